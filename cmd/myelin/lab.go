@@ -1,0 +1,149 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/kubelet"
+)
+
+func labCommand() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "lab",
+		Short: "A real Kubernetes cluster on this machine, with network namespaces as nodes",
+		Long: `The lab runs etcd, kube-apiserver, kube-controller-manager and kube-scheduler
+(built by make setup) and one lab kubelet per node. Each node is a network namespace
+(myelin-node-N) on an underlay bridge in myelin-lab-net; myelin-lab-ext is an external
+host serving HTTP on 203.0.113.10:80. Everything it creates is named myelin-*.`,
+	}
+	cmd.PersistentFlags().StringVar(&dir, "dir", lab.DefaultDir, "lab directory (state, certificates, logs)")
+	paths := func() lab.Paths { return lab.Paths{Dir: dir} }
+	cmd.AddCommand(labUpCommand(paths), labDownCommand(paths), labStatusCommand(paths),
+		labExecCommand(paths), labServeCommand(), labSuperviseCommand(paths), labKubeletCommand(paths))
+	return cmd
+}
+
+func labUpCommand(paths func() lab.Paths) *cobra.Command {
+	o := lab.DefaultOptions()
+	var cni, underlay string
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Build the lab and wait until every node is Ready (does nothing if one is running)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.CNI, o.Underlay = lab.CNI(cni), lab.Underlay(underlay)
+			plan, err := lab.NewPlan(o, lab.DefaultAddressing())
+			if err != nil {
+				return err
+			}
+			return lab.Up(cmd.Context(), paths(), plan, cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().IntVar(&o.Nodes, "nodes", o.Nodes, fmt.Sprintf("number of nodes (1-%d)", lab.MaxNodes))
+	cmd.Flags().StringVar(&cni, "cni", string(o.CNI), "network plugin: myelin or bridge (Debian's reference bridge + host-local)")
+	cmd.Flags().StringVar(&o.Profile, "profile", o.Profile, "myelin configuration profile: native, native-legacy, tunnel, tunnel-legacy")
+	cmd.Flags().StringVar(&underlay, "underlay", string(o.Underlay), "node network: l2 (one segment) or l3 (two segments behind a router)")
+	return cmd
+}
+
+func labDownCommand(paths func() lab.Paths) *cobra.Command {
+	return &cobra.Command{
+		Use:   "down",
+		Short: "Remove everything the lab made (processes, namespaces, links, pins, files); safe to repeat",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if os.Geteuid() != 0 {
+				return fmt.Errorf("myelin lab down must run as root; run it with sudo")
+			}
+			if err := lab.Down(paths(), cmd.OutOrStdout()); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "the lab is down; nothing named myelin-* is left")
+			return nil
+		},
+	}
+}
+
+func labStatusCommand(paths func() lab.Paths) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show the lab: options, processes, nodes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return lab.PrintStatus(cmd.Context(), paths(), cmd.OutOrStdout())
+		},
+	}
+}
+
+func labExecCommand(paths func() lab.Paths) *cobra.Command {
+	var namespace string
+	cmd := &cobra.Command{
+		Use:   "exec POD [-n NAMESPACE] -- COMMAND [ARGS...]",
+		Short: "Run a host command inside a pod's network namespace",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return lab.Exec(cmd.Context(), paths(), namespace, args[0], args[1:])
+		},
+	}
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "default", "the pod's namespace")
+	return cmd
+}
+
+func labServeCommand() *cobra.Command {
+	var listen, name string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve HTTP, answering with the server's name and the client address it saw",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if name == "" {
+				name = os.Getenv("POD_NAME")
+			}
+			return lab.Serve(cmd.Context(), listen, name)
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", ":8080", "address to listen on")
+	cmd.Flags().StringVar(&name, "name", "", "name to answer with (default: $POD_NAME)")
+	return cmd
+}
+
+func labSuperviseCommand(paths func() lab.Paths) *cobra.Command {
+	return &cobra.Command{
+		Use:    "supervise",
+		Short:  "Run and restart the lab's processes (started by lab up)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return lab.Supervise(cmd.Context(), paths())
+		},
+	}
+}
+
+func labKubeletCommand(paths func() lab.Paths) *cobra.Command {
+	var node string
+	cmd := &cobra.Command{
+		Use:    "kubelet",
+		Short:  "Run the lab kubelet of one node (started by the lab supervisor in the node's netns)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			plan, err := lab.LoadPlan(paths())
+			if err != nil {
+				return err
+			}
+			n, ok := plan.Node(node)
+			if !ok {
+				return fmt.Errorf("--node %q: not a node of this lab", node)
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", node)
+			return kubelet.Run(cmd.Context(), kubelet.Config{Node: n, Plan: plan, Paths: paths()}, log)
+		},
+	}
+	cmd.Flags().StringVar(&node, "node", "", "node name")
+	return cmd
+}

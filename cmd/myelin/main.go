@@ -1,0 +1,30 @@
+// Command myelin is the operator's CLI: the lab today; status, monitor, config and bench
+// as the agent lands. Each subcommand parses its flags and calls one function of an
+// internal package.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := &cobra.Command{
+		Use:           "myelin",
+		Short:         "myelin: Kubernetes networking with an eBPF datapath",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(labCommand())
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "myelin: %v\n", err)
+		os.Exit(1)
+	}
+}

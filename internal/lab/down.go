@@ -1,0 +1,202 @@
+package lab
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Places outside the lab directory where lab nodes keep per-node state (DESIGN §3).
+var (
+	bpffsDir    = "/sys/fs/bpf/myelin"
+	nodeRunDir  = "/run/myelin"
+	netnsRunDir = "/run/netns"
+)
+
+// Down removes everything a lab made: processes, network namespaces (and with them
+// every link inside), the root netns link, bpffs pins, per-node state and the lab
+// directory. It finds leftovers by name, so it works after a crash or an interrupted
+// up, and does nothing (successfully) when nothing is there.
+func Down(paths Paths, out io.Writer) error {
+	var problems []string
+	note := func(format string, a ...any) { fmt.Fprintf(out, format+"\n", a...) }
+
+	if stopSupervisor(paths) {
+		note("stopped the lab supervisor")
+	}
+	if n := killLabProcesses(paths); n > 0 {
+		note("killed %d leftover lab processes", n)
+	}
+	for _, ns := range LeftoverNetNS() {
+		if err := run("ip", "netns", "del", ns); err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		note("removed netns %s", ns)
+	}
+	for _, link := range leftoverRootLinks() {
+		if err := run("ip", "link", "del", link); err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		note("removed link %s", link)
+	}
+	for _, dir := range leftoverNodeDirs() {
+		if err := os.RemoveAll(dir); err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		note("removed %s", dir)
+	}
+	if _, err := os.Stat(paths.Dir); err == nil {
+		if err := os.RemoveAll(paths.Dir); err != nil {
+			problems = append(problems, err.Error())
+		} else {
+			note("removed %s", paths.Dir)
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("lab down left things behind: %s; run myelin lab down again, or remove them by hand",
+			strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// stopSupervisor asks the supervisor to stop its children and waits for it.
+func stopSupervisor(paths Paths) bool {
+	pid := supervisorPID(paths)
+	if pid == 0 {
+		return false
+	}
+	_ = syscall.Kill(pid, syscall.SIGTERM)
+	deadline := time.Now().Add(stopGrace + 5*time.Second)
+	for time.Now().Before(deadline) && processAlive(pid) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	return true
+}
+
+// supervisorPID returns the pid of the running supervisor of paths, or 0.
+func supervisorPID(paths Paths) int {
+	b, err := os.ReadFile(paths.SupervisorPID())
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || !processAlive(pid) {
+		return 0
+	}
+	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if !bytes.Contains(cmdline, []byte("supervise")) {
+		return 0 // a reused pid, not ours
+	}
+	return pid
+}
+
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// A zombie (state Z) is dead for our purposes.
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	return len(fields) > 0 && fields[0] != "Z"
+}
+
+// killLabProcesses kills every process that lives in a lab netns or runs from the lab
+// directory: pods' commands, kubelets, the control plane after a supervisor crash.
+func killLabProcesses(paths Paths) int {
+	labNS := map[uint64]bool{}
+	for _, ns := range LeftoverNetNS() {
+		if ino, ok := inode(filepath.Join(netnsRunDir, ns)); ok {
+			labNS[ino] = true
+		}
+	}
+	self := os.Getpid()
+	killed := 0
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		if !isLabProcess(pid, paths, labNS) {
+			continue
+		}
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed++
+		}
+	}
+	return killed
+}
+
+func isLabProcess(pid int, paths Paths, labNS map[uint64]bool) bool {
+	if ino, ok := inode(fmt.Sprintf("/proc/%d/ns/net", pid)); ok && labNS[ino] {
+		return true
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && bytes.Contains(cmdline, []byte(paths.Dir+"/"))
+}
+
+func inode(path string) (uint64, bool) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return 0, false
+	}
+	return st.Ino, true
+}
+
+// LeftoverNetNS lists the named network namespaces with the lab's prefix.
+func LeftoverNetNS() []string {
+	var out []string
+	entries, _ := os.ReadDir(netnsRunDir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), NamePrefix) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+func leftoverRootLinks() []string {
+	var out []string
+	ifaces, _ := net.Interfaces()
+	for _, i := range ifaces {
+		if strings.HasPrefix(i.Name, NamePrefix) {
+			out = append(out, i.Name)
+		}
+	}
+	return out
+}
+
+// leftoverNodeDirs lists per-node pin and state directories of lab nodes.
+func leftoverNodeDirs() []string {
+	var out []string
+	for _, base := range []string{bpffsDir, nodeRunDir} {
+		entries, _ := os.ReadDir(base)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), nodeNSPrefix) {
+				out = append(out, filepath.Join(base, e.Name()))
+			}
+		}
+	}
+	return out
+}
+
+// run runs a command and returns its combined output as the error when it fails.
+func run(argv ...string) error {
+	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %s", strings.Join(argv, " "), strings.TrimSpace(string(out)+" "+err.Error()))
+	}
+	return nil
+}

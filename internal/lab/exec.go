@@ -1,0 +1,57 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ExecArgv returns the command line that runs argv inside a Pod's network namespace
+// (the node's, for hostNetwork Pods).
+func ExecArgv(ctx context.Context, paths Paths, namespace, pod string, argv []string) ([]string, error) {
+	if len(argv) == 0 {
+		return nil, fmt.Errorf("no command given; usage: myelin lab exec POD [-n NAMESPACE] -- COMMAND [ARGS...]")
+	}
+	if _, err := LoadPlan(paths); err != nil {
+		return nil, err
+	}
+	cs, err := Client(paths.Kubeconfig())
+	if err != nil {
+		return nil, err
+	}
+	p, err := cs.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("pod %s/%s not found; list pods with: kubectl get pods -A", namespace, pod)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get pod %s/%s: %w", namespace, pod, err)
+	}
+	ns := PodNetNS(string(p.UID))
+	if p.Spec.HostNetwork {
+		ns = p.Spec.NodeName
+	}
+	if _, err := os.Stat(NetNSPath(ns)); err != nil {
+		return nil, fmt.Errorf("pod %s/%s has no network namespace yet (phase %s); wait until it is Running",
+			namespace, pod, p.Status.Phase)
+	}
+	return append([]string{"nsenter", "--net=" + NetNSPath(ns), "--"}, argv...), nil
+}
+
+// Exec replaces the current process with argv run inside a Pod's network namespace,
+// so the command's exit status and terminal are the caller's.
+func Exec(ctx context.Context, paths Paths, namespace, pod string, argv []string) error {
+	full, err := ExecArgv(ctx, paths, namespace, pod, argv)
+	if err != nil {
+		return err
+	}
+	bin, err := exec.LookPath(full[0])
+	if err != nil {
+		return fmt.Errorf("nsenter not found: install util-linux (make setup)")
+	}
+	return syscall.Exec(bin, full, os.Environ())
+}

@@ -1,0 +1,101 @@
+package lab
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// Step is one command that builds part of the lab's network. Steps are plain argv
+// vectors for iproute2, sysctl and nft so that the plan can be printed, reviewed and
+// unit-tested without root.
+type Step []string
+
+// inNS runs a non-iproute2 command inside a named netns without a new mount namespace.
+func inNS(ns string, argv ...string) Step {
+	return append(Step{"nsenter", "--net=" + NetNSPath(ns), "--"}, argv...)
+}
+
+// ipIn runs an iproute2 command inside a named netns.
+func ipIn(ns string, args ...string) Step {
+	return append(Step{"ip", "-n", ns}, args...)
+}
+
+// NetNSPath is where iproute2 keeps a named network namespace.
+func NetNSPath(name string) string { return "/run/netns/" + name }
+
+func (p Plan) bridgeFor(seg netip.Prefix) string {
+	if seg == p.Addressing.SegmentB {
+		return "br1"
+	}
+	return "br0"
+}
+
+func prefixOf(a netip.Addr, seg netip.Prefix) string {
+	return netip.PrefixFrom(a, seg.Bits()).String()
+}
+
+// NetworkSteps returns, in order, the commands that build the lab's network (DESIGN §3).
+// The root netns gets exactly one link (ControlPlaneLink) with the control-plane address;
+// forwarding is enabled only inside the lab's own namespaces.
+func (p Plan) NetworkSteps() []Step {
+	a := p.Addressing
+	var s []Step
+	namespaces := []string{NetNS, ExtNS}
+	for _, n := range p.Nodes {
+		namespaces = append(namespaces, n.Name)
+	}
+	for _, ns := range namespaces {
+		s = append(s, Step{"ip", "netns", "add", ns}, ipIn(ns, "link", "set", "lo", "up"))
+	}
+
+	// The underlay: bridges and a router in myelin-lab-net.
+	segments := []netip.Prefix{a.SegmentA}
+	if p.Options.Underlay == UnderlayL3 {
+		segments = append(segments, a.SegmentB)
+	}
+	for _, seg := range segments {
+		br := p.bridgeFor(seg)
+		s = append(s,
+			ipIn(NetNS, "link", "add", br, "type", "bridge"),
+			ipIn(NetNS, "addr", "add", prefixOf(a.RouterIP(seg), seg), "dev", br),
+			ipIn(NetNS, "link", "set", br, "up"))
+	}
+	s = append(s, inNS(NetNS, "sysctl", "-qw", "net.ipv4.ip_forward=1"))
+
+	// The control-plane host: the only thing in the root netns.
+	s = append(s,
+		Step{"ip", "link", "add", ControlPlaneLink, "type", "veth", "peer", "name", "cp0", "netns", NetNS},
+		Step{"ip", "addr", "add", prefixOf(a.ControlPlaneIP(), a.SegmentA), "dev", ControlPlaneLink},
+		Step{"ip", "link", "set", ControlPlaneLink, "up"},
+		ipIn(NetNS, "link", "set", "cp0", "master", "br0", "up"))
+	if p.Options.Underlay == UnderlayL3 {
+		// The root netns has no route to segment B (and must not get one): the router
+		// masquerades segment B's traffic to the control-plane host behind its own address.
+		s = append(s,
+			inNS(NetNS, "nft", "add table ip myelin-lab"),
+			inNS(NetNS, "nft", "add chain ip myelin-lab postrouting { type nat hook postrouting priority 100 ; }"),
+			inNS(NetNS, "nft", fmt.Sprintf("add rule ip myelin-lab postrouting ip saddr %v ip daddr %v masquerade",
+				a.SegmentB, a.ControlPlaneIP())))
+	}
+
+	// The external host behind the router.
+	s = append(s,
+		ipIn(NetNS, "link", "add", "ext0", "type", "veth", "peer", "name", "eth0", "netns", ExtNS),
+		ipIn(NetNS, "addr", "add", prefixOf(a.ExternalGateway(), a.External), "dev", "ext0"),
+		ipIn(NetNS, "link", "set", "ext0", "up"),
+		ipIn(ExtNS, "addr", "add", prefixOf(a.ExternalServerIP(), a.External), "dev", "eth0"),
+		ipIn(ExtNS, "link", "set", "eth0", "up"),
+		ipIn(ExtNS, "route", "add", "default", "via", a.ExternalGateway().String()))
+
+	// The nodes: eth0 on their segment, default route via the router, forwarding on.
+	for _, n := range p.Nodes {
+		s = append(s,
+			ipIn(NetNS, "link", "add", n.Peer, "type", "veth", "peer", "name", "eth0", "netns", n.Name),
+			ipIn(NetNS, "link", "set", n.Peer, "master", p.bridgeFor(n.Segment), "up"),
+			ipIn(n.Name, "addr", "add", prefixOf(n.IP, n.Segment), "dev", "eth0"),
+			ipIn(n.Name, "link", "set", "eth0", "up"),
+			ipIn(n.Name, "route", "add", "default", "via", n.Gateway.String()),
+			inNS(n.Name, "sysctl", "-qw", "net.ipv4.ip_forward=1"))
+	}
+	return s
+}

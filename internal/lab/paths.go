@@ -1,0 +1,56 @@
+package lab
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"path/filepath"
+	"strings"
+)
+
+// DefaultDir is where a lab keeps its state, certificates, logs and etcd data.
+const DefaultDir = "/run/myelin-lab"
+
+// Paths lays out a lab directory.
+type Paths struct{ Dir string }
+
+func (p Paths) join(elem ...string) string { return filepath.Join(append([]string{p.Dir}, elem...)...) }
+
+// PlanFile records the plan the lab was built from.
+func (p Paths) PlanFile() string { return p.join("lab.json") }
+
+// StateFile is written by the supervisor: phase, error and component processes.
+func (p Paths) StateFile() string { return p.join("state.json") }
+
+// SupervisorPID holds the supervisor's process id.
+func (p Paths) SupervisorPID() string { return p.join("supervisor.pid") }
+
+// PKI is the directory of the lab's CA, certificates and keys.
+func (p Paths) PKI() string { return p.join("pki") }
+
+// Kubeconfig is the administrator's kubeconfig (the one users point kubectl at).
+func (p Paths) Kubeconfig() string { return p.join("kubeconfig") }
+
+// ComponentKubeconfig is the kubeconfig of one component or node.
+func (p Paths) ComponentKubeconfig(name string) string { return p.join("kubeconfigs", name) }
+
+// Log is the log file of one process.
+func (p Paths) Log(name string) string { return p.join("logs", name+".log") }
+
+// Etcd is etcd's data directory.
+func (p Paths) Etcd() string { return p.join("etcd") }
+
+// NodeDir is a lab node's own directory (CNI config, IPAM, pods).
+func (p Paths) NodeDir(node string) string { return p.join("nodes", node) }
+
+// PodNetNS is the name of a pod's network namespace, derived from the pod's UID so that
+// the lab kubelet, `lab exec` and `lab down` agree on it without any shared state.
+func PodNetNS(uid string) string {
+	return PodNSPrefix + strings.ReplaceAll(uid, "-", "")[:16]
+}
+
+// SandboxID is the container id the lab kubelet passes to CNI for a pod (what
+// containerd calls the sandbox id): 64 hex characters derived from the pod's UID.
+func SandboxID(uid string) string {
+	sum := sha256.Sum256([]byte(uid))
+	return hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,164 @@
+package lab
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// identity is one client certificate of the lab: who a component is to the apiserver.
+type identity struct {
+	file string // base name under pki/
+	cn   string
+	org  string
+}
+
+// identities returns the client identities the lab issues. Components use their
+// standard Kubernetes identities so the apiserver's Node and RBAC authorizers apply.
+func (p Plan) identities() []identity {
+	ids := []identity{
+		{"admin", "myelin-admin", "system:masters"},
+		{"kube-controller-manager", "system:kube-controller-manager", ""},
+		{"kube-scheduler", "system:kube-scheduler", ""},
+	}
+	for _, n := range p.Nodes {
+		ids = append(ids, identity{n.Name, "system:node:" + n.Name, "system:nodes"})
+	}
+	return ids
+}
+
+type keyPair struct {
+	cert *x509.Certificate
+	key  crypto.Signer
+}
+
+// writePKI creates the lab CA, the apiserver's serving certificate, one client
+// certificate per identity, and the service-account signing key.
+func writePKI(paths Paths, plan Plan) error {
+	dir := paths.PKI()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	ca, err := newCA()
+	if err != nil {
+		return err
+	}
+	if err := writePair(dir, "ca", ca); err != nil {
+		return err
+	}
+	a := plan.Addressing
+	serving, err := ca.issue(pkix.Name{CommonName: "kube-apiserver"}, true,
+		[]string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost"},
+		[]net.IP{net.IP(a.ControlPlaneIP().AsSlice()), net.IP(a.APIServerServiceIP().AsSlice()), net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return err
+	}
+	if err := writePair(dir, "apiserver", serving); err != nil {
+		return err
+	}
+	for _, id := range plan.identities() {
+		name := pkix.Name{CommonName: id.cn}
+		if id.org != "" {
+			name.Organization = []string{id.org}
+		}
+		kp, err := ca.issue(name, false, nil, nil)
+		if err != nil {
+			return err
+		}
+		if err := writePair(dir, id.file, kp); err != nil {
+			return err
+		}
+	}
+	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	if err := writeKey(filepath.Join(dir, "sa.key"), saKey); err != nil {
+		return err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600)
+}
+
+func newCA() (keyPair, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return keyPair{}, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "myelin-lab-ca"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return keyPair{}, fmt.Errorf("create lab CA: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	return keyPair{cert, key}, err
+}
+
+func (ca keyPair) issue(subject pkix.Name, server bool, dns []string, ips []net.IP) (keyPair, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return keyPair{}, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return keyPair{}, err
+	}
+	usage := x509.ExtKeyUsageClientAuth
+	if server {
+		usage = x509.ExtKeyUsageServerAuth
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      subject,
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		DNSNames:     dns,
+		IPAddresses:  ips,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
+	if err != nil {
+		return keyPair{}, fmt.Errorf("issue certificate for %s: %w", subject.CommonName, err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	return keyPair{cert, key}, err
+}
+
+func writePair(dir, name string, kp keyPair) error {
+	crt := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: kp.cert.Raw})
+	if err := os.WriteFile(filepath.Join(dir, name+".crt"), crt, 0o644); err != nil {
+		return err
+	}
+	return writeKey(filepath.Join(dir, name+".key"), kp.key)
+}
+
+func writeKey(path string, key crypto.Signer) error {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
+}

@@ -1,0 +1,184 @@
+package lab
+
+import (
+	"bufio"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// CNIBinDir is where Debian's containernetworking-plugins installs the reference plugins.
+const CNIBinDir = "/usr/lib/cni"
+
+// preflight checks everything `lab up` needs before it changes anything, and returns
+// one error naming the first problem and its fix.
+func preflight(paths Paths, plan Plan) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("myelin lab up must run as root: it creates network namespaces and links; run it with sudo")
+	}
+	if err := checkTools(plan); err != nil {
+		return err
+	}
+	if err := checkStale(paths); err != nil {
+		return err
+	}
+	if err := checkKernel(); err != nil {
+		return err
+	}
+	return checkPorts(plan.Addressing.ControlPlaneIP(),
+		[]int{EtcdClientPort, EtcdPeerPort, APIServerPort, ControllerManagerPort, SchedulerPort})
+}
+
+func checkTools(plan Plan) error {
+	type tool struct{ path, fix string }
+	tools := []tool{
+		{"ip", "install iproute2 (make setup)"},
+		{"nsenter", "install util-linux (make setup)"},
+		{"sysctl", "install procps (make setup)"},
+		{"etcd", "install etcd-server (make setup)"},
+	}
+	if plan.Options.Underlay == UnderlayL3 {
+		tools = append(tools, tool{"nft", "install nftables (make setup)"})
+	}
+	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		tools = append(tools, tool{filepath.Join(KubeBinDir(), b), "build Kubernetes " + KubeVersion + " with: make setup"})
+	}
+	if plan.Options.CNI == CNIBridge {
+		for _, b := range []string{"bridge", "host-local"} {
+			tools = append(tools, tool{filepath.Join(CNIBinDir, b), "install containernetworking-plugins (make setup)"})
+		}
+	}
+	for _, t := range tools {
+		if _, err := exec.LookPath(t.path); err != nil {
+			return fmt.Errorf("%s not found: %s", t.path, t.fix)
+		}
+	}
+	return nil
+}
+
+func checkStale(paths Paths) error {
+	var found []string
+	if _, err := os.Stat(paths.Dir); err == nil {
+		found = append(found, paths.Dir)
+	}
+	found = append(found, LeftoverNetNS()...)
+	found = append(found, leftoverRootLinks()...)
+	if len(found) == 0 {
+		return nil
+	}
+	if len(found) > 4 {
+		found = append(found[:4], fmt.Sprintf("and %d more", len(found)-4))
+	}
+	return fmt.Errorf("a stale lab is in the way (%s), left by a crashed or interrupted run; remove it with: myelin lab down",
+		strings.Join(found, ", "))
+}
+
+// checkKernel builds a bridge and a veth pair in a throwaway netns.
+func checkKernel() error {
+	const ns = "myelin-probe"
+	defer func() { _ = run("ip", "netns", "del", ns) }()
+	steps := []struct {
+		argv    []string
+		feature string
+	}{
+		{[]string{"ip", "netns", "add", ns}, "network namespaces (CONFIG_NET_NS)"},
+		{[]string{"ip", "-n", ns, "link", "add", "probe-br", "type", "bridge"}, "bridges (CONFIG_BRIDGE)"},
+		{[]string{"ip", "-n", ns, "link", "add", "probe-a", "type", "veth", "peer", "name", "probe-b"}, "veth (CONFIG_VETH)"},
+	}
+	for _, s := range steps {
+		if err := run(s.argv...); err != nil {
+			return fmt.Errorf("this kernel lacks %s, which the lab needs (%v); use a kernel that has it", s.feature, err)
+		}
+	}
+	return nil
+}
+
+// checkPorts fails when a TCP listener already holds one of the ports on the
+// control-plane address or on the wildcard address.
+func checkPorts(ip netip.Addr, ports []int) error {
+	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		f, err := os.Open(file)
+		if err != nil {
+			continue
+		}
+		listeners := parseListeners(bufio.NewScanner(f))
+		f.Close()
+		for _, l := range listeners {
+			for _, p := range ports {
+				if l.port == p && (l.addr.IsUnspecified() || l.addr == ip) {
+					return fmt.Errorf("port %d is already in use on %v%s; the lab's control plane needs it: stop that process and run myelin lab up again",
+						p, l.addr, owner(l.inode))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+type listener struct {
+	addr  netip.Addr
+	port  int
+	inode string
+}
+
+// parseListeners reads the LISTEN sockets of a /proc/net/tcp{,6} table.
+func parseListeners(sc *bufio.Scanner) []listener {
+	var out []listener
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 10 || f[3] != "0A" { // 0A = TCP_LISTEN
+			continue
+		}
+		hostPort := strings.Split(f[1], ":")
+		if len(hostPort) != 2 {
+			continue
+		}
+		port, err := strconv.ParseUint(hostPort[1], 16, 16)
+		if err != nil {
+			continue
+		}
+		addr, ok := parseProcAddr(hostPort[0])
+		if !ok {
+			continue
+		}
+		out = append(out, listener{addr: addr, port: int(port), inode: f[9]})
+	}
+	return out
+}
+
+// parseProcAddr decodes the kernel's hex address: 32-bit words in host (little-endian) order.
+func parseProcAddr(h string) (netip.Addr, bool) {
+	var b []byte
+	for i := 0; i+8 <= len(h); i += 8 {
+		w, err := strconv.ParseUint(h[i:i+8], 16, 32)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		b = append(b, byte(w), byte(w>>8), byte(w>>16), byte(w>>24))
+	}
+	a, ok := netip.AddrFromSlice(b)
+	return a.Unmap(), ok
+}
+
+// owner names the process holding a socket inode, as " (pid N, name)" or "".
+func owner(inode string) string {
+	target := "socket:[" + inode + "]"
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
+			continue
+		}
+		fds, _ := os.ReadDir(filepath.Join("/proc", p.Name(), "fd"))
+		for _, fd := range fds {
+			if l, _ := os.Readlink(filepath.Join("/proc", p.Name(), "fd", fd.Name())); l == target {
+				comm, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "comm"))
+				return fmt.Sprintf(" (pid %s, %s)", p.Name(), strings.TrimSpace(string(comm)))
+			}
+		}
+	}
+	return ""
+}

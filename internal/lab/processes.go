@@ -1,0 +1,117 @@
+package lab
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// KubeVersion is the Kubernetes release the lab runs; scripts/versions.sh builds it.
+const KubeVersion = "v1.34.4"
+
+// Ports of the control plane, all bound to the control-plane address only.
+const (
+	EtcdClientPort        = 2379
+	EtcdPeerPort          = 2380
+	APIServerPort         = 6443
+	ControllerManagerPort = 10257
+	SchedulerPort         = 10259
+	ExternalHTTPPort      = 80
+)
+
+// KubeBinDir is where scripts/build-k8s.sh puts the Kubernetes binaries; it follows
+// the same rule as scripts/versions.sh ($MYELIN_CACHE, else $XDG_CACHE_HOME/myelin,
+// else ~/.cache/myelin).
+func KubeBinDir() string {
+	cache := os.Getenv("MYELIN_CACHE")
+	if cache == "" {
+		base := os.Getenv("XDG_CACHE_HOME")
+		if base == "" {
+			home, _ := os.UserHomeDir()
+			base = filepath.Join(home, ".cache")
+		}
+		cache = filepath.Join(base, "myelin")
+	}
+	return filepath.Join(cache, "kubernetes", KubeVersion, "bin")
+}
+
+// Process is one supervised child of the lab.
+type Process struct {
+	Name   string   // also the log file's name
+	Argv   []string // run as is; processes in a node's netns are wrapped in nsenter
+	Health string   // URL that answers 200 once the process is ready ("" = running is enough)
+}
+
+// Processes returns the lab's children in start order: the control plane, the external
+// host's HTTP server, and one lab kubelet per node. self is the myelin binary.
+func (p Plan) Processes(paths Paths, self, kubeBin string) []Process {
+	ip := p.Addressing.ControlPlaneIP().String()
+	pki := func(f string) string { return filepath.Join(paths.PKI(), f) }
+	url := func(scheme string, port int, path string) string {
+		return fmt.Sprintf("%s://%s:%d%s", scheme, ip, port, path)
+	}
+	etcdClient := url("http", EtcdClientPort, "")
+	etcdPeer := url("http", EtcdPeerPort, "")
+	procs := []Process{
+		{
+			Name: "etcd",
+			Argv: []string{"etcd", "--name", "myelin-lab", "--data-dir", paths.Etcd(),
+				"--listen-client-urls", etcdClient, "--advertise-client-urls", etcdClient,
+				"--listen-peer-urls", etcdPeer, "--initial-advertise-peer-urls", etcdPeer,
+				"--initial-cluster", "myelin-lab=" + etcdPeer, "--log-level", "warn"},
+			Health: etcdClient + "/health",
+		},
+		{
+			Name: "kube-apiserver",
+			Argv: []string{filepath.Join(kubeBin, "kube-apiserver"),
+				"--etcd-servers", etcdClient,
+				"--bind-address", ip, "--advertise-address", ip, "--secure-port", strconv.Itoa(APIServerPort),
+				"--tls-cert-file", pki("apiserver.crt"), "--tls-private-key-file", pki("apiserver.key"),
+				"--client-ca-file", pki("ca.crt"),
+				"--service-account-key-file", pki("sa.pub"), "--service-account-signing-key-file", pki("sa.key"),
+				"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+				"--service-cluster-ip-range", p.Addressing.ServiceCIDR.String(),
+				"--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
+				"--allow-privileged=true", "--profiling=false"},
+			Health: url("https", APIServerPort, "/readyz"),
+		},
+		{
+			Name: "kube-controller-manager",
+			Argv: []string{filepath.Join(kubeBin, "kube-controller-manager"),
+				"--kubeconfig", paths.ComponentKubeconfig("kube-controller-manager"),
+				"--authentication-kubeconfig", paths.ComponentKubeconfig("kube-controller-manager"),
+				"--authorization-kubeconfig", paths.ComponentKubeconfig("kube-controller-manager"),
+				"--bind-address", ip, "--secure-port", strconv.Itoa(ControllerManagerPort),
+				"--leader-elect=false", "--use-service-account-credentials=true",
+				"--allocate-node-cidrs=true", "--cluster-cidr", p.Addressing.ClusterCIDR.String(),
+				"--node-cidr-mask-size", strconv.Itoa(p.Addressing.NodeCIDRMask),
+				"--service-cluster-ip-range", p.Addressing.ServiceCIDR.String(),
+				"--service-account-private-key-file", pki("sa.key"), "--root-ca-file", pki("ca.crt"),
+				"--profiling=false"},
+			Health: url("https", ControllerManagerPort, "/healthz"),
+		},
+		{
+			Name: "kube-scheduler",
+			Argv: []string{filepath.Join(kubeBin, "kube-scheduler"),
+				"--kubeconfig", paths.ComponentKubeconfig("kube-scheduler"),
+				"--authentication-kubeconfig", paths.ComponentKubeconfig("kube-scheduler"),
+				"--authorization-kubeconfig", paths.ComponentKubeconfig("kube-scheduler"),
+				"--bind-address", ip, "--secure-port", strconv.Itoa(SchedulerPort),
+				"--leader-elect=false", "--profiling=false"},
+			Health: url("https", SchedulerPort, "/healthz"),
+		},
+		{
+			Name: "external-http",
+			Argv: inNS(ExtNS, self, "lab", "serve", "--name", ExtNS,
+				"--listen", fmt.Sprintf("%s:%d", p.Addressing.ExternalServerIP(), ExternalHTTPPort)),
+		},
+	}
+	for _, n := range p.Nodes {
+		procs = append(procs, Process{
+			Name: "kubelet-" + n.Name,
+			Argv: inNS(n.Name, self, "lab", "kubelet", "--node", n.Name, "--dir", paths.Dir),
+		})
+	}
+	return procs
+}

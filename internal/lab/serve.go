@@ -1,0 +1,33 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Serve runs the lab's small HTTP server until ctx ends: the external host runs it on
+// 203.0.113.10:80, and pods can run it as their command. Each response names the
+// server and the client address it saw, so tests can tell which backend answered and
+// whether the source was translated.
+func Serve(ctx context.Context, listen, name string) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		fmt.Fprintf(w, "server=%s client=%s\n", name, host)
+	})
+	srv := &http.Server{Addr: listen, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve HTTP on %s: %w", listen, err)
+	}
+	return nil
+}

@@ -1,0 +1,251 @@
+package lab
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Timeouts of the supervisor. Generous: the first apiserver start on 2 busy cores is slow.
+const (
+	processReadyTimeout = 2 * time.Minute
+	nodesReadyTimeout   = 2 * time.Minute
+	stopGrace           = 10 * time.Second
+	maxRestartBackoff   = 30 * time.Second
+)
+
+// Supervise starts the lab's processes in order, waits for each to be ready, restarts
+// any that exit (with backoff), and stops them all when ctx ends. It reports progress in
+// the state file, which `lab up` and `lab status` read.
+func Supervise(ctx context.Context, paths Paths) error {
+	plan, err := LoadPlan(paths)
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(paths.SupervisorPID(), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &supervisor{paths: paths, state: State{Phase: PhaseStarting}}
+	s.write()
+	defer func() {
+		cancel() // no restarts from here on
+		s.stopAll()
+	}()
+
+	for _, p := range plan.Processes(paths, self, KubeBinDir()) {
+		c := s.start(ctx, p)
+		if err := s.waitReady(ctx, c); err != nil {
+			return s.fail(err)
+		}
+	}
+	if err := waitNodesReady(ctx, paths, plan, nodesReadyTimeout); err != nil {
+		return s.fail(err)
+	}
+	s.setPhase(PhaseReady, "")
+	<-ctx.Done()
+	s.setPhase(PhaseStopping, "")
+	return nil
+}
+
+type supervisor struct {
+	paths    Paths
+	mu       sync.Mutex
+	state    State
+	children []*child
+}
+
+type child struct {
+	proc  Process
+	index int // into state.Processes
+	done  chan struct{}
+	mu    sync.Mutex
+	pid   int
+}
+
+func (s *supervisor) write() {
+	s.state.Updated = time.Now()
+	if err := writeJSON(s.paths.StateFile(), s.state); err != nil {
+		fmt.Fprintf(os.Stderr, "supervisor: write state: %v\n", err)
+	}
+}
+
+func (s *supervisor) update(f func(*State)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(&s.state)
+	s.write()
+}
+
+func (s *supervisor) setPhase(p Phase, msg string) {
+	s.update(func(st *State) { st.Phase, st.Error = p, msg })
+}
+
+func (s *supervisor) fail(err error) error {
+	s.setPhase(PhaseFailed, err.Error())
+	return err
+}
+
+// start runs p in its own goroutine, restarting it whenever it exits until ctx ends.
+func (s *supervisor) start(ctx context.Context, p Process) *child {
+	s.mu.Lock()
+	c := &child{proc: p, index: len(s.state.Processes), done: make(chan struct{})}
+	s.state.Processes = append(s.state.Processes, ProcessState{Name: p.Name, Log: s.paths.Log(p.Name)})
+	s.children = append(s.children, c)
+	s.write()
+	s.mu.Unlock()
+	go s.run(ctx, c)
+	return c
+}
+
+func (s *supervisor) run(ctx context.Context, c *child) {
+	defer close(c.done)
+	// Children get SIGKILL when the thread that started them dies (Pdeathsig), so that a
+	// crashed supervisor leaves no orphans; keep this goroutine on one thread for good.
+	runtime.LockOSThread()
+	backoff := time.Second
+	for {
+		started := time.Now()
+		err := s.runOnce(c)
+		s.update(func(st *State) {
+			ps := &st.Processes[c.index]
+			ps.Running, ps.LastExit = false, exitText(err)
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(started) > time.Minute {
+			backoff = time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxRestartBackoff)
+		s.update(func(st *State) { st.Processes[c.index].Restarts++ })
+	}
+}
+
+func (s *supervisor) runOnce(c *child) error {
+	logf, err := os.OpenFile(s.paths.Log(c.proc.Name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(c.proc.Argv[0], c.proc.Argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.pid = cmd.Process.Pid
+	c.mu.Unlock()
+	s.update(func(st *State) {
+		ps := &st.Processes[c.index]
+		ps.PID, ps.Running, ps.Started = cmd.Process.Pid, true, time.Now()
+	})
+	err = cmd.Wait()
+	c.mu.Lock()
+	c.pid = 0
+	c.mu.Unlock()
+	return err
+}
+
+func exitText(err error) string {
+	if err == nil {
+		return "exited 0"
+	}
+	return err.Error()
+}
+
+// waitReady waits until c answers its health URL (or has simply stayed up when it has
+// none). A process that keeps exiting fails at once with its last words.
+func (s *supervisor) waitReady(ctx context.Context, c *child) error {
+	client := &http.Client{
+		Timeout: 2 * time.Second,
+		// Health probes only: the serving certificates are the lab's own.
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
+	}
+	deadline := time.Now().Add(processReadyTimeout)
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		ps := s.state.Processes[c.index]
+		s.mu.Unlock()
+		if ps.Restarts >= 2 {
+			return fmt.Errorf("%s keeps exiting (%s); last log line: %q; full log: %s",
+				c.proc.Name, ps.LastExit, lastLine(ps.Log), ps.Log)
+		}
+		if ps.Running && c.proc.Health == "" {
+			return nil
+		}
+		if ps.Running {
+			if resp, err := client.Get(c.proc.Health); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	log := s.paths.Log(c.proc.Name)
+	return fmt.Errorf("%s was not ready within %v; last log line: %q; full log: %s",
+		c.proc.Name, processReadyTimeout, lastLine(log), log)
+}
+
+// stopAll stops the children in reverse start order: SIGTERM to each process group,
+// then SIGKILL after stopGrace.
+func (s *supervisor) stopAll() {
+	s.mu.Lock()
+	children := append([]*child(nil), s.children...)
+	s.mu.Unlock()
+	for i := len(children) - 1; i >= 0; i-- {
+		c := children[i]
+		c.mu.Lock()
+		pid := c.pid
+		c.mu.Unlock()
+		if pid > 0 {
+			_ = syscall.Kill(-pid, syscall.SIGTERM)
+		}
+		select {
+		case <-c.done:
+		case <-time.After(stopGrace):
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			<-c.done
+		}
+	}
+}
+
+func lastLine(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	end := len(b)
+	for end > 0 && (b[end-1] == '\n' || b[end-1] == ' ') {
+		end--
+	}
+	start := end
+	for start > 0 && b[start-1] != '\n' {
+		start--
+	}
+	return string(b[start:end])
+}

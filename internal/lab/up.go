@@ -1,0 +1,142 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// upTimeout bounds how long `lab up` waits for the supervisor to report the lab ready.
+const upTimeout = 5 * time.Minute
+
+// Running reports whether a lab's supervisor is alive in paths.
+func Running(paths Paths) bool { return supervisorPID(paths) != 0 }
+
+// Up builds the lab of plan: checks first, then the network, certificates and
+// kubeconfigs, then starts the supervisor and waits until the cluster is ready. On a
+// running lab it says so and changes nothing. Any failure (or ctx ending) tears down
+// what was built, so no half-built lab is left behind.
+func Up(ctx context.Context, paths Paths, plan Plan, out io.Writer) (err error) {
+	if Running(paths) {
+		running, _ := LoadPlan(paths)
+		fmt.Fprintf(out, "a lab is already running (%d nodes, --cni %s, --profile %s); nothing changed.\n",
+			len(running.Nodes), running.Options.CNI, running.Options.Profile)
+		fmt.Fprintf(out, "use it with: export KUBECONFIG=%s; to rebuild it, run myelin lab down first\n", paths.Kubeconfig())
+		return nil
+	}
+	if err := preflight(paths, plan); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			fmt.Fprintf(out, "lab up failed; removing what it built\n")
+			if derr := Down(paths, io.Discard); derr != nil {
+				err = fmt.Errorf("%w (and %v)", err, derr)
+			}
+		}
+	}()
+
+	fmt.Fprintf(out, "building the lab network: %d nodes on a %s underlay\n", len(plan.Nodes), plan.Options.Underlay)
+	for _, dir := range []string{paths.Dir, paths.join("logs"), paths.Etcd()} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := writeJSON(paths.PlanFile(), record{Plan: plan, Created: time.Now()}); err != nil {
+		return err
+	}
+	for _, step := range plan.NetworkSteps() {
+		if err := run(step...); err != nil {
+			return fmt.Errorf("build lab network: %w", err)
+		}
+	}
+	if err := writePKI(paths, plan); err != nil {
+		return fmt.Errorf("write lab certificates: %w", err)
+	}
+	if err := writeKubeconfigs(paths, plan); err != nil {
+		return fmt.Errorf("write kubeconfigs: %w", err)
+	}
+	fmt.Fprintf(out, "starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and %d lab kubelets (logs in %s)\n",
+		len(plan.Nodes), paths.join("logs"))
+	if err := startSupervisor(paths); err != nil {
+		return err
+	}
+	if err := waitReady(ctx, paths); err != nil {
+		return err
+	}
+	printUsage(out, paths, plan)
+	return nil
+}
+
+// startSupervisor starts `myelin lab supervise` in its own session so it outlives `up`.
+func startSupervisor(paths Paths) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(paths.Log("supervisor"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(self, "lab", "supervise", "--dir", paths.Dir)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start lab supervisor: %w", err)
+	}
+	return cmd.Process.Release()
+}
+
+// waitReady follows the supervisor's state file until the lab is ready or has failed.
+func waitReady(ctx context.Context, paths Paths) error {
+	ctx, cancel := context.WithTimeout(ctx, upTimeout)
+	defer cancel()
+	sawSupervisor := false
+	for {
+		st, err := LoadState(paths)
+		if err == nil {
+			switch st.Phase {
+			case PhaseReady:
+				return nil
+			case PhaseFailed:
+				return errors.New(st.Error)
+			}
+		}
+		if Running(paths) {
+			sawSupervisor = true
+		} else if sawSupervisor {
+			return fmt.Errorf("the lab supervisor exited; last log line: %q; full log: %s",
+				lastLine(paths.Log("supervisor")), paths.Log("supervisor"))
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("the lab was not ready within %v; see the logs in %s", upTimeout, paths.join("logs"))
+			}
+			return fmt.Errorf("interrupted")
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func printUsage(out io.Writer, paths Paths, plan Plan) {
+	fmt.Fprintf(out, "\nthe lab is up: %d nodes, --cni %s, apiserver https://%s:%d\n",
+		len(plan.Nodes), plan.Options.CNI, plan.Addressing.ControlPlaneIP(), APIServerPort)
+	var names []string
+	for _, n := range plan.Nodes {
+		names = append(names, fmt.Sprintf("%s (%s)", n.Name, n.IP))
+	}
+	fmt.Fprintf(out, "nodes: %s\n\n", strings.Join(names, ", "))
+	fmt.Fprintf(out, "use it with kubectl:\n  export KUBECONFIG=%s PATH=%s:$PATH\n  kubectl get nodes -o wide\n\n",
+		paths.Kubeconfig(), KubeBinDir())
+	fmt.Fprintf(out, "run a command in a pod:  myelin lab exec POD -- ip addr\n")
+	fmt.Fprintf(out, "see the lab:             myelin lab status\n")
+	fmt.Fprintf(out, "remove everything:       myelin lab down\n")
+}

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# setup.sh installs everything myelin needs on a fresh Debian bookworm machine (as root):
+# the apt packages of the datapath, the lab and the benchmarks, and the pinned Kubernetes
+# binaries built from the Go module proxy into a cache outside the repository.
+# Safe to run twice: each step checks first and does nothing when already done.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.sh
+. "$here/versions.sh"
+
+say() { printf 'setup: %s\n' "$*"; }
+
+if [ "$(id -u)" -ne 0 ]; then
+	say "must run as root (it installs apt packages and the lab needs network namespaces); run: sudo make setup"
+	exit 1
+fi
+
+apt_packages=(
+	clang llvm libbpf-dev bpftool         # BPF toolchain
+	iproute2 iptables nftables ethtool    # node networking
+	util-linux procps psmisc              # nsenter, ps, fuser
+	iputils-ping curl                     # real clients
+	iperf3 netperf sockperf qperf wrk     # load generators for tests and benchmarks
+	etcd-server                           # the lab's Kubernetes store
+	containernetworking-plugins           # reference bridge + host-local (lab --cni bridge)
+	openssl ca-certificates
+)
+
+# netperf lives in Debian's non-free component; enable that component for apt.
+enable_non_free() {
+	local src=/etc/apt/sources.list.d/myelin-non-free.sources
+	if [ -f "$src" ]; then return 1; fi
+	say "enabling Debian's non-free component for netperf ($src)"
+	cat >"$src" <<'SRC'
+# Added by myelin's scripts/setup.sh: netperf is in Debian's non-free component.
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: non-free
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+	return 0
+}
+
+missing_packages() {
+	local p
+	for p in "${apt_packages[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || echo "$p"
+	done
+}
+
+install_packages() {
+	local updated=0
+	if enable_non_free; then apt-get update -qq; updated=1; fi
+	mapfile -t missing < <(missing_packages)
+	if [ "${#missing[@]}" -eq 0 ]; then
+		say "apt packages: all present"
+		return
+	fi
+	say "installing apt packages: ${missing[*]}"
+	[ "$updated" -eq 1 ] || apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	# etcd-server's package starts a system etcd on :2379; the lab runs its own.
+	if systemctl is-active --quiet etcd 2>/dev/null; then systemctl disable --now etcd >/dev/null 2>&1 || true; fi
+}
+
+check_go() {
+	if ! command -v go >/dev/null; then
+		say "go is not installed; install Go ${GO_MIN} or newer (https://go.dev/doc/install) and run again"
+		exit 1
+	fi
+}
+
+install_packages
+check_go
+"$here/build-k8s.sh"
+say "done"
