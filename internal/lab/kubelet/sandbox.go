@@ -110,8 +110,12 @@ func (r *cniRuntime) setup(ctx context.Context, pod *corev1.Pod) (*sandbox, erro
 		err = writeSandbox(r.cfg.sandboxDir(), sb)
 	}
 	if err != nil {
+		// Undo the failed ADD. If DEL fails too (a plugin that is missing or broken),
+		// the sandbox is forgotten anyway: the next attempt must start clean, and the
+		// DEL error goes into the message the Pod's event shows.
 		if terr := r.teardown(ctx, sb); terr != nil {
-			err = fmt.Errorf("%w (cleanup: %v)", err, terr)
+			err = fmt.Errorf("%w (cleanup after the failed ADD: %v)", err, terr)
+			_ = r.forget(sb)
 		}
 		return nil, err
 	}
@@ -131,26 +135,40 @@ func firstIPv4(res cnitypes.Result) (string, error) {
 	return "", errors.New("CNI ADD returned no IPv4 address")
 }
 
-// teardown runs CNI DEL with the configuration ADD used, deletes the netns and forgets
-// the sandbox. Everything already gone counts as done.
+// teardown runs CNI DEL with the configuration ADD used, then deletes the netns.
+// Everything already gone counts as done. The sandbox's record is forgotten only when
+// DEL succeeded, so that a later kubelet retries a DEL that failed.
 func (r *cniRuntime) teardown(ctx context.Context, sb *sandbox) error {
+	delErr := r.del(ctx, sb)
+	var nsErr error
+	if _, err := os.Stat(sb.netnsPath()); err == nil {
+		nsErr = ipNetNS("del", sb.NetNS)
+	}
+	if delErr == nil {
+		delErr = r.forget(sb)
+	}
+	return errors.Join(delErr, nsErr)
+}
+
+func (r *cniRuntime) del(ctx context.Context, sb *sandbox) error {
 	list, err := libcni.ConfListFromBytes(sb.ConfList)
 	if err != nil {
 		return fmt.Errorf("load the CNI configuration of %s/%s: %w", sb.Namespace, sb.Name, err)
 	}
 	rt := sb.runtimeConf()
-	if _, statErr := os.Stat(sb.netnsPath()); statErr != nil {
+	if _, err := os.Stat(sb.netnsPath()); err != nil {
 		rt.NetNS = "" // CNI DEL with the netns gone: plugins release what they can
 	}
 	if err := r.cni.DelNetworkList(ctx, list, rt); err != nil {
 		return fmt.Errorf("CNI DEL for %s/%s: %w", sb.Namespace, sb.Name, err)
 	}
-	if _, err := os.Stat(sb.netnsPath()); err == nil {
-		if err := ipNetNS("del", sb.NetNS); err != nil {
-			return err
-		}
-	}
-	if err := os.Remove(filepath.Join(r.cfg.sandboxDir(), sb.UID+".json")); err != nil && !os.IsNotExist(err) {
+	return nil
+}
+
+// forget removes the sandbox's record.
+func (r *cniRuntime) forget(sb *sandbox) error {
+	err := os.Remove(filepath.Join(r.cfg.sandboxDir(), sb.UID+".json"))
+	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
 	return nil

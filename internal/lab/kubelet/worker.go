@@ -174,10 +174,7 @@ func (w *worker) onExit(ex exit) {
 	w.proc = nil
 	w.view.running = nil
 	w.view.since = ex.finished
-	policy := w.pod.Spec.RestartPolicy
-	restart := policy == corev1.RestartPolicyAlways || policy == "" ||
-		(policy == corev1.RestartPolicyOnFailure && ex.code != 0)
-	if !restart {
+	if !shouldRestart(w.pod.Spec.RestartPolicy, ex.code) {
 		w.view.terminated = &ex
 		w.view.phase = corev1.PodSucceeded
 		if ex.code != 0 {
@@ -193,6 +190,18 @@ func (w *worker) onExit(ex exit) {
 	w.retryLater()
 	w.setWaiting("CrashLoopBackOff", fmt.Sprintf("back-off %v restarting failed container %s (exit code %d)",
 		w.backoff, w.pod.Spec.Containers[0].Name, ex.code))
+}
+
+// shouldRestart applies a restartPolicy to a command's exit code.
+func shouldRestart(policy corev1.RestartPolicy, code int) bool {
+	switch policy {
+	case corev1.RestartPolicyNever:
+		return false
+	case corev1.RestartPolicyOnFailure:
+		return code != 0
+	default: // Always, or unset
+		return true
+	}
 }
 
 // terminate stops the command, tears the sandbox down (CNI DEL, netns) and finishes

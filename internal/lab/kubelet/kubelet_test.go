@@ -1,0 +1,181 @@
+package kubelet
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/myelin-net/myelin/internal/lab"
+)
+
+func testPod() *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "u-1"},
+		Spec: corev1.PodSpec{NodeName: "myelin-node-1", Containers: []corev1.Container{{
+			Name: "c", Command: []string{"sleep"}, Args: []string{"1"},
+			Env: []corev1.EnvVar{
+				{Name: "LITERAL", Value: "x"},
+				{Name: "MY_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+				{Name: "MY_NODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
+			},
+		}}},
+	}
+}
+
+func TestBuildStatus(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	run := t0.Add(time.Second)
+	base := podView{hostIP: "198.18.0.11", startTime: t0, since: t0, phase: corev1.PodPending}
+	tests := []struct {
+		name      string
+		view      func(v podView) podView
+		phase     corev1.PodPhase
+		ready     bool
+		state     string // running | waiting:<reason> | terminated:<exit code>
+		podIP     string
+		restarts  int32
+		lastState bool
+	}{
+		{"creating", func(v podView) podView { return v }, corev1.PodPending, false, "waiting:ContainerCreating", "", 0, false},
+		{"sandbox failed", func(v podView) podView {
+			v.waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating", Message: "Failed to create pod sandbox"}
+			return v
+		}, corev1.PodPending, false, "waiting:ContainerCreating", "", 0, false},
+		{"running", func(v podView) podView {
+			v.sandboxOK, v.podIP, v.running, v.phase = true, "10.244.0.2", &run, corev1.PodRunning
+			return v
+		}, corev1.PodRunning, true, "running", "10.244.0.2", 0, false},
+		{"crash loop", func(v podView) podView {
+			v.sandboxOK, v.podIP, v.phase, v.restarts = true, "10.244.0.2", corev1.PodRunning, 3
+			v.waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}
+			v.lastExit = &exit{code: 1, started: run, finished: run.Add(time.Second)}
+			return v
+		}, corev1.PodRunning, false, "waiting:CrashLoopBackOff", "10.244.0.2", 3, true},
+		{"succeeded", func(v podView) podView {
+			v.sandboxOK, v.podIP, v.phase = true, "10.244.0.2", corev1.PodSucceeded
+			v.terminated = &exit{code: 0, started: run, finished: run.Add(time.Second)}
+			return v
+		}, corev1.PodSucceeded, false, "terminated:0", "10.244.0.2", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := buildStatus(testPod(), tt.view(base))
+			if st.Phase != tt.phase {
+				t.Errorf("phase = %s, want %s", st.Phase, tt.phase)
+			}
+			if st.HostIP != "198.18.0.11" || st.StartTime == nil || !st.StartTime.Time.Equal(t0) {
+				t.Errorf("hostIP %q startTime %v", st.HostIP, st.StartTime)
+			}
+			if st.PodIP != tt.podIP || (tt.podIP != "" && (len(st.PodIPs) != 1 || st.PodIPs[0].IP != tt.podIP)) {
+				t.Errorf("podIP %q podIPs %v, want %q", st.PodIP, st.PodIPs, tt.podIP)
+			}
+			ready := false
+			for _, c := range st.Conditions {
+				if c.Type == corev1.PodReady {
+					ready = c.Status == corev1.ConditionTrue
+				}
+			}
+			if ready != tt.ready {
+				t.Errorf("Ready = %v, want %v", ready, tt.ready)
+			}
+			cs := st.ContainerStatuses[0]
+			var state string
+			switch {
+			case cs.State.Running != nil:
+				state = "running"
+			case cs.State.Waiting != nil:
+				state = "waiting:" + cs.State.Waiting.Reason
+			case cs.State.Terminated != nil:
+				state = fmt.Sprintf("terminated:%d", cs.State.Terminated.ExitCode)
+			}
+			if state != tt.state {
+				t.Errorf("state = %s, want %s", state, tt.state)
+			}
+			if cs.RestartCount != tt.restarts || (cs.LastTerminationState.Terminated != nil) != tt.lastState {
+				t.Errorf("restarts %d lastState %+v", cs.RestartCount, cs.LastTerminationState)
+			}
+		})
+	}
+}
+
+func TestShouldRestart(t *testing.T) {
+	tests := []struct {
+		policy corev1.RestartPolicy
+		code   int
+		want   bool
+	}{
+		{corev1.RestartPolicyAlways, 0, true},
+		{corev1.RestartPolicyAlways, 1, true},
+		{"", 0, true},
+		{corev1.RestartPolicyOnFailure, 0, false},
+		{corev1.RestartPolicyOnFailure, 2, true},
+		{corev1.RestartPolicyNever, 1, false},
+	}
+	for _, tt := range tests {
+		if got := shouldRestart(tt.policy, tt.code); got != tt.want {
+			t.Errorf("shouldRestart(%q, %d) = %v, want %v", tt.policy, tt.code, got, tt.want)
+		}
+	}
+}
+
+func TestContainerEnv(t *testing.T) {
+	pod := testPod()
+	env := map[string]bool{}
+	for _, e := range containerEnv(pod, pod.Spec.Containers[0], "10.244.0.7") {
+		env[e] = true
+	}
+	for _, want := range []string{"LITERAL=x", "MY_IP=10.244.0.7", "MY_NODE=myelin-node-1", "POD_NAME=web", "POD_NAMESPACE=default"} {
+		if !env[want] {
+			t.Errorf("environment lacks %s", want)
+		}
+	}
+}
+
+func node(name, ip, cidr string) corev1.Node {
+	return corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       corev1.NodeSpec{PodCIDR: cidr},
+		Status:     corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}},
+	}
+}
+
+func TestPeerRoutes(t *testing.T) {
+	o := lab.DefaultOptions()
+	o.Nodes, o.Underlay = 3, lab.UnderlayL3
+	plan, err := lab.NewPlan(o, lab.DefaultAddressing())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := []corev1.Node{
+		node("myelin-node-1", "198.18.0.11", "10.244.0.0/24"),
+		node("myelin-node-2", "198.18.1.12", "10.244.1.0/24"), // segment B
+		node("myelin-node-3", "198.18.0.13", "10.244.2.0/24"),
+		node("myelin-node-4", "198.18.0.14", ""), // no PodCIDR yet
+	}
+	routes, unreachable := peerRoutes(plan.Nodes[0], nodes)
+	if len(routes) != 1 || routes[0].dst != netip.MustParsePrefix("10.244.2.0/24") || routes[0].via != netip.MustParseAddr("198.18.0.13") {
+		t.Errorf("routes = %+v, want only 10.244.2.0/24 via 198.18.0.13", routes)
+	}
+	if len(unreachable) != 1 || unreachable[0] != "myelin-node-2" {
+		t.Errorf("unreachable = %v, want [myelin-node-2]", unreachable)
+	}
+}
+
+func TestBridgeConfListLoadsInLibcni(t *testing.T) {
+	b, err := bridgeConfList(netip.MustParsePrefix("10.244.3.0/24"), "/tmp/ipam")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := libcni.ConfListFromBytes(b)
+	if err != nil {
+		t.Fatalf("libcni rejects the bridge conflist: %v", err)
+	}
+	if list.Name != BridgeNetworkName || len(list.Plugins) != 1 || list.Plugins[0].Network.Type != "bridge" {
+		t.Errorf("conflist = %+v", list)
+	}
+}

@@ -1,0 +1,172 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/myelin-net/myelin/internal/lab"
+)
+
+// myelinBin is the myelin binary built from this tree for the tests.
+var myelinBin string
+
+var paths = lab.Paths{Dir: lab.DefaultDir}
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "myelin-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	// World-readable so the not-root test can run it as nobody.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	myelinBin = filepath.Join(dir, "myelin")
+	build := exec.Command("go", "build", "-o", myelinBin, "github.com/myelin-net/myelin/cmd/myelin")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build myelin:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("e2e test: skipped with -short")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("e2e test needs root (network namespaces, a real control plane): run make test as root")
+	}
+}
+
+// myelin runs the myelin CLI and returns its combined output and error.
+func myelin(args ...string) (string, error) {
+	var out bytes.Buffer
+	cmd := exec.Command(myelinBin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// labUp brings up a lab and registers its teardown, which also checks that nothing
+// named myelin-* is left. On failure the lab's logs are copied into the test output.
+func labUp(t *testing.T, args ...string) kubernetes.Interface {
+	t.Helper()
+	if lab.Running(paths) || len(lab.LeftoverNetNS()) > 0 {
+		t.Fatalf("a lab is already running or left over on this machine; run myelin lab down before the e2e tests")
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpLogs(t)
+		}
+		labDown(t)
+	})
+	out, err := myelin(append([]string{"lab", "up"}, args...)...)
+	if err != nil {
+		t.Fatalf("myelin lab up %v: %v\n%s", args, err, out)
+	}
+	cs, err := lab.Client(paths.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// labDown runs myelin lab down and asserts that the lab left nothing behind.
+func labDown(t *testing.T) {
+	t.Helper()
+	if out, err := myelin("lab", "down"); err != nil {
+		t.Errorf("myelin lab down: %v\n%s", err, out)
+	}
+	for _, left := range leftovers() {
+		t.Errorf("left behind after lab down: %s", left)
+	}
+}
+
+// leftovers lists everything of a lab that still exists: namespaces, root links,
+// processes, bpffs pins, files.
+func leftovers() []string {
+	var out []string
+	for _, ns := range lab.LeftoverNetNS() {
+		out = append(out, "netns "+ns)
+	}
+	links, _ := exec.Command("ip", "-o", "link", "show").Output()
+	for _, l := range strings.Split(string(links), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && strings.HasPrefix(f[1], lab.NamePrefix) {
+			out = append(out, "link "+strings.TrimSuffix(f[1], ":"))
+		}
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil || len(cmdline) == 0 {
+			continue // kernel thread, zombie or gone
+		}
+		c := strings.ReplaceAll(string(cmdline), "\x00", " ")
+		if strings.Contains(c, lab.DefaultDir) || strings.Contains(c, myelinBin+" lab ") {
+			out = append(out, "process "+p.Name()+": "+c)
+		}
+	}
+	for _, glob := range []string{"/sys/fs/bpf/myelin*", "/sys/fs/bpf/myelin/" + lab.NamePrefix + "*", "/run/myelin/" + lab.NamePrefix + "*", lab.DefaultDir} {
+		matches, _ := filepath.Glob(glob)
+		for _, m := range matches {
+			if m == "/sys/fs/bpf/myelin" {
+				if entries, _ := os.ReadDir(m); len(entries) == 0 {
+					continue // an empty base dir of a real node's pins is not the lab's
+				}
+			}
+			out = append(out, "path "+m)
+		}
+	}
+	return out
+}
+
+func dumpLogs(t *testing.T) {
+	logs, _ := filepath.Glob(filepath.Join(paths.Dir, "logs", "*.log"))
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		if len(b) > 6000 {
+			b = b[len(b)-6000:]
+		}
+		t.Logf("==== %s (tail) ====\n%s", l, b)
+	}
+}
+
+// eventually polls cond until it reports done or the deadline passes. It waits for the
+// cluster to converge; it asserts nothing about speed.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	last := ""
+	for {
+		done, state := cond(ctx)
+		if done {
+			return
+		}
+		last = state
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: not done within %v; last state: %s", what, timeout, last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
