@@ -24,13 +24,13 @@ import (
 
 const podTimeout = 2 * time.Minute
 
-func hostPod(name string, labels map[string]string, command ...string) corev1.PodSpec {
+func hostPod(name string, command ...string) corev1.PodSpec {
 	return corev1.PodSpec{Containers: []corev1.Container{{Name: name, Image: "host", Command: command}}}
 }
 
 func webDeployment(replicas int32) *appsv1.Deployment {
 	labels := map[string]string{"app": "web"}
-	spec := hostPod("web", labels, myelinBin, "lab", "serve", "--listen", ":8080")
+	spec := hostPod("web", myelinBin, "lab", "serve", "--listen", ":8080")
 	spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
 		MaxSkew: 1, TopologyKey: "kubernetes.io/hostname", WhenUnsatisfiable: corev1.DoNotSchedule,
 		LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
@@ -99,7 +99,7 @@ func TestLabBridgeCNI(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "client", Labels: map[string]string{"app": "client"}},
-		Spec: hostPod("client", nil, "sleep", "infinity")}
+		Spec: hostPod("client", "sleep", "infinity")}
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, client, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestLabKubeletFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "retry", Labels: map[string]string{"app": "retry"}},
-		Spec: hostPod("retry", nil, "sleep", "infinity")}
+		Spec: hostPod("retry", "sleep", "infinity")}
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestLabKubeletFailures(t *testing.T) {
 	runningPods(t, cs, "app=retry", 1)
 
 	crash := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "crash"},
-		Spec: hostPod("crash", nil, "sh", "-c", "exit 3")}
+		Spec: hostPod("crash", "sh", "-c", "exit 3")}
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, crash, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,9 @@ func TestLabBadInput(t *testing.T) {
 			t.Errorf("left behind after failed %v: %s", argv, left)
 		}
 	}
-	t.Run("nodes", func(t *testing.T) { expectFailure(t, "--nodes 17: must be between 1 and 16", "lab", "up", "--nodes", "17") })
+	t.Run("nodes", func(t *testing.T) {
+		expectFailure(t, "--nodes 17: must be between 1 and 16", "lab", "up", "--nodes", "17")
+	})
 	t.Run("cni", func(t *testing.T) { expectFailure(t, `--cni "weave": unknown CNI`, "lab", "up", "--cni", "weave") })
 	t.Run("profile", func(t *testing.T) { expectFailure(t, `--profile "x": unknown profile`, "lab", "up", "--profile", "x") })
 	t.Run("exec without lab", func(t *testing.T) { expectFailure(t, "no lab is running", "lab", "exec", "client", "--", "true") })
