@@ -42,7 +42,7 @@ type Options struct {
 
 // DefaultOptions are the lab's defaults.
 func DefaultOptions() Options {
-	return Options{Nodes: 2, CNI: CNIBridge, Profile: "native", Underlay: UnderlayL2}
+	return Options{Nodes: 2, CNI: CNIMyelin, Profile: "native", Underlay: UnderlayL2}
 }
 
 // Validate reports the first bad option with what is allowed.
@@ -51,9 +51,7 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--nodes %d: must be between 1 and %d", o.Nodes, MaxNodes)
 	}
 	switch o.CNI {
-	case CNIBridge:
-	case CNIMyelin:
-		return fmt.Errorf("--cni myelin: the myelin agent and plugin are not part of this build yet; use --cni bridge")
+	case CNIBridge, CNIMyelin:
 	default:
 		return fmt.Errorf("--cni %q: unknown CNI; use one of: %s, %s", o.CNI, CNIMyelin, CNIBridge)
 	}

@@ -39,6 +39,9 @@ func (p Paths) Log(name string) string { return p.join("logs", name+".log") }
 // Etcd is etcd's data directory.
 func (p Paths) Etcd() string { return p.join("etcd") }
 
+// Hold is the file that keeps a supervised process from being restarted while it exists.
+func (p Paths) Hold(name string) string { return p.join("hold", name) }
+
 // NodeDir is a lab node's own directory (CNI config, IPAM, pods).
 func (p Paths) NodeDir(node string) string { return p.join("nodes", node) }
 

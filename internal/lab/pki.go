@@ -31,6 +31,7 @@ func (p Plan) identities() []identity {
 		{"admin", "myelin-admin", "system:masters"},
 		{"kube-controller-manager", "system:kube-controller-manager", ""},
 		{"kube-scheduler", "system:kube-scheduler", ""},
+		{AgentUser, AgentUser, ""},
 	}
 	for _, n := range p.Nodes {
 		ids = append(ids, identity{n.Name, "system:node:" + n.Name, "system:nodes"})

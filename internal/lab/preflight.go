@@ -52,6 +52,12 @@ func checkTools(plan Plan) error {
 			tools = append(tools, tool{filepath.Join(CNIBinDir, b), "install containernetworking-plugins (make setup)"})
 		}
 	}
+	if plan.Options.CNI == CNIMyelin {
+		self, _ := os.Executable()
+		for _, b := range []string{"myelin-agent", "myelin-cni"} {
+			tools = append(tools, tool{filepath.Join(filepath.Dir(self), b), "build it next to myelin with: make build"})
+		}
+	}
 	for _, t := range tools {
 		if _, err := exec.LookPath(t.path); err != nil {
 			return fmt.Errorf("%s not found: %s", t.path, t.fix)

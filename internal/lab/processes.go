@@ -113,5 +113,23 @@ func (p Plan) Processes(paths Paths, self, kubeBin string) []Process {
 			Argv: inNS(n.Name, self, "lab", "kubelet", "--node", n.Name, "--dir", paths.Dir),
 		})
 	}
+	if p.Options.CNI == CNIMyelin {
+		bin := filepath.Dir(self)
+		for _, n := range p.Nodes {
+			procs = append(procs, Process{
+				Name: "agent-" + n.Name,
+				Argv: inNS(n.Name, filepath.Join(bin, "myelin-agent"), "--node", n.Name,
+					"--kubeconfig", paths.ComponentKubeconfig(AgentUser),
+					"--state-dir", filepath.Join(nodeRunDir, n.Name),
+					"--bpffs-dir", filepath.Join(bpffsDir, n.Name),
+					"--cni-bin-dir", filepath.Join(paths.NodeDir(n.Name), "cni", "bin"),
+					"--cni-conf-dir", filepath.Join(paths.NodeDir(n.Name), "cni", "net.d"),
+					"--cni-plugin", filepath.Join(bin, "myelin-cni")),
+			})
+		}
+	}
 	return procs
 }
+
+// AgentSocket is the API socket of a lab node's agent.
+func AgentSocket(node string) string { return filepath.Join(nodeRunDir, node, "agent.sock") }

@@ -50,6 +50,11 @@ func Supervise(ctx context.Context, paths Paths) error {
 		if err := s.waitReady(ctx, c); err != nil {
 			return s.fail(err)
 		}
+		if p.Name == "kube-apiserver" {
+			if err := bootstrapCluster(ctx, paths, plan); err != nil {
+				return s.fail(err)
+			}
+		}
 	}
 	if err := waitNodesReady(ctx, paths, plan, nodesReadyTimeout); err != nil {
 		return s.fail(err)
@@ -126,6 +131,9 @@ func (s *supervisor) run(ctx context.Context, c *child) {
 		if ctx.Err() != nil {
 			return
 		}
+		for s.held(c.proc.Name) && ctx.Err() == nil {
+			time.Sleep(200 * time.Millisecond) // `lab hold`: keep it down until released
+		}
 		if time.Since(started) > time.Minute {
 			backoff = time.Second
 		}
@@ -163,6 +171,13 @@ func (s *supervisor) runOnce(c *child) error {
 	c.pid = 0
 	c.mu.Unlock()
 	return err
+}
+
+// held reports whether a process is held down (a file <dir>/hold/<name> exists), so a
+// test can keep an agent down for a while after killing it.
+func (s *supervisor) held(name string) bool {
+	_, err := os.Stat(s.paths.Hold(name))
+	return err == nil
 }
 
 func exitText(err error) string {

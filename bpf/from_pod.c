@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * myelin_from_pod: TCX ingress of each pod's host-side veth, i.e. every
+ * packet leaving a pod. BPF host routing delivers to local pods with
+ * bpf_redirect_peer and to everything else via FIB + bpf_redirect_neigh;
+ * legacy mode hands packets to the kernel stack.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "lib/config.h"
+#include "lib/endpoint.h"
+#include "lib/fib.h"
+#include "lib/ipv4.h"
+#include "lib/verdict.h"
+
+SEC("tcx/ingress")
+int myelin_from_pod(struct __sk_buff *skb)
+{
+	struct ipv4_info info = {};
+	const struct endpoint_info *ep;
+
+	if (skb->protocol != bpf_htons(ETH_P_IP))
+		return verdict_pass(skb, &info, DIR_FROM_POD);
+	if (ipv4_parse(skb, &info) < 0)
+		return verdict_drop(skb, &info, DIR_FROM_POD, DROP_INVALID_PACKET);
+	if (!host_routing_bpf)
+		return verdict_pass(skb, &info, DIR_FROM_POD);
+
+	ep = endpoint_lookup(info.daddr);
+	if (ep)
+		return endpoint_deliver(skb, &info, DIR_FROM_POD, ep);
+	return fib_forward(skb, &info, DIR_FROM_POD);
+}

@@ -1,0 +1,15 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Load-time configuration. The agent rewrites these .rodata values before
+ * loading, so the verifier sees constants and prunes the untaken branches;
+ * there are no #ifdef variants of the datapath.
+ */
+#ifndef MYELIN_LIB_CONFIG_H
+#define MYELIN_LIB_CONFIG_H
+
+#include <linux/types.h>
+
+/* host_routing_bpf: 1 = BPF host routing, 0 = legacy (the kernel stack routes). */
+volatile const __u8 host_routing_bpf = 0;
+
+#endif /* MYELIN_LIB_CONFIG_H */

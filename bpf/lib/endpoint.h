@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Local endpoints: lookup by pod IPv4 and delivery into the pod's netns. */
+#ifndef MYELIN_LIB_ENDPOINT_H
+#define MYELIN_LIB_ENDPOINT_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#include "eth.h"
+#include "ipv4.h"
+#include "maps.h"
+#include "verdict.h"
+
+/* endpoint_lookup returns the local endpoint owning addr (network order), or NULL. */
+static __always_inline const struct endpoint_info *endpoint_lookup(__u32 addr)
+{
+	return bpf_map_lookup_elem(&myelin_endpoints, &addr);
+}
+
+/*
+ * endpoint_deliver routes the packet as one hop (MACs of the veth pair, TTL
+ * decrement) straight into the pod's netns with bpf_redirect_peer, skipping
+ * the host stack and the backlog queue. An expiring TTL goes to the stack,
+ * which answers with ICMP time exceeded.
+ */
+static __always_inline int endpoint_deliver(struct __sk_buff *skb, const struct ipv4_info *info,
+					    __u8 dir, const struct endpoint_info *ep)
+{
+	if (ipv4_ttl_expired(info))
+		return verdict_pass(skb, info, dir);
+	/* Both helpers below re-derive their packet pointers from skb. */
+	if (eth_set_macs(skb, ep->host_mac, ep->pod_mac) < 0 || ipv4_dec_ttl(skb) < 0)
+		return verdict_drop(skb, info, dir, DROP_INVALID_PACKET);
+	return verdict_redirect(skb, info, dir, bpf_redirect_peer(ep->ifindex, 0));
+}
+
+#endif /* MYELIN_LIB_ENDPOINT_H */

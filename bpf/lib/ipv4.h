@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * IPv4 header access: validation, the fields the datapath decides on, and the
+ * TTL decrement of a forwarding hop.
+ */
+#ifndef MYELIN_LIB_IPV4_H
+#define MYELIN_LIB_IPV4_H
+
+#include <stddef.h>
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#define IPV4_FRAG_OFFSET_MASK 0x1fff
+#define IPV4_CSUM_OFF	      (ETH_HLEN + offsetof(struct iphdr, check))
+
+/* ipv4_info holds the header fields read once at parse time. */
+struct ipv4_info {
+	__u32 saddr;  /* network order */
+	__u32 daddr;  /* network order */
+	__u16 l4_off; /* L4 header offset; 0 for later fragments and non-IPv4 */
+	__u8 proto;
+	__u8 ttl;
+	__u8 tos;
+};
+
+/* ipv4_header returns the IPv4 header if it lies in the linear data, else NULL. */
+static __always_inline struct iphdr *ipv4_header(struct __sk_buff *skb)
+{
+	void *data_end = (void *)(long)skb->data_end;
+	struct iphdr *ip = (void *)(long)skb->data + ETH_HLEN;
+
+	if ((void *)(ip + 1) > data_end)
+		return NULL;
+	return ip;
+}
+
+/*
+ * ipv4_header_pull is ipv4_header that first pulls the header into the linear
+ * data when it sits in paged data.
+ * HAZARD: bpf_skb_pull_data invalidates every packet pointer the caller holds.
+ */
+static __always_inline struct iphdr *ipv4_header_pull(struct __sk_buff *skb)
+{
+	struct iphdr *ip = ipv4_header(skb);
+
+	if (ip)
+		return ip;
+	if (bpf_skb_pull_data(skb, ETH_HLEN + sizeof(*ip)) < 0)
+		return NULL;
+	return ipv4_header(skb);
+}
+
+/*
+ * ipv4_parse validates the IPv4 header behind the Ethernet header the way
+ * ip_rcv does (version, IHL, total length within the packet) and fills info.
+ * Returns 0, or -1 for a malformed or truncated packet. Packets too short
+ * for a header leave info zeroed.
+ */
+static __always_inline int ipv4_parse(struct __sk_buff *skb, struct ipv4_info *info)
+{
+	struct iphdr *ip;
+	__u32 hlen, tot_len;
+
+	if (skb->len < ETH_HLEN + sizeof(*ip))
+		return -1;
+	ip = ipv4_header_pull(skb);
+	if (!ip)
+		return -1;
+	/* Filled before validation so a drop event shows who sent the packet. */
+	info->saddr = ip->saddr;
+	info->daddr = ip->daddr;
+	info->proto = ip->protocol;
+	info->ttl = ip->ttl;
+	info->tos = ip->tos;
+	info->l4_off = 0;
+
+	hlen = ip->ihl * 4;
+	tot_len = bpf_ntohs(ip->tot_len);
+	if (ip->version != 4 || hlen < sizeof(*ip) || tot_len < hlen ||
+	    tot_len > skb->len - ETH_HLEN)
+		return -1;
+	if (!(ip->frag_off & bpf_htons(IPV4_FRAG_OFFSET_MASK)))
+		info->l4_off = ETH_HLEN + hlen;
+	return 0;
+}
+
+/* ipv4_ttl_expired says whether forwarding must leave the packet to the stack for ICMP. */
+static __always_inline int ipv4_ttl_expired(const struct ipv4_info *info)
+{
+	return info->ttl <= 1;
+}
+
+/*
+ * ipv4_dec_ttl decrements the TTL and patches the header checksum
+ * incrementally. Returns 0, or a negative value on failure.
+ * HAZARD: bpf_l3_csum_replace invalidates every packet pointer.
+ */
+static __always_inline int ipv4_dec_ttl(struct __sk_buff *skb)
+{
+	struct iphdr *ip = ipv4_header(skb);
+	__be16 old, new;
+
+	if (!ip)
+		return -1;
+	/* TTL and protocol form one 16-bit word of the checksum. */
+	old = bpf_htons((__u16)ip->ttl << 8 | ip->protocol);
+	ip->ttl--;
+	new = bpf_htons((__u16)ip->ttl << 8 | ip->protocol);
+	return bpf_l3_csum_replace(skb, IPV4_CSUM_OFF, old, new, sizeof(new));
+}
+
+#endif /* MYELIN_LIB_IPV4_H */

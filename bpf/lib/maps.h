@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Every map of the datapath. All are pinned by name under the agent's pin
+ * directory so a restarted agent reuses them and packets keep flowing.
+ */
+#ifndef MYELIN_LIB_MAPS_H
+#define MYELIN_LIB_MAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#include "types.h"
+#include "reasons.h"
+
+/* Defaults; the agent may override max_entries at load. */
+#define ENDPOINTS_MAX_DEFAULT 1024 /* ~1000 pods per node */
+#define EVENTS_RINGBUF_SIZE   (256 * 1024)
+#define METRICS_MAX_ENTRIES   (METRIC_DIRS * METRIC_REASONS)
+
+/* myelin_endpoints: local pod IPv4 (network order) -> endpoint_info. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct endpoint_info);
+	__uint(max_entries, ENDPOINTS_MAX_DEFAULT);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_endpoints SEC(".maps");
+
+/* myelin_metrics: index dir * METRIC_REASONS + reason, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct metrics_value);
+	__uint(max_entries, METRICS_MAX_ENTRIES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_metrics SEC(".maps");
+
+/* myelin_events: struct event records for `myelin monitor`. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, EVENTS_RINGBUF_SIZE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_events SEC(".maps");
+
+#endif /* MYELIN_LIB_MAPS_H */

@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Directions and reasons: the two axes of myelin_metrics and the labels of
+ * every event. The numbers are ABI with the agent (internal/datapath/reasons.go
+ * names them); append, never renumber.
+ */
+#ifndef MYELIN_LIB_REASONS_H
+#define MYELIN_LIB_REASONS_H
+
+/* direction says which program saw the packet. */
+enum direction {
+	DIR_FROM_POD = 0,     /* myelin_from_pod: leaving a pod */
+	DIR_FROM_NETDEV = 1,  /* myelin_from_netdev: arriving on the uplink */
+	DIR_TO_NETDEV = 2,    /* reserved: uplink egress */
+	DIR_FROM_OVERLAY = 3, /* reserved: VXLAN device ingress */
+	METRIC_DIRS = 4,
+};
+
+/* reason is the outcome of a packet; drops are the DROP_* values. */
+enum reason {
+	/* Redirected by BPF to its next hop (peer veth or FIB nexthop). */
+	REASON_FORWARDED = 0,
+	/* Handed to the kernel stack (legacy mode, not ours, needs ICMP, ...). */
+	REASON_PASS_STACK = 1,
+	/* IPv4 header malformed or packet shorter than the header says. */
+	DROP_INVALID_PACKET = 2,
+	/* FIB says the destination is a blackhole route. */
+	DROP_NO_ROUTE = 3,
+	/* A redirect helper refused the packet (returned other than TC_ACT_REDIRECT). */
+	DROP_REDIRECT_FAILED = 4,
+	/* Not a verdict: a ring buffer event could not be written (buffer full). */
+	REASON_EVENTS_LOST = 63,
+	METRIC_REASONS = 64,
+};
+
+#endif /* MYELIN_LIB_REASONS_H */

@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Types shared with the agent. internal/datapath generates their Go mirrors
+ * from this object's BTF (bpf2go -type), so they are never copied by hand.
+ * Keep padding explicit: the Go side sees exactly these bytes.
+ */
+#ifndef MYELIN_LIB_TYPES_H
+#define MYELIN_LIB_TYPES_H
+
+#include <linux/types.h>
+
+/* endpoint_info describes one pod on this node; key: pod IPv4, network order. */
+struct endpoint_info {
+	__u32 ifindex;	   /* host-side veth, the peer of the pod's eth0 */
+	__u32 flags;	   /* reserved, 0 */
+	__u8 pod_mac[6];   /* MAC of eth0 inside the pod */
+	__u8 host_mac[6];  /* MAC of the host-side veth */
+	__u16 endpoint_id; /* agent-assigned endpoint id */
+	__u16 pad;	   /* explicit padding, 0 */
+};
+
+/* metrics_value is one per-CPU counter row of myelin_metrics. */
+struct metrics_value {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* event_type is the kind of a ring buffer event. */
+enum event_type {
+	EVENT_DROP = 1,	 /* packet dropped; always emitted */
+	EVENT_TRACE = 2, /* packet forwarded or passed; only when trace_enabled */
+};
+
+/* event is one ring buffer record; addresses and ports in network order. */
+struct event {
+	__u8 type;     /* enum event_type */
+	__u8 reason;   /* enum reason */
+	__u8 dir;      /* enum direction */
+	__u8 proto;    /* IPv4 protocol, 0 when not IPv4 */
+	__u32 ifindex; /* device the program runs on */
+	__u32 saddr;
+	__u32 daddr;
+	__u16 sport; /* 0 unless TCP/UDP and not a later fragment */
+	__u16 dport;
+	__u32 len; /* skb->len, L2 header included */
+};
+
+#endif /* MYELIN_LIB_TYPES_H */

@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Build unit for bpf2go. The entry files share maps, load-time config and
+ * types, so they are compiled into one object and loaded as one collection
+ * (one .rodata, one .bss, one set of generated Go types). Each entry file
+ * still compiles on its own. Add new attach points here.
+ */
+#include "from_pod.c"
+#include "from_netdev.c"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/*
+ * BTF anchors: bpf2go -type only sees types in the object's BTF, and these
+ * are otherwise used only inside inlined helpers. Never read; 8 bytes of .bss each.
+ */
+const struct event *btf_anchor_event __attribute__((unused));
+const enum event_type *btf_anchor_event_type __attribute__((unused));
+const enum reason *btf_anchor_reason __attribute__((unused));
+const enum direction *btf_anchor_direction __attribute__((unused));

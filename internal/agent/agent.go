@@ -1,0 +1,251 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/myelin-net/myelin/internal/config"
+	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/endpoint"
+	"github.com/myelin-net/myelin/internal/ipam"
+	"github.com/myelin-net/myelin/internal/routing"
+)
+
+// Config is the agent's bootstrap configuration: where things are on this node. The
+// networking configuration comes from Kubernetes (package config).
+type Config struct {
+	Node            string
+	Kubeconfig      string // "" = in-cluster
+	StateDir        string // endpoint records, IPAM state, the API socket
+	BPFFSDir        string // pinned maps and links
+	CNIBinDir       string
+	CNIConfDir      string
+	CNIPluginSource string // the myelin-cni binary to install
+	Uplink          string // the node's uplink device
+}
+
+func (c Config) socket() string { return filepath.Join(c.StateDir, "agent.sock") }
+
+// agent is one running agent's state, shared by its loops and API handlers.
+type agent struct {
+	cfg      Config
+	conf     config.Config
+	log      *slog.Logger
+	cs       kubernetes.Interface
+	dp       *datapath.Datapath
+	eps      *endpoint.Manager
+	pool     *ipam.Pool
+	routing  hostRoutingDecision
+	features datapath.Features
+	loops    *loops
+	monitor  *monitor
+	mtu      int
+	started  time.Time
+
+	ready      atomic.Bool
+	nodesKnown atomic.Int32
+	routes     atomic.Int32
+	unroutable atomic.Pointer[[]string]
+	k8sVersion atomic.Pointer[string]
+}
+
+// Run is the agent's whole life: start-up in order, then serve until ctx ends. A
+// configuration error stops it before it changes anything on the node.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	cs, err := kubeClient(cfg.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	conf, err := loadConfig(ctx, cs, log)
+	if err != nil {
+		return err
+	}
+	if err := checkRoutingMode(conf); err != nil {
+		return err
+	}
+	features := datapath.Probe()
+	decision, err := decideHostRouting(conf, features)
+	if err != nil {
+		return err
+	}
+	log.Info("host routing decided", "mode", decision.Mode(), "reason", decision.Reason)
+
+	podCIDR, err := waitForPodCIDR(ctx, cs, cfg.Node, log)
+	if err != nil {
+		return err
+	}
+	uplink, err := netlink.LinkByName(cfg.Uplink)
+	if err != nil {
+		return fmt.Errorf("uplink %q not found: %w; pass the node's uplink device with --uplink", cfg.Uplink, err)
+	}
+	mtu := conf.MTU
+	if mtu == 0 {
+		mtu = uplink.Attrs().MTU
+	}
+	a := &agent{cfg: cfg, conf: conf, log: log, cs: cs, routing: decision, features: features,
+		loops: newLoops(), mtu: mtu, started: time.Now()}
+	if err := a.startDatapath(podCIDR, uplink); err != nil {
+		return err
+	}
+	defer a.dp.Close() // pins stay: the datapath keeps forwarding while no agent runs
+
+	srv, err := a.serve()
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	go a.watchNodes(ctx)
+	go a.watchKubernetes(ctx)
+	go a.monitor.run(ctx)
+	if err := installCNI(cfg); err != nil {
+		return err
+	}
+	a.ready.Store(true)
+	log.Info("agent ready", "node", cfg.Node, "podCIDR", podCIDR, "socket", cfg.socket())
+	<-ctx.Done()
+	return nil
+}
+
+// startDatapath opens IPAM, loads and attaches BPF, sets up legacy forwarding when
+// needed, and adopts existing endpoints.
+func (a *agent) startDatapath(podCIDR netip.Prefix, uplink netlink.Link) error {
+	if err := os.MkdirAll(a.cfg.StateDir, 0o700); err != nil {
+		return err
+	}
+	if err := ensureBPFFS(); err != nil {
+		return err
+	}
+	pool, err := ipam.OpenPool(filepath.Join(a.cfg.StateDir, "ipam.json"), podCIDR)
+	if err != nil {
+		return err
+	}
+	mode := datapath.HostRoutingLegacy
+	if a.routing.BPF {
+		mode = datapath.HostRoutingBPF
+	}
+	dp, err := datapath.Load(datapath.Config{PinDir: a.cfg.BPFFSDir, HostRouting: mode})
+	if err != nil {
+		return fmt.Errorf("load the BPF datapath: %w", err)
+	}
+	if err := dp.AttachNetdev(uplink.Attrs().Index, uplink.Attrs().Name); err != nil {
+		dp.Close()
+		return fmt.Errorf("attach to uplink %s: %w", uplink.Attrs().Name, err)
+	}
+	if a.routing.BPF {
+		err = removeLegacyForward()
+	} else {
+		err = ensureLegacyForward(a.conf.ClusterCIDR.String())
+	}
+	if err != nil {
+		dp.Close()
+		return err
+	}
+	a.pool, a.dp = pool, dp
+	a.eps = endpoint.NewManager(endpoint.Config{Dir: filepath.Join(a.cfg.StateDir, "endpoints"), Node: a.cfg.Node, MTU: a.mtu},
+		dp, routing.Kernel{}, pool)
+	adopted, removed, err := a.eps.Restore()
+	a.loops.report("endpoint-restore", err)
+	a.log.Info("endpoints restored", "adopted", adopted, "removed", removed, "err", err)
+	a.monitor = newMonitor(dp, a.eps, a.log)
+	return nil
+}
+
+// ensureBPFFS mounts the BPF filesystem at /sys/fs/bpf if it is not mounted yet.
+func ensureBPFFS() error {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/sys/fs/bpf", &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
+		return nil
+	}
+	if err := os.MkdirAll("/sys/fs/bpf", 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("bpffs", "/sys/fs/bpf", "bpf", 0, ""); err != nil {
+		return fmt.Errorf("mount the BPF filesystem at /sys/fs/bpf: %w", err)
+	}
+	return nil
+}
+
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var rc *rest.Config
+	var err error
+	if kubeconfig == "" {
+		rc, err = rest.InClusterConfig()
+	} else {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	rc.UserAgent = "myelin-agent"
+	return kubernetes.NewForConfig(rc)
+}
+
+// loadConfig reads the configuration, retrying while the apiserver is unreachable.
+func loadConfig(ctx context.Context, cs kubernetes.Interface, log *slog.Logger) (config.Config, error) {
+	for attempt := 1; ; attempt++ {
+		conf, err := config.Load(ctx, cs)
+		if err == nil || !isTransient(err) || attempt == 30 {
+			return conf, err
+		}
+		log.Warn("waiting for the apiserver", "err", err)
+		select {
+		case <-ctx.Done():
+			return config.Config{}, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func isTransient(err error) bool {
+	return errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, unix.EHOSTUNREACH)
+}
+
+// waitForPodCIDR waits until the controller-manager has given this node a PodCIDR.
+func waitForPodCIDR(ctx context.Context, cs kubernetes.Interface, node string, log *slog.Logger) (netip.Prefix, error) {
+	for {
+		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		switch {
+		case err != nil:
+			log.Warn("waiting for the Node object", "node", node, "err", err)
+		case n.Spec.PodCIDR == "":
+			log.Info("waiting for the node's PodCIDR", "node", node)
+		default:
+			p, err := netip.ParsePrefix(n.Spec.PodCIDR)
+			if err != nil || !p.Addr().Is4() {
+				return netip.Prefix{}, fmt.Errorf("node %s has PodCIDR %q, which is not an IPv4 CIDR", node, n.Spec.PodCIDR)
+			}
+			return p, nil
+		}
+		select {
+		case <-ctx.Done():
+			return netip.Prefix{}, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func internalIP(n *corev1.Node) netip.Addr {
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				return ip
+			}
+		}
+	}
+	return netip.Addr{}
+}

@@ -1,0 +1,66 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// CNIConfFile is the conflist the agent installs; the low number puts it before other
+// configurations, as the runtime uses the first one in name order.
+const CNIConfFile = "05-myelin.conflist"
+
+// installCNI copies the myelin-cni binary into the node's CNI bin dir and writes the
+// conflist pointing the plugin at this agent's socket. Both writes are atomic renames,
+// so a runtime never sees half a file.
+func installCNI(cfg Config) error {
+	if err := os.MkdirAll(cfg.CNIBinDir, 0o755); err != nil {
+		return err
+	}
+	if err := copyFile(cfg.CNIPluginSource, filepath.Join(cfg.CNIBinDir, "myelin-cni"), 0o755); err != nil {
+		return fmt.Errorf("install the CNI plugin from %s: %w; build it with make build or pass --cni-plugin", cfg.CNIPluginSource, err)
+	}
+	conf := map[string]any{
+		"cniVersion": "1.1.0",
+		"name":       "myelin",
+		"plugins":    []any{map[string]any{"type": "myelin-cni", "socket": cfg.socket()}},
+	}
+	b, err := json.MarshalIndent(conf, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cfg.CNIConfDir, 0o755); err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(cfg.CNIConfDir, CNIConfFile), b, 0o644)
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp := dst + ".tmp"
+	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+func writeAtomic(path string, b []byte, mode os.FileMode) error {
+	if err := os.WriteFile(path+".tmp", b, mode); err != nil {
+		return err
+	}
+	return os.Rename(path+".tmp", path)
+}

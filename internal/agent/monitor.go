@@ -1,0 +1,196 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/endpoint"
+)
+
+// subscriberBuffer is how many events a slow monitor client may fall behind before
+// events are counted as lost for it.
+const subscriberBuffer = 4096
+
+// monitor reads the datapath's ring buffer once and fans events out to the API's
+// monitor streams. Trace events are switched on in the datapath only while a client
+// asks for them: no per-packet events otherwise.
+type monitor struct {
+	dp  *datapath.Datapath
+	eps *endpoint.Manager
+	log *slog.Logger
+
+	mu   sync.Mutex
+	subs map[*subscriber]bool
+}
+
+type subscriber struct {
+	typ  string // "drop", "trace" or "" for both
+	ch   chan api.Event
+	mu   sync.Mutex
+	lost uint64
+}
+
+func newMonitor(dp *datapath.Datapath, eps *endpoint.Manager, log *slog.Logger) *monitor {
+	return &monitor{dp: dp, eps: eps, log: log, subs: map[*subscriber]bool{}}
+}
+
+func (m *monitor) run(ctx context.Context) {
+	r, err := m.dp.NewEventReader()
+	if err != nil {
+		m.log.Error("open the event ring buffer", "err", err)
+		return
+	}
+	go func() {
+		<-ctx.Done()
+		r.Close()
+	}()
+	for {
+		ev, err := r.Read()
+		if err != nil {
+			if ctx.Err() == nil {
+				m.log.Error("read datapath events", "err", err)
+			}
+			return
+		}
+		m.publish(m.resolve(ev))
+	}
+}
+
+func (m *monitor) resolve(ev datapath.Event) api.Event {
+	out := api.Event{
+		Time: time.Now(), Type: ev.Type, Reason: ev.Reason, Direction: ev.Direction, IfIndex: ev.IfIndex,
+		Src: ev.Src.String(), Dst: ev.Dst.String(), Proto: protoName(ev.Proto),
+		SrcPort: ev.SrcPort, DstPort: ev.DstPort, Len: ev.Len,
+	}
+	out.SrcPod, out.DstPod = m.eps.PodByIP(ev.Src), m.eps.PodByIP(ev.Dst)
+	return out
+}
+
+func protoName(p uint8) string {
+	switch p {
+	case 1:
+		return "ICMP"
+	case 6:
+		return "TCP"
+	case 17:
+		return "UDP"
+	}
+	return fmt.Sprint(p)
+}
+
+func (m *monitor) publish(ev api.Event) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for s := range m.subs {
+		if s.typ != "" && s.typ != ev.Type {
+			continue
+		}
+		select {
+		case s.ch <- ev:
+		default:
+			s.mu.Lock()
+			s.lost++
+			s.mu.Unlock()
+		}
+	}
+}
+
+func (m *monitor) subscribe(typ string) *subscriber {
+	s := &subscriber{typ: typ, ch: make(chan api.Event, subscriberBuffer)}
+	m.mu.Lock()
+	m.subs[s] = true
+	m.mu.Unlock()
+	m.updateTrace()
+	return s
+}
+
+func (m *monitor) unsubscribe(s *subscriber) {
+	m.mu.Lock()
+	delete(m.subs, s)
+	m.mu.Unlock()
+	m.updateTrace()
+}
+
+// updateTrace turns per-packet trace events on while some client wants them.
+func (m *monitor) updateTrace() {
+	m.mu.Lock()
+	want := false
+	for s := range m.subs {
+		want = want || s.typ != "drop"
+	}
+	m.mu.Unlock()
+	if err := m.dp.SetTrace(want); err != nil {
+		m.log.Error("switch trace events", "on", want, "err", err)
+	}
+}
+
+// kernelLost is the datapath's count of events the ring buffer had no room for.
+func (m *monitor) kernelLost() uint64 {
+	metrics, err := m.dp.Metrics()
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	for _, mt := range metrics {
+		if mt.Reason == "EVENTS_LOST" {
+			n += mt.Packets
+		}
+	}
+	return n
+}
+
+// handleMonitor streams events as JSON lines, with a "lost" line every second in
+// which events were lost (in the kernel's ring buffer or for this slow client).
+func (a *agent) handleMonitor(w http.ResponseWriter, r *http.Request) {
+	typ := r.URL.Query().Get("type")
+	if typ != "" && typ != "drop" && typ != "trace" {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("type %q: use drop, trace or leave it empty for both", typ))
+		return
+	}
+	if a.monitor == nil {
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("agent is starting"))
+		return
+	}
+	flusher, _ := w.(http.Flusher)
+	sub := a.monitor.subscribe(typ)
+	defer a.monitor.unsubscribe(sub)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	if flusher != nil {
+		flusher.Flush()
+	}
+	enc := json.NewEncoder(w)
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
+	lastKernel := a.monitor.kernelLost()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case ev := <-sub.ch:
+			if enc.Encode(ev) != nil {
+				return
+			}
+		case <-ticker.C:
+			k := a.monitor.kernelLost()
+			sub.mu.Lock()
+			lost := sub.lost + (k - lastKernel)
+			sub.lost = 0
+			sub.mu.Unlock()
+			lastKernel = k
+			if lost > 0 && enc.Encode(api.Event{Time: time.Now(), Type: "lost", Lost: lost}) != nil {
+				return
+			}
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+}

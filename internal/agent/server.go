@@ -1,0 +1,154 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+
+	"github.com/myelin-net/myelin/internal/api"
+)
+
+// serve starts the local API on the agent's unix socket.
+func (a *agent) serve() (*http.Server, error) {
+	sock := a.cfg.socket()
+	if err := os.Remove(sock); err != nil && !os.IsNotExist(err) {
+		return nil, fmt.Errorf("remove stale socket %s: %w", sock, err)
+	}
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", sock, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", a.handleHealth)
+	mux.HandleFunc("POST /v1/ipam/{id}", a.ifReady(a.handleAllocate))
+	mux.HandleFunc("DELETE /v1/ipam/{id}", a.ifReady(a.handleRelease))
+	mux.HandleFunc("GET /v1/endpoints", a.handleListEndpoints)
+	mux.HandleFunc("GET /v1/endpoints/{id}", a.handleGetEndpoint)
+	mux.HandleFunc("PUT /v1/endpoints/{id}", a.ifReady(a.handlePutEndpoint))
+	mux.HandleFunc("DELETE /v1/endpoints/{id}", a.ifReady(a.handleDeleteEndpoint))
+	mux.HandleFunc("POST /v1/gc", a.ifReady(a.handleGC))
+	mux.HandleFunc("GET /v1/status", a.handleStatus)
+	mux.HandleFunc("GET /v1/monitor", a.handleMonitor)
+	srv := &http.Server{Handler: mux}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("API server", "err", err)
+		}
+	}()
+	return srv, nil
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, api.ErrorBody{Error: err.Error()})
+}
+
+// ifReady answers 503 until the agent has finished starting.
+func (a *agent) ifReady(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !a.ready.Load() {
+			writeError(w, http.StatusServiceUnavailable, fmt.Errorf("agent on node %s is starting", a.cfg.Node))
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (a *agent) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	if !a.ready.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, api.Health{Reason: "starting"})
+		return
+	}
+	writeJSON(w, http.StatusOK, api.Health{Ready: true})
+}
+
+func decode(r *http.Request, v any) error {
+	if err := json.NewDecoder(r.Body).Decode(v); err != nil {
+		return fmt.Errorf("bad request body: %w", err)
+	}
+	return nil
+}
+
+func (a *agent) handleAllocate(w http.ResponseWriter, r *http.Request) {
+	var ref api.PodRef
+	if err := decode(r, &ref); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	ref.ContainerID = r.PathValue("id")
+	alloc, err := a.eps.Allocate(ref)
+	if err != nil {
+		writeError(w, http.StatusConflict, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, alloc)
+}
+
+func (a *agent) handleRelease(w http.ResponseWriter, r *http.Request) {
+	if err := a.pool.Release(r.PathValue("id")); err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *agent) handleListEndpoints(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, a.eps.List())
+}
+
+func (a *agent) handleGetEndpoint(w http.ResponseWriter, r *http.Request) {
+	ep, ok := a.eps.Get(r.PathValue("id"))
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint for container %s on node %s", r.PathValue("id"), a.cfg.Node))
+		return
+	}
+	writeJSON(w, http.StatusOK, ep)
+}
+
+func (a *agent) handlePutEndpoint(w http.ResponseWriter, r *http.Request) {
+	var ep api.Endpoint
+	if err := decode(r, &ep); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	ep.ContainerID = r.PathValue("id")
+	out, err := a.eps.Put(ep)
+	if err != nil {
+		writeError(w, http.StatusConflict, err)
+		return
+	}
+	a.log.Info("endpoint added", "pod", ep.Namespace+"/"+ep.Pod, "ip", ep.IP, "veth", ep.HostIfName)
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *agent) handleDeleteEndpoint(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := a.eps.Delete(id); err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	a.log.Info("endpoint deleted", "container", id)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *agent) handleGC(w http.ResponseWriter, r *http.Request) {
+	var req api.GCRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	removed, err := a.eps.GC(req.Keep)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.GCResult{Removed: removed})
+}

@@ -1,0 +1,68 @@
+package agent
+
+import (
+	"net/http"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/config"
+)
+
+func (a *agent) status() api.Status {
+	s := api.Status{
+		Node:    a.cfg.Node,
+		Started: a.started,
+		Datapath: api.DatapathInfo{Device: "veth", AttachMode: "tcx", Uplink: a.cfg.Uplink},
+		Routing: api.RoutingInfo{
+			Mode: string(a.conf.RoutingMode), HostRouting: a.routing.Mode(), HostRoutingReason: a.routing.Reason,
+			AutoDirectNodeRoutes: a.conf.AutoDirectNodeRoutes, Routes: int(a.routes.Load()),
+		},
+		Masquerade: masqueradeText(a.conf),
+		KubeProxy:  "kube-proxy-replacement " + map[bool]string{true: "true (Services by myelin: not implemented yet)", false: "false (Services by kube-proxy)"}[a.conf.KubeProxyReplacement],
+		MTU:        api.MTUInfo{Device: a.mtu, Route: a.mtu},
+		Endpoints:  len(a.eps.List()),
+		Nodes:      api.NodesInfo{Known: int(a.nodesKnown.Load())},
+		Loops:      a.loops.snapshot(),
+	}
+	if u := a.unroutable.Load(); u != nil {
+		s.Routing.Unroutable = *u
+	}
+	if !a.features.TCX {
+		s.Datapath.AttachMode = "tc"
+	}
+	cidr, used, total := a.pool.Usage()
+	s.IPAM = api.IPAMInfo{CIDR: cidr.String(), Used: used, Total: total}
+	s.Kubernetes.Connected = true
+	for _, l := range s.Loops {
+		if l.Name == "kubernetes" && l.LastError != "" && l.ErrorTime.Equal(l.LastRun) {
+			s.Kubernetes.Connected, s.Kubernetes.Error = false, l.LastError
+		}
+	}
+	if v := a.k8sVersion.Load(); v != nil {
+		s.Kubernetes.Version = *v
+	}
+	if fills, err := a.dp.MapFill(); err == nil {
+		for _, f := range fills {
+			s.Maps = append(s.Maps, api.MapFill{Name: f.Name, Entries: f.Entries, Max: f.Max})
+		}
+	}
+	return s
+}
+
+func masqueradeText(c config.Config) string {
+	switch {
+	case !c.EnableIPv4Masquerade:
+		return "disabled"
+	case c.EnableBPFMasquerade:
+		return "BPF (not implemented yet: pod traffic leaves unmasqueraded)"
+	default:
+		return "iptables (not implemented yet: pod traffic leaves unmasqueraded)"
+	}
+}
+
+func (a *agent) handleStatus(w http.ResponseWriter, _ *http.Request) {
+	if a.eps == nil {
+		writeJSON(w, http.StatusServiceUnavailable, api.ErrorBody{Error: "agent is starting"})
+		return
+	}
+	writeJSON(w, http.StatusOK, a.status())
+}

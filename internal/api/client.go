@@ -1,0 +1,184 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// ErrUnavailable means the agent could not be reached or is not ready; callers such as
+// the CNI plugin turn it into "try again later".
+var ErrUnavailable = errors.New("myelin agent unavailable")
+
+// Client talks to one agent over its unix socket.
+type Client struct {
+	socket string
+	http   *http.Client
+}
+
+// NewClient returns a client for the agent listening on socket.
+func NewClient(socket string) *Client {
+	return &Client{
+		socket: socket,
+		http: &http.Client{Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", socket)
+			},
+		}},
+	}
+}
+
+// Socket is the path the client dials.
+func (c *Client) Socket() string { return c.socket }
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://agent"+path, body)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrUnavailable, c.socket, unwrapDial(err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		var eb ErrorBody
+		_ = json.NewDecoder(resp.Body).Decode(&eb)
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			return fmt.Errorf("%w: %s", ErrUnavailable, eb.Error)
+		}
+		if resp.StatusCode == http.StatusNotFound {
+			return fmt.Errorf("%w: %s", ErrNotFound, eb.Error)
+		}
+		return errors.New(eb.Error)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// ErrNotFound is returned for an endpoint the agent does not know.
+var ErrNotFound = errors.New("not found")
+
+func unwrapDial(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return op
+	}
+	return err
+}
+
+// Health asks whether the agent is ready.
+func (c *Client) Health(ctx context.Context) (Health, error) {
+	var h Health
+	err := c.do(ctx, http.MethodGet, "/healthz", nil, &h)
+	return h, err
+}
+
+// Allocate reserves an IP for a pod attachment (idempotent per container id).
+func (c *Client) Allocate(ctx context.Context, ref PodRef) (Allocation, error) {
+	var a Allocation
+	err := c.do(ctx, http.MethodPost, "/v1/ipam/"+url.PathEscape(ref.ContainerID), ref, &a)
+	return a, err
+}
+
+// Release frees a pod attachment's IP; releasing nothing is not an error.
+func (c *Client) Release(ctx context.Context, containerID string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/ipam/"+url.PathEscape(containerID), nil, nil)
+}
+
+// PutEndpoint registers an endpoint and programs the datapath for it.
+func (c *Client) PutEndpoint(ctx context.Context, ep Endpoint) (Endpoint, error) {
+	var out Endpoint
+	err := c.do(ctx, http.MethodPut, "/v1/endpoints/"+url.PathEscape(ep.ContainerID), ep, &out)
+	return out, err
+}
+
+// GetEndpoint returns one endpoint (ErrNotFound if unknown).
+func (c *Client) GetEndpoint(ctx context.Context, containerID string) (Endpoint, error) {
+	var out Endpoint
+	err := c.do(ctx, http.MethodGet, "/v1/endpoints/"+url.PathEscape(containerID), nil, &out)
+	return out, err
+}
+
+// DeleteEndpoint removes an endpoint and releases its IP; deleting nothing succeeds.
+func (c *Client) DeleteEndpoint(ctx context.Context, containerID string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/endpoints/"+url.PathEscape(containerID), nil, nil)
+}
+
+// Endpoints lists all endpoints.
+func (c *Client) Endpoints(ctx context.Context) ([]Endpoint, error) {
+	var out []Endpoint
+	err := c.do(ctx, http.MethodGet, "/v1/endpoints", nil, &out)
+	return out, err
+}
+
+// GC removes every endpoint whose container id is not in keep.
+func (c *Client) GC(ctx context.Context, keep []string) (GCResult, error) {
+	var out GCResult
+	err := c.do(ctx, http.MethodPost, "/v1/gc", GCRequest{Keep: keep}, &out)
+	return out, err
+}
+
+// Status returns the node's status.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var out Status
+	err := c.do(ctx, http.MethodGet, "/v1/status", nil, &out)
+	return out, err
+}
+
+// Monitor streams datapath events of the given type ("drop", "trace" or "" for all)
+// to fn until ctx ends or fn returns an error.
+func (c *Client) Monitor(ctx context.Context, typ string, fn func(Event) error) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/v1/monitor?type="+url.QueryEscape(typ), nil)
+	if err != nil {
+		return err
+	}
+	httpc := *c.http
+	httpc.Timeout = 0
+	resp, err := httpc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrUnavailable, c.socket, unwrapDial(err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var eb ErrorBody
+		_ = json.NewDecoder(resp.Body).Decode(&eb)
+		return errors.New(eb.Error)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var ev Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return fmt.Errorf("decode monitor event: %w", err)
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return sc.Err()
+}
+
+// DefaultTimeout bounds one API call from the CLI or the plugin.
+const DefaultTimeout = 30 * time.Second

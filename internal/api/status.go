@@ -1,0 +1,95 @@
+package api
+
+import "time"
+
+// Status is everything `myelin status` shows for one node.
+type Status struct {
+	Node       string       `json:"node"`
+	Kubernetes K8sStatus    `json:"kubernetes"`
+	Datapath   DatapathInfo `json:"datapath"`
+	Routing    RoutingInfo  `json:"routing"`
+	Masquerade string       `json:"masquerading"`
+	KubeProxy  string       `json:"kubeProxyReplacement"`
+	MTU        MTUInfo      `json:"mtu"`
+	IPAM       IPAMInfo     `json:"ipam"`
+	Endpoints  int          `json:"endpoints"`
+	Nodes      NodesInfo    `json:"nodes"`
+	Maps       []MapFill    `json:"maps"`
+	Loops      []LoopStatus `json:"controlLoops"`
+	Started    time.Time    `json:"started"`
+}
+
+// K8sStatus is the agent's view of the apiserver.
+type K8sStatus struct {
+	Connected bool   `json:"connected"`
+	Version   string `json:"version,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+// DatapathInfo describes how pods are attached.
+type DatapathInfo struct {
+	Device     string `json:"device"`     // "veth"
+	AttachMode string `json:"attachMode"` // "tcx" or "tc"
+	Uplink     string `json:"uplink"`
+}
+
+// RoutingInfo is the node's routing and host-routing mode, with the reason for it.
+type RoutingInfo struct {
+	Mode                 string   `json:"mode"`        // native | tunnel
+	HostRouting          string   `json:"hostRouting"` // BPF | Legacy
+	HostRoutingReason    string   `json:"hostRoutingReason"`
+	AutoDirectNodeRoutes bool     `json:"autoDirectNodeRoutes"`
+	Routes               int      `json:"routes"`
+	Unroutable           []string `json:"unroutable,omitempty"` // nodes not on this node's L2 segment
+}
+
+// MTUInfo is the device MTU and the MTU on pod routes.
+type MTUInfo struct {
+	Device int `json:"device"`
+	Route  int `json:"route"`
+}
+
+// IPAMInfo is the pod IP pool's fill.
+type IPAMInfo struct {
+	CIDR  string `json:"cidr"`
+	Used  int    `json:"used"`
+	Total int    `json:"total"`
+}
+
+// NodesInfo counts the cluster's nodes as this agent sees them.
+type NodesInfo struct {
+	Known int `json:"known"`
+}
+
+// MapFill is one BPF map's fill.
+type MapFill struct {
+	Name    string `json:"name"`
+	Entries int    `json:"entries"`
+	Max     int    `json:"max"`
+}
+
+// LoopStatus is the health of one of the agent's control loops.
+type LoopStatus struct {
+	Name      string    `json:"name"`
+	LastRun   time.Time `json:"lastRun,omitzero"`
+	LastError string    `json:"lastError,omitempty"`
+	ErrorTime time.Time `json:"errorTime,omitzero"`
+}
+
+// Event is one datapath event streamed by /v1/monitor, with pod names resolved.
+type Event struct {
+	Time      time.Time `json:"time"`
+	Type      string    `json:"type"` // drop | trace | lost
+	Reason    string    `json:"reason,omitempty"`
+	Direction string    `json:"direction,omitempty"`
+	IfIndex   int       `json:"ifindex,omitempty"`
+	Src       string    `json:"src,omitempty"`
+	Dst       string    `json:"dst,omitempty"`
+	SrcPod    string    `json:"srcPod,omitempty"`
+	DstPod    string    `json:"dstPod,omitempty"`
+	Proto     string    `json:"proto,omitempty"`
+	SrcPort   uint16    `json:"srcPort,omitempty"`
+	DstPort   uint16    `json:"dstPort,omitempty"`
+	Len       uint32    `json:"len,omitempty"`
+	Lost      uint64    `json:"lost,omitempty"` // for type lost: events lost since the last report
+}

@@ -1,0 +1,59 @@
+package api
+
+import "time"
+
+// DefaultSocket is the agent's socket on a real node; lab nodes use
+// /run/myelin/<node>/agent.sock.
+const DefaultSocket = "/run/myelin/agent.sock"
+
+// PodRef identifies the Pod and the CNI attachment an endpoint belongs to.
+type PodRef struct {
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifName"`
+	Namespace   string `json:"namespace"`
+	Pod         string `json:"pod"`
+	PodUID      string `json:"podUID,omitempty"`
+	NetNS       string `json:"netns"`
+}
+
+// Allocation is the agent's answer to an IP allocation: what the plugin needs to
+// build the pod's interface.
+type Allocation struct {
+	IP         string `json:"ip"`         // pod address, e.g. 10.244.1.7
+	Gateway    string `json:"gateway"`    // link-local next hop of the pod's default route
+	MTU        int    `json:"mtu"`        // MTU of the pod's interface
+	HostIfName string `json:"hostIfName"` // name of the host-side veth
+}
+
+// Endpoint is a pod's network attachment as the agent knows it.
+type Endpoint struct {
+	PodRef
+	ID          uint16    `json:"id"`
+	IP          string    `json:"ip"`
+	HostIfName  string    `json:"hostIfName"`
+	HostIfIndex int       `json:"hostIfIndex"`
+	HostMAC     string    `json:"hostMAC"`
+	PodMAC      string    `json:"podMAC"`
+	Created     time.Time `json:"created"`
+}
+
+// GCRequest lists the attachments the runtime still has; the agent removes the rest.
+type GCRequest struct {
+	Keep []string `json:"keep"` // container ids
+}
+
+// GCResult says what GC removed.
+type GCResult struct {
+	Removed []string `json:"removed"`
+}
+
+// Health is the agent's readiness.
+type Health struct {
+	Ready  bool   `json:"ready"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// ErrorBody is the body of every non-2xx answer.
+type ErrorBody struct {
+	Error string `json:"error"`
+}

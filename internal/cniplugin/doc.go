@@ -1,0 +1,11 @@
+// Package cniplugin is myelin-cni, the CNI plugin (spec 1.0.0 and 1.1.0: ADD, DEL,
+// CHECK, VERSION, STATUS, GC). It is thin: it asks the node's agent for an address,
+// builds the pod's veth (eth0 with a /32, a default route via a link-local gateway
+// whose neighbour entry is fixed to the host-side veth's MAC, so the pod never ARPs),
+// and registers the endpoint with the agent, which programs the datapath.
+//
+// Network configuration:
+//
+//	{"cniVersion": "1.1.0", "name": "myelin", "type": "myelin-cni",
+//	 "socket": "/run/myelin/agent.sock"}
+package cniplugin

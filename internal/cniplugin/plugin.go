@@ -1,0 +1,171 @@
+package cniplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/myelin-net/myelin/internal/api"
+)
+
+// Main runs the plugin; cmd/myelin-cni calls it.
+func Main() {
+	skel.PluginMainFuncs(skel.CNIFuncs{Add: cmdAdd, Del: cmdDel, Check: cmdCheck, GC: cmdGC, Status: cmdStatus},
+		version.PluginSupports("1.0.0", "1.1.0"), "myelin-cni: pod networking by the myelin agent")
+}
+
+// agentError turns an API error into a CNI error: an unreachable or unready agent is
+// "try again later" (code 11), which makes the runtime retry.
+func agentError(op string, socket string, err error) error {
+	if errors.Is(err, api.ErrUnavailable) {
+		return types.NewError(types.ErrTryAgainLater, "the myelin agent on this node is not available, try again later",
+			fmt.Sprintf("%s: %v; the runtime retries on its own; check the agent with: myelin status (socket %s)", op, err, socket))
+	}
+	return types.NewError(types.ErrInternal, op+" failed", err.Error())
+}
+
+func setup(args *skel.CmdArgs) (*NetConf, *api.Client, api.PodRef, error) {
+	conf, err := parseConf(args.StdinData)
+	if err != nil {
+		return nil, nil, api.PodRef{}, err
+	}
+	k, err := parseK8sArgs(args.Args)
+	if err != nil {
+		return nil, nil, api.PodRef{}, err
+	}
+	ref := api.PodRef{
+		ContainerID: args.ContainerID, IfName: args.IfName, NetNS: args.Netns,
+		Namespace: string(k.K8S_POD_NAMESPACE), Pod: string(k.K8S_POD_NAME), PodUID: string(k.K8S_POD_UID),
+	}
+	return conf, api.NewClient(conf.Socket), ref, nil
+}
+
+func cmdAdd(args *skel.CmdArgs) error {
+	conf, client, ref, err := setup(args)
+	if err != nil {
+		return err
+	}
+	if args.Netns == "" {
+		return types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_NETNS is empty", "ADD needs the pod's network namespace path")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), api.DefaultTimeout)
+	defer cancel()
+	alloc, err := client.Allocate(ctx, ref)
+	if err != nil {
+		return agentError("allocate a pod IP", conf.Socket, err)
+	}
+	ep, err := addEndpoint(ctx, client, ref, alloc)
+	if err != nil {
+		// Leave nothing behind: no link (addEndpoint removed it) and no IP.
+		if rerr := client.Release(ctx, ref.ContainerID); rerr != nil {
+			err = fmt.Errorf("%w (and releasing %s failed: %v)", err, alloc.IP, rerr)
+		}
+		var cniErr *types.Error
+		if errors.As(err, &cniErr) {
+			return cniErr
+		}
+		return agentError("set up the pod network", conf.Socket, err)
+	}
+	return types.PrintResult(result(conf.CNIVersion, args, alloc, ep), conf.CNIVersion)
+}
+
+// addEndpoint builds the veth and registers it; on failure it removes the veth.
+func addEndpoint(ctx context.Context, client *api.Client, ref api.PodRef, alloc api.Allocation) (api.Endpoint, error) {
+	ip, err := netip.ParseAddr(alloc.IP)
+	if err != nil {
+		return api.Endpoint{}, fmt.Errorf("agent returned a bad IP %q", alloc.IP)
+	}
+	gw, err := netip.ParseAddr(alloc.Gateway)
+	if err != nil {
+		return api.Endpoint{}, fmt.Errorf("agent returned a bad gateway %q", alloc.Gateway)
+	}
+	link, err := setupVeth(ref.NetNS, ref.IfName, alloc.HostIfName, alloc.MTU, ip, gw)
+	if err != nil {
+		return api.Endpoint{}, err
+	}
+	ep, err := client.PutEndpoint(ctx, api.Endpoint{
+		PodRef: ref, IP: alloc.IP, HostIfName: alloc.HostIfName, HostIfIndex: link.HostIndex,
+		HostMAC: link.HostMAC.String(), PodMAC: link.PodMAC.String(),
+	})
+	if err != nil {
+		_ = deleteHostLink(alloc.HostIfName)
+		return api.Endpoint{}, err
+	}
+	return ep, nil
+}
+
+func result(cniVersion string, args *skel.CmdArgs, alloc api.Allocation, ep api.Endpoint) *types100.Result {
+	gw := net.ParseIP(alloc.Gateway)
+	return &types100.Result{
+		CNIVersion: cniVersion,
+		Interfaces: []*types100.Interface{
+			{Name: ep.HostIfName, Mac: ep.HostMAC},
+			{Name: args.IfName, Mac: ep.PodMAC, Sandbox: args.Netns},
+		},
+		IPs: []*types100.IPConfig{{
+			Interface: types100.Int(1),
+			Address:   net.IPNet{IP: net.ParseIP(alloc.IP).To4(), Mask: net.CIDRMask(32, 32)},
+			Gateway:   gw,
+		}},
+		Routes: []*types.Route{{Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, GW: gw}},
+	}
+}
+
+// cmdDel is idempotent: an endpoint, link or netns that is already gone is success. An
+// agent that is down is not "gone": DEL fails with try-again-later so the IP is not lost.
+func cmdDel(args *skel.CmdArgs) error {
+	conf, client, ref, err := setup(args)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), api.DefaultTimeout)
+	defer cancel()
+	if err := client.DeleteEndpoint(ctx, ref.ContainerID); err != nil {
+		return agentError("delete the endpoint", conf.Socket, err)
+	}
+	if err := deletePodLink(args.Netns, args.IfName); err != nil {
+		return types.NewError(types.ErrInternal, "remove the pod interface", err.Error())
+	}
+	return nil
+}
+
+func cmdStatus(args *skel.CmdArgs) error {
+	conf, err := parseConf(args.StdinData)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), api.DefaultTimeout)
+	defer cancel()
+	h, err := api.NewClient(conf.Socket).Health(ctx)
+	if err != nil {
+		return agentError("check the agent", conf.Socket, err)
+	}
+	if !h.Ready {
+		return agentError("check the agent", conf.Socket, fmt.Errorf("%w: not ready: %s", api.ErrUnavailable, h.Reason))
+	}
+	return nil
+}
+
+func cmdGC(args *skel.CmdArgs) error {
+	conf, err := parseConf(args.StdinData)
+	if err != nil {
+		return err
+	}
+	var keep []string
+	for _, a := range conf.ValidAttachments {
+		keep = append(keep, a.ContainerID)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), api.DefaultTimeout)
+	defer cancel()
+	if _, err := api.NewClient(conf.Socket).GC(ctx, keep); err != nil {
+		return agentError("garbage-collect endpoints", conf.Socket, err)
+	}
+	return nil
+}

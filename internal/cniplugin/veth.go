@@ -1,0 +1,137 @@
+package cniplugin
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/myelin-net/myelin/internal/netns"
+)
+
+// podLink is what setupVeth built.
+type podLink struct {
+	HostIndex int
+	HostMAC   net.HardwareAddr
+	PodMAC    net.HardwareAddr
+}
+
+// setupVeth creates the veth pair (ifName in the pod netns, hostIf in the current one)
+// and configures the pod side: address/32, a link-scoped route to the gateway, a
+// permanent neighbour entry for it, and the default route via it.
+func setupVeth(netnsPath, ifName, hostIf string, mtu int, ip, gw netip.Addr) (podLink, error) {
+	var out podLink
+	hostNS, err := vnetns.Get()
+	if err != nil {
+		return out, fmt.Errorf("open host netns: %w", err)
+	}
+	defer hostNS.Close()
+	host, err := netlink.NewHandleAt(hostNS)
+	if err != nil {
+		return out, err
+	}
+	defer host.Close()
+
+	err = netns.Do(netnsPath, func() error {
+		veth := &netlink.Veth{
+			LinkAttrs:     netlink.LinkAttrs{Name: ifName, MTU: mtu},
+			PeerName:      hostIf,
+			PeerMTU:       uint32(mtu),
+			PeerNamespace: netlink.NsFd(int(hostNS)),
+		}
+		if err := netlink.LinkAdd(veth); err != nil {
+			return fmt.Errorf("create veth %s/%s: %w", ifName, hostIf, err)
+		}
+		hostLink, err := host.LinkByName(hostIf)
+		if err != nil {
+			return fmt.Errorf("find host veth %s: %w", hostIf, err)
+		}
+		out.HostIndex, out.HostMAC = hostLink.Attrs().Index, hostLink.Attrs().HardwareAddr
+		pod, err := netlink.LinkByName(ifName)
+		if err != nil {
+			return err
+		}
+		out.PodMAC = pod.Attrs().HardwareAddr
+		return configurePod(pod, ip, gw, out.HostMAC)
+	})
+	if err != nil {
+		_ = deleteHostLink(hostIf)
+		return podLink{}, err
+	}
+	hostLink, err := host.LinkByName(hostIf)
+	if err == nil {
+		err = host.LinkSetUp(hostLink)
+	}
+	if err != nil {
+		_ = deleteHostLink(hostIf)
+		return podLink{}, fmt.Errorf("bring up host veth %s: %w", hostIf, err)
+	}
+	return out, nil
+}
+
+func configurePod(pod netlink.Link, ip, gw netip.Addr, gwMAC net.HardwareAddr) error {
+	idx := pod.Attrs().Index
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(32, 32)}}
+	if err := netlink.AddrAdd(pod, addr); err != nil {
+		return fmt.Errorf("add %v to pod interface: %w", ip, err)
+	}
+	if err := netlink.LinkSetUp(pod); err != nil {
+		return err
+	}
+	gwIP := net.IP(gw.AsSlice())
+	steps := []struct {
+		what string
+		do   func() error
+	}{
+		{"route to the gateway", func() error {
+			return netlink.RouteAdd(&netlink.Route{LinkIndex: idx, Dst: &net.IPNet{IP: gwIP, Mask: net.CIDRMask(32, 32)}, Scope: netlink.SCOPE_LINK})
+		}},
+		{"gateway neighbour", func() error {
+			return netlink.NeighAdd(&netlink.Neigh{LinkIndex: idx, Family: unix.AF_INET, State: netlink.NUD_PERMANENT, IP: gwIP, HardwareAddr: gwMAC})
+		}},
+		{"default route", func() error {
+			return netlink.RouteAdd(&netlink.Route{LinkIndex: idx, Gw: gwIP})
+		}},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			return fmt.Errorf("add %s in the pod: %w", s.what, err)
+		}
+	}
+	return nil
+}
+
+// deleteHostLink removes a host-side veth (and with it the pod side); absent is fine.
+func deleteHostLink(name string) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return err
+	}
+	return netlink.LinkDel(l)
+}
+
+// deletePodLink removes ifName inside the pod netns; a missing netns or link is fine.
+func deletePodLink(netnsPath, ifName string) error {
+	if netnsPath == "" {
+		return nil
+	}
+	err := netns.Do(netnsPath, func() error {
+		l, err := netlink.LinkByName(ifName)
+		if err != nil {
+			return nil
+		}
+		return netlink.LinkDel(l)
+	})
+	if err != nil && errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,124 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// RoutingMode is how pod traffic crosses between nodes.
+type RoutingMode string
+
+const (
+	RoutingNative RoutingMode = "native"
+	RoutingTunnel RoutingMode = "tunnel"
+)
+
+// HostRouting is how packets are delivered on a node.
+type HostRouting string
+
+const (
+	HostRoutingAuto   HostRouting = "auto"
+	HostRoutingBPF    HostRouting = "bpf"
+	HostRoutingLegacy HostRouting = "legacy"
+)
+
+// Guard is what the agent does when it finds user-defined iptables rules.
+type Guard string
+
+const (
+	GuardRefuse Guard = "refuse"
+	GuardWarn   Guard = "warn"
+	GuardOff    Guard = "off"
+)
+
+// Config is the validated, effective configuration of one node's agent. It is built
+// once at start and passed by value; nothing changes it afterwards.
+type Config struct {
+	ClusterCIDR           netip.Prefix
+	RoutingMode           RoutingMode
+	TunnelProtocol        string
+	TunnelPort            uint16
+	AutoDirectNodeRoutes  bool
+	IPv4NativeRoutingCIDR netip.Prefix // invalid (zero) when unset
+	HostRouting           HostRouting
+	EnableIPv4Masquerade  bool
+	EnableBPFMasquerade   bool
+	NonMasqueradeCIDRs    []netip.Prefix
+	UserIPTablesGuard     Guard
+	KubeProxyReplacement  bool
+	LBAlgorithm           string
+	MaglevTableSize       int
+	MTU                   int // 0 = detect from the uplink
+
+	// Effective lists every key with its value and the source it came from.
+	Effective []Effective
+}
+
+// Effective is one key's effective value and where it came from.
+type Effective struct {
+	Key    string `json:"key"`
+	Value  string `json:"value"`
+	Source string `json:"source"`
+}
+
+// Source is one layer of configuration, e.g. the ConfigMap kube-system/myelin-config.
+type Source struct {
+	Name   string
+	Values map[string]string
+}
+
+// DefaultSourceName names the built-in defaults in Effective.
+const DefaultSourceName = "default"
+
+// Resolve merges sources in order (later wins) over the built-in defaults and
+// validates every key. An unknown key or a bad value is an error that names the
+// source, the key, the value and what is allowed.
+func Resolve(sources ...Source) (Config, error) {
+	values := map[string]Effective{}
+	for _, k := range keys {
+		values[k.name] = Effective{Key: k.name, Value: k.def, Source: DefaultSourceName}
+	}
+	for _, src := range sources {
+		for name, v := range src.Values {
+			k, ok := keyByName(name)
+			if !ok {
+				return Config{}, fmt.Errorf("%s: unknown key %q; known keys: %s", src.Name, name, keyNames())
+			}
+			if err := k.parse(&Config{}, v); err != nil {
+				return Config{}, fmt.Errorf("%s: key %q value %q: %v", src.Name, name, v, err)
+			}
+			values[name] = Effective{Key: name, Value: v, Source: src.Name}
+		}
+	}
+	var c Config
+	for _, k := range keys {
+		e := values[k.name]
+		if err := k.parse(&c, e.Value); err != nil {
+			return Config{}, fmt.Errorf("%s: key %q value %q: %v", e.Source, k.name, e.Value, err)
+		}
+		c.Effective = append(c.Effective, e)
+	}
+	if err := c.validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// validate checks rules that span keys.
+func (c Config) validate() error {
+	if c.IPv4NativeRoutingCIDR.IsValid() && !c.IPv4NativeRoutingCIDR.Overlaps(c.ClusterCIDR) {
+		return fmt.Errorf("key %q value %v does not contain the cluster CIDR %v: pod traffic to it would be masqueraded; set it to a range that includes %v",
+			"ipv4-native-routing-cidr", c.IPv4NativeRoutingCIDR, c.ClusterCIDR, c.ClusterCIDR)
+	}
+	return nil
+}
+
+// Source returns where the effective value of key came from.
+func (c Config) Source(key string) string {
+	for _, e := range c.Effective {
+		if e.Key == key {
+			return e.Source
+		}
+	}
+	return ""
+}

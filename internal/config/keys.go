@@ -1,0 +1,166 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// key is one configuration key: its default and how to parse it into a Config.
+type key struct {
+	name  string
+	def   string
+	parse func(c *Config, v string) error
+}
+
+var keys = []key{
+	{"cluster-cidr", "10.244.0.0/16", func(c *Config, v string) (err error) {
+		c.ClusterCIDR, err = parseCIDR(v)
+		return err
+	}},
+	{"routing-mode", "tunnel", func(c *Config, v string) (err error) {
+		c.RoutingMode, err = oneOf(v, RoutingNative, RoutingTunnel)
+		return err
+	}},
+	{"tunnel-protocol", "vxlan", func(c *Config, v string) (err error) {
+		c.TunnelProtocol, err = oneOf(v, "vxlan", "geneve")
+		return err
+	}},
+	{"tunnel-port", "8472", func(c *Config, v string) error {
+		p, err := strconv.ParseUint(v, 10, 16)
+		if err != nil || p == 0 {
+			return fmt.Errorf("must be a UDP port number (1-65535)")
+		}
+		c.TunnelPort = uint16(p)
+		return nil
+	}},
+	{"auto-direct-node-routes", "false", func(c *Config, v string) (err error) {
+		c.AutoDirectNodeRoutes, err = parseBool(v)
+		return err
+	}},
+	{"ipv4-native-routing-cidr", "", func(c *Config, v string) (err error) {
+		if v == "" {
+			return nil
+		}
+		c.IPv4NativeRoutingCIDR, err = parseCIDR(v)
+		return err
+	}},
+	{"host-routing", "auto", func(c *Config, v string) (err error) {
+		c.HostRouting, err = oneOf(v, HostRoutingAuto, HostRoutingBPF, HostRoutingLegacy)
+		return err
+	}},
+	{"enable-ipv4-masquerade", "true", func(c *Config, v string) (err error) {
+		c.EnableIPv4Masquerade, err = parseBool(v)
+		return err
+	}},
+	{"enable-bpf-masquerade", "true", func(c *Config, v string) (err error) {
+		c.EnableBPFMasquerade, err = parseBool(v)
+		return err
+	}},
+	{"non-masquerade-cidrs", "", func(c *Config, v string) error {
+		c.NonMasqueradeCIDRs = nil
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s == "" {
+				continue
+			}
+			p, err := parseCIDR(s)
+			if err != nil {
+				return fmt.Errorf("%q: %v", s, err)
+			}
+			c.NonMasqueradeCIDRs = append(c.NonMasqueradeCIDRs, p)
+		}
+		return nil
+	}},
+	{"user-iptables-guard", "refuse", func(c *Config, v string) (err error) {
+		c.UserIPTablesGuard, err = oneOf(v, GuardRefuse, GuardWarn, GuardOff)
+		return err
+	}},
+	{"kube-proxy-replacement", "true", func(c *Config, v string) (err error) {
+		c.KubeProxyReplacement, err = parseBool(v)
+		return err
+	}},
+	{"lb-algorithm", "random", func(c *Config, v string) (err error) {
+		c.LBAlgorithm, err = oneOf(v, "random", "maglev")
+		return err
+	}},
+	{"maglev-table-size", "16381", func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 251 || n > 131071 || !isPrime(n) {
+			return fmt.Errorf("must be a prime between 251 and 131071 (e.g. 16381, 65521)")
+		}
+		c.MaglevTableSize = n
+		return nil
+	}},
+	{"mtu", "0", func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || (n != 0 && (n < 1280 || n > 65535)) {
+			return fmt.Errorf("must be 0 (detect from the uplink) or between 1280 and 65535")
+		}
+		c.MTU = n
+		return nil
+	}},
+}
+
+func keyByName(name string) (key, bool) {
+	for _, k := range keys {
+		if k.name == name {
+			return k, true
+		}
+	}
+	return key{}, false
+}
+
+func keyNames() string {
+	var names []string
+	for _, k := range keys {
+		names = append(names, k.name)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+func oneOf[T ~string](v string, allowed ...T) (T, error) {
+	var names []string
+	for _, a := range allowed {
+		if string(a) == v {
+			return a, nil
+		}
+		names = append(names, string(a))
+	}
+	return "", fmt.Errorf("must be one of %s", strings.Join(names, ", "))
+}
+
+func parseBool(v string) (bool, error) {
+	switch v {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return false, fmt.Errorf("must be true or false")
+}
+
+func parseCIDR(v string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(v)
+	if err != nil || !p.Addr().Is4() {
+		return netip.Prefix{}, fmt.Errorf("must be an IPv4 CIDR such as 10.0.0.0/8")
+	}
+	if p != p.Masked() {
+		return netip.Prefix{}, fmt.Errorf("has host bits set; did you mean %v?", p.Masked())
+	}
+	return p, nil
+}
+
+func isPrime(n int) bool {
+	if n < 2 {
+		return false
+	}
+	for d := 2; d*d <= n; d++ {
+		if n%d == 0 {
+			return false
+		}
+	}
+	return true
+}

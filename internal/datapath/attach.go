@@ -1,0 +1,137 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// AttachNetdev attaches myelin_from_netdev to TCX ingress of the node
+// uplink ifindex (in the caller's network namespace), pinning the link at
+// <PinDir>/links/netdev-<name>. If that pinned link exists and is attached
+// to ifindex, its program is replaced in place: atomic, no gap in which
+// packets miss the datapath. A stale pinned link (device gone or renamed) is
+// replaced by a fresh attachment.
+func (d *Datapath) AttachNetdev(ifindex int, name string) error {
+	return d.attach(d.objs.MyelinFromNetdev, ifindex, "netdev-", name)
+}
+
+// AttachEndpoint attaches myelin_from_pod to TCX ingress of a pod's
+// host-side veth, pinning the link at <PinDir>/links/ep-<name>, with the
+// same in-place update as AttachNetdev.
+func (d *Datapath) AttachEndpoint(ifindex int, name string) error {
+	return d.attach(d.objs.MyelinFromPod, ifindex, "ep-", name)
+}
+
+// DetachEndpoint detaches and unpins the link of the host-side veth name.
+// No error if there is none; deleting the veth also detaches the program,
+// leaving only the pin, which this removes.
+func (d *Datapath) DetachEndpoint(name string) error {
+	path, err := d.linkPath("ep-", name)
+	if err != nil {
+		return err
+	}
+	l, err := link.LoadPinnedLink(path, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open pinned link %s: %w", path, err)
+	}
+	defer l.Close()
+	// A link whose device is gone is already detached; Detach then fails harmlessly.
+	_ = l.Detach()
+	if err := l.Unpin(); err != nil {
+		return fmt.Errorf("unpin link %s: %w", path, err)
+	}
+	return nil
+}
+
+// linkPath returns the pin path <PinDir>/links/<prefix><name>, rejecting
+// device names that are not valid Linux interface names.
+func (d *Datapath) linkPath(prefix, name string) (string, error) {
+	if name == "" || name == "." || name == ".." || len(name) > unix.IFNAMSIZ-1 ||
+		strings.ContainsAny(name, "/\x00 ") {
+		return "", fmt.Errorf("pin link for device %q: not a valid interface name", name)
+	}
+	return filepath.Join(d.cfg.PinDir, "links", prefix+name), nil
+}
+
+// attach runs prog on TCX ingress of ifindex through the link pinned as prefix+name.
+func (d *Datapath) attach(prog *ebpf.Program, ifindex int, prefix, name string) error {
+	if ifindex <= 0 {
+		return fmt.Errorf("attach to device %q: invalid ifindex %d", name, ifindex)
+	}
+	path, err := d.linkPath(prefix, name)
+	if err != nil {
+		return err
+	}
+	pinName := prefix + name
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("create links dir: %w", err)
+	}
+	updated, err := updatePinnedLink(path, prog, ifindex)
+	if err != nil || updated {
+		return err
+	}
+
+	l, err := link.AttachTCX(link.TCXOptions{
+		Interface: ifindex,
+		Program:   prog,
+		Attach:    ebpf.AttachTCXIngress,
+	})
+	if err != nil {
+		return fmt.Errorf("attach %s to ifindex %d: %w", pinName, ifindex, err)
+	}
+	// Closing our fd after pinning keeps the link; without the pin it detaches.
+	defer l.Close()
+	if err := l.Pin(path); err != nil {
+		return fmt.Errorf("pin link %s: %w", path, err)
+	}
+	return nil
+}
+
+// updatePinnedLink switches the link pinned at path to prog if it is
+// attached to ifindex, and reports whether it did. A pinned link that can't
+// be reused (device gone, name now on another device) is detached and
+// unpinned so the caller attaches afresh.
+func updatePinnedLink(path string, prog *ebpf.Program, ifindex int) (bool, error) {
+	l, err := link.LoadPinnedLink(path, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		if rmErr := os.Remove(path); rmErr != nil {
+			return false, fmt.Errorf("remove unusable pin %s: %w (open: %v)", path, rmErr, err)
+		}
+		return false, nil
+	}
+	defer l.Close()
+	if linkIfindex(l) == ifindex && l.Update(prog) == nil {
+		return true, nil
+	}
+	_ = l.Detach()
+	if err := l.Unpin(); err != nil {
+		return false, fmt.Errorf("unpin stale link %s: %w", path, err)
+	}
+	return false, nil
+}
+
+// linkIfindex returns the device of a TCX link, 0 if unknown or detached.
+func linkIfindex(l link.Link) int {
+	info, err := l.Info()
+	if err != nil {
+		return 0
+	}
+	tcx := info.TCX()
+	if tcx == nil {
+		return 0
+	}
+	return int(tcx.Ifindex)
+}

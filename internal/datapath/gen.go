@@ -1,0 +1,7 @@
+package datapath
+
+// The BPF object and its Go bindings (types, loader) are generated from
+// bpf/myelin.c; regenerate with `go generate ./internal/datapath/` after any
+// change under bpf/. The -I adds the multiarch directory that holds
+// <asm/types.h> on Debian, which clang -target bpf does not search.
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -target bpfel -type endpoint_info -type event -type metrics_value -type event_type -type reason -type direction myelin ../../bpf/myelin.c -- -mcpu=v3 -Wall -Werror -I/usr/include/x86_64-linux-gnu

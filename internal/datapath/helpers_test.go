@@ -1,0 +1,181 @@
+package datapath
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// TC verdicts as returned by the programs.
+const (
+	tcActOK       = 0
+	tcActShot     = 2
+	tcActRedirect = 7
+)
+
+// requirePrivileged skips tests that need root (BPF, bpffs, netns).
+func requirePrivileged(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("privileged test skipped in -short mode")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to load BPF and mount bpffs: run as root (make test does)")
+	}
+}
+
+func randomSuffix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// testPinDir mounts a private bpffs for the test and returns a pin dir on it;
+// the mount and everything pinned in it go away when the test ends.
+func testPinDir(t *testing.T) string {
+	t.Helper()
+	mnt := filepath.Join(t.TempDir(), "dptest-"+randomSuffix())
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("bpf", mnt, "bpf", 0, "mode=0700"); err != nil {
+		t.Fatalf("mount bpffs on %s: %v", mnt, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", mnt, err)
+		}
+	})
+	return filepath.Join(mnt, "node")
+}
+
+// loadTest loads a datapath into a fresh pin dir, closed and unpinned at cleanup.
+func loadTest(t *testing.T, routing HostRouting) *Datapath {
+	t.Helper()
+	dir := testPinDir(t)
+	d, err := Load(Config{PinDir: dir, HostRouting: routing})
+	if err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			t.Fatalf("load: %+v", verr)
+		}
+		t.Fatalf("load: %v", err)
+	}
+	t.Cleanup(func() {
+		d.Close()
+		if err := Unpin(dir); err != nil {
+			t.Error(err)
+		}
+	})
+	return d
+}
+
+// counter returns one summed metrics row (zero if absent).
+func counter(d *Datapath, dir, reason string) (Metric, error) {
+	ms, err := d.Metrics()
+	if err != nil {
+		return Metric{}, err
+	}
+	for _, m := range ms {
+		if m.Direction == dir && m.Reason == reason {
+			return m, nil
+		}
+	}
+	return Metric{Direction: dir, Reason: reason}, nil
+}
+
+// seedEndpoints makes the endpoints map hold exactly eps.
+func seedEndpoints(d *Datapath, eps map[string]EndpointInfo) error {
+	old, err := d.Endpoints()
+	if err != nil {
+		return err
+	}
+	for ip := range old {
+		if err := d.DeleteEndpoint(ip); err != nil {
+			return err
+		}
+	}
+	for ip, ep := range eps {
+		if err := d.UpsertEndpoint(netip.MustParseAddr(ip), ep); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// errNoEvent is nextEvent's timeout.
+var errNoEvent = errors.New("no event before the deadline")
+
+// nextEvent reads one event, or fails with errNoEvent after timeout.
+func nextEvent(r *EventReader, timeout time.Duration) (Event, error) {
+	r.rd.SetDeadline(time.Now().Add(timeout))
+	ev, err := r.Read()
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return Event{}, errNoEvent
+	}
+	return ev, err
+}
+
+// drainEvents discards the events already in the ring buffer.
+func drainEvents(r *EventReader) error {
+	for {
+		_, err := nextEvent(r, 10*time.Millisecond)
+		if errors.Is(err, errNoEvent) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// readEvent is nextEvent for the test goroutine: false on timeout.
+func readEvent(t *testing.T, r *EventReader, timeout time.Duration) (Event, bool) {
+	t.Helper()
+	ev, err := nextEvent(r, timeout)
+	if errors.Is(err, errNoEvent) {
+		return Event{}, false
+	}
+	if err != nil {
+		t.Fatalf("read event: %v", err)
+	}
+	return ev, true
+}
+
+// inNetns runs fn on a locked OS thread inside a new netns dptest-<random>,
+// deleted afterwards. The thread is never handed back to the Go scheduler:
+// its goroutine exits still locked, so the runtime discards the thread
+// instead of reusing it in the wrong namespace. fn must report failures with
+// t.Error (not t.Fatal: it runs off the test goroutine).
+func inNetns(t *testing.T, fn func(nsName string)) {
+	t.Helper()
+	name := "dptest-" + randomSuffix()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		ns, err := netns.NewNamed(name) // also moves this thread into it
+		if err != nil {
+			t.Errorf("create netns %s: %v", name, err)
+			return
+		}
+		defer func() {
+			ns.Close()
+			if err := netns.DeleteNamed(name); err != nil {
+				t.Errorf("delete netns %s: %v", name, err)
+			}
+		}()
+		fn(name)
+	}()
+	<-done
+}

@@ -1,0 +1,159 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// HostRouting selects who routes pod traffic on the node.
+type HostRouting int
+
+const (
+	// HostRoutingLegacy hands every packet to the kernel stack, which routes
+	// it with its routes, neighbours and netfilter as usual.
+	HostRoutingLegacy HostRouting = iota
+	// HostRoutingBPF routes in BPF: bpf_redirect_peer into local pods, FIB
+	// lookup plus bpf_redirect_neigh for everything else.
+	HostRoutingBPF
+)
+
+// String returns "legacy" or "bpf".
+func (h HostRouting) String() string {
+	switch h {
+	case HostRoutingLegacy:
+		return "legacy"
+	case HostRoutingBPF:
+		return "bpf"
+	}
+	return fmt.Sprintf("HostRouting(%d)", int(h))
+}
+
+// DefaultEndpointsMax is the endpoints map size used when
+// Config.EndpointsMax is 0: room for about 1,000 pods per node.
+const DefaultEndpointsMax = 1024
+
+// Config is what Load needs; it is not changed after Load.
+type Config struct {
+	// PinDir is the bpffs directory for maps and links, for example
+	// /sys/fs/bpf/myelin/<node>. Created if missing.
+	PinDir string
+	// HostRouting is baked into the programs at load time.
+	HostRouting HostRouting
+	// EndpointsMax sizes the endpoints map; 0 means DefaultEndpointsMax.
+	EndpointsMax uint32
+}
+
+// Datapath is the loaded datapath of one node: its programs and maps.
+// Its methods are safe for concurrent use.
+type Datapath struct {
+	cfg  Config
+	objs myelinObjects
+}
+
+// Load loads the programs with cfg's load-time constants, reusing the maps
+// pinned in cfg.PinDir so endpoint entries and counters survive an agent
+// restart. A pinned map whose shape no longer matches (for example after
+// EndpointsMax changed) is replaced; endpoint entries are carried over.
+// Load does not attach anything: call AttachNetdev and AttachEndpoint.
+//
+// Errors name the pin directory when it is not on bpffs; a verifier
+// rejection wraps *ebpf.VerifierError (print it with %+v for the log).
+func Load(cfg Config) (*Datapath, error) {
+	if cfg.PinDir == "" {
+		return nil, errors.New("load datapath: empty pin dir: set Config.PinDir to a bpffs directory such as /sys/fs/bpf/myelin/<node>")
+	}
+	if cfg.EndpointsMax == 0 {
+		cfg.EndpointsMax = DefaultEndpointsMax
+	}
+	if cfg.HostRouting != HostRoutingLegacy && cfg.HostRouting != HostRoutingBPF {
+		return nil, fmt.Errorf("load datapath: unknown host routing %d: use HostRoutingLegacy or HostRoutingBPF", int(cfg.HostRouting))
+	}
+	if err := ensurePinDir(cfg.PinDir); err != nil {
+		return nil, err
+	}
+
+	spec, err := loadMyelin()
+	if err != nil {
+		return nil, fmt.Errorf("load datapath spec: %w", err)
+	}
+	if err := configure(spec, cfg); err != nil {
+		return nil, err
+	}
+	d := &Datapath{cfg: cfg}
+	if err := loadPinned(spec, cfg.PinDir, &d.objs); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// configure writes cfg into the spec's load-time constants and map sizes.
+func configure(spec *ebpf.CollectionSpec, cfg Config) error {
+	var specs myelinSpecs
+	if err := spec.Assign(&specs); err != nil {
+		return fmt.Errorf("assign datapath spec: %w", err)
+	}
+	var bpfRouting uint8
+	if cfg.HostRouting == HostRoutingBPF {
+		bpfRouting = 1
+	}
+	if err := specs.HostRoutingBpf.Set(bpfRouting); err != nil {
+		return fmt.Errorf("set host_routing_bpf: %w", err)
+	}
+	specs.MyelinEndpoints.MaxEntries = cfg.EndpointsMax
+	return nil
+}
+
+// ensurePinDir creates dir and checks that it is on bpffs.
+func ensurePinDir(dir string) error {
+	hint := "mount bpffs first: mount -t bpf bpf /sys/fs/bpf"
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create pin dir %s: %w (%s)", dir, err, hint)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		return fmt.Errorf("stat pin dir %s: %w", dir, err)
+	}
+	if fs.Type != unix.BPF_FS_MAGIC {
+		return fmt.Errorf("check pin dir %s: not on bpffs: %s", dir, hint)
+	}
+	return nil
+}
+
+// SetTrace turns trace events (one per forwarded or passed packet) on or
+// off at runtime. Drop events are always on. Every Load starts with tracing off.
+func (d *Datapath) SetTrace(on bool) error {
+	var v uint32
+	if on {
+		v = 1
+	}
+	if err := d.objs.TraceEnabled.Set(v); err != nil {
+		return fmt.Errorf("set trace_enabled: %w", err)
+	}
+	return nil
+}
+
+// Close releases the agent's file descriptors. Pinned maps and links stay,
+// so the datapath keeps forwarding after the agent exits.
+func (d *Datapath) Close() error {
+	if err := d.objs.Close(); err != nil {
+		return fmt.Errorf("close datapath: %w", err)
+	}
+	return nil
+}
+
+// Unpin removes everything under pinDir (maps and links) and pinDir itself,
+// which detaches the programs once no one else holds them. Used when a node
+// is torn down; no error if pinDir does not exist.
+func Unpin(pinDir string) error {
+	if pinDir == "" {
+		return errors.New("unpin datapath: empty pin dir")
+	}
+	if err := os.RemoveAll(pinDir); err != nil {
+		return fmt.Errorf("unpin %s: %w", pinDir, err)
+	}
+	return nil
+}

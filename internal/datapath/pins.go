@@ -1,0 +1,87 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+)
+
+// endpointEntry is one carried-over row of the endpoints map.
+type endpointEntry struct {
+	key   [4]byte
+	value myelinEndpointInfo
+}
+
+// loadPinned loads spec into objs, reusing the maps pinned in pinDir.
+func loadPinned(spec *ebpf.CollectionSpec, pinDir string, objs *myelinObjects) error {
+	carried, err := replaceIncompatiblePins(spec, pinDir)
+	if err != nil {
+		return err
+	}
+	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: pinDir}}
+	if err := spec.LoadAndAssign(objs, opts); err != nil {
+		return fmt.Errorf("load datapath objects: %w", err)
+	}
+	for _, e := range carried {
+		if err := objs.MyelinEndpoints.Update(e.key, e.value, ebpf.UpdateAny); err != nil {
+			objs.Close()
+			return fmt.Errorf("carry endpoint %v into resized endpoints map: %w", e.key, err)
+		}
+	}
+	return nil
+}
+
+// replaceIncompatiblePins unpins every pinned map that no longer matches
+// its spec (size or layout changed by an upgrade or a config change), so
+// the load creates it afresh. The endpoints map's entries are returned to be
+// written into its replacement when the key and value layout is unchanged;
+// counters and queued events are not carried.
+func replaceIncompatiblePins(spec *ebpf.CollectionSpec, pinDir string) ([]endpointEntry, error) {
+	var carried []endpointEntry
+	for name, ms := range spec.Maps {
+		if ms.Pinning != ebpf.PinByName {
+			continue
+		}
+		path := filepath.Join(pinDir, name)
+		m, err := ebpf.LoadPinnedMap(path, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("open pinned map %s: %w", path, err)
+		}
+		entries, err := replaceIfIncompatible(ms, m, name)
+		m.Close()
+		if err != nil {
+			return nil, fmt.Errorf("replace pinned map %s: %w", path, err)
+		}
+		carried = append(carried, entries...)
+	}
+	return carried, nil
+}
+
+// replaceIfIncompatible unpins m if it does not match ms, returning the
+// entries to carry over.
+func replaceIfIncompatible(ms *ebpf.MapSpec, m *ebpf.Map, name string) ([]endpointEntry, error) {
+	if ms.Compatible(m) == nil {
+		return nil, nil
+	}
+	var entries []endpointEntry
+	if name == "myelin_endpoints" && m.KeySize() == ms.KeySize && m.ValueSize() == ms.ValueSize {
+		var e endpointEntry
+		it := m.Iterate()
+		for it.Next(&e.key, &e.value) {
+			entries = append(entries, e)
+		}
+		if err := it.Err(); err != nil {
+			return nil, fmt.Errorf("read entries: %w", err)
+		}
+	}
+	if err := m.Unpin(); err != nil {
+		return nil, err
+	}
+	return entries, nil
+}

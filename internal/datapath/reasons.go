@@ -1,0 +1,47 @@
+package datapath
+
+import "fmt"
+
+// reasonNames names the C enum reason (bpf/lib/reasons.h). The names are
+// stable: metrics, events and the CLI show them.
+var reasonNames = map[myelinReason]string{
+	myelinReasonREASON_FORWARDED:     "FORWARDED",
+	myelinReasonREASON_PASS_STACK:    "PASS_STACK",
+	myelinReasonDROP_INVALID_PACKET:  "DROP_INVALID_PACKET",
+	myelinReasonDROP_NO_ROUTE:        "DROP_NO_ROUTE",
+	myelinReasonDROP_REDIRECT_FAILED: "DROP_REDIRECT_FAILED",
+	myelinReasonREASON_EVENTS_LOST:   "EVENTS_LOST",
+}
+
+// directionNames names the C enum direction.
+var directionNames = map[myelinDirection]string{
+	myelinDirectionDIR_FROM_POD:     "from-pod",
+	myelinDirectionDIR_FROM_NETDEV:  "from-netdev",
+	myelinDirectionDIR_TO_NETDEV:    "to-netdev",
+	myelinDirectionDIR_FROM_OVERLAY: "from-overlay",
+}
+
+// ReasonName returns the stable name of a datapath reason code, such as
+// "FORWARDED", "PASS_STACK" or "DROP_INVALID_PACKET", as used in metrics,
+// events and the CLI. Unknown codes (a newer datapath) read "REASON_<n>".
+func ReasonName(r uint8) string {
+	if name, ok := reasonNames[myelinReason(r)]; ok {
+		return name
+	}
+	return fmt.Sprintf("REASON_%d", r)
+}
+
+// DirectionName returns the stable name of a datapath direction, such as
+// "from-pod" or "from-netdev". Unknown codes read "dir-<n>".
+func DirectionName(d uint8) string {
+	if name, ok := directionNames[myelinDirection(d)]; ok {
+		return name
+	}
+	return fmt.Sprintf("dir-%d", d)
+}
+
+// isDrop reports whether a reason is a drop.
+func isDrop(r myelinReason) bool {
+	return r != myelinReasonREASON_FORWARDED && r != myelinReasonREASON_PASS_STACK &&
+		r != myelinReasonREASON_EVENTS_LOST
+}

@@ -1,0 +1,248 @@
+package endpoint
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/ipam"
+)
+
+// Datapath is what the manager needs of the BPF datapath.
+type Datapath interface {
+	UpsertEndpoint(ip netip.Addr, ep datapath.EndpointInfo) error
+	DeleteEndpoint(ip netip.Addr) error
+	Endpoints() (map[netip.Addr]datapath.EndpointInfo, error)
+	AttachEndpoint(ifindex int, name string) error
+	DetachEndpoint(name string) error
+}
+
+// Links is what the manager needs of the node's network stack (netlink in the agent,
+// a fake in unit tests).
+type Links interface {
+	// IfIndex returns the index of a link, or an error wrapping ErrLinkNotFound.
+	IfIndex(name string) (int, error)
+	DeleteLink(name string) error
+	ReplacePodRoute(ip netip.Addr, ifindex int) error
+	DeletePodRoute(ip netip.Addr) error
+}
+
+// ErrLinkNotFound is returned by Links.IfIndex for a link that does not exist.
+var ErrLinkNotFound = errors.New("link not found")
+
+// Config configures a Manager.
+type Config struct {
+	Dir  string // where endpoint records live
+	Node string
+	MTU  int
+}
+
+// Manager keeps the endpoints of one node.
+type Manager struct {
+	cfg   Config
+	dp    Datapath
+	links Links
+	pool  *ipam.Pool
+
+	mu  sync.Mutex
+	eps map[string]*api.Endpoint // by container id
+}
+
+// NewManager returns a manager; call Restore before serving requests.
+func NewManager(cfg Config, dp Datapath, links Links, pool *ipam.Pool) *Manager {
+	return &Manager{cfg: cfg, dp: dp, links: links, pool: pool, eps: map[string]*api.Endpoint{}}
+}
+
+// Allocate reserves the pod's IP and names its host-side veth.
+func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
+	if ref.ContainerID == "" {
+		return api.Allocation{}, fmt.Errorf("allocate: the container id is empty")
+	}
+	ip, err := m.pool.Allocate(ref.ContainerID)
+	if err != nil {
+		if errors.Is(err, ipam.ErrExhausted) {
+			return api.Allocation{}, fmt.Errorf("no free pod IP on node %s for %s/%s: %w; delete pods on this node or give it a larger PodCIDR",
+				m.cfg.Node, ref.Namespace, ref.Pod, err)
+		}
+		return api.Allocation{}, err
+	}
+	return api.Allocation{IP: ip.String(), Gateway: Gateway, MTU: m.cfg.MTU, HostIfName: HostIfName(ref.ContainerID)}, nil
+}
+
+// Gateway is the pods' link-local default gateway (see cniplugin.Gateway).
+const Gateway = "169.254.1.1"
+
+// Put registers an endpoint whose veth the plugin has built, and programs the
+// datapath: endpoints map entry, program on the host veth, /32 route.
+func (m *Manager) Put(ep api.Endpoint) (api.Endpoint, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ip, err := netip.ParseAddr(ep.IP)
+	if err != nil {
+		return api.Endpoint{}, fmt.Errorf("endpoint %s: bad IP %q", ep.ContainerID, ep.IP)
+	}
+	if owned, ok := m.pool.Lookup(ep.ContainerID); !ok || owned != ip {
+		return api.Endpoint{}, fmt.Errorf("endpoint %s: IP %s was not allocated to it; call allocate first", ep.ContainerID, ip)
+	}
+	if ep.HostIfName != HostIfName(ep.ContainerID) {
+		return api.Endpoint{}, fmt.Errorf("endpoint %s: host interface %q is not the one allocated (%s)", ep.ContainerID, ep.HostIfName, HostIfName(ep.ContainerID))
+	}
+	if old, ok := m.eps[ep.ContainerID]; ok {
+		ep.ID, ep.Created = old.ID, old.Created
+	} else {
+		ep.ID, ep.Created = m.freeID(), time.Now()
+	}
+	if err := m.program(&ep, ip); err != nil {
+		m.unprogram(&ep, ip)
+		return api.Endpoint{}, err
+	}
+	if err := writeRecord(m.cfg.Dir, &ep); err != nil {
+		m.unprogram(&ep, ip)
+		return api.Endpoint{}, err
+	}
+	m.eps[ep.ContainerID] = &ep
+	return ep, nil
+}
+
+// program makes the datapath deliver to ep: map entry, TCX program, route.
+func (m *Manager) program(ep *api.Endpoint, ip netip.Addr) error {
+	idx, err := m.links.IfIndex(ep.HostIfName)
+	if err != nil {
+		return fmt.Errorf("endpoint %s: host veth %s: %w", ep.ContainerID, ep.HostIfName, err)
+	}
+	if idx != ep.HostIfIndex {
+		return fmt.Errorf("endpoint %s: host veth %s has index %d, not %d", ep.ContainerID, ep.HostIfName, idx, ep.HostIfIndex)
+	}
+	podMAC, err1 := net.ParseMAC(ep.PodMAC)
+	hostMAC, err2 := net.ParseMAC(ep.HostMAC)
+	if err := errors.Join(err1, err2); err != nil {
+		return fmt.Errorf("endpoint %s: %w", ep.ContainerID, err)
+	}
+	info := datapath.EndpointInfo{IfIndex: idx, PodMAC: podMAC, HostMAC: hostMAC, ID: ep.ID}
+	if err := m.dp.UpsertEndpoint(ip, info); err != nil {
+		return fmt.Errorf("endpoint %s: write endpoints map: %w", ep.ContainerID, err)
+	}
+	if err := m.dp.AttachEndpoint(idx, ep.HostIfName); err != nil {
+		return fmt.Errorf("endpoint %s: attach to %s: %w", ep.ContainerID, ep.HostIfName, err)
+	}
+	if err := m.links.ReplacePodRoute(ip, idx); err != nil {
+		return fmt.Errorf("endpoint %s: route %s: %w", ep.ContainerID, ip, err)
+	}
+	return nil
+}
+
+// unprogram undoes program; each step tolerates what is already gone.
+func (m *Manager) unprogram(ep *api.Endpoint, ip netip.Addr) error {
+	return errors.Join(
+		m.links.DeletePodRoute(ip),
+		m.dp.DetachEndpoint(ep.HostIfName),
+		m.dp.DeleteEndpoint(ip),
+	)
+}
+
+// Delete removes an endpoint, its host veth and its IP. Nothing there is success.
+func (m *Manager) Delete(containerID string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.deleteLocked(containerID)
+}
+
+func (m *Manager) deleteLocked(containerID string) error {
+	var errs []error
+	if ep, ok := m.eps[containerID]; ok {
+		ip, _ := netip.ParseAddr(ep.IP)
+		errs = append(errs, m.unprogram(ep, ip))
+		delete(m.eps, containerID)
+	}
+	errs = append(errs,
+		m.links.DeleteLink(HostIfName(containerID)),
+		removeRecord(m.cfg.Dir, containerID),
+		m.pool.Release(containerID))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("delete endpoint %s: %w", containerID, err)
+	}
+	return nil
+}
+
+// freeID returns an endpoint id not in use (1..65535).
+func (m *Manager) freeID() uint16 {
+	used := map[uint16]bool{}
+	for _, ep := range m.eps {
+		used[ep.ID] = true
+	}
+	for id := uint16(1); id != 0; id++ {
+		if !used[id] {
+			return id
+		}
+	}
+	return 0
+}
+
+// Get returns one endpoint.
+func (m *Manager) Get(containerID string) (api.Endpoint, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ep, ok := m.eps[containerID]
+	if !ok {
+		return api.Endpoint{}, false
+	}
+	return *ep, true
+}
+
+// List returns all endpoints.
+func (m *Manager) List() []api.Endpoint {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]api.Endpoint, 0, len(m.eps))
+	for _, ep := range m.eps {
+		out = append(out, *ep)
+	}
+	return out
+}
+
+// PodByIP names the pod ("namespace/name") that has ip, for the monitor.
+func (m *Manager) PodByIP(ip netip.Addr) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, ep := range m.eps {
+		if ep.IP == ip.String() {
+			return ep.Namespace + "/" + ep.Pod
+		}
+	}
+	return ""
+}
+
+// GC deletes every endpoint (and IP allocation) whose container id is not in keep.
+func (m *Manager) GC(keep []string) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	keepSet := map[string]bool{}
+	for _, id := range keep {
+		keepSet[id] = true
+	}
+	candidates := map[string]bool{}
+	for id := range m.eps {
+		candidates[id] = true
+	}
+	for id := range m.pool.Owners() {
+		candidates[id] = true
+	}
+	var removed []string
+	var errs []error
+	for id := range candidates {
+		if keepSet[id] {
+			continue
+		}
+		if err := m.deleteLocked(id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, id)
+	}
+	return removed, errors.Join(errs...)
+}

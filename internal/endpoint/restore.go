@@ -1,0 +1,55 @@
+package endpoint
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+)
+
+// Restore adopts the endpoints recorded on disk after an agent restart: an endpoint
+// whose host veth still exists is re-programmed in place (same veth, same IP, the
+// pinned program link updated atomically); one whose veth is gone is removed. Entries
+// in the BPF endpoints map with no record are removed. It returns how many endpoints
+// were adopted and how many removed.
+func (m *Manager) Restore() (adopted, removed int, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	records, err := readRecords(m.cfg.Dir)
+	if err != nil {
+		return 0, 0, err
+	}
+	var errs []error
+	for _, ep := range records {
+		m.eps[ep.ContainerID] = ep
+		ip, perr := netip.ParseAddr(ep.IP)
+		idx, lerr := m.links.IfIndex(ep.HostIfName)
+		if perr != nil || errors.Is(lerr, ErrLinkNotFound) || idx != ep.HostIfIndex {
+			if err := m.deleteLocked(ep.ContainerID); err != nil {
+				errs = append(errs, err)
+			}
+			removed++
+			continue
+		}
+		if err := m.program(ep, ip); err != nil {
+			errs = append(errs, fmt.Errorf("adopt %s/%s: %w", ep.Namespace, ep.Pod, err))
+			continue
+		}
+		adopted++
+	}
+	inMap, err := m.dp.Endpoints()
+	if err != nil {
+		return adopted, removed, errors.Join(append(errs, err)...)
+	}
+	known := map[netip.Addr]bool{}
+	for _, ep := range m.eps {
+		if ip, err := netip.ParseAddr(ep.IP); err == nil {
+			known[ip] = true
+		}
+	}
+	for ip := range inMap {
+		if !known[ip] {
+			errs = append(errs, m.dp.DeleteEndpoint(ip))
+		}
+	}
+	return adopted, removed, errors.Join(errs...)
+}

@@ -1,0 +1,101 @@
+package ipam
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+)
+
+// ErrExhausted is returned when every address of the range is in use.
+var ErrExhausted = errors.New("pod IP range exhausted")
+
+// Allocator hands out the addresses of one IPv4 range to owners (CNI container ids).
+// Allocation for an owner that already has an address returns that address, so a
+// retried CNI ADD does not leak. Not safe for concurrent use; Pool locks it.
+type Allocator struct {
+	cidr   netip.Prefix
+	owners map[netip.Addr]string
+	byUser map[string]netip.Addr
+	next   netip.Addr
+}
+
+// NewAllocator returns an allocator for cidr. The network address, the first host
+// address (kept for the node) and the broadcast address are never handed out.
+func NewAllocator(cidr netip.Prefix) (*Allocator, error) {
+	if !cidr.Addr().Is4() || cidr.Bits() > 30 || cidr != cidr.Masked() {
+		return nil, fmt.Errorf("pod CIDR %v: must be an IPv4 network of /30 or larger", cidr)
+	}
+	return &Allocator{cidr: cidr, owners: map[netip.Addr]string{}, byUser: map[string]netip.Addr{}, next: first(cidr)}, nil
+}
+
+func first(cidr netip.Prefix) netip.Addr { return cidr.Addr().Next().Next() }
+
+func (a *Allocator) last() netip.Addr {
+	v := a.cidr.Addr().As4()
+	hostBits := 32 - a.cidr.Bits()
+	n := uint32(v[0])<<24 | uint32(v[1])<<16 | uint32(v[2])<<8 | uint32(v[3])
+	n |= (1 << hostBits) - 1
+	n-- // not the broadcast address
+	return netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
+}
+
+// CIDR is the range the allocator hands out from.
+func (a *Allocator) CIDR() netip.Prefix { return a.cidr }
+
+// Total is how many addresses can be handed out.
+func (a *Allocator) Total() int { return 1<<(32-a.cidr.Bits()) - 3 }
+
+// Used is how many addresses are handed out.
+func (a *Allocator) Used() int { return len(a.owners) }
+
+// Allocate returns owner's address, choosing a free one if it has none. It scans from
+// after the last allocation so a released address is not reused at once.
+func (a *Allocator) Allocate(owner string) (netip.Addr, error) {
+	if ip, ok := a.byUser[owner]; ok {
+		return ip, nil
+	}
+	ip := a.next
+	for range a.Total() {
+		if ip.Compare(a.last()) > 0 || !a.cidr.Contains(ip) {
+			ip = first(a.cidr)
+		}
+		if _, used := a.owners[ip]; !used {
+			a.owners[ip], a.byUser[owner] = owner, ip
+			a.next = ip.Next()
+			return ip, nil
+		}
+		ip = ip.Next()
+	}
+	return netip.Addr{}, fmt.Errorf("%w: all %d addresses of %v are in use", ErrExhausted, a.Total(), a.cidr)
+}
+
+// Restore records an allocation read back from disk.
+func (a *Allocator) Restore(ip netip.Addr, owner string) error {
+	if !a.cidr.Contains(ip) || ip.Compare(first(a.cidr)) < 0 || ip.Compare(a.last()) > 0 {
+		return fmt.Errorf("address %v of %s is outside the allocatable range of %v", ip, owner, a.cidr)
+	}
+	if prev, ok := a.owners[ip]; ok && prev != owner {
+		return fmt.Errorf("address %v is recorded for both %s and %s", ip, prev, owner)
+	}
+	a.owners[ip], a.byUser[owner] = owner, ip
+	return nil
+}
+
+// Release frees owner's address and reports it; releasing nothing is not an error.
+func (a *Allocator) Release(owner string) (netip.Addr, bool) {
+	ip, ok := a.byUser[owner]
+	if ok {
+		delete(a.byUser, owner)
+		delete(a.owners, ip)
+	}
+	return ip, ok
+}
+
+// Owners returns a copy of the allocations, owner to address.
+func (a *Allocator) Owners() map[string]netip.Addr {
+	out := make(map[string]netip.Addr, len(a.byUser))
+	for o, ip := range a.byUser {
+		out[o] = ip
+	}
+	return out
+}

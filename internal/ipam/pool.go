@@ -1,0 +1,119 @@
+package ipam
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"sync"
+)
+
+// Pool is an Allocator whose state is written to a file after every change.
+type Pool struct {
+	mu    sync.Mutex
+	alloc *Allocator
+	path  string
+}
+
+type poolFile struct {
+	CIDR        string            `json:"cidr"`
+	Allocations map[string]string `json:"allocations"` // owner -> IP
+}
+
+// OpenPool opens the pool stored at path for cidr, creating it if absent. A stored pool
+// for another CIDR is an error: the node's PodCIDR changed under running pods.
+func OpenPool(path string, cidr netip.Prefix) (*Pool, error) {
+	alloc, err := NewAllocator(cidr)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pool{alloc: alloc, path: path}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return p, p.save()
+	}
+	if err != nil {
+		return nil, err
+	}
+	var f poolFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("read IPAM state %s: %w; move it away to start with an empty pool", path, err)
+	}
+	if f.CIDR != cidr.String() {
+		return nil, fmt.Errorf("IPAM state %s is for %s but the node's PodCIDR is %v; the PodCIDR must not change while pods run: drain the node and remove the file",
+			path, f.CIDR, cidr)
+	}
+	for owner, s := range f.Allocations {
+		ip, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("IPAM state %s: bad address %q for %s", path, s, owner)
+		}
+		if err := alloc.Restore(ip, owner); err != nil {
+			return nil, fmt.Errorf("IPAM state %s: %w", path, err)
+		}
+	}
+	return p, nil
+}
+
+func (p *Pool) save() error {
+	f := poolFile{CIDR: p.alloc.CIDR().String(), Allocations: map[string]string{}}
+	for owner, ip := range p.alloc.Owners() {
+		f.Allocations[owner] = ip.String()
+	}
+	b, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(p.path+".tmp", b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(p.path+".tmp", p.path)
+}
+
+// Allocate returns owner's address (existing or new) and persists it.
+func (p *Pool) Allocate(owner string) (netip.Addr, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ip, err := p.alloc.Allocate(owner)
+	if err != nil {
+		return ip, err
+	}
+	if err := p.save(); err != nil {
+		p.alloc.Release(owner)
+		return netip.Addr{}, fmt.Errorf("persist IP allocation: %w", err)
+	}
+	return ip, nil
+}
+
+// Release frees owner's address, if any, and persists the change.
+func (p *Pool) Release(owner string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.alloc.Release(owner); !ok {
+		return nil
+	}
+	return p.save()
+}
+
+// Lookup returns owner's address.
+func (p *Pool) Lookup(owner string) (netip.Addr, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ip, ok := p.alloc.byUser[owner]
+	return ip, ok
+}
+
+// Owners returns a copy of all allocations.
+func (p *Pool) Owners() map[string]netip.Addr {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.alloc.Owners()
+}
+
+// Usage reports the range, addresses in use and addresses available in total.
+func (p *Pool) Usage() (cidr netip.Prefix, used, total int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.alloc.CIDR(), p.alloc.Used(), p.alloc.Total()
+}

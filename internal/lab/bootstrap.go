@@ -1,0 +1,103 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// AgentUser is the identity of myelin-agent in the lab (its client certificate's CN),
+// bound to the myelin-agent ClusterRole as a DaemonSet's ServiceAccount would be.
+const AgentUser = "myelin-agent"
+
+// ProfileConfig returns the myelin-config ConfigMap data of a lab profile.
+func (p Plan) ProfileConfig() map[string]string {
+	c := map[string]string{
+		"cluster-cidr":             p.Addressing.ClusterCIDR.String(),
+		"ipv4-native-routing-cidr": p.Addressing.ClusterCIDR.String(),
+		"routing-mode":             "native",
+		"auto-direct-node-routes":  "true",
+		"host-routing":             "auto",
+	}
+	switch p.Options.Profile {
+	case "native-legacy":
+		c["host-routing"] = "legacy"
+	case "tunnel":
+		c["routing-mode"], c["auto-direct-node-routes"] = "tunnel", "false"
+	case "tunnel-legacy":
+		c["routing-mode"], c["auto-direct-node-routes"], c["host-routing"] = "tunnel", "false", "legacy"
+	}
+	return c
+}
+
+// bootstrapCluster creates what the lab's nodes need from the API before they start:
+// the agent's RBAC and, for --cni myelin, the myelin-config ConfigMap of the profile.
+func bootstrapCluster(ctx context.Context, paths Paths, plan Plan) error {
+	cs, err := Client(paths.Kubeconfig())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "myelin-agent"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"nodes", "pods", "services", "endpoints", "configmaps", "namespaces"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
+			{APIGroups: []string{"myelin.io"}, Resources: []string{"nodeconfigs"}, Verbs: []string{"get", "list", "watch"}},
+		},
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "myelin-agent"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "myelin-agent"},
+		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: AgentUser}},
+	}
+	if err := create(func() error { _, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); return err }); err != nil {
+		return fmt.Errorf("create ClusterRole myelin-agent: %w", err)
+	}
+	if err := create(func() error {
+		_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return fmt.Errorf("create ClusterRoleBinding myelin-agent: %w", err)
+	}
+	if plan.Options.CNI == CNIMyelin {
+		return applyProfile(ctx, cs, plan)
+	}
+	return nil
+}
+
+func applyProfile(ctx context.Context, cs kubernetes.Interface, plan Plan) error {
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "myelin-config", Namespace: "kube-system",
+			Labels: map[string]string{"myelin.io/lab-profile": plan.Options.Profile}},
+		Data: plan.ProfileConfig(),
+	}
+	err := create(func() error { _, err := cs.CoreV1().ConfigMaps("kube-system").Create(ctx, cm, metav1.CreateOptions{}); return err })
+	if err != nil {
+		return fmt.Errorf("create ConfigMap kube-system/myelin-config: %w", err)
+	}
+	return nil
+}
+
+// create runs a create call, treating AlreadyExists as done (the lab bootstraps once,
+// but a restarted supervisor may run it again) and retrying while the apiserver's
+// bootstrap (namespaces, RBAC) is still settling.
+func create(f func() error) error {
+	var err error
+	for range 30 {
+		err = f()
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		time.Sleep(time.Second)
+	}
+	return err
+}
