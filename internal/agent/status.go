@@ -9,8 +9,8 @@ import (
 
 func (a *agent) status() api.Status {
 	s := api.Status{
-		Node:    a.cfg.Node,
-		Started: a.started,
+		Node:     a.cfg.Node,
+		Started:  a.started,
 		Datapath: api.DatapathInfo{Device: "veth", AttachMode: "tcx", Uplink: a.cfg.Uplink},
 		Routing: api.RoutingInfo{
 			Mode: string(a.conf.RoutingMode), HostRouting: a.routing.Mode(), HostRoutingReason: a.routing.Reason,

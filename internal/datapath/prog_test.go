@@ -26,7 +26,7 @@ func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 // as input context (fields before mark must be zero).
 type skbCtx struct {
 	Len, PktType, Mark, QueueMapping, Protocol, VlanPresent, VlanTCI, VlanProto uint32
-	Priority, IngressIfindex, Ifindex                                          uint32
+	Priority, IngressIfindex, Ifindex                                           uint32
 }
 
 // progCase is one row of a program table.

@@ -59,7 +59,10 @@ func bootstrapCluster(ctx context.Context, paths Paths, plan Plan) error {
 		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "myelin-agent"},
 		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: AgentUser}},
 	}
-	if err := create(func() error { _, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); return err }); err != nil {
+	if err := create(func() error {
+		_, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
+		return err
+	}); err != nil {
 		return fmt.Errorf("create ClusterRole myelin-agent: %w", err)
 	}
 	if err := create(func() error {
@@ -80,7 +83,10 @@ func applyProfile(ctx context.Context, cs kubernetes.Interface, plan Plan) error
 			Labels: map[string]string{"myelin.io/lab-profile": plan.Options.Profile}},
 		Data: plan.ProfileConfig(),
 	}
-	err := create(func() error { _, err := cs.CoreV1().ConfigMaps("kube-system").Create(ctx, cm, metav1.CreateOptions{}); return err })
+	err := create(func() error {
+		_, err := cs.CoreV1().ConfigMaps("kube-system").Create(ctx, cm, metav1.CreateOptions{})
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("create ConfigMap kube-system/myelin-config: %w", err)
 	}

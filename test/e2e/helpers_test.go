@@ -38,7 +38,8 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	myelinBin = filepath.Join(dir, "myelin")
-	build := exec.Command("go", "build", "-o", myelinBin, "github.com/myelin-net/myelin/cmd/myelin")
+	// All commands, side by side: the lab starts myelin-agent from myelin's directory.
+	build := exec.Command("go", "build", "-o", dir+"/", "github.com/myelin-net/myelin/cmd/...")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build myelin:", err)

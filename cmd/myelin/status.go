@@ -1,0 +1,41 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/myelin-net/myelin/internal/cli"
+)
+
+func statusCommand() *cobra.Command {
+	var o cli.StatusOptions
+	cmd := &cobra.Command{
+		Use:   "status [--node NODE | --all] [-o json]",
+		Short: "Show a node's networking: modes and fallback reasons, IPAM, endpoints, nodes, maps, errors",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cli.Status(cmd.Context(), cmd.OutOrStdout(), o)
+		},
+	}
+	cmd.Flags().StringVar(&o.Node, "node", "", "node to ask (a lab node name; default: this node's agent, or the only lab node)")
+	cmd.Flags().BoolVar(&o.All, "all", false, "every node this machine can reach (every lab node)")
+	cmd.Flags().StringVarP(&o.Output, "output", "o", "text", "text or json")
+	cmd.Flags().StringVar(&o.Socket, "socket", "", "agent socket (overrides --node)")
+	return cmd
+}
+
+func monitorCommand() *cobra.Command {
+	var o cli.MonitorOptions
+	cmd := &cobra.Command{
+		Use:   "monitor [--node NODE] [--type drop|trace]",
+		Short: "Stream datapath events (drops with their reasons, traces) with pod names, and lost-event counts",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cli.Monitor(cmd.Context(), cmd.OutOrStdout(), o)
+		},
+	}
+	cmd.Flags().StringVar(&o.Node, "node", "", "node to watch (a lab node name)")
+	cmd.Flags().StringVar(&o.Type, "type", "", "drop or trace (default: both)")
+	cmd.Flags().StringVarP(&o.Output, "output", "o", "text", "text or json")
+	cmd.Flags().StringVar(&o.Socket, "socket", "", "agent socket (overrides --node)")
+	return cmd
+}

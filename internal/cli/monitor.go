@@ -1,0 +1,56 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/myelin-net/myelin/internal/api"
+)
+
+// MonitorOptions are the flags of `myelin monitor`.
+type MonitorOptions struct {
+	Node, Socket, Type, Output string
+}
+
+// Monitor streams one agent's datapath events until ctx ends.
+func Monitor(ctx context.Context, out io.Writer, o MonitorOptions) error {
+	if o.Type != "" && o.Type != "drop" && o.Type != "trace" {
+		return fmt.Errorf("--type %q: use drop or trace (or leave it out for both)", o.Type)
+	}
+	socks, err := sockets(o.Socket, o.Node, false)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(out)
+	return api.NewClient(socks[0]).Monitor(ctx, o.Type, func(ev api.Event) error {
+		if o.Output == "json" {
+			return enc.Encode(ev)
+		}
+		_, err := fmt.Fprintln(out, formatEvent(ev))
+		return err
+	})
+}
+
+func endpointText(ip string, port uint16, pod string) string {
+	s := ip
+	if port != 0 {
+		s = fmt.Sprintf("%s:%d", ip, port)
+	}
+	if pod != "" {
+		s += " (" + pod + ")"
+	}
+	return s
+}
+
+// formatEvent renders one event as a line, e.g.
+// "02:31:07.123 drop DROP_NO_ROUTE from-pod 10.244.0.2:5353 (default/a) -> 10.9.9.9:53 UDP 74 bytes".
+func formatEvent(ev api.Event) string {
+	ts := ev.Time.Format("15:04:05.000")
+	if ev.Type == "lost" {
+		return fmt.Sprintf("%s lost %d events (ring buffer full or this client too slow)", ts, ev.Lost)
+	}
+	return fmt.Sprintf("%s %s %s %s %s -> %s %s %d bytes", ts, ev.Type, ev.Reason, ev.Direction,
+		endpointText(ev.Src, ev.SrcPort, ev.SrcPod), endpointText(ev.Dst, ev.DstPort, ev.DstPod), ev.Proto, ev.Len)
+}

@@ -1,0 +1,99 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/myelin-net/myelin/internal/api"
+)
+
+// StatusOptions are the flags of `myelin status`.
+type StatusOptions struct {
+	Node, Socket, Output string
+	All                  bool
+}
+
+// Status prints the status of one or all agents.
+func Status(ctx context.Context, out io.Writer, o StatusOptions) error {
+	if o.Output != "text" && o.Output != "json" {
+		return fmt.Errorf("-o %q: use text or json", o.Output)
+	}
+	socks, err := sockets(o.Socket, o.Node, o.All)
+	if err != nil {
+		return err
+	}
+	var all []api.Status
+	var failed []string
+	for _, s := range socks {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		st, err := api.NewClient(s).Status(ctx)
+		cancel()
+		if err != nil {
+			failed = append(failed, err.Error())
+			continue
+		}
+		all = append(all, st)
+	}
+	if o.Output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		var v any = all
+		if !o.All && len(all) == 1 {
+			v = all[0]
+		}
+		if err := enc.Encode(v); err != nil {
+			return err
+		}
+	} else {
+		for i, st := range all {
+			if i > 0 {
+				fmt.Fprintln(out)
+			}
+			printStatus(out, st)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%s", strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+func printStatus(out io.Writer, s api.Status) {
+	row := func(k, format string, a ...any) { fmt.Fprintf(out, "%-22s "+format+"\n", append([]any{k + ":"}, a...)...) }
+	row("Node", "%s (agent up %v)", s.Node, time.Since(s.Started).Round(time.Second))
+	k8s := "Disconnected: " + s.Kubernetes.Error
+	if s.Kubernetes.Connected {
+		k8s = "Ok, " + s.Kubernetes.Version
+	}
+	row("Kubernetes", "%s", k8s)
+	row("Datapath", "%s, %s attach, uplink %s", s.Datapath.Device, s.Datapath.AttachMode, s.Datapath.Uplink)
+	row("Routing", "Network: %s   Host: %s (%s)", s.Routing.Mode, s.Routing.HostRouting, s.Routing.HostRoutingReason)
+	if s.Routing.AutoDirectNodeRoutes {
+		row("Node routes", "%d direct routes (auto-direct-node-routes)", s.Routing.Routes)
+	}
+	for _, u := range s.Routing.Unroutable {
+		row("  no route", "%s", u)
+	}
+	row("Masquerading", "%s", s.Masquerade)
+	row("KubeProxyReplacement", "%s", strings.TrimPrefix(s.KubeProxy, "kube-proxy-replacement "))
+	row("MTU", "device %d, routes %d", s.MTU.Device, s.MTU.Route)
+	row("IPAM", "%d/%d allocated from %s", s.IPAM.Used, s.IPAM.Total, s.IPAM.CIDR)
+	row("Endpoints", "%d", s.Endpoints)
+	row("Nodes", "%d known", s.Nodes.Known)
+	var maps []string
+	for _, m := range s.Maps {
+		maps = append(maps, fmt.Sprintf("%s %d/%d", m.Name, m.Entries, m.Max))
+	}
+	row("BPF maps", "%s", strings.Join(maps, ", "))
+	for _, l := range s.Loops {
+		state := "ok"
+		if l.LastError != "" {
+			state = fmt.Sprintf("last error %v ago: %s", time.Since(l.ErrorTime).Round(time.Second), l.LastError)
+		}
+		row("Loop "+l.Name, "%s", state)
+	}
+}

@@ -1,0 +1,173 @@
+package datapath
+
+import (
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+// TestPrivilegedLoadAll loads every program of the object in both host
+// routing modes, so a verifier rejection fails here with the log.
+func TestPrivilegedLoadAll(t *testing.T) {
+	requirePrivileged(t)
+	for _, routing := range []HostRouting{HostRoutingLegacy, HostRoutingBPF} {
+		t.Run(routing.String(), func(t *testing.T) {
+			spec, err := loadMyelin()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := configure(spec, Config{HostRouting: routing, EndpointsMax: DefaultEndpointsMax}); err != nil {
+				t.Fatal(err)
+			}
+			coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
+				Maps: ebpf.MapOptions{PinPath: testPinDirReady(t)},
+			})
+			var verr *ebpf.VerifierError
+			if errors.As(err, &verr) {
+				t.Fatalf("verifier rejected a program: %+v", verr)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer coll.Close()
+			if len(coll.Programs) != len(spec.Programs) || len(spec.Programs) == 0 {
+				t.Fatalf("loaded %d of %d programs", len(coll.Programs), len(spec.Programs))
+			}
+			for name, prog := range coll.Programs {
+				info, err := prog.Info()
+				if err != nil {
+					t.Fatal(err)
+				}
+				insns, _ := info.VerifiedInstructions()
+				t.Logf("%s: %d instructions verified", name, insns)
+			}
+		})
+	}
+}
+
+// testPinDirReady is testPinDir, created.
+func testPinDirReady(t *testing.T) string {
+	dir := testPinDir(t)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// An agent restart (Close, Load) keeps endpoints and counters; a resized
+// endpoints map is replaced with its entries carried over.
+func TestPrivilegedLoadReusesPinnedMaps(t *testing.T) {
+	requirePrivileged(t)
+	dir := testPinDir(t)
+	defer Unpin(dir)
+	ip := netip.MustParseAddr("10.1.0.20")
+
+	d, err := Load(Config{PinDir: dir, HostRouting: HostRoutingBPF})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.UpsertEndpoint(ip, podB); err != nil {
+		t.Fatal(err)
+	}
+	in := ipv4(protoUDP, "10.1.0.10", "10.1.0.20").build()
+	if _, err := d.objs.MyelinFromPod.Run(&ebpf.RunOptions{Data: in}); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	for _, name := range []string{"myelin_endpoints", "myelin_metrics", "myelin_events"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("map pin: %v", err)
+		}
+	}
+
+	for _, max := range []uint32{0, 2048} {
+		d, err = Load(Config{PinDir: dir, HostRouting: HostRoutingBPF, EndpointsMax: max})
+		if err != nil {
+			t.Fatalf("reload with EndpointsMax %d: %v", max, err)
+		}
+		eps, err := d.Endpoints()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := eps[ip]
+		if !ok || got.IfIndex != podB.IfIndex || got.PodMAC.String() != podB.PodMAC.String() ||
+			got.HostMAC.String() != podB.HostMAC.String() || got.ID != podB.ID {
+			t.Errorf("EndpointsMax %d: endpoints after reload = %v, want %s: %+v", max, eps, ip, podB)
+		}
+		fill, err := d.MapFill()
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantMax := int(max)
+		if max == 0 {
+			wantMax = DefaultEndpointsMax
+		}
+		if len(fill) != 1 || fill[0] != (MapFill{Name: "myelin_endpoints", Entries: 1, Max: wantMax}) {
+			t.Errorf("MapFill = %+v, want 1 of %d", fill, wantMax)
+		}
+		d.Close()
+	}
+
+	// Counters survive a reload with unchanged maps.
+	d, err = Load(Config{PinDir: dir, HostRouting: HostRoutingBPF, EndpointsMax: 2048})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	m, err := counter(d, "from-pod", "FORWARDED")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Packets != 1 {
+		t.Errorf("FORWARDED packets after reload = %d, want 1", m.Packets)
+	}
+}
+
+func TestPrivilegedLoadRejectsNonBPFFS(t *testing.T) {
+	requirePrivileged(t)
+	_, err := Load(Config{PinDir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "not on bpffs") {
+		t.Fatalf("Load on a non-bpffs dir: err = %v, want a 'not on bpffs' error", err)
+	}
+}
+
+func TestPrivilegedEndpointsAPI(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTest(t, HostRoutingBPF)
+	ip := netip.MustParseAddr("10.1.0.20")
+	if err := d.UpsertEndpoint(netip.MustParseAddr("fd00::1"), podB); err == nil {
+		t.Error("UpsertEndpoint accepted an IPv6 address")
+	}
+	if err := d.UpsertEndpoint(ip, EndpointInfo{IfIndex: 3, PodMAC: podBMAC}); err == nil {
+		t.Error("UpsertEndpoint accepted a missing host MAC")
+	}
+	if err := d.UpsertEndpoint(netip.MustParseAddr("::ffff:10.1.0.20"), podB); err != nil {
+		t.Errorf("UpsertEndpoint with an IPv4-mapped address: %v", err)
+	}
+	if eps, _ := d.Endpoints(); len(eps) != 1 {
+		t.Errorf("endpoints = %v, want only %s", eps, ip)
+	}
+	for i := 0; i < 2; i++ {
+		if err := d.DeleteEndpoint(ip); err != nil {
+			t.Errorf("DeleteEndpoint #%d: %v", i+1, err)
+		}
+	}
+	if eps, _ := d.Endpoints(); len(eps) != 0 {
+		t.Errorf("endpoints after delete = %v", eps)
+	}
+}
+
+// The development kernel (6.18) has everything BPF host routing needs.
+func TestPrivilegedProbe(t *testing.T) {
+	requirePrivileged(t)
+	f := Probe()
+	t.Logf("features: %+v", f)
+	if m := f.Missing(); len(m) != 0 {
+		t.Errorf("Probe reports missing %q on a kernel that has them", m)
+	}
+}

@@ -1,0 +1,216 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/config"
+	"github.com/myelin-net/myelin/internal/lab"
+)
+
+// connectivity runs servers on every node (HTTP over TCP from a DaemonSet, sockperf
+// over UDP from another, an HTTP server in node-2's host network) and checks ICMP, TCP
+// and UDP from a client pod on node-1 to every server (same node and across nodes),
+// pod to node, and node to pod.
+func connectivity(t *testing.T, cs kubernetes.Interface, nodes int) {
+	t.Helper()
+	ctx := context.Background()
+	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	for _, ds := range []struct {
+		name string
+		cmd  []string
+	}{
+		{"web", []string{myelinBin, "lab", "serve", "--listen", ":8080"}},
+		{"udp", []string{"sockperf", "server", "-i", "0.0.0.0", "-p", "11111"}},
+	} {
+		if _, err := cs.AppsV1().DaemonSets("default").Create(ctx, serverDaemonSet(ds.name, ds.cmd...), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	createPod(t, cs, "client", n1, map[string]string{"app": "client"}, "sleep", "infinity")
+	hostWeb := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "host-web", Labels: map[string]string{"app": "host-web"}},
+		Spec: hostPod("host-web", myelinBin, "lab", "serve", "--listen", ":8080")}
+	hostWeb.Spec.HostNetwork, hostWeb.Spec.NodeName = true, n2
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, hostWeb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	web := runningPods(t, cs, "app=web", nodes)
+	udp := runningPods(t, cs, "app=udp", nodes)
+	runningPods(t, cs, "app=client", 1)
+	runningPods(t, cs, "app=host-web", 1)
+
+	fromClient := func(argv ...string) (string, error) { return inPod("client", argv...) }
+	for _, p := range web {
+		where := fmt.Sprintf("client (%s) to %s on %s", n1, p.Name, p.Spec.NodeName)
+		checkPing(t, where, fromClient, p.Status.PodIP)
+		checkTCP(t, where, fromClient, p.Status.PodIP, p.Name)
+	}
+	for _, p := range udp {
+		checkUDP(t, fmt.Sprintf("client (%s) to %s on %s", n1, p.Name, p.Spec.NodeName), fromClient, p.Status.PodIP)
+	}
+	// Pod to node: every node's IP answers ping; node-2's host network serves HTTP.
+	nodeList, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodeList.Items {
+		checkPing(t, "client to node "+n.Name, fromClient, n.Status.Addresses[0].Address)
+	}
+	checkTCP(t, "client to node-2's host network", fromClient, "198.18.0.12", "host-web")
+	// Node to pod: from each node to a pod on node-1 (local for node-1, remote for others).
+	target := podsOn(web)[n1][0]
+	for i := 1; i <= nodes; i++ {
+		node := lab.NodeName(i)
+		fromNode := func(argv ...string) (string, error) { return inNode(node, argv...) }
+		checkPing(t, node+" to "+target.Name, fromNode, target.Status.PodIP)
+		checkTCP(t, node+" to "+target.Name, fromNode, target.Status.PodIP, target.Name)
+	}
+}
+
+func setHostRouting(t *testing.T, cs kubernetes.Interface, value string) {
+	t.Helper()
+	ctx := context.Background()
+	cm, err := cs.CoreV1().ConfigMaps(config.ConfigMapNamespace).Get(ctx, config.ConfigMapName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data["host-routing"] = value
+	if _, err := cs.CoreV1().ConfigMaps(config.ConfigMapNamespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func expectHostRouting(t *testing.T, node, mode, reason string) {
+	t.Helper()
+	st := agentStatus(t, node)
+	if st.Routing.HostRouting != mode || !strings.Contains(st.Routing.HostRoutingReason, reason) {
+		t.Errorf("%s: host routing %s (%s), want %s with a reason containing %q",
+			node, st.Routing.HostRouting, st.Routing.HostRoutingReason, mode, reason)
+	}
+}
+
+// TestLabMyelinBPF: three nodes in native routing with BPF host routing; ICMP, TCP and
+// UDP on one node and across nodes, pod to node and node to pod; thirty pods all
+// reachable from one client; status and a drop seen by the monitor with its reason.
+func TestLabMyelinBPF(t *testing.T) {
+	requireRoot(t)
+	cs := labUp(t, "--nodes", "3", "--cni", "myelin", "--profile", "native")
+	for i := 1; i <= 3; i++ {
+		expectHostRouting(t, lab.NodeName(i), "BPF", "every requirement")
+	}
+	st := agentStatus(t, lab.NodeName(1))
+	if st.Routing.Mode != "native" || st.Routing.Routes != 2 || st.Nodes.Known != 3 || !st.Kubernetes.Connected {
+		t.Errorf("status of node-1: %+v; want native routing, 2 node routes, 3 nodes, connected", st)
+	}
+	connectivity(t, cs, 3)
+	thirtyPods(t, cs)
+	monitorShowsDrop(t)
+	labDown(t)
+}
+
+// thirtyPods spreads 30 HTTP servers over the nodes and checks the client reaches all.
+func thirtyPods(t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	d := webDeployment(30)
+	d.Name = "many"
+	d.Spec.Selector.MatchLabels = map[string]string{"app": "many"}
+	d.Spec.Template.Labels = map[string]string{"app": "many"}
+	d.Spec.Template.Spec.TopologySpreadConstraints[0].LabelSelector.MatchLabels = map[string]string{"app": "many"}
+	if _, err := cs.AppsV1().Deployments("default").Create(context.Background(), d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pods := runningPods(t, cs, "app=many", 30)
+	for _, p := range pods {
+		checkTCP(t, "client to "+p.Name+" on "+p.Spec.NodeName, func(argv ...string) (string, error) { return inPod("client", argv...) },
+			p.Status.PodIP, p.Name)
+	}
+	st := agentStatus(t, lab.NodeName(1))
+	if st.Endpoints < 10 || st.IPAM.Used != st.Endpoints {
+		t.Errorf("node-1 after 30 pods: %d endpoints, IPAM %d/%d; want >= 10 and equal", st.Endpoints, st.IPAM.Used, st.IPAM.Total)
+	}
+}
+
+// monitorShowsDrop blackholes a range on node-1, pings it from the client, and expects
+// `myelin monitor --type drop` to report DROP_NO_ROUTE with the client's pod name.
+func monitorShowsDrop(t *testing.T) {
+	t.Helper()
+	n1 := lab.NodeName(1)
+	if out, err := inNode(n1, "ip", "route", "add", "blackhole", "10.99.0.0/16"); err != nil {
+		t.Fatalf("add blackhole route: %v %s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mon := exec.CommandContext(ctx, myelinBin, "monitor", "--node", n1, "--type", "drop", "-o", "json")
+	stdout, err := mon.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); _ = mon.Wait() }()
+	found := make(chan api.Event, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var ev api.Event
+			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Reason == "DROP_NO_ROUTE" {
+				found <- ev
+				return
+			}
+		}
+	}()
+	deadline := time.After(30 * time.Second)
+	for {
+		_, _ = inPod("client", "ping", "-c", "1", "-W", "1", "10.99.1.1")
+		select {
+		case ev := <-found:
+			if ev.Type != "drop" || ev.SrcPod != "default/client" || ev.Dst != "10.99.1.1" || ev.Direction != "from-pod" {
+				t.Errorf("drop event = %+v, want a from-pod drop from default/client to 10.99.1.1", ev)
+			}
+			return
+		case <-deadline:
+			t.Fatal("myelin monitor showed no DROP_NO_ROUTE event for pings into a blackhole route")
+		default:
+		}
+	}
+}
+
+// TestLabMyelinLegacy: the same connectivity with legacy host routing.
+func TestLabMyelinLegacy(t *testing.T) {
+	requireRoot(t)
+	cs := labUp(t, "--nodes", "3", "--cni", "myelin", "--profile", "native-legacy")
+	for i := 1; i <= 3; i++ {
+		expectHostRouting(t, lab.NodeName(i), "Legacy", "host-routing is legacy (ConfigMap kube-system/myelin-config)")
+	}
+	out, err := inNode(lab.NodeName(1), "iptables", "-S", "MYELIN-FORWARD")
+	if err != nil || !strings.Contains(out, "-s 10.244.0.0/16") {
+		t.Errorf("legacy mode: MYELIN-FORWARD chain = %v %s", err, out)
+	}
+	connectivity(t, cs, 3)
+	labDown(t)
+}
+
+// TestLabMyelinMixed: node-2 restarts into legacy host routing while the others stay in
+// BPF mode; the cluster keeps full connectivity across the modes.
+func TestLabMyelinMixed(t *testing.T) {
+	requireRoot(t)
+	cs := labUp(t, "--nodes", "3", "--cni", "myelin", "--profile", "native")
+	setHostRouting(t, cs, "legacy")
+	killAgent(t, lab.NodeName(2), false) // the restarted agent reads the new configuration
+	expectHostRouting(t, lab.NodeName(1), "BPF", "")
+	expectHostRouting(t, lab.NodeName(2), "Legacy", "host-routing is legacy")
+	connectivity(t, cs, 3)
+	labDown(t)
+}
