@@ -63,7 +63,9 @@ func Status(ctx context.Context, out io.Writer, o StatusOptions) error {
 }
 
 func printStatus(out io.Writer, s api.Status) {
-	row := func(k, format string, a ...any) { fmt.Fprintf(out, "%-22s "+format+"\n", append([]any{k + ":"}, a...)...) }
+	row := func(k, format string, a ...any) {
+		fmt.Fprintf(out, "%-22s "+format+"\n", append([]any{k + ":"}, a...)...)
+	}
 	row("Node", "%s (agent up %v)", s.Node, time.Since(s.Started).Round(time.Second))
 	k8s := "Disconnected: " + s.Kubernetes.Error
 	if s.Kubernetes.Connected {
