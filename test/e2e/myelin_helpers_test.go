@@ -170,3 +170,8 @@ func podsOn(pods []corev1.Pod) map[string][]corev1.Pod {
 	}
 	return out
 }
+
+func execCommand(argv ...string) (string, error) {
+	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	return string(out), err
+}

@@ -1,0 +1,132 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/lab"
+)
+
+func endpointsOf(t *testing.T, node string) map[string]api.Endpoint {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	eps, err := api.NewClient(lab.AgentSocket(node)).Endpoints(ctx)
+	if err != nil {
+		t.Fatalf("endpoints of %s: %v", node, err)
+	}
+	out := map[string]api.Endpoint{}
+	for _, ep := range eps {
+		out[ep.ContainerID] = ep
+	}
+	return out
+}
+
+// requestLoop requests url from the client pod every 100 ms until stop is closed and
+// returns how many requests were made and which failed.
+func requestLoop(url string, stop <-chan struct{}) (total int, failures []string) {
+	for {
+		select {
+		case <-stop:
+			return total, failures
+		case <-time.After(100 * time.Millisecond):
+		}
+		total++
+		if out, err := inPod("client", "curl", "-sS", "-m", "2", url); err != nil {
+			failures = append(failures, fmt.Sprintf("%s: %v %s", time.Now().Format("15:04:05.000"), err, strings.TrimSpace(out)))
+		}
+	}
+}
+
+// TestLabMyelinAgentRestart kills both agents (SIGKILL) and keeps them down for a while:
+// a cross-node TCP stream and a request loop see no errors, a pod created meanwhile
+// fails CNI ADD with "try again later" and comes up once the agent is back, and the
+// restarted agents adopt their endpoints without re-creating veths or changing IPs.
+func TestLabMyelinAgentRestart(t *testing.T) {
+	requireRoot(t)
+	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native")
+	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	createPod(t, cs, "client", n1, map[string]string{"app": "client"}, "sleep", "infinity")
+	createPod(t, cs, "iperf", n2, map[string]string{"app": "iperf"}, "iperf3", "-s")
+	createPod(t, cs, "web", n2, map[string]string{"app": "web"}, myelinBin, "lab", "serve", "--listen", ":8080")
+	runningPods(t, cs, "app=client", 1)
+	iperfIP := runningPods(t, cs, "app=iperf", 1)[0].Status.PodIP
+	webIP := runningPods(t, cs, "app=web", 1)[0].Status.PodIP
+	before := map[string]map[string]api.Endpoint{n1: endpointsOf(t, n1), n2: endpointsOf(t, n2)}
+
+	var stream bytes.Buffer
+	iperf := exec.Command(myelinBin, "lab", "exec", "client", "--", "iperf3", "-c", iperfIP, "-t", "15", "-b", "200M", "-J")
+	iperf.Stdout, iperf.Stderr = &stream, &stream
+	if err := iperf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var total int
+	var failures []string
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		total, failures = requestLoop("http://"+webIP+":8080/", stop)
+	}()
+
+	time.Sleep(2 * time.Second)
+	killAgent(t, n1, true)
+	killAgent(t, n2, true)
+	createPod(t, cs, "during", n1, map[string]string{"app": "during"}, "sleep", "infinity")
+	eventually(t, time.Minute, "CNI ADD refused with try-again-later while the agent is down", func(ctx context.Context) (bool, string) {
+		evs, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=during"})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "FailedCreatePodSandBox" && strings.Contains(e.Message, "try again later") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events", len(evs.Items))
+	})
+	time.Sleep(2 * time.Second)
+	releaseAgent(t, n1)
+	releaseAgent(t, n2)
+	runningPods(t, cs, "app=during", 1)
+
+	if err := iperf.Wait(); err != nil {
+		t.Errorf("iperf3 stream across the restarts failed: %v\n%s", err, lastLines(stream.String(), 20))
+	}
+	close(stop)
+	wg.Wait()
+	var report struct {
+		End struct {
+			SumReceived struct{ Bytes int64 } `json:"sum_received"`
+		} `json:"end"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(stream.Bytes(), &report); err != nil || report.Error != "" || report.End.SumReceived.Bytes == 0 {
+		t.Errorf("iperf3 report: %v, error %q, %d bytes received", err, report.Error, report.End.SumReceived.Bytes)
+	}
+	if len(failures) > 0 || total < 50 {
+		t.Errorf("request loop: %d of %d requests failed: %v", len(failures), total, failures)
+	}
+	for node, eps := range before {
+		after := endpointsOf(t, node)
+		for id, ep := range eps {
+			a, ok := after[id]
+			if !ok || a.IP != ep.IP || a.HostIfIndex != ep.HostIfIndex || a.HostIfName != ep.HostIfName {
+				t.Errorf("%s: endpoint %s/%s was %s on %s(%d), after the restart %+v", node, ep.Namespace, ep.Pod, ep.IP, ep.HostIfName, ep.HostIfIndex, a)
+			}
+		}
+	}
+	t.Logf("request loop: %d requests, 0 failed; iperf3: %d bytes", total, report.End.SumReceived.Bytes)
+	labDown(t)
+}
