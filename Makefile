@@ -5,7 +5,7 @@ SHELL      := /bin/bash
 GO         ?= go
 BIN        := $(CURDIR)/bin
 MYELIN     := $(BIN)/myelin
-LAB_FLAGS  ?= --nodes 2 --cni bridge
+LAB_FLAGS  ?= --nodes 2
 GOTESTFLAGS ?=
 
 .DEFAULT_GOAL := help
@@ -23,10 +23,15 @@ build: ## Build myelin into ./bin
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
 
+.PHONY: generate
+generate: ## Compile bpf/ and regenerate the Go bindings (after changing C)
+	$(GO) generate ./internal/datapath/
+
 .PHONY: lint
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet, clang-format
 	@out=$$(gofmt -l cmd internal test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	clang-format --dry-run -Werror bpf/*.c bpf/lib/*.h
 
 .PHONY: test
 test: setup build lint ## Run every test tier: unit, privileged, e2e (root needed for the last two)
@@ -41,7 +46,7 @@ demo: setup build ## Bring up a 2-node lab and show pods talking across it
 	@scripts/demo.sh $(MYELIN) $(LAB_FLAGS)
 
 .PHONY: lab-up
-lab-up: setup build ## Bring up a lab (LAB_FLAGS="--nodes 3 --cni bridge")
+lab-up: setup build ## Bring up a lab (LAB_FLAGS="--nodes 3 --profile native-legacy")
 	$(MYELIN) lab up $(LAB_FLAGS)
 
 .PHONY: lab-down

@@ -35,6 +35,11 @@ kubectl get pods -l app=web -o jsonpath='{range .items[*]}{.metadata.name} {.sta
 		"$myelin" lab exec client -- curl -sS -m 5 "http://$ip:8080/"
 	done
 
+if [ -S "/run/myelin/myelin-node-1/agent.sock" ]; then
+	step "myelin status --node $client_node"
+	"$myelin" status --node "$client_node"
+fi
+
 step "the lab is still running"
 cat <<EOT
   export KUBECONFIG=$KUBECONFIG PATH=$KUBE_BIN_DIR:\$PATH

@@ -17,7 +17,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 apt_packages=(
-	clang llvm libbpf-dev bpftool         # BPF toolchain
+	clang llvm libbpf-dev bpftool clang-format  # BPF toolchain
 	iproute2 iptables nftables ethtool    # node networking
 	util-linux procps psmisc              # nsenter, ps, fuser
 	iputils-ping curl                     # real clients

@@ -24,7 +24,7 @@ host serving HTTP on 203.0.113.10:80. Everything it creates is named myelin-*.`,
 	cmd.PersistentFlags().StringVar(&dir, "dir", lab.DefaultDir, "lab directory (state, certificates, logs)")
 	paths := func() lab.Paths { return lab.Paths{Dir: dir} }
 	cmd.AddCommand(labUpCommand(paths), labDownCommand(paths), labStatusCommand(paths),
-		labExecCommand(paths), labServeCommand(), labSuperviseCommand(paths), labKubeletCommand(paths))
+		labExecCommand(paths), labRestartCommand(paths), labServeCommand(), labSuperviseCommand(paths), labKubeletCommand(paths))
 	return cmd
 }
 
@@ -91,6 +91,20 @@ func labExecCommand(paths func() lab.Paths) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "default", "the pod's namespace")
+	return cmd
+}
+
+func labRestartCommand(paths func() lab.Paths) *cobra.Command {
+	var kill bool
+	cmd := &cobra.Command{
+		Use:   "restart PROCESS",
+		Short: "Restart one lab process (e.g. agent-myelin-node-2) and wait until it runs again",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return lab.Restart(paths(), args[0], kill)
+		},
+	}
+	cmd.Flags().BoolVar(&kill, "kill", false, "SIGKILL instead of SIGTERM (simulates a crash)")
 	return cmd
 }
 

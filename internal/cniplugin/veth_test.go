@@ -1,0 +1,103 @@
+package cniplugin
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/myelin-net/myelin/internal/netns"
+)
+
+// throwawayNetNS makes a named netns (myelin-test-*, so `myelin lab down` would also
+// find a leftover) and removes it when the test ends.
+func throwawayNetNS(t *testing.T, role string) string {
+	t.Helper()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	name := "myelin-test-" + role + "-" + hex.EncodeToString(b)
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v %s", name, err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	return "/run/netns/" + name
+}
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 || testing.Short() {
+		t.Skip("privileged test: needs root to create network namespaces (make test runs it as root)")
+	}
+}
+
+// TestPrivilegedVethSetupAndTeardown builds a pod's veth between two throwaway
+// namespaces and checks the pod side (address, gateway neighbour, default route) and
+// the host side, then tears it down twice.
+func TestPrivilegedVethSetupAndTeardown(t *testing.T) {
+	requireRoot(t)
+	host, pod := throwawayNetNS(t, "host"), throwawayNetNS(t, "pod")
+	ip, gw := netip.MustParseAddr("10.244.7.9"), netip.MustParseAddr(Gateway)
+	const hostIf = "myltest0000001"
+	var link podLink
+	err := netns.Do(host, func() (err error) {
+		link, err = setupVeth(pod, "eth0", hostIf, 1400, ip, gw)
+		if err != nil {
+			return err
+		}
+		l, err := netlink.LinkByName(hostIf)
+		if err != nil {
+			return err
+		}
+		if l.Attrs().Index != link.HostIndex || l.Attrs().HardwareAddr.String() != link.HostMAC.String() ||
+			l.Attrs().OperState == netlink.OperDown || l.Attrs().MTU != 1400 {
+			t.Errorf("host veth %+v, setup returned index %d MAC %s", l.Attrs(), link.HostIndex, link.HostMAC)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = netns.Do(pod, func() error {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		addrs, _ := netlink.AddrList(l, unix.AF_INET)
+		if len(addrs) != 1 || addrs[0].IPNet.String() != "10.244.7.9/32" {
+			t.Errorf("pod addresses %v, want 10.244.7.9/32", addrs)
+		}
+		neighs, _ := netlink.NeighList(l.Attrs().Index, unix.AF_INET)
+		found := false
+		for _, n := range neighs {
+			found = found || (n.IP.Equal(net.ParseIP(Gateway)) && n.State == netlink.NUD_PERMANENT &&
+				n.HardwareAddr.String() == link.HostMAC.String())
+		}
+		if !found {
+			t.Errorf("pod neighbours %v, want %s -> %s permanent", neighs, Gateway, link.HostMAC)
+		}
+		return checkPod("eth0", apiEndpoint(ip, link))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := deletePodLink(pod, "eth0"); err != nil {
+			t.Fatalf("deletePodLink #%d: %v", i+1, err)
+		}
+	}
+	_ = netns.Do(host, func() error {
+		if _, err := netlink.LinkByName(hostIf); err == nil {
+			t.Error("host veth still exists after the pod side was deleted")
+		}
+		return nil
+	})
+	if err := deletePodLink("/run/netns/myelin-test-no-such-netns", "eth0"); err != nil {
+		t.Errorf("deletePodLink with the netns gone: %v, want success", err)
+	}
+}

@@ -1,0 +1,175 @@
+package endpoint
+
+import (
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/ipam"
+)
+
+// fakeDatapath and fakeLinks stand in for BPF and netlink in these unit tests of the
+// manager's bookkeeping; the real ones are exercised by the datapath and e2e tests.
+type fakeDatapath struct {
+	eps      map[netip.Addr]datapath.EndpointInfo
+	attached map[string]int
+}
+
+func (f *fakeDatapath) UpsertEndpoint(ip netip.Addr, ep datapath.EndpointInfo) error {
+	f.eps[ip] = ep
+	return nil
+}
+func (f *fakeDatapath) DeleteEndpoint(ip netip.Addr) error { delete(f.eps, ip); return nil }
+func (f *fakeDatapath) Endpoints() (map[netip.Addr]datapath.EndpointInfo, error) {
+	return f.eps, nil
+}
+func (f *fakeDatapath) AttachEndpoint(ifindex int, name string) error {
+	f.attached[name] = ifindex
+	return nil
+}
+func (f *fakeDatapath) DetachEndpoint(name string) error { delete(f.attached, name); return nil }
+
+type fakeLinks struct {
+	links  map[string]int
+	routes map[netip.Addr]int
+}
+
+func (f *fakeLinks) IfIndex(name string) (int, error) {
+	if i, ok := f.links[name]; ok {
+		return i, nil
+	}
+	return 0, fmt.Errorf("%s: %w", name, ErrLinkNotFound)
+}
+func (f *fakeLinks) DeleteLink(name string) error { delete(f.links, name); return nil }
+func (f *fakeLinks) ReplacePodRoute(ip netip.Addr, ifindex int) error {
+	f.routes[ip] = ifindex
+	return nil
+}
+func (f *fakeLinks) DeletePodRoute(ip netip.Addr) error { delete(f.routes, ip); return nil }
+
+type fixture struct {
+	dir   string
+	dp    *fakeDatapath
+	links *fakeLinks
+	pool  *ipam.Pool
+	m     *Manager
+}
+
+func newFixture(t *testing.T, dir string, dp *fakeDatapath, links *fakeLinks) *fixture {
+	t.Helper()
+	pool, err := ipam.OpenPool(filepath.Join(dir, "ipam.json"), netip.MustParsePrefix("10.244.0.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewManager(Config{Dir: filepath.Join(dir, "endpoints"), Node: "n1", MTU: 1500}, dp, links, pool)
+	return &fixture{dir, dp, links, pool, m}
+}
+
+// add runs what the plugin does: allocate, build the veth (a fake link), register.
+func (f *fixture) add(t *testing.T, id string, ifindex int) api.Endpoint {
+	t.Helper()
+	alloc, err := f.m.Allocate(api.PodRef{ContainerID: id, Namespace: "default", Pod: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.links.links[alloc.HostIfName] = ifindex
+	ep, err := f.m.Put(api.Endpoint{PodRef: api.PodRef{ContainerID: id, Namespace: "default", Pod: id},
+		IP: alloc.IP, HostIfName: alloc.HostIfName, HostIfIndex: ifindex,
+		HostMAC: "02:00:00:00:00:01", PodMAC: "02:00:00:00:00:02"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ep
+}
+
+func TestManagerProgramsAndDeletes(t *testing.T) {
+	f := newFixture(t, t.TempDir(), &fakeDatapath{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}},
+		&fakeLinks{map[string]int{}, map[netip.Addr]int{}})
+	ep := f.add(t, "ctr-a", 7)
+	ip := netip.MustParseAddr(ep.IP)
+	if f.dp.eps[ip].IfIndex != 7 || f.dp.attached[ep.HostIfName] != 7 || f.links.routes[ip] != 7 || ep.ID == 0 {
+		t.Fatalf("after Put: map %+v attached %v routes %v id %d", f.dp.eps, f.dp.attached, f.links.routes, ep.ID)
+	}
+	if !strings.HasPrefix(ep.HostIfName, "myl") || len(ep.HostIfName) != 14 {
+		t.Errorf("host veth name %q: want myl + 11 hex", ep.HostIfName)
+	}
+	if got := f.m.PodByIP(ip); got != "default/ctr-a" {
+		t.Errorf("PodByIP = %q", got)
+	}
+	for i := 0; i < 2; i++ { // idempotent
+		if err := f.m.Delete("ctr-a"); err != nil {
+			t.Fatalf("Delete #%d: %v", i+1, err)
+		}
+	}
+	if len(f.dp.eps) != 0 || len(f.dp.attached) != 0 || len(f.links.routes) != 0 || len(f.links.links) != 0 {
+		t.Errorf("after Delete: map %v attached %v routes %v links %v", f.dp.eps, f.dp.attached, f.links.routes, f.links.links)
+	}
+	if _, used, _ := f.pool.Usage(); used != 0 {
+		t.Errorf("after Delete, %d IPs still allocated", used)
+	}
+}
+
+func TestManagerRefusesUnallocatedIP(t *testing.T) {
+	f := newFixture(t, t.TempDir(), &fakeDatapath{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}},
+		&fakeLinks{map[string]int{}, map[netip.Addr]int{}})
+	_, err := f.m.Put(api.Endpoint{PodRef: api.PodRef{ContainerID: "x"}, IP: "10.244.0.9", HostIfName: HostIfName("x")})
+	if err == nil || !strings.Contains(err.Error(), "was not allocated to it") {
+		t.Errorf("Put without Allocate: %v", err)
+	}
+}
+
+// TestManagerRestore: a new manager over the same state adopts endpoints whose veth
+// still exists, removes the one whose veth vanished, and clears stray map entries.
+func TestManagerRestore(t *testing.T) {
+	dir := t.TempDir()
+	dp := &fakeDatapath{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}}
+	links := &fakeLinks{map[string]int{}, map[netip.Addr]int{}}
+	f := newFixture(t, dir, dp, links)
+	kept := f.add(t, "kept", 10)
+	gone := f.add(t, "gone", 11)
+	delete(links.links, gone.HostIfName)                                  // the veth vanished while the agent was down
+	dp.eps[netip.MustParseAddr("10.244.0.200")] = datapath.EndpointInfo{} // stray entry
+	dp.attached = map[string]int{}                                        // a new agent process knows nothing
+
+	f2 := newFixture(t, dir, dp, links)
+	adopted, removed, err := f2.m.Restore()
+	if err != nil || adopted != 1 || removed != 1 {
+		t.Fatalf("Restore = %d adopted, %d removed, %v; want 1, 1, nil", adopted, removed, err)
+	}
+	if got, ok := f2.m.Get("kept"); !ok || got.IP != kept.IP || got.ID != kept.ID {
+		t.Errorf("kept endpoint after restore: %+v %v, want IP %s id %d", got, ok, kept.IP, kept.ID)
+	}
+	if _, ok := f2.m.Get("gone"); ok {
+		t.Error("endpoint with a vanished veth was adopted")
+	}
+	if len(dp.eps) != 1 || dp.attached[kept.HostIfName] != 10 {
+		t.Errorf("datapath after restore: map %v attached %v", dp.eps, dp.attached)
+	}
+	if ip, ok := f2.pool.Lookup("gone"); ok {
+		t.Errorf("IP %v of the vanished endpoint is still allocated", ip)
+	}
+}
+
+func TestManagerGC(t *testing.T) {
+	f := newFixture(t, t.TempDir(), &fakeDatapath{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}},
+		&fakeLinks{map[string]int{}, map[netip.Addr]int{}})
+	f.add(t, "a", 1)
+	f.add(t, "b", 2)
+	if _, err := f.m.Allocate(api.PodRef{ContainerID: "half-made"}); err != nil { // ADD that never registered
+		t.Fatal(err)
+	}
+	removed, err := f.m.GC([]string{"a"})
+	if err != nil || len(removed) != 2 {
+		t.Fatalf("GC = %v, %v; want b and half-made removed", removed, err)
+	}
+	if _, ok := f.m.Get("a"); !ok {
+		t.Error("GC removed a kept endpoint")
+	}
+	if _, used, _ := f.pool.Usage(); used != 1 {
+		t.Errorf("after GC %d IPs allocated, want 1", used)
+	}
+}
