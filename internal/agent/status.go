@@ -45,6 +45,11 @@ func (a *agent) status() api.Status {
 			s.Maps = append(s.Maps, api.MapFill{Name: f.Name, Entries: f.Entries, Max: f.Max})
 		}
 	}
+	if metrics, err := a.dp.Metrics(); err == nil {
+		for _, m := range metrics {
+			s.Counters = append(s.Counters, api.Counter{Direction: m.Direction, Reason: m.Reason, Packets: m.Packets, Bytes: m.Bytes})
+		}
+	}
 	return s
 }
 

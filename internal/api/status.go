@@ -15,6 +15,7 @@ type Status struct {
 	Endpoints  int          `json:"endpoints"`
 	Nodes      NodesInfo    `json:"nodes"`
 	Maps       []MapFill    `json:"maps"`
+	Counters   []Counter    `json:"counters"`
 	Loops      []LoopStatus `json:"controlLoops"`
 	Started    time.Time    `json:"started"`
 }
@@ -66,6 +67,14 @@ type MapFill struct {
 	Name    string `json:"name"`
 	Entries int    `json:"entries"`
 	Max     int    `json:"max"`
+}
+
+// Counter is one datapath counter: packets and bytes by direction and reason.
+type Counter struct {
+	Direction string `json:"direction"`
+	Reason    string `json:"reason"`
+	Packets   uint64 `json:"packets"`
+	Bytes     uint64 `json:"bytes"`
 }
 
 // LoopStatus is the health of one of the agent's control loops.

@@ -91,6 +91,9 @@ func printStatus(out io.Writer, s api.Status) {
 		maps = append(maps, fmt.Sprintf("%s %d/%d", m.Name, m.Entries, m.Max))
 	}
 	row("BPF maps", "%s", strings.Join(maps, ", "))
+	for _, c := range s.Counters {
+		row("Counter", "%-12s %-20s %d packets, %d bytes", c.Direction, c.Reason, c.Packets, c.Bytes)
+	}
 	for _, l := range s.Loops {
 		state := "ok"
 		if l.LastError != "" {

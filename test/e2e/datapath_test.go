@@ -116,7 +116,49 @@ func TestLabMyelinBPF(t *testing.T) {
 	connectivity(t, cs, 3)
 	thirtyPods(t, cs)
 	monitorShowsDrop(t)
+	statusCLI(t)
+	nodeRouteFollowsNodes(t, cs)
 	labDown(t)
+}
+
+// statusCLI checks what an operator sees: the text and JSON forms of myelin status.
+func statusCLI(t *testing.T) {
+	t.Helper()
+	out, err := myelin("status", "--node", lab.NodeName(1))
+	for _, want := range []string{"Host: BPF (auto: every requirement", "IPAM:", "from 10.244.", "Ok, v1.34.4",
+		"DROP_NO_ROUTE", "FORWARDED", "myelin_endpoints"} {
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("myelin status: %v, output lacks %q:\n%s", err, want, out)
+			break
+		}
+	}
+	out, err = myelin("status", "--all", "-o", "json")
+	var all []api.Status
+	if err != nil || json.Unmarshal([]byte(out), &all) != nil || len(all) != 3 {
+		t.Errorf("myelin status --all -o json: %v, want 3 nodes:\n%s", err, out)
+	}
+}
+
+// nodeRouteFollowsNodes deletes node-3's Node object and expects node-1 to drop its
+// route to node-3's PodCIDR (auto-direct-node-routes follows Nodes as they go).
+func nodeRouteFollowsNodes(t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	ctx := context.Background()
+	n3, err := cs.CoreV1().Nodes().Get(ctx, lab.NodeName(3), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cidr := n3.Spec.PodCIDR
+	if out, _ := inNode(lab.NodeName(1), "ip", "route", "show", cidr); !strings.Contains(out, "via 198.18.0.13") {
+		t.Fatalf("node-1 has no route to node-3's %s: %q", cidr, out)
+	}
+	if err := cs.CoreV1().Nodes().Delete(ctx, lab.NodeName(3), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "node-1's route to the deleted node-3 removed", func(context.Context) (bool, string) {
+		out, _ := inNode(lab.NodeName(1), "ip", "route", "show", cidr)
+		return strings.TrimSpace(out) == "", out
+	})
 }
 
 // thirtyPods spreads 30 HTTP servers over the nodes and checks the client reaches all.
