@@ -2,8 +2,10 @@
 /*
  * myelin_from_pod: TCX ingress of each pod's host-side veth, i.e. every
  * packet leaving a pod. BPF host routing delivers to local pods with
- * bpf_redirect_peer and to everything else via FIB + bpf_redirect_neigh;
- * legacy mode hands packets to the kernel stack.
+ * bpf_redirect_peer, in tunnel mode to pods of other nodes through the VXLAN
+ * device, and to everything else via FIB + bpf_redirect_neigh; legacy mode
+ * hands packets to the kernel stack (which, in tunnel mode, encapsulates by
+ * the agent's encap routes).
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -14,6 +16,7 @@
 #include "lib/endpoint.h"
 #include "lib/fib.h"
 #include "lib/ipv4.h"
+#include "lib/tunnel.h"
 #include "lib/verdict.h"
 
 SEC("tcx/ingress")
@@ -21,6 +24,7 @@ int myelin_from_pod(struct __sk_buff *skb)
 {
 	struct ipv4_info info = {};
 	const struct endpoint_info *ep;
+	const struct tunnel_endpoint *te;
 
 	if (skb->protocol != bpf_htons(ETH_P_IP))
 		return verdict_pass(skb, &info, DIR_FROM_POD);
@@ -32,5 +36,10 @@ int myelin_from_pod(struct __sk_buff *skb)
 	ep = endpoint_lookup(info.daddr);
 	if (ep)
 		return endpoint_deliver(skb, &info, DIR_FROM_POD, ep);
+	if (routing_tunnel) {
+		te = tunnel_lookup(info.daddr);
+		if (te)
+			return tunnel_encap_redirect(skb, &info, DIR_FROM_POD, te);
+	}
 	return fib_forward(skb, &info, DIR_FROM_POD);
 }

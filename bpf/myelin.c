@@ -7,6 +7,7 @@
  */
 #include "from_pod.c"
 #include "from_netdev.c"
+#include "from_overlay.c"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

@@ -12,4 +12,13 @@
 /* host_routing_bpf: 1 = BPF host routing, 0 = legacy (the kernel stack routes). */
 volatile const __u8 host_routing_bpf = 0;
 
+/*
+ * routing_tunnel: 1 = pods of other nodes are reached through the VXLAN
+ * overlay (myelin_tunnel), 0 = native routing (the FIB).
+ */
+volatile const __u8 routing_tunnel = 0;
+
+/* overlay_ifindex: the collect-metadata VXLAN device myelin_vxlan; used in tunnel mode. */
+volatile const __u32 overlay_ifindex = 0;
+
 #endif /* MYELIN_LIB_CONFIG_H */

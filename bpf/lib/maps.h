@@ -16,6 +16,7 @@
 #define ENDPOINTS_MAX_DEFAULT 1024 /* ~1000 pods per node */
 #define EVENTS_RINGBUF_SIZE   (256 * 1024)
 #define METRICS_MAX_ENTRIES   (METRIC_DIRS * METRIC_REASONS)
+#define TUNNEL_MAX_ENTRIES    1024 /* one PodCIDR per node */
 
 /* myelin_endpoints: local pod IPv4 (network order) -> endpoint_info. */
 struct {
@@ -25,6 +26,19 @@ struct {
 	__uint(max_entries, ENDPOINTS_MAX_DEFAULT);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_endpoints SEC(".maps");
+
+/*
+ * myelin_tunnel: PodCIDR of every other node -> its node IP, for tunnel
+ * mode. LPM tries must be created with BPF_F_NO_PREALLOC.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct tunnel_lpm_key);
+	__type(value, struct tunnel_endpoint);
+	__uint(max_entries, TUNNEL_MAX_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_tunnel SEC(".maps");
 
 /* myelin_metrics: index dir * METRIC_REASONS + reason, per CPU. */
 struct {

@@ -12,7 +12,7 @@ enum direction {
 	DIR_FROM_POD = 0,     /* myelin_from_pod: leaving a pod */
 	DIR_FROM_NETDEV = 1,  /* myelin_from_netdev: arriving on the uplink */
 	DIR_TO_NETDEV = 2,    /* reserved: uplink egress */
-	DIR_FROM_OVERLAY = 3, /* reserved: VXLAN device ingress */
+	DIR_FROM_OVERLAY = 3, /* myelin_from_overlay: decapsulated, VXLAN device ingress */
 	METRIC_DIRS = 4,
 };
 
@@ -28,6 +28,8 @@ enum reason {
 	DROP_NO_ROUTE = 3,
 	/* A redirect helper refused the packet (returned other than TC_ACT_REDIRECT). */
 	DROP_REDIRECT_FAILED = 4,
+	/* bpf_skb_set_tunnel_key refused the tunnel metadata (tunnel mode). */
+	DROP_TUNNEL_KEY = 5,
 	/* Not a verdict: a ring buffer event could not be written (buffer full). */
 	REASON_EVENTS_LOST = 63,
 	METRIC_REASONS = 64,

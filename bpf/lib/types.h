@@ -19,6 +19,20 @@ struct endpoint_info {
 	__u16 pad;	   /* explicit padding, 0 */
 };
 
+/*
+ * tunnel_lpm_key is the key of myelin_tunnel: a node's PodCIDR. Not named
+ * tunnel_key, which would read like the kernel's struct bpf_tunnel_key.
+ */
+struct tunnel_lpm_key {
+	__u32 prefixlen; /* bits of addr that match, 0..32 */
+	__u32 addr;	 /* network order */
+};
+
+/* tunnel_endpoint is where a PodCIDR's pods are: the VXLAN peer to send them to. */
+struct tunnel_endpoint {
+	__u32 node_ip; /* underlay IPv4 of the node, network order */
+};
+
 /* metrics_value is one per-CPU counter row of myelin_metrics. */
 struct metrics_value {
 	__u64 packets;

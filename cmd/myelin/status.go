@@ -39,3 +39,19 @@ func monitorCommand() *cobra.Command {
 	cmd.Flags().StringVar(&o.Socket, "socket", "", "agent socket (overrides --node)")
 	return cmd
 }
+
+func configCommand() *cobra.Command {
+	var o cli.ConfigOptions
+	cmd := &cobra.Command{
+		Use:   "config [--node NODE] [-o json]",
+		Short: "Show a node's effective configuration: every key, its value and where it came from",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cli.Config(cmd.Context(), cmd.OutOrStdout(), o)
+		},
+	}
+	cmd.Flags().StringVar(&o.Node, "node", "", "node to ask (a lab node name)")
+	cmd.Flags().StringVarP(&o.Output, "output", "o", "text", "text or json")
+	cmd.Flags().StringVar(&o.Socket, "socket", "", "agent socket (overrides --node)")
+	return cmd
+}

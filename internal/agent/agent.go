@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -67,11 +68,19 @@ type agent struct {
 // Run is the agent's whole life: start-up in order, then serve until ctx ends. A
 // configuration error stops it before it changes anything on the node.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
-	cs, err := kubeClient(cfg.Kubeconfig)
+	cs, dyn, err := kubeClients(cfg.Kubeconfig)
 	if err != nil {
 		return err
 	}
-	conf, err := loadConfig(ctx, cs, log)
+	node, err := waitForNode(ctx, cs, cfg.Node, log)
+	if err != nil {
+		return err
+	}
+	podCIDR, err := netip.ParsePrefix(node.Spec.PodCIDR)
+	if err != nil || !podCIDR.Addr().Is4() {
+		return fmt.Errorf("node %s has PodCIDR %q, which is not an IPv4 CIDR", cfg.Node, node.Spec.PodCIDR)
+	}
+	conf, err := loadConfig(ctx, cs, dyn, node.Labels, log)
 	if err != nil {
 		return err
 	}
@@ -85,10 +94,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	log.Info("host routing decided", "mode", decision.Mode(), "reason", decision.Reason)
 
-	podCIDR, err := waitForPodCIDR(ctx, cs, cfg.Node, log)
-	if err != nil {
-		return err
-	}
 	uplink, err := netlink.LinkByName(cfg.Uplink)
 	if err != nil {
 		return fmt.Errorf("uplink %q not found: %w; pass the node's uplink device with --uplink", cfg.Uplink, err)
@@ -138,6 +143,14 @@ func (a *agent) startDatapath(podCIDR netip.Prefix, uplink netlink.Link) error {
 	if a.routing.BPF {
 		mode = datapath.HostRoutingBPF
 	}
+	// Going to legacy, the stack must accept forwarded pod traffic before the programs
+	// start handing packets to it; going to BPF, the rules go only after every program
+	// has been replaced. Either way no packet meets a half-switched node.
+	if !a.routing.BPF {
+		if err := ensureLegacyForward(a.conf.ClusterCIDR.String()); err != nil {
+			return err
+		}
+	}
 	dp, err := datapath.Load(datapath.Config{PinDir: a.cfg.BPFFSDir, HostRouting: mode})
 	if err != nil {
 		return fmt.Errorf("load the BPF datapath: %w", err)
@@ -146,21 +159,17 @@ func (a *agent) startDatapath(podCIDR netip.Prefix, uplink netlink.Link) error {
 		dp.Close()
 		return fmt.Errorf("attach to uplink %s: %w", uplink.Attrs().Name, err)
 	}
-	if a.routing.BPF {
-		err = removeLegacyForward()
-	} else {
-		err = ensureLegacyForward(a.conf.ClusterCIDR.String())
-	}
-	if err != nil {
-		dp.Close()
-		return err
-	}
 	a.pool, a.dp = pool, dp
 	a.eps = endpoint.NewManager(endpoint.Config{Dir: filepath.Join(a.cfg.StateDir, "endpoints"), Node: a.cfg.Node, MTU: a.mtu},
 		dp, routing.Kernel{}, pool)
 	adopted, removed, err := a.eps.Restore()
 	a.loops.report("endpoint-restore", err)
 	a.log.Info("endpoints restored", "adopted", adopted, "removed", removed, "err", err)
+	if a.routing.BPF {
+		if err := removeLegacyForward(); err != nil {
+			return err
+		}
+	}
 	a.monitor = newMonitor(dp, a.eps, a.log)
 	return nil
 }
@@ -180,7 +189,7 @@ func ensureBPFFS() error {
 	return nil
 }
 
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+func kubeClients(kubeconfig string) (kubernetes.Interface, dynamic.Interface, error) {
 	var rc *rest.Config
 	var err error
 	if kubeconfig == "" {
@@ -189,16 +198,21 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client config: %w", err)
+		return nil, nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
 	rc.UserAgent = "myelin-agent"
-	return kubernetes.NewForConfig(rc)
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	return cs, dyn, err
 }
 
 // loadConfig reads the configuration, retrying while the apiserver is unreachable.
-func loadConfig(ctx context.Context, cs kubernetes.Interface, log *slog.Logger) (config.Config, error) {
+func loadConfig(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, nodeLabels map[string]string, log *slog.Logger) (config.Config, error) {
 	for attempt := 1; ; attempt++ {
-		conf, err := config.Load(ctx, cs)
+		conf, err := config.Load(ctx, cs, dyn, nodeLabels)
 		if err == nil || !isTransient(err) || attempt == 30 {
 			return conf, err
 		}
@@ -215,8 +229,9 @@ func isTransient(err error) bool {
 	return errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, unix.EHOSTUNREACH)
 }
 
-// waitForPodCIDR waits until the controller-manager has given this node a PodCIDR.
-func waitForPodCIDR(ctx context.Context, cs kubernetes.Interface, node string, log *slog.Logger) (netip.Prefix, error) {
+// waitForNode waits until this node's Node object exists and the controller-manager
+// has given it a PodCIDR.
+func waitForNode(ctx context.Context, cs kubernetes.Interface, node string, log *slog.Logger) (*corev1.Node, error) {
 	for {
 		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		switch {
@@ -225,15 +240,11 @@ func waitForPodCIDR(ctx context.Context, cs kubernetes.Interface, node string, l
 		case n.Spec.PodCIDR == "":
 			log.Info("waiting for the node's PodCIDR", "node", node)
 		default:
-			p, err := netip.ParsePrefix(n.Spec.PodCIDR)
-			if err != nil || !p.Addr().Is4() {
-				return netip.Prefix{}, fmt.Errorf("node %s has PodCIDR %q, which is not an IPv4 CIDR", node, n.Spec.PodCIDR)
-			}
-			return p, nil
+			return n, nil
 		}
 		select {
 		case <-ctx.Done():
-			return netip.Prefix{}, ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(time.Second):
 		}
 	}

@@ -31,6 +31,7 @@ func (a *agent) serve() (*http.Server, error) {
 	mux.HandleFunc("DELETE /v1/endpoints/{id}", a.ifReady(a.handleDeleteEndpoint))
 	mux.HandleFunc("POST /v1/gc", a.ifReady(a.handleGC))
 	mux.HandleFunc("GET /v1/status", a.handleStatus)
+	mux.HandleFunc("GET /v1/config", a.handleConfig)
 	mux.HandleFunc("GET /v1/monitor", a.handleMonitor)
 	srv := &http.Server{Handler: mux}
 	go func() {
@@ -151,4 +152,12 @@ func (a *agent) handleGC(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, api.GCResult{Removed: removed})
+}
+
+func (a *agent) handleConfig(w http.ResponseWriter, _ *http.Request) {
+	view := api.ConfigView{Node: a.cfg.Node}
+	for _, e := range a.conf.Effective {
+		view.Effective = append(view.Effective, api.ConfigEntry{Key: e.Key, Value: e.Value, Source: e.Source})
+	}
+	writeJSON(w, http.StatusOK, view)
 }

@@ -145,6 +145,13 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	return out, err
 }
 
+// Config returns the node's effective configuration.
+func (c *Client) Config(ctx context.Context) (ConfigView, error) {
+	var out ConfigView
+	err := c.do(ctx, http.MethodGet, "/v1/config", nil, &out)
+	return out, err
+}
+
 // Monitor streams datapath events of the given type ("drop", "trace" or "" for all)
 // to fn until ctx ends or fn returns an error.
 func (c *Client) Monitor(ctx context.Context, typ string, fn func(Event) error) error {

@@ -57,3 +57,16 @@ type Health struct {
 type ErrorBody struct {
 	Error string `json:"error"`
 }
+
+// ConfigView is a node's effective configuration: every key, its value and its source.
+type ConfigView struct {
+	Node      string        `json:"node"`
+	Effective []ConfigEntry `json:"effective"`
+}
+
+// ConfigEntry is one configuration key's effective value and where it came from.
+type ConfigEntry struct {
+	Key    string `json:"key"`
+	Value  string `json:"value"`
+	Source string `json:"source"`
+}

@@ -65,6 +65,9 @@ type Effective struct {
 type Source struct {
 	Name   string
 	Values map[string]string
+	// PerNode marks a source that applies to some nodes only (a NodeConfig): it may not
+	// set keys that must be the same on every node.
+	PerNode bool
 }
 
 // DefaultSourceName names the built-in defaults in Effective.
@@ -83,6 +86,10 @@ func Resolve(sources ...Source) (Config, error) {
 			k, ok := keyByName(name)
 			if !ok {
 				return Config{}, fmt.Errorf("%s: unknown key %q; known keys: %s", src.Name, name, keyNames())
+			}
+			if src.PerNode && k.clusterWide() {
+				return Config{}, fmt.Errorf("%s: key %q must be the same on every node; set it in the ConfigMap %s/%s instead",
+					src.Name, name, ConfigMapNamespace, ConfigMapName)
 			}
 			if err := k.parse(&Config{}, v); err != nil {
 				return Config{}, fmt.Errorf("%s: key %q value %q: %v", src.Name, name, v, err)

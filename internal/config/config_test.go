@@ -1,6 +1,7 @@
 package config
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"strings"
 	"testing"
 )
@@ -59,5 +60,77 @@ func TestResolveErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Resolve(%v) = %v, want error containing %q", tt.values, err, tt.want)
 		}
+	}
+}
+
+func TestNodeConfigMerge(t *testing.T) {
+	cm := Source{Name: "ConfigMap kube-system/myelin-config", Values: map[string]string{"routing-mode": "native", "host-routing": "bpf"}}
+	ncs := []NodeConfig{
+		{Namespace: "kube-system", Name: "b-legacy", Defaults: map[string]string{"host-routing": "legacy", "mtu": "1400"},
+			NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"migrate": "legacy"}}},
+		{Namespace: "kube-system", Name: "a-all", Defaults: map[string]string{"mtu": "1450", "user-iptables-guard": "warn"}},
+		{Namespace: "default", Name: "c-other", Defaults: map[string]string{"host-routing": "auto"},
+			NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pool": "other"}}},
+	}
+	tests := []struct {
+		labels map[string]string
+		want   map[string]string // key -> value@source
+	}{
+		{map[string]string{"migrate": "legacy"}, map[string]string{
+			"host-routing":        "legacy@NodeConfig kube-system/b-legacy",
+			"mtu":                 "1400@NodeConfig kube-system/b-legacy", // b applies after a
+			"user-iptables-guard": "warn@NodeConfig kube-system/a-all",
+			"routing-mode":        "native@ConfigMap kube-system/myelin-config",
+			"tunnel-port":         "8472@default",
+		}},
+		{map[string]string{"pool": "other"}, map[string]string{
+			"host-routing": "auto@NodeConfig default/c-other",
+			"mtu":          "1450@NodeConfig kube-system/a-all",
+		}},
+		{nil, map[string]string{
+			"host-routing": "bpf@ConfigMap kube-system/myelin-config",
+			"mtu":          "1450@NodeConfig kube-system/a-all",
+		}},
+	}
+	for _, tt := range tests {
+		selected, err := SelectNodeConfigs(tt.labels, ncs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := Resolve(append([]Source{cm}, selected...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range c.Effective {
+			if want, ok := tt.want[e.Key]; ok && want != e.Value+"@"+e.Source {
+				t.Errorf("labels %v: %s = %s@%s, want %s", tt.labels, e.Key, e.Value, e.Source, want)
+			}
+		}
+	}
+}
+
+func TestNodeConfigRefusals(t *testing.T) {
+	for _, tt := range []struct {
+		nc   NodeConfig
+		want string
+	}{
+		{NodeConfig{Namespace: "ns", Name: "tp", Defaults: map[string]string{"tunnel-port": "9999"}},
+			`NodeConfig ns/tp: key "tunnel-port" must be the same on every node; set it in the ConfigMap kube-system/myelin-config`},
+		{NodeConfig{Namespace: "ns", Name: "cidr", Defaults: map[string]string{"cluster-cidr": "10.0.0.0/8"}}, `key "cluster-cidr" must be the same`},
+		{NodeConfig{Namespace: "ns", Name: "typo", Defaults: map[string]string{"host-routng": "bpf"}}, `NodeConfig ns/typo: unknown key "host-routng"`},
+		{NodeConfig{Namespace: "ns", Name: "bad", Defaults: map[string]string{"host-routing": "fast"}},
+			`NodeConfig ns/bad: key "host-routing" value "fast": must be one of auto, bpf, legacy`},
+	} {
+		selected, err := SelectNodeConfigs(nil, []NodeConfig{tt.nc})
+		if err == nil {
+			_, err = Resolve(selected...)
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want %q", tt.nc.Name, err, tt.want)
+		}
+	}
+	bad := NodeConfig{Namespace: "ns", Name: "sel", NodeSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Near"}}}}
+	if _, err := SelectNodeConfigs(nil, []NodeConfig{bad}); err == nil || !strings.Contains(err.Error(), "NodeConfig ns/sel: bad spec.nodeSelector") {
+		t.Errorf("invalid selector: %v", err)
 	}
 }

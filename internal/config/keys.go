@@ -15,6 +15,17 @@ type key struct {
 	parse func(c *Config, v string) error
 }
 
+// clusterWide reports whether the key must be equal on every node: a NodeConfig may
+// not set it.
+func (k key) clusterWide() bool { return clusterWideKeys[k.name] }
+
+// clusterWideKeys are the keys whose values must agree across the cluster.
+var clusterWideKeys = map[string]bool{
+	"cluster-cidr": true, "routing-mode": true, "tunnel-protocol": true, "tunnel-port": true,
+	"ipv4-native-routing-cidr": true, "lb-algorithm": true, "maglev-table-size": true,
+}
+
+
 var keys = []key{
 	{"cluster-cidr", "10.244.0.0/16", func(c *Config, v string) (err error) {
 		c.ClusterCIDR, err = parseCIDR(v)

@@ -29,6 +29,16 @@ func (d *Datapath) AttachEndpoint(ifindex int, name string) error {
 	return d.attach(d.objs.MyelinFromPod, ifindex, "ep-", name)
 }
 
+// AttachOverlay attaches myelin_from_overlay to TCX ingress of the VXLAN
+// device ifindex (myelin_vxlan, in the caller's network namespace), where
+// decapsulated packets arrive, pinning the link at
+// <PinDir>/links/overlay-<name>, with the same in-place update as
+// AttachNetdev. Attach it in both host routing modes: in legacy mode the
+// program only counts and hands packets to the stack.
+func (d *Datapath) AttachOverlay(ifindex int, name string) error {
+	return d.attach(d.objs.MyelinFromOverlay, ifindex, "overlay-", name)
+}
+
 // DetachEndpoint detaches and unpins the link of the host-side veth name.
 // No error if there is none; deleting the veth also detaches the program,
 // leaving only the pin, which this removes.

@@ -62,8 +62,15 @@ func testPinDir(t *testing.T) string {
 // loadTest loads a datapath into a fresh pin dir, closed and unpinned at cleanup.
 func loadTest(t *testing.T, routing HostRouting) *Datapath {
 	t.Helper()
+	return loadTestConfig(t, Config{HostRouting: routing})
+}
+
+// loadTestConfig is loadTest with cfg; its PinDir is set to a fresh pin dir.
+func loadTestConfig(t *testing.T, cfg Config) *Datapath {
+	t.Helper()
 	dir := testPinDir(t)
-	d, err := Load(Config{PinDir: dir, HostRouting: routing})
+	cfg.PinDir = dir
+	d, err := Load(cfg)
 	if err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
@@ -107,6 +114,25 @@ func seedEndpoints(d *Datapath, eps map[string]EndpointInfo) error {
 	}
 	for ip, ep := range eps {
 		if err := d.UpsertEndpoint(netip.MustParseAddr(ip), ep); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// seedTunnels makes the tunnel map hold exactly tunnels (PodCIDR -> node IP).
+func seedTunnels(d *Datapath, tunnels map[string]string) error {
+	old, err := d.Tunnels()
+	if err != nil {
+		return err
+	}
+	for p := range old {
+		if err := d.DeleteTunnel(p); err != nil {
+			return err
+		}
+	}
+	for p, node := range tunnels {
+		if err := d.UpsertTunnel(netip.MustParsePrefix(p), netip.MustParseAddr(node)); err != nil {
 			return err
 		}
 	}

@@ -3,6 +3,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 
 	"github.com/cilium/ebpf"
@@ -45,6 +46,16 @@ type Config struct {
 	HostRouting HostRouting
 	// EndpointsMax sizes the endpoints map; 0 means DefaultEndpointsMax.
 	EndpointsMax uint32
+	// Tunnel is routing-mode tunnel: with BPF host routing, pods of other
+	// nodes (the PodCIDRs in the tunnel map, see UpsertTunnel) are reached
+	// through the VXLAN device instead of the FIB. With legacy host routing
+	// it changes nothing in BPF: the kernel encapsulates by encap routes.
+	Tunnel bool
+	// OverlayIfIndex is the ifindex of the collect-metadata VXLAN device
+	// myelin_vxlan in the node netns, the redirect target of encapsulated
+	// packets. Required when Tunnel is set; baked in at load, so a recreated
+	// device needs a new Load.
+	OverlayIfIndex int
 }
 
 // Datapath is the loaded datapath of one node: its programs and maps.
@@ -58,7 +69,8 @@ type Datapath struct {
 // pinned in cfg.PinDir so endpoint entries and counters survive an agent
 // restart. A pinned map whose shape no longer matches (for example after
 // EndpointsMax changed) is replaced; endpoint entries are carried over.
-// Load does not attach anything: call AttachNetdev and AttachEndpoint.
+// Load does not attach anything: call AttachNetdev, AttachEndpoint and,
+// in tunnel mode, AttachOverlay.
 //
 // Errors name the pin directory when it is not on bpffs; a verifier
 // rejection wraps *ebpf.VerifierError (print it with %+v for the log).
@@ -71,6 +83,9 @@ func Load(cfg Config) (*Datapath, error) {
 	}
 	if cfg.HostRouting != HostRoutingLegacy && cfg.HostRouting != HostRoutingBPF {
 		return nil, fmt.Errorf("load datapath: unknown host routing %d: use HostRoutingLegacy or HostRoutingBPF", int(cfg.HostRouting))
+	}
+	if cfg.Tunnel && (cfg.OverlayIfIndex <= 0 || cfg.OverlayIfIndex > math.MaxInt32) {
+		return nil, fmt.Errorf("load datapath: tunnel mode with overlay ifindex %d: set Config.OverlayIfIndex to the ifindex of the VXLAN device myelin_vxlan", cfg.OverlayIfIndex)
 	}
 	if err := ensurePinDir(cfg.PinDir); err != nil {
 		return nil, err
@@ -102,6 +117,17 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 	}
 	if err := specs.HostRoutingBpf.Set(bpfRouting); err != nil {
 		return fmt.Errorf("set host_routing_bpf: %w", err)
+	}
+	var tunnel uint8
+	var overlay uint32
+	if cfg.Tunnel {
+		tunnel, overlay = 1, uint32(cfg.OverlayIfIndex)
+	}
+	if err := specs.RoutingTunnel.Set(tunnel); err != nil {
+		return fmt.Errorf("set routing_tunnel: %w", err)
+	}
+	if err := specs.OverlayIfindex.Set(overlay); err != nil {
+		return fmt.Errorf("set overlay_ifindex: %w", err)
 	}
 	specs.MyelinEndpoints.MaxEntries = cfg.EndpointsMax
 	return nil

@@ -2,6 +2,8 @@ package datapath
 
 import (
 	"fmt"
+
+	"github.com/cilium/ebpf"
 )
 
 // Metric is one counter row of the datapath, summed over CPUs.
@@ -50,21 +52,38 @@ type MapFill struct {
 	Max     int
 }
 
-// MapFill reports the fill of the maps that can run full (the endpoints
-// map). Counting walks the map, so call it for status, not per packet.
+// MapFill reports the fill of the maps that can run full: the endpoints
+// map and the tunnel map. Counting walks the maps, so call it for status,
+// not per packet.
 func (d *Datapath) MapFill() ([]MapFill, error) {
-	m := d.objs.MyelinEndpoints
 	var (
-		key   [4]byte
-		value myelinEndpointInfo
-		n     int
+		epKey     [4]byte
+		epValue   myelinEndpointInfo
+		tunKey    myelinTunnelLpmKey
+		tunValue  myelinTunnelEndpoint
+		endpoints = d.objs.MyelinEndpoints
+		tunnels   = d.objs.MyelinTunnel
 	)
-	it := m.Iterate()
-	for it.Next(&key, &value) {
-		n++
-	}
-	if err := it.Err(); err != nil {
+	nEndpoints, err := countEntries(endpoints, &epKey, &epValue)
+	if err != nil {
 		return nil, fmt.Errorf("count myelin_endpoints: %w", err)
 	}
-	return []MapFill{{Name: "myelin_endpoints", Entries: n, Max: int(m.MaxEntries())}}, nil
+	nTunnels, err := countEntries(tunnels, &tunKey, &tunValue)
+	if err != nil {
+		return nil, fmt.Errorf("count myelin_tunnel: %w", err)
+	}
+	return []MapFill{
+		{Name: "myelin_endpoints", Entries: nEndpoints, Max: int(endpoints.MaxEntries())},
+		{Name: "myelin_tunnel", Entries: nTunnels, Max: int(tunnels.MaxEntries())},
+	}, nil
+}
+
+// countEntries walks m, decoding into key and value, and counts the entries.
+func countEntries(m *ebpf.Map, key, value any) (int, error) {
+	n := 0
+	it := m.Iterate()
+	for it.Next(key, value) {
+		n++
+	}
+	return n, it.Err()
 }

@@ -68,9 +68,21 @@ const (
 	myelinReasonDROP_INVALID_PACKET  myelinReason = 2
 	myelinReasonDROP_NO_ROUTE        myelinReason = 3
 	myelinReasonDROP_REDIRECT_FAILED myelinReason = 4
+	myelinReasonDROP_TUNNEL_KEY      myelinReason = 5
 	myelinReasonREASON_EVENTS_LOST   myelinReason = 63
 	myelinReasonMETRIC_REASONS       myelinReason = 64
 )
+
+type myelinTunnelEndpoint struct {
+	_      structs.HostLayout
+	NodeIp uint32
+}
+
+type myelinTunnelLpmKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Addr      uint32
+}
 
 // loadMyelin returns the embedded CollectionSpec for myelin.
 func loadMyelin() (*ebpf.CollectionSpec, error) {
@@ -114,8 +126,9 @@ type myelinSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type myelinProgramSpecs struct {
-	MyelinFromNetdev *ebpf.ProgramSpec `ebpf:"myelin_from_netdev"`
-	MyelinFromPod    *ebpf.ProgramSpec `ebpf:"myelin_from_pod"`
+	MyelinFromNetdev  *ebpf.ProgramSpec `ebpf:"myelin_from_netdev"`
+	MyelinFromOverlay *ebpf.ProgramSpec `ebpf:"myelin_from_overlay"`
+	MyelinFromPod     *ebpf.ProgramSpec `ebpf:"myelin_from_pod"`
 }
 
 // myelinMapSpecs contains maps before they are loaded into the kernel.
@@ -125,6 +138,7 @@ type myelinMapSpecs struct {
 	MyelinEndpoints *ebpf.MapSpec `ebpf:"myelin_endpoints"`
 	MyelinEvents    *ebpf.MapSpec `ebpf:"myelin_events"`
 	MyelinMetrics   *ebpf.MapSpec `ebpf:"myelin_metrics"`
+	MyelinTunnel    *ebpf.MapSpec `ebpf:"myelin_tunnel"`
 }
 
 // myelinVariableSpecs contains global variables before they are loaded into the kernel.
@@ -136,6 +150,8 @@ type myelinVariableSpecs struct {
 	BtfAnchorEventType *ebpf.VariableSpec `ebpf:"btf_anchor_event_type"`
 	BtfAnchorReason    *ebpf.VariableSpec `ebpf:"btf_anchor_reason"`
 	HostRoutingBpf     *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
+	OverlayIfindex     *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
+	RoutingTunnel      *ebpf.VariableSpec `ebpf:"routing_tunnel"`
 	TraceEnabled       *ebpf.VariableSpec `ebpf:"trace_enabled"`
 }
 
@@ -162,6 +178,7 @@ type myelinMaps struct {
 	MyelinEndpoints *ebpf.Map `ebpf:"myelin_endpoints"`
 	MyelinEvents    *ebpf.Map `ebpf:"myelin_events"`
 	MyelinMetrics   *ebpf.Map `ebpf:"myelin_metrics"`
+	MyelinTunnel    *ebpf.Map `ebpf:"myelin_tunnel"`
 }
 
 func (m *myelinMaps) Close() error {
@@ -169,6 +186,7 @@ func (m *myelinMaps) Close() error {
 		m.MyelinEndpoints,
 		m.MyelinEvents,
 		m.MyelinMetrics,
+		m.MyelinTunnel,
 	)
 }
 
@@ -181,6 +199,8 @@ type myelinVariables struct {
 	BtfAnchorEventType *ebpf.Variable `ebpf:"btf_anchor_event_type"`
 	BtfAnchorReason    *ebpf.Variable `ebpf:"btf_anchor_reason"`
 	HostRoutingBpf     *ebpf.Variable `ebpf:"host_routing_bpf"`
+	OverlayIfindex     *ebpf.Variable `ebpf:"overlay_ifindex"`
+	RoutingTunnel      *ebpf.Variable `ebpf:"routing_tunnel"`
 	TraceEnabled       *ebpf.Variable `ebpf:"trace_enabled"`
 }
 
@@ -188,13 +208,15 @@ type myelinVariables struct {
 //
 // It can be passed to loadMyelinObjects or ebpf.CollectionSpec.LoadAndAssign.
 type myelinPrograms struct {
-	MyelinFromNetdev *ebpf.Program `ebpf:"myelin_from_netdev"`
-	MyelinFromPod    *ebpf.Program `ebpf:"myelin_from_pod"`
+	MyelinFromNetdev  *ebpf.Program `ebpf:"myelin_from_netdev"`
+	MyelinFromOverlay *ebpf.Program `ebpf:"myelin_from_overlay"`
+	MyelinFromPod     *ebpf.Program `ebpf:"myelin_from_pod"`
 }
 
 func (p *myelinPrograms) Close() error {
 	return _MyelinClose(
 		p.MyelinFromNetdev,
+		p.MyelinFromOverlay,
 		p.MyelinFromPod,
 	)
 }

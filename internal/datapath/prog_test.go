@@ -33,6 +33,7 @@ type skbCtx struct {
 type progCase struct {
 	name      string
 	endpoints map[string]EndpointInfo
+	tunnels   map[string]string // PodCIDR -> node IP
 	in        []byte
 	ctx       *skbCtx // nil: no context, the skb's device is loopback and ingress_ifindex 0
 	verdict   uint32
@@ -57,6 +58,9 @@ func runCases(t *testing.T, d *Datapath, prog *ebpf.Program, dir string, cases [
 // on a thread locked into a netns, where subtests (new goroutines) can't.
 func checkCase(d *Datapath, prog *ebpf.Program, dir string, c progCase) error {
 	if err := seedEndpoints(d, c.endpoints); err != nil {
+		return err
+	}
+	if err := seedTunnels(d, c.tunnels); err != nil {
 		return err
 	}
 	before, err := counter(d, dir, c.reason)
@@ -185,7 +189,7 @@ func TestPrivilegedBPFLegacy(t *testing.T) {
 	for _, p := range []struct {
 		prog *ebpf.Program
 		dir  string
-	}{{d.objs.MyelinFromPod, "from-pod"}, {d.objs.MyelinFromNetdev, "from-netdev"}} {
+	}{{d.objs.MyelinFromPod, "from-pod"}, {d.objs.MyelinFromNetdev, "from-netdev"}, {d.objs.MyelinFromOverlay, "from-overlay"}} {
 		t.Run(p.dir, func(t *testing.T) {
 			cases := []progCase{
 				{name: "UDP to local endpoint", endpoints: seedB, in: udp.build(), verdict: tcActOK, reason: "PASS_STACK"},

@@ -10,6 +10,7 @@ var reasonNames = map[myelinReason]string{
 	myelinReasonDROP_INVALID_PACKET:  "DROP_INVALID_PACKET",
 	myelinReasonDROP_NO_ROUTE:        "DROP_NO_ROUTE",
 	myelinReasonDROP_REDIRECT_FAILED: "DROP_REDIRECT_FAILED",
+	myelinReasonDROP_TUNNEL_KEY:      "DROP_TUNNEL_KEY",
 	myelinReasonREASON_EVENTS_LOST:   "EVENTS_LOST",
 }
 

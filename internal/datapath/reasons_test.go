@@ -19,6 +19,7 @@ func TestReasonName(t *testing.T) {
 		{2, "DROP_INVALID_PACKET"},
 		{3, "DROP_NO_ROUTE"},
 		{4, "DROP_REDIRECT_FAILED"},
+		{5, "DROP_TUNNEL_KEY"},
 		{63, "EVENTS_LOST"},
 		{42, "REASON_42"},
 	} {

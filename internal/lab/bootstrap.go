@@ -10,6 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/myelin-net/myelin/internal/k8s"
 )
 
 // AgentUser is the identity of myelin-agent in the lab (its client certificate's CN),
@@ -71,10 +73,17 @@ func bootstrapCluster(ctx context.Context, paths Paths, plan Plan) error {
 	}); err != nil {
 		return fmt.Errorf("create ClusterRoleBinding myelin-agent: %w", err)
 	}
-	if plan.Options.CNI == CNIMyelin {
-		return applyProfile(ctx, cs, plan)
+	if plan.Options.CNI != CNIMyelin {
+		return nil
 	}
-	return nil
+	dyn, err := DynamicClient(paths.Kubeconfig())
+	if err != nil {
+		return err
+	}
+	if err := create(func() error { return k8s.EnsureCRDs(ctx, dyn) }); err != nil {
+		return err
+	}
+	return applyProfile(ctx, cs, plan)
 }
 
 func applyProfile(ctx context.Context, cs kubernetes.Interface, plan Plan) error {

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -20,6 +21,16 @@ func Client(path string) (kubernetes.Interface, error) {
 	}
 	cfg.UserAgent = "myelin-lab"
 	return kubernetes.NewForConfig(cfg)
+}
+
+// DynamicClient returns a dynamic client (for custom resources) for the kubeconfig at path.
+func DynamicClient(path string) (dynamic.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig %s: %w", path, err)
+	}
+	cfg.UserAgent = "myelin-lab"
+	return dynamic.NewForConfig(cfg)
 }
 
 // waitNodesReady waits until every planned node is registered, Ready and has a PodCIDR,

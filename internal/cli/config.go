@@ -1,0 +1,47 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/myelin-net/myelin/internal/api"
+)
+
+// ConfigOptions are the flags of `myelin config`.
+type ConfigOptions struct {
+	Node, Socket, Output string
+}
+
+// Config prints a node's effective configuration with the source of every key.
+func Config(ctx context.Context, out io.Writer, o ConfigOptions) error {
+	socks, err := sockets(o.Socket, o.Node, false)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	view, err := api.NewClient(socks[0]).Config(ctx)
+	if err != nil {
+		return err
+	}
+	if o.Output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(view)
+	}
+	fmt.Fprintf(out, "Node %s (effective since the agent started)\n\n", view.Node)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tVALUE\tSOURCE")
+	for _, e := range view.Effective {
+		v := e.Value
+		if v == "" {
+			v = "(none)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", e.Key, v, e.Source)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,75 @@
+package datapath
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+)
+
+// UpsertTunnel creates or replaces the tunnel entry of another node: in
+// tunnel mode, from_pod sends packets for podCIDR encapsulated to nodeIP.
+// Lookups are longest-prefix matches. Both must be IPv4 (podCIDR not
+// 4-in-6); podCIDR's host bits are ignored. It fails with ebpf.ErrMapFull wrapped when the map holds
+// 1,024 PodCIDRs already.
+func (d *Datapath) UpsertTunnel(podCIDR netip.Prefix, nodeIP netip.Addr) error {
+	key, err := tunnelKey(podCIDR)
+	if err != nil {
+		return fmt.Errorf("upsert tunnel: %w", err)
+	}
+	node, err := endpointKey(nodeIP)
+	if err != nil {
+		return fmt.Errorf("upsert tunnel %s: node IP: %w", podCIDR, err)
+	}
+	if !netip.AddrFrom4(node).IsGlobalUnicast() {
+		return fmt.Errorf("upsert tunnel %s: node IP %s is not a unicast address", podCIDR, nodeIP)
+	}
+	value := myelinTunnelEndpoint{NodeIp: binary.NativeEndian.Uint32(node[:])}
+	if err := d.objs.MyelinTunnel.Update(key, value, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("upsert tunnel %s via %s: %w", podCIDR, nodeIP, err)
+	}
+	return nil
+}
+
+// DeleteTunnel removes the tunnel entry of podCIDR; no error if there is none.
+func (d *Datapath) DeleteTunnel(podCIDR netip.Prefix) error {
+	key, err := tunnelKey(podCIDR)
+	if err != nil {
+		return fmt.Errorf("delete tunnel: %w", err)
+	}
+	err = d.objs.MyelinTunnel.Delete(key)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete tunnel %s: %w", podCIDR, err)
+	}
+	return nil
+}
+
+// Tunnels returns every tunnel entry: PodCIDR (masked) to node IP.
+func (d *Datapath) Tunnels() (map[netip.Prefix]netip.Addr, error) {
+	var (
+		key   myelinTunnelLpmKey
+		value myelinTunnelEndpoint
+	)
+	out := make(map[netip.Prefix]netip.Addr)
+	it := d.objs.MyelinTunnel.Iterate()
+	for it.Next(&key, &value) {
+		prefix := netip.PrefixFrom(addrFromNetwork(key.Addr), int(key.Prefixlen))
+		out[prefix] = addrFromNetwork(value.NodeIp)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("list tunnels: %w", err)
+	}
+	return out, nil
+}
+
+// tunnelKey is the LPM key of an IPv4 prefix: length, then the masked
+// address in network order.
+func tunnelKey(p netip.Prefix) (myelinTunnelLpmKey, error) {
+	if !p.IsValid() || !p.Addr().Is4() {
+		return myelinTunnelLpmKey{}, fmt.Errorf("PodCIDR %s is not an IPv4 prefix", p)
+	}
+	a := p.Masked().Addr().As4()
+	return myelinTunnelLpmKey{Prefixlen: uint32(p.Bits()), Addr: binary.NativeEndian.Uint32(a[:])}, nil
+}
