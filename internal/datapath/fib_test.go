@@ -91,11 +91,24 @@ func setForwarding(on bool) error {
 // bpf_fib_lookup answers from the caller's netns with the context's
 // ingress_ifindex; bpf_redirect_neigh returns TC_ACT_REDIRECT without
 // transmitting, so the frame comes out with the TTL decremented and the
-// MACs untouched (the kernel writes them at transmit).
+// MACs untouched (the kernel writes them at transmit). In tunnel mode, a
+// destination outside every PodCIDR of the tunnel map gets the same answers.
 func TestPrivilegedBPFFromPodFIB(t *testing.T) {
 	requirePrivileged(t)
-	d := loadTest(t, HostRoutingBPF)
+	for _, tunnel := range []bool{false, true} {
+		name := "native"
+		if tunnel {
+			name = "tunnel"
+		}
+		t.Run(name, func(t *testing.T) {
+			d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, Tunnel: tunnel, OverlayIfIndex: testOverlayIfIndex})
+			fromPodFIB(t, d)
+		})
+	}
+}
 
+// fromPodFIB runs the FIB table against d in a throwaway netns.
+func fromPodFIB(t *testing.T, d *Datapath) {
 	inNetns(t, func(string) {
 		lab, err := setupFIBLab()
 		if err != nil {
@@ -108,7 +121,7 @@ func TestPrivilegedBPFFromPodFIB(t *testing.T) {
 		big := viaGW
 		big.payload = make([]byte, 1400)
 		row := func(name string, p pkt, verdict uint32, out []byte, reason string) progCase {
-			return progCase{name: name, endpoints: seedB, in: p.build(), ctx: ctx, verdict: verdict, out: out, reason: reason}
+			return progCase{name: name, endpoints: seedB, tunnels: seedTunnelB, in: p.build(), ctx: ctx, verdict: verdict, out: out, reason: reason}
 		}
 		decTTL := func(p pkt) []byte { return p.withTTL(p.ttl - 1).build() }
 

@@ -12,41 +12,53 @@ import (
 )
 
 // TestPrivilegedLoadAll loads every program of the object in both host
-// routing modes, so a verifier rejection fails here with the log.
+// routing modes, native and tunnel, so a verifier rejection fails here with
+// the log.
 func TestPrivilegedLoadAll(t *testing.T) {
 	requirePrivileged(t)
 	for _, routing := range []HostRouting{HostRoutingLegacy, HostRoutingBPF} {
-		t.Run(routing.String(), func(t *testing.T) {
-			spec, err := loadMyelin()
-			if err != nil {
-				t.Fatal(err)
+		for _, tunnel := range []bool{false, true} {
+			name := routing.String() + "/native"
+			if tunnel {
+				name = routing.String() + "/tunnel"
 			}
-			if err := configure(spec, Config{HostRouting: routing, EndpointsMax: DefaultEndpointsMax}); err != nil {
-				t.Fatal(err)
-			}
-			coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
-				Maps: ebpf.MapOptions{PinPath: testPinDirReady(t)},
+			t.Run(name, func(t *testing.T) {
+				loadAll(t, Config{HostRouting: routing, EndpointsMax: DefaultEndpointsMax, Tunnel: tunnel, OverlayIfIndex: 1})
 			})
-			var verr *ebpf.VerifierError
-			if errors.As(err, &verr) {
-				t.Fatalf("verifier rejected a program: %+v", verr)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer coll.Close()
-			if len(coll.Programs) != len(spec.Programs) || len(spec.Programs) == 0 {
-				t.Fatalf("loaded %d of %d programs", len(coll.Programs), len(spec.Programs))
-			}
-			for name, prog := range coll.Programs {
-				info, err := prog.Info()
-				if err != nil {
-					t.Fatal(err)
-				}
-				insns, _ := info.VerifiedInstructions()
-				t.Logf("%s: %d instructions verified", name, insns)
-			}
-		})
+		}
+	}
+}
+
+// loadAll loads every program of the object configured with cfg.
+func loadAll(t *testing.T, cfg Config) {
+	spec, err := loadMyelin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := configure(spec, cfg); err != nil {
+		t.Fatal(err)
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
+		Maps: ebpf.MapOptions{PinPath: testPinDirReady(t)},
+	})
+	var verr *ebpf.VerifierError
+	if errors.As(err, &verr) {
+		t.Fatalf("verifier rejected a program: %+v", verr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer coll.Close()
+	if len(coll.Programs) != len(spec.Programs) || len(spec.Programs) == 0 {
+		t.Fatalf("loaded %d of %d programs", len(coll.Programs), len(spec.Programs))
+	}
+	for name, prog := range coll.Programs {
+		info, err := prog.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		insns, _ := info.VerifiedInstructions()
+		t.Logf("%s: %d instructions verified", name, insns)
 	}
 }
 
@@ -79,7 +91,7 @@ func TestPrivilegedLoadReusesPinnedMaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Close()
-	for _, name := range []string{"myelin_endpoints", "myelin_metrics", "myelin_events"} {
+	for _, name := range []string{"myelin_endpoints", "myelin_tunnel", "myelin_metrics", "myelin_events"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			t.Errorf("map pin: %v", err)
 		}
@@ -107,8 +119,9 @@ func TestPrivilegedLoadReusesPinnedMaps(t *testing.T) {
 		if max == 0 {
 			wantMax = DefaultEndpointsMax
 		}
-		if len(fill) != 1 || fill[0] != (MapFill{Name: "myelin_endpoints", Entries: 1, Max: wantMax}) {
-			t.Errorf("MapFill = %+v, want 1 of %d", fill, wantMax)
+		if len(fill) != 2 || fill[0] != (MapFill{Name: "myelin_endpoints", Entries: 1, Max: wantMax}) ||
+			fill[1] != (MapFill{Name: "myelin_tunnel", Entries: 0, Max: 1024}) {
+			t.Errorf("MapFill = %+v, want endpoints 1 of %d, tunnel 0 of 1024", fill, wantMax)
 		}
 		d.Close()
 	}

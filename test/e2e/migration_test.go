@@ -1,0 +1,149 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/myelin-net/myelin/internal/k8s"
+	"github.com/myelin-net/myelin/internal/lab"
+)
+
+func createNodeConfig(t *testing.T, name string, selector map[string]string, defaults map[string]string) {
+	t.Helper()
+	dyn, err := lab.DynamicClient(paths.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel := map[string]any{}
+	for k, v := range selector {
+		sel[k] = v
+	}
+	defs := map[string]any{}
+	for k, v := range defaults {
+		defs[k] = v
+	}
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "myelin.io/v1alpha1", "kind": "NodeConfig",
+		"metadata": map[string]any{"name": name, "namespace": "default"},
+		"spec":     map[string]any{"nodeSelector": map[string]any{"matchLabels": sel}, "defaults": defs},
+	}}
+	if _, err := dyn.Resource(k8s.NodeConfigResource).Namespace("default").Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create NodeConfig %s: %v", name, err)
+	}
+}
+
+func deleteNodeConfig(t *testing.T, name string) {
+	t.Helper()
+	dyn, err := lab.DynamicClient(paths.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dyn.Resource(k8s.NodeConfigResource).Namespace("default").Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func labelNode(t *testing.T, cs kubernetes.Interface, node, key, value string) {
+	t.Helper()
+	v := `"` + value + `"`
+	if value == "" {
+		v = "null"
+	}
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, key, v)
+	if _, err := cs.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func restartAgent(t *testing.T, node string) {
+	t.Helper()
+	if err := lab.Restart(paths, "agent-"+node, false); err != nil {
+		t.Fatal(err)
+	}
+	waitAgentReady(t, node)
+}
+
+// TestLabMyelinMigration moves node-2 from legacy to BPF host routing by labelling it
+// into a NodeConfig and restarting its agent, then back, while a cross-node TCP stream
+// and a request every 100 ms run: no request fails and the stream stays up. A bad
+// NodeConfig then stops the agent with a message naming it, and the datapath keeps
+// forwarding meanwhile.
+func TestLabMyelinMigration(t *testing.T) {
+	requireRoot(t)
+	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native-legacy")
+	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	createPod(t, cs, "client", n1, map[string]string{"app": "client"}, "sleep", "infinity")
+	createPod(t, cs, "iperf", n2, map[string]string{"app": "iperf"}, "iperf3", "-s")
+	createPod(t, cs, "web", n2, map[string]string{"app": "web"}, myelinBin, "lab", "serve", "--listen", ":8080")
+	runningPods(t, cs, "app=client", 1)
+	iperfIP := runningPods(t, cs, "app=iperf", 1)[0].Status.PodIP
+	webIP := runningPods(t, cs, "app=web", 1)[0].Status.PodIP
+	createNodeConfig(t, "bpf-nodes", map[string]string{"myelin.io/host-routing": "bpf"}, map[string]string{"host-routing": "bpf"})
+
+	var stream bytes.Buffer
+	iperf := exec.Command(myelinBin, "lab", "exec", "client", "--", "iperf3", "-c", iperfIP, "-t", "40", "-b", "100M")
+	iperf.Stdout, iperf.Stderr = &stream, &stream
+	if err := iperf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var total int
+	var failures []string
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		total, failures = requestLoop("http://"+webIP+":8080/", stop)
+	}()
+
+	time.Sleep(2 * time.Second)
+	labelNode(t, cs, n2, "myelin.io/host-routing", "bpf")
+	restartAgent(t, n2)
+	expectHostRouting(t, n2, "BPF", "host-routing is bpf (NodeConfig default/bpf-nodes)")
+	expectHostRouting(t, n1, "Legacy", "")
+	out, err := myelin("config", "--node", n2)
+	if err != nil || !strings.Contains(out, "NodeConfig default/bpf-nodes") {
+		t.Errorf("myelin config --node %s: %v\n%s; want host-routing from NodeConfig default/bpf-nodes", n2, err, out)
+	}
+	time.Sleep(3 * time.Second)
+
+	labelNode(t, cs, n2, "myelin.io/host-routing", "")
+	restartAgent(t, n2)
+	expectHostRouting(t, n2, "Legacy", "host-routing is legacy (ConfigMap kube-system/myelin-config)")
+	time.Sleep(3 * time.Second)
+
+	// A NodeConfig with a bad value stops the agent before it touches the datapath.
+	createNodeConfig(t, "broken", map[string]string{"kubernetes.io/hostname": n2}, map[string]string{"host-routing": "turbo"})
+	_ = lab.Restart(paths, "agent-"+n2, false)
+	eventually(t, time.Minute, "agent log names the bad NodeConfig", func(context.Context) (bool, string) {
+		b, _ := os.ReadFile(paths.Log("agent-" + n2))
+		return strings.Contains(string(b), `NodeConfig default/broken: key \"host-routing\" value \"turbo\": must be one of auto, bpf, legacy`),
+			lastLines(string(b), 2)
+	})
+	time.Sleep(2 * time.Second) // requests keep flowing with no agent on node-2
+	deleteNodeConfig(t, "broken")
+	waitAgentReady(t, n2)
+
+	if err := iperf.Wait(); err != nil {
+		t.Errorf("iperf3 stream across the migrations failed: %v\n%s", err, lastLines(stream.String(), 15))
+	}
+	close(stop)
+	wg.Wait()
+	if len(failures) > 0 || total < 100 {
+		t.Errorf("request loop: %d of %d requests failed: %v", len(failures), total, failures)
+	}
+	t.Logf("request loop: %d requests, %d failed", total, len(failures))
+	labDown(t)
+}
