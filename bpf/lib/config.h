@@ -21,4 +21,10 @@ volatile const __u8 routing_tunnel = 0;
 /* overlay_ifindex: the collect-metadata VXLAN device myelin_vxlan; used in tunnel mode. */
 volatile const __u32 overlay_ifindex = 0;
 
+/*
+ * overlay_mac: this node's myelin_vxlan MAC. Every node's is derived from its
+ * IP (see overlay_mac_of), so a sender knows the receiver's without ARP.
+ */
+volatile const __u8 overlay_mac[6] = {};
+
 #endif /* MYELIN_LIB_CONFIG_H */

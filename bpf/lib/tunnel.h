@@ -12,12 +12,24 @@
 #include <bpf/bpf_endian.h>
 
 #include "config.h"
+#include "eth.h"
 #include "ipv4.h"
 #include "maps.h"
 #include "verdict.h"
 
 #define TUNNEL_TTL 64 /* outer IPv4 TTL */
 #define TUNNEL_VNI 0  /* one overlay: every node sends and accepts VNI 0 */
+
+/*
+ * overlay_mac_of writes the myelin_vxlan MAC of the node at node_ip (network
+ * order): 02:6d followed by the IPv4 octets. Mirrors datapath.OverlayMAC.
+ */
+static __always_inline void overlay_mac_of(__u32 node_ip, __u8 *mac)
+{
+	mac[0] = 0x02;
+	mac[1] = 0x6d;
+	__builtin_memcpy(&mac[2], &node_ip, 4);
+}
 
 /* tunnel_lookup returns the node behind the PodCIDR holding addr (network order), or NULL. */
 static __always_inline const struct tunnel_endpoint *tunnel_lookup(__u32 addr)
@@ -31,8 +43,10 @@ static __always_inline const struct tunnel_endpoint *tunnel_lookup(__u32 addr)
  * tunnel_encap_redirect routes the packet as one hop (TTL decrement) into the
  * overlay: it sets the tunnel metadata (remote node, outer TTL, VNI 0, no
  * outer UDP checksum) and redirects to myelin_vxlan's egress, which builds
- * the outer headers. The inner Ethernet header is sent as the pod wrote it;
- * the receiving node's myelin_from_overlay rewrites it on delivery. An
+ * the outer headers. The inner Ethernet header goes from this node's overlay
+ * MAC to the receiving node's, as the kernel's encap routes address it, so a
+ * legacy receiver's stack takes the frame as its own (a BPF receiver rewrites
+ * it on delivery anyway; VXLAN drops frames from its own MAC as loops). An
  * expiring TTL goes to the stack, which answers with ICMP time exceeded.
  */
 static __always_inline int tunnel_encap_redirect(struct __sk_buff *skb,
@@ -50,7 +64,15 @@ static __always_inline int tunnel_encap_redirect(struct __sk_buff *skb,
 	/* Before the TTL rewrite, so a refused key leaves the packet as it came. */
 	if (bpf_skb_set_tunnel_key(skb, &key, sizeof(key), BPF_F_ZERO_CSUM_TX) < 0)
 		return verdict_drop(skb, info, dir, DROP_TUNNEL_KEY);
-	if (ipv4_dec_ttl(skb) < 0)
+	__u8 src[ETH_ALEN], dst[ETH_ALEN];
+
+	/* Byte by byte: volatile reads, or clang folds in the all-zero initializer. */
+#pragma unroll
+	for (int i = 0; i < ETH_ALEN; i++)
+		src[i] = overlay_mac[i];
+	overlay_mac_of(te->node_ip, dst);
+	/* Both helpers below re-derive their packet pointers from skb. */
+	if (eth_set_macs(skb, src, dst) < 0 || ipv4_dec_ttl(skb) < 0)
 		return verdict_drop(skb, info, dir, DROP_INVALID_PACKET);
 	return verdict_redirect(skb, info, dir, bpf_redirect(overlay_ifindex, 0));
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/myelin-net/myelin/internal/endpoint"
 	"github.com/myelin-net/myelin/internal/ipam"
 	"github.com/myelin-net/myelin/internal/routing"
+	"github.com/myelin-net/myelin/internal/tunnel"
 )
 
 // Config is the agent's bootstrap configuration: where things are on this node. The
@@ -56,6 +57,9 @@ type agent struct {
 	loops    *loops
 	monitor  *monitor
 	mtu      int
+	routeMTU int          // MTU on pod routes: mtu, less the tunnel overhead in tunnel mode
+	nodeIP   netip.Addr   // this node\'s InternalIP
+	overlay  netlink.Link // myelin_vxlan in tunnel mode
 	started  time.Time
 
 	ready      atomic.Bool
@@ -103,7 +107,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		mtu = uplink.Attrs().MTU
 	}
 	a := &agent{cfg: cfg, conf: conf, log: log, cs: cs, routing: decision, features: features,
-		loops: newLoops(), mtu: mtu, started: time.Now()}
+		loops: newLoops(), mtu: mtu, routeMTU: mtu, nodeIP: internalIP(node), started: time.Now()}
+	if a.tunnelMode() && !a.nodeIP.Is4() {
+		return fmt.Errorf("node %s has no IPv4 InternalIP; tunnel mode needs one as its tunnel endpoint", cfg.Node)
+	}
+	if a.tunnelMode() {
+		a.routeMTU = mtu - tunnel.Overhead
+	}
 	if err := a.startDatapath(podCIDR, uplink); err != nil {
 		return err
 	}
@@ -151,7 +161,18 @@ func (a *agent) startDatapath(podCIDR netip.Prefix, uplink netlink.Link) error {
 			return err
 		}
 	}
-	dp, err := datapath.Load(datapath.Config{PinDir: a.cfg.BPFFSDir, HostRouting: mode})
+	dpCfg := datapath.Config{PinDir: a.cfg.BPFFSDir, HostRouting: mode}
+	if a.tunnelMode() {
+		dev, err := tunnel.EnsureDevice(int(a.conf.TunnelPort), a.mtu, datapath.OverlayMAC(a.nodeIP))
+		if err != nil {
+			return err
+		}
+		a.overlay, dpCfg.Tunnel, dpCfg.OverlayIfIndex = dev, true, dev.Attrs().Index
+		dpCfg.OverlayMAC = datapath.OverlayMAC(a.nodeIP)
+	} else if err := tunnel.RemoveDevice(); err != nil {
+		return fmt.Errorf("remove %s (native routing needs none): %w", tunnel.DeviceName, err)
+	}
+	dp, err := datapath.Load(dpCfg)
 	if err != nil {
 		return fmt.Errorf("load the BPF datapath: %w", err)
 	}
@@ -159,9 +180,15 @@ func (a *agent) startDatapath(podCIDR netip.Prefix, uplink netlink.Link) error {
 		dp.Close()
 		return fmt.Errorf("attach to uplink %s: %w", uplink.Attrs().Name, err)
 	}
+	if a.overlay != nil {
+		if err := dp.AttachOverlay(a.overlay.Attrs().Index, tunnel.DeviceName); err != nil {
+			dp.Close()
+			return fmt.Errorf("attach to %s: %w", tunnel.DeviceName, err)
+		}
+	}
 	a.pool, a.dp = pool, dp
-	a.eps = endpoint.NewManager(endpoint.Config{Dir: filepath.Join(a.cfg.StateDir, "endpoints"), Node: a.cfg.Node, MTU: a.mtu},
-		dp, routing.Kernel{}, pool)
+	a.eps = endpoint.NewManager(endpoint.Config{Dir: filepath.Join(a.cfg.StateDir, "endpoints"), Node: a.cfg.Node,
+		MTU: a.mtu, RouteMTU: a.routeMTU}, dp, routing.Kernel{}, pool)
 	adopted, removed, err := a.eps.Restore()
 	a.loops.report("endpoint-restore", err)
 	a.log.Info("endpoints restored", "adopted", adopted, "removed", removed, "err", err)
@@ -173,6 +200,8 @@ func (a *agent) startDatapath(podCIDR netip.Prefix, uplink netlink.Link) error {
 	a.monitor = newMonitor(dp, a.eps, a.log)
 	return nil
 }
+
+func (a *agent) tunnelMode() bool { return a.conf.RoutingMode == config.RoutingTunnel }
 
 // ensureBPFFS mounts the BPF filesystem at /sys/fs/bpf if it is not mounted yet.
 func ensureBPFFS() error {

@@ -49,11 +49,17 @@ func decideHostRouting(c config.Config, f datapath.Features) (hostRoutingDecisio
 	}
 }
 
-// checkRoutingMode refuses configurations this build cannot run.
+// checkRoutingMode refuses a tunnel protocol this kernel cannot run, naming what is
+// missing, before the agent changes anything on the node.
 func checkRoutingMode(c config.Config) error {
-	if c.RoutingMode == config.RoutingTunnel {
-		return fmt.Errorf("routing-mode is tunnel (%s), which this build of myelin-agent does not implement yet; set routing-mode: native in the ConfigMap %s/%s",
-			c.Source("routing-mode"), config.ConfigMapNamespace, config.ConfigMapName)
+	if c.RoutingMode != config.RoutingTunnel {
+		return nil
 	}
-	return nil
+	if c.TunnelProtocol != "vxlan" {
+		if err := datapath.ProbeTunnelProtocol(c.TunnelProtocol); err != nil {
+			return fmt.Errorf("%w (set by %s); use tunnel-protocol vxlan", err, c.Source("tunnel-protocol"))
+		}
+		return fmt.Errorf("tunnel-protocol %s (set by %s) is not supported by this build; use vxlan", c.TunnelProtocol, c.Source("tunnel-protocol"))
+	}
+	return datapath.ProbeTunnelProtocol("vxlan")
 }

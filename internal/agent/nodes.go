@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"time"
 
@@ -10,7 +11,9 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/routing"
+	"github.com/myelin-net/myelin/internal/tunnel"
 )
 
 // watchNodes keeps the routes to other nodes' PodCIDRs in step with the Node objects
@@ -52,6 +55,9 @@ func (a *agent) watchNodes(ctx context.Context) {
 
 func (a *agent) syncNodeRoutes(nodes []*corev1.Node) error {
 	a.nodesKnown.Store(int32(len(nodes)))
+	if a.tunnelMode() {
+		return a.syncTunnels(nodes)
+	}
 	var want []routing.NodeRoute
 	var unroutable []string
 	if a.conf.AutoDirectNodeRoutes {
@@ -91,4 +97,34 @@ func (a *agent) watchKubernetes(ctx context.Context) {
 		case <-time.After(30 * time.Second):
 		}
 	}
+}
+
+// syncTunnels keeps the tunnel table (BPF map for BPF host routing, encap routes for
+// the node's own traffic and for legacy host routing) in step with the Nodes, and
+// removes any direct node routes left from native routing.
+func (a *agent) syncTunnels(nodes []*corev1.Node) error {
+	var in []tunnel.Node
+	for _, n := range nodes {
+		cidr, _ := netip.ParsePrefix(n.Spec.PodCIDR)
+		in = append(in, tunnel.Node{Name: n.Name, IP: internalIP(n), PodCIDR: cidr})
+	}
+	want := tunnel.DesiredTunnels(a.cfg.Node, in)
+	a.routes.Store(int32(len(want)))
+	empty := []string{}
+	a.unroutable.Store(&empty)
+	var errs []error
+	keep := map[netip.Prefix]bool{}
+	for _, t := range want {
+		keep[t.PodCIDR] = true
+		errs = append(errs, a.dp.UpsertTunnel(t.PodCIDR, t.NodeIP))
+	}
+	have, err := a.dp.Tunnels()
+	errs = append(errs, err)
+	for cidr := range have {
+		if !keep[cidr] {
+			errs = append(errs, a.dp.DeleteTunnel(cidr))
+		}
+	}
+	errs = append(errs, tunnel.SyncRoutes(a.overlay, want, a.routeMTU, datapath.OverlayMAC), routing.Kernel{}.SyncNodeRoutes(nil))
+	return errors.Join(errs...)
 }

@@ -18,7 +18,7 @@ func (a *agent) status() api.Status {
 		},
 		Masquerade: masqueradeText(a.conf),
 		KubeProxy:  "kube-proxy-replacement " + map[bool]string{true: "true (Services by myelin: not implemented yet)", false: "false (Services by kube-proxy)"}[a.conf.KubeProxyReplacement],
-		MTU:        api.MTUInfo{Device: a.mtu, Route: a.mtu},
+		MTU:        api.MTUInfo{Device: a.mtu, Route: a.routeMTU},
 		Endpoints:  len(a.eps.List()),
 		Nodes:      api.NodesInfo{Known: int(a.nodesKnown.Load())},
 		Loops:      a.loops.snapshot(),

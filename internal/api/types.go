@@ -22,6 +22,7 @@ type Allocation struct {
 	IP         string `json:"ip"`         // pod address, e.g. 10.244.1.7
 	Gateway    string `json:"gateway"`    // link-local next hop of the pod's default route
 	MTU        int    `json:"mtu"`        // MTU of the pod's interface
+	RouteMTU   int    `json:"routeMTU"`   // MTU of the pod's default route (less in tunnel mode)
 	HostIfName string `json:"hostIfName"` // name of the host-side veth
 }
 

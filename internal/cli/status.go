@@ -74,7 +74,9 @@ func printStatus(out io.Writer, s api.Status) {
 	row("Kubernetes", "%s", k8s)
 	row("Datapath", "%s, %s attach, uplink %s", s.Datapath.Device, s.Datapath.AttachMode, s.Datapath.Uplink)
 	row("Routing", "Network: %s   Host: %s (%s)", s.Routing.Mode, s.Routing.HostRouting, s.Routing.HostRoutingReason)
-	if s.Routing.AutoDirectNodeRoutes {
+	if s.Routing.Mode == "tunnel" {
+		row("Tunnels", "%d nodes over VXLAN", s.Routing.Routes)
+	} else if s.Routing.AutoDirectNodeRoutes {
 		row("Node routes", "%d direct routes (auto-direct-node-routes)", s.Routing.Routes)
 	}
 	for _, u := range s.Routing.Unroutable {

@@ -86,7 +86,7 @@ func addEndpoint(ctx context.Context, client *api.Client, ref api.PodRef, alloc 
 	if err != nil {
 		return api.Endpoint{}, fmt.Errorf("agent returned a bad gateway %q", alloc.Gateway)
 	}
-	link, err := setupVeth(ref.NetNS, ref.IfName, alloc.HostIfName, alloc.MTU, ip, gw)
+	link, err := setupVeth(ref.NetNS, ref.IfName, alloc.HostIfName, alloc.MTU, alloc.RouteMTU, ip, gw)
 	if err != nil {
 		return api.Endpoint{}, err
 	}

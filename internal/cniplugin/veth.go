@@ -23,7 +23,7 @@ type podLink struct {
 // setupVeth creates the veth pair (ifName in the pod netns, hostIf in the current one)
 // and configures the pod side: address/32, a link-scoped route to the gateway, a
 // permanent neighbour entry for it, and the default route via it.
-func setupVeth(netnsPath, ifName, hostIf string, mtu int, ip, gw netip.Addr) (podLink, error) {
+func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU int, ip, gw netip.Addr) (podLink, error) {
 	var out podLink
 	hostNS, err := vnetns.Get()
 	if err != nil {
@@ -56,7 +56,7 @@ func setupVeth(netnsPath, ifName, hostIf string, mtu int, ip, gw netip.Addr) (po
 			return err
 		}
 		out.PodMAC = pod.Attrs().HardwareAddr
-		return configurePod(pod, ip, gw, out.HostMAC)
+		return configurePod(pod, ip, gw, out.HostMAC, routeMTU)
 	})
 	if err != nil {
 		_ = deleteHostLink(hostIf)
@@ -73,7 +73,7 @@ func setupVeth(netnsPath, ifName, hostIf string, mtu int, ip, gw netip.Addr) (po
 	return out, nil
 }
 
-func configurePod(pod netlink.Link, ip, gw netip.Addr, gwMAC net.HardwareAddr) error {
+func configurePod(pod netlink.Link, ip, gw netip.Addr, gwMAC net.HardwareAddr, routeMTU int) error {
 	idx := pod.Attrs().Index
 	addr := &netlink.Addr{IPNet: &net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(32, 32)}}
 	if err := netlink.AddrAdd(pod, addr); err != nil {
@@ -94,7 +94,8 @@ func configurePod(pod netlink.Link, ip, gw netip.Addr, gwMAC net.HardwareAddr) e
 			return netlink.NeighAdd(&netlink.Neigh{LinkIndex: idx, Family: unix.AF_INET, State: netlink.NUD_PERMANENT, IP: gwIP, HardwareAddr: gwMAC})
 		}},
 		{"default route", func() error {
-			return netlink.RouteAdd(&netlink.Route{LinkIndex: idx, Gw: gwIP})
+			// A route MTU below the device's (tunnel mode) makes TCP's MSS fit the tunnel.
+			return netlink.RouteAdd(&netlink.Route{LinkIndex: idx, Gw: gwIP, MTU: routeMTU})
 		}},
 	}
 	for _, s := range steps {

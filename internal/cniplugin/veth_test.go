@@ -46,7 +46,7 @@ func TestPrivilegedVethSetupAndTeardown(t *testing.T) {
 	const hostIf = "myltest0000001"
 	var link podLink
 	err := netns.Do(host, func() (err error) {
-		link, err = setupVeth(pod, "eth0", hostIf, 1400, ip, gw)
+		link, err = setupVeth(pod, "eth0", hostIf, 1400, 1350, ip, gw)
 		if err != nil {
 			return err
 		}
@@ -80,6 +80,14 @@ func TestPrivilegedVethSetupAndTeardown(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("pod neighbours %v, want %s -> %s permanent", neighs, Gateway, link.HostMAC)
+		}
+		routes, _ := netlink.RouteList(l, unix.AF_INET)
+		mtuOK := false
+		for _, r := range routes {
+			mtuOK = mtuOK || (r.Gw != nil && r.MTU == 1350)
+		}
+		if !mtuOK {
+			t.Errorf("pod routes %v, want the default route with MTU 1350", routes)
 		}
 		return checkPod("eth0", apiEndpoint(ip, link))
 	})

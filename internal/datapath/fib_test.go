@@ -101,7 +101,7 @@ func TestPrivilegedBPFFromPodFIB(t *testing.T) {
 			name = "tunnel"
 		}
 		t.Run(name, func(t *testing.T) {
-			d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, Tunnel: tunnel, OverlayIfIndex: testOverlayIfIndex})
+			d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, Tunnel: tunnel, OverlayIfIndex: testOverlayIfIndex, OverlayMAC: testOverlayMAC})
 			fromPodFIB(t, d)
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 
 	"github.com/cilium/ebpf"
@@ -56,6 +57,9 @@ type Config struct {
 	// packets. Required when Tunnel is set; baked in at load, so a recreated
 	// device needs a new Load.
 	OverlayIfIndex int
+	// OverlayMAC is this node's myelin_vxlan MAC, OverlayMAC(node IP): the inner
+	// source of encapsulated frames. Required when Tunnel is set.
+	OverlayMAC net.HardwareAddr
 }
 
 // Datapath is the loaded datapath of one node: its programs and maps.
@@ -128,6 +132,16 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 	}
 	if err := specs.OverlayIfindex.Set(overlay); err != nil {
 		return fmt.Errorf("set overlay_ifindex: %w", err)
+	}
+	var mac [6]byte
+	if cfg.Tunnel {
+		if len(cfg.OverlayMAC) != len(mac) {
+			return fmt.Errorf("tunnel mode needs Config.OverlayMAC, the 6-byte MAC of myelin_vxlan (got %q)", cfg.OverlayMAC)
+		}
+		copy(mac[:], cfg.OverlayMAC)
+	}
+	if err := specs.OverlayMac.Set(mac); err != nil {
+		return fmt.Errorf("set overlay_mac: %w", err)
 	}
 	specs.MyelinEndpoints.MaxEntries = cfg.EndpointsMax
 	return nil

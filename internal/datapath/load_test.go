@@ -23,7 +23,7 @@ func TestPrivilegedLoadAll(t *testing.T) {
 				name = routing.String() + "/tunnel"
 			}
 			t.Run(name, func(t *testing.T) {
-				loadAll(t, Config{HostRouting: routing, EndpointsMax: DefaultEndpointsMax, Tunnel: tunnel, OverlayIfIndex: 1})
+				loadAll(t, Config{HostRouting: routing, EndpointsMax: DefaultEndpointsMax, Tunnel: tunnel, OverlayIfIndex: 1, OverlayMAC: testOverlayMAC})
 			})
 		}
 	}

@@ -151,6 +151,7 @@ type myelinVariableSpecs struct {
 	BtfAnchorReason    *ebpf.VariableSpec `ebpf:"btf_anchor_reason"`
 	HostRoutingBpf     *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
 	OverlayIfindex     *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
+	OverlayMac         *ebpf.VariableSpec `ebpf:"overlay_mac"`
 	RoutingTunnel      *ebpf.VariableSpec `ebpf:"routing_tunnel"`
 	TraceEnabled       *ebpf.VariableSpec `ebpf:"trace_enabled"`
 }
@@ -200,6 +201,7 @@ type myelinVariables struct {
 	BtfAnchorReason    *ebpf.Variable `ebpf:"btf_anchor_reason"`
 	HostRoutingBpf     *ebpf.Variable `ebpf:"host_routing_bpf"`
 	OverlayIfindex     *ebpf.Variable `ebpf:"overlay_ifindex"`
+	OverlayMac         *ebpf.Variable `ebpf:"overlay_mac"`
 	RoutingTunnel      *ebpf.Variable `ebpf:"routing_tunnel"`
 	TraceEnabled       *ebpf.Variable `ebpf:"trace_enabled"`
 }

@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"net"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -72,4 +73,14 @@ func tunnelKey(p netip.Prefix) (myelinTunnelLpmKey, error) {
 	}
 	a := p.Masked().Addr().As4()
 	return myelinTunnelLpmKey{Prefixlen: uint32(p.Bits()), Addr: binary.NativeEndian.Uint32(a[:])}, nil
+}
+
+// OverlayMAC is the MAC of the myelin_vxlan device of the node at nodeIP: 02:6d and
+// the four octets of the IPv4 address. Every node can compute every other node's, so
+// encapsulated frames (from BPF or from the kernel's encap routes with a permanent
+// neighbour entry) are addressed to the receiving device without ARP, which a
+// collect-metadata device cannot do. bpf/lib/tunnel.h's overlay_mac_of mirrors it.
+func OverlayMAC(nodeIP netip.Addr) net.HardwareAddr {
+	b := nodeIP.As4()
+	return net.HardwareAddr{0x02, 0x6d, b[0], b[1], b[2], b[3]}
 }

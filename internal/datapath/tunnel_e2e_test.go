@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -152,7 +154,7 @@ func setupTunnelNode(n *tunnelNode, pinDir string, peer *tunnelNode) error {
 	if _, err := upWithAddr("lo", netip.Prefix{}); err != nil {
 		return err
 	}
-	vx := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: overlayDev}, FlowBased: true, Port: tunnelPort}
+	vx := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: overlayDev, HardwareAddr: OverlayMAC(n.underlayIP)}, FlowBased: true, Port: tunnelPort}
 	if err := netlink.LinkAdd(vx); err != nil {
 		return fmt.Errorf("add %s: %w", overlayDev, err)
 	}
@@ -162,7 +164,7 @@ func setupTunnelNode(n *tunnelNode, pinDir string, peer *tunnelNode) error {
 	if err := addTestPod(n); err != nil {
 		return err
 	}
-	n.d, err = Load(Config{PinDir: pinDir, HostRouting: HostRoutingBPF, Tunnel: true, OverlayIfIndex: n.vx})
+	n.d, err = Load(Config{PinDir: pinDir, HostRouting: HostRoutingBPF, Tunnel: true, OverlayIfIndex: n.vx, OverlayMAC: OverlayMAC(n.underlayIP)})
 	if err != nil {
 		return fmt.Errorf("load: %+v", err)
 	}
@@ -177,6 +179,12 @@ func setupTunnelNode(n *tunnelNode, pinDir string, peer *tunnelNode) error {
 		return err
 	}
 	if err := n.d.AttachOverlay(n.vx, overlayDev); err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(pinDir, "links", "overlay-"+overlayDev)); err != nil {
+		return fmt.Errorf("overlay link pin: %w", err)
+	}
+	if _, err := expectOnly(n.vx, n.d.objs.MyelinFromOverlay); err != nil {
 		return err
 	}
 	return n.d.AttachEndpoint(n.hostIdx, n.hostVeth)

@@ -40,6 +40,9 @@ type Config struct {
 	Dir  string // where endpoint records live
 	Node string
 	MTU  int
+	// RouteMTU is the MTU on pods' default routes: the device MTU minus the tunnel
+	// overhead in tunnel mode, so TCP's MSS fits the tunnel.
+	RouteMTU int
 }
 
 // Manager keeps the endpoints of one node.
@@ -71,7 +74,8 @@ func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
 		}
 		return api.Allocation{}, err
 	}
-	return api.Allocation{IP: ip.String(), Gateway: Gateway, MTU: m.cfg.MTU, HostIfName: HostIfName(ref.ContainerID)}, nil
+	return api.Allocation{IP: ip.String(), Gateway: Gateway, MTU: m.cfg.MTU, RouteMTU: m.cfg.RouteMTU,
+		HostIfName: HostIfName(ref.ContainerID)}, nil
 }
 
 // Gateway is the pods' link-local default gateway (see cniplugin.Gateway).

@@ -25,6 +25,13 @@ import (
 // pod to node, and node to pod.
 func connectivity(t *testing.T, cs kubernetes.Interface, nodes int) {
 	t.Helper()
+	deployConnectivity(t, cs)
+	checkConnectivity(t, cs, nodes)
+}
+
+// deployConnectivity creates the servers and the client of the connectivity checks.
+func deployConnectivity(t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
 	ctx := context.Background()
 	n1, n2 := lab.NodeName(1), lab.NodeName(2)
 	for _, ds := range []struct {
@@ -45,10 +52,18 @@ func connectivity(t *testing.T, cs kubernetes.Interface, nodes int) {
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, hostWeb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// checkConnectivity runs ICMP, TCP and UDP from the client to every server, pod to
+// node and node to pod.
+func checkConnectivity(t *testing.T, cs kubernetes.Interface, nodes int) {
+	t.Helper()
+	ctx := context.Background()
+	n1 := lab.NodeName(1)
 	web := runningPods(t, cs, "app=web", nodes)
 	udp := runningPods(t, cs, "app=udp", nodes)
 	runningPods(t, cs, "app=client", 1)
-	runningPods(t, cs, "app=host-web", 1)
+	hostWebIP := runningPods(t, cs, "app=host-web", 1)[0].Status.PodIP
 
 	fromClient := func(argv ...string) (string, error) { return inPod("client", argv...) }
 	for _, p := range web {
@@ -67,7 +82,7 @@ func connectivity(t *testing.T, cs kubernetes.Interface, nodes int) {
 	for _, n := range nodeList.Items {
 		checkPing(t, "client to node "+n.Name, fromClient, n.Status.Addresses[0].Address)
 	}
-	checkTCP(t, "client to node-2's host network", fromClient, "198.18.0.12", "host-web")
+	checkTCP(t, "client to node-2's host network", fromClient, hostWebIP, "host-web")
 	// Node to pod: from each node to a pod on node-1 (local for node-1, remote for others).
 	target := podsOn(web)[n1][0]
 	for i := 1; i <= nodes; i++ {
@@ -80,12 +95,18 @@ func connectivity(t *testing.T, cs kubernetes.Interface, nodes int) {
 
 func setHostRouting(t *testing.T, cs kubernetes.Interface, value string) {
 	t.Helper()
+	setConfig(t, cs, "host-routing", value)
+}
+
+// setConfig sets one key of the myelin-config ConfigMap.
+func setConfig(t *testing.T, cs kubernetes.Interface, key, value string) {
+	t.Helper()
 	ctx := context.Background()
 	cm, err := cs.CoreV1().ConfigMaps(config.ConfigMapNamespace).Get(ctx, config.ConfigMapName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cm.Data["host-routing"] = value
+	cm.Data[key] = value
 	if _, err := cs.CoreV1().ConfigMaps(config.ConfigMapNamespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -114,6 +135,7 @@ func TestLabMyelinBPF(t *testing.T) {
 		t.Errorf("status of node-1: %+v; want native routing, 2 node routes, 3 nodes, connected", st)
 	}
 	connectivity(t, cs, 3)
+	checkMTU(t, cs, 1500) // native routing: pods use the full MTU
 	thirtyPods(t, cs)
 	monitorShowsDrop(t)
 	statusCLI(t)

@@ -126,7 +126,7 @@ func TestLabMyelinMigration(t *testing.T) {
 
 	// A NodeConfig with a bad value stops the agent before it touches the datapath.
 	createNodeConfig(t, "broken", map[string]string{"kubernetes.io/hostname": n2}, map[string]string{"host-routing": "turbo"})
-	_ = lab.Restart(paths, "agent-"+n2, false)
+	signalAgent(t, n2)
 	eventually(t, time.Minute, "agent log names the bad NodeConfig", func(context.Context) (bool, string) {
 		b, _ := os.ReadFile(paths.Log("agent-" + n2))
 		return strings.Contains(string(b), `NodeConfig default/broken: key \"host-routing\" value \"turbo\": must be one of auto, bpf, legacy`),

@@ -76,6 +76,15 @@ func killAgent(t *testing.T, node string, hold bool) {
 	}
 }
 
+// signalAgent sends SIGTERM to a node's agent and returns at once; the supervisor
+// restarts it (for a test that expects the restarted agent to refuse to start).
+func signalAgent(t *testing.T, node string) {
+	t.Helper()
+	if pid := processPID(t, "agent-"+node); pid == 0 || syscall.Kill(pid, syscall.SIGTERM) != nil {
+		t.Fatalf("cannot signal the agent of %s (pid %d)", node, pid)
+	}
+}
+
 func releaseAgent(t *testing.T, node string) {
 	t.Helper()
 	if err := os.Remove(paths.Hold("agent-" + node)); err != nil {

@@ -1,0 +1,51 @@
+package tunnel
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/vishvananda/netlink"
+)
+
+// EnsureDevice creates (or keeps) the collect-metadata VXLAN device on UDP port with
+// the given MTU and MAC (datapath.OverlayMAC of the node's IP), up. A device with
+// another port, mode or MAC is replaced.
+func EnsureDevice(port, mtu int, mac net.HardwareAddr) (netlink.Link, error) {
+	if l, err := netlink.LinkByName(DeviceName); err == nil {
+		if v, ok := l.(*netlink.Vxlan); ok && v.FlowBased && v.Port == port && bytes.Equal(l.Attrs().HardwareAddr, mac) {
+			if l.Attrs().MTU != mtu {
+				if err := netlink.LinkSetMTU(l, mtu); err != nil {
+					return nil, fmt.Errorf("set %s MTU %d: %w", DeviceName, mtu, err)
+				}
+			}
+			return l, netlink.LinkSetUp(l)
+		}
+		if err := netlink.LinkDel(l); err != nil {
+			return nil, fmt.Errorf("replace %s: %w", DeviceName, err)
+		}
+	}
+	dev := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: DeviceName, MTU: mtu, HardwareAddr: mac}, FlowBased: true, Port: port}
+	if err := netlink.LinkAdd(dev); err != nil {
+		return nil, fmt.Errorf("create VXLAN device %s (UDP %d): %w", DeviceName, port, err)
+	}
+	l, err := netlink.LinkByName(DeviceName)
+	if err != nil {
+		return nil, err
+	}
+	return l, netlink.LinkSetUp(l)
+}
+
+// RemoveDevice deletes the VXLAN device if it exists (native routing has none).
+func RemoveDevice() error {
+	l, err := netlink.LinkByName(DeviceName)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return err
+	}
+	return netlink.LinkDel(l)
+}

@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/myelin-net/myelin/internal/lab"
+)
+
+// checkMTU pings from the client (node-1) to a pod on node-2 with DF set at the largest
+// payload that fits the pod's route MTU, then one byte more, which must be refused with
+// the route MTU named.
+func checkMTU(t *testing.T, cs kubernetes.Interface, routeMTU int) {
+	t.Helper()
+	var target string
+	for _, p := range runningPods(t, cs, "app=web", 3) {
+		if p.Spec.NodeName == lab.NodeName(2) {
+			target = p.Status.PodIP
+		}
+	}
+	fits := routeMTU - 28 // IPv4 + ICMP headers
+	out, err := inPod("client", "ping", "-c", "1", "-W", "2", "-M", "do", "-s", itoa(fits), target)
+	if err != nil || !strings.Contains(out, " 0% packet loss") {
+		t.Errorf("ping -M do -s %d (fits MTU %d) to %s: %v\n%s", fits, routeMTU, target, err, out)
+	}
+	out, err = inPod("client", "ping", "-c", "1", "-W", "2", "-M", "do", "-s", itoa(fits+1), target)
+	if err == nil || !strings.Contains(out, "message too long, mtu="+itoa(routeMTU)) {
+		t.Errorf("ping -M do -s %d (one byte over MTU %d) to %s: %v\n%s; want 'message too long, mtu=%d'", fits+1, routeMTU, target, err, out, routeMTU)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestLabMyelinTunnel: VXLAN tunnel mode with BPF host routing: status, connectivity,
+// MTU (devices keep 1500, pod routes carry 1450), then node-2 moved to legacy host
+// routing by a NodeConfig: the mixed cluster keeps full connectivity.
+func TestLabMyelinTunnel(t *testing.T) {
+	requireRoot(t)
+	cs := labUp(t, "--nodes", "3", "--cni", "myelin", "--profile", "tunnel")
+	st := agentStatus(t, lab.NodeName(1))
+	if st.Routing.Mode != "tunnel" || st.Routing.HostRouting != "BPF" || st.Routing.Routes != 2 || st.MTU.Device != 1500 || st.MTU.Route != 1450 {
+		t.Errorf("status: routing %+v, MTU %+v; want tunnel, BPF, 2 tunnels, device 1500 route 1450", st.Routing, st.MTU)
+	}
+	if out, err := inNode(lab.NodeName(1), "ip", "-d", "link", "show", "myelin_vxlan"); err != nil || !strings.Contains(out, "external") || !strings.Contains(out, "dstport 8472") {
+		t.Errorf("myelin_vxlan: %v\n%s; want a collect-metadata (external) device on port 8472", err, out)
+	}
+	connectivity(t, cs, 3)
+	checkMTU(t, cs, 1450)
+
+	createNodeConfig(t, "legacy", map[string]string{"kubernetes.io/hostname": lab.NodeName(2)}, map[string]string{"host-routing": "legacy"})
+	restartAgent(t, lab.NodeName(2))
+	expectHostRouting(t, lab.NodeName(2), "Legacy", "NodeConfig default/legacy")
+	expectHostRouting(t, lab.NodeName(1), "BPF", "")
+	checkConnectivity(t, cs, 3)
+	labDown(t)
+}
+
+// TestLabMyelinTunnelLegacy: tunnel mode with legacy host routing everywhere; the
+// kernel encapsulates through encap routes.
+func TestLabMyelinTunnelLegacy(t *testing.T) {
+	requireRoot(t)
+	cs := labUp(t, "--nodes", "3", "--cni", "myelin", "--profile", "tunnel-legacy")
+	expectHostRouting(t, lab.NodeName(1), "Legacy", "host-routing is legacy")
+	connectivity(t, cs, 3)
+	checkMTU(t, cs, 1450)
+
+	// A tunnel protocol the kernel lacks stops the agent, naming what is missing.
+	setConfig(t, cs, "tunnel-protocol", "geneve")
+	signalAgent(t, lab.NodeName(3))
+	eventually(t, time.Minute, "agent refuses geneve", func(context.Context) (bool, string) {
+		b, _ := os.ReadFile(paths.Log("agent-" + lab.NodeName(3)))
+		return strings.Contains(string(b), "tunnel-protocol geneve: this kernel cannot create Geneve devices"), lastLines(string(b), 2)
+	})
+	labDown(t)
+}
+
+// TestLabMyelinL3Underlay: nodes on two subnets behind the lab router. Native routing
+// with auto-direct-node-routes installs no route to a node on the other segment and
+// says so in status; after switching the cluster to tunnel mode every pod reaches
+// every other across the router.
+func TestLabMyelinL3Underlay(t *testing.T) {
+	requireRoot(t)
+	cs := labUp(t, "--nodes", "3", "--cni", "myelin", "--profile", "native", "--underlay", "l3")
+	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	st := agentStatus(t, n1)
+	if len(st.Routing.Unroutable) != 1 || !strings.HasPrefix(st.Routing.Unroutable[0], n2+": node IP 198.18.1.12 is not on this node's L2 segment") || st.Routing.Routes != 1 {
+		t.Errorf("native on an L3 underlay: routes %d, unroutable %q; want 1 route (node-3) and node-2 named as unroutable", st.Routing.Routes, st.Routing.Unroutable)
+	}
+	if out, _ := inNode(n1, "ip", "route"); strings.Contains(out, "via 198.18.1.12") {
+		t.Errorf("node-1 has a route via node-2 on another segment:\n%s", out)
+	}
+	out, err := myelin("status", "--node", n1)
+	if err != nil || !strings.Contains(out, "no route:") {
+		t.Errorf("myelin status does not name the unroutable node: %v\n%s", err, out)
+	}
+
+	setConfig(t, cs, "routing-mode", "tunnel")
+	setConfig(t, cs, "auto-direct-node-routes", "false")
+	for i := 1; i <= 3; i++ {
+		restartAgent(t, lab.NodeName(i))
+	}
+	if st := agentStatus(t, n1); st.Routing.Mode != "tunnel" || st.Routing.Routes != 2 {
+		t.Errorf("after the switch: %+v, want tunnel mode with 2 tunnels", st.Routing)
+	}
+	connectivity(t, cs, 3)
+	labDown(t)
+}
