@@ -24,6 +24,7 @@ import (
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/endpoint"
 	"github.com/myelin-net/myelin/internal/ipam"
+	"github.com/myelin-net/myelin/internal/k8s"
 	"github.com/myelin-net/myelin/internal/routing"
 	"github.com/myelin-net/myelin/internal/tunnel"
 )
@@ -107,7 +108,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		mtu = uplink.Attrs().MTU
 	}
 	a := &agent{cfg: cfg, conf: conf, log: log, cs: cs, routing: decision, features: features,
-		loops: newLoops(), mtu: mtu, routeMTU: mtu, nodeIP: internalIP(node), started: time.Now()}
+		loops: newLoops(), mtu: mtu, routeMTU: mtu, nodeIP: k8s.NodeInternalIP(node), started: time.Now()}
 	if a.tunnelMode() && !a.nodeIP.Is4() {
 		return fmt.Errorf("node %s has no IPv4 InternalIP; tunnel mode needs one as its tunnel endpoint", cfg.Node)
 	}
@@ -277,15 +278,4 @@ func waitForNode(ctx context.Context, cs kubernetes.Interface, node string, log 
 		case <-time.After(time.Second):
 		}
 	}
-}
-
-func internalIP(n *corev1.Node) netip.Addr {
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			if ip, err := netip.ParseAddr(a.Address); err == nil {
-				return ip
-			}
-		}
-	}
-	return netip.Addr{}
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/k8s"
 	"github.com/myelin-net/myelin/internal/routing"
 	"github.com/myelin-net/myelin/internal/tunnel"
 )
@@ -68,7 +69,7 @@ func (a *agent) syncNodeRoutes(nodes []*corev1.Node) error {
 		var in []routing.Node
 		for _, n := range nodes {
 			cidr, _ := netip.ParsePrefix(n.Spec.PodCIDR)
-			in = append(in, routing.Node{Name: n.Name, IP: internalIP(n), PodCIDR: cidr})
+			in = append(in, routing.Node{Name: n.Name, IP: k8s.NodeInternalIP(n), PodCIDR: cidr})
 		}
 		var skipped []routing.Unroutable
 		want, skipped = routing.DesiredNodeRoutes(a.cfg.Node, in, connected)
@@ -106,7 +107,7 @@ func (a *agent) syncTunnels(nodes []*corev1.Node) error {
 	var in []tunnel.Node
 	for _, n := range nodes {
 		cidr, _ := netip.ParsePrefix(n.Spec.PodCIDR)
-		in = append(in, tunnel.Node{Name: n.Name, IP: internalIP(n), PodCIDR: cidr})
+		in = append(in, tunnel.Node{Name: n.Name, IP: k8s.NodeInternalIP(n), PodCIDR: cidr})
 	}
 	want := tunnel.DesiredTunnels(a.cfg.Node, in)
 	a.routes.Store(int32(len(want)))

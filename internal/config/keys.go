@@ -25,7 +25,6 @@ var clusterWideKeys = map[string]bool{
 	"ipv4-native-routing-cidr": true, "lb-algorithm": true, "maglev-table-size": true,
 }
 
-
 var keys = []key{
 	{"cluster-cidr", "10.244.0.0/16", func(c *Config, v string) (err error) {
 		c.ClusterCIDR, err = parseCIDR(v)

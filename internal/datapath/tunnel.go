@@ -1,10 +1,10 @@
 package datapath
 
 import (
-	"net"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 
 	"github.com/cilium/ebpf"

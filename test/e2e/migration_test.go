@@ -1,13 +1,10 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -92,22 +89,7 @@ func TestLabMyelinMigration(t *testing.T) {
 	webIP := runningPods(t, cs, "app=web", 1)[0].Status.PodIP
 	createNodeConfig(t, "bpf-nodes", map[string]string{"myelin.io/host-routing": "bpf"}, map[string]string{"host-routing": "bpf"})
 
-	var stream bytes.Buffer
-	iperf := exec.Command(myelinBin, "lab", "exec", "client", "--", "iperf3", "-c", iperfIP, "-t", "40", "-b", "100M")
-	iperf.Stdout, iperf.Stderr = &stream, &stream
-	if err := iperf.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var total int
-	var failures []string
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		total, failures = requestLoop("http://"+webIP+":8080/", stop)
-	}()
-
+	tr := startTraffic(t, iperfIP, webIP, 40)
 	time.Sleep(2 * time.Second)
 	labelNode(t, cs, n2, "myelin.io/host-routing", "bpf")
 	restartAgent(t, n2)
@@ -136,14 +118,6 @@ func TestLabMyelinMigration(t *testing.T) {
 	deleteNodeConfig(t, "broken")
 	waitAgentReady(t, n2)
 
-	if err := iperf.Wait(); err != nil {
-		t.Errorf("iperf3 stream across the migrations failed: %v\n%s", err, lastLines(stream.String(), 15))
-	}
-	close(stop)
-	wg.Wait()
-	if len(failures) > 0 || total < 100 {
-		t.Errorf("request loop: %d of %d requests failed: %v", len(failures), total, failures)
-	}
-	t.Logf("request loop: %d requests, %d failed", total, len(failures))
+	tr.finish(t)
 	labDown(t)
 }

@@ -1,13 +1,9 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -64,22 +60,7 @@ func TestLabMyelinAgentRestart(t *testing.T) {
 	webIP := runningPods(t, cs, "app=web", 1)[0].Status.PodIP
 	before := map[string]map[string]api.Endpoint{n1: endpointsOf(t, n1), n2: endpointsOf(t, n2)}
 
-	var stream bytes.Buffer
-	iperf := exec.Command(myelinBin, "lab", "exec", "client", "--", "iperf3", "-c", iperfIP, "-t", "15", "-b", "200M", "-J")
-	iperf.Stdout, iperf.Stderr = &stream, &stream
-	if err := iperf.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var total int
-	var failures []string
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		total, failures = requestLoop("http://"+webIP+":8080/", stop)
-	}()
-
+	tr := startTraffic(t, iperfIP, webIP, 15)
 	time.Sleep(2 * time.Second)
 	killAgent(t, n1, true)
 	killAgent(t, n2, true)
@@ -101,23 +82,7 @@ func TestLabMyelinAgentRestart(t *testing.T) {
 	releaseAgent(t, n2)
 	runningPods(t, cs, "app=during", 1)
 
-	if err := iperf.Wait(); err != nil {
-		t.Errorf("iperf3 stream across the restarts failed: %v\n%s", err, lastLines(stream.String(), 20))
-	}
-	close(stop)
-	wg.Wait()
-	var report struct {
-		End struct {
-			SumReceived struct{ Bytes int64 } `json:"sum_received"`
-		} `json:"end"`
-		Error string `json:"error"`
-	}
-	if err := json.Unmarshal(stream.Bytes(), &report); err != nil || report.Error != "" || report.End.SumReceived.Bytes == 0 {
-		t.Errorf("iperf3 report: %v, error %q, %d bytes received", err, report.Error, report.End.SumReceived.Bytes)
-	}
-	if len(failures) > 0 || total < 50 {
-		t.Errorf("request loop: %d of %d requests failed: %v", len(failures), total, failures)
-	}
+	tr.finish(t)
 	for node, eps := range before {
 		after := endpointsOf(t, node)
 		for id, ep := range eps {
@@ -127,6 +92,5 @@ func TestLabMyelinAgentRestart(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("request loop: %d requests, 0 failed; iperf3: %d bytes", total, report.End.SumReceived.Bytes)
 	labDown(t)
 }

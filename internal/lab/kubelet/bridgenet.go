@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/myelin-net/myelin/internal/k8s"
 	"github.com/myelin-net/myelin/internal/lab"
 )
 
@@ -70,7 +71,7 @@ func peerRoutes(self lab.Node, nodes []corev1.Node) (routes []peerRoute, unreach
 		if err != nil {
 			continue
 		}
-		ip := internalIP(&n)
+		ip := k8s.NodeInternalIP(&n)
 		if !ip.IsValid() {
 			continue
 		}
@@ -81,17 +82,6 @@ func peerRoutes(self lab.Node, nodes []corev1.Node) (routes []peerRoute, unreach
 		routes = append(routes, peerRoute{dst: cidr, via: ip})
 	}
 	return routes, unreachable
-}
-
-func internalIP(n *corev1.Node) netip.Addr {
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			if ip, err := netip.ParseAddr(a.Address); err == nil {
-				return ip
-			}
-		}
-	}
-	return netip.Addr{}
 }
 
 // runBridgeNetwork stands in for a network DaemonSet in --cni bridge mode: it installs
