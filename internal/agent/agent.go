@@ -58,8 +58,9 @@ type agent struct {
 	loops    *loops
 	monitor  *monitor
 	mtu      int
-	routeMTU int          // MTU on pod routes: mtu, less the tunnel overhead in tunnel mode
-	nodeIP   netip.Addr   // this node\'s InternalIP
+	routeMTU int        // MTU on pod routes: mtu, less the tunnel overhead in tunnel mode
+	nodeIP   netip.Addr // this node\'s InternalIP
+	guard    *guardState
 	overlay  netlink.Link // myelin_vxlan in tunnel mode
 	started  time.Time
 
@@ -93,7 +94,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	features := datapath.Probe()
-	decision, err := decideHostRouting(conf, features)
+	guarded, err := scanGuard(conf.UserIPTablesGuard)
+	if err != nil {
+		return err
+	}
+	decision, err := decideHostRouting(conf, features, guarded.atStart)
 	if err != nil {
 		return err
 	}
@@ -108,7 +113,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		mtu = uplink.Attrs().MTU
 	}
 	a := &agent{cfg: cfg, conf: conf, log: log, cs: cs, routing: decision, features: features,
-		loops: newLoops(), mtu: mtu, routeMTU: mtu, nodeIP: k8s.NodeInternalIP(node), started: time.Now()}
+		loops: newLoops(), mtu: mtu, routeMTU: mtu, nodeIP: k8s.NodeInternalIP(node), guard: guarded, started: time.Now()}
 	if a.tunnelMode() && !a.nodeIP.Is4() {
 		return fmt.Errorf("node %s has no IPv4 InternalIP; tunnel mode needs one as its tunnel endpoint", cfg.Node)
 	}
@@ -127,6 +132,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer srv.Close()
 	go a.watchNodes(ctx)
 	go a.watchKubernetes(ctx)
+	go a.watchGuard(ctx)
 	go a.monitor.run(ctx)
 	if err := installCNI(cfg); err != nil {
 		return err

@@ -24,10 +24,14 @@ func (d hostRoutingDecision) Mode() string {
 
 // decideHostRouting applies host-routing: auto picks BPF when every requirement holds
 // and otherwise legacy with the reason; bpf refuses to start when a requirement fails.
-func decideHostRouting(c config.Config, f datapath.Features) (hostRoutingDecision, error) {
+func decideHostRouting(c config.Config, f datapath.Features, userRules []string) (hostRoutingDecision, error) {
 	var unmet []string
 	if missing := f.Missing(); len(missing) > 0 {
 		unmet = append(unmet, "the kernel lacks "+strings.Join(missing, ", "))
+	}
+	if c.UserIPTablesGuard == config.GuardRefuse && len(userRules) > 0 {
+		unmet = append(unmet, fmt.Sprintf("user-defined firewall rules were found in %s, which BPF host routing would bypass (user-iptables-guard is refuse: remove them, or set it to warn)",
+			strings.Join(userRules, ", ")))
 	}
 	if c.EnableIPv4Masquerade && !c.EnableBPFMasquerade {
 		unmet = append(unmet, "BPF host routing requires BPF masquerade (enable-ipv4-masquerade is true and enable-bpf-masquerade is false)")

@@ -19,15 +19,19 @@ func TestDecideHostRouting(t *testing.T) {
 		wantBPF  bool
 		want     string // in the reason, or in the error when wantErr
 		wantErr  bool
+		rules    []string
 	}{
-		{"auto, all there", nil, all, true, "every requirement", false},
-		{"auto, kernel lacks redirect_peer", nil, noPeer, false, "fell back to legacy: the kernel lacks", false},
-		{"auto, iptables masquerade", map[string]string{"enable-bpf-masquerade": "false"}, all, false, "BPF host routing requires BPF masquerade", false},
-		{"auto, masquerade off", map[string]string{"enable-bpf-masquerade": "false", "enable-ipv4-masquerade": "false"}, all, true, "every requirement", false},
-		{"legacy", map[string]string{"host-routing": "legacy"}, all, false, "host-routing is legacy (src)", false},
-		{"bpf, all there", map[string]string{"host-routing": "bpf"}, all, true, "host-routing is bpf", false},
-		{"bpf refused", map[string]string{"host-routing": "bpf", "enable-bpf-masquerade": "false"}, all, false, "requires BPF masquerade", true},
-		{"bpf refused by kernel", map[string]string{"host-routing": "bpf"}, noPeer, false, "the kernel lacks", true},
+		{"auto, all there", nil, all, true, "every requirement", false, nil},
+		{"auto, kernel lacks redirect_peer", nil, noPeer, false, "fell back to legacy: the kernel lacks", false, nil},
+		{"auto, iptables masquerade", map[string]string{"enable-bpf-masquerade": "false"}, all, false, "BPF host routing requires BPF masquerade", false, nil},
+		{"auto, masquerade off", map[string]string{"enable-bpf-masquerade": "false", "enable-ipv4-masquerade": "false"}, all, true, "every requirement", false, nil},
+		{"legacy", map[string]string{"host-routing": "legacy"}, all, false, "host-routing is legacy (src)", false, nil},
+		{"bpf, all there", map[string]string{"host-routing": "bpf"}, all, true, "host-routing is bpf", false, nil},
+		{"bpf refused", map[string]string{"host-routing": "bpf", "enable-bpf-masquerade": "false"}, all, false, "requires BPF masquerade", true, nil},
+		{"bpf refused by kernel", map[string]string{"host-routing": "bpf"}, noPeer, false, "the kernel lacks", true, nil},
+		{"auto, user rules, refuse", nil, all, false, "user-defined firewall rules were found in filter/INPUT", false, []string{"filter/INPUT"}},
+		{"auto, user rules, warn", map[string]string{"user-iptables-guard": "warn"}, all, true, "every requirement", false, []string{"filter/INPUT"}},
+		{"bpf, user rules, refuse", map[string]string{"host-routing": "bpf"}, all, false, "inet mine/c", true, []string{"inet mine/c"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -35,7 +39,7 @@ func TestDecideHostRouting(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d, err := decideHostRouting(c, tt.features)
+			d, err := decideHostRouting(c, tt.features, tt.rules)
 			if tt.wantErr {
 				if err == nil || !strings.Contains(err.Error(), tt.want) {
 					t.Fatalf("err = %v, want one containing %q", err, tt.want)

@@ -22,6 +22,7 @@ func (a *agent) status() api.Status {
 		Endpoints:  len(a.eps.List()),
 		Nodes:      api.NodesInfo{Known: int(a.nodesKnown.Load())},
 		Loops:      a.loops.snapshot(),
+		Guard:      a.guard.status(),
 	}
 	if u := a.unroutable.Load(); u != nil {
 		s.Routing.Unroutable = *u

@@ -16,6 +16,7 @@ type Status struct {
 	Nodes      NodesInfo    `json:"nodes"`
 	Maps       []MapFill    `json:"maps"`
 	Counters   []Counter    `json:"counters"`
+	Guard      GuardInfo    `json:"userIPTablesGuard"`
 	Loops      []LoopStatus `json:"controlLoops"`
 	Started    time.Time    `json:"started"`
 }
@@ -67,6 +68,14 @@ type MapFill struct {
 	Name    string `json:"name"`
 	Entries int    `json:"entries"`
 	Max     int    `json:"max"`
+}
+
+// GuardInfo is what the user-iptables guard found: table/chain places of firewall rules
+// that neither myelin nor kube-proxy created.
+type GuardInfo struct {
+	Setting string   `json:"setting"`
+	Found   []string `json:"found,omitempty"`
+	Warning string   `json:"warning,omitempty"`
 }
 
 // Counter is one datapath counter: packets and bytes by direction and reason.

@@ -83,6 +83,14 @@ func printStatus(out io.Writer, s api.Status) {
 		row("  no route", "%s", u)
 	}
 	row("Masquerading", "%s", s.Masquerade)
+	guardText := s.Guard.Setting
+	if len(s.Guard.Found) > 0 {
+		guardText += "; user rules in " + strings.Join(s.Guard.Found, ", ")
+	}
+	row("User firewall guard", "%s", guardText)
+	if s.Guard.Warning != "" {
+		row("  WARNING", "%s", s.Guard.Warning)
+	}
 	row("KubeProxyReplacement", "%s", strings.TrimPrefix(s.KubeProxy, "kube-proxy-replacement "))
 	row("MTU", "device %d, routes %d", s.MTU.Device, s.MTU.Route)
 	row("IPAM", "%d/%d allocated from %s", s.IPAM.Used, s.IPAM.Total, s.IPAM.CIDR)

@@ -1,0 +1,110 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/config"
+	"github.com/myelin-net/myelin/internal/guard"
+)
+
+// guardInterval is how often the agent looks for firewall rules that appeared later.
+const guardInterval = 30 * time.Second
+
+// guardState is what the user-iptables guard found, for status.
+type guardState struct {
+	mu      sync.Mutex
+	setting config.Guard
+	atStart []string // table/chain places found at start
+	now     []string // places found by the last scan
+	warning string
+}
+
+// scanGuard runs the guard once at start; with user-iptables-guard off it finds nothing.
+func scanGuard(setting config.Guard) (*guardState, error) {
+	g := &guardState{setting: setting}
+	if setting == config.GuardOff {
+		return g, nil
+	}
+	findings, err := guard.Scan()
+	if err != nil {
+		return nil, fmt.Errorf("user-iptables-guard: %w; set user-iptables-guard to off to skip the check", err)
+	}
+	g.atStart = guard.Places(findings)
+	g.now = g.atStart
+	if setting == config.GuardWarn && len(g.atStart) > 0 {
+		g.warning = "BPF host routing bypasses the user-defined firewall rules in " + strings.Join(g.atStart, ", ") +
+			" (user-iptables-guard is warn)"
+	}
+	return g, nil
+}
+
+// watchGuard rescans the node's rules and raises a status warning and a Warning Event
+// on the Node when rules appear that were not there at start.
+func (a *agent) watchGuard(ctx context.Context) {
+	if a.guard.setting == config.GuardOff {
+		return
+	}
+	reported := map[string]bool{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(guardInterval):
+		}
+		findings, err := guard.Scan()
+		a.loops.report("user-iptables-guard", err)
+		if err != nil {
+			continue
+		}
+		places := guard.Places(findings)
+		var added []string
+		for _, p := range places {
+			if !slices.Contains(a.guard.atStart, p) && !reported[p] {
+				added = append(added, p)
+				reported[p] = true
+			}
+		}
+		a.guard.mu.Lock()
+		a.guard.now = places
+		if len(added) > 0 {
+			a.guard.warning = fmt.Sprintf("user-defined firewall rules appeared in %s after the agent started; with %s host routing they %s",
+				strings.Join(added, ", "), a.routing.Mode(), map[bool]string{true: "do not apply to pod traffic", false: "apply"}[a.routing.BPF])
+		}
+		warning := a.guard.warning
+		a.guard.mu.Unlock()
+		if len(added) > 0 {
+			a.log.Warn("user-defined firewall rules appeared", "places", added)
+			a.nodeEvent(ctx, corev1.EventTypeWarning, "UserFirewallRules", warning)
+		}
+	}
+}
+
+func (g *guardState) status() api.GuardInfo {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return api.GuardInfo{Setting: string(g.setting), Found: g.now, Warning: g.warning}
+}
+
+// nodeEvent records an Event on this node's Node object.
+func (a *agent) nodeEvent(ctx context.Context, typ, reason, msg string) {
+	now := metav1.Now()
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: a.cfg.Node + ".", Namespace: metav1.NamespaceDefault},
+		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: a.cfg.Node, UID: "", APIVersion: "v1"},
+		Reason:         reason, Message: msg, Type: typ,
+		Source:         corev1.EventSource{Component: "myelin-agent", Host: a.cfg.Node},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	if _, err := a.cs.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		a.log.Error("record node event", "reason", reason, "err", err)
+	}
+}
