@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * myelin_from_netdev: TCX ingress of the node uplink. With BPF host routing,
- * natively routed packets for local pods go straight into the pod with
- * bpf_redirect_peer; everything else (and everything in legacy mode) goes to
- * the kernel stack.
+ * myelin_from_netdev: TCX ingress of the node uplink. With masquerading on,
+ * replies to masqueraded pod traffic first get the pod's address back
+ * (lib/masq.h), in both host routing modes. With BPF host routing, packets
+ * for local pods (natively routed or just reverse-translated) go straight
+ * into the pod with bpf_redirect_peer; everything else (and everything in
+ * legacy mode) goes to the kernel stack.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -13,6 +15,7 @@
 #include "lib/config.h"
 #include "lib/endpoint.h"
 #include "lib/ipv4.h"
+#include "lib/masq.h"
 #include "lib/verdict.h"
 
 SEC("tcx/ingress")
@@ -20,11 +23,15 @@ int myelin_from_netdev(struct __sk_buff *skb)
 {
 	struct ipv4_info info = {};
 	const struct endpoint_info *ep;
+	int reason;
 
 	if (skb->protocol != bpf_htons(ETH_P_IP))
 		return verdict_pass(skb, &info, DIR_FROM_NETDEV);
 	if (ipv4_parse(skb, &info) < 0)
 		return verdict_drop(skb, &info, DIR_FROM_NETDEV, DROP_INVALID_PACKET);
+	reason = masq_ingress(skb, &info);
+	if (reason)
+		return verdict_drop(skb, &info, DIR_FROM_NETDEV, reason);
 	if (!host_routing_bpf)
 		return verdict_pass(skb, &info, DIR_FROM_NETDEV);
 

@@ -8,6 +8,7 @@
 #include "from_pod.c"
 #include "from_netdev.c"
 #include "from_overlay.c"
+#include "to_netdev.c"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -19,3 +20,5 @@ const struct event *btf_anchor_event __attribute__((unused));
 const enum event_type *btf_anchor_event_type __attribute__((unused));
 const enum reason *btf_anchor_reason __attribute__((unused));
 const enum direction *btf_anchor_direction __attribute__((unused));
+const enum nat_dir *btf_anchor_nat_dir __attribute__((unused));
+const enum nat_flags *btf_anchor_nat_flags __attribute__((unused));

@@ -27,4 +27,18 @@ volatile const __u32 overlay_ifindex = 0;
  */
 volatile const __u8 overlay_mac[6] = {};
 
+/*
+ * masq_enabled: 1 = BPF masquerade. Packets from cluster_cidr to destinations
+ * outside myelin_nomasq leave the uplink with node_ip as their source, and
+ * replies are translated back on the way in.
+ */
+volatile const __u8 masq_enabled = 0;
+
+/* node_ip: the masquerade source address, network order. */
+volatile const __u32 node_ip = 0;
+
+/* cluster_cidr_addr/_mask: the pod sources that are masqueraded, network order. */
+volatile const __u32 cluster_cidr_addr = 0;
+volatile const __u32 cluster_cidr_mask = 0;
+
 #endif /* MYELIN_LIB_CONFIG_H */

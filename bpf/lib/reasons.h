@@ -11,7 +11,7 @@
 enum direction {
 	DIR_FROM_POD = 0,     /* myelin_from_pod: leaving a pod */
 	DIR_FROM_NETDEV = 1,  /* myelin_from_netdev: arriving on the uplink */
-	DIR_TO_NETDEV = 2,    /* reserved: uplink egress */
+	DIR_TO_NETDEV = 2,    /* myelin_to_netdev: leaving through the uplink */
 	DIR_FROM_OVERLAY = 3, /* myelin_from_overlay: decapsulated, VXLAN device ingress */
 	METRIC_DIRS = 4,
 };
@@ -30,6 +30,10 @@ enum reason {
 	DROP_REDIRECT_FAILED = 4,
 	/* bpf_skb_set_tunnel_key refused the tunnel metadata (tunnel mode). */
 	DROP_TUNNEL_KEY = 5,
+	/* Masquerade: myelin_snat is full, the flow's NAT entries can't be created. */
+	DROP_NAT_FULL = 6,
+	/* Masquerade: every NAT port tried for the flow's destination is taken. */
+	DROP_NAT_NO_PORT = 7,
 	/* Not a verdict: a ring buffer event could not be written (buffer full). */
 	REASON_EVENTS_LOST = 63,
 	METRIC_REASONS = 64,

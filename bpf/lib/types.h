@@ -33,6 +33,54 @@ struct tunnel_endpoint {
 	__u32 node_ip; /* underlay IPv4 of the node, network order */
 };
 
+/*
+ * nat_key is one direction of a masqueraded flow in myelin_snat, written as
+ * the packets of that direction carry it (addresses and ports network order):
+ * NAT_DIR_EGRESS is the pod's original tuple (pod -> world), NAT_DIR_INGRESS
+ * the reply's tuple after translation (world -> node IP). ICMP echo has no
+ * ports: a request's id sits in sport, a reply's in dport, the other is 0.
+ */
+struct nat_key {
+	__u32 saddr;
+	__u32 daddr;
+	__u16 sport;
+	__u16 dport;
+	__u8 proto; /* IPPROTO_TCP, IPPROTO_UDP or IPPROTO_ICMP */
+	__u8 dir;   /* enum nat_dir */
+	__u16 pad;  /* explicit padding, 0 */
+};
+
+/*
+ * nat_entry is what a nat_key translates to: for NAT_DIR_EGRESS the new
+ * source (node IP, NAT port), for NAT_DIR_INGRESS the original destination
+ * (pod IP and port). The agent's GC reads last_seen and flags of both
+ * directions of a flow together.
+ */
+struct nat_entry {
+	__u64 last_seen; /* bpf_ktime_get_ns of a recent packet, refreshed at most once a second */
+	__u32 addr;	 /* network order */
+	__u16 port;	 /* network order; the ICMP echo id for ICMP */
+	__u16 flags;	 /* enum nat_flags */
+};
+
+/* nat_dir is the direction of a nat_key. */
+enum nat_dir {
+	NAT_DIR_EGRESS = 0,  /* pod -> world, before translation */
+	NAT_DIR_INGRESS = 1, /* world -> node IP, before reverse translation */
+};
+
+/* nat_flags is the connection state the GC picks a timeout by. */
+enum nat_flags {
+	NAT_F_REPLIED = 1, /* a reply came back (TCP: past the handshake) */
+	NAT_F_CLOSING = 2, /* TCP FIN or RST seen in either direction */
+};
+
+/* nomasq_key is the key of myelin_nomasq: a destination prefix never masqueraded. */
+struct nomasq_key {
+	__u32 prefixlen; /* bits of addr that match, 0..32 */
+	__u32 addr;	 /* network order */
+};
+
 /* metrics_value is one per-CPU counter row of myelin_metrics. */
 struct metrics_value {
 	__u64 packets;

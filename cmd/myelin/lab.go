@@ -1,9 +1,11 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -24,7 +26,7 @@ host serving HTTP on 203.0.113.10:80. Everything it creates is named myelin-*.`,
 	cmd.PersistentFlags().StringVar(&dir, "dir", lab.DefaultDir, "lab directory (state, certificates, logs)")
 	paths := func() lab.Paths { return lab.Paths{Dir: dir} }
 	cmd.AddCommand(labUpCommand(paths), labDownCommand(paths), labStatusCommand(paths),
-		labExecCommand(paths), labRestartCommand(paths), labServeCommand(), labSuperviseCommand(paths), labKubeletCommand(paths))
+		labExecCommand(paths), labRestartCommand(paths), labServeCommand(), labUDPFlowsCommand(), labSuperviseCommand(paths), labKubeletCommand(paths))
 	return cmd
 }
 
@@ -123,6 +125,32 @@ func labServeCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&listen, "listen", ":8080", "address to listen on")
 	cmd.Flags().StringVar(&name, "name", "", "name to answer with (default: $POD_NAME)")
+	return cmd
+}
+
+func labUDPFlowsCommand() *cobra.Command {
+	var to string
+	var flows int
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "udp-flows --to IP:PORT [--flows N]",
+		Short: "Open N concurrent UDP flows to a lab serve endpoint and report replies and the sources it saw (JSON)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if flows < 1 || flows > 20000 {
+				return fmt.Errorf("--flows %d: must be between 1 and 20000", flows)
+			}
+			res, err := lab.UDPFlows(cmd.Context(), to, flows, timeout)
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "", "target IP:PORT (a myelin lab serve endpoint)")
+	cmd.Flags().IntVar(&flows, "flows", 1000, "number of concurrent flows")
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "how long to wait for replies")
+	_ = cmd.MarkFlagRequired("to")
 	return cmd
 }
 

@@ -133,6 +133,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	go a.watchNodes(ctx)
 	go a.watchKubernetes(ctx)
 	go a.watchGuard(ctx)
+	go a.collectNAT(ctx)
 	go a.monitor.run(ctx)
 	if err := installCNI(cfg); err != nil {
 		return err
@@ -168,7 +169,8 @@ func (a *agent) startDatapath(podCIDR netip.Prefix, uplink netlink.Link) error {
 			return err
 		}
 	}
-	dpCfg := datapath.Config{PinDir: a.cfg.BPFFSDir, HostRouting: mode}
+	dpCfg := datapath.Config{PinDir: a.cfg.BPFFSDir, HostRouting: mode,
+		Masquerade: a.bpfMasquerade(), NodeIP: a.nodeIP, ClusterCIDR: a.conf.ClusterCIDR}
 	if a.tunnelMode() {
 		dev, err := tunnel.EnsureDevice(int(a.conf.TunnelPort), a.mtu, datapath.OverlayMAC(a.nodeIP))
 		if err != nil {
@@ -183,9 +185,19 @@ func (a *agent) startDatapath(podCIDR netip.Prefix, uplink netlink.Link) error {
 	if err != nil {
 		return fmt.Errorf("load the BPF datapath: %w", err)
 	}
+	// The no-masquerade set must be complete before the egress program runs, or
+	// traffic between pods and nodes would be translated.
+	if err := a.startMasquerade(dp); err != nil {
+		dp.Close()
+		return err
+	}
 	if err := dp.AttachNetdev(uplink.Attrs().Index, uplink.Attrs().Name); err != nil {
 		dp.Close()
 		return fmt.Errorf("attach to uplink %s: %w", uplink.Attrs().Name, err)
+	}
+	if err := dp.AttachToNetdev(uplink.Attrs().Index, uplink.Attrs().Name); err != nil {
+		dp.Close()
+		return fmt.Errorf("attach to uplink %s egress: %w", uplink.Attrs().Name, err)
 	}
 	if a.overlay != nil {
 		if err := dp.AttachOverlay(a.overlay.Attrs().Index, tunnel.DeviceName); err != nil {

@@ -56,6 +56,9 @@ func (a *agent) watchNodes(ctx context.Context) {
 
 func (a *agent) syncNodeRoutes(nodes []*corev1.Node) error {
 	a.nodesKnown.Store(int32(len(nodes)))
+	if err := a.syncMasquerade(a.dp, nodes); err != nil {
+		return err
+	}
 	if a.tunnelMode() {
 		return a.syncTunnels(nodes)
 	}

@@ -59,9 +59,9 @@ func masqueradeText(c config.Config) string {
 	case !c.EnableIPv4Masquerade:
 		return "disabled"
 	case c.EnableBPFMasquerade:
-		return "BPF (not implemented yet: pod traffic leaves unmasqueraded)"
+		return "BPF (myelin_to_netdev)"
 	default:
-		return "iptables (not implemented yet: pod traffic leaves unmasqueraded)"
+		return "iptables (nat/" + masqChain + ")"
 	}
 }
 

@@ -19,14 +19,25 @@ import (
 // packets miss the datapath. A stale pinned link (device gone or renamed) is
 // replaced by a fresh attachment.
 func (d *Datapath) AttachNetdev(ifindex int, name string) error {
-	return d.attach(d.objs.MyelinFromNetdev, ifindex, "netdev-", name)
+	return d.attach(d.objs.MyelinFromNetdev, ebpf.AttachTCXIngress, ifindex, "netdev-", name)
+}
+
+// AttachToNetdev attaches myelin_to_netdev to TCX egress of the node uplink
+// ifindex (in the caller's network namespace), where BPF masquerade
+// translates pod traffic leaving the cluster, pinning the link at
+// <PinDir>/links/to-netdev-<name>, with the same in-place update as
+// AttachNetdev. Attach it with AttachNetdev on the same device, which
+// translates the replies back, and after SetNoMasquerade. With
+// Config.Masquerade off the program passes every packet untouched.
+func (d *Datapath) AttachToNetdev(ifindex int, name string) error {
+	return d.attach(d.objs.MyelinToNetdev, ebpf.AttachTCXEgress, ifindex, "to-netdev-", name)
 }
 
 // AttachEndpoint attaches myelin_from_pod to TCX ingress of a pod's
 // host-side veth, pinning the link at <PinDir>/links/ep-<name>, with the
 // same in-place update as AttachNetdev.
 func (d *Datapath) AttachEndpoint(ifindex int, name string) error {
-	return d.attach(d.objs.MyelinFromPod, ifindex, "ep-", name)
+	return d.attach(d.objs.MyelinFromPod, ebpf.AttachTCXIngress, ifindex, "ep-", name)
 }
 
 // AttachOverlay attaches myelin_from_overlay to TCX ingress of the VXLAN
@@ -36,7 +47,7 @@ func (d *Datapath) AttachEndpoint(ifindex int, name string) error {
 // AttachNetdev. Attach it in both host routing modes: in legacy mode the
 // program only counts and hands packets to the stack.
 func (d *Datapath) AttachOverlay(ifindex int, name string) error {
-	return d.attach(d.objs.MyelinFromOverlay, ifindex, "overlay-", name)
+	return d.attach(d.objs.MyelinFromOverlay, ebpf.AttachTCXIngress, ifindex, "overlay-", name)
 }
 
 // DetachEndpoint detaches and unpins the link of the host-side veth name.
@@ -73,8 +84,9 @@ func (d *Datapath) linkPath(prefix, name string) (string, error) {
 	return filepath.Join(d.cfg.PinDir, "links", prefix+name), nil
 }
 
-// attach runs prog on TCX ingress of ifindex through the link pinned as prefix+name.
-func (d *Datapath) attach(prog *ebpf.Program, ifindex int, prefix, name string) error {
+// attach runs prog on TCX hook (ingress or egress) of ifindex through the
+// link pinned as prefix+name.
+func (d *Datapath) attach(prog *ebpf.Program, hook ebpf.AttachType, ifindex int, prefix, name string) error {
 	if ifindex <= 0 {
 		return fmt.Errorf("attach to device %q: invalid ifindex %d", name, ifindex)
 	}
@@ -94,7 +106,7 @@ func (d *Datapath) attach(prog *ebpf.Program, ifindex int, prefix, name string) 
 	l, err := link.AttachTCX(link.TCXOptions{
 		Interface: ifindex,
 		Program:   prog,
-		Attach:    ebpf.AttachTCXIngress,
+		Attach:    hook,
 	})
 	if err != nil {
 		return fmt.Errorf("attach %s to ifindex %d: %w", pinName, ifindex, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/netip"
 	"os"
 
 	"github.com/cilium/ebpf"
@@ -38,6 +39,10 @@ func (h HostRouting) String() string {
 // Config.EndpointsMax is 0: room for about 1,000 pods per node.
 const DefaultEndpointsMax = 1024
 
+// DefaultNATMax is the NAT map size used when Config.NATMax is 0. Each
+// masqueraded flow takes two entries, so it holds 32,768 flows.
+const DefaultNATMax = 65536
+
 // Config is what Load needs; it is not changed after Load.
 type Config struct {
 	// PinDir is the bpffs directory for maps and links, for example
@@ -60,6 +65,22 @@ type Config struct {
 	// OverlayMAC is this node's myelin_vxlan MAC, OverlayMAC(node IP): the inner
 	// source of encapsulated frames. Required when Tunnel is set.
 	OverlayMAC net.HardwareAddr
+	// Masquerade turns BPF masquerade on (enable-ipv4-masquerade and
+	// enable-bpf-masquerade): packets from ClusterCIDR to destinations
+	// outside the no-masquerade set (SetNoMasquerade) leave the uplink
+	// (AttachToNetdev) with NodeIP as their source, and their replies are
+	// translated back on the uplink's ingress (AttachNetdev). Off, both
+	// programs leave every packet's addresses alone.
+	Masquerade bool
+	// NodeIP is the translated source address. Required with Masquerade.
+	NodeIP netip.Addr
+	// ClusterCIDR holds the pod addresses that are masqueraded. Required
+	// with Masquerade.
+	ClusterCIDR netip.Prefix
+	// NATMax sizes the NAT map myelin_snat in entries, two per flow; 0 means
+	// DefaultNATMax. Changing it replaces the map on the next Load, which
+	// drops the translations of open flows.
+	NATMax uint32
 }
 
 // Datapath is the loaded datapath of one node: its programs and maps.
@@ -85,11 +106,17 @@ func Load(cfg Config) (*Datapath, error) {
 	if cfg.EndpointsMax == 0 {
 		cfg.EndpointsMax = DefaultEndpointsMax
 	}
+	if cfg.NATMax == 0 {
+		cfg.NATMax = DefaultNATMax
+	}
 	if cfg.HostRouting != HostRoutingLegacy && cfg.HostRouting != HostRoutingBPF {
 		return nil, fmt.Errorf("load datapath: unknown host routing %d: use HostRoutingLegacy or HostRoutingBPF", int(cfg.HostRouting))
 	}
 	if cfg.Tunnel && (cfg.OverlayIfIndex <= 0 || cfg.OverlayIfIndex > math.MaxInt32) {
 		return nil, fmt.Errorf("load datapath: tunnel mode with overlay ifindex %d: set Config.OverlayIfIndex to the ifindex of the VXLAN device myelin_vxlan", cfg.OverlayIfIndex)
+	}
+	if err := checkMasquerade(cfg); err != nil {
+		return nil, err
 	}
 	if err := ensurePinDir(cfg.PinDir); err != nil {
 		return nil, err
@@ -143,7 +170,13 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 	if err := specs.OverlayMac.Set(mac); err != nil {
 		return fmt.Errorf("set overlay_mac: %w", err)
 	}
+	if err := configureMasquerade(&specs, cfg); err != nil {
+		return err
+	}
 	specs.MyelinEndpoints.MaxEntries = cfg.EndpointsMax
+	if cfg.NATMax != 0 {
+		specs.MyelinSnat.MaxEntries = cfg.NATMax
+	}
 	return nil
 }
 

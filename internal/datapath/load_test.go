@@ -12,19 +12,25 @@ import (
 )
 
 // TestPrivilegedLoadAll loads every program of the object in both host
-// routing modes, native and tunnel, so a verifier rejection fails here with
-// the log.
+// routing modes, native and tunnel, with masquerade on and off, so a
+// verifier rejection fails here with the log.
 func TestPrivilegedLoadAll(t *testing.T) {
 	requirePrivileged(t)
 	for _, routing := range []HostRouting{HostRoutingLegacy, HostRoutingBPF} {
 		for _, tunnel := range []bool{false, true} {
-			name := routing.String() + "/native"
-			if tunnel {
-				name = routing.String() + "/tunnel"
+			for _, masq := range []bool{false, true} {
+				name := routing.String() + "/native"
+				if tunnel {
+					name = routing.String() + "/tunnel"
+				}
+				if masq {
+					name += "/masquerade"
+				}
+				t.Run(name, func(t *testing.T) {
+					loadAll(t, Config{HostRouting: routing, EndpointsMax: DefaultEndpointsMax, Tunnel: tunnel, OverlayIfIndex: 1, OverlayMAC: testOverlayMAC,
+						Masquerade: masq, NodeIP: testNodeIP, ClusterCIDR: testClusterCIDR})
+				})
 			}
-			t.Run(name, func(t *testing.T) {
-				loadAll(t, Config{HostRouting: routing, EndpointsMax: DefaultEndpointsMax, Tunnel: tunnel, OverlayIfIndex: 1, OverlayMAC: testOverlayMAC})
-			})
 		}
 	}
 }
@@ -91,7 +97,7 @@ func TestPrivilegedLoadReusesPinnedMaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Close()
-	for _, name := range []string{"myelin_endpoints", "myelin_tunnel", "myelin_metrics", "myelin_events"} {
+	for _, name := range []string{"myelin_endpoints", "myelin_tunnel", "myelin_metrics", "myelin_events", "myelin_snat", "myelin_nomasq"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			t.Errorf("map pin: %v", err)
 		}
@@ -119,9 +125,10 @@ func TestPrivilegedLoadReusesPinnedMaps(t *testing.T) {
 		if max == 0 {
 			wantMax = DefaultEndpointsMax
 		}
-		if len(fill) != 2 || fill[0] != (MapFill{Name: "myelin_endpoints", Entries: 1, Max: wantMax}) ||
-			fill[1] != (MapFill{Name: "myelin_tunnel", Entries: 0, Max: 1024}) {
-			t.Errorf("MapFill = %+v, want endpoints 1 of %d, tunnel 0 of 1024", fill, wantMax)
+		if len(fill) != 3 || fill[0] != (MapFill{Name: "myelin_endpoints", Entries: 1, Max: wantMax}) ||
+			fill[1] != (MapFill{Name: "myelin_tunnel", Entries: 0, Max: 1024}) ||
+			fill[2] != (MapFill{Name: "myelin_snat", Entries: 0, Max: DefaultNATMax}) {
+			t.Errorf("MapFill = %+v, want endpoints 1 of %d, tunnel 0 of 1024, snat 0 of %d", fill, wantMax, DefaultNATMax)
 		}
 		d.Close()
 	}

@@ -53,16 +53,20 @@ type MapFill struct {
 }
 
 // MapFill reports the fill of the maps that can run full: the endpoints
-// map and the tunnel map. Counting walks the maps, so call it for status,
-// not per packet.
+// map, the tunnel map and the NAT map (two entries per masqueraded flow;
+// when full, new flows are dropped as DROP_NAT_FULL until GCNAT frees
+// room). Counting walks the maps, so call it for status, not per packet.
 func (d *Datapath) MapFill() ([]MapFill, error) {
 	var (
 		epKey     [4]byte
 		epValue   myelinEndpointInfo
 		tunKey    myelinTunnelLpmKey
 		tunValue  myelinTunnelEndpoint
+		natKey    myelinNatKey
+		natValue  myelinNatEntry
 		endpoints = d.objs.MyelinEndpoints
 		tunnels   = d.objs.MyelinTunnel
+		nat       = d.objs.MyelinSnat
 	)
 	nEndpoints, err := countEntries(endpoints, &epKey, &epValue)
 	if err != nil {
@@ -72,9 +76,14 @@ func (d *Datapath) MapFill() ([]MapFill, error) {
 	if err != nil {
 		return nil, fmt.Errorf("count myelin_tunnel: %w", err)
 	}
+	nNAT, err := countEntries(nat, &natKey, &natValue)
+	if err != nil {
+		return nil, fmt.Errorf("count myelin_snat: %w", err)
+	}
 	return []MapFill{
 		{Name: "myelin_endpoints", Entries: nEndpoints, Max: int(endpoints.MaxEntries())},
 		{Name: "myelin_tunnel", Entries: nTunnels, Max: int(tunnels.MaxEntries())},
+		{Name: "myelin_snat", Entries: nNAT, Max: int(nat.MaxEntries())},
 	}, nil
 }
 

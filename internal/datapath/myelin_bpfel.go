@@ -60,6 +60,45 @@ type myelinMetricsValue struct {
 	Bytes   uint64
 }
 
+type myelinNatDir uint32
+
+const (
+	myelinNatDirNAT_DIR_EGRESS  myelinNatDir = 0
+	myelinNatDirNAT_DIR_INGRESS myelinNatDir = 1
+)
+
+type myelinNatEntry struct {
+	_        structs.HostLayout
+	LastSeen uint64
+	Addr     uint32
+	Port     uint16
+	Flags    uint16
+}
+
+type myelinNatFlags uint32
+
+const (
+	myelinNatFlagsNAT_F_REPLIED myelinNatFlags = 1
+	myelinNatFlagsNAT_F_CLOSING myelinNatFlags = 2
+)
+
+type myelinNatKey struct {
+	_     structs.HostLayout
+	Saddr uint32
+	Daddr uint32
+	Sport uint16
+	Dport uint16
+	Proto uint8
+	Dir   uint8
+	Pad   uint16
+}
+
+type myelinNomasqKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Addr      uint32
+}
+
 type myelinReason uint32
 
 const (
@@ -69,6 +108,8 @@ const (
 	myelinReasonDROP_NO_ROUTE        myelinReason = 3
 	myelinReasonDROP_REDIRECT_FAILED myelinReason = 4
 	myelinReasonDROP_TUNNEL_KEY      myelinReason = 5
+	myelinReasonDROP_NAT_FULL        myelinReason = 6
+	myelinReasonDROP_NAT_NO_PORT     myelinReason = 7
 	myelinReasonREASON_EVENTS_LOST   myelinReason = 63
 	myelinReasonMETRIC_REASONS       myelinReason = 64
 )
@@ -129,6 +170,7 @@ type myelinProgramSpecs struct {
 	MyelinFromNetdev  *ebpf.ProgramSpec `ebpf:"myelin_from_netdev"`
 	MyelinFromOverlay *ebpf.ProgramSpec `ebpf:"myelin_from_overlay"`
 	MyelinFromPod     *ebpf.ProgramSpec `ebpf:"myelin_from_pod"`
+	MyelinToNetdev    *ebpf.ProgramSpec `ebpf:"myelin_to_netdev"`
 }
 
 // myelinMapSpecs contains maps before they are loaded into the kernel.
@@ -138,6 +180,8 @@ type myelinMapSpecs struct {
 	MyelinEndpoints *ebpf.MapSpec `ebpf:"myelin_endpoints"`
 	MyelinEvents    *ebpf.MapSpec `ebpf:"myelin_events"`
 	MyelinMetrics   *ebpf.MapSpec `ebpf:"myelin_metrics"`
+	MyelinNomasq    *ebpf.MapSpec `ebpf:"myelin_nomasq"`
+	MyelinSnat      *ebpf.MapSpec `ebpf:"myelin_snat"`
 	MyelinTunnel    *ebpf.MapSpec `ebpf:"myelin_tunnel"`
 }
 
@@ -148,8 +192,14 @@ type myelinVariableSpecs struct {
 	BtfAnchorDirection *ebpf.VariableSpec `ebpf:"btf_anchor_direction"`
 	BtfAnchorEvent     *ebpf.VariableSpec `ebpf:"btf_anchor_event"`
 	BtfAnchorEventType *ebpf.VariableSpec `ebpf:"btf_anchor_event_type"`
+	BtfAnchorNatDir    *ebpf.VariableSpec `ebpf:"btf_anchor_nat_dir"`
+	BtfAnchorNatFlags  *ebpf.VariableSpec `ebpf:"btf_anchor_nat_flags"`
 	BtfAnchorReason    *ebpf.VariableSpec `ebpf:"btf_anchor_reason"`
+	ClusterCidrAddr    *ebpf.VariableSpec `ebpf:"cluster_cidr_addr"`
+	ClusterCidrMask    *ebpf.VariableSpec `ebpf:"cluster_cidr_mask"`
 	HostRoutingBpf     *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
+	MasqEnabled        *ebpf.VariableSpec `ebpf:"masq_enabled"`
+	NodeIp             *ebpf.VariableSpec `ebpf:"node_ip"`
 	OverlayIfindex     *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
 	OverlayMac         *ebpf.VariableSpec `ebpf:"overlay_mac"`
 	RoutingTunnel      *ebpf.VariableSpec `ebpf:"routing_tunnel"`
@@ -179,6 +229,8 @@ type myelinMaps struct {
 	MyelinEndpoints *ebpf.Map `ebpf:"myelin_endpoints"`
 	MyelinEvents    *ebpf.Map `ebpf:"myelin_events"`
 	MyelinMetrics   *ebpf.Map `ebpf:"myelin_metrics"`
+	MyelinNomasq    *ebpf.Map `ebpf:"myelin_nomasq"`
+	MyelinSnat      *ebpf.Map `ebpf:"myelin_snat"`
 	MyelinTunnel    *ebpf.Map `ebpf:"myelin_tunnel"`
 }
 
@@ -187,6 +239,8 @@ func (m *myelinMaps) Close() error {
 		m.MyelinEndpoints,
 		m.MyelinEvents,
 		m.MyelinMetrics,
+		m.MyelinNomasq,
+		m.MyelinSnat,
 		m.MyelinTunnel,
 	)
 }
@@ -198,8 +252,14 @@ type myelinVariables struct {
 	BtfAnchorDirection *ebpf.Variable `ebpf:"btf_anchor_direction"`
 	BtfAnchorEvent     *ebpf.Variable `ebpf:"btf_anchor_event"`
 	BtfAnchorEventType *ebpf.Variable `ebpf:"btf_anchor_event_type"`
+	BtfAnchorNatDir    *ebpf.Variable `ebpf:"btf_anchor_nat_dir"`
+	BtfAnchorNatFlags  *ebpf.Variable `ebpf:"btf_anchor_nat_flags"`
 	BtfAnchorReason    *ebpf.Variable `ebpf:"btf_anchor_reason"`
+	ClusterCidrAddr    *ebpf.Variable `ebpf:"cluster_cidr_addr"`
+	ClusterCidrMask    *ebpf.Variable `ebpf:"cluster_cidr_mask"`
 	HostRoutingBpf     *ebpf.Variable `ebpf:"host_routing_bpf"`
+	MasqEnabled        *ebpf.Variable `ebpf:"masq_enabled"`
+	NodeIp             *ebpf.Variable `ebpf:"node_ip"`
 	OverlayIfindex     *ebpf.Variable `ebpf:"overlay_ifindex"`
 	OverlayMac         *ebpf.Variable `ebpf:"overlay_mac"`
 	RoutingTunnel      *ebpf.Variable `ebpf:"routing_tunnel"`
@@ -213,6 +273,7 @@ type myelinPrograms struct {
 	MyelinFromNetdev  *ebpf.Program `ebpf:"myelin_from_netdev"`
 	MyelinFromOverlay *ebpf.Program `ebpf:"myelin_from_overlay"`
 	MyelinFromPod     *ebpf.Program `ebpf:"myelin_from_pod"`
+	MyelinToNetdev    *ebpf.Program `ebpf:"myelin_to_netdev"`
 }
 
 func (p *myelinPrograms) Close() error {
@@ -220,6 +281,7 @@ func (p *myelinPrograms) Close() error {
 		p.MyelinFromNetdev,
 		p.MyelinFromOverlay,
 		p.MyelinFromPod,
+		p.MyelinToNetdev,
 	)
 }
 

@@ -28,6 +28,13 @@ type pkt struct {
 	sport, dport   uint16
 	options        []byte // IPv4 options, a multiple of 4 bytes
 	payload        []byte
+	fragOff        uint16 // IPv4 fragment offset in 8-byte units; 0: DF, unfragmented
+	tcpFlags       uint8  // 0: SYN
+	udpNoCsum      bool   // UDP checksum 0 ("none")
+	icmpSet        bool   // icmpType, icmpCode, icmpRest set; otherwise echo request id 7 seq 1
+	icmpType       uint8
+	icmpCode       uint8
+	icmpRest       [4]byte // echo: id, seq; errors: unused, next-hop MTU
 }
 
 func mac(s string) net.HardwareAddr {
@@ -62,6 +69,39 @@ func (p pkt) withMACs(src, dst net.HardwareAddr) pkt {
 
 func (p pkt) withOptions(opts []byte) pkt { p.options = opts; return p }
 
+func (p pkt) withSrc(ip string, port uint16) pkt {
+	p.src, p.sport = netip.MustParseAddr(ip), port
+	return p
+}
+
+func (p pkt) withDst(ip string, port uint16) pkt {
+	p.dst, p.dport = netip.MustParseAddr(ip), port
+	return p
+}
+
+func (p pkt) withTCPFlags(f uint8) pkt { p.tcpFlags = f; return p }
+
+func (p pkt) withoutUDPChecksum() pkt { p.udpNoCsum = true; return p }
+
+// withFragOffset makes p a later fragment (offset in 8-byte units).
+func (p pkt) withFragOffset(off uint16) pkt { p.fragOff = off; return p }
+
+// withEcho makes p an ICMP echo request (type 8) or reply (type 0) with id.
+func (p pkt) withEcho(typ uint8, id uint16) pkt {
+	p.proto, p.icmpSet, p.icmpType, p.icmpCode = protoICMP, true, typ, 0
+	p.icmpRest = [4]byte{byte(id >> 8), byte(id), 0, 1}
+	return p
+}
+
+// withICMPError makes p an ICMP error quoting quoted (an IPv4 header and
+// the first 8 bytes after it); mtu is the next-hop MTU of frag-needed.
+func (p pkt) withICMPError(typ, code uint8, mtu uint16, quoted []byte) pkt {
+	p.proto, p.icmpSet, p.icmpType, p.icmpCode = protoICMP, true, typ, code
+	p.icmpRest = [4]byte{0, 0, byte(mtu >> 8), byte(mtu)}
+	p.payload = quoted
+	return p
+}
+
 // build renders the frame with correct IPv4 and L4 checksums.
 func (p pkt) build() []byte {
 	l4 := p.l4()
@@ -71,6 +111,9 @@ func (p pkt) build() []byte {
 	binary.BigEndian.PutUint16(ip[2:], uint16(hlen+len(l4)))
 	binary.BigEndian.PutUint16(ip[4:], 0x1234) // id
 	binary.BigEndian.PutUint16(ip[6:], 0x4000) // DF
+	if p.fragOff != 0 {
+		binary.BigEndian.PutUint16(ip[6:], p.fragOff)
+	}
 	ip[8] = p.ttl
 	ip[9] = p.proto
 	copy(ip[12:16], p.src.AsSlice())
@@ -90,6 +133,9 @@ func (p pkt) l4() []byte {
 		binary.BigEndian.PutUint16(b[2:], p.dport)
 		b[12] = 5 << 4 // data offset
 		b[13] = 0x02   // SYN
+		if p.tcpFlags != 0 {
+			b[13] = p.tcpFlags
+		}
 		binary.BigEndian.PutUint16(b[14:], 65535)
 	case protoUDP:
 		b = make([]byte, 8)
@@ -101,13 +147,19 @@ func (p pkt) l4() []byte {
 		b[0] = 8 // echo request
 		binary.BigEndian.PutUint16(b[4:], 7)
 		binary.BigEndian.PutUint16(b[6:], 1)
+		if p.icmpSet {
+			b[0], b[1] = p.icmpType, p.icmpCode
+			copy(b[4:], p.icmpRest[:])
+		}
 	}
 	b = append(b, p.payload...)
 	switch p.proto {
 	case protoTCP:
 		binary.BigEndian.PutUint16(b[16:], checksum(b, p.pseudoHeaderSum(len(b))))
 	case protoUDP:
-		binary.BigEndian.PutUint16(b[6:], checksum(b, p.pseudoHeaderSum(len(b))))
+		if !p.udpNoCsum {
+			binary.BigEndian.PutUint16(b[6:], checksum(b, p.pseudoHeaderSum(len(b))))
+		}
 	case protoICMP:
 		binary.BigEndian.PutUint16(b[2:], checksum(b, 0))
 	}
@@ -177,6 +229,26 @@ func checksum(b []byte, initial uint32) uint16 {
 		sum = sum>>16 + sum&0xffff
 	}
 	return ^uint16(sum)
+}
+
+// l4ChecksumValid reports whether the TCP, UDP or ICMP checksum of an
+// unfragmented IPv4 frame verifies (a zero UDP checksum counts as valid).
+func l4ChecksumValid(frame []byte) bool {
+	hlen := int(frame[14]&0x0f) * 4
+	ip, l4 := frame[14:14+hlen], frame[14+hlen:]
+	switch ip[9] {
+	case protoICMP:
+		return checksum(l4, 0) == 0
+	case protoUDP:
+		if binary.BigEndian.Uint16(l4[6:]) == 0 {
+			return true
+		}
+	}
+	ph := make([]byte, 12)
+	copy(ph, ip[12:20])
+	ph[9] = ip[9]
+	binary.BigEndian.PutUint16(ph[10:], uint16(len(l4)))
+	return checksum(l4, sum16(ph, 0)) == 0
 }
 
 // ipv4HeaderValid reports whether the IPv4 header checksum of frame verifies.

@@ -11,6 +11,8 @@ var reasonNames = map[myelinReason]string{
 	myelinReasonDROP_NO_ROUTE:        "DROP_NO_ROUTE",
 	myelinReasonDROP_REDIRECT_FAILED: "DROP_REDIRECT_FAILED",
 	myelinReasonDROP_TUNNEL_KEY:      "DROP_TUNNEL_KEY",
+	myelinReasonDROP_NAT_FULL:        "DROP_NAT_FULL",
+	myelinReasonDROP_NAT_NO_PORT:     "DROP_NAT_NO_PORT",
 	myelinReasonREASON_EVENTS_LOST:   "EVENTS_LOST",
 }
 

@@ -20,6 +20,8 @@ func TestReasonName(t *testing.T) {
 		{3, "DROP_NO_ROUTE"},
 		{4, "DROP_REDIRECT_FAILED"},
 		{5, "DROP_TUNNEL_KEY"},
+		{6, "DROP_NAT_FULL"},
+		{7, "DROP_NAT_NO_PORT"},
 		{63, "EVENTS_LOST"},
 		{42, "REASON_42"},
 	} {

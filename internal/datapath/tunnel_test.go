@@ -137,7 +137,7 @@ func TestPrivilegedTunnelAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(fill) != 2 || fill[1] != (MapFill{Name: "myelin_tunnel", Entries: 2, Max: 1024}) {
+	if len(fill) != 3 || fill[1] != (MapFill{Name: "myelin_tunnel", Entries: 2, Max: 1024}) {
 		t.Errorf("MapFill = %+v, want myelin_tunnel 2 of 1024", fill)
 	}
 	for i := 0; i < 2; i++ {

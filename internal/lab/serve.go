@@ -12,8 +12,18 @@ import (
 // Serve runs the lab's small HTTP server until ctx ends: the external host runs it on
 // 203.0.113.10:80, and pods can run it as their command. Each response names the
 // server and the client address it saw, so tests can tell which backend answered and
-// whether the source was translated.
+// whether the source was translated. It also answers UDP datagrams on the same port
+// with "server=NAME client=IP:PORT".
 func Serve(ctx context.Context, listen, name string) error {
+	udp, err := net.ListenPacket("udp", listen)
+	if err != nil {
+		return fmt.Errorf("serve UDP on %s: %w", listen, err)
+	}
+	go func() {
+		<-ctx.Done()
+		udp.Close()
+	}()
+	go serveUDP(udp, name)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		host, _, _ := net.SplitHostPort(r.RemoteAddr)
@@ -30,4 +40,15 @@ func Serve(ctx context.Context, listen, name string) error {
 		return fmt.Errorf("serve HTTP on %s: %w", listen, err)
 	}
 	return nil
+}
+
+func serveUDP(conn net.PacketConn, name string) {
+	buf := make([]byte, 2048)
+	for {
+		_, addr, err := conn.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		_, _ = conn.WriteTo([]byte(fmt.Sprintf("server=%s client=%s\n", name, addr)), addr)
+	}
 }

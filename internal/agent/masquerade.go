@@ -1,0 +1,152 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/myelin-net/myelin/internal/config"
+	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/k8s"
+)
+
+// natGCInterval is how often idle NAT entries are collected.
+const natGCInterval = 10 * time.Second
+
+// bpfMasquerade reports whether myelin_to_netdev translates pod traffic.
+func (a *agent) bpfMasquerade() bool {
+	return a.conf.EnableIPv4Masquerade && a.conf.EnableBPFMasquerade
+}
+
+// startMasquerade programs the no-masquerade set (BPF) or the nat chain (iptables)
+// from the Nodes known at start, before anything is attached.
+func (a *agent) startMasquerade(dp *datapath.Datapath) error {
+	list, err := a.cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list nodes for the no-masquerade set: %w", err)
+	}
+	nodes := make([]*corev1.Node, 0, len(list.Items))
+	for i := range list.Items {
+		nodes = append(nodes, &list.Items[i])
+	}
+	return a.syncMasquerade(dp, nodes)
+}
+
+// syncMasquerade keeps the masquerading of pod traffic in step with the Nodes.
+func (a *agent) syncMasquerade(dp *datapath.Datapath, nodes []*corev1.Node) error {
+	keep := noMasquerade(a.conf, nodes)
+	switch {
+	case a.bpfMasquerade():
+		if err := dp.SetNoMasquerade(keep); err != nil {
+			return fmt.Errorf("write the no-masquerade set: %w", err)
+		}
+		return removeIPTablesMasquerade()
+	case a.conf.EnableIPv4Masquerade:
+		return syncIPTablesMasquerade(a.conf.ClusterCIDR, keep)
+	default:
+		return removeIPTablesMasquerade()
+	}
+}
+
+// collectNAT removes idle BPF NAT entries, so a full map recovers.
+func (a *agent) collectNAT(ctx context.Context) {
+	if !a.bpfMasquerade() {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(natGCInterval):
+		}
+		n, err := a.dp.GCNAT(datapath.MonotonicNow())
+		a.loops.report("nat-gc", err)
+		if n > 0 {
+			a.log.Debug("NAT entries collected", "removed", n)
+		}
+	}
+}
+
+// masqChain is myelin's own chain in the nat table; POSTROUTING jumps to it.
+const masqChain = "MYELIN-POSTROUTING"
+
+// noMasquerade is the set of destinations pod traffic keeps its source for: the
+// cluster's pods, ipv4-native-routing-cidr, every non-masquerade-cidr, and every
+// node's IP. Sorted and deduplicated.
+func noMasquerade(c config.Config, nodes []*corev1.Node) []netip.Prefix {
+	set := map[netip.Prefix]bool{c.ClusterCIDR: true}
+	if c.IPv4NativeRoutingCIDR.IsValid() {
+		set[c.IPv4NativeRoutingCIDR] = true
+	}
+	for _, p := range c.NonMasqueradeCIDRs {
+		set[p] = true
+	}
+	for _, n := range nodes {
+		if ip := k8s.NodeInternalIP(n); ip.Is4() {
+			set[netip.PrefixFrom(ip, 32)] = true
+		}
+	}
+	out := make([]netip.Prefix, 0, len(set))
+	for p := range set {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Addr() != out[j].Addr() {
+			return out[i].Addr().Less(out[j].Addr())
+		}
+		return out[i].Bits() < out[j].Bits()
+	})
+	return out
+}
+
+// masqueradeRules renders the iptables-restore input that replaces myelin's nat chain
+// atomically: RETURN for each no-masquerade destination, then MASQUERADE for the rest
+// of the cluster's pod traffic.
+func masqueradeRules(cluster netip.Prefix, keep []netip.Prefix) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*nat\n:%s - [0:0]\n", masqChain)
+	for _, p := range keep {
+		fmt.Fprintf(&b, "-A %s -d %s -j RETURN\n", masqChain, p)
+	}
+	fmt.Fprintf(&b, "-A %s -s %s -m comment --comment \"myelin: masquerade pod traffic leaving the cluster\" -j MASQUERADE\n", masqChain, cluster)
+	b.WriteString("COMMIT\n")
+	return b.String()
+}
+
+// syncIPTablesMasquerade installs (or updates) the nat chain and the jump to it.
+func syncIPTablesMasquerade(cluster netip.Prefix, keep []netip.Prefix) error {
+	cmd := exec.Command("iptables-restore", "-w", "--noflush")
+	cmd.Stdin = bytes.NewBufferString(masqueradeRules(cluster, keep))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("iptables-restore %s: %s", masqChain, strings.TrimSpace(string(out)))
+	}
+	if _, err := iptables("-t", "nat", "-C", "POSTROUTING", "-j", masqChain); err != nil {
+		if _, err := iptables("-t", "nat", "-I", "POSTROUTING", "1", "-j", masqChain); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// removeIPTablesMasquerade removes the nat chain and its jump (BPF masquerade or none).
+func removeIPTablesMasquerade() error {
+	for {
+		if _, err := iptables("-t", "nat", "-D", "POSTROUTING", "-j", masqChain); err != nil {
+			break
+		}
+	}
+	_, _ = iptables("-t", "nat", "-F", masqChain)
+	if _, err := iptables("-t", "nat", "-X", masqChain); err != nil && !strings.Contains(err.Error(), "No chain") &&
+		!strings.Contains(err.Error(), "does not exist") {
+		return err
+	}
+	return nil
+}
