@@ -20,9 +20,9 @@ type UDPFlowsResult struct {
 	SourceIPs   []string `json:"sourceIPs"` // distinct source IPs the server saw
 }
 
-// UDPFlows opens n UDP sockets at once, sends one datagram from each to target (a
-// `lab serve` UDP endpoint), and collects the replies, each naming the source the
-// server saw. It answers how many flows got a reply and through how many distinct
+// UDPFlows opens n UDP sockets at once, sends a datagram from each to target (a
+// `lab serve` UDP endpoint; retried twice without a reply), and collects the replies,
+// each naming the source the server saw. It answers how many flows got a reply and through how many distinct
 // translated sources: the check of masquerading many concurrent flows.
 func UDPFlows(ctx context.Context, target string, n int, timeout time.Duration) (UDPFlowsResult, error) {
 	raiseFileLimit(n + 64)
@@ -43,31 +43,44 @@ func UDPFlows(ctx context.Context, target string, n int, timeout time.Duration) 
 		}
 		conns = append(conns, c)
 	}
+	// All sockets stay open together (concurrent flows in any NAT on the way); the
+	// sends are paced in batches and retried twice, as a UDP client would, so that a
+	// datagram dropped by a busy receiver's socket buffer is not mistaken for a lost flow.
 	deadline := time.Now().Add(timeout)
-	for _, c := range conns {
+	for i, c := range conns {
+		if i > 0 && i%100 == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
 		wg.Add(1)
 		go func(c net.Conn) {
 			defer wg.Done()
-			_ = c.SetDeadline(deadline)
-			if _, err := c.Write([]byte("flow")); err != nil {
-				return
-			}
 			buf := make([]byte, 256)
-			m, err := c.Read(buf)
-			if err != nil {
+			for attempt := 0; attempt < 3; attempt++ {
+				if _, err := c.Write([]byte("flow")); err != nil {
+					return
+				}
+				wait := time.Now().Add(timeout / 3)
+				if wait.After(deadline) {
+					wait = deadline
+				}
+				_ = c.SetReadDeadline(wait)
+				m, err := c.Read(buf)
+				if err != nil {
+					continue
+				}
+				_, src, ok := strings.Cut(strings.TrimSpace(string(buf[:m])), "client=")
+				if !ok {
+					return
+				}
+				mu.Lock()
+				res.Replies++
+				seen[src] = true
+				if host, _, err := net.SplitHostPort(src); err == nil {
+					ips[host] = true
+				}
+				mu.Unlock()
 				return
 			}
-			_, src, ok := strings.Cut(strings.TrimSpace(string(buf[:m])), "client=")
-			if !ok {
-				return
-			}
-			mu.Lock()
-			res.Replies++
-			seen[src] = true
-			if host, _, err := net.SplitHostPort(src); err == nil {
-				ips[host] = true
-			}
-			mu.Unlock()
 		}(c)
 	}
 	wg.Wait()
