@@ -52,12 +52,7 @@ func TestLabMyelinAgentRestart(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native")
 	n1, n2 := lab.NodeName(1), lab.NodeName(2)
-	createPod(t, cs, "client", n1, map[string]string{"app": "client"}, "sleep", "infinity")
-	createPod(t, cs, "iperf", n2, map[string]string{"app": "iperf"}, "iperf3", "-s")
-	createPod(t, cs, "web", n2, map[string]string{"app": "web"}, myelinBin, "lab", "serve", "--listen", ":8080")
-	runningPods(t, cs, "app=client", 1)
-	iperfIP := runningPods(t, cs, "app=iperf", 1)[0].Status.PodIP
-	webIP := runningPods(t, cs, "app=web", 1)[0].Status.PodIP
+	iperfIP, webIP := deployTrafficPods(t, cs, n1, n2)
 	before := map[string]map[string]api.Endpoint{n1: endpointsOf(t, n1), n2: endpointsOf(t, n2)}
 
 	tr := startTraffic(t, iperfIP, webIP, 15)

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+
+	"k8s.io/client-go/kubernetes"
 )
 
 // traffic is what the disruption tests run across nodes: an iperf3 TCP stream and an
@@ -18,6 +20,17 @@ type traffic struct {
 	wg       sync.WaitGroup
 	total    int
 	failures []string
+}
+
+// deployTrafficPods runs the pod "client" on clientNode and an iperf3 server and an
+// HTTP server on serverNode, and returns the servers' IPs once all three are Running.
+func deployTrafficPods(t *testing.T, cs kubernetes.Interface, clientNode, serverNode string) (iperfIP, webIP string) {
+	t.Helper()
+	createPod(t, cs, "client", clientNode, map[string]string{"app": "client"}, "sleep", "infinity")
+	createPod(t, cs, "iperf", serverNode, map[string]string{"app": "iperf"}, "iperf3", "-s")
+	createPod(t, cs, "web", serverNode, map[string]string{"app": "web"}, myelinBin, "lab", "serve", "--listen", ":8080")
+	runningPods(t, cs, "app=client", 1)
+	return runningPods(t, cs, "app=iperf", 1)[0].Status.PodIP, runningPods(t, cs, "app=web", 1)[0].Status.PodIP
 }
 
 // startTraffic starts a seconds-long iperf3 stream to iperfIP and the request loop to
