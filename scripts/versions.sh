@@ -2,6 +2,6 @@
 KUBE_VERSION=v1.34.4
 GO_MIN=1.24
 # The cache lives outside the repository so a fresh clone reuses it.
-MYELIN_CACHE=${MYELIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/myelin}
+MYELIN_CACHE=${MYELIN_CACHE:-${XDG_CACHE_HOME:-${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}/.cache}/myelin}
 KUBE_BIN_DIR="$MYELIN_CACHE/kubernetes/$KUBE_VERSION/bin"
 KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl)

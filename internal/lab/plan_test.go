@@ -174,3 +174,23 @@ func TestPodNetNSName(t *testing.T) {
 		t.Errorf("SandboxID %q: want 64 stable hex chars, distinct per UID", id)
 	}
 }
+
+// TestKubeBinDirFollowsSetup checks KubeBinDir's rule (the one scripts/versions.sh
+// uses), including an environment without $HOME.
+func TestKubeBinDirFollowsSetup(t *testing.T) {
+	want := "/kubernetes/" + KubeVersion + "/bin"
+	t.Setenv("MYELIN_CACHE", "/opt/c")
+	if got := KubeBinDir(); got != "/opt/c"+want {
+		t.Errorf("with MYELIN_CACHE: %s", got)
+	}
+	t.Setenv("MYELIN_CACHE", "")
+	t.Setenv("XDG_CACHE_HOME", "/x")
+	if got := KubeBinDir(); got != "/x/myelin"+want {
+		t.Errorf("with XDG_CACHE_HOME: %s", got)
+	}
+	t.Setenv("XDG_CACHE_HOME", "")
+	t.Setenv("HOME", "")
+	if got := KubeBinDir(); !strings.HasPrefix(got, "/") || !strings.HasSuffix(got, "/.cache/myelin"+want) {
+		t.Errorf("without HOME: %s, want an absolute path under the user's home", got)
+	}
+}

@@ -3,6 +3,7 @@ package lab
 import (
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 )
@@ -28,7 +29,12 @@ func KubeBinDir() string {
 	if cache == "" {
 		base := os.Getenv("XDG_CACHE_HOME")
 		if base == "" {
-			home, _ := os.UserHomeDir()
+			home, err := os.UserHomeDir()
+			if err != nil { // no $HOME (e.g. a bare CI environment): the passwd entry's
+				if u, uerr := user.Current(); uerr == nil {
+					home = u.HomeDir
+				}
+			}
 			base = filepath.Join(home, ".cache")
 		}
 		cache = filepath.Join(base, "myelin")
