@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/link"
 )
 
 // Main runs the plugin; cmd/myelin-cni calls it.
@@ -86,16 +87,16 @@ func addEndpoint(ctx context.Context, client *api.Client, ref api.PodRef, alloc 
 	if err != nil {
 		return api.Endpoint{}, fmt.Errorf("agent returned a bad gateway %q", alloc.Gateway)
 	}
-	link, err := setupVeth(ref.NetNS, ref.IfName, alloc.HostIfName, alloc.MTU, alloc.RouteMTU, ip, gw)
+	pl, err := setupVeth(ref.NetNS, ref.IfName, alloc.HostIfName, alloc.MTU, alloc.RouteMTU, ip, gw)
 	if err != nil {
 		return api.Endpoint{}, err
 	}
 	ep, err := client.PutEndpoint(ctx, api.Endpoint{
-		PodRef: ref, IP: alloc.IP, HostIfName: alloc.HostIfName, HostIfIndex: link.HostIndex,
-		HostMAC: link.HostMAC.String(), PodMAC: link.PodMAC.String(),
+		PodRef: ref, IP: alloc.IP, HostIfName: alloc.HostIfName, HostIfIndex: pl.HostIndex,
+		HostMAC: pl.HostMAC.String(), PodMAC: pl.PodMAC.String(),
 	})
 	if err != nil {
-		_ = deleteHostLink(alloc.HostIfName)
+		_ = link.DeleteByName(alloc.HostIfName)
 		return api.Endpoint{}, err
 	}
 	return ep, nil

@@ -10,6 +10,7 @@ import (
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/myelin-net/myelin/internal/link"
 	"github.com/myelin-net/myelin/internal/netns"
 )
 
@@ -59,7 +60,7 @@ func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU int, ip, gw netip
 		return configurePod(pod, ip, gw, out.HostMAC, routeMTU)
 	})
 	if err != nil {
-		_ = deleteHostLink(hostIf)
+		_ = link.DeleteByName(hostIf)
 		return podLink{}, err
 	}
 	hostLink, err := host.LinkByName(hostIf)
@@ -67,7 +68,7 @@ func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU int, ip, gw netip
 		err = host.LinkSetUp(hostLink)
 	}
 	if err != nil {
-		_ = deleteHostLink(hostIf)
+		_ = link.DeleteByName(hostIf)
 		return podLink{}, fmt.Errorf("bring up host veth %s: %w", hostIf, err)
 	}
 	return out, nil
@@ -104,19 +105,6 @@ func configurePod(pod netlink.Link, ip, gw netip.Addr, gwMAC net.HardwareAddr, r
 		}
 	}
 	return nil
-}
-
-// deleteHostLink removes a host-side veth (and with it the pod side); absent is fine.
-func deleteHostLink(name string) error {
-	l, err := netlink.LinkByName(name)
-	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
-			return nil
-		}
-		return err
-	}
-	return netlink.LinkDel(l)
 }
 
 // deletePodLink removes ifName inside the pod netns; a missing netns or link is fine.

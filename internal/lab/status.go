@@ -10,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/myelin-net/myelin/internal/k8s"
 )
 
 // PrintStatus writes a one-screen summary of the lab: its plan, processes and nodes.
@@ -75,10 +77,8 @@ func PrintStatus(ctx context.Context, paths Paths, out io.Writer) error {
 }
 
 func nodeIP(n *corev1.Node) string {
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			return a.Address
-		}
+	if ip := k8s.NodeInternalIP(n); ip.IsValid() {
+		return ip.String()
 	}
 	return "-"
 }

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/myelin-net/myelin/internal/endpoint"
+	"github.com/myelin-net/myelin/internal/link"
 )
 
 // Route protocols marking myelin's routes (values from the unassigned range of
@@ -42,13 +43,7 @@ func (Kernel) IfIndex(name string) (int, error) {
 }
 
 // DeleteLink deletes a link; absent is fine.
-func (k Kernel) DeleteLink(name string) error {
-	l, err := netlink.LinkByName(name)
-	if err != nil {
-		return nil
-	}
-	return netlink.LinkDel(l)
-}
+func (Kernel) DeleteLink(name string) error { return link.DeleteByName(name) }
 
 // ReplacePodRoute routes ip/32 to the pod's host-side veth.
 func (Kernel) ReplacePodRoute(ip netip.Addr, ifindex int) error {

@@ -2,11 +2,12 @@ package tunnel
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"net"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/myelin-net/myelin/internal/link"
 )
 
 // EnsureDevice creates (or keeps) the collect-metadata VXLAN device on UDP port with
@@ -38,14 +39,4 @@ func EnsureDevice(port, mtu int, mac net.HardwareAddr) (netlink.Link, error) {
 }
 
 // RemoveDevice deletes the VXLAN device if it exists (native routing has none).
-func RemoveDevice() error {
-	l, err := netlink.LinkByName(DeviceName)
-	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
-			return nil
-		}
-		return err
-	}
-	return netlink.LinkDel(l)
-}
+func RemoveDevice() error { return link.DeleteByName(DeviceName) }

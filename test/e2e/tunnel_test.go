@@ -25,17 +25,15 @@ func checkMTU(t *testing.T, cs kubernetes.Interface, routeMTU int) {
 		}
 	}
 	fits := routeMTU - 28 // IPv4 + ICMP headers
-	out, err := inPod("client", "ping", "-c", "1", "-W", "2", "-M", "do", "-s", itoa(fits), target)
+	out, err := inPod("client", "ping", "-c", "1", "-W", "2", "-M", "do", "-s", strconv.Itoa(fits), target)
 	if err != nil || !strings.Contains(out, " 0% packet loss") {
 		t.Errorf("ping -M do -s %d (fits MTU %d) to %s: %v\n%s", fits, routeMTU, target, err, out)
 	}
-	out, err = inPod("client", "ping", "-c", "1", "-W", "2", "-M", "do", "-s", itoa(fits+1), target)
-	if err == nil || !strings.Contains(out, "message too long, mtu="+itoa(routeMTU)) {
+	out, err = inPod("client", "ping", "-c", "1", "-W", "2", "-M", "do", "-s", strconv.Itoa(fits+1), target)
+	if err == nil || !strings.Contains(out, "message too long, mtu="+strconv.Itoa(routeMTU)) {
 		t.Errorf("ping -M do -s %d (one byte over MTU %d) to %s: %v\n%s; want 'message too long, mtu=%d'", fits+1, routeMTU, target, err, out, routeMTU)
 	}
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
 
 // TestLabMyelinTunnel: VXLAN tunnel mode with BPF host routing: status, connectivity,
 // MTU (devices keep 1500, pod routes carry 1450), then node-2 moved to legacy host
