@@ -59,10 +59,13 @@ type agent struct {
 	monitor  *monitor
 	mtu      int
 	routeMTU int        // MTU on pod routes: mtu, less the tunnel overhead in tunnel mode
-	nodeIP   netip.Addr // this node\'s InternalIP
+	nodeIP   netip.Addr // this node's InternalIP
 	guard    *guardState
-	overlay  netlink.Link // myelin_vxlan in tunnel mode
-	started  time.Time
+	// masqApplied is the no-masquerade set last written (nil: none yet); only the
+	// start-up and then the node loop touch it, one after the other.
+	masqApplied []netip.Prefix
+	overlay     netlink.Link // myelin_vxlan in tunnel mode
+	started     time.Time
 
 	ready      atomic.Bool
 	nodesKnown atomic.Int32

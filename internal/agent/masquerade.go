@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -41,8 +42,22 @@ func (a *agent) startMasquerade(dp *datapath.Datapath) error {
 }
 
 // syncMasquerade keeps the masquerading of pod traffic in step with the Nodes.
+// It writes only when the no-masquerade set changed since the last successful write,
+// so the periodic node resync costs no iptables runs or map updates.
 func (a *agent) syncMasquerade(dp *datapath.Datapath, nodes []*corev1.Node) error {
 	keep := noMasquerade(a.conf, nodes)
+	if a.masqApplied != nil && slices.Equal(keep, a.masqApplied) {
+		return nil
+	}
+	if err := a.applyMasquerade(dp, keep); err != nil {
+		a.masqApplied = nil
+		return err
+	}
+	a.masqApplied = keep
+	return nil
+}
+
+func (a *agent) applyMasquerade(dp *datapath.Datapath, keep []netip.Prefix) error {
 	switch {
 	case a.bpfMasquerade():
 		if err := dp.SetNoMasquerade(keep); err != nil {
