@@ -49,6 +49,7 @@ func labUpCommand(paths func() lab.Paths) *cobra.Command {
 	cmd.Flags().IntVar(&o.Nodes, "nodes", o.Nodes, fmt.Sprintf("number of nodes (1-%d)", lab.MaxNodes))
 	cmd.Flags().StringVar(&cni, "cni", string(o.CNI), "network plugin: myelin or bridge (Debian's reference bridge + host-local)")
 	cmd.Flags().StringVar(&o.Profile, "profile", o.Profile, "myelin configuration profile: native, native-legacy, tunnel, tunnel-legacy")
+	cmd.Flags().StringVar(&o.KubeProxy, "kube-proxy", "", "run kube-proxy on every node in this mode (iptables or nftables) and set kube-proxy-replacement to false; default: none, myelin serves Services")
 	cmd.Flags().StringVar(&underlay, "underlay", string(o.Underlay), "node network: l2 (one segment) or l3 (two segments behind a router)")
 	return cmd
 }
@@ -112,6 +113,7 @@ func labRestartCommand(paths func() lab.Paths) *cobra.Command {
 
 func labServeCommand() *cobra.Command {
 	var listen, name string
+	var drain time.Duration
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve HTTP, answering with the server's name and the client address it saw",
@@ -120,11 +122,12 @@ func labServeCommand() *cobra.Command {
 			if name == "" {
 				name = os.Getenv("POD_NAME")
 			}
-			return lab.Serve(cmd.Context(), listen, name)
+			return lab.Serve(cmd.Context(), listen, name, drain)
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", ":8080", "address to listen on")
 	cmd.Flags().StringVar(&name, "name", "", "name to answer with (default: $POD_NAME)")
+	cmd.Flags().DurationVar(&drain, "drain", 0, "on SIGTERM keep serving this long before shutting down (like a preStop delay)")
 	return cmd
 }
 

@@ -22,7 +22,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(labCommand(), statusCommand(), monitorCommand(), configCommand())
+	root.AddCommand(labCommand(), statusCommand(), monitorCommand(), configCommand(), servicesCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "myelin: %v\n", err)
 		os.Exit(1)

@@ -55,3 +55,19 @@ func configCommand() *cobra.Command {
 	cmd.Flags().StringVar(&o.Socket, "socket", "", "agent socket (overrides --node)")
 	return cmd
 }
+
+func servicesCommand() *cobra.Command {
+	var o cli.ServicesOptions
+	cmd := &cobra.Command{
+		Use:   "services [--node NODE] [-o json]",
+		Short: "List the Service frontends (ClusterIP, NodePort) programmed in a node's datapath, with their backends",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cli.Services(cmd.Context(), cmd.OutOrStdout(), o)
+		},
+	}
+	cmd.Flags().StringVar(&o.Node, "node", "", "node to ask (a lab node name)")
+	cmd.Flags().StringVarP(&o.Output, "output", "o", "text", "text or json")
+	cmd.Flags().StringVar(&o.Socket, "socket", "", "agent socket (overrides --node)")
+	return cmd
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/myelin-net/myelin/internal/ipam"
 	"github.com/myelin-net/myelin/internal/k8s"
 	"github.com/myelin-net/myelin/internal/routing"
+	"github.com/myelin-net/myelin/internal/service"
 	"github.com/myelin-net/myelin/internal/tunnel"
 )
 
@@ -64,7 +65,9 @@ type agent struct {
 	// masqApplied is the no-masquerade set last written (nil: none yet); only the
 	// start-up and then the node loop touch it, one after the other.
 	masqApplied []netip.Prefix
-	overlay     netlink.Link // myelin_vxlan in tunnel mode
+	overlay     netlink.Link     // myelin_vxlan in tunnel mode
+	services    *service.Manager // nil with kube-proxy-replacement false
+	svcWatch    *service.Watcher
 	started     time.Time
 
 	ready      atomic.Bool
@@ -133,6 +136,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer srv.Close()
+	if err := a.startServices(ctx); err != nil {
+		return err
+	}
 	go a.watchNodes(ctx)
 	go a.watchKubernetes(ctx)
 	go a.watchGuard(ctx)
@@ -173,7 +179,11 @@ func (a *agent) startDatapath(podCIDR netip.Prefix, uplink netlink.Link) error {
 		}
 	}
 	dpCfg := datapath.Config{PinDir: a.cfg.BPFFSDir, HostRouting: mode,
-		Masquerade: a.bpfMasquerade(), NodeIP: a.nodeIP, ClusterCIDR: a.conf.ClusterCIDR}
+		Masquerade: a.bpfMasquerade(), NodeIP: a.nodeIP, ClusterCIDR: a.conf.ClusterCIDR,
+		LoadBalancing: a.conf.KubeProxyReplacement}
+	if a.conf.LBAlgorithm == config.LBMaglev {
+		dpCfg.MaglevTableSize = uint32(a.conf.MaglevTableSize)
+	}
 	if a.tunnelMode() {
 		dev, err := tunnel.EnsureDevice(int(a.conf.TunnelPort), a.mtu, datapath.OverlayMAC(a.nodeIP))
 		if err != nil {

@@ -36,6 +36,9 @@ func decideHostRouting(c config.Config, f datapath.Features, userRules []string)
 	if c.EnableIPv4Masquerade && !c.EnableBPFMasquerade {
 		unmet = append(unmet, "BPF host routing requires BPF masquerade (enable-ipv4-masquerade is true and enable-bpf-masquerade is false)")
 	}
+	if !c.KubeProxyReplacement {
+		unmet = append(unmet, "kube-proxy-replacement is false: kube-proxy's Service rules live in the node's iptables/nftables, which BPF host routing would bypass")
+	}
 	switch c.HostRouting {
 	case config.HostRoutingLegacy:
 		return hostRoutingDecision{false, "host-routing is legacy (" + c.Source("host-routing") + ")"}, nil

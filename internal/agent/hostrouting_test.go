@@ -31,6 +31,8 @@ func TestDecideHostRouting(t *testing.T) {
 		{"bpf refused by kernel", map[string]string{"host-routing": "bpf"}, noPeer, false, "the kernel lacks", true, nil},
 		{"auto, user rules, refuse", nil, all, false, "user-defined firewall rules were found in filter/INPUT", false, []string{"filter/INPUT"}},
 		{"auto, user rules, warn", map[string]string{"user-iptables-guard": "warn"}, all, true, "every requirement", false, []string{"filter/INPUT"}},
+		{"auto, kube-proxy serves Services", map[string]string{"kube-proxy-replacement": "false"}, all, false, "fell back to legacy: kube-proxy-replacement is false", false, nil},
+		{"bpf refused with kube-proxy", map[string]string{"host-routing": "bpf", "kube-proxy-replacement": "false"}, all, false, "BPF host routing would bypass", true, nil},
 		{"bpf, user rules, refuse", map[string]string{"host-routing": "bpf"}, all, false, "inet mine/c", true, []string{"inet mine/c"}},
 	}
 	for _, tt := range tests {

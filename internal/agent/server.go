@@ -32,6 +32,7 @@ func (a *agent) serve() (*http.Server, error) {
 	mux.HandleFunc("POST /v1/gc", a.ifReady(a.handleGC))
 	mux.HandleFunc("GET /v1/status", a.handleStatus)
 	mux.HandleFunc("GET /v1/config", a.handleConfig)
+	mux.HandleFunc("GET /v1/services", a.handleServices)
 	mux.HandleFunc("GET /v1/monitor", a.handleMonitor)
 	srv := &http.Server{Handler: mux}
 	go func() {

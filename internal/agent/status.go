@@ -17,7 +17,7 @@ func (a *agent) status() api.Status {
 			AutoDirectNodeRoutes: a.conf.AutoDirectNodeRoutes, Routes: int(a.routes.Load()),
 		},
 		Masquerade: masqueradeText(a.conf),
-		KubeProxy:  "kube-proxy-replacement " + map[bool]string{true: "true (Services by myelin: not implemented yet)", false: "false (Services by kube-proxy)"}[a.conf.KubeProxyReplacement],
+		KubeProxy:  a.servedBy(),
 		MTU:        api.MTUInfo{Device: a.mtu, Route: a.routeMTU},
 		Endpoints:  len(a.eps.List()),
 		Nodes:      api.NodesInfo{Known: int(a.nodesKnown.Load())},

@@ -145,6 +145,13 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 	return out, err
 }
 
+// Services returns the Service frontends programmed on the node.
+func (c *Client) Services(ctx context.Context) (Services, error) {
+	var out Services
+	err := c.do(ctx, http.MethodGet, "/v1/services", nil, &out)
+	return out, err
+}
+
 // Config returns the node's effective configuration.
 func (c *Client) Config(ctx context.Context) (ConfigView, error) {
 	var out ConfigView

@@ -71,3 +71,33 @@ type ConfigEntry struct {
 	Value  string `json:"value"`
 	Source string `json:"source"`
 }
+
+// Services is GET /v1/services: the Service frontends programmed in the node's
+// datapath, or who serves Services when myelin doesn't.
+type Services struct {
+	Node string `json:"node"`
+	// ServedBy is "myelin" (kube-proxy-replacement true) or "kube-proxy".
+	ServedBy  string `json:"servedBy"`
+	Algorithm string `json:"algorithm,omitempty"` // random or maglev
+	// Synced is false until every Service that existed at start is programmed.
+	Synced    bool              `json:"synced"`
+	Frontends []ServiceFrontend `json:"frontends"`
+}
+
+// ServiceFrontend is one programmed frontend: how clients reach a Service port here.
+type ServiceFrontend struct {
+	Service  string           `json:"service"` // namespace/name; "" for an entry no Service claims yet
+	Port     string           `json:"port,omitempty"`
+	Type     string           `json:"type"`     // ClusterIP or NodePort
+	Frontend string           `json:"frontend"` // addr:port/PROTO
+	ID       uint32           `json:"id"`
+	Affinity string           `json:"affinity,omitempty"` // ClientIP timeout, e.g. "10800s"
+	Backends []ServiceBackend `json:"backends"`
+}
+
+// ServiceBackend is one backend of a frontend.
+type ServiceBackend struct {
+	Address string `json:"address"` // addr:port
+	ID      uint32 `json:"id"`
+	State   string `json:"state"` // active (takes new connections) or terminating
+}

@@ -91,7 +91,7 @@ func printStatus(out io.Writer, s api.Status) {
 	if s.Guard.Warning != "" {
 		row("  WARNING", "%s", s.Guard.Warning)
 	}
-	row("KubeProxyReplacement", "%s", strings.TrimPrefix(s.KubeProxy, "kube-proxy-replacement "))
+	row("Services", "%s", s.KubeProxy)
 	row("MTU", "device %d, routes %d", s.MTU.Device, s.MTU.Route)
 	row("IPAM", "%d/%d allocated from %s", s.IPAM.Used, s.IPAM.Total, s.IPAM.CIDR)
 	row("Endpoints", "%d", s.Endpoints)

@@ -22,6 +22,12 @@ const (
 	HostRoutingLegacy HostRouting = "legacy"
 )
 
+// LB algorithms (lb-algorithm): how a Service's backend is picked for a new flow.
+const (
+	LBRandom = "random"
+	LBMaglev = "maglev"
+)
+
 // Guard is what the agent does when it finds user-defined iptables rules.
 type Guard string
 

@@ -92,7 +92,7 @@ var keys = []key{
 		return err
 	}},
 	{"lb-algorithm", "random", func(c *Config, v string) (err error) {
-		c.LBAlgorithm, err = oneOf(v, "random", "maglev")
+		c.LBAlgorithm, err = oneOf(v, LBRandom, LBMaglev)
 		return err
 	}},
 	{"maglev-table-size", "16381", func(c *Config, v string) error {

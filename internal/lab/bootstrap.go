@@ -27,6 +27,9 @@ func (p Plan) ProfileConfig() map[string]string {
 		"auto-direct-node-routes":  "true",
 		"host-routing":             "auto",
 	}
+	if p.Options.KubeProxy != "" {
+		c["kube-proxy-replacement"] = "false"
+	}
 	switch p.Options.Profile {
 	case "native-legacy":
 		c["host-routing"] = "legacy"

@@ -29,6 +29,10 @@ const (
 // Profiles are the named myelin configurations a lab can start with (DESIGN §5).
 var Profiles = []string{"native", "native-legacy", "tunnel", "tunnel-legacy"}
 
+// KubeProxyModes are the kube-proxy modes a lab can run (--kube-proxy); "" runs none
+// and leaves Services to myelin (kube-proxy-replacement).
+var KubeProxyModes = []string{"iptables", "nftables"}
+
 // MaxNodes bounds --nodes: each node is a namespace with its own kubelet process.
 const MaxNodes = 16
 
@@ -38,6 +42,9 @@ type Options struct {
 	CNI      CNI
 	Profile  string
 	Underlay Underlay
+	// KubeProxy runs kube-proxy in this mode on every node and sets
+	// kube-proxy-replacement to false; "" runs none.
+	KubeProxy string
 }
 
 // DefaultOptions are the lab's defaults.
@@ -62,6 +69,9 @@ func (o Options) Validate() error {
 	case UnderlayL2, UnderlayL3:
 	default:
 		return fmt.Errorf("--underlay %q: unknown underlay; use %s or %s", o.Underlay, UnderlayL2, UnderlayL3)
+	}
+	if o.KubeProxy != "" && !contains(KubeProxyModes, o.KubeProxy) {
+		return fmt.Errorf("--kube-proxy %q: unknown mode; use one of: %s (or leave it empty to let myelin serve Services)", o.KubeProxy, strings.Join(KubeProxyModes, ", "))
 	}
 	return nil
 }

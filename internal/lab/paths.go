@@ -45,6 +45,9 @@ func (p Paths) Hold(name string) string { return p.join("hold", name) }
 // NodeDir is a lab node's own directory (CNI config, IPAM, pods).
 func (p Paths) NodeDir(node string) string { return p.join("nodes", node) }
 
+// KubeProxyConfig is the KubeProxyConfiguration file of a node's kube-proxy.
+func (p Paths) KubeProxyConfig(node string) string { return p.join("nodes", node, "kube-proxy.yaml") }
+
 // PodNetNS is the name of a pod's network namespace, derived from the pod's UID so that
 // the lab kubelet, `lab exec` and `lab down` agree on it without any shared state.
 func PodNetNS(uid string) string {

@@ -33,6 +33,10 @@ func (p Plan) identities() []identity {
 		{"kube-scheduler", "system:kube-scheduler", ""},
 		{AgentUser, AgentUser, ""},
 	}
+	if p.Options.KubeProxy != "" {
+		// Kubernetes' bootstrap RBAC binds system:node-proxier to this user.
+		ids = append(ids, identity{KubeProxyUser, "system:kube-proxy", ""})
+	}
 	for _, n := range p.Nodes {
 		ids = append(ids, identity{n.Name, "system:node:" + n.Name, "system:nodes"})
 	}

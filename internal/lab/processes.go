@@ -94,6 +94,10 @@ func (p Plan) Processes(paths Paths, self, kubeBin string) []Process {
 				"--node-cidr-mask-size", strconv.Itoa(p.Addressing.NodeCIDRMask),
 				"--service-cluster-ip-range", p.Addressing.ServiceCIDR.String(),
 				"--service-account-private-key-file", pki("sa.key"), "--root-ca-file", pki("ca.crt"),
+				// Room for 10,000-Service tests and benchmarks: the default 20 QPS would
+				// take minutes to write their Endpoints and EndpointSlices.
+				"--kube-api-qps", "500", "--kube-api-burst", "1000",
+				"--concurrent-service-endpoint-syncs", "20", "--concurrent-endpoint-syncs", "20",
 				"--profiling=false"},
 			Health: url("https", ControllerManagerPort, "/healthz"),
 		},
@@ -118,6 +122,14 @@ func (p Plan) Processes(paths Paths, self, kubeBin string) []Process {
 			Name: "kubelet-" + n.Name,
 			Argv: inNS(n.Name, self, "lab", "kubelet", "--node", n.Name, "--dir", paths.Dir),
 		})
+	}
+	if p.Options.KubeProxy != "" {
+		for _, n := range p.Nodes {
+			procs = append(procs, Process{
+				Name: "kube-proxy-" + n.Name,
+				Argv: inNS(n.Name, filepath.Join(kubeBin, "kube-proxy"), "--config", paths.KubeProxyConfig(n.Name)),
+			})
+		}
 	}
 	if p.Options.CNI == CNIMyelin {
 		bin := filepath.Dir(self)

@@ -14,13 +14,23 @@ import (
 // server and the client address it saw, so tests can tell which backend answered and
 // whether the source was translated. It also answers UDP datagrams on the same port
 // with "server=NAME client=IP:PORT".
-func Serve(ctx context.Context, listen, name string) error {
+//
+// When ctx ends (SIGTERM from the lab kubelet deleting the pod) it keeps serving for
+// drain, as a real server with a preStop delay does, so clients that still pick it
+// until the Service's endpoints are updated get answers, then shuts down.
+func Serve(ctx context.Context, listen, name string, drain time.Duration) error {
+	stopped := make(chan struct{})
+	go func() {
+		<-ctx.Done()
+		time.Sleep(drain)
+		close(stopped)
+	}()
 	udp, err := net.ListenPacket("udp", listen)
 	if err != nil {
 		return fmt.Errorf("serve UDP on %s: %w", listen, err)
 	}
 	go func() {
-		<-ctx.Done()
+		<-stopped
 		udp.Close()
 	}()
 	go serveUDP(udp, name)
@@ -31,7 +41,7 @@ func Serve(ctx context.Context, listen, name string) error {
 	})
 	srv := &http.Server{Addr: listen, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
-		<-ctx.Done()
+		<-stopped
 		shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdown)

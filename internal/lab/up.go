@@ -62,6 +62,9 @@ func Up(ctx context.Context, paths Paths, plan Plan, out io.Writer) (err error) 
 	if err := writeKubeconfigs(paths, plan); err != nil {
 		return fmt.Errorf("write kubeconfigs: %w", err)
 	}
+	if err := writeKubeProxyConfigs(paths, plan); err != nil {
+		return fmt.Errorf("write kube-proxy configuration: %w", err)
+	}
 	fmt.Fprintf(out, "starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and %d lab kubelets (logs in %s)\n",
 		len(plan.Nodes), paths.join("logs"))
 	if err := startSupervisor(paths); err != nil {

@@ -1,0 +1,80 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/config"
+	"github.com/myelin-net/myelin/internal/service"
+)
+
+// startServices adopts the Service maps left by a previous run and starts the watcher
+// that keeps them in step with the cluster (kube-proxy-replacement). With
+// kube-proxy-replacement false it does nothing: kube-proxy serves Services and the
+// datapath was loaded without load balancing.
+func (a *agent) startServices(ctx context.Context) error {
+	if !a.conf.KubeProxyReplacement {
+		return nil
+	}
+	maglev := 0
+	if a.conf.LBAlgorithm == config.LBMaglev {
+		maglev = a.conf.MaglevTableSize
+	}
+	m, err := service.NewManager(a.dp, maglev)
+	if err != nil {
+		return fmt.Errorf("adopt the service maps: %w", err)
+	}
+	a.services = m
+	a.svcWatch = service.NewWatcher(a.cs, m, service.Options{NodeName: a.cfg.Node, NodeIP: a.nodeIP},
+		func(err error) { a.loops.report("services", err) }, a.log)
+	go a.svcWatch.Run(ctx)
+	return nil
+}
+
+// servedBy says who implements Services on this node, for status.
+func (a *agent) servedBy() string {
+	if !a.conf.KubeProxyReplacement {
+		return "kube-proxy (kube-proxy-replacement is false)"
+	}
+	if a.services == nil {
+		return "myelin (starting)"
+	}
+	svcs, frontends, backends := a.services.Counts()
+	return fmt.Sprintf("myelin (kube-proxy-replacement, %s): %d services, %d frontends, %d backends",
+		a.conf.LBAlgorithm, svcs, frontends, backends)
+}
+
+func (a *agent) handleServices(w http.ResponseWriter, _ *http.Request) {
+	out := api.Services{Node: a.cfg.Node, ServedBy: "kube-proxy", Frontends: []api.ServiceFrontend{}}
+	if !a.conf.KubeProxyReplacement {
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	out.ServedBy, out.Algorithm = "myelin", a.conf.LBAlgorithm
+	if a.services == nil {
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("agent on node %s is starting", a.cfg.Node))
+		return
+	}
+	select {
+	case <-a.svcWatch.Synced():
+		out.Synced = true
+	default:
+	}
+	for _, s := range a.services.Snapshot() {
+		f := api.ServiceFrontend{Service: s.Service, Port: s.PortName, Type: string(s.Type),
+			Frontend: service.FrontendString(s.Key), ID: s.ID, Backends: []api.ServiceBackend{}}
+		if s.Affinity > 0 {
+			f.Affinity = s.Affinity.String()
+		}
+		for _, b := range s.Active {
+			f.Backends = append(f.Backends, api.ServiceBackend{Address: b.String(), ID: s.BackendIDs[b], State: "active"})
+		}
+		for _, b := range s.Terminating {
+			f.Backends = append(f.Backends, api.ServiceBackend{Address: b.String(), ID: s.BackendIDs[b], State: "terminating"})
+		}
+		out.Frontends = append(out.Frontends, f)
+	}
+	writeJSON(w, http.StatusOK, out)
+}

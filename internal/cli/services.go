@@ -1,0 +1,72 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/myelin-net/myelin/internal/api"
+)
+
+// ServicesOptions are the flags of `myelin services`.
+type ServicesOptions struct {
+	Node, Socket, Output string
+}
+
+// Services prints the Service frontends programmed in a node's datapath, each with
+// its backends and whether they take new connections.
+func Services(ctx context.Context, out io.Writer, o ServicesOptions) error {
+	socks, err := sockets(o.Socket, o.Node, false)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	svcs, err := api.NewClient(socks[0]).Services(ctx)
+	if err != nil {
+		return err
+	}
+	if o.Output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(svcs)
+	}
+	if svcs.ServedBy != "myelin" {
+		fmt.Fprintf(out, "Node %s: Services are served by %s (kube-proxy-replacement is false); myelin programs none.\n", svcs.Node, svcs.ServedBy)
+		return nil
+	}
+	state := "synced"
+	if !svcs.Synced {
+		state = "still programming the Services that existed at start"
+	}
+	fmt.Fprintf(out, "Node %s: %d frontends, backend selection %s, %s\n\n", svcs.Node, len(svcs.Frontends), svcs.Algorithm, state)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVICE\tPORT\tTYPE\tFRONTEND\tAFFINITY\tBACKENDS")
+	for _, f := range svcs.Frontends {
+		var bs []string
+		for _, b := range f.Backends {
+			s := b.Address
+			if b.State != "active" {
+				s += " (" + b.State + ")"
+			}
+			bs = append(bs, s)
+		}
+		backends := strings.Join(bs, ", ")
+		if len(f.Backends) == 0 {
+			backends = "none: new connections are rejected"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", orDash(f.Service), orDash(f.Port), f.Type, f.Frontend, orDash(f.Affinity), backends)
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

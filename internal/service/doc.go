@@ -1,0 +1,11 @@
+// Package service turns Kubernetes Services and EndpointSlices into the datapath's
+// load-balancing maps (kube-proxy replacement, DESIGN §1 and §4).
+//
+// The decisions are pure and unit-tested: Desired computes a Service's frontends
+// (ClusterIP:port, node IP:nodePort) and their backends from the API objects, and
+// Maglev computes the consistent-hashing table every node derives identically. The
+// Manager applies them to the datapath through a small interface, keeping stable ids
+// (adopted from the pinned maps after a restart, so open flows keep their backend),
+// and Watch drives the Manager from informers through a work queue, one Service at a
+// time, so 10,000 Services never hold up the agent's other loops.
+package service

@@ -1,0 +1,318 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/myelin-net/myelin/internal/datapath"
+)
+
+// Datapath is the part of *datapath.Datapath the Manager programs.
+type Datapath interface {
+	UpsertBackend(id uint32, b datapath.Backend) error
+	DeleteBackend(id uint32) error
+	UpsertService(fe datapath.Frontend, s datapath.Service) error
+	DeleteService(fe datapath.Frontend) error
+	Services() ([]datapath.ServiceEntry, error)
+	Backends() (map[uint32]datapath.Backend, error)
+}
+
+// Applied is one programmed frontend, as `myelin services` shows it.
+type Applied struct {
+	Frontend
+	ID         uint32
+	BackendIDs map[Backend]uint32
+}
+
+// Manager keeps the datapath's service, backend and Maglev maps equal to the
+// frontends it is given, one Service at a time. Ids are stable: a frontend keeps its
+// id while it exists and a backend (addr:port, shared by every Service that has it)
+// keeps its id while any frontend refers to it, so open flows, which the datapath's
+// conntrack pins to a backend id, keep their backend across updates and agent
+// restarts. Safe for concurrent use.
+type Manager struct {
+	dp         Datapath
+	maglevSize int // 0: random selection
+
+	mu        sync.Mutex
+	byService map[string][]datapath.Frontend
+	frontends map[datapath.Frontend]*Applied // nil Applied.Service: adopted, not claimed yet
+	feIDs     idSet
+	backends  map[Backend]uint32
+	refs      map[uint32]int
+	beIDs     idSet
+	maglev    map[string][]int // Maglev tables by backend names: Services sharing pods share them
+	lastApply time.Duration
+}
+
+// NewManager returns a Manager over dp that adopts the frontends and backends already
+// programmed (from a previous run of the agent) with their ids. maglevSize is the
+// Maglev table size, 0 for random backend selection.
+func NewManager(dp Datapath, maglevSize int) (*Manager, error) {
+	m := &Manager{dp: dp, maglevSize: maglevSize, byService: map[string][]datapath.Frontend{},
+		frontends: map[datapath.Frontend]*Applied{}, backends: map[Backend]uint32{}, refs: map[uint32]int{},
+		maglev: map[string][]int{}, feIDs: newIDSet(), beIDs: newIDSet()}
+	bes, err := dp.Backends()
+	if err != nil {
+		return nil, fmt.Errorf("read programmed backends: %w", err)
+	}
+	for id, b := range bes {
+		m.backends[Backend{Addr: b.Addr, Port: b.Port}] = id
+		m.refs[id] = 0
+		m.beIDs.take(id)
+	}
+	svcs, err := dp.Services()
+	if err != nil {
+		return nil, fmt.Errorf("read programmed services: %w", err)
+	}
+	for _, s := range svcs {
+		m.frontends[s.Frontend] = &Applied{Frontend: Frontend{Key: s.Frontend}, ID: s.ID}
+		m.feIDs.take(s.ID)
+	}
+	return m, nil
+}
+
+// Apply programs exactly fes for the Service named service (namespace/name): new
+// and changed frontends are written, the Service's frontends not in fes are removed,
+// and backends no frontend refers to any more are deleted. An empty fes removes the
+// Service. On error the Service is left partly applied; calling Apply again with the
+// same frontends finishes the job.
+func (m *Manager) Apply(service string, fes []Frontend) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	start := time.Now()
+	defer func() { m.lastApply = time.Since(start) }()
+
+	var errs []error
+	keep := map[datapath.Frontend]bool{}
+	var released []uint32
+	for _, fe := range fes {
+		keep[fe.Key] = true
+		old, err := m.applyFrontend(fe)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("service %s frontend %s: %w", service, FrontendString(fe.Key), err))
+			continue
+		}
+		released = append(released, old...)
+	}
+	for _, key := range m.byService[service] {
+		if keep[key] {
+			continue
+		}
+		old, err := m.removeFrontend(key)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("service %s: remove frontend %s: %w", service, FrontendString(key), err))
+			keep[key] = true // still programmed: try again next time
+			continue
+		}
+		released = append(released, old...)
+	}
+	m.byService[service] = m.byService[service][:0]
+	for key := range keep {
+		m.byService[service] = append(m.byService[service], key)
+	}
+	if len(m.byService[service]) == 0 {
+		delete(m.byService, service)
+	}
+	errs = append(errs, m.release(released))
+	return errors.Join(errs...)
+}
+
+// applyFrontend writes one frontend and returns the backend ids its previous version
+// held, to be released once every frontend of the Service is written.
+func (m *Manager) applyFrontend(fe Frontend) ([]uint32, error) {
+	prev := m.frontends[fe.Key]
+	if prev != nil && reflect.DeepEqual(prev.Frontend, fe) {
+		return nil, nil // unchanged: an update of another port or field
+	}
+	ids := map[Backend]uint32{}
+	for _, b := range append(slices.Clip(fe.Active), fe.Terminating...) {
+		id, err := m.acquire(b)
+		if err != nil {
+			m.release(mapValues(ids))
+			return nil, err
+		}
+		ids[b] = id
+	}
+	svc := datapath.Service{Backends: make([]uint32, len(fe.Active)), AffinityTimeout: fe.Affinity}
+	for i, b := range fe.Active {
+		svc.Backends[i] = ids[b]
+	}
+	if fe.Type == NodePort {
+		svc.Flags |= datapath.ServiceNodePort
+	}
+	if fe.Affinity > 0 {
+		svc.Flags |= datapath.ServiceAffinity
+	}
+	table, err := m.maglevTable(fe.Active)
+	if err != nil {
+		m.release(mapValues(ids))
+		return nil, err
+	}
+	for _, idx := range table {
+		svc.Maglev = append(svc.Maglev, svc.Backends[idx])
+	}
+	if prev != nil {
+		svc.ID = prev.ID
+	} else if svc.ID, err = m.feIDs.next(); err != nil {
+		m.release(mapValues(ids))
+		return nil, err
+	}
+	if err := m.dp.UpsertService(fe.Key, svc); err != nil {
+		if prev == nil {
+			m.feIDs.free(svc.ID)
+		}
+		m.release(mapValues(ids))
+		return nil, err
+	}
+	m.frontends[fe.Key] = &Applied{Frontend: fe, ID: svc.ID, BackendIDs: ids}
+	if prev == nil {
+		return nil, nil
+	}
+	return mapValues(prev.BackendIDs), nil
+}
+
+// maglevTable returns the Maglev table of active as indexes into it, nil with random
+// selection. Tables are cached by backend names: 10,000 Services over the same pods
+// compute one table.
+func (m *Manager) maglevTable(active []Backend) ([]int, error) {
+	if m.maglevSize == 0 || len(active) == 0 {
+		return nil, nil
+	}
+	names := make([]string, len(active))
+	for i, b := range active {
+		names[i] = b.String()
+	}
+	key := strings.Join(names, ",")
+	if t, ok := m.maglev[key]; ok {
+		return t, nil
+	}
+	t, err := Maglev(names, m.maglevSize)
+	if err != nil {
+		return nil, err
+	}
+	if len(m.maglev) >= 1024 {
+		clear(m.maglev) // bounded: distinct backend sets beyond this are recomputed
+	}
+	m.maglev[key] = t
+	return t, nil
+}
+
+func (m *Manager) removeFrontend(key datapath.Frontend) ([]uint32, error) {
+	a := m.frontends[key]
+	if a == nil {
+		return nil, nil // its Apply failed: nothing was programmed
+	}
+	if err := m.dp.DeleteService(key); err != nil {
+		return nil, err
+	}
+	delete(m.frontends, key)
+	m.feIDs.free(a.ID)
+	return mapValues(a.BackendIDs), nil
+}
+
+// acquire returns b's id, programming the backend when it is new, and counts a reference.
+func (m *Manager) acquire(b Backend) (uint32, error) {
+	id, ok := m.backends[b]
+	if !ok {
+		var err error
+		if id, err = m.beIDs.next(); err != nil {
+			return 0, err
+		}
+		if err := m.dp.UpsertBackend(id, datapath.Backend{Addr: b.Addr, Port: b.Port}); err != nil {
+			m.beIDs.free(id)
+			return 0, fmt.Errorf("backend %s: %w", b, err)
+		}
+		m.backends[b] = id
+	}
+	m.refs[id]++
+	return id, nil
+}
+
+// release drops one reference per id and deletes backends nothing refers to.
+func (m *Manager) release(ids []uint32) error {
+	var errs []error
+	for _, id := range ids {
+		m.refs[id]--
+		if m.refs[id] > 0 {
+			continue
+		}
+		errs = append(errs, m.deleteBackend(id))
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Manager) deleteBackend(id uint32) error {
+	if err := m.dp.DeleteBackend(id); err != nil {
+		m.refs[id] = 0
+		return fmt.Errorf("delete backend %d: %w", id, err)
+	}
+	for b, bid := range m.backends {
+		if bid == id {
+			delete(m.backends, b)
+		}
+	}
+	delete(m.refs, id)
+	m.beIDs.free(id)
+	return nil
+}
+
+// Prune removes what no Service claimed since NewManager: frontends of Services
+// deleted while the agent was down, and backends nothing refers to. Call it once,
+// after the first Apply of every Service that exists.
+func (m *Manager) Prune() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var errs []error
+	for key, a := range m.frontends {
+		if a.Service != "" {
+			continue
+		}
+		if _, err := m.removeFrontend(key); err != nil {
+			errs = append(errs, fmt.Errorf("remove stale frontend %s: %w", FrontendString(key), err))
+		}
+	}
+	for id, n := range m.refs {
+		if n <= 0 {
+			errs = append(errs, m.deleteBackend(id))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Snapshot returns every programmed frontend, sorted by Service and address.
+func (m *Manager) Snapshot() []Applied {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Applied, 0, len(m.frontends))
+	for _, a := range m.frontends {
+		out = append(out, *a)
+	}
+	slices.SortFunc(out, func(a, b Applied) int {
+		if c := strings.Compare(a.Service, b.Service); c != 0 {
+			return c
+		}
+		return strings.Compare(FrontendString(a.Key), FrontendString(b.Key))
+	})
+	return out
+}
+
+// Counts returns the numbers of Services, frontends and backends programmed.
+func (m *Manager) Counts() (services, frontends, backends int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.byService), len(m.frontends), len(m.backends)
+}
+
+func mapValues(ids map[Backend]uint32) []uint32 {
+	out := make([]uint32, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, id)
+	}
+	return out
+}

@@ -1,0 +1,224 @@
+package service
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/myelin-net/myelin/internal/datapath"
+)
+
+// fakeDatapath is the maps as plain Go maps: enough to test the Manager's bookkeeping.
+type fakeDatapath struct {
+	services map[datapath.Frontend]datapath.Service
+	backends map[uint32]datapath.Backend
+}
+
+func newFake() *fakeDatapath {
+	return &fakeDatapath{services: map[datapath.Frontend]datapath.Service{}, backends: map[uint32]datapath.Backend{}}
+}
+
+func (f *fakeDatapath) UpsertBackend(id uint32, b datapath.Backend) error {
+	f.backends[id] = b
+	return nil
+}
+
+func (f *fakeDatapath) DeleteBackend(id uint32) error {
+	delete(f.backends, id)
+	return nil
+}
+
+func (f *fakeDatapath) UpsertService(fe datapath.Frontend, s datapath.Service) error {
+	for _, id := range s.Backends {
+		if _, ok := f.backends[id]; !ok {
+			return fmt.Errorf("service refers to backend %d, which is not programmed", id)
+		}
+	}
+	f.services[fe] = s
+	return nil
+}
+
+func (f *fakeDatapath) DeleteService(fe datapath.Frontend) error {
+	delete(f.services, fe)
+	return nil
+}
+
+func (f *fakeDatapath) Services() ([]datapath.ServiceEntry, error) {
+	var out []datapath.ServiceEntry
+	for fe, s := range f.services {
+		out = append(out, datapath.ServiceEntry{Frontend: fe, Service: s})
+	}
+	return out, nil
+}
+
+func (f *fakeDatapath) Backends() (map[uint32]datapath.Backend, error) {
+	out := map[uint32]datapath.Backend{}
+	for id, b := range f.backends {
+		out[id] = b
+	}
+	return out, nil
+}
+
+// backendsOf returns the addr:port of every backend a frontend selects from.
+func (f *fakeDatapath) active(t *testing.T, fe datapath.Frontend) []string {
+	t.Helper()
+	s, ok := f.services[fe]
+	if !ok {
+		t.Fatalf("frontend %s is not programmed", FrontendString(fe))
+	}
+	var out []string
+	for _, id := range s.Backends {
+		b := f.backends[id]
+		out = append(out, netip.AddrPortFrom(b.Addr, b.Port).String())
+	}
+	return out
+}
+
+func frontend(ip string, port uint16, active ...string) Frontend {
+	fe := Frontend{Key: datapath.Frontend{Addr: netip.MustParseAddr(ip), Port: port, Proto: unix.IPPROTO_TCP},
+		Service: "default/" + ip, Type: ClusterIP}
+	for _, a := range active {
+		fe.Active = append(fe.Active, be(a))
+	}
+	return fe
+}
+
+func TestManagerApplyUpdateRemove(t *testing.T) {
+	dp := newFake()
+	m, err := NewManager(dp, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := frontend("10.96.0.10", 80, "10.244.1.5:8080", "10.244.2.5:8080")
+	b := frontend("10.96.0.11", 80, "10.244.1.5:8080")
+	if err := m.Apply("default/a", []Frontend{a}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Apply("default/b", []Frontend{b}); err != nil {
+		t.Fatal(err)
+	}
+	if got := dp.active(t, a.Key); !slices.Equal(got, []string{"10.244.1.5:8080", "10.244.2.5:8080"}) {
+		t.Errorf("a selects %v", got)
+	}
+	if len(dp.backends) != 2 {
+		t.Errorf("%d backends programmed, want 2 (10.244.1.5:8080 is shared)", len(dp.backends))
+	}
+	idA := dp.services[a.Key].ID
+
+	// Scale down: a keeps its id; the backend only a used goes; the shared one stays.
+	a.Active = a.Active[:1]
+	if err := m.Apply("default/a", []Frontend{a}); err != nil {
+		t.Fatal(err)
+	}
+	if dp.services[a.Key].ID != idA {
+		t.Errorf("frontend id changed on update: %d -> %d", idA, dp.services[a.Key].ID)
+	}
+	if len(dp.backends) != 1 {
+		t.Errorf("backends after scale-down: %v, want only 10.244.1.5:8080", dp.backends)
+	}
+	// Delete a: b still works.
+	if err := m.Apply("default/a", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := dp.services[a.Key]; ok {
+		t.Error("a is still programmed after its Service was deleted")
+	}
+	if got := dp.active(t, b.Key); !slices.Equal(got, []string{"10.244.1.5:8080"}) {
+		t.Errorf("b selects %v after a was deleted", got)
+	}
+	if err := m.Apply("default/b", nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(dp.services) != 0 || len(dp.backends) != 0 {
+		t.Errorf("left behind: services %v backends %v", dp.services, dp.backends)
+	}
+}
+
+// TestManagerTerminatingBackendKept: a terminating backend takes no new connections
+// but stays programmed, so flows pinned to its id keep going.
+func TestManagerTerminatingBackendKept(t *testing.T) {
+	dp := newFake()
+	m, _ := NewManager(dp, 0)
+	fe := frontend("10.96.0.10", 80, "10.244.1.5:8080", "10.244.2.5:8080")
+	_ = m.Apply("default/a", []Frontend{fe})
+	fe.Active, fe.Terminating = fe.Active[:1], fe.Active[1:]
+	if err := m.Apply("default/a", []Frontend{fe}); err != nil {
+		t.Fatal(err)
+	}
+	if got := dp.active(t, fe.Key); !slices.Equal(got, []string{"10.244.1.5:8080"}) {
+		t.Errorf("selects %v, want only the ready backend", got)
+	}
+	if len(dp.backends) != 2 {
+		t.Errorf("backends %v: the terminating one must stay", dp.backends)
+	}
+}
+
+// TestManagerAdoptsAfterRestart: a new Manager over the same maps keeps every id, and
+// Prune removes only what no Service claims.
+func TestManagerAdoptsAfterRestart(t *testing.T) {
+	dp := newFake()
+	m, _ := NewManager(dp, 0)
+	keep := frontend("10.96.0.10", 80, "10.244.1.5:8080")
+	gone := frontend("10.96.0.11", 80, "10.244.2.5:8080")
+	_ = m.Apply("default/keep", []Frontend{keep})
+	_ = m.Apply("default/gone", []Frontend{gone})
+	before := dp.services[keep.Key]
+	beforeBackends := maps2(dp.backends)
+
+	m2, err := NewManager(dp, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.Apply("default/keep", []Frontend{keep}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.Prune(); err != nil {
+		t.Fatal(err)
+	}
+	after := dp.services[keep.Key]
+	if after.ID != before.ID || !slices.Equal(after.Backends, before.Backends) {
+		t.Errorf("ids changed across restart: %+v -> %+v", before, after)
+	}
+	if _, ok := dp.services[gone.Key]; ok {
+		t.Error("Prune left the frontend of a Service deleted while the agent was down")
+	}
+	for id, b := range dp.backends {
+		if beforeBackends[id] != b {
+			t.Errorf("backend %d changed across restart", id)
+		}
+	}
+	if len(dp.backends) != 1 {
+		t.Errorf("backends after prune: %v, want only 10.244.1.5:8080", dp.backends)
+	}
+}
+
+func maps2(m map[uint32]datapath.Backend) map[uint32]datapath.Backend {
+	out := map[uint32]datapath.Backend{}
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// TestManagerMaglev: the table holds backend ids, and two Services over the same pods
+// get the same table (so the datapath can share it).
+func TestManagerMaglev(t *testing.T) {
+	dp := newFake()
+	m, _ := NewManager(dp, 251)
+	a := frontend("10.96.0.10", 80, "10.244.1.5:8080", "10.244.2.5:8080")
+	b := frontend("10.96.0.11", 80, "10.244.1.5:8080", "10.244.2.5:8080")
+	_ = m.Apply("default/a", []Frontend{a})
+	_ = m.Apply("default/b", []Frontend{b})
+	ta, tb := dp.services[a.Key].Maglev, dp.services[b.Key].Maglev
+	if len(ta) != 251 || !slices.Equal(ta, tb) {
+		t.Fatalf("tables: %d entries, equal %v; want 251 and equal", len(ta), slices.Equal(ta, tb))
+	}
+	for i, id := range ta {
+		if !slices.Contains(dp.services[a.Key].Backends, id) {
+			t.Fatalf("entry %d is backend %d, not one of %v", i, id, dp.services[a.Key].Backends)
+		}
+	}
+}

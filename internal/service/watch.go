@@ -1,0 +1,154 @@
+package service
+
+import (
+	"context"
+	"log/slog"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// byServiceIndex indexes EndpointSlices by the namespace/name of their Service.
+const byServiceIndex = "service"
+
+// Watcher keeps a Manager in step with the cluster's Services and EndpointSlices.
+type Watcher struct {
+	cs     kubernetes.Interface
+	m      *Manager
+	o      Options
+	log    *slog.Logger
+	report func(error) // called after every sync of a Service, for the agent's loop status
+	synced chan struct{}
+}
+
+// NewWatcher returns a Watcher that applies to m what the Services and
+// EndpointSlices of cs say for this node (o). report receives the outcome of every
+// Service sync.
+func NewWatcher(cs kubernetes.Interface, m *Manager, o Options, report func(error), log *slog.Logger) *Watcher {
+	return &Watcher{cs: cs, m: m, o: o, log: log, report: report, synced: make(chan struct{})}
+}
+
+// Synced is closed once every Service that existed at start is programmed and what
+// no Service claims any more is pruned.
+func (w *Watcher) Synced() <-chan struct{} { return w.synced }
+
+// Run watches until ctx ends. Events only queue the Service's name; one worker
+// applies each queued Service, so a burst of 10,000 Services costs this goroutine
+// time and nothing else, and a Service changed many times while queued is applied
+// once. Failed syncs are retried with backoff.
+func (w *Watcher) Run(ctx context.Context) {
+	factory := informers.NewSharedInformerFactory(w.cs, 0)
+	svcInf := factory.Core().V1().Services()
+	sliceInf := factory.Discovery().V1().EndpointSlices()
+	_ = sliceInf.Informer().AddIndexers(cache.Indexers{byServiceIndex: sliceServiceKey})
+
+	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
+	defer queue.ShutDown()
+	enqueue := func(obj any) {
+		if key, ok := eventKey(obj); ok {
+			queue.Add(key)
+		}
+	}
+	handler := cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }, DeleteFunc: enqueue}
+	_, _ = svcInf.Informer().AddEventHandler(handler)
+	_, _ = sliceInf.Informer().AddEventHandler(handler)
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), svcInf.Informer().HasSynced, sliceInf.Informer().HasSynced) {
+		return
+	}
+
+	sync := func(key string) error {
+		svc, err := svcInf.Lister().Services(namespaceOf(key)).Get(nameOf(key))
+		if err != nil {
+			return w.m.Apply(key, nil) // deleted
+		}
+		objs, err := sliceInf.Informer().GetIndexer().ByIndex(byServiceIndex, key)
+		if err != nil {
+			return err
+		}
+		slices := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+		for _, o := range objs {
+			slices = append(slices, o.(*discoveryv1.EndpointSlice))
+		}
+		return w.m.Apply(key, Desired(svc, slices, w.o))
+	}
+
+	// The first pass is synchronous so Prune knows every Service has been seen.
+	all, _ := svcInf.Lister().List(labels.Everything())
+	for _, svc := range all {
+		if err := sync(svc.Namespace + "/" + svc.Name); err != nil {
+			w.log.Error("sync service", "service", svc.Namespace+"/"+svc.Name, "err", err)
+			w.report(err)
+		}
+	}
+	if err := w.m.Prune(); err != nil {
+		w.log.Error("prune services", "err", err)
+		w.report(err)
+	}
+	_, frontends, backends := w.m.Counts()
+	w.log.Info("services programmed", "services", len(all), "frontends", frontends, "backends", backends)
+	w.report(nil)
+	close(w.synced)
+
+	go func() { <-ctx.Done(); queue.ShutDown() }()
+	for {
+		key, quit := queue.Get()
+		if quit {
+			return
+		}
+		err := sync(key)
+		w.report(err)
+		if err != nil {
+			w.log.Error("sync service", "service", key, "err", err)
+			queue.AddRateLimited(key)
+		} else {
+			queue.Forget(key)
+		}
+		queue.Done(key)
+	}
+}
+
+// eventKey returns the namespace/name of the Service an event is about.
+func eventKey(obj any) (string, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	switch o := obj.(type) {
+	case *corev1.Service:
+		return o.Namespace + "/" + o.Name, true
+	case *discoveryv1.EndpointSlice:
+		keys, _ := sliceServiceKey(o)
+		if len(keys) == 1 {
+			return keys[0], true
+		}
+	}
+	return "", false
+}
+
+// sliceServiceKey indexes an EndpointSlice by its kubernetes.io/service-name label.
+func sliceServiceKey(obj any) ([]string, error) {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return nil, nil
+	}
+	name := s.Labels[discoveryv1.LabelServiceName]
+	if name == "" {
+		return nil, nil
+	}
+	return []string{s.Namespace + "/" + name}, nil
+}
+
+func namespaceOf(key string) string {
+	ns, _, _ := cache.SplitMetaNamespaceKey(key)
+	return ns
+}
+
+func nameOf(key string) string {
+	_, name, _ := cache.SplitMetaNamespaceKey(key)
+	return name
+}
