@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * myelin_from_netdev: TCX ingress of the node uplink. With masquerading on,
- * replies to masqueraded pod traffic first get the pod's address back
- * (lib/masq.h), in both host routing modes. With BPF host routing, packets
- * for local pods (natively routed or just reverse-translated) go straight
- * into the pod with bpf_redirect_peer; everything else (and everything in
- * legacy mode) goes to the kernel stack.
+ * myelin_from_netdev: TCX ingress of the node uplink. Packets to node_ip go
+ * through, in order: the reverse of masquerade and NodePort SNAT (replies get
+ * their original destination back, lib/masq.h), the reverse of NodePort
+ * translation (replies get the NodePort frontend back as their source and
+ * leave again), and the NodePort service lookup (lib/service.h), in both host
+ * routing modes. With BPF host routing, packets for local pods (natively
+ * routed, reverse-translated or DNATed) then go straight into the pod with
+ * bpf_redirect_peer; everything else (and everything in legacy mode) goes to
+ * the kernel stack.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -16,6 +19,7 @@
 #include "lib/endpoint.h"
 #include "lib/ipv4.h"
 #include "lib/masq.h"
+#include "lib/service.h"
 #include "lib/verdict.h"
 
 SEC("tcx/ingress")
@@ -23,15 +27,23 @@ int myelin_from_netdev(struct __sk_buff *skb)
 {
 	struct ipv4_info info = {};
 	const struct endpoint_info *ep;
-	int reason;
+	int route = LB_ROUTE_NORMAL;
+	int to_node, reason;
 
 	if (skb->protocol != bpf_htons(ETH_P_IP))
 		return verdict_pass(skb, &info, DIR_FROM_NETDEV);
 	if (ipv4_parse(skb, &info) < 0)
 		return verdict_drop(skb, &info, DIR_FROM_NETDEV, DROP_INVALID_PACKET);
+	to_node = info.daddr == node_ip;
 	reason = masq_ingress(skb, &info);
+	if (!reason && to_node)
+		reason = lb_from_netdev(skb, &info, &route);
+	if (reason == DROP_SVC_NO_BACKEND)
+		return lb_reject(skb, &info, DIR_FROM_NETDEV);
 	if (reason)
 		return verdict_drop(skb, &info, DIR_FROM_NETDEV, reason);
+	if (route == LB_ROUTE_OUT)
+		return lb_forward_out(skb, &info, DIR_FROM_NETDEV);
 	if (!host_routing_bpf)
 		return verdict_pass(skb, &info, DIR_FROM_NETDEV);
 

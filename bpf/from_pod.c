@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * myelin_from_pod: TCX ingress of each pod's host-side veth, i.e. every
- * packet leaving a pod. BPF host routing delivers to local pods with
- * bpf_redirect_peer, in tunnel mode to pods of other nodes through the VXLAN
- * device, and to everything else via FIB + bpf_redirect_neigh; legacy mode
- * hands packets to the kernel stack (which, in tunnel mode, encapsulates by
- * the agent's encap routes).
+ * packet leaving a pod. With load balancing, packets to a service frontend
+ * are first translated to a backend, and replies of NodePort and hairpin
+ * flows back to the frontend (lib/service.h). BPF host routing delivers to
+ * local pods with bpf_redirect_peer, in tunnel mode to pods of other nodes
+ * through the VXLAN device, and to everything else via FIB +
+ * bpf_redirect_neigh; legacy mode hands packets to the kernel stack (which,
+ * in tunnel mode, encapsulates by the agent's encap routes).
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -16,6 +18,7 @@
 #include "lib/endpoint.h"
 #include "lib/fib.h"
 #include "lib/ipv4.h"
+#include "lib/service.h"
 #include "lib/tunnel.h"
 #include "lib/verdict.h"
 
@@ -25,12 +28,21 @@ int myelin_from_pod(struct __sk_buff *skb)
 	struct ipv4_info info = {};
 	const struct endpoint_info *ep;
 	const struct tunnel_endpoint *te;
+	int route = LB_ROUTE_NORMAL;
+	int reason;
 
 	if (skb->protocol != bpf_htons(ETH_P_IP))
 		return verdict_pass(skb, &info, DIR_FROM_POD);
 	if (ipv4_parse(skb, &info) < 0)
 		return verdict_drop(skb, &info, DIR_FROM_POD, DROP_INVALID_PACKET);
-	if (!host_routing_bpf)
+	reason = lb_from_pod(skb, &info, &route);
+	if (reason == DROP_SVC_NO_BACKEND)
+		return lb_reject(skb, &info, DIR_FROM_POD);
+	if (reason)
+		return verdict_drop(skb, &info, DIR_FROM_POD, reason);
+	if (route == LB_ROUTE_OUT)
+		return lb_forward_out(skb, &info, DIR_FROM_POD);
+	if (!host_routing_bpf && route != LB_ROUTE_LOCAL)
 		return verdict_pass(skb, &info, DIR_FROM_POD);
 
 	ep = endpoint_lookup(info.daddr);

@@ -9,6 +9,7 @@
 #include "from_netdev.c"
 #include "from_overlay.c"
 #include "to_netdev.c"
+#include "to_pod.c"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -22,3 +23,7 @@ const enum reason *btf_anchor_reason __attribute__((unused));
 const enum direction *btf_anchor_direction __attribute__((unused));
 const enum nat_dir *btf_anchor_nat_dir __attribute__((unused));
 const enum nat_flags *btf_anchor_nat_flags __attribute__((unused));
+const enum lb_svc_flags *btf_anchor_lb_svc_flags __attribute__((unused));
+const enum ct_dir *btf_anchor_ct_dir __attribute__((unused));
+const enum ct_flags *btf_anchor_ct_flags __attribute__((unused));
+const struct lb_affinity_key *btf_anchor_lb_affinity_key __attribute__((unused));

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # demo.sh brings up a lab (or reuses the running one) and shows it working: nodes,
-# a Deployment of HTTP servers spread over the nodes, and a client reaching each of them.
+# a Deployment of HTTP servers spread over the nodes behind a Service, and a client
+# reaching each of them and the Service.
 # Usage: scripts/demo.sh MYELIN_BINARY [lab up flags...]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -19,7 +20,7 @@ step "myelin lab up $*"
 step "kubectl get nodes -o wide"
 kubectl get nodes -o wide
 
-step "a Deployment of 2 HTTP servers spread over the nodes, and a client pod"
+step "a Deployment of 2 HTTP servers spread over the nodes, a Service, and a client pod"
 sed "s#@MYELIN@#$myelin#g" "$here/../test/e2e/testdata/demo.yaml" | kubectl apply -f -
 kubectl rollout status deployment/web --timeout=120s
 kubectl wait --for=condition=Ready pod/client --timeout=120s
@@ -35,7 +36,16 @@ kubectl get pods -l app=web -o jsonpath='{range .items[*]}{.metadata.name} {.sta
 		"$myelin" lab exec client -- curl -sS -m 5 "http://$ip:8080/"
 	done
 
+step "the client reaches the Service web by its cluster IP (each request picks a backend)"
+cluster_ip=$(kubectl get service web -o jsonpath='{.spec.clusterIP}')
+for _ in 1 2 3 4; do
+	"$myelin" lab exec client -- curl -sS -m 5 "http://$cluster_ip/"
+done
+
 if [ -S "/run/myelin/myelin-node-1/agent.sock" ]; then
+	step "myelin services --node $client_node"
+	"$myelin" services --node "$client_node"
+
 	step "myelin status --node $client_node"
 	"$myelin" status --node "$client_node"
 fi

@@ -8,6 +8,7 @@
 #define MYELIN_LIB_CONFIG_H
 
 #include <linux/types.h>
+#include <bpf/bpf_helpers.h>
 
 /* host_routing_bpf: 1 = BPF host routing, 0 = legacy (the kernel stack routes). */
 volatile const __u8 host_routing_bpf = 0;
@@ -34,11 +35,39 @@ volatile const __u8 overlay_mac[6] = {};
  */
 volatile const __u8 masq_enabled = 0;
 
-/* node_ip: the masquerade source address, network order. */
+/*
+ * node_ip: this node's IPv4, network order: the masquerade source address,
+ * and with load balancing the NodePort frontend address and the source of
+ * NodePort traffic forwarded to a backend on another node.
+ */
 volatile const __u32 node_ip = 0;
 
-/* cluster_cidr_addr/_mask: the pod sources that are masqueraded, network order. */
+/*
+ * cluster_cidr_addr/_mask: the pod addresses, network order: the sources
+ * that are masqueraded, and with load balancing the destinations that are
+ * never a service (pod to pod skips every service lookup).
+ */
 volatile const __u32 cluster_cidr_addr = 0;
 volatile const __u32 cluster_cidr_mask = 0;
+
+/*
+ * lb_enabled: 1 = service load balancing (kube-proxy replacement): pods'
+ * packets to a service frontend are translated to a backend (lib/service.h),
+ * NodePort requests on the uplink too, and replies are translated back
+ * wherever they enter a pod. 0 prunes every load balancing branch.
+ */
+volatile const __u8 lb_enabled = 0;
+
+/*
+ * maglev_table_size: the entries of every Maglev table in myelin_lb_maglev,
+ * a prime; 0 = no Maglev, backends are picked at random.
+ */
+volatile const __u32 maglev_table_size = 0;
+
+/* cluster_contains says whether addr (network order) is a pod address of the cluster. */
+static __always_inline int cluster_contains(__u32 addr)
+{
+	return (addr & cluster_cidr_mask) == cluster_cidr_addr;
+}
 
 #endif /* MYELIN_LIB_CONFIG_H */

@@ -6,6 +6,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
+#include "ct.h"
 #include "eth.h"
 #include "ipv4.h"
 #include "maps.h"
@@ -21,13 +22,20 @@ static __always_inline const struct endpoint_info *endpoint_lookup(__u32 addr)
  * endpoint_deliver routes the packet as one hop (MACs of the veth pair, TTL
  * decrement) straight into the pod's netns with bpf_redirect_peer, skipping
  * the host stack and the backlog queue. An expiring TTL goes to the stack,
- * which answers with ICMP time exceeded.
+ * which answers with ICMP time exceeded. With load balancing, a reply to a
+ * service client first gets the frontend back as its source
+ * (ct_reply_to_pod; myelin_to_pod does the same for what the stack delivers).
  */
-static __always_inline int endpoint_deliver(struct __sk_buff *skb, const struct ipv4_info *info,
-					    __u8 dir, const struct endpoint_info *ep)
+static __always_inline int endpoint_deliver(struct __sk_buff *skb, struct ipv4_info *info, __u8 dir,
+					    const struct endpoint_info *ep)
 {
+	int reason;
+
 	if (ipv4_ttl_expired(info))
 		return verdict_pass(skb, info, dir);
+	reason = ct_reply_to_pod(skb, info);
+	if (reason)
+		return verdict_drop(skb, info, dir, reason);
 	/* Both helpers below re-derive their packet pointers from skb. */
 	if (eth_set_macs(skb, ep->host_mac, ep->pod_mac) < 0 || ipv4_dec_ttl(skb) < 0)
 		return verdict_drop(skb, info, dir, DROP_INVALID_PACKET);

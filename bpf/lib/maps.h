@@ -19,6 +19,13 @@
 #define TUNNEL_MAX_ENTRIES    1024  /* one PodCIDR per node */
 #define NAT_MAX_DEFAULT	      65536 /* two entries per masqueraded flow */
 #define NOMASQ_MAX_ENTRIES    4096  /* CIDRs plus node IPs */
+/* Load balancing; the agent shrinks them to 1 entry when load balancing is off. */
+#define LB_SERVICES_MAX 65536  /* frontends: 10,000 services with a few ports each */
+#define LB_SLOTS_MAX	131072 /* backend slots of all services */
+#define LB_BACKENDS_MAX 65536
+#define LB_AFFINITY_MAX 65536
+#define LB_CT_MAX	262144 /* two entries per load-balanced flow */
+#define LB_MAGLEV_SIZE	16381  /* entries of a Maglev table; the agent sets maglev_table_size */
 
 /* myelin_endpoints: local pod IPv4 (network order) -> endpoint_info. */
 struct {
@@ -69,6 +76,85 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_nomasq SEC(".maps");
+
+/* myelin_lb_services: service frontend -> service (lib/lb.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lb_svc_key);
+	__type(value, struct lb_svc);
+	__uint(max_entries, LB_SERVICES_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_lb_services SEC(".maps");
+
+/* myelin_lb_slots: (service id, slot) -> backend id, the random choice's pool. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lb_slot_key);
+	__type(value, __u32);
+	__uint(max_entries, LB_SLOTS_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_lb_slots SEC(".maps");
+
+/* myelin_lb_backends: backend id -> address and port, shared by all services. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct lb_backend);
+	__uint(max_entries, LB_BACKENDS_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_lb_backends SEC(".maps");
+
+/*
+ * myelin_lb_maglev_inner is the template of the Maglev tables: entry i ->
+ * backend id. BPF_F_INNER_MAP lets tables of any size go into the outer map,
+ * so a changed table size never makes the pinned outer map unusable; the
+ * lookup checks the index at run time.
+ */
+struct myelin_lb_maglev_inner {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, LB_MAGLEV_SIZE);
+	__uint(map_flags, BPF_F_INNER_MAP);
+};
+
+/*
+ * myelin_lb_maglev: service id -> its Maglev table. Services with the same
+ * table share one inner map (the agent deduplicates them).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__type(key, __u32);
+	__uint(max_entries, LB_SERVICES_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__array(values, struct myelin_lb_maglev_inner);
+} myelin_lb_maglev SEC(".maps");
+
+/*
+ * myelin_lb_affinity: (service id, client IP) -> backend, for ClientIP
+ * session affinity. LRU: a client that went away ages out by itself.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct lb_affinity_key);
+	__type(value, struct lb_affinity);
+	__uint(max_entries, LB_AFFINITY_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_lb_affinity SEC(".maps");
+
+/*
+ * myelin_lb_ct: both directions of every load-balanced flow (lib/ct.h).
+ * LRU, unlike myelin_snat: an evicted flow just picks a backend again (with
+ * Maglev or affinity the same one while the service is unchanged), and no GC
+ * is needed; a full map evicts the least recently used flows.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct ct_key);
+	__type(value, struct ct_entry);
+	__uint(max_entries, LB_CT_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_lb_ct SEC(".maps");
 
 /* myelin_metrics: index dir * METRIC_REASONS + reason, per CPU. */
 struct {

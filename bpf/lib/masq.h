@@ -26,44 +26,38 @@ static __always_inline int masq_wanted(const struct ipv4_info *info)
 {
 	struct nomasq_key key = {.prefixlen = 32, .addr = info->daddr};
 
-	if ((info->saddr & cluster_cidr_mask) != cluster_cidr_addr)
+	if (!cluster_contains(info->saddr))
 		return 0;
 	/* Pod to pod, the hot path: answered by the constants, no map lookup. */
-	if ((info->daddr & cluster_cidr_mask) == cluster_cidr_addr)
+	if (cluster_contains(info->daddr))
 		return 0;
 	return !bpf_map_lookup_elem(&myelin_nomasq, &key);
 }
 
 /*
- * masq_egress translates a pod's packet to a destination outside
- * myelin_nomasq: source address to node_ip, source port (ICMP echo: id) to
- * the flow's NAT port, creating the flow's NAT entries on its first packet.
- * Later fragments carry no ports and leave untouched.
+ * masq_snat translates the source of a TCP, UDP or ICMP echo packet (l4 as
+ * l4_parse filled it) to node_ip and the flow's NAT port, creating the
+ * flow's NAT entries (lib/nat.h) on its first packet; masq_ingress
+ * translates the replies back. Used by masquerade and by NodePort traffic
+ * forwarded to another node. Returns 0 or a DROP_* reason.
  */
-static __always_inline int masq_egress(struct __sk_buff *skb, struct ipv4_info *info)
+static __always_inline int masq_snat(struct __sk_buff *skb, struct ipv4_info *info,
+				     const struct l4_info *l4)
 {
-	struct l4_info l4 = {};
-	struct nat_entry *e;
-	__be32 nat_addr;
-	__be16 nat_port;
-	__u16 flags;
-	int reason;
-
-	if (!masq_enabled || !masq_wanted(info) || l4_parse(skb, info, &l4) < 0)
-		return 0;
-	if (info->proto == IPPROTO_ICMP && l4.icmp_type != ICMP_ECHO)
-		return 0;
-
 	struct nat_key fwd = {
 		.saddr = info->saddr,
 		.daddr = info->daddr,
-		.sport = l4.sport,
-		.dport = l4.dport,
+		.sport = l4->sport,
+		.dport = l4->dport,
 		.proto = info->proto,
 		.dir = NAT_DIR_EGRESS,
 	};
+	__u16 flags = l4->tcp_closing ? NAT_F_CLOSING : 0;
+	struct nat_entry *e;
+	__be32 nat_addr;
+	__be16 nat_port;
+	int reason;
 
-	flags = l4.tcp_closing ? NAT_F_CLOSING : 0;
 	e = nat_lookup(&fwd);
 	if (e) {
 		nat_touch(e, flags);
@@ -75,11 +69,27 @@ static __always_inline int masq_egress(struct __sk_buff *skb, struct ipv4_info *
 		if (reason)
 			return reason;
 	}
-	if (l4_rewrite_addr(skb, &l4, IPV4_SADDR_OFF, info->saddr, nat_addr) < 0 ||
-	    l4_rewrite_port(skb, &l4, l4.port_off, l4.sport, nat_port) < 0)
+	if (l4_rewrite_addr(skb, l4, IPV4_SADDR_OFF, info->saddr, nat_addr) < 0 ||
+	    l4_rewrite_port(skb, l4, l4->port_off, l4->sport, nat_port) < 0)
 		return DROP_INVALID_PACKET;
 	info->saddr = nat_addr;
 	return 0;
+}
+
+/*
+ * masq_egress translates a pod's packet to a destination outside
+ * myelin_nomasq: source address to node_ip, source port (ICMP echo: id) to
+ * the flow's NAT port. Later fragments carry no ports and leave untouched.
+ */
+static __always_inline int masq_egress(struct __sk_buff *skb, struct ipv4_info *info)
+{
+	struct l4_info l4 = {};
+
+	if (!masq_enabled || !masq_wanted(info) || l4_parse(skb, info, &l4) < 0)
+		return 0;
+	if (info->proto == IPPROTO_ICMP && l4.icmp_type != ICMP_ECHO)
+		return 0;
+	return masq_snat(skb, info, &l4);
 }
 
 /*
@@ -152,6 +162,8 @@ static __always_inline int masq_icmp_error(struct __sk_buff *skb, struct ipv4_in
  * matching a reverse entry of myelin_snat) back to the pod: destination
  * address and port (ICMP echo reply: id). ICMP errors about such flows go to
  * masq_icmp_error. Packets without an entry are the node's own and untouched.
+ * Load balancing needs it too: NodePort flows forwarded to another node are
+ * source-translated with the same entries (masq_snat).
  */
 static __always_inline int masq_ingress(struct __sk_buff *skb, struct ipv4_info *info)
 {
@@ -160,7 +172,8 @@ static __always_inline int masq_ingress(struct __sk_buff *skb, struct ipv4_info 
 	__be32 pod_addr;
 	__be16 pod_port;
 
-	if (!masq_enabled || info->daddr != node_ip || l4_parse(skb, info, &l4) < 0)
+	if ((!masq_enabled && !lb_enabled) || info->daddr != node_ip ||
+	    l4_parse(skb, info, &l4) < 0)
 		return 0;
 	if (info->proto == IPPROTO_ICMP) {
 		if (l4.icmp_type == ICMP_DEST_UNREACH || l4.icmp_type == ICMP_TIME_EXCEEDED)

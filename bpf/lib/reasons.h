@@ -13,7 +13,8 @@ enum direction {
 	DIR_FROM_NETDEV = 1,  /* myelin_from_netdev: arriving on the uplink */
 	DIR_TO_NETDEV = 2,    /* myelin_to_netdev: leaving through the uplink */
 	DIR_FROM_OVERLAY = 3, /* myelin_from_overlay: decapsulated, VXLAN device ingress */
-	METRIC_DIRS = 4,
+	DIR_TO_POD = 4,	      /* myelin_to_pod: the stack delivers into a pod (host veth egress) */
+	METRIC_DIRS = 5,
 };
 
 /* reason is the outcome of a packet; drops are the DROP_* values. */
@@ -34,6 +35,12 @@ enum reason {
 	DROP_NAT_FULL = 6,
 	/* Masquerade: every NAT port tried for the flow's destination is taken. */
 	DROP_NAT_NO_PORT = 7,
+	/*
+	 * Service load balancing: the service has no ready backend. The packet
+	 * is answered with ICMP port unreachable (as kube-proxy's REJECT does)
+	 * instead of being dropped silently.
+	 */
+	DROP_SVC_NO_BACKEND = 8,
 	/* Not a verdict: a ring buffer event could not be written (buffer full). */
 	REASON_EVENTS_LOST = 63,
 	METRIC_REASONS = 64,

@@ -81,6 +81,109 @@ struct nomasq_key {
 	__u32 addr;	 /* network order */
 };
 
+/*
+ * lb_svc_key is a service frontend in myelin_lb_services: a ClusterIP and
+ * port, or this node's IP and a NodePort (network order).
+ */
+struct lb_svc_key {
+	__u32 addr;
+	__u16 port;
+	__u8 proto; /* IPPROTO_TCP or IPPROTO_UDP */
+	__u8 pad;   /* explicit padding, 0 */
+};
+
+/* lb_svc_flags are the bits of lb_svc.flags; the first two are datapath.ServiceFlags. */
+enum lb_svc_flags {
+	LB_SVC_F_NODEPORT = 1, /* frontend is node_ip:nodePort, served on the uplink */
+	LB_SVC_F_AFFINITY = 2, /* sessionAffinity ClientIP (myelin_lb_affinity) */
+	LB_SVC_F_MAGLEV = 4,   /* the service has a table in myelin_lb_maglev */
+};
+
+/*
+ * lb_svc is a service: its backends are slots 0..count-1 of myelin_lb_slots
+ * under id (and, with LB_SVC_F_MAGLEV, the Maglev table under id).
+ */
+struct lb_svc {
+	__u32 id;		/* agent-assigned, >= 1 */
+	__u32 count;		/* ready backends; 0 = reject new connections */
+	__u32 affinity_timeout; /* seconds, with LB_SVC_F_AFFINITY */
+	__u8 flags;		/* enum lb_svc_flags */
+	__u8 pad[3];		/* explicit padding, 0 */
+};
+
+/* lb_slot_key is one backend slot of a service in myelin_lb_slots. */
+struct lb_slot_key {
+	__u32 svc_id;
+	__u32 slot; /* 0..count-1 */
+};
+
+/* lb_backend is a backend (myelin_lb_backends, key: backend id): pod IP and targetPort. */
+struct lb_backend {
+	__u32 addr; /* network order */
+	__u16 port; /* network order */
+	__u16 pad;  /* explicit padding, 0 */
+};
+
+/* lb_affinity_key is a client of a service with ClientIP session affinity. */
+struct lb_affinity_key {
+	__u32 svc_id;
+	__u32 client; /* network order */
+};
+
+/*
+ * lb_affinity is the backend a client sticks to. index is where the choice
+ * was found (the slot, or the Maglev table entry): the backend is still the
+ * service's, and ready, while that place still holds backend_id.
+ */
+struct lb_affinity {
+	__u64 last_used; /* bpf_ktime_get_ns of the client's last new connection */
+	__u32 backend_id;
+	__u32 index;
+};
+
+/*
+ * ct_key is one direction of a load-balanced flow in myelin_lb_ct, written
+ * as the packets of that direction carry it (network order): CT_DIR_FORWARD
+ * is the client's tuple to the frontend, before translation; CT_DIR_REVERSE
+ * the backend's reply as it leaves the backend (to the client, or to the
+ * hairpin address).
+ */
+struct ct_key {
+	__u32 saddr;
+	__u32 daddr;
+	__u16 sport;
+	__u16 dport;
+	__u8 proto; /* IPPROTO_TCP or IPPROTO_UDP */
+	__u8 dir;   /* enum ct_dir */
+	__u16 pad;  /* explicit padding, 0 */
+};
+
+/* ct_dir is the direction of a ct_key. */
+enum ct_dir {
+	CT_DIR_FORWARD = 0, /* client -> frontend */
+	CT_DIR_REVERSE = 1, /* backend -> client */
+};
+
+/* ct_flags describe how a reply is translated and sent on. */
+enum ct_flags {
+	CT_F_HAIRPIN =
+		1, /* the client is its own backend: the reply's destination is restored too */
+	CT_F_NODEPORT = 2, /* NodePort client: the reply leaves through the FIB (or tunnel) */
+};
+
+/*
+ * ct_entry is what a ct_key maps to: for CT_DIR_FORWARD the backend,
+ * for CT_DIR_REVERSE the frontend the reply's source becomes and, with
+ * CT_F_HAIRPIN, the client its destination becomes.
+ */
+struct ct_entry {
+	__u32 backend_id;  /* forward */
+	__u32 front_addr;  /* reverse: frontend address, network order */
+	__u32 client_addr; /* reverse: the client, network order */
+	__u16 front_port;  /* reverse: frontend port, network order */
+	__u16 flags;	   /* enum ct_flags */
+};
+
 /* metrics_value is one per-CPU counter row of myelin_metrics. */
 struct metrics_value {
 	__u64 packets;

@@ -12,12 +12,23 @@
 #include "events.h"
 #include "metrics.h"
 
+/*
+ * verdict_count_drop counts a dropped packet and emits its drop event without
+ * deciding its fate: for a drop that is answered (lib/icmp.h rewrites the
+ * packet into the answer), so the program returns the answer's redirect.
+ */
+static __always_inline void verdict_count_drop(struct __sk_buff *skb, const struct ipv4_info *info,
+					       __u8 dir, __u8 reason)
+{
+	metrics_add(dir, reason, skb->len);
+	events_emit(skb, info, EVENT_DROP, dir, reason);
+}
+
 /* verdict_drop drops the packet, counting it and emitting a drop event. */
 static __always_inline int verdict_drop(struct __sk_buff *skb, const struct ipv4_info *info,
 					__u8 dir, __u8 reason)
 {
-	metrics_add(dir, reason, skb->len);
-	events_emit(skb, info, EVENT_DROP, dir, reason);
+	verdict_count_drop(skb, info, dir, reason);
 	return TC_ACT_SHOT;
 }
 

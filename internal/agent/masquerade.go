@@ -73,7 +73,8 @@ func (a *agent) applyMasquerade(dp *datapath.Datapath, keep []netip.Prefix) erro
 
 // collectNAT removes idle BPF NAT entries, so a full map recovers.
 func (a *agent) collectNAT(ctx context.Context) {
-	if !a.bpfMasquerade() {
+	// NodePort traffic to a remote backend takes a NAT port too (BPF load balancing).
+	if !a.bpfMasquerade() && !a.conf.KubeProxyReplacement {
 		return
 	}
 	for {

@@ -34,10 +34,16 @@ func (d *Datapath) AttachToNetdev(ifindex int, name string) error {
 }
 
 // AttachEndpoint attaches myelin_from_pod to TCX ingress of a pod's
-// host-side veth, pinning the link at <PinDir>/links/ep-<name>, with the
-// same in-place update as AttachNetdev.
+// host-side veth and myelin_to_pod to its TCX egress (where replies the
+// stack delivers to service clients are translated back), pinning the links
+// at <PinDir>/links/ep-<name> and ep-egress-<name>, with the same in-place
+// update as AttachNetdev. Calling it again for an endpoint attached by an
+// older agent adds the egress program.
 func (d *Datapath) AttachEndpoint(ifindex int, name string) error {
-	return d.attach(d.objs.MyelinFromPod, ebpf.AttachTCXIngress, ifindex, "ep-", name)
+	if err := d.attach(d.objs.MyelinFromPod, ebpf.AttachTCXIngress, ifindex, "ep-", name); err != nil {
+		return err
+	}
+	return d.attach(d.objs.MyelinToPod, ebpf.AttachTCXEgress, ifindex, "ep-egress-", name)
 }
 
 // AttachOverlay attaches myelin_from_overlay to TCX ingress of the VXLAN
@@ -50,11 +56,19 @@ func (d *Datapath) AttachOverlay(ifindex int, name string) error {
 	return d.attach(d.objs.MyelinFromOverlay, ebpf.AttachTCXIngress, ifindex, "overlay-", name)
 }
 
-// DetachEndpoint detaches and unpins the link of the host-side veth name.
-// No error if there is none; deleting the veth also detaches the program,
-// leaving only the pin, which this removes.
+// DetachEndpoint detaches and unpins both links of the host-side veth
+// name. No error if there are none; deleting the veth also detaches the
+// programs, leaving only the pins, which this removes.
 func (d *Datapath) DetachEndpoint(name string) error {
-	path, err := d.linkPath("ep-", name)
+	if err := d.detach("ep-", name); err != nil {
+		return err
+	}
+	return d.detach("ep-egress-", name)
+}
+
+// detach detaches and unpins the link pinned as prefix+name, if any.
+func (d *Datapath) detach(prefix, name string) error {
+	path, err := d.linkPath(prefix, name)
 	if err != nil {
 		return err
 	}

@@ -25,11 +25,33 @@ func addVeth(name string) (int, error) {
 
 // attachedTCX lists the TCX ingress programs of ifindex.
 func attachedTCX(ifindex int) ([]link.AttachedProgram, error) {
-	res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: ebpf.AttachTCXIngress})
+	return attachedTCXHook(ifindex, ebpf.AttachTCXIngress)
+}
+
+// attachedTCXHook lists the TCX programs of ifindex's hook (ingress or egress).
+func attachedTCXHook(ifindex int, hook ebpf.AttachType) ([]link.AttachedProgram, error) {
+	res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: hook})
 	if err != nil {
 		return nil, err
 	}
 	return res.Programs, nil
+}
+
+// expectEgress checks that prog is the one program on ifindex's TCX egress.
+func expectEgress(ifindex int, prog *ebpf.Program) error {
+	progs, err := attachedTCXHook(ifindex, ebpf.AttachTCXEgress)
+	if err != nil {
+		return err
+	}
+	info, err := prog.Info()
+	if err != nil {
+		return err
+	}
+	id, _ := info.ID()
+	if len(progs) != 1 || progs[0].ID != id {
+		return fmt.Errorf("ifindex %d egress runs %+v, want only program %d", ifindex, progs, id)
+	}
+	return nil
 }
 
 // expectOnly checks that prog is the one program on ifindex's TCX ingress
@@ -91,7 +113,7 @@ func attachScenario(dir string) error {
 	if err := d1.AttachEndpoint(veth, "myl0123abcd"); err != nil {
 		return err
 	}
-	for _, pin := range []string{"netdev-dpnet0", "ep-myl0123abcd"} {
+	for _, pin := range []string{"netdev-dpnet0", "ep-myl0123abcd", "ep-egress-myl0123abcd"} {
 		if _, err := os.Stat(filepath.Join(dir, "links", pin)); err != nil {
 			return fmt.Errorf("link pin: %w", err)
 		}
@@ -101,6 +123,9 @@ func attachScenario(dir string) error {
 		return err
 	}
 	if _, err := expectOnly(veth, d1.objs.MyelinFromPod); err != nil {
+		return err
+	}
+	if err := expectEgress(veth, d1.objs.MyelinToPod); err != nil {
 		return err
 	}
 	// The agent exits: the pinned links keep the programs attached.
@@ -139,6 +164,9 @@ func attachScenario(dir string) error {
 	if _, err := expectOnly(veth, d2.objs.MyelinFromPod); err != nil {
 		return fmt.Errorf("after restart: %w", err)
 	}
+	if err := expectEgress(veth, d2.objs.MyelinToPod); err != nil {
+		return fmt.Errorf("after restart: %w", err)
+	}
 	return recreatedVeth(d2, veth)
 }
 
@@ -167,15 +195,19 @@ func recreatedVeth(d *Datapath, oldIndex int) error {
 			return fmt.Errorf("detach #%d: %w", i+1, err)
 		}
 	}
-	progs, err := attachedTCX(veth)
-	if err != nil {
-		return err
+	for _, hook := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
+		progs, err := attachedTCXHook(veth, hook)
+		if err != nil {
+			return err
+		}
+		if len(progs) != 0 {
+			return fmt.Errorf("programs still attached after DetachEndpoint: %+v", progs)
+		}
 	}
-	if len(progs) != 0 {
-		return fmt.Errorf("programs still attached after DetachEndpoint: %+v", progs)
-	}
-	if _, err := os.Stat(filepath.Join(d.cfg.PinDir, "links", "ep-myl0123abcd")); !os.IsNotExist(err) {
-		return fmt.Errorf("link pin still there after DetachEndpoint: %v", err)
+	for _, pin := range []string{"ep-myl0123abcd", "ep-egress-myl0123abcd"} {
+		if _, err := os.Stat(filepath.Join(d.cfg.PinDir, "links", pin)); !os.IsNotExist(err) {
+			return fmt.Errorf("link pin %s still there after DetachEndpoint: %v", pin, err)
+		}
 	}
 	return nil
 }

@@ -104,6 +104,13 @@ func addrFromNetwork(v uint32) netip.Addr {
 	return netip.AddrFrom4(b)
 }
 
+// htons is port v in network order, as the datapath stores it when loaded as a host integer.
+func htons(v uint16) uint16 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], v)
+	return binary.NativeEndian.Uint16(b[:])
+}
+
 // ntohs turns a network-order port loaded as a host integer into its value.
 func ntohs(v uint16) uint16 {
 	var b [2]byte

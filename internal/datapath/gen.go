@@ -4,4 +4,4 @@ package datapath
 // bpf/myelin.c; regenerate with `go generate ./internal/datapath/` after any
 // change under bpf/. The -I adds the multiarch directory that holds
 // <asm/types.h> on Debian, which clang -target bpf does not search.
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -target bpfel -type endpoint_info -type tunnel_lpm_key -type tunnel_endpoint -type nat_key -type nat_entry -type nat_dir -type nat_flags -type nomasq_key -type event -type metrics_value -type event_type -type reason -type direction myelin ../../bpf/myelin.c -- -mcpu=v3 -Wall -Werror -I/usr/include/x86_64-linux-gnu
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -target bpfel -type endpoint_info -type tunnel_lpm_key -type tunnel_endpoint -type nat_key -type nat_entry -type nat_dir -type nat_flags -type nomasq_key -type lb_svc_key -type lb_svc -type lb_svc_flags -type lb_slot_key -type lb_backend -type lb_affinity_key -type lb_affinity -type ct_key -type ct_entry -type ct_dir -type ct_flags -type event -type metrics_value -type event_type -type reason -type direction myelin ../../bpf/myelin.c -- -mcpu=v3 -Wall -Werror -I/usr/include/x86_64-linux-gnu

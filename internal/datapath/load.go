@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -65,6 +66,18 @@ type Config struct {
 	// OverlayMAC is this node's myelin_vxlan MAC, OverlayMAC(node IP): the inner
 	// source of encapsulated frames. Required when Tunnel is set.
 	OverlayMAC net.HardwareAddr
+	// LoadBalancing turns service load balancing on (kube-proxy
+	// replacement): pods' packets to service frontends are translated to a
+	// backend and back, and NodePort requests on the uplink too; see
+	// UpsertService. It needs NodeIP (the NodePort address and SNAT source)
+	// and ClusterCIDR (destinations in it are never services), with or
+	// without Masquerade. Off, every load balancing branch is pruned at
+	// load and the service maps shrink to one entry.
+	LoadBalancing bool
+	// MaglevTableSize is the size of every Maglev table (Service.Maglev), a
+	// prime such as 16381; 0 means random backend selection only. Used
+	// with LoadBalancing.
+	MaglevTableSize uint32
 	// Masquerade turns BPF masquerade on (enable-ipv4-masquerade and
 	// enable-bpf-masquerade): packets from ClusterCIDR to destinations
 	// outside the no-masquerade set (SetNoMasquerade) leave the uplink
@@ -72,10 +85,13 @@ type Config struct {
 	// translated back on the uplink's ingress (AttachNetdev). Off, both
 	// programs leave every packet's addresses alone.
 	Masquerade bool
-	// NodeIP is the translated source address. Required with Masquerade.
+	// NodeIP is this node's IPv4: the translated source address of
+	// masquerade and of NodePort traffic to other nodes, and the NodePort
+	// frontend address. Required with Masquerade or LoadBalancing.
 	NodeIP netip.Addr
-	// ClusterCIDR holds the pod addresses that are masqueraded. Required
-	// with Masquerade.
+	// ClusterCIDR holds the pod addresses: the sources that are
+	// masqueraded, and destinations that are never services. Required with
+	// Masquerade or LoadBalancing.
 	ClusterCIDR netip.Prefix
 	// NATMax sizes the NAT map myelin_snat in entries, two per flow; 0 means
 	// DefaultNATMax. Changing it replaces the map on the next Load, which
@@ -86,8 +102,10 @@ type Config struct {
 // Datapath is the loaded datapath of one node: its programs and maps.
 // Its methods are safe for concurrent use.
 type Datapath struct {
-	cfg  Config
-	objs myelinObjects
+	cfg    Config
+	objs   myelinObjects
+	lbMu   sync.Mutex // serializes service updates
+	maglev maglevTables
 }
 
 // Load loads the programs with cfg's load-time constants, reusing the maps
@@ -116,6 +134,9 @@ func Load(cfg Config) (*Datapath, error) {
 		return nil, fmt.Errorf("load datapath: tunnel mode with overlay ifindex %d: set Config.OverlayIfIndex to the ifindex of the VXLAN device myelin_vxlan", cfg.OverlayIfIndex)
 	}
 	if err := checkMasquerade(cfg); err != nil {
+		return nil, err
+	}
+	if err := checkLoadBalancing(cfg); err != nil {
 		return nil, err
 	}
 	if err := ensurePinDir(cfg.PinDir); err != nil {
@@ -173,6 +194,9 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 	if err := configureMasquerade(&specs, cfg); err != nil {
 		return err
 	}
+	if err := configureLoadBalancing(&specs, cfg); err != nil {
+		return err
+	}
 	specs.MyelinEndpoints.MaxEntries = cfg.EndpointsMax
 	if cfg.NATMax != 0 {
 		specs.MyelinSnat.MaxEntries = cfg.NATMax
@@ -212,6 +236,7 @@ func (d *Datapath) SetTrace(on bool) error {
 // Close releases the agent's file descriptors. Pinned maps and links stay,
 // so the datapath keeps forwarding after the agent exits.
 func (d *Datapath) Close() error {
+	d.maglev.close()
 	if err := d.objs.Close(); err != nil {
 		return fmt.Errorf("close datapath: %w", err)
 	}

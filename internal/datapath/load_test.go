@@ -12,23 +12,32 @@ import (
 )
 
 // TestPrivilegedLoadAll loads every program of the object in both host
-// routing modes, native and tunnel, with masquerade on and off, so a
-// verifier rejection fails here with the log.
+// routing modes, native and tunnel, with masquerade and load balancing
+// (random and Maglev) on and off, so a verifier rejection fails here with
+// the log.
 func TestPrivilegedLoadAll(t *testing.T) {
 	requirePrivileged(t)
+	features := []struct {
+		name            string
+		masq, lb        bool
+		maglevTableSize uint32
+	}{
+		{name: ""},
+		{name: "/masquerade", masq: true},
+		{name: "/lb", lb: true},
+		{name: "/lb-maglev/masquerade", masq: true, lb: true, maglevTableSize: 16381},
+	}
 	for _, routing := range []HostRouting{HostRoutingLegacy, HostRoutingBPF} {
 		for _, tunnel := range []bool{false, true} {
-			for _, masq := range []bool{false, true} {
+			for _, f := range features {
 				name := routing.String() + "/native"
 				if tunnel {
 					name = routing.String() + "/tunnel"
 				}
-				if masq {
-					name += "/masquerade"
-				}
-				t.Run(name, func(t *testing.T) {
+				t.Run(name+f.name, func(t *testing.T) {
 					loadAll(t, Config{HostRouting: routing, EndpointsMax: DefaultEndpointsMax, Tunnel: tunnel, OverlayIfIndex: 1, OverlayMAC: testOverlayMAC,
-						Masquerade: masq, NodeIP: testNodeIP, ClusterCIDR: testClusterCIDR})
+						Masquerade: f.masq, NodeIP: testNodeIP, ClusterCIDR: testClusterCIDR,
+						LoadBalancing: f.lb, MaglevTableSize: f.maglevTableSize})
 				})
 			}
 		}

@@ -27,7 +27,8 @@ func checkMasquerade(cfg Config) error {
 	return nil
 }
 
-// configureMasquerade writes the masquerade constants; all zero when off.
+// configureMasquerade writes the masquerade constants and the node IP and
+// cluster CIDR that load balancing shares; all zero when both are off.
 func configureMasquerade(specs *myelinSpecs, cfg Config) error {
 	var (
 		enabled          uint8
@@ -35,6 +36,8 @@ func configureMasquerade(specs *myelinSpecs, cfg Config) error {
 	)
 	if cfg.Masquerade {
 		enabled = 1
+	}
+	if cfg.Masquerade || cfg.LoadBalancing {
 		nodeIP = networkUint32(cfg.NodeIP)
 		cidr = networkUint32(cfg.ClusterCIDR.Masked().Addr())
 		mk = binary.NativeEndian.Uint32(net.CIDRMask(cfg.ClusterCIDR.Bits(), 32))

@@ -13,6 +13,40 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type myelinCtDir uint32
+
+const (
+	myelinCtDirCT_DIR_FORWARD myelinCtDir = 0
+	myelinCtDirCT_DIR_REVERSE myelinCtDir = 1
+)
+
+type myelinCtEntry struct {
+	_          structs.HostLayout
+	BackendId  uint32
+	FrontAddr  uint32
+	ClientAddr uint32
+	FrontPort  uint16
+	Flags      uint16
+}
+
+type myelinCtFlags uint32
+
+const (
+	myelinCtFlagsCT_F_HAIRPIN  myelinCtFlags = 1
+	myelinCtFlagsCT_F_NODEPORT myelinCtFlags = 2
+)
+
+type myelinCtKey struct {
+	_     structs.HostLayout
+	Saddr uint32
+	Daddr uint32
+	Sport uint16
+	Dport uint16
+	Proto uint8
+	Dir   uint8
+	Pad   uint16
+}
+
 type myelinDirection uint32
 
 const (
@@ -20,7 +54,8 @@ const (
 	myelinDirectionDIR_FROM_NETDEV  myelinDirection = 1
 	myelinDirectionDIR_TO_NETDEV    myelinDirection = 2
 	myelinDirectionDIR_FROM_OVERLAY myelinDirection = 3
-	myelinDirectionMETRIC_DIRS      myelinDirection = 4
+	myelinDirectionDIR_TO_POD       myelinDirection = 4
+	myelinDirectionMETRIC_DIRS      myelinDirection = 5
 )
 
 type myelinEndpointInfo struct {
@@ -53,6 +88,57 @@ const (
 	myelinEventTypeEVENT_DROP  myelinEventType = 1
 	myelinEventTypeEVENT_TRACE myelinEventType = 2
 )
+
+type myelinLbAffinity struct {
+	_         structs.HostLayout
+	LastUsed  uint64
+	BackendId uint32
+	Index     uint32
+}
+
+type myelinLbAffinityKey struct {
+	_      structs.HostLayout
+	SvcId  uint32
+	Client uint32
+}
+
+type myelinLbBackend struct {
+	_    structs.HostLayout
+	Addr uint32
+	Port uint16
+	Pad  uint16
+}
+
+type myelinLbSlotKey struct {
+	_     structs.HostLayout
+	SvcId uint32
+	Slot  uint32
+}
+
+type myelinLbSvc struct {
+	_               structs.HostLayout
+	Id              uint32
+	Count           uint32
+	AffinityTimeout uint32
+	Flags           uint8
+	Pad             [3]uint8
+}
+
+type myelinLbSvcFlags uint32
+
+const (
+	myelinLbSvcFlagsLB_SVC_F_NODEPORT myelinLbSvcFlags = 1
+	myelinLbSvcFlagsLB_SVC_F_AFFINITY myelinLbSvcFlags = 2
+	myelinLbSvcFlagsLB_SVC_F_MAGLEV   myelinLbSvcFlags = 4
+)
+
+type myelinLbSvcKey struct {
+	_     structs.HostLayout
+	Addr  uint32
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
 
 type myelinMetricsValue struct {
 	_       structs.HostLayout
@@ -110,6 +196,7 @@ const (
 	myelinReasonDROP_TUNNEL_KEY      myelinReason = 5
 	myelinReasonDROP_NAT_FULL        myelinReason = 6
 	myelinReasonDROP_NAT_NO_PORT     myelinReason = 7
+	myelinReasonDROP_SVC_NO_BACKEND  myelinReason = 8
 	myelinReasonREASON_EVENTS_LOST   myelinReason = 63
 	myelinReasonMETRIC_REASONS       myelinReason = 64
 )
@@ -171,39 +258,52 @@ type myelinProgramSpecs struct {
 	MyelinFromOverlay *ebpf.ProgramSpec `ebpf:"myelin_from_overlay"`
 	MyelinFromPod     *ebpf.ProgramSpec `ebpf:"myelin_from_pod"`
 	MyelinToNetdev    *ebpf.ProgramSpec `ebpf:"myelin_to_netdev"`
+	MyelinToPod       *ebpf.ProgramSpec `ebpf:"myelin_to_pod"`
 }
 
 // myelinMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type myelinMapSpecs struct {
-	MyelinEndpoints *ebpf.MapSpec `ebpf:"myelin_endpoints"`
-	MyelinEvents    *ebpf.MapSpec `ebpf:"myelin_events"`
-	MyelinMetrics   *ebpf.MapSpec `ebpf:"myelin_metrics"`
-	MyelinNomasq    *ebpf.MapSpec `ebpf:"myelin_nomasq"`
-	MyelinSnat      *ebpf.MapSpec `ebpf:"myelin_snat"`
-	MyelinTunnel    *ebpf.MapSpec `ebpf:"myelin_tunnel"`
+	MyelinEndpoints  *ebpf.MapSpec `ebpf:"myelin_endpoints"`
+	MyelinEvents     *ebpf.MapSpec `ebpf:"myelin_events"`
+	MyelinLbAffinity *ebpf.MapSpec `ebpf:"myelin_lb_affinity"`
+	MyelinLbBackends *ebpf.MapSpec `ebpf:"myelin_lb_backends"`
+	MyelinLbCt       *ebpf.MapSpec `ebpf:"myelin_lb_ct"`
+	MyelinLbMaglev   *ebpf.MapSpec `ebpf:"myelin_lb_maglev"`
+	MyelinLbServices *ebpf.MapSpec `ebpf:"myelin_lb_services"`
+	MyelinLbSlots    *ebpf.MapSpec `ebpf:"myelin_lb_slots"`
+	MyelinMetrics    *ebpf.MapSpec `ebpf:"myelin_metrics"`
+	MyelinNomasq     *ebpf.MapSpec `ebpf:"myelin_nomasq"`
+	MyelinSnat       *ebpf.MapSpec `ebpf:"myelin_snat"`
+	MyelinTunnel     *ebpf.MapSpec `ebpf:"myelin_tunnel"`
 }
 
 // myelinVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type myelinVariableSpecs struct {
-	BtfAnchorDirection *ebpf.VariableSpec `ebpf:"btf_anchor_direction"`
-	BtfAnchorEvent     *ebpf.VariableSpec `ebpf:"btf_anchor_event"`
-	BtfAnchorEventType *ebpf.VariableSpec `ebpf:"btf_anchor_event_type"`
-	BtfAnchorNatDir    *ebpf.VariableSpec `ebpf:"btf_anchor_nat_dir"`
-	BtfAnchorNatFlags  *ebpf.VariableSpec `ebpf:"btf_anchor_nat_flags"`
-	BtfAnchorReason    *ebpf.VariableSpec `ebpf:"btf_anchor_reason"`
-	ClusterCidrAddr    *ebpf.VariableSpec `ebpf:"cluster_cidr_addr"`
-	ClusterCidrMask    *ebpf.VariableSpec `ebpf:"cluster_cidr_mask"`
-	HostRoutingBpf     *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
-	MasqEnabled        *ebpf.VariableSpec `ebpf:"masq_enabled"`
-	NodeIp             *ebpf.VariableSpec `ebpf:"node_ip"`
-	OverlayIfindex     *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
-	OverlayMac         *ebpf.VariableSpec `ebpf:"overlay_mac"`
-	RoutingTunnel      *ebpf.VariableSpec `ebpf:"routing_tunnel"`
-	TraceEnabled       *ebpf.VariableSpec `ebpf:"trace_enabled"`
+	BtfAnchorCtDir         *ebpf.VariableSpec `ebpf:"btf_anchor_ct_dir"`
+	BtfAnchorCtFlags       *ebpf.VariableSpec `ebpf:"btf_anchor_ct_flags"`
+	BtfAnchorDirection     *ebpf.VariableSpec `ebpf:"btf_anchor_direction"`
+	BtfAnchorEvent         *ebpf.VariableSpec `ebpf:"btf_anchor_event"`
+	BtfAnchorEventType     *ebpf.VariableSpec `ebpf:"btf_anchor_event_type"`
+	BtfAnchorLbAffinityKey *ebpf.VariableSpec `ebpf:"btf_anchor_lb_affinity_key"`
+	BtfAnchorLbSvcFlags    *ebpf.VariableSpec `ebpf:"btf_anchor_lb_svc_flags"`
+	BtfAnchorNatDir        *ebpf.VariableSpec `ebpf:"btf_anchor_nat_dir"`
+	BtfAnchorNatFlags      *ebpf.VariableSpec `ebpf:"btf_anchor_nat_flags"`
+	BtfAnchorReason        *ebpf.VariableSpec `ebpf:"btf_anchor_reason"`
+	ClusterCidrAddr        *ebpf.VariableSpec `ebpf:"cluster_cidr_addr"`
+	ClusterCidrMask        *ebpf.VariableSpec `ebpf:"cluster_cidr_mask"`
+	HostRoutingBpf         *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
+	LbEnabled              *ebpf.VariableSpec `ebpf:"lb_enabled"`
+	MaglevTableSize        *ebpf.VariableSpec `ebpf:"maglev_table_size"`
+	MasqEnabled            *ebpf.VariableSpec `ebpf:"masq_enabled"`
+	NodeIp                 *ebpf.VariableSpec `ebpf:"node_ip"`
+	OverlayIfindex         *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
+	OverlayMac             *ebpf.VariableSpec `ebpf:"overlay_mac"`
+	RoutingTunnel          *ebpf.VariableSpec `ebpf:"routing_tunnel"`
+	TraceEnabled           *ebpf.VariableSpec `ebpf:"trace_enabled"`
 }
 
 // myelinObjects contains all objects after they have been loaded into the kernel.
@@ -226,18 +326,30 @@ func (o *myelinObjects) Close() error {
 //
 // It can be passed to loadMyelinObjects or ebpf.CollectionSpec.LoadAndAssign.
 type myelinMaps struct {
-	MyelinEndpoints *ebpf.Map `ebpf:"myelin_endpoints"`
-	MyelinEvents    *ebpf.Map `ebpf:"myelin_events"`
-	MyelinMetrics   *ebpf.Map `ebpf:"myelin_metrics"`
-	MyelinNomasq    *ebpf.Map `ebpf:"myelin_nomasq"`
-	MyelinSnat      *ebpf.Map `ebpf:"myelin_snat"`
-	MyelinTunnel    *ebpf.Map `ebpf:"myelin_tunnel"`
+	MyelinEndpoints  *ebpf.Map `ebpf:"myelin_endpoints"`
+	MyelinEvents     *ebpf.Map `ebpf:"myelin_events"`
+	MyelinLbAffinity *ebpf.Map `ebpf:"myelin_lb_affinity"`
+	MyelinLbBackends *ebpf.Map `ebpf:"myelin_lb_backends"`
+	MyelinLbCt       *ebpf.Map `ebpf:"myelin_lb_ct"`
+	MyelinLbMaglev   *ebpf.Map `ebpf:"myelin_lb_maglev"`
+	MyelinLbServices *ebpf.Map `ebpf:"myelin_lb_services"`
+	MyelinLbSlots    *ebpf.Map `ebpf:"myelin_lb_slots"`
+	MyelinMetrics    *ebpf.Map `ebpf:"myelin_metrics"`
+	MyelinNomasq     *ebpf.Map `ebpf:"myelin_nomasq"`
+	MyelinSnat       *ebpf.Map `ebpf:"myelin_snat"`
+	MyelinTunnel     *ebpf.Map `ebpf:"myelin_tunnel"`
 }
 
 func (m *myelinMaps) Close() error {
 	return _MyelinClose(
 		m.MyelinEndpoints,
 		m.MyelinEvents,
+		m.MyelinLbAffinity,
+		m.MyelinLbBackends,
+		m.MyelinLbCt,
+		m.MyelinLbMaglev,
+		m.MyelinLbServices,
+		m.MyelinLbSlots,
 		m.MyelinMetrics,
 		m.MyelinNomasq,
 		m.MyelinSnat,
@@ -249,21 +361,27 @@ func (m *myelinMaps) Close() error {
 //
 // It can be passed to loadMyelinObjects or ebpf.CollectionSpec.LoadAndAssign.
 type myelinVariables struct {
-	BtfAnchorDirection *ebpf.Variable `ebpf:"btf_anchor_direction"`
-	BtfAnchorEvent     *ebpf.Variable `ebpf:"btf_anchor_event"`
-	BtfAnchorEventType *ebpf.Variable `ebpf:"btf_anchor_event_type"`
-	BtfAnchorNatDir    *ebpf.Variable `ebpf:"btf_anchor_nat_dir"`
-	BtfAnchorNatFlags  *ebpf.Variable `ebpf:"btf_anchor_nat_flags"`
-	BtfAnchorReason    *ebpf.Variable `ebpf:"btf_anchor_reason"`
-	ClusterCidrAddr    *ebpf.Variable `ebpf:"cluster_cidr_addr"`
-	ClusterCidrMask    *ebpf.Variable `ebpf:"cluster_cidr_mask"`
-	HostRoutingBpf     *ebpf.Variable `ebpf:"host_routing_bpf"`
-	MasqEnabled        *ebpf.Variable `ebpf:"masq_enabled"`
-	NodeIp             *ebpf.Variable `ebpf:"node_ip"`
-	OverlayIfindex     *ebpf.Variable `ebpf:"overlay_ifindex"`
-	OverlayMac         *ebpf.Variable `ebpf:"overlay_mac"`
-	RoutingTunnel      *ebpf.Variable `ebpf:"routing_tunnel"`
-	TraceEnabled       *ebpf.Variable `ebpf:"trace_enabled"`
+	BtfAnchorCtDir         *ebpf.Variable `ebpf:"btf_anchor_ct_dir"`
+	BtfAnchorCtFlags       *ebpf.Variable `ebpf:"btf_anchor_ct_flags"`
+	BtfAnchorDirection     *ebpf.Variable `ebpf:"btf_anchor_direction"`
+	BtfAnchorEvent         *ebpf.Variable `ebpf:"btf_anchor_event"`
+	BtfAnchorEventType     *ebpf.Variable `ebpf:"btf_anchor_event_type"`
+	BtfAnchorLbAffinityKey *ebpf.Variable `ebpf:"btf_anchor_lb_affinity_key"`
+	BtfAnchorLbSvcFlags    *ebpf.Variable `ebpf:"btf_anchor_lb_svc_flags"`
+	BtfAnchorNatDir        *ebpf.Variable `ebpf:"btf_anchor_nat_dir"`
+	BtfAnchorNatFlags      *ebpf.Variable `ebpf:"btf_anchor_nat_flags"`
+	BtfAnchorReason        *ebpf.Variable `ebpf:"btf_anchor_reason"`
+	ClusterCidrAddr        *ebpf.Variable `ebpf:"cluster_cidr_addr"`
+	ClusterCidrMask        *ebpf.Variable `ebpf:"cluster_cidr_mask"`
+	HostRoutingBpf         *ebpf.Variable `ebpf:"host_routing_bpf"`
+	LbEnabled              *ebpf.Variable `ebpf:"lb_enabled"`
+	MaglevTableSize        *ebpf.Variable `ebpf:"maglev_table_size"`
+	MasqEnabled            *ebpf.Variable `ebpf:"masq_enabled"`
+	NodeIp                 *ebpf.Variable `ebpf:"node_ip"`
+	OverlayIfindex         *ebpf.Variable `ebpf:"overlay_ifindex"`
+	OverlayMac             *ebpf.Variable `ebpf:"overlay_mac"`
+	RoutingTunnel          *ebpf.Variable `ebpf:"routing_tunnel"`
+	TraceEnabled           *ebpf.Variable `ebpf:"trace_enabled"`
 }
 
 // myelinPrograms contains all programs after they have been loaded into the kernel.
@@ -274,6 +392,7 @@ type myelinPrograms struct {
 	MyelinFromOverlay *ebpf.Program `ebpf:"myelin_from_overlay"`
 	MyelinFromPod     *ebpf.Program `ebpf:"myelin_from_pod"`
 	MyelinToNetdev    *ebpf.Program `ebpf:"myelin_to_netdev"`
+	MyelinToPod       *ebpf.Program `ebpf:"myelin_to_pod"`
 }
 
 func (p *myelinPrograms) Close() error {
@@ -282,6 +401,7 @@ func (p *myelinPrograms) Close() error {
 		p.MyelinFromOverlay,
 		p.MyelinFromPod,
 		p.MyelinToNetdev,
+		p.MyelinToPod,
 	)
 }
 

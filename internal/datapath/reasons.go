@@ -13,6 +13,7 @@ var reasonNames = map[myelinReason]string{
 	myelinReasonDROP_TUNNEL_KEY:      "DROP_TUNNEL_KEY",
 	myelinReasonDROP_NAT_FULL:        "DROP_NAT_FULL",
 	myelinReasonDROP_NAT_NO_PORT:     "DROP_NAT_NO_PORT",
+	myelinReasonDROP_SVC_NO_BACKEND:  "DROP_SVC_NO_BACKEND",
 	myelinReasonREASON_EVENTS_LOST:   "EVENTS_LOST",
 }
 
@@ -22,6 +23,7 @@ var directionNames = map[myelinDirection]string{
 	myelinDirectionDIR_FROM_NETDEV:  "from-netdev",
 	myelinDirectionDIR_TO_NETDEV:    "to-netdev",
 	myelinDirectionDIR_FROM_OVERLAY: "from-overlay",
+	myelinDirectionDIR_TO_POD:       "to-pod",
 }
 
 // ReasonName returns the stable name of a datapath reason code, such as

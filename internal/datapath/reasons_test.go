@@ -22,6 +22,7 @@ func TestReasonName(t *testing.T) {
 		{5, "DROP_TUNNEL_KEY"},
 		{6, "DROP_NAT_FULL"},
 		{7, "DROP_NAT_NO_PORT"},
+		{8, "DROP_SVC_NO_BACKEND"},
 		{63, "EVENTS_LOST"},
 		{42, "REASON_42"},
 	} {
@@ -40,6 +41,7 @@ func TestDirectionName(t *testing.T) {
 		{1, "from-netdev"},
 		{2, "to-netdev"},
 		{3, "from-overlay"},
+		{4, "to-pod"},
 		{9, "dir-9"},
 	} {
 		if got := DirectionName(c.code); got != c.want {

@@ -1,7 +1,6 @@
 package datapath
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -338,12 +337,6 @@ func openCapture(ifindex int) (int, error) {
 		return 0, fmt.Errorf("bind packet socket: %w", err)
 	}
 	return fd, nil
-}
-
-func htons(v uint16) uint16 {
-	var b [2]byte
-	binary.BigEndian.PutUint16(b[:], v)
-	return binary.NativeEndian.Uint16(b[:])
 }
 
 // checkWire reads the captured underlay frames and requires a VXLAN-encapsulated

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -14,6 +15,8 @@ import (
 type UDPFlowsResult struct {
 	Flows   int `json:"flows"`
 	Replies int `json:"replies"`
+	// Refused flows got ICMP port unreachable (ECONNREFUSED) instead of a reply.
+	Refused int `json:"refused"`
 	// SeenSources counts the distinct source addresses (IP:port) the server reported:
 	// equal to Replies when every flow kept a distinct translated port.
 	SeenSources int      `json:"seenSources"`
@@ -65,6 +68,12 @@ func UDPFlows(ctx context.Context, target string, n int, timeout time.Duration) 
 				}
 				_ = c.SetReadDeadline(wait)
 				m, err := c.Read(buf)
+				if errors.Is(err, syscall.ECONNREFUSED) { // ICMP port unreachable: no one to answer
+					mu.Lock()
+					res.Refused++
+					mu.Unlock()
+					return
+				}
 				if err != nil {
 					continue
 				}

@@ -231,9 +231,15 @@ func TestLabMyelinServices(t *testing.T) {
 	})
 	t.Run("empty Service rejects at once", func(t *testing.T) {
 		before := counter(t, n1, "from-pod", "DROP_SVC_NO_BACKEND")
-		out, err := inPod("client", "curl", "-sS", "-m", "10", "http://"+empty.Spec.ClusterIP+"/")
-		if err == nil || !strings.Contains(out, "refused") {
-			t.Errorf("curl to a Service with no backend: %v %q, want connection refused (not a timeout)", err, out)
+		// bash's /dev/tcp prints the connect errno, which curl doesn't.
+		out, err := inPod("client", "timeout", "10", "bash", "-c", "exec 3<>/dev/tcp/"+empty.Spec.ClusterIP+"/80")
+		if err == nil || !strings.Contains(out, "Connection refused") {
+			t.Errorf("connect to a Service with no backend: %v %q, want connection refused (not a timeout)", err, out)
+		}
+		out, err = inPod("client", myelinBin, "lab", "udp-flows", "--to", empty.Spec.ClusterIP+":80", "--flows", "1")
+		var res lab.UDPFlowsResult
+		if err != nil || json.Unmarshal([]byte(out), &res) != nil || res.Refused != 1 {
+			t.Errorf("UDP to a Service with no backend: %v %q, want the flow refused (ICMP port unreachable)", err, out)
 		}
 		if after := counter(t, n1, "from-pod", "DROP_SVC_NO_BACKEND"); after <= before {
 			t.Errorf("DROP_SVC_NO_BACKEND on node-1 from-pod: %d before, %d after; want it counted", before, after)

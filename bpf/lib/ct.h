@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Service conntrack, myelin_lb_ct: a load-balanced flow's forward entry
+ * (client -> frontend: which backend) keeps every packet of the flow on one
+ * backend, and its reverse entry (backend -> client) turns replies back into
+ * packets from the frontend (ct_reply_xlate). Only TCP and UDP are tracked.
+ */
+#ifndef MYELIN_LIB_CT_H
+#define MYELIN_LIB_CT_H
+
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "config.h"
+#include "ipv4.h"
+#include "l4.h"
+#include "maps.h"
+#include "reasons.h"
+
+/*
+ * LB_HAIRPIN_ADDR (169.254.42.1) is the source of a pod's packet to a
+ * service whose chosen backend is the pod itself: its own address as the
+ * source would make the pod drop the packet. The pod answers it through its
+ * default route via 169.254.1.1, i.e. back into myelin_from_pod.
+ */
+#define LB_HAIRPIN_ADDR bpf_htonl(0xa9fe2a01)
+
+/* ct_l4_parse is l4_parse for the tracked protocols, TCP and UDP: -1 for the rest. */
+static __always_inline int ct_l4_parse(struct __sk_buff *skb, const struct ipv4_info *info,
+				       struct l4_info *l4)
+{
+	if (info->proto != IPPROTO_TCP && info->proto != IPPROTO_UDP)
+		return -1;
+	return l4_parse(skb, info, l4);
+}
+
+/* ct_key_of is the key of a packet's tuple (info, l4) in direction dir. */
+static __always_inline void ct_key_of(struct ct_key *key, const struct ipv4_info *info,
+				      const struct l4_info *l4, __u8 dir)
+{
+	key->saddr = info->saddr;
+	key->daddr = info->daddr;
+	key->sport = l4->sport;
+	key->dport = l4->dport;
+	key->proto = info->proto;
+	key->dir = dir;
+	key->pad = 0;
+}
+
+/* ct_lookup returns the entry of key, or NULL. */
+static __always_inline struct ct_entry *ct_lookup(const struct ct_key *key)
+{
+	return bpf_map_lookup_elem(&myelin_lb_ct, key);
+}
+
+/*
+ * ct_create records a new flow: fwd (the client's tuple to the frontend)
+ * goes to backend id at be_addr:be_port. Its replies leave the backend
+ * towards reply_daddr (the client, or LB_HAIRPIN_ADDR) with the client's
+ * port. The reverse entry goes first, so no reply can beat it. LRU inserts
+ * fail only when the kernel has no memory left; the flow then selects again
+ * on its next packet and its replies pass untranslated, so there is nothing
+ * better to do than carry on.
+ */
+static __always_inline void ct_create(const struct ct_key *fwd, __u32 id, __be32 be_addr,
+				      __be16 be_port, __be32 reply_daddr, __u16 flags)
+{
+	struct ct_key rev = {
+		.saddr = be_addr,
+		.daddr = reply_daddr,
+		.sport = be_port,
+		.dport = fwd->sport,
+		.proto = fwd->proto,
+		.dir = CT_DIR_REVERSE,
+	};
+	struct ct_entry rv = {
+		.front_addr = fwd->daddr,
+		.client_addr = fwd->saddr,
+		.front_port = fwd->dport,
+		.flags = flags,
+	};
+	struct ct_entry fv = {.backend_id = id, .flags = flags};
+
+	bpf_map_update_elem(&myelin_lb_ct, &rev, &rv, BPF_ANY);
+	bpf_map_update_elem(&myelin_lb_ct, fwd, &fv, BPF_ANY);
+}
+
+/*
+ * ct_reply_xlate translates a reply of a load-balanced flow (a packet whose
+ * tuple has a reverse entry) back: source to the frontend's address and
+ * port, and for a hairpin flow the destination back to the client. Returns
+ * 0 with the entry's flags in *flags (0: not a reply, untouched), or a
+ * DROP_* reason. info carries the new addresses.
+ */
+static __always_inline int ct_reply_xlate(struct __sk_buff *skb, struct ipv4_info *info,
+					  struct l4_info *l4, __u16 *flags)
+{
+	struct ct_key key;
+	const struct ct_entry *e;
+	__be32 front, client;
+	__be16 port;
+
+	ct_key_of(&key, info, l4, CT_DIR_REVERSE);
+	e = ct_lookup(&key);
+	if (!e)
+		return 0;
+	front = e->front_addr;
+	port = e->front_port;
+	client = e->client_addr;
+	*flags = e->flags;
+	/* Helper copies only: nothing here holds a packet pointer. */
+	if (l4_rewrite_addr(skb, l4, IPV4_SADDR_OFF, info->saddr, front) < 0 ||
+	    l4_rewrite_port(skb, l4, l4->port_off, l4->sport, port) < 0)
+		return DROP_INVALID_PACKET;
+	info->saddr = front;
+	l4->sport = port;
+	if (!(*flags & CT_F_HAIRPIN))
+		return 0;
+	if (l4_rewrite_addr(skb, l4, IPV4_DADDR_OFF, info->daddr, client) < 0)
+		return DROP_INVALID_PACKET;
+	info->daddr = client;
+	return 0;
+}
+
+/*
+ * ct_reply_to_pod is ct_reply_xlate for a packet about to enter a pod: the
+ * one conntrack lookup per delivered TCP or UDP packet, only with load
+ * balancing on. Returns 0 or a DROP_* reason.
+ */
+static __always_inline int ct_reply_to_pod(struct __sk_buff *skb, struct ipv4_info *info)
+{
+	struct l4_info l4 = {};
+	__u16 flags = 0;
+
+	if (!lb_enabled || ct_l4_parse(skb, info, &l4) < 0)
+		return 0;
+	return ct_reply_xlate(skb, info, &l4, &flags);
+}
+
+#endif /* MYELIN_LIB_CT_H */

@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * myelin_to_pod: TCX egress of each pod's host-side veth, i.e. what the
+ * kernel stack delivers into a pod (legacy host routing, or traffic the stack
+ * routes with BPF host routing; bpf_redirect_peer skips this hook). With load
+ * balancing, a reply to a service client gets the frontend back as its source
+ * (lib/ct.h), as endpoint_deliver does for what BPF delivers. Everything
+ * passes: the stack built or routed it, so it is not ours to drop.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "lib/config.h"
+#include "lib/ct.h"
+#include "lib/ipv4.h"
+#include "lib/verdict.h"
+
+SEC("tcx/egress")
+int myelin_to_pod(struct __sk_buff *skb)
+{
+	struct ipv4_info info = {};
+	int reason;
+
+	if (!lb_enabled || skb->protocol != bpf_htons(ETH_P_IP) || ipv4_parse(skb, &info) < 0)
+		return verdict_pass(skb, &info, DIR_TO_POD);
+	reason = ct_reply_to_pod(skb, &info);
+	if (reason)
+		return verdict_drop(skb, &info, DIR_TO_POD, reason);
+	return verdict_pass(skb, &info, DIR_TO_POD);
+}

@@ -1,0 +1,468 @@
+package datapath
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// Sizes of the load balancing maps (bpf/lib/maps.h) with LoadBalancing on;
+// off, each has one entry.
+const (
+	lbServicesMax = 65536  // frontends
+	lbSlotsMax    = 131072 // backend slots of all services
+	lbBackendsMax = 65536
+	lbAffinityMax = 65536  // LRU
+	lbCTMax       = 262144 // LRU, two entries per flow
+)
+
+// ErrLoadBalancingOff is returned by UpsertService and UpsertBackend of a
+// datapath loaded without Config.LoadBalancing.
+var ErrLoadBalancingOff = errors.New("load balancing is off: load the datapath with Config.LoadBalancing")
+
+// Frontend is the address a service is reached at: a ClusterIP and port, or
+// this node's IP and a NodePort (with ServiceNodePort).
+type Frontend struct {
+	Addr  netip.Addr
+	Port  uint16
+	Proto uint8 // unix.IPPROTO_TCP or unix.IPPROTO_UDP
+}
+
+// String returns addr:port/proto, e.g. "10.96.0.10:53/udp".
+func (f Frontend) String() string {
+	proto := fmt.Sprintf("proto-%d", f.Proto)
+	switch f.Proto {
+	case unix.IPPROTO_TCP:
+		proto = "tcp"
+	case unix.IPPROTO_UDP:
+		proto = "udp"
+	}
+	return fmt.Sprintf("%s/%s", netip.AddrPortFrom(f.Addr, f.Port), proto)
+}
+
+// Backend is a pod IP and targetPort; its protocol is its frontends'.
+type Backend struct {
+	Addr netip.Addr
+	Port uint16
+}
+
+// ServiceFlags modify how a service is served.
+type ServiceFlags uint8
+
+const (
+	// ServiceNodePort: the frontend is this node's IP and a NodePort,
+	// served on the uplink (AttachNetdev) as well as from pods. A backend
+	// on another node gets the request with the node IP as its source (as
+	// kube-proxy does); a local backend sees the client's address.
+	ServiceNodePort ServiceFlags = 1 << iota
+	// ServiceAffinity is sessionAffinity ClientIP: a client keeps its
+	// backend for Service.AffinityTimeout since its last new connection,
+	// as long as that backend stays among the service's Backends.
+	ServiceAffinity
+)
+
+// Service is what a frontend is translated to.
+type Service struct {
+	// ID is agent-assigned, >= 1, unique per frontend and stable while the
+	// frontend exists.
+	ID    uint32
+	Flags ServiceFlags
+	// AffinityTimeout is the stickiness of ServiceAffinity, rounded up to
+	// whole seconds.
+	AffinityTimeout time.Duration
+	// Backends are the ids of the selectable (ready) backends (see
+	// UpsertBackend), in slot order. Empty: new connections are rejected
+	// with ICMP port unreachable; established ones stay on their backend
+	// while it exists.
+	Backends []uint32
+	// Maglev is the service's Maglev lookup table, computed by the agent:
+	// nil for random selection (lb-algorithm random), else
+	// Config.MaglevTableSize backend ids, each one of Backends. Ignored
+	// when Backends is empty. Services reads it back as nil.
+	Maglev []uint32
+}
+
+// ServiceEntry is one service as the datapath holds it.
+type ServiceEntry struct {
+	Frontend
+	Service
+	// HasMaglev says whether the service selects by a Maglev table.
+	HasMaglev bool
+}
+
+// UpsertBackend creates or replaces backend id (>= 1). Backends are shared
+// by every service that lists their id. Requires Config.LoadBalancing.
+func (d *Datapath) UpsertBackend(id uint32, b Backend) error {
+	if !d.cfg.LoadBalancing {
+		return fmt.Errorf("upsert backend %d: %w", id, ErrLoadBalancingOff)
+	}
+	if id == 0 {
+		return fmt.Errorf("upsert backend %v: id 0: backend ids start at 1", b)
+	}
+	if !b.Addr.Unmap().Is4() || b.Port == 0 {
+		return fmt.Errorf("upsert backend %d: %v:%d is not an IPv4 address and port", id, b.Addr, b.Port)
+	}
+	value := myelinLbBackend{Addr: networkUint32(b.Addr), Port: htons(b.Port)}
+	if err := d.objs.MyelinLbBackends.Update(id, value, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("upsert backend %d: %w", id, err)
+	}
+	return nil
+}
+
+// DeleteBackend removes backend id; no error if there is none. Flows on it
+// pick a backend again with their next packet.
+func (d *Datapath) DeleteBackend(id uint32) error {
+	if err := d.objs.MyelinLbBackends.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete backend %d: %w", id, err)
+	}
+	return nil
+}
+
+// Backends returns every backend by id.
+func (d *Datapath) Backends() (map[uint32]Backend, error) {
+	var (
+		id uint32
+		v  myelinLbBackend
+	)
+	out := make(map[uint32]Backend)
+	it := d.objs.MyelinLbBackends.Iterate()
+	for it.Next(&id, &v) {
+		out[id] = Backend{Addr: addrFromNetwork(v.Addr), Port: ntohs(v.Port)}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("list backends: %w", err)
+	}
+	return out, nil
+}
+
+// UpsertService creates or replaces the service of fe, in an order that
+// never lets a packet see a half-written service: the new slots and Maglev
+// table first, then the service entry, then the slots beyond the new
+// count. A few syscalls whatever the size: slots are written in one batch,
+// and a Maglev table whose content another service already has is shared
+// with it (one inner map per distinct table). Requires Config.LoadBalancing.
+func (d *Datapath) UpsertService(fe Frontend, s Service) error {
+	if !d.cfg.LoadBalancing {
+		return fmt.Errorf("upsert service %v: %w", fe, ErrLoadBalancingOff)
+	}
+	key, err := serviceKey(fe)
+	if err != nil {
+		return fmt.Errorf("upsert service: %w", err)
+	}
+	if len(s.Backends) == 0 {
+		s.Maglev = nil
+	}
+	value, err := serviceValue(s, d.cfg.MaglevTableSize)
+	if err != nil {
+		return fmt.Errorf("upsert service %v: %w", fe, err)
+	}
+	d.lbMu.Lock()
+	defer d.lbMu.Unlock()
+	var old myelinLbSvc
+	if err := d.objs.MyelinLbServices.Lookup(key, &old); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("upsert service %v: read current: %w", fe, err)
+	}
+	if err := d.writeService(key, value, s); err != nil {
+		return fmt.Errorf("upsert service %v: %w", fe, err)
+	}
+	if err := d.cleanupService(old, s.ID, uint32(len(s.Backends))); err != nil {
+		return fmt.Errorf("upsert service %v: %w", fe, err)
+	}
+	return nil
+}
+
+// writeService writes the slots, the Maglev table and the entry of s.
+func (d *Datapath) writeService(key myelinLbSvcKey, value myelinLbSvc, s Service) error {
+	if err := d.writeSlots(s.ID, s.Backends); err != nil {
+		return err
+	}
+	if s.Maglev != nil {
+		if err := d.maglev.attach(d.objs.MyelinLbMaglev, s.ID, s.Maglev); err != nil {
+			return err
+		}
+	}
+	if err := d.objs.MyelinLbServices.Update(key, value, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write service entry: %w", err)
+	}
+	if s.Maglev == nil {
+		return d.maglev.detach(d.objs.MyelinLbMaglev, s.ID)
+	}
+	return nil
+}
+
+// cleanupService removes what the replaced entry old had beyond the new
+// service id with count slots: its extra slots, or everything of an old id.
+func (d *Datapath) cleanupService(old myelinLbSvc, id, count uint32) error {
+	if old.Id == 0 {
+		return nil
+	}
+	if old.Id == id {
+		return d.deleteSlots(id, count, old.Count)
+	}
+	if err := d.deleteSlots(old.Id, 0, old.Count); err != nil {
+		return err
+	}
+	return d.maglev.detach(d.objs.MyelinLbMaglev, old.Id)
+}
+
+// DeleteService removes the service of fe: its entry first (no new flow
+// selects it any more), then its slots and its Maglev table. Affinity
+// entries are left to the LRU. No error if there is none.
+func (d *Datapath) DeleteService(fe Frontend) error {
+	key, err := serviceKey(fe)
+	if err != nil {
+		return fmt.Errorf("delete service: %w", err)
+	}
+	d.lbMu.Lock()
+	defer d.lbMu.Unlock()
+	var old myelinLbSvc
+	err = d.objs.MyelinLbServices.Lookup(key, &old)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("delete service %v: %w", fe, err)
+	}
+	if err := d.objs.MyelinLbServices.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete service %v: %w", fe, err)
+	}
+	if err := d.cleanupService(old, 0, 0); err != nil {
+		return fmt.Errorf("delete service %v: %w", fe, err)
+	}
+	return nil
+}
+
+// Services returns every service, ordered by frontend, with its backends
+// in slot order; Maglev is nil (HasMaglev says whether there is a table).
+func (d *Datapath) Services() ([]ServiceEntry, error) {
+	var (
+		k   myelinLbSvcKey
+		v   myelinLbSvc
+		out []ServiceEntry
+	)
+	it := d.objs.MyelinLbServices.Iterate()
+	for it.Next(&k, &v) {
+		e := ServiceEntry{
+			Frontend:  Frontend{Addr: addrFromNetwork(k.Addr), Port: ntohs(k.Port), Proto: k.Proto},
+			Service:   Service{ID: v.Id, Flags: ServiceFlags(v.Flags) & (ServiceNodePort | ServiceAffinity)},
+			HasMaglev: v.Flags&uint8(myelinLbSvcFlagsLB_SVC_F_MAGLEV) != 0,
+		}
+		if e.Flags&ServiceAffinity != 0 {
+			e.AffinityTimeout = time.Duration(v.AffinityTimeout) * time.Second
+		}
+		out = append(out, e)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("list services: %w", err)
+	}
+	for i := range out {
+		if err := d.readSlots(&out[i]); err != nil {
+			return nil, err
+		}
+	}
+	slices.SortFunc(out, func(a, b ServiceEntry) int {
+		return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Proto, b.Proto))
+	})
+	return out, nil
+}
+
+// readSlots fills e.Backends from its slots, one lookup each.
+func (d *Datapath) readSlots(e *ServiceEntry) error {
+	var count myelinLbSvc
+	key, _ := serviceKey(e.Frontend)
+	if err := d.objs.MyelinLbServices.Lookup(key, &count); err != nil {
+		return fmt.Errorf("list services: %v: %w", e.Frontend, err)
+	}
+	for slot := uint32(0); slot < count.Count; slot++ {
+		var id uint32
+		if err := d.objs.MyelinLbSlots.Lookup(myelinLbSlotKey{SvcId: e.ID, Slot: slot}, &id); err != nil {
+			return fmt.Errorf("list services: %v slot %d: %w", e.Frontend, slot, err)
+		}
+		e.Backends = append(e.Backends, id)
+	}
+	return nil
+}
+
+// writeSlots writes slots 0..len(ids)-1 of service id in one batch.
+func (d *Datapath) writeSlots(id uint32, ids []uint32) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	keys := make([]myelinLbSlotKey, len(ids))
+	for i := range keys {
+		keys[i] = myelinLbSlotKey{SvcId: id, Slot: uint32(i)}
+	}
+	if _, err := d.objs.MyelinLbSlots.BatchUpdate(keys, ids, nil); err != nil {
+		return fmt.Errorf("write %d slots of service id %d: %w", len(ids), id, err)
+	}
+	return nil
+}
+
+// deleteSlots deletes slots from..to-1 of service id, in one batch unless
+// some are already gone.
+func (d *Datapath) deleteSlots(id, from, to uint32) error {
+	if from >= to {
+		return nil
+	}
+	keys := make([]myelinLbSlotKey, 0, to-from)
+	for slot := from; slot < to; slot++ {
+		keys = append(keys, myelinLbSlotKey{SvcId: id, Slot: slot})
+	}
+	_, err := d.objs.MyelinLbSlots.BatchDelete(keys, nil)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete slots %d-%d of service id %d: %w", from, to-1, id, err)
+	}
+	// The batch stops at the first missing key: delete the rest one by one.
+	for _, k := range keys {
+		if err := d.objs.MyelinLbSlots.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete slot %d of service id %d: %w", k.Slot, id, err)
+		}
+	}
+	return nil
+}
+
+// serviceKey is the map key of fe.
+func serviceKey(fe Frontend) (myelinLbSvcKey, error) {
+	if !fe.Addr.Unmap().Is4() {
+		return myelinLbSvcKey{}, fmt.Errorf("frontend %v: address is not IPv4", fe)
+	}
+	if fe.Proto != unix.IPPROTO_TCP && fe.Proto != unix.IPPROTO_UDP {
+		return myelinLbSvcKey{}, fmt.Errorf("frontend %v: protocol must be TCP (6) or UDP (17)", fe)
+	}
+	if fe.Port == 0 {
+		return myelinLbSvcKey{}, fmt.Errorf("frontend %v: port 0", fe)
+	}
+	return myelinLbSvcKey{Addr: networkUint32(fe.Addr), Port: htons(fe.Port), Proto: fe.Proto}, nil
+}
+
+// serviceValue validates s against a Maglev table size and converts it to
+// its map value.
+func serviceValue(s Service, maglevSize uint32) (myelinLbSvc, error) {
+	v := myelinLbSvc{Id: s.ID, Count: uint32(len(s.Backends)), Flags: uint8(s.Flags)}
+	if s.ID == 0 {
+		return v, errors.New("service id 0: service ids start at 1")
+	}
+	if s.Flags&^(ServiceNodePort|ServiceAffinity) != 0 {
+		return v, fmt.Errorf("unknown service flags %#x", uint8(s.Flags))
+	}
+	if len(s.Backends) > lbSlotsMax {
+		return v, fmt.Errorf("%d backends, at most %d fit", len(s.Backends), lbSlotsMax)
+	}
+	if slices.Contains(s.Backends, 0) {
+		return v, errors.New("backend id 0 in Backends: backend ids start at 1")
+	}
+	if s.Flags&ServiceAffinity != 0 {
+		secs := (s.AffinityTimeout + time.Second - 1) / time.Second
+		if secs <= 0 || secs > math.MaxUint32 {
+			return v, fmt.Errorf("affinity timeout %v: want 1s to %d s", s.AffinityTimeout, uint32(math.MaxUint32))
+		}
+		v.AffinityTimeout = uint32(secs)
+	}
+	if s.Maglev != nil {
+		if err := checkMaglevTable(s, maglevSize); err != nil {
+			return v, err
+		}
+		v.Flags |= uint8(myelinLbSvcFlagsLB_SVC_F_MAGLEV)
+	}
+	return v, nil
+}
+
+// checkMaglevTable checks that s.Maglev has the configured size and only
+// ids of s.Backends.
+func checkMaglevTable(s Service, size uint32) error {
+	if size == 0 {
+		return errors.New("Maglev table given, but the datapath was loaded with Config.MaglevTableSize 0 (random selection)")
+	}
+	if len(s.Maglev) != int(size) {
+		return fmt.Errorf("Maglev table of %d entries, want Config.MaglevTableSize = %d", len(s.Maglev), size)
+	}
+	ready := make(map[uint32]bool, len(s.Backends))
+	for _, id := range s.Backends {
+		ready[id] = true
+	}
+	for i, id := range s.Maglev {
+		if !ready[id] {
+			return fmt.Errorf("Maglev table entry %d is backend %d, which is not in Backends", i, id)
+		}
+	}
+	return nil
+}
+
+// checkLoadBalancing validates the load balancing fields of cfg.
+func checkLoadBalancing(cfg Config) error {
+	if !cfg.LoadBalancing {
+		return nil
+	}
+	if !cfg.NodeIP.Is4() || !cfg.NodeIP.IsGlobalUnicast() {
+		return fmt.Errorf("load datapath: load balancing with node IP %v: set Config.NodeIP to the node's unicast IPv4 address (the NodePort address)", cfg.NodeIP)
+	}
+	if !cfg.ClusterCIDR.IsValid() || !cfg.ClusterCIDR.Addr().Is4() {
+		return fmt.Errorf("load datapath: load balancing with cluster CIDR %v: set Config.ClusterCIDR to the IPv4 pod CIDR of the cluster", cfg.ClusterCIDR)
+	}
+	if cfg.MaglevTableSize != 0 && !isPrime(cfg.MaglevTableSize) {
+		return fmt.Errorf("load datapath: Maglev table size %d is not prime: use a prime such as 251, 1021, 4093, 16381 or 65521, or 0 for random selection", cfg.MaglevTableSize)
+	}
+	return nil
+}
+
+// isPrime reports whether n is prime, by trial division (n < 2^32).
+func isPrime(n uint32) bool {
+	if n < 2 {
+		return false
+	}
+	for i := uint64(2); i*i <= uint64(n); i++ {
+		if uint64(n)%i == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// configureLoadBalancing writes the load balancing constants and map sizes:
+// with load balancing off every service map has one entry, so a node
+// without it does not pay for the conntrack table.
+func configureLoadBalancing(specs *myelinSpecs, cfg Config) error {
+	var (
+		enabled uint8
+		maglev  uint32
+	)
+	if cfg.LoadBalancing {
+		enabled, maglev = 1, cfg.MaglevTableSize
+	}
+	if err := specs.LbEnabled.Set(enabled); err != nil {
+		return fmt.Errorf("set lb_enabled: %w", err)
+	}
+	if err := specs.MaglevTableSize.Set(maglev); err != nil {
+		return fmt.Errorf("set maglev_table_size: %w", err)
+	}
+	sizes := []struct {
+		spec *ebpf.MapSpec
+		max  uint32
+	}{
+		{specs.MyelinLbServices, lbServicesMax},
+		{specs.MyelinLbSlots, lbSlotsMax},
+		{specs.MyelinLbBackends, lbBackendsMax},
+		{specs.MyelinLbMaglev, lbServicesMax},
+		{specs.MyelinLbAffinity, lbAffinityMax},
+		{specs.MyelinLbCt, lbCTMax},
+	}
+	for _, s := range sizes {
+		s.spec.MaxEntries = 1
+		if cfg.LoadBalancing {
+			s.spec.MaxEntries = s.max
+		}
+	}
+	// The template only types the inner maps; BPF_F_INNER_MAP accepts any size.
+	specs.MyelinLbMaglev.InnerMap.MaxEntries = max(maglev, 1)
+	return nil
+}
