@@ -5,3 +5,4 @@ GO_MIN=1.24
 MYELIN_CACHE=${MYELIN_CACHE:-${XDG_CACHE_HOME:-${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}/.cache}/myelin}
 KUBE_BIN_DIR="$MYELIN_CACHE/kubernetes/$KUBE_VERSION/bin"
 KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl)
+FLANNEL_VERSION=v0.26.7

@@ -22,7 +22,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(labCommand(), statusCommand(), monitorCommand(), configCommand(), servicesCommand())
+	root.AddCommand(labCommand(), statusCommand(), monitorCommand(), configCommand(), servicesCommand(), benchCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "myelin: %v\n", err)
 		os.Exit(1)

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/myelin-net/myelin/internal/bench"
+)
+
+func benchCommand() *cobra.Command {
+	var o bench.Options
+	cmd := &cobra.Command{
+		Use:   "bench [--quick] [--rounds R] [--cases a,b,...] [--out DIR] [--list]",
+		Short: "Measure datapaths side by side: baselines, myelin's modes and peers, interleaved round by round",
+		Long: `bench builds its environments, runs every selected case once per round (cases
+interleaved round-robin so drift of the machine hits all alike), tears everything down
+(also on Ctrl-C) and writes report.md, results.json and SVG charts into --out: per case
+and metric the median, min-max and the median ratio to its baseline measured in the same
+round. Cases that cannot run here are reported as not available, with the reason.
+Client and server are pinned to vCPUs (same-vcpu: 0,0; cross-vcpu: 0,1). Run as root.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Command = strings.Join(os.Args, " ")
+			return bench.Bench(cmd.Context(), cmd.OutOrStdout(), o)
+		},
+	}
+	cmd.Flags().BoolVar(&o.Quick, "quick", false, "1 s runs of a tiny case set (TCP_RR over loopback and the veth pair) unless --cases is given")
+	cmd.Flags().IntVar(&o.Rounds, "rounds", bench.DefaultRounds, "rounds: each selected case runs once per round")
+	cmd.Flags().DurationVar(&o.Duration, "duration", 0, "length of each run (default 5s, 1s with --quick)")
+	cmd.Flags().StringSliceVar(&o.Cases, "cases", nil, "cases to run: names, leading parts (veth-pair, loopback/tcp-rr) or globs (*/tcp-rr/same-vcpu); their baselines are added")
+	cmd.Flags().StringVar(&o.OutDir, "out", bench.DefaultOutDir, "directory for report.md, results.json and the charts")
+	cmd.Flags().BoolVar(&o.List, "list", false, "list the cases and what each measures, and exit")
+	return cmd
+}

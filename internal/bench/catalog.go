@@ -1,0 +1,51 @@
+package bench
+
+import "fmt"
+
+// Case groups.
+const (
+	GroupBaseline = "baseline"
+	GroupMyelin   = "myelin"
+	GroupPeer     = "peer"
+)
+
+// Matrix builds the cases of one environment: every workload in every placement, named
+// <env>/<workload>/<placement>. With a baseline environment, each case is compared to the
+// baseline's case of the same workload and placement (which must be in the catalog too).
+func Matrix(env Environment, group string, baseline Environment, workloads []Workload, placements []Placement) []Case {
+	var out []Case
+	for _, w := range workloads {
+		for _, p := range placements {
+			c := Case{Name: CaseName(env, w, p), Group: group, Env: env, Workload: w, Placement: p}
+			if baseline != nil {
+				c.Baseline = CaseName(baseline, w, p)
+			}
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// CaseName is the name Matrix gives a case.
+func CaseName(env Environment, w Workload, p Placement) string {
+	return fmt.Sprintf("%s/%s/%s", env.Name(), w.Name(), p.Name)
+}
+
+// ClientServerWorkloads are the workloads every datapath is measured with.
+func ClientServerWorkloads() []Workload {
+	return []Workload{TCPRR(), TCPCRR(), TCPStream(), UDPLoss()}
+}
+
+// Placements are the placements every client/server workload is measured in.
+func Placements() []Placement { return []Placement{SameVCPU, CrossVCPU} }
+
+// Catalog is every case `myelin bench` knows, in report order, with environments named
+// from prefix (ProductPrefix in the product; tests use their own).
+func Catalog(prefix string) []Case {
+	lo, veth := &Loopback{Prefix: prefix}, &VethPair{Prefix: prefix}
+	cases := Matrix(lo, GroupBaseline, nil, ClientServerWorkloads(), Placements())
+	return append(cases, Matrix(veth, GroupBaseline, lo, ClientServerWorkloads(), Placements())...)
+}
+
+// QuickCases are the patterns of the --quick case set: a few seconds per round.
+var QuickCases = []string{"loopback/tcp-rr", "veth-pair/tcp-rr"}

@@ -1,0 +1,225 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Config is one bench run.
+type Config struct {
+	Cases    []Case
+	Rounds   int
+	Duration time.Duration // of each run of each case
+	// Command is the command line recorded in the results.
+	Command string
+	// Log receives one line per run and per setup step; nil discards them.
+	Log io.Writer
+}
+
+// Results is everything a run measured, as written to results.json.
+type Results struct {
+	Machine         Machine     `json:"machine"`
+	Command         string      `json:"command"`
+	Started         time.Time   `json:"started"`
+	Finished        time.Time   `json:"finished"`
+	Rounds          int         `json:"rounds"`
+	DurationSeconds float64     `json:"durationSeconds"`
+	Interrupted     bool        `json:"interrupted,omitempty"`
+	Problems        []string    `json:"problems,omitempty"`
+	Cases           []CaseInfo  `json:"cases"`
+	Runs            []RunRecord `json:"runs"`
+	Summaries       []Summary   `json:"summaries"`
+}
+
+// Run checks which cases this machine can run, then runs every stage: it sets up the
+// stage's environments once, starts their servers, runs the cases round-robin for
+// cfg.Rounds rounds and tears everything down, also when ctx is cancelled. A case that
+// cannot run is kept in the results with the reason. Run returns the results even when
+// interrupted (with ctx's error) so that the figures so far can be reported.
+func Run(ctx context.Context, cfg Config) (*Results, error) {
+	if err := Validate(cfg.Cases); err != nil {
+		return nil, err
+	}
+	if cfg.Rounds < 1 || cfg.Duration <= 0 {
+		return nil, fmt.Errorf("bench needs at least 1 round of a positive duration, got %d rounds of %s", cfg.Rounds, cfg.Duration)
+	}
+	res := &Results{Machine: DescribeMachine(), Command: cfg.Command, Started: time.Now(),
+		Rounds: cfg.Rounds, DurationSeconds: cfg.Duration.Seconds(), Runs: []RunRecord{}}
+	for _, c := range cfg.Cases {
+		res.Cases = append(res.Cases, describeCase(c, Availability(c)))
+	}
+	r := &runner{cfg: cfg, res: res, log: cfg.Log}
+	if r.log == nil {
+		r.log = io.Discard
+	}
+	var teardownErrs []error
+	for _, stage := range stages(cfg.Cases) {
+		if ctx.Err() != nil {
+			break
+		}
+		teardownErrs = append(teardownErrs, r.runStage(ctx, stage))
+	}
+	res.Interrupted = ctx.Err() != nil
+	res.Finished = time.Now()
+	res.Summaries = Summarize(res.Cases, res.Runs)
+	if err := errors.Join(teardownErrs...); err != nil {
+		res.Problems = append(res.Problems, err.Error())
+		return res, fmt.Errorf("tear down bench environments: %w", err)
+	}
+	if res.Interrupted {
+		return res, ctx.Err()
+	}
+	return res, nil
+}
+
+// runner carries one Run's state across its stages.
+type runner struct {
+	cfg Config
+	res *Results
+	log io.Writer
+}
+
+// runStage builds the environments of one stage, runs its rounds and tears down; it
+// returns the teardown errors.
+func (r *runner) runStage(ctx context.Context, cases []Case) (teardownErr error) {
+	var built []Environment
+	defer func() {
+		for i := len(built) - 1; i >= 0; i-- {
+			if err := built[i].Teardown(); err != nil {
+				teardownErr = errors.Join(teardownErr, fmt.Errorf("%s: %w", built[i].Name(), err))
+			}
+		}
+	}()
+	endpoints := r.setUp(ctx, cases, &built)
+	srvs := newServers()
+	defer srvs.stopAll()
+	trials := r.startServers(ctx, cases, endpoints, srvs)
+	var runnable []string
+	byName := map[string]Case{}
+	for _, c := range cases {
+		if _, ok := trials[c.Name]; ok {
+			runnable = append(runnable, c.Name)
+			byName[c.Name] = c
+		}
+	}
+	for _, slot := range Schedule(runnable, r.cfg.Rounds) {
+		if ctx.Err() != nil {
+			break
+		}
+		rec := runOnce(ctx, byName[slot.Case], trials[slot.Case], slot.Round)
+		if ctx.Err() != nil && rec.Error != "" {
+			break // the run was cut short by the interrupt; it is not a figure
+		}
+		r.res.Runs = append(r.res.Runs, rec)
+		r.logRun(byName[slot.Case], rec)
+	}
+	return nil
+}
+
+// setUp builds each environment of the available cases once, appending it to built
+// before Setup so that a half-built one is torn down too. A failed Setup makes its cases
+// unavailable.
+func (r *runner) setUp(ctx context.Context, cases []Case, built *[]Environment) map[string]Endpoints {
+	endpoints := map[string]Endpoints{}
+	tried := map[string]bool{}
+	for _, c := range cases {
+		name := c.Env.Name()
+		if tried[name] || r.unavailable(c.Name) != "" || ctx.Err() != nil {
+			continue
+		}
+		tried[name] = true
+		fmt.Fprintf(r.log, "bench: setting up %s\n", name)
+		*built = append(*built, c.Env)
+		ep, err := c.Env.Setup(ctx)
+		if err != nil {
+			r.markEnv(cases, name, fmt.Sprintf("setting up %s failed: %v", name, err))
+			continue
+		}
+		endpoints[name] = ep
+	}
+	return endpoints
+}
+
+// startServers starts the servers the runnable cases need and returns each runnable
+// case's trial; a case whose server does not start becomes unavailable.
+func (r *runner) startServers(ctx context.Context, cases []Case, endpoints map[string]Endpoints, srvs *servers) map[string]Trial {
+	trials := map[string]Trial{}
+	for _, c := range cases {
+		ep, ok := endpoints[c.Env.Name()]
+		if !ok || r.unavailable(c.Name) != "" || ctx.Err() != nil {
+			continue
+		}
+		t := Trial{Client: ep.Client, Placement: c.Placement, Duration: r.cfg.Duration}
+		if spec := c.Workload.Server(); spec != nil {
+			target, err := srvs.target(ctx, c.Env.Name(), ep, spec, c.Placement.Server)
+			if err != nil {
+				r.mark(c.Name, err.Error())
+				continue
+			}
+			t.Server = target
+		}
+		trials[c.Name] = t
+	}
+	return trials
+}
+
+// runOnce runs one case once.
+func runOnce(ctx context.Context, c Case, t Trial, round int) RunRecord {
+	rec := RunRecord{Round: round, Case: c.Name, Start: time.Now()}
+	s, err := c.Workload.Run(ctx, t)
+	rec.Seconds = time.Since(rec.Start).Seconds()
+	if err != nil {
+		rec.Error = err.Error()
+	} else {
+		rec.Values = s
+	}
+	return rec
+}
+
+func (r *runner) logRun(c Case, rec RunRecord) {
+	if rec.Error != "" {
+		fmt.Fprintf(r.log, "bench: round %d/%d %s: failed: %s\n", rec.Round, r.cfg.Rounds, c.Name, rec.Error)
+		return
+	}
+	m := c.Workload.Metrics()[0]
+	fmt.Fprintf(r.log, "bench: round %d/%d %s: %s %s %s\n", rec.Round, r.cfg.Rounds, c.Name, m.Name, FormatValue(rec.Values[m.Name]), m.Unit)
+}
+
+func (r *runner) unavailable(name string) string {
+	for _, c := range r.res.Cases {
+		if c.Name == name {
+			return c.Unavailable
+		}
+	}
+	return ""
+}
+
+func (r *runner) mark(name, reason string) {
+	for i := range r.res.Cases {
+		if r.res.Cases[i].Name == name && r.res.Cases[i].Unavailable == "" {
+			r.res.Cases[i].Unavailable = reason
+		}
+	}
+	fmt.Fprintf(r.log, "bench: %s not available: %s\n", name, reason)
+}
+
+func (r *runner) markEnv(cases []Case, env, reason string) {
+	for _, c := range cases {
+		if c.Env.Name() == env {
+			r.mark(c.Name, reason)
+		}
+	}
+}
+
+func describeCase(c Case, unavailable error) CaseInfo {
+	info := CaseInfo{Name: c.Name, Group: c.Group, Stage: c.Stage, Environment: c.Env.Name(),
+		Workload: c.Workload.Name(), Placement: c.Placement.Name, Baseline: c.Baseline,
+		Description: c.Workload.Describe(), Metrics: c.Workload.Metrics()}
+	if unavailable != nil {
+		info.Unavailable = unavailable.Error()
+	}
+	return info
+}

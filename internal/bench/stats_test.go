@@ -1,0 +1,82 @@
+package bench
+
+import (
+	"math"
+	"testing"
+)
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{3}, 3},
+		{[]float64{5, 1, 3}, 3},
+		{[]float64{4, 1, 3, 2}, 2.5},
+	} {
+		if got := Median(tc.in); got != tc.want {
+			t.Errorf("Median(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	rr := []Metric{{Name: "rate"}, {Name: "p50_us"}}
+	cases := []CaseInfo{
+		{Name: "veth", Metrics: rr},
+		{Name: "pod", Metrics: rr, Baseline: "veth"},
+		{Name: "gone", Metrics: rr, Baseline: "veth", Unavailable: "needs flannel"},
+	}
+	runs := []RunRecord{
+		{Round: 1, Case: "veth", Values: Sample{"rate": 100, "p50_us": 10}},
+		{Round: 1, Case: "pod", Values: Sample{"rate": 90, "p50_us": 12}},
+		{Round: 2, Case: "veth", Values: Sample{"rate": 50, "p50_us": 20}}, // a slow round hits both
+		{Round: 2, Case: "pod", Values: Sample{"rate": 40, "p50_us": 22}},
+		{Round: 3, Case: "veth", Error: "netperf failed"},
+		{Round: 3, Case: "pod", Values: Sample{"rate": 95, "p50_us": 11}}, // no baseline this round
+	}
+	got := Summarize(cases, runs)
+	want := []Summary{
+		{Case: "veth", Metric: "rate", N: 2, Median: 75, Min: 50, Max: 100},
+		{Case: "veth", Metric: "p50_us", N: 2, Median: 15, Min: 10, Max: 20},
+		{Case: "pod", Metric: "rate", N: 3, Median: 90, Min: 40, Max: 95, Baseline: "veth", Ratio: ptr(0.85), RatioN: 2},
+		{Case: "pod", Metric: "p50_us", N: 3, Median: 12, Min: 11, Max: 22, Baseline: "veth", Ratio: ptr(1.15), RatioN: 2},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d summaries %+v, want %d", len(got), got, len(want))
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.Case != w.Case || g.Metric != w.Metric || g.N != w.N || g.Median != w.Median || g.Min != w.Min ||
+			g.Max != w.Max || g.Baseline != w.Baseline || g.RatioN != w.RatioN || !sameRatio(g.Ratio, w.Ratio) {
+			t.Errorf("summary %d = %+v (ratio %v), want %+v (ratio %v)", i, g, deref(g.Ratio), w, deref(w.Ratio))
+		}
+	}
+}
+
+func TestSummarizeZeroBaseline(t *testing.T) {
+	cases := []CaseInfo{{Name: "a", Metrics: []Metric{{Name: "loss_pct"}}}, {Name: "b", Baseline: "a", Metrics: []Metric{{Name: "loss_pct"}}}}
+	runs := []RunRecord{{Round: 1, Case: "a", Values: Sample{"loss_pct": 0}}, {Round: 1, Case: "b", Values: Sample{"loss_pct": 2}}}
+	for _, s := range Summarize(cases, runs) {
+		if s.Ratio != nil {
+			t.Errorf("%s: ratio %v to a zero baseline, want none", s.Case, *s.Ratio)
+		}
+	}
+}
+
+func ptr(f float64) *float64 { return &f }
+
+func deref(f *float64) any {
+	if f == nil {
+		return nil
+	}
+	return *f
+}
+
+func sameRatio(a, b *float64) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return math.Abs(*a-*b) < 1e-9
+}
