@@ -290,6 +290,20 @@ func TestLabMyelinServices(t *testing.T) {
 			t.Errorf("ClientIP affinity: answers from %v, want all from one backend", seen)
 		}
 	})
+	t.Run("lb-algorithm maglev", func(t *testing.T) {
+		setConfig(t, cs, "lb-algorithm", "maglev")
+		restartAgent(t, n1)
+		restartAgent(t, n2)
+		if s := servicesOf(t, n1); s.Algorithm != "maglev" {
+			t.Fatalf("myelin services says algorithm %q, want maglev", s.Algorithm)
+		}
+		waitProgrammed(t, n1, cip+":80/TCP", 2)
+		// Flows spread over both backends. (That a flow hashes to the same backend on
+		// every node is checked by the Maglev unit tests and the datapath's packet tests.)
+		run := func(argv ...string) (string, error) { return inPod("client", argv...) }
+		seen := servers(t, "maglev, many flows", run, "http://"+cip+"/", 16, c1.Status.PodIP)
+		expectServers(t, "maglev, many flows", seen, podNames(web)...)
+	})
 	labDown(t)
 }
 

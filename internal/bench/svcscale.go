@@ -1,0 +1,316 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/lab"
+)
+
+// Service proxies a ServiceScale lab runs.
+const (
+	ProxyMyelin   = "myelin"   // kube-proxy-replacement: myelin's BPF load balancer
+	ProxyIPTables = "iptables" // kube-proxy in iptables mode, myelin with legacy host routing
+	ProxyNFTables = "nftables" // kube-proxy in nftables mode
+)
+
+// The measured Service: one netserver backend, its control port and a fixed data port
+// (TCP_CRR opens one data connection per transaction; both must reach the same backend).
+const (
+	svcControlPort = 12865
+	svcDataPort    = 12866
+	svcFillerPort  = 8080
+	svcSetupLimit  = 30 * time.Minute
+)
+
+// ServiceScale is a 2-node myelin lab whose Services are served by Proxy, with Services
+// ClusterIP Services of 2 backends each besides the measured one: the Service
+// connection rate at 10, 1,000 and 10,000 Services, myelin against kube-proxy. The
+// client pod runs on node-1 and the netserver backend on node-2.
+type ServiceScale struct {
+	Proxy    string
+	Services int
+	// Bin is the myelin binary that builds the lab; empty: this executable.
+	Bin string
+
+	bin       string
+	clusterIP netip.Addr
+	up        bool
+}
+
+// Name implements Environment: svc-<proxy>-<services>.
+func (s *ServiceScale) Name() string { return fmt.Sprintf("svc-%s-%d", s.Proxy, s.Services) }
+
+// Available implements Environment.
+func (s *ServiceScale) Available() error {
+	if os.Geteuid() != 0 {
+		return ErrNotRoot
+	}
+	if _, err := os.Stat(lab.KubeBinDir() + "/kube-apiserver"); err != nil {
+		return fmt.Errorf("the Kubernetes binaries are not built in %s: run make setup", lab.KubeBinDir())
+	}
+	if lab.Running(lab.Paths{Dir: lab.DefaultDir}) {
+		return errors.New("a lab is running on this machine: run myelin lab down first (bench builds its own labs)")
+	}
+	if s.Proxy == ProxyNFTables {
+		if _, err := exec.LookPath("nft"); err != nil {
+			return errors.New("nft not found: install nftables (make setup)")
+		}
+	}
+	return nil
+}
+
+// Setup implements Environment: the lab, the netserver backend and its Service, the
+// filler Services (written through the API as fast as the apiserver takes them), and a
+// wait until the proxy on node-1 has programmed the last of them.
+func (s *ServiceScale) Setup(ctx context.Context) (Endpoints, error) {
+	ctx, cancel := context.WithTimeout(ctx, svcSetupLimit)
+	defer cancel()
+	bin := s.Bin
+	if bin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return Endpoints{}, err
+		}
+		bin = exe
+	}
+	s.bin = bin
+	args := []string{"lab", "up", "--nodes", "2", "--cni", "myelin", "--profile", "native"}
+	if s.Proxy != ProxyMyelin {
+		args = append(args, "--kube-proxy", s.Proxy)
+	}
+	s.up = true
+	if out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput(); err != nil {
+		return Endpoints{}, fmt.Errorf("myelin %s: %w: %s", strings.Join(args, " "), err, lastLine(string(out)))
+	}
+	paths := lab.Paths{Dir: lab.DefaultDir}
+	cs, err := lab.BulkClient(paths.Kubeconfig())
+	if err != nil {
+		return Endpoints{}, err
+	}
+	client, err := s.deploy(ctx, cs)
+	if err != nil {
+		return Endpoints{}, err
+	}
+	if err := lab.CreateServices(ctx, cs, "filler", "bench-filler", s.Services, svcFillerPort); err != nil {
+		return Endpoints{}, fmt.Errorf("create %d filler Services: %w", s.Services, err)
+	}
+	last, err := cs.CoreV1().Services("default").Get(ctx, fmt.Sprintf("filler-%d", s.Services-1), metav1.GetOptions{})
+	if err != nil {
+		return Endpoints{}, err
+	}
+	if err := s.waitProgrammed(ctx, last.Spec.ClusterIP); err != nil {
+		return Endpoints{}, err
+	}
+	return Endpoints{Client: client, Server: client, ServerAddr: s.clusterIP}, nil
+}
+
+// deploy creates the client, the netserver backend with its Service, and the filler
+// Deployment (2 lab HTTP servers), and returns the client pod's host.
+func (s *ServiceScale) deploy(ctx context.Context, cs kubernetes.Interface) (Host, error) {
+	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	pods := cs.CoreV1().Pods("default")
+	mk := func(name, node string, labels map[string]string, cmd ...string) error {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: name, Image: "host", Command: cmd}}}}
+		_, err := pods.Create(ctx, p, metav1.CreateOptions{})
+		return err
+	}
+	if err := mk("bench-client", n1, map[string]string{"app": "bench-client"}, "sleep", "infinity"); err != nil {
+		return nil, err
+	}
+	if err := mk("bench-netserver", n2, map[string]string{"app": "bench-netserver"}, "netserver", "-D", "-p", strconv.Itoa(svcControlPort)); err != nil {
+		return nil, err
+	}
+	two := int32(2)
+	labels := map[string]string{"app": "bench-filler"}
+	filler := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "bench-filler"}, Spec: appsv1.DeploymentSpec{
+		Replicas: &two, Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "web", Image: "host", Command: []string{s.bin, "lab", "serve", "--listen", ":" + strconv.Itoa(svcFillerPort)}}}}}}}
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, filler, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "bench-netserver"}, Spec: corev1.ServiceSpec{
+		Selector: map[string]string{"app": "bench-netserver"},
+		Ports: []corev1.ServicePort{
+			{Name: "control", Port: svcControlPort, TargetPort: intstr.FromInt32(svcControlPort)},
+			{Name: "data", Port: svcDataPort, TargetPort: intstr.FromInt32(svcDataPort)},
+		}}}
+	created, err := cs.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if s.clusterIP, err = netip.ParseAddr(created.Spec.ClusterIP); err != nil {
+		return nil, err
+	}
+	uid, err := waitPodRunning(ctx, cs, "bench-client")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := waitPodRunning(ctx, cs, "bench-netserver"); err != nil {
+		return nil, err
+	}
+	return NetNSHost{Path: lab.NetNSPath(lab.PodNetNS(uid))}, nil
+}
+
+// waitPodRunning waits until a pod runs and returns its UID.
+func waitPodRunning(ctx context.Context, cs kubernetes.Interface, name string) (string, error) {
+	for {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+			return string(p.UID), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("pod %s not running: %w (last error: %v)", name, ctx.Err(), err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// waitProgrammed waits until node-1's proxy has programmed the last filler and the
+// measured Service: myelin's agent lists both frontends; kube-proxy's rules mention both
+// cluster IPs.
+func (s *ServiceScale) waitProgrammed(ctx context.Context, lastIP string) error {
+	want := []string{lastIP, s.clusterIP.String()}
+	for {
+		have, err := s.programmed(ctx)
+		found := 0
+		for _, w := range want {
+			if strings.Contains(have, w+":") || strings.Contains(have, w+" ") {
+				found++
+			}
+		}
+		if err == nil && found == len(want) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the %s proxy did not program %v: %w (last error: %v)", s.Proxy, want, ctx.Err(), err)
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// programmed returns text in which every programmed cluster IP appears as "IP:" or "IP ".
+func (s *ServiceScale) programmed(ctx context.Context) (string, error) {
+	node := lab.NodeName(1)
+	switch s.Proxy {
+	case ProxyMyelin:
+		svcs, err := api.NewClient(lab.AgentSocket(node)).Services(ctx)
+		if err != nil {
+			return "", err
+		}
+		var b strings.Builder
+		for _, f := range svcs.Frontends {
+			b.WriteString(f.Frontend + "\n")
+		}
+		return b.String(), nil
+	case ProxyIPTables:
+		out, err := exec.CommandContext(ctx, "nsenter", "--net="+lab.NetNSPath(node), "--", "iptables-save", "-t", "nat").Output()
+		return strings.ReplaceAll(string(out), "/32", " "), err
+	default:
+		out, err := exec.CommandContext(ctx, "nsenter", "--net="+lab.NetNSPath(node), "--", "nft", "list", "table", "ip", "kube-proxy").Output()
+		return strings.ReplaceAll(string(out), " . ", " "), err
+	}
+}
+
+// Teardown implements Environment.
+func (s *ServiceScale) Teardown() error {
+	if !s.up {
+		return nil
+	}
+	s.up = false
+	if out, err := exec.Command(s.bin, "lab", "down").CombinedOutput(); err != nil {
+		return fmt.Errorf("myelin lab down: %w: %s", err, lastLine(string(out)))
+	}
+	return nil
+}
+
+// ServiceCRR is netperf TCP_CRR from the client pod to the measured Service's cluster
+// IP: the connection rate through the Service proxy. Its server is the Service's
+// backend, which the environment runs; netperf -T pins the backend's netserver child.
+type ServiceCRR struct{ Env *ServiceScale }
+
+// Name implements Workload.
+func (w ServiceCRR) Name() string { return "svc-crr" }
+
+// Describe implements Workload.
+func (w ServiceCRR) Describe() string {
+	return fmt.Sprintf("netperf TCP_CRR to a ClusterIP Service (one backend on the other node) with %d other Services present, served by %s",
+		w.Env.Services, w.Env.Proxy)
+}
+
+// Metrics implements Workload.
+func (w ServiceCRR) Metrics() []Metric { return Netperf{Test: TestTCPCRR}.Metrics() }
+
+// Tools implements Workload.
+func (w ServiceCRR) Tools() []string { return []string{"netperf", "netserver", "nsenter", "taskset"} }
+
+// Server implements Workload: none, the environment runs the backend.
+func (w ServiceCRR) Server() *ServerSpec { return nil }
+
+// Run implements Workload.
+func (w ServiceCRR) Run(ctx context.Context, t Trial) (Sample, error) {
+	n := Netperf{Test: TestTCPCRR}
+	t.Server = Target{Addr: w.Env.clusterIP, Port: svcControlPort}
+	argv := n.Argv(t)
+	// The data connection's port must be one the Service forwards: -P ,PORT.
+	for i, a := range argv {
+		if a == "--" {
+			argv = append(argv[:i+1], append([]string{"-P", "," + strconv.Itoa(svcDataPort)}, argv[i+1:]...)...)
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.Duration+toolGrace)
+	defer cancel()
+	meter := startCPUMeter()
+	out, err := t.Client.Command(ctx, t.Placement.Client, argv...).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("netperf TCP_CRR to %s: %w: %s", w.Env.clusterIP, err, lastLine(string(out)))
+	}
+	busy, busyOK := meter.busySeconds()
+	kv, err := ParseNetperfKeyval(string(out))
+	if err != nil {
+		return nil, err
+	}
+	s, err := n.sample(kv)
+	if err != nil {
+		return nil, err
+	}
+	if busyOK {
+		addStatCPU(s, false, busy, kv["ELAPSED_TIME"])
+	}
+	return s, nil
+}
+
+// ServiceScaleCases are the Service scale cases: for each count, myelin and kube-proxy
+// in iptables and nftables mode, each in its own stage (its own lab), both placements.
+func ServiceScaleCases(counts []int) []Case {
+	var out []Case
+	for _, n := range counts {
+		for _, proxy := range []string{ProxyMyelin, ProxyIPTables, ProxyNFTables} {
+			env := &ServiceScale{Proxy: proxy, Services: n}
+			for _, c := range Matrix(env, GroupService, nil, []Workload{ServiceCRR{Env: env}}, Placements()) {
+				c.Stage = env.Name()
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
