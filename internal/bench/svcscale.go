@@ -136,13 +136,7 @@ func (s *ServiceScale) deploy(ctx context.Context, cs kubernetes.Interface) (Hos
 	if err := mk("bench-netserver", n2, map[string]string{"app": "bench-netserver"}, "netserver", "-D", "-p", strconv.Itoa(svcControlPort)); err != nil {
 		return nil, err
 	}
-	two := int32(2)
-	labels := map[string]string{"app": "bench-filler"}
-	filler := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "bench-filler"}, Spec: appsv1.DeploymentSpec{
-		Replicas: &two, Selector: &metav1.LabelSelector{MatchLabels: labels},
-		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{Name: "web", Image: "host", Command: []string{s.bin, "lab", "serve", "--listen", ":" + strconv.Itoa(svcFillerPort)}}}}}}}
-	if _, err := cs.AppsV1().Deployments("default").Create(ctx, filler, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, s.fillerDeployment(), metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "bench-netserver"}, Spec: corev1.ServiceSpec{
@@ -166,6 +160,16 @@ func (s *ServiceScale) deploy(ctx context.Context, cs kubernetes.Interface) (Hos
 		return nil, err
 	}
 	return NetNSHost{Path: lab.NetNSPath(lab.PodNetNS(uid))}, nil
+}
+
+// fillerDeployment is 2 lab HTTP servers, the backends of every filler Service.
+func (s *ServiceScale) fillerDeployment() *appsv1.Deployment {
+	two := int32(2)
+	labels := map[string]string{"app": "bench-filler"}
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "bench-filler"}, Spec: appsv1.DeploymentSpec{
+		Replicas: &two, Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "web", Image: "host", Command: []string{s.bin, "lab", "serve", "--listen", ":" + strconv.Itoa(svcFillerPort)}}}}}}}
 }
 
 // waitPodRunning waits until a pod runs and returns its UID.

@@ -1,0 +1,454 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/myelin-net/myelin/internal/agent"
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/netns"
+)
+
+// Control-plane workload sizes (issue 7: 50 CNI ADDs; churn of 100 pods and 1,000
+// Services; 10,000 Services programmed).
+const (
+	cniAddPods       = 50
+	churnPods        = 100
+	churnServices    = 1000
+	programServices  = 10000
+	controlPlaneNode = 1
+)
+
+// ControlPlane is a 1-node myelin lab for the control plane's costs: CNI ADD latency,
+// the agent's CPU and memory idle and under churn, and the time it takes to program
+// 10,000 Services. Its workloads ignore the client and server.
+type ControlPlane struct {
+	// Bin is the myelin binary that builds the lab; empty: this executable.
+	Bin string
+
+	bin      string
+	up       bool
+	cs       kubernetes.Interface
+	services int // filler Services created so far
+}
+
+// Name implements Environment.
+func (c *ControlPlane) Name() string { return "control-plane" }
+
+// Available implements Environment.
+func (c *ControlPlane) Available() error {
+	s := ServiceScale{Proxy: ProxyMyelin}
+	return s.Available()
+}
+
+// Setup implements Environment: a 1-node myelin lab with the filler Deployment.
+func (c *ControlPlane) Setup(ctx context.Context) (Endpoints, error) {
+	c.bin = c.Bin
+	if c.bin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return Endpoints{}, err
+		}
+		c.bin = exe
+	}
+	c.up = true
+	args := []string{"lab", "up", "--nodes", "1", "--cni", "myelin", "--profile", "native"}
+	if out, err := exec.CommandContext(ctx, c.bin, args...).CombinedOutput(); err != nil {
+		return Endpoints{}, fmt.Errorf("myelin %s: %w: %s", strings.Join(args, " "), err, lastLine(string(out)))
+	}
+	cs, err := lab.BulkClient(lab.Paths{Dir: lab.DefaultDir}.Kubeconfig())
+	if err != nil {
+		return Endpoints{}, err
+	}
+	c.cs = cs
+	node := NetNSHost{Path: lab.NetNSPath(lab.NodeName(controlPlaneNode))}
+	return Endpoints{Client: node, Server: node}, nil
+}
+
+// Teardown implements Environment.
+func (c *ControlPlane) Teardown() error {
+	if !c.up {
+		return nil
+	}
+	c.up = false
+	if out, err := exec.Command(c.bin, "lab", "down").CombinedOutput(); err != nil {
+		return fmt.Errorf("myelin lab down: %w: %s", err, lastLine(string(out)))
+	}
+	return nil
+}
+
+// agentPID finds the lab node's myelin-agent process.
+func agentPID(node string) (int, error) {
+	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, d := range dirs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 2 && filepath.Base(args[0]) == "myelin-agent" && slices.Contains(args, node) {
+			return strconv.Atoi(filepath.Base(filepath.Dir(d)))
+		}
+	}
+	return 0, fmt.Errorf("no myelin-agent process for %s", node)
+}
+
+// procUsage is a process's CPU seconds (user + system) and resident memory.
+type procUsage struct {
+	cpu float64
+	rss float64 // MiB
+}
+
+func readUsage(pid int) (procUsage, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procUsage{}, err
+	}
+	// Fields after the command name in parentheses; utime and stime are 14 and 15.
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+	if len(f) < 13 {
+		return procUsage{}, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	u := procUsage{cpu: (ut + st) / userHZ}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return u, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			u.rss = kb / 1024
+		}
+	}
+	return u, nil
+}
+
+// watchAgent samples the agent's usage every 200 ms until stop is closed and returns
+// the CPU seconds it used and its peak RSS.
+func watchAgent(pid int, stop <-chan struct{}) (cpu, peakRSS float64, err error) {
+	first, err := readUsage(pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	last := first
+	peakRSS = first.rss
+	for {
+		select {
+		case <-stop:
+			u, err := readUsage(pid)
+			if err != nil {
+				return 0, 0, fmt.Errorf("the agent (pid %d) went away while measured: %w", pid, err)
+			}
+			return u.cpu - first.cpu, max(peakRSS, u.rss), nil
+		case <-time.After(200 * time.Millisecond):
+		}
+		if u, err := readUsage(pid); err == nil {
+			last = u
+			peakRSS = max(peakRSS, last.rss)
+		}
+	}
+}
+
+// AgentIdle measures the agent of an idle node: CPU share and RSS over the run.
+type AgentIdle struct{ Env *ControlPlane }
+
+func (AgentIdle) Name() string { return "agent-idle" }
+func (AgentIdle) Describe() string {
+	return "myelin-agent of an idle lab node: CPU (% of one vCPU) and resident memory over the run"
+}
+func (AgentIdle) Metrics() []Metric {
+	return []Metric{
+		{Name: "cpu_pct", Unit: "% vCPU", Description: "agent CPU time / wall time"},
+		{Name: "rss_mib", Unit: "MiB", Description: "agent peak resident memory"},
+	}
+}
+func (AgentIdle) Tools() []string     { return nil }
+func (AgentIdle) Server() *ServerSpec { return nil }
+
+// Run implements Workload.
+func (w AgentIdle) Run(ctx context.Context, t Trial) (Sample, error) {
+	pid, err := agentPID(lab.NodeName(controlPlaneNode))
+	if err != nil {
+		return nil, err
+	}
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-time.After(t.Duration):
+		}
+		close(stop)
+	}()
+	cpu, rss, err := watchAgent(pid, stop)
+	if err != nil {
+		return nil, err
+	}
+	return Sample{"cpu_pct": 100 * cpu / t.Duration.Seconds(), "rss_mib": rss}, nil
+}
+
+// AgentChurn measures the agent while 100 pods and 1,000 Services are created and
+// deleted through the API.
+type AgentChurn struct{ Env *ControlPlane }
+
+func (AgentChurn) Name() string { return "agent-churn" }
+func (AgentChurn) Describe() string {
+	return fmt.Sprintf("myelin-agent while %d pods and %d Services are created and deleted: agent CPU seconds, peak RSS, wall time", churnPods, churnServices)
+}
+func (AgentChurn) Metrics() []Metric {
+	return []Metric{
+		{Name: "cpu_s", Unit: "s", Description: "agent CPU seconds over the churn"},
+		{Name: "rss_mib", Unit: "MiB", Description: "agent peak resident memory"},
+		{Name: "wall_s", Unit: "s", Description: "time until everything was created, programmed and deleted again"},
+	}
+}
+func (AgentChurn) Tools() []string     { return nil }
+func (AgentChurn) Server() *ServerSpec { return nil }
+
+// Run implements Workload.
+func (w AgentChurn) Run(ctx context.Context, t Trial) (Sample, error) {
+	node := lab.NodeName(controlPlaneNode)
+	pid, err := agentPID(node)
+	if err != nil {
+		return nil, err
+	}
+	stop := make(chan struct{})
+	type usage struct {
+		cpu, rss float64
+		err      error
+	}
+	done := make(chan usage, 1)
+	go func() {
+		cpu, rss, err := watchAgent(pid, stop)
+		done <- usage{cpu, rss, err}
+	}()
+	start := time.Now()
+	churnErr := w.churn(ctx, node)
+	wall := time.Since(start)
+	close(stop)
+	u := <-done
+	if err := errors.Join(churnErr, u.err); err != nil {
+		return nil, err
+	}
+	return Sample{"cpu_s": u.cpu, "rss_mib": u.rss, "wall_s": wall.Seconds()}, nil
+}
+
+func (w AgentChurn) churn(ctx context.Context, node string) error {
+	cs := w.Env.cs
+	pods := cs.CoreV1().Pods("default")
+	for i := 0; i < churnPods; i++ {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("churn-%d", i), Labels: map[string]string{"app": "churn"}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "host", Command: []string{"sleep", "infinity"}}}}}
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	if err := lab.CreateServices(ctx, cs, "churn", "churn", churnServices, 8080); err != nil {
+		return err
+	}
+	if err := waitAgentServices(ctx, node, func(n int) bool { return n >= churnServices }); err != nil {
+		return err
+	}
+	if err := waitPods(ctx, cs, "app=churn", func(running, total int) bool { return running == churnPods }); err != nil {
+		return err
+	}
+	if err := lab.DeleteServices(ctx, cs, "churn", churnServices); err != nil {
+		return err
+	}
+	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{LabelSelector: "app=churn"}); err != nil {
+		return err
+	}
+	if err := waitAgentServices(ctx, node, func(n int) bool { return n < churnServices }); err != nil {
+		return err
+	}
+	return waitPods(ctx, cs, "app=churn", func(_, total int) bool { return total == 0 })
+}
+
+// waitAgentServices waits until the node's agent reports a number of programmed
+// frontends that satisfies ok.
+func waitAgentServices(ctx context.Context, node string, ok func(int) bool) error {
+	for {
+		s, err := api.NewClient(lab.AgentSocket(node)).Services(ctx)
+		if err == nil && s.Synced && ok(len(s.Frontends)) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the agent's Services: %w (last error %v)", ctx.Err(), err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func waitPods(ctx context.Context, cs kubernetes.Interface, selector string, ok func(running, total int) bool) error {
+	for {
+		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err == nil {
+			running := 0
+			for _, p := range list.Items {
+				if p.Status.Phase == corev1.PodRunning {
+					running++
+				}
+			}
+			if ok(running, len(list.Items)) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for pods %s: %w", selector, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// ServiceProgram measures how long the agent takes to program 10,000 Services (2
+// backends each) from its start: the Services are created once, then each run restarts
+// the agent and waits until it reports them all programmed.
+type ServiceProgram struct{ Env *ControlPlane }
+
+func (ServiceProgram) Name() string { return "svc-program" }
+func (ServiceProgram) Describe() string {
+	return fmt.Sprintf("time from an agent (re)start until it has programmed %d Services of 2 backends each", programServices)
+}
+func (ServiceProgram) Metrics() []Metric {
+	return []Metric{{Name: "seconds", Unit: "s", Description: "agent restart until every Service is programmed"}}
+}
+func (ServiceProgram) Tools() []string     { return nil }
+func (ServiceProgram) Server() *ServerSpec { return nil }
+
+// Run implements Workload.
+func (w ServiceProgram) Run(ctx context.Context, t Trial) (Sample, error) {
+	node := lab.NodeName(controlPlaneNode)
+	e := w.Env
+	if e.services < programServices {
+		if err := ensureFiller(ctx, e.cs, e.bin); err != nil {
+			return nil, err
+		}
+		if err := lab.CreateServices(ctx, e.cs, "filler", "bench-filler", programServices, svcFillerPort); err != nil {
+			return nil, err
+		}
+		e.services = programServices
+		if err := waitAgentServices(ctx, node, func(n int) bool { return n > programServices }); err != nil {
+			return nil, err
+		}
+	}
+	start := time.Now()
+	if out, err := exec.CommandContext(ctx, e.bin, "lab", "restart", "agent-"+node).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("restart the agent: %w: %s", err, lastLine(string(out)))
+	}
+	if err := waitAgentServices(ctx, node, func(n int) bool { return n > programServices }); err != nil {
+		return nil, err
+	}
+	return Sample{"seconds": time.Since(start).Seconds()}, nil
+}
+
+// ensureFiller creates the Deployment of 2 lab HTTP servers the filler Services select.
+func ensureFiller(ctx context.Context, cs kubernetes.Interface, bin string) error {
+	s := &ServiceScale{bin: bin}
+	_, err := cs.AppsV1().Deployments("default").Create(ctx, s.fillerDeployment(), metav1.CreateOptions{})
+	if err != nil && !strings.Contains(err.Error(), "already exists") {
+		return err
+	}
+	return waitPods(ctx, cs, "app=bench-filler", func(running, _ int) bool { return running == 2 })
+}
+
+// CNIAdd measures CNI ADD through libcni, as a runtime calls it, in the node's netns:
+// 50 ADDs into fresh network namespaces, then their DELs.
+type CNIAdd struct{ Env *ControlPlane }
+
+func (CNIAdd) Name() string { return "cni-add" }
+func (CNIAdd) Describe() string {
+	return fmt.Sprintf("myelin-cni ADD latency over %d pods, called through libcni as containerd does", cniAddPods)
+}
+func (CNIAdd) Metrics() []Metric {
+	return []Metric{
+		{Name: "p50_ms", Unit: "ms", Description: "median CNI ADD"},
+		{Name: "p99_ms", Unit: "ms", Description: "99th percentile CNI ADD (the slowest of 50)"},
+		{Name: "del_p50_ms", Unit: "ms", Description: "median CNI DEL"},
+	}
+}
+func (CNIAdd) Tools() []string     { return []string{"ip"} }
+func (CNIAdd) Server() *ServerSpec { return nil }
+
+// Run implements Workload.
+func (w CNIAdd) Run(ctx context.Context, t Trial) (Sample, error) {
+	node := lab.NodeName(controlPlaneNode)
+	dir := lab.Paths{Dir: lab.DefaultDir}.NodeDir(node)
+	conf, err := libcni.ConfListFromFile(filepath.Join(dir, "cni", "net.d", agent.CNIConfFile))
+	if err != nil {
+		return nil, fmt.Errorf("the agent's conflist: %w", err)
+	}
+	cache, err := os.MkdirTemp("", "myelin-bench-cni-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(cache)
+	cni := libcni.NewCNIConfigWithCacheDir([]string{filepath.Join(dir, "cni", "bin")}, cache, nil)
+	var adds, dels []float64
+	for i := 0; i < cniAddPods && ctx.Err() == nil; i++ {
+		add, del, err := cniAddDel(ctx, cni, conf, node, i)
+		if err != nil {
+			return nil, err
+		}
+		adds, dels = append(adds, add), append(dels, del)
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	slices.Sort(adds)
+	return Sample{"p50_ms": Median(adds), "p99_ms": adds[len(adds)*99/100], "del_p50_ms": Median(dels)}, nil
+}
+
+// cniAddDel runs one ADD and one DEL into a fresh netns and returns their durations in ms.
+func cniAddDel(ctx context.Context, cni *libcni.CNIConfig, conf *libcni.NetworkConfigList, node string, i int) (add, del float64, err error) {
+	ns := fmt.Sprintf("%scni-%d", ProductPrefix, i)
+	if err := addNetNS(ctx, ns); err != nil {
+		return 0, 0, err
+	}
+	defer delNetNS(ns)
+	id := fmt.Sprintf("%064x", 0xbe0c000+i)
+	rt := &libcni.RuntimeConf{ContainerID: id, NetNS: netnsPath(ns), IfName: "eth0",
+		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "default"}, {"K8S_POD_NAME", ns}}}
+	err = netns.Do(lab.NetNSPath(node), func() error {
+		start := time.Now()
+		if _, err := cni.AddNetworkList(ctx, conf, rt); err != nil {
+			return fmt.Errorf("CNI ADD %d: %w", i, err)
+		}
+		add = float64(time.Since(start).Microseconds()) / 1000
+		start = time.Now()
+		if err := cni.DelNetworkList(ctx, conf, rt); err != nil {
+			return fmt.Errorf("CNI DEL %d: %w", i, err)
+		}
+		del = float64(time.Since(start).Microseconds()) / 1000
+		return nil
+	})
+	return add, del, err
+}
+
+// ControlPlaneCases are the control-plane cases, in one stage with one lab.
+func ControlPlaneCases() []Case {
+	env := &ControlPlane{}
+	var out []Case
+	for _, w := range []Workload{CNIAdd{env}, AgentIdle{env}, AgentChurn{env}, ServiceProgram{env}} {
+		out = append(out, Case{Name: CaseName(env, w, Unpinned), Group: GroupControlPlane, Stage: env.Name(),
+			Env: env, Workload: w, Placement: Unpinned})
+	}
+	return out
+}
