@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # setup.sh installs everything myelin needs on a fresh Debian bookworm machine (as root):
 # the apt packages of the datapath, the lab and the benchmarks, and the pinned Kubernetes
-# binaries built from the Go module proxy into a cache outside the repository.
+# and Flannel binaries built from the Go module proxy into a cache outside the repository.
 # Safe to run twice: each step checks first and does nothing when already done.
 set -euo pipefail
 
@@ -23,7 +23,9 @@ apt_packages=(
 	iputils-ping curl                     # real clients
 	iperf3 netperf sockperf qperf wrk     # load generators for tests and benchmarks
 	etcd-server                           # the lab's Kubernetes store
-	containernetworking-plugins           # reference bridge + host-local (lab --cni bridge)
+	etcd-client                           # etcdctl: writes flannel's config (lab --cni flannel)
+	containernetworking-plugins           # reference bridge, host-local, portmap (lab --cni bridge|flannel)
+	gcc libc6-dev                         # cgo, which flannel's build needs
 	openssl ca-certificates
 )
 
@@ -75,4 +77,5 @@ check_go() {
 install_packages
 check_go
 "$here/build-k8s.sh"
+"$here/build-flannel.sh"
 say "done"

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -47,7 +48,8 @@ func labUpCommand(paths func() lab.Paths) *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVar(&o.Nodes, "nodes", o.Nodes, fmt.Sprintf("number of nodes (1-%d)", lab.MaxNodes))
-	cmd.Flags().StringVar(&cni, "cni", string(o.CNI), "network plugin: myelin or bridge (Debian's reference bridge + host-local)")
+	cmd.Flags().StringVar(&cni, "cni", string(o.CNI), "network plugin: myelin, bridge (Debian's reference bridge + host-local) or flannel (Flannel "+lab.FlannelVersion+" with etcd, and bridge + host-local)")
+	cmd.Flags().StringVar(&o.FlannelBackend, "flannel-backend", "", "with --cni flannel: flannel's backend, "+strings.Join(lab.FlannelBackends, " or ")+" (default "+lab.FlannelBackends[0]+")")
 	cmd.Flags().StringVar(&o.Profile, "profile", o.Profile, "myelin configuration profile: native, native-legacy, tunnel, tunnel-legacy")
 	cmd.Flags().StringVar(&o.KubeProxy, "kube-proxy", "", "run kube-proxy on every node in this mode (iptables or nftables) and set kube-proxy-replacement to false; default: none, myelin serves Services")
 	cmd.Flags().StringVar(&underlay, "underlay", string(o.Underlay), "node network: l2 (one segment) or l3 (two segments behind a router)")

@@ -14,7 +14,20 @@ const (
 	// CNIBridge runs Debian's reference bridge + host-local plugins with static routes
 	// between nodes: the lab without myelin, and the baseline peer stack.
 	CNIBridge CNI = "bridge"
+	// CNIFlannel runs Flannel (flanneld with etcd as its store) on every node, with the
+	// reference bridge + host-local plugins configured from flannel's subnet file: the
+	// peer stack most clusters would run instead of myelin.
+	CNIFlannel CNI = "flannel"
 )
+
+// Flannel backends the lab can run (--flannel-backend).
+const (
+	FlannelVXLAN  = "vxlan"   // VXLAN between nodes (flannel.1, UDP 8472); any underlay
+	FlannelHostGW = "host-gw" // routes to other nodes' subnets via their IPs; one L2 segment only
+)
+
+// FlannelBackends are the allowed values of --flannel-backend; the first is the default.
+var FlannelBackends = []string{FlannelVXLAN, FlannelHostGW}
 
 // Underlay names the topology of the nodes' network.
 type Underlay string
@@ -45,6 +58,9 @@ type Options struct {
 	// KubeProxy runs kube-proxy in this mode on every node and sets
 	// kube-proxy-replacement to false; "" runs none.
 	KubeProxy string
+	// FlannelBackend is flannel's backend with --cni flannel ("" = vxlan); it must be
+	// empty with any other CNI.
+	FlannelBackend string
 }
 
 // DefaultOptions are the lab's defaults.
@@ -58,9 +74,9 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--nodes %d: must be between 1 and %d", o.Nodes, MaxNodes)
 	}
 	switch o.CNI {
-	case CNIBridge, CNIMyelin:
+	case CNIBridge, CNIMyelin, CNIFlannel:
 	default:
-		return fmt.Errorf("--cni %q: unknown CNI; use one of: %s, %s", o.CNI, CNIMyelin, CNIBridge)
+		return fmt.Errorf("--cni %q: unknown CNI; use one of: %s, %s, %s", o.CNI, CNIMyelin, CNIBridge, CNIFlannel)
 	}
 	if !contains(Profiles, o.Profile) {
 		return fmt.Errorf("--profile %q: unknown profile; use one of: %s", o.Profile, strings.Join(Profiles, ", "))
@@ -73,7 +89,43 @@ func (o Options) Validate() error {
 	if o.KubeProxy != "" && !contains(KubeProxyModes, o.KubeProxy) {
 		return fmt.Errorf("--kube-proxy %q: unknown mode; use one of: %s (or leave it empty to let myelin serve Services)", o.KubeProxy, strings.Join(KubeProxyModes, ", "))
 	}
+	return o.validateFlannel()
+}
+
+func (o Options) validateFlannel() error {
+	if o.FlannelBackend == "" {
+		return nil
+	}
+	if o.CNI != CNIFlannel {
+		return fmt.Errorf("--flannel-backend %s: only valid with --cni flannel (this lab has --cni %s); drop it or add --cni flannel", o.FlannelBackend, o.CNI)
+	}
+	if !contains(FlannelBackends, o.FlannelBackend) {
+		return fmt.Errorf("--flannel-backend %q: unknown backend; use one of: %s", o.FlannelBackend, strings.Join(FlannelBackends, ", "))
+	}
+	if o.FlannelBackend == FlannelHostGW && o.Underlay != UnderlayL2 {
+		return fmt.Errorf("--flannel-backend host-gw needs every node on one L2 segment, and --underlay %s puts them on two; use --underlay l2 or --flannel-backend vxlan", o.Underlay)
+	}
 	return nil
+}
+
+// withDefaults fills in the options whose default depends on others.
+func (o Options) withDefaults() Options {
+	if o.CNI == CNIFlannel && o.FlannelBackend == "" {
+		o.FlannelBackend = FlannelBackends[0]
+	}
+	return o
+}
+
+// Describe names the lab's CNI as the flags that chose it, e.g.
+// "--cni flannel --flannel-backend vxlan".
+func (o Options) Describe() string {
+	switch o.CNI {
+	case CNIMyelin:
+		return fmt.Sprintf("--cni %s --profile %s", o.CNI, o.Profile)
+	case CNIFlannel:
+		return fmt.Sprintf("--cni %s --flannel-backend %s", o.CNI, o.FlannelBackend)
+	}
+	return fmt.Sprintf("--cni %s", o.CNI)
 }
 
 func contains(list []string, s string) bool {

@@ -124,6 +124,7 @@ func NodeName(i int) string { return fmt.Sprintf("%s%d", nodeNSPrefix, i) }
 
 // NewPlan validates the options and the addressing and lays out the nodes.
 func NewPlan(o Options, a Addressing) (Plan, error) {
+	o = o.withDefaults()
 	if err := o.Validate(); err != nil {
 		return Plan{}, err
 	}

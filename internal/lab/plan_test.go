@@ -20,7 +20,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"sixteen nodes", func(o *Options) { o.Nodes = 16 }, ""},
 		{"zero nodes", func(o *Options) { o.Nodes = 0 }, "--nodes 0: must be between 1 and 16"},
 		{"seventeen nodes", func(o *Options) { o.Nodes = 17 }, "--nodes 17: must be between 1 and 16"},
-		{"unknown cni", func(o *Options) { o.CNI = "calico" }, `--cni "calico": unknown CNI; use one of: myelin, bridge`},
+		{"unknown cni", func(o *Options) { o.CNI = "calico" }, `--cni "calico": unknown CNI; use one of: myelin, bridge, flannel`},
 		{"myelin cni", func(o *Options) { o.CNI = CNIMyelin }, ""},
 		{"unknown profile", func(o *Options) { o.Profile = "fast" }, `--profile "fast": unknown profile`},
 		{"l3 underlay", func(o *Options) { o.Underlay = UnderlayL3 }, ""},

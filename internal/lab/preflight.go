@@ -47,10 +47,19 @@ func checkTools(plan Plan) error {
 	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		tools = append(tools, tool{filepath.Join(KubeBinDir(), b), "build Kubernetes " + KubeVersion + " with: make setup"})
 	}
-	if plan.Options.CNI == CNIBridge {
+	switch plan.Options.CNI {
+	case CNIBridge:
 		for _, b := range []string{"bridge", "host-local"} {
 			tools = append(tools, tool{filepath.Join(CNIBinDir, b), "install containernetworking-plugins (make setup)"})
 		}
+	case CNIFlannel:
+		for _, b := range []string{"bridge", "host-local", "portmap"} {
+			tools = append(tools, tool{filepath.Join(CNIBinDir, b), "install containernetworking-plugins (make setup)"})
+		}
+		tools = append(tools,
+			tool{FlannelBinary(), "build Flannel " + FlannelVersion + " with: make setup (scripts/build-flannel.sh)"},
+			tool{"etcdctl", "install etcd-client (make setup)"},
+			tool{"iptables", "install iptables (make setup)"})
 	}
 	if plan.Options.CNI == CNIMyelin {
 		self, _ := os.Executable()

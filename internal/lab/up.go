@@ -25,8 +25,8 @@ func Running(paths Paths) bool { return supervisorPID(paths) != 0 }
 func Up(ctx context.Context, paths Paths, plan Plan, out io.Writer) (err error) {
 	if Running(paths) {
 		running, _ := LoadPlan(paths)
-		fmt.Fprintf(out, "a lab is already running (%d nodes, --cni %s, --profile %s); nothing changed.\n",
-			len(running.Nodes), running.Options.CNI, running.Options.Profile)
+		fmt.Fprintf(out, "a lab is already running (%d nodes, %s); nothing changed.\n",
+			len(running.Nodes), running.Options.Describe())
 		fmt.Fprintf(out, "use it with: export KUBECONFIG=%s; to rebuild it, run myelin lab down first\n", paths.Kubeconfig())
 		return nil
 	}
@@ -65,8 +65,8 @@ func Up(ctx context.Context, paths Paths, plan Plan, out io.Writer) (err error) 
 	if err := writeKubeProxyConfigs(paths, plan); err != nil {
 		return fmt.Errorf("write kube-proxy configuration: %w", err)
 	}
-	fmt.Fprintf(out, "starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and %d lab kubelets (logs in %s)\n",
-		len(plan.Nodes), paths.join("logs"))
+	fmt.Fprintf(out, "starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and %d lab kubelets%s (logs in %s)\n",
+		len(plan.Nodes), plan.nodeDaemons(), paths.join("logs"))
 	if err := startSupervisor(paths); err != nil {
 		return err
 	}
@@ -130,8 +130,8 @@ func waitReady(ctx context.Context, paths Paths) error {
 }
 
 func printUsage(out io.Writer, paths Paths, plan Plan) {
-	fmt.Fprintf(out, "\nthe lab is up: %d nodes, --cni %s, apiserver https://%s:%d\n",
-		len(plan.Nodes), plan.Options.CNI, plan.Addressing.ControlPlaneIP(), APIServerPort)
+	fmt.Fprintf(out, "\nthe lab is up: %d nodes, %s, apiserver https://%s:%d\n",
+		len(plan.Nodes), plan.Options.Describe(), plan.Addressing.ControlPlaneIP(), APIServerPort)
 	var names []string
 	for _, n := range plan.Nodes {
 		names = append(names, fmt.Sprintf("%s (%s)", n.Name, n.IP))

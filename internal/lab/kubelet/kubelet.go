@@ -75,6 +75,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		go runBridgeNetwork(ctx, cfg, admin, log.With("component", "bridge-network"))
 	}
+	if cfg.Plan.Options.CNI == lab.CNIFlannel {
+		go runFlannelNetwork(ctx, cfg, log.With("component", "flannel-network"))
+	}
 	return k.watchPods(ctx)
 }
 
