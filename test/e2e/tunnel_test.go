@@ -56,6 +56,16 @@ func TestLabMyelinTunnel(t *testing.T) {
 	expectHostRouting(t, lab.NodeName(2), "Legacy", "NodeConfig default/legacy")
 	expectHostRouting(t, lab.NodeName(1), "BPF", "")
 	checkConnectivity(t, cs, 3)
+
+	// A ClusterIP Service over the web servers of all three nodes: translated on the
+	// client's node, the backends on other nodes reached through the tunnel.
+	svc := createService(t, cs, "web", "web", nil)
+	waitProgrammed(t, lab.NodeName(1), svc.Spec.ClusterIP+":80/TCP", 3)
+	web := runningPods(t, cs, "app=web", 3)
+	client := runningPods(t, cs, "app=client", 1)[0]
+	run := func(argv ...string) (string, error) { return inPod("client", argv...) }
+	seen := servers(t, "ClusterIP in tunnel mode", run, "http://"+svc.Spec.ClusterIP+"/", 40, client.Status.PodIP)
+	expectServers(t, "ClusterIP in tunnel mode", seen, podNames(web)...)
 	labDown(t)
 }
 
