@@ -15,7 +15,7 @@ help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: setup
-setup: ## Install apt packages and build the pinned Kubernetes binaries (cached; minutes the first time)
+setup: ## Install apt packages, build the pinned Kubernetes binaries and Flannel (cached; minutes the first time)
 	@scripts/setup.sh
 
 .PHONY: build
@@ -40,6 +40,10 @@ test: setup build lint ## Run every test tier: unit, privileged, e2e (root neede
 .PHONY: test-unit
 test-unit: ## Run only the unit tests (no root needed)
 	$(GO) test -count=1 -short ./...
+
+.PHONY: bench
+bench: setup build ## Run every benchmark case into bench-results/ (as root; BENCH_FLAGS="--rounds 3")
+	$(MYELIN) bench --out bench-results $(BENCH_FLAGS)
 
 .PHONY: demo
 demo: setup build ## Bring up a 2-node lab and show pods talking across it

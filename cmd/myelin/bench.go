@@ -26,7 +26,7 @@ Client and server are pinned to vCPUs (same-vcpu: 0,0; cross-vcpu: 0,1). Run as 
 			return bench.Bench(cmd.Context(), cmd.OutOrStdout(), o)
 		},
 	}
-	cmd.Flags().BoolVar(&o.Quick, "quick", false, "1 s runs of a tiny case set (TCP_RR over loopback and the veth pair) unless --cases is given")
+	cmd.Flags().BoolVar(&o.Quick, "quick", false, "1 s runs of a tiny case set (TCP_RR over loopback and the veth pair, no lab) unless --cases is given (then 1 s runs of those, labs included)")
 	cmd.Flags().IntVar(&o.Rounds, "rounds", bench.DefaultRounds, "rounds: each selected case runs once per round")
 	cmd.Flags().DurationVar(&o.Duration, "duration", 0, "length of each run (default 5s, 1s with --quick)")
 	cmd.Flags().StringSliceVar(&o.Cases, "cases", nil, "cases to run: names, leading parts (veth-pair, loopback/tcp-rr) or globs (*/tcp-rr/same-vcpu); their baselines are added")

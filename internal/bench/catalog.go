@@ -4,9 +4,11 @@ import "fmt"
 
 // Case groups.
 const (
-	GroupBaseline = "baseline"
-	GroupMyelin   = "myelin"
-	GroupPeer     = "peer"
+	GroupBaseline     = "baseline"
+	GroupMyelin       = "myelin"
+	GroupPeer         = "peer"
+	GroupService      = "service"
+	GroupControlPlane = "control-plane"
 )
 
 // Matrix builds the cases of one environment: every workload in every placement, named
@@ -40,12 +42,21 @@ func ClientServerWorkloads() []Workload {
 func Placements() []Placement { return []Placement{SameVCPU, CrossVCPU} }
 
 // Catalog is every case `myelin bench` knows, in report order, with environments named
-// from prefix (ProductPrefix in the product; tests use their own).
+// from prefix (ProductPrefix in the product; tests use their own): first the baselines
+// that need no lab (stage ""), then the lab stages of LabCases.
 func Catalog(prefix string) []Case {
 	lo, veth := &Loopback{Prefix: prefix}, &VethPair{Prefix: prefix}
 	cases := Matrix(lo, GroupBaseline, nil, ClientServerWorkloads(), Placements())
-	return append(cases, Matrix(veth, GroupBaseline, lo, ClientServerWorkloads(), Placements())...)
+	cases = append(cases, Matrix(veth, GroupBaseline, lo, ClientServerWorkloads(), Placements())...)
+	cases = append(cases, LabCases(prefix)...)
+	cases = append(cases, ServiceScaleCases(ServiceCounts)...)
+	return append(cases, ControlPlaneCases()...)
 }
 
-// QuickCases are the patterns of the --quick case set: a few seconds per round.
+// ServiceCounts are the numbers of Services the Service scale cases run with.
+var ServiceCounts = []int{10, 1000, 10000}
+
+// QuickCases are the patterns of the --quick case set: a few seconds per round and no
+// lab, so that make test can run it. `--quick --cases native/bpf-cross-node/tcp-rr`
+// runs a lab case the same quick way.
 var QuickCases = []string{"loopback/tcp-rr", "veth-pair/tcp-rr"}

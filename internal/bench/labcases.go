@@ -1,0 +1,100 @@
+package bench
+
+import "github.com/myelin-net/myelin/internal/lab"
+
+// Lab stages, in the order they run. Each builds one lab; a routing mode or a CNI is
+// lab-wide, so they cannot share one.
+const (
+	StageNative        = "native"
+	StageTunnel        = "tunnel"
+	StagePlain         = "plain"
+	StageFlannelVXLAN  = "flannel-vxlan"
+	StageFlannelHostGW = "flannel-host-gw"
+)
+
+// Host routing modes as the agent reports them.
+const (
+	hostRoutingBPF    = "BPF"
+	hostRoutingLegacy = "Legacy"
+)
+
+// LabCases are the cases measured in labs, stage by stage, with the namespaces the
+// bench creates itself named from prefix.
+func LabCases(prefix string) []Case {
+	var cases []Case
+	for _, profile := range []string{StageNative, StageTunnel} {
+		cases = append(cases, myelinStage(profile, prefix)...)
+	}
+	cases = append(cases, plainStage(prefix)...)
+	cases = append(cases, flannelStage(StageFlannelVXLAN, "vxlan", prefix)...)
+	return append(cases, flannelStage(StageFlannelHostGW, "host-gw", prefix)...)
+}
+
+// stageBuilder collects the environments and cases of one lab stage.
+type stageBuilder struct {
+	stage   string
+	cluster *Cluster
+	cases   []Case
+	// The stage's baselines: node-to-node (cross-node limit) and the bare veth pair
+	// (same-node limit).
+	nodeToNode, veth Environment
+}
+
+func newStage(stage string, spec LabSpec, prefix string) *stageBuilder {
+	s := &stageBuilder{stage: stage, cluster: NewCluster(spec)}
+	s.nodeToNode = s.env("node-to-node", nodeToNode{client: lab.NodeName(1), server: lab.NodeName(2)})
+	s.veth = s.env("veth-pair", vethPart{pair: &VethPair{Prefix: prefix}})
+	s.add(s.nodeToNode, GroupBaseline, nil)
+	s.add(s.veth, GroupBaseline, nil)
+	return s
+}
+
+// env names an environment of the stage.
+func (s *stageBuilder) env(name string, part labPart) Environment {
+	return &LabEnv{name: s.stage + "/" + name, cluster: s.cluster, part: part}
+}
+
+// add adds the client/server matrix of env, compared to baseline.
+func (s *stageBuilder) add(env Environment, group string, baseline Environment) {
+	for _, c := range Matrix(env, group, baseline, ClientServerWorkloads(), Placements()) {
+		c.Stage = s.stage
+		s.cases = append(s.cases, c)
+	}
+}
+
+// pods adds two pod environments: <kind>-cross-node (a pod on node a to one on node b)
+// compared to node-to-node, and <kind>-same-node (both on node a) compared to the veth
+// pair.
+func (s *stageBuilder) pods(kind, group string, a, b int, hostRouting string) {
+	cross := s.env(kind+"-cross-node", podPair{client: lab.NodeName(a), server: lab.NodeName(b), hostRouting: hostRouting})
+	same := s.env(kind+"-same-node", podPair{client: lab.NodeName(a), server: lab.NodeName(a), hostRouting: hostRouting})
+	s.add(cross, group, s.nodeToNode)
+	s.add(same, group, s.veth)
+}
+
+// myelinStage is a 4-node myelin lab in profile: nodes 1-2 with BPF host routing,
+// nodes 3-4 moved to legacy host routing by a NodeConfig.
+func myelinStage(profile, prefix string) []Case {
+	s := newStage(profile, LabSpec{Nodes: 4, CNI: string(lab.CNIMyelin), Profile: profile,
+		LegacyNodes: []string{lab.NodeName(3), lab.NodeName(4)}}, prefix)
+	s.pods("bpf", GroupMyelin, 1, 2, hostRoutingBPF)
+	s.pods("legacy", GroupMyelin, 3, 4, hostRoutingLegacy)
+	return s.cases
+}
+
+// plainStage is pods routed by the plain kernel (the lab's --cni bridge: a bridge per
+// node and static routes between nodes, what host-gw CNIs do) and pods over plain
+// kernel VXLAN built by hand in the same lab's nodes.
+func plainStage(prefix string) []Case {
+	s := newStage(StagePlain, LabSpec{Nodes: 2, CNI: string(lab.CNIBridge)}, prefix)
+	s.pods("bridge", GroupBaseline, 1, 2, "")
+	s.add(s.env("vxlan-cross-node", plainVXLAN{prefix: prefix, client: 1, server: 2}), GroupBaseline, s.nodeToNode)
+	return s.cases
+}
+
+// flannelStage is Flannel with the given backend in a 2-node lab.
+func flannelStage(stage, backend, prefix string) []Case {
+	s := newStage(stage, LabSpec{Nodes: 2, CNI: string(lab.CNIFlannel), FlannelBackend: backend}, prefix)
+	s.pods("flannel", GroupPeer, 1, 2, "")
+	return s.cases
+}

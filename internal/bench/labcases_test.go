@@ -1,0 +1,116 @@
+package bench
+
+import (
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/myelin-net/myelin/internal/lab"
+)
+
+// TestLabCases checks the lab stages' case names, stages and baselines without a lab.
+func TestLabCases(t *testing.T) {
+	all := Catalog("bhtest-")
+	if err := Validate(all); err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]Case{}
+	for _, c := range all {
+		byName[c.Name] = c
+	}
+	for name, want := range map[string]struct{ stage, baseline string }{
+		"native/bpf-cross-node/tcp-rr/same-vcpu":             {"native", "native/node-to-node/tcp-rr/same-vcpu"},
+		"native/legacy-same-node/tcp-crr/cross-vcpu":         {"native", "native/veth-pair/tcp-crr/cross-vcpu"},
+		"tunnel/legacy-cross-node/udp-loss/same-vcpu":        {"tunnel", "tunnel/node-to-node/udp-loss/same-vcpu"},
+		"plain/vxlan-cross-node/tcp-stream/same-vcpu":        {"plain", "plain/node-to-node/tcp-stream/same-vcpu"},
+		"plain/bridge-same-node/tcp-rr/same-vcpu":            {"plain", "plain/veth-pair/tcp-rr/same-vcpu"},
+		"flannel-vxlan/flannel-cross-node/tcp-rr/same-vcpu":  {"flannel-vxlan", "flannel-vxlan/node-to-node/tcp-rr/same-vcpu"},
+		"flannel-host-gw/flannel-same-node/tcp-rr/same-vcpu": {"flannel-host-gw", "flannel-host-gw/veth-pair/tcp-rr/same-vcpu"},
+		"native/node-to-node/tcp-rr/same-vcpu":               {"native", ""},
+	} {
+		c, ok := byName[name]
+		if !ok {
+			t.Errorf("no case %s", name)
+			continue
+		}
+		if c.Stage != want.stage || c.Baseline != want.baseline {
+			t.Errorf("%s: stage %q baseline %q, want %q %q", name, c.Stage, c.Baseline, want.stage, want.baseline)
+		}
+	}
+	// The environments of a stage share one lab; no two stages do.
+	clusters := map[*Cluster]string{}
+	for _, c := range all {
+		env, ok := c.Env.(*LabEnv)
+		if !ok {
+			if c.Stage != "" {
+				t.Errorf("%s: stage %q without a lab environment", c.Name, c.Stage)
+			}
+			continue
+		}
+		if s, seen := clusters[env.cluster]; seen && s != c.Stage {
+			t.Errorf("%s: shares the lab of stage %s", c.Name, s)
+		}
+		clusters[env.cluster] = c.Stage
+		if !strings.HasPrefix(c.Name, c.Stage+"/") {
+			t.Errorf("%s: not named after its stage %s", c.Name, c.Stage)
+		}
+	}
+	quick, err := Select(all, QuickCases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range quick {
+		if c.Stage != "" {
+			t.Errorf("quick case %s needs a lab (stage %s)", c.Name, c.Stage)
+		}
+	}
+}
+
+func TestLabSpecArgs(t *testing.T) {
+	for _, tc := range []struct {
+		spec LabSpec
+		want string
+	}{
+		{LabSpec{Nodes: 4, CNI: "myelin", Profile: "tunnel"}, "lab up --nodes 4 --cni myelin --profile tunnel"},
+		{LabSpec{Nodes: 2, CNI: "bridge"}, "lab up --nodes 2 --cni bridge"},
+		{LabSpec{Nodes: 2, CNI: string(lab.CNIFlannel), FlannelBackend: "host-gw"}, "lab up --nodes 2 --cni flannel --flannel-backend host-gw"},
+	} {
+		if got := strings.Join(tc.spec.upArgs(), " "); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.spec, got, tc.want)
+		}
+	}
+}
+
+// TestVXLANSteps checks the hand-built overlay of node 1: its device, bridge and pod,
+// and the route, neighbour and FDB entry that reach node 2 over the underlay.
+func TestVXLANSteps(t *testing.T) {
+	nodes := []vxlanNode{{1, netip.MustParseAddr("198.18.0.11")}, {2, netip.MustParseAddr("198.18.0.12")}}
+	steps := vxlanSteps(nodes, func(i int) string { return "bhtest-vx-" + string(rune('0'+i)) })
+	var got []string
+	for _, s := range steps {
+		if s[2] == "myelin-node-1" || s[2] == "bhtest-vx-1" {
+			got = append(got, strings.Join(s, " "))
+		}
+	}
+	want := []string{
+		"ip -n myelin-node-1 link add bench-vx address 02:6d:62:00:00:01 type vxlan id 4242 dev eth0 local 198.18.0.11 dstport 4789 nolearning",
+		"ip -n myelin-node-1 addr add 198.19.101.0/32 dev bench-vx",
+		"ip -n myelin-node-1 link set bench-vx up",
+		"ip -n myelin-node-1 link add bench-br mtu 1450 type bridge",
+		"ip -n myelin-node-1 addr add 198.19.101.1/24 dev bench-br",
+		"ip -n myelin-node-1 link set bench-br up",
+		"ip -n myelin-node-1 link add bench-vxp mtu 1450 type veth peer name eth0 mtu 1450 netns bhtest-vx-1",
+		"ip -n myelin-node-1 link set bench-vxp master bench-br up",
+		"ip -n bhtest-vx-1 addr add 198.19.101.2/24 dev eth0",
+		"ip -n bhtest-vx-1 link set eth0 up",
+		"ip -n bhtest-vx-1 link set lo up",
+		"ip -n bhtest-vx-1 route add default via 198.19.101.1",
+		"ip -n myelin-node-1 route add 198.19.102.0/24 via 198.19.102.0 dev bench-vx onlink",
+		"ip -n myelin-node-1 neigh add 198.19.102.0 lladdr 02:6d:62:00:00:02 dev bench-vx nud permanent",
+		"bridge -n myelin-node-1 fdb append 02:6d:62:00:00:02 dev bench-vx dst 198.18.0.12",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("steps of node 1:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

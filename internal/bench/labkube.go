@@ -1,0 +1,156 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/k8s"
+	"github.com/myelin-net/myelin/internal/lab"
+)
+
+// benchNamespace holds the bench's pods and NodeConfig in a lab.
+const benchNamespace = "default"
+
+// kubeClients talk to a lab's API server.
+type kubeClients struct {
+	paths lab.Paths
+	cs    kubernetes.Interface
+	dyn   dynamic.Interface
+}
+
+func newKubeClients(paths lab.Paths) (*kubeClients, error) {
+	cs, err := lab.Client(paths.Kubeconfig())
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := lab.DynamicClient(paths.Kubeconfig())
+	if err != nil {
+		return nil, err
+	}
+	return &kubeClients{paths: paths, cs: cs, dyn: dyn}, nil
+}
+
+// createNodeConfig creates a NodeConfig giving the nodes named the defaults.
+func (k *kubeClients) createNodeConfig(ctx context.Context, name string, nodes []string, defaults map[string]string) error {
+	values := make([]any, len(nodes))
+	for i, n := range nodes {
+		values[i] = n
+	}
+	defs := map[string]any{}
+	for key, v := range defaults {
+		defs[key] = v
+	}
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "myelin.io/v1alpha1", "kind": "NodeConfig",
+		"metadata": map[string]any{"name": name, "namespace": benchNamespace},
+		"spec": map[string]any{
+			"nodeSelector": map[string]any{"matchExpressions": []any{map[string]any{
+				"key": "kubernetes.io/hostname", "operator": "In", "values": values}}},
+			"defaults": defs,
+		},
+	}}
+	if _, err := k.dyn.Resource(k8s.NodeConfigResource).Namespace(benchNamespace).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create NodeConfig %s: %w", name, err)
+	}
+	return nil
+}
+
+// A labPod is a running pod: where its network namespace is and its address.
+type labPod struct {
+	NetNS string // path of the pod's network namespace
+	IP    netip.Addr
+}
+
+// runPods creates one idle host-command pod per name on the given node (name → node)
+// and waits until each runs with an address and a network namespace. The framework
+// starts servers and clients inside those namespaces; the pods only hold them.
+func (k *kubeClients) runPods(ctx context.Context, nodes map[string]string) (map[string]labPod, error) {
+	for name, node := range nodes {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "myelin-bench"}},
+			Spec: corev1.PodSpec{
+				NodeName:   node,
+				Containers: []corev1.Container{{Name: "hold", Image: "host", Command: []string{"sleep", "infinity"}}},
+			},
+		}
+		if _, err := k.cs.CoreV1().Pods(benchNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("create pod %s on %s: %w", name, node, err)
+		}
+	}
+	out := map[string]labPod{}
+	for name, node := range nodes {
+		p, err := k.waitPod(ctx, name, node)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = p
+	}
+	return out, nil
+}
+
+// waitPod waits until a pod runs with an address and its namespace exists.
+func (k *kubeClients) waitPod(ctx context.Context, name, node string) (labPod, error) {
+	ctx, cancel := context.WithTimeout(ctx, labPodTimeout)
+	defer cancel()
+	state := "not created"
+	for {
+		p, err := k.cs.CoreV1().Pods(benchNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			state = fmt.Sprintf("phase %s, IP %q", p.Status.Phase, p.Status.PodIP)
+			ip, perr := netip.ParseAddr(p.Status.PodIP)
+			ns := lab.NetNSPath(lab.PodNetNS(string(p.UID)))
+			if _, serr := os.Stat(ns); p.Status.Phase == corev1.PodRunning && perr == nil && serr == nil {
+				return labPod{NetNS: ns, IP: ip}, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return labPod{}, fmt.Errorf("pod %s on %s not running with an IP after %s (%s); see %s",
+				name, node, labPodTimeout, state, k.paths.Log("kubelet-"+node))
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// waitAgentReady waits until the myelin agent of a lab node reports ready.
+func waitAgentReady(ctx context.Context, node string) error {
+	ctx, cancel := context.WithTimeout(ctx, labPodTimeout)
+	defer cancel()
+	for {
+		h, err := api.NewClient(lab.AgentSocket(node)).Health(ctx)
+		if err == nil && h.Ready {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agent of %s not ready after %s (last: %v)", node, labPodTimeout, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// checkHostRouting checks that a lab node's agent routes in the mode a case's name
+// promises ("BPF" or "Legacy"), so a fallback never passes for the mode measured.
+func checkHostRouting(ctx context.Context, node, want string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := api.NewClient(lab.AgentSocket(node)).Status(ctx)
+	if err != nil {
+		return fmt.Errorf("status of the agent of %s: %w", node, err)
+	}
+	if !strings.EqualFold(st.Routing.HostRouting, want) {
+		return fmt.Errorf("%s routes with %s host routing, not %s (%s)", node, st.Routing.HostRouting, want, st.Routing.HostRoutingReason)
+	}
+	return nil
+}
