@@ -41,6 +41,14 @@ func TestLabCases(t *testing.T) {
 	// The environments of a stage share one lab; no two stages do.
 	clusters := map[*Cluster]string{}
 	for _, c := range all {
+		switch c.Env.(type) {
+		case *ServiceScale, *ControlPlane:
+			// Each builds its own lab in a stage of its own name.
+			if c.Stage != c.Env.Name() {
+				t.Errorf("%s: stage %q, want its environment's %q", c.Name, c.Stage, c.Env.Name())
+			}
+			continue
+		}
 		env, ok := c.Env.(*LabEnv)
 		if !ok {
 			if c.Stage != "" {
