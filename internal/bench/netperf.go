@@ -54,6 +54,9 @@ var NetperfServer = &ServerSpec{
 // CNI benchmarks do.
 type Netperf struct {
 	Test string // TestTCPRR, TestTCPCRR or TestTCPStream
+	// DataPort fixes the server's data port (netperf -P ,PORT); 0 lets netserver pick.
+	// Behind a Service, the data connections must use a port the Service forwards.
+	DataPort int
 }
 
 // TCPRR, TCPCRR and TCPStream are the netperf workloads.
@@ -118,6 +121,9 @@ func (n Netperf) Argv(t Trial) []string {
 		argv = append(argv, "-T", fmt.Sprintf("%d,%d", t.Placement.Client, t.Placement.Server))
 	}
 	argv = append(argv, "--")
+	if n.DataPort != 0 {
+		argv = append(argv, "-P", ","+strconv.Itoa(n.DataPort))
+	}
 	if !n.isStream() {
 		argv = append(argv, "-r", "1,1")
 	}

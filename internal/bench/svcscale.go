@@ -271,36 +271,8 @@ func (w ServiceCRR) Server() *ServerSpec { return nil }
 
 // Run implements Workload.
 func (w ServiceCRR) Run(ctx context.Context, t Trial) (Sample, error) {
-	n := Netperf{Test: TestTCPCRR}
 	t.Server = Target{Addr: w.Env.clusterIP, Port: svcControlPort}
-	argv := n.Argv(t)
-	// The data connection's port must be one the Service forwards: -P ,PORT.
-	for i, a := range argv {
-		if a == "--" {
-			argv = append(argv[:i+1], append([]string{"-P", "," + strconv.Itoa(svcDataPort)}, argv[i+1:]...)...)
-			break
-		}
-	}
-	ctx, cancel := context.WithTimeout(ctx, t.Duration+toolGrace)
-	defer cancel()
-	meter := startCPUMeter()
-	out, err := t.Client.Command(ctx, t.Placement.Client, argv...).CombinedOutput()
-	if err != nil {
-		return nil, fmt.Errorf("netperf TCP_CRR to %s: %w: %s", w.Env.clusterIP, err, lastLine(string(out)))
-	}
-	busy, busyOK := meter.busySeconds()
-	kv, err := ParseNetperfKeyval(string(out))
-	if err != nil {
-		return nil, err
-	}
-	s, err := n.sample(kv)
-	if err != nil {
-		return nil, err
-	}
-	if busyOK {
-		addStatCPU(s, false, busy, kv["ELAPSED_TIME"])
-	}
-	return s, nil
+	return Netperf{Test: TestTCPCRR, DataPort: svcDataPort}.Run(ctx, t)
 }
 
 // ServiceScaleCases are the Service scale cases: for each count, myelin and kube-proxy

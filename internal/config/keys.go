@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/myelin-net/myelin/internal/maglev"
 )
 
 // key is one configuration key: its default and how to parse it into a Config.
@@ -97,7 +99,7 @@ var keys = []key{
 	}},
 	{"maglev-table-size", "16381", func(c *Config, v string) error {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 251 || n > 131071 || !isPrime(n) {
+		if err != nil || n < 251 || n > 131071 || !maglev.IsPrime(n) {
 			return fmt.Errorf("must be a prime between 251 and 131071 (e.g. 16381, 65521)")
 		}
 		c.MaglevTableSize = n
@@ -161,16 +163,4 @@ func parseCIDR(v string) (netip.Prefix, error) {
 		return netip.Prefix{}, fmt.Errorf("has host bits set; did you mean %v?", p.Masked())
 	}
 	return p, nil
-}
-
-func isPrime(n int) bool {
-	if n < 2 {
-		return false
-	}
-	for d := 2; d*d <= n; d++ {
-		if n%d == 0 {
-			return false
-		}
-	}
-	return true
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/myelin-net/myelin/internal/maglev"
 )
 
 // Sizes of the load balancing maps (bpf/lib/maps.h) with LoadBalancing on;
@@ -409,23 +411,10 @@ func checkLoadBalancing(cfg Config) error {
 	if !cfg.ClusterCIDR.IsValid() || !cfg.ClusterCIDR.Addr().Is4() {
 		return fmt.Errorf("load datapath: load balancing with cluster CIDR %v: set Config.ClusterCIDR to the IPv4 pod CIDR of the cluster", cfg.ClusterCIDR)
 	}
-	if cfg.MaglevTableSize != 0 && !isPrime(cfg.MaglevTableSize) {
+	if cfg.MaglevTableSize != 0 && !maglev.IsPrime(int(cfg.MaglevTableSize)) {
 		return fmt.Errorf("load datapath: Maglev table size %d is not prime: use a prime such as 251, 1021, 4093, 16381 or 65521, or 0 for random selection", cfg.MaglevTableSize)
 	}
 	return nil
-}
-
-// isPrime reports whether n is prime, by trial division (n < 2^32).
-func isPrime(n uint32) bool {
-	if n < 2 {
-		return false
-	}
-	for i := uint64(2); i*i <= uint64(n); i++ {
-		if uint64(n)%i == 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // configureLoadBalancing writes the load balancing constants and map sizes:

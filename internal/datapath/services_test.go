@@ -71,11 +71,6 @@ func TestCheckLoadBalancing(t *testing.T) {
 			t.Errorf("%s: err = %v, want one mentioning %q", name, err, c.want)
 		}
 	}
-	for _, p := range []uint32{2, 3, 251, 65521, 131071} {
-		if !isPrime(p) {
-			t.Errorf("isPrime(%d) = false", p)
-		}
-	}
 }
 
 // sk is a slot key.

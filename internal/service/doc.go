@@ -3,7 +3,7 @@
 //
 // The decisions are pure and unit-tested: Desired computes a Service's frontends
 // (ClusterIP:port, node IP:nodePort) and their backends from the API objects, and
-// Maglev computes the consistent-hashing table every node derives identically. The
+// internal/maglev computes the consistent-hashing table every node derives identically. The
 // Manager applies them to the datapath through a small interface, keeping stable ids
 // (adopted from the pinned maps after a restart, so open flows keep their backend),
 // and Watch drives the Manager from informers through a work queue, one Service at a

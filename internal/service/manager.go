@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/maglev"
 )
 
 // Datapath is the part of *datapath.Datapath the Manager programs.
@@ -46,7 +47,7 @@ type Manager struct {
 	backends  map[Backend]uint32
 	refs      map[uint32]int
 	beIDs     idSet
-	maglev    map[string][]int // Maglev tables by backend names: Services sharing pods share them
+	tables    map[string][]int // Maglev tables by backend names: Services sharing pods share them
 	lastApply time.Duration
 }
 
@@ -56,7 +57,7 @@ type Manager struct {
 func NewManager(dp Datapath, maglevSize int) (*Manager, error) {
 	m := &Manager{dp: dp, maglevSize: maglevSize, byService: map[string][]datapath.Frontend{},
 		frontends: map[datapath.Frontend]*Applied{}, backends: map[Backend]uint32{}, refs: map[uint32]int{},
-		maglev: map[string][]int{}, feIDs: newIDSet(), beIDs: newIDSet()}
+		tables: map[string][]int{}, feIDs: newIDSet(), beIDs: newIDSet()}
 	bes, err := dp.Backends()
 	if err != nil {
 		return nil, fmt.Errorf("read programmed backends: %w", err)
@@ -189,17 +190,17 @@ func (m *Manager) maglevTable(active []Backend) ([]int, error) {
 		names[i] = b.String()
 	}
 	key := strings.Join(names, ",")
-	if t, ok := m.maglev[key]; ok {
+	if t, ok := m.tables[key]; ok {
 		return t, nil
 	}
-	t, err := Maglev(names, m.maglevSize)
+	t, err := maglev.Table(names, m.maglevSize)
 	if err != nil {
 		return nil, err
 	}
-	if len(m.maglev) >= 1024 {
-		clear(m.maglev) // bounded: distinct backend sets beyond this are recomputed
+	if len(m.tables) >= 1024 {
+		clear(m.tables) // bounded: distinct backend sets beyond this are recomputed
 	}
-	m.maglev[key] = t
+	m.tables[key] = t
 	return t, nil
 }
 

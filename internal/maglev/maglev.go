@@ -1,4 +1,7 @@
-package service
+// Package maglev is Maglev consistent hashing (Eisenbud et al., NSDI 2016): the lookup
+// table every node computes identically from a Service's backends, and the primality the
+// table size needs. Pure; the datapath holds the tables, internal/service builds them.
+package maglev
 
 import (
 	"crypto/sha256"
@@ -11,7 +14,7 @@ import (
 // each node sends a given flow to the same backend.
 const maglevSeed = "myelin-maglev-v1"
 
-// Maglev returns the lookup table of Maglev consistent hashing (Eisenbud et al.,
+// Table returns the lookup table of Maglev consistent hashing (Eisenbud et al.,
 // NSDI 2016) for backends, identified by name (addr:port), with m entries: each entry
 // is an index into names. m must be prime and larger than len(names), which spreads
 // every backend's preference list over the whole table. Backends get within one entry
@@ -19,12 +22,12 @@ const maglevSeed = "myelin-maglev-v1"
 //
 // The table depends only on names, their order and m, so callers must order names
 // the same way on every node (Desired sorts backends by address and port).
-func Maglev(names []string, m int) ([]int, error) {
+func Table(names []string, m int) ([]int, error) {
 	n := len(names)
 	if n == 0 {
 		return nil, nil
 	}
-	if m <= n || !isPrime(m) {
+	if m <= n || !IsPrime(m) {
 		return nil, fmt.Errorf("maglev table size %d: must be a prime larger than the %d backends", m, n)
 	}
 	offset, skip := make([]int, n), make([]int, n)
@@ -55,7 +58,8 @@ func Maglev(names []string, m int) ([]int, error) {
 	}
 }
 
-func isPrime(n int) bool {
+// IsPrime reports whether n is prime: Maglev table sizes must be.
+func IsPrime(n int) bool {
 	if n < 2 {
 		return false
 	}

@@ -1,4 +1,4 @@
-package service
+package maglev
 
 import (
 	"fmt"
@@ -16,7 +16,7 @@ func backendNames(n int) []string {
 func TestMaglevBalanced(t *testing.T) {
 	const m = 16381
 	for _, n := range []int{1, 2, 3, 10, 100} {
-		table, err := Maglev(backendNames(n), m)
+		table, err := Table(backendNames(n), m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,8 +37,8 @@ func TestMaglevBalanced(t *testing.T) {
 }
 
 func TestMaglevDeterministic(t *testing.T) {
-	a, _ := Maglev(backendNames(5), 251)
-	b, _ := Maglev(backendNames(5), 251)
+	a, _ := Table(backendNames(5), 251)
+	b, _ := Table(backendNames(5), 251)
 	for i := range a {
 		if a[i] != b[i] {
 			t.Fatalf("entry %d differs between two computations: %d vs %d", i, a[i], b[i])
@@ -51,10 +51,10 @@ func TestMaglevDeterministic(t *testing.T) {
 func TestMaglevRemoveOneBackend(t *testing.T) {
 	const m, n = 16381, 10
 	names := backendNames(n)
-	before, _ := Maglev(names, m)
+	before, _ := Table(names, m)
 	removed := 3
 	rest := append(append([]string{}, names[:removed]...), names[removed+1:]...)
-	after, _ := Maglev(rest, m)
+	after, _ := Table(rest, m)
 
 	var moved, others int
 	for i := range before {
@@ -83,11 +83,19 @@ func TestMaglevRejectsBadSize(t *testing.T) {
 	for _, tc := range []struct {
 		n, m int
 	}{{2, 16380}, {5, 5}, {5, 3}} {
-		if _, err := Maglev(backendNames(tc.n), tc.m); err == nil {
+		if _, err := Table(backendNames(tc.n), tc.m); err == nil {
 			t.Errorf("n=%d m=%d: want an error", tc.n, tc.m)
 		}
 	}
-	if table, err := Maglev(nil, 251); err != nil || table != nil {
+	if table, err := Table(nil, 251); err != nil || table != nil {
 		t.Errorf("no backends: got %v, %v; want nil, nil", table, err)
+	}
+}
+
+func TestIsPrime(t *testing.T) {
+	for n, want := range map[int]bool{0: false, 1: false, 2: true, 251: true, 16381: true, 16383: false, 65521: true, 131071: true, 131073: false} {
+		if IsPrime(n) != want {
+			t.Errorf("IsPrime(%d) = %v, want %v", n, !want, want)
+		}
 	}
 }
