@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -38,40 +37,30 @@ const (
 // the agent's CPU and memory idle and under churn, and the time it takes to program
 // 10,000 Services. Its workloads ignore the client and server.
 type ControlPlane struct {
-	// Bin is the myelin binary that builds the lab; empty: this executable.
-	Bin string
+	cluster  *Cluster
+	held     bool
+	cs       kubernetes.Interface // without client-side rate limits
+	services int                  // filler Services created so far
+}
 
-	bin      string
-	up       bool
-	cs       kubernetes.Interface
-	services int // filler Services created so far
+// NewControlPlane returns the control-plane environment.
+func NewControlPlane() *ControlPlane {
+	return &ControlPlane{cluster: NewCluster(LabSpec{Nodes: 1, CNI: string(lab.CNIMyelin), Profile: "native"})}
 }
 
 // Name implements Environment.
 func (c *ControlPlane) Name() string { return "control-plane" }
 
 // Available implements Environment.
-func (c *ControlPlane) Available() error {
-	s := ServiceScale{Proxy: ProxyMyelin}
-	return s.Available()
-}
+func (c *ControlPlane) Available() error { return c.cluster.Available() }
 
-// Setup implements Environment: a 1-node myelin lab with the filler Deployment.
+// Setup implements Environment: a 1-node myelin lab.
 func (c *ControlPlane) Setup(ctx context.Context) (Endpoints, error) {
-	c.bin = c.Bin
-	if c.bin == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return Endpoints{}, err
-		}
-		c.bin = exe
+	c.held = true
+	if err := c.cluster.acquire(ctx); err != nil {
+		return Endpoints{}, err
 	}
-	c.up = true
-	args := []string{"lab", "up", "--nodes", "1", "--cni", "myelin", "--profile", "native"}
-	if out, err := exec.CommandContext(ctx, c.bin, args...).CombinedOutput(); err != nil {
-		return Endpoints{}, fmt.Errorf("myelin %s: %w: %s", strings.Join(args, " "), err, lastLine(string(out)))
-	}
-	cs, err := lab.BulkClient(lab.Paths{Dir: lab.DefaultDir}.Kubeconfig())
+	cs, err := lab.BulkClient(c.cluster.Paths.Kubeconfig())
 	if err != nil {
 		return Endpoints{}, err
 	}
@@ -82,14 +71,11 @@ func (c *ControlPlane) Setup(ctx context.Context) (Endpoints, error) {
 
 // Teardown implements Environment.
 func (c *ControlPlane) Teardown() error {
-	if !c.up {
+	if !c.held {
 		return nil
 	}
-	c.up = false
-	if out, err := exec.Command(c.bin, "lab", "down").CombinedOutput(); err != nil {
-		return fmt.Errorf("myelin lab down: %w: %s", err, lastLine(string(out)))
-	}
-	return nil
+	c.held = false
+	return c.cluster.release()
 }
 
 // agentPID finds the lab node's myelin-agent process.
@@ -337,8 +323,12 @@ func (ServiceProgram) Server() *ServerSpec { return nil }
 func (w ServiceProgram) Run(ctx context.Context, t Trial) (Sample, error) {
 	node := lab.NodeName(controlPlaneNode)
 	e := w.Env
+	bin, err := e.cluster.binary()
+	if err != nil {
+		return nil, err
+	}
 	if e.services < programServices {
-		if err := ensureFiller(ctx, e.cs, e.bin); err != nil {
+		if err := ensureFiller(ctx, e.cs, bin); err != nil {
 			return nil, err
 		}
 		if err := lab.CreateServices(ctx, e.cs, "filler", "bench-filler", programServices, svcFillerPort); err != nil {
@@ -350,8 +340,8 @@ func (w ServiceProgram) Run(ctx context.Context, t Trial) (Sample, error) {
 		}
 	}
 	start := time.Now()
-	if out, err := exec.CommandContext(ctx, e.bin, "lab", "restart", "agent-"+node).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("restart the agent: %w: %s", err, lastLine(string(out)))
+	if err := e.cluster.myelin(ctx, "lab", "restart", "agent-"+node); err != nil {
+		return nil, err
 	}
 	if err := waitAgentServices(ctx, node, func(n int) bool { return n > programServices }); err != nil {
 		return nil, err
@@ -361,8 +351,7 @@ func (w ServiceProgram) Run(ctx context.Context, t Trial) (Sample, error) {
 
 // ensureFiller creates the Deployment of 2 lab HTTP servers the filler Services select.
 func ensureFiller(ctx context.Context, cs kubernetes.Interface, bin string) error {
-	s := &ServiceScale{bin: bin}
-	_, err := cs.AppsV1().Deployments("default").Create(ctx, s.fillerDeployment(), metav1.CreateOptions{})
+	_, err := cs.AppsV1().Deployments("default").Create(ctx, fillerDeployment(bin), metav1.CreateOptions{})
 	if err != nil && !strings.Contains(err.Error(), "already exists") {
 		return err
 	}
@@ -390,7 +379,7 @@ func (CNIAdd) Server() *ServerSpec { return nil }
 // Run implements Workload.
 func (w CNIAdd) Run(ctx context.Context, t Trial) (Sample, error) {
 	node := lab.NodeName(controlPlaneNode)
-	dir := lab.Paths{Dir: lab.DefaultDir}.NodeDir(node)
+	dir := w.Env.cluster.Paths.NodeDir(node)
 	conf, err := libcni.ConfListFromFile(filepath.Join(dir, "cni", "net.d", agent.CNIConfFile))
 	if err != nil {
 		return nil, fmt.Errorf("the agent's conflist: %w", err)
@@ -444,7 +433,7 @@ func cniAddDel(ctx context.Context, cni *libcni.CNIConfig, conf *libcni.NetworkC
 
 // ControlPlaneCases are the control-plane cases, in one stage with one lab.
 func ControlPlaneCases() []Case {
-	env := &ControlPlane{}
+	env := NewControlPlane()
 	var out []Case
 	for _, w := range []Workload{CNIAdd{env}, AgentIdle{env}, AgentChurn{env}, ServiceProgram{env}} {
 		out = append(out, Case{Name: CaseName(env, w, Unpinned), Group: GroupControlPlane, Stage: env.Name(),

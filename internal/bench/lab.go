@@ -30,6 +30,7 @@ type LabSpec struct {
 	CNI            string // --cni: lab.CNIMyelin, lab.CNIBridge or lab.CNIFlannel
 	Profile        string // myelin's profile (CNI myelin only)
 	FlannelBackend string // "vxlan" or "host-gw" (CNI flannel only)
+	KubeProxy      string // --kube-proxy: "iptables" or "nftables"; "" runs none
 	LegacyNodes    []string
 }
 
@@ -41,6 +42,9 @@ func (s LabSpec) upArgs() []string {
 	}
 	if s.FlannelBackend != "" {
 		args = append(args, "--flannel-backend", s.FlannelBackend)
+	}
+	if s.KubeProxy != "" {
+		args = append(args, "--kube-proxy", s.KubeProxy)
 	}
 	return args
 }
@@ -106,6 +110,11 @@ func (c *Cluster) Available() error {
 	if c.Spec.CNI == string(lab.CNIFlannel) {
 		if _, err := os.Stat(lab.FlannelBinary()); err != nil {
 			return fmt.Errorf("Flannel %s not built (%s missing): run make setup", lab.FlannelVersion, lab.FlannelBinary())
+		}
+	}
+	if c.Spec.KubeProxy == ProxyNFTables {
+		if _, err := exec.LookPath("nft"); err != nil {
+			return errors.New("kube-proxy in nftables mode needs nft, which is not installed: run make setup")
 		}
 	}
 	if lab.Running(c.Paths) {

@@ -2,10 +2,8 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -44,35 +42,26 @@ const (
 type ServiceScale struct {
 	Proxy    string
 	Services int
-	// Bin is the myelin binary that builds the lab; empty: this executable.
-	Bin string
 
-	bin       string
+	cluster   *Cluster
+	held      bool
 	clusterIP netip.Addr
-	up        bool
+}
+
+// NewServiceScale returns the environment of proxy with n filler Services.
+func NewServiceScale(proxy string, n int) *ServiceScale {
+	spec := LabSpec{Nodes: 2, CNI: string(lab.CNIMyelin), Profile: "native"}
+	if proxy != ProxyMyelin {
+		spec.KubeProxy = proxy
+	}
+	return &ServiceScale{Proxy: proxy, Services: n, cluster: NewCluster(spec)}
 }
 
 // Name implements Environment: svc-<proxy>-<services>.
 func (s *ServiceScale) Name() string { return fmt.Sprintf("svc-%s-%d", s.Proxy, s.Services) }
 
 // Available implements Environment.
-func (s *ServiceScale) Available() error {
-	if os.Geteuid() != 0 {
-		return ErrNotRoot
-	}
-	if _, err := os.Stat(lab.KubeBinDir() + "/kube-apiserver"); err != nil {
-		return fmt.Errorf("the Kubernetes binaries are not built in %s: run make setup", lab.KubeBinDir())
-	}
-	if lab.Running(lab.Paths{Dir: lab.DefaultDir}) {
-		return errors.New("a lab is running on this machine: run myelin lab down first (bench builds its own labs)")
-	}
-	if s.Proxy == ProxyNFTables {
-		if _, err := exec.LookPath("nft"); err != nil {
-			return errors.New("nft not found: install nftables (make setup)")
-		}
-	}
-	return nil
-}
+func (s *ServiceScale) Available() error { return s.cluster.Available() }
 
 // Setup implements Environment: the lab, the netserver backend and its Service, the
 // filler Services (written through the API as fast as the apiserver takes them), and a
@@ -80,25 +69,11 @@ func (s *ServiceScale) Available() error {
 func (s *ServiceScale) Setup(ctx context.Context) (Endpoints, error) {
 	ctx, cancel := context.WithTimeout(ctx, svcSetupLimit)
 	defer cancel()
-	bin := s.Bin
-	if bin == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return Endpoints{}, err
-		}
-		bin = exe
+	s.held = true
+	if err := s.cluster.acquire(ctx); err != nil {
+		return Endpoints{}, err
 	}
-	s.bin = bin
-	args := []string{"lab", "up", "--nodes", "2", "--cni", "myelin", "--profile", "native"}
-	if s.Proxy != ProxyMyelin {
-		args = append(args, "--kube-proxy", s.Proxy)
-	}
-	s.up = true
-	if out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput(); err != nil {
-		return Endpoints{}, fmt.Errorf("myelin %s: %w: %s", strings.Join(args, " "), err, lastLine(string(out)))
-	}
-	paths := lab.Paths{Dir: lab.DefaultDir}
-	cs, err := lab.BulkClient(paths.Kubeconfig())
+	cs, err := lab.BulkClient(s.cluster.Paths.Kubeconfig())
 	if err != nil {
 		return Endpoints{}, err
 	}
@@ -136,7 +111,11 @@ func (s *ServiceScale) deploy(ctx context.Context, cs kubernetes.Interface) (Hos
 	if err := mk("bench-netserver", n2, map[string]string{"app": "bench-netserver"}, "netserver", "-D", "-p", strconv.Itoa(svcControlPort)); err != nil {
 		return nil, err
 	}
-	if _, err := cs.AppsV1().Deployments("default").Create(ctx, s.fillerDeployment(), metav1.CreateOptions{}); err != nil {
+	bin, err := s.cluster.binary()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, fillerDeployment(bin), metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "bench-netserver"}, Spec: corev1.ServiceSpec{
@@ -152,39 +131,25 @@ func (s *ServiceScale) deploy(ctx context.Context, cs kubernetes.Interface) (Hos
 	if s.clusterIP, err = netip.ParseAddr(created.Spec.ClusterIP); err != nil {
 		return nil, err
 	}
-	uid, err := waitPodRunning(ctx, cs, "bench-client")
+	client, err := s.cluster.kube.waitPod(ctx, "bench-client", n1)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := waitPodRunning(ctx, cs, "bench-netserver"); err != nil {
+	if _, err := s.cluster.kube.waitPod(ctx, "bench-netserver", n2); err != nil {
 		return nil, err
 	}
-	return NetNSHost{Path: lab.NetNSPath(lab.PodNetNS(uid))}, nil
+	return NetNSHost{Path: client.NetNS}, nil
 }
 
-// fillerDeployment is 2 lab HTTP servers, the backends of every filler Service.
-func (s *ServiceScale) fillerDeployment() *appsv1.Deployment {
+// fillerDeployment is 2 lab HTTP servers (bin lab serve), the backends of every filler
+// Service.
+func fillerDeployment(bin string) *appsv1.Deployment {
 	two := int32(2)
 	labels := map[string]string{"app": "bench-filler"}
 	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "bench-filler"}, Spec: appsv1.DeploymentSpec{
 		Replicas: &two, Selector: &metav1.LabelSelector{MatchLabels: labels},
 		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{Name: "web", Image: "host", Command: []string{s.bin, "lab", "serve", "--listen", ":" + strconv.Itoa(svcFillerPort)}}}}}}}
-}
-
-// waitPodRunning waits until a pod runs and returns its UID.
-func waitPodRunning(ctx context.Context, cs kubernetes.Interface, name string) (string, error) {
-	for {
-		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
-		if err == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
-			return string(p.UID), nil
-		}
-		select {
-		case <-ctx.Done():
-			return "", fmt.Errorf("pod %s not running: %w (last error: %v)", name, ctx.Err(), err)
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
+			Containers: []corev1.Container{{Name: "web", Image: "host", Command: []string{bin, "lab", "serve", "--listen", ":" + strconv.Itoa(svcFillerPort)}}}}}}}
 }
 
 // waitProgrammed waits until node-1's proxy has programmed the last filler and the
@@ -236,14 +201,11 @@ func (s *ServiceScale) programmed(ctx context.Context) (string, error) {
 
 // Teardown implements Environment.
 func (s *ServiceScale) Teardown() error {
-	if !s.up {
+	if !s.held {
 		return nil
 	}
-	s.up = false
-	if out, err := exec.Command(s.bin, "lab", "down").CombinedOutput(); err != nil {
-		return fmt.Errorf("myelin lab down: %w: %s", err, lastLine(string(out)))
-	}
-	return nil
+	s.held = false
+	return s.cluster.release()
 }
 
 // ServiceCRR is netperf TCP_CRR from the client pod to the measured Service's cluster
@@ -281,7 +243,7 @@ func ServiceScaleCases(counts []int) []Case {
 	var out []Case
 	for _, n := range counts {
 		for _, proxy := range []string{ProxyMyelin, ProxyIPTables, ProxyNFTables} {
-			env := &ServiceScale{Proxy: proxy, Services: n}
+			env := NewServiceScale(proxy, n)
 			for _, c := range Matrix(env, GroupService, nil, []Workload{ServiceCRR{Env: env}}, Placements()) {
 				c.Stage = env.Name()
 				out = append(out, c)
