@@ -45,6 +45,7 @@ type Manager struct {
 	frontends map[datapath.Frontend]*Applied // nil Applied.Service: adopted, not claimed yet
 	feIDs     idSet
 	backends  map[Backend]uint32
+	byID      map[uint32]Backend // the inverse of backends
 	refs      map[uint32]int
 	beIDs     idSet
 	tables    map[string][]int // Maglev tables by backend names: Services sharing pods share them
@@ -56,7 +57,7 @@ type Manager struct {
 // Maglev table size, 0 for random backend selection.
 func NewManager(dp Datapath, maglevSize int) (*Manager, error) {
 	m := &Manager{dp: dp, maglevSize: maglevSize, byService: map[string][]datapath.Frontend{},
-		frontends: map[datapath.Frontend]*Applied{}, backends: map[Backend]uint32{}, refs: map[uint32]int{},
+		frontends: map[datapath.Frontend]*Applied{}, backends: map[Backend]uint32{}, byID: map[uint32]Backend{}, refs: map[uint32]int{},
 		tables: map[string][]int{}, feIDs: newIDSet(), beIDs: newIDSet()}
 	bes, err := dp.Backends()
 	if err != nil {
@@ -64,6 +65,7 @@ func NewManager(dp Datapath, maglevSize int) (*Manager, error) {
 	}
 	for id, b := range bes {
 		m.backends[Backend{Addr: b.Addr, Port: b.Port}] = id
+		m.byID[id] = Backend{Addr: b.Addr, Port: b.Port}
 		m.refs[id] = 0
 		m.beIDs.take(id)
 	}
@@ -230,6 +232,7 @@ func (m *Manager) acquire(b Backend) (uint32, error) {
 			return 0, fmt.Errorf("backend %s: %w", b, err)
 		}
 		m.backends[b] = id
+		m.byID[id] = b
 	}
 	m.refs[id]++
 	return id, nil
@@ -253,11 +256,10 @@ func (m *Manager) deleteBackend(id uint32) error {
 		m.refs[id] = 0
 		return fmt.Errorf("delete backend %d: %w", id, err)
 	}
-	for b, bid := range m.backends {
-		if bid == id {
-			delete(m.backends, b)
-		}
+	if b := m.byID[id]; m.backends[b] == id {
+		delete(m.backends, b)
 	}
+	delete(m.byID, id)
 	delete(m.refs, id)
 	m.beIDs.free(id)
 	return nil
