@@ -36,7 +36,7 @@ func labUpCommand(paths func() lab.Paths) *cobra.Command {
 	var cni, underlay string
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "Build the lab and wait until every node is Ready (does nothing if one is running)",
+		Short: "Build the lab and wait until every node is Ready (does nothing if the same lab is running; refuses if another one is)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.CNI, o.Underlay = lab.CNI(cni), lab.Underlay(underlay)

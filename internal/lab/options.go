@@ -128,6 +128,16 @@ func (o Options) Describe() string {
 	return fmt.Sprintf("--cni %s", o.CNI)
 }
 
+// Flags spells out every option as the `lab up` flags that choose it, e.g.
+// "--nodes 2 --cni myelin --profile native --underlay l2".
+func (o Options) Flags() string {
+	flags := fmt.Sprintf("--nodes %d %s --underlay %s", o.Nodes, o.Describe(), o.Underlay)
+	if o.KubeProxy != "" {
+		flags += " --kube-proxy " + o.KubeProxy
+	}
+	return flags
+}
+
 func contains(list []string, s string) bool {
 	for _, v := range list {
 		if v == s {

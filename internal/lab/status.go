@@ -31,8 +31,7 @@ func PrintStatus(ctx context.Context, paths Paths, out io.Writer) error {
 		phase = "stopped (supervisor not running; run myelin lab down, then myelin lab up)"
 	}
 	fmt.Fprintf(out, "Lab:        %s, up %v\n", phase, time.Since(r.Created).Round(time.Second))
-	fmt.Fprintf(out, "Options:    --nodes %d %s --underlay %s\n",
-		len(plan.Nodes), plan.Options.Describe(), plan.Options.Underlay)
+	fmt.Fprintf(out, "Options:    %s\n", plan.Options.Flags())
 	fmt.Fprintf(out, "Apiserver:  https://%s:%d (kubeconfig %s)\n", plan.Addressing.ControlPlaneIP(), APIServerPort, paths.Kubeconfig())
 	fmt.Fprintf(out, "External:   http://%s:%d (netns %s)\n", plan.Addressing.ExternalServerIP(), ExternalHTTPPort, ExtNS)
 	if st.Error != "" {

@@ -20,15 +20,13 @@ func Running(paths Paths) bool { return supervisorPID(paths) != 0 }
 
 // Up builds the lab of plan: checks first, then the network, certificates and
 // kubeconfigs, then starts the supervisor and waits until the cluster is ready. On a
-// running lab it says so and changes nothing. Any failure (or ctx ending) tears down
-// what was built, so no half-built lab is left behind.
+// running lab of the same options it says so and changes nothing (so `up` is safe to
+// repeat); a running lab of other options is an error, so that nobody measures or
+// tears down a lab that is not the one they asked for. Any failure (or ctx ending)
+// tears down what was built, so no half-built lab is left behind.
 func Up(ctx context.Context, paths Paths, plan Plan, out io.Writer) (err error) {
 	if Running(paths) {
-		running, _ := LoadPlan(paths)
-		fmt.Fprintf(out, "a lab is already running (%d nodes, %s); nothing changed.\n",
-			len(running.Nodes), running.Options.Describe())
-		fmt.Fprintf(out, "use it with: export KUBECONFIG=%s; to rebuild it, run myelin lab down first\n", paths.Kubeconfig())
-		return nil
+		return alreadyRunning(paths, plan, out)
 	}
 	if err := preflight(paths, plan); err != nil {
 		return err
@@ -74,6 +72,21 @@ func Up(ctx context.Context, paths Paths, plan Plan, out io.Writer) (err error) 
 		return err
 	}
 	printUsage(out, paths, plan)
+	return nil
+}
+
+// alreadyRunning answers `lab up` while a lab runs: fine if it is the lab asked for.
+func alreadyRunning(paths Paths, plan Plan, out io.Writer) error {
+	running, err := LoadPlan(paths)
+	if err != nil {
+		return fmt.Errorf("a lab is running but its plan %s is unreadable (%v); run myelin lab down, then myelin lab up", paths.PlanFile(), err)
+	}
+	if running.Options != plan.Options {
+		return fmt.Errorf("lab up %s: a lab with other options is already running (%s); run myelin lab down first, or use the running one (export KUBECONFIG=%s)",
+			plan.Options.Flags(), running.Options.Flags(), paths.Kubeconfig())
+	}
+	fmt.Fprintf(out, "a lab is already running (%s); nothing changed.\n", running.Options.Flags())
+	fmt.Fprintf(out, "use it with: export KUBECONFIG=%s; to rebuild it, run myelin lab down first\n", paths.Kubeconfig())
 	return nil
 }
 

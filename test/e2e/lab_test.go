@@ -75,9 +75,13 @@ func TestLabBridgeCNI(t *testing.T) {
 	cs := labUp(t, "--nodes", "2", "--cni", "bridge")
 	ctx := context.Background()
 
-	out, err := myelin("lab", "up", "--nodes", "3")
+	out, err := myelin("lab", "up", "--nodes", "2", "--cni", "bridge")
 	if err != nil || !strings.Contains(out, "already running") {
-		t.Errorf("lab up on a running lab: %v\n%s; want it to say so and succeed", err, out)
+		t.Errorf("lab up with the running lab's options: %v\n%s; want it to say so and succeed", err, out)
+	}
+	out, err = myelin("lab", "up", "--nodes", "3")
+	if err == nil || !strings.Contains(out, "already running (--nodes 2 --cni bridge") || !strings.Contains(out, "myelin lab down first") {
+		t.Errorf("lab up with other options on a running lab: %v\n%s; want a refusal naming the running lab and the fix", err, out)
 	}
 	if len(lab.LeftoverNetNS()) != 2+2 {
 		t.Errorf("lab up on a running lab changed the namespaces: %v", lab.LeftoverNetNS())
