@@ -28,6 +28,9 @@ func TestLabCases(t *testing.T) {
 		"flannel-vxlan/flannel-cross-node/tcp-rr/same-vcpu":  {"flannel-vxlan", "flannel-vxlan/node-to-node/tcp-rr/same-vcpu"},
 		"flannel-host-gw/flannel-same-node/tcp-rr/same-vcpu": {"flannel-host-gw", "flannel-host-gw/veth-pair/tcp-rr/same-vcpu"},
 		"native/node-to-node/tcp-rr/same-vcpu":               {"native", ""},
+		"svc-iptables-10000/svc-crr/same-vcpu":               {"svc-iptables-10000", "svc-iptables-10000/direct-crr/same-vcpu"},
+		"svc-myelin-10/svc-crr/cross-vcpu":                   {"svc-myelin-10", "svc-myelin-10/direct-crr/cross-vcpu"},
+		"svc-myelin-10/direct-crr/cross-vcpu":                {"svc-myelin-10", ""},
 	} {
 		c, ok := byName[name]
 		if !ok {

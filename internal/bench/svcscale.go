@@ -46,6 +46,7 @@ type ServiceScale struct {
 	cluster   *Cluster
 	held      bool
 	clusterIP netip.Addr
+	backendIP netip.Addr // the netserver pod's own address, for the direct baseline
 }
 
 // NewServiceScale returns the environment of proxy with n filler Services.
@@ -135,9 +136,11 @@ func (s *ServiceScale) deploy(ctx context.Context, cs kubernetes.Interface) (Hos
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.cluster.kube.waitPod(ctx, "bench-netserver", n2); err != nil {
+	backend, err := s.cluster.kube.waitPod(ctx, "bench-netserver", n2)
+	if err != nil {
 		return nil, err
 	}
+	s.backendIP = backend.IP
 	return NetNSHost{Path: client.NetNS}, nil
 }
 
@@ -237,16 +240,49 @@ func (w ServiceCRR) Run(ctx context.Context, t Trial) (Sample, error) {
 	return Netperf{Test: TestTCPCRR, DataPort: svcDataPort}.Run(ctx, t)
 }
 
+// DirectCRR is netperf TCP_CRR from the client pod straight to the Service's backend
+// pod, no Service in the way: the baseline of ServiceCRR in the same lab and round, so
+// that Service counts and proxies, which run in different labs, compare as ratios
+// rather than as absolute rates measured minutes apart.
+type DirectCRR struct{ Env *ServiceScale }
+
+// Name implements Workload.
+func (w DirectCRR) Name() string { return "direct-crr" }
+
+// Describe implements Workload.
+func (w DirectCRR) Describe() string {
+	return "netperf TCP_CRR to the Service's backend pod IP (no Service): the baseline of svc-crr"
+}
+
+// Metrics implements Workload.
+func (w DirectCRR) Metrics() []Metric { return Netperf{Test: TestTCPCRR}.Metrics() }
+
+// Tools implements Workload.
+func (w DirectCRR) Tools() []string { return ServiceCRR(w).Tools() }
+
+// Server implements Workload: none, the environment runs the backend.
+func (w DirectCRR) Server() *ServerSpec { return nil }
+
+// Run implements Workload.
+func (w DirectCRR) Run(ctx context.Context, t Trial) (Sample, error) {
+	t.Server = Target{Addr: w.Env.backendIP, Port: svcControlPort}
+	return Netperf{Test: TestTCPCRR, DataPort: svcDataPort}.Run(ctx, t)
+}
+
 // ServiceScaleCases are the Service scale cases: for each count, myelin and kube-proxy
-// in iptables and nftables mode, each in its own stage (its own lab), both placements.
+// in iptables and nftables mode, each in its own stage (its own lab), both placements;
+// each svc-crr case is compared to the direct-crr case of its lab and placement.
 func ServiceScaleCases(counts []int) []Case {
 	var out []Case
 	for _, n := range counts {
 		for _, proxy := range []string{ProxyMyelin, ProxyIPTables, ProxyNFTables} {
 			env := NewServiceScale(proxy, n)
-			for _, c := range Matrix(env, GroupService, nil, []Workload{ServiceCRR{Env: env}}, Placements()) {
-				c.Stage = env.Name()
-				out = append(out, c)
+			for _, p := range Placements() {
+				direct := Case{Name: CaseName(env, DirectCRR{Env: env}, p), Group: GroupBaseline,
+					Stage: env.Name(), Env: env, Workload: DirectCRR{Env: env}, Placement: p}
+				svc := Case{Name: CaseName(env, ServiceCRR{Env: env}, p), Group: GroupService,
+					Stage: env.Name(), Env: env, Workload: ServiceCRR{Env: env}, Placement: p, Baseline: direct.Name}
+				out = append(out, direct, svc)
 			}
 		}
 	}
