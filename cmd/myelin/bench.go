@@ -29,7 +29,7 @@ Client and server are pinned to vCPUs (same-vcpu: 0,0; cross-vcpu: 0,1). Run as 
 	cmd.Flags().BoolVar(&o.Quick, "quick", false, "1 s runs of a tiny case set (TCP_RR over loopback and the veth pair, no lab) unless --cases is given (then 1 s runs of those, labs included)")
 	cmd.Flags().IntVar(&o.Rounds, "rounds", bench.DefaultRounds, "rounds: each selected case runs once per round")
 	cmd.Flags().DurationVar(&o.Duration, "duration", 0, "length of each run (default 5s, 1s with --quick)")
-	cmd.Flags().StringSliceVar(&o.Cases, "cases", nil, "cases to run: names, leading parts (veth-pair, loopback/tcp-rr) or globs (*/tcp-rr/same-vcpu); their baselines are added")
+	cmd.Flags().StringSliceVar(&o.Cases, "cases", nil, "cases to run: names, leading parts (veth-pair, loopback/tcp-rr) or globs of either (*/tcp-rr/same-vcpu, svc-*); their baselines are added")
 	cmd.Flags().StringVar(&o.OutDir, "out", bench.DefaultOutDir, "directory for report.md, results.json and the charts")
 	cmd.Flags().BoolVar(&o.List, "list", false, "list the cases and what each measures, and exit")
 	return cmd

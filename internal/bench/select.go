@@ -44,7 +44,8 @@ func Validate(cases []Case) error {
 
 // Select returns the cases matching any of the patterns, in catalog order, together with
 // the baselines they are compared to. A pattern is a case name, a leading part of one
-// ending at a "/" ("veth-pair" or "veth-pair/tcp-rr"), or a glob ("*/tcp-rr/same-vcpu").
+// ending at a "/" ("veth-pair" or "veth-pair/tcp-rr"), or a glob of either
+// ("*/tcp-rr/same-vcpu", "svc-*").
 // No patterns selects every case.
 func Select(all []Case, patterns []string) ([]Case, error) {
 	if len(patterns) == 0 {
@@ -81,13 +82,18 @@ func Select(all []Case, patterns []string) ([]Case, error) {
 	return out, nil
 }
 
+// matches reports whether pattern (a name or glob, see Select) matches name or one of
+// its leading parts ending at a "/", so that "svc-*" selects every case of the svc-*
+// environments.
 func matches(pattern, name string) bool {
 	pattern = strings.TrimSuffix(pattern, "/")
-	if pattern == name || strings.HasPrefix(name, pattern+"/") {
-		return true
+	parts := strings.Split(name, "/")
+	for i := 1; i <= len(parts); i++ {
+		if ok, _ := path.Match(pattern, strings.Join(parts[:i], "/")); ok {
+			return true
+		}
 	}
-	ok, _ := path.Match(pattern, name)
-	return ok
+	return false
 }
 
 // Availability says why a case cannot run on this machine, or nil: its environment, the
