@@ -88,6 +88,41 @@ static __always_inline void ct_create(const struct ct_key *fwd, __u32 id, __be32
 }
 
 /*
+ * ct_forget_stale_reply runs on a pod's packet to another pod (no service in
+ * the way). A TCP SYN there opens a new connection, so a reverse entry for
+ * its reply tuple can only be left over from an earlier service flow that
+ * used the same ports: clients reuse an ephemeral port once the connection
+ * that held it towards another destination (the frontend) is gone. Left in
+ * place it would turn this connection's replies into packets from the
+ * frontend, which the client's socket refuses. The common case costs one
+ * byte read (the TCP flags); only a SYN pays for a map delete.
+ * UDP has no connection start to key on, so a direct UDP flow reusing an
+ * earlier service flow's ports keeps the translation until the LRU evicts it.
+ */
+static __always_inline void ct_forget_stale_reply(struct __sk_buff *skb,
+						  const struct ipv4_info *info)
+{
+	__u8 flags;
+	__be16 ports[2];
+	struct ct_key rev = {.saddr = info->daddr,
+			     .daddr = info->saddr,
+			     .proto = IPPROTO_TCP,
+			     .dir = CT_DIR_REVERSE};
+
+	if (info->proto != IPPROTO_TCP || !info->l4_off)
+		return;
+	if (bpf_skb_load_bytes(skb, info->l4_off + TCP_FLAGS_OFF, &flags, sizeof(flags)) < 0)
+		return;
+	if ((flags & (TCP_FLAGS_SYN | TCP_FLAGS_ACK)) != TCP_FLAGS_SYN)
+		return;
+	if (bpf_skb_load_bytes(skb, info->l4_off, ports, sizeof(ports)) < 0)
+		return;
+	rev.sport = ports[1];
+	rev.dport = ports[0];
+	bpf_map_delete_elem(&myelin_lb_ct, &rev);
+}
+
+/*
  * ct_reply_xlate translates a reply of a load-balanced flow (a packet whose
  * tuple has a reverse entry) back: source to the frontend's address and
  * port, and for a hairpin flow the destination back to the client. Returns

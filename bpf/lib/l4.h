@@ -38,6 +38,11 @@ struct icmp_echo_hdr {
 	__be16 seq;
 };
 
+/* The TCP header's flags byte (CWR..FIN) and two of its bits. */
+#define TCP_FLAGS_OFF 13
+#define TCP_FLAGS_SYN 0x02
+#define TCP_FLAGS_ACK 0x10
+
 #define IPV4_SADDR_OFF (ETH_HLEN + offsetof(struct iphdr, saddr))
 #define IPV4_DADDR_OFF (ETH_HLEN + offsetof(struct iphdr, daddr))
 #define ICMP_ID_OFF    offsetof(struct icmp_echo_hdr, id)
@@ -52,6 +57,7 @@ struct l4_info {
 	__u16 rport_off;  /* packet offset of the destination port, or the ICMP echo id */
 	__u8 icmp_type;	  /* ICMP only */
 	__u8 tcp_closing; /* TCP FIN or RST */
+	__u8 tcp_opening; /* TCP SYN without ACK: a connection's first segment */
 	__u8 pseudo_hdr;  /* the L4 checksum covers the IPv4 addresses (TCP, UDP) */
 };
 
@@ -77,6 +83,7 @@ static __always_inline int l4_parse(struct __sk_buff *skb, const struct ipv4_inf
 		l4->sport = th.source;
 		l4->dport = th.dest;
 		l4->tcp_closing = th.fin || th.rst;
+		l4->tcp_opening = th.syn && !th.ack;
 		l4->csum_off = off + offsetof(struct tcphdr, check);
 		l4->port_off = off + offsetof(struct tcphdr, source);
 		l4->rport_off = off + offsetof(struct tcphdr, dest);

@@ -97,7 +97,9 @@ static __always_inline int lb_pod_service(struct __sk_buff *skb, struct ipv4_inf
 	if (!id)
 		return DROP_SVC_NO_BACKEND;
 	hairpin = be.addr == info->saddr;
-	if (fresh)
+	/* A SYN writes both entries again: a direct connection on the same ports
+	 * may have cleared the reverse one (ct_forget_stale_reply). */
+	if (fresh || l4->tcp_opening)
 		ct_create(&fwd, id, be.addr, be.port, hairpin ? LB_HAIRPIN_ADDR : info->saddr,
 			  hairpin ? CT_F_HAIRPIN : 0);
 	if (hairpin) {
@@ -114,7 +116,8 @@ static __always_inline int lb_pod_service(struct __sk_buff *skb, struct ipv4_inf
  * frontend is translated to its backend; a reply of a NodePort flow (to a
  * client outside the cluster) or of a hairpin flow (to LB_HAIRPIN_ADDR) is
  * translated back. Destinations in the cluster CIDR are neither, which the
- * constants answer without a map lookup (pod to pod). Replies to pods of
+ * constants answer without a map lookup (pod to pod; only a TCP SYN clears a
+ * stale reply translation, ct_forget_stale_reply). Replies to pods of
  * ClusterIP flows are translated where they enter the client pod.
  */
 static __always_inline int lb_from_pod(struct __sk_buff *skb, struct ipv4_info *info, int *route)
@@ -124,7 +127,13 @@ static __always_inline int lb_from_pod(struct __sk_buff *skb, struct ipv4_info *
 	__u16 flags = 0;
 	int reason;
 
-	if (!lb_enabled || cluster_contains(info->daddr) || ct_l4_parse(skb, info, &l4) < 0)
+	if (!lb_enabled)
+		return 0;
+	if (cluster_contains(info->daddr)) {
+		ct_forget_stale_reply(skb, info);
+		return 0;
+	}
+	if (ct_l4_parse(skb, info, &l4) < 0)
 		return 0;
 	svc = lb_svc_lookup(info->daddr, l4.dport, info->proto);
 	if (svc)

@@ -151,3 +151,20 @@ func checkCTFlow(d *Datapath, p pkt, id uint32) error {
 	}
 	return nil
 }
+
+// checkCTReply requires a reverse conntrack entry for reply's tuple to exist (want) or not.
+func checkCTReply(d *Datapath, reply pkt, want bool) error {
+	k := myelinCtKey{Saddr: networkUint32(reply.src), Daddr: networkUint32(reply.dst), Sport: htons(reply.sport),
+		Dport: htons(reply.dport), Proto: reply.proto, Dir: uint8(myelinCtDirCT_DIR_REVERSE)}
+	var v myelinCtEntry
+	err := d.objs.MyelinLbCt.Lookup(k, &v)
+	switch {
+	case want && err != nil:
+		return fmt.Errorf("reverse conntrack entry of %v:%d -> %v:%d: %w", reply.src, reply.sport, reply.dst, reply.dport, err)
+	case !want && err == nil:
+		return fmt.Errorf("reverse conntrack entry of %v:%d -> %v:%d still there (to frontend %v)", reply.src, reply.sport, reply.dst, reply.dport, v.FrontAddr)
+	case !want && !errors.Is(err, ebpf.ErrKeyNotExist):
+		return err
+	}
+	return nil
+}

@@ -95,6 +95,43 @@ func TestPrivilegedLBClusterIP(t *testing.T) {
 	runLBCases(t, d, cases)
 }
 
+// A connection straight to a backend pod that reuses the ports of an earlier
+// connection through the service: its SYN clears the service flow's reply
+// translation, which would otherwise make its replies come from the ClusterIP.
+func TestPrivilegedLBDirectAfterService(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingBPF, 0)
+	fromPod := d.objs.MyelinFromPod
+
+	viaService := ipv4(protoTCP, podA, vip).withDst(vip, 80)
+	direct := ipv4(protoTCP, podA, podBIP).withDst(podBIP, 8080) // the same ports as the service flow's backend side
+	reply := ipv4(protoTCP, podBIP, podA).withSrc(podBIP, 8080).withDst(podA, 40000).withTCPFlags(0x12)
+	reverse := func(want bool) func(*Datapath) error {
+		return func(d *Datapath) error { return checkCTReply(d, reply, want) }
+	}
+	cases := []lbCase{
+		{seed: oneService(feTCP, Service{ID: 1, Backends: []uint32{1}}), prog: fromPod, dir: "from-pod", then: reverse(true), progCase: progCase{
+			name: "through the service: DNAT and a reply translation", endpoints: seedB, in: viaService.build(), verdict: tcActRedirect,
+			out: delivered(viaService.withDst(podBIP, 8080)), reason: "FORWARDED"}},
+		{prog: fromPod, dir: "from-pod", then: reverse(true), progCase: progCase{
+			name: "direct non-SYN segment: the translation stays", endpoints: seedB, in: direct.withTCPFlags(0x10).build(), verdict: tcActRedirect,
+			out: delivered(direct.withTCPFlags(0x10)), reason: "FORWARDED"}},
+		{prog: fromPod, dir: "from-pod", then: reverse(false), progCase: progCase{
+			name: "direct SYN on the same ports: the stale translation goes", endpoints: seedB, in: direct.build(), verdict: tcActRedirect,
+			out: delivered(direct), reason: "FORWARDED"}},
+		{prog: fromPod, dir: "from-pod", progCase: progCase{
+			name: "the direct connection's reply reaches the client untranslated", endpoints: seedA, in: reply.build(), verdict: tcActRedirect,
+			out: delivered(reply), reason: "FORWARDED"}},
+		{prog: fromPod, dir: "from-pod", then: reverse(true), progCase: progCase{
+			name: "through the service again on the same ports: the translation is back", endpoints: seedB, in: viaService.build(), verdict: tcActRedirect,
+			out: delivered(viaService.withDst(podBIP, 8080)), reason: "FORWARDED"}},
+		{prog: fromPod, dir: "from-pod", progCase: progCase{
+			name: "and its reply comes from the ClusterIP", endpoints: seedA, in: reply.build(), verdict: tcActRedirect,
+			out: delivered(reply.withSrc(vip, 80)), reason: "FORWARDED"}},
+	}
+	runLBCases(t, d, cases)
+}
+
 // A pod reaching its own service as the backend: SNAT to the hairpin
 // address both ways, delivered straight back in both host routing modes.
 func TestPrivilegedLBHairpin(t *testing.T) {
