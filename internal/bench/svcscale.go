@@ -46,7 +46,7 @@ type ServiceScale struct {
 	cluster   *Cluster
 	held      bool
 	clusterIP netip.Addr
-	backendIP netip.Addr // the netserver pod's own address, for the direct baseline
+	directIP  netip.Addr // a twin of the backend outside the Service: the direct baseline
 }
 
 // NewServiceScale returns the environment of proxy with n filler Services.
@@ -95,8 +95,9 @@ func (s *ServiceScale) Setup(ctx context.Context) (Endpoints, error) {
 	return Endpoints{Client: client, Server: client, ServerAddr: s.clusterIP}, nil
 }
 
-// deploy creates the client, the netserver backend with its Service, and the filler
-// Deployment (2 lab HTTP servers), and returns the client pod's host.
+// deploy creates the client, the netserver backend with its Service and its twin for the
+// direct baseline, and the filler Deployment (2 lab HTTP servers), and returns the client
+// pod's host.
 func (s *ServiceScale) deploy(ctx context.Context, cs kubernetes.Interface) (Host, error) {
 	n1, n2 := lab.NodeName(1), lab.NodeName(2)
 	pods := cs.CoreV1().Pods("default")
@@ -109,7 +110,14 @@ func (s *ServiceScale) deploy(ctx context.Context, cs kubernetes.Interface) (Hos
 	if err := mk("bench-client", n1, map[string]string{"app": "bench-client"}, "sleep", "infinity"); err != nil {
 		return nil, err
 	}
-	if err := mk("bench-netserver", n2, map[string]string{"app": "bench-netserver"}, "netserver", "-D", "-p", strconv.Itoa(svcControlPort)); err != nil {
+	netserver := []string{"netserver", "-D", "-p", strconv.Itoa(svcControlPort)}
+	if err := mk("bench-netserver", n2, map[string]string{"app": "bench-netserver"}, netserver...); err != nil {
+		return nil, err
+	}
+	// The direct baseline's server is a twin outside the Service: the client reuses its
+	// ports towards each destination, so connections to the ClusterIP and straight to
+	// its backend would meet the same backend socket tuples and disturb each other.
+	if err := mk("bench-direct", n2, map[string]string{"app": "bench-direct"}, netserver...); err != nil {
 		return nil, err
 	}
 	bin, err := s.cluster.binary()
@@ -136,11 +144,14 @@ func (s *ServiceScale) deploy(ctx context.Context, cs kubernetes.Interface) (Hos
 	if err != nil {
 		return nil, err
 	}
-	backend, err := s.cluster.kube.waitPod(ctx, "bench-netserver", n2)
+	if _, err := s.cluster.kube.waitPod(ctx, "bench-netserver", n2); err != nil {
+		return nil, err
+	}
+	direct, err := s.cluster.kube.waitPod(ctx, "bench-direct", n2)
 	if err != nil {
 		return nil, err
 	}
-	s.backendIP = backend.IP
+	s.directIP = direct.IP
 	return NetNSHost{Path: client.NetNS}, nil
 }
 
@@ -240,8 +251,8 @@ func (w ServiceCRR) Run(ctx context.Context, t Trial) (Sample, error) {
 	return Netperf{Test: TestTCPCRR, DataPort: svcDataPort}.Run(ctx, t)
 }
 
-// DirectCRR is netperf TCP_CRR from the client pod straight to the Service's backend
-// pod, no Service in the way: the baseline of ServiceCRR in the same lab and round, so
+// DirectCRR is netperf TCP_CRR from the client pod straight to a twin of the Service's
+// backend on the same node (a pod outside the Service), no Service in the way: the baseline of ServiceCRR in the same lab and round, so
 // that Service counts and proxies, which run in different labs, compare as ratios
 // rather than as absolute rates measured minutes apart.
 type DirectCRR struct{ Env *ServiceScale }
@@ -251,7 +262,7 @@ func (w DirectCRR) Name() string { return "direct-crr" }
 
 // Describe implements Workload.
 func (w DirectCRR) Describe() string {
-	return "netperf TCP_CRR to the Service's backend pod IP (no Service): the baseline of svc-crr"
+	return "netperf TCP_CRR to a twin of the Service's backend, by pod IP (no Service): the baseline of svc-crr"
 }
 
 // Metrics implements Workload.
@@ -265,7 +276,7 @@ func (w DirectCRR) Server() *ServerSpec { return nil }
 
 // Run implements Workload.
 func (w DirectCRR) Run(ctx context.Context, t Trial) (Sample, error) {
-	t.Server = Target{Addr: w.Env.backendIP, Port: svcControlPort}
+	t.Server = Target{Addr: w.Env.directIP, Port: svcControlPort}
 	return Netperf{Test: TestTCPCRR, DataPort: svcDataPort}.Run(ctx, t)
 }
 
