@@ -31,6 +31,9 @@ const (
 	churnServices    = 1000
 	programServices  = 10000
 	controlPlaneNode = 1
+	// churnLimit bounds one churn run: a wait that never ends is a failed run, not a
+	// bench that hangs.
+	churnLimit = 10 * time.Minute
 )
 
 // ControlPlane is a 1-node myelin lab for the control plane's costs: CNI ADD latency,
@@ -225,7 +228,9 @@ func (w AgentChurn) Run(ctx context.Context, t Trial) (Sample, error) {
 		done <- usage{cpu, rss, err}
 	}()
 	start := time.Now()
-	churnErr := w.churn(ctx, node)
+	churnCtx, cancel := context.WithTimeout(ctx, churnLimit)
+	churnErr := w.churn(churnCtx, node)
+	cancel()
 	wall := time.Since(start)
 	close(stop)
 	u := <-done
@@ -238,6 +243,12 @@ func (w AgentChurn) Run(ctx context.Context, t Trial) (Sample, error) {
 func (w AgentChurn) churn(ctx context.Context, node string) error {
 	cs := w.Env.cs
 	pods := cs.CoreV1().Pods("default")
+	// Other cases leave Services behind (svc-program's 10,000), so the churn's own are
+	// counted on top of what the agent programs before it starts.
+	before, err := agentServices(ctx, node)
+	if err != nil {
+		return err
+	}
 	for i := 0; i < churnPods; i++ {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("churn-%d", i), Labels: map[string]string{"app": "churn"}},
 			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "host", Command: []string{"sleep", "infinity"}}}}}
@@ -248,7 +259,7 @@ func (w AgentChurn) churn(ctx context.Context, node string) error {
 	if err := lab.CreateServices(ctx, cs, "churn", "churn", churnServices, 8080); err != nil {
 		return err
 	}
-	if err := waitAgentServices(ctx, node, func(n int) bool { return n >= churnServices }); err != nil {
+	if err := waitAgentServices(ctx, node, func(n int) bool { return n >= before+churnServices }); err != nil {
 		return err
 	}
 	if err := waitPods(ctx, cs, "app=churn", func(running, total int) bool { return running == churnPods }); err != nil {
@@ -260,14 +271,22 @@ func (w AgentChurn) churn(ctx context.Context, node string) error {
 	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{LabelSelector: "app=churn"}); err != nil {
 		return err
 	}
-	if err := waitAgentServices(ctx, node, func(n int) bool { return n < churnServices }); err != nil {
+	if err := waitAgentServices(ctx, node, func(n int) bool { return n <= before }); err != nil {
 		return err
 	}
 	return waitPods(ctx, cs, "app=churn", func(_, total int) bool { return total == 0 })
 }
 
-// waitAgentServices waits until the node's agent reports a number of programmed
-// frontends that satisfies ok.
+// agentServices returns the number of frontends the node's agent has programmed once
+// it has caught up with the API.
+func agentServices(ctx context.Context, node string) (int, error) {
+	n := 0
+	err := waitAgentServices(ctx, node, func(have int) bool { n = have; return true })
+	return n, err
+}
+
+// waitAgentServices waits until the node's agent, caught up with the API, reports a
+// number of programmed frontends that satisfies ok.
 func waitAgentServices(ctx context.Context, node string, ok func(int) bool) error {
 	for {
 		s, err := api.NewClient(lab.AgentSocket(node)).Services(ctx)
