@@ -225,13 +225,28 @@ func (s *ServiceScale) Teardown() error {
 // ServiceCRR is netperf TCP_CRR from the client pod to the measured Service's cluster
 // IP: the connection rate through the Service proxy. Its server is the Service's
 // backend, which the environment runs; netperf -T pins the backend's netserver child.
-type ServiceCRR struct{ Env *ServiceScale }
+// With Direct it connects instead straight to a twin of that backend on the same node
+// (a pod outside the Service): the baseline of the Service case in the same lab and
+// round, so that Service counts and proxies, which run in different labs, compare as
+// ratios rather than as absolute rates measured minutes apart.
+type ServiceCRR struct {
+	Env    *ServiceScale
+	Direct bool
+}
 
 // Name implements Workload.
-func (w ServiceCRR) Name() string { return "svc-crr" }
+func (w ServiceCRR) Name() string {
+	if w.Direct {
+		return "direct-crr"
+	}
+	return "svc-crr"
+}
 
 // Describe implements Workload.
 func (w ServiceCRR) Describe() string {
+	if w.Direct {
+		return "netperf TCP_CRR to a twin of the Service's backend, by pod IP (no Service): the baseline of svc-crr"
+	}
 	return fmt.Sprintf("netperf TCP_CRR to a ClusterIP Service (one backend on the other node) with %d other Services present, served by %s",
 		w.Env.Services, w.Env.Proxy)
 }
@@ -242,41 +257,16 @@ func (w ServiceCRR) Metrics() []Metric { return Netperf{Test: TestTCPCRR}.Metric
 // Tools implements Workload.
 func (w ServiceCRR) Tools() []string { return []string{"netperf", "netserver", "nsenter", "taskset"} }
 
-// Server implements Workload: none, the environment runs the backend.
+// Server implements Workload: none, the environment runs the backend and its twin.
 func (w ServiceCRR) Server() *ServerSpec { return nil }
 
 // Run implements Workload.
 func (w ServiceCRR) Run(ctx context.Context, t Trial) (Sample, error) {
-	t.Server = Target{Addr: w.Env.clusterIP, Port: svcControlPort}
-	return Netperf{Test: TestTCPCRR, DataPort: svcDataPort}.Run(ctx, t)
-}
-
-// DirectCRR is netperf TCP_CRR from the client pod straight to a twin of the Service's
-// backend on the same node (a pod outside the Service), no Service in the way: the baseline of ServiceCRR in the same lab and round, so
-// that Service counts and proxies, which run in different labs, compare as ratios
-// rather than as absolute rates measured minutes apart.
-type DirectCRR struct{ Env *ServiceScale }
-
-// Name implements Workload.
-func (w DirectCRR) Name() string { return "direct-crr" }
-
-// Describe implements Workload.
-func (w DirectCRR) Describe() string {
-	return "netperf TCP_CRR to a twin of the Service's backend, by pod IP (no Service): the baseline of svc-crr"
-}
-
-// Metrics implements Workload.
-func (w DirectCRR) Metrics() []Metric { return Netperf{Test: TestTCPCRR}.Metrics() }
-
-// Tools implements Workload.
-func (w DirectCRR) Tools() []string { return ServiceCRR(w).Tools() }
-
-// Server implements Workload: none, the environment runs the backend.
-func (w DirectCRR) Server() *ServerSpec { return nil }
-
-// Run implements Workload.
-func (w DirectCRR) Run(ctx context.Context, t Trial) (Sample, error) {
-	t.Server = Target{Addr: w.Env.directIP, Port: svcControlPort}
+	addr := w.Env.clusterIP
+	if w.Direct {
+		addr = w.Env.directIP
+	}
+	t.Server = Target{Addr: addr, Port: svcControlPort}
 	return Netperf{Test: TestTCPCRR, DataPort: svcDataPort}.Run(ctx, t)
 }
 
@@ -289,10 +279,11 @@ func ServiceScaleCases(counts []int) []Case {
 		for _, proxy := range []string{ProxyMyelin, ProxyIPTables, ProxyNFTables} {
 			env := NewServiceScale(proxy, n)
 			for _, p := range Placements() {
-				direct := Case{Name: CaseName(env, DirectCRR{Env: env}, p), Group: GroupBaseline,
-					Stage: env.Name(), Env: env, Workload: DirectCRR{Env: env}, Placement: p}
-				svc := Case{Name: CaseName(env, ServiceCRR{Env: env}, p), Group: GroupService,
-					Stage: env.Name(), Env: env, Workload: ServiceCRR{Env: env}, Placement: p, Baseline: direct.Name}
+				dw, sw := ServiceCRR{Env: env, Direct: true}, ServiceCRR{Env: env}
+				direct := Case{Name: CaseName(env, dw, p), Group: GroupBaseline,
+					Stage: env.Name(), Env: env, Workload: dw, Placement: p}
+				svc := Case{Name: CaseName(env, sw, p), Group: GroupService,
+					Stage: env.Name(), Env: env, Workload: sw, Placement: p, Baseline: direct.Name}
 				out = append(out, direct, svc)
 			}
 		}
