@@ -41,6 +41,20 @@ enum reason {
 	 * instead of being dropped silently.
 	 */
 	DROP_SVC_NO_BACKEND = 8,
+	/*
+	 * A pod sent a packet whose source IPv4 address or source MAC is not its
+	 * endpoint's own (the endpoint owning the veth it came in on): a forged
+	 * pod, node, service or outside address.
+	 */
+	DROP_SPOOFED_SOURCE = 9,
+	/* A pod sent something other than IPv4 or ARP (IPv6 is not supported yet). */
+	DROP_UNSUPPORTED_L3 = 10,
+	/* A VXLAN packet came from an address that is not the node owning its inner source. */
+	DROP_UNKNOWN_TUNNEL_PEER = 11,
+	/* NodePort: the table of NodePort SNAT flows (myelin_nodeport_nat) is full. */
+	DROP_NODEPORT_NAT_FULL = 12,
+	/* A later IPv4 fragment whose first fragment (carrying the ports) was not seen. */
+	DROP_FRAG_NO_FLOW = 13,
 	/* Not a verdict: a ring buffer event could not be written (buffer full). */
 	REASON_EVENTS_LOST = 63,
 	METRIC_REASONS = 64,

@@ -188,17 +188,22 @@ type myelinNomasqKey struct {
 type myelinReason uint32
 
 const (
-	myelinReasonREASON_FORWARDED     myelinReason = 0
-	myelinReasonREASON_PASS_STACK    myelinReason = 1
-	myelinReasonDROP_INVALID_PACKET  myelinReason = 2
-	myelinReasonDROP_NO_ROUTE        myelinReason = 3
-	myelinReasonDROP_REDIRECT_FAILED myelinReason = 4
-	myelinReasonDROP_TUNNEL_KEY      myelinReason = 5
-	myelinReasonDROP_NAT_FULL        myelinReason = 6
-	myelinReasonDROP_NAT_NO_PORT     myelinReason = 7
-	myelinReasonDROP_SVC_NO_BACKEND  myelinReason = 8
-	myelinReasonREASON_EVENTS_LOST   myelinReason = 63
-	myelinReasonMETRIC_REASONS       myelinReason = 64
+	myelinReasonREASON_FORWARDED         myelinReason = 0
+	myelinReasonREASON_PASS_STACK        myelinReason = 1
+	myelinReasonDROP_INVALID_PACKET      myelinReason = 2
+	myelinReasonDROP_NO_ROUTE            myelinReason = 3
+	myelinReasonDROP_REDIRECT_FAILED     myelinReason = 4
+	myelinReasonDROP_TUNNEL_KEY          myelinReason = 5
+	myelinReasonDROP_NAT_FULL            myelinReason = 6
+	myelinReasonDROP_NAT_NO_PORT         myelinReason = 7
+	myelinReasonDROP_SVC_NO_BACKEND      myelinReason = 8
+	myelinReasonDROP_SPOOFED_SOURCE      myelinReason = 9
+	myelinReasonDROP_UNSUPPORTED_L3      myelinReason = 10
+	myelinReasonDROP_UNKNOWN_TUNNEL_PEER myelinReason = 11
+	myelinReasonDROP_NODEPORT_NAT_FULL   myelinReason = 12
+	myelinReasonDROP_FRAG_NO_FLOW        myelinReason = 13
+	myelinReasonREASON_EVENTS_LOST       myelinReason = 63
+	myelinReasonMETRIC_REASONS           myelinReason = 64
 )
 
 type myelinTunnelEndpoint struct {

@@ -5,16 +5,21 @@ import "fmt"
 // reasonNames names the C enum reason (bpf/lib/reasons.h). The names are
 // stable: metrics, events and the CLI show them.
 var reasonNames = map[myelinReason]string{
-	myelinReasonREASON_FORWARDED:     "FORWARDED",
-	myelinReasonREASON_PASS_STACK:    "PASS_STACK",
-	myelinReasonDROP_INVALID_PACKET:  "DROP_INVALID_PACKET",
-	myelinReasonDROP_NO_ROUTE:        "DROP_NO_ROUTE",
-	myelinReasonDROP_REDIRECT_FAILED: "DROP_REDIRECT_FAILED",
-	myelinReasonDROP_TUNNEL_KEY:      "DROP_TUNNEL_KEY",
-	myelinReasonDROP_NAT_FULL:        "DROP_NAT_FULL",
-	myelinReasonDROP_NAT_NO_PORT:     "DROP_NAT_NO_PORT",
-	myelinReasonDROP_SVC_NO_BACKEND:  "DROP_SVC_NO_BACKEND",
-	myelinReasonREASON_EVENTS_LOST:   "EVENTS_LOST",
+	myelinReasonREASON_FORWARDED:         "FORWARDED",
+	myelinReasonREASON_PASS_STACK:        "PASS_STACK",
+	myelinReasonDROP_INVALID_PACKET:      "DROP_INVALID_PACKET",
+	myelinReasonDROP_NO_ROUTE:            "DROP_NO_ROUTE",
+	myelinReasonDROP_REDIRECT_FAILED:     "DROP_REDIRECT_FAILED",
+	myelinReasonDROP_TUNNEL_KEY:          "DROP_TUNNEL_KEY",
+	myelinReasonDROP_NAT_FULL:            "DROP_NAT_FULL",
+	myelinReasonDROP_NAT_NO_PORT:         "DROP_NAT_NO_PORT",
+	myelinReasonDROP_SVC_NO_BACKEND:      "DROP_SVC_NO_BACKEND",
+	myelinReasonDROP_SPOOFED_SOURCE:      "DROP_SPOOFED_SOURCE",
+	myelinReasonDROP_UNSUPPORTED_L3:      "DROP_UNSUPPORTED_L3",
+	myelinReasonDROP_UNKNOWN_TUNNEL_PEER: "DROP_UNKNOWN_TUNNEL_PEER",
+	myelinReasonDROP_NODEPORT_NAT_FULL:   "DROP_NODEPORT_NAT_FULL",
+	myelinReasonDROP_FRAG_NO_FLOW:        "DROP_FRAG_NO_FLOW",
+	myelinReasonREASON_EVENTS_LOST:       "EVENTS_LOST",
 }
 
 // directionNames names the C enum direction.
