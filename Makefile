@@ -27,6 +27,12 @@ build: ## Build myelin into ./bin
 generate: ## Compile bpf/ and regenerate the Go bindings (after changing C)
 	$(GO) generate ./internal/datapath/
 
+.PHONY: check-generated
+check-generated: ## Fail when the committed BPF object and Go bindings don't match bpf/ (run make generate)
+	$(GO) generate ./internal/datapath/
+	@git diff --exit-code --stat -- internal/datapath/myelin_bpfel.go internal/datapath/myelin_bpfel.o || \
+		{ echo "the committed BPF object or bindings are stale: run make generate and commit the result"; exit 1; }
+
 .PHONY: lint
 lint: ## gofmt, go vet, clang-format
 	@out=$$(gofmt -l cmd internal test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -34,7 +40,7 @@ lint: ## gofmt, go vet, clang-format
 	clang-format --dry-run -Werror bpf/*.c bpf/lib/*.h
 
 .PHONY: test
-test: setup build lint ## Run every test tier: unit, privileged, e2e (root needed for the last two)
+test: setup build lint check-generated ## Run every test tier: unit, privileged, e2e (root needed for the last two)
 	$(GO) test -count=1 -timeout 30m $(GOTESTFLAGS) ./...
 
 .PHONY: test-unit
