@@ -5,11 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/myelin-net/myelin/internal/testenv"
 )
 
 // testPrefix keeps the tests' namespaces apart from the product's myelin-bench-*, which
@@ -20,14 +21,8 @@ const testPrefix = "bhtest-"
 // through Bench, and checks that the report has figures and nothing is left behind. It
 // asserts no speed.
 func TestPrivilegedBenchBaselines(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces")
-	}
-	for _, tool := range []string{"netperf", "netserver", "nsenter", "taskset", "ss", "ip"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s (make setup installs it)", tool)
-		}
-	}
+	testenv.RequireRoot(t, "create network namespaces")
+	testenv.RequireTools(t, "netperf", "netserver", "nsenter", "taskset", "ss", "ip")
 	if left := LeftoverNetNS(testPrefix); len(left) > 0 {
 		t.Fatalf("leftover namespaces of an earlier run: %v; remove them with ip netns del", left)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
 	"testing"
 
@@ -13,15 +12,17 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/myelin-net/myelin/internal/netns"
+	"github.com/myelin-net/myelin/internal/testenv"
 )
 
-// throwawayNetNS makes a named netns (myelin-test-*, so `myelin lab down` would also
-// find a leftover) and removes it when the test ends.
+// throwawayNetNS makes a named netns (cnitest-*: not myelin-*, which the lab's leftover
+// checks and `lab down` own, while test packages run in parallel with the e2e labs) and
+// removes it when the test ends.
 func throwawayNetNS(t *testing.T, role string) string {
 	t.Helper()
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	name := "myelin-test-" + role + "-" + hex.EncodeToString(b)
+	name := "cnitest-" + role + "-" + hex.EncodeToString(b)
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add %s: %v %s", name, err, out)
 	}
@@ -31,9 +32,7 @@ func throwawayNetNS(t *testing.T, role string) string {
 
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 || testing.Short() {
-		t.Skip("privileged test: needs root to create network namespaces (make test runs it as root)")
-	}
+	testenv.RequireRoot(t, "create network namespaces")
 }
 
 // TestPrivilegedVethSetupAndTeardown builds a pod's veth between two throwaway

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/myelin-net/myelin/internal/testenv"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -26,12 +27,7 @@ const (
 // requirePrivileged skips tests that need root (BPF, bpffs, netns).
 func requirePrivileged(t *testing.T) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("privileged test skipped in -short mode")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load BPF and mount bpffs: run as root (make test does)")
-	}
+	testenv.RequireRoot(t, "load BPF and mount bpffs")
 }
 
 func randomSuffix() string {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/testenv"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
@@ -31,11 +32,7 @@ const (
 // host routing modes; the external side sees the node IP as the source.
 func TestPrivilegedMasqueradeEndToEnd(t *testing.T) {
 	requirePrivileged(t)
-	for _, tool := range []string{"nsenter", "ping"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s: %v", tool, err)
-		}
-	}
+	testenv.RequireTools(t, "nsenter", "ping")
 	for _, routing := range []HostRouting{HostRoutingBPF, HostRoutingLegacy} {
 		t.Run(routing.String(), func(t *testing.T) {
 			pin := testPinDir(t)

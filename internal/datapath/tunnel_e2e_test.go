@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/myelin-net/myelin/internal/testenv"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -50,11 +51,7 @@ type tunnelNode struct {
 // the outer header from the tunnel key.
 func TestPrivilegedTunnelEndToEnd(t *testing.T) {
 	requirePrivileged(t)
-	for _, tool := range []string{"nsenter", "ping"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s: %v", tool, err)
-		}
-	}
+	testenv.RequireTools(t, "nsenter", "ping")
 	pinA, pinB := testPinDir(t), testPinDir(t)
 	inNetns(t, func(nameA string) {
 		if err := tunnelEndToEnd(t, nameA, pinA, pinB); err != nil {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/myelin-net/myelin/internal/testenv"
 )
 
 // Tunnel fixtures: node B (198.51.100.2) owns PodCIDR 10.2.0.0/24; the
@@ -196,12 +198,12 @@ func kernelConfig(t *testing.T, option string) string {
 	t.Helper()
 	f, err := os.Open("/proc/config.gz")
 	if err != nil {
-		t.Skipf("kernel config not readable: %v", err)
+		testenv.Skipf(t, "kernel config not readable: %v", err)
 	}
 	defer f.Close()
 	zr, err := gzip.NewReader(f)
 	if err != nil {
-		t.Skipf("kernel config not readable: %v", err)
+		testenv.Skipf(t, "kernel config not readable: %v", err)
 	}
 	sc := bufio.NewScanner(zr)
 	for sc.Scan() {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/testenv"
 )
 
 // myelinBin is the myelin binary built from this tree for the tests.
@@ -50,12 +51,7 @@ func runTests(m *testing.M) int {
 
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("e2e test: skipped with -short")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("e2e test needs root (network namespaces, a real control plane): run make test as root")
-	}
+	testenv.RequireRoot(t, "run a lab (network namespaces, a real control plane)")
 }
 
 // myelin runs the myelin CLI and returns its combined output and error.

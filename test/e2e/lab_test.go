@@ -20,6 +20,7 @@ import (
 
 	"github.com/myelin-net/myelin/internal/lab"
 	"github.com/myelin-net/myelin/internal/lab/kubelet"
+	"github.com/myelin-net/myelin/internal/testenv"
 )
 
 const podTimeout = 2 * time.Minute
@@ -280,7 +281,7 @@ func TestLabBadInput(t *testing.T) {
 	t.Run("port in use", func(t *testing.T) {
 		l, err := net.Listen("tcp", "0.0.0.0:10259")
 		if err != nil {
-			t.Skipf("cannot hold port 10259 for the test: %v", err)
+			testenv.Skipf(t, "cannot hold port 10259 for the test: %v", err)
 		}
 		defer l.Close()
 		expectFailure(t, "port 10259 is already in use on", "lab", "up", "--cni", "bridge")

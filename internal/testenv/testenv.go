@@ -1,0 +1,45 @@
+// Package testenv decides what a test does when the machine lacks something it needs
+// (root, a tool, a kernel feature): on a developer's machine it skips with the reason;
+// in CI (CI=true) it fails, because there `make test` must have installed or found
+// everything itself and a skip would count a test that never ran as passed.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// InCI reports whether the tests run in CI (the environment variable CI is "true").
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// Skipf skips the test with the reason, or fails it with the same reason in CI.
+func Skipf(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if InCI() {
+		t.Fatalf("CI=true, so this is a failure, not a skip: "+format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+// RequireRoot skips the test in -short mode (an explicit choice, also in CI) and
+// otherwise needs root: what says what the test does with it.
+func RequireRoot(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("test needing root skipped in -short mode")
+	}
+	if os.Geteuid() != 0 {
+		Skipf(t, "needs root to %s: run as root (make test does)", what)
+	}
+}
+
+// RequireTools needs every named program on PATH (make setup installs them).
+func RequireTools(t testing.TB, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			Skipf(t, "needs %s (make setup installs it): %v", tool, err)
+		}
+	}
+}
