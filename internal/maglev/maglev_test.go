@@ -13,6 +13,17 @@ func backendNames(n int) []string {
 	return names
 }
 
+// mustTable is Table for inputs that must be accepted: an error would leave a nil table
+// that the comparisons below would pass vacuously.
+func mustTable(t *testing.T, names []string, m int) []int {
+	t.Helper()
+	table, err := Table(names, m)
+	if err != nil || len(table) != m {
+		t.Fatalf("Table(%d backends, %d) = %d entries, %v; want %d entries", len(names), m, len(table), err, m)
+	}
+	return table
+}
+
 func TestMaglevBalanced(t *testing.T) {
 	const m = 16381
 	for _, n := range []int{1, 2, 3, 10, 100} {
@@ -37,8 +48,8 @@ func TestMaglevBalanced(t *testing.T) {
 }
 
 func TestMaglevDeterministic(t *testing.T) {
-	a, _ := Table(backendNames(5), 251)
-	b, _ := Table(backendNames(5), 251)
+	a := mustTable(t, backendNames(5), 251)
+	b := mustTable(t, backendNames(5), 251)
 	for i := range a {
 		if a[i] != b[i] {
 			t.Fatalf("entry %d differs between two computations: %d vs %d", i, a[i], b[i])
@@ -51,10 +62,10 @@ func TestMaglevDeterministic(t *testing.T) {
 func TestMaglevRemoveOneBackend(t *testing.T) {
 	const m, n = 16381, 10
 	names := backendNames(n)
-	before, _ := Table(names, m)
+	before := mustTable(t, names, m)
 	removed := 3
 	rest := append(append([]string{}, names[:removed]...), names[removed+1:]...)
-	after, _ := Table(rest, m)
+	after := mustTable(t, rest, m)
 
 	var moved, others int
 	for i := range before {
