@@ -70,8 +70,9 @@ func (tr *traffic) finish(t *testing.T) {
 	if err := json.Unmarshal(tr.stream.Bytes(), &report); err != nil || report.Error != "" || report.End.SumReceived.Bytes == 0 {
 		t.Errorf("iperf3 report: %v, error %q, %d bytes received", err, report.Error, report.End.SumReceived.Bytes)
 	}
-	if len(tr.failures) > 0 || tr.total < 50 {
-		t.Errorf("request loop: %d of %d requests failed: %v", len(tr.failures), tr.total, tr.failures)
+	// Every request must succeed; how many fit in the window is speed, not behaviour.
+	if len(tr.failures) > 0 || tr.total == 0 {
+		t.Errorf("request loop: %d of %d requests failed (none made counts as failed): %v", len(tr.failures), tr.total, tr.failures)
 	}
 	t.Logf("request loop: %d requests, %d failed; iperf3: %d bytes received", tr.total, len(tr.failures), report.End.SumReceived.Bytes)
 }
