@@ -105,7 +105,11 @@ func leftovers() []string {
 	for _, ns := range lab.LeftoverNetNS() {
 		out = append(out, "netns "+ns)
 	}
-	links, _ := exec.Command("ip", "-o", "link", "show").Output()
+	links, err := exec.Command("ip", "-o", "link", "show").Output()
+	if err != nil {
+		// A check that cannot look must not pass.
+		out = append(out, fmt.Sprintf("unknown: ip -o link show failed: %v", err))
+	}
 	for _, l := range strings.Split(string(links), "\n") {
 		if f := strings.Fields(l); len(f) > 1 && strings.HasPrefix(f[1], lab.NamePrefix) {
 			out = append(out, "link "+strings.TrimSuffix(f[1], ":"))
