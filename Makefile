@@ -41,7 +41,7 @@ lint: ## gofmt, go vet, clang-format
 
 .PHONY: test
 test: setup build lint check-generated ## Run every test tier: unit, privileged, e2e (root needed for the last two)
-	$(GO) test -count=1 -timeout 30m $(GOTESTFLAGS) ./...
+	$(GO) test -count=1 -timeout 50m $(GOTESTFLAGS) ./...
 
 .PHONY: test-unit
 test-unit: ## Run only the unit tests (no root needed)
