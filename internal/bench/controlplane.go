@@ -432,7 +432,7 @@ func cniAddDel(ctx context.Context, cni *libcni.CNIConfig, conf *libcni.NetworkC
 	}
 	defer delNetNS(ns)
 	id := fmt.Sprintf("%064x", 0xbe0c000+i)
-	rt := &libcni.RuntimeConf{ContainerID: id, NetNS: netnsPath(ns), IfName: "eth0",
+	rt := &libcni.RuntimeConf{ContainerID: id, NetNS: netns.Path(ns), IfName: "eth0",
 		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "default"}, {"K8S_POD_NAME", ns}}}
 	err = netns.Do(lab.NetNSPath(node), func() error {
 		start := time.Now()

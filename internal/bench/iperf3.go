@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+
+	"github.com/myelin-net/myelin/internal/logtail"
 )
 
 // Metric names of the iperf3 UDP workload.
@@ -82,7 +84,7 @@ func (u IperfUDP) Run(ctx context.Context, t Trial) (Sample, error) {
 	r, err := ParseIperf3UDP(stdout.Bytes())
 	if err != nil {
 		if runErr != nil {
-			return nil, fmt.Errorf("iperf3 UDP to %s:%d: %w: %v %s", t.Server.Addr, t.Server.Port, err, runErr, lastLine(stderr.String()))
+			return nil, fmt.Errorf("iperf3 UDP to %s:%d: %w: %v %s", t.Server.Addr, t.Server.Port, err, runErr, logtail.Last(stderr.String()))
 		}
 		return nil, err
 	}

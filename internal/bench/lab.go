@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/logtail"
 )
 
 // Bounds of the lab steps; a lab comes up in about a minute on a small VM.
@@ -226,21 +227,7 @@ func (c *Cluster) myelin(ctx context.Context, args ...string) error {
 	cmd.WaitDelay = labDownTimeout
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("myelin %s: %w: %s", strings.Join(args, " "), err, lastLines(out.String(), 3))
+		return fmt.Errorf("myelin %s: %w: %s", strings.Join(args, " "), err, strings.Join(logtail.Lines(out.String(), 3), "; "))
 	}
 	return nil
-}
-
-// lastLines returns the last n non-empty lines of s joined by "; ".
-func lastLines(s string, n int) string {
-	var lines []string
-	for _, l := range strings.Split(s, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			lines = append(lines, l)
-		}
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "; ")
 }

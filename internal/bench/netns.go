@@ -8,13 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+
+	"github.com/myelin-net/myelin/internal/netns"
 )
 
 // ProductPrefix names what `myelin bench` creates. It starts with the lab's "myelin-"
 // prefix so that `myelin lab down` removes the bench's namespaces after a crash too.
 const ProductPrefix = "myelin-bench-"
-
-const netnsDir = "/run/netns"
 
 // Addresses of the bare veth pair: a /30 of the benchmarking range 198.18.0.0/15, inside
 // the environment's own namespaces (never the root namespace).
@@ -54,7 +54,7 @@ func (l *Loopback) Setup(ctx context.Context) (Endpoints, error) {
 			return Endpoints{}, err
 		}
 	}
-	h := NetNSHost{Path: netnsPath(ns)}
+	h := NetNSHost{Path: netns.Path(ns)}
 	return Endpoints{Client: h, Server: h, ServerAddr: netip.MustParseAddr("127.0.0.1")}, nil
 }
 
@@ -100,8 +100,8 @@ func (v *VethPair) Setup(ctx context.Context) (Endpoints, error) {
 		}
 	}
 	return Endpoints{
-		Client:     NetNSHost{Path: netnsPath(c)},
-		Server:     NetNSHost{Path: netnsPath(s)},
+		Client:     NetNSHost{Path: netns.Path(c)},
+		Server:     NetNSHost{Path: netns.Path(s)},
 		ServerAddr: vethServerAddr.Addr(),
 	}, nil
 }
@@ -125,8 +125,6 @@ func netnsAvailable() error {
 	return nil
 }
 
-func netnsPath(name string) string { return netnsDir + "/" + name }
-
 // addNetNS creates a named namespace, replacing a leftover of a crashed run of the same
 // name (the name is ours by its prefix).
 func addNetNS(ctx context.Context, name string) error {
@@ -138,22 +136,10 @@ func addNetNS(ctx context.Context, name string) error {
 
 // delNetNS deletes a named namespace; it succeeds when the namespace is already gone.
 func delNetNS(name string) error {
-	if _, err := os.Stat(netnsPath(name)); errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(netns.Path(name)); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	return ip(context.Background(), "netns", "del", name)
-}
-
-// LeftoverNetNS lists the named network namespaces whose names start with prefix.
-func LeftoverNetNS(prefix string) []string {
-	var out []string
-	entries, _ := os.ReadDir(netnsDir)
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), prefix) {
-			out = append(out, e.Name())
-		}
-	}
-	return out
 }
 
 func ip(ctx context.Context, args ...string) error {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/myelin-net/myelin/internal/logtail"
 )
 
 // Netperf tests as netperf names them.
@@ -249,15 +251,10 @@ func seconds(d time.Duration) int {
 
 // toolMessage is the last line a failed tool printed: netperf reports errors on stdout.
 func toolMessage(stdout, stderr string) string {
-	if m := lastLine(stderr); m != "" {
+	if m := logtail.Last(stderr); m != "" {
 		return m
 	}
-	return lastLine(stdout)
-}
-
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.TrimSpace(lines[len(lines)-1])
+	return logtail.Last(stdout)
 }
 
 func firstLines(s string, n int) string {

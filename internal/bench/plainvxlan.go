@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/netns"
 )
 
 // Names and numbers of the plain kernel VXLAN overlay. The devices live inside the lab
@@ -83,8 +84,8 @@ func (v plainVXLAN) setup(ctx context.Context, c *Cluster, _ string) (Endpoints,
 		}
 	}
 	return Endpoints{
-		Client:     NetNSHost{Path: netnsPath(v.podNS(v.client))},
-		Server:     NetNSHost{Path: netnsPath(v.podNS(v.server))},
+		Client:     NetNSHost{Path: netns.Path(v.podNS(v.client))},
+		Server:     NetNSHost{Path: netns.Path(v.podNS(v.server))},
 		ServerAddr: vxlanHost(v.server, 2),
 	}, nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/netns"
 	"github.com/myelin-net/myelin/internal/testenv"
 )
 
@@ -23,7 +24,7 @@ const testPrefix = "bhtest-"
 func TestPrivilegedBenchBaselines(t *testing.T) {
 	testenv.RequireRoot(t, "create network namespaces")
 	testenv.RequireTools(t, "netperf", "netserver", "nsenter", "taskset", "ss", "ip")
-	if left := LeftoverNetNS(testPrefix); len(left) > 0 {
+	if left := netns.Named(testPrefix); len(left) > 0 {
 		t.Fatalf("leftover namespaces of an earlier run: %v; remove them with ip netns del", left)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -36,7 +37,7 @@ func TestPrivilegedBenchBaselines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if left := LeftoverNetNS(testPrefix); len(left) > 0 {
+	if left := netns.Named(testPrefix); len(left) > 0 {
 		t.Errorf("namespaces left behind: %v", left)
 	}
 

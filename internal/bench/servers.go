@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/myelin-net/myelin/internal/logtail"
 )
 
 // serverReadyTimeout bounds how long a started server may take to listen.
@@ -75,7 +77,7 @@ func startServer(ctx context.Context, ep Endpoints, spec *ServerSpec, port, cpu 
 	if err := waitListening(ctx, ep.Server, port, srv.done); err != nil {
 		_ = srv.cmd.Process.Kill()
 		<-srv.done
-		return nil, fmt.Errorf("start %s on %s port %d: %w %s", spec.Name, ep.ServerAddr, port, err, lastLine(srv.stderr.String()))
+		return nil, fmt.Errorf("start %s on %s port %d: %w %s", spec.Name, ep.ServerAddr, port, err, logtail.Last(srv.stderr.String()))
 	}
 	return srv, nil
 }

@@ -12,13 +12,14 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/myelin-net/myelin/internal/netns"
 )
 
 // Places outside the lab directory where lab nodes keep per-node state (DESIGN §3).
 var (
-	bpffsDir    = "/sys/fs/bpf/myelin"
-	nodeRunDir  = "/run/myelin"
-	netnsRunDir = "/run/netns"
+	bpffsDir   = "/sys/fs/bpf/myelin"
+	nodeRunDir = "/run/myelin"
 )
 
 // Down removes everything a lab made: processes, network namespaces (and with them
@@ -117,7 +118,7 @@ func processAlive(pid int) bool {
 func killLabProcesses(paths Paths) int {
 	labNS := map[uint64]bool{}
 	for _, ns := range LeftoverNetNS() {
-		if ino, ok := inode(filepath.Join(netnsRunDir, ns)); ok {
+		if ino, ok := inode(netns.Path(ns)); ok {
 			labNS[ino] = true
 		}
 	}
@@ -156,16 +157,7 @@ func inode(path string) (uint64, bool) {
 }
 
 // LeftoverNetNS lists the named network namespaces with the lab's prefix.
-func LeftoverNetNS() []string {
-	var out []string
-	entries, _ := os.ReadDir(netnsRunDir)
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), NamePrefix) {
-			out = append(out, e.Name())
-		}
-	}
-	return out
-}
+func LeftoverNetNS() []string { return netns.Named(NamePrefix) }
 
 func leftoverRootLinks() []string {
 	var out []string

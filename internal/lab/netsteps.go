@@ -3,6 +3,8 @@ package lab
 import (
 	"fmt"
 	"net/netip"
+
+	"github.com/myelin-net/myelin/internal/netns"
 )
 
 // Step is one command that builds part of the lab's network. Steps are plain argv
@@ -21,7 +23,7 @@ func ipIn(ns string, args ...string) Step {
 }
 
 // NetNSPath is where iproute2 keeps a named network namespace.
-func NetNSPath(name string) string { return "/run/netns/" + name }
+func NetNSPath(name string) string { return netns.Path(name) }
 
 func (p Plan) bridgeFor(seg netip.Prefix) string {
 	if seg == p.Addressing.SegmentB {

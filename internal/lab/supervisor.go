@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/myelin-net/myelin/internal/logtail"
 )
 
 // Timeouts of the supervisor. Generous: the first apiserver start on 2 busy cores is slow.
@@ -207,7 +209,7 @@ func (s *supervisor) waitReady(ctx context.Context, c *child) error {
 		s.mu.Unlock()
 		if ps.Restarts >= 2 {
 			return fmt.Errorf("%s keeps exiting (%s); last log line: %q; full log: %s",
-				c.proc.Name, ps.LastExit, lastLine(ps.Log), ps.Log)
+				c.proc.Name, ps.LastExit, logtail.File(ps.Log), ps.Log)
 		}
 		if ps.Running && c.proc.Health == "" {
 			return nil
@@ -228,7 +230,7 @@ func (s *supervisor) waitReady(ctx context.Context, c *child) error {
 	}
 	log := s.paths.Log(c.proc.Name)
 	return fmt.Errorf("%s was not ready within %v; last log line: %q; full log: %s",
-		c.proc.Name, processReadyTimeout, lastLine(log), log)
+		c.proc.Name, processReadyTimeout, logtail.File(log), log)
 }
 
 // stopAll stops the children in reverse start order: SIGTERM to each process group,
@@ -252,20 +254,4 @@ func (s *supervisor) stopAll() {
 			<-c.done
 		}
 	}
-}
-
-func lastLine(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	end := len(b)
-	for end > 0 && (b[end-1] == '\n' || b[end-1] == ' ') {
-		end--
-	}
-	start := end
-	for start > 0 && b[start-1] != '\n' {
-		start--
-	}
-	return string(b[start:end])
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/myelin-net/myelin/internal/logtail"
 )
 
 // upTimeout bounds how long `lab up` waits for the supervisor to report the lab ready.
@@ -129,7 +131,7 @@ func waitReady(ctx context.Context, paths Paths) error {
 			sawSupervisor = true
 		} else if sawSupervisor {
 			return fmt.Errorf("the lab supervisor exited; last log line: %q; full log: %s",
-				lastLine(paths.Log("supervisor")), paths.Log("supervisor"))
+				logtail.File(paths.Log("supervisor")), paths.Log("supervisor"))
 		}
 		select {
 		case <-ctx.Done():

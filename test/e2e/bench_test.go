@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/myelin-net/myelin/internal/bench"
+	"github.com/myelin-net/myelin/internal/netns"
 )
 
 // TestBenchQuickReport runs `myelin bench --quick --rounds 1` as a user would and checks
@@ -59,7 +60,7 @@ func TestBenchQuickReport(t *testing.T) {
 			t.Errorf("%s not available: %s", c.Name, c.Unavailable)
 		}
 	}
-	if left := bench.LeftoverNetNS(bench.ProductPrefix); len(left) > 0 {
+	if left := netns.Named(bench.ProductPrefix); len(left) > 0 {
 		t.Errorf("namespaces left behind by the bench: %v", left)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/logtail"
 )
 
 // agentStatus asks a lab node's agent for its status.
@@ -164,13 +165,8 @@ func checkTCP(t *testing.T, from string, run func(...string) (string, error), ta
 	}
 }
 
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+// lastLines is the end of a log or a command's output, for a failure message.
+func lastLines(s string, n int) string { return strings.Join(logtail.Lines(s, n), "\n") }
 
 func podsOn(pods []corev1.Pod) map[string][]corev1.Pod {
 	out := map[string][]corev1.Pod{}
