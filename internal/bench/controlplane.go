@@ -20,6 +20,7 @@ import (
 	"github.com/myelin-net/myelin/internal/agent"
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/labdriver"
 	"github.com/myelin-net/myelin/internal/netns"
 )
 
@@ -81,20 +82,13 @@ func (c *ControlPlane) Teardown() error {
 	return c.cluster.release()
 }
 
-// agentPID finds the lab node's myelin-agent process.
+// agentPID finds the myelin-agent process of a node of the bench's lab.
 func agentPID(node string) (int, error) {
-	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, d := range dirs {
-		b, err := os.ReadFile(d)
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(b), "\x00")
-		if len(args) > 2 && filepath.Base(args[0]) == "myelin-agent" && slices.Contains(args, node) {
-			return strconv.Atoi(filepath.Base(filepath.Dir(d)))
-		}
+	pid, err := labdriver.ProcessPID(lab.Paths{Dir: lab.DefaultDir}, lab.AgentProcess(node))
+	if err == nil && pid == 0 {
+		err = fmt.Errorf("the myelin agent of %s is not running", node)
 	}
-	return 0, fmt.Errorf("no myelin-agent process for %s", node)
+	return pid, err
 }
 
 // procUsage is a process's CPU seconds (user + system) and resident memory.
@@ -359,7 +353,7 @@ func (w ServiceProgram) Run(ctx context.Context, t Trial) (Sample, error) {
 		}
 	}
 	start := time.Now()
-	if err := e.cluster.myelin(ctx, "lab", "restart", "agent-"+node); err != nil {
+	if err := e.cluster.myelin(ctx, "lab", "restart", lab.AgentProcess(node)); err != nil {
 		return nil, err
 	}
 	if err := waitAgentServices(ctx, node, func(n int) bool { return n > programServices }); err != nil {

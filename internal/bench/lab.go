@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/labdriver"
 	"github.com/myelin-net/myelin/internal/logtail"
 )
 
@@ -199,14 +200,18 @@ func (c *Cluster) moveToLegacy(ctx context.Context) error {
 	if len(c.Spec.LegacyNodes) == 0 {
 		return nil
 	}
-	if err := c.kube.createNodeConfig(ctx, "myelin-bench-legacy", c.Spec.LegacyNodes, map[string]string{"host-routing": "legacy"}); err != nil {
+	if err := c.kube.CreateNodeConfig(ctx, benchNamespace, "myelin-bench-legacy",
+		labdriver.HostnameSelector(c.Spec.LegacyNodes...), map[string]string{"host-routing": "legacy"}); err != nil {
 		return err
 	}
 	for _, node := range c.Spec.LegacyNodes {
-		if err := c.myelin(ctx, "lab", "restart", "agent-"+node); err != nil {
+		if err := c.myelin(ctx, "lab", "restart", lab.AgentProcess(node)); err != nil {
 			return err
 		}
-		if err := waitAgentReady(ctx, node); err != nil {
+		ready, cancel := context.WithTimeout(ctx, labPodTimeout)
+		err := labdriver.WaitAgentReady(ready, node)
+		cancel()
+		if err != nil {
 			return err
 		}
 	}

@@ -10,13 +10,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/myelin-net/myelin/internal/api"
-	"github.com/myelin-net/myelin/internal/k8s"
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/labdriver"
 )
 
 // benchNamespace holds the bench's pods and NodeConfig in a lab.
@@ -24,46 +21,16 @@ const benchNamespace = "default"
 
 // kubeClients talk to a lab's API server.
 type kubeClients struct {
-	paths lab.Paths
-	cs    kubernetes.Interface
-	dyn   dynamic.Interface
+	*labdriver.Driver
+	cs kubernetes.Interface
 }
 
 func newKubeClients(paths lab.Paths) (*kubeClients, error) {
-	cs, err := lab.Client(paths.Kubeconfig())
+	d, err := labdriver.New(paths)
 	if err != nil {
 		return nil, err
 	}
-	dyn, err := lab.DynamicClient(paths.Kubeconfig())
-	if err != nil {
-		return nil, err
-	}
-	return &kubeClients{paths: paths, cs: cs, dyn: dyn}, nil
-}
-
-// createNodeConfig creates a NodeConfig giving the nodes named the defaults.
-func (k *kubeClients) createNodeConfig(ctx context.Context, name string, nodes []string, defaults map[string]string) error {
-	values := make([]any, len(nodes))
-	for i, n := range nodes {
-		values[i] = n
-	}
-	defs := map[string]any{}
-	for key, v := range defaults {
-		defs[key] = v
-	}
-	obj := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "myelin.io/v1alpha1", "kind": "NodeConfig",
-		"metadata": map[string]any{"name": name, "namespace": benchNamespace},
-		"spec": map[string]any{
-			"nodeSelector": map[string]any{"matchExpressions": []any{map[string]any{
-				"key": "kubernetes.io/hostname", "operator": "In", "values": values}}},
-			"defaults": defs,
-		},
-	}}
-	if _, err := k.dyn.Resource(k8s.NodeConfigResource).Namespace(benchNamespace).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create NodeConfig %s: %w", name, err)
-	}
-	return nil
+	return &kubeClients{Driver: d, cs: d.Kube}, nil
 }
 
 // A labPod is a running pod: where its network namespace is and its address.
@@ -117,24 +84,7 @@ func (k *kubeClients) waitPod(ctx context.Context, name, node string) (labPod, e
 		select {
 		case <-ctx.Done():
 			return labPod{}, fmt.Errorf("pod %s on %s not running with an IP after %s (%s); see %s",
-				name, node, labPodTimeout, state, k.paths.Log("kubelet-"+node))
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-// waitAgentReady waits until the myelin agent of a lab node reports ready.
-func waitAgentReady(ctx context.Context, node string) error {
-	ctx, cancel := context.WithTimeout(ctx, labPodTimeout)
-	defer cancel()
-	for {
-		h, err := api.NewClient(lab.AgentSocket(node)).Health(ctx)
-		if err == nil && h.Ready {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("agent of %s not ready after %s (last: %v)", node, labPodTimeout, err)
+				name, node, labPodTimeout, state, k.Paths.Log("kubelet-"+node))
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
@@ -145,9 +95,9 @@ func waitAgentReady(ctx context.Context, node string) error {
 func checkHostRouting(ctx context.Context, node, want string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	st, err := api.NewClient(lab.AgentSocket(node)).Status(ctx)
+	st, err := labdriver.AgentStatus(ctx, node)
 	if err != nil {
-		return fmt.Errorf("status of the agent of %s: %w", node, err)
+		return err
 	}
 	if !strings.EqualFold(st.Routing.HostRouting, want) {
 		return fmt.Errorf("%s routes with %s host routing, not %s (%s)", node, st.Routing.HostRouting, want, st.Routing.HostRoutingReason)

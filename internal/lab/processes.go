@@ -146,7 +146,7 @@ func (p Plan) Processes(paths Paths, self, kubeBin string) []Process {
 		bin := filepath.Dir(self)
 		for _, n := range p.Nodes {
 			procs = append(procs, Process{
-				Name: "agent-" + n.Name,
+				Name: AgentProcess(n.Name),
 				Argv: inNS(n.Name, filepath.Join(bin, "myelin-agent"), "--node", n.Name,
 					"--kubeconfig", paths.ComponentKubeconfig(AgentUser),
 					"--state-dir", filepath.Join(nodeRunDir, n.Name),
@@ -162,3 +162,6 @@ func (p Plan) Processes(paths Paths, self, kubeBin string) []Process {
 
 // AgentSocket is the API socket of a lab node's agent.
 func AgentSocket(node string) string { return filepath.Join(nodeRunDir, node, "agent.sock") }
+
+// AgentProcess names the supervised process (and its log) of a node's myelin agent.
+func AgentProcess(node string) string { return "agent-" + node }

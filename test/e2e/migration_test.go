@@ -9,45 +9,25 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/myelin-net/myelin/internal/k8s"
 	"github.com/myelin-net/myelin/internal/lab"
 )
 
+// createNodeConfig creates the NodeConfig default/name for the nodes with the labels of
+// selector.
 func createNodeConfig(t *testing.T, name string, selector map[string]string, defaults map[string]string) {
 	t.Helper()
-	dyn, err := lab.DynamicClient(paths.Kubeconfig())
-	if err != nil {
+	sel := metav1.LabelSelector{MatchLabels: selector}
+	if err := driver(t).CreateNodeConfig(context.Background(), "default", name, sel, defaults); err != nil {
 		t.Fatal(err)
-	}
-	sel := map[string]any{}
-	for k, v := range selector {
-		sel[k] = v
-	}
-	defs := map[string]any{}
-	for k, v := range defaults {
-		defs[k] = v
-	}
-	obj := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "myelin.io/v1alpha1", "kind": "NodeConfig",
-		"metadata": map[string]any{"name": name, "namespace": "default"},
-		"spec":     map[string]any{"nodeSelector": map[string]any{"matchLabels": sel}, "defaults": defs},
-	}}
-	if _, err := dyn.Resource(k8s.NodeConfigResource).Namespace("default").Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create NodeConfig %s: %v", name, err)
 	}
 }
 
 func deleteNodeConfig(t *testing.T, name string) {
 	t.Helper()
-	dyn, err := lab.DynamicClient(paths.Kubeconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := dyn.Resource(k8s.NodeConfigResource).Namespace("default").Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+	if err := driver(t).DeleteNodeConfig(context.Background(), "default", name); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -66,7 +46,7 @@ func labelNode(t *testing.T, cs kubernetes.Interface, node, key, value string) {
 
 func restartAgent(t *testing.T, node string) {
 	t.Helper()
-	if err := lab.Restart(paths, "agent-"+node, false); err != nil {
+	if err := lab.Restart(paths, lab.AgentProcess(node), false); err != nil {
 		t.Fatal(err)
 	}
 	waitAgentReady(t, node)
@@ -105,7 +85,7 @@ func TestLabMyelinMigration(t *testing.T) {
 	createNodeConfig(t, "broken", map[string]string{"kubernetes.io/hostname": n2}, map[string]string{"host-routing": "turbo"})
 	signalAgent(t, n2)
 	eventually(t, time.Minute, "agent log names the bad NodeConfig", func(context.Context) (bool, string) {
-		b, _ := os.ReadFile(paths.Log("agent-" + n2))
+		b, _ := os.ReadFile(paths.Log(lab.AgentProcess(n2)))
 		return strings.Contains(string(b), `NodeConfig default/broken: key \"host-routing\" value \"turbo\": must be one of auto, bpf, legacy`),
 			lastLines(string(b), 2)
 	})

@@ -18,41 +18,47 @@ import (
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/labdriver"
 	"github.com/myelin-net/myelin/internal/logtail"
 )
+
+// driver connects to the running lab.
+func driver(t *testing.T) *labdriver.Driver {
+	t.Helper()
+	d, err := labdriver.New(paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
 
 // agentStatus asks a lab node's agent for its status.
 func agentStatus(t *testing.T, node string) api.Status {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := api.NewClient(lab.AgentSocket(node)).Status(ctx)
+	st, err := labdriver.AgentStatus(ctx, node)
 	if err != nil {
-		t.Fatalf("status of %s: %v", node, err)
+		t.Fatal(err)
 	}
 	return st
 }
 
-// processPID returns the pid of a supervised lab process.
+// processPID returns the pid of a supervised lab process, 0 if it is not running.
 func processPID(t *testing.T, name string) int {
 	t.Helper()
-	st, err := lab.LoadState(paths)
+	pid, err := labdriver.ProcessPID(paths, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range st.Processes {
-		if p.Name == name && p.Running {
-			return p.PID
-		}
-	}
-	return 0
+	return pid
 }
 
 // killAgent SIGKILLs a node's agent. With hold, the supervisor keeps it down until
 // releaseAgent; without, it is restarted and killAgent waits for the new one.
 func killAgent(t *testing.T, node string, hold bool) {
 	t.Helper()
-	name := "agent-" + node
+	name := lab.AgentProcess(node)
 	if hold {
 		if err := os.MkdirAll(filepath.Dir(paths.Hold(name)), 0o755); err != nil {
 			t.Fatal(err)
@@ -81,14 +87,14 @@ func killAgent(t *testing.T, node string, hold bool) {
 // restarts it (for a test that expects the restarted agent to refuse to start).
 func signalAgent(t *testing.T, node string) {
 	t.Helper()
-	if pid := processPID(t, "agent-"+node); pid == 0 || syscall.Kill(pid, syscall.SIGTERM) != nil {
+	if pid := processPID(t, lab.AgentProcess(node)); pid == 0 || syscall.Kill(pid, syscall.SIGTERM) != nil {
 		t.Fatalf("cannot signal the agent of %s (pid %d)", node, pid)
 	}
 }
 
 func releaseAgent(t *testing.T, node string) {
 	t.Helper()
-	if err := os.Remove(paths.Hold("agent-" + node)); err != nil {
+	if err := os.Remove(paths.Hold(lab.AgentProcess(node))); err != nil {
 		t.Fatal(err)
 	}
 	waitAgentReady(t, node)
@@ -96,10 +102,11 @@ func releaseAgent(t *testing.T, node string) {
 
 func waitAgentReady(t *testing.T, node string) {
 	t.Helper()
-	eventually(t, 2*time.Minute, "agent of "+node+" ready", func(ctx context.Context) (bool, string) {
-		h, err := api.NewClient(lab.AgentSocket(node)).Health(ctx)
-		return err == nil && h.Ready, fmt.Sprint(err)
-	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := labdriver.WaitAgentReady(ctx, node); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // inPod runs a command in a pod's netns through myelin lab exec.

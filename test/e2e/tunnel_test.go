@@ -88,7 +88,7 @@ func TestLabMyelinTunnelLegacy(t *testing.T) {
 	setConfig(t, cs, "tunnel-protocol", "geneve")
 	signalAgent(t, lab.NodeName(3))
 	eventually(t, time.Minute, "agent refuses geneve", func(context.Context) (bool, string) {
-		b, _ := os.ReadFile(paths.Log("agent-" + lab.NodeName(3)))
+		b, _ := os.ReadFile(paths.Log(lab.AgentProcess(lab.NodeName(3))))
 		return strings.Contains(string(b), want), lastLines(string(b), 2)
 	})
 	labDown(t)
