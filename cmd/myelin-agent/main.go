@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/myelin-net/myelin/internal/agent"
+	"github.com/myelin-net/myelin/internal/nodelayout"
 )
 
 func main() {
@@ -21,10 +22,10 @@ func main() {
 	self, _ := os.Executable()
 	flag.StringVar(&cfg.Node, "node", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	flag.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
-	flag.StringVar(&cfg.StateDir, "state-dir", "/run/myelin", "directory for endpoint records, IPAM state and the API socket")
-	flag.StringVar(&cfg.BPFFSDir, "bpffs-dir", "/sys/fs/bpf/myelin", "bpffs directory for pinned maps and program links")
-	flag.StringVar(&cfg.CNIBinDir, "cni-bin-dir", "/opt/cni/bin", "where to install the myelin-cni plugin")
-	flag.StringVar(&cfg.CNIConfDir, "cni-conf-dir", "/etc/cni/net.d", "where to install the CNI network configuration")
+	flag.StringVar(&cfg.StateDir, "state-dir", nodelayout.StateDir, "directory for endpoint records, IPAM state and the API socket")
+	flag.StringVar(&cfg.BPFFSDir, "bpffs-dir", nodelayout.BPFFSDir, "bpffs directory for pinned maps and program links")
+	flag.StringVar(&cfg.CNIBinDir, "cni-bin-dir", nodelayout.CNIBinDir, "where to install the myelin-cni plugin")
+	flag.StringVar(&cfg.CNIConfDir, "cni-conf-dir", nodelayout.CNIConfDir, "where to install the CNI network configuration")
 	flag.StringVar(&cfg.CNIPluginSource, "cni-plugin", filepath.Join(filepath.Dir(self), "myelin-cni"), "the myelin-cni binary to install")
 	flag.StringVar(&cfg.Uplink, "uplink", "eth0", "the node's uplink device")
 	flag.Parse()

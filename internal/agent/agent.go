@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/config"
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/endpoint"
@@ -43,7 +44,7 @@ type Config struct {
 	Uplink          string // the node's uplink device
 }
 
-func (c Config) socket() string { return filepath.Join(c.StateDir, "agent.sock") }
+func (c Config) socket() string { return api.Socket(c.StateDir) }
 
 // agent is one running agent's state, shared by its loops and API handlers.
 type agent struct {

@@ -6,11 +6,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-)
 
-// CNIConfFile is the conflist the agent installs; the low number puts it before other
-// configurations, as the runtime uses the first one in name order.
-const CNIConfFile = "05-myelin.conflist"
+	"github.com/myelin-net/myelin/internal/nodelayout"
+)
 
 // installCNI copies the myelin-cni binary into the node's CNI bin dir and writes the
 // conflist pointing the plugin at this agent's socket. Both writes are atomic renames,
@@ -34,7 +32,7 @@ func installCNI(cfg Config) error {
 	if err := os.MkdirAll(cfg.CNIConfDir, 0o755); err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(cfg.CNIConfDir, CNIConfFile), b, 0o644)
+	return writeAtomic(filepath.Join(cfg.CNIConfDir, nodelayout.CNIConfFile), b, 0o644)
 }
 
 func copyFile(src, dst string, mode os.FileMode) error {

@@ -1,10 +1,26 @@
 package api
 
-import "time"
+import (
+	"path/filepath"
+	"time"
 
-// DefaultSocket is the agent's socket on a real node; lab nodes use
-// /run/myelin/<node>/agent.sock.
-const DefaultSocket = "/run/myelin/agent.sock"
+	"github.com/myelin-net/myelin/internal/nodelayout"
+)
+
+// socketName is the agent's API socket in its state directory.
+const socketName = "agent.sock"
+
+// DefaultSocket is the agent's socket on a real node.
+const DefaultSocket = nodelayout.StateDir + "/" + socketName
+
+// Socket is the API socket of an agent whose state directory is stateDir.
+func Socket(stateDir string) string { return filepath.Join(stateDir, socketName) }
+
+// NodeSocket is the API socket of the agent of lab node node (which may be a glob
+// pattern): each lab node's agent keeps its state in its own directory.
+func NodeSocket(node string) string {
+	return Socket(nodelayout.PerNode(nodelayout.StateDir, node))
+}
 
 // PodRef identifies the Pod and the CNI attachment an endpoint belongs to.
 type PodRef struct {

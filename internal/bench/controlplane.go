@@ -17,11 +17,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/myelin-net/myelin/internal/agent"
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/lab"
 	"github.com/myelin-net/myelin/internal/labdriver"
 	"github.com/myelin-net/myelin/internal/netns"
+	"github.com/myelin-net/myelin/internal/nodelayout"
 )
 
 // Control-plane workload sizes (issue 7: 50 CNI ADDs; churn of 100 pods and 1,000
@@ -283,7 +283,7 @@ func agentServices(ctx context.Context, node string) (int, error) {
 // number of programmed frontends that satisfies ok.
 func waitAgentServices(ctx context.Context, node string, ok func(int) bool) error {
 	for {
-		s, err := api.NewClient(lab.AgentSocket(node)).Services(ctx)
+		s, err := api.NewClient(api.NodeSocket(node)).Services(ctx)
 		if err == nil && s.Synced && ok(len(s.Frontends)) {
 			return nil
 		}
@@ -392,8 +392,7 @@ func (CNIAdd) Server() *ServerSpec { return nil }
 // Run implements Workload.
 func (w CNIAdd) Run(ctx context.Context, t Trial) (Sample, error) {
 	node := lab.NodeName(controlPlaneNode)
-	dir := w.Env.cluster.Paths.NodeDir(node)
-	conf, err := libcni.ConfListFromFile(filepath.Join(dir, "cni", "net.d", agent.CNIConfFile))
+	conf, err := libcni.ConfListFromFile(filepath.Join(w.Env.cluster.Paths.CNIConfDir(node), nodelayout.CNIConfFile))
 	if err != nil {
 		return nil, fmt.Errorf("the agent's conflist: %w", err)
 	}
@@ -402,7 +401,7 @@ func (w CNIAdd) Run(ctx context.Context, t Trial) (Sample, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(cache)
-	cni := libcni.NewCNIConfigWithCacheDir([]string{filepath.Join(dir, "cni", "bin")}, cache, nil)
+	cni := libcni.NewCNIConfigWithCacheDir([]string{w.Env.cluster.Paths.CNIBinDir(node)}, cache, nil)
 	var adds, dels []float64
 	for i := 0; i < cniAddPods && ctx.Err() == nil; i++ {
 		add, del, err := cniAddDel(ctx, cni, conf, node, i)

@@ -195,7 +195,7 @@ func (s *ServiceScale) programmed(ctx context.Context) (string, error) {
 	node := lab.NodeName(1)
 	switch s.Proxy {
 	case ProxyMyelin:
-		svcs, err := api.NewClient(lab.AgentSocket(node)).Services(ctx)
+		svcs, err := api.NewClient(api.NodeSocket(node)).Services(ctx)
 		if err != nil {
 			return "", err
 		}

@@ -7,7 +7,6 @@ import (
 	"sort"
 
 	"github.com/myelin-net/myelin/internal/api"
-	"github.com/myelin-net/myelin/internal/lab"
 )
 
 // sockets resolves which agents to talk to: an explicit socket, a lab node's socket,
@@ -17,13 +16,13 @@ func sockets(socket, node string, all bool) ([]string, error) {
 	case socket != "":
 		return []string{socket}, nil
 	case node != "":
-		s := lab.AgentSocket(node)
+		s := api.NodeSocket(node)
 		if _, err := os.Stat(s); err != nil {
 			return nil, fmt.Errorf("no agent socket for node %q at %s: is the node's agent running? (myelin lab status)", node, s)
 		}
 		return []string{s}, nil
 	}
-	labSockets, _ := filepath.Glob(lab.AgentSocket("*"))
+	labSockets, _ := filepath.Glob(api.NodeSocket("*"))
 	sort.Strings(labSockets)
 	if all {
 		if _, err := os.Stat(api.DefaultSocket); err == nil {

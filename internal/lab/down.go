@@ -14,12 +14,13 @@ import (
 	"time"
 
 	"github.com/myelin-net/myelin/internal/netns"
+	"github.com/myelin-net/myelin/internal/nodelayout"
 )
 
 // Places outside the lab directory where lab nodes keep per-node state (DESIGN §3).
 var (
-	bpffsDir   = "/sys/fs/bpf/myelin"
-	nodeRunDir = "/run/myelin"
+	bpffsDir   = nodelayout.BPFFSDir
+	nodeRunDir = nodelayout.StateDir
 )
 
 // Down removes everything a lab made: processes, network namespaces (and with them

@@ -42,6 +42,13 @@ func (p Paths) Etcd() string { return p.join("etcd") }
 // Hold is the file that keeps a supervised process from being restarted while it exists.
 func (p Paths) Hold(name string) string { return p.join("hold", name) }
 
+// CNIBinDir is where a lab node's CNI plugins are installed (the myelin agent installs
+// myelin-cni there); the lab kubelet searches it first.
+func (p Paths) CNIBinDir(node string) string { return p.join("nodes", node, "cni", "bin") }
+
+// CNIConfDir is where a lab node's CNI network configuration is installed.
+func (p Paths) CNIConfDir(node string) string { return p.join("nodes", node, "cni", "net.d") }
+
 // NodeDir is a lab node's own directory (CNI config, IPAM, pods).
 func (p Paths) NodeDir(node string) string { return p.join("nodes", node) }
 

@@ -6,6 +6,8 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+
+	"github.com/myelin-net/myelin/internal/nodelayout"
 )
 
 // KubeVersion is the Kubernetes release the lab runs; scripts/versions.sh builds it.
@@ -149,19 +151,16 @@ func (p Plan) Processes(paths Paths, self, kubeBin string) []Process {
 				Name: AgentProcess(n.Name),
 				Argv: inNS(n.Name, filepath.Join(bin, "myelin-agent"), "--node", n.Name,
 					"--kubeconfig", paths.ComponentKubeconfig(AgentUser),
-					"--state-dir", filepath.Join(nodeRunDir, n.Name),
-					"--bpffs-dir", filepath.Join(bpffsDir, n.Name),
-					"--cni-bin-dir", filepath.Join(paths.NodeDir(n.Name), "cni", "bin"),
-					"--cni-conf-dir", filepath.Join(paths.NodeDir(n.Name), "cni", "net.d"),
+					"--state-dir", nodelayout.PerNode(nodelayout.StateDir, n.Name),
+					"--bpffs-dir", nodelayout.PerNode(nodelayout.BPFFSDir, n.Name),
+					"--cni-bin-dir", paths.CNIBinDir(n.Name),
+					"--cni-conf-dir", paths.CNIConfDir(n.Name),
 					"--cni-plugin", filepath.Join(bin, "myelin-cni")),
 			})
 		}
 	}
 	return procs
 }
-
-// AgentSocket is the API socket of a lab node's agent.
-func AgentSocket(node string) string { return filepath.Join(nodeRunDir, node, "agent.sock") }
 
 // AgentProcess names the supervised process (and its log) of a node's myelin agent.
 func AgentProcess(node string) string { return "agent-" + node }

@@ -92,7 +92,7 @@ func ProcessPID(paths lab.Paths, name string) (int, error) {
 
 // AgentStatus asks the agent of a lab node for its status.
 func AgentStatus(ctx context.Context, node string) (api.Status, error) {
-	st, err := api.NewClient(lab.AgentSocket(node)).Status(ctx)
+	st, err := api.NewClient(api.NodeSocket(node)).Status(ctx)
 	if err != nil {
 		return api.Status{}, fmt.Errorf("status of the agent of %s: %w", node, err)
 	}
@@ -102,7 +102,7 @@ func AgentStatus(ctx context.Context, node string) (api.Status, error) {
 // WaitAgentReady waits until the agent of a lab node reports ready, or ctx ends.
 func WaitAgentReady(ctx context.Context, node string) error {
 	for {
-		h, err := api.NewClient(lab.AgentSocket(node)).Health(ctx)
+		h, err := api.NewClient(api.NodeSocket(node)).Health(ctx)
 		if err == nil && h.Ready {
 			return nil
 		}

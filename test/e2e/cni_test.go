@@ -14,10 +14,10 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 
-	"github.com/myelin-net/myelin/internal/agent"
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/lab"
 	"github.com/myelin-net/myelin/internal/netns"
+	"github.com/myelin-net/myelin/internal/nodelayout"
 )
 
 // cniNode drives myelin-cni through libcni inside a lab node's netns, as a runtime does.
@@ -29,13 +29,12 @@ type cniNode struct {
 
 func newCNINode(t *testing.T, node string) *cniNode {
 	t.Helper()
-	dir := paths.NodeDir(node)
-	conf, err := os.ReadFile(filepath.Join(dir, "cni", "net.d", agent.CNIConfFile))
+	conf, err := os.ReadFile(filepath.Join(paths.CNIConfDir(node), nodelayout.CNIConfFile))
 	if err != nil {
 		t.Fatalf("the agent did not install its conflist: %v", err)
 	}
 	return &cniNode{node: node, conf: conf,
-		cni: libcni.NewCNIConfigWithCacheDir([]string{filepath.Join(dir, "cni", "bin")}, t.TempDir(), nil)}
+		cni: libcni.NewCNIConfigWithCacheDir([]string{paths.CNIBinDir(node)}, t.TempDir(), nil)}
 }
 
 func (c *cniNode) list(t *testing.T, version string) *libcni.NetworkConfigList {
@@ -121,7 +120,7 @@ func TestLabMyelinCNIConformance(t *testing.T) {
 			if used := ipamUsed(t, node); used != base {
 				t.Errorf("after DEL, %d IPs in use, want %d", used, base)
 			}
-			if _, err := api.NewClient(lab.AgentSocket(node)).GetEndpoint(context.Background(), rt.ContainerID); !errors.Is(err, api.ErrNotFound) {
+			if _, err := api.NewClient(api.NodeSocket(node)).GetEndpoint(context.Background(), rt.ContainerID); !errors.Is(err, api.ErrNotFound) {
 				t.Errorf("after DEL the agent still knows the endpoint: %v", err)
 			}
 		})

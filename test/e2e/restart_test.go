@@ -17,7 +17,7 @@ func endpointsOf(t *testing.T, node string) map[string]api.Endpoint {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	eps, err := api.NewClient(lab.AgentSocket(node)).Endpoints(ctx)
+	eps, err := api.NewClient(api.NodeSocket(node)).Endpoints(ctx)
 	if err != nil {
 		t.Fatalf("endpoints of %s: %v", node, err)
 	}

@@ -27,7 +27,7 @@ type Config struct {
 
 // dirs of one node's kubelet.
 func (c Config) nodeDir() string     { return c.Paths.NodeDir(c.Node.Name) }
-func (c Config) cniConfDir() string  { return filepath.Join(c.nodeDir(), "cni", "net.d") }
+func (c Config) cniConfDir() string  { return c.Paths.CNIConfDir(c.Node.Name) }
 func (c Config) cniCacheDir() string { return filepath.Join(c.nodeDir(), "cni", "cache") }
 func (c Config) sandboxDir() string  { return filepath.Join(c.nodeDir(), "sandboxes") }
 func (c Config) podLogDir() string   { return filepath.Join(c.nodeDir(), "pods") }
@@ -35,7 +35,7 @@ func (c Config) podLogDir() string   { return filepath.Join(c.nodeDir(), "pods")
 // cniBinDirs are searched for plugins in order: the node's own (where a CNI installs
 // itself, as myelin-agent does) and Debian's reference plugins.
 func (c Config) cniBinDirs() []string {
-	return []string{filepath.Join(c.nodeDir(), "cni", "bin"), lab.CNIBinDir}
+	return []string{c.Paths.CNIBinDir(c.Node.Name), lab.CNIBinDir}
 }
 
 // Kubelet realises the Pods of one node.
