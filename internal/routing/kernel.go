@@ -54,8 +54,10 @@ func (Kernel) ReplacePodRoute(ip netip.Addr, ifindex int) error {
 
 // DeletePodRoute removes ip/32 if myelin installed it.
 func (Kernel) DeletePodRoute(ip netip.Addr) error {
-	routes, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Dst: hostRoute(ip), Protocol: ProtoPod},
-		netlink.RT_FILTER_DST|netlink.RT_FILTER_PROTOCOL)
+	routes, err := link.Dump("pod routes", func() ([]netlink.Route, error) {
+		return netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Dst: hostRoute(ip), Protocol: ProtoPod},
+			netlink.RT_FILTER_DST|netlink.RT_FILTER_PROTOCOL)
+	})
 	if err != nil {
 		return err
 	}
@@ -67,13 +69,14 @@ func (Kernel) DeletePodRoute(ip netip.Addr) error {
 	return nil
 }
 
-// ConnectedPrefixes lists the IPv4 subnets directly on link (its addresses' networks).
-func ConnectedPrefixes(link string) ([]netip.Prefix, error) {
-	l, err := netlink.LinkByName(link)
+// ConnectedPrefixes lists the IPv4 subnets directly on the link named name (its
+// addresses' networks).
+func ConnectedPrefixes(name string) ([]netip.Prefix, error) {
+	l, err := netlink.LinkByName(name)
 	if err != nil {
-		return nil, fmt.Errorf("uplink %s: %w", link, err)
+		return nil, fmt.Errorf("uplink %s: %w", name, err)
 	}
-	addrs, err := netlink.AddrList(l, unix.AF_INET)
+	addrs, err := link.Dump("addresses", func() ([]netlink.Addr, error) { return netlink.AddrList(l, unix.AF_INET) })
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +92,9 @@ func ConnectedPrefixes(link string) ([]netip.Prefix, error) {
 // SyncNodeRoutes makes myelin's node routes exactly want: replaces each and removes
 // any other route carrying ProtoNode.
 func (Kernel) SyncNodeRoutes(want []NodeRoute) error {
-	have, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Protocol: ProtoNode}, netlink.RT_FILTER_PROTOCOL)
+	have, err := link.Dump("node routes", func() ([]netlink.Route, error) {
+		return netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Protocol: ProtoNode}, netlink.RT_FILTER_PROTOCOL)
+	})
 	if err != nil {
 		return fmt.Errorf("list node routes: %w", err)
 	}
@@ -118,6 +123,8 @@ func (Kernel) SyncNodeRoutes(want []NodeRoute) error {
 
 // PodRoutes counts the pod routes myelin has installed.
 func PodRoutes() int {
-	rs, _ := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Protocol: ProtoPod}, netlink.RT_FILTER_PROTOCOL)
+	rs, _ := link.Dump("pod routes", func() ([]netlink.Route, error) {
+		return netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Protocol: ProtoPod}, netlink.RT_FILTER_PROTOCOL)
+	})
 	return len(rs)
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/myelin-net/myelin/internal/link"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
@@ -63,7 +64,9 @@ func (e *ipEncap) Equal(x netlink.Encap) bool {
 // the remote node as encapsulation destination, at the tunnel's route MTU. Other
 // routes with ProtoTunnel, and neighbours of nodes that left, are removed.
 func SyncRoutes(dev netlink.Link, want []Tunnel, routeMTU int, macOf func(netip.Addr) net.HardwareAddr) error {
-	have, err := netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Protocol: ProtoTunnel}, netlink.RT_FILTER_PROTOCOL)
+	have, err := link.Dump("tunnel routes", func() ([]netlink.Route, error) {
+		return netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Protocol: ProtoTunnel}, netlink.RT_FILTER_PROTOCOL)
+	})
 	if err != nil {
 		return fmt.Errorf("list tunnel routes: %w", err)
 	}
@@ -99,7 +102,9 @@ func SyncRoutes(dev netlink.Link, want []Tunnel, routeMTU int, macOf func(netip.
 	for _, t := range want {
 		nodes[t.NodeIP] = true
 	}
-	neighs, err := netlink.NeighList(dev.Attrs().Index, unix.AF_INET)
+	neighs, err := link.Dump("tunnel neighbours", func() ([]netlink.Neigh, error) {
+		return netlink.NeighList(dev.Attrs().Index, unix.AF_INET)
+	})
 	errs = append(errs, err)
 	for _, n := range neighs {
 		if ip, ok := netip.AddrFromSlice(n.IP.To4()); ok && !nodes[ip] {
