@@ -1,5 +1,6 @@
-// Package link holds the netlink link operations that the agent, the tunnel code and
-// the CNI plugin share. It depends on netlink only, so the plugin stays small.
+// Package link holds the netlink operations that the agent, the routing and tunnel code
+// and the CNI plugin share: deleting links by name and retrying interrupted dumps
+// (Dump). It depends on netlink only, so the plugin stays small.
 package link
 
 import (
