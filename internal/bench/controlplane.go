@@ -24,7 +24,7 @@ import (
 	"github.com/myelin-net/myelin/internal/nodelayout"
 )
 
-// Control-plane workload sizes (issue 7: 50 CNI ADDs; churn of 100 pods and 1,000
+// Control-plane workload sizes (50 CNI ADDs; churn of 100 pods and 1,000
 // Services; 10,000 Services programmed).
 const (
 	cniAddPods       = 50

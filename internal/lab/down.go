@@ -17,7 +17,7 @@ import (
 	"github.com/myelin-net/myelin/internal/nodelayout"
 )
 
-// Places outside the lab directory where lab nodes keep per-node state (DESIGN §3).
+// Places outside the lab directory where lab nodes keep per-node state (one directory per node, below the real node's: internal/nodelayout).
 var (
 	bpffsDir   = nodelayout.BPFFSDir
 	nodeRunDir = nodelayout.StateDir

@@ -36,7 +36,7 @@ func prefixOf(a netip.Addr, seg netip.Prefix) string {
 	return netip.PrefixFrom(a, seg.Bits()).String()
 }
 
-// NetworkSteps returns, in order, the commands that build the lab's network (DESIGN §3).
+// NetworkSteps returns, in order, the commands that build the lab's network (docs/architecture.md, "The lab's network plan").
 // The root netns gets exactly one link (ControlPlaneLink) with the control-plane address;
 // forwarding is enabled only inside the lab's own namespaces.
 func (p Plan) NetworkSteps() []Step {

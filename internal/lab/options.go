@@ -39,7 +39,7 @@ const (
 	UnderlayL3 Underlay = "l3"
 )
 
-// Profiles are the named myelin configurations a lab can start with (DESIGN §5).
+// Profiles are the named myelin configurations a lab can start with (ConfigMap values in ProfileConfig; keys in docs/operations.md).
 var Profiles = []string{"native", "native-legacy", "tunnel", "tunnel-legacy"}
 
 // KubeProxyModes are the kube-proxy modes a lab can run (--kube-proxy); "" runs none

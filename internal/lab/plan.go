@@ -15,7 +15,7 @@ const (
 	nodeNSPrefix     = "myelin-node-"
 )
 
-// Addressing is the lab's network plan (DESIGN §3). Every range can be changed; the
+// Addressing is the lab's network plan (docs/architecture.md, "The lab's network plan"). Every range can be changed; the
 // defaults keep clear of the machine's own uplink (192.0.2.0/24).
 type Addressing struct {
 	SegmentA     netip.Prefix // underlay A: control-plane host, router, nodes
@@ -26,7 +26,7 @@ type Addressing struct {
 	ServiceCIDR  netip.Prefix
 }
 
-// DefaultAddressing returns the plan of DESIGN §3.
+// DefaultAddressing returns the default plan (docs/architecture.md).
 func DefaultAddressing() Addressing {
 	return Addressing{
 		SegmentA:     netip.MustParsePrefix("198.18.0.0/24"),

@@ -1,5 +1,5 @@
 // Package service turns Kubernetes Services and EndpointSlices into the datapath's
-// load-balancing maps (kube-proxy replacement, DESIGN §1 and §4).
+// load-balancing maps (kube-proxy replacement; docs/datapath.md, "Service load balancing").
 //
 // The decisions are pure and unit-tested: Desired computes a Service's frontends
 // (ClusterIP:port, node IP:nodePort) and their backends from the API objects, and
