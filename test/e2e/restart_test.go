@@ -45,7 +45,8 @@ func requestLoop(url string, stop <-chan struct{}) (total int, failures []string
 }
 
 // TestLabMyelinAgentRestart kills both agents (SIGKILL) and keeps them down for a while:
-// a cross-node TCP stream and a request loop see no errors, a pod created meanwhile
+// a cross-node TCP stream, a request loop and a request loop through a ClusterIP Service
+// see no errors, a pod created meanwhile
 // fails CNI ADD with "try again later" and comes up once the agent is back, and the
 // restarted agents adopt their endpoints without re-creating veths or changing IPs.
 func TestLabMyelinAgentRestart(t *testing.T) {
@@ -54,6 +55,18 @@ func TestLabMyelinAgentRestart(t *testing.T) {
 	n1, n2 := lab.NodeName(1), lab.NodeName(2)
 	iperfIP, webIP := deployTrafficPods(t, cs, n1, n2)
 	before := map[string]map[string]api.Endpoint{n1: endpointsOf(t, n1), n2: endpointsOf(t, n2)}
+
+	// A ClusterIP Service in front of the web server: its flows keep their translation
+	// (pinned conntrack and service maps) while no agent runs.
+	svc := createService(t, cs, "web", "web", nil)
+	waitProgrammed(t, n1, svc.Spec.ClusterIP+":80/TCP", 1)
+	svcStop, svcDone := make(chan struct{}), make(chan struct{})
+	var svcTotal int
+	var svcFailures []string
+	go func() {
+		defer close(svcDone)
+		svcTotal, svcFailures = requestLoop("http://"+svc.Spec.ClusterIP+"/", svcStop)
+	}()
 
 	tr := startTraffic(t, iperfIP, webIP, 15)
 	time.Sleep(2 * time.Second)
@@ -78,6 +91,12 @@ func TestLabMyelinAgentRestart(t *testing.T) {
 	runningPods(t, cs, "app=during", 1)
 
 	tr.finish(t)
+	close(svcStop)
+	<-svcDone
+	if len(svcFailures) > 0 || svcTotal == 0 {
+		t.Errorf("requests to the ClusterIP across the agent restart: %d of %d failed (none made counts as failed): %v", len(svcFailures), svcTotal, svcFailures)
+	}
+	waitProgrammed(t, n1, svc.Spec.ClusterIP+":80/TCP", 1)
 	for node, eps := range before {
 		after := endpointsOf(t, node)
 		for id, ep := range eps {
