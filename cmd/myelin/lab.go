@@ -12,6 +12,7 @@ import (
 
 	"github.com/myelin-net/myelin/internal/lab"
 	"github.com/myelin-net/myelin/internal/lab/kubelet"
+	"github.com/myelin-net/myelin/internal/labtools"
 )
 
 func labCommand() *cobra.Command {
@@ -124,7 +125,7 @@ func labServeCommand() *cobra.Command {
 			if name == "" {
 				name = os.Getenv("POD_NAME")
 			}
-			return lab.Serve(cmd.Context(), listen, name, drain)
+			return labtools.Serve(cmd.Context(), listen, name, drain)
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", ":8080", "address to listen on")
@@ -145,7 +146,7 @@ func labUDPFlowsCommand() *cobra.Command {
 			if flows < 1 || flows > 20000 {
 				return fmt.Errorf("--flows %d: must be between 1 and 20000", flows)
 			}
-			res, err := lab.UDPFlows(cmd.Context(), to, flows, timeout)
+			res, err := labtools.UDPFlows(cmd.Context(), to, flows, timeout)
 			if err != nil {
 				return err
 			}

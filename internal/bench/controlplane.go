@@ -64,7 +64,7 @@ func (c *ControlPlane) Setup(ctx context.Context) (Endpoints, error) {
 	if err := c.cluster.acquire(ctx); err != nil {
 		return Endpoints{}, err
 	}
-	cs, err := lab.BulkClient(c.cluster.Paths.Kubeconfig())
+	cs, err := labdriver.BulkClient(c.cluster.Paths.Kubeconfig())
 	if err != nil {
 		return Endpoints{}, err
 	}
@@ -250,7 +250,7 @@ func (w AgentChurn) churn(ctx context.Context, node string) error {
 			return err
 		}
 	}
-	if err := lab.CreateServices(ctx, cs, "churn", "churn", churnServices, 8080); err != nil {
+	if err := labdriver.CreateServices(ctx, cs, "churn", "churn", churnServices, 8080); err != nil {
 		return err
 	}
 	if err := waitAgentServices(ctx, node, func(n int) bool { return n >= before+churnServices }); err != nil {
@@ -259,7 +259,7 @@ func (w AgentChurn) churn(ctx context.Context, node string) error {
 	if err := waitPods(ctx, cs, "app=churn", func(running, total int) bool { return running == churnPods }); err != nil {
 		return err
 	}
-	if err := lab.DeleteServices(ctx, cs, "churn", churnServices); err != nil {
+	if err := labdriver.DeleteServices(ctx, cs, "churn", churnServices); err != nil {
 		return err
 	}
 	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{LabelSelector: "app=churn"}); err != nil {
@@ -344,7 +344,7 @@ func (w ServiceProgram) Run(ctx context.Context, t Trial) (Sample, error) {
 		if err := ensureFiller(ctx, e.cs, bin); err != nil {
 			return nil, err
 		}
-		if err := lab.CreateServices(ctx, e.cs, "filler", "bench-filler", programServices, svcFillerPort); err != nil {
+		if err := labdriver.CreateServices(ctx, e.cs, "filler", "bench-filler", programServices, svcFillerPort); err != nil {
 			return nil, err
 		}
 		e.services = programServices

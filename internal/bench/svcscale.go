@@ -17,6 +17,7 @@ import (
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/labdriver"
 )
 
 // Service proxies a ServiceScale lab runs.
@@ -74,7 +75,7 @@ func (s *ServiceScale) Setup(ctx context.Context) (Endpoints, error) {
 	if err := s.cluster.acquire(ctx); err != nil {
 		return Endpoints{}, err
 	}
-	cs, err := lab.BulkClient(s.cluster.Paths.Kubeconfig())
+	cs, err := labdriver.BulkClient(s.cluster.Paths.Kubeconfig())
 	if err != nil {
 		return Endpoints{}, err
 	}
@@ -82,7 +83,7 @@ func (s *ServiceScale) Setup(ctx context.Context) (Endpoints, error) {
 	if err != nil {
 		return Endpoints{}, err
 	}
-	if err := lab.CreateServices(ctx, cs, "filler", "bench-filler", s.Services, svcFillerPort); err != nil {
+	if err := labdriver.CreateServices(ctx, cs, "filler", "bench-filler", s.Services, svcFillerPort); err != nil {
 		return Endpoints{}, fmt.Errorf("create %d filler Services: %w", s.Services, err)
 	}
 	last, err := cs.CoreV1().Services("default").Get(ctx, fmt.Sprintf("filler-%d", s.Services-1), metav1.GetOptions{})

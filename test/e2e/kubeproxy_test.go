@@ -13,11 +13,18 @@ import (
 )
 
 // TestLabKubeProxyServices: with kube-proxy-replacement false the lab runs kube-proxy
-// (iptables mode) on every node, myelin leaves Services to it and says so, and the
-// nodes run legacy host routing so kube-proxy's rules see pod traffic.
+// on every node, in each of its modes (iptables, nftables); myelin leaves Services to
+// it and says so, and the nodes run legacy host routing so kube-proxy's rules see pod
+// traffic.
 func TestLabKubeProxyServices(t *testing.T) {
 	requireRoot(t)
-	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native", "--kube-proxy", "iptables")
+	for _, mode := range lab.KubeProxyModes {
+		t.Run(mode, func(t *testing.T) { checkKubeProxyServices(t, mode) })
+	}
+}
+
+func checkKubeProxyServices(t *testing.T, mode string) {
+	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native", "--kube-proxy", mode)
 	n1, n2 := lab.NodeName(1), lab.NodeName(2)
 	for _, n := range []string{n1, n2} {
 		expectHostRouting(t, n, "Legacy", "kube-proxy-replacement is false")
@@ -37,8 +44,12 @@ func TestLabKubeProxyServices(t *testing.T) {
 	c := runningPods(t, cs, "app=client", 1)[0]
 	svc := createService(t, cs, "web", "web", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeNodePort })
 
-	eventually(t, podTimeout, "kube-proxy's rules for the Service on node-1", func(context.Context) (bool, string) {
-		out, err := inNode(n1, "iptables-save", "-t", "nat")
+	rules := []string{"iptables-save", "-t", "nat"}
+	if mode == "nftables" {
+		rules = []string{"nft", "list", "table", "ip", "kube-proxy"}
+	}
+	eventually(t, podTimeout, "kube-proxy's "+mode+" rules for the Service on node-1", func(context.Context) (bool, string) {
+		out, err := inNode(n1, rules...)
 		return err == nil && strings.Contains(out, svc.Spec.ClusterIP), lastLines(out, 3)
 	})
 	run := func(argv ...string) (string, error) { return inPod("client", argv...) }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/labtools"
 )
 
 // curlExternal fetches the external host from a pod and returns the client address
@@ -69,7 +70,7 @@ func TestLabMyelinMasquerade(t *testing.T) {
 	restartAgent(t, n1)
 
 	out, err = inPod("client", myelinBin, "lab", "udp-flows", "--to", "203.0.113.10:80", "--flows", "1000")
-	var res lab.UDPFlowsResult
+	var res labtools.UDPFlowsResult
 	if err != nil || json.Unmarshal([]byte(out), &res) != nil {
 		t.Fatalf("udp-flows: %v %q", err, out)
 	}

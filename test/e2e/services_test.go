@@ -17,6 +17,7 @@ import (
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/labtools"
 )
 
 // backendDeployment runs n lab HTTP/UDP servers (port 8080) labelled app=name, spread
@@ -197,7 +198,7 @@ func TestLabMyelinServices(t *testing.T) {
 		for _, c := range []string{"client", "client2"} {
 			// Connected UDP sockets: a reply only counts when it comes from the ClusterIP.
 			out, err := inPod(c, myelinBin, "lab", "udp-flows", "--to", cip+":80", "--flows", "50")
-			var res lab.UDPFlowsResult
+			var res labtools.UDPFlowsResult
 			if err != nil || json.Unmarshal([]byte(out), &res) != nil || res.Replies != 50 {
 				t.Errorf("50 UDP flows to %s:80 from %s: %v %s; want 50 replies", cip, c, err, out)
 			}
@@ -237,7 +238,7 @@ func TestLabMyelinServices(t *testing.T) {
 			t.Errorf("connect to a Service with no backend: %v %q, want connection refused (not a timeout)", err, out)
 		}
 		out, err = inPod("client", myelinBin, "lab", "udp-flows", "--to", empty.Spec.ClusterIP+":80", "--flows", "1")
-		var res lab.UDPFlowsResult
+		var res labtools.UDPFlowsResult
 		if err != nil || json.Unmarshal([]byte(out), &res) != nil || res.Refused != 1 {
 			t.Errorf("UDP to a Service with no backend: %v %q, want the flow refused (ICMP port unreachable)", err, out)
 		}

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/labdriver"
 )
 
 // TestLabMyelinServiceScale: 10,000 Services with 2 backends each are programmed
@@ -27,12 +28,12 @@ func TestLabMyelinServiceScale(t *testing.T) {
 	runningPods(t, cs, "app=web", 2)
 	runningPods(t, cs, "app=client", 1)
 
-	bulk, err := lab.BulkClient(paths.Kubeconfig())
+	bulk, err := labdriver.BulkClient(paths.Kubeconfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	created := make(chan error, 1)
-	go func() { created <- lab.CreateServices(context.Background(), bulk, "scale", "web", n, 8080) }()
+	go func() { created <- labdriver.CreateServices(context.Background(), bulk, "scale", "web", n, 8080) }()
 
 	// The agent's other work goes on: CNI ADD for a new pod, status, the first Services.
 	eventually(t, 5*time.Minute, "some Services programmed", func(context.Context) (bool, string) {
