@@ -25,15 +25,22 @@ const (
 	labPodTimeout  = 2 * time.Minute
 )
 
-// LabSpec is the lab a stage runs in: the flags of `myelin lab up`, and the nodes a
-// NodeConfig moves to legacy host routing before the measurements.
+// LabSpec is the lab a stage runs in: the flags of `myelin lab up`, and the NodeConfigs
+// that give some nodes other settings before the measurements.
 type LabSpec struct {
 	Nodes          int
 	CNI            string // --cni: lab.CNIMyelin, lab.CNIBridge or lab.CNIFlannel
 	Profile        string // myelin's profile (CNI myelin only)
 	FlannelBackend string // "vxlan" or "host-gw" (CNI flannel only)
 	KubeProxy      string // --kube-proxy: "iptables" or "nftables"; "" runs none
-	LegacyNodes    []string
+	Overrides      []NodeOverride
+}
+
+// NodeOverride is a NodeConfig of a bench lab: the nodes named get the settings.
+type NodeOverride struct {
+	Name     string
+	Nodes    []string
+	Settings map[string]string
 }
 
 // upArgs is the command line of `myelin lab up` for the spec.
@@ -191,20 +198,22 @@ func (c *Cluster) up(ctx context.Context) error {
 		return err
 	}
 	c.kube = kube
-	return c.moveToLegacy(ctx)
+	for _, o := range c.Spec.Overrides {
+		if err := c.override(ctx, o); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// moveToLegacy applies one NodeConfig setting host-routing: legacy on the legacy nodes
-// and restarts their agents so that they read it.
-func (c *Cluster) moveToLegacy(ctx context.Context) error {
-	if len(c.Spec.LegacyNodes) == 0 {
-		return nil
-	}
-	if err := c.kube.CreateNodeConfig(ctx, benchNamespace, "myelin-bench-legacy",
-		labdriver.HostnameSelector(c.Spec.LegacyNodes...), map[string]string{"host-routing": "legacy"}); err != nil {
+// override applies one NodeConfig and restarts the agents of its nodes so that they
+// read it.
+func (c *Cluster) override(ctx context.Context, o NodeOverride) error {
+	if err := c.kube.CreateNodeConfig(ctx, benchNamespace, "myelin-bench-"+o.Name,
+		labdriver.HostnameSelector(o.Nodes...), o.Settings); err != nil {
 		return err
 	}
-	for _, node := range c.Spec.LegacyNodes {
+	for _, node := range o.Nodes {
 		if err := c.myelin(ctx, "lab", "restart", lab.AgentProcess(node)); err != nil {
 			return err
 		}

@@ -72,15 +72,31 @@ func (s *stageBuilder) pods(kind, group string, a, b int, hostRouting string) {
 	s.add(same, group, s.veth)
 }
 
-// myelinStage is a 4-node myelin lab in profile: nodes 1-2 with BPF host routing,
-// nodes 3-4 moved to legacy host routing by a NodeConfig.
+// myelinStage is a myelin lab in profile: nodes 1-2 with BPF host routing, nodes 3-4
+// moved to legacy host routing by a NodeConfig. The native stage adds nodes 5-6 with
+// BPF host routing and pods' source validation off, so validation's cost is measured
+// against the same path without it in the same rounds.
 func myelinStage(profile, prefix string) []Case {
-	s := newStage(profile, LabSpec{Nodes: 4, CNI: string(lab.CNIMyelin), Profile: profile,
-		LegacyNodes: []string{lab.NodeName(3), lab.NodeName(4)}}, prefix)
+	spec := LabSpec{Nodes: 4, CNI: string(lab.CNIMyelin), Profile: profile, Overrides: []NodeOverride{
+		{Name: "legacy", Nodes: []string{lab.NodeName(3), lab.NodeName(4)}, Settings: map[string]string{"host-routing": "legacy"}},
+	}}
+	if profile == StageNative {
+		spec.Nodes = 6
+		spec.Overrides = append(spec.Overrides, NodeOverride{Name: "no-source-check",
+			Nodes: []string{lab.NodeName(5), lab.NodeName(6)}, Settings: map[string]string{sourceValidationKey: "false"}})
+	}
+	s := newStage(profile, spec, prefix)
 	s.pods("bpf", GroupMyelin, 1, 2, hostRoutingBPF)
 	s.pods("legacy", GroupMyelin, 3, 4, hostRoutingLegacy)
+	if profile == StageNative {
+		s.pods("bpf-no-source-check", GroupMyelin, 5, 6, hostRoutingBPF)
+	}
 	return s.cases
 }
+
+// sourceValidationKey switches the datapath's check of pods' source addresses; the
+// bench turns it off only to measure what the check costs.
+const sourceValidationKey = "enable-source-ip-verification"
 
 // plainStage is pods routed by the plain kernel (the lab's --cni bridge: a bridge per
 // node and static routes between nodes, what host-gw CNIs do) and pods over plain
