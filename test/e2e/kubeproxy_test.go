@@ -48,9 +48,15 @@ func checkKubeProxyServices(t *testing.T, mode string) {
 	if mode == "nftables" {
 		rules = []string{"nft", "list", "table", "ip", "kube-proxy"}
 	}
-	eventually(t, podTimeout, "kube-proxy's "+mode+" rules for the Service on node-1", func(context.Context) (bool, string) {
+	// Programmed means the Service and every backend are in the rules: before its
+	// endpoints arrive, kube-proxy's rules reject connections to the Service.
+	eventually(t, podTimeout, "kube-proxy's "+mode+" rules for the Service and its backends on node-1", func(context.Context) (bool, string) {
 		out, err := inNode(n1, rules...)
-		return err == nil && strings.Contains(out, svc.Spec.ClusterIP), lastLines(out, 3)
+		done := err == nil && strings.Contains(out, svc.Spec.ClusterIP)
+		for _, p := range web {
+			done = done && strings.Contains(out, p.Status.PodIP)
+		}
+		return done, lastLines(out, 3)
 	})
 	run := func(argv ...string) (string, error) { return inPod("client", argv...) }
 	seen := servers(t, "ClusterIP via kube-proxy", run, "http://"+svc.Spec.ClusterIP+"/", 16, c.Status.PodIP)
