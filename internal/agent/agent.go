@@ -24,6 +24,7 @@ import (
 	"github.com/myelin-net/myelin/internal/config"
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/endpoint"
+	"github.com/myelin-net/myelin/internal/healthcheck"
 	"github.com/myelin-net/myelin/internal/ipam"
 	"github.com/myelin-net/myelin/internal/k8s"
 	"github.com/myelin-net/myelin/internal/routing"
@@ -69,7 +70,9 @@ type agent struct {
 	overlay     netlink.Link     // myelin_vxlan in tunnel mode
 	services    *service.Manager // nil with kube-proxy-replacement false
 	svcWatch    *service.Watcher
-	started     time.Time
+	// healthChecks serves healthCheckNodePorts; nil with kube-proxy-replacement false.
+	healthChecks *healthcheck.Server
+	started      time.Time
 
 	ready      atomic.Bool
 	nodesKnown atomic.Int32
