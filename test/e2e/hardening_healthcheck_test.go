@@ -79,6 +79,7 @@ func pinDeployment(t *testing.T, cs kubernetes.Interface, name, node string, rep
 // BPF host routing node (node-1) and a legacy one (node-2), probed from the external
 // host as a load balancer would: 200 with the local endpoint count where the backend
 // runs, 503 elsewhere and once it is gone, and the port closed when the Service goes.
+// The lab runs the agents with their least-privilege RBAC, checked here too.
 func TestLabMyelinHealthCheckNodePort(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native")
@@ -135,6 +136,9 @@ func TestLabMyelinHealthCheckNodePort(t *testing.T) {
 				return err != nil && (strings.Contains(out, "Couldn't connect") || strings.Contains(out, "refused")), out
 			})
 		}
+	})
+	t.Run("agent RBAC is least privilege", func(t *testing.T) {
+		checkAgentRBAC(t, cs, n1, n2)
 	})
 	labDown(t)
 }
