@@ -22,8 +22,8 @@ const retryInterval = 5 * time.Second
 // ones no Service wants any more. Each request reads the Service's current state, so
 // a changed endpoint count needs no listener change. Safe for concurrent use.
 type Server struct {
-	healthy func() bool  // the service proxy's own health: false until Services are synced
-	report  func(error)  // the outcome of every reconcile that did something, for status
+	healthy func() bool // the service proxy's own health: false until Services are synced
+	report  func(error) // the outcome of every reconcile that did something, for status
 	log     *slog.Logger
 	listen  func(port uint16) (net.Listener, error)
 
