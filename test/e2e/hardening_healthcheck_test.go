@@ -140,5 +140,8 @@ func TestLabMyelinHealthCheckNodePort(t *testing.T) {
 	t.Run("agent RBAC is least privilege", func(t *testing.T) {
 		checkAgentRBAC(t, cs, n1, n2)
 	})
+	t.Run("missing ConfigMap is said", func(t *testing.T) {
+		checkMissingConfigMap(t, cs, n2)
+	})
 	labDown(t)
 }

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/myelin-net/myelin/internal/config"
 	"github.com/myelin-net/myelin/internal/lab"
 )
 
@@ -62,5 +63,35 @@ func checkAgentRBAC(t *testing.T, cs kubernetes.Interface, nodes ...string) {
 				t.Errorf("agent on %s: loop %s was forbidden: %s", n, l.Name, l.LastError)
 			}
 		}
+	}
+}
+
+// checkMissingConfigMap deletes kube-system/myelin-config and restarts node's agent
+// (last in a test: the node comes back with the defaults): it starts, and its status
+// and `myelin config` say that the ConfigMap is missing and defaults are used.
+func checkMissingConfigMap(t *testing.T, cs kubernetes.Interface, node string) {
+	t.Helper()
+	err := cs.CoreV1().ConfigMaps(config.ConfigMapNamespace).Delete(context.Background(), config.ConfigMapName, metav1.DeleteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restartAgent(t, node)
+	const notFound = "ConfigMap kube-system/myelin-config not found: built-in defaults are used"
+	if st := agentStatus(t, node); !strings.Contains(st.Config.Warning, notFound) {
+		t.Errorf("status of %s: config %+v, want a warning %q", node, st.Config, notFound)
+	}
+	out, err := myelin("config", "--node", node)
+	if err != nil || !strings.Contains(out, "WARNING: "+notFound) {
+		t.Errorf("myelin config --node %s: %v, want the warning\n%s", node, err, out)
+	}
+	// The profile set routing-mode native; now it is the default, and says why.
+	found := false
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "routing-mode" {
+			found = f[1] == "tunnel" && strings.HasSuffix(line, "default (no ConfigMap kube-system/myelin-config)")
+		}
+	}
+	if !found {
+		t.Errorf("myelin config --node %s: want routing-mode tunnel from the default, no ConfigMap\n%s", node, out)
 	}
 }
