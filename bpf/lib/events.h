@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * Ring buffer events for `myelin monitor`: drops always, traces only while
- * the agent has trace_enabled set.
+ * Ring buffer events for `myelin monitor`: drops only while the agent has
+ * drop_events_enabled set, traces only while it has trace_enabled set. With no
+ * monitor client attached a packet costs its counter and nothing else.
  */
 #ifndef MYELIN_LIB_EVENTS_H
 #define MYELIN_LIB_EVENTS_H
@@ -19,6 +20,13 @@
  * while a trace monitor is attached. Reading it is a plain memory load.
  */
 volatile __u32 trace_enabled = 0;
+
+/*
+ * drop_events_enabled is set by the agent while at least one monitor client
+ * wants drop events (.bss too), so a flood of drops nobody watches costs only
+ * the counter, not a ring buffer write per packet.
+ */
+volatile __u32 drop_events_enabled = 0;
 
 /* events_ports reads the TCP/UDP ports into ev; they stay 0 when not available. */
 static __always_inline void events_ports(struct __sk_buff *skb, const struct ipv4_info *info,

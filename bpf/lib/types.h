@@ -192,7 +192,7 @@ struct metrics_value {
 
 /* event_type is the kind of a ring buffer event. */
 enum event_type {
-	EVENT_DROP = 1,	 /* packet dropped; always emitted */
+	EVENT_DROP = 1,	 /* packet dropped; only when drop_events_enabled */
 	EVENT_TRACE = 2, /* packet forwarded or passed; only when trace_enabled */
 };
 

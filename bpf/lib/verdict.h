@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * Verdicts. Every program returns through one of these so each packet is
- * counted exactly once and every drop carries a reason and an event.
+ * counted exactly once and every drop carries a reason (and an event while a
+ * monitor client wants drops).
  */
 #ifndef MYELIN_LIB_VERDICT_H
 #define MYELIN_LIB_VERDICT_H
@@ -13,18 +14,20 @@
 #include "metrics.h"
 
 /*
- * verdict_count_drop counts a dropped packet and emits its drop event without
- * deciding its fate: for a drop that is answered (lib/icmp.h rewrites the
- * packet into the answer), so the program returns the answer's redirect.
+ * verdict_count_drop counts a dropped packet and emits its drop event (while a
+ * monitor wants drops) without deciding its fate: for a drop that is answered
+ * (lib/icmp.h rewrites the packet into the answer), so the program returns the
+ * answer's redirect.
  */
 static __always_inline void verdict_count_drop(struct __sk_buff *skb, const struct ipv4_info *info,
 					       __u8 dir, __u8 reason)
 {
 	metrics_add(dir, reason, skb->len);
-	events_emit(skb, info, EVENT_DROP, dir, reason);
+	if (drop_events_enabled)
+		events_emit(skb, info, EVENT_DROP, dir, reason);
 }
 
-/* verdict_drop drops the packet, counting it and emitting a drop event. */
+/* verdict_drop drops the packet, counting it and emitting a drop event when enabled. */
 static __always_inline int verdict_drop(struct __sk_buff *skb, const struct ipv4_info *info,
 					__u8 dir, __u8 reason)
 {

@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -24,6 +25,7 @@ import (
 	"github.com/myelin-net/myelin/internal/config"
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/endpoint"
+	"github.com/myelin-net/myelin/internal/healthcheck"
 	"github.com/myelin-net/myelin/internal/ipam"
 	"github.com/myelin-net/myelin/internal/k8s"
 	"github.com/myelin-net/myelin/internal/routing"
@@ -69,7 +71,9 @@ type agent struct {
 	overlay     netlink.Link     // myelin_vxlan in tunnel mode
 	services    *service.Manager // nil with kube-proxy-replacement false
 	svcWatch    *service.Watcher
-	started     time.Time
+	// healthChecks serves healthCheckNodePorts; nil with kube-proxy-replacement false.
+	healthChecks *healthcheck.Server
+	started      time.Time
 
 	ready      atomic.Bool
 	nodesKnown atomic.Int32
@@ -97,6 +101,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if w := conf.Warning(); w != "" {
+		log.Warn(w)
+	}
+	log.Info("configuration loaded", "sources", conf.SourceSummary())
 	if err := checkRoutingMode(conf); err != nil {
 		return err
 	}
@@ -287,8 +295,12 @@ func loadConfig(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interf
 	}
 }
 
+// isTransient says whether err is worth retrying: the apiserver unreachable or
+// overloaded. NotFound and Forbidden are not.
 func isTransient(err error) bool {
-	return errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, unix.EHOSTUNREACH)
+	return errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, unix.EHOSTUNREACH) ||
+		apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err)
 }
 
 // waitForNode waits until this node's Node object exists and the controller-manager

@@ -19,12 +19,13 @@ import (
 const subscriberBuffer = 4096
 
 // monitor reads the datapath's ring buffer once and fans events out to the API's
-// monitor streams. Trace events are switched on in the datapath only while a client
-// asks for them: no per-packet events otherwise.
+// monitor streams. Drop and trace events are switched on in the datapath only while
+// a client asks for them: with no client a packet costs its counter and no event.
 type monitor struct {
-	dp  *datapath.Datapath
-	eps *endpoint.Manager
-	log *slog.Logger
+	dp    *datapath.Datapath
+	flags eventSwitch // dp, or a fake in tests
+	eps   *endpoint.Manager
+	log   *slog.Logger
 
 	mu   sync.Mutex
 	subs map[*subscriber]bool
@@ -38,7 +39,13 @@ type subscriber struct {
 }
 
 func newMonitor(dp *datapath.Datapath, eps *endpoint.Manager, log *slog.Logger) *monitor {
-	return &monitor{dp: dp, eps: eps, log: log, subs: map[*subscriber]bool{}}
+	return &monitor{dp: dp, flags: dp, eps: eps, log: log, subs: map[*subscriber]bool{}}
+}
+
+// eventSwitch turns the datapath's per-packet events on and off.
+type eventSwitch interface {
+	SetDropEvents(on bool) error
+	SetTrace(on bool) error
 }
 
 func (m *monitor) run(ctx context.Context) {
@@ -106,28 +113,32 @@ func (m *monitor) subscribe(typ string) *subscriber {
 	s := &subscriber{typ: typ, ch: make(chan api.Event, subscriberBuffer)}
 	m.mu.Lock()
 	m.subs[s] = true
+	m.updateEvents()
 	m.mu.Unlock()
-	m.updateTrace()
 	return s
 }
 
 func (m *monitor) unsubscribe(s *subscriber) {
 	m.mu.Lock()
 	delete(m.subs, s)
+	m.updateEvents()
 	m.mu.Unlock()
-	m.updateTrace()
 }
 
-// updateTrace turns per-packet trace events on while some client wants them.
-func (m *monitor) updateTrace() {
-	m.mu.Lock()
-	want := false
+// updateEvents switches drop events on while some client wants drops and trace
+// events while some client wants traces. Called with m.mu held, so concurrent
+// subscribe and unsubscribe calls leave the flags matching the last subscriber set.
+func (m *monitor) updateEvents() {
+	drops, traces := false, false
 	for s := range m.subs {
-		want = want || s.typ != "drop"
+		drops = drops || s.typ != "trace"
+		traces = traces || s.typ != "drop"
 	}
-	m.mu.Unlock()
-	if err := m.dp.SetTrace(want); err != nil {
-		m.log.Error("switch trace events", "on", want, "err", err)
+	if err := m.flags.SetDropEvents(drops); err != nil {
+		m.log.Error("switch drop events", "on", drops, "err", err)
+	}
+	if err := m.flags.SetTrace(traces); err != nil {
+		m.log.Error("switch trace events", "on", traces, "err", err)
 	}
 }
 

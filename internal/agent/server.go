@@ -156,7 +156,7 @@ func (a *agent) handleGC(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *agent) handleConfig(w http.ResponseWriter, _ *http.Request) {
-	view := api.ConfigView{Node: a.cfg.Node}
+	view := api.ConfigView{Node: a.cfg.Node, Warning: a.conf.Warning()}
 	for _, e := range a.conf.Effective {
 		view.Effective = append(view.Effective, api.ConfigEntry{Key: e.Key, Value: e.Value, Source: e.Source})
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/config"
+	"github.com/myelin-net/myelin/internal/healthcheck"
 	"github.com/myelin-net/myelin/internal/service"
 )
 
@@ -29,8 +30,28 @@ func (a *agent) startServices(ctx context.Context) error {
 	a.services = m
 	a.svcWatch = service.NewWatcher(a.cs, m, service.Options{NodeName: a.cfg.Node, NodeIP: a.nodeIP},
 		func(err error) { a.loops.report("services", err) }, a.log)
+	a.startHealthChecks(ctx)
 	go a.svcWatch.Run(ctx)
 	return nil
+}
+
+// startHealthChecks serves the healthCheckNodePorts of externalTrafficPolicy: Local
+// Services, fed by the Service watcher (kube-proxy serves them when it runs instead).
+// Answers are 503 until the watcher's first full pass, as kube-proxy's are until it
+// has synced.
+func (a *agent) startHealthChecks(ctx context.Context) {
+	synced := func() bool {
+		select {
+		case <-a.svcWatch.Synced():
+			return true
+		default:
+			return false
+		}
+	}
+	a.healthChecks = healthcheck.New(synced, func(err error) { a.loops.report("health-check-ports", err) },
+		a.log.With("loop", "health-check-ports"))
+	a.svcWatch.OnHealthCheck(a.healthChecks.Update)
+	go a.healthChecks.Run(ctx)
 }
 
 // servedBy says who implements Services on this node, for status.
@@ -42,8 +63,12 @@ func (a *agent) servedBy() string {
 		return "myelin (starting)"
 	}
 	svcs, frontends, backends := a.services.Counts()
-	return fmt.Sprintf("myelin (kube-proxy-replacement, %s): %d services, %d frontends, %d backends",
-		a.conf.LBAlgorithm, svcs, frontends, backends)
+	hcPorts := 0
+	if a.healthChecks != nil {
+		hcPorts = len(a.healthChecks.Ports())
+	}
+	return fmt.Sprintf("myelin (kube-proxy-replacement, %s): %d services, %d frontends, %d backends, %d health check ports",
+		a.conf.LBAlgorithm, svcs, frontends, backends, hcPorts)
 }
 
 func (a *agent) handleServices(w http.ResponseWriter, _ *http.Request) {

@@ -10,6 +10,7 @@ import (
 func (a *agent) status() api.Status {
 	s := api.Status{
 		Node:     a.cfg.Node,
+		Config:   api.ConfigInfo{Sources: a.conf.SourceSummary(), Warning: a.conf.Warning()},
 		Started:  a.started,
 		Datapath: api.DatapathInfo{Device: "veth", AttachMode: "tcx", Uplink: a.cfg.Uplink},
 		Routing: api.RoutingInfo{

@@ -5,6 +5,7 @@ import "time"
 // Status is everything `myelin status` shows for one node.
 type Status struct {
 	Node       string       `json:"node"`
+	Config     ConfigInfo   `json:"config"`
 	Kubernetes K8sStatus    `json:"kubernetes"`
 	Datapath   DatapathInfo `json:"datapath"`
 	Routing    RoutingInfo  `json:"routing"`
@@ -19,6 +20,12 @@ type Status struct {
 	Guard      GuardInfo    `json:"userIPTablesGuard"`
 	Loops      []LoopStatus `json:"controlLoops"`
 	Started    time.Time    `json:"started"`
+}
+
+// ConfigInfo says where the node's configuration came from.
+type ConfigInfo struct {
+	Sources string `json:"sources"`           // e.g. "ConfigMap kube-system/myelin-config over built-in defaults"
+	Warning string `json:"warning,omitempty"` // e.g. the ConfigMap does not exist
 }
 
 // K8sStatus is the agent's view of the apiserver.

@@ -79,6 +79,9 @@ type ErrorBody struct {
 type ConfigView struct {
 	Node      string        `json:"node"`
 	Effective []ConfigEntry `json:"effective"`
+	// Warning is set when the configuration is not what the operator may think,
+	// e.g. the ConfigMap kube-system/myelin-config does not exist.
+	Warning string `json:"warning,omitempty"`
 }
 
 // ConfigEntry is one configuration key's effective value and where it came from.

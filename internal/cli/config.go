@@ -33,7 +33,11 @@ func Config(ctx context.Context, out io.Writer, o ConfigOptions) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(view)
 	}
-	fmt.Fprintf(out, "Node %s (effective since the agent started)\n\n", view.Node)
+	fmt.Fprintf(out, "Node %s (effective since the agent started)\n", view.Node)
+	if view.Warning != "" {
+		fmt.Fprintf(out, "WARNING: %s\n", view.Warning)
+	}
+	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tVALUE\tSOURCE")
 	for _, e := range view.Effective {

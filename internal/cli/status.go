@@ -67,6 +67,11 @@ func printStatus(out io.Writer, s api.Status) {
 		fmt.Fprintf(out, "%-22s "+format+"\n", append([]any{k + ":"}, a...)...)
 	}
 	row("Node", "%s (agent up %v)", s.Node, time.Since(s.Started).Round(time.Second))
+	if s.Config.Warning != "" {
+		row("Configuration", "WARNING: %s", s.Config.Warning)
+	} else {
+		row("Configuration", "%s", s.Config.Sources)
+	}
 	k8s := "Disconnected: " + s.Kubernetes.Error
 	if s.Kubernetes.Connected {
 		k8s = "Ok, " + s.Kubernetes.Version

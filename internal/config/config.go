@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 )
 
 // RoutingMode is how pod traffic crosses between nodes.
@@ -58,6 +59,34 @@ type Config struct {
 
 	// Effective lists every key with its value and the source it came from.
 	Effective []Effective
+	// Sources names the sources applied over the defaults, in order.
+	Sources []string
+	// ConfigMapMissing is set by Load when kube-system/myelin-config does not exist:
+	// the cluster-wide keys then have their built-in defaults.
+	ConfigMapMissing bool
+}
+
+// Warning is what an operator must know about where the configuration came from:
+// "" unless the ConfigMap was missing.
+func (c Config) Warning() string {
+	if !c.ConfigMapMissing {
+		return ""
+	}
+	return fmt.Sprintf("ConfigMap %s/%s not found: built-in defaults are used for every key it would set; create it to configure myelin, then restart the agent",
+		ConfigMapNamespace, ConfigMapName)
+}
+
+// SourceSummary says in one line where the configuration came from, for logs and
+// status; with the ConfigMap missing it says so and how to fix it.
+func (c Config) SourceSummary() string {
+	s := "built-in defaults"
+	if len(c.Sources) > 0 {
+		s = strings.Join(c.Sources, ", ") + " over built-in defaults"
+	}
+	if w := c.Warning(); w != "" {
+		s += "; " + w
+	}
+	return s
 }
 
 // Effective is one key's effective value and where it came from.
@@ -104,6 +133,9 @@ func Resolve(sources ...Source) (Config, error) {
 		}
 	}
 	var c Config
+	for _, src := range sources {
+		c.Sources = append(c.Sources, src.Name)
+	}
 	for _, k := range keys {
 		e := values[k.name]
 		if err := k.parse(&c, e.Value); err != nil {

@@ -20,14 +20,24 @@ const (
 
 var nodeConfigResource = schema.GroupVersionResource{Group: "myelin.io", Version: "v1alpha1", Resource: "nodeconfigs"}
 
+// MissingConfigMapSource is the source of defaulted keys when the ConfigMap does not exist.
+var MissingConfigMapSource = fmt.Sprintf("%s (no ConfigMap %s/%s)", DefaultSourceName, ConfigMapNamespace, ConfigMapName)
+
 // Load reads the myelin-config ConfigMap and the NodeConfigs that select a node with
-// nodeLabels, and resolves the node's configuration. A missing ConfigMap or NodeConfig
-// CRD means none; an unreachable apiserver is an error.
+// nodeLabels, and resolves the node's configuration. A ConfigMap that does not exist
+// (NotFound) means built-in defaults, said in Config.ConfigMapMissing and as the source
+// of every defaulted key; any other failure to read it (forbidden, unreachable) is an
+// error, never a silent default. A missing NodeConfig CRD means no NodeConfigs.
 func Load(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, nodeLabels map[string]string) (Config, error) {
 	var sources []Source
+	missing := false
 	cm, err := cs.CoreV1().ConfigMaps(ConfigMapNamespace).Get(ctx, ConfigMapName, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
+		missing = true
+	case apierrors.IsForbidden(err):
+		return Config{}, fmt.Errorf("read ConfigMap %s/%s: %w; grant the agent get on it (Role myelin-agent in %s)",
+			ConfigMapNamespace, ConfigMapName, err, ConfigMapNamespace)
 	case err != nil:
 		return Config{}, fmt.Errorf("read ConfigMap %s/%s: %w", ConfigMapNamespace, ConfigMapName, err)
 	default:
@@ -41,7 +51,17 @@ func Load(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, n
 	if err != nil {
 		return Config{}, err
 	}
-	return Resolve(append(sources, selected...)...)
+	c, err := Resolve(append(sources, selected...)...)
+	if err != nil || !missing {
+		return c, err
+	}
+	c.ConfigMapMissing = true
+	for i := range c.Effective {
+		if c.Effective[i].Source == DefaultSourceName {
+			c.Effective[i].Source = MissingConfigMapSource
+		}
+	}
+	return c, nil
 }
 
 // nodeConfigObject is the wire form of a NodeConfig.

@@ -62,6 +62,7 @@ func loadTest(t *testing.T, routing HostRouting) *Datapath {
 }
 
 // loadTestConfig is loadTest with cfg; its PinDir is set to a fresh pin dir.
+// Drop events are switched on.
 func loadTestConfig(t *testing.T, cfg Config) *Datapath {
 	t.Helper()
 	dir := testPinDir(t)
@@ -80,6 +81,11 @@ func loadTestConfig(t *testing.T, cfg Config) *Datapath {
 			t.Error(err)
 		}
 	})
+	// As if a monitor client wanted drops, so tests can read drop events;
+	// TestPrivilegedBPFDropEventsGated covers the off state a Load starts in.
+	if err := d.SetDropEvents(true); err != nil {
+		t.Fatal(err)
+	}
 	return d
 }
 

@@ -221,14 +221,26 @@ func ensurePinDir(dir string) error {
 }
 
 // SetTrace turns trace events (one per forwarded or passed packet) on or
-// off at runtime. Drop events are always on. Every Load starts with tracing off.
+// off at runtime. Every Load starts with tracing off.
 func (d *Datapath) SetTrace(on bool) error {
-	var v uint32
+	return setFlag(d.objs.TraceEnabled, "trace_enabled", on)
+}
+
+// SetDropEvents turns drop events (one per dropped packet) on or off at
+// runtime; drop counters count either way. Every Load starts with them off:
+// the agent turns them on while a monitor client wants drops.
+func (d *Datapath) SetDropEvents(on bool) error {
+	return setFlag(d.objs.DropEventsEnabled, "drop_events_enabled", on)
+}
+
+// setFlag writes 1 or 0 to a __u32 flag in the programs' .bss.
+func setFlag(v *ebpf.Variable, name string, on bool) error {
+	var val uint32
 	if on {
-		v = 1
+		val = 1
 	}
-	if err := d.objs.TraceEnabled.Set(v); err != nil {
-		return fmt.Errorf("set trace_enabled: %w", err)
+	if err := v.Set(val); err != nil {
+		return fmt.Errorf("set %s: %w", name, err)
 	}
 	return nil
 }

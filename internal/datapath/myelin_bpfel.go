@@ -300,6 +300,7 @@ type myelinVariableSpecs struct {
 	BtfAnchorReason        *ebpf.VariableSpec `ebpf:"btf_anchor_reason"`
 	ClusterCidrAddr        *ebpf.VariableSpec `ebpf:"cluster_cidr_addr"`
 	ClusterCidrMask        *ebpf.VariableSpec `ebpf:"cluster_cidr_mask"`
+	DropEventsEnabled      *ebpf.VariableSpec `ebpf:"drop_events_enabled"`
 	HostRoutingBpf         *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
 	LbEnabled              *ebpf.VariableSpec `ebpf:"lb_enabled"`
 	MaglevTableSize        *ebpf.VariableSpec `ebpf:"maglev_table_size"`
@@ -378,6 +379,7 @@ type myelinVariables struct {
 	BtfAnchorReason        *ebpf.Variable `ebpf:"btf_anchor_reason"`
 	ClusterCidrAddr        *ebpf.Variable `ebpf:"cluster_cidr_addr"`
 	ClusterCidrMask        *ebpf.Variable `ebpf:"cluster_cidr_mask"`
+	DropEventsEnabled      *ebpf.Variable `ebpf:"drop_events_enabled"`
 	HostRoutingBpf         *ebpf.Variable `ebpf:"host_routing_bpf"`
 	LbEnabled              *ebpf.Variable `ebpf:"lb_enabled"`
 	MaglevTableSize        *ebpf.Variable `ebpf:"maglev_table_size"`

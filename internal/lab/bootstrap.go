@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -15,7 +14,8 @@ import (
 )
 
 // AgentUser is the identity of myelin-agent in the lab (its client certificate's CN),
-// bound to the myelin-agent ClusterRole as a DaemonSet's ServiceAccount would be.
+// bound to the myelin-agent ClusterRole and kube-system Role (rbac.go) as a
+// DaemonSet's ServiceAccount would be.
 const AgentUser = "myelin-agent"
 
 // ProfileConfig returns the myelin-config ConfigMap data of a lab profile.
@@ -50,31 +50,8 @@ func bootstrapCluster(ctx context.Context, paths Paths, plan Plan) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "myelin-agent"},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"nodes", "pods", "services", "endpoints", "configmaps", "namespaces"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
-			{APIGroups: []string{"myelin.io"}, Resources: []string{"nodeconfigs"}, Verbs: []string{"get", "list", "watch"}},
-		},
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "myelin-agent"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "myelin-agent"},
-		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: AgentUser}},
-	}
-	if err := create(func() error {
-		_, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
+	if err := createAgentRBAC(ctx, cs); err != nil {
 		return err
-	}); err != nil {
-		return fmt.Errorf("create ClusterRole myelin-agent: %w", err)
-	}
-	if err := create(func() error {
-		_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
-		return err
-	}); err != nil {
-		return fmt.Errorf("create ClusterRoleBinding myelin-agent: %w", err)
 	}
 	if plan.Options.CNI != CNIMyelin {
 		return nil

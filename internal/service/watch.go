@@ -24,6 +24,7 @@ type Watcher struct {
 	log    *slog.Logger
 	report func(error) // called after every sync of a Service, for the agent's loop status
 	synced chan struct{}
+	health func(key string, hc *HealthCheck) // nil: no health checks served
 }
 
 // NewWatcher returns a Watcher that applies to m what the Services and
@@ -31,6 +32,25 @@ type Watcher struct {
 // Service sync.
 func NewWatcher(cs kubernetes.Interface, m *Manager, o Options, report func(error), log *slog.Logger) *Watcher {
 	return &Watcher{cs: cs, m: m, o: o, log: log, report: report, synced: make(chan struct{})}
+}
+
+// OnHealthCheck makes every sync of a Service also hand f the Service's health check
+// on this node (nil when it needs none or is gone), computed from the same objects
+// as its frontends. Call before Run.
+func (w *Watcher) OnHealthCheck(f func(key string, hc *HealthCheck)) { w.health = f }
+
+// syncHealth hands the health check of svc (nil: deleted) to the OnHealthCheck function.
+func (w *Watcher) syncHealth(key string, svc *corev1.Service, slices []*discoveryv1.EndpointSlice) {
+	if w.health == nil {
+		return
+	}
+	var hc *HealthCheck
+	if svc != nil {
+		if h, ok := DesiredHealthCheck(svc, slices, w.o.NodeName); ok {
+			hc = &h
+		}
+	}
+	w.health(key, hc)
 }
 
 // Synced is closed once every Service that existed at start is programmed and what
@@ -65,6 +85,7 @@ func (w *Watcher) Run(ctx context.Context) {
 	sync := func(key string) error {
 		svc, err := svcInf.Lister().Services(namespaceOf(key)).Get(nameOf(key))
 		if err != nil {
+			w.syncHealth(key, nil, nil)
 			return w.m.Apply(key, nil) // deleted
 		}
 		objs, err := sliceInf.Informer().GetIndexer().ByIndex(byServiceIndex, key)
@@ -75,6 +96,7 @@ func (w *Watcher) Run(ctx context.Context) {
 		for _, o := range objs {
 			slices = append(slices, o.(*discoveryv1.EndpointSlice))
 		}
+		w.syncHealth(key, svc, slices)
 		return w.m.Apply(key, Desired(svc, slices, w.o))
 	}
 

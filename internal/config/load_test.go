@@ -1,0 +1,103 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"syscall"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+func fakeDynamic() *dynamicfake.FakeDynamicClient {
+	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{nodeConfigResource: "NodeConfigList"})
+}
+
+// failConfigMapGet makes every get of a ConfigMap fail with err.
+func failConfigMapGet(cs *fake.Clientset, err error) {
+	cs.PrependReactor("get", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, err
+	})
+}
+
+func TestLoadConfigMapPresent(t *testing.T) {
+	cs := fake.NewSimpleClientset(&corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ConfigMapNamespace, Name: ConfigMapName},
+		Data:       map[string]string{"routing-mode": "native"},
+	})
+	c, err := Load(context.Background(), cs, fakeDynamic(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ConfigMapMissing {
+		t.Error("ConfigMapMissing with the ConfigMap present")
+	}
+	if got := c.Source("routing-mode"); got != "ConfigMap kube-system/myelin-config" {
+		t.Errorf("routing-mode source = %q", got)
+	}
+	if got := c.Source("tunnel-port"); got != DefaultSourceName {
+		t.Errorf("tunnel-port source = %q, want %q", got, DefaultSourceName)
+	}
+	if s := c.SourceSummary(); strings.Contains(s, "not found") {
+		t.Errorf("summary %q says not found with the ConfigMap present", s)
+	}
+}
+
+// A ConfigMap that does not exist means defaults, said as the source of every key
+// and in the summary status shows.
+func TestLoadConfigMapNotFound(t *testing.T) {
+	c, err := Load(context.Background(), fake.NewSimpleClientset(), fakeDynamic(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.ConfigMapMissing {
+		t.Error("ConfigMapMissing not set")
+	}
+	for _, e := range c.Effective {
+		if e.Source != MissingConfigMapSource {
+			t.Errorf("key %s: source %q, want %q", e.Key, e.Source, MissingConfigMapSource)
+		}
+	}
+	if s := c.SourceSummary(); !strings.Contains(s, "ConfigMap kube-system/myelin-config not found") {
+		t.Errorf("summary %q does not say the ConfigMap is missing", s)
+	}
+}
+
+// Forbidden and unreachable are errors, never defaults.
+func TestLoadConfigMapUnreadable(t *testing.T) {
+	gr := schema.GroupResource{Resource: "configmaps"}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"forbidden", apierrors.NewForbidden(gr, ConfigMapName, errors.New("no RBAC")), "grant the agent get on it"},
+		{"unreachable", &url.Error{Op: "Get", URL: "https://198.18.0.1:6443", Err: syscall.ECONNREFUSED}, "connection refused"},
+		{"server error", apierrors.NewInternalError(errors.New("etcd down")), "etcd down"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewSimpleClientset()
+			failConfigMapGet(cs, tc.err)
+			c, err := Load(context.Background(), cs, fakeDynamic(), nil)
+			if err == nil {
+				t.Fatalf("no error; config sources %q", c.SourceSummary())
+			}
+			if !strings.Contains(err.Error(), "ConfigMap kube-system/myelin-config") || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q: want the ConfigMap named and %q", err, tc.want)
+			}
+			if tc.name == "unreachable" && !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Errorf("error %q does not wrap ECONNREFUSED (the agent retries on it)", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,37 @@
+package lab
+
+import (
+	"slices"
+	"testing"
+)
+
+// The agent reads one ConfigMap, by name, through a kube-system Role; its
+// ClusterRole grants no ConfigMaps, Secrets, Pods or Endpoints and no writes but
+// creating Events.
+func TestAgentRBACLeastPrivilege(t *testing.T) {
+	r := newAgentRBAC()
+	for _, rule := range r.ClusterRole.Rules {
+		for _, res := range rule.Resources {
+			if slices.Contains([]string{"configmaps", "secrets", "pods", "endpoints", "namespaces", "*"}, res) {
+				t.Errorf("ClusterRole grants %v on %s", rule.Verbs, res)
+			}
+		}
+		for _, v := range rule.Verbs {
+			if !slices.Contains([]string{"get", "list", "watch"}, v) && !(v == "create" && slices.Equal(rule.Resources, []string{"events"})) {
+				t.Errorf("ClusterRole grants %s on %v", v, rule.Resources)
+			}
+		}
+	}
+	if r.Role.Namespace != "kube-system" || len(r.Role.Rules) != 1 {
+		t.Fatalf("Role = %+v, want one rule in kube-system", r.Role)
+	}
+	rule := r.Role.Rules[0]
+	if !slices.Equal(rule.Resources, []string{"configmaps"}) || !slices.Equal(rule.ResourceNames, []string{"myelin-config"}) ||
+		!slices.Equal(rule.Verbs, []string{"get"}) {
+		t.Errorf("Role rule = %+v, want get on configmaps/myelin-config only", rule)
+	}
+	if r.RoleBinding.Namespace != r.Role.Namespace || r.RoleBinding.RoleRef.Kind != "Role" || r.RoleBinding.RoleRef.Name != r.Role.Name ||
+		r.RoleBinding.Subjects[0].Name != AgentUser || r.ClusterRoleBinding.Subjects[0].Name != AgentUser {
+		t.Errorf("bindings do not bind %s to the roles: %+v %+v", AgentUser, r.RoleBinding, r.ClusterRoleBinding)
+	}
+}
