@@ -57,19 +57,11 @@ func writeError(w http.ResponseWriter, code int, err error) {
 func (a *agent) ifReady(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !a.ready.Load() {
-			writeError(w, http.StatusServiceUnavailable, fmt.Errorf("agent on node %s is starting", a.cfg.Node))
+			writeError(w, http.StatusServiceUnavailable, fmt.Errorf("agent on node %s is not ready: %s", a.cfg.Node, a.notReadyReason()))
 			return
 		}
 		h(w, r)
 	}
-}
-
-func (a *agent) handleHealth(w http.ResponseWriter, _ *http.Request) {
-	if !a.ready.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, api.Health{Reason: "starting"})
-		return
-	}
-	writeJSON(w, http.StatusOK, api.Health{Ready: true})
 }
 
 func decode(r *http.Request, v any) error {
