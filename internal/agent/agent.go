@@ -141,6 +141,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// before the datapath it uses is closed.
 	defer func() { cancel(); gc.wait(); a.dp.Close() }()
 
+	// Deletes CNI DEL recorded while no agent answered, before anything new is added.
+	if err := a.processDeleted(); err != nil {
+		a.loops.report("cni-deleted", err)
+		log.Error("carry out recorded CNI deletes", "err", err)
+	}
 	srv, err := a.serve()
 	if err != nil {
 		return err
@@ -152,6 +157,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	go a.watchNodes(ctx)
 	go a.watchKubernetes(ctx)
 	go a.watchGuard(ctx)
+	go a.watchDeleted(ctx)
 	go a.monitor.run(ctx)
 	if err := installCNI(cfg); err != nil {
 		return err

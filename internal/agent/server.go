@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 
 	"github.com/myelin-net/myelin/internal/api"
 )
@@ -123,10 +124,25 @@ func (a *agent) handlePutEndpoint(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// handleDeleteEndpoint deletes an endpoint; ?ifindex= names the host veth the caller
+// saw, and a record on another veth is not deleted (412, api.ErrNotOwner).
 func (a *agent) handleDeleteEndpoint(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if err := a.eps.Delete(id); err != nil {
-		writeError(w, http.StatusInternalServerError, err)
+	ifindex := 0
+	if s := r.URL.Query().Get("ifindex"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("ifindex %q is not an interface index", s))
+			return
+		}
+		ifindex = n
+	}
+	if err := a.eps.DeleteOwned(id, ifindex); err != nil {
+		code := http.StatusInternalServerError
+		if errors.Is(err, api.ErrNotOwner) {
+			code = http.StatusPreconditionFailed
+		}
+		writeError(w, code, err)
 		return
 	}
 	a.log.Info("endpoint deleted", "container", id)

@@ -68,22 +68,24 @@ func (d *Datapath) Endpoint(ip netip.Addr) (EndpointInfo, bool, error) {
 		HostMAC: append([]byte(nil), v.HostMac[:]...), ID: v.EndpointId}, true, nil
 }
 
+// ErrEndpointNotOwned is returned by DeleteEndpointOf when the entry of the
+// address points at another veth than the caller's.
+var ErrEndpointNotOwned = errors.New("the endpoints map entry belongs to another veth")
+
 // DeleteEndpointOf removes the endpoints map entry of ip only if it points
 // at ifindex, the host veth of the endpoint being deleted, so deleting a
 // stale endpoint never removes the entry of another pod that has the address
-// now. No error if there is no entry; it reports whether it deleted one.
-func (d *Datapath) DeleteEndpointOf(ip netip.Addr, ifindex int) (bool, error) {
+// now: that fails with ErrEndpointNotOwned and leaves the entry. No error if
+// there is no entry.
+func (d *Datapath) DeleteEndpointOf(ip netip.Addr, ifindex int) error {
 	cur, ok, err := d.Endpoint(ip)
 	if err != nil || !ok {
-		return false, err
+		return err
 	}
 	if cur.IfIndex != ifindex {
-		return false, nil
+		return fmt.Errorf("delete endpoint %s of ifindex %d: it points at ifindex %d: %w", ip, ifindex, cur.IfIndex, ErrEndpointNotOwned)
 	}
-	if err := d.DeleteEndpoint(ip); err != nil {
-		return false, err
-	}
-	return true, nil
+	return d.DeleteEndpoint(ip)
 }
 
 // EndpointProgramsAttached reports, for the host veth ifindex, whether this

@@ -60,17 +60,20 @@ func TestPrivilegedDeleteEndpointOf(t *testing.T) {
 	if err := d.UpsertEndpoint(ip, EndpointInfo{IfIndex: 7, PodMAC: mac, HostMAC: mac, ID: 3}); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := d.DeleteEndpointOf(ip, 8); err != nil || ok {
-		t.Errorf("DeleteEndpointOf(another veth) = %v, %v; want false, nil", ok, err)
+	if err := d.DeleteEndpointOf(ip, 8); !errors.Is(err, ErrEndpointNotOwned) {
+		t.Errorf("DeleteEndpointOf(another veth) = %v, want ErrEndpointNotOwned", err)
 	}
 	if ep, ok, err := d.Endpoint(ip); err != nil || !ok || ep.IfIndex != 7 || ep.ID != 3 {
 		t.Errorf("after a foreign delete: Endpoint = %+v, %v, %v; want ifindex 7, id 3", ep, ok, err)
 	}
-	if ok, err := d.DeleteEndpointOf(ip, 7); err != nil || !ok {
-		t.Errorf("DeleteEndpointOf(its veth) = %v, %v; want true, nil", ok, err)
+	if err := d.DeleteEndpointOf(ip, 7); err != nil {
+		t.Errorf("DeleteEndpointOf(its veth) = %v, want nil", err)
 	}
 	if _, ok, err := d.Endpoint(ip); err != nil || ok {
 		t.Errorf("after the owner's delete: Endpoint found = %v, %v; want none", ok, err)
+	}
+	if err := d.DeleteEndpointOf(ip, 7); err != nil {
+		t.Errorf("DeleteEndpointOf(no entry) = %v, want nil", err)
 	}
 }
 
