@@ -45,7 +45,8 @@ func DeletedDir(socket string) string { return filepath.Join(filepath.Dir(socket
 // file names.
 var containerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]*$`)
 
-// WriteDeleted records d in dir (atomically: a reader never sees half a record).
+// WriteDeleted records d in dir (atomically: a reader never sees half a record). A
+// repeated DEL, which finds no veth (HostIfIndex 0), keeps the record of the first.
 func WriteDeleted(dir string, d DeletedEndpoint) error {
 	if !containerIDPattern.MatchString(d.ContainerID) {
 		return fmt.Errorf("record deleted endpoint: container id %q is not a CNI container id", d.ContainerID)
@@ -58,6 +59,9 @@ func WriteDeleted(dir string, d DeletedEndpoint) error {
 		return err
 	}
 	path := filepath.Join(dir, d.ContainerID+".json")
+	if _, err := os.Stat(path); err == nil && d.HostIfIndex == 0 {
+		return nil
+	}
 	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
 		return fmt.Errorf("record deleted endpoint: %w", err)
 	}
