@@ -28,6 +28,7 @@ func (a *agent) serve() (*http.Server, error) {
 	mux.HandleFunc("DELETE /v1/ipam/{id}", a.ifReady(a.handleRelease))
 	mux.HandleFunc("GET /v1/endpoints", a.handleListEndpoints)
 	mux.HandleFunc("GET /v1/endpoints/{id}", a.handleGetEndpoint)
+	mux.HandleFunc("GET /v1/endpoints/{id}/check", a.handleCheckEndpoint)
 	mux.HandleFunc("PUT /v1/endpoints/{id}", a.ifReady(a.handlePutEndpoint))
 	mux.HandleFunc("DELETE /v1/endpoints/{id}", a.ifReady(a.handleDeleteEndpoint))
 	mux.HandleFunc("POST /v1/gc", a.ifReady(a.handleGC))

@@ -134,6 +134,14 @@ func (c *Client) DeleteEndpointOf(ctx context.Context, containerID string, ifind
 	return c.do(ctx, http.MethodDelete, fmt.Sprintf("/v1/endpoints/%s?ifindex=%d", url.PathEscape(containerID), ifindex), nil, nil)
 }
 
+// CheckEndpoint asks the agent what is wrong with an endpoint's datapath state (its
+// map entry and the programs on its veth); ErrNotFound if unknown.
+func (c *Client) CheckEndpoint(ctx context.Context, containerID string) (EndpointCheck, error) {
+	var out EndpointCheck
+	err := c.do(ctx, http.MethodGet, "/v1/endpoints/"+url.PathEscape(containerID)+"/check", nil, &out)
+	return out, err
+}
+
 // Endpoints lists all endpoints.
 func (c *Client) Endpoints(ctx context.Context) ([]Endpoint, error) {
 	var out []Endpoint

@@ -99,3 +99,9 @@ func ReadDeleted(dir string) (map[string]DeletedEndpoint, error) {
 	}
 	return out, errors.Join(errs...)
 }
+
+// EndpointCheck is the agent's verdict on an endpoint's datapath state (CNI CHECK):
+// each problem says what is wrong; none means the datapath serves the pod.
+type EndpointCheck struct {
+	Problems []string `json:"problems"`
+}
