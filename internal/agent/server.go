@@ -25,12 +25,14 @@ func (a *agent) serve() (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", a.handleHealth)
 	mux.HandleFunc("POST /v1/ipam/{id}", a.ifReady(a.handleAllocate))
-	mux.HandleFunc("DELETE /v1/ipam/{id}", a.ifReady(a.handleRelease))
+	// Deletes need no readiness: the server starts after the endpoints are restored, and
+	// a pod deleted while the agent waits for its Services must not wait for them.
+	mux.HandleFunc("DELETE /v1/ipam/{id}", a.handleRelease)
 	mux.HandleFunc("GET /v1/endpoints", a.handleListEndpoints)
 	mux.HandleFunc("GET /v1/endpoints/{id}", a.handleGetEndpoint)
 	mux.HandleFunc("GET /v1/endpoints/{id}/check", a.handleCheckEndpoint)
 	mux.HandleFunc("PUT /v1/endpoints/{id}", a.ifReady(a.handlePutEndpoint))
-	mux.HandleFunc("DELETE /v1/endpoints/{id}", a.ifReady(a.handleDeleteEndpoint))
+	mux.HandleFunc("DELETE /v1/endpoints/{id}", a.handleDeleteEndpoint)
 	mux.HandleFunc("POST /v1/gc", a.ifReady(a.handleGC))
 	mux.HandleFunc("GET /v1/status", a.handleStatus)
 	mux.HandleFunc("GET /v1/config", a.handleConfig)
