@@ -85,6 +85,20 @@ func signalProcess(t *testing.T, name string, sig syscall.Signal) {
 	}
 }
 
+// continueProcess resumes a stopped supervised process, if the lab still runs it
+// (cleanup after a failure; lab down kills it either way).
+func continueProcess(name string) {
+	st, err := lab.LoadState(paths)
+	if err != nil {
+		return
+	}
+	for _, p := range st.Processes {
+		if p.Name == name && p.Running {
+			_ = syscall.Kill(p.PID, syscall.SIGCONT)
+		}
+	}
+}
+
 // datapathWorks checks, from the client pod's netns, pod-to-pod (webIP:8080 on the
 // other node), pod-to-Service (svcIP:80) and masqueraded egress to the external host.
 func datapathWorks(t *testing.T, what, clientNS, webIP, svcIP, nodeIP string) {
@@ -140,7 +154,7 @@ func TestLabMyelinAgentDown(t *testing.T) {
 	tr := startTraffic(t, iperfIP, webIP, 20)
 	time.Sleep(2 * time.Second)
 	signalProcess(t, "agent-"+n1, syscall.SIGSTOP)
-	t.Cleanup(func() { _ = syscall.Kill(processPID(t, "agent-"+n1), syscall.SIGCONT) })
+	t.Cleanup(func() { continueProcess("agent-" + n1) })
 	datapathWorks(t, "agent of node-1 hung", clientNS, webIP, svc.Spec.ClusterIP, nodeIP)
 	deleteWithAgentHung(t, cs, n1, victim)
 	signalProcess(t, "agent-"+n1, syscall.SIGCONT)
