@@ -194,6 +194,7 @@ func checkBrokenEndpoint(t *testing.T, node string, ep api.Endpoint) {
 		t.Fatalf("break the endpoint: remove its ingress link: %v", err)
 	}
 	out, err := cniCheck(node, ep)
+	t.Logf("CNI CHECK of the broken endpoint: %v %s", err, strings.TrimSpace(out))
 	for _, want := range []string{"pod default/broken", "no entry for " + ep.IP, "myelin_from_pod is not attached to " + ep.HostIfName,
 		"restart the myelin agent"} {
 		if err == nil || !strings.Contains(out, want) {
@@ -219,9 +220,11 @@ func deleteWithAgentHung(t *testing.T, cs kubernetes.Interface, node string, ep 
 	if out, _ := inNode(node, "ip", "route", "show", ep.IP); strings.TrimSpace(out) != "" {
 		t.Errorf("route to the deleted pod's %s still there: %s", ep.IP, out)
 	}
-	if _, err := os.Stat(filepath.Join(api.DeletedDir(lab.AgentSocket(node)), ep.ContainerID+".json")); err != nil {
+	rec, err := os.ReadFile(filepath.Join(api.DeletedDir(lab.AgentSocket(node)), ep.ContainerID+".json"))
+	if err != nil {
 		t.Errorf("no recorded delete for the agent: %v", err)
 	}
+	t.Logf("pod %s deleted with the agent hung; recorded delete: %s", ep.Pod, rec)
 }
 
 // apiserverDown stops the apiserver (held down by the supervisor) for a while: an
@@ -258,6 +261,7 @@ func apiserverDown(t *testing.T, cs kubernetes.Interface, n1, n2, clientNS, webI
 		last := natGCLastRun(t, n1)
 		return last.After(gcBefore.Add(time.Second)), fmt.Sprintf("last run %v, before %v", last, gcBefore)
 	})
+	t.Logf("apiserver down: node-1 NAT GC ran at %v (last before the outage %v)", natGCLastRun(t, n1).Format(time.TimeOnly), gcBefore.Format(time.TimeOnly))
 	eventually(t, time.Minute, "node-2's restarted agent runs its GC before reaching the apiserver", func(context.Context) (bool, string) {
 		log := strings.TrimPrefix(agentLog(t, n2), logBefore)
 		return strings.Contains(log, "datapath GC running on the pinned maps"), lastLines(log, 5)
