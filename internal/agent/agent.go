@@ -141,11 +141,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// before the datapath it uses is closed.
 	defer func() { cancel(); gc.wait(); a.dp.Close() }()
 
-	// Deletes CNI DEL recorded while no agent answered, before anything new is added.
-	if err := a.processDeleted(); err != nil {
-		a.loops.report("cni-deleted", err)
-		log.Error("carry out recorded CNI deletes", "err", err)
-	}
+	a.carryOutDeleted() // before anything new is added
 	srv, err := a.serve()
 	if err != nil {
 		return err

@@ -49,10 +49,15 @@ func (a *agent) watchDeleted(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		err := a.processDeleted()
-		a.loops.report("cni-deleted", err)
-		if err != nil {
-			a.log.Error("carry out recorded CNI deletes", "err", err)
-		}
+		a.carryOutDeleted()
+	}
+}
+
+// carryOutDeleted runs processDeleted and reports the outcome as the loop "cni-deleted".
+func (a *agent) carryOutDeleted() {
+	err := a.processDeleted()
+	a.loops.report("cni-deleted", err)
+	if err != nil {
+		a.log.Error("carry out recorded CNI deletes", "err", err)
 	}
 }
