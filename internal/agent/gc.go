@@ -25,6 +25,7 @@ type collector struct {
 	loops    *loops
 	loaded   chan *datapath.Datapath
 	done     chan struct{}
+	waited   bool // "waits for the load" said once
 }
 
 // startCollector starts the GC loop; it ends with ctx (wait for it with wait).
@@ -80,8 +81,9 @@ func (c *collector) run(ctx context.Context) {
 func (c *collector) adopt() *datapath.Datapath {
 	dp, err := datapath.OpenPinned(c.pinDir)
 	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) {
+		if !errors.Is(err, os.ErrNotExist) && !c.waited {
 			c.log.Info("datapath GC waits for the datapath load", "reason", err)
+			c.waited = true
 		}
 		return nil
 	}
