@@ -76,6 +76,7 @@ type agent struct {
 	started      time.Time
 
 	ready      atomic.Bool
+	notReady   atomic.Pointer[string] // what the agent waits for before it is ready
 	nodesKnown atomic.Int32
 	routes     atomic.Int32
 	unroutable atomic.Pointer[[]string]
@@ -85,6 +86,12 @@ type agent struct {
 // Run is the agent's whole life: start-up in order, then serve until ctx ends. A
 // configuration error stops it before it changes anything on the node.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	ctx, cancel := context.WithCancel(ctx)
+	// Garbage collection starts before anything waits for the apiserver, on the maps
+	// the previous agent pinned, and never depends on the API.
+	loops := newLoops()
+	gc := startCollector(ctx, cfg.BPFFSDir, log, loops)
+	defer func() { cancel(); gc.wait() }()
 	cs, dyn, err := kubeClients(cfg.Kubeconfig)
 	if err != nil {
 		return err
@@ -128,7 +135,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		mtu = uplink.Attrs().MTU
 	}
 	a := &agent{cfg: cfg, conf: conf, log: log, cs: cs, routing: decision, features: features,
-		loops: newLoops(), mtu: mtu, routeMTU: mtu, nodeIP: k8s.NodeInternalIP(node), guard: guarded, started: time.Now()}
+		loops: loops, mtu: mtu, routeMTU: mtu, nodeIP: k8s.NodeInternalIP(node), guard: guarded, started: time.Now()}
 	if a.tunnelMode() && !a.nodeIP.Is4() {
 		return fmt.Errorf("node %s has no IPv4 InternalIP; tunnel mode needs one as its tunnel endpoint", cfg.Node)
 	}
@@ -138,8 +145,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := a.startDatapath(podCIDR, uplink); err != nil {
 		return err
 	}
-	defer a.dp.Close() // pins stay: the datapath keeps forwarding while no agent runs
+	gc.use(a.dp)
+	// Pins stay: the datapath keeps forwarding while no agent runs. The GC loop ends
+	// before the datapath it uses is closed.
+	defer func() { cancel(); gc.wait(); a.dp.Close() }()
 
+	a.carryOutDeleted() // before anything new is added
 	srv, err := a.serve()
 	if err != nil {
 		return err
@@ -151,12 +162,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	go a.watchNodes(ctx)
 	go a.watchKubernetes(ctx)
 	go a.watchGuard(ctx)
-	go a.collectNAT(ctx)
+	go a.watchDeleted(ctx)
 	go a.monitor.run(ctx)
 	if err := installCNI(cfg); err != nil {
 		return err
 	}
-	a.ready.Store(true)
+	if !a.becomeReady(ctx, a.servicesSynced()) {
+		return nil
+	}
 	log.Info("agent ready", "node", cfg.Node, "podCIDR", podCIDR, "socket", cfg.socket())
 	<-ctx.Done()
 	return nil

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,9 +17,6 @@ import (
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/k8s"
 )
-
-// natGCInterval is how often idle NAT entries are collected.
-const natGCInterval = 10 * time.Second
 
 // bpfMasquerade reports whether myelin_to_netdev translates pod traffic.
 func (a *agent) bpfMasquerade() bool {
@@ -68,26 +64,6 @@ func (a *agent) applyMasquerade(dp *datapath.Datapath, keep []netip.Prefix) erro
 		return syncIPTablesMasquerade(a.conf.ClusterCIDR, keep)
 	default:
 		return removeIPTablesMasquerade()
-	}
-}
-
-// collectNAT removes idle BPF NAT entries, so a full map recovers.
-func (a *agent) collectNAT(ctx context.Context) {
-	// NodePort traffic to a remote backend takes a NAT port too (BPF load balancing).
-	if !a.bpfMasquerade() && !a.conf.KubeProxyReplacement {
-		return
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(natGCInterval):
-		}
-		n, err := a.dp.GCNAT(datapath.MonotonicNow())
-		a.loops.report("nat-gc", err)
-		if n > 0 {
-			a.log.Debug("NAT entries collected", "removed", n)
-		}
 	}
 }
 

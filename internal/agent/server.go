@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 
 	"github.com/myelin-net/myelin/internal/api"
 )
@@ -24,11 +25,14 @@ func (a *agent) serve() (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", a.handleHealth)
 	mux.HandleFunc("POST /v1/ipam/{id}", a.ifReady(a.handleAllocate))
-	mux.HandleFunc("DELETE /v1/ipam/{id}", a.ifReady(a.handleRelease))
+	// Deletes need no readiness: the server starts after the endpoints are restored, and
+	// a pod deleted while the agent waits for its Services must not wait for them.
+	mux.HandleFunc("DELETE /v1/ipam/{id}", a.handleRelease)
 	mux.HandleFunc("GET /v1/endpoints", a.handleListEndpoints)
 	mux.HandleFunc("GET /v1/endpoints/{id}", a.handleGetEndpoint)
+	mux.HandleFunc("GET /v1/endpoints/{id}/check", a.handleCheckEndpoint)
 	mux.HandleFunc("PUT /v1/endpoints/{id}", a.ifReady(a.handlePutEndpoint))
-	mux.HandleFunc("DELETE /v1/endpoints/{id}", a.ifReady(a.handleDeleteEndpoint))
+	mux.HandleFunc("DELETE /v1/endpoints/{id}", a.handleDeleteEndpoint)
 	mux.HandleFunc("POST /v1/gc", a.ifReady(a.handleGC))
 	mux.HandleFunc("GET /v1/status", a.handleStatus)
 	mux.HandleFunc("GET /v1/config", a.handleConfig)
@@ -57,19 +61,11 @@ func writeError(w http.ResponseWriter, code int, err error) {
 func (a *agent) ifReady(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !a.ready.Load() {
-			writeError(w, http.StatusServiceUnavailable, fmt.Errorf("agent on node %s is starting", a.cfg.Node))
+			writeError(w, http.StatusServiceUnavailable, fmt.Errorf("agent on node %s is not ready: %s", a.cfg.Node, a.notReadyReason()))
 			return
 		}
 		h(w, r)
 	}
-}
-
-func (a *agent) handleHealth(w http.ResponseWriter, _ *http.Request) {
-	if !a.ready.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, api.Health{Reason: "starting"})
-		return
-	}
-	writeJSON(w, http.StatusOK, api.Health{Ready: true})
 }
 
 func decode(r *http.Request, v any) error {
@@ -131,10 +127,25 @@ func (a *agent) handlePutEndpoint(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// handleDeleteEndpoint deletes an endpoint; ?ifindex= names the host veth the caller
+// saw, and a record on another veth is not deleted (412, api.ErrNotOwner).
 func (a *agent) handleDeleteEndpoint(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if err := a.eps.Delete(id); err != nil {
-		writeError(w, http.StatusInternalServerError, err)
+	ifindex := 0
+	if s := r.URL.Query().Get("ifindex"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("ifindex %q is not an interface index", s))
+			return
+		}
+		ifindex = n
+	}
+	if err := a.eps.DeleteOwned(id, ifindex); err != nil {
+		code := http.StatusInternalServerError
+		if errors.Is(err, api.ErrNotOwner) {
+			code = http.StatusPreconditionFailed
+		}
+		writeError(w, code, err)
 		return
 	}
 	a.log.Info("endpoint deleted", "container", id)

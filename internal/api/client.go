@@ -67,6 +67,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		if resp.StatusCode == http.StatusNotFound {
 			return fmt.Errorf("%w: %s", ErrNotFound, eb.Error)
 		}
+		if resp.StatusCode == http.StatusPreconditionFailed {
+			return fmt.Errorf("%w: %s", ErrNotOwner, eb.Error)
+		}
 		return errors.New(eb.Error)
 	}
 	if out == nil {
@@ -122,6 +125,21 @@ func (c *Client) GetEndpoint(ctx context.Context, containerID string) (Endpoint,
 // DeleteEndpoint removes an endpoint and releases its IP; deleting nothing succeeds.
 func (c *Client) DeleteEndpoint(ctx context.Context, containerID string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/endpoints/"+url.PathEscape(containerID), nil, nil)
+}
+
+// DeleteEndpointOf is DeleteEndpoint for a caller that saw the endpoint's host veth
+// at ifindex (0: none): an endpoint recorded on another veth is not deleted
+// (ErrNotOwner).
+func (c *Client) DeleteEndpointOf(ctx context.Context, containerID string, ifindex int) error {
+	return c.do(ctx, http.MethodDelete, fmt.Sprintf("/v1/endpoints/%s?ifindex=%d", url.PathEscape(containerID), ifindex), nil, nil)
+}
+
+// CheckEndpoint asks the agent what is wrong with an endpoint's datapath state (its
+// map entry and the programs on its veth); ErrNotFound if unknown.
+func (c *Client) CheckEndpoint(ctx context.Context, containerID string) (EndpointCheck, error) {
+	var out EndpointCheck
+	err := c.do(ctx, http.MethodGet, "/v1/endpoints/"+url.PathEscape(containerID)+"/check", nil, &out)
+	return out, err
 }
 
 // Endpoints lists all endpoints.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -15,8 +16,10 @@ import (
 	"github.com/myelin-net/myelin/internal/netns"
 )
 
-// cmdCheck verifies that the endpoint is known to the agent and that the pod's
-// interface still has its address, gateway neighbour and default route.
+// cmdCheck verifies that the endpoint is known to the agent, that the pod's interface
+// still has its address, gateway neighbour and default route, and that the datapath
+// serves it (map entry and programs, checked by the agent). A failure names the pod,
+// what is wrong and what to do.
 func cmdCheck(args *skel.CmdArgs) error {
 	conf, client, ref, err := setup(args)
 	if err != nil {
@@ -32,13 +35,30 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return agentError("look up the endpoint", conf.Socket, err)
 	}
+	pod := fmt.Sprintf("pod %s/%s (container %s)", ep.Namespace, ep.Pod, ep.ContainerID)
 	if _, err := netlink.LinkByName(ep.HostIfName); err != nil {
-		return types.NewError(types.ErrInternal, "host veth missing", fmt.Sprintf("%s: %v", ep.HostIfName, err))
+		return types.NewError(types.ErrInternal, "host veth missing",
+			fmt.Sprintf("%s: host veth %s: %v; delete the pod so it is recreated", pod, ep.HostIfName, err))
 	}
 	if err := netns.Do(args.Netns, func() error { return checkPod(args.IfName, ep) }); err != nil {
-		return types.NewError(types.ErrInternal, "pod interface check failed", err.Error())
+		return types.NewError(types.ErrInternal, "pod interface check failed", pod+": "+err.Error())
 	}
-	return nil
+	return checkDatapath(ctx, client, conf, pod, ep)
+}
+
+// checkDatapath asks the agent whether the datapath serves the endpoint: its map
+// entry (IP to the pod's veth and MACs) and myelin_from_pod/myelin_to_pod on its veth.
+func checkDatapath(ctx context.Context, client *api.Client, conf *NetConf, pod string, ep api.Endpoint) error {
+	res, err := client.CheckEndpoint(ctx, ep.ContainerID)
+	if err != nil {
+		return agentError("check the endpoint's datapath", conf.Socket, err)
+	}
+	if len(res.Problems) == 0 {
+		return nil
+	}
+	return types.NewError(types.ErrInternal, "pod datapath broken",
+		fmt.Sprintf("%s, IP %s on %s: %s; restart the myelin agent on this node (it re-programs every endpoint at start) or delete the pod",
+			pod, ep.IP, ep.HostIfName, strings.Join(res.Problems, "; ")))
 }
 
 func checkPod(ifName string, ep api.Endpoint) error {

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/vishvananda/netlink"
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/link"
@@ -119,21 +122,63 @@ func result(cniVersion string, args *skel.CmdArgs, alloc api.Allocation, ep api.
 	}
 }
 
-// cmdDel is idempotent: an endpoint, link or netns that is already gone is success. An
-// agent that is down is not "gone": DEL fails with try-again-later so the IP is not lost.
+// cmdDel is idempotent: an endpoint, link or netns that is already gone is success.
+// With the agent unreachable (down, hung or starting) DEL still succeeds: it removes
+// the pod's veth (and with it the /32 route and the attached programs) and records
+// the delete for the agent (deleteWithoutAgent), which releases the IP and removes the
+// endpoint's map entry when it answers again.
 func cmdDel(args *skel.CmdArgs) error {
 	conf, client, ref, err := setup(args)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), api.DefaultTimeout)
+	hostIf := api.HostIfName(ref.ContainerID)
+	ifindex := 0 // the host veth this DEL owns, as the agent must have recorded it
+	if l, err := netlink.LinkByName(hostIf); err == nil {
+		ifindex = l.Attrs().Index
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), delTimeout)
 	defer cancel()
-	if err := client.DeleteEndpoint(ctx, ref.ContainerID); err != nil {
+	err = client.DeleteEndpointOf(ctx, ref.ContainerID, ifindex)
+	switch {
+	case err == nil:
+	case errors.Is(err, api.ErrNotOwner):
+		// The agent's record is another attachment's: leave it, remove only this pod's link.
+		fmt.Fprintf(os.Stderr, "myelin-cni: DEL %s: %v; leaving the agent's endpoint alone\n", ref.ContainerID, err)
+	case errors.Is(err, api.ErrUnavailable):
+		if derr := deleteWithoutAgent(conf, ref, hostIf, ifindex); derr != nil {
+			return types.NewError(types.ErrInternal, "delete the pod network without the agent",
+				fmt.Sprintf("%v (the agent was unreachable: %v)", derr, err))
+		}
+	default:
 		return agentError("delete the endpoint", conf.Socket, err)
 	}
 	if err := deletePodLink(args.Netns, args.IfName); err != nil {
 		return types.NewError(types.ErrInternal, "remove the pod interface", err.Error())
 	}
+	return nil
+}
+
+// delTimeout bounds DEL's wait for the agent; a hung agent costs DEL this long before
+// it deletes without it.
+const delTimeout = 10 * time.Second
+
+// deleteWithoutAgent removes what the node has of the pod without the agent: its host
+// veth (deleting the pair, the /32 route through it and its TCX programs), then
+// records the delete in api.DeletedDir for the agent to release the IP and remove the
+// endpoint's map entry. Until then the map entry leads to a veth that no longer
+// exists, so packets to the address are dropped, as they should be.
+func deleteWithoutAgent(conf *NetConf, ref api.PodRef, hostIf string, ifindex int) error {
+	if err := link.DeleteByName(hostIf); err != nil {
+		return fmt.Errorf("delete host veth %s: %w", hostIf, err)
+	}
+	rec := api.DeletedEndpoint{ContainerID: ref.ContainerID, Namespace: ref.Namespace, Pod: ref.Pod,
+		HostIfName: hostIf, HostIfIndex: ifindex, Deleted: time.Now()}
+	if err := api.WriteDeleted(api.DeletedDir(conf.Socket), rec); err != nil {
+		return fmt.Errorf("%w; the agent releases the IP at its next start (its veth is gone)", err)
+	}
+	fmt.Fprintf(os.Stderr, "myelin-cni: DEL %s (%s/%s): the agent was unreachable; removed %s and left the delete for the agent in %s\n",
+		ref.ContainerID, ref.Namespace, ref.Pod, hostIf, api.DeletedDir(conf.Socket))
 	return nil
 }
 

@@ -17,6 +17,9 @@ import (
 type Datapath interface {
 	UpsertEndpoint(ip netip.Addr, ep datapath.EndpointInfo) error
 	DeleteEndpoint(ip netip.Addr) error
+	// DeleteEndpointOf deletes ip's entry only if it points at ifindex; another
+	// veth's entry is left and datapath.ErrEndpointNotOwned returned.
+	DeleteEndpointOf(ip netip.Addr, ifindex int) error
 	Endpoints() (map[netip.Addr]datapath.EndpointInfo, error)
 	AttachEndpoint(ifindex int, name string) error
 	DetachEndpoint(name string) error
@@ -140,13 +143,19 @@ func (m *Manager) program(ep *api.Endpoint, ip netip.Addr) error {
 	return nil
 }
 
-// unprogram undoes program; each step tolerates what is already gone.
+// unprogram undoes program; each step tolerates what is already gone. What is keyed
+// by the address (map entry, /32 route) is removed only while it is ep's: never when
+// another endpoint claims the address or the map entry points at another veth.
 func (m *Manager) unprogram(ep *api.Endpoint, ip netip.Addr) error {
-	return errors.Join(
-		m.links.DeletePodRoute(ip),
-		m.dp.DetachEndpoint(ep.HostIfName),
-		m.dp.DeleteEndpoint(ip),
-	)
+	detach := m.dp.DetachEndpoint(ep.HostIfName)
+	if m.ipClaimedByOther(ep.ContainerID, ip) {
+		return detach
+	}
+	err := m.dp.DeleteEndpointOf(ip, ep.HostIfIndex)
+	if errors.Is(err, datapath.ErrEndpointNotOwned) {
+		return detach
+	}
+	return errors.Join(detach, err, m.links.DeletePodRoute(ip))
 }
 
 // Delete removes an endpoint, its host veth and its IP. Nothing there is success.
@@ -158,13 +167,14 @@ func (m *Manager) Delete(containerID string) error {
 
 func (m *Manager) deleteLocked(containerID string) error {
 	var errs []error
-	if ep, ok := m.eps[containerID]; ok {
+	ep, ok := m.eps[containerID]
+	if ok {
 		ip, _ := netip.ParseAddr(ep.IP)
 		errs = append(errs, m.unprogram(ep, ip))
 		delete(m.eps, containerID)
 	}
 	errs = append(errs,
-		m.links.DeleteLink(HostIfName(containerID)),
+		m.deleteHostLink(containerID, ep),
 		removeRecord(m.cfg.Dir, containerID),
 		m.pool.Release(containerID))
 	if err := errors.Join(errs...); err != nil {

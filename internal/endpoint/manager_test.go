@@ -24,6 +24,13 @@ func (f *fakeDatapath) UpsertEndpoint(ip netip.Addr, ep datapath.EndpointInfo) e
 	return nil
 }
 func (f *fakeDatapath) DeleteEndpoint(ip netip.Addr) error { delete(f.eps, ip); return nil }
+func (f *fakeDatapath) DeleteEndpointOf(ip netip.Addr, ifindex int) error {
+	if cur, ok := f.eps[ip]; ok && cur.IfIndex != ifindex {
+		return datapath.ErrEndpointNotOwned
+	}
+	delete(f.eps, ip)
+	return nil
+}
 func (f *fakeDatapath) Endpoints() (map[netip.Addr]datapath.EndpointInfo, error) {
 	return f.eps, nil
 }

@@ -1,13 +1,7 @@
 package endpoint
 
-import (
-	"crypto/sha256"
-	"encoding/hex"
-)
+import "github.com/myelin-net/myelin/internal/api"
 
 // HostIfName is the name of a pod's host-side veth: "myl" and 11 hex characters of a
-// hash of the container id (15 characters, the kernel's limit).
-func HostIfName(containerID string) string {
-	sum := sha256.Sum256([]byte(containerID))
-	return "myl" + hex.EncodeToString(sum[:])[:11]
-}
+// hash of the container id (15 characters, the kernel's limit); see api.HostIfName.
+func HostIfName(containerID string) string { return api.HostIfName(containerID) }

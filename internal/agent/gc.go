@@ -1,0 +1,105 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/myelin-net/myelin/internal/datapath"
+)
+
+// gcInterval is how often the datapath's garbage is collected (idle NAT entries).
+const gcInterval = 10 * time.Second
+
+// collector runs the datapath's garbage collection from the first moment the agent
+// can reach the pinned maps: at start-up it adopts the maps the previous agent pinned
+// (datapath.OpenPinned), before anything waits for the apiserver, then switches to the
+// datapath Load returns. It never talks to the apiserver, so GC goes on while the API
+// is unreachable, for as long as the agent runs.
+type collector struct {
+	pinDir   string
+	interval time.Duration
+	log      *slog.Logger
+	loops    *loops
+	loaded   chan *datapath.Datapath
+	done     chan struct{}
+	waited   bool // "waits for the load" said once
+}
+
+// startCollector starts the GC loop; it ends with ctx (wait for it with wait).
+func startCollector(ctx context.Context, pinDir string, log *slog.Logger, l *loops) *collector {
+	c := &collector{pinDir: pinDir, interval: gcInterval, log: log, loops: l, loaded: make(chan *datapath.Datapath, 1), done: make(chan struct{})}
+	go c.run(ctx)
+	return c
+}
+
+// use hands the loaded datapath to the GC loop, which from then on collects through
+// it and closes the maps it adopted at start.
+func (c *collector) use(dp *datapath.Datapath) { c.loaded <- dp }
+
+// wait returns once the GC loop has ended and released what it adopted.
+func (c *collector) wait() { <-c.done }
+
+func (c *collector) run(ctx context.Context) {
+	defer close(c.done)
+	var dp *datapath.Datapath // the datapath collected through
+	adopted := false          // dp was opened here, not by Load
+	defer func() {
+		if adopted {
+			dp.Close()
+		}
+	}()
+	ticker := time.NewTicker(c.interval)
+	defer ticker.Stop()
+	for {
+		if dp == nil {
+			dp, adopted = c.adopt(), true
+			if dp == nil {
+				adopted = false
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case loaded := <-c.loaded:
+			if adopted {
+				dp.Close()
+			}
+			dp, adopted = loaded, false
+		case <-ticker.C:
+			if dp != nil {
+				c.collect(dp)
+			}
+		}
+	}
+}
+
+// adopt opens the pinned maps, or returns nil when there are none yet (a first start:
+// Load creates them) or they are of another build (an upgrade: Load replaces them).
+func (c *collector) adopt() *datapath.Datapath {
+	dp, err := datapath.OpenPinned(c.pinDir)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) && !c.waited {
+			c.log.Info("datapath GC waits for the datapath load", "reason", err)
+			c.waited = true
+		}
+		return nil
+	}
+	c.log.Info("datapath GC running on the pinned maps, before the apiserver is reached", "pinDir", c.pinDir)
+	return dp
+}
+
+// collect runs one round of every datapath GC on dp. The single call site of the
+// datapath's collectors: a new one (Service conntrack) goes next to GCNAT.
+func (c *collector) collect(dp *datapath.Datapath) {
+	n, err := dp.GCNAT(datapath.MonotonicNow())
+	c.loops.report("nat-gc", err)
+	if err != nil {
+		c.log.Warn("collect NAT entries", "err", err)
+	}
+	if n > 0 {
+		c.log.Debug("NAT entries collected", "removed", n)
+	}
+}

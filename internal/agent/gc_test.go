@@ -1,0 +1,86 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/myelin-net/myelin/internal/datapath"
+)
+
+// privilegedPinDir mounts a private bpffs for the test and returns a pin dir on it.
+func privilegedPinDir(t *testing.T) string {
+	t.Helper()
+	if testing.Short() || os.Geteuid() != 0 {
+		t.Skip("needs root to mount bpffs and load BPF: run as root (make test does)")
+	}
+	mnt := t.TempDir()
+	if err := unix.Mount("bpf", mnt, "bpf", 0, "mode=0700"); err != nil {
+		t.Fatalf("mount bpffs on %s: %v", mnt, err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
+	return filepath.Join(mnt, "node")
+}
+
+func natGCRuns(l *loops) int {
+	for _, s := range l.snapshot() {
+		if s.Name == "nat-gc" && s.LastError == "" {
+			return 1
+		}
+	}
+	return 0
+}
+
+// With no apiserver and no Load, the GC loop adopts the maps a previous agent pinned
+// and collects through them; it waits (collects nothing, reports nothing) on a node
+// with no pins, and switches to the datapath it is handed.
+func TestPrivilegedCollectorRunsBeforeLoad(t *testing.T) {
+	dir := privilegedPinDir(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	// A first start: no pins, nothing collected until Load hands its datapath over.
+	l := newLoops()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &collector{pinDir: dir, interval: 20 * time.Millisecond, log: log, loops: l,
+		loaded: make(chan *datapath.Datapath, 1), done: make(chan struct{})}
+	go c.run(ctx)
+	time.Sleep(100 * time.Millisecond)
+	if natGCRuns(l) != 0 {
+		t.Error("GC reported a run with no pinned maps and no datapath")
+	}
+	dp, err := datapath.Load(datapath.Config{PinDir: dir, HostRouting: datapath.HostRoutingBPF})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.use(dp)
+	waitFor(t, "GC through the loaded datapath", func() bool { return natGCRuns(l) == 1 })
+	cancel()
+	c.wait()
+	dp.Close() // the agent exits; the pins stay
+
+	// The next agent, apiserver unreachable: GC runs on the adopted pins.
+	l2 := newLoops()
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	c2 := &collector{pinDir: dir, interval: 20 * time.Millisecond, log: log, loops: l2,
+		loaded: make(chan *datapath.Datapath, 1), done: make(chan struct{})}
+	go c2.run(ctx2)
+	waitFor(t, "GC on the adopted pins", func() bool { return natGCRuns(l2) == 1 })
+	cancel2()
+	c2.wait()
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("%s: not within 10s", what)
+}

@@ -1,0 +1,97 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"testing"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/endpoint"
+	"github.com/myelin-net/myelin/internal/ipam"
+)
+
+// fakeNode stands in for BPF and netlink under a real endpoint.Manager.
+type fakeNode struct {
+	entries map[netip.Addr]datapath.EndpointInfo
+	links   map[string]int
+}
+
+func (f *fakeNode) UpsertEndpoint(ip netip.Addr, ep datapath.EndpointInfo) error {
+	f.entries[ip] = ep
+	return nil
+}
+func (f *fakeNode) DeleteEndpoint(ip netip.Addr) error { delete(f.entries, ip); return nil }
+func (f *fakeNode) DeleteEndpointOf(ip netip.Addr, ifindex int) error {
+	if e, ok := f.entries[ip]; ok && e.IfIndex != ifindex {
+		return datapath.ErrEndpointNotOwned
+	}
+	delete(f.entries, ip)
+	return nil
+}
+func (f *fakeNode) Endpoints() (map[netip.Addr]datapath.EndpointInfo, error) { return f.entries, nil }
+func (f *fakeNode) AttachEndpoint(int, string) error                         { return nil }
+func (f *fakeNode) DetachEndpoint(string) error                              { return nil }
+func (f *fakeNode) IfIndex(name string) (int, error) {
+	if i, ok := f.links[name]; ok {
+		return i, nil
+	}
+	return 0, fmt.Errorf("%s: %w", name, endpoint.ErrLinkNotFound)
+}
+func (f *fakeNode) DeleteLink(name string) error          { delete(f.links, name); return nil }
+func (f *fakeNode) ReplacePodRoute(netip.Addr, int) error { return nil }
+func (f *fakeNode) DeletePodRoute(netip.Addr) error       { return nil }
+
+// The agent's DELETE refuses a caller that names another host veth than the record's
+// (412, api.ErrNotOwner through the client), and deletes for the owner.
+func TestDeleteEndpointOnlyByOwner(t *testing.T) {
+	dir := t.TempDir()
+	pool, err := ipam.OpenPool(filepath.Join(dir, "ipam.json"), netip.MustParsePrefix("10.244.0.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &fakeNode{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}}
+	eps := endpoint.NewManager(endpoint.Config{Dir: filepath.Join(dir, "endpoints"), Node: "n1"}, node, node, pool)
+	a := &agent{cfg: Config{Node: "n1", StateDir: dir}, eps: eps, pool: pool, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	srv, err := a.serve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	alloc, err := eps.Allocate(api.PodRef{ContainerID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.links[alloc.HostIfName] = 7
+	if _, err := eps.Put(api.Endpoint{PodRef: api.PodRef{ContainerID: "a"}, IP: alloc.IP, HostIfName: alloc.HostIfName,
+		HostIfIndex: 7, HostMAC: "02:00:00:00:00:01", PodMAC: "02:00:00:00:00:02"}); err != nil {
+		t.Fatal(err)
+	}
+
+	c := api.NewClient(a.cfg.socket())
+	ctx := context.Background()
+	if err := c.DeleteEndpointOf(ctx, "a", 9); !errors.Is(err, api.ErrNotOwner) {
+		t.Errorf("DELETE naming veth 9 = %v, want ErrNotOwner", err)
+	}
+	if _, ok := eps.Get("a"); !ok || len(node.entries) != 1 || node.links[alloc.HostIfName] != 7 {
+		t.Errorf("a foreign DELETE removed something: record %v entries %v links %v", ok, node.entries, node.links)
+	}
+	if err := c.DeleteEndpointOf(ctx, "a", 7); err != nil {
+		t.Errorf("the owner's DELETE = %v", err)
+	}
+	if _, ok := eps.Get("a"); ok || len(node.entries) != 0 {
+		t.Errorf("after the owner's DELETE: record %v entries %v", ok, node.entries)
+	}
+	if _, ok := pool.Lookup("a"); ok {
+		t.Error("after the owner's DELETE the IP is still allocated")
+	}
+	// Not ready yet (waiting for Services): deletes are served all the same.
+	if err := c.DeleteEndpointOf(ctx, "gone", 0); err != nil {
+		t.Errorf("DELETE before ready = %v, want success", err)
+	}
+}

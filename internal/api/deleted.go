@@ -1,0 +1,107 @@
+package api
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+)
+
+// HostIfName is the name of a pod's host-side veth: "myl" and 11 hex characters of a
+// hash of the container id (15 characters, the kernel's limit). The plugin can find a
+// pod's veth from its container id alone, without the agent.
+func HostIfName(containerID string) string {
+	sum := sha256.Sum256([]byte(containerID))
+	return "myl" + hex.EncodeToString(sum[:])[:11]
+}
+
+// ErrNotOwner is returned when a delete names an endpoint whose record belongs to
+// another attachment (another host veth) than the caller's.
+var ErrNotOwner = errors.New("not the endpoint's owner")
+
+// DeletedEndpoint is what CNI DEL leaves for the agent when it could not reach it: the
+// plugin has removed the pod's veth (and with it its /32 route); the agent, when it
+// runs again, removes the endpoint (map entry, record) and releases its IP, if the
+// record is still this attachment's (same host veth index) and its veth is gone.
+type DeletedEndpoint struct {
+	ContainerID string    `json:"containerID"`
+	Namespace   string    `json:"namespace,omitempty"`
+	Pod         string    `json:"pod,omitempty"`
+	HostIfName  string    `json:"hostIfName"`
+	HostIfIndex int       `json:"hostIfIndex"` // 0: the veth was already gone
+	Deleted     time.Time `json:"deleted"`
+}
+
+// DeletedDir is where CNI DEL leaves DeletedEndpoint records: next to the agent's
+// socket, in its state directory.
+func DeletedDir(socket string) string { return filepath.Join(filepath.Dir(socket), "cni-deleted") }
+
+// containerIDPattern is what CNI allows in a container id; it also keeps ids safe as
+// file names.
+var containerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]*$`)
+
+// WriteDeleted records d in dir (atomically: a reader never sees half a record). A
+// repeated DEL, which finds no veth (HostIfIndex 0), keeps the record of the first.
+func WriteDeleted(dir string, d DeletedEndpoint) error {
+	if !containerIDPattern.MatchString(d.ContainerID) {
+		return fmt.Errorf("record deleted endpoint: container id %q is not a CNI container id", d.ContainerID)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("record deleted endpoint: %w", err)
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, d.ContainerID+".json")
+	if _, err := os.Stat(path); err == nil && d.HostIfIndex == 0 {
+		return nil
+	}
+	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
+		return fmt.Errorf("record deleted endpoint: %w", err)
+	}
+	return os.Rename(path+".tmp", path)
+}
+
+// ReadDeleted returns the records in dir with their paths; none if dir does not exist.
+// A record that can't be parsed is returned as an error naming its file.
+func ReadDeleted(dir string) (map[string]DeletedEndpoint, error) {
+	entries, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]DeletedEndpoint{}
+	var errs []error
+	for _, e := range entries {
+		if e.IsDir() || filepath.Ext(e.Name()) != ".json" {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		b, err := os.ReadFile(path)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var d DeletedEndpoint
+		if err := json.Unmarshal(b, &d); err != nil || !containerIDPattern.MatchString(d.ContainerID) {
+			errs = append(errs, fmt.Errorf("deleted-endpoint record %s is not valid (%v): remove it", path, err))
+			continue
+		}
+		out[path] = d
+	}
+	return out, errors.Join(errs...)
+}
+
+// EndpointCheck is the agent's verdict on an endpoint's datapath state (CNI CHECK):
+// each problem says what is wrong; none means the datapath serves the pod.
+type EndpointCheck struct {
+	Problems []string `json:"problems"`
+}

@@ -1,0 +1,42 @@
+package api
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Records round-trip; a repeated DEL (no veth seen) keeps the first record; ids that
+// are no CNI container id (path tricks) are refused; a garbled record is named.
+func TestDeletedRecords(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cni-deleted")
+	if recs, err := ReadDeleted(dir); err != nil || len(recs) != 0 {
+		t.Fatalf("ReadDeleted of a missing dir = %v, %v", recs, err)
+	}
+	first := DeletedEndpoint{ContainerID: "abc-1", Pod: "p", HostIfName: HostIfName("abc-1"), HostIfIndex: 7}
+	if err := WriteDeleted(dir, first); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteDeleted(dir, DeletedEndpoint{ContainerID: "abc-1", HostIfName: HostIfName("abc-1")}); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := ReadDeleted(dir)
+	if err != nil || len(recs) != 1 || recs[filepath.Join(dir, "abc-1.json")].HostIfIndex != 7 {
+		t.Errorf("records = %+v, %v; want abc-1 with index 7", recs, err)
+	}
+	for _, bad := range []string{"../x", "", "a/b", ".hidden"} {
+		if err := WriteDeleted(dir, DeletedEndpoint{ContainerID: bad}); err == nil {
+			t.Errorf("WriteDeleted(%q) succeeded", bad)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "junk.json"), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := ReadDeleted(dir); err == nil || !strings.Contains(err.Error(), "junk.json") || len(recs) != 1 {
+		t.Errorf("with a garbled record: %v, %v; want the good one and an error naming junk.json", recs, err)
+	}
+	if n := HostIfName("abc-1"); len(n) != 14 || !strings.HasPrefix(n, "myl") {
+		t.Errorf("HostIfName = %q, want myl + 11 hex", n)
+	}
+}

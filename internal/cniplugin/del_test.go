@@ -1,0 +1,103 @@
+package cniplugin
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/vishvananda/netlink"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/netns"
+)
+
+func cniArgs(socket, containerID, podNetns string) *skel.CmdArgs {
+	return &skel.CmdArgs{ContainerID: containerID, Netns: podNetns, IfName: "eth0",
+		Args:      "K8S_POD_NAMESPACE=default;K8S_POD_NAME=" + containerID,
+		StdinData: []byte(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"myelin","type":"myelin-cni","socket":%q}`, socket))}
+}
+
+// delWithoutAgent builds a pod's veth, runs DEL against an agent that does not
+// answer (socket as given), and checks that DEL succeeded, removed the veth and left
+// the delete for the agent with the veth's index.
+func delWithoutAgent(t *testing.T, socket, containerID string) {
+	t.Helper()
+	host, pod := throwawayNetNS(t, "host"), throwawayNetNS(t, "pod")
+	hostIf := api.HostIfName(containerID)
+	err := netns.Do(host, func() error {
+		l, err := setupVeth(pod, "eth0", hostIf, 1500, 1500, netip.MustParseAddr("10.244.7.9"), netip.MustParseAddr(Gateway))
+		if err != nil {
+			return err
+		}
+		if err := cmdDel(cniArgs(socket, containerID, pod)); err != nil {
+			return fmt.Errorf("DEL with the agent unreachable = %w, want success", err)
+		}
+		if _, err := netlink.LinkByName(hostIf); err == nil {
+			return fmt.Errorf("host veth %s still there after DEL", hostIf)
+		}
+		recs, err := api.ReadDeleted(api.DeletedDir(socket))
+		if err != nil || len(recs) != 1 {
+			return fmt.Errorf("recorded deletes = %v, %v; want one", recs, err)
+		}
+		for _, r := range recs {
+			if r.ContainerID != containerID || r.HostIfIndex != l.HostIndex || r.HostIfName != hostIf || r.Pod != containerID {
+				return fmt.Errorf("recorded delete %+v, want container %s veth %s index %d", r, containerID, hostIf, l.HostIndex)
+			}
+		}
+		// A repeated DEL (the runtime retries) still succeeds and keeps the veth's index.
+		if err := cmdDel(cniArgs(socket, containerID, pod)); err != nil {
+			return fmt.Errorf("repeated DEL = %w, want success", err)
+		}
+		recs, err = api.ReadDeleted(api.DeletedDir(socket))
+		for _, r := range recs {
+			if r.HostIfIndex != l.HostIndex {
+				return fmt.Errorf("after a repeated DEL the record has index %d, want %d", r.HostIfIndex, l.HostIndex)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// CNI DEL succeeds with no agent on the socket, removing the pod's veth and recording
+// the delete; ADD keeps failing with "try again later".
+func TestPrivilegedDelWithAgentDown(t *testing.T) {
+	requireRoot(t)
+	socket := filepath.Join(t.TempDir(), "agent.sock")
+	delWithoutAgent(t, socket, "ctr-down")
+
+	err := cmdAdd(cniArgs(socket, "ctr-new", throwawayNetNS(t, "pod")))
+	var cniErr *types.Error
+	if !errors.As(err, &cniErr) || cniErr.Code != types.ErrTryAgainLater || !strings.Contains(cniErr.Msg, "try again later") {
+		t.Errorf("ADD with the agent down = %#v, want CNI error 11 (try again later)", err)
+	}
+}
+
+// A hung agent (accepts, never answers) is the same as a down one, after delTimeout.
+func TestPrivilegedDelWithAgentHung(t *testing.T) {
+	requireRoot(t)
+	socket := filepath.Join(t.TempDir(), "agent.sock")
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	delWithoutAgent(t, socket, "ctr-hung")
+}

@@ -1,0 +1,126 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// OpenPinned opens the maps a previous Load pinned in pinDir, and nothing
+// else: no programs are loaded, nothing is attached or changed. The result
+// serves the map maintenance methods (GCNAT, NATEntries, MapFill, Metrics)
+// while the agent cannot Load yet, for example while the apiserver that
+// holds its configuration is unreachable; the programs a previous agent
+// attached keep forwarding with these same maps meanwhile. It must not be
+// used to attach or to write endpoints or services. Close it once Load has
+// returned a Datapath (which may have replaced a map whose shape changed).
+//
+// It fails, wrapping os.ErrNotExist, when pinDir holds no pinned map of this
+// build (a node's first start), and when a pinned map has another key or
+// value layout than this build's (an upgrade: wait for Load).
+func OpenPinned(pinDir string) (*Datapath, error) {
+	spec, err := loadMyelin()
+	if err != nil {
+		return nil, fmt.Errorf("load datapath spec: %w", err)
+	}
+	coll := &ebpf.Collection{Maps: map[string]*ebpf.Map{}}
+	defer coll.Close() // what Assign did not take
+	for name, ms := range spec.Maps {
+		if ms.Pinning != ebpf.PinByName {
+			continue
+		}
+		path := filepath.Join(pinDir, name)
+		m, err := ebpf.LoadPinnedMap(path, nil)
+		if err != nil {
+			return nil, fmt.Errorf("open pinned map %s: %w", path, err)
+		}
+		coll.Maps[name] = m
+		if m.KeySize() != ms.KeySize || m.ValueSize() != ms.ValueSize || m.Type() != ms.Type {
+			return nil, fmt.Errorf("open pinned map %s: its layout is not this build's (an upgrade); Load replaces it", path)
+		}
+	}
+	d := &Datapath{cfg: Config{PinDir: pinDir}}
+	if err := coll.Assign(&d.objs.myelinMaps); err != nil {
+		return nil, fmt.Errorf("adopt pinned maps in %s: %w", pinDir, err)
+	}
+	return d, nil
+}
+
+// Endpoint returns the endpoints map entry of ip, and false if there is none.
+func (d *Datapath) Endpoint(ip netip.Addr) (EndpointInfo, bool, error) {
+	key, err := endpointKey(ip)
+	if err != nil {
+		return EndpointInfo{}, false, fmt.Errorf("look up endpoint: %w", err)
+	}
+	var v myelinEndpointInfo
+	err = d.objs.MyelinEndpoints.Lookup(key, &v)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return EndpointInfo{}, false, nil
+	}
+	if err != nil {
+		return EndpointInfo{}, false, fmt.Errorf("look up endpoint %s: %w", ip, err)
+	}
+	return EndpointInfo{IfIndex: int(v.Ifindex), PodMAC: append([]byte(nil), v.PodMac[:]...),
+		HostMAC: append([]byte(nil), v.HostMac[:]...), ID: v.EndpointId}, true, nil
+}
+
+// ErrEndpointNotOwned is returned by DeleteEndpointOf when the entry of the
+// address points at another veth than the caller's.
+var ErrEndpointNotOwned = errors.New("the endpoints map entry belongs to another veth")
+
+// DeleteEndpointOf removes the endpoints map entry of ip only if it points
+// at ifindex, the host veth of the endpoint being deleted, so deleting a
+// stale endpoint never removes the entry of another pod that has the address
+// now: that fails with ErrEndpointNotOwned and leaves the entry. No error if
+// there is no entry.
+func (d *Datapath) DeleteEndpointOf(ip netip.Addr, ifindex int) error {
+	cur, ok, err := d.Endpoint(ip)
+	if err != nil || !ok {
+		return err
+	}
+	if cur.IfIndex != ifindex {
+		return fmt.Errorf("delete endpoint %s of ifindex %d: it points at ifindex %d: %w", ip, ifindex, cur.IfIndex, ErrEndpointNotOwned)
+	}
+	return d.DeleteEndpoint(ip)
+}
+
+// EndpointProgramsAttached reports, for the host veth ifindex, whether this
+// datapath's myelin_from_pod is attached to its TCX ingress and
+// myelin_to_pod to its TCX egress.
+func (d *Datapath) EndpointProgramsAttached(ifindex int) (fromPod, toPod bool, err error) {
+	fromPod, err = programAttached(d.objs.MyelinFromPod, ifindex, ebpf.AttachTCXIngress)
+	if err != nil {
+		return false, false, err
+	}
+	toPod, err = programAttached(d.objs.MyelinToPod, ifindex, ebpf.AttachTCXEgress)
+	return fromPod, toPod, err
+}
+
+// programAttached reports whether prog is among the programs on hook of ifindex.
+func programAttached(prog *ebpf.Program, ifindex int, hook ebpf.AttachType) (bool, error) {
+	if prog == nil {
+		return false, errors.New("query attached programs: no programs loaded")
+	}
+	info, err := prog.Info()
+	if err != nil {
+		return false, fmt.Errorf("query program info: %w", err)
+	}
+	id, ok := info.ID()
+	if !ok {
+		return false, errors.New("query program id: not supported by this kernel")
+	}
+	res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: hook})
+	if err != nil {
+		return false, fmt.Errorf("query programs on ifindex %d: %w", ifindex, err)
+	}
+	for _, p := range res.Programs {
+		if p.ID == id {
+			return true, nil
+		}
+	}
+	return false, nil
+}

@@ -1,0 +1,82 @@
+package endpoint
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/myelin-net/myelin/internal/api"
+)
+
+// An endpoint is deleted only by its owner. Its record is keyed by the container id,
+// so a delete for another container id never reaches it; a caller that also names the
+// host veth index it saw (CNI DEL, a deferred delete) must match the record's, so a
+// delete meant for an earlier attachment of a reused container id or veth name leaves
+// the current one alone. What is keyed by the address (map entry, route) is removed
+// only while it points at the endpoint's own veth (see unprogram).
+
+// DeleteOwned is Delete for a caller that saw the endpoint's host veth at ifindex (0:
+// it saw none and claims no veth). A record on another veth is not deleted:
+// api.ErrNotOwner.
+func (m *Manager) DeleteOwned(containerID string, ifindex int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ep, ok := m.eps[containerID]; ok && ifindex != 0 && ep.HostIfIndex != ifindex {
+		return fmt.Errorf("delete endpoint %s (%s/%s): it is on host veth %s index %d, the request names index %d: %w",
+			containerID, ep.Namespace, ep.Pod, ep.HostIfName, ep.HostIfIndex, ifindex, api.ErrNotOwner)
+	}
+	return m.deleteLocked(containerID)
+}
+
+// DeleteRecorded carries out a delete CNI DEL recorded while the agent was
+// unreachable: the endpoint is removed and its IP released if the record still is the
+// attachment DEL saw (same host veth index, or DEL saw none) and its veth is gone. It
+// reports whether it removed an endpoint; a record for an endpoint that is gone
+// already only makes sure the IP is released. A false with no error means the
+// recorded delete is stale (the container id was attached again since): drop it.
+func (m *Manager) DeleteRecorded(d api.DeletedEndpoint) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ep, ok := m.eps[d.ContainerID]
+	if !ok {
+		return false, m.pool.Release(d.ContainerID)
+	}
+	if d.HostIfIndex != 0 && ep.HostIfIndex != d.HostIfIndex {
+		return false, nil
+	}
+	idx, err := m.links.IfIndex(ep.HostIfName)
+	switch {
+	case errors.Is(err, ErrLinkNotFound):
+	case err != nil:
+		return false, fmt.Errorf("deleted endpoint %s: look up its veth %s: %w", d.ContainerID, ep.HostIfName, err)
+	case idx == ep.HostIfIndex:
+		return false, nil // its veth is alive: not the attachment DEL removed
+	}
+	if err := m.deleteLocked(d.ContainerID); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// ipClaimedByOther reports whether an endpoint other than containerID has ip.
+func (m *Manager) ipClaimedByOther(containerID string, ip netip.Addr) bool {
+	for id, ep := range m.eps {
+		if id != containerID && ep.IP == ip.String() {
+			return true
+		}
+	}
+	return false
+}
+
+// deleteHostLink deletes containerID's host veth. With a record (ep not nil) a veth of
+// that name on another index is another attachment's and stays.
+func (m *Manager) deleteHostLink(containerID string, ep *api.Endpoint) error {
+	name := HostIfName(containerID)
+	if ep != nil {
+		idx, err := m.links.IfIndex(name)
+		if errors.Is(err, ErrLinkNotFound) || (err == nil && idx != ep.HostIfIndex) {
+			return nil
+		}
+	}
+	return m.links.DeleteLink(name)
+}
