@@ -58,7 +58,7 @@ func cniCheck(node string, ep api.Endpoint) (string, error) {
 	cmd.Env = append(os.Environ(), "CNI_COMMAND=CHECK", "CNI_CONTAINERID="+ep.ContainerID, "CNI_NETNS="+ep.NetNS,
 		"CNI_IFNAME="+ep.IfName, "CNI_PATH="+filepath.Dir(bin),
 		"CNI_ARGS=K8S_POD_NAMESPACE="+ep.Namespace+";K8S_POD_NAME="+ep.Pod)
-	cmd.Stdin = strings.NewReader(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"myelin","type":"myelin-cni","socket":%q}`, lab.AgentSocket(node)))
+	cmd.Stdin = strings.NewReader(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"myelin","type":"myelin-cni","socket":%q}`, api.NodeSocket(node)))
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -165,7 +165,7 @@ func TestLabMyelinAgentDown(t *testing.T) {
 		inMap := pinnedEndpoint(t, n1, victim.IP)
 		return !known && !inMap && used == usedBefore-1, fmt.Sprintf("endpoint known %v, map entry %v, IPs used %d (before %d)", known, inMap, used, usedBefore)
 	})
-	if _, err := os.Stat(filepath.Join(api.DeletedDir(lab.AgentSocket(n1)), victim.ContainerID+".json")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(api.DeletedDir(api.NodeSocket(n1)), victim.ContainerID+".json")); !os.IsNotExist(err) {
 		t.Errorf("the recorded delete is still there after the agent carried it out: %v", err)
 	}
 
@@ -220,7 +220,7 @@ func deleteWithAgentHung(t *testing.T, cs kubernetes.Interface, node string, ep 
 	if out, _ := inNode(node, "ip", "route", "show", ep.IP); strings.TrimSpace(out) != "" {
 		t.Errorf("route to the deleted pod's %s still there: %s", ep.IP, out)
 	}
-	rec, err := os.ReadFile(filepath.Join(api.DeletedDir(lab.AgentSocket(node)), ep.ContainerID+".json"))
+	rec, err := os.ReadFile(filepath.Join(api.DeletedDir(api.NodeSocket(node)), ep.ContainerID+".json"))
 	if err != nil {
 		t.Errorf("no recorded delete for the agent: %v", err)
 	}
