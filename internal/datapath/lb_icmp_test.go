@@ -131,3 +131,56 @@ func TestPrivilegedLBRejectRateLimit(t *testing.T) {
 		t.Errorf("ICMPRejectsSuppressed = %d, %v; want 2", got, err)
 	}
 }
+
+// ICMP errors about NodePort and hairpin flows: a local NodePort backend's
+// error leaves from the NodePort, a remote backend's comes back through
+// masquerade's and the Service's translation, and a hairpin client gets
+// its own error from the ClusterIP.
+func TestPrivilegedLBICMPErrorsNodePortHairpin(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingBPF, 0)
+	fromPod, fromNetdev := d.objs.MyelinFromPod, d.objs.MyelinFromNetdev
+	feUDPNodePort := Frontend{Addr: testNodeIP, Port: nodePort, Proto: protoUDP}
+	npTo := func(id uint32) *lbState {
+		return oneService(feUDPNodePort, Service{ID: 4, Flags: ServiceNodePort, Backends: []uint32{id}})
+	}
+	req := ipv4(protoUDP, extHost, nodeIP).withDst(nodeIP, nodePort)
+	toLocal := req.withDst(podBIP, 8080)
+	toRemote := req.withSrc(nodeIP, 40000).withDst(remoteIP, 8080)
+	// What the client sent, as the errors must quote it.
+	clientQuote := func(q []byte) []byte {
+		return frontQuote(restoredQuote(q, mustAddr(extHost), 40000), testNodeIP, nodePort)
+	}
+	localErr := ipv4(protoICMP, podBIP, extHost).withICMPError(3, 3, 0, quote(toLocal.withTTL(63)))
+	localBack := ipv4(protoICMP, nodeIP, extHost).withICMPError(3, 3, 0, clientQuote(quote(toLocal.withTTL(63))))
+	remoteErr := ipv4(protoICMP, remoteIP, nodeIP).withICMPError(3, 3, 0, quote(toRemote))
+	remoteBack := ipv4(protoICMP, nodeIP, extHost).withICMPError(3, 3, 0, clientQuote(quote(toRemote)))
+
+	hp := ipv4(protoUDP, podBIP, vip).withDst(vip, 53)
+	hpQuote := quote(hp.withSrc(hairpin, 40000).withDst(podBIP, 8080).withTTL(63))
+	hpErr := ipv4(protoICMP, podBIP, hairpin).withICMPError(3, 3, 0, hpQuote)
+	hpBack := ipv4(protoICMP, vip, podBIP).withICMPError(3, 3, 0,
+		frontQuote(restoredQuote(hpQuote, mustAddr(podBIP), 40000), mustAddr(vip), 53))
+
+	// Without a test-run context the FIB lookup fails: NodePort traffic goes to the stack.
+	cases := []lbCase{
+		{seed: npTo(1), prog: fromNetdev, dir: "from-netdev", progCase: progCase{name: "UDP NodePort to the local backend",
+			endpoints: seedB, in: req.build(), verdict: tcActRedirect, out: delivered(toLocal), reason: "FORWARDED"}},
+		{prog: fromPod, dir: "from-pod", progCase: progCase{name: "its port unreachable: from the NodePort",
+			endpoints: seedB, in: localErr.build(), verdict: tcActOK, out: localBack.build(), reason: "PASS_STACK"}},
+		{seed: npTo(2), prog: fromNetdev, dir: "from-netdev", progCase: progCase{name: "UDP NodePort to the remote backend",
+			endpoints: seedB, in: req.build(), verdict: tcActOK, out: toRemote.build(), reason: "PASS_STACK"}},
+		{prog: fromNetdev, dir: "from-netdev", progCase: progCase{name: "its port unreachable: back to the client from the NodePort",
+			endpoints: seedB, in: remoteErr.build(), verdict: tcActOK, out: remoteBack.build(), reason: "PASS_STACK"}},
+		{seed: oneService(feUDP, Service{ID: 3, Backends: []uint32{1}}), prog: fromPod, dir: "from-pod", progCase: progCase{name: "hairpin UDP",
+			endpoints: seedB, in: hp.build(), verdict: tcActRedirect, out: delivered(hp.withSrc(hairpin, 40000).withDst(podBIP, 8080)), reason: "FORWARDED"}},
+		{prog: fromPod, dir: "from-pod", progCase: progCase{name: "hairpin port unreachable: to the pod from the ClusterIP",
+			endpoints: seedB, in: hpErr.build(), verdict: tcActRedirect, out: delivered(hpBack), reason: "FORWARDED"}},
+	}
+	for _, p := range []pkt{localBack, remoteBack, hpBack} {
+		if out := p.build(); !ipv4HeaderValid(out) || !l4ChecksumValid(out) {
+			t.Fatalf("fixture %x has bad checksums", out)
+		}
+	}
+	runLBCases(t, d, cases)
+}
