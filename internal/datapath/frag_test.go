@@ -210,3 +210,35 @@ func TestPrivilegedMasqFragments(t *testing.T) {
 		t.Fatal("fixtures: the UDP checksum does not cover the datagram")
 	}
 }
+
+// A fragmented UDP datagram to a NodePort: both fragments to the local
+// backend, or both DNATed and SNATed to the remote one (and, like the first,
+// sent on by the FIB, which without a test-run context hands them to the stack).
+func TestPrivilegedLBFragmentsNodePort(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingBPF, 0)
+	fe := Frontend{Addr: testNodeIP, Port: nodePort, Proto: protoUDP}
+	to := func(id uint32) *lbState {
+		return oneService(fe, Service{ID: 4, Flags: ServiceNodePort, Backends: []uint32{id}})
+	}
+	req := ipv4(protoUDP, extHost, nodeIP).withDst(nodeIP, nodePort)
+	req.payload = fragPayload
+	first, later := req.fragments(0x3131)
+	localFirst, localLater := deliveredFrags(req.withDst(podBIP, 8080), 0x3131)
+	rFirst, rLater := req.fragments(0x3232)
+	remoteFirst, remoteLater := req.withSrc(nodeIP, 40000).withDst(remoteIP, 8080).fragments(0x3232)
+	fromNetdev := d.objs.MyelinFromNetdev
+	runLBCases(t, d, []lbCase{
+		{seed: to(1), prog: fromNetdev, dir: "from-netdev", progCase: progCase{name: "local backend: first fragment",
+			endpoints: seedB, in: first, verdict: tcActRedirect, out: localFirst, reason: "FORWARDED"}},
+		{prog: fromNetdev, dir: "from-netdev", progCase: progCase{name: "local backend: later fragment",
+			endpoints: seedB, in: later, verdict: tcActRedirect, out: localLater, reason: "FORWARDED"}},
+		{seed: to(2), prog: fromNetdev, dir: "from-netdev", progCase: progCase{name: "remote backend: first fragment",
+			endpoints: seedB, in: rFirst, verdict: tcActOK, out: remoteFirst, reason: "PASS_STACK"}},
+		{prog: fromNetdev, dir: "from-netdev", progCase: progCase{name: "remote backend: later fragment",
+			endpoints: seedB, in: rLater, verdict: tcActOK, out: remoteLater, reason: "PASS_STACK"}},
+	})
+	if !datagramChecksumValid(localFirst, [][]byte{localLater}) || !datagramChecksumValid(remoteFirst, [][]byte{remoteLater}) {
+		t.Fatal("fixtures: the UDP checksum does not cover the datagram")
+	}
+}
