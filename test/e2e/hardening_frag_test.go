@@ -17,10 +17,18 @@ import (
 // host routing (node-2), to backends on both nodes; and a UDP datagram to a ClusterIP
 // whose backend listens on nothing comes back as ECONNREFUSED on the client's
 // connected socket: the backend's ICMP port unreachable was translated back to the
-// ClusterIP it was about.
+// ClusterIP it was about. In native routing and in tunnel mode (pods' route MTU 1450,
+// fragments carried in VXLAN).
 func TestLabMyelinFragments(t *testing.T) {
 	requireRoot(t)
-	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native")
+	for _, profile := range []string{"native", "tunnel"} {
+		t.Run(profile, func(t *testing.T) { checkFragments(t, profile) })
+	}
+}
+
+// checkFragments is TestLabMyelinFragments in a lab of profile.
+func checkFragments(t *testing.T, profile string) {
+	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", profile)
 	n1, n2 := lab.NodeName(1), lab.NodeName(2)
 	createNodeConfig(t, "legacy-node-2", map[string]string{"kubernetes.io/hostname": n2}, map[string]string{"host-routing": "legacy"})
 	restartAgent(t, n2)
