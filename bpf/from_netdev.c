@@ -28,16 +28,13 @@ int myelin_from_netdev(struct __sk_buff *skb)
 	struct ipv4_info info = {};
 	const struct endpoint_info *ep;
 	int route = LB_ROUTE_NORMAL;
-	int to_node, reason;
+	int reason;
 
 	if (skb->protocol != bpf_htons(ETH_P_IP))
 		return verdict_pass(skb, &info, DIR_FROM_NETDEV);
 	if (ipv4_parse(skb, &info) < 0)
 		return verdict_drop(skb, &info, DIR_FROM_NETDEV, DROP_INVALID_PACKET);
-	to_node = info.daddr == node_ip;
-	reason = masq_ingress(skb, &info);
-	if (!reason && to_node)
-		reason = lb_from_netdev(skb, &info, &route);
+	reason = lb_netdev_stage(skb, &info, &route);
 	if (reason == DROP_SVC_NO_BACKEND)
 		return lb_reject(skb, &info, DIR_FROM_NETDEV);
 	if (reason)

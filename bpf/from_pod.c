@@ -35,7 +35,7 @@ int myelin_from_pod(struct __sk_buff *skb)
 		return verdict_pass(skb, &info, DIR_FROM_POD);
 	if (ipv4_parse(skb, &info) < 0)
 		return verdict_drop(skb, &info, DIR_FROM_POD, DROP_INVALID_PACKET);
-	reason = lb_from_pod(skb, &info, &route);
+	reason = lb_pod_stage(skb, &info, &route);
 	if (reason == DROP_SVC_NO_BACKEND)
 		return lb_reject(skb, &info, DIR_FROM_POD);
 	if (reason)

@@ -14,6 +14,8 @@
 #include <bpf/bpf_endian.h>
 
 #include "config.h"
+#include "frag.h"
+#include "icmp.h"
 #include "ipv4.h"
 #include "l4.h"
 #include "maps.h"
@@ -160,18 +162,101 @@ static __always_inline int ct_reply_xlate(struct __sk_buff *skb, struct ipv4_inf
 }
 
 /*
+ * ct_icmp_error_xlate translates an ICMP error (l4: its ICMP header, as
+ * l4_parse filled it) about the forward packet of a load-balanced flow back
+ * to what the client sent. Destination unreachable (fragmentation needed
+ * included) and time exceeded, from the backend or from a router on the
+ * way, quote the packet as the backend was to get it (client -> backend):
+ * the quote's destination address and port become the frontend's; an error
+ * from the backend itself comes from the frontend; for a hairpin flow the
+ * quote's source and the error's destination become the client. Returns 0
+ * with the entry's flags in *flags (0: not about such a flow, untouched), or
+ * a DROP_* reason.
+ */
+static __always_inline int ct_icmp_error_xlate(struct __sk_buff *skb, struct ipv4_info *info,
+					       const struct l4_info *l4, __u16 *flags)
+{
+	struct icmp_quote q = {};
+	struct ct_key key = {.dir = CT_DIR_REVERSE};
+	const struct ct_entry *e;
+	__be32 front, client;
+	__be16 port;
+
+	if (l4->icmp_type != ICMP_DEST_UNREACH && l4->icmp_type != ICMP_TIME_EXCEEDED)
+		return 0;
+	if (icmp_quote_parse(skb, info, &q) < 0 || q.ip.saddr != info->daddr ||
+	    (q.ip.protocol != IPPROTO_TCP && q.ip.protocol != IPPROTO_UDP))
+		return 0;
+	/* The reply tuple of the quoted packet names the flow. */
+	key.saddr = q.ip.daddr;
+	key.daddr = q.ip.saddr;
+	key.sport = q.dport;
+	key.dport = q.sport;
+	key.proto = q.ip.protocol;
+	e = ct_lookup(&key);
+	if (!e)
+		return 0;
+	front = e->front_addr;
+	port = e->front_port;
+	client = e->client_addr;
+	*flags = e->flags;
+	if (info->saddr == q.ip.daddr) {
+		if (l4_rewrite_addr(skb, l4, IPV4_SADDR_OFF, info->saddr, front) < 0)
+			return DROP_INVALID_PACKET;
+		info->saddr = front;
+	}
+	if (icmp_quote_set_addr(skb, &q, offsetof(struct iphdr, daddr), q.ip.daddr, front) < 0 ||
+	    l4_rewrite_port(skb, l4, q.dport_off, q.dport, port) < 0)
+		return DROP_INVALID_PACKET;
+	if (!(*flags & CT_F_HAIRPIN))
+		return 0;
+	if (l4_rewrite_addr(skb, l4, IPV4_DADDR_OFF, info->daddr, client) < 0 ||
+	    icmp_quote_set_addr(skb, &q, offsetof(struct iphdr, saddr), q.ip.saddr, client) < 0)
+		return DROP_INVALID_PACKET;
+	info->daddr = client;
+	return 0;
+}
+
+/*
+ * ct_icmp_reply is ct_icmp_error_xlate for an ICMP packet not yet parsed:
+ * echo and other messages cost one 8-byte read, errors a conntrack lookup.
+ */
+static __always_inline int ct_icmp_reply(struct __sk_buff *skb, struct ipv4_info *info,
+					 __u16 *flags)
+{
+	struct l4_info l4 = {};
+
+	if (l4_parse(skb, info, &l4) < 0)
+		return 0;
+	return ct_icmp_error_xlate(skb, info, &l4, flags);
+}
+
+/*
  * ct_reply_to_pod is ct_reply_xlate for a packet about to enter a pod: the
  * one conntrack lookup per delivered TCP or UDP packet, only with load
- * balancing on. Returns 0 or a DROP_* reason.
+ * balancing on. ICMP errors about service flows are translated too
+ * (ct_icmp_reply), and later fragments follow their first (frag.h).
+ * Returns 0 or a DROP_* reason.
  */
 static __always_inline int ct_reply_to_pod(struct __sk_buff *skb, struct ipv4_info *info)
 {
+	__be32 saddr = info->saddr, daddr = info->daddr;
+	int route = 0, hit = 0, reason;
 	struct l4_info l4 = {};
 	__u16 flags = 0;
 
-	if (!lb_enabled || ct_l4_parse(skb, info, &l4) < 0)
+	if (!lb_enabled)
 		return 0;
-	return ct_reply_xlate(skb, info, &l4, &flags);
+	if (ipv4_later_frag(info))
+		return frag_follow(skb, info, FRAG_STAGE_TO_POD, &route, &hit);
+	if (info->proto == IPPROTO_ICMP)
+		return ct_icmp_reply(skb, info, &flags);
+	if (ct_l4_parse(skb, info, &l4) < 0)
+		return 0;
+	reason = ct_reply_xlate(skb, info, &l4, &flags);
+	if (!reason)
+		frag_note(skb, info, saddr, daddr, FRAG_STAGE_TO_POD, 0);
+	return reason;
 }
 
 #endif /* MYELIN_LIB_CT_H */

@@ -5,7 +5,12 @@
  * REJECT would send (RFC 792: the offending IPv4 header and the first 8
  * bytes after it quoted), from the frontend to the client. Linux aborts a
  * connect() in SYN_SENT with ECONNREFUSED on it, and reports it to a
- * connected UDP socket.
+ * connected UDP socket. These answers are rate-limited per CPU
+ * (icmp_reject_allowed).
+ *
+ * ICMP errors about translated packets: icmp_quote_parse reads the packet an
+ * error quotes, icmp_quote_set_addr rewrites its addresses; masquerade
+ * (masq.h) and service conntrack (ct.h) translate the quote back with them.
  */
 #ifndef MYELIN_LIB_ICMP_H
 #define MYELIN_LIB_ICMP_H
@@ -20,6 +25,7 @@
 #include "eth.h"
 #include "ipv4.h"
 #include "l4.h"
+#include "maps.h"
 
 #define ICMP_PORT_UNREACH  3
 #define ICMP_ERROR_TTL	   64
@@ -27,6 +33,28 @@
 #define ICMP_QUOTE_L4	   8	/* bytes of the offending L4 header quoted */
 #define ICMP_QUOTE_MAX	   (60 + ICMP_QUOTE_L4)
 #define ICMP_ERROR_HDR_LEN (sizeof(struct iphdr) + sizeof(struct icmp_echo_hdr))
+
+/*
+ * The ICMP port unreachable answers a CPU sends: ICMP_REJECT_RATE a second,
+ * in bursts of up to ICMP_REJECT_BURST, as the kernel's own icmp_ratelimit
+ * does for what it sends. A reject over the rate is dropped unanswered.
+ */
+#define ICMP_REJECT_RATE	 200
+#define ICMP_REJECT_BURST	 100
+#define ICMP_REJECT_NS_PER_TOKEN (1000000000ULL / ICMP_REJECT_RATE)
+
+/*
+ * icmp_quote is the packet an ICMP error quotes (RFC 792: its IPv4 header
+ * and the first 8 bytes after it), read by icmp_quote_parse.
+ */
+struct icmp_quote {
+	struct iphdr ip;
+	__u32 ip_off;	 /* packet offset of the quoted IPv4 header */
+	__u32 sport_off; /* packet offset of the quoted source port, or echo id */
+	__u32 dport_off; /* packet offset of the quoted destination port, or echo id */
+	__be16 sport;	 /* TCP/UDP source port; ICMP echo request: the id */
+	__be16 dport;	 /* TCP/UDP destination port; ICMP echo request: 0 */
+};
 
 /* icmp_error is the new IPv4 packet: header, ICMP header, quote. */
 struct icmp_error {
@@ -111,6 +139,99 @@ static __always_inline int icmp_port_unreach(struct __sk_buff *skb, const struct
 				BPF_F_RECOMPUTE_CSUM) < 0)
 		return -1;
 	return eth_set_macs(skb, eth.h_dest, eth.h_source);
+}
+
+/*
+ * icmp_reject_allowed takes a token from this CPU's bucket: 1 when the
+ * reject may be answered, 0 (and counted as suppressed) when the CPU is over
+ * ICMP_REJECT_RATE. Per-CPU state, so plain stores and no locks. A
+ * last_ns in the future (the clock never goes back) adds nothing.
+ */
+static __always_inline int icmp_reject_allowed(void)
+{
+	__u32 key = 0;
+	struct icmp_rate *b = bpf_map_lookup_elem(&myelin_icmp_rate, &key);
+	__u64 now = bpf_ktime_get_ns(), add;
+
+	if (!b)
+		return 0;
+	if (now > b->last_ns) {
+		add = (now - b->last_ns) / ICMP_REJECT_NS_PER_TOKEN;
+		if (add >= ICMP_REJECT_BURST || b->tokens + add >= ICMP_REJECT_BURST) {
+			b->tokens = ICMP_REJECT_BURST;
+			b->last_ns = now;
+		} else if (add) {
+			b->tokens += add;
+			b->last_ns += add * ICMP_REJECT_NS_PER_TOKEN;
+		}
+	}
+	if (!b->tokens) {
+		b->suppressed++;
+		return 0;
+	}
+	b->tokens--;
+	return 1;
+}
+
+/*
+ * icmp_quote_parse reads what the ICMP error at info->l4_off (destination
+ * unreachable or time exceeded) quotes into q: a TCP or UDP header's ports,
+ * or an ICMP echo request's id. Returns 0, or -1 for anything else: quoted
+ * later fragments (no ports), other protocols, quotes cut short.
+ */
+static __always_inline int icmp_quote_parse(struct __sk_buff *skb, const struct ipv4_info *info,
+					    struct icmp_quote *q)
+{
+	__be16 ports[2];
+	__u32 off;
+
+	q->ip_off = info->l4_off + sizeof(struct icmp_echo_hdr);
+	if (!info->l4_off || bpf_skb_load_bytes(skb, q->ip_off, &q->ip, sizeof(q->ip)) < 0)
+		return -1;
+	if (q->ip.version != 4 || q->ip.ihl < 5 ||
+	    (q->ip.frag_off & bpf_htons(IPV4_FRAG_OFFSET_MASK)))
+		return -1;
+	off = q->ip_off + q->ip.ihl * 4;
+	if (q->ip.protocol == IPPROTO_TCP || q->ip.protocol == IPPROTO_UDP) {
+		if (bpf_skb_load_bytes(skb, off, ports, sizeof(ports)) < 0)
+			return -1;
+		q->sport = ports[0];
+		q->dport = ports[1];
+		q->sport_off = off;
+		q->dport_off = off + sizeof(__be16);
+		return 0;
+	}
+	if (q->ip.protocol == IPPROTO_ICMP) {
+		struct icmp_echo_hdr ih;
+
+		if (bpf_skb_load_bytes(skb, off, &ih, sizeof(ih)) < 0 || ih.type != ICMP_ECHO)
+			return -1;
+		q->sport = ih.id;
+		q->dport = 0;
+		q->sport_off = off + ICMP_ID_OFF;
+		q->dport_off = off + ICMP_ID_OFF;
+		return 0;
+	}
+	return -1;
+}
+
+/*
+ * icmp_quote_set_addr writes addr over the quoted address at field
+ * (offsetof(struct iphdr, saddr) or daddr) and patches the quoted header's
+ * checksum. The ICMP checksum needs nothing: the address and the checksum
+ * of its own header change by opposite amounts and cancel in its sum. The
+ * quoted TCP/UDP checksum is left as it was: it covers a whole packet the
+ * error only quotes, and no stack checks it.
+ */
+static __always_inline int icmp_quote_set_addr(struct __sk_buff *skb, const struct icmp_quote *q,
+					       __u32 field, __be32 old, __be32 addr)
+{
+	if (old == addr)
+		return 0;
+	if (bpf_skb_store_bytes(skb, q->ip_off + field, &addr, sizeof(addr), 0) < 0)
+		return -1;
+	return bpf_l3_csum_replace(skb, q->ip_off + offsetof(struct iphdr, check), old, addr,
+				   sizeof(addr));
 }
 
 #endif /* MYELIN_LIB_ICMP_H */

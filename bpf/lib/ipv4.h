@@ -14,6 +14,7 @@
 #include <bpf/bpf_endian.h>
 
 #define IPV4_FRAG_OFFSET_MASK 0x1fff
+#define IPV4_FRAG_MF	      0x2000
 #define IPV4_CSUM_OFF	      (ETH_HLEN + offsetof(struct iphdr, check))
 
 /* ipv4_info holds the header fields read once at parse time. */
@@ -24,6 +25,13 @@ struct ipv4_info {
 	__u8 proto;
 	__u8 ttl;
 	__u8 tos;
+	__u8 frag; /* enum ipv4_frag bits; 0 for a whole datagram */
+};
+
+/* ipv4_frag says which part of a fragmented datagram a packet is. */
+enum ipv4_frag {
+	IPV4_FRAG_MORE = 1,  /* MF set: more fragments follow */
+	IPV4_FRAG_LATER = 2, /* offset > 0: no L4 header, l4_off is 0 */
 };
 
 /* ipv4_header returns the IPv4 header if it lies in the linear data, else NULL. */
@@ -76,6 +84,7 @@ static __always_inline int ipv4_parse(struct __sk_buff *skb, struct ipv4_info *i
 	info->ttl = ip->ttl;
 	info->tos = ip->tos;
 	info->l4_off = 0;
+	info->frag = 0;
 
 	hlen = ip->ihl * 4;
 	tot_len = bpf_ntohs(ip->tot_len);
@@ -84,7 +93,23 @@ static __always_inline int ipv4_parse(struct __sk_buff *skb, struct ipv4_info *i
 		return -1;
 	if (!(ip->frag_off & bpf_htons(IPV4_FRAG_OFFSET_MASK)))
 		info->l4_off = ETH_HLEN + hlen;
+	else
+		info->frag = IPV4_FRAG_LATER;
+	if (ip->frag_off & bpf_htons(IPV4_FRAG_MF))
+		info->frag |= IPV4_FRAG_MORE;
 	return 0;
+}
+
+/* ipv4_first_frag says whether the packet starts a fragmented datagram (MF, offset 0). */
+static __always_inline int ipv4_first_frag(const struct ipv4_info *info)
+{
+	return info->frag == IPV4_FRAG_MORE;
+}
+
+/* ipv4_later_frag says whether the packet is a fragment after the first: it has no ports. */
+static __always_inline int ipv4_later_frag(const struct ipv4_info *info)
+{
+	return info->frag & IPV4_FRAG_LATER;
 }
 
 /* ipv4_ttl_expired says whether forwarding must leave the packet to the stack for ICMP. */

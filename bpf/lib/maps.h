@@ -26,6 +26,7 @@
 #define LB_AFFINITY_MAX 65536
 #define LB_CT_MAX	262144 /* two entries per load-balanced flow */
 #define LB_MAGLEV_SIZE	16381  /* entries of a Maglev table; the agent sets maglev_table_size */
+#define FRAGS_MAX	8192   /* fragmented datagrams in flight (lib/frag.h) */
 
 /* myelin_endpoints: local pod IPv4 (network order) -> endpoint_info. */
 struct {
@@ -155,6 +156,29 @@ struct {
 	__uint(max_entries, LB_CT_MAX);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_lb_ct SEC(".maps");
+
+/*
+ * myelin_frags: the translation of each fragmented datagram's first
+ * fragment, for its later fragments (lib/frag.h). LRU: a datagram is
+ * complete within the reassembly timeout, so old entries are useless and
+ * go first.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct frag_key);
+	__type(value, struct frag_entry);
+	__uint(max_entries, FRAGS_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_frags SEC(".maps");
+
+/* myelin_icmp_rate: one token bucket per CPU for the ICMP rejects (lib/icmp.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct icmp_rate);
+	__uint(max_entries, 1);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_icmp_rate SEC(".maps");
 
 /* myelin_metrics: index dir * METRIC_REASONS + reason, per CPU. */
 struct {

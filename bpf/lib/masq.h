@@ -16,6 +16,8 @@
 #include <bpf/bpf_helpers.h>
 
 #include "config.h"
+#include "frag.h"
+#include "icmp.h"
 #include "ipv4.h"
 #include "l4.h"
 #include "maps.h"
@@ -79,79 +81,71 @@ static __always_inline int masq_snat(struct __sk_buff *skb, struct ipv4_info *in
 /*
  * masq_egress translates a pod's packet to a destination outside
  * myelin_nomasq: source address to node_ip, source port (ICMP echo: id) to
- * the flow's NAT port. Later fragments carry no ports and leave untouched.
+ * the flow's NAT port. A later fragment gets the addresses its first
+ * fragment got (frag.h); a TCP or UDP one whose first fragment was not seen
+ * is dropped as DROP_FRAG_NO_FLOW: its first fragment, translated, can
+ * never be reassembled with it, and it would leak the pod's address.
  */
 static __always_inline int masq_egress(struct __sk_buff *skb, struct ipv4_info *info)
 {
+	__be32 saddr = info->saddr, daddr = info->daddr;
+	int route = 0, hit = 0, reason;
 	struct l4_info l4 = {};
 
-	if (!masq_enabled || !masq_wanted(info) || l4_parse(skb, info, &l4) < 0)
+	if (!masq_enabled || !masq_wanted(info))
+		return 0;
+	if (ipv4_later_frag(info)) {
+		reason = frag_follow(skb, info, FRAG_STAGE_TO_NETDEV, &route, &hit);
+		if (!reason && !hit && (info->proto == IPPROTO_TCP || info->proto == IPPROTO_UDP))
+			return DROP_FRAG_NO_FLOW;
+		return reason;
+	}
+	if (l4_parse(skb, info, &l4) < 0)
 		return 0;
 	if (info->proto == IPPROTO_ICMP && l4.icmp_type != ICMP_ECHO)
 		return 0;
-	return masq_snat(skb, info, &l4);
+	reason = masq_snat(skb, info, &l4);
+	if (!reason)
+		frag_note(skb, info, saddr, daddr, FRAG_STAGE_TO_NETDEV, 0);
+	return reason;
 }
 
 /*
  * masq_icmp_error restores an ICMP error (destination unreachable, including
  * fragmentation needed, or time exceeded) about a translated packet: the
- * outer destination, the embedded header's source address and port (or echo
- * id) go back to the pod's. Checksums: the outer IPv4 one and the embedded
- * IPv4 one are patched for the address; the ICMP one only for the port,
- * because an address and the checksum of its own header change by opposite
- * amounts and cancel in the ICMP sum. The embedded L4 checksum is left as it
- * was: it covers a whole packet the error only quotes, and no stack checks it.
+ * outer destination, the quoted header's source address and port (or echo
+ * id) go back to the pod's. Checksums: the outer IPv4 one for the address;
+ * the quoted one by icmp_quote_set_addr; the ICMP one only for the port.
  */
 static __always_inline int masq_icmp_error(struct __sk_buff *skb, struct ipv4_info *info,
 					   const struct l4_info *l4)
 {
-	__u32 inner = info->l4_off + sizeof(struct icmp_echo_hdr);
-	struct iphdr ip;
-	struct l4_info in = {.csum_off = l4->csum_off};
-	__be16 ports[2];
+	struct icmp_quote q = {};
 	const struct nat_entry *e;
 	__be32 pod_addr;
 	__be16 pod_port;
-	__u32 port_off;
 
-	if (bpf_skb_load_bytes(skb, inner, &ip, sizeof(ip)) < 0)
+	if (icmp_quote_parse(skb, info, &q) < 0 || q.ip.saddr != info->daddr)
 		return 0;
-	if (ip.version != 4 || ip.ihl < 5 || ip.saddr != info->daddr ||
-	    (ip.frag_off & bpf_htons(IPV4_FRAG_OFFSET_MASK)))
-		return 0;
-	port_off = inner + ip.ihl * 4;
 
-	struct nat_key rev = {.saddr = ip.daddr, .daddr = ip.saddr, .proto = ip.protocol};
+	struct nat_key rev = {
+		.saddr = q.ip.daddr,
+		.daddr = q.ip.saddr,
+		.sport = q.dport,
+		.dport = q.sport,
+		.proto = q.ip.protocol,
+		.dir = NAT_DIR_INGRESS,
+	};
 
-	rev.dir = NAT_DIR_INGRESS;
-	if (ip.protocol == IPPROTO_TCP || ip.protocol == IPPROTO_UDP) {
-		if (bpf_skb_load_bytes(skb, port_off, ports, sizeof(ports)) < 0)
-			return 0;
-		rev.sport = ports[1];
-		rev.dport = ports[0];
-	} else if (ip.protocol == IPPROTO_ICMP) {
-		struct icmp_echo_hdr ih;
-
-		if (bpf_skb_load_bytes(skb, port_off, &ih, sizeof(ih)) < 0 || ih.type != ICMP_ECHO)
-			return 0;
-		port_off += ICMP_ID_OFF;
-		rev.dport = ih.id;
-	} else {
-		return 0;
-	}
 	e = nat_lookup(&rev);
 	if (!e)
 		return 0;
 	pod_addr = e->addr;
 	pod_port = e->port;
-
-	/* in: the ICMP checksum, no pseudo header; l4: likewise for the outer address. */
+	/* l4 is the ICMP header's: no pseudo header, its checksum for the port. */
 	if (l4_rewrite_addr(skb, l4, IPV4_DADDR_OFF, info->daddr, pod_addr) < 0 ||
-	    bpf_skb_store_bytes(skb, inner + offsetof(struct iphdr, saddr), &pod_addr,
-				sizeof(pod_addr), 0) < 0 ||
-	    bpf_l3_csum_replace(skb, inner + offsetof(struct iphdr, check), ip.saddr, pod_addr,
-				sizeof(pod_addr)) < 0 ||
-	    l4_rewrite_port(skb, &in, port_off, rev.dport, pod_port) < 0)
+	    icmp_quote_set_addr(skb, &q, offsetof(struct iphdr, saddr), q.ip.saddr, pod_addr) < 0 ||
+	    l4_rewrite_port(skb, l4, q.sport_off, q.sport, pod_port) < 0)
 		return DROP_INVALID_PACKET;
 	info->daddr = pod_addr;
 	return 0;

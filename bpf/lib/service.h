@@ -9,7 +9,11 @@
  *   - lb_from_netdev: a NodePort request on the uplink is DNATed; to a
  *     backend on another node also SNATed to node_ip (masq_snat); replies
  *     of those come back through masq_ingress, then ct_reply_xlate.
- *   - lb_reject answers a service without ready backends.
+ *   - lb_reject answers a service without ready backends (rate-limited).
+ *   - ICMP errors about a service flow's packets are translated back to
+ *     what the client sent (lb_icmp_reply, ct_icmp_error_xlate), and later
+ *     fragments get their first fragment's translation (lb_pod_stage,
+ *     lb_netdev_stage, lib/frag.h).
  *
  * The helpers return 0 to carry on (with *route saying how the packet goes
  * on) or a DROP_* reason; DROP_SVC_NO_BACKEND asks for lb_reject.
@@ -25,6 +29,7 @@
 #include "ct.h"
 #include "endpoint.h"
 #include "fib.h"
+#include "frag.h"
 #include "icmp.h"
 #include "lb.h"
 #include "masq.h"
@@ -112,6 +117,23 @@ static __always_inline int lb_pod_service(struct __sk_buff *skb, struct ipv4_inf
 }
 
 /*
+ * lb_icmp_reply translates an ICMP error about a service flow leaving here
+ * (ct_icmp_error_xlate) and says how it goes on, as for the flow's replies.
+ */
+static __always_inline int lb_icmp_reply(struct __sk_buff *skb, struct ipv4_info *info, int *route)
+{
+	__u16 flags = 0;
+	int reason;
+
+	reason = ct_icmp_reply(skb, info, &flags);
+	if (flags & CT_F_HAIRPIN)
+		*route = LB_ROUTE_LOCAL;
+	else if (flags & CT_F_NODEPORT)
+		*route = LB_ROUTE_OUT;
+	return reason;
+}
+
+/*
  * lb_from_pod handles the service side of a packet leaving a pod: a
  * frontend is translated to its backend; a reply of a NodePort flow (to a
  * client outside the cluster) or of a hairpin flow (to LB_HAIRPIN_ADDR) is
@@ -133,6 +155,8 @@ static __always_inline int lb_from_pod(struct __sk_buff *skb, struct ipv4_info *
 		ct_forget_stale_reply(skb, info);
 		return 0;
 	}
+	if (info->proto == IPPROTO_ICMP)
+		return lb_icmp_reply(skb, info, route);
 	if (ct_l4_parse(skb, info, &l4) < 0)
 		return 0;
 	svc = lb_svc_lookup(info->daddr, l4.dport, info->proto);
@@ -187,7 +211,12 @@ static __always_inline int lb_from_netdev(struct __sk_buff *skb, struct ipv4_inf
 	__u16 flags = 0;
 	int reason;
 
-	if (!lb_enabled || ct_l4_parse(skb, info, &l4) < 0)
+	if (!lb_enabled)
+		return 0;
+	/* ICMP errors to node_ip are the node's own (or masquerade's, done). */
+	if (info->proto == IPPROTO_ICMP && info->daddr != node_ip)
+		return lb_icmp_reply(skb, info, route);
+	if (ct_l4_parse(skb, info, &l4) < 0)
 		return 0;
 	if (info->daddr == node_ip) {
 		svc = lb_svc_lookup(info->daddr, l4.dport, info->proto);
@@ -223,14 +252,62 @@ static __always_inline int lb_forward_out(struct __sk_buff *skb, struct ipv4_inf
  * lb_reject answers a packet to a service without ready backends with ICMP
  * port unreachable, sent back out of the device it came in on (into the
  * pod through its veth, or out of the uplink). The packet counts as a
- * DROP_SVC_NO_BACKEND drop, with its event, before it is rewritten.
+ * DROP_SVC_NO_BACKEND drop, with its event, before it is rewritten. A CPU
+ * answers at most ICMP_REJECT_RATE a second; the rest are only dropped.
  */
 static __always_inline int lb_reject(struct __sk_buff *skb, struct ipv4_info *info, __u8 dir)
 {
 	verdict_count_drop(skb, info, dir, DROP_SVC_NO_BACKEND);
-	if (icmp_port_unreach(skb, info) < 0)
+	/* Over the rate (icmp_reject_allowed): dropped, counted, unanswered. */
+	if (!icmp_reject_allowed() || icmp_port_unreach(skb, info) < 0)
 		return TC_ACT_SHOT;
 	return bpf_redirect(skb->ifindex, 0);
+}
+
+/*
+ * lb_pod_stage is lb_from_pod for fragmented datagrams too: a later
+ * fragment to a destination outside the cluster CIDR gets the addresses
+ * (and route) its first fragment got, which lb_from_pod recorded. Whole
+ * datagrams pay one test of info->frag.
+ */
+static __always_inline int lb_pod_stage(struct __sk_buff *skb, struct ipv4_info *info, int *route)
+{
+	__be32 saddr = info->saddr, daddr = info->daddr;
+	int hit = 0, reason;
+
+	if (!lb_enabled || cluster_contains(info->daddr))
+		return lb_from_pod(skb, info, route);
+	if (ipv4_later_frag(info))
+		return frag_follow(skb, info, FRAG_STAGE_FROM_POD, route, &hit);
+	reason = lb_from_pod(skb, info, route);
+	if (!reason)
+		frag_note(skb, info, saddr, daddr, FRAG_STAGE_FROM_POD, *route);
+	return reason;
+}
+
+/*
+ * lb_netdev_stage translates a packet arriving on the uplink: masquerade
+ * and NodePort SNAT replies (masq_ingress), then, for packets to node_ip,
+ * NodePort requests and replies (lb_from_netdev). A later fragment to
+ * node_ip gets the addresses (and route) its first fragment got; one
+ * without is the node's own and goes on untouched.
+ */
+static __always_inline int lb_netdev_stage(struct __sk_buff *skb, struct ipv4_info *info,
+					   int *route)
+{
+	__be32 saddr = info->saddr, daddr = info->daddr;
+	int hit = 0, reason;
+
+	if (daddr != node_ip || (!masq_enabled && !lb_enabled))
+		return masq_ingress(skb, info);
+	if (ipv4_later_frag(info))
+		return frag_follow(skb, info, FRAG_STAGE_FROM_NETDEV, route, &hit);
+	reason = masq_ingress(skb, info);
+	if (!reason)
+		reason = lb_from_netdev(skb, info, route);
+	if (!reason)
+		frag_note(skb, info, saddr, daddr, FRAG_STAGE_FROM_NETDEV, *route);
+	return reason;
 }
 
 #endif /* MYELIN_LIB_SERVICE_H */

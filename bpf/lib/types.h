@@ -184,6 +184,50 @@ struct ct_entry {
 	__u16 flags;	   /* enum ct_flags */
 };
 
+/*
+ * frag_key is a fragmented datagram at one translation stage in
+ * myelin_frags, with the addresses its fragments arrive with (network
+ * order): source, destination, protocol and IPv4 id are what the receiver
+ * reassembles by, so they name one datagram.
+ */
+struct frag_key {
+	__u32 saddr;
+	__u32 daddr;
+	__u16 id;
+	__u8 proto;
+	__u8 stage; /* enum frag_stage */
+};
+
+/*
+ * frag_entry is what the stage made of the datagram's first fragment: its
+ * new addresses (network order) and how it went on. Later fragments carry
+ * no ports; they get the same addresses (lib/frag.h).
+ */
+struct frag_entry {
+	__u32 saddr;
+	__u32 daddr;
+	__u8 route;  /* enum lb_route of lib/service.h */
+	__u8 pad[3]; /* explicit padding, 0 */
+};
+
+/* frag_stage is where a datagram was translated. */
+enum frag_stage {
+	FRAG_STAGE_FROM_POD = 0,    /* lb_from_pod: service DNAT, hairpin, NodePort replies */
+	FRAG_STAGE_FROM_NETDEV = 1, /* masq_ingress and lb_from_netdev: replies, NodePort */
+	FRAG_STAGE_TO_NETDEV = 2,   /* masq_egress: masquerade */
+	FRAG_STAGE_TO_POD = 3,	    /* ct_reply_to_pod: replies entering a service client */
+};
+
+/*
+ * icmp_rate is the per-CPU token bucket of the ICMP port unreachable
+ * answers (myelin_icmp_rate, lib/icmp.h).
+ */
+struct icmp_rate {
+	__u64 last_ns;	  /* bpf_ktime_get_ns up to which tokens were added */
+	__u64 tokens;	  /* answers left */
+	__u64 suppressed; /* rejects left unanswered: over the rate */
+};
+
 /* metrics_value is one per-CPU counter row of myelin_metrics. */
 struct metrics_value {
 	__u64 packets;

@@ -28,7 +28,7 @@ host serving HTTP on 203.0.113.10:80. Everything it creates is named myelin-*.`,
 	cmd.PersistentFlags().StringVar(&dir, "dir", lab.DefaultDir, "lab directory (state, certificates, logs)")
 	paths := func() lab.Paths { return lab.Paths{Dir: dir} }
 	cmd.AddCommand(labUpCommand(paths), labDownCommand(paths), labStatusCommand(paths),
-		labExecCommand(paths), labRestartCommand(paths), labServeCommand(), labUDPFlowsCommand(), labSuperviseCommand(paths), labKubeletCommand(paths))
+		labExecCommand(paths), labRestartCommand(paths), labServeCommand(), labUDPFlowsCommand(), labBigUDPCommand(), labSuperviseCommand(paths), labKubeletCommand(paths))
 	return cmd
 }
 
@@ -156,6 +156,30 @@ func labUDPFlowsCommand() *cobra.Command {
 	cmd.Flags().StringVar(&to, "to", "", "target IP:PORT (a myelin lab serve endpoint)")
 	cmd.Flags().IntVar(&flows, "flows", 1000, "number of concurrent flows")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "how long to wait for replies")
+	_ = cmd.MarkFlagRequired("to")
+	return cmd
+}
+
+func labBigUDPCommand() *cobra.Command {
+	var to string
+	var send, reply int
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "udp-big --to IP:PORT [--send BYTES] [--reply BYTES]",
+		Short: "Send one large UDP datagram to a lab serve endpoint, ask for a large reply, and report whether both arrived whole (JSON)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			res, err := labtools.BigUDP(cmd.Context(), to, send, reply, timeout)
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "", "target IP:PORT (a myelin lab serve endpoint)")
+	cmd.Flags().IntVar(&send, "send", 3000, "bytes of the request datagram (larger than the MTU: sent as fragments)")
+	cmd.Flags().IntVar(&reply, "reply", 6000, "bytes of the reply datagram to ask for")
+	cmd.Flags().DurationVar(&timeout, "timeout", 6*time.Second, "how long to wait for the reply")
 	_ = cmd.MarkFlagRequired("to")
 	return cmd
 }

@@ -52,6 +52,10 @@ func (a *agent) status() api.Status {
 			s.Counters = append(s.Counters, api.Counter{Direction: m.Direction, Reason: m.Reason, Packets: m.Packets, Bytes: m.Bytes})
 		}
 	}
+	// Rejects over the ICMP rate: counted as DROP_SVC_NO_BACKEND, left unanswered.
+	if n, err := a.dp.ICMPRejectsSuppressed(); err == nil && n > 0 {
+		s.Counters = append(s.Counters, api.Counter{Direction: "any", Reason: "ICMP_REJECT_SUPPRESSED", Packets: n})
+	}
 	return s
 }
 

@@ -198,6 +198,10 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 		return err
 	}
 	specs.MyelinEndpoints.MaxEntries = cfg.EndpointsMax
+	// Fragments are translated only by masquerade and load balancing.
+	if !cfg.Masquerade && !cfg.LoadBalancing {
+		specs.MyelinFrags.MaxEntries = 1
+	}
 	if cfg.NATMax != 0 {
 		specs.MyelinSnat.MaxEntries = cfg.NATMax
 	}

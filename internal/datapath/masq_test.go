@@ -188,7 +188,9 @@ func TestPrivilegedBPFToNetdevMasquerade(t *testing.T) {
 		pass("from outside the cluster CIDR", ipv4(protoTCP, "172.16.0.5", extHost).build()),
 		pass("ICMP error from a pod", ipv4(protoICMP, podA, extHost).withICMPError(3, 3, 0, tcp.build()[14:42]).build()),
 		pass("ICMP echo reply from a pod", ipv4(protoICMP, podA, extHost).withEcho(0, 7).build()),
-		pass("later fragment", udp.withFragOffset(185).build()),
+		// Its first fragment, translated, was not seen: it can't be reassembled with it.
+		{progCase: progCase{name: "later fragment without its first", in: udp.withFragOffset(185).build(), verdict: tcActShot, reason: "DROP_FRAG_NO_FLOW"}, want: []NATEntry{}},
+		pass("later fragment of another protocol", ipv4(47, podA, extHost).withFragOffset(185).build()),
 		pass("other protocol", ipv4(47, podA, extHost).build()),
 		pass("ARP", arpRequest()),
 		pass("IPv6", ipv6Frame()),

@@ -89,6 +89,39 @@ const (
 	myelinEventTypeEVENT_TRACE myelinEventType = 2
 )
 
+type myelinFragEntry struct {
+	_     structs.HostLayout
+	Saddr uint32
+	Daddr uint32
+	Route uint8
+	Pad   [3]uint8
+}
+
+type myelinFragKey struct {
+	_     structs.HostLayout
+	Saddr uint32
+	Daddr uint32
+	Id    uint16
+	Proto uint8
+	Stage uint8
+}
+
+type myelinFragStage uint32
+
+const (
+	myelinFragStageFRAG_STAGE_FROM_POD    myelinFragStage = 0
+	myelinFragStageFRAG_STAGE_FROM_NETDEV myelinFragStage = 1
+	myelinFragStageFRAG_STAGE_TO_NETDEV   myelinFragStage = 2
+	myelinFragStageFRAG_STAGE_TO_POD      myelinFragStage = 3
+)
+
+type myelinIcmpRate struct {
+	_          structs.HostLayout
+	LastNs     uint64
+	Tokens     uint64
+	Suppressed uint64
+}
+
 type myelinLbAffinity struct {
 	_         structs.HostLayout
 	LastUsed  uint64
@@ -272,6 +305,8 @@ type myelinProgramSpecs struct {
 type myelinMapSpecs struct {
 	MyelinEndpoints  *ebpf.MapSpec `ebpf:"myelin_endpoints"`
 	MyelinEvents     *ebpf.MapSpec `ebpf:"myelin_events"`
+	MyelinFrags      *ebpf.MapSpec `ebpf:"myelin_frags"`
+	MyelinIcmpRate   *ebpf.MapSpec `ebpf:"myelin_icmp_rate"`
 	MyelinLbAffinity *ebpf.MapSpec `ebpf:"myelin_lb_affinity"`
 	MyelinLbBackends *ebpf.MapSpec `ebpf:"myelin_lb_backends"`
 	MyelinLbCt       *ebpf.MapSpec `ebpf:"myelin_lb_ct"`
@@ -293,6 +328,7 @@ type myelinVariableSpecs struct {
 	BtfAnchorDirection     *ebpf.VariableSpec `ebpf:"btf_anchor_direction"`
 	BtfAnchorEvent         *ebpf.VariableSpec `ebpf:"btf_anchor_event"`
 	BtfAnchorEventType     *ebpf.VariableSpec `ebpf:"btf_anchor_event_type"`
+	BtfAnchorFragStage     *ebpf.VariableSpec `ebpf:"btf_anchor_frag_stage"`
 	BtfAnchorLbAffinityKey *ebpf.VariableSpec `ebpf:"btf_anchor_lb_affinity_key"`
 	BtfAnchorLbSvcFlags    *ebpf.VariableSpec `ebpf:"btf_anchor_lb_svc_flags"`
 	BtfAnchorNatDir        *ebpf.VariableSpec `ebpf:"btf_anchor_nat_dir"`
@@ -334,6 +370,8 @@ func (o *myelinObjects) Close() error {
 type myelinMaps struct {
 	MyelinEndpoints  *ebpf.Map `ebpf:"myelin_endpoints"`
 	MyelinEvents     *ebpf.Map `ebpf:"myelin_events"`
+	MyelinFrags      *ebpf.Map `ebpf:"myelin_frags"`
+	MyelinIcmpRate   *ebpf.Map `ebpf:"myelin_icmp_rate"`
 	MyelinLbAffinity *ebpf.Map `ebpf:"myelin_lb_affinity"`
 	MyelinLbBackends *ebpf.Map `ebpf:"myelin_lb_backends"`
 	MyelinLbCt       *ebpf.Map `ebpf:"myelin_lb_ct"`
@@ -350,6 +388,8 @@ func (m *myelinMaps) Close() error {
 	return _MyelinClose(
 		m.MyelinEndpoints,
 		m.MyelinEvents,
+		m.MyelinFrags,
+		m.MyelinIcmpRate,
 		m.MyelinLbAffinity,
 		m.MyelinLbBackends,
 		m.MyelinLbCt,
@@ -372,6 +412,7 @@ type myelinVariables struct {
 	BtfAnchorDirection     *ebpf.Variable `ebpf:"btf_anchor_direction"`
 	BtfAnchorEvent         *ebpf.Variable `ebpf:"btf_anchor_event"`
 	BtfAnchorEventType     *ebpf.Variable `ebpf:"btf_anchor_event_type"`
+	BtfAnchorFragStage     *ebpf.Variable `ebpf:"btf_anchor_frag_stage"`
 	BtfAnchorLbAffinityKey *ebpf.Variable `ebpf:"btf_anchor_lb_affinity_key"`
 	BtfAnchorLbSvcFlags    *ebpf.Variable `ebpf:"btf_anchor_lb_svc_flags"`
 	BtfAnchorNatDir        *ebpf.Variable `ebpf:"btf_anchor_nat_dir"`

@@ -13,7 +13,8 @@ import (
 // 203.0.113.10:80, and pods can run it as their command. Each response names the
 // server and the client address it saw, so tests can tell which backend answered and
 // whether the source was translated. It also answers UDP datagrams on the same port
-// with "server=NAME client=IP:PORT".
+// with "server=NAME client=IP:PORT", and BigUDP requests with a reply of the asked
+// size.
 //
 // When ctx ends (SIGTERM from the lab kubelet deleting the pod) it keeps serving for
 // drain, as a real server with a preStop delay does, so clients that still pick it
@@ -53,11 +54,15 @@ func Serve(ctx context.Context, listen, name string, drain time.Duration) error 
 }
 
 func serveUDP(conn net.PacketConn, name string) {
-	buf := make([]byte, 2048)
+	buf := make([]byte, bigUDPMax+1)
 	for {
-		_, addr, err := conn.ReadFrom(buf)
+		n, addr, err := conn.ReadFrom(buf)
 		if err != nil {
 			return
+		}
+		if big := bigUDPAnswer(buf[:n], name, addr); big != nil {
+			_, _ = conn.WriteTo(big, addr)
+			continue
 		}
 		_, _ = conn.WriteTo([]byte(fmt.Sprintf("server=%s client=%s\n", name, addr)), addr)
 	}

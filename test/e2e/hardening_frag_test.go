@@ -1,0 +1,99 @@
+package e2e
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/labtools"
+)
+
+// TestLabMyelinFragments: large UDP through a ClusterIP (a 3,000-byte request and a
+// 6,000-byte answer, both fragmented at the pods' MTU, as a big DNS answer is) arrives
+// whole, from a client on a node with BPF host routing (node-1) and one with legacy
+// host routing (node-2), to backends on both nodes; and a UDP datagram to a ClusterIP
+// whose backend listens on nothing comes back as ECONNREFUSED on the client's
+// connected socket: the backend's ICMP port unreachable was translated back to the
+// ClusterIP it was about. In native routing and in tunnel mode (pods' route MTU 1450,
+// fragments carried in VXLAN).
+func TestLabMyelinFragments(t *testing.T) {
+	requireRoot(t)
+	for _, profile := range []string{"native", "tunnel"} {
+		t.Run(profile, func(t *testing.T) { checkFragments(t, profile) })
+	}
+}
+
+// checkFragments is TestLabMyelinFragments in a lab of profile.
+func checkFragments(t *testing.T, profile string) {
+	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", profile)
+	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	createNodeConfig(t, "legacy-node-2", map[string]string{"kubernetes.io/hostname": n2}, map[string]string{"host-routing": "legacy"})
+	restartAgent(t, n2)
+	expectHostRouting(t, n2, "Legacy", "host-routing is legacy")
+
+	serve := []string{myelinBin, "lab", "serve", "--listen", ":8080"}
+	createPod(t, cs, "big-1", n1, map[string]string{"app": "big"}, serve...)
+	createPod(t, cs, "big-2", n2, map[string]string{"app": "big"}, serve...)
+	createPod(t, cs, "deaf", n2, map[string]string{"app": "deaf"}, "sleep", "infinity")
+	createPod(t, cs, "client", n1, map[string]string{"app": "client"}, "sleep", "infinity")
+	createPod(t, cs, "client2", n2, map[string]string{"app": "client2"}, "sleep", "infinity")
+	runningPods(t, cs, "app=big", 2)
+	runningPods(t, cs, "app=deaf", 1)
+	runningPods(t, cs, "app=client", 1)
+	runningPods(t, cs, "app=client2", 1)
+	big := createService(t, cs, "big", "big", nil).Spec.ClusterIP
+	deaf := createService(t, cs, "deaf", "deaf", nil).Spec.ClusterIP
+	for _, n := range []string{n1, n2} {
+		waitProgrammed(t, n, big+":80/UDP", 2)
+		waitProgrammed(t, n, deaf+":80/UDP", 1)
+	}
+
+	for _, c := range []string{"client", "client2"} {
+		out, err := inPod(c, "cat", "/sys/class/net/eth0/mtu")
+		if mtu, perr := strconv.Atoi(strings.TrimSpace(out)); err != nil || perr != nil || mtu >= 3000 {
+			t.Fatalf("%s: eth0 MTU %q (%v): want one below 3000, so the request is fragmented", c, out, err)
+		}
+	}
+
+	t.Run("fragmented UDP both ways through a ClusterIP", func(t *testing.T) {
+		for _, c := range []string{"client", "client2"} {
+			seen := map[string]int{}
+			// Each run is a new socket, so a new flow and a new backend choice.
+			for i := 0; i < 20; i++ {
+				out, err := inPod(c, myelinBin, "lab", "udp-big", "--to", big+":80", "--send", "3000", "--reply", "6000")
+				var res labtools.BigUDPResult
+				if err != nil || json.Unmarshal([]byte(out), &res) != nil {
+					t.Fatalf("%s: udp-big to %s: %v %s", c, big, err, out)
+				}
+				if !res.RequestIntact || !res.ReplyIntact || res.Received != 6000 {
+					t.Fatalf("%s: udp-big to %s, try %d: %+v: want the 3,000-byte request and the 6,000-byte reply whole", c, big, i, res)
+				}
+				seen[res.Server]++
+			}
+			expectServers(t, "fragmented UDP from "+c, seen, "big-1", "big-2")
+		}
+	})
+
+	t.Run("ICMP port unreachable from a backend reaches the client", func(t *testing.T) {
+		for _, c := range []corev1.Pod{runningPods(t, cs, "app=client", 1)[0], runningPods(t, cs, "app=client2", 1)[0]} {
+			node := c.Spec.NodeName
+			rejects := counter(t, node, "from-pod", "DROP_SVC_NO_BACKEND")
+			out, err := inPod(c.Name, myelinBin, "lab", "udp-flows", "--to", deaf+":80", "--flows", "1", "--timeout", "6s")
+			var res labtools.UDPFlowsResult
+			if err != nil || json.Unmarshal([]byte(out), &res) != nil {
+				t.Fatalf("%s: udp-flows to %s: %v %s", c.Name, deaf, err, out)
+			}
+			if res.Refused != 1 {
+				t.Errorf("%s: UDP to %s (backend with no listener): %+v, want ECONNREFUSED", c.Name, deaf, res)
+			}
+			// The answer came from the backend's kernel, not from the datapath's reject.
+			if got := counter(t, node, "from-pod", "DROP_SVC_NO_BACKEND"); got != rejects {
+				t.Errorf("%s: DROP_SVC_NO_BACKEND grew from %d to %d: the service has a backend", node, rejects, got)
+			}
+		}
+	})
+}
