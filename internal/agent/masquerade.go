@@ -71,7 +71,8 @@ func (a *agent) applyMasquerade(dp *datapath.Datapath, keep []netip.Prefix) erro
 	}
 }
 
-// collectNAT removes idle BPF NAT entries, so a full map recovers.
+// collectNAT removes idle BPF NAT entries, so a full map recovers, and idle
+// Service conntrack entries (collectServiceCT).
 func (a *agent) collectNAT(ctx context.Context) {
 	// NodePort traffic to a remote backend takes a NAT port too (BPF load balancing).
 	if !a.bpfMasquerade() && !a.conf.KubeProxyReplacement {
@@ -88,6 +89,21 @@ func (a *agent) collectNAT(ctx context.Context) {
 		if n > 0 {
 			a.log.Debug("NAT entries collected", "removed", n)
 		}
+		a.collectServiceCT()
+	}
+}
+
+// collectServiceCT removes Service conntrack entries idle past their state's
+// timeout (BPF load balancing), so a full table recovers. It runs in the NAT
+// GC loop: both are datapath timeouts on the same clock.
+func (a *agent) collectServiceCT() {
+	if !a.conf.KubeProxyReplacement {
+		return
+	}
+	n, err := a.dp.GCServiceCT(datapath.MonotonicNow())
+	a.loops.report("service-ct-gc", err)
+	if n > 0 {
+		a.log.Debug("Service conntrack entries collected", "removed", n)
 	}
 }
 
