@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -350,6 +351,10 @@ func TestPrivilegedGCServiceCT(t *testing.T) {
 	}
 	gone = append(gone, entry{pods, rk})
 
+	svcIDs, beIDs, err := d.ConntrackIDs()
+	if err != nil || !slices.Equal(svcIDs, []uint32{1}) || !slices.Equal(beIDs, []uint32{1}) {
+		t.Errorf("ConntrackIDs = %v, %v, %v; want the seeded forward entries' [1], [1]", svcIDs, beIDs, err)
+	}
 	removed, err := d.GCServiceCT(now)
 	if err != nil {
 		t.Fatal(err)

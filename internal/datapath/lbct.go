@@ -3,7 +3,9 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -162,4 +164,29 @@ func ctTimeout(proto uint8, flags uint16) time.Duration {
 		return ServiceCTTimeoutTCPEstablished
 	}
 	return ServiceCTTimeoutTCPSyn
+}
+
+// ConntrackIDs returns the service ids and backend ids that forward Service
+// conntrack entries name, each once: ids the service manager must not reuse
+// while those entries live.
+func (d *Datapath) ConntrackIDs() (services, backends []uint32, err error) {
+	svcs, bes := map[uint32]bool{}, map[uint32]bool{}
+	for _, m := range []*ebpf.Map{d.objs.MyelinLbCt, d.objs.MyelinLbCtNodeport} {
+		var (
+			k myelinCtKey
+			v myelinCtEntry
+		)
+		it := m.Iterate()
+		for it.Next(&k, &v) {
+			if k.Dir == uint8(myelinCtDirCT_DIR_FORWARD) {
+				svcs[v.SvcId], bes[v.BackendId] = true, true
+			}
+		}
+		if err := it.Err(); err != nil {
+			return nil, nil, fmt.Errorf("read %s: %w", m, err)
+		}
+	}
+	delete(svcs, 0)
+	delete(bes, 0)
+	return slices.Collect(maps.Keys(svcs)), slices.Collect(maps.Keys(bes)), nil
 }
