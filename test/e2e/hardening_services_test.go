@@ -94,8 +94,8 @@ func scaleZeroAndBack(t *testing.T, cs kubernetes.Interface, n1, cip, otherIP st
 	runningPods(t, cs, "app=churn", 0)
 	waitProgrammed(t, n1, cip+":80/TCP", 0)
 	for _, port := range sourcePorts {
-		if server, err := fromPort(url, port); err == nil || !strings.Contains(err.Error(), "refused") {
-			t.Errorf("at zero: from port %d: server %q, %v; want connection refused", port, server, err)
+		if server, err := fromPort(url, port); err == nil || !strings.Contains(err.Error(), "Couldn't connect") {
+			t.Errorf("at zero: from port %d: server %q, %v; want the connection refused at once (curl: couldn't connect, not a timeout)", port, server, err)
 		}
 	}
 
