@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * Service conntrack, myelin_lb_ct: a load-balanced flow's forward entry
- * (client -> frontend: which backend) keeps every packet of the flow on one
- * backend, and its reverse entry (backend -> client) turns replies back into
- * packets from the frontend (ct_reply_xlate). Only TCP and UDP are tracked.
+ * Service conntrack, myelin_lb_ct (flows pods open) and
+ * myelin_lb_ct_nodeport (NodePort flows from outside): a load-balanced
+ * flow's forward entry (client -> frontend: which backend) keeps every packet
+ * of the flow on one backend, and its reverse entry (backend -> client)
+ * turns replies back into packets from the frontend (ct_reply_xlate). Only
+ * TCP and UDP are tracked. Entries carry last_seen and the TCP state; the
+ * agent's GC (Datapath.GCServiceCT) removes flows idle past their state's
+ * timeout.
  */
 #ifndef MYELIN_LIB_CT_H
 #define MYELIN_LIB_CT_H
@@ -51,42 +55,107 @@ static __always_inline void ct_key_of(struct ct_key *key, const struct ipv4_info
 	key->pad = 0;
 }
 
-/* ct_lookup returns the entry of key, or NULL. */
-static __always_inline struct ct_entry *ct_lookup(const struct ct_key *key)
+#define CT_REFRESH_NS 1000000000ULL /* last_seen is rewritten at most once a second */
+
+/* ct_lookup returns the entry of key in map (myelin_lb_ct or myelin_lb_ct_nodeport), or NULL. */
+static __always_inline struct ct_entry *ct_lookup(void *map, const struct ct_key *key)
 {
-	return bpf_map_lookup_elem(&myelin_lb_ct, key);
+	return bpf_map_lookup_elem(map, key);
 }
 
 /*
- * ct_create records a new flow: fwd (the client's tuple to the frontend)
- * goes to backend id at be_addr:be_port. Its replies leave the backend
- * towards reply_daddr (the client, or LB_HAIRPIN_ADDR) with the client's
- * port. The reverse entry goes first, so no reply can beat it. LRU inserts
- * fail only when the kernel has no memory left; the flow then selects again
- * on its next packet and its replies pass untranslated, so there is nothing
- * better to do than carry on.
+ * ct_reverse_of fills the reverse entry of the flow whose forward entry is
+ * fwd -> fv: replies leave backend fv->be_addr:be_port towards the client
+ * (or LB_HAIRPIN_ADDR) and its port, and become packets from the frontend.
+ * rev and rv must be zeroed.
  */
-static __always_inline void ct_create(const struct ct_key *fwd, __u32 id, __be32 be_addr,
-				      __be16 be_port, __be32 reply_daddr, __u16 flags)
+static __always_inline void ct_reverse_of(const struct ct_key *fwd, const struct ct_entry *fv,
+					  struct ct_key *rev, struct ct_entry *rv)
 {
-	struct ct_key rev = {
-		.saddr = be_addr,
-		.daddr = reply_daddr,
-		.sport = be_port,
-		.dport = fwd->sport,
-		.proto = fwd->proto,
-		.dir = CT_DIR_REVERSE,
-	};
-	struct ct_entry rv = {
-		.front_addr = fwd->daddr,
-		.client_addr = fwd->saddr,
-		.front_port = fwd->dport,
-		.flags = flags,
-	};
-	struct ct_entry fv = {.backend_id = id, .flags = flags};
+	rev->saddr = fv->be_addr;
+	rev->daddr = (fv->flags & CT_F_HAIRPIN) ? LB_HAIRPIN_ADDR : fwd->saddr;
+	rev->sport = fv->be_port;
+	rev->dport = fwd->sport;
+	rev->proto = fwd->proto;
+	rev->dir = CT_DIR_REVERSE;
+	rv->front_addr = fwd->daddr;
+	rv->client_addr = fwd->saddr;
+	rv->front_port = fwd->dport;
+	rv->flags = fv->flags & (CT_F_HAIRPIN | CT_F_NODEPORT);
+	rv->last_seen = fv->last_seen;
+}
 
-	bpf_map_update_elem(&myelin_lb_ct, &rev, &rv, BPF_ANY);
-	bpf_map_update_elem(&myelin_lb_ct, fwd, &fv, BPF_ANY);
+/*
+ * ct_create records a new flow in map: fwd (the client's tuple to the
+ * frontend) -> fv (its backend). The reverse entry goes first, so no reply
+ * can beat it. Returns 0, or DROP_SVC_CT_FULL when the map is full: the
+ * packet is dropped rather than sent on with replies that could not be
+ * translated back, and no half of a flow is left behind.
+ */
+static __always_inline int ct_create(void *map, const struct ct_key *fwd, const struct ct_entry *fv)
+{
+	struct ct_key rev = {};
+	struct ct_entry rv = {};
+
+	ct_reverse_of(fwd, fv, &rev, &rv);
+	if (bpf_map_update_elem(map, &rev, &rv, BPF_ANY) < 0)
+		return DROP_SVC_CT_FULL;
+	if (bpf_map_update_elem(map, fwd, fv, BPF_ANY) < 0) {
+		bpf_map_delete_elem(map, &rev);
+		return DROP_SVC_CT_FULL;
+	}
+	return 0;
+}
+
+/* ct_state_of is the state a TCP segment (l4) shows: CT_F_CLOSING, CT_F_ESTABLISHED or 0. */
+static __always_inline __u16 ct_state_of(__u8 proto, const struct l4_info *l4, __u16 established)
+{
+	if (proto != IPPROTO_TCP)
+		return 0;
+	if (l4->tcp_closing)
+		return CT_F_CLOSING;
+	return l4->tcp_opening ? 0 : established;
+}
+
+/*
+ * ct_touch records a packet of the flow of e: the state it shows, and
+ * last_seen when a second old. Plain stores: a concurrent packet on another
+ * CPU may win, which loses at most a second of age or a flag the next
+ * packet sets again. Returns whether last_seen was refreshed.
+ */
+static __always_inline int ct_touch(struct ct_entry *e, __u16 state)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	if ((e->flags & state) != state)
+		e->flags |= state;
+	if (now - e->last_seen <= CT_REFRESH_NS)
+		return 0;
+	e->last_seen = now;
+	return 1;
+}
+
+/*
+ * ct_touch_forward is ct_touch for a packet of an existing flow fwd -> e in
+ * map. Once a second, with last_seen, it also checks that the flow's
+ * reverse entry is still there and writes it again if not (one more lookup
+ * per flow and second, none per packet): a reverse entry lost to a GC race
+ * or a direct connection that reused the flow's ports and has since gone
+ * would otherwise let replies pass untranslated. A closing flow is left
+ * alone: its ports may already belong to a new connection.
+ */
+static __always_inline void ct_touch_forward(void *map, const struct ct_key *fwd,
+					     struct ct_entry *e, const struct l4_info *l4)
+{
+	struct ct_key rev = {};
+	struct ct_entry rv = {};
+
+	if (!ct_touch(e, ct_state_of(fwd->proto, l4, CT_F_ESTABLISHED)) ||
+	    (e->flags & CT_F_CLOSING))
+		return;
+	ct_reverse_of(fwd, e, &rev, &rv);
+	if (!bpf_map_lookup_elem(map, &rev))
+		bpf_map_update_elem(map, &rev, &rv, BPF_NOEXIST);
 }
 
 /*
@@ -99,7 +168,8 @@ static __always_inline void ct_create(const struct ct_key *fwd, __u32 id, __be32
  * frontend, which the client's socket refuses. The common case costs one
  * byte read (the TCP flags); only a SYN pays for a map delete.
  * UDP has no connection start to key on, so a direct UDP flow reusing an
- * earlier service flow's ports keeps the translation until the LRU evicts it.
+ * earlier service flow's ports keeps the translation until the GC collects
+ * the service flow (the UDP timeout after its last packet).
  */
 static __always_inline void ct_forget_stale_reply(struct __sk_buff *skb,
 						  const struct ipv4_info *info)
@@ -126,23 +196,24 @@ static __always_inline void ct_forget_stale_reply(struct __sk_buff *skb,
 
 /*
  * ct_reply_xlate translates a reply of a load-balanced flow (a packet whose
- * tuple has a reverse entry) back: source to the frontend's address and
+ * tuple has a reverse entry in map) back: source to the frontend's address and
  * port, and for a hairpin flow the destination back to the client. Returns
  * 0 with the entry's flags in *flags (0: not a reply, untouched), or a
  * DROP_* reason. info carries the new addresses.
  */
-static __always_inline int ct_reply_xlate(struct __sk_buff *skb, struct ipv4_info *info,
+static __always_inline int ct_reply_xlate(void *map, struct __sk_buff *skb, struct ipv4_info *info,
 					  struct l4_info *l4, __u16 *flags)
 {
 	struct ct_key key;
-	const struct ct_entry *e;
+	struct ct_entry *e;
 	__be32 front, client;
 	__be16 port;
 
 	ct_key_of(&key, info, l4, CT_DIR_REVERSE);
-	e = ct_lookup(&key);
+	e = ct_lookup(map, &key);
 	if (!e)
 		return 0;
+	ct_touch(e, ct_state_of(info->proto, l4, 0));
 	front = e->front_addr;
 	port = e->front_port;
 	client = e->client_addr;
@@ -163,7 +234,8 @@ static __always_inline int ct_reply_xlate(struct __sk_buff *skb, struct ipv4_inf
 
 /*
  * ct_icmp_error_xlate translates an ICMP error (l4: its ICMP header, as
- * l4_parse filled it) about the forward packet of a load-balanced flow back
+ * l4_parse filled it) about the forward packet of a load-balanced flow of
+ * map (myelin_lb_ct or myelin_lb_ct_nodeport) back
  * to what the client sent. Destination unreachable (fragmentation needed
  * included) and time exceeded, from the backend or from a router on the
  * way, quote the packet as the backend was to get it (client -> backend):
@@ -173,8 +245,9 @@ static __always_inline int ct_reply_xlate(struct __sk_buff *skb, struct ipv4_inf
  * with the entry's flags in *flags (0: not about such a flow, untouched), or
  * a DROP_* reason.
  */
-static __always_inline int ct_icmp_error_xlate(struct __sk_buff *skb, struct ipv4_info *info,
-					       const struct l4_info *l4, __u16 *flags)
+static __always_inline int ct_icmp_error_xlate(void *map, struct __sk_buff *skb,
+					       struct ipv4_info *info, const struct l4_info *l4,
+					       __u16 *flags)
 {
 	struct icmp_quote q = {};
 	struct ct_key key = {.dir = CT_DIR_REVERSE};
@@ -193,7 +266,7 @@ static __always_inline int ct_icmp_error_xlate(struct __sk_buff *skb, struct ipv
 	key.sport = q.dport;
 	key.dport = q.sport;
 	key.proto = q.ip.protocol;
-	e = ct_lookup(&key);
+	e = ct_lookup(map, &key);
 	if (!e)
 		return 0;
 	front = e->front_addr;
@@ -221,14 +294,14 @@ static __always_inline int ct_icmp_error_xlate(struct __sk_buff *skb, struct ipv
  * ct_icmp_reply is ct_icmp_error_xlate for an ICMP packet not yet parsed:
  * echo and other messages cost one 8-byte read, errors a conntrack lookup.
  */
-static __always_inline int ct_icmp_reply(struct __sk_buff *skb, struct ipv4_info *info,
+static __always_inline int ct_icmp_reply(void *map, struct __sk_buff *skb, struct ipv4_info *info,
 					 __u16 *flags)
 {
 	struct l4_info l4 = {};
 
 	if (l4_parse(skb, info, &l4) < 0)
 		return 0;
-	return ct_icmp_error_xlate(skb, info, &l4, flags);
+	return ct_icmp_error_xlate(map, skb, info, &l4, flags);
 }
 
 /*
@@ -250,10 +323,10 @@ static __always_inline int ct_reply_to_pod(struct __sk_buff *skb, struct ipv4_in
 	if (ipv4_later_frag(info))
 		return frag_follow(skb, info, FRAG_STAGE_TO_POD, &route, &hit);
 	if (info->proto == IPPROTO_ICMP)
-		return ct_icmp_reply(skb, info, &flags);
+		return ct_icmp_reply(&myelin_lb_ct, skb, info, &flags);
 	if (ct_l4_parse(skb, info, &l4) < 0)
 		return 0;
-	reason = ct_reply_xlate(skb, info, &l4, &flags);
+	reason = ct_reply_xlate(&myelin_lb_ct, skb, info, &l4, &flags);
 	if (!reason)
 		frag_note(skb, info, saddr, daddr, FRAG_STAGE_TO_POD, 0);
 	return reason;

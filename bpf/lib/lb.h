@@ -130,10 +130,10 @@ static __always_inline __u32 lb_pick(const struct lb_svc *svc, const struct ct_k
 /*
  * lb_affinity_get returns the backend client sticks to, 0 if none: the
  * entry must be younger than the service's timeout and its backend still at
- * its place in the selection pool, i.e. still ready. A hit counts as the
- * client's latest new connection.
+ * its place in the selection pool (returned in *index), i.e. still ready.
+ * A hit counts as the client's latest new connection.
  */
-static __always_inline __u32 lb_affinity_get(const struct lb_svc *svc, __be32 client)
+static __always_inline __u32 lb_affinity_get(const struct lb_svc *svc, __be32 client, __u32 *index)
 {
 	struct lb_affinity_key key = {.svc_id = svc->id, .client = client};
 	struct lb_affinity *a = bpf_map_lookup_elem(&myelin_lb_affinity, &key);
@@ -143,6 +143,7 @@ static __always_inline __u32 lb_affinity_get(const struct lb_svc *svc, __be32 cl
 		return 0;
 	if (lb_index_lookup(svc, a->index) != a->backend_id)
 		return 0;
+	*index = a->index;
 	/* A plain store: racing CPUs write about the same time. */
 	a->last_used = now;
 	return a->backend_id;
@@ -162,23 +163,25 @@ static __always_inline void lb_affinity_put(const struct lb_svc *svc, __be32 cli
 /*
  * lb_select chooses the backend of a new flow t to svc: the client's
  * affinity when the service has one, else lb_pick. Returns 0 when the
- * service has no ready backend.
+ * service has no ready backend, else the backend id with where it was found
+ * in the pool in *index.
  */
-static __always_inline __u32 lb_select(const struct lb_svc *svc, const struct ct_key *t)
+static __always_inline __u32 lb_select(const struct lb_svc *svc, const struct ct_key *t,
+				       __u32 *index)
 {
 	int affinity = svc->flags & LB_SVC_F_AFFINITY;
-	__u32 id, index = 0;
+	__u32 id;
 
 	if (!svc->count)
 		return 0;
 	if (affinity) {
-		id = lb_affinity_get(svc, t->saddr);
+		id = lb_affinity_get(svc, t->saddr, index);
 		if (id)
 			return id;
 	}
-	id = lb_pick(svc, t, &index);
+	id = lb_pick(svc, t, index);
 	if (id && affinity)
-		lb_affinity_put(svc, t->saddr, id, index);
+		lb_affinity_put(svc, t->saddr, id, *index);
 	return id;
 }
 

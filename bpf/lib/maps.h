@@ -20,13 +20,14 @@
 #define NAT_MAX_DEFAULT	      65536 /* two entries per masqueraded flow */
 #define NOMASQ_MAX_ENTRIES    4096  /* CIDRs plus node IPs */
 /* Load balancing; the agent shrinks them to 1 entry when load balancing is off. */
-#define LB_SERVICES_MAX 65536  /* frontends: 10,000 services with a few ports each */
-#define LB_SLOTS_MAX	131072 /* backend slots of all services */
-#define LB_BACKENDS_MAX 65536
-#define LB_AFFINITY_MAX 65536
-#define LB_CT_MAX	262144 /* two entries per load-balanced flow */
-#define LB_MAGLEV_SIZE	16381  /* entries of a Maglev table; the agent sets maglev_table_size */
-#define FRAGS_MAX	8192   /* fragmented datagrams in flight (lib/frag.h) */
+#define LB_SERVICES_MAX	   65536  /* frontends: 10,000 services with a few ports each */
+#define LB_SLOTS_MAX	   131072 /* backend slots of all services */
+#define LB_BACKENDS_MAX	   65536
+#define LB_AFFINITY_MAX	   65536
+#define LB_CT_MAX	   262144 /* two entries per load-balanced flow */
+#define LB_CT_NODEPORT_MAX 65536  /* two entries per NodePort flow from outside */
+#define LB_MAGLEV_SIZE	   16381  /* entries of a Maglev table; the agent sets maglev_table_size */
+#define FRAGS_MAX	   8192	  /* fragmented datagrams in flight (lib/frag.h) */
 
 /* myelin_endpoints: local pod IPv4 (network order) -> endpoint_info. */
 struct {
@@ -144,18 +145,34 @@ struct {
 } myelin_lb_affinity SEC(".maps");
 
 /*
- * myelin_lb_ct: both directions of every load-balanced flow (lib/ct.h).
- * LRU, unlike myelin_snat: an evicted flow just picks a backend again (with
- * Maglev or affinity the same one while the service is unchanged), and no GC
- * is needed; a full map evicts the least recently used flows.
+ * myelin_lb_ct: both directions of every load-balanced flow a pod opened
+ * (lib/ct.h). A plain hash, not LRU: a full map must fail the insert, which
+ * the datapath drops and counts as DROP_SVC_CT_FULL, instead of silently
+ * evicting a live flow (an LRU would forget the reverse entry of a busy flow
+ * as readily as an idle one). The agent's GC (Datapath.GCServiceCT) removes
+ * flows idle past their state's timeout.
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct ct_key);
 	__type(value, struct ct_entry);
 	__uint(max_entries, LB_CT_MAX);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_lb_ct SEC(".maps");
+
+/*
+ * myelin_lb_ct_nodeport: the same for NodePort flows from outside the node.
+ * Anyone who can reach a NodePort fills it (a SYN flood leaves entries in
+ * the short SYN state), so it is bounded apart from myelin_lb_ct: a full
+ * NodePort table never stops pods' own service connections.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct ct_key);
+	__type(value, struct ct_entry);
+	__uint(max_entries, LB_CT_NODEPORT_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_lb_ct_nodeport SEC(".maps");
 
 /*
  * myelin_frags: the translation of each fragmented datagram's first

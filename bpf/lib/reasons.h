@@ -55,6 +55,13 @@ enum reason {
 	DROP_NODEPORT_NAT_FULL = 12,
 	/* A later IPv4 fragment whose first fragment (carrying the ports) was not seen. */
 	DROP_FRAG_NO_FLOW = 13,
+	/*
+	 * Service load balancing: the conntrack table of the flow's kind
+	 * (myelin_lb_ct for pods' flows, myelin_lb_ct_nodeport for NodePort
+	 * clients) is full, the new flow's entries can't be created. 20, not
+	 * 14: numbers 14-19 are left to the other hardening changes.
+	 */
+	DROP_SVC_CT_FULL = 20,
 	/* Not a verdict: a ring buffer event could not be written (buffer full). */
 	REASON_EVENTS_LOST = 63,
 	METRIC_REASONS = 64,

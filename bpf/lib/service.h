@@ -43,33 +43,97 @@ enum lb_route {
 	LB_ROUTE_OUT = 2,    /* tunnel or FIB in both modes: its source is node_ip (NodePort) */
 };
 
-/*
- * lb_flow_backend returns the backend of flow fwd to svc into *be: its
- * conntrack entry's while that backend exists, else a new choice
- * (lb_select), for which *fresh is set. Returns the backend id, 0 if none.
- */
-static __always_inline __u32 lb_flow_backend(const struct ct_key *fwd, const struct lb_svc *svc,
-					     struct lb_backend *be, int *fresh)
-{
-	const struct ct_entry *ct = ct_lookup(fwd);
-	const struct lb_backend *b;
-	__u32 id;
+/* lb_flow is where a packet of a load-balanced flow goes. */
+struct lb_flow {
+	struct lb_backend be;
+	struct ct_entry *ct; /* the flow's forward entry when it is kept, else NULL */
+	__u32 id;	     /* backend id */
+	__u32 index;	     /* where the backend was found in the service's pool */
+};
 
-	if (ct) {
-		id = ct->backend_id;
-		b = lb_backend_lookup(id);
-		if (b) {
-			*be = *b;
-			return id;
-		}
+/*
+ * lb_flow_keep returns the backend of the flow of forward entry ct to svc
+ * while the flow may keep it, else NULL (choose again): the entry was made
+ * for this service (a frontend now owned by another Service has another
+ * id, and ids are not reused while entries may name them), its backend id
+ * still names the address and port the flow was sent to (a deleted or
+ * reused id does not), and the packet does not open a new connection. A
+ * TCP SYN does, unless it repeats the SYN of a handshake still open whose
+ * backend is still in the service's pool at the same place (one more
+ * lookup, for SYNs only): a new connection always gets a current backend
+ * of this service, never a terminating one.
+ */
+static __always_inline const struct lb_backend *
+lb_flow_keep(const struct ct_entry *ct, const struct lb_svc *svc, const struct l4_info *l4)
+{
+	const struct lb_backend *b;
+
+	if (ct->svc_id != svc->id)
+		return NULL;
+	if (l4->tcp_opening && ((ct->flags & (CT_F_ESTABLISHED | CT_F_CLOSING)) ||
+				lb_index_lookup(svc, ct->index) != ct->backend_id))
+		return NULL;
+	b = lb_backend_lookup(ct->backend_id);
+	if (!b || b->addr != ct->be_addr || b->port != ct->be_port)
+		return NULL;
+	return b;
+}
+
+/*
+ * lb_flow_backend fills f with the backend of flow fwd to svc: its
+ * conntrack entry's (in map) while lb_flow_keep allows, else a new choice
+ * (lb_select), with f->ct NULL: the caller writes the flow's entries.
+ * Returns the backend id, 0 if none.
+ */
+static __always_inline __u32 lb_flow_backend(void *map, const struct ct_key *fwd,
+					     const struct lb_svc *svc, const struct l4_info *l4,
+					     struct lb_flow *f)
+{
+	struct ct_entry *ct = ct_lookup(map, fwd);
+	const struct lb_backend *b = ct ? lb_flow_keep(ct, svc, l4) : NULL;
+
+	if (b) {
+		f->be = *b;
+		f->id = ct->backend_id;
+		f->index = ct->index;
+		/* A repeated SYN writes both entries again, see lb_pod_service. */
+		f->ct = l4->tcp_opening ? NULL : ct;
+		return f->id;
 	}
-	id = lb_select(svc, fwd);
-	b = id ? lb_backend_lookup(id) : NULL;
+	f->ct = NULL;
+	f->id = lb_select(svc, fwd, &f->index);
+	b = f->id ? lb_backend_lookup(f->id) : NULL;
 	if (!b)
 		return 0;
-	*be = *b;
-	*fresh = 1;
-	return id;
+	f->be = *b;
+	return f->id;
+}
+
+/*
+ * lb_flow_commit records the packet of flow fwd going to f: a kept flow is
+ * touched (state, last_seen, its reverse entry checked once a second); a
+ * new choice writes both entries, in the state "SYN" whatever the packet.
+ * Returns 0 or DROP_SVC_CT_FULL.
+ */
+static __always_inline int lb_flow_commit(void *map, const struct ct_key *fwd,
+					  const struct lb_flow *f, const struct lb_svc *svc,
+					  const struct l4_info *l4, __u16 flags)
+{
+	struct ct_entry fv = {
+		.backend_id = f->id,
+		.flags = flags,
+		.last_seen = bpf_ktime_get_ns(),
+		.svc_id = svc->id,
+		.be_addr = f->be.addr,
+		.be_port = f->be.port,
+		.index = f->index,
+	};
+
+	if (f->ct) {
+		ct_touch_forward(map, fwd, f->ct, l4);
+		return 0;
+	}
+	return ct_create(map, fwd, &fv);
 }
 
 /* lb_dnat rewrites the destination to be (l4 and info follow). */
@@ -92,28 +156,26 @@ static __always_inline int lb_dnat(struct __sk_buff *skb, struct ipv4_info *info
 static __always_inline int lb_pod_service(struct __sk_buff *skb, struct ipv4_info *info,
 					  struct l4_info *l4, const struct lb_svc *svc, int *route)
 {
-	struct lb_backend be = {};
+	struct lb_flow f = {};
 	struct ct_key fwd;
-	int fresh = 0, hairpin;
-	__u32 id;
+	int hairpin, reason;
 
 	ct_key_of(&fwd, info, l4, CT_DIR_FORWARD);
-	id = lb_flow_backend(&fwd, svc, &be, &fresh);
-	if (!id)
+	if (!lb_flow_backend(&myelin_lb_ct, &fwd, svc, l4, &f))
 		return DROP_SVC_NO_BACKEND;
-	hairpin = be.addr == info->saddr;
+	hairpin = f.be.addr == info->saddr;
 	/* A SYN writes both entries again: a direct connection on the same ports
 	 * may have cleared the reverse one (ct_forget_stale_reply). */
-	if (fresh || l4->tcp_opening)
-		ct_create(&fwd, id, be.addr, be.port, hairpin ? LB_HAIRPIN_ADDR : info->saddr,
-			  hairpin ? CT_F_HAIRPIN : 0);
+	reason = lb_flow_commit(&myelin_lb_ct, &fwd, &f, svc, l4, hairpin ? CT_F_HAIRPIN : 0);
+	if (reason)
+		return reason;
 	if (hairpin) {
 		if (l4_rewrite_addr(skb, l4, IPV4_SADDR_OFF, info->saddr, LB_HAIRPIN_ADDR) < 0)
 			return DROP_INVALID_PACKET;
 		info->saddr = LB_HAIRPIN_ADDR;
 		*route = LB_ROUTE_LOCAL;
 	}
-	return lb_dnat(skb, info, l4, &be);
+	return lb_dnat(skb, info, l4, &f.be);
 }
 
 /*
@@ -125,7 +187,11 @@ static __always_inline int lb_icmp_reply(struct __sk_buff *skb, struct ipv4_info
 	__u16 flags = 0;
 	int reason;
 
-	reason = ct_icmp_reply(skb, info, &flags);
+	/* As for replies: hairpin flows are pods' own, the rest NodePort flows. */
+	if (info->daddr == LB_HAIRPIN_ADDR)
+		reason = ct_icmp_reply(&myelin_lb_ct, skb, info, &flags);
+	else
+		reason = ct_icmp_reply(&myelin_lb_ct_nodeport, skb, info, &flags);
 	if (flags & CT_F_HAIRPIN)
 		*route = LB_ROUTE_LOCAL;
 	else if (flags & CT_F_NODEPORT)
@@ -162,7 +228,11 @@ static __always_inline int lb_from_pod(struct __sk_buff *skb, struct ipv4_info *
 	svc = lb_svc_lookup(info->daddr, l4.dport, info->proto);
 	if (svc)
 		return lb_pod_service(skb, info, &l4, svc, route);
-	reason = ct_reply_xlate(skb, info, &l4, &flags);
+	/* Replies to outside clients are NodePort flows; to the hairpin address, pods' own. */
+	if (info->daddr == LB_HAIRPIN_ADDR)
+		reason = ct_reply_xlate(&myelin_lb_ct, skb, info, &l4, &flags);
+	else
+		reason = ct_reply_xlate(&myelin_lb_ct_nodeport, skb, info, &l4, &flags);
 	if (flags & CT_F_HAIRPIN)
 		*route = LB_ROUTE_LOCAL;
 	else if (flags & CT_F_NODEPORT)
@@ -179,19 +249,17 @@ static __always_inline int lb_from_pod(struct __sk_buff *skb, struct ipv4_info *
 static __always_inline int lb_nodeport(struct __sk_buff *skb, struct ipv4_info *info,
 				       struct l4_info *l4, const struct lb_svc *svc, int *route)
 {
-	struct lb_backend be = {};
+	struct lb_flow f = {};
 	struct ct_key fwd;
-	int fresh = 0, reason;
-	__u32 id;
+	int reason;
 
 	ct_key_of(&fwd, info, l4, CT_DIR_FORWARD);
-	id = lb_flow_backend(&fwd, svc, &be, &fresh);
-	if (!id)
+	if (!lb_flow_backend(&myelin_lb_ct_nodeport, &fwd, svc, l4, &f))
 		return DROP_SVC_NO_BACKEND;
-	if (fresh)
-		ct_create(&fwd, id, be.addr, be.port, info->saddr, CT_F_NODEPORT);
-	reason = lb_dnat(skb, info, l4, &be);
-	if (reason || endpoint_lookup(be.addr))
+	reason = lb_flow_commit(&myelin_lb_ct_nodeport, &fwd, &f, svc, l4, CT_F_NODEPORT);
+	if (!reason)
+		reason = lb_dnat(skb, info, l4, &f.be);
+	if (reason || endpoint_lookup(f.be.addr))
 		return reason;
 	*route = LB_ROUTE_OUT;
 	return masq_snat(skb, info, l4);
@@ -224,7 +292,7 @@ static __always_inline int lb_from_netdev(struct __sk_buff *skb, struct ipv4_inf
 			return lb_nodeport(skb, info, &l4, svc, route);
 		return 0;
 	}
-	reason = ct_reply_xlate(skb, info, &l4, &flags);
+	reason = ct_reply_xlate(&myelin_lb_ct_nodeport, skb, info, &l4, &flags);
 	if (flags & CT_F_NODEPORT)
 		*route = LB_ROUTE_OUT;
 	return reason;

@@ -164,17 +164,26 @@ enum ct_dir {
 	CT_DIR_REVERSE = 1, /* backend -> client */
 };
 
-/* ct_flags describe how a reply is translated and sent on. */
+/*
+ * ct_flags describe how a reply is translated and sent on (HAIRPIN,
+ * NODEPORT) and the state of a TCP flow, which the agent's GC
+ * (Datapath.GCServiceCT) picks a timeout by (ESTABLISHED, CLOSING).
+ */
 enum ct_flags {
 	CT_F_HAIRPIN =
 		1, /* the client is its own backend: the reply's destination is restored too */
-	CT_F_NODEPORT = 2, /* NodePort client: the reply leaves through the FIB (or tunnel) */
+	CT_F_NODEPORT = 2,    /* NodePort client: the reply leaves through the FIB (or tunnel) */
+	CT_F_ESTABLISHED = 4, /* forward: a TCP segment other than SYN, FIN, RST followed the SYN */
+	CT_F_CLOSING = 8,     /* TCP FIN or RST seen in this entry's direction */
 };
 
 /*
  * ct_entry is what a ct_key maps to: for CT_DIR_FORWARD the backend,
  * for CT_DIR_REVERSE the frontend the reply's source becomes and, with
- * CT_F_HAIRPIN, the client its destination becomes.
+ * CT_F_HAIRPIN, the client its destination becomes. A forward entry names
+ * its backend twice: by id, and by address and port (its identity), so a
+ * flow whose backend id was deleted or now names another backend chooses
+ * again instead of following the id (lib/service.h, lb_flow_keep).
  */
 struct ct_entry {
 	__u32 backend_id;  /* forward */
@@ -182,6 +191,12 @@ struct ct_entry {
 	__u32 client_addr; /* reverse: the client, network order */
 	__u16 front_port;  /* reverse: frontend port, network order */
 	__u16 flags;	   /* enum ct_flags */
+	__u64 last_seen; /* bpf_ktime_get_ns of a recent packet, refreshed at most once a second */
+	__u32 svc_id;	 /* forward: the service (lb_svc.id) the backend was chosen for */
+	__u32 be_addr;	 /* forward: the backend's address, network order */
+	__u16 be_port;	 /* forward: the backend's port, network order */
+	__u16 pad;	 /* explicit padding, 0 */
+	__u32 index;	 /* forward: where the backend was found (slot or Maglev entry) */
 };
 
 /*

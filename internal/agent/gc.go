@@ -102,4 +102,13 @@ func (c *collector) collect(dp *datapath.Datapath) {
 	if n > 0 {
 		c.log.Debug("NAT entries collected", "removed", n)
 	}
+	// Service conntrack (BPF load balancing): the same clock, the same pass.
+	n, err = dp.GCServiceCT(datapath.MonotonicNow())
+	c.loops.report("service-ct-gc", err)
+	if err != nil {
+		c.log.Warn("collect Service conntrack entries", "err", err)
+	}
+	if n > 0 {
+		c.log.Debug("Service conntrack entries collected", "removed", n)
+	}
 }

@@ -17,7 +17,7 @@
 //
 //   - myelin_from_pod, TCX ingress of each pod's host-side veth
 //     (AttachEndpoint): packets leaving a pod; service translation
-//     (UpsertService, UpsertBackend).
+//     (UpsertService, UpsertBackend) with Service conntrack (GCServiceCT).
 //   - myelin_to_pod, TCX egress of each pod's host-side veth
 //     (AttachEndpoint): reverse service translation of what the stack
 //     delivers into a pod.

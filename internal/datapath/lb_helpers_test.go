@@ -58,7 +58,7 @@ func seedLB(d *Datapath, st lbState) error {
 			return err
 		}
 	}
-	for _, m := range []*ebpf.Map{d.objs.MyelinLbBackends, d.objs.MyelinLbCt, d.objs.MyelinLbAffinity, d.objs.MyelinSnat} {
+	for _, m := range []*ebpf.Map{d.objs.MyelinLbBackends, d.objs.MyelinLbCt, d.objs.MyelinLbCtNodeport, d.objs.MyelinLbAffinity, d.objs.MyelinSnat} {
 		if err := clearMap(m); err != nil {
 			return err
 		}
@@ -94,7 +94,9 @@ func clearMap(m *ebpf.Map) error {
 }
 
 // clearCT forgets every load-balanced flow.
-func clearCT(d *Datapath) error { return clearMap(d.objs.MyelinLbCt) }
+func clearCT(d *Datapath) error {
+	return errors.Join(clearMap(d.objs.MyelinLbCt), clearMap(d.objs.MyelinLbCtNodeport))
+}
 
 // runPacket runs in through prog and returns verdict and output.
 func runPacket(prog *ebpf.Program, in []byte, ctx *skbCtx) (uint32, []byte, error) {

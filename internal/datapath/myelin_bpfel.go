@@ -27,13 +27,21 @@ type myelinCtEntry struct {
 	ClientAddr uint32
 	FrontPort  uint16
 	Flags      uint16
+	LastSeen   uint64
+	SvcId      uint32
+	BeAddr     uint32
+	BePort     uint16
+	Pad        uint16
+	Index      uint32
 }
 
 type myelinCtFlags uint32
 
 const (
-	myelinCtFlagsCT_F_HAIRPIN  myelinCtFlags = 1
-	myelinCtFlagsCT_F_NODEPORT myelinCtFlags = 2
+	myelinCtFlagsCT_F_HAIRPIN     myelinCtFlags = 1
+	myelinCtFlagsCT_F_NODEPORT    myelinCtFlags = 2
+	myelinCtFlagsCT_F_ESTABLISHED myelinCtFlags = 4
+	myelinCtFlagsCT_F_CLOSING     myelinCtFlags = 8
 )
 
 type myelinCtKey struct {
@@ -235,6 +243,7 @@ const (
 	myelinReasonDROP_UNKNOWN_TUNNEL_PEER myelinReason = 11
 	myelinReasonDROP_NODEPORT_NAT_FULL   myelinReason = 12
 	myelinReasonDROP_FRAG_NO_FLOW        myelinReason = 13
+	myelinReasonDROP_SVC_CT_FULL         myelinReason = 20
 	myelinReasonREASON_EVENTS_LOST       myelinReason = 63
 	myelinReasonMETRIC_REASONS           myelinReason = 64
 )
@@ -303,20 +312,21 @@ type myelinProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type myelinMapSpecs struct {
-	MyelinEndpoints  *ebpf.MapSpec `ebpf:"myelin_endpoints"`
-	MyelinEvents     *ebpf.MapSpec `ebpf:"myelin_events"`
-	MyelinFrags      *ebpf.MapSpec `ebpf:"myelin_frags"`
-	MyelinIcmpRate   *ebpf.MapSpec `ebpf:"myelin_icmp_rate"`
-	MyelinLbAffinity *ebpf.MapSpec `ebpf:"myelin_lb_affinity"`
-	MyelinLbBackends *ebpf.MapSpec `ebpf:"myelin_lb_backends"`
-	MyelinLbCt       *ebpf.MapSpec `ebpf:"myelin_lb_ct"`
-	MyelinLbMaglev   *ebpf.MapSpec `ebpf:"myelin_lb_maglev"`
-	MyelinLbServices *ebpf.MapSpec `ebpf:"myelin_lb_services"`
-	MyelinLbSlots    *ebpf.MapSpec `ebpf:"myelin_lb_slots"`
-	MyelinMetrics    *ebpf.MapSpec `ebpf:"myelin_metrics"`
-	MyelinNomasq     *ebpf.MapSpec `ebpf:"myelin_nomasq"`
-	MyelinSnat       *ebpf.MapSpec `ebpf:"myelin_snat"`
-	MyelinTunnel     *ebpf.MapSpec `ebpf:"myelin_tunnel"`
+	MyelinEndpoints    *ebpf.MapSpec `ebpf:"myelin_endpoints"`
+	MyelinEvents       *ebpf.MapSpec `ebpf:"myelin_events"`
+	MyelinFrags        *ebpf.MapSpec `ebpf:"myelin_frags"`
+	MyelinIcmpRate     *ebpf.MapSpec `ebpf:"myelin_icmp_rate"`
+	MyelinLbAffinity   *ebpf.MapSpec `ebpf:"myelin_lb_affinity"`
+	MyelinLbBackends   *ebpf.MapSpec `ebpf:"myelin_lb_backends"`
+	MyelinLbCt         *ebpf.MapSpec `ebpf:"myelin_lb_ct"`
+	MyelinLbCtNodeport *ebpf.MapSpec `ebpf:"myelin_lb_ct_nodeport"`
+	MyelinLbMaglev     *ebpf.MapSpec `ebpf:"myelin_lb_maglev"`
+	MyelinLbServices   *ebpf.MapSpec `ebpf:"myelin_lb_services"`
+	MyelinLbSlots      *ebpf.MapSpec `ebpf:"myelin_lb_slots"`
+	MyelinMetrics      *ebpf.MapSpec `ebpf:"myelin_metrics"`
+	MyelinNomasq       *ebpf.MapSpec `ebpf:"myelin_nomasq"`
+	MyelinSnat         *ebpf.MapSpec `ebpf:"myelin_snat"`
+	MyelinTunnel       *ebpf.MapSpec `ebpf:"myelin_tunnel"`
 }
 
 // myelinVariableSpecs contains global variables before they are loaded into the kernel.
@@ -368,20 +378,21 @@ func (o *myelinObjects) Close() error {
 //
 // It can be passed to loadMyelinObjects or ebpf.CollectionSpec.LoadAndAssign.
 type myelinMaps struct {
-	MyelinEndpoints  *ebpf.Map `ebpf:"myelin_endpoints"`
-	MyelinEvents     *ebpf.Map `ebpf:"myelin_events"`
-	MyelinFrags      *ebpf.Map `ebpf:"myelin_frags"`
-	MyelinIcmpRate   *ebpf.Map `ebpf:"myelin_icmp_rate"`
-	MyelinLbAffinity *ebpf.Map `ebpf:"myelin_lb_affinity"`
-	MyelinLbBackends *ebpf.Map `ebpf:"myelin_lb_backends"`
-	MyelinLbCt       *ebpf.Map `ebpf:"myelin_lb_ct"`
-	MyelinLbMaglev   *ebpf.Map `ebpf:"myelin_lb_maglev"`
-	MyelinLbServices *ebpf.Map `ebpf:"myelin_lb_services"`
-	MyelinLbSlots    *ebpf.Map `ebpf:"myelin_lb_slots"`
-	MyelinMetrics    *ebpf.Map `ebpf:"myelin_metrics"`
-	MyelinNomasq     *ebpf.Map `ebpf:"myelin_nomasq"`
-	MyelinSnat       *ebpf.Map `ebpf:"myelin_snat"`
-	MyelinTunnel     *ebpf.Map `ebpf:"myelin_tunnel"`
+	MyelinEndpoints    *ebpf.Map `ebpf:"myelin_endpoints"`
+	MyelinEvents       *ebpf.Map `ebpf:"myelin_events"`
+	MyelinFrags        *ebpf.Map `ebpf:"myelin_frags"`
+	MyelinIcmpRate     *ebpf.Map `ebpf:"myelin_icmp_rate"`
+	MyelinLbAffinity   *ebpf.Map `ebpf:"myelin_lb_affinity"`
+	MyelinLbBackends   *ebpf.Map `ebpf:"myelin_lb_backends"`
+	MyelinLbCt         *ebpf.Map `ebpf:"myelin_lb_ct"`
+	MyelinLbCtNodeport *ebpf.Map `ebpf:"myelin_lb_ct_nodeport"`
+	MyelinLbMaglev     *ebpf.Map `ebpf:"myelin_lb_maglev"`
+	MyelinLbServices   *ebpf.Map `ebpf:"myelin_lb_services"`
+	MyelinLbSlots      *ebpf.Map `ebpf:"myelin_lb_slots"`
+	MyelinMetrics      *ebpf.Map `ebpf:"myelin_metrics"`
+	MyelinNomasq       *ebpf.Map `ebpf:"myelin_nomasq"`
+	MyelinSnat         *ebpf.Map `ebpf:"myelin_snat"`
+	MyelinTunnel       *ebpf.Map `ebpf:"myelin_tunnel"`
 }
 
 func (m *myelinMaps) Close() error {
@@ -393,6 +404,7 @@ func (m *myelinMaps) Close() error {
 		m.MyelinLbAffinity,
 		m.MyelinLbBackends,
 		m.MyelinLbCt,
+		m.MyelinLbCtNodeport,
 		m.MyelinLbMaglev,
 		m.MyelinLbServices,
 		m.MyelinLbSlots,

@@ -22,7 +22,9 @@ const (
 	lbSlotsMax    = 131072 // backend slots of all services
 	lbBackendsMax = 65536
 	lbAffinityMax = 65536  // LRU
-	lbCTMax       = 262144 // LRU, two entries per flow
+	lbCTMax       = 262144 // two entries per flow a pod opened; GCServiceCT frees idle ones
+	// lbCTNodePortMax bounds the NodePort flows from outside apart from pods' own.
+	lbCTNodePortMax = 65536
 )
 
 // ErrLoadBalancingOff is returned by UpsertService and UpsertBackend of a
@@ -444,6 +446,7 @@ func configureLoadBalancing(specs *myelinSpecs, cfg Config) error {
 		{specs.MyelinLbMaglev, lbServicesMax},
 		{specs.MyelinLbAffinity, lbAffinityMax},
 		{specs.MyelinLbCt, lbCTMax},
+		{specs.MyelinLbCtNodeport, lbCTNodePortMax},
 	}
 	for _, s := range sizes {
 		s.spec.MaxEntries = 1

@@ -21,6 +21,8 @@ type Datapath interface {
 	DeleteService(fe datapath.Frontend) error
 	Services() ([]datapath.ServiceEntry, error)
 	Backends() (map[uint32]datapath.Backend, error)
+	// ConntrackIDs returns the service and backend ids Service conntrack entries name.
+	ConntrackIDs() (services, backends []uint32, err error)
 }
 
 // Applied is one programmed frontend, as `myelin services` shows it.
@@ -35,7 +37,10 @@ type Applied struct {
 // id while it exists and a backend (addr:port, shared by every Service that has it)
 // keeps its id while any frontend refers to it, so open flows, which the datapath's
 // conntrack pins to a backend id, keep their backend across updates and agent
-// restarts. Safe for concurrent use.
+// restarts. A freed id is not reused while conntrack entries may still name it
+// (idSet), and a frontend taken over by another Service (a reused NodePort or
+// ClusterIP) gets a new id, so flows of the old Service never pass for the new
+// one's. Safe for concurrent use.
 type Manager struct {
 	dp         Datapath
 	maglevSize int // 0: random selection
@@ -58,7 +63,7 @@ type Manager struct {
 func NewManager(dp Datapath, maglevSize int) (*Manager, error) {
 	m := &Manager{dp: dp, maglevSize: maglevSize, byService: map[string][]datapath.Frontend{},
 		frontends: map[datapath.Frontend]*Applied{}, backends: map[Backend]uint32{}, byID: map[uint32]Backend{}, refs: map[uint32]int{},
-		tables: map[string][]int{}, feIDs: newIDSet(), beIDs: newIDSet()}
+		tables: map[string][]int{}, feIDs: newIDSet(datapath.ServiceCTMaxTimeout), beIDs: newIDSet(datapath.ServiceCTMaxTimeout)}
 	bes, err := dp.Backends()
 	if err != nil {
 		return nil, fmt.Errorf("read programmed backends: %w", err)
@@ -76,6 +81,17 @@ func NewManager(dp Datapath, maglevSize int) (*Manager, error) {
 	for _, s := range svcs {
 		m.frontends[s.Frontend] = &Applied{Frontend: Frontend{Key: s.Frontend}, ID: s.ID}
 		m.feIDs.take(s.ID)
+	}
+	// Ids freed by the previous run that flows still name stay out of use.
+	ctSvcs, ctBackends, err := dp.ConntrackIDs()
+	if err != nil {
+		return nil, fmt.Errorf("read ids named by Service conntrack: %w", err)
+	}
+	for _, id := range ctSvcs {
+		m.feIDs.hold(id)
+	}
+	for _, id := range ctBackends {
+		m.beIDs.hold(id)
 	}
 	return m, nil
 }
@@ -95,6 +111,7 @@ func (m *Manager) Apply(service string, fes []Frontend) error {
 	keep := map[datapath.Frontend]bool{}
 	var released []uint32
 	for _, fe := range fes {
+		fe.Service = service
 		keep[fe.Key] = true
 		old, err := m.applyFrontend(fe)
 		if err != nil {
@@ -106,6 +123,9 @@ func (m *Manager) Apply(service string, fes []Frontend) error {
 	for _, key := range m.byService[service] {
 		if keep[key] {
 			continue
+		}
+		if a := m.frontends[key]; a != nil && a.Service != "" && a.Service != service {
+			continue // another Service owns it now (a reused NodePort or ClusterIP)
 		}
 		old, err := m.removeFrontend(key)
 		if err != nil {
@@ -127,12 +147,14 @@ func (m *Manager) Apply(service string, fes []Frontend) error {
 }
 
 // applyFrontend writes one frontend and returns the backend ids its previous version
-// held, to be released once every frontend of the Service is written.
+// held, to be released once every frontend of the Service is written. A frontend
+// another Service owned gets a new id; the old one goes into quarantine.
 func (m *Manager) applyFrontend(fe Frontend) ([]uint32, error) {
 	prev := m.frontends[fe.Key]
 	if prev != nil && reflect.DeepEqual(prev.Frontend, fe) {
 		return nil, nil // unchanged: an update of another port or field
 	}
+	takeover := prev != nil && prev.Service != "" && prev.Service != fe.Service
 	ids := map[Backend]uint32{}
 	for _, b := range append(slices.Clip(fe.Active), fe.Terminating...) {
 		id, err := m.acquire(b)
@@ -160,14 +182,14 @@ func (m *Manager) applyFrontend(fe Frontend) ([]uint32, error) {
 	for _, idx := range table {
 		svc.Maglev = append(svc.Maglev, svc.Backends[idx])
 	}
-	if prev != nil {
+	if prev != nil && !takeover {
 		svc.ID = prev.ID
 	} else if svc.ID, err = m.feIDs.next(); err != nil {
 		m.release(mapValues(ids))
 		return nil, err
 	}
 	if err := m.dp.UpsertService(fe.Key, svc); err != nil {
-		if prev == nil {
+		if prev == nil || takeover {
 			m.feIDs.free(svc.ID)
 		}
 		m.release(mapValues(ids))
@@ -177,33 +199,51 @@ func (m *Manager) applyFrontend(fe Frontend) ([]uint32, error) {
 	if prev == nil {
 		return nil, nil
 	}
+	if takeover {
+		m.feIDs.free(prev.ID)
+	}
 	return mapValues(prev.BackendIDs), nil
 }
 
 // maglevTable returns the Maglev table of active as indexes into it, nil with random
-// selection. Tables are cached by backend names: 10,000 Services over the same pods
-// compute one table.
+// selection. The table is built from the backends' identities (addr:port) in sorted
+// order, never from ids or the order given, so every node computes the same one
+// whatever its id history; only then are its entries mapped to indexes of active.
+// Tables are cached by backend names: 10,000 Services over the same pods compute one.
 func (m *Manager) maglevTable(active []Backend) ([]int, error) {
 	if m.maglevSize == 0 || len(active) == 0 {
 		return nil, nil
 	}
-	names := make([]string, len(active))
-	for i, b := range active {
+	sorted := slices.Clone(active)
+	sortBackends(sorted)
+	names := make([]string, len(sorted))
+	for i, b := range sorted {
 		names[i] = b.String()
 	}
 	key := strings.Join(names, ",")
-	if t, ok := m.tables[key]; ok {
-		return t, nil
+	t, ok := m.tables[key]
+	if !ok {
+		var err error
+		if t, err = maglev.Table(names, m.maglevSize); err != nil {
+			return nil, err
+		}
+		if len(m.tables) >= 1024 {
+			clear(m.tables) // bounded: distinct backend sets beyond this are recomputed
+		}
+		m.tables[key] = t
 	}
-	t, err := maglev.Table(names, m.maglevSize)
-	if err != nil {
-		return nil, err
+	if slices.Equal(sorted, active) {
+		return t, nil // the usual case: Desired sorts backends
 	}
-	if len(m.tables) >= 1024 {
-		clear(m.tables) // bounded: distinct backend sets beyond this are recomputed
+	pos := make(map[Backend]int, len(active))
+	for i, b := range active {
+		pos[b] = i
 	}
-	m.tables[key] = t
-	return t, nil
+	out := make([]int, len(t))
+	for i, idx := range t {
+		out[i] = pos[sorted[idx]]
+	}
+	return out, nil
 }
 
 func (m *Manager) removeFrontend(key datapath.Frontend) ([]uint32, error) {
@@ -302,6 +342,17 @@ func (m *Manager) Snapshot() []Applied {
 		}
 		return strings.Compare(FrontendString(a.Key), FrontendString(b.Key))
 	})
+	return out
+}
+
+// ServiceNames returns the Services that have frontends programmed (namespace/name).
+func (m *Manager) ServiceNames() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]string, 0, len(m.byService))
+	for name := range m.byService {
+		out = append(out, name)
+	}
 	return out
 }
 

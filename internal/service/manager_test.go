@@ -15,6 +15,8 @@ import (
 type fakeDatapath struct {
 	services map[datapath.Frontend]datapath.Service
 	backends map[uint32]datapath.Backend
+	// ctServices and ctBackends are the ids conntrack entries name.
+	ctServices, ctBackends []uint32
 }
 
 func newFake() *fakeDatapath {
@@ -60,6 +62,10 @@ func (f *fakeDatapath) Backends() (map[uint32]datapath.Backend, error) {
 		out[id] = b
 	}
 	return out, nil
+}
+
+func (f *fakeDatapath) ConntrackIDs() (services, backends []uint32, err error) {
+	return f.ctServices, f.ctBackends, nil
 }
 
 // backendsOf returns the addr:port of every backend a frontend selects from.

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -15,6 +16,11 @@ import (
 
 // byServiceIndex indexes EndpointSlices by the namespace/name of their Service.
 const byServiceIndex = "service"
+
+// resyncInterval is how often every Service is synced again, whether or not an event
+// said it changed: a Service whose sync was dropped (a missed event, a deletion while
+// retries gave up) is repaired within this time.
+const resyncInterval = 5 * time.Minute
 
 // Watcher keeps a Manager in step with the cluster's Services and EndpointSlices.
 type Watcher struct {
@@ -60,7 +66,8 @@ func (w *Watcher) Synced() <-chan struct{} { return w.synced }
 // Run watches until ctx ends. Events only queue the Service's name; one worker
 // applies each queued Service, so a burst of 10,000 Services costs this goroutine
 // time and nothing else, and a Service changed many times while queued is applied
-// once. Failed syncs are retried with backoff.
+// once. Failed syncs are retried with backoff, and every Service is synced again
+// every resyncInterval (resync).
 func (w *Watcher) Run(ctx context.Context) {
 	factory := informers.NewSharedInformerFactory(w.cs, 0)
 	svcInf := factory.Core().V1().Services()
@@ -118,6 +125,7 @@ func (w *Watcher) Run(ctx context.Context) {
 	close(w.synced)
 
 	go func() { <-ctx.Done(); queue.ShutDown() }()
+	go w.resync(ctx, queue, svcInf.Lister().List)
 	for {
 		key, quit := queue.Get()
 		if quit {
@@ -133,6 +141,44 @@ func (w *Watcher) Run(ctx context.Context) {
 		}
 		queue.Done(key)
 	}
+}
+
+// resync queues, every resyncInterval, every Service the cluster has and every
+// Service the Manager has programmed: a Service deleted without its event being
+// applied is in the second set only, and its sync removes it.
+func (w *Watcher) resync(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string], list func(labels.Selector) ([]*corev1.Service, error)) {
+	t := time.NewTicker(resyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, key := range resyncKeys(list, w.m.ServiceNames()) {
+			queue.Add(key)
+		}
+	}
+}
+
+// resyncKeys is the union of the Services list returns and programmed.
+func resyncKeys(list func(labels.Selector) ([]*corev1.Service, error), programmed []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(key string) {
+		if !seen[key] {
+			seen[key] = true
+			out = append(out, key)
+		}
+	}
+	all, _ := list(labels.Everything())
+	for _, svc := range all {
+		add(svc.Namespace + "/" + svc.Name)
+	}
+	for _, key := range programmed {
+		add(key)
+	}
+	return out
 }
 
 // eventKey returns the namespace/name of the Service an event is about.

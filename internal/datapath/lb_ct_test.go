@@ -1,0 +1,380 @@
+package datapath
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+// TCP flags of the rows below.
+const (
+	tcpSYN    = 0x02
+	tcpACK    = 0x10
+	tcpFINACK = 0x11
+	tcpRST    = 0x04
+)
+
+// ctFlowKeys are the forward and reverse keys of the flow of request p whose
+// backend is be (replies go to the client).
+func ctFlowKeys(p pkt, be Backend) (fwd, rev myelinCtKey) {
+	fwd = myelinCtKey{Saddr: networkUint32(p.src), Daddr: networkUint32(p.dst), Sport: htons(p.sport),
+		Dport: htons(p.dport), Proto: p.proto, Dir: uint8(myelinCtDirCT_DIR_FORWARD)}
+	rev = myelinCtKey{Saddr: networkUint32(be.Addr), Daddr: networkUint32(p.src), Sport: htons(be.Port),
+		Dport: htons(p.sport), Proto: p.proto, Dir: uint8(myelinCtDirCT_DIR_REVERSE)}
+	return fwd, rev
+}
+
+// ctEntryOf reads key from m.
+func ctEntryOf(m *ebpf.Map, key myelinCtKey) (myelinCtEntry, error) {
+	var v myelinCtEntry
+	err := m.Lookup(key, &v)
+	return v, err
+}
+
+// ctAge sets last_seen of key in m to at.
+func ctAge(m *ebpf.Map, key myelinCtKey, at time.Duration) error {
+	v, err := ctEntryOf(m, key)
+	if err != nil {
+		return fmt.Errorf("age conntrack entry: %w", err)
+	}
+	v.LastSeen = uint64(at)
+	return m.Update(key, v, ebpf.UpdateExist)
+}
+
+// A new connection never follows a conntrack entry to a stale backend: a
+// reused backend id, a frontend now owned by another Service (new service
+// id), a closed connection's SYN, a terminating backend. Established flows
+// keep their backend while it is the same address and port.
+func TestPrivilegedLBStaleConntrack(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingBPF, 0)
+	fromPod := d.objs.MyelinFromPod
+	syn := ipv4(protoTCP, podA, vip).withDst(vip, 80)
+	ack := syn.withTCPFlags(tcpACK)
+	toB := delivered(syn.withDst(podBIP, 8080))
+	// Without a test-run context the FIB lookup fails: the stack gets packets to the remote backend.
+	toRemote := func(p pkt) []byte { return p.withDst(remoteIP, 8080).build() }
+	other := Backend{Addr: mustAddr("10.2.0.99"), Port: 9090} // another Service's pod
+	do := func(fs ...func(d *Datapath) error) func(d *Datapath) error {
+		return func(d *Datapath) error {
+			for _, f := range fs {
+				if err := f(d); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	service := func(id uint32, backends ...uint32) func(*Datapath) error {
+		return func(d *Datapath) error { return d.UpsertService(feTCP, Service{ID: id, Backends: backends}) }
+	}
+	reuseID1 := func(d *Datapath) error { return d.UpsertBackend(1, other) }
+	restoreID1 := func(d *Datapath) error { return d.UpsertBackend(1, backendB) }
+	ct := func(id uint32) func(*Datapath) error {
+		return func(d *Datapath) error { return checkCTFlow(d, syn, id) }
+	}
+	start := oneService(feTCP, Service{ID: 1, Backends: []uint32{1}})
+	fromPodRow := func(name string, seed *lbState, in pkt, verdict uint32, out []byte, reason string, then func(*Datapath) error) lbCase {
+		return lbCase{seed: seed, prog: fromPod, dir: "from-pod", then: then, progCase: progCase{name: name,
+			endpoints: seedB, in: in.build(), verdict: verdict, out: out, reason: reason}}
+	}
+	runLBCases(t, d, []lbCase{
+		fromPodRow("SYN: backend 1", start, syn, tcActRedirect, toB, "FORWARDED", do(ct(1), service(1, 2), reuseID1)),
+		fromPodRow("ACK after id 1 was reused for another Service's pod: chooses again, not 10.2.0.99",
+			nil, ack, tcActOK, toRemote(ack), "PASS_STACK", ct(2)),
+		fromPodRow("SYN: backend 1 again", start, syn, tcActRedirect, toB, "FORWARDED", do(ct(1), service(1, 2), reuseID1)),
+		fromPodRow("SYN on the same ports with its entry pointing at the reused id: chooses afresh",
+			nil, syn, tcActOK, toRemote(syn), "PASS_STACK", ct(2)),
+		fromPodRow("SYN: backend 1, then the frontend goes to another Service (id 2) with the same pods",
+			start, syn, tcActRedirect, toB, "FORWARDED", do(service(2, 1, 2), func(d *Datapath) error { return d.UpsertService(feTCP, Service{ID: 2, Backends: []uint32{2}}) })),
+		fromPodRow("ACK of the old Service's flow: chooses from the new Service",
+			nil, ack, tcActOK, toRemote(ack), "PASS_STACK", ct(2)),
+		fromPodRow("SYN: backend 1, established by an ACK", start, syn, tcActRedirect, toB, "FORWARDED", nil),
+		fromPodRow("ACK: established, backend 1 kept", nil, ack, tcActRedirect, delivered(ack.withDst(podBIP, 8080)), "FORWARDED",
+			do(service(1, 2), restoreID1)),
+		fromPodRow("ACK after backend 1 left the pool (terminating): kept, the connection finishes",
+			nil, ack, tcActRedirect, delivered(ack.withDst(podBIP, 8080)), "FORWARDED", ct(1)),
+		fromPodRow("SYN reusing the ports of that flow: a new connection, never the terminating backend",
+			nil, syn, tcActOK, toRemote(syn), "PASS_STACK", ct(2)),
+		fromPodRow("SYN: backend 1, handshake open", start, syn, tcActRedirect, toB, "FORWARDED", service(1, 2)),
+		fromPodRow("repeated SYN after backend 1 became terminating: backend 2",
+			nil, syn, tcActOK, toRemote(syn), "PASS_STACK", ct(2)),
+	})
+
+	// A repeated SYN while backend 1 is still at its place keeps it: with
+	// random selection over two backends, eight repeats all landing on 1
+	// by chance would be 1 in 256.
+	if err := seedLB(d, *start); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkCase(d, fromPod, "from-pod", progCase{endpoints: seedB, in: syn.build(), verdict: tcActRedirect, out: toB, reason: "FORWARDED"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := service(1, 1, 2)(d); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 8; i++ {
+		if err := checkCase(d, fromPod, "from-pod", progCase{endpoints: seedB, in: syn.build(), verdict: tcActRedirect, out: toB, reason: "FORWARDED"}); err != nil {
+			t.Fatalf("repeat %d of the SYN: %v", i, err)
+		}
+	}
+}
+
+// The datapath records each flow's state for the GC: SYN, established
+// after the client's next segment, closing after a FIN or RST either way.
+func TestPrivilegedLBConntrackStates(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingBPF, 0)
+	syn := ipv4(protoTCP, podA, vip).withDst(vip, 80)
+	reply := ipv4(protoTCP, podBIP, podA).withSrc(podBIP, 8080).withDst(podA, 40000)
+	fwd, rev := ctFlowKeys(syn, backendB)
+	established, closing := uint16(myelinCtFlagsCT_F_ESTABLISHED), uint16(myelinCtFlagsCT_F_CLOSING)
+	flags := func(key myelinCtKey, want uint16) func(*Datapath) error {
+		return func(d *Datapath) error {
+			v, err := ctEntryOf(d.objs.MyelinLbCt, key)
+			if err != nil {
+				return err
+			}
+			if got := v.Flags & (established | closing); got != want {
+				return fmt.Errorf("entry %+v: state flags %#x, want %#x", key, got, want)
+			}
+			if v.LastSeen == 0 {
+				return fmt.Errorf("entry %+v: last_seen not set", key)
+			}
+			return nil
+		}
+	}
+	runLBCases(t, d, []lbCase{
+		{seed: oneService(feTCP, Service{ID: 1, Backends: []uint32{1}}), prog: d.objs.MyelinFromPod, dir: "from-pod", then: flags(fwd, 0),
+			progCase: progCase{name: "SYN: state syn", endpoints: seedB, in: syn.build(), verdict: tcActRedirect, out: delivered(syn.withDst(podBIP, 8080)), reason: "FORWARDED"}},
+		{prog: d.objs.MyelinToPod, dir: "to-pod", then: flags(rev, 0),
+			progCase: progCase{name: "SYN-ACK: translated, still syn", in: reply.withTCPFlags(0x12).build(), verdict: tcActOK, out: reply.withTCPFlags(0x12).withSrc(vip, 80).build(), reason: "PASS_STACK"}},
+		{prog: d.objs.MyelinFromPod, dir: "from-pod", then: flags(fwd, established),
+			progCase: progCase{name: "ACK: established", endpoints: seedB, in: syn.withTCPFlags(tcpACK).build(), verdict: tcActRedirect, out: delivered(syn.withTCPFlags(tcpACK).withDst(podBIP, 8080)), reason: "FORWARDED"}},
+		{prog: d.objs.MyelinToPod, dir: "to-pod", then: flags(rev, closing),
+			progCase: progCase{name: "backend's FIN: closing", in: reply.withTCPFlags(tcpFINACK).build(), verdict: tcActOK, out: reply.withTCPFlags(tcpFINACK).withSrc(vip, 80).build(), reason: "PASS_STACK"}},
+		{prog: d.objs.MyelinFromPod, dir: "from-pod", then: flags(fwd, established|closing),
+			progCase: progCase{name: "client's RST: closing", endpoints: seedB, in: syn.withTCPFlags(tcpRST).build(), verdict: tcActRedirect, out: delivered(syn.withTCPFlags(tcpRST).withDst(podBIP, 8080)), reason: "FORWARDED"}},
+	})
+}
+
+// A flow whose reverse entry went missing gets it back from its forward
+// entry (checked once a second per flow), so replies are translated again;
+// a closing flow does not, its ports may belong to a new connection.
+func TestPrivilegedLBReverseRebuilt(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingBPF, 0)
+	syn := ipv4(protoTCP, podA, vip).withDst(vip, 80)
+	ack := syn.withTCPFlags(tcpACK)
+	reply := ipv4(protoTCP, podBIP, podA).withSrc(podBIP, 8080).withDst(podA, 40000).withTCPFlags(tcpACK)
+	fwd, rev := ctFlowKeys(syn, backendB)
+	lose := func(d *Datapath) error {
+		if err := d.objs.MyelinLbCt.Delete(rev); err != nil {
+			return err
+		}
+		return ctAge(d.objs.MyelinLbCt, fwd, 0) // last refreshed long ago: the next packet checks
+	}
+	reverse := func(want bool) func(*Datapath) error {
+		return func(d *Datapath) error { return checkCTReply(d, reply, want) }
+	}
+	do := func(a, b func(*Datapath) error) func(*Datapath) error {
+		return func(d *Datapath) error {
+			if err := a(d); err != nil {
+				return err
+			}
+			return b(d)
+		}
+	}
+	toB := func(p pkt) []byte { return delivered(p.withDst(podBIP, 8080)) }
+	runLBCases(t, d, []lbCase{
+		{seed: oneService(feTCP, Service{ID: 1, Backends: []uint32{1}}), prog: d.objs.MyelinFromPod, dir: "from-pod", then: lose,
+			progCase: progCase{name: "SYN, then the reverse entry is lost", endpoints: seedB, in: syn.build(), verdict: tcActRedirect, out: toB(syn), reason: "FORWARDED"}},
+		{prog: d.objs.MyelinToPod, dir: "to-pod",
+			progCase: progCase{name: "meanwhile a reply passes untranslated", in: reply.build(), verdict: tcActOK, reason: "PASS_STACK"}},
+		{prog: d.objs.MyelinFromPod, dir: "from-pod", then: reverse(true),
+			progCase: progCase{name: "the client's next segment writes it again", endpoints: seedB, in: ack.build(), verdict: tcActRedirect, out: toB(ack), reason: "FORWARDED"}},
+		{prog: d.objs.MyelinToPod, dir: "to-pod",
+			progCase: progCase{name: "the reply comes from the ClusterIP again", in: reply.build(), verdict: tcActOK, out: reply.withSrc(vip, 80).build(), reason: "PASS_STACK"}},
+		{prog: d.objs.MyelinFromPod, dir: "from-pod", then: do(lose, reverse(false)),
+			progCase: progCase{name: "FIN: closing, then the reverse entry is lost", endpoints: seedB, in: syn.withTCPFlags(tcpFINACK).build(), verdict: tcActRedirect, out: toB(syn.withTCPFlags(tcpFINACK)), reason: "FORWARDED"}},
+		{prog: d.objs.MyelinFromPod, dir: "from-pod", then: reverse(false),
+			progCase: progCase{name: "closing flow: not written again", endpoints: seedB, in: ack.build(), verdict: tcActRedirect, out: toB(ack), reason: "FORWARDED"}},
+	})
+}
+
+// A full NodePort conntrack table drops new NodePort flows with
+// DROP_SVC_CT_FULL, while pods' own service flows (their own table) and the
+// NodePort flows already there go on.
+func TestPrivilegedLBConntrackFull(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingBPF, 0)
+	st := &lbState{backends: lbBackends, services: map[Frontend]Service{
+		feTCP: {ID: 1, Backends: []uint32{1}}, feNodePort: {ID: 2, Flags: ServiceNodePort, Backends: []uint32{1}}}}
+	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort)
+	fill := func(d *Datapath) error {
+		max := int(d.objs.MyelinLbCtNodeport.MaxEntries())
+		keys := make([]myelinCtKey, 0, max)
+		vals := make([]myelinCtEntry, 0, max)
+		for i := 0; len(keys) < max; i++ {
+			k, _ := ctFlowKeys(req.withSrc(fmt.Sprintf("198.51.100.%d", i/60000+1), uint16(i%60000+1)), backendB)
+			keys = append(keys, k)
+			vals = append(vals, myelinCtEntry{Flags: uint16(myelinCtFlagsCT_F_NODEPORT)})
+		}
+		// The first row's flow holds two entries: fill the rest.
+		_, err := d.objs.MyelinLbCtNodeport.BatchUpdate(keys[:max-2], vals[:max-2], nil)
+		return err
+	}
+	syn := ipv4(protoTCP, podA, vip).withDst(vip, 80)
+	runLBCases(t, d, []lbCase{
+		{seed: st, prog: d.objs.MyelinFromNetdev, dir: "from-netdev", then: fill,
+			progCase: progCase{name: "NodePort SYN before the table fills", endpoints: seedB, in: req.build(), verdict: tcActRedirect, out: delivered(req.withDst(podBIP, 8080)), reason: "FORWARDED"}},
+		{prog: d.objs.MyelinFromNetdev, dir: "from-netdev",
+			progCase: progCase{name: "its flow goes on in a full table", endpoints: seedB, in: req.withTCPFlags(tcpACK).build(), verdict: tcActRedirect, out: delivered(req.withTCPFlags(tcpACK).withDst(podBIP, 8080)), reason: "FORWARDED"}},
+		{prog: d.objs.MyelinFromNetdev, dir: "from-netdev",
+			progCase: progCase{name: "new NodePort flow: DROP_SVC_CT_FULL", endpoints: seedB, in: req.withSrc(extHost, 40001).build(), verdict: tcActShot, reason: "DROP_SVC_CT_FULL"}},
+		{prog: d.objs.MyelinFromPod, dir: "from-pod",
+			progCase: progCase{name: "a pod's new ClusterIP flow: its own table has room", endpoints: seedB, in: syn.build(), verdict: tcActRedirect, out: delivered(syn.withDst(podBIP, 8080)), reason: "FORWARDED"}},
+	})
+}
+
+func TestServiceCTTimeouts(t *testing.T) {
+	established, closing := uint16(myelinCtFlagsCT_F_ESTABLISHED), uint16(myelinCtFlagsCT_F_CLOSING)
+	for _, c := range []struct {
+		proto uint8
+		flags uint16
+		want  time.Duration
+	}{
+		{protoTCP, 0, ServiceCTTimeoutTCPSyn},
+		{protoTCP, established, ServiceCTTimeoutTCPEstablished},
+		{protoTCP, closing, ServiceCTTimeoutTCPClosing},
+		{protoTCP, established | closing, ServiceCTTimeoutTCPClosing},
+		{protoUDP, 0, ServiceCTTimeoutUDP},
+	} {
+		if got := ctTimeout(c.proto, c.flags); got != c.want {
+			t.Errorf("ctTimeout(%d, %#x) = %v, want %v", c.proto, c.flags, got, c.want)
+		}
+	}
+	if ServiceCTMaxTimeout < ServiceCTTimeoutTCPEstablished || ServiceCTMaxTimeout < ServiceCTTimeoutUDP {
+		t.Errorf("ServiceCTMaxTimeout %v is shorter than a state's timeout", ServiceCTMaxTimeout)
+	}
+}
+
+// GCServiceCT removes both entries of flows idle past their state's
+// timeout, in both tables, and orphaned entries, and keeps the rest; a
+// flow's age is its fresher entry's. Timestamps are seeded, not waited for.
+func TestPrivilegedGCServiceCT(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingBPF, 0)
+	if err := seedLB(d, lbState{backends: lbBackends}); err != nil {
+		t.Fatal(err)
+	}
+	now := 10 * time.Hour
+	established, closing := uint16(myelinCtFlagsCT_F_ESTABLISHED), uint16(myelinCtFlagsCT_F_CLOSING)
+	type seeded struct {
+		name  string
+		m     *ebpf.Map
+		proto uint8
+		flags uint16 // on the forward entry
+		idle  time.Duration
+		keep  bool
+	}
+	pods, nodePorts := d.objs.MyelinLbCt, d.objs.MyelinLbCtNodeport
+	flows := []seeded{
+		{"syn, 59 s", pods, protoTCP, 0, 59 * time.Second, true},
+		{"syn, 61 s", pods, protoTCP, 0, 61 * time.Second, false},
+		{"established, 5 h", pods, protoTCP, established, 5 * time.Hour, true},
+		{"established, 7 h", pods, protoTCP, established, 7 * time.Hour, false},
+		{"closing, 5 s", pods, protoTCP, established | closing, 5 * time.Second, true},
+		{"closing, 11 s", pods, protoTCP, established | closing, 11 * time.Second, false},
+		{"udp, 30 s", pods, protoUDP, 0, 30 * time.Second, true},
+		{"udp, 61 s", pods, protoUDP, 0, 61 * time.Second, false},
+		{"NodePort syn, 61 s", nodePorts, protoTCP, 0, 61 * time.Second, false},
+		{"NodePort established, 1 h", nodePorts, protoTCP, established, time.Hour, true},
+	}
+	type entry struct {
+		m   *ebpf.Map
+		key myelinCtKey
+	}
+	var kept, gone []entry
+	for i, f := range flows {
+		p := ipv4(f.proto, podA, vip).withDst(vip, 80).withSrc(podA, uint16(1000+i))
+		fk, rk := ctFlowKeys(p, backendB)
+		fv := myelinCtEntry{BackendId: 1, SvcId: 1, BeAddr: rk.Saddr, BePort: rk.Sport, Flags: f.flags, LastSeen: uint64(now - f.idle)}
+		rv := myelinCtEntry{FrontAddr: fk.Daddr, ClientAddr: fk.Saddr, FrontPort: fk.Dport, LastSeen: uint64(now - f.idle)}
+		for _, kv := range []struct {
+			k myelinCtKey
+			v myelinCtEntry
+		}{{fk, fv}, {rk, rv}} {
+			if err := f.m.Update(kv.k, kv.v, ebpf.UpdateAny); err != nil {
+				t.Fatal(err)
+			}
+			if f.keep {
+				kept = append(kept, entry{f.m, kv.k})
+			} else {
+				gone = append(gone, entry{f.m, kv.k})
+			}
+		}
+	}
+	// The reverse entry saw the FIN, the forward one is established: closing, collected.
+	p := ipv4(protoTCP, podA, vip).withDst(vip, 80).withSrc(podA, 2000)
+	fk, rk := ctFlowKeys(p, backendB)
+	for _, kv := range []struct {
+		k     myelinCtKey
+		flags uint16
+	}{{fk, established}, {rk, closing}} {
+		v := myelinCtEntry{FrontAddr: fk.Daddr, ClientAddr: fk.Saddr, FrontPort: fk.Dport, Flags: kv.flags, LastSeen: uint64(now - time.Minute)}
+		if err := pods.Update(kv.k, v, ebpf.UpdateAny); err != nil {
+			t.Fatal(err)
+		}
+		gone = append(gone, entry{pods, kv.k})
+	}
+	// A UDP flow whose reverse entry is fresh (the server streams) stays.
+	p = ipv4(protoUDP, podA, vip).withDst(vip, 80).withSrc(podA, 2001)
+	fk, rk = ctFlowKeys(p, backendB)
+	for _, kv := range []struct {
+		k    myelinCtKey
+		idle time.Duration
+	}{{fk, time.Hour}, {rk, time.Second}} {
+		v := myelinCtEntry{FrontAddr: fk.Daddr, ClientAddr: fk.Saddr, FrontPort: fk.Dport, LastSeen: uint64(now - kv.idle)}
+		if err := pods.Update(kv.k, v, ebpf.UpdateAny); err != nil {
+			t.Fatal(err)
+		}
+		kept = append(kept, entry{pods, kv.k})
+	}
+	// An orphaned reverse entry, idle: removed.
+	_, rk = ctFlowKeys(p.withSrc(podA, 2002), backendB)
+	if err := pods.Update(rk, myelinCtEntry{ClientAddr: fk.Saddr, FrontAddr: fk.Daddr, FrontPort: fk.Dport}, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	gone = append(gone, entry{pods, rk})
+
+	svcIDs, beIDs, err := d.ConntrackIDs()
+	if err != nil || !slices.Equal(svcIDs, []uint32{1}) || !slices.Equal(beIDs, []uint32{1}) {
+		t.Errorf("ConntrackIDs = %v, %v, %v; want the seeded forward entries' [1], [1]", svcIDs, beIDs, err)
+	}
+	removed, err := d.GCServiceCT(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if removed != len(gone) {
+		t.Errorf("GCServiceCT removed %d entries, want %d", removed, len(gone))
+	}
+	for _, e := range kept {
+		if _, err := ctEntryOf(e.m, e.key); err != nil {
+			t.Errorf("%v entry %+v: %v, want kept", e.m, e.key, err)
+		}
+	}
+	for _, e := range gone {
+		if _, err := ctEntryOf(e.m, e.key); err == nil {
+			t.Errorf("%v entry %+v still there, want collected", e.m, e.key)
+		}
+	}
+	for _, at := range []time.Duration{now, time.Second} {
+		if n, err := d.GCServiceCT(at); err != nil || n != 0 {
+			t.Errorf("GCServiceCT(%v) again = %d, %v; want 0", at, n, err)
+		}
+	}
+}
