@@ -34,6 +34,9 @@ int myelin_from_pod(struct __sk_buff *skb)
 	int route = LB_ROUTE_NORMAL;
 	int reason;
 
+	reason = source_check_l2(skb);
+	if (reason)
+		return verdict_drop(skb, &info, DIR_FROM_POD, reason);
 	if (skb->protocol != bpf_htons(ETH_P_IP)) {
 		reason = source_check_other(skb, &info);
 		if (reason)

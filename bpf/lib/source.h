@@ -112,6 +112,16 @@ static __always_inline int source_check_arp(struct __sk_buff *skb, struct ipv4_i
 }
 
 /*
+ * source_check_l2 returns DROP_UNSUPPORTED_L3 for an 802.1Q/802.1ad-tagged
+ * frame: the kernel moves a tag into skb metadata before TCX runs, so the
+ * packet would otherwise look like untagged IPv4 or ARP. Always on.
+ */
+static __always_inline int source_check_l2(struct __sk_buff *skb)
+{
+	return skb->vlan_present ? DROP_UNSUPPORTED_L3 : 0;
+}
+
+/*
  * source_check_other returns 0 for what a pod may send besides IPv4 (valid
  * ARP), else the drop reason: DROP_UNSUPPORTED_L3 for IPv6 (router
  * advertisements, redirects, anything) and every other ethertype.

@@ -50,10 +50,16 @@ func openPodCapture(path string) (*capture, error) {
 
 func (c *capture) close() { unix.Close(c.fd) }
 
-// sourcesUntil returns the IPv4 sources of the frames captured until one
-// from until arrived (or timeout passed) and what was queued by then.
-func (c *capture) sourcesUntil(until netip.Addr, timeout time.Duration) ([]netip.Addr, error) {
-	var srcs []netip.Addr
+// captured is an IPv4 frame seen by a capture.
+type captured struct {
+	src     netip.Addr
+	udpPort uint16 // UDP destination port, 0 for other protocols
+}
+
+// sourcesUntil returns the IPv4 frames captured until one from until
+// arrived (or timeout passed) and what was queued by then.
+func (c *capture) sourcesUntil(until netip.Addr, timeout time.Duration) ([]captured, error) {
+	var srcs []captured
 	seen := false
 	buf := make([]byte, 65536)
 	deadline := time.Now().Add(timeout)
@@ -72,16 +78,19 @@ func (c *capture) sourcesUntil(until netip.Addr, timeout time.Duration) ([]netip
 		if n < 34 || binary.BigEndian.Uint16(buf[12:]) != unix.ETH_P_IP {
 			continue
 		}
-		src := netip.AddrFrom4([4]byte(buf[26:30]))
-		srcs = append(srcs, src)
-		seen = seen || src == until
+		f := captured{src: netip.AddrFrom4([4]byte(buf[26:30]))}
+		if hlen := int(buf[14]&0x0f) * 4; buf[23] == unix.IPPROTO_UDP && n >= 14+hlen+4 {
+			f.udpPort = binary.BigEndian.Uint16(buf[14+hlen+2:])
+		}
+		srcs = append(srcs, f)
+		seen = seen || f.src == until
 	}
 }
 
 // sendForged adds srcs to eth0 in the pod netns at path and sends, from
 // each, a UDP datagram to port 9999 and a TCP SYN (a non-blocking connect)
-// to port 8080 of every dst; then one genuine datagram from own to each dst,
-// last. It returns a function closing the TCP sockets.
+// to port 8080 of every dst; then from own an 802.1Q-tagged datagram
+// (sendTagged) and, last, one genuine datagram to each dst. It returns a function closing the TCP sockets.
 func sendForged(path string, own netip.Addr, srcs, dsts []netip.Addr) (func(), error) {
 	var fds []int
 	closeAll := func() {
@@ -113,6 +122,11 @@ func sendForged(path string, own netip.Addr, srcs, dsts []netip.Addr) (func(), e
 			}
 		}
 		for _, dst := range dsts {
+			if err := sendTagged(eth0, own, dst); err != nil {
+				return err
+			}
+		}
+		for _, dst := range dsts {
 			if err := sendUDP(own, dst, "genuine"); err != nil {
 				return err
 			}
@@ -120,6 +134,59 @@ func sendForged(path string, own netip.Addr, srcs, dsts []netip.Addr) (func(), e
 		return nil
 	})
 	return closeAll, err
+}
+
+// taggedPort is the UDP port of sendTagged's datagrams.
+const taggedPort = 9998
+
+// sendTagged sends, out of eth0, a UDP datagram from the pod's own address
+// and MAC to dst:taggedPort with an 802.1Q tag (VLAN 5) in the frame.
+func sendTagged(eth0 netlink.Link, own, dst netip.Addr) error {
+	gw, err := gatewayMAC(eth0)
+	if err != nil {
+		return err
+	}
+	udp := []byte{0x9c, 0x40, byte(taggedPort >> 8), byte(taggedPort & 0xff), 0, 12, 0, 0, 't', 'a', 'g', '!'}
+	ip := make([]byte, 20, 20+len(udp))
+	ip[0], ip[8], ip[9] = 0x45, 64, unix.IPPROTO_UDP
+	binary.BigEndian.PutUint16(ip[2:], uint16(20+len(udp)))
+	copy(ip[12:], own.AsSlice())
+	copy(ip[16:], dst.AsSlice())
+	binary.BigEndian.PutUint16(ip[10:], checksum(ip))
+	frame := append(append([]byte{}, gw...), eth0.Attrs().HardwareAddr...)
+	frame = append(frame, 0x81, 0x00, 0x00, 0x05, 0x08, 0x00)
+	frame = append(append(frame, ip...), udp...)
+	return sendFrame(eth0, unix.ETH_P_8021Q, frame)
+}
+
+// gatewayMAC is the MAC of the pod's gateway neighbour (its host veth).
+func gatewayMAC(eth0 netlink.Link) (net.HardwareAddr, error) {
+	neighs, err := netlink.NeighList(eth0.Attrs().Index, unix.AF_INET)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range neighs {
+		if n.IP.Equal(net.ParseIP("169.254.1.1")) {
+			return n.HardwareAddr, nil
+		}
+	}
+	return nil, fmt.Errorf("no neighbour 169.254.1.1 on the pod's eth0")
+}
+
+// sendFrame sends frame (Ethernet header included) out of link.
+func sendFrame(link netlink.Link, ethProto uint16, frame []byte) error {
+	proto := htons(ethProto)
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(proto))
+	if err != nil {
+		return fmt.Errorf("open packet socket: %w", err)
+	}
+	defer unix.Close(fd)
+	to := &unix.SockaddrLinklayer{Protocol: proto, Ifindex: link.Attrs().Index, Halen: 6}
+	copy(to.Addr[:], frame[0:6])
+	if err := unix.Sendto(fd, frame, 0, to); err != nil {
+		return fmt.Errorf("send frame: %w", err)
+	}
+	return nil
 }
 
 // sendUDP sends payload from src (any port) to dst:9999.
@@ -164,18 +231,10 @@ func sendRouterAdvertisements(path string, count int) error {
 		if err != nil {
 			return err
 		}
-		proto := htons(unix.ETH_P_IPV6)
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(proto))
-		if err != nil {
-			return fmt.Errorf("open packet socket: %w", err)
-		}
-		defer unix.Close(fd)
 		frame := routerAdvertisement(eth0.Attrs().HardwareAddr)
-		to := &unix.SockaddrLinklayer{Protocol: proto, Ifindex: eth0.Attrs().Index, Halen: 6}
-		copy(to.Addr[:], frame[0:6])
 		for i := 0; i < count; i++ {
-			if err := unix.Sendto(fd, frame, 0, to); err != nil {
-				return fmt.Errorf("send router advertisement: %w", err)
+			if err := sendFrame(eth0, unix.ETH_P_IPV6, frame); err != nil {
+				return fmt.Errorf("router advertisement: %w", err)
 			}
 		}
 		return nil

@@ -19,9 +19,10 @@ import (
 // 2-node lab (native routing, BPF host routing). The attacker adds other
 // addresses to its eth0 (a pod's of its node, a pod's of the other node,
 // both node IPs, a Service's ClusterIP, an outside address) and sends UDP
-// and TCP SYNs from each to a pod on its node and a pod on the other node:
-// captures in both targets see none of them (its genuine packets arrive),
-// and node-1 counts DROP_SPOOFED_SOURCE. Then it sends IPv6 router
+// and TCP SYNs from each to a pod on its node and a pod on the other node,
+// and a VLAN-tagged datagram from its own address: captures in both targets
+// see none of them (its genuine packets arrive), and node-1 counts
+// DROP_SPOOFED_SOURCE. Then it sends IPv6 router
 // advertisements: node-1 gets no new IPv6 address or route, and counts
 // DROP_UNSUPPORTED_L3.
 func TestLabMyelinSpoofing(t *testing.T) {
@@ -87,13 +88,18 @@ func spoofFromPod(t *testing.T, node string, pods map[string]corev1.Pod, forged 
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Contains(got, own) {
-			t.Errorf("%s saw no genuine packet from the attacker %s (sources seen: %v): the capture proves nothing", targets[i].Name, own, got)
-		}
-		for _, src := range got {
-			if slices.Contains(srcs, src) {
-				t.Errorf("%s (%s) received a packet from the forged source %s", targets[i].Name, targets[i].Spec.NodeName, src)
+		genuine := false
+		for _, f := range got {
+			genuine = genuine || (f.src == own && f.udpPort == 9999)
+			if slices.Contains(srcs, f.src) {
+				t.Errorf("%s (%s) received a packet from the forged source %s", targets[i].Name, targets[i].Spec.NodeName, f.src)
 			}
+			if f.udpPort == taggedPort {
+				t.Errorf("%s (%s) received the attacker's 802.1Q-tagged datagram", targets[i].Name, targets[i].Spec.NodeName)
+			}
+		}
+		if !genuine {
+			t.Errorf("%s saw no genuine packet from the attacker %s (frames seen: %v): the capture proves nothing", targets[i].Name, own, got)
 		}
 	}
 	want := uint64(2 * len(srcs) * len(dsts)) // one UDP datagram and at least one SYN each
