@@ -32,6 +32,9 @@ type LabSpec struct {
 	FlannelBackend string // "vxlan" or "host-gw" (CNI flannel only)
 	KubeProxy      string // --kube-proxy: "iptables" or "nftables"; "" runs none
 	LegacyNodes    []string
+	// NoSourceCheckNodes get enable-source-ip-verification false (a NodeConfig), to
+	// measure what the check costs against nodes that keep it.
+	NoSourceCheckNodes []string
 }
 
 // upArgs is the command line of `myelin lab up` for the spec.
@@ -189,19 +192,23 @@ func (c *Cluster) up(ctx context.Context) error {
 		return err
 	}
 	c.kube = kube
-	return c.moveToLegacy(ctx)
-}
-
-// moveToLegacy applies one NodeConfig setting host-routing: legacy on the legacy nodes
-// and restarts their agents so that they read it.
-func (c *Cluster) moveToLegacy(ctx context.Context) error {
-	if len(c.Spec.LegacyNodes) == 0 {
-		return nil
-	}
-	if err := c.kube.createNodeConfig(ctx, "myelin-bench-legacy", c.Spec.LegacyNodes, map[string]string{"host-routing": "legacy"}); err != nil {
+	if err := c.applyNodeConfig(ctx, "myelin-bench-legacy", c.Spec.LegacyNodes, map[string]string{"host-routing": "legacy"}); err != nil {
 		return err
 	}
-	for _, node := range c.Spec.LegacyNodes {
+	return c.applyNodeConfig(ctx, "myelin-bench-no-source-check", c.Spec.NoSourceCheckNodes,
+		map[string]string{"enable-source-ip-verification": "false"})
+}
+
+// applyNodeConfig applies one NodeConfig giving nodes the defaults (host-routing:
+// legacy on the legacy nodes, for one) and restarts their agents so that they read it.
+func (c *Cluster) applyNodeConfig(ctx context.Context, name string, nodes []string, defaults map[string]string) error {
+	if len(nodes) == 0 {
+		return nil
+	}
+	if err := c.kube.createNodeConfig(ctx, name, nodes, defaults); err != nil {
+		return err
+	}
+	for _, node := range nodes {
 		if err := c.myelin(ctx, "lab", "restart", "agent-"+node); err != nil {
 			return err
 		}

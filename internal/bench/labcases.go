@@ -64,21 +64,43 @@ func (s *stageBuilder) add(env Environment, group string, baseline Environment) 
 
 // pods adds two pod environments: <kind>-cross-node (a pod on node a to one on node b)
 // compared to node-to-node, and <kind>-same-node (both on node a) compared to the veth
-// pair.
-func (s *stageBuilder) pods(kind, group string, a, b int, hostRouting string) {
+// pair, which it returns.
+func (s *stageBuilder) pods(kind, group string, a, b int, hostRouting string) Environment {
 	cross := s.env(kind+"-cross-node", podPair{client: lab.NodeName(a), server: lab.NodeName(b), hostRouting: hostRouting})
 	same := s.env(kind+"-same-node", podPair{client: lab.NodeName(a), server: lab.NodeName(a), hostRouting: hostRouting})
 	s.add(cross, group, s.nodeToNode)
 	s.add(same, group, s.veth)
+	return same
+}
+
+// sourceCheckOff adds bpf-nocheck-same-node: two pods on node n, whose agent runs
+// with enable-source-ip-verification false, compared to withCheck (the same BPF
+// path with the check): what source validation costs. TCP_RR only, in both
+// placements: request/response is where one more lookup per packet would show.
+func (s *stageBuilder) sourceCheckOff(n int, withCheck Environment) {
+	node := lab.NodeName(n)
+	off := s.env("bpf-nocheck-same-node", podPair{client: node, server: node, hostRouting: hostRoutingBPF, sourceCheckOff: true})
+	for _, c := range Matrix(off, GroupMyelin, withCheck, []Workload{TCPRR()}, Placements()) {
+		c.Stage = s.stage
+		s.cases = append(s.cases, c)
+	}
 }
 
 // myelinStage is a 4-node myelin lab in profile: nodes 1-2 with BPF host routing,
-// nodes 3-4 moved to legacy host routing by a NodeConfig.
+// nodes 3-4 moved to legacy host routing by a NodeConfig. The native stage has a
+// fifth node, BPF with source validation off, for its cost.
 func myelinStage(profile, prefix string) []Case {
-	s := newStage(profile, LabSpec{Nodes: 4, CNI: string(lab.CNIMyelin), Profile: profile,
-		LegacyNodes: []string{lab.NodeName(3), lab.NodeName(4)}}, prefix)
-	s.pods("bpf", GroupMyelin, 1, 2, hostRoutingBPF)
+	spec := LabSpec{Nodes: 4, CNI: string(lab.CNIMyelin), Profile: profile,
+		LegacyNodes: []string{lab.NodeName(3), lab.NodeName(4)}}
+	if profile == StageNative {
+		spec.Nodes, spec.NoSourceCheckNodes = 5, []string{lab.NodeName(5)}
+	}
+	s := newStage(profile, spec, prefix)
+	bpfSame := s.pods("bpf", GroupMyelin, 1, 2, hostRoutingBPF)
 	s.pods("legacy", GroupMyelin, 3, 4, hostRoutingLegacy)
+	if profile == StageNative {
+		s.sourceCheckOff(5, bpfSame)
+	}
 	return s.cases
 }
 

@@ -142,7 +142,7 @@ func waitAgentReady(ctx context.Context, node string) error {
 
 // checkHostRouting checks that a lab node's agent routes in the mode a case's name
 // promises ("BPF" or "Legacy"), so a fallback never passes for the mode measured.
-func checkHostRouting(ctx context.Context, node, want string) error {
+func checkHostRouting(ctx context.Context, node, want string, sourceCheck bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	st, err := api.NewClient(lab.AgentSocket(node)).Status(ctx)
@@ -151,6 +151,9 @@ func checkHostRouting(ctx context.Context, node, want string) error {
 	}
 	if !strings.EqualFold(st.Routing.HostRouting, want) {
 		return fmt.Errorf("%s routes with %s host routing, not %s (%s)", node, st.Routing.HostRouting, want, st.Routing.HostRoutingReason)
+	}
+	if st.SourceCheck.Enabled != sourceCheck {
+		return fmt.Errorf("%s has source validation %v, want %v (%s)", node, st.SourceCheck.Enabled, sourceCheck, st.SourceCheck.Warning)
 	}
 	return nil
 }
