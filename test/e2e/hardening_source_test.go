@@ -150,10 +150,5 @@ func nodeIPv6(t *testing.T, node string) (string, string) {
 // dropCount is a node's from-pod counter of reason, in packets.
 func dropCount(t *testing.T, node, reason string) uint64 {
 	t.Helper()
-	for _, c := range agentStatus(t, node).Counters {
-		if c.Direction == "from-pod" && c.Reason == reason {
-			return c.Packets
-		}
-	}
-	return 0
+	return counter(t, node, "from-pod", reason)
 }
