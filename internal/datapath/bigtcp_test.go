@@ -36,37 +36,40 @@ func zeroTotLen(frame []byte) []byte {
 
 // BIG TCP: GRO (and the stack) build TCP packets beyond 64 KiB whose IPv4
 // total length is 0; the length is the skb's. Such a GSO packet is routed
-// like any other; without GSO, or for UDP, total length 0 stays malformed.
+// (and masqueraded) like any other; without GSO, or for UDP, total length 0
+// stays malformed.
 // Test-run takes gso_size from the context (a real BIG TCP skb's size is
 // beside the point: only the zero total length and the GSO state matter).
 func TestPrivilegedBPFBigTCP(t *testing.T) {
 	requirePrivileged(t)
 	d := loadTest(t, HostRoutingBPF)
+	dm := loadMasq(t, HostRoutingBPF, 0)
 	tcp := ipv4(protoTCP, podA, podBIP)
 	tcp.payload = make([]byte, 3000)
+	out := tcp.withDst(extHost, 80)
 	udp := ipv4(protoUDP, podA, podBIP)
 	gso := &skbCtxGSO{skbCtx: *ctxPodA, GSOSegs: 3, GSOSize: 1448}
 	for _, c := range []struct {
 		name, dir, reason string
+		d                 *Datapath
 		in                []byte
 		ctx               any
 		verdict           uint32
 		out               []byte
 	}{
-		{"from a pod: delivered", "from-pod", "FORWARDED", zeroTotLen(tcp.build()), *gso, tcActRedirect, zeroTotLen(delivered(tcp))},
-		{"from the uplink: delivered", "from-netdev", "FORWARDED", zeroTotLen(tcp.build()), *gso, tcActRedirect, zeroTotLen(delivered(tcp))},
-		{"without GSO: malformed", "from-pod", "DROP_INVALID_PACKET", zeroTotLen(tcp.build()), *ctxPodA, tcActShot, nil},
-		{"UDP with GSO: malformed", "from-pod", "DROP_INVALID_PACKET", zeroTotLen(udp.build()), *gso, tcActShot, nil},
+		{"from a pod: delivered", "from-pod", "FORWARDED", d, zeroTotLen(tcp.build()), *gso, tcActRedirect, zeroTotLen(delivered(tcp))},
+		{"from the uplink: delivered", "from-netdev", "FORWARDED", d, zeroTotLen(tcp.build()), *gso, tcActRedirect, zeroTotLen(delivered(tcp))},
+		{"to the outside: masqueraded", "to-netdev", "PASS_STACK", dm, zeroTotLen(out.build()), *gso, tcActOK, zeroTotLen(out.withSrc(nodeIP, 40000).build())},
+		{"without GSO: malformed", "from-pod", "DROP_INVALID_PACKET", d, zeroTotLen(tcp.build()), *ctxPodA, tcActShot, nil},
+		{"UDP with GSO: malformed", "from-pod", "DROP_INVALID_PACKET", d, zeroTotLen(udp.build()), *gso, tcActShot, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if err := seedEndpoints(d, seedAB); err != nil {
+			if err := seedEndpoints(c.d, seedAB); err != nil {
 				t.Fatal(err)
 			}
-			prog := d.objs.MyelinFromPod
-			if c.dir == "from-netdev" {
-				prog = d.objs.MyelinFromNetdev
-			}
-			before, err := counter(d, c.dir, c.reason)
+			prog := map[string]*ebpf.Program{"from-pod": c.d.objs.MyelinFromPod, "from-netdev": c.d.objs.MyelinFromNetdev,
+				"to-netdev": c.d.objs.MyelinToNetdev}[c.dir]
+			before, err := counter(c.d, c.dir, c.reason)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,7 +85,7 @@ func TestPrivilegedBPFBigTCP(t *testing.T) {
 			if ret != c.verdict || !bytes.Equal(opts.DataOut, want) {
 				t.Errorf("verdict %d, out\n%x\nwant %d,\n%x", ret, opts.DataOut, c.verdict, want)
 			}
-			after, err := counter(d, c.dir, c.reason)
+			after, err := counter(c.d, c.dir, c.reason)
 			if err != nil {
 				t.Fatal(err)
 			}
