@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * myelin_from_pod: TCX ingress of each pod's host-side veth, i.e. every
- * packet leaving a pod. With load balancing, packets to a service frontend
+ * packet leaving a pod. First the source is validated (lib/source.h): only
+ * IPv4 from the endpoint's own address and MAC, and its ARP, go further;
+ * a pod is untrusted. With load balancing, packets to a service frontend
  * are first translated to a backend, and replies of NodePort and hairpin
  * flows back to the frontend (lib/service.h). BPF host routing delivers to
  * local pods with bpf_redirect_peer, in tunnel mode to pods of other nodes
@@ -19,6 +21,7 @@
 #include "lib/fib.h"
 #include "lib/ipv4.h"
 #include "lib/service.h"
+#include "lib/source.h"
 #include "lib/tunnel.h"
 #include "lib/verdict.h"
 
@@ -31,10 +34,20 @@ int myelin_from_pod(struct __sk_buff *skb)
 	int route = LB_ROUTE_NORMAL;
 	int reason;
 
-	if (skb->protocol != bpf_htons(ETH_P_IP))
+	reason = source_check_l2(skb);
+	if (reason)
+		return verdict_drop(skb, &info, DIR_FROM_POD, reason);
+	if (skb->protocol != bpf_htons(ETH_P_IP)) {
+		reason = source_check_other(skb, &info);
+		if (reason)
+			return verdict_drop(skb, &info, DIR_FROM_POD, reason);
 		return verdict_pass(skb, &info, DIR_FROM_POD);
+	}
 	if (ipv4_parse(skb, &info) < 0)
 		return verdict_drop(skb, &info, DIR_FROM_POD, DROP_INVALID_PACKET);
+	reason = source_check_ipv4(skb, &info);
+	if (reason)
+		return verdict_drop(skb, &info, DIR_FROM_POD, reason);
 	reason = lb_pod_stage(skb, &info, &route);
 	if (reason == DROP_SVC_NO_BACKEND)
 		return lb_reject(skb, &info, DIR_FROM_POD);

@@ -64,6 +64,13 @@ volatile const __u8 lb_enabled = 0;
  */
 volatile const __u32 maglev_table_size = 0;
 
+/*
+ * source_verify: 1 = a pod's IPv4 packets and ARP must carry its endpoint's
+ * own address and MAC (lib/source.h); 0 = not checked
+ * (enable-source-ip-verification: false, for comparing the cost only).
+ */
+volatile const __u8 source_verify = 1;
+
 /* cluster_contains says whether addr (network order) is a pod address of the cluster. */
 static __always_inline int cluster_contains(__u32 addr)
 {

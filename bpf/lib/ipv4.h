@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
+#include <linux/in.h>
 #include <linux/ip.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -64,6 +65,8 @@ static __always_inline struct iphdr *ipv4_header_pull(struct __sk_buff *skb)
 /*
  * ipv4_parse validates the IPv4 header behind the Ethernet header the way
  * ip_rcv does (version, IHL, total length within the packet) and fills info.
+ * A TCP GSO packet with total length 0 is BIG TCP (GRO or the stack built a
+ * packet beyond 64 KiB): its length is the skb's, as iph_totlen says.
  * Returns 0, or -1 for a malformed or truncated packet. Packets too short
  * for a header leave info zeroed.
  */
@@ -88,6 +91,8 @@ static __always_inline int ipv4_parse(struct __sk_buff *skb, struct ipv4_info *i
 
 	hlen = ip->ihl * 4;
 	tot_len = bpf_ntohs(ip->tot_len);
+	if (tot_len == 0 && skb->gso_size && ip->protocol == IPPROTO_TCP)
+		tot_len = skb->len - ETH_HLEN;
 	if (ip->version != 4 || hlen < sizeof(*ip) || tot_len < hlen ||
 	    tot_len > skb->len - ETH_HLEN)
 		return -1;

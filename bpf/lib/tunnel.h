@@ -40,6 +40,34 @@ static __always_inline const struct tunnel_endpoint *tunnel_lookup(__u32 addr)
 }
 
 /*
+ * tunnel_peer_check returns 0 when a decapsulated IPv4 packet came from the
+ * node that owns its inner source, else DROP_UNKNOWN_TUNNEL_PEER: the outer
+ * source (the tunnel metadata myelin_vxlan recorded) must be the node whose
+ * PodCIDR holds the inner source (myelin_tunnel), or the inner source itself
+ * (a node's own traffic, e.g. NodePort SNATed to its IP). So a stranger who
+ * reaches the tunnel port can't inject packets from pods (or anyone else):
+ * at most from its own address, which it could send natively anyway. A
+ * packet without tunnel metadata is dropped too. Cost: one helper call and,
+ * for pod sources, one myelin_tunnel lookup per decapsulated packet.
+ */
+static __always_inline int tunnel_peer_check(struct __sk_buff *skb, const struct ipv4_info *info)
+{
+	struct bpf_tunnel_key key = {};
+	const struct tunnel_endpoint *te;
+	__u32 outer;
+
+	if (bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0) < 0)
+		return DROP_UNKNOWN_TUNNEL_PEER;
+	outer = bpf_htonl(key.remote_ipv4); /* the helper gives host order */
+	if (info->saddr == outer)
+		return 0;
+	te = tunnel_lookup(info->saddr);
+	if (te && te->node_ip == outer)
+		return 0;
+	return DROP_UNKNOWN_TUNNEL_PEER;
+}
+
+/*
  * tunnel_encap_redirect routes the packet as one hop (TTL decrement) into the
  * overlay: it sets the tunnel metadata (remote node, outer TTL, VNI 0, no
  * outer UDP checksum) and redirects to myelin_vxlan's egress, which builds

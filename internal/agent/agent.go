@@ -202,7 +202,11 @@ func (a *agent) startDatapath(podCIDR netip.Prefix, uplink netlink.Link) error {
 	}
 	dpCfg := datapath.Config{PinDir: a.cfg.BPFFSDir, HostRouting: mode,
 		Masquerade: a.bpfMasquerade(), NodeIP: a.nodeIP, ClusterCIDR: a.conf.ClusterCIDR,
-		LoadBalancing: a.conf.KubeProxyReplacement}
+		LoadBalancing: a.conf.KubeProxyReplacement, NoSourceVerification: !a.conf.EnableSourceIPVerification}
+	if !a.conf.EnableSourceIPVerification {
+		a.log.Warn("source IP verification is OFF: pods can send from any address and MAC, other pods', nodes' and Services' included; "+
+			"turn it off only to measure its cost", "key", "enable-source-ip-verification", "source", a.conf.Source("enable-source-ip-verification"))
+	}
 	if a.conf.LBAlgorithm == config.LBMaglev {
 		dpCfg.MaglevTableSize = uint32(a.conf.MaglevTableSize)
 	}

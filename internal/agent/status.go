@@ -17,13 +17,14 @@ func (a *agent) status() api.Status {
 			Mode: string(a.conf.RoutingMode), HostRouting: a.routing.Mode(), HostRoutingReason: a.routing.Reason,
 			AutoDirectNodeRoutes: a.conf.AutoDirectNodeRoutes, Routes: int(a.routes.Load()),
 		},
-		Masquerade: masqueradeText(a.conf),
-		KubeProxy:  a.servedBy(),
-		MTU:        api.MTUInfo{Device: a.mtu, Route: a.routeMTU},
-		Endpoints:  len(a.eps.List()),
-		Nodes:      api.NodesInfo{Known: int(a.nodesKnown.Load())},
-		Loops:      a.loops.snapshot(),
-		Guard:      a.guard.status(),
+		Masquerade:  masqueradeText(a.conf),
+		SourceCheck: sourceCheck(a.conf),
+		KubeProxy:   a.servedBy(),
+		MTU:         api.MTUInfo{Device: a.mtu, Route: a.routeMTU},
+		Endpoints:   len(a.eps.List()),
+		Nodes:       api.NodesInfo{Known: int(a.nodesKnown.Load())},
+		Loops:       a.loops.snapshot(),
+		Guard:       a.guard.status(),
 	}
 	if u := a.unroutable.Load(); u != nil {
 		s.Routing.Unroutable = *u
@@ -57,6 +58,15 @@ func (a *agent) status() api.Status {
 		s.Counters = append(s.Counters, api.Counter{Direction: "any", Reason: "ICMP_REJECT_SUPPRESSED", Packets: n})
 	}
 	return s
+}
+
+// sourceCheck reports enable-source-ip-verification, loudly when it is off.
+func sourceCheck(c config.Config) api.SourceCheckInfo {
+	if c.EnableSourceIPVerification {
+		return api.SourceCheckInfo{Enabled: true}
+	}
+	return api.SourceCheckInfo{Warning: "pods can send from any address and MAC (enable-source-ip-verification is false, set by " +
+		c.Source("enable-source-ip-verification") + "); turn it off only to measure its cost"}
 }
 
 func masqueradeText(c config.Config) string {

@@ -10,16 +10,19 @@ type Status struct {
 	Datapath   DatapathInfo `json:"datapath"`
 	Routing    RoutingInfo  `json:"routing"`
 	Masquerade string       `json:"masquerading"`
-	KubeProxy  string       `json:"kubeProxyReplacement"`
-	MTU        MTUInfo      `json:"mtu"`
-	IPAM       IPAMInfo     `json:"ipam"`
-	Endpoints  int          `json:"endpoints"`
-	Nodes      NodesInfo    `json:"nodes"`
-	Maps       []MapFill    `json:"maps"`
-	Counters   []Counter    `json:"counters"`
-	Guard      GuardInfo    `json:"userIPTablesGuard"`
-	Loops      []LoopStatus `json:"controlLoops"`
-	Started    time.Time    `json:"started"`
+	// SourceCheck says whether pods' packets must carry their own address
+	// and MAC; Warning is set when they need not.
+	SourceCheck SourceCheckInfo `json:"sourceIPVerification"`
+	KubeProxy   string          `json:"kubeProxyReplacement"`
+	MTU         MTUInfo         `json:"mtu"`
+	IPAM        IPAMInfo        `json:"ipam"`
+	Endpoints   int             `json:"endpoints"`
+	Nodes       NodesInfo       `json:"nodes"`
+	Maps        []MapFill       `json:"maps"`
+	Counters    []Counter       `json:"counters"`
+	Guard       GuardInfo       `json:"userIPTablesGuard"`
+	Loops       []LoopStatus    `json:"controlLoops"`
+	Started     time.Time       `json:"started"`
 }
 
 // ConfigInfo says where the node's configuration came from.
@@ -75,6 +78,12 @@ type MapFill struct {
 	Name    string `json:"name"`
 	Entries int    `json:"entries"`
 	Max     int    `json:"max"`
+}
+
+// SourceCheckInfo is the state of enable-source-ip-verification.
+type SourceCheckInfo struct {
+	Enabled bool   `json:"enabled"`
+	Warning string `json:"warning,omitempty"`
 }
 
 // GuardInfo is what the user-iptables guard found: table/chain places of firewall rules

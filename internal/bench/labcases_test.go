@@ -22,6 +22,7 @@ func TestLabCases(t *testing.T) {
 	for name, want := range map[string]struct{ stage, baseline string }{
 		"native/bpf-cross-node/tcp-rr/same-vcpu":             {"native", "native/node-to-node/tcp-rr/same-vcpu"},
 		"native/legacy-same-node/tcp-crr/cross-vcpu":         {"native", "native/veth-pair/tcp-crr/cross-vcpu"},
+		"native/bpf-nocheck-same-node/tcp-rr/same-vcpu":      {"native", "native/bpf-same-node/tcp-rr/same-vcpu"},
 		"tunnel/legacy-cross-node/udp-loss/same-vcpu":        {"tunnel", "tunnel/node-to-node/udp-loss/same-vcpu"},
 		"plain/vxlan-cross-node/tcp-stream/same-vcpu":        {"plain", "plain/node-to-node/tcp-stream/same-vcpu"},
 		"plain/bridge-same-node/tcp-rr/same-vcpu":            {"plain", "plain/veth-pair/tcp-rr/same-vcpu"},
@@ -66,6 +67,16 @@ func TestLabCases(t *testing.T) {
 		if !strings.HasPrefix(c.Name, c.Stage+"/") {
 			t.Errorf("%s: not named after its stage %s", c.Name, c.Stage)
 		}
+	}
+	// Source validation off on a fifth native node, and only there.
+	if _, ok := byName["tunnel/bpf-nocheck-same-node/tcp-rr/same-vcpu"]; ok {
+		t.Error("the tunnel stage measures source validation off; only native should")
+	}
+	if c, ok := byName["native/bpf-nocheck-same-node/tcp-rr/cross-vcpu"]; !ok {
+		t.Error("no case native/bpf-nocheck-same-node/tcp-rr/cross-vcpu")
+	} else if spec := c.Env.(*LabEnv).cluster.Spec; spec.Nodes != 5 || !reflect.DeepEqual(spec.Overrides[len(spec.Overrides)-1], NodeOverride{Name: "no-source-check", Nodes: []string{lab.NodeName(5)}, Settings: map[string]string{sourceValidationKey: "false"}}) ||
+		c.Env.(*LabEnv).part != (podPair{client: lab.NodeName(5), server: lab.NodeName(5), hostRouting: hostRoutingBPF, sourceCheckOff: true}) {
+		t.Errorf("native source check off: lab %+v, pods %+v; want node 5 of 5 off, both pods there", spec, c.Env.(*LabEnv).part)
 	}
 	quick, err := Select(all, QuickCases)
 	if err != nil {

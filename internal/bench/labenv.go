@@ -91,8 +91,10 @@ func (nodeToNode) teardown(*Cluster) error { return nil }
 type podPair struct {
 	client, server string
 	// hostRouting, when set, is the mode ("BPF" or "Legacy") the agents on both nodes
-	// must report before anything is measured.
-	hostRouting string
+	// must report before anything is measured; they must also report source
+	// validation on, or off with sourceCheckOff.
+	hostRouting    string
+	sourceCheckOff bool
 }
 
 func (p podPair) setup(ctx context.Context, c *Cluster, env string) (Endpoints, error) {
@@ -101,7 +103,7 @@ func (p podPair) setup(ctx context.Context, c *Cluster, env string) (Endpoints, 
 	}
 	if p.hostRouting != "" {
 		for _, node := range []string{p.client, p.server} {
-			if err := checkHostRouting(ctx, node, p.hostRouting); err != nil {
+			if err := checkHostRouting(ctx, node, p.hostRouting, !p.sourceCheckOff); err != nil {
 				return Endpoints{}, err
 			}
 		}

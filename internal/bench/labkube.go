@@ -92,7 +92,7 @@ func (k *kubeClients) waitPod(ctx context.Context, name, node string) (labPod, e
 
 // checkHostRouting checks that a lab node's agent routes in the mode a case's name
 // promises ("BPF" or "Legacy"), so a fallback never passes for the mode measured.
-func checkHostRouting(ctx context.Context, node, want string) error {
+func checkHostRouting(ctx context.Context, node, want string, sourceCheck bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	st, err := labdriver.AgentStatus(ctx, node)
@@ -101,6 +101,9 @@ func checkHostRouting(ctx context.Context, node, want string) error {
 	}
 	if !strings.EqualFold(st.Routing.HostRouting, want) {
 		return fmt.Errorf("%s routes with %s host routing, not %s (%s)", node, st.Routing.HostRouting, want, st.Routing.HostRoutingReason)
+	}
+	if st.SourceCheck.Enabled != sourceCheck {
+		return fmt.Errorf("%s has source validation %v, want %v (%s)", node, st.SourceCheck.Enabled, sourceCheck, st.SourceCheck.Warning)
 	}
 	return nil
 }

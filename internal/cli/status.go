@@ -88,6 +88,12 @@ func printStatus(out io.Writer, s api.Status) {
 		row("  no route", "%s", u)
 	}
 	row("Masquerading", "%s", s.Masquerade)
+	if s.SourceCheck.Enabled {
+		row("Source validation", "on: pods send only from their own IPv4 and MAC")
+	} else {
+		row("Source validation", "OFF")
+		row("  WARNING", "%s", s.SourceCheck.Warning)
+	}
 	guardText := s.Guard.Setting
 	if len(s.Guard.Found) > 0 {
 		guardText += "; user rules in " + strings.Join(s.Guard.Found, ", ")

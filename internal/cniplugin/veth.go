@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
@@ -23,7 +25,8 @@ type podLink struct {
 
 // setupVeth creates the veth pair (ifName in the pod netns, hostIf in the current one)
 // and configures the pod side: address/32, a link-scoped route to the gateway, a
-// permanent neighbour entry for it, and the default route via it.
+// permanent neighbour entry for it, and the default route via it. The host side
+// gets IPv6 off (hardenHostVeth) before it goes up.
 func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU int, ip, gw netip.Addr) (podLink, error) {
 	var out podLink
 	hostNS, err := vnetns.Get()
@@ -65,6 +68,9 @@ func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU int, ip, gw netip
 	}
 	hostLink, err := host.LinkByName(hostIf)
 	if err == nil {
+		err = hardenHostVeth(hostIf)
+	}
+	if err == nil {
 		err = host.LinkSetUp(hostLink)
 	}
 	if err != nil {
@@ -72,6 +78,34 @@ func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU int, ip, gw netip
 		return podLink{}, fmt.Errorf("bring up host veth %s: %w", hostIf, err)
 	}
 	return out, nil
+}
+
+// hostVethIPv6 are the per-interface IPv6 sysctls of a pod's host-side veth,
+// in the order written: it never takes a router advertisement, never
+// autoconfigures an address, gets no link-local address, and has IPv6 off.
+// A pod can then plant no route or address on its node (CVE-2020-10749
+// class), even before myelin_from_pod (which drops IPv6 anyway) is attached.
+var hostVethIPv6 = []struct{ key, value string }{
+	{"accept_ra", "0"},
+	{"autoconf", "0"},
+	{"addr_gen_mode", "1"}, // IN6_ADDR_GEN_MODE_NONE
+	{"disable_ipv6", "1"},
+}
+
+// hardenHostVeth writes hostVethIPv6 for the link name of the current
+// netns (the node's); it must run before the link goes up, when addrconf
+// would start. A kernel without IPv6 has nothing to harden.
+func hardenHostVeth(name string) error {
+	if _, err := os.Stat("/proc/sys/net/ipv6"); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	dir := filepath.Join("/proc/sys/net/ipv6/conf", name)
+	for _, s := range hostVethIPv6 {
+		if err := os.WriteFile(filepath.Join(dir, s.key), []byte(s.value), 0o644); err != nil {
+			return fmt.Errorf("turn off IPv6 on host veth %s: set %s to %s: %w", name, s.key, s.value, err)
+		}
+	}
+	return nil
 }
 
 func configurePod(pod netlink.Link, ip, gw netip.Addr, gwMAC net.HardwareAddr, routeMTU int) error {

@@ -5,7 +5,9 @@ import (
 	"encoding/hex"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -107,4 +109,57 @@ func TestPrivilegedVethSetupAndTeardown(t *testing.T) {
 	if err := deletePodLink("/run/netns/myelin-test-no-such-netns", "eth0"); err != nil {
 		t.Errorf("deletePodLink with the netns gone: %v, want success", err)
 	}
+}
+
+// TestPrivilegedVethHostSideNoIPv6: the host side of a pod's veth takes no
+// router advertisements, autoconfigures nothing and has no IPv6 address at
+// all, though the throwaway netns's defaults (accept_ra 1, autoconf 1,
+// addr_gen_mode 0) would give it a link-local address when it goes up.
+func TestPrivilegedVethHostSideNoIPv6(t *testing.T) {
+	requireRoot(t)
+	host, pod := throwawayNetNS(t, "host"), throwawayNetNS(t, "pod")
+	const hostIf = "myltest0000002"
+	err := netns.Do(host, func() error {
+		for key, want := range map[string]string{"accept_ra": "1", "autoconf": "1", "addr_gen_mode": "0", "disable_ipv6": "0"} {
+			if got := readSysctl(t, "default", key); got != want {
+				t.Logf("netns default %s = %s (not the kernel default %s): the test still checks the veth", key, got, want)
+			}
+		}
+		if _, err := setupVeth(pod, "eth0", hostIf, 1500, 1500, netip.MustParseAddr("10.244.7.10"), netip.MustParseAddr(Gateway)); err != nil {
+			return err
+		}
+		for _, s := range hostVethIPv6 {
+			if got := readSysctl(t, hostIf, s.key); got != s.value {
+				t.Errorf("host veth %s: %s = %q, want %q", hostIf, s.key, got, s.value)
+			}
+		}
+		l, err := netlink.LinkByName(hostIf)
+		if err != nil {
+			return err
+		}
+		if l.Attrs().Flags&net.FlagUp == 0 {
+			t.Errorf("host veth %s is not up", hostIf)
+		}
+		addrs, err := netlink.AddrList(l, unix.AF_INET6)
+		if err != nil {
+			return err
+		}
+		if len(addrs) != 0 {
+			t.Errorf("host veth %s has IPv6 addresses %v, want none", hostIf, addrs)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readSysctl reads net.ipv6.conf.<dev>.<key> of the current netns.
+func readSysctl(t *testing.T, dev, key string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + dev + "/" + key)
+	if err != nil {
+		t.Fatalf("read %s of %s: %v", key, dev, err)
+	}
+	return strings.TrimSpace(string(b))
 }

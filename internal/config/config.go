@@ -56,6 +56,9 @@ type Config struct {
 	LBAlgorithm           string
 	MaglevTableSize       int
 	MTU                   int // 0 = detect from the uplink
+	// EnableSourceIPVerification: pods may send only from their own IPv4 address
+	// and MAC (enable-source-ip-verification). Off only to measure its cost.
+	EnableSourceIPVerification bool
 
 	// Effective lists every key with its value and the source it came from.
 	Effective []Effective

@@ -12,7 +12,8 @@ func TestResolveDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.RoutingMode != RoutingTunnel || c.HostRouting != HostRoutingAuto || !c.EnableBPFMasquerade ||
-		c.TunnelPort != 8472 || c.MaglevTableSize != 16381 || c.UserIPTablesGuard != GuardRefuse {
+		c.TunnelPort != 8472 || c.MaglevTableSize != 16381 || c.UserIPTablesGuard != GuardRefuse ||
+		!c.EnableSourceIPVerification {
 		t.Errorf("defaults = %+v", c)
 	}
 	if len(c.Effective) != len(keys) || c.Source("routing-mode") != DefaultSourceName {
@@ -51,6 +52,7 @@ func TestResolveErrors(t *testing.T) {
 		{map[string]string{"auto-direct-node-routes": "yes"}, `must be true or false`},
 		{map[string]string{"cluster-cidr": "10.244.0.1/16"}, `did you mean 10.244.0.0/16?`},
 		{map[string]string{"maglev-table-size": "16380"}, `must be a prime`},
+		{map[string]string{"enable-source-ip-verification": "off"}, `key "enable-source-ip-verification" value "off": must be true or false`},
 		{map[string]string{"mtu": "500"}, `must be 0 (detect from the uplink) or between 1280 and 65535`},
 		{map[string]string{"non-masquerade-cidrs": "10.0.0.0/8,bad"}, `"bad": must be an IPv4 CIDR`},
 		{map[string]string{"ipv4-native-routing-cidr": "192.168.0.0/16"}, `does not contain the cluster CIDR`},
@@ -60,6 +62,21 @@ func TestResolveErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Resolve(%v) = %v, want error containing %q", tt.values, err, tt.want)
 		}
+	}
+}
+
+// Source IP verification may be turned off per node (a NodeConfig), so a
+// benchmark can compare nodes with and without it in one cluster.
+func TestSourceIPVerificationPerNode(t *testing.T) {
+	node := Source{Name: "NodeConfig kube-system/no-source-check", PerNode: true,
+		Values: map[string]string{"enable-source-ip-verification": "false"}}
+	c, err := Resolve(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.EnableSourceIPVerification || c.Source("enable-source-ip-verification") != node.Name {
+		t.Errorf("enable-source-ip-verification = %v from %q, want false from %q",
+			c.EnableSourceIPVerification, c.Source("enable-source-ip-verification"), node.Name)
 	}
 }
 

@@ -105,6 +105,10 @@ var keys = []key{
 		c.MaglevTableSize = n
 		return nil
 	}},
+	{"enable-source-ip-verification", "true", func(c *Config, v string) (err error) {
+		c.EnableSourceIPVerification, err = parseBool(v)
+		return err
+	}},
 	{"mtu", "0", func(c *Config, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || (n != 0 && (n < 1280 || n > 65535)) {

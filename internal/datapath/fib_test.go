@@ -116,12 +116,16 @@ func fromPodFIB(t *testing.T, d *Datapath) {
 			return
 		}
 		ctx := &skbCtx{IngressIfindex: uint32(lab.in), Ifindex: uint32(lab.in)}
+		// Pod A sends from the lab's ingress device.
+		sender := podASender
+		sender.IfIndex = lab.in
+		seed := map[string]EndpointInfo{podA: sender, podBIP: podB}
 		viaGW := ipv4(protoTCP, "10.1.0.10", "10.200.0.5")
 		onLink := ipv4(protoUDP, "10.1.0.10", "192.168.77.9")
 		big := viaGW
 		big.payload = make([]byte, 1400)
 		row := func(name string, p pkt, verdict uint32, out []byte, reason string) progCase {
-			return progCase{name: name, endpoints: seedB, tunnels: seedTunnelB, in: p.build(), ctx: ctx, verdict: verdict, out: out, reason: reason}
+			return progCase{name: name, endpoints: seed, tunnels: seedTunnelB, in: p.build(), ctx: ctx, verdict: verdict, out: out, reason: reason}
 		}
 		decTTL := func(p pkt) []byte { return p.withTTL(p.ttl - 1).build() }
 

@@ -26,7 +26,7 @@ func nodePortCases(d *Datapath, routing HostRouting) []lbCase {
 	if routing == HostRoutingLegacy {
 		localOut, localVerdict, localReason = toLocal.build(), tcActOK, "PASS_STACK"
 	}
-	localReply := ipv4(protoTCP, podBIP, extHost).withSrc(podBIP, 8080).withDst(extHost, 40000).withTCPFlags(0x12)
+	localReply := fromPodB(ipv4(protoTCP, podBIP, extHost).withSrc(podBIP, 8080).withDst(extHost, 40000).withTCPFlags(0x12))
 	remoteReply := ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, 40000).withTCPFlags(0x12)
 	nat := func(d *Datapath) error {
 		return checkNAT(d, []NATEntry{flow(protoTCP, extHost, 40000, 40000, remoteIP, 8080, "tcp-syn")})
@@ -95,7 +95,11 @@ func nodePortFIB(d *Datapath, routing HostRouting) error {
 	if routing == HostRoutingLegacy {
 		localOut, localVerdict, localReason = local.withDst(podBIP, 8080).build(), tcActOK, "PASS_STACK"
 	}
-	localReply := ipv4(protoTCP, podBIP, client).withSrc(podBIP, 8080).withDst(client, 40001).withTCPFlags(0x12)
+	localReply := fromPodB(ipv4(protoTCP, podBIP, client).withSrc(podBIP, 8080).withDst(client, 40001).withTCPFlags(0x12))
+	// Pod B's veth is the lab's ingress device, so its reply passes source validation.
+	podBHere := podB
+	podBHere.IfIndex = lab.in
+	seed := map[string]EndpointInfo{podBIP: podBHere}
 	cases := []struct {
 		c    progCase
 		from string
@@ -109,7 +113,7 @@ func nodePortFIB(d *Datapath, routing HostRouting) error {
 			out: decTTL(localReply.withSrc(nodeIP, nodePort+1)), reason: "FORWARDED"}, "from-pod"},
 	}
 	for _, c := range cases {
-		c.c.endpoints, c.c.ctx = seedB, ctx
+		c.c.endpoints, c.c.ctx = seed, ctx
 		prog := d.objs.MyelinFromNetdev
 		if c.from == "from-pod" {
 			prog = d.objs.MyelinFromPod

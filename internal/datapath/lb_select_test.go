@@ -19,9 +19,12 @@ func testTable(size int, other uint32, at map[int]uint32) []uint32 {
 	return t
 }
 
-// backendOf runs p through from_pod and returns the address it was DNATed to.
+// backendOf runs p through from_pod, sent by pod A, and returns the address it was DNATed to.
 func backendOf(d *Datapath, p pkt) (netip.Addr, error) {
-	_, out, err := runPacket(d.objs.MyelinFromPod, p.build(), nil)
+	if err := d.UpsertEndpoint(mustAddr(podA), podASender); err != nil {
+		return netip.Addr{}, err
+	}
+	_, out, err := runPacket(d.objs.MyelinFromPod, p.build(), ctxPodA)
 	if err != nil {
 		return netip.Addr{}, err
 	}

@@ -105,7 +105,9 @@ func TestPrivilegedLBDirectAfterService(t *testing.T) {
 
 	viaService := ipv4(protoTCP, podA, vip).withDst(vip, 80)
 	direct := ipv4(protoTCP, podA, podBIP).withDst(podBIP, 8080) // the same ports as the service flow's backend side
-	reply := ipv4(protoTCP, podBIP, podA).withSrc(podBIP, 8080).withDst(podA, 40000).withTCPFlags(0x12)
+	reply := fromPodB(ipv4(protoTCP, podBIP, podA).withSrc(podBIP, 8080).withDst(podA, 40000).withTCPFlags(0x12))
+	// Pod B sends the replies; pod A gets pod B's veth fixture, so delivered() fits it.
+	seedReply := map[string]EndpointInfo{podA: podB, podBIP: podB}
 	reverse := func(want bool) func(*Datapath) error {
 		return func(d *Datapath) error { return checkCTReply(d, reply, want) }
 	}
@@ -120,13 +122,13 @@ func TestPrivilegedLBDirectAfterService(t *testing.T) {
 			name: "direct SYN on the same ports: the stale translation goes", endpoints: seedB, in: direct.build(), verdict: tcActRedirect,
 			out: delivered(direct), reason: "FORWARDED"}},
 		{prog: fromPod, dir: "from-pod", progCase: progCase{
-			name: "the direct connection's reply reaches the client untranslated", endpoints: seedA, in: reply.build(), verdict: tcActRedirect,
+			name: "the direct connection's reply reaches the client untranslated", endpoints: seedReply, in: reply.build(), verdict: tcActRedirect,
 			out: delivered(reply), reason: "FORWARDED"}},
 		{prog: fromPod, dir: "from-pod", then: reverse(true), progCase: progCase{
 			name: "through the service again on the same ports: the translation is back", endpoints: seedB, in: viaService.build(), verdict: tcActRedirect,
 			out: delivered(viaService.withDst(podBIP, 8080)), reason: "FORWARDED"}},
 		{prog: fromPod, dir: "from-pod", progCase: progCase{
-			name: "and its reply comes from the ClusterIP", endpoints: seedA, in: reply.build(), verdict: tcActRedirect,
+			name: "and its reply comes from the ClusterIP", endpoints: seedReply, in: reply.build(), verdict: tcActRedirect,
 			out: delivered(reply.withSrc(vip, 80)), reason: "FORWARDED"}},
 	}
 	runLBCases(t, d, cases)
@@ -139,8 +141,8 @@ func TestPrivilegedLBHairpin(t *testing.T) {
 	for _, routing := range []HostRouting{HostRoutingBPF, HostRoutingLegacy} {
 		t.Run(routing.String(), func(t *testing.T) {
 			d := loadLB(t, routing, 0)
-			req := ipv4(protoTCP, podBIP, vip).withDst(vip, 80)
-			reply := ipv4(protoTCP, podBIP, hairpin).withSrc(podBIP, 8080).withDst(hairpin, 40000).withTCPFlags(0x12)
+			req := fromPodB(ipv4(protoTCP, podBIP, vip).withDst(vip, 80))
+			reply := fromPodB(ipv4(protoTCP, podBIP, hairpin).withSrc(podBIP, 8080).withDst(hairpin, 40000).withTCPFlags(0x12))
 			cases := []lbCase{
 				{seed: oneService(feTCP, Service{ID: 1, Backends: []uint32{1}}), prog: d.objs.MyelinFromPod, dir: "from-pod", progCase: progCase{
 					name: "request: source to the hairpin address", endpoints: seedB, in: req.build(), verdict: tcActRedirect,
@@ -191,7 +193,10 @@ func TestPrivilegedLBNoBackend(t *testing.T) {
 	if err := drainEvents(r); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := runPacket(d.objs.MyelinFromPod, syn.build(), nil); err != nil {
+	if err := d.UpsertEndpoint(mustAddr(podA), podASender); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runPacket(d.objs.MyelinFromPod, syn.build(), ctxPodA); err != nil {
 		t.Fatal(err)
 	}
 	ev, ok := readEvent(t, r, time.Second)

@@ -93,6 +93,13 @@ type Config struct {
 	// masqueraded, and destinations that are never services. Required with
 	// Masquerade or LoadBalancing.
 	ClusterCIDR netip.Prefix
+	// NoSourceVerification turns the check of what pods send off
+	// (enable-source-ip-verification: false): then myelin_from_pod no longer
+	// drops IPv4 or ARP whose source address or MAC is not the sending
+	// endpoint's own (DROP_SPOOFED_SOURCE). The zero value verifies; only
+	// benchmarks comparing the check's cost should turn it off. Non-IPv4,
+	// non-ARP frames from pods are dropped either way.
+	NoSourceVerification bool
 	// NATMax sizes the NAT map myelin_snat in entries, two per flow; 0 means
 	// DefaultNATMax. Changing it replaces the map on the next Load, which
 	// drops the translations of open flows.
@@ -190,6 +197,13 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 	}
 	if err := specs.OverlayMac.Set(mac); err != nil {
 		return fmt.Errorf("set overlay_mac: %w", err)
+	}
+	var verify uint8 = 1
+	if cfg.NoSourceVerification {
+		verify = 0
+	}
+	if err := specs.SourceVerify.Set(verify); err != nil {
+		return fmt.Errorf("set source_verify: %w", err)
 	}
 	if err := configureMasquerade(&specs, cfg); err != nil {
 		return err

@@ -98,11 +98,11 @@ func TestPrivilegedLoadReusesPinnedMaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.UpsertEndpoint(ip, podB); err != nil {
+	if err := seedEndpoints(d, seedAB); err != nil {
 		t.Fatal(err)
 	}
 	in := ipv4(protoUDP, "10.1.0.10", "10.1.0.20").build()
-	if _, err := d.objs.MyelinFromPod.Run(&ebpf.RunOptions{Data: in}); err != nil {
+	if _, err := d.objs.MyelinFromPod.Run(&ebpf.RunOptions{Data: in, Context: *ctxPodA}); err != nil {
 		t.Fatal(err)
 	}
 	d.Close()
@@ -134,10 +134,10 @@ func TestPrivilegedLoadReusesPinnedMaps(t *testing.T) {
 		if max == 0 {
 			wantMax = DefaultEndpointsMax
 		}
-		if len(fill) != 3 || fill[0] != (MapFill{Name: "myelin_endpoints", Entries: 1, Max: wantMax}) ||
+		if len(fill) != 3 || fill[0] != (MapFill{Name: "myelin_endpoints", Entries: 2, Max: wantMax}) ||
 			fill[1] != (MapFill{Name: "myelin_tunnel", Entries: 0, Max: 1024}) ||
 			fill[2] != (MapFill{Name: "myelin_snat", Entries: 0, Max: DefaultNATMax}) {
-			t.Errorf("MapFill = %+v, want endpoints 1 of %d, tunnel 0 of 1024, snat 0 of %d", fill, wantMax, DefaultNATMax)
+			t.Errorf("MapFill = %+v, want endpoints 2 of %d, tunnel 0 of 1024, snat 0 of %d", fill, wantMax, DefaultNATMax)
 		}
 		d.Close()
 	}

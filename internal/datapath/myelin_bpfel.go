@@ -355,6 +355,7 @@ type myelinVariableSpecs struct {
 	OverlayIfindex         *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
 	OverlayMac             *ebpf.VariableSpec `ebpf:"overlay_mac"`
 	RoutingTunnel          *ebpf.VariableSpec `ebpf:"routing_tunnel"`
+	SourceVerify           *ebpf.VariableSpec `ebpf:"source_verify"`
 	TraceEnabled           *ebpf.VariableSpec `ebpf:"trace_enabled"`
 }
 
@@ -441,6 +442,7 @@ type myelinVariables struct {
 	OverlayIfindex         *ebpf.Variable `ebpf:"overlay_ifindex"`
 	OverlayMac             *ebpf.Variable `ebpf:"overlay_mac"`
 	RoutingTunnel          *ebpf.Variable `ebpf:"routing_tunnel"`
+	SourceVerify           *ebpf.Variable `ebpf:"source_verify"`
 	TraceEnabled           *ebpf.Variable `ebpf:"trace_enabled"`
 }
 

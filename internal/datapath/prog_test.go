@@ -35,10 +35,13 @@ type progCase struct {
 	endpoints map[string]EndpointInfo
 	tunnels   map[string]string // PodCIDR -> node IP
 	in        []byte
-	ctx       *skbCtx // nil: no context, the skb's device is loopback and ingress_ifindex 0
-	verdict   uint32
-	out       []byte // nil: the packet must come out unchanged
-	reason    string // the counter that must grow by one packet of len(in) bytes
+	// ctx nil: no context, the skb's device is loopback and ingress_ifindex 0;
+	// from-pod rows are then sent from the veth of the packet's source
+	// endpoint (withSender).
+	ctx     *skbCtx
+	verdict uint32
+	out     []byte // nil: the packet must come out unchanged
+	reason  string // the counter that must grow by one packet of len(in) bytes
 }
 
 // runCases runs each row through prog as a subtest.
@@ -57,6 +60,9 @@ func runCases(t *testing.T, d *Datapath, prog *ebpf.Program, dir string, cases [
 // and counter. It returns errors instead of failing the test so it can run
 // on a thread locked into a netns, where subtests (new goroutines) can't.
 func checkCase(d *Datapath, prog *ebpf.Program, dir string, c progCase) error {
+	if dir == "from-pod" && c.ctx == nil {
+		c = withSender(c)
+	}
 	if err := seedEndpoints(d, c.endpoints); err != nil {
 		return err
 	}
@@ -151,7 +157,7 @@ func TestPrivilegedBPFFromPod(t *testing.T) {
 		{name: "TTL 1 to local endpoint", endpoints: seedB, in: udp.withTTL(1).build(), verdict: tcActOK, reason: "PASS_STACK"},
 		{name: "TTL 0 to local endpoint", endpoints: seedB, in: udp.withTTL(0).build(), verdict: tcActOK, reason: "PASS_STACK"},
 		{name: "ARP", endpoints: seedB, in: arpRequest(), verdict: tcActOK, reason: "PASS_STACK"},
-		{name: "IPv6", endpoints: seedB, in: ipv6Frame(), verdict: tcActOK, reason: "PASS_STACK"},
+		{name: "IPv6", endpoints: seedB, in: ipv6Frame(), verdict: tcActShot, reason: "DROP_UNSUPPORTED_L3"},
 		// Without a test-run context the skb's ingress_ifindex is 0, so
 		// bpf_fib_lookup fails with -ENODEV and the packet goes to the stack.
 		// TestPrivilegedBPFFromPodFIB covers real FIB results in a netns.
@@ -189,7 +195,7 @@ func TestPrivilegedBPFLegacy(t *testing.T) {
 	for _, p := range []struct {
 		prog *ebpf.Program
 		dir  string
-	}{{d.objs.MyelinFromPod, "from-pod"}, {d.objs.MyelinFromNetdev, "from-netdev"}, {d.objs.MyelinFromOverlay, "from-overlay"}} {
+	}{{d.objs.MyelinFromPod, "from-pod"}, {d.objs.MyelinFromNetdev, "from-netdev"}} {
 		t.Run(p.dir, func(t *testing.T) {
 			cases := []progCase{
 				{name: "UDP to local endpoint", endpoints: seedB, in: udp.build(), verdict: tcActOK, reason: "PASS_STACK"},
@@ -200,6 +206,11 @@ func TestPrivilegedBPFLegacy(t *testing.T) {
 			runCases(t, d, p.prog, p.dir, cases)
 		})
 	}
+	// from_overlay checks the tunnel peer in both modes; test-run has no
+	// tunnel metadata (TestPrivilegedTunnelEndToEnd has).
+	runCases(t, d, d.objs.MyelinFromOverlay, "from-overlay", []progCase{
+		{name: "no tunnel metadata", endpoints: seedB, in: udp.build(), verdict: tcActShot, reason: "DROP_UNKNOWN_TUNNEL_PEER"},
+	})
 }
 
 func TestPrivilegedBPFDropEvent(t *testing.T) {
@@ -232,7 +243,7 @@ func TestPrivilegedBPFDropEvent(t *testing.T) {
 func TestPrivilegedBPFTraceEvents(t *testing.T) {
 	requirePrivileged(t)
 	d := loadTest(t, HostRoutingBPF)
-	if err := seedEndpoints(d, seedB); err != nil {
+	if err := seedEndpoints(d, seedAB); err != nil {
 		t.Fatal(err)
 	}
 	r, err := d.NewEventReader()
@@ -243,7 +254,7 @@ func TestPrivilegedBPFTraceEvents(t *testing.T) {
 	in := ipv4(protoTCP, "10.1.0.10", "10.1.0.20").build()
 	run := func() {
 		t.Helper()
-		if _, err := d.objs.MyelinFromPod.Run(&ebpf.RunOptions{Data: in}); err != nil {
+		if _, err := d.objs.MyelinFromPod.Run(&ebpf.RunOptions{Data: in, Context: *ctxPodA}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -48,7 +48,8 @@ type tunnelNode struct {
 // The real proof of tunnel mode: pod A pings pod B across the overlay. Both
 // directions go from_pod (encapsulate) -> VXLAN over the underlay ->
 // from_overlay (bpf_redirect_peer), and the underlay carries UDP 8472 with
-// the outer header from the tunnel key.
+// the outer header from the tunnel key. Then hand-made VXLAN frames from
+// known and unknown underlay addresses show which peers from_overlay accepts.
 func TestPrivilegedTunnelEndToEnd(t *testing.T) {
 	requirePrivileged(t)
 	testenv.RequireTools(t, "nsenter", "ping")
@@ -96,7 +97,10 @@ func tunnelEndToEnd(t *testing.T, nameA, pinA, pinB string) error {
 		}
 		defer n.node.d.Close()
 	}
-	return pingAcross(a, b)
+	if err := pingAcross(a, b); err != nil {
+		return err
+	}
+	return injectVXLAN(a, b)
 }
 
 // newNamedNetns creates the netns name and moves the thread back to home.

@@ -28,14 +28,14 @@ func inNetNS(path string, argv ...string) (string, error) {
 	return string(out), err
 }
 
-// podNetNS is the network namespace of a Running pod.
-func podNetNS(t *testing.T, cs kubernetes.Interface, name string) string {
+// podNetNSOf is the network namespace of the Running pod default/name.
+func podNetNSOf(t *testing.T, cs kubernetes.Interface, name string) string {
 	t.Helper()
 	p, err := cs.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return lab.NetNSPath(lab.PodNetNS(string(p.UID)))
+	return podNetNS(*p)
 }
 
 // endpointOfPod returns the endpoint of a pod on node.
@@ -144,7 +144,7 @@ func TestLabMyelinAgentDown(t *testing.T) {
 	createPod(t, cs, "broken", n1, map[string]string{"app": "broken"}, "sleep", "infinity")
 	runningPods(t, cs, "app=victim", 1)
 	runningPods(t, cs, "app=broken", 1)
-	clientNS, nodeIP := podNetNS(t, cs, "client"), "198.18.0.11"
+	clientNS, nodeIP := podNetNSOf(t, cs, "client"), "198.18.0.11"
 	datapathWorks(t, "all up", clientNS, webIP, svc.Spec.ClusterIP, nodeIP)
 
 	checkBrokenEndpoint(t, n1, endpointOfPod(t, n1, "broken"))

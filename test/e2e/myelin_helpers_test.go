@@ -114,6 +114,9 @@ func inPod(pod string, argv ...string) (string, error) {
 	return myelin(append([]string{"lab", "exec", pod, "--"}, argv...)...)
 }
 
+// podNetNS is the path of a lab pod's network namespace.
+func podNetNS(p corev1.Pod) string { return lab.NetNSPath(lab.PodNetNS(string(p.UID))) }
+
 // inNode runs a command in a node's netns.
 func inNode(node string, argv ...string) (string, error) {
 	out, err := exec.Command("nsenter", append([]string{"--net=" + lab.NetNSPath(node), "--"}, argv...)...).CombinedOutput()

@@ -1,0 +1,157 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// strangerIP is an underlay address of no node: node A's netns gets it as
+// a second address to send from.
+const strangerIP = "198.51.100.99"
+
+// vxlanProbe is one hand-made VXLAN frame to node B's tunnel port.
+type vxlanProbe struct {
+	outerSrc, innerSrc string
+	deliver            bool // else dropped as DROP_UNKNOWN_TUNNEL_PEER
+}
+
+// injectVXLAN sends VXLAN frames to node B's tunnel port from node A's
+// netns, each carrying a UDP datagram for pod B: from node A with an inner
+// source in A's PodCIDR or A's own address (delivered), from a stranger on
+// the underlay, and from node A with an inner source in a PodCIDR that is not
+// A's, or pod B's own (dropped). Pod B's socket must get exactly the first two.
+func injectVXLAN(a, b *tunnelNode) error {
+	probes := []vxlanProbe{
+		{strangerIP, a.podIP.String(), false},
+		{a.underlayIP.String(), "10.3.0.7", false},
+		{a.underlayIP.String(), b.podIP.String(), false},
+		{strangerIP, strangerIP, true}, // its own address: what it could send natively too
+		{a.underlayIP.String(), a.podIP.String(), true},
+		{a.underlayIP.String(), a.underlayIP.String(), true},
+	}
+	var podFD int
+	err := inNode(b.podNS, func() (err error) {
+		podFD, err = udpSocket(netip.AddrPortFrom(b.podIP, 9999))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	defer unix.Close(podFD)
+	before, err := counter(b.d, "from-overlay", "DROP_UNKNOWN_TUNNEL_PEER")
+	if err != nil {
+		return err
+	}
+	if err := inNode(a.ns, func() error { return sendProbes(probes, b) }); err != nil {
+		return err
+	}
+	var want []string
+	for i, p := range probes {
+		if p.deliver {
+			want = append(want, probeName(i, p))
+		}
+	}
+	got, err := readProbes(podFD, len(want))
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(got, want) {
+		return fmt.Errorf("pod B received %q, want %q", got, want)
+	}
+	after, err := counter(b.d, "from-overlay", "DROP_UNKNOWN_TUNNEL_PEER")
+	if err != nil {
+		return err
+	}
+	if n := after.Packets - before.Packets; n != uint64(len(probes)-len(want)) {
+		return fmt.Errorf("node B DROP_UNKNOWN_TUNNEL_PEER grew by %d, want %d", n, len(probes)-len(want))
+	}
+	return nil
+}
+
+func probeName(i int, p vxlanProbe) string {
+	return fmt.Sprintf("probe %d outer %s inner %s", i, p.outerSrc, p.innerSrc)
+}
+
+// sendProbes sends the probes to node B's tunnel port, the dropped ones
+// first (so once the delivered ones arrived, the others were handled),
+// from the current netns (node A's), with the stranger's address added.
+func sendProbes(probes []vxlanProbe, b *tunnelNode) error {
+	ul, err := netlink.LinkByName(underlayDev)
+	if err != nil {
+		return err
+	}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(strangerIP).To4(), Mask: net.CIDRMask(24, 32)}}
+	if err := netlink.AddrAdd(ul, addr); err != nil {
+		return fmt.Errorf("add %s: %w", strangerIP, err)
+	}
+	for _, deliver := range []bool{false, true} {
+		for i, p := range probes {
+			if p.deliver != deliver {
+				continue
+			}
+			inner := ipv4(protoUDP, p.innerSrc, b.podIP.String()).withDst(b.podIP.String(), 9999).
+				withMACs(mac("02:aa:00:00:00:05"), OverlayMAC(b.underlayIP))
+			inner.payload = []byte(probeName(i, p))
+			frame := append([]byte{0x08, 0, 0, 0, 0, 0, 0, 0}, inner.build()...) // VXLAN: VNI 0
+			if err := sendUDP(mustAddr(p.outerSrc), netip.AddrPortFrom(b.underlayIP, tunnelPort), frame); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// udpSocket opens a non-blocking UDP socket bound to at (current netns).
+func udpSocket(at netip.AddrPort) (int, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("open UDP socket: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: at.Addr().As4(), Port: int(at.Port())}); err != nil {
+		unix.Close(fd)
+		return 0, fmt.Errorf("bind %s: %w", at, err)
+	}
+	return fd, nil
+}
+
+// sendUDP sends one datagram from src (any port) to dst.
+func sendUDP(src netip.Addr, dst netip.AddrPort, payload []byte) error {
+	fd, err := udpSocket(netip.AddrPortFrom(src, 0))
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.Sendto(fd, payload, 0, &unix.SockaddrInet4{Addr: dst.Addr().As4(), Port: int(dst.Port())}); err != nil {
+		return fmt.Errorf("send from %s to %s: %w", src, dst, err)
+	}
+	return nil
+}
+
+// readProbes reads datagrams from fd until n arrived (or 3 s passed), then
+// whatever else is already queued.
+func readProbes(fd, n int) ([]string, error) {
+	var got []string
+	buf := make([]byte, 2048)
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		m, _, err := unix.Recvfrom(fd, buf, 0)
+		if errors.Is(err, unix.EAGAIN) {
+			if len(got) >= n || time.Now().After(deadline) {
+				return got, nil
+			}
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			return got, fmt.Errorf("read pod B's socket: %w", err)
+		}
+		got = append(got, string(buf[:m]))
+	}
+}

@@ -1,0 +1,151 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/myelin-net/myelin/internal/lab"
+)
+
+// TestLabMyelinSpoofing attacks from a pod as a hostile tenant would, on a
+// 2-node lab (native routing, BPF host routing). The attacker adds other
+// addresses to its eth0 (a pod's of its node, a pod's of the other node,
+// both node IPs, a Service's ClusterIP, an outside address) and sends UDP
+// and TCP SYNs from each to a pod on its node and a pod on the other node,
+// and a VLAN-tagged datagram from its own address: captures in both targets
+// see none of them (its genuine packets arrive), and node-1 counts
+// DROP_SPOOFED_SOURCE. Then it sends IPv6 router
+// advertisements: node-1 gets no new IPv6 address or route, and counts
+// DROP_UNSUPPORTED_L3.
+func TestLabMyelinSpoofing(t *testing.T) {
+	requireRoot(t)
+	cs := labUp(t, "--nodes", "2", "--cni", "myelin")
+	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	placement := map[string]string{"attacker": n1, "neighbour": n1, "near": n1, "far": n2, "impersonated": n2}
+	for name, node := range placement {
+		createPod(t, cs, name, node, map[string]string{"app": name}, "sleep", "infinity")
+	}
+	pods := map[string]corev1.Pod{}
+	for name := range placement {
+		pods[name] = runningPods(t, cs, "app="+name, 1)[0]
+	}
+	if st := agentStatus(t, n1); !st.SourceCheck.Enabled {
+		t.Fatalf("node-1 source validation off (%+v), want on by default", st.SourceCheck)
+	}
+	kube, err := cs.CoreV1().Services("default").Get(context.Background(), "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := []string{pods["neighbour"].Status.PodIP, pods["impersonated"].Status.PodIP,
+		"198.18.0.11", "198.18.0.12", kube.Spec.ClusterIP, "203.0.113.10"}
+	spoofFromPod(t, n1, pods, forged)
+	advertiseFromPod(t, n1, pods["attacker"])
+	labDown(t)
+}
+
+// spoofFromPod sends forged UDP and TCP from the attacker to the near and
+// far pods and checks that only its genuine packets reach them.
+func spoofFromPod(t *testing.T, node string, pods map[string]corev1.Pod, forged []string) {
+	t.Helper()
+	targets := []corev1.Pod{pods["near"], pods["far"]}
+	var caps []*capture
+	for _, p := range targets {
+		c, err := openPodCapture(podNetNS(p))
+		if err != nil {
+			t.Fatalf("capture in %s: %v", p.Name, err)
+		}
+		defer c.close()
+		caps = append(caps, c)
+	}
+	before := dropCount(t, node, "DROP_SPOOFED_SOURCE")
+	var dsts []netip.Addr
+	for _, p := range targets {
+		dsts = append(dsts, netip.MustParseAddr(p.Status.PodIP))
+	}
+	own := netip.MustParseAddr(pods["attacker"].Status.PodIP)
+	var srcs []netip.Addr
+	for _, f := range forged {
+		srcs = append(srcs, netip.MustParseAddr(f))
+	}
+	closeTCP, err := sendForged(podNetNS(pods["attacker"]), own, srcs, dsts)
+	if err != nil {
+		t.Fatalf("send from the attacker pod: %v", err)
+	}
+	defer closeTCP()
+	for i, c := range caps {
+		got, err := c.sourcesUntil(own, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		genuine := false
+		for _, f := range got {
+			genuine = genuine || (f.src == own && f.udpPort == 9999)
+			if slices.Contains(srcs, f.src) {
+				t.Errorf("%s (%s) received a packet from the forged source %s", targets[i].Name, targets[i].Spec.NodeName, f.src)
+			}
+			if f.udpPort == taggedPort {
+				t.Errorf("%s (%s) received the attacker's 802.1Q-tagged datagram", targets[i].Name, targets[i].Spec.NodeName)
+			}
+		}
+		if !genuine {
+			t.Errorf("%s saw no genuine packet from the attacker %s (frames seen: %v): the capture proves nothing", targets[i].Name, own, got)
+		}
+	}
+	want := uint64(2 * len(srcs) * len(dsts)) // one UDP datagram and at least one SYN each
+	if got := dropCount(t, node, "DROP_SPOOFED_SOURCE") - before; got < want {
+		t.Errorf("%s DROP_SPOOFED_SOURCE grew by %d, want >= %d", node, got, want)
+	}
+}
+
+// advertiseFromPod sends IPv6 router advertisements (default router, an
+// autoconfiguration prefix) from the attacker and checks that its node's
+// IPv6 addresses and routes stay as they were.
+func advertiseFromPod(t *testing.T, node string, attacker corev1.Pod) {
+	t.Helper()
+	const count = 20
+	addrs, routes := nodeIPv6(t, node)
+	before := dropCount(t, node, "DROP_UNSUPPORTED_L3")
+	if err := sendRouterAdvertisements(podNetNS(attacker), count); err != nil {
+		t.Fatalf("send router advertisements from %s: %v", attacker.Name, err)
+	}
+	eventually(t, 10*time.Second, "router advertisements dropped", func(context.Context) (bool, string) {
+		got := dropCount(t, node, "DROP_UNSUPPORTED_L3") - before
+		return got >= count, fmt.Sprintf("DROP_UNSUPPORTED_L3 grew by %d, want >= %d", got, count)
+	})
+	addrsAfter, routesAfter := nodeIPv6(t, node)
+	if addrsAfter != addrs || routesAfter != routes {
+		t.Errorf("%s IPv6 changed after the pod's router advertisements:\naddresses before:\n%s\nafter:\n%s\nroutes before:\n%s\nafter:\n%s",
+			node, addrs, addrsAfter, routes, routesAfter)
+	}
+	if strings.Contains(addrsAfter+routesAfter, raPrefix) {
+		t.Errorf("%s took the advertised prefix %s", node, raPrefix)
+	}
+}
+
+// nodeIPv6 returns a node's IPv6 addresses and routes as ip prints them.
+func nodeIPv6(t *testing.T, node string) (string, string) {
+	t.Helper()
+	addrs, err := inNode(node, "ip", "-6", "-br", "addr")
+	if err != nil {
+		t.Fatalf("ip -6 addr in %s: %v %s", node, err, addrs)
+	}
+	routes, err := inNode(node, "ip", "-6", "route")
+	if err != nil {
+		t.Fatalf("ip -6 route in %s: %v %s", node, err, routes)
+	}
+	return addrs, routes
+}
+
+// dropCount is a node's from-pod counter of reason, in packets.
+func dropCount(t *testing.T, node, reason string) uint64 {
+	t.Helper()
+	return counter(t, node, "from-pod", reason)
+}
