@@ -444,6 +444,8 @@ func configureLoadBalancing(specs *myelinSpecs, cfg Config) error {
 		{specs.MyelinLbMaglev, lbServicesMax},
 		{specs.MyelinLbAffinity, lbAffinityMax},
 		{specs.MyelinLbCt, lbCTMax},
+		{specs.MyelinNodeportSyn, cfg.NodePortSynMax},
+		{specs.MyelinNodeportNat, cfg.NodePortNATMax},
 	}
 	for _, s := range sizes {
 		s.spec.MaxEntries = 1
