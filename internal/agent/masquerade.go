@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -83,7 +84,12 @@ func (a *agent) collectNAT(ctx context.Context) {
 			return
 		case <-time.After(natGCInterval):
 		}
-		n, err := a.dp.GCNAT(datapath.MonotonicNow())
+		now := datapath.MonotonicNow()
+		n, err := a.dp.GCNAT(now)
+		if a.conf.KubeProxyReplacement {
+			m, npErr := a.dp.GCNodePortNAT(now)
+			n, err = n+m, errors.Join(err, npErr)
+		}
 		a.loops.report("nat-gc", err)
 		if n > 0 {
 			a.log.Debug("NAT entries collected", "removed", n)
