@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 )
@@ -285,5 +286,87 @@ func TestPrivilegedNodePortSNATFlood(t *testing.T) {
 	}
 	if m, _ := counter(d, "from-netdev", "DROP_NODEPORT_NAT_FULL"); m.Packets != 0 {
 		t.Errorf("DROP_NODEPORT_NAT_FULL = %d during a SYN flood, want 0", m.Packets)
+	}
+}
+
+// UDP NodePort flows to a remote backend: embryonic on the first datagram,
+// promoted by the client's next datagram after a reply came back.
+func TestPrivilegedNodePortSNATUDP(t *testing.T) {
+	requirePrivileged(t)
+	d := loadNodePortNAT(t, 0, 0, testNATPort, testNATPort)
+	fe := Frontend{Addr: testNodeIP, Port: nodePort, Proto: protoUDP}
+	if err := seedLB(d, *oneService(fe, Service{ID: 1, Flags: ServiceNodePort, Backends: []uint32{2}})); err != nil {
+		t.Fatal(err)
+	}
+	req := ipv4(protoUDP, extHost, nodeIP).withDst(nodeIP, nodePort)
+	reply := ipv4(protoUDP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, testNATPort)
+	flows := func(established bool) func(*Datapath) error {
+		return func(d *Datapath) error {
+			f := npTestFlow(extHost, 40000, remoteIP, 2, established, "udp")
+			f.Proto = protoUDP
+			return checkNodePortFlows(d, []NodePortFlow{f})
+		}
+	}
+	row := func(name string, in pkt, out []byte, then func(*Datapath) error) lbCase {
+		return lbCase{prog: d.objs.MyelinFromNetdev, dir: "from-netdev", then: then,
+			progCase: progCase{name: name, endpoints: seedB, in: in.build(), verdict: tcActOK, out: out, reason: "PASS_STACK"}}
+	}
+	runLBCases(t, d, []lbCase{
+		row("first datagram: embryonic", req, req.withSrc(nodeIP, testNATPort).withDst(remoteIP, 8080).build(), flows(false)),
+		row("reply: from the NodePort", reply, reply.withSrc(nodeIP, nodePort).withDst(extHost, 40000).build(), flows(false)),
+		row("next datagram: promoted", req, req.withSrc(nodeIP, testNATPort).withDst(remoteIP, 8080).build(), flows(true)),
+	})
+}
+
+// An embryonic flow holding the only NAT port gives it up to a new flow once
+// idle 5 s (not before: DROP_NAT_NO_PORT); a pod's reply to a NAT port of no
+// flow passes untouched and counts as a reply lost.
+func TestPrivilegedNodePortSNATReclaim(t *testing.T) {
+	requirePrivileged(t)
+	d := loadNodePortNAT(t, 0, 0, testNATPort, testNATPort)
+	seed := func(age time.Duration) {
+		if err := seedLB(d, *oneService(feNodePort, Service{ID: 1, Flags: ServiceNodePort, Backends: []uint32{2}})); err != nil {
+			t.Fatal(err)
+		}
+		last := uint64(MonotonicNow() - age)
+		fk := myelinNatKey{Saddr: networkUint32(mustAddr("203.0.113.20")), Daddr: networkUint32(testNodeIP), Sport: htons(1111),
+			Dport: htons(nodePort), Proto: protoTCP, Dir: uint8(myelinNatDirNAT_DIR_EGRESS)}
+		fv := myelinNpEntry{LastSeen: last, Addr: networkUint32(mustAddr(remoteIP)), BackendId: 2, Port: htons(8080), Xport: htons(testNATPort)}
+		rk := myelinNatKey{Saddr: fv.Addr, Daddr: fk.Daddr, Sport: fv.Port, Dport: fv.Xport, Proto: protoTCP, Dir: uint8(myelinNatDirNAT_DIR_INGRESS)}
+		rv := myelinNpEntry{LastSeen: last, Addr: fk.Saddr, Port: fk.Sport, Xport: fk.Dport}
+		for _, e := range []struct {
+			k myelinNatKey
+			v myelinNpEntry
+		}{{fk, fv}, {rk, rv}} {
+			if err := d.objs.MyelinNodeportSyn.Update(e.k, e.v, ebpf.UpdateAny); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort)
+	seed(time.Second)
+	c := progCase{name: "port held by a fresh embryonic flow", endpoints: seedB, in: req.build(), verdict: tcActShot, reason: "DROP_NAT_NO_PORT"}
+	if err := checkCase(d, d.objs.MyelinFromNetdev, "from-netdev", c); err != nil {
+		t.Error(err)
+	}
+	seed(6 * time.Second)
+	c = progCase{name: "port held by an idle embryonic flow", endpoints: seedB, in: req.build(), verdict: tcActOK,
+		out: req.withSrc(nodeIP, testNATPort).withDst(remoteIP, 8080).build(), reason: "PASS_STACK"}
+	if err := checkCase(d, d.objs.MyelinFromNetdev, "from-netdev", c); err != nil {
+		t.Error(err)
+	}
+	if err := checkNodePortFlows(d, []NodePortFlow{npTestFlow(extHost, 40000, remoteIP, 2, false, "tcp-syn")}); err != nil {
+		t.Error(err)
+	}
+	lost := ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, testNATPort+0).withTCPFlags(0x12).withSeq(5, 1)
+	if err := seedLB(d, *oneService(feNodePort, Service{ID: 1, Flags: ServiceNodePort, Backends: []uint32{2}})); err != nil {
+		t.Fatal(err)
+	}
+	c = progCase{name: "reply without a flow", endpoints: seedB, in: lost.build(), verdict: tcActOK, reason: "PASS_STACK"}
+	if err := checkCase(d, d.objs.MyelinFromNetdev, "from-netdev", c); err != nil {
+		t.Error(err)
+	}
+	if st, _ := d.NodePortStats(); st.RepliesLost != 1 || st.Created != 1 {
+		t.Errorf("NodePort stats %+v, want 1 created and 1 reply lost", st)
 	}
 }
