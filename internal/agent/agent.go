@@ -67,6 +67,7 @@ type agent struct {
 	masqApplied []netip.Prefix
 	overlay     netlink.Link     // myelin_vxlan in tunnel mode
 	natPorts    config.PortRange // the NAT ports of masquerade and NodePort SNAT
+	npEvictions evictionSamples  // embryonic NodePort evictions, sampled by the NAT GC
 	services    *service.Manager // nil with kube-proxy-replacement false
 	svcWatch    *service.Watcher
 	started     time.Time

@@ -78,6 +78,9 @@ func (a *agent) collectNAT(ctx context.Context) {
 	if !a.bpfMasquerade() && !a.conf.KubeProxyReplacement {
 		return
 	}
+	if a.conf.KubeProxyReplacement {
+		a.sampleEvictions() // status compares with this until the window has samples
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -89,6 +92,7 @@ func (a *agent) collectNAT(ctx context.Context) {
 		if a.conf.KubeProxyReplacement {
 			m, npErr := a.dp.GCNodePortNAT(now)
 			n, err = n+m, errors.Join(err, npErr)
+			a.sampleEvictions()
 		}
 		a.loops.report("nat-gc", err)
 		if n > 0 {

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/datapath"
@@ -19,8 +21,65 @@ func (a *agent) natStatus(fills []datapath.MapFill) api.NATInfo {
 	}
 	if st, err := a.dp.NodePortStats(); err == nil {
 		info.NodePort = nodePortInfo(st, fills)
+		if n := a.npEvictions.since(time.Now(), info.NodePort.Evicted); n > 0 {
+			info.Warnings = append(info.Warnings, fmt.Sprintf(
+				"myelin_nodeport_syn evicted %d embryonic NodePort flows in the last minute (a SYN flood?): clients slower than the churn retry their SYN; established flows and masquerade are unaffected", n))
+		}
 	}
 	return info
+}
+
+// evictionWindow is how far back status looks for embryonic NodePort evictions.
+const evictionWindow = time.Minute
+
+// evictionSamples keeps the estimated evictions of the embryonic NodePort
+// table as sampled by the NAT GC loop over the last evictionWindow: an LRU
+// never reads as full reliably (the kernel evicts in batches), but a
+// growing eviction count is the pressure.
+type evictionSamples struct {
+	mu      sync.Mutex
+	samples []evictionSample
+}
+
+type evictionSample struct {
+	at      time.Time
+	evicted uint64
+}
+
+// add records the evictions at now and forgets samples older than the window.
+func (e *evictionSamples) add(now time.Time, evicted uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.samples = append(e.samples, evictionSample{now, evicted})
+	for len(e.samples) > 1 && now.Sub(e.samples[0].at) > evictionWindow {
+		e.samples = e.samples[1:]
+	}
+}
+
+// since returns how many evictions happened since the oldest sample of the
+// window (0 without samples).
+func (e *evictionSamples) since(now time.Time, evicted uint64) uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, s := range e.samples {
+		if now.Sub(s.at) <= evictionWindow+natGCInterval && evicted > s.evicted {
+			return evicted - s.evicted
+		}
+	}
+	return 0
+}
+
+// sampleEvictions records the embryonic NodePort evictions for status.
+func (a *agent) sampleEvictions() {
+	st, err := a.dp.NodePortStats()
+	if err != nil {
+		return
+	}
+	fills, err := a.dp.MapFill()
+	if err != nil {
+		return
+	}
+	a.npEvictions.add(time.Now(), nodePortInfo(st, fills).Evicted)
 }
 
 // nodePortInfo turns the NodePort counters into status, with the evictions

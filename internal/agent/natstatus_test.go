@@ -3,6 +3,7 @@ package agent
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/datapath"
@@ -23,5 +24,27 @@ func TestNATWarnings(t *testing.T) {
 	info := nodePortInfo(datapath.NodePortStats{Created: 5000, Promoted: 3, RepliesLost: 7}, fills)
 	if want := (api.NodePortNATInfo{Created: 5000, Promoted: 3, Evicted: 5000 - 3 - 31, RepliesLost: 7}); *info != want {
 		t.Errorf("nodePortInfo = %+v, want %+v", *info, want)
+	}
+}
+
+func TestEvictionSamples(t *testing.T) {
+	var e evictionSamples
+	t0 := time.Unix(1000, 0)
+	if n := e.since(t0, 50); n != 0 {
+		t.Errorf("without samples: %d, want 0", n)
+	}
+	e.add(t0, 100)
+	e.add(t0.Add(10*time.Second), 100)
+	if n := e.since(t0.Add(15*time.Second), 100); n != 0 {
+		t.Errorf("no new evictions: %d, want 0", n)
+	}
+	if n := e.since(t0.Add(15*time.Second), 5100); n != 5000 {
+		t.Errorf("5,000 new evictions: %d, want 5000", n)
+	}
+	for i := 2; i <= 9; i++ {
+		e.add(t0.Add(time.Duration(i)*10*time.Second), 5100)
+	}
+	if n := e.since(t0.Add(95*time.Second), 5100); n != 0 {
+		t.Errorf("evictions older than the window: %d, want 0", n)
 	}
 }

@@ -138,6 +138,7 @@ func TestLabMyelinNodePortFlood(t *testing.T) {
 
 	st := agentStatus(t, n1)
 	np := st.NAT.NodePort
+	t.Logf("after the flood: %d pod connections during it; NAT %+v; NodePort %+v; maps %+v", during, st.NAT, np, st.Maps)
 	if np == nil || np.Created-before.NodePort.Created < 25000 || np.Evicted <= before.NodePort.Evicted {
 		t.Errorf("NodePort SNAT counters after the flood %+v (before %+v): want at least 25,000 more flows created and evictions", np, before.NodePort)
 	}
