@@ -26,5 +26,6 @@ const enum nat_flags *btf_anchor_nat_flags __attribute__((unused));
 const enum lb_svc_flags *btf_anchor_lb_svc_flags __attribute__((unused));
 const enum ct_dir *btf_anchor_ct_dir __attribute__((unused));
 const enum ct_flags *btf_anchor_ct_flags __attribute__((unused));
+const enum np_stat *btf_anchor_np_stat __attribute__((unused));
 const struct lb_affinity_key *btf_anchor_lb_affinity_key __attribute__((unused));
 const enum frag_stage *btf_anchor_frag_stage __attribute__((unused));

@@ -71,6 +71,15 @@ volatile const __u32 maglev_table_size = 0;
  */
 volatile const __u8 source_verify = 1;
 
+/*
+ * nat_port_min/_max: the ports masquerade and NodePort SNAT translate to,
+ * host order, inclusive. The agent picks them outside the node's ephemeral
+ * ports (net.ipv4.ip_local_port_range), so a translated flow never takes a
+ * tuple one of the node's own connections could hold.
+ */
+volatile const __u16 nat_port_min = 61000;
+volatile const __u16 nat_port_max = 65535;
+
 /* cluster_contains says whether addr (network order) is a pod address of the cluster. */
 static __always_inline int cluster_contains(__u32 addr)
 {

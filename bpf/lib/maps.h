@@ -19,6 +19,8 @@
 #define TUNNEL_MAX_ENTRIES    1024  /* one PodCIDR per node */
 #define NAT_MAX_DEFAULT	      65536 /* two entries per masqueraded flow */
 #define NOMASQ_MAX_ENTRIES    4096  /* CIDRs plus node IPs */
+#define NODEPORT_SYN_MAX      16384 /* embryonic NodePort SNAT flows, two entries each */
+#define NODEPORT_NAT_MAX      65536 /* established NodePort SNAT flows, two entries each */
 /* Load balancing; the agent shrinks them to 1 entry when load balancing is off. */
 #define LB_SERVICES_MAX	   65536  /* frontends: 10,000 services with a few ports each */
 #define LB_SLOTS_MAX	   131072 /* backend slots of all services */
@@ -64,6 +66,44 @@ struct {
 	__uint(max_entries, NAT_MAX_DEFAULT);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_snat SEC(".maps");
+
+/*
+ * myelin_nodeport_syn: both directions of NodePort flows to a backend on
+ * another node that have not completed their handshake (lib/nodeport.h).
+ * LRU: a flood of SYNs from forged sources only churns this table; nothing
+ * else (masquerade, established NodePort flows, service conntrack) is touched.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct nat_key);
+	__type(value, struct np_entry);
+	__uint(max_entries, NODEPORT_SYN_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_nodeport_syn SEC(".maps");
+
+/*
+ * myelin_nodeport_nat: NodePort flows to a backend on another node past the
+ * handshake, moved here from myelin_nodeport_syn. A plain hash like
+ * myelin_snat: full, a flow stays embryonic and the packet is dropped as
+ * DROP_NODEPORT_NAT_FULL; the agent's GC (Datapath.GCNodePortNAT) frees idle
+ * flows.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct nat_key);
+	__type(value, struct np_entry);
+	__uint(max_entries, NODEPORT_NAT_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_nodeport_nat SEC(".maps");
+
+/* myelin_nodeport_stats: enum np_stat -> count, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, NP_STAT_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_nodeport_stats SEC(".maps");
 
 /*
  * myelin_nomasq: destinations never masqueraded (cluster CIDR, native

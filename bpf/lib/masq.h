@@ -40,8 +40,7 @@ static __always_inline int masq_wanted(const struct ipv4_info *info)
  * masq_snat translates the source of a TCP, UDP or ICMP echo packet (l4 as
  * l4_parse filled it) to node_ip and the flow's NAT port, creating the
  * flow's NAT entries (lib/nat.h) on its first packet; masq_ingress
- * translates the replies back. Used by masquerade and by NodePort traffic
- * forwarded to another node. Returns 0 or a DROP_* reason.
+ * translates the replies back. Returns 0 or a DROP_* reason.
  */
 static __always_inline int masq_snat(struct __sk_buff *skb, struct ipv4_info *info,
 				     const struct l4_info *l4)
@@ -156,8 +155,8 @@ static __always_inline int masq_icmp_error(struct __sk_buff *skb, struct ipv4_in
  * matching a reverse entry of myelin_snat) back to the pod: destination
  * address and port (ICMP echo reply: id). ICMP errors about such flows go to
  * masq_icmp_error. Packets without an entry are the node's own and untouched.
- * Load balancing needs it too: NodePort flows forwarded to another node are
- * source-translated with the same entries (masq_snat).
+ * NodePort flows forwarded to another node have tables of their own
+ * (lib/nodeport.h, np_reply).
  */
 static __always_inline int masq_ingress(struct __sk_buff *skb, struct ipv4_info *info)
 {
@@ -166,8 +165,7 @@ static __always_inline int masq_ingress(struct __sk_buff *skb, struct ipv4_info 
 	__be32 pod_addr;
 	__be16 pod_port;
 
-	if ((!masq_enabled && !lb_enabled) || info->daddr != node_ip ||
-	    l4_parse(skb, info, &l4) < 0)
+	if (!masq_enabled || info->daddr != node_ip || l4_parse(skb, info, &l4) < 0)
 		return 0;
 	if (info->proto == IPPROTO_ICMP) {
 		if (l4.icmp_type == ICMP_DEST_UNREACH || l4.icmp_type == ICMP_TIME_EXCEEDED)

@@ -12,12 +12,11 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#include "config.h"
 #include "maps.h"
 #include "reasons.h"
 
-#define NAT_PORT_MIN   32768 /* ports picked when the original one is taken: 32768-65535 */
-#define NAT_PORT_RANGE 32768 /* a power of two */
-#define NAT_PORT_TRIES 32    /* bounded: a crowded destination fails fast with DROP_NAT_NO_PORT */
+#define NAT_PORT_TRIES 32 /* bounded: a crowded destination fails fast with DROP_NAT_NO_PORT */
 #define NAT_REFRESH_NS 1000000000ULL /* last_seen is rewritten at most once a second */
 
 /* nat_lookup returns the entry of key, or NULL. */
@@ -41,6 +40,21 @@ static __always_inline void nat_touch(struct nat_entry *e, __u16 flags)
 		e->flags |= flags;
 }
 
+/* nat_port_nodeport says whether a NodePort SNAT flow owns the reverse tuple rev. */
+static __always_inline int nat_port_nodeport(const struct nat_key *rev)
+{
+	return bpf_map_lookup_elem(&myelin_nodeport_syn, rev) ||
+	       bpf_map_lookup_elem(&myelin_nodeport_nat, rev);
+}
+
+/* nat_port_at is the i-th NAT port from start, within nat_port_min..nat_port_max. */
+static __always_inline __u16 nat_port_at(__u32 start, __u32 i)
+{
+	__u32 range = (__u32)nat_port_max - nat_port_min + 1;
+
+	return nat_port_min + (start + i) % range;
+}
+
 /*
  * nat_claim makes the reverse entry rev, with its dport set to port, point
  * at orig. Returns 0 when it is ours (created now, or left behind by an
@@ -54,8 +68,16 @@ static __always_inline int nat_claim(struct nat_key *rev, const struct nat_entry
 
 	rev->dport = port;
 	rc = bpf_map_update_elem(&myelin_snat, rev, orig, BPF_NOEXIST);
-	if (rc == 0)
+	if (rc == 0) {
+		/* Claimed, then checked: NodePort SNAT claims its ports the same way
+		 * (np_claim), so of two flows racing for one tuple at least one sees
+		 * the other and moves on. */
+		if (lb_enabled && nat_port_nodeport(rev)) {
+			bpf_map_delete_elem(&myelin_snat, rev);
+			return 1;
+		}
 		return 0;
+	}
 	if (rc != -EEXIST)
 		return -1;
 	e = nat_lookup(rev);
@@ -65,25 +87,21 @@ static __always_inline int nat_claim(struct nat_key *rev, const struct nat_entry
 }
 
 /*
- * nat_pick_port claims a NAT port for the flow of rev: the original port
- * orig->port when free, else up to NAT_PORT_TRIES ports of 32768-65535 in a
- * row from a random start. Returns 0 with rev->dport set, or a DROP_* reason.
+ * nat_pick_port claims a NAT port for the flow of rev: up to NAT_PORT_TRIES
+ * ports of nat_port_min..nat_port_max in a row from a random start, never
+ * the flow's original port as such: the range is disjoint from the node's
+ * ephemeral ports, so no node socket can hold the tuple. Returns 0 with
+ * rev->dport set, or a DROP_* reason.
  */
 static __always_inline int nat_pick_port(struct nat_key *rev, const struct nat_entry *orig)
 {
-	__u32 start;
-	int rc;
+	__u32 start = bpf_get_prandom_u32();
+	int rc = 1;
 
-	rc = nat_claim(rev, orig, orig->port);
-	if (rc > 0) {
-		start = bpf_get_prandom_u32();
-		for (__u32 i = 0; i < NAT_PORT_TRIES; i++) {
-			__u16 port = NAT_PORT_MIN + ((start + i) & (NAT_PORT_RANGE - 1));
-
-			rc = nat_claim(rev, orig, bpf_htons(port));
-			if (rc <= 0)
-				break;
-		}
+	for (__u32 i = 0; i < NAT_PORT_TRIES; i++) {
+		rc = nat_claim(rev, orig, bpf_htons(nat_port_at(start, i)));
+		if (rc <= 0)
+			break;
 	}
 	if (rc < 0)
 		return DROP_NAT_FULL;

@@ -7,8 +7,8 @@
  *     reply of a NodePort or hairpin flow leaving its backend pod is
  *     translated back (ct_reply_xlate).
  *   - lb_from_netdev: a NodePort request on the uplink is DNATed; to a
- *     backend on another node also SNATed to node_ip (masq_snat); replies
- *     of those come back through masq_ingress, then ct_reply_xlate.
+ *     backend on another node also SNATed to node_ip in the NodePort SNAT
+ *     tables (lib/nodeport.h), whose replies np_reply translates back.
  *   - lb_reject answers a service without ready backends (rate-limited).
  *   - ICMP errors about a service flow's packets are translated back to
  *     what the client sent (lb_icmp_reply, ct_icmp_error_xlate), and later
@@ -33,6 +33,7 @@
 #include "icmp.h"
 #include "lb.h"
 #include "masq.h"
+#include "nodeport.h"
 #include "tunnel.h"
 #include "verdict.h"
 
@@ -243,26 +244,44 @@ static __always_inline int lb_from_pod(struct __sk_buff *skb, struct ipv4_info *
 /*
  * lb_nodeport serves a NodePort request arriving on the uplink: DNAT to the
  * flow's backend; the client address stays for a local backend (delivered
- * as usual), while for a backend on another node the source becomes node_ip
- * too (as kube-proxy does), so its reply returns through this node.
+ * as usual, service conntrack as for ClusterIP), while for a backend on
+ * another node the source becomes node_ip too (as kube-proxy does), so its
+ * reply returns through this node. Those flows live in the NodePort SNAT
+ * tables (lib/nodeport.h), looked up first, and write no conntrack entry.
  */
 static __always_inline int lb_nodeport(struct __sk_buff *skb, struct ipv4_info *info,
 				       struct l4_info *l4, const struct lb_svc *svc, int *route)
 {
+	struct nat_key npkey = {
+		.saddr = info->saddr,
+		.daddr = info->daddr,
+		.sport = l4->sport,
+		.dport = l4->dport,
+		.proto = info->proto,
+		.dir = NAT_DIR_EGRESS,
+	};
 	struct lb_flow f = {};
+	struct np_entry flow;
 	struct ct_key fwd;
 	int reason;
 
-	ct_key_of(&fwd, info, l4, CT_DIR_FORWARD);
-	if (!lb_flow_backend(&myelin_lb_ct_nodeport, &fwd, svc, l4, &f))
-		return DROP_SVC_NO_BACKEND;
-	reason = lb_flow_commit(&myelin_lb_ct_nodeport, &fwd, &f, svc, l4, CT_F_NODEPORT);
-	if (!reason)
-		reason = lb_dnat(skb, info, l4, &f.be);
-	if (reason || endpoint_lookup(f.be.addr))
+	reason = np_flow(skb, info, l4, &npkey, &flow);
+	if (reason == 1) {
+		ct_key_of(&fwd, info, l4, CT_DIR_FORWARD);
+		if (!lb_flow_backend(&myelin_lb_ct_nodeport, &fwd, svc, l4, &f))
+			return DROP_SVC_NO_BACKEND;
+		if (endpoint_lookup(f.be.addr)) {
+			/* A local backend: service conntrack, as for ClusterIP. */
+			reason = lb_flow_commit(&myelin_lb_ct_nodeport, &fwd, &f, svc, l4,
+						CT_F_NODEPORT);
+			return reason ? reason : lb_dnat(skb, info, l4, &f.be);
+		}
+		reason = np_create(&npkey, f.id, &f.be, l4->tcp_closing ? NAT_F_CLOSING : 0, &flow);
+	}
+	if (reason)
 		return reason;
 	*route = LB_ROUTE_OUT;
-	return masq_snat(skb, info, l4);
+	return np_snat(skb, info, l4, &flow);
 }
 
 /*
@@ -287,6 +306,11 @@ static __always_inline int lb_from_netdev(struct __sk_buff *skb, struct ipv4_inf
 	if (ct_l4_parse(skb, info, &l4) < 0)
 		return 0;
 	if (info->daddr == node_ip) {
+		reason = np_reply(skb, info, &l4);
+		if (reason != 1) {
+			*route = LB_ROUTE_OUT;
+			return reason;
+		}
 		svc = lb_svc_lookup(info->daddr, l4.dport, info->proto);
 		if (svc && (svc->flags & LB_SVC_F_NODEPORT))
 			return lb_nodeport(skb, info, &l4, svc, route);

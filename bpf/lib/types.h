@@ -75,6 +75,32 @@ enum nat_flags {
 	NAT_F_CLOSING = 2, /* TCP FIN or RST seen in either direction */
 };
 
+/*
+ * np_entry is a value of the NodePort SNAT tables myelin_nodeport_syn and
+ * myelin_nodeport_nat (NodePort flows to a backend on another node), keyed
+ * by nat_key: NAT_DIR_EGRESS is the client's tuple to node IP:nodePort,
+ * NAT_DIR_INGRESS the backend's reply to node IP:NAT port.
+ */
+struct np_entry {
+	__u64 last_seen;  /* bpf_ktime_get_ns, refreshed at most once a second */
+	__u32 addr;	  /* egress: the backend; ingress: the client (network order) */
+	__u32 backend_id; /* egress: the backend's id */
+	__u32 reply_seq;  /* egress, TCP: the backend's SYN-ACK sequence number + 1 (host order) */
+	__u16 port;	  /* egress: the backend port; ingress: the client port */
+	__u16 xport;	  /* egress: the NAT port; ingress: the NodePort (network order) */
+	__u16 flags;	  /* enum nat_flags */
+	__u16 pad[3];	  /* explicit padding, 0 */
+};
+
+/* np_stat indexes myelin_nodeport_stats, per-CPU counters of the NodePort SNAT tables. */
+enum np_stat {
+	NP_STAT_SYN_CREATED = 0, /* flows created in myelin_nodeport_syn */
+	NP_STAT_PROMOTED = 1,	 /* flows moved to myelin_nodeport_nat (handshake completed) */
+	NP_STAT_REPLY_LOST =
+		2, /* a pod's reply to a NAT port of no flow: its embryonic flow was evicted */
+	NP_STAT_MAX = 3,
+};
+
 /* nomasq_key is the key of myelin_nomasq: a destination prefix never masqueraded. */
 struct nomasq_key {
 	__u32 prefixlen; /* bits of addr that match, 0..32 */

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -28,7 +29,7 @@ host serving HTTP on 203.0.113.10:80. Everything it creates is named myelin-*.`,
 	cmd.PersistentFlags().StringVar(&dir, "dir", lab.DefaultDir, "lab directory (state, certificates, logs)")
 	paths := func() lab.Paths { return lab.Paths{Dir: dir} }
 	cmd.AddCommand(labUpCommand(paths), labDownCommand(paths), labStatusCommand(paths),
-		labExecCommand(paths), labRestartCommand(paths), labServeCommand(), labUDPFlowsCommand(), labBigUDPCommand(), labSuperviseCommand(paths), labKubeletCommand(paths))
+		labExecCommand(paths), labRestartCommand(paths), labServeCommand(), labUDPFlowsCommand(), labBigUDPCommand(), labHTTPSessionCommand(), labSYNFloodCommand(), labSuperviseCommand(paths), labKubeletCommand(paths))
 	return cmd
 }
 
@@ -180,6 +181,67 @@ func labBigUDPCommand() *cobra.Command {
 	cmd.Flags().IntVar(&send, "send", 3000, "bytes of the request datagram (larger than the MTU: sent as fragments)")
 	cmd.Flags().IntVar(&reply, "reply", 6000, "bytes of the reply datagram to ask for")
 	cmd.Flags().DurationVar(&timeout, "timeout", 6*time.Second, "how long to wait for the reply")
+	_ = cmd.MarkFlagRequired("to")
+	return cmd
+}
+
+func labHTTPSessionCommand() *cobra.Command {
+	var to string
+	var localPort, count int
+	var interval time.Duration
+	cmd := &cobra.Command{
+		Use:   "http-session --to IP:PORT [--local-port P] [--count N] [--interval D]",
+		Short: "Send N HTTP requests over one TCP connection to a lab serve endpoint and report the answers (JSON); fails unless all are answered",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if count < 1 || count > 10000 {
+				return fmt.Errorf("--count %d: must be between 1 and 10000", count)
+			}
+			res := labtools.HTTPSession(cmd.Context(), to, localPort, count, interval)
+			if err := json.NewEncoder(cmd.OutOrStdout()).Encode(res); err != nil {
+				return err
+			}
+			if res.Error != "" {
+				return fmt.Errorf("http-session: %s", res.Error)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "", "target IP:PORT (a myelin lab serve endpoint)")
+	cmd.Flags().IntVar(&localPort, "local-port", 0, "bind this local port (0: the kernel picks one)")
+	cmd.Flags().IntVar(&count, "count", 5, "requests to send")
+	cmd.Flags().DurationVar(&interval, "interval", 500*time.Millisecond, "pause between requests")
+	_ = cmd.MarkFlagRequired("to")
+	return cmd
+}
+
+func labSYNFloodCommand() *cobra.Command {
+	var to, from string
+	var count, rate int
+	cmd := &cobra.Command{
+		Use:   "syn-flood --to IP:PORT --from CIDR [--count N] [--rate PPS]",
+		Short: "Send N TCP SYNs from forged sources of CIDR to a lab address (the attacker of the NodePort flood test; lab addresses only)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			target, err := netip.ParseAddrPort(to)
+			if err != nil {
+				return fmt.Errorf("--to %q: want IP:PORT", to)
+			}
+			src, err := netip.ParsePrefix(from)
+			if err != nil {
+				return fmt.Errorf("--from %q: want a CIDR", from)
+			}
+			res, err := labtools.SYNFlood(target, src, count, rate)
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "", "target IP:PORT inside the lab underlay (198.18.0.0/15)")
+	cmd.Flags().StringVar(&from, "from", "203.0.113.0/24", "forged sources: a CIDR inside 203.0.113.0/24")
+	cmd.Flags().IntVar(&count, "count", 50000, fmt.Sprintf("SYNs to send (at most %d)", labtools.SYNFloodMax))
+	cmd.Flags().IntVar(&rate, "rate", 0, "packets per second (0: as fast as possible)")
 	_ = cmd.MarkFlagRequired("to")
 	return cmd
 }

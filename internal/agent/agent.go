@@ -69,6 +69,8 @@ type agent struct {
 	// start-up and then the node loop touch it, one after the other.
 	masqApplied []netip.Prefix
 	overlay     netlink.Link     // myelin_vxlan in tunnel mode
+	natPorts    config.PortRange // the NAT ports of masquerade and NodePort SNAT
+	gc          *collector       // the datapath GC (NAT, NodePort SNAT, Service conntrack)
 	services    *service.Manager // nil with kube-proxy-replacement false
 	svcWatch    *service.Watcher
 	// healthChecks serves healthCheckNodePorts; nil with kube-proxy-replacement false.
@@ -125,6 +127,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	log.Info("host routing decided", "mode", decision.Mode(), "reason", decision.Reason)
+	ephemeral, err := readEphemeralPorts(ephemeralPortsFile)
+	if err != nil {
+		return err
+	}
+	ports, err := natPorts(conf.NATPortRange, ephemeral)
+	if err != nil {
+		return err
+	}
+	log.Info("NAT ports decided", "natPorts", ports, "ephemeralPorts", ephemeral)
 
 	uplink, err := netlink.LinkByName(cfg.Uplink)
 	if err != nil {
@@ -135,7 +146,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		mtu = uplink.Attrs().MTU
 	}
 	a := &agent{cfg: cfg, conf: conf, log: log, cs: cs, routing: decision, features: features,
-		loops: loops, mtu: mtu, routeMTU: mtu, nodeIP: k8s.NodeInternalIP(node), guard: guarded, started: time.Now()}
+		loops: loops, mtu: mtu, routeMTU: mtu, natPorts: ports, nodeIP: k8s.NodeInternalIP(node), guard: guarded, gc: gc, started: time.Now()}
 	if a.tunnelMode() && !a.nodeIP.Is4() {
 		return fmt.Errorf("node %s has no IPv4 InternalIP; tunnel mode needs one as its tunnel endpoint", cfg.Node)
 	}
@@ -202,7 +213,9 @@ func (a *agent) startDatapath(podCIDR netip.Prefix, uplink netlink.Link) error {
 	}
 	dpCfg := datapath.Config{PinDir: a.cfg.BPFFSDir, HostRouting: mode,
 		Masquerade: a.bpfMasquerade(), NodeIP: a.nodeIP, ClusterCIDR: a.conf.ClusterCIDR,
-		LoadBalancing: a.conf.KubeProxyReplacement, NoSourceVerification: !a.conf.EnableSourceIPVerification}
+		LoadBalancing: a.conf.KubeProxyReplacement, NoSourceVerification: !a.conf.EnableSourceIPVerification,
+		NATPortMin: a.natPorts.Min, NATPortMax: a.natPorts.Max,
+		NodePortSynMax: uint32(a.conf.NodePortNATSynMax), NodePortNATMax: uint32(a.conf.NodePortNATMax)}
 	if !a.conf.EnableSourceIPVerification {
 		a.log.Warn("source IP verification is OFF: pods can send from any address and MAC, other pods', nodes' and Services' included; "+
 			"turn it off only to measure its cost", "key", "enable-source-ip-verification", "source", a.conf.Source("enable-source-ip-verification"))

@@ -26,6 +26,8 @@ type collector struct {
 	loaded   chan *datapath.Datapath
 	done     chan struct{}
 	waited   bool // "waits for the load" said once
+	// npEvictions samples the embryonic NodePort evictions each round, for status.
+	npEvictions evictionSamples
 }
 
 // startCollector starts the GC loop; it ends with ctx (wait for it with wait).
@@ -102,6 +104,16 @@ func (c *collector) collect(dp *datapath.Datapath) {
 	if n > 0 {
 		c.log.Debug("NAT entries collected", "removed", n)
 	}
+	// NodePort SNAT (BPF load balancing; its maps have one entry otherwise).
+	n, err = dp.GCNodePortNAT(datapath.MonotonicNow())
+	c.loops.report("nodeport-nat-gc", err)
+	if err != nil {
+		c.log.Warn("collect NodePort SNAT entries", "err", err)
+	}
+	if n > 0 {
+		c.log.Debug("NodePort SNAT entries collected", "removed", n)
+	}
+	c.sampleEvictions(dp)
 	// Service conntrack (BPF load balancing): the same clock, the same pass.
 	n, err = dp.GCServiceCT(datapath.MonotonicNow())
 	c.loops.report("service-ct-gc", err)

@@ -43,11 +43,13 @@ func (a *agent) status() api.Status {
 	if v := a.k8sVersion.Load(); v != nil {
 		s.Kubernetes.Version = *v
 	}
-	if fills, err := a.dp.MapFill(); err == nil {
+	fills, err := a.dp.MapFill()
+	if err == nil {
 		for _, f := range fills {
 			s.Maps = append(s.Maps, api.MapFill{Name: f.Name, Entries: f.Entries, Max: f.Max})
 		}
 	}
+	s.NAT = a.natStatus(fills)
 	if metrics, err := a.dp.Metrics(); err == nil {
 		for _, m := range metrics {
 			s.Counters = append(s.Counters, api.Counter{Direction: m.Direction, Reason: m.Reason, Packets: m.Packets, Bytes: m.Bytes})

@@ -19,6 +19,7 @@ type Status struct {
 	Endpoints   int             `json:"endpoints"`
 	Nodes       NodesInfo       `json:"nodes"`
 	Maps        []MapFill       `json:"maps"`
+	NAT         NATInfo         `json:"nat"`
 	Counters    []Counter       `json:"counters"`
 	Guard       GuardInfo       `json:"userIPTablesGuard"`
 	Loops       []LoopStatus    `json:"controlLoops"`
@@ -84,6 +85,27 @@ type MapFill struct {
 type SourceCheckInfo struct {
 	Enabled bool   `json:"enabled"`
 	Warning string `json:"warning,omitempty"`
+}
+
+// NATInfo is the state of BPF NAT (masquerade and NodePort SNAT).
+type NATInfo struct {
+	// Ports is the range NAT ports are taken from ("61000-65535"), disjoint
+	// from the node's ephemeral ports.
+	Ports string `json:"ports"`
+	// NodePort counts the NodePort SNAT flows; nil without kube-proxy replacement.
+	NodePort *NodePortNATInfo `json:"nodePort,omitempty"`
+	// Warnings name NAT tables that are full or nearly full, and what that does.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// NodePortNATInfo counts the flows of the NodePort SNAT tables since they were created.
+type NodePortNATInfo struct {
+	Created  uint64 `json:"created"`  // embryonic flows created (one per SYN of a new client port)
+	Promoted uint64 `json:"promoted"` // flows that completed their handshake
+	// Evicted estimates the embryonic flows evicted from the LRU before
+	// completing: created, less promoted, less those still there.
+	Evicted     uint64 `json:"evicted"`
+	RepliesLost uint64 `json:"repliesLost"` // backend replies that found their flow evicted
 }
 
 // GuardInfo is what the user-iptables guard found: table/chain places of firewall rules

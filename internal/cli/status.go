@@ -112,6 +112,16 @@ func printStatus(out io.Writer, s api.Status) {
 		maps = append(maps, fmt.Sprintf("%s %d/%d", m.Name, m.Entries, m.Max))
 	}
 	row("BPF maps", "%s", strings.Join(maps, ", "))
+	if s.NAT.Ports != "" {
+		row("NAT ports", "%s (outside the node's ephemeral ports)", s.NAT.Ports)
+	}
+	if np := s.NAT.NodePort; np != nil {
+		row("NodePort SNAT", "%d flows created, %d completed their handshake, ~%d evicted before it, %d replies found their flow evicted",
+			np.Created, np.Promoted, np.Evicted, np.RepliesLost)
+	}
+	for _, w := range s.NAT.Warnings {
+		row("  WARNING", "%s", w)
+	}
 	for _, c := range s.Counters {
 		row("Counter", "%-12s %-20s %d packets, %d bytes", c.Direction, c.Reason, c.Packets, c.Bytes)
 	}

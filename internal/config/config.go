@@ -59,6 +59,13 @@ type Config struct {
 	// EnableSourceIPVerification: pods may send only from their own IPv4 address
 	// and MAC (enable-source-ip-verification). Off only to measure its cost.
 	EnableSourceIPVerification bool
+	// NATPortRange is nat-port-range: the ports masquerade and NodePort SNAT
+	// translate to; zero means auto (above the node's ephemeral ports).
+	NATPortRange PortRange
+	// NodePortNATSynMax and NodePortNATMax size the NodePort SNAT tables
+	// (nodeport-nat-syn-max, nodeport-nat-max), in entries, two per flow.
+	NodePortNATSynMax int
+	NodePortNATMax    int
 
 	// Effective lists every key with its value and the source it came from.
 	Effective []Effective
@@ -91,6 +98,20 @@ func (c Config) SourceSummary() string {
 	}
 	return s
 }
+
+// PortRange is an inclusive range of ports; the zero value means "not set".
+type PortRange struct {
+	Min, Max uint16
+}
+
+// IsZero reports whether r is unset.
+func (r PortRange) IsZero() bool { return r == PortRange{} }
+
+// Overlaps reports whether r and o share a port.
+func (r PortRange) Overlaps(o PortRange) bool { return r.Min <= o.Max && o.Min <= r.Max }
+
+// String is "MIN-MAX".
+func (r PortRange) String() string { return fmt.Sprintf("%d-%d", r.Min, r.Max) }
 
 // Effective is one key's effective value and where it came from.
 type Effective struct {

@@ -56,6 +56,11 @@ func TestResolveErrors(t *testing.T) {
 		{map[string]string{"mtu": "500"}, `must be 0 (detect from the uplink) or between 1280 and 65535`},
 		{map[string]string{"non-masquerade-cidrs": "10.0.0.0/8,bad"}, `"bad": must be an IPv4 CIDR`},
 		{map[string]string{"ipv4-native-routing-cidr": "192.168.0.0/16"}, `does not contain the cluster CIDR`},
+		{map[string]string{"nat-port-range": "61000"}, `must be auto or MIN-MAX`},
+		{map[string]string{"nat-port-range": "65000-64000"}, `must be auto or MIN-MAX`},
+		{map[string]string{"nat-port-range": "65000-65535"}, `at least 1024 ports`},
+		{map[string]string{"nodeport-nat-syn-max": "8"}, `key "nodeport-nat-syn-max" value "8": must be a number of entries between 16 and`},
+		{map[string]string{"nodeport-nat-max": "lots"}, `must be a number of entries`},
 	}
 	for _, tt := range tests {
 		_, err := Resolve(Source{Name: "src", Values: tt.values})
@@ -77,6 +82,17 @@ func TestSourceIPVerificationPerNode(t *testing.T) {
 	if c.EnableSourceIPVerification || c.Source("enable-source-ip-verification") != node.Name {
 		t.Errorf("enable-source-ip-verification = %v from %q, want false from %q",
 			c.EnableSourceIPVerification, c.Source("enable-source-ip-verification"), node.Name)
+	}
+}
+
+func TestNATKeys(t *testing.T) {
+	c, err := Resolve()
+	if err != nil || !c.NATPortRange.IsZero() || c.NodePortNATSynMax != 16384 || c.NodePortNATMax != 65536 {
+		t.Fatalf("defaults: %+v %v, want auto range, 16384 and 65536", c, err)
+	}
+	c, err = Resolve(Source{Name: "nc", PerNode: true, Values: map[string]string{"nat-port-range": "20000-29999", "nodeport-nat-syn-max": "64"}})
+	if err != nil || c.NATPortRange != (PortRange{20000, 29999}) || c.NodePortNATSynMax != 64 {
+		t.Errorf("per-node values: %+v %v", c, err)
 	}
 }
 

@@ -109,6 +109,18 @@ var keys = []key{
 		c.EnableSourceIPVerification, err = parseBool(v)
 		return err
 	}},
+	{"nat-port-range", "auto", func(c *Config, v string) (err error) {
+		c.NATPortRange, err = parsePortRange(v)
+		return err
+	}},
+	{"nodeport-nat-syn-max", "16384", func(c *Config, v string) (err error) {
+		c.NodePortNATSynMax, err = parseTableSize(v, 16, 1<<22)
+		return err
+	}},
+	{"nodeport-nat-max", "65536", func(c *Config, v string) (err error) {
+		c.NodePortNATMax, err = parseTableSize(v, 16, 1<<22)
+		return err
+	}},
 	{"mtu", "0", func(c *Config, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || (n != 0 && (n < 1280 || n > 65535)) {
@@ -167,4 +179,27 @@ func parseCIDR(v string) (netip.Prefix, error) {
 		return netip.Prefix{}, fmt.Errorf("has host bits set; did you mean %v?", p.Masked())
 	}
 	return p, nil
+}
+
+// parsePortRange parses nat-port-range: "auto" (the zero PortRange) or MIN-MAX.
+func parsePortRange(v string) (PortRange, error) {
+	if v == "auto" {
+		return PortRange{}, nil
+	}
+	lo, hi, ok := strings.Cut(v, "-")
+	min, err1 := strconv.ParseUint(lo, 10, 16)
+	max, err2 := strconv.ParseUint(hi, 10, 16)
+	if !ok || err1 != nil || err2 != nil || min < 1024 || min > max || max-min+1 < 1024 {
+		return PortRange{}, fmt.Errorf("must be auto or MIN-MAX with 1024 <= MIN <= MAX <= 65535 and at least 1024 ports, outside the node's net.ipv4.ip_local_port_range (e.g. 61000-65535)")
+	}
+	return PortRange{Min: uint16(min), Max: uint16(max)}, nil
+}
+
+// parseTableSize parses a BPF table size in entries, between min and max.
+func parseTableSize(v string, min, max int) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min || n > max {
+		return 0, fmt.Errorf("must be a number of entries between %d and %d", min, max)
+	}
+	return n, nil
 }

@@ -22,7 +22,9 @@
 //     (AttachEndpoint): reverse service translation of what the stack
 //     delivers into a pod.
 //   - myelin_from_netdev, TCX ingress of the node uplink (AttachNetdev):
-//     reverse masquerade, NodePort, delivery to local pods.
+//     reverse masquerade, NodePort (NodePort SNAT to other nodes' backends
+//     in tables of its own: NodePortFlows, NodePortStats, GCNodePortNAT),
+//     delivery to local pods.
 //   - myelin_to_netdev, TCX egress of the node uplink (AttachToNetdev): BPF
 //     masquerade of pod traffic leaving the cluster (SetNoMasquerade,
 //     NATEntries, GCNAT).

@@ -37,7 +37,7 @@ var (
 func loadLB(t *testing.T, routing HostRouting, maglev uint32) *Datapath {
 	t.Helper()
 	return loadTestConfig(t, Config{HostRouting: routing, LoadBalancing: true, MaglevTableSize: maglev,
-		NodeIP: testNodeIP, ClusterCIDR: lbClusterCIDR})
+		NodeIP: testNodeIP, ClusterCIDR: lbClusterCIDR, NATPortMin: testNATPort, NATPortMax: testNATPort})
 }
 
 // lbState is the service state a test starts from.
@@ -58,7 +58,8 @@ func seedLB(d *Datapath, st lbState) error {
 			return err
 		}
 	}
-	for _, m := range []*ebpf.Map{d.objs.MyelinLbBackends, d.objs.MyelinLbCt, d.objs.MyelinLbCtNodeport, d.objs.MyelinLbAffinity, d.objs.MyelinSnat} {
+	for _, m := range []*ebpf.Map{d.objs.MyelinLbBackends, d.objs.MyelinLbCt, d.objs.MyelinLbCtNodeport, d.objs.MyelinLbAffinity,
+		d.objs.MyelinSnat, d.objs.MyelinNodeportSyn, d.objs.MyelinNodeportNat} {
 		if err := clearMap(m); err != nil {
 			return err
 		}

@@ -27,9 +27,16 @@ func nodePortCases(d *Datapath, routing HostRouting) []lbCase {
 		localOut, localVerdict, localReason = toLocal.build(), tcActOK, "PASS_STACK"
 	}
 	localReply := fromPodB(ipv4(protoTCP, podBIP, extHost).withSrc(podBIP, 8080).withDst(extHost, 40000).withTCPFlags(0x12))
-	remoteReply := ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, 40000).withTCPFlags(0x12)
+	remoteReply := ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, testNATPort).withTCPFlags(0x12)
 	nat := func(d *Datapath) error {
-		return checkNAT(d, []NATEntry{flow(protoTCP, extHost, 40000, 40000, remoteIP, 8080, "tcp-syn")})
+		// Embryonic, in the NodePort table; nothing in myelin_snat or myelin_lb_ct.
+		if err := checkNodePortFlows(d, []NodePortFlow{npTestFlow(extHost, 40000, remoteIP, 2, false, "tcp-syn")}); err != nil {
+			return err
+		}
+		if err := checkNAT(d, []NATEntry{}); err != nil {
+			return err
+		}
+		return checkEmpty(d.objs.MyelinLbCt)
 	}
 	return []lbCase{
 		{seed: oneService(feNodePort, Service{ID: 1, Flags: ServiceNodePort, Backends: []uint32{1}}), prog: d.objs.MyelinFromNetdev, dir: "from-netdev",
@@ -38,7 +45,7 @@ func nodePortCases(d *Datapath, routing HostRouting) []lbCase {
 			endpoints: seedB, in: localReply.build(), verdict: tcActOK, out: localReply.withSrc(nodeIP, nodePort).build(), reason: "PASS_STACK"}},
 		{seed: oneService(feNodePort, Service{ID: 1, Flags: ServiceNodePort, Backends: []uint32{2}}), prog: d.objs.MyelinFromNetdev, dir: "from-netdev", then: nat,
 			progCase: progCase{name: "remote backend: DNAT and SNAT to the node IP", endpoints: seedB, in: req.build(), verdict: tcActOK,
-				out: req.withSrc(nodeIP, 40000).withDst(remoteIP, 8080).build(), reason: "PASS_STACK"}},
+				out: req.withSrc(nodeIP, testNATPort).withDst(remoteIP, 8080).build(), reason: "PASS_STACK"}},
 		{prog: d.objs.MyelinFromNetdev, dir: "from-netdev", progCase: progCase{name: "remote backend's reply: back to the client from the NodePort",
 			endpoints: seedB, in: remoteReply.build(), verdict: tcActOK, out: remoteReply.withSrc(nodeIP, nodePort).withDst(extHost, 40000).build(), reason: "PASS_STACK"}},
 		{seed: oneService(feTCP, Service{ID: 1, Backends: []uint32{1}}), prog: d.objs.MyelinFromNetdev, dir: "from-netdev",
@@ -89,7 +96,7 @@ func nodePortFIB(d *Datapath, routing HostRouting) error {
 	ctx := &skbCtx{IngressIfindex: uint32(lab.in), Ifindex: uint32(lab.in)}
 	decTTL := func(p pkt) []byte { return p.withTTL(p.ttl - 1).build() }
 	req := ipv4(protoTCP, client, nodeIP).withDst(nodeIP, nodePort)
-	reply := ipv4(protoTCP, backend, nodeIP).withSrc(backend, 8080).withDst(nodeIP, 40000).withTCPFlags(0x12)
+	reply := ipv4(protoTCP, backend, nodeIP).withSrc(backend, 8080).withDst(nodeIP, testNATPort).withTCPFlags(0x12)
 	local := ipv4(protoTCP, client, nodeIP).withSrc(client, 40001).withDst(nodeIP, nodePort+1)
 	localOut, localVerdict, localReason := delivered(local.withDst(podBIP, 8080)), uint32(tcActRedirect), "FORWARDED"
 	if routing == HostRoutingLegacy {
@@ -105,7 +112,7 @@ func nodePortFIB(d *Datapath, routing HostRouting) error {
 		from string
 	}{
 		{progCase{name: "remote backend: forwarded from the node IP", in: req.build(), verdict: tcActRedirect,
-			out: decTTL(req.withSrc(nodeIP, 40000).withDst(backend, 8080)), reason: "FORWARDED"}, "from-netdev"},
+			out: decTTL(req.withSrc(nodeIP, testNATPort).withDst(backend, 8080)), reason: "FORWARDED"}, "from-netdev"},
 		{progCase{name: "its reply: forwarded to the client from the NodePort", in: reply.build(), verdict: tcActRedirect,
 			out: decTTL(reply.withSrc(nodeIP, nodePort).withDst(client, 40000)), reason: "FORWARDED"}, "from-netdev"},
 		{progCase{name: "local backend: delivered", in: local.build(), verdict: localVerdict, out: localOut, reason: localReason}, "from-netdev"},

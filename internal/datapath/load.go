@@ -44,6 +44,22 @@ const DefaultEndpointsMax = 1024
 // masqueraded flow takes two entries, so it holds 32,768 flows.
 const DefaultNATMax = 65536
 
+// DefaultNATPortMin and DefaultNATPortMax are the NAT ports used when
+// Config.NATPortMin and NATPortMax are 0: the ports above Linux's default
+// ephemeral range (net.ipv4.ip_local_port_range 32768-60999).
+const (
+	DefaultNATPortMin = 61000
+	DefaultNATPortMax = 65535
+)
+
+// DefaultNodePortSynMax and DefaultNodePortNATMax size the NodePort SNAT
+// tables when Config.NodePortSynMax and NodePortNATMax are 0 (two entries
+// per flow): 8,192 embryonic and 32,768 established flows.
+const (
+	DefaultNodePortSynMax = 16384
+	DefaultNodePortNATMax = 65536
+)
+
 // Config is what Load needs; it is not changed after Load.
 type Config struct {
 	// PinDir is the bpffs directory for maps and links, for example
@@ -104,6 +120,21 @@ type Config struct {
 	// DefaultNATMax. Changing it replaces the map on the next Load, which
 	// drops the translations of open flows.
 	NATMax uint32
+	// NATPortMin and NATPortMax bound the ports masquerade and NodePort SNAT
+	// translate to, inclusive. Keep them outside the node's ephemeral ports
+	// (EphemeralPorts), so a translated flow never takes a tuple one of the
+	// node's own sockets could own. Both 0 means DefaultNATPortMin to
+	// DefaultNATPortMax.
+	NATPortMin, NATPortMax uint16
+	// NodePortSynMax sizes the LRU myelin_nodeport_syn, the NodePort flows
+	// to other nodes' backends before their handshake completed (two
+	// entries per flow); 0 means DefaultNodePortSynMax. Used with
+	// LoadBalancing.
+	NodePortSynMax uint32
+	// NodePortNATMax sizes myelin_nodeport_nat, the established NodePort
+	// flows to other nodes' backends (two entries per flow); 0 means
+	// DefaultNodePortNATMax. Used with LoadBalancing.
+	NodePortNATMax uint32
 }
 
 // Datapath is the loaded datapath of one node: its programs and maps.
@@ -128,11 +159,9 @@ func Load(cfg Config) (*Datapath, error) {
 	if cfg.PinDir == "" {
 		return nil, errors.New("load datapath: empty pin dir: set Config.PinDir to a bpffs directory such as /sys/fs/bpf/myelin/<node>")
 	}
-	if cfg.EndpointsMax == 0 {
-		cfg.EndpointsMax = DefaultEndpointsMax
-	}
-	if cfg.NATMax == 0 {
-		cfg.NATMax = DefaultNATMax
+	cfg = cfg.withDefaults()
+	if cfg.NATPortMin == 0 || cfg.NATPortMin > cfg.NATPortMax {
+		return nil, fmt.Errorf("load datapath: NAT ports %d-%d: set Config.NATPortMin and NATPortMax to a range 1-65535 with min <= max", cfg.NATPortMin, cfg.NATPortMax)
 	}
 	if cfg.HostRouting != HostRoutingLegacy && cfg.HostRouting != HostRoutingBPF {
 		return nil, fmt.Errorf("load datapath: unknown host routing %d: use HostRoutingLegacy or HostRoutingBPF", int(cfg.HostRouting))
@@ -164,8 +193,29 @@ func Load(cfg Config) (*Datapath, error) {
 	return d, nil
 }
 
+// withDefaults is cfg with the defaults of its zero sizes and ports.
+func (cfg Config) withDefaults() Config {
+	if cfg.EndpointsMax == 0 {
+		cfg.EndpointsMax = DefaultEndpointsMax
+	}
+	if cfg.NATMax == 0 {
+		cfg.NATMax = DefaultNATMax
+	}
+	if cfg.NATPortMin == 0 && cfg.NATPortMax == 0 {
+		cfg.NATPortMin, cfg.NATPortMax = DefaultNATPortMin, DefaultNATPortMax
+	}
+	if cfg.NodePortSynMax == 0 {
+		cfg.NodePortSynMax = DefaultNodePortSynMax
+	}
+	if cfg.NodePortNATMax == 0 {
+		cfg.NodePortNATMax = DefaultNodePortNATMax
+	}
+	return cfg
+}
+
 // configure writes cfg into the spec's load-time constants and map sizes.
 func configure(spec *ebpf.CollectionSpec, cfg Config) error {
+	cfg = cfg.withDefaults()
 	var specs myelinSpecs
 	if err := spec.Assign(&specs); err != nil {
 		return fmt.Errorf("assign datapath spec: %w", err)

@@ -36,11 +36,16 @@ type natCase struct {
 	want []NATEntry // nil: not checked; LastSeen is ignored
 }
 
-// loadMasq loads a datapath with masquerade on and the no-masquerade set.
+// testNATPort is the one NAT port of loadMasq and loadLB datapaths, so rows
+// know the port a new flow gets.
+const testNATPort = 61000
+
+// loadMasq loads a datapath with masquerade on and the no-masquerade set,
+// translating to the one port testNATPort.
 func loadMasq(t *testing.T, routing HostRouting, natMax uint32) *Datapath {
 	t.Helper()
 	d := loadTestConfig(t, Config{HostRouting: routing, Masquerade: true, NodeIP: testNodeIP,
-		ClusterCIDR: testClusterCIDR, NATMax: natMax})
+		ClusterCIDR: testClusterCIDR, NATMax: natMax, NATPortMin: testNATPort, NATPortMax: testNATPort})
 	if err := d.SetNoMasquerade(testNoMasq); err != nil {
 		t.Fatal(err)
 	}
@@ -167,14 +172,14 @@ func TestPrivilegedBPFToNetdevMasquerade(t *testing.T) {
 		return natCase{progCase: progCase{name: name, in: in, verdict: tcActOK, reason: "PASS_STACK"}, want: []NATEntry{}}
 	}
 	cases := []natCase{
-		{progCase: progCase{name: "TCP SYN keeps its port", in: tcp.build(), verdict: tcActOK, out: snat(tcp, 40000), reason: "PASS_STACK"},
-			want: []NATEntry{flow(protoTCP, podA, 40000, 40000, extHost, 8080, "tcp-syn")}},
-		{progCase: progCase{name: "UDP keeps its port", in: udp.build(), verdict: tcActOK, out: snat(udp, 40000), reason: "PASS_STACK"},
-			want: []NATEntry{flow(protoUDP, podA, 40000, 40000, extHost, 8080, "udp")}},
-		{progCase: progCase{name: "UDP without checksum stays without", in: udpNoCsum.build(), verdict: tcActOK, out: snat(udpNoCsum, 40000), reason: "PASS_STACK"},
-			want: []NATEntry{flow(protoUDP, podA, 40000, 40000, extHost, 8080, "udp")}},
-		{progCase: progCase{name: "ICMP echo request keeps its id", in: echo.build(), verdict: tcActOK, out: snatEcho(echo, 7), reason: "PASS_STACK"},
-			want: []NATEntry{flow(protoICMP, podA, 7, 7, extHost, 0, "icmp")}},
+		{progCase: progCase{name: "TCP SYN takes a NAT port", in: tcp.build(), verdict: tcActOK, out: snat(tcp, testNATPort), reason: "PASS_STACK"},
+			want: []NATEntry{flow(protoTCP, podA, 40000, testNATPort, extHost, 8080, "tcp-syn")}},
+		{progCase: progCase{name: "UDP takes a NAT port", in: udp.build(), verdict: tcActOK, out: snat(udp, testNATPort), reason: "PASS_STACK"},
+			want: []NATEntry{flow(protoUDP, podA, 40000, testNATPort, extHost, 8080, "udp")}},
+		{progCase: progCase{name: "UDP without checksum stays without", in: udpNoCsum.build(), verdict: tcActOK, out: snat(udpNoCsum, testNATPort), reason: "PASS_STACK"},
+			want: []NATEntry{flow(protoUDP, podA, 40000, testNATPort, extHost, 8080, "udp")}},
+		{progCase: progCase{name: "ICMP echo request takes a NAT id", in: echo.build(), verdict: tcActOK, out: snatEcho(echo, testNATPort), reason: "PASS_STACK"},
+			want: []NATEntry{flow(protoICMP, podA, 7, testNATPort, extHost, 0, "icmp")}},
 		{progCase: progCase{name: "existing flow uses its NAT port", in: tcp.build(), verdict: tcActOK, out: snat(tcp, 50000), reason: "PASS_STACK"},
 			seed: []NATEntry{flow(protoTCP, podA, 40000, 50000, extHost, 8080, "tcp-established")},
 			want: []NATEntry{flow(protoTCP, podA, 40000, 50000, extHost, 8080, "tcp-established")}},
@@ -199,18 +204,24 @@ func TestPrivilegedBPFToNetdevMasquerade(t *testing.T) {
 }
 
 // A port (or echo id) another flow to the same destination owns is not
-// reused: the new flow gets one of 32768-65535 and valid checksums.
+// reused: the new flow gets another one of the NAT range (the default
+// 61000-65535, above Linux's default ephemeral ports) and valid checksums.
+// The pod's original port is never taken as such, even when free: a node
+// socket may own it towards the same destination.
 func TestPrivilegedBPFToNetdevPortCollision(t *testing.T) {
 	requirePrivileged(t)
-	d := loadMasq(t, HostRoutingBPF, 0)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, Masquerade: true, NodeIP: testNodeIP, ClusterCIDR: testClusterCIDR})
+	if err := d.SetNoMasquerade(testNoMasq); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name  string
 		in    pkt
 		other NATEntry // owns the original port towards the same destination
 	}{
-		{"TCP", ipv4(protoTCP, podA, extHost), flow(protoTCP, "10.1.0.99", 40000, 40000, extHost, 8080, "tcp-established")},
-		{"UDP", ipv4(protoUDP, podA, extHost), flow(protoUDP, "10.1.0.99", 12345, 40000, extHost, 8080, "udp")},
-		{"ICMP echo", ipv4(protoICMP, podA, extHost).withEcho(8, 7), flow(protoICMP, "10.1.0.99", 7, 7, extHost, 0, "icmp")},
+		{"TCP", ipv4(protoTCP, podA, extHost), flow(protoTCP, "10.1.0.99", 40000, 61000, extHost, 8080, "tcp-established")},
+		{"UDP", ipv4(protoUDP, podA, extHost), flow(protoUDP, "10.1.0.99", 12345, 61001, extHost, 8080, "udp")},
+		{"ICMP echo", ipv4(protoICMP, podA, extHost).withEcho(8, 7), flow(protoICMP, "10.1.0.99", 7, 65535, extHost, 0, "icmp")},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if err := seedNAT(d, []NATEntry{c.other}, 0); err != nil {
@@ -231,8 +242,8 @@ func TestPrivilegedBPFToNetdevPortCollision(t *testing.T) {
 				port = binary.BigEndian.Uint16(out[38:]) // echo id
 				want = c.in.withSrc(nodeIP, 0).withEcho(8, port)
 			}
-			if port < 32768 || port == c.other.NATPort {
-				t.Errorf("NAT port %d: want one of 32768-65535 other than %d", port, c.other.NATPort)
+			if port < DefaultNATPortMin || port == c.other.NATPort {
+				t.Errorf("NAT port %d: want one of %d-%d other than %d", port, DefaultNATPortMin, DefaultNATPortMax, c.other.NATPort)
 			}
 			if got := out[:len(in)]; !slices.Equal(got, want.build()) || !ipv4HeaderValid(got) || !l4ChecksumValid(got) {
 				t.Errorf("output\n got %x\nwant %x (valid IPv4 checksum %v, L4 %v)", got, want.build(), ipv4HeaderValid(got), l4ChecksumValid(got))
@@ -253,22 +264,14 @@ func TestPrivilegedBPFToNetdevPortCollision(t *testing.T) {
 	}
 }
 
-// With every port of 32768-65535 (and the original) taken towards the
-// destination, the packet is dropped as DROP_NAT_NO_PORT with a drop event.
+// With every port of the NAT range taken towards the destination, the
+// packet is dropped as DROP_NAT_NO_PORT with a drop event.
 func TestPrivilegedBPFToNetdevNoPort(t *testing.T) {
 	requirePrivileged(t)
 	d := loadMasq(t, HostRoutingBPF, 0)
-	var (
-		keys   []myelinNatKey
-		values []myelinNatEntry
-	)
-	for port := 32768; port <= 65535; port++ {
-		f := flow(protoTCP, "10.1.0.99", uint16(port), uint16(port), extHost, 8080, "tcp-established")
-		_, _, rk, rv := natEntriesOf(f, testNodeIP, MonotonicNow())
-		keys, values = append(keys, rk), append(values, rv)
-	}
-	if _, err := d.objs.MyelinSnat.BatchUpdate(keys, values, nil); err != nil {
-		t.Fatal(err)
+	f := flow(protoTCP, "10.1.0.99", 40000, testNATPort, extHost, 8080, "tcp-established")
+	if _, _, rk, rv := natEntriesOf(f, testNodeIP, MonotonicNow()); d.objs.MyelinSnat.Update(rk, rv, ebpf.UpdateAny) != nil {
+		t.Fatal("seed the reverse entry of the NAT port")
 	}
 	r, err := d.NewEventReader()
 	if err != nil {
@@ -285,8 +288,8 @@ func TestPrivilegedBPFToNetdevNoPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fill[2]; got.Entries != 32768 {
-		t.Errorf("myelin_snat fill after the drop = %+v, want the 32768 seeded entries only", got)
+	if got := fill[2]; got.Entries != 1 {
+		t.Errorf("myelin_snat fill after the drop = %+v, want the one seeded entry only", got)
 	}
 }
 
@@ -336,11 +339,11 @@ func TestPrivilegedBPFToNetdevNATFull(t *testing.T) {
 	if removed != 3 {
 		t.Errorf("GCNAT removed %d entries, want 3 (one idle flow and an orphan)", removed)
 	}
-	c := progCase{name: "after GC", in: in, verdict: tcActOK, out: tcp.withSrc(nodeIP, 40000).build(), reason: "PASS_STACK"}
+	c := progCase{name: "after GC", in: in, verdict: tcActOK, out: tcp.withSrc(nodeIP, testNATPort).build(), reason: "PASS_STACK"}
 	if err := checkCase(d, d.objs.MyelinToNetdev, "to-netdev", c); err != nil {
 		t.Error(err)
 	}
-	if err := checkNAT(d, []NATEntry{flow(protoTCP, podA, 40000, 40000, extHost, 8080, "tcp-syn")}); err != nil {
+	if err := checkNAT(d, []NATEntry{flow(protoTCP, podA, 40000, testNATPort, extHost, 8080, "tcp-syn")}); err != nil {
 		t.Error(err)
 	}
 }

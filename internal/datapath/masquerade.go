@@ -51,6 +51,8 @@ func configureMasquerade(specs *myelinSpecs, cfg Config) error {
 		{"node_ip", specs.NodeIp, nodeIP},
 		{"cluster_cidr_addr", specs.ClusterCidrAddr, cidr},
 		{"cluster_cidr_mask", specs.ClusterCidrMask, mk},
+		{"nat_port_min", specs.NatPortMin, cfg.NATPortMin},
+		{"nat_port_max", specs.NatPortMax, cfg.NATPortMax},
 	} {
 		if err := v.spec.Set(v.val); err != nil {
 			return fmt.Errorf("set %s: %w", v.name, err)

@@ -55,7 +55,11 @@ type MapFill struct {
 // MapFill reports the fill of the maps that can run full: the endpoints
 // map, the tunnel map and the NAT map (two entries per masqueraded flow;
 // when full, new flows are dropped as DROP_NAT_FULL until GCNAT frees
-// room). Counting walks the maps, so call it for status, not per packet.
+// room) and, with load balancing, the NodePort SNAT tables
+// myelin_nodeport_syn (an LRU: full, new flows evict embryonic ones) and
+// myelin_nodeport_nat (full: DROP_NODEPORT_NAT_FULL until GCNodePortNAT
+// frees room). Counting walks the maps, so call it for status, not per
+// packet.
 func (d *Datapath) MapFill() ([]MapFill, error) {
 	var (
 		epKey     [4]byte
@@ -80,11 +84,25 @@ func (d *Datapath) MapFill() ([]MapFill, error) {
 	if err != nil {
 		return nil, fmt.Errorf("count myelin_snat: %w", err)
 	}
-	return []MapFill{
+	fills := []MapFill{
 		{Name: "myelin_endpoints", Entries: nEndpoints, Max: int(endpoints.MaxEntries())},
 		{Name: "myelin_tunnel", Entries: nTunnels, Max: int(tunnels.MaxEntries())},
 		{Name: "myelin_snat", Entries: nNAT, Max: int(nat.MaxEntries())},
-	}, nil
+	}
+	if !d.cfg.LoadBalancing {
+		return fills, nil
+	}
+	for _, m := range []struct {
+		name string
+		m    *ebpf.Map
+	}{{"myelin_nodeport_syn", d.objs.MyelinNodeportSyn}, {"myelin_nodeport_nat", d.objs.MyelinNodeportNat}} {
+		n, err := countEntries(m.m, &natKey, new(myelinNpEntry))
+		if err != nil {
+			return nil, fmt.Errorf("count %s: %w", m.name, err)
+		}
+		fills = append(fills, MapFill{Name: m.name, Entries: n, Max: int(m.m.MaxEntries())})
+	}
+	return fills, nil
 }
 
 // countEntries walks m, decoding into key and value, and counts the entries.

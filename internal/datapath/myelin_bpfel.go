@@ -226,6 +226,27 @@ type myelinNomasqKey struct {
 	Addr      uint32
 }
 
+type myelinNpEntry struct {
+	_         structs.HostLayout
+	LastSeen  uint64
+	Addr      uint32
+	BackendId uint32
+	ReplySeq  uint32
+	Port      uint16
+	Xport     uint16
+	Flags     uint16
+	Pad       [3]uint16
+}
+
+type myelinNpStat uint32
+
+const (
+	myelinNpStatNP_STAT_SYN_CREATED myelinNpStat = 0
+	myelinNpStatNP_STAT_PROMOTED    myelinNpStat = 1
+	myelinNpStatNP_STAT_REPLY_LOST  myelinNpStat = 2
+	myelinNpStatNP_STAT_MAX         myelinNpStat = 3
+)
+
 type myelinReason uint32
 
 const (
@@ -312,21 +333,24 @@ type myelinProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type myelinMapSpecs struct {
-	MyelinEndpoints    *ebpf.MapSpec `ebpf:"myelin_endpoints"`
-	MyelinEvents       *ebpf.MapSpec `ebpf:"myelin_events"`
-	MyelinFrags        *ebpf.MapSpec `ebpf:"myelin_frags"`
-	MyelinIcmpRate     *ebpf.MapSpec `ebpf:"myelin_icmp_rate"`
-	MyelinLbAffinity   *ebpf.MapSpec `ebpf:"myelin_lb_affinity"`
-	MyelinLbBackends   *ebpf.MapSpec `ebpf:"myelin_lb_backends"`
-	MyelinLbCt         *ebpf.MapSpec `ebpf:"myelin_lb_ct"`
-	MyelinLbCtNodeport *ebpf.MapSpec `ebpf:"myelin_lb_ct_nodeport"`
-	MyelinLbMaglev     *ebpf.MapSpec `ebpf:"myelin_lb_maglev"`
-	MyelinLbServices   *ebpf.MapSpec `ebpf:"myelin_lb_services"`
-	MyelinLbSlots      *ebpf.MapSpec `ebpf:"myelin_lb_slots"`
-	MyelinMetrics      *ebpf.MapSpec `ebpf:"myelin_metrics"`
-	MyelinNomasq       *ebpf.MapSpec `ebpf:"myelin_nomasq"`
-	MyelinSnat         *ebpf.MapSpec `ebpf:"myelin_snat"`
-	MyelinTunnel       *ebpf.MapSpec `ebpf:"myelin_tunnel"`
+	MyelinEndpoints     *ebpf.MapSpec `ebpf:"myelin_endpoints"`
+	MyelinEvents        *ebpf.MapSpec `ebpf:"myelin_events"`
+	MyelinFrags         *ebpf.MapSpec `ebpf:"myelin_frags"`
+	MyelinIcmpRate      *ebpf.MapSpec `ebpf:"myelin_icmp_rate"`
+	MyelinLbAffinity    *ebpf.MapSpec `ebpf:"myelin_lb_affinity"`
+	MyelinLbBackends    *ebpf.MapSpec `ebpf:"myelin_lb_backends"`
+	MyelinLbCt          *ebpf.MapSpec `ebpf:"myelin_lb_ct"`
+	MyelinLbCtNodeport  *ebpf.MapSpec `ebpf:"myelin_lb_ct_nodeport"`
+	MyelinLbMaglev      *ebpf.MapSpec `ebpf:"myelin_lb_maglev"`
+	MyelinLbServices    *ebpf.MapSpec `ebpf:"myelin_lb_services"`
+	MyelinLbSlots       *ebpf.MapSpec `ebpf:"myelin_lb_slots"`
+	MyelinMetrics       *ebpf.MapSpec `ebpf:"myelin_metrics"`
+	MyelinNodeportNat   *ebpf.MapSpec `ebpf:"myelin_nodeport_nat"`
+	MyelinNodeportStats *ebpf.MapSpec `ebpf:"myelin_nodeport_stats"`
+	MyelinNodeportSyn   *ebpf.MapSpec `ebpf:"myelin_nodeport_syn"`
+	MyelinNomasq        *ebpf.MapSpec `ebpf:"myelin_nomasq"`
+	MyelinSnat          *ebpf.MapSpec `ebpf:"myelin_snat"`
+	MyelinTunnel        *ebpf.MapSpec `ebpf:"myelin_tunnel"`
 }
 
 // myelinVariableSpecs contains global variables before they are loaded into the kernel.
@@ -343,6 +367,7 @@ type myelinVariableSpecs struct {
 	BtfAnchorLbSvcFlags    *ebpf.VariableSpec `ebpf:"btf_anchor_lb_svc_flags"`
 	BtfAnchorNatDir        *ebpf.VariableSpec `ebpf:"btf_anchor_nat_dir"`
 	BtfAnchorNatFlags      *ebpf.VariableSpec `ebpf:"btf_anchor_nat_flags"`
+	BtfAnchorNpStat        *ebpf.VariableSpec `ebpf:"btf_anchor_np_stat"`
 	BtfAnchorReason        *ebpf.VariableSpec `ebpf:"btf_anchor_reason"`
 	ClusterCidrAddr        *ebpf.VariableSpec `ebpf:"cluster_cidr_addr"`
 	ClusterCidrMask        *ebpf.VariableSpec `ebpf:"cluster_cidr_mask"`
@@ -351,6 +376,8 @@ type myelinVariableSpecs struct {
 	LbEnabled              *ebpf.VariableSpec `ebpf:"lb_enabled"`
 	MaglevTableSize        *ebpf.VariableSpec `ebpf:"maglev_table_size"`
 	MasqEnabled            *ebpf.VariableSpec `ebpf:"masq_enabled"`
+	NatPortMax             *ebpf.VariableSpec `ebpf:"nat_port_max"`
+	NatPortMin             *ebpf.VariableSpec `ebpf:"nat_port_min"`
 	NodeIp                 *ebpf.VariableSpec `ebpf:"node_ip"`
 	OverlayIfindex         *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
 	OverlayMac             *ebpf.VariableSpec `ebpf:"overlay_mac"`
@@ -379,21 +406,24 @@ func (o *myelinObjects) Close() error {
 //
 // It can be passed to loadMyelinObjects or ebpf.CollectionSpec.LoadAndAssign.
 type myelinMaps struct {
-	MyelinEndpoints    *ebpf.Map `ebpf:"myelin_endpoints"`
-	MyelinEvents       *ebpf.Map `ebpf:"myelin_events"`
-	MyelinFrags        *ebpf.Map `ebpf:"myelin_frags"`
-	MyelinIcmpRate     *ebpf.Map `ebpf:"myelin_icmp_rate"`
-	MyelinLbAffinity   *ebpf.Map `ebpf:"myelin_lb_affinity"`
-	MyelinLbBackends   *ebpf.Map `ebpf:"myelin_lb_backends"`
-	MyelinLbCt         *ebpf.Map `ebpf:"myelin_lb_ct"`
-	MyelinLbCtNodeport *ebpf.Map `ebpf:"myelin_lb_ct_nodeport"`
-	MyelinLbMaglev     *ebpf.Map `ebpf:"myelin_lb_maglev"`
-	MyelinLbServices   *ebpf.Map `ebpf:"myelin_lb_services"`
-	MyelinLbSlots      *ebpf.Map `ebpf:"myelin_lb_slots"`
-	MyelinMetrics      *ebpf.Map `ebpf:"myelin_metrics"`
-	MyelinNomasq       *ebpf.Map `ebpf:"myelin_nomasq"`
-	MyelinSnat         *ebpf.Map `ebpf:"myelin_snat"`
-	MyelinTunnel       *ebpf.Map `ebpf:"myelin_tunnel"`
+	MyelinEndpoints     *ebpf.Map `ebpf:"myelin_endpoints"`
+	MyelinEvents        *ebpf.Map `ebpf:"myelin_events"`
+	MyelinFrags         *ebpf.Map `ebpf:"myelin_frags"`
+	MyelinIcmpRate      *ebpf.Map `ebpf:"myelin_icmp_rate"`
+	MyelinLbAffinity    *ebpf.Map `ebpf:"myelin_lb_affinity"`
+	MyelinLbBackends    *ebpf.Map `ebpf:"myelin_lb_backends"`
+	MyelinLbCt          *ebpf.Map `ebpf:"myelin_lb_ct"`
+	MyelinLbCtNodeport  *ebpf.Map `ebpf:"myelin_lb_ct_nodeport"`
+	MyelinLbMaglev      *ebpf.Map `ebpf:"myelin_lb_maglev"`
+	MyelinLbServices    *ebpf.Map `ebpf:"myelin_lb_services"`
+	MyelinLbSlots       *ebpf.Map `ebpf:"myelin_lb_slots"`
+	MyelinMetrics       *ebpf.Map `ebpf:"myelin_metrics"`
+	MyelinNodeportNat   *ebpf.Map `ebpf:"myelin_nodeport_nat"`
+	MyelinNodeportStats *ebpf.Map `ebpf:"myelin_nodeport_stats"`
+	MyelinNodeportSyn   *ebpf.Map `ebpf:"myelin_nodeport_syn"`
+	MyelinNomasq        *ebpf.Map `ebpf:"myelin_nomasq"`
+	MyelinSnat          *ebpf.Map `ebpf:"myelin_snat"`
+	MyelinTunnel        *ebpf.Map `ebpf:"myelin_tunnel"`
 }
 
 func (m *myelinMaps) Close() error {
@@ -410,6 +440,9 @@ func (m *myelinMaps) Close() error {
 		m.MyelinLbServices,
 		m.MyelinLbSlots,
 		m.MyelinMetrics,
+		m.MyelinNodeportNat,
+		m.MyelinNodeportStats,
+		m.MyelinNodeportSyn,
 		m.MyelinNomasq,
 		m.MyelinSnat,
 		m.MyelinTunnel,
@@ -430,6 +463,7 @@ type myelinVariables struct {
 	BtfAnchorLbSvcFlags    *ebpf.Variable `ebpf:"btf_anchor_lb_svc_flags"`
 	BtfAnchorNatDir        *ebpf.Variable `ebpf:"btf_anchor_nat_dir"`
 	BtfAnchorNatFlags      *ebpf.Variable `ebpf:"btf_anchor_nat_flags"`
+	BtfAnchorNpStat        *ebpf.Variable `ebpf:"btf_anchor_np_stat"`
 	BtfAnchorReason        *ebpf.Variable `ebpf:"btf_anchor_reason"`
 	ClusterCidrAddr        *ebpf.Variable `ebpf:"cluster_cidr_addr"`
 	ClusterCidrMask        *ebpf.Variable `ebpf:"cluster_cidr_mask"`
@@ -438,6 +472,8 @@ type myelinVariables struct {
 	LbEnabled              *ebpf.Variable `ebpf:"lb_enabled"`
 	MaglevTableSize        *ebpf.Variable `ebpf:"maglev_table_size"`
 	MasqEnabled            *ebpf.Variable `ebpf:"masq_enabled"`
+	NatPortMax             *ebpf.Variable `ebpf:"nat_port_max"`
+	NatPortMin             *ebpf.Variable `ebpf:"nat_port_min"`
 	NodeIp                 *ebpf.Variable `ebpf:"node_ip"`
 	OverlayIfindex         *ebpf.Variable `ebpf:"overlay_ifindex"`
 	OverlayMac             *ebpf.Variable `ebpf:"overlay_mac"`

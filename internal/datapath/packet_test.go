@@ -30,6 +30,7 @@ type pkt struct {
 	payload        []byte
 	fragOff        uint16 // IPv4 fragment offset in 8-byte units; 0: DF, unfragmented
 	tcpFlags       uint8  // 0: SYN
+	seq, ack       uint32 // TCP sequence and acknowledgment numbers
 	udpNoCsum      bool   // UDP checksum 0 ("none")
 	icmpSet        bool   // icmpType, icmpCode, icmpRest set; otherwise echo request id 7 seq 1
 	icmpType       uint8
@@ -81,6 +82,8 @@ func (p pkt) withDst(ip string, port uint16) pkt {
 
 func (p pkt) withTCPFlags(f uint8) pkt { p.tcpFlags = f; return p }
 
+func (p pkt) withSeq(seq, ack uint32) pkt { p.seq, p.ack = seq, ack; return p }
+
 func (p pkt) withoutUDPChecksum() pkt { p.udpNoCsum = true; return p }
 
 // withFragOffset makes p a later fragment (offset in 8-byte units).
@@ -131,6 +134,8 @@ func (p pkt) l4() []byte {
 		b = make([]byte, 20)
 		binary.BigEndian.PutUint16(b[0:], p.sport)
 		binary.BigEndian.PutUint16(b[2:], p.dport)
+		binary.BigEndian.PutUint32(b[4:], p.seq)
+		binary.BigEndian.PutUint32(b[8:], p.ack)
 		b[12] = 5 << 4 // data offset
 		b[13] = 0x02   // SYN
 		if p.tcpFlags != 0 {

@@ -447,6 +447,8 @@ func configureLoadBalancing(specs *myelinSpecs, cfg Config) error {
 		{specs.MyelinLbAffinity, lbAffinityMax},
 		{specs.MyelinLbCt, lbCTMax},
 		{specs.MyelinLbCtNodeport, lbCTNodePortMax},
+		{specs.MyelinNodeportSyn, cfg.NodePortSynMax},
+		{specs.MyelinNodeportNat, cfg.NodePortNATMax},
 	}
 	for _, s := range sizes {
 		s.spec.MaxEntries = 1

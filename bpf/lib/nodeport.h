@@ -1,0 +1,436 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * NodePort SNAT: a NodePort flow to a backend on another node is translated
+ * to node_ip and a NAT port of its own, in tables strangers filling them
+ * can't turn against anything else. A new flow lives in the LRU
+ * myelin_nodeport_syn (embryonic) until the client acknowledges the
+ * backend's SYN-ACK (TCP) or sends again after a reply (UDP); then it moves
+ * to myelin_nodeport_nat (established, a plain hash the agent collects). A
+ * flood of SYNs from forged sources never gets past the first table: it
+ * evicts older embryonic flows, never established ones, pods' masquerade
+ * entries (myelin_snat) or service conntrack (myelin_lb_ct). Entries carry
+ * the backend and the NodePort, so these flows need no myelin_lb_ct entry.
+ *
+ * NAT ports come from nat_port_min..nat_port_max like masquerade's, claimed
+ * in myelin_nodeport_syn first and then checked against myelin_nodeport_nat
+ * and myelin_snat (nat_claim does the mirror image), so no two flows of the
+ * three tables share a reverse tuple.
+ */
+#ifndef MYELIN_LIB_NODEPORT_H
+#define MYELIN_LIB_NODEPORT_H
+
+#include <linux/bpf.h>
+#include <linux/errno.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "config.h"
+#include "l4.h"
+#include "maps.h"
+#include "nat.h"
+#include "reasons.h"
+
+/* An embryonic flow idle this long gives its NAT port to a new flow that needs it. */
+#define NP_SYN_RECLAIM_NS (5 * 1000000000ULL)
+/*
+ * A client's ACK promotes a TCP flow when it acknowledges the backend's
+ * SYN-ACK: its ack number is at most this far past the SYN-ACK's sequence
+ * number + 1 (the client may already have received data). A blind attacker
+ * guesses one in 4,096.
+ */
+#define NP_ACK_WINDOW (1U << 20)
+#define TCP_SEQ_OFF   4
+#define TCP_ACK_OFF   8
+
+/* np_count bumps the NodePort counter i (per CPU: plain increment). */
+static __always_inline void np_count(__u32 i)
+{
+	__u64 *c = bpf_map_lookup_elem(&myelin_nodeport_stats, &i);
+
+	if (c)
+		*c += 1;
+}
+
+/* np_touch records a packet of e's flow, like nat_touch. */
+static __always_inline void np_touch(struct np_entry *e, __u16 flags)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	if (now - e->last_seen > NAT_REFRESH_NS)
+		e->last_seen = now;
+	if ((e->flags & flags) != flags)
+		e->flags |= flags;
+}
+
+/* np_fwd_key is the client's tuple of the flow whose reverse entry is rv (key rev). */
+static __always_inline void np_fwd_key(struct nat_key *fwd, const struct nat_key *rev,
+				       const struct np_entry *rv)
+{
+	fwd->saddr = rv->addr;
+	fwd->daddr = node_ip;
+	fwd->sport = rv->port;
+	fwd->dport = rv->xport;
+	fwd->proto = rev->proto;
+	fwd->dir = NAT_DIR_EGRESS;
+	fwd->pad = 0;
+}
+
+/* np_rev_key is the backend's reply tuple of the flow fwd with forward entry fv. */
+static __always_inline void np_rev_key(struct nat_key *rev, const struct nat_key *fwd,
+				       const struct np_entry *fv)
+{
+	rev->saddr = fv->addr;
+	rev->daddr = node_ip;
+	rev->sport = fv->port;
+	rev->dport = fv->xport;
+	rev->proto = fwd->proto;
+	rev->dir = NAT_DIR_INGRESS;
+	rev->pad = 0;
+}
+
+/*
+ * np_reclaim frees the port of the embryonic flow holding rev when it has
+ * been idle NP_SYN_RECLAIM_NS: without it, stale embryonic flows could hold
+ * every port towards a backend and nothing would evict them. Returns 1 when
+ * the port is free now.
+ */
+static __always_inline int np_reclaim(const struct nat_key *rev)
+{
+	const struct np_entry *e = bpf_map_lookup_elem(&myelin_nodeport_syn, rev);
+	struct nat_key fwd;
+
+	if (!e || bpf_ktime_get_ns() - e->last_seen < NP_SYN_RECLAIM_NS)
+		return 0;
+	np_fwd_key(&fwd, rev, e);
+	bpf_map_delete_elem(&myelin_nodeport_syn, &fwd);
+	bpf_map_delete_elem(&myelin_nodeport_syn, rev);
+	return 1;
+}
+
+/*
+ * np_claim makes the embryonic reverse entry rev, with dport set to port,
+ * point at rv. Returns 0 when claimed, 1 when another flow owns the tuple,
+ * or -1 on an insert error.
+ */
+static __always_inline int np_claim(struct nat_key *rev, const struct np_entry *rv, __be16 port)
+{
+	long rc;
+
+	rev->dport = port;
+	rc = bpf_map_update_elem(&myelin_nodeport_syn, rev, rv, BPF_NOEXIST);
+	if (rc == -EEXIST && np_reclaim(rev))
+		rc = bpf_map_update_elem(&myelin_nodeport_syn, rev, rv, BPF_NOEXIST);
+	if (rc == -EEXIST)
+		return 1;
+	if (rc < 0)
+		return -1;
+	if (bpf_map_lookup_elem(&myelin_nodeport_nat, rev) ||
+	    bpf_map_lookup_elem(&myelin_snat, rev)) {
+		bpf_map_delete_elem(&myelin_nodeport_syn, rev);
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * np_create creates the embryonic flow fwd (client -> node_ip:nodePort) to
+ * backend id at be, and returns 0 with its forward entry in *fv, or a
+ * DROP_* reason.
+ */
+static __always_inline int np_create(const struct nat_key *fwd, __u32 id,
+				     const struct lb_backend *be, __u16 flags, struct np_entry *fv)
+{
+	__u64 now = bpf_ktime_get_ns();
+	struct nat_key rev = {
+		.saddr = be->addr,
+		.daddr = node_ip,
+		.sport = be->port,
+		.proto = fwd->proto,
+		.dir = NAT_DIR_INGRESS,
+	};
+	struct np_entry rv = {
+		.last_seen = now,
+		.addr = fwd->saddr,
+		.port = fwd->sport,
+		.xport = fwd->dport,
+		.flags = flags,
+	};
+	__u32 start = bpf_get_prandom_u32();
+	int rc = 1;
+
+	for (__u32 i = 0; i < NAT_PORT_TRIES; i++) {
+		rc = np_claim(&rev, &rv, bpf_htons(nat_port_at(start, i)));
+		if (rc <= 0)
+			break;
+	}
+	if (rc < 0)
+		return DROP_NODEPORT_NAT_FULL;
+	if (rc > 0)
+		return DROP_NAT_NO_PORT;
+	*fv = (struct np_entry){.last_seen = now,
+				.addr = be->addr,
+				.backend_id = id,
+				.port = be->port,
+				.xport = rev.dport,
+				.flags = flags};
+	if (bpf_map_update_elem(&myelin_nodeport_syn, fwd, fv, BPF_ANY) < 0) {
+		bpf_map_delete_elem(&myelin_nodeport_syn, &rev);
+		return DROP_NODEPORT_NAT_FULL;
+	}
+	np_count(NP_STAT_SYN_CREATED);
+	return 0;
+}
+
+/*
+ * np_ours says whether the reverse entry rv belongs to the flow fwd: an
+ * embryonic flow's reverse entry may have been evicted, and its port
+ * claimed by another flow since.
+ */
+static __always_inline int np_ours(const struct np_entry *rv, const struct nat_key *fwd)
+{
+	return rv && rv->addr == fwd->saddr && rv->port == fwd->sport && rv->xport == fwd->dport;
+}
+
+/* np_handshake_done says whether the client's packet completes the flow's handshake. */
+static __always_inline int np_handshake_done(struct __sk_buff *skb, const struct ipv4_info *info,
+					     const struct l4_info *l4, const struct np_entry *fv)
+{
+	__be32 ack;
+
+	if (!(fv->flags & NAT_F_REPLIED))
+		return 0;
+	if (info->proto != IPPROTO_TCP)
+		return 1;
+	if (l4->tcp_opening ||
+	    bpf_skb_load_bytes(skb, info->l4_off + TCP_ACK_OFF, &ack, sizeof(ack)) < 0)
+		return 0;
+	return bpf_ntohl(ack) - fv->reply_seq < NP_ACK_WINDOW;
+}
+
+/*
+ * np_promote moves the embryonic flow fwd (forward entry fv, reverse entry
+ * at rev) to myelin_nodeport_nat. Returns 0, or DROP_NODEPORT_NAT_FULL with
+ * the flow left embryonic.
+ */
+static __always_inline int np_promote(const struct nat_key *fwd, const struct np_entry *fv,
+				      const struct nat_key *rev, const struct np_entry *rv)
+{
+	const struct np_entry *e;
+	long rc;
+
+	rc = bpf_map_update_elem(&myelin_nodeport_nat, rev, rv, BPF_NOEXIST);
+	if (rc == -EEXIST) {
+		/* Promoted by another CPU just now; any other owner was excluded when
+		 * the port was claimed. */
+		e = bpf_map_lookup_elem(&myelin_nodeport_nat, rev);
+		rc = np_ours(e, fwd) ? 0 : -1;
+	}
+	if (rc < 0)
+		return DROP_NODEPORT_NAT_FULL;
+	if (bpf_map_update_elem(&myelin_nodeport_nat, fwd, fv, BPF_ANY) < 0) {
+		bpf_map_delete_elem(&myelin_nodeport_nat, rev);
+		return DROP_NODEPORT_NAT_FULL;
+	}
+	bpf_map_delete_elem(&myelin_nodeport_syn, fwd);
+	bpf_map_delete_elem(&myelin_nodeport_syn, rev);
+	np_count(NP_STAT_PROMOTED);
+	return 0;
+}
+
+/* np_forget deletes both entries of flow fwd (forward entry fv) from table map. */
+static __always_inline void np_forget(void *map, const struct nat_key *fwd,
+				      const struct np_entry *fv)
+{
+	struct nat_key rev;
+
+	np_rev_key(&rev, fwd, fv);
+	bpf_map_delete_elem(map, fwd);
+	bpf_map_delete_elem(map, &rev);
+}
+
+/*
+ * np_embryonic handles a client's packet of the embryonic flow fwd (forward
+ * entry e): its reverse entry must still be its own (else the flow is
+ * forgotten and 1 returned: create it again); a packet completing the
+ * handshake promotes it. Returns 0 with the entry in *fv, 1, or a DROP_*
+ * reason.
+ */
+static __always_inline int np_embryonic(struct __sk_buff *skb, const struct ipv4_info *info,
+					const struct l4_info *l4, const struct nat_key *fwd,
+					struct np_entry *e, struct np_entry *fv)
+{
+	struct nat_key rev;
+	struct np_entry *r;
+
+	np_touch(e, l4->tcp_closing ? NAT_F_CLOSING : 0);
+	*fv = *e;
+	np_rev_key(&rev, fwd, fv);
+	r = bpf_map_lookup_elem(&myelin_nodeport_syn, &rev);
+	if (!np_ours(r, fwd)) {
+		bpf_map_delete_elem(&myelin_nodeport_syn, fwd);
+		return 1;
+	}
+	if (!np_handshake_done(skb, info, l4, fv))
+		return 0;
+	return np_promote(fwd, fv, &rev, r);
+}
+
+/*
+ * np_flow finds the NodePort SNAT flow of a client's packet (key fwd):
+ * established first, then embryonic. A flow whose backend is gone (or whose
+ * id now names another backend) is forgotten, to select again. Returns 0
+ * with the forward entry in *fv, 1 when there is no flow, or a DROP_* reason.
+ */
+static __always_inline int np_flow(struct __sk_buff *skb, const struct ipv4_info *info,
+				   const struct l4_info *l4, const struct nat_key *fwd,
+				   struct np_entry *fv)
+{
+	const struct lb_backend *b;
+	struct np_entry *e;
+	void *map = &myelin_nodeport_nat;
+	int rc = 0;
+
+	e = bpf_map_lookup_elem(&myelin_nodeport_nat, fwd);
+	if (e) {
+		np_touch(e, l4->tcp_closing ? NAT_F_CLOSING : 0);
+		*fv = *e;
+	} else {
+		map = &myelin_nodeport_syn;
+		e = bpf_map_lookup_elem(&myelin_nodeport_syn, fwd);
+		if (!e)
+			return 1;
+		rc = np_embryonic(skb, info, l4, fwd, e, fv);
+		if (rc)
+			return rc;
+	}
+	b = bpf_map_lookup_elem(&myelin_lb_backends, &fv->backend_id);
+	if (b && b->addr == fv->addr && b->port == fv->port)
+		return 0;
+	np_forget(map, fwd, fv);
+	return 1;
+}
+
+/*
+ * np_reply_seen records on an embryonic flow's forward entry that the
+ * backend answered: a TCP SYN-ACK (with its sequence number, which the
+ * client's ACK must acknowledge) or any UDP reply.
+ */
+static __always_inline void np_reply_seen(struct __sk_buff *skb, const struct ipv4_info *info,
+					  const struct nat_key *rev, struct np_entry *rv)
+{
+	struct nat_key fwd;
+	struct np_entry *e;
+	__u8 flags;
+	__be32 seq;
+
+	if (info->proto == IPPROTO_TCP) {
+		if (bpf_skb_load_bytes(skb, info->l4_off + TCP_FLAGS_OFF, &flags, sizeof(flags)) <
+			    0 ||
+		    (flags & (TCP_FLAGS_SYN | TCP_FLAGS_ACK)) != (TCP_FLAGS_SYN | TCP_FLAGS_ACK) ||
+		    bpf_skb_load_bytes(skb, info->l4_off + TCP_SEQ_OFF, &seq, sizeof(seq)) < 0)
+			return;
+	}
+	np_fwd_key(&fwd, rev, rv);
+	e = bpf_map_lookup_elem(&myelin_nodeport_syn, &fwd);
+	if (!e)
+		return;
+	if (info->proto == IPPROTO_TCP)
+		e->reply_seq = bpf_ntohl(seq) + 1;
+	e->flags |= NAT_F_REPLIED;
+	rv->flags |= NAT_F_REPLIED;
+}
+
+/*
+ * np_reply_lookup finds the reverse entry of a backend's reply (key rev)
+ * and records the reply. Only packets to a port of the NAT range get here.
+ */
+static __always_inline struct np_entry *np_reply_lookup(struct __sk_buff *skb,
+							const struct ipv4_info *info,
+							const struct l4_info *l4,
+							const struct nat_key *rev)
+{
+	__u16 flags = l4->tcp_closing ? NAT_F_CLOSING : 0;
+	struct np_entry *e;
+
+	e = bpf_map_lookup_elem(&myelin_nodeport_nat, rev);
+	if (e) {
+		np_touch(e, NAT_F_REPLIED | flags);
+		return e;
+	}
+	e = bpf_map_lookup_elem(&myelin_nodeport_syn, rev);
+	if (e) {
+		np_touch(e, flags);
+		if (!(e->flags & NAT_F_REPLIED))
+			np_reply_seen(skb, info, rev, e);
+		return e;
+	}
+	/* A pod answering a flow we no longer know: evicted before its handshake. */
+	if (cluster_contains(info->saddr))
+		np_count(NP_STAT_REPLY_LOST);
+	return NULL;
+}
+
+/*
+ * np_reply translates a backend's reply to a NodePort SNAT flow (to
+ * node_ip and a NAT port) back: source to node_ip:nodePort, destination to
+ * the client. Returns 0 when translated, 1 when the packet is not such a
+ * reply, or a DROP_* reason. Packets to ports outside the NAT range cost no
+ * lookup.
+ */
+static __always_inline int np_reply(struct __sk_buff *skb, struct ipv4_info *info,
+				    struct l4_info *l4)
+{
+	struct nat_key rev = {
+		.saddr = info->saddr,
+		.daddr = info->daddr,
+		.sport = l4->sport,
+		.dport = l4->dport,
+		.proto = info->proto,
+		.dir = NAT_DIR_INGRESS,
+	};
+	const struct np_entry *e;
+	__u16 dport = bpf_ntohs(l4->dport);
+	__be32 client;
+	__be16 cport, front;
+
+	if (dport < nat_port_min || dport > nat_port_max)
+		return 1;
+	e = np_reply_lookup(skb, info, l4, &rev);
+	if (!e)
+		return 1;
+	client = e->addr;
+	cport = e->port;
+	front = e->xport;
+	if (l4_rewrite_addr(skb, l4, IPV4_DADDR_OFF, info->daddr, client) < 0 ||
+	    l4_rewrite_port(skb, l4, l4->rport_off, l4->dport, cport) < 0 ||
+	    l4_rewrite_addr(skb, l4, IPV4_SADDR_OFF, info->saddr, node_ip) < 0 ||
+	    l4_rewrite_port(skb, l4, l4->port_off, l4->sport, front) < 0)
+		return DROP_INVALID_PACKET;
+	info->daddr = client;
+	info->saddr = node_ip;
+	l4->dport = cport;
+	l4->sport = front;
+	return 0;
+}
+
+/*
+ * np_snat translates a client's packet of flow fv: destination to the
+ * backend, source to node_ip and the flow's NAT port.
+ */
+static __always_inline int np_snat(struct __sk_buff *skb, struct ipv4_info *info,
+				   struct l4_info *l4, const struct np_entry *fv)
+{
+	if (l4_rewrite_addr(skb, l4, IPV4_DADDR_OFF, info->daddr, fv->addr) < 0 ||
+	    l4_rewrite_port(skb, l4, l4->rport_off, l4->dport, fv->port) < 0 ||
+	    l4_rewrite_addr(skb, l4, IPV4_SADDR_OFF, info->saddr, node_ip) < 0 ||
+	    l4_rewrite_port(skb, l4, l4->port_off, l4->sport, fv->xport) < 0)
+		return DROP_INVALID_PACKET;
+	info->daddr = fv->addr;
+	info->saddr = node_ip;
+	l4->dport = fv->port;
+	l4->sport = fv->xport;
+	return 0;
+}
+
+#endif /* MYELIN_LIB_NODEPORT_H */

@@ -1,0 +1,372 @@
+package datapath
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+// npTestFlow is a NodePortFlow of the fixtures (TCP to nodePort, backend port
+// 8080, NAT port testNATPort) without time.
+func npTestFlow(client string, clientPort uint16, backend string, id uint32, established bool, state string) NodePortFlow {
+	return NodePortFlow{Proto: protoTCP, Client: mustAddr(client), ClientPort: clientPort, NodePort: nodePort,
+		Backend: mustAddr(backend), BackendPort: 8080, NATPort: testNATPort, BackendID: id, Established: established, State: state}
+}
+
+// checkNodePortFlows compares the NodePort SNAT flows with want, ignoring LastSeen.
+func checkNodePortFlows(d *Datapath, want []NodePortFlow) error {
+	got, err := d.NodePortFlows()
+	if err != nil {
+		return err
+	}
+	for i := range got {
+		if got[i].LastSeen == 0 {
+			return fmt.Errorf("NodePort flow without LastSeen: %+v", got[i])
+		}
+		got[i].LastSeen = 0
+	}
+	if !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+		return fmt.Errorf("NodePort flows\n got %+v\nwant %+v", got, want)
+	}
+	return nil
+}
+
+// checkEmpty fails unless m has no entries.
+func checkEmpty(m *ebpf.Map) error {
+	var k, v []byte
+	if n, err := countEntries(m, &k, &v); err != nil || n != 0 {
+		return fmt.Errorf("%v holds %d entries (%v), want none", m, n, err)
+	}
+	return nil
+}
+
+// checkNodePortStats compares the NodePort counters with want.
+func checkNodePortStats(d *Datapath, want NodePortStats) error {
+	got, err := d.NodePortStats()
+	if err != nil || got != want {
+		return fmt.Errorf("NodePort stats = %+v (%v), want %+v", got, err, want)
+	}
+	return nil
+}
+
+// loadNodePortNAT loads load balancing and masquerade with NodePort tables
+// of synMax and natMax entries and the NAT ports min..max, serving the
+// NodePort feNodePort from the remote backend 2.
+func loadNodePortNAT(t *testing.T, synMax, natMax uint32, min, max uint16) *Datapath {
+	t.Helper()
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, LoadBalancing: true, Masquerade: true, NodeIP: testNodeIP,
+		ClusterCIDR: lbClusterCIDR, NATPortMin: min, NATPortMax: max, NodePortSynMax: synMax, NodePortNATMax: natMax})
+	if err := d.SetNoMasquerade([]netip.Prefix{lbClusterCIDR, netip.PrefixFrom(testNodeIP, 32)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := seedLB(d, *oneService(feNodePort, Service{ID: 1, Flags: ServiceNodePort, Backends: []uint32{2}})); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// A NodePort flow to a remote backend: its SYN creates an embryonic flow
+// in myelin_nodeport_syn (nothing in myelin_snat or myelin_lb_ct), the
+// backend's SYN-ACK goes back from the NodePort and records its sequence
+// number, an ACK that does not acknowledge it leaves the flow embryonic,
+// the one that does moves it to myelin_nodeport_nat, where its packets
+// keep their NAT port; GCNodePortNAT collects it once idle.
+func TestPrivilegedNodePortSNATHandshake(t *testing.T) {
+	requirePrivileged(t)
+	d := loadNodePortNAT(t, 0, 0, testNATPort, testNATPort)
+	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort)
+	toBackend := func(p pkt) []byte { return p.withSrc(nodeIP, testNATPort).withDst(remoteIP, 8080).build() }
+	reply := ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, testNATPort)
+	toClient := func(p pkt) []byte { return p.withSrc(nodeIP, nodePort).withDst(extHost, 40000).build() }
+	synAck := reply.withTCPFlags(0x12).withSeq(1000, 1)
+	badAck := req.withTCPFlags(0x10).withSeq(1, 1<<30)
+	ack := req.withTCPFlags(0x10).withSeq(1, 1001)
+	data := req.withTCPFlags(0x18).withSeq(1, 1001)
+	embryonic := func(state string) func(*Datapath) error {
+		return func(d *Datapath) error {
+			return checkNodePortFlows(d, []NodePortFlow{npTestFlow(extHost, 40000, remoteIP, 2, false, state)})
+		}
+	}
+	established := func(d *Datapath) error {
+		return checkNodePortFlows(d, []NodePortFlow{npTestFlow(extHost, 40000, remoteIP, 2, true, "tcp-established")})
+	}
+	row := func(name string, in pkt, out []byte, then func(*Datapath) error) lbCase {
+		return lbCase{prog: d.objs.MyelinFromNetdev, dir: "from-netdev", then: then,
+			progCase: progCase{name: name, endpoints: seedB, in: in.build(), verdict: tcActOK, out: out, reason: "PASS_STACK"}}
+	}
+	runLBCases(t, d, []lbCase{
+		row("SYN: embryonic flow", req, toBackend(req), func(d *Datapath) error {
+			if err := embryonic("tcp-syn")(d); err != nil {
+				return err
+			}
+			if err := checkNAT(d, []NATEntry{}); err != nil {
+				return err
+			}
+			return checkEmpty(d.objs.MyelinLbCt)
+		}),
+		row("SYN-ACK: back from the NodePort, replied", synAck, toClient(synAck), embryonic("tcp-established")),
+		row("ACK of another sequence number: still embryonic", badAck, toBackend(badAck), embryonic("tcp-established")),
+		row("ACK of the SYN-ACK: promoted", ack, toBackend(ack), established),
+		row("data: same NAT port", data, toBackend(data), established),
+		row("reply: from the NodePort", reply.withTCPFlags(0x18), toClient(reply.withTCPFlags(0x18)), established),
+	})
+	if err := checkNodePortStats(d, NodePortStats{Created: 1, Promoted: 1}); err != nil {
+		t.Error(err)
+	}
+	if n, err := d.GCNodePortNAT(MonotonicNow()); err != nil || n != 0 {
+		t.Errorf("GCNodePortNAT of a fresh flow removed %d (%v), want 0", n, err)
+	}
+	if n, err := d.GCNodePortNAT(MonotonicNow() + NATTimeoutTCPEstablished + 2e9); err != nil || n != 2 {
+		t.Errorf("GCNodePortNAT of an idle flow removed %d (%v), want 2", n, err)
+	}
+}
+
+// With myelin_nodeport_nat full, a flow completing its handshake is dropped
+// as DROP_NODEPORT_NAT_FULL (counted, with a drop event) and stays
+// embryonic; once the GC made room, its next ACK promotes it.
+func TestPrivilegedNodePortSNATFull(t *testing.T) {
+	requirePrivileged(t)
+	d := loadNodePortNAT(t, 0, 2, testNATPort, testNATPort+1)
+	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort)
+	run := func(p pkt) ([]byte, uint32) {
+		out := make([]byte, 1500)
+		ret, err := d.objs.MyelinFromNetdev.Run(&ebpf.RunOptions{Data: p.build(), DataOut: out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out, ret
+	}
+	// An idle established flow of another client fills the table.
+	other := req.withSrc("203.0.113.20", 40000)
+	establish := func(client pkt) {
+		out, _ := run(client)
+		port := binary.BigEndian.Uint16(out[34:])
+		run(ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, port).withTCPFlags(0x12).withSeq(7, 0))
+		run(client.withTCPFlags(0x10).withSeq(1, 8))
+	}
+	establish(other)
+	if fill, _ := d.MapFill(); fill[4].Name != "myelin_nodeport_nat" || fill[4].Entries != 2 {
+		t.Fatalf("after one handshake: %+v, want myelin_nodeport_nat 2/2", fill)
+	}
+	r, err := d.NewEventReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	out, _ := run(req)
+	port := binary.BigEndian.Uint16(out[34:])
+	run(ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, port).withTCPFlags(0x12).withSeq(7, 0))
+	ack := req.withTCPFlags(0x10).withSeq(1, 8)
+	c := progCase{name: "promotion into a full table", endpoints: seedB, in: ack.build(), verdict: tcActShot, reason: "DROP_NODEPORT_NAT_FULL"}
+	if err := checkCase(d, d.objs.MyelinFromNetdev, "from-netdev", c); err != nil {
+		t.Error(err)
+	}
+	ev, ok := readEvent(t, r, 1e9)
+	if !ok || ev.Reason != "DROP_NODEPORT_NAT_FULL" || ev.Src != mustAddr(extHost) {
+		t.Errorf("drop event %+v (%v), want DROP_NODEPORT_NAT_FULL of the client's ACK", ev, ok)
+	}
+	flows, _ := d.NodePortFlows()
+	if len(flows) != 2 || !flows[0].Established || flows[0].Client != mustAddr("203.0.113.20") || flows[1].Established {
+		t.Errorf("flows after the drop: %+v, want the other client's established and ours embryonic", flows)
+	}
+	if n, err := d.GCNodePortNAT(MonotonicNow() + NATTimeoutTCPEstablished + 2e9); err != nil || n != 2 {
+		t.Fatalf("GC removed %d (%v), want 2", n, err)
+	}
+	c = progCase{name: "after GC", endpoints: seedB, in: ack.build(), verdict: tcActOK,
+		out: ack.withSrc(nodeIP, port).withDst(remoteIP, 8080).build(), reason: "PASS_STACK"}
+	if err := checkCase(d, d.objs.MyelinFromNetdev, "from-netdev", c); err != nil {
+		t.Error(err)
+	}
+	if flows, _ := d.NodePortFlows(); len(flows) != 1 || !flows[0].Established {
+		t.Errorf("flows after GC and the ACK: %+v, want ours established", flows)
+	}
+}
+
+// NodePort SNAT and masquerade never share a reverse tuple: with one NAT
+// port, whichever flow holds it first, the other gets DROP_NAT_NO_PORT.
+func TestPrivilegedNodePortSNATPortsDisjoint(t *testing.T) {
+	requirePrivileged(t)
+	d := loadNodePortNAT(t, 0, 0, testNATPort, testNATPort)
+	// A backend outside the cluster (a Service with manual Endpoints) is a
+	// destination masquerade translates to as well.
+	st := lbState{backends: map[uint32]Backend{3: {Addr: mustAddr(extHost), Port: 8080}},
+		services: map[Frontend]Service{feNodePort: {ID: 1, Flags: ServiceNodePort, Backends: []uint32{3}}}}
+	if err := seedLB(d, st); err != nil {
+		t.Fatal(err)
+	}
+	client := ipv4(protoTCP, "198.18.5.5", nodeIP).withDst(nodeIP, nodePort)
+	pod := ipv4(protoTCP, "10.1.0.10", extHost)
+	run := func(p *ebpf.Program, in pkt) {
+		if _, err := p.Run(&ebpf.RunOptions{Data: in.build(), DataOut: make([]byte, 1500)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The NodePort flow gets the port first; the masquerade flow finds it taken.
+	run(d.objs.MyelinFromNetdev, client)
+	c := progCase{name: "masquerade after NodePort", in: pod.build(), verdict: tcActShot, reason: "DROP_NAT_NO_PORT"}
+	if err := checkCase(d, d.objs.MyelinToNetdev, "to-netdev", c); err != nil {
+		t.Error(err)
+	}
+	flows, _ := d.NodePortFlows()
+	nat, _ := d.NATEntries()
+	if len(flows) != 1 || flows[0].NATPort != testNATPort || len(nat) != 0 {
+		t.Errorf("NodePort flows %+v, NAT flows %+v: want the NodePort flow alone on port %d", flows, nat, testNATPort)
+	}
+	// And the other way round.
+	if err := seedLB(d, st); err != nil {
+		t.Fatal(err)
+	}
+	run(d.objs.MyelinToNetdev, pod)
+	c = progCase{name: "NodePort after masquerade", in: client.build(), verdict: tcActShot, reason: "DROP_NAT_NO_PORT"}
+	if err := checkCase(d, d.objs.MyelinFromNetdev, "from-netdev", c); err != nil {
+		t.Error(err)
+	}
+	flows, _ = d.NodePortFlows()
+	nat, _ = d.NATEntries()
+	if len(flows) != 0 || len(nat) != 1 || nat[0].NATPort != testNATPort {
+		t.Errorf("NodePort flows %+v, NAT flows %+v: want the masquerade flow alone on port %d", flows, nat, testNATPort)
+	}
+}
+
+// A flood of SYNs from 3,000 forged sources to a NodePort only churns the
+// embryonic LRU (64 entries): an established NodePort flow and a pod's
+// masquerade flow keep their entries and ports, service conntrack stays
+// empty, every flood packet is translated (LRU eviction or port reclaim,
+// never a drop), and the counters show the churn.
+func TestPrivilegedNodePortSNATFlood(t *testing.T) {
+	requirePrivileged(t)
+	d := loadNodePortNAT(t, 64, 64, DefaultNATPortMin, DefaultNATPortMax)
+	run := func(p *ebpf.Program, in pkt) []byte {
+		out := make([]byte, 1500)
+		ret, err := p.Run(&ebpf.RunOptions{Data: in.build(), DataOut: out})
+		if err != nil || ret != tcActOK {
+			t.Fatalf("run %v: verdict %d, %v", in, ret, err)
+		}
+		return out
+	}
+	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort)
+	natPort := binary.BigEndian.Uint16(run(d.objs.MyelinFromNetdev, req)[34:])
+	run(d.objs.MyelinFromNetdev, ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, natPort).withTCPFlags(0x12).withSeq(7, 0))
+	run(d.objs.MyelinFromNetdev, req.withTCPFlags(0x10).withSeq(1, 8))
+	masq := ipv4(protoUDP, "10.1.0.10", "198.51.100.53").withDst("198.51.100.53", 53)
+	masqPort := binary.BigEndian.Uint16(run(d.objs.MyelinToNetdev, masq)[34:])
+
+	const flood = 3000
+	for i := 0; i < flood; i++ {
+		src := netip.AddrFrom4([4]byte{198, 18, byte(100 + i/250), byte(1 + i%250)})
+		syn := ipv4(protoTCP, src.String(), nodeIP).withSrc(src.String(), uint16(1024+i)).withDst(nodeIP, nodePort)
+		if p := binary.BigEndian.Uint16(run(d.objs.MyelinFromNetdev, syn)[34:]); p < DefaultNATPortMin {
+			t.Fatalf("flood SYN %d got NAT port %d", i, p)
+		}
+	}
+	data := req.withTCPFlags(0x18).withSeq(1, 8)
+	c := progCase{name: "established flow after the flood", endpoints: seedB, in: data.build(), verdict: tcActOK,
+		out: data.withSrc(nodeIP, natPort).withDst(remoteIP, 8080).build(), reason: "PASS_STACK"}
+	if err := checkCase(d, d.objs.MyelinFromNetdev, "from-netdev", c); err != nil {
+		t.Error(err)
+	}
+	if p := binary.BigEndian.Uint16(run(d.objs.MyelinToNetdev, masq)[34:]); p != masqPort {
+		t.Errorf("masquerade flow's port after the flood = %d, want %d", p, masqPort)
+	}
+	if err := checkEmpty(d.objs.MyelinLbCt); err != nil {
+		t.Error(err)
+	}
+	fill, _ := d.MapFill()
+	if fill[3].Entries < 58 || fill[3].Entries > 64 || fill[4].Entries != 2 {
+		t.Errorf("fill after the flood: %+v, want the embryonic LRU full (64) and the 2 established", fill)
+	}
+	st, _ := d.NodePortStats()
+	if st.Created != flood+1 || st.Promoted != 1 {
+		t.Errorf("NodePort stats %+v, want %d created, 1 promoted", st, flood+1)
+	}
+	if m, _ := counter(d, "from-netdev", "DROP_NODEPORT_NAT_FULL"); m.Packets != 0 {
+		t.Errorf("DROP_NODEPORT_NAT_FULL = %d during a SYN flood, want 0", m.Packets)
+	}
+}
+
+// UDP NodePort flows to a remote backend: embryonic on the first datagram,
+// promoted by the client's next datagram after a reply came back.
+func TestPrivilegedNodePortSNATUDP(t *testing.T) {
+	requirePrivileged(t)
+	d := loadNodePortNAT(t, 0, 0, testNATPort, testNATPort)
+	fe := Frontend{Addr: testNodeIP, Port: nodePort, Proto: protoUDP}
+	if err := seedLB(d, *oneService(fe, Service{ID: 1, Flags: ServiceNodePort, Backends: []uint32{2}})); err != nil {
+		t.Fatal(err)
+	}
+	req := ipv4(protoUDP, extHost, nodeIP).withDst(nodeIP, nodePort)
+	reply := ipv4(protoUDP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, testNATPort)
+	flows := func(established bool) func(*Datapath) error {
+		return func(d *Datapath) error {
+			f := npTestFlow(extHost, 40000, remoteIP, 2, established, "udp")
+			f.Proto = protoUDP
+			return checkNodePortFlows(d, []NodePortFlow{f})
+		}
+	}
+	row := func(name string, in pkt, out []byte, then func(*Datapath) error) lbCase {
+		return lbCase{prog: d.objs.MyelinFromNetdev, dir: "from-netdev", then: then,
+			progCase: progCase{name: name, endpoints: seedB, in: in.build(), verdict: tcActOK, out: out, reason: "PASS_STACK"}}
+	}
+	runLBCases(t, d, []lbCase{
+		row("first datagram: embryonic", req, req.withSrc(nodeIP, testNATPort).withDst(remoteIP, 8080).build(), flows(false)),
+		row("reply: from the NodePort", reply, reply.withSrc(nodeIP, nodePort).withDst(extHost, 40000).build(), flows(false)),
+		row("next datagram: promoted", req, req.withSrc(nodeIP, testNATPort).withDst(remoteIP, 8080).build(), flows(true)),
+	})
+}
+
+// An embryonic flow holding the only NAT port gives it up to a new flow once
+// idle 5 s (not before: DROP_NAT_NO_PORT); a pod's reply to a NAT port of no
+// flow passes untouched and counts as a reply lost.
+func TestPrivilegedNodePortSNATReclaim(t *testing.T) {
+	requirePrivileged(t)
+	d := loadNodePortNAT(t, 0, 0, testNATPort, testNATPort)
+	seed := func(age time.Duration) {
+		if err := seedLB(d, *oneService(feNodePort, Service{ID: 1, Flags: ServiceNodePort, Backends: []uint32{2}})); err != nil {
+			t.Fatal(err)
+		}
+		last := uint64(MonotonicNow() - age)
+		fk := myelinNatKey{Saddr: networkUint32(mustAddr("203.0.113.20")), Daddr: networkUint32(testNodeIP), Sport: htons(1111),
+			Dport: htons(nodePort), Proto: protoTCP, Dir: uint8(myelinNatDirNAT_DIR_EGRESS)}
+		fv := myelinNpEntry{LastSeen: last, Addr: networkUint32(mustAddr(remoteIP)), BackendId: 2, Port: htons(8080), Xport: htons(testNATPort)}
+		rk := myelinNatKey{Saddr: fv.Addr, Daddr: fk.Daddr, Sport: fv.Port, Dport: fv.Xport, Proto: protoTCP, Dir: uint8(myelinNatDirNAT_DIR_INGRESS)}
+		rv := myelinNpEntry{LastSeen: last, Addr: fk.Saddr, Port: fk.Sport, Xport: fk.Dport}
+		for _, e := range []struct {
+			k myelinNatKey
+			v myelinNpEntry
+		}{{fk, fv}, {rk, rv}} {
+			if err := d.objs.MyelinNodeportSyn.Update(e.k, e.v, ebpf.UpdateAny); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort)
+	seed(time.Second)
+	c := progCase{name: "port held by a fresh embryonic flow", endpoints: seedB, in: req.build(), verdict: tcActShot, reason: "DROP_NAT_NO_PORT"}
+	if err := checkCase(d, d.objs.MyelinFromNetdev, "from-netdev", c); err != nil {
+		t.Error(err)
+	}
+	seed(6 * time.Second)
+	c = progCase{name: "port held by an idle embryonic flow", endpoints: seedB, in: req.build(), verdict: tcActOK,
+		out: req.withSrc(nodeIP, testNATPort).withDst(remoteIP, 8080).build(), reason: "PASS_STACK"}
+	if err := checkCase(d, d.objs.MyelinFromNetdev, "from-netdev", c); err != nil {
+		t.Error(err)
+	}
+	if err := checkNodePortFlows(d, []NodePortFlow{npTestFlow(extHost, 40000, remoteIP, 2, false, "tcp-syn")}); err != nil {
+		t.Error(err)
+	}
+	lost := ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, testNATPort+0).withTCPFlags(0x12).withSeq(5, 1)
+	if err := seedLB(d, *oneService(feNodePort, Service{ID: 1, Flags: ServiceNodePort, Backends: []uint32{2}})); err != nil {
+		t.Fatal(err)
+	}
+	c = progCase{name: "reply without a flow", endpoints: seedB, in: lost.build(), verdict: tcActOK, reason: "PASS_STACK"}
+	if err := checkCase(d, d.objs.MyelinFromNetdev, "from-netdev", c); err != nil {
+		t.Error(err)
+	}
+	if st, _ := d.NodePortStats(); st.RepliesLost != 1 || st.Created != 1 {
+		t.Errorf("NodePort stats %+v, want 1 created and 1 reply lost", st)
+	}
+}
