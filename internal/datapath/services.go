@@ -15,18 +15,6 @@ import (
 	"github.com/myelin-net/myelin/internal/maglev"
 )
 
-// Sizes of the load balancing maps (bpf/lib/maps.h) with LoadBalancing on;
-// off, each has one entry.
-const (
-	lbServicesMax = 65536  // frontends
-	lbSlotsMax    = 131072 // backend slots of all services
-	lbBackendsMax = 65536
-	lbAffinityMax = 65536  // LRU
-	lbCTMax       = 262144 // two entries per flow a pod opened; GCServiceCT frees idle ones
-	// lbCTNodePortMax bounds the NodePort flows from outside apart from pods' own.
-	lbCTNodePortMax = 65536
-)
-
 // ErrLoadBalancingOff is returned by UpsertService and UpsertBackend of a
 // datapath loaded without Config.LoadBalancing.
 var ErrLoadBalancingOff = errors.New("load balancing is off: load the datapath with Config.LoadBalancing")
@@ -162,6 +150,9 @@ func (d *Datapath) UpsertService(fe Frontend, s Service) error {
 	}
 	if len(s.Backends) == 0 {
 		s.Maglev = nil
+	}
+	if slots := d.objs.MyelinLbSlots.MaxEntries(); uint64(len(s.Backends)) > uint64(slots) {
+		return fmt.Errorf("upsert service %v: %d backends, at most %d fit (myelin_lb_slots)", fe, len(s.Backends), slots)
 	}
 	value, err := serviceValue(s, d.cfg.MaglevTableSize)
 	if err != nil {
@@ -359,9 +350,6 @@ func serviceValue(s Service, maglevSize uint32) (myelinLbSvc, error) {
 	if s.Flags&^(ServiceNodePort|ServiceAffinity) != 0 {
 		return v, fmt.Errorf("unknown service flags %#x", uint8(s.Flags))
 	}
-	if len(s.Backends) > lbSlotsMax {
-		return v, fmt.Errorf("%d backends, at most %d fit", len(s.Backends), lbSlotsMax)
-	}
 	if slices.Contains(s.Backends, 0) {
 		return v, errors.New("backend id 0 in Backends: backend ids start at 1")
 	}
@@ -436,24 +424,14 @@ func configureLoadBalancing(specs *myelinSpecs, cfg Config) error {
 	if err := specs.MaglevTableSize.Set(maglev); err != nil {
 		return fmt.Errorf("set maglev_table_size: %w", err)
 	}
-	sizes := []struct {
-		spec *ebpf.MapSpec
-		max  uint32
-	}{
-		{specs.MyelinLbServices, lbServicesMax},
-		{specs.MyelinLbSlots, lbSlotsMax},
-		{specs.MyelinLbBackends, lbBackendsMax},
-		{specs.MyelinLbMaglev, lbServicesMax},
-		{specs.MyelinLbAffinity, lbAffinityMax},
-		{specs.MyelinLbCt, lbCTMax},
-		{specs.MyelinLbCtNodeport, lbCTNodePortMax},
-		{specs.MyelinNodeportSyn, cfg.NodePortSynMax},
-		{specs.MyelinNodeportNat, cfg.NodePortNATMax},
-	}
-	for _, s := range sizes {
-		s.spec.MaxEntries = 1
-		if cfg.LoadBalancing {
-			s.spec.MaxEntries = s.max
+	// The fixed sizes are the object's own (bpf/lib/maps.h): there is no Go copy.
+	// The NodePort SNAT tables are sized by configuration; off, every map has one entry.
+	specs.MyelinNodeportSyn.MaxEntries, specs.MyelinNodeportNat.MaxEntries = cfg.NodePortSynMax, cfg.NodePortNATMax
+	for _, spec := range []*ebpf.MapSpec{specs.MyelinLbServices, specs.MyelinLbSlots, specs.MyelinLbBackends,
+		specs.MyelinLbMaglev, specs.MyelinLbAffinity, specs.MyelinLbCt, specs.MyelinLbCtNodeport,
+		specs.MyelinNodeportSyn, specs.MyelinNodeportNat} {
+		if !cfg.LoadBalancing {
+			spec.MaxEntries = 1
 		}
 	}
 	// The template only types the inner maps; BPF_F_INNER_MAP accepts any size.
