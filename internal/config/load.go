@@ -18,7 +18,8 @@ const (
 	ConfigMapName      = "myelin-config"
 )
 
-var nodeConfigResource = schema.GroupVersionResource{Group: "myelin.io", Version: "v1alpha1", Resource: "nodeconfigs"}
+// NodeConfigResource is the NodeConfig custom resource (deploy/crds/myelin.io_nodeconfigs.yaml).
+var NodeConfigResource = schema.GroupVersionResource{Group: "myelin.io", Version: "v1alpha1", Resource: "nodeconfigs"}
 
 // MissingConfigMapSource is the source of defaulted keys when the ConfigMap does not exist.
 var MissingConfigMapSource = fmt.Sprintf("%s (no ConfigMap %s/%s)", DefaultSourceName, ConfigMapNamespace, ConfigMapName)
@@ -74,7 +75,7 @@ type nodeConfigObject struct {
 }
 
 func listNodeConfigs(ctx context.Context, dyn dynamic.Interface) ([]NodeConfig, error) {
-	list, err := dyn.Resource(nodeConfigResource).List(ctx, metav1.ListOptions{})
+	list, err := dyn.Resource(NodeConfigResource).List(ctx, metav1.ListOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil // the CRD is not installed: no NodeConfigs
 	}

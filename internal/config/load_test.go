@@ -20,7 +20,7 @@ import (
 
 func fakeDynamic() *dynamicfake.FakeDynamicClient {
 	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{nodeConfigResource: "NodeConfigList"})
+		map[schema.GroupVersionResource]string{NodeConfigResource: "NodeConfigList"})
 }
 
 // failConfigMapGet makes every get of a ConfigMap fail with err.

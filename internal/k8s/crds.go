@@ -17,9 +17,6 @@ import (
 
 var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-// NodeConfigResource is the NodeConfig custom resource.
-var NodeConfigResource = schema.GroupVersionResource{Group: "myelin.io", Version: "v1alpha1", Resource: "nodeconfigs"}
-
 // EnsureCRDs creates or updates myelin's CRDs.
 func EnsureCRDs(ctx context.Context, dyn dynamic.Interface) error {
 	files, err := fs.Glob(deploy.CRDs, "crds/*.yaml")

@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/api"
-	"github.com/myelin-net/myelin/internal/k8s"
+	"github.com/myelin-net/myelin/internal/config"
 	"github.com/myelin-net/myelin/internal/lab"
 )
 
@@ -57,11 +57,11 @@ func (d *Driver) CreateNodeConfig(ctx context.Context, namespace, name string, s
 		defs[key] = v
 	}
 	obj := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": k8s.NodeConfigResource.GroupVersion().String(), "kind": "NodeConfig",
+		"apiVersion": config.NodeConfigResource.GroupVersion().String(), "kind": "NodeConfig",
 		"metadata": map[string]any{"name": name, "namespace": namespace},
 		"spec":     map[string]any{"nodeSelector": sel, "defaults": defs},
 	}}
-	if _, err := d.Dyn.Resource(k8s.NodeConfigResource).Namespace(namespace).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+	if _, err := d.Dyn.Resource(config.NodeConfigResource).Namespace(namespace).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create NodeConfig %s/%s: %w", namespace, name, err)
 	}
 	return nil
@@ -69,7 +69,7 @@ func (d *Driver) CreateNodeConfig(ctx context.Context, namespace, name string, s
 
 // DeleteNodeConfig deletes the NodeConfig namespace/name.
 func (d *Driver) DeleteNodeConfig(ctx context.Context, namespace, name string) error {
-	if err := d.Dyn.Resource(k8s.NodeConfigResource).Namespace(namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+	if err := d.Dyn.Resource(config.NodeConfigResource).Namespace(namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		return fmt.Errorf("delete NodeConfig %s/%s: %w", namespace, name, err)
 	}
 	return nil
