@@ -10,6 +10,12 @@ import (
 // socketName is the agent's API socket in its state directory.
 const socketName = "agent.sock"
 
+// PodGateway is the link-local next hop of every pod's default route, the same on
+// every node: the agent hands it out with each address, the plugin sets it up and
+// CHECK verifies it. Its neighbour entry is fixed to the host-side veth's MAC, so the
+// address itself is never on a link.
+const PodGateway = "169.254.1.1"
+
 // DefaultSocket is the agent's socket on a real node.
 const DefaultSocket = nodelayout.StateDir + "/" + socketName
 

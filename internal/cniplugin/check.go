@@ -87,14 +87,10 @@ func checkPod(ifName string, ep api.Endpoint) error {
 	}
 	for _, r := range routes {
 		if r.Dst == nil || r.Dst.String() == "0.0.0.0/0" {
-			if r.Gw != nil && r.Gw.Equal(net.ParseIP(Gateway)) {
+			if r.Gw != nil && r.Gw.Equal(net.ParseIP(api.PodGateway)) {
 				return nil
 			}
 		}
 	}
-	return fmt.Errorf("interface %s has no default route via %s", ifName, Gateway)
+	return fmt.Errorf("interface %s has no default route via %s", ifName, api.PodGateway)
 }
-
-// Gateway is the link-local next hop of every pod's default route. Its neighbour entry
-// is fixed to the host-side veth's MAC, so the address itself is never on a link.
-const Gateway = "169.254.1.1"

@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/netns"
 	"github.com/myelin-net/myelin/internal/testenv"
 )
@@ -43,7 +44,7 @@ func requireRoot(t *testing.T) {
 func TestPrivilegedVethSetupAndTeardown(t *testing.T) {
 	requireRoot(t)
 	host, pod := throwawayNetNS(t, "host"), throwawayNetNS(t, "pod")
-	ip, gw := netip.MustParseAddr("10.244.7.9"), netip.MustParseAddr(Gateway)
+	ip, gw := netip.MustParseAddr("10.244.7.9"), netip.MustParseAddr(api.PodGateway)
 	const hostIf = "myltest0000001"
 	var link podLink
 	err := netns.Do(host, func() (err error) {
@@ -76,11 +77,11 @@ func TestPrivilegedVethSetupAndTeardown(t *testing.T) {
 		neighs, _ := netlink.NeighList(l.Attrs().Index, unix.AF_INET)
 		found := false
 		for _, n := range neighs {
-			found = found || (n.IP.Equal(net.ParseIP(Gateway)) && n.State == netlink.NUD_PERMANENT &&
+			found = found || (n.IP.Equal(net.ParseIP(api.PodGateway)) && n.State == netlink.NUD_PERMANENT &&
 				n.HardwareAddr.String() == link.HostMAC.String())
 		}
 		if !found {
-			t.Errorf("pod neighbours %v, want %s -> %s permanent", neighs, Gateway, link.HostMAC)
+			t.Errorf("pod neighbours %v, want %s -> %s permanent", neighs, api.PodGateway, link.HostMAC)
 		}
 		routes, _ := netlink.RouteList(l, unix.AF_INET)
 		mtuOK := false
@@ -125,7 +126,7 @@ func TestPrivilegedVethHostSideNoIPv6(t *testing.T) {
 				t.Logf("netns default %s = %s (not the kernel default %s): the test still checks the veth", key, got, want)
 			}
 		}
-		if _, err := setupVeth(pod, "eth0", hostIf, 1500, 1500, netip.MustParseAddr("10.244.7.10"), netip.MustParseAddr(Gateway)); err != nil {
+		if _, err := setupVeth(pod, "eth0", hostIf, 1500, 1500, netip.MustParseAddr("10.244.7.10"), netip.MustParseAddr(api.PodGateway)); err != nil {
 			return err
 		}
 		for _, s := range hostVethIPv6 {

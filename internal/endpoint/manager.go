@@ -77,12 +77,9 @@ func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
 		}
 		return api.Allocation{}, err
 	}
-	return api.Allocation{IP: ip.String(), Gateway: Gateway, MTU: m.cfg.MTU, RouteMTU: m.cfg.RouteMTU,
+	return api.Allocation{IP: ip.String(), Gateway: api.PodGateway, MTU: m.cfg.MTU, RouteMTU: m.cfg.RouteMTU,
 		HostIfName: HostIfName(ref.ContainerID)}, nil
 }
-
-// Gateway is the pods' link-local default gateway (see cniplugin.Gateway).
-const Gateway = "169.254.1.1"
 
 // Put registers an endpoint whose veth the plugin has built, and programs the
 // datapath: endpoints map entry, program on the host veth, /32 route.
