@@ -45,6 +45,9 @@ type Backend struct {
 	Port uint16
 }
 
+// String returns addr:port, the backend's name (in the Maglev table, for one).
+func (b Backend) String() string { return netip.AddrPortFrom(b.Addr, b.Port).String() }
+
 // ServiceFlags modify how a service is served.
 type ServiceFlags uint8
 

@@ -27,13 +27,7 @@ const (
 const defaultAffinityTimeout = 10800 * time.Second
 
 // Backend is one endpoint address of a Service port: a pod IP and its target port.
-type Backend struct {
-	Addr netip.Addr
-	Port uint16
-}
-
-// String returns addr:port, the backend's name in the Maglev table.
-func (b Backend) String() string { return netip.AddrPortFrom(b.Addr, b.Port).String() }
+type Backend = datapath.Backend
 
 // Frontend is one address:port:protocol clients use to reach a Service port on this
 // node, with what the datapath should do with new connections to it.

@@ -267,7 +267,7 @@ func (m *Manager) acquire(b Backend) (uint32, error) {
 		if id, err = m.beIDs.next(); err != nil {
 			return 0, err
 		}
-		if err := m.dp.UpsertBackend(id, datapath.Backend{Addr: b.Addr, Port: b.Port}); err != nil {
+		if err := m.dp.UpsertBackend(id, b); err != nil {
 			m.beIDs.free(id)
 			return 0, fmt.Errorf("backend %s: %w", b, err)
 		}
