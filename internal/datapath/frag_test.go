@@ -79,7 +79,9 @@ func TestPrivilegedLBFragments(t *testing.T) {
 
 	reply := ipv4(protoUDP, podBIP, podA).withSrc(podBIP, 8080).withDst(podA, 40000)
 	reply.payload = fragPayload
-	rFirst, rLater := reply.fragments(0x5151)
+	// Pod B sends the reply on its veth; pod A gets pod B's veth fixture, so deliveredFrags() fits it.
+	rFirst, rLater := fromPodB(reply).fragments(0x5151)
+	seedReply := map[string]EndpointInfo{podA: podB, podBIP: podB}
 	backFirst, backLater := deliveredFrags(reply.withSrc(vip, 53), 0x5151)
 	sFirst, sLater := reply.fragments(0x6161) // delivered by the stack
 	sBackFirst, sBackLater := reply.withSrc(vip, 53).fragments(0x6161)
@@ -100,9 +102,9 @@ func TestPrivilegedLBFragments(t *testing.T) {
 		{prog: fromPod, dir: "from-pod", progCase: progCase{
 			name: "later fragment without its first: untouched", endpoints: seedB, in: orphan, verdict: tcActOK, reason: "PASS_STACK"}},
 		{prog: fromPod, dir: "from-pod", then: fragCount(2), progCase: progCase{
-			name: "reply first fragment: from the ClusterIP", endpoints: seedA, in: rFirst, verdict: tcActRedirect, out: backFirst, reason: "FORWARDED"}},
+			name: "reply first fragment: from the ClusterIP", endpoints: seedReply, in: rFirst, verdict: tcActRedirect, out: backFirst, reason: "FORWARDED"}},
 		{prog: fromPod, dir: "from-pod", progCase: progCase{
-			name: "reply later fragment: from the ClusterIP", endpoints: seedA, in: rLater, verdict: tcActRedirect, out: backLater, reason: "FORWARDED"}},
+			name: "reply later fragment: from the ClusterIP", endpoints: seedReply, in: rLater, verdict: tcActRedirect, out: backLater, reason: "FORWARDED"}},
 		{prog: toPod, dir: "to-pod", then: fragCount(3), progCase: progCase{
 			name: "reply first fragment delivered by the stack", in: sFirst, verdict: tcActOK, out: sBackFirst, reason: "PASS_STACK"}},
 		{prog: toPod, dir: "to-pod", progCase: progCase{
@@ -143,17 +145,21 @@ func TestPrivilegedLBFragmentsFollowTheirFirst(t *testing.T) {
 	if err := seedLB(d, *oneService(feUDP, Service{ID: 3, Backends: []uint32{1, 2}})); err != nil {
 		t.Fatal(err)
 	}
+	// Pod A sends from its own veth.
+	if err := seedEndpoints(d, seedAB); err != nil {
+		t.Fatal(err)
+	}
 	req := ipv4(protoUDP, podA, vip).withDst(vip, 53)
 	req.payload = fragPayload
 	seen := map[string]bool{}
 	for i := range 32 {
 		// Each datagram from another port: a new flow, a new random pick.
 		first, later := req.withSrc(podA, uint16(41000+i)).fragments(uint16(0x7000 + i))
-		_, outFirst, err := runPacket(d.objs.MyelinFromPod, first, nil)
+		_, outFirst, err := runPacket(d.objs.MyelinFromPod, first, ctxPodA)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, outLater, err := runPacket(d.objs.MyelinFromPod, later, nil)
+		_, outLater, err := runPacket(d.objs.MyelinFromPod, later, ctxPodA)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -51,13 +51,15 @@ func TestPrivilegedLBICMPErrors(t *testing.T) {
 	noFlow := ipv4(protoICMP, podBIP, podA).withICMPError(3, 3, 0, quote(udp.withSrc(podA, 40999).withDst(podBIP, 8080)))
 	notToSource := ipv4(protoICMP, podBIP, "10.1.0.99").withICMPError(3, 3, 0, udpQuote)
 
+	// Pod B sends its error on its veth; pod A gets pod B's veth fixture, so delivered() fits it.
+	seedReply := map[string]EndpointInfo{podA: podB, podBIP: podB}
 	cases := []lbCase{
 		{seed: both, prog: fromPod, dir: "from-pod", progCase: progCase{name: "UDP to the ClusterIP: DNAT to pod B",
 			endpoints: seedB, in: udp.build(), verdict: tcActRedirect, out: delivered(udp.withDst(podBIP, 8080)), reason: "FORWARDED"}},
 		{prog: fromPod, dir: "from-pod", progCase: progCase{name: "TCP to the ClusterIP: DNAT to the remote backend",
 			in: tcp.build(), verdict: tcActOK, out: tcp.withDst(remoteIP, 8080).build(), reason: "PASS_STACK"}},
 		{prog: fromPod, dir: "from-pod", progCase: progCase{name: "port unreachable from the local backend: from the ClusterIP",
-			endpoints: seedA, in: portUnreach.build(), verdict: tcActRedirect, out: delivered(portUnreachBack), reason: "FORWARDED"}},
+			endpoints: seedReply, in: fromPodB(portUnreach).build(), verdict: tcActRedirect, out: delivered(portUnreachBack), reason: "FORWARDED"}},
 		{prog: toPod, dir: "to-pod", progCase: progCase{name: "port unreachable delivered by the stack",
 			in: portUnreach.build(), verdict: tcActOK, out: portUnreachBack.build(), reason: "PASS_STACK"}},
 		{prog: fromNetdev, dir: "from-netdev", progCase: progCase{name: "frag-needed from a router: the quote back to the ClusterIP",
@@ -151,14 +153,15 @@ func TestPrivilegedLBICMPErrorsNodePortHairpin(t *testing.T) {
 	clientQuote := func(q []byte) []byte {
 		return frontQuote(restoredQuote(q, mustAddr(extHost), 40000), testNodeIP, nodePort)
 	}
-	localErr := ipv4(protoICMP, podBIP, extHost).withICMPError(3, 3, 0, quote(toLocal.withTTL(63)))
-	localBack := ipv4(protoICMP, nodeIP, extHost).withICMPError(3, 3, 0, clientQuote(quote(toLocal.withTTL(63))))
+	// Pod B sends its error on its veth; handed to the stack, it keeps pod B's MACs.
+	localErr := fromPodB(ipv4(protoICMP, podBIP, extHost).withICMPError(3, 3, 0, quote(toLocal.withTTL(63))))
+	localBack := fromPodB(ipv4(protoICMP, nodeIP, extHost).withICMPError(3, 3, 0, clientQuote(quote(toLocal.withTTL(63)))))
 	remoteErr := ipv4(protoICMP, remoteIP, nodeIP).withICMPError(3, 3, 0, quote(toRemote))
 	remoteBack := ipv4(protoICMP, nodeIP, extHost).withICMPError(3, 3, 0, clientQuote(quote(toRemote)))
 
-	hp := ipv4(protoUDP, podBIP, vip).withDst(vip, 53)
+	hp := fromPodB(ipv4(protoUDP, podBIP, vip).withDst(vip, 53))
 	hpQuote := quote(hp.withSrc(hairpin, 40000).withDst(podBIP, 8080).withTTL(63))
-	hpErr := ipv4(protoICMP, podBIP, hairpin).withICMPError(3, 3, 0, hpQuote)
+	hpErr := fromPodB(ipv4(protoICMP, podBIP, hairpin).withICMPError(3, 3, 0, hpQuote))
 	hpBack := ipv4(protoICMP, vip, podBIP).withICMPError(3, 3, 0,
 		frontQuote(restoredQuote(hpQuote, mustAddr(podBIP), 40000), mustAddr(vip), 53))
 
