@@ -277,8 +277,11 @@ func TestPrivilegedNodePortSNATFlood(t *testing.T) {
 		t.Error(err)
 	}
 	fill, _ := d.MapFill()
-	if fill[3].Entries < 58 || fill[3].Entries > 64 || fill[4].Entries != 2 {
-		t.Errorf("fill after the flood: %+v, want the embryonic LRU full (64) and the 2 established", fill)
+	// The kernel's LRU evicts in batches from per-CPU free lists, so how full it reads
+	// after the flood depends on the CPUs the test ran on; it holds flood entries and
+	// never more than its size, and the established table exactly its 2.
+	if fill[3].Entries == 0 || fill[3].Entries > 64 || fill[4].Entries != 2 {
+		t.Errorf("fill after the flood: %+v, want the embryonic LRU holding flood entries (at most 64) and the 2 established", fill)
 	}
 	st, _ := d.NodePortStats()
 	if st.Created != flood+1 || st.Promoted != 1 {
