@@ -162,8 +162,6 @@ func (AgentIdle) Metrics() []Metric {
 		{Name: "rss_mib", Unit: "MiB", Description: "agent peak resident memory"},
 	}
 }
-func (AgentIdle) Tools() []string     { return nil }
-func (AgentIdle) Server() *ServerSpec { return nil }
 
 // Run implements Workload.
 func (w AgentIdle) Run(ctx context.Context, t Trial) (Sample, error) {
@@ -201,8 +199,6 @@ func (AgentChurn) Metrics() []Metric {
 		{Name: "wall_s", Unit: "s", Description: "time until everything was created, programmed and deleted again"},
 	}
 }
-func (AgentChurn) Tools() []string     { return nil }
-func (AgentChurn) Server() *ServerSpec { return nil }
 
 // Run implements Workload.
 func (w AgentChurn) Run(ctx context.Context, t Trial) (Sample, error) {
@@ -329,8 +325,6 @@ func (ServiceProgram) Describe() string {
 func (ServiceProgram) Metrics() []Metric {
 	return []Metric{{Name: "seconds", Unit: "s", Description: "agent restart until every Service is programmed"}}
 }
-func (ServiceProgram) Tools() []string     { return nil }
-func (ServiceProgram) Server() *ServerSpec { return nil }
 
 // Run implements Workload.
 func (w ServiceProgram) Run(ctx context.Context, t Trial) (Sample, error) {
@@ -386,8 +380,9 @@ func (CNIAdd) Metrics() []Metric {
 		{Name: "del_p50_ms", Unit: "ms", Description: "median CNI DEL"},
 	}
 }
-func (CNIAdd) Tools() []string     { return []string{"ip"} }
-func (CNIAdd) Server() *ServerSpec { return nil }
+
+// Tools implements ToolUser.
+func (CNIAdd) Tools() []string { return []string{"ip"} }
 
 // Run implements Workload.
 func (w CNIAdd) Run(ctx context.Context, t Trial) (Sample, error) {

@@ -73,8 +73,10 @@ type Host interface {
 	Command(ctx context.Context, cpu int, argv ...string) *exec.Cmd
 }
 
-// A Workload measures one thing between a client and a server: netperf TCP_RR, iperf3
-// UDP at a fixed rate, or (in lab cases) anything with numbers to report.
+// A Workload is what a case runs once per round: a client/server workload (netperf
+// TCP_RR, iperf3 UDP, TCP_CRR through a Service) or a control-plane measurement (CNI
+// ADD latency, the agent's CPU and memory, Service programming time), which has no
+// client or server of its own.
 type Workload interface {
 	// Name is short and lowercase ("tcp-rr"); it is part of case names.
 	Name() string
@@ -83,12 +85,36 @@ type Workload interface {
 	// Metrics lists what a sample carries; the first is the headline metric charted and
 	// used for ratios in summaries.
 	Metrics() []Metric
-	// Tools are the executables the workload runs, checked before the run.
-	Tools() []string
-	// Server is the long-running server the workload talks to, or nil.
-	Server() *ServerSpec
 	// Run runs the workload once for t.Duration and returns its figures.
 	Run(ctx context.Context, t Trial) (Sample, error)
+}
+
+// A ClientServer workload talks from the environment's client to a server the runner
+// starts once per environment and server vCPU (nil: it starts its own, or none).
+type ClientServer interface {
+	Workload
+	Server() *ServerSpec
+}
+
+// A ToolUser workload runs executables, checked before the run.
+type ToolUser interface {
+	Tools() []string
+}
+
+// workloadTools are the executables w runs.
+func workloadTools(w Workload) []string {
+	if t, ok := w.(ToolUser); ok {
+		return t.Tools()
+	}
+	return nil
+}
+
+// workloadServer is the server w talks to, or nil.
+func workloadServer(w Workload) *ServerSpec {
+	if cs, ok := w.(ClientServer); ok {
+		return cs.Server()
+	}
+	return nil
 }
 
 // A Trial is one run of a workload.

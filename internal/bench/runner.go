@@ -153,7 +153,7 @@ func (r *runner) startServers(ctx context.Context, cases []Case, endpoints map[s
 			continue
 		}
 		t := Trial{Client: ep.Client, Placement: c.Placement, Duration: r.cfg.Duration}
-		if spec := c.Workload.Server(); spec != nil {
+		if spec := workloadServer(c.Workload); spec != nil {
 			target, err := srvs.target(ctx, c.Env.Name(), ep, spec, c.Placement.Server)
 			if err != nil {
 				r.mark(c.Name, err.Error())

@@ -51,8 +51,6 @@ func (w *fakeWorkload) Describe() string { return "a fake workload" }
 func (w *fakeWorkload) Metrics() []Metric {
 	return []Metric{{Name: "rate", Unit: "1/s", HigherIsBetter: true}}
 }
-func (w *fakeWorkload) Tools() []string     { return nil }
-func (w *fakeWorkload) Server() *ServerSpec { return nil }
 func (w *fakeWorkload) Run(ctx context.Context, t Trial) (Sample, error) {
 	w.runs++
 	if w.log != nil {

@@ -102,7 +102,7 @@ func Availability(c Case) error {
 	if err := c.Env.Available(); err != nil {
 		return err
 	}
-	for _, tool := range c.Workload.Tools() {
+	for _, tool := range workloadTools(c.Workload) {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("needs %s, which is not installed (make setup installs it)", tool)
 		}

@@ -256,10 +256,9 @@ func (w ServiceCRR) Describe() string {
 func (w ServiceCRR) Metrics() []Metric { return Netperf{Test: TestTCPCRR}.Metrics() }
 
 // Tools implements Workload.
+// Tools implements ToolUser; the environment runs the backend and its twin, so it
+// is no ClientServer workload.
 func (w ServiceCRR) Tools() []string { return []string{"netperf", "netserver", "nsenter", "taskset"} }
-
-// Server implements Workload: none, the environment runs the backend and its twin.
-func (w ServiceCRR) Server() *ServerSpec { return nil }
 
 // Run implements Workload.
 func (w ServiceCRR) Run(ctx context.Context, t Trial) (Sample, error) {
