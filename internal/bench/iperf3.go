@@ -57,10 +57,10 @@ func (u IperfUDP) Metrics() []Metric {
 	}
 }
 
-// Tools implements Workload.
+// Tools implements ToolUser.
 func (u IperfUDP) Tools() []string { return []string{"iperf3", "taskset", "nsenter"} }
 
-// Server implements Workload.
+// Server implements ClientServer.
 func (u IperfUDP) Server() *ServerSpec { return Iperf3Server }
 
 // Argv is the iperf3 client command line of one trial.

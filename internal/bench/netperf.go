@@ -109,10 +109,10 @@ func (n Netperf) Metrics() []Metric {
 	}
 }
 
-// Tools implements Workload.
+// Tools implements ToolUser.
 func (n Netperf) Tools() []string { return []string{"netperf", "netserver", "taskset", "nsenter"} }
 
-// Server implements Workload.
+// Server implements ClientServer.
 func (n Netperf) Server() *ServerSpec { return NetperfServer }
 
 // Argv is the netperf command line of one trial.

@@ -255,7 +255,6 @@ func (w ServiceCRR) Describe() string {
 // Metrics implements Workload.
 func (w ServiceCRR) Metrics() []Metric { return Netperf{Test: TestTCPCRR}.Metrics() }
 
-// Tools implements Workload.
 // Tools implements ToolUser; the environment runs the backend and its twin, so it
 // is no ClientServer workload.
 func (w ServiceCRR) Tools() []string { return []string{"netperf", "netserver", "nsenter", "taskset"} }
