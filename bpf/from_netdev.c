@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * myelin_from_netdev: TCX ingress of the node uplink. Packets to node_ip go
- * through, in order: the reverse of masquerade and NodePort SNAT (replies get
- * their original destination back, lib/masq.h), the reverse of NodePort
- * translation (replies get the NodePort frontend back as their source and
- * leave again), and the NodePort service lookup (lib/service.h), in both host
- * routing modes. With BPF host routing, packets for local pods (natively
+ * through, in order: the reverse of masquerade (replies and ICMP errors get
+ * their original destination back, lib/masq.h), the reverse of NodePort SNAT
+ * (replies, and ICMP errors about the flow, get the client back as their
+ * destination and the NodePort frontend as their source and leave again,
+ * lib/nodeport.h), and the NodePort service lookup (lib/service.h), in both
+ * host routing modes. With BPF host routing, packets for local pods (natively
  * routed, reverse-translated or DNATed) then go straight into the pod with
  * bpf_redirect_peer; everything else (and everything in legacy mode) goes to
  * the kernel stack.

@@ -10,7 +10,8 @@
  *
  * ICMP errors about translated packets: icmp_quote_parse reads the packet an
  * error quotes, icmp_quote_set_addr rewrites its addresses; masquerade
- * (masq.h) and service conntrack (ct.h) translate the quote back with them.
+ * (masq.h), service conntrack (ct.h) and NodePort SNAT (nodeport.h)
+ * translate the quote back with them.
  */
 #ifndef MYELIN_LIB_ICMP_H
 #define MYELIN_LIB_ICMP_H

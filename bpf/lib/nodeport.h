@@ -11,6 +11,9 @@
  * entries (myelin_snat) or service conntrack (myelin_lb_ct). Entries carry
  * the backend and the NodePort, so these flows need no myelin_lb_ct entry.
  *
+ * ICMP errors about a client's packet (from the backend or a router on the
+ * way) go back to the client as errors about what it sent (np_icmp_error).
+ *
  * NAT ports come from nat_port_min..nat_port_max like masquerade's, claimed
  * in myelin_nodeport_syn first and then checked against myelin_nodeport_nat
  * and myelin_snat (nat_claim does the mirror image), so no two flows of the
@@ -26,6 +29,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "config.h"
+#include "icmp.h"
 #include "l4.h"
 #include "maps.h"
 #include "nat.h"
@@ -411,6 +415,96 @@ static __always_inline int np_reply(struct __sk_buff *skb, struct ipv4_info *inf
 	info->saddr = node_ip;
 	l4->dport = cport;
 	l4->sport = front;
+	return 0;
+}
+
+/*
+ * np_flow_of_reply finds the NodePort SNAT flow a packet with the reply
+ * tuple rev would be a reply of, as np_reply_lookup does (established, then
+ * embryonic) but without recording anything: an ICMP error is no reply, and
+ * must neither refresh nor help promote a flow.
+ */
+static __always_inline const struct np_entry *np_flow_of_reply(const struct nat_key *rev)
+{
+	const struct np_entry *e = bpf_map_lookup_elem(&myelin_nodeport_nat, rev);
+
+	if (e)
+		return e;
+	return bpf_map_lookup_elem(&myelin_nodeport_syn, rev);
+}
+
+/*
+ * np_icmp_quote_xlate rewrites the quote q of an ICMP error about a client's
+ * packet of flow e (node_ip:natport -> backend) into what the client sent
+ * (client:cport -> node_ip:nodePort). icmp_quote_set_addr keeps the quoted
+ * IPv4 checksum right (the ICMP checksum needs nothing for it); the ports
+ * patch the ICMP checksum (l4 is the error's ICMP header).
+ */
+static __always_inline int np_icmp_quote_xlate(struct __sk_buff *skb, const struct l4_info *l4,
+					       const struct icmp_quote *q, const struct np_entry *e)
+{
+	if (icmp_quote_set_addr(skb, q, offsetof(struct iphdr, saddr), q->ip.saddr, e->addr) < 0 ||
+	    l4_rewrite_port(skb, l4, q->sport_off, q->sport, e->port) < 0 ||
+	    icmp_quote_set_addr(skb, q, offsetof(struct iphdr, daddr), q->ip.daddr, node_ip) < 0 ||
+	    l4_rewrite_port(skb, l4, q->dport_off, q->dport, e->xport) < 0)
+		return -1;
+	return 0;
+}
+
+/*
+ * np_icmp_error translates an ICMP error to node_ip (destination
+ * unreachable, fragmentation needed included, or time exceeded) about a
+ * client's packet of a NodePort SNAT flow, which it quotes as the backend
+ * was to get it (node_ip:natport -> backend), back to what the client
+ * expects: the destination becomes the client, the quote client:cport ->
+ * node_ip:nodePort; an error from the backend itself comes from node_ip
+ * (the NodePort frontend), one from a router keeps the router's address.
+ * Without it the client never learns the path MTU or that the backend's
+ * port is closed. Returns 0 when translated (send it on as np_reply's
+ * replies), 1 when the packet is no such error, or a DROP_* reason. Only
+ * quotes from a port of the NAT range cost lookups.
+ */
+static __always_inline int np_icmp_error(struct __sk_buff *skb, struct ipv4_info *info)
+{
+	struct icmp_quote q = {};
+	struct l4_info l4 = {};
+	const struct np_entry *e;
+	struct np_entry flow;
+	__u16 qport;
+
+	if (l4_parse(skb, info, &l4) < 0 ||
+	    (l4.icmp_type != ICMP_DEST_UNREACH && l4.icmp_type != ICMP_TIME_EXCEEDED))
+		return 1;
+	if (icmp_quote_parse(skb, info, &q) < 0 || q.ip.saddr != node_ip ||
+	    (q.ip.protocol != IPPROTO_TCP && q.ip.protocol != IPPROTO_UDP))
+		return 1;
+	qport = bpf_ntohs(q.sport);
+	if (qport < nat_port_min || qport > nat_port_max)
+		return 1;
+
+	struct nat_key rev = {
+		.saddr = q.ip.daddr,
+		.daddr = q.ip.saddr,
+		.sport = q.dport,
+		.dport = q.sport,
+		.proto = q.ip.protocol,
+		.dir = NAT_DIR_INGRESS,
+	};
+
+	e = np_flow_of_reply(&rev);
+	if (!e)
+		return 1;
+	flow = *e;
+	/* Helper copies only: nothing here holds a packet pointer. */
+	if (info->saddr == q.ip.daddr) {
+		if (l4_rewrite_addr(skb, &l4, IPV4_SADDR_OFF, info->saddr, node_ip) < 0)
+			return DROP_INVALID_PACKET;
+		info->saddr = node_ip;
+	}
+	if (l4_rewrite_addr(skb, &l4, IPV4_DADDR_OFF, info->daddr, flow.addr) < 0 ||
+	    np_icmp_quote_xlate(skb, &l4, &q, &flow) < 0)
+		return DROP_INVALID_PACKET;
+	info->daddr = flow.addr;
 	return 0;
 }
 

@@ -11,7 +11,8 @@
  *     tables (lib/nodeport.h), whose replies np_reply translates back.
  *   - lb_reject answers a service without ready backends (rate-limited).
  *   - ICMP errors about a service flow's packets are translated back to
- *     what the client sent (lb_icmp_reply, ct_icmp_error_xlate), and later
+ *     what the client sent (lb_icmp_reply, ct_icmp_error_xlate; NodePort
+ *     SNAT flows: np_icmp_error), and later
  *     fragments get their first fragment's translation (lb_pod_stage,
  *     lb_netdev_stage, lib/frag.h).
  *
@@ -289,7 +290,8 @@ static __always_inline int lb_nodeport(struct __sk_buff *skb, struct ipv4_info *
  * on the uplink, after masq_ingress: a NodePort request (still to node_ip)
  * or the reply of a NodePort flow served on another node (masq_ingress
  * restored the client as its destination), which gets the NodePort
- * frontend back as its source.
+ * frontend back as its source. An ICMP error to node_ip about a NodePort
+ * SNAT flow goes back to its client (np_icmp_error).
  */
 static __always_inline int lb_from_netdev(struct __sk_buff *skb, struct ipv4_info *info, int *route)
 {
@@ -300,9 +302,17 @@ static __always_inline int lb_from_netdev(struct __sk_buff *skb, struct ipv4_inf
 
 	if (!lb_enabled)
 		return 0;
-	/* ICMP errors to node_ip are the node's own (or masquerade's, done). */
-	if (info->proto == IPPROTO_ICMP && info->daddr != node_ip)
-		return lb_icmp_reply(skb, info, route);
+	if (info->proto == IPPROTO_ICMP) {
+		if (info->daddr != node_ip)
+			return lb_icmp_reply(skb, info, route);
+		/* Errors about NodePort SNAT flows go out to the client as their
+		 * replies do; the rest are the node's own (or masquerade's, done). */
+		reason = np_icmp_error(skb, info);
+		if (reason == 1)
+			return 0;
+		*route = LB_ROUTE_OUT;
+		return reason;
+	}
 	if (ct_l4_parse(skb, info, &l4) < 0)
 		return 0;
 	if (info->daddr == node_ip) {

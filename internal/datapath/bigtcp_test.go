@@ -59,7 +59,7 @@ func TestPrivilegedBPFBigTCP(t *testing.T) {
 	}{
 		{"from a pod: delivered", "from-pod", "FORWARDED", d, zeroTotLen(tcp.build()), *gso, tcActRedirect, zeroTotLen(delivered(tcp))},
 		{"from the uplink: delivered", "from-netdev", "FORWARDED", d, zeroTotLen(tcp.build()), *gso, tcActRedirect, zeroTotLen(delivered(tcp))},
-		{"to the outside: masqueraded", "to-netdev", "PASS_STACK", dm, zeroTotLen(out.build()), *gso, tcActOK, zeroTotLen(out.withSrc(nodeIP, 40000).build())},
+		{"to the outside: masqueraded", "to-netdev", "PASS_STACK", dm, zeroTotLen(out.build()), *gso, tcActOK, zeroTotLen(out.withSrc(nodeIP, testNATPort).build())},
 		{"without GSO: malformed", "from-pod", "DROP_INVALID_PACKET", d, zeroTotLen(tcp.build()), *ctxPodA, tcActShot, nil},
 		{"UDP with GSO: malformed", "from-pod", "DROP_INVALID_PACKET", d, zeroTotLen(udp.build()), *gso, tcActShot, nil},
 	} {

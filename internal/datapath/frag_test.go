@@ -187,11 +187,11 @@ func TestPrivilegedMasqFragments(t *testing.T) {
 	udp := ipv4(protoUDP, podA, extHost)
 	udp.payload = fragPayload
 	first, later := udp.fragments(0x4444)
-	snatFirst, snatLater := udp.withSrc(nodeIP, 40000).fragments(0x4444)
+	snatFirst, snatLater := udp.withSrc(nodeIP, testNATPort).fragments(0x4444)
 	_, orphan := udp.fragments(0x4545)
-	udpFlow := flow(protoUDP, podA, 40000, 40000, extHost, 8080, "udp")
+	udpFlow := flow(protoUDP, podA, 40000, testNATPort, extHost, 8080, "udp")
 
-	reply := ipv4(protoUDP, extHost, nodeIP).withSrc(extHost, 8080).withDst(nodeIP, 40000)
+	reply := ipv4(protoUDP, extHost, nodeIP).withSrc(extHost, 8080).withDst(nodeIP, testNATPort)
 	reply.payload = fragPayload
 	rFirst, rLater := reply.fragments(0x4646)
 	backFirst, backLater := reply.withDst(podA, 40000).withMACs(hostBMAC, podBMAC).withTTL(63).fragments(0x4646)
@@ -232,7 +232,7 @@ func TestPrivilegedLBFragmentsNodePort(t *testing.T) {
 	first, later := req.fragments(0x3131)
 	localFirst, localLater := deliveredFrags(req.withDst(podBIP, 8080), 0x3131)
 	rFirst, rLater := req.fragments(0x3232)
-	remoteFirst, remoteLater := req.withSrc(nodeIP, 40000).withDst(remoteIP, 8080).fragments(0x3232)
+	remoteFirst, remoteLater := req.withSrc(nodeIP, testNATPort).withDst(remoteIP, 8080).fragments(0x3232)
 	fromNetdev := d.objs.MyelinFromNetdev
 	runLBCases(t, d, []lbCase{
 		{seed: to(1), prog: fromNetdev, dir: "from-netdev", progCase: progCase{name: "local backend: first fragment",

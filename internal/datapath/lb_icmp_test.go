@@ -148,7 +148,7 @@ func TestPrivilegedLBICMPErrorsNodePortHairpin(t *testing.T) {
 	}
 	req := ipv4(protoUDP, extHost, nodeIP).withDst(nodeIP, nodePort)
 	toLocal := req.withDst(podBIP, 8080)
-	toRemote := req.withSrc(nodeIP, 40000).withDst(remoteIP, 8080)
+	toRemote := req.withSrc(nodeIP, testNATPort).withDst(remoteIP, 8080)
 	// What the client sent, as the errors must quote it.
 	clientQuote := func(q []byte) []byte {
 		return frontQuote(restoredQuote(q, mustAddr(extHost), 40000), testNodeIP, nodePort)
@@ -158,6 +158,10 @@ func TestPrivilegedLBICMPErrorsNodePortHairpin(t *testing.T) {
 	localBack := fromPodB(ipv4(protoICMP, nodeIP, extHost).withICMPError(3, 3, 0, clientQuote(quote(toLocal.withTTL(63)))))
 	remoteErr := ipv4(protoICMP, remoteIP, nodeIP).withICMPError(3, 3, 0, quote(toRemote))
 	remoteBack := ipv4(protoICMP, nodeIP, extHost).withICMPError(3, 3, 0, clientQuote(quote(toRemote)))
+	// A router on the way to the remote backend: the error keeps its source.
+	routerErr := ipv4(protoICMP, router, nodeIP).withICMPError(3, 4, 1400, quote(toRemote.withTTL(63)))
+	routerBack := ipv4(protoICMP, router, extHost).withICMPError(3, 4, 1400, clientQuote(quote(toRemote.withTTL(63))))
+	noNPFlow := ipv4(protoICMP, remoteIP, nodeIP).withICMPError(3, 3, 0, quote(toRemote.withDst(remoteIP, 9090)))
 
 	hp := fromPodB(ipv4(protoUDP, podBIP, vip).withDst(vip, 53))
 	hpQuote := quote(hp.withSrc(hairpin, 40000).withDst(podBIP, 8080).withTTL(63))
@@ -173,6 +177,10 @@ func TestPrivilegedLBICMPErrorsNodePortHairpin(t *testing.T) {
 			endpoints: seedB, in: localErr.build(), verdict: tcActOK, out: localBack.build(), reason: "PASS_STACK"}},
 		{seed: npTo(2), prog: fromNetdev, dir: "from-netdev", progCase: progCase{name: "UDP NodePort to the remote backend",
 			endpoints: seedB, in: req.build(), verdict: tcActOK, out: toRemote.build(), reason: "PASS_STACK"}},
+		{prog: fromNetdev, dir: "from-netdev", progCase: progCase{name: "frag-needed from a router on the way: back to the client, its source kept",
+			endpoints: seedB, in: routerErr.build(), verdict: tcActOK, out: routerBack.build(), reason: "PASS_STACK"}},
+		{prog: fromNetdev, dir: "from-netdev", progCase: progCase{name: "error about no NodePort flow: the node's own, untouched",
+			endpoints: seedB, in: noNPFlow.build(), verdict: tcActOK, reason: "PASS_STACK"}},
 		{prog: fromNetdev, dir: "from-netdev", progCase: progCase{name: "its port unreachable: back to the client from the NodePort",
 			endpoints: seedB, in: remoteErr.build(), verdict: tcActOK, out: remoteBack.build(), reason: "PASS_STACK"}},
 		{seed: oneService(feUDP, Service{ID: 3, Backends: []uint32{1}}), prog: fromPod, dir: "from-pod", progCase: progCase{name: "hairpin UDP",
@@ -180,7 +188,7 @@ func TestPrivilegedLBICMPErrorsNodePortHairpin(t *testing.T) {
 		{prog: fromPod, dir: "from-pod", progCase: progCase{name: "hairpin port unreachable: to the pod from the ClusterIP",
 			endpoints: seedB, in: hpErr.build(), verdict: tcActRedirect, out: delivered(hpBack), reason: "FORWARDED"}},
 	}
-	for _, p := range []pkt{localBack, remoteBack, hpBack} {
+	for _, p := range []pkt{localBack, remoteBack, routerBack, hpBack} {
 		if out := p.build(); !ipv4HeaderValid(out) || !l4ChecksumValid(out) {
 			t.Fatalf("fixture %x has bad checksums", out)
 		}

@@ -87,6 +87,15 @@ func TestPrivilegedNodePortSNATHandshake(t *testing.T) {
 	badAck := req.withTCPFlags(0x10).withSeq(1, 1<<30)
 	ack := req.withTCPFlags(0x10).withSeq(1, 1001)
 	data := req.withTCPFlags(0x18).withSeq(1, 1001)
+	// ICMP errors about the client's segments, quoted as the backend was to
+	// get them, go back to the client as errors about what it sent.
+	errAbout := func(from, to string, typ, code uint8, mtu uint16, p pkt) pkt {
+		q := quote(p.withSrc(nodeIP, testNATPort).withDst(remoteIP, 8080))
+		if to == extHost {
+			q = frontQuote(restoredQuote(q, mustAddr(extHost), 40000), testNodeIP, nodePort)
+		}
+		return ipv4(protoICMP, from, to).withICMPError(typ, code, mtu, q)
+	}
 	embryonic := func(state string) func(*Datapath) error {
 		return func(d *Datapath) error {
 			return checkNodePortFlows(d, []NodePortFlow{npTestFlow(extHost, 40000, remoteIP, 2, false, state)})
@@ -109,10 +118,14 @@ func TestPrivilegedNodePortSNATHandshake(t *testing.T) {
 			}
 			return checkEmpty(d.objs.MyelinLbCt)
 		}),
+		row("backend's port unreachable about the SYN: back to the client from the NodePort, not a reply",
+			errAbout(remoteIP, nodeIP, 3, 3, 0, req), errAbout(nodeIP, extHost, 3, 3, 0, req).build(), embryonic("tcp-syn")),
 		row("SYN-ACK: back from the NodePort, replied", synAck, toClient(synAck), embryonic("tcp-established")),
 		row("ACK of another sequence number: still embryonic", badAck, toBackend(badAck), embryonic("tcp-established")),
 		row("ACK of the SYN-ACK: promoted", ack, toBackend(ack), established),
 		row("data: same NAT port", data, toBackend(data), established),
+		row("router's frag-needed about data: back to the client, from the router",
+			errAbout(router, nodeIP, 3, 4, 1400, data), errAbout(router, extHost, 3, 4, 1400, data).build(), established),
 		row("reply: from the NodePort", reply.withTCPFlags(0x18), toClient(reply.withTCPFlags(0x18)), established),
 	})
 	if err := checkNodePortStats(d, NodePortStats{Created: 1, Promoted: 1}); err != nil {
