@@ -70,6 +70,9 @@ func (c *collector) run(ctx context.Context) {
 				dp.Close()
 			}
 			dp, adopted = loaded, false
+			// A baseline for status's eviction window: a flood before the first
+			// round must show as evictions since this sample, not as the first one.
+			c.sampleEvictions(dp)
 		case <-ticker.C:
 			if dp != nil {
 				c.collect(dp)
