@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/k8s"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // AgentUser is the identity of myelin-agent in the lab (its client certificate's CN),
@@ -19,7 +20,7 @@ import (
 const AgentUser = "myelin-agent"
 
 // ProfileConfig returns the myelin-config ConfigMap data of a lab profile.
-func (p Plan) ProfileConfig() map[string]string {
+func ProfileConfig(p labplan.Plan) map[string]string {
 	c := map[string]string{
 		"cluster-cidr":             p.Addressing.ClusterCIDR.String(),
 		"ipv4-native-routing-cidr": p.Addressing.ClusterCIDR.String(),
@@ -43,7 +44,7 @@ func (p Plan) ProfileConfig() map[string]string {
 
 // bootstrapCluster creates what the lab's nodes need from the API before they start:
 // the agent's RBAC and, for --cni myelin, the myelin-config ConfigMap of the profile.
-func bootstrapCluster(ctx context.Context, paths Paths, plan Plan) error {
+func bootstrapCluster(ctx context.Context, paths labplan.Paths, plan labplan.Plan) error {
 	cs, err := Client(paths.Kubeconfig())
 	if err != nil {
 		return err
@@ -53,7 +54,7 @@ func bootstrapCluster(ctx context.Context, paths Paths, plan Plan) error {
 	if err := createAgentRBAC(ctx, cs); err != nil {
 		return err
 	}
-	if plan.Options.CNI != CNIMyelin {
+	if plan.Options.CNI != labplan.CNIMyelin {
 		return nil
 	}
 	dyn, err := DynamicClient(paths.Kubeconfig())
@@ -66,11 +67,11 @@ func bootstrapCluster(ctx context.Context, paths Paths, plan Plan) error {
 	return applyProfile(ctx, cs, plan)
 }
 
-func applyProfile(ctx context.Context, cs kubernetes.Interface, plan Plan) error {
+func applyProfile(ctx context.Context, cs kubernetes.Interface, plan labplan.Plan) error {
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "myelin-config", Namespace: "kube-system",
 			Labels: map[string]string{"myelin.io/lab-profile": plan.Options.Profile}},
-		Data: plan.ProfileConfig(),
+		Data: ProfileConfig(plan),
 	}
 	err := create(func() error {
 		_, err := cs.CoreV1().ConfigMaps("kube-system").Create(ctx, cm, metav1.CreateOptions{})

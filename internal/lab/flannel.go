@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // --cni flannel runs Flannel as its users do, with etcd as its store: the lab writes the
@@ -44,12 +46,6 @@ func FlannelBinary() string {
 	return filepath.Join(cacheDir(), "flannel", FlannelVersion, "bin", "flannel")
 }
 
-// FlannelSubnetFile is where a node's flanneld writes its subnet.env: per node, under the
-// node's directory, instead of the shared default /run/flannel/subnet.env.
-func (p Paths) FlannelSubnetFile(node string) string {
-	return p.join("nodes", node, "flannel", "subnet.env")
-}
-
 // flannelNetConfig is flannel's network configuration (pkg/subnet.Config's JSON).
 type flannelNetConfig struct {
 	Network   string
@@ -59,7 +55,7 @@ type flannelNetConfig struct {
 
 // FlannelNetConfig returns the JSON the lab writes to <FlannelEtcdPrefix>/config: the
 // lab's cluster CIDR split into per-node subnets of the lab's node CIDR size.
-func (p Plan) FlannelNetConfig() []byte {
+func FlannelNetConfig(p labplan.Plan) []byte {
 	c := flannelNetConfig{Network: p.Addressing.ClusterCIDR.String(), SubnetLen: p.Addressing.NodeCIDRMask}
 	c.Backend.Type = p.Options.FlannelBackend
 	b, _ := json.Marshal(c) // a struct of strings and ints always marshals
@@ -67,15 +63,15 @@ func (p Plan) FlannelNetConfig() []byte {
 }
 
 // flannelEndpoint is the lab's etcd as flanneld and etcdctl reach it.
-func (p Plan) flannelEndpoint() string {
+func flannelEndpoint(p labplan.Plan) string {
 	return fmt.Sprintf("http://%s:%d", p.Addressing.ControlPlaneIP(), EtcdClientPort)
 }
 
 // flannelConfigCommand is the etcdctl (v3 API) command that stores the network
 // configuration where flanneld looks for it.
-func (p Plan) flannelConfigCommand() []string {
-	return []string{"etcdctl", "--endpoints", p.flannelEndpoint(), "--command-timeout=10s",
-		"put", path.Join(FlannelEtcdPrefix, "config"), string(p.FlannelNetConfig())}
+func flannelConfigCommand(p labplan.Plan) []string {
+	return []string{"etcdctl", "--endpoints", flannelEndpoint(p), "--command-timeout=10s",
+		"put", path.Join(FlannelEtcdPrefix, "config"), string(FlannelNetConfig(p))}
 }
 
 // flannelProcesses are the lab's flanneld, one per node inside the node's netns. Each
@@ -83,13 +79,13 @@ func (p Plan) flannelConfigCommand() []string {
 // leaves the pod network (--ip-masq, as kube-flannel runs it) and writes its own subnet
 // file. Its iptables rules, routes, devices (flannel.1) and sysctls stay in the node's
 // netns.
-func (p Plan) flannelProcesses(paths Paths) []Process {
-	var procs []Process
+func flannelProcesses(p labplan.Plan, paths labplan.Paths) []labplan.Process {
+	var procs []labplan.Process
 	for _, n := range p.Nodes {
-		procs = append(procs, Process{
+		procs = append(procs, labplan.Process{
 			Name: "flanneld-" + n.Name,
-			Argv: inNS(n.Name, FlannelBinary(),
-				"--etcd-endpoints", p.flannelEndpoint(), "--etcd-prefix", FlannelEtcdPrefix,
+			Argv: labplan.InNS(n.Name, FlannelBinary(),
+				"--etcd-endpoints", flannelEndpoint(p), "--etcd-prefix", FlannelEtcdPrefix,
 				"--iface", "eth0", "--subnet-file", paths.FlannelSubnetFile(n.Name),
 				"--ip-masq", "--healthz-port", "0"),
 		})
@@ -100,8 +96,8 @@ func (p Plan) flannelProcesses(paths Paths) []Process {
 // writeFlannelNetConfig stores flannel's network configuration in the lab's etcd (once
 // etcd is healthy, before any flanneld starts). A put overwrites, so a restarted
 // supervisor may run it again.
-func writeFlannelNetConfig(ctx context.Context, plan Plan) error {
-	argv := plan.flannelConfigCommand()
+func writeFlannelNetConfig(ctx context.Context, plan labplan.Plan) error {
+	argv := flannelConfigCommand(plan)
 	var err error
 	for range 10 {
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -201,11 +197,11 @@ func FlannelConfList(s FlannelSubnet, ipamDir string) ([]byte, error) {
 
 // nodeDaemons names the per-node network daemons the lab starts besides the kubelets,
 // for `lab up`'s progress line.
-func (p Plan) nodeDaemons() string {
+func nodeDaemons(p labplan.Plan) string {
 	switch p.Options.CNI {
-	case CNIMyelin:
+	case labplan.CNIMyelin:
 		return " with myelin-agent"
-	case CNIFlannel:
+	case labplan.CNIFlannel:
 		return " with flanneld (" + p.Options.FlannelBackend + ")"
 	}
 	return ""

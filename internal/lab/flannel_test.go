@@ -7,52 +7,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
-func TestFlannelOptions(t *testing.T) {
-	flannel := DefaultOptions()
-	flannel.CNI = CNIFlannel
-	tests := []struct {
-		name    string
-		o       Options
-		wantErr string // "" = valid
-	}{
-		{"default backend", flannel, ""},
-		{"vxlan", with(flannel, func(o *Options) { o.FlannelBackend = FlannelVXLAN }), ""},
-		{"host-gw", with(flannel, func(o *Options) { o.FlannelBackend = FlannelHostGW }), ""},
-		{"vxlan over l3", with(flannel, func(o *Options) { o.FlannelBackend, o.Underlay = FlannelVXLAN, UnderlayL3 }), ""},
-		{"unknown backend", with(flannel, func(o *Options) { o.FlannelBackend = "udp" }),
-			`--flannel-backend "udp": unknown backend; use one of: vxlan, host-gw`},
-		{"host-gw over l3", with(flannel, func(o *Options) { o.FlannelBackend, o.Underlay = FlannelHostGW, UnderlayL3 }),
-			"--flannel-backend host-gw needs every node on one L2 segment"},
-		{"backend without flannel", with(DefaultOptions(), func(o *Options) { o.FlannelBackend = FlannelVXLAN }),
-			"--flannel-backend vxlan: only valid with --cni flannel (this lab has --cni myelin)"},
-		{"unknown cni lists flannel", with(DefaultOptions(), func(o *Options) { o.CNI = "calico" }),
-			`--cni "calico": unknown CNI; use one of: myelin, bridge, flannel`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := NewPlan(tt.o, DefaultAddressing())
-			switch {
-			case tt.wantErr == "" && err != nil:
-				t.Fatalf("NewPlan() = %v, want nil", err)
-			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-				t.Fatalf("NewPlan() = %v, want error containing %q", err, tt.wantErr)
-			}
-		})
-	}
-}
-
-func with(o Options, f func(*Options)) Options {
-	f(&o)
-	return o
-}
-
-func flannelPlan(t *testing.T, backend string) Plan {
+func flannelPlan(t *testing.T, backend string) labplan.Plan {
 	t.Helper()
-	o := DefaultOptions()
-	o.CNI, o.FlannelBackend = CNIFlannel, backend
-	p, err := NewPlan(o, DefaultAddressing())
+	o := labplan.DefaultOptions()
+	o.CNI, o.FlannelBackend = labplan.CNIFlannel, backend
+	p, err := labplan.NewPlan(o, labplan.DefaultAddressing())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,18 +23,18 @@ func flannelPlan(t *testing.T, backend string) Plan {
 }
 
 func TestFlannelNetConfig(t *testing.T) {
-	if got := flannelPlan(t, "").Options.FlannelBackend; got != FlannelVXLAN {
+	if got := flannelPlan(t, "").Options.FlannelBackend; got != labplan.FlannelVXLAN {
 		t.Errorf("default backend = %q, want vxlan", got)
 	}
 	for backend, want := range map[string]string{
-		FlannelVXLAN:  `{"Network":"10.244.0.0/16","SubnetLen":24,"Backend":{"Type":"vxlan"}}`,
-		FlannelHostGW: `{"Network":"10.244.0.0/16","SubnetLen":24,"Backend":{"Type":"host-gw"}}`,
+		labplan.FlannelVXLAN:  `{"Network":"10.244.0.0/16","SubnetLen":24,"Backend":{"Type":"vxlan"}}`,
+		labplan.FlannelHostGW: `{"Network":"10.244.0.0/16","SubnetLen":24,"Backend":{"Type":"host-gw"}}`,
 	} {
 		p := flannelPlan(t, backend)
-		if got := string(p.FlannelNetConfig()); got != want {
+		if got := string(FlannelNetConfig(p)); got != want {
 			t.Errorf("%s: FlannelNetConfig() = %s, want %s", backend, got, want)
 		}
-		cmd := p.flannelConfigCommand()
+		cmd := flannelConfigCommand(p)
 		wantCmd := []string{"etcdctl", "--endpoints", "http://198.18.0.1:2379", "--command-timeout=10s", "put", "/coreos.com/network/config", want}
 		if !slices.Equal(cmd, wantCmd) {
 			t.Errorf("%s: config command = %q, want %q", backend, cmd, wantCmd)
@@ -80,10 +43,10 @@ func TestFlannelNetConfig(t *testing.T) {
 }
 
 func TestFlannelProcesses(t *testing.T) {
-	paths := Paths{Dir: "/run/myelin-lab"}
-	p := flannelPlan(t, FlannelHostGW)
-	var flanneld []Process
-	for _, proc := range p.Processes(paths, "/bin/myelin", "/kube") {
+	paths := labplan.Paths{Dir: "/run/myelin-lab"}
+	p := flannelPlan(t, labplan.FlannelHostGW)
+	var flanneld []labplan.Process
+	for _, proc := range Processes(p, paths, "/bin/myelin", "/kube") {
 		if strings.HasPrefix(proc.Name, "agent-") {
 			t.Errorf("--cni flannel runs %s", proc.Name)
 		}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // CNIBinDir is where Debian's containernetworking-plugins installs the reference plugins.
@@ -16,7 +18,7 @@ const CNIBinDir = "/usr/lib/cni"
 
 // preflight checks everything `lab up` needs before it changes anything, and returns
 // one error naming the first problem and its fix.
-func preflight(paths Paths, plan Plan) error {
+func preflight(paths labplan.Paths, plan labplan.Plan) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("myelin lab up must run as root: it creates network namespaces and links; run it with sudo")
 	}
@@ -33,7 +35,7 @@ func preflight(paths Paths, plan Plan) error {
 		[]int{EtcdClientPort, EtcdPeerPort, APIServerPort, ControllerManagerPort, SchedulerPort})
 }
 
-func checkTools(plan Plan) error {
+func checkTools(plan labplan.Plan) error {
 	type tool struct{ path, fix string }
 	tools := []tool{
 		{"ip", "install iproute2 (make setup)"},
@@ -41,18 +43,18 @@ func checkTools(plan Plan) error {
 		{"sysctl", "install procps (make setup)"},
 		{"etcd", "install etcd-server (make setup)"},
 	}
-	if plan.Options.Underlay == UnderlayL3 {
+	if plan.Options.Underlay == labplan.UnderlayL3 {
 		tools = append(tools, tool{"nft", "install nftables (make setup)"})
 	}
 	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		tools = append(tools, tool{filepath.Join(KubeBinDir(), b), "build Kubernetes " + KubeVersion + " with: make setup"})
 	}
 	switch plan.Options.CNI {
-	case CNIBridge:
+	case labplan.CNIBridge:
 		for _, b := range []string{"bridge", "host-local"} {
 			tools = append(tools, tool{filepath.Join(CNIBinDir, b), "install containernetworking-plugins (make setup)"})
 		}
-	case CNIFlannel:
+	case labplan.CNIFlannel:
 		for _, b := range []string{"bridge", "host-local", "portmap"} {
 			tools = append(tools, tool{filepath.Join(CNIBinDir, b), "install containernetworking-plugins (make setup)"})
 		}
@@ -61,7 +63,7 @@ func checkTools(plan Plan) error {
 			tool{"etcdctl", "install etcd-client (make setup)"},
 			tool{"iptables", "install iptables (make setup)"})
 	}
-	if plan.Options.CNI == CNIMyelin {
+	if plan.Options.CNI == labplan.CNIMyelin {
 		self, _ := os.Executable()
 		for _, b := range []string{"myelin-agent", "myelin-cni"} {
 			tools = append(tools, tool{filepath.Join(filepath.Dir(self), b), "build it next to myelin with: make build"})
@@ -75,7 +77,7 @@ func checkTools(plan Plan) error {
 	return nil
 }
 
-func checkStale(paths Paths) error {
+func checkStale(paths labplan.Paths) error {
 	var found []string
 	if _, err := os.Stat(paths.Dir); err == nil {
 		found = append(found, paths.Dir)

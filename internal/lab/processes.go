@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/nodelayout"
 )
 
@@ -49,16 +50,9 @@ func cacheDir() string {
 	return cache
 }
 
-// Process is one supervised child of the lab.
-type Process struct {
-	Name   string   // also the log file's name
-	Argv   []string // run as is; processes in a node's netns are wrapped in nsenter
-	Health string   // URL that answers 200 once the process is ready ("" = running is enough)
-}
-
 // Processes returns the lab's children in start order: the control plane, the external
 // host's HTTP server, and one lab kubelet per node. self is the myelin binary.
-func (p Plan) Processes(paths Paths, self, kubeBin string) []Process {
+func Processes(p labplan.Plan, paths labplan.Paths, self, kubeBin string) []labplan.Process {
 	ip := p.Addressing.ControlPlaneIP().String()
 	pki := func(f string) string { return filepath.Join(paths.PKI(), f) }
 	url := func(scheme string, port int, path string) string {
@@ -66,7 +60,7 @@ func (p Plan) Processes(paths Paths, self, kubeBin string) []Process {
 	}
 	etcdClient := url("http", EtcdClientPort, "")
 	etcdPeer := url("http", EtcdPeerPort, "")
-	procs := []Process{
+	procs := []labplan.Process{
 		{
 			Name: "etcd",
 			Argv: []string{"etcd", "--name", "myelin-lab", "--data-dir", paths.Etcd(),
@@ -85,7 +79,7 @@ func (p Plan) Processes(paths Paths, self, kubeBin string) []Process {
 				"--service-account-key-file", pki("sa.pub"), "--service-account-signing-key-file", pki("sa.key"),
 				"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
 				"--service-cluster-ip-range", p.Addressing.ServiceCIDR.String(),
-				"--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
+				"--authorization-mode", "labplan.Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
 				"--allow-privileged=true", "--profiling=false"},
 			Health: url("https", APIServerPort, "/readyz"),
 		},
@@ -123,33 +117,33 @@ func (p Plan) Processes(paths Paths, self, kubeBin string) []Process {
 		},
 		{
 			Name: "external-http",
-			Argv: inNS(ExtNS, self, "lab", "serve", "--name", ExtNS,
+			Argv: labplan.InNS(labplan.ExtNS, self, "lab", "serve", "--name", labplan.ExtNS,
 				"--listen", fmt.Sprintf("%s:%d", p.Addressing.ExternalServerIP(), ExternalHTTPPort)),
 		},
 	}
 	for _, n := range p.Nodes {
-		procs = append(procs, Process{
+		procs = append(procs, labplan.Process{
 			Name: "kubelet-" + n.Name,
-			Argv: inNS(n.Name, self, "lab", "kubelet", "--node", n.Name, "--dir", paths.Dir),
+			Argv: labplan.InNS(n.Name, self, "lab", "kubelet", "--node", n.Name, "--dir", paths.Dir),
 		})
 	}
 	if p.Options.KubeProxy != "" {
 		for _, n := range p.Nodes {
-			procs = append(procs, Process{
+			procs = append(procs, labplan.Process{
 				Name: "kube-proxy-" + n.Name,
-				Argv: inNS(n.Name, filepath.Join(kubeBin, "kube-proxy"), "--config", paths.KubeProxyConfig(n.Name)),
+				Argv: labplan.InNS(n.Name, filepath.Join(kubeBin, "kube-proxy"), "--config", paths.KubeProxyConfig(n.Name)),
 			})
 		}
 	}
-	if p.Options.CNI == CNIFlannel {
-		procs = append(procs, p.flannelProcesses(paths)...)
+	if p.Options.CNI == labplan.CNIFlannel {
+		procs = append(procs, flannelProcesses(p, paths)...)
 	}
-	if p.Options.CNI == CNIMyelin {
+	if p.Options.CNI == labplan.CNIMyelin {
 		bin := filepath.Dir(self)
 		for _, n := range p.Nodes {
-			procs = append(procs, Process{
+			procs = append(procs, labplan.Process{
 				Name: AgentProcess(n.Name),
-				Argv: inNS(n.Name, filepath.Join(bin, "myelin-agent"), "--node", n.Name,
+				Argv: labplan.InNS(n.Name, filepath.Join(bin, "myelin-agent"), "--node", n.Name,
 					"--kubeconfig", paths.ComponentKubeconfig(AgentUser),
 					"--state-dir", nodelayout.PerNode(nodelayout.StateDir, n.Name),
 					"--bpffs-dir", nodelayout.PerNode(nodelayout.BPFFSDir, n.Name),

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // TestLabFlannel runs the peer stack users would run instead of myelin: Flannel with
@@ -17,7 +18,7 @@ import (
 // network, the root netns gets none of flannel's rules, and lab down removes it all.
 func TestLabFlannel(t *testing.T) {
 	requireRoot(t)
-	for _, backend := range lab.FlannelBackends {
+	for _, backend := range labplan.FlannelBackends {
 		t.Run(backend, func(t *testing.T) { testFlannel(t, backend) })
 	}
 }
@@ -74,7 +75,7 @@ func testFlannel(t *testing.T, backend string) {
 	}
 	// flanneld runs with --ip-masq: traffic leaving the pod network leaves as the node.
 	ext := fmt.Sprintf("http://%s/", plan.Addressing.ExternalServerIP())
-	want := fmt.Sprintf("server=%s client=%s\n", lab.ExtNS, n1.IP)
+	want := fmt.Sprintf("server=%s client=%s\n", labplan.ExtNS, n1.IP)
 	if out, err := run("curl", "-sS", "-m", "5", ext); err != nil || out != want {
 		t.Errorf("curl %s from the client: %v %q, want %q (masqueraded by flanneld)", ext, err, out, want)
 	}
@@ -87,7 +88,7 @@ func testFlannel(t *testing.T, backend string) {
 
 // checkFlannelBackend checks that node reaches peer's subnet the way backend does it:
 // vxlan through a flannel.1 VXLAN device, host-gw by a route via the peer's IP.
-func checkFlannelBackend(t *testing.T, backend string, node, peer lab.Node, peerSubnet lab.FlannelSubnet) {
+func checkFlannelBackend(t *testing.T, backend string, node, peer labplan.Node, peerSubnet lab.FlannelSubnet) {
 	t.Helper()
 	dst := peerSubnet.Subnet.Masked().String()
 	route, err := inNode(node.Name, "ip", "route", "show", dst)
@@ -96,14 +97,14 @@ func checkFlannelBackend(t *testing.T, backend string, node, peer lab.Node, peer
 	}
 	link, linkErr := inNode(node.Name, "ip", "-d", "link", "show", lab.FlannelVXLANDevice)
 	switch backend {
-	case lab.FlannelVXLAN:
+	case labplan.FlannelVXLAN:
 		if linkErr != nil || !strings.Contains(link, "vxlan id 1 ") {
 			t.Errorf("%s: want a VXLAN device %s (VNI 1): %v\n%s", node.Name, lab.FlannelVXLANDevice, linkErr, link)
 		}
 		if !strings.Contains(route, "dev "+lab.FlannelVXLANDevice) {
 			t.Errorf("%s: route to %s's subnet %s = %q, want it through %s", node.Name, peer.Name, dst, route, lab.FlannelVXLANDevice)
 		}
-	case lab.FlannelHostGW:
+	case labplan.FlannelHostGW:
 		if linkErr == nil {
 			t.Errorf("%s: host-gw backend, yet a %s device exists:\n%s", node.Name, lab.FlannelVXLANDevice, link)
 		}

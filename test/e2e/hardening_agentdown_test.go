@@ -19,6 +19,7 @@ import (
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // inNetNS runs a command in the network namespace at path, without the apiserver
@@ -54,7 +55,7 @@ func endpointOfPod(t *testing.T, node, pod string) api.Endpoint {
 // runtime does, and returns its output.
 func cniCheck(node string, ep api.Endpoint) (string, error) {
 	bin := filepath.Join(paths.NodeDir(node), "cni", "bin", "myelin-cni")
-	cmd := exec.Command("nsenter", "--net="+lab.NetNSPath(node), "--", bin)
+	cmd := exec.Command("nsenter", "--net="+labplan.NetNSPath(node), "--", bin)
 	cmd.Env = append(os.Environ(), "CNI_COMMAND=CHECK", "CNI_CONTAINERID="+ep.ContainerID, "CNI_NETNS="+ep.NetNS,
 		"CNI_IFNAME="+ep.IfName, "CNI_PATH="+filepath.Dir(bin),
 		"CNI_ARGS=K8S_POD_NAMESPACE="+ep.Namespace+";K8S_POD_NAME="+ep.Pod)
@@ -136,7 +137,7 @@ func natGCLastRun(t *testing.T, node string) time.Time {
 func TestLabMyelinAgentDown(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native")
-	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	iperfIP, webIP := deployTrafficPods(t, cs, n1, n2)
 	svc := createService(t, cs, "websvc", "web", nil)
 	waitProgrammed(t, n1, svc.Spec.ClusterIP+":80/TCP", 1)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // createNodeConfig creates the NodeConfig default/name for the nodes with the labels of
@@ -60,7 +61,7 @@ func restartAgent(t *testing.T, node string) {
 func TestLabMyelinMigration(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native-legacy")
-	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	iperfIP, webIP := deployTrafficPods(t, cs, n1, n2)
 	createNodeConfig(t, "bpf-nodes", map[string]string{"myelin.io/host-routing": "bpf"}, map[string]string{"host-routing": "bpf"})
 

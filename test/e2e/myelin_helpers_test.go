@@ -18,6 +18,7 @@ import (
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labdriver"
 	"github.com/myelin-net/myelin/internal/logtail"
 )
@@ -115,11 +116,11 @@ func inPod(pod string, argv ...string) (string, error) {
 }
 
 // podNetNS is the path of a lab pod's network namespace.
-func podNetNS(p corev1.Pod) string { return lab.NetNSPath(lab.PodNetNS(string(p.UID))) }
+func podNetNS(p corev1.Pod) string { return labplan.NetNSPath(labplan.PodNetNS(string(p.UID))) }
 
 // inNode runs a command in a node's netns.
 func inNode(node string, argv ...string) (string, error) {
-	out, err := exec.Command("nsenter", append([]string{"--net=" + lab.NetNSPath(node), "--"}, argv...)...).CombinedOutput()
+	out, err := exec.Command("nsenter", append([]string{"--net=" + labplan.NetNSPath(node), "--"}, argv...)...).CombinedOutput()
 	return string(out), err
 }
 

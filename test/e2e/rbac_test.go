@@ -11,6 +11,7 @@ import (
 
 	"github.com/myelin-net/myelin/internal/config"
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // checkAgentRBAC asks the real apiserver what the agent's identity may do: exactly
@@ -35,8 +36,8 @@ func checkAgentRBAC(t *testing.T, cs kubernetes.Interface, nodes ...string) {
 		{"list", "", "pods", "", "", false},
 		{"list", "", "endpoints", "", "", false},
 		{"create", "", "services", "default", "", false},
-		{"patch", "", "nodes", "", lab.NodeName(1), false},
-		{"get", "", "nodes", "", lab.NodeName(1), true},
+		{"patch", "", "nodes", "", labplan.NodeName(1), false},
+		{"get", "", "nodes", "", labplan.NodeName(1), true},
 		{"watch", "", "nodes", "", "", true},
 		{"watch", "", "services", "", "", true},
 		{"watch", "discovery.k8s.io", "endpointslices", "", "", true},

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/k8s"
-	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // BridgeNetworkName is the CNI network name of the lab's --cni bridge mode; host-local
@@ -24,11 +24,6 @@ const BridgeNetworkName = "myelin-bridge"
 
 // bridgeConfFile is the conflist the bridge network installs in the node's CNI dir.
 const bridgeConfFile = "10-myelin-bridge.conflist"
-
-// IPAMDir is where host-local keeps a node's leases in --cni bridge mode.
-func IPAMDir(paths lab.Paths, node string) string {
-	return filepath.Join(paths.NodeDir(node), "cni", "ipam")
-}
 
 // bridgeConfList is the CNI configuration for Debian's reference plugins: a Linux
 // bridge per node with host-local addresses from the node's PodCIDR.
@@ -62,7 +57,7 @@ type peerRoute struct {
 // peerRoutes computes the routes this node needs for --cni bridge: one per other node
 // on the same underlay segment (a static route can't cross the router, which knows no
 // PodCIDRs).
-func peerRoutes(self lab.Node, nodes []corev1.Node) (routes []peerRoute, unreachable []string) {
+func peerRoutes(self labplan.Node, nodes []corev1.Node) (routes []peerRoute, unreachable []string) {
 	for _, n := range nodes {
 		if n.Name == self.Name || n.Spec.PodCIDR == "" {
 			continue
@@ -147,7 +142,7 @@ func installBridgeConf(cfg Config, podCIDR string) error {
 	if err != nil {
 		return fmt.Errorf("node %s has a bad PodCIDR %q: %w", cfg.Node.Name, podCIDR, err)
 	}
-	b, err := bridgeConfList(cidr, IPAMDir(cfg.Paths, cfg.Node.Name))
+	b, err := bridgeConfList(cidr, cfg.Paths.IPAMDir(cfg.Node.Name))
 	if err != nil {
 		return err
 	}

@@ -48,7 +48,7 @@ func installFlannelConf(cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", file, err)
 	}
-	conf, err := lab.FlannelConfList(subnet, IPAMDir(cfg.Paths, cfg.Node.Name))
+	conf, err := lab.FlannelConfList(subnet, cfg.Paths.IPAMDir(cfg.Node.Name))
 	if err != nil {
 		return err
 	}

@@ -16,13 +16,14 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // Config is what one lab kubelet needs: its node's plan and the lab's paths.
 type Config struct {
-	Node  lab.Node
-	Plan  lab.Plan
-	Paths lab.Paths
+	Node  labplan.Node
+	Plan  labplan.Plan
+	Paths labplan.Paths
 }
 
 // dirs of one node's kubelet.
@@ -68,14 +69,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	go k.heartbeat(ctx)
-	if cfg.Plan.Options.CNI == lab.CNIBridge {
+	if cfg.Plan.Options.CNI == labplan.CNIBridge {
 		admin, err := lab.Client(cfg.Paths.Kubeconfig())
 		if err != nil {
 			return err
 		}
 		go runBridgeNetwork(ctx, cfg, admin, log.With("component", "bridge-network"))
 	}
-	if cfg.Plan.Options.CNI == lab.CNIFlannel {
+	if cfg.Plan.Options.CNI == labplan.CNIFlannel {
 		go runFlannelNetwork(ctx, cfg, log.With("component", "flannel-network"))
 	}
 	return k.watchPods(ctx)

@@ -7,10 +7,9 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/myelin-net/myelin/internal/lab"
 )
 
 func testPod() *corev1.Pod {
@@ -145,9 +144,9 @@ func node(name, ip, cidr string) corev1.Node {
 }
 
 func TestPeerRoutes(t *testing.T) {
-	o := lab.DefaultOptions()
-	o.Nodes, o.Underlay = 3, lab.UnderlayL3
-	plan, err := lab.NewPlan(o, lab.DefaultAddressing())
+	o := labplan.DefaultOptions()
+	o.Nodes, o.Underlay = 3, labplan.UnderlayL3
+	plan, err := labplan.NewPlan(o, labplan.DefaultAddressing())
 	if err != nil {
 		t.Fatal(err)
 	}

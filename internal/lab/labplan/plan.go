@@ -1,4 +1,4 @@
-package lab
+package labplan
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ const (
 	ExtNS            = "myelin-lab-ext" // "the internet": one external server
 	PodNSPrefix      = "myelin-pod-"    // pod network namespaces made by the lab kubelets
 	ControlPlaneLink = "myelin-cp"      // the one link in the root netns
-	nodeNSPrefix     = "myelin-node-"
+	NodeNSPrefix     = "myelin-node-"   // node network namespaces: myelin-node-N
 )
 
 // Addressing is the lab's network plan (docs/architecture.md, "The lab's network plan"). Every range can be changed; the
@@ -120,7 +120,7 @@ type Plan struct {
 }
 
 // NodeName returns the name of the i-th node (1-based).
-func NodeName(i int) string { return fmt.Sprintf("%s%d", nodeNSPrefix, i) }
+func NodeName(i int) string { return fmt.Sprintf("%s%d", NodeNSPrefix, i) }
 
 // NewPlan validates the options and the addressing and lays out the nodes.
 func NewPlan(o Options, a Addressing) (Plan, error) {
