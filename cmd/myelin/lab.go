@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/cni/flannel"
 	"github.com/myelin-net/myelin/internal/lab/kubelet"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labtools"
@@ -51,7 +52,7 @@ func labUpCommand(paths func() labplan.Paths) *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVar(&o.Nodes, "nodes", o.Nodes, fmt.Sprintf("number of nodes (1-%d)", labplan.MaxNodes))
-	cmd.Flags().StringVar(&cni, "cni", string(o.CNI), "network plugin: myelin, bridge (Debian's reference bridge + host-local) or flannel (Flannel "+lab.FlannelVersion+" with etcd, and bridge + host-local)")
+	cmd.Flags().StringVar(&cni, "cni", string(o.CNI), "network plugin: myelin, bridge (Debian's reference bridge + host-local) or flannel (Flannel "+flannel.Version+" with etcd, and bridge + host-local)")
 	cmd.Flags().StringVar(&o.FlannelBackend, "flannel-backend", "", "with --cni flannel: flannel's backend, "+strings.Join(labplan.FlannelBackends, " or ")+" (default "+labplan.FlannelBackends[0]+")")
 	cmd.Flags().StringVar(&o.Profile, "profile", o.Profile, "myelin configuration profile: native, native-legacy, tunnel, tunnel-legacy")
 	cmd.Flags().StringVar(&o.KubeProxy, "kube-proxy", "", "run kube-proxy on every node in this mode (iptables or nftables) and set kube-proxy-replacement to false; default: none, myelin serves Services")

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/api"
-	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/cni/myelin"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labdriver"
 	"github.com/myelin-net/myelin/internal/netns"
@@ -85,7 +85,7 @@ func (c *ControlPlane) Teardown() error {
 
 // agentPID finds the myelin-agent process of a node of the bench's lab.
 func agentPID(node string) (int, error) {
-	pid, err := labdriver.ProcessPID(labplan.Paths{Dir: labplan.DefaultDir}, lab.AgentProcess(node))
+	pid, err := labdriver.ProcessPID(labplan.Paths{Dir: labplan.DefaultDir}, myelin.AgentProcess(node))
 	if err == nil && pid == 0 {
 		err = fmt.Errorf("the myelin agent of %s is not running", node)
 	}
@@ -354,7 +354,7 @@ func (w ServiceProgram) Run(ctx context.Context, t Trial) (Sample, error) {
 		}
 	}
 	start := time.Now()
-	if err := e.cluster.myelin(ctx, "lab", "restart", lab.AgentProcess(node)); err != nil {
+	if err := e.cluster.myelin(ctx, "lab", "restart", myelin.AgentProcess(node)); err != nil {
 		return nil, err
 	}
 	if err := waitAgentServices(ctx, node, func(n int) bool { return n > programServices }); err != nil {

@@ -10,7 +10,7 @@ import (
 
 // writeKubeconfigs writes the admin kubeconfig and one per component and node identity.
 func writeKubeconfigs(paths labplan.Paths, plan labplan.Plan) error {
-	server := fmt.Sprintf("https://%s:%d", plan.Addressing.ControlPlaneIP(), APIServerPort)
+	server := fmt.Sprintf("https://%s:%d", plan.Addressing.ControlPlaneIP(), labplan.APIServerPort)
 	if err := os.MkdirAll(filepath.Dir(paths.ComponentKubeconfig("x")), 0o700); err != nil {
 		return err
 	}

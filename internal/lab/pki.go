@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/lab/cni/myelin"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
@@ -33,7 +34,7 @@ func identities(p labplan.Plan) []identity {
 		{"admin", "myelin-admin", "system:masters"},
 		{"kube-controller-manager", "system:kube-controller-manager", ""},
 		{"kube-scheduler", "system:kube-scheduler", ""},
-		{AgentUser, AgentUser, ""},
+		{myelin.AgentUser, myelin.AgentUser, ""},
 	}
 	if p.Options.KubeProxy != "" {
 		// Kubernetes' bootstrap RBAC binds system:node-proxier to this user.

@@ -13,9 +13,6 @@ import (
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
-// CNIBinDir is where Debian's containernetworking-plugins installs the reference plugins.
-const CNIBinDir = "/usr/lib/cni"
-
 // preflight checks everything `lab up` needs before it changes anything, and returns
 // one error naming the first problem and its fix.
 func preflight(paths labplan.Paths, plan labplan.Plan) error {
@@ -32,7 +29,7 @@ func preflight(paths labplan.Paths, plan labplan.Plan) error {
 		return err
 	}
 	return checkPorts(plan.Addressing.ControlPlaneIP(),
-		[]int{EtcdClientPort, EtcdPeerPort, APIServerPort, ControllerManagerPort, SchedulerPort})
+		[]int{labplan.EtcdClientPort, labplan.EtcdPeerPort, labplan.APIServerPort, labplan.ControllerManagerPort, labplan.SchedulerPort})
 }
 
 func checkTools(plan labplan.Plan) error {
@@ -49,25 +46,9 @@ func checkTools(plan labplan.Plan) error {
 	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		tools = append(tools, tool{filepath.Join(KubeBinDir(), b), "build Kubernetes " + KubeVersion + " with: make setup"})
 	}
-	switch plan.Options.CNI {
-	case labplan.CNIBridge:
-		for _, b := range []string{"bridge", "host-local"} {
-			tools = append(tools, tool{filepath.Join(CNIBinDir, b), "install containernetworking-plugins (make setup)"})
-		}
-	case labplan.CNIFlannel:
-		for _, b := range []string{"bridge", "host-local", "portmap"} {
-			tools = append(tools, tool{filepath.Join(CNIBinDir, b), "install containernetworking-plugins (make setup)"})
-		}
-		tools = append(tools,
-			tool{FlannelBinary(), "build Flannel " + FlannelVersion + " with: make setup (scripts/build-flannel.sh)"},
-			tool{"etcdctl", "install etcd-client (make setup)"},
-			tool{"iptables", "install iptables (make setup)"})
-	}
-	if plan.Options.CNI == labplan.CNIMyelin {
-		self, _ := os.Executable()
-		for _, b := range []string{"myelin-agent", "myelin-cni"} {
-			tools = append(tools, tool{filepath.Join(filepath.Dir(self), b), "build it next to myelin with: make build"})
-		}
+	self, _ := os.Executable()
+	for _, t := range FlavourOf(plan.Options.CNI).Tools(self) {
+		tools = append(tools, tool{t.Path, t.Fix})
 	}
 	for _, t := range tools {
 		if _, err := exec.LookPath(t.path); err != nil {

@@ -33,8 +33,8 @@ func PrintStatus(ctx context.Context, paths labplan.Paths, out io.Writer) error 
 	}
 	fmt.Fprintf(out, "Lab:        %s, up %v\n", phase, time.Since(r.Created).Round(time.Second))
 	fmt.Fprintf(out, "Options:    %s\n", plan.Options.Flags())
-	fmt.Fprintf(out, "Apiserver:  https://%s:%d (kubeconfig %s)\n", plan.Addressing.ControlPlaneIP(), APIServerPort, paths.Kubeconfig())
-	fmt.Fprintf(out, "External:   http://%s:%d (netns %s)\n", plan.Addressing.ExternalServerIP(), ExternalHTTPPort, labplan.ExtNS)
+	fmt.Fprintf(out, "Apiserver:  https://%s:%d (kubeconfig %s)\n", plan.Addressing.ControlPlaneIP(), labplan.APIServerPort, paths.Kubeconfig())
+	fmt.Fprintf(out, "External:   http://%s:%d (netns %s)\n", plan.Addressing.ExternalServerIP(), labplan.ExternalHTTPPort, labplan.ExtNS)
 	if st.Error != "" {
 		fmt.Fprintf(out, "Error:      %s\n", st.Error)
 	}

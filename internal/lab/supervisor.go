@@ -53,11 +53,6 @@ func Supervise(ctx context.Context, paths labplan.Paths) error {
 		if err := s.waitReady(ctx, c); err != nil {
 			return s.fail(err)
 		}
-		if p.Name == "etcd" && plan.Options.CNI == labplan.CNIFlannel {
-			if err := writeFlannelNetConfig(ctx, plan); err != nil {
-				return s.fail(err)
-			}
-		}
 		if p.Name == "kube-apiserver" {
 			if err := bootstrapCluster(ctx, paths, plan); err != nil {
 				return s.fail(err)

@@ -67,7 +67,7 @@ func Up(ctx context.Context, paths labplan.Paths, plan labplan.Plan, out io.Writ
 		return fmt.Errorf("write kube-proxy configuration: %w", err)
 	}
 	fmt.Fprintf(out, "starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and %d lab kubelets%s (logs in %s)\n",
-		len(plan.Nodes), nodeDaemons(plan), paths.Logs())
+		len(plan.Nodes), FlavourOf(plan.Options.CNI).Daemons(plan), paths.Logs())
 	if err := startSupervisor(paths); err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func waitReady(ctx context.Context, paths labplan.Paths) error {
 
 func printUsage(out io.Writer, paths labplan.Paths, plan labplan.Plan) {
 	fmt.Fprintf(out, "\nthe lab is up: %d nodes, %s, apiserver https://%s:%d\n",
-		len(plan.Nodes), plan.Options.Describe(), plan.Addressing.ControlPlaneIP(), APIServerPort)
+		len(plan.Nodes), plan.Options.Describe(), plan.Addressing.ControlPlaneIP(), labplan.APIServerPort)
 	var names []string
 	for _, n := range plan.Nodes {
 		names = append(names, fmt.Sprintf("%s (%s)", n.Name, n.IP))

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/lab"
-	"github.com/myelin-net/myelin/internal/lab/kubelet"
+	"github.com/myelin-net/myelin/internal/lab/cni/bridge"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/testenv"
 )
@@ -139,7 +139,7 @@ func TestLabBridgeCNI(t *testing.T) {
 			victim = p
 		}
 	}
-	lease := filepath.Join(paths.IPAMDir(victim.Spec.NodeName), kubelet.BridgeNetworkName, victim.Status.PodIP)
+	lease := filepath.Join(paths.IPAMDir(victim.Spec.NodeName), bridge.NetworkName, victim.Status.PodIP)
 	netnsPath := labplan.NetNSPath(labplan.PodNetNS(string(victim.UID)))
 	for _, path := range []string{lease, netnsPath} {
 		if _, err := os.Stat(path); err != nil {

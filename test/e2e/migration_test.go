@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/lab"
+	labmyelin "github.com/myelin-net/myelin/internal/lab/cni/myelin"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
@@ -47,7 +48,7 @@ func labelNode(t *testing.T, cs kubernetes.Interface, node, key, value string) {
 
 func restartAgent(t *testing.T, node string) {
 	t.Helper()
-	if err := lab.Restart(paths, lab.AgentProcess(node), false); err != nil {
+	if err := lab.Restart(paths, labmyelin.AgentProcess(node), false); err != nil {
 		t.Fatal(err)
 	}
 	waitAgentReady(t, node)
@@ -86,7 +87,7 @@ func TestLabMyelinMigration(t *testing.T) {
 	createNodeConfig(t, "broken", map[string]string{"kubernetes.io/hostname": n2}, map[string]string{"host-routing": "turbo"})
 	signalAgent(t, n2)
 	eventually(t, time.Minute, "agent log names the bad NodeConfig", func(context.Context) (bool, string) {
-		b, _ := os.ReadFile(paths.Log(lab.AgentProcess(n2)))
+		b, _ := os.ReadFile(paths.Log(labmyelin.AgentProcess(n2)))
 		return strings.Contains(string(b), `NodeConfig default/broken: key \"host-routing\" value \"turbo\": must be one of auto, bpf, legacy`),
 			lastLines(string(b), 2)
 	})

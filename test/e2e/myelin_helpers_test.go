@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/api"
-	"github.com/myelin-net/myelin/internal/lab"
+	labmyelin "github.com/myelin-net/myelin/internal/lab/cni/myelin"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labdriver"
 	"github.com/myelin-net/myelin/internal/logtail"
@@ -59,7 +59,7 @@ func processPID(t *testing.T, name string) int {
 // releaseAgent; without, it is restarted and killAgent waits for the new one.
 func killAgent(t *testing.T, node string, hold bool) {
 	t.Helper()
-	name := lab.AgentProcess(node)
+	name := labmyelin.AgentProcess(node)
 	if hold {
 		if err := os.MkdirAll(filepath.Dir(paths.Hold(name)), 0o755); err != nil {
 			t.Fatal(err)
@@ -88,14 +88,14 @@ func killAgent(t *testing.T, node string, hold bool) {
 // restarts it (for a test that expects the restarted agent to refuse to start).
 func signalAgent(t *testing.T, node string) {
 	t.Helper()
-	if pid := processPID(t, lab.AgentProcess(node)); pid == 0 || syscall.Kill(pid, syscall.SIGTERM) != nil {
+	if pid := processPID(t, labmyelin.AgentProcess(node)); pid == 0 || syscall.Kill(pid, syscall.SIGTERM) != nil {
 		t.Fatalf("cannot signal the agent of %s (pid %d)", node, pid)
 	}
 }
 
 func releaseAgent(t *testing.T, node string) {
 	t.Helper()
-	if err := os.Remove(paths.Hold(lab.AgentProcess(node))); err != nil {
+	if err := os.Remove(paths.Hold(labmyelin.AgentProcess(node))); err != nil {
 		t.Fatal(err)
 	}
 	waitAgentReady(t, node)

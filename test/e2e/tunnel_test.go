@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/datapath"
-	"github.com/myelin-net/myelin/internal/lab"
+	labmyelin "github.com/myelin-net/myelin/internal/lab/cni/myelin"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
@@ -89,7 +89,7 @@ func TestLabMyelinTunnelLegacy(t *testing.T) {
 	setConfig(t, cs, "tunnel-protocol", "geneve")
 	signalAgent(t, labplan.NodeName(3))
 	eventually(t, time.Minute, "agent refuses geneve", func(context.Context) (bool, string) {
-		b, _ := os.ReadFile(paths.Log(lab.AgentProcess(labplan.NodeName(3))))
+		b, _ := os.ReadFile(paths.Log(labmyelin.AgentProcess(labplan.NodeName(3))))
 		return strings.Contains(string(b), want), lastLines(string(b), 2)
 	})
 	labDown(t)

@@ -15,6 +15,16 @@ const (
 	NodeNSPrefix     = "myelin-node-"   // node network namespaces: myelin-node-N
 )
 
+// Ports of the control plane, all bound to the control-plane address only.
+const (
+	EtcdClientPort        = 2379
+	EtcdPeerPort          = 2380
+	APIServerPort         = 6443
+	ControllerManagerPort = 10257
+	SchedulerPort         = 10259
+	ExternalHTTPPort      = 80
+)
+
 // Addressing is the lab's network plan (docs/architecture.md, "The lab's network plan"). Every range can be changed; the
 // defaults keep clear of the machine's own uplink (192.0.2.0/24).
 type Addressing struct {

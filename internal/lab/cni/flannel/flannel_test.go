@@ -1,4 +1,4 @@
-package lab
+package flannel
 
 import (
 	"encoding/json"
@@ -31,44 +31,14 @@ func TestFlannelNetConfig(t *testing.T) {
 		labplan.FlannelHostGW: `{"Network":"10.244.0.0/16","SubnetLen":24,"Backend":{"Type":"host-gw"}}`,
 	} {
 		p := flannelPlan(t, backend)
-		if got := string(FlannelNetConfig(p)); got != want {
-			t.Errorf("%s: FlannelNetConfig() = %s, want %s", backend, got, want)
+		if got := string(NetConfig(p)); got != want {
+			t.Errorf("%s: NetConfig() = %s, want %s", backend, got, want)
 		}
-		cmd := flannelConfigCommand(p)
+		cmd := configCommand(p)
 		wantCmd := []string{"etcdctl", "--endpoints", "http://198.18.0.1:2379", "--command-timeout=10s", "put", "/coreos.com/network/config", want}
 		if !slices.Equal(cmd, wantCmd) {
 			t.Errorf("%s: config command = %q, want %q", backend, cmd, wantCmd)
 		}
-	}
-}
-
-func TestFlannelProcesses(t *testing.T) {
-	paths := labplan.Paths{Dir: "/run/myelin-lab"}
-	p := flannelPlan(t, labplan.FlannelHostGW)
-	var flanneld []labplan.Process
-	for _, proc := range Processes(p, paths, "/bin/myelin", "/kube") {
-		if strings.HasPrefix(proc.Name, "agent-") {
-			t.Errorf("--cni flannel runs %s", proc.Name)
-		}
-		if strings.HasPrefix(proc.Name, "flanneld-") {
-			flanneld = append(flanneld, proc)
-		}
-	}
-	if len(flanneld) != 2 {
-		t.Fatalf("flanneld processes = %d, want one per node (2)", len(flanneld))
-	}
-	argv := strings.Join(flanneld[1].Argv, " ")
-	for _, want := range []string{
-		"nsenter --net=/run/netns/myelin-node-2 -- " + FlannelBinary(),
-		"--etcd-endpoints http://198.18.0.1:2379", "--etcd-prefix /coreos.com/network", "--iface eth0",
-		"--subnet-file /run/myelin-lab/nodes/myelin-node-2/flannel/subnet.env", "--ip-masq",
-	} {
-		if !strings.Contains(argv, want) {
-			t.Errorf("flanneld argv %q lacks %q", argv, want)
-		}
-	}
-	if strings.Contains(argv, "kube-subnet-mgr") || strings.Contains(argv, "/run/flannel") {
-		t.Errorf("flanneld argv %q uses the Kubernetes subnet manager or the shared /run/flannel", argv)
 	}
 }
 
@@ -79,16 +49,16 @@ FLANNEL_IPMASQ=true
 `
 
 func TestParseFlannelSubnet(t *testing.T) {
-	got, err := ParseFlannelSubnet([]byte(subnetEnv))
+	got, err := ParseSubnet([]byte(subnetEnv))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := FlannelSubnet{
+	want := Subnet{
 		Network: netip.MustParsePrefix("10.244.0.0/16"), Subnet: netip.MustParsePrefix("10.244.57.1/24"),
 		MTU: 1450, IPMasq: true,
 	}
 	if got != want {
-		t.Errorf("ParseFlannelSubnet() = %+v, want %+v", got, want)
+		t.Errorf("ParseSubnet() = %+v, want %+v", got, want)
 	}
 	for name, tt := range map[string]struct{ in, wantErr string }{
 		"empty":       {"", "no FLANNEL_NETWORK"},
@@ -97,18 +67,18 @@ func TestParseFlannelSubnet(t *testing.T) {
 		"bad subnet":  {"FLANNEL_SUBNET=10.244.57.1\n", `FLANNEL_SUBNET="10.244.57.1"`},
 		"bad ip-masq": {"FLANNEL_IPMASQ=maybe\n", `FLANNEL_IPMASQ="maybe"`},
 	} {
-		if _, err := ParseFlannelSubnet([]byte(tt.in)); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-			t.Errorf("%s: ParseFlannelSubnet() = %v, want error containing %q", name, err, tt.wantErr)
+		if _, err := ParseSubnet([]byte(tt.in)); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("%s: ParseSubnet() = %v, want error containing %q", name, err, tt.wantErr)
 		}
 	}
 }
 
 func TestFlannelConfList(t *testing.T) {
-	s, err := ParseFlannelSubnet([]byte(subnetEnv))
+	s, err := ParseSubnet([]byte(subnetEnv))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := FlannelConfList(s, "/run/myelin-lab/nodes/myelin-node-1/cni/ipam")
+	b, err := ConfList(s, "/run/myelin-lab/nodes/myelin-node-1/cni/ipam")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,24 +118,24 @@ func TestFlannelConfList(t *testing.T) {
 	}
 
 	s.IPMasq = false
-	b, _ = FlannelConfList(s, "/x")
+	b, _ = ConfList(s, "/x")
 	if !strings.Contains(string(b), `"ipMasq": true`) {
 		t.Errorf("without flanneld's --ip-masq the bridge must masquerade: %s", b)
 	}
 }
 
-// TestFlannelVersionMatchesSetup keeps the lab's FlannelVersion, the one setup builds and
+// TestFlannelVersionMatchesSetup keeps the lab's Version, the one setup builds and
 // the path scripts/build-flannel.sh installs it to in step.
 func TestFlannelVersionMatchesSetup(t *testing.T) {
-	b, err := os.ReadFile("../../scripts/versions.sh")
+	b, err := os.ReadFile("../../../../scripts/versions.sh")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(b), "FLANNEL_VERSION="+FlannelVersion+"\n") {
-		t.Fatalf("scripts/versions.sh does not pin FLANNEL_VERSION=%s; keep the two in step", FlannelVersion)
+	if !strings.Contains(string(b), "FLANNEL_VERSION="+Version+"\n") {
+		t.Fatalf("scripts/versions.sh does not pin FLANNEL_VERSION=%s; keep the two in step", Version)
 	}
 	t.Setenv("MYELIN_CACHE", "/opt/c")
-	if got, want := FlannelBinary(), "/opt/c/flannel/"+FlannelVersion+"/bin/flannel"; got != want {
-		t.Errorf("FlannelBinary() = %s, want %s (where scripts/build-flannel.sh puts it)", got, want)
+	if got, want := Binary(), "/opt/c/flannel/"+Version+"/bin/flannel"; got != want {
+		t.Errorf("Binary() = %s, want %s (where scripts/build-flannel.sh puts it)", got, want)
 	}
 }
