@@ -15,12 +15,6 @@ import (
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
-// --cni flannel runs Flannel as its users do, with etcd as its store: the lab writes the
-// network configuration to the lab's etcd, one flanneld per node (in the node's netns)
-// leases a subnet and programs the backend, and the lab kubelet installs a conflist for
-// the reference bridge + host-local plugins from flanneld's subnet file, as flannel's
-// own CNI plugin would delegate (the meta-plugin itself isn't needed).
-
 // Version is the Flannel release the lab runs; scripts/build-flannel.sh builds it
 // into the tool cache (scripts/versions.sh pins the same version).
 const Version = "v0.26.7"
