@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/myelin-net/myelin/internal/lab/cni"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
@@ -33,26 +34,23 @@ func preflight(paths labplan.Paths, plan labplan.Plan) error {
 }
 
 func checkTools(plan labplan.Plan) error {
-	type tool struct{ path, fix string }
-	tools := []tool{
-		{"ip", "install iproute2 (make setup)"},
-		{"nsenter", "install util-linux (make setup)"},
-		{"sysctl", "install procps (make setup)"},
-		{"etcd", "install etcd-server (make setup)"},
+	tools := []cni.Tool{
+		{Path: "ip", Fix: "install iproute2 (make setup)"},
+		{Path: "nsenter", Fix: "install util-linux (make setup)"},
+		{Path: "sysctl", Fix: "install procps (make setup)"},
+		{Path: "etcd", Fix: "install etcd-server (make setup)"},
 	}
 	if plan.Options.Underlay == labplan.UnderlayL3 {
-		tools = append(tools, tool{"nft", "install nftables (make setup)"})
+		tools = append(tools, cni.Tool{Path: "nft", Fix: "install nftables (make setup)"})
 	}
 	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-		tools = append(tools, tool{filepath.Join(KubeBinDir(), b), "build Kubernetes " + KubeVersion + " with: make setup"})
+		tools = append(tools, cni.Tool{Path: filepath.Join(KubeBinDir(), b), Fix: "build Kubernetes " + KubeVersion + " with: make setup"})
 	}
 	self, _ := os.Executable()
-	for _, t := range FlavourOf(plan.Options.CNI).Tools(self) {
-		tools = append(tools, tool{t.Path, t.Fix})
-	}
+	tools = append(tools, FlavourOf(plan.Options.CNI).Tools(self)...)
 	for _, t := range tools {
-		if _, err := exec.LookPath(t.path); err != nil {
-			return fmt.Errorf("%s not found: %s", t.path, t.fix)
+		if _, err := exec.LookPath(t.Path); err != nil {
+			return fmt.Errorf("%s not found: %s", t.Path, t.Fix)
 		}
 	}
 	return nil
