@@ -12,7 +12,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/cni/flannel"
 	"github.com/myelin-net/myelin/internal/lab/kubelet"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labtools"
 )
 
@@ -26,39 +28,39 @@ func labCommand() *cobra.Command {
 (myelin-node-N) on an underlay bridge in myelin-lab-net; myelin-lab-ext is an external
 host serving HTTP on 203.0.113.10:80. Everything it creates is named myelin-*.`,
 	}
-	cmd.PersistentFlags().StringVar(&dir, "dir", lab.DefaultDir, "lab directory (state, certificates, logs)")
-	paths := func() lab.Paths { return lab.Paths{Dir: dir} }
+	cmd.PersistentFlags().StringVar(&dir, "dir", labplan.DefaultDir, "lab directory (state, certificates, logs)")
+	paths := func() labplan.Paths { return labplan.Paths{Dir: dir} }
 	cmd.AddCommand(labUpCommand(paths), labDownCommand(paths), labStatusCommand(paths),
 		labExecCommand(paths), labRestartCommand(paths), labServeCommand(), labUDPFlowsCommand(), labBigUDPCommand(), labHTTPSessionCommand(), labSYNFloodCommand(), labSuperviseCommand(paths), labKubeletCommand(paths))
 	return cmd
 }
 
-func labUpCommand(paths func() lab.Paths) *cobra.Command {
-	o := lab.DefaultOptions()
+func labUpCommand(paths func() labplan.Paths) *cobra.Command {
+	o := labplan.DefaultOptions()
 	var cni, underlay string
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Build the lab and wait until every node is Ready (does nothing if the same lab is running; refuses if another one is)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.CNI, o.Underlay = lab.CNI(cni), lab.Underlay(underlay)
-			plan, err := lab.NewPlan(o, lab.DefaultAddressing())
+			o.CNI, o.Underlay = labplan.CNI(cni), labplan.Underlay(underlay)
+			plan, err := labplan.NewPlan(o, labplan.DefaultAddressing())
 			if err != nil {
 				return err
 			}
 			return lab.Up(cmd.Context(), paths(), plan, cmd.OutOrStdout())
 		},
 	}
-	cmd.Flags().IntVar(&o.Nodes, "nodes", o.Nodes, fmt.Sprintf("number of nodes (1-%d)", lab.MaxNodes))
-	cmd.Flags().StringVar(&cni, "cni", string(o.CNI), "network plugin: myelin, bridge (Debian's reference bridge + host-local) or flannel (Flannel "+lab.FlannelVersion+" with etcd, and bridge + host-local)")
-	cmd.Flags().StringVar(&o.FlannelBackend, "flannel-backend", "", "with --cni flannel: flannel's backend, "+strings.Join(lab.FlannelBackends, " or ")+" (default "+lab.FlannelBackends[0]+")")
+	cmd.Flags().IntVar(&o.Nodes, "nodes", o.Nodes, fmt.Sprintf("number of nodes (1-%d)", labplan.MaxNodes))
+	cmd.Flags().StringVar(&cni, "cni", string(o.CNI), "network plugin: myelin, bridge (Debian's reference bridge + host-local) or flannel (Flannel "+flannel.Version+" with etcd, and bridge + host-local)")
+	cmd.Flags().StringVar(&o.FlannelBackend, "flannel-backend", "", "with --cni flannel: flannel's backend, "+strings.Join(labplan.FlannelBackends, " or ")+" (default "+labplan.FlannelBackends[0]+")")
 	cmd.Flags().StringVar(&o.Profile, "profile", o.Profile, "myelin configuration profile: native, native-legacy, tunnel, tunnel-legacy")
 	cmd.Flags().StringVar(&o.KubeProxy, "kube-proxy", "", "run kube-proxy on every node in this mode (iptables or nftables) and set kube-proxy-replacement to false; default: none, myelin serves Services")
 	cmd.Flags().StringVar(&underlay, "underlay", string(o.Underlay), "node network: l2 (one segment) or l3 (two segments behind a router)")
 	return cmd
 }
 
-func labDownCommand(paths func() lab.Paths) *cobra.Command {
+func labDownCommand(paths func() labplan.Paths) *cobra.Command {
 	return &cobra.Command{
 		Use:   "down",
 		Short: "Remove everything the lab made (processes, namespaces, links, pins, files); safe to repeat",
@@ -76,7 +78,7 @@ func labDownCommand(paths func() lab.Paths) *cobra.Command {
 	}
 }
 
-func labStatusCommand(paths func() lab.Paths) *cobra.Command {
+func labStatusCommand(paths func() labplan.Paths) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
 		Short: "Show the lab: options, processes, nodes",
@@ -87,7 +89,7 @@ func labStatusCommand(paths func() lab.Paths) *cobra.Command {
 	}
 }
 
-func labExecCommand(paths func() lab.Paths) *cobra.Command {
+func labExecCommand(paths func() labplan.Paths) *cobra.Command {
 	var namespace string
 	cmd := &cobra.Command{
 		Use:   "exec POD [-n NAMESPACE] -- COMMAND [ARGS...]",
@@ -101,7 +103,7 @@ func labExecCommand(paths func() lab.Paths) *cobra.Command {
 	return cmd
 }
 
-func labRestartCommand(paths func() lab.Paths) *cobra.Command {
+func labRestartCommand(paths func() labplan.Paths) *cobra.Command {
 	var kill bool
 	cmd := &cobra.Command{
 		Use:   "restart PROCESS",
@@ -246,7 +248,7 @@ func labSYNFloodCommand() *cobra.Command {
 	return cmd
 }
 
-func labSuperviseCommand(paths func() lab.Paths) *cobra.Command {
+func labSuperviseCommand(paths func() labplan.Paths) *cobra.Command {
 	return &cobra.Command{
 		Use:    "supervise",
 		Short:  "Run and restart the lab's processes (started by lab up)",
@@ -258,7 +260,7 @@ func labSuperviseCommand(paths func() lab.Paths) *cobra.Command {
 	}
 }
 
-func labKubeletCommand(paths func() lab.Paths) *cobra.Command {
+func labKubeletCommand(paths func() labplan.Paths) *cobra.Command {
 	var node string
 	cmd := &cobra.Command{
 		Use:    "kubelet",

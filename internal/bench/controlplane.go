@@ -18,7 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/api"
-	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/cni/myelin"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labdriver"
 	"github.com/myelin-net/myelin/internal/netns"
 	"github.com/myelin-net/myelin/internal/nodelayout"
@@ -49,7 +50,7 @@ type ControlPlane struct {
 
 // NewControlPlane returns the control-plane environment.
 func NewControlPlane() *ControlPlane {
-	return &ControlPlane{cluster: NewCluster(LabSpec{Nodes: 1, CNI: string(lab.CNIMyelin), Profile: "native"})}
+	return &ControlPlane{cluster: NewCluster(LabSpec{Nodes: 1, CNI: string(labplan.CNIMyelin), Profile: "native"})}
 }
 
 // Name implements Environment.
@@ -69,7 +70,7 @@ func (c *ControlPlane) Setup(ctx context.Context) (Endpoints, error) {
 		return Endpoints{}, err
 	}
 	c.cs = cs
-	node := NetNSHost{Path: lab.NetNSPath(lab.NodeName(controlPlaneNode))}
+	node := NetNSHost{Path: labplan.NetNSPath(labplan.NodeName(controlPlaneNode))}
 	return Endpoints{Client: node, Server: node}, nil
 }
 
@@ -84,7 +85,7 @@ func (c *ControlPlane) Teardown() error {
 
 // agentPID finds the myelin-agent process of a node of the bench's lab.
 func agentPID(node string) (int, error) {
-	pid, err := labdriver.ProcessPID(lab.Paths{Dir: lab.DefaultDir}, lab.AgentProcess(node))
+	pid, err := labdriver.ProcessPID(labplan.Paths{Dir: labplan.DefaultDir}, myelin.AgentProcess(node))
 	if err == nil && pid == 0 {
 		err = fmt.Errorf("the myelin agent of %s is not running", node)
 	}
@@ -165,7 +166,7 @@ func (AgentIdle) Metrics() []Metric {
 
 // Run implements Workload.
 func (w AgentIdle) Run(ctx context.Context, t Trial) (Sample, error) {
-	pid, err := agentPID(lab.NodeName(controlPlaneNode))
+	pid, err := agentPID(labplan.NodeName(controlPlaneNode))
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +203,7 @@ func (AgentChurn) Metrics() []Metric {
 
 // Run implements Workload.
 func (w AgentChurn) Run(ctx context.Context, t Trial) (Sample, error) {
-	node := lab.NodeName(controlPlaneNode)
+	node := labplan.NodeName(controlPlaneNode)
 	pid, err := agentPID(node)
 	if err != nil {
 		return nil, err
@@ -328,7 +329,7 @@ func (ServiceProgram) Metrics() []Metric {
 
 // Run implements Workload.
 func (w ServiceProgram) Run(ctx context.Context, t Trial) (Sample, error) {
-	node := lab.NodeName(controlPlaneNode)
+	node := labplan.NodeName(controlPlaneNode)
 	e := w.Env
 	bin, err := e.cluster.binary()
 	if err != nil {
@@ -347,7 +348,7 @@ func (w ServiceProgram) Run(ctx context.Context, t Trial) (Sample, error) {
 		}
 	}
 	start := time.Now()
-	if err := e.cluster.myelin(ctx, "lab", "restart", lab.AgentProcess(node)); err != nil {
+	if err := e.cluster.myelin(ctx, "lab", "restart", myelin.AgentProcess(node)); err != nil {
 		return nil, err
 	}
 	if err := waitAgentServices(ctx, node, func(n int) bool { return n > programServices }); err != nil {
@@ -386,7 +387,7 @@ func (CNIAdd) Tools() []string { return []string{"ip"} }
 
 // Run implements Workload.
 func (w CNIAdd) Run(ctx context.Context, t Trial) (Sample, error) {
-	node := lab.NodeName(controlPlaneNode)
+	node := labplan.NodeName(controlPlaneNode)
 	conf, err := libcni.ConfListFromFile(filepath.Join(w.Env.cluster.Paths.CNIConfDir(node), nodelayout.CNIConfFile))
 	if err != nil {
 		return nil, fmt.Errorf("the agent's conflist: %w", err)
@@ -422,7 +423,7 @@ func cniAddDel(ctx context.Context, cni *libcni.CNIConfig, conf *libcni.NetworkC
 	id := fmt.Sprintf("%064x", 0xbe0c000+i)
 	rt := &libcni.RuntimeConf{ContainerID: id, NetNS: netns.Path(ns), IfName: "eth0",
 		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "default"}, {"K8S_POD_NAME", ns}}}
-	err = netns.Do(lab.NetNSPath(node), func() error {
+	err = netns.Do(labplan.NetNSPath(node), func() error {
 		start := time.Now()
 		if _, err := cni.AddNetworkList(ctx, conf, rt); err != nil {
 			return fmt.Errorf("CNI ADD %d: %w", i, err)

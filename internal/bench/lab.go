@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/cni/myelin"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labdriver"
 	"github.com/myelin-net/myelin/internal/logtail"
 )
@@ -29,7 +31,7 @@ const (
 // that give some nodes other settings before the measurements.
 type LabSpec struct {
 	Nodes          int
-	CNI            string // --cni: lab.CNIMyelin, lab.CNIBridge or lab.CNIFlannel
+	CNI            string // --cni: labplan.CNIMyelin, labplan.CNIBridge or labplan.CNIFlannel
 	Profile        string // myelin's profile (CNI myelin only)
 	FlannelBackend string // "vxlan" or "host-gw" (CNI flannel only)
 	KubeProxy      string // --kube-proxy: "iptables" or "nftables"; "" runs none
@@ -67,7 +69,7 @@ type Cluster struct {
 	Spec LabSpec
 	// Myelin is the myelin binary; "" means this executable.
 	Myelin string
-	Paths  lab.Paths
+	Paths  labplan.Paths
 
 	refs  int   // environments holding the lab
 	tried bool  // up was attempted since the lab was last down
@@ -78,7 +80,7 @@ type Cluster struct {
 
 // NewCluster returns the (not yet built) lab of spec in the default lab directory.
 func NewCluster(spec LabSpec) *Cluster {
-	return &Cluster{Spec: spec, Paths: lab.Paths{Dir: lab.DefaultDir}}
+	return &Cluster{Spec: spec, Paths: labplan.Paths{Dir: labplan.DefaultDir}}
 }
 
 // Available reports what this machine lacks to build the lab, without changing anything.
@@ -102,23 +104,13 @@ func (c *Cluster) Available() error {
 	if _, err := exec.LookPath("etcd"); err != nil {
 		return errors.New("needs etcd, which is not installed: run make setup")
 	}
-	switch c.Spec.CNI {
-	case string(lab.CNIMyelin):
-		for _, b := range []string{"myelin-agent", "myelin-cni"} {
-			if _, err := os.Stat(filepath.Join(filepath.Dir(self), b)); err != nil {
-				return fmt.Errorf("needs %s next to %s: run make build", b, self)
-			}
-		}
-	case string(lab.CNIBridge), string(lab.CNIFlannel):
-		for _, b := range []string{"bridge", "host-local"} {
-			if _, err := os.Stat(filepath.Join(lab.CNIBinDir, b)); err != nil {
-				return fmt.Errorf("needs the reference CNI plugin %s in %s: run make setup", b, lab.CNIBinDir)
-			}
-		}
+	flavour := lab.FlavourOf(labplan.CNI(c.Spec.CNI))
+	if flavour == nil {
+		return fmt.Errorf("lab spec --cni %q: unknown CNI", c.Spec.CNI)
 	}
-	if c.Spec.CNI == string(lab.CNIFlannel) {
-		if _, err := os.Stat(lab.FlannelBinary()); err != nil {
-			return fmt.Errorf("Flannel %s not built (%s missing): run make setup", lab.FlannelVersion, lab.FlannelBinary())
+	for _, t := range flavour.Tools(self) {
+		if _, err := exec.LookPath(t.Path); err != nil {
+			return fmt.Errorf("needs %s, which is missing: %s", t.Path, t.Fix)
 		}
 	}
 	if c.Spec.KubeProxy == ProxyNFTables {
@@ -214,7 +206,7 @@ func (c *Cluster) override(ctx context.Context, o NodeOverride) error {
 		return err
 	}
 	for _, node := range o.Nodes {
-		if err := c.myelin(ctx, "lab", "restart", lab.AgentProcess(node)); err != nil {
+		if err := c.myelin(ctx, "lab", "restart", myelin.AgentProcess(node)); err != nil {
 			return err
 		}
 		ready, cancel := context.WithTimeout(ctx, labPodTimeout)

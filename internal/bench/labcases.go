@@ -1,6 +1,6 @@
 package bench
 
-import "github.com/myelin-net/myelin/internal/lab"
+import "github.com/myelin-net/myelin/internal/lab/labplan"
 
 // Lab stages, in the order they run. Each builds one lab; a routing mode or a CNI is
 // lab-wide, so they cannot share one.
@@ -42,7 +42,7 @@ type stageBuilder struct {
 
 func newStage(stage string, spec LabSpec, prefix string) *stageBuilder {
 	s := &stageBuilder{stage: stage, cluster: NewCluster(spec)}
-	s.nodeToNode = s.env("node-to-node", nodeToNode{client: lab.NodeName(1), server: lab.NodeName(2)})
+	s.nodeToNode = s.env("node-to-node", nodeToNode{client: labplan.NodeName(1), server: labplan.NodeName(2)})
 	s.veth = s.env("veth-pair", vethPart{pair: &VethPair{Prefix: prefix}})
 	s.add(s.nodeToNode, GroupBaseline, nil)
 	s.add(s.veth, GroupBaseline, nil)
@@ -66,8 +66,8 @@ func (s *stageBuilder) add(env Environment, group string, baseline Environment) 
 // compared to node-to-node, and <kind>-same-node (both on node a) compared to the veth
 // pair, which it returns.
 func (s *stageBuilder) pods(kind, group string, a, b int, hostRouting string) Environment {
-	cross := s.env(kind+"-cross-node", podPair{client: lab.NodeName(a), server: lab.NodeName(b), hostRouting: hostRouting})
-	same := s.env(kind+"-same-node", podPair{client: lab.NodeName(a), server: lab.NodeName(a), hostRouting: hostRouting})
+	cross := s.env(kind+"-cross-node", podPair{client: labplan.NodeName(a), server: labplan.NodeName(b), hostRouting: hostRouting})
+	same := s.env(kind+"-same-node", podPair{client: labplan.NodeName(a), server: labplan.NodeName(a), hostRouting: hostRouting})
 	s.add(cross, group, s.nodeToNode)
 	s.add(same, group, s.veth)
 	return same
@@ -78,7 +78,7 @@ func (s *stageBuilder) pods(kind, group string, a, b int, hostRouting string) En
 // path with the check): what source validation costs. TCP_RR only, in both
 // placements: request/response is where one more lookup per packet would show.
 func (s *stageBuilder) sourceCheckOff(n int, withCheck Environment) {
-	node := lab.NodeName(n)
+	node := labplan.NodeName(n)
 	off := s.env("bpf-nocheck-same-node", podPair{client: node, server: node, hostRouting: hostRoutingBPF, sourceCheckOff: true})
 	for _, c := range Matrix(off, GroupMyelin, withCheck, []Workload{TCPRR()}, Placements()) {
 		c.Stage = s.stage
@@ -90,13 +90,13 @@ func (s *stageBuilder) sourceCheckOff(n int, withCheck Environment) {
 // moved to legacy host routing by a NodeConfig. The native stage has a fifth node,
 // BPF with source validation off, for what the check costs.
 func myelinStage(profile, prefix string) []Case {
-	spec := LabSpec{Nodes: 4, CNI: string(lab.CNIMyelin), Profile: profile, Overrides: []NodeOverride{
-		{Name: "legacy", Nodes: []string{lab.NodeName(3), lab.NodeName(4)}, Settings: map[string]string{"host-routing": "legacy"}},
+	spec := LabSpec{Nodes: 4, CNI: string(labplan.CNIMyelin), Profile: profile, Overrides: []NodeOverride{
+		{Name: "legacy", Nodes: []string{labplan.NodeName(3), labplan.NodeName(4)}, Settings: map[string]string{"host-routing": "legacy"}},
 	}}
 	if profile == StageNative {
 		spec.Nodes = 5
 		spec.Overrides = append(spec.Overrides, NodeOverride{Name: "no-source-check",
-			Nodes: []string{lab.NodeName(5)}, Settings: map[string]string{sourceValidationKey: "false"}})
+			Nodes: []string{labplan.NodeName(5)}, Settings: map[string]string{sourceValidationKey: "false"}})
 	}
 	s := newStage(profile, spec, prefix)
 	bpfSame := s.pods("bpf", GroupMyelin, 1, 2, hostRoutingBPF)
@@ -115,7 +115,7 @@ const sourceValidationKey = "enable-source-ip-verification"
 // node and static routes between nodes, what host-gw CNIs do) and pods over plain
 // kernel VXLAN built by hand in the same lab's nodes.
 func plainStage(prefix string) []Case {
-	s := newStage(StagePlain, LabSpec{Nodes: 2, CNI: string(lab.CNIBridge)}, prefix)
+	s := newStage(StagePlain, LabSpec{Nodes: 2, CNI: string(labplan.CNIBridge)}, prefix)
 	s.pods("bridge", GroupBaseline, 1, 2, "")
 	s.add(s.env("vxlan-cross-node", plainVXLAN{prefix: prefix, client: 1, server: 2}), GroupBaseline, s.nodeToNode)
 	return s.cases
@@ -123,7 +123,7 @@ func plainStage(prefix string) []Case {
 
 // flannelStage is Flannel with the given backend in a 2-node lab.
 func flannelStage(stage, backend, prefix string) []Case {
-	s := newStage(stage, LabSpec{Nodes: 2, CNI: string(lab.CNIFlannel), FlannelBackend: backend}, prefix)
+	s := newStage(stage, LabSpec{Nodes: 2, CNI: string(labplan.CNIFlannel), FlannelBackend: backend}, prefix)
 	s.pods("flannel", GroupPeer, 1, 2, "")
 	return s.cases
 }

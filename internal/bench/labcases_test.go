@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // TestLabCases checks the lab stages' case names, stages and baselines without a lab.
@@ -74,8 +74,8 @@ func TestLabCases(t *testing.T) {
 	}
 	if c, ok := byName["native/bpf-nocheck-same-node/tcp-rr/cross-vcpu"]; !ok {
 		t.Error("no case native/bpf-nocheck-same-node/tcp-rr/cross-vcpu")
-	} else if spec := c.Env.(*LabEnv).cluster.Spec; spec.Nodes != 5 || !reflect.DeepEqual(spec.Overrides[len(spec.Overrides)-1], NodeOverride{Name: "no-source-check", Nodes: []string{lab.NodeName(5)}, Settings: map[string]string{sourceValidationKey: "false"}}) ||
-		c.Env.(*LabEnv).part != (podPair{client: lab.NodeName(5), server: lab.NodeName(5), hostRouting: hostRoutingBPF, sourceCheckOff: true}) {
+	} else if spec := c.Env.(*LabEnv).cluster.Spec; spec.Nodes != 5 || !reflect.DeepEqual(spec.Overrides[len(spec.Overrides)-1], NodeOverride{Name: "no-source-check", Nodes: []string{labplan.NodeName(5)}, Settings: map[string]string{sourceValidationKey: "false"}}) ||
+		c.Env.(*LabEnv).part != (podPair{client: labplan.NodeName(5), server: labplan.NodeName(5), hostRouting: hostRoutingBPF, sourceCheckOff: true}) {
 		t.Errorf("native source check off: lab %+v, pods %+v; want node 5 of 5 off, both pods there", spec, c.Env.(*LabEnv).part)
 	}
 	quick, err := Select(all, QuickCases)
@@ -96,7 +96,7 @@ func TestLabSpecArgs(t *testing.T) {
 	}{
 		{LabSpec{Nodes: 4, CNI: "myelin", Profile: "tunnel"}, "lab up --nodes 4 --cni myelin --profile tunnel"},
 		{LabSpec{Nodes: 2, CNI: "bridge"}, "lab up --nodes 2 --cni bridge"},
-		{LabSpec{Nodes: 2, CNI: string(lab.CNIFlannel), FlannelBackend: "host-gw"}, "lab up --nodes 2 --cni flannel --flannel-backend host-gw"},
+		{LabSpec{Nodes: 2, CNI: string(labplan.CNIFlannel), FlannelBackend: "host-gw"}, "lab up --nodes 2 --cni flannel --flannel-backend host-gw"},
 	} {
 		if got := strings.Join(tc.spec.upArgs(), " "); got != tc.want {
 			t.Errorf("%+v: %q, want %q", tc.spec, got, tc.want)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // A labPart is what one environment builds in its stage's lab once the lab is up.
@@ -78,8 +79,8 @@ func (n nodeToNode) setup(_ context.Context, c *Cluster, _ string) (Endpoints, e
 		return Endpoints{}, fmt.Errorf("the lab has no node %s", n.server)
 	}
 	return Endpoints{
-		Client:     NetNSHost{Path: lab.NetNSPath(n.client)},
-		Server:     NetNSHost{Path: lab.NetNSPath(n.server)},
+		Client:     NetNSHost{Path: labplan.NetNSPath(n.client)},
+		Server:     NetNSHost{Path: labplan.NetNSPath(n.server)},
 		ServerAddr: srv.IP,
 	}, nil
 }

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labdriver"
 )
 
@@ -25,7 +25,7 @@ type kubeClients struct {
 	cs kubernetes.Interface
 }
 
-func newKubeClients(paths lab.Paths) (*kubeClients, error) {
+func newKubeClients(paths labplan.Paths) (*kubeClients, error) {
 	d, err := labdriver.New(paths)
 	if err != nil {
 		return nil, err
@@ -76,7 +76,7 @@ func (k *kubeClients) waitPod(ctx context.Context, name, node string) (labPod, e
 		if err == nil {
 			state = fmt.Sprintf("phase %s, IP %q", p.Status.Phase, p.Status.PodIP)
 			ip, perr := netip.ParseAddr(p.Status.PodIP)
-			ns := lab.NetNSPath(lab.PodNetNS(string(p.UID)))
+			ns := labplan.NetNSPath(labplan.PodNetNS(string(p.UID)))
 			if _, serr := os.Stat(ns); p.Status.Phase == corev1.PodRunning && perr == nil && serr == nil {
 				return labPod{NetNS: ns, IP: ip}, nil
 			}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/netns"
 )
 
@@ -67,9 +68,9 @@ func (v plainVXLAN) setup(ctx context.Context, c *Cluster, _ string) (Endpoints,
 	}
 	var nodes []vxlanNode
 	for _, i := range []int{v.client, v.server} {
-		n, ok := plan.Node(lab.NodeName(i))
+		n, ok := plan.Node(labplan.NodeName(i))
 		if !ok {
-			return Endpoints{}, fmt.Errorf("the lab has no node %s", lab.NodeName(i))
+			return Endpoints{}, fmt.Errorf("the lab has no node %s", labplan.NodeName(i))
 		}
 		nodes = append(nodes, vxlanNode{index: i, ip: n.IP})
 	}
@@ -102,7 +103,7 @@ func vxlanSteps(nodes []vxlanNode, podNS func(int) string) [][]string {
 	var steps [][]string
 	for _, n := range nodes {
 		i, ip := n.index, n.ip
-		node, pod := lab.NodeName(i), podNS(i)
+		node, pod := labplan.NodeName(i), podNS(i)
 		in := func(args ...string) { steps = append(steps, append([]string{"ip", "-n", node}, args...)) }
 		inPod := func(args ...string) { steps = append(steps, append([]string{"ip", "-n", pod}, args...)) }
 		in("link", "add", vxlanDevice, "address", vxlanMAC(i), "type", "vxlan", "id", vxlanVNI,
@@ -138,8 +139,8 @@ func (v plainVXLAN) teardown(*Cluster) error {
 	var errs []error
 	for _, i := range []int{v.client, v.server} {
 		errs = append(errs, delNetNS(v.podNS(i)))
-		node := lab.NodeName(i)
-		if _, err := os.Stat(lab.NetNSPath(node)); err != nil {
+		node := labplan.NodeName(i)
+		if _, err := os.Stat(labplan.NetNSPath(node)); err != nil {
 			continue
 		}
 		for _, dev := range []string{vxlanDevice, vxlanBridge} {

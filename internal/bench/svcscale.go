@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/api"
-	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labdriver"
 )
 
@@ -52,7 +52,7 @@ type ServiceScale struct {
 
 // NewServiceScale returns the environment of proxy with n filler Services.
 func NewServiceScale(proxy string, n int) *ServiceScale {
-	spec := LabSpec{Nodes: 2, CNI: string(lab.CNIMyelin), Profile: "native"}
+	spec := LabSpec{Nodes: 2, CNI: string(labplan.CNIMyelin), Profile: "native"}
 	if proxy != ProxyMyelin {
 		spec.KubeProxy = proxy
 	}
@@ -100,7 +100,7 @@ func (s *ServiceScale) Setup(ctx context.Context) (Endpoints, error) {
 // direct baseline, and the filler Deployment (2 lab HTTP servers), and returns the client
 // pod's host.
 func (s *ServiceScale) deploy(ctx context.Context, cs kubernetes.Interface) (Host, error) {
-	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	pods := cs.CoreV1().Pods("default")
 	mk := func(name, node string, labels map[string]string, cmd ...string) error {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
@@ -193,7 +193,7 @@ func (s *ServiceScale) waitProgrammed(ctx context.Context, lastIP string) error 
 
 // programmed returns text in which every programmed cluster IP appears as "IP:" or "IP ".
 func (s *ServiceScale) programmed(ctx context.Context) (string, error) {
-	node := lab.NodeName(1)
+	node := labplan.NodeName(1)
 	switch s.Proxy {
 	case ProxyMyelin:
 		svcs, err := api.NewClient(api.NodeSocket(node)).Services(ctx)
@@ -206,10 +206,10 @@ func (s *ServiceScale) programmed(ctx context.Context) (string, error) {
 		}
 		return b.String(), nil
 	case ProxyIPTables:
-		out, err := exec.CommandContext(ctx, "nsenter", "--net="+lab.NetNSPath(node), "--", "iptables-save", "-t", "nat").Output()
+		out, err := exec.CommandContext(ctx, "nsenter", "--net="+labplan.NetNSPath(node), "--", "iptables-save", "-t", "nat").Output()
 		return strings.ReplaceAll(string(out), "/32", " "), err
 	default:
-		out, err := exec.CommandContext(ctx, "nsenter", "--net="+lab.NetNSPath(node), "--", "nft", "list", "table", "ip", "kube-proxy").Output()
+		out, err := exec.CommandContext(ctx, "nsenter", "--net="+labplan.NetNSPath(node), "--", "nft", "list", "table", "ip", "kube-proxy").Output()
 		return strings.ReplaceAll(string(out), " . ", " "), err
 	}
 }

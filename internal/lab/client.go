@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
@@ -35,7 +36,7 @@ func DynamicClient(path string) (dynamic.Interface, error) {
 
 // waitNodesReady waits until every planned node is registered, Ready and has a PodCIDR,
 // and the default ServiceAccount exists (so Pods can be created right away).
-func waitNodesReady(ctx context.Context, paths Paths, plan Plan, timeout time.Duration) error {
+func waitNodesReady(ctx context.Context, paths labplan.Paths, plan labplan.Plan, timeout time.Duration) error {
 	cs, err := Client(paths.Kubeconfig())
 	if err != nil {
 		return err

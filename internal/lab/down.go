@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/netns"
 	"github.com/myelin-net/myelin/internal/nodelayout"
 )
@@ -27,7 +28,7 @@ var (
 // every link inside), the root netns link, bpffs pins, per-node state and the lab
 // directory. It finds leftovers by name, so it works after a crash or an interrupted
 // up, and does nothing (successfully) when nothing is there.
-func Down(paths Paths, out io.Writer) error {
+func Down(paths labplan.Paths, out io.Writer) error {
 	var problems []string
 	note := func(format string, a ...any) { fmt.Fprintf(out, format+"\n", a...) }
 
@@ -73,7 +74,7 @@ func Down(paths Paths, out io.Writer) error {
 }
 
 // stopSupervisor asks the supervisor to stop its children and waits for it.
-func stopSupervisor(paths Paths) bool {
+func stopSupervisor(paths labplan.Paths) bool {
 	pid := supervisorPID(paths)
 	if pid == 0 {
 		return false
@@ -88,7 +89,7 @@ func stopSupervisor(paths Paths) bool {
 }
 
 // supervisorPID returns the pid of the running supervisor of paths, or 0.
-func supervisorPID(paths Paths) int {
+func supervisorPID(paths labplan.Paths) int {
 	b, err := os.ReadFile(paths.SupervisorPID())
 	if err != nil {
 		return 0
@@ -116,7 +117,7 @@ func processAlive(pid int) bool {
 
 // killLabProcesses kills every process that lives in a lab netns or runs from the lab
 // directory: pods' commands, kubelets, the control plane after a supervisor crash.
-func killLabProcesses(paths Paths) int {
+func killLabProcesses(paths labplan.Paths) int {
 	labNS := map[uint64]bool{}
 	for _, ns := range LeftoverNetNS() {
 		if ino, ok := inode(netns.Path(ns)); ok {
@@ -141,7 +142,7 @@ func killLabProcesses(paths Paths) int {
 	return killed
 }
 
-func isLabProcess(pid int, paths Paths, labNS map[uint64]bool) bool {
+func isLabProcess(pid int, paths labplan.Paths, labNS map[uint64]bool) bool {
 	if ino, ok := inode(fmt.Sprintf("/proc/%d/ns/net", pid)); ok && labNS[ino] {
 		return true
 	}
@@ -158,13 +159,13 @@ func inode(path string) (uint64, bool) {
 }
 
 // LeftoverNetNS lists the named network namespaces with the lab's prefix.
-func LeftoverNetNS() []string { return netns.Named(NamePrefix) }
+func LeftoverNetNS() []string { return netns.Named(labplan.NamePrefix) }
 
 func leftoverRootLinks() []string {
 	var out []string
 	ifaces, _ := net.Interfaces()
 	for _, i := range ifaces {
-		if strings.HasPrefix(i.Name, NamePrefix) {
+		if strings.HasPrefix(i.Name, labplan.NamePrefix) {
 			out = append(out, i.Name)
 		}
 	}
@@ -177,7 +178,7 @@ func leftoverNodeDirs() []string {
 	for _, base := range []string{bpffsDir, nodeRunDir} {
 		entries, _ := os.ReadDir(base)
 		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), nodeNSPrefix) {
+			if strings.HasPrefix(e.Name(), labplan.NodeNSPrefix) {
 				out = append(out, filepath.Join(base, e.Name()))
 			}
 		}

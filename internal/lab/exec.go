@@ -7,13 +7,14 @@ import (
 	"os/exec"
 	"syscall"
 
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // ExecArgv returns the command line that runs argv inside a Pod's network namespace
 // (the node's, for hostNetwork Pods).
-func ExecArgv(ctx context.Context, paths Paths, namespace, pod string, argv []string) ([]string, error) {
+func ExecArgv(ctx context.Context, paths labplan.Paths, namespace, pod string, argv []string) ([]string, error) {
 	if len(argv) == 0 {
 		return nil, fmt.Errorf("no command given; usage: myelin lab exec POD [-n NAMESPACE] -- COMMAND [ARGS...]")
 	}
@@ -31,20 +32,20 @@ func ExecArgv(ctx context.Context, paths Paths, namespace, pod string, argv []st
 	if err != nil {
 		return nil, fmt.Errorf("get pod %s/%s: %w", namespace, pod, err)
 	}
-	ns := PodNetNS(string(p.UID))
+	ns := labplan.PodNetNS(string(p.UID))
 	if p.Spec.HostNetwork {
 		ns = p.Spec.NodeName
 	}
-	if _, err := os.Stat(NetNSPath(ns)); err != nil {
+	if _, err := os.Stat(labplan.NetNSPath(ns)); err != nil {
 		return nil, fmt.Errorf("pod %s/%s has no network namespace yet (phase %s); wait until it is Running",
 			namespace, pod, p.Status.Phase)
 	}
-	return append([]string{"nsenter", "--net=" + NetNSPath(ns), "--"}, argv...), nil
+	return append([]string{"nsenter", "--net=" + labplan.NetNSPath(ns), "--"}, argv...), nil
 }
 
 // Exec replaces the current process with argv run inside a Pod's network namespace,
 // so the command's exit status and terminal are the caller's.
-func Exec(ctx context.Context, paths Paths, namespace, pod string, argv []string) error {
+func Exec(ctx context.Context, paths labplan.Paths, namespace, pod string, argv []string) error {
 	full, err := ExecArgv(ctx, paths, namespace, pod, argv)
 	if err != nil {
 		return err

@@ -4,15 +4,17 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // writeKubeconfigs writes the admin kubeconfig and one per component and node identity.
-func writeKubeconfigs(paths Paths, plan Plan) error {
-	server := fmt.Sprintf("https://%s:%d", plan.Addressing.ControlPlaneIP(), APIServerPort)
+func writeKubeconfigs(paths labplan.Paths, plan labplan.Plan) error {
+	server := fmt.Sprintf("https://%s:%d", plan.Addressing.ControlPlaneIP(), labplan.APIServerPort)
 	if err := os.MkdirAll(filepath.Dir(paths.ComponentKubeconfig("x")), 0o700); err != nil {
 		return err
 	}
-	for _, id := range plan.identities() {
+	for _, id := range identities(plan) {
 		path := paths.ComponentKubeconfig(id.file)
 		if id.file == "admin" {
 			path = paths.Kubeconfig()

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // KubeProxyUser is kube-proxy's identity in the lab (its certificate's file name);
@@ -16,7 +18,7 @@ const KubeProxyUser = "kube-proxy"
 // rules, its health and metrics ports and its per-netns sysctls stay in the node.
 // The conntrack settings are 0 so it leaves the host-wide conntrack sysctls alone,
 // and localhostNodePorts is off so it doesn't set route_localnet.
-func writeKubeProxyConfigs(paths Paths, plan Plan) error {
+func writeKubeProxyConfigs(paths labplan.Paths, plan labplan.Plan) error {
 	if plan.Options.KubeProxy == "" {
 		return nil
 	}

@@ -15,6 +15,9 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/myelin-net/myelin/internal/lab/cni/myelin"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // identity is one client certificate of the lab: who a component is to the apiserver.
@@ -26,12 +29,12 @@ type identity struct {
 
 // identities returns the client identities the lab issues. Components use their
 // standard Kubernetes identities so the apiserver's Node and RBAC authorizers apply.
-func (p Plan) identities() []identity {
+func identities(p labplan.Plan) []identity {
 	ids := []identity{
 		{"admin", "myelin-admin", "system:masters"},
 		{"kube-controller-manager", "system:kube-controller-manager", ""},
 		{"kube-scheduler", "system:kube-scheduler", ""},
-		{AgentUser, AgentUser, ""},
+		{myelin.AgentUser, myelin.AgentUser, ""},
 	}
 	if p.Options.KubeProxy != "" {
 		// Kubernetes' bootstrap RBAC binds system:node-proxier to this user.
@@ -50,7 +53,7 @@ type keyPair struct {
 
 // writePKI creates the lab CA, the apiserver's serving certificate, one client
 // certificate per identity, and the service-account signing key.
-func writePKI(paths Paths, plan Plan) error {
+func writePKI(paths labplan.Paths, plan labplan.Plan) error {
 	dir := paths.PKI()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -72,7 +75,7 @@ func writePKI(paths Paths, plan Plan) error {
 	if err := writePair(dir, "apiserver", serving); err != nil {
 		return err
 	}
-	for _, id := range plan.identities() {
+	for _, id := range identities(plan) {
 		name := pkix.Name{CommonName: id.cn}
 		if id.org != "" {
 			name.Organization = []string{id.org}

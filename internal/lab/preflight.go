@@ -9,14 +9,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-)
 
-// CNIBinDir is where Debian's containernetworking-plugins installs the reference plugins.
-const CNIBinDir = "/usr/lib/cni"
+	"github.com/myelin-net/myelin/internal/lab/cni"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
+)
 
 // preflight checks everything `lab up` needs before it changes anything, and returns
 // one error naming the first problem and its fix.
-func preflight(paths Paths, plan Plan) error {
+func preflight(paths labplan.Paths, plan labplan.Plan) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("myelin lab up must run as root: it creates network namespaces and links; run it with sudo")
 	}
@@ -30,52 +30,33 @@ func preflight(paths Paths, plan Plan) error {
 		return err
 	}
 	return checkPorts(plan.Addressing.ControlPlaneIP(),
-		[]int{EtcdClientPort, EtcdPeerPort, APIServerPort, ControllerManagerPort, SchedulerPort})
+		[]int{labplan.EtcdClientPort, labplan.EtcdPeerPort, labplan.APIServerPort, labplan.ControllerManagerPort, labplan.SchedulerPort})
 }
 
-func checkTools(plan Plan) error {
-	type tool struct{ path, fix string }
-	tools := []tool{
-		{"ip", "install iproute2 (make setup)"},
-		{"nsenter", "install util-linux (make setup)"},
-		{"sysctl", "install procps (make setup)"},
-		{"etcd", "install etcd-server (make setup)"},
+func checkTools(plan labplan.Plan) error {
+	tools := []cni.Tool{
+		{Path: "ip", Fix: "install iproute2 (make setup)"},
+		{Path: "nsenter", Fix: "install util-linux (make setup)"},
+		{Path: "sysctl", Fix: "install procps (make setup)"},
+		{Path: "etcd", Fix: "install etcd-server (make setup)"},
 	}
-	if plan.Options.Underlay == UnderlayL3 {
-		tools = append(tools, tool{"nft", "install nftables (make setup)"})
+	if plan.Options.Underlay == labplan.UnderlayL3 {
+		tools = append(tools, cni.Tool{Path: "nft", Fix: "install nftables (make setup)"})
 	}
 	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-		tools = append(tools, tool{filepath.Join(KubeBinDir(), b), "build Kubernetes " + KubeVersion + " with: make setup"})
+		tools = append(tools, cni.Tool{Path: filepath.Join(KubeBinDir(), b), Fix: "build Kubernetes " + KubeVersion + " with: make setup"})
 	}
-	switch plan.Options.CNI {
-	case CNIBridge:
-		for _, b := range []string{"bridge", "host-local"} {
-			tools = append(tools, tool{filepath.Join(CNIBinDir, b), "install containernetworking-plugins (make setup)"})
-		}
-	case CNIFlannel:
-		for _, b := range []string{"bridge", "host-local", "portmap"} {
-			tools = append(tools, tool{filepath.Join(CNIBinDir, b), "install containernetworking-plugins (make setup)"})
-		}
-		tools = append(tools,
-			tool{FlannelBinary(), "build Flannel " + FlannelVersion + " with: make setup (scripts/build-flannel.sh)"},
-			tool{"etcdctl", "install etcd-client (make setup)"},
-			tool{"iptables", "install iptables (make setup)"})
-	}
-	if plan.Options.CNI == CNIMyelin {
-		self, _ := os.Executable()
-		for _, b := range []string{"myelin-agent", "myelin-cni"} {
-			tools = append(tools, tool{filepath.Join(filepath.Dir(self), b), "build it next to myelin with: make build"})
-		}
-	}
+	self, _ := os.Executable()
+	tools = append(tools, FlavourOf(plan.Options.CNI).Tools(self)...)
 	for _, t := range tools {
-		if _, err := exec.LookPath(t.path); err != nil {
-			return fmt.Errorf("%s not found: %s", t.path, t.fix)
+		if _, err := exec.LookPath(t.Path); err != nil {
+			return fmt.Errorf("%s not found: %s", t.Path, t.Fix)
 		}
 	}
 	return nil
 }
 
-func checkStale(paths Paths) error {
+func checkStale(paths labplan.Paths) error {
 	var found []string
 	if _, err := os.Stat(paths.Dir); err == nil {
 		found = append(found, paths.Dir)

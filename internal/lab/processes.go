@@ -2,71 +2,62 @@ package lab
 
 import (
 	"fmt"
-	"os"
-	"os/user"
 	"path/filepath"
 	"strconv"
 
-	"github.com/myelin-net/myelin/internal/nodelayout"
+	"github.com/myelin-net/myelin/internal/lab/cni"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // KubeVersion is the Kubernetes release the lab runs; scripts/versions.sh builds it.
 const KubeVersion = "v1.34.4"
 
-// Ports of the control plane, all bound to the control-plane address only.
-const (
-	EtcdClientPort        = 2379
-	EtcdPeerPort          = 2380
-	APIServerPort         = 6443
-	ControllerManagerPort = 10257
-	SchedulerPort         = 10259
-	ExternalHTTPPort      = 80
-)
-
 // KubeBinDir is where scripts/build-k8s.sh puts the Kubernetes binaries; it follows
 // the same rule as scripts/versions.sh ($MYELIN_CACHE, else $XDG_CACHE_HOME/myelin,
 // else ~/.cache/myelin).
 func KubeBinDir() string {
-	return filepath.Join(cacheDir(), "kubernetes", KubeVersion, "bin")
-}
-
-// cacheDir is the tool cache outside the repository (scripts/versions.sh's MYELIN_CACHE).
-func cacheDir() string {
-	cache := os.Getenv("MYELIN_CACHE")
-	if cache == "" {
-		base := os.Getenv("XDG_CACHE_HOME")
-		if base == "" {
-			home, err := os.UserHomeDir()
-			if err != nil { // no $HOME (e.g. a bare CI environment): the passwd entry's
-				if u, uerr := user.Current(); uerr == nil {
-					home = u.HomeDir
-				}
-			}
-			base = filepath.Join(home, ".cache")
-		}
-		cache = filepath.Join(base, "myelin")
-	}
-	return cache
-}
-
-// Process is one supervised child of the lab.
-type Process struct {
-	Name   string   // also the log file's name
-	Argv   []string // run as is; processes in a node's netns are wrapped in nsenter
-	Health string   // URL that answers 200 once the process is ready ("" = running is enough)
+	return filepath.Join(cni.ToolCache(), "kubernetes", KubeVersion, "bin")
 }
 
 // Processes returns the lab's children in start order: the control plane, the external
-// host's HTTP server, and one lab kubelet per node. self is the myelin binary.
-func (p Plan) Processes(paths Paths, self, kubeBin string) []Process {
+// host's HTTP server, one lab kubelet per node, kube-proxy (with --kube-proxy) and the
+// CNI flavour's node daemons. self is the myelin binary.
+func Processes(p labplan.Plan, paths labplan.Paths, self, kubeBin string) []labplan.Process {
+	procs := append(etcdAndAPIServer(p, paths, kubeBin), controllers(p, paths, kubeBin)...)
+	procs = append(procs, labplan.Process{
+		Name: "external-http",
+		Argv: labplan.InNS(labplan.ExtNS, self, "lab", "serve", "--name", labplan.ExtNS,
+			"--listen", fmt.Sprintf("%s:%d", p.Addressing.ExternalServerIP(), labplan.ExternalHTTPPort)),
+	})
+	for _, n := range p.Nodes {
+		procs = append(procs, labplan.Process{
+			Name: "kubelet-" + n.Name,
+			Argv: labplan.InNS(n.Name, self, "lab", "kubelet", "--node", n.Name, "--dir", paths.Dir),
+		})
+	}
+	if p.Options.KubeProxy != "" {
+		for _, n := range p.Nodes {
+			procs = append(procs, labplan.Process{
+				Name: "kube-proxy-" + n.Name,
+				Argv: labplan.InNS(n.Name, filepath.Join(kubeBin, "kube-proxy"), "--config", paths.KubeProxyConfig(n.Name)),
+			})
+		}
+	}
+	return append(procs, FlavourOf(p.Options.CNI).Processes(p, paths, self)...)
+}
+
+// controlPlaneURL is a URL of a control-plane component on the control-plane address.
+func controlPlaneURL(p labplan.Plan, scheme string, port int, path string) string {
+	return fmt.Sprintf("%s://%s:%d%s", scheme, p.Addressing.ControlPlaneIP(), port, path)
+}
+
+// etcdAndAPIServer are etcd and kube-apiserver, the first two children.
+func etcdAndAPIServer(p labplan.Plan, paths labplan.Paths, kubeBin string) []labplan.Process {
 	ip := p.Addressing.ControlPlaneIP().String()
 	pki := func(f string) string { return filepath.Join(paths.PKI(), f) }
-	url := func(scheme string, port int, path string) string {
-		return fmt.Sprintf("%s://%s:%d%s", scheme, ip, port, path)
-	}
-	etcdClient := url("http", EtcdClientPort, "")
-	etcdPeer := url("http", EtcdPeerPort, "")
-	procs := []Process{
+	etcdClient := controlPlaneURL(p, "http", labplan.EtcdClientPort, "")
+	etcdPeer := controlPlaneURL(p, "http", labplan.EtcdPeerPort, "")
+	return []labplan.Process{
 		{
 			Name: "etcd",
 			Argv: []string{"etcd", "--name", "myelin-lab", "--data-dir", paths.Etcd(),
@@ -79,7 +70,7 @@ func (p Plan) Processes(paths Paths, self, kubeBin string) []Process {
 			Name: "kube-apiserver",
 			Argv: []string{filepath.Join(kubeBin, "kube-apiserver"),
 				"--etcd-servers", etcdClient,
-				"--bind-address", ip, "--advertise-address", ip, "--secure-port", strconv.Itoa(APIServerPort),
+				"--bind-address", ip, "--advertise-address", ip, "--secure-port", strconv.Itoa(labplan.APIServerPort),
 				"--tls-cert-file", pki("apiserver.crt"), "--tls-private-key-file", pki("apiserver.key"),
 				"--client-ca-file", pki("ca.crt"),
 				"--service-account-key-file", pki("sa.pub"), "--service-account-signing-key-file", pki("sa.key"),
@@ -87,15 +78,22 @@ func (p Plan) Processes(paths Paths, self, kubeBin string) []Process {
 				"--service-cluster-ip-range", p.Addressing.ServiceCIDR.String(),
 				"--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
 				"--allow-privileged=true", "--profiling=false"},
-			Health: url("https", APIServerPort, "/readyz"),
+			Health: controlPlaneURL(p, "https", labplan.APIServerPort, "/readyz"),
 		},
+	}
+}
+
+// controllers are kube-controller-manager and kube-scheduler.
+func controllers(p labplan.Plan, paths labplan.Paths, kubeBin string) []labplan.Process {
+	ip := p.Addressing.ControlPlaneIP().String()
+	pki := func(f string) string { return filepath.Join(paths.PKI(), f) }
+	cm, sched := paths.ComponentKubeconfig("kube-controller-manager"), paths.ComponentKubeconfig("kube-scheduler")
+	return []labplan.Process{
 		{
 			Name: "kube-controller-manager",
 			Argv: []string{filepath.Join(kubeBin, "kube-controller-manager"),
-				"--kubeconfig", paths.ComponentKubeconfig("kube-controller-manager"),
-				"--authentication-kubeconfig", paths.ComponentKubeconfig("kube-controller-manager"),
-				"--authorization-kubeconfig", paths.ComponentKubeconfig("kube-controller-manager"),
-				"--bind-address", ip, "--secure-port", strconv.Itoa(ControllerManagerPort),
+				"--kubeconfig", cm, "--authentication-kubeconfig", cm, "--authorization-kubeconfig", cm,
+				"--bind-address", ip, "--secure-port", strconv.Itoa(labplan.ControllerManagerPort),
 				"--leader-elect=false", "--use-service-account-credentials=true",
 				"--allocate-node-cidrs=true", "--cluster-cidr", p.Addressing.ClusterCIDR.String(),
 				"--node-cidr-mask-size", strconv.Itoa(p.Addressing.NodeCIDRMask),
@@ -109,58 +107,15 @@ func (p Plan) Processes(paths Paths, self, kubeBin string) []Process {
 				// EndpointSlices); not writing them saves a third of a Service's writes.
 				"--controllers", "*,-endpoints-controller",
 				"--profiling=false"},
-			Health: url("https", ControllerManagerPort, "/healthz"),
+			Health: controlPlaneURL(p, "https", labplan.ControllerManagerPort, "/healthz"),
 		},
 		{
 			Name: "kube-scheduler",
 			Argv: []string{filepath.Join(kubeBin, "kube-scheduler"),
-				"--kubeconfig", paths.ComponentKubeconfig("kube-scheduler"),
-				"--authentication-kubeconfig", paths.ComponentKubeconfig("kube-scheduler"),
-				"--authorization-kubeconfig", paths.ComponentKubeconfig("kube-scheduler"),
-				"--bind-address", ip, "--secure-port", strconv.Itoa(SchedulerPort),
+				"--kubeconfig", sched, "--authentication-kubeconfig", sched, "--authorization-kubeconfig", sched,
+				"--bind-address", ip, "--secure-port", strconv.Itoa(labplan.SchedulerPort),
 				"--leader-elect=false", "--profiling=false"},
-			Health: url("https", SchedulerPort, "/healthz"),
-		},
-		{
-			Name: "external-http",
-			Argv: inNS(ExtNS, self, "lab", "serve", "--name", ExtNS,
-				"--listen", fmt.Sprintf("%s:%d", p.Addressing.ExternalServerIP(), ExternalHTTPPort)),
+			Health: controlPlaneURL(p, "https", labplan.SchedulerPort, "/healthz"),
 		},
 	}
-	for _, n := range p.Nodes {
-		procs = append(procs, Process{
-			Name: "kubelet-" + n.Name,
-			Argv: inNS(n.Name, self, "lab", "kubelet", "--node", n.Name, "--dir", paths.Dir),
-		})
-	}
-	if p.Options.KubeProxy != "" {
-		for _, n := range p.Nodes {
-			procs = append(procs, Process{
-				Name: "kube-proxy-" + n.Name,
-				Argv: inNS(n.Name, filepath.Join(kubeBin, "kube-proxy"), "--config", paths.KubeProxyConfig(n.Name)),
-			})
-		}
-	}
-	if p.Options.CNI == CNIFlannel {
-		procs = append(procs, p.flannelProcesses(paths)...)
-	}
-	if p.Options.CNI == CNIMyelin {
-		bin := filepath.Dir(self)
-		for _, n := range p.Nodes {
-			procs = append(procs, Process{
-				Name: AgentProcess(n.Name),
-				Argv: inNS(n.Name, filepath.Join(bin, "myelin-agent"), "--node", n.Name,
-					"--kubeconfig", paths.ComponentKubeconfig(AgentUser),
-					"--state-dir", nodelayout.PerNode(nodelayout.StateDir, n.Name),
-					"--bpffs-dir", nodelayout.PerNode(nodelayout.BPFFSDir, n.Name),
-					"--cni-bin-dir", paths.CNIBinDir(n.Name),
-					"--cni-conf-dir", paths.CNIConfDir(n.Name),
-					"--cni-plugin", filepath.Join(bin, "myelin-cni")),
-			})
-		}
-	}
-	return procs
 }
-
-// AgentProcess names the supervised process (and its log) of a node's myelin agent.
-func AgentProcess(node string) string { return "agent-" + node }

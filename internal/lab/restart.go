@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"syscall"
 	"time"
+
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // Restart stops one supervised process (SIGTERM, or SIGKILL with kill) and waits until
 // the supervisor has started it again, e.g. to make an agent read a changed
 // configuration.
-func Restart(paths Paths, name string, kill bool) error {
+func Restart(paths labplan.Paths, name string, kill bool) error {
 	if !Running(paths) {
 		return ErrNoLab
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // Phase is where a lab is in its life.
@@ -39,8 +41,8 @@ type State struct {
 
 // record is what lab up writes when it builds a lab.
 type record struct {
-	Plan    Plan      `json:"plan"`
-	Created time.Time `json:"created"`
+	Plan    labplan.Plan `json:"plan"`
+	Created time.Time    `json:"created"`
 }
 
 func writeJSON(path string, v any) error {
@@ -70,19 +72,19 @@ func readJSON(path string, v any) error {
 var ErrNoLab = errors.New("no lab is running; start one with: myelin lab up")
 
 // LoadPlan reads the plan of the lab in paths.
-func LoadPlan(paths Paths) (Plan, error) {
+func LoadPlan(paths labplan.Paths) (labplan.Plan, error) {
 	var r record
 	if err := readJSON(paths.PlanFile(), &r); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return Plan{}, ErrNoLab
+			return labplan.Plan{}, ErrNoLab
 		}
-		return Plan{}, err
+		return labplan.Plan{}, err
 	}
 	return r.Plan, nil
 }
 
 // LoadState reads the supervisor's last report.
-func LoadState(paths Paths) (State, error) {
+func LoadState(paths labplan.Paths) (State, error) {
 	var s State
 	err := readJSON(paths.StateFile(), &s)
 	return s, err

@@ -12,10 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/myelin-net/myelin/internal/k8s"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // PrintStatus writes a one-screen summary of the lab: its plan, processes and nodes.
-func PrintStatus(ctx context.Context, paths Paths, out io.Writer) error {
+func PrintStatus(ctx context.Context, paths labplan.Paths, out io.Writer) error {
 	var r record
 	if err := readJSON(paths.PlanFile(), &r); err != nil {
 		if len(LeftoverNetNS()) > 0 {
@@ -32,8 +33,8 @@ func PrintStatus(ctx context.Context, paths Paths, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "Lab:        %s, up %v\n", phase, time.Since(r.Created).Round(time.Second))
 	fmt.Fprintf(out, "Options:    %s\n", plan.Options.Flags())
-	fmt.Fprintf(out, "Apiserver:  https://%s:%d (kubeconfig %s)\n", plan.Addressing.ControlPlaneIP(), APIServerPort, paths.Kubeconfig())
-	fmt.Fprintf(out, "External:   http://%s:%d (netns %s)\n", plan.Addressing.ExternalServerIP(), ExternalHTTPPort, ExtNS)
+	fmt.Fprintf(out, "Apiserver:  https://%s:%d (kubeconfig %s)\n", plan.Addressing.ControlPlaneIP(), labplan.APIServerPort, paths.Kubeconfig())
+	fmt.Fprintf(out, "External:   http://%s:%d (netns %s)\n", plan.Addressing.ExternalServerIP(), labplan.ExternalHTTPPort, labplan.ExtNS)
 	if st.Error != "" {
 		fmt.Fprintf(out, "Error:      %s\n", st.Error)
 	}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/logtail"
 )
 
@@ -27,7 +28,7 @@ const (
 // Supervise starts the lab's processes in order, waits for each to be ready, restarts
 // any that exit (with backoff), and stops them all when ctx ends. It reports progress in
 // the state file, which `lab up` and `lab status` read.
-func Supervise(ctx context.Context, paths Paths) error {
+func Supervise(ctx context.Context, paths labplan.Paths) error {
 	plan, err := LoadPlan(paths)
 	if err != nil {
 		return err
@@ -47,15 +48,10 @@ func Supervise(ctx context.Context, paths Paths) error {
 		s.stopAll()
 	}()
 
-	for _, p := range plan.Processes(paths, self, KubeBinDir()) {
+	for _, p := range Processes(plan, paths, self, KubeBinDir()) {
 		c := s.start(ctx, p)
 		if err := s.waitReady(ctx, c); err != nil {
 			return s.fail(err)
-		}
-		if p.Name == "etcd" && plan.Options.CNI == CNIFlannel {
-			if err := writeFlannelNetConfig(ctx, plan); err != nil {
-				return s.fail(err)
-			}
 		}
 		if p.Name == "kube-apiserver" {
 			if err := bootstrapCluster(ctx, paths, plan); err != nil {
@@ -73,14 +69,14 @@ func Supervise(ctx context.Context, paths Paths) error {
 }
 
 type supervisor struct {
-	paths    Paths
+	paths    labplan.Paths
 	mu       sync.Mutex
 	state    State
 	children []*child
 }
 
 type child struct {
-	proc  Process
+	proc  labplan.Process
 	index int // into state.Processes
 	done  chan struct{}
 	mu    sync.Mutex
@@ -111,7 +107,7 @@ func (s *supervisor) fail(err error) error {
 }
 
 // start runs p in its own goroutine, restarting it whenever it exits until ctx ends.
-func (s *supervisor) start(ctx context.Context, p Process) *child {
+func (s *supervisor) start(ctx context.Context, p labplan.Process) *child {
 	s.mu.Lock()
 	c := &child{proc: p, index: len(s.state.Processes), done: make(chan struct{})}
 	s.state.Processes = append(s.state.Processes, ProcessState{Name: p.Name, Log: s.paths.Log(p.Name)})

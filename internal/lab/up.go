@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/logtail"
 )
 
@@ -18,7 +19,7 @@ import (
 const upTimeout = 5 * time.Minute
 
 // Running reports whether a lab's supervisor is alive in paths.
-func Running(paths Paths) bool { return supervisorPID(paths) != 0 }
+func Running(paths labplan.Paths) bool { return supervisorPID(paths) != 0 }
 
 // Up builds the lab of plan: checks first, then the network, certificates and
 // kubeconfigs, then starts the supervisor and waits until the cluster is ready. On a
@@ -26,7 +27,7 @@ func Running(paths Paths) bool { return supervisorPID(paths) != 0 }
 // repeat); a running lab of other options is an error, so that nobody measures or
 // tears down a lab that is not the one they asked for. Any failure (or ctx ending)
 // tears down what was built, so no half-built lab is left behind.
-func Up(ctx context.Context, paths Paths, plan Plan, out io.Writer) (err error) {
+func Up(ctx context.Context, paths labplan.Paths, plan labplan.Plan, out io.Writer) (err error) {
 	if Running(paths) {
 		return alreadyRunning(paths, plan, out)
 	}
@@ -43,7 +44,7 @@ func Up(ctx context.Context, paths Paths, plan Plan, out io.Writer) (err error) 
 	}()
 
 	fmt.Fprintf(out, "building the lab network: %d nodes on a %s underlay\n", len(plan.Nodes), plan.Options.Underlay)
-	for _, dir := range []string{paths.Dir, paths.join("logs"), paths.Etcd()} {
+	for _, dir := range []string{paths.Dir, paths.Logs(), paths.Etcd()} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
@@ -66,7 +67,7 @@ func Up(ctx context.Context, paths Paths, plan Plan, out io.Writer) (err error) 
 		return fmt.Errorf("write kube-proxy configuration: %w", err)
 	}
 	fmt.Fprintf(out, "starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and %d lab kubelets%s (logs in %s)\n",
-		len(plan.Nodes), plan.nodeDaemons(), paths.join("logs"))
+		len(plan.Nodes), FlavourOf(plan.Options.CNI).Daemons(plan), paths.Logs())
 	if err := startSupervisor(paths); err != nil {
 		return err
 	}
@@ -78,7 +79,7 @@ func Up(ctx context.Context, paths Paths, plan Plan, out io.Writer) (err error) 
 }
 
 // alreadyRunning answers `lab up` while a lab runs: fine if it is the lab asked for.
-func alreadyRunning(paths Paths, plan Plan, out io.Writer) error {
+func alreadyRunning(paths labplan.Paths, plan labplan.Plan, out io.Writer) error {
 	running, err := LoadPlan(paths)
 	if err != nil {
 		return fmt.Errorf("a lab is running but its plan %s is unreadable (%v); run myelin lab down, then myelin lab up", paths.PlanFile(), err)
@@ -93,7 +94,7 @@ func alreadyRunning(paths Paths, plan Plan, out io.Writer) error {
 }
 
 // startSupervisor starts `myelin lab supervise` in its own session so it outlives `up`.
-func startSupervisor(paths Paths) error {
+func startSupervisor(paths labplan.Paths) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -113,7 +114,7 @@ func startSupervisor(paths Paths) error {
 }
 
 // waitReady follows the supervisor's state file until the lab is ready or has failed.
-func waitReady(ctx context.Context, paths Paths) error {
+func waitReady(ctx context.Context, paths labplan.Paths) error {
 	ctx, cancel := context.WithTimeout(ctx, upTimeout)
 	defer cancel()
 	sawSupervisor := false
@@ -136,7 +137,7 @@ func waitReady(ctx context.Context, paths Paths) error {
 		select {
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return fmt.Errorf("the lab was not ready within %v; see the logs in %s", upTimeout, paths.join("logs"))
+				return fmt.Errorf("the lab was not ready within %v; see the logs in %s", upTimeout, paths.Logs())
 			}
 			return fmt.Errorf("interrupted")
 		case <-time.After(250 * time.Millisecond):
@@ -144,9 +145,9 @@ func waitReady(ctx context.Context, paths Paths) error {
 	}
 }
 
-func printUsage(out io.Writer, paths Paths, plan Plan) {
+func printUsage(out io.Writer, paths labplan.Paths, plan labplan.Plan) {
 	fmt.Fprintf(out, "\nthe lab is up: %d nodes, %s, apiserver https://%s:%d\n",
-		len(plan.Nodes), plan.Options.Describe(), plan.Addressing.ControlPlaneIP(), APIServerPort)
+		len(plan.Nodes), plan.Options.Describe(), plan.Addressing.ControlPlaneIP(), labplan.APIServerPort)
 	var names []string
 	for _, n := range plan.Nodes {
 		names = append(names, fmt.Sprintf("%s (%s)", n.Name, n.IP))

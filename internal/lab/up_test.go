@@ -5,13 +5,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // TestAlreadyRunning checks what `lab up` answers while a lab runs: the same options are
 // a no-op, other options a refusal that names both labs and the fix.
 func TestAlreadyRunning(t *testing.T) {
-	paths := Paths{Dir: t.TempDir()}
-	running, err := NewPlan(DefaultOptions(), DefaultAddressing())
+	paths := labplan.Paths{Dir: t.TempDir()}
+	running, err := labplan.NewPlan(labplan.DefaultOptions(), labplan.DefaultAddressing())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,9 +29,9 @@ func TestAlreadyRunning(t *testing.T) {
 		t.Errorf("same options said %q, want it to name the running lab", out.String())
 	}
 
-	other := DefaultOptions()
+	other := labplan.DefaultOptions()
 	other.Nodes, other.KubeProxy = 3, "iptables"
-	asked, err := NewPlan(other, DefaultAddressing())
+	asked, err := labplan.NewPlan(other, labplan.DefaultAddressing())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +42,7 @@ func TestAlreadyRunning(t *testing.T) {
 		t.Errorf("other options: %v, want an error containing %q", err, want)
 	}
 
-	if err := alreadyRunning(Paths{Dir: t.TempDir()}, asked, &out); err == nil || !strings.Contains(err.Error(), "unreadable") {
+	if err := alreadyRunning(labplan.Paths{Dir: t.TempDir()}, asked, &out); err == nil || !strings.Contains(err.Error(), "unreadable") {
 		t.Errorf("no plan file: %v, want an error saying the plan is unreadable", err)
 	}
 }

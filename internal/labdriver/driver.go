@@ -14,6 +14,7 @@ import (
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/config"
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // pollEvery is how often the waits below look again.
@@ -21,13 +22,13 @@ const pollEvery = 250 * time.Millisecond
 
 // Driver talks to one running lab.
 type Driver struct {
-	Paths lab.Paths
+	Paths labplan.Paths
 	Kube  kubernetes.Interface
 	Dyn   dynamic.Interface
 }
 
 // New connects to the lab whose files are at paths, as its administrator.
-func New(paths lab.Paths) (*Driver, error) {
+func New(paths labplan.Paths) (*Driver, error) {
 	cs, err := lab.Client(paths.Kubeconfig())
 	if err != nil {
 		return nil, err
@@ -77,7 +78,7 @@ func (d *Driver) DeleteNodeConfig(ctx context.Context, namespace, name string) e
 
 // ProcessPID returns the pid of the supervised process name ("agent-<node>",
 // "kube-apiserver", ...) of the lab at paths, 0 when it is not running.
-func ProcessPID(paths lab.Paths, name string) (int, error) {
+func ProcessPID(paths labplan.Paths, name string) (int, error) {
 	st, err := lab.LoadState(paths)
 	if err != nil {
 		return 0, err

@@ -15,7 +15,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/myelin-net/myelin/internal/api"
-	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/netns"
 	"github.com/myelin-net/myelin/internal/nodelayout"
 )
@@ -49,7 +49,7 @@ func (c *cniNode) list(t *testing.T, version string) *libcni.NetworkConfigList {
 
 // in runs f inside the node's netns (the runtime runs there; so the plugin does too).
 func (c *cniNode) in(f func(ctx context.Context) error) error {
-	return netns.Do(lab.NetNSPath(c.node), func() error { return f(context.Background()) })
+	return netns.Do(labplan.NetNSPath(c.node), func() error { return f(context.Background()) })
 }
 
 func runtimeConf(id, netnsPath string) *libcni.RuntimeConf {
@@ -75,7 +75,7 @@ func ipamUsed(t *testing.T, node string) int {
 func TestLabMyelinCNIConformance(t *testing.T) {
 	requireRoot(t)
 	labUp(t, "--nodes", "1", "--cni", "myelin", "--profile", "native")
-	node := lab.NodeName(1)
+	node := labplan.NodeName(1)
 	c := newCNINode(t, node)
 	podCIDR := netip.MustParsePrefix(agentStatus(t, node).IPAM.CIDR)
 	base := ipamUsed(t, node)
@@ -83,12 +83,12 @@ func TestLabMyelinCNIConformance(t *testing.T) {
 	for _, version := range []string{"1.0.0", "1.1.0"} {
 		t.Run(version, func(t *testing.T) {
 			list := c.list(t, version)
-			ns := lab.PodNSPrefix + "cniconf-" + strings.ReplaceAll(version, ".", "")
+			ns := labplan.PodNSPrefix + "cniconf-" + strings.ReplaceAll(version, ".", "")
 			if err := runCmd("ip", "netns", "add", ns); err != nil {
 				t.Fatal(err)
 			}
 			defer func() { _ = runCmd("ip", "netns", "del", ns) }()
-			rt := runtimeConf("conformance-"+version, lab.NetNSPath(ns))
+			rt := runtimeConf("conformance-"+version, labplan.NetNSPath(ns))
 			var res types.Result
 			err := c.in(func(ctx context.Context) (err error) {
 				res, err = c.cni.AddNetworkList(ctx, list, rt)
@@ -130,13 +130,13 @@ func TestLabMyelinCNIConformance(t *testing.T) {
 		list := c.list(t, "1.1.0")
 		var keep []types.GCAttachment
 		for _, id := range []string{"gc-keep", "gc-drop"} {
-			ns := lab.PodNSPrefix + id
+			ns := labplan.PodNSPrefix + id
 			if err := runCmd("ip", "netns", "add", ns); err != nil {
 				t.Fatal(err)
 			}
 			defer func() { _ = runCmd("ip", "netns", "del", ns) }()
 			if err := c.in(func(ctx context.Context) error {
-				_, err := c.cni.AddNetworkList(ctx, list, runtimeConf(id, lab.NetNSPath(ns)))
+				_, err := c.cni.AddNetworkList(ctx, list, runtimeConf(id, labplan.NetNSPath(ns)))
 				return err
 			}); err != nil {
 				t.Fatalf("ADD %s: %v", id, err)

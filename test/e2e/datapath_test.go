@@ -16,7 +16,7 @@ import (
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/config"
-	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // connectivity runs servers on every node (HTTP over TCP from a DaemonSet, sockperf
@@ -33,7 +33,7 @@ func connectivity(t *testing.T, cs kubernetes.Interface, nodes int) {
 func deployConnectivity(t *testing.T, cs kubernetes.Interface) {
 	t.Helper()
 	ctx := context.Background()
-	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	for _, ds := range []struct {
 		name string
 		cmd  []string
@@ -59,7 +59,7 @@ func deployConnectivity(t *testing.T, cs kubernetes.Interface) {
 func checkConnectivity(t *testing.T, cs kubernetes.Interface, nodes int) {
 	t.Helper()
 	ctx := context.Background()
-	n1 := lab.NodeName(1)
+	n1 := labplan.NodeName(1)
 	web := runningPods(t, cs, "app=web", nodes)
 	udp := runningPods(t, cs, "app=udp", nodes)
 	runningPods(t, cs, "app=client", 1)
@@ -86,7 +86,7 @@ func checkConnectivity(t *testing.T, cs kubernetes.Interface, nodes int) {
 	// Node to pod: from each node to a pod on node-1 (local for node-1, remote for others).
 	target := podsOn(web)[n1][0]
 	for i := 1; i <= nodes; i++ {
-		node := lab.NodeName(i)
+		node := labplan.NodeName(i)
 		fromNode := func(argv ...string) (string, error) { return inNode(node, argv...) }
 		checkPing(t, node+" to "+target.Name, fromNode, target.Status.PodIP)
 		checkTCP(t, node+" to "+target.Name, fromNode, target.Status.PodIP, target.Name)
@@ -128,9 +128,9 @@ func TestLabMyelinBPF(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "3", "--cni", "myelin", "--profile", "native")
 	for i := 1; i <= 3; i++ {
-		expectHostRouting(t, lab.NodeName(i), "BPF", "every requirement")
+		expectHostRouting(t, labplan.NodeName(i), "BPF", "every requirement")
 	}
-	st := agentStatus(t, lab.NodeName(1))
+	st := agentStatus(t, labplan.NodeName(1))
 	if st.Routing.Mode != "native" || st.Routing.Routes != 2 || st.Nodes.Known != 3 || !st.Kubernetes.Connected {
 		t.Errorf("status of node-1: %+v; want native routing, 2 node routes, 3 nodes, connected", st)
 	}
@@ -146,7 +146,7 @@ func TestLabMyelinBPF(t *testing.T) {
 // statusCLI checks what an operator sees: the text and JSON forms of myelin status.
 func statusCLI(t *testing.T) {
 	t.Helper()
-	out, err := myelin("status", "--node", lab.NodeName(1))
+	out, err := myelin("status", "--node", labplan.NodeName(1))
 	for _, want := range []string{"Host: BPF (auto: every requirement", "IPAM:", "from 10.244.", "Ok, v1.34.4",
 		"DROP_NO_ROUTE", "FORWARDED", "myelin_endpoints"} {
 		if err != nil || !strings.Contains(out, want) {
@@ -166,19 +166,19 @@ func statusCLI(t *testing.T) {
 func nodeRouteFollowsNodes(t *testing.T, cs kubernetes.Interface) {
 	t.Helper()
 	ctx := context.Background()
-	n3, err := cs.CoreV1().Nodes().Get(ctx, lab.NodeName(3), metav1.GetOptions{})
+	n3, err := cs.CoreV1().Nodes().Get(ctx, labplan.NodeName(3), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cidr := n3.Spec.PodCIDR
-	if out, _ := inNode(lab.NodeName(1), "ip", "route", "show", cidr); !strings.Contains(out, "via 198.18.0.13") {
+	if out, _ := inNode(labplan.NodeName(1), "ip", "route", "show", cidr); !strings.Contains(out, "via 198.18.0.13") {
 		t.Fatalf("node-1 has no route to node-3's %s: %q", cidr, out)
 	}
-	if err := cs.CoreV1().Nodes().Delete(ctx, lab.NodeName(3), metav1.DeleteOptions{}); err != nil {
+	if err := cs.CoreV1().Nodes().Delete(ctx, labplan.NodeName(3), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, time.Minute, "node-1's route to the deleted node-3 removed", func(context.Context) (bool, string) {
-		out, _ := inNode(lab.NodeName(1), "ip", "route", "show", cidr)
+		out, _ := inNode(labplan.NodeName(1), "ip", "route", "show", cidr)
 		return strings.TrimSpace(out) == "", out
 	})
 }
@@ -199,7 +199,7 @@ func thirtyPods(t *testing.T, cs kubernetes.Interface) {
 		checkTCP(t, "client to "+p.Name+" on "+p.Spec.NodeName, func(argv ...string) (string, error) { return inPod("client", argv...) },
 			p.Status.PodIP, p.Name)
 	}
-	st := agentStatus(t, lab.NodeName(1))
+	st := agentStatus(t, labplan.NodeName(1))
 	if st.Endpoints < 10 || st.IPAM.Used != st.Endpoints {
 		t.Errorf("node-1 after 30 pods: %d endpoints, IPAM %d/%d; want >= 10 and equal", st.Endpoints, st.IPAM.Used, st.IPAM.Total)
 	}
@@ -209,7 +209,7 @@ func thirtyPods(t *testing.T, cs kubernetes.Interface) {
 // `myelin monitor --type drop` to report DROP_NO_ROUTE with the client's pod name.
 func monitorShowsDrop(t *testing.T) {
 	t.Helper()
-	n1 := lab.NodeName(1)
+	n1 := labplan.NodeName(1)
 	if out, err := inNode(n1, "ip", "route", "add", "blackhole", "10.99.0.0/16"); err != nil {
 		t.Fatalf("add blackhole route: %v %s", err, out)
 	}
@@ -256,9 +256,9 @@ func TestLabMyelinLegacy(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "3", "--cni", "myelin", "--profile", "native-legacy")
 	for i := 1; i <= 3; i++ {
-		expectHostRouting(t, lab.NodeName(i), "Legacy", "host-routing is legacy (ConfigMap kube-system/myelin-config)")
+		expectHostRouting(t, labplan.NodeName(i), "Legacy", "host-routing is legacy (ConfigMap kube-system/myelin-config)")
 	}
-	out, err := inNode(lab.NodeName(1), "iptables", "-S", "MYELIN-FORWARD")
+	out, err := inNode(labplan.NodeName(1), "iptables", "-S", "MYELIN-FORWARD")
 	if err != nil || !strings.Contains(out, "-s 10.244.0.0/16") {
 		t.Errorf("legacy mode: MYELIN-FORWARD chain = %v %s", err, out)
 	}
@@ -272,9 +272,9 @@ func TestLabMyelinMixed(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "3", "--cni", "myelin", "--profile", "native")
 	setHostRouting(t, cs, "legacy")
-	killAgent(t, lab.NodeName(2), false) // the restarted agent reads the new configuration
-	expectHostRouting(t, lab.NodeName(1), "BPF", "")
-	expectHostRouting(t, lab.NodeName(2), "Legacy", "host-routing is legacy")
+	killAgent(t, labplan.NodeName(2), false) // the restarted agent reads the new configuration
+	expectHostRouting(t, labplan.NodeName(1), "BPF", "")
+	expectHostRouting(t, labplan.NodeName(2), "Legacy", "host-routing is legacy")
 	connectivity(t, cs, 3)
 	labDown(t)
 }

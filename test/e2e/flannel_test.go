@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/cni/flannel"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // TestLabFlannel runs the peer stack users would run instead of myelin: Flannel with
@@ -17,7 +19,7 @@ import (
 // network, the root netns gets none of flannel's rules, and lab down removes it all.
 func TestLabFlannel(t *testing.T) {
 	requireRoot(t)
-	for _, backend := range lab.FlannelBackends {
+	for _, backend := range labplan.FlannelBackends {
 		t.Run(backend, func(t *testing.T) { testFlannel(t, backend) })
 	}
 }
@@ -29,13 +31,13 @@ func testFlannel(t *testing.T, backend string) {
 		t.Fatal(err)
 	}
 	n1, n2 := plan.Nodes[0], plan.Nodes[1]
-	subnet := map[string]lab.FlannelSubnet{}
+	subnet := map[string]flannel.Subnet{}
 	for _, n := range plan.Nodes {
 		b, err := os.ReadFile(paths.FlannelSubnetFile(n.Name))
 		if err != nil {
 			t.Fatalf("flanneld's subnet file of %s: %v", n.Name, err)
 		}
-		if subnet[n.Name], err = lab.ParseFlannelSubnet(b); err != nil {
+		if subnet[n.Name], err = flannel.ParseSubnet(b); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -74,7 +76,7 @@ func testFlannel(t *testing.T, backend string) {
 	}
 	// flanneld runs with --ip-masq: traffic leaving the pod network leaves as the node.
 	ext := fmt.Sprintf("http://%s/", plan.Addressing.ExternalServerIP())
-	want := fmt.Sprintf("server=%s client=%s\n", lab.ExtNS, n1.IP)
+	want := fmt.Sprintf("server=%s client=%s\n", labplan.ExtNS, n1.IP)
 	if out, err := run("curl", "-sS", "-m", "5", ext); err != nil || out != want {
 		t.Errorf("curl %s from the client: %v %q, want %q (masqueraded by flanneld)", ext, err, out, want)
 	}
@@ -87,25 +89,25 @@ func testFlannel(t *testing.T, backend string) {
 
 // checkFlannelBackend checks that node reaches peer's subnet the way backend does it:
 // vxlan through a flannel.1 VXLAN device, host-gw by a route via the peer's IP.
-func checkFlannelBackend(t *testing.T, backend string, node, peer lab.Node, peerSubnet lab.FlannelSubnet) {
+func checkFlannelBackend(t *testing.T, backend string, node, peer labplan.Node, peerSubnet flannel.Subnet) {
 	t.Helper()
 	dst := peerSubnet.Subnet.Masked().String()
 	route, err := inNode(node.Name, "ip", "route", "show", dst)
 	if err != nil {
 		t.Fatalf("routes of %s: %v\n%s", node.Name, err, route)
 	}
-	link, linkErr := inNode(node.Name, "ip", "-d", "link", "show", lab.FlannelVXLANDevice)
+	link, linkErr := inNode(node.Name, "ip", "-d", "link", "show", flannel.VXLANDevice)
 	switch backend {
-	case lab.FlannelVXLAN:
+	case labplan.FlannelVXLAN:
 		if linkErr != nil || !strings.Contains(link, "vxlan id 1 ") {
-			t.Errorf("%s: want a VXLAN device %s (VNI 1): %v\n%s", node.Name, lab.FlannelVXLANDevice, linkErr, link)
+			t.Errorf("%s: want a VXLAN device %s (VNI 1): %v\n%s", node.Name, flannel.VXLANDevice, linkErr, link)
 		}
-		if !strings.Contains(route, "dev "+lab.FlannelVXLANDevice) {
-			t.Errorf("%s: route to %s's subnet %s = %q, want it through %s", node.Name, peer.Name, dst, route, lab.FlannelVXLANDevice)
+		if !strings.Contains(route, "dev "+flannel.VXLANDevice) {
+			t.Errorf("%s: route to %s's subnet %s = %q, want it through %s", node.Name, peer.Name, dst, route, flannel.VXLANDevice)
 		}
-	case lab.FlannelHostGW:
+	case labplan.FlannelHostGW:
 		if linkErr == nil {
-			t.Errorf("%s: host-gw backend, yet a %s device exists:\n%s", node.Name, lab.FlannelVXLANDevice, link)
+			t.Errorf("%s: host-gw backend, yet a %s device exists:\n%s", node.Name, flannel.VXLANDevice, link)
 		}
 		if !strings.Contains(route, "via "+peer.IP.String()+" dev eth0") {
 			t.Errorf("%s: route to %s's subnet %s = %q, want it via %s dev eth0", node.Name, peer.Name, dst, route, peer.IP)

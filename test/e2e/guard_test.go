@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/myelin-net/myelin/internal/lab"
 )
 
 // TestLabMyelinUserIPTablesGuard: with a user rule in node-1's iptables, the default
@@ -19,7 +18,7 @@ import (
 func TestLabMyelinUserIPTablesGuard(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native")
-	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	if out, err := inNode(n1, "iptables", "-A", "INPUT", "-p", "tcp", "--dport", "9999", "-j", "ACCEPT"); err != nil {
 		t.Fatalf("add a user rule: %v %s", err, out)
 	}

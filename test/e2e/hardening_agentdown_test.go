@@ -19,6 +19,8 @@ import (
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/lab"
+	labmyelin "github.com/myelin-net/myelin/internal/lab/cni/myelin"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // inNetNS runs a command in the network namespace at path, without the apiserver
@@ -54,7 +56,7 @@ func endpointOfPod(t *testing.T, node, pod string) api.Endpoint {
 // runtime does, and returns its output.
 func cniCheck(node string, ep api.Endpoint) (string, error) {
 	bin := filepath.Join(paths.NodeDir(node), "cni", "bin", "myelin-cni")
-	cmd := exec.Command("nsenter", "--net="+lab.NetNSPath(node), "--", bin)
+	cmd := exec.Command("nsenter", "--net="+labplan.NetNSPath(node), "--", bin)
 	cmd.Env = append(os.Environ(), "CNI_COMMAND=CHECK", "CNI_CONTAINERID="+ep.ContainerID, "CNI_NETNS="+ep.NetNS,
 		"CNI_IFNAME="+ep.IfName, "CNI_PATH="+filepath.Dir(bin),
 		"CNI_ARGS=K8S_POD_NAMESPACE="+ep.Namespace+";K8S_POD_NAME="+ep.Pod)
@@ -136,7 +138,7 @@ func natGCLastRun(t *testing.T, node string) time.Time {
 func TestLabMyelinAgentDown(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native")
-	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	iperfIP, webIP := deployTrafficPods(t, cs, n1, n2)
 	svc := createService(t, cs, "websvc", "web", nil)
 	waitProgrammed(t, n1, svc.Spec.ClusterIP+":80/TCP", 1)
@@ -153,11 +155,11 @@ func TestLabMyelinAgentDown(t *testing.T) {
 	usedBefore := agentStatus(t, n1).IPAM.Used
 	tr := startTraffic(t, iperfIP, webIP, 20)
 	time.Sleep(2 * time.Second)
-	signalProcess(t, lab.AgentProcess(n1), syscall.SIGSTOP)
-	t.Cleanup(func() { continueProcess(lab.AgentProcess(n1)) })
+	signalProcess(t, labmyelin.AgentProcess(n1), syscall.SIGSTOP)
+	t.Cleanup(func() { continueProcess(labmyelin.AgentProcess(n1)) })
 	datapathWorks(t, "agent of node-1 hung", clientNS, webIP, svc.Spec.ClusterIP, nodeIP)
 	deleteWithAgentHung(t, cs, n1, victim)
-	signalProcess(t, lab.AgentProcess(n1), syscall.SIGCONT)
+	signalProcess(t, labmyelin.AgentProcess(n1), syscall.SIGCONT)
 	tr.finish(t)
 	eventually(t, time.Minute, "the resumed agent released the deleted pod's IP and map entry", func(context.Context) (bool, string) {
 		_, known := endpointsOf(t, n1)[victim.ContainerID]
@@ -255,7 +257,7 @@ func apiserverDown(t *testing.T, cs kubernetes.Interface, n1, n2, clientNS, webI
 		_, err := cs.Discovery().ServerVersion()
 		return err != nil, "still answering"
 	})
-	signalProcess(t, lab.AgentProcess(n2), syscall.SIGKILL) // restarted by the supervisor, with no apiserver
+	signalProcess(t, labmyelin.AgentProcess(n2), syscall.SIGKILL) // restarted by the supervisor, with no apiserver
 	datapathWorks(t, "apiserver down", clientNS, webIP, svcIP, nodeIP)
 	eventually(t, time.Minute, "node-1's NAT GC runs with the apiserver down", func(context.Context) (bool, string) {
 		last := natGCLastRun(t, n1)
@@ -287,7 +289,7 @@ func iperfServer(t *testing.T, cs kubernetes.Interface) string {
 
 func agentLog(t *testing.T, node string) string {
 	t.Helper()
-	b, err := os.ReadFile(paths.Log(lab.AgentProcess(node)))
+	b, err := os.ReadFile(paths.Log(labmyelin.AgentProcess(node)))
 	if err != nil {
 		t.Fatal(err)
 	}

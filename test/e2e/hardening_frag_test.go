@@ -8,7 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labtools"
 )
 
@@ -30,7 +30,7 @@ func TestLabMyelinFragments(t *testing.T) {
 // checkFragments is TestLabMyelinFragments in a lab of profile.
 func checkFragments(t *testing.T, profile string) {
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", profile)
-	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	createNodeConfig(t, "legacy-node-2", map[string]string{"kubernetes.io/hostname": n2}, map[string]string{"host-routing": "legacy"})
 	restartAgent(t, n2)
 	expectHostRouting(t, n2, "Legacy", "host-routing is legacy")

@@ -9,11 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/myelin-net/myelin/internal/lab"
 )
 
 // healthAnswer is what a healthCheckNodePort answers (kube-proxy's body).
@@ -29,7 +28,7 @@ type healthAnswer struct {
 // probeHealth GETs http://ip:port/ from the external host, as a load balancer would.
 func probeHealth(ip string, port int32) (healthAnswer, string, error) {
 	url := fmt.Sprintf("http://%s:%d/healthz", ip, port)
-	out, err := inNode(lab.ExtNS, "curl", "-sS", "-m", "5", "-w", "\n%{http_code}", url)
+	out, err := inNode(labplan.ExtNS, "curl", "-sS", "-m", "5", "-w", "\n%{http_code}", url)
 	var a healthAnswer
 	if err != nil {
 		return a, out, err
@@ -83,7 +82,7 @@ func pinDeployment(t *testing.T, cs kubernetes.Interface, name, node string, rep
 func TestLabMyelinHealthCheckNodePort(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native")
-	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	ip1, ip2 := "198.18.0.11", "198.18.0.12"
 	createNodeConfig(t, "legacy-node-2", map[string]string{"kubernetes.io/hostname": n2}, map[string]string{"host-routing": "legacy"})
 	restartAgent(t, n2)
@@ -110,7 +109,7 @@ func TestLabMyelinHealthCheckNodePort(t *testing.T) {
 		expectHealth(t, ip2, hcnp, "hc", 503, 0)
 		// The Service itself answers through node-1's NodePort (traffic policy Local).
 		url := fmt.Sprintf("http://%s:%d/", ip1, svc.Spec.Ports[0].NodePort)
-		if out, err := inNode(lab.ExtNS, "curl", "-sS", "-m", "5", url); err != nil || !strings.HasPrefix(out, "server=hc-") {
+		if out, err := inNode(labplan.ExtNS, "curl", "-sS", "-m", "5", url); err != nil || !strings.HasPrefix(out, "server=hc-") {
 			t.Errorf("NodePort %s from the external host: %v %q", url, err, out)
 		}
 	})

@@ -11,7 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labtools"
 )
 
@@ -26,7 +26,7 @@ type background struct {
 func startIn(t *testing.T, ns string, args ...string) *background {
 	t.Helper()
 	b := &background{done: make(chan error, 1)}
-	b.cmd = exec.Command("nsenter", append([]string{"--net=" + lab.NetNSPath(ns), "--", myelinBin}, args...)...)
+	b.cmd = exec.Command("nsenter", append([]string{"--net=" + labplan.NetNSPath(ns), "--", myelinBin}, args...)...)
 	b.cmd.Stdout, b.cmd.Stderr = &b.out, &b.out
 	if err := b.cmd.Start(); err != nil {
 		t.Fatalf("start %v in %s: %v", args, ns, err)
@@ -92,7 +92,7 @@ func nodePortOf(t *testing.T, svc *corev1.Service) int32 {
 func TestLabMyelinNodePortFlood(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native")
-	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	createNodeConfig(t, "small-nodeport-nat", map[string]string{"kubernetes.io/hostname": n1},
 		map[string]string{"nodeport-nat-syn-max": "64", "nodeport-nat-max": "16"})
 	restartAgent(t, n1)
@@ -108,13 +108,13 @@ func TestLabMyelinNodePortFlood(t *testing.T) {
 		t.Fatalf("node-1 status without NodePort SNAT counters: %+v", before)
 	}
 
-	session := startIn(t, lab.ExtNS, "lab", "http-session", "--to", frontend, "--count", "24", "--interval", "500ms")
+	session := startIn(t, labplan.ExtNS, "lab", "http-session", "--to", frontend, "--count", "24", "--interval", "500ms")
 	time.Sleep(2 * time.Second) // a few requests answered: the flow is established
 	if !session.running() {
 		out, err := session.wait()
 		t.Fatalf("NodePort session ended before the flood: %v %s", err, out)
 	}
-	flood := startIn(t, lab.ExtNS, "lab", "syn-flood", "--to", frontend, "--from", "203.0.113.0/24", "--count", "50000", "--rate", "10000")
+	flood := startIn(t, labplan.ExtNS, "lab", "syn-flood", "--to", frontend, "--from", "203.0.113.0/24", "--count", "50000", "--rate", "10000")
 	during := 0
 	for i := 0; i < 20 && flood.running(); i++ {
 		if got := curlExternal(t, "client"); got != "198.18.0.11" {
@@ -166,7 +166,7 @@ func TestLabMyelinNodePortFlood(t *testing.T) {
 func TestLabMyelinMasqueradeNodeSocket(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "1", "--cni", "myelin", "--profile", "native")
-	n1 := lab.NodeName(1)
+	n1 := labplan.NodeName(1)
 	createPod(t, cs, "client", n1, map[string]string{"app": "client"}, "sleep", "infinity")
 	runningPods(t, cs, "app=client", 1)
 	if st := agentStatus(t, n1); st.NAT.Ports != "61000-65535" {
@@ -187,7 +187,7 @@ func checkNodeSocket(t *testing.T, node string) {
 		t.Fatalf("the node's connection ended early: %v %s", err, out)
 	}
 	out, err := inPod("client", myelinBin, "lab", "http-session", "--to", target, "--local-port", port, "--count", "6", "--interval", "500ms")
-	checkSession(t, "pod connection from the node socket's port", out, err, "server="+lab.ExtNS+" client=198.18.0.11")
+	checkSession(t, "pod connection from the node socket's port", out, err, "server="+labplan.ExtNS+" client=198.18.0.11")
 	nodeOut, err := nodeConn.wait()
-	checkSession(t, "node connection", nodeOut, err, "server="+lab.ExtNS+" client=198.18.0.11")
+	checkSession(t, "node connection", nodeOut, err, "server="+labplan.ExtNS+" client=198.18.0.11")
 }

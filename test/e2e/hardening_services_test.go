@@ -7,14 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-
-	"github.com/myelin-net/myelin/internal/lab"
 )
 
 // TestLabHardeningServices: Service state stays right under churn (issue 13, outcome
@@ -26,7 +25,7 @@ import (
 func TestLabHardeningServices(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native")
-	n1 := lab.NodeName(1)
+	n1 := labplan.NodeName(1)
 	for _, d := range []struct {
 		name     string
 		replicas int32
@@ -174,7 +173,7 @@ func nodePortReused(t *testing.T, cs kubernetes.Interface, n1 string) {
 	if owner != "default/np-b" {
 		t.Errorf("frontend %s after a's leftovers were deleted: owner %q, want default/np-b", frontend, owner)
 	}
-	run := func(argv ...string) (string, error) { return inNode(lab.ExtNS, argv...) }
+	run := func(argv ...string) (string, error) { return inNode(labplan.ExtNS, argv...) }
 	seen := servers(t, "reused NodePort from the external host", run, fmt.Sprintf("http://198.18.0.11:%d/", n), 8, "")
 	expectServers(t, "reused NodePort from the external host", seen, podNames(web)...)
 }

@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/myelin-net/myelin/internal/lab"
 )
 
 // TestLabMyelinSpoofing attacks from a pod as a hostile tenant would, on a
@@ -28,7 +27,7 @@ import (
 func TestLabMyelinSpoofing(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin")
-	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	placement := map[string]string{"attacker": n1, "neighbour": n1, "near": n1, "far": n2, "impersonated": n2}
 	for name, node := range placement {
 		createPod(t, cs, name, node, map[string]string{"app": name}, "sleep", "infinity")

@@ -14,13 +14,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/testenv"
 )
 
 // myelinBin is the myelin binary built from this tree for the tests.
 var myelinBin string
 
-var paths = lab.Paths{Dir: lab.DefaultDir}
+var paths = labplan.Paths{Dir: labplan.DefaultDir}
 
 func TestMain(m *testing.M) {
 	os.Exit(runTests(m))
@@ -111,7 +112,7 @@ func leftovers() []string {
 		out = append(out, fmt.Sprintf("unknown: ip -o link show failed: %v", err))
 	}
 	for _, l := range strings.Split(string(links), "\n") {
-		if f := strings.Fields(l); len(f) > 1 && strings.HasPrefix(f[1], lab.NamePrefix) {
+		if f := strings.Fields(l); len(f) > 1 && strings.HasPrefix(f[1], labplan.NamePrefix) {
 			out = append(out, "link "+strings.TrimSuffix(f[1], ":"))
 		}
 	}
@@ -122,11 +123,11 @@ func leftovers() []string {
 			continue // kernel thread, zombie or gone
 		}
 		c := strings.ReplaceAll(string(cmdline), "\x00", " ")
-		if strings.Contains(c, lab.DefaultDir) || strings.Contains(c, myelinBin+" lab ") {
+		if strings.Contains(c, labplan.DefaultDir) || strings.Contains(c, myelinBin+" lab ") {
 			out = append(out, "process "+p.Name()+": "+c)
 		}
 	}
-	for _, glob := range []string{"/sys/fs/bpf/myelin*", "/sys/fs/bpf/myelin/" + lab.NamePrefix + "*", "/run/myelin/" + lab.NamePrefix + "*", lab.DefaultDir} {
+	for _, glob := range []string{"/sys/fs/bpf/myelin*", "/sys/fs/bpf/myelin/" + labplan.NamePrefix + "*", "/run/myelin/" + labplan.NamePrefix + "*", labplan.DefaultDir} {
 		matches, _ := filepath.Glob(glob)
 		for _, m := range matches {
 			if m == "/sys/fs/bpf/myelin" {

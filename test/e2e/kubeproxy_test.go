@@ -6,10 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/myelin-net/myelin/internal/lab"
 )
 
 // TestLabKubeProxyServices: with kube-proxy-replacement false the lab runs kube-proxy
@@ -18,14 +17,14 @@ import (
 // traffic.
 func TestLabKubeProxyServices(t *testing.T) {
 	requireRoot(t)
-	for _, mode := range lab.KubeProxyModes {
+	for _, mode := range labplan.KubeProxyModes {
 		t.Run(mode, func(t *testing.T) { checkKubeProxyServices(t, mode) })
 	}
 }
 
 func checkKubeProxyServices(t *testing.T, mode string) {
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native", "--kube-proxy", mode)
-	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	for _, n := range []string{n1, n2} {
 		expectHostRouting(t, n, "Legacy", "kube-proxy-replacement is false")
 		st := agentStatus(t, n)
@@ -62,7 +61,7 @@ func checkKubeProxyServices(t *testing.T, mode string) {
 	seen := servers(t, "ClusterIP via kube-proxy", run, "http://"+svc.Spec.ClusterIP+"/", 16, c.Status.PodIP)
 	expectServers(t, "ClusterIP via kube-proxy", seen, podNames(web)...)
 
-	ext := func(argv ...string) (string, error) { return inNode(lab.ExtNS, argv...) }
+	ext := func(argv ...string) (string, error) { return inNode(labplan.ExtNS, argv...) }
 	seen = servers(t, "NodePort via kube-proxy", ext, fmt.Sprintf("http://198.18.0.11:%d/", svc.Spec.Ports[0].NodePort), 16, "")
 	expectServers(t, "NodePort via kube-proxy", seen, podNames(web)...)
 	labDown(t)

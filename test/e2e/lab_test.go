@@ -19,7 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/lab"
-	"github.com/myelin-net/myelin/internal/lab/kubelet"
+	"github.com/myelin-net/myelin/internal/lab/cni/bridge"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/testenv"
 )
 
@@ -96,7 +97,7 @@ func TestLabBridgeCNI(t *testing.T) {
 	for _, n := range nodes.Items {
 		podCIDR[n.Name] = netip.MustParsePrefix(n.Spec.PodCIDR)
 	}
-	if len(podCIDR) != 2 || !netip.MustParsePrefix("10.244.0.0/16").Contains(podCIDR[lab.NodeName(1)].Addr()) {
+	if len(podCIDR) != 2 || !netip.MustParsePrefix("10.244.0.0/16").Contains(podCIDR[labplan.NodeName(1)].Addr()) {
 		t.Fatalf("node PodCIDRs = %v, want a /24 of 10.244.0.0/16 for each of 2 nodes", podCIDR)
 	}
 
@@ -138,8 +139,8 @@ func TestLabBridgeCNI(t *testing.T) {
 			victim = p
 		}
 	}
-	lease := filepath.Join(kubelet.IPAMDir(paths, victim.Spec.NodeName), kubelet.BridgeNetworkName, victim.Status.PodIP)
-	netnsPath := lab.NetNSPath(lab.PodNetNS(string(victim.UID)))
+	lease := filepath.Join(paths.IPAMDir(victim.Spec.NodeName), bridge.NetworkName, victim.Status.PodIP)
+	netnsPath := labplan.NetNSPath(labplan.PodNetNS(string(victim.UID)))
 	for _, path := range []string{lease, netnsPath} {
 		if _, err := os.Stat(path); err != nil {
 			t.Fatalf("before delete: %v", err)
@@ -185,7 +186,7 @@ func TestLabKubeletFailures(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "1", "--cni", "bridge")
 	ctx := context.Background()
-	node := lab.NodeName(1)
+	node := labplan.NodeName(1)
 
 	// A conflist that sorts first and names a plugin that does not exist.
 	broken := filepath.Join(paths.NodeDir(node), "cni", "net.d", "00-broken.conflist")

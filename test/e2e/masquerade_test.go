@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labtools"
 )
 
@@ -14,10 +14,10 @@ import (
 func curlExternal(t *testing.T, pod string) string {
 	t.Helper()
 	out, err := inPod(pod, "curl", "-sS", "-m", "5", "http://203.0.113.10/")
-	if err != nil || !strings.HasPrefix(out, "server="+lab.ExtNS+" client=") {
+	if err != nil || !strings.HasPrefix(out, "server="+labplan.ExtNS+" client=") {
 		t.Fatalf("curl the external host from %s: %v %q", pod, err, out)
 	}
-	return strings.TrimSpace(strings.TrimPrefix(out, "server="+lab.ExtNS+" client="))
+	return strings.TrimSpace(strings.TrimPrefix(out, "server="+labplan.ExtNS+" client="))
 }
 
 // TestLabMyelinMasquerade: pods reach the external host with their node's IP as
@@ -28,7 +28,7 @@ func curlExternal(t *testing.T, pod string) string {
 func TestLabMyelinMasquerade(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native")
-	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	createNodeConfig(t, "iptables-masq", map[string]string{"kubernetes.io/hostname": n2}, map[string]string{"enable-bpf-masquerade": "false"})
 	restartAgent(t, n2)
 	expectHostRouting(t, n2, "Legacy", "BPF host routing requires BPF masquerade")
@@ -58,7 +58,7 @@ func TestLabMyelinMasquerade(t *testing.T) {
 	}
 
 	// A non-masquerade CIDR keeps the pod IP; the router learns the way back to node-1's pods.
-	if out, err := inNode(lab.NetNS, "ip", "route", "add", "10.244.0.0/16", "via", "198.18.0.11"); err != nil {
+	if out, err := inNode(labplan.NetNS, "ip", "route", "add", "10.244.0.0/16", "via", "198.18.0.11"); err != nil {
 		t.Fatalf("route back to pods in the lab router: %v %s", err, out)
 	}
 	setConfig(t, cs, "non-masquerade-cidrs", "192.0.2.128/25,203.0.113.0/24")

@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/lab"
+	labmyelin "github.com/myelin-net/myelin/internal/lab/cni/myelin"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // createNodeConfig creates the NodeConfig default/name for the nodes with the labels of
@@ -46,7 +48,7 @@ func labelNode(t *testing.T, cs kubernetes.Interface, node, key, value string) {
 
 func restartAgent(t *testing.T, node string) {
 	t.Helper()
-	if err := lab.Restart(paths, lab.AgentProcess(node), false); err != nil {
+	if err := lab.Restart(paths, labmyelin.AgentProcess(node), false); err != nil {
 		t.Fatal(err)
 	}
 	waitAgentReady(t, node)
@@ -60,7 +62,7 @@ func restartAgent(t *testing.T, node string) {
 func TestLabMyelinMigration(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native-legacy")
-	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	iperfIP, webIP := deployTrafficPods(t, cs, n1, n2)
 	createNodeConfig(t, "bpf-nodes", map[string]string{"myelin.io/host-routing": "bpf"}, map[string]string{"host-routing": "bpf"})
 
@@ -85,7 +87,7 @@ func TestLabMyelinMigration(t *testing.T) {
 	createNodeConfig(t, "broken", map[string]string{"kubernetes.io/hostname": n2}, map[string]string{"host-routing": "turbo"})
 	signalAgent(t, n2)
 	eventually(t, time.Minute, "agent log names the bad NodeConfig", func(context.Context) (bool, string) {
-		b, _ := os.ReadFile(paths.Log(lab.AgentProcess(n2)))
+		b, _ := os.ReadFile(paths.Log(labmyelin.AgentProcess(n2)))
 		return strings.Contains(string(b), `NodeConfig default/broken: key \"host-routing\" value \"turbo\": must be one of auto, bpf, legacy`),
 			lastLines(string(b), 2)
 	})

@@ -17,7 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/api"
-	"github.com/myelin-net/myelin/internal/lab"
+	labmyelin "github.com/myelin-net/myelin/internal/lab/cni/myelin"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labdriver"
 	"github.com/myelin-net/myelin/internal/logtail"
 )
@@ -58,7 +59,7 @@ func processPID(t *testing.T, name string) int {
 // releaseAgent; without, it is restarted and killAgent waits for the new one.
 func killAgent(t *testing.T, node string, hold bool) {
 	t.Helper()
-	name := lab.AgentProcess(node)
+	name := labmyelin.AgentProcess(node)
 	if hold {
 		if err := os.MkdirAll(filepath.Dir(paths.Hold(name)), 0o755); err != nil {
 			t.Fatal(err)
@@ -87,14 +88,14 @@ func killAgent(t *testing.T, node string, hold bool) {
 // restarts it (for a test that expects the restarted agent to refuse to start).
 func signalAgent(t *testing.T, node string) {
 	t.Helper()
-	if pid := processPID(t, lab.AgentProcess(node)); pid == 0 || syscall.Kill(pid, syscall.SIGTERM) != nil {
+	if pid := processPID(t, labmyelin.AgentProcess(node)); pid == 0 || syscall.Kill(pid, syscall.SIGTERM) != nil {
 		t.Fatalf("cannot signal the agent of %s (pid %d)", node, pid)
 	}
 }
 
 func releaseAgent(t *testing.T, node string) {
 	t.Helper()
-	if err := os.Remove(paths.Hold(lab.AgentProcess(node))); err != nil {
+	if err := os.Remove(paths.Hold(labmyelin.AgentProcess(node))); err != nil {
 		t.Fatal(err)
 	}
 	waitAgentReady(t, node)
@@ -115,11 +116,11 @@ func inPod(pod string, argv ...string) (string, error) {
 }
 
 // podNetNS is the path of a lab pod's network namespace.
-func podNetNS(p corev1.Pod) string { return lab.NetNSPath(lab.PodNetNS(string(p.UID))) }
+func podNetNS(p corev1.Pod) string { return labplan.NetNSPath(labplan.PodNetNS(string(p.UID))) }
 
 // inNode runs a command in a node's netns.
 func inNode(node string, argv ...string) (string, error) {
-	out, err := exec.Command("nsenter", append([]string{"--net=" + lab.NetNSPath(node), "--"}, argv...)...).CombinedOutput()
+	out, err := exec.Command("nsenter", append([]string{"--net=" + labplan.NetNSPath(node), "--"}, argv...)...).CombinedOutput()
 	return string(out), err
 }
 

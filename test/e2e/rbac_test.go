@@ -10,7 +10,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/config"
-	"github.com/myelin-net/myelin/internal/lab"
+	labmyelin "github.com/myelin-net/myelin/internal/lab/cni/myelin"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // checkAgentRBAC asks the real apiserver what the agent's identity may do: exactly
@@ -35,8 +36,8 @@ func checkAgentRBAC(t *testing.T, cs kubernetes.Interface, nodes ...string) {
 		{"list", "", "pods", "", "", false},
 		{"list", "", "endpoints", "", "", false},
 		{"create", "", "services", "default", "", false},
-		{"patch", "", "nodes", "", lab.NodeName(1), false},
-		{"get", "", "nodes", "", lab.NodeName(1), true},
+		{"patch", "", "nodes", "", labplan.NodeName(1), false},
+		{"get", "", "nodes", "", labplan.NodeName(1), true},
 		{"watch", "", "nodes", "", "", true},
 		{"watch", "", "services", "", "", true},
 		{"watch", "discovery.k8s.io", "endpointslices", "", "", true},
@@ -44,7 +45,7 @@ func checkAgentRBAC(t *testing.T, cs kubernetes.Interface, nodes ...string) {
 		{"create", "", "events", "default", "", true},
 	} {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: lab.AgentUser, Groups: []string{"system:authenticated"},
+			User: labmyelin.AgentUser, Groups: []string{"system:authenticated"},
 			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: a.verb, Group: a.group, Resource: a.resource,
 				Namespace: a.namespace, Name: a.name},
 		}}
@@ -53,7 +54,7 @@ func checkAgentRBAC(t *testing.T, cs kubernetes.Interface, nodes ...string) {
 			t.Fatalf("SubjectAccessReview %+v: %v", a, err)
 		}
 		if got.Status.Allowed != a.allowed {
-			t.Errorf("%s may %s %s %s/%s: %v, want %v (%s)", lab.AgentUser, a.verb, a.resource, a.namespace, a.name,
+			t.Errorf("%s may %s %s %s/%s: %v, want %v (%s)", labmyelin.AgentUser, a.verb, a.resource, a.namespace, a.name,
 				got.Status.Allowed, a.allowed, got.Status.Reason)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/myelin-net/myelin/internal/api"
-	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 func endpointsOf(t *testing.T, node string) map[string]api.Endpoint {
@@ -52,7 +52,7 @@ func requestLoop(url string, stop <-chan struct{}) (total int, failures []string
 func TestLabMyelinAgentRestart(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native")
-	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	iperfIP, webIP := deployTrafficPods(t, cs, n1, n2)
 	before := map[string]map[string]api.Endpoint{n1: endpointsOf(t, n1), n2: endpointsOf(t, n2)}
 

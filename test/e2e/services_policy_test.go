@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labtools"
 )
 
@@ -29,7 +29,7 @@ import (
 func TestLabMyelinServicePolicies(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native")
-	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	if _, err := cs.AppsV1().Deployments("default").Create(context.Background(), backendDeployment("web", 2), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestLabMyelinServicePolicies(t *testing.T) {
 		t.Fatalf("web pods not spread over both nodes: %v", webOn)
 	}
 	run := func(argv ...string) (string, error) { return inPod("client", argv...) }
-	ext := func(argv ...string) (string, error) { return inNode(lab.ExtNS, argv...) }
+	ext := func(argv ...string) (string, error) { return inNode(labplan.ExtNS, argv...) }
 
 	t.Run("internalTrafficPolicy Local", func(t *testing.T) {
 		svc := createService(t, cs, "web-itp", "web", func(s *corev1.Service) {

@@ -16,7 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/myelin-net/myelin/internal/api"
-	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labtools"
 )
 
@@ -153,7 +153,7 @@ func counter(t *testing.T, node, direction, reason string) uint64 {
 func TestLabMyelinServices(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native")
-	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	createNodeConfig(t, "legacy-node-2", map[string]string{"kubernetes.io/hostname": n2}, map[string]string{"host-routing": "legacy"})
 	restartAgent(t, n2)
 	expectHostRouting(t, n2, "Legacy", "host-routing is legacy")
@@ -214,7 +214,7 @@ func TestLabMyelinServices(t *testing.T) {
 		}
 	})
 	t.Run("NodePort from the external host", func(t *testing.T) {
-		run := func(argv ...string) (string, error) { return inNode(lab.ExtNS, argv...) }
+		run := func(argv ...string) (string, error) { return inNode(labplan.ExtNS, argv...) }
 		for i, node := range []string{n1, n2} {
 			nodeIP := fmt.Sprintf("198.18.0.1%d", i+1)
 			url := fmt.Sprintf("http://%s:%d/", nodeIP, np.Spec.Ports[0].NodePort)

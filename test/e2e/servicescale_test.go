@@ -9,7 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labdriver"
 )
 
@@ -20,7 +20,7 @@ func TestLabMyelinServiceScale(t *testing.T) {
 	requireRoot(t)
 	const n = 10000
 	cs := labUp(t, "--nodes", "1", "--cni", "myelin", "--profile", "native")
-	node := lab.NodeName(1)
+	node := labplan.NodeName(1)
 	if _, err := cs.AppsV1().Deployments("default").Create(context.Background(), backendDeployment("web", 2), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/datapath"
-	"github.com/myelin-net/myelin/internal/lab"
+	labmyelin "github.com/myelin-net/myelin/internal/lab/cni/myelin"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // checkMTU pings from the client (node-1) to a pod on node-2 with DF set at the largest
@@ -21,7 +22,7 @@ func checkMTU(t *testing.T, cs kubernetes.Interface, routeMTU int) {
 	t.Helper()
 	var target string
 	for _, p := range runningPods(t, cs, "app=web", 3) {
-		if p.Spec.NodeName == lab.NodeName(2) {
+		if p.Spec.NodeName == labplan.NodeName(2) {
 			target = p.Status.PodIP
 		}
 	}
@@ -42,26 +43,26 @@ func checkMTU(t *testing.T, cs kubernetes.Interface, routeMTU int) {
 func TestLabMyelinTunnel(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "3", "--cni", "myelin", "--profile", "tunnel")
-	st := agentStatus(t, lab.NodeName(1))
+	st := agentStatus(t, labplan.NodeName(1))
 	if st.Routing.Mode != "tunnel" || st.Routing.HostRouting != "BPF" || st.Routing.Routes != 2 || st.MTU.Device != 1500 || st.MTU.Route != 1450 {
 		t.Errorf("status: routing %+v, MTU %+v; want tunnel, BPF, 2 tunnels, device 1500 route 1450", st.Routing, st.MTU)
 	}
-	if out, err := inNode(lab.NodeName(1), "ip", "-d", "link", "show", "myelin_vxlan"); err != nil || !strings.Contains(out, "external") || !strings.Contains(out, "dstport 8472") {
+	if out, err := inNode(labplan.NodeName(1), "ip", "-d", "link", "show", "myelin_vxlan"); err != nil || !strings.Contains(out, "external") || !strings.Contains(out, "dstport 8472") {
 		t.Errorf("myelin_vxlan: %v\n%s; want a collect-metadata (external) device on port 8472", err, out)
 	}
 	connectivity(t, cs, 3)
 	checkMTU(t, cs, 1450)
 
-	createNodeConfig(t, "legacy", map[string]string{"kubernetes.io/hostname": lab.NodeName(2)}, map[string]string{"host-routing": "legacy"})
-	restartAgent(t, lab.NodeName(2))
-	expectHostRouting(t, lab.NodeName(2), "Legacy", "NodeConfig default/legacy")
-	expectHostRouting(t, lab.NodeName(1), "BPF", "")
+	createNodeConfig(t, "legacy", map[string]string{"kubernetes.io/hostname": labplan.NodeName(2)}, map[string]string{"host-routing": "legacy"})
+	restartAgent(t, labplan.NodeName(2))
+	expectHostRouting(t, labplan.NodeName(2), "Legacy", "NodeConfig default/legacy")
+	expectHostRouting(t, labplan.NodeName(1), "BPF", "")
 	checkConnectivity(t, cs, 3)
 
 	// A ClusterIP Service over the web servers of all three nodes: translated on the
 	// client's node, the backends on other nodes reached through the tunnel.
 	svc := createService(t, cs, "web", "web", nil)
-	waitProgrammed(t, lab.NodeName(1), svc.Spec.ClusterIP+":80/TCP", 3)
+	waitProgrammed(t, labplan.NodeName(1), svc.Spec.ClusterIP+":80/TCP", 3)
 	web := runningPods(t, cs, "app=web", 3)
 	client := runningPods(t, cs, "app=client", 1)[0]
 	run := func(argv ...string) (string, error) { return inPod("client", argv...) }
@@ -75,7 +76,7 @@ func TestLabMyelinTunnel(t *testing.T) {
 func TestLabMyelinTunnelLegacy(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "3", "--cni", "myelin", "--profile", "tunnel-legacy")
-	expectHostRouting(t, lab.NodeName(1), "Legacy", "host-routing is legacy")
+	expectHostRouting(t, labplan.NodeName(1), "Legacy", "host-routing is legacy")
 	connectivity(t, cs, 3)
 	checkMTU(t, cs, 1450)
 
@@ -86,9 +87,9 @@ func TestLabMyelinTunnelLegacy(t *testing.T) {
 		want = "tunnel-protocol geneve: this kernel cannot create Geneve devices"
 	}
 	setConfig(t, cs, "tunnel-protocol", "geneve")
-	signalAgent(t, lab.NodeName(3))
+	signalAgent(t, labplan.NodeName(3))
 	eventually(t, time.Minute, "agent refuses geneve", func(context.Context) (bool, string) {
-		b, _ := os.ReadFile(paths.Log(lab.AgentProcess(lab.NodeName(3))))
+		b, _ := os.ReadFile(paths.Log(labmyelin.AgentProcess(labplan.NodeName(3))))
 		return strings.Contains(string(b), want), lastLines(string(b), 2)
 	})
 	labDown(t)
@@ -101,7 +102,7 @@ func TestLabMyelinTunnelLegacy(t *testing.T) {
 func TestLabMyelinL3Underlay(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "3", "--cni", "myelin", "--profile", "native", "--underlay", "l3")
-	n1, n2 := lab.NodeName(1), lab.NodeName(2)
+	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	st := agentStatus(t, n1)
 	if len(st.Routing.Unroutable) != 1 || !strings.HasPrefix(st.Routing.Unroutable[0], n2+": node IP 198.18.1.12 is not on this node's L2 segment") || st.Routing.Routes != 1 {
 		t.Errorf("native on an L3 underlay: routes %d, unroutable %q; want 1 route (node-3) and node-2 named as unroutable", st.Routing.Routes, st.Routing.Unroutable)
@@ -117,7 +118,7 @@ func TestLabMyelinL3Underlay(t *testing.T) {
 	setConfig(t, cs, "routing-mode", "tunnel")
 	setConfig(t, cs, "auto-direct-node-routes", "false")
 	for i := 1; i <= 3; i++ {
-		restartAgent(t, lab.NodeName(i))
+		restartAgent(t, labplan.NodeName(i))
 	}
 	if st := agentStatus(t, n1); st.Routing.Mode != "tunnel" || st.Routing.Routes != 2 {
 		t.Errorf("after the switch: %+v, want tunnel mode with 2 tunnels", st.Routing)

@@ -16,13 +16,15 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/cni"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // Config is what one lab kubelet needs: its node's plan and the lab's paths.
 type Config struct {
-	Node  lab.Node
-	Plan  lab.Plan
-	Paths lab.Paths
+	Node  labplan.Node
+	Plan  labplan.Plan
+	Paths labplan.Paths
 }
 
 // dirs of one node's kubelet.
@@ -35,7 +37,7 @@ func (c Config) podLogDir() string   { return filepath.Join(c.nodeDir(), "pods")
 // cniBinDirs are searched for plugins in order: the node's own (where a CNI installs
 // itself, as myelin-agent does) and Debian's reference plugins.
 func (c Config) cniBinDirs() []string {
-	return []string{c.Paths.CNIBinDir(c.Node.Name), lab.CNIBinDir}
+	return []string{c.Paths.CNIBinDir(c.Node.Name), cni.ReferencePluginDir}
 }
 
 // Kubelet realises the Pods of one node.
@@ -68,16 +70,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	go k.heartbeat(ctx)
-	if cfg.Plan.Options.CNI == lab.CNIBridge {
-		admin, err := lab.Client(cfg.Paths.Kubeconfig())
-		if err != nil {
-			return err
-		}
-		go runBridgeNetwork(ctx, cfg, admin, log.With("component", "bridge-network"))
+	admin, err := lab.Client(cfg.Paths.Kubeconfig())
+	if err != nil {
+		return err
 	}
-	if cfg.Plan.Options.CNI == lab.CNIFlannel {
-		go runFlannelNetwork(ctx, cfg, log.With("component", "flannel-network"))
-	}
+	go lab.FlavourOf(cfg.Plan.Options.CNI).NodeNetwork(ctx, cni.Node{
+		Plan: cfg.Plan, Paths: cfg.Paths, Node: cfg.Node, Admin: admin,
+		Log: log.With("component", string(cfg.Plan.Options.CNI)+"-network"),
+	})
 	return k.watchPods(ctx)
 }
 

@@ -10,9 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/myelin-net/myelin/internal/lab"
 )
 
 // maxStopGrace caps a Pod's terminationGracePeriodSeconds: the lab stops faster.
@@ -77,7 +76,7 @@ func startProcess(pod *corev1.Pod, netns, podIP, logDir string, exits chan<- exi
 		return nil, err
 	}
 	if netns != "" {
-		argv = append([]string{"nsenter", "--net=" + lab.NetNSPath(netns), "--"}, argv...)
+		argv = append([]string{"nsenter", "--net=" + labplan.NetNSPath(netns), "--"}, argv...)
 	}
 	p := &process{done: make(chan struct{})}
 	started := make(chan error)

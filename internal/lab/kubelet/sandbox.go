@@ -12,9 +12,8 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	cnitypes "github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/myelin-net/myelin/internal/lab"
 )
 
 // podIfName is the pod's interface, as containerd names it.
@@ -32,7 +31,7 @@ type sandbox struct {
 	ConfList    []byte `json:"confList"` // the network configuration ADD ran with, for DEL
 }
 
-func (s *sandbox) netnsPath() string { return lab.NetNSPath(s.NetNS) }
+func (s *sandbox) netnsPath() string { return labplan.NetNSPath(s.NetNS) }
 
 // cniRuntime creates and removes sandboxes through libcni, as containerd does.
 type cniRuntime struct {
@@ -88,7 +87,7 @@ func (r *cniRuntime) setup(ctx context.Context, pod *corev1.Pod) (*sandbox, erro
 	uid := string(pod.UID)
 	sb := &sandbox{
 		UID: uid, Namespace: pod.Namespace, Name: pod.Name,
-		NetNS: lab.PodNetNS(uid), ContainerID: lab.SandboxID(uid), ConfList: list.Bytes,
+		NetNS: labplan.PodNetNS(uid), ContainerID: labplan.SandboxID(uid), ConfList: list.Bytes,
 	}
 	if err := ipNetNS("add", sb.NetNS); err != nil {
 		return nil, err
@@ -179,7 +178,7 @@ func ipNetNS(verb, name string) error {
 }
 
 func ipNetNSExec(ns string, argv ...string) error {
-	return runCmd(append([]string{"nsenter", "--net=" + lab.NetNSPath(ns), "--"}, argv...)...)
+	return runCmd(append([]string{"nsenter", "--net=" + labplan.NetNSPath(ns), "--"}, argv...)...)
 }
 
 func runCmd(argv ...string) error {

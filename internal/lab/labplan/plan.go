@@ -1,4 +1,4 @@
-package lab
+package labplan
 
 import (
 	"fmt"
@@ -12,7 +12,17 @@ const (
 	ExtNS            = "myelin-lab-ext" // "the internet": one external server
 	PodNSPrefix      = "myelin-pod-"    // pod network namespaces made by the lab kubelets
 	ControlPlaneLink = "myelin-cp"      // the one link in the root netns
-	nodeNSPrefix     = "myelin-node-"
+	NodeNSPrefix     = "myelin-node-"   // node network namespaces: myelin-node-N
+)
+
+// Ports of the control plane, all bound to the control-plane address only.
+const (
+	EtcdClientPort        = 2379
+	EtcdPeerPort          = 2380
+	APIServerPort         = 6443
+	ControllerManagerPort = 10257
+	SchedulerPort         = 10259
+	ExternalHTTPPort      = 80
 )
 
 // Addressing is the lab's network plan (docs/architecture.md, "The lab's network plan"). Every range can be changed; the
@@ -120,7 +130,7 @@ type Plan struct {
 }
 
 // NodeName returns the name of the i-th node (1-based).
-func NodeName(i int) string { return fmt.Sprintf("%s%d", nodeNSPrefix, i) }
+func NodeName(i int) string { return fmt.Sprintf("%s%d", NodeNSPrefix, i) }
 
 // NewPlan validates the options and the addressing and lays out the nodes.
 func NewPlan(o Options, a Addressing) (Plan, error) {

@@ -1,4 +1,4 @@
-package lab
+package myelin
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/config"
+	"github.com/myelin-net/myelin/internal/lab/cni"
 )
 
 // agentRBACName names the agent's ClusterRole, Role and their bindings.
@@ -84,7 +85,7 @@ func createAgentRBAC(ctx context.Context, cs kubernetes.Interface) error {
 		}},
 	}
 	for _, s := range steps {
-		if err := create(s.do); err != nil {
+		if err := cni.Create(s.do); err != nil {
 			return fmt.Errorf("create %s: %w", s.what, err)
 		}
 	}

@@ -1,11 +1,12 @@
-package lab
+package labplan
 
 import (
 	"net/netip"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/myelin-net/myelin/internal/netns"
 )
 
 func TestOptionsValidate(t *testing.T) {
@@ -154,17 +155,6 @@ func TestNetworkStepsKeepRootNetnsClean(t *testing.T) {
 	}
 }
 
-// TestKubeVersionMatchesSetup keeps the lab's KubeVersion and the one setup builds equal.
-func TestKubeVersionMatchesSetup(t *testing.T) {
-	b, err := os.ReadFile("../../scripts/versions.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(b), "KUBE_VERSION="+KubeVersion+"\n") {
-		t.Fatalf("scripts/versions.sh does not pin KUBE_VERSION=%s; keep the two in step", KubeVersion)
-	}
-}
-
 func TestPodNetNSName(t *testing.T) {
 	uid := "0b8c5f5e-61f2-4a57-9e3a-6b1f0c1d2e3f"
 	if got, want := PodNetNS(uid), "myelin-pod-0b8c5f5e61f24a57"; got != want {
@@ -175,22 +165,8 @@ func TestPodNetNSName(t *testing.T) {
 	}
 }
 
-// TestKubeBinDirFollowsSetup checks KubeBinDir's rule (the one scripts/versions.sh
-// uses), including an environment without $HOME.
-func TestKubeBinDirFollowsSetup(t *testing.T) {
-	want := "/kubernetes/" + KubeVersion + "/bin"
-	t.Setenv("MYELIN_CACHE", "/opt/c")
-	if got := KubeBinDir(); got != "/opt/c"+want {
-		t.Errorf("with MYELIN_CACHE: %s", got)
-	}
-	t.Setenv("MYELIN_CACHE", "")
-	t.Setenv("XDG_CACHE_HOME", "/x")
-	if got := KubeBinDir(); got != "/x/myelin"+want {
-		t.Errorf("with XDG_CACHE_HOME: %s", got)
-	}
-	t.Setenv("XDG_CACHE_HOME", "")
-	t.Setenv("HOME", "")
-	if got := KubeBinDir(); !strings.HasPrefix(got, "/") || !strings.HasSuffix(got, "/.cache/myelin"+want) {
-		t.Errorf("without HOME: %s, want an absolute path under the user's home", got)
+func TestNetNSPathMatchesNetns(t *testing.T) {
+	if got, want := NetNSPath("myelin-node-1"), netns.Path("myelin-node-1"); got != want {
+		t.Errorf("NetNSPath = %s, want %s (internal/netns)", got, want)
 	}
 }

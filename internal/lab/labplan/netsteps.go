@@ -1,10 +1,8 @@
-package lab
+package labplan
 
 import (
 	"fmt"
 	"net/netip"
-
-	"github.com/myelin-net/myelin/internal/netns"
 )
 
 // Step is one command that builds part of the lab's network. Steps are plain argv
@@ -12,8 +10,8 @@ import (
 // unit-tested without root.
 type Step []string
 
-// inNS runs a non-iproute2 command inside a named netns without a new mount namespace.
-func inNS(ns string, argv ...string) Step {
+// InNS runs a non-iproute2 command inside a named netns without a new mount namespace.
+func InNS(ns string, argv ...string) Step {
 	return append(Step{"nsenter", "--net=" + NetNSPath(ns), "--"}, argv...)
 }
 
@@ -22,8 +20,10 @@ func ipIn(ns string, args ...string) Step {
 	return append(Step{"ip", "-n", ns}, args...)
 }
 
-// NetNSPath is where iproute2 keeps a named network namespace.
-func NetNSPath(name string) string { return netns.Path(name) }
+// NetNSPath is where iproute2 keeps a named network namespace. It spells out
+// netns.Path (a test keeps the two equal) so that the plan imports nothing that
+// enters namespaces.
+func NetNSPath(name string) string { return "/run/netns/" + name }
 
 func (p Plan) bridgeFor(seg netip.Prefix) string {
 	if seg == p.Addressing.SegmentB {
@@ -62,7 +62,7 @@ func (p Plan) NetworkSteps() []Step {
 			ipIn(NetNS, "addr", "add", prefixOf(a.RouterIP(seg), seg), "dev", br),
 			ipIn(NetNS, "link", "set", br, "up"))
 	}
-	s = append(s, inNS(NetNS, "sysctl", "-qw", "net.ipv4.ip_forward=1"))
+	s = append(s, InNS(NetNS, "sysctl", "-qw", "net.ipv4.ip_forward=1"))
 
 	// The control-plane host: the only thing in the root netns.
 	s = append(s,
@@ -74,9 +74,9 @@ func (p Plan) NetworkSteps() []Step {
 		// The root netns has no route to segment B (and must not get one): the router
 		// masquerades segment B's traffic to the control-plane host behind its own address.
 		s = append(s,
-			inNS(NetNS, "nft", "add table ip myelin-lab"),
-			inNS(NetNS, "nft", "add chain ip myelin-lab postrouting { type nat hook postrouting priority 100 ; }"),
-			inNS(NetNS, "nft", fmt.Sprintf("add rule ip myelin-lab postrouting ip saddr %v ip daddr %v masquerade",
+			InNS(NetNS, "nft", "add table ip myelin-lab"),
+			InNS(NetNS, "nft", "add chain ip myelin-lab postrouting { type nat hook postrouting priority 100 ; }"),
+			InNS(NetNS, "nft", fmt.Sprintf("add rule ip myelin-lab postrouting ip saddr %v ip daddr %v masquerade",
 				a.SegmentB, a.ControlPlaneIP())))
 	}
 
@@ -97,7 +97,7 @@ func (p Plan) NetworkSteps() []Step {
 			ipIn(n.Name, "addr", "add", prefixOf(n.IP, n.Segment), "dev", "eth0"),
 			ipIn(n.Name, "link", "set", "eth0", "up"),
 			ipIn(n.Name, "route", "add", "default", "via", n.Gateway.String()),
-			inNS(n.Name, "sysctl", "-qw", "net.ipv4.ip_forward=1"))
+			InNS(n.Name, "sysctl", "-qw", "net.ipv4.ip_forward=1"))
 	}
 	return s
 }

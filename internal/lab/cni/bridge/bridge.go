@@ -1,41 +1,60 @@
-package kubelet
+package bridge
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/netip"
-	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/k8s"
-	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/cni"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
-// BridgeNetworkName is the CNI network name of the lab's --cni bridge mode; host-local
-// keeps its leases under <ipam dir>/<BridgeNetworkName>/<ip>.
-const BridgeNetworkName = "myelin-bridge"
+// NetworkName is the CNI network name of the lab's --cni bridge mode; host-local
+// keeps its leases under <ipam dir>/<NetworkName>/<ip>.
+const NetworkName = "myelin-bridge"
 
-// bridgeConfFile is the conflist the bridge network installs in the node's CNI dir.
-const bridgeConfFile = "10-myelin-bridge.conflist"
+// confFile is the conflist the bridge network installs in the node's CNI dir.
+const confFile = "10-myelin-bridge.conflist"
 
-// IPAMDir is where host-local keeps a node's leases in --cni bridge mode.
-func IPAMDir(paths lab.Paths, node string) string {
-	return filepath.Join(paths.NodeDir(node), "cni", "ipam")
+// Flavour runs Debian's reference bridge + host-local plugins with static routes
+// between nodes: the lab without myelin, and the baseline peer stack.
+type Flavour struct{}
+
+var _ cni.Flavour = Flavour{}
+
+// Tools are the reference bridge and host-local plugins.
+func (Flavour) Tools(string) []cni.Tool {
+	var tools []cni.Tool
+	for _, b := range []string{"bridge", "host-local"} {
+		tools = append(tools, cni.Tool{Path: filepath.Join(cni.ReferencePluginDir, b), Fix: cni.ReferencePluginFix})
+	}
+	return tools
 }
 
-// bridgeConfList is the CNI configuration for Debian's reference plugins: a Linux
+// Processes are none: the lab kubelets install the configuration and routes.
+func (Flavour) Processes(labplan.Plan, labplan.Paths, string) []labplan.Process { return nil }
+
+// Daemons are none.
+func (Flavour) Daemons(labplan.Plan) string { return "" }
+
+// Bootstrap has nothing to create.
+func (Flavour) Bootstrap(context.Context, cni.Cluster) error { return nil }
+
+// confList is the CNI configuration for Debian's reference plugins: a Linux
 // bridge per node with host-local addresses from the node's PodCIDR.
-func bridgeConfList(podCIDR netip.Prefix, ipamDir string) ([]byte, error) {
+func confList(podCIDR netip.Prefix, ipamDir string) ([]byte, error) {
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
-		"name":       BridgeNetworkName,
+		"name":       NetworkName,
 		"plugins": []any{map[string]any{
 			"type":        "bridge",
 			"bridge":      "myelin-br",
@@ -62,7 +81,7 @@ type peerRoute struct {
 // peerRoutes computes the routes this node needs for --cni bridge: one per other node
 // on the same underlay segment (a static route can't cross the router, which knows no
 // PodCIDRs).
-func peerRoutes(self lab.Node, nodes []corev1.Node) (routes []peerRoute, unreachable []string) {
+func peerRoutes(self labplan.Node, nodes []corev1.Node) (routes []peerRoute, unreachable []string) {
 	for _, n := range nodes {
 		if n.Name == self.Name || n.Spec.PodCIDR == "" {
 			continue
@@ -84,15 +103,15 @@ func peerRoutes(self lab.Node, nodes []corev1.Node) (routes []peerRoute, unreach
 	return routes, unreachable
 }
 
-// runBridgeNetwork stands in for a network DaemonSet in --cni bridge mode: it installs
+// NodeNetwork stands in for a network DaemonSet in --cni bridge mode: it installs
 // the bridge conflist once the node has a PodCIDR and keeps static routes to the other
-// nodes' PodCIDRs. It uses its own (admin) identity, as a DaemonSet has its own
+// nodes' PodCIDRs. It uses the admin identity, as a DaemonSet has its own
 // ServiceAccount; the node identity may not list other Nodes.
-func runBridgeNetwork(ctx context.Context, cfg Config, cs kubernetes.Interface, log *slog.Logger) {
+func (Flavour) NodeNetwork(ctx context.Context, n cni.Node) {
 	installed := map[netip.Prefix]netip.Addr{}
 	for {
-		if err := syncBridgeNetwork(ctx, cfg, cs, installed, log); err != nil {
-			log.Error("sync bridge network", "err", err)
+		if err := syncNetwork(ctx, n, installed); err != nil {
+			n.Log.Error("sync bridge network", "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -102,8 +121,9 @@ func runBridgeNetwork(ctx context.Context, cfg Config, cs kubernetes.Interface, 
 	}
 }
 
-func syncBridgeNetwork(ctx context.Context, cfg Config, cs kubernetes.Interface, installed map[netip.Prefix]netip.Addr, log *slog.Logger) error {
-	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+func syncNetwork(ctx context.Context, cfg cni.Node, installed map[netip.Prefix]netip.Addr) error {
+	log := cfg.Log
+	nodes, err := cfg.Admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
@@ -111,7 +131,7 @@ func syncBridgeNetwork(ctx context.Context, cfg Config, cs kubernetes.Interface,
 		if n.Name != cfg.Node.Name || n.Spec.PodCIDR == "" {
 			continue
 		}
-		if err := installBridgeConf(cfg, n.Spec.PodCIDR); err != nil {
+		if err := installConf(cfg, n.Spec.PodCIDR); err != nil {
 			return err
 		}
 	}
@@ -142,24 +162,25 @@ func syncBridgeNetwork(ctx context.Context, cfg Config, cs kubernetes.Interface,
 	return nil
 }
 
-func installBridgeConf(cfg Config, podCIDR string) error {
+func installConf(cfg cni.Node, podCIDR string) error {
 	cidr, err := netip.ParsePrefix(podCIDR)
 	if err != nil {
 		return fmt.Errorf("node %s has a bad PodCIDR %q: %w", cfg.Node.Name, podCIDR, err)
 	}
-	b, err := bridgeConfList(cidr, IPAMDir(cfg.Paths, cfg.Node.Name))
+	b, err := confList(cidr, cfg.Paths.IPAMDir(cfg.Node.Name))
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(cfg.cniConfDir(), bridgeConfFile)
-	if old, err := os.ReadFile(path); err == nil && string(old) == string(b) {
-		return nil
+	_, err = cni.InstallConfList(cfg.Paths.CNIConfDir(cfg.Node.Name), confFile, b)
+	return err
+}
+
+// runCmd runs a command in the node's netns (the kubelet's own) and returns its output
+// in the error when it fails.
+func runCmd(argv ...string) error {
+	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %s", strings.Join(argv, " "), strings.TrimSpace(string(out)+" "+err.Error()))
 	}
-	if err := os.MkdirAll(cfg.cniConfDir(), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(path+".tmp", b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(path+".tmp", path)
+	return nil
 }

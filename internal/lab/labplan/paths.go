@@ -1,4 +1,4 @@
-package lab
+package labplan
 
 import (
 	"crypto/sha256"
@@ -27,6 +27,9 @@ func (p Paths) SupervisorPID() string { return p.join("supervisor.pid") }
 // PKI is the directory of the lab's CA, certificates and keys.
 func (p Paths) PKI() string { return p.join("pki") }
 
+// Logs is the directory of the processes' logs.
+func (p Paths) Logs() string { return p.join("logs") }
+
 // Kubeconfig is the administrator's kubeconfig (the one users point kubectl at).
 func (p Paths) Kubeconfig() string { return p.join("kubeconfig") }
 
@@ -51,6 +54,15 @@ func (p Paths) CNIConfDir(node string) string { return p.join("nodes", node, "cn
 
 // NodeDir is a lab node's own directory (CNI config, IPAM, pods).
 func (p Paths) NodeDir(node string) string { return p.join("nodes", node) }
+
+// IPAMDir is where host-local keeps a node's leases (--cni bridge and flannel).
+func (p Paths) IPAMDir(node string) string { return p.join("nodes", node, "cni", "ipam") }
+
+// FlannelSubnetFile is where a node's flanneld writes its subnet.env: per node, under the
+// node's directory, instead of the shared default /run/flannel/subnet.env.
+func (p Paths) FlannelSubnetFile(node string) string {
+	return p.join("nodes", node, "flannel", "subnet.env")
+}
 
 // KubeProxyConfig is the KubeProxyConfiguration file of a node's kube-proxy.
 func (p Paths) KubeProxyConfig(node string) string { return p.join("nodes", node, "kube-proxy.yaml") }
