@@ -50,26 +50,21 @@ func (c Config) socket() string { return api.Socket(c.StateDir) }
 
 // agent is one running agent's state, shared by its loops and API handlers.
 type agent struct {
-	cfg      Config
-	conf     config.Config
-	log      *slog.Logger
-	cs       kubernetes.Interface
-	dp       *datapath.Datapath
-	eps      *endpoint.Manager
-	pool     *ipam.Pool
-	routing  hostRoutingDecision
-	features datapath.Features
-	loops    *loops
-	monitor  *monitor
-	mtu      int
-	routeMTU int        // MTU on pod routes: mtu, less the tunnel overhead in tunnel mode
-	nodeIP   netip.Addr // this node's InternalIP
-	guard    *guardState
+	cfg     Config
+	conf    config.Config
+	log     *slog.Logger
+	cs      kubernetes.Interface
+	dp      *datapath.Datapath
+	eps     *endpoint.Manager
+	pool    *ipam.Pool
+	plan    nodePlan // the node's modes, decided once at start
+	loops   *loops
+	monitor *monitor
+	guard   *guardState
 	// masqApplied is the no-masquerade set last written (nil: none yet); only the
 	// start-up and then the node loop touch it, one after the other.
 	masqApplied []netip.Prefix
 	overlay     netlink.Link     // myelin_vxlan in tunnel mode
-	natPorts    config.PortRange // the NAT ports of masquerade and NodePort SNAT
 	gc          *collector       // the datapath GC (NAT, NodePort SNAT, Service conntrack)
 	services    *service.Manager // nil with kube-proxy-replacement false
 	svcWatch    *service.Watcher
@@ -117,42 +112,22 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := checkRoutingMode(conf); err != nil {
 		return err
 	}
-	features := datapath.Probe()
 	guarded, err := scanGuard(conf.UserIPTablesGuard)
 	if err != nil {
 		return err
 	}
-	decision, err := decideHostRouting(conf, features, guarded.atStart)
+	plan, err := planNode(cfg, conf, node, guarded.atStart)
 	if err != nil {
 		return err
 	}
-	log.Info("host routing decided", "mode", decision.Mode(), "reason", decision.Reason)
-	ephemeral, err := readEphemeralPorts(ephemeralPortsFile)
-	if err != nil {
-		return err
-	}
-	ports, err := natPorts(conf.NATPortRange, ephemeral)
-	if err != nil {
-		return err
-	}
-	log.Info("NAT ports decided", "natPorts", ports, "ephemeralPorts", ephemeral)
-
+	log.Info("node plan decided", "routing", plan.RoutingMode(), "hostRouting", plan.HostRouting.Mode(),
+		"reason", plan.HostRouting.Reason, "natPorts", plan.NATPorts, "mtu", plan.MTU, "routeMTU", plan.RouteMTU)
 	uplink, err := netlink.LinkByName(cfg.Uplink)
 	if err != nil {
 		return fmt.Errorf("uplink %q not found: %w; pass the node's uplink device with --uplink", cfg.Uplink, err)
 	}
-	mtu := conf.MTU
-	if mtu == 0 {
-		mtu = uplink.Attrs().MTU
-	}
-	a := &agent{cfg: cfg, conf: conf, log: log, cs: cs, routing: decision, features: features,
-		loops: loops, mtu: mtu, routeMTU: mtu, natPorts: ports, nodeIP: k8s.NodeInternalIP(node), guard: guarded, gc: gc, started: time.Now()}
-	if a.tunnelMode() && !a.nodeIP.Is4() {
-		return fmt.Errorf("node %s has no IPv4 InternalIP; tunnel mode needs one as its tunnel endpoint", cfg.Node)
-	}
-	if a.tunnelMode() {
-		a.routeMTU = mtu - tunnel.Overhead
-	}
+	a := &agent{cfg: cfg, conf: conf, log: log, cs: cs, plan: plan,
+		loops: loops, guard: guarded, gc: gc, started: time.Now()}
 	if err := a.startDatapath(podCIDR, uplink); err != nil {
 		return err
 	}
@@ -199,37 +174,26 @@ func (a *agent) startDatapath(podCIDR netip.Prefix, uplink netlink.Link) error {
 	if err != nil {
 		return err
 	}
-	mode := datapath.HostRoutingLegacy
-	if a.routing.BPF {
-		mode = datapath.HostRoutingBPF
-	}
 	// Going to legacy, the stack must accept forwarded pod traffic before the programs
 	// start handing packets to it; going to BPF, the rules go only after every program
 	// has been replaced. Either way no packet meets a half-switched node.
-	if !a.routing.BPF {
-		if err := ensureLegacyForward(a.conf.ClusterCIDR.String()); err != nil {
+	if !a.plan.HostRouting.BPF {
+		if err := ensureLegacyForward(a.plan.ClusterCIDR.String()); err != nil {
 			return err
 		}
 	}
-	dpCfg := datapath.Config{PinDir: a.cfg.BPFFSDir, HostRouting: mode,
-		Masquerade: a.bpfMasquerade(), NodeIP: a.nodeIP, ClusterCIDR: a.conf.ClusterCIDR,
-		LoadBalancing: a.conf.KubeProxyReplacement, NoSourceVerification: !a.conf.EnableSourceIPVerification,
-		NATPortMin: a.natPorts.Min, NATPortMax: a.natPorts.Max,
-		NodePortSynMax: uint32(a.conf.NodePortNATSynMax), NodePortNATMax: uint32(a.conf.NodePortNATMax)}
-	if !a.conf.EnableSourceIPVerification {
+	dpCfg := a.plan.datapathConfig(a.cfg.BPFFSDir)
+	if !a.plan.SourceValidation {
 		a.log.Warn("source IP verification is OFF: pods can send from any address and MAC, other pods', nodes' and Services' included; "+
 			"turn it off only to measure its cost", "key", "enable-source-ip-verification", "source", a.conf.Source("enable-source-ip-verification"))
 	}
-	if a.conf.LBAlgorithm == config.LBMaglev {
-		dpCfg.MaglevTableSize = uint32(a.conf.MaglevTableSize)
-	}
-	if a.tunnelMode() {
-		dev, err := tunnel.EnsureDevice(int(a.conf.TunnelPort), a.mtu, datapath.OverlayMAC(a.nodeIP))
+	if a.plan.Tunnel {
+		dev, err := tunnel.EnsureDevice(int(a.plan.TunnelPort), a.plan.MTU, datapath.OverlayMAC(a.plan.NodeIP))
 		if err != nil {
 			return err
 		}
 		a.overlay, dpCfg.Tunnel, dpCfg.OverlayIfIndex = dev, true, dev.Attrs().Index
-		dpCfg.OverlayMAC = datapath.OverlayMAC(a.nodeIP)
+		dpCfg.OverlayMAC = datapath.OverlayMAC(a.plan.NodeIP)
 	} else if err := tunnel.RemoveDevice(); err != nil {
 		return fmt.Errorf("remove %s (native routing needs none): %w", tunnel.DeviceName, err)
 	}
@@ -259,11 +223,11 @@ func (a *agent) startDatapath(podCIDR netip.Prefix, uplink netlink.Link) error {
 	}
 	a.pool, a.dp = pool, dp
 	a.eps = endpoint.NewManager(endpoint.Config{Dir: filepath.Join(a.cfg.StateDir, "endpoints"), Node: a.cfg.Node,
-		MTU: a.mtu, RouteMTU: a.routeMTU}, dp, routing.Kernel{}, pool)
+		MTU: a.plan.MTU, RouteMTU: a.plan.RouteMTU}, dp, routing.Kernel{}, pool)
 	adopted, removed, err := a.eps.Restore()
 	a.loops.report("endpoint-restore", err)
 	a.log.Info("endpoints restored", "adopted", adopted, "removed", removed, "err", err)
-	if a.routing.BPF {
+	if a.plan.HostRouting.BPF {
 		if err := removeLegacyForward(); err != nil {
 			return err
 		}
@@ -272,7 +236,20 @@ func (a *agent) startDatapath(podCIDR netip.Prefix, uplink netlink.Link) error {
 	return nil
 }
 
-func (a *agent) tunnelMode() bool { return a.conf.RoutingMode == config.RoutingTunnel }
+// planNode gathers what decidePlan needs to know of the node (the kernel's features,
+// its ephemeral ports, the uplink's MTU) and decides the plan.
+func planNode(cfg Config, conf config.Config, node *corev1.Node, userRules []string) (nodePlan, error) {
+	ephemeral, err := readEphemeralPorts(ephemeralPortsFile)
+	if err != nil {
+		return nodePlan{}, err
+	}
+	uplink, err := netlink.LinkByName(cfg.Uplink)
+	if err != nil {
+		return nodePlan{}, fmt.Errorf("uplink %q not found: %w; pass the node's uplink device with --uplink", cfg.Uplink, err)
+	}
+	return decidePlan(conf, planInputs{Node: cfg.Node, NodeIP: k8s.NodeInternalIP(node), Features: datapath.Probe(),
+		UserRules: userRules, Ephemeral: ephemeral, UplinkMTU: uplink.Attrs().MTU})
+}
 
 // ensureBPFFS mounts the BPF filesystem at /sys/fs/bpf if it is not mounted yet.
 func ensureBPFFS() error {

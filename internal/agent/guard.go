@@ -77,7 +77,7 @@ func (a *agent) watchGuard(ctx context.Context) {
 		a.guard.now = places
 		if len(added) > 0 {
 			a.guard.warning = fmt.Sprintf("user-defined firewall rules appeared in %s after the agent started; with %s host routing they %s",
-				strings.Join(added, ", "), a.routing.Mode(), map[bool]string{true: "do not apply to pod traffic", false: "apply"}[a.routing.BPF])
+				strings.Join(added, ", "), a.plan.HostRouting.Mode(), map[bool]string{true: "do not apply to pod traffic", false: "apply"}[a.plan.HostRouting.BPF])
 		}
 		warning := a.guard.warning
 		a.guard.mu.Unlock()

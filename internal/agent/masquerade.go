@@ -7,21 +7,14 @@ import (
 	"net/netip"
 	"os/exec"
 	"slices"
-	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/myelin-net/myelin/internal/config"
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/k8s"
 )
-
-// bpfMasquerade reports whether myelin_to_netdev translates pod traffic.
-func (a *agent) bpfMasquerade() bool {
-	return a.conf.EnableIPv4Masquerade && a.conf.EnableBPFMasquerade
-}
 
 // startMasquerade programs the no-masquerade set (BPF) or the nat chain (iptables)
 // from the Nodes known at start, before anything is attached.
@@ -41,7 +34,7 @@ func (a *agent) startMasquerade(dp *datapath.Datapath) error {
 // It writes only when the no-masquerade set changed since the last successful write,
 // so the periodic node resync costs no iptables runs or map updates.
 func (a *agent) syncMasquerade(dp *datapath.Datapath, nodes []*corev1.Node) error {
-	keep := noMasquerade(a.conf, nodes)
+	keep := noMasquerade(a.plan.NoMasqueradeBase, nodes)
 	if a.masqApplied != nil && slices.Equal(keep, a.masqApplied) {
 		return nil
 	}
@@ -54,14 +47,14 @@ func (a *agent) syncMasquerade(dp *datapath.Datapath, nodes []*corev1.Node) erro
 }
 
 func (a *agent) applyMasquerade(dp *datapath.Datapath, keep []netip.Prefix) error {
-	switch {
-	case a.bpfMasquerade():
+	switch a.plan.Masquerade {
+	case masqueradeBPF:
 		if err := dp.SetNoMasquerade(keep); err != nil {
 			return fmt.Errorf("write the no-masquerade set: %w", err)
 		}
 		return removeIPTablesMasquerade()
-	case a.conf.EnableIPv4Masquerade:
-		return syncIPTablesMasquerade(a.conf.ClusterCIDR, keep)
+	case masqueradeIPTables:
+		return syncIPTablesMasquerade(a.plan.ClusterCIDR, keep)
 	default:
 		return removeIPTablesMasquerade()
 	}
@@ -70,15 +63,12 @@ func (a *agent) applyMasquerade(dp *datapath.Datapath, keep []netip.Prefix) erro
 // masqChain is myelin's own chain in the nat table; POSTROUTING jumps to it.
 const masqChain = "MYELIN-POSTROUTING"
 
-// noMasquerade is the set of destinations pod traffic keeps its source for: the
-// cluster's pods, ipv4-native-routing-cidr, every non-masquerade-cidr, and every
-// node's IP. Sorted and deduplicated.
-func noMasquerade(c config.Config, nodes []*corev1.Node) []netip.Prefix {
-	set := map[netip.Prefix]bool{c.ClusterCIDR: true}
-	if c.IPv4NativeRoutingCIDR.IsValid() {
-		set[c.IPv4NativeRoutingCIDR] = true
-	}
-	for _, p := range c.NonMasqueradeCIDRs {
+// noMasquerade is the set of destinations pod traffic keeps its source for: base
+// (the cluster's pods, ipv4-native-routing-cidr, every non-masquerade-cidr, see
+// noMasqueradeBase) and every node's IP. Sorted and deduplicated.
+func noMasquerade(base []netip.Prefix, nodes []*corev1.Node) []netip.Prefix {
+	set := map[netip.Prefix]bool{}
+	for _, p := range base {
 		set[p] = true
 	}
 	for _, n := range nodes {
@@ -90,12 +80,7 @@ func noMasquerade(c config.Config, nodes []*corev1.Node) []netip.Prefix {
 	for p := range set {
 		out = append(out, p)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Addr() != out[j].Addr() {
-			return out[i].Addr().Less(out[j].Addr())
-		}
-		return out[i].Bits() < out[j].Bits()
-	})
+	sortPrefixes(out)
 	return out
 }
 

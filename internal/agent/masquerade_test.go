@@ -20,7 +20,7 @@ func TestNoMasqueradeAndRules(t *testing.T) {
 	}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
 		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "198.18.0.11"}}}}
-	keep := noMasquerade(c, []*corev1.Node{node})
+	keep := noMasquerade(noMasqueradeBase(c), []*corev1.Node{node})
 	var got []string
 	for _, p := range keep {
 		got = append(got, p.String())

@@ -59,12 +59,12 @@ func (a *agent) syncNodeRoutes(nodes []*corev1.Node) error {
 	if err := a.syncMasquerade(a.dp, nodes); err != nil {
 		return err
 	}
-	if a.tunnelMode() {
+	if a.plan.Tunnel {
 		return a.syncTunnels(nodes)
 	}
 	var want []routing.NodeRoute
 	var unroutable []string
-	if a.conf.AutoDirectNodeRoutes {
+	if a.plan.AutoDirectNodeRoutes {
 		connected, err := routing.ConnectedPrefixes(a.cfg.Uplink)
 		if err != nil {
 			return err
@@ -129,6 +129,6 @@ func (a *agent) syncTunnels(nodes []*corev1.Node) error {
 			errs = append(errs, a.dp.DeleteTunnel(cidr))
 		}
 	}
-	errs = append(errs, tunnel.SyncRoutes(a.overlay, want, a.routeMTU, datapath.OverlayMAC), routing.Kernel{}.SyncNodeRoutes(nil))
+	errs = append(errs, tunnel.SyncRoutes(a.overlay, want, a.plan.RouteMTU, datapath.OverlayMAC), routing.Kernel{}.SyncNodeRoutes(nil))
 	return errors.Join(errs...)
 }

@@ -6,7 +6,6 @@ import (
 	"net/http"
 
 	"github.com/myelin-net/myelin/internal/api"
-	"github.com/myelin-net/myelin/internal/config"
 	"github.com/myelin-net/myelin/internal/healthcheck"
 	"github.com/myelin-net/myelin/internal/service"
 )
@@ -16,19 +15,15 @@ import (
 // kube-proxy-replacement false it does nothing: kube-proxy serves Services and the
 // datapath was loaded without load balancing.
 func (a *agent) startServices(ctx context.Context) error {
-	if !a.conf.KubeProxyReplacement {
+	if !a.plan.KubeProxyReplacement {
 		return nil
 	}
-	maglev := 0
-	if a.conf.LBAlgorithm == config.LBMaglev {
-		maglev = a.conf.MaglevTableSize
-	}
-	m, err := service.NewManager(a.dp, maglev)
+	m, err := service.NewManager(a.dp, a.plan.MaglevTableSize)
 	if err != nil {
 		return fmt.Errorf("adopt the service maps: %w", err)
 	}
 	a.services = m
-	a.svcWatch = service.NewWatcher(a.cs, m, service.Options{NodeName: a.cfg.Node, NodeIP: a.nodeIP},
+	a.svcWatch = service.NewWatcher(a.cs, m, service.Options{NodeName: a.cfg.Node, NodeIP: a.plan.NodeIP},
 		func(err error) { a.loops.report("services", err) }, a.log)
 	a.startHealthChecks(ctx)
 	go a.svcWatch.Run(ctx)
@@ -56,7 +51,7 @@ func (a *agent) startHealthChecks(ctx context.Context) {
 
 // servedBy says who implements Services on this node, for status.
 func (a *agent) servedBy() string {
-	if !a.conf.KubeProxyReplacement {
+	if !a.plan.KubeProxyReplacement {
 		return "kube-proxy (kube-proxy-replacement is false)"
 	}
 	if a.services == nil {
@@ -68,16 +63,16 @@ func (a *agent) servedBy() string {
 		hcPorts = len(a.healthChecks.Ports())
 	}
 	return fmt.Sprintf("myelin (kube-proxy-replacement, %s): %d services, %d frontends, %d backends, %d health check ports",
-		a.conf.LBAlgorithm, svcs, frontends, backends, hcPorts)
+		a.plan.LBAlgorithm, svcs, frontends, backends, hcPorts)
 }
 
 func (a *agent) handleServices(w http.ResponseWriter, _ *http.Request) {
 	out := api.Services{Node: a.cfg.Node, ServedBy: "kube-proxy", Frontends: []api.ServiceFrontend{}}
-	if !a.conf.KubeProxyReplacement {
+	if !a.plan.KubeProxyReplacement {
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
-	out.ServedBy, out.Algorithm = "myelin", a.conf.LBAlgorithm
+	out.ServedBy, out.Algorithm = "myelin", a.plan.LBAlgorithm
 	if a.services == nil {
 		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("agent on node %s is starting", a.cfg.Node))
 		return

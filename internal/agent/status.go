@@ -4,7 +4,6 @@ import (
 	"net/http"
 
 	"github.com/myelin-net/myelin/internal/api"
-	"github.com/myelin-net/myelin/internal/config"
 )
 
 func (a *agent) status() api.Status {
@@ -12,15 +11,15 @@ func (a *agent) status() api.Status {
 		Node:     a.cfg.Node,
 		Config:   api.ConfigInfo{Sources: a.conf.SourceSummary(), Warning: a.conf.Warning()},
 		Started:  a.started,
-		Datapath: api.DatapathInfo{Device: "veth", AttachMode: "tcx", Uplink: a.cfg.Uplink},
+		Datapath: api.DatapathInfo{Device: "veth", AttachMode: a.plan.AttachMode, Uplink: a.cfg.Uplink},
 		Routing: api.RoutingInfo{
-			Mode: string(a.conf.RoutingMode), HostRouting: a.routing.Mode(), HostRoutingReason: a.routing.Reason,
-			AutoDirectNodeRoutes: a.conf.AutoDirectNodeRoutes, Routes: int(a.routes.Load()),
+			Mode: a.plan.RoutingMode(), HostRouting: a.plan.HostRouting.Mode(), HostRoutingReason: a.plan.HostRouting.Reason,
+			AutoDirectNodeRoutes: a.plan.AutoDirectNodeRoutes, Routes: int(a.routes.Load()),
 		},
-		Masquerade:  masqueradeText(a.conf),
-		SourceCheck: sourceCheck(a.conf),
+		Masquerade:  a.plan.Masquerade.String(),
+		SourceCheck: sourceCheck(a.plan.SourceValidation, a.conf.Source("enable-source-ip-verification")),
 		KubeProxy:   a.servedBy(),
-		MTU:         api.MTUInfo{Device: a.mtu, Route: a.routeMTU},
+		MTU:         api.MTUInfo{Device: a.plan.MTU, Route: a.plan.RouteMTU},
 		Endpoints:   len(a.eps.List()),
 		Nodes:       api.NodesInfo{Known: int(a.nodesKnown.Load())},
 		Loops:       a.loops.snapshot(),
@@ -28,9 +27,6 @@ func (a *agent) status() api.Status {
 	}
 	if u := a.unroutable.Load(); u != nil {
 		s.Routing.Unroutable = *u
-	}
-	if !a.features.TCX {
-		s.Datapath.AttachMode = "tc"
 	}
 	cidr, used, total := a.pool.Usage()
 	s.IPAM = api.IPAMInfo{CIDR: cidr.String(), Used: used, Total: total}
@@ -63,19 +59,21 @@ func (a *agent) status() api.Status {
 }
 
 // sourceCheck reports enable-source-ip-verification, loudly when it is off.
-func sourceCheck(c config.Config) api.SourceCheckInfo {
-	if c.EnableSourceIPVerification {
+// source names who set it.
+func sourceCheck(on bool, source string) api.SourceCheckInfo {
+	if on {
 		return api.SourceCheckInfo{Enabled: true}
 	}
 	return api.SourceCheckInfo{Warning: "pods can send from any address and MAC (enable-source-ip-verification is false, set by " +
-		c.Source("enable-source-ip-verification") + "); turn it off only to measure its cost"}
+		source + "); turn it off only to measure its cost"}
 }
 
-func masqueradeText(c config.Config) string {
-	switch {
-	case !c.EnableIPv4Masquerade:
+// String is the masquerade mode as status shows it.
+func (m masqueradeMode) String() string {
+	switch m {
+	case masqueradeOff:
 		return "disabled"
-	case c.EnableBPFMasquerade:
+	case masqueradeBPF:
 		return "BPF (myelin_to_netdev)"
 	default:
 		return "iptables (nat/" + masqChain + ")"
