@@ -27,6 +27,7 @@ import (
 	"github.com/myelin-net/myelin/internal/endpoint"
 	"github.com/myelin-net/myelin/internal/healthcheck"
 	"github.com/myelin-net/myelin/internal/ipam"
+	"github.com/myelin-net/myelin/internal/iptables"
 	"github.com/myelin-net/myelin/internal/k8s"
 	"github.com/myelin-net/myelin/internal/routing"
 	"github.com/myelin-net/myelin/internal/service"
@@ -178,7 +179,7 @@ func (a *agent) startDatapath(podCIDR netip.Prefix, uplink netlink.Link) error {
 	// start handing packets to it; going to BPF, the rules go only after every program
 	// has been replaced. Either way no packet meets a half-switched node.
 	if !a.plan.HostRouting.BPF {
-		if err := ensureLegacyForward(a.plan.ClusterCIDR.String()); err != nil {
+		if err := iptables.EnsureForward(a.plan.ClusterCIDR); err != nil {
 			return err
 		}
 	}
@@ -228,7 +229,7 @@ func (a *agent) startDatapath(podCIDR netip.Prefix, uplink netlink.Link) error {
 	a.loops.report("endpoint-restore", err)
 	a.log.Info("endpoints restored", "adopted", adopted, "removed", removed, "err", err)
 	if a.plan.HostRouting.BPF {
-		if err := removeLegacyForward(); err != nil {
+		if err := iptables.RemoveForward(); err != nil {
 			return err
 		}
 	}

@@ -1,18 +1,16 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/iptables"
 	"github.com/myelin-net/myelin/internal/k8s"
 )
 
@@ -52,16 +50,13 @@ func (a *agent) applyMasquerade(dp *datapath.Datapath, keep []netip.Prefix) erro
 		if err := dp.SetNoMasquerade(keep); err != nil {
 			return fmt.Errorf("write the no-masquerade set: %w", err)
 		}
-		return removeIPTablesMasquerade()
+		return iptables.RemoveMasquerade()
 	case masqueradeIPTables:
-		return syncIPTablesMasquerade(a.plan.ClusterCIDR, keep)
+		return iptables.SyncMasquerade(a.plan.ClusterCIDR, keep)
 	default:
-		return removeIPTablesMasquerade()
+		return iptables.RemoveMasquerade()
 	}
 }
-
-// masqChain is myelin's own chain in the nat table; POSTROUTING jumps to it.
-const masqChain = "MYELIN-POSTROUTING"
 
 // noMasquerade is the set of destinations pod traffic keeps its source for: base
 // (the cluster's pods, ipv4-native-routing-cidr, every non-masquerade-cidr, see
@@ -82,48 +77,4 @@ func noMasquerade(base []netip.Prefix, nodes []*corev1.Node) []netip.Prefix {
 	}
 	sortPrefixes(out)
 	return out
-}
-
-// masqueradeRules renders the iptables-restore input that replaces myelin's nat chain
-// atomically: RETURN for each no-masquerade destination, then MASQUERADE for the rest
-// of the cluster's pod traffic.
-func masqueradeRules(cluster netip.Prefix, keep []netip.Prefix) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "*nat\n:%s - [0:0]\n", masqChain)
-	for _, p := range keep {
-		fmt.Fprintf(&b, "-A %s -d %s -j RETURN\n", masqChain, p)
-	}
-	fmt.Fprintf(&b, "-A %s -s %s -m comment --comment \"myelin: masquerade pod traffic leaving the cluster\" -j MASQUERADE\n", masqChain, cluster)
-	b.WriteString("COMMIT\n")
-	return b.String()
-}
-
-// syncIPTablesMasquerade installs (or updates) the nat chain and the jump to it.
-func syncIPTablesMasquerade(cluster netip.Prefix, keep []netip.Prefix) error {
-	cmd := exec.Command("iptables-restore", "-w", "--noflush")
-	cmd.Stdin = bytes.NewBufferString(masqueradeRules(cluster, keep))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("iptables-restore %s: %s", masqChain, strings.TrimSpace(string(out)))
-	}
-	if _, err := iptables("-t", "nat", "-C", "POSTROUTING", "-j", masqChain); err != nil {
-		if _, err := iptables("-t", "nat", "-I", "POSTROUTING", "1", "-j", masqChain); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// removeIPTablesMasquerade removes the nat chain and its jump (BPF masquerade or none).
-func removeIPTablesMasquerade() error {
-	for {
-		if _, err := iptables("-t", "nat", "-D", "POSTROUTING", "-j", masqChain); err != nil {
-			break
-		}
-	}
-	_, _ = iptables("-t", "nat", "-F", masqChain)
-	if _, err := iptables("-t", "nat", "-X", masqChain); err != nil && !strings.Contains(err.Error(), "No chain") &&
-		!strings.Contains(err.Error(), "does not exist") {
-		return err
-	}
-	return nil
 }

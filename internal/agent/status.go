@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/iptables"
 )
 
 func (a *agent) status() api.Status {
@@ -76,7 +77,7 @@ func (m masqueradeMode) String() string {
 	case masqueradeBPF:
 		return "BPF (myelin_to_netdev)"
 	default:
-		return "iptables (nat/" + masqChain + ")"
+		return "iptables (nat/" + iptables.MasqueradeChain + ")"
 	}
 }
 
