@@ -3,21 +3,49 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
-	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/iptables"
 	"github.com/myelin-net/myelin/internal/k8s"
 )
 
-// startMasquerade programs the no-masquerade set (BPF) or the nat chain (iptables)
-// from the Nodes known at start, before anything is attached.
-func (a *agent) startMasquerade(dp *datapath.Datapath) error {
-	list, err := a.cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+// noMasqueradeSet is the datapath's no-masquerade set (datapath.Datapath).
+type noMasqueradeSet interface {
+	SetNoMasquerade([]netip.Prefix) error
+}
+
+// masqueradeLoop owns the masquerading of pod traffic: the no-masquerade set (BPF
+// masquerade) or the nat chain (iptables masquerade), and removing the other. It is
+// their only writer: first once at start-up, before the egress program is attached,
+// then from Run as the Nodes change.
+type masqueradeLoop struct {
+	mode    masqueradeMode
+	cluster netip.Prefix
+	base    []netip.Prefix // noMasqueradeBase
+	set     noMasqueradeSet
+	nodes   *nodeWatch
+	changed <-chan struct{}
+	loops   *loops
+	log     *slog.Logger
+	// applied is the no-masquerade set last written (nil: none yet).
+	applied []netip.Prefix
+}
+
+func newMasqueradeLoop(p nodePlan, set noMasqueradeSet, nodes *nodeWatch, l *loops, log *slog.Logger) *masqueradeLoop {
+	return &masqueradeLoop{mode: p.Masquerade, cluster: p.ClusterCIDR, base: p.NoMasqueradeBase, set: set,
+		nodes: nodes, changed: nodes.subscribe(), loops: l, log: log}
+}
+
+// first writes the set from the Nodes the apiserver lists now, before anything is
+// attached (the informer has not synced yet).
+func (m *masqueradeLoop) first(ctx context.Context, cs kubernetes.Interface) error {
+	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("list nodes for the no-masquerade set: %w", err)
 	}
@@ -25,34 +53,39 @@ func (a *agent) startMasquerade(dp *datapath.Datapath) error {
 	for i := range list.Items {
 		nodes = append(nodes, &list.Items[i])
 	}
-	return a.syncMasquerade(dp, nodes)
+	return m.sync(nodes)
 }
 
-// syncMasquerade keeps the masquerading of pod traffic in step with the Nodes.
-// It writes only when the no-masquerade set changed since the last successful write,
-// so the periodic node resync costs no iptables runs or map updates.
-func (a *agent) syncMasquerade(dp *datapath.Datapath, nodes []*corev1.Node) error {
-	keep := noMasquerade(a.plan.NoMasqueradeBase, nodes)
-	if a.masqApplied != nil && slices.Equal(keep, a.masqApplied) {
+// Run follows the Nodes until ctx ends (loop "masquerade").
+func (m *masqueradeLoop) Run(ctx context.Context) {
+	m.nodes.follow(ctx, m.changed, "masquerade", m.loops, m.log, m.sync)
+}
+
+// sync keeps the masquerading of pod traffic in step with the Nodes. It writes only
+// when the no-masquerade set changed since the last successful write, so the
+// periodic resync costs no iptables runs or map updates.
+func (m *masqueradeLoop) sync(nodes []*corev1.Node) error {
+	keep := noMasquerade(m.base, nodes)
+	if m.applied != nil && slices.Equal(keep, m.applied) {
 		return nil
 	}
-	if err := a.applyMasquerade(dp, keep); err != nil {
-		a.masqApplied = nil
+	if err := m.apply(keep); err != nil {
+		m.applied = nil
 		return err
 	}
-	a.masqApplied = keep
+	m.applied = keep
 	return nil
 }
 
-func (a *agent) applyMasquerade(dp *datapath.Datapath, keep []netip.Prefix) error {
-	switch a.plan.Masquerade {
+func (m *masqueradeLoop) apply(keep []netip.Prefix) error {
+	switch m.mode {
 	case masqueradeBPF:
-		if err := dp.SetNoMasquerade(keep); err != nil {
+		if err := m.set.SetNoMasquerade(keep); err != nil {
 			return fmt.Errorf("write the no-masquerade set: %w", err)
 		}
 		return iptables.RemoveMasquerade()
 	case masqueradeIPTables:
-		return iptables.SyncMasquerade(a.plan.ClusterCIDR, keep)
+		return iptables.SyncMasquerade(m.cluster, keep)
 	default:
 		return iptables.RemoveMasquerade()
 	}

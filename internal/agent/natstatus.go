@@ -14,7 +14,7 @@ const natFullPercent = 90
 
 // natStatus is the NAT section of the status: the NAT ports, the NodePort
 // SNAT counters and warnings for full NAT tables (fills from MapFill).
-func (a *agent) natStatus(fills []datapath.MapFill) api.NATInfo {
+func (a *server) natStatus(fills []datapath.MapFill) api.NATInfo {
 	info := api.NATInfo{Ports: a.plan.NATPorts.String(), Warnings: natWarnings(fills)}
 	if !a.plan.KubeProxyReplacement {
 		return info

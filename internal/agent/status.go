@@ -7,7 +7,7 @@ import (
 	"github.com/myelin-net/myelin/internal/iptables"
 )
 
-func (a *agent) status() api.Status {
+func (a *server) status() api.Status {
 	s := api.Status{
 		Node:     a.cfg.Node,
 		Config:   api.ConfigInfo{Sources: a.conf.SourceSummary(), Warning: a.conf.Warning()},
@@ -15,18 +15,18 @@ func (a *agent) status() api.Status {
 		Datapath: api.DatapathInfo{Device: "veth", AttachMode: a.plan.AttachMode, Uplink: a.cfg.Uplink},
 		Routing: api.RoutingInfo{
 			Mode: a.plan.RoutingMode(), HostRouting: a.plan.HostRouting.Mode(), HostRoutingReason: a.plan.HostRouting.Reason,
-			AutoDirectNodeRoutes: a.plan.AutoDirectNodeRoutes, Routes: int(a.routes.Load()),
+			AutoDirectNodeRoutes: a.plan.AutoDirectNodeRoutes, Routes: int(a.routes.routes.Load()),
 		},
 		Masquerade:  a.plan.Masquerade.String(),
 		SourceCheck: sourceCheck(a.plan.SourceValidation, a.conf.Source("enable-source-ip-verification")),
 		KubeProxy:   a.servedBy(),
 		MTU:         api.MTUInfo{Device: a.plan.MTU, Route: a.plan.RouteMTU},
 		Endpoints:   len(a.eps.List()),
-		Nodes:       api.NodesInfo{Known: int(a.nodesKnown.Load())},
+		Nodes:       api.NodesInfo{Known: int(a.routes.nodesKnown.Load())},
 		Loops:       a.loops.snapshot(),
 		Guard:       a.guard.status(),
 	}
-	if u := a.unroutable.Load(); u != nil {
+	if u := a.routes.unroutable.Load(); u != nil {
 		s.Routing.Unroutable = *u
 	}
 	cidr, used, total := a.pool.Usage()
@@ -37,9 +37,7 @@ func (a *agent) status() api.Status {
 			s.Kubernetes.Connected, s.Kubernetes.Error = false, l.LastError
 		}
 	}
-	if v := a.k8sVersion.Load(); v != nil {
-		s.Kubernetes.Version = *v
-	}
+	s.Kubernetes.Version = a.kube.serverVersion()
 	fills, err := a.dp.MapFill()
 	if err == nil {
 		for _, f := range fills {
@@ -81,7 +79,7 @@ func (m masqueradeMode) String() string {
 	}
 }
 
-func (a *agent) handleStatus(w http.ResponseWriter, _ *http.Request) {
+func (a *server) handleStatus(w http.ResponseWriter, _ *http.Request) {
 	if a.eps == nil {
 		writeJSON(w, http.StatusServiceUnavailable, api.ErrorBody{Error: "agent is starting"})
 		return
