@@ -54,7 +54,7 @@ func endpointProblems(dp endpointDatapath, ep api.Endpoint) []string {
 }
 
 // handleCheckEndpoint answers GET /v1/endpoints/{id}/check (CNI CHECK).
-func (a *agent) handleCheckEndpoint(w http.ResponseWriter, r *http.Request) {
+func (a *server) handleCheckEndpoint(w http.ResponseWriter, r *http.Request) {
 	ep, ok := a.eps.Get(r.PathValue("id"))
 	if !ok {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint for container %s on node %s", r.PathValue("id"), a.cfg.Node))

@@ -3,10 +3,12 @@ package agent
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"time"
 
 	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/endpoint"
 )
 
 // deletedInterval is how often the agent looks for deletes CNI DEL recorded while it
@@ -14,22 +16,32 @@ import (
 // all it costs.
 const deletedInterval = 5 * time.Second
 
+// deletedLoop carries out the deletes CNI DEL recorded while no agent answered: once
+// at start-up, before anything new is added, then every deletedInterval (loop
+// "cni-deleted").
+type deletedLoop struct {
+	socket string
+	eps    *endpoint.Manager
+	loops  *loops
+	log    *slog.Logger
+}
+
 // processDeleted carries out the deletes CNI DEL recorded in api.DeletedDir: the pod's
 // veth is gone already; its endpoint is removed and its IP released, if the record is
 // still the attachment DEL saw (endpoint.Manager.DeleteRecorded). A record is kept for
 // the next round only when carrying it out failed.
-func (a *agent) processDeleted() error {
-	recs, err := api.ReadDeleted(api.DeletedDir(a.cfg.socket()))
+func (d *deletedLoop) processDeleted() error {
+	recs, err := api.ReadDeleted(api.DeletedDir(d.socket))
 	errs := []error{err}
-	for path, d := range recs {
-		removed, err := a.eps.DeleteRecorded(d)
+	for path, rec := range recs {
+		removed, err := d.eps.DeleteRecorded(rec)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		if removed {
-			a.log.Info("endpoint deleted by a CNI DEL made while the agent was unreachable",
-				"pod", d.Namespace+"/"+d.Pod, "container", d.ContainerID, "deleted", d.Deleted)
+			d.log.Info("endpoint deleted by a CNI DEL made while the agent was unreachable",
+				"pod", rec.Namespace+"/"+rec.Pod, "container", rec.ContainerID, "deleted", rec.Deleted)
 		}
 		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
 			errs = append(errs, err)
@@ -38,9 +50,9 @@ func (a *agent) processDeleted() error {
 	return errors.Join(errs...)
 }
 
-// watchDeleted runs processDeleted every deletedInterval until ctx ends, so deletes
+// Run carries out recorded deletes every deletedInterval until ctx ends, so deletes
 // recorded while the agent was hung (not restarted) are carried out too.
-func (a *agent) watchDeleted(ctx context.Context) {
+func (d *deletedLoop) Run(ctx context.Context) {
 	ticker := time.NewTicker(deletedInterval)
 	defer ticker.Stop()
 	for {
@@ -49,15 +61,15 @@ func (a *agent) watchDeleted(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		a.carryOutDeleted()
+		d.carryOut()
 	}
 }
 
-// carryOutDeleted runs processDeleted and reports the outcome as the loop "cni-deleted".
-func (a *agent) carryOutDeleted() {
-	err := a.processDeleted()
-	a.loops.report("cni-deleted", err)
+// carryOut runs processDeleted and reports the outcome as the loop "cni-deleted".
+func (d *deletedLoop) carryOut() {
+	err := d.processDeleted()
+	d.loops.report("cni-deleted", err)
 	if err != nil {
-		a.log.Error("carry out recorded CNI deletes", "err", err)
+		d.log.Error("carry out recorded CNI deletes", "err", err)
 	}
 }

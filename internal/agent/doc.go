@@ -1,6 +1,11 @@
-// Package agent is myelin-agent's control loop: it resolves the configuration,
-// decides the host-routing mode, loads and attaches the BPF datapath, adopts the
-// endpoints a previous agent left, keeps node routes in step with the Node objects,
-// installs the CNI plugin, and serves the local API. Run is the whole life of an agent;
-// read it top to bottom to follow a node's start.
+// Package agent is myelin-agent: Run (run.go) is its table of contents. It reads the
+// Node and the configuration and decides the node's modes once into a nodePlan
+// (plan.go, pure), loads and attaches the BPF datapath and restores the endpoints
+// (datapath.go), serves the local API (server.go and its handlers), and supervises
+// the control loops, each a type owning its state with a Run method: the datapath GC
+// (gc.go), masquerade (masquerade.go), node routes (noderoutes.go) or tunnels
+// (tunnels.go) following one Node informer (nodes.go), Services and their health
+// checks (services.go), the apiserver's reachability (kubernetes.go), the firewall
+// guard (guard.go), recorded CNI deletes (deleted.go) and the monitor fan-out
+// (monitor.go). iptables rules live in internal/iptables.
 package agent

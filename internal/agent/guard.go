@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/config"
@@ -47,10 +49,24 @@ func scanGuard(setting config.Guard) (*guardState, error) {
 	return g, nil
 }
 
-// watchGuard rescans the node's rules and raises a status warning and a Warning Event
-// on the Node when rules appear that were not there at start.
-func (a *agent) watchGuard(ctx context.Context) {
-	if a.guard.setting == config.GuardOff {
+// guardLoop rescans the node's rules every guardInterval and raises a status warning
+// and a Warning Event on the Node when rules appear that were not there at start
+// (loop "user-iptables-guard"; nothing with user-iptables-guard off).
+type guardLoop struct {
+	state       *guardState
+	hostRouting hostRoutingDecision
+	node        string
+	cs          kubernetes.Interface
+	loops       *loops
+	log         *slog.Logger
+}
+
+func newGuardLoop(state *guardState, p nodePlan, cs kubernetes.Interface, l *loops, log *slog.Logger) *guardLoop {
+	return &guardLoop{state: state, hostRouting: p.HostRouting, node: p.Node, cs: cs, loops: l, log: log}
+}
+
+func (g *guardLoop) Run(ctx context.Context) {
+	if g.state.setting == config.GuardOff {
 		return
 	}
 	reported := map[string]bool{}
@@ -61,29 +77,29 @@ func (a *agent) watchGuard(ctx context.Context) {
 		case <-time.After(guardInterval):
 		}
 		findings, err := guard.Scan()
-		a.loops.report("user-iptables-guard", err)
+		g.loops.report("user-iptables-guard", err)
 		if err != nil {
 			continue
 		}
 		places := guard.Places(findings)
 		var added []string
 		for _, p := range places {
-			if !slices.Contains(a.guard.atStart, p) && !reported[p] {
+			if !slices.Contains(g.state.atStart, p) && !reported[p] {
 				added = append(added, p)
 				reported[p] = true
 			}
 		}
-		a.guard.mu.Lock()
-		a.guard.now = places
+		g.state.mu.Lock()
+		g.state.now = places
 		if len(added) > 0 {
-			a.guard.warning = fmt.Sprintf("user-defined firewall rules appeared in %s after the agent started; with %s host routing they %s",
-				strings.Join(added, ", "), a.routing.Mode(), map[bool]string{true: "do not apply to pod traffic", false: "apply"}[a.routing.BPF])
+			g.state.warning = fmt.Sprintf("user-defined firewall rules appeared in %s after the agent started; with %s host routing they %s",
+				strings.Join(added, ", "), g.hostRouting.Mode(), map[bool]string{true: "do not apply to pod traffic", false: "apply"}[g.hostRouting.BPF])
 		}
-		warning := a.guard.warning
-		a.guard.mu.Unlock()
+		warning := g.state.warning
+		g.state.mu.Unlock()
 		if len(added) > 0 {
-			a.log.Warn("user-defined firewall rules appeared", "places", added)
-			a.nodeEvent(ctx, corev1.EventTypeWarning, "UserFirewallRules", warning)
+			g.log.Warn("user-defined firewall rules appeared", "places", added)
+			g.nodeEvent(ctx, corev1.EventTypeWarning, "UserFirewallRules", warning)
 		}
 	}
 }
@@ -95,16 +111,16 @@ func (g *guardState) status() api.GuardInfo {
 }
 
 // nodeEvent records an Event on this node's Node object.
-func (a *agent) nodeEvent(ctx context.Context, typ, reason, msg string) {
+func (g *guardLoop) nodeEvent(ctx context.Context, typ, reason, msg string) {
 	now := metav1.Now()
 	ev := &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{GenerateName: a.cfg.Node + ".", Namespace: metav1.NamespaceDefault},
-		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: a.cfg.Node, UID: "", APIVersion: "v1"},
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: g.node + ".", Namespace: metav1.NamespaceDefault},
+		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: g.node, UID: "", APIVersion: "v1"},
 		Reason:         reason, Message: msg, Type: typ,
-		Source:         corev1.EventSource{Component: "myelin-agent", Host: a.cfg.Node},
+		Source:         corev1.EventSource{Component: "myelin-agent", Host: g.node},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
-	if _, err := a.cs.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		a.log.Error("record node event", "reason", reason, "err", err)
+	if _, err := g.cs.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		g.log.Error("record node event", "reason", reason, "err", err)
 	}
 }

@@ -1,32 +1,51 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
-	"os/exec"
 	"slices"
-	"sort"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
-	"github.com/myelin-net/myelin/internal/config"
-	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/iptables"
 	"github.com/myelin-net/myelin/internal/k8s"
 )
 
-// bpfMasquerade reports whether myelin_to_netdev translates pod traffic.
-func (a *agent) bpfMasquerade() bool {
-	return a.conf.EnableIPv4Masquerade && a.conf.EnableBPFMasquerade
+// noMasqueradeSet is the datapath's no-masquerade set (datapath.Datapath).
+type noMasqueradeSet interface {
+	SetNoMasquerade([]netip.Prefix) error
 }
 
-// startMasquerade programs the no-masquerade set (BPF) or the nat chain (iptables)
-// from the Nodes known at start, before anything is attached.
-func (a *agent) startMasquerade(dp *datapath.Datapath) error {
-	list, err := a.cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+// masqueradeLoop owns the masquerading of pod traffic: the no-masquerade set (BPF
+// masquerade) or the nat chain (iptables masquerade), and removing the other. It is
+// their only writer: first once at start-up, before the egress program is attached,
+// then from Run as the Nodes change.
+type masqueradeLoop struct {
+	mode    masqueradeMode
+	cluster netip.Prefix
+	base    []netip.Prefix // noMasqueradeBase
+	set     noMasqueradeSet
+	nodes   *nodeWatch
+	changed <-chan struct{}
+	loops   *loops
+	log     *slog.Logger
+	// applied is the no-masquerade set last written (nil: none yet).
+	applied []netip.Prefix
+}
+
+func newMasqueradeLoop(p nodePlan, set noMasqueradeSet, nodes *nodeWatch, l *loops, log *slog.Logger) *masqueradeLoop {
+	return &masqueradeLoop{mode: p.Masquerade, cluster: p.ClusterCIDR, base: p.NoMasqueradeBase, set: set,
+		nodes: nodes, changed: nodes.subscribe(), loops: l, log: log}
+}
+
+// first writes the set from the Nodes the apiserver lists now, before anything is
+// attached (the informer has not synced yet).
+func (m *masqueradeLoop) first(ctx context.Context, cs kubernetes.Interface) error {
+	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("list nodes for the no-masquerade set: %w", err)
 	}
@@ -34,51 +53,50 @@ func (a *agent) startMasquerade(dp *datapath.Datapath) error {
 	for i := range list.Items {
 		nodes = append(nodes, &list.Items[i])
 	}
-	return a.syncMasquerade(dp, nodes)
+	return m.sync(nodes)
 }
 
-// syncMasquerade keeps the masquerading of pod traffic in step with the Nodes.
-// It writes only when the no-masquerade set changed since the last successful write,
-// so the periodic node resync costs no iptables runs or map updates.
-func (a *agent) syncMasquerade(dp *datapath.Datapath, nodes []*corev1.Node) error {
-	keep := noMasquerade(a.conf, nodes)
-	if a.masqApplied != nil && slices.Equal(keep, a.masqApplied) {
+// Run follows the Nodes until ctx ends (loop "masquerade").
+func (m *masqueradeLoop) Run(ctx context.Context) {
+	m.nodes.follow(ctx, m.changed, "masquerade", m.loops, m.log, m.sync)
+}
+
+// sync keeps the masquerading of pod traffic in step with the Nodes. It writes only
+// when the no-masquerade set changed since the last successful write, so the
+// periodic resync costs no iptables runs or map updates.
+func (m *masqueradeLoop) sync(nodes []*corev1.Node) error {
+	keep := noMasquerade(m.base, nodes)
+	if m.applied != nil && slices.Equal(keep, m.applied) {
 		return nil
 	}
-	if err := a.applyMasquerade(dp, keep); err != nil {
-		a.masqApplied = nil
+	if err := m.apply(keep); err != nil {
+		m.applied = nil
 		return err
 	}
-	a.masqApplied = keep
+	m.applied = keep
 	return nil
 }
 
-func (a *agent) applyMasquerade(dp *datapath.Datapath, keep []netip.Prefix) error {
-	switch {
-	case a.bpfMasquerade():
-		if err := dp.SetNoMasquerade(keep); err != nil {
+func (m *masqueradeLoop) apply(keep []netip.Prefix) error {
+	switch m.mode {
+	case masqueradeBPF:
+		if err := m.set.SetNoMasquerade(keep); err != nil {
 			return fmt.Errorf("write the no-masquerade set: %w", err)
 		}
-		return removeIPTablesMasquerade()
-	case a.conf.EnableIPv4Masquerade:
-		return syncIPTablesMasquerade(a.conf.ClusterCIDR, keep)
+		return iptables.RemoveMasquerade()
+	case masqueradeIPTables:
+		return iptables.SyncMasquerade(m.cluster, keep)
 	default:
-		return removeIPTablesMasquerade()
+		return iptables.RemoveMasquerade()
 	}
 }
 
-// masqChain is myelin's own chain in the nat table; POSTROUTING jumps to it.
-const masqChain = "MYELIN-POSTROUTING"
-
-// noMasquerade is the set of destinations pod traffic keeps its source for: the
-// cluster's pods, ipv4-native-routing-cidr, every non-masquerade-cidr, and every
-// node's IP. Sorted and deduplicated.
-func noMasquerade(c config.Config, nodes []*corev1.Node) []netip.Prefix {
-	set := map[netip.Prefix]bool{c.ClusterCIDR: true}
-	if c.IPv4NativeRoutingCIDR.IsValid() {
-		set[c.IPv4NativeRoutingCIDR] = true
-	}
-	for _, p := range c.NonMasqueradeCIDRs {
+// noMasquerade is the set of destinations pod traffic keeps its source for: base
+// (the cluster's pods, ipv4-native-routing-cidr, every non-masquerade-cidr, see
+// noMasqueradeBase) and every node's IP. Sorted and deduplicated.
+func noMasquerade(base []netip.Prefix, nodes []*corev1.Node) []netip.Prefix {
+	set := map[netip.Prefix]bool{}
+	for _, p := range base {
 		set[p] = true
 	}
 	for _, n := range nodes {
@@ -90,55 +108,6 @@ func noMasquerade(c config.Config, nodes []*corev1.Node) []netip.Prefix {
 	for p := range set {
 		out = append(out, p)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Addr() != out[j].Addr() {
-			return out[i].Addr().Less(out[j].Addr())
-		}
-		return out[i].Bits() < out[j].Bits()
-	})
+	sortPrefixes(out)
 	return out
-}
-
-// masqueradeRules renders the iptables-restore input that replaces myelin's nat chain
-// atomically: RETURN for each no-masquerade destination, then MASQUERADE for the rest
-// of the cluster's pod traffic.
-func masqueradeRules(cluster netip.Prefix, keep []netip.Prefix) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "*nat\n:%s - [0:0]\n", masqChain)
-	for _, p := range keep {
-		fmt.Fprintf(&b, "-A %s -d %s -j RETURN\n", masqChain, p)
-	}
-	fmt.Fprintf(&b, "-A %s -s %s -m comment --comment \"myelin: masquerade pod traffic leaving the cluster\" -j MASQUERADE\n", masqChain, cluster)
-	b.WriteString("COMMIT\n")
-	return b.String()
-}
-
-// syncIPTablesMasquerade installs (or updates) the nat chain and the jump to it.
-func syncIPTablesMasquerade(cluster netip.Prefix, keep []netip.Prefix) error {
-	cmd := exec.Command("iptables-restore", "-w", "--noflush")
-	cmd.Stdin = bytes.NewBufferString(masqueradeRules(cluster, keep))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("iptables-restore %s: %s", masqChain, strings.TrimSpace(string(out)))
-	}
-	if _, err := iptables("-t", "nat", "-C", "POSTROUTING", "-j", masqChain); err != nil {
-		if _, err := iptables("-t", "nat", "-I", "POSTROUTING", "1", "-j", masqChain); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// removeIPTablesMasquerade removes the nat chain and its jump (BPF masquerade or none).
-func removeIPTablesMasquerade() error {
-	for {
-		if _, err := iptables("-t", "nat", "-D", "POSTROUTING", "-j", masqChain); err != nil {
-			break
-		}
-	}
-	_, _ = iptables("-t", "nat", "-F", masqChain)
-	if _, err := iptables("-t", "nat", "-X", masqChain); err != nil && !strings.Contains(err.Error(), "No chain") &&
-		!strings.Contains(err.Error(), "does not exist") {
-		return err
-	}
-	return nil
 }

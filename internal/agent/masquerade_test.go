@@ -10,7 +10,7 @@ import (
 	"github.com/myelin-net/myelin/internal/config"
 )
 
-func TestNoMasqueradeAndRules(t *testing.T) {
+func TestNoMasquerade(t *testing.T) {
 	c, err := config.Resolve(config.Source{Name: "cm", Values: map[string]string{
 		"cluster-cidr": "10.244.0.0/16", "ipv4-native-routing-cidr": "10.0.0.0/8",
 		"non-masquerade-cidrs": "192.168.0.0/16, 172.16.0.0/12, 10.0.0.0/8",
@@ -20,7 +20,7 @@ func TestNoMasqueradeAndRules(t *testing.T) {
 	}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
 		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "198.18.0.11"}}}}
-	keep := noMasquerade(c, []*corev1.Node{node})
+	keep := noMasquerade(noMasqueradeBase(c), []*corev1.Node{node})
 	var got []string
 	for _, p := range keep {
 		got = append(got, p.String())
@@ -28,15 +28,5 @@ func TestNoMasqueradeAndRules(t *testing.T) {
 	want := "10.0.0.0/8 10.244.0.0/16 172.16.0.0/12 192.168.0.0/16 198.18.0.11/32"
 	if strings.Join(got, " ") != want {
 		t.Errorf("noMasquerade = %v, want %s", got, want)
-	}
-	rules := masqueradeRules(c.ClusterCIDR, keep)
-	for _, line := range []string{"*nat", ":MYELIN-POSTROUTING - [0:0]", "-A MYELIN-POSTROUTING -d 192.168.0.0/16 -j RETURN",
-		"-A MYELIN-POSTROUTING -s 10.244.0.0/16 -m comment", "-j MASQUERADE", "COMMIT"} {
-		if !strings.Contains(rules, line) {
-			t.Errorf("rules lack %q:\n%s", line, rules)
-		}
-	}
-	if strings.Index(rules, "RETURN") > strings.Index(rules, "MASQUERADE") {
-		t.Errorf("RETURN rules must come before MASQUERADE:\n%s", rules)
 	}
 }

@@ -48,7 +48,8 @@ type eventSwitch interface {
 	SetTrace(on bool) error
 }
 
-func (m *monitor) run(ctx context.Context) {
+// Run reads datapath events and fans them out until ctx ends.
+func (m *monitor) Run(ctx context.Context) {
 	r, err := m.dp.NewEventReader()
 	if err != nil {
 		m.log.Error("open the event ring buffer", "err", err)
@@ -159,7 +160,7 @@ func (m *monitor) kernelLost() uint64 {
 
 // handleMonitor streams events as JSON lines, with a "lost" line every second in
 // which events were lost (in the kernel's ring buffer or for this slow client).
-func (a *agent) handleMonitor(w http.ResponseWriter, r *http.Request) {
+func (a *server) handleMonitor(w http.ResponseWriter, r *http.Request) {
 	typ := r.URL.Query().Get("type")
 	if typ != "" && typ != "drop" && typ != "trace" {
 		writeError(w, http.StatusBadRequest, fmt.Errorf("type %q: use drop, trace or leave it empty for both", typ))

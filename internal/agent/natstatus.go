@@ -14,9 +14,9 @@ const natFullPercent = 90
 
 // natStatus is the NAT section of the status: the NAT ports, the NodePort
 // SNAT counters and warnings for full NAT tables (fills from MapFill).
-func (a *agent) natStatus(fills []datapath.MapFill) api.NATInfo {
-	info := api.NATInfo{Ports: a.natPorts.String(), Warnings: natWarnings(fills)}
-	if !a.conf.KubeProxyReplacement {
+func (a *server) natStatus(fills []datapath.MapFill) api.NATInfo {
+	info := api.NATInfo{Ports: a.plan.NATPorts.String(), Warnings: natWarnings(fills)}
+	if !a.plan.KubeProxyReplacement {
 		return info
 	}
 	if st, err := a.dp.NodePortStats(); err == nil {

@@ -2,48 +2,85 @@ package agent
 
 import (
 	"context"
-	"errors"
+	"log/slog"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/k8s"
 	"github.com/myelin-net/myelin/internal/routing"
-	"github.com/myelin-net/myelin/internal/tunnel"
 )
 
-// watchNodes keeps the routes to other nodes' PodCIDRs in step with the Node objects
-// (auto-direct-node-routes), re-syncing on every change and every 30 s.
-func (a *agent) watchNodes(ctx context.Context) {
-	factory := informers.NewSharedInformerFactory(a.cs, 0)
-	informer := factory.Core().V1().Nodes()
-	changed := make(chan struct{}, 1)
-	kick := func(any) {
+// nodeResync is how often the loops that follow Nodes re-sync without a change.
+const nodeResync = 30 * time.Second
+
+// nodeWatch is the agent's one informer on Node objects. Each loop that follows Nodes
+// (masquerade, node routes, tunnels) subscribes before it runs and is kicked on every
+// change; Run starts the informer.
+type nodeWatch struct {
+	factory  informers.SharedInformerFactory
+	informer coreinformers.NodeInformer
+	mu       sync.Mutex
+	subs     []chan struct{}
+}
+
+func newNodeWatch(cs kubernetes.Interface) *nodeWatch {
+	w := &nodeWatch{factory: informers.NewSharedInformerFactory(cs, 0)}
+	w.informer = w.factory.Core().V1().Nodes()
+	kick := func(any) { w.kick() }
+	_, _ = w.informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: kick, UpdateFunc: func(_, n any) { kick(n) }, DeleteFunc: kick,
+	})
+	return w
+}
+
+// Run starts the informer; it stops with ctx.
+func (w *nodeWatch) Run(ctx context.Context) { w.factory.Start(ctx.Done()) }
+
+// subscribe returns a channel that receives (coalesced) a value on every change.
+func (w *nodeWatch) subscribe() <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	w.mu.Lock()
+	w.subs = append(w.subs, ch)
+	w.mu.Unlock()
+	return ch
+}
+
+func (w *nodeWatch) kick() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, ch := range w.subs {
 		select {
-		case changed <- struct{}{}:
+		case ch <- struct{}{}:
 		default:
 		}
 	}
-	_, _ = informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: kick, UpdateFunc: func(_, n any) { kick(n) }, DeleteFunc: kick,
-	})
-	factory.Start(ctx.Done())
-	cache.WaitForCacheSync(ctx.Done(), informer.Informer().HasSynced)
-	ticker := time.NewTicker(30 * time.Second)
+}
+
+// follow runs sync with every Node once the informer has synced, then again on every
+// change (changed, from subscribe) and every nodeResync, reporting each run as the
+// loop name, until ctx ends.
+func (w *nodeWatch) follow(ctx context.Context, changed <-chan struct{}, name string, l *loops, log *slog.Logger,
+	sync func([]*corev1.Node) error) {
+	cache.WaitForCacheSync(ctx.Done(), w.informer.Informer().HasSynced)
+	ticker := time.NewTicker(nodeResync)
 	defer ticker.Stop()
 	for {
-		nodes, err := informer.Lister().List(labels.Everything())
+		nodes, err := w.informer.Lister().List(labels.Everything())
 		if err == nil {
-			err = a.syncNodeRoutes(nodes)
+			err = sync(nodes)
 		}
-		a.loops.report("node-routes", err)
+		l.report(name, err)
 		if err != nil {
-			a.log.Error("sync node routes", "err", err)
+			log.Error("sync with the Nodes", "loop", name, "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -54,81 +91,24 @@ func (a *agent) watchNodes(ctx context.Context) {
 	}
 }
 
-func (a *agent) syncNodeRoutes(nodes []*corev1.Node) error {
-	a.nodesKnown.Store(int32(len(nodes)))
-	if err := a.syncMasquerade(a.dp, nodes); err != nil {
-		return err
-	}
-	if a.tunnelMode() {
-		return a.syncTunnels(nodes)
-	}
-	var want []routing.NodeRoute
-	var unroutable []string
-	if a.conf.AutoDirectNodeRoutes {
-		connected, err := routing.ConnectedPrefixes(a.cfg.Uplink)
-		if err != nil {
-			return err
-		}
-		var in []routing.Node
-		for _, n := range nodes {
-			cidr, _ := netip.ParsePrefix(n.Spec.PodCIDR)
-			in = append(in, routing.Node{Name: n.Name, IP: k8s.NodeInternalIP(n), PodCIDR: cidr})
-		}
-		var skipped []routing.Unroutable
-		want, skipped = routing.DesiredNodeRoutes(a.cfg.Node, in, connected)
-		for _, s := range skipped {
-			unroutable = append(unroutable, s.Node+": "+s.Reason)
-			a.log.Warn("no direct route to node", "node", s.Node, "reason", s.Reason)
-		}
-	}
-	a.unroutable.Store(&unroutable)
-	a.routes.Store(int32(len(want)))
-	return routing.Kernel{}.SyncNodeRoutes(want)
-}
-
-// watchKubernetes records the apiserver's version and reachability for status.
-func (a *agent) watchKubernetes(ctx context.Context) {
-	for {
-		v, err := a.cs.Discovery().ServerVersion()
-		if err == nil {
-			s := v.GitVersion
-			a.k8sVersion.Store(&s)
-		}
-		a.loops.report("kubernetes", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(30 * time.Second):
-		}
-	}
-}
-
-// syncTunnels keeps the tunnel table (BPF map for BPF host routing, encap routes for
-// the node's own traffic and for legacy host routing) in step with the Nodes, and
-// removes any direct node routes left from native routing.
-func (a *agent) syncTunnels(nodes []*corev1.Node) error {
-	var in []tunnel.Node
+// clusterNodes is what route and tunnel planning need of each Node.
+func clusterNodes(nodes []*corev1.Node) []routing.Node {
+	out := make([]routing.Node, 0, len(nodes))
 	for _, n := range nodes {
 		cidr, _ := netip.ParsePrefix(n.Spec.PodCIDR)
-		in = append(in, tunnel.Node{Name: n.Name, IP: k8s.NodeInternalIP(n), PodCIDR: cidr})
+		out = append(out, routing.Node{Name: n.Name, IP: k8s.NodeInternalIP(n), PodCIDR: cidr})
 	}
-	want := tunnel.DesiredTunnels(a.cfg.Node, in)
-	a.routes.Store(int32(len(want)))
-	empty := []string{}
-	a.unroutable.Store(&empty)
-	var errs []error
-	keep := map[netip.Prefix]bool{}
-	for _, t := range want {
-		keep[t.PodCIDR] = true
-		errs = append(errs, a.dp.UpsertTunnel(t.PodCIDR, t.NodeIP))
-	}
-	have, err := a.dp.Tunnels()
-	errs = append(errs, err)
-	for cidr := range have {
-		if !keep[cidr] {
-			errs = append(errs, a.dp.DeleteTunnel(cidr))
-		}
-	}
-	errs = append(errs, tunnel.SyncRoutes(a.overlay, want, a.routeMTU, datapath.OverlayMAC), routing.Kernel{}.SyncNodeRoutes(nil))
-	return errors.Join(errs...)
+	return out
+}
+
+// routeStatus is what the node-routes or tunnel loop last did, for status.
+type routeStatus struct {
+	nodesKnown atomic.Int32
+	routes     atomic.Int32
+	unroutable atomic.Pointer[[]string]
+}
+
+func (r *routeStatus) set(routes int, unroutable []string) {
+	r.unroutable.Store(&unroutable)
+	r.routes.Store(int32(routes))
 }

@@ -18,18 +18,9 @@ import (
 // notReadyStarting is the health reason until becomeReady names what it waits for.
 const notReadyStarting = "starting"
 
-// servicesSynced is closed once the Service watcher's first full pass is done, nil
-// when myelin does not serve Services (kube-proxy-replacement false).
-func (a *agent) servicesSynced() <-chan struct{} {
-	if a.svcWatch == nil {
-		return nil
-	}
-	return a.svcWatch.Synced()
-}
-
 // becomeReady marks the agent ready once servicesSynced is closed (at once when it is
 // nil). Endpoints are restored before it is called. It returns false if ctx ended first.
-func (a *agent) becomeReady(ctx context.Context, servicesSynced <-chan struct{}) bool {
+func (a *server) becomeReady(ctx context.Context, servicesSynced <-chan struct{}) bool {
 	if servicesSynced != nil {
 		reason := "waiting for the first Service sync (informer caches and every Service programmed)"
 		a.notReady.Store(&reason)
@@ -44,14 +35,14 @@ func (a *agent) becomeReady(ctx context.Context, servicesSynced <-chan struct{})
 }
 
 // notReadyReason says what the agent is waiting for.
-func (a *agent) notReadyReason() string {
+func (a *server) notReadyReason() string {
 	if r := a.notReady.Load(); r != nil {
 		return *r
 	}
 	return notReadyStarting
 }
 
-func (a *agent) handleHealth(w http.ResponseWriter, _ *http.Request) {
+func (a *server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	if !a.ready.Load() {
 		writeJSON(w, http.StatusServiceUnavailable, api.Health{Reason: a.notReadyReason()})
 		return

@@ -14,7 +14,7 @@ import (
 	"github.com/myelin-net/myelin/internal/api"
 )
 
-func health(t *testing.T, a *agent) (int, api.Health) {
+func health(t *testing.T, a *server) (int, api.Health) {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	a.handleHealth(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
@@ -28,7 +28,7 @@ func health(t *testing.T, a *agent) (int, api.Health) {
 // The agent is not ready, and refuses CNI ADD, until the Service watcher's first full
 // pass is done; the reason says what it waits for.
 func TestReadyOnlyAfterServicesSynced(t *testing.T) {
-	a := &agent{cfg: Config{Node: "n1"}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	a := &server{cfg: Config{Node: "n1"}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if code, h := health(t, a); code != http.StatusServiceUnavailable || h.Ready || h.Reason != notReadyStarting {
 		t.Errorf("before start: %d %+v, want 503 starting", code, h)
 	}
@@ -60,11 +60,11 @@ func TestReadyOnlyAfterServicesSynced(t *testing.T) {
 // Without kube-proxy-replacement there is nothing to wait for; a cancelled start is
 // never ready.
 func TestReadyWithoutServicesAndCancelled(t *testing.T) {
-	a := &agent{cfg: Config{Node: "n1"}}
+	a := &server{cfg: Config{Node: "n1"}}
 	if !a.becomeReady(context.Background(), nil) || !a.ready.Load() {
 		t.Error("kube-proxy-replacement off: not ready at once")
 	}
-	b := &agent{cfg: Config{Node: "n1"}}
+	b := &server{cfg: Config{Node: "n1"}}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if b.becomeReady(ctx, make(chan struct{})) || b.ready.Load() {

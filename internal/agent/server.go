@@ -4,16 +4,57 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/config"
+	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/endpoint"
+	"github.com/myelin-net/myelin/internal/ipam"
 )
 
+// server answers the agent's API on its unix socket. It is built once the endpoints
+// are restored, and reads every part it reports on; a part that starts later
+// (Services) is published to it through an atomic pointer, so a handler sees it
+// either absent ("starting") or complete.
+type server struct {
+	cfg     Config
+	conf    config.Config // GET /v1/config and status
+	plan    nodePlan
+	log     *slog.Logger
+	started time.Time
+
+	dp      *datapath.Datapath
+	eps     *endpoint.Manager
+	pool    *ipam.Pool
+	loops   *loops
+	monitor *monitor
+	guard   *guardState
+	gc      *collector   // its eviction samples, for status
+	routes  *routeStatus // written by the node-routes or tunnel loop
+	kube    *kubeLoop
+	// services is nil until the Service maps are adopted, and stays nil with
+	// kube-proxy-replacement false.
+	services atomic.Pointer[serviceLoop]
+
+	ready    atomic.Bool
+	notReady atomic.Pointer[string] // what the agent waits for before it is ready
+}
+
+func newServer(st *startup, node *nodeDatapath, gc *collector) *server {
+	return &server{cfg: st.cfg, conf: st.conf, plan: st.plan, log: st.log, started: st.started,
+		dp: node.dp, eps: node.eps, pool: node.pool, loops: st.loops, monitor: newMonitor(node.dp, node.eps, st.log),
+		guard: st.guard, gc: gc, routes: &routeStatus{}, kube: &kubeLoop{cs: st.cs, loops: st.loops}}
+}
+
 // serve starts the local API on the agent's unix socket.
-func (a *agent) serve() (*http.Server, error) {
+func (a *server) serve() (*http.Server, error) {
 	sock := a.cfg.socket()
 	if err := os.Remove(sock); err != nil && !os.IsNotExist(err) {
 		return nil, fmt.Errorf("remove stale socket %s: %w", sock, err)
@@ -58,7 +99,7 @@ func writeError(w http.ResponseWriter, code int, err error) {
 }
 
 // ifReady answers 503 until the agent has finished starting.
-func (a *agent) ifReady(h http.HandlerFunc) http.HandlerFunc {
+func (a *server) ifReady(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !a.ready.Load() {
 			writeError(w, http.StatusServiceUnavailable, fmt.Errorf("agent on node %s is not ready: %s", a.cfg.Node, a.notReadyReason()))
@@ -75,7 +116,7 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
-func (a *agent) handleAllocate(w http.ResponseWriter, r *http.Request) {
+func (a *server) handleAllocate(w http.ResponseWriter, r *http.Request) {
 	var ref api.PodRef
 	if err := decode(r, &ref); err != nil {
 		writeError(w, http.StatusBadRequest, err)
@@ -90,7 +131,7 @@ func (a *agent) handleAllocate(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, alloc)
 }
 
-func (a *agent) handleRelease(w http.ResponseWriter, r *http.Request) {
+func (a *server) handleRelease(w http.ResponseWriter, r *http.Request) {
 	if err := a.pool.Release(r.PathValue("id")); err != nil {
 		writeError(w, http.StatusInternalServerError, err)
 		return
@@ -98,11 +139,11 @@ func (a *agent) handleRelease(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (a *agent) handleListEndpoints(w http.ResponseWriter, _ *http.Request) {
+func (a *server) handleListEndpoints(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, a.eps.List())
 }
 
-func (a *agent) handleGetEndpoint(w http.ResponseWriter, r *http.Request) {
+func (a *server) handleGetEndpoint(w http.ResponseWriter, r *http.Request) {
 	ep, ok := a.eps.Get(r.PathValue("id"))
 	if !ok {
 		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint for container %s on node %s", r.PathValue("id"), a.cfg.Node))
@@ -111,7 +152,7 @@ func (a *agent) handleGetEndpoint(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ep)
 }
 
-func (a *agent) handlePutEndpoint(w http.ResponseWriter, r *http.Request) {
+func (a *server) handlePutEndpoint(w http.ResponseWriter, r *http.Request) {
 	var ep api.Endpoint
 	if err := decode(r, &ep); err != nil {
 		writeError(w, http.StatusBadRequest, err)
@@ -129,7 +170,7 @@ func (a *agent) handlePutEndpoint(w http.ResponseWriter, r *http.Request) {
 
 // handleDeleteEndpoint deletes an endpoint; ?ifindex= names the host veth the caller
 // saw, and a record on another veth is not deleted (412, api.ErrNotOwner).
-func (a *agent) handleDeleteEndpoint(w http.ResponseWriter, r *http.Request) {
+func (a *server) handleDeleteEndpoint(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	ifindex := 0
 	if s := r.URL.Query().Get("ifindex"); s != "" {
@@ -152,7 +193,7 @@ func (a *agent) handleDeleteEndpoint(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (a *agent) handleGC(w http.ResponseWriter, r *http.Request) {
+func (a *server) handleGC(w http.ResponseWriter, r *http.Request) {
 	var req api.GCRequest
 	if err := decode(r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, err)
@@ -166,7 +207,7 @@ func (a *agent) handleGC(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.GCResult{Removed: removed})
 }
 
-func (a *agent) handleConfig(w http.ResponseWriter, _ *http.Request) {
+func (a *server) handleConfig(w http.ResponseWriter, _ *http.Request) {
 	view := api.ConfigView{Node: a.cfg.Node, Warning: a.conf.Warning()}
 	for _, e := range a.conf.Effective {
 		view.Effective = append(view.Effective, api.ConfigEntry{Key: e.Key, Value: e.Value, Source: e.Source})

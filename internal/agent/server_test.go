@@ -57,7 +57,7 @@ func TestDeleteEndpointOnlyByOwner(t *testing.T) {
 	}
 	node := &fakeNode{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}}
 	eps := endpoint.NewManager(endpoint.Config{Dir: filepath.Join(dir, "endpoints"), Node: "n1"}, node, node, pool)
-	a := &agent{cfg: Config{Node: "n1", StateDir: dir}, eps: eps, pool: pool, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	a := &server{cfg: Config{Node: "n1", StateDir: dir}, eps: eps, pool: pool, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	srv, err := a.serve()
 	if err != nil {
 		t.Fatal(err)

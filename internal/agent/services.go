@@ -3,103 +3,121 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/myelin-net/myelin/internal/api"
-	"github.com/myelin-net/myelin/internal/config"
+	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/healthcheck"
 	"github.com/myelin-net/myelin/internal/service"
 )
 
-// startServices adopts the Service maps left by a previous run and starts the watcher
-// that keeps them in step with the cluster (kube-proxy-replacement). With
-// kube-proxy-replacement false it does nothing: kube-proxy serves Services and the
-// datapath was loaded without load balancing.
-func (a *agent) startServices(ctx context.Context) error {
-	if !a.conf.KubeProxyReplacement {
-		return nil
-	}
-	maglev := 0
-	if a.conf.LBAlgorithm == config.LBMaglev {
-		maglev = a.conf.MaglevTableSize
-	}
-	m, err := service.NewManager(a.dp, maglev)
-	if err != nil {
-		return fmt.Errorf("adopt the service maps: %w", err)
-	}
-	a.services = m
-	a.svcWatch = service.NewWatcher(a.cs, m, service.Options{NodeName: a.cfg.Node, NodeIP: a.nodeIP},
-		func(err error) { a.loops.report("services", err) }, a.log)
-	a.startHealthChecks(ctx)
-	go a.svcWatch.Run(ctx)
-	return nil
+// serviceLoop implements Services on the node with kube-proxy-replacement: the
+// Service watcher keeps the Service maps (adopted from the previous run, ids kept)
+// in step with the cluster, and feeds the health check listeners of
+// externalTrafficPolicy: Local Services (kube-proxy serves both when it runs
+// instead). Loops "services" and "health-check-ports".
+type serviceLoop struct {
+	algorithm    string
+	manager      *service.Manager
+	watcher      *service.Watcher
+	healthChecks *healthcheck.Server
 }
 
-// startHealthChecks serves the healthCheckNodePorts of externalTrafficPolicy: Local
-// Services, fed by the Service watcher (kube-proxy serves them when it runs instead).
-// Answers are 503 until the watcher's first full pass, as kube-proxy's are until it
-// has synced.
-func (a *agent) startHealthChecks(ctx context.Context) {
-	synced := func() bool {
-		select {
-		case <-a.svcWatch.Synced():
-			return true
-		default:
-			return false
-		}
+// newServiceLoop adopts the Service maps and wires the watcher to the health checks;
+// with kube-proxy-replacement false it returns nil: the datapath was loaded without
+// load balancing.
+func newServiceLoop(p nodePlan, dp *datapath.Datapath, cs kubernetes.Interface, l *loops, log *slog.Logger) (*serviceLoop, error) {
+	if !p.KubeProxyReplacement {
+		return nil, nil
 	}
-	a.healthChecks = healthcheck.New(synced, func(err error) { a.loops.report("health-check-ports", err) },
-		a.log.With("loop", "health-check-ports"))
-	a.svcWatch.OnHealthCheck(a.healthChecks.Update)
-	go a.healthChecks.Run(ctx)
+	m, err := service.NewManager(dp, p.MaglevTableSize)
+	if err != nil {
+		return nil, fmt.Errorf("adopt the service maps: %w", err)
+	}
+	s := &serviceLoop{algorithm: p.LBAlgorithm, manager: m}
+	s.watcher = service.NewWatcher(cs, m, service.Options{NodeName: p.Node, NodeIP: p.NodeIP},
+		func(err error) { l.report("services", err) }, log)
+	// Health check answers are 503 until the watcher's first full pass, as
+	// kube-proxy's are until it has synced.
+	s.healthChecks = healthcheck.New(s.isSynced, func(err error) { l.report("health-check-ports", err) },
+		log.With("loop", "health-check-ports"))
+	s.watcher.OnHealthCheck(s.healthChecks.Update)
+	return s, nil
+}
+
+// Run serves the health check ports and runs the watcher until ctx ends.
+func (s *serviceLoop) Run(ctx context.Context) {
+	go s.healthChecks.Run(ctx)
+	s.watcher.Run(ctx)
+}
+
+// synced is closed once the watcher's first full pass is done; nil (never closed)
+// when myelin does not serve Services.
+func (s *serviceLoop) synced() <-chan struct{} {
+	if s == nil {
+		return nil
+	}
+	return s.watcher.Synced()
+}
+
+func (s *serviceLoop) isSynced() bool {
+	select {
+	case <-s.watcher.Synced():
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *serviceLoop) servedBy() string {
+	svcs, frontends, backends := s.manager.Counts()
+	return fmt.Sprintf("myelin (kube-proxy-replacement, %s): %d services, %d frontends, %d backends, %d health check ports",
+		s.algorithm, svcs, frontends, backends, len(s.healthChecks.Ports()))
+}
+
+// view is what GET /v1/services answers.
+func (s *serviceLoop) view(node string) api.Services {
+	out := api.Services{Node: node, ServedBy: "myelin", Algorithm: s.algorithm, Synced: s.isSynced(), Frontends: []api.ServiceFrontend{}}
+	for _, f := range s.manager.Snapshot() {
+		v := api.ServiceFrontend{Service: f.Service, Port: f.PortName, Type: string(f.Type),
+			Frontend: service.FrontendString(f.Key), ID: f.ID, Backends: []api.ServiceBackend{}}
+		if f.Affinity > 0 {
+			v.Affinity = f.Affinity.String()
+		}
+		for _, b := range f.Active {
+			v.Backends = append(v.Backends, api.ServiceBackend{Address: b.String(), ID: f.BackendIDs[b], State: "active"})
+		}
+		for _, b := range f.Terminating {
+			v.Backends = append(v.Backends, api.ServiceBackend{Address: b.String(), ID: f.BackendIDs[b], State: "terminating"})
+		}
+		out.Frontends = append(out.Frontends, v)
+	}
+	return out
 }
 
 // servedBy says who implements Services on this node, for status.
-func (a *agent) servedBy() string {
-	if !a.conf.KubeProxyReplacement {
+func (a *server) servedBy() string {
+	if !a.plan.KubeProxyReplacement {
 		return "kube-proxy (kube-proxy-replacement is false)"
 	}
-	if a.services == nil {
-		return "myelin (starting)"
+	if s := a.services.Load(); s != nil {
+		return s.servedBy()
 	}
-	svcs, frontends, backends := a.services.Counts()
-	hcPorts := 0
-	if a.healthChecks != nil {
-		hcPorts = len(a.healthChecks.Ports())
-	}
-	return fmt.Sprintf("myelin (kube-proxy-replacement, %s): %d services, %d frontends, %d backends, %d health check ports",
-		a.conf.LBAlgorithm, svcs, frontends, backends, hcPorts)
+	return "myelin (starting)"
 }
 
-func (a *agent) handleServices(w http.ResponseWriter, _ *http.Request) {
-	out := api.Services{Node: a.cfg.Node, ServedBy: "kube-proxy", Frontends: []api.ServiceFrontend{}}
-	if !a.conf.KubeProxyReplacement {
-		writeJSON(w, http.StatusOK, out)
+func (a *server) handleServices(w http.ResponseWriter, _ *http.Request) {
+	if !a.plan.KubeProxyReplacement {
+		writeJSON(w, http.StatusOK, api.Services{Node: a.cfg.Node, ServedBy: "kube-proxy", Frontends: []api.ServiceFrontend{}})
 		return
 	}
-	out.ServedBy, out.Algorithm = "myelin", a.conf.LBAlgorithm
-	if a.services == nil {
+	s := a.services.Load()
+	if s == nil {
 		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("agent on node %s is starting", a.cfg.Node))
 		return
 	}
-	select {
-	case <-a.svcWatch.Synced():
-		out.Synced = true
-	default:
-	}
-	for _, s := range a.services.Snapshot() {
-		f := api.ServiceFrontend{Service: s.Service, Port: s.PortName, Type: string(s.Type),
-			Frontend: service.FrontendString(s.Key), ID: s.ID, Backends: []api.ServiceBackend{}}
-		if s.Affinity > 0 {
-			f.Affinity = s.Affinity.String()
-		}
-		for _, b := range s.Active {
-			f.Backends = append(f.Backends, api.ServiceBackend{Address: b.String(), ID: s.BackendIDs[b], State: "active"})
-		}
-		for _, b := range s.Terminating {
-			f.Backends = append(f.Backends, api.ServiceBackend{Address: b.String(), ID: s.BackendIDs[b], State: "terminating"})
-		}
-		out.Frontends = append(out.Frontends, f)
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, s.view(a.cfg.Node))
 }

@@ -4,33 +4,30 @@ import (
 	"net/http"
 
 	"github.com/myelin-net/myelin/internal/api"
-	"github.com/myelin-net/myelin/internal/config"
+	"github.com/myelin-net/myelin/internal/iptables"
 )
 
-func (a *agent) status() api.Status {
+func (a *server) status() api.Status {
 	s := api.Status{
 		Node:     a.cfg.Node,
 		Config:   api.ConfigInfo{Sources: a.conf.SourceSummary(), Warning: a.conf.Warning()},
 		Started:  a.started,
-		Datapath: api.DatapathInfo{Device: "veth", AttachMode: "tcx", Uplink: a.cfg.Uplink},
+		Datapath: api.DatapathInfo{Device: "veth", AttachMode: a.plan.AttachMode, Uplink: a.cfg.Uplink},
 		Routing: api.RoutingInfo{
-			Mode: string(a.conf.RoutingMode), HostRouting: a.routing.Mode(), HostRoutingReason: a.routing.Reason,
-			AutoDirectNodeRoutes: a.conf.AutoDirectNodeRoutes, Routes: int(a.routes.Load()),
+			Mode: a.plan.RoutingMode(), HostRouting: a.plan.HostRouting.Mode(), HostRoutingReason: a.plan.HostRouting.Reason,
+			AutoDirectNodeRoutes: a.plan.AutoDirectNodeRoutes, Routes: int(a.routes.routes.Load()),
 		},
-		Masquerade:  masqueradeText(a.conf),
-		SourceCheck: sourceCheck(a.conf),
+		Masquerade:  a.plan.Masquerade.String(),
+		SourceCheck: sourceCheck(a.plan.SourceValidation, a.conf.Source("enable-source-ip-verification")),
 		KubeProxy:   a.servedBy(),
-		MTU:         api.MTUInfo{Device: a.mtu, Route: a.routeMTU},
+		MTU:         api.MTUInfo{Device: a.plan.MTU, Route: a.plan.RouteMTU},
 		Endpoints:   len(a.eps.List()),
-		Nodes:       api.NodesInfo{Known: int(a.nodesKnown.Load())},
+		Nodes:       api.NodesInfo{Known: int(a.routes.nodesKnown.Load())},
 		Loops:       a.loops.snapshot(),
 		Guard:       a.guard.status(),
 	}
-	if u := a.unroutable.Load(); u != nil {
+	if u := a.routes.unroutable.Load(); u != nil {
 		s.Routing.Unroutable = *u
-	}
-	if !a.features.TCX {
-		s.Datapath.AttachMode = "tc"
 	}
 	cidr, used, total := a.pool.Usage()
 	s.IPAM = api.IPAMInfo{CIDR: cidr.String(), Used: used, Total: total}
@@ -40,9 +37,7 @@ func (a *agent) status() api.Status {
 			s.Kubernetes.Connected, s.Kubernetes.Error = false, l.LastError
 		}
 	}
-	if v := a.k8sVersion.Load(); v != nil {
-		s.Kubernetes.Version = *v
-	}
+	s.Kubernetes.Version = a.kube.serverVersion()
 	fills, err := a.dp.MapFill()
 	if err == nil {
 		for _, f := range fills {
@@ -63,26 +58,28 @@ func (a *agent) status() api.Status {
 }
 
 // sourceCheck reports enable-source-ip-verification, loudly when it is off.
-func sourceCheck(c config.Config) api.SourceCheckInfo {
-	if c.EnableSourceIPVerification {
+// source names who set it.
+func sourceCheck(on bool, source string) api.SourceCheckInfo {
+	if on {
 		return api.SourceCheckInfo{Enabled: true}
 	}
 	return api.SourceCheckInfo{Warning: "pods can send from any address and MAC (enable-source-ip-verification is false, set by " +
-		c.Source("enable-source-ip-verification") + "); turn it off only to measure its cost"}
+		source + "); turn it off only to measure its cost"}
 }
 
-func masqueradeText(c config.Config) string {
-	switch {
-	case !c.EnableIPv4Masquerade:
+// String is the masquerade mode as status shows it.
+func (m masqueradeMode) String() string {
+	switch m {
+	case masqueradeOff:
 		return "disabled"
-	case c.EnableBPFMasquerade:
+	case masqueradeBPF:
 		return "BPF (myelin_to_netdev)"
 	default:
-		return "iptables (nat/" + masqChain + ")"
+		return "iptables (nat/" + iptables.MasqueradeChain + ")"
 	}
 }
 
-func (a *agent) handleStatus(w http.ResponseWriter, _ *http.Request) {
+func (a *server) handleStatus(w http.ResponseWriter, _ *http.Request) {
 	if a.eps == nil {
 		writeJSON(w, http.StatusServiceUnavailable, api.ErrorBody{Error: "agent is starting"})
 		return

@@ -1,8 +1,11 @@
 package tunnel
 
 import (
+	"errors"
 	"net/netip"
 	"sort"
+
+	"github.com/myelin-net/myelin/internal/routing"
 )
 
 // DeviceName is the VXLAN device of tunnel mode.
@@ -12,12 +15,9 @@ const DeviceName = "myelin_vxlan"
 // (8) and the inner Ethernet header (14). Pod routes carry the device MTU minus this.
 const Overhead = 50
 
-// Node is what the tunnel table needs of a Kubernetes Node.
-type Node struct {
-	Name    string
-	IP      netip.Addr
-	PodCIDR netip.Prefix
-}
+// Node is what the tunnel table needs of a Kubernetes Node: the same as route
+// planning needs, so the agent converts a Node object once for both.
+type Node = routing.Node
 
 // Tunnel is one entry of the tunnel table: pods of PodCIDR live behind NodeIP.
 type Tunnel struct {
@@ -38,4 +38,30 @@ func DesiredTunnels(self string, nodes []Node) []Tunnel {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].PodCIDR.Addr().Less(out[j].PodCIDR.Addr()) })
 	return out
+}
+
+// Map is the datapath's tunnel table (datapath.Datapath on a node).
+type Map interface {
+	UpsertTunnel(podCIDR netip.Prefix, nodeIP netip.Addr) error
+	DeleteTunnel(podCIDR netip.Prefix) error
+	Tunnels() (map[netip.Prefix]netip.Addr, error)
+}
+
+// SyncMap makes m hold exactly want: every wanted tunnel is written, every other
+// entry deleted. It goes on past a failed entry and returns every error.
+func SyncMap(m Map, want []Tunnel) error {
+	var errs []error
+	keep := map[netip.Prefix]bool{}
+	for _, t := range want {
+		keep[t.PodCIDR] = true
+		errs = append(errs, m.UpsertTunnel(t.PodCIDR, t.NodeIP))
+	}
+	have, err := m.Tunnels()
+	errs = append(errs, err)
+	for cidr := range have {
+		if !keep[cidr] {
+			errs = append(errs, m.DeleteTunnel(cidr))
+		}
+	}
+	return errors.Join(errs...)
 }

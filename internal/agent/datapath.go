@@ -1,0 +1,146 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/endpoint"
+	"github.com/myelin-net/myelin/internal/ipam"
+	"github.com/myelin-net/myelin/internal/iptables"
+	"github.com/myelin-net/myelin/internal/routing"
+	"github.com/myelin-net/myelin/internal/tunnel"
+)
+
+// nodeDatapath is what start-up leaves running on the node: the loaded and attached
+// BPF datapath, the IPAM pool, the restored endpoints, the overlay device in tunnel
+// mode, and the masquerade loop that wrote its first set before the egress program
+// was attached.
+type nodeDatapath struct {
+	dp      *datapath.Datapath
+	pool    *ipam.Pool
+	eps     *endpoint.Manager
+	overlay netlink.Link // myelin_vxlan in tunnel mode, nil otherwise
+	masq    *masqueradeLoop
+}
+
+// startDatapath opens IPAM, loads and attaches BPF, sets up or removes legacy
+// forwarding as the plan says, and adopts existing endpoints.
+func (s *startup) startDatapath(ctx context.Context, nodes *nodeWatch) (*nodeDatapath, error) {
+	if err := os.MkdirAll(s.cfg.StateDir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := ensureBPFFS(); err != nil {
+		return nil, err
+	}
+	pool, err := ipam.OpenPool(filepath.Join(s.cfg.StateDir, "ipam.json"), s.podCIDR)
+	if err != nil {
+		return nil, err
+	}
+	// Going to legacy, the stack must accept forwarded pod traffic before the programs
+	// start handing packets to it; going to BPF, the rules go only after every program
+	// has been replaced. Either way no packet meets a half-switched node.
+	if !s.plan.HostRouting.BPF {
+		if err := iptables.EnsureForward(s.plan.ClusterCIDR); err != nil {
+			return nil, err
+		}
+	}
+	dp, overlay, err := s.loadDatapath()
+	if err != nil {
+		return nil, err
+	}
+	n := &nodeDatapath{dp: dp, pool: pool, overlay: overlay}
+	n.masq = newMasqueradeLoop(s.plan, dp, nodes, s.loops, s.log)
+	// The no-masquerade set must be complete before the egress program runs, or
+	// traffic between pods and nodes would be translated.
+	if err := n.masq.first(ctx, s.cs); err != nil {
+		dp.Close()
+		return nil, err
+	}
+	if err := attach(dp, s.uplink, overlay); err != nil {
+		dp.Close()
+		return nil, err
+	}
+	n.eps = s.restoreEndpoints(dp, pool)
+	if s.plan.HostRouting.BPF {
+		if err := iptables.RemoveForward(); err != nil {
+			dp.Close()
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+// loadDatapath creates (tunnel mode) or removes myelin_vxlan and loads the BPF
+// objects as the plan says, reusing pinned maps.
+func (s *startup) loadDatapath() (*datapath.Datapath, netlink.Link, error) {
+	dpCfg := s.plan.datapathConfig(s.cfg.BPFFSDir)
+	if !s.plan.SourceValidation {
+		s.log.Warn("source IP verification is OFF: pods can send from any address and MAC, other pods', nodes' and Services' included; "+
+			"turn it off only to measure its cost", "key", "enable-source-ip-verification", "source", s.conf.Source("enable-source-ip-verification"))
+	}
+	var overlay netlink.Link
+	if s.plan.Tunnel {
+		dev, err := tunnel.EnsureDevice(int(s.plan.TunnelPort), s.plan.MTU, datapath.OverlayMAC(s.plan.NodeIP))
+		if err != nil {
+			return nil, nil, err
+		}
+		overlay, dpCfg.Tunnel, dpCfg.OverlayIfIndex = dev, true, dev.Attrs().Index
+		dpCfg.OverlayMAC = datapath.OverlayMAC(s.plan.NodeIP)
+	} else if err := tunnel.RemoveDevice(); err != nil {
+		return nil, nil, fmt.Errorf("remove %s (native routing needs none): %w", tunnel.DeviceName, err)
+	}
+	dp, err := datapath.Load(dpCfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load the BPF datapath: %w", err)
+	}
+	return dp, overlay, nil
+}
+
+// attach puts myelin_from_netdev and myelin_to_netdev on the uplink and, in tunnel
+// mode, myelin_from_overlay on myelin_vxlan.
+func attach(dp *datapath.Datapath, uplink, overlay netlink.Link) error {
+	if err := dp.AttachNetdev(uplink.Attrs().Index, uplink.Attrs().Name); err != nil {
+		return fmt.Errorf("attach to uplink %s: %w", uplink.Attrs().Name, err)
+	}
+	if err := dp.AttachToNetdev(uplink.Attrs().Index, uplink.Attrs().Name); err != nil {
+		return fmt.Errorf("attach to uplink %s egress: %w", uplink.Attrs().Name, err)
+	}
+	if overlay != nil {
+		if err := dp.AttachOverlay(overlay.Attrs().Index, tunnel.DeviceName); err != nil {
+			return fmt.Errorf("attach to %s: %w", tunnel.DeviceName, err)
+		}
+	}
+	return nil
+}
+
+// restoreEndpoints adopts the endpoints recorded on disk (map entries, programs,
+// routes); those whose veth vanished are removed. A failure is reported, not fatal.
+func (s *startup) restoreEndpoints(dp *datapath.Datapath, pool *ipam.Pool) *endpoint.Manager {
+	eps := endpoint.NewManager(endpoint.Config{Dir: filepath.Join(s.cfg.StateDir, "endpoints"), Node: s.cfg.Node,
+		MTU: s.plan.MTU, RouteMTU: s.plan.RouteMTU}, dp, routing.Kernel{}, pool)
+	adopted, removed, err := eps.Restore()
+	s.loops.report("endpoint-restore", err)
+	s.log.Info("endpoints restored", "adopted", adopted, "removed", removed, "err", err)
+	return eps
+}
+
+// ensureBPFFS mounts the BPF filesystem at /sys/fs/bpf if it is not mounted yet.
+func ensureBPFFS() error {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/sys/fs/bpf", &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
+		return nil
+	}
+	if err := os.MkdirAll("/sys/fs/bpf", 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("bpffs", "/sys/fs/bpf", "bpf", 0, ""); err != nil {
+		return fmt.Errorf("mount the BPF filesystem at /sys/fs/bpf: %w", err)
+	}
+	return nil
+}

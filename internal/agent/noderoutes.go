@@ -1,0 +1,52 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/myelin-net/myelin/internal/routing"
+)
+
+// nodeRoutesLoop keeps the routes to other nodes' PodCIDRs in step with the Node
+// objects in native routing (auto-direct-node-routes; none when it is off).
+type nodeRoutesLoop struct {
+	self, uplink string
+	auto         bool // auto-direct-node-routes
+	nodes        *nodeWatch
+	changed      <-chan struct{}
+	status       *routeStatus
+	loops        *loops
+	log          *slog.Logger
+}
+
+func newNodeRoutesLoop(p nodePlan, uplink string, nodes *nodeWatch, status *routeStatus, l *loops, log *slog.Logger) *nodeRoutesLoop {
+	return &nodeRoutesLoop{self: p.Node, uplink: uplink, auto: p.AutoDirectNodeRoutes, nodes: nodes,
+		changed: nodes.subscribe(), status: status, loops: l, log: log}
+}
+
+// Run follows the Nodes until ctx ends (loop "node-routes").
+func (r *nodeRoutesLoop) Run(ctx context.Context) {
+	r.nodes.follow(ctx, r.changed, "node-routes", r.loops, r.log, r.sync)
+}
+
+func (r *nodeRoutesLoop) sync(nodes []*corev1.Node) error {
+	r.status.nodesKnown.Store(int32(len(nodes)))
+	var want []routing.NodeRoute
+	var unroutable []string
+	if r.auto {
+		connected, err := routing.ConnectedPrefixes(r.uplink)
+		if err != nil {
+			return err
+		}
+		var skipped []routing.Unroutable
+		want, skipped = routing.DesiredNodeRoutes(r.self, clusterNodes(nodes), connected)
+		for _, s := range skipped {
+			unroutable = append(unroutable, s.Node+": "+s.Reason)
+			r.log.Warn("no direct route to node", "node", s.Node, "reason", s.Reason)
+		}
+	}
+	r.status.set(len(want), unroutable)
+	return routing.Kernel{}.SyncNodeRoutes(want)
+}

@@ -1,0 +1,157 @@
+package agent
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+
+	"github.com/myelin-net/myelin/internal/config"
+	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/tunnel"
+)
+
+// nodePlan is how this node runs: every mode the agent's parts act on, decided once
+// at start (decidePlan, pure) from the configuration, the kernel's features and the
+// node, then handed to each part by value. Nothing reads a mode from config.Config
+// afterwards; the configuration stays only for what the API shows of it.
+type nodePlan struct {
+	Node        string
+	NodeIP      netip.Addr // this node's InternalIP (the tunnel endpoint, NodePort address)
+	ClusterCIDR netip.Prefix
+
+	Tunnel               bool   // routing-mode tunnel: VXLAN to other nodes
+	TunnelPort           uint16 // the VXLAN UDP port in tunnel mode
+	AutoDirectNodeRoutes bool   // native routing: routes to other nodes' PodCIDRs
+	HostRouting          hostRoutingDecision
+
+	Masquerade masqueradeMode
+	// NoMasqueradeBase is what pod traffic never masquerades to before any Node is
+	// known: the cluster CIDR, ipv4-native-routing-cidr and non-masquerade-cidrs.
+	NoMasqueradeBase []netip.Prefix
+
+	KubeProxyReplacement bool   // myelin serves Services (BPF load balancing)
+	LBAlgorithm          string // random or maglev
+	MaglevTableSize      int    // 0 unless LBAlgorithm is maglev
+	SourceValidation     bool   // enable-source-ip-verification
+
+	MTU      int // pod devices
+	RouteMTU int // pod routes: MTU, less the tunnel overhead in tunnel mode
+
+	NATPorts          config.PortRange // masquerade and NodePort SNAT
+	NodePortNATSynMax int
+	NodePortNATMax    int
+
+	AttachMode string // "tcx" or "tc", as the kernel offers
+}
+
+// masqueradeMode is who masquerades pod traffic leaving the cluster.
+type masqueradeMode int
+
+const (
+	masqueradeOff      masqueradeMode = iota // enable-ipv4-masquerade false
+	masqueradeBPF                            // myelin_to_netdev
+	masqueradeIPTables                       // the nat chain of internal/iptables
+)
+
+// planInputs are the facts about the node the plan is decided from, gathered by the
+// caller (probes, files, the Node object) so that decidePlan stays pure.
+type planInputs struct {
+	Node      string
+	NodeIP    netip.Addr
+	Features  datapath.Features
+	UserRules []string         // firewall rules the guard found at start
+	Ephemeral config.PortRange // net.ipv4.ip_local_port_range
+	UplinkMTU int
+}
+
+// decidePlan decides the node's modes. An error names the key or fact that makes the
+// configuration impossible on this node; nothing has been changed on it yet.
+func decidePlan(c config.Config, in planInputs) (nodePlan, error) {
+	hr, err := decideHostRouting(c, in.Features, in.UserRules)
+	if err != nil {
+		return nodePlan{}, err
+	}
+	ports, err := natPorts(c.NATPortRange, in.Ephemeral)
+	if err != nil {
+		return nodePlan{}, err
+	}
+	p := nodePlan{
+		Node: in.Node, NodeIP: in.NodeIP, ClusterCIDR: c.ClusterCIDR,
+		Tunnel: c.RoutingMode == config.RoutingTunnel, TunnelPort: c.TunnelPort,
+		AutoDirectNodeRoutes: c.AutoDirectNodeRoutes, HostRouting: hr,
+		NoMasqueradeBase:     noMasqueradeBase(c),
+		KubeProxyReplacement: c.KubeProxyReplacement, LBAlgorithm: c.LBAlgorithm,
+		SourceValidation: c.EnableSourceIPVerification,
+		MTU:              c.MTU, NATPorts: ports,
+		NodePortNATSynMax: c.NodePortNATSynMax, NodePortNATMax: c.NodePortNATMax,
+		AttachMode: "tcx",
+	}
+	switch {
+	case !c.EnableIPv4Masquerade:
+		p.Masquerade = masqueradeOff
+	case c.EnableBPFMasquerade:
+		p.Masquerade = masqueradeBPF
+	default:
+		p.Masquerade = masqueradeIPTables
+	}
+	if c.LBAlgorithm == config.LBMaglev {
+		p.MaglevTableSize = c.MaglevTableSize
+	}
+	if p.MTU == 0 {
+		p.MTU = in.UplinkMTU
+	}
+	p.RouteMTU = p.MTU
+	if p.Tunnel {
+		if !in.NodeIP.Is4() {
+			return nodePlan{}, fmt.Errorf("node %s has no IPv4 InternalIP; tunnel mode needs one as its tunnel endpoint", in.Node)
+		}
+		p.RouteMTU = p.MTU - tunnel.Overhead
+	}
+	if !in.Features.TCX {
+		p.AttachMode = "tc"
+	}
+	return p, nil
+}
+
+// RoutingMode is "native" or "tunnel", as status shows it.
+func (p nodePlan) RoutingMode() string {
+	if p.Tunnel {
+		return string(config.RoutingTunnel)
+	}
+	return string(config.RoutingNative)
+}
+
+// datapathConfig is what the BPF programs are loaded with; the caller adds the
+// overlay device's index and MAC in tunnel mode.
+func (p nodePlan) datapathConfig(pinDir string) datapath.Config {
+	mode := datapath.HostRoutingLegacy
+	if p.HostRouting.BPF {
+		mode = datapath.HostRoutingBPF
+	}
+	return datapath.Config{PinDir: pinDir, HostRouting: mode,
+		Masquerade: p.Masquerade == masqueradeBPF, NodeIP: p.NodeIP, ClusterCIDR: p.ClusterCIDR,
+		LoadBalancing: p.KubeProxyReplacement, NoSourceVerification: !p.SourceValidation,
+		NATPortMin: p.NATPorts.Min, NATPortMax: p.NATPorts.Max,
+		MaglevTableSize: uint32(p.MaglevTableSize),
+		NodePortSynMax:  uint32(p.NodePortNATSynMax), NodePortNATMax: uint32(p.NodePortNATMax)}
+}
+
+// noMasqueradeBase is the cluster CIDR, ipv4-native-routing-cidr and every
+// non-masquerade-cidr: the destinations that keep their source whatever the Nodes.
+func noMasqueradeBase(c config.Config) []netip.Prefix {
+	out := []netip.Prefix{c.ClusterCIDR}
+	if c.IPv4NativeRoutingCIDR.IsValid() {
+		out = append(out, c.IPv4NativeRoutingCIDR)
+	}
+	return append(out, c.NonMasqueradeCIDRs...)
+}
+
+// sortPrefixes sorts by address, then by length.
+func sortPrefixes(out []netip.Prefix) {
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Addr() != out[j].Addr() {
+			return out[i].Addr().Less(out[j].Addr())
+		}
+		return out[i].Bits() < out[j].Bits()
+	})
+}

@@ -1,0 +1,75 @@
+package agent
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/myelin-net/myelin/internal/config"
+	"github.com/myelin-net/myelin/internal/datapath"
+)
+
+// The node's modes are decided once, from the configuration and the node's facts,
+// without touching the node.
+func TestDecidePlan(t *testing.T) {
+	all := datapath.Features{TCX: true, RedirectPeer: true, RedirectNeigh: true, FibLookup: true, RingBuf: true}
+	in := planInputs{Node: "n1", NodeIP: netip.MustParseAddr("198.18.0.11"), Features: all,
+		Ephemeral: config.PortRange{Min: 32768, Max: 60999}, UplinkMTU: 1500}
+	noIP, noTCX := in, in
+	noIP.NodeIP = netip.Addr{}
+	noTCX.Features.TCX = false
+	for _, tt := range []struct {
+		name   string
+		values map[string]string
+		in     planInputs
+		check  func(nodePlan) bool
+		err    string
+	}{
+		{"defaults", nil, in, func(p nodePlan) bool {
+			return p.Tunnel && p.HostRouting.BPF && p.Masquerade == masqueradeBPF && p.KubeProxyReplacement &&
+				p.MTU == 1500 && p.RouteMTU == 1450 && p.NATPorts == config.PortRange{Min: 61000, Max: 65535} &&
+				p.AttachMode == "tcx" && p.RoutingMode() == "tunnel" && p.SourceValidation
+		}, ""},
+		{"native", map[string]string{"routing-mode": "native"}, in, func(p nodePlan) bool {
+			return !p.Tunnel && p.RouteMTU == 1500 && p.RoutingMode() == "native"
+		}, ""},
+		{"tunnel", map[string]string{"routing-mode": "tunnel"}, in, func(p nodePlan) bool {
+			return p.Tunnel && p.RouteMTU == 1450 && p.RoutingMode() == "tunnel"
+		}, ""},
+		{"tunnel without a node IP", map[string]string{"routing-mode": "tunnel"}, noIP, nil, "no IPv4 InternalIP"},
+		{"iptables masquerade", map[string]string{"enable-bpf-masquerade": "false"}, in, func(p nodePlan) bool {
+			return p.Masquerade == masqueradeIPTables && !p.HostRouting.BPF
+		}, ""},
+		{"no masquerade", map[string]string{"enable-ipv4-masquerade": "false"}, in, func(p nodePlan) bool {
+			return p.Masquerade == masqueradeOff && p.Masquerade.String() == "disabled"
+		}, ""},
+		{"maglev", map[string]string{"lb-algorithm": "maglev"}, in, func(p nodePlan) bool {
+			return p.MaglevTableSize > 0 && p.datapathConfig("/pins").MaglevTableSize == uint32(p.MaglevTableSize)
+		}, ""},
+		{"random has no Maglev table", nil, in, func(p nodePlan) bool { return p.MaglevTableSize == 0 }, ""},
+		{"explicit MTU", map[string]string{"mtu": "1400"}, in, func(p nodePlan) bool { return p.MTU == 1400 }, ""},
+		{"tc attach", nil, noTCX, func(p nodePlan) bool { return p.AttachMode == "tc" && !p.HostRouting.BPF }, ""},
+		{"NAT ports overlap", map[string]string{"nat-port-range": "60000-65535"}, in, nil, "overlaps"},
+		{"bpf host routing refused", map[string]string{"host-routing": "bpf", "kube-proxy-replacement": "false"}, in, nil, "host-routing is bpf"},
+		{"datapath config", map[string]string{"enable-source-ip-verification": "false"}, in, func(p nodePlan) bool {
+			d := p.datapathConfig("/pins")
+			return d.PinDir == "/pins" && d.HostRouting == datapath.HostRoutingBPF && d.Masquerade && d.LoadBalancing &&
+				d.NoSourceVerification && d.NATPortMin == 61000 && d.NodeIP == in.NodeIP
+		}, ""},
+	} {
+		c, err := config.Resolve(config.Source{Name: "cm", Values: tt.values})
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		p, err := decidePlan(c, tt.in)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%s: err = %v, want one containing %q", tt.name, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || !tt.check(p) {
+			t.Errorf("%s: plan = %+v, %v", tt.name, p, err)
+		}
+	}
+}

@@ -1,0 +1,101 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/myelin-net/myelin/internal/api"
+)
+
+// Config is the agent's bootstrap configuration: where things are on this node. The
+// networking configuration comes from Kubernetes (package config).
+type Config struct {
+	Node            string
+	Kubeconfig      string // "" = in-cluster
+	StateDir        string // endpoint records, IPAM state, the API socket
+	BPFFSDir        string // pinned maps and links
+	CNIBinDir       string
+	CNIConfDir      string
+	CNIPluginSource string // the myelin-cni binary to install
+	Uplink          string // the node's uplink device
+}
+
+func (c Config) socket() string { return api.Socket(c.StateDir) }
+
+// Run is the agent's whole life, and its table of contents: start the datapath GC,
+// decide the node's plan, load the datapath, serve the API, start the control loops,
+// install the CNI plugin, report ready, then serve until ctx ends. A configuration
+// error stops it before it changes anything on the node.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	ctx, cancel := context.WithCancel(ctx)
+	loops := newLoops()
+	// Garbage collection starts before anything waits for the apiserver, on the maps
+	// the previous agent pinned, and never depends on the API.
+	gc := startCollector(ctx, cfg.BPFFSDir, log, loops)
+	defer func() { cancel(); gc.wait() }()
+	st, err := prepare(ctx, cfg, loops, log) // the Node, the configuration, the plan
+	if err != nil {
+		return err
+	}
+	nodes := newNodeWatch(st.cs)
+	node, err := st.startDatapath(ctx, nodes)
+	if err != nil {
+		return err
+	}
+	gc.use(node.dp)
+	// Pins stay: the datapath keeps forwarding while no agent runs. The GC loop ends
+	// before the datapath it uses is closed.
+	defer func() { cancel(); gc.wait(); node.dp.Close() }()
+
+	deleted := &deletedLoop{socket: cfg.socket(), eps: node.eps, loops: loops, log: log}
+	deleted.carryOut() // before anything new is added
+	srv := newServer(st, node, gc)
+	httpSrv, err := srv.serve()
+	if err != nil {
+		return err
+	}
+	defer httpSrv.Close()
+	svc, err := newServiceLoop(st.plan, node.dp, st.cs, loops, log)
+	if err != nil {
+		return err
+	}
+	srv.services.Store(svc) // /v1/services answers from here on
+	supervise(ctx, st.loopsFor(nodes, node, svc, srv, deleted)...)
+	if err := installCNI(cfg); err != nil {
+		return err
+	}
+	if !srv.becomeReady(ctx, svc.synced()) {
+		return nil
+	}
+	log.Info("agent ready", "node", cfg.Node, "podCIDR", st.podCIDR, "socket", cfg.socket())
+	<-ctx.Done()
+	return nil
+}
+
+// runner is one control loop: it owns its state and runs until ctx ends.
+type runner interface{ Run(ctx context.Context) }
+
+// supervise starts each loop in its own goroutine; they end with ctx.
+func supervise(ctx context.Context, rs ...runner) {
+	for _, r := range rs {
+		go r.Run(ctx)
+	}
+}
+
+// loopsFor lists the control loops this node's plan needs: the Node informer and
+// what follows Nodes (masquerade, then node routes or tunnels), the apiserver's
+// reachability, the firewall guard, recorded CNI deletes, datapath events for
+// monitor clients, and the Services with kube-proxy-replacement.
+func (s *startup) loopsFor(nodes *nodeWatch, node *nodeDatapath, svc *serviceLoop, srv *server, deleted *deletedLoop) []runner {
+	rs := []runner{nodes, node.masq}
+	if s.plan.Tunnel {
+		rs = append(rs, newTunnelLoop(s.plan, node.dp, node.overlay, nodes, srv.routes, s.loops, s.log))
+	} else {
+		rs = append(rs, newNodeRoutesLoop(s.plan, s.cfg.Uplink, nodes, srv.routes, s.loops, s.log))
+	}
+	rs = append(rs, srv.kube, newGuardLoop(srv.guard, s.plan, s.cs, s.loops, s.log), deleted, srv.monitor)
+	if svc != nil {
+		rs = append(rs, svc)
+	}
+	return rs
+}

@@ -1,0 +1,156 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/myelin-net/myelin/internal/config"
+	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/k8s"
+)
+
+// startup is what the agent knows once it has read its Node and configuration and
+// decided its plan, before it changes anything on the node.
+type startup struct {
+	cfg     Config
+	conf    config.Config // what GET /v1/config and status show; modes come from plan
+	plan    nodePlan
+	cs      kubernetes.Interface
+	podCIDR netip.Prefix
+	uplink  netlink.Link
+	guard   *guardState
+	loops   *loops
+	log     *slog.Logger
+	started time.Time
+}
+
+// prepare reads the Node (waiting for its PodCIDR) and the configuration, scans for
+// user firewall rules and decides the plan.
+func prepare(ctx context.Context, cfg Config, loops *loops, log *slog.Logger) (*startup, error) {
+	s := &startup{cfg: cfg, loops: loops, log: log, started: time.Now()}
+	cs, dyn, err := kubeClients(cfg.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	s.cs = cs
+	node, err := waitForNode(ctx, cs, cfg.Node, log)
+	if err != nil {
+		return nil, err
+	}
+	s.podCIDR, err = netip.ParsePrefix(node.Spec.PodCIDR)
+	if err != nil || !s.podCIDR.Addr().Is4() {
+		return nil, fmt.Errorf("node %s has PodCIDR %q, which is not an IPv4 CIDR", cfg.Node, node.Spec.PodCIDR)
+	}
+	if s.conf, err = loadConfig(ctx, cs, dyn, node.Labels, log); err != nil {
+		return nil, err
+	}
+	if w := s.conf.Warning(); w != "" {
+		log.Warn(w)
+	}
+	log.Info("configuration loaded", "sources", s.conf.SourceSummary())
+	if err := checkRoutingMode(s.conf); err != nil {
+		return nil, err
+	}
+	if s.guard, err = scanGuard(s.conf.UserIPTablesGuard); err != nil {
+		return nil, err
+	}
+	if s.uplink, err = netlink.LinkByName(cfg.Uplink); err != nil {
+		return nil, fmt.Errorf("uplink %q not found: %w; pass the node's uplink device with --uplink", cfg.Uplink, err)
+	}
+	if s.plan, err = planNode(cfg, s.conf, node, s.guard.atStart, s.uplink.Attrs().MTU); err != nil {
+		return nil, err
+	}
+	log.Info("node plan decided", "routing", s.plan.RoutingMode(), "hostRouting", s.plan.HostRouting.Mode(),
+		"reason", s.plan.HostRouting.Reason, "natPorts", s.plan.NATPorts, "mtu", s.plan.MTU, "routeMTU", s.plan.RouteMTU)
+	return s, nil
+}
+
+// planNode gathers what decidePlan needs to know of the node besides its uplink's
+// MTU (the kernel's features, its ephemeral ports) and decides the plan.
+func planNode(cfg Config, conf config.Config, node *corev1.Node, userRules []string, uplinkMTU int) (nodePlan, error) {
+	ephemeral, err := readEphemeralPorts(ephemeralPortsFile)
+	if err != nil {
+		return nodePlan{}, err
+	}
+	return decidePlan(conf, planInputs{Node: cfg.Node, NodeIP: k8s.NodeInternalIP(node), Features: datapath.Probe(),
+		UserRules: userRules, Ephemeral: ephemeral, UplinkMTU: uplinkMTU})
+}
+
+func kubeClients(kubeconfig string) (kubernetes.Interface, dynamic.Interface, error) {
+	var rc *rest.Config
+	var err error
+	if kubeconfig == "" {
+		rc, err = rest.InClusterConfig()
+	} else {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	rc.UserAgent = "myelin-agent"
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	return cs, dyn, err
+}
+
+// loadConfig reads the configuration, retrying while the apiserver is unreachable.
+func loadConfig(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, nodeLabels map[string]string, log *slog.Logger) (config.Config, error) {
+	for attempt := 1; ; attempt++ {
+		conf, err := config.Load(ctx, cs, dyn, nodeLabels)
+		if err == nil || !isTransient(err) || attempt == 30 {
+			return conf, err
+		}
+		log.Warn("waiting for the apiserver", "err", err)
+		select {
+		case <-ctx.Done():
+			return config.Config{}, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// isTransient says whether err is worth retrying: the apiserver unreachable or
+// overloaded. NotFound and Forbidden are not.
+func isTransient(err error) bool {
+	return errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, unix.EHOSTUNREACH) ||
+		apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err)
+}
+
+// waitForNode waits until this node's Node object exists and the controller-manager
+// has given it a PodCIDR.
+func waitForNode(ctx context.Context, cs kubernetes.Interface, node string, log *slog.Logger) (*corev1.Node, error) {
+	for {
+		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		switch {
+		case err != nil:
+			log.Warn("waiting for the Node object", "node", node, "err", err)
+		case n.Spec.PodCIDR == "":
+			log.Info("waiting for the node's PodCIDR", "node", node)
+		default:
+			return n, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}

@@ -1,0 +1,48 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/routing"
+	"github.com/myelin-net/myelin/internal/tunnel"
+)
+
+// tunnelLoop keeps the tunnel table in step with the Nodes in tunnel mode: the BPF
+// map (for BPF host routing) and the encap routes (for the node's own traffic and
+// legacy host routing), and removes any direct node routes left from native routing.
+type tunnelLoop struct {
+	self     string
+	tunnels  tunnel.Map
+	overlay  netlink.Link
+	routeMTU int
+	nodes    *nodeWatch
+	changed  <-chan struct{}
+	status   *routeStatus
+	loops    *loops
+	log      *slog.Logger
+}
+
+func newTunnelLoop(p nodePlan, tunnels tunnel.Map, overlay netlink.Link, nodes *nodeWatch, status *routeStatus,
+	l *loops, log *slog.Logger) *tunnelLoop {
+	return &tunnelLoop{self: p.Node, tunnels: tunnels, overlay: overlay, routeMTU: p.RouteMTU, nodes: nodes,
+		changed: nodes.subscribe(), status: status, loops: l, log: log}
+}
+
+// Run follows the Nodes until ctx ends (loop "tunnels").
+func (t *tunnelLoop) Run(ctx context.Context) {
+	t.nodes.follow(ctx, t.changed, "tunnels", t.loops, t.log, t.sync)
+}
+
+func (t *tunnelLoop) sync(nodes []*corev1.Node) error {
+	t.status.nodesKnown.Store(int32(len(nodes)))
+	want := tunnel.DesiredTunnels(t.self, clusterNodes(nodes))
+	t.status.set(len(want), []string{})
+	return errors.Join(tunnel.SyncMap(t.tunnels, want),
+		tunnel.SyncRoutes(t.overlay, want, t.routeMTU, datapath.OverlayMAC), routing.Kernel{}.SyncNodeRoutes(nil))
+}
