@@ -36,28 +36,12 @@ func (h HostRouting) String() string {
 	return fmt.Sprintf("HostRouting(%d)", int(h))
 }
 
-// DefaultEndpointsMax is the endpoints map size used when
-// Config.EndpointsMax is 0: room for about 1,000 pods per node.
-const DefaultEndpointsMax = 1024
-
-// DefaultNATMax is the NAT map size used when Config.NATMax is 0. Each
-// masqueraded flow takes two entries, so it holds 32,768 flows.
-const DefaultNATMax = 65536
-
 // DefaultNATPortMin and DefaultNATPortMax are the NAT ports used when
 // Config.NATPortMin and NATPortMax are 0: the ports above Linux's default
 // ephemeral range (net.ipv4.ip_local_port_range 32768-60999).
 const (
 	DefaultNATPortMin = 61000
 	DefaultNATPortMax = 65535
-)
-
-// DefaultNodePortSynMax and DefaultNodePortNATMax size the NodePort SNAT
-// tables when Config.NodePortSynMax and NodePortNATMax are 0 (two entries
-// per flow): 8,192 embryonic and 32,768 established flows.
-const (
-	DefaultNodePortSynMax = 16384
-	DefaultNodePortNATMax = 65536
 )
 
 // Config is what Load needs; it is not changed after Load.
@@ -67,7 +51,8 @@ type Config struct {
 	PinDir string
 	// HostRouting is baked into the programs at load time.
 	HostRouting HostRouting
-	// EndpointsMax sizes the endpoints map; 0 means DefaultEndpointsMax.
+	// EndpointsMax sizes the endpoints map; 0 keeps the object's size
+	// (ENDPOINTS_MAX_DEFAULT in bpf/lib/maps.h: 1,024).
 	EndpointsMax uint32
 	// Tunnel is routing-mode tunnel: with BPF host routing, pods of other
 	// nodes (the PodCIDRs in the tunnel map, see UpsertTunnel) are reached
@@ -116,8 +101,8 @@ type Config struct {
 	// benchmarks comparing the check's cost should turn it off. Non-IPv4,
 	// non-ARP frames from pods are dropped either way.
 	NoSourceVerification bool
-	// NATMax sizes the NAT map myelin_snat in entries, two per flow; 0 means
-	// DefaultNATMax. Changing it replaces the map on the next Load, which
+	// NATMax sizes the NAT map myelin_snat in entries, two per flow; 0 keeps
+	// the object's size (NAT_MAX_DEFAULT: 65,536). Changing it replaces the map on the next Load, which
 	// drops the translations of open flows.
 	NATMax uint32
 	// NATPortMin and NATPortMax bound the ports masquerade and NodePort SNAT
@@ -128,12 +113,12 @@ type Config struct {
 	NATPortMin, NATPortMax uint16
 	// NodePortSynMax sizes the LRU myelin_nodeport_syn, the NodePort flows
 	// to other nodes' backends before their handshake completed (two
-	// entries per flow); 0 means DefaultNodePortSynMax. Used with
-	// LoadBalancing.
+	// entries per flow); 0 keeps the object's size (NODEPORT_SYN_MAX).
+	// Used with LoadBalancing.
 	NodePortSynMax uint32
 	// NodePortNATMax sizes myelin_nodeport_nat, the established NodePort
-	// flows to other nodes' backends (two entries per flow); 0 means
-	// DefaultNodePortNATMax. Used with LoadBalancing.
+	// flows to other nodes' backends (two entries per flow); 0 keeps the
+	// object's size (NODEPORT_NAT_MAX). Used with LoadBalancing.
 	NodePortNATMax uint32
 }
 
@@ -195,20 +180,8 @@ func Load(cfg Config) (*Datapath, error) {
 
 // withDefaults is cfg with the defaults of its zero sizes and ports.
 func (cfg Config) withDefaults() Config {
-	if cfg.EndpointsMax == 0 {
-		cfg.EndpointsMax = DefaultEndpointsMax
-	}
-	if cfg.NATMax == 0 {
-		cfg.NATMax = DefaultNATMax
-	}
 	if cfg.NATPortMin == 0 && cfg.NATPortMax == 0 {
 		cfg.NATPortMin, cfg.NATPortMax = DefaultNATPortMin, DefaultNATPortMax
-	}
-	if cfg.NodePortSynMax == 0 {
-		cfg.NodePortSynMax = DefaultNodePortSynMax
-	}
-	if cfg.NodePortNATMax == 0 {
-		cfg.NodePortNATMax = DefaultNodePortNATMax
 	}
 	return cfg
 }
@@ -261,7 +234,10 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 	if err := configureLoadBalancing(&specs, cfg); err != nil {
 		return err
 	}
-	specs.MyelinEndpoints.MaxEntries = cfg.EndpointsMax
+	// A zero size keeps the object's own (bpf/lib/maps.h): there is no Go copy.
+	if cfg.EndpointsMax != 0 {
+		specs.MyelinEndpoints.MaxEntries = cfg.EndpointsMax
+	}
 	// Fragments are translated only by masquerade and load balancing.
 	if !cfg.Masquerade && !cfg.LoadBalancing {
 		specs.MyelinFrags.MaxEntries = 1

@@ -35,7 +35,7 @@ func TestPrivilegedLoadAll(t *testing.T) {
 					name = routing.String() + "/tunnel"
 				}
 				t.Run(name+f.name, func(t *testing.T) {
-					loadAll(t, Config{HostRouting: routing, EndpointsMax: DefaultEndpointsMax, Tunnel: tunnel, OverlayIfIndex: 1, OverlayMAC: testOverlayMAC,
+					loadAll(t, Config{HostRouting: routing, Tunnel: tunnel, OverlayIfIndex: 1, OverlayMAC: testOverlayMAC,
 						Masquerade: f.masq, NodeIP: testNodeIP, ClusterCIDR: testClusterCIDR,
 						LoadBalancing: f.lb, MaglevTableSize: f.maglevTableSize})
 				})
@@ -132,12 +132,12 @@ func TestPrivilegedLoadReusesPinnedMaps(t *testing.T) {
 		}
 		wantMax := int(max)
 		if max == 0 {
-			wantMax = DefaultEndpointsMax
+			wantMax = objectMapSize(t, "myelin_endpoints")
 		}
 		if len(fill) != 3 || fill[0] != (MapFill{Name: "myelin_endpoints", Entries: 2, Max: wantMax}) ||
 			fill[1] != (MapFill{Name: "myelin_tunnel", Entries: 0, Max: 1024}) ||
-			fill[2] != (MapFill{Name: "myelin_snat", Entries: 0, Max: DefaultNATMax}) {
-			t.Errorf("MapFill = %+v, want endpoints 2 of %d, tunnel 0 of 1024, snat 0 of %d", fill, wantMax, DefaultNATMax)
+			fill[2] != (MapFill{Name: "myelin_snat", Entries: 0, Max: objectMapSize(t, "myelin_snat")}) {
+			t.Errorf("MapFill = %+v, want endpoints 2 of %d, tunnel 0 of 1024, snat 0 of %d", fill, wantMax, objectMapSize(t, "myelin_snat"))
 		}
 		d.Close()
 	}
@@ -199,4 +199,19 @@ func TestPrivilegedProbe(t *testing.T) {
 	if m := f.Missing(); len(m) != 0 {
 		t.Errorf("Probe reports missing %q on a kernel that has them", m)
 	}
+}
+
+// objectMapSize is the size the object gives map name (bpf/lib/maps.h), what a zero
+// size in Config keeps.
+func objectMapSize(t *testing.T, name string) int {
+	t.Helper()
+	spec, err := loadMyelin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := spec.Maps[name]
+	if !ok || m.MaxEntries == 0 {
+		t.Fatalf("the object has no sized map %s", name)
+	}
+	return int(m.MaxEntries)
 }

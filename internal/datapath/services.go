@@ -429,7 +429,12 @@ func configureLoadBalancing(specs *myelinSpecs, cfg Config) error {
 	}
 	// The fixed sizes are the object's own (bpf/lib/maps.h): there is no Go copy.
 	// The NodePort SNAT tables are sized by configuration; off, every map has one entry.
-	specs.MyelinNodeportSyn.MaxEntries, specs.MyelinNodeportNat.MaxEntries = cfg.NodePortSynMax, cfg.NodePortNATMax
+	if cfg.NodePortSynMax != 0 {
+		specs.MyelinNodeportSyn.MaxEntries = cfg.NodePortSynMax
+	}
+	if cfg.NodePortNATMax != 0 {
+		specs.MyelinNodeportNat.MaxEntries = cfg.NodePortNATMax
+	}
 	for _, spec := range []*ebpf.MapSpec{specs.MyelinLbServices, specs.MyelinLbSlots, specs.MyelinLbBackends,
 		specs.MyelinLbMaglev, specs.MyelinLbAffinity, specs.MyelinLbCt, specs.MyelinLbCtNodeport,
 		specs.MyelinNodeportSyn, specs.MyelinNodeportNat} {
