@@ -35,6 +35,7 @@
 #include "lb.h"
 #include "masq.h"
 #include "nodeport.h"
+#include "nodeport_reply.h"
 #include "tunnel.h"
 #include "verdict.h"
 
