@@ -20,7 +20,7 @@ func (a *server) natStatus(fills []datapath.MapFill) api.NATInfo {
 		return info
 	}
 	if st, err := a.dp.NodePortStats(); err == nil {
-		info.NodePort = nodePortInfo(st, fills)
+		info.NodePort = nodePortInfo(st)
 		if n := a.gc.npEvictions.since(time.Now(), info.NodePort.Evicted); n > 0 {
 			info.Warnings = append(info.Warnings, fmt.Sprintf(
 				"myelin_nodeport_syn evicted %d embryonic NodePort flows in the last minute (a SYN flood?): clients slower than the churn retry their SYN; established flows and masquerade are unaffected", n))
@@ -75,24 +75,14 @@ func (c *collector) sampleEvictions(dp *datapath.Datapath) {
 	if err != nil {
 		return
 	}
-	fills, err := dp.MapFill()
-	if err != nil {
-		return
-	}
-	c.npEvictions.add(time.Now(), nodePortInfo(st, fills).Evicted)
+	c.npEvictions.add(time.Now(), nodePortInfo(st).Evicted)
 }
 
 // nodePortInfo turns the NodePort counters into status, with the evictions
-// estimated from the flows still in myelin_nodeport_syn (two entries each).
-func nodePortInfo(st datapath.NodePortStats, fills []datapath.MapFill) *api.NodePortNATInfo {
+// estimated from the flows still in myelin_nodeport_syn.
+func nodePortInfo(st datapath.NodePortStats) *api.NodePortNATInfo {
 	info := &api.NodePortNATInfo{Created: st.Created, Promoted: st.Promoted, RepliesLost: st.RepliesLost}
-	left := st.Promoted
-	for _, f := range fills {
-		if f.Name == "myelin_nodeport_syn" {
-			left += uint64(f.Entries / 2)
-		}
-	}
-	if st.Created > left {
+	if left := st.Promoted + st.Embryonic; st.Created > left {
 		info.Evicted = st.Created - left
 	}
 	return info

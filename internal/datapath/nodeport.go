@@ -44,6 +44,8 @@ type NodePortStats struct {
 	// RepliesLost counts replies of pods to a NAT port without a flow: their
 	// embryonic flow was evicted (or reclaimed) before the backend answered.
 	RepliesLost uint64
+	// Embryonic is how many flows myelin_nodeport_syn holds now (two entries each).
+	Embryonic uint64
 }
 
 // npFlow is both entries of one flow in one table.
@@ -138,6 +140,15 @@ func (d *Datapath) NodePortStats() (NodePortStats, error) {
 			*dst += v
 		}
 	}
+	var (
+		k myelinNatKey
+		v myelinNpEntry
+	)
+	n, err := countEntries(d.objs.MyelinNodeportSyn, &k, &v)
+	if err != nil {
+		return st, fmt.Errorf("count myelin_nodeport_syn: %w", err)
+	}
+	st.Embryonic = uint64(n / 2)
 	return st, nil
 }
 
