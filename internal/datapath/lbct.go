@@ -39,13 +39,6 @@ type ctFlowID struct {
 	clientPort, frontPort uint16
 }
 
-// ctFlow is both entries of one flow, as read from a conntrack map.
-type ctFlow struct {
-	fwd, rev *myelinCtKey // nil when missing
-	lastSeen uint64
-	flags    uint16
-}
-
 // GCServiceCT deletes the conntrack entries (both directions) of every
 // load-balanced flow, in myelin_lb_ct and myelin_lb_ct_nodeport, idle longer
 // than its state's timeout at now, a time on the MonotonicNow clock, and
@@ -55,101 +48,32 @@ type ctFlow struct {
 func (d *Datapath) GCServiceCT(now time.Duration) (int, error) {
 	var errs []error
 	removed := 0
-	for _, m := range []*ebpf.Map{d.objs.MyelinLbCt, d.objs.MyelinLbCtNodeport} {
-		n, err := gcCTMap(m, now)
+	for _, t := range []flowTable[myelinCtKey, myelinCtEntry, ctFlowID]{
+		ctTable("myelin_lb_ct", d.objs.MyelinLbCt), ctTable("myelin_lb_ct_nodeport", d.objs.MyelinLbCtNodeport),
+	} {
+		n, err := t.gc(now)
 		removed += n
 		errs = append(errs, err)
 	}
 	return removed, errors.Join(errs...)
 }
 
-// gcCTMap is GCServiceCT for one map.
-func gcCTMap(m *ebpf.Map, now time.Duration) (int, error) {
-	flows, err := readCT(m)
-	if err != nil {
-		return 0, err
-	}
-	removed := 0
-	for id, f := range flows {
-		if !ctIdle(id.proto, f, now) || !ctStillIdle(m, id.proto, f, now) {
-			continue
-		}
-		// Forward first: a packet meanwhile chooses afresh and writes both again.
-		for _, k := range []*myelinCtKey{f.fwd, f.rev} {
-			if k == nil {
-				continue
-			}
-			err := m.Delete(k)
-			if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return removed, fmt.Errorf("delete conntrack entry of %v: %w", id, err)
-			}
-			if err == nil {
-				removed++
-			}
-		}
-	}
-	return removed, nil
-}
-
-// readCT reads a conntrack map and pairs its entries into flows.
-func readCT(m *ebpf.Map) (map[ctFlowID]*ctFlow, error) {
-	var (
-		k myelinCtKey
-		v myelinCtEntry
-	)
-	flows := make(map[ctFlowID]*ctFlow)
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		id := ctFlowOf(k, v)
-		f := flows[id]
-		if f == nil {
-			f = &ctFlow{}
-			flows[id] = f
-		}
-		key := k
-		if k.Dir == uint8(myelinCtDirCT_DIR_FORWARD) {
-			f.fwd = &key
-		} else {
-			f.rev = &key
-		}
-		f.lastSeen = max(f.lastSeen, v.LastSeen)
-		f.flags |= v.Flags
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", m, err)
-	}
-	return flows, nil
+// ctTable is a Service conntrack map as a flow table.
+func ctTable(name string, m *ebpf.Map) flowTable[myelinCtKey, myelinCtEntry, ctFlowID] {
+	return flowTable[myelinCtKey, myelinCtEntry, ctFlowID]{name: name, m: m, flowOf: ctFlowOf,
+		timeout: func(id ctFlowID, flags uint16) time.Duration { return ctTimeout(id.proto, flags) }}
 }
 
 // ctFlowOf is the flow an entry belongs to. The forward entry is keyed by
 // the client's tuple; the reverse entry is keyed by the reply's tuple and
 // holds the client and the frontend (the client's port is its dport).
-func ctFlowOf(k myelinCtKey, v myelinCtEntry) ctFlowID {
+func ctFlowOf(k myelinCtKey, v myelinCtEntry) (ctFlowID, bool) {
 	if k.Dir == uint8(myelinCtDirCT_DIR_FORWARD) {
 		return ctFlowID{proto: k.Proto, client: addrFromNetwork(k.Saddr), clientPort: ntohs(k.Sport),
-			front: addrFromNetwork(k.Daddr), frontPort: ntohs(k.Dport)}
+			front: addrFromNetwork(k.Daddr), frontPort: ntohs(k.Dport)}, true
 	}
 	return ctFlowID{proto: k.Proto, client: addrFromNetwork(v.ClientAddr), clientPort: ntohs(k.Dport),
-		front: addrFromNetwork(v.FrontAddr), frontPort: ntohs(v.FrontPort)}
-}
-
-// ctIdle reports whether f has been idle past its state's timeout at now.
-func ctIdle(proto uint8, f *ctFlow, now time.Duration) bool {
-	last := time.Duration(f.lastSeen)
-	return now > last && now-last > ctTimeout(proto, f.flags)
-}
-
-// ctStillIdle re-reads f's entries and reports whether it is still idle.
-func ctStillIdle(m *ebpf.Map, proto uint8, f *ctFlow, now time.Duration) bool {
-	fresh := *f
-	for _, k := range []*myelinCtKey{f.fwd, f.rev} {
-		var v myelinCtEntry
-		if k != nil && m.Lookup(k, &v) == nil {
-			fresh.lastSeen = max(fresh.lastSeen, v.LastSeen)
-			fresh.flags |= v.Flags
-		}
-	}
-	return ctIdle(proto, &fresh, now)
+		front: addrFromNetwork(v.FrontAddr), frontPort: ntohs(v.FrontPort)}, false
 }
 
 // ctTimeout is the idle timeout of a flow of proto whose entries carry flags.

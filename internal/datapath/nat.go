@@ -2,13 +2,10 @@ package datapath
 
 import (
 	"cmp"
-	"errors"
-	"fmt"
 	"net/netip"
 	"slices"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -40,14 +37,6 @@ type NATEntry struct {
 	State string
 }
 
-// natFlow is both map entries of one flow, as read from myelin_snat.
-type natFlow struct {
-	entry    NATEntry
-	fwd, rev *myelinNatKey // nil when missing
-	lastSeen uint64
-	flags    uint16
-}
-
 // natFlowID identifies a flow whichever of its entries it is read from.
 type natFlowID struct {
 	proto                     uint8
@@ -59,13 +48,14 @@ type natFlowID struct {
 // destination and ports. A flow with only one of its two entries left (a
 // lost race, an interrupted GC) is listed too.
 func (d *Datapath) NATEntries() ([]NATEntry, error) {
-	flows, err := d.readNAT()
+	flows, err := d.natTable().read()
 	if err != nil {
 		return nil, err
 	}
 	out := make([]NATEntry, 0, len(flows))
-	for _, f := range flows {
-		out = append(out, f.entry)
+	for id, f := range flows {
+		out = append(out, NATEntry{Proto: id.proto, PodIP: id.pod, PodPort: id.podPort, NATPort: id.natPort,
+			Dst: id.dst, DstPort: id.dstPort, LastSeen: time.Duration(f.lastSeen), State: natState(id.proto, f.flags)})
 	}
 	slices.SortFunc(out, compareNATEntries)
 	return out, nil
@@ -83,31 +73,14 @@ func compareNATEntries(a, b NATEntry) int {
 // periodically; it is what frees room in a full NAT map. A flow is re-read
 // just before deletion, so one that saw a packet during the walk is kept.
 func (d *Datapath) GCNAT(now time.Duration) (int, error) {
-	flows, err := d.readNAT()
-	if err != nil {
-		return 0, err
-	}
-	removed := 0
-	for _, f := range flows {
-		if !natIdle(f, now) || !d.stillIdle(f, now) {
-			continue
-		}
-		// Forward first: a packet meanwhile re-creates the flow and finds
-		// its own reverse entry still there, keeping its NAT port.
-		for _, k := range []*myelinNatKey{f.fwd, f.rev} {
-			if k == nil {
-				continue
-			}
-			err := d.objs.MyelinSnat.Delete(k)
-			if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return removed, fmt.Errorf("delete NAT entry of %+v: %w", f.entry, err)
-			}
-			if err == nil {
-				removed++
-			}
-		}
-	}
-	return removed, nil
+	return d.natTable().gc(now)
+}
+
+// natTable is myelin_snat as a flow table.
+func (d *Datapath) natTable() flowTable[myelinNatKey, myelinNatEntry, natFlowID] {
+	return flowTable[myelinNatKey, myelinNatEntry, natFlowID]{name: "myelin_snat", m: d.objs.MyelinSnat,
+		flowOf:  natFlowOf,
+		timeout: func(id natFlowID, flags uint16) time.Duration { return natTimeout(id.proto, flags) }}
 }
 
 // MonotonicNow is the current time on the clock of the datapath's
@@ -119,41 +92,14 @@ func MonotonicNow() time.Duration {
 	return time.Duration(ts.Nano())
 }
 
-// natIdle reports whether f has been idle past its state's timeout at now.
-func natIdle(f *natFlow, now time.Duration) bool {
-	last := time.Duration(f.lastSeen)
-	return now > last && now-last > natTimeout(f.entry.Proto, f.flags)
-}
-
-// stillIdle re-reads f's entries and reports whether it is still idle.
-func (d *Datapath) stillIdle(f *natFlow, now time.Duration) bool {
-	fresh := *f
-	for _, k := range []*myelinNatKey{f.fwd, f.rev} {
-		var v myelinNatEntry
-		if k != nil && d.objs.MyelinSnat.Lookup(k, &v) == nil {
-			fresh.lastSeen = max(fresh.lastSeen, v.LastSeen)
-			fresh.flags |= v.Flags
-		}
-	}
-	return natIdle(&fresh, now)
+// natTimeouts are the idle timeouts by natState.
+var natTimeouts = map[string]time.Duration{
+	"tcp-syn": NATTimeoutTCPSyn, "tcp-established": NATTimeoutTCPEstablished, "tcp-closing": NATTimeoutTCPClosing,
+	"udp": NATTimeoutUDP, "icmp": NATTimeoutICMP,
 }
 
 // natTimeout is the idle timeout of a flow of proto in state flags.
-func natTimeout(proto uint8, flags uint16) time.Duration {
-	switch proto {
-	case unix.IPPROTO_TCP:
-		switch {
-		case flags&uint16(myelinNatFlagsNAT_F_CLOSING) != 0:
-			return NATTimeoutTCPClosing
-		case flags&uint16(myelinNatFlagsNAT_F_REPLIED) != 0:
-			return NATTimeoutTCPEstablished
-		}
-		return NATTimeoutTCPSyn
-	case unix.IPPROTO_UDP:
-		return NATTimeoutUDP
-	}
-	return NATTimeoutICMP
-}
+func natTimeout(proto uint8, flags uint16) time.Duration { return natTimeouts[natState(proto, flags)] }
 
 // natState names the state of a flow of proto with flags.
 func natState(proto uint8, flags uint16) string {
@@ -172,54 +118,19 @@ func natState(proto uint8, flags uint16) string {
 	return "icmp"
 }
 
-// readNAT reads myelin_snat and pairs its entries into flows.
-func (d *Datapath) readNAT() (map[natFlowID]*natFlow, error) {
-	var (
-		k myelinNatKey
-		v myelinNatEntry
-	)
-	flows := make(map[natFlowID]*natFlow)
-	it := d.objs.MyelinSnat.Iterate()
-	for it.Next(&k, &v) {
-		id := natFlowOf(k, v)
-		f := flows[id]
-		if f == nil {
-			f = &natFlow{entry: NATEntry{Proto: id.proto, PodIP: id.pod, PodPort: id.podPort,
-				NATPort: id.natPort, Dst: id.dst, DstPort: id.dstPort}}
-			flows[id] = f
-		}
-		key := k
-		if k.Dir == uint8(myelinNatDirNAT_DIR_EGRESS) {
-			f.fwd = &key
-		} else {
-			f.rev = &key
-		}
-		f.lastSeen = max(f.lastSeen, v.LastSeen)
-		f.flags |= v.Flags
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read myelin_snat: %w", err)
-	}
-	for _, f := range flows {
-		f.entry.LastSeen = time.Duration(f.lastSeen)
-		f.entry.State = natState(f.entry.Proto, f.flags)
-	}
-	return flows, nil
-}
-
 // natFlowOf is the flow an entry belongs to. The forward entry is keyed by
 // the pod's tuple and holds the NAT port; the reverse entry is keyed by the
 // reply's tuple (destination, node IP, ports swapped) and holds the pod's.
-func natFlowOf(k myelinNatKey, v myelinNatEntry) natFlowID {
-	id := natFlowID{proto: k.Proto}
+func natFlowOf(k myelinNatKey, v myelinNatEntry) (id natFlowID, forward bool) {
+	id = natFlowID{proto: k.Proto}
 	if k.Dir == uint8(myelinNatDirNAT_DIR_EGRESS) {
 		id.pod, id.podPort = addrFromNetwork(k.Saddr), ntohs(k.Sport)
 		id.dst, id.dstPort = addrFromNetwork(k.Daddr), ntohs(k.Dport)
 		id.natPort = ntohs(v.Port)
-		return id
+		return id, true
 	}
 	id.dst, id.dstPort = addrFromNetwork(k.Saddr), ntohs(k.Sport)
 	id.natPort = ntohs(k.Dport)
 	id.pod, id.podPort = addrFromNetwork(v.Addr), ntohs(v.Port)
-	return id
+	return id, false
 }

@@ -2,13 +2,10 @@ package datapath
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 	"time"
-
-	"github.com/cilium/ebpf"
 )
 
 // NodePortFlow is one NodePort flow to a backend on another node, as the
@@ -48,27 +45,19 @@ type NodePortStats struct {
 	Embryonic uint64
 }
 
-// npFlow is both entries of one flow in one table.
-type npFlow struct {
-	flow     NodePortFlow
-	fwd, rev *myelinNatKey
-	lastSeen uint64
-	flags    uint16
-}
-
 // NodePortFlows returns the flows of both NodePort SNAT tables, established
 // first, each ordered by client and ports. Half flows (one entry evicted or
 // collected) are listed too.
 func (d *Datapath) NodePortFlows() ([]NodePortFlow, error) {
 	var out []NodePortFlow
 	for _, est := range []bool{true, false} {
-		flows, err := d.readNodePort(est)
+		flows, err := d.nodePortTable(est).read()
 		if err != nil {
 			return nil, err
 		}
 		n := len(out)
-		for _, f := range flows {
-			out = append(out, f.flow)
+		for id, f := range flows {
+			out = append(out, nodePortFlow(id, f))
 		}
 		slices.SortFunc(out[n:], func(a, b NodePortFlow) int {
 			return cmp.Or(a.Client.Compare(b.Client), cmp.Compare(a.ClientPort, b.ClientPort),
@@ -84,48 +73,7 @@ func (d *Datapath) NodePortFlows() ([]NodePortFlow, error) {
 // Embryonic flows need no collection: their table is an LRU, and the
 // datapath reclaims a port held by an embryonic flow idle 5 seconds.
 func (d *Datapath) GCNodePortNAT(now time.Duration) (int, error) {
-	flows, err := d.readNodePort(true)
-	if err != nil {
-		return 0, err
-	}
-	m := d.objs.MyelinNodeportNat
-	removed := 0
-	for _, f := range flows {
-		if !npIdle(f.flow.Proto, f.lastSeen, f.flags, now) || !d.npStillIdle(f, now) {
-			continue
-		}
-		for _, k := range []*myelinNatKey{f.fwd, f.rev} { // forward first, as GCNAT
-			if k == nil {
-				continue
-			}
-			err := m.Delete(k)
-			if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return removed, fmt.Errorf("delete NodePort NAT entry of %+v: %w", f.flow, err)
-			}
-			if err == nil {
-				removed++
-			}
-		}
-	}
-	return removed, nil
-}
-
-// npIdle reports whether a flow last seen at lastSeen with flags is past its timeout at now.
-func npIdle(proto uint8, lastSeen uint64, flags uint16, now time.Duration) bool {
-	last := time.Duration(lastSeen)
-	return now > last && now-last > natTimeout(proto, flags)
-}
-
-// npStillIdle re-reads f's entries and reports whether it is still idle.
-func (d *Datapath) npStillIdle(f *npFlow, now time.Duration) bool {
-	last, flags := f.lastSeen, f.flags
-	for _, k := range []*myelinNatKey{f.fwd, f.rev} {
-		var v myelinNpEntry
-		if k != nil && d.objs.MyelinNodeportNat.Lookup(k, &v) == nil {
-			last, flags = max(last, v.LastSeen), flags|v.Flags
-		}
-	}
-	return npIdle(f.flow.Proto, last, flags, now)
+	return d.nodePortTable(true).gc(now)
 }
 
 // NodePortStats reads the NodePort SNAT counters.
@@ -152,60 +100,45 @@ func (d *Datapath) NodePortStats() (NodePortStats, error) {
 	return st, nil
 }
 
-// readNodePort reads one NodePort SNAT table and pairs its entries into flows.
-func (d *Datapath) readNodePort(established bool) (map[NodePortFlow]*npFlow, error) {
-	m := d.objs.MyelinNodeportSyn
+// nodePortTable is myelin_nodeport_nat (established) or myelin_nodeport_syn as a
+// flow table; a flow's Established says which.
+func (d *Datapath) nodePortTable(established bool) flowTable[myelinNatKey, myelinNpEntry, NodePortFlow] {
+	t := flowTable[myelinNatKey, myelinNpEntry, NodePortFlow]{name: "myelin_nodeport_syn", m: d.objs.MyelinNodeportSyn,
+		timeout: func(id NodePortFlow, flags uint16) time.Duration { return natTimeout(id.Proto, flags) }}
 	if established {
-		m = d.objs.MyelinNodeportNat
+		t.name, t.m = "myelin_nodeport_nat", d.objs.MyelinNodeportNat
 	}
-	var (
-		k myelinNatKey
-		v myelinNpEntry
-	)
-	flows := make(map[NodePortFlow]*npFlow)
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		id := npFlowOf(k, v)
+	t.flowOf = func(k myelinNatKey, v myelinNpEntry) (NodePortFlow, bool) {
+		id, forward := npFlowOf(k, v)
 		id.Established = established
-		f := flows[id]
-		if f == nil {
-			f = &npFlow{flow: id}
-			flows[id] = f
-		}
-		key := k
-		if k.Dir == uint8(myelinNatDirNAT_DIR_EGRESS) {
-			f.fwd = &key
-			f.flow.BackendID = v.BackendId
-		} else {
-			f.rev = &key
-		}
-		f.lastSeen = max(f.lastSeen, v.LastSeen)
-		f.flags |= v.Flags
+		return id, forward
 	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read NodePort NAT table: %w", err)
+	return t
+}
+
+// nodePortFlow completes the flow id with what its entries say.
+func nodePortFlow(id NodePortFlow, f *pairedFlow[myelinNatKey, myelinNpEntry]) NodePortFlow {
+	if f.fwd != nil {
+		id.BackendID = f.fwdValue.BackendId
 	}
-	for _, f := range flows {
-		f.flow.LastSeen = time.Duration(f.lastSeen)
-		f.flow.State = natState(f.flow.Proto, f.flags)
-	}
-	return flows, nil
+	id.LastSeen, id.State = time.Duration(f.lastSeen), natState(id.Proto, f.flags)
+	return id
 }
 
 // npFlowOf is the flow an entry belongs to (without BackendID, time and
 // state, so both entries map to the same value).
-func npFlowOf(k myelinNatKey, v myelinNpEntry) NodePortFlow {
-	f := NodePortFlow{Proto: k.Proto}
+func npFlowOf(k myelinNatKey, v myelinNpEntry) (f NodePortFlow, forward bool) {
+	f = NodePortFlow{Proto: k.Proto}
 	if k.Dir == uint8(myelinNatDirNAT_DIR_EGRESS) {
 		f.Client, f.ClientPort = addrFromNetwork(k.Saddr), ntohs(k.Sport)
 		f.NodePort = ntohs(k.Dport)
 		f.Backend, f.BackendPort = addrFromNetwork(v.Addr), ntohs(v.Port)
 		f.NATPort = ntohs(v.Xport)
-		return f
+		return f, true
 	}
 	f.Backend, f.BackendPort = addrFromNetwork(k.Saddr), ntohs(k.Sport)
 	f.NATPort = ntohs(k.Dport)
 	f.Client, f.ClientPort = addrFromNetwork(v.Addr), ntohs(v.Port)
 	f.NodePort = ntohs(v.Xport)
-	return f
+	return f, false
 }

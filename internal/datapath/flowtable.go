@@ -1,0 +1,130 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+// The datapath's flow tables (myelin_snat, the NodePort SNAT tables, the Service
+// conntrack tables) hold each flow as two entries: the forward one, keyed by the
+// initiator's tuple, and the reverse one, keyed by the reply's tuple. Both carry
+// when the flow was last seen and its state flags, and both go together. A
+// flowTable reads such a map into flows and collects the idle ones; the tables
+// differ only in their C types and in how an entry names its flow.
+
+// flowValue is the value type of a flow table.
+type flowValue interface {
+	// seen is when the entry's flow was last seen (on the MonotonicNow clock)
+	// and its state flags.
+	seen() (lastSeen uint64, flags uint16)
+}
+
+func (v myelinNatEntry) seen() (uint64, uint16) { return v.LastSeen, v.Flags }
+func (v myelinNpEntry) seen() (uint64, uint16)  { return v.LastSeen, v.Flags }
+func (v myelinCtEntry) seen() (uint64, uint16)  { return v.LastSeen, v.Flags }
+
+// flowTable is one flow table with keys K and values V whose flows are told
+// apart by ID.
+type flowTable[K any, V flowValue, ID comparable] struct {
+	name string // the map's name, for errors
+	m    *ebpf.Map
+	// flowOf is the flow an entry belongs to, the same for both entries, and
+	// whether the entry is the forward one.
+	flowOf func(K, V) (id ID, forward bool)
+	// timeout is how long flow id may stay idle with state flags.
+	timeout func(id ID, flags uint16) time.Duration
+}
+
+// pairedFlow is both entries of one flow; a key is nil when its entry is
+// missing (a lost race, an eviction, an interrupted GC).
+type pairedFlow[K any, V any] struct {
+	fwd, rev *K
+	fwdValue V // the forward entry's value when fwd is set
+	lastSeen uint64
+	flags    uint16
+}
+
+// read reads the table and pairs its entries into flows.
+func (t flowTable[K, V, ID]) read() (map[ID]*pairedFlow[K, V], error) {
+	var (
+		k K
+		v V
+	)
+	flows := make(map[ID]*pairedFlow[K, V])
+	it := t.m.Iterate()
+	for it.Next(&k, &v) {
+		id, forward := t.flowOf(k, v)
+		f := flows[id]
+		if f == nil {
+			f = &pairedFlow[K, V]{}
+			flows[id] = f
+		}
+		key := k
+		if forward {
+			f.fwd, f.fwdValue = &key, v
+		} else {
+			f.rev = &key
+		}
+		last, flags := v.seen()
+		f.lastSeen, f.flags = max(f.lastSeen, last), f.flags|flags
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", t.name, err)
+	}
+	return flows, nil
+}
+
+// gc deletes the entries (both directions) of every flow idle longer than its
+// timeout at now, a time on the MonotonicNow clock, and returns how many map
+// entries it removed. A flow is re-read just before deletion, so one that saw a
+// packet during the walk is kept.
+func (t flowTable[K, V, ID]) gc(now time.Duration) (int, error) {
+	flows, err := t.read()
+	if err != nil {
+		return 0, err
+	}
+	removed := 0
+	for id, f := range flows {
+		if !t.idle(id, f.lastSeen, f.flags, now) || !t.stillIdle(id, f, now) {
+			continue
+		}
+		// Forward first: a packet meanwhile re-creates the flow and finds its
+		// own reverse entry still there.
+		for _, k := range []*K{f.fwd, f.rev} {
+			if k == nil {
+				continue
+			}
+			err := t.m.Delete(k)
+			if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return removed, fmt.Errorf("delete %s entry of %+v: %w", t.name, id, err)
+			}
+			if err == nil {
+				removed++
+			}
+		}
+	}
+	return removed, nil
+}
+
+// idle reports whether flow id, last seen at lastSeen with flags, is past its
+// timeout at now.
+func (t flowTable[K, V, ID]) idle(id ID, lastSeen uint64, flags uint16, now time.Duration) bool {
+	last := time.Duration(lastSeen)
+	return now > last && now-last > t.timeout(id, flags)
+}
+
+// stillIdle re-reads f's entries and reports whether it is still idle.
+func (t flowTable[K, V, ID]) stillIdle(id ID, f *pairedFlow[K, V], now time.Duration) bool {
+	last, flags := f.lastSeen, f.flags
+	for _, k := range []*K{f.fwd, f.rev} {
+		var v V
+		if k != nil && t.m.Lookup(k, &v) == nil {
+			l, fl := v.seen()
+			last, flags = max(last, l), flags|fl
+		}
+	}
+	return t.idle(id, last, flags, now)
+}
