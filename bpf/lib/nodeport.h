@@ -66,30 +66,22 @@ static __always_inline void np_touch(struct np_entry *e, __u16 flags)
 		e->flags |= flags;
 }
 
-/* np_fwd_key is the client's tuple of the flow whose reverse entry is rv (key rev). */
-static __always_inline void np_fwd_key(struct nat_key *fwd, const struct nat_key *rev,
-				       const struct np_entry *rv)
+/*
+ * np_pair_key is the key, in direction dir, of the other entry of the flow whose
+ * entry e has key k: the client's tuple (NAT_DIR_EGRESS) from the reverse
+ * entry, the backend's reply tuple (NAT_DIR_INGRESS) from the forward entry.
+ * Each entry holds the other's source address and ports; both go to node_ip.
+ */
+static __always_inline void np_pair_key(struct nat_key *pair, const struct nat_key *k,
+					const struct np_entry *e, __u8 dir)
 {
-	fwd->saddr = rv->addr;
-	fwd->daddr = node_ip;
-	fwd->sport = rv->port;
-	fwd->dport = rv->xport;
-	fwd->proto = rev->proto;
-	fwd->dir = NAT_DIR_EGRESS;
-	fwd->pad = 0;
-}
-
-/* np_rev_key is the backend's reply tuple of the flow fwd with forward entry fv. */
-static __always_inline void np_rev_key(struct nat_key *rev, const struct nat_key *fwd,
-				       const struct np_entry *fv)
-{
-	rev->saddr = fv->addr;
-	rev->daddr = node_ip;
-	rev->sport = fv->port;
-	rev->dport = fv->xport;
-	rev->proto = fwd->proto;
-	rev->dir = NAT_DIR_INGRESS;
-	rev->pad = 0;
+	pair->saddr = e->addr;
+	pair->daddr = node_ip;
+	pair->sport = e->port;
+	pair->dport = e->xport;
+	pair->proto = k->proto;
+	pair->dir = dir;
+	pair->pad = 0;
 }
 
 /*
@@ -105,7 +97,7 @@ static __always_inline int np_reclaim(const struct nat_key *rev)
 
 	if (!e || bpf_ktime_get_ns() - e->last_seen < NP_SYN_RECLAIM_NS)
 		return 0;
-	np_fwd_key(&fwd, rev, e);
+	np_pair_key(&fwd, rev, e, NAT_DIR_EGRESS);
 	bpf_map_delete_elem(&myelin_nodeport_syn, &fwd);
 	bpf_map_delete_elem(&myelin_nodeport_syn, rev);
 	return 1;
@@ -247,7 +239,7 @@ static __always_inline void np_forget(void *map, const struct nat_key *fwd,
 {
 	struct nat_key rev;
 
-	np_rev_key(&rev, fwd, fv);
+	np_pair_key(&rev, fwd, fv, NAT_DIR_INGRESS);
 	bpf_map_delete_elem(map, fwd);
 	bpf_map_delete_elem(map, &rev);
 }
@@ -268,7 +260,7 @@ static __always_inline int np_embryonic(struct __sk_buff *skb, const struct ipv4
 
 	np_touch(e, l4->tcp_closing ? NAT_F_CLOSING : 0);
 	*fv = *e;
-	np_rev_key(&rev, fwd, fv);
+	np_pair_key(&rev, fwd, fv, NAT_DIR_INGRESS);
 	r = bpf_map_lookup_elem(&myelin_nodeport_syn, &rev);
 	if (!np_ours(r, fwd)) {
 		bpf_map_delete_elem(&myelin_nodeport_syn, fwd);

@@ -43,7 +43,7 @@ static __always_inline void np_reply_seen(struct __sk_buff *skb, const struct ip
 		    bpf_skb_load_bytes(skb, info->l4_off + TCP_SEQ_OFF, &seq, sizeof(seq)) < 0)
 			return;
 	}
-	np_fwd_key(&fwd, rev, rv);
+	np_pair_key(&fwd, rev, rv, NAT_DIR_EGRESS);
 	e = bpf_map_lookup_elem(&myelin_nodeport_syn, &fwd);
 	if (!e)
 		return;
