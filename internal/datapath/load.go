@@ -36,14 +36,6 @@ func (h HostRouting) String() string {
 	return fmt.Sprintf("HostRouting(%d)", int(h))
 }
 
-// DefaultNATPortMin and DefaultNATPortMax are the NAT ports used when
-// Config.NATPortMin and NATPortMax are 0: the ports above Linux's default
-// ephemeral range (net.ipv4.ip_local_port_range 32768-60999).
-const (
-	DefaultNATPortMin = 61000
-	DefaultNATPortMax = 65535
-)
-
 // Config is what Load needs; it is not changed after Load.
 type Config struct {
 	// PinDir is the bpffs directory for maps and links, for example
@@ -108,8 +100,9 @@ type Config struct {
 	// NATPortMin and NATPortMax bound the ports masquerade and NodePort SNAT
 	// translate to, inclusive. Keep them outside the node's ephemeral ports
 	// (EphemeralPorts), so a translated flow never takes a tuple one of the
-	// node's own sockets could own. Both 0 means DefaultNATPortMin to
-	// DefaultNATPortMax.
+	// node's own sockets could own. Both 0 keep the object's ports
+	// (nat_port_min/_max in bpf/lib/config.h: 61000-65535, above Linux's
+	// default ephemeral range 32768-60999).
 	NATPortMin, NATPortMax uint16
 	// NodePortSynMax sizes the LRU myelin_nodeport_syn, the NodePort flows
 	// to other nodes' backends before their handshake completed (two
@@ -144,8 +137,7 @@ func Load(cfg Config) (*Datapath, error) {
 	if cfg.PinDir == "" {
 		return nil, errors.New("load datapath: empty pin dir: set Config.PinDir to a bpffs directory such as /sys/fs/bpf/myelin/<node>")
 	}
-	cfg = cfg.withDefaults()
-	if cfg.NATPortMin == 0 || cfg.NATPortMin > cfg.NATPortMax {
+	if (cfg.NATPortMin == 0) != (cfg.NATPortMax == 0) || cfg.NATPortMin > cfg.NATPortMax {
 		return nil, fmt.Errorf("load datapath: NAT ports %d-%d: set Config.NATPortMin and NATPortMax to a range 1-65535 with min <= max", cfg.NATPortMin, cfg.NATPortMax)
 	}
 	if cfg.HostRouting != HostRoutingLegacy && cfg.HostRouting != HostRoutingBPF {
@@ -178,17 +170,28 @@ func Load(cfg Config) (*Datapath, error) {
 	return d, nil
 }
 
-// withDefaults is cfg with the defaults of its zero sizes and ports.
-func (cfg Config) withDefaults() Config {
-	if cfg.NATPortMin == 0 && cfg.NATPortMax == 0 {
-		cfg.NATPortMin, cfg.NATPortMax = DefaultNATPortMin, DefaultNATPortMax
+// objectNATPorts are the NAT ports a zero Config.NATPortMin and NATPortMax
+// keep: the object's nat_port_min and nat_port_max (bpf/lib/config.h).
+func objectNATPorts() (lo, hi uint16, err error) {
+	spec, err := loadMyelin()
+	if err != nil {
+		return 0, 0, fmt.Errorf("load datapath spec: %w", err)
 	}
-	return cfg
+	var specs myelinSpecs
+	if err := spec.Assign(&specs); err != nil {
+		return 0, 0, fmt.Errorf("assign datapath spec: %w", err)
+	}
+	if err := specs.NatPortMin.Get(&lo); err != nil {
+		return 0, 0, fmt.Errorf("read nat_port_min: %w", err)
+	}
+	if err := specs.NatPortMax.Get(&hi); err != nil {
+		return 0, 0, fmt.Errorf("read nat_port_max: %w", err)
+	}
+	return lo, hi, nil
 }
 
 // configure writes cfg into the spec's load-time constants and map sizes.
 func configure(spec *ebpf.CollectionSpec, cfg Config) error {
-	cfg = cfg.withDefaults()
 	var specs myelinSpecs
 	if err := spec.Assign(&specs); err != nil {
 		return fmt.Errorf("assign datapath spec: %w", err)

@@ -214,6 +214,7 @@ func TestPrivilegedBPFToNetdevPortCollision(t *testing.T) {
 	if err := d.SetNoMasquerade(testNoMasq); err != nil {
 		t.Fatal(err)
 	}
+	natMin, natMax := testObjectNATPorts(t)
 	for _, c := range []struct {
 		name  string
 		in    pkt
@@ -242,8 +243,8 @@ func TestPrivilegedBPFToNetdevPortCollision(t *testing.T) {
 				port = binary.BigEndian.Uint16(out[38:]) // echo id
 				want = c.in.withSrc(nodeIP, 0).withEcho(8, port)
 			}
-			if port < DefaultNATPortMin || port == c.other.NATPort {
-				t.Errorf("NAT port %d: want one of %d-%d other than %d", port, DefaultNATPortMin, DefaultNATPortMax, c.other.NATPort)
+			if port < natMin || port == c.other.NATPort {
+				t.Errorf("NAT port %d: want one of %d-%d other than %d", port, natMin, natMax, c.other.NATPort)
 			}
 			if got := out[:len(in)]; !slices.Equal(got, want.build()) || !ipv4HeaderValid(got) || !l4ChecksumValid(got) {
 				t.Errorf("output\n got %x\nwant %x (valid IPv4 checksum %v, L4 %v)", got, want.build(), ipv4HeaderValid(got), l4ChecksumValid(got))
@@ -420,5 +421,24 @@ func TestPrivilegedLoadMasqueradeConfig(t *testing.T) {
 	}
 	if err := d.SetNoMasquerade([]netip.Prefix{netip.MustParsePrefix("fd00::/64")}); err == nil {
 		t.Error("SetNoMasquerade accepted an IPv6 prefix")
+	}
+}
+
+// testObjectNATPorts are the object's default NAT ports (bpf/lib/config.h).
+func testObjectNATPorts(t *testing.T) (lo, hi uint16) {
+	t.Helper()
+	lo, hi, err := objectNATPorts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lo, hi
+}
+
+// The object's default NAT ports, which a zero Config keeps, lie above Linux's
+// default ephemeral ports (net.ipv4.ip_local_port_range 32768-60999).
+func TestObjectNATPorts(t *testing.T) {
+	lo, hi := testObjectNATPorts(t)
+	if lo <= 60999 || lo > hi {
+		t.Errorf("nat_port_min-max = %d-%d, want a range above 60999", lo, hi)
 	}
 }

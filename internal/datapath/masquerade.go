@@ -51,12 +51,20 @@ func configureMasquerade(specs *myelinSpecs, cfg Config) error {
 		{"node_ip", specs.NodeIp, nodeIP},
 		{"cluster_cidr_addr", specs.ClusterCidrAddr, cidr},
 		{"cluster_cidr_mask", specs.ClusterCidrMask, mk},
-		{"nat_port_min", specs.NatPortMin, cfg.NATPortMin},
-		{"nat_port_max", specs.NatPortMax, cfg.NATPortMax},
 	} {
 		if err := v.spec.Set(v.val); err != nil {
 			return fmt.Errorf("set %s: %w", v.name, err)
 		}
+	}
+	// Zero ports keep the object's own (bpf/lib/config.h): there is no Go copy.
+	if cfg.NATPortMin == 0 && cfg.NATPortMax == 0 {
+		return nil
+	}
+	if err := specs.NatPortMin.Set(cfg.NATPortMin); err != nil {
+		return fmt.Errorf("set nat_port_min: %w", err)
+	}
+	if err := specs.NatPortMax.Set(cfg.NATPortMax); err != nil {
+		return fmt.Errorf("set nat_port_max: %w", err)
 	}
 	return nil
 }

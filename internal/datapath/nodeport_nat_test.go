@@ -253,7 +253,8 @@ func TestPrivilegedNodePortSNATPortsDisjoint(t *testing.T) {
 // never a drop), and the counters show the churn.
 func TestPrivilegedNodePortSNATFlood(t *testing.T) {
 	requirePrivileged(t)
-	d := loadNodePortNAT(t, 64, 64, DefaultNATPortMin, DefaultNATPortMax)
+	natMin, natMax := testObjectNATPorts(t)
+	d := loadNodePortNAT(t, 64, 64, natMin, natMax)
 	run := func(p *ebpf.Program, in pkt) []byte {
 		out := make([]byte, 1500)
 		ret, err := p.Run(&ebpf.RunOptions{Data: in.build(), DataOut: out})
@@ -273,7 +274,7 @@ func TestPrivilegedNodePortSNATFlood(t *testing.T) {
 	for i := 0; i < flood; i++ {
 		src := netip.AddrFrom4([4]byte{198, 18, byte(100 + i/250), byte(1 + i%250)})
 		syn := ipv4(protoTCP, src.String(), nodeIP).withSrc(src.String(), uint16(1024+i)).withDst(nodeIP, nodePort)
-		if p := binary.BigEndian.Uint16(run(d.objs.MyelinFromNetdev, syn)[34:]); p < DefaultNATPortMin {
+		if p := binary.BigEndian.Uint16(run(d.objs.MyelinFromNetdev, syn)[34:]); p < natMin {
 			t.Fatalf("flood SYN %d got NAT port %d", i, p)
 		}
 	}
