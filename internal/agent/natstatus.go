@@ -14,14 +14,14 @@ const natFullPercent = 90
 
 // natStatus is the NAT section of the status: the NAT ports, the NodePort
 // SNAT counters and warnings for full NAT tables (fills from MapFill).
-func (a *server) natStatus(fills []datapath.MapFill) api.NATInfo {
-	info := api.NATInfo{Ports: a.plan.NATPorts.String(), Warnings: natWarnings(fills)}
-	if !a.plan.KubeProxyReplacement {
+func (v datapathView) natStatus(fills []datapath.MapFill) api.NATInfo {
+	info := api.NATInfo{Ports: v.plan.NATPorts.String(), Warnings: natWarnings(fills)}
+	if !v.plan.KubeProxyReplacement {
 		return info
 	}
-	if st, err := a.dp.NodePortStats(); err == nil {
+	if st, err := v.dp.NodePortStats(); err == nil {
 		info.NodePort = nodePortInfo(st)
-		if n := a.gc.npEvictions.since(time.Now(), info.NodePort.Evicted); n > 0 {
+		if n := v.gc.npEvictions.since(time.Now(), info.NodePort.Evicted); n > 0 {
 			info.Warnings = append(info.Warnings, fmt.Sprintf(
 				"myelin_nodeport_syn evicted %d embryonic NodePort flows in the last minute (a SYN flood?): clients slower than the churn retry their SYN; established flows and masquerade are unaffected", n))
 		}

@@ -49,7 +49,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	deleted := &deletedLoop{socket: cfg.socket(), eps: node.eps, loops: loops, log: log}
 	deleted.carryOut() // before anything new is added
-	srv := newServer(st, node, gc)
+	srv := newServer(cfg, node, log)
+	srv.views.add(st.views(node, gc)...)
 	httpSrv, err := srv.serve()
 	if err != nil {
 		return err
@@ -59,7 +60,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	srv.services.Store(svc) // /v1/services answers from here on
+	if svc != nil {
+		srv.views.add(svc) // /v1/services answers from here on
+	}
 	supervise(ctx, st.loopsFor(nodes, node, svc, srv, deleted)...)
 	if err := installCNI(cfg); err != nil {
 		return err
@@ -82,18 +85,33 @@ func supervise(ctx context.Context, rs ...runner) {
 	}
 }
 
+// views are the parts the API shows from the start: the plan and configuration,
+// the loops' runs, the firewall guard, the datapath and, with kube-proxy serving
+// Services, that.
+func (s *startup) views(node *nodeDatapath, gc *collector) []view {
+	vs := []view{nodeView{node: s.cfg.Node, uplink: s.cfg.Uplink, conf: s.conf, plan: s.plan, started: s.started},
+		s.loops, s.guard, datapathView{dp: node.dp, plan: s.plan, gc: gc}}
+	if !s.plan.KubeProxyReplacement {
+		vs = append(vs, kubeProxyServices{node: s.cfg.Node})
+	}
+	return vs
+}
+
 // loopsFor lists the control loops this node's plan needs: the Node informer and
 // what follows Nodes (masquerade, then node routes or tunnels), the apiserver's
 // reachability, the firewall guard, recorded CNI deletes, datapath events for
-// monitor clients, and the Services with kube-proxy-replacement.
+// monitor clients, and the Services with kube-proxy-replacement. The loops that
+// report on themselves register their views with srv.
 func (s *startup) loopsFor(nodes *nodeWatch, node *nodeDatapath, svc *serviceLoop, srv *server, deleted *deletedLoop) []runner {
+	routes, kube := &routeStatus{}, &kubeLoop{cs: s.cs, loops: s.loops}
+	srv.views.add(routes, kube)
 	rs := []runner{nodes, node.masq}
 	if s.plan.Tunnel {
-		rs = append(rs, newTunnelLoop(s.plan, node.dp, node.overlay, nodes, srv.routes, s.loops, s.log))
+		rs = append(rs, newTunnelLoop(s.plan, node.dp, node.overlay, nodes, routes, s.loops, s.log))
 	} else {
-		rs = append(rs, newNodeRoutesLoop(s.plan, s.cfg.Uplink, nodes, srv.routes, s.loops, s.log))
+		rs = append(rs, newNodeRoutesLoop(s.plan, s.cfg.Uplink, nodes, routes, s.loops, s.log))
 	}
-	rs = append(rs, srv.kube, newGuardLoop(srv.guard, s.plan, s.cs, s.loops, s.log), deleted, srv.monitor)
+	rs = append(rs, kube, newGuardLoop(s.guard, s.plan, s.cs, s.loops, s.log), deleted, srv.monitor)
 	if svc != nil {
 		rs = append(rs, svc)
 	}

@@ -10,47 +10,34 @@ import (
 	"os"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"github.com/myelin-net/myelin/internal/api"
-	"github.com/myelin-net/myelin/internal/config"
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/endpoint"
 	"github.com/myelin-net/myelin/internal/ipam"
 )
 
 // server answers the agent's API on its unix socket. It is built once the endpoints
-// are restored, and reads every part it reports on; a part that starts later
-// (Services) is published to it through an atomic pointer, so a handler sees it
-// either absent ("starting") or complete.
+// are restored and owns what the CNI plugin talks to (endpoints, IPAM, their checks)
+// and the monitor streams; every other part of the agent is served through the view
+// it registers once it is ready (views.go), so a handler sees a part either absent
+// ("starting") or complete.
 type server struct {
-	cfg     Config
-	conf    config.Config // GET /v1/config and status
-	plan    nodePlan
-	log     *slog.Logger
-	started time.Time
+	cfg Config
+	log *slog.Logger
 
-	dp      *datapath.Datapath
+	dp      *datapath.Datapath // for endpoint checks
 	eps     *endpoint.Manager
 	pool    *ipam.Pool
-	loops   *loops
 	monitor *monitor
-	guard   *guardState
-	gc      *collector   // its eviction samples, for status
-	routes  *routeStatus // written by the node-routes or tunnel loop
-	kube    *kubeLoop
-	// services is nil until the Service maps are adopted, and stays nil with
-	// kube-proxy-replacement false.
-	services atomic.Pointer[serviceLoop]
+	views   viewSet
 
 	ready    atomic.Bool
 	notReady atomic.Pointer[string] // what the agent waits for before it is ready
 }
 
-func newServer(st *startup, node *nodeDatapath, gc *collector) *server {
-	return &server{cfg: st.cfg, conf: st.conf, plan: st.plan, log: st.log, started: st.started,
-		dp: node.dp, eps: node.eps, pool: node.pool, loops: st.loops, monitor: newMonitor(node.dp, node.eps, st.log),
-		guard: st.guard, gc: gc, routes: &routeStatus{}, kube: &kubeLoop{cs: st.cs, loops: st.loops}}
+func newServer(cfg Config, node *nodeDatapath, log *slog.Logger) *server {
+	return &server{cfg: cfg, log: log, dp: node.dp, eps: node.eps, pool: node.pool, monitor: newMonitor(node.dp, node.eps, log)}
 }
 
 // serve starts the local API on the agent's unix socket.
@@ -208,9 +195,19 @@ func (a *server) handleGC(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *server) handleConfig(w http.ResponseWriter, _ *http.Request) {
-	view := api.ConfigView{Node: a.cfg.Node, Warning: a.conf.Warning()}
-	for _, e := range a.conf.Effective {
-		view.Effective = append(view.Effective, api.ConfigEntry{Key: e.Key, Value: e.Value, Source: e.Source})
+	c, ok := findView[configSource](&a.views)
+	if !ok {
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("agent on node %s is starting", a.cfg.Node))
+		return
 	}
-	writeJSON(w, http.StatusOK, view)
+	writeJSON(w, http.StatusOK, c.configView())
+}
+
+func (a *server) handleServices(w http.ResponseWriter, _ *http.Request) {
+	s, ok := findView[serviceSource](&a.views)
+	if !ok {
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("agent on node %s is starting", a.cfg.Node))
+		return
+	}
+	writeJSON(w, http.StatusOK, s.servicesView())
 }

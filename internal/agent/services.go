@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 
 	"k8s.io/client-go/kubernetes"
 
@@ -20,6 +19,7 @@ import (
 // externalTrafficPolicy: Local Services (kube-proxy serves both when it runs
 // instead). Loops "services" and "health-check-ports".
 type serviceLoop struct {
+	node         string
 	algorithm    string
 	manager      *service.Manager
 	watcher      *service.Watcher
@@ -37,7 +37,7 @@ func newServiceLoop(p nodePlan, dp *datapath.Datapath, cs kubernetes.Interface, 
 	if err != nil {
 		return nil, fmt.Errorf("adopt the service maps: %w", err)
 	}
-	s := &serviceLoop{algorithm: p.LBAlgorithm, manager: m}
+	s := &serviceLoop{node: p.Node, algorithm: p.LBAlgorithm, manager: m}
 	s.watcher = service.NewWatcher(cs, m, service.Options{NodeName: p.Node, NodeIP: p.NodeIP},
 		func(err error) { l.report("services", err) }, log)
 	// Health check answers are 503 until the watcher's first full pass, as
@@ -78,9 +78,9 @@ func (s *serviceLoop) servedBy() string {
 		s.algorithm, svcs, frontends, backends, len(s.healthChecks.Ports()))
 }
 
-// view is what GET /v1/services answers.
-func (s *serviceLoop) view(node string) api.Services {
-	out := api.Services{Node: node, ServedBy: "myelin", Algorithm: s.algorithm, Synced: s.isSynced(), Frontends: []api.ServiceFrontend{}}
+// servicesView is what GET /v1/services answers.
+func (s *serviceLoop) servicesView() api.Services {
+	out := api.Services{Node: s.node, ServedBy: "myelin", Algorithm: s.algorithm, Synced: s.isSynced(), Frontends: []api.ServiceFrontend{}}
 	for _, f := range s.manager.Snapshot() {
 		v := api.ServiceFrontend{Service: f.Service, Port: f.PortName, Type: string(f.Type),
 			Frontend: service.FrontendString(f.Key), ID: f.ID, Backends: []api.ServiceBackend{}}
@@ -96,28 +96,4 @@ func (s *serviceLoop) view(node string) api.Services {
 		out.Frontends = append(out.Frontends, v)
 	}
 	return out
-}
-
-// servedBy says who implements Services on this node, for status.
-func (a *server) servedBy() string {
-	if !a.plan.KubeProxyReplacement {
-		return "kube-proxy (kube-proxy-replacement is false)"
-	}
-	if s := a.services.Load(); s != nil {
-		return s.servedBy()
-	}
-	return "myelin (starting)"
-}
-
-func (a *server) handleServices(w http.ResponseWriter, _ *http.Request) {
-	if !a.plan.KubeProxyReplacement {
-		writeJSON(w, http.StatusOK, api.Services{Node: a.cfg.Node, ServedBy: "kube-proxy", Frontends: []api.ServiceFrontend{}})
-		return
-	}
-	s := a.services.Load()
-	if s == nil {
-		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("agent on node %s is starting", a.cfg.Node))
-		return
-	}
-	writeJSON(w, http.StatusOK, s.view(a.cfg.Node))
 }

@@ -2,59 +2,119 @@ package agent
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/config"
+	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/iptables"
 )
 
+// status is GET /v1/status: the endpoints and IPAM the server owns, then the
+// section of every registered view.
 func (a *server) status() api.Status {
-	s := api.Status{
-		Node:     a.cfg.Node,
-		Config:   api.ConfigInfo{Sources: a.conf.SourceSummary(), Warning: a.conf.Warning()},
-		Started:  a.started,
-		Datapath: api.DatapathInfo{Device: "veth", AttachMode: a.plan.AttachMode, Uplink: a.cfg.Uplink},
-		Routing: api.RoutingInfo{
-			Mode: a.plan.RoutingMode(), HostRouting: a.plan.HostRouting.Mode(), HostRoutingReason: a.plan.HostRouting.Reason,
-			AutoDirectNodeRoutes: a.plan.AutoDirectNodeRoutes, Routes: int(a.routes.routes.Load()),
-		},
-		Masquerade:  a.plan.Masquerade.String(),
-		SourceCheck: sourceCheck(a.plan.SourceValidation, a.conf.Source("enable-source-ip-verification")),
-		KubeProxy:   a.servedBy(),
-		MTU:         api.MTUInfo{Device: a.plan.MTU, Route: a.plan.RouteMTU},
-		Endpoints:   len(a.eps.List()),
-		Nodes:       api.NodesInfo{Known: int(a.routes.nodesKnown.Load())},
-		Loops:       a.loops.snapshot(),
-		Guard:       a.guard.status(),
-	}
-	if u := a.routes.unroutable.Load(); u != nil {
-		s.Routing.Unroutable = *u
-	}
+	s := api.Status{Node: a.cfg.Node, Endpoints: len(a.eps.List())}
 	cidr, used, total := a.pool.Usage()
 	s.IPAM = api.IPAMInfo{CIDR: cidr.String(), Used: used, Total: total}
+	a.views.fillStatus(&s)
+	return s
+}
+
+// nodeView shows the node's plan and configuration, decided at start: ready from
+// the first request.
+type nodeView struct {
+	node    string
+	uplink  string
+	conf    config.Config // what GET /v1/config shows; modes come from plan
+	plan    nodePlan
+	started time.Time
+}
+
+func (v nodeView) fillStatus(s *api.Status) {
+	p := v.plan
+	s.Config = api.ConfigInfo{Sources: v.conf.SourceSummary(), Warning: v.conf.Warning()}
+	s.Started = v.started
+	s.Datapath = api.DatapathInfo{Device: "veth", AttachMode: p.AttachMode, Uplink: v.uplink}
+	s.Routing.Mode, s.Routing.AutoDirectNodeRoutes = p.RoutingMode(), p.AutoDirectNodeRoutes
+	s.Routing.HostRouting, s.Routing.HostRoutingReason = p.HostRouting.Mode(), p.HostRouting.Reason
+	s.Masquerade = p.Masquerade.String()
+	s.SourceCheck = sourceCheck(p.SourceValidation, v.conf.Source("enable-source-ip-verification"))
+	s.MTU = api.MTUInfo{Device: p.MTU, Route: p.RouteMTU}
+	if p.KubeProxyReplacement {
+		s.KubeProxy = "myelin (starting)" // until the Services loop registers
+	}
+}
+
+func (v nodeView) configView() api.ConfigView {
+	out := api.ConfigView{Node: v.node, Warning: v.conf.Warning()}
+	for _, e := range v.conf.Effective {
+		out.Effective = append(out.Effective, api.ConfigEntry{Key: e.Key, Value: e.Value, Source: e.Source})
+	}
+	return out
+}
+
+// kubeProxyServices is the Services view with kube-proxy-replacement false:
+// kube-proxy serves them.
+type kubeProxyServices struct{ node string }
+
+func (k kubeProxyServices) fillStatus(s *api.Status) {
+	s.KubeProxy = "kube-proxy (kube-proxy-replacement is false)"
+}
+
+func (k kubeProxyServices) servicesView() api.Services {
+	return api.Services{Node: k.node, ServedBy: "kube-proxy", Frontends: []api.ServiceFrontend{}}
+}
+
+func (s *serviceLoop) fillStatus(st *api.Status) { st.KubeProxy = s.servedBy() }
+
+func (r *routeStatus) fillStatus(s *api.Status) {
+	s.Routing.Routes = int(r.routes.Load())
+	if u := r.unroutable.Load(); u != nil {
+		s.Routing.Unroutable = *u
+	}
+	s.Nodes = api.NodesInfo{Known: int(r.nodesKnown.Load())}
+}
+
+// fillStatus shows every loop's last run and, from the loop "kubernetes", whether the
+// apiserver answers.
+func (l *loops) fillStatus(s *api.Status) {
+	s.Loops = l.snapshot()
 	s.Kubernetes.Connected = true
 	for _, l := range s.Loops {
 		if l.Name == "kubernetes" && l.LastError != "" && l.ErrorTime.Equal(l.LastRun) {
 			s.Kubernetes.Connected, s.Kubernetes.Error = false, l.LastError
 		}
 	}
-	s.Kubernetes.Version = a.kube.serverVersion()
-	fills, err := a.dp.MapFill()
+}
+
+func (k *kubeLoop) fillStatus(s *api.Status) { s.Kubernetes.Version = k.serverVersion() }
+
+func (g *guardState) fillStatus(s *api.Status) { s.Guard = g.status() }
+
+// datapathView shows the loaded datapath: its map fills, NAT and counters.
+type datapathView struct {
+	dp   *datapath.Datapath
+	plan nodePlan
+	gc   *collector // its eviction samples
+}
+
+func (v datapathView) fillStatus(s *api.Status) {
+	fills, err := v.dp.MapFill()
 	if err == nil {
 		for _, f := range fills {
 			s.Maps = append(s.Maps, api.MapFill{Name: f.Name, Entries: f.Entries, Max: f.Max})
 		}
 	}
-	s.NAT = a.natStatus(fills)
-	if metrics, err := a.dp.Metrics(); err == nil {
+	s.NAT = v.natStatus(fills)
+	if metrics, err := v.dp.Metrics(); err == nil {
 		for _, m := range metrics {
 			s.Counters = append(s.Counters, api.Counter{Direction: m.Direction, Reason: m.Reason, Packets: m.Packets, Bytes: m.Bytes})
 		}
 	}
 	// Rejects over the ICMP rate: counted as DROP_SVC_NO_BACKEND, left unanswered.
-	if n, err := a.dp.ICMPRejectsSuppressed(); err == nil && n > 0 {
+	if n, err := v.dp.ICMPRejectsSuppressed(); err == nil && n > 0 {
 		s.Counters = append(s.Counters, api.Counter{Direction: "any", Reason: "ICMP_REJECT_SUPPRESSED", Packets: n})
 	}
-	return s
 }
 
 // sourceCheck reports enable-source-ip-verification, loudly when it is off.
