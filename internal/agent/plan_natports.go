@@ -2,38 +2,13 @@ package agent
 
 import (
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 
 	"github.com/myelin-net/myelin/internal/config"
 )
 
-// ephemeralPortsFile holds the agent's netns's ephemeral ports (read only:
-// the agent never writes sysctls).
-const ephemeralPortsFile = "/proc/sys/net/ipv4/ip_local_port_range"
-
 // minNATPorts is the fewest NAT ports auto accepts: the concurrent flows
 // towards one destination (address, port, protocol) per node.
 const minNATPorts = 1024
-
-// readEphemeralPorts reads net.ipv4.ip_local_port_range from path.
-func readEphemeralPorts(path string) (config.PortRange, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return config.PortRange{}, fmt.Errorf("read the node's ephemeral ports: %w", err)
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return config.PortRange{}, fmt.Errorf("read the node's ephemeral ports: %s holds %q, want two ports", path, b)
-	}
-	lo, err1 := strconv.ParseUint(f[0], 10, 16)
-	hi, err2 := strconv.ParseUint(f[1], 10, 16)
-	if err1 != nil || err2 != nil || lo > hi {
-		return config.PortRange{}, fmt.Errorf("read the node's ephemeral ports: %s holds %q, want two ports", path, b)
-	}
-	return config.PortRange{Min: uint16(lo), Max: uint16(hi)}, nil
-}
 
 // natPorts decides the ports masquerade and NodePort SNAT translate to: the
 // nat-port-range key, or with auto (zero) the ports above the node's

@@ -55,18 +55,3 @@ func decideHostRouting(c config.Config, f datapath.Features, userRules []string)
 		return hostRoutingDecision{true, "auto: every requirement of BPF host routing is met"}, nil
 	}
 }
-
-// checkRoutingMode refuses a tunnel protocol this kernel cannot run, naming what is
-// missing, before the agent changes anything on the node.
-func checkRoutingMode(c config.Config) error {
-	if c.RoutingMode != config.RoutingTunnel {
-		return nil
-	}
-	if c.TunnelProtocol != "vxlan" {
-		if err := datapath.ProbeTunnelProtocol(c.TunnelProtocol); err != nil {
-			return fmt.Errorf("%w (set by %s); use tunnel-protocol vxlan", err, c.Source("tunnel-protocol"))
-		}
-		return fmt.Errorf("tunnel-protocol %s (set by %s) is not supported by this build; use vxlan", c.TunnelProtocol, c.Source("tunnel-protocol"))
-	}
-	return datapath.ProbeTunnelProtocol("vxlan")
-}
