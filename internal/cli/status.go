@@ -62,74 +62,106 @@ func Status(ctx context.Context, out io.Writer, o StatusOptions) error {
 	return nil
 }
 
+// printStatus prints one node's status, a "Key: value" row a line.
 func printStatus(out io.Writer, s api.Status) {
-	row := func(k, format string, a ...any) {
-		fmt.Fprintf(out, "%-22s "+format+"\n", append([]any{k + ":"}, a...)...)
-	}
-	row("Node", "%s (agent up %v)", s.Node, time.Since(s.Started).Round(time.Second))
+	r := statusRows{out}
+	r.node(s)
+	r.routing(s)
+	r.protection(s)
+	r.row("Services", "%s", s.KubeProxy)
+	r.row("MTU", "device %d, routes %d", s.MTU.Device, s.MTU.Route)
+	r.row("IPAM", "%d/%d allocated from %s", s.IPAM.Used, s.IPAM.Total, s.IPAM.CIDR)
+	r.row("Endpoints", "%d", s.Endpoints)
+	r.row("Nodes", "%d known", s.Nodes.Known)
+	r.maps(s)
+	r.loops(s)
+}
+
+// statusRows prints the rows of printStatus.
+type statusRows struct{ out io.Writer }
+
+func (r statusRows) row(k, format string, a ...any) {
+	fmt.Fprintf(r.out, "%-22s "+format+"\n", append([]any{k + ":"}, a...)...)
+}
+
+// node prints the agent, its configuration, the apiserver and the datapath.
+func (r statusRows) node(s api.Status) {
+	r.row("Node", "%s (agent up %v)", s.Node, time.Since(s.Started).Round(time.Second))
 	if s.Config.Warning != "" {
-		row("Configuration", "WARNING: %s", s.Config.Warning)
+		r.row("Configuration", "WARNING: %s", s.Config.Warning)
 	} else {
-		row("Configuration", "%s", s.Config.Sources)
+		r.row("Configuration", "%s", s.Config.Sources)
 	}
 	k8s := "Disconnected: " + s.Kubernetes.Error
 	if s.Kubernetes.Connected {
 		k8s = "Ok, " + s.Kubernetes.Version
 	}
-	row("Kubernetes", "%s", k8s)
-	row("Datapath", "%s, %s attach, uplink %s", s.Datapath.Device, s.Datapath.AttachMode, s.Datapath.Uplink)
-	row("Routing", "Network: %s   Host: %s (%s)", s.Routing.Mode, s.Routing.HostRouting, s.Routing.HostRoutingReason)
+	r.row("Kubernetes", "%s", k8s)
+	r.row("Datapath", "%s, %s attach, uplink %s", s.Datapath.Device, s.Datapath.AttachMode, s.Datapath.Uplink)
+}
+
+// routing prints the routing modes, the routes to other nodes and the nodes
+// without one.
+func (r statusRows) routing(s api.Status) {
+	r.row("Routing", "Network: %s   Host: %s (%s)", s.Routing.Mode, s.Routing.HostRouting, s.Routing.HostRoutingReason)
 	if s.Routing.Mode == "tunnel" {
-		row("Tunnels", "%d nodes over VXLAN", s.Routing.Routes)
+		r.row("Tunnels", "%d nodes over VXLAN", s.Routing.Routes)
 	} else if s.Routing.AutoDirectNodeRoutes {
-		row("Node routes", "%d direct routes (auto-direct-node-routes)", s.Routing.Routes)
+		r.row("Node routes", "%d direct routes (auto-direct-node-routes)", s.Routing.Routes)
 	}
 	for _, u := range s.Routing.Unroutable {
-		row("  no route", "%s", u)
+		r.row("  no route", "%s", u)
 	}
-	row("Masquerading", "%s", s.Masquerade)
+}
+
+// protection prints masquerade, source validation and the firewall guard.
+func (r statusRows) protection(s api.Status) {
+	r.row("Masquerading", "%s", s.Masquerade)
 	if s.SourceCheck.Enabled {
-		row("Source validation", "on: pods send only from their own IPv4 and MAC")
+		r.row("Source validation", "on: pods send only from their own IPv4 and MAC")
 	} else {
-		row("Source validation", "OFF")
-		row("  WARNING", "%s", s.SourceCheck.Warning)
+		r.row("Source validation", "OFF")
+		r.row("  WARNING", "%s", s.SourceCheck.Warning)
 	}
 	guardText := s.Guard.Setting
 	if len(s.Guard.Found) > 0 {
 		guardText += "; user rules in " + strings.Join(s.Guard.Found, ", ")
 	}
-	row("User firewall guard", "%s", guardText)
+	r.row("User firewall guard", "%s", guardText)
 	if s.Guard.Warning != "" {
-		row("  WARNING", "%s", s.Guard.Warning)
+		r.row("  WARNING", "%s", s.Guard.Warning)
 	}
-	row("Services", "%s", s.KubeProxy)
-	row("MTU", "device %d, routes %d", s.MTU.Device, s.MTU.Route)
-	row("IPAM", "%d/%d allocated from %s", s.IPAM.Used, s.IPAM.Total, s.IPAM.CIDR)
-	row("Endpoints", "%d", s.Endpoints)
-	row("Nodes", "%d known", s.Nodes.Known)
+}
+
+// maps prints the BPF maps' fill, NAT and the datapath's counters.
+func (r statusRows) maps(s api.Status) {
 	var maps []string
 	for _, m := range s.Maps {
 		maps = append(maps, fmt.Sprintf("%s %d/%d", m.Name, m.Entries, m.Max))
 	}
-	row("BPF maps", "%s", strings.Join(maps, ", "))
+	r.row("BPF maps", "%s", strings.Join(maps, ", "))
 	if s.NAT.Ports != "" {
-		row("NAT ports", "%s (outside the node's ephemeral ports)", s.NAT.Ports)
+		r.row("NAT ports", "%s (outside the node's ephemeral ports)", s.NAT.Ports)
 	}
 	if np := s.NAT.NodePort; np != nil {
-		row("NodePort SNAT", "%d flows created, %d completed their handshake, ~%d evicted before it, %d replies found their flow evicted",
+		r.row("NodePort SNAT", "%d flows created, %d completed their handshake, ~%d evicted before it, %d replies found their flow evicted",
 			np.Created, np.Promoted, np.Evicted, np.RepliesLost)
 	}
 	for _, w := range s.NAT.Warnings {
-		row("  WARNING", "%s", w)
+		r.row("  WARNING", "%s", w)
 	}
 	for _, c := range s.Counters {
-		row("Counter", "%-12s %-20s %d packets, %d bytes", c.Direction, c.Reason, c.Packets, c.Bytes)
+		r.row("Counter", "%-12s %-20s %d packets, %d bytes", c.Direction, c.Reason, c.Packets, c.Bytes)
 	}
+}
+
+// loops prints each control loop's last error, or ok.
+func (r statusRows) loops(s api.Status) {
 	for _, l := range s.Loops {
 		state := "ok"
 		if l.LastError != "" {
 			state = fmt.Sprintf("last error %v ago: %s", time.Since(l.ErrorTime).Round(time.Second), l.LastError)
 		}
-		row("Loop "+l.Name, "%s", state)
+		r.row("Loop "+l.Name, "%s", state)
 	}
 }
