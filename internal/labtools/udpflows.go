@@ -29,10 +29,6 @@ type UDPFlowsResult struct {
 // translated sources: the check of masquerading many concurrent flows.
 func UDPFlows(ctx context.Context, target string, n int, timeout time.Duration) (UDPFlowsResult, error) {
 	raiseFileLimit(n + 64)
-	res := UDPFlowsResult{Flows: n}
-	var mu sync.Mutex
-	seen, ips := map[string]bool{}, map[string]bool{}
-	var wg sync.WaitGroup
 	conns := make([]net.Conn, 0, n)
 	defer func() {
 		for _, c := range conns {
@@ -42,7 +38,7 @@ func UDPFlows(ctx context.Context, target string, n int, timeout time.Duration) 
 	for i := 0; i < n; i++ {
 		c, err := net.Dial("udp", target)
 		if err != nil {
-			return res, fmt.Errorf("open flow %d: %w", i, err)
+			return UDPFlowsResult{Flows: n}, fmt.Errorf("open flow %d: %w", i, err)
 		}
 		conns = append(conns, c)
 	}
@@ -50,6 +46,8 @@ func UDPFlows(ctx context.Context, target string, n int, timeout time.Duration) 
 	// sends are paced in batches and retried twice, as a UDP client would, so that a
 	// datagram dropped by a busy receiver's socket buffer is not mistaken for a lost flow.
 	deadline := time.Now().Add(timeout)
+	t := udpFlowTally{seen: map[string]bool{}, ips: map[string]bool{}}
+	var wg sync.WaitGroup
 	for i, c := range conns {
 		if i > 0 && i%100 == 0 {
 			time.Sleep(20 * time.Millisecond)
@@ -57,47 +55,78 @@ func UDPFlows(ctx context.Context, target string, n int, timeout time.Duration) 
 		wg.Add(1)
 		go func(c net.Conn) {
 			defer wg.Done()
-			buf := make([]byte, 256)
-			for attempt := 0; attempt < 3; attempt++ {
-				if _, err := c.Write([]byte("flow")); err != nil {
-					return
-				}
-				wait := time.Now().Add(timeout / 3)
-				if wait.After(deadline) {
-					wait = deadline
-				}
-				_ = c.SetReadDeadline(wait)
-				m, err := c.Read(buf)
-				if errors.Is(err, syscall.ECONNREFUSED) { // ICMP port unreachable: no one to answer
-					mu.Lock()
-					res.Refused++
-					mu.Unlock()
-					return
-				}
-				if err != nil {
-					continue
-				}
-				_, src, ok := strings.Cut(strings.TrimSpace(string(buf[:m])), "client=")
-				if !ok {
-					return
-				}
-				mu.Lock()
-				res.Replies++
-				seen[src] = true
-				if host, _, err := net.SplitHostPort(src); err == nil {
-					ips[host] = true
-				}
-				mu.Unlock()
-				return
-			}
+			t.add(exchangeUDP(c, timeout, deadline))
 		}(c)
 	}
 	wg.Wait()
-	res.SeenSources = len(seen)
-	for ip := range ips {
+	return t.result(n), ctx.Err()
+}
+
+// udpAnswer is how one flow of UDPFlows was answered.
+type udpAnswer int
+
+const (
+	udpNoAnswer udpAnswer = iota
+	udpReplied            // the server named the source it saw
+	udpRefused            // ICMP port unreachable: no one to answer
+)
+
+// exchangeUDP sends one flow's datagram, retried twice without a reply, and
+// returns how it was answered and, when replied, the source the server saw.
+func exchangeUDP(c net.Conn, timeout time.Duration, deadline time.Time) (udpAnswer, string) {
+	buf := make([]byte, 256)
+	for attempt := 0; attempt < 3; attempt++ {
+		if _, err := c.Write([]byte("flow")); err != nil {
+			return udpNoAnswer, ""
+		}
+		wait := time.Now().Add(timeout / 3)
+		if wait.After(deadline) {
+			wait = deadline
+		}
+		_ = c.SetReadDeadline(wait)
+		m, err := c.Read(buf)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return udpRefused, ""
+		}
+		if err != nil {
+			continue
+		}
+		if _, src, ok := strings.Cut(strings.TrimSpace(string(buf[:m])), "client="); ok {
+			return udpReplied, src
+		}
+		return udpNoAnswer, ""
+	}
+	return udpNoAnswer, ""
+}
+
+// udpFlowTally counts the answers of UDPFlows' concurrent flows.
+type udpFlowTally struct {
+	mu               sync.Mutex
+	replies, refused int
+	seen, ips        map[string]bool
+}
+
+func (t *udpFlowTally) add(a udpAnswer, src string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch a {
+	case udpRefused:
+		t.refused++
+	case udpReplied:
+		t.replies++
+		t.seen[src] = true
+		if host, _, err := net.SplitHostPort(src); err == nil {
+			t.ips[host] = true
+		}
+	}
+}
+
+func (t *udpFlowTally) result(flows int) UDPFlowsResult {
+	res := UDPFlowsResult{Flows: flows, Replies: t.replies, Refused: t.refused, SeenSources: len(t.seen)}
+	for ip := range t.ips {
 		res.SourceIPs = append(res.SourceIPs, ip)
 	}
-	return res, ctx.Err()
+	return res
 }
 
 func raiseFileLimit(want int) {
