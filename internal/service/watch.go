@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	corelisters "k8s.io/client-go/listers/core/v1"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -69,13 +71,33 @@ func (w *Watcher) Synced() <-chan struct{} { return w.synced }
 // once. Failed syncs are retried with backoff, and every Service is synced again
 // every resyncInterval (resync).
 func (w *Watcher) Run(ctx context.Context) {
+	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
+	defer queue.ShutDown()
+	c, ok := w.startCaches(ctx, queue)
+	if !ok {
+		return
+	}
+	w.firstPass(c)
+	go func() { <-ctx.Done(); queue.ShutDown() }()
+	go w.resync(ctx, queue, c.services.List)
+	for w.processNext(queue, c) {
+	}
+}
+
+// serviceCaches are the informer caches the watcher reads Services and their
+// EndpointSlices from.
+type serviceCaches struct {
+	services corelisters.ServiceLister
+	slices   cache.Indexer // indexed by byServiceIndex
+}
+
+// startCaches starts the Service and EndpointSlice informers, each event queueing
+// its Service's key, and waits for their caches; false if ctx ended first.
+func (w *Watcher) startCaches(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string]) (serviceCaches, bool) {
 	factory := informers.NewSharedInformerFactory(w.cs, 0)
 	svcInf := factory.Core().V1().Services()
 	sliceInf := factory.Discovery().V1().EndpointSlices()
 	_ = sliceInf.Informer().AddIndexers(cache.Indexers{byServiceIndex: sliceServiceKey})
-
-	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
-	defer queue.ShutDown()
 	enqueue := func(obj any) {
 		if key, ok := eventKey(obj); ok {
 			queue.Add(key)
@@ -85,32 +107,36 @@ func (w *Watcher) Run(ctx context.Context) {
 	_, _ = svcInf.Informer().AddEventHandler(handler)
 	_, _ = sliceInf.Informer().AddEventHandler(handler)
 	factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), svcInf.Informer().HasSynced, sliceInf.Informer().HasSynced) {
-		return
-	}
+	ok := cache.WaitForCacheSync(ctx.Done(), svcInf.Informer().HasSynced, sliceInf.Informer().HasSynced)
+	return serviceCaches{services: svcInf.Lister(), slices: sliceInf.Informer().GetIndexer()}, ok
+}
 
-	sync := func(key string) error {
-		svc, err := svcInf.Lister().Services(namespaceOf(key)).Get(nameOf(key))
-		if err != nil {
-			w.syncHealth(key, nil, nil)
-			return w.m.Apply(key, nil) // deleted
-		}
-		objs, err := sliceInf.Informer().GetIndexer().ByIndex(byServiceIndex, key)
-		if err != nil {
-			return err
-		}
-		slices := make([]*discoveryv1.EndpointSlice, 0, len(objs))
-		for _, o := range objs {
-			slices = append(slices, o.(*discoveryv1.EndpointSlice))
-		}
-		w.syncHealth(key, svc, slices)
-		return w.m.Apply(key, Desired(svc, slices, w.o))
+// sync applies the Service key as the caches have it: deleted, or its desired
+// frontends from the Service and its EndpointSlices.
+func (w *Watcher) sync(c serviceCaches, key string) error {
+	svc, err := c.services.Services(namespaceOf(key)).Get(nameOf(key))
+	if err != nil {
+		w.syncHealth(key, nil, nil)
+		return w.m.Apply(key, nil) // deleted
 	}
+	objs, err := c.slices.ByIndex(byServiceIndex, key)
+	if err != nil {
+		return err
+	}
+	slices := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	for _, o := range objs {
+		slices = append(slices, o.(*discoveryv1.EndpointSlice))
+	}
+	w.syncHealth(key, svc, slices)
+	return w.m.Apply(key, Desired(svc, slices, w.o))
+}
 
-	// The first pass is synchronous so Prune knows every Service has been seen.
-	all, _ := svcInf.Lister().List(labels.Everything())
+// firstPass syncs every Service synchronously, so Prune knows every Service has
+// been seen, prunes what none claims, and closes Synced.
+func (w *Watcher) firstPass(c serviceCaches) {
+	all, _ := c.services.List(labels.Everything())
 	for _, svc := range all {
-		if err := sync(svc.Namespace + "/" + svc.Name); err != nil {
+		if err := w.sync(c, svc.Namespace+"/"+svc.Name); err != nil {
 			w.log.Error("sync service", "service", svc.Namespace+"/"+svc.Name, "err", err)
 			w.report(err)
 		}
@@ -123,24 +149,25 @@ func (w *Watcher) Run(ctx context.Context) {
 	w.log.Info("services programmed", "services", len(all), "frontends", frontends, "backends", backends)
 	w.report(nil)
 	close(w.synced)
+}
 
-	go func() { <-ctx.Done(); queue.ShutDown() }()
-	go w.resync(ctx, queue, svcInf.Lister().List)
-	for {
-		key, quit := queue.Get()
-		if quit {
-			return
-		}
-		err := sync(key)
-		w.report(err)
-		if err != nil {
-			w.log.Error("sync service", "service", key, "err", err)
-			queue.AddRateLimited(key)
-		} else {
-			queue.Forget(key)
-		}
-		queue.Done(key)
+// processNext syncs the next queued Service, retrying it with backoff on error;
+// false once the queue is shut down.
+func (w *Watcher) processNext(queue workqueue.TypedRateLimitingInterface[string], c serviceCaches) bool {
+	key, quit := queue.Get()
+	if quit {
+		return false
 	}
+	defer queue.Done(key)
+	err := w.sync(c, key)
+	w.report(err)
+	if err != nil {
+		w.log.Error("sync service", "service", key, "err", err)
+		queue.AddRateLimited(key)
+	} else {
+		queue.Forget(key)
+	}
+	return true
 }
 
 // resync queues, every resyncInterval, every Service the cluster has and every
