@@ -47,9 +47,10 @@ func (f *fakeNode) DeleteLink(name string) error          { delete(f.links, name
 func (f *fakeNode) ReplacePodRoute(netip.Addr, int) error { return nil }
 func (f *fakeNode) DeletePodRoute(netip.Addr) error       { return nil }
 
-// The agent's DELETE refuses a caller that names another host veth than the record's
-// (412, api.ErrNotOwner through the client), and deletes for the owner.
-func TestDeleteEndpointOnlyByOwner(t *testing.T) {
+// serveTest serves the API of node n1 on a socket in a temporary directory, with a
+// real endpoint.Manager and IPAM pool over a fakeNode, and no views registered.
+func serveTest(t *testing.T) (*server, *fakeNode) {
+	t.Helper()
 	dir := t.TempDir()
 	pool, err := ipam.OpenPool(filepath.Join(dir, "ipam.json"), netip.MustParsePrefix("10.244.0.0/24"))
 	if err != nil {
@@ -62,7 +63,15 @@ func TestDeleteEndpointOnlyByOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
+	t.Cleanup(func() { srv.Close() })
+	return a, node
+}
+
+// The agent's DELETE refuses a caller that names another host veth than the record's
+// (412, api.ErrNotOwner through the client), and deletes for the owner.
+func TestDeleteEndpointOnlyByOwner(t *testing.T) {
+	a, node := serveTest(t)
+	eps, pool := a.eps, a.pool
 	alloc, err := eps.Allocate(api.PodRef{ContainerID: "a"})
 	if err != nil {
 		t.Fatal(err)

@@ -2,36 +2,17 @@ package agent
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net/netip"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/myelin-net/myelin/internal/api"
-	"github.com/myelin-net/myelin/internal/datapath"
-	"github.com/myelin-net/myelin/internal/endpoint"
-	"github.com/myelin-net/myelin/internal/ipam"
 )
 
 // The API serves a part only once its view is registered: before, /v1/services and
 // /v1/config answer "starting" and status leaves the part's fields out; after, they
 // answer from the view, and a view registered later refines what an earlier one set.
 func TestServerServesRegisteredViews(t *testing.T) {
-	dir := t.TempDir()
-	pool, err := ipam.OpenPool(filepath.Join(dir, "ipam.json"), netip.MustParsePrefix("10.244.0.0/24"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := &fakeNode{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}}
-	eps := endpoint.NewManager(endpoint.Config{Dir: filepath.Join(dir, "endpoints"), Node: "n1"}, node, node, pool)
-	a := &server{cfg: Config{Node: "n1", StateDir: dir}, eps: eps, pool: pool, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	srv, err := a.serve()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	a, _ := serveTest(t)
 	c, ctx := api.NewClient(a.cfg.socket()), context.Background()
 
 	if _, err := c.Services(ctx); err == nil || !strings.Contains(err.Error(), "starting") {
