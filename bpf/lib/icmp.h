@@ -217,6 +217,22 @@ static __always_inline int icmp_quote_parse(struct __sk_buff *skb, const struct 
 }
 
 /*
+ * icmp_quote_reply_key is the NAT key (NAT_DIR_INGRESS) of a reply to the
+ * quoted packet: its tuple reversed. An ICMP error about a packet translated
+ * on its way out finds that packet's flow by it.
+ */
+static __always_inline void icmp_quote_reply_key(struct nat_key *rev, const struct icmp_quote *q)
+{
+	rev->saddr = q->ip.daddr;
+	rev->daddr = q->ip.saddr;
+	rev->sport = q->dport;
+	rev->dport = q->sport;
+	rev->proto = q->ip.protocol;
+	rev->dir = NAT_DIR_INGRESS;
+	rev->pad = 0;
+}
+
+/*
  * icmp_quote_set_addr writes addr over the quoted address at field
  * (offsetof(struct iphdr, saddr) or daddr) and patches the quoted header's
  * checksum. The ICMP checksum needs nothing: the address and the checksum

@@ -127,14 +127,9 @@ static __always_inline int masq_icmp_error(struct __sk_buff *skb, struct ipv4_in
 	if (icmp_quote_parse(skb, info, &q) < 0 || q.ip.saddr != info->daddr)
 		return 0;
 
-	struct nat_key rev = {
-		.saddr = q.ip.daddr,
-		.daddr = q.ip.saddr,
-		.sport = q.dport,
-		.dport = q.sport,
-		.proto = q.ip.protocol,
-		.dir = NAT_DIR_INGRESS,
-	};
+	struct nat_key rev;
+
+	icmp_quote_reply_key(&rev, &q);
 
 	e = nat_lookup(&rev);
 	if (!e)

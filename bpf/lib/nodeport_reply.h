@@ -190,14 +190,9 @@ static __always_inline int np_icmp_error(struct __sk_buff *skb, struct ipv4_info
 	if (qport < nat_port_min || qport > nat_port_max)
 		return 1;
 
-	struct nat_key rev = {
-		.saddr = q.ip.daddr,
-		.daddr = q.ip.saddr,
-		.sport = q.dport,
-		.dport = q.sport,
-		.proto = q.ip.protocol,
-		.dir = NAT_DIR_INGRESS,
-	};
+	struct nat_key rev;
+
+	icmp_quote_reply_key(&rev, &q);
 
 	e = np_flow_of_reply(&rev);
 	if (!e)
