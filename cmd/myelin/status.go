@@ -16,10 +16,8 @@ func statusCommand() *cobra.Command {
 			return cli.Status(cmd.Context(), cmd.OutOrStdout(), o)
 		},
 	}
-	cmd.Flags().StringVar(&o.Node, "node", "", "node to ask (a lab node name; default: this node's agent, or the only lab node)")
+	agentFlags(cmd, &o.Node, &o.Output, &o.Socket, "node to ask (a lab node name; default: this node's agent, or the only lab node)")
 	cmd.Flags().BoolVar(&o.All, "all", false, "every node this machine can reach (every lab node)")
-	cmd.Flags().StringVarP(&o.Output, "output", "o", "text", "text or json")
-	cmd.Flags().StringVar(&o.Socket, "socket", "", "agent socket (overrides --node)")
 	return cmd
 }
 
@@ -33,10 +31,8 @@ func monitorCommand() *cobra.Command {
 			return cli.Monitor(cmd.Context(), cmd.OutOrStdout(), o)
 		},
 	}
-	cmd.Flags().StringVar(&o.Node, "node", "", "node to watch (a lab node name)")
+	agentFlags(cmd, &o.Node, &o.Output, &o.Socket, "node to watch (a lab node name)")
 	cmd.Flags().StringVar(&o.Type, "type", "", "drop or trace (default: both)")
-	cmd.Flags().StringVarP(&o.Output, "output", "o", "text", "text or json")
-	cmd.Flags().StringVar(&o.Socket, "socket", "", "agent socket (overrides --node)")
 	return cmd
 }
 
@@ -50,9 +46,7 @@ func configCommand() *cobra.Command {
 			return cli.Config(cmd.Context(), cmd.OutOrStdout(), o)
 		},
 	}
-	cmd.Flags().StringVar(&o.Node, "node", "", "node to ask (a lab node name)")
-	cmd.Flags().StringVarP(&o.Output, "output", "o", "text", "text or json")
-	cmd.Flags().StringVar(&o.Socket, "socket", "", "agent socket (overrides --node)")
+	agentFlags(cmd, &o.Node, &o.Output, &o.Socket, "node to ask (a lab node name)")
 	return cmd
 }
 
@@ -66,8 +60,14 @@ func servicesCommand() *cobra.Command {
 			return cli.Services(cmd.Context(), cmd.OutOrStdout(), o)
 		},
 	}
-	cmd.Flags().StringVar(&o.Node, "node", "", "node to ask (a lab node name)")
-	cmd.Flags().StringVarP(&o.Output, "output", "o", "text", "text or json")
-	cmd.Flags().StringVar(&o.Socket, "socket", "", "agent socket (overrides --node)")
+	agentFlags(cmd, &o.Node, &o.Output, &o.Socket, "node to ask (a lab node name)")
 	return cmd
+}
+
+// agentFlags adds the flags of every command that asks an agent: which node
+// (nodeHelp), the output format and the agent socket.
+func agentFlags(cmd *cobra.Command, node, output, socket *string, nodeHelp string) {
+	cmd.Flags().StringVar(node, "node", "", nodeHelp)
+	cmd.Flags().StringVarP(output, "output", "o", "text", "text or json")
+	cmd.Flags().StringVar(socket, "socket", "", "agent socket (overrides --node)")
 }
