@@ -72,7 +72,7 @@ func fallbackWarning(conf config.Config, plan nodePlan) string {
 	if conf.HostRouting != config.HostRoutingAuto || plan.HostRouting.BPF {
 		return ""
 	}
-	return fmt.Sprintf("host-routing auto fell back to legacy on node %s: %s", plan.Node, plan.HostRouting.Reason)
+	return fmt.Sprintf("host-routing auto on node %s: %s", plan.Node, plan.HostRouting.Reason)
 }
 
 // reportFallbacks logs and records the node's mode fallbacks, once at start.

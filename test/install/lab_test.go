@@ -25,7 +25,7 @@ func kubectlBin(t *testing.T) string {
 
 // labUp builds myelin and brings up a one-node lab with the reference bridge CNI: a
 // real apiserver to check the chart against (no myelin runs in it).
-func labUp(t *testing.T) labplan.Paths {
+func labUp(t *testing.T) (labplan.Paths, string) {
 	t.Helper()
 	testenv.RequireRoot(t, "run a lab (network namespaces, a real control plane)")
 	paths := labplan.Paths{Dir: labplan.DefaultDir}
@@ -45,20 +45,24 @@ func labUp(t *testing.T) labplan.Paths {
 	if out, err := run(t, nil, myelin, "lab", "up", "--nodes", "1", "--cni", "bridge"); err != nil {
 		t.Fatalf("myelin lab up: %v\n%s", err, out)
 	}
-	return paths
+	return paths, bin
 }
 
 // TestLabHelmInstall checks the chart against a real apiserver: every rendered object
 // passes a server-side dry run; installed, its account may do exactly what
-// docs/install.md says; a second install is refused; uninstall removes its objects.
+// docs/install.md says; a second install is refused; the agent runs with the pod's
+// args, capabilities and account (agentAsPod); uninstall removes its objects.
 // The DaemonSet selects no node here (the lab kubelet runs no containers): the agent
 // pods themselves run in the containerd lab's e2e test.
 func TestLabHelmInstall(t *testing.T) {
 	helmBin, kubectl := helm(t), kubectlBin(t)
-	paths := labUp(t)
+	paths, bin := labUp(t)
 	t.Setenv("KUBECONFIG", paths.Kubeconfig())
+	// BPF host routing needs BPF masquerade: iptables masquerade makes host-routing
+	// auto fall back, which the agent must report as an Event.
+	sets := append(slices.Clone(labSets), "bpf.masquerade=false")
 	setArgs := func(args ...string) []string {
-		for _, s := range labSets {
+		for _, s := range sets {
 			args = append(args, "--set", s)
 		}
 		return append(args, "--set-string", "nodeSelector.myelin-test-selects-no-node=true")
@@ -77,6 +81,7 @@ func TestLabHelmInstall(t *testing.T) {
 	}
 	checkCanI(t, kubectl)
 	checkSecondInstallRefused(t, helmBin, setArgs)
+	agentAsPod(t, bin, paths, kubectl, daemonSet(t, sets...).Spec.Template.Spec.Containers[0])
 
 	if out, err := run(t, nil, helmBin, "uninstall", "myelin", "-n", "kube-system", "--wait"); err != nil {
 		t.Fatalf("helm uninstall: %v\n%s", err, out)
@@ -164,4 +169,3 @@ func documentedPermissions(t *testing.T) []string {
 	slices.Sort(want)
 	return want
 }
-
