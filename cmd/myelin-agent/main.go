@@ -33,7 +33,12 @@ func main() {
 	flag.IntVar(&cfg.HealthPort, "health-port", 0, "serve /healthz (liveness) and /readyz (readiness) on 127.0.0.1:PORT (0: off)")
 	logFormat := flag.String("log-format", "text", "log format on stdout: text or json")
 	installPlugin := flag.Bool("install-cni-plugin", false, "only copy --cni-plugin into --cni-bin-dir and exit (the chart's init container)")
+	cleanup := flag.Bool("cleanup", false, "remove everything myelin put on this node (conflist, plugin, pod veths, VXLAN device, routes, iptables chains, pins, state) and exit; for uninstalling")
+	hold := flag.Bool("hold", false, "with --cleanup: then wait for SIGTERM instead of exiting (the chart's cleanup DaemonSet)")
 	flag.Parse()
+	if *cleanup {
+		os.Exit(runCleanup(cfg, *logFormat, *hold))
+	}
 	if *installPlugin {
 		if err := agent.InstallPlugin(cfg); err != nil {
 			fmt.Fprintf(os.Stderr, "myelin-agent: %v\n", err)
@@ -64,6 +69,26 @@ func main() {
 		fmt.Fprintf(os.Stderr, "myelin-agent: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// runCleanup removes myelin from this node and returns the exit code.
+func runCleanup(cfg agent.Config, logFormat string, hold bool) int {
+	log, err := newLogger(logFormat)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "myelin-agent: %v\n", err)
+		return 2
+	}
+	if err := agent.Cleanup(cfg, log); err != nil {
+		log.Error("cleanup incomplete", "err", err)
+		return 1
+	}
+	log.Info("myelin removed from this node")
+	if hold {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		<-ctx.Done()
+	}
+	return 0
 }
 
 // newLogger writes structured lines to stdout, which the container runtime collects

@@ -20,6 +20,18 @@ import (
 	"github.com/myelin-net/myelin/internal/nodelayout"
 )
 
+// nodeArgs are a rendered container's args for node, with the build's plugin.
+func nodeArgs(c corev1.Container, bin, node string) []string {
+	var args []string
+	for _, a := range c.Args {
+		if strings.HasPrefix(a, "--cni-plugin=") { // the image's path; here the build's
+			a = "--cni-plugin=" + filepath.Join(bin, "myelin-cni")
+		}
+		args = append(args, strings.ReplaceAll(a, "$(NODE_NAME)", node))
+	}
+	return args
+}
+
 // agentAsPod runs myelin-agent on lab node 1 as the chart's pod would: the rendered
 // container's args and env (node-local paths with the node's name), only the
 // capabilities the chart adds (setpriv bounding set), and the chart's ServiceAccount
@@ -33,12 +45,7 @@ func agentAsPod(t *testing.T, bin string, paths labplan.Paths, kubectl string, a
 	args := []string{"--net=" + labplan.NetNSPath(node), "setpriv", "--inh-caps=-all", "--ambient-caps=-all",
 		"--bounding-set=-all," + capList(agent), "--", filepath.Join(bin, "myelin-agent"), "--kubeconfig=" + kubeconfig}
 	env := os.Environ()
-	for _, a := range agent.Args {
-		if strings.HasPrefix(a, "--cni-plugin=") { // the image's path; here the build's
-			a = "--cni-plugin=" + filepath.Join(bin, "myelin-cni")
-		}
-		args = append(args, strings.ReplaceAll(a, "$(NODE_NAME)", node))
-	}
+	args = append(args, nodeArgs(agent, bin, node)...)
 	for _, e := range agent.Env {
 		if e.ValueFrom == nil {
 			env = append(env, e.Name+"="+strings.ReplaceAll(e.Value, "$(NODE_NAME)", node))
@@ -177,4 +184,41 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// cleanupAsPod runs the chart's cleanup mode on lab node 1 (its container's args, less
+// --hold, with the chart's capabilities) after agentAsPod, and checks that nothing
+// named by myelin is left on the node: conflist, plugin, pins, state, the VXLAN
+// device, the iptables masquerade chain.
+func cleanupAsPod(t *testing.T, bin string, c corev1.Container) {
+	t.Helper()
+	node := labplan.NodeName(1)
+	inNode := func(argv ...string) (string, error) {
+		return run(t, nil, "nsenter", append([]string{"--net=" + labplan.NetNSPath(node)}, argv...)...)
+	}
+	if out, err := inNode("iptables", "-w", "-t", "nat", "-S", "MYELIN-POSTROUTING"); err != nil {
+		t.Fatalf("before cleanup the agent's masquerade chain should exist: %v\n%s", err, out)
+	}
+	args := []string{"setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all," + capList(c), "--",
+		filepath.Join(bin, "myelin-agent")}
+	for _, a := range nodeArgs(c, bin, node) {
+		if a != "--hold" {
+			args = append(args, a)
+		}
+	}
+	if out, err := inNode(args...); err != nil {
+		t.Fatalf("myelin-agent --cleanup: %v\n%s", err, out)
+	}
+	for _, flag := range []string{"--cni-conf-dir", "--cni-bin-dir", "--bpffs-dir", "--state-dir"} {
+		dir := strings.ReplaceAll(arg(c, flag), "$(NODE_NAME)", node)
+		if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+			t.Errorf("after cleanup %s (%s) still holds %v", dir, flag, entries)
+		}
+	}
+	if out, err := inNode("ip", "link", "show", "myelin_vxlan"); err == nil {
+		t.Errorf("after cleanup myelin_vxlan still exists:\n%s", out)
+	}
+	if out, err := inNode("iptables", "-w", "-t", "nat", "-S", "MYELIN-POSTROUTING"); err == nil {
+		t.Errorf("after cleanup MYELIN-POSTROUTING still exists:\n%s", out)
+	}
 }

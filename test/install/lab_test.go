@@ -82,6 +82,7 @@ func TestLabHelmInstall(t *testing.T) {
 	checkCanI(t, kubectl)
 	checkSecondInstallRefused(t, helmBin, setArgs)
 	agentAsPod(t, bin, paths, kubectl, daemonSet(t, sets...).Spec.Template.Spec.Containers[0])
+	cleanupAsPod(t, bin, daemonSet(t, append(sets, "cleanup=true")...).Spec.Template.Spec.Containers[0])
 
 	if out, err := run(t, nil, helmBin, "uninstall", "myelin", "-n", "kube-system", "--wait"); err != nil {
 		t.Fatalf("helm uninstall: %v\n%s", err, out)
