@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -41,5 +42,23 @@ func TestFallbackEvents(t *testing.T) {
 	}
 	if len(ncEvents.Items) != 1 || ncEvents.Items[0].InvolvedObject.Kind != "NodeConfig" || ncEvents.Items[0].InvolvedObject.Name != "legacy" {
 		t.Errorf("NodeConfig events = %+v, want one on NodeConfig legacy", ncEvents.Items)
+	}
+}
+
+// A datapath that cannot be loaded or attached is an Event on the Node with the
+// error; an agent stopping on SIGTERM records none.
+func TestDatapathFailureEvent(t *testing.T) {
+	cs := fake.NewSimpleClientset()
+	s := &startup{cfg: Config{Node: "n1"}, cs: cs, log: slog.Default()}
+	s.reportDatapathFailure(context.Background(), errors.New("attach myelin_from_netdev to eth0: operation not permitted"))
+	evs, _ := cs.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+	if len(evs.Items) != 1 || evs.Items[0].Reason != reasonDatapathAttachFailed || !strings.Contains(evs.Items[0].Message, "operation not permitted") {
+		t.Fatalf("events = %+v, want one %s with the error", evs.Items, reasonDatapathAttachFailed)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.reportDatapathFailure(ctx, context.Canceled)
+	if evs, _ := cs.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{}); len(evs.Items) != 1 {
+		t.Errorf("a stopping agent recorded an Event: %+v", evs.Items)
 	}
 }
