@@ -43,6 +43,11 @@ lint: ## gofmt, go vet, clang-format
 test: setup build lint check-generated ## Run every test tier: unit, privileged, e2e (root needed for the last two)
 	$(GO) test -count=1 -timeout 50m $(GOTESTFLAGS) ./...
 
+.PHONY: helm-lint
+helm-lint: ## Lint and check the Helm chart (helm lint --strict, schema, RBAC and CRDs; no root)
+	@scripts/build-helm.sh >/dev/null
+	$(GO) test -count=1 -short ./test/install/
+
 .PHONY: test-unit
 test-unit: ## Run only the unit tests (no root needed)
 	$(GO) test -count=1 -short ./...

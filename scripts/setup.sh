@@ -78,4 +78,5 @@ install_packages
 check_go
 "$here/build-k8s.sh"
 "$here/build-flannel.sh"
+"$here/build-helm.sh"
 say "done"

@@ -6,3 +6,5 @@ MYELIN_CACHE=${MYELIN_CACHE:-${XDG_CACHE_HOME:-${HOME:-$(getent passwd "$(id -u)
 KUBE_BIN_DIR="$MYELIN_CACHE/kubernetes/$KUBE_VERSION/bin"
 KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl)
 FLANNEL_VERSION=v0.26.7
+HELM_VERSION=v3.19.0
+HELM_BIN_DIR="$MYELIN_CACHE/helm/$HELM_VERSION/bin"

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -27,18 +28,77 @@ func main() {
 	flag.StringVar(&cfg.CNIBinDir, "cni-bin-dir", nodelayout.CNIBinDir, "where to install the myelin-cni plugin")
 	flag.StringVar(&cfg.CNIConfDir, "cni-conf-dir", nodelayout.CNIConfDir, "where to install the CNI network configuration")
 	flag.StringVar(&cfg.CNIPluginSource, "cni-plugin", filepath.Join(filepath.Dir(self), "myelin-cni"), "the myelin-cni binary to install")
+	flag.StringVar(&cfg.CNIVersion, "cni-version", "1.1.0", "cniVersion of the conflist (1.0.0 for containerd 1.6)")
 	flag.StringVar(&cfg.Uplink, "uplink", "eth0", "the node's uplink device")
+	flag.IntVar(&cfg.HealthPort, "health-port", 0, "serve /healthz (liveness) and /readyz (readiness) on 127.0.0.1:PORT (0: off)")
+	logFormat := flag.String("log-format", "text", "log format on stdout: text or json")
+	installPlugin := flag.Bool("install-cni-plugin", false, "only copy --cni-plugin into --cni-bin-dir and exit (the chart's init container)")
+	cleanup := flag.Bool("cleanup", false, "remove everything myelin put on this node (conflist, plugin, pod veths, VXLAN device, routes, iptables chains, pins, state) and exit; for uninstalling")
+	hold := flag.Bool("hold", false, "with --cleanup: then wait for SIGTERM instead of exiting (the chart's cleanup DaemonSet)")
 	flag.Parse()
+	if *cleanup {
+		os.Exit(runCleanup(cfg, *logFormat, *hold))
+	}
+	if *installPlugin {
+		if err := agent.InstallPlugin(cfg); err != nil {
+			fmt.Fprintf(os.Stderr, "myelin-agent: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if cfg.Node == "" {
 		fmt.Fprintln(os.Stderr, "myelin-agent: --node is required (or set NODE_NAME)")
 		os.Exit(2)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", cfg.Node)
+	log, err := newLogger(*logFormat)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "myelin-agent: %v\n", err)
+		os.Exit(2)
+	}
+	log = log.With("node", cfg.Node)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := agent.Run(ctx, cfg, log); err != nil {
+	err = agent.Run(ctx, cfg, log)
+	switch {
+	case ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)):
+		// SIGTERM (a rolling update, a drain): pins, links and the conflist stay, so
+		// the datapath keeps forwarding until the next agent adopts it.
+		log.Info("myelin-agent stopped on signal; the datapath keeps running")
+	case err != nil:
 		log.Error("myelin-agent stopped", "err", err)
 		fmt.Fprintf(os.Stderr, "myelin-agent: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// runCleanup removes myelin from this node and returns the exit code.
+func runCleanup(cfg agent.Config, logFormat string, hold bool) int {
+	log, err := newLogger(logFormat)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "myelin-agent: %v\n", err)
+		return 2
+	}
+	if err := agent.Cleanup(cfg, log); err != nil {
+		log.Error("cleanup incomplete", "err", err)
+		return 1
+	}
+	log.Info("myelin removed from this node")
+	if hold {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		<-ctx.Done()
+	}
+	return 0
+}
+
+// newLogger writes structured lines to stdout, which the container runtime collects
+// as the pod's log: json (one object per line) or text (key=value).
+func newLogger(format string) (*slog.Logger, error) {
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stdout, nil)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stdout, nil)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: use json or text", format)
 }

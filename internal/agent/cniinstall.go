@@ -14,14 +14,15 @@ import (
 // conflist pointing the plugin at this agent's socket. Both writes are atomic renames,
 // so a runtime never sees half a file.
 func installCNI(cfg Config) error {
-	if err := os.MkdirAll(cfg.CNIBinDir, 0o755); err != nil {
+	if err := InstallPlugin(cfg); err != nil {
 		return err
 	}
-	if err := copyFile(cfg.CNIPluginSource, filepath.Join(cfg.CNIBinDir, "myelin-cni"), 0o755); err != nil {
-		return fmt.Errorf("install the CNI plugin from %s: %w; build it with make build or pass --cni-plugin", cfg.CNIPluginSource, err)
+	version := cfg.CNIVersion
+	if version == "" {
+		version = "1.1.0"
 	}
 	conf := map[string]any{
-		"cniVersion": "1.1.0",
+		"cniVersion": version,
 		"name":       "myelin",
 		"plugins":    []any{map[string]any{"type": "myelin-cni", "socket": cfg.socket()}},
 	}
@@ -33,6 +34,18 @@ func installCNI(cfg Config) error {
 		return err
 	}
 	return writeAtomic(filepath.Join(cfg.CNIConfDir, nodelayout.CNIConfFile), b, 0o644)
+}
+
+// InstallPlugin copies the myelin-cni binary into the node's CNI bin dir (what the
+// chart's init container runs: myelin-agent --install-cni-plugin).
+func InstallPlugin(cfg Config) error {
+	if err := os.MkdirAll(cfg.CNIBinDir, 0o755); err != nil {
+		return fmt.Errorf("create CNI bin dir: %w", err)
+	}
+	if err := copyFile(cfg.CNIPluginSource, filepath.Join(cfg.CNIBinDir, "myelin-cni"), 0o755); err != nil {
+		return fmt.Errorf("install the CNI plugin from %s: %w; build it with make build or pass --cni-plugin", cfg.CNIPluginSource, err)
+	}
+	return nil
 }
 
 func copyFile(src, dst string, mode os.FileMode) error {

@@ -18,6 +18,8 @@ type Config struct {
 	CNIConfDir      string
 	CNIPluginSource string // the myelin-cni binary to install
 	Uplink          string // the node's uplink device
+	CNIVersion      string // cniVersion of the conflist ("" = 1.1.0)
+	HealthPort      int    // /healthz and /readyz on 127.0.0.1 (0 = none)
 }
 
 func (c Config) socket() string { return api.Socket(c.StateDir) }
@@ -27,6 +29,11 @@ func (c Config) socket() string { return api.Socket(c.StateDir) }
 // install the CNI plugin, report ready, then serve until ctx ends. A configuration
 // error stops it before it changes anything on the node.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	health, err := startHealth(cfg.HealthPort, log) // liveness from the first moment
+	if err != nil {
+		return err
+	}
+	defer health.close()
 	ctx, cancel := context.WithCancel(ctx)
 	loops := newLoops()
 	// Garbage collection starts before anything waits for the apiserver, on the maps
@@ -37,9 +44,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	st.reportFallbacks(ctx) // log and Events (events.go)
 	nodes := newNodeWatch(st.cs)
 	node, err := st.startDatapath(ctx, nodes)
 	if err != nil {
+		st.reportDatapathFailure(ctx, err)
 		return err
 	}
 	gc.use(node.dp)
@@ -51,6 +60,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	deleted.carryOut() // before anything new is added
 	srv := newServer(cfg, node, log)
 	srv.views.add(st.views(node, gc)...)
+	health.use(srv) // /readyz follows the API's readiness
 	httpSrv, err := srv.serve()
 	if err != nil {
 		return err

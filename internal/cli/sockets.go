@@ -9,12 +9,20 @@ import (
 	"github.com/myelin-net/myelin/internal/api"
 )
 
+// StateDirEnv names the agent's state directory for the CLI; the chart sets it in the
+// agent's container, so `kubectl exec ds/myelin -- myelin status` finds its own node's
+// agent also where several nodes' state dirs are mounted (the lab).
+const StateDirEnv = "MYELIN_STATE_DIR"
+
 // sockets resolves which agents to talk to: an explicit socket, a lab node's socket,
-// every lab node, or the node's default socket (or the only lab node's).
+// every lab node, $MYELIN_STATE_DIR's agent, or the node's default socket (or the only
+// lab node's).
 func sockets(socket, node string, all bool) ([]string, error) {
 	switch {
 	case socket != "":
 		return []string{socket}, nil
+	case node == "" && !all && os.Getenv(StateDirEnv) != "":
+		return []string{api.Socket(os.Getenv(StateDirEnv))}, nil
 	case node != "":
 		s := api.NodeSocket(node)
 		if _, err := os.Stat(s); err != nil {

@@ -1,0 +1,112 @@
+package install
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	yamlutil "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/myelin-net/myelin/internal/helmtool"
+	"github.com/myelin-net/myelin/internal/testenv"
+)
+
+// repoRoot is the repository's top directory (this file is test/install/).
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+func chartDir() string { return filepath.Join(repoRoot(), "install", "helm", "myelin") }
+
+// helm is the pinned helm; without it the test skips (fails with CI=true).
+func helm(t *testing.T) string {
+	t.Helper()
+	bin := helmtool.Bin()
+	if bin == "" {
+		testenv.Skipf(t, "needs helm %s (make setup builds it into %s)", helmtool.Version, helmtool.BinDir())
+	}
+	return bin
+}
+
+// run runs a command and returns its combined output.
+func run(t *testing.T, stdin []byte, name string, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// template renders the chart as release myelin in kube-system with the given --set
+// values and fails the test on an error.
+func template(t *testing.T, sets ...string) string {
+	t.Helper()
+	args := []string{"template", "myelin", chartDir(), "--namespace", "kube-system"}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	out, err := run(t, nil, helm(t), args...)
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// objects parses a multi-document YAML stream.
+func objects(t *testing.T, manifest string) []*unstructured.Unstructured {
+	t.Helper()
+	dec := yamlutil.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		var obj map[string]any
+		err := dec.Decode(&obj)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("parse rendered manifest: %v", err)
+		}
+		if obj != nil {
+			out = append(out, &unstructured.Unstructured{Object: obj})
+		}
+	}
+}
+
+// find returns the rendered object of kind and name.
+func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	t.Fatalf("the chart renders no %s %s", kind, name)
+	return nil
+}
+
+// versionsPin reads NAME=value from scripts/versions.sh.
+func versionsPin(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(), "scripts", "versions.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^` + name + `=(\S+)$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("scripts/versions.sh pins no %s", name)
+	}
+	return string(m[1])
+}
