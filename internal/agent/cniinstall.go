@@ -21,7 +21,9 @@ func installCNI(cfg Config) error {
 		return fmt.Errorf("install the CNI plugin from %s: %w; build it with make build or pass --cni-plugin", cfg.CNIPluginSource, err)
 	}
 	conf := map[string]any{
-		"cniVersion": "1.1.0",
+		// 1.0.0: containerd 1.6 (Debian bookworm) rejects 1.1.0 results; the plugin
+		// speaks both, and a runtime that wants STATUS/GC asks with 1.1.0 itself.
+		"cniVersion": "1.0.0",
 		"name":       "myelin",
 		"plugins":    []any{map[string]any{"type": "myelin-cni", "socket": cfg.socket()}},
 	}

@@ -76,4 +76,3 @@ func checkStatic(path string) error {
 	}
 	return nil
 }
-
