@@ -7,6 +7,9 @@ BIN        := $(CURDIR)/bin
 MYELIN     := $(BIN)/myelin
 LAB_FLAGS  ?= --nodes 2
 GOTESTFLAGS ?=
+# The version built into the binaries and the tag of the locally built images.
+VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS    := -X github.com/myelin-net/myelin/internal/version.Version=$(VERSION)
 
 .DEFAULT_GOAL := help
 
@@ -19,9 +22,13 @@ setup: ## Install apt packages, build the pinned Kubernetes binaries and Flannel
 	@scripts/setup.sh
 
 .PHONY: build
-build: ## Build myelin into ./bin
+build: ## Build myelin into ./bin (static binaries, version $(VERSION))
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+
+.PHONY: images
+images: build ## Build the agent, pause and test images as archives in the tool cache (skipped when built for this version)
+	$(MYELIN) images build --bin $(BIN)
 
 .PHONY: generate
 generate: ## Compile bpf/ and regenerate the Go bindings (after changing C)
@@ -40,7 +47,7 @@ lint: ## gofmt, go vet, clang-format
 	clang-format --dry-run -Werror bpf/*.c bpf/lib/*.h
 
 .PHONY: test
-test: setup build lint check-generated ## Run every test tier: unit, privileged, e2e (root needed for the last two)
+test: setup build images lint check-generated ## Run every test tier: unit, privileged, e2e (root needed for the last two)
 	$(GO) test -count=1 -timeout 50m $(GOTESTFLAGS) ./...
 
 .PHONY: helm-lint
@@ -57,7 +64,7 @@ bench: setup build ## Run every benchmark case into bench-results/ (as root; BEN
 	$(MYELIN) bench --out bench-results $(BENCH_FLAGS)
 
 .PHONY: demo
-demo: setup build ## Bring up a 2-node lab and show pods talking across it
+demo: setup build images ## Bring up a 2-node lab and show pods talking across it
 	@scripts/demo.sh $(MYELIN) $(LAB_FLAGS)
 
 .PHONY: lab-up

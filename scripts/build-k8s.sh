@@ -42,20 +42,19 @@ if [ ! -f go.mod ]; then
 		echo ")"
 	} >go.mod.tmp
 	mv go.mod.tmp go.mod
-	cat >tools.go <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-proxy"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-GO
+fi
+# One blank import per binary, so the wrapper's go.sum covers each; a binary added to
+# KUBE_BINARIES later (kubelet) is picked up by an existing wrapper too.
+{
+	printf '//go:build tools\n\npackage tools\n\nimport (\n'
+	for b in "${KUBE_BINARIES[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$b"; done
+	printf ')\n'
+} >tools.go.tmp
+if ! cmp -s tools.go.tmp tools.go; then
+	mv tools.go.tmp tools.go
 	GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true
+else
+	rm -f tools.go.tmp
 fi
 
 minor=${KUBE_VERSION#v1.}

@@ -24,7 +24,9 @@ apt_packages=(
 	iperf3 netperf sockperf qperf wrk     # load generators for tests and benchmarks
 	etcd-server                           # the lab's Kubernetes store
 	etcd-client                           # etcdctl: writes flannel's config (lab --cni flannel)
-	containernetworking-plugins           # reference bridge, host-local, portmap (lab --cni bridge|flannel)
+	containernetworking-plugins           # reference bridge, host-local, portmap, loopback (lab --cni bridge|flannel; containerd)
+	containerd runc                       # the real container runtime (lab --runtime containerd)
+	mmdebstrap busybox-static             # rootfs of the locally built images (scripts/build-images.sh)
 	gcc libc6-dev                         # cgo, which flannel's build needs
 	openssl ca-certificates
 )
@@ -65,6 +67,8 @@ install_packages() {
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 	# etcd-server's package starts a system etcd on :2379; the lab runs its own.
 	if systemctl is-active --quiet etcd 2>/dev/null; then systemctl disable --now etcd >/dev/null 2>&1 || true; fi
+	# containerd's package starts a system containerd; each lab node runs its own.
+	if systemctl is-active --quiet containerd 2>/dev/null; then systemctl disable --now containerd >/dev/null 2>&1 || true; fi
 }
 
 check_go() {
@@ -79,4 +83,5 @@ check_go
 "$here/build-k8s.sh"
 "$here/build-flannel.sh"
 "$here/build-helm.sh"
+"$here/build-image-bases.sh"
 say "done"

@@ -4,7 +4,14 @@ GO_MIN=1.24
 # The cache lives outside the repository so a fresh clone reuses it.
 MYELIN_CACHE=${MYELIN_CACHE:-${XDG_CACHE_HOME:-${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}/.cache}/myelin}
 KUBE_BIN_DIR="$MYELIN_CACHE/kubernetes/$KUBE_VERSION/bin"
-KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl)
+KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl kubelet)
 FLANNEL_VERSION=v0.26.7
 HELM_VERSION=v3.19.0
 HELM_BIN_DIR="$MYELIN_CACHE/helm/$HELM_VERSION/bin"
+# The agent image's Debian base (scripts/build-image-bases.sh); the name changes with the
+# package list so a changed list builds a new base. `myelin images build` reads the file
+# by this name (internal/images.AgentBaseName).
+AGENT_BASE_PACKAGES=iptables,nftables,iproute2
+AGENT_BASE_NAME=debian-bookworm-iptables-nftables-iproute2
+# Every timestamp in the images (SOURCE_DATE_EPOCH): 2026-01-01T00:00:00Z.
+IMAGE_EPOCH=1767225600

@@ -28,7 +28,7 @@ func main() {
 	flag.StringVar(&cfg.CNIBinDir, "cni-bin-dir", nodelayout.CNIBinDir, "where to install the myelin-cni plugin")
 	flag.StringVar(&cfg.CNIConfDir, "cni-conf-dir", nodelayout.CNIConfDir, "where to install the CNI network configuration")
 	flag.StringVar(&cfg.CNIPluginSource, "cni-plugin", filepath.Join(filepath.Dir(self), "myelin-cni"), "the myelin-cni binary to install")
-	flag.StringVar(&cfg.CNIVersion, "cni-version", "1.1.0", "cniVersion of the conflist (1.0.0 for containerd 1.6)")
+	flag.StringVar(&cfg.CNIVersion, "cni-version", "1.0.0", "cniVersion of the conflist (1.0.0 works with containerd 1.6; 1.1.0 adds STATUS and GC)")
 	flag.StringVar(&cfg.Uplink, "uplink", "eth0", "the node's uplink device")
 	flag.IntVar(&cfg.HealthPort, "health-port", 0, "serve /healthz (liveness) and /readyz (readiness) on 127.0.0.1:PORT (0: off)")
 	logFormat := flag.String("log-format", "text", "log format on stdout: text or json")

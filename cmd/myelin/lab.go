@@ -37,13 +37,13 @@ host serving HTTP on 203.0.113.10:80. Everything it creates is named myelin-*.`,
 
 func labUpCommand(paths func() labplan.Paths) *cobra.Command {
 	o := labplan.DefaultOptions()
-	var cni, underlay string
+	var cni, underlay, runtime string
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Build the lab and wait until every node is Ready (does nothing if the same lab is running; refuses if another one is)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.CNI, o.Underlay = labplan.CNI(cni), labplan.Underlay(underlay)
+			o.CNI, o.Underlay, o.Runtime = labplan.CNI(cni), labplan.Underlay(underlay), labplan.Runtime(runtime)
 			plan, err := labplan.NewPlan(o, labplan.DefaultAddressing())
 			if err != nil {
 				return err
@@ -52,7 +52,8 @@ func labUpCommand(paths func() labplan.Paths) *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVar(&o.Nodes, "nodes", o.Nodes, fmt.Sprintf("number of nodes (1-%d)", labplan.MaxNodes))
-	cmd.Flags().StringVar(&cni, "cni", string(o.CNI), "network plugin: myelin, bridge (Debian's reference bridge + host-local) or flannel (Flannel "+flannel.Version+" with etcd, and bridge + host-local)")
+	cmd.Flags().StringVar(&cni, "cni", string(o.CNI), "network plugin: myelin, bridge (Debian's reference bridge + host-local), flannel (Flannel "+flannel.Version+" with etcd, and bridge + host-local) or none (with --runtime containerd: nodes stay NotReady until a CNI is installed, e.g. by Helm)")
+	cmd.Flags().StringVar(&runtime, "runtime", string(labplan.RuntimeLab), "what runs the pods: lab (the lab kubelet: pods are processes; fast) or containerd (kubelet "+lab.KubeVersion+" with containerd + runc: pods are containers from the images of make images)")
 	cmd.Flags().StringVar(&o.FlannelBackend, "flannel-backend", "", "with --cni flannel: flannel's backend, "+strings.Join(labplan.FlannelBackends, " or ")+" (default "+labplan.FlannelBackends[0]+")")
 	cmd.Flags().StringVar(&o.Profile, "profile", o.Profile, "myelin configuration profile: native, native-legacy, tunnel, tunnel-legacy")
 	cmd.Flags().StringVar(&o.KubeProxy, "kube-proxy", "", "run kube-proxy on every node in this mode (iptables or nftables) and set kube-proxy-replacement to false; default: none, myelin serves Services")

@@ -19,9 +19,11 @@ func installCNI(cfg Config) error {
 	}
 	version := cfg.CNIVersion
 	if version == "" {
-		version = "1.1.0"
+		version = "1.0.0"
 	}
 	conf := map[string]any{
+		// 1.0.0 by default: containerd 1.6 (Debian bookworm) rejects 1.1.0 results; the
+		// plugin speaks both, and a runtime that wants STATUS/GC asks with 1.1.0 itself.
 		"cniVersion": version,
 		"name":       "myelin",
 		"plugins":    []any{map[string]any{"type": "myelin-cni", "socket": cfg.socket()}},

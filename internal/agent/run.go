@@ -18,7 +18,7 @@ type Config struct {
 	CNIConfDir      string
 	CNIPluginSource string // the myelin-cni binary to install
 	Uplink          string // the node's uplink device
-	CNIVersion      string // cniVersion of the conflist ("" = 1.1.0)
+	CNIVersion      string // cniVersion of the conflist ("" = 1.0.0)
 	HealthPort      int    // /healthz and /readyz on 127.0.0.1 (0 = none)
 }
 

@@ -47,7 +47,8 @@ func waitNodesReady(ctx context.Context, paths labplan.Paths, plan labplan.Plan,
 	for {
 		missing = missing[:0]
 		for _, n := range plan.Nodes {
-			if why := nodeNotReady(ctx, cs, n.Name); why != "" {
+			// --cni none: nodes stay NotReady until a CNI is installed; wait for registration.
+			if why := nodeNotReady(ctx, cs, n.Name, plan.Options.CNI != labplan.CNINone); why != "" {
 				missing = append(missing, fmt.Sprintf("%s %s (log: %s)", n.Name, why, paths.Log("kubelet-"+n.Name)))
 			}
 		}
@@ -65,14 +66,18 @@ func waitNodesReady(ctx context.Context, paths labplan.Paths, plan labplan.Plan,
 	}
 }
 
-// nodeNotReady says what a node still lacks, or "" when it is ready for Pods.
-func nodeNotReady(ctx context.Context, cs kubernetes.Interface, name string) string {
+// nodeNotReady says what a node still lacks, or "" when it is ready for Pods (or,
+// without needReady, registered with a PodCIDR).
+func nodeNotReady(ctx context.Context, cs kubernetes.Interface, name string, needReady bool) string {
 	node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return "is not registered"
 	}
 	if node.Spec.PodCIDR == "" {
 		return "has no PodCIDR yet"
+	}
+	if !needReady {
+		return ""
 	}
 	for _, c := range node.Status.Conditions {
 		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {

@@ -24,20 +24,30 @@ var (
 	nodeRunDir = nodelayout.StateDir
 )
 
-// Down removes everything a lab made: processes, network namespaces (and with them
-// every link inside), the root netns link, bpffs pins, per-node state and the lab
-// directory. It finds leftovers by name, so it works after a crash or an interrupted
+// podDeleteTimeout bounds how long down waits for the kubelets to delete the pods.
+const podDeleteTimeout = time.Minute
+
+// Down removes everything a lab made: pods (while the kubelets run), processes,
+// network namespaces (and with them every link inside), the root netns link, the
+// containerd runtime's mounts, shim sockets, container log links and cgroups, the
+// machine's sysctls as they were, bpffs pins, per-node state and the lab directory. It finds leftovers by name, so it works after a crash or an interrupted
 // up, and does nothing (successfully) when nothing is there.
 func Down(paths labplan.Paths, out io.Writer) error {
 	var problems []string
 	note := func(format string, a ...any) { fmt.Fprintf(out, format+"\n", a...) }
 
+	if plan, err := LoadPlan(paths); err == nil && plan.Options.Runtime == labplan.RuntimeContainerd && Running(paths) {
+		if err := deletePods(paths, podDeleteTimeout); err != nil {
+			note("deleting the pods before stopping the kubelets: %v (continuing)", err)
+		}
+	}
 	if stopSupervisor(paths) {
 		note("stopped the lab supervisor")
 	}
 	if n := killLabProcesses(paths); n > 0 {
 		note("killed %d leftover lab processes", n)
 	}
+	problems = append(problems, downRuntime(paths, note)...)
 	for _, ns := range LeftoverNetNS() {
 		if err := run("ip", "netns", "del", ns); err != nil {
 			problems = append(problems, err.Error())

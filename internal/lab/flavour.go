@@ -19,6 +19,8 @@ func FlavourOf(c labplan.CNI) cni.Flavour {
 		return bridge.Flavour{}
 	case labplan.CNIFlannel:
 		return flannel.Flavour{}
+	case labplan.CNINone:
+		return cni.None{}
 	}
 	return nil
 }

@@ -35,6 +35,8 @@ func identities(p labplan.Plan) []identity {
 		{"kube-controller-manager", "system:kube-controller-manager", ""},
 		{"kube-scheduler", "system:kube-scheduler", ""},
 		{myelin.AgentUser, myelin.AgentUser, ""},
+		// The apiserver's client towards the kubelets (exec, logs): full access there.
+		{labplan.KubeletClientUser, labplan.KubeletClientUser, "system:masters"},
 	}
 	if p.Options.KubeProxy != "" {
 		// Kubernetes' bootstrap RBAC binds system:node-proxier to this user.

@@ -48,6 +48,7 @@ func checkTools(plan labplan.Plan) error {
 	}
 	self, _ := os.Executable()
 	tools = append(tools, FlavourOf(plan.Options.CNI).Tools(self)...)
+	tools = append(tools, RuntimeOf(plan.Options.Runtime).Tools()...)
 	for _, t := range tools {
 		if _, err := exec.LookPath(t.Path); err != nil {
 			return fmt.Errorf("%s not found: %s", t.Path, t.Fix)

@@ -20,7 +20,8 @@ func KubeBinDir() string {
 }
 
 // Processes returns the lab's children in start order: the control plane, the external
-// host's HTTP server, one lab kubelet per node, kube-proxy (with --kube-proxy) and the
+// host's HTTP server, the runtime's node processes (a lab kubelet per node, or
+// containerd and kubelet per node), kube-proxy (with --kube-proxy) and the
 // CNI flavour's node daemons. self is the myelin binary.
 func Processes(p labplan.Plan, paths labplan.Paths, self, kubeBin string) []labplan.Process {
 	procs := append(etcdAndAPIServer(p, paths, kubeBin), controllers(p, paths, kubeBin)...)
@@ -29,12 +30,7 @@ func Processes(p labplan.Plan, paths labplan.Paths, self, kubeBin string) []labp
 		Argv: labplan.InNS(labplan.ExtNS, self, "lab", "serve", "--name", labplan.ExtNS,
 			"--listen", fmt.Sprintf("%s:%d", p.Addressing.ExternalServerIP(), labplan.ExternalHTTPPort)),
 	})
-	for _, n := range p.Nodes {
-		procs = append(procs, labplan.Process{
-			Name: "kubelet-" + n.Name,
-			Argv: labplan.InNS(n.Name, self, "lab", "kubelet", "--node", n.Name, "--dir", paths.Dir),
-		})
-	}
+	procs = append(procs, RuntimeOf(p.Options.Runtime).NodeProcesses(p, paths, self, kubeBin)...)
 	if p.Options.KubeProxy != "" {
 		for _, n := range p.Nodes {
 			procs = append(procs, labplan.Process{
@@ -77,7 +73,12 @@ func etcdAndAPIServer(p labplan.Plan, paths labplan.Paths, kubeBin string) []lab
 				"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
 				"--service-cluster-ip-range", p.Addressing.ServiceCIDR.String(),
 				"--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
-				"--allow-privileged=true", "--profiling=false"},
+				"--allow-privileged=true", "--profiling=false",
+				// exec, logs and port-forward reach the real kubelets (--runtime
+				// containerd) at their InternalIP, as this client (Webhook-authorised).
+				"--kubelet-preferred-address-types", "InternalIP",
+				"--kubelet-client-certificate", pki(labplan.KubeletClientUser + ".crt"),
+				"--kubelet-client-key", pki(labplan.KubeletClientUser + ".key")},
 			Health: controlPlaneURL(p, "https", labplan.APIServerPort, "/readyz"),
 		},
 	}

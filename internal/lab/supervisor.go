@@ -48,9 +48,14 @@ func Supervise(ctx context.Context, paths labplan.Paths) error {
 		s.stopAll()
 	}()
 
+	rt := RuntimeOf(plan.Options.Runtime)
+	go rt.Guard(ctx, paths)
 	for _, p := range Processes(plan, paths, self, KubeBinDir()) {
 		c := s.start(ctx, p)
 		if err := s.waitReady(ctx, c); err != nil {
+			return s.fail(err)
+		}
+		if err := rt.Started(ctx, paths, p); err != nil {
 			return s.fail(err)
 		}
 		if p.Name == "kube-apiserver" {

@@ -66,8 +66,15 @@ func Up(ctx context.Context, paths labplan.Paths, plan labplan.Plan, out io.Writ
 	if err := writeKubeProxyConfigs(paths, plan); err != nil {
 		return fmt.Errorf("write kube-proxy configuration: %w", err)
 	}
-	fmt.Fprintf(out, "starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and %d lab kubelets%s (logs in %s)\n",
-		len(plan.Nodes), FlavourOf(plan.Options.CNI).Daemons(plan), paths.Logs())
+	rt := RuntimeOf(plan.Options.Runtime)
+	if err := rt.Prepare(paths, plan); err != nil {
+		return fmt.Errorf("prepare the nodes' runtime: %w", err)
+	}
+	fmt.Fprintf(out, "starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and %s%s (logs in %s)\n",
+		rt.Describe(len(plan.Nodes)), FlavourOf(plan.Options.CNI).Daemons(plan), paths.Logs())
+	if plan.Options.CNI == labplan.CNINone {
+		fmt.Fprintf(out, "--cni none: waiting only for the nodes to register; they stay NotReady until a CNI is installed\n")
+	}
 	if err := startSupervisor(paths); err != nil {
 		return err
 	}
@@ -146,8 +153,8 @@ func waitReady(ctx context.Context, paths labplan.Paths) error {
 }
 
 func printUsage(out io.Writer, paths labplan.Paths, plan labplan.Plan) {
-	fmt.Fprintf(out, "\nthe lab is up: %d nodes, %s, apiserver https://%s:%d\n",
-		len(plan.Nodes), plan.Options.Describe(), plan.Addressing.ControlPlaneIP(), labplan.APIServerPort)
+	fmt.Fprintf(out, "\nthe lab is up: %d nodes, --runtime %s %s, apiserver https://%s:%d\n",
+		len(plan.Nodes), plan.Options.RuntimeName(), plan.Options.Describe(), plan.Addressing.ControlPlaneIP(), labplan.APIServerPort)
 	var names []string
 	for _, n := range plan.Nodes {
 		names = append(names, fmt.Sprintf("%s (%s)", n.Name, n.IP))
@@ -155,7 +162,12 @@ func printUsage(out io.Writer, paths labplan.Paths, plan labplan.Plan) {
 	fmt.Fprintf(out, "nodes: %s\n\n", strings.Join(names, ", "))
 	fmt.Fprintf(out, "use it with kubectl:\n  export KUBECONFIG=%s PATH=%s:$PATH\n  kubectl get nodes -o wide\n\n",
 		paths.Kubeconfig(), KubeBinDir())
-	fmt.Fprintf(out, "run a command in a pod:  myelin lab exec POD -- ip addr\n")
+	if plan.Options.Runtime == labplan.RuntimeContainerd {
+		fmt.Fprintf(out, "a node's containerd:     ctr -a %s -n k8s.io containers ls\n", paths.ContainerdSocket(plan.Nodes[0].Name))
+		fmt.Fprintf(out, "run a command in a pod:  kubectl exec POD -- ip addr\n")
+	} else {
+		fmt.Fprintf(out, "run a command in a pod:  myelin lab exec POD -- ip addr\n")
+	}
 	fmt.Fprintf(out, "see the lab:             myelin lab status\n")
 	fmt.Fprintf(out, "remove everything:       myelin lab down\n")
 }

@@ -25,7 +25,7 @@ func TestAlreadyRunning(t *testing.T) {
 	if err := alreadyRunning(paths, running, &out); err != nil {
 		t.Errorf("same options: %v, want a no-op", err)
 	}
-	if !strings.Contains(out.String(), "already running (--nodes 2 --cni myelin --profile native --underlay l2)") {
+	if !strings.Contains(out.String(), "already running (--nodes 2 --cni myelin --profile native --underlay l2 --runtime lab)") {
 		t.Errorf("same options said %q, want it to name the running lab", out.String())
 	}
 
@@ -36,8 +36,8 @@ func TestAlreadyRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = alreadyRunning(paths, asked, &out)
-	want := "lab up --nodes 3 --cni myelin --profile native --underlay l2 --kube-proxy iptables: " +
-		"a lab with other options is already running (--nodes 2 --cni myelin --profile native --underlay l2); run myelin lab down first"
+	want := "lab up --nodes 3 --cni myelin --profile native --underlay l2 --kube-proxy iptables --runtime lab: " +
+		"a lab with other options is already running (--nodes 2 --cni myelin --profile native --underlay l2 --runtime lab); run myelin lab down first"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("other options: %v, want an error containing %q", err, want)
 	}

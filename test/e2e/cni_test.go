@@ -39,7 +39,7 @@ func newCNINode(t *testing.T, node string) *cniNode {
 
 func (c *cniNode) list(t *testing.T, version string) *libcni.NetworkConfigList {
 	t.Helper()
-	b := strings.Replace(string(c.conf), `"cniVersion": "1.1.0"`, `"cniVersion": "`+version+`"`, 1)
+	b := strings.Replace(string(c.conf), `"cniVersion": "1.0.0"`, `"cniVersion": "`+version+`"`, 1)
 	l, err := libcni.ConfListFromBytes([]byte(b))
 	if err != nil {
 		t.Fatal(err)

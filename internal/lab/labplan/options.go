@@ -18,6 +18,21 @@ const (
 	// reference bridge + host-local plugins configured from flannel's subnet file: the
 	// peer stack most clusters would run instead of myelin.
 	CNIFlannel CNI = "flannel"
+	// CNINone installs no CNI at all (--runtime containerd only): the nodes register
+	// and stay NotReady until a CNI is installed, e.g. by the Helm chart.
+	CNINone CNI = "none"
+)
+
+// Runtime names what runs a lab node's pods.
+type Runtime string
+
+const (
+	// RuntimeLab is the lab kubelet (internal/lab/kubelet): pods are host processes in
+	// their own netns; fast, the default for the datapath tests and benches.
+	RuntimeLab Runtime = "lab"
+	// RuntimeContainerd is the real kubelet with containerd + runc: pods are containers
+	// from the locally built images (internal/images).
+	RuntimeContainerd Runtime = "containerd"
 )
 
 // Flannel backends the lab can run (--flannel-backend).
@@ -61,6 +76,8 @@ type Options struct {
 	// FlannelBackend is flannel's backend with --cni flannel ("" = vxlan); it must be
 	// empty with any other CNI.
 	FlannelBackend string
+	// Runtime runs the nodes' pods ("" = lab).
+	Runtime Runtime `json:",omitempty"`
 }
 
 // DefaultOptions are the lab's defaults.
@@ -74,9 +91,12 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--nodes %d: must be between 1 and %d", o.Nodes, MaxNodes)
 	}
 	switch o.CNI {
-	case CNIBridge, CNIMyelin, CNIFlannel:
+	case CNIBridge, CNIMyelin, CNIFlannel, CNINone:
 	default:
-		return fmt.Errorf("--cni %q: unknown CNI; use one of: %s, %s, %s", o.CNI, CNIMyelin, CNIBridge, CNIFlannel)
+		return fmt.Errorf("--cni %q: unknown CNI; use one of: %s, %s, %s, %s", o.CNI, CNIMyelin, CNIBridge, CNIFlannel, CNINone)
+	}
+	if err := o.validateRuntime(); err != nil {
+		return err
 	}
 	if !contains(Profiles, o.Profile) {
 		return fmt.Errorf("--profile %q: unknown profile; use one of: %s", o.Profile, strings.Join(Profiles, ", "))
@@ -90,6 +110,22 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--kube-proxy %q: unknown mode; use one of: %s (or leave it empty to let myelin serve Services)", o.KubeProxy, strings.Join(KubeProxyModes, ", "))
 	}
 	return o.validateFlannel()
+}
+
+func (o Options) validateRuntime() error {
+	switch o.Runtime {
+	case "", RuntimeLab:
+		if o.CNI == CNINone {
+			return fmt.Errorf("--cni none: only valid with --runtime containerd (the lab kubelet needs a CNI to run pods); add --runtime containerd or pick a CNI")
+		}
+	case RuntimeContainerd:
+		if o.Underlay != UnderlayL2 {
+			return fmt.Errorf("--runtime containerd --underlay %s: the apiserver reaches the kubelets (exec, logs) only on segment A; use --underlay l2", o.Underlay)
+		}
+	default:
+		return fmt.Errorf("--runtime %q: unknown runtime; use %s (the lab kubelet, the default) or %s (kubelet %s with containerd)", o.Runtime, RuntimeLab, RuntimeContainerd, "v1.34.4")
+	}
+	return nil
 }
 
 func (o Options) validateFlannel() error {
@@ -113,6 +149,9 @@ func (o Options) withDefaults() Options {
 	if o.CNI == CNIFlannel && o.FlannelBackend == "" {
 		o.FlannelBackend = FlannelBackends[0]
 	}
+	if o.Runtime == "" {
+		o.Runtime = RuntimeLab
+	}
 	return o
 }
 
@@ -129,13 +168,21 @@ func (o Options) Describe() string {
 }
 
 // Flags spells out every option as the `lab up` flags that choose it, e.g.
-// "--nodes 2 --cni myelin --profile native --underlay l2".
+// "--nodes 2 --cni myelin --profile native --underlay l2 --runtime lab".
 func (o Options) Flags() string {
 	flags := fmt.Sprintf("--nodes %d %s --underlay %s", o.Nodes, o.Describe(), o.Underlay)
 	if o.KubeProxy != "" {
 		flags += " --kube-proxy " + o.KubeProxy
 	}
-	return flags
+	return flags + " --runtime " + string(o.RuntimeName())
+}
+
+// RuntimeName is the runtime, "lab" when unset.
+func (o Options) RuntimeName() Runtime {
+	if o.Runtime == "" {
+		return RuntimeLab
+	}
+	return o.Runtime
 }
 
 func contains(list []string, s string) bool {

@@ -46,11 +46,14 @@ func (p Paths) Etcd() string { return p.join("etcd") }
 func (p Paths) Hold(name string) string { return p.join("hold", name) }
 
 // CNIBinDir is where a lab node's CNI plugins are installed (the myelin agent installs
-// myelin-cni there); the lab kubelet searches it first.
-func (p Paths) CNIBinDir(node string) string { return p.join("nodes", node, "cni", "bin") }
+// myelin-cni there): <dir>/cni/bin/<node>, so that a DaemonSet (the Helm chart's lab
+// mode) mounts <dir>/cni/bin and appends its node's name. The lab kubelet searches it
+// first; containerd's bin_dir is it.
+func (p Paths) CNIBinDir(node string) string { return p.join("cni", "bin", node) }
 
-// CNIConfDir is where a lab node's CNI network configuration is installed.
-func (p Paths) CNIConfDir(node string) string { return p.join("nodes", node, "cni", "net.d") }
+// CNIConfDir is where a lab node's CNI network configuration is installed:
+// <dir>/cni/net.d/<node> (see CNIBinDir).
+func (p Paths) CNIConfDir(node string) string { return p.join("cni", "net.d", node) }
 
 // NodeDir is a lab node's own directory (CNI config, IPAM, pods).
 func (p Paths) NodeDir(node string) string { return p.join("nodes", node) }

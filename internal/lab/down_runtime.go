@@ -1,0 +1,172 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/myelin-net/myelin/internal/lab/labplan"
+)
+
+// What --runtime containerd leaves outside the lab directory, shared by all nodes.
+const (
+	shimSocketDir    = "/run/containerd/s"   // containerd 1.6 puts every shim's socket here
+	containerLogsDir = "/var/log/containers" // the kubelet links each container's log here
+)
+
+// deletePods deletes every pod while the kubelets still run, so their CNI DEL gives
+// the addresses back: workloads first, then what DaemonSets run (a CNI agent last).
+func deletePods(paths labplan.Paths, timeout time.Duration) error {
+	cs, err := Client(paths.Kubeconfig())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for _, daemons := range []bool{false, true} {
+		pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("list pods: %w", err)
+		}
+		left := 0
+		for _, p := range pods.Items {
+			if ownedByDaemonSet(p.OwnerReferences) != daemons {
+				continue
+			}
+			left++
+			_ = cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{})
+		}
+		for left > 0 && ctx.Err() == nil {
+			time.Sleep(500 * time.Millisecond)
+			pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				break
+			}
+			left = 0
+			for _, p := range pods.Items {
+				if ownedByDaemonSet(p.OwnerReferences) == daemons {
+					left++
+				}
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+func ownedByDaemonSet(refs []metav1.OwnerReference) bool {
+	for _, r := range refs {
+		if r.Kind == "DaemonSet" {
+			return true
+		}
+	}
+	return false
+}
+
+// shimSockets lists the shim sockets of the lab's containerds: each task's state
+// records its shim's address (unix:///run/containerd/s/<hash>).
+func shimSockets(paths labplan.Paths) []string {
+	files, _ := filepath.Glob(filepath.Join(paths.Dir, "nodes", "*", "containerd", "state", "io.containerd.runtime.v2.task", "*", "*", "address"))
+	var out []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		sock := strings.TrimPrefix(strings.TrimSpace(string(b)), "unix://")
+		if filepath.Dir(sock) == shimSocketDir {
+			out = append(out, sock)
+		}
+	}
+	return out
+}
+
+// labMounts lists the mount points under the lab directory (the kubelet's bind mount
+// of its root dir, per-pod tmpfs and projected volumes, pod netns, overlay rootfs),
+// deepest first.
+func labMounts(paths labplan.Paths) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := strings.ReplaceAll(fields[4], `\040`, " ")
+		if mp == paths.Dir || strings.HasPrefix(mp, paths.Dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+// leftoverContainerLogs lists /var/log/containers links into the lab directory.
+func leftoverContainerLogs(paths labplan.Paths) []string {
+	entries, _ := os.ReadDir(containerLogsDir)
+	var out []string
+	for _, e := range entries {
+		link := filepath.Join(containerLogsDir, e.Name())
+		if target, err := os.Readlink(link); err == nil && strings.HasPrefix(target, paths.Dir+"/") {
+			out = append(out, link)
+		}
+	}
+	return out
+}
+
+// downRuntime removes what the containerd runtime leaves outside the lab's processes
+// and namespaces, once they are gone: mounts, shim sockets, container log links,
+// cgroups, and it puts the machine's sysctls back. It returns what it could not remove.
+func downRuntime(paths labplan.Paths, note func(string, ...any)) []string {
+	var problems []string
+	if n := killCgroupProcesses(); n > 0 {
+		note("killed %d leftover container processes", n)
+	}
+	if err := restoreSysctls(paths.Sysctls()); err != nil {
+		problems = append(problems, err.Error())
+	}
+	for _, mp := range labMounts(paths) {
+		if err := syscall.Unmount(mp, syscall.MNT_DETACH); err != nil && err != syscall.EINVAL && err != syscall.ENOENT {
+			problems = append(problems, fmt.Sprintf("unmount %s: %v", mp, err))
+		}
+	}
+	for _, f := range append(shimSockets(paths), leftoverContainerLogs(paths)...) {
+		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+			problems = append(problems, err.Error())
+			continue
+		}
+		note("removed %s", f)
+	}
+	for _, cg := range leftoverCgroups() {
+		if err := removeCgroupRetrying(cg); err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		note("removed cgroup %s", cg)
+	}
+	return problems
+}
+
+// removeCgroupRetrying gives the kernel a moment to release killed tasks.
+func removeCgroupRetrying(dir string) error {
+	var err error
+	for range 50 {
+		if err = removeCgroup(dir); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
+}

@@ -1,0 +1,47 @@
+package labplan
+
+// Per-node places of --runtime containerd, all under the node's directory
+// <dir>/nodes/<node>/ so that lab down removes them with the lab directory.
+
+// ContainerdDir holds a node's containerd: config.toml, root/ and state/.
+func (p Paths) ContainerdDir(node string) string { return p.join("nodes", node, "containerd") }
+
+// ContainerdConfig is a node's containerd configuration file.
+func (p Paths) ContainerdConfig(node string) string {
+	return p.join("nodes", node, "containerd", "config.toml")
+}
+
+// ContainerdRoot is a node's containerd root (content store, snapshots, metadata).
+func (p Paths) ContainerdRoot(node string) string {
+	return p.join("nodes", node, "containerd", "root")
+}
+
+// ContainerdState is a node's containerd state dir (task state, pod netns mounts).
+func (p Paths) ContainerdState(node string) string {
+	return p.join("nodes", node, "containerd", "state")
+}
+
+// ContainerdSocket is a node's containerd gRPC socket (the CRI endpoint of its kubelet;
+// `ctr -a` takes it).
+func (p Paths) ContainerdSocket(node string) string {
+	return p.join("nodes", node, "containerd", "containerd.sock")
+}
+
+// RuncRoot is where a node's runc keeps container state.
+func (p Paths) RuncRoot(node string) string { return p.join("nodes", node, "containerd", "runc") }
+
+// KubeletDir is a node's kubelet --root-dir (volumes, pod state, its serving cert).
+func (p Paths) KubeletDir(node string) string { return p.join("nodes", node, "kubelet") }
+
+// KubeletConfig is a node's KubeletConfiguration file.
+func (p Paths) KubeletConfig(node string) string { return p.join("nodes", node, "kubelet.yaml") }
+
+// PodLogsDir is a node's podLogsDir (the kubelet links /var/log/containers entries here).
+func (p Paths) PodLogsDir(node string) string { return p.join("nodes", node, "pod-logs") }
+
+// Sysctls records the machine-wide sysctls as they were before the first kubelet
+// started, so the supervisor and `lab down` can put them back.
+func (p Paths) Sysctls() string { return p.join("sysctls.json") }
+
+// CgroupRoot is a node's cgroup parent (the kubelet's cgroupRoot), in every hierarchy.
+func CgroupRoot(node string) string { return "/" + node }

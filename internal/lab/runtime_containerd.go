@@ -1,0 +1,158 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/myelin-net/myelin/internal/images"
+	"github.com/myelin-net/myelin/internal/lab/cni"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
+	"github.com/myelin-net/myelin/internal/version"
+)
+
+// containerdRuntime is --runtime containerd: per node, Debian's containerd (with runc)
+// and the real kubelet (KubeVersion), both in the node's netns, each with its own
+// sockets, root and state dirs, cgroup parent and CNI dirs; the locally built images
+// (internal/images, tagged with this binary's version) imported into each containerd.
+type containerdRuntime struct{}
+
+const containerdFix = "install containerd and runc (make setup)"
+
+func (containerdRuntime) Tools() []cni.Tool {
+	return []cni.Tool{
+		{Path: "containerd", Fix: containerdFix},
+		{Path: "containerd-shim-runc-v2", Fix: containerdFix},
+		{Path: "runc", Fix: containerdFix},
+		{Path: "ctr", Fix: containerdFix},
+		{Path: loopbackPlugin, Fix: cni.ReferencePluginFix},
+		{Path: filepath.Join(KubeBinDir(), "kubelet"), Fix: "build kubelet " + KubeVersion + " with: make setup"},
+	}
+}
+
+// loopbackPlugin is Debian's reference loopback plugin, which containerd 1.6 calls for
+// every pod whatever the configured network is.
+var loopbackPlugin = filepath.Join(cni.ReferencePluginDir, "loopback")
+
+func (containerdRuntime) Describe(nodes int) string {
+	return fmt.Sprintf("%d kubelets (%s) with containerd", nodes, KubeVersion)
+}
+
+// Prepare checks the images, records the machine's sysctls, and writes each node's
+// containerd and kubelet configuration, directories and cgroups.
+func (containerdRuntime) Prepare(paths labplan.Paths, plan labplan.Plan) error {
+	for _, image := range images.Names {
+		if a := images.Archive(cni.ToolCache(), version.Version, image); !exists(a) {
+			return fmt.Errorf("image %s: archive %s not found; build the images of this version with: make images (or myelin images build)",
+				images.Ref(image, version.Version), a)
+		}
+	}
+	if err := saveSysctls(paths.Sysctls()); err != nil {
+		return err
+	}
+	for _, n := range plan.Nodes {
+		if err := prepareNode(paths, n); err != nil {
+			return fmt.Errorf("prepare node %s: %w", n.Name, err)
+		}
+	}
+	return nil
+}
+
+func prepareNode(paths labplan.Paths, n labplan.Node) error {
+	for _, dir := range []string{paths.ContainerdRoot(n.Name), paths.ContainerdState(n.Name), paths.KubeletDir(n.Name),
+		paths.PodLogsDir(n.Name), paths.CNIBinDir(n.Name), paths.CNIConfDir(n.Name)} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.Symlink(loopbackPlugin, filepath.Join(paths.CNIBinDir(n.Name), "loopback")); err != nil && !os.IsExist(err) {
+		return err
+	}
+	pause := images.Ref(images.Pause, version.Version)
+	if err := os.WriteFile(paths.ContainerdConfig(n.Name), []byte(labplan.ContainerdConfig(paths, n.Name, pause)), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(paths.KubeletConfig(n.Name), []byte(labplan.KubeletConfig(paths, n)), 0o644); err != nil {
+		return err
+	}
+	return createCgroups(labplan.CgroupRoot(n.Name))
+}
+
+func (containerdRuntime) NodeProcesses(p labplan.Plan, paths labplan.Paths, _, kubeBin string) []labplan.Process {
+	var procs []labplan.Process
+	for _, n := range p.Nodes {
+		procs = append(procs,
+			labplan.Process{
+				Name: containerdProcess(n.Name),
+				Argv: labplan.InNS(n.Name, "containerd", "--config", paths.ContainerdConfig(n.Name)),
+			},
+			labplan.Process{
+				Name:   "kubelet-" + n.Name,
+				Argv:   labplan.InNS(n.Name, append([]string{filepath.Join(kubeBin, "kubelet")}, labplan.KubeletArgs(paths, n)...)...),
+				Health: fmt.Sprintf("http://%s:%d/healthz", n.IP, labplan.KubeletHealthzPort),
+			})
+	}
+	return procs
+}
+
+const containerdPrefix = "containerd-"
+
+func containerdProcess(node string) string { return containerdPrefix + node }
+
+// Started imports the images into a node's containerd once it runs, and puts the
+// machine's sysctls back once a kubelet has started (it sets some at start).
+func (containerdRuntime) Started(ctx context.Context, paths labplan.Paths, proc labplan.Process) error {
+	switch {
+	case strings.HasPrefix(proc.Name, containerdPrefix):
+		return importImages(ctx, paths.ContainerdSocket(strings.TrimPrefix(proc.Name, containerdPrefix)))
+	case strings.HasPrefix(proc.Name, "kubelet-"):
+		return restoreSysctls(paths.Sysctls())
+	}
+	return nil
+}
+
+// Guard puts the recorded sysctls back whenever they change: a kubelet the supervisor
+// restarts sets them again.
+func (containerdRuntime) Guard(ctx context.Context, paths labplan.Paths) {
+	for {
+		if err := restoreSysctls(paths.Sysctls()); err != nil {
+			fmt.Fprintf(os.Stderr, "supervisor: %v\n", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// importImages waits for a containerd to answer, then imports every image into its
+// k8s.io namespace (the CRI's).
+func importImages(ctx context.Context, sock string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for exec.CommandContext(ctx, "ctr", "-a", sock, "version").Run() != nil {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("containerd at %s did not answer: %w", sock, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	for _, image := range images.Names {
+		archive := images.Archive(cni.ToolCache(), version.Version, image)
+		out, err := exec.CommandContext(ctx, "ctr", "-a", sock, "-n", "k8s.io", "images", "import", archive).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("import image %s into %s: %v: %s", archive, sock, err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
