@@ -1,5 +1,6 @@
-// Package deploy holds the manifests myelin installs into a cluster: its CRDs today,
-// the agent's DaemonSet and RBAC for real clusters later.
+// Package deploy holds the CRDs the lab installs (internal/k8s.EnsureCRDs). The Helm
+// chart for real clusters (install/helm/myelin) ships the same files in its crds/
+// directory; test/install checks that they are equal.
 package deploy
 
 import "embed"

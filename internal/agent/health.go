@@ -30,8 +30,14 @@ import (
 // it exists, before which the agent is not ready.
 type healthServer struct {
 	srv   *http.Server
-	ready atomic.Pointer[server]
+	ready atomic.Pointer[readinessSource]
 }
+
+// readinessSource says whether the agent is ready and, if not, what it waits for.
+type readinessSource interface{ readiness() (bool, string) }
+
+// readiness is the API server's readiness (readiness.go), for /readyz.
+func (a *server) readiness() (bool, string) { return a.ready.Load(), a.notReadyReason() }
 
 // startHealth listens on 127.0.0.1:port (port 0: no health endpoint, the lab's
 // host-process agents) and serves until close.
@@ -64,16 +70,20 @@ func (h *healthServer) serve(l net.Listener, log *slog.Logger) {
 	}()
 }
 
-// use publishes the API server whose readiness /readyz reports.
-func (h *healthServer) use(s *server) { h.ready.Store(s) }
+// use publishes the API server (or any readinessSource) whose readiness /readyz reports.
+func (h *healthServer) use(s readinessSource) { h.ready.Store(&s) }
 
 func (h *healthServer) handleReady(w http.ResponseWriter, _ *http.Request) {
-	s := h.ready.Load()
-	if s == nil {
+	src := h.ready.Load()
+	if src == nil {
 		writeJSON(w, http.StatusServiceUnavailable, api.Health{Reason: "starting: reading the Node and configuration, loading the datapath"})
 		return
 	}
-	s.handleHealth(w, nil)
+	if ready, reason := (*src).readiness(); !ready {
+		writeJSON(w, http.StatusServiceUnavailable, api.Health{Reason: reason})
+		return
+	}
+	writeJSON(w, http.StatusOK, api.Health{Ready: true})
 }
 
 // close stops serving; the kubelet then sees the agent as gone, which it is.

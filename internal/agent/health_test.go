@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/myelin-net/myelin/internal/api"
@@ -41,15 +42,20 @@ func TestHealthEndpoint(t *testing.T) {
 	if code, body := get(t, base+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body.Reason, "starting") {
 		t.Errorf("/readyz before the API server = %d %+v, want 503 starting", code, body)
 	}
-	s := &server{}
-	reason := "waiting for the first Service sync"
-	s.notReady.Store(&reason)
-	h.use(s)
-	if code, body := get(t, base+"/readyz"); code != http.StatusServiceUnavailable || body.Reason != reason {
-		t.Errorf("/readyz while not ready = %d %+v, want 503 %q", code, body, reason)
+	src := &fakeReadiness{reason: "waiting for the first Service sync"}
+	h.use(src)
+	if code, body := get(t, base+"/readyz"); code != http.StatusServiceUnavailable || body.Reason != src.reason {
+		t.Errorf("/readyz while not ready = %d %+v, want 503 %q", code, body, src.reason)
 	}
-	s.ready.Store(true)
+	src.ready.Store(true)
 	if code, body := get(t, base+"/readyz"); code != http.StatusOK || !body.Ready {
 		t.Errorf("/readyz when ready = %d %+v, want 200 ready", code, body)
 	}
 }
+
+type fakeReadiness struct {
+	ready  atomic.Bool
+	reason string
+}
+
+func (f *fakeReadiness) readiness() (bool, string) { return f.ready.Load(), f.reason }
