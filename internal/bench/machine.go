@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // Machine describes the machine the figures come from.
@@ -17,16 +19,20 @@ type Machine struct {
 	Kernel      string            `json:"kernel"`
 	Tools       map[string]string `json:"tools"`
 	Environment string            `json:"environment,omitempty"` // e.g. the hypervisor, if known
+	// LabRuntime is what ran the lab stages' pods (`lab up --runtime`): the bench always
+	// uses the lab kubelet, the fast default.
+	LabRuntime string `json:"labRuntime"`
 }
 
 // DescribeMachine reads the CPU model, vCPU count, memory, kernel release and the
 // versions of the load generators. Missing pieces are left empty.
 func DescribeMachine() Machine {
 	m := Machine{
-		CPUModel:  procField("/proc/cpuinfo", "model name"),
-		VCPUs:     runtime.NumCPU(),
-		MemoryMiB: memTotalMiB(),
-		Tools:     map[string]string{},
+		CPUModel:   procField("/proc/cpuinfo", "model name"),
+		VCPUs:      runtime.NumCPU(),
+		MemoryMiB:  memTotalMiB(),
+		Tools:      map[string]string{},
+		LabRuntime: string(labplan.RuntimeLab),
 	}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))

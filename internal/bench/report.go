@@ -97,6 +97,9 @@ func (p *mdWriter) header(res *Results) {
 		p.printf(" (%s)", m.Environment)
 	}
 	p.printf("\n- tools: %s\n", toolList(m.Tools))
+	if m.LabRuntime != "" {
+		p.printf("- lab runtime: `--runtime %s`\n", m.LabRuntime)
+	}
 	p.printf("- %d rounds of %gs per case, cases interleaved round-robin; ratios are the median of each round's "+
 		"value divided by the baseline's value in the same round (for latency and CPU, lower is better)\n",
 		res.Rounds, res.DurationSeconds)

@@ -149,6 +149,13 @@ func downRuntime(paths labplan.Paths, note func(string, ...any)) []string {
 		}
 		note("removed %s", f)
 	}
+	if exists(paths.KubeletSharedDirCreated()) && exists(labplan.KubeletSharedDir) {
+		if err := os.RemoveAll(labplan.KubeletSharedDir); err != nil {
+			problems = append(problems, err.Error())
+		} else {
+			note("removed %s (the kubelets' device-plugin dir)", labplan.KubeletSharedDir)
+		}
+	}
 	for _, cg := range leftoverCgroups() {
 		if err := removeCgroupRetrying(cg); err != nil {
 			problems = append(problems, err.Error())

@@ -54,6 +54,11 @@ func (containerdRuntime) Prepare(paths labplan.Paths, plan labplan.Plan) error {
 	if err := saveSysctls(paths.Sysctls()); err != nil {
 		return err
 	}
+	if !exists(labplan.KubeletSharedDir) {
+		if err := os.WriteFile(paths.KubeletSharedDirCreated(), nil, 0o644); err != nil {
+			return err
+		}
+	}
 	for _, n := range plan.Nodes {
 		if err := prepareNode(paths, n); err != nil {
 			return fmt.Errorf("prepare node %s: %w", n.Name, err)

@@ -43,6 +43,8 @@ func runTests(m *testing.M) int {
 	// All commands, side by side: the lab starts myelin-agent from myelin's directory.
 	build := exec.Command("go", "build", "-o", dir+"/", "github.com/myelin-net/myelin/cmd/...")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	// Static, as make build: the images (TestLabContainerd) hold these binaries.
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build myelin:", err)
 		return 1
@@ -127,6 +129,7 @@ func leftovers() []string {
 			out = append(out, "process "+p.Name()+": "+c)
 		}
 	}
+	out = append(out, runtimeLeftovers()...)
 	for _, glob := range []string{"/sys/fs/bpf/myelin*", "/sys/fs/bpf/myelin/" + labplan.NamePrefix + "*", "/run/myelin/" + labplan.NamePrefix + "*", labplan.DefaultDir} {
 		matches, _ := filepath.Glob(glob)
 		for _, m := range matches {

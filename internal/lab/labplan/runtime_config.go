@@ -116,5 +116,7 @@ func KubeletArgs(paths Paths, n Node) []string {
 	return []string{"--config", paths.KubeletConfig(n.Name),
 		"--kubeconfig", paths.ComponentKubeconfig(n.Name),
 		"--root-dir", paths.KubeletDir(n.Name),
+		// The serving certificate's dir is not under --root-dir by default.
+		"--cert-dir", filepath.Join(paths.KubeletDir(n.Name), "pki"),
 		"--hostname-override", n.Name, "--node-ip", n.IP.String()}
 }

@@ -51,7 +51,7 @@ func TestKubeletConfigIsPerNode(t *testing.T) {
 	}
 	args := strings.Join(KubeletArgs(paths, n), " ")
 	for _, want := range []string{"--hostname-override myelin-node-1", "--node-ip 198.18.0.11",
-		"--root-dir /run/myelin-lab/nodes/myelin-node-1/kubelet", "--kubeconfig /run/myelin-lab/kubeconfigs/myelin-node-1"} {
+		"--root-dir /run/myelin-lab/nodes/myelin-node-1/kubelet", "--cert-dir /run/myelin-lab/nodes/myelin-node-1/kubelet/pki", "--kubeconfig /run/myelin-lab/kubeconfigs/myelin-node-1"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("kubelet args %q lack %q", args, want)
 		}

@@ -45,3 +45,10 @@ func (p Paths) Sysctls() string { return p.join("sysctls.json") }
 
 // CgroupRoot is a node's cgroup parent (the kubelet's cgroupRoot), in every hierarchy.
 func CgroupRoot(node string) string { return "/" + node }
+
+// KubeletSharedDir is where every kubelet puts its device-plugin socket whatever its
+// --root-dir (a constant of the kubelet); the lab removes it in down when it created it.
+const KubeletSharedDir = "/var/lib/kubelet"
+
+// KubeletSharedDirCreated marks that the lab created KubeletSharedDir.
+func (p Paths) KubeletSharedDirCreated() string { return p.join("var-lib-kubelet.created") }
