@@ -195,10 +195,13 @@ func labHTTPSessionCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "http-session --to IP:PORT [--local-port P] [--count N] [--interval D]",
 		Short: "Send N HTTP requests over one TCP connection to a lab serve endpoint and report the answers (JSON); fails unless all are answered",
-		Args:  cobra.NoArgs,
+		Long: "Send N HTTP requests over one TCP connection to a lab serve endpoint and report the answers\n" +
+			"(JSON); fails unless all are answered. With --count 0 it sends until SIGTERM or SIGINT\n" +
+			"(at most 10 minutes), then reports: a connection held open across an upgrade.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if count < 1 || count > 10000 {
-				return fmt.Errorf("--count %d: must be between 1 and 10000", count)
+			if count < 0 || count > 10000 {
+				return fmt.Errorf("--count %d: must be between 1 and 10000, or 0 to send until stopped", count)
 			}
 			res := labtools.HTTPSession(cmd.Context(), to, localPort, count, interval)
 			if err := json.NewEncoder(cmd.OutOrStdout()).Encode(res); err != nil {
@@ -212,7 +215,7 @@ func labHTTPSessionCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&to, "to", "", "target IP:PORT (a myelin lab serve endpoint)")
 	cmd.Flags().IntVar(&localPort, "local-port", 0, "bind this local port (0: the kernel picks one)")
-	cmd.Flags().IntVar(&count, "count", 5, "requests to send")
+	cmd.Flags().IntVar(&count, "count", 5, "requests to send (0: until SIGTERM/SIGINT, at most 10 minutes)")
 	cmd.Flags().DurationVar(&interval, "interval", 500*time.Millisecond, "pause between requests")
 	_ = cmd.MarkFlagRequired("to")
 	return cmd

@@ -21,12 +21,21 @@ type SessionResult struct {
 	Error   string   `json:"error,omitempty"`
 }
 
+// SessionMax bounds a session of n = 0 (until ctx ends): a load generator stops by itself.
+const SessionMax = 10 * time.Minute
+
 // HTTPSession opens one TCP connection to target (a `lab serve` endpoint),
 // from localPort when not 0, and sends n HTTP requests over it, interval
 // apart, reading each answer: the check that a connection carries data
-// throughout (a reset or a stolen connection ends it with an error).
+// throughout (a reset or a stolen connection ends it with an error). With n = 0
+// it sends until ctx ends (at most SessionMax), then reports what it sent.
 func HTTPSession(ctx context.Context, target string, localPort, n int, interval time.Duration) SessionResult {
 	res := SessionResult{Requests: n}
+	if n == 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, SessionMax)
+		defer cancel()
+	}
 	d := net.Dialer{Timeout: 5 * time.Second}
 	if localPort != 0 {
 		d.LocalAddr = &net.TCPAddr{Port: localPort}
@@ -40,9 +49,18 @@ func HTTPSession(ctx context.Context, target string, localPort, n int, interval 
 	res.LocalAddr = conn.LocalAddr().String()
 	r := bufio.NewReader(conn)
 	seen := map[string]bool{}
-	for i := 0; i < n; i++ {
+	for i := 0; n == 0 || i < n; i++ {
 		if i > 0 {
-			time.Sleep(interval)
+			select {
+			case <-ctx.Done():
+			case <-time.After(interval):
+			}
+		}
+		if n == 0 {
+			if ctx.Err() != nil {
+				break
+			}
+			res.Requests++
 		}
 		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
 		if _, err := fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", target); err != nil {
