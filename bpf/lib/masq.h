@@ -45,20 +45,14 @@ static __always_inline int masq_wanted(const struct ipv4_info *info)
 static __always_inline int masq_snat(struct __sk_buff *skb, struct ipv4_info *info,
 				     const struct l4_info *l4)
 {
-	struct nat_key fwd = {
-		.saddr = info->saddr,
-		.daddr = info->daddr,
-		.sport = l4->sport,
-		.dport = l4->dport,
-		.proto = info->proto,
-		.dir = NAT_DIR_EGRESS,
-	};
+	struct nat_key fwd;
 	__u16 flags = l4->tcp_closing ? NAT_F_CLOSING : 0;
 	struct nat_entry *e;
 	__be32 nat_addr;
 	__be16 nat_port;
 	int reason;
 
+	nat_key_of(&fwd, info, l4, NAT_DIR_EGRESS);
 	e = nat_lookup(&fwd);
 	if (e) {
 		nat_touch(e, flags);

@@ -13,11 +13,28 @@
 #include <bpf/bpf_endian.h>
 
 #include "config.h"
+#include "l4.h"
 #include "maps.h"
 #include "reasons.h"
 
 #define NAT_PORT_TRIES 32 /* bounded: a crowded destination fails fast with DROP_NAT_NO_PORT */
 #define NAT_REFRESH_NS 1000000000ULL /* last_seen is rewritten at most once a second */
+
+/*
+ * nat_key_of is the packet's own tuple as a NAT key in direction dir: the
+ * forward key of a flow it starts, or the reverse key of a reply.
+ */
+static __always_inline void nat_key_of(struct nat_key *k, const struct ipv4_info *info,
+				       const struct l4_info *l4, __u8 dir)
+{
+	k->saddr = info->saddr;
+	k->daddr = info->daddr;
+	k->sport = l4->sport;
+	k->dport = l4->dport;
+	k->proto = info->proto;
+	k->dir = dir;
+	k->pad = 0;
+}
 
 /* nat_lookup returns the entry of key, or NULL. */
 static __always_inline struct nat_entry *nat_lookup(const struct nat_key *key)

@@ -93,19 +93,13 @@ static __always_inline struct np_entry *np_reply_lookup(struct __sk_buff *skb,
 static __always_inline int np_reply(struct __sk_buff *skb, struct ipv4_info *info,
 				    struct l4_info *l4)
 {
-	struct nat_key rev = {
-		.saddr = info->saddr,
-		.daddr = info->daddr,
-		.sport = l4->sport,
-		.dport = l4->dport,
-		.proto = info->proto,
-		.dir = NAT_DIR_INGRESS,
-	};
+	struct nat_key rev;
 	const struct np_entry *e;
 	__u16 dport = bpf_ntohs(l4->dport);
 	__be32 client;
 	__be16 cport, front;
 
+	nat_key_of(&rev, info, l4, NAT_DIR_INGRESS);
 	if (dport < nat_port_min || dport > nat_port_max)
 		return 1;
 	e = np_reply_lookup(skb, info, l4, &rev);

@@ -254,19 +254,13 @@ static __always_inline int lb_from_pod(struct __sk_buff *skb, struct ipv4_info *
 static __always_inline int lb_nodeport(struct __sk_buff *skb, struct ipv4_info *info,
 				       struct l4_info *l4, const struct lb_svc *svc, int *route)
 {
-	struct nat_key npkey = {
-		.saddr = info->saddr,
-		.daddr = info->daddr,
-		.sport = l4->sport,
-		.dport = l4->dport,
-		.proto = info->proto,
-		.dir = NAT_DIR_EGRESS,
-	};
+	struct nat_key npkey;
 	struct lb_flow f = {};
 	struct np_entry flow;
 	struct ct_key fwd;
 	int reason;
 
+	nat_key_of(&npkey, info, l4, NAT_DIR_EGRESS);
 	reason = np_flow(skb, info, l4, &npkey, &flow);
 	if (reason == 1) {
 		ct_key_of(&fwd, info, l4, CT_DIR_FORWARD);

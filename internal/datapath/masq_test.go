@@ -136,17 +136,23 @@ func natEntriesOf(f NATEntry, node netip.Addr, lastSeen time.Duration) (myelinNa
 // checkNAT compares the NAT flows with want, ignoring LastSeen (which must be set).
 func checkNAT(d *Datapath, want []NATEntry) error {
 	got, err := d.NATEntries()
+	return checkFlows("NAT", got, err, want, func(e *NATEntry) *time.Duration { return &e.LastSeen })
+}
+
+// checkFlows compares the flows got (read with err) with want, ignoring their
+// LastSeen (which must be set), what names the table.
+func checkFlows[T comparable](what string, got []T, err error, want []T, lastSeen func(*T) *time.Duration) error {
 	if err != nil {
 		return err
 	}
 	for i := range got {
-		if got[i].LastSeen == 0 {
-			return fmt.Errorf("NAT flow without LastSeen: %+v", got[i])
+		if *lastSeen(&got[i]) == 0 {
+			return fmt.Errorf("%s flow without LastSeen: %+v", what, got[i])
 		}
-		got[i].LastSeen = 0
+		*lastSeen(&got[i]) = 0
 	}
 	if !slices.Equal(got, want) {
-		return fmt.Errorf("NAT flows\n got %+v\nwant %+v", got, want)
+		return fmt.Errorf("%s flows\n got %+v\nwant %+v", what, got, want)
 	}
 	return nil
 }

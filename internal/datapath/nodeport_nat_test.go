@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
-	"slices"
 	"testing"
 	"time"
 
@@ -21,19 +20,7 @@ func npTestFlow(client string, clientPort uint16, backend string, id uint32, est
 // checkNodePortFlows compares the NodePort SNAT flows with want, ignoring LastSeen.
 func checkNodePortFlows(d *Datapath, want []NodePortFlow) error {
 	got, err := d.NodePortFlows()
-	if err != nil {
-		return err
-	}
-	for i := range got {
-		if got[i].LastSeen == 0 {
-			return fmt.Errorf("NodePort flow without LastSeen: %+v", got[i])
-		}
-		got[i].LastSeen = 0
-	}
-	if !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
-		return fmt.Errorf("NodePort flows\n got %+v\nwant %+v", got, want)
-	}
-	return nil
+	return checkFlows("NodePort", got, err, want, func(f *NodePortFlow) *time.Duration { return &f.LastSeen })
 }
 
 // checkEmpty fails unless m has no entries.
