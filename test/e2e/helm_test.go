@@ -30,7 +30,7 @@ import (
 // The chart as installed into a lab (docs/install.md, "In the lab").
 var (
 	chartDir     = filepath.Join("..", "..", "install", "helm", "myelin")
-	helmLabSets  = []string{"perNodePaths=true", "cni.binPath=/run/myelin-lab/cni/bin", "cni.confPath=/run/myelin-lab/cni/net.d", "k8sServiceHost=198.18.0.1", "k8sServicePort=6443", "clusterCIDR=10.244.0.0/16"}
+	helmLabSets  = []string{"perNodePaths=true", "bpf.mountPropagation=None", "cni.binPath=/run/myelin-lab/cni/bin", "cni.confPath=/run/myelin-lab/cni/net.d", "k8sServiceHost=198.18.0.1", "k8sServicePort=6443", "clusterCIDR=10.244.0.0/16"}
 	helmModeSets = map[string][]string{
 		"native": {"routingMode=native", "autoDirectNodeRoutes=true", "ipv4NativeRoutingCIDR=10.244.0.0/16"},
 		"tunnel": {"routingMode=tunnel", "autoDirectNodeRoutes=false"},

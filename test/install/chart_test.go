@@ -18,7 +18,7 @@ import (
 )
 
 // labSets are the values a lab install passes (docs/install.md, "In the lab").
-var labSets = []string{"perNodePaths=true", "cni.binPath=/run/myelin-lab/cni/bin", "cni.confPath=/run/myelin-lab/cni/net.d",
+var labSets = []string{"perNodePaths=true", "bpf.mountPropagation=None", "cni.binPath=/run/myelin-lab/cni/bin", "cni.confPath=/run/myelin-lab/cni/net.d",
 	"k8sServiceHost=198.18.0.1", "k8sServicePort=6443", "image.tag=v0.0.0-test"}
 
 func TestHelmVersionPinned(t *testing.T) {
