@@ -172,11 +172,17 @@ func upgradeUnderTraffic(t *testing.T, cs kubernetes.Interface, helm, image, ver
 	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	never := func(name, node string, command ...string) { neverPod(t, cs, name, node, image, command...) }
 	never("session", n2, "myelin", "lab", "http-session", "--to", svc.Spec.ClusterIP+":80", "--count", "0", "--interval", "100ms")
-	never("sink", n2, "sh", "-c", "nc -l -p 9000 >/dev/null; echo stream-ended; exec sleep 3600")
+	// The sink's nc reads an idle pipe: an ended stdin would end the connection.
+	never("sink", n2, "sh", "-c", "sleep 3600 | nc -l -p 9000 >/dev/null; echo stream-ended; exec sleep 3600")
 	sink := waitContainersRunning(t, cs, "sink")["sink"]
 	never("source", n1, "sh", "-c", fmt.Sprintf("while :; do head -c 65536 /dev/zero; sleep 0.05; done | nc %s 9000; echo stream-ended; exec sleep 3600", sink.Status.PodIP))
 	waitContainersRunning(t, cs, "session", "source")
 	before := rxBytes(t, "sink")
+	eventually(t, 30*time.Second, "the stream flows", func(context.Context) (bool, string) {
+		now := rxBytes(t, "sink")
+		return now > before+65536, fmt.Sprintf("the sink received %d bytes", now-before)
+	})
+	before = rxBytes(t, "sink")
 
 	// The new image: the same binaries under another tag, in every node's containerd.
 	newTag := version + "-upgrade"
