@@ -64,11 +64,41 @@ func TestLabHelmContainerd(t *testing.T) {
 			t.Fatalf("%s: helm install: %v\n%s", mode, err, out)
 		}
 		waitAgentsReady(t, cs, 2, "myelin/agent:"+version)
+		agentInPod(t, mode)
 		svc := podsTalk(t, cs, image, mode)
 		if mode == "native" {
 			upgradeUnderTraffic(t, cs, helm, image, version, svc)
 		}
 		uninstallClean(t, cs, helm)
+	}
+}
+
+// agentInPod checks what an operator uses on an agent in a pod: `myelin status` inside
+// it (kubectl exec) and from the machine (--node) name the node and the mode, and the
+// agent's log lines on stdout are JSON.
+func agentInPod(t *testing.T, mode string) {
+	t.Helper()
+	for what, run := range map[string]func() (string, error){
+		"kubectl exec ds/myelin -- myelin status": func() (string, error) {
+			return kubectl("-n", "kube-system", "exec", "ds/myelin", "-c", "agent", "--", "myelin", "status")
+		},
+		"myelin status --node " + labplan.NodeName(1): func() (string, error) { return myelin("status", "--node", labplan.NodeName(1)) },
+	} {
+		out, err := run()
+		if err != nil || !strings.Contains(out, "Node:") || !strings.Contains(out, "Network: "+mode) {
+			t.Errorf("%s: %v\n%s\nwant the Node row and Network: %s", what, err, out, mode)
+		}
+	}
+	out, err := kubectl("-n", "kube-system", "logs", "-l", "app.kubernetes.io/name=myelin", "-c", "agent", "--tail", "50")
+	if err != nil || strings.TrimSpace(out) == "" {
+		t.Fatalf("kubectl logs of the agent pods: %v %q", err, out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec["msg"] == nil {
+			t.Errorf("agent log line is not a JSON record with msg: %q (%v)", line, err)
+			break
+		}
 	}
 }
 
