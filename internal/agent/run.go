@@ -60,7 +60,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	srv.services.Store(svc) // /v1/services answers from here on
-	supervise(ctx, st.loopsFor(nodes, node, svc, srv, deleted)...)
+	pol, err := newPolicyLoop(cfg.Node, cfg.StateDir, node.dp, st.cs, loops, log)
+	if err != nil {
+		return err
+	}
+	srv.policy.Store(pol) // /v1/policy answers from here on
+	names := pol.podName
+	srv.monitor.names.Store(&names) // pods of other nodes in drop events
+	supervise(ctx, append(st.loopsFor(nodes, node, svc, srv, deleted), pol)...)
 	if err := installCNI(cfg); err != nil {
 		return err
 	}

@@ -42,6 +42,7 @@ type server struct {
 	// services is nil until the Service maps are adopted, and stays nil with
 	// kube-proxy-replacement false.
 	services atomic.Pointer[serviceLoop]
+	policy   atomic.Pointer[policyLoop] // set once the policy loop exists
 
 	ready    atomic.Bool
 	notReady atomic.Pointer[string] // what the agent waits for before it is ready
@@ -79,6 +80,8 @@ func (a *server) serve() (*http.Server, error) {
 	mux.HandleFunc("GET /v1/config", a.handleConfig)
 	mux.HandleFunc("GET /v1/services", a.handleServices)
 	mux.HandleFunc("GET /v1/monitor", a.handleMonitor)
+	mux.HandleFunc("GET /v1/policy", a.handlePolicy)            // policyapi.go
+	mux.HandleFunc("GET /v1/policy/trace", a.handlePolicyTrace) // policyapi.go
 	srv := &http.Server{Handler: mux}
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -148,4 +148,6 @@ type Event struct {
 	DstPort   uint16    `json:"dstPort,omitempty"`
 	Len       uint32    `json:"len,omitempty"`
 	Lost      uint64    `json:"lost,omitempty"` // for type lost: events lost since the last report
+	// PolicyDirection is "ingress" or "egress" for NetworkPolicy drops.
+	PolicyDirection string `json:"policyDirection,omitempty"`
 }
