@@ -22,7 +22,8 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(labCommand(), statusCommand(), monitorCommand(), configCommand(), servicesCommand(), benchCommand())
+	root.AddCommand(labCommand(), statusCommand(), monitorCommand(), configCommand(), servicesCommand(), benchCommand(),
+		endpointsCommand(), policyCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "myelin: %v\n", err)
 		os.Exit(1)
