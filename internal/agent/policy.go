@@ -31,6 +31,7 @@ const policyDebounce = 50 * time.Millisecond
 type policyView struct {
 	input    policy.Input
 	state    policy.State
+	started  time.Time // when the computation began: it saw every change made before
 	applied  time.Time
 	duration time.Duration // compute and apply
 	writes   int
@@ -119,7 +120,7 @@ func (p *policyLoop) sync(ctx context.Context, in policy.Input) error {
 		return err
 	}
 	res, err := applyPolicy(p.maps, st)
-	v := &policyView{input: in, state: st, applied: time.Now(), duration: time.Since(start), writes: res.writes, err: err}
+	v := &policyView{input: in, state: st, started: start, applied: time.Now(), duration: time.Since(start), writes: res.writes, err: err}
 	p.view.Store(v)
 	if res.writes > 0 {
 		p.log.Info("policy applied", "endpoints", len(st.Endpoints), "identities", st.Identities,

@@ -31,7 +31,7 @@ func (a *server) handlePolicy(w http.ResponseWriter, _ *http.Request) {
 
 // policyStatus is the API view of one computation.
 func policyStatus(node string, v *policyView) api.PolicyStatus {
-	out := api.PolicyStatus{Node: node, Synced: true, Applied: v.applied, Took: v.duration.String(), Writes: v.writes,
+	out := api.PolicyStatus{Node: node, Synced: true, Started: v.started, Applied: v.applied, Took: v.duration.String(), Writes: v.writes,
 		Identities: v.state.Identities, IPCache: len(v.state.IPCache), Policies: len(v.input.Policies),
 		Endpoints: []api.PolicyEndpoint{}}
 	if v.err != nil {

@@ -12,7 +12,10 @@ type PolicyStatus struct {
 	// Synced is false until the agent's informers synced and its first
 	// computation was applied; until then the pinned state of the previous
 	// agent (if any) enforces.
-	Synced     bool             `json:"synced"`
+	Synced bool `json:"synced"`
+	// Started is when the last computation began (it includes every change
+	// the agent's informers had seen by then); Applied when it was written.
+	Started    time.Time        `json:"started,omitempty"`
 	Applied    time.Time        `json:"applied,omitempty"`
 	Took       string           `json:"took,omitempty"` // compute and apply of the last run
 	Writes     int              `json:"writes"`         // map writes of the last run
