@@ -127,7 +127,8 @@ static __always_inline int policy_enforce(const struct policy_ep *pe, const stru
 	if (bpf_map_lookup_elem(&myelin_policy_ct, &k))
 		return 0;
 	on = dir == POLICY_DIR_INGRESS ? POLICY_F_INGRESS : POLICY_F_EGRESS;
-	incomplete = dir == POLICY_DIR_INGRESS ? POLICY_F_INGRESS_INCOMPLETE : POLICY_F_EGRESS_INCOMPLETE;
+	incomplete = dir == POLICY_DIR_INGRESS ? POLICY_F_INGRESS_INCOMPLETE
+					       : POLICY_F_EGRESS_INCOMPLETE;
 	peer = dir == POLICY_DIR_INGRESS ? t->saddr : t->daddr;
 	if ((pe->flags & on) && !(dir == POLICY_DIR_INGRESS && peer == node_ip) &&
 	    !policy_allows(local, peer, t, dir))
@@ -135,7 +136,8 @@ static __always_inline int policy_enforce(const struct policy_ep *pe, const stru
 	/* Allowed (or this direction is open): track it, and its replies. */
 	ce.created = bpf_ktime_get_ns();
 	bpf_map_update_elem(&myelin_policy_ct, &k, &ce, BPF_ANY);
-	policy_ct_key_of(&k, t, dir == POLICY_DIR_INGRESS ? POLICY_DIR_EGRESS : POLICY_DIR_INGRESS, 1);
+	policy_ct_key_of(&k, t, dir == POLICY_DIR_INGRESS ? POLICY_DIR_EGRESS : POLICY_DIR_INGRESS,
+			 1);
 	bpf_map_update_elem(&myelin_policy_ct, &k, &ce, BPF_ANY);
 	return 0;
 }
@@ -160,9 +162,8 @@ static __always_inline int policy_ingress(struct __sk_buff *skb, const struct ip
  * before the Service stage may translate it: the pod's isolation state, its
  * own address and source port. It returns NULL when the pod is not isolated.
  */
-static __always_inline const struct policy_ep *policy_egress_begin(struct __sk_buff *skb,
-								   const struct ipv4_info *info,
-								   struct policy_tuple *t)
+static __always_inline const struct policy_ep *
+policy_egress_begin(struct __sk_buff *skb, const struct ipv4_info *info, struct policy_tuple *t)
 {
 	const struct policy_ep *pe = policy_ep_lookup(info->saddr);
 	__be16 dport;

@@ -301,10 +301,11 @@ struct event {
  * of the pod are isolated, and which could not be written in full.
  */
 enum policy_flags {
-	POLICY_F_INGRESS = 1,		 /* ingress isolated: only allowed peers get in */
-	POLICY_F_EGRESS = 2,		 /* egress isolated: only allowed peers are reached */
-	POLICY_F_INGRESS_INCOMPLETE = 4, /* some ingress allows are missing: misses are DROP_POLICY_MAP_FULL */
-	POLICY_F_EGRESS_INCOMPLETE = 8,	 /* the same for egress */
+	POLICY_F_INGRESS = 1, /* ingress isolated: only allowed peers get in */
+	POLICY_F_EGRESS = 2,  /* egress isolated: only allowed peers are reached */
+	POLICY_F_INGRESS_INCOMPLETE =
+		4, /* some ingress allows are missing: misses are DROP_POLICY_MAP_FULL */
+	POLICY_F_EGRESS_INCOMPLETE = 8, /* the same for egress */
 };
 
 /* policy_dir is the direction of a policy entry or tracked tuple, seen from the local pod. */

@@ -337,6 +337,7 @@ func (l *netpolLab) operatorView(t *testing.T) {
 		}
 	}
 	l.monitorPolicyDrop(t, node)
+	l.restartKeepsEnforcing(t, node)
 }
 
 func policyXAFromXB() *networkingv1.NetworkPolicy {
@@ -395,4 +396,58 @@ func (l *netpolLab) monitorPolicyDrop(t *testing.T, node string) {
 		default:
 		}
 	}
+}
+
+// restartKeepsEnforcing kills x/a's agent and holds it down, then lets it
+// restart, probing all along: x/b keeps reaching x/a:80 and y/a never does
+// (pinned maps enforce without an agent; the restarted agent changes
+// nothing until it knows the cluster, and then writes nothing: its
+// identities survived on disk).
+func (l *netpolLab) restartKeepsEnforcing(t *testing.T, node string) {
+	t.Helper()
+	xa, xb, ya := l.pods[conformance.PodRef{NS: "x", Pod: "a"}], l.pods[conformance.PodRef{NS: "x", Pod: "b"}], l.pods[conformance.PodRef{NS: "y", Pod: "a"}]
+	target := net.JoinHostPort(xa.Status.PodIP, "80")
+	var (
+		mu         sync.Mutex
+		violations []string
+		probes     int
+	)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			okB, okY := probeConn(podNetNS(xb), corev1.ProtocolTCP, target), probeConn(podNetNS(ya), corev1.ProtocolTCP, target)
+			mu.Lock()
+			probes++
+			if !okB || okY {
+				violations = append(violations, fmt.Sprintf("%s: x/b allowed=%v y/a allowed=%v", time.Now().Format(time.TimeOnly), okB, okY))
+			}
+			mu.Unlock()
+		}
+	}()
+	killAgent(t, node, true)
+	time.Sleep(3 * time.Second) // probing with no agent at all
+	releaseAgent(t, node)
+	var st api.PolicyStatus
+	eventually(t, time.Minute, "the restarted agent's first policy apply", func(ctx context.Context) (bool, string) {
+		var err error
+		st, err = api.NewClient(api.NodeSocket(node)).Policy(ctx)
+		return err == nil && st.Synced, fmt.Sprintf("%+v %v", st, err)
+	})
+	time.Sleep(2 * time.Second)
+	close(stop)
+	<-done
+	if len(violations) > 0 {
+		t.Errorf("%d of %d probe rounds around the agent restart broke the policy: %s", len(violations), probes, strings.Join(violations, "; "))
+	}
+	if st.Writes != 0 {
+		t.Errorf("the restarted agent wrote %d map entries, want 0 (same identities, same state)", st.Writes)
+	}
+	t.Logf("agent restart on %s: %d probe rounds, policy held; first apply %d writes in %s", node, probes, st.Writes, st.Took)
 }
