@@ -83,23 +83,7 @@ func applyPolicy(m policyMaps, st policy.State) (policyApplied, error) {
 	// 2. The ipcache: policy CIDRs before pod /32s (shortest prefixes first).
 	errs = append(errs, setIPCache(m, st.IPCache, curCache, &res)...)
 	// 3. Flags.
-	for ip, ep := range st.Endpoints {
-		if curFlags[ip] == ep.Flags {
-			continue
-		}
-		res.writes++
-		if err := m.SetPolicyFlags(ip, ep.Flags); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	for ip := range curFlags {
-		if _, ok := st.Endpoints[ip]; !ok {
-			res.writes++
-			if err := m.SetPolicyFlags(ip, 0); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
+	errs = append(errs, setPolicyFlags(m, st, curFlags, &res)...)
 	// 4. Removals.
 	for p := range curCache {
 		if _, ok := st.IPCache[p]; !ok {
@@ -118,6 +102,30 @@ func applyPolicy(m policyMaps, st policy.State) (policyApplied, error) {
 		}
 	}
 	return res, errors.Join(errs...)
+}
+
+// setPolicyFlags writes the flags of st's endpoints and clears those of
+// addresses no longer isolated.
+func setPolicyFlags(m policyMaps, st policy.State, cur map[netip.Addr]datapath.PolicyFlags, res *policyApplied) []error {
+	var errs []error
+	for ip, ep := range st.Endpoints {
+		if cur[ip] == ep.Flags {
+			continue
+		}
+		res.writes++
+		if err := m.SetPolicyFlags(ip, ep.Flags); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for ip := range cur {
+		if _, ok := st.Endpoints[ip]; !ok {
+			res.writes++
+			if err := m.SetPolicyFlags(ip, 0); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errs
 }
 
 func setIPCache(m policyMaps, want, cur map[netip.Prefix]uint32, res *policyApplied) []error {
