@@ -120,6 +120,7 @@ func (p *policyLoop) sync(ctx context.Context, in policy.Input) error {
 		return err
 	}
 	res, err := applyPolicy(p.maps, st)
+	st.Problems = append(st.Problems, applyProblems(st, res)...)
 	v := &policyView{input: in, state: st, started: start, applied: time.Now(), duration: time.Since(start), writes: res.writes, err: err}
 	p.view.Store(v)
 	if res.writes > 0 {
@@ -131,6 +132,23 @@ func (p *policyLoop) sync(ctx context.Context, in policy.Input) error {
 		return fmt.Errorf("apply network policy: %w", err)
 	}
 	return nil
+}
+
+// applyProblems turns entries the apply could not write (a full map) into
+// problems of the policies isolating the pod, so they get an Event too.
+func applyProblems(st policy.State, res policyApplied) []policy.Problem {
+	var out []policy.Problem
+	for ip, errs := range res.failed {
+		ep := st.Endpoints[ip]
+		if ep == nil {
+			continue
+		}
+		msg := fmt.Sprintf("%s: %d allow entries could not be written (%s): the pod fails closed", ep.Pod, len(errs), errs[0])
+		for _, name := range append(append([]string{}, ep.IngressPolicies...), ep.EgressPolicies...) {
+			out = append(out, policy.Problem{Policy: name, Message: msg})
+		}
+	}
+	return out
 }
 
 // policyInput builds the computation's input from the informers' caches.
