@@ -199,3 +199,17 @@ func TestApplyPolicyMapFullFailsClosed(t *testing.T) {
 		t.Errorf("flags %v entries %v: want nothing left", m.flags, m.entries)
 	}
 }
+
+// Entries a full map refused are problems of every policy isolating the pod.
+func TestApplyProblemsNamePolicies(t *testing.T) {
+	m := newFakePolicyMaps()
+	m.max = 1
+	st := serverState(map[netip.Addr]uint32{podX: 300, podY: 301},
+		map[uint32][]datapath.PolicyPort{301: tcp80Only, 302: tcp80Only})
+	st.Endpoints[podX].IngressPolicies = []string{"x/one", "x/two"}
+	res, _ := applyPolicy(m, st)
+	got := applyProblems(st, res)
+	if len(got) != 2 || got[0].Policy != "x/one" || got[1].Policy != "x/two" {
+		t.Errorf("problems %v, want one for x/one and one for x/two", got)
+	}
+}
