@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -182,18 +183,32 @@ func (l *netpolLab) do(a conformance.Action) error {
 		_, err = l.cs.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{})
 		return err
 	case a.LabelPod != nil:
-		return l.setPodLabels(*a.LabelPod, a.Labels)
+		return l.addPodLabels(*a.LabelPod, a.Labels)
 	}
 	return errors.New("empty action")
 }
 
-func (l *netpolLab) setPodLabels(r conformance.PodRef, labels map[string]string) error {
+// addPodLabels adds labels to a pod (upstream's AddPodLabels); with reset,
+// the pod's labels become exactly labels.
+func (l *netpolLab) addPodLabels(r conformance.PodRef, labels map[string]string) error {
+	return l.labelPod(r, labels, false)
+}
+
+func (l *netpolLab) labelPod(r conformance.PodRef, labels map[string]string, reset bool) error {
 	ctx := context.Background()
 	p, err := l.cs.CoreV1().Pods(r.NS).Get(ctx, r.Pod, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
-	p.Labels = labels
+	if reset {
+		if maps.Equal(p.Labels, labels) {
+			return nil
+		}
+		p.Labels = map[string]string{}
+	}
+	for k, v := range labels {
+		p.Labels[k] = v
+	}
 	_, err = l.cs.CoreV1().Pods(r.NS).Update(ctx, p, metav1.UpdateOptions{})
 	return err
 }
@@ -216,10 +231,7 @@ func (l *netpolLab) reset(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range conformance.AllPods() {
-		if p, err := l.cs.CoreV1().Pods(r.NS).Get(context.Background(), r.Pod, metav1.GetOptions{}); err == nil && len(p.Labels) == 1 {
-			continue // as deployed
-		}
-		if err := l.setPodLabels(r, map[string]string{"pod": r.Pod}); err != nil {
+		if err := l.labelPod(r, map[string]string{"pod": r.Pod}, true); err != nil {
 			t.Fatal(err)
 		}
 	}

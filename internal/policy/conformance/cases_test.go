@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"maps"
 	"net/netip"
 	"testing"
 
@@ -64,7 +65,9 @@ func (c *cluster) do(a Action) {
 		}
 	case a.LabelPod != nil:
 		p := c.pods[*a.LabelPod]
-		p.Labels = a.Labels
+		labels := maps.Clone(p.Labels)
+		maps.Copy(labels, a.Labels)
+		p.Labels = labels
 		c.pods[*a.LabelPod] = p
 	}
 }

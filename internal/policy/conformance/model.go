@@ -94,7 +94,8 @@ type Action struct {
 	Create, Update func(IPs) *networkingv1.NetworkPolicy
 	// DeleteAll deletes every policy of the model's namespaces.
 	DeleteAll bool
-	// LabelNamespace adds Labels to namespace NS; LabelPod to pod Pod.
+	// LabelNamespace adds Labels to that namespace, LabelPod to that pod
+	// (upstream's AddNamespaceLabel and AddPodLabels: added, not replaced).
 	LabelNamespace string
 	LabelPod       *PodRef
 	Labels         map[string]string
