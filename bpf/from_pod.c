@@ -5,7 +5,8 @@
  * IPv4 from the endpoint's own address and MAC, and its ARP, go further;
  * a pod is untrusted. With load balancing, packets to a service frontend
  * are first translated to a backend, and replies of NodePort and hairpin
- * flows back to the frontend (lib/service.h). BPF host routing delivers to
+ * flows back to the frontend (lib/service.h). Then the pod's egress
+ * NetworkPolicy (lib/policy.h) checks the translated packet. BPF host routing delivers to
  * local pods with bpf_redirect_peer, in tunnel mode to pods of other nodes
  * through the VXLAN device, and to everything else via FIB +
  * bpf_redirect_neigh; legacy mode hands packets to the kernel stack (which,
@@ -20,6 +21,7 @@
 #include "lib/endpoint.h"
 #include "lib/fib.h"
 #include "lib/ipv4.h"
+#include "lib/policy.h"
 #include "lib/service.h"
 #include "lib/source.h"
 #include "lib/tunnel.h"
@@ -29,6 +31,8 @@ SEC("tcx/ingress")
 int myelin_from_pod(struct __sk_buff *skb)
 {
 	struct ipv4_info info = {};
+	struct policy_tuple pt = {};
+	const struct policy_ep *pe;
 	const struct endpoint_info *ep;
 	const struct tunnel_endpoint *te;
 	int route = LB_ROUTE_NORMAL;
@@ -48,11 +52,17 @@ int myelin_from_pod(struct __sk_buff *skb)
 	reason = source_check_ipv4(skb, &info);
 	if (reason)
 		return verdict_drop(skb, &info, DIR_FROM_POD, reason);
+	pe = policy_egress_begin(skb, &info, &pt);
 	reason = lb_pod_stage(skb, &info, &route);
 	if (reason == DROP_SVC_NO_BACKEND)
 		return lb_reject(skb, &info, DIR_FROM_POD);
 	if (reason)
 		return verdict_drop(skb, &info, DIR_FROM_POD, reason);
+	if (pe) {
+		reason = policy_egress(skb, &info, pe, &pt);
+		if (reason)
+			return verdict_drop(skb, &info, DIR_FROM_POD, reason);
+	}
 	if (route == LB_ROUTE_OUT)
 		return lb_forward_out(skb, &info, DIR_FROM_POD);
 	if (!host_routing_bpf && route != LB_ROUTE_LOCAL)

@@ -4,8 +4,9 @@
  * kernel stack delivers into a pod (legacy host routing, or traffic the stack
  * routes with BPF host routing; bpf_redirect_peer skips this hook). With load
  * balancing, a reply to a service client gets the frontend back as its source
- * (lib/ct.h), as endpoint_deliver does for what BPF delivers. Everything
- * passes: the stack built or routed it, so it is not ours to drop.
+ * (lib/ct.h), as endpoint_deliver does for what BPF delivers. The pod's
+ * ingress NetworkPolicy is checked here for everything the stack delivers
+ * (lib/policy.h); everything else passes: the stack built or routed it.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -15,6 +16,7 @@
 #include "lib/config.h"
 #include "lib/ct.h"
 #include "lib/ipv4.h"
+#include "lib/policy.h"
 #include "lib/verdict.h"
 
 SEC("tcx/egress")
@@ -23,7 +25,12 @@ int myelin_to_pod(struct __sk_buff *skb)
 	struct ipv4_info info = {};
 	int reason;
 
-	if (!lb_enabled || skb->protocol != bpf_htons(ETH_P_IP) || ipv4_parse(skb, &info) < 0)
+	if (skb->protocol != bpf_htons(ETH_P_IP) || ipv4_parse(skb, &info) < 0)
+		return verdict_pass(skb, &info, DIR_TO_POD);
+	reason = policy_ingress(skb, &info);
+	if (reason)
+		return verdict_drop(skb, &info, DIR_TO_POD, reason);
+	if (!lb_enabled)
 		return verdict_pass(skb, &info, DIR_TO_POD);
 	reason = ct_reply_to_pod(skb, &info);
 	if (reason)

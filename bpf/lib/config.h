@@ -38,7 +38,8 @@ volatile const __u8 masq_enabled = 0;
 /*
  * node_ip: this node's IPv4, network order: the masquerade source address,
  * and with load balancing the NodePort frontend address and the source of
- * NodePort traffic forwarded to a backend on another node.
+ * NodePort traffic forwarded to a backend on another node; NetworkPolicy
+ * always lets it in (the node's own traffic, kubelet probes).
  */
 volatile const __u32 node_ip = 0;
 

@@ -10,6 +10,7 @@
 #include "eth.h"
 #include "ipv4.h"
 #include "maps.h"
+#include "policy.h"
 #include "verdict.h"
 
 /* endpoint_lookup returns the local endpoint owning addr (network order), or NULL. */
@@ -22,7 +23,9 @@ static __always_inline const struct endpoint_info *endpoint_lookup(__u32 addr)
  * endpoint_deliver routes the packet as one hop (MACs of the veth pair, TTL
  * decrement) straight into the pod's netns with bpf_redirect_peer, skipping
  * the host stack and the backlog queue. An expiring TTL goes to the stack,
- * which answers with ICMP time exceeded. With load balancing, a reply to a
+ * which answers with ICMP time exceeded. The pod's ingress NetworkPolicy
+ * checks the packet as delivered (lib/policy.h; a drop counts under
+ * DIR_TO_POD). With load balancing, a reply to a
  * service client first gets the frontend back as its source
  * (ct_reply_to_pod; myelin_to_pod does the same for what the stack delivers).
  */
@@ -33,6 +36,9 @@ static __always_inline int endpoint_deliver(struct __sk_buff *skb, struct ipv4_i
 
 	if (ipv4_ttl_expired(info))
 		return verdict_pass(skb, info, dir);
+	reason = policy_ingress(skb, info);
+	if (reason)
+		return verdict_drop(skb, info, DIR_TO_POD, reason);
 	reason = ct_reply_to_pod(skb, info);
 	if (reason)
 		return verdict_drop(skb, info, dir, reason);

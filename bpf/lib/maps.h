@@ -30,6 +30,10 @@
 #define LB_CT_NODEPORT_MAX 65536  /* two entries per NodePort flow from outside */
 #define LB_MAGLEV_SIZE	   16381  /* entries of a Maglev table; the agent sets maglev_table_size */
 #define FRAGS_MAX	   8192	  /* fragmented datagrams in flight (lib/frag.h) */
+/* NetworkPolicy (lib/policy.h, docs/policy.md). */
+#define IPCACHE_MAX   65536  /* every pod /32 of the cluster plus policy CIDRs */
+#define POLICY_MAX    65536  /* (local pod, peer identity, direction) allows */
+#define POLICY_CT_MAX 131072 /* two entries per connection an isolated pod accepted */
 
 /* myelin_endpoints: local pod IPv4 (network order) -> endpoint_info. */
 struct {
@@ -252,5 +256,46 @@ struct {
 	__uint(max_entries, EVENTS_RINGBUF_SIZE);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_events SEC(".maps");
+
+/* myelin_ipcache: pod /32s of the cluster and policy CIDRs -> peer identity (lib/policy.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct ipcache_key);
+	__type(value, struct ipcache_value);
+	__uint(max_entries, IPCACHE_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_ipcache SEC(".maps");
+
+/* myelin_policy_eps: local pod IPv4 -> its isolation flags; no entry: not isolated. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct policy_ep);
+	__uint(max_entries, ENDPOINTS_MAX_DEFAULT);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_policy_eps SEC(".maps");
+
+/* myelin_policy: (local pod, peer identity, direction) -> allowed ports. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct policy_key);
+	__type(value, struct policy_value);
+	__uint(max_entries, POLICY_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_policy SEC(".maps");
+
+/*
+ * myelin_policy_ct: connections isolated pods accepted, both directions.
+ * LRU: an evicted entry only makes the next packet be evaluated again,
+ * never allows anything by itself.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct policy_ct_key);
+	__type(value, struct policy_ct_entry);
+	__uint(max_entries, POLICY_CT_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_policy_ct SEC(".maps");
 
 #endif /* MYELIN_LIB_MAPS_H */

@@ -62,6 +62,18 @@ enum reason {
 	 * 14: numbers 14-19 are left to the other hardening changes.
 	 */
 	DROP_SVC_CT_FULL = 20,
+	/*
+	 * NetworkPolicy: no policy selecting the isolated pod allows the packet.
+	 * Egress drops are counted under DIR_FROM_POD, ingress drops under
+	 * DIR_TO_POD (whichever program delivers into the pod).
+	 */
+	DROP_POLICY_DENIED = 21,
+	/*
+	 * NetworkPolicy: no allow matched, and the agent could not write every
+	 * allow of this pod's direction (map full, too many port ranges,
+	 * something the datapath can't represent): fail closed, and say why.
+	 */
+	DROP_POLICY_MAP_FULL = 22,
 	/* Not a verdict: a ring buffer event could not be written (buffer full). */
 	REASON_EVENTS_LOST = 63,
 	METRIC_REASONS = 64,

@@ -295,4 +295,84 @@ struct event {
 	__u32 len; /* skb->len, L2 header included */
 };
 
+/*
+ * NetworkPolicy (lib/policy.h, docs/policy.md). policy_ep is the value of
+ * myelin_policy_eps (key: local pod IPv4, network order): which directions
+ * of the pod are isolated, and which could not be written in full.
+ */
+enum policy_flags {
+	POLICY_F_INGRESS = 1, /* ingress isolated: only allowed peers get in */
+	POLICY_F_EGRESS = 2,  /* egress isolated: only allowed peers are reached */
+	POLICY_F_INGRESS_INCOMPLETE =
+		4, /* some ingress allows are missing: misses are DROP_POLICY_MAP_FULL */
+	POLICY_F_EGRESS_INCOMPLETE = 8, /* the same for egress */
+};
+
+/* policy_dir is the direction of a policy entry or tracked tuple, seen from the local pod. */
+enum policy_dir {
+	POLICY_DIR_INGRESS = 0,
+	POLICY_DIR_EGRESS = 1,
+};
+
+struct policy_ep {
+	__u8 flags; /* enum policy_flags */
+	__u8 pad[3];
+};
+
+/* policy_key: what a local pod allows from or to one peer identity (0: any peer). */
+struct policy_key {
+	__u32 ep_addr;	/* the local pod's IPv4, network order */
+	__u32 identity; /* the peer's identity (myelin_ipcache), 0 = any peer */
+	__u8 dir;	/* enum policy_dir */
+	__u8 pad[3];
+};
+
+#define POLICY_PORTS_MAX 16
+
+/*
+ * policy_port is one allowed range: proto 0 allows every protocol and port;
+ * lo 0 takes in the port-less later fragments of an all-ports rule.
+ */
+struct policy_port {
+	__u8 proto; /* IPPROTO_TCP, IPPROTO_UDP, IPPROTO_SCTP, or 0 = anything */
+	__u8 pad;
+	__u16 lo; /* host order, inclusive */
+	__u16 hi;
+};
+
+struct policy_value {
+	__u8 count; /* used entries of ports */
+	__u8 pad[3];
+	struct policy_port ports[POLICY_PORTS_MAX];
+};
+
+/* ipcache_key is the key of myelin_ipcache: a pod /32 or a policy CIDR. */
+struct ipcache_key {
+	__u32 prefixlen;
+	__u32 addr; /* network order */
+};
+
+struct ipcache_value {
+	__u32 identity;
+};
+
+/*
+ * policy_ct_key is one direction of a connection an isolated pod accepted,
+ * as its packets carry it (addresses and ports network order; 0 ports for
+ * protocols without them), dir seen from the pod whose check wrote it.
+ */
+struct policy_ct_key {
+	__u32 saddr;
+	__u32 daddr;
+	__u16 sport;
+	__u16 dport;
+	__u8 proto;
+	__u8 dir; /* enum policy_dir */
+	__u16 pad;
+};
+
+struct policy_ct_entry {
+	__u64 created; /* bpf_ktime_get_ns when the connection was allowed */
+};
+
 #endif /* MYELIN_LIB_TYPES_H */

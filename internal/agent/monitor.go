@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/myelin-net/myelin/internal/api"
@@ -29,6 +31,9 @@ type monitor struct {
 
 	mu   sync.Mutex
 	subs map[*subscriber]bool
+	// names names addresses that are no local endpoint (the policy loop's
+	// pods of other nodes); nil until set.
+	names atomic.Pointer[func(netip.Addr) string]
 }
 
 type subscriber struct {
@@ -77,8 +82,32 @@ func (m *monitor) resolve(ev datapath.Event) api.Event {
 		Src: ev.Src.String(), Dst: ev.Dst.String(), Proto: protoName(ev.Proto),
 		SrcPort: ev.SrcPort, DstPort: ev.DstPort, Len: ev.Len,
 	}
-	out.SrcPod, out.DstPod = m.eps.PodByIP(ev.Src), m.eps.PodByIP(ev.Dst)
+	out.SrcPod, out.DstPod = m.podName(ev.Src), m.podName(ev.Dst)
+	out.PolicyDirection = policyDirection(ev)
 	return out
+}
+
+// podName names the pod of ip: a local endpoint, else a pod the policy loop knows.
+func (m *monitor) podName(ip netip.Addr) string {
+	if name := m.eps.PodByIP(ip); name != "" {
+		return name
+	}
+	if f := m.names.Load(); f != nil {
+		return (*f)(ip)
+	}
+	return ""
+}
+
+// policyDirection is the side of a NetworkPolicy drop: egress drops are
+// counted from-pod, ingress drops to-pod (bpf/lib/reasons.h).
+func policyDirection(ev datapath.Event) string {
+	if ev.Reason != "DROP_POLICY_DENIED" && ev.Reason != "DROP_POLICY_MAP_FULL" {
+		return ""
+	}
+	if ev.Direction == "from-pod" {
+		return "egress"
+	}
+	return "ingress"
 }
 
 func protoName(p uint8) string {

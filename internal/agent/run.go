@@ -73,7 +73,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if svc != nil {
 		srv.views.add(svc) // /v1/services answers from here on
 	}
-	supervise(ctx, st.loopsFor(nodes, node, svc, srv, deleted)...)
+	pol, err := newPolicyLoop(cfg.Node, cfg.StateDir, node.dp, st.cs, loops, log)
+	if err != nil {
+		return err
+	}
+	srv.views.add(pol) // /v1/policy answers from here on
+	names := pol.podName
+	srv.monitor.names.Store(&names) // pods of other nodes in drop events
+	supervise(ctx, append(st.loopsFor(nodes, node, svc, srv, deleted), pol)...)
 	if err := installCNI(cfg); err != nil {
 		return err
 	}

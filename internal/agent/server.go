@@ -65,6 +65,8 @@ func (a *server) serve() (*http.Server, error) {
 	mux.HandleFunc("GET /v1/status", a.handleStatus)
 	mux.HandleFunc("GET /v1/config", a.handleConfig)
 	mux.HandleFunc("GET /v1/services", a.handleServices)
+	mux.HandleFunc("GET /v1/policy", a.handlePolicy)            // policyapi.go
+	mux.HandleFunc("GET /v1/policy/trace", a.handlePolicyTrace) // policyapi.go
 	mux.HandleFunc("GET /v1/monitor", a.handleMonitor)
 	srv := &http.Server{Handler: mux}
 	go func() {

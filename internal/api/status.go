@@ -22,8 +22,11 @@ type Status struct {
 	NAT         NATInfo         `json:"nat"`
 	Counters    []Counter       `json:"counters"`
 	Guard       GuardInfo       `json:"userIPTablesGuard"`
-	Loops       []LoopStatus    `json:"controlLoops"`
-	Started     time.Time       `json:"started"`
+	// Policy summarises NetworkPolicy enforcement (GET /v1/policy has each pod);
+	// nil until the policy loop has computed once.
+	Policy  *PolicySummary `json:"networkPolicy,omitempty"`
+	Loops   []LoopStatus   `json:"controlLoops"`
+	Started time.Time      `json:"started"`
 }
 
 // ConfigInfo says where the node's configuration came from.
@@ -148,4 +151,15 @@ type Event struct {
 	DstPort   uint16    `json:"dstPort,omitempty"`
 	Len       uint32    `json:"len,omitempty"`
 	Lost      uint64    `json:"lost,omitempty"` // for type lost: events lost since the last report
+	// PolicyDirection is "ingress" or "egress" for NetworkPolicy drops.
+	PolicyDirection string `json:"policyDirection,omitempty"`
+}
+
+// PolicySummary is NetworkPolicy enforcement on a node at a glance.
+type PolicySummary struct {
+	Policies int `json:"policies"` // NetworkPolicies the node knows
+	Isolated int `json:"isolated"` // local pods with ingress or egress enforced
+	// Warnings are what the datapath can't enforce as written (the affected pods fail
+	// closed) and the last apply's error.
+	Warnings []string `json:"warnings,omitempty"`
 }

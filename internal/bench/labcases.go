@@ -103,6 +103,7 @@ func myelinStage(profile, prefix string) []Case {
 	s.pods("legacy", GroupMyelin, 3, 4, hostRoutingLegacy)
 	if profile == StageNative {
 		s.sourceCheckOff(5, bpfSame)
+		s.policyCases(1, 2) // policycases.go
 	}
 	return s.cases
 }

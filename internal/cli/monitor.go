@@ -45,12 +45,17 @@ func endpointText(ip string, port uint16, pod string) string {
 }
 
 // formatEvent renders one event as a line, e.g.
-// "02:31:07.123 drop DROP_NO_ROUTE from-pod 10.244.0.2:5353 (default/a) -> 10.9.9.9:53 UDP 74 bytes".
+// "02:31:07.123 drop DROP_NO_ROUTE from-pod 10.244.0.2:5353 (default/a) -> 10.9.9.9:53 UDP 74 bytes";
+// NetworkPolicy drops add the side: "to-pod ingress".
 func formatEvent(ev api.Event) string {
 	ts := ev.Time.Format("15:04:05.000")
 	if ev.Type == "lost" {
 		return fmt.Sprintf("%s lost %d events (ring buffer full or this client too slow)", ts, ev.Lost)
 	}
-	return fmt.Sprintf("%s %s %s %s %s -> %s %s %d bytes", ts, ev.Type, ev.Reason, ev.Direction,
+	dir := ev.Direction
+	if ev.PolicyDirection != "" {
+		dir += " " + ev.PolicyDirection // NetworkPolicy drops: which pod's policy
+	}
+	return fmt.Sprintf("%s %s %s %s %s -> %s %s %d bytes", ts, ev.Type, ev.Reason, dir,
 		endpointText(ev.Src, ev.SrcPort, ev.SrcPod), endpointText(ev.Dst, ev.DstPort, ev.DstPod), ev.Proto, ev.Len)
 }

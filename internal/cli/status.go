@@ -73,8 +73,21 @@ func printStatus(out io.Writer, s api.Status) {
 	r.row("IPAM", "%d/%d allocated from %s", s.IPAM.Used, s.IPAM.Total, s.IPAM.CIDR)
 	r.row("Endpoints", "%d", s.Endpoints)
 	r.row("Nodes", "%d known", s.Nodes.Known)
+	r.policy(s)
 	r.maps(s)
 	r.loops(s)
+}
+
+// policy is the NetworkPolicy row and its warnings.
+func (r statusRows) policy(s api.Status) {
+	if s.Policy == nil {
+		r.row("NetworkPolicy", "not computed yet")
+		return
+	}
+	r.row("NetworkPolicy", "%d policies, %d pods isolated (myelin endpoints)", s.Policy.Policies, s.Policy.Isolated)
+	for _, w := range s.Policy.Warnings {
+		r.row("  WARNING", "%s", w)
+	}
 }
 
 // statusRows prints the rows of printStatus.

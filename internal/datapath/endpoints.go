@@ -39,7 +39,8 @@ func (d *Datapath) UpsertEndpoint(ip netip.Addr, ep EndpointInfo) error {
 	return nil
 }
 
-// DeleteEndpoint removes the endpoint of ip; no error if there is none.
+// DeleteEndpoint removes the endpoint of ip and its NetworkPolicy isolation
+// flags; no error if there is none.
 func (d *Datapath) DeleteEndpoint(ip netip.Addr) error {
 	key, err := endpointKey(ip)
 	if err != nil {
@@ -49,7 +50,9 @@ func (d *Datapath) DeleteEndpoint(ip netip.Addr) error {
 	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("delete endpoint %s: %w", ip, err)
 	}
-	return nil
+	// The next pod with this address starts not isolated, until the
+	// policy loop writes its own state (docs/policy.md).
+	return d.SetPolicyFlags(ip, 0)
 }
 
 // Endpoints returns every endpoint in the map, keyed by pod IPv4 address.

@@ -80,7 +80,8 @@ type Config struct {
 	Masquerade bool
 	// NodeIP is this node's IPv4: the translated source address of
 	// masquerade and of NodePort traffic to other nodes, and the NodePort
-	// frontend address. Required with Masquerade or LoadBalancing.
+	// frontend address; NetworkPolicy lets it in. Required with Masquerade
+	// or LoadBalancing.
 	NodeIP netip.Addr
 	// ClusterCIDR holds the pod addresses: the sources that are
 	// masqueraded, and destinations that are never services. Required with
@@ -240,6 +241,7 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 	// A zero size keeps the object's own (bpf/lib/maps.h): there is no Go copy.
 	if cfg.EndpointsMax != 0 {
 		specs.MyelinEndpoints.MaxEntries = cfg.EndpointsMax
+		specs.MyelinPolicyEps.MaxEntries = cfg.EndpointsMax
 	}
 	// Fragments are translated only by masquerade and load balancing.
 	if !cfg.Masquerade && !cfg.LoadBalancing {

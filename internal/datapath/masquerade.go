@@ -28,7 +28,8 @@ func checkMasquerade(cfg Config) error {
 }
 
 // configureMasquerade writes the masquerade constants and the node IP and
-// cluster CIDR that load balancing shares; all zero when both are off.
+// cluster CIDR that load balancing shares; all zero when both are off
+// (the node IP is set whenever Config.NodeIP is IPv4).
 func configureMasquerade(specs *myelinSpecs, cfg Config) error {
 	var (
 		enabled          uint8
@@ -37,8 +38,12 @@ func configureMasquerade(specs *myelinSpecs, cfg Config) error {
 	if cfg.Masquerade {
 		enabled = 1
 	}
-	if cfg.Masquerade || cfg.LoadBalancing {
+	// NetworkPolicy lets the node's own address in (kubelet probes), so the
+	// node IP is set whenever known.
+	if cfg.NodeIP.Is4() {
 		nodeIP = networkUint32(cfg.NodeIP)
+	}
+	if cfg.Masquerade || cfg.LoadBalancing {
 		cidr = networkUint32(cfg.ClusterCIDR.Masked().Addr())
 		mk = binary.NativeEndian.Uint32(net.CIDRMask(cfg.ClusterCIDR.Bits(), 32))
 	}

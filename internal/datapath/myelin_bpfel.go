@@ -130,6 +130,17 @@ type myelinIcmpRate struct {
 	Suppressed uint64
 }
 
+type myelinIpcacheKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Addr      uint32
+}
+
+type myelinIpcacheValue struct {
+	_        structs.HostLayout
+	Identity uint32
+}
+
 type myelinLbAffinity struct {
 	_         structs.HostLayout
 	LastUsed  uint64
@@ -247,6 +258,67 @@ const (
 	myelinNpStatNP_STAT_MAX         myelinNpStat = 3
 )
 
+type myelinPolicyCtEntry struct {
+	_       structs.HostLayout
+	Created uint64
+}
+
+type myelinPolicyCtKey struct {
+	_     structs.HostLayout
+	Saddr uint32
+	Daddr uint32
+	Sport uint16
+	Dport uint16
+	Proto uint8
+	Dir   uint8
+	Pad   uint16
+}
+
+type myelinPolicyDir uint32
+
+const (
+	myelinPolicyDirPOLICY_DIR_INGRESS myelinPolicyDir = 0
+	myelinPolicyDirPOLICY_DIR_EGRESS  myelinPolicyDir = 1
+)
+
+type myelinPolicyEp struct {
+	_     structs.HostLayout
+	Flags uint8
+	Pad   [3]uint8
+}
+
+type myelinPolicyFlags uint32
+
+const (
+	myelinPolicyFlagsPOLICY_F_INGRESS            myelinPolicyFlags = 1
+	myelinPolicyFlagsPOLICY_F_EGRESS             myelinPolicyFlags = 2
+	myelinPolicyFlagsPOLICY_F_INGRESS_INCOMPLETE myelinPolicyFlags = 4
+	myelinPolicyFlagsPOLICY_F_EGRESS_INCOMPLETE  myelinPolicyFlags = 8
+)
+
+type myelinPolicyKey struct {
+	_        structs.HostLayout
+	EpAddr   uint32
+	Identity uint32
+	Dir      uint8
+	Pad      [3]uint8
+}
+
+type myelinPolicyPort struct {
+	_     structs.HostLayout
+	Proto uint8
+	Pad   uint8
+	Lo    uint16
+	Hi    uint16
+}
+
+type myelinPolicyValue struct {
+	_     structs.HostLayout
+	Count uint8
+	Pad   [3]uint8
+	Ports [16]myelinPolicyPort
+}
+
 type myelinReason uint32
 
 const (
@@ -265,6 +337,8 @@ const (
 	myelinReasonDROP_NODEPORT_NAT_FULL   myelinReason = 12
 	myelinReasonDROP_FRAG_NO_FLOW        myelinReason = 13
 	myelinReasonDROP_SVC_CT_FULL         myelinReason = 20
+	myelinReasonDROP_POLICY_DENIED       myelinReason = 21
+	myelinReasonDROP_POLICY_MAP_FULL     myelinReason = 22
 	myelinReasonREASON_EVENTS_LOST       myelinReason = 63
 	myelinReasonMETRIC_REASONS           myelinReason = 64
 )
@@ -337,6 +411,7 @@ type myelinMapSpecs struct {
 	MyelinEvents        *ebpf.MapSpec `ebpf:"myelin_events"`
 	MyelinFrags         *ebpf.MapSpec `ebpf:"myelin_frags"`
 	MyelinIcmpRate      *ebpf.MapSpec `ebpf:"myelin_icmp_rate"`
+	MyelinIpcache       *ebpf.MapSpec `ebpf:"myelin_ipcache"`
 	MyelinLbAffinity    *ebpf.MapSpec `ebpf:"myelin_lb_affinity"`
 	MyelinLbBackends    *ebpf.MapSpec `ebpf:"myelin_lb_backends"`
 	MyelinLbCt          *ebpf.MapSpec `ebpf:"myelin_lb_ct"`
@@ -349,6 +424,9 @@ type myelinMapSpecs struct {
 	MyelinNodeportStats *ebpf.MapSpec `ebpf:"myelin_nodeport_stats"`
 	MyelinNodeportSyn   *ebpf.MapSpec `ebpf:"myelin_nodeport_syn"`
 	MyelinNomasq        *ebpf.MapSpec `ebpf:"myelin_nomasq"`
+	MyelinPolicy        *ebpf.MapSpec `ebpf:"myelin_policy"`
+	MyelinPolicyCt      *ebpf.MapSpec `ebpf:"myelin_policy_ct"`
+	MyelinPolicyEps     *ebpf.MapSpec `ebpf:"myelin_policy_eps"`
 	MyelinSnat          *ebpf.MapSpec `ebpf:"myelin_snat"`
 	MyelinTunnel        *ebpf.MapSpec `ebpf:"myelin_tunnel"`
 }
@@ -368,6 +446,9 @@ type myelinVariableSpecs struct {
 	BtfAnchorNatDir        *ebpf.VariableSpec `ebpf:"btf_anchor_nat_dir"`
 	BtfAnchorNatFlags      *ebpf.VariableSpec `ebpf:"btf_anchor_nat_flags"`
 	BtfAnchorNpStat        *ebpf.VariableSpec `ebpf:"btf_anchor_np_stat"`
+	BtfAnchorPolicyCtEntry *ebpf.VariableSpec `ebpf:"btf_anchor_policy_ct_entry"`
+	BtfAnchorPolicyDir     *ebpf.VariableSpec `ebpf:"btf_anchor_policy_dir"`
+	BtfAnchorPolicyFlags   *ebpf.VariableSpec `ebpf:"btf_anchor_policy_flags"`
 	BtfAnchorReason        *ebpf.VariableSpec `ebpf:"btf_anchor_reason"`
 	ClusterCidrAddr        *ebpf.VariableSpec `ebpf:"cluster_cidr_addr"`
 	ClusterCidrMask        *ebpf.VariableSpec `ebpf:"cluster_cidr_mask"`
@@ -410,6 +491,7 @@ type myelinMaps struct {
 	MyelinEvents        *ebpf.Map `ebpf:"myelin_events"`
 	MyelinFrags         *ebpf.Map `ebpf:"myelin_frags"`
 	MyelinIcmpRate      *ebpf.Map `ebpf:"myelin_icmp_rate"`
+	MyelinIpcache       *ebpf.Map `ebpf:"myelin_ipcache"`
 	MyelinLbAffinity    *ebpf.Map `ebpf:"myelin_lb_affinity"`
 	MyelinLbBackends    *ebpf.Map `ebpf:"myelin_lb_backends"`
 	MyelinLbCt          *ebpf.Map `ebpf:"myelin_lb_ct"`
@@ -422,6 +504,9 @@ type myelinMaps struct {
 	MyelinNodeportStats *ebpf.Map `ebpf:"myelin_nodeport_stats"`
 	MyelinNodeportSyn   *ebpf.Map `ebpf:"myelin_nodeport_syn"`
 	MyelinNomasq        *ebpf.Map `ebpf:"myelin_nomasq"`
+	MyelinPolicy        *ebpf.Map `ebpf:"myelin_policy"`
+	MyelinPolicyCt      *ebpf.Map `ebpf:"myelin_policy_ct"`
+	MyelinPolicyEps     *ebpf.Map `ebpf:"myelin_policy_eps"`
 	MyelinSnat          *ebpf.Map `ebpf:"myelin_snat"`
 	MyelinTunnel        *ebpf.Map `ebpf:"myelin_tunnel"`
 }
@@ -432,6 +517,7 @@ func (m *myelinMaps) Close() error {
 		m.MyelinEvents,
 		m.MyelinFrags,
 		m.MyelinIcmpRate,
+		m.MyelinIpcache,
 		m.MyelinLbAffinity,
 		m.MyelinLbBackends,
 		m.MyelinLbCt,
@@ -444,6 +530,9 @@ func (m *myelinMaps) Close() error {
 		m.MyelinNodeportStats,
 		m.MyelinNodeportSyn,
 		m.MyelinNomasq,
+		m.MyelinPolicy,
+		m.MyelinPolicyCt,
+		m.MyelinPolicyEps,
 		m.MyelinSnat,
 		m.MyelinTunnel,
 	)
@@ -464,6 +553,9 @@ type myelinVariables struct {
 	BtfAnchorNatDir        *ebpf.Variable `ebpf:"btf_anchor_nat_dir"`
 	BtfAnchorNatFlags      *ebpf.Variable `ebpf:"btf_anchor_nat_flags"`
 	BtfAnchorNpStat        *ebpf.Variable `ebpf:"btf_anchor_np_stat"`
+	BtfAnchorPolicyCtEntry *ebpf.Variable `ebpf:"btf_anchor_policy_ct_entry"`
+	BtfAnchorPolicyDir     *ebpf.Variable `ebpf:"btf_anchor_policy_dir"`
+	BtfAnchorPolicyFlags   *ebpf.Variable `ebpf:"btf_anchor_policy_flags"`
 	BtfAnchorReason        *ebpf.Variable `ebpf:"btf_anchor_reason"`
 	ClusterCidrAddr        *ebpf.Variable `ebpf:"cluster_cidr_addr"`
 	ClusterCidrMask        *ebpf.Variable `ebpf:"cluster_cidr_mask"`

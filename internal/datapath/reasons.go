@@ -20,6 +20,8 @@ var reasonNames = map[myelinReason]string{
 	myelinReasonDROP_NODEPORT_NAT_FULL:   "DROP_NODEPORT_NAT_FULL",
 	myelinReasonDROP_FRAG_NO_FLOW:        "DROP_FRAG_NO_FLOW",
 	myelinReasonDROP_SVC_CT_FULL:         "DROP_SVC_CT_FULL",
+	myelinReasonDROP_POLICY_DENIED:       "DROP_POLICY_DENIED",
+	myelinReasonDROP_POLICY_MAP_FULL:     "DROP_POLICY_MAP_FULL",
 	myelinReasonREASON_EVENTS_LOST:       "EVENTS_LOST",
 }
 

@@ -23,6 +23,8 @@ func TestReasonName(t *testing.T) {
 		{6, "DROP_NAT_FULL"},
 		{7, "DROP_NAT_NO_PORT"},
 		{8, "DROP_SVC_NO_BACKEND"},
+		{21, "DROP_POLICY_DENIED"},
+		{22, "DROP_POLICY_MAP_FULL"},
 		{63, "EVENTS_LOST"},
 		{42, "REASON_42"},
 	} {

@@ -16,8 +16,9 @@ import (
 
 // checkAgentRBAC asks the real apiserver what the agent's identity may do: exactly
 // what its code needs (its own ConfigMap by name, Nodes, Services, EndpointSlices,
-// NodeConfigs, creating Events), nothing else (no other ConfigMap, no Secrets, no
-// Pods, no writes to Services or Nodes). The agents of nodes run with it without a
+// NodeConfigs, list/watch of Pods, Namespaces and NetworkPolicies, creating Events),
+// nothing else (no other ConfigMap, no Secrets, no single Pod reads, no writes to
+// Services, Nodes, Pods or NetworkPolicies). The agents of nodes run with it without a
 // forbidden error in any control loop.
 func checkAgentRBAC(t *testing.T, cs kubernetes.Interface, nodes ...string) {
 	t.Helper()
@@ -33,7 +34,12 @@ func checkAgentRBAC(t *testing.T, cs kubernetes.Interface, nodes ...string) {
 		{"update", "", "configmaps", "kube-system", "myelin-config", false},
 		{"list", "", "secrets", "", "", false},
 		{"get", "", "secrets", "kube-system", "", false},
-		{"list", "", "pods", "", "", false},
+		{"list", "", "pods", "", "", true},
+		{"get", "", "pods", "default", "", false},
+		{"update", "", "pods", "default", "", false},
+		{"watch", "", "namespaces", "", "", true},
+		{"watch", "networking.k8s.io", "networkpolicies", "", "", true},
+		{"create", "networking.k8s.io", "networkpolicies", "default", "", false},
 		{"list", "", "endpoints", "", "", false},
 		{"create", "", "services", "default", "", false},
 		{"patch", "", "nodes", "", labplan.NodeName(1), false},

@@ -6,14 +6,22 @@ import (
 )
 
 // The agent reads one ConfigMap, by name, through a kube-system Role; its
-// ClusterRole grants no ConfigMaps, Secrets, Pods or Endpoints and no writes but
-// creating Events.
+// ClusterRole grants no ConfigMaps, Secrets or Endpoints, only list/watch on
+// Pods, Namespaces and NetworkPolicies (NetworkPolicy enforcement), and no
+// writes but creating Events.
 func TestAgentRBACLeastPrivilege(t *testing.T) {
 	r := newAgentRBAC()
+	policyReads := 0
 	for _, rule := range r.ClusterRole.Rules {
 		for _, res := range rule.Resources {
-			if slices.Contains([]string{"configmaps", "secrets", "pods", "endpoints", "namespaces", "*"}, res) {
+			if slices.Contains([]string{"configmaps", "secrets", "endpoints", "*"}, res) {
 				t.Errorf("ClusterRole grants %v on %s", rule.Verbs, res)
+			}
+			if slices.Contains([]string{"pods", "namespaces", "networkpolicies"}, res) {
+				policyReads++
+				if !slices.Equal(rule.Verbs, []string{"list", "watch"}) {
+					t.Errorf("ClusterRole grants %v on %s, want list and watch only", rule.Verbs, res)
+				}
 			}
 		}
 		for _, v := range rule.Verbs {
@@ -21,6 +29,9 @@ func TestAgentRBACLeastPrivilege(t *testing.T) {
 				t.Errorf("ClusterRole grants %s on %v", v, rule.Resources)
 			}
 		}
+	}
+	if policyReads != 3 {
+		t.Errorf("ClusterRole reads %d of pods, namespaces and networkpolicies, want all 3", policyReads)
 	}
 	if r.Role.Namespace != "kube-system" || len(r.Role.Rules) != 1 {
 		t.Fatalf("Role = %+v, want one rule in kube-system", r.Role)

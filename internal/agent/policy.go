@@ -1,0 +1,235 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/myelin-net/myelin/internal/policy"
+)
+
+// policyResync recomputes and re-applies even without a change (the diff is
+// empty when the maps are right, so it costs reads only).
+const policyResync = time.Minute
+
+// policyDebounce gathers a burst of changes into one computation.
+const policyDebounce = 50 * time.Millisecond
+
+// policyView is one computation and what its apply did, for the API.
+type policyView struct {
+	input    policy.Input
+	state    policy.State
+	started  time.Time // when the computation began: it saw every change made before
+	applied  time.Time
+	duration time.Duration // compute and apply
+	writes   int
+	err      error
+}
+
+// policyLoop enforces NetworkPolicy on this node (docs/policy.md): it watches
+// NetworkPolicies, Pods and Namespaces, computes the node's state with
+// policy.Compute (pure) and writes it with applyPolicy. It computes nothing
+// before its informers synced, so a restarted agent keeps the pinned state
+// until it knows the whole cluster again.
+type policyLoop struct {
+	node    string
+	maps    policyMaps
+	idsPath string
+	ids     *policy.Identities
+	cs      kubernetes.Interface
+	loops   *loops
+	log     *slog.Logger
+	events  *policyEvents
+	changed chan struct{}
+	view    atomic.Pointer[policyView]
+}
+
+func newPolicyLoop(node, stateDir string, maps policyMaps, cs kubernetes.Interface, l *loops, log *slog.Logger) (*policyLoop, error) {
+	path := filepath.Join(stateDir, "policy-identities.json")
+	ids, err := policy.LoadIdentities(path)
+	if err != nil {
+		return nil, err
+	}
+	return &policyLoop{node: node, maps: maps, idsPath: path, ids: ids, cs: cs, loops: l, log: log,
+		events: newPolicyEvents(cs, node, log), changed: make(chan struct{}, 1)}, nil
+}
+
+func (p *policyLoop) poke() {
+	select {
+	case p.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Run watches and applies until ctx ends (loop "policy").
+func (p *policyLoop) Run(ctx context.Context) {
+	f := informers.NewSharedInformerFactory(p.cs, 0)
+	pods, nss, nps := f.Core().V1().Pods(), f.Core().V1().Namespaces(), f.Networking().V1().NetworkPolicies()
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { p.poke() },
+		UpdateFunc: func(any, any) { p.poke() },
+		DeleteFunc: func(any) { p.poke() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{pods.Informer(), nss.Informer(), nps.Informer()} {
+		_, _ = inf.AddEventHandler(h)
+	}
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), pods.Informer().HasSynced, nss.Informer().HasSynced, nps.Informer().HasSynced) {
+		return
+	}
+	p.log.Info("policy: informers synced")
+	tick := time.NewTicker(policyResync)
+	defer tick.Stop()
+	for {
+		in, err := policyInput(p.node, pods.Lister().List, nss.Lister().List, nps.Lister().List)
+		if err == nil {
+			err = p.sync(ctx, in)
+		}
+		p.loops.report("policy", err)
+		if err != nil {
+			p.log.Error("policy", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.changed:
+			time.Sleep(policyDebounce)
+		case <-tick.C:
+		}
+	}
+}
+
+// sync computes in, applies it and publishes the view.
+func (p *policyLoop) sync(ctx context.Context, in policy.Input) error {
+	start := time.Now()
+	st := policy.Compute(in, p.ids)
+	// The numbers are on disk before any map holds them.
+	if err := p.ids.Save(p.idsPath); err != nil {
+		return err
+	}
+	res, err := applyPolicy(p.maps, st)
+	st.Problems = append(st.Problems, applyProblems(st, res)...)
+	v := &policyView{input: in, state: st, started: start, applied: time.Now(), duration: time.Since(start), writes: res.writes, err: err}
+	p.view.Store(v)
+	if res.writes > 0 {
+		p.log.Info("policy applied", "endpoints", len(st.Endpoints), "identities", st.Identities,
+			"writes", res.writes, "took", v.duration)
+	}
+	p.events.report(ctx, in.Policies, st)
+	if err != nil {
+		return fmt.Errorf("apply network policy: %w", err)
+	}
+	return nil
+}
+
+// applyProblems turns entries the apply could not write (a full map) into
+// problems of the policies isolating the pod, so they get an Event too.
+func applyProblems(st policy.State, res policyApplied) []policy.Problem {
+	var out []policy.Problem
+	for ip, errs := range res.failed {
+		ep := st.Endpoints[ip]
+		if ep == nil {
+			continue
+		}
+		msg := fmt.Sprintf("%s: %d allow entries could not be written (%s): the pod fails closed", ep.Pod, len(errs), errs[0])
+		for _, name := range append(append([]string{}, ep.IngressPolicies...), ep.EgressPolicies...) {
+			out = append(out, policy.Problem{Policy: name, Message: msg})
+		}
+	}
+	return out
+}
+
+// policyInput builds the computation's input from the informers' caches.
+func policyInput(node string, pods func(labels.Selector) ([]*corev1.Pod, error),
+	nss func(labels.Selector) ([]*corev1.Namespace, error),
+	nps func(labels.Selector) ([]*networkingv1.NetworkPolicy, error)) (policy.Input, error) {
+	in := policy.Input{Node: node, Namespaces: map[string]map[string]string{}}
+	pl, err := pods(labels.Everything())
+	if err != nil {
+		return in, fmt.Errorf("list pods: %w", err)
+	}
+	for _, pod := range pl {
+		// A finished pod's address may be another pod's already.
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if pp, ok := policy.PodOf(pod); ok {
+			in.Pods = append(in.Pods, pp)
+		}
+	}
+	nl, err := nss(labels.Everything())
+	if err != nil {
+		return in, fmt.Errorf("list namespaces: %w", err)
+	}
+	for _, ns := range nl {
+		in.Namespaces[ns.Name] = ns.Labels
+	}
+	if in.Policies, err = nps(labels.Everything()); err != nil {
+		return in, fmt.Errorf("list network policies: %w", err)
+	}
+	return in, nil
+}
+
+// podName names the pod owning ip ("" if none), for monitor events of
+// pods on other nodes.
+func (p *policyLoop) podName(ip netip.Addr) string {
+	v := p.view.Load()
+	if v == nil {
+		return ""
+	}
+	if pod, ok := policy.PodByIP(v.input.Pods, ip); ok {
+		return pod.Ref()
+	}
+	return ""
+}
+
+// policyEvents reports each policy problem once as a Warning Event on the
+// policy (and again when its message changes).
+type policyEvents struct {
+	cs       kubernetes.Interface
+	node     string
+	log      *slog.Logger
+	reported map[string]string // policy -> message reported
+}
+
+func newPolicyEvents(cs kubernetes.Interface, node string, log *slog.Logger) *policyEvents {
+	return &policyEvents{cs: cs, node: node, log: log, reported: map[string]string{}}
+}
+
+func (e *policyEvents) report(ctx context.Context, nps []*networkingv1.NetworkPolicy, st policy.State) {
+	msgs := map[string]string{}
+	for _, pr := range st.Problems {
+		msgs[pr.Policy] += pr.Message + "; "
+	}
+	for _, np := range nps {
+		name := np.Namespace + "/" + np.Name
+		msg, ok := msgs[name]
+		if !ok || e.reported[name] == msg {
+			continue
+		}
+		ev := &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{GenerateName: np.Name + ".", Namespace: np.Namespace},
+			InvolvedObject: corev1.ObjectReference{Kind: "NetworkPolicy", APIVersion: "networking.k8s.io/v1", Namespace: np.Namespace, Name: np.Name, UID: np.UID},
+			Reason:         "PolicyNotEnforced", Message: fmt.Sprintf("node %s: %s", e.node, msg), Type: corev1.EventTypeWarning,
+			Source:         corev1.EventSource{Component: "myelin-agent", Host: e.node},
+			FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1,
+		}
+		if _, err := e.cs.CoreV1().Events(np.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+			e.log.Warn("policy: create event", "policy", name, "err", err)
+			continue
+		}
+		e.reported[name] = msg
+	}
+}

@@ -1,0 +1,73 @@
+package agent
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"testing"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/policy"
+)
+
+func TestParsePolicyPort(t *testing.T) {
+	for in, want := range map[string]struct {
+		proto uint8
+		port  uint16
+	}{"80/TCP": {policy.ProtoTCP, 80}, "53/udp": {policy.ProtoUDP, 53}, "9000/SCTP": {policy.ProtoSCTP, 9000}, "443": {policy.ProtoTCP, 443}} {
+		proto, port, err := parsePolicyPort(in)
+		if err != nil || proto != want.proto || port != want.port {
+			t.Errorf("parsePolicyPort(%q) = %d %d %v, want %d %d", in, proto, port, err, want.proto, want.port)
+		}
+	}
+	for _, bad := range []string{"", "0/TCP", "70000/TCP", "80/ICMP", "http"} {
+		if _, _, err := parsePolicyPort(bad); err == nil {
+			t.Errorf("parsePolicyPort(%q) accepted", bad)
+		}
+	}
+}
+
+// The trace route answers from the last computation's input, naming the
+// allowing policy, and says what is wrong with bad input.
+func TestHandlePolicyTrace(t *testing.T) {
+	a := policy.Pod{Namespace: "x", Name: "a", Labels: map[string]string{"pod": "a"}, IP: netip.MustParseAddr("10.244.0.10"), Node: "n1"}
+	b := policy.Pod{Namespace: "x", Name: "b", Labels: map[string]string{"pod": "b"}, IP: netip.MustParseAddr("10.244.0.11"), Node: "n1"}
+	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "a-from-b"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pod": "a"}},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
+				{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pod": "b"}}}}}}}}
+	in := policy.Input{Node: "n1", Pods: []policy.Pod{a, b}, Policies: []*networkingv1.NetworkPolicy{np}}
+	srv := &server{cfg: Config{Node: "n1"}}
+	pl := &policyLoop{}
+	pl.view.Store(&policyView{input: in, state: policy.Compute(in, policy.NewIdentities())})
+	srv.views.add(pl)
+	get := func(q string) (int, api.PolicyTrace) {
+		rec := httptest.NewRecorder()
+		srv.handlePolicyTrace(rec, httptest.NewRequest(http.MethodGet, "/v1/policy/trace?"+q, nil))
+		var tr api.PolicyTrace
+		_ = json.Unmarshal(rec.Body.Bytes(), &tr)
+		return rec.Code, tr
+	}
+	if code, tr := get("from=x/b&to=x/a&port=80/TCP"); code != 200 || !tr.Allowed || len(tr.Ingress.By) != 1 || tr.Ingress.By[0] != "x/a-from-b" {
+		t.Errorf("x/b -> x/a: %d %+v, want allowed by x/a-from-b", code, tr)
+	}
+	if code, tr := get("from=x/a&to=x/a&port=80/TCP"); code != 200 || tr.Allowed {
+		t.Errorf("x/a -> x/a: %d %+v, want denied", code, tr)
+	}
+	if code, _ := get("from=x/nope&to=x/a&port=80/TCP"); code != http.StatusNotFound {
+		t.Errorf("unknown pod: %d, want 404", code)
+	}
+	if code, _ := get("from=x/b&to=x/a&port=eighty"); code != http.StatusBadRequest {
+		t.Errorf("bad port: %d, want 400", code)
+	}
+	rec := httptest.NewRecorder()
+	srv.handlePolicy(rec, httptest.NewRequest(http.MethodGet, "/v1/policy", nil))
+	var st api.PolicyStatus
+	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || len(st.Endpoints) != 2 || st.Endpoints[0].Pod != "x/a" || st.Endpoints[0].Ingress != "on" {
+		t.Errorf("/v1/policy = %+v %v, want x/a ingress on", st, err)
+	}
+}

@@ -1,0 +1,195 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/policy"
+)
+
+// policyMaps are the datapath's NetworkPolicy maps (datapath.Datapath, or a
+// fake in tests).
+type policyMaps interface {
+	SetPolicy(datapath.PolicyKey, []datapath.PolicyPort) error
+	DeletePolicy(datapath.PolicyKey) error
+	Policies() (map[datapath.PolicyKey][]datapath.PolicyPort, error)
+	SetPolicyFlags(netip.Addr, datapath.PolicyFlags) error
+	PolicyFlagsAll() (map[netip.Addr]datapath.PolicyFlags, error)
+	SetIPCache(netip.Prefix, uint32) error
+	DeleteIPCache(netip.Prefix) error
+	IPCache() (map[netip.Prefix]uint32, error)
+}
+
+// policyApplied is what one apply wrote and what it could not.
+type policyApplied struct {
+	writes int
+	// failed are the local pods whose entries could not all be written
+	// (they fail closed: their direction is marked incomplete).
+	failed map[netip.Addr][]string
+}
+
+// applyPolicy makes the maps hold st, in the order that never denies what
+// both the old and the new state allow (docs/policy.md): entries, then the
+// ipcache, then flags, then removals. A pod becoming isolated first loses
+// stale entries (of a pod that had its address before). An entry or prefix
+// that can't be written makes its pod's direction incomplete (fail closed);
+// the other writes go on.
+func applyPolicy(m policyMaps, st policy.State) (policyApplied, error) {
+	res := policyApplied{failed: map[netip.Addr][]string{}}
+	curFlags, err := m.PolicyFlagsAll()
+	if err != nil {
+		return res, err
+	}
+	curEntries, err := m.Policies()
+	if err != nil {
+		return res, err
+	}
+	curCache, err := m.IPCache()
+	if err != nil {
+		return res, err
+	}
+	want := desiredEntries(st)
+	var errs []error
+	fail := func(ip netip.Addr, egress bool, err error) {
+		res.failed[ip] = append(res.failed[ip], err.Error())
+		ep := st.Endpoints[ip]
+		if ep != nil {
+			ep.Flags |= incomplete(egress)
+			ep.Problems = append(ep.Problems, err.Error())
+		}
+	}
+	// 1. Stale entries of pods becoming isolated, then entries to add or change.
+	for k := range curEntries {
+		if _, keep := want[k]; !keep && curFlags[k.Endpoint] == 0 {
+			if err := m.DeletePolicy(k); err != nil {
+				errs = append(errs, err)
+			}
+			delete(curEntries, k)
+			res.writes++
+		}
+	}
+	for _, k := range sortedPolicyKeys(want) {
+		if cur, ok := curEntries[k]; ok && slices.Equal(cur, want[k]) {
+			continue
+		}
+		res.writes++
+		if err := m.SetPolicy(k, want[k]); err != nil {
+			fail(k.Endpoint, k.Egress, err)
+		}
+	}
+	// 2. The ipcache: policy CIDRs before pod /32s (shortest prefixes first).
+	errs = append(errs, setIPCache(m, st.IPCache, curCache, &res)...)
+	// 3. Flags.
+	errs = append(errs, setPolicyFlags(m, st, curFlags, &res)...)
+	// 4. Removals.
+	for p := range curCache {
+		if _, ok := st.IPCache[p]; !ok {
+			res.writes++
+			if err := m.DeleteIPCache(p); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for k := range curEntries {
+		if _, ok := want[k]; !ok {
+			res.writes++
+			if err := m.DeletePolicy(k); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+// setPolicyFlags writes the flags of st's endpoints and clears those of
+// addresses no longer isolated.
+func setPolicyFlags(m policyMaps, st policy.State, cur map[netip.Addr]datapath.PolicyFlags, res *policyApplied) []error {
+	var errs []error
+	for ip, ep := range st.Endpoints {
+		if cur[ip] == ep.Flags {
+			continue
+		}
+		res.writes++
+		if err := m.SetPolicyFlags(ip, ep.Flags); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for ip := range cur {
+		if _, ok := st.Endpoints[ip]; !ok {
+			res.writes++
+			if err := m.SetPolicyFlags(ip, 0); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errs
+}
+
+func setIPCache(m policyMaps, want, cur map[netip.Prefix]uint32, res *policyApplied) []error {
+	prefixes := make([]netip.Prefix, 0, len(want))
+	for p := range want {
+		prefixes = append(prefixes, p)
+	}
+	slices.SortFunc(prefixes, func(a, b netip.Prefix) int {
+		if a.Bits() != b.Bits() {
+			return a.Bits() - b.Bits()
+		}
+		return a.Addr().Compare(b.Addr())
+	})
+	var errs []error
+	for _, p := range prefixes {
+		if id, ok := cur[p]; ok && id == want[p] {
+			continue
+		}
+		res.writes++
+		if err := m.SetIPCache(p, want[p]); err != nil {
+			// A pod without its /32 matches no label selector: denied, never allowed by mistake.
+			errs = append(errs, fmt.Errorf("ipcache %s: %w", p, err))
+		}
+	}
+	return errs
+}
+
+func incomplete(egress bool) datapath.PolicyFlags {
+	if egress {
+		return datapath.PolicyEgressIncomplete
+	}
+	return datapath.PolicyIngressIncomplete
+}
+
+// desiredEntries flattens st's entries into map keys.
+func desiredEntries(st policy.State) map[datapath.PolicyKey][]datapath.PolicyPort {
+	out := map[datapath.PolicyKey][]datapath.PolicyPort{}
+	for ip, ep := range st.Endpoints {
+		for k, ports := range ep.Entries {
+			out[datapath.PolicyKey{Endpoint: ip, Identity: k.Identity, Egress: k.Egress}] = ports
+		}
+	}
+	return out
+}
+
+func sortedPolicyKeys(m map[datapath.PolicyKey][]datapath.PolicyPort) []datapath.PolicyKey {
+	keys := make([]datapath.PolicyKey, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b datapath.PolicyKey) int {
+		if c := a.Endpoint.Compare(b.Endpoint); c != 0 {
+			return c
+		}
+		if a.Identity != b.Identity {
+			return int(a.Identity) - int(b.Identity)
+		}
+		if a.Egress == b.Egress {
+			return 0
+		}
+		if a.Egress {
+			return 1
+		}
+		return -1
+	})
+	return keys
+}

@@ -1,0 +1,215 @@
+package agent
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/policy"
+	"golang.org/x/sys/unix"
+)
+
+// fakePolicyMaps is the datapath's policy maps in memory; after every write
+// it checks the invariant of applyPolicy with check (if set).
+type fakePolicyMaps struct {
+	entries map[datapath.PolicyKey][]datapath.PolicyPort
+	flags   map[netip.Addr]datapath.PolicyFlags
+	cache   map[netip.Prefix]uint32
+	max     int // entries the policy map holds; 0 = no limit
+	check   func(*fakePolicyMaps) error
+	errs    []error
+}
+
+func newFakePolicyMaps() *fakePolicyMaps {
+	return &fakePolicyMaps{entries: map[datapath.PolicyKey][]datapath.PolicyPort{},
+		flags: map[netip.Addr]datapath.PolicyFlags{}, cache: map[netip.Prefix]uint32{}}
+}
+
+func (f *fakePolicyMaps) after() {
+	if f.check != nil {
+		if err := f.check(f); err != nil {
+			f.errs = append(f.errs, err)
+		}
+	}
+}
+
+func (f *fakePolicyMaps) SetPolicy(k datapath.PolicyKey, p []datapath.PolicyPort) error {
+	if _, ok := f.entries[k]; !ok && f.max > 0 && len(f.entries) >= f.max {
+		return fmt.Errorf("set policy: %w", unix.E2BIG)
+	}
+	f.entries[k] = slices.Clone(p)
+	f.after()
+	return nil
+}
+func (f *fakePolicyMaps) DeletePolicy(k datapath.PolicyKey) error {
+	delete(f.entries, k)
+	f.after()
+	return nil
+}
+func (f *fakePolicyMaps) Policies() (map[datapath.PolicyKey][]datapath.PolicyPort, error) {
+	return maps.Clone(f.entries), nil
+}
+func (f *fakePolicyMaps) SetPolicyFlags(ip netip.Addr, fl datapath.PolicyFlags) error {
+	if fl == 0 {
+		delete(f.flags, ip)
+	} else {
+		f.flags[ip] = fl
+	}
+	f.after()
+	return nil
+}
+func (f *fakePolicyMaps) PolicyFlagsAll() (map[netip.Addr]datapath.PolicyFlags, error) {
+	return maps.Clone(f.flags), nil
+}
+func (f *fakePolicyMaps) SetIPCache(p netip.Prefix, id uint32) error {
+	f.cache[p] = id
+	f.after()
+	return nil
+}
+func (f *fakePolicyMaps) DeleteIPCache(p netip.Prefix) error {
+	delete(f.cache, p)
+	f.after()
+	return nil
+}
+func (f *fakePolicyMaps) IPCache() (map[netip.Prefix]uint32, error) { return maps.Clone(f.cache), nil }
+
+// allows is what the datapath would decide for a new connection from peer
+// address src into local pod dst on TCP port (ingress only).
+func (f *fakePolicyMaps) allows(src, dst netip.Addr, port uint16) bool {
+	fl := f.flags[dst]
+	if fl&datapath.PolicyIngress == 0 {
+		return true
+	}
+	id, ok := f.cache[netip.PrefixFrom(src, 32)]
+	if !ok {
+		id = datapath.IdentityWorld
+	}
+	for _, ident := range []uint32{id, datapath.IdentityAny} {
+		for _, p := range f.entries[datapath.PolicyKey{Endpoint: dst, Identity: ident}] {
+			if p.Proto == 0 || (p.Proto == policy.ProtoTCP && port >= p.Lo && port <= p.Hi) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+var (
+	podX = netip.MustParseAddr("10.244.0.10") // local, the server
+	podY = netip.MustParseAddr("10.244.1.10") // remote client
+)
+
+func serverState(ids map[netip.Addr]uint32, allowed map[uint32][]datapath.PolicyPort) policy.State {
+	st := policy.State{IPCache: map[netip.Prefix]uint32{}, Endpoints: map[netip.Addr]*policy.Endpoint{}}
+	for ip, id := range ids {
+		st.IPCache[netip.PrefixFrom(ip, 32)] = id
+	}
+	ep := &policy.Endpoint{Pod: "x/server", IP: podX, Flags: datapath.PolicyIngress, Entries: map[policy.Key][]datapath.PolicyPort{}}
+	for id, ports := range allowed {
+		ep.Entries[policy.Key{Identity: id}] = ports
+	}
+	st.Endpoints[podX] = ep
+	return st
+}
+
+var tcp80Only = []datapath.PolicyPort{{Proto: policy.ProtoTCP, Lo: 80, Hi: 80}}
+
+// A client whose identity changes (a label change) and stays allowed is
+// never denied between two writes of the apply.
+func TestApplyPolicyNoDenyWindow(t *testing.T) {
+	m := newFakePolicyMaps()
+	old := serverState(map[netip.Addr]uint32{podX: 300, podY: 301}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
+	if _, err := applyPolicy(m, old); err != nil {
+		t.Fatal(err)
+	}
+	if !m.allows(podY, podX, 80) || m.allows(podY, podX, 81) {
+		t.Fatal("after the first apply: want y allowed on 80 only")
+	}
+	m.check = func(f *fakePolicyMaps) error {
+		if !f.allows(podY, podX, 80) {
+			return fmt.Errorf("y denied on 80 in between (cache %v, entries %v)", f.cache, f.entries)
+		}
+		return nil
+	}
+	next := serverState(map[netip.Addr]uint32{podX: 300, podY: 302}, map[uint32][]datapath.PolicyPort{302: tcp80Only})
+	res, err := applyPolicy(m, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range m.errs {
+		t.Error(e)
+	}
+	if _, stale := m.entries[datapath.PolicyKey{Endpoint: podX, Identity: 301}]; stale || res.writes == 0 {
+		t.Errorf("entries %v after %d writes: want the old identity's entry gone", m.entries, res.writes)
+	}
+	// Applying the same state again writes nothing (a restarted agent).
+	if res, err := applyPolicy(m, next); err != nil || res.writes != 0 {
+		t.Errorf("re-apply: %d writes, %v; want none", res.writes, err)
+	}
+}
+
+// A pod becoming isolated is never briefly isolated without its allows,
+// and stale entries of its address do not allow anything.
+func TestApplyPolicyNewlyIsolated(t *testing.T) {
+	m := newFakePolicyMaps()
+	m.entries[datapath.PolicyKey{Endpoint: podX, Identity: 999}] = []datapath.PolicyPort{{}} // a previous pod's
+	m.check = func(f *fakePolicyMaps) error {
+		if f.flags[podX] != 0 && !f.allows(podY, podX, 80) {
+			return fmt.Errorf("isolated before its allows were written")
+		}
+		if _, stale := f.entries[datapath.PolicyKey{Endpoint: podX, Identity: 999}]; stale && f.flags[podX] != 0 {
+			return fmt.Errorf("isolated while a stale entry exists")
+		}
+		return nil
+	}
+	st := serverState(map[netip.Addr]uint32{podX: 300, podY: 301}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
+	if _, err := applyPolicy(m, st); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range m.errs {
+		t.Error(e)
+	}
+	if m.flags[podX] != datapath.PolicyIngress {
+		t.Errorf("flags %v, want ingress isolated", m.flags)
+	}
+}
+
+// A full policy map fails closed: the pod is isolated and marked
+// incomplete, never left open.
+func TestApplyPolicyMapFullFailsClosed(t *testing.T) {
+	m := newFakePolicyMaps()
+	m.max = 1
+	st := serverState(map[netip.Addr]uint32{podX: 300, podY: 301},
+		map[uint32][]datapath.PolicyPort{301: tcp80Only, 302: tcp80Only})
+	res, _ := applyPolicy(m, st)
+	if m.flags[podX] != datapath.PolicyIngress|datapath.PolicyIngressIncomplete {
+		t.Errorf("flags %v, want ingress isolated and incomplete", m.flags)
+	}
+	if len(res.failed[podX]) != 1 || len(st.Endpoints[podX].Problems) != 1 {
+		t.Errorf("failed %v problems %v: want the full map reported once", res.failed, st.Endpoints[podX].Problems)
+	}
+	// A pod no longer isolated loses its flags and entries.
+	if _, err := applyPolicy(m, policy.State{IPCache: st.IPCache}); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.flags) != 0 || len(m.entries) != 0 {
+		t.Errorf("flags %v entries %v: want nothing left", m.flags, m.entries)
+	}
+}
+
+// Entries a full map refused are problems of every policy isolating the pod.
+func TestApplyProblemsNamePolicies(t *testing.T) {
+	m := newFakePolicyMaps()
+	m.max = 1
+	st := serverState(map[netip.Addr]uint32{podX: 300, podY: 301},
+		map[uint32][]datapath.PolicyPort{301: tcp80Only, 302: tcp80Only})
+	st.Endpoints[podX].IngressPolicies = []string{"x/one", "x/two"}
+	res, _ := applyPolicy(m, st)
+	got := applyProblems(st, res)
+	if len(got) != 2 || got[0].Policy != "x/one" || got[1].Policy != "x/two" {
+		t.Errorf("problems %v, want one for x/one and one for x/two", got)
+	}
+}

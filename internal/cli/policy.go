@@ -1,0 +1,125 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/myelin-net/myelin/internal/api"
+)
+
+// PolicyOptions are the flags of `myelin endpoints` and `myelin policy trace`.
+type PolicyOptions struct {
+	Node, Socket, Output string
+	All                  bool
+	// From, To and Port are the trace's question.
+	From, To, Port string
+}
+
+// Endpoints prints each local pod of a node (or every lab node with All)
+// with its NetworkPolicy identity and enforcement.
+func Endpoints(ctx context.Context, out io.Writer, o PolicyOptions) error {
+	socks, err := sockets(o.Socket, o.Node, o.All)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var all []api.PolicyStatus
+	for _, s := range socks {
+		st, err := api.NewClient(s).Policy(ctx)
+		if err != nil {
+			return err
+		}
+		all = append(all, st)
+	}
+	if o.Output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(all)
+	}
+	for _, st := range all {
+		writePolicyStatus(out, st)
+	}
+	return nil
+}
+
+func writePolicyStatus(out io.Writer, st api.PolicyStatus) {
+	if !st.Synced {
+		fmt.Fprintf(out, "Node %s: NetworkPolicy not computed yet (informers syncing); the pinned state enforces meanwhile\n\n", st.Node)
+		return
+	}
+	fmt.Fprintf(out, "Node %s: %d NetworkPolicies, %d identities, %d ipcache prefixes; last apply %s (%s, %d map writes)\n",
+		st.Node, st.Policies, st.Identities, st.IPCache, st.Applied.Format(time.TimeOnly), st.Took, st.Writes)
+	if st.Error != "" {
+		fmt.Fprintf(out, "WARNING: last apply failed: %s\n", st.Error)
+	}
+	for _, p := range st.Problems {
+		fmt.Fprintf(out, "WARNING: %s\n", p)
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POD\tIP\tIDENTITY\tINGRESS\tEGRESS\tPOLICIES")
+	for _, ep := range st.Endpoints {
+		pols := strings.Join(uniq(append(append([]string{}, ep.IngressPolicies...), ep.EgressPolicies...)), ",")
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", ep.Pod, ep.IP, ep.Identity, ep.Ingress, ep.Egress, orDash(pols))
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(out)
+}
+
+func uniq(in []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// PolicyTrace asks a node's agent whether From may connect to To on Port,
+// and by which policies.
+func PolicyTrace(ctx context.Context, out io.Writer, o PolicyOptions) error {
+	if o.From == "" || o.To == "" || o.Port == "" {
+		return fmt.Errorf("policy trace: --from, --to and --port are required, e.g. --from x/a --to y/b --port 80/TCP")
+	}
+	socks, err := sockets(o.Socket, o.Node, false)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	tr, err := api.NewClient(socks[0]).PolicyTrace(ctx, o.From, o.To, o.Port)
+	if err != nil {
+		return err
+	}
+	if o.Output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(tr)
+	}
+	verdict := "DENIED"
+	if tr.Allowed {
+		verdict = "ALLOWED"
+	}
+	fmt.Fprintf(out, "%s -> %s %s: %s\n", tr.From, tr.To, tr.Port, verdict)
+	fmt.Fprintf(out, "  egress of %s: %s\n", tr.From, verdictText(tr.Egress))
+	fmt.Fprintf(out, "  ingress of %s: %s\n", tr.To, verdictText(tr.Ingress))
+	return nil
+}
+
+func verdictText(v api.PolicyVerdict) string {
+	switch {
+	case !v.Isolated:
+		return "allowed (no policy isolates the pod)"
+	case v.Allowed:
+		return "allowed by " + strings.Join(v.By, ", ")
+	}
+	return "denied: isolated by " + strings.Join(v.Isolating, ", ") + ", no rule allows it"
+}

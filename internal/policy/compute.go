@@ -1,0 +1,253 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+
+	"github.com/myelin-net/myelin/internal/datapath"
+	networkingv1 "k8s.io/api/networking/v1"
+)
+
+// Input is everything a node's policy state depends on.
+type Input struct {
+	// Node is this node's name: its pods are the ones enforced here.
+	Node string
+	// Pods are every pod of the cluster with an IPv4 (PodOf).
+	Pods []Pod
+	// Namespaces are the labels of every namespace, by name.
+	Namespaces map[string]map[string]string
+	Policies   []*networkingv1.NetworkPolicy
+}
+
+// Key names one allow entry of a local pod: a peer identity and a direction.
+type Key struct {
+	Identity uint32
+	Egress   bool
+}
+
+// Endpoint is the computed state of one local pod.
+type Endpoint struct {
+	Pod     string // namespace/name
+	IP      netip.Addr
+	Flags   datapath.PolicyFlags
+	Entries map[Key][]datapath.PolicyPort
+	// IngressPolicies and EgressPolicies isolate the pod (namespace/name).
+	IngressPolicies, EgressPolicies []string
+	// Problems are what could not be represented (the pod fails closed).
+	Problems []string
+}
+
+// Problem is something a policy asks that is not enforced as written.
+type Problem struct {
+	Policy  string // namespace/name
+	Message string
+}
+
+func (p Problem) String() string { return p.Policy + ": " + p.Message }
+
+// State is what the datapath of a node must hold.
+type State struct {
+	IPCache   map[netip.Prefix]uint32
+	Endpoints map[netip.Addr]*Endpoint
+	Problems  []Problem
+	// Identities is the number of identities in use (world included).
+	Identities int
+}
+
+type identity struct {
+	id uint32
+	peer
+}
+
+// Compute returns the datapath state of in.Node's pods. ids allocates the
+// identity numbers (and keeps them across calls); numbers of keys no
+// longer in use are released.
+func Compute(in Input, ids *Identities) State {
+	cidrs, problems := policyCIDRs(in.Policies)
+	st := State{IPCache: map[netip.Prefix]uint32{}, Endpoints: map[netip.Addr]*Endpoint{}, Problems: problems}
+	used := map[string]bool{}
+	byKey := map[string]*identity{}
+	idOf := func(p peer) uint32 {
+		k := p.key()
+		used[k] = true
+		if i, ok := byKey[k]; ok {
+			return i.id
+		}
+		i := &identity{id: ids.get(k), peer: p}
+		byKey[k] = i
+		return i.id
+	}
+	idOf(peer{}) // world: always 2
+	for _, c := range cidrs {
+		st.IPCache[c] = idOf(peer{atoms: atomsOf(c, cidrs)})
+	}
+	local := []Pod{}
+	for _, pod := range in.Pods {
+		p := podPeer(pod, in.Namespaces, cidrs)
+		st.IPCache[netip.PrefixFrom(pod.IP, 32)] = idOf(p)
+		if pod.Node == in.Node {
+			local = append(local, pod)
+		}
+	}
+	ids.release(used)
+	all := make([]*identity, 0, len(byKey))
+	for _, i := range byKey {
+		all = append(all, i)
+	}
+	sort.Slice(all, func(a, b int) bool { return all[a].id < all[b].id })
+	st.Identities = len(all)
+	for _, pod := range local {
+		st.Endpoints[pod.IP] = endpointState(pod, podPeer(pod, in.Namespaces, cidrs), in.Policies, all, &st)
+	}
+	return st
+}
+
+// podPeer is pod as a peer.
+func podPeer(pod Pod, namespaces map[string]map[string]string, cidrs []netip.Prefix) peer {
+	return peer{pod: true, namespace: pod.Namespace, labels: pod.Labels, nsLabels: namespaces[pod.Namespace],
+		ports: pod.Ports, atoms: atomsOf(netip.PrefixFrom(pod.IP, 32), cidrs)}
+}
+
+// endpointState computes one local pod's flags and entries.
+func endpointState(pod Pod, self peer, nps []*networkingv1.NetworkPolicy, all []*identity, st *State) *Endpoint {
+	ep := &Endpoint{Pod: pod.Ref(), IP: pod.IP, Entries: map[Key][]datapath.PolicyPort{}}
+	add := func(k Key, ports []datapath.PolicyPort) {
+		if len(ports) > 0 {
+			ep.Entries[k] = append(ep.Entries[k], ports...)
+		}
+	}
+	fail := func(np *networkingv1.NetworkPolicy, egress bool, err error) {
+		msg := fmt.Sprintf("%s: %v: not enforced as written, the pod fails closed", pod.Ref(), err)
+		st.Problems = append(st.Problems, Problem{Policy: policyName(np), Message: msg})
+		ep.Problems = append(ep.Problems, policyName(np)+": "+err.Error())
+		ep.Flags |= incompleteFlag(egress)
+	}
+	for _, np := range nps {
+		if !selects(np, pod) {
+			continue
+		}
+		ingress, egress := policyTypes(np)
+		if ingress {
+			ep.Flags |= datapath.PolicyIngress
+			ep.IngressPolicies = append(ep.IngressPolicies, policyName(np))
+			for _, r := range np.Spec.Ingress {
+				// Named ports resolve against this pod, the same for every peer.
+				ports, err := rulePorts(r.Ports, self, true, true)
+				if err != nil {
+					fail(np, false, err)
+					continue
+				}
+				if len(r.From) == 0 {
+					add(Key{Identity: datapath.IdentityAny}, ports)
+					continue
+				}
+				for _, i := range all {
+					if anyPeerMatches(np, r.From, i.peer) {
+						add(Key{Identity: i.id}, ports)
+					}
+				}
+			}
+		}
+		if egress {
+			ep.Flags |= datapath.PolicyEgress
+			ep.EgressPolicies = append(ep.EgressPolicies, policyName(np))
+			for _, r := range np.Spec.Egress {
+				if err := egressRule(np, r, all, add); err != nil {
+					fail(np, true, err)
+				}
+			}
+		}
+	}
+	normalize(ep)
+	return ep
+}
+
+// egressRule adds the entries of one egress rule: numeric ports per peer
+// (or for any peer), named ports per peer identity, which fixes them.
+func egressRule(np *networkingv1.NetworkPolicy, r networkingv1.NetworkPolicyEgressRule, all []*identity,
+	add func(Key, []datapath.PolicyPort)) error {
+	numeric, err := rulePorts(r.Ports, peer{}, true, false)
+	if err != nil {
+		return err
+	}
+	named := hasNamedPort(r.Ports)
+	if len(r.To) == 0 {
+		add(Key{Identity: datapath.IdentityAny, Egress: true}, numeric)
+	}
+	for _, i := range all {
+		if len(r.To) > 0 && !anyPeerMatches(np, r.To, i.peer) {
+			continue
+		}
+		if len(r.To) > 0 {
+			add(Key{Identity: i.id, Egress: true}, numeric)
+		}
+		if named {
+			ports, _ := rulePorts(r.Ports, i.peer, false, true)
+			add(Key{Identity: i.id, Egress: true}, ports)
+		}
+	}
+	return nil
+}
+
+func incompleteFlag(egress bool) datapath.PolicyFlags {
+	if egress {
+		return datapath.PolicyEgressIncomplete
+	}
+	return datapath.PolicyIngressIncomplete
+}
+
+// normalize merges each entry's ranges; an entry with more ranges than the
+// datapath holds is dropped and its direction marked incomplete.
+func normalize(ep *Endpoint) {
+	for k, ports := range ep.Entries {
+		merged := mergePorts(ports)
+		if len(merged) > datapath.PolicyPortsMax {
+			delete(ep.Entries, k)
+			ep.Flags |= incompleteFlag(k.Egress)
+			ep.Problems = append(ep.Problems, fmt.Sprintf("identity %d: %d port ranges, the datapath holds %d: that peer is denied",
+				k.Identity, len(merged), datapath.PolicyPortsMax))
+			continue
+		}
+		ep.Entries[k] = merged
+	}
+}
+
+// mergePorts sorts ranges and merges overlapping or adjacent ones of one
+// protocol; an all-protocols range swallows everything.
+func mergePorts(in []datapath.PolicyPort) []datapath.PolicyPort {
+	for _, p := range in {
+		if p.Proto == 0 {
+			return []datapath.PolicyPort{{}}
+		}
+	}
+	ps := slices.Clone(in)
+	sort.Slice(ps, func(a, b int) bool {
+		if ps[a].Proto != ps[b].Proto {
+			return ps[a].Proto < ps[b].Proto
+		}
+		return ps[a].Lo < ps[b].Lo
+	})
+	var out []datapath.PolicyPort
+	for _, p := range ps {
+		if n := len(out); n > 0 && out[n-1].Proto == p.Proto && uint32(p.Lo) <= uint32(out[n-1].Hi)+1 {
+			if p.Hi > out[n-1].Hi {
+				out[n-1].Hi = p.Hi
+			}
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// sortPrefixes orders prefixes shortest first, then by address.
+func sortPrefixes(ps []netip.Prefix) {
+	sort.Slice(ps, func(a, b int) bool {
+		if ps[a].Bits() != ps[b].Bits() {
+			return ps[a].Bits() < ps[b].Bits()
+		}
+		return ps[a].Addr().Less(ps[b].Addr())
+	})
+}

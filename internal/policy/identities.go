@@ -1,0 +1,101 @@
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// firstIdentity is the first number given to a peer; below are reserved
+// (0 any peer, 2 world; docs/policy.md).
+const firstIdentity = 256
+
+// worldKey is the identity key of an address no policy CIDR contains.
+const worldKey = "cidr"
+
+// Identities allocates node-local identity numbers to identity keys and
+// keeps them stable across computations (and, saved, across restarts), so
+// an unchanged cluster rewrites nothing.
+type Identities struct {
+	ids  map[string]uint32
+	next uint32
+}
+
+// NewIdentities returns an empty allocator.
+func NewIdentities() *Identities {
+	return &Identities{ids: map[string]uint32{worldKey: 2}, next: firstIdentity}
+}
+
+func (s *Identities) get(key string) uint32 {
+	if id, ok := s.ids[key]; ok {
+		return id
+	}
+	id := s.next
+	s.next++
+	s.ids[key] = id
+	return id
+}
+
+// release forgets the keys not in used (never world). Numbers are not
+// reused while the agent runs: the datapath may still hold a released
+// number for a moment during an apply.
+func (s *Identities) release(used map[string]bool) {
+	for k := range s.ids {
+		if k != worldKey && !used[k] {
+			delete(s.ids, k)
+		}
+	}
+}
+
+// Len is the number of identities allocated.
+func (s *Identities) Len() int { return len(s.ids) }
+
+type identitiesFile struct {
+	Next uint32            `json:"next"`
+	IDs  map[string]uint32 `json:"ids"`
+}
+
+// LoadIdentities reads the allocator saved at path; a missing file is a
+// new allocator.
+func LoadIdentities(path string) (*Identities, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return NewIdentities(), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read policy identities: %w", err)
+	}
+	var f identitiesFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("parse policy identities %s: %w (delete it: the agent then renumbers and rewrites the policy maps)", path, err)
+	}
+	s := NewIdentities()
+	for k, v := range f.IDs {
+		s.ids[k] = v
+		if v >= s.next {
+			s.next = v + 1
+		}
+	}
+	if f.Next > s.next {
+		s.next = f.Next
+	}
+	return s, nil
+}
+
+// Save writes the allocator to path atomically (rename).
+func (s *Identities) Save(path string) error {
+	b, err := json.Marshal(identitiesFile{Next: s.next, IDs: s.ids})
+	if err != nil {
+		return fmt.Errorf("encode policy identities: %w", err)
+	}
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("write policy identities: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write policy identities: %w", err)
+	}
+	return nil
+}

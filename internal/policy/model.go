@@ -1,0 +1,175 @@
+// Package policy computes what the datapath must hold to enforce Kubernetes
+// NetworkPolicy on one node (docs/policy.md): peer identities, the
+// IP → identity map, and each local pod's isolation flags and allow
+// entries. Everything here is pure: Compute and Trace take the Pods,
+// Namespaces and NetworkPolicies as values; the agent's policy loop feeds
+// them from informers and writes the result (internal/agent/policy.go).
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// IP protocol numbers of the protocols NetworkPolicy names.
+const (
+	ProtoTCP  uint8 = 6
+	ProtoUDP  uint8 = 17
+	ProtoSCTP uint8 = 132
+)
+
+// Pod is what policy needs of a Pod.
+type Pod struct {
+	Namespace, Name string
+	Labels          map[string]string
+	// IP is the pod's IPv4; pods without one (pending, host network) are
+	// no peers: host-network pods are their node's address.
+	IP    netip.Addr
+	Node  string
+	Ports []NamedPort
+}
+
+// NamedPort is a container port with a name.
+type NamedPort struct {
+	Name  string
+	Proto uint8
+	Port  uint16
+}
+
+// Ref is "namespace/name".
+func (p Pod) Ref() string { return p.Namespace + "/" + p.Name }
+
+// PodOf converts a Pod; ok is false for pods that are no peers (no IPv4,
+// host network).
+func PodOf(p *corev1.Pod) (Pod, bool) {
+	if p.Spec.HostNetwork || p.Status.PodIP == "" {
+		return Pod{}, false
+	}
+	ip, err := netip.ParseAddr(p.Status.PodIP)
+	if err != nil || !ip.Is4() {
+		return Pod{}, false
+	}
+	out := Pod{Namespace: p.Namespace, Name: p.Name, Labels: p.Labels, IP: ip, Node: p.Spec.NodeName}
+	for _, c := range p.Spec.Containers {
+		for _, cp := range c.Ports {
+			if cp.Name == "" {
+				continue
+			}
+			proto, err := protoNumber(cp.Protocol)
+			if err != nil {
+				continue
+			}
+			out.Ports = append(out.Ports, NamedPort{Name: cp.Name, Proto: proto, Port: uint16(cp.ContainerPort)})
+		}
+	}
+	return out, true
+}
+
+// protoNumber maps a Kubernetes protocol (empty: TCP) to its IP protocol number.
+func protoNumber(p corev1.Protocol) (uint8, error) {
+	switch p {
+	case "", corev1.ProtocolTCP:
+		return ProtoTCP, nil
+	case corev1.ProtocolUDP:
+		return ProtoUDP, nil
+	case corev1.ProtocolSCTP:
+		return ProtoSCTP, nil
+	}
+	return 0, fmt.Errorf("protocol %q: want TCP, UDP or SCTP", p)
+}
+
+// ProtoName is the Kubernetes name of an IP protocol number.
+func ProtoName(p uint8) string {
+	switch p {
+	case ProtoTCP:
+		return "TCP"
+	case ProtoUDP:
+		return "UDP"
+	case ProtoSCTP:
+		return "SCTP"
+	case 0:
+		return "any"
+	}
+	return fmt.Sprintf("proto-%d", p)
+}
+
+// peer is what a rule can tell about the other end of a packet: a pod
+// (namespace, labels, its namespace's labels, named ports) or an address,
+// and the policy CIDRs containing its address. Peers with equal keys are
+// one identity.
+type peer struct {
+	pod       bool
+	namespace string
+	labels    map[string]string
+	nsLabels  map[string]string
+	ports     []NamedPort
+	atoms     []netip.Prefix // policy CIDRs containing the address, sorted
+}
+
+// key is the identity key of p (docs/policy.md).
+func (p peer) key() string {
+	var b strings.Builder
+	if p.pod {
+		fmt.Fprintf(&b, "pod|%s|%s|%s|", p.namespace, sortedMap(p.labels), sortedMap(p.nsLabels))
+		ports := make([]string, 0, len(p.ports))
+		for _, np := range p.ports {
+			ports = append(ports, fmt.Sprintf("%s/%d/%d", np.Name, np.Proto, np.Port))
+		}
+		sort.Strings(ports)
+		b.WriteString(strings.Join(ports, ","))
+	} else {
+		b.WriteString("cidr")
+	}
+	for _, a := range p.atoms {
+		b.WriteString("|" + a.String())
+	}
+	return b.String()
+}
+
+func sortedMap(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%s,", k, m[k])
+	}
+	return b.String()
+}
+
+// namedPort returns the port named name for proto, if p has it.
+func (p peer) namedPort(name string, proto uint8) (uint16, bool) {
+	for _, np := range p.ports {
+		if np.Name == name && np.Proto == proto {
+			return np.Port, true
+		}
+	}
+	return 0, false
+}
+
+// atomsOf returns the CIDRs of cidrs that contain prefix (sorted as cidrs is).
+func atomsOf(prefix netip.Prefix, cidrs []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, c := range cidrs {
+		if c.Bits() <= prefix.Bits() && c.Contains(prefix.Addr()) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// containsAtom says whether atoms holds c.
+func containsAtom(atoms []netip.Prefix, c netip.Prefix) bool {
+	for _, a := range atoms {
+		if a == c {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,213 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/myelin-net/myelin/internal/datapath"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// policyName is "namespace/name" of np.
+func policyName(np *networkingv1.NetworkPolicy) string { return np.Namespace + "/" + np.Name }
+
+// selectorMatches says whether sel (nil: nothing) matches set.
+func selectorMatches(sel *metav1.LabelSelector, set map[string]string) (bool, error) {
+	if sel == nil {
+		return false, nil
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return false, fmt.Errorf("parse label selector: %w", err)
+	}
+	return s.Matches(labels.Set(set)), nil
+}
+
+// selects says whether np applies to pod (same namespace, podSelector matches).
+func selects(np *networkingv1.NetworkPolicy, pod Pod) bool {
+	if np.Namespace != pod.Namespace {
+		return false
+	}
+	ok, err := selectorMatches(&np.Spec.PodSelector, pod.Labels)
+	return err == nil && ok
+}
+
+// policyTypes returns whether np isolates its pods for ingress and egress;
+// no policyTypes means Ingress, plus Egress when it has egress rules (the
+// API's defaulting).
+func policyTypes(np *networkingv1.NetworkPolicy) (ingress, egress bool) {
+	if len(np.Spec.PolicyTypes) == 0 {
+		return true, len(np.Spec.Egress) > 0
+	}
+	for _, t := range np.Spec.PolicyTypes {
+		switch t {
+		case networkingv1.PolicyTypeIngress:
+			ingress = true
+		case networkingv1.PolicyTypeEgress:
+			egress = true
+		}
+	}
+	return ingress, egress
+}
+
+// peerMatches says whether the rule peer pp of np matches p.
+func peerMatches(np *networkingv1.NetworkPolicy, pp networkingv1.NetworkPolicyPeer, p peer) bool {
+	if pp.IPBlock != nil {
+		cidr, err := netip.ParsePrefix(pp.IPBlock.CIDR)
+		if err != nil || !containsAtom(p.atoms, cidr.Masked()) {
+			return false
+		}
+		for _, e := range pp.IPBlock.Except {
+			ex, err := netip.ParsePrefix(e)
+			if err == nil && containsAtom(p.atoms, ex.Masked()) {
+				return false
+			}
+		}
+		return true
+	}
+	if !p.pod || (pp.PodSelector == nil && pp.NamespaceSelector == nil) {
+		return false
+	}
+	if pp.NamespaceSelector != nil {
+		if ok, err := selectorMatches(pp.NamespaceSelector, p.nsLabels); err != nil || !ok {
+			return false
+		}
+	} else if p.namespace != np.Namespace {
+		return false
+	}
+	if pp.PodSelector != nil {
+		if ok, err := selectorMatches(pp.PodSelector, p.labels); err != nil || !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// anyPeerMatches says whether a rule with peers pps allows p; no peers allow everyone.
+func anyPeerMatches(np *networkingv1.NetworkPolicy, pps []networkingv1.NetworkPolicyPeer, p peer) bool {
+	if len(pps) == 0 {
+		return true
+	}
+	for _, pp := range pps {
+		if peerMatches(np, pp, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasNamedPort says whether ports names a port.
+func hasNamedPort(ports []networkingv1.NetworkPolicyPort) bool {
+	for _, p := range ports {
+		if p.Port != nil && p.Port.StrVal != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// rulePorts returns the port ranges a rule allows; named ports resolve
+// against target (the pod the traffic goes to). numeric false skips the
+// numeric ports, named false the named ones. No ports: everything.
+func rulePorts(ports []networkingv1.NetworkPolicyPort, target peer, numeric, named bool) ([]datapath.PolicyPort, error) {
+	if len(ports) == 0 {
+		if !numeric {
+			return nil, nil
+		}
+		return []datapath.PolicyPort{{}}, nil
+	}
+	var out []datapath.PolicyPort
+	for _, p := range ports {
+		var proto corev1.Protocol
+		if p.Protocol != nil {
+			proto = *p.Protocol
+		}
+		n, err := protoNumber(proto)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case p.Port == nil:
+			if numeric {
+				out = append(out, datapath.PolicyPort{Proto: n, Lo: 0, Hi: 65535})
+			}
+		case p.Port.StrVal != "":
+			if named {
+				if port, ok := target.namedPort(p.Port.StrVal, n); ok {
+					out = append(out, datapath.PolicyPort{Proto: n, Lo: port, Hi: port})
+				}
+			}
+		default:
+			if !numeric {
+				continue
+			}
+			lo, hi := p.Port.IntVal, p.Port.IntVal
+			if p.EndPort != nil {
+				hi = *p.EndPort
+			}
+			if lo < 1 || hi > 65535 || hi < lo {
+				return nil, fmt.Errorf("port %d endPort %d: want 1 <= port <= endPort <= 65535", lo, hi)
+			}
+			out = append(out, datapath.PolicyPort{Proto: n, Lo: uint16(lo), Hi: uint16(hi)})
+		}
+	}
+	return out, nil
+}
+
+// portAllowed says whether ranges allow proto/port.
+func portAllowed(ranges []datapath.PolicyPort, proto uint8, port uint16) bool {
+	for _, r := range ranges {
+		if r.Proto == 0 || (r.Proto == proto && port >= r.Lo && port <= r.Hi) {
+			return true
+		}
+	}
+	return false
+}
+
+// policyCIDRs returns every ipBlock CIDR and except of nps, masked,
+// deduplicated and sorted (shortest first), and the problems of the
+// policies whose CIDRs do not parse.
+func policyCIDRs(nps []*networkingv1.NetworkPolicy) ([]netip.Prefix, []Problem) {
+	seen := map[netip.Prefix]bool{}
+	var problems []Problem
+	add := func(np *networkingv1.NetworkPolicy, s string) {
+		p, err := netip.ParsePrefix(s)
+		if err != nil || !p.Addr().Is4() {
+			problems = append(problems, Problem{Policy: policyName(np),
+				Message: fmt.Sprintf("ipBlock %q is not an IPv4 CIDR: the peer is ignored (fix the policy)", s)})
+			return
+		}
+		seen[p.Masked()] = true
+	}
+	for _, np := range nps {
+		for _, r := range np.Spec.Ingress {
+			for _, pp := range r.From {
+				if pp.IPBlock != nil {
+					add(np, pp.IPBlock.CIDR)
+					for _, e := range pp.IPBlock.Except {
+						add(np, e)
+					}
+				}
+			}
+		}
+		for _, r := range np.Spec.Egress {
+			for _, pp := range r.To {
+				if pp.IPBlock != nil {
+					add(np, pp.IPBlock.CIDR)
+					for _, e := range pp.IPBlock.Except {
+						add(np, e)
+					}
+				}
+			}
+		}
+	}
+	out := make([]netip.Prefix, 0, len(seen))
+	for p := range seen {
+		out = append(out, p)
+	}
+	sortPrefixes(out)
+	return out, problems
+}

@@ -1,0 +1,99 @@
+package policy
+
+import (
+	"net/netip"
+
+	networkingv1 "k8s.io/api/networking/v1"
+)
+
+// Verdict is one direction's answer of Trace.
+type Verdict struct {
+	// Isolated: some policy selects the pod for this direction; otherwise
+	// everything is allowed.
+	Isolated bool
+	Allowed  bool
+	// By are the policies (namespace/name) whose rules allow the packet;
+	// Isolating, when denied, those that isolate the pod.
+	By, Isolating []string
+}
+
+// TraceResult answers whether a connection from one pod to another would be
+// allowed: by the sender's egress and the receiver's ingress policies.
+type TraceResult struct {
+	Egress, Ingress Verdict
+}
+
+// Allowed is true when both directions allow.
+func (r TraceResult) Allowed() bool { return r.Egress.Allowed && r.Ingress.Allowed }
+
+// Trace evaluates a new connection from pod from to pod to on proto/port
+// with the rules Compute enforces (the same peer and port matching).
+func Trace(in Input, from, to Pod, proto uint8, port uint16) TraceResult {
+	cidrs, _ := policyCIDRs(in.Policies)
+	src, dst := podPeer(from, in.Namespaces, cidrs), podPeer(to, in.Namespaces, cidrs)
+	var r TraceResult
+	r.Egress = verdict(in.Policies, from, true, func(np *networkingv1.NetworkPolicy) bool {
+		for _, rule := range np.Spec.Egress {
+			if anyPeerMatches(np, rule.To, dst) && rulePortAllows(rule.Ports, dst, proto, port) {
+				return true
+			}
+		}
+		return false
+	})
+	r.Ingress = verdict(in.Policies, to, false, func(np *networkingv1.NetworkPolicy) bool {
+		for _, rule := range np.Spec.Ingress {
+			if anyPeerMatches(np, rule.From, src) && rulePortAllows(rule.Ports, dst, proto, port) {
+				return true
+			}
+		}
+		return false
+	})
+	return r
+}
+
+// verdict evaluates the policies selecting pod in one direction.
+func verdict(nps []*networkingv1.NetworkPolicy, pod Pod, egress bool, allows func(*networkingv1.NetworkPolicy) bool) Verdict {
+	var v Verdict
+	for _, np := range nps {
+		if !selects(np, pod) {
+			continue
+		}
+		ing, eg := policyTypes(np)
+		if (egress && !eg) || (!egress && !ing) {
+			continue
+		}
+		v.Isolated = true
+		v.Isolating = append(v.Isolating, policyName(np))
+		if allows(np) {
+			v.By = append(v.By, policyName(np))
+		}
+	}
+	v.Allowed = !v.Isolated || len(v.By) > 0
+	return v
+}
+
+// rulePortAllows says whether a rule's ports (named ones resolved against target) allow proto/port.
+func rulePortAllows(ports []networkingv1.NetworkPolicyPort, target peer, proto uint8, port uint16) bool {
+	ranges, err := rulePorts(ports, target, true, true)
+	return err == nil && portAllowed(ranges, proto, port)
+}
+
+// FindPod returns the pod namespace/name of pods.
+func FindPod(pods []Pod, ref string) (Pod, bool) {
+	for _, p := range pods {
+		if p.Ref() == ref {
+			return p, true
+		}
+	}
+	return Pod{}, false
+}
+
+// PodByIP returns the pod with address ip.
+func PodByIP(pods []Pod, ip netip.Addr) (Pod, bool) {
+	for _, p := range pods {
+		if p.IP == ip {
+			return p, true
+		}
+	}
+	return Pod{}, false
+}

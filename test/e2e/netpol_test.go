@@ -1,0 +1,465 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"net/netip"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
+	"github.com/myelin-net/myelin/internal/netns"
+	"github.com/myelin-net/myelin/internal/policy/conformance"
+)
+
+// The upstream NetworkPolicy truth tables (internal/policy/conformance) on a
+// 2-node lab, one test per host-routing mode (and tunnel mode): namespaces
+// x, y, z with pods a, b, c each serving TCP and UDP on ports 80 and 81,
+// spread over both nodes; every probe connects from inside a pod's netns.
+// The summary line "NetworkPolicy conformance <profile>: N/M passed" is what
+// docs/policy.md reports.
+func TestLabMyelinNetworkPolicyBPF(t *testing.T)    { netpolConformance(t, "native") }
+func TestLabMyelinNetworkPolicyLegacy(t *testing.T) { netpolConformance(t, "native-legacy") }
+func TestLabMyelinNetworkPolicyTunnel(t *testing.T) { netpolConformance(t, "tunnel") }
+
+// netpolProbeTimeout is how long a denied probe waits; probes run in parallel.
+const netpolProbeTimeout = 1500 * time.Millisecond
+
+// netpolLab is the model deployed in a lab.
+type netpolLab struct {
+	cs    kubernetes.Interface
+	pods  map[conformance.PodRef]corev1.Pod
+	nodes []string
+}
+
+func netpolConformance(t *testing.T, profile string) {
+	requireRoot(t)
+	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", profile)
+	l := deployNetpolModel(t, cs)
+	passed, ran := 0, 0
+	var skipped []string
+	for _, c := range conformance.Cases() {
+		if c.Skip != "" {
+			skipped = append(skipped, c.Name)
+			continue
+		}
+		ran++
+		if err := l.runCase(c); err != nil {
+			t.Errorf("%s: %v", c.Name, err)
+		} else {
+			passed++
+		}
+		l.reset(t)
+	}
+	t.Logf("NetworkPolicy conformance %s: %d/%d passed (%d of upstream's %d not run: %s)", profile, passed, ran,
+		len(skipped), len(conformance.Cases()), strings.Join(skipped, "; "))
+	l.operatorView(t)
+	labDown(t)
+}
+
+// deployNetpolModel creates namespaces x, y, z and their pods a, b, c,
+// alternating between the nodes, and waits until every pod answers.
+func deployNetpolModel(t *testing.T, cs kubernetes.Interface) *netpolLab {
+	t.Helper()
+	ctx := context.Background()
+	l := &netpolLab{cs: cs, pods: map[conformance.PodRef]corev1.Pod{}, nodes: []string{labplan.NodeName(1), labplan.NodeName(2)}}
+	for _, ns := range conformance.Namespaces {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, r := range conformance.AllPods() {
+		spec := hostPod("server", "sh", "-c", fmt.Sprintf("%s lab serve --listen :80 & exec %s lab serve --listen :81", myelinBin, myelinBin))
+		spec.NodeName = l.nodes[i%2]
+		for _, port := range conformance.Ports {
+			for _, proto := range []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP} {
+				spec.Containers[0].Ports = append(spec.Containers[0].Ports, corev1.ContainerPort{
+					Name: conformance.PortName(port, proto), ContainerPort: port, Protocol: proto})
+			}
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: r.Pod, Namespace: r.NS, Labels: map[string]string{"pod": r.Pod}}, Spec: spec}
+		if _, err := cs.CoreV1().Pods(r.NS).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, podTimeout, "the 9 model pods running", func(ctx context.Context) (bool, string) {
+		var states []string
+		for _, r := range conformance.AllPods() {
+			p, err := cs.CoreV1().Pods(r.NS).Get(ctx, r.Pod, metav1.GetOptions{})
+			if err != nil || p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+				states = append(states, r.String()+" not running")
+				continue
+			}
+			l.pods[r] = *p
+		}
+		return len(states) == 0, strings.Join(states, ", ")
+	})
+	all := conformance.Probe{Port: 80, Proto: corev1.ProtocolTCP}
+	eventually(t, time.Minute, "every pod reaching every pod before any policy", func(context.Context) (bool, string) {
+		bad := l.mismatches(all)
+		return len(bad) == 0, strings.Join(bad, ", ")
+	})
+	return l
+}
+
+// runCase runs one case's steps; a probe that does not match its truth
+// table is retried (policy changes take a moment to reach every agent).
+func (l *netpolLab) runCase(c conformance.Case) error {
+	for i, s := range c.Steps {
+		since := time.Now()
+		for _, a := range s.Do {
+			if err := l.do(a); err != nil {
+				return fmt.Errorf("step %d: %w", i, err)
+			}
+		}
+		l.waitApplied(since)
+		for _, p := range s.Probes {
+			var bad []string
+			for attempt := 0; attempt < 5; attempt++ {
+				if bad = l.mismatches(p); len(bad) == 0 {
+					break
+				}
+				time.Sleep(time.Second)
+			}
+			if len(bad) > 0 {
+				return fmt.Errorf("step %d, %d/%s: %d of 72 connections differ from the truth table: %s",
+					i, p.Port, p.Proto, len(bad), strings.Join(bad, ", "))
+			}
+		}
+	}
+	return nil
+}
+
+func (l *netpolLab) ips() conformance.IPs {
+	out := conformance.IPs{}
+	for r, p := range l.pods {
+		out[r] = mustParseAddr(p.Status.PodIP)
+	}
+	return out
+}
+
+func (l *netpolLab) do(a conformance.Action) error {
+	ctx := context.Background()
+	switch {
+	case a.Create != nil:
+		np := a.Create(l.ips())
+		_, err := l.cs.NetworkingV1().NetworkPolicies(np.Namespace).Create(ctx, np, metav1.CreateOptions{})
+		return err
+	case a.Update != nil:
+		np := a.Update(l.ips())
+		cur, err := l.cs.NetworkingV1().NetworkPolicies(np.Namespace).Get(ctx, np.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Spec = np.Spec
+		_, err = l.cs.NetworkingV1().NetworkPolicies(np.Namespace).Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	case a.DeleteAll:
+		return l.deletePolicies()
+	case a.LabelNamespace != "":
+		ns, err := l.cs.CoreV1().Namespaces().Get(ctx, a.LabelNamespace, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for k, v := range a.Labels {
+			ns.Labels[k] = v
+		}
+		_, err = l.cs.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{})
+		return err
+	case a.LabelPod != nil:
+		return l.addPodLabels(*a.LabelPod, a.Labels)
+	}
+	return errors.New("empty action")
+}
+
+// addPodLabels adds labels to a pod (upstream's AddPodLabels); with reset,
+// the pod's labels become exactly labels.
+func (l *netpolLab) addPodLabels(r conformance.PodRef, labels map[string]string) error {
+	return l.labelPod(r, labels, false)
+}
+
+func (l *netpolLab) labelPod(r conformance.PodRef, labels map[string]string, reset bool) error {
+	ctx := context.Background()
+	p, err := l.cs.CoreV1().Pods(r.NS).Get(ctx, r.Pod, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if reset {
+		if maps.Equal(p.Labels, labels) {
+			return nil
+		}
+		p.Labels = map[string]string{}
+	}
+	for k, v := range labels {
+		p.Labels[k] = v
+	}
+	_, err = l.cs.CoreV1().Pods(r.NS).Update(ctx, p, metav1.UpdateOptions{})
+	return err
+}
+
+func (l *netpolLab) deletePolicies() error {
+	for _, ns := range conformance.Namespaces {
+		err := l.cs.NetworkingV1().NetworkPolicies(ns).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reset removes every policy and label change a case made.
+func (l *netpolLab) reset(t *testing.T) {
+	t.Helper()
+	since := time.Now()
+	if err := l.deletePolicies(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range conformance.AllPods() {
+		if err := l.labelPod(r, map[string]string{"pod": r.Pod}, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range conformance.Namespaces {
+		ns, err := l.cs.CoreV1().Namespaces().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := ns.Labels["ns2"]; ok {
+			delete(ns.Labels, "ns2")
+			if _, err := l.cs.CoreV1().Namespaces().Update(context.Background(), ns, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	l.waitApplied(since)
+}
+
+// waitApplied waits (up to 10 s) until every agent applied a computation
+// that started after since (after the changes made since then).
+func (l *netpolLab) waitApplied(since time.Time) {
+	deadline := time.Now().Add(10 * time.Second)
+	for _, n := range l.nodes {
+		for time.Now().Before(deadline) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			st, err := api.NewClient(api.NodeSocket(n)).Policy(ctx)
+			cancel()
+			if err == nil && st.Synced && st.Started.After(since) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// mismatches probes all 72 pairs in parallel and lists those that differ from p.
+func (l *netpolLab) mismatches(p conformance.Probe) []string {
+	var (
+		mu  sync.Mutex
+		bad []string
+		wg  sync.WaitGroup
+	)
+	for _, f := range conformance.AllPods() {
+		for _, d := range conformance.AllPods() {
+			if f == d {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got := probeConn(podNetNS(l.pods[f]), p.Proto, net.JoinHostPort(l.pods[d].Status.PodIP, fmt.Sprint(p.Port)))
+				if want := p.Expected(f, d); got != want {
+					mu.Lock()
+					bad = append(bad, fmt.Sprintf("%s->%s got %v want %v", f, d, got, want))
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	return bad
+}
+
+// probeConn connects from inside netns path: TCP connects, UDP gets an answer.
+func probeConn(path string, proto corev1.Protocol, addr string) bool {
+	err := netns.Do(path, func() error {
+		network := "tcp"
+		if proto == corev1.ProtocolUDP {
+			network = "udp"
+		}
+		c, err := net.DialTimeout(network, addr, netpolProbeTimeout)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if network == "tcp" {
+			return nil
+		}
+		_ = c.SetDeadline(time.Now().Add(netpolProbeTimeout))
+		if _, err := c.Write([]byte("netpol probe")); err != nil {
+			return err
+		}
+		_, err = c.Read(make([]byte, 512))
+		return err
+	})
+	return err == nil
+}
+
+func mustParseAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// operatorView checks what an operator sees with x/a isolated (only x/b
+// in on TCP 80): myelin endpoints, myelin policy trace, and the drop of a
+// denied packet in myelin monitor with both pods' names and the side.
+func (l *netpolLab) operatorView(t *testing.T) {
+	t.Helper()
+	np := policyXAFromXB()
+	since := time.Now()
+	if _, err := l.cs.NetworkingV1().NetworkPolicies("x").Create(context.Background(), np, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l.waitApplied(since)
+	node := l.pods[conformance.PodRef{NS: "x", Pod: "a"}].Spec.NodeName
+	out, err := myelin("endpoints", "--node", node)
+	if err != nil || !regexpMatch(`(?m)^x/a\s+\S+\s+\d+\s+on\s+off\s+x/x-a-allows-x-b`, out) {
+		t.Errorf("myelin endpoints --node %s: %v, want x/a with ingress on, egress off, its policy:\n%s", node, err, out)
+	}
+	t.Logf("myelin endpoints --node %s:\n%s", node, out)
+	for _, c := range []struct{ from, want string }{
+		{"x/b", "x/b -> x/a 80/TCP: ALLOWED"}, {"y/a", "x/b -> x/a 80/TCP: DENIED"},
+	} {
+		c.want = strings.Replace(c.want, "x/b", c.from, 1)
+		out, err := myelin("policy", "trace", "--node", node, "--from", c.from, "--to", "x/a", "--port", "80/TCP")
+		if err != nil || !strings.Contains(out, c.want) || !strings.Contains(out, "x/x-a-allows-x-b") {
+			t.Errorf("myelin policy trace --from %s --to x/a: %v, want %q naming x/x-a-allows-x-b:\n%s", c.from, err, c.want, out)
+		}
+	}
+	l.monitorPolicyDrop(t, node)
+	l.restartKeepsEnforcing(t, node)
+}
+
+func policyXAFromXB() *networkingv1.NetworkPolicy {
+	port := intstr.FromInt32(80)
+	return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "x-a-allows-x-b"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pod": "a"}},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pod": "b"}}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Port: &port}},
+			}},
+		}}
+}
+
+func regexpMatch(re, s string) bool { return regexp.MustCompile(re).MatchString(s) }
+
+// monitorPolicyDrop connects y/a -> x/a:80 while myelin monitor watches
+// drops on x/a's node: the event is DROP_POLICY_DENIED, ingress, naming both pods.
+func (l *netpolLab) monitorPolicyDrop(t *testing.T, node string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mon := exec.CommandContext(ctx, myelinBin, "monitor", "--node", node, "--type", "drop", "-o", "json")
+	stdout, err := mon.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); _ = mon.Wait() }()
+	found := make(chan api.Event, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var ev api.Event
+			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Reason == "DROP_POLICY_DENIED" {
+				found <- ev
+				return
+			}
+		}
+	}()
+	ya, xa := l.pods[conformance.PodRef{NS: "y", Pod: "a"}], l.pods[conformance.PodRef{NS: "x", Pod: "a"}]
+	deadline := time.After(30 * time.Second)
+	for {
+		probeConn(podNetNS(ya), corev1.ProtocolTCP, net.JoinHostPort(xa.Status.PodIP, "80"))
+		select {
+		case ev := <-found:
+			if ev.SrcPod != "y/a" || ev.DstPod != "x/a" || ev.PolicyDirection != "ingress" {
+				t.Errorf("drop event = %+v, want DROP_POLICY_DENIED from y/a to x/a, ingress", ev)
+			}
+			t.Logf("myelin monitor: %+v", ev)
+			return
+		case <-deadline:
+			t.Fatal("myelin monitor showed no DROP_POLICY_DENIED for y/a -> x/a:80")
+		default:
+		}
+	}
+}
+
+// restartKeepsEnforcing kills x/a's agent and holds it down, then lets it
+// restart, probing all along: x/b keeps reaching x/a:80 and y/a never does
+// (pinned maps enforce without an agent; the restarted agent changes
+// nothing until it knows the cluster, and then writes nothing: its
+// identities survived on disk).
+func (l *netpolLab) restartKeepsEnforcing(t *testing.T, node string) {
+	t.Helper()
+	xa, xb, ya := l.pods[conformance.PodRef{NS: "x", Pod: "a"}], l.pods[conformance.PodRef{NS: "x", Pod: "b"}], l.pods[conformance.PodRef{NS: "y", Pod: "a"}]
+	target := net.JoinHostPort(xa.Status.PodIP, "80")
+	var (
+		mu         sync.Mutex
+		violations []string
+		probes     int
+	)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			okB, okY := probeConn(podNetNS(xb), corev1.ProtocolTCP, target), probeConn(podNetNS(ya), corev1.ProtocolTCP, target)
+			mu.Lock()
+			probes++
+			if !okB || okY {
+				violations = append(violations, fmt.Sprintf("%s: x/b allowed=%v y/a allowed=%v", time.Now().Format(time.TimeOnly), okB, okY))
+			}
+			mu.Unlock()
+		}
+	}()
+	killAgent(t, node, true)
+	time.Sleep(3 * time.Second) // probing with no agent at all
+	releaseAgent(t, node)
+	var st api.PolicyStatus
+	eventually(t, time.Minute, "the restarted agent's first policy apply", func(ctx context.Context) (bool, string) {
+		var err error
+		st, err = api.NewClient(api.NodeSocket(node)).Policy(ctx)
+		return err == nil && st.Synced, fmt.Sprintf("%+v %v", st, err)
+	})
+	time.Sleep(2 * time.Second)
+	close(stop)
+	<-done
+	if len(violations) > 0 {
+		t.Errorf("%d of %d probe rounds around the agent restart broke the policy: %s", len(violations), probes, strings.Join(violations, "; "))
+	}
+	if st.Writes != 0 {
+		t.Errorf("the restarted agent wrote %d map entries, want 0 (same identities, same state)", st.Writes)
+	}
+	t.Logf("agent restart on %s: %d probe rounds, policy held; first apply %d writes in %s", node, probes, st.Writes, st.Took)
+}
