@@ -149,6 +149,10 @@ func downRuntime(paths labplan.Paths, note func(string, ...any)) []string {
 		}
 		note("removed %s", f)
 	}
+	// Empty once the lab's shims are gone; a running containerd's would not be.
+	for _, dir := range []string{shimSocketDir, filepath.Dir(shimSocketDir)} {
+		_ = syscall.Rmdir(dir)
+	}
 	if exists(paths.KubeletSharedDirCreated()) && exists(labplan.KubeletSharedDir) {
 		if err := os.RemoveAll(labplan.KubeletSharedDir); err != nil {
 			problems = append(problems, err.Error())
