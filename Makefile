@@ -68,7 +68,7 @@ demo: setup build images ## Bring up a 2-node lab and show pods talking across i
 	@scripts/demo.sh $(MYELIN) $(LAB_FLAGS)
 
 .PHONY: lab-up
-lab-up: setup build ## Bring up a lab (LAB_FLAGS="--nodes 3 --profile native-legacy")
+lab-up: setup build images ## Bring up a lab (LAB_FLAGS="--nodes 3 --profile native-legacy", or "--runtime containerd")
 	$(MYELIN) lab up $(LAB_FLAGS)
 
 .PHONY: lab-down

@@ -26,7 +26,7 @@ apt_packages=(
 	etcd-client                           # etcdctl: writes flannel's config (lab --cni flannel)
 	containernetworking-plugins           # reference bridge, host-local, portmap, loopback (lab --cni bridge|flannel; containerd)
 	containerd runc                       # the real container runtime (lab --runtime containerd)
-	mmdebstrap busybox-static             # rootfs of the locally built images (scripts/build-images.sh)
+	mmdebstrap busybox-static             # rootfs of the locally built images (scripts/build-image-bases.sh, make images)
 	gcc libc6-dev                         # cgo, which flannel's build needs
 	openssl ca-certificates
 )

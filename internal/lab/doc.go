@@ -9,5 +9,7 @@
 // needs (tools, node daemons, bootstrap, node network) comes from its flavour
 // (package cni and its sub-packages), chosen in one place: FlavourOf.
 //
-// The lab kubelet that realises Pods on each node lives in the sub-package kubelet.
+// What runs each node's pods is its runtime (Runtime, chosen in RuntimeOf): the lab
+// kubelet (sub-package kubelet; --runtime lab, the default) or the real kubelet with
+// containerd and runc (--runtime containerd), which runs the images of internal/images.
 package lab

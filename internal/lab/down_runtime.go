@@ -22,6 +22,10 @@ const (
 	containerLogsDir = "/var/log/containers" // the kubelet links each container's log here
 )
 
+// podDeleteGrace is the pods' grace period in lab down: the lab is going away, and a
+// shell as PID 1 ignores SIGTERM.
+var podDeleteGrace int64 = 2
+
 // deletePods deletes every pod while the kubelets still run, so their CNI DEL gives
 // the addresses back: workloads first, then what DaemonSets run (a CNI agent last).
 func deletePods(paths labplan.Paths, timeout time.Duration) error {
@@ -42,7 +46,7 @@ func deletePods(paths labplan.Paths, timeout time.Duration) error {
 				continue
 			}
 			left++
-			_ = cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{})
+			_ = cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &podDeleteGrace})
 		}
 		for left > 0 && ctx.Err() == nil {
 			time.Sleep(500 * time.Millisecond)
@@ -148,6 +152,10 @@ func downRuntime(paths labplan.Paths, note func(string, ...any)) []string {
 			continue
 		}
 		note("removed %s", f)
+	}
+	// Empty once the lab's shims are gone; a running containerd's would not be.
+	for _, dir := range []string{shimSocketDir, filepath.Dir(shimSocketDir)} {
+		_ = syscall.Rmdir(dir)
 	}
 	if exists(paths.KubeletSharedDirCreated()) && exists(labplan.KubeletSharedDir) {
 		if err := os.RemoveAll(labplan.KubeletSharedDir); err != nil {

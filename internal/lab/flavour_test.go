@@ -17,3 +17,15 @@ func TestFlavourOfEveryValidCNI(t *testing.T) {
 		}
 	}
 }
+
+// Every runtime the options accept has a runtime type, and none other does.
+func TestRuntimeOfEveryValidRuntime(t *testing.T) {
+	for _, r := range []labplan.Runtime{labplan.RuntimeLab, labplan.RuntimeContainerd, "docker"} {
+		o := labplan.DefaultOptions()
+		o.Runtime = r
+		valid := o.Validate() == nil
+		if got := RuntimeOf(r) != nil; got != valid {
+			t.Errorf("--runtime %s: valid option %v, has a runtime %v", r, valid, got)
+		}
+	}
+}
