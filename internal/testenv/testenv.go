@@ -7,6 +7,7 @@ package testenv
 import (
 	"os"
 	"os/exec"
+	"syscall"
 	"testing"
 )
 
@@ -42,4 +43,23 @@ func RequireTools(t testing.TB, tools ...string) {
 			Skipf(t, "needs %s (make setup installs it): %v", tool, err)
 		}
 	}
+}
+
+// LabLockFile serialises the test packages that bring up a lab: `go test ./...` runs
+// packages in parallel, and a machine holds one lab at a time.
+const LabLockFile = "/run/myelin-test-lab.lock"
+
+// LockLab waits until no other test package holds the lab, and holds it until the
+// test (and its cleanups, which take the lab down) ends.
+func LockLab(t testing.TB) {
+	t.Helper()
+	f, err := os.OpenFile(LabLockFile, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("open the lab lock %s: %v", LabLockFile, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatalf("lock %s: %v", LabLockFile, err)
+	}
+	t.Cleanup(func() { f.Close() }) // registered first, so it runs after lab down
 }

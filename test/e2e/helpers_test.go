@@ -55,6 +55,7 @@ func runTests(m *testing.M) int {
 func requireRoot(t *testing.T) {
 	t.Helper()
 	testenv.RequireRoot(t, "run a lab (network namespaces, a real control plane)")
+	testenv.LockLab(t) // test/install brings up labs too, in parallel with this package
 }
 
 // myelin runs the myelin CLI and returns its combined output and error.

@@ -28,6 +28,7 @@ func kubectlBin(t *testing.T) string {
 func labUp(t *testing.T) (labplan.Paths, string) {
 	t.Helper()
 	testenv.RequireRoot(t, "run a lab (network namespaces, a real control plane)")
+	testenv.LockLab(t) // test/e2e brings up labs too, in parallel with this package
 	paths := labplan.Paths{Dir: labplan.DefaultDir}
 	if lab.Running(paths) || len(lab.LeftoverNetNS()) > 0 {
 		t.Fatal("a lab is already running or left over on this machine; run myelin lab down first")
