@@ -213,9 +213,20 @@ func monitorShowsDrop(t *testing.T) {
 	if out, err := inNode(n1, "ip", "route", "add", "blackhole", "10.99.0.0/16"); err != nil {
 		t.Fatalf("add blackhole route: %v %s", err, out)
 	}
+	ev := awaitDrop(t, n1, "DROP_NO_ROUTE", func() { _, _ = inPod("client", "ping", "-c", "1", "-W", "1", "10.99.1.1") })
+	if ev.Type != "drop" || ev.SrcPod != "default/client" || ev.Dst != "10.99.1.1" || ev.Direction != "from-pod" {
+		t.Errorf("drop event = %+v, want a from-pod drop from default/client to 10.99.1.1", ev)
+	}
+}
+
+// awaitDrop watches `myelin monitor --type drop` on node and runs provoke (about
+// once a second) until a drop event with reason arrives, which it returns; it fails
+// the test after 30 s without one.
+func awaitDrop(t *testing.T, node, reason string, provoke func()) api.Event {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	mon := exec.CommandContext(ctx, myelinBin, "monitor", "--node", n1, "--type", "drop", "-o", "json")
+	mon := exec.CommandContext(ctx, myelinBin, "monitor", "--node", node, "--type", "drop", "-o", "json")
 	stdout, err := mon.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +240,7 @@ func monitorShowsDrop(t *testing.T) {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			var ev api.Event
-			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Reason == "DROP_NO_ROUTE" {
+			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Reason == reason {
 				found <- ev
 				return
 			}
@@ -237,16 +248,13 @@ func monitorShowsDrop(t *testing.T) {
 	}()
 	deadline := time.After(30 * time.Second)
 	for {
-		_, _ = inPod("client", "ping", "-c", "1", "-W", "1", "10.99.1.1")
+		provoke()
 		select {
 		case ev := <-found:
-			if ev.Type != "drop" || ev.SrcPod != "default/client" || ev.Dst != "10.99.1.1" || ev.Direction != "from-pod" {
-				t.Errorf("drop event = %+v, want a from-pod drop from default/client to 10.99.1.1", ev)
-			}
-			return
+			return ev
 		case <-deadline:
-			t.Fatal("myelin monitor showed no DROP_NO_ROUTE event for pings into a blackhole route")
-		default:
+			t.Fatalf("myelin monitor on %s showed no %s event", node, reason)
+		case <-time.After(time.Second):
 		}
 	}
 }

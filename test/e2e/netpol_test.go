@@ -1,15 +1,12 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"net"
 	"net/netip"
-	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
@@ -370,44 +367,14 @@ func regexpMatch(re, s string) bool { return regexp.MustCompile(re).MatchString(
 // drops on x/a's node: the event is DROP_POLICY_DENIED, ingress, naming both pods.
 func (l *netpolLab) monitorPolicyDrop(t *testing.T, node string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	mon := exec.CommandContext(ctx, myelinBin, "monitor", "--node", node, "--type", "drop", "-o", "json")
-	stdout, err := mon.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := mon.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cancel(); _ = mon.Wait() }()
-	found := make(chan api.Event, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			var ev api.Event
-			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Reason == "DROP_POLICY_DENIED" {
-				found <- ev
-				return
-			}
-		}
-	}()
 	ya, xa := l.pods[conformance.PodRef{NS: "y", Pod: "a"}], l.pods[conformance.PodRef{NS: "x", Pod: "a"}]
-	deadline := time.After(30 * time.Second)
-	for {
+	ev := awaitDrop(t, node, "DROP_POLICY_DENIED", func() {
 		probeConn(podNetNS(ya), corev1.ProtocolTCP, net.JoinHostPort(xa.Status.PodIP, "80"))
-		select {
-		case ev := <-found:
-			if ev.SrcPod != "y/a" || ev.DstPod != "x/a" || ev.PolicyDirection != "ingress" {
-				t.Errorf("drop event = %+v, want DROP_POLICY_DENIED from y/a to x/a, ingress", ev)
-			}
-			t.Logf("myelin monitor: %+v", ev)
-			return
-		case <-deadline:
-			t.Fatal("myelin monitor showed no DROP_POLICY_DENIED for y/a -> x/a:80")
-		default:
-		}
+	})
+	if ev.SrcPod != "y/a" || ev.DstPod != "x/a" || ev.PolicyDirection != "ingress" {
+		t.Errorf("drop event = %+v, want DROP_POLICY_DENIED from y/a to x/a, ingress", ev)
 	}
+	t.Logf("myelin monitor: %+v", ev)
 }
 
 // restartKeepsEnforcing kills x/a's agent and holds it down, then lets it
