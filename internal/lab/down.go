@@ -69,7 +69,10 @@ func Down(paths labplan.Paths, out io.Writer) error {
 		}
 		note("removed %s", dir)
 	}
-	if _, err := os.Stat(paths.Dir); err == nil {
+	if _, err := os.Stat(paths.Dir); err == nil && len(problems) > 0 {
+		// It holds the sysctls as they were: the next lab down needs them.
+		note("kept %s for the next lab down", paths.Dir)
+	} else if err == nil {
 		if err := os.RemoveAll(paths.Dir); err != nil {
 			problems = append(problems, err.Error())
 		} else {

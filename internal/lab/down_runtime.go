@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -13,6 +15,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/myelin-net/myelin/internal/lab/cni/bridge"
+	"github.com/myelin-net/myelin/internal/lab/cni/flannel"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
@@ -164,6 +168,7 @@ func downRuntime(paths labplan.Paths, note func(string, ...any)) []string {
 			note("removed %s (the kubelets' device-plugin dir)", labplan.KubeletSharedDir)
 		}
 	}
+	problems = append(problems, removeCNIResults(paths, note)...)
 	for _, cg := range leftoverCgroups() {
 		if err := removeCgroupRetrying(cg); err != nil {
 			problems = append(problems, err.Error())
@@ -184,4 +189,57 @@ func removeCgroupRetrying(dir string) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return err
+}
+
+// labNetworks are the CNI network names of the lab's flavours.
+var labNetworks = []string{"myelin", bridge.NetworkName, flannel.NetworkName}
+
+// cniResult is a file name of libcni's result cache: <network>-<sandbox id>-<ifname>.
+var cniResult = regexp.MustCompile(`^(.+)-([0-9a-f]{64})-([^-]+)$`)
+
+// LeftoverCNIResults lists containerd's cached CNI results of the lab's pods: those
+// of the lab's networks, and the loopback results of the same sandboxes.
+func LeftoverCNIResults() []string {
+	return cniResultsIn(filepath.Join(labplan.CNICacheDir, "results"))
+}
+
+// cniResultsIn is LeftoverCNIResults in the results directory dir.
+func cniResultsIn(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	sandboxes := map[string]bool{}
+	for _, e := range entries {
+		if m := cniResult.FindStringSubmatch(e.Name()); m != nil && slices.Contains(labNetworks, m[1]) {
+			sandboxes[m[2]] = true
+		}
+	}
+	var out []string
+	for _, e := range entries {
+		if m := cniResult.FindStringSubmatch(e.Name()); m != nil && sandboxes[m[2]] {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	return out
+}
+
+// removeCNIResults removes the lab's cached CNI results, or the whole cache when
+// the lab created it.
+func removeCNIResults(paths labplan.Paths, note func(string, ...any)) []string {
+	if exists(paths.CNICacheDirCreated()) && exists(labplan.CNICacheDir) {
+		if err := os.RemoveAll(labplan.CNICacheDir); err != nil {
+			return []string{err.Error()}
+		}
+		note("removed %s (containerd's CNI result cache)", labplan.CNICacheDir)
+		return nil
+	}
+	var problems []string
+	results := LeftoverCNIResults()
+	for _, f := range results {
+		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+			problems = append(problems, err.Error())
+		}
+	}
+	if len(results) > 0 {
+		note("removed %d cached CNI results of lab pods from %s", len(results), labplan.CNICacheDir)
+	}
+	return problems
 }

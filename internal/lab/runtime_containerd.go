@@ -54,9 +54,14 @@ func (containerdRuntime) Prepare(paths labplan.Paths, plan labplan.Plan) error {
 	if err := saveSysctls(paths.Sysctls()); err != nil {
 		return err
 	}
-	if !exists(labplan.KubeletSharedDir) {
-		if err := os.WriteFile(paths.KubeletSharedDirCreated(), nil, 0o644); err != nil {
-			return err
+	for dir, marker := range map[string]string{
+		labplan.KubeletSharedDir: paths.KubeletSharedDirCreated(),
+		labplan.CNICacheDir:      paths.CNICacheDirCreated(),
+	} {
+		if !exists(dir) {
+			if err := os.WriteFile(marker, nil, 0o644); err != nil {
+				return err
+			}
 		}
 	}
 	for _, n := range plan.Nodes {

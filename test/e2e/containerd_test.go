@@ -222,6 +222,9 @@ func runtimeLeftovers() []string {
 			out = append(out, "container log link "+e.Name())
 		}
 	}
+	for _, f := range lab.LeftoverCNIResults() {
+		out = append(out, "cached CNI result "+f)
+	}
 	if exec.Command("pgrep", "-x", "kubelet").Run() != nil {
 		if _, err := os.Stat("/var/lib/kubelet/device-plugins/kubelet.sock"); err == nil {
 			out = append(out, "path /var/lib/kubelet/device-plugins/kubelet.sock (no kubelet runs)")

@@ -52,3 +52,10 @@ const KubeletSharedDir = "/var/lib/kubelet"
 
 // KubeletSharedDirCreated marks that the lab created KubeletSharedDir.
 func (p Paths) KubeletSharedDirCreated() string { return p.join("var-lib-kubelet.created") }
+
+// CNICacheDir is where containerd 1.6 keeps libcni's cached results, machine-wide
+// (results/<network>-<sandbox id>-<interface>); it has no per-node setting.
+const CNICacheDir = "/var/lib/cni"
+
+// CNICacheDirCreated marks that the lab created CNICacheDir.
+func (p Paths) CNICacheDirCreated() string { return p.join("var-lib-cni.created") }
