@@ -55,7 +55,7 @@ func endpointOfPod(t *testing.T, node, pod string) api.Endpoint {
 // cniCheck runs the node's installed myelin-cni with CNI_COMMAND=CHECK for ep, as a
 // runtime does, and returns its output.
 func cniCheck(node string, ep api.Endpoint) (string, error) {
-	bin := filepath.Join(paths.NodeDir(node), "cni", "bin", "myelin-cni")
+	bin := filepath.Join(paths.CNIBinDir(node), "myelin-cni")
 	cmd := exec.Command("nsenter", "--net="+labplan.NetNSPath(node), "--", bin)
 	cmd.Env = append(os.Environ(), "CNI_COMMAND=CHECK", "CNI_CONTAINERID="+ep.ContainerID, "CNI_NETNS="+ep.NetNS,
 		"CNI_IFNAME="+ep.IfName, "CNI_PATH="+filepath.Dir(bin),

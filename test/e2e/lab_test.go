@@ -189,7 +189,7 @@ func TestLabKubeletFailures(t *testing.T) {
 	node := labplan.NodeName(1)
 
 	// A conflist that sorts first and names a plugin that does not exist.
-	broken := filepath.Join(paths.NodeDir(node), "cni", "net.d", "00-broken.conflist")
+	broken := filepath.Join(paths.CNIConfDir(node), "00-broken.conflist")
 	conf := `{"cniVersion":"1.0.0","name":"broken","plugins":[{"type":"myelin-no-such-plugin"}]}`
 	if err := os.WriteFile(broken, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/myelin-net/myelin/internal/lab/cni/bridge"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/nodelayout"
 )
@@ -209,11 +210,23 @@ func cleanupAsPod(t *testing.T, bin string, c corev1.Container) {
 	if out, err := inNode(args...); err != nil {
 		t.Fatalf("myelin-agent --cleanup: %v\n%s", err, out)
 	}
-	for _, flag := range []string{"--cni-conf-dir", "--cni-bin-dir", "--bpffs-dir", "--state-dir"} {
+	for _, flag := range []string{"--bpffs-dir", "--state-dir"} {
 		dir := strings.ReplaceAll(arg(c, flag), "$(NODE_NAME)", node)
 		if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
 			t.Errorf("after cleanup %s (%s) still holds %v", dir, flag, entries)
 		}
+	}
+	// The CNI dirs are the node's, shared with the lab's bridge CNI: myelin's files go,
+	// the other network's conflist stays.
+	confDir := strings.ReplaceAll(arg(c, "--cni-conf-dir"), "$(NODE_NAME)", node)
+	binDir := strings.ReplaceAll(arg(c, "--cni-bin-dir"), "$(NODE_NAME)", node)
+	for _, f := range []string{filepath.Join(confDir, nodelayout.CNIConfFile), filepath.Join(binDir, "myelin-cni")} {
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("after cleanup %s still exists", f)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(confDir, "10-"+bridge.NetworkName+".conflist")); err != nil {
+		t.Errorf("cleanup removed another network's conflist: %v", err)
 	}
 	if out, err := inNode("ip", "link", "show", "myelin_vxlan"); err == nil {
 		t.Errorf("after cleanup myelin_vxlan still exists:\n%s", out)
