@@ -100,7 +100,7 @@ func runCleanup(cfg agent.Config, logFormat string, hold bool, doneFile string) 
 }
 
 // writeDone writes the file whose existence says the node is clean: the readiness
-// probe of the chart's cleanup pods tests it, so helm upgrade --wait returns only
+// probe of the chart's cleanup pods tests it, so kubectl rollout status returns only
 // once every node is clean.
 func writeDone(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

@@ -40,7 +40,7 @@ func TestChartPodSecurity(t *testing.T) {
 
 // Cleanup pods turn ready only once their node is clean (the file --cleanup-done-file
 // writes, in an emptyDir, tested by the readiness probe), and every node is cleaned at
-// once, so helm upgrade --set cleanup=true --wait returns when every node is clean.
+// once, so kubectl rollout status returns only when every node is clean.
 func TestChartCleanupPodReadyWhenClean(t *testing.T) {
 	ds := daemonSet(t, "cleanup=true")
 	c := ds.Spec.Template.Spec.Containers[0]

@@ -44,6 +44,6 @@ seLinuxOptions:
 {{- end -}}
 
 {{/* Where a cleanup pod says that its node is clean (an emptyDir): its readiness
-probe tests this file, so helm upgrade --set cleanup=true --wait returns only when
-every node is clean. */}}
+probe tests this file, so kubectl rollout status ds/myelin returns only when every
+node is clean (helm's --wait does not wait for them with maxUnavailable 100%). */}}
 {{- define "myelin.cleanupDoneFile" -}}/run/myelin-cleanup/done{{- end -}}
