@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -69,5 +70,16 @@ func TestDatapathFailureEvent(t *testing.T) {
 	s.reportDatapathFailure(ctx, context.Canceled)
 	if evs, _ := cs.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{}); len(evs.Items) != 1 {
 		t.Errorf("a stopping agent recorded an Event: %+v", evs.Items)
+	}
+}
+
+// The firewall guard's Event on the Node carries the Node's UID too.
+func TestGuardEventCarriesNodeUID(t *testing.T) {
+	cs := fake.NewSimpleClientset()
+	g := newGuardLoop(&guardState{}, nodePlan{Node: "n1"}, "uid-node", cs, newLoops(), slog.Default())
+	g.nodeEvent(context.Background(), corev1.EventTypeWarning, "UserFirewallRules", "rules appeared")
+	evs, _ := cs.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+	if len(evs.Items) != 1 || evs.Items[0].InvolvedObject.UID != "uid-node" || evs.Items[0].InvolvedObject.Name != "n1" {
+		t.Errorf("guard events = %+v, want one on Node n1 with uid uid-node", evs.Items)
 	}
 }

@@ -133,7 +133,7 @@ func (s *startup) loopsFor(nodes *nodeWatch, node *nodeDatapath, svc *serviceLoo
 	} else {
 		rs = append(rs, newNodeRoutesLoop(s.plan, s.cfg.Uplink, nodes, routes, s.loops, s.log))
 	}
-	rs = append(rs, kube, newGuardLoop(s.guard, s.plan, s.cs, s.loops, s.log), deleted, srv.monitor)
+	rs = append(rs, kube, newGuardLoop(s.guard, s.plan, s.nodeUID, s.cs, s.loops, s.log), deleted, srv.monitor)
 	if svc != nil {
 		rs = append(rs, svc)
 	}
