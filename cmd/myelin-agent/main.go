@@ -31,13 +31,15 @@ func main() {
 	flag.StringVar(&cfg.CNIVersion, "cni-version", "1.0.0", "cniVersion of the conflist (1.0.0 works with containerd 1.6; 1.1.0 adds STATUS and GC)")
 	flag.StringVar(&cfg.Uplink, "uplink", "eth0", "the node's uplink device")
 	flag.IntVar(&cfg.HealthPort, "health-port", 0, "serve /healthz (liveness) and /readyz (readiness) on 127.0.0.1:PORT (0: off)")
+	flag.BoolVar(&cfg.MountBPFFS, "mount-bpffs", true, "mount a bpffs at the parent of --bpffs-dir when none is there; false in a pod (the chart), where a mount would not reach the node and a missing bpffs stops the agent with what to do")
 	logFormat := flag.String("log-format", "text", "log format on stdout: text or json")
 	installPlugin := flag.Bool("install-cni-plugin", false, "only copy --cni-plugin into --cni-bin-dir and exit (the chart's init container)")
 	cleanup := flag.Bool("cleanup", false, "remove everything myelin put on this node (conflist, plugin, pod veths, VXLAN device, routes, iptables chains, pins, state) and exit; for uninstalling")
 	hold := flag.Bool("hold", false, "with --cleanup: then wait for SIGTERM instead of exiting (the chart's cleanup DaemonSet)")
+	doneFile := flag.String("cleanup-done-file", "", "with --cleanup: write this file once the node is clean (the chart's cleanup pods turn ready on it)")
 	flag.Parse()
 	if *cleanup {
-		os.Exit(runCleanup(cfg, *logFormat, *hold))
+		os.Exit(runCleanup(cfg, *logFormat, *hold, *doneFile))
 	}
 	if *installPlugin {
 		if err := agent.InstallPlugin(cfg); err != nil {
@@ -72,7 +74,7 @@ func main() {
 }
 
 // runCleanup removes myelin from this node and returns the exit code.
-func runCleanup(cfg agent.Config, logFormat string, hold bool) int {
+func runCleanup(cfg agent.Config, logFormat string, hold bool, doneFile string) int {
 	log, err := newLogger(logFormat)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "myelin-agent: %v\n", err)
@@ -83,12 +85,31 @@ func runCleanup(cfg agent.Config, logFormat string, hold bool) int {
 		return 1
 	}
 	log.Info("myelin removed from this node")
+	if doneFile != "" {
+		if err := writeDone(doneFile); err != nil {
+			log.Error("cleanup done, but not said", "err", err)
+			return 1
+		}
+	}
 	if hold {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		<-ctx.Done()
 	}
 	return 0
+}
+
+// writeDone writes the file whose existence says the node is clean: the readiness
+// probe of the chart's cleanup pods tests it, so kubectl rollout status returns only
+// once every node is clean.
+func writeDone(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("write --cleanup-done-file %s: %w", path, err)
+	}
+	if err := os.WriteFile(path, []byte("myelin removed from this node\n"), 0o644); err != nil {
+		return fmt.Errorf("write --cleanup-done-file %s: %w", path, err)
+	}
+	return nil
 }
 
 // newLogger writes structured lines to stdout, which the container runtime collects

@@ -2,8 +2,10 @@ package agent
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -36,6 +38,18 @@ func installCNI(cfg Config) error {
 		return err
 	}
 	return writeAtomic(filepath.Join(cfg.CNIConfDir, nodelayout.CNIConfFile), b, 0o644)
+}
+
+// withdrawConflist removes the conflist this agent wrote (only nodelayout.CNIConfFile
+// in the conf dir; other CNIs' files stay), so the runtime reports the network not
+// ready and the node gets no pods while no datapath would serve them. A missing file
+// is not an error; the next agent that starts writes it again.
+func withdrawConflist(cfg Config) error {
+	path := filepath.Join(cfg.CNIConfDir, nodelayout.CNIConfFile)
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove conflist %s: %w", path, err)
+	}
+	return nil
 }
 
 // InstallPlugin copies the myelin-cni binary into the node's CNI bin dir (what the

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/endpoint"
@@ -35,7 +34,7 @@ func (s *startup) startDatapath(ctx context.Context, nodes *nodeWatch) (*nodeDat
 	if err := os.MkdirAll(s.cfg.StateDir, 0o700); err != nil {
 		return nil, err
 	}
-	if err := ensureBPFFS(); err != nil {
+	if err := ensureBPFFS(s.cfg.BPFFSDir, s.cfg.MountBPFFS); err != nil {
 		return nil, err
 	}
 	pool, err := ipam.OpenPool(filepath.Join(s.cfg.StateDir, "ipam.json"), s.podCIDR)
@@ -128,19 +127,4 @@ func (s *startup) restoreEndpoints(dp *datapath.Datapath, pool *ipam.Pool) *endp
 	s.loops.report("endpoint-restore", err)
 	s.log.Info("endpoints restored", "adopted", adopted, "removed", removed, "err", err)
 	return eps
-}
-
-// ensureBPFFS mounts the BPF filesystem at /sys/fs/bpf if it is not mounted yet.
-func ensureBPFFS() error {
-	var st unix.Statfs_t
-	if err := unix.Statfs("/sys/fs/bpf", &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
-		return nil
-	}
-	if err := os.MkdirAll("/sys/fs/bpf", 0o755); err != nil {
-		return err
-	}
-	if err := unix.Mount("bpffs", "/sys/fs/bpf", "bpf", 0, ""); err != nil {
-		return fmt.Errorf("mount the BPF filesystem at /sys/fs/bpf: %w", err)
-	}
-	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/config"
@@ -27,10 +28,12 @@ const (
 )
 
 // eventTargets are the objects an Event about this node goes on: the Node and the
-// NodeConfigs among the configuration's sources ("NodeConfig <ns>/<name>").
-func eventTargets(node string, sources []string) []corev1.ObjectReference {
-	refs := []corev1.ObjectReference{{Kind: "Node", APIVersion: "v1", Name: node}}
-	for _, s := range sources {
+// NodeConfigs among the configuration's sources ("NodeConfig <ns>/<name>"). Each
+// carries its object's UID: kubectl describe lists only the Events whose
+// involvedObject.uid is the object's.
+func eventTargets(node string, nodeUID types.UID, conf config.Config) []corev1.ObjectReference {
+	refs := []corev1.ObjectReference{{Kind: "Node", APIVersion: "v1", Name: node, UID: nodeUID}}
+	for _, s := range conf.Sources {
 		nsName, ok := strings.CutPrefix(s, "NodeConfig ")
 		if !ok {
 			continue
@@ -39,7 +42,8 @@ func eventTargets(node string, sources []string) []corev1.ObjectReference {
 		if !ok {
 			continue
 		}
-		refs = append(refs, corev1.ObjectReference{Kind: "NodeConfig", APIVersion: "myelin.io/v1alpha1", Namespace: ns, Name: name})
+		refs = append(refs, corev1.ObjectReference{Kind: "NodeConfig", APIVersion: "myelin.io/v1alpha1", Namespace: ns, Name: name,
+			UID: conf.SourceUIDs[s]})
 	}
 	return refs
 }
@@ -82,17 +86,21 @@ func (s *startup) reportFallbacks(ctx context.Context) {
 		return
 	}
 	s.log.Warn("mode fallback", "reason", reasonHostRoutingFallback, "detail", msg)
-	recordWarning(ctx, s.cs, s.cfg.Node, eventTargets(s.cfg.Node, s.conf.Sources), reasonHostRoutingFallback, msg, s.log)
+	recordWarning(ctx, s.cs, s.cfg.Node, eventTargets(s.cfg.Node, s.nodeUID, s.conf), reasonHostRoutingFallback, msg, s.log)
 }
 
 // reportDatapathFailure logs and records that the datapath could not be loaded or
-// attached: the agent then stops, its pod never turns ready, and the node gets no
-// conflist from it, so no pod is scheduled onto a datapath that drops its traffic.
+// attached, and withdraws the conflist an earlier agent left: the agent then stops,
+// its pod never turns ready, and the runtime reports the network not ready, so no pod
+// is scheduled onto a datapath that drops its traffic.
 func (s *startup) reportDatapathFailure(ctx context.Context, err error) {
 	if ctx.Err() != nil {
-		return // stopping (SIGTERM), not failing
+		return // stopping (SIGTERM), not failing: the conflist stays for the next agent
 	}
 	msg := fmt.Sprintf("myelin could not load or attach its datapath on node %s: %v", s.cfg.Node, err)
 	s.log.Error("datapath failed", "reason", reasonDatapathAttachFailed, "err", err)
-	recordWarning(ctx, s.cs, s.cfg.Node, eventTargets(s.cfg.Node, s.conf.Sources), reasonDatapathAttachFailed, msg, s.log)
+	if werr := withdrawConflist(s.cfg); werr != nil {
+		s.log.Error("withdraw the conflist after the datapath failed", "err", werr)
+	}
+	recordWarning(ctx, s.cs, s.cfg.Node, eventTargets(s.cfg.Node, s.nodeUID, s.conf), reasonDatapathAttachFailed, msg, s.log)
 }

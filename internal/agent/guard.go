@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/api"
@@ -56,13 +57,14 @@ type guardLoop struct {
 	state       *guardState
 	hostRouting hostRoutingDecision
 	node        string
+	nodeUID     types.UID // the Node's, so its Events show in kubectl describe node
 	cs          kubernetes.Interface
 	loops       *loops
 	log         *slog.Logger
 }
 
-func newGuardLoop(state *guardState, p nodePlan, cs kubernetes.Interface, l *loops, log *slog.Logger) *guardLoop {
-	return &guardLoop{state: state, hostRouting: p.HostRouting, node: p.Node, cs: cs, loops: l, log: log}
+func newGuardLoop(state *guardState, p nodePlan, nodeUID types.UID, cs kubernetes.Interface, l *loops, log *slog.Logger) *guardLoop {
+	return &guardLoop{state: state, hostRouting: p.HostRouting, node: p.Node, nodeUID: nodeUID, cs: cs, loops: l, log: log}
 }
 
 func (g *guardLoop) Run(ctx context.Context) {
@@ -115,7 +117,7 @@ func (g *guardLoop) nodeEvent(ctx context.Context, typ, reason, msg string) {
 	now := metav1.Now()
 	ev := &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{GenerateName: g.node + ".", Namespace: metav1.NamespaceDefault},
-		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: g.node, UID: "", APIVersion: "v1"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: g.node, UID: g.nodeUID, APIVersion: "v1"},
 		Reason:         reason, Message: msg, Type: typ,
 		Source:         corev1.EventSource{Component: "myelin-agent", Host: g.node},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,

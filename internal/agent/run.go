@@ -20,6 +20,11 @@ type Config struct {
 	Uplink          string // the node's uplink device
 	CNIVersion      string // cniVersion of the conflist ("" = 1.0.0)
 	HealthPort      int    // /healthz and /readyz on 127.0.0.1 (0 = none)
+	// MountBPFFS lets the agent mount a bpffs at BPFFSDir's parent when there is none
+	// (an agent running on the host). In a pod a mount would stay in the container's
+	// mount namespace and every restart would lose pins, so the chart turns it off and
+	// a missing bpffs is an error (bpffs.go).
+	MountBPFFS bool
 }
 
 func (c Config) socket() string { return api.Socket(c.StateDir) }
@@ -128,7 +133,7 @@ func (s *startup) loopsFor(nodes *nodeWatch, node *nodeDatapath, svc *serviceLoo
 	} else {
 		rs = append(rs, newNodeRoutesLoop(s.plan, s.cfg.Uplink, nodes, routes, s.loops, s.log))
 	}
-	rs = append(rs, kube, newGuardLoop(s.guard, s.plan, s.cs, s.loops, s.log), deleted, srv.monitor)
+	rs = append(rs, kube, newGuardLoop(s.guard, s.plan, s.nodeUID, s.cs, s.loops, s.log), deleted, srv.monitor)
 	if svc != nil {
 		rs = append(rs, svc)
 	}

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -31,6 +32,7 @@ type startup struct {
 	plan    nodePlan
 	cs      kubernetes.Interface
 	podCIDR netip.Prefix
+	nodeUID types.UID // the Node's, for Events about it
 	uplink  netlink.Link
 	guard   *guardState
 	loops   *loops
@@ -51,6 +53,7 @@ func prepare(ctx context.Context, cfg Config, loops *loops, log *slog.Logger) (*
 	if err != nil {
 		return nil, err
 	}
+	s.nodeUID = node.UID
 	s.podCIDR, err = netip.ParsePrefix(node.Spec.PodCIDR)
 	if err != nil || !s.podCIDR.Addr().Is4() {
 		return nil, fmt.Errorf("node %s has PodCIDR %q, which is not an IPv4 CIDR", cfg.Node, node.Spec.PodCIDR)

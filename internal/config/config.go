@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // RoutingMode is how pod traffic crosses between nodes.
@@ -71,6 +73,9 @@ type Config struct {
 	Effective []Effective
 	// Sources names the sources applied over the defaults, in order.
 	Sources []string
+	// SourceUIDs maps a source's name to its object's UID where it has one (the
+	// NodeConfigs): an Event's involvedObject needs it to show in kubectl describe.
+	SourceUIDs map[string]types.UID
 	// ConfigMapMissing is set by Load when kube-system/myelin-config does not exist:
 	// the cluster-wide keys then have their built-in defaults.
 	ConfigMapMissing bool
@@ -127,6 +132,8 @@ type Source struct {
 	// PerNode marks a source that applies to some nodes only (a NodeConfig): it may not
 	// set keys that must be the same on every node.
 	PerNode bool
+	// UID is the object's UID (a NodeConfig's), so Events about it reach it; "" if none.
+	UID types.UID
 }
 
 // DefaultSourceName names the built-in defaults in Effective.
@@ -159,6 +166,12 @@ func Resolve(sources ...Source) (Config, error) {
 	var c Config
 	for _, src := range sources {
 		c.Sources = append(c.Sources, src.Name)
+		if src.UID != "" {
+			if c.SourceUIDs == nil {
+				c.SourceUIDs = map[string]types.UID{}
+			}
+			c.SourceUIDs[src.Name] = src.UID
+		}
 	}
 	for _, k := range keys {
 		e := values[k.name]

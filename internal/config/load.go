@@ -88,7 +88,7 @@ func listNodeConfigs(ctx context.Context, dyn dynamic.Interface) ([]NodeConfig, 
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(item.Object, &obj); err != nil {
 			return nil, fmt.Errorf("NodeConfig %s/%s: %w", item.GetNamespace(), item.GetName(), err)
 		}
-		out = append(out, NodeConfig{Namespace: obj.Namespace, Name: obj.Name,
+		out = append(out, NodeConfig{Namespace: obj.Namespace, Name: obj.Name, UID: obj.UID,
 			NodeSelector: obj.Spec.NodeSelector, Defaults: obj.Spec.Defaults})
 	}
 	return out, nil

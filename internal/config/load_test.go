@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
@@ -99,5 +100,24 @@ func TestLoadConfigMapUnreadable(t *testing.T) {
 				t.Errorf("error %q does not wrap ECONNREFUSED (the agent retries on it)", err)
 			}
 		})
+	}
+}
+
+// A NodeConfig's UID travels with its source name, so the agent's Events about it
+// carry involvedObject.uid (kubectl describe lists Events by it).
+func TestLoadKeepsNodeConfigUID(t *testing.T) {
+	nc := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "myelin.io/v1alpha1", "kind": "NodeConfig",
+		"metadata": map[string]any{"namespace": "kube-system", "name": "legacy", "uid": "uid-nc"},
+		"spec":     map[string]any{"nodeSelector": map[string]any{}, "defaults": map[string]any{"host-routing": "legacy"}},
+	}}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{NodeConfigResource: "NodeConfigList"}, nc)
+	c, err := Load(context.Background(), fake.NewSimpleClientset(), dyn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.SourceUIDs["NodeConfig kube-system/legacy"]; got != "uid-nc" {
+		t.Errorf("SourceUIDs = %v, want NodeConfig kube-system/legacy: uid-nc", c.SourceUIDs)
 	}
 }

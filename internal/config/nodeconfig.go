@@ -6,6 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // NodeConfig is a myelin.io/v1alpha1 NodeConfig: configuration keys for the nodes its
@@ -13,6 +14,7 @@ import (
 type NodeConfig struct {
 	Namespace    string
 	Name         string
+	UID          types.UID
 	NodeSelector metav1.LabelSelector
 	Defaults     map[string]string
 }
@@ -38,7 +40,7 @@ func SelectNodeConfigs(nodeLabels map[string]string, all []NodeConfig) ([]Source
 			return nil, fmt.Errorf("%s: bad spec.nodeSelector: %w", nc.SourceName(), err)
 		}
 		if sel.Matches(labels.Set(nodeLabels)) {
-			out = append(out, Source{Name: nc.SourceName(), Values: nc.Defaults, PerNode: true})
+			out = append(out, Source{Name: nc.SourceName(), Values: nc.Defaults, PerNode: true, UID: nc.UID})
 		}
 	}
 	return out, nil

@@ -368,6 +368,17 @@ func uninstallClean(t *testing.T, cs kubernetes.Interface, helm string) {
 	if out, err := helmRun(helm, "upgrade", "myelin", chartDir, "-n", "kube-system", "--reuse-values", "--set", "cleanup=true", "--wait", "--timeout", "3m"); err != nil {
 		t.Fatalf("helm upgrade --set cleanup=true: %v\n%s", err, out)
 	}
+	// docs/install.md: rollout status returns once every cleanup pod is ready, and a
+	// cleanup pod is ready only once its node is clean (helm's --wait counts none ready
+	// with maxUnavailable 100%), so the nodes must be clean right now.
+	if out, err := kubectl("-n", "kube-system", "rollout", "status", "ds/myelin", "--timeout", "3m"); err != nil {
+		t.Fatalf("kubectl rollout status ds/myelin in cleanup mode: %v\n%s", err, out)
+	}
+	for _, node := range []string{labplan.NodeName(1), labplan.NodeName(2)} {
+		for _, left := range nodeLeftovers(node) {
+			t.Errorf("%s once the cleanup rollout is done (before helm uninstall): %s", node, left)
+		}
+	}
 	if out, err := helmRun(helm, "uninstall", "myelin", "-n", "kube-system", "--wait", "--timeout", "3m"); err != nil {
 		t.Fatalf("helm uninstall: %v\n%s", err, out)
 	}

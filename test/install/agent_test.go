@@ -190,7 +190,8 @@ func (s *syncBuffer) String() string {
 // cleanupAsPod runs the chart's cleanup mode on lab node 1 (its container's args, less
 // --hold, with the chart's capabilities) after agentAsPod, and checks that nothing
 // named by myelin is left on the node: conflist, plugin, pins, state, the VXLAN
-// device, the iptables masquerade chain.
+// device, the iptables masquerade chain; and that it wrote the file its readiness
+// probe tests.
 func cleanupAsPod(t *testing.T, bin string, c corev1.Container) {
 	t.Helper()
 	node := labplan.NodeName(1)
@@ -202,13 +203,20 @@ func cleanupAsPod(t *testing.T, bin string, c corev1.Container) {
 	}
 	args := []string{"setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all," + capList(c), "--",
 		filepath.Join(bin, "myelin-agent")}
+	done := filepath.Join(t.TempDir(), "cleanup", "done") // the pod's emptyDir
 	for _, a := range nodeArgs(c, bin, node) {
+		if strings.HasPrefix(a, "--cleanup-done-file=") {
+			a = "--cleanup-done-file=" + done
+		}
 		if a != "--hold" {
 			args = append(args, a)
 		}
 	}
 	if out, err := inNode(args...); err != nil {
 		t.Fatalf("myelin-agent --cleanup: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(done); err != nil {
+		t.Errorf("after cleanup the readiness file (--cleanup-done-file) is missing: %v", err)
 	}
 	for _, flag := range []string{"--bpffs-dir", "--state-dir"} {
 		dir := strings.ReplaceAll(arg(c, flag), "$(NODE_NAME)", node)

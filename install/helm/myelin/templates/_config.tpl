@@ -1,6 +1,7 @@
 {{/* The myelin-config data. Empty values are left out, so the agent's defaults apply. */}}
 {{- define "myelin.config" -}}
 {{- $v := .Values -}}
+{{- include "myelin.checkExtraConfig" . -}}
 {{- with $v.clusterCIDR }}
 cluster-cidr: {{ . | quote }}
 {{- end }}
@@ -29,4 +30,38 @@ nodeport-nat-max: {{ $v.nodePort.natMax | int64 | quote }}
 {{- range $k, $val := $v.extraConfig }}
 {{ $k }}: {{ $val | quote }}
 {{- end }}
+{{- end -}}
+
+
+{{/* The keys a typed value renders, with that value's name. extraConfig may not set
+one: two places for one key would leave it unclear which wins. */}}
+{{- define "myelin.typedKeys" -}}
+cluster-cidr: clusterCIDR
+routing-mode: routingMode
+tunnel-protocol: tunnelProtocol
+tunnel-port: tunnelPort
+auto-direct-node-routes: autoDirectNodeRoutes
+ipv4-native-routing-cidr: ipv4NativeRoutingCIDR
+host-routing: hostRouting
+enable-ipv4-masquerade: enableIPv4Masquerade
+enable-bpf-masquerade: bpf.masquerade
+non-masquerade-cidrs: nonMasqueradeCIDRs
+user-iptables-guard: userIptablesGuard
+kube-proxy-replacement: kubeProxyReplacement
+lb-algorithm: loadBalancer.algorithm
+maglev-table-size: maglev.tableSize
+mtu: MTU
+enable-source-ip-verification: enableSourceIPVerification
+nat-port-range: natPortRange
+nodeport-nat-syn-max: nodePort.natSynMax
+nodeport-nat-max: nodePort.natMax
+{{- end -}}
+
+{{- define "myelin.checkExtraConfig" -}}
+{{- $typed := include "myelin.typedKeys" . | fromYaml -}}
+{{- range $k, $_ := .Values.extraConfig -}}
+{{- with get $typed $k -}}
+{{- fail (printf "extraConfig.%s: the chart renders key %q from the value %s; set %s instead of extraConfig.%s" $k $k . . $k) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}

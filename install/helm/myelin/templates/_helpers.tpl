@@ -29,3 +29,21 @@ cluster-scoped objects have fixed names: one install per cluster, in kube-system
 {{- fail (printf "myelin must be installed in namespace kube-system (got %q): the agent reads kube-system/myelin-config, and one install serves the whole cluster; run helm install with --namespace kube-system" .Release.Namespace) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* What a container that writes to the node (pins under bpf.root, CNI files) needs
+besides capabilities: the runtime's default AppArmor profile denies mount and writes
+under /sys/fs/*, and SELinux's container_t denies writing the node's files; so these
+containers run unconfined by AppArmor and as spc_t (super-privileged container), as
+Cilium's agent does. A node without AppArmor or SELinux ignores both. */}}
+{{- define "myelin.hostAccessConfinement" -}}
+appArmorProfile:
+  type: Unconfined
+seLinuxOptions:
+  type: spc_t
+  level: s0
+{{- end -}}
+
+{{/* Where a cleanup pod says that its node is clean (an emptyDir): its readiness
+probe tests this file, so kubectl rollout status ds/myelin returns only when every
+node is clean (helm's --wait does not wait for them with maxUnavailable 100%). */}}
+{{- define "myelin.cleanupDoneFile" -}}/run/myelin-cleanup/done{{- end -}}
