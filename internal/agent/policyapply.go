@@ -192,7 +192,10 @@ func setIPCache(m policyMaps, want, cur map[netip.Prefix]uint32, res *policyAppl
 		}
 		return a.Addr().Compare(b.Addr())
 	})
-	var errs []error
+	var (
+		errs   []error
+		failed []netip.Prefix
+	)
 	for _, p := range prefixes {
 		if id, ok := cur[p]; ok && id == want[p] {
 			continue
@@ -201,6 +204,42 @@ func setIPCache(m policyMaps, want, cur map[netip.Prefix]uint32, res *policyAppl
 		if err := m.SetIPCache(p, want[p]); err != nil {
 			// A pod without its /32 matches no label selector: denied, never allowed by mistake.
 			errs = append(errs, fmt.Errorf("ipcache %s: %w", p, err))
+			failed = append(failed, p)
+		}
+	}
+	return append(errs, dropCoveringPrefixes(m, failed, want, cur, res)...)
+}
+
+// dropCoveringPrefixes fails closed when prefixes could not be written: a
+// wider prefix holding one (an ipBlock holding its except) would give the
+// missing prefix's addresses its identity, allowing what the except denies.
+// Every wider prefix holding a failed one is removed: those addresses are
+// world (denied) until the next apply writes them all.
+func dropCoveringPrefixes(m policyMaps, failed []netip.Prefix, want, cur map[netip.Prefix]uint32, res *policyApplied) []error {
+	if len(failed) == 0 {
+		return nil
+	}
+	var errs []error
+	covers := func(p netip.Prefix) bool {
+		for _, f := range failed {
+			if p.Bits() < f.Bits() && p.Contains(f.Addr()) {
+				return true
+			}
+		}
+		return false
+	}
+	seen := map[netip.Prefix]bool{}
+	for _, set := range []map[netip.Prefix]uint32{want, cur} {
+		for p := range set {
+			if seen[p] || !covers(p) {
+				continue
+			}
+			seen[p] = true
+			res.writes++
+			if err := m.DeleteIPCache(p); err != nil {
+				errs = append(errs, err)
+			}
+			errs = append(errs, fmt.Errorf("ipcache %s: removed: it holds a prefix that could not be written", p))
 		}
 	}
 	return errs

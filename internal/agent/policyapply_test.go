@@ -22,6 +22,8 @@ type fakePolicyMaps struct {
 	check   func(*fakePolicyMaps) error
 	errs    []error
 	purges  []datapath.PolicyCTPurge // every non-empty purge asked for
+	// failCache are prefixes whose write fails (a full ipcache).
+	failCache map[netip.Prefix]bool
 }
 
 func newFakePolicyMaps() *fakePolicyMaps {
@@ -66,6 +68,9 @@ func (f *fakePolicyMaps) PolicyFlagsAll() (map[netip.Addr]datapath.PolicyFlags, 
 	return maps.Clone(f.flags), nil
 }
 func (f *fakePolicyMaps) SetIPCache(p netip.Prefix, id uint32) error {
+	if f.failCache[p] {
+		return fmt.Errorf("set ipcache %s: %w", p, unix.E2BIG)
+	}
 	f.cache[p] = id
 	f.after()
 	return nil
@@ -250,5 +255,27 @@ func TestApplyPolicyPurgesTrackedConnections(t *testing.T) {
 	gone.IPCache[cidr] = 304
 	if _, err := applyPolicy(m, gone); err != nil || len(m.purges) != 1 || !slices.Contains(m.purges[0].Prefixes, cidr) {
 		t.Fatalf("new CIDR: purges %v, err %v; want its addresses' connections forgotten", m.purges, err)
+	}
+}
+
+// An ipBlock's except that can't be written never leaves the ipBlock's
+// CIDR to allow it: the CIDR holding it is removed (its addresses are
+// world, denied) and the apply reports both.
+func TestApplyPolicyIPCacheFailureFailsClosed(t *testing.T) {
+	cidr, except := netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("203.0.113.8/29")
+	m := newFakePolicyMaps()
+	m.failCache = map[netip.Prefix]bool{except: true}
+	st := serverState(map[netip.Addr]uint32{podX: 300}, map[uint32][]datapath.PolicyPort{310: tcp80Only})
+	st.IPCache[cidr], st.IPCache[except] = 310, 311
+	_, err := applyPolicy(m, st)
+	if _, ok := m.cache[cidr]; ok || err == nil {
+		t.Fatalf("cache %v, err %v: want the CIDR holding the failed except removed and an error", m.cache, err)
+	}
+	if m.cache[netip.PrefixFrom(podX, 32)] != 300 {
+		t.Errorf("cache %v: prefixes not holding the failed one stay written", m.cache)
+	}
+	m.failCache = nil
+	if _, err := applyPolicy(m, st); err != nil || m.cache[cidr] != 310 || m.cache[except] != 311 {
+		t.Errorf("cache %v, err %v: want both written once the map has room", m.cache, err)
 	}
 }
