@@ -35,6 +35,9 @@ int myelin_from_netdev(struct __sk_buff *skb)
 		return verdict_pass(skb, &info, DIR_FROM_NETDEV);
 	if (ipv4_parse(skb, &info) < 0)
 		return verdict_drop(skb, &info, DIR_FROM_NETDEV, DROP_INVALID_PACKET);
+	/* This node's own address never arrives from outside: spoofed (docs/policy.md). */
+	if (info.saddr == node_ip)
+		return verdict_drop(skb, &info, DIR_FROM_NETDEV, DROP_SPOOFED_SOURCE);
 	reason = lb_netdev_stage(skb, &info, &route);
 	if (reason == DROP_SVC_NO_BACKEND)
 		return lb_reject(skb, &info, DIR_FROM_NETDEV);

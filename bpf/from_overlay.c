@@ -30,6 +30,9 @@ int myelin_from_overlay(struct __sk_buff *skb)
 		return verdict_drop(skb, &info, DIR_FROM_OVERLAY, DROP_UNSUPPORTED_L3);
 	if (ipv4_parse(skb, &info) < 0)
 		return verdict_drop(skb, &info, DIR_FROM_OVERLAY, DROP_INVALID_PACKET);
+	/* This node's own address never arrives from outside: spoofed (docs/policy.md). */
+	if (info.saddr == node_ip)
+		return verdict_drop(skb, &info, DIR_FROM_OVERLAY, DROP_SPOOFED_SOURCE);
 	reason = tunnel_peer_check(skb, &info);
 	if (reason)
 		return verdict_drop(skb, &info, DIR_FROM_OVERLAY, reason);

@@ -10,8 +10,15 @@
  * lookup. A new connection in an isolated direction looks the peer's
  * identity up in myelin_ipcache (a miss is world), then its allowed ports in
  * myelin_policy (the identity's entry, then the any-peer entry 0); allowed,
- * both directions of the tuple are tracked, so its replies pass. Traffic
- * from this node's own address (kubelet probes) is always allowed in.
+ * both directions of the tuple are tracked, so its replies pass. A TCP
+ * SYN without ACK opens a connection: it never takes the tracked path and is
+ * judged by the policy again (and tracked again if allowed), so a tightened
+ * policy or a reused peer address never inherits an old entry; the agent
+ * deletes the entries of changed endpoints and removed peers for the other
+ * protocols. Traffic the host itself sends from this node's own address
+ * (kubelet probes: myelin_to_pod with ingress_ifindex 0) is allowed in; the
+ * same source on a packet from the uplink or the overlay is never exempt
+ * (those programs drop it as spoofed before it reaches a pod).
  */
 #ifndef MYELIN_LIB_POLICY_H
 #define MYELIN_LIB_POLICY_H
@@ -23,6 +30,7 @@
 
 #include "config.h"
 #include "ipv4.h"
+#include "l4.h"
 #include "maps.h"
 
 #define POLICY_IDENTITY_WORLD 2 /* an address myelin_ipcache does not cover */
@@ -34,6 +42,8 @@ struct policy_tuple {
 	__be16 sport;
 	__be16 dport;
 	__u8 proto;
+	__u8 syn;	/* a TCP SYN without ACK: a new connection, never tracked-path */
+	__u8 from_host; /* sent by this host's stack: node_ip is exempt (kubelet probes) */
 };
 
 /* policy_ep_lookup returns the isolation state of local pod addr, or NULL (not isolated). */
@@ -60,6 +70,17 @@ static __always_inline void policy_ports(struct __sk_buff *skb, const struct ipv
 		bpf_skb_load_bytes(skb, info->l4_off, p, sizeof(p));
 	*sport = p[0];
 	*dport = p[1];
+}
+
+/* policy_tcp_syn says whether the packet is a TCP SYN without ACK (opens a connection). */
+static __always_inline __u8 policy_tcp_syn(struct __sk_buff *skb, const struct ipv4_info *info)
+{
+	__u8 flags = 0;
+
+	if (!info->l4_off || info->proto != IPPROTO_TCP ||
+	    bpf_skb_load_bytes(skb, info->l4_off + TCP_FLAGS_OFF, &flags, sizeof(flags)) < 0)
+		return 0;
+	return (flags & (TCP_FLAGS_SYN | TCP_FLAGS_ACK)) == TCP_FLAGS_SYN;
 }
 
 /* policy_port_allowed says whether v allows proto/port (host order). */
@@ -124,13 +145,13 @@ static __always_inline int policy_enforce(const struct policy_ep *pe, const stru
 	__u32 peer;
 
 	policy_ct_key_of(&k, t, dir, 0);
-	if (bpf_map_lookup_elem(&myelin_policy_ct, &k))
+	if (!t->syn && bpf_map_lookup_elem(&myelin_policy_ct, &k))
 		return 0;
 	on = dir == POLICY_DIR_INGRESS ? POLICY_F_INGRESS : POLICY_F_EGRESS;
 	incomplete = dir == POLICY_DIR_INGRESS ? POLICY_F_INGRESS_INCOMPLETE
 					       : POLICY_F_EGRESS_INCOMPLETE;
 	peer = dir == POLICY_DIR_INGRESS ? t->saddr : t->daddr;
-	if ((pe->flags & on) && !(dir == POLICY_DIR_INGRESS && peer == node_ip) &&
+	if ((pe->flags & on) && !(dir == POLICY_DIR_INGRESS && t->from_host && peer == node_ip) &&
 	    !policy_allows(local, peer, t, dir))
 		return (pe->flags & incomplete) ? DROP_POLICY_MAP_FULL : DROP_POLICY_DENIED;
 	/* Allowed (or this direction is open): track it, and its replies. */
@@ -144,15 +165,19 @@ static __always_inline int policy_enforce(const struct policy_ep *pe, const stru
 
 /*
  * policy_ingress is the ingress check of the packet info describes, entering
- * the local pod info->daddr: 0 to go on, or the drop reason.
+ * the local pod info->daddr: 0 to go on, or the drop reason. from_host says
+ * the host's own stack sent it (only then is node_ip exempt).
  */
-static __always_inline int policy_ingress(struct __sk_buff *skb, const struct ipv4_info *info)
+static __always_inline int policy_ingress(struct __sk_buff *skb, const struct ipv4_info *info,
+					  __u8 from_host)
 {
 	const struct policy_ep *pe = policy_ep_lookup(info->daddr);
 	struct policy_tuple t = {.saddr = info->saddr, .daddr = info->daddr, .proto = info->proto};
 
 	if (!pe)
 		return 0;
+	t.from_host = from_host;
+	t.syn = policy_tcp_syn(skb, info);
 	policy_ports(skb, info, &t.sport, &t.dport);
 	return policy_enforce(pe, &t, info->daddr, POLICY_DIR_INGRESS);
 }
@@ -188,6 +213,7 @@ static __always_inline int policy_egress(struct __sk_buff *skb, const struct ipv
 	t->daddr = info->daddr;
 	t->proto = info->proto;
 	policy_ports(skb, info, &sport, &t->dport);
+	t->syn = policy_tcp_syn(skb, info);
 	return policy_enforce(pe, t, t->saddr, POLICY_DIR_EGRESS);
 }
 

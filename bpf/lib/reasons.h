@@ -44,7 +44,9 @@ enum reason {
 	/*
 	 * A pod sent a packet whose source IPv4 address or source MAC is not its
 	 * endpoint's own (the endpoint owning the veth it came in on): a forged
-	 * pod, node, service or outside address.
+	 * pod, node, service or outside address. Also a packet from this node's
+	 * own address arriving on the uplink or out of the overlay (forged: it
+	 * would pass as the node's own traffic, docs/policy.md).
 	 */
 	DROP_SPOOFED_SOURCE = 9,
 	/* A pod sent something other than IPv4 or ARP (IPv6 is not supported yet). */

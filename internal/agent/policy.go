@@ -125,7 +125,7 @@ func (p *policyLoop) sync(ctx context.Context, in policy.Input) error {
 	p.view.Store(v)
 	if res.writes > 0 {
 		p.log.Info("policy applied", "endpoints", len(st.Endpoints), "identities", st.Identities,
-			"writes", res.writes, "took", v.duration)
+			"writes", res.writes, "forgotten connections", res.purged, "took", v.duration)
 	}
 	p.events.report(ctx, in.Policies, st)
 	if err != nil {

@@ -21,11 +21,14 @@ type policyMaps interface {
 	SetIPCache(netip.Prefix, uint32) error
 	DeleteIPCache(netip.Prefix) error
 	IPCache() (map[netip.Prefix]uint32, error)
+	PurgePolicyCT(datapath.PolicyCTPurge) (int, error)
 }
 
 // policyApplied is what one apply wrote and what it could not.
 type policyApplied struct {
 	writes int
+	// purged is how many tracked connections were forgotten.
+	purged int
 	// failed are the local pods whose entries could not all be written
 	// (they fail closed: their direction is marked incomplete).
 	failed map[netip.Addr][]string
@@ -52,6 +55,7 @@ func applyPolicy(m policyMaps, st policy.State) (policyApplied, error) {
 		return res, err
 	}
 	want := desiredEntries(st)
+	purge := policyCTPurge(st, want, curEntries, curFlags, curCache)
 	var errs []error
 	fail := func(ip netip.Addr, egress bool, err error) {
 		res.failed[ip] = append(res.failed[ip], err.Error())
@@ -101,7 +105,56 @@ func applyPolicy(m policyMaps, st policy.State) (policyApplied, error) {
 			}
 		}
 	}
+	// 5. Tracked connections the change may no longer allow.
+	n, err := m.PurgePolicyCT(purge)
+	res.purged = n
+	if err != nil {
+		errs = append(errs, err)
+	}
 	return res, errors.Join(errs...)
+}
+
+// policyCTPurge names the tracked connections that the change from the
+// current maps to st may no longer allow (docs/policy.md): those of local
+// pods that lose or change an entry or change flags, and those of peers
+// whose identity may change (any ipcache prefix added, removed or changed
+// that covers them). Pure additions of entries only allow more: no purge.
+func policyCTPurge(st policy.State, want, curEntries map[datapath.PolicyKey][]datapath.PolicyPort,
+	curFlags map[netip.Addr]datapath.PolicyFlags, curCache map[netip.Prefix]uint32) datapath.PolicyCTPurge {
+	p := datapath.PolicyCTPurge{Endpoints: map[netip.Addr]bool{}, Peers: map[netip.Addr]bool{}}
+	for k, cur := range curEntries {
+		if w, ok := want[k]; !ok || !slices.Equal(cur, w) {
+			p.Endpoints[k.Endpoint] = true
+		}
+	}
+	for ip, f := range curFlags {
+		if ep := st.Endpoints[ip]; ep == nil || ep.Flags != f {
+			p.Endpoints[ip] = true
+		}
+	}
+	for ip, ep := range st.Endpoints {
+		if curFlags[ip] != ep.Flags {
+			p.Endpoints[ip] = true
+		}
+	}
+	changed := func(pfx netip.Prefix) {
+		if pfx.Bits() == 32 {
+			p.Peers[pfx.Addr()] = true
+		} else {
+			p.Prefixes = append(p.Prefixes, pfx)
+		}
+	}
+	for pfx, id := range curCache {
+		if w, ok := st.IPCache[pfx]; !ok || w != id {
+			changed(pfx)
+		}
+	}
+	for pfx := range st.IPCache {
+		if _, ok := curCache[pfx]; !ok {
+			changed(pfx)
+		}
+	}
+	return p
 }
 
 // setPolicyFlags writes the flags of st's endpoints and clears those of
@@ -139,7 +192,10 @@ func setIPCache(m policyMaps, want, cur map[netip.Prefix]uint32, res *policyAppl
 		}
 		return a.Addr().Compare(b.Addr())
 	})
-	var errs []error
+	var (
+		errs   []error
+		failed []netip.Prefix
+	)
 	for _, p := range prefixes {
 		if id, ok := cur[p]; ok && id == want[p] {
 			continue
@@ -148,6 +204,42 @@ func setIPCache(m policyMaps, want, cur map[netip.Prefix]uint32, res *policyAppl
 		if err := m.SetIPCache(p, want[p]); err != nil {
 			// A pod without its /32 matches no label selector: denied, never allowed by mistake.
 			errs = append(errs, fmt.Errorf("ipcache %s: %w", p, err))
+			failed = append(failed, p)
+		}
+	}
+	return append(errs, dropCoveringPrefixes(m, failed, want, cur, res)...)
+}
+
+// dropCoveringPrefixes fails closed when prefixes could not be written: a
+// wider prefix holding one (an ipBlock holding its except) would give the
+// missing prefix's addresses its identity, allowing what the except denies.
+// Every wider prefix holding a failed one is removed: those addresses are
+// world (denied) until the next apply writes them all.
+func dropCoveringPrefixes(m policyMaps, failed []netip.Prefix, want, cur map[netip.Prefix]uint32, res *policyApplied) []error {
+	if len(failed) == 0 {
+		return nil
+	}
+	var errs []error
+	covers := func(p netip.Prefix) bool {
+		for _, f := range failed {
+			if p.Bits() < f.Bits() && p.Contains(f.Addr()) {
+				return true
+			}
+		}
+		return false
+	}
+	seen := map[netip.Prefix]bool{}
+	for _, set := range []map[netip.Prefix]uint32{want, cur} {
+		for p := range set {
+			if seen[p] || !covers(p) {
+				continue
+			}
+			seen[p] = true
+			res.writes++
+			if err := m.DeleteIPCache(p); err != nil {
+				errs = append(errs, err)
+			}
+			errs = append(errs, fmt.Errorf("ipcache %s: removed: it holds a prefix that could not be written", p))
 		}
 	}
 	return errs

@@ -21,6 +21,9 @@ type fakePolicyMaps struct {
 	max     int // entries the policy map holds; 0 = no limit
 	check   func(*fakePolicyMaps) error
 	errs    []error
+	purges  []datapath.PolicyCTPurge // every non-empty purge asked for
+	// failCache are prefixes whose write fails (a full ipcache).
+	failCache map[netip.Prefix]bool
 }
 
 func newFakePolicyMaps() *fakePolicyMaps {
@@ -65,6 +68,9 @@ func (f *fakePolicyMaps) PolicyFlagsAll() (map[netip.Addr]datapath.PolicyFlags, 
 	return maps.Clone(f.flags), nil
 }
 func (f *fakePolicyMaps) SetIPCache(p netip.Prefix, id uint32) error {
+	if f.failCache[p] {
+		return fmt.Errorf("set ipcache %s: %w", p, unix.E2BIG)
+	}
 	f.cache[p] = id
 	f.after()
 	return nil
@@ -75,6 +81,12 @@ func (f *fakePolicyMaps) DeleteIPCache(p netip.Prefix) error {
 	return nil
 }
 func (f *fakePolicyMaps) IPCache() (map[netip.Prefix]uint32, error) { return maps.Clone(f.cache), nil }
+func (f *fakePolicyMaps) PurgePolicyCT(p datapath.PolicyCTPurge) (int, error) {
+	if !p.Empty() {
+		f.purges = append(f.purges, p)
+	}
+	return 0, nil
+}
 
 // allows is what the datapath would decide for a new connection from peer
 // address src into local pod dst on TCP port (ingress only).
@@ -211,5 +223,59 @@ func TestApplyProblemsNamePolicies(t *testing.T) {
 	got := applyProblems(st, res)
 	if len(got) != 2 || got[0].Policy != "x/one" || got[1].Policy != "x/two" {
 		t.Errorf("problems %v, want one for x/one and one for x/two", got)
+	}
+}
+
+// Tracked connections are forgotten when they may no longer be allowed: the
+// endpoint's policy narrowed, or a peer's address left the ipcache or
+// changed identity (a reused IP); a pure widening forgets nothing.
+func TestApplyPolicyPurgesTrackedConnections(t *testing.T) {
+	podZ := netip.MustParseAddr("10.244.1.11")
+	m := newFakePolicyMaps()
+	base := serverState(map[netip.Addr]uint32{podX: 300, podY: 301, podZ: 303}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
+	if _, err := applyPolicy(m, base); err != nil {
+		t.Fatal(err)
+	}
+	m.purges = nil
+	wider := serverState(map[netip.Addr]uint32{podX: 300, podY: 301, podZ: 303},
+		map[uint32][]datapath.PolicyPort{301: tcp80Only, 303: tcp80Only})
+	if _, err := applyPolicy(m, wider); err != nil || len(m.purges) != 0 {
+		t.Fatalf("widening: purges %v, err %v; want none", m.purges, err)
+	}
+	if _, err := applyPolicy(m, base); err != nil || len(m.purges) != 1 || !m.purges[0].Endpoints[podX] {
+		t.Fatalf("narrowing: purges %v, err %v; want x's connections forgotten", m.purges, err)
+	}
+	m.purges = nil
+	gone := serverState(map[netip.Addr]uint32{podX: 300, podZ: 303}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
+	if _, err := applyPolicy(m, gone); err != nil || len(m.purges) != 1 || !m.purges[0].Peers[podY] || m.purges[0].Endpoints[podX] {
+		t.Fatalf("peer removed: purges %v, err %v; want y's connections forgotten, x's policy unchanged", m.purges, err)
+	}
+	m.purges = nil
+	cidr := netip.MustParsePrefix("203.0.113.0/28")
+	gone.IPCache[cidr] = 304
+	if _, err := applyPolicy(m, gone); err != nil || len(m.purges) != 1 || !slices.Contains(m.purges[0].Prefixes, cidr) {
+		t.Fatalf("new CIDR: purges %v, err %v; want its addresses' connections forgotten", m.purges, err)
+	}
+}
+
+// An ipBlock's except that can't be written never leaves the ipBlock's
+// CIDR to allow it: the CIDR holding it is removed (its addresses are
+// world, denied) and the apply reports both.
+func TestApplyPolicyIPCacheFailureFailsClosed(t *testing.T) {
+	cidr, except := netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("203.0.113.8/29")
+	m := newFakePolicyMaps()
+	m.failCache = map[netip.Prefix]bool{except: true}
+	st := serverState(map[netip.Addr]uint32{podX: 300}, map[uint32][]datapath.PolicyPort{310: tcp80Only})
+	st.IPCache[cidr], st.IPCache[except] = 310, 311
+	_, err := applyPolicy(m, st)
+	if _, ok := m.cache[cidr]; ok || err == nil {
+		t.Fatalf("cache %v, err %v: want the CIDR holding the failed except removed and an error", m.cache, err)
+	}
+	if m.cache[netip.PrefixFrom(podX, 32)] != 300 {
+		t.Errorf("cache %v: prefixes not holding the failed one stay written", m.cache)
+	}
+	m.failCache = nil
+	if _, err := applyPolicy(m, st); err != nil || m.cache[cidr] != 310 || m.cache[except] != 311 {
+		t.Errorf("cache %v, err %v: want both written once the map has room", m.cache, err)
 	}
 }

@@ -211,3 +211,70 @@ func (d *Datapath) IPCache() (map[netip.Prefix]uint32, error) {
 	}
 	return out, nil
 }
+
+// PolicyCTPurge names the tracked connections to forget: those of local
+// pods whose policy changed (Endpoints) and those with a peer whose identity
+// may have changed: its /32 was added, removed or changed in myelin_ipcache
+// (Peers), or it lies in a wider prefix that was (Prefixes).
+type PolicyCTPurge struct {
+	Endpoints map[netip.Addr]bool
+	Peers     map[netip.Addr]bool
+	Prefixes  []netip.Prefix
+}
+
+// Empty says there is nothing to purge.
+func (p PolicyCTPurge) Empty() bool {
+	return len(p.Endpoints) == 0 && len(p.Peers) == 0 && len(p.Prefixes) == 0
+}
+
+// PurgePolicyCT deletes the myelin_policy_ct entries p names (one pass over
+// the map); their next packet is judged by the policy again. It returns how
+// many it deleted.
+func (d *Datapath) PurgePolicyCT(p PolicyCTPurge) (int, error) {
+	if p.Empty() {
+		return 0, nil
+	}
+	var (
+		key  myelinPolicyCtKey
+		v    myelinPolicyCtEntry
+		dead []myelinPolicyCtKey
+	)
+	it := d.objs.MyelinPolicyCt.Iterate()
+	for it.Next(&key, &v) {
+		if policyCTMatches(key, p) {
+			dead = append(dead, key)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return 0, fmt.Errorf("list tracked policy connections: %w", err)
+	}
+	n := 0
+	for _, k := range dead {
+		err := d.objs.MyelinPolicyCt.Delete(k)
+		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return n, fmt.Errorf("delete tracked policy connection: %w", err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// policyCTMatches says whether k belongs to a purged endpoint (the local pod
+// is the destination of an ingress entry, the source of an egress one) or
+// involves a purged peer address.
+func policyCTMatches(k myelinPolicyCtKey, p PolicyCTPurge) bool {
+	src, dst := u32Addr(k.Saddr), u32Addr(k.Daddr)
+	local, peer := dst, src
+	if k.Dir == uint8(myelinPolicyDirPOLICY_DIR_EGRESS) {
+		local, peer = src, dst
+	}
+	if p.Endpoints[local] || p.Peers[peer] || p.Peers[local] {
+		return true
+	}
+	for _, pfx := range p.Prefixes {
+		if pfx.Contains(peer) {
+			return true
+		}
+	}
+	return false
+}
