@@ -345,8 +345,23 @@ func (l *netpolLab) operatorView(t *testing.T) {
 			t.Errorf("myelin policy trace --from %s --to x/a: %v, want %q naming x/x-a-allows-x-b:\n%s", c.from, err, c.want, out)
 		}
 	}
+	l.nodeProbes(t, node)
 	l.monitorPolicyDrop(t, node)
 	l.restartKeepsEnforcing(t, node)
+}
+
+// nodeProbes connects to x/a:80 (isolated, allowing only x/b) from x/a's
+// node's own netns, as kubelet probes do: allowed (the host sent it). From
+// the other node's netns it is denied: another node is not this node.
+func (l *netpolLab) nodeProbes(t *testing.T, node string) {
+	t.Helper()
+	target := net.JoinHostPort(l.pods[conformance.PodRef{NS: "x", Pod: "a"}].Status.PodIP, "80")
+	for _, n := range l.nodes {
+		got := probeConn(labplan.NetNSPath(n), corev1.ProtocolTCP, target)
+		if want := n == node; got != want {
+			t.Errorf("node %s -> x/a:80 (on %s): allowed=%v, want %v (only x/a's own node is exempt)", n, node, got, want)
+		}
+	}
 }
 
 func policyXAFromXB() *networkingv1.NetworkPolicy {
