@@ -66,6 +66,28 @@ func applyPolicy(m policyMaps, st policy.State) (policyApplied, error) {
 		}
 	}
 	// 1. Stale entries of pods becoming isolated, then entries to add or change.
+	errs = append(errs, setPolicyEntries(m, want, curEntries, curFlags, fail, &res)...)
+	// 2. The ipcache: policy CIDRs before pod /32s (shortest prefixes first).
+	errs = append(errs, setIPCache(m, st.IPCache, curCache, &res)...)
+	// 3. Flags.
+	errs = append(errs, setPolicyFlags(m, st, curFlags, &res)...)
+	// 4. Removals.
+	errs = append(errs, removeStale(m, st.IPCache, want, curEntries, curCache, &res)...)
+	// 5. Tracked connections the change may no longer allow.
+	n, err := m.PurgePolicyCT(purge)
+	res.purged = n
+	if err != nil {
+		errs = append(errs, err)
+	}
+	return res, errors.Join(errs...)
+}
+
+// setPolicyEntries is step 1 of applyPolicy: it deletes the stale entries of pods
+// that are not isolated yet (from curEntries too), then writes every wanted entry
+// that differs; a failed write goes to fail.
+func setPolicyEntries(m policyMaps, want, curEntries map[datapath.PolicyKey][]datapath.PolicyPort,
+	curFlags map[netip.Addr]datapath.PolicyFlags, fail func(netip.Addr, bool, error), res *policyApplied) []error {
+	var errs []error
 	for k := range curEntries {
 		if _, keep := want[k]; !keep && curFlags[k.Endpoint] == 0 {
 			if err := m.DeletePolicy(k); err != nil {
@@ -84,13 +106,15 @@ func applyPolicy(m policyMaps, st policy.State) (policyApplied, error) {
 			fail(k.Endpoint, k.Egress, err)
 		}
 	}
-	// 2. The ipcache: policy CIDRs before pod /32s (shortest prefixes first).
-	errs = append(errs, setIPCache(m, st.IPCache, curCache, &res)...)
-	// 3. Flags.
-	errs = append(errs, setPolicyFlags(m, st, curFlags, &res)...)
-	// 4. Removals.
+	return errs
+}
+
+// removeStale is step 4 of applyPolicy: prefixes and entries the state no longer has.
+func removeStale(m policyMaps, cache map[netip.Prefix]uint32, want, curEntries map[datapath.PolicyKey][]datapath.PolicyPort,
+	curCache map[netip.Prefix]uint32, res *policyApplied) []error {
+	var errs []error
 	for p := range curCache {
-		if _, ok := st.IPCache[p]; !ok {
+		if _, ok := cache[p]; !ok {
 			res.writes++
 			if err := m.DeleteIPCache(p); err != nil {
 				errs = append(errs, err)
@@ -105,13 +129,7 @@ func applyPolicy(m policyMaps, st policy.State) (policyApplied, error) {
 			}
 		}
 	}
-	// 5. Tracked connections the change may no longer allow.
-	n, err := m.PurgePolicyCT(purge)
-	res.purged = n
-	if err != nil {
-		errs = append(errs, err)
-	}
-	return res, errors.Join(errs...)
+	return errs
 }
 
 // policyCTPurge names the tracked connections that the change from the
