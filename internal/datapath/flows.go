@@ -3,6 +3,7 @@ package datapath
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"time"
@@ -45,6 +46,9 @@ type FlowRecord struct {
 	Payload []byte
 }
 
+// ErrFlowRecord is a record the reader could not decode; the next one may be fine.
+var ErrFlowRecord = errors.New("bad flow record")
+
 // SetFlows turns flow records on or off (flows_enabled in the programs' .bss).
 func (d *Datapath) SetFlows(on bool) error {
 	return setFlag(d.objs.FlowsEnabled, "flows_enabled", on)
@@ -71,7 +75,11 @@ func (r *FlowReader) Read() (FlowRecord, error) {
 	if err != nil {
 		return FlowRecord{}, fmt.Errorf("read flow record: %w", err)
 	}
-	return DecodeFlowRecord(rec.RawSample, bootTime())
+	fr, err := DecodeFlowRecord(rec.RawSample, bootTime())
+	if err != nil {
+		return fr, fmt.Errorf("%w: %w", ErrFlowRecord, err)
+	}
+	return fr, nil
 }
 
 // Close stops the reader and unblocks Read.
