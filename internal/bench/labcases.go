@@ -107,7 +107,7 @@ func myelinStage(profile, prefix string) []Case {
 	if profile == StageNative {
 		s.sourceCheckOff(5, bpfSame)
 		s.flowsOff(6, 1, bpfSame) // flowcases.go
-		s.policyCases(1, 2) // policycases.go
+		s.policyCases(1, 2)       // policycases.go
 	}
 	return s.cases
 }
