@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/endpoint"
@@ -67,10 +68,46 @@ func (l *flowLoop) Run(ctx context.Context) {
 		return
 	}
 	l.loops.report("flows", nil)
+	go l.reportKernelLost(ctx)
 	l.store.Feed(ctx, r, l.origin, l, l.log)
 	if err := l.dp.SetFlows(false); err != nil {
 		l.log.Error("switch flows off", "err", err)
 	}
+}
+
+// reportKernelLost adds a LOST flow every second in which the datapath's flow ring
+// had no room for records (FLOWS_LOST), so followers learn of them too.
+func (l *flowLoop) reportKernelLost(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	last := l.kernelLost()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n := l.kernelLost()
+		if n > last {
+			l.store.Add(&flow.Flow{Time: time.Now(), Node: l.origin.Node, Type: flow.TypeLost, Lost: n - last})
+		}
+		last = n
+	}
+}
+
+// kernelLost is the datapath's count of flow records its ring had no room for.
+func (l *flowLoop) kernelLost() uint64 {
+	metrics, err := l.dp.Metrics()
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	for _, m := range metrics {
+		if m.Reason == "FLOWS_LOST" {
+			n += m.Packets
+		}
+	}
+	return n
 }
 
 // Endpoint implements flowstore.Resolver: the cluster's pod with ip.
