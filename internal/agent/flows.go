@@ -12,7 +12,6 @@ import (
 	"github.com/myelin-net/myelin/internal/endpoint"
 	"github.com/myelin-net/myelin/internal/flow"
 	"github.com/myelin-net/myelin/internal/flowstore"
-	"github.com/myelin-net/myelin/internal/policy"
 )
 
 // flowLoop feeds the node's flow store (nodeDatapath.flows) from the datapath's
@@ -28,7 +27,7 @@ type flowLoop struct {
 	loops   *loops
 	log     *slog.Logger
 
-	pods     atomic.Pointer[func(netip.Addr) (policy.Pod, bool)]
+	pol      atomic.Pointer[policyLoop]
 	services atomic.Pointer[serviceLoop]
 }
 
@@ -47,8 +46,7 @@ func (s *startup) startFlows(node *nodeDatapath) *flowLoop {
 
 // resolveWith lets the loop name pods of other nodes and Services once those loops run.
 func (l *flowLoop) resolveWith(pol *policyLoop, svc *serviceLoop) {
-	pods := pol.pod
-	l.pods.Store(&pods)
+	l.pol.Store(pol)
 	if svc != nil {
 		l.services.Store(svc)
 	}
@@ -112,8 +110,8 @@ func (l *flowLoop) kernelLost() uint64 {
 
 // Endpoint implements flowstore.Resolver: the cluster's pod with ip.
 func (l *flowLoop) Endpoint(ip netip.Addr) flow.Endpoint {
-	if f := l.pods.Load(); f != nil {
-		if p, ok := (*f)(ip); ok {
+	if pol := l.pol.Load(); pol != nil {
+		if p, ok := pol.pod(ip); ok {
 			return flow.Endpoint{Namespace: p.Namespace, Pod: p.Name, Labels: p.Labels, Node: p.Node}
 		}
 	}
