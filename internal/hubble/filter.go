@@ -59,7 +59,7 @@ func Request(req *observerpb.GetFlowsRequest) (flow.Request, error) {
 }
 
 func filters(list string, in []*flowpb.FlowFilter) ([]flow.Filter, error) {
-	out := make([]flow.Filter, 0, len(in))
+	var out []flow.Filter
 	for i, ff := range in {
 		f, err := Filter(ff)
 		if err != nil {

@@ -55,12 +55,15 @@ func NewServer(cfg Config) *Server {
 	return &Server{cfg: cfg, start: cfg.Now()}
 }
 
-// Register adds an Observer and the standard gRPC health service (which `hubble
-// status` asks first) to g.
+// HealthService is the name Hubble servers report their health under (the hubble CLI's
+// `hubble status` checks it before anything else).
+const HealthService = "hubble.server.Observer"
+
+// Register adds an Observer and the standard gRPC health service to g.
 func Register(g *grpc.Server, obs observerpb.ObserverServer) {
 	observerpb.RegisterObserverServer(g, obs)
 	h := health.NewServer()
-	h.SetServingStatus(observerpb.Observer_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	h.SetServingStatus(HealthService, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(g, h)
 }
 

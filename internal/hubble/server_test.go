@@ -122,9 +122,9 @@ func TestServerStatusNodesHealth(t *testing.T) {
 	if err != nil || len(nodes.GetNodes()) != 1 || nodes.GetNodes()[0].GetName() != "n1" || nodes.GetNodes()[0].GetAddress() != "198.18.0.11:4244" {
 		t.Errorf("GetNodes = %v, %v", nodes, err)
 	}
-	h, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "observer.Observer"})
+	h, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: HealthService})
 	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		t.Errorf("health of observer.Observer = %v, %v", h, err)
+		t.Errorf("health of hubble.server.Observer = %v, %v", h, err)
 	}
 	if _, err := c.GetNamespaces(context.Background(), &observerpb.GetNamespacesRequest{}); status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "GetNamespaces") {
 		t.Errorf("GetNamespaces: %v, want Unimplemented naming it", err)
