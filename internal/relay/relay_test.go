@@ -33,7 +33,12 @@ func (s *nodeSource) Flows(ctx context.Context, req flow.Request, out chan<- *fl
 	if s.reqs != nil {
 		s.reqs <- req
 	}
-	h := s.history
+	var h []*flow.Flow
+	for _, f := range s.history {
+		if req.Match(f) {
+			h = append(h, f)
+		}
+	}
 	if req.Last > 0 && len(h) > req.Last {
 		h = h[len(h)-req.Last:]
 	}
@@ -43,7 +48,9 @@ func (s *nodeSource) Flows(ctx context.Context, req flow.Request, out chan<- *fl
 	for req.Follow {
 		select {
 		case f := <-s.live:
-			out <- f
+			if req.Match(f) {
+				out <- f
+			}
 		case <-ctx.Done():
 			return nil
 		}
