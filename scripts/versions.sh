@@ -15,3 +15,6 @@ AGENT_BASE_PACKAGES=iptables,nftables,iproute2
 AGENT_BASE_NAME=debian-bookworm-iptables-nftables-iproute2
 # Every timestamp in the images (SOURCE_DATE_EPOCH): 2026-01-01T00:00:00Z.
 IMAGE_EPOCH=1767225600
+# The hubble CLI (scripts/build-hubble.sh), from the cilium module's hubble package.
+HUBBLE_VERSION=v1.18.4
+HUBBLE_BIN_DIR="$MYELIN_CACHE/hubble/$HUBBLE_VERSION/bin"

@@ -72,6 +72,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer httpSrv.Close()
+	if err := serveHubble(ctx, cfg, st.conf.HubbleListenAddress, node.flows, log); err != nil { // hubble.go
+		return err
+	}
 	svc, err := newServiceLoop(st.plan, node.dp, st.cs, loops, log)
 	if err != nil {
 		return err

@@ -66,6 +66,9 @@ type Config struct {
 	EnableHubble bool
 	// HubbleEventBufferCapacity is how many flows the agent keeps (hubble-event-buffer-capacity).
 	HubbleEventBufferCapacity int
+	// HubbleListenAddress is where the agent serves the Hubble Observer API over TCP for
+	// the relay (hubble-listen-address, "[ip]:port"; "" serves only the local socket).
+	HubbleListenAddress string
 	// NATPortRange is nat-port-range: the ports masquerade and NodePort SNAT
 	// translate to; zero means auto (above the node's ephemeral ports).
 	NATPortRange PortRange

@@ -61,6 +61,8 @@ func TestResolveErrors(t *testing.T) {
 		{map[string]string{"nat-port-range": "65000-65535"}, `at least 1024 ports`},
 		{map[string]string{"nodeport-nat-syn-max": "8"}, `key "nodeport-nat-syn-max" value "8": must be a number of entries between 16 and`},
 		{map[string]string{"nodeport-nat-max": "lots"}, `must be a number of entries`},
+		{map[string]string{"hubble-listen-address": "4244"}, `key "hubble-listen-address" value "4244": must be [ip]:port`},
+		{map[string]string{"hubble-listen-address": "node:4244"}, `must be [ip]:port`},
 	}
 	for _, tt := range tests {
 		_, err := Resolve(Source{Name: "src", Values: tt.values})

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"sort"
 	"strconv"
@@ -119,6 +120,19 @@ var keys = []key{
 			return fmt.Errorf("must be a number of flows between 1 and 1048576 (default 4095)")
 		}
 		c.HubbleEventBufferCapacity = n
+		return nil
+	}},
+	{"hubble-listen-address", ":4244", func(c *Config, v string) error {
+		if v == "" {
+			c.HubbleListenAddress = ""
+			return nil
+		}
+		host, port, err := net.SplitHostPort(v)
+		n, perr := strconv.Atoi(port)
+		if err != nil || perr != nil || n < 1 || n > 65535 || (host != "" && net.ParseIP(host) == nil) {
+			return fmt.Errorf("must be [ip]:port for the agent's Hubble API (default :4244), or empty for none")
+		}
+		c.HubbleListenAddress = v
 		return nil
 	}},
 	{"nat-port-range", "auto", func(c *Config, v string) (err error) {

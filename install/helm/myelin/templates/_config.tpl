@@ -29,6 +29,7 @@ nodeport-nat-syn-max: {{ $v.nodePort.natSynMax | int64 | quote }}
 nodeport-nat-max: {{ $v.nodePort.natMax | int64 | quote }}
 enable-hubble: {{ $v.hubble.enabled | quote }}
 hubble-event-buffer-capacity: {{ $v.hubble.eventBufferCapacity | int64 | quote }}
+hubble-listen-address: {{ $v.hubble.listenAddress | quote }}
 {{- range $k, $val := $v.extraConfig }}
 {{ $k }}: {{ $val | quote }}
 {{- end }}
@@ -58,6 +59,7 @@ nat-port-range: natPortRange
 nodeport-nat-syn-max: nodePort.natSynMax
 nodeport-nat-max: nodePort.natMax
 enable-hubble: hubble.enabled
+hubble-listen-address: hubble.listenAddress
 hubble-event-buffer-capacity: hubble.eventBufferCapacity
 {{- end -}}
 

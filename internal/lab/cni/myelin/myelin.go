@@ -32,8 +32,17 @@ func (Flavour) Tools(self string) []cni.Tool {
 	return tools
 }
 
+// RelayProcess names the supervised `myelin relay` (and its log).
+const RelayProcess = "hubble-relay"
+
+// RelayAddress is where the lab's relay serves the Hubble API: loopback of the root
+// netns only (`hubble observe --server localhost:4245` on the lab machine).
+const RelayAddress = "127.0.0.1:4245"
+
 // Processes are one myelin-agent per node, in the node's netns, with per-node state,
-// pins and CNI directories.
+// pins and CNI directories, then the Hubble relay in the root netns (it reaches the
+// agents' :4244 on segment A's node addresses through the control-plane host's veth;
+// nodes of an L3 topology's segment B are reported unavailable).
 func (Flavour) Processes(p labplan.Plan, paths labplan.Paths, self string) []labplan.Process {
 	bin := filepath.Dir(self)
 	var procs []labplan.Process
@@ -49,7 +58,10 @@ func (Flavour) Processes(p labplan.Plan, paths labplan.Paths, self string) []lab
 				"--cni-plugin", filepath.Join(bin, "myelin-cni")),
 		})
 	}
-	return procs
+	return append(procs, labplan.Process{
+		Name: RelayProcess,
+		Argv: []string{self, "relay", "--listen", RelayAddress, "--kubeconfig", paths.ComponentKubeconfig(AgentUser)},
+	})
 }
 
 // Daemons names the agents for `lab up`'s progress line.

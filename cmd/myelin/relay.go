@@ -1,0 +1,32 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/myelin-net/myelin/internal/relay"
+	"github.com/myelin-net/myelin/internal/version"
+)
+
+func relayCommand() *cobra.Command {
+	o := relay.Options{Version: version.Version}
+	cmd := &cobra.Command{
+		Use:   "relay [--listen ADDR] [--peer NAME=HOST:PORT ...]",
+		Short: "Serve the Hubble Observer API for the whole cluster, merging every agent's flows (hubble observe --server HOST:4245)",
+		Long: "relay serves the Hubble Observer API (hubble observe, hubble status) for the cluster: it finds the agents from the\n" +
+			"Kubernetes Nodes (InternalIP on --peer-port) or the --peer flags, merges their flows in time order, and reports\n" +
+			"nodes it cannot reach as unavailable without holding up the others. See docs/hubble.md.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return relay.Run(cmd.Context(), o, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Listen, "listen", ":4245", "address to serve the Hubble API on")
+	f.StringArrayVar(&o.Peers, "peer", nil, "an agent's Hubble address, name=host:port or host:port (repeat; default: discover from the Nodes)")
+	f.IntVar(&o.PeerPort, "peer-port", 4244, "the agents' Hubble port (hubble-listen-address) on discovered Nodes")
+	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig to list Nodes with (default: in-cluster)")
+	return cmd
+}

@@ -1,0 +1,174 @@
+package relay
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	observerpb "github.com/cilium/cilium/api/v1/observer"
+	relaypb "github.com/cilium/cilium/api/v1/relay"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/myelin-net/myelin/internal/hubble"
+)
+
+// peerDone is a peer's stream ending: err nil at its end, else why it broke.
+type peerDone struct {
+	name string
+	err  error
+}
+
+// GetFlows asks every available peer and merges their streams in time order. Nodes
+// that are unavailable, or whose stream breaks, are reported as node-status events.
+func (r *Relay) GetFlows(req *observerpb.GetFlowsRequest, stream observerpb.Observer_GetFlowsServer) error {
+	if _, err := hubble.Request(req); err != nil { // the same clear error a node gives
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	peers, err := r.current(ctx)
+	if err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	var live []peerConn
+	var down []string
+	var why []string
+	for _, s := range r.probe(ctx, peers) {
+		if s.err != nil {
+			down = append(down, s.Name)
+			why = append(why, fmt.Sprintf("%s (%s): %v", s.Name, s.Address, status.Convert(s.err).Message()))
+			continue
+		}
+		live = append(live, s.peerConn)
+	}
+	var first []*observerpb.GetFlowsResponse
+	if len(down) > 0 {
+		first = append(first, nodeStatus(relaypb.NodeState_NODE_UNAVAILABLE, down, strings.Join(why, "; ")))
+	}
+	in := make(chan *observerpb.GetFlowsResponse, 256)
+	ends := make(chan peerDone, len(live))
+	for _, p := range live {
+		go pull(ctx, p, req, in, ends)
+	}
+	if !req.GetFollow() {
+		return r.collect(ctx, stream, first, len(live), req.GetNumber(), in, ends)
+	}
+	return r.follow(ctx, stream, first, len(live), req.GetNumber(), in, ends)
+}
+
+// pull copies one peer's stream into in, then reports its end.
+func pull(ctx context.Context, p peerConn, req *observerpb.GetFlowsRequest, in chan<- *observerpb.GetFlowsResponse, ends chan<- peerDone) {
+	st, err := p.client.GetFlows(ctx, req)
+	for err == nil {
+		var resp *observerpb.GetFlowsResponse
+		if resp, err = st.Recv(); err != nil {
+			break
+		}
+		if resp.GetNodeName() == "" {
+			resp.NodeName = p.Name
+		}
+		select {
+		case in <- resp:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	ends <- peerDone{name: p.Name, err: err}
+}
+
+func nodeStatus(state relaypb.NodeState, names []string, msg string) *observerpb.GetFlowsResponse {
+	return &observerpb.GetFlowsResponse{Time: timestamppb.Now(), ResponseTypes: &observerpb.GetFlowsResponse_NodeStatus{
+		NodeStatus: &relaypb.NodeStatusEvent{StateChange: state, NodeNames: names, Message: msg}}}
+}
+
+// brokenStatus reports a peer whose stream broke (nil when it ended normally or the
+// client went away).
+func brokenStatus(ctx context.Context, e peerDone) *observerpb.GetFlowsResponse {
+	if e.err == nil || ctx.Err() != nil {
+		return nil
+	}
+	return nodeStatus(relaypb.NodeState_NODE_UNAVAILABLE, []string{e.name}, fmt.Sprintf("%s: %v", e.name, status.Convert(e.err).Message()))
+}
+
+// collect answers a request without --follow: every peer's answer, sorted by time,
+// the newest last ones when last > 0. Each peer returns at most its bounded history.
+func (r *Relay) collect(ctx context.Context, stream observerpb.Observer_GetFlowsServer, batch []*observerpb.GetFlowsResponse,
+	peers int, last uint64, in <-chan *observerpb.GetFlowsResponse, ends <-chan peerDone) error {
+	for peers > 0 {
+		select {
+		case resp := <-in:
+			batch = append(batch, resp)
+		case e := <-ends:
+			peers--
+			if s := brokenStatus(ctx, e); s != nil {
+				batch = append(batch, s)
+			}
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	for len(in) > 0 {
+		batch = append(batch, <-in)
+	}
+	for _, resp := range sortLast(batch, last) {
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// follow merges the peers' streams through the ordering window until the client goes
+// away (or every peer's stream ended). The first flush keeps the newest last flows of
+// the peers' histories.
+func (r *Relay) follow(ctx context.Context, stream observerpb.Observer_GetFlowsServer, first []*observerpb.GetFlowsResponse,
+	peers int, last uint64, in <-chan *observerpb.GetFlowsResponse, ends <-chan peerDone) error {
+	out := newSender(r.cfg.ClientBuffer, stream.Send)
+	defer out.finish()
+	for _, s := range first {
+		out.offer(s)
+	}
+	var w window
+	tick := time.NewTicker(r.cfg.Window / 4)
+	defer tick.Stop()
+	firstFlush := last > 0
+	maxHeld := 4 * r.cfg.ClientBuffer
+	for {
+		select {
+		case resp := <-in:
+			heap.Push(&w, held{r: resp, t: respTime(resp), arrived: time.Now()})
+		case e := <-ends:
+			peers--
+			if s := brokenStatus(ctx, e); s != nil {
+				heap.Push(&w, held{r: s, t: respTime(s), arrived: time.Now()})
+			}
+		case <-tick.C:
+		case <-out.done:
+			return out.err
+		case <-ctx.Done():
+			return nil
+		}
+		due := w.due(time.Now(), r.cfg.Window, maxHeld)
+		if peers == 0 {
+			due = append(due, w.due(time.Now(), 0, 0)...)
+		}
+		if firstFlush && len(due) > 0 {
+			due, firstFlush = sortLast(due, last), false
+		}
+		for _, resp := range due {
+			out.offer(resp)
+		}
+		if peers == 0 {
+			return out.finish()
+		}
+	}
+}

@@ -1,0 +1,70 @@
+package relay
+
+import (
+	"container/heap"
+	"testing"
+	"time"
+
+	observerpb "github.com/cilium/cilium/api/v1/observer"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+func resp(sec int) *observerpb.GetFlowsResponse {
+	return &observerpb.GetFlowsResponse{Time: timestamppb.New(t0.Add(time.Duration(sec) * time.Second)),
+		ResponseTypes: &observerpb.GetFlowsResponse_Flow{}}
+}
+
+// A client that does not read makes the relay drop, count, and later report flows;
+// the merge never waits for it.
+func TestSenderSlowClientLosesFlowsBounded(t *testing.T) {
+	release := make(chan struct{})
+	var got []*observerpb.GetFlowsResponse
+	s := newSender(2, func(r *observerpb.GetFlowsResponse) error {
+		<-release
+		got = append(got, r)
+		return nil
+	})
+	for i := range 10 { // returns at once although nothing is being sent
+		s.offer(resp(i))
+	}
+	if len(s.q) != 2 || s.lost < 7 {
+		t.Fatalf("queue %d, lost %d: want the queue bounded at 2 and the rest counted lost", len(s.q), s.lost)
+	}
+	lost := s.lost
+	close(release)
+	for len(s.q) > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	s.offer(resp(10))
+	if err := s.finish(); err != nil {
+		t.Fatal(err)
+	}
+	n := len(got)
+	if n < 2 || got[n-2].GetLostEvents().GetNumEventsLost() != lost || got[n-1].GetTime().AsTime() != t0.Add(10*time.Second) {
+		t.Errorf("sent %v: want a lost event of %d before the next flow", got, lost)
+	}
+}
+
+func TestWindowDue(t *testing.T) {
+	var w window
+	now := time.Now()
+	for _, h := range []held{{r: resp(3), t: t0.Add(3 * time.Second), arrived: now.Add(-time.Second)},
+		{r: resp(1), t: t0.Add(time.Second), arrived: now},
+		{r: resp(2), t: t0.Add(2 * time.Second), arrived: now.Add(-time.Second)}} {
+		w.Push(h)
+	}
+	// heap order: the newest arrival (1s) holds back the others until it is due.
+	heap.Init(&w)
+	if d := w.due(now, 500*time.Millisecond, 10); len(d) != 0 {
+		t.Errorf("due with the oldest event just arrived = %d responses, want 0", len(d))
+	}
+	d := w.due(now.Add(time.Second), 500*time.Millisecond, 10)
+	if len(d) != 3 {
+		t.Errorf("due after the window = %d", len(d))
+	}
+	for i := 1; i < len(d); i++ {
+		if respTime(d[i]).Before(respTime(d[i-1])) {
+			t.Errorf("due out of order at %d", i)
+		}
+	}
+}

@@ -1,0 +1,208 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	observerpb "github.com/cilium/cilium/api/v1/observer"
+	relaypb "github.com/cilium/cilium/api/v1/relay"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/myelin-net/myelin/internal/hubble"
+)
+
+// DefaultPort is the relay's Hubble port (Hubble's).
+const DefaultPort = 4245
+
+// Config is what the relay needs.
+type Config struct {
+	Discover Discovery
+	Version  string
+	// Timeout bounds asking one peer for its status; a peer that does not answer in
+	// time is unavailable for this request. 0 means 3s.
+	Timeout time.Duration
+	// Window is how long a followed flow waits for older flows from other nodes before
+	// it is sent. 0 means 250ms.
+	Window time.Duration
+	// ClientBuffer is how many merged flows wait for a slow following client before the
+	// relay drops them (and says how many). 0 means 4096.
+	ClientBuffer int
+	// Refresh is how long a discovered peer list is reused. 0 means 10s.
+	Refresh time.Duration
+}
+
+// Relay is the cluster's Observer.
+type Relay struct {
+	observerpb.UnimplementedObserverServer
+	cfg   Config
+	start time.Time
+
+	mu      sync.Mutex
+	conns   map[string]*grpc.ClientConn // by address
+	peers   []Peer
+	fetched time.Time
+}
+
+// New returns a relay; Close releases its peer connections.
+func New(cfg Config) *Relay {
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 3 * time.Second
+	}
+	if cfg.Window == 0 {
+		cfg.Window = 250 * time.Millisecond
+	}
+	if cfg.ClientBuffer == 0 {
+		cfg.ClientBuffer = 4096
+	}
+	if cfg.Refresh == 0 {
+		cfg.Refresh = 10 * time.Second
+	}
+	return &Relay{cfg: cfg, start: time.Now(), conns: map[string]*grpc.ClientConn{}}
+}
+
+// Serve answers the Hubble API on lis until ctx ends.
+func (r *Relay) Serve(ctx context.Context, lis net.Listener) error {
+	g := grpc.NewServer()
+	hubble.Register(g, r)
+	go func() {
+		<-ctx.Done()
+		g.Stop()
+	}()
+	if err := g.Serve(lis); err != nil {
+		return fmt.Errorf("serve hubble relay on %s: %w", lis.Addr(), err)
+	}
+	return nil
+}
+
+// Close closes the connections to the peers.
+func (r *Relay) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for a, c := range r.conns {
+		c.Close()
+		delete(r.conns, a)
+	}
+}
+
+// connectParams retry a peer that went away every few seconds at most (gRPC's default
+// backoff grows to two minutes), so a restarted agent is back in `hubble status` soon.
+var connectParams = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second},
+	MinConnectTimeout: 3 * time.Second,
+}
+
+// peerConn is a peer and the connection to it.
+type peerConn struct {
+	Peer
+	client observerpb.ObserverClient
+}
+
+// current returns the peers (discovered at most Refresh ago) with their connections,
+// dropping connections to peers that went away.
+func (r *Relay) current(ctx context.Context) ([]peerConn, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.peers == nil || time.Since(r.fetched) > r.cfg.Refresh {
+		ps, err := r.cfg.Discover(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("discover hubble peers: %w", err)
+		}
+		r.peers, r.fetched = ps, time.Now()
+	}
+	keep := map[string]bool{}
+	out := make([]peerConn, 0, len(r.peers))
+	for _, p := range r.peers {
+		keep[p.Address] = true
+		c, ok := r.conns[p.Address]
+		if !ok {
+			var err error
+			c, err = grpc.NewClient(p.Address, grpc.WithTransportCredentials(insecure.NewCredentials()),
+				grpc.WithConnectParams(connectParams))
+			if err != nil {
+				return nil, fmt.Errorf("connect to hubble peer %s (%s): %w", p.Name, p.Address, err)
+			}
+			r.conns[p.Address] = c
+		}
+		out = append(out, peerConn{Peer: p, client: observerpb.NewObserverClient(c)})
+	}
+	for a, c := range r.conns {
+		if !keep[a] {
+			c.Close()
+			delete(r.conns, a)
+		}
+	}
+	return out, nil
+}
+
+// peerStatus is one peer's answer to ServerStatus (err when it gave none in time).
+type peerStatus struct {
+	peerConn
+	st  *observerpb.ServerStatusResponse
+	err error
+}
+
+// probe asks every peer for its status in parallel, each bounded by Timeout.
+func (r *Relay) probe(ctx context.Context, peers []peerConn) []peerStatus {
+	out := make([]peerStatus, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+			defer cancel()
+			st, err := p.client.ServerStatus(pctx, &observerpb.ServerStatusRequest{})
+			out[i] = peerStatus{peerConn: p, st: st, err: err}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// ServerStatus sums the peers' flow stores and says which nodes are unavailable.
+func (r *Relay) ServerStatus(ctx context.Context, _ *observerpb.ServerStatusRequest) (*observerpb.ServerStatusResponse, error) {
+	peers, err := r.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res := &observerpb.ServerStatusResponse{Version: "myelin-relay " + r.cfg.Version, UptimeNs: uint64(time.Since(r.start))}
+	var up, down uint32
+	for _, s := range r.probe(ctx, peers) {
+		if s.err != nil {
+			down++
+			res.UnavailableNodes = append(res.UnavailableNodes, s.Name)
+			continue
+		}
+		up++
+		res.NumFlows += s.st.GetNumFlows()
+		res.MaxFlows += s.st.GetMaxFlows()
+		res.SeenFlows += s.st.GetSeenFlows()
+		res.FlowsRate += s.st.GetFlowsRate()
+	}
+	res.NumConnectedNodes, res.NumUnavailableNodes = wrapperspb.UInt32(up), wrapperspb.UInt32(down)
+	return res, nil
+}
+
+// GetNodes lists every peer with its state.
+func (r *Relay) GetNodes(ctx context.Context, _ *observerpb.GetNodesRequest) (*observerpb.GetNodesResponse, error) {
+	peers, err := r.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res := &observerpb.GetNodesResponse{}
+	for _, s := range r.probe(ctx, peers) {
+		n := &observerpb.Node{Name: s.Name, Address: s.Address, State: relaypb.NodeState_NODE_UNAVAILABLE}
+		if s.err == nil {
+			n.State, n.Version, n.UptimeNs = relaypb.NodeState_NODE_CONNECTED, s.st.GetVersion(), s.st.GetUptimeNs()
+			n.NumFlows, n.MaxFlows, n.SeenFlows = s.st.GetNumFlows(), s.st.GetMaxFlows(), s.st.GetSeenFlows()
+		}
+		res.Nodes = append(res.Nodes, n)
+	}
+	return res, nil
+}

@@ -1,0 +1,254 @@
+package relay
+
+import (
+	"context"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	observerpb "github.com/cilium/cilium/api/v1/observer"
+	relaypb "github.com/cilium/cilium/api/v1/relay"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/myelin-net/myelin/internal/flow"
+	"github.com/myelin-net/myelin/internal/hubble"
+)
+
+var t0 = time.Date(2026, 11, 23, 15, 0, 0, 0, time.UTC)
+
+// nodeSource is a node's store: its history, then (following) live flows from live.
+type nodeSource struct {
+	history []*flow.Flow
+	live    chan *flow.Flow
+	reqs    chan flow.Request // when set, gets each request
+}
+
+func (s *nodeSource) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Flow) error {
+	if s.reqs != nil {
+		s.reqs <- req
+	}
+	var h []*flow.Flow
+	for _, f := range s.history {
+		if req.Match(f) {
+			h = append(h, f)
+		}
+	}
+	if req.Last > 0 && len(h) > req.Last {
+		h = h[len(h)-req.Last:]
+	}
+	for _, f := range h {
+		out <- f
+	}
+	for req.Follow {
+		select {
+		case f := <-s.live:
+			if req.Match(f) {
+				out <- f
+			}
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return nil
+}
+
+// startNode serves a node's Observer on a loopback port and returns its peer entry.
+func startNode(t *testing.T, name string, src flow.Source) Peer {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	hubble.Register(g, hubble.NewServer(hubble.Config{Node: name, Source: src,
+		Stats: func() hubble.Stats { return hubble.Stats{Stored: 2, Capacity: 4095, Seen: 5} }}))
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	return Peer{Name: name, Address: lis.Addr().String()}
+}
+
+// deadPeer is an address where nothing listens.
+func deadPeer(t *testing.T, name string) Peer {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	return Peer{Name: name, Address: addr}
+}
+
+func startRelay(t *testing.T, peers ...Peer) observerpb.ObserverClient {
+	t.Helper()
+	conn, err := grpc.NewClient(startRelayAddr(t, peers...), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return observerpb.NewObserverClient(conn)
+}
+
+// startRelayAddr serves a relay over peers on a loopback port and returns its address.
+func startRelayAddr(t *testing.T, peers ...Peer) string {
+	t.Helper()
+	r := New(Config{Discover: Static(peers), Version: "test", Window: 40 * time.Millisecond})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go r.Serve(ctx, lis)
+	t.Cleanup(func() { cancel(); r.Close() })
+	return lis.Addr().String()
+}
+
+func at(node string, sec int) *flow.Flow {
+	return &flow.Flow{Time: t0.Add(time.Duration(sec) * time.Second), Node: node, Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "TCP", DstPort: uint16(sec)}
+}
+
+// describe renders a response as "node:port" for flows, "unavailable:names" for node status.
+func describe(r *observerpb.GetFlowsResponse) string {
+	if f := r.GetFlow(); f != nil {
+		return f.GetNodeName() + ":" + strconv.Itoa(int(f.GetL4().GetTCP().GetDestinationPort()))
+	}
+	if ns := r.GetNodeStatus(); ns != nil {
+		return strings.ToLower(strings.TrimPrefix(ns.GetStateChange().String(), "NODE_")) + ":" + strings.Join(ns.GetNodeNames(), ",")
+	}
+	return "lost"
+}
+
+func recvAll(t *testing.T, st observerpb.Observer_GetFlowsClient) []string {
+	t.Helper()
+	var got []string
+	for {
+		r, err := st.Recv()
+		if err == io.EOF {
+			return got
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, describe(r))
+	}
+}
+
+func TestRelayMergesLastNAcrossNodes(t *testing.T) {
+	a := startNode(t, "a", &nodeSource{history: []*flow.Flow{at("a", 1), at("a", 4), at("a", 6)}})
+	b := startNode(t, "b", &nodeSource{history: []*flow.Flow{at("b", 2), at("b", 3), at("b", 5)}})
+	c := startRelay(t, a, b)
+	st, err := c.GetFlows(context.Background(), &observerpb.GetFlowsRequest{Number: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(recvAll(t, st), " "); got != "b:3 a:4 b:5 a:6" {
+		t.Errorf("--last 4 across a and b = %q, want the newest 4 in time order: b:3 a:4 b:5 a:6", got)
+	}
+}
+
+func TestRelaySurvivesADeadNode(t *testing.T) {
+	a := startNode(t, "a", &nodeSource{history: []*flow.Flow{at("a", 1), at("a", 2)}})
+	c := startRelay(t, a, deadPeer(t, "b"))
+	st, err := c.GetFlows(context.Background(), &observerpb.GetFlowsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(recvAll(t, st), " ")
+	if !strings.Contains(got, "a:1 a:2") || !strings.Contains(got, "unavailable:b") {
+		t.Errorf("flows with b down = %q: want a's flows and b reported unavailable", got)
+	}
+	ss, err := c.ServerStatus(context.Background(), &observerpb.ServerStatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ss.GetNumConnectedNodes().GetValue() != 1 || ss.GetNumUnavailableNodes().GetValue() != 1 ||
+		strings.Join(ss.GetUnavailableNodes(), ",") != "b" || ss.GetNumFlows() != 2 || ss.GetMaxFlows() != 4095 {
+		t.Errorf("ServerStatus = %v: want 1 connected, b unavailable, a's counts", ss)
+	}
+	nodes, err := c.GetNodes(context.Background(), &observerpb.GetNodesRequest{})
+	if err != nil || len(nodes.GetNodes()) != 2 || nodes.GetNodes()[0].GetState() != relaypb.NodeState_NODE_CONNECTED ||
+		nodes.GetNodes()[1].GetState() != relaypb.NodeState_NODE_UNAVAILABLE {
+		t.Errorf("GetNodes = %v, %v: want a connected, b unavailable", nodes, err)
+	}
+}
+
+func TestRelayFollowOrdersLiveFlows(t *testing.T) {
+	la, lb := make(chan *flow.Flow), make(chan *flow.Flow)
+	a := startNode(t, "a", &nodeSource{history: []*flow.Flow{at("a", 1), at("a", 2)}, live: la})
+	b := startNode(t, "b", &nodeSource{history: []*flow.Flow{at("b", 3)}, live: lb})
+	c := startRelay(t, a, b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := c.GetFlows(ctx, &observerpb.GetFlowsRequest{Number: 2, Follow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for len(got) < 2 { // the newest 2 of the histories
+		r, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, describe(r))
+	}
+	lb <- at("b", 5) // b reports a later flow first; a's earlier one sorts before it
+	la <- at("a", 4)
+	for len(got) < 4 {
+		r, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, describe(r))
+	}
+	if s := strings.Join(got, " "); s != "a:2 b:3 a:4 b:5" {
+		t.Errorf("followed stream = %q, want a:2 b:3 a:4 b:5", s)
+	}
+}
+
+func TestRelayRejectsBadFilter(t *testing.T) {
+	c := startRelay(t, startNode(t, "a", &nodeSource{}))
+	st, err := c.GetFlows(context.Background(), &observerpb.GetFlowsRequest{First: true})
+	if err == nil {
+		_, err = st.Recv()
+	}
+	if err == nil || !strings.Contains(err.Error(), "--first") {
+		t.Errorf("GetFlows(first): %v, want an error naming --first", err)
+	}
+}
+
+func TestParsePeer(t *testing.T) {
+	for in, want := range map[string]Peer{
+		"198.18.0.11:4244":    {Name: "198.18.0.11:4244", Address: "198.18.0.11:4244"},
+		"n1=198.18.0.11:4244": {Name: "n1", Address: "198.18.0.11:4244"},
+	} {
+		if got, err := ParsePeer(in); err != nil || got != want {
+			t.Errorf("ParsePeer(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"198.18.0.11", "n1=:4244", "n1=h:99999", "=h:1"} {
+		if _, err := ParsePeer(bad); err == nil || !strings.Contains(err.Error(), bad) {
+			t.Errorf("ParsePeer(%q): %v, want an error naming it", bad, err)
+		}
+	}
+}
+
+func TestPeersFromNodes(t *testing.T) {
+	node := func(name, ip string) corev1.Node {
+		n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: name}}
+		if ip != "" {
+			n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
+		}
+		return n
+	}
+	got := PeersFromNodes([]corev1.Node{node("n2", "198.18.0.12"), node("n1", "198.18.0.11"), node("n3", "")}, 4244)
+	want := []Peer{{"n1", "198.18.0.11:4244"}, {"n2", "198.18.0.12:4244"}}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("PeersFromNodes = %v, want %v (a node without an InternalIP is skipped)", got, want)
+	}
+}

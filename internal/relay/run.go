@@ -1,0 +1,78 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Options are `myelin relay`'s flags.
+type Options struct {
+	Listen     string   // host:port to serve on
+	Peers      []string // --peer values; none: discover from the Nodes
+	PeerPort   int      // the agents' Hubble port (hubble-listen-address) for discovered nodes
+	Kubeconfig string   // "" = in-cluster
+	Version    string
+}
+
+// Run serves the relay until ctx ends.
+func Run(ctx context.Context, o Options, log *slog.Logger) error {
+	discover, err := discovery(o)
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s (--listen): %w", o.Listen, err)
+	}
+	r := New(Config{Discover: discover, Version: o.Version})
+	defer r.Close()
+	log.Info("hubble relay", "listen", lis.Addr().String(), "peers", peersText(o))
+	return r.Serve(ctx, lis)
+}
+
+func discovery(o Options) (Discovery, error) {
+	if len(o.Peers) > 0 {
+		var peers []Peer
+		for _, s := range o.Peers {
+			p, err := ParsePeer(s)
+			if err != nil {
+				return nil, err
+			}
+			peers = append(peers, p)
+		}
+		return Static(peers), nil
+	}
+	if o.PeerPort < 1 || o.PeerPort > 65535 {
+		return nil, fmt.Errorf("--peer-port %d: want the agents' Hubble port, 1-65535 (default 4244)", o.PeerPort)
+	}
+	var rc *rest.Config
+	var err error
+	if o.Kubeconfig == "" {
+		rc, err = rest.InClusterConfig()
+	} else {
+		rc, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config (--kubeconfig %q; empty means in-cluster): %w", o.Kubeconfig, err)
+	}
+	rc.Timeout = 10 * time.Second
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("create kubernetes client: %w", err)
+	}
+	return FromNodes(cs, o.PeerPort), nil
+}
+
+func peersText(o Options) string {
+	if len(o.Peers) > 0 {
+		return fmt.Sprint(o.Peers)
+	}
+	return fmt.Sprintf("every Node's InternalIP on port %d", o.PeerPort)
+}

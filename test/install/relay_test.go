@@ -1,0 +1,56 @@
+package install
+
+import (
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/myelin-net/myelin/internal/config"
+)
+
+// hubble.relay.enabled renders the relay: `myelin relay` from the agent image on 4245,
+// connecting to the agents' hubble.listenAddress port, which the ConfigMap passes to
+// the agents as hubble-listen-address; off (the default) renders nothing of it.
+func TestChartHubbleRelay(t *testing.T) {
+	objs := objects(t, template(t, "hubble.relay.enabled=true", "hubble.listenAddress=:4300"))
+	var dep appsv1.Deployment
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(t, objs, "Deployment", "hubble-relay").Object, &dep); err != nil {
+		t.Fatal(err)
+	}
+	c := dep.Spec.Template.Spec.Containers[0]
+	if strings.Join(c.Command, " ") != "/usr/bin/myelin" || len(c.Args) == 0 || c.Args[0] != "relay" ||
+		arg(c, "--listen") != ":4245" || arg(c, "--peer-port") != "4300" {
+		t.Errorf("relay container %v %v: want /usr/bin/myelin relay --listen=:4245 --peer-port=4300", c.Command, c.Args)
+	}
+	if dep.Spec.Template.Spec.ServiceAccountName != "myelin" {
+		t.Errorf("relay ServiceAccount %q: want myelin (it lists Nodes, which the agent's role allows)", dep.Spec.Template.Spec.ServiceAccountName)
+	}
+	var svc corev1.Service
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(t, objs, "Service", "hubble-relay").Object, &svc); err != nil {
+		t.Fatal(err)
+	}
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 4245 || svc.Spec.Selector["app.kubernetes.io/name"] != "hubble-relay" {
+		t.Errorf("relay Service %+v: want port 4245 selecting the relay", svc.Spec)
+	}
+	cm := find(t, objs, "ConfigMap", config.ConfigMapName)
+	if v, _, _ := unstructured.NestedString(cm.Object, "data", "hubble-listen-address"); v != ":4300" {
+		t.Errorf("ConfigMap hubble-listen-address %q, want :4300", v)
+	}
+	for _, o := range objects(t, template(t)) {
+		if o.GetName() == "hubble-relay" {
+			t.Errorf("the default values render %s hubble-relay: the relay is off unless hubble.relay.enabled", o.GetKind())
+		}
+	}
+	out, err := run(t, nil, helm(t), "template", "myelin", chartDir(), "--namespace", "kube-system",
+		"--set", "hubble.relay.enabled=true", "--set", "hubble.listenAddress=")
+	if err == nil || !strings.Contains(out, "hubble.relay.enabled needs hubble.listenAddress") {
+		t.Errorf("relay without listenAddress: err %v, output %q; want a failure naming hubble.listenAddress", err, out)
+	}
+	if out, err := run(t, nil, helm(t), "lint", "--strict", "--namespace", "kube-system", chartDir(), "--set", "hubble.relay.enabled=true"); err != nil {
+		t.Errorf("helm lint --strict with the relay: %v\n%s", err, out)
+	}
+}
