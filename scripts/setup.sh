@@ -83,5 +83,6 @@ check_go
 "$here/build-k8s.sh"
 "$here/build-flannel.sh"
 "$here/build-helm.sh"
+"$here/build-promtool.sh"
 "$here/build-image-bases.sh"
 say "done"
