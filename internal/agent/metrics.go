@@ -50,7 +50,8 @@ func (m *agentMetrics) close() {
 }
 
 // use makes the agent endpoint report the loaded datapath and the parts around it
-// from now on: every scrape reads them afresh.
+// from now on (every scrape reads them afresh), and the flow store feed the flow
+// metrics.
 func (m *agentMetrics) use(st *startup, node *nodeDatapath, svc *serviceLoop, gc *collector) {
 	plan := st.plan
 	m.agent.Use(func() metrics.Snapshot {
@@ -69,6 +70,9 @@ func (m *agentMetrics) use(st *startup, node *nodeDatapath, svc *serviceLoop, gc
 		s.ICMPRejectsSuppressed, _ = node.dp.ICMPRejectsSuppressed()
 		return s
 	})
+	if m.flows != nil && node.flows != nil {
+		node.flows.AddSink(m.flows) // every flow the store takes, counted (flowmetrics)
+	}
 	if svc != nil {
 		svc.watcher.OnSyncLatency(func(d time.Duration) { m.agent.ObserveSync("services", d) })
 	}

@@ -34,6 +34,8 @@ hubble-metrics: {{ join "," $v.hubble.metrics.enabled | quote }}
 {{- else }}
 hubble-metrics-server: ""
 {{- end }}
+enable-hubble: {{ $v.hubble.enabled | quote }}
+hubble-event-buffer-capacity: {{ $v.hubble.eventBufferCapacity | int64 | quote }}
 {{- range $k, $val := $v.extraConfig }}
 {{ $k }}: {{ $val | quote }}
 {{- end }}
@@ -65,6 +67,8 @@ nodeport-nat-max: nodePort.natMax
 prometheus-serve-addr: prometheus.port
 hubble-metrics-server: hubble.metrics.port
 hubble-metrics: hubble.metrics.enabled
+enable-hubble: hubble.enabled
+hubble-event-buffer-capacity: hubble.eventBufferCapacity
 {{- end -}}
 
 {{- define "myelin.checkExtraConfig" -}}
