@@ -84,5 +84,6 @@ check_go
 "$here/build-flannel.sh"
 "$here/build-helm.sh"
 "$here/build-hubble.sh"
+"$here/build-promtool.sh"
 "$here/build-image-bases.sh"
 say "done"

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -79,6 +80,9 @@ func (s *startup) startDatapath(ctx context.Context, nodes *nodeWatch) (*nodeDat
 	return n, nil
 }
 
+// errBPFLoad marks a failed BPF load (counted in myelin_bpf_load_errors_total).
+var errBPFLoad = errors.New("load the BPF datapath")
+
 // loadDatapath creates (tunnel mode) or removes myelin_vxlan and loads the BPF
 // objects as the plan says, reusing pinned maps.
 func (s *startup) loadDatapath() (*datapath.Datapath, netlink.Link, error) {
@@ -100,7 +104,7 @@ func (s *startup) loadDatapath() (*datapath.Datapath, netlink.Link, error) {
 	}
 	dp, err := datapath.Load(dpCfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("load the BPF datapath: %w", err)
+		return nil, nil, fmt.Errorf("%w: %w", errBPFLoad, err)
 	}
 	return dp, overlay, nil
 }

@@ -28,6 +28,8 @@ type collector struct {
 	waited   bool // "waits for the load" said once
 	// npEvictions samples the embryonic NodePort evictions each round, for status.
 	npEvictions evictionSamples
+	// stats counts each table's rounds and removed entries, for metrics.
+	stats gcStats
 }
 
 // startCollector starts the GC loop; it ends with ctx (wait for it with wait).
@@ -101,6 +103,7 @@ func (c *collector) adopt() *datapath.Datapath {
 func (c *collector) collect(dp *datapath.Datapath) {
 	n, err := dp.GCNAT(datapath.MonotonicNow())
 	c.loops.report("nat-gc", err)
+	c.stats.add("nat", n)
 	if err != nil {
 		c.log.Warn("collect NAT entries", "err", err)
 	}
@@ -110,6 +113,7 @@ func (c *collector) collect(dp *datapath.Datapath) {
 	// NodePort SNAT (BPF load balancing; its maps have one entry otherwise).
 	n, err = dp.GCNodePortNAT(datapath.MonotonicNow())
 	c.loops.report("nodeport-nat-gc", err)
+	c.stats.add("nodeport-nat", n)
 	if err != nil {
 		c.log.Warn("collect NodePort SNAT entries", "err", err)
 	}
@@ -120,6 +124,7 @@ func (c *collector) collect(dp *datapath.Datapath) {
 	// Service conntrack (BPF load balancing): the same clock, the same pass.
 	n, err = dp.GCServiceCT(datapath.MonotonicNow())
 	c.loops.report("service-ct-gc", err)
+	c.stats.add("service-ct", n)
 	if err != nil {
 		c.log.Warn("collect Service conntrack entries", "err", err)
 	}

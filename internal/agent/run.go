@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 
 	"github.com/myelin-net/myelin/internal/api"
@@ -49,10 +50,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	st.reportFallbacks(ctx) // log and Events (events.go)
+	st.reportFallbacks(ctx)                 // log and Events (events.go)
+	mets, err := startMetrics(st.conf, log) // :9962 and :9965 (metrics.go)
+	if err != nil {
+		return err
+	}
+	defer mets.close()
 	nodes := newNodeWatch(st.cs)
 	node, err := st.startDatapath(ctx, nodes)
 	if err != nil {
+		if errors.Is(err, errBPFLoad) {
+			mets.agent.LoadFailed()
+		}
 		st.reportDatapathFailure(ctx, err)
 		return err
 	}
@@ -89,6 +98,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	srv.views.add(pol) // /v1/policy answers from here on
 	names := pol.podName
 	srv.monitor.names.Store(&names) // pods of other nodes in drop events
+	mets.use(st, node, svc, gc)     // before the Service watcher runs
 	flows.resolveWith(pol, svc)
 	supervise(ctx, append(st.loopsFor(nodes, node, svc, srv, deleted), pol, flows)...)
 	if err := installCNI(cfg); err != nil {

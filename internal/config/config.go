@@ -76,6 +76,14 @@ type Config struct {
 	// (nodeport-nat-syn-max, nodeport-nat-max), in entries, two per flow.
 	NodePortNATSynMax int
 	NodePortNATMax    int
+	// PrometheusServeAddr is where the agent serves its myelin_ metrics
+	// (prometheus-serve-addr); "" turns them off.
+	PrometheusServeAddr string
+	// HubbleMetricsServer is where the agent serves the flow metrics
+	// (hubble-metrics-server); "" turns them off. HubbleMetrics are the families
+	// served (hubble-metrics).
+	HubbleMetricsServer string
+	HubbleMetrics       []string
 
 	// Effective lists every key with its value and the source it came from.
 	Effective []Effective

@@ -63,6 +63,9 @@ func TestResolveErrors(t *testing.T) {
 		{map[string]string{"nodeport-nat-max": "lots"}, `must be a number of entries`},
 		{map[string]string{"hubble-listen-address": "4244"}, `key "hubble-listen-address" value "4244": must be [ip]:port`},
 		{map[string]string{"hubble-listen-address": "node:4244"}, `must be [ip]:port`},
+		{map[string]string{"prometheus-serve-addr": "9962"}, `key "prometheus-serve-addr" value "9962": must be "" (off), :PORT or HOST:PORT`},
+		{map[string]string{"hubble-metrics-server": "node1:9965"}, `host "node1" must be an IP address or localhost`},
+		{map[string]string{"hubble-metrics": "dns,http"}, `key "hubble-metrics" value "dns,http": "http" needs an L7 proxy`},
 	}
 	for _, tt := range tests {
 		_, err := Resolve(Source{Name: "src", Values: tt.values})

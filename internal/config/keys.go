@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/myelin-net/myelin/internal/flowmetrics"
 	"github.com/myelin-net/myelin/internal/maglev"
 )
 
@@ -147,6 +148,18 @@ var keys = []key{
 		c.NodePortNATMax, err = parseTableSize(v, 16, 1<<22)
 		return err
 	}},
+	{"prometheus-serve-addr", ":9962", func(c *Config, v string) (err error) {
+		c.PrometheusServeAddr, err = parseListenAddr(v)
+		return err
+	}},
+	{"hubble-metrics-server", ":9965", func(c *Config, v string) (err error) {
+		c.HubbleMetricsServer, err = parseListenAddr(v)
+		return err
+	}},
+	{"hubble-metrics", "dns,drop,tcp,flow,icmp,port-distribution", func(c *Config, v string) (err error) {
+		c.HubbleMetrics, err = flowmetrics.ParseFamilies(v)
+		return err
+	}},
 	{"mtu", "0", func(c *Config, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || (n != 0 && (n < 1280 || n > 65535)) {
@@ -228,4 +241,22 @@ func parseTableSize(v string, min, max int) (int, error) {
 		return 0, fmt.Errorf("must be a number of entries between %d and %d", min, max)
 	}
 	return n, nil
+}
+
+// parseListenAddr parses a metrics listen address: "" (off), ":PORT" or "HOST:PORT".
+func parseListenAddr(v string) (string, error) {
+	if v == "" {
+		return "", nil
+	}
+	host, port, err := net.SplitHostPort(v)
+	p, perr := strconv.ParseUint(port, 10, 16)
+	if err != nil || perr != nil || p == 0 {
+		return "", fmt.Errorf("must be \"\" (off), :PORT or HOST:PORT such as :9962")
+	}
+	if host != "" {
+		if _, err := netip.ParseAddr(host); err != nil && host != "localhost" {
+			return "", fmt.Errorf("host %q must be an IP address or localhost (e.g. 127.0.0.1:9962, or :9962 for every address)", host)
+		}
+	}
+	return v, nil
 }

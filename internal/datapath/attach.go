@@ -100,7 +100,12 @@ func (d *Datapath) linkPath(prefix, name string) (string, error) {
 
 // attach runs prog on TCX hook (ingress or egress) of ifindex through the
 // link pinned as prefix+name.
-func (d *Datapath) attach(prog *ebpf.Program, hook ebpf.AttachType, ifindex int, prefix, name string) error {
+func (d *Datapath) attach(prog *ebpf.Program, hook ebpf.AttachType, ifindex int, prefix, name string) (err error) {
+	defer func() {
+		if err != nil {
+			d.attachErrors.Add(1)
+		}
+	}()
 	if ifindex <= 0 {
 		return fmt.Errorf("attach to device %q: invalid ifindex %d", name, ifindex)
 	}

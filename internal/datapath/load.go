@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -123,6 +124,8 @@ type Datapath struct {
 	objs   myelinObjects
 	lbMu   sync.Mutex // serializes service updates
 	maglev maglevTables
+	// attachErrors counts failed attachments (AttachErrors, for metrics).
+	attachErrors atomic.Uint64
 }
 
 // Load loads the programs with cfg's load-time constants, reusing the maps

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -33,6 +34,11 @@ type Watcher struct {
 	report func(error) // called after every sync of a Service, for the agent's loop status
 	synced chan struct{}
 	health func(key string, hc *HealthCheck) // nil: no health checks served
+	// latency, when set (OnSyncLatency), gets the time from a Service's first
+	// queued event to its frontends written; pending holds those first event times.
+	latency   func(time.Duration)
+	pendingMu sync.Mutex
+	pending   map[string]time.Time
 }
 
 // NewWatcher returns a Watcher that applies to m what the Services and
@@ -59,6 +65,39 @@ func (w *Watcher) syncHealth(key string, svc *corev1.Service, slices []*discover
 		}
 	}
 	w.health(key, hc)
+}
+
+// OnSyncLatency makes the watcher hand f, each time a Service is written to the
+// datapath after an informer event, the time since the first event that queued it
+// (retries included; resyncs, which no event caused, are not measured). Call before Run.
+func (w *Watcher) OnSyncLatency(f func(time.Duration)) {
+	w.latency, w.pending = f, map[string]time.Time{}
+}
+
+// eventSeen notes the time of key's first event since it was last written.
+func (w *Watcher) eventSeen(key string) {
+	if w.latency == nil {
+		return
+	}
+	w.pendingMu.Lock()
+	defer w.pendingMu.Unlock()
+	if _, ok := w.pending[key]; !ok {
+		w.pending[key] = time.Now()
+	}
+}
+
+// written reports key's event-to-datapath latency once its sync succeeded.
+func (w *Watcher) written(key string) {
+	if w.latency == nil {
+		return
+	}
+	w.pendingMu.Lock()
+	t, ok := w.pending[key]
+	delete(w.pending, key)
+	w.pendingMu.Unlock()
+	if ok {
+		w.latency(time.Since(t))
+	}
 }
 
 // Synced is closed once every Service that existed at start is programmed and what
@@ -100,6 +139,7 @@ func (w *Watcher) startCaches(ctx context.Context, queue workqueue.TypedRateLimi
 	_ = sliceInf.Informer().AddIndexers(cache.Indexers{byServiceIndex: sliceServiceKey})
 	enqueue := func(obj any) {
 		if key, ok := eventKey(obj); ok {
+			w.eventSeen(key)
 			queue.Add(key)
 		}
 	}
@@ -136,9 +176,12 @@ func (w *Watcher) sync(c serviceCaches, key string) error {
 func (w *Watcher) firstPass(c serviceCaches) {
 	all, _ := c.services.List(labels.Everything())
 	for _, svc := range all {
-		if err := w.sync(c, svc.Namespace+"/"+svc.Name); err != nil {
-			w.log.Error("sync service", "service", svc.Namespace+"/"+svc.Name, "err", err)
+		key := svc.Namespace + "/" + svc.Name
+		if err := w.sync(c, key); err != nil {
+			w.log.Error("sync service", "service", key, "err", err)
 			w.report(err)
+		} else {
+			w.written(key)
 		}
 	}
 	if err := w.m.Prune(); err != nil {
@@ -166,6 +209,7 @@ func (w *Watcher) processNext(queue workqueue.TypedRateLimitingInterface[string]
 		queue.AddRateLimited(key)
 	} else {
 		queue.Forget(key)
+		w.written(key)
 	}
 	return true
 }

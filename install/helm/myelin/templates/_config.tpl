@@ -27,6 +27,13 @@ enable-source-ip-verification: {{ $v.enableSourceIPVerification | quote }}
 nat-port-range: {{ $v.natPortRange | quote }}
 nodeport-nat-syn-max: {{ $v.nodePort.natSynMax | int64 | quote }}
 nodeport-nat-max: {{ $v.nodePort.natMax | int64 | quote }}
+prometheus-serve-addr: {{ if $v.prometheus.enabled }}{{ printf ":%d" ($v.prometheus.port | int64) | quote }}{{ else }}""{{ end }}
+{{- if $v.hubble.metrics.enabled }}
+hubble-metrics-server: {{ printf ":%d" ($v.hubble.metrics.port | int64) | quote }}
+hubble-metrics: {{ join "," $v.hubble.metrics.enabled | quote }}
+{{- else }}
+hubble-metrics-server: ""
+{{- end }}
 enable-hubble: {{ $v.hubble.enabled | quote }}
 hubble-event-buffer-capacity: {{ $v.hubble.eventBufferCapacity | int64 | quote }}
 hubble-listen-address: {{ $v.hubble.listenAddress | quote }}
@@ -58,6 +65,9 @@ enable-source-ip-verification: enableSourceIPVerification
 nat-port-range: natPortRange
 nodeport-nat-syn-max: nodePort.natSynMax
 nodeport-nat-max: nodePort.natMax
+prometheus-serve-addr: prometheus.port
+hubble-metrics-server: hubble.metrics.port
+hubble-metrics: hubble.metrics.enabled
 enable-hubble: hubble.enabled
 hubble-listen-address: hubble.listenAddress
 hubble-event-buffer-capacity: hubble.eventBufferCapacity

@@ -1,0 +1,79 @@
+package agent
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/myelin-net/myelin/internal/config"
+	"github.com/myelin-net/myelin/internal/flowmetrics"
+	"github.com/myelin-net/myelin/internal/metrics"
+)
+
+// agentMetrics serves the node's two Prometheus endpoints: the agent's myelin_
+// metrics (prometheus-serve-addr; internal/metrics, read at scrape time) and the
+// flow metrics with Hubble's names (hubble-metrics-server; internal/flowmetrics, a
+// flow.Sink of the flow store). Either address may be "" (off).
+type agentMetrics struct {
+	agent   *metrics.Agent
+	flows   *flowmetrics.Sink // nil when the flow metrics are off
+	servers []*http.Server
+}
+
+// startMetrics starts the endpoints the configuration asks for; a port in use is
+// an error naming the key.
+func startMetrics(conf config.Config, log *slog.Logger) (*agentMetrics, error) {
+	m := &agentMetrics{agent: metrics.NewAgent()}
+	if conf.PrometheusServeAddr != "" {
+		srv, err := metrics.Serve(conf.PrometheusServeAddr, "prometheus-serve-addr", m.agent.Registry(), log)
+		if err != nil {
+			return nil, err
+		}
+		m.servers = append(m.servers, srv)
+	}
+	if conf.HubbleMetricsServer != "" {
+		m.flows = flowmetrics.New(conf.HubbleMetrics, flowmetrics.Options{})
+		srv, err := metrics.Serve(conf.HubbleMetricsServer, "hubble-metrics-server", m.flows.Registry(), log)
+		if err != nil {
+			m.close()
+			return nil, err
+		}
+		m.servers = append(m.servers, srv)
+	}
+	return m, nil
+}
+
+func (m *agentMetrics) close() {
+	for _, s := range m.servers {
+		_ = s.Close()
+	}
+}
+
+// use makes the agent endpoint report the loaded datapath and the parts around it
+// from now on (every scrape reads them afresh), and the flow store feed the flow
+// metrics.
+func (m *agentMetrics) use(st *startup, node *nodeDatapath, svc *serviceLoop, gc *collector) {
+	plan := st.plan
+	m.agent.Use(func() metrics.Snapshot {
+		s := metrics.Snapshot{Datapath: true, Endpoints: len(node.eps.List()),
+			RoutingMode: plan.RoutingMode(), HostRouting: plan.HostRouting.Mode(), HostRoutingReason: plan.HostRouting.Reason,
+			AttachErrors: node.dp.AttachErrors(), Controllers: st.loops.controllers(), GC: gc.stats.snapshot()}
+		_, s.IPAMUsed, s.IPAMTotal = node.pool.Usage()
+		if svc != nil {
+			n, fe, be := svc.manager.Counts()
+			s.Services = &metrics.ServiceCounts{Services: n, Frontends: fe, Backends: be}
+		}
+		// A map or counter that cannot be read is left out of this scrape (and
+		// the read error shows in myelin status, which reads the same maps).
+		s.Maps, _ = node.dp.MapStats()
+		s.Counters, _ = node.dp.Metrics()
+		s.ICMPRejectsSuppressed, _ = node.dp.ICMPRejectsSuppressed()
+		return s
+	})
+	if m.flows != nil && node.flows != nil {
+		node.flows.AddSink(m.flows) // every flow the store takes, counted (flowmetrics)
+	}
+	if svc != nil {
+		svc.watcher.OnSyncLatency(func(d time.Duration) { m.agent.ObserveSync("services", d) })
+	}
+}

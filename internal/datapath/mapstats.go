@@ -1,0 +1,78 @@
+package datapath
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf"
+)
+
+// Map kinds group the maps the agent owns by what fills them (MapStat.Kind).
+const (
+	MapKindEndpoints = "endpoints" // one entry per local pod
+	MapKindRouting   = "routing"   // tunnels, no-masquerade CIDRs
+	MapKindServices  = "services"  // frontends, backends, slots, session affinity
+	MapKindConntrack = "conntrack" // Service and NetworkPolicy connection tracking
+	MapKindNAT       = "nat"       // masquerade and NodePort SNAT
+	MapKindPolicy    = "policy"    // ipcache, per-pod flags, allow entries
+	MapKindFragments = "fragments" // IPv4 fragments in flight
+)
+
+// MapStat is how full one of the datapath's hash, LRU or LPM maps is.
+type MapStat struct {
+	Name    string // the map's name in bpf/lib/maps.h, e.g. "myelin_snat"
+	Kind    string // a MapKind* constant
+	Entries int
+	Max     int
+}
+
+// MapStats counts the entries of every map that can run full: endpoints,
+// routing, NAT, conntrack, policy, fragments and, with load balancing, the
+// Service maps. Arrays (always full by construction), per-CPU counters and the
+// ring buffer are left out. It walks each map, so call it for a scrape or a
+// status, not per packet.
+func (d *Datapath) MapStats() ([]MapStat, error) {
+	o := &d.objs
+	maps := []struct {
+		name, kind string
+		m          *ebpf.Map
+	}{
+		{"myelin_endpoints", MapKindEndpoints, o.MyelinEndpoints},
+		{"myelin_tunnel", MapKindRouting, o.MyelinTunnel},
+		{"myelin_nomasq", MapKindRouting, o.MyelinNomasq},
+		{"myelin_snat", MapKindNAT, o.MyelinSnat},
+		{"myelin_ipcache", MapKindPolicy, o.MyelinIpcache},
+		{"myelin_policy_eps", MapKindPolicy, o.MyelinPolicyEps},
+		{"myelin_policy", MapKindPolicy, o.MyelinPolicy},
+		{"myelin_policy_ct", MapKindConntrack, o.MyelinPolicyCt},
+		{"myelin_frags", MapKindFragments, o.MyelinFrags},
+	}
+	if d.cfg.LoadBalancing {
+		maps = append(maps, []struct {
+			name, kind string
+			m          *ebpf.Map
+		}{
+			{"myelin_nodeport_syn", MapKindNAT, o.MyelinNodeportSyn},
+			{"myelin_nodeport_nat", MapKindNAT, o.MyelinNodeportNat},
+			{"myelin_lb_services", MapKindServices, o.MyelinLbServices},
+			{"myelin_lb_backends", MapKindServices, o.MyelinLbBackends},
+			{"myelin_lb_slots", MapKindServices, o.MyelinLbSlots},
+			{"myelin_lb_affinity", MapKindServices, o.MyelinLbAffinity},
+			{"myelin_lb_ct", MapKindConntrack, o.MyelinLbCt},
+			{"myelin_lb_ct_nodeport", MapKindConntrack, o.MyelinLbCtNodeport},
+		}...)
+	}
+	out := make([]MapStat, 0, len(maps))
+	for _, m := range maps {
+		var key, value []byte
+		n, err := countEntries(m.m, &key, &value)
+		if err != nil {
+			return nil, fmt.Errorf("count %s: %w", m.name, err)
+		}
+		out = append(out, MapStat{Name: m.name, Kind: m.kind, Entries: n, Max: int(m.m.MaxEntries())})
+	}
+	return out, nil
+}
+
+// AttachErrors counts the program attachments (uplink, VXLAN device, pod veths)
+// that failed since Load.
+func (d *Datapath) AttachErrors() uint64 { return d.attachErrors.Load() }

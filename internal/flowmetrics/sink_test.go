@@ -1,0 +1,146 @@
+package flowmetrics
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/myelin-net/myelin/internal/flow"
+)
+
+// knownFlows is a small day on a node: a TCP connection to a web pod (SYN, SYN-ACK
+// reply, FIN), a policy drop, a NodePort flow, a ping, a DNS query and its answer,
+// and a reader's gap that is no flow.
+func knownFlows() []*flow.Flow {
+	fwd := func(proto string, dport uint16, fl *flow.TCPFlags, reply bool) *flow.Flow {
+		return &flow.Flow{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: proto, SrcPort: 40000, DstPort: dport, TCPFlags: fl, IsReply: reply}
+	}
+	return []*flow.Flow{
+		fwd("TCP", 80, &flow.TCPFlags{SYN: true}, false),
+		fwd("TCP", 40000, &flow.TCPFlags{SYN: true, ACK: true}, true),
+		fwd("TCP", 80, &flow.TCPFlags{FIN: true, ACK: true}, false),
+		fwd("TCP", 30080, &flow.TCPFlags{SYN: true}, false),
+		{Type: flow.TypeDrop, Verdict: flow.Dropped, DropReason: "DROP_POLICY_DENIED", Protocol: "TCP", DstPort: 8080, TCPFlags: &flow.TCPFlags{SYN: true}},
+		{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "ICMP", ICMPType: 8},
+		{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "ICMP", ICMPType: 0, IsReply: true},
+		{Type: flow.TypeDNS, Verdict: flow.Forwarded, Protocol: "UDP", DstPort: 53, DNS: &flow.DNS{Query: "web.x.svc.cluster.local.", QType: "A"}},
+		{Type: flow.TypeDNS, Verdict: flow.Forwarded, Protocol: "UDP", SrcPort: 53, IsReply: true,
+			DNS: &flow.DNS{Query: "web.x.svc.cluster.local.", QType: "A", Response: true, RCode: "NOERROR", IPs: []string{"10.96.0.10"}}},
+		{Type: flow.TypeLost, Lost: 3},
+	}
+}
+
+func TestSinkCountsKnownFlows(t *testing.T) {
+	s := New(Families, Options{})
+	for _, f := range knownFlows() {
+		s.Observe(f)
+	}
+	want := `
+# HELP hubble_flows_processed_total Flows processed, by event type (Trace, Drop, PolicyVerdict, L7), subtype (DNS for L7) and verdict.
+# TYPE hubble_flows_processed_total counter
+hubble_flows_processed_total{subtype="",type="Drop",verdict="DROPPED"} 1
+hubble_flows_processed_total{subtype="",type="Trace",verdict="FORWARDED"} 6
+hubble_flows_processed_total{subtype="DNS",type="L7",verdict="FORWARDED"} 2
+# HELP hubble_drop_total Dropped flows, by drop reason (the datapath's reason without DROP_) and protocol.
+# TYPE hubble_drop_total counter
+hubble_drop_total{protocol="TCP",reason="POLICY_DENIED"} 1
+# HELP hubble_tcp_flags_total Forwarded TCP flows by flag (SYN, SYN-ACK, FIN, RST) and IP family.
+# TYPE hubble_tcp_flags_total counter
+hubble_tcp_flags_total{family="IPv4",flag="FIN"} 1
+hubble_tcp_flags_total{family="IPv4",flag="SYN"} 2
+hubble_tcp_flags_total{family="IPv4",flag="SYN-ACK"} 1
+# HELP hubble_icmp_total ICMP flows by IP family and ICMP type.
+# TYPE hubble_icmp_total counter
+hubble_icmp_total{family="IPv4",type="EchoReply"} 1
+hubble_icmp_total{family="IPv4",type="EchoRequest"} 1
+# HELP hubble_port_distribution_total Forwarded flows to a destination port, by protocol and port; ports beyond the first tracked ones are counted as port "other".
+# TYPE hubble_port_distribution_total counter
+hubble_port_distribution_total{port="30080",protocol="TCP"} 1
+hubble_port_distribution_total{port="80",protocol="TCP"} 2
+# HELP hubble_dns_queries_total DNS queries seen on UDP/53, by rcode (empty), query type and answers returned (0).
+# TYPE hubble_dns_queries_total counter
+hubble_dns_queries_total{ips_returned="0",qtypes="A",rcode=""} 1
+# HELP hubble_dns_responses_total DNS responses seen on UDP/53, by rcode, query type and A/AAAA answers returned (10 or more: "10+").
+# TYPE hubble_dns_responses_total counter
+hubble_dns_responses_total{ips_returned="1",qtypes="A",rcode="NOERROR"} 1
+`
+	if err := testutil.GatherAndCompare(s.Registry(), strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	problems, err := testutil.GatherAndLint(s.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint %s: %s", p.Metric, p.Text)
+	}
+}
+
+func TestSinkOnlyEnabledFamilies(t *testing.T) {
+	s := New([]string{FamilyDrop}, Options{})
+	for _, f := range knownFlows() {
+		s.Observe(f)
+	}
+	names, err := familyNames(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(names) != "[hubble_drop_total]" {
+		t.Errorf("families served with drop only: %v", names)
+	}
+}
+
+func familyNames(s *Sink) ([]string, error) {
+	mfs, err := s.Registry().Gather()
+	var names []string
+	for _, mf := range mfs {
+		names = append(names, mf.GetName())
+	}
+	return names, err
+}
+
+// TestSinkPortsBounded: after PortsMax distinct high ports, new ones count as
+// "other"; well-known ports and ports already tracked keep their own series.
+func TestSinkPortsBounded(t *testing.T) {
+	s := New([]string{FamilyPortDistribution}, Options{PortsMax: 3})
+	for port := uint16(20000); port < 20010; port++ {
+		s.Observe(&flow.Flow{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "TCP", DstPort: port})
+	}
+	s.Observe(&flow.Flow{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "TCP", DstPort: 20000})
+	s.Observe(&flow.Flow{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "UDP", DstPort: 443})
+	want := `
+# HELP hubble_port_distribution_total Forwarded flows to a destination port, by protocol and port; ports beyond the first tracked ones are counted as port "other".
+# TYPE hubble_port_distribution_total counter
+hubble_port_distribution_total{port="20000",protocol="TCP"} 2
+hubble_port_distribution_total{port="20001",protocol="TCP"} 1
+hubble_port_distribution_total{port="20002",protocol="TCP"} 1
+hubble_port_distribution_total{port="other",protocol="TCP"} 7
+hubble_port_distribution_total{port="443",protocol="UDP"} 1
+`
+	if err := testutil.GatherAndCompare(s.Registry(), strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestParseFamilies(t *testing.T) {
+	got, err := ParseFamilies("dns,drop,tcp,flow,icmp,port-distribution")
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(Families) {
+		t.Errorf("default list: %v, %v", got, err)
+	}
+	if got, err := ParseFamilies(""); err != nil || got != nil {
+		t.Errorf(`"": %v, %v`, got, err)
+	}
+	bad := map[string]string{
+		"dns,http":             `"http" needs an L7 proxy`,
+		"drop,bogus":           `unknown metric family "bogus"`,
+		"dns:query;ignoreAAAA": "per-family options are not supported",
+		"drop,drop":            `"drop" listed twice`,
+	}
+	for in, want := range bad {
+		if _, err := ParseFamilies(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseFamilies(%q) = %v, want an error containing %q", in, err, want)
+		}
+	}
+}

@@ -1,0 +1,33 @@
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Serve serves g's metrics on addr ("host:port" or ":port") at /metrics until
+// Close; what names the endpoint in errors and the log (e.g. "prometheus-serve-addr").
+// The listener is bound before Serve returns, so a port in use is an error here.
+func Serve(addr, what string, g prometheus.Gatherer, log *slog.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s %q: %w (set %s to a free address, or \"\" to turn it off)", what, addr, err, what)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("serve metrics", "endpoint", what, "addr", addr, "err", err)
+		}
+	}()
+	log.Info("serving metrics", "endpoint", what, "addr", ln.Addr().String())
+	return srv, nil
+}

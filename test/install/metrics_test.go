@@ -1,0 +1,118 @@
+package install
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/myelin-net/myelin/internal/config"
+)
+
+// metricsConfig renders myelin-config with sets, checks the agent accepts it and
+// returns its metric keys.
+func metricsConfig(t *testing.T, sets ...string) map[string]string {
+	t.Helper()
+	cm := find(t, objects(t, template(t, sets...)), "ConfigMap", config.ConfigMapName)
+	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+	c, err := config.Resolve(config.Source{Name: "chart", Values: data})
+	if err != nil {
+		t.Fatalf("--set %v renders a configuration the agent refuses: %v", sets, err)
+	}
+	return map[string]string{"prometheus-serve-addr": c.PrometheusServeAddr, "hubble-metrics-server": c.HubbleMetricsServer,
+		"hubble-metrics": strings.Join(c.HubbleMetrics, ",")}
+}
+
+// The metric values: on by default with the container ports named and no scrape
+// annotations or ServiceMonitor; ports, families, annotations and ServiceMonitor
+// follow the values; off renders "" (the agent's off) and no ports.
+func TestChartMetrics(t *testing.T) {
+	want := map[string]string{"prometheus-serve-addr": ":9962", "hubble-metrics-server": ":9965",
+		"hubble-metrics": "dns,drop,tcp,flow,icmp,port-distribution"}
+	if got := metricsConfig(t); !mapsEqual(got, want) {
+		t.Errorf("default metric keys %v, want %v", got, want)
+	}
+	ds := daemonSet(t)
+	agent := ds.Spec.Template.Spec.Containers[0]
+	if got := portList(agent); got != "prometheus=9962,hubble-metrics=9965" {
+		t.Errorf("default container ports %s, want prometheus=9962,hubble-metrics=9965", got)
+	}
+	if _, ok := ds.Spec.Template.Annotations["prometheus.io/scrape"]; ok {
+		t.Error("prometheus.io annotations rendered by default; they are opt-in")
+	}
+	for _, o := range objects(t, template(t)) {
+		if o.GetKind() == "ServiceMonitor" {
+			t.Error("a ServiceMonitor rendered by default; it is opt-in (needs the operator's CRDs)")
+		}
+	}
+
+	sets := []string{"prometheus.port=9100", "hubble.metrics.port=9101", "hubble.metrics.enabled={drop,flow}",
+		"prometheus.annotations=true", "prometheus.serviceMonitor.enabled=true"}
+	want = map[string]string{"prometheus-serve-addr": ":9100", "hubble-metrics-server": ":9101", "hubble-metrics": "drop,flow"}
+	if got := metricsConfig(t, sets...); !mapsEqual(got, want) {
+		t.Errorf("--set %v: metric keys %v, want %v", sets, got, want)
+	}
+	ds = daemonSet(t, sets...)
+	if a := ds.Spec.Template.Annotations; a["prometheus.io/scrape"] != "true" || a["prometheus.io/port"] != "9100" {
+		t.Errorf("annotations %v, want prometheus.io/scrape true and port 9100", a)
+	}
+	objs := objects(t, template(t, sets...))
+	sm := find(t, objs, "ServiceMonitor", "myelin-agent")
+	eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	svc := find(t, objs, "Service", "myelin-agent-metrics")
+	ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+	if len(eps) != 2 || len(ports) != 2 {
+		t.Errorf("ServiceMonitor endpoints %v, Service ports %v: want prometheus and hubble-metrics", eps, ports)
+	}
+	smSel, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+	for k, v := range smSel {
+		if svc.GetLabels()[k] != v {
+			t.Errorf("the ServiceMonitor selects %s=%s, the Service's labels are %v", k, v, svc.GetLabels())
+		}
+	}
+
+	off := []string{"prometheus.enabled=false", "hubble.metrics.enabled=null"}
+	if got := metricsConfig(t, off...); got["prometheus-serve-addr"] != "" || got["hubble-metrics-server"] != "" {
+		t.Errorf("--set %v: metric keys %v, want both endpoints off", off, got)
+	}
+	if got := portList(daemonSet(t, off...).Spec.Template.Spec.Containers[0]); got != "" {
+		t.Errorf("--set %v: container ports %s, want none", off, got)
+	}
+}
+
+// The schema refuses what the agent cannot serve, naming the value.
+func TestHelmSchemaRefusesBadMetricValues(t *testing.T) {
+	for set, msg := range map[string]string{
+		"hubble.metrics.enabled={dns,http}": "at '/hubble/metrics/enabled/1': value must be one of",
+		"prometheus.port=70000":             "at '/prometheus/port'",
+		"prometheus.serviceMonitor.x=1":     "additional properties 'x' not allowed",
+	} {
+		out, err := run(t, nil, helm(t), "template", "myelin", chartDir(), "--namespace", "kube-system", "--set", set)
+		if err == nil || !strings.Contains(out, msg) {
+			t.Errorf("helm template --set %s: err %v, output %q; want a failure saying %q", set, err, out, msg)
+		}
+	}
+}
+
+func portList(c corev1.Container) string {
+	var out []string
+	for _, p := range c.Ports {
+		out = append(out, p.Name+"="+strconv.Itoa(int(p.ContainerPort)))
+	}
+	return strings.Join(out, ",")
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if bv, ok := b[k]; !ok || bv != v {
+			return false
+		}
+	}
+	return true
+}
+
