@@ -18,6 +18,11 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
  * are otherwise used only inside inlined helpers. Never read; 8 bytes of .bss each.
  */
 const struct event *btf_anchor_event __attribute__((unused));
+const struct flow_record *btf_anchor_flow_record __attribute__((unused));
+const struct flow_dns_record *btf_anchor_flow_dns_record __attribute__((unused));
+const enum flow_kind *btf_anchor_flow_kind __attribute__((unused));
+const struct flow_key *btf_anchor_flow_key __attribute__((unused));
+const struct flow_state *btf_anchor_flow_state __attribute__((unused));
 const enum event_type *btf_anchor_event_type __attribute__((unused));
 const enum reason *btf_anchor_reason __attribute__((unused));
 const enum direction *btf_anchor_direction __attribute__((unused));

@@ -26,7 +26,9 @@ struct ipv4_info {
 	__u8 proto;
 	__u8 ttl;
 	__u8 tos;
-	__u8 frag; /* enum ipv4_frag bits; 0 for a whole datagram */
+	__u8 frag;	/* enum ipv4_frag bits; 0 for a whole datagram */
+	__u16 svc_port; /* the Service frontend port it was addressed to (network order) */
+	__u32 svc_addr; /* the Service frontend before translation (lb_dnat), else 0 */
 };
 
 /* ipv4_frag says which part of a fragmented datagram a packet is. */

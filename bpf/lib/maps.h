@@ -15,6 +15,8 @@
 /* Defaults; the agent may override max_entries at load. */
 #define ENDPOINTS_MAX_DEFAULT 1024 /* ~1000 pods per node */
 #define EVENTS_RINGBUF_SIZE   (256 * 1024)
+#define FLOWS_RINGBUF_SIZE    (1024 * 1024)
+#define FLOW_STATE_MAX	      65536 /* UDP/ICMP flows tracked for aggregation (LRU) */
 #define METRICS_MAX_ENTRIES   (METRIC_DIRS * METRIC_REASONS)
 #define TUNNEL_MAX_ENTRIES    1024  /* one PodCIDR per node */
 #define NAT_MAX_DEFAULT	      65536 /* two entries per masqueraded flow */
@@ -297,5 +299,25 @@ struct {
 	__uint(max_entries, POLICY_CT_MAX);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_policy_ct SEC(".maps");
+
+/* myelin_flows: flow records for the agent's flow store (lib/flows.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, FLOWS_RINGBUF_SIZE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_flows SEC(".maps");
+
+/*
+ * myelin_flow_state: UDP/ICMP flows seen recently, so only their first
+ * packet and a periodic summary make records. LRU: an evicted flow only
+ * makes its next packet report it as new again.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct flow_key);
+	__type(value, struct flow_state);
+	__uint(max_entries, FLOW_STATE_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_flow_state SEC(".maps");
 
 #endif /* MYELIN_LIB_MAPS_H */

@@ -76,6 +76,8 @@ enum reason {
 	 * something the datapath can't represent): fail closed, and say why.
 	 */
 	DROP_POLICY_MAP_FULL = 22,
+	/* Not a verdict: a flow record could not be written (flow ring buffer full). */
+	REASON_FLOWS_LOST = 62,
 	/* Not a verdict: a ring buffer event could not be written (buffer full). */
 	REASON_EVENTS_LOST = 63,
 	METRIC_REASONS = 64,

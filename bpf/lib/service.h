@@ -146,6 +146,8 @@ static __always_inline int lb_dnat(struct __sk_buff *skb, struct ipv4_info *info
 	if (l4_rewrite_addr(skb, l4, IPV4_DADDR_OFF, info->daddr, be->addr) < 0 ||
 	    l4_rewrite_port(skb, l4, l4->rport_off, l4->dport, be->port) < 0)
 		return DROP_INVALID_PACKET;
+	info->svc_addr = info->daddr; /* for the flow record (lib/flows.h) */
+	info->svc_port = l4->dport;
 	info->daddr = be->addr;
 	l4->dport = be->port;
 	return 0;

@@ -375,4 +375,63 @@ struct policy_ct_entry {
 	__u64 created; /* bpf_ktime_get_ns when the connection was allowed */
 };
 
+/*
+ * Flow records (lib/flows.h, docs/observability.md): what leaves the kernel
+ * through myelin_flows for the agent's flow store. Addresses and ports in
+ * network order.
+ */
+enum flow_kind {
+	FLOW_TCP = 1, /* a TCP packet with SYN, FIN or RST: a new connection or a state change */
+	FLOW_NEW = 2, /* the first packet of a UDP/ICMP/other flow */
+	FLOW_SUMMARY = 3, /* a UDP/ICMP/other flow's packets and bytes since its last record */
+	FLOW_DROP = 4,	  /* a dropped packet, with its reason */
+	FLOW_DNS = 5,	  /* a UDP/53 packet; struct flow_dns_record carries its payload */
+};
+
+#define FLOW_DNS_CAPTURE 256 /* bytes of a UDP/53 payload a DNS record carries */
+
+struct flow_record {
+	__u64 ktime;   /* bpf_ktime_get_ns() */
+	__u64 packets; /* FLOW_SUMMARY: packets and bytes since the flow's last record */
+	__u64 bytes;
+	__u32 saddr;
+	__u32 daddr;
+	__u32 svc_addr; /* the Service frontend it was addressed to (translated), else 0 */
+	__u32 ifindex;
+	__u32 len;   /* skb->len */
+	__u16 sport; /* ICMP: type and code */
+	__u16 dport;
+	__u16 svc_port;
+	__u16 payload_len; /* FLOW_DNS: bytes of payload that follow */
+	__u8 kind;	   /* enum flow_kind */
+	__u8 reason;	   /* enum reason */
+	__u8 dir;	   /* enum direction */
+	__u8 proto;
+	__u8 tcp_flags; /* the TCP header's flags byte */
+	__u8 pad[3];
+};
+
+struct flow_dns_record {
+	struct flow_record hdr;
+	__u8 payload[FLOW_DNS_CAPTURE];
+};
+
+/* flow_key is a UDP/ICMP/other flow as one program saw it (myelin_flow_state). */
+struct flow_key {
+	__u32 saddr;
+	__u32 daddr;
+	__u16 sport;
+	__u16 dport;
+	__u8 proto;
+	__u8 dir;
+	__u8 pad[2];
+};
+
+/* flow_state is what a flow accumulated since its last record. */
+struct flow_state {
+	__u64 last; /* ktime of its last record */
+	__u64 packets;
+	__u64 bytes;
+};
+
 #endif /* MYELIN_LIB_TYPES_H */

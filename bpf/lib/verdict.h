@@ -11,6 +11,7 @@
 #include <linux/pkt_cls.h>
 
 #include "events.h"
+#include "flows.h"
 #include "metrics.h"
 
 /*
@@ -25,6 +26,8 @@ static __always_inline void verdict_count_drop(struct __sk_buff *skb, const stru
 	metrics_add(dir, reason, skb->len);
 	if (drop_events_enabled)
 		events_emit(skb, info, EVENT_DROP, dir, reason);
+	if (flows_enabled)
+		flows_drop(skb, info, dir, reason);
 }
 
 /* verdict_drop drops the packet, counting it and emitting a drop event when enabled. */
@@ -42,6 +45,8 @@ static __always_inline void verdict_trace(struct __sk_buff *skb, const struct ip
 	metrics_add(dir, reason, skb->len);
 	if (trace_enabled)
 		events_emit(skb, info, EVENT_TRACE, dir, reason);
+	if (flows_enabled)
+		flows_forward(skb, info, dir, reason);
 }
 
 /* verdict_pass hands the packet to the kernel stack. */

@@ -10,6 +10,7 @@ import (
 
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/endpoint"
+	"github.com/myelin-net/myelin/internal/flowstore"
 	"github.com/myelin-net/myelin/internal/ipam"
 	"github.com/myelin-net/myelin/internal/iptables"
 	"github.com/myelin-net/myelin/internal/routing"
@@ -26,6 +27,9 @@ type nodeDatapath struct {
 	eps     *endpoint.Manager
 	overlay netlink.Link // myelin_vxlan in tunnel mode, nil otherwise
 	masq    *masqueradeLoop
+	// flows is the node's flow store (flow.Source; AddSink for flow metrics): never
+	// nil once Run has called startFlows, empty while enable-hubble is off.
+	flows *flowstore.Store
 }
 
 // startDatapath opens IPAM, loads and attaches BPF, sets up or removes legacy

@@ -57,6 +57,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	gc.use(node.dp)
+	flows := st.startFlows(node) // node.flows: the flow store (flows.go)
 	// Pins stay: the datapath keeps forwarding while no agent runs. The GC loop ends
 	// before the datapath it uses is closed.
 	defer func() { cancel(); gc.wait(); node.dp.Close() }()
@@ -85,7 +86,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	srv.views.add(pol) // /v1/policy answers from here on
 	names := pol.podName
 	srv.monitor.names.Store(&names) // pods of other nodes in drop events
-	supervise(ctx, append(st.loopsFor(nodes, node, svc, srv, deleted), pol)...)
+	flows.resolveWith(pol, svc)
+	supervise(ctx, append(st.loopsFor(nodes, node, svc, srv, deleted), pol, flows)...)
 	if err := installCNI(cfg); err != nil {
 		return err
 	}

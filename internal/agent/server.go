@@ -14,6 +14,7 @@ import (
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/endpoint"
+	"github.com/myelin-net/myelin/internal/flow"
 	"github.com/myelin-net/myelin/internal/ipam"
 )
 
@@ -30,6 +31,7 @@ type server struct {
 	eps     *endpoint.Manager
 	pool    *ipam.Pool
 	monitor *monitor
+	flows   flow.Source // the node's flow store (flowsapi.go)
 	views   viewSet
 
 	ready    atomic.Bool
@@ -37,7 +39,11 @@ type server struct {
 }
 
 func newServer(cfg Config, node *nodeDatapath, log *slog.Logger) *server {
-	return &server{cfg: cfg, log: log, dp: node.dp, eps: node.eps, pool: node.pool, monitor: newMonitor(node.dp, node.eps, log)}
+	s := &server{cfg: cfg, log: log, dp: node.dp, eps: node.eps, pool: node.pool, monitor: newMonitor(node.dp, node.eps, log)}
+	if node.flows != nil {
+		s.flows = node.flows
+	}
+	return s
 }
 
 // serve starts the local API on the agent's unix socket.
@@ -68,6 +74,7 @@ func (a *server) serve() (*http.Server, error) {
 	mux.HandleFunc("GET /v1/policy", a.handlePolicy)            // policyapi.go
 	mux.HandleFunc("GET /v1/policy/trace", a.handlePolicyTrace) // policyapi.go
 	mux.HandleFunc("GET /v1/monitor", a.handleMonitor)
+	mux.HandleFunc("GET /v1/flows", a.handleFlows) // flowsapi.go
 	srv := &http.Server{Handler: mux}
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {

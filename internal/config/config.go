@@ -61,6 +61,11 @@ type Config struct {
 	// EnableSourceIPVerification: pods may send only from their own IPv4 address
 	// and MAC (enable-source-ip-verification). Off only to measure its cost.
 	EnableSourceIPVerification bool
+	// EnableHubble: the datapath reports flows and the agent keeps them for
+	// `myelin observe` and the Hubble API (enable-hubble); off costs nothing per packet.
+	EnableHubble bool
+	// HubbleEventBufferCapacity is how many flows the agent keeps (hubble-event-buffer-capacity).
+	HubbleEventBufferCapacity int
 	// NATPortRange is nat-port-range: the ports masquerade and NodePort SNAT
 	// translate to; zero means auto (above the node's ephemeral ports).
 	NATPortRange PortRange

@@ -109,6 +109,18 @@ var keys = []key{
 		c.EnableSourceIPVerification, err = parseBool(v)
 		return err
 	}},
+	{"enable-hubble", "true", func(c *Config, v string) (err error) {
+		c.EnableHubble, err = parseBool(v)
+		return err
+	}},
+	{"hubble-event-buffer-capacity", "4095", func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1<<20 {
+			return fmt.Errorf("must be a number of flows between 1 and 1048576 (default 4095)")
+		}
+		c.HubbleEventBufferCapacity = n
+		return nil
+	}},
 	{"nat-port-range", "auto", func(c *Config, v string) (err error) {
 		c.NATPortRange, err = parsePortRange(v)
 		return err

@@ -97,6 +97,63 @@ const (
 	myelinEventTypeEVENT_TRACE myelinEventType = 2
 )
 
+type myelinFlowDnsRecord struct {
+	_       structs.HostLayout
+	Hdr     myelinFlowRecord
+	Payload [256]uint8
+}
+
+type myelinFlowKey struct {
+	_     structs.HostLayout
+	Saddr uint32
+	Daddr uint32
+	Sport uint16
+	Dport uint16
+	Proto uint8
+	Dir   uint8
+	Pad   [2]uint8
+}
+
+type myelinFlowKind uint32
+
+const (
+	myelinFlowKindFLOW_TCP     myelinFlowKind = 1
+	myelinFlowKindFLOW_NEW     myelinFlowKind = 2
+	myelinFlowKindFLOW_SUMMARY myelinFlowKind = 3
+	myelinFlowKindFLOW_DROP    myelinFlowKind = 4
+	myelinFlowKindFLOW_DNS     myelinFlowKind = 5
+)
+
+type myelinFlowRecord struct {
+	_          structs.HostLayout
+	Ktime      uint64
+	Packets    uint64
+	Bytes      uint64
+	Saddr      uint32
+	Daddr      uint32
+	SvcAddr    uint32
+	Ifindex    uint32
+	Len        uint32
+	Sport      uint16
+	Dport      uint16
+	SvcPort    uint16
+	PayloadLen uint16
+	Kind       uint8
+	Reason     uint8
+	Dir        uint8
+	Proto      uint8
+	TcpFlags   uint8
+	Pad        [3]uint8
+	_          [4]byte
+}
+
+type myelinFlowState struct {
+	_       structs.HostLayout
+	Last    uint64
+	Packets uint64
+	Bytes   uint64
+}
+
 type myelinFragEntry struct {
 	_     structs.HostLayout
 	Saddr uint32
@@ -339,6 +396,7 @@ const (
 	myelinReasonDROP_SVC_CT_FULL         myelinReason = 20
 	myelinReasonDROP_POLICY_DENIED       myelinReason = 21
 	myelinReasonDROP_POLICY_MAP_FULL     myelinReason = 22
+	myelinReasonREASON_FLOWS_LOST        myelinReason = 62
 	myelinReasonREASON_EVENTS_LOST       myelinReason = 63
 	myelinReasonMETRIC_REASONS           myelinReason = 64
 )
@@ -409,6 +467,8 @@ type myelinProgramSpecs struct {
 type myelinMapSpecs struct {
 	MyelinEndpoints     *ebpf.MapSpec `ebpf:"myelin_endpoints"`
 	MyelinEvents        *ebpf.MapSpec `ebpf:"myelin_events"`
+	MyelinFlowState     *ebpf.MapSpec `ebpf:"myelin_flow_state"`
+	MyelinFlows         *ebpf.MapSpec `ebpf:"myelin_flows"`
 	MyelinFrags         *ebpf.MapSpec `ebpf:"myelin_frags"`
 	MyelinIcmpRate      *ebpf.MapSpec `ebpf:"myelin_icmp_rate"`
 	MyelinIpcache       *ebpf.MapSpec `ebpf:"myelin_ipcache"`
@@ -440,6 +500,11 @@ type myelinVariableSpecs struct {
 	BtfAnchorDirection     *ebpf.VariableSpec `ebpf:"btf_anchor_direction"`
 	BtfAnchorEvent         *ebpf.VariableSpec `ebpf:"btf_anchor_event"`
 	BtfAnchorEventType     *ebpf.VariableSpec `ebpf:"btf_anchor_event_type"`
+	BtfAnchorFlowDnsRecord *ebpf.VariableSpec `ebpf:"btf_anchor_flow_dns_record"`
+	BtfAnchorFlowKey       *ebpf.VariableSpec `ebpf:"btf_anchor_flow_key"`
+	BtfAnchorFlowKind      *ebpf.VariableSpec `ebpf:"btf_anchor_flow_kind"`
+	BtfAnchorFlowRecord    *ebpf.VariableSpec `ebpf:"btf_anchor_flow_record"`
+	BtfAnchorFlowState     *ebpf.VariableSpec `ebpf:"btf_anchor_flow_state"`
 	BtfAnchorFragStage     *ebpf.VariableSpec `ebpf:"btf_anchor_frag_stage"`
 	BtfAnchorLbAffinityKey *ebpf.VariableSpec `ebpf:"btf_anchor_lb_affinity_key"`
 	BtfAnchorLbSvcFlags    *ebpf.VariableSpec `ebpf:"btf_anchor_lb_svc_flags"`
@@ -453,6 +518,7 @@ type myelinVariableSpecs struct {
 	ClusterCidrAddr        *ebpf.VariableSpec `ebpf:"cluster_cidr_addr"`
 	ClusterCidrMask        *ebpf.VariableSpec `ebpf:"cluster_cidr_mask"`
 	DropEventsEnabled      *ebpf.VariableSpec `ebpf:"drop_events_enabled"`
+	FlowsEnabled           *ebpf.VariableSpec `ebpf:"flows_enabled"`
 	HostRoutingBpf         *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
 	LbEnabled              *ebpf.VariableSpec `ebpf:"lb_enabled"`
 	MaglevTableSize        *ebpf.VariableSpec `ebpf:"maglev_table_size"`
@@ -489,6 +555,8 @@ func (o *myelinObjects) Close() error {
 type myelinMaps struct {
 	MyelinEndpoints     *ebpf.Map `ebpf:"myelin_endpoints"`
 	MyelinEvents        *ebpf.Map `ebpf:"myelin_events"`
+	MyelinFlowState     *ebpf.Map `ebpf:"myelin_flow_state"`
+	MyelinFlows         *ebpf.Map `ebpf:"myelin_flows"`
 	MyelinFrags         *ebpf.Map `ebpf:"myelin_frags"`
 	MyelinIcmpRate      *ebpf.Map `ebpf:"myelin_icmp_rate"`
 	MyelinIpcache       *ebpf.Map `ebpf:"myelin_ipcache"`
@@ -515,6 +583,8 @@ func (m *myelinMaps) Close() error {
 	return _MyelinClose(
 		m.MyelinEndpoints,
 		m.MyelinEvents,
+		m.MyelinFlowState,
+		m.MyelinFlows,
 		m.MyelinFrags,
 		m.MyelinIcmpRate,
 		m.MyelinIpcache,
@@ -547,6 +617,11 @@ type myelinVariables struct {
 	BtfAnchorDirection     *ebpf.Variable `ebpf:"btf_anchor_direction"`
 	BtfAnchorEvent         *ebpf.Variable `ebpf:"btf_anchor_event"`
 	BtfAnchorEventType     *ebpf.Variable `ebpf:"btf_anchor_event_type"`
+	BtfAnchorFlowDnsRecord *ebpf.Variable `ebpf:"btf_anchor_flow_dns_record"`
+	BtfAnchorFlowKey       *ebpf.Variable `ebpf:"btf_anchor_flow_key"`
+	BtfAnchorFlowKind      *ebpf.Variable `ebpf:"btf_anchor_flow_kind"`
+	BtfAnchorFlowRecord    *ebpf.Variable `ebpf:"btf_anchor_flow_record"`
+	BtfAnchorFlowState     *ebpf.Variable `ebpf:"btf_anchor_flow_state"`
 	BtfAnchorFragStage     *ebpf.Variable `ebpf:"btf_anchor_frag_stage"`
 	BtfAnchorLbAffinityKey *ebpf.Variable `ebpf:"btf_anchor_lb_affinity_key"`
 	BtfAnchorLbSvcFlags    *ebpf.Variable `ebpf:"btf_anchor_lb_svc_flags"`
@@ -560,6 +635,7 @@ type myelinVariables struct {
 	ClusterCidrAddr        *ebpf.Variable `ebpf:"cluster_cidr_addr"`
 	ClusterCidrMask        *ebpf.Variable `ebpf:"cluster_cidr_mask"`
 	DropEventsEnabled      *ebpf.Variable `ebpf:"drop_events_enabled"`
+	FlowsEnabled           *ebpf.Variable `ebpf:"flows_enabled"`
 	HostRoutingBpf         *ebpf.Variable `ebpf:"host_routing_bpf"`
 	LbEnabled              *ebpf.Variable `ebpf:"lb_enabled"`
 	MaglevTableSize        *ebpf.Variable `ebpf:"maglev_table_size"`

@@ -370,3 +370,13 @@ func mapValues(ids map[Backend]uint32) []uint32 {
 	}
 	return out
 }
+
+// ServiceOf names the Service ("namespace/name") of frontend key, "" if none (flows).
+func (m *Manager) ServiceOf(key datapath.Frontend) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if a, ok := m.frontends[key]; ok {
+		return a.Service
+	}
+	return ""
+}

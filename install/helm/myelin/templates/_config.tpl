@@ -27,6 +27,8 @@ enable-source-ip-verification: {{ $v.enableSourceIPVerification | quote }}
 nat-port-range: {{ $v.natPortRange | quote }}
 nodeport-nat-syn-max: {{ $v.nodePort.natSynMax | int64 | quote }}
 nodeport-nat-max: {{ $v.nodePort.natMax | int64 | quote }}
+enable-hubble: {{ $v.hubble.enabled | quote }}
+hubble-event-buffer-capacity: {{ $v.hubble.eventBufferCapacity | int64 | quote }}
 {{- range $k, $val := $v.extraConfig }}
 {{ $k }}: {{ $val | quote }}
 {{- end }}
@@ -55,6 +57,8 @@ enable-source-ip-verification: enableSourceIPVerification
 nat-port-range: natPortRange
 nodeport-nat-syn-max: nodePort.natSynMax
 nodeport-nat-max: nodePort.natMax
+enable-hubble: hubble.enabled
+hubble-event-buffer-capacity: hubble.eventBufferCapacity
 {{- end -}}
 
 {{- define "myelin.checkExtraConfig" -}}

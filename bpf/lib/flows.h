@@ -1,0 +1,224 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Flow records for the agent's flow store (docs/observability.md), written
+ * to myelin_flows while the agent has flows_enabled set. Called from the
+ * verdict helpers (lib/verdict.h), so every program reports through one place:
+ *
+ *   - every drop, with its reason (FLOW_DROP);
+ *   - TCP packets with SYN, FIN or RST (FLOW_TCP): new connections and their
+ *     state changes. Any other TCP packet costs one flags load, no map lookup;
+ *   - UDP/ICMP/other: the first packet of a flow (FLOW_NEW), then at most one
+ *     summary with its packets and bytes every FLOW_SUMMARY_NS (FLOW_SUMMARY),
+ *     aggregated in myelin_flow_state;
+ *   - UDP to or from port 53 (FLOW_DNS): every packet, with up to
+ *     FLOW_DNS_CAPTURE bytes of its payload.
+ *
+ * A forwarded packet is reported where it leaves a pod (from_pod) and where
+ * it enters one: to_pod, or from_netdev/from_overlay when BPF delivers it to
+ * a local endpoint; the uplink's egress and the node's own traffic are not.
+ * A full ring counts REASON_FLOWS_LOST and never changes the packet's fate.
+ */
+#ifndef MYELIN_LIB_FLOWS_H
+#define MYELIN_LIB_FLOWS_H
+
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "ipv4.h"
+#include "maps.h"
+#include "metrics.h"
+
+/* flows_enabled is set by the agent with enable-hubble (.bss: runtime switch). */
+volatile __u32 flows_enabled = 0;
+
+#define FLOW_SUMMARY_NS	   (30ULL * 1000 * 1000 * 1000)
+#define FLOW_TCP_FLAGS_OFF 13
+#define FLOW_TCP_REPORTED  0x07 /* FIN, SYN, RST */
+#define FLOW_DNS_PORT	   bpf_htons(53)
+#define FLOW_UDP_HLEN	   8
+
+/* flows_fill sets the record's common fields and ports (ICMP: type and code). */
+static __always_inline void flows_fill(struct __sk_buff *skb, const struct ipv4_info *info,
+				       struct flow_record *r, __u8 kind, __u8 dir, __u8 reason)
+{
+	r->ktime = bpf_ktime_get_ns();
+	r->kind = kind;
+	r->reason = reason;
+	r->dir = dir;
+	r->proto = info->proto;
+	r->ifindex = skb->ifindex;
+	r->len = skb->len;
+	r->saddr = info->saddr;
+	r->daddr = info->daddr;
+	r->svc_addr = info->svc_addr;
+	r->svc_port = info->svc_port;
+	if (info->l4_off) {
+		__be16 ports[2] = {};
+
+		if (bpf_skb_load_bytes(skb, info->l4_off, ports, sizeof(ports)) == 0) {
+			r->sport = ports[0];
+			r->dport = ports[1];
+		}
+	}
+}
+
+static __always_inline void flows_lost(struct __sk_buff *skb, __u8 dir)
+{
+	metrics_add(dir, REASON_FLOWS_LOST, skb->len);
+}
+
+/* flows_emit writes one fixed-size record, in place in the ring (no stack copy). */
+static __always_inline void flows_emit(struct __sk_buff *skb, const struct ipv4_info *info,
+				       __u8 kind, __u8 dir, __u8 reason, __u8 tcp_flags,
+				       const struct flow_state *st)
+{
+	struct flow_record *r;
+
+	r = bpf_ringbuf_reserve(&myelin_flows, sizeof(*r), 0);
+	if (!r) {
+		flows_lost(skb, dir);
+		return;
+	}
+	__builtin_memset(r, 0, sizeof(*r));
+	flows_fill(skb, info, r, kind, dir, reason);
+	r->tcp_flags = tcp_flags;
+	if (st) {
+		r->packets = st->packets;
+		r->bytes = st->bytes;
+	}
+	bpf_ringbuf_submit(r, 0);
+}
+
+/* flows_dns writes a UDP/53 packet's record with the start of its payload. */
+static __always_inline void flows_dns(struct __sk_buff *skb, const struct ipv4_info *info, __u8 dir)
+{
+	__u32 off = info->l4_off + FLOW_UDP_HLEN, n;
+	struct flow_dns_record *d;
+
+	d = bpf_ringbuf_reserve(&myelin_flows, sizeof(*d), 0);
+	if (!d) {
+		flows_lost(skb, dir);
+		return;
+	}
+	__builtin_memset(&d->hdr, 0, sizeof(d->hdr));
+	flows_fill(skb, info, &d->hdr, FLOW_DNS, dir, REASON_FORWARDED);
+	n = skb->len > off ? skb->len - off : 0;
+	if (n > FLOW_DNS_CAPTURE)
+		n = FLOW_DNS_CAPTURE;
+	if (n == 0 || bpf_skb_load_bytes(skb, off, d->payload, n) < 0)
+		n = 0;
+	d->hdr.payload_len = n;
+	bpf_ringbuf_submit(d, 0);
+}
+
+/* flows_is_dns: a UDP packet to or from port 53. */
+static __always_inline int flows_is_dns(struct __sk_buff *skb, const struct ipv4_info *info)
+{
+	__be16 ports[2];
+
+	if (bpf_skb_load_bytes(skb, info->l4_off, ports, sizeof(ports)) < 0)
+		return 0;
+	return ports[0] == FLOW_DNS_PORT || ports[1] == FLOW_DNS_PORT;
+}
+
+/* flows_aggregate reports a UDP/ICMP/other packet: new flows and periodic summaries. */
+static __always_inline void flows_aggregate(struct __sk_buff *skb, const struct ipv4_info *info,
+					    __u8 dir)
+{
+	struct flow_key k = {
+		.saddr = info->saddr, .daddr = info->daddr, .proto = info->proto, .dir = dir};
+	struct flow_state fresh = {}, *st;
+	__u64 now = bpf_ktime_get_ns();
+	__be16 ports[2] = {};
+
+	if (bpf_skb_load_bytes(skb, info->l4_off, ports, sizeof(ports)) == 0 &&
+	    info->proto != IPPROTO_ICMP) {
+		k.sport = ports[0];
+		k.dport = ports[1];
+	}
+	st = bpf_map_lookup_elem(&myelin_flow_state, &k);
+	if (!st) {
+		fresh.last = now;
+		bpf_map_update_elem(&myelin_flow_state, &k, &fresh, BPF_ANY);
+		flows_emit(skb, info, FLOW_NEW, dir, REASON_FORWARDED, 0, NULL);
+		return;
+	}
+	__sync_fetch_and_add(&st->packets, 1);
+	__sync_fetch_and_add(&st->bytes, skb->len);
+	if (now - st->last < FLOW_SUMMARY_NS)
+		return;
+	st->last = now;
+	fresh.packets = st->packets;
+	fresh.bytes = st->bytes;
+	st->packets = 0;
+	st->bytes = 0;
+	flows_emit(skb, info, FLOW_SUMMARY, dir, REASON_FORWARDED, 0, &fresh);
+}
+
+/* flows_tcp_flags loads the TCP flags byte; 0 when it can't. */
+static __always_inline __u8 flows_tcp_flags(struct __sk_buff *skb, const struct ipv4_info *info)
+{
+	__u8 flags = 0;
+
+	if (bpf_skb_load_bytes(skb, info->l4_off + FLOW_TCP_FLAGS_OFF, &flags, 1) < 0)
+		return 0;
+	return flags;
+}
+
+/*
+ * flows_reported_dir: packets leaving or entering a pod; from the uplink or
+ * the overlay only those BPF forwards to a local pod (the rest is the node's
+ * own traffic, or passes to the stack and is reported by to_pod).
+ */
+static __always_inline int flows_reported_dir(const struct ipv4_info *info, __u8 dir, __u8 reason)
+{
+	if (dir == DIR_FROM_POD || dir == DIR_TO_POD)
+		return 1;
+	if (dir == DIR_TO_NETDEV || reason != REASON_FORWARDED)
+		return 0;
+	return bpf_map_lookup_elem(&myelin_endpoints, &info->daddr) != NULL;
+}
+
+/*
+ * flows_forward reports a forwarded or passed packet as the rules above say.
+ * A BPF-to-BPF call, not inlined: the verdict helpers are inlined at every
+ * exit of every program, and one copy of this keeps them small and within
+ * the stack limit.
+ */
+static __noinline void flows_forward(struct __sk_buff *skb, const struct ipv4_info *info, __u8 dir,
+				     __u8 reason)
+{
+	__u8 flags;
+
+	if (!info->l4_off) /* not IPv4, or a later fragment */
+		return;
+	if (info->proto == IPPROTO_TCP) {
+		flags = flows_tcp_flags(skb, info);
+		if (!(flags & FLOW_TCP_REPORTED) || !flows_reported_dir(info, dir, reason))
+			return;
+		flows_emit(skb, info, FLOW_TCP, dir, reason, flags, NULL);
+		return;
+	}
+	if (!flows_reported_dir(info, dir, reason))
+		return;
+	if (info->proto == IPPROTO_UDP && flows_is_dns(skb, info)) {
+		flows_dns(skb, info, dir);
+		return;
+	}
+	flows_aggregate(skb, info, dir);
+}
+
+/* flows_drop reports a dropped packet (not inlined, as flows_forward). */
+static __noinline void flows_drop(struct __sk_buff *skb, const struct ipv4_info *info, __u8 dir,
+				  __u8 reason)
+{
+	__u8 flags = 0;
+
+	if (info->l4_off && info->proto == IPPROTO_TCP)
+		flags = flows_tcp_flags(skb, info);
+	flows_emit(skb, info, FLOW_DROP, dir, reason, flags, NULL);
+}
+
+#endif /* MYELIN_LIB_FLOWS_H */

@@ -1,0 +1,97 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+
+	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/endpoint"
+	"github.com/myelin-net/myelin/internal/flow"
+	"github.com/myelin-net/myelin/internal/flowstore"
+	"github.com/myelin-net/myelin/internal/policy"
+)
+
+// flowLoop feeds the node's flow store (nodeDatapath.flows) from the datapath's
+// flow ring buffer while enable-hubble is on, resolving addresses to pods (local
+// endpoints, then the policy loop's pods of the whole cluster) and Service
+// frontends. Loop "flows".
+type flowLoop struct {
+	store   *flowstore.Store
+	dp      *datapath.Datapath
+	enabled bool
+	origin  flowstore.Origin
+	eps     *endpoint.Manager
+	loops   *loops
+	log     *slog.Logger
+
+	pods     atomic.Pointer[func(netip.Addr) (policy.Pod, bool)]
+	services atomic.Pointer[serviceLoop]
+}
+
+// startFlows creates the node's flow store (always: empty while flows are off, so
+// its readers need no nil checks) and the loop that feeds it.
+func (s *startup) startFlows(node *nodeDatapath) *flowLoop {
+	node.flows = flowstore.New(s.conf.HubbleEventBufferCapacity)
+	mode := "legacy"
+	if s.plan.HostRouting.BPF {
+		mode = "bpf"
+	}
+	return &flowLoop{store: node.flows, dp: node.dp, enabled: s.conf.EnableHubble,
+		origin: flowstore.Origin{Node: s.cfg.Node, HostRouting: mode}, eps: node.eps, loops: s.loops,
+		log: s.log.With("loop", "flows")}
+}
+
+// resolveWith lets the loop name pods of other nodes and Services once those loops run.
+func (l *flowLoop) resolveWith(pol *policyLoop, svc *serviceLoop) {
+	pods := pol.pod
+	l.pods.Store(&pods)
+	if svc != nil {
+		l.services.Store(svc)
+	}
+}
+
+// Run switches flows on in the datapath and feeds the store until ctx ends, then
+// switches them off: with nobody reading, records would only fill the ring.
+func (l *flowLoop) Run(ctx context.Context) {
+	if err := l.dp.SetFlows(l.enabled); err != nil || !l.enabled {
+		l.loops.report("flows", err)
+		return
+	}
+	r, err := l.dp.NewFlowReader()
+	if err != nil {
+		l.loops.report("flows", err)
+		_ = l.dp.SetFlows(false)
+		return
+	}
+	l.loops.report("flows", nil)
+	l.store.Feed(ctx, r, l.origin, l, l.log)
+	if err := l.dp.SetFlows(false); err != nil {
+		l.log.Error("switch flows off", "err", err)
+	}
+}
+
+// Endpoint implements flowstore.Resolver: the cluster's pod with ip.
+func (l *flowLoop) Endpoint(ip netip.Addr) flow.Endpoint {
+	if f := l.pods.Load(); f != nil {
+		if p, ok := (*f)(ip); ok {
+			return flow.Endpoint{Namespace: p.Namespace, Pod: p.Name, Labels: p.Labels, Node: p.Node}
+		}
+	}
+	if name := l.eps.PodByIP(ip); name != "" { // a local pod the policy loop has not seen yet
+		ns, pod, _ := strings.Cut(name, "/")
+		return flow.Endpoint{Namespace: ns, Pod: pod, Node: l.origin.Node}
+	}
+	return flow.Endpoint{}
+}
+
+// Service implements flowstore.Resolver.
+func (l *flowLoop) Service(fe netip.AddrPort, proto uint8) string {
+	svc := l.services.Load()
+	if svc == nil {
+		return ""
+	}
+	return svc.manager.ServiceOf(datapath.Frontend{Addr: fe.Addr(), Port: fe.Port(), Proto: proto})
+}

@@ -1,0 +1,142 @@
+package datapath
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+)
+
+// FlowKind is the kind of a datapath flow record (bpf/lib/flows.h).
+type FlowKind string
+
+// The flow record kinds.
+const (
+	FlowTCP     FlowKind = "tcp"     // a TCP packet with SYN, FIN or RST
+	FlowNew     FlowKind = "new"     // the first packet of a UDP/ICMP/other flow
+	FlowSummary FlowKind = "summary" // packets and bytes of a UDP/ICMP/other flow since its last record
+	FlowDrop    FlowKind = "drop"    // a dropped packet
+	FlowDNS     FlowKind = "dns"     // a UDP/53 packet with the start of its payload
+)
+
+// FlowRecord is one record of the datapath's flow ring buffer.
+type FlowRecord struct {
+	// Time is when the datapath wrote it (boot-time clock converted to wall time).
+	Time time.Time
+	Kind FlowKind
+	// Reason is a ReasonName (FORWARDED, PASS_STACK or a drop); Direction a DirectionName.
+	Reason, Direction string
+	IfIndex           int
+	Src, Dst          netip.Addr // zero for packets dropped before their IPv4 header was read
+	Proto             uint8
+	// SrcPort and DstPort for TCP/UDP; for ICMP, SrcPort is type<<8 | code.
+	SrcPort, DstPort uint16
+	// Service is the frontend the packet was addressed to before translation, if any.
+	Service  netip.AddrPort
+	TCPFlags uint8
+	Len      uint32
+	// Packets and Bytes: a FlowSummary's counts since the flow's last record.
+	Packets, Bytes uint64
+	// Payload: a FlowDNS record's UDP payload, up to 256 bytes.
+	Payload []byte
+}
+
+// ErrFlowRecord is a record the reader could not decode; the next one may be fine.
+var ErrFlowRecord = errors.New("bad flow record")
+
+// SetFlows turns flow records on or off (flows_enabled in the programs' .bss).
+func (d *Datapath) SetFlows(on bool) error {
+	return setFlag(d.objs.FlowsEnabled, "flows_enabled", on)
+}
+
+// FlowReader reads the flow ring buffer. One reader per datapath.
+type FlowReader struct {
+	rd *ringbuf.Reader
+}
+
+// NewFlowReader opens a reader on the flow ring buffer.
+func (d *Datapath) NewFlowReader() (*FlowReader, error) {
+	rd, err := ringbuf.NewReader(d.objs.MyelinFlows)
+	if err != nil {
+		return nil, fmt.Errorf("open flows reader: %w", err)
+	}
+	return &FlowReader{rd: rd}, nil
+}
+
+// Read blocks until the next record. After Close it returns an error wrapping
+// os.ErrClosed.
+func (r *FlowReader) Read() (FlowRecord, error) {
+	rec, err := r.rd.Read()
+	if err != nil {
+		return FlowRecord{}, fmt.Errorf("read flow record: %w", err)
+	}
+	fr, err := DecodeFlowRecord(rec.RawSample, bootTime())
+	if err != nil {
+		return fr, fmt.Errorf("%w: %w", ErrFlowRecord, err)
+	}
+	return fr, nil
+}
+
+// Close stops the reader and unblocks Read.
+func (r *FlowReader) Close() error {
+	if err := r.rd.Close(); err != nil {
+		return fmt.Errorf("close flows reader: %w", err)
+	}
+	return nil
+}
+
+// bootTime is the wall time at which the monotonic clock bpf_ktime_get_ns reads was 0.
+func bootTime() time.Time {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return time.Time{}
+	}
+	return time.Now().Add(-time.Duration(ts.Nano()))
+}
+
+var flowKinds = map[myelinFlowKind]FlowKind{
+	myelinFlowKindFLOW_TCP: FlowTCP, myelinFlowKindFLOW_NEW: FlowNew, myelinFlowKindFLOW_SUMMARY: FlowSummary,
+	myelinFlowKindFLOW_DROP: FlowDrop, myelinFlowKindFLOW_DNS: FlowDNS,
+}
+
+// DecodeFlowRecord decodes one raw flow ring buffer record (struct flow_record,
+// followed for FLOW_DNS by its payload). boot converts the record's ktime.
+func DecodeFlowRecord(raw []byte, boot time.Time) (FlowRecord, error) {
+	var h myelinFlowRecord
+	hlen := binary.Size(h)
+	if len(raw) < hlen {
+		return FlowRecord{}, fmt.Errorf("decode flow record: %d bytes, want at least %d", len(raw), hlen)
+	}
+	if err := binary.Read(bytes.NewReader(raw[:hlen]), binary.NativeEndian, &h); err != nil {
+		return FlowRecord{}, fmt.Errorf("decode flow record: %w", err)
+	}
+	kind, ok := flowKinds[myelinFlowKind(h.Kind)]
+	if !ok {
+		return FlowRecord{}, fmt.Errorf("decode flow record: unknown kind %d", h.Kind)
+	}
+	fr := FlowRecord{
+		Time: boot.Add(time.Duration(h.Ktime)), Kind: kind,
+		Reason: ReasonName(h.Reason), Direction: DirectionName(h.Dir), IfIndex: int(h.Ifindex),
+		Proto: h.Proto, SrcPort: ntohs(h.Sport), DstPort: ntohs(h.Dport),
+		TCPFlags: h.TcpFlags, Len: h.Len, Packets: h.Packets, Bytes: h.Bytes,
+	}
+	if h.Saddr != 0 || h.Daddr != 0 {
+		fr.Src, fr.Dst = addrFromNetwork(h.Saddr), addrFromNetwork(h.Daddr)
+	}
+	if h.SvcAddr != 0 {
+		fr.Service = netip.AddrPortFrom(addrFromNetwork(h.SvcAddr), ntohs(h.SvcPort))
+	}
+	if kind == FlowDNS {
+		n := int(h.PayloadLen)
+		if hlen+n > len(raw) {
+			return FlowRecord{}, fmt.Errorf("decode flow record: dns payload of %d bytes in a %d byte record", n, len(raw))
+		}
+		fr.Payload = append([]byte(nil), raw[hlen:hlen+n]...)
+	}
+	return fr, nil
+}

@@ -1,0 +1,87 @@
+package datapath
+
+import (
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+// nextFlow reads one flow record, or fails with errNoEvent after timeout.
+func nextFlow(r *FlowReader, timeout time.Duration) (FlowRecord, error) {
+	r.rd.SetDeadline(time.Now().Add(timeout))
+	fr, err := r.Read()
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return FlowRecord{}, errNoEvent
+	}
+	return fr, err
+}
+
+// TestPrivilegedBPFFlows: with flows on, a SYN, a FIN, a drop, the first
+// packet of a UDP flow and a DNS packet each make one record; an established
+// ACK and the UDP flow's second packet make none; with flows off nothing does.
+func TestPrivilegedBPFFlows(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTest(t, HostRoutingBPF)
+	if err := seedEndpoints(d, seedAB); err != nil {
+		t.Fatal(err)
+	}
+	r, err := d.NewFlowReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	tcp := ipv4(protoTCP, "10.1.0.10", "10.1.0.20")
+	udp := ipv4(protoUDP, "10.1.0.10", "10.1.0.20")
+	dnsQuery := ipv4(protoUDP, "10.1.0.10", "10.1.0.20").withDst("10.1.0.20", 53)
+	run := func(in []byte) {
+		t.Helper()
+		if _, err := d.objs.MyelinFromPod.Run(&ebpf.RunOptions{Data: in, Context: *ctxPodA}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect := func(what string, check func(FlowRecord) bool) {
+		t.Helper()
+		fr, err := nextFlow(r, time.Second)
+		if err != nil {
+			t.Fatalf("%s: no flow record: %v", what, err)
+		}
+		if !check(fr) {
+			t.Errorf("%s: record %+v", what, fr)
+		}
+	}
+	expectNone := func(what string) {
+		t.Helper()
+		if fr, err := nextFlow(r, 100*time.Millisecond); err == nil {
+			t.Errorf("%s: unexpected flow record %+v", what, fr)
+		}
+	}
+
+	run(tcp.build())
+	expectNone("flows off")
+	if err := d.SetFlows(true); err != nil {
+		t.Fatal(err)
+	}
+	run(tcp.build())
+	expect("SYN", func(fr FlowRecord) bool {
+		return fr.Kind == FlowTCP && fr.TCPFlags == 0x02 && fr.Direction == "from-pod" && fr.Reason == "FORWARDED" &&
+			fr.Src == mustAddr("10.1.0.10") && fr.Dst == mustAddr("10.1.0.20") && fr.SrcPort == 40000 && fr.DstPort == 8080
+	})
+	run(tcp.withTCPFlags(0x10).build())
+	expectNone("established ACK")
+	run(tcp.withTCPFlags(0x11).build())
+	expect("FIN", func(fr FlowRecord) bool { return fr.Kind == FlowTCP && fr.TCPFlags == 0x11 })
+	good := udp.build()
+	run(good[:len(good)-4])
+	expect("drop", func(fr FlowRecord) bool { return fr.Kind == FlowDrop && fr.Reason == "DROP_INVALID_PACKET" })
+	run(udp.build())
+	expect("first UDP packet", func(fr FlowRecord) bool { return fr.Kind == FlowNew && fr.Proto == protoUDP && fr.DstPort == 8080 })
+	run(udp.build())
+	expectNone("second UDP packet")
+	run(dnsQuery.build())
+	expect("DNS", func(fr FlowRecord) bool {
+		return fr.Kind == FlowDNS && fr.DstPort == 53 && string(fr.Payload) == string(dnsQuery.payload)
+	})
+}

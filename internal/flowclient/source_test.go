@@ -1,0 +1,117 @@
+package flowclient
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/myelin-net/myelin/internal/flow"
+	"github.com/myelin-net/myelin/internal/flowstore"
+)
+
+// fakeAgent serves /v1/flows from a store on a unix socket in dir.
+func fakeAgent(t *testing.T, dir, name string, flows ...*flow.Flow) (string, *flowstore.Store) {
+	t.Helper()
+	st := flowstore.New(100)
+	for _, f := range flows {
+		st.Add(f)
+	}
+	sock := filepath.Join(dir, name+".sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/flows", func(w http.ResponseWriter, r *http.Request) { ServeFlows(w, r, st) })
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return sock, st
+}
+
+func at(sec int, node string) *flow.Flow {
+	return &flow.Flow{Time: time.Unix(int64(sec), 0), Node: node, Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "TCP"}
+}
+
+func read(t *testing.T, src flow.Source, req flow.Request) ([]*flow.Flow, error) {
+	t.Helper()
+	out := make(chan *flow.Flow, 100)
+	err := src.Flows(context.Background(), req, out)
+	close(out)
+	var got []*flow.Flow
+	for f := range out {
+		got = append(got, f)
+	}
+	return got, err
+}
+
+func TestAgentsSourceMergesByTime(t *testing.T) {
+	dir := t.TempDir()
+	a, _ := fakeAgent(t, dir, "a", at(1, "a"), at(4, "a"), at(5, "a"))
+	b, _ := fakeAgent(t, dir, "b", at(2, "b"), at(3, "b"), at(6, "b"))
+	got, err := read(t, NewAgentsSource([]string{a, b}), flow.Request{Last: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var secs []int64
+	for _, f := range got {
+		secs = append(secs, f.Time.Unix())
+	}
+	if len(secs) != 4 || secs[0] != 3 || secs[1] != 4 || secs[2] != 5 || secs[3] != 6 {
+		t.Errorf("merged last 4 = %v, want [3 4 5 6]", secs)
+	}
+}
+
+func TestAgentsSourceSkipsAnUnreachableAgent(t *testing.T) {
+	dir := t.TempDir()
+	a, _ := fakeAgent(t, dir, "a", at(1, "a"))
+	gone := filepath.Join(dir, "gone.sock")
+	src := NewAgentsSource([]string{a, gone})
+	var failed []string
+	src.OnError = func(sock string, err error) { failed = append(failed, sock) }
+	got, err := read(t, src, flow.Request{})
+	if err != nil || len(got) != 1 || len(failed) != 1 || failed[0] != gone {
+		t.Errorf("got %d flows, err %v, failed %v; want 1 flow and %s reported", len(got), err, failed, gone)
+	}
+	if _, err := read(t, NewAgentsSource([]string{gone}), flow.Request{}); err == nil {
+		t.Error("every agent unreachable: no error")
+	}
+}
+
+func TestAgentsSourceFollows(t *testing.T) {
+	dir := t.TempDir()
+	a, st := fakeAgent(t, dir, "a", at(1, "a"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := make(chan *flow.Flow)
+	go func() { _ = NewAgentsSource([]string{a}).Flows(ctx, flow.Request{Follow: true, Last: 1}, out) }()
+	if f := <-out; f.Time.Unix() != 1 {
+		t.Fatalf("stored flow at %v, want 1", f.Time.Unix())
+	}
+	for st.Stats().Followers == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	st.Add(&flow.Flow{Time: time.Now(), Node: "a", Type: flow.TypeDrop, Verdict: flow.Dropped})
+	if f := <-out; f.Type != flow.TypeDrop {
+		t.Errorf("followed %+v, want the new drop", f)
+	}
+}
+
+func TestServeFlowsRejectsAMalformedFilter(t *testing.T) {
+	dir := t.TempDir()
+	a, _ := fakeAgent(t, dir, "a")
+	c := http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", a)
+	}}}
+	resp, err := c.Get("http://agent/v1/flows?verdict=maybe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("status %d, want 400", resp.StatusCode)
+	}
+}

@@ -1,0 +1,38 @@
+package flowstore
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/myelin-net/myelin/internal/datapath"
+)
+
+// RecordReader reads datapath flow records (datapath.FlowReader).
+type RecordReader interface {
+	Read() (datapath.FlowRecord, error)
+	Close() error
+}
+
+// Feed reads records from r, converts them and adds them to s until ctx ends or r
+// fails. It closes r.
+func (s *Store) Feed(ctx context.Context, r RecordReader, o Origin, res Resolver, log *slog.Logger) {
+	go func() {
+		<-ctx.Done()
+		r.Close()
+	}()
+	for {
+		rec, err := r.Read()
+		if errors.Is(err, datapath.ErrFlowRecord) {
+			log.Warn("skip a flow record", "err", err)
+			continue
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Error("read datapath flows", "err", err)
+			}
+			return
+		}
+		s.Add(Convert(rec, o, res))
+	}
+}

@@ -1,0 +1,151 @@
+package flowstore
+
+import (
+	"context"
+	"sync"
+
+	"github.com/myelin-net/myelin/internal/flow"
+)
+
+// DefaultCapacity is how many flows a node keeps (config key
+// hubble-event-buffer-capacity), Hubble's default.
+const DefaultCapacity = 4095
+
+// followBuffer is how many flows a follower may fall behind before it loses flows.
+const followBuffer = 1024
+
+// Store keeps a node's newest flows and hands them to readers and sinks. Safe for
+// concurrent use. The zero value is not usable; use New.
+type Store struct {
+	mu        sync.Mutex
+	ring      []*flow.Flow // capacity slots; next is the oldest once full
+	next      int
+	full      bool
+	followers map[*follower]struct{}
+	sinks     []flow.Sink
+	added     uint64
+}
+
+// New returns a store that keeps the newest capacity flows (DefaultCapacity if < 1).
+func New(capacity int) *Store {
+	if capacity < 1 {
+		capacity = DefaultCapacity
+	}
+	return &Store{ring: make([]*flow.Flow, capacity), followers: map[*follower]struct{}{}}
+}
+
+// AddSink registers s to see every flow added from now on, in order. s.Observe runs
+// on the adding goroutine: it must not block.
+func (s *Store) AddSink(sink flow.Sink) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sinks = append(s.sinks, sink)
+}
+
+// Add stores f (the store owns it from now on: nobody may change it), hands it to
+// the sinks and to every follower that keeps up.
+func (s *Store) Add(f *flow.Flow) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ring[s.next] = f
+	s.next++
+	if s.next == len(s.ring) {
+		s.next, s.full = 0, true
+	}
+	s.added++
+	for _, sink := range s.sinks {
+		sink.Observe(f)
+	}
+	for fo := range s.followers {
+		fo.offer(f)
+	}
+}
+
+// Stats are the store's counters, for status and metrics.
+type Stats struct {
+	Capacity  int    // flows kept at most
+	Stored    int    // flows kept now
+	Added     uint64 // flows added since start
+	Followers int    // live followers
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Stats{Capacity: len(s.ring), Stored: s.next, Added: s.added, Followers: len(s.followers)}
+	if s.full {
+		st.Stored = len(s.ring)
+	}
+	return st
+}
+
+// snapshot returns the stored flows, oldest first.
+func (s *Store) snapshot() []*flow.Flow {
+	if !s.full {
+		return append([]*flow.Flow(nil), s.ring[:s.next]...)
+	}
+	out := make([]*flow.Flow, 0, len(s.ring))
+	out = append(out, s.ring[s.next:]...)
+	return append(out, s.ring[:s.next]...)
+}
+
+// Flows implements flow.Source: the newest req.Last stored flows that match req
+// (all matching ones when not following and Last is 0), then with req.Follow every
+// new matching flow until ctx ends. It returns nil when it has sent what was asked,
+// ctx's error when ctx ended first (nil for a follow stream, which ends only so).
+func (s *Store) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Flow) error {
+	s.mu.Lock()
+	stored := s.snapshot()
+	var fo *follower
+	if req.Follow { // registered under the same lock: no flow falls between the two parts
+		fo = &follower{req: req, ch: make(chan *flow.Flow, followBuffer)}
+		s.followers[fo] = struct{}{}
+	}
+	s.mu.Unlock()
+	if fo != nil {
+		defer s.unfollow(fo)
+	}
+	for _, f := range lastMatching(stored, req) {
+		select {
+		case out <- f:
+		case <-ctx.Done():
+			return s.endErr(ctx, req)
+		}
+	}
+	if fo == nil {
+		return nil
+	}
+	return fo.run(ctx, out)
+}
+
+func (s *Store) endErr(ctx context.Context, req flow.Request) error {
+	if req.Follow {
+		return nil
+	}
+	return ctx.Err()
+}
+
+func (s *Store) unfollow(fo *follower) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.followers, fo)
+}
+
+// lastMatching returns the stored flows req asks for, oldest first.
+func lastMatching(stored []*flow.Flow, req flow.Request) []*flow.Flow {
+	limit := req.Last
+	if limit == 0 && req.Follow {
+		return nil
+	}
+	var rev []*flow.Flow
+	for i := len(stored) - 1; i >= 0 && (limit == 0 || len(rev) < limit); i-- {
+		if stored[i].Type != flow.TypeLost && req.Match(stored[i]) {
+			rev = append(rev, stored[i])
+		}
+	}
+	for i, j := 0, len(rev)-1; i < j; i, j = i+1, j-1 {
+		rev[i], rev[j] = rev[j], rev[i]
+	}
+	return rev
+}

@@ -1,0 +1,145 @@
+package flowstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/myelin-net/myelin/internal/flow"
+)
+
+func mkFlow(i int, proto string) *flow.Flow {
+	return &flow.Flow{Time: time.Unix(int64(i), 0), Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: proto, SrcPort: uint16(i)}
+}
+
+// collect reads req from s until Flows returns.
+func collect(t *testing.T, s *Store, req flow.Request) []*flow.Flow {
+	t.Helper()
+	out := make(chan *flow.Flow, 100000)
+	if err := s.Flows(context.Background(), req, out); err != nil {
+		t.Fatal(err)
+	}
+	close(out)
+	var got []*flow.Flow
+	for f := range out {
+		got = append(got, f)
+	}
+	return got
+}
+
+func ports(fs []*flow.Flow) []uint16 {
+	var p []uint16
+	for _, f := range fs {
+		p = append(p, f.SrcPort)
+	}
+	return p
+}
+
+func TestStoreKeepsNewestUpToCapacity(t *testing.T) {
+	s := New(3)
+	for i := 1; i <= 5; i++ {
+		s.Add(mkFlow(i, "TCP"))
+	}
+	if got := ports(collect(t, s, flow.Request{})); len(got) != 3 || got[0] != 3 || got[2] != 5 {
+		t.Errorf("stored = %v, want [3 4 5]", got)
+	}
+	if st := s.Stats(); st.Stored != 3 || st.Added != 5 || st.Capacity != 3 {
+		t.Errorf("Stats = %+v", st)
+	}
+	if got := ports(collect(t, s, flow.Request{Last: 2})); len(got) != 2 || got[0] != 4 || got[1] != 5 {
+		t.Errorf("Last 2 = %v, want [4 5]", got)
+	}
+}
+
+func TestStoreLastCountsMatchingFlows(t *testing.T) {
+	s := New(10)
+	for i := 1; i <= 6; i++ {
+		proto := "TCP"
+		if i%2 == 0 {
+			proto = "UDP"
+		}
+		s.Add(mkFlow(i, proto))
+	}
+	req := flow.Request{Last: 2, Whitelist: []flow.Filter{{Protocol: []string{"udp"}}}}
+	if got := ports(collect(t, s, req)); len(got) != 2 || got[0] != 4 || got[1] != 6 {
+		t.Errorf("last 2 UDP = %v, want [4 6]", got)
+	}
+	if got := ports(collect(t, s, flow.Request{Since: time.Unix(5, 0)})); len(got) != 2 || got[0] != 5 {
+		t.Errorf("since 5 = %v, want [5 6]", got)
+	}
+}
+
+type countSink struct{ n int }
+
+func (c *countSink) Observe(*flow.Flow) { c.n++ }
+
+func TestStoreSinksSeeEveryFlow(t *testing.T) {
+	s := New(2)
+	c := &countSink{}
+	s.AddSink(c)
+	for i := 0; i < 5; i++ {
+		s.Add(mkFlow(i, "TCP"))
+	}
+	if c.n != 5 {
+		t.Errorf("sink saw %d flows, want 5", c.n)
+	}
+}
+
+func TestStoreFollowStoredThenNew(t *testing.T) {
+	s := New(10)
+	s.Add(mkFlow(1, "TCP"))
+	s.Add(mkFlow(2, "TCP"))
+	ctx, cancel := context.WithCancel(context.Background())
+	out := make(chan *flow.Flow)
+	done := make(chan error, 1)
+	go func() { done <- s.Flows(ctx, flow.Request{Follow: true, Last: 1}, out) }()
+	if f := <-out; f.SrcPort != 2 {
+		t.Fatalf("first = %d, want the last stored (2)", f.SrcPort)
+	}
+	waitFollowers(t, s, 1)
+	s.Add(mkFlow(3, "TCP"))
+	if f := <-out; f.SrcPort != 3 {
+		t.Fatalf("followed = %d, want 3", f.SrcPort)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("follow ended with %v, want nil", err)
+	}
+	waitFollowers(t, s, 0)
+}
+
+// A follower that does not read loses flows beyond its buffer and is told how many.
+func TestStoreSlowFollowerGetsLost(t *testing.T) {
+	s := New(10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := make(chan *flow.Flow)
+	go func() { _ = s.Flows(ctx, flow.Request{Follow: true}, out) }()
+	waitFollowers(t, s, 1)
+	total := followBuffer + 500
+	for i := 0; i < total; i++ {
+		s.Add(mkFlow(i, "TCP"))
+	}
+	var got, lost uint64
+	for got+lost < uint64(total) {
+		f := <-out
+		if f.Type == flow.TypeLost {
+			lost += f.Lost
+			continue
+		}
+		got++
+	}
+	if got > followBuffer+1 || lost == 0 || got+lost != uint64(total) {
+		t.Errorf("delivered %d, lost %d of %d; want at most %d delivered and the rest counted lost", got, lost, total, followBuffer+1)
+	}
+}
+
+func waitFollowers(t *testing.T, s *Store, n int) {
+	t.Helper()
+	for i := 0; s.Stats().Followers != n; i++ {
+		if i > 5000 {
+			t.Fatalf("followers = %d, want %d", s.Stats().Followers, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
