@@ -29,6 +29,7 @@ apt_packages=(
 	mmdebstrap busybox-static             # rootfs of the locally built images (scripts/build-image-bases.sh, make images)
 	gcc libc6-dev                         # cgo, which flannel's build needs
 	openssl ca-certificates
+	chromium                              # the headless browser of the service map's tests (internal/ui, e2e)
 )
 
 # netperf lives in Debian's non-free component; enable that component for apt.

@@ -1,0 +1,46 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/myelin-net/myelin/internal/flow"
+	"github.com/myelin-net/myelin/internal/flowclient"
+	"github.com/myelin-net/myelin/internal/ui"
+)
+
+// UIOptions are the flags of `myelin ui`.
+type UIOptions struct {
+	Listen string // host:port of the page
+	Socket string // one agent; default every agent on this machine (every lab node)
+	Stderr io.Writer
+}
+
+// UI serves the service map over the flows of every agent this machine reaches until
+// ctx ends.
+func UI(ctx context.Context, out io.Writer, o UIOptions) error {
+	if _, err := sockets(o.Socket, "", o.Socket == ""); err != nil {
+		return fmt.Errorf("find the agents for the service map: %w", err)
+	}
+	return ui.Run(ctx, o.Listen, agentsSource{socket: o.Socket, stderr: o.Stderr}, out)
+}
+
+// agentsSource finds the agents again for each page, so the page keeps working
+// across a lab's nodes coming and going (`myelin lab down`, then up).
+type agentsSource struct {
+	socket string
+	stderr io.Writer
+}
+
+func (a agentsSource) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Flow) error {
+	socks, err := sockets(a.socket, "", a.socket == "")
+	if err != nil {
+		return err
+	}
+	src := flowclient.NewAgentsSource(socks)
+	if a.stderr != nil {
+		src.OnError = func(sock string, err error) { fmt.Fprintf(a.stderr, "myelin ui: %s: %v\n", sock, err) }
+	}
+	return src.Flows(ctx, req, out)
+}
