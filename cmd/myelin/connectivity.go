@@ -55,6 +55,7 @@ and the probes enter the pods' network namespaces (run as root); elsewhere the p
 	f.BoolVar(&o.Keep, "keep", false, "leave the test namespace and its pods in place to inspect them")
 	f.DurationVar(&o.Timeout, "timeout", time.Minute, "how long to wait for the pods and Services to be ready")
 	f.StringSliceVar(&o.Only, "only", nil, "run only scenarios whose name contains one of these (e.g. pod-to-pod,dns)")
+	f.StringSliceVar(&o.Skip, "skip", nil, "skip scenarios whose name contains one of these (reported as skipped)")
 	return cmd
 }
 

@@ -42,6 +42,8 @@ type Options struct {
 	CheckMyelin func(ctx context.Context) error
 	// Only, if not empty, runs only scenarios whose name contains one of these.
 	Only []string
+	// Skip leaves out scenarios whose name contains one of these (reported as skipped).
+	Skip []string
 }
 
 // DefaultExternal is the lab's external host (myelin-lab-ext, `lab serve` on :80).

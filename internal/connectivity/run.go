@@ -62,6 +62,9 @@ func runAll(ctx context.Context, o Options, e *env) ([]Result, error) {
 		if !selected(o, sc.name) {
 			continue
 		}
+		if sc.skip == "" && matches(o.Skip, sc.name) {
+			sc.skip = "--skip"
+		}
 		if sc.policy {
 			withPolicy = append(withPolicy, sc)
 			continue
@@ -80,11 +83,10 @@ func runAll(ctx context.Context, o Options, e *env) ([]Result, error) {
 	return results, removePolicy(ctx, o, e.ns)
 }
 
-func selected(o Options, name string) bool {
-	if len(o.Only) == 0 {
-		return true
-	}
-	for _, s := range o.Only {
+func selected(o Options, name string) bool { return len(o.Only) == 0 || matches(o.Only, name) }
+
+func matches(patterns []string, name string) bool {
+	for _, s := range patterns {
 		if strings.Contains(name, s) {
 			return true
 		}

@@ -18,6 +18,8 @@ var (
 	// the kubeconfig-style client-key-data / token fields.
 	secretJSON = regexp.MustCompile(`(?i)("[a-z0-9_.-]*(?:token|password|passwd|secret|apikey|api-key|api_key|private-?key|key-data|credentials?)[a-z0-9_.-]*"\s*:\s*)"(?:[^"\\]|\\.)*"`)
 	secretYAML = regexp.MustCompile(`(?im)^(\s*-?\s*[a-z0-9_.-]*(?:token|password|passwd|secret|apikey|api-key|api_key|private-?key|key-data|credentials?)[a-z0-9_.-]*\s*[:=]\s*)(\S.*)$`)
+	// Kubernetes env entries whose name says secret: {"name": "API_TOKEN", "value": "..."}.
+	secretEnvVar = regexp.MustCompile(`(?i)("name"\s*:\s*"[^"]*(?:token|password|passwd|secret|api_?key|private_?key|credentials?)[^"]*"\s*,\s*"value"\s*:\s*)"(?:[^"\\]|\\.)*"`)
 	// Environment-style NAME=value pairs naming a secret (command lines, logs).
 	secretEnv = regexp.MustCompile(`(?i)\b([A-Z0-9_]*(?:TOKEN|PASSWORD|SECRET|API_KEY|PRIVATE_KEY)[A-Z0-9_]*=)(\S+)`)
 )
@@ -29,6 +31,7 @@ func Redact(b []byte) []byte {
 	b = jwt.ReplaceAll(b, []byte(Redacted))
 	b = bearer.ReplaceAll(b, []byte("${1}"+Redacted))
 	b = secretJSON.ReplaceAll(b, []byte(`${1}"`+Redacted+`"`))
+	b = secretEnvVar.ReplaceAll(b, []byte(`${1}"`+Redacted+`"`))
 	b = secretYAML.ReplaceAllFunc(b, func(m []byte) []byte {
 		if secretJSON.Match(m) {
 			return m // already a redacted JSON field on its own line

@@ -20,6 +20,7 @@ func TestRedact(t *testing.T) {
 		{"pem private key", "x\n-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE\n-----END EC PRIVATE KEY-----\ny", []string{"MHcCAQEE"}, []string{"x\n", "\ny"}},
 		{"certificate kept", "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----", nil, []string{"MIIB"}},
 		{"env pair", "argv: myelin-agent API_TOKEN=abc123 --node n1", []string{"abc123"}, []string{"--node n1", "API_TOKEN="}},
+		{"pod env entry", "\"env\": [\n {\n  \"name\": \"DB_PASSWORD\",\n  \"value\": \"hunter2\"\n }, {\"name\": \"MODE\", \"value\": \"fast\"}]", []string{"hunter2"}, []string{"DB_PASSWORD", `"value": "fast"`}},
 		{"ordinary status", `{"mode": "native", "hostRouting": "bpf", "keys": 3}`, nil, []string{`"mode": "native"`, `"keys": 3`}},
 	}
 	for _, c := range cases {
