@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/myelin-net/myelin/internal/connectivity"
 	"github.com/myelin-net/myelin/internal/images"
@@ -76,13 +75,10 @@ func connectivityTarget(kubeconfig string, o *connectivity.Options) error {
 	if o.Image == "" {
 		o.Image = images.Ref(images.Test, version.Version)
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	cfg, err := restConfig(kubeconfig, "myelin-connectivity")
 	if err != nil {
-		return fmt.Errorf("load kubeconfig: %w; name one with --kubeconfig", err)
+		return err
 	}
-	cfg.UserAgent = "myelin-connectivity"
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("make client: %w", err)

@@ -6,6 +6,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/podexec"
+
 	authv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,7 +23,7 @@ func checkPermissions(ctx context.Context, o Options) error {
 		{Verb: "create", Resource: "networkpolicies", Group: "networking.k8s.io"},
 		{Verb: "delete", Resource: "namespaces"},
 	}
-	if _, api := o.Exec.(APIExecutor); api {
+	if _, api := o.Exec.(podexec.API); api {
 		checks = append(checks, authv1.ResourceAttributes{Verb: "create", Resource: "pods", Subresource: "exec"})
 	}
 	for _, c := range checks {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/podexec"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -19,7 +21,7 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 		return err
 	}
 	if o.Exec == nil {
-		o.Exec = APIExecutor{Client: o.Client, Config: o.REST}
+		o.Exec = podexec.API{Client: o.Client, Config: o.REST}
 	}
 	check := o.CheckMyelin
 	if check == nil {
@@ -135,7 +137,7 @@ func runScenario(ctx context.Context, o Options, e *env, sc scenario) Result {
 }
 
 func oneLine(out string, err error) string {
-	if s := firstLine(out); s != "" {
+	if s := podexec.FirstLine(out); s != "" {
 		return strings.TrimPrefix(s, "myelin: ")
 	}
 	return err.Error()

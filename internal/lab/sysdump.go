@@ -2,7 +2,6 @@ package lab
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,11 +26,16 @@ type SysdumpNode struct {
 	DropsFor time.Duration
 }
 
-// SysdumpNodes lists the running lab's nodes, in plan order.
+// SysdumpNodes lists the running lab's nodes, in plan order, when its agents are the
+// lab's processes (--cni myelin); otherwise none (with --cni none the chart's agent
+// pods are read as on any cluster).
 func SysdumpNodes(paths labplan.Paths, dropsFor time.Duration) ([]sysdump.Node, error) {
 	plan, err := LoadPlan(paths)
 	if err != nil {
 		return nil, err
+	}
+	if plan.Options.CNI != labplan.CNIMyelin {
+		return nil, nil
 	}
 	var out []sysdump.Node
 	for _, n := range plan.Nodes {
@@ -47,38 +51,12 @@ func (n SysdumpNode) client() *api.Client { return api.NewClient(api.NodeSocket(
 
 // Agent asks the node's agent for one view.
 func (n SysdumpNode) Agent(ctx context.Context, view string) (any, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	c := n.client()
-	switch view {
-	case "status":
-		return c.Status(ctx)
-	case "config":
-		return c.Config(ctx)
-	case "services":
-		return c.Services(ctx)
-	case "endpoints":
-		return c.Endpoints(ctx)
-	case "policy":
-		return c.Policy(ctx)
-	}
-	return nil, fmt.Errorf("unknown agent view %q", view)
+	return sysdump.AgentView(ctx, n.client(), view)
 }
 
-// Drops streams the agent's drop events for DropsFor, one JSON object a line.
+// Drops streams the agent's drop events for DropsFor.
 func (n SysdumpNode) Drops(ctx context.Context) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, n.DropsFor)
-	defer cancel()
-	var out []byte
-	err := n.client().Monitor(ctx, "drop", func(ev api.Event) error {
-		b, _ := json.Marshal(ev)
-		out = append(append(out, b...), '\n')
-		return nil
-	})
-	if err != nil && ctx.Err() == nil {
-		return out, err
-	}
-	return out, nil
+	return sysdump.AgentDrops(ctx, n.client(), n.DropsFor)
 }
 
 // Run runs argv in the node's network namespace.
@@ -115,18 +93,25 @@ func (n SysdumpNode) Log(_ context.Context, max int) ([]byte, error) {
 	return io.ReadAll(f)
 }
 
-// Maps lists the maps pinned in the node's pin directory (links are in links/).
-func (n SysdumpNode) Maps() ([]string, error) {
+// Maps dumps every map pinned in the node's pin directory with bpftool (links are in
+// links/), which formats keys and values by their BTF types.
+func (n SysdumpNode) Maps(ctx context.Context, max int) (map[string]any, error) {
 	dir := nodelayout.PerNode(nodelayout.BPFFSDir, n.Node)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	var out []string
+	out := map[string]any{}
 	for _, e := range entries {
-		if !e.IsDir() {
-			out = append(out, filepath.Join(dir, e.Name()))
+		if e.IsDir() {
+			continue
 		}
+		dump, err := n.Run(ctx, "bpftool", "-j", "map", "dump", "pinned", filepath.Join(dir, e.Name()))
+		if err != nil {
+			out[e.Name()] = map[string]string{"error": err.Error()}
+			continue
+		}
+		out[e.Name()] = sysdump.BoundEntries(dump, max)
 	}
 	if len(out) == 0 {
 		return nil, errors.New("no pinned maps in " + dir)

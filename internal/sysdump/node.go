@@ -19,8 +19,8 @@ type Node interface {
 	Run(ctx context.Context, argv ...string) ([]byte, error)
 	// Log returns the end of the agent's log (at most max bytes).
 	Log(ctx context.Context, max int) ([]byte, error)
-	// Maps lists the node's pinned maps (paths for bpftool map dump pinned).
-	Maps() ([]string, error)
+	// Maps returns the node's pinned maps by name, each bounded to max entries.
+	Maps(ctx context.Context, max int) (map[string]any, error)
 }
 
 // AgentViews are the agent's views a dump holds, one file each.
@@ -47,19 +47,13 @@ func collectNode(ctx context.Context, a *archive, n Node, o Options) {
 	} {
 		addOutput(a, dir+file, func() ([]byte, error) { return n.Run(ctx, argv...) })
 	}
-	maps, err := n.Maps()
+	maps, err := n.Maps(ctx, o.MapEntries)
 	if err != nil {
 		a.failed(dir+"maps/", err)
 		return
 	}
-	for _, m := range maps {
-		name := dir + "maps/" + baseName(m) + ".json"
-		out, err := n.Run(ctx, "bpftool", "-j", "map", "dump", "pinned", m)
-		if err != nil {
-			a.failed(name, err)
-			continue
-		}
-		_ = a.addJSON(name, boundEntries(out, o.MapEntries))
+	for name, m := range maps {
+		_ = a.addJSON(dir+"maps/"+name+".json", m)
 	}
 }
 
@@ -73,15 +67,6 @@ func addOutput(a *archive, name string, get func() ([]byte, error)) {
 	}
 }
 
-func baseName(p string) string {
-	for i := len(p) - 1; i >= 0; i-- {
-		if p[i] == '/' {
-			return p[i+1:]
-		}
-	}
-	return p
-}
-
 // MapDump is one map's first entries and how many it held.
 type MapDump struct {
 	Total   int               `json:"total"`
@@ -89,8 +74,8 @@ type MapDump struct {
 	Entries []json.RawMessage `json:"entries"`
 }
 
-// boundEntries keeps the first max entries of bpftool's JSON map dump.
-func boundEntries(out []byte, max int) any {
+// BoundEntries keeps the first max entries of bpftool's JSON map dump.
+func BoundEntries(out []byte, max int) any {
 	var entries []json.RawMessage
 	if err := json.Unmarshal(out, &entries); err != nil {
 		return map[string]string{"error": fmt.Sprintf("bpftool output is not a JSON list: %v", err)}

@@ -13,7 +13,7 @@ import (
 	"testing"
 )
 
-// fakeNode is a node whose agent answers from memory; bpftool "dumps" 5 entries.
+// fakeNode is a node whose agent answers from memory; its one map holds 5 entries.
 type fakeNode struct{ name string }
 
 func (f fakeNode) Name() string { return f.name }
@@ -27,16 +27,13 @@ func (f fakeNode) Drops(context.Context) ([]byte, error) {
 	return []byte(`{"type":"drop"}` + "\n"), nil
 }
 func (f fakeNode) Run(_ context.Context, argv ...string) ([]byte, error) {
-	if argv[0] == "bpftool" && argv[2] == "map" {
-		return []byte(`[{"key":1},{"key":2},{"key":3},{"key":4},{"key":5}]`), nil
-	}
 	return []byte(strings.Join(argv, " ")), nil
 }
 func (f fakeNode) Log(context.Context, int) ([]byte, error) {
 	return []byte("level=info msg=started Authorization: Bearer 0123456789abcdef\n"), nil
 }
-func (f fakeNode) Maps() ([]string, error) {
-	return []string{"/sys/fs/bpf/myelin/" + f.name + "/myelin_endpoints"}, nil
+func (f fakeNode) Maps(_ context.Context, max int) (map[string]any, error) {
+	return map[string]any{"myelin_endpoints": BoundEntries([]byte(`[{"key":1},{"key":2},{"key":3},{"key":4},{"key":5}]`), max)}, nil
 }
 
 func readArchive(t *testing.T, path string) map[string]string {
