@@ -17,7 +17,7 @@ import (
 )
 
 // AgentSelector selects the chart's agent pods (kube-system).
-const AgentSelector = "k8s-app=myelin"
+const AgentSelector = "app.kubernetes.io/name=myelin"
 
 // PodNode is one node of a real cluster: its agent pod of the chart's DaemonSet,
 // read through pods/exec (`myelin sysdump agent|drops|maps` in the agent's container,
