@@ -34,6 +34,23 @@ var knownRemoteNodePort = "pod-to-service/node-port/myelin-node-3,pod-to-service
 func TestLabConnectivity(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "3")
+	connectivityPasses(t, cs)
+	t.Run("deny-all mid-way names the hop", func(t *testing.T) { connectivityDenyAll(t, cs) })
+	t.Run("sysdump", func(t *testing.T) { sysdumpArchive(t, cs) })
+}
+
+// TestLabConnectivityTunnel: every scenario passes in VXLAN tunnel mode too (the MTU
+// scenario then checks the tunnel overhead on the routes).
+func TestLabConnectivityTunnel(t *testing.T) {
+	requireRoot(t)
+	cs := labUp(t, "--nodes", "3", "--profile", "tunnel")
+	connectivityPasses(t, cs)
+}
+
+// connectivityPasses runs the command and checks every scenario passed, kube-dns is
+// skipped (never passed) when absent, and the namespace is gone.
+func connectivityPasses(t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
 	start := time.Now()
 	out, err := myelin("connectivity", "test", "--skip", knownRemoteNodePort)
 	t.Logf("myelin connectivity test (%v):\n%s", time.Since(start).Round(time.Second), out)
@@ -53,9 +70,6 @@ func TestLabConnectivity(t *testing.T) {
 		t.Errorf("without kube-dns the DNS scenario must be skipped with the reason")
 	}
 	noTestNamespaces(t, cs)
-
-	t.Run("deny-all mid-way names the hop", func(t *testing.T) { connectivityDenyAll(t, cs) })
-	t.Run("sysdump", func(t *testing.T) { sysdumpArchive(t, cs) })
 }
 
 func noTestNamespaces(t *testing.T, cs kubernetes.Interface) {
