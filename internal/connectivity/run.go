@@ -23,6 +23,9 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 	if o.Exec == nil {
 		o.Exec = podexec.API{Client: o.Client, Config: o.REST}
 	}
+	if err := checkPermissions(ctx, o); err != nil {
+		return err
+	}
 	check := o.CheckMyelin
 	if check == nil {
 		check = func(ctx context.Context) error { return checkDaemonSet(ctx, o) }
@@ -32,9 +35,6 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 	}
 	nodes, err := readNodes(ctx, o)
 	if err != nil {
-		return err
-	}
-	if err := checkPermissions(ctx, o); err != nil {
 		return err
 	}
 	if o.Namespace == "" {

@@ -17,6 +17,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	labmyelin "github.com/myelin-net/myelin/internal/lab/cni/myelin"
 )
 
 // knownRemoteNodePort are the scenarios that reach a NodePort on another node whose
@@ -37,6 +39,23 @@ func TestLabConnectivity(t *testing.T) {
 	connectivityPasses(t, cs)
 	t.Run("deny-all mid-way names the hop", func(t *testing.T) { connectivityDenyAll(t, cs) })
 	t.Run("sysdump", func(t *testing.T) { sysdumpArchive(t, cs) })
+	t.Run("bad input is one line", func(t *testing.T) { connectivityBadInput(t, cs) })
+}
+
+// connectivityBadInput: a user who may not create pods (the agent's identity), and a
+// cluster named by --kubeconfig that has no myelin DaemonSet (the lab's agents are
+// processes, not the chart's pods), each get one line.
+func connectivityBadInput(t *testing.T, cs kubernetes.Interface) {
+	for what, c := range map[string]struct{ kubeconfig, want string }{
+		"no permission": {paths.ComponentKubeconfig(labmyelin.AgentUser), "permission denied: this user may not create namespaces"},
+		"no myelin":     {paths.Kubeconfig(), "no myelin agents found"},
+	} {
+		out, err := myelin("connectivity", "test", "--kubeconfig", c.kubeconfig)
+		if err == nil || !strings.Contains(out, c.want) || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+			t.Errorf("%s: want one line with %q, got (%v):\n%s", what, c.want, err, out)
+		}
+	}
+	noTestNamespaces(t, cs)
 }
 
 // TestLabConnectivityTunnel: every scenario passes in VXLAN tunnel mode too (the MTU
