@@ -24,8 +24,10 @@ import (
 // knownRemoteNodePort are the scenarios that reach a NodePort on another node whose
 // local backend must answer: a pod's connection to a remote node's NodePort times out
 // when that node picks its own backend (while the same NodePort answers from the
-// node's host and from outside). A datapath bug found by this command, open; the
-// scenarios stay in the command and are skipped here until it is fixed.
+// node's host and from outside): lb_from_pod skips the NodePort reply translation for
+// cluster-CIDR destinations (docs/connectivity.md, "Known failure"). A datapath bug
+// found by this command, open; the scenarios stay in the command and are skipped here
+// until it is fixed.
 var knownRemoteNodePort = "pod-to-service/node-port/myelin-node-3,pod-to-service/local-traffic/myelin-node-3"
 
 // TestLabConnectivity runs `myelin connectivity test` on a 3-node native lab: every
