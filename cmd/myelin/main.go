@@ -29,6 +29,7 @@ func main() {
 		versionCommand(), imagesCommand(), endpointsCommand(), policyCommand(), observeCommand())
 	root.AddCommand(relayCommand())
 	root.AddCommand(uiCommand())
+		versionCommand(), imagesCommand(), endpointsCommand(), policyCommand(), connectivityCommand(), sysdumpCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "myelin: %v\n", err)
 		os.Exit(1)

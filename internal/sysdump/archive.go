@@ -1,0 +1,74 @@
+package sysdump
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path"
+	"sort"
+	"time"
+)
+
+// archive writes the dump's files under one top directory of a .tar.gz; every file is
+// redacted on the way in. Close adds manifest.json (every file and what failed).
+type archive struct {
+	top    string
+	gz     *gzip.Writer
+	tw     *tar.Writer
+	now    time.Time
+	files  []string
+	errors map[string]string
+}
+
+func newArchive(w io.Writer, top string, now time.Time) *archive {
+	gz := gzip.NewWriter(w)
+	return &archive{top: top, gz: gz, tw: tar.NewWriter(gz), now: now, errors: map[string]string{}}
+}
+
+// add writes one file (name relative to the top directory), redacted.
+func (a *archive) add(name string, data []byte) error {
+	data = Redact(data)
+	hdr := &tar.Header{Name: path.Join(a.top, name), Mode: 0o644, Size: int64(len(data)), ModTime: a.now, Typeflag: tar.TypeReg}
+	if err := a.tw.WriteHeader(hdr); err != nil {
+		return fmt.Errorf("write %s to the archive: %w", name, err)
+	}
+	if _, err := a.tw.Write(data); err != nil {
+		return fmt.Errorf("write %s to the archive: %w", name, err)
+	}
+	a.files = append(a.files, name)
+	return nil
+}
+
+// addJSON writes v as indented JSON.
+func (a *archive) addJSON(name string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", name, err)
+	}
+	return a.add(name, append(b, '\n'))
+}
+
+// failed records what could not be collected; it goes into the manifest.
+func (a *archive) failed(name string, err error) { a.errors[name] = err.Error() }
+
+// Manifest is the archive's table of contents (manifest.json).
+type Manifest struct {
+	Created time.Time         `json:"created"`
+	Version string            `json:"version"`
+	Files   []string          `json:"files"`
+	Errors  map[string]string `json:"errors,omitempty"`
+}
+
+func (a *archive) close(version string) error {
+	files := append([]string(nil), a.files...)
+	sort.Strings(files)
+	if err := a.addJSON("manifest.json", Manifest{Created: a.now, Version: version, Files: files, Errors: a.errors}); err != nil {
+		return err
+	}
+	if err := a.tw.Close(); err != nil {
+		return fmt.Errorf("finish the archive: %w", err)
+	}
+	return a.gz.Close()
+}

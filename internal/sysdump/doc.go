@@ -1,0 +1,8 @@
+// Package sysdump is `myelin sysdump`: one .tar.gz for a bug report holding, from every
+// node, the agent's status, configuration with provenance, Services, endpoints,
+// NetworkPolicy state, recent drops, BPF maps (the first entries of each), programs and
+// links, and the agent's log; and the cluster objects myelin reads (Nodes, Pods,
+// Services, EndpointSlices, NetworkPolicies, NodeConfigs, the myelin ConfigMap).
+// Secrets are never read, and every file passes through Redact, which blanks values
+// that look like tokens, keys or passwords.
+package sysdump

@@ -1,0 +1,89 @@
+package sysdump
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+)
+
+// Node is where one node's part of the dump comes from: its agent's API, commands
+// run on the node (in its network namespace), the agent's log and pinned maps.
+type Node interface {
+	Name() string
+	// Agent returns one of the agent's JSON views: status, config, services,
+	// endpoints, policy.
+	Agent(ctx context.Context, view string) (any, error)
+	// Drops returns the drop events the agent reports for a short while, one a line.
+	Drops(ctx context.Context) ([]byte, error)
+	// Run runs a command on the node and returns its output (bpftool, ip).
+	Run(ctx context.Context, argv ...string) ([]byte, error)
+	// Log returns the end of the agent's log (at most max bytes).
+	Log(ctx context.Context, max int) ([]byte, error)
+	// Maps returns the node's pinned maps by name, each bounded to max entries.
+	Maps(ctx context.Context, max int) (map[string]any, error)
+}
+
+// AgentViews are the agent's views a dump holds, one file each.
+var AgentViews = []string{"status", "config", "services", "endpoints", "policy"}
+
+// collectNode writes nodes/<name>/... for one node; what fails is recorded, not fatal.
+func collectNode(ctx context.Context, a *archive, n Node, o Options) {
+	dir := "nodes/" + n.Name() + "/"
+	for _, view := range AgentViews {
+		v, err := n.Agent(ctx, view)
+		if err != nil {
+			a.failed(dir+view+".json", err)
+			continue
+		}
+		_ = a.addJSON(dir+view+".json", v)
+	}
+	addOutput(a, dir+"drops.txt", func() ([]byte, error) { return n.Drops(ctx) })
+	addOutput(a, dir+"agent.log", func() ([]byte, error) { return n.Log(ctx, o.LogBytes) })
+	for file, argv := range map[string][]string{
+		"bpf-net.json":   {"bpftool", "-j", "net", "show"},
+		"bpf-links.json": {"bpftool", "-j", "link", "show"},
+		"ip-addr.txt":    {"ip", "-d", "addr", "show"},
+		"ip-route.txt":   {"ip", "route", "show", "table", "all"},
+	} {
+		addOutput(a, dir+file, func() ([]byte, error) { return n.Run(ctx, argv...) })
+	}
+	maps, err := n.Maps(ctx, o.MapEntries)
+	if err != nil {
+		a.failed(dir+"maps/", err)
+		return
+	}
+	for name, m := range maps {
+		_ = a.addJSON(dir+"maps/"+name+".json", m)
+	}
+}
+
+func addOutput(a *archive, name string, get func() ([]byte, error)) {
+	out, err := get()
+	if err != nil {
+		a.failed(name, err)
+	}
+	if len(out) > 0 {
+		_ = a.add(name, out)
+	}
+}
+
+// MapDump is one map's first entries and how many it held.
+type MapDump struct {
+	Total   int               `json:"total"`
+	Shown   int               `json:"shown"`
+	Entries []json.RawMessage `json:"entries"`
+}
+
+// BoundEntries keeps the first max entries of bpftool's JSON map dump.
+func BoundEntries(out []byte, max int) any {
+	var entries []json.RawMessage
+	if err := json.Unmarshal(out, &entries); err != nil {
+		return map[string]string{"error": fmt.Sprintf("bpftool output is not a JSON list: %v", err)}
+	}
+	d := MapDump{Total: len(entries), Entries: entries}
+	if max >= 0 && len(entries) > max {
+		d.Entries = entries[:max]
+	}
+	d.Shown = len(d.Entries)
+	return d
+}

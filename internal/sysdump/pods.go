@@ -1,0 +1,105 @@
+package sysdump
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/myelin-net/myelin/internal/podexec"
+)
+
+// AgentSelector selects the chart's agent pods (kube-system).
+const AgentSelector = "app.kubernetes.io/name=myelin"
+
+// PodNode is one node of a real cluster: its agent pod of the chart's DaemonSet,
+// read through pods/exec (`myelin sysdump agent|drops|maps` in the agent's container,
+// which has the node's host network) and the pod's log.
+type PodNode struct {
+	Client   kubernetes.Interface
+	Exec     podexec.API
+	Pod      corev1.Pod
+	DropsFor time.Duration
+}
+
+// PodNodes lists the running agent pods of the chart's DaemonSet, one per node.
+func PodNodes(ctx context.Context, cs kubernetes.Interface, ex podexec.API, dropsFor time.Duration) ([]Node, error) {
+	list, err := cs.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: AgentSelector})
+	if err != nil {
+		return nil, fmt.Errorf("list myelin agent pods (kube-system, %s): %w", AgentSelector, err)
+	}
+	ex.Container = "agent"
+	var out []Node
+	for _, p := range list.Items {
+		if p.Status.Phase == corev1.PodRunning {
+			out = append(out, PodNode{Client: cs, Exec: ex, Pod: p, DropsFor: dropsFor})
+		}
+	}
+	return out, nil
+}
+
+// Name is the node the agent pod runs on.
+func (n PodNode) Name() string { return n.Pod.Spec.NodeName }
+
+func (n PodNode) myelin(ctx context.Context, args ...string) ([]byte, error) {
+	out, err := n.Exec.Exec(ctx, n.Pod.Namespace, n.Pod.Name, append([]string{"myelin", "sysdump"}, args...))
+	if err != nil {
+		return nil, fmt.Errorf("exec in %s/%s: %w", n.Pod.Namespace, n.Pod.Name, err)
+	}
+	return []byte(out), nil
+}
+
+// Agent asks the pod's agent for one view.
+func (n PodNode) Agent(ctx context.Context, view string) (any, error) {
+	out, err := n.myelin(ctx, "agent", view)
+	if err != nil {
+		return nil, err
+	}
+	return json.RawMessage(out), nil
+}
+
+// Drops streams the agent's drops for DropsFor inside the pod.
+func (n PodNode) Drops(ctx context.Context) ([]byte, error) {
+	return n.myelin(ctx, "drops", "--for", n.DropsFor.String())
+}
+
+// Run runs argv in the agent's container (the node's network namespace).
+func (n PodNode) Run(ctx context.Context, argv ...string) ([]byte, error) {
+	out, err := n.Exec.Exec(ctx, n.Pod.Namespace, n.Pod.Name, argv)
+	if err != nil {
+		return []byte(out), fmt.Errorf("exec %s in %s/%s: %w", strings.Join(argv, " "), n.Pod.Namespace, n.Pod.Name, err)
+	}
+	return []byte(out), nil
+}
+
+// Log returns the end of the agent container's log.
+func (n PodNode) Log(ctx context.Context, max int) ([]byte, error) {
+	req := n.Client.CoreV1().Pods(n.Pod.Namespace).GetLogs(n.Pod.Name, &corev1.PodLogOptions{
+		Container: "agent", TailLines: ptr.To[int64](20000), LimitBytes: ptr.To(int64(max)),
+	})
+	return req.DoRaw(ctx)
+}
+
+// Maps dumps the pinned maps inside the pod (hex keys and values: no bpftool there).
+func (n PodNode) Maps(ctx context.Context, max int) (map[string]any, error) {
+	out, err := n.myelin(ctx, "maps", "--max", strconv.Itoa(max))
+	if err != nil {
+		return nil, err
+	}
+	var maps map[string]json.RawMessage
+	if err := json.Unmarshal(out, &maps); err != nil {
+		return nil, fmt.Errorf("read map dump of %s: %w", n.Pod.Name, err)
+	}
+	res := map[string]any{}
+	for k, v := range maps {
+		res[k] = v
+	}
+	return res, nil
+}

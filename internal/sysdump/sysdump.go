@@ -1,0 +1,71 @@
+package sysdump
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+
+	"github.com/myelin-net/myelin/internal/version"
+)
+
+// Options configure one dump.
+type Options struct {
+	// Dynamic reads the cluster objects; nil leaves them out (no cluster reachable).
+	Dynamic dynamic.Interface
+	// Nodes are the nodes to collect from.
+	Nodes []Node
+	// Output is the archive's path ("" = myelin-sysdump-<time>.tar.gz here).
+	Output string
+	// MapEntries bounds each map's dump; LogBytes each agent log.
+	MapEntries, LogBytes int
+}
+
+// Run writes the archive and prints its path and what could not be collected.
+func Run(ctx context.Context, out io.Writer, o Options) error {
+	now := time.Now().UTC()
+	top := "myelin-sysdump-" + now.Format("20060102-150405")
+	if o.Output == "" {
+		o.Output = top + ".tar.gz"
+	}
+	if o.MapEntries == 0 {
+		o.MapEntries = 100
+	}
+	if o.LogBytes == 0 {
+		o.LogBytes = 1 << 20
+	}
+	f, err := os.Create(o.Output)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", o.Output, err)
+	}
+	defer f.Close()
+	a := newArchive(f, top, now)
+	if o.Dynamic != nil {
+		collectCluster(ctx, a, o.Dynamic)
+	} else {
+		a.failed("cluster/", fmt.Errorf("no cluster: no kubeconfig found"))
+	}
+	for _, n := range o.Nodes {
+		fmt.Fprintf(out, "Collecting from node %s...\n", n.Name())
+		collectNode(ctx, a, n, o)
+	}
+	if len(o.Nodes) == 0 {
+		a.failed("nodes/", fmt.Errorf("no myelin agent found on this machine"))
+	}
+	if err := a.close(version.Version); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", o.Output, err)
+	}
+	abs, _ := filepath.Abs(o.Output)
+	fmt.Fprintf(out, "Wrote %s: %d files, %d not collected (see manifest.json)\n", abs, len(a.files), len(a.errors))
+	for name, e := range a.errors {
+		fmt.Fprintf(out, "  not collected: %s: %s\n", name, e)
+	}
+	return nil
+}

@@ -1,0 +1,111 @@
+package sysdump
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fakeNode is a node whose agent answers from memory; its one map holds 5 entries.
+type fakeNode struct{ name string }
+
+func (f fakeNode) Name() string { return f.name }
+func (f fakeNode) Agent(_ context.Context, view string) (any, error) {
+	if view == "policy" {
+		return nil, errors.New("agent: starting")
+	}
+	return map[string]string{"view": view, "node": f.name, "token": "abc-secret"}, nil
+}
+func (f fakeNode) Drops(context.Context) ([]byte, error) {
+	return []byte(`{"type":"drop"}` + "\n"), nil
+}
+func (f fakeNode) Run(_ context.Context, argv ...string) ([]byte, error) {
+	return []byte(strings.Join(argv, " ")), nil
+}
+func (f fakeNode) Log(context.Context, int) ([]byte, error) {
+	return []byte("level=info msg=started Authorization: Bearer 0123456789abcdef\n"), nil
+}
+func (f fakeNode) Maps(_ context.Context, max int) (map[string]any, error) {
+	return map[string]any{"myelin_endpoints": BoundEntries([]byte(`[{"key":1},{"key":2},{"key":3},{"key":4},{"key":5}]`), max)}, nil
+}
+
+func readArchive(t *testing.T, path string) map[string]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(tr)
+		files[h.Name] = string(b)
+	}
+}
+
+func TestArchiveLayout(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "dump.tar.gz")
+	var log strings.Builder
+	err := Run(context.Background(), &log, Options{Nodes: []Node{fakeNode{"n1"}, fakeNode{"n2"}}, Output: out, MapEntries: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := readArchive(t, out)
+	var top string
+	for name := range files {
+		top = strings.SplitN(name, "/", 2)[0]
+		break
+	}
+	if !strings.HasPrefix(top, "myelin-sysdump-") {
+		t.Fatalf("top directory %q, want myelin-sysdump-<time>", top)
+	}
+	for _, n := range []string{"n1", "n2"} {
+		for _, f := range []string{"status.json", "config.json", "services.json", "endpoints.json", "drops.txt",
+			"agent.log", "bpf-net.json", "bpf-links.json", "ip-route.txt", "maps/myelin_endpoints.json"} {
+			if _, ok := files[top+"/nodes/"+n+"/"+f]; !ok {
+				t.Errorf("archive lacks nodes/%s/%s", n, f)
+			}
+		}
+		if _, ok := files[top+"/nodes/"+n+"/policy.json"]; ok {
+			t.Errorf("nodes/%s/policy.json written although the agent failed", n)
+		}
+	}
+	var m MapDump
+	if err := json.Unmarshal([]byte(files[top+"/nodes/n1/maps/myelin_endpoints.json"]), &m); err != nil || m.Total != 5 || m.Shown != 2 || len(m.Entries) != 2 {
+		t.Errorf("map dump: %+v (%v), want total 5, 2 shown", m, err)
+	}
+	var man Manifest
+	if err := json.Unmarshal([]byte(files[top+"/manifest.json"]), &man); err != nil {
+		t.Fatalf("manifest.json: %v", err)
+	}
+	if man.Errors["nodes/n1/policy.json"] == "" || man.Errors["cluster/"] == "" {
+		t.Errorf("manifest errors %v: want the failed policy view and the missing cluster", man.Errors)
+	}
+	if len(man.Files) != len(files)-1 {
+		t.Errorf("manifest lists %d files, archive holds %d besides it", len(man.Files), len(files)-1)
+	}
+	for name, body := range files {
+		if strings.Contains(body, "abc-secret") || strings.Contains(body, "0123456789abcdef") {
+			t.Errorf("%s holds a secret value:\n%s", name, body)
+		}
+	}
+}
