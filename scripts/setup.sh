@@ -84,4 +84,5 @@ check_go
 "$here/build-flannel.sh"
 "$here/build-helm.sh"
 "$here/build-image-bases.sh"
+"$here/build-e2e.sh"
 say "done"

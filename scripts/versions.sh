@@ -15,3 +15,10 @@ AGENT_BASE_PACKAGES=iptables,nftables,iproute2
 AGENT_BASE_NAME=debian-bookworm-iptables-nftables-iproute2
 # Every timestamp in the images (SOURCE_DATE_EPOCH): 2026-01-01T00:00:00Z.
 IMAGE_EPOCH=1767225600
+# Cluster DNS (scripts/build-e2e.sh; internal/clusterdns): CoreDNS from its Go module.
+COREDNS_VERSION=v1.12.4
+COREDNS_BIN_DIR="$MYELIN_CACHE/coredns/$COREDNS_VERSION/bin"
+# The Debian base of the e2e suite's agnhost image (scripts/build-e2e.sh): the tools its
+# tests run inside agnhost pods (sh, dig, curl, nc, ip). internal/images.AgnhostBaseName.
+AGNHOST_BASE_PACKAGES=bash,bind9-dnsutils,curl,netcat-openbsd,iproute2,iputils-ping
+AGNHOST_BASE_NAME=debian-bookworm-agnhost

@@ -32,6 +32,7 @@ host serving HTTP on 203.0.113.10:80. Everything it creates is named myelin-*.`,
 	paths := func() labplan.Paths { return labplan.Paths{Dir: dir} }
 	cmd.AddCommand(labUpCommand(paths), labDownCommand(paths), labStatusCommand(paths),
 		labExecCommand(paths), labRestartCommand(paths), labServeCommand(), labUDPFlowsCommand(), labBigUDPCommand(), labHTTPSessionCommand(), labSYNFloodCommand(), labSuperviseCommand(paths), labKubeletCommand(paths))
+	cmd.AddCommand(labDNSCommand(paths), labImportCommand(paths))
 	return cmd
 }
 
