@@ -51,12 +51,13 @@ test: setup build images lint check-generated ## Run every test tier: unit, priv
 	$(GO) test -count=1 -timeout 50m $(GOTESTFLAGS) ./...
 
 CONFORMANCE_MODES ?= native-bpf native-legacy tunnel-bpf tunnel-legacy flannel
+CONFORMANCE_FOCUS ?= full
 
 .PHONY: conformance
-conformance: setup build images ## Run Kubernetes' own network e2e tests per mode into conformance-results/ (long; CONFORMANCE_MODES="native-bpf")
+conformance: setup build images ## Run Kubernetes' own network e2e tests per mode into conformance-results/ (long; CONFORMANCE_MODES="native-bpf" CONFORMANCE_FOCUS=conformance|netpol|full)
 	@for m in $(CONFORMANCE_MODES); do \
 		echo "conformance: mode $$m"; \
-		MYELIN_CONFORMANCE=$$m $(GO) test -count=1 -timeout 150m -run 'TestLabConformance$$' ./test/e2e/ -v 2>&1 | tail -n 120; \
+		MYELIN_CONFORMANCE=$$m MYELIN_CONFORMANCE_FOCUS=$(CONFORMANCE_FOCUS) $(GO) test -count=1 -timeout 150m -run 'TestLabConformance$$' ./test/e2e/ -v 2>&1 | tail -n 120; \
 		cat conformance-results/$$m/summary.md 2>/dev/null || echo "conformance: mode $$m wrote no summary"; \
 	done
 

@@ -51,7 +51,8 @@ func TestLabConformanceSubset(t *testing.T) {
 
 // TestLabConformance is `make conformance`: one mode (MYELIN_CONFORMANCE=native-bpf,
 // native-legacy, tunnel-bpf, tunnel-legacy or flannel, the Flannel + kube-proxy
-// baseline) with the whole focus of docs/conformance.md, results in
+// baseline) with the focus of docs/conformance.md (MYELIN_CONFORMANCE_FOCUS: full, the
+// default; conformance, only [sig-network] [Conformance]; netpol), results in
 // MYELIN_CONFORMANCE_OUT (default conformance-results/<mode>). It passes when the suite
 // ran; the per-test outcome is the report. Skipped unless MYELIN_CONFORMANCE is set.
 func TestLabConformance(t *testing.T) {
@@ -68,11 +69,22 @@ func TestLabConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	conformanceLab(t, mode)
+	focus, set := conformance.FullFocus, os.Getenv("MYELIN_CONFORMANCE_FOCUS")
+	switch set {
+	case "", "full":
+		set = "full"
+	case "conformance":
+		focus = conformance.FullFocus[:1]
+	case "netpol":
+		focus = conformance.FullFocus[1:2]
+	default:
+		t.Fatalf("MYELIN_CONFORMANCE_FOCUS=%q: use full, conformance or netpol", set)
+	}
 	res := runSuite(t, suite, conformance.Run{
-		Focus: conformance.FullFocus, Skip: conformance.FullSkip,
+		Focus: focus, Skip: conformance.FullSkip,
 		Procs: 4, Timeout: 90 * time.Minute, OutDir: out,
 	})
-	summary := fmt.Sprintf("mode %s: %s\n\n%s", mode, res.Summary(), res.Details())
+	summary := fmt.Sprintf("mode %s, focus %s: %s in %s\n\n%s", mode, set, res.Summary(), res.Duration.Round(time.Second), res.Details())
 	if err := os.WriteFile(filepath.Join(out, "summary.md"), []byte(summary), 0o644); err != nil {
 		t.Fatal(err)
 	}
