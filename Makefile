@@ -27,8 +27,8 @@ build: ## Build myelin into ./bin (static binaries, version $(VERSION))
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 .PHONY: images
-images: build ## Build the agent, pause and test images as archives in the tool cache (skipped when built for this version)
-	$(MYELIN) images build --bin $(BIN)
+images: build ## Build the agent, pause and test images, the e2e suite's images and CoreDNS's as archives in the tool cache (skipped when built)
+	$(MYELIN) images build --bin $(BIN) --e2e
 
 .PHONY: generate
 generate: ## Compile bpf/ and regenerate the Go bindings (after changing C)
@@ -49,6 +49,17 @@ lint: ## gofmt, go vet, clang-format
 .PHONY: test
 test: setup build images lint check-generated ## Run every test tier: unit, privileged, e2e (root needed for the last two)
 	$(GO) test -count=1 -timeout 50m $(GOTESTFLAGS) ./...
+
+CONFORMANCE_MODES ?= native-bpf native-legacy tunnel-bpf tunnel-legacy flannel
+CONFORMANCE_FOCUS ?= full
+
+.PHONY: conformance
+conformance: setup build images ## Run Kubernetes' own network e2e tests per mode into conformance-results/ (long; CONFORMANCE_MODES="native-bpf" CONFORMANCE_FOCUS=conformance|netpol|full)
+	@for m in $(CONFORMANCE_MODES); do \
+		echo "conformance: mode $$m"; \
+		MYELIN_CONFORMANCE=$$m MYELIN_CONFORMANCE_FOCUS=$(CONFORMANCE_FOCUS) $(GO) test -count=1 -timeout 150m -run 'TestLabConformance$$' ./test/e2e/ -v 2>&1 | tail -n 120; \
+		cat conformance-results/$$m/summary.md 2>/dev/null || echo "conformance: mode $$m wrote no summary"; \
+	done
 
 .PHONY: helm-lint
 helm-lint: ## Lint and check the Helm chart (helm lint --strict, schema, RBAC and CRDs; no root)

@@ -87,4 +87,5 @@ check_go
 "$here/build-hubble.sh"
 "$here/build-promtool.sh"
 "$here/build-image-bases.sh"
+"$here/build-e2e.sh"
 say "done"

@@ -18,3 +18,10 @@ IMAGE_EPOCH=1767225600
 # The hubble CLI (scripts/build-hubble.sh), from the cilium module's hubble package.
 HUBBLE_VERSION=v1.18.4
 HUBBLE_BIN_DIR="$MYELIN_CACHE/hubble/$HUBBLE_VERSION/bin"
+# Cluster DNS (scripts/build-e2e.sh; internal/clusterdns): CoreDNS from its Go module.
+COREDNS_VERSION=v1.12.4
+COREDNS_BIN_DIR="$MYELIN_CACHE/coredns/$COREDNS_VERSION/bin"
+# The Debian base of the e2e suite's agnhost image (scripts/build-e2e.sh): the tools its
+# tests run inside agnhost pods (sh, dig, curl, nc, ip). internal/images.AgnhostBaseName.
+AGNHOST_BASE_PACKAGES=bash,bind9-dnsutils,curl,netcat-openbsd,iproute2,iputils-ping
+AGNHOST_BASE_NAME=debian-bookworm-agnhost

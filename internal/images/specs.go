@@ -33,7 +33,19 @@ func specOf(image string, o Options) (spec, error) {
 
 // testSpec is busybox with a link per applet, and myelin for the lab's probes.
 func testSpec(busybox, myelin string) (spec, error) {
-	files, err := binaries(map[string]string{"bin/busybox": busybox, "usr/bin/myelin": myelin})
+	s, err := busyboxSpec(busybox)
+	if err != nil {
+		return spec{}, err
+	}
+	files, err := binaries(map[string]string{"usr/bin/myelin": myelin})
+	s.files = append(s.files, files...)
+	s.cmd = []string{"/bin/sh"}
+	return s, err
+}
+
+// busyboxSpec is an image of Debian's busybox-static with every applet in /bin and /tmp.
+func busyboxSpec(busybox string) (spec, error) {
+	files, err := binaries(map[string]string{"bin/busybox": busybox})
 	if err != nil {
 		return spec{}, err
 	}
@@ -47,11 +59,9 @@ func testSpec(busybox, myelin string) (spec, error) {
 		}
 	}
 	files = append(files, file{path: "tmp", dir: true, mode: 0o1777})
-	return spec{files: files, cmd: []string{"/bin/sh"}}, nil
+	return spec{files: files}, nil
 }
 
-// binaries are static executables copied into the image at the given paths. A
-// dynamically linked one is refused: the pause and test images have no libc.
 func binaries(paths map[string]string) ([]file, error) {
 	var files []file
 	for dst, src := range paths {

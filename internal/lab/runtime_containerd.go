@@ -65,14 +65,14 @@ func (containerdRuntime) Prepare(paths labplan.Paths, plan labplan.Plan) error {
 		}
 	}
 	for _, n := range plan.Nodes {
-		if err := prepareNode(paths, n); err != nil {
+		if err := prepareNode(paths, plan, n); err != nil {
 			return fmt.Errorf("prepare node %s: %w", n.Name, err)
 		}
 	}
 	return nil
 }
 
-func prepareNode(paths labplan.Paths, n labplan.Node) error {
+func prepareNode(paths labplan.Paths, plan labplan.Plan, n labplan.Node) error {
 	for _, dir := range []string{paths.ContainerdRoot(n.Name), paths.ContainerdState(n.Name), paths.KubeletDir(n.Name),
 		paths.PodLogsDir(n.Name), paths.CNIBinDir(n.Name), paths.CNIConfDir(n.Name)} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -86,7 +86,7 @@ func prepareNode(paths labplan.Paths, n labplan.Node) error {
 	if err := os.WriteFile(paths.ContainerdConfig(n.Name), []byte(labplan.ContainerdConfig(paths, n.Name, pause)), 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(paths.KubeletConfig(n.Name), []byte(labplan.KubeletConfig(paths, n)), 0o644); err != nil {
+	if err := os.WriteFile(paths.KubeletConfig(n.Name), []byte(labplan.KubeletConfig(paths, n, plan.Addressing.DNSServiceIP())), 0o644); err != nil {
 		return err
 	}
 	return createCgroups(labplan.CgroupRoot(n.Name))
@@ -153,11 +153,18 @@ func importImages(ctx context.Context, sock string) error {
 		}
 	}
 	for _, image := range images.Names {
-		archive := images.Archive(cni.ToolCache(), version.Version, image)
-		out, err := exec.CommandContext(ctx, "ctr", "-a", sock, "-n", "k8s.io", "images", "import", archive).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("import image %s into %s: %v: %s", archive, sock, err, strings.TrimSpace(string(out)))
+		if err := importArchive(ctx, sock, images.Archive(cni.ToolCache(), version.Version, image)); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// importArchive imports one image archive into the k8s.io namespace of the containerd at sock.
+func importArchive(ctx context.Context, sock, archive string) error {
+	out, err := exec.CommandContext(ctx, "ctr", "-a", sock, "-n", "k8s.io", "images", "import", archive).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("import image %s into %s: %v: %s", archive, sock, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

@@ -26,7 +26,7 @@ func TestLabMyelinFlows(t *testing.T) {
 	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	createPod(t, cs, "flow-client", n1, map[string]string{"app": "flow-client"}, "sleep", "infinity")
 	createPod(t, cs, "flow-server", n2, map[string]string{"app": "flow-server"}, myelinBin, "lab", "serve", "--listen", ":8080")
-	createPod(t, cs, "flow-dns", n2, map[string]string{"app": "flow-dns"}, myelinBin, "lab", "dns", "serve", "--answer", "198.51.100.7")
+	createPod(t, cs, "flow-dns", n2, map[string]string{"app": "flow-dns"}, myelinBin, "lab", "dnstool", "serve", "--answer", "198.51.100.7")
 	server := runningPods(t, cs, "app=flow-server", 1)[0]
 	dns := runningPods(t, cs, "app=flow-dns", 1)[0]
 	runningPods(t, cs, "app=flow-client", 1)
@@ -38,7 +38,7 @@ func TestLabMyelinFlows(t *testing.T) {
 	if out, err := client("curl", "-sS", "-m", "5", "http://"+svc.Spec.ClusterIP+"/"); err != nil {
 		t.Errorf("curl the ClusterIP: %v %s", err, out)
 	}
-	if out, err := client(myelinBin, "lab", "dns", "query", "--server", dns.Status.PodIP+":53", "web.flows.test"); err != nil || strings.TrimSpace(out) != "198.51.100.7" {
+	if out, err := client(myelinBin, "lab", "dnstool", "query", "--server", dns.Status.PodIP+":53", "web.flows.test"); err != nil || strings.TrimSpace(out) != "198.51.100.7" {
 		t.Errorf("DNS query to the resolver pod: %v %q", err, out)
 	}
 	denyIngress(t, cs, "flow-server")

@@ -36,7 +36,7 @@ func TestLabMyelinMetrics(t *testing.T) {
 	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	createPod(t, cs, "m-client", n1, map[string]string{"app": "m-client"}, "sleep", "infinity")
 	createPod(t, cs, "m-server", n2, map[string]string{"app": "m-server"}, myelinBin, "lab", "serve", "--listen", ":8080")
-	createPod(t, cs, "m-dns", n2, map[string]string{"app": "m-dns"}, myelinBin, "lab", "dns", "serve", "--answer", "198.51.100.7")
+	createPod(t, cs, "m-dns", n2, map[string]string{"app": "m-dns"}, myelinBin, "lab", "dnstool", "serve", "--answer", "198.51.100.7")
 	server := runningPods(t, cs, "app=m-server", 1)[0]
 	dns := runningPods(t, cs, "app=m-dns", 1)[0]
 	runningPods(t, cs, "app=m-client", 1)
@@ -51,7 +51,7 @@ func TestLabMyelinMetrics(t *testing.T) {
 	if out, err := client("curl", "-sS", "-m", "5", "http://"+svc.Spec.ClusterIP+"/"); err != nil {
 		t.Errorf("curl the ClusterIP: %v %s", err, out)
 	}
-	if out, err := client(myelinBin, "lab", "dns", "query", "--server", dns.Status.PodIP+":53", "web.metrics.test"); err != nil || strings.TrimSpace(out) != "198.51.100.7" {
+	if out, err := client(myelinBin, "lab", "dnstool", "query", "--server", dns.Status.PodIP+":53", "web.metrics.test"); err != nil || strings.TrimSpace(out) != "198.51.100.7" {
 		t.Errorf("DNS query to the resolver pod: %v %q", err, out)
 	}
 	after := sumOf(scrape(t, bin, n1, 9962), "myelin_forward_bytes_total", nil)

@@ -112,6 +112,10 @@ func (a Addressing) ExternalServerIP() netip.Addr { return hostAddr(a.External, 
 // APIServerServiceIP is the first address of the service CIDR (the "kubernetes" Service).
 func (a Addressing) APIServerServiceIP() netip.Addr { return hostAddr(a.ServiceCIDR, 1) }
 
+// DNSServiceIP is the cluster DNS Service's address (kube-dns, internal/clusterdns), the
+// tenth of the service CIDR as in kubeadm clusters; the kubelets' clusterDNS.
+func (a Addressing) DNSServiceIP() netip.Addr { return hostAddr(a.ServiceCIDR, 10) }
+
 // Node is one lab node as planned.
 type Node struct {
 	Name    string       // node name, also its netns name: myelin-node-N

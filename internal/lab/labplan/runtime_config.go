@@ -2,6 +2,7 @@ package labplan
 
 import (
 	"fmt"
+	"net/netip"
 	"path/filepath"
 )
 
@@ -71,8 +72,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 // KubeletConfig renders a node's KubeletConfiguration: cgroupfs with the node's own
 // cgroup root, its address and logs, x509 + Webhook authentication and Webhook
 // authorization, no image GC (the imported images can't be pulled again) and no
-// iptables chains of its own.
-func KubeletConfig(paths Paths, n Node) string {
+// iptables chains of its own; pods resolve names through the cluster DNS Service at
+// clusterDNS (internal/clusterdns, `myelin lab dns`).
+func KubeletConfig(paths Paths, n Node, clusterDNS netip.Addr) string {
 	return fmt.Sprintf(`# Written by myelin lab up (--runtime containerd) for %[1]s.
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -92,6 +94,8 @@ imageGCLowThresholdPercent: 99
 makeIPTablesUtilChains: false
 registerNode: true
 clusterDomain: cluster.local
+clusterDNS:
+- %[9]s
 # Every node reports the whole machine; evict only when it is truly out of room.
 evictionHard:
   memory.available: 1Mi
@@ -108,7 +112,7 @@ authentication:
 authorization:
   mode: Webhook
 `, n.Name, n.IP, KubeletPort, KubeletHealthzPort, paths.ContainerdSocket(n.Name), CgroupRoot(n.Name),
-		paths.PodLogsDir(n.Name), filepath.Join(paths.PKI(), "ca.crt"))
+		paths.PodLogsDir(n.Name), filepath.Join(paths.PKI(), "ca.crt"), clusterDNS)
 }
 
 // KubeletArgs are a node's kubelet flags after the binary.

@@ -36,14 +36,14 @@ func TestContainerdConfigIsPerNode(t *testing.T) {
 func TestKubeletConfigIsPerNode(t *testing.T) {
 	paths := Paths{Dir: "/run/myelin-lab"}
 	n := Node{Name: "myelin-node-1", IP: netip.MustParseAddr("198.18.0.11")}
-	conf := KubeletConfig(paths, n)
+	conf := KubeletConfig(paths, n, DefaultAddressing().DNSServiceIP())
 	for _, want := range []string{
 		"address: 198.18.0.11", "healthzBindAddress: 198.18.0.11",
 		"containerRuntimeEndpoint: unix:///run/myelin-lab/nodes/myelin-node-1/containerd/containerd.sock",
 		"cgroupDriver: cgroupfs", "cgroupRoot: /myelin-node-1", "failCgroupV1: false", "failSwapOn: false",
 		"podLogsDir: /run/myelin-lab/nodes/myelin-node-1/pod-logs",
 		"imageGCHighThresholdPercent: 100", "makeIPTablesUtilChains: false",
-		"clientCAFile: /run/myelin-lab/pki/ca.crt", "mode: Webhook", "nodefs.available: 1%\n",
+		"clientCAFile: /run/myelin-lab/pki/ca.crt", "mode: Webhook", "nodefs.available: 1%\n", "clusterDNS:\n- 10.96.0.10\n",
 	} {
 		if !strings.Contains(conf, want) {
 			t.Errorf("kubelet config lacks %q:\n%s", want, conf)

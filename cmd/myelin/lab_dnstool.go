@@ -10,10 +10,11 @@ import (
 	"github.com/myelin-net/myelin/internal/labtools"
 )
 
-// labDNSCommand: a tiny DNS responder and client for lab tests (the lab has no cluster DNS).
-func labDNSCommand() *cobra.Command {
+// labDNSToolCommand: a tiny DNS responder and client for lab tests (DNS flows with a
+// known answer; `lab dns` runs the cluster DNS).
+func labDNSToolCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "dns",
+		Use:   "dnstool",
 		Short: "A tiny DNS responder and client for lab tests (DNS flows)",
 	}
 	var listen, answer string

@@ -1,0 +1,188 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/myelin-net/myelin/internal/conformance"
+	"github.com/myelin-net/myelin/internal/helmtool"
+	"github.com/myelin-net/myelin/internal/images"
+	"github.com/myelin-net/myelin/internal/lab"
+	"github.com/myelin-net/myelin/internal/lab/cni"
+	"github.com/myelin-net/myelin/internal/lab/labplan"
+	"github.com/myelin-net/myelin/internal/testenv"
+)
+
+// subsetFocus is the handful of [sig-network] conformance tests `make test` runs
+// (TestLabConformanceSubset): pod-to-pod HTTP and UDP across nodes, a ClusterIP and a
+// NodePort Service, and DNS for Services through CoreDNS.
+var subsetFocus = []string{
+	`Networking Granular Checks: Pods should function for node-pod communication: http`,
+	`Networking Granular Checks: Pods should function for intra-pod communication: udp`,
+	`Services should serve a basic endpoint from pods`,
+	`Services should be able to create a functioning NodePort service`,
+	`DNS should provide DNS for services`,
+}
+
+// TestLabConformanceSubset runs a few of Kubernetes' own [sig-network] conformance tests
+// (e2e.test, built by make setup from the pinned k8s.io/kubernetes module) against a
+// --runtime containerd lab with myelin installed by Helm (native routing, BPF host
+// routing) and CoreDNS as kube-dns; first it checks a pod resolves a Service's name.
+// Every focused test must pass, none may be skipped. make conformance runs the rest.
+func TestLabConformanceSubset(t *testing.T) {
+	suite := requireConformance(t)
+	cs := conformanceLab(t, "native-bpf")
+	podResolvesService(t, cs)
+	res := runSuite(t, suite, conformance.Run{
+		Focus: []string{`\[sig-network\] .*(` + strings.Join(subsetFocus, "|") + `)`},
+		Procs: 2, Timeout: 10 * time.Minute, OutDir: t.TempDir(),
+	})
+	if len(res.Specs) != len(subsetFocus) || res.Passed() != len(subsetFocus) {
+		t.Errorf("conformance subset: %s, want all %d focused tests run and passed\n%s", res.Summary(), len(subsetFocus), res.Details())
+	}
+}
+
+// TestLabConformance is `make conformance`: one mode (MYELIN_CONFORMANCE=native-bpf,
+// native-legacy, tunnel-bpf, tunnel-legacy or flannel, the Flannel + kube-proxy
+// baseline) with the focus of docs/conformance.md (MYELIN_CONFORMANCE_FOCUS: full, the
+// default; conformance, only [sig-network] [Conformance]; netpol), results in
+// MYELIN_CONFORMANCE_OUT (default conformance-results/<mode>). It passes when the suite
+// ran; the per-test outcome is the report. Skipped unless MYELIN_CONFORMANCE is set.
+func TestLabConformance(t *testing.T) {
+	mode := os.Getenv("MYELIN_CONFORMANCE")
+	if mode == "" {
+		t.Skip("set MYELIN_CONFORMANCE to a mode (make conformance does)")
+	}
+	suite := requireConformance(t)
+	out := os.Getenv("MYELIN_CONFORMANCE_OUT")
+	if out == "" {
+		out = filepath.Join("..", "..", "conformance-results", mode)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	conformanceLab(t, mode)
+	focus, set := conformance.FullFocus, os.Getenv("MYELIN_CONFORMANCE_FOCUS")
+	switch set {
+	case "", "full":
+		set = "full"
+	case "conformance":
+		focus = conformance.FullFocus[:1]
+	case "netpol":
+		focus = conformance.FullFocus[1:2]
+	default:
+		t.Fatalf("MYELIN_CONFORMANCE_FOCUS=%q: use full, conformance or netpol", set)
+	}
+	res := runSuite(t, suite, conformance.Run{
+		Focus: focus, Skip: conformance.FullSkip,
+		Procs: 4, Timeout: 90 * time.Minute, OutDir: out,
+	})
+	summary := fmt.Sprintf("mode %s, focus %s: %s in %s\n\n%s", mode, set, res.Summary(), res.Duration.Round(time.Second), res.Details())
+	if err := os.WriteFile(filepath.Join(out, "summary.md"), []byte(summary), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Log(summary)
+	if len(res.Specs) == 0 {
+		t.Fatalf("the suite ran no test; see %s", out)
+	}
+}
+
+// requireConformance needs e2e.test and the e2e images (make setup, make images); in CI
+// their absence fails the test.
+func requireConformance(t *testing.T) conformance.Suite {
+	t.Helper()
+	requireRoot(t)
+	requireContainerd(t)
+	if helmtool.Bin() == "" {
+		testenv.Skipf(t, "needs helm %s (make setup builds it into %s)", helmtool.Version, helmtool.BinDir())
+	}
+	suite := conformance.Suite{Binary: filepath.Join(lab.KubeBinDir(), "e2e.test"), Ginkgo: filepath.Join(lab.KubeBinDir(), "ginkgo"),
+		Kubeconfig: paths.Kubeconfig()}
+	if err := suite.Check(cni.ToolCache()); err != nil {
+		testenv.Skipf(t, "%v", err)
+	}
+	return suite
+}
+
+// conformanceLab brings up a 2-node --runtime containerd lab for mode: myelin installed
+// by Helm (native or tunnel routing, bpf or legacy host routing), or Flannel with
+// kube-proxy (iptables) for "flannel"; then CoreDNS and the e2e images.
+func conformanceLab(t *testing.T, mode string) kubernetes.Interface {
+	t.Helper()
+	version := buildTestImages(t)
+	if out, err := myelin("images", "build", "--e2e"); err != nil {
+		t.Fatalf("myelin images build --e2e: %v\n%s", err, out)
+	}
+	var cs kubernetes.Interface
+	if mode == "flannel" {
+		cs = labUp(t, "--runtime", "containerd", "--cni", "flannel", "--kube-proxy", "iptables", "--nodes", "2")
+	} else {
+		routing, hostRouting, ok := strings.Cut(mode, "-")
+		if !ok || helmModeSets[routing] == nil || (hostRouting != "bpf" && hostRouting != "legacy") {
+			t.Fatalf("conformance mode %q: use native-bpf, native-legacy, tunnel-bpf, tunnel-legacy or flannel", mode)
+		}
+		cs = labUp(t, "--runtime", "containerd", "--cni", "none", "--nodes", "2")
+		sets := append(append([]string{"image.tag=" + version, "hostRouting=" + hostRouting}, helmLabSets...), helmModeSets[routing]...)
+		args := append([]string{"install", "myelin", chartDir, "-n", "kube-system", "--wait", "--timeout", "5m"}, setFlags(sets)...)
+		if out, err := helmRun(helmtool.Bin(), args...); err != nil {
+			t.Fatalf("%s: helm install: %v\n%s", mode, err, out)
+		}
+		waitAgentsReady(t, cs, 2, "myelin/agent:"+version)
+	}
+	var archives []string
+	for _, image := range images.E2ENames {
+		archives = append(archives, images.E2EArchive(cni.ToolCache(), image))
+	}
+	if out, err := myelin(append([]string{"lab", "import"}, archives...)...); err != nil {
+		t.Fatalf("myelin lab import (the e2e images): %v\n%s", err, out)
+	}
+	if out, err := myelin("lab", "dns"); err != nil {
+		t.Fatalf("myelin lab dns: %v\n%s", err, out)
+	}
+	return cs
+}
+
+// podResolvesService checks cluster DNS from a pod: a Service's short name, through the
+// resolv.conf the kubelet wrote (clusterDNS 10.96.0.10, search default.svc.cluster.local),
+// resolves to its ClusterIP (dig of the agnhost image, with the search path).
+func podResolvesService(t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	image := images.E2ERef(images.E2EAgnhost)
+	containerPod(t, cs, "dns-srv", labplan.NodeName(1), image, map[string]string{"app": "dns-srv"}, "/agnhost", "netexec", "--http-port=8080")
+	containerPod(t, cs, "dns-client", labplan.NodeName(2), image, nil, "sh", "-c", "exec sleep 3600")
+	svc := createService(t, cs, "dns-srv", "dns-srv", nil)
+	waitContainersRunning(t, cs, "dns-srv", "dns-client")
+	out, err := kubectl("exec", "dns-client", "--", "cat", "/etc/resolv.conf")
+	if err != nil || !strings.Contains(out, "nameserver 10.96.0.10") || !strings.Contains(out, "search default.svc.cluster.local") {
+		t.Fatalf("the pod's resolv.conf: %v\n%s\nwant nameserver 10.96.0.10 and the cluster search path", err, out)
+	}
+	eventually(t, time.Minute, "dns-client resolves dns-srv", func(context.Context) (bool, string) {
+		out, err := kubectl("exec", "dns-client", "--", "dig", "+short", "+search", "dns-srv")
+		return err == nil && strings.TrimSpace(out) == svc.Spec.ClusterIP, fmt.Sprintf("%v %q, want %s", err, out, svc.Spec.ClusterIP)
+	})
+}
+
+// runSuite runs e2e.test and fails the test when it could not run at all.
+func runSuite(t *testing.T, suite conformance.Suite, run conformance.Run) conformance.Result {
+	t.Helper()
+	res, err := suite.Run(context.Background(), run, testWriter{t})
+	if err != nil {
+		t.Fatalf("run e2e.test: %v", err)
+	}
+	return res
+}
+
+// testWriter sends the suite's progress lines to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
