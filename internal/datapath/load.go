@@ -123,6 +123,9 @@ type Datapath struct {
 	objs   myelinObjects
 	lbMu   sync.Mutex // serializes service updates
 	maglev maglevTables
+	// policyMu serializes writes of endpoints and of their policy flags,
+	// which both maps hold (SetPolicyFlags, UpsertEndpoint).
+	policyMu sync.Mutex
 }
 
 // Load loads the programs with cfg's load-time constants, reusing the maps
