@@ -32,8 +32,9 @@ int myelin_from_pod(struct __sk_buff *skb)
 {
 	struct ipv4_info info = {};
 	struct policy_tuple pt = {};
-	const struct policy_ep *pe;
+	const struct endpoint_info *src_ep = NULL;
 	const struct endpoint_info *ep;
+	int isolated;
 	const struct tunnel_endpoint *te;
 	int route = LB_ROUTE_NORMAL;
 	int reason;
@@ -49,17 +50,17 @@ int myelin_from_pod(struct __sk_buff *skb)
 	}
 	if (ipv4_parse(skb, &info) < 0)
 		return verdict_drop(skb, &info, DIR_FROM_POD, DROP_INVALID_PACKET);
-	reason = source_check_ipv4(skb, &info);
+	reason = source_check_ipv4(skb, &info, &src_ep);
 	if (reason)
 		return verdict_drop(skb, &info, DIR_FROM_POD, reason);
-	pe = policy_egress_begin(skb, &info, &pt);
+	isolated = policy_egress_begin(skb, &info, src_ep, &pt);
 	reason = lb_pod_stage(skb, &info, &route);
 	if (reason == DROP_SVC_NO_BACKEND)
 		return lb_reject(skb, &info, DIR_FROM_POD);
 	if (reason)
 		return verdict_drop(skb, &info, DIR_FROM_POD, reason);
-	if (pe) {
-		reason = policy_egress(skb, &info, pe, &pt);
+	if (isolated) {
+		reason = policy_egress(skb, &info, &pt);
 		if (reason)
 			return verdict_drop(skb, &info, DIR_FROM_POD, reason);
 	}

@@ -36,4 +36,5 @@ const struct lb_affinity_key *btf_anchor_lb_affinity_key __attribute__((unused))
 const enum frag_stage *btf_anchor_frag_stage __attribute__((unused));
 const enum policy_flags *btf_anchor_policy_flags __attribute__((unused));
 const enum policy_dir *btf_anchor_policy_dir __attribute__((unused));
+const enum policy_ct_ends *btf_anchor_policy_ct_ends __attribute__((unused));
 const struct policy_ct_entry *btf_anchor_policy_ct_entry __attribute__((unused));

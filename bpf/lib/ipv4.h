@@ -29,6 +29,10 @@ struct ipv4_info {
 	__u8 frag;	/* enum ipv4_frag bits; 0 for a whole datagram */
 	__u16 svc_port; /* the Service frontend port it was addressed to (network order) */
 	__u32 svc_addr; /* the Service frontend before translation (lb_dnat), else 0 */
+	/* lib/policy.h: the egress check found the packet's connection tracked
+	 * at its receiving end too (a pod of this node), so the ingress check of
+	 * the same packet, unchanged, needs no lookup of its own. */
+	__u8 policy_rx_tracked;
 };
 
 /* ipv4_frag says which part of a fragmented datagram a packet is. */

@@ -35,7 +35,7 @@
 /* NetworkPolicy (lib/policy.h, docs/policy.md). */
 #define IPCACHE_MAX   65536  /* every pod /32 of the cluster plus policy CIDRs */
 #define POLICY_MAX    65536  /* (local pod, peer identity, direction) allows */
-#define POLICY_CT_MAX 131072 /* two entries per connection an isolated pod accepted */
+#define POLICY_CT_MAX 131072 /* one entry per connection isolated pods accepted */
 
 /* myelin_endpoints: local pod IPv4 (network order) -> endpoint_info. */
 struct {
@@ -269,7 +269,12 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_ipcache SEC(".maps");
 
-/* myelin_policy_eps: local pod IPv4 -> its isolation flags; no entry: not isolated. */
+/*
+ * myelin_policy_eps: local pod IPv4 -> its isolation flags; no entry: not
+ * isolated. The agent mirrors the flags into the pod's myelin_endpoints
+ * entry, which the datapath reads first (it looks that entry up anyway);
+ * this map answers for an address without an endpoint entry.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, __u32);
@@ -288,7 +293,8 @@ struct {
 } myelin_policy SEC(".maps");
 
 /*
- * myelin_policy_ct: connections isolated pods accepted, both directions.
+ * myelin_policy_ct: connections isolated pods accepted, one entry each
+ * (both directions, both local ends).
  * LRU: an evicted entry only makes the next packet be evaluated again,
  * never allows anything by itself.
  */

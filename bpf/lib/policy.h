@@ -5,13 +5,17 @@
  * packet enters a pod (endpoint_deliver for what BPF delivers, myelin_to_pod
  * for what the stack delivers), in both host routing modes.
  *
- * A pod without a myelin_policy_eps entry is not isolated: one hash lookup.
- * An isolated pod's established connections cost one myelin_policy_ct
- * lookup. A new connection in an isolated direction looks the peer's
- * identity up in myelin_ipcache (a miss is world), then its allowed ports in
- * myelin_policy (the identity's entry, then the any-peer entry 0); allowed,
- * both directions of the tuple are tracked, so its replies pass. A TCP
- * SYN without ACK opens a connection: it never takes the tracked path and is
+ * A pod's isolation flags come with its myelin_endpoints entry, which the
+ * programs look up anyway (myelin_policy_eps answers when there is none): a
+ * pod that is not isolated costs a test of those flags. An isolated pod's
+ * established connections cost one myelin_policy_ct lookup per check (one
+ * entry per connection, shared by both its directions and by both ends when
+ * they are pods of this node). A new connection in an isolated direction
+ * looks the peer's identity up in myelin_ipcache (a miss is world), then its
+ * allowed ports in myelin_policy (the identity's entry, then the any-peer
+ * entry 0); allowed, the end's bit is set in the connection's entry, so its
+ * replies pass. A TCP SYN without ACK opens a connection: it never takes the
+ * tracked path and is
  * judged by the policy again (and tracked again if allowed), so a tightened
  * policy or a reused peer address never inherits an old entry; the agent
  * deletes the entries of changed endpoints and removed peers for the other
@@ -44,43 +48,56 @@ struct policy_tuple {
 	__u8 proto;
 	__u8 syn;	/* a TCP SYN without ACK: a new connection, never tracked-path */
 	__u8 from_host; /* sent by this host's stack: node_ip is exempt (kubelet probes) */
+	__u8 flags;	/* the local pod's enum policy_flags */
 };
 
-/* policy_ep_lookup returns the isolation state of local pod addr, or NULL (not isolated). */
-static __always_inline const struct policy_ep *policy_ep_lookup(__u32 addr)
-{
-	const struct policy_ep *pe = bpf_map_lookup_elem(&myelin_policy_eps, &addr);
-
-	if (pe && !(pe->flags & (POLICY_F_INGRESS | POLICY_F_EGRESS)))
-		return NULL;
-	return pe;
-}
+#define POLICY_F_ISOLATED (POLICY_F_INGRESS | POLICY_F_EGRESS)
 
 /*
- * policy_ports reads the ports of TCP, UDP and SCTP (the first four bytes of
- * each header); other protocols and later fragments have 0 ports.
+ * policy_ep_flags returns the isolation flags of local pod addr: from its
+ * endpoint entry ep when the caller has it (the agent mirrors the flags
+ * there, so the check costs no lookup), else from myelin_policy_eps.
  */
-static __always_inline void policy_ports(struct __sk_buff *skb, const struct ipv4_info *info,
-					 __be16 *sport, __be16 *dport)
+static __always_inline __u8 policy_ep_flags(const struct endpoint_info *ep, __u32 addr)
 {
-	__be16 p[2] = {};
+	const struct policy_ep *pe;
 
-	if (info->l4_off && (info->proto == IPPROTO_TCP || info->proto == IPPROTO_UDP ||
-			     info->proto == IPPROTO_SCTP))
-		bpf_skb_load_bytes(skb, info->l4_off, p, sizeof(p));
-	*sport = p[0];
-	*dport = p[1];
+	if (ep)
+		return ep->flags;
+	pe = bpf_map_lookup_elem(&myelin_policy_eps, &addr);
+	return pe ? pe->flags : 0;
 }
 
-/* policy_tcp_syn says whether the packet is a TCP SYN without ACK (opens a connection). */
-static __always_inline __u8 policy_tcp_syn(struct __sk_buff *skb, const struct ipv4_info *info)
-{
-	__u8 flags = 0;
+/* policy_l4_hdr is the start of a TCP header up to its flags (UDP and SCTP: the ports). */
+struct policy_l4_hdr {
+	__be16 sport;
+	__be16 dport;
+	__u8 mid[TCP_FLAGS_OFF - 4];
+	__u8 flags;
+};
 
-	if (!info->l4_off || info->proto != IPPROTO_TCP ||
-	    bpf_skb_load_bytes(skb, info->l4_off + TCP_FLAGS_OFF, &flags, sizeof(flags)) < 0)
-		return 0;
-	return (flags & (TCP_FLAGS_SYN | TCP_FLAGS_ACK)) == TCP_FLAGS_SYN;
+/*
+ * policy_l4 reads the ports of TCP, UDP and SCTP and whether a TCP packet
+ * is a SYN without ACK (opens a connection), in one load; other protocols
+ * and later fragments have 0 ports.
+ */
+static __always_inline void policy_l4(struct __sk_buff *skb, const struct ipv4_info *info,
+				      struct policy_tuple *t)
+{
+	struct policy_l4_hdr h = {};
+
+	if (!info->l4_off)
+		return;
+	if (info->proto == IPPROTO_TCP) {
+		if (bpf_skb_load_bytes(skb, info->l4_off, &h, sizeof(h)) < 0)
+			return;
+		t->syn = (h.flags & (TCP_FLAGS_SYN | TCP_FLAGS_ACK)) == TCP_FLAGS_SYN;
+	} else if (info->proto == IPPROTO_UDP || info->proto == IPPROTO_SCTP) {
+		if (bpf_skb_load_bytes(skb, info->l4_off, &h, 4) < 0)
+			return;
+	}
+	t->sport = h.sport;
+	t->dport = h.dport;
 }
 
 /* policy_port_allowed says whether v allows proto/port (host order). */
@@ -119,102 +136,151 @@ static __always_inline int policy_allows(__u32 local, __u32 peer, const struct p
 	return v && policy_port_allowed(v, t->proto, port);
 }
 
-/* policy_ct_key_of fills the tracking key of tuple t in direction dir, reversed if rev. */
-static __always_inline void policy_ct_key_of(struct policy_ct_key *k, const struct policy_tuple *t,
-					     __u8 dir, int rev)
+/*
+ * policy_ct_key_of fills the tracking key of tuple t (its lower address and
+ * port end first, so both directions share it) and returns the bit of the
+ * end whose check of direction dir this is.
+ */
+static __always_inline __u32 policy_ct_key_of(struct policy_ct_key *k, const struct policy_tuple *t,
+					      __u8 dir)
 {
-	k->saddr = rev ? t->daddr : t->saddr;
-	k->daddr = rev ? t->saddr : t->daddr;
-	k->sport = rev ? t->dport : t->sport;
-	k->dport = rev ? t->sport : t->dport;
+	int src_lo = t->saddr < t->daddr || (t->saddr == t->daddr && t->sport <= t->dport);
+	int local_src = dir == POLICY_DIR_EGRESS;
+
+	k->addr_lo = src_lo ? t->saddr : t->daddr;
+	k->addr_hi = src_lo ? t->daddr : t->saddr;
+	k->port_lo = src_lo ? t->sport : t->dport;
+	k->port_hi = src_lo ? t->dport : t->sport;
 	k->proto = t->proto;
-	k->dir = dir;
-	k->pad = 0;
+	return src_lo == local_src ? POLICY_CT_END_LO : POLICY_CT_END_HI;
+}
+
+/*
+ * policy_ct_track notes that the local end (bit) accepted the connection of
+ * k: its replies and later packets pass this end without a policy lookup. A
+ * SYN leaving its initiator starts the entry afresh (the other end's SYN
+ * check, which always runs, adds its own bit again); every other accept
+ * adds the end's bit to what the other end noted.
+ */
+static __always_inline void policy_ct_track(struct policy_ct_key *k, struct policy_ct_entry *v,
+					    __u32 bit, int fresh)
+{
+	struct policy_ct_entry ce = {.ends = bit};
+
+	if (!fresh && !v)
+		v = bpf_map_lookup_elem(&myelin_policy_ct, k);
+	if (!fresh && v) {
+		__sync_fetch_and_or(&v->ends, bit);
+		return;
+	}
+	bpf_map_update_elem(&myelin_policy_ct, k, &ce, BPF_ANY);
 }
 
 /*
  * policy_enforce checks tuple t at local pod's check of direction dir
- * (pe: its isolation state). It returns 0 to go on, or the drop reason.
+ * (t->flags: its isolation state). It returns 0 to go on, or the drop
+ * reason. *ends gets the noted ends of the connection when it was tracked.
  */
-static __always_inline int policy_enforce(const struct policy_ep *pe, const struct policy_tuple *t,
-					  __u32 local, __u8 dir)
+static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 local, __u8 dir,
+					  __u32 *ends)
 {
-	struct policy_ct_entry ce = {};
+	struct policy_ct_entry *v = NULL;
 	struct policy_ct_key k = {};
 	__u8 on, incomplete;
-	__u32 peer;
+	__u32 peer, bit;
 
-	policy_ct_key_of(&k, t, dir, 0);
-	if (!t->syn && bpf_map_lookup_elem(&myelin_policy_ct, &k))
-		return 0;
+	bit = policy_ct_key_of(&k, t, dir);
+	if (!t->syn) {
+		v = bpf_map_lookup_elem(&myelin_policy_ct, &k);
+		if (v && (v->ends & bit)) {
+			*ends = v->ends;
+			return 0;
+		}
+	}
 	on = dir == POLICY_DIR_INGRESS ? POLICY_F_INGRESS : POLICY_F_EGRESS;
 	incomplete = dir == POLICY_DIR_INGRESS ? POLICY_F_INGRESS_INCOMPLETE
 					       : POLICY_F_EGRESS_INCOMPLETE;
 	peer = dir == POLICY_DIR_INGRESS ? t->saddr : t->daddr;
-	if ((pe->flags & on) && !(dir == POLICY_DIR_INGRESS && t->from_host && peer == node_ip) &&
+	if ((t->flags & on) && !(dir == POLICY_DIR_INGRESS && t->from_host && peer == node_ip) &&
 	    !policy_allows(local, peer, t, dir))
-		return (pe->flags & incomplete) ? DROP_POLICY_MAP_FULL : DROP_POLICY_DENIED;
+		return (t->flags & incomplete) ? DROP_POLICY_MAP_FULL : DROP_POLICY_DENIED;
 	/* Allowed (or this direction is open): track it, and its replies. */
-	ce.created = bpf_ktime_get_ns();
-	bpf_map_update_elem(&myelin_policy_ct, &k, &ce, BPF_ANY);
-	policy_ct_key_of(&k, t, dir == POLICY_DIR_INGRESS ? POLICY_DIR_EGRESS : POLICY_DIR_INGRESS,
-			 1);
-	bpf_map_update_elem(&myelin_policy_ct, &k, &ce, BPF_ANY);
+	policy_ct_track(&k, v, bit, t->syn && dir == POLICY_DIR_EGRESS);
 	return 0;
 }
 
 /*
  * policy_ingress is the ingress check of the packet info describes, entering
- * the local pod info->daddr: 0 to go on, or the drop reason. from_host says
- * the host's own stack sent it (only then is node_ip exempt).
+ * the local pod info->daddr (ep: its endpoint entry, or NULL to look the
+ * flags up): 0 to go on, or the drop reason. from_host says the host's own
+ * stack sent it (only then is node_ip exempt).
  */
 static __always_inline int policy_ingress(struct __sk_buff *skb, const struct ipv4_info *info,
-					  __u8 from_host)
+					  const struct endpoint_info *ep, __u8 from_host)
 {
-	const struct policy_ep *pe = policy_ep_lookup(info->daddr);
 	struct policy_tuple t = {.saddr = info->saddr, .daddr = info->daddr, .proto = info->proto};
+	__u32 ends = 0;
 
-	if (!pe)
+	if (info->policy_rx_tracked)
+		return 0;
+	t.flags = policy_ep_flags(ep, info->daddr);
+	if (!(t.flags & POLICY_F_ISOLATED))
 		return 0;
 	t.from_host = from_host;
-	t.syn = policy_tcp_syn(skb, info);
-	policy_ports(skb, info, &t.sport, &t.dport);
-	return policy_enforce(pe, &t, info->daddr, POLICY_DIR_INGRESS);
+	policy_l4(skb, info, &t);
+	return policy_enforce(&t, info->daddr, POLICY_DIR_INGRESS, &ends);
 }
 
 /*
  * policy_egress_begin notes what the egress check needs from a pod's packet
- * before the Service stage may translate it: the pod's isolation state, its
- * own address and source port. It returns NULL when the pod is not isolated.
+ * before the Service stage may translate it: the pod's isolation state
+ * (ep: its endpoint entry, or NULL), its own address and source port. It
+ * returns 0 when the pod is not isolated (no egress check).
  */
-static __always_inline const struct policy_ep *
-policy_egress_begin(struct __sk_buff *skb, const struct ipv4_info *info, struct policy_tuple *t)
+static __always_inline int policy_egress_begin(struct __sk_buff *skb, const struct ipv4_info *info,
+					       const struct endpoint_info *ep,
+					       struct policy_tuple *t)
 {
-	const struct policy_ep *pe = policy_ep_lookup(info->saddr);
-	__be16 dport;
+	__be16 p[2] = {};
 
-	if (!pe)
-		return NULL;
+	t->flags = policy_ep_flags(ep, info->saddr);
+	if (!(t->flags & POLICY_F_ISOLATED))
+		return 0;
 	t->saddr = info->saddr;
-	policy_ports(skb, info, &t->sport, &dport);
-	return pe;
+	if (info->l4_off && (info->proto == IPPROTO_TCP || info->proto == IPPROTO_UDP ||
+			     info->proto == IPPROTO_SCTP))
+		bpf_skb_load_bytes(skb, info->l4_off, p, sizeof(p));
+	t->sport = p[0];
+	return 1;
 }
 
 /*
  * policy_egress is the egress check after the Service stage: the pod's own
  * source (noted by policy_egress_begin) towards the translated destination
- * (a Service's backend). 0 to go on, or the drop reason.
+ * (a Service's backend). 0 to go on, or the drop reason. When the packet
+ * still carries that source and its connection is tracked at the other end
+ * as well (both pods of this node), info->policy_rx_tracked tells the
+ * ingress check of this same packet (endpoint_deliver) to pass it without
+ * a second lookup of the same entry.
  */
-static __always_inline int policy_egress(struct __sk_buff *skb, const struct ipv4_info *info,
-					 const struct policy_ep *pe, struct policy_tuple *t)
+static __always_inline int policy_egress(struct __sk_buff *skb, struct ipv4_info *info,
+					 struct policy_tuple *t)
 {
-	__be16 sport;
+	struct policy_tuple now = {};
+	__u32 ends = 0, rx_bit;
+	int reason;
 
+	policy_l4(skb, info, &now);
 	t->daddr = info->daddr;
 	t->proto = info->proto;
-	policy_ports(skb, info, &sport, &t->dport);
-	t->syn = policy_tcp_syn(skb, info);
-	return policy_enforce(pe, t, t->saddr, POLICY_DIR_EGRESS);
+	t->dport = now.dport;
+	t->syn = now.syn;
+	reason = policy_enforce(t, t->saddr, POLICY_DIR_EGRESS, &ends);
+	if (reason || t->saddr == t->daddr || t->saddr != info->saddr || t->sport != now.sport)
+		return reason;
+	rx_bit = t->saddr < t->daddr ? POLICY_CT_END_HI : POLICY_CT_END_LO;
+	info->policy_rx_tracked = !!(ends & rx_bit);
+	return 0;
 }
 
 #endif /* MYELIN_LIB_POLICY_H */

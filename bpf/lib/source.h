@@ -53,23 +53,29 @@ static __always_inline int mac_equal(const __u8 *a, const __u8 *b)
 }
 
 /*
- * source_owner says whether addr (network order) and mac are those of the
- * endpoint owning the veth the packet came in on. skb->ingress_ifindex is
- * that veth (the host side, which endpoint_info.ifindex names too).
+ * source_owner returns the endpoint owning the veth the packet came in on
+ * if addr (network order) and mac are its own, else NULL.
+ * skb->ingress_ifindex is that veth (the host side, which
+ * endpoint_info.ifindex names too).
  */
-static __always_inline int source_owner(struct __sk_buff *skb, __u32 addr, const __u8 *mac)
+static __always_inline const struct endpoint_info *source_owner(struct __sk_buff *skb, __u32 addr,
+								const __u8 *mac)
 {
 	const struct endpoint_info *ep = endpoint_lookup(addr);
 
-	return ep && ep->ifindex == skb->ingress_ifindex && mac_equal(mac, ep->pod_mac);
+	if (ep && ep->ifindex == skb->ingress_ifindex && mac_equal(mac, ep->pod_mac))
+		return ep;
+	return NULL;
 }
 
 /*
  * source_check_ipv4 returns 0 when a parsed IPv4 packet comes from its
  * endpoint's own address and MAC, else DROP_SPOOFED_SOURCE: a forged pod,
- * node, service or outside address, or a forged MAC.
+ * node, service or outside address, or a forged MAC. *ep gets the endpoint
+ * (left alone when the check is off).
  */
-static __always_inline int source_check_ipv4(struct __sk_buff *skb, const struct ipv4_info *info)
+static __always_inline int source_check_ipv4(struct __sk_buff *skb, const struct ipv4_info *info,
+					     const struct endpoint_info **ep)
 {
 	__u8 src[ETH_ALEN];
 
@@ -79,7 +85,8 @@ static __always_inline int source_check_ipv4(struct __sk_buff *skb, const struct
 	 * register here, which the verifier no longer takes for a pointer. */
 	if (bpf_skb_load_bytes(skb, ETH_ALEN, src, sizeof(src)) < 0)
 		return DROP_INVALID_PACKET;
-	if (!source_owner(skb, info->saddr, src))
+	*ep = source_owner(skb, info->saddr, src);
+	if (!*ep)
 		return DROP_SPOOFED_SOURCE;
 	return 0;
 }

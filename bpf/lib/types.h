@@ -12,7 +12,7 @@
 /* endpoint_info describes one pod on this node; key: pod IPv4, network order. */
 struct endpoint_info {
 	__u32 ifindex;	   /* host-side veth, the peer of the pod's eth0 */
-	__u32 flags;	   /* reserved, 0 */
+	__u32 flags;	   /* enum policy_flags, mirrored from myelin_policy_eps by the agent */
 	__u8 pod_mac[6];   /* MAC of eth0 inside the pod */
 	__u8 host_mac[6];  /* MAC of the host-side veth */
 	__u16 endpoint_id; /* agent-assigned endpoint id */
@@ -357,22 +357,28 @@ struct ipcache_value {
 };
 
 /*
- * policy_ct_key is one direction of a connection an isolated pod accepted,
- * as its packets carry it (addresses and ports network order; 0 ports for
- * protocols without them), dir seen from the pod whose check wrote it.
+ * policy_ct_key is one connection isolated pods of this node accepted, one
+ * entry for both its directions and both its ends: the tuple with the lower
+ * (address, port) end first (addresses and ports network order; 0 ports for
+ * protocols without them).
  */
 struct policy_ct_key {
-	__u32 saddr;
-	__u32 daddr;
-	__u16 sport;
-	__u16 dport;
+	__u32 addr_lo;
+	__u32 addr_hi;
+	__u16 port_lo;
+	__u16 port_hi;
 	__u8 proto;
-	__u8 dir; /* enum policy_dir */
-	__u16 pad;
+	__u8 pad[3];
+};
+
+/* policy_ct_ends are the ends of a tracked connection whose check accepted it. */
+enum policy_ct_ends {
+	POLICY_CT_END_LO = 1, /* the local pod at addr_lo/port_lo */
+	POLICY_CT_END_HI = 2, /* the local pod at addr_hi/port_hi */
 };
 
 struct policy_ct_entry {
-	__u64 created; /* bpf_ktime_get_ns when the connection was allowed */
+	__u32 ends; /* enum policy_ct_ends */
 };
 
 /*

@@ -443,7 +443,7 @@ func cniAddDel(ctx context.Context, cni *libcni.CNIConfig, conf *libcni.NetworkC
 func ControlPlaneCases() []Case {
 	env := NewControlPlane()
 	var out []Case
-	for _, w := range []Workload{CNIAdd{env}, AgentIdle{env}, AgentChurn{env}, ServiceProgram{env}} {
+	for _, w := range []Workload{CNIAdd{env}, AgentIdle{env}, AgentChurn{env}, ServiceProgram{env}, NewPolicyScale(env)} {
 		out = append(out, Case{Name: CaseName(env, w, Unpinned), Group: GroupControlPlane, Stage: env.Name(),
 			Env: env, Workload: w, Placement: Unpinned})
 	}

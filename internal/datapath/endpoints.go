@@ -22,8 +22,9 @@ type EndpointInfo struct {
 }
 
 // UpsertEndpoint creates or replaces the endpoint of the pod IPv4 address
-// ip. It fails with ebpf.ErrMapFull wrapped when the endpoints map is full
-// (raise Config.EndpointsMax).
+// ip, with the NetworkPolicy isolation flags myelin_policy_eps holds for ip
+// (SetPolicyFlags). It fails with ebpf.ErrMapFull wrapped when the endpoints
+// map is full (raise Config.EndpointsMax).
 func (d *Datapath) UpsertEndpoint(ip netip.Addr, ep EndpointInfo) error {
 	key, err := endpointKey(ip)
 	if err != nil {
@@ -33,6 +34,13 @@ func (d *Datapath) UpsertEndpoint(ip netip.Addr, ep EndpointInfo) error {
 	if err != nil {
 		return fmt.Errorf("upsert endpoint %s: %w", ip, err)
 	}
+	d.policyMu.Lock()
+	defer d.policyMu.Unlock()
+	flags, err := d.policyFlagsOf(key)
+	if err != nil {
+		return fmt.Errorf("upsert endpoint %s: %w", ip, err)
+	}
+	value.Flags = uint32(flags)
 	if err := d.objs.MyelinEndpoints.Update(key, value, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("upsert endpoint %s: %w", ip, err)
 	}

@@ -126,6 +126,9 @@ type Datapath struct {
 	maglev maglevTables
 	// attachErrors counts failed attachments (AttachErrors, for metrics).
 	attachErrors atomic.Uint64
+	// policyMu serializes writes of endpoints and of their policy flags,
+	// which both maps hold (SetPolicyFlags, UpsertEndpoint).
+	policyMu sync.Mutex
 }
 
 // Load loads the programs with cfg's load-time constants, reusing the maps

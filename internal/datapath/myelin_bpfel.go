@@ -315,20 +315,26 @@ const (
 	myelinNpStatNP_STAT_MAX         myelinNpStat = 3
 )
 
+type myelinPolicyCtEnds uint32
+
+const (
+	myelinPolicyCtEndsPOLICY_CT_END_LO myelinPolicyCtEnds = 1
+	myelinPolicyCtEndsPOLICY_CT_END_HI myelinPolicyCtEnds = 2
+)
+
 type myelinPolicyCtEntry struct {
-	_       structs.HostLayout
-	Created uint64
+	_    structs.HostLayout
+	Ends uint32
 }
 
 type myelinPolicyCtKey struct {
-	_     structs.HostLayout
-	Saddr uint32
-	Daddr uint32
-	Sport uint16
-	Dport uint16
-	Proto uint8
-	Dir   uint8
-	Pad   uint16
+	_      structs.HostLayout
+	AddrLo uint32
+	AddrHi uint32
+	PortLo uint16
+	PortHi uint16
+	Proto  uint8
+	Pad    [3]uint8
 }
 
 type myelinPolicyDir uint32
@@ -511,6 +517,7 @@ type myelinVariableSpecs struct {
 	BtfAnchorNatDir        *ebpf.VariableSpec `ebpf:"btf_anchor_nat_dir"`
 	BtfAnchorNatFlags      *ebpf.VariableSpec `ebpf:"btf_anchor_nat_flags"`
 	BtfAnchorNpStat        *ebpf.VariableSpec `ebpf:"btf_anchor_np_stat"`
+	BtfAnchorPolicyCtEnds  *ebpf.VariableSpec `ebpf:"btf_anchor_policy_ct_ends"`
 	BtfAnchorPolicyCtEntry *ebpf.VariableSpec `ebpf:"btf_anchor_policy_ct_entry"`
 	BtfAnchorPolicyDir     *ebpf.VariableSpec `ebpf:"btf_anchor_policy_dir"`
 	BtfAnchorPolicyFlags   *ebpf.VariableSpec `ebpf:"btf_anchor_policy_flags"`
@@ -628,6 +635,7 @@ type myelinVariables struct {
 	BtfAnchorNatDir        *ebpf.Variable `ebpf:"btf_anchor_nat_dir"`
 	BtfAnchorNatFlags      *ebpf.Variable `ebpf:"btf_anchor_nat_flags"`
 	BtfAnchorNpStat        *ebpf.Variable `ebpf:"btf_anchor_np_stat"`
+	BtfAnchorPolicyCtEnds  *ebpf.Variable `ebpf:"btf_anchor_policy_ct_ends"`
 	BtfAnchorPolicyCtEntry *ebpf.Variable `ebpf:"btf_anchor_policy_ct_entry"`
 	BtfAnchorPolicyDir     *ebpf.Variable `ebpf:"btf_anchor_policy_dir"`
 	BtfAnchorPolicyFlags   *ebpf.Variable `ebpf:"btf_anchor_policy_flags"`

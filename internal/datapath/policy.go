@@ -127,12 +127,56 @@ func (d *Datapath) Policies() (map[PolicyKey][]PolicyPort, error) {
 }
 
 // SetPolicyFlags writes the isolation state of local pod ip; flags 0
-// removes it (not isolated).
+// removes it (not isolated). The flags go to myelin_policy_eps and into the
+// pod's myelin_endpoints entry if it has one (the datapath reads them there
+// first); UpsertEndpoint carries them into a new entry.
 func (d *Datapath) SetPolicyFlags(ip netip.Addr, flags PolicyFlags) error {
 	key, err := endpointKey(ip)
 	if err != nil {
 		return fmt.Errorf("set policy flags: %w", err)
 	}
+	d.policyMu.Lock()
+	defer d.policyMu.Unlock()
+	if err := d.setPolicyEps(key, ip, flags); err != nil {
+		return err
+	}
+	return d.mirrorPolicyFlags(key, ip, flags)
+}
+
+// mirrorPolicyFlags writes flags into the endpoint entry of key, if any.
+func (d *Datapath) mirrorPolicyFlags(key [4]byte, ip netip.Addr, flags PolicyFlags) error {
+	var v myelinEndpointInfo
+	if err := d.objs.MyelinEndpoints.Lookup(key, &v); errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("set policy flags of %s: read endpoint: %w", ip, err)
+	}
+	if v.Flags == uint32(flags) {
+		return nil
+	}
+	v.Flags = uint32(flags)
+	if err := d.objs.MyelinEndpoints.Update(key, v, ebpf.UpdateExist); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("set policy flags of %s in its endpoint: %w", ip, err)
+	}
+	return nil
+}
+
+// policyFlagsOf returns the isolation flags myelin_policy_eps holds for key.
+func (d *Datapath) policyFlagsOf(key [4]byte) (PolicyFlags, error) {
+	var v myelinPolicyEp
+	err := d.objs.MyelinPolicyEps.Lookup(key, &v)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read policy flags: %w", err)
+	}
+	return PolicyFlags(v.Flags), nil
+}
+
+// setPolicyEps writes flags into myelin_policy_eps (0: removes the entry).
+func (d *Datapath) setPolicyEps(key [4]byte, ip netip.Addr, flags PolicyFlags) error {
+	var err error
 	if flags == 0 {
 		err = d.objs.MyelinPolicyEps.Delete(key)
 		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -227,9 +271,10 @@ func (p PolicyCTPurge) Empty() bool {
 	return len(p.Endpoints) == 0 && len(p.Peers) == 0 && len(p.Prefixes) == 0
 }
 
-// PurgePolicyCT deletes the myelin_policy_ct entries p names (one pass over
-// the map); their next packet is judged by the policy again. It returns how
-// many it deleted.
+// PurgePolicyCT forgets the myelin_policy_ct entries p names (one pass
+// over the map): an entry both of whose noted ends p names is deleted, one
+// with only one of them loses that end's bit. Their next packet is judged
+// by the policy again at that end. It returns how many ends it forgot.
 func (d *Datapath) PurgePolicyCT(p PolicyCTPurge) (int, error) {
 	if p.Empty() {
 		return 0, nil
@@ -237,37 +282,57 @@ func (d *Datapath) PurgePolicyCT(p PolicyCTPurge) (int, error) {
 	var (
 		key  myelinPolicyCtKey
 		v    myelinPolicyCtEntry
-		dead []myelinPolicyCtKey
+		keep = map[myelinPolicyCtKey]uint32{}
 	)
 	it := d.objs.MyelinPolicyCt.Iterate()
 	for it.Next(&key, &v) {
-		if policyCTMatches(key, p) {
-			dead = append(dead, key)
+		if gone := policyCTMatches(key, v.Ends, p); gone != 0 {
+			keep[key] = v.Ends &^ gone
 		}
 	}
 	if err := it.Err(); err != nil {
 		return 0, fmt.Errorf("list tracked policy connections: %w", err)
 	}
 	n := 0
-	for _, k := range dead {
-		err := d.objs.MyelinPolicyCt.Delete(k)
+	for k, ends := range keep {
+		var err error
+		if ends == 0 {
+			err = d.objs.MyelinPolicyCt.Delete(k)
+		} else {
+			err = d.objs.MyelinPolicyCt.Update(k, myelinPolicyCtEntry{Ends: ends}, ebpf.UpdateExist)
+		}
 		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return n, fmt.Errorf("delete tracked policy connection: %w", err)
+			return n, fmt.Errorf("forget tracked policy connection: %w", err)
 		}
 		n++
 	}
 	return n, nil
 }
 
-// policyCTMatches says whether k belongs to a purged endpoint (the local pod
-// is the destination of an ingress entry, the source of an egress one) or
-// involves a purged peer address.
-func policyCTMatches(k myelinPolicyCtKey, p PolicyCTPurge) bool {
-	src, dst := u32Addr(k.Saddr), u32Addr(k.Daddr)
-	local, peer := dst, src
-	if k.Dir == uint8(myelinPolicyDirPOLICY_DIR_EGRESS) {
-		local, peer = src, dst
+// The end bits of a tracked connection (enum policy_ct_ends).
+const (
+	policyCTEndLo = uint32(myelinPolicyCtEndsPOLICY_CT_END_LO)
+	policyCTEndHi = uint32(myelinPolicyCtEndsPOLICY_CT_END_HI)
+)
+
+// policyCTMatches returns the noted ends of entry k that p names: the local
+// pod of the end is a purged endpoint, or either address is a purged peer,
+// or the other end lies in a purged prefix.
+func policyCTMatches(k myelinPolicyCtKey, ends uint32, p PolicyCTPurge) uint32 {
+	lo, hi := u32Addr(k.AddrLo), u32Addr(k.AddrHi)
+	var gone uint32
+	for _, e := range []struct {
+		bit         uint32
+		local, peer netip.Addr
+	}{{policyCTEndLo, lo, hi}, {policyCTEndHi, hi, lo}} {
+		if ends&e.bit != 0 && policyCTEndMatches(e.local, e.peer, p) {
+			gone |= e.bit
+		}
 	}
+	return gone
+}
+
+func policyCTEndMatches(local, peer netip.Addr, p PolicyCTPurge) bool {
 	if p.Endpoints[local] || p.Peers[peer] || p.Peers[local] {
 		return true
 	}

@@ -1,0 +1,120 @@
+package datapath
+
+import (
+	"net/netip"
+	"testing"
+)
+
+// One tracked entry per connection, shared by both ends on one node: with
+// A and B both isolated, A's SYN to B is judged at A's egress and at B's
+// ingress (BPF delivery), its established segments pass both ends on the
+// entry (the ingress check takes what the egress lookup found), and when
+// only B's end is forgotten (its policy tightened), A's next segment still
+// leaves A but is judged, and denied, at B's ingress.
+func TestPrivilegedBPFPolicySharedTracking(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, NodeIP: testNodeIP})
+	fromPod := d.objs.MyelinFromPod
+	both := &policyState{flags: map[string]PolicyFlags{podA: PolicyEgress | PolicyIngress, podBIP: PolicyIngress | PolicyEgress},
+		entries: map[PolicyKey][]PolicyPort{egressOf(podA, idB): {tcpPort(8080)}, ingressOf(podBIP, idA): {tcpPort(8080)}}}
+	syn := ipv4(protoTCP, podA, podBIP).withSrc(podA, 6001).withDst(podBIP, 8080)
+	ack := syn.withTCPFlags(0x10)
+	fwd := func(name string, p pkt) policyStep {
+		return policyStep{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{name: name, in: p.build(),
+			ctx: ctxPodA, verdict: tcActRedirect, out: delivered(p), reason: "FORWARDED"}}}
+	}
+	tightenB := func(d *Datapath) error {
+		if err := d.DeletePolicy(ingressOf(podBIP, idA)); err != nil {
+			return err
+		}
+		_, err := d.PurgePolicyCT(PolicyCTPurge{Endpoints: map[netip.Addr]bool{mustAddr(podBIP): true}})
+		return err
+	}
+	first := fwd("SYN A→B:8080: judged at both ends, delivered", syn)
+	first.seed = both
+	denied := policyStep{policyRow: policyRow{prog: fromPod, counterDir: "to-pod", progCase: progCase{
+		name: "B's end forgotten and B tightened: A's segment is denied at B's ingress", in: ack.build(), ctx: ctxPodA,
+		verdict: tcActShot, reason: "DROP_POLICY_DENIED"}}, change: tightenB}
+	runPolicySteps(t, d, []policyStep{first, fwd("established segment: tracked at both ends", ack), denied})
+
+	var (
+		k myelinPolicyCtKey
+		v myelinPolicyCtEntry
+	)
+	n := 0
+	for it := d.objs.MyelinPolicyCt.Iterate(); it.Next(&k, &v); n++ {
+		if want := policyCTEndLo; u32Addr(k.AddrLo) != mustAddr(podA) || v.Ends != want { // podA < podB
+			t.Errorf("tracked entry %+v ends %#x after B's end was forgotten, want A's end (lo) %#x only", k, v.Ends, want)
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d tracked entries for one connection, want 1", n)
+	}
+}
+
+// The isolation flags live in myelin_policy_eps and in the endpoint's own
+// entry (which the datapath reads first): an endpoint written after its
+// flags gets them, a flags change reaches an existing endpoint, and
+// clearing them clears both.
+func TestPrivilegedPolicyFlagsMirror(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, NodeIP: testNodeIP})
+	ip := mustAddr("10.1.0.77")
+	endpointFlags := func() uint32 {
+		var v myelinEndpointInfo
+		if err := d.objs.MyelinEndpoints.Lookup(ip.As4(), &v); err != nil {
+			t.Fatalf("read endpoint %s: %v", ip, err)
+		}
+		return v.Flags
+	}
+	if err := d.SetPolicyFlags(ip, PolicyIngress); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.UpsertEndpoint(ip, podB); err != nil {
+		t.Fatal(err)
+	}
+	if got := endpointFlags(); got != uint32(PolicyIngress) {
+		t.Errorf("endpoint written after its flags: flags %#x, want %#x", got, PolicyIngress)
+	}
+	if err := d.SetPolicyFlags(ip, PolicyIngress|PolicyEgress); err != nil {
+		t.Fatal(err)
+	}
+	if got := endpointFlags(); got != uint32(PolicyIngress|PolicyEgress) {
+		t.Errorf("flags changed on an existing endpoint: %#x, want %#x", got, PolicyIngress|PolicyEgress)
+	}
+	if err := d.SetPolicyFlags(ip, 0); err != nil {
+		t.Fatal(err)
+	}
+	all, err := d.PolicyFlagsAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := endpointFlags(); got != 0 || all[ip] != 0 {
+		t.Errorf("flags cleared: endpoint %#x, myelin_policy_eps %#x, want both 0", got, all[ip])
+	}
+}
+
+// A purge forgets only the ends it names: the end of a purged endpoint, the
+// ends whose peer is a purged address or lies in a purged prefix.
+func TestPolicyCTMatchesEnds(t *testing.T) {
+	a, b := mustAddr("10.1.0.10"), mustAddr("10.1.0.20")
+	k := myelinPolicyCtKey{AddrLo: addrU32(a.As4()), AddrHi: addrU32(b.As4()), Proto: protoTCP}
+	both := policyCTEndLo | policyCTEndHi
+	for _, c := range []struct {
+		name string
+		ends uint32
+		p    PolicyCTPurge
+		want uint32
+	}{
+		{"endpoint b: b's end only", both, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}}, policyCTEndHi},
+		{"endpoint a: a's end only", both, PolicyCTPurge{Endpoints: map[netip.Addr]bool{a: true}}, policyCTEndLo},
+		{"endpoint b, only a's end noted: nothing", policyCTEndLo, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}}, 0},
+		{"peer b gone: both ends", both, PolicyCTPurge{Peers: map[netip.Addr]bool{b: true}}, both},
+		{"prefix holding a: b's end (a is its peer)", both, PolicyCTPurge{Prefixes: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/28")}}, policyCTEndHi},
+		{"unrelated endpoint: nothing", both, PolicyCTPurge{Endpoints: map[netip.Addr]bool{mustAddr("10.1.0.30"): true}}, 0},
+	} {
+		if got := policyCTMatches(k, c.ends, c.p); got != c.want {
+			t.Errorf("%s: forgets %#x, want %#x", c.name, got, c.want)
+		}
+	}
+}
