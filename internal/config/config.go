@@ -68,6 +68,9 @@ type Config struct {
 	// (nodeport-nat-syn-max, nodeport-nat-max), in entries, two per flow.
 	NodePortNATSynMax int
 	NodePortNATMax    int
+	// ClusterHealthPort is cluster-health-port: where every agent answers the other
+	// agents' health probes (internal/clusterhealth); 0 turns probing off.
+	ClusterHealthPort int
 
 	// Effective lists every key with its value and the source it came from.
 	Effective []Effective

@@ -27,6 +27,7 @@ enable-source-ip-verification: {{ $v.enableSourceIPVerification | quote }}
 nat-port-range: {{ $v.natPortRange | quote }}
 nodeport-nat-syn-max: {{ $v.nodePort.natSynMax | int64 | quote }}
 nodeport-nat-max: {{ $v.nodePort.natMax | int64 | quote }}
+cluster-health-port: {{ $v.clusterHealthPort | int64 | quote }}
 {{- range $k, $val := $v.extraConfig }}
 {{ $k }}: {{ $val | quote }}
 {{- end }}
@@ -55,6 +56,7 @@ enable-source-ip-verification: enableSourceIPVerification
 nat-port-range: natPortRange
 nodeport-nat-syn-max: nodePort.natSynMax
 nodeport-nat-max: nodePort.natMax
+cluster-health-port: clusterHealthPort
 {{- end -}}
 
 {{- define "myelin.checkExtraConfig" -}}
