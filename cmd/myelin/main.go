@@ -26,7 +26,7 @@ func main() {
 		Version:       version.Version,
 	}
 	root.AddCommand(labCommand(), statusCommand(), monitorCommand(), configCommand(), servicesCommand(), benchCommand(),
-		versionCommand(), imagesCommand(), endpointsCommand(), policyCommand())
+		versionCommand(), imagesCommand(), endpointsCommand(), policyCommand(), healthCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "myelin: %v\n", err)
 		os.Exit(1)

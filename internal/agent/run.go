@@ -86,6 +86,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	names := pol.podName
 	srv.monitor.names.Store(&names) // pods of other nodes in drop events
 	supervise(ctx, append(st.loopsFor(nodes, node, svc, srv, deleted), pol)...)
+	if ph := st.newPeerHealth(nodes); ph != nil {
+		srv.views.add(ph) // /v1/health answers from here on
+		supervise(ctx, ph)
+	}
 	if err := installCNI(cfg); err != nil {
 		return err
 	}
