@@ -27,7 +27,7 @@ func main() {
 	}
 	root.AddCommand(labCommand(), statusCommand(), monitorCommand(), configCommand(), servicesCommand(), benchCommand(),
 		versionCommand(), imagesCommand(), endpointsCommand(), policyCommand(), observeCommand())
-	root.AddCommand(relayCommand(), uiCommand(), connectivityCommand(), sysdumpCommand())
+	root.AddCommand(relayCommand(), uiCommand(), connectivityCommand(), sysdumpCommand(), healthCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "myelin: %v\n", err)
 		os.Exit(1)

@@ -9,11 +9,36 @@ import (
 func statusCommand() *cobra.Command {
 	var o cli.StatusOptions
 	cmd := &cobra.Command{
-		Use:   "status [--node NODE | --all] [-o json]",
+		Use:   "status [--node NODE | --all] [--health] [-o json]",
 		Short: "Show a node's networking: modes and fallback reasons, IPAM, endpoints, nodes, maps, errors",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return cli.Status(cmd.Context(), cmd.OutOrStdout(), o)
+		},
+	}
+	agentFlags(cmd, &o.Node, &o.Output, &o.Socket, "node to ask (a lab node name; default: this node's agent, or the only lab node)")
+	cmd.Flags().BoolVar(&o.All, "all", false, "every node this machine can reach (every lab node)")
+	cmd.Flags().BoolVar(&o.Health, "health", false, "also print the node health matrix (as myelin health does; text output)")
+	return cmd
+}
+
+func healthCommand() *cobra.Command {
+	var o cli.HealthOptions
+	cmd := &cobra.Command{
+		Use:   "health [--node NODE | --all] [-o json]",
+		Short: "Show which other nodes a node reaches, over the node network (ICMP, HTTP) and the pod network (HTTP), with latencies and the last failure",
+		Long: `Every agent probes every other node: an ICMP echo and an HTTP request to the node IP,
+and an HTTP request to the node's health address (the first address of its PodCIDR)
+through the pod network, from its own health address. The round over all peers takes
+max(10s, peers x 100ms) (±10% jitter), so an agent starts at most 10 peers' probes a
+second however large the cluster. This prints one row a peer: whether it is reachable
+via the node network (ICMP and HTTP both ok) and via the pod network, the latency of
+the last successful probe of each, since when the peer is in its state, and the last
+failure (when, which path, why; kept after the peer recovered). docs/health.md has
+the details; the key cluster-health-port (default 4240, 0: off) sets the port.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cli.Health(cmd.Context(), cmd.OutOrStdout(), o)
 		},
 	}
 	agentFlags(cmd, &o.Node, &o.Output, &o.Socket, "node to ask (a lab node name; default: this node's agent, or the only lab node)")

@@ -101,6 +101,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	mets.use(st, node, svc, gc)     // before the Service watcher runs
 	flows.resolveWith(pol, svc)
 	supervise(ctx, append(st.loopsFor(nodes, node, svc, srv, deleted), pol, flows)...)
+	if ph := st.newPeerHealth(nodes); ph != nil {
+		srv.views.add(ph) // /v1/health answers from here on
+		supervise(ctx, ph)
+	}
 	if err := installCNI(cfg); err != nil {
 		return err
 	}

@@ -18,10 +18,13 @@ type Status struct {
 	IPAM        IPAMInfo        `json:"ipam"`
 	Endpoints   int             `json:"endpoints"`
 	Nodes       NodesInfo       `json:"nodes"`
-	Maps        []MapFill       `json:"maps"`
-	NAT         NATInfo         `json:"nat"`
-	Counters    []Counter       `json:"counters"`
-	Guard       GuardInfo       `json:"userIPTablesGuard"`
+	// Health is the node health matrix at a glance (GET /v1/health has every
+	// peer); nil while the agent does not probe (starting, cluster-health-port 0).
+	Health   *HealthSummary `json:"health,omitempty"`
+	Maps     []MapFill      `json:"maps"`
+	NAT      NATInfo        `json:"nat"`
+	Counters []Counter      `json:"counters"`
+	Guard    GuardInfo      `json:"userIPTablesGuard"`
 	// Policy summarises NetworkPolicy enforcement (GET /v1/policy has each pod);
 	// nil until the policy loop has computed once.
 	Policy  *PolicySummary `json:"networkPolicy,omitempty"`

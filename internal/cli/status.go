@@ -15,6 +15,8 @@ import (
 type StatusOptions struct {
 	Node, Socket, Output string
 	All                  bool
+	// Health adds each node's health matrix (`myelin health`) to the text output.
+	Health bool
 }
 
 // Status prints the status of one or all agents.
@@ -28,6 +30,7 @@ func Status(ctx context.Context, out io.Writer, o StatusOptions) error {
 	}
 	var all []api.Status
 	var failed []string
+	matrices := map[string]api.HealthMatrix{}
 	for _, s := range socks {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		st, err := api.NewClient(s).Status(ctx)
@@ -37,6 +40,14 @@ func Status(ctx context.Context, out io.Writer, o StatusOptions) error {
 			continue
 		}
 		all = append(all, st)
+		if o.Health {
+			m, err := healthMatrix(ctx, s)
+			if err != nil {
+				failed = append(failed, err.Error())
+			} else {
+				matrices[st.Node] = m
+			}
+		}
 	}
 	if o.Output == "json" {
 		enc := json.NewEncoder(out)
@@ -54,6 +65,10 @@ func Status(ctx context.Context, out io.Writer, o StatusOptions) error {
 				fmt.Fprintln(out)
 			}
 			printStatus(out, st)
+			if m, ok := matrices[st.Node]; ok {
+				fmt.Fprintln(out)
+				PrintHealth(out, m, time.Now())
+			}
 		}
 	}
 	if len(failed) > 0 {
@@ -73,6 +88,7 @@ func printStatus(out io.Writer, s api.Status) {
 	r.row("IPAM", "%d/%d allocated from %s", s.IPAM.Used, s.IPAM.Total, s.IPAM.CIDR)
 	r.row("Endpoints", "%d", s.Endpoints)
 	r.row("Nodes", "%d known", s.Nodes.Known)
+	r.health(s)
 	r.policy(s)
 	r.maps(s)
 	r.loops(s)

@@ -84,6 +84,9 @@ type Config struct {
 	// served (hubble-metrics).
 	HubbleMetricsServer string
 	HubbleMetrics       []string
+	// ClusterHealthPort is cluster-health-port: where every agent answers the other
+	// agents' health probes (internal/clusterhealth); 0 turns probing off.
+	ClusterHealthPort int
 
 	// Effective lists every key with its value and the source it came from.
 	Effective []Effective

@@ -27,6 +27,7 @@ func (k key) clusterWide() bool { return clusterWideKeys[k.name] }
 var clusterWideKeys = map[string]bool{
 	"cluster-cidr": true, "routing-mode": true, "tunnel-protocol": true, "tunnel-port": true,
 	"ipv4-native-routing-cidr": true, "lb-algorithm": true, "maglev-table-size": true,
+	"cluster-health-port": true,
 }
 
 var keys = []key{
@@ -166,6 +167,14 @@ var keys = []key{
 			return fmt.Errorf("must be 0 (detect from the uplink) or between 1280 and 65535")
 		}
 		c.MTU = n
+		return nil
+	}},
+	{"cluster-health-port", "4240", func(c *Config, v string) error {
+		p, err := strconv.ParseUint(v, 10, 16)
+		if err != nil {
+			return fmt.Errorf("must be a TCP port number (1-65535), or 0 to turn node health probing off")
+		}
+		c.ClusterHealthPort = int(p)
 		return nil
 	}},
 }

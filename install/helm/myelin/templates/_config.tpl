@@ -37,6 +37,7 @@ hubble-metrics-server: ""
 enable-hubble: {{ $v.hubble.enabled | quote }}
 hubble-event-buffer-capacity: {{ $v.hubble.eventBufferCapacity | int64 | quote }}
 hubble-listen-address: {{ $v.hubble.listenAddress | quote }}
+cluster-health-port: {{ $v.clusterHealthPort | int64 | quote }}
 {{- range $k, $val := $v.extraConfig }}
 {{ $k }}: {{ $val | quote }}
 {{- end }}
@@ -71,6 +72,7 @@ hubble-metrics: hubble.metrics.enabled
 enable-hubble: hubble.enabled
 hubble-listen-address: hubble.listenAddress
 hubble-event-buffer-capacity: hubble.eventBufferCapacity
+cluster-health-port: clusterHealthPort
 {{- end -}}
 
 {{- define "myelin.checkExtraConfig" -}}

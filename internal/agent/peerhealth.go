@@ -1,0 +1,112 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/clusterhealth"
+	"github.com/myelin-net/myelin/internal/k8s"
+)
+
+// peerHealthLoop is node health probing (internal/clusterhealth, docs/health.md): it
+// puts the node's health address on clusterhealth.DeviceName, answers the other
+// agents' probes on the node IP and that address at cluster-health-port, and probes
+// every other node the Node informer knows. Its view answers GET /v1/health and
+// the status summary.
+type peerHealthLoop struct {
+	node     string
+	port     int
+	nodeIP   netip.Addr
+	healthIP netip.Addr
+	nodes    *nodeWatch
+	prober   *clusterhealth.Prober
+	loops    *loops
+	log      *slog.Logger
+}
+
+// peerHealthLoopName is the loop's name in status.
+const peerHealthLoopName = "node-health"
+
+// newPeerHealth returns the loop, or nil with cluster-health-port 0.
+func (s *startup) newPeerHealth(nodes *nodeWatch) *peerHealthLoop {
+	if s.conf.ClusterHealthPort == 0 {
+		return nil
+	}
+	h := &peerHealthLoop{node: s.cfg.Node, port: s.conf.ClusterHealthPort, nodeIP: s.plan.NodeIP,
+		healthIP: clusterhealth.HealthAddr(s.podCIDR), nodes: nodes, loops: s.loops, log: s.log}
+	h.prober = &clusterhealth.Prober{Port: h.port, HealthIP: h.healthIP, Peers: h.peers, Matrix: clusterhealth.NewMatrix()}
+	return h
+}
+
+// Run sets up the health address and the responder, then probes until ctx ends. A
+// failure to set up is the loop's error in status (probing goes on: what this node
+// sees of the others is worth having even when they can't probe it).
+func (h *peerHealthLoop) Run(ctx context.Context) {
+	srv, err := h.serve()
+	h.loops.report(peerHealthLoopName, err)
+	if err != nil {
+		h.log.Error("node health: other nodes can't probe this one", "err", err)
+	} else {
+		defer srv.Close()
+	}
+	cache.WaitForCacheSync(ctx.Done(), h.nodes.informer.Informer().HasSynced)
+	h.prober.Run(ctx)
+}
+
+func (h *peerHealthLoop) serve() (*clusterhealth.Server, error) {
+	if err := clusterhealth.EnsureDevice(h.healthIP); err != nil {
+		return nil, err
+	}
+	return clusterhealth.Serve(h.node, []netip.Addr{h.nodeIP, h.healthIP}, h.port, h.log)
+}
+
+// peers are the other Nodes with an InternalIP, and their health addresses.
+func (h *peerHealthLoop) peers() []clusterhealth.Peer {
+	nodes, err := h.nodes.informer.Lister().List(labels.Everything())
+	if err != nil {
+		h.log.Error("node health: list Nodes", "err", err)
+		return nil
+	}
+	var out []clusterhealth.Peer
+	for _, n := range nodes {
+		ip := k8s.NodeInternalIP(n)
+		if n.Name == h.node || !ip.IsValid() {
+			continue
+		}
+		cidr, _ := netip.ParsePrefix(n.Spec.PodCIDR)
+		out = append(out, clusterhealth.Peer{Name: n.Name, NodeIP: ip, HealthIP: clusterhealth.HealthAddr(cidr)})
+	}
+	return out
+}
+
+func (h *peerHealthLoop) fillStatus(s *api.Status) {
+	sum := clusterhealth.Summary(h.prober.Matrix.Peers())
+	s.Health = &sum
+}
+
+func (h *peerHealthLoop) healthMatrix() api.HealthMatrix {
+	return api.HealthMatrix{Node: h.node, Interval: h.prober.Interval().String(), Port: h.port,
+		HealthIP: h.healthIP.String(), Peers: h.prober.Matrix.Peers()}
+}
+
+// healthSource is a view that also answers GET /v1/health.
+type healthSource interface {
+	view
+	healthMatrix() api.HealthMatrix
+}
+
+func (a *server) handleHealthMatrix(w http.ResponseWriter, _ *http.Request) {
+	h, ok := findView[healthSource](&a.views)
+	if !ok {
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("agent on node %s does not probe other nodes yet (starting, or cluster-health-port is 0)", a.cfg.Node))
+		return
+	}
+	writeJSON(w, http.StatusOK, h.healthMatrix())
+}

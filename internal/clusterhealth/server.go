@@ -1,0 +1,58 @@
+package clusterhealth
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"time"
+)
+
+// Server answers other agents' probes: GET HelloPath with this node's name, on each
+// of its addresses (the node IP and the health address) at cluster-health-port.
+type Server struct {
+	srv *http.Server
+}
+
+// Serve listens on every address at port and answers until Close. A port that is
+// taken is an error naming it and the key that sets it.
+func Serve(node string, addrs []netip.Addr, port int, log *slog.Logger) (*Server, error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+HelloPath, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(Hello{Node: node})
+	})
+	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: ProbeTimeout}}
+	var ls []net.Listener
+	for _, a := range addrs {
+		addr := net.JoinHostPort(a.String(), strconv.Itoa(port))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, l := range ls {
+				l.Close()
+			}
+			return nil, fmt.Errorf("listen on %s for node health probes: %w; choose another port with cluster-health-port (chart value clusterHealthPort), or 0 to turn probing off", addr, err)
+		}
+		ls = append(ls, l)
+	}
+	for _, l := range ls {
+		go func() {
+			if err := s.srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("node health server", "addr", l.Addr().String(), "err", err)
+			}
+		}()
+	}
+	return s, nil
+}
+
+// Close stops answering.
+func (s *Server) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = s.srv.Shutdown(ctx)
+}
