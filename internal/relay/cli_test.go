@@ -1,11 +1,13 @@
 package relay
 
 import (
+	"bufio"
 	"encoding/json"
 	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/myelin-net/myelin/internal/flow"
 	"github.com/myelin-net/myelin/internal/hubble"
@@ -64,4 +66,35 @@ func TestRelayWithHubbleCLI(t *testing.T) {
 	if !strings.Contains(st, "Connected Nodes: 1/2") || !strings.Contains(st, "b") {
 		t.Errorf("hubble status with b down:\n%s\nwant Connected Nodes: 1/2 and b listed unavailable", st)
 	}
+}
+
+// hubble observe --follow through the relay gets a flow a node reports after it started.
+func TestRelayFollowWithHubbleCLI(t *testing.T) {
+	bin := hubble.CLIBin()
+	if bin == "" {
+		testenv.Skipf(t, "needs the hubble CLI: run make setup (scripts/build-hubble.sh)")
+	}
+	live := make(chan *flow.Flow)
+	reqs := make(chan flow.Request, 10)
+	relay := startRelayAddr(t, startNode(t, "a", &nodeSource{history: []*flow.Flow{at("a", 1)}, live: live, reqs: reqs}))
+	cmd := exec.Command(bin, "observe", "--follow", "-o", "json", "--protocol", "tcp", "--server", relay)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	<-reqs // the relay's stream to the node is open
+	late := at("a", 7)
+	late.Time = time.Now()
+	live <- late
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), `"destination_port":7`) {
+			return
+		}
+	}
+	t.Errorf("hubble observe --follow ended without the live flow: %v", sc.Err())
 }

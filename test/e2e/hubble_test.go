@@ -151,6 +151,7 @@ func expectHubbleFlows(t *testing.T, what string, observe func(...string) ([]hub
 		if msg := check(fs); msg != "" {
 			return false, fmt.Sprintf("%d flows: %s", len(fs), msg)
 		}
+		t.Logf("hubble observe %s: %d flows, the last %+v", strings.Join(args, " "), len(fs), fs[len(fs)-1])
 		return true, ""
 	})
 }
@@ -176,6 +177,7 @@ func expectHubble(t *testing.T, what, bin string, args []string, want ...string)
 				return false, fmt.Sprintf("hubble %s: %v\n%s", strings.Join(argv, " "), err, out)
 			}
 		}
+		t.Logf("hubble %s:\n%s", strings.Join(argv, " "), out)
 		return true, ""
 	})
 }
