@@ -28,7 +28,7 @@ func TestBuildE2E(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{E2EAgnhost: "myelin.invalid/e2e/agnhost:2.56", E2EBusybox: "myelin.invalid/e2e/busybox:1.37.0-1",
-		E2EPause: "myelin.invalid/e2e/pause:3.10.1", CoreDNSImage: "myelin/coredns:v1.12.4"}
+		E2EPause: "myelin.invalid/e2e/pause:3.10.1", E2EJessieDnsutils: "myelin.invalid/e2e/jessie-dnsutils:1.7", CoreDNSImage: "myelin/coredns:v1.12.4"}
 	for image, ref := range want {
 		m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(E2EArchive(cache, image)) })
 		if err != nil || len(m) != 1 || strings.Join(m[0].RepoTags, ",") != ref {
