@@ -169,11 +169,11 @@ func podResolvesService(t *testing.T, cs kubernetes.Interface) {
 	})
 }
 
-// suiteTimeout is at most limit, and ends the suite (which still reports) 3 minutes
+// suiteTimeout is at most limit, and ends the suite (which still reports) 2 minutes
 // before go test's -timeout would kill the test without its cleanup (lab down).
 func suiteTimeout(t *testing.T, limit time.Duration) time.Duration {
 	if d, ok := t.Deadline(); ok {
-		return min(limit, time.Until(d)-3*time.Minute)
+		return min(limit, time.Until(d)-2*time.Minute)
 	}
 	return limit
 }
