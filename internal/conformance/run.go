@@ -77,7 +77,7 @@ func (s Suite) Run(ctx context.Context, r Run, progress io.Writer) (Result, erro
 	defer logf.Close()
 	report, _ := filepath.Abs(filepath.Join(r.OutDir, "report.json"))
 	_ = os.Remove(report)
-	ctx, cancel := context.WithTimeout(ctx, r.Timeout+5*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, r.Timeout+time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, s.Binary, s.args(r, report)...)
 	if s.Ginkgo != "" && exists(s.Ginkgo) && r.Procs > 1 {

@@ -19,10 +19,13 @@ const (
 	E2EAgnhost = "agnhost:2.56"
 	E2EBusybox = "busybox:1.37.0-1"
 	E2EPause   = "pause:3.10.1"
+	// E2EJessieDnsutils is the DNS tests' second querier (dig, getent, sh): our agnhost
+	// Debian base under the suite's name.
+	E2EJessieDnsutils = "jessie-dnsutils:1.7"
 )
 
 // E2ENames are the e2e images Build writes, in import order.
-var E2ENames = []string{E2EAgnhost, E2EBusybox, E2EPause}
+var E2ENames = []string{E2EAgnhost, E2EBusybox, E2EPause, E2EJessieDnsutils}
 
 // CoreDNSImage is the cluster DNS image the lab runs on --runtime containerd
 // (internal/clusterdns), built from the CoreDNS binary of make setup.
@@ -107,6 +110,12 @@ func e2eSpec(image string, o E2EOptions) (spec, error) {
 			file{path: "localhost.crt", src: filepath.Join(certs, "localhost.crt"), mode: 0o644},
 			file{path: "localhost.key", src: filepath.Join(certs, "localhost.key"), mode: 0o644})
 		return spec{base: base, files: files, entrypoint: []string{"/agnhost"}, cmd: []string{"pause"}}, err
+	case E2EJessieDnsutils:
+		base := filepath.Join(o.Cache, "images", "base", AgnhostBaseName+".tar")
+		if err := setup(base); err != nil {
+			return spec{}, err
+		}
+		return spec{base: base, files: []file{{path: "results", dir: true, mode: 0o777}}, cmd: []string{"/bin/bash"}}, nil
 	case E2EBusybox:
 		s, err := busyboxSpec(o.Busybox)
 		s.cmd = []string{"sh"}
