@@ -12,6 +12,7 @@ import (
 	"github.com/myelin-net/myelin/internal/endpoint"
 	"github.com/myelin-net/myelin/internal/flow"
 	"github.com/myelin-net/myelin/internal/flowstore"
+	"github.com/myelin-net/myelin/internal/policy"
 )
 
 // flowLoop feeds the node's flow store (nodeDatapath.flows) from the datapath's
@@ -29,6 +30,29 @@ type flowLoop struct {
 
 	pol      atomic.Pointer[policyLoop]
 	services atomic.Pointer[serviceLoop]
+	pods     podIndex // used only by the feeding goroutine
+}
+
+// podIndex is the policy loop's pods by address, rebuilt when its view changes: one
+// map lookup per address instead of a walk over every pod of the cluster.
+type podIndex struct {
+	view *policyView
+	byIP map[netip.Addr]*policy.Pod
+}
+
+func (x *podIndex) lookup(pol *policyLoop, ip netip.Addr) (*policy.Pod, bool) {
+	v := pol.view.Load()
+	if v == nil {
+		return nil, false
+	}
+	if v != x.view {
+		x.view, x.byIP = v, make(map[netip.Addr]*policy.Pod, len(v.input.Pods))
+		for i := range v.input.Pods {
+			x.byIP[v.input.Pods[i].IP] = &v.input.Pods[i]
+		}
+	}
+	p, ok := x.byIP[ip]
+	return p, ok
 }
 
 // startFlows creates the node's flow store (always: empty while flows are off, so
@@ -111,7 +135,7 @@ func (l *flowLoop) kernelLost() uint64 {
 // Endpoint implements flowstore.Resolver: the cluster's pod with ip.
 func (l *flowLoop) Endpoint(ip netip.Addr) flow.Endpoint {
 	if pol := l.pol.Load(); pol != nil {
-		if p, ok := pol.pod(ip); ok {
+		if p, ok := l.pods.lookup(pol, ip); ok {
 			return flow.Endpoint{Namespace: p.Namespace, Pod: p.Name, Labels: p.Labels, Node: p.Node}
 		}
 	}

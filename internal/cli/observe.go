@@ -72,7 +72,7 @@ func Observe(ctx context.Context, out io.Writer, o ObserveOptions) error {
 	return <-errc
 }
 
-const observeHeader = "TIME          NODE            SOURCE                                   DESTINATION                              TYPE    VERDICT    SUMMARY"
+const observeHeader = "TIME          NODE            SOURCE                                   DESTINATION                              TYPE           VERDICT    SUMMARY"
 
 // FormatFlow renders one flow as a table row.
 func FormatFlow(f *flow.Flow) string {
@@ -80,7 +80,7 @@ func FormatFlow(f *flow.Flow) string {
 	if f.Type == flow.TypeLost {
 		return fmt.Sprintf("%-13s %-15s lost %d flows (this reader was too slow, or the node's flow ring was full)", ts, f.Node, f.Lost)
 	}
-	return fmt.Sprintf("%-13s %-15s %-40s %-40s %-7s %-10s %s", ts, f.Node,
+	return fmt.Sprintf("%-13s %-15s %-40s %-40s %-14s %-10s %s", ts, f.Node,
 		flowEndpoint(f.Source, f.SrcPort), flowEndpoint(f.Destination, f.DstPort), f.Type, f.Verdict, flowSummary(f))
 }
 
