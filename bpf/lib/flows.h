@@ -37,6 +37,7 @@ volatile __u32 flows_enabled = 0;
 #define FLOW_TCP_FLAGS_OFF 13
 #define FLOW_TCP_REPORTED  0x07 /* FIN, SYN, RST */
 #define FLOW_DNS_PORT	   bpf_htons(53)
+#define FLOWS_WAKEUP_BYTES (FLOWS_RINGBUF_SIZE / 4)
 #define FLOW_UDP_HLEN	   8
 
 /* flows_fill sets the record's common fields and ports (ICMP: type and code). */
@@ -64,6 +65,18 @@ static __always_inline void flows_fill(struct __sk_buff *skb, const struct ipv4_
 	}
 }
 
+/*
+ * flows_wakeup: records wake the agent only once a quarter of the ring is
+ * used; it reads the rest every 100 ms (datapath.FlowReader). A wakeup per
+ * record would cost a context switch per new connection.
+ */
+static __always_inline __u64 flows_wakeup(void)
+{
+	if (bpf_ringbuf_query(&myelin_flows, BPF_RB_AVAIL_DATA) >= FLOWS_WAKEUP_BYTES)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
+
 static __always_inline void flows_lost(struct __sk_buff *skb, __u8 dir)
 {
 	metrics_add(dir, REASON_FLOWS_LOST, skb->len);
@@ -88,7 +101,7 @@ static __always_inline void flows_emit(struct __sk_buff *skb, const struct ipv4_
 		r->packets = st->packets;
 		r->bytes = st->bytes;
 	}
-	bpf_ringbuf_submit(r, 0);
+	bpf_ringbuf_submit(r, flows_wakeup());
 }
 
 /* flows_dns writes a UDP/53 packet's record with the start of its payload. */
@@ -110,7 +123,7 @@ static __always_inline void flows_dns(struct __sk_buff *skb, const struct ipv4_i
 	if (n == 0 || bpf_skb_load_bytes(skb, off, d->payload, n) < 0)
 		n = 0;
 	d->hdr.payload_len = n;
-	bpf_ringbuf_submit(d, 0);
+	bpf_ringbuf_submit(d, flows_wakeup());
 }
 
 /* flows_is_dns: a UDP packet to or from port 53. */

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/endpoint"
@@ -27,8 +28,31 @@ type flowLoop struct {
 	loops   *loops
 	log     *slog.Logger
 
-	pods     atomic.Pointer[func(netip.Addr) (policy.Pod, bool)]
+	pol      atomic.Pointer[policyLoop]
 	services atomic.Pointer[serviceLoop]
+	pods     podIndex // used only by the feeding goroutine
+}
+
+// podIndex is the policy loop's pods by address, rebuilt when its view changes: one
+// map lookup per address instead of a walk over every pod of the cluster.
+type podIndex struct {
+	view *policyView
+	byIP map[netip.Addr]*policy.Pod
+}
+
+func (x *podIndex) lookup(pol *policyLoop, ip netip.Addr) (*policy.Pod, bool) {
+	v := pol.view.Load()
+	if v == nil {
+		return nil, false
+	}
+	if v != x.view {
+		x.view, x.byIP = v, make(map[netip.Addr]*policy.Pod, len(v.input.Pods))
+		for i := range v.input.Pods {
+			x.byIP[v.input.Pods[i].IP] = &v.input.Pods[i]
+		}
+	}
+	p, ok := x.byIP[ip]
+	return p, ok
 }
 
 // startFlows creates the node's flow store (always: empty while flows are off, so
@@ -46,8 +70,7 @@ func (s *startup) startFlows(node *nodeDatapath) *flowLoop {
 
 // resolveWith lets the loop name pods of other nodes and Services once those loops run.
 func (l *flowLoop) resolveWith(pol *policyLoop, svc *serviceLoop) {
-	pods := pol.pod
-	l.pods.Store(&pods)
+	l.pol.Store(pol)
 	if svc != nil {
 		l.services.Store(svc)
 	}
@@ -67,16 +90,52 @@ func (l *flowLoop) Run(ctx context.Context) {
 		return
 	}
 	l.loops.report("flows", nil)
+	go l.reportKernelLost(ctx)
 	l.store.Feed(ctx, r, l.origin, l, l.log)
 	if err := l.dp.SetFlows(false); err != nil {
 		l.log.Error("switch flows off", "err", err)
 	}
 }
 
+// reportKernelLost adds a LOST flow every second in which the datapath's flow ring
+// had no room for records (FLOWS_LOST), so followers learn of them too.
+func (l *flowLoop) reportKernelLost(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	last := l.kernelLost()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n := l.kernelLost()
+		if n > last {
+			l.store.Add(&flow.Flow{Time: time.Now(), Node: l.origin.Node, Type: flow.TypeLost, Lost: n - last})
+		}
+		last = n
+	}
+}
+
+// kernelLost is the datapath's count of flow records its ring had no room for.
+func (l *flowLoop) kernelLost() uint64 {
+	metrics, err := l.dp.Metrics()
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	for _, m := range metrics {
+		if m.Reason == "FLOWS_LOST" {
+			n += m.Packets
+		}
+	}
+	return n
+}
+
 // Endpoint implements flowstore.Resolver: the cluster's pod with ip.
 func (l *flowLoop) Endpoint(ip netip.Addr) flow.Endpoint {
-	if f := l.pods.Load(); f != nil {
-		if p, ok := (*f)(ip); ok {
+	if pol := l.pol.Load(); pol != nil {
+		if p, ok := l.pods.lookup(pol, ip); ok {
 			return flow.Endpoint{Namespace: p.Namespace, Pod: p.Name, Labels: p.Labels, Node: p.Node}
 		}
 	}

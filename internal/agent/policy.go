@@ -195,15 +195,6 @@ func (p *policyLoop) podName(ip netip.Addr) string {
 	return ""
 }
 
-// pod returns the pod owning ip, for flows of pods on any node.
-func (p *policyLoop) pod(ip netip.Addr) (policy.Pod, bool) {
-	v := p.view.Load()
-	if v == nil {
-		return policy.Pod{}, false
-	}
-	return policy.PodByIP(v.input.Pods, ip)
-}
-
 // policyEvents reports each policy problem once as a Warning Event on the
 // policy (and again when its message changes).
 type policyEvents struct {

@@ -88,13 +88,16 @@ func (s *stageBuilder) sourceCheckOff(n int, withCheck Environment) {
 
 // myelinStage is a myelin lab in profile: nodes 1-2 with BPF host routing, nodes 3-4
 // moved to legacy host routing by a NodeConfig. The native stage has a fifth node,
-// BPF with source validation off, for what the check costs.
+// BPF with source validation off, for what the check costs, and a sixth, BPF with
+// flows off, for what flow records cost.
 func myelinStage(profile, prefix string) []Case {
 	spec := LabSpec{Nodes: 4, CNI: string(labplan.CNIMyelin), Profile: profile, Overrides: []NodeOverride{
 		{Name: "legacy", Nodes: []string{labplan.NodeName(3), labplan.NodeName(4)}, Settings: map[string]string{"host-routing": "legacy"}},
 	}}
 	if profile == StageNative {
-		spec.Nodes = 5
+		spec.Nodes = 6
+		spec.Overrides = append(spec.Overrides, NodeOverride{Name: "no-flows",
+			Nodes: []string{labplan.NodeName(6)}, Settings: map[string]string{flowsKey: "false"}})
 		spec.Overrides = append(spec.Overrides, NodeOverride{Name: "no-source-check",
 			Nodes: []string{labplan.NodeName(5)}, Settings: map[string]string{sourceValidationKey: "false"}})
 	}
@@ -103,7 +106,8 @@ func myelinStage(profile, prefix string) []Case {
 	s.pods("legacy", GroupMyelin, 3, 4, hostRoutingLegacy)
 	if profile == StageNative {
 		s.sourceCheckOff(5, bpfSame)
-		s.policyCases(1, 2) // policycases.go
+		s.flowsOff(6, 1, bpfSame) // flowcases.go
+		s.policyCases(1, 2)       // policycases.go
 	}
 	return s.cases
 }

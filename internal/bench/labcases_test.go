@@ -68,13 +68,19 @@ func TestLabCases(t *testing.T) {
 			t.Errorf("%s: not named after its stage %s", c.Name, c.Stage)
 		}
 	}
+	if c, ok := byName["native/bpf-noflows-same-node/tcp-stream/same-vcpu"]; !ok {
+		t.Error("no case native/bpf-noflows-same-node/tcp-stream/same-vcpu")
+	} else if c.Env.(*LabEnv).part != (noFlowsPair{podPair: podPair{client: labplan.NodeName(6), server: labplan.NodeName(6), hostRouting: hostRoutingBPF},
+		flowsOnNode: labplan.NodeName(1)}) || c.Baseline != "native/bpf-same-node/tcp-stream/same-vcpu" {
+		t.Errorf("native flows off: pods %+v, compared to %s; want both pods on node 6, compared to native/bpf-same-node/tcp-stream/same-vcpu", c.Env.(*LabEnv).part, c.Baseline)
+	}
 	// Source validation off on a fifth native node, and only there.
 	if _, ok := byName["tunnel/bpf-nocheck-same-node/tcp-rr/same-vcpu"]; ok {
 		t.Error("the tunnel stage measures source validation off; only native should")
 	}
 	if c, ok := byName["native/bpf-nocheck-same-node/tcp-rr/cross-vcpu"]; !ok {
 		t.Error("no case native/bpf-nocheck-same-node/tcp-rr/cross-vcpu")
-	} else if spec := c.Env.(*LabEnv).cluster.Spec; spec.Nodes != 5 || !reflect.DeepEqual(spec.Overrides[len(spec.Overrides)-1], NodeOverride{Name: "no-source-check", Nodes: []string{labplan.NodeName(5)}, Settings: map[string]string{sourceValidationKey: "false"}}) ||
+	} else if spec := c.Env.(*LabEnv).cluster.Spec; spec.Nodes != 6 || !reflect.DeepEqual(spec.Overrides[len(spec.Overrides)-1], NodeOverride{Name: "no-source-check", Nodes: []string{labplan.NodeName(5)}, Settings: map[string]string{sourceValidationKey: "false"}}) ||
 		c.Env.(*LabEnv).part != (podPair{client: labplan.NodeName(5), server: labplan.NodeName(5), hostRouting: hostRoutingBPF, sourceCheckOff: true}) {
 		t.Errorf("native source check off: lab %+v, pods %+v; want node 5 of 5 off, both pods there", spec, c.Env.(*LabEnv).part)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
@@ -54,6 +55,10 @@ func (d *Datapath) SetFlows(on bool) error {
 	return setFlag(d.objs.FlowsEnabled, "flows_enabled", on)
 }
 
+// flowPoll is how often the reader looks at the ring: the datapath wakes it only once
+// a quarter of the ring is used (bpf/lib/flows.h), so a record waits at most this long.
+const flowPoll = 100 * time.Millisecond
+
 // FlowReader reads the flow ring buffer. One reader per datapath.
 type FlowReader struct {
 	rd *ringbuf.Reader
@@ -65,12 +70,24 @@ func (d *Datapath) NewFlowReader() (*FlowReader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open flows reader: %w", err)
 	}
+	rd.SetDeadline(time.Now().Add(flowPoll))
 	return &FlowReader{rd: rd}, nil
 }
 
 // Read blocks until the next record. After Close it returns an error wrapping
 // os.ErrClosed.
 func (r *FlowReader) Read() (FlowRecord, error) {
+	for {
+		fr, err := r.read()
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return fr, err
+		}
+		r.rd.SetDeadline(time.Now().Add(flowPoll)) // the ring is drained: look again later
+	}
+}
+
+// read returns the next record, or os.ErrDeadlineExceeded at the reader's deadline.
+func (r *FlowReader) read() (FlowRecord, error) {
 	rec, err := r.rd.Read()
 	if err != nil {
 		return FlowRecord{}, fmt.Errorf("read flow record: %w", err)

@@ -12,7 +12,7 @@ import (
 // nextFlow reads one flow record, or fails with errNoEvent after timeout.
 func nextFlow(r *FlowReader, timeout time.Duration) (FlowRecord, error) {
 	r.rd.SetDeadline(time.Now().Add(timeout))
-	fr, err := r.Read()
+	fr, err := r.read()
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return FlowRecord{}, errNoEvent
 	}

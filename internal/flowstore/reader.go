@@ -6,12 +6,19 @@ import (
 	"log/slog"
 
 	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/flow"
 )
 
 // RecordReader reads datapath flow records (datapath.FlowReader).
 type RecordReader interface {
 	Read() (datapath.FlowRecord, error)
 	Close() error
+}
+
+// PolicyVerdicter is a Resolver that also knows NetworkPolicy: PolicyVerdict returns
+// the POLICY_VERDICT flow that goes with f, or nil.
+type PolicyVerdicter interface {
+	PolicyVerdict(f *flow.Flow) *flow.Flow
 }
 
 // Feed reads records from r, converts them and adds them to s until ctx ends or r
@@ -33,6 +40,12 @@ func (s *Store) Feed(ctx context.Context, r RecordReader, o Origin, res Resolver
 			}
 			return
 		}
-		s.Add(Convert(rec, o, res))
+		f := Convert(rec, o, res)
+		s.Add(f)
+		if pv, ok := res.(PolicyVerdicter); ok {
+			if v := pv.PolicyVerdict(f); v != nil {
+				s.Add(v)
+			}
+		}
 	}
 }

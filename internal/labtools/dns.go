@@ -21,6 +21,11 @@ func ServeDNS(ctx context.Context, listen string, answer netip.Addr) error {
 	if err != nil {
 		return fmt.Errorf("serve DNS on %s: %w", listen, err)
 	}
+	return serveDNS(ctx, conn, answer)
+}
+
+// serveDNS answers on conn until ctx ends; it closes conn.
+func serveDNS(ctx context.Context, conn net.PacketConn, answer netip.Addr) error {
 	go func() {
 		<-ctx.Done()
 		conn.Close()
@@ -32,7 +37,7 @@ func ServeDNS(ctx context.Context, listen string, answer netip.Addr) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("serve DNS on %s: %w", listen, err)
+			return fmt.Errorf("serve DNS on %s: %w", conn.LocalAddr(), err)
 		}
 		if reply, err := dnsAnswer(buf[:n], answer); err == nil {
 			_, _ = conn.WriteTo(reply, addr)

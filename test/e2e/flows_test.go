@@ -68,6 +68,11 @@ func TestLabMyelinFlows(t *testing.T) {
 		func(f *flow.Flow) bool {
 			return f.Type == flow.TypeDrop && f.DropReason == "DROP_POLICY_DENIED" && f.Source.Pod == "flow-client"
 		})
+	expectFlow(t, "policy verdict of the drop", []string{"--type", "policy_verdict", "--to-pod", "flow-server"},
+		func(f *flow.Flow) bool { return f.Verdict == flow.Dropped && f.Source.Pod == "flow-client" })
+	if out, err := myelin("observe", "--pod", "flow-server"); err == nil {
+		t.Logf("myelin observe --pod flow-server:\n%s", out)
+	}
 	if out, err := myelin("observe", "--verdict", "maybe"); err == nil || !strings.Contains(out, `--verdict "maybe"`) {
 		t.Errorf("observe --verdict maybe: %v %q, want an error naming the filter", err, out)
 	}
