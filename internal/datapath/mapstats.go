@@ -15,6 +15,7 @@ const (
 	MapKindNAT       = "nat"       // masquerade and NodePort SNAT
 	MapKindPolicy    = "policy"    // ipcache, per-pod flags, allow entries
 	MapKindFragments = "fragments" // IPv4 fragments in flight
+	MapKindFlows     = "flows"     // UDP/ICMP flows aggregated for flow records
 )
 
 // MapStat is how full one of the datapath's hash, LRU or LPM maps is.
@@ -26,7 +27,7 @@ type MapStat struct {
 }
 
 // MapStats counts the entries of every map that can run full: endpoints,
-// routing, NAT, conntrack, policy, fragments and, with load balancing, the
+// routing, NAT, conntrack, policy, fragments, flow state and, with load balancing, the
 // Service maps. Arrays (always full by construction), per-CPU counters and the
 // ring buffer are left out. It walks each map, so call it for a scrape or a
 // status, not per packet.
@@ -45,6 +46,7 @@ func (d *Datapath) MapStats() ([]MapStat, error) {
 		{"myelin_policy", MapKindPolicy, o.MyelinPolicy},
 		{"myelin_policy_ct", MapKindConntrack, o.MyelinPolicyCt},
 		{"myelin_frags", MapKindFragments, o.MyelinFrags},
+		{"myelin_flow_state", MapKindFlows, o.MyelinFlowState},
 	}
 	if d.cfg.LoadBalancing {
 		maps = append(maps, []struct {

@@ -79,6 +79,7 @@ var (
 	fwdPktsDesc     = desc("forward_count_total", "Packets the datapath forwarded, by direction and path (bpf: redirected by BPF; stack: handed to the kernel stack).", "direction", "path")
 	fwdBytesDesc    = desc("forward_bytes_total", "Bytes of the packets the datapath forwarded, by direction and path.", "direction", "path")
 	eventsLostDesc  = desc("datapath_events_lost_total", "Datapath events (drops, traces) lost because the ring buffer was full, by direction.", "direction")
+	flowsLostDesc   = desc("flows_lost_total", "Flow records lost because the flow ring buffer was full (the packets went on), by direction.", "direction")
 	icmpSuppDesc    = desc("icmp_rejects_suppressed_total", "Service rejects (no backend) left unanswered because the ICMP rate limit was reached.")
 	attachErrDesc   = desc("bpf_attach_errors_total", "BPF program attachments (uplink, VXLAN device, pod veths) that failed since the datapath loaded.")
 	loadedDesc      = desc("datapath_loaded", "1 once the BPF datapath is loaded and attached to the uplink, else 0.")
@@ -93,7 +94,7 @@ var (
 
 var allDescs = []*prometheus.Desc{endpointsDesc, ipamUsedDesc, ipamTotalDesc, servicesDesc, frontendsDesc,
 	backendsDesc, mapEntriesDesc, mapCapDesc, mapPressureDesc, ctEntriesDesc, natEntriesDesc, dropPktsDesc,
-	dropBytesDesc, fwdPktsDesc, fwdBytesDesc, eventsLostDesc, icmpSuppDesc, attachErrDesc, loadedDesc,
+	dropBytesDesc, fwdPktsDesc, fwdBytesDesc, eventsLostDesc, flowsLostDesc, icmpSuppDesc, attachErrDesc, loadedDesc,
 	hostRoutingDesc, routingDesc, ctrlRunsDesc, ctrlErrsDesc, ctrlFailDesc, gcRunsDesc, gcRemovedDesc}
 
 // snapshotCollector turns the Snapshot of each scrape into metrics.

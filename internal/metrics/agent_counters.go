@@ -29,7 +29,7 @@ func collectMaps(ch chan<- prometheus.Metric, s Snapshot) {
 }
 
 // collectCounters splits the datapath's counters into drops (every DROP_ reason,
-// and reasons this build has no name for), forwards and lost events.
+// and reasons this build has no name for), forwards, lost events and lost flows.
 func collectCounters(ch chan<- prometheus.Metric, s Snapshot) {
 	for _, c := range s.Counters {
 		switch {
@@ -41,6 +41,8 @@ func collectCounters(ch chan<- prometheus.Metric, s Snapshot) {
 			ch <- counter(fwdBytesDesc, c.Bytes, c.Direction, "stack")
 		case c.Reason == "EVENTS_LOST":
 			ch <- counter(eventsLostDesc, c.Packets, c.Direction)
+		case c.Reason == "FLOWS_LOST":
+			ch <- counter(flowsLostDesc, c.Packets, c.Direction)
 		default:
 			reason := c.Reason
 			if !strings.HasPrefix(reason, "DROP_") {

@@ -25,6 +25,7 @@ func knownSnapshot() Snapshot {
 			{Direction: "to-pod", Reason: "DROP_POLICY_DENIED", Packets: 4, Bytes: 240},
 			{Direction: "from-pod", Reason: "REASON_77", Packets: 1, Bytes: 60},
 			{Direction: "from-netdev", Reason: "EVENTS_LOST", Packets: 5},
+			{Direction: "to-pod", Reason: "FLOWS_LOST", Packets: 2},
 		},
 		RoutingMode: "native", HostRouting: "BPF",
 		Controllers: []Controller{{Name: "services", Runs: 7, Errors: 1, Failing: true}},
@@ -64,6 +65,9 @@ myelin_forward_bytes_total{direction="from-pod",path="stack"} 200
 # HELP myelin_datapath_events_lost_total Datapath events (drops, traces) lost because the ring buffer was full, by direction.
 # TYPE myelin_datapath_events_lost_total counter
 myelin_datapath_events_lost_total{direction="from-netdev"} 5
+# HELP myelin_flows_lost_total Flow records lost because the flow ring buffer was full (the packets went on), by direction.
+# TYPE myelin_flows_lost_total counter
+myelin_flows_lost_total{direction="to-pod"} 2
 # HELP myelin_host_routing_mode The node's host routing mode (bpf or legacy) with the reason for a fallback; the series of the mode in use is 1.
 # TYPE myelin_host_routing_mode gauge
 myelin_host_routing_mode{mode="bpf",reason=""} 1
@@ -76,7 +80,7 @@ myelin_datapath_gc_entries_removed_total{table="nat"} 9
 `
 	names := []string{"myelin_endpoints", "myelin_service_backends", "myelin_bpf_map_pressure", "myelin_nat_entries",
 		"myelin_conntrack_entries", "myelin_drop_count_total", "myelin_forward_bytes_total", "myelin_datapath_events_lost_total",
-		"myelin_host_routing_mode", "myelin_controller_errors_total", "myelin_datapath_gc_entries_removed_total"}
+		"myelin_flows_lost_total", "myelin_host_routing_mode", "myelin_controller_errors_total", "myelin_datapath_gc_entries_removed_total"}
 	if err := testutil.GatherAndCompare(a.Registry(), strings.NewReader(want), names...); err != nil {
 		t.Error(err)
 	}

@@ -55,6 +55,7 @@ func TestLabMyelinMetrics(t *testing.T) {
 		t.Errorf("DNS query to the resolver pod: %v %q", err, out)
 	}
 	after := sumOf(scrape(t, bin, n1, 9962), "myelin_forward_bytes_total", nil)
+	t.Logf("%s myelin_forward_bytes_total: %v before the traffic, %v after", n1, before, after)
 	if after <= before {
 		t.Errorf("myelin_forward_bytes_total on %s: %v before 6 HTTP exchanges, %v after; want it to grow", n1, before, after)
 	}
@@ -77,6 +78,9 @@ func checkAgentMetrics(t *testing.T, cs kubernetes.Interface, bin, n1, n2 string
 		want := podsOnNode(t, cs, node)
 		eventually(t, 30*time.Second, node+": myelin_endpoints = its pods", func(context.Context) (bool, string) {
 			got := sumOf(scrape(t, bin, node, 9962), "myelin_endpoints", nil)
+			if got == float64(want) {
+				t.Logf("%s: myelin_endpoints %v = its %d pods", node, got, want)
+			}
 			return got == float64(want), fmt.Sprintf("myelin_endpoints %v, pods on the node %d", got, want)
 		})
 	}
@@ -104,6 +108,11 @@ func checkAgentMetrics(t *testing.T, cs kubernetes.Interface, bin, n1, n2 string
 			if got := sumOf(m, c.name, c.labels); got < c.min {
 				bad = append(bad, fmt.Sprintf("%s%v = %v, want >= %v", c.name, c.labels, got, c.min))
 			}
+		}
+		if len(bad) == 0 {
+			t.Logf("%s: DROP_POLICY_DENIED drops %v, Services %v, Service sync latency observations %v", n2,
+				sumOf(m, "myelin_drop_count_total", map[string]string{"reason": "DROP_POLICY_DENIED"}),
+				sumOf(m, "myelin_services", nil), sumOf(m, "myelin_api_sync_latency_seconds", nil))
 		}
 		if _, ok := m["myelin_conntrack_entries"]; !ok {
 			bad = append(bad, "no myelin_conntrack_entries")
@@ -134,6 +143,11 @@ func checkFlowMetrics(t *testing.T, bin, n1, n2 string) {
 			if got := sumOf(m1, c.name, c.labels) + sumOf(m2, c.name, c.labels); got < 1 {
 				bad = append(bad, fmt.Sprintf("%s%v = %v on both nodes, want >= 1", c.name, c.labels, got))
 			}
+		}
+		if len(bad) == 0 {
+			t.Logf("hubble_drop_total{reason=POLICY_DENIED}: %v, hubble_flows_processed_total: %v",
+				sumOf(m1, "hubble_drop_total", nil)+sumOf(m2, "hubble_drop_total", nil),
+				sumOf(m1, "hubble_flows_processed_total", nil)+sumOf(m2, "hubble_flows_processed_total", nil))
 		}
 		return len(bad) == 0, strings.Join(bad, "; ")
 	})
