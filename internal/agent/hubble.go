@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 
@@ -21,7 +22,8 @@ func HubbleSocket(stateDir string) string { return filepath.Join(stateDir, "hubb
 
 // serveHubble serves the Hubble Observer API over the node's flow store on the local
 // socket and, when hubble-listen-address is set, on TCP for the relay, until ctx ends.
-func serveHubble(ctx context.Context, cfg Config, listen string, store *flowstore.Store, log *slog.Logger) error {
+// GetNodes reports the TCP listener's address, with nodeIP for a wildcard one.
+func serveHubble(ctx context.Context, cfg Config, listen string, nodeIP netip.Addr, store *flowstore.Store, log *slog.Logger) error {
 	sock := HubbleSocket(cfg.StateDir)
 	if err := os.Remove(sock); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("remove stale hubble socket %s: %w", sock, err)
@@ -40,9 +42,9 @@ func serveHubble(ctx context.Context, cfg Config, listen string, store *flowstor
 		}
 		lis = append(lis, t)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(hubble.ServerOptions()...)
 	hubble.Register(g, hubble.NewServer(hubble.Config{
-		Node: cfg.Node, Address: lis[len(lis)-1].Addr().String(), Version: version.Version, Source: store,
+		Node: cfg.Node, Address: hubble.NodeAddress(lis[len(lis)-1].Addr(), nodeIP), Version: version.Version, Source: store,
 		Stats: func() hubble.Stats {
 			st := store.Stats()
 			return hubble.Stats{Stored: st.Stored, Capacity: st.Capacity, Seen: st.Added}

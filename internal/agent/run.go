@@ -81,7 +81,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer httpSrv.Close()
-	if err := serveHubble(ctx, cfg, st.conf.HubbleListenAddress, node.flows, log); err != nil { // hubble.go
+	if err := serveHubble(ctx, cfg, st.conf.HubbleListenAddress, st.plan.NodeIP, node.flows, log); err != nil { // hubble.go
 		return err
 	}
 	svc, err := newServiceLoop(st.plan, node.dp, st.cs, loops, log)

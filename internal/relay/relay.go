@@ -68,7 +68,7 @@ func New(cfg Config) *Relay {
 
 // Serve answers the Hubble API on lis until ctx ends.
 func (r *Relay) Serve(ctx context.Context, lis net.Listener) error {
-	g := grpc.NewServer()
+	g := grpc.NewServer(hubble.ServerOptions()...)
 	hubble.Register(g, r)
 	go func() {
 		<-ctx.Done()
@@ -123,7 +123,7 @@ func (r *Relay) current(ctx context.Context) ([]peerConn, error) {
 		if !ok {
 			var err error
 			c, err = grpc.NewClient(p.Address, grpc.WithTransportCredentials(insecure.NewCredentials()),
-				grpc.WithConnectParams(connectParams))
+				grpc.WithConnectParams(connectParams), grpc.WithKeepaliveParams(hubble.ClientKeepalive))
 			if err != nil {
 				return nil, fmt.Errorf("connect to hubble peer %s (%s): %w", p.Name, p.Address, err)
 			}
