@@ -3,6 +3,7 @@ package main
 import (
 	"log/slog"
 	"os"
+	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -17,16 +18,20 @@ func relayCommand() *cobra.Command {
 		Short: "Serve the Hubble Observer API for the whole cluster, merging every agent's flows (hubble observe --server HOST:4245)",
 		Long: "relay serves the Hubble Observer API (hubble observe, hubble status) for the cluster: it finds the agents from the\n" +
 			"Kubernetes Nodes (InternalIP on --peer-port) or the --peer flags, merges their flows in time order, and reports\n" +
-			"nodes it cannot reach as unavailable without holding up the others. See docs/hubble.md.",
+			"nodes it cannot reach as unavailable without holding up the others. See docs/hubble.md.\n\n" +
+			"The relay has NO authentication and no TLS: whoever reaches --listen reads every flow of every node. The default\n" +
+			"listens on loopback only; listen on a pod or node address (the chart uses --listen=:4245) only where a\n" +
+			"NetworkPolicy or firewall limits who connects (docs/hubble.md, \"Exposure\"). Without --follow it returns at most\n" +
+			"the newest " + strconv.Itoa(relay.MaxLast) + " flows (--last N with a larger N, or none, gets that many).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return relay.Run(cmd.Context(), o, slog.New(slog.NewTextHandler(os.Stderr, nil)))
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Listen, "listen", ":4245", "address to serve the Hubble API on")
+	f.StringVar(&o.Listen, "listen", "127.0.0.1:4245", "host:port to serve the Hubble API on, without authentication (\":4245\": every address of the host or pod)")
 	f.StringArrayVar(&o.Peers, "peer", nil, "an agent's Hubble address, name=host:port or host:port (repeat; default: discover from the Nodes)")
-	f.IntVar(&o.PeerPort, "peer-port", 4244, "the agents' Hubble port (hubble-listen-address) on discovered Nodes")
+	f.IntVar(&o.PeerPort, "peer-port", 4244, "the agents' Hubble port (hubble-listen-address) on discovered Nodes' InternalIP; agents listening on loopback only are unreachable")
 	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig to list Nodes with (default: in-cluster)")
 	return cmd
 }
