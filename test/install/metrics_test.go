@@ -115,4 +115,3 @@ func mapsEqual(a, b map[string]string) bool {
 	}
 	return true
 }
-
