@@ -28,9 +28,11 @@ var ErrTooManyFollowers = errors.New("too many follow streams")
 // Store keeps a node's newest flows and hands them to readers and sinks. Safe for
 // concurrent use. The zero value is not usable; use New.
 type Store struct {
-	// fanMu orders the hand-off of new flows to followers: Add takes it before it
-	// releases mu, so followers see flows in order while filters run outside mu.
+	// fanMu serializes Add: taken before mu and held while the followers' filters run
+	// after mu is released, so followers see flows in store order and readers, Stats
+	// and new followers never wait for filters.
 	fanMu     sync.Mutex
+	fanout    []*follower // Add's copy of followers (under fanMu)
 	mu        sync.Mutex
 	ring      []*flow.Flow // capacity slots; next is the oldest once full
 	next      int
@@ -60,6 +62,8 @@ func (s *Store) AddSink(sink flow.Sink) {
 // the sinks and to every follower that keeps up. Followers' filters run outside the
 // store's lock, so readers and Stats never wait for them.
 func (s *Store) Add(f *flow.Flow) {
+	s.fanMu.Lock()
+	defer s.fanMu.Unlock()
 	s.mu.Lock()
 	s.ring[s.next] = f
 	s.next++
@@ -70,17 +74,12 @@ func (s *Store) Add(f *flow.Flow) {
 	for _, sink := range s.sinks {
 		sink.Observe(f)
 	}
-	var fos []*follower
-	if len(s.followers) > 0 {
-		fos = make([]*follower, 0, len(s.followers))
-		for fo := range s.followers {
-			fos = append(fos, fo)
-		}
+	s.fanout = s.fanout[:0]
+	for fo := range s.followers {
+		s.fanout = append(s.fanout, fo)
 	}
-	s.fanMu.Lock()
 	s.mu.Unlock()
-	defer s.fanMu.Unlock()
-	for _, fo := range fos {
+	for _, fo := range s.fanout {
 		fo.offer(f)
 	}
 }
