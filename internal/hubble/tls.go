@@ -17,7 +17,9 @@ type ServerTLS struct {
 }
 
 // Enabled says whether TLS is configured at all.
-func (c ServerTLS) Enabled() bool { return c.CertFile != "" || c.KeyFile != "" || len(c.ClientCAFiles) > 0 }
+func (c ServerTLS) Enabled() bool {
+	return c.CertFile != "" || c.KeyFile != "" || len(c.ClientCAFiles) > 0
+}
 
 // Credentials loads the files; what names the settings in errors (flags or keys).
 func (c ServerTLS) Credentials(what string) (credentials.TransportCredentials, error) {
