@@ -11,6 +11,7 @@ import (
 	"math/big"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/myelin-net/myelin/internal/hubble"
+	"github.com/myelin-net/myelin/internal/testenv"
 )
 
 // testPKI writes a CA and certificates it signed into dir: name.crt, name.key.
@@ -160,5 +162,39 @@ func TestTLSConfigErrors(t *testing.T) {
 	write(t, filepath.Join(dir, "ca.crt"), []byte("not pem"))
 	if _, err := (hubble.ClientTLS{CAFile: filepath.Join(dir, "ca.crt")}).Credentials("x"); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
 		t.Errorf("a CA file without PEM: %v", err)
+	}
+}
+
+// The upstream hubble CLI with its TLS flags against a relay requiring client
+// certificates: with one it gets the status, without one it is refused.
+func TestRelayTLSWithHubbleCLI(t *testing.T) {
+	bin := hubble.CLIBin()
+	if bin == "" {
+		testenv.Skipf(t, "needs the hubble CLI: run make setup (scripts/build-hubble.sh)")
+	}
+	pki := newPKI(t)
+	pki.issue(t, "relay", &x509.Certificate{DNSNames: []string{"relay.hubble.myelin"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	pki.issue(t, "client", &x509.Certificate{ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	creds, err := hubble.ServerTLS{CertFile: pki.file("relay.crt"), KeyFile: pki.file("relay.key"),
+		ClientCAFiles: []string{pki.file("ca.crt")}}.Credentials("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(Config{Discover: Static([]Peer{startNode(t, "a", &nodeSource{})}), ServerCreds: creds})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go r.Serve(ctx, lis)
+	t.Cleanup(func() { cancel(); r.Close() })
+	tlsArgs := []string{"status", "--server", lis.Addr().String(), "--tls", "--tls-server-name", "relay.hubble.myelin",
+		"--tls-ca-cert-files", pki.file("ca.crt"), "--timeout", "10s"}
+	out, err := exec.Command(bin, append(tlsArgs, "--tls-client-cert-file", pki.file("client.crt"), "--tls-client-key-file", pki.file("client.key"))...).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "Connected Nodes: 1/1") {
+		t.Errorf("hubble status with a client certificate: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(bin, tlsArgs...).CombinedOutput(); err == nil {
+		t.Errorf("hubble status without a client certificate succeeded:\n%s", out)
 	}
 }
