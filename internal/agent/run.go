@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/hubble"
 )
 
 // Config is the agent's bootstrap configuration: where things are on this node. The
@@ -81,7 +82,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer httpSrv.Close()
-	if err := serveHubble(ctx, cfg, st.conf.HubbleListenAddress, node.flows, log); err != nil { // hubble.go
+	if err := serveHubble(ctx, cfg, hubbleListen{Addr: st.conf.HubbleListenAddress, NodeIP: st.plan.NodeIP,
+		TLS: hubble.ServerTLS{CertFile: st.conf.HubbleTLSCertFile, KeyFile: st.conf.HubbleTLSKeyFile, ClientCAFiles: st.conf.HubbleTLSClientCAFiles}},
+		node.flows, log); err != nil { // hubble.go
 		return err
 	}
 	svc, err := newServiceLoop(st.plan, node.dp, st.cs, loops, log)

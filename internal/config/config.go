@@ -69,6 +69,12 @@ type Config struct {
 	// HubbleListenAddress is where the agent serves the Hubble Observer API over TCP for
 	// the relay (hubble-listen-address, "[ip]:port"; "" serves only the local socket).
 	HubbleListenAddress string
+	// HubbleTLSCertFile and HubbleTLSKeyFile (hubble-tls-cert-file, hubble-tls-key-file)
+	// turn on TLS for HubbleListenAddress (not the local socket); with
+	// HubbleTLSClientCAFiles (hubble-tls-client-ca-files) only clients with a
+	// certificate those CAs signed may connect.
+	HubbleTLSCertFile, HubbleTLSKeyFile string
+	HubbleTLSClientCAFiles              []string
 	// NATPortRange is nat-port-range: the ports masquerade and NodePort SNAT
 	// translate to; zero means auto (above the node's ephemeral ports).
 	NATPortRange PortRange

@@ -137,6 +137,23 @@ var keys = []key{
 		c.HubbleListenAddress = v
 		return nil
 	}},
+	{"hubble-tls-cert-file", "", func(c *Config, v string) error {
+		c.HubbleTLSCertFile = v
+		return nil
+	}},
+	{"hubble-tls-key-file", "", func(c *Config, v string) error {
+		c.HubbleTLSKeyFile = v
+		return nil
+	}},
+	{"hubble-tls-client-ca-files", "", func(c *Config, v string) error {
+		c.HubbleTLSClientCAFiles = nil
+		for _, f := range strings.Split(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				c.HubbleTLSClientCAFiles = append(c.HubbleTLSClientCAFiles, f)
+			}
+		}
+		return nil
+	}},
 	{"nat-port-range", "auto", func(c *Config, v string) (err error) {
 		c.NATPortRange, err = parsePortRange(v)
 		return err

@@ -8,18 +8,24 @@ import (
 	"github.com/myelin-net/myelin/internal/flow"
 )
 
+// lostReport is how often a follower that lost flows reports them even when no new
+// flow follows.
+var lostReport = time.Second
+
 // follower is one live reader. The store offers it each new flow without blocking:
 // when its buffer is full the flow is counted as lost, and the reader gets a
-// TypeLost record with the count before its next flow.
+// TypeLost record with the count before its next flow, or within lostReport.
 type follower struct {
 	req flow.Request
 	ch  chan *flow.Flow
 
-	mu   sync.Mutex
-	lost uint64
+	mu       sync.Mutex
+	lost     uint64
+	lostNode string
 }
 
-// offer queues f if the follower wants it and has room; called under the store's lock.
+// offer queues f if the follower wants it and has room; called by Add in flow order,
+// outside the store's lock.
 func (fo *follower) offer(f *flow.Flow) {
 	if !fo.req.Match(f) {
 		return
@@ -29,36 +35,42 @@ func (fo *follower) offer(f *flow.Flow) {
 	default:
 		fo.mu.Lock()
 		fo.lost++
+		fo.lostNode = f.Node
 		fo.mu.Unlock()
 	}
 }
 
-// takeLost returns and clears the lost count.
-func (fo *follower) takeLost() uint64 {
+// takeLost returns a TypeLost record for the flows lost since the last call, and
+// clears the count (nil when none were lost).
+func (fo *follower) takeLost() *flow.Flow {
 	fo.mu.Lock()
 	defer fo.mu.Unlock()
-	n := fo.lost
+	if fo.lost == 0 {
+		return nil
+	}
+	f := &flow.Flow{Time: time.Now(), Type: flow.TypeLost, Lost: fo.lost, Node: fo.lostNode}
 	fo.lost = 0
-	return n
+	return f
 }
 
 // run sends queued flows to out until ctx ends, each preceded by a TypeLost record
-// when flows were lost since the last one it sent.
+// when flows were lost since the last one it sent; lost flows are also reported
+// every lostReport when no flow comes.
 func (fo *follower) run(ctx context.Context, out chan<- *flow.Flow) error {
+	tick := time.NewTicker(lostReport)
+	defer tick.Stop()
 	for {
 		var f *flow.Flow
 		select {
 		case f = <-fo.ch:
+		case <-tick.C:
 		case <-ctx.Done():
 			return nil
 		}
-		if n := fo.takeLost(); n > 0 {
-			lost := &flow.Flow{Time: time.Now(), Type: flow.TypeLost, Lost: n, Node: f.Node}
-			if !send(ctx, out, lost) {
-				return nil
-			}
+		if lost := fo.takeLost(); lost != nil && !send(ctx, out, lost) {
+			return nil
 		}
-		if !send(ctx, out, f) {
+		if f != nil && !send(ctx, out, f) {
 			return nil
 		}
 	}

@@ -2,6 +2,8 @@ package flowstore
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/myelin-net/myelin/internal/flow"
@@ -14,9 +16,23 @@ const DefaultCapacity = 4095
 // followBuffer is how many flows a follower may fall behind before it loses flows.
 const followBuffer = 1024
 
+// MaxFollowers is how many follow streams (hubble observe --follow, the relay) a node
+// serves at once; one more is refused with ErrTooManyFollowers, so readers cannot make
+// every flow cost unbounded filter work.
+const MaxFollowers = 64
+
+// ErrTooManyFollowers is what Flows returns (wrapped) for a follow request beyond
+// MaxFollowers.
+var ErrTooManyFollowers = errors.New("too many follow streams")
+
 // Store keeps a node's newest flows and hands them to readers and sinks. Safe for
 // concurrent use. The zero value is not usable; use New.
 type Store struct {
+	// fanMu serializes Add: taken before mu and held while the followers' filters run
+	// after mu is released, so followers see flows in store order and readers, Stats
+	// and new followers never wait for filters.
+	fanMu     sync.Mutex
+	fanout    []*follower // Add's copy of followers (under fanMu)
 	mu        sync.Mutex
 	ring      []*flow.Flow // capacity slots; next is the oldest once full
 	next      int
@@ -43,10 +59,12 @@ func (s *Store) AddSink(sink flow.Sink) {
 }
 
 // Add stores f (the store owns it from now on: nobody may change it), hands it to
-// the sinks and to every follower that keeps up.
+// the sinks and to every follower that keeps up. Followers' filters run outside the
+// store's lock, so readers and Stats never wait for them.
 func (s *Store) Add(f *flow.Flow) {
+	s.fanMu.Lock()
+	defer s.fanMu.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.ring[s.next] = f
 	s.next++
 	if s.next == len(s.ring) {
@@ -56,7 +74,12 @@ func (s *Store) Add(f *flow.Flow) {
 	for _, sink := range s.sinks {
 		sink.Observe(f)
 	}
+	s.fanout = s.fanout[:0]
 	for fo := range s.followers {
+		s.fanout = append(s.fanout, fo)
+	}
+	s.mu.Unlock()
+	for _, fo := range s.fanout {
 		fo.offer(f)
 	}
 }
@@ -99,6 +122,11 @@ func (s *Store) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Fl
 	stored := s.snapshot()
 	var fo *follower
 	if req.Follow { // registered under the same lock: no flow falls between the two parts
+		if len(s.followers) >= MaxFollowers {
+			s.mu.Unlock()
+			return fmt.Errorf("follow flows: %w: this node serves at most %d at once; stop another `hubble observe --follow` or use the relay",
+				ErrTooManyFollowers, MaxFollowers)
+		}
 		fo = &follower{req: req, ch: make(chan *flow.Flow, followBuffer)}
 		s.followers[fo] = struct{}{}
 	}

@@ -2,6 +2,11 @@ package flowstore
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -141,5 +146,77 @@ func waitFollowers(t *testing.T, s *Store, n int) {
 			t.Fatalf("followers = %d, want %d", s.Stats().Followers, n)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// Flows lost after a follower's last queued flow are reported even when no flow
+// follows them (on the lostReport timer).
+func TestFollowerReportsLostWithoutNextFlow(t *testing.T) {
+	defer func(d time.Duration) { lostReport = d }(lostReport)
+	lostReport = 10 * time.Millisecond
+	fo := &follower{ch: make(chan *flow.Flow)}
+	fo.offer(&flow.Flow{Node: "n1", Type: flow.TypeL3L4}) // nobody reads ch: lost
+	fo.offer(&flow.Flow{Node: "n1", Type: flow.TypeL3L4})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := make(chan *flow.Flow)
+	go func() { _ = fo.run(ctx, out) }()
+	select {
+	case f := <-out:
+		if f.Type != flow.TypeLost || f.Lost != 2 || f.Node != "n1" {
+			t.Errorf("got %+v, want a TypeLost record of 2 flows on n1", f)
+		}
+	case <-time.After(30 * time.Second): // a hang guard, not a timing assertion
+		t.Fatal("no lost record without a following flow")
+	}
+}
+
+// A node serves at most MaxFollowers follow streams; one more gets an error naming
+// the limit.
+func TestStoreCapsFollowers(t *testing.T) {
+	s := New(10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := 0; i < MaxFollowers; i++ {
+		go func() { _ = s.Flows(ctx, flow.Request{Follow: true}, make(chan *flow.Flow)) }()
+	}
+	waitFollowers(t, s, MaxFollowers)
+	err := s.Flows(ctx, flow.Request{Follow: true}, make(chan *flow.Flow))
+	if !errors.Is(err, ErrTooManyFollowers) || !strings.Contains(err.Error(), strconv.Itoa(MaxFollowers)) {
+		t.Errorf("follower %d: err = %v, want ErrTooManyFollowers naming %d", MaxFollowers+1, err, MaxFollowers)
+	}
+	if err := s.Flows(ctx, flow.Request{Last: 1}, make(chan *flow.Flow, 1)); err != nil {
+		t.Errorf("a non-follow read with %d followers: %v", MaxFollowers, err)
+	}
+}
+
+// Concurrent adders and followers: every follower sees every flow once, in the order
+// the store kept them (filters run outside the store's lock).
+func TestStoreConcurrentAddKeepsFollowOrder(t *testing.T) {
+	s := New(100)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := make(chan *flow.Flow, 4*followBuffer)
+	go func() { _ = s.Flows(ctx, flow.Request{Follow: true}, out) }()
+	waitFollowers(t, s, 1)
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				s.Add(mkFlow(g*1000+i, "TCP"))
+				_ = s.Stats()
+			}
+		}()
+	}
+	wg.Wait()
+	stored := collect(t, s, flow.Request{Last: 100})
+	var got []*flow.Flow
+	for len(got) < 800 {
+		got = append(got, <-out)
+	}
+	if !slices.Equal(ports(got[700:]), ports(stored)) {
+		t.Errorf("follower's last 100 flows %v differ from the store's %v", ports(got[700:]), ports(stored))
 	}
 }

@@ -35,11 +35,36 @@ var flagOf = map[protoreflect.Name]string{
 	"source_cluster_name": "--cluster", "destination_cluster_name": "--cluster",
 }
 
+// MaxFilterValues bounds a request's filters: every value of every field of every
+// whitelist and blacklist filter counts one. Each flow is matched against them while a
+// stream lasts, so a request beyond it is refused.
+const MaxFilterValues = 256
+
+// filterValues counts the values set in ffs (a list field counts its length).
+func filterValues(ffs []*flowpb.FlowFilter) int {
+	n := 0
+	for _, ff := range ffs {
+		n++ // the filter itself
+		ff.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			if fd.IsList() {
+				n += v.List().Len()
+			} else {
+				n++
+			}
+			return true
+		})
+	}
+	return n
+}
+
 // Request turns a Hubble GetFlowsRequest into the flow.Request a Source answers. A
 // filter field myelin cannot answer, or a malformed value, is an error naming it.
 func Request(req *observerpb.GetFlowsRequest) (flow.Request, error) {
 	if req.GetFirst() {
 		return flow.Request{}, fmt.Errorf("get flows: --first is not supported by myelin: use --last N or --since")
+	}
+	if n := filterValues(req.GetWhitelist()) + filterValues(req.GetBlacklist()); n > MaxFilterValues {
+		return flow.Request{}, fmt.Errorf("get flows: the filters have %d values (filters, pods, IPs, ports, ...), at most %d are allowed: split the query or filter with fewer values", n, MaxFilterValues)
 	}
 	r := flow.Request{Last: int(req.GetNumber()), Follow: req.GetFollow()}
 	if req.GetSince() != nil {

@@ -99,7 +99,7 @@ func Stream(ctx context.Context, src flow.Source, r flow.Request, send func(*obs
 					}
 				default:
 					if err != nil && !errors.Is(err, context.Canceled) {
-						return status.Errorf(codes.Internal, "read flows: %v", err)
+						return sourceStatus(err)
 					}
 					return nil
 				}

@@ -100,26 +100,30 @@ func brokenStatus(ctx context.Context, e peerDone) *observerpb.GetFlowsResponse 
 }
 
 // collect answers a request without --follow: every peer's answer, sorted by time,
-// the newest last ones when last > 0. Each peer returns at most its bounded history.
-func (r *Relay) collect(ctx context.Context, stream observerpb.Observer_GetFlowsServer, batch []*observerpb.GetFlowsResponse,
+// the newest last ones (at most MaxLast, also when last is 0), held in a bounded heap.
+func (r *Relay) collect(ctx context.Context, stream observerpb.Observer_GetFlowsServer, first []*observerpb.GetFlowsResponse,
 	peers int, last uint64, in <-chan *observerpb.GetFlowsResponse, ends <-chan peerDone) error {
+	keep := newNewest(last)
+	for _, resp := range first {
+		keep.add(resp)
+	}
 	for peers > 0 {
 		select {
 		case resp := <-in:
-			batch = append(batch, resp)
+			keep.add(resp)
 		case e := <-ends:
 			peers--
 			if s := brokenStatus(ctx, e); s != nil {
-				batch = append(batch, s)
+				keep.add(s)
 			}
 		case <-ctx.Done():
 			return nil
 		}
 	}
 	for len(in) > 0 {
-		batch = append(batch, <-in)
+		keep.add(<-in)
 	}
-	for _, resp := range sortLast(batch, last) {
+	for _, resp := range keep.sorted() {
 		if err := stream.Send(resp); err != nil {
 			return err
 		}
@@ -152,6 +156,7 @@ func (r *Relay) follow(ctx context.Context, stream observerpb.Observer_GetFlowsS
 				heap.Push(&w, held{r: s, t: respTime(s), arrived: time.Now()})
 			}
 		case <-tick.C:
+			out.flushLost(timestamppb.Now()) // lost responses are reported even when none follow
 		case <-out.done:
 			return out.err
 		case <-ctx.Done():

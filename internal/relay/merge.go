@@ -8,6 +8,7 @@ import (
 
 	flowpb "github.com/cilium/cilium/api/v1/flow"
 	observerpb "github.com/cilium/cilium/api/v1/observer"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // respTime is when a response's event happened.
@@ -97,18 +98,31 @@ func newSender(size int, send func(*observerpb.GetFlowsResponse) error) *sender 
 	return s
 }
 
+func (s *sender) lostEvent(t *timestamppb.Timestamp) *observerpb.GetFlowsResponse {
+	return &observerpb.GetFlowsResponse{Time: t, ResponseTypes: &observerpb.GetFlowsResponse_LostEvents{
+		LostEvents: &flowpb.LostEvent{Source: flowpb.LostEventSource_OBSERVER_EVENTS_QUEUE, NumEventsLost: s.lost}}}
+}
+
+// flushLost queues a lost event (at time t) for the responses dropped since the last
+// one, if any and if there is room; false when some stay unreported.
+func (s *sender) flushLost(t *timestamppb.Timestamp) bool {
+	if s.lost == 0 {
+		return true
+	}
+	select {
+	case s.q <- s.lostEvent(t):
+		s.lost = 0
+		return true
+	default:
+		return false
+	}
+}
+
 // offer queues r without blocking, counting it as lost when the queue is full.
 func (s *sender) offer(r *observerpb.GetFlowsResponse) {
-	if s.lost > 0 {
-		le := &observerpb.GetFlowsResponse{Time: r.GetTime(), ResponseTypes: &observerpb.GetFlowsResponse_LostEvents{
-			LostEvents: &flowpb.LostEvent{Source: flowpb.LostEventSource_OBSERVER_EVENTS_QUEUE, NumEventsLost: s.lost}}}
-		select {
-		case s.q <- le:
-			s.lost = 0
-		default:
-			s.lost++
-			return
-		}
+	if !s.flushLost(r.GetTime()) {
+		s.lost++
+		return
 	}
 	select {
 	case s.q <- r:
@@ -117,10 +131,67 @@ func (s *sender) offer(r *observerpb.GetFlowsResponse) {
 	}
 }
 
-// finish sends what is queued and waits for the sending goroutine (a client that went
-// away ends its Send at once).
+// finish reports what was lost and not yet reported, sends what is queued and waits
+// for the sending goroutine (a client that went away ends its Send at once).
 func (s *sender) finish() error {
-	s.once.Do(func() { close(s.q) })
+	s.once.Do(func() {
+		if s.lost > 0 {
+			select {
+			case s.q <- s.lostEvent(timestamppb.Now()):
+				s.lost = 0
+			case <-s.done:
+			}
+		}
+		close(s.q)
+	})
 	<-s.done
 	return s.err
+}
+
+// MaxLast is the most flows the relay returns for one request without --follow
+// (hubble observe --last N with a larger N, or with none, gets the newest MaxLast);
+// it holds at most that many while it merges the nodes' answers.
+const MaxLast = 20000
+
+// newest keeps the newest n flows of the responses added to it (and up to n other
+// responses: lost events, node status), so a merge holds at most 2n.
+type newest struct {
+	n     int
+	flows window // min-heap by event time: the oldest kept flow on top
+	other []*observerpb.GetFlowsResponse
+}
+
+func newNewest(last uint64) *newest {
+	n := MaxLast
+	if last > 0 && last < MaxLast {
+		n = int(last)
+	}
+	return &newest{n: n}
+}
+
+func (k *newest) add(r *observerpb.GetFlowsResponse) {
+	if r.GetFlow() == nil {
+		if len(k.other) < k.n {
+			k.other = append(k.other, r)
+		}
+		return
+	}
+	t := respTime(r)
+	if k.flows.Len() < k.n {
+		heap.Push(&k.flows, held{r: r, t: t})
+		return
+	}
+	if t.After(k.flows[0].t) {
+		k.flows[0] = held{r: r, t: t}
+		heap.Fix(&k.flows, 0)
+	}
+}
+
+// sorted returns what was kept, oldest first.
+func (k *newest) sorted() []*observerpb.GetFlowsResponse {
+	out := append([]*observerpb.GetFlowsResponse(nil), k.other...)
+	for _, h := range k.flows {
+		out = append(out, h.r)
+	}
+	return sortLast(out, 0)
 }

@@ -2,10 +2,13 @@ package relay
 
 import (
 	"container/heap"
+	"slices"
 	"testing"
 	"time"
 
+	flowpb "github.com/cilium/cilium/api/v1/flow"
 	observerpb "github.com/cilium/cilium/api/v1/observer"
+	relaypb "github.com/cilium/cilium/api/v1/relay"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -66,5 +69,56 @@ func TestWindowDue(t *testing.T) {
 		if respTime(d[i]).Before(respTime(d[i-1])) {
 			t.Errorf("due out of order at %d", i)
 		}
+	}
+}
+
+// Responses dropped for a slow client are reported when the stream ends, although no
+// response follows them.
+func TestSenderFinishReportsLost(t *testing.T) {
+	release := make(chan struct{})
+	var got []*observerpb.GetFlowsResponse
+	s := newSender(2, func(r *observerpb.GetFlowsResponse) error {
+		<-release
+		got = append(got, r)
+		return nil
+	})
+	for i := range 10 {
+		s.offer(resp(i))
+	}
+	lost := s.lost
+	close(release)
+	if err := s.finish(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(got); lost == 0 || n == 0 || got[n-1].GetLostEvents().GetNumEventsLost() != lost {
+		t.Errorf("sent %v: want a final lost event of %d", got, lost)
+	}
+}
+
+// A merge without --follow holds only the newest n flows however many arrive.
+func TestNewestKeepsNewestN(t *testing.T) {
+	k := newNewest(3)
+	for _, sec := range []int{5, 1, 9, 7, 3, 8, 2, 6} {
+		k.add(&observerpb.GetFlowsResponse{Time: timestamppb.New(t0.Add(time.Duration(sec) * time.Second)),
+			ResponseTypes: &observerpb.GetFlowsResponse_Flow{Flow: &flowpb.Flow{}}})
+		if k.flows.Len() > 3 {
+			t.Fatalf("holding %d flows, want at most 3", k.flows.Len())
+		}
+	}
+	k.add(nodeStatus(relaypb.NodeState_NODE_UNAVAILABLE, []string{"n2"}, "down"))
+	var secs []int
+	for _, r := range k.sorted() {
+		if r.GetFlow() != nil {
+			secs = append(secs, int(respTime(r).Sub(t0)/time.Second))
+		}
+	}
+	if !slices.Equal(secs, []int{7, 8, 9}) || len(k.sorted()) != 4 {
+		t.Errorf("kept flows at %v (%d responses), want 7 8 9 and the node status", secs, len(k.sorted()))
+	}
+	if n := newNewest(0).n; n != MaxLast {
+		t.Errorf("newNewest(0).n = %d, want MaxLast %d", n, MaxLast)
+	}
+	if n := newNewest(MaxLast * 10).n; n != MaxLast {
+		t.Errorf("newNewest(10*MaxLast).n = %d, want MaxLast %d", n, MaxLast)
 	}
 }

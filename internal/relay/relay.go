@@ -11,6 +11,7 @@ import (
 	relaypb "github.com/cilium/cilium/api/v1/relay"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -35,6 +36,10 @@ type Config struct {
 	ClientBuffer int
 	// Refresh is how long a discovered peer list is reused. 0 means 10s.
 	Refresh time.Duration
+	// PeerCreds secure the connections to the agents; nil is plaintext.
+	PeerCreds credentials.TransportCredentials
+	// ServerCreds secure the relay's own API; nil is plaintext.
+	ServerCreds credentials.TransportCredentials
 }
 
 // Relay is the cluster's Observer.
@@ -63,12 +68,19 @@ func New(cfg Config) *Relay {
 	if cfg.Refresh == 0 {
 		cfg.Refresh = 10 * time.Second
 	}
+	if cfg.PeerCreds == nil {
+		cfg.PeerCreds = insecure.NewCredentials()
+	}
 	return &Relay{cfg: cfg, start: time.Now(), conns: map[string]*grpc.ClientConn{}}
 }
 
 // Serve answers the Hubble API on lis until ctx ends.
 func (r *Relay) Serve(ctx context.Context, lis net.Listener) error {
-	g := grpc.NewServer()
+	opts := hubble.ServerOptions()
+	if r.cfg.ServerCreds != nil {
+		opts = append(opts, grpc.Creds(r.cfg.ServerCreds))
+	}
+	g := grpc.NewServer(opts...)
 	hubble.Register(g, r)
 	go func() {
 		<-ctx.Done()
@@ -122,8 +134,8 @@ func (r *Relay) current(ctx context.Context) ([]peerConn, error) {
 		c, ok := r.conns[p.Address]
 		if !ok {
 			var err error
-			c, err = grpc.NewClient(p.Address, grpc.WithTransportCredentials(insecure.NewCredentials()),
-				grpc.WithConnectParams(connectParams))
+			c, err = grpc.NewClient(p.Address, grpc.WithTransportCredentials(r.cfg.PeerCreds),
+				grpc.WithConnectParams(connectParams), grpc.WithKeepaliveParams(hubble.ClientKeepalive))
 			if err != nil {
 				return nil, fmt.Errorf("connect to hubble peer %s (%s): %w", p.Name, p.Address, err)
 			}

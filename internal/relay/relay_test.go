@@ -94,10 +94,13 @@ func startRelay(t *testing.T, peers ...Peer) observerpb.ObserverClient {
 	return observerpb.NewObserverClient(conn)
 }
 
+// testWindow is the relay's ordering window in tests.
+var testWindow = 40 * time.Millisecond
+
 // startRelayAddr serves a relay over peers on a loopback port and returns its address.
 func startRelayAddr(t *testing.T, peers ...Peer) string {
 	t.Helper()
-	r := New(Config{Discover: Static(peers), Version: "test", Window: 40 * time.Millisecond})
+	r := New(Config{Discover: Static(peers), Version: "test", Window: testWindow})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -178,6 +181,10 @@ func TestRelaySurvivesADeadNode(t *testing.T) {
 }
 
 func TestRelayFollowOrdersLiveFlows(t *testing.T) {
+	// The first flush keeps the newest 2 of what arrived within the window: give both
+	// nodes' histories time to arrive on a loaded machine (-race, parallel builds).
+	defer func(w time.Duration) { testWindow = w }(testWindow)
+	testWindow = time.Second
 	la, lb := make(chan *flow.Flow), make(chan *flow.Flow)
 	a := startNode(t, "a", &nodeSource{history: []*flow.Flow{at("a", 1), at("a", 2)}, live: la})
 	b := startNode(t, "b", &nodeSource{history: []*flow.Flow{at("b", 3)}, live: lb})

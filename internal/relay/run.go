@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/hubble"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -19,6 +20,8 @@ type Options struct {
 	PeerPort   int      // the agents' Hubble port (hubble-listen-address) for discovered nodes
 	Kubeconfig string   // "" = in-cluster
 	Version    string
+	TLS        hubble.ServerTLS // the relay's own API (--tls-*)
+	PeerTLS    hubble.ClientTLS // to the agents (--peer-tls-*)
 }
 
 // Run serves the relay until ctx ends.
@@ -27,13 +30,24 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	cfg := Config{Discover: discover, Version: o.Version}
+	if o.TLS.Enabled() {
+		if cfg.ServerCreds, err = o.TLS.Credentials("--tls-cert-file, --tls-key-file, --tls-client-ca-files"); err != nil {
+			return err
+		}
+	}
+	if o.PeerTLS.Enabled() {
+		if cfg.PeerCreds, err = o.PeerTLS.Credentials("--peer-tls-ca-file, --peer-tls-cert-file, --peer-tls-key-file"); err != nil {
+			return err
+		}
+	}
 	lis, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s (--listen): %w", o.Listen, err)
 	}
-	r := New(Config{Discover: discover, Version: o.Version})
+	r := New(cfg)
 	defer r.Close()
-	log.Info("hubble relay", "listen", lis.Addr().String(), "peers", peersText(o))
+	log.Info("hubble relay", "listen", lis.Addr().String(), "peers", peersText(o), "tls", o.TLS.Enabled(), "peer-tls", o.PeerTLS.Enabled())
 	return r.Serve(ctx, lis)
 }
 

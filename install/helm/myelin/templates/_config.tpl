@@ -37,6 +37,14 @@ hubble-metrics-server: ""
 enable-hubble: {{ $v.hubble.enabled | quote }}
 hubble-event-buffer-capacity: {{ $v.hubble.eventBufferCapacity | int64 | quote }}
 hubble-listen-address: {{ $v.hubble.listenAddress | quote }}
+{{- if $v.hubble.tls.enabled }}
+{{- if not $v.hubble.tls.secretName }}
+{{- fail "hubble.tls.enabled needs hubble.tls.secretName: a Secret with tls.crt, tls.key and ca.crt (docs/hubble.md, \"TLS\")" }}
+{{- end }}
+hubble-tls-cert-file: "/etc/myelin/hubble-tls/tls.crt"
+hubble-tls-key-file: "/etc/myelin/hubble-tls/tls.key"
+hubble-tls-client-ca-files: "/etc/myelin/hubble-tls/ca.crt"
+{{- end }}
 cluster-health-port: {{ $v.clusterHealthPort | int64 | quote }}
 {{- range $k, $val := $v.extraConfig }}
 {{ $k }}: {{ $val | quote }}
@@ -72,6 +80,9 @@ hubble-metrics: hubble.metrics.enabled
 enable-hubble: hubble.enabled
 hubble-listen-address: hubble.listenAddress
 hubble-event-buffer-capacity: hubble.eventBufferCapacity
+hubble-tls-cert-file: hubble.tls.enabled
+hubble-tls-key-file: hubble.tls.enabled
+hubble-tls-client-ca-files: hubble.tls.enabled
 cluster-health-port: clusterHealthPort
 {{- end -}}
 

@@ -1,0 +1,66 @@
+package hubble
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	"github.com/myelin-net/myelin/internal/flowstore"
+)
+
+// MaxStreams is how many streams (GetFlows, status calls) one client connection may
+// have open at once on a node or the relay; more wait for a free one.
+const MaxStreams = 128
+
+// Keepalive: a server pings an idle connection after KeepaliveTime and drops it when
+// the ping is not answered within KeepaliveTimeout (a half-open client, a powered-off
+// node). Clients may ping every KeepaliveMinTime at most; the relay's ClientKeepalive
+// stays above it.
+const (
+	KeepaliveTime    = 30 * time.Second
+	KeepaliveTimeout = 10 * time.Second
+	KeepaliveMinTime = 5 * time.Second
+)
+
+// ServerOptions are the limits every Hubble gRPC server (the agent's and the relay's)
+// runs with.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(MaxStreams),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveMinTime, PermitWithoutStream: true}),
+	}
+}
+
+// ClientKeepalive is what the relay's connections to the agents use: a peer that
+// stops answering pings (powered off, cable pulled) is noticed within about 15s and
+// its streams break, so it is reported NODE_UNAVAILABLE.
+var ClientKeepalive = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}
+
+// sourceStatus maps a Source's error to a gRPC status.
+func sourceStatus(err error) error {
+	if errors.Is(err, flowstore.ErrTooManyFollowers) {
+		return status.Error(codes.ResourceExhausted, err.Error())
+	}
+	return status.Errorf(codes.Internal, "read flows: %v", err)
+}
+
+// NodeAddress is the address to report for a node's Hubble listener: a wildcard
+// listener (":4244", "[::]:4244") is reported as the node's IP and the port.
+func NodeAddress(listen net.Addr, nodeIP netip.Addr) string {
+	tcp, ok := listen.(*net.TCPAddr)
+	if !ok {
+		return listen.String()
+	}
+	if tcp.IP.IsUnspecified() && nodeIP.IsValid() {
+		return net.JoinHostPort(nodeIP.String(), strconv.Itoa(tcp.Port))
+	}
+	return tcp.String()
+}

@@ -1,0 +1,85 @@
+package install
+
+import (
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/myelin-net/myelin/internal/config"
+)
+
+// hubble.tls.enabled mounts the Secret into the agents and the relay, gives the agents
+// hubble-tls-* keys they accept and the relay the matching --tls-* / --peer-tls-* flags;
+// without secretName the install fails naming it.
+func TestChartHubbleTLS(t *testing.T) {
+	sets := []string{"hubble.relay.enabled=true", "hubble.tls.enabled=true", "hubble.tls.secretName=my-hubble-tls", "hubble.tls.serverName=agents.example"}
+	objs := objects(t, template(t, sets...))
+	cm := find(t, objs, "ConfigMap", config.ConfigMapName)
+	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+	c, err := config.Resolve(config.Source{Name: "chart", Values: data})
+	if err != nil {
+		t.Fatalf("the TLS ConfigMap is refused by the agent: %v", err)
+	}
+	if c.HubbleTLSCertFile != "/etc/myelin/hubble-tls/tls.crt" || c.HubbleTLSKeyFile != "/etc/myelin/hubble-tls/tls.key" ||
+		len(c.HubbleTLSClientCAFiles) != 1 || c.HubbleTLSClientCAFiles[0] != "/etc/myelin/hubble-tls/ca.crt" {
+		t.Errorf("agent TLS config %q %q %q: want the files of /etc/myelin/hubble-tls", c.HubbleTLSCertFile, c.HubbleTLSKeyFile, c.HubbleTLSClientCAFiles)
+	}
+	ds := daemonSet(t, sets...)
+	checkTLSVolume(t, "agent", ds.Spec.Template.Spec, "agent")
+	var dep appsv1.Deployment
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(t, objs, "Deployment", "hubble-relay").Object, &dep); err != nil {
+		t.Fatal(err)
+	}
+	checkTLSVolume(t, "relay", dep.Spec.Template.Spec, "hubble-relay")
+	rc := dep.Spec.Template.Spec.Containers[0]
+	for flag, want := range map[string]string{
+		"--tls-cert-file": "/etc/myelin/hubble-tls/tls.crt", "--tls-key-file": "/etc/myelin/hubble-tls/tls.key",
+		"--tls-client-ca-files": "/etc/myelin/hubble-tls/ca.crt", "--peer-tls-ca-file": "/etc/myelin/hubble-tls/ca.crt",
+		"--peer-tls-cert-file": "/etc/myelin/hubble-tls/tls.crt", "--peer-tls-key-file": "/etc/myelin/hubble-tls/tls.key",
+		"--peer-tls-server-name": "agents.example",
+	} {
+		if got := arg(rc, flag); got != want {
+			t.Errorf("relay %s=%q, want %q", flag, got, want)
+		}
+	}
+	plain := find(t, objects(t, template(t)), "ConfigMap", config.ConfigMapName)
+	if d, _, _ := unstructured.NestedStringMap(plain.Object, "data"); d["hubble-tls-cert-file"] != "" {
+		t.Errorf("default values set hubble-tls-cert-file %q: TLS is off unless hubble.tls.enabled", d["hubble-tls-cert-file"])
+	}
+	out, err := run(t, nil, helm(t), "template", "myelin", chartDir(), "--namespace", "kube-system", "--set", "hubble.tls.enabled=true")
+	if err == nil || !strings.Contains(out, "hubble.tls.secretName") {
+		t.Errorf("hubble.tls.enabled without a Secret: err %v, output %q; want a failure naming hubble.tls.secretName", err, out)
+	}
+}
+
+// checkTLSVolume: the pod mounts Secret my-hubble-tls read-only at /etc/myelin/hubble-tls
+// into the named container.
+func checkTLSVolume(t *testing.T, what string, pod corev1.PodSpec, container string) {
+	t.Helper()
+	found := false
+	for _, v := range pod.Volumes {
+		if v.Name == "hubble-tls" && v.Secret != nil && v.Secret.SecretName == "my-hubble-tls" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("%s pod: no volume hubble-tls from Secret my-hubble-tls in %+v", what, pod.Volumes)
+	}
+	for _, c := range pod.Containers {
+		if c.Name != container {
+			continue
+		}
+		for _, m := range c.VolumeMounts {
+			if m.Name == "hubble-tls" && m.MountPath == "/etc/myelin/hubble-tls" && m.ReadOnly {
+				return
+			}
+		}
+		t.Errorf("%s container %s mounts %+v: want hubble-tls read-only at /etc/myelin/hubble-tls", what, container, c.VolumeMounts)
+		return
+	}
+	t.Errorf("%s pod has no container %s", what, container)
+}
