@@ -184,7 +184,7 @@ func TestRelayFollowOrdersLiveFlows(t *testing.T) {
 	// The first flush keeps the newest 2 of what arrived within the window: give both
 	// nodes' histories time to arrive on a loaded machine (-race, parallel builds).
 	defer func(w time.Duration) { testWindow = w }(testWindow)
-	testWindow = time.Second
+	testWindow = 3 * time.Second
 	la, lb := make(chan *flow.Flow), make(chan *flow.Flow)
 	a := startNode(t, "a", &nodeSource{history: []*flow.Flow{at("a", 1), at("a", 2)}, live: la})
 	b := startNode(t, "b", &nodeSource{history: []*flow.Flow{at("b", 3)}, live: lb})
