@@ -24,6 +24,7 @@ parameters. The page fetches nothing from the internet.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Listen, "listen", "127.0.0.1:12000", "host:port to serve the page on (loopback by default: the page has no authentication)")
+	f.StringSliceVar(&o.AllowedHosts, "allowed-host", nil, "a host name (any port) or host:port the page may be reached by besides localhost, 127.0.0.1, [::1] and --listen, e.g. a Service's name; repeatable. Requests naming another Host are refused (DNS rebinding)")
 	f.StringVar(&o.Socket, "socket", "", "one agent's API socket (default: every agent on this machine)")
 	return cmd
 }

@@ -14,6 +14,9 @@ import (
 type UIOptions struct {
 	Listen string // host:port of the page
 	Socket string // one agent; default every agent on this machine (every lab node)
+	// AllowedHosts are the names (or host:port) the page may be reached by besides
+	// loopback and Listen (a Service's name, a port-forward's host).
+	AllowedHosts []string
 	Stderr io.Writer
 }
 
@@ -23,7 +26,7 @@ func UI(ctx context.Context, out io.Writer, o UIOptions) error {
 	if _, err := sockets(o.Socket, "", o.Socket == ""); err != nil {
 		return fmt.Errorf("find the agents for the service map: %w", err)
 	}
-	return ui.Run(ctx, o.Listen, agentsSource{socket: o.Socket, stderr: o.Stderr}, out)
+	return ui.Run(ctx, o.Listen, agentsSource{socket: o.Socket, stderr: o.Stderr}, out, o.AllowedHosts...)
 }
 
 // agentsSource finds the agents again for each page, so the page keeps working
