@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 
 	"github.com/myelin-net/myelin/internal/flow"
 	"github.com/myelin-net/myelin/internal/flowclient"
+	"github.com/myelin-net/myelin/internal/hubble"
 	"github.com/myelin-net/myelin/internal/ui"
 )
 
@@ -14,6 +16,7 @@ import (
 type UIOptions struct {
 	Listen string // host:port of the page
 	Socket string // one agent; default every agent on this machine (every lab node)
+	Server string // a Hubble Observer API (the relay) instead of the agents' sockets
 	// AllowedHosts are the names (or host:port) the page may be reached by besides
 	// loopback and Listen (a Service's name, a port-forward's host).
 	AllowedHosts []string
@@ -23,6 +26,15 @@ type UIOptions struct {
 // UI serves the service map over the flows of every agent this machine reaches until
 // ctx ends.
 func UI(ctx context.Context, out io.Writer, o UIOptions) error {
+	if o.Server != "" {
+		if o.Socket != "" {
+			return fmt.Errorf("--server and --socket both given: read either the relay (--server) or one agent (--socket)")
+		}
+		if _, _, err := net.SplitHostPort(o.Server); err != nil {
+			return fmt.Errorf("--server %q: %w (give host:port, e.g. myelin-relay:4245)", o.Server, err)
+		}
+		return ui.Run(ctx, o.Listen, hubble.NewClientSource(o.Server), out, o.AllowedHosts...)
+	}
 	if _, err := sockets(o.Socket, "", o.Socket == ""); err != nil {
 		return fmt.Errorf("find the agents for the service map: %w", err)
 	}
