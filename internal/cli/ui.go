@@ -20,7 +20,7 @@ type UIOptions struct {
 	// AllowedHosts are the names (or host:port) the page may be reached by besides
 	// loopback and Listen (a Service's name, a port-forward's host).
 	AllowedHosts []string
-	Stderr io.Writer
+	Stderr       io.Writer
 }
 
 // UI serves the service map over the flows of every agent this machine reaches until
