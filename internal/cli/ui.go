@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 
 	"github.com/myelin-net/myelin/internal/flow"
 	"github.com/myelin-net/myelin/internal/flowclient"
+	"github.com/myelin-net/myelin/internal/hubble"
 	"github.com/myelin-net/myelin/internal/ui"
 )
 
@@ -14,16 +16,29 @@ import (
 type UIOptions struct {
 	Listen string // host:port of the page
 	Socket string // one agent; default every agent on this machine (every lab node)
-	Stderr io.Writer
+	Server string // a Hubble Observer API (the relay) instead of the agents' sockets
+	// AllowedHosts are the names (or host:port) the page may be reached by besides
+	// loopback and Listen (a Service's name, a port-forward's host).
+	AllowedHosts []string
+	Stderr       io.Writer
 }
 
 // UI serves the service map over the flows of every agent this machine reaches until
 // ctx ends.
 func UI(ctx context.Context, out io.Writer, o UIOptions) error {
+	if o.Server != "" {
+		if o.Socket != "" {
+			return fmt.Errorf("--server and --socket both given: read either the relay (--server) or one agent (--socket)")
+		}
+		if _, _, err := net.SplitHostPort(o.Server); err != nil {
+			return fmt.Errorf("--server %q: %w (give host:port, e.g. myelin-relay:4245)", o.Server, err)
+		}
+		return ui.Run(ctx, o.Listen, hubble.NewClientSource(o.Server), out, o.AllowedHosts...)
+	}
 	if _, err := sockets(o.Socket, "", o.Socket == ""); err != nil {
 		return fmt.Errorf("find the agents for the service map: %w", err)
 	}
-	return ui.Run(ctx, o.Listen, agentsSource{socket: o.Socket, stderr: o.Stderr}, out)
+	return ui.Run(ctx, o.Listen, agentsSource{socket: o.Socket, stderr: o.Stderr}, out, o.AllowedHosts...)
 }
 
 // agentsSource finds the agents again for each page, so the page keeps working

@@ -18,13 +18,20 @@ var web embed.FS
 //	/api/flows   the page's flows as server-sent events (same query)
 //	/healthz     "ok" (a probe's target)
 type Handler struct {
-	src flow.Source
-	mux *http.ServeMux
+	src   flow.Source
+	mux   *http.ServeMux
+	hosts *hostCheck
 }
 
-// New returns the handler for src.
+// AllowHosts adds the host names ("name", any port) or host:port values the page may
+// be reached by, besides localhost, 127.0.0.1 and [::1]; requests naming another Host
+// (or Origin) are refused, against DNS rebinding.
+func (h *Handler) AllowHosts(hosts ...string) { h.hosts.add(hosts...) }
+
+// New returns the handler for src. It answers only requests whose Host is a loopback
+// name or one given to AllowHosts.
 func New(src flow.Source) *Handler {
-	h := &Handler{src: src, mux: http.NewServeMux()}
+	h := &Handler{src: src, mux: http.NewServeMux(), hosts: newHostCheck()}
 	static, err := fs.Sub(web, "web")
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
@@ -40,6 +47,9 @@ func New(src flow.Source) *Handler {
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if h.hosts.reject(w, r) {
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
 

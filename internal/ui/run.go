@@ -13,14 +13,17 @@ import (
 )
 
 // Run serves the service map over src on listen (host:port) until ctx ends, and
-// says where on out.
-func Run(ctx context.Context, listen string, src flow.Source, out io.Writer) error {
+// says where on out. Requests must name the listen address, a loopback name or one of
+// allowedHosts in their Host header (see Handler.AllowHosts).
+func Run(ctx context.Context, listen string, src flow.Source, out io.Writer, allowedHosts ...string) error {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listen on --listen %q: %w (use a free host:port, e.g. 127.0.0.1:12000)", listen, err)
 	}
 	// Requests live in ctx, so open flow streams end with it and Shutdown is quick.
-	srv := &http.Server{Handler: New(src), ReadHeaderTimeout: 10 * time.Second,
+	h := New(src)
+	h.AllowHosts(append([]string{listen, ln.Addr().String()}, allowedHosts...)...)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	fmt.Fprintf(out, "myelin ui: the service map is on http://%s/\n", ln.Addr())
 	errc := make(chan error, 1)

@@ -1,0 +1,135 @@
+package hubble
+
+import (
+	"context"
+	"net"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/myelin-net/myelin/internal/flow"
+)
+
+// serveLoopback serves an Observer over src on a loopback TCP port and returns it.
+func serveLoopback(t *testing.T, src flow.Source) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	Register(g, NewServer(Config{Node: "myelin-node-1", Source: src}))
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	return lis.Addr().String()
+}
+
+func roundTripFlows() []*flow.Flow {
+	t0 := time.Date(2026, 11, 23, 16, 0, 0, 123456789, time.UTC)
+	pod := func(ns, name, ip string) flow.Endpoint {
+		return flow.Endpoint{IP: ip, Namespace: ns, Pod: name, Identity: 4242, Labels: map[string]string{"app": name}}
+	}
+	return []*flow.Flow{
+		{Time: t0, Node: "myelin-node-1", Type: flow.TypeL3L4, Verdict: flow.Forwarded, Direction: flow.Egress,
+			Source: pod("shop", "client", "10.244.0.5"), Destination: pod("shop", "server", "10.244.1.7"),
+			Protocol: "TCP", SrcPort: 40000, DstPort: 8080, TCPFlags: &flow.TCPFlags{SYN: true, ACK: true},
+			Service: "shop/server", Policies: []string{"shop/allow-client"}},
+		{Time: t0.Add(time.Second), Node: "myelin-node-2", Type: flow.TypeDrop, Verdict: flow.Dropped, Direction: flow.Ingress,
+			Source: flow.Endpoint{IP: "192.168.1.1"}, Destination: pod("shop", "server", "10.244.1.7"),
+			Protocol: "UDP", SrcPort: 5353, DstPort: 53, DropReason: "DROP_POLICY_DENIED"},
+		{Time: t0.Add(2 * time.Second), Node: "myelin-node-1", Type: flow.TypeDNS, Verdict: flow.Forwarded, Direction: flow.Egress,
+			Source: pod("shop", "client", "10.244.0.5"), Destination: flow.Endpoint{IP: "10.96.0.10"},
+			Protocol: "UDP", SrcPort: 40001, DstPort: 53, IsReply: true,
+			DNS: &flow.DNS{Query: "server.shop.svc.cluster.local.", QType: "A", Response: true, RCode: "NXDOMAIN", IPs: []string{"10.96.3.4"}}},
+		{Time: t0.Add(3 * time.Second), Node: "myelin-node-2", Type: flow.TypeDrop, Verdict: flow.Dropped,
+			Source: flow.Endpoint{IP: "10.244.1.9"}, Destination: flow.Endpoint{IP: "10.244.0.5"},
+			Protocol: "ICMP", ICMPType: 8, DropReason: "DROP_NAT_NO_PORT"},
+		{Time: t0.Add(4 * time.Second), Node: "myelin-node-2", Type: flow.TypeLost, Lost: 17},
+		{Time: t0.Add(5 * time.Second), Node: "myelin-node-1", Type: flow.TypePolicyVerdict, Verdict: flow.Forwarded, Direction: flow.Ingress,
+			Source: pod("shop", "client", "10.244.0.5"), Destination: pod("shop", "server", "10.244.1.7"),
+			Protocol: "SCTP", SrcPort: 1000, DstPort: 2000},
+	}
+}
+
+// TestClientSourceRoundTrip: flows served by the Observer come back through
+// ClientSource with the same fields, lost events as TypeLost records, and the
+// request reaches the server's source as it was asked.
+func TestClientSourceRoundTrip(t *testing.T) {
+	in := roundTripFlows()
+	src := &fakeSource{flows: in}
+	addr := serveLoopback(t, src)
+	req := flow.Request{
+		Last: 50, Since: in[0].Time.Add(-time.Hour), Until: in[0].Time.Add(time.Hour),
+		Whitelist: []flow.Filter{{
+			SourcePod: []string{"shop/"}, DestinationIP: []string{"10.244.0.0/16"}, DestinationService: []string{"shop/server"},
+			Verdict: []flow.Verdict{flow.Dropped, flow.Forwarded}, Protocol: []string{"tcp", "udp"},
+			Type: []flow.Type{flow.TypeDrop, flow.TypeDNS}, Node: []string{"myelin-node-1"}, Direction: []flow.Direction{flow.Ingress},
+		}},
+		Blacklist: []flow.Filter{{DestinationPod: []string{"kube-system/coredns"}, SourceIP: []string{"10.0.0.1"}}},
+	}
+	out := make(chan *flow.Flow, len(in)+1)
+	if err := NewClientSource(addr).Flows(context.Background(), req, out); err != nil {
+		t.Fatalf("Flows: %v", err)
+	}
+	close(out)
+	var got []*flow.Flow
+	for f := range out {
+		got = append(got, f)
+	}
+	if len(got) != len(in) {
+		t.Fatalf("got %d flows, want %d", len(got), len(in))
+	}
+	for i := range in {
+		want := *in[i]
+		if !got[i].Time.Equal(want.Time) {
+			t.Errorf("flow %d: time %v, want %v", i, got[i].Time, want.Time)
+		}
+		got[i].Time = want.Time
+		if !reflect.DeepEqual(*got[i], want) {
+			t.Errorf("flow %d:\n got %+v\nwant %+v", i, *got[i], want)
+		}
+	}
+	src.mu.Lock()
+	gotReq := src.gotReq
+	src.mu.Unlock()
+	if !gotReq.Since.Equal(req.Since) || !gotReq.Until.Equal(req.Until) {
+		t.Errorf("server got since/until %v/%v, want %v/%v", gotReq.Since, gotReq.Until, req.Since, req.Until)
+	}
+	gotReq.Since, gotReq.Until = req.Since, req.Until
+	if !reflect.DeepEqual(gotReq, req) {
+		t.Errorf("server got request\n%+v\nwant\n%+v", gotReq, req)
+	}
+}
+
+// TestClientSourcePortFilter: flow.Filter's Port (either port) becomes a source-port
+// and a destination-port filter, which the server reads back as the same ports.
+func TestClientSourcePortFilter(t *testing.T) {
+	ffs := ProtoFilters(flow.Filter{Port: []uint16{53, 8080}, Verdict: []flow.Verdict{flow.Dropped}})
+	if len(ffs) != 2 || len(ffs[0].GetSourcePort()) != 2 || len(ffs[1].GetDestinationPort()) != 2 ||
+		len(ffs[0].GetDestinationPort()) != 0 || len(ffs[1].GetSourcePort()) != 0 || len(ffs[1].GetVerdict()) != 1 {
+		t.Fatalf("ProtoFilters: %v", ffs)
+	}
+	for i, ff := range ffs {
+		f, err := Filter(ff)
+		if err != nil || !reflect.DeepEqual(f.Port, []uint16{53, 8080}) {
+			t.Errorf("filter %d back: %+v, %v", i, f, err)
+		}
+	}
+}
+
+// TestClientSourceErrors: an unreachable server is an error naming it.
+func TestClientSourceErrors(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	err = NewClientSource(addr).Flows(context.Background(), flow.Request{}, make(chan *flow.Flow, 1))
+	if err == nil || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("Flows from a closed port: %v, want an error naming %s", err, addr)
+	}
+}
