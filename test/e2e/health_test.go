@@ -130,3 +130,27 @@ func addRule(t *testing.T, node string, rule []string) {
 func delRule(node string, rule []string) {
 	_, _ = inNode(node, append([]string{"ip", "rule", "del"}, rule...)...)
 }
+
+// TestLabHealthTunnel: in tunnel mode the pod-network probe rides VXLAN between the
+// node IPs (and passes the receiver's tunnel peer check), so a blackhole for node-2's
+// IP in node-1's netns fails node-2 on both networks; removing it heals.
+func TestLabHealthTunnel(t *testing.T) {
+	requireRoot(t)
+	cs := labUp(t, "--nodes", "3", "--cni", "myelin", "--profile", "tunnel")
+	n1, n2, n3 := labplan.NodeName(1), labplan.NodeName(2), labplan.NodeName(3)
+	for _, n := range []string{n1, n2, n3} {
+		waitHealth(t, n, "every peer reachable", allReachable(2))
+	}
+	node2, err := cs.CoreV1().Nodes().Get(context.Background(), n2, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := []string{"to", k8s.NodeInternalIP(node2).String() + "/32", "priority", "50", "blackhole"}
+	t.Cleanup(func() { delRule(n1, rule) })
+	addRule(t, n1, rule)
+	waitHealth(t, n1, n2+" failing via node and pod network", peerState(n2, api.PathFailing, api.PathFailing))
+	waitHealth(t, n1, n3+" still reachable", peerState(n3, api.PathOK, api.PathOK))
+	delRule(n1, rule)
+	waitHealth(t, n1, "every peer reachable again", allReachable(2))
+	labDown(t)
+}
