@@ -26,7 +26,7 @@ const hostVethPrefix = "myl"
 // chart's cleanup mode, docs/install.md): the conflist first (the runtime stops
 // calling myelin-cni), the plugin, the pods' host veths (their pods lose their
 // network, which they have lost anyway without myelin) and with them the /32 routes
-// and the programs on them, the VXLAN device, the health device, myelin's node routes, the iptables
+// and the programs on them, the VXLAN device, the health address, myelin's node routes, the iptables
 // chains MYELIN-FORWARD and MYELIN-POSTROUTING, the BPF pins (unpinning the TCX links
 // detaches the uplink's programs; the maps go with their last reference) and the
 // state directory. What is already gone is no error; every failure is reported.
@@ -43,7 +43,7 @@ func Cleanup(cfg Config, log *slog.Logger) error {
 	step("CNI plugin", removeFile(filepath.Join(cfg.CNIBinDir, "myelin-cni")))
 	step("pod host veths", deleteHostVeths())
 	step("VXLAN device "+tunnel.DeviceName, tunnel.RemoveDevice())
-	step("health device "+clusterhealth.DeviceName, clusterhealth.RemoveDevice())
+	step("health address "+clusterhealth.AddressLabel, clusterhealth.RemoveAddress())
 	step("node routes", routing.Kernel{}.SyncNodeRoutes(nil))
 	step("iptables chain "+iptables.ForwardChain, iptables.RemoveForward())
 	step("iptables chain "+iptables.MasqueradeChain, iptables.RemoveMasquerade())

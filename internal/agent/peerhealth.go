@@ -16,7 +16,7 @@ import (
 )
 
 // peerHealthLoop is node health probing (internal/clusterhealth, docs/health.md): it
-// puts the node's health address on clusterhealth.DeviceName, answers the other
+// puts the node's health address on lo (clusterhealth.AddressLabel), answers the other
 // agents' probes on the node IP and that address at cluster-health-port, and probes
 // every other node the Node informer knows. Its view answers GET /v1/health and
 // the status summary.
@@ -61,7 +61,7 @@ func (h *peerHealthLoop) Run(ctx context.Context) {
 }
 
 func (h *peerHealthLoop) serve() (*clusterhealth.Server, error) {
-	if err := clusterhealth.EnsureDevice(h.healthIP); err != nil {
+	if err := clusterhealth.EnsureAddress(h.healthIP); err != nil {
 		return nil, err
 	}
 	return clusterhealth.Serve(h.node, []netip.Addr{h.nodeIP, h.healthIP}, h.port, h.log)

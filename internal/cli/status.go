@@ -32,8 +32,8 @@ func Status(ctx context.Context, out io.Writer, o StatusOptions) error {
 	var failed []string
 	matrices := map[string]api.HealthMatrix{}
 	for _, s := range socks {
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		st, err := api.NewClient(s).Status(ctx)
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		st, err := api.NewClient(s).Status(sctx)
 		cancel()
 		if err != nil {
 			failed = append(failed, err.Error())

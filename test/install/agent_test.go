@@ -239,6 +239,9 @@ func cleanupAsPod(t *testing.T, bin string, c corev1.Container) {
 	if out, err := inNode("ip", "link", "show", "myelin_vxlan"); err == nil {
 		t.Errorf("after cleanup myelin_vxlan still exists:\n%s", out)
 	}
+	if out, err := inNode("ip", "-4", "addr", "show", "dev", "lo", "label", "lo:myelinhealth"); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("after cleanup the node health address (lo:myelinhealth) is still there: %v\n%s", err, out)
+	}
 	if out, err := inNode("iptables", "-w", "-t", "nat", "-S", "MYELIN-POSTROUTING"); err == nil {
 		t.Errorf("after cleanup MYELIN-POSTROUTING still exists:\n%s", out)
 	}

@@ -1,0 +1,41 @@
+package clusterhealth
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+// The responder answers with its node's name; a probe of the right node succeeds, one
+// that expected another node fails naming both, a closed port fails.
+func TestHelloProbe(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	lo := netip.MustParseAddr("127.0.0.1")
+	srv, err := Serve("node-2", []netip.Addr{lo}, port, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ProbeTimeout)
+	defer cancel()
+	if lat, err := hello(ctx, lo, lo, port, "node-2"); err != nil || lat <= 0 {
+		t.Errorf("hello node-2 = %v, %v; want a latency", lat, err)
+	}
+	if _, err := hello(ctx, netip.Addr{}, lo, port, "node-3"); err == nil || !strings.Contains(err.Error(), `answered by node "node-2", not "node-3"`) {
+		t.Errorf("hello expecting node-3 = %v; want the mismatch named", err)
+	}
+	if _, err := Serve("node-2", []netip.Addr{lo}, port, slog.Default()); err == nil || !strings.Contains(err.Error(), "cluster-health-port") {
+		t.Errorf("second Serve on a taken port = %v; want an error naming cluster-health-port", err)
+	}
+	srv.Close()
+	if _, err := hello(ctx, netip.Addr{}, lo, port, "node-2"); err == nil {
+		t.Errorf("hello after Close succeeded")
+	}
+}
