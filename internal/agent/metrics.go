@@ -3,8 +3,10 @@ package agent
 import (
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/clusterhealth"
 	"github.com/myelin-net/myelin/internal/config"
 	"github.com/myelin-net/myelin/internal/flowmetrics"
 	"github.com/myelin-net/myelin/internal/metrics"
@@ -18,6 +20,7 @@ type agentMetrics struct {
 	agent   *metrics.Agent
 	flows   *flowmetrics.Sink // nil when the flow metrics are off
 	servers []*http.Server
+	health  atomic.Pointer[peerHealthLoop] // set once node health probing runs
 }
 
 // startMetrics starts the endpoints the configuration asks for; a port in use is
@@ -68,6 +71,9 @@ func (m *agentMetrics) use(st *startup, node *nodeDatapath, svc *serviceLoop, gc
 		s.Maps, _ = node.dp.MapStats()
 		s.Counters, _ = node.dp.Metrics()
 		s.ICMPRejectsSuppressed, _ = node.dp.ICMPRejectsSuppressed()
+		if ph := m.health.Load(); ph != nil {
+			s.NodeHealth = clusterhealth.Samples(ph.prober.Matrix.Peers())
+		}
 		return s
 	})
 	if m.flows != nil && node.flows != nil {

@@ -106,6 +106,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	supervise(ctx, append(st.loopsFor(nodes, node, svc, srv, deleted), pol, flows)...)
 	if ph := st.newPeerHealth(nodes); ph != nil {
 		srv.views.add(ph) // /v1/health answers from here on
+		mets.health.Store(ph)
 		supervise(ctx, ph)
 	}
 	if err := installCNI(cfg); err != nil {

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/clusterhealth"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -90,12 +92,17 @@ var (
 	ctrlFailDesc    = desc("controller_failing", "1 when the last run of an agent control loop ended in an error.", "controller")
 	gcRunsDesc      = desc("datapath_gc_runs_total", "Garbage collection passes over a datapath table (nat: masquerade, nodeport-nat: NodePort SNAT, service-ct: Service conntrack).", "table")
 	gcRemovedDesc   = desc("datapath_gc_entries_removed_total", "Entries garbage collection removed from a datapath table.", "table")
+	// The node health matrix (internal/clusterhealth names them): one series per
+	// peer node and path, (nodes - 1) x 3 per agent.
+	healthStatusDesc  = prometheus.NewDesc(clusterhealth.StatusMetric, clusterhealth.StatusMetricHelp, clusterhealth.MetricLabels, nil)
+	healthLatencyDesc = prometheus.NewDesc(clusterhealth.LatencyMetric, clusterhealth.LatencyMetricHelp, clusterhealth.MetricLabels, nil)
 )
 
 var allDescs = []*prometheus.Desc{endpointsDesc, ipamUsedDesc, ipamTotalDesc, servicesDesc, frontendsDesc,
 	backendsDesc, mapEntriesDesc, mapCapDesc, mapPressureDesc, ctEntriesDesc, natEntriesDesc, dropPktsDesc,
 	dropBytesDesc, fwdPktsDesc, fwdBytesDesc, eventsLostDesc, flowsLostDesc, icmpSuppDesc, attachErrDesc, loadedDesc,
-	hostRoutingDesc, routingDesc, ctrlRunsDesc, ctrlErrsDesc, ctrlFailDesc, gcRunsDesc, gcRemovedDesc}
+	hostRoutingDesc, routingDesc, ctrlRunsDesc, ctrlErrsDesc, ctrlFailDesc, gcRunsDesc, gcRemovedDesc,
+	healthStatusDesc, healthLatencyDesc}
 
 // snapshotCollector turns the Snapshot of each scrape into metrics.
 type snapshotCollector struct{ a *Agent }
@@ -117,6 +124,18 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	collectMaps(ch, s)
 	collectCounters(ch, s)
 	collectControllers(ch, s)
+	collectHealth(ch, s)
+}
+
+// collectHealth reports the node health matrix.
+func collectHealth(ch chan<- prometheus.Metric, s Snapshot) {
+	for _, h := range s.NodeHealth {
+		d := healthStatusDesc
+		if h.Metric == clusterhealth.LatencyMetric {
+			d = healthLatencyDesc
+		}
+		ch <- gauge(d, h.Value, h.Peer, h.Path)
+	}
 }
 
 func gauge(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/myelin-net/myelin/internal/clusterhealth"
 	"github.com/myelin-net/myelin/internal/datapath"
 )
 
@@ -30,6 +31,11 @@ func knownSnapshot() Snapshot {
 		RoutingMode: "native", HostRouting: "BPF",
 		Controllers: []Controller{{Name: "services", Runs: 7, Errors: 1, Failing: true}},
 		GC:          []GCStat{{Table: "nat", Runs: 3, Removed: 9}},
+		NodeHealth: []clusterhealth.Sample{
+			{Metric: clusterhealth.StatusMetric, Peer: "node-2", Path: "icmp", Value: 1},
+			{Metric: clusterhealth.LatencyMetric, Peer: "node-2", Path: "icmp", Value: 0.0004},
+			{Metric: clusterhealth.StatusMetric, Peer: "node-2", Path: "pod-http", Value: 0},
+		},
 	}
 }
 

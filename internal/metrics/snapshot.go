@@ -1,6 +1,9 @@
 package metrics
 
-import "github.com/myelin-net/myelin/internal/datapath"
+import (
+	"github.com/myelin-net/myelin/internal/clusterhealth"
+	"github.com/myelin-net/myelin/internal/datapath"
+)
 
 // Snapshot is the agent's state as one scrape reports it. Zero parts are parts
 // not running (yet): their metrics are left out rather than reported as zero.
@@ -26,6 +29,8 @@ type Snapshot struct {
 	RoutingMode, HostRouting, HostRoutingReason string
 	Controllers                                 []Controller
 	GC                                          []GCStat
+	// NodeHealth are the node health matrix's series (nil with probing off).
+	NodeHealth []clusterhealth.Sample
 }
 
 // ServiceCounts is what the Service loop has programmed.
