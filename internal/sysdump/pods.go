@@ -48,12 +48,24 @@ func PodNodes(ctx context.Context, cs kubernetes.Interface, ex podexec.API, drop
 // Name is the node the agent pod runs on.
 func (n PodNode) Name() string { return n.Pod.Spec.NodeName }
 
+// myelin runs `myelin sysdump ARGS` in the agent's container. Its output is never
+// empty; an empty one is retried: with the lab's containerd 1.6 the output of a
+// process that exits at once is sometimes lost on its way back through pods/exec.
 func (n PodNode) myelin(ctx context.Context, args ...string) ([]byte, error) {
-	out, err := n.Exec.Exec(ctx, n.Pod.Namespace, n.Pod.Name, append([]string{"myelin", "sysdump"}, args...))
-	if err != nil {
-		return nil, fmt.Errorf("exec in %s/%s: %w", n.Pod.Namespace, n.Pod.Name, err)
+	argv := append([]string{"myelin", "sysdump"}, args...)
+	for try := 0; ; try++ {
+		out, err := n.Exec.Exec(ctx, n.Pod.Namespace, n.Pod.Name, argv)
+		if err != nil {
+			return nil, fmt.Errorf("exec in %s/%s: %w", n.Pod.Namespace, n.Pod.Name, err)
+		}
+		if strings.TrimSpace(out) != "" {
+			return []byte(out), nil
+		}
+		if try == 4 {
+			return nil, fmt.Errorf("exec %s in %s/%s: no output in 5 tries", strings.Join(argv, " "), n.Pod.Namespace, n.Pod.Name)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	return []byte(out), nil
 }
 
 // Agent asks the pod's agent for one view.
@@ -67,7 +79,11 @@ func (n PodNode) Agent(ctx context.Context, view string) (any, error) {
 
 // Drops streams the agent's drops for DropsFor inside the pod.
 func (n PodNode) Drops(ctx context.Context) ([]byte, error) {
-	return n.myelin(ctx, "drops", "--for", n.DropsFor.String())
+	out, err := n.Exec.Exec(ctx, n.Pod.Namespace, n.Pod.Name, []string{"myelin", "sysdump", "drops", "--for", n.DropsFor.String()})
+	if err != nil {
+		return nil, fmt.Errorf("exec in %s/%s: %w", n.Pod.Namespace, n.Pod.Name, err)
+	}
+	return []byte(out), nil
 }
 
 // Run runs argv in the agent's container (the node's network namespace).
