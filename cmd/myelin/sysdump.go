@@ -126,7 +126,17 @@ func sysdumpAgentCommands() []*cobra.Command {
 	}
 	maps.Flags().StringVar(&dir, "dir", "", "pin directory (default: the agent's --bpffs-dir)")
 	maps.Flags().IntVar(&maxEntries, "max", 100, "entries kept of each map")
-	return []*cobra.Command{agent, drops, maps}
+	bpf := &cobra.Command{
+		Use: "bpf", Hidden: true, Args: cobra.NoArgs, Short: "Print the kernel's myelin BPF programs and its BPF links as JSON",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			objs, err := sysdump.ListBPFObjects()
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(objs)
+		},
+	}
+	return []*cobra.Command{agent, drops, maps, bpf}
 }
 
 func restConfig(kubeconfig, agent string) (*rest.Config, error) {

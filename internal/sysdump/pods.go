@@ -119,3 +119,6 @@ func (n PodNode) Maps(ctx context.Context, max int) (map[string]any, error) {
 	}
 	return res, nil
 }
+
+// BPF lists the kernel's myelin programs and its links from inside the pod.
+func (n PodNode) BPF(ctx context.Context) ([]byte, error) { return n.myelin(ctx, "bpf") }
