@@ -34,7 +34,8 @@ the Nodes, Pods, Services, EndpointSlices, NetworkPolicies, NodeConfigs, Events,
 kube-system DaemonSets and the myelin-config ConfigMap. Secrets are never read; values
 that look like tokens, keys or passwords are replaced by [REDACTED]. manifest.json lists
 every file and what could not be collected. Node data comes from the running lab's
-agents (run as root); see docs/operations.md.`,
+agents (run as root), or on a cluster from the chart's agent pods through pods/exec;
+see docs/operations.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runSysdump(cmd, kubeconfig, dropsFor, o)
