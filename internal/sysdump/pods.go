@@ -48,15 +48,19 @@ func PodNodes(ctx context.Context, cs kubernetes.Interface, ex podexec.API, drop
 // Name is the node the agent pod runs on.
 func (n PodNode) Name() string { return n.Pod.Spec.NodeName }
 
-// myelin runs `myelin sysdump ARGS` in the agent's container. Its output is never
-// empty; an empty one is retried: with the lab's containerd 1.6 the output of a
-// process that exits at once is sometimes lost on its way back through pods/exec.
+// myelin runs `myelin sysdump ARGS` in the agent's container.
 func (n PodNode) myelin(ctx context.Context, args ...string) ([]byte, error) {
-	argv := append([]string{"myelin", "sysdump"}, args...)
+	return n.output(ctx, append([]string{"myelin", "sysdump"}, args...))
+}
+
+// output runs argv, whose output is never empty, in the agent's container; an empty
+// one is retried: with the lab's containerd 1.6 the output of a process that exits at
+// once is sometimes lost on its way back through pods/exec.
+func (n PodNode) output(ctx context.Context, argv []string) ([]byte, error) {
 	for try := 0; ; try++ {
 		out, err := n.Exec.Exec(ctx, n.Pod.Namespace, n.Pod.Name, argv)
 		if err != nil {
-			return nil, fmt.Errorf("exec in %s/%s: %w", n.Pod.Namespace, n.Pod.Name, err)
+			return []byte(out), fmt.Errorf("exec %s in %s/%s: %w", strings.Join(argv, " "), n.Pod.Namespace, n.Pod.Name, err)
 		}
 		if strings.TrimSpace(out) != "" {
 			return []byte(out), nil
@@ -87,13 +91,7 @@ func (n PodNode) Drops(ctx context.Context) ([]byte, error) {
 }
 
 // Run runs argv in the agent's container (the node's network namespace).
-func (n PodNode) Run(ctx context.Context, argv ...string) ([]byte, error) {
-	out, err := n.Exec.Exec(ctx, n.Pod.Namespace, n.Pod.Name, argv)
-	if err != nil {
-		return []byte(out), fmt.Errorf("exec %s in %s/%s: %w", strings.Join(argv, " "), n.Pod.Namespace, n.Pod.Name, err)
-	}
-	return []byte(out), nil
-}
+func (n PodNode) Run(ctx context.Context, argv ...string) ([]byte, error) { return n.output(ctx, argv) }
 
 // Log returns the end of the agent container's log.
 func (n PodNode) Log(ctx context.Context, max int) ([]byte, error) {
