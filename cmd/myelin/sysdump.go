@@ -34,7 +34,8 @@ the Nodes, Pods, Services, EndpointSlices, NetworkPolicies, NodeConfigs, Events,
 kube-system DaemonSets and the myelin-config ConfigMap. Secrets are never read; values
 that look like tokens, keys or passwords are replaced by [REDACTED]. manifest.json lists
 every file and what could not be collected. Node data comes from the running lab's
-agents (run as root); see docs/operations.md.`,
+agents (run as root), or on a cluster from the chart's agent pods through pods/exec;
+see docs/operations.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runSysdump(cmd, kubeconfig, dropsFor, o)
@@ -126,7 +127,17 @@ func sysdumpAgentCommands() []*cobra.Command {
 	}
 	maps.Flags().StringVar(&dir, "dir", "", "pin directory (default: the agent's --bpffs-dir)")
 	maps.Flags().IntVar(&maxEntries, "max", 100, "entries kept of each map")
-	return []*cobra.Command{agent, drops, maps}
+	bpf := &cobra.Command{
+		Use: "bpf", Hidden: true, Args: cobra.NoArgs, Short: "Print the kernel's myelin BPF programs and its BPF links as JSON",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			objs, err := sysdump.ListBPFObjects()
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(objs)
+		},
+	}
+	return []*cobra.Command{agent, drops, maps, bpf}
 }
 
 func restConfig(kubeconfig, agent string) (*rest.Config, error) {

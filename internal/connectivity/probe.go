@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"slices"
 	"strings"
@@ -77,7 +78,14 @@ func probeHTTP(ctx context.Context, url, expect string) (string, error) {
 	}
 	client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 	resp, err := client.Do(req)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "", fmt.Errorf("GET %s: no answer (timed out)", url)
+	}
 	if err != nil {
+		var uerr *neturl.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err // the URL is said once
+		}
 		return "", fmt.Errorf("GET %s: %w", url, err)
 	}
 	defer resp.Body.Close()

@@ -23,6 +23,12 @@ type Node interface {
 	Maps(ctx context.Context, max int) (map[string]any, error)
 }
 
+// bpfLister is a node without bpftool that lists programs and links itself
+// (ListBPFObjects as JSON), in bpf-objects.json.
+type bpfLister interface {
+	BPF(ctx context.Context) ([]byte, error)
+}
+
 // AgentViews are the agent's views a dump holds, one file each.
 var AgentViews = []string{"status", "config", "services", "endpoints", "policy"}
 
@@ -39,12 +45,17 @@ func collectNode(ctx context.Context, a *archive, n Node, o Options) {
 	}
 	addOutput(a, dir+"drops.txt", func() ([]byte, error) { return n.Drops(ctx) })
 	addOutput(a, dir+"agent.log", func() ([]byte, error) { return n.Log(ctx, o.LogBytes) })
-	for file, argv := range map[string][]string{
-		"bpf-net.json":   {"bpftool", "-j", "net", "show"},
-		"bpf-links.json": {"bpftool", "-j", "link", "show"},
-		"ip-addr.txt":    {"ip", "-d", "addr", "show"},
-		"ip-route.txt":   {"ip", "route", "show", "table", "all"},
-	} {
+	commands := map[string][]string{
+		"ip-addr.txt":  {"ip", "-d", "addr", "show"},
+		"ip-route.txt": {"ip", "route", "show", "table", "all"},
+	}
+	if b, ok := n.(bpfLister); ok {
+		addOutput(a, dir+"bpf-objects.json", func() ([]byte, error) { return b.BPF(ctx) })
+	} else {
+		commands["bpf-net.json"] = []string{"bpftool", "-j", "net", "show"}
+		commands["bpf-links.json"] = []string{"bpftool", "-j", "link", "show"}
+	}
+	for file, argv := range commands {
 		addOutput(a, dir+file, func() ([]byte, error) { return n.Run(ctx, argv...) })
 	}
 	maps, err := n.Maps(ctx, o.MapEntries)

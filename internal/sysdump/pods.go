@@ -48,12 +48,28 @@ func PodNodes(ctx context.Context, cs kubernetes.Interface, ex podexec.API, drop
 // Name is the node the agent pod runs on.
 func (n PodNode) Name() string { return n.Pod.Spec.NodeName }
 
+// myelin runs `myelin sysdump ARGS` in the agent's container.
 func (n PodNode) myelin(ctx context.Context, args ...string) ([]byte, error) {
-	out, err := n.Exec.Exec(ctx, n.Pod.Namespace, n.Pod.Name, append([]string{"myelin", "sysdump"}, args...))
-	if err != nil {
-		return nil, fmt.Errorf("exec in %s/%s: %w", n.Pod.Namespace, n.Pod.Name, err)
+	return n.output(ctx, append([]string{"myelin", "sysdump"}, args...))
+}
+
+// output runs argv, whose output is never empty, in the agent's container; an empty
+// one is retried: with the lab's containerd 1.6 the output of a process that exits at
+// once is sometimes lost on its way back through pods/exec.
+func (n PodNode) output(ctx context.Context, argv []string) ([]byte, error) {
+	for try := 0; ; try++ {
+		out, err := n.Exec.Exec(ctx, n.Pod.Namespace, n.Pod.Name, argv)
+		if err != nil {
+			return []byte(out), fmt.Errorf("exec %s in %s/%s: %w", strings.Join(argv, " "), n.Pod.Namespace, n.Pod.Name, err)
+		}
+		if strings.TrimSpace(out) != "" {
+			return []byte(out), nil
+		}
+		if try == 4 {
+			return nil, fmt.Errorf("exec %s in %s/%s: no output in 5 tries", strings.Join(argv, " "), n.Pod.Namespace, n.Pod.Name)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	return []byte(out), nil
 }
 
 // Agent asks the pod's agent for one view.
@@ -67,17 +83,15 @@ func (n PodNode) Agent(ctx context.Context, view string) (any, error) {
 
 // Drops streams the agent's drops for DropsFor inside the pod.
 func (n PodNode) Drops(ctx context.Context) ([]byte, error) {
-	return n.myelin(ctx, "drops", "--for", n.DropsFor.String())
-}
-
-// Run runs argv in the agent's container (the node's network namespace).
-func (n PodNode) Run(ctx context.Context, argv ...string) ([]byte, error) {
-	out, err := n.Exec.Exec(ctx, n.Pod.Namespace, n.Pod.Name, argv)
+	out, err := n.Exec.Exec(ctx, n.Pod.Namespace, n.Pod.Name, []string{"myelin", "sysdump", "drops", "--for", n.DropsFor.String()})
 	if err != nil {
-		return []byte(out), fmt.Errorf("exec %s in %s/%s: %w", strings.Join(argv, " "), n.Pod.Namespace, n.Pod.Name, err)
+		return nil, fmt.Errorf("exec in %s/%s: %w", n.Pod.Namespace, n.Pod.Name, err)
 	}
 	return []byte(out), nil
 }
+
+// Run runs argv in the agent's container (the node's network namespace).
+func (n PodNode) Run(ctx context.Context, argv ...string) ([]byte, error) { return n.output(ctx, argv) }
 
 // Log returns the end of the agent container's log.
 func (n PodNode) Log(ctx context.Context, max int) ([]byte, error) {
@@ -103,3 +117,6 @@ func (n PodNode) Maps(ctx context.Context, max int) (map[string]any, error) {
 	}
 	return res, nil
 }
+
+// BPF lists the kernel's myelin programs and its links from inside the pod.
+func (n PodNode) BPF(ctx context.Context) ([]byte, error) { return n.myelin(ctx, "bpf") }

@@ -67,6 +67,9 @@ func TestLabConnectivityHelm(t *testing.T) {
 			t.Errorf("no map dump of %s from its agent pod", node)
 		}
 	}
+	if !strings.Contains(files["nodes/myelin-node-1/bpf-objects.json"], `"myelin_from_netdev"`) {
+		t.Errorf("bpf-objects.json (from the agent pod) lacks myelin_from_netdev:\n%.400s", files["nodes/myelin-node-1/bpf-objects.json"])
+	}
 	if !strings.Contains(files["nodes/myelin-node-2/status.json"], "myelin-node-2") {
 		t.Errorf("node 2's status (from its agent pod) does not name it")
 	}
