@@ -274,39 +274,61 @@ func (p PolicyCTPurge) Empty() bool {
 // PurgePolicyCT forgets the myelin_policy_ct entries p names (one pass
 // over the map): an entry both of whose noted ends p names is deleted, one
 // with only one of them loses that end's bit. Their next packet is judged
-// by the policy again at that end. It returns how many ends it forgot.
+// by the policy again at that end. It returns how many entries it changed.
 func (d *Datapath) PurgePolicyCT(p PolicyCTPurge) (int, error) {
 	if p.Empty() {
 		return 0, nil
 	}
 	var (
-		key  myelinPolicyCtKey
-		v    myelinPolicyCtEntry
-		keep = map[myelinPolicyCtKey]uint32{}
+		key   myelinPolicyCtKey
+		v     myelinPolicyCtEntry
+		named []myelinPolicyCtKey
 	)
 	it := d.objs.MyelinPolicyCt.Iterate()
 	for it.Next(&key, &v) {
-		if gone := policyCTMatches(key, v.Ends, p); gone != 0 {
-			keep[key] = v.Ends &^ gone
+		if policyCTMatches(key, v.Ends, p) != 0 {
+			named = append(named, key)
 		}
 	}
 	if err := it.Err(); err != nil {
 		return 0, fmt.Errorf("list tracked policy connections: %w", err)
 	}
 	n := 0
-	for k, ends := range keep {
-		var err error
-		if ends == 0 {
-			err = d.objs.MyelinPolicyCt.Delete(k)
-		} else {
-			err = d.objs.MyelinPolicyCt.Update(k, myelinPolicyCtEntry{Ends: ends}, ebpf.UpdateExist)
+	for _, k := range named {
+		changed, err := d.forgetPolicyCTEnds(k, p)
+		if err != nil {
+			return n, err
 		}
-		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return n, fmt.Errorf("forget tracked policy connection: %w", err)
+		if changed {
+			n++
 		}
-		n++
 	}
 	return n, nil
+}
+
+// forgetPolicyCTEnds drops the ends of entry k that p names without ever
+// bringing back a bit the datapath has since cleared: the entry is taken
+// out atomically (a SYN may have restarted it since the map was listed, so
+// what was listed is not trusted) and the ends p does not name are put back
+// only if the datapath has not created the entry again meanwhile. Losing a
+// race only makes an end judge its next packet again.
+func (d *Datapath) forgetPolicyCTEnds(k myelinPolicyCtKey, p PolicyCTPurge) (bool, error) {
+	var v myelinPolicyCtEntry
+	err := d.objs.MyelinPolicyCt.LookupAndDelete(&k, &v)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("forget tracked policy connection: %w", err)
+	}
+	gone := policyCTMatches(k, v.Ends, p)
+	if kept := v.Ends &^ gone; kept != 0 {
+		err = d.objs.MyelinPolicyCt.Update(&k, myelinPolicyCtEntry{Ends: kept}, ebpf.UpdateNoExist)
+		if err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+			return true, fmt.Errorf("keep tracked policy connection: %w", err)
+		}
+	}
+	return gone != 0, nil
 }
 
 // The end bits of a tracked connection (enum policy_ct_ends).
