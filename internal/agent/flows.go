@@ -98,7 +98,8 @@ func (l *flowLoop) Run(ctx context.Context) {
 }
 
 // reportKernelLost adds a LOST flow every second in which the datapath's flow ring
-// had no room for records (FLOWS_LOST), so followers learn of them too.
+// had no room for records (FLOWS_LOST) or a pod's DNS or drop records were past
+// their budget (FLOWS_LIMITED, bpf/lib/flows.h), so followers learn of them too.
 func (l *flowLoop) reportKernelLost(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -117,7 +118,7 @@ func (l *flowLoop) reportKernelLost(ctx context.Context) {
 	}
 }
 
-// kernelLost is the datapath's count of flow records its ring had no room for.
+// kernelLost is the datapath's count of flow records it could not write.
 func (l *flowLoop) kernelLost() uint64 {
 	metrics, err := l.dp.Metrics()
 	if err != nil {
@@ -125,7 +126,7 @@ func (l *flowLoop) kernelLost() uint64 {
 	}
 	var n uint64
 	for _, m := range metrics {
-		if m.Reason == "FLOWS_LOST" {
+		if m.Reason == "FLOWS_LOST" || m.Reason == "FLOWS_LIMITED" {
 			n += m.Packets
 		}
 	}
