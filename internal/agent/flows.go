@@ -30,7 +30,8 @@ type flowLoop struct {
 
 	pol      atomic.Pointer[policyLoop]
 	services atomic.Pointer[serviceLoop]
-	pods     podIndex // used only by the feeding goroutine
+	pods     podIndex     // used only by the feeding goroutine
+	verdicts verdictCache // used only by the feeding goroutine
 }
 
 // podIndex is the policy loop's pods by address, rebuilt when its view changes: one
@@ -45,6 +46,11 @@ func (x *podIndex) lookup(pol *policyLoop, ip netip.Addr) (*policy.Pod, bool) {
 	if v == nil {
 		return nil, false
 	}
+	return x.in(v, ip)
+}
+
+// in looks ip up among the pods of view v.
+func (x *podIndex) in(v *policyView, ip netip.Addr) (*policy.Pod, bool) {
 	if v != x.view {
 		x.view, x.byIP = v, make(map[netip.Addr]*policy.Pod, len(v.input.Pods))
 		for i := range v.input.Pods {
