@@ -13,6 +13,15 @@
  *   - UDP to or from port 53 (FLOW_DNS): every packet, with up to
  *     FLOW_DNS_CAPTURE bytes of its payload.
  *
+ * DNS and drop records have a budget (flows_allow, myelin_flow_limit): at
+ * most FLOW_DNS_BUDGET DNS records, and FLOW_DROP_BUDGET drops of each
+ * reason, per window of 2^FLOW_LIMIT_WINDOW_SHIFT ns (1.07 s), program
+ * direction and pod (its veth; from the uplink or overlay: the local pod a
+ * packet is delivered to, or the device for drops). Past it a record is
+ * counted as REASON_FLOWS_LIMITED, so one pod's flood can't fill the ring
+ * and push out other pods' records. TCP records and established TCP take no
+ * budget (no lookup).
+ *
  * A forwarded packet is reported where it leaves a pod (from_pod) and where
  * it enters one: to_pod, or from_netdev/from_overlay when BPF delivers it to
  * a local endpoint; the uplink's egress and the node's own traffic are not.
@@ -39,6 +48,10 @@ volatile __u32 flows_enabled = 0;
 #define FLOW_DNS_PORT	   bpf_htons(53)
 #define FLOWS_WAKEUP_BYTES (FLOWS_RINGBUF_SIZE / 4)
 #define FLOW_UDP_HLEN	   8
+
+#define FLOW_LIMIT_WINDOW_SHIFT 30 /* 1.07 s */
+#define FLOW_DNS_BUDGET		128
+#define FLOW_DROP_BUDGET	64
 
 /* flows_fill sets the record's common fields and ports (ICMP: type and code). */
 static __always_inline void flows_fill(struct __sk_buff *skb, const struct ipv4_info *info,
@@ -82,6 +95,38 @@ static __always_inline void flows_lost(struct __sk_buff *skb, __u8 dir)
 	metrics_add(dir, REASON_FLOWS_LOST, skb->len);
 }
 
+/*
+ * flows_allow spends one record of the budget of kind (and reason) for this
+ * packet's pod; 0, counted as REASON_FLOWS_LIMITED, when it is spent.
+ */
+static __always_inline int flows_allow(struct __sk_buff *skb, const struct ipv4_info *info,
+				       __u8 kind, __u8 dir, __u8 reason, __u64 budget)
+{
+	struct flow_limit_key k = {
+		.ifindex = skb->ifindex, .kind = kind, .reason = reason, .dir = dir};
+	__u64 window = bpf_ktime_get_ns() >> FLOW_LIMIT_WINDOW_SHIFT;
+	struct flow_limit fresh = {.window = window, .records = 1}, *l;
+
+	if (dir == DIR_FROM_POD) /* the veth it entered on, as the source check uses */
+		k.ifindex = skb->ingress_ifindex;
+	else if (dir != DIR_TO_POD && kind != FLOW_DROP)
+		k.addr = info->daddr; /* a local pod (flows_reported_dir) */
+	l = bpf_map_lookup_elem(&myelin_flow_limit, &k);
+	if (!l) {
+		bpf_map_update_elem(&myelin_flow_limit, &k, &fresh, BPF_ANY);
+		return 1;
+	}
+	if (l->window != window) {
+		l->window = window;
+		l->records = 1;
+		return 1;
+	}
+	if (__sync_fetch_and_add(&l->records, 1) < budget)
+		return 1;
+	metrics_add(dir, REASON_FLOWS_LIMITED, skb->len);
+	return 0;
+}
+
 /* flows_emit writes one fixed-size record, in place in the ring (no stack copy). */
 static __always_inline void flows_emit(struct __sk_buff *skb, const struct ipv4_info *info,
 				       __u8 kind, __u8 dir, __u8 reason, __u8 tcp_flags,
@@ -110,12 +155,14 @@ static __always_inline void flows_dns(struct __sk_buff *skb, const struct ipv4_i
 	__u32 off = info->l4_off + FLOW_UDP_HLEN, n;
 	struct flow_dns_record *d;
 
+	if (!flows_allow(skb, info, FLOW_DNS, dir, REASON_FORWARDED, FLOW_DNS_BUDGET))
+		return;
 	d = bpf_ringbuf_reserve(&myelin_flows, sizeof(*d), 0);
 	if (!d) {
 		flows_lost(skb, dir);
 		return;
 	}
-	__builtin_memset(&d->hdr, 0, sizeof(d->hdr));
+	__builtin_memset(d, 0, sizeof(*d)); /* no stale ring bytes past the payload */
 	flows_fill(skb, info, &d->hdr, FLOW_DNS, dir, REASON_FORWARDED);
 	n = skb->len > off ? skb->len - off : 0;
 	if (n > FLOW_DNS_CAPTURE)
@@ -229,6 +276,8 @@ static __noinline void flows_drop(struct __sk_buff *skb, const struct ipv4_info 
 {
 	__u8 flags = 0;
 
+	if (!flows_allow(skb, info, FLOW_DROP, dir, reason, FLOW_DROP_BUDGET))
+		return;
 	if (info->l4_off && info->proto == IPPROTO_TCP)
 		flags = flows_tcp_flags(skb, info);
 	flows_emit(skb, info, FLOW_DROP, dir, reason, flags, NULL);

@@ -17,6 +17,7 @@
 #define EVENTS_RINGBUF_SIZE   (256 * 1024)
 #define FLOWS_RINGBUF_SIZE    (1024 * 1024)
 #define FLOW_STATE_MAX	      65536 /* UDP/ICMP flows tracked for aggregation (LRU) */
+#define FLOW_LIMIT_MAX	      16384 /* DNS and drop record budgets (LRU, lib/flows.h) */
 #define METRICS_MAX_ENTRIES   (METRIC_DIRS * METRIC_REASONS)
 #define TUNNEL_MAX_ENTRIES    1024  /* one PodCIDR per node */
 #define NAT_MAX_DEFAULT	      65536 /* two entries per masqueraded flow */
@@ -325,5 +326,18 @@ struct {
 	__uint(max_entries, FLOW_STATE_MAX);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_flow_state SEC(".maps");
+
+/*
+ * myelin_flow_limit: DNS and drop records written per budget (struct
+ * flow_limit_key) in the current window, so one pod's flood can't fill
+ * myelin_flows. LRU: an evicted budget starts a fresh window.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct flow_limit_key);
+	__type(value, struct flow_limit);
+	__uint(max_entries, FLOW_LIMIT_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_flow_limit SEC(".maps");
 
 #endif /* MYELIN_LIB_MAPS_H */

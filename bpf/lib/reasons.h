@@ -76,6 +76,11 @@ enum reason {
 	 * something the datapath can't represent): fail closed, and say why.
 	 */
 	DROP_POLICY_MAP_FULL = 22,
+	/*
+	 * Not a verdict: a DNS or drop flow record was not written, its budget
+	 * (lib/flows.h, flows_allow) was spent for this window.
+	 */
+	REASON_FLOWS_LIMITED = 61,
 	/* Not a verdict: a flow record could not be written (flow ring buffer full). */
 	REASON_FLOWS_LOST = 62,
 	/* Not a verdict: a ring buffer event could not be written (buffer full). */

@@ -433,6 +433,27 @@ struct flow_key {
 	__u8 pad[2];
 };
 
+/*
+ * flow_limit_key is one record budget of myelin_flow_limit (lib/flows.h,
+ * flows_allow): a kind of record (FLOW_DNS, FLOW_DROP with its reason) in one
+ * program direction on one device; addr is 0 on a pod's veth (the pod is the
+ * device), else the local pod a forwarded packet is delivered to.
+ */
+struct flow_limit_key {
+	__u32 ifindex;
+	__u32 addr;
+	__u8 kind;
+	__u8 reason;
+	__u8 dir;
+	__u8 pad;
+};
+
+/* flow_limit is a budget's current window (ktime >> FLOW_LIMIT_WINDOW_SHIFT) and its records. */
+struct flow_limit {
+	__u64 window;
+	__u64 records;
+};
+
 /* flow_state is what a flow accumulated since its last record. */
 struct flow_state {
 	__u64 last; /* ktime of its last record */

@@ -36,7 +36,7 @@ func (l *flowLoop) PolicyVerdict(f *flow.Flow) *flow.Flow {
 	pv := *f
 	pv.Type = flow.TypePolicyVerdict
 	if f.Verdict == flow.Forwarded {
-		pv.Policies = allowingPolicies(v.input, f, egress)
+		pv.Policies = l.allowingPolicies(v, f, egress)
 	}
 	return &pv
 }
@@ -55,25 +55,59 @@ func policyRelevant(f *flow.Flow) bool {
 }
 
 // allowingPolicies names the policies that allow f in its direction, when both ends
-// are pods the policy loop knows.
-func allowingPolicies(in policy.Input, f *flow.Flow, egress bool) []string {
-	src, okS := podOf(in, f.Source.IP)
-	dst, okD := podOf(in, f.Destination.IP)
+// are pods of view v: pods found in the loop's index, the answer in its cache.
+func (l *flowLoop) allowingPolicies(v *policyView, f *flow.Flow, egress bool) []string {
+	src, okS := podOf(&l.pods, v, f.Source.IP)
+	dst, okD := podOf(&l.pods, v, f.Destination.IP)
 	if !okS || !okD {
 		return nil
 	}
 	proto := map[string]uint8{"TCP": 6, "UDP": 17, "SCTP": 132}[f.Protocol]
-	r := policy.Trace(in, src, dst, proto, f.DstPort)
+	r := l.verdicts.trace(v, verdictKey{src: src, dst: dst, proto: proto, port: f.DstPort})
 	if egress {
 		return r.Egress.By
 	}
 	return r.Ingress.By
 }
 
-func podOf(in policy.Input, ip string) (policy.Pod, bool) {
+func podOf(x *podIndex, v *policyView, ip string) (*policy.Pod, bool) {
 	a, err := netip.ParseAddr(ip)
 	if err != nil {
-		return policy.Pod{}, false
+		return nil, false
 	}
-	return policy.PodByIP(in.Pods, a)
+	return x.in(v, a)
+}
+
+// verdictCacheMax bounds the cache: past it, it starts over.
+const verdictCacheMax = 16384
+
+// verdictKey is one question to policy.Trace: two pods of one policy view (their
+// labels, namespaces, addresses and named ports are all Trace reads of them) and
+// the connection's protocol and port.
+type verdictKey struct {
+	src, dst *policy.Pod
+	proto    uint8
+	port     uint16
+}
+
+// verdictCache keeps policy.Trace's answers for one policy view, so the flow reader
+// evaluates the policies once per pod pair and port, not once per new connection.
+// A new view (any policy, pod or namespace change) empties it.
+type verdictCache struct {
+	view   *policyView
+	m      map[verdictKey]policy.TraceResult
+	traces int // policy.Trace calls, for tests
+}
+
+func (c *verdictCache) trace(v *policyView, k verdictKey) policy.TraceResult {
+	if c.view != v || len(c.m) >= verdictCacheMax {
+		c.view, c.m = v, make(map[verdictKey]policy.TraceResult)
+	}
+	if r, ok := c.m[k]; ok {
+		return r
+	}
+	c.traces++
+	r := policy.Trace(v.input, *k.src, *k.dst, k.proto, k.port)
+	c.m[k] = r
+	return r
 }

@@ -30,7 +30,8 @@ type flowLoop struct {
 
 	pol      atomic.Pointer[policyLoop]
 	services atomic.Pointer[serviceLoop]
-	pods     podIndex // used only by the feeding goroutine
+	pods     podIndex     // used only by the feeding goroutine
+	verdicts verdictCache // used only by the feeding goroutine
 }
 
 // podIndex is the policy loop's pods by address, rebuilt when its view changes: one
@@ -45,6 +46,11 @@ func (x *podIndex) lookup(pol *policyLoop, ip netip.Addr) (*policy.Pod, bool) {
 	if v == nil {
 		return nil, false
 	}
+	return x.in(v, ip)
+}
+
+// in looks ip up among the pods of view v.
+func (x *podIndex) in(v *policyView, ip netip.Addr) (*policy.Pod, bool) {
 	if v != x.view {
 		x.view, x.byIP = v, make(map[netip.Addr]*policy.Pod, len(v.input.Pods))
 		for i := range v.input.Pods {
@@ -98,7 +104,8 @@ func (l *flowLoop) Run(ctx context.Context) {
 }
 
 // reportKernelLost adds a LOST flow every second in which the datapath's flow ring
-// had no room for records (FLOWS_LOST), so followers learn of them too.
+// had no room for records (FLOWS_LOST) or a pod's DNS or drop records were past
+// their budget (FLOWS_LIMITED, bpf/lib/flows.h), so followers learn of them too.
 func (l *flowLoop) reportKernelLost(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -117,7 +124,7 @@ func (l *flowLoop) reportKernelLost(ctx context.Context) {
 	}
 }
 
-// kernelLost is the datapath's count of flow records its ring had no room for.
+// kernelLost is the datapath's count of flow records it could not write.
 func (l *flowLoop) kernelLost() uint64 {
 	metrics, err := l.dp.Metrics()
 	if err != nil {
@@ -125,7 +132,7 @@ func (l *flowLoop) kernelLost() uint64 {
 	}
 	var n uint64
 	for _, m := range metrics {
-		if m.Reason == "FLOWS_LOST" {
+		if m.Reason == "FLOWS_LOST" || m.Reason == "FLOWS_LIMITED" {
 			n += m.Packets
 		}
 	}

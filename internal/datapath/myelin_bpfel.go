@@ -124,6 +124,22 @@ const (
 	myelinFlowKindFLOW_DNS     myelinFlowKind = 5
 )
 
+type myelinFlowLimit struct {
+	_       structs.HostLayout
+	Window  uint64
+	Records uint64
+}
+
+type myelinFlowLimitKey struct {
+	_       structs.HostLayout
+	Ifindex uint32
+	Addr    uint32
+	Kind    uint8
+	Reason  uint8
+	Dir     uint8
+	Pad     uint8
+}
+
 type myelinFlowRecord struct {
 	_          structs.HostLayout
 	Ktime      uint64
@@ -402,6 +418,7 @@ const (
 	myelinReasonDROP_SVC_CT_FULL         myelinReason = 20
 	myelinReasonDROP_POLICY_DENIED       myelinReason = 21
 	myelinReasonDROP_POLICY_MAP_FULL     myelinReason = 22
+	myelinReasonREASON_FLOWS_LIMITED     myelinReason = 61
 	myelinReasonREASON_FLOWS_LOST        myelinReason = 62
 	myelinReasonREASON_EVENTS_LOST       myelinReason = 63
 	myelinReasonMETRIC_REASONS           myelinReason = 64
@@ -473,6 +490,7 @@ type myelinProgramSpecs struct {
 type myelinMapSpecs struct {
 	MyelinEndpoints     *ebpf.MapSpec `ebpf:"myelin_endpoints"`
 	MyelinEvents        *ebpf.MapSpec `ebpf:"myelin_events"`
+	MyelinFlowLimit     *ebpf.MapSpec `ebpf:"myelin_flow_limit"`
 	MyelinFlowState     *ebpf.MapSpec `ebpf:"myelin_flow_state"`
 	MyelinFlows         *ebpf.MapSpec `ebpf:"myelin_flows"`
 	MyelinFrags         *ebpf.MapSpec `ebpf:"myelin_frags"`
@@ -562,6 +580,7 @@ func (o *myelinObjects) Close() error {
 type myelinMaps struct {
 	MyelinEndpoints     *ebpf.Map `ebpf:"myelin_endpoints"`
 	MyelinEvents        *ebpf.Map `ebpf:"myelin_events"`
+	MyelinFlowLimit     *ebpf.Map `ebpf:"myelin_flow_limit"`
 	MyelinFlowState     *ebpf.Map `ebpf:"myelin_flow_state"`
 	MyelinFlows         *ebpf.Map `ebpf:"myelin_flows"`
 	MyelinFrags         *ebpf.Map `ebpf:"myelin_frags"`
@@ -590,6 +609,7 @@ func (m *myelinMaps) Close() error {
 	return _MyelinClose(
 		m.MyelinEndpoints,
 		m.MyelinEvents,
+		m.MyelinFlowLimit,
 		m.MyelinFlowState,
 		m.MyelinFlows,
 		m.MyelinFrags,

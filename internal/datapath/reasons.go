@@ -23,6 +23,7 @@ var reasonNames = map[myelinReason]string{
 	myelinReasonDROP_POLICY_DENIED:       "DROP_POLICY_DENIED",
 	myelinReasonDROP_POLICY_MAP_FULL:     "DROP_POLICY_MAP_FULL",
 	myelinReasonREASON_FLOWS_LOST:        "FLOWS_LOST",
+	myelinReasonREASON_FLOWS_LIMITED:     "FLOWS_LIMITED",
 	myelinReasonREASON_EVENTS_LOST:       "EVENTS_LOST",
 }
 
@@ -57,5 +58,6 @@ func DirectionName(d uint8) string {
 // isDrop reports whether a reason is a drop.
 func isDrop(r myelinReason) bool {
 	return r != myelinReasonREASON_FORWARDED && r != myelinReasonREASON_PASS_STACK &&
-		r != myelinReasonREASON_EVENTS_LOST && r != myelinReasonREASON_FLOWS_LOST
+		r != myelinReasonREASON_EVENTS_LOST && r != myelinReasonREASON_FLOWS_LOST &&
+		r != myelinReasonREASON_FLOWS_LIMITED
 }

@@ -25,6 +25,7 @@ func TestReasonName(t *testing.T) {
 		{8, "DROP_SVC_NO_BACKEND"},
 		{21, "DROP_POLICY_DENIED"},
 		{22, "DROP_POLICY_MAP_FULL"},
+		{61, "FLOWS_LIMITED"},
 		{63, "EVENTS_LOST"},
 		{42, "REASON_42"},
 	} {

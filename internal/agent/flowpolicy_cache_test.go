@@ -1,0 +1,108 @@
+package agent
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/myelin-net/myelin/internal/flow"
+	"github.com/myelin-net/myelin/internal/policy"
+)
+
+// serverView is a policy view in which x/server is isolated for ingress by one
+// policy, name, allowing x/client on TCP port.
+func serverView(name string, port int32) *policyView {
+	client := policy.Pod{Namespace: "x", Name: "client", Labels: map[string]string{"app": "client"}, IP: netip.MustParseAddr("10.244.1.5"), Node: "n1"}
+	server := policy.Pod{Namespace: "x", Name: "server", Labels: map[string]string{"app": "server"}, IP: netip.MustParseAddr("10.244.1.6"), Node: "n1"}
+	p := intstr.FromInt32(port)
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: name},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From: []networkingv1.NetworkPolicyPeer{{
+					PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Port: &p}},
+			}},
+		},
+	}
+	return &policyView{
+		input: policy.Input{Node: "n1", Pods: []policy.Pod{client, server}, Namespaces: map[string]map[string]string{"x": {}},
+			Policies: []*networkingv1.NetworkPolicy{np}},
+		state: policy.State{Endpoints: map[netip.Addr]*policy.Endpoint{
+			server.IP: {Pod: "x/server", IP: server.IP, IngressPolicies: []string{"x/" + name}},
+		}},
+	}
+}
+
+func synTo(src string, sport, dport uint16) *flow.Flow {
+	return &flow.Flow{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Direction: flow.Ingress, Protocol: "TCP",
+		SrcPort: sport, DstPort: dport, Source: flow.Endpoint{IP: src}, Destination: flow.Endpoint{IP: "10.244.1.6"},
+		TCPFlags: &flow.TCPFlags{SYN: true}}
+}
+
+// TestFlowPolicyVerdictCache: new connections between the same pods on the same
+// port are traced once per policy view; another port is traced on its own; a new
+// view (a policy change) answers from the new policies; an address of no pod is
+// not traced.
+func TestFlowPolicyVerdictCache(t *testing.T) {
+	pol := &policyLoop{}
+	pol.view.Store(serverView("allow-80", 80))
+	l := &flowLoop{}
+	l.pol.Store(pol)
+	policies := func(f *flow.Flow) []string {
+		t.Helper()
+		pv := l.PolicyVerdict(f)
+		if pv == nil {
+			t.Fatalf("%+v: no policy verdict", f)
+		}
+		return pv.Policies
+	}
+	for sport := uint16(40000); sport < 40010; sport++ {
+		if got := policies(synTo("10.244.1.5", sport, 80)); !slices.Equal(got, []string{"x/allow-80"}) {
+			t.Fatalf("SYN from port %d: policies %v, want [x/allow-80]", sport, got)
+		}
+	}
+	if l.verdicts.traces != 1 {
+		t.Errorf("10 connections of one pod pair and port: %d traces, want 1", l.verdicts.traces)
+	}
+	if got := policies(synTo("10.244.1.5", 40000, 443)); len(got) != 0 {
+		t.Errorf("SYN to port 443: policies %v, want none", got)
+	}
+	if l.verdicts.traces != 2 {
+		t.Errorf("after a second port: %d traces, want 2", l.verdicts.traces)
+	}
+	pol.view.Store(serverView("allow-443", 443))
+	if got := policies(synTo("10.244.1.5", 40000, 443)); !slices.Equal(got, []string{"x/allow-443"}) {
+		t.Errorf("SYN to port 443 after the policy change: policies %v, want [x/allow-443]", got)
+	}
+	if got := policies(synTo("10.244.1.5", 40000, 80)); len(got) != 0 {
+		t.Errorf("SYN to port 80 after the policy change: policies %v, want none", got)
+	}
+	if l.verdicts.traces != 4 {
+		t.Errorf("after the policy change: %d traces, want 4 (the cache starts over)", l.verdicts.traces)
+	}
+	if got := policies(synTo("10.244.9.9", 40000, 443)); len(got) != 0 || l.verdicts.traces != 4 {
+		t.Errorf("SYN from an address of no pod: policies %v, %d traces, want none and 4", got, l.verdicts.traces)
+	}
+}
+
+// TestPodIndexFollowsView: the index answers from the view it is asked about.
+func TestPodIndexFollowsView(t *testing.T) {
+	var x podIndex
+	v1 := serverView("a", 80)
+	v2 := serverView("b", 80)
+	v2.input.Pods = v2.input.Pods[:1] // the server is gone
+	ip := netip.MustParseAddr("10.244.1.6")
+	if p, ok := x.in(v1, ip); !ok || p.Name != "server" {
+		t.Errorf("view 1: %v %v, want x/server", p, ok)
+	}
+	if p, ok := x.in(v2, ip); ok {
+		t.Errorf("view 2 without the server: %v, want none", p)
+	}
+}

@@ -1,0 +1,116 @@
+package datapath
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// Record budgets of bpf/lib/flows.h (flows_allow).
+const (
+	flowDNSBudget    = 128
+	flowDropBudget   = 64
+	flowWindowShift  = 30
+	flowFloodPackets = 3 * flowDNSBudget
+)
+
+// monoWindow is the budget window of bpf_ktime_get_ns (CLOCK_MONOTONIC) now.
+func monoWindow(t *testing.T) int64 {
+	t.Helper()
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		t.Fatal(err)
+	}
+	return ts.Nano() >> flowWindowShift
+}
+
+// drainFlows reads every record in the ring.
+func drainFlows(t *testing.T, r *FlowReader) []FlowRecord {
+	t.Helper()
+	var out []FlowRecord
+	for {
+		fr, err := nextFlow(r, 300*time.Millisecond)
+		if err == errNoEvent {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fr)
+	}
+}
+
+// TestPrivilegedBPFFlowsLimit: a flood of forged DNS packets (UDP from source port
+// 53) and of drops from pod A makes at most one budget of records per window it
+// spans, the rest counted as FLOWS_LIMITED, while pod B's DNS packet and drop that
+// follow still make their records.
+func TestPrivilegedBPFFlowsLimit(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTest(t, HostRoutingBPF)
+	if err := seedEndpoints(d, seedAB); err != nil {
+		t.Fatal(err)
+	}
+	r, err := d.NewFlowReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := d.SetFlows(true); err != nil {
+		t.Fatal(err)
+	}
+	ctxPodB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
+	run := func(in []byte, ctx *skbCtx) {
+		t.Helper()
+		if _, err := d.objs.MyelinFromPod.Run(&ebpf.RunOptions{Data: in, Context: *ctx}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forged := ipv4(protoUDP, podA, podBIP).withSrc(podA, 53).withDst(podBIP, 40000).build()
+	bad := ipv4(protoUDP, podA, podBIP).build()
+	bad = bad[:len(bad)-4] // truncated: DROP_INVALID_PACKET
+	first := monoWindow(t)
+	for range flowFloodPackets {
+		run(forged, ctxPodA)
+		run(bad, ctxPodA)
+	}
+	windows := int(monoWindow(t) - first + 1)
+	dnsB := fromPodB(ipv4(protoUDP, podBIP, podA).withSrc(podBIP, 40001).withDst(podA, 53))
+	run(dnsB.build(), ctxPodB)
+	badB := fromPodB(ipv4(protoUDP, podBIP, podA).withSrc(podBIP, 40001)).build()
+	run(badB[:len(badB)-4], ctxPodB)
+
+	var dnsA, dropsA, gotDNSB, gotDropB int
+	for _, fr := range drainFlows(t, r) {
+		switch {
+		case fr.Kind == FlowDNS && fr.Src == mustAddr(podA):
+			dnsA++
+		case fr.Kind == FlowDrop && fr.Src == mustAddr(podA):
+			dropsA++
+		case fr.Kind == FlowDNS && fr.Src == mustAddr(podBIP) && fr.DstPort == 53:
+			gotDNSB++
+		case fr.Kind == FlowDrop && fr.Src == mustAddr(podBIP) && fr.Reason == "DROP_INVALID_PACKET":
+			gotDropB++
+		}
+	}
+	if dnsA > flowDNSBudget*windows || dnsA == 0 {
+		t.Errorf("pod A's %d forged DNS packets made %d records, want 1..%d", flowFloodPackets, dnsA, flowDNSBudget*windows)
+	}
+	if dropsA > flowDropBudget*windows || dropsA == 0 {
+		t.Errorf("pod A's %d drops made %d records, want 1..%d", flowFloodPackets, dropsA, flowDropBudget*windows)
+	}
+	if gotDNSB != 1 || gotDropB != 1 {
+		t.Errorf("pod B after the flood: %d DNS records, %d drop records, want 1 each", gotDNSB, gotDropB)
+	}
+	limited, err := counter(d, "from-pod", "FLOWS_LIMITED")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := uint64(2*flowFloodPackets - dnsA - dropsA); limited.Packets != want {
+		t.Errorf("FLOWS_LIMITED = %d, want %d (flood packets without a record)", limited.Packets, want)
+	}
+	if lost, _ := counter(d, "from-pod", "FLOWS_LOST"); lost.Packets != 0 {
+		t.Errorf("FLOWS_LOST = %d, want 0: the budgets keep the ring from filling", lost.Packets)
+	}
+}
