@@ -65,33 +65,34 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 // datapath's fixed set, reasons and directions its enums, controllers and GC
 // tables the agent's fixed loops.
 var (
-	endpointsDesc   = desc("endpoints", "Pods whose endpoint is programmed in this node's datapath.")
-	ipamUsedDesc    = desc("ipam_addresses_used", "Pod addresses in use from this node's PodCIDR.")
-	ipamTotalDesc   = desc("ipam_addresses_capacity", "Pod addresses this node's PodCIDR can hand out.")
-	servicesDesc    = desc("services", "Kubernetes Services programmed in the datapath (kube-proxy replacement).")
-	frontendsDesc   = desc("service_frontends", "Service frontends (address, port, protocol) programmed in the datapath.")
-	backendsDesc    = desc("service_backends", "Service backends programmed in the datapath.")
-	mapEntriesDesc  = desc("bpf_map_entries", "Entries in a BPF map the agent owns.", "map", "kind")
-	mapCapDesc      = desc("bpf_map_capacity", "Maximum entries of a BPF map the agent owns.", "map", "kind")
-	mapPressureDesc = desc("bpf_map_pressure", "Fill ratio (entries / capacity, 0..1) of a BPF map the agent owns; near 1 new entries fail or evict others.", "map", "kind")
-	ctEntriesDesc   = desc("conntrack_entries", "Connection tracking entries, by table (BPF map).", "table")
-	natEntriesDesc  = desc("nat_entries", "NAT entries (two per translated flow), by table (BPF map).", "table")
-	dropPktsDesc    = desc("drop_count_total", "Packets the datapath dropped, by reason and direction (the program that dropped them).", "reason", "direction")
-	dropBytesDesc   = desc("drop_bytes_total", "Bytes of the packets the datapath dropped, by reason and direction.", "reason", "direction")
-	fwdPktsDesc     = desc("forward_count_total", "Packets the datapath forwarded, by direction and path (bpf: redirected by BPF; stack: handed to the kernel stack).", "direction", "path")
-	fwdBytesDesc    = desc("forward_bytes_total", "Bytes of the packets the datapath forwarded, by direction and path.", "direction", "path")
-	eventsLostDesc  = desc("datapath_events_lost_total", "Datapath events (drops, traces) lost because the ring buffer was full, by direction.", "direction")
-	flowsLostDesc   = desc("flows_lost_total", "Flow records lost because the flow ring buffer was full (the packets went on), by direction.", "direction")
-	icmpSuppDesc    = desc("icmp_rejects_suppressed_total", "Service rejects (no backend) left unanswered because the ICMP rate limit was reached.")
-	attachErrDesc   = desc("bpf_attach_errors_total", "BPF program attachments (uplink, VXLAN device, pod veths) that failed since the datapath loaded.")
-	loadedDesc      = desc("datapath_loaded", "1 once the BPF datapath is loaded and attached to the uplink, else 0.")
-	hostRoutingDesc = desc("host_routing_mode", "The node's host routing mode (bpf or legacy) with the reason for a fallback; the series of the mode in use is 1.", "mode", "reason")
-	routingDesc     = desc("routing_mode", "The node's routing mode between nodes (native or tunnel); the series of the mode in use is 1.", "mode")
-	ctrlRunsDesc    = desc("controller_runs_total", "Runs of an agent control loop (GC, Services, routes, guard ...).", "controller")
-	ctrlErrsDesc    = desc("controller_errors_total", "Runs of an agent control loop that ended in an error.", "controller")
-	ctrlFailDesc    = desc("controller_failing", "1 when the last run of an agent control loop ended in an error.", "controller")
-	gcRunsDesc      = desc("datapath_gc_runs_total", "Garbage collection passes over a datapath table (nat: masquerade, nodeport-nat: NodePort SNAT, service-ct: Service conntrack).", "table")
-	gcRemovedDesc   = desc("datapath_gc_entries_removed_total", "Entries garbage collection removed from a datapath table.", "table")
+	endpointsDesc    = desc("endpoints", "Pods whose endpoint is programmed in this node's datapath.")
+	ipamUsedDesc     = desc("ipam_addresses_used", "Pod addresses in use from this node's PodCIDR.")
+	ipamTotalDesc    = desc("ipam_addresses_capacity", "Pod addresses this node's PodCIDR can hand out.")
+	servicesDesc     = desc("services", "Kubernetes Services programmed in the datapath (kube-proxy replacement).")
+	frontendsDesc    = desc("service_frontends", "Service frontends (address, port, protocol) programmed in the datapath.")
+	backendsDesc     = desc("service_backends", "Service backends programmed in the datapath.")
+	mapEntriesDesc   = desc("bpf_map_entries", "Entries in a BPF map the agent owns.", "map", "kind")
+	mapCapDesc       = desc("bpf_map_capacity", "Maximum entries of a BPF map the agent owns.", "map", "kind")
+	mapPressureDesc  = desc("bpf_map_pressure", "Fill ratio (entries / capacity, 0..1) of a BPF map the agent owns; near 1 new entries fail or evict others.", "map", "kind")
+	ctEntriesDesc    = desc("conntrack_entries", "Connection tracking entries, by table (BPF map).", "table")
+	natEntriesDesc   = desc("nat_entries", "NAT entries (two per translated flow), by table (BPF map).", "table")
+	dropPktsDesc     = desc("drop_count_total", "Packets the datapath dropped, by reason and direction (the program that dropped them).", "reason", "direction")
+	dropBytesDesc    = desc("drop_bytes_total", "Bytes of the packets the datapath dropped, by reason and direction.", "reason", "direction")
+	fwdPktsDesc      = desc("forward_count_total", "Packets the datapath forwarded, by direction and path (bpf: redirected by BPF; stack: handed to the kernel stack).", "direction", "path")
+	fwdBytesDesc     = desc("forward_bytes_total", "Bytes of the packets the datapath forwarded, by direction and path.", "direction", "path")
+	eventsLostDesc   = desc("datapath_events_lost_total", "Datapath events (drops, traces) lost because the ring buffer was full, by direction.", "direction")
+	flowsLostDesc    = desc("flows_lost_total", "Flow records lost because the flow ring buffer was full (the packets went on), by direction.", "direction")
+	flowsLimitedDesc = desc("flows_limited_total", "Flow records (DNS, drops) not written because the pod's per-window budget was used up (a flood; the packets went on), by direction.", "direction")
+	icmpSuppDesc     = desc("icmp_rejects_suppressed_total", "Service rejects (no backend) left unanswered because the ICMP rate limit was reached.")
+	attachErrDesc    = desc("bpf_attach_errors_total", "BPF program attachments (uplink, VXLAN device, pod veths) that failed since the datapath loaded.")
+	loadedDesc       = desc("datapath_loaded", "1 once the BPF datapath is loaded and attached to the uplink, else 0.")
+	hostRoutingDesc  = desc("host_routing_mode", "The node's host routing mode (bpf or legacy) with the reason for a fallback; the series of the mode in use is 1.", "mode", "reason")
+	routingDesc      = desc("routing_mode", "The node's routing mode between nodes (native or tunnel); the series of the mode in use is 1.", "mode")
+	ctrlRunsDesc     = desc("controller_runs_total", "Runs of an agent control loop (GC, Services, routes, guard ...).", "controller")
+	ctrlErrsDesc     = desc("controller_errors_total", "Runs of an agent control loop that ended in an error.", "controller")
+	ctrlFailDesc     = desc("controller_failing", "1 when the last run of an agent control loop ended in an error.", "controller")
+	gcRunsDesc       = desc("datapath_gc_runs_total", "Garbage collection passes over a datapath table (nat: masquerade, nodeport-nat: NodePort SNAT, service-ct: Service conntrack).", "table")
+	gcRemovedDesc    = desc("datapath_gc_entries_removed_total", "Entries garbage collection removed from a datapath table.", "table")
 	// The node health matrix (internal/clusterhealth names them): one series per
 	// peer node and path, (nodes - 1) x 3 per agent.
 	healthStatusDesc  = prometheus.NewDesc(clusterhealth.StatusMetric, clusterhealth.StatusMetricHelp, clusterhealth.MetricLabels, nil)
@@ -100,7 +101,7 @@ var (
 
 var allDescs = []*prometheus.Desc{endpointsDesc, ipamUsedDesc, ipamTotalDesc, servicesDesc, frontendsDesc,
 	backendsDesc, mapEntriesDesc, mapCapDesc, mapPressureDesc, ctEntriesDesc, natEntriesDesc, dropPktsDesc,
-	dropBytesDesc, fwdPktsDesc, fwdBytesDesc, eventsLostDesc, flowsLostDesc, icmpSuppDesc, attachErrDesc, loadedDesc,
+	dropBytesDesc, fwdPktsDesc, fwdBytesDesc, eventsLostDesc, flowsLostDesc, flowsLimitedDesc, icmpSuppDesc, attachErrDesc, loadedDesc,
 	hostRoutingDesc, routingDesc, ctrlRunsDesc, ctrlErrsDesc, ctrlFailDesc, gcRunsDesc, gcRemovedDesc,
 	healthStatusDesc, healthLatencyDesc}
 

@@ -43,6 +43,8 @@ func collectCounters(ch chan<- prometheus.Metric, s Snapshot) {
 			ch <- counter(eventsLostDesc, c.Packets, c.Direction)
 		case c.Reason == "FLOWS_LOST":
 			ch <- counter(flowsLostDesc, c.Packets, c.Direction)
+		case c.Reason == "FLOWS_LIMITED":
+			ch <- counter(flowsLimitedDesc, c.Packets, c.Direction)
 		default:
 			reason := c.Reason
 			if !strings.HasPrefix(reason, "DROP_") {

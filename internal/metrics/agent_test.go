@@ -27,6 +27,7 @@ func knownSnapshot() Snapshot {
 			{Direction: "from-pod", Reason: "REASON_77", Packets: 1, Bytes: 60},
 			{Direction: "from-netdev", Reason: "EVENTS_LOST", Packets: 5},
 			{Direction: "to-pod", Reason: "FLOWS_LOST", Packets: 2},
+			{Direction: "from-pod", Reason: "FLOWS_LIMITED", Packets: 7},
 		},
 		RoutingMode: "native", HostRouting: "BPF",
 		Controllers: []Controller{{Name: "services", Runs: 7, Errors: 1, Failing: true}},
