@@ -28,7 +28,6 @@ var subsetFocus = []string{
 	`Networking Granular Checks: Pods should function for intra-pod communication: udp`,
 	`Services should serve a basic endpoint from pods`,
 	`Services should be able to create a functioning NodePort service`,
-	`DNS should provide DNS for services`,
 }
 
 // TestLabConformanceSubset runs a few of Kubernetes' own [sig-network] conformance tests
