@@ -53,6 +53,9 @@ func TestRunRefusesExistingNamespace(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "namespace prod already exists") || strings.Contains(err.Error(), "\n") {
 			t.Fatalf("Run with an existing namespace: err = %v, want one line naming prod", err)
 		}
+		if out.Len() != 0 {
+			t.Errorf("Run printed %q before refusing the namespace, want only the error", out.String())
+		}
 		if !exists(t, cs, "prod") {
 			t.Fatalf("Run deleted the existing namespace prod; output:\n%s", out.String())
 		}

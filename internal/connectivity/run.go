@@ -40,7 +40,6 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 	if o.Namespace == "" {
 		o.Namespace = "myelin-connectivity-" + randomSuffix()
 	}
-	fmt.Fprintf(out, "Deploying pods in namespace %s on %d node(s)...\n", o.Namespace, len(nodes))
 	created, err := createNamespace(ctx, o)
 	if err != nil {
 		return err
@@ -48,6 +47,7 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 	if created {
 		defer cleanup(out, o) // its own context: it runs after Ctrl-C too
 	}
+	fmt.Fprintf(out, "Deploying pods in namespace %s on %d node(s)...\n", o.Namespace, len(nodes))
 	e, err := deploy(ctx, o, nodes)
 	if err != nil {
 		return err
