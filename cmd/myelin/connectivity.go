@@ -49,7 +49,7 @@ and the probes enter the pods' network namespaces (run as root); elsewhere the p
 	f.StringVar(&o.External, "external", connectivity.DefaultExternal, "IP:PORT of an HTTP server outside the cluster for pod-to-outside (\"\" skips it); the default is the lab's external host")
 	f.StringVar(&o.Image, "image", "", "the pods' image, holding busybox and myelin (default: myelin/test:<version>)")
 	f.StringVar(&o.Myelin, "myelin-path", "/usr/bin/myelin", "the myelin binary's path inside --image")
-	f.StringVar(&o.Namespace, "namespace", "", "test namespace to create (default: myelin-connectivity-<random>)")
+	f.StringVar(&o.Namespace, "namespace", "", "test namespace to create; must not exist (default: myelin-connectivity-<random>)")
 	f.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain")
 	f.BoolVar(&o.Keep, "keep", false, "leave the test namespace and its pods in place to inspect them")
 	f.DurationVar(&o.Timeout, "timeout", time.Minute, "how long to wait for the pods and Services to be ready")

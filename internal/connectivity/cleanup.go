@@ -44,16 +44,29 @@ func checkPermissions(ctx context.Context, o Options) error {
 	return nil
 }
 
-// cleanup deletes the test namespace and waits (up to a minute) until it is gone;
+// cleanup deletes the test namespace, if it carries labelTest, and waits (up to a minute) until it is gone;
 // with o.Keep it says where the pods are instead.
 func cleanup(out io.Writer, o Options) {
 	if o.Keep {
 		fmt.Fprintf(out, "Kept namespace %s (--keep); remove it with: kubectl delete namespace %s\n", o.Namespace, o.Namespace)
 		return
 	}
+	// A fresh context: the run's may be cancelled (Ctrl-C) and the namespace must go.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	err := o.Client.CoreV1().Namespaces().Delete(ctx, o.Namespace, metav1.DeleteOptions{})
+	owned, err := ownedNamespace(ctx, o)
+	if apierrors.IsNotFound(err) {
+		return
+	}
+	if err == nil && !owned {
+		fmt.Fprintf(out, "WARNING: namespace %s has no %s=true label: not deleting it\n", o.Namespace, labelTest)
+		return
+	}
+	if err != nil {
+		fmt.Fprintf(out, "WARNING: get namespace %s: %v; not deleting it\n", o.Namespace, err)
+		return
+	}
+	err = o.Client.CoreV1().Namespaces().Delete(ctx, o.Namespace, metav1.DeleteOptions{})
 	if apierrors.IsNotFound(err) {
 		return
 	}

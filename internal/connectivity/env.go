@@ -118,14 +118,11 @@ func serviceSpec(name string, local bool) *corev1.Service {
 	return s
 }
 
-// deploy creates the namespace, pods and Services; the caller deletes the namespace.
+// deploy creates the pods and Services in the namespace createNamespace made; the
+// caller deletes the namespace.
 func deploy(ctx context.Context, o Options, nodes []node) (*env, error) {
 	e := &env{ns: o.Namespace, nodes: nodes, pods: map[string]pod{}, services: map[string]*corev1.Service{},
 		hostPort: 40000 + rand.IntN(20000)}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.ns, Labels: map[string]string{labelTest: "true"}}}
-	if _, err := o.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-		return nil, fmt.Errorf("create namespace %s: %w", e.ns, err)
-	}
 	a, b := nodes[0].name, nodes[len(nodes)-1].name
 	specs := []*corev1.Pod{
 		podSpec(o, podClient, "client", a, false, ":"+strconv.Itoa(serverPort)),

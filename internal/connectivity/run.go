@@ -40,9 +40,15 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 	if o.Namespace == "" {
 		o.Namespace = "myelin-connectivity-" + randomSuffix()
 	}
+	created, err := createNamespace(ctx, o)
+	if err != nil {
+		return err
+	}
+	if created {
+		defer cleanup(out, o) // its own context: it runs after Ctrl-C too
+	}
 	fmt.Fprintf(out, "Deploying pods in namespace %s on %d node(s)...\n", o.Namespace, len(nodes))
 	e, err := deploy(ctx, o, nodes)
-	defer cleanup(out, o)
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,7 @@ func newArchive(w io.Writer, top string, now time.Time) *archive {
 // add writes one file (name relative to the top directory), redacted.
 func (a *archive) add(name string, data []byte) error {
 	data = Redact(data)
-	hdr := &tar.Header{Name: path.Join(a.top, name), Mode: 0o644, Size: int64(len(data)), ModTime: a.now, Typeflag: tar.TypeReg}
+	hdr := &tar.Header{Name: path.Join(a.top, name), Mode: 0o600, Size: int64(len(data)), ModTime: a.now, Typeflag: tar.TypeReg}
 	if err := a.tw.WriteHeader(hdr); err != nil {
 		return fmt.Errorf("write %s to the archive: %w", name, err)
 	}

@@ -30,7 +30,7 @@ var clusterObjects = []clusterObject{
 	{file: "myelin-config.json", gvr: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, namespace: "kube-system", name: "myelin-config"},
 }
 
-// collectCluster writes cluster/<kind>.json; what cannot be read is recorded.
+// collectCluster writes cluster/<kind>.json, scrubbed; what cannot be read is recorded.
 func collectCluster(ctx context.Context, a *archive, dyn dynamic.Interface) {
 	for _, c := range clusterObjects {
 		name := "cluster/" + c.file
@@ -46,6 +46,7 @@ func collectCluster(ctx context.Context, a *archive, dyn dynamic.Interface) {
 			a.failed(name, err)
 			continue
 		}
+		scrub(v)
 		_ = a.addJSON(name, v)
 	}
 }

@@ -3,6 +3,7 @@
 // NetworkPolicy state, recent drops, BPF maps (the first entries of each), programs and
 // links, and the agent's log; and the cluster objects myelin reads (Nodes, Pods,
 // Services, EndpointSlices, NetworkPolicies, NodeConfigs, the myelin ConfigMap).
-// Secrets are never read, and every file passes through Redact, which blanks values
-// that look like tokens, keys or passwords.
+// Secrets are never read; cluster objects lose env values, last-applied-configuration
+// and managedFields (scrub); every file passes through Redact, which blanks values that
+// look like tokens, keys or passwords; the archive is mode 0600.
 package sysdump

@@ -2,41 +2,97 @@ package sysdump
 
 import (
 	"regexp"
+	"strings"
 )
 
 // Redacted replaces every value Redact removes.
 const Redacted = "[REDACTED]"
 
 var (
-	// PEM blocks of keys (any kind); certificates are public and kept.
-	pemKey = regexp.MustCompile(`(?s)-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----`)
+	// PEM blocks of keys (any kind), also one cut off by a log's end; certificates are
+	// public and kept.
+	pemKey = regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY-----|(?:[A-Za-z0-9+/=\s]|\\n|\\r)*)`)
 	// JSON Web Tokens (ServiceAccount tokens): three base64url parts, the first {"alg".
 	jwt = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}`)
-	// Authorization headers and bearer tokens in logs.
-	bearer = regexp.MustCompile(`(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}`)
-	// JSON and YAML fields whose name says secret: "token": "...", password: ..., and
-	// the kubeconfig-style client-key-data / token fields.
-	secretJSON = regexp.MustCompile(`(?i)("[a-z0-9_.-]*(?:token|password|passwd|secret|apikey|api-key|api_key|private-?key|key-data|credentials?)[a-z0-9_.-]*"\s*:\s*)"(?:[^"\\]|\\.)*"`)
-	secretYAML = regexp.MustCompile(`(?im)^(\s*-?\s*[a-z0-9_.-]*(?:token|password|passwd|secret|apikey|api-key|api_key|private-?key|key-data|credentials?)[a-z0-9_.-]*\s*[:=]\s*)(\S.*)$`)
-	// Kubernetes env entries whose name says secret: {"name": "API_TOKEN", "value": "..."}.
-	secretEnvVar = regexp.MustCompile(`(?i)("name"\s*:\s*"[^"]*(?:token|password|passwd|secret|api_?key|private_?key|credentials?)[^"]*"\s*,\s*"value"\s*:\s*)"(?:[^"\\]|\\.)*"`)
-	// Environment-style NAME=value pairs naming a secret (command lines, logs).
-	secretEnv = regexp.MustCompile(`(?i)\b([A-Z0-9_]*(?:TOKEN|PASSWORD|SECRET|API_KEY|PRIVATE_KEY)[A-Z0-9_]*=)(\S+)`)
+	// Authorization headers in text (Basic, Bearer, Digest ...): the scheme is kept.
+	authHeader = regexp.MustCompile(`(?i)(\b(?:proxy-)?authorization\s*[:=]\s*(?:(?:basic|bearer|digest|negotiate|token)\s+)?)[^\s"\\][^\r\n"\\]*`)
+	// Digest credentials: every key=value parameter after the scheme.
+	digest = regexp.MustCompile(`(?i)(\bdigest\s+)(?:[a-z]+=(?:\\?"[^"\\\r\n]*\\?"|[^\s,"\\]+)(?:[ \t]*,[ \t]*)?)+`)
+	// Bearer tokens anywhere.
+	bearer = regexp.MustCompile(`(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]+`)
+	// Passwords in URLs: scheme://user:password@host.
+	urlUserinfo = regexp.MustCompile(`(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@"'\\]+:)[^/\s@"'\\]+@`)
+	// Every JSON string field; secretName decides.
+	jsonField = regexp.MustCompile(`("((?:[^"\\]|\\.)*)"\s*:\s*)"(?:[^"\\]|\\.)*"`)
+	// JSON string fields inside a JSON string (an annotation holding a document).
+	escapedField = regexp.MustCompile(`(\\"([A-Za-z0-9_.-]*)\\"\s*:\s*)\\"(?:[^\\]|\\[^"])*?\\"`)
+	// JSON objects without nested objects: env entries {"name": ..., "value": ...}.
+	flatObject = regexp.MustCompile(`\{[^{}]*\}`)
+	envName    = regexp.MustCompile(`"name"\s*:\s*"((?:[^"\\]|\\.)*)"`)
+	envValue   = regexp.MustCompile(`("value"\s*:\s*)"(?:[^"\\]|\\.)*"`)
+	// YAML env entries: "- name: X" then "value: ...".
+	yamlEnv = regexp.MustCompile(`(?m)^(\s*-?\s*name:\s*["']?([A-Za-z0-9_.-]+)["']?[ \t]*\r?\n\s*value:[ \t]*)(\S.*)$`)
+	// YAML and key=value lines: name: value, name = value.
+	yamlField = regexp.MustCompile(`(?m)^(\s*-?\s*([A-Za-z0-9_.-]+)\s*[:=][ \t]*)(\S.*)$`)
+	// Environment-style NAME=value pairs (command lines, logs, --flag=value).
+	envPair = regexp.MustCompile(`\b(([A-Za-z0-9_.-]+)=)([^\s"',]+)`)
+	// What splits a field's name into words: camelCase and separators.
+	camel = regexp.MustCompile(`([a-z0-9])([A-Z])`)
 )
+
+// secretName says whether a field or variable name says its value is secret: it
+// contains token, password, passwd, secret, apikey, credential or key-data, or has a
+// word pass, pwd, auth, authorization, cookie, or api/private/client/access followed
+// by key. It errs on the side of yes.
+func secretName(name string) bool {
+	words := strings.FieldsFunc(strings.ToLower(camel.ReplaceAllString(name, "${1}_${2}")), func(r rune) bool {
+		return (r < 'a' || r > 'z') && (r < '0' || r > '9')
+	})
+	joined := strings.Join(words, "")
+	for _, s := range []string{"token", "password", "passwd", "secret", "apikey", "privatekey", "credential", "keydata", "clientkey", "accesskey"} {
+		if strings.Contains(joined, s) {
+			return true
+		}
+	}
+	for _, w := range words {
+		switch w {
+		case "pass", "pwd", "auth", "authorization", "cookie":
+			return true
+		}
+	}
+	return false
+}
+
+// redactNamed replaces the value (what follows group 1) of a match of re whose group 2
+// is a secret name, unless it was redacted already.
+func redactNamed(b []byte, re *regexp.Regexp, quoted string) []byte {
+	return re.ReplaceAllFunc(b, func(m []byte) []byte {
+		g := re.FindSubmatch(m)
+		if !secretName(string(g[2])) || strings.Contains(string(m[len(g[1]):]), Redacted) {
+			return m
+		}
+		return append(append([]byte(nil), g[1]...), quoted+Redacted+quoted...)
+	})
+}
 
 // Redact returns b with every value that looks like a token, key or password replaced
 // by Redacted. It errs on the side of removing: a bug report never needs them.
 func Redact(b []byte) []byte {
 	b = pemKey.ReplaceAll(b, []byte(Redacted))
 	b = jwt.ReplaceAll(b, []byte(Redacted))
+	b = digest.ReplaceAll(b, []byte("${1}"+Redacted))
+	b = authHeader.ReplaceAll(b, []byte("${1}"+Redacted))
 	b = bearer.ReplaceAll(b, []byte("${1}"+Redacted))
-	b = secretJSON.ReplaceAll(b, []byte(`${1}"`+Redacted+`"`))
-	b = secretEnvVar.ReplaceAll(b, []byte(`${1}"`+Redacted+`"`))
-	b = secretYAML.ReplaceAllFunc(b, func(m []byte) []byte {
-		if secretJSON.Match(m) {
-			return m // already a redacted JSON field on its own line
+	b = urlUserinfo.ReplaceAll(b, []byte("${1}"+Redacted+"@"))
+	b = redactNamed(b, jsonField, `"`)
+	b = redactNamed(b, escapedField, `\"`)
+	b = flatObject.ReplaceAllFunc(b, func(m []byte) []byte {
+		if n := envName.FindSubmatch(m); n != nil && secretName(string(n[1])) {
+			return envValue.ReplaceAll(m, []byte(`${1}"`+Redacted+`"`))
 		}
-		return secretYAML.ReplaceAll(m, []byte("${1}"+Redacted))
+		return m
 	})
-	return secretEnv.ReplaceAll(b, []byte("${1}"+Redacted))
+	b = redactNamed(b, yamlEnv, "")
+	b = redactNamed(b, yamlField, "")
+	return redactNamed(b, envPair, "")
 }

@@ -38,11 +38,15 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 	if o.LogBytes == 0 {
 		o.LogBytes = 1 << 20
 	}
-	f, err := os.Create(o.Output)
+	// Only its owner may read the archive, also when it replaces an older file.
+	f, err := os.OpenFile(o.Output, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", o.Output, err)
 	}
 	defer f.Close()
+	if err := f.Chmod(0o600); err != nil {
+		return fmt.Errorf("chmod %s: %w", o.Output, err)
+	}
 	a := newArchive(f, top, now)
 	if o.Dynamic != nil {
 		collectCluster(ctx, a, o.Dynamic)

@@ -109,3 +109,45 @@ func TestArchiveLayout(t *testing.T) {
 		}
 	}
 }
+
+// The archive and the files in it are readable by their owner only, also when an
+// older world-readable file of that name is replaced.
+func TestArchiveMode(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "dump.tar.gz")
+	if err := os.WriteFile(out, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	if err := Run(context.Background(), &log, Options{Nodes: []Node{fakeNode{"n1"}}, Output: out}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("archive mode %v, want -rw-------", st.Mode().Perm())
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Mode != 0o600 {
+			t.Errorf("%s has mode %o in the archive, want 600", h.Name, h.Mode)
+		}
+	}
+}

@@ -57,6 +57,13 @@ func connectivityBadInput(t *testing.T, cs kubernetes.Interface) {
 			t.Errorf("%s: want one line with %q, got (%v):\n%s", what, c.want, err, out)
 		}
 	}
+	out, err := myelin("connectivity", "test", "--namespace", "default")
+	if err == nil || !strings.Contains(out, "namespace default already exists") || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+		t.Errorf("--namespace default: want one line refusing it, got (%v):\n%s", err, out)
+	}
+	if _, err := cs.CoreV1().Namespaces().Get(context.Background(), "default", metav1.GetOptions{}); err != nil {
+		t.Errorf("namespace default after connectivity test --namespace default: %v", err)
+	}
 	noTestNamespaces(t, cs)
 }
 
@@ -145,16 +152,20 @@ func connectivityDenyAll(t *testing.T, cs kubernetes.Interface) {
 }
 
 // sysdumpArchive runs myelin sysdump with a Secret and a pod with a secret-named env
-// var in the cluster, and checks the archive's files and that neither value is in it.
+// var, a plain one and a last-applied annotation in the cluster, and checks the archive's
+// files, that it is 0600 and that none of the values is in it.
 func sysdumpArchive(t *testing.T, cs kubernetes.Interface) {
 	ctx := context.Background()
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "e2e-secret"}, StringData: map[string]string{"password": "e2e-secret-value-1"}}
 	if _, err := cs.CoreV1().Secrets("default").Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "envpod"}, Spec: corev1.PodSpec{NodeName: "myelin-node-2",
-		Containers: []corev1.Container{{Name: "c", Image: "none", Command: []string{"sleep", "600"},
-			Env: []corev1.EnvVar{{Name: "API_TOKEN", Value: "e2e-secret-value-2"}}}}}}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "envpod", Annotations: map[string]string{
+		"kubectl.kubernetes.io/last-applied-configuration": `{"data":{"password":"e2e-secret-value-3"}}`}},
+		Spec: corev1.PodSpec{NodeName: "myelin-node-2",
+			Containers: []corev1.Container{{Name: "c", Image: "none", Command: []string{"sleep", "600"},
+				Env: []corev1.EnvVar{{Name: "API_TOKEN", Value: "e2e-secret-value-2"},
+					{Name: "DB_PASS", Value: "e2e-secret-value-4"}, {Name: "PLAIN", Value: "e2e-secret-value-5"}}}}}}
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -163,6 +174,9 @@ func sysdumpArchive(t *testing.T, cs kubernetes.Interface) {
 	t.Logf("myelin sysdump:\n%s", out)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("archive %s: want mode -rw-------, got %v", path, statMode(st, err))
 	}
 	files := untar(t, path)
 	var names []string
@@ -204,7 +218,7 @@ func checkSysdumpContents(t *testing.T, files map[string]string) {
 		if strings.Contains(name, "secret") {
 			t.Errorf("archive holds %s", name)
 		}
-		for _, v := range []string{"e2e-secret-value-1", "e2e-secret-value-2"} {
+		for _, v := range []string{"e2e-secret-value-1", "e2e-secret-value-2", "e2e-secret-value-3", "e2e-secret-value-4", "e2e-secret-value-5"} {
 			if strings.Contains(body, v) {
 				t.Errorf("%s holds the secret value %s", name, v)
 			}
@@ -213,6 +227,13 @@ func checkSysdumpContents(t *testing.T, files map[string]string) {
 	if maps == 0 {
 		t.Errorf("no BPF map dump in the archive")
 	}
+}
+
+func statMode(st os.FileInfo, err error) any {
+	if err != nil {
+		return err
+	}
+	return st.Mode().Perm()
 }
 
 // untar returns the archive's files by name below its one top directory.

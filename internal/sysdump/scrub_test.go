@@ -1,0 +1,81 @@
+package sysdump
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynfake "k8s.io/client-go/dynamic/fake"
+)
+
+func obj(apiVersion, kind, ns, name string, spec map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": apiVersion, "kind": kind,
+		"metadata": map[string]any{"name": name, "namespace": ns,
+			"annotations": map[string]any{
+				lastApplied: `{"apiVersion":"v1","kind":"Pod","stringData":{"x":"y"},"data":{\"password\":\"hunter3\"}}`,
+				"note":      "kept-annotation"},
+			"managedFields": []any{map[string]any{"manager": "kubectl", "fieldsV1": map[string]any{"f:env": "hunter5"}}}},
+		"spec": spec,
+	}}
+}
+
+func container(name string, env ...any) map[string]any {
+	return map[string]any{"name": name, "image": "img", "env": env}
+}
+
+func envVar(name, value string) map[string]any { return map[string]any{"name": name, "value": value} }
+
+// The cluster files hold no env value, last-applied configuration or managedFields of
+// any container kind, in Pods and DaemonSets; names and valueFrom references stay.
+func TestClusterObjectsScrubbed(t *testing.T) {
+	fromSecret := map[string]any{"name": "DB_URL", "valueFrom": map[string]any{
+		"secretKeyRef": map[string]any{"name": "db", "key": "url"}}}
+	pod := obj("v1", "Pod", "default", "web", map[string]any{
+		"containers":          []any{container("app", envVar("DB_PASS", "hunter2"), envVar("API_TOKEN", "abc"), envVar("GREETING", "plain-hello"), fromSecret)},
+		"initContainers":      []any{container("init", envVar("SEED", "init-value-1"))},
+		"ephemeralContainers": []any{container("debug", envVar("X", "ephemeral-value-1"))},
+	})
+	ds := obj("apps/v1", "DaemonSet", "kube-system", "agent", map[string]any{
+		"template": map[string]any{"spec": map[string]any{
+			"containers": []any{container("agent", envVar("LICENSE", "ds-value-1"))}}}})
+	gvrs := map[schema.GroupVersionResource]string{}
+	for _, c := range clusterObjects {
+		if c.name == "" {
+			gvrs[c.gvr] = "List"
+		}
+	}
+	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), gvrs, pod, ds)
+	out := filepath.Join(t.TempDir(), "dump.tar.gz")
+	var log strings.Builder
+	if err := Run(context.Background(), &log, Options{Dynamic: dyn, Output: out}); err != nil {
+		t.Fatal(err)
+	}
+	files := readArchive(t, out)
+	var pods, dss string
+	for name, body := range files {
+		switch {
+		case strings.HasSuffix(name, "/cluster/pods.json"):
+			pods = body
+		case strings.HasSuffix(name, "/cluster/daemonsets.json"):
+			dss = body
+		}
+		for _, secret := range []string{"hunter2", `"abc"`, "hunter3", "hunter5", "plain-hello", "init-value-1", "ephemeral-value-1", "ds-value-1", lastApplied, "managedFields"} {
+			if strings.Contains(body, secret) {
+				t.Errorf("%s holds %q:\n%s", name, secret, body)
+			}
+		}
+	}
+	for _, kept := range []string{"DB_PASS", "GREETING", "SEED", "secretKeyRef", "kept-annotation"} {
+		if !strings.Contains(pods, kept) {
+			t.Errorf("pods.json lost %q:\n%s", kept, pods)
+		}
+	}
+	if !strings.Contains(dss, "LICENSE") {
+		t.Errorf("daemonsets.json lost the env name:\n%s", dss)
+	}
+}
