@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // AddressLabel marks the node's health address on lo ("lo:" + a name, at most 15
@@ -24,7 +25,12 @@ func EnsureAddress(addr netip.Addr) error {
 	if err := removeLabelled(lo, addr); err != nil {
 		return err
 	}
-	want := &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(32, 32)}, Label: AddressLabel}
+	// Scope host: the kernel never picks it as the source of the node's own traffic
+	// (with scope global on lo it became the source of every host-to-pod packet, so
+	// kubelet probes lost the node-IP exemption of isolated pods); the prober binds to
+	// it explicitly, and packets to it are still delivered locally.
+	want := &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(32, 32)}, Label: AddressLabel,
+		Scope: unix.RT_SCOPE_HOST}
 	if err := netlink.AddrReplace(lo, want); err != nil {
 		return fmt.Errorf("add health address %s to lo: %w", addr, err)
 	}
