@@ -41,7 +41,9 @@ func collectNode(ctx context.Context, a *archive, n Node, o Options) {
 			a.failed(dir+view+".json", err)
 			continue
 		}
-		_ = a.addJSON(dir+view+".json", v)
+		if err := a.addJSON(dir+view+".json", v); err != nil {
+			a.failed(dir+view+".json", err) // e.g. an answer cut short: recorded, never silently left out
+		}
 	}
 	addOutput(a, dir+"drops.txt", func() ([]byte, error) { return n.Drops(ctx) })
 	addOutput(a, dir+"agent.log", func() ([]byte, error) { return n.Log(ctx, o.LogBytes) })

@@ -72,13 +72,21 @@ func (n PodNode) output(ctx context.Context, argv []string) ([]byte, error) {
 	}
 }
 
-// Agent asks the pod's agent for one view.
+// Agent asks the pod's agent for one view. An answer that is not whole JSON (output
+// cut short on its way back through pods/exec, as with empty output) is asked again.
 func (n PodNode) Agent(ctx context.Context, view string) (any, error) {
-	out, err := n.myelin(ctx, "agent", view)
-	if err != nil {
-		return nil, err
+	for try := 0; ; try++ {
+		out, err := n.myelin(ctx, "agent", view)
+		if err != nil {
+			return nil, err
+		}
+		if json.Valid(out) {
+			return json.RawMessage(out), nil
+		}
+		if try == 4 {
+			return nil, fmt.Errorf("agent view %s in %s/%s: no whole JSON answer in 5 tries (%d bytes)", view, n.Pod.Namespace, n.Pod.Name, len(out))
+		}
 	}
-	return json.RawMessage(out), nil
 }
 
 // Drops streams the agent's drops for DropsFor inside the pod.
