@@ -82,32 +82,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer httpSrv.Close()
-	if err := serveHubble(ctx, cfg, hubbleListen{Addr: st.conf.HubbleListenAddress, NodeIP: st.plan.NodeIP,
-		TLS: hubble.ServerTLS{CertFile: st.conf.HubbleTLSCertFile, KeyFile: st.conf.HubbleTLSKeyFile, ClientCAFiles: st.conf.HubbleTLSClientCAFiles}},
-		node.flows, log); err != nil { // hubble.go
+	if err := serveHubble(ctx, cfg, st.hubbleListen(), node.flows, log); err != nil { // hubble.go
 		return err
 	}
-	svc, err := newServiceLoop(st.plan, node.dp, st.cs, loops, log)
+	svc, err := st.startLoops(ctx, parts{nodes: nodes, node: node, srv: srv, deleted: deleted, mets: mets, gc: gc, flows: flows})
 	if err != nil {
 		return err
-	}
-	if svc != nil {
-		srv.views.add(svc) // /v1/services answers from here on
-	}
-	pol, err := newPolicyLoop(cfg.Node, cfg.StateDir, node.dp, st.cs, loops, log)
-	if err != nil {
-		return err
-	}
-	srv.views.add(pol) // /v1/policy answers from here on
-	names := pol.podName
-	srv.monitor.names.Store(&names) // pods of other nodes in drop events
-	mets.use(st, node, svc, gc)     // before the Service watcher runs
-	flows.resolveWith(pol, svc)
-	supervise(ctx, append(st.loopsFor(nodes, node, svc, srv, deleted), pol, flows)...)
-	if ph := st.newPeerHealth(nodes); ph != nil {
-		srv.views.add(ph) // /v1/health answers from here on
-		mets.health.Store(ph)
-		supervise(ctx, ph)
 	}
 	if err := installCNI(cfg); err != nil {
 		return err
@@ -118,6 +98,53 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	log.Info("agent ready", "node", cfg.Node, "podCIDR", st.podCIDR, "socket", cfg.socket())
 	<-ctx.Done()
 	return nil
+}
+
+// hubbleListen is where and how the node serves the Hubble Observer API.
+func (st *startup) hubbleListen() hubbleListen {
+	return hubbleListen{Addr: st.conf.HubbleListenAddress, NodeIP: st.plan.NodeIP,
+		TLS: hubble.ServerTLS{CertFile: st.conf.HubbleTLSCertFile, KeyFile: st.conf.HubbleTLSKeyFile,
+			ClientCAFiles: st.conf.HubbleTLSClientCAFiles}}
+}
+
+// parts are what Run has started by the time the control loops start.
+type parts struct {
+	nodes   *nodeWatch
+	node    *nodeDatapath
+	srv     *server
+	deleted *deletedLoop
+	mets    *agentMetrics
+	gc      *collector
+	flows   *flowLoop
+}
+
+// startLoops creates the Service and NetworkPolicy loops and node health probing,
+// registers their API views and metrics, and supervises every control loop. The
+// Service loop is nil without kube-proxy replacement.
+func (st *startup) startLoops(ctx context.Context, p parts) (*serviceLoop, error) {
+	svc, err := newServiceLoop(st.plan, p.node.dp, st.cs, st.loops, st.log)
+	if err != nil {
+		return nil, err
+	}
+	if svc != nil {
+		p.srv.views.add(svc) // /v1/services answers from here on
+	}
+	pol, err := newPolicyLoop(st.cfg.Node, st.cfg.StateDir, p.node.dp, st.cs, st.loops, st.log)
+	if err != nil {
+		return nil, err
+	}
+	p.srv.views.add(pol) // /v1/policy answers from here on
+	names := pol.podName
+	p.srv.monitor.names.Store(&names) // pods of other nodes in drop events
+	p.mets.use(st, p.node, svc, p.gc) // before the Service watcher runs
+	p.flows.resolveWith(pol, svc)
+	supervise(ctx, append(st.loopsFor(p.nodes, p.node, svc, p.srv, p.deleted), pol, p.flows)...)
+	if ph := st.newPeerHealth(p.nodes); ph != nil {
+		p.srv.views.add(ph) // /v1/health answers from here on
+		p.mets.health.Store(ph)
+		supervise(ctx, ph)
+	}
+	return svc, nil
 }
 
 // runner is one control loop: it owns its state and runs until ctx ends.
