@@ -180,22 +180,11 @@ func (c *Client) Config(ctx context.Context) (ConfigView, error) {
 // Monitor streams datapath events of the given type ("drop", "trace" or "" for all)
 // to fn until ctx ends or fn returns an error.
 func (c *Client) Monitor(ctx context.Context, typ string, fn func(Event) error) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/v1/monitor?type="+url.QueryEscape(typ), nil)
+	resp, err := c.stream(ctx, "/v1/monitor?type="+url.QueryEscape(typ))
 	if err != nil {
 		return err
 	}
-	httpc := *c.http
-	httpc.Timeout = 0
-	resp, err := httpc.Do(req)
-	if err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrUnavailable, c.socket, unwrapDial(err))
-	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var eb ErrorBody
-		_ = json.NewDecoder(resp.Body).Decode(&eb)
-		return errors.New(eb.Error)
-	}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		var ev Event
@@ -214,3 +203,25 @@ func (c *Client) Monitor(ctx context.Context, typ string, fn func(Event) error) 
 
 // DefaultTimeout bounds one API call from the CLI or the plugin.
 const DefaultTimeout = 30 * time.Second
+
+// stream opens a long-lived GET (no client timeout) of path; a non-200 answer is the
+// agent's error. The caller closes the body.
+func (c *Client) stream(ctx context.Context, path string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent"+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	httpc := *c.http
+	httpc.Timeout = 0
+	resp, err := httpc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrUnavailable, c.socket, unwrapDial(err))
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		var eb ErrorBody
+		_ = json.NewDecoder(resp.Body).Decode(&eb)
+		return nil, errors.New(eb.Error)
+	}
+	return resp, nil
+}

@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
 
 	"github.com/myelin-net/myelin/internal/flow"
@@ -18,22 +16,11 @@ const maxFlowLine = 1 << 20
 // Flows streams the agent's flows for query (flowclient.Query) to fn until the agent
 // has sent what was asked, ctx ends, or fn returns an error.
 func (c *Client) Flows(ctx context.Context, query url.Values, fn func(*flow.Flow) error) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/v1/flows?"+query.Encode(), nil)
+	resp, err := c.stream(ctx, "/v1/flows?"+query.Encode())
 	if err != nil {
 		return err
 	}
-	httpc := *c.http
-	httpc.Timeout = 0
-	resp, err := httpc.Do(req)
-	if err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrUnavailable, c.socket, unwrapDial(err))
-	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var eb ErrorBody
-		_ = json.NewDecoder(resp.Body).Decode(&eb)
-		return errors.New(eb.Error)
-	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64*1024), maxFlowLine)
 	for sc.Scan() {
