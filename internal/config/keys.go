@@ -124,18 +124,9 @@ var keys = []key{
 		c.HubbleEventBufferCapacity = n
 		return nil
 	}},
-	{"hubble-listen-address", ":4244", func(c *Config, v string) error {
-		if v == "" {
-			c.HubbleListenAddress = ""
-			return nil
-		}
-		host, port, err := net.SplitHostPort(v)
-		n, perr := strconv.Atoi(port)
-		if err != nil || perr != nil || n < 1 || n > 65535 || (host != "" && net.ParseIP(host) == nil) {
-			return fmt.Errorf("must be [ip]:port for the agent's Hubble API (default :4244), or empty for none")
-		}
-		c.HubbleListenAddress = v
-		return nil
+	{"hubble-listen-address", ":4244", func(c *Config, v string) (err error) {
+		c.HubbleListenAddress, err = parseListenAddr(v, ":4244")
+		return err
 	}},
 	{"hubble-tls-cert-file", "", func(c *Config, v string) error {
 		c.HubbleTLSCertFile = v
@@ -167,11 +158,11 @@ var keys = []key{
 		return err
 	}},
 	{"prometheus-serve-addr", ":9962", func(c *Config, v string) (err error) {
-		c.PrometheusServeAddr, err = parseListenAddr(v)
+		c.PrometheusServeAddr, err = parseListenAddr(v, ":9962")
 		return err
 	}},
 	{"hubble-metrics-server", ":9965", func(c *Config, v string) (err error) {
-		c.HubbleMetricsServer, err = parseListenAddr(v)
+		c.HubbleMetricsServer, err = parseListenAddr(v, ":9965")
 		return err
 	}},
 	{"hubble-metrics", "dns,drop,tcp,flow,icmp,port-distribution", func(c *Config, v string) (err error) {
@@ -269,19 +260,20 @@ func parseTableSize(v string, min, max int) (int, error) {
 	return n, nil
 }
 
-// parseListenAddr parses a metrics listen address: "" (off), ":PORT" or "HOST:PORT".
-func parseListenAddr(v string) (string, error) {
+// parseListenAddr parses a listen address of the agent's servers: "" (off), ":PORT" (every
+// address) or "HOST:PORT" with an IP address or localhost; example is the key's default.
+func parseListenAddr(v, example string) (string, error) {
 	if v == "" {
 		return "", nil
 	}
 	host, port, err := net.SplitHostPort(v)
 	p, perr := strconv.ParseUint(port, 10, 16)
 	if err != nil || perr != nil || p == 0 {
-		return "", fmt.Errorf("must be \"\" (off), :PORT or HOST:PORT such as :9962")
+		return "", fmt.Errorf("must be \"\" (off), :PORT or HOST:PORT such as %s", example)
 	}
 	if host != "" {
 		if _, err := netip.ParseAddr(host); err != nil && host != "localhost" {
-			return "", fmt.Errorf("host %q must be an IP address or localhost (e.g. 127.0.0.1:9962, or :9962 for every address)", host)
+			return "", fmt.Errorf("host %q must be an IP address or localhost (e.g. 127.0.0.1%s, or %s for every address)", host, example, example)
 		}
 	}
 	return v, nil
