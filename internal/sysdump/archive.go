@@ -72,3 +72,34 @@ func (a *archive) close(version string) error {
 	}
 	return a.gz.Close()
 }
+
+// Entry is one file of a dump archive as read back by ReadArchive.
+type Entry struct {
+	Name string // as stored: <top directory>/<file>
+	Mode int64
+	Data []byte
+}
+
+// ReadArchive reads a dump archive (.tar.gz) back, every entry in archive order.
+func ReadArchive(r io.Reader) ([]Entry, error) {
+	gz, err := gzip.NewReader(r)
+	if err != nil {
+		return nil, fmt.Errorf("read the dump archive: %w", err)
+	}
+	var entries []Entry
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return entries, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read the dump archive: %w", err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			return nil, fmt.Errorf("read %s from the dump archive: %w", h.Name, err)
+		}
+		entries = append(entries, Entry{Name: h.Name, Mode: h.Mode, Data: b})
+	}
+}

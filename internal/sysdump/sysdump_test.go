@@ -1,12 +1,9 @@
 package sysdump
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,28 +35,25 @@ func (f fakeNode) Maps(_ context.Context, max int) (map[string]any, error) {
 
 func readArchive(t *testing.T, path string) map[string]string {
 	t.Helper()
+	files := map[string]string{}
+	for _, e := range archiveEntries(t, path) {
+		files[e.Name] = string(e.Data)
+	}
+	return files
+}
+
+func archiveEntries(t *testing.T, path string) []Entry {
+	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	gz, err := gzip.NewReader(f)
+	entries, err := ReadArchive(f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := map[string]string{}
-	tr := tar.NewReader(gz)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return files
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(tr)
-		files[h.Name] = string(b)
-	}
+	return entries
 }
 
 func TestArchiveLayout(t *testing.T) {
@@ -128,26 +122,9 @@ func TestArchiveMode(t *testing.T) {
 	if st.Mode().Perm() != 0o600 {
 		t.Errorf("archive mode %v, want -rw-------", st.Mode().Perm())
 	}
-	f, err := os.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(gz)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Mode != 0o600 {
-			t.Errorf("%s has mode %o in the archive, want 600", h.Name, h.Mode)
+	for _, e := range archiveEntries(t, out) {
+		if e.Mode != 0o600 {
+			t.Errorf("%s has mode %o in the archive, want 600", e.Name, e.Mode)
 		}
 	}
 }

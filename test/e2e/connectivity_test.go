@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"context"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -19,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	labmyelin "github.com/myelin-net/myelin/internal/lab/cni/myelin"
+	"github.com/myelin-net/myelin/internal/sysdump"
 )
 
 // knownRemoteNodePort are the scenarios that reach a NodePort on another node whose
@@ -244,25 +242,17 @@ func untar(t *testing.T, path string) map[string]string {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	gz, err := gzip.NewReader(f)
+	entries, err := sysdump.ReadArchive(f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	files := map[string]string{}
-	tr := tar.NewReader(gz)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return files
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		top, rest, _ := strings.Cut(h.Name, "/")
+	for _, e := range entries {
+		top, rest, _ := strings.Cut(e.Name, "/")
 		if !strings.HasPrefix(top, "myelin-sysdump-") {
-			t.Errorf("%s is outside the archive's top directory", h.Name)
+			t.Errorf("%s is outside the archive's top directory", e.Name)
 		}
-		b, _ := io.ReadAll(tr)
-		files[rest] = string(b)
+		files[rest] = string(e.Data)
 	}
+	return files
 }
