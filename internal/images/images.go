@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -77,7 +78,7 @@ func Build(o Options, out io.Writer) error {
 		}
 		fmt.Fprintf(out, "image %s: wrote %s\n", Ref(image, o.Version), path)
 	}
-	return nil
+	return Prune(o.Cache, o.Version, out)
 }
 
 // spec is what one image holds: an optional base tarball, then one layer of files.
@@ -138,4 +139,46 @@ func configure(img v1.Image, s spec) (v1.Image, error) {
 		return nil, err
 	}
 	return mutate.CreatedAt(img, v1.Time{Time: Epoch})
+}
+
+// KeepVersions is how many versions' archives Prune keeps besides the one just built.
+const KeepVersions = 3
+
+// Prune removes the archives of older versions from <cache>/images, keeping the
+// current one and the KeepVersions most recently built or used others; the agent base and the
+// e2e images are not versions and stay. Each version's agent archive is ~120 MB, and
+// every commit is a version (git describe), so without this the cache only grows.
+func Prune(cache, current string, out io.Writer) error {
+	root := filepath.Join(cache, "images")
+	now := time.Now()
+	if err := os.Chtimes(Dir(cache, current), now, now); err != nil { // built or used now
+		return fmt.Errorf("prune old images: %w", err)
+	}
+	dirs, err := os.ReadDir(root)
+	if err != nil {
+		return fmt.Errorf("prune old images: %w", err)
+	}
+	type version struct {
+		name string
+		mod  time.Time
+	}
+	var old []version
+	for _, d := range dirs {
+		if !d.IsDir() || d.Name() == current || d.Name() == "base" || d.Name() == "e2e" {
+			continue
+		}
+		info, err := d.Info()
+		if err != nil {
+			return fmt.Errorf("prune old images: %w", err)
+		}
+		old = append(old, version{d.Name(), info.ModTime()})
+	}
+	sort.Slice(old, func(i, j int) bool { return old[i].mod.After(old[j].mod) })
+	for i := KeepVersions; i < len(old); i++ {
+		if err := os.RemoveAll(filepath.Join(root, old[i].name)); err != nil {
+			return fmt.Errorf("prune old images: %w", err)
+		}
+		fmt.Fprintf(out, "images: removed the archives of version %s (%s)\n", old[i].name, filepath.Join(root, old[i].name))
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
@@ -117,4 +118,44 @@ func mustRead(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+func TestPruneKeepsCurrentNewestBaseAndE2E(t *testing.T) {
+	cache := t.TempDir()
+	names := []string{"base", "e2e", "v1", "v2", "v3", "v4", "v5", "current"}
+	for i, n := range names {
+		dir := filepath.Join(cache, "images", n)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "agent.tar"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// base and e2e are the oldest; current the oldest version, so only its name keeps it
+		mod := time.Unix(int64(1000+i), 0)
+		if n == "current" {
+			mod = time.Unix(1, 0)
+		}
+		if err := os.Chtimes(dir, mod, mod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out strings.Builder
+	if err := Prune(cache, "current", &out); err != nil {
+		t.Fatal(err)
+	}
+	left, err := os.ReadDir(filepath.Join(cache, "images"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range left {
+		got = append(got, d.Name())
+	}
+	if want := "base current e2e v3 v4 v5"; strings.Join(got, " ") != want {
+		t.Errorf("after Prune: %v, want %s (output %q)", got, want, out.String())
+	}
+	if !strings.Contains(out.String(), "removed the archives of version v1") {
+		t.Errorf("Prune did not say what it removed: %q", out.String())
+	}
 }
