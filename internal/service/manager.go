@@ -315,6 +315,7 @@ func (m *Manager) deleteBackend(id uint32) error {
 func (m *Manager) Prune() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.adopted = nil // what no Service claimed is removed below; the rest was applied
 	var errs []error
 	for key, a := range m.frontends {
 		if a.Service != "" {
