@@ -162,19 +162,16 @@ func (m *Manager) Delete(containerID string) error {
 	return m.deleteLocked(containerID)
 }
 
-// deleteLocked deletes the host veth before it unprograms the endpoint: deleting the
-// device takes its TCX programs and /32 route with it at no extra cost, while
-// detaching a TCX link from a live device waits for an RCU grace period (~10-25 ms
-// here) per link. The pinned links of the gone device are then only unpinned.
 func (m *Manager) deleteLocked(containerID string) error {
+	var errs []error
 	ep, ok := m.eps[containerID]
-	errs := []error{m.deleteHostLink(containerID, ep)}
 	if ok {
 		ip, _ := netip.ParseAddr(ep.IP)
 		errs = append(errs, m.unprogram(ep, ip))
 		delete(m.eps, containerID)
 	}
 	errs = append(errs,
+		m.deleteHostLink(containerID, ep),
 		removeRecord(m.cfg.Dir, containerID),
 		m.pool.Release(containerID))
 	if err := errors.Join(errs...); err != nil {
