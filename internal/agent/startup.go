@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -105,6 +106,11 @@ func kubeClients(kubeconfig string) (kubernetes.Interface, dynamic.Interface, er
 		return nil, nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
 	rc.UserAgent = "myelin-agent"
+	// Protobuf decodes the initial lists of 10,000 Services and EndpointSlices several
+	// times faster than JSON and with less garbage; the dynamic client (CRDs, which
+	// have no protobuf) sets JSON for itself.
+	rc.ContentType = runtime.ContentTypeProtobuf
+	rc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, nil, err

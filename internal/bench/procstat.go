@@ -2,6 +2,8 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -79,4 +81,27 @@ func (m *cpuMeter) busySeconds() (float64, bool) {
 		return 0, false
 	}
 	return end.Sub(m.start).Busy, true
+}
+
+// processAge returns how long process pid has run, in seconds (10 ms resolution): the
+// system's uptime minus the process's start time (/proc/<pid>/stat field 22).
+func processAge(pid int) (float64, error) {
+	up, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return 0, err
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+	if len(f) < 20 {
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	started, err1 := strconv.ParseFloat(f[19], 64)
+	now, err2 := strconv.ParseFloat(strings.Fields(string(up))[0], 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("process %d age: %w", pid, err)
+	}
+	return now - started/userHZ, nil
 }

@@ -240,6 +240,9 @@ func (d *Datapath) DeleteService(fe Frontend) error {
 // Services returns every service, ordered by frontend, with its backends
 // in slot order; Maglev is nil (HasMaglev says whether there is a table).
 func (d *Datapath) Services() ([]ServiceEntry, error) {
+	if out, err := d.servicesBatch(); !errors.Is(err, ebpf.ErrNotSupported) {
+		return out, err
+	}
 	var (
 		k   myelinLbSvcKey
 		v   myelinLbSvc
@@ -247,15 +250,7 @@ func (d *Datapath) Services() ([]ServiceEntry, error) {
 	)
 	it := d.objs.MyelinLbServices.Iterate()
 	for it.Next(&k, &v) {
-		e := ServiceEntry{
-			Frontend:  Frontend{Addr: addrFromNetwork(k.Addr), Port: ntohs(k.Port), Proto: k.Proto},
-			Service:   Service{ID: v.Id, Flags: ServiceFlags(v.Flags) & (ServiceNodePort | ServiceAffinity)},
-			HasMaglev: v.Flags&uint8(myelinLbSvcFlagsLB_SVC_F_MAGLEV) != 0,
-		}
-		if e.Flags&ServiceAffinity != 0 {
-			e.AffinityTimeout = time.Duration(v.AffinityTimeout) * time.Second
-		}
-		out = append(out, e)
+		out = append(out, serviceEntry(k, v))
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("list services: %w", err)

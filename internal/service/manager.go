@@ -54,6 +54,7 @@ type Manager struct {
 	refs      map[uint32]int
 	beIDs     idSet
 	tables    map[string][]int // Maglev tables by backend names: Services sharing pods share them
+	adopted   adoptedState     // programmed by the previous run, not applied yet
 	lastApply time.Duration
 }
 
@@ -63,7 +64,7 @@ type Manager struct {
 func NewManager(dp Datapath, maglevSize int) (*Manager, error) {
 	m := &Manager{dp: dp, maglevSize: maglevSize, byService: map[string][]datapath.Frontend{},
 		frontends: map[datapath.Frontend]*Applied{}, backends: map[Backend]uint32{}, byID: map[uint32]Backend{}, refs: map[uint32]int{},
-		tables: map[string][]int{}, feIDs: newIDSet(datapath.ServiceCTMaxTimeout), beIDs: newIDSet(datapath.ServiceCTMaxTimeout)}
+		tables: map[string][]int{}, adopted: adoptedState{}, feIDs: newIDSet(datapath.ServiceCTMaxTimeout), beIDs: newIDSet(datapath.ServiceCTMaxTimeout)}
 	bes, err := dp.Backends()
 	if err != nil {
 		return nil, fmt.Errorf("read programmed backends: %w", err)
@@ -82,6 +83,7 @@ func NewManager(dp Datapath, maglevSize int) (*Manager, error) {
 		m.frontends[s.Frontend] = &Applied{Frontend: Frontend{Key: s.Frontend}, ID: s.ID}
 		m.feIDs.take(s.ID)
 	}
+	m.adopted.adopt(svcs)
 	// Ids freed by the previous run that flows still name stay out of use.
 	ctSvcs, ctBackends, err := dp.ConntrackIDs()
 	if err != nil {
@@ -188,7 +190,9 @@ func (m *Manager) applyFrontend(fe Frontend) ([]uint32, error) {
 		m.release(mapValues(ids))
 		return nil, err
 	}
-	if err := m.dp.UpsertService(fe.Key, svc); err != nil {
+	if m.adopted.take(fe.Key, svc) {
+		// Programmed so by the previous run: nothing to write.
+	} else if err := m.dp.UpsertService(fe.Key, svc); err != nil {
 		if prev == nil || takeover {
 			m.feIDs.free(svc.ID)
 		}
@@ -311,6 +315,7 @@ func (m *Manager) deleteBackend(id uint32) error {
 func (m *Manager) Prune() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.adopted = nil // what no Service claimed is removed below; the rest was applied
 	var errs []error
 	for key, a := range m.frontends {
 		if a.Service != "" {

@@ -133,7 +133,7 @@ type serviceCaches struct {
 // startCaches starts the Service and EndpointSlice informers, each event queueing
 // its Service's key, and waits for their caches; false if ctx ended first.
 func (w *Watcher) startCaches(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string]) (serviceCaches, bool) {
-	factory := informers.NewSharedInformerFactory(w.cs, 0)
+	factory := informers.NewSharedInformerFactoryWithOptions(w.cs, 0, informers.WithTransform(slimForCache))
 	svcInf := factory.Core().V1().Services()
 	sliceInf := factory.Discovery().V1().EndpointSlices()
 	_ = sliceInf.Informer().AddIndexers(cache.Indexers{byServiceIndex: sliceServiceKey})
