@@ -170,6 +170,14 @@ func closeSameNode(t *testing.T, d *Datapath, routing HostRouting) {
 		step("A's FIN", ab.withTCPFlags(tcpFINACK).withSeq(2000, 7001), true, 1),
 		step("B's FIN acknowledges A's", ba.withTCPFlags(tcpFINACK).withSeq(8000, finAEnd), false, 1),
 		step("A's last ACK: both FINs acknowledged, the entry is deleted", ab.withTCPFlags(tcpACK).withSeq(finAEnd, finBEnd), true, 0),
+		// B closes first: B's last ACK goes to A's port 7002, which A's
+		// ingress allows only as a tracked reply (its policy allows 9999):
+		// had B's egress check deleted the entry before A's ingress check
+		// of the same ACK, that check would deny it.
+		step("SYN A→B again", ab.withSeq(1999-testPayloadLen, 0), true, 1),
+		step("B's FIN first", ba.withTCPFlags(tcpFINACK).withSeq(8000, 2000), false, 1),
+		step("A's FIN acknowledges B's", ab.withTCPFlags(tcpFINACK).withSeq(2000, finBEnd), true, 1),
+		step("B's last ACK (to A's port): delivered, then the entry is deleted", ba.withTCPFlags(tcpACK).withSeq(finBEnd, finAEnd), false, 0),
 	} {
 		steps = append(steps, s...)
 	}
