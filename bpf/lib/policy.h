@@ -19,7 +19,10 @@
  * judged by the policy again (and tracked again if allowed), so a tightened
  * policy or a reused peer address never inherits an old entry; the agent
  * deletes the entries of changed endpoints and removed peers for the other
- * protocols. Traffic the host itself sends from this node's own address
+ * protocols. A TCP connection's entry is deleted once both ends' FINs are
+ * acknowledged (policy_ct_close), so closed connections give their entries
+ * back instead of making every new connection evict one from the full LRU.
+ * Traffic the host itself sends from this node's own address
  * (kubelet probes: myelin_to_pod with ingress_ifindex 0) is allowed in; the
  * same source on a packet from the uplink or the overlay is never exempt
  * (those programs drop it as spoofed before it reaches a pod).
@@ -37,7 +40,9 @@
 #include "l4.h"
 #include "maps.h"
 
-#define POLICY_IDENTITY_WORLD 2 /* an address myelin_ipcache does not cover */
+#define POLICY_IDENTITY_WORLD	2    /* an address myelin_ipcache does not cover */
+#define POLICY_TCP_FIN		0x01 /* the TCP flags byte's FIN bit */
+#define POLICY_IPV4_TOT_LEN_OFF (ETH_HLEN + 2)
 
 /* policy_tuple is a packet's tuple as policy sees it (network order). */
 struct policy_tuple {
@@ -49,6 +54,15 @@ struct policy_tuple {
 	__u8 syn;	/* a TCP SYN without ACK: a new connection, never tracked-path */
 	__u8 from_host; /* sent by this host's stack: node_ip is exempt (kubelet probes) */
 	__u8 flags;	/* the local pod's enum policy_flags */
+	__u8 tcp_flags; /* TCP: the header's flags byte; 0 for other protocols */
+	__u32 ack;	/* TCP: the acknowledgment number (host order) */
+	__u32 fin_end;	/* TCP FIN: the acknowledgment number that covers it (host order) */
+};
+
+/* policy_ct_seen is what a check found in the connection's tracked entry. */
+struct policy_ct_seen {
+	__u32 ends;   /* the noted ends (enum policy_ct_ends) */
+	__u8 closing; /* the packet is part of the connection's close (FIN, or after one) */
 };
 
 #define POLICY_F_ISOLATED (POLICY_F_INGRESS | POLICY_F_EGRESS)
@@ -72,14 +86,36 @@ static __always_inline __u8 policy_ep_flags(const struct endpoint_info *ep, __u3
 struct policy_l4_hdr {
 	__be16 sport;
 	__be16 dport;
-	__u8 mid[TCP_FLAGS_OFF - 4];
+	__be32 seq;
+	__be32 ack;
+	__u8 doff; /* data offset in 4-byte words, upper nibble */
 	__u8 flags;
 };
 
+#define POLICY_TCP_HDR_LOAD (TCP_FLAGS_OFF + 1) /* bytes of policy_l4_hdr a TCP packet loads */
+
+/*
+ * policy_fin_end is the acknowledgment number that covers the FIN of TCP
+ * header h: its sequence number plus its payload (by the IPv4 total length,
+ * not the frame, which may be padded) plus one for the FIN.
+ */
+static __always_inline __u32 policy_fin_end(struct __sk_buff *skb, const struct ipv4_info *info,
+					    const struct policy_l4_hdr *h)
+{
+	__be16 tot_len = 0;
+	__u32 payload;
+
+	bpf_skb_load_bytes(skb, POLICY_IPV4_TOT_LEN_OFF, &tot_len, sizeof(tot_len));
+	payload = bpf_ntohs(tot_len) - (info->l4_off - ETH_HLEN) - (h->doff >> 4) * 4;
+	return bpf_ntohl(h->seq) + payload + 1;
+}
+
 /*
  * policy_l4 reads the ports of TCP, UDP and SCTP and whether a TCP packet
- * is a SYN without ACK (opens a connection), in one load; other protocols
- * and later fragments have 0 ports.
+ * is a SYN without ACK (opens a connection), in one load, with the TCP
+ * flags and acknowledgment number the close tracking needs (and, for a FIN,
+ * the acknowledgment number that covers it); other protocols and later
+ * fragments have 0 ports.
  */
 static __always_inline void policy_l4(struct __sk_buff *skb, const struct ipv4_info *info,
 				      struct policy_tuple *t)
@@ -89,9 +125,13 @@ static __always_inline void policy_l4(struct __sk_buff *skb, const struct ipv4_i
 	if (!info->l4_off)
 		return;
 	if (info->proto == IPPROTO_TCP) {
-		if (bpf_skb_load_bytes(skb, info->l4_off, &h, sizeof(h)) < 0)
+		if (bpf_skb_load_bytes(skb, info->l4_off, &h, POLICY_TCP_HDR_LOAD) < 0)
 			return;
 		t->syn = (h.flags & (TCP_FLAGS_SYN | TCP_FLAGS_ACK)) == TCP_FLAGS_SYN;
+		t->tcp_flags = h.flags;
+		t->ack = bpf_ntohl(h.ack);
+		if (h.flags & POLICY_TCP_FIN)
+			t->fin_end = policy_fin_end(skb, info, &h);
 	} else if (info->proto == IPPROTO_UDP || info->proto == IPPROTO_SCTP) {
 		if (bpf_skb_load_bytes(skb, info->l4_off, &h, 4) < 0)
 			return;
@@ -163,13 +203,16 @@ static __always_inline __u32 policy_ct_key_of(struct policy_ct_key *k, const str
  * adds the end's bit to what the other end noted.
  */
 static __always_inline void policy_ct_track(struct policy_ct_key *k, struct policy_ct_entry *v,
-					    __u32 bit, int fresh)
+					    __u32 bit, int fresh, int syn)
 {
 	struct policy_ct_entry ce = {.ends = bit};
 
 	if (!fresh && !v)
 		v = bpf_map_lookup_elem(&myelin_policy_ct, k);
 	if (!fresh && v) {
+		/* A SYN opens a new connection on the tuple: an old close is no part of it. */
+		if (syn && v->closing)
+			v->closing = 0;
 		__sync_fetch_and_or(&v->ends, bit);
 		return;
 	}
@@ -177,12 +220,53 @@ static __always_inline void policy_ct_track(struct policy_ct_key *k, struct poli
 }
 
 /*
+ * policy_ct_close follows the close of a tracked TCP connection through the
+ * packets of tuple t (src_lo: its sender is the lo end): a FIN notes which
+ * acknowledgment number covers it, an ACK from the other end that reaches
+ * that number marks it acknowledged, and once both FINs are, the entry is
+ * deleted. Only the last check of a packet on this node calls it, so the
+ * packet itself never needs the entry again; a FIN retransmitted because
+ * the last ACK was lost is judged by the policy like any untracked packet.
+ * It only ever deletes: a packet it sees can make no end pass.
+ */
+static __always_inline void policy_ct_close(const struct policy_ct_key *k,
+					    struct policy_ct_entry *v, const struct policy_tuple *t,
+					    int src_lo)
+{
+	__u32 closing = v->closing;
+
+	if (t->tcp_flags & POLICY_TCP_FIN) {
+		if (src_lo)
+			v->fin_lo = t->fin_end;
+		else
+			v->fin_hi = t->fin_end;
+		closing |= src_lo ? POLICY_CT_FIN_LO : POLICY_CT_FIN_HI;
+	}
+	if (t->tcp_flags & TCP_FLAGS_ACK) {
+		if (!src_lo && (closing & POLICY_CT_FIN_LO) && (__s32)(t->ack - v->fin_lo) >= 0)
+			closing |= POLICY_CT_ACKED_LO;
+		if (src_lo && (closing & POLICY_CT_FIN_HI) && (__s32)(t->ack - v->fin_hi) >= 0)
+			closing |= POLICY_CT_ACKED_HI;
+	}
+	if ((closing & (POLICY_CT_ACKED_LO | POLICY_CT_ACKED_HI)) ==
+	    (POLICY_CT_ACKED_LO | POLICY_CT_ACKED_HI)) {
+		bpf_map_delete_elem(&myelin_policy_ct, k);
+		return;
+	}
+	if (closing != v->closing)
+		v->closing = closing;
+}
+
+/*
  * policy_enforce checks tuple t at local pod's check of direction dir
  * (t->flags: its isolation state). It returns 0 to go on, or the drop
- * reason. *ends gets the noted ends of the connection when it was tracked.
+ * reason. *seen gets what the connection's entry said when it was tracked.
+ * The close of a tracked TCP connection is followed (policy_ct_close) at the
+ * packet's last check on this node: ingress, or egress when the receiving
+ * end is not a tracked pod of this node.
  */
 static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 local, __u8 dir,
-					  __u32 *ends)
+					  struct policy_ct_seen *seen)
 {
 	struct policy_ct_entry *v = NULL;
 	struct policy_ct_key k = {};
@@ -193,7 +277,16 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 	if (!t->syn) {
 		v = bpf_map_lookup_elem(&myelin_policy_ct, &k);
 		if (v && (v->ends & bit)) {
-			*ends = v->ends;
+			seen->ends = v->ends;
+			if (t->proto != IPPROTO_TCP ||
+			    !((t->tcp_flags & POLICY_TCP_FIN) || v->closing))
+				return 0;
+			seen->closing = 1;
+			if (dir == POLICY_DIR_INGRESS ||
+			    !(v->ends & (bit ^ (POLICY_CT_END_LO | POLICY_CT_END_HI))))
+				policy_ct_close(&k, v, t,
+						(bit == POLICY_CT_END_LO) ==
+							(dir == POLICY_DIR_EGRESS));
 			return 0;
 		}
 	}
@@ -205,7 +298,7 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 	    !policy_allows(local, peer, t, dir))
 		return (t->flags & incomplete) ? DROP_POLICY_MAP_FULL : DROP_POLICY_DENIED;
 	/* Allowed (or this direction is open): track it, and its replies. */
-	policy_ct_track(&k, v, bit, t->syn && dir == POLICY_DIR_EGRESS);
+	policy_ct_track(&k, v, bit, t->syn && dir == POLICY_DIR_EGRESS, t->syn);
 	return 0;
 }
 
@@ -219,7 +312,7 @@ static __always_inline int policy_ingress(struct __sk_buff *skb, const struct ip
 					  const struct endpoint_info *ep, __u8 from_host)
 {
 	struct policy_tuple t = {.saddr = info->saddr, .daddr = info->daddr, .proto = info->proto};
-	__u32 ends = 0;
+	struct policy_ct_seen seen = {};
 
 	if (info->policy_rx_tracked)
 		return 0;
@@ -228,7 +321,7 @@ static __always_inline int policy_ingress(struct __sk_buff *skb, const struct ip
 		return 0;
 	t.from_host = from_host;
 	policy_l4(skb, info, &t);
-	return policy_enforce(&t, info->daddr, POLICY_DIR_INGRESS, &ends);
+	return policy_enforce(&t, info->daddr, POLICY_DIR_INGRESS, &seen);
 }
 
 /*
@@ -261,13 +354,15 @@ static __always_inline int policy_egress_begin(struct __sk_buff *skb, const stru
  * still carries that source and its connection is tracked at the other end
  * as well (both pods of this node), info->policy_rx_tracked tells the
  * ingress check of this same packet (endpoint_deliver) to pass it without
- * a second lookup of the same entry.
+ * a second lookup of the same entry, unless the packet is part of the
+ * connection's close, which the ingress check follows (policy_enforce).
  */
 static __always_inline int policy_egress(struct __sk_buff *skb, struct ipv4_info *info,
 					 struct policy_tuple *t)
 {
 	struct policy_tuple now = {};
-	__u32 ends = 0, rx_bit;
+	struct policy_ct_seen seen = {};
+	__u32 rx_bit;
 	int reason;
 
 	policy_l4(skb, info, &now);
@@ -275,11 +370,15 @@ static __always_inline int policy_egress(struct __sk_buff *skb, struct ipv4_info
 	t->proto = info->proto;
 	t->dport = now.dport;
 	t->syn = now.syn;
-	reason = policy_enforce(t, t->saddr, POLICY_DIR_EGRESS, &ends);
-	if (reason || t->saddr == t->daddr || t->saddr != info->saddr || t->sport != now.sport)
+	t->tcp_flags = now.tcp_flags;
+	t->ack = now.ack;
+	t->fin_end = now.fin_end;
+	reason = policy_enforce(t, t->saddr, POLICY_DIR_EGRESS, &seen);
+	if (reason || seen.closing || t->saddr == t->daddr || t->saddr != info->saddr ||
+	    t->sport != now.sport)
 		return reason;
 	rx_bit = t->saddr < t->daddr ? POLICY_CT_END_HI : POLICY_CT_END_LO;
-	info->policy_rx_tracked = !!(ends & rx_bit);
+	info->policy_rx_tracked = !!(seen.ends & rx_bit);
 	return 0;
 }
 

@@ -377,8 +377,24 @@ enum policy_ct_ends {
 	POLICY_CT_END_HI = 2, /* the local pod at addr_hi/port_hi */
 };
 
+/*
+ * policy_ct_closing is how far a tracked TCP connection has closed: which
+ * end sent its FIN, and which FIN the other end acknowledged. When both
+ * are, the entry is deleted (lib/policy.h), so closed connections free
+ * their entries instead of waiting for the LRU to evict them.
+ */
+enum policy_ct_closing {
+	POLICY_CT_FIN_LO = 1,	/* the lo end sent its FIN (fin_lo) */
+	POLICY_CT_FIN_HI = 2,	/* the hi end sent its FIN (fin_hi) */
+	POLICY_CT_ACKED_LO = 4, /* the hi end acknowledged the lo end's FIN */
+	POLICY_CT_ACKED_HI = 8, /* the lo end acknowledged the hi end's FIN */
+};
+
 struct policy_ct_entry {
-	__u32 ends; /* enum policy_ct_ends */
+	__u32 ends;    /* enum policy_ct_ends */
+	__u32 closing; /* enum policy_ct_closing */
+	__u32 fin_lo;  /* the acknowledgment number that covers the lo end's FIN (host order) */
+	__u32 fin_hi;  /* the same for the hi end's FIN */
 };
 
 /*

@@ -339,8 +339,11 @@ const (
 )
 
 type myelinPolicyCtEntry struct {
-	_    structs.HostLayout
-	Ends uint32
+	_       structs.HostLayout
+	Ends    uint32
+	Closing uint32
+	FinLo   uint32
+	FinHi   uint32
 }
 
 type myelinPolicyCtKey struct {
