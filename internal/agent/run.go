@@ -162,7 +162,7 @@ func supervise(ctx context.Context, rs ...runner) {
 // Services, that.
 func (s *startup) views(node *nodeDatapath, gc *collector) []view {
 	vs := []view{nodeView{node: s.cfg.Node, uplink: s.cfg.Uplink, conf: s.conf, plan: s.plan, started: s.started},
-		s.loops, s.guard, datapathView{dp: node.dp, plan: s.plan, gc: gc}}
+		s.loops, s.guard, datapathView{dp: node.dp, plan: s.plan, gc: gc}, node.socketLB}
 	if !s.plan.KubeProxyReplacement {
 		vs = append(vs, kubeProxyServices{node: s.cfg.Node})
 	}
