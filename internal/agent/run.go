@@ -27,6 +27,9 @@ type Config struct {
 	// mount namespace and every restart would lose pins, so the chart turns it off and
 	// a missing bpffs is an error (bpffs.go).
 	MountBPFFS bool
+	// CgroupRoot (--cgroup-root), when set, is where socket-LB attaches instead of
+	// the cgroup-root key: node layout, like BPFFSDir (the lab gives each node its own).
+	CgroupRoot string
 }
 
 func (c Config) socket() string { return api.Socket(c.StateDir) }
