@@ -59,7 +59,7 @@ func createCgroups(root string) error {
 // openNodeCgroup creates node's cgroup in the cgroup v2 hierarchy if missing and
 // opens it, for a process to start in (SysProcAttr.CgroupFD).
 func openNodeCgroup(node string) (int, error) {
-	dir := labplan.Cgroup2Dir(node)
+	dir := labplan.HostCgroup(node)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return -1, fmt.Errorf("create cgroup %s: %w", dir, err)
 	}

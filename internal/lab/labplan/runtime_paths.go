@@ -59,6 +59,11 @@ func Cgroup2Dir(node string) string {
 	return mnt + CgroupRoot(node)
 }
 
+// HostCgroup is the leaf under Cgroup2Dir the node's own processes (not containerd's
+// pods, which the kubelet puts under Cgroup2Dir too) start in: a leaf, so a parent
+// with controllers on never refuses them.
+func HostCgroup(node string) string { return Cgroup2Dir(node) + "/host" }
+
 // KubeletSharedDir is where every kubelet puts its device-plugin socket whatever its
 // --root-dir (a constant of the kubelet); the lab removes it in down when it created it.
 const KubeletSharedDir = "/var/lib/kubelet"
