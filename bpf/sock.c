@@ -122,4 +122,52 @@ int myelin_sock_getpeername4(struct bpf_sock_addr *ctx)
 	return 1;
 }
 
+/*
+ * Closing UDP sockets to a backend that went away: an iter/udp program the
+ * agent runs in each network namespace (the iterator sees the sockets of the
+ * namespace it is opened in) after sock_destroy_target is set. Every
+ * connected IPv4 UDP socket whose peer is the target is closed with
+ * bpf_sock_destroy (its next send or receive fails with ECONNABORTED), so a
+ * client does not keep sending to a dead backend; one byte of output per
+ * socket closed. The kernel types are declared with only the fields used,
+ * relocated against the kernel's BTF (CO-RE).
+ */
+struct sock_common {
+	__u32 skc_daddr;
+	__u16 skc_dport;
+	unsigned short skc_family;
+} __attribute__((preserve_access_index));
+
+struct udp_sock;
+struct bpf_iter_meta {
+	void *seq;
+} __attribute__((preserve_access_index));
+
+struct bpf_iter__udp {
+	struct bpf_iter_meta *meta;
+	struct udp_sock *udp_sk;
+} __attribute__((preserve_access_index));
+
+#define SOCK_AF_INET 2 /* AF_INET, which no UAPI header for BPF defines */
+
+extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
+
+/* sock_destroy_target is the backend whose sockets to close (network order). */
+struct lb_sock_rev sock_destroy_target;
+
+SEC("iter/udp")
+int myelin_sock_destroy_udp(struct bpf_iter__udp *ctx)
+{
+	struct sock_common *sk = (struct sock_common *)ctx->udp_sk;
+	char one = 1;
+
+	if (!sk || sk->skc_family != SOCK_AF_INET)
+		return 0;
+	if (sk->skc_daddr != sock_destroy_target.addr || sk->skc_dport != sock_destroy_target.port)
+		return 0;
+	if (bpf_sock_destroy(sk) == 0)
+		bpf_seq_write(ctx->meta->seq, &one, sizeof(one));
+	return 0;
+}
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -315,6 +315,7 @@ type sockSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type sockProgramSpecs struct {
 	MyelinSockConnect4     *ebpf.ProgramSpec `ebpf:"myelin_sock_connect4"`
+	MyelinSockDestroyUdp   *ebpf.ProgramSpec `ebpf:"myelin_sock_destroy_udp"`
 	MyelinSockGetpeername4 *ebpf.ProgramSpec `ebpf:"myelin_sock_getpeername4"`
 	MyelinSockRecvmsg4     *ebpf.ProgramSpec `ebpf:"myelin_sock_recvmsg4"`
 	MyelinSockSendmsg4     *ebpf.ProgramSpec `ebpf:"myelin_sock_sendmsg4"`
@@ -356,19 +357,20 @@ type sockMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sockVariableSpecs struct {
-	ClusterCidrAddr *ebpf.VariableSpec `ebpf:"cluster_cidr_addr"`
-	ClusterCidrMask *ebpf.VariableSpec `ebpf:"cluster_cidr_mask"`
-	HostRoutingBpf  *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
-	LbEnabled       *ebpf.VariableSpec `ebpf:"lb_enabled"`
-	MaglevTableSize *ebpf.VariableSpec `ebpf:"maglev_table_size"`
-	MasqEnabled     *ebpf.VariableSpec `ebpf:"masq_enabled"`
-	NatPortMax      *ebpf.VariableSpec `ebpf:"nat_port_max"`
-	NatPortMin      *ebpf.VariableSpec `ebpf:"nat_port_min"`
-	NodeIp          *ebpf.VariableSpec `ebpf:"node_ip"`
-	OverlayIfindex  *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
-	OverlayMac      *ebpf.VariableSpec `ebpf:"overlay_mac"`
-	RoutingTunnel   *ebpf.VariableSpec `ebpf:"routing_tunnel"`
-	SourceVerify    *ebpf.VariableSpec `ebpf:"source_verify"`
+	ClusterCidrAddr   *ebpf.VariableSpec `ebpf:"cluster_cidr_addr"`
+	ClusterCidrMask   *ebpf.VariableSpec `ebpf:"cluster_cidr_mask"`
+	HostRoutingBpf    *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
+	LbEnabled         *ebpf.VariableSpec `ebpf:"lb_enabled"`
+	MaglevTableSize   *ebpf.VariableSpec `ebpf:"maglev_table_size"`
+	MasqEnabled       *ebpf.VariableSpec `ebpf:"masq_enabled"`
+	NatPortMax        *ebpf.VariableSpec `ebpf:"nat_port_max"`
+	NatPortMin        *ebpf.VariableSpec `ebpf:"nat_port_min"`
+	NodeIp            *ebpf.VariableSpec `ebpf:"node_ip"`
+	OverlayIfindex    *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
+	OverlayMac        *ebpf.VariableSpec `ebpf:"overlay_mac"`
+	RoutingTunnel     *ebpf.VariableSpec `ebpf:"routing_tunnel"`
+	SockDestroyTarget *ebpf.VariableSpec `ebpf:"sock_destroy_target"`
+	SourceVerify      *ebpf.VariableSpec `ebpf:"source_verify"`
 }
 
 // sockObjects contains all objects after they have been loaded into the kernel.
@@ -454,19 +456,20 @@ func (m *sockMaps) Close() error {
 //
 // It can be passed to loadSockObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sockVariables struct {
-	ClusterCidrAddr *ebpf.Variable `ebpf:"cluster_cidr_addr"`
-	ClusterCidrMask *ebpf.Variable `ebpf:"cluster_cidr_mask"`
-	HostRoutingBpf  *ebpf.Variable `ebpf:"host_routing_bpf"`
-	LbEnabled       *ebpf.Variable `ebpf:"lb_enabled"`
-	MaglevTableSize *ebpf.Variable `ebpf:"maglev_table_size"`
-	MasqEnabled     *ebpf.Variable `ebpf:"masq_enabled"`
-	NatPortMax      *ebpf.Variable `ebpf:"nat_port_max"`
-	NatPortMin      *ebpf.Variable `ebpf:"nat_port_min"`
-	NodeIp          *ebpf.Variable `ebpf:"node_ip"`
-	OverlayIfindex  *ebpf.Variable `ebpf:"overlay_ifindex"`
-	OverlayMac      *ebpf.Variable `ebpf:"overlay_mac"`
-	RoutingTunnel   *ebpf.Variable `ebpf:"routing_tunnel"`
-	SourceVerify    *ebpf.Variable `ebpf:"source_verify"`
+	ClusterCidrAddr   *ebpf.Variable `ebpf:"cluster_cidr_addr"`
+	ClusterCidrMask   *ebpf.Variable `ebpf:"cluster_cidr_mask"`
+	HostRoutingBpf    *ebpf.Variable `ebpf:"host_routing_bpf"`
+	LbEnabled         *ebpf.Variable `ebpf:"lb_enabled"`
+	MaglevTableSize   *ebpf.Variable `ebpf:"maglev_table_size"`
+	MasqEnabled       *ebpf.Variable `ebpf:"masq_enabled"`
+	NatPortMax        *ebpf.Variable `ebpf:"nat_port_max"`
+	NatPortMin        *ebpf.Variable `ebpf:"nat_port_min"`
+	NodeIp            *ebpf.Variable `ebpf:"node_ip"`
+	OverlayIfindex    *ebpf.Variable `ebpf:"overlay_ifindex"`
+	OverlayMac        *ebpf.Variable `ebpf:"overlay_mac"`
+	RoutingTunnel     *ebpf.Variable `ebpf:"routing_tunnel"`
+	SockDestroyTarget *ebpf.Variable `ebpf:"sock_destroy_target"`
+	SourceVerify      *ebpf.Variable `ebpf:"source_verify"`
 }
 
 // sockPrograms contains all programs after they have been loaded into the kernel.
@@ -474,6 +477,7 @@ type sockVariables struct {
 // It can be passed to loadSockObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sockPrograms struct {
 	MyelinSockConnect4     *ebpf.Program `ebpf:"myelin_sock_connect4"`
+	MyelinSockDestroyUdp   *ebpf.Program `ebpf:"myelin_sock_destroy_udp"`
 	MyelinSockGetpeername4 *ebpf.Program `ebpf:"myelin_sock_getpeername4"`
 	MyelinSockRecvmsg4     *ebpf.Program `ebpf:"myelin_sock_recvmsg4"`
 	MyelinSockSendmsg4     *ebpf.Program `ebpf:"myelin_sock_sendmsg4"`
@@ -482,6 +486,7 @@ type sockPrograms struct {
 func (p *sockPrograms) Close() error {
 	return _SockClose(
 		p.MyelinSockConnect4,
+		p.MyelinSockDestroyUdp,
 		p.MyelinSockGetpeername4,
 		p.MyelinSockRecvmsg4,
 		p.MyelinSockSendmsg4,

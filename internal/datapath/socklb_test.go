@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -312,4 +313,54 @@ func TestPrivilegedSocketLBBadCgroup(t *testing.T) {
 	if d.SocketLBAttached() {
 		t.Error("socket-LB attached after a failed attach")
 	}
+}
+
+// TestPrivilegedDestroyUDPSockets: the connected UDP socket to a removed backend is
+// closed (its next read fails with ECONNABORTED); one to another backend stays.
+func TestPrivilegedDestroyUDPSockets(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingLegacy, 0)
+	inNetns(t, func(nsName string) {
+		ns, err := netns.GetFromName(nsName)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer ns.Close()
+		sockServe(t, ns)
+		conns := map[uint32]net.Conn{}
+		err = inNetnsThread(ns, func() error {
+			for id, b := range sockBackends {
+				c, err := net.Dial("udp4", netip.AddrPortFrom(b.Addr, b.Port).String())
+				if err != nil {
+					return err
+				}
+				conns[id] = c
+			}
+			return nil
+		})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		n, err := d.DestroyUDPSockets(sockBackends[1], []string{"/run/netns/" + nsName})
+		if err != nil || n != 1 {
+			t.Errorf("DestroyUDPSockets(%s) = %d, %v; want 1 closed", sockBackends[1], n, err)
+		}
+		_ = conns[1].SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := conns[1].Read(make([]byte, 8)); !errors.Is(err, unix.ECONNABORTED) {
+			t.Errorf("read on the socket to the removed backend: %v, want ECONNABORTED", err)
+		}
+		if _, err := conns[2].Write([]byte("hi\n")); err != nil {
+			t.Errorf("the socket to the other backend: write: %v", err)
+		}
+		if n, err := d.DestroyUDPSockets(sockBackends[1], []string{"/run/netns/myelin-dptest-gone"}); err != nil || n != 0 {
+			t.Errorf("a namespace that is gone: %d, %v; want 0 and no error", n, err)
+		}
+	})
 }
