@@ -7,6 +7,7 @@ import (
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/hubble"
+	"github.com/myelin-net/myelin/internal/service"
 )
 
 // Config is the agent's bootstrap configuration: where things are on this node. The
@@ -125,7 +126,13 @@ type parts struct {
 // registers their API views and metrics, and supervises every control loop. The
 // Service loop is nil without kube-proxy replacement.
 func (st *startup) startLoops(ctx context.Context, p parts) (*serviceLoop, error) {
-	svc, err := newServiceLoop(st.plan, p.node.dp, st.cs, st.loops, st.log)
+	var svcDP service.Datapath = p.node.dp
+	if p.node.socketLB.active {
+		closer := newUDPCloser(p.node.dp, p.node.eps, st.log.With("loop", "udp-closer"))
+		svcDP = closer
+		supervise(ctx, closer)
+	}
+	svc, err := newServiceLoop(st.plan, svcDP, st.cs, st.loops, st.log)
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,10 @@ import (
 
 // socketLBView is what status shows of socket-level load balancing (bpf-lb-sock):
 // active and where, off, or the tc path with the reason it could not attach.
-type socketLBView struct{ text string }
+type socketLBView struct {
+	text   string
+	active bool // attached: Services are translated at connect()
+}
 
 func (v socketLBView) fillStatus(s *api.Status) { s.SocketLB = v.text }
 
@@ -32,7 +35,7 @@ func startSocketLB(p nodePlan, dp socketLBAttacher, log *slog.Logger) socketLBVi
 		if err := dp.DetachSocketLB(); err != nil {
 			log.Warn("detach socket-LB (bpf-lb-sock is false)", "err", err)
 		}
-		return socketLBView{"off (bpf-lb-sock is false): Services are translated per packet by the tc programs"}
+		return socketLBView{text: "off (bpf-lb-sock is false): Services are translated per packet by the tc programs"}
 	}
 	root, err := socketLBCgroup(p.CgroupRoot, isHostNetns)
 	if err == nil {
@@ -41,9 +44,9 @@ func startSocketLB(p nodePlan, dp socketLBAttacher, log *slog.Logger) socketLBVi
 	if err != nil {
 		_ = dp.DetachSocketLB()
 		log.Warn("socket-LB is not active, Services are served by the tc path", "key", "bpf-lb-sock", "reason", err)
-		return socketLBView{fmt.Sprintf("fallback to the tc path: %v", err)}
+		return socketLBView{text: fmt.Sprintf("fallback to the tc path: %v", err)}
 	}
-	return socketLBView{fmt.Sprintf("active on cgroup %s: Services translated at connect()/sendmsg(), the tc path for NodePort from outside", root)}
+	return socketLBView{text: fmt.Sprintf("active on cgroup %s: Services translated at connect()/sendmsg(), the tc path for NodePort from outside", root), active: true}
 }
 
 // socketLBCgroup is the cgroup socket-LB attaches to: cgroup-root, else the cgroup2

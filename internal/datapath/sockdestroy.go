@@ -107,3 +107,16 @@ func readIter(it *link.Iter) (int, error) {
 	out, err := io.ReadAll(rd)
 	return len(out), err
 }
+
+// Backend returns backend id; false if there is none.
+func (d *Datapath) Backend(id uint32) (Backend, bool, error) {
+	var v myelinLbBackend
+	err := d.objs.MyelinLbBackends.Lookup(id, &v)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return Backend{}, false, nil
+	}
+	if err != nil {
+		return Backend{}, false, fmt.Errorf("look up backend %d: %w", id, err)
+	}
+	return Backend{Addr: addrFromNetwork(v.Addr), Port: ntohs(v.Port)}, true, nil
+}
