@@ -2,6 +2,7 @@ package labtools
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -18,6 +19,43 @@ import (
 type PeerResult struct {
 	Peer   string `json:"peer"`
 	Answer string `json:"answer"`
+	// Closed is set by PeerUntilClosed: how the connected UDP socket ended.
+	Closed string `json:"closed,omitempty"`
+}
+
+// PeerUntilClosed is Peer over connected UDP that then keeps the socket, sending a
+// datagram every 200 ms, until the kernel closes it under the client (a send or
+// receive fails with ECONNABORTED: bpf_sock_destroy, socket-LB's answer to a backend
+// that went away) or wait has passed, which is an error. answered is called once
+// the first answer came back, before the wait.
+func PeerUntilClosed(ctx context.Context, to string, wait time.Duration, answered func(PeerResult)) (PeerResult, error) {
+	c, err := net.Dial("udp4", to)
+	if err != nil {
+		return PeerResult{}, fmt.Errorf("dial udp %s: %w", to, err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	answer, err := exchange(c, "ping\n")
+	if err != nil {
+		return PeerResult{}, fmt.Errorf("talk to %s: %w", to, err)
+	}
+	peer, _ := peerName(c.(syscall.Conn))
+	r := PeerResult{Peer: peer, Answer: answer}
+	answered(r)
+	end := time.Now().Add(wait)
+	buf := make([]byte, 512)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		_ = c.SetDeadline(time.Now().Add(200 * time.Millisecond))
+		_, werr := c.Write([]byte("ping\n"))
+		_, rerr := c.Read(buf)
+		for _, e := range []error{werr, rerr} {
+			if errors.Is(e, unix.ECONNABORTED) {
+				r.Closed = "connection aborted"
+				return r, nil
+			}
+		}
+	}
+	return r, fmt.Errorf("the UDP socket to %s (peer %s) was not closed within %s", to, peer, wait)
 }
 
 // Peer talks once to a lab serve endpoint to (IP:PORT) over proto (tcp,

@@ -1,14 +1,17 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labtools"
@@ -86,6 +89,9 @@ func TestLabSocketLB(t *testing.T) {
 			}
 		}
 	})
+	t.Run("UDP socket to a removed backend is closed", func(t *testing.T) {
+		udpClosedOnBackendRemoval(t, cs, cip+":80")
+	})
 	t.Run("off again", func(t *testing.T) {
 		setConfig(t, cs, "bpf-lb-sock", "false")
 		restartAgent(t, n1)
@@ -122,4 +128,43 @@ func lastLine(s string) string {
 func serverOf(answer string) string {
 	name, _, _ := strings.Cut(strings.TrimPrefix(answer, "server="), " ")
 	return name
+}
+
+// udpClosedOnBackendRemoval keeps a connected UDP socket from the client pod to the
+// Service at addr, deletes the web pod it reached and expects the socket closed under
+// the client (ECONNABORTED) once the agent removed that backend.
+func udpClosedOnBackendRemoval(t *testing.T, cs kubernetes.Interface, addr string) {
+	t.Helper()
+	cmd := exec.Command(myelinBin, "lab", "exec", "client", "--", myelinBin, "lab", "peer", "--to", addr,
+		"--proto", "udp-connected", "--until-closed", "2m")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	if !sc.Scan() {
+		_ = cmd.Wait()
+		t.Fatalf("lab peer --until-closed printed nothing: %s", stderr.String())
+	}
+	first := sc.Text() // "answered peer=IP:PORT server=NAME client=..."
+	server := serverOf(first[strings.Index(first, "server="):])
+	if err := cs.CoreV1().Pods("default").Delete(context.Background(), server, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete backend pod %s: %v", server, err)
+	}
+	var last string
+	for sc.Scan() {
+		last = sc.Text()
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the UDP socket to %s (backend %s, deleted) stayed open: %v: %s %s", addr, server, err, last, stderr.String())
+	}
+	var r labtools.PeerResult
+	if err := json.Unmarshal([]byte(last), &r); err != nil || r.Closed != "connection aborted" {
+		t.Errorf("after deleting backend %s: %q (%v), want the socket closed with ECONNABORTED", server, last, err)
+	}
 }
