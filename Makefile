@@ -37,7 +37,7 @@ generate: ## Compile bpf/ and regenerate the Go bindings (after changing C)
 .PHONY: check-generated
 check-generated: ## Fail when the committed BPF object and Go bindings don't match bpf/ (run make generate)
 	$(GO) generate ./internal/datapath/
-	@git diff --exit-code --stat -- internal/datapath/myelin_bpfel.go internal/datapath/myelin_bpfel.o || \
+	@git diff --exit-code --stat -- internal/datapath/myelin_bpfel.go internal/datapath/myelin_bpfel.o internal/datapath/sock_bpfel.go internal/datapath/sock_bpfel.o || \
 		{ echo "the committed BPF object or bindings are stale: run make generate and commit the result"; exit 1; }
 
 .PHONY: lint

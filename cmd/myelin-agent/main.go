@@ -31,6 +31,7 @@ func main() {
 	flag.StringVar(&cfg.CNIVersion, "cni-version", "1.0.0", "cniVersion of the conflist (1.0.0 works with containerd 1.6; 1.1.0 adds STATUS and GC)")
 	flag.StringVar(&cfg.Uplink, "uplink", "eth0", "the node's uplink device")
 	flag.IntVar(&cfg.HealthPort, "health-port", 0, "serve /healthz (liveness) and /readyz (readiness) on 127.0.0.1:PORT (0: off)")
+	flag.StringVar(&cfg.CgroupRoot, "cgroup-root", "", "cgroup v2 directory socket-LB (bpf-lb-sock) attaches to, over the cgroup-root key (the lab sets each node's own)")
 	flag.BoolVar(&cfg.MountBPFFS, "mount-bpffs", true, "mount a bpffs at the parent of --bpffs-dir when none is there; false in a pod (the chart), where a mount would not reach the node and a missing bpffs stops the agent with what to do")
 	logFormat := flag.String("log-format", "text", "log format on stdout: text or json")
 	installPlugin := flag.Bool("install-cni-plugin", false, "only copy --cni-plugin into --cni-bin-dir and exit (the chart's init container)")

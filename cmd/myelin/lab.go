@@ -31,7 +31,7 @@ host serving HTTP on 203.0.113.10:80. Everything it creates is named myelin-*.`,
 	cmd.PersistentFlags().StringVar(&dir, "dir", labplan.DefaultDir, "lab directory (state, certificates, logs)")
 	paths := func() labplan.Paths { return labplan.Paths{Dir: dir} }
 	cmd.AddCommand(labUpCommand(paths), labDownCommand(paths), labStatusCommand(paths),
-		labExecCommand(paths), labRestartCommand(paths), labServeCommand(), labUDPFlowsCommand(), labBigUDPCommand(), labHTTPSessionCommand(), labSYNFloodCommand(), labDNSToolCommand(), labSuperviseCommand(paths), labKubeletCommand(paths))
+		labExecCommand(paths), labRestartCommand(paths), labServeCommand(), labUDPFlowsCommand(), labBigUDPCommand(), labHTTPSessionCommand(), labSYNFloodCommand(), labDNSToolCommand(), labPeerCommand(), labSuperviseCommand(paths), labKubeletCommand(paths))
 	cmd.AddCommand(labDNSCommand(paths), labImportCommand(paths))
 	return cmd
 }

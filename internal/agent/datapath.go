@@ -28,6 +28,8 @@ type nodeDatapath struct {
 	eps     *endpoint.Manager
 	overlay netlink.Link // myelin_vxlan in tunnel mode, nil otherwise
 	masq    *masqueradeLoop
+	// socketLB is what status shows of bpf-lb-sock (socklb.go).
+	socketLB socketLBView
 	// flows is the node's flow store (flow.Source; AddSink for flow metrics): never
 	// nil once Run has called startFlows, empty while enable-hubble is off.
 	flows *flowstore.Store
@@ -71,6 +73,7 @@ func (s *startup) startDatapath(ctx context.Context, nodes *nodeWatch) (*nodeDat
 		return nil, err
 	}
 	n.eps = s.restoreEndpoints(dp, pool)
+	n.socketLB = startSocketLB(s.plan, dp, s.log)
 	if s.plan.HostRouting.BPF {
 		if err := iptables.RemoveForward(); err != nil {
 			dp.Close()

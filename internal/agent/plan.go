@@ -31,6 +31,8 @@ type nodePlan struct {
 
 	KubeProxyReplacement bool   // myelin serves Services (BPF load balancing)
 	LBAlgorithm          string // random or maglev
+	SocketLB             bool   // bpf-lb-sock (with KubeProxyReplacement): also translate at connect()
+	CgroupRoot           string // cgroup-root: where socket-LB attaches; "" the cgroup2 mount
 	MaglevTableSize      int    // 0 unless LBAlgorithm is maglev
 	SourceValidation     bool   // enable-source-ip-verification
 
@@ -82,7 +84,8 @@ func decidePlan(c config.Config, in planInputs) (nodePlan, error) {
 		NoMasqueradeBase:     noMasqueradeBase(c),
 		KubeProxyReplacement: c.KubeProxyReplacement, LBAlgorithm: c.LBAlgorithm,
 		SourceValidation: c.EnableSourceIPVerification,
-		MTU:              c.MTU, NATPorts: ports,
+		SocketLB:         c.BPFLBSock && c.KubeProxyReplacement, CgroupRoot: c.CgroupRoot,
+		MTU: c.MTU, NATPorts: ports,
 		NodePortNATSynMax: c.NodePortNATSynMax, NodePortNATMax: c.NodePortNATMax,
 		AttachMode: "tcx",
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/hubble"
+	"github.com/myelin-net/myelin/internal/service"
 )
 
 // Config is the agent's bootstrap configuration: where things are on this node. The
@@ -27,6 +28,9 @@ type Config struct {
 	// mount namespace and every restart would lose pins, so the chart turns it off and
 	// a missing bpffs is an error (bpffs.go).
 	MountBPFFS bool
+	// CgroupRoot (--cgroup-root), when set, is where socket-LB attaches instead of
+	// the cgroup-root key: node layout, like BPFFSDir (the lab gives each node its own).
+	CgroupRoot string
 }
 
 func (c Config) socket() string { return api.Socket(c.StateDir) }
@@ -122,7 +126,13 @@ type parts struct {
 // registers their API views and metrics, and supervises every control loop. The
 // Service loop is nil without kube-proxy replacement.
 func (st *startup) startLoops(ctx context.Context, p parts) (*serviceLoop, error) {
-	svc, err := newServiceLoop(st.plan, p.node.dp, st.cs, st.loops, st.log)
+	var svcDP service.Datapath = p.node.dp
+	if p.node.socketLB.active {
+		closer := newUDPCloser(p.node.dp, p.node.eps, st.log.With("loop", "udp-closer"))
+		svcDP = closer
+		supervise(ctx, closer)
+	}
+	svc, err := newServiceLoop(st.plan, svcDP, st.cs, st.loops, st.log)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +172,7 @@ func supervise(ctx context.Context, rs ...runner) {
 // Services, that.
 func (s *startup) views(node *nodeDatapath, gc *collector) []view {
 	vs := []view{nodeView{node: s.cfg.Node, uplink: s.cfg.Uplink, conf: s.conf, plan: s.plan, started: s.started},
-		s.loops, s.guard, datapathView{dp: node.dp, plan: s.plan, gc: gc}}
+		s.loops, s.guard, datapathView{dp: node.dp, plan: s.plan, gc: gc}, node.socketLB}
 	if !s.plan.KubeProxyReplacement {
 		vs = append(vs, kubeProxyServices{node: s.cfg.Node})
 	}

@@ -9,7 +9,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/api"
-	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/healthcheck"
 	"github.com/myelin-net/myelin/internal/service"
 )
@@ -30,7 +29,7 @@ type serviceLoop struct {
 // newServiceLoop adopts the Service maps and wires the watcher to the health checks;
 // with kube-proxy-replacement false it returns nil: the datapath was loaded without
 // load balancing.
-func newServiceLoop(p nodePlan, dp *datapath.Datapath, cs kubernetes.Interface, l *loops, log *slog.Logger) (*serviceLoop, error) {
+func newServiceLoop(p nodePlan, dp service.Datapath, cs kubernetes.Interface, l *loops, log *slog.Logger) (*serviceLoop, error) {
 	if !p.KubeProxyReplacement {
 		return nil, nil
 	}

@@ -90,8 +90,12 @@ func planNode(cfg Config, conf config.Config, node *corev1.Node, userRules []str
 	if err != nil {
 		return nodePlan{}, err
 	}
-	return decidePlan(conf, planInputs{Node: cfg.Node, NodeIP: k8s.NodeInternalIP(node), Features: datapath.Probe(),
+	p, err := decidePlan(conf, planInputs{Node: cfg.Node, NodeIP: k8s.NodeInternalIP(node), Features: datapath.Probe(),
 		UserRules: userRules, Ephemeral: ephemeral, UplinkMTU: uplinkMTU})
+	if cfg.CgroupRoot != "" {
+		p.CgroupRoot = cfg.CgroupRoot
+	}
+	return p, err
 }
 
 func kubeClients(kubeconfig string) (kubernetes.Interface, dynamic.Interface, error) {

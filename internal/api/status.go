@@ -14,10 +14,13 @@ type Status struct {
 	// and MAC; Warning is set when they need not.
 	SourceCheck SourceCheckInfo `json:"sourceIPVerification"`
 	KubeProxy   string          `json:"kubeProxyReplacement"`
-	MTU         MTUInfo         `json:"mtu"`
-	IPAM        IPAMInfo        `json:"ipam"`
-	Endpoints   int             `json:"endpoints"`
-	Nodes       NodesInfo       `json:"nodes"`
+	// SocketLB says whether Services are translated at connect() (bpf-lb-sock) or
+	// by the tc path only, and why; "" without kube-proxy-replacement.
+	SocketLB  string    `json:"socketLB,omitempty"`
+	MTU       MTUInfo   `json:"mtu"`
+	IPAM      IPAMInfo  `json:"ipam"`
+	Endpoints int       `json:"endpoints"`
+	Nodes     NodesInfo `json:"nodes"`
 	// Health is the node health matrix at a glance (GET /v1/health has every
 	// peer); nil while the agent does not probe (starting, cluster-health-port 0).
 	Health   *HealthSummary `json:"health,omitempty"`

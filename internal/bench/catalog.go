@@ -50,6 +50,7 @@ func Catalog(prefix string) []Case {
 	cases = append(cases, Matrix(veth, GroupBaseline, lo, ClientServerWorkloads(), Placements())...)
 	cases = append(cases, LabCases(prefix)...)
 	cases = append(cases, ServiceScaleCases(ServiceCounts)...)
+	cases = append(cases, SockLBCases()...)
 	return append(cases, ControlPlaneCases()...)
 }
 

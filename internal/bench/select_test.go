@@ -28,7 +28,8 @@ func TestSelect(t *testing.T) {
 		// A glob of a leading part selects everything under it.
 		{[]string{"svc-*-10/*/same-vcpu"}, []string{"svc-myelin-10/direct-crr/same-vcpu", "svc-myelin-10/svc-crr/same-vcpu",
 			"svc-iptables-10/direct-crr/same-vcpu", "svc-iptables-10/svc-crr/same-vcpu",
-			"svc-nftables-10/direct-crr/same-vcpu", "svc-nftables-10/svc-crr/same-vcpu"}},
+			"svc-nftables-10/direct-crr/same-vcpu", "svc-nftables-10/svc-crr/same-vcpu",
+			"svc-myelin-socklb-10/direct-crr/same-vcpu", "svc-myelin-socklb-10/svc-crr/same-vcpu"}},
 	} {
 		got, err := Select(all, tc.patterns)
 		if err != nil {
@@ -44,8 +45,8 @@ func TestSelect(t *testing.T) {
 	if _, err := Select(all, []string{"veth"}); !errors.Is(err, ErrNoSuchCase) {
 		t.Errorf("Select(veth) error = %v, want ErrNoSuchCase (only whole name parts match)", err)
 	}
-	if got, err := Select(all, []string{"svc-*"}); err != nil || len(got) != 4*3*len(ServiceCounts) {
-		t.Errorf("Select(svc-*) = %v (%v), want every Service scale case", names(got), err)
+	if got, err := Select(all, []string{"svc-*"}); err != nil || len(got) != 4*3*len(ServiceCounts)+len(SockLBCases()) {
+		t.Errorf("Select(svc-*) = %v (%v), want every Service scale and socket-LB case", names(got), err)
 	}
 	quick, err := Select(all, QuickCases)
 	if err != nil || len(quick) == 0 || len(quick) > 4 {

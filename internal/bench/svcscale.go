@@ -25,6 +25,9 @@ const (
 	ProxyMyelin   = "myelin"   // kube-proxy-replacement: myelin's BPF load balancer
 	ProxyIPTables = "iptables" // kube-proxy in iptables mode, myelin with legacy host routing
 	ProxyNFTables = "nftables" // kube-proxy in nftables mode
+	// ProxySockLB is myelin with bpf-lb-sock on both nodes: the client's connect() is
+	// translated by socket-LB (socklb.go in internal/datapath), not per packet.
+	ProxySockLB = "myelin-socklb"
 )
 
 // The measured Service: one netserver backend, its control port and a fixed data port
@@ -53,7 +56,12 @@ type ServiceScale struct {
 // NewServiceScale returns the environment of proxy with n filler Services.
 func NewServiceScale(proxy string, n int) *ServiceScale {
 	spec := LabSpec{Nodes: 2, CNI: string(labplan.CNIMyelin), Profile: "native"}
-	if proxy != ProxyMyelin {
+	switch proxy {
+	case ProxyMyelin:
+	case ProxySockLB:
+		spec.Overrides = []NodeOverride{{Name: "socklb", Nodes: []string{labplan.NodeName(1), labplan.NodeName(2)},
+			Settings: map[string]string{"bpf-lb-sock": "true"}}}
+	default:
 		spec.KubeProxy = proxy
 	}
 	return &ServiceScale{Proxy: proxy, Services: n, cluster: NewCluster(spec)}
@@ -91,6 +99,9 @@ func (s *ServiceScale) Setup(ctx context.Context) (Endpoints, error) {
 		return Endpoints{}, err
 	}
 	if err := s.waitProgrammed(ctx, last.Spec.ClusterIP); err != nil {
+		return Endpoints{}, err
+	}
+	if err := s.checkSocketLB(ctx); err != nil {
 		return Endpoints{}, err
 	}
 	return Endpoints{Client: client, Server: client, ServerAddr: s.clusterIP}, nil
@@ -195,7 +206,7 @@ func (s *ServiceScale) waitProgrammed(ctx context.Context, lastIP string) error 
 func (s *ServiceScale) programmed(ctx context.Context) (string, error) {
 	node := labplan.NodeName(1)
 	switch s.Proxy {
-	case ProxyMyelin:
+	case ProxyMyelin, ProxySockLB:
 		svcs, err := api.NewClient(api.NodeSocket(node)).Services(ctx)
 		if err != nil {
 			return "", err
@@ -212,6 +223,23 @@ func (s *ServiceScale) programmed(ctx context.Context) (string, error) {
 		out, err := exec.CommandContext(ctx, "nsenter", "--net="+labplan.NetNSPath(node), "--", "nft", "list", "table", "ip", "kube-proxy").Output()
 		return strings.ReplaceAll(string(out), " . ", " "), err
 	}
+}
+
+// checkSocketLB makes sure the client's node serves Services as the proxy says:
+// socket-LB active with ProxySockLB, so a fallback is never measured as socket-LB.
+func (s *ServiceScale) checkSocketLB(ctx context.Context) error {
+	if s.Proxy != ProxySockLB {
+		return nil
+	}
+	node := labplan.NodeName(1)
+	st, err := api.NewClient(api.NodeSocket(node)).Status(ctx)
+	if err != nil {
+		return fmt.Errorf("status of %s: %w", node, err)
+	}
+	if !strings.HasPrefix(st.SocketLB, "active") {
+		return fmt.Errorf("%s: socket-LB is not active (%q): see myelin status", node, st.SocketLB)
+	}
+	return nil
 }
 
 // Teardown implements Environment.
@@ -286,6 +314,21 @@ func ServiceScaleCases(counts []int) []Case {
 				out = append(out, direct, svc)
 			}
 		}
+	}
+	return out
+}
+
+// SockLBCases are svc-crr and direct-crr with socket-LB (ProxySockLB) and 10 other
+// Services, both placements: what a connection through a Service costs against a
+// direct one when connect() is translated, in the same lab and round.
+func SockLBCases() []Case {
+	env := NewServiceScale(ProxySockLB, 10)
+	var out []Case
+	for _, p := range Placements() {
+		dw, sw := ServiceCRR{Env: env, Direct: true}, ServiceCRR{Env: env}
+		direct := Case{Name: CaseName(env, dw, p), Group: GroupBaseline, Stage: env.Name(), Env: env, Workload: dw, Placement: p}
+		out = append(out, direct, Case{Name: CaseName(env, sw, p), Group: GroupService,
+			Stage: env.Name(), Env: env, Workload: sw, Placement: p, Baseline: direct.Name})
 	}
 	return out
 }

@@ -84,6 +84,9 @@ func printStatus(out io.Writer, s api.Status) {
 	r.routing(s)
 	r.protection(s)
 	r.row("Services", "%s", s.KubeProxy)
+	if s.SocketLB != "" {
+		r.row("Socket LB", "%s", s.SocketLB)
+	}
 	r.row("MTU", "device %d, routes %d", s.MTU.Device, s.MTU.Route)
 	r.row("IPAM", "%d/%d allocated from %s", s.IPAM.Used, s.IPAM.Total, s.IPAM.CIDR)
 	r.row("Endpoints", "%d", s.Endpoints)

@@ -56,8 +56,13 @@ type Config struct {
 	UserIPTablesGuard     Guard
 	KubeProxyReplacement  bool
 	LBAlgorithm           string
-	MaglevTableSize       int
-	MTU                   int // 0 = detect from the uplink
+	// BPFLBSock is bpf-lb-sock: Services are also translated at connect() and
+	// sendmsg() by cgroup programs (socket-level load balancing) attached to
+	// CgroupRoot (cgroup-root; "" is the cgroup2 mount). Needs KubeProxyReplacement.
+	BPFLBSock       bool
+	CgroupRoot      string
+	MaglevTableSize int
+	MTU             int // 0 = detect from the uplink
 	// EnableSourceIPVerification: pods may send only from their own IPv4 address
 	// and MAC (enable-source-ip-verification). Off only to measure its cost.
 	EnableSourceIPVerification bool

@@ -96,6 +96,17 @@ var keys = []key{
 		c.KubeProxyReplacement, err = parseBool(v)
 		return err
 	}},
+	{"bpf-lb-sock", "false", func(c *Config, v string) (err error) {
+		c.BPFLBSock, err = parseBool(v)
+		return err
+	}},
+	{"cgroup-root", "", func(c *Config, v string) error {
+		if v != "" && !strings.HasPrefix(v, "/") {
+			return fmt.Errorf("must be an absolute path to a cgroup v2 directory (e.g. /sys/fs/cgroup), or empty for the cgroup2 mount")
+		}
+		c.CgroupRoot = v
+		return nil
+	}},
 	{"lb-algorithm", "random", func(c *Config, v string) (err error) {
 		c.LBAlgorithm, err = oneOf(v, LBRandom, LBMaglev)
 		return err

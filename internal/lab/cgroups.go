@@ -56,6 +56,20 @@ func createCgroups(root string) error {
 	return nil
 }
 
+// openNodeCgroup creates node's cgroup in the cgroup v2 hierarchy if missing and
+// opens it, for a process to start in (SysProcAttr.CgroupFD).
+func openNodeCgroup(node string) (int, error) {
+	dir := labplan.HostCgroup(node)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return -1, fmt.Errorf("create cgroup %s: %w", dir, err)
+	}
+	fd, err := syscall.Open(dir, syscall.O_DIRECTORY|syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open cgroup %s: %w", dir, err)
+	}
+	return fd, nil
+}
+
 // leftoverCgroups lists the lab nodes' cgroup parents in every hierarchy.
 func leftoverCgroups() []string {
 	var out []string

@@ -53,8 +53,9 @@ func (labKubelets) NodeProcesses(p labplan.Plan, paths labplan.Paths, self, _ st
 	var procs []labplan.Process
 	for _, n := range p.Nodes {
 		procs = append(procs, labplan.Process{
-			Name: "kubelet-" + n.Name,
-			Argv: labplan.InNS(n.Name, self, "lab", "kubelet", "--node", n.Name, "--dir", paths.Dir),
+			Name:   "kubelet-" + n.Name,
+			Argv:   labplan.InNS(n.Name, self, "lab", "kubelet", "--node", n.Name, "--dir", paths.Dir),
+			Cgroup: n.Name, // with the node's pods, which it starts
 		})
 	}
 	return procs

@@ -164,6 +164,14 @@ func (s *supervisor) runOnce(c *child) error {
 	cmd := exec.Command(c.proc.Argv[0], c.proc.Argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if c.proc.Cgroup != "" {
+		fd, err := openNodeCgroup(c.proc.Cgroup)
+		if err != nil {
+			return err
+		}
+		defer syscall.Close(fd)
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+	}
 	if err := cmd.Start(); err != nil {
 		return err
 	}

@@ -5,4 +5,8 @@ type Process struct {
 	Name   string   // also the log file's name
 	Argv   []string // run as is; processes in a node's netns are wrapped in nsenter
 	Health string   // URL that answers 200 once the process is ready ("" = running is enough)
+	// Cgroup names the node whose cgroup (HostCgroup) the process starts in, "" for the
+	// supervisor's: a node's processes and their children (the lab kubelet's pods)
+	// share it, and socket-LB attaches to it in the cgroup v2 hierarchy.
+	Cgroup string
 }

@@ -1,5 +1,7 @@
 package labplan
 
+import "os"
+
 // Per-node places of --runtime containerd, all under the node's directory
 // <dir>/nodes/<node>/ so that lab down removes them with the lab directory.
 
@@ -45,6 +47,22 @@ func (p Paths) Sysctls() string { return p.join("sysctls.json") }
 
 // CgroupRoot is a node's cgroup parent (the kubelet's cgroupRoot), in every hierarchy.
 func CgroupRoot(node string) string { return "/" + node }
+
+// Cgroup2Dir is a node's cgroup in the cgroup v2 hierarchy (/sys/fs/cgroup on a
+// v2-only machine, /sys/fs/cgroup/unified on a hybrid one): the lab's node processes
+// start in it (Process.Cgroup) and the node's socket-LB attaches to it.
+func Cgroup2Dir(node string) string {
+	mnt := "/sys/fs/cgroup"
+	if _, err := os.Stat(mnt + "/cgroup.controllers"); err != nil {
+		mnt += "/unified"
+	}
+	return mnt + CgroupRoot(node)
+}
+
+// HostCgroup is the leaf under Cgroup2Dir the node's own processes (not containerd's
+// pods, which the kubelet puts under Cgroup2Dir too) start in: a leaf, so a parent
+// with controllers on never refuses them.
+func HostCgroup(node string) string { return Cgroup2Dir(node) + "/host" }
 
 // KubeletSharedDir is where every kubelet puts its device-plugin socket whatever its
 // --root-dir (a constant of the kubelet); the lab removes it in down when it created it.

@@ -55,7 +55,9 @@ func (Flavour) Processes(p labplan.Plan, paths labplan.Paths, self string) []lab
 				"--bpffs-dir", nodelayout.PerNode(nodelayout.BPFFSDir, n.Name),
 				"--cni-bin-dir", paths.CNIBinDir(n.Name),
 				"--cni-conf-dir", paths.CNIConfDir(n.Name),
-				"--cni-plugin", filepath.Join(bin, "myelin-cni")),
+				"--cni-plugin", filepath.Join(bin, "myelin-cni"),
+				"--cgroup-root", labplan.Cgroup2Dir(n.Name)),
+			Cgroup: n.Name,
 		})
 	}
 	return append(procs, labplan.Process{

@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Socket-level load balancing (bpf-lb-sock): cgroup programs that translate
+ * a Service frontend to a backend when a socket of the node's cgroup
+ * connects (TCP, connected UDP) or sends a datagram to it (unconnected
+ * UDP), and translate back what the application reads of its peer
+ * (getpeername; the source of received datagrams). The connection then
+ * runs between the client and the backend as a direct one would: the tc
+ * programs see no Service and keep no conntrack for it. The tc path stays
+ * for what sockets of this node don't open: NodePort from outside, other
+ * hosts. The service maps are the tc datapath's (pinned by name in the
+ * same directory); this is a separate object so a kernel or cgroup setup
+ * that can't load or attach it leaves the tc datapath whole.
+ *
+ * A frontend without a ready backend, or any failure here, leaves the
+ * address untouched: the tc path then answers as before.
+ */
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+
+#include "lib/config.h"
+#include "lib/lb.h"
+#include "lib/sock.h"
+
+/*
+ * sock_xlate translates ctx's destination if it is a Service frontend of
+ * protocol proto, remembering the frontend for sock_rev_xlate.
+ */
+static __always_inline void sock_xlate(struct bpf_sock_addr *ctx, __u8 proto)
+{
+	__u32 daddr = ctx->user_ip4;
+	__u16 dport = (__u16)ctx->user_port;
+	struct lb_sock_rev_key rk = {};
+	struct lb_sock_rev rv = {};
+	const struct lb_backend *b;
+	const struct lb_svc *svc;
+	struct ct_key t = {};
+	__u32 id, index = 0;
+
+	if (!lb_enabled || cluster_contains(daddr))
+		return;
+	svc = lb_svc_lookup(daddr, dport, proto);
+	if (!svc)
+		return;
+	/* The client of ClientIP affinity and of the Maglev hash is the
+	 * socket's network namespace: a pod, or the node's own processes. */
+	t.saddr = (__u32)bpf_get_netns_cookie(ctx);
+	t.daddr = daddr;
+	t.dport = dport;
+	t.proto = proto;
+	id = lb_select(svc, &t, &index);
+	b = id ? lb_backend_lookup(id) : NULL;
+	if (!b)
+		return;
+	rk.cookie = bpf_get_socket_cookie(ctx);
+	rk.addr = b->addr;
+	rk.port = b->port;
+	rv.addr = daddr;
+	rv.port = dport;
+	/* LRU: a failed insert only leaves the backend's address visible. */
+	bpf_map_update_elem(&myelin_lb_sock_rev, &rk, &rv, BPF_ANY);
+	ctx->user_ip4 = b->addr;
+	ctx->user_port = (__u32)b->port;
+}
+
+/* sock_rev_xlate shows the frontend for a backend this socket was translated to. */
+static __always_inline void sock_rev_xlate(struct bpf_sock_addr *ctx)
+{
+	struct lb_sock_rev_key rk = {};
+	struct lb_sock_rev *rv;
+
+	if (!lb_enabled)
+		return;
+	rk.cookie = bpf_get_socket_cookie(ctx);
+	rk.addr = ctx->user_ip4;
+	rk.port = (__u16)ctx->user_port;
+	rv = bpf_map_lookup_elem(&myelin_lb_sock_rev, &rk);
+	if (!rv)
+		return;
+	ctx->user_ip4 = rv->addr;
+	ctx->user_port = (__u32)rv->port;
+}
+
+/* sock_proto is ctx's protocol if socket-LB serves it, else 0. */
+static __always_inline __u8 sock_proto(const struct bpf_sock_addr *ctx)
+{
+	__u32 p = ctx->protocol;
+
+	return p == IPPROTO_TCP || p == IPPROTO_UDP ? (__u8)p : 0;
+}
+
+SEC("cgroup/connect4")
+int myelin_sock_connect4(struct bpf_sock_addr *ctx)
+{
+	__u8 proto = sock_proto(ctx);
+
+	if (proto)
+		sock_xlate(ctx, proto);
+	return 1;
+}
+
+SEC("cgroup/sendmsg4")
+int myelin_sock_sendmsg4(struct bpf_sock_addr *ctx)
+{
+	if (ctx->protocol == IPPROTO_UDP)
+		sock_xlate(ctx, IPPROTO_UDP);
+	return 1;
+}
+
+SEC("cgroup/recvmsg4")
+int myelin_sock_recvmsg4(struct bpf_sock_addr *ctx)
+{
+	sock_rev_xlate(ctx);
+	return 1;
+}
+
+SEC("cgroup/getpeername4")
+int myelin_sock_getpeername4(struct bpf_sock_addr *ctx)
+{
+	sock_rev_xlate(ctx);
+	return 1;
+}
+
+/*
+ * Closing UDP sockets to a backend that went away: an iter/udp program the
+ * agent runs in each network namespace (the iterator sees the sockets of the
+ * namespace it is opened in) after sock_destroy_target is set. Every
+ * connected IPv4 UDP socket whose peer is the target is closed with
+ * bpf_sock_destroy (its next send or receive fails with ECONNABORTED), so a
+ * client does not keep sending to a dead backend; one byte of output per
+ * socket closed. The kernel types are declared with only the fields used,
+ * relocated against the kernel's BTF (CO-RE).
+ */
+struct sock_common {
+	__u32 skc_daddr;
+	__u16 skc_dport;
+	unsigned short skc_family;
+} __attribute__((preserve_access_index));
+
+struct udp_sock;
+struct bpf_iter_meta {
+	void *seq;
+} __attribute__((preserve_access_index));
+
+struct bpf_iter__udp {
+	struct bpf_iter_meta *meta;
+	struct udp_sock *udp_sk;
+} __attribute__((preserve_access_index));
+
+#define SOCK_AF_INET 2 /* AF_INET, which no UAPI header for BPF defines */
+
+extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
+
+/* sock_destroy_target is the backend whose sockets to close (network order). */
+struct lb_sock_rev sock_destroy_target;
+
+SEC("iter/udp")
+int myelin_sock_destroy_udp(struct bpf_iter__udp *ctx)
+{
+	struct sock_common *sk = (struct sock_common *)ctx->udp_sk;
+	char one = 1;
+
+	if (!sk || sk->skc_family != SOCK_AF_INET)
+		return 0;
+	if (sk->skc_daddr != sock_destroy_target.addr || sk->skc_dport != sock_destroy_target.port)
+		return 0;
+	if (bpf_sock_destroy(sk) == 0)
+		bpf_seq_write(ctx->meta->seq, &one, sizeof(one));
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

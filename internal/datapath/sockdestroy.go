@@ -1,0 +1,122 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// sockDestroyObjects is the iter/udp program of bpf/sock.c that closes UDP sockets
+// connected to sock_destroy_target.
+type sockDestroyObjects struct {
+	Prog   *ebpf.Program  `ebpf:"myelin_sock_destroy_udp"`
+	Target *ebpf.Variable `ebpf:"sock_destroy_target"`
+}
+
+// DestroyUDPSockets closes every connected IPv4 UDP socket whose peer is b in each
+// network namespace of netns (paths such as /proc/<pid>/ns/net or /run/netns/<name>;
+// "" is the caller's own) with bpf_sock_destroy, so clients get ECONNABORTED instead
+// of sending on to a backend that went away; it returns how many it closed. A
+// namespace that is gone is skipped. The program is loaded for the call and
+// released after it: backends leave seldom, and nothing stays pinned.
+func (d *Datapath) DestroyUDPSockets(b Backend, netns []string) (int, error) {
+	if !b.Addr.Is4() {
+		return 0, fmt.Errorf("destroy UDP sockets to %s: not an IPv4 backend", b)
+	}
+	spec, err := loadSock()
+	if err != nil {
+		return 0, fmt.Errorf("load socket-LB spec: %w", err)
+	}
+	var objs sockDestroyObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		return 0, fmt.Errorf("load the UDP socket destroyer (iter/udp, bpf_sock_destroy): %w", err)
+	}
+	defer objs.Prog.Close()
+	target := sockLbSockRev{Addr: networkUint32(b.Addr), Port: htons(b.Port)}
+	if err := objs.Target.Set(target); err != nil {
+		return 0, fmt.Errorf("set sock_destroy_target: %w", err)
+	}
+	it, err := link.AttachIter(link.IterOptions{Program: objs.Prog})
+	if err != nil {
+		return 0, fmt.Errorf("attach the UDP socket iterator: %w", err)
+	}
+	defer it.Close()
+	closed := 0
+	var errs []error
+	for _, ns := range netns {
+		n, err := iterateIn(it, ns)
+		closed += n
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("close UDP sockets to %s in %s: %w", b, nsName(ns), err))
+		}
+	}
+	return closed, errors.Join(errs...)
+}
+
+func nsName(ns string) string {
+	if ns == "" {
+		return "the agent's network namespace"
+	}
+	return ns
+}
+
+// iterateIn runs the iterator in network namespace ns ("" the caller's) and returns
+// the bytes it wrote, one per socket closed. A thread that entered another namespace
+// is never handed back to the scheduler: its goroutine exits still locked.
+func iterateIn(it *link.Iter, ns string) (int, error) {
+	if ns == "" {
+		return readIter(it)
+	}
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		fd, err := unix.Open(ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			done <- result{0, err}
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			done <- result{0, fmt.Errorf("enter: %w", err)}
+			return
+		}
+		n, err := readIter(it)
+		done <- result{n, err}
+	}()
+	r := <-done
+	return r.n, r.err
+}
+
+// readIter opens one run of it (in the calling thread's network namespace) and
+// reads it to the end.
+func readIter(it *link.Iter) (int, error) {
+	rd, err := it.Open()
+	if err != nil {
+		return 0, fmt.Errorf("open the UDP socket iterator: %w", err)
+	}
+	defer rd.Close()
+	out, err := io.ReadAll(rd)
+	return len(out), err
+}
+
+// Backend returns backend id; false if there is none.
+func (d *Datapath) Backend(id uint32) (Backend, bool, error) {
+	var v myelinLbBackend
+	err := d.objs.MyelinLbBackends.Lookup(id, &v)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return Backend{}, false, nil
+	}
+	if err != nil {
+		return Backend{}, false, fmt.Errorf("look up backend %d: %w", id, err)
+	}
+	return Backend{Addr: addrFromNetwork(v.Addr), Port: ntohs(v.Port)}, true, nil
+}

@@ -1,0 +1,366 @@
+package datapath
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Socket-LB fixtures: in a test netns, backends 10.1.0.20 and 10.1.0.21 listen on
+// lo (TCP and UDP, port 8080), each answering with its own address; 10.96.0.10:80
+// is their Service. The netns has no route to 10.96.0.0/16: a socket that is not
+// translated can't reach the Service at all.
+const (
+	sockSvcAddr = "10.96.0.10:80"
+	sockHelper  = "MYELIN_SOCKLB_HELPER"
+)
+
+var sockBackends = map[uint32]Backend{1: {Addr: mustAddr("10.1.0.20"), Port: 8080}, 2: {Addr: mustAddr("10.1.0.21"), Port: 8080}}
+
+// TestSocketLBHelperProcess is the client the tests run in their cgroup: it is
+// not a test, it runs only as the helper (MYELIN_SOCKLB_HELPER=tcp|udp-connected|udp).
+// It prints "peer=<what getpeername or recvfrom shows> backend=<the answer>".
+func TestSocketLBHelperProcess(t *testing.T) {
+	mode := os.Getenv(sockHelper)
+	if mode == "" {
+		t.Skip("helper process of the socket-LB tests")
+	}
+	peer, answer, err := sockClient(mode, os.Getenv("MYELIN_SOCKLB_ADDR"))
+	if err != nil {
+		fmt.Printf("error=%v\n", err)
+		os.Exit(1)
+	}
+	fmt.Printf("peer=%s backend=%s\n", peer, answer)
+	os.Exit(0)
+}
+
+// sockClient talks to addr once in mode and returns the peer the socket shows and
+// the backend's answer.
+func sockClient(mode, addr string) (string, string, error) {
+	buf := make([]byte, 64)
+	switch mode {
+	case "tcp", "udp-connected":
+		network := map[string]string{"tcp": "tcp4", "udp-connected": "udp4"}[mode]
+		c, err := net.DialTimeout(network, addr, 5*time.Second)
+		if err != nil {
+			return "", "", err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("hi\n")); err != nil {
+			return "", "", err
+		}
+		n, err := c.Read(buf)
+		if err != nil {
+			return "", "", err
+		}
+		// RemoteAddr is what connect() was given; ask the kernel.
+		sa, err := peerName(c.(syscall.Conn))
+		return sa, strings.TrimSpace(string(buf[:n])), err
+	case "udp":
+		c, err := net.ListenUDP("udp4", nil)
+		if err != nil {
+			return "", "", err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.WriteTo([]byte("hi\n"), net.UDPAddrFromAddrPort(netip.MustParseAddrPort(addr))); err != nil {
+			return "", "", err
+		}
+		n, from, err := c.ReadFrom(buf)
+		if err != nil {
+			return "", "", err
+		}
+		return from.String(), strings.TrimSpace(string(buf[:n])), nil
+	}
+	return "", "", fmt.Errorf("unknown mode %q", mode)
+}
+
+// peerName is getpeername(2) of c.
+func peerName(c syscall.Conn) (string, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return "", err
+	}
+	var sa unix.Sockaddr
+	var gerr error
+	if err := rc.Control(func(fd uintptr) { sa, gerr = unix.Getpeername(int(fd)) }); err != nil {
+		return "", err
+	}
+	if gerr != nil {
+		return "", gerr
+	}
+	in4, ok := sa.(*unix.SockaddrInet4)
+	if !ok {
+		return "", fmt.Errorf("peer %T is not IPv4", sa)
+	}
+	return netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port)).String(), nil
+}
+
+// testCgroup makes a cgroup v2 directory for the test's clients, removed at cleanup.
+func testCgroup(t *testing.T) string {
+	t.Helper()
+	root, err := Cgroup2Mount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, "myelin-dptest-"+randomSuffix())
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatalf("create cgroup: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Rmdir(dir); err != nil {
+			t.Errorf("remove cgroup %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// sockServe starts the backends in netns ns: on each address, a TCP and a UDP
+// server on port 8080 that answer with their own address.
+func sockServe(t *testing.T, ns netns.NsHandle) {
+	t.Helper()
+	err := inNetnsThread(ns, func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(lo); err != nil {
+			return err
+		}
+		for _, b := range sockBackends {
+			if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: b.Addr.AsSlice(), Mask: net.CIDRMask(32, 32)}}); err != nil {
+				return err
+			}
+			ap := netip.AddrPortFrom(b.Addr, b.Port).String()
+			ln, err := net.Listen("tcp4", ap)
+			if err != nil {
+				return err
+			}
+			t.Cleanup(func() { ln.Close() })
+			go serveTCP(ln, b.Addr.String())
+			pc, err := net.ListenPacket("udp4", ap)
+			if err != nil {
+				return err
+			}
+			t.Cleanup(func() { pc.Close() })
+			go serveUDP(pc, b.Addr.String())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("start backends: %v", err)
+	}
+}
+
+func serveTCP(ln net.Listener, name string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			_, _ = bufio.NewReader(c).ReadString('\n')
+			_, _ = c.Write([]byte(name + "\n"))
+		}()
+	}
+}
+
+func serveUDP(pc net.PacketConn, name string) {
+	buf := make([]byte, 64)
+	for {
+		_, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		_, _ = pc.WriteTo([]byte(name+"\n"), from)
+	}
+}
+
+// runSockClient runs the helper in netns nsName and, unless cgroup is "", in
+// cgroup; it returns what the helper printed.
+func runSockClient(t *testing.T, nsName, cgroup, mode, addr string) (string, error) {
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", nsName, os.Args[0], "-test.run=^TestSocketLBHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), sockHelper+"="+mode, "MYELIN_SOCKLB_ADDR="+addr)
+	if cgroup != "" {
+		fd, err := unix.Open(cgroup, unix.O_DIRECTORY|unix.O_RDONLY, 0)
+		if err != nil {
+			t.Fatalf("open cgroup: %v", err)
+		}
+		defer unix.Close(fd)
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+	}
+	out, err := cmd.CombinedOutput()
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "peer=") || strings.HasPrefix(line, "error=") {
+			return line, err
+		}
+	}
+	return string(out), err
+}
+
+// sockLBSetup loads a load-balancing datapath, attaches socket-LB to a fresh
+// cgroup and starts the backends in a fresh netns; fn gets the netns's name.
+func sockLBSetup(t *testing.T, svc Service, fn func(d *Datapath, nsName, cgroup string)) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingLegacy, 0)
+	if err := seedLB(d, lbState{backends: sockBackends, services: map[Frontend]Service{
+		{Addr: mustAddr("10.96.0.10"), Port: 80, Proto: protoTCP}: svc,
+		{Addr: mustAddr("10.96.0.10"), Port: 80, Proto: protoUDP}: {ID: svc.ID + 1, Flags: svc.Flags, AffinityTimeout: svc.AffinityTimeout, Backends: svc.Backends},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	cg := testCgroup(t)
+	if err := d.AttachSocketLB(cg); err != nil {
+		t.Fatalf("attach socket-LB: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := d.DetachSocketLB(); err != nil {
+			t.Error(err)
+		}
+	})
+	inNetns(t, func(nsName string) {
+		ns, err := netns.GetFromName(nsName)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer ns.Close()
+		sockServe(t, ns)
+		fn(d, nsName, cg)
+	})
+}
+
+// TestPrivilegedSocketLBTranslates: TCP, connected and unconnected UDP to the
+// Service reach a backend from the cgroup, and the client sees the Service as its
+// peer (getpeername, recvfrom); outside the cgroup nothing is translated.
+func TestPrivilegedSocketLBTranslates(t *testing.T) {
+	sockLBSetup(t, Service{ID: 1, Backends: []uint32{1, 2}}, func(d *Datapath, nsName, cg string) {
+		if !d.SocketLBAttached() {
+			t.Error("SocketLBAttached is false after AttachSocketLB")
+		}
+		for _, mode := range []string{"tcp", "udp-connected", "udp"} {
+			out, err := runSockClient(t, nsName, cg, mode, sockSvcAddr)
+			if err != nil {
+				t.Errorf("%s client in the cgroup: %v: %s", mode, err, out)
+				continue
+			}
+			if !strings.HasPrefix(out, "peer="+sockSvcAddr+" backend=10.1.0.2") {
+				t.Errorf("%s client in the cgroup: got %q, want peer=%s and a backend's answer", mode, out, sockSvcAddr)
+			}
+		}
+		if out, err := runSockClient(t, nsName, "", "tcp", sockSvcAddr); err == nil {
+			t.Errorf("tcp client outside the cgroup reached the Service: %s", out)
+		}
+	})
+}
+
+// TestPrivilegedSocketLBAffinity: with ClientIP affinity every connection of a
+// client (its netns) goes to one backend; without, both backends serve.
+func TestPrivilegedSocketLBAffinity(t *testing.T) {
+	for _, affinity := range []bool{true, false} {
+		t.Run(fmt.Sprintf("affinity=%v", affinity), func(t *testing.T) {
+			svc := Service{ID: 1, Backends: []uint32{1, 2}}
+			if affinity {
+				svc.Flags, svc.AffinityTimeout = ServiceAffinity, time.Hour
+			}
+			sockLBSetup(t, svc, func(_ *Datapath, nsName, cg string) {
+				seen := map[string]int{}
+				for range 16 {
+					out, err := runSockClient(t, nsName, cg, "tcp", sockSvcAddr)
+					if err != nil {
+						t.Errorf("client: %v: %s", err, out)
+						return
+					}
+					seen[out]++
+				}
+				if affinity && len(seen) != 1 {
+					t.Errorf("with affinity, connections went to %v, want one backend", seen)
+				}
+				if !affinity && len(seen) != 2 {
+					t.Errorf("without affinity, 16 connections went to %v, want both backends", seen)
+				}
+			})
+		})
+	}
+}
+
+// TestPrivilegedSocketLBBadCgroup: a directory that is not cgroup v2 is refused
+// with its name, and nothing stays attached.
+func TestPrivilegedSocketLBBadCgroup(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingLegacy, 0)
+	dir := t.TempDir()
+	err := d.AttachSocketLB(dir)
+	if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "cgroup-root") {
+		t.Fatalf("attach to %s: got %v, want an error naming it and cgroup-root", dir, err)
+	}
+	if d.SocketLBAttached() {
+		t.Error("socket-LB attached after a failed attach")
+	}
+}
+
+// TestPrivilegedDestroyUDPSockets: the connected UDP socket to a removed backend is
+// closed (its next read fails with ECONNABORTED); one to another backend stays.
+func TestPrivilegedDestroyUDPSockets(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingLegacy, 0)
+	inNetns(t, func(nsName string) {
+		ns, err := netns.GetFromName(nsName)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer ns.Close()
+		sockServe(t, ns)
+		conns := map[uint32]net.Conn{}
+		err = inNetnsThread(ns, func() error {
+			for id, b := range sockBackends {
+				c, err := net.Dial("udp4", netip.AddrPortFrom(b.Addr, b.Port).String())
+				if err != nil {
+					return err
+				}
+				conns[id] = c
+			}
+			return nil
+		})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		n, err := d.DestroyUDPSockets(sockBackends[1], []string{"/run/netns/" + nsName})
+		if err != nil || n != 1 {
+			t.Errorf("DestroyUDPSockets(%s) = %d, %v; want 1 closed", sockBackends[1], n, err)
+		}
+		_ = conns[1].SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := conns[1].Read(make([]byte, 8)); !errors.Is(err, unix.ECONNABORTED) {
+			t.Errorf("read on the socket to the removed backend: %v, want ECONNABORTED", err)
+		}
+		if _, err := conns[2].Write([]byte("hi\n")); err != nil {
+			t.Errorf("the socket to the other backend: write: %v", err)
+		}
+		if n, err := d.DestroyUDPSockets(sockBackends[1], []string{"/run/netns/myelin-dptest-gone"}); err != nil || n != 0 {
+			t.Errorf("a namespace that is gone: %d, %v; want 0 and no error", n, err)
+		}
+	})
+}

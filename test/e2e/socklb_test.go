@@ -1,0 +1,170 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/myelin-net/myelin/internal/lab/labplan"
+	"github.com/myelin-net/myelin/internal/labtools"
+)
+
+// TestLabSocketLB: with bpf-lb-sock on, each agent attaches socket-LB to its node's
+// own cgroup (status says so); a pod's TCP, connected and unconnected UDP to a
+// ClusterIP reach a backend while the socket shows the ClusterIP as its peer; a
+// process in the node's host network reaches the ClusterIP too; ClientIP affinity
+// keeps a client on one backend; a NodePort with externalTrafficPolicy Local on the
+// client's node answers from that node's backend only. Turned off again, status
+// says the tc path serves Services and they still work.
+func TestLabSocketLB(t *testing.T) {
+	requireRoot(t)
+	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native")
+	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
+	setConfig(t, cs, "bpf-lb-sock", "true")
+	for _, n := range []string{n1, n2} {
+		restartAgent(t, n)
+		if st := agentStatus(t, n).SocketLB; !strings.HasPrefix(st, "active on cgroup "+labplan.Cgroup2Dir(n)+":") {
+			t.Fatalf("%s: socket-LB status %q, want active on the node's cgroup %s", n, st, labplan.Cgroup2Dir(n))
+		}
+	}
+	if _, err := cs.AppsV1().Deployments("default").Create(context.Background(), backendDeployment("web", 2), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createPod(t, cs, "client", n1, map[string]string{"app": "client"}, "sleep", "infinity")
+	host := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "host-client"}, Spec: hostPod("host-client", "sleep", "infinity")}
+	host.Spec.HostNetwork, host.Spec.NodeName = true, n1
+	if _, err := cs.CoreV1().Pods("default").Create(context.Background(), host, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	web := runningPods(t, cs, "app=web", 2)
+	runningPods(t, cs, "app=client", 1)
+	webOn := podsOn(web)
+	if len(webOn[n1]) != 1 || len(webOn[n2]) != 1 {
+		t.Fatalf("web pods not spread over both nodes: %v", webOn)
+	}
+	cip := createService(t, cs, "web", "web", nil).Spec.ClusterIP
+	aff := createService(t, cs, "web-aff", "web", func(s *corev1.Service) {
+		s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+	}).Spec.ClusterIP
+	local := createService(t, cs, "web-local", "web", func(s *corev1.Service) {
+		s.Spec.Type = corev1.ServiceTypeNodePort
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	})
+	localFE := fmt.Sprintf("198.18.0.11:%d", local.Spec.Ports[0].NodePort)
+	waitProgrammed(t, n1, cip+":80/TCP", 2)
+	waitProgrammed(t, n1, cip+":80/UDP", 2)
+	waitProgrammed(t, n1, aff+":80/TCP", 2)
+	waitProgrammed(t, n1, localFE+"/TCP", 1)
+
+	for _, proto := range []string{"tcp", "udp-connected", "udp"} {
+		for _, client := range []string{"client", "host-client"} {
+			r := peer(t, client, cip+":80", proto)
+			if r.Peer != cip+":80" || !strings.HasPrefix(r.Answer, "server=web-") {
+				t.Errorf("%s %s to %s:80: peer %s, answer %q; want peer %s:80 and a web pod's answer", client, proto, cip, r.Peer, r.Answer, cip)
+			}
+		}
+	}
+	t.Run("affinity", func(t *testing.T) {
+		seen := map[string]int{}
+		for range 10 {
+			seen[serverOf(peer(t, "client", aff+":80", "tcp").Answer)]++
+		}
+		if len(seen) != 1 {
+			t.Errorf("ClientIP affinity: answers from %v, want one backend", seen)
+		}
+	})
+	t.Run("externalTrafficPolicy Local", func(t *testing.T) {
+		want := webOn[n1][0].Name
+		for range 8 {
+			if got := serverOf(peer(t, "client", localFE, "tcp").Answer); got != want {
+				t.Errorf("NodePort %s (Local) from %s: answer from %s, want only %s (the node's own backend)", localFE, n1, got, want)
+			}
+		}
+	})
+	t.Run("UDP socket to a removed backend is closed", func(t *testing.T) {
+		udpClosedOnBackendRemoval(t, cs, cip+":80")
+	})
+	t.Run("off again", func(t *testing.T) {
+		setConfig(t, cs, "bpf-lb-sock", "false")
+		restartAgent(t, n1)
+		if st := agentStatus(t, n1).SocketLB; !strings.HasPrefix(st, "off (bpf-lb-sock is false)") {
+			t.Errorf("%s: socket-LB status %q after bpf-lb-sock false, want off", n1, st)
+		}
+		if r := peer(t, "client", cip+":80", "tcp"); !strings.HasPrefix(r.Answer, "server=web-") {
+			t.Errorf("ClusterIP through the tc path: answer %q", r.Answer)
+		}
+	})
+}
+
+// peer runs `myelin lab peer` in pod to addr over proto.
+func peer(t *testing.T, pod, addr, proto string) labtools.PeerResult {
+	t.Helper()
+	out, err := inPod(pod, myelinBin, "lab", "peer", "--to", addr, "--proto", proto)
+	var r labtools.PeerResult
+	if err != nil {
+		t.Errorf("%s: lab peer %s %s: %v: %s", pod, proto, addr, err, out)
+		return r
+	}
+	if err := json.Unmarshal([]byte(lastLine(out)), &r); err != nil {
+		t.Errorf("%s: lab peer output %q: %v", pod, out, err)
+	}
+	return r
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// serverOf is NAME of an answer "server=NAME client=...".
+func serverOf(answer string) string {
+	name, _, _ := strings.Cut(strings.TrimPrefix(answer, "server="), " ")
+	return name
+}
+
+// udpClosedOnBackendRemoval keeps a connected UDP socket from the client pod to the
+// Service at addr, deletes the web pod it reached and expects the socket closed under
+// the client (ECONNABORTED) once the agent removed that backend.
+func udpClosedOnBackendRemoval(t *testing.T, cs kubernetes.Interface, addr string) {
+	t.Helper()
+	cmd := exec.Command(myelinBin, "lab", "exec", "client", "--", myelinBin, "lab", "peer", "--to", addr,
+		"--proto", "udp-connected", "--until-closed", "2m")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	if !sc.Scan() {
+		_ = cmd.Wait()
+		t.Fatalf("lab peer --until-closed printed nothing: %s", stderr.String())
+	}
+	first := sc.Text() // "answered peer=IP:PORT server=NAME client=..."
+	server := serverOf(first[strings.Index(first, "server="):])
+	if err := cs.CoreV1().Pods("default").Delete(context.Background(), server, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete backend pod %s: %v", server, err)
+	}
+	var last string
+	for sc.Scan() {
+		last = sc.Text()
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the UDP socket to %s (backend %s, deleted) stayed open: %v: %s %s", addr, server, err, last, stderr.String())
+	}
+	var r labtools.PeerResult
+	if err := json.Unmarshal([]byte(last), &r); err != nil || r.Closed != "connection aborted" {
+		t.Errorf("after deleting backend %s: %q (%v), want the socket closed with ECONNABORTED", server, last, err)
+	}
+}
