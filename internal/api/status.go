@@ -15,6 +15,7 @@ type Status struct {
 	SourceCheck SourceCheckInfo `json:"sourceIPVerification"`
 	KubeProxy   string          `json:"kubeProxyReplacement"`
 	MTU         MTUInfo         `json:"mtu"`
+	BIGTCP      BIGTCPInfo      `json:"bigTCP"`
 	IPAM        IPAMInfo        `json:"ipam"`
 	Endpoints   int             `json:"endpoints"`
 	Nodes       NodesInfo       `json:"nodes"`
@@ -66,6 +67,15 @@ type RoutingInfo struct {
 type MTUInfo struct {
 	Device int `json:"device"`
 	Route  int `json:"route"`
+}
+
+// BIGTCPInfo says whether IPv4 BIG TCP (enable-ipv4-big-tcp) is on for new pods,
+// at what size on which devices, and why not when the key asks for it.
+type BIGTCPInfo struct {
+	Enabled bool     `json:"enabled"`           // the key
+	Size    int      `json:"size,omitempty"`    // gso/gro_ipv4_max_size of new pods' veths; 0: the kernel's 64 KiB
+	Devices []string `json:"devices,omitempty"` // the node's devices set to Size (uplink, overlay)
+	Reason  string   `json:"reason,omitempty"`  // why Size is 0 with the key on
 }
 
 // IPAMInfo is the pod IP pool's fill.
