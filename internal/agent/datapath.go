@@ -72,6 +72,7 @@ func (s *startup) startDatapath(ctx context.Context, nodes *nodeWatch) (*nodeDat
 		dp.Close()
 		return nil, err
 	}
+	s.plan.BIGTCP = s.setBIGTCP(overlay) // bigtcp.go; before pods are adopted or added
 	n.eps = s.restoreEndpoints(dp, pool)
 	n.socketLB = startSocketLB(s.plan, dp, s.log)
 	if s.plan.HostRouting.BPF {
@@ -133,7 +134,7 @@ func attach(dp *datapath.Datapath, uplink, overlay netlink.Link) error {
 // routes); those whose veth vanished are removed. A failure is reported, not fatal.
 func (s *startup) restoreEndpoints(dp *datapath.Datapath, pool *ipam.Pool) *endpoint.Manager {
 	eps := endpoint.NewManager(endpoint.Config{Dir: filepath.Join(s.cfg.StateDir, "endpoints"), Node: s.cfg.Node,
-		MTU: s.plan.MTU, RouteMTU: s.plan.RouteMTU}, dp, routing.Kernel{}, pool)
+		MTU: s.plan.MTU, RouteMTU: s.plan.RouteMTU, GSOIPv4MaxSize: s.plan.BIGTCP.Size}, dp, routing.Kernel{}, pool)
 	adopted, removed, err := eps.Restore()
 	s.loops.report("endpoint-restore", err)
 	s.log.Info("endpoints restored", "adopted", adopted, "removed", removed, "err", err)

@@ -44,6 +44,10 @@ type nodePlan struct {
 	NodePortNATMax    int
 
 	AttachMode string // "tcx" or "tc", as the kernel offers
+
+	// BIGTCP is enable-ipv4-big-tcp as decided on the node's devices (bigtcp.go):
+	// the key in decidePlan, the size once startDatapath has set the devices.
+	BIGTCP bigTCPState
 }
 
 // masqueradeMode is who masquerades pod traffic leaving the cluster.
@@ -87,7 +91,7 @@ func decidePlan(c config.Config, in planInputs) (nodePlan, error) {
 		SocketLB:         c.BPFLBSock && c.KubeProxyReplacement, CgroupRoot: c.CgroupRoot,
 		MTU: c.MTU, NATPorts: ports,
 		NodePortNATSynMax: c.NodePortNATSynMax, NodePortNATMax: c.NodePortNATMax,
-		AttachMode: "tcx",
+		AttachMode: "tcx", BIGTCP: bigTCPState{Enabled: c.EnableIPv4BIGTCP},
 	}
 	switch {
 	case !c.EnableIPv4Masquerade:

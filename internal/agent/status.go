@@ -40,6 +40,7 @@ func (v nodeView) fillStatus(s *api.Status) {
 	s.Masquerade = p.Masquerade.String()
 	s.SourceCheck = sourceCheck(p.SourceValidation, v.conf.Source("enable-source-ip-verification"))
 	s.MTU = api.MTUInfo{Device: p.MTU, Route: p.RouteMTU}
+	s.BIGTCP = api.BIGTCPInfo{Enabled: p.BIGTCP.Enabled, Size: p.BIGTCP.Size, Devices: p.BIGTCP.Devices, Reason: p.BIGTCP.Reason}
 	if p.KubeProxyReplacement {
 		s.KubeProxy = "myelin (starting)" // until the Services loop registers
 	}

@@ -16,11 +16,12 @@ type Status struct {
 	KubeProxy   string          `json:"kubeProxyReplacement"`
 	// SocketLB says whether Services are translated at connect() (bpf-lb-sock) or
 	// by the tc path only, and why; "" without kube-proxy-replacement.
-	SocketLB  string    `json:"socketLB,omitempty"`
-	MTU       MTUInfo   `json:"mtu"`
-	IPAM      IPAMInfo  `json:"ipam"`
-	Endpoints int       `json:"endpoints"`
-	Nodes     NodesInfo `json:"nodes"`
+	SocketLB  string     `json:"socketLB,omitempty"`
+	MTU       MTUInfo    `json:"mtu"`
+	BIGTCP    BIGTCPInfo `json:"bigTCP"`
+	IPAM      IPAMInfo   `json:"ipam"`
+	Endpoints int        `json:"endpoints"`
+	Nodes     NodesInfo  `json:"nodes"`
 	// Health is the node health matrix at a glance (GET /v1/health has every
 	// peer); nil while the agent does not probe (starting, cluster-health-port 0).
 	Health   *HealthSummary `json:"health,omitempty"`
@@ -69,6 +70,15 @@ type RoutingInfo struct {
 type MTUInfo struct {
 	Device int `json:"device"`
 	Route  int `json:"route"`
+}
+
+// BIGTCPInfo says whether IPv4 BIG TCP (enable-ipv4-big-tcp) is on for new pods,
+// at what size on which devices, and why not when the key asks for it.
+type BIGTCPInfo struct {
+	Enabled bool     `json:"enabled"`           // the key
+	Size    int      `json:"size,omitempty"`    // gso/gro_ipv4_max_size of new pods' veths; 0: the kernel's 64 KiB
+	Devices []string `json:"devices,omitempty"` // the node's devices set to Size (uplink, overlay)
+	Reason  string   `json:"reason,omitempty"`  // why Size is 0 with the key on
 }
 
 // IPAMInfo is the pod IP pool's fill.

@@ -46,6 +46,9 @@ type Allocation struct {
 	MTU        int    `json:"mtu"`        // MTU of the pod's interface
 	RouteMTU   int    `json:"routeMTU"`   // MTU of the pod's default route (less in tunnel mode)
 	HostIfName string `json:"hostIfName"` // name of the host-side veth
+	// GSOIPv4MaxSize is the IPv4 GSO and GRO size of both veth ends with BIG TCP on
+	// (enable-ipv4-big-tcp); 0 leaves the kernel's 64 KiB.
+	GSOIPv4MaxSize int `json:"gsoIPv4MaxSize,omitempty"`
 }
 
 // Endpoint is a pod's network attachment as the agent knows it.

@@ -25,6 +25,7 @@ func LabCases(prefix string) []Case {
 	for _, profile := range []string{StageNative, StageTunnel} {
 		cases = append(cases, myelinStage(profile, prefix)...)
 	}
+	cases = append(cases, bigTCPStage(prefix)...) // bigtcpcases.go
 	cases = append(cases, plainStage(prefix)...)
 	cases = append(cases, flannelStage(StageFlannelVXLAN, "vxlan", prefix)...)
 	return append(cases, flannelStage(StageFlannelHostGW, "host-gw", prefix)...)

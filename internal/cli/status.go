@@ -88,6 +88,7 @@ func printStatus(out io.Writer, s api.Status) {
 		r.row("Socket LB", "%s", s.SocketLB)
 	}
 	r.row("MTU", "device %d, routes %d", s.MTU.Device, s.MTU.Route)
+	r.row("BIG TCP", "%s", bigTCPRow(s.BIGTCP))
 	r.row("IPAM", "%d/%d allocated from %s", s.IPAM.Used, s.IPAM.Total, s.IPAM.CIDR)
 	r.row("Endpoints", "%d", s.Endpoints)
 	r.row("Nodes", "%d known", s.Nodes.Known)
@@ -95,6 +96,17 @@ func printStatus(out io.Writer, s api.Status) {
 	r.policy(s)
 	r.maps(s)
 	r.loops(s)
+}
+
+// bigTCPRow says whether IPv4 BIG TCP is on, and why not when the key asks for it.
+func bigTCPRow(b api.BIGTCPInfo) string {
+	switch {
+	case !b.Enabled:
+		return "off (enable-ipv4-big-tcp is false)"
+	case b.Size == 0:
+		return "off: " + b.Reason
+	}
+	return fmt.Sprintf("IPv4 %d KiB on %s and new pods' veths", b.Size/1024, strings.Join(b.Devices, ", "))
 }
 
 // policy is the NetworkPolicy row and its warnings.

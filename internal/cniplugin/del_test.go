@@ -31,7 +31,7 @@ func delWithoutAgent(t *testing.T, socket, containerID string) {
 	host, pod := throwawayNetNS(t, "host"), throwawayNetNS(t, "pod")
 	hostIf := api.HostIfName(containerID)
 	err := netns.Do(host, func() error {
-		l, err := setupVeth(pod, "eth0", hostIf, 1500, 1500, netip.MustParseAddr("10.244.7.9"), netip.MustParseAddr(api.PodGateway))
+		l, err := setupVeth(pod, "eth0", hostIf, 1500, 1500, 0, netip.MustParseAddr("10.244.7.9"), netip.MustParseAddr(api.PodGateway))
 		if err != nil {
 			return err
 		}

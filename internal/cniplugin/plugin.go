@@ -90,7 +90,7 @@ func addEndpoint(ctx context.Context, client *api.Client, ref api.PodRef, alloc 
 	if err != nil {
 		return api.Endpoint{}, fmt.Errorf("agent returned a bad gateway %q", alloc.Gateway)
 	}
-	pl, err := setupVeth(ref.NetNS, ref.IfName, alloc.HostIfName, alloc.MTU, alloc.RouteMTU, ip, gw)
+	pl, err := setupVeth(ref.NetNS, ref.IfName, alloc.HostIfName, alloc.MTU, alloc.RouteMTU, alloc.GSOIPv4MaxSize, ip, gw)
 	if err != nil {
 		return api.Endpoint{}, err
 	}

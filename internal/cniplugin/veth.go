@@ -26,8 +26,9 @@ type podLink struct {
 // setupVeth creates the veth pair (ifName in the pod netns, hostIf in the current one)
 // and configures the pod side: address/32, a link-scoped route to the gateway, a
 // permanent neighbour entry for it, and the default route via it. The host side
-// gets IPv6 off (hardenHostVeth) before it goes up.
-func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU int, ip, gw netip.Addr) (podLink, error) {
+// gets IPv6 off (hardenHostVeth) before it goes up. A gso above 0 is the IPv4 GSO
+// and GRO size of both ends (BIG TCP, bigTCPAttrs); 0 leaves the kernel's 64 KiB.
+func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU, gso int, ip, gw netip.Addr) (podLink, error) {
 	var out podLink
 	hostNS, err := vnetns.Get()
 	if err != nil {
@@ -42,7 +43,7 @@ func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU int, ip, gw netip
 
 	err = netns.Do(netnsPath, func() error {
 		veth := &netlink.Veth{
-			LinkAttrs:     netlink.LinkAttrs{Name: ifName, MTU: mtu},
+			LinkAttrs:     bigTCPAttrs(netlink.LinkAttrs{Name: ifName, MTU: mtu}, gso),
 			PeerName:      hostIf,
 			PeerMTU:       uint32(mtu),
 			PeerNamespace: netlink.NsFd(int(hostNS)),
@@ -67,6 +68,9 @@ func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU int, ip, gw netip
 		return podLink{}, err
 	}
 	hostLink, err := host.LinkByName(hostIf)
+	if err == nil && gso > 0 {
+		err = link.SetIPv4GSOGRO(host, hostLink, gso)
+	}
 	if err == nil {
 		err = hardenHostVeth(hostIf)
 	}
@@ -78,6 +82,17 @@ func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU int, ip, gw netip
 		return podLink{}, fmt.Errorf("bring up host veth %s: %w", hostIf, err)
 	}
 	return out, nil
+}
+
+// bigTCPAttrs gives a pod interface's attributes the IPv4 GSO and GRO size gso
+// (0: the kernel's 64 KiB), which the kernel takes when it creates the veth pair:
+// TCP in the pod then builds packets up to that size. The host end, which netlink
+// creates with default sizes, gets them afterwards (setupVeth).
+func bigTCPAttrs(a netlink.LinkAttrs, gso int) netlink.LinkAttrs {
+	if gso > 0 {
+		a.GSOIPv4MaxSize, a.GROIPv4MaxSize = uint32(gso), uint32(gso)
+	}
+	return a
 }
 
 // hostVethIPv6 are the per-interface IPv6 sysctls of a pod's host-side veth,

@@ -48,7 +48,7 @@ func TestPrivilegedVethSetupAndTeardown(t *testing.T) {
 	const hostIf = "myltest0000001"
 	var link podLink
 	err := netns.Do(host, func() (err error) {
-		link, err = setupVeth(pod, "eth0", hostIf, 1400, 1350, ip, gw)
+		link, err = setupVeth(pod, "eth0", hostIf, 1400, 1350, 0, ip, gw)
 		if err != nil {
 			return err
 		}
@@ -126,7 +126,7 @@ func TestPrivilegedVethHostSideNoIPv6(t *testing.T) {
 				t.Logf("netns default %s = %s (not the kernel default %s): the test still checks the veth", key, got, want)
 			}
 		}
-		if _, err := setupVeth(pod, "eth0", hostIf, 1500, 1500, netip.MustParseAddr("10.244.7.10"), netip.MustParseAddr(api.PodGateway)); err != nil {
+		if _, err := setupVeth(pod, "eth0", hostIf, 1500, 1500, 0, netip.MustParseAddr("10.244.7.10"), netip.MustParseAddr(api.PodGateway)); err != nil {
 			return err
 		}
 		for _, s := range hostVethIPv6 {

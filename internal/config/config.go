@@ -66,6 +66,9 @@ type Config struct {
 	// EnableSourceIPVerification: pods may send only from their own IPv4 address
 	// and MAC (enable-source-ip-verification). Off only to measure its cost.
 	EnableSourceIPVerification bool
+	// EnableIPv4BIGTCP: pod devices, the uplink and the overlay device carry IPv4
+	// GSO/GRO packets up to 192 KiB when the node's devices can (enable-ipv4-big-tcp).
+	EnableIPv4BIGTCP bool
 	// EnableHubble: the datapath reports flows and the agent keeps them for
 	// `myelin observe` and the Hubble API (enable-hubble); off costs nothing per packet.
 	EnableHubble bool

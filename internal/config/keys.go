@@ -123,6 +123,10 @@ var keys = []key{
 		c.EnableSourceIPVerification, err = parseBool(v)
 		return err
 	}},
+	{"enable-ipv4-big-tcp", "false", func(c *Config, v string) (err error) {
+		c.EnableIPv4BIGTCP, err = parseBool(v)
+		return err
+	}},
 	{"enable-hubble", "true", func(c *Config, v string) (err error) {
 		c.EnableHubble, err = parseBool(v)
 		return err

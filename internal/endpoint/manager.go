@@ -46,6 +46,9 @@ type Config struct {
 	// RouteMTU is the MTU on pods' default routes: the device MTU minus the tunnel
 	// overhead in tunnel mode, so TCP's MSS fits the tunnel.
 	RouteMTU int
+	// GSOIPv4MaxSize is what new pods' veths get as IPv4 GSO and GRO size (BIG TCP);
+	// 0 leaves the kernel's 64 KiB.
+	GSOIPv4MaxSize int
 }
 
 // Manager keeps the endpoints of one node.
@@ -78,7 +81,7 @@ func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
 		return api.Allocation{}, err
 	}
 	return api.Allocation{IP: ip.String(), Gateway: api.PodGateway, MTU: m.cfg.MTU, RouteMTU: m.cfg.RouteMTU,
-		HostIfName: HostIfName(ref.ContainerID)}, nil
+		HostIfName: HostIfName(ref.ContainerID), GSOIPv4MaxSize: m.cfg.GSOIPv4MaxSize}, nil
 }
 
 // Put registers an endpoint whose veth the plugin has built, and programs the

@@ -57,6 +57,9 @@ func Up(ctx context.Context, paths labplan.Paths, plan labplan.Plan, out io.Writ
 			return fmt.Errorf("build lab network: %w", err)
 		}
 	}
+	if err := underlayBIGTCP(plan); err != nil { // underlay.go
+		return fmt.Errorf("build lab network: %w", err)
+	}
 	if err := writePKI(paths, plan); err != nil {
 		return fmt.Errorf("write lab certificates: %w", err)
 	}

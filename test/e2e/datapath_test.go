@@ -135,7 +135,8 @@ func TestLabMyelinBPF(t *testing.T) {
 		t.Errorf("status of node-1: %+v; want native routing, 2 node routes, 3 nodes, connected", st)
 	}
 	connectivity(t, cs, 3)
-	checkMTU(t, cs, 1500) // native routing: pods use the full MTU
+	checkMTU(t, cs, 1500)        // native routing: pods use the full MTU
+	checkBIGTCP(t, cs, true, "") // the lab's profile turns it on (bigtcp_test.go)
 	thirtyPods(t, cs)
 	monitorShowsDrop(t)
 	statusCLI(t)

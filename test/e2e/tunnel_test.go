@@ -52,6 +52,7 @@ func TestLabMyelinTunnel(t *testing.T) {
 	}
 	connectivity(t, cs, 3)
 	checkMTU(t, cs, 1450)
+	checkBIGTCP(t, cs, false, "myelin_vxlan") // on in the profile, but the VXLAN device can't
 
 	createNodeConfig(t, "legacy", map[string]string{"kubernetes.io/hostname": labplan.NodeName(2)}, map[string]string{"host-routing": "legacy"})
 	restartAgent(t, labplan.NodeName(2))

@@ -24,6 +24,7 @@ lb-algorithm: {{ $v.loadBalancer.algorithm | quote }}
 maglev-table-size: {{ $v.maglev.tableSize | int64 | quote }}
 mtu: {{ $v.MTU | int64 | quote }}
 enable-source-ip-verification: {{ $v.enableSourceIPVerification | quote }}
+enable-ipv4-big-tcp: {{ $v.enableIPv4BIGTCP | quote }}
 nat-port-range: {{ $v.natPortRange | quote }}
 nodeport-nat-syn-max: {{ $v.nodePort.natSynMax | int64 | quote }}
 nodeport-nat-max: {{ $v.nodePort.natMax | int64 | quote }}
@@ -71,6 +72,7 @@ lb-algorithm: loadBalancer.algorithm
 maglev-table-size: maglev.tableSize
 mtu: MTU
 enable-source-ip-verification: enableSourceIPVerification
+enable-ipv4-big-tcp: enableIPv4BIGTCP
 nat-port-range: natPortRange
 nodeport-nat-syn-max: nodePort.natSynMax
 nodeport-nat-max: nodePort.natMax

@@ -20,6 +20,10 @@ func ProfileConfig(p labplan.Plan) map[string]string {
 		"routing-mode":             "native",
 		"auto-direct-node-routes":  "true",
 		"host-routing":             "auto",
+		// The lab's devices are veths and its underlay ports take 192 KiB (lab
+		// underlay.go): BIG TCP moves bulk data with less CPU here (docs/bench/2026-11-23/bigtcp).
+		// In tunnel mode the VXLAN device can't, and status says so.
+		"enable-ipv4-big-tcp": "true",
 	}
 	if p.Options.KubeProxy != "" {
 		c["kube-proxy-replacement"] = "false"
