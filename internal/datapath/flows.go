@@ -163,7 +163,7 @@ var flowRecordSize = int(unsafe.Sizeof(myelinFlowRecord{}))
 
 // flowRecordOffsets are struct flow_record's fields' offsets (the generated struct's).
 var flowRecordOffsets = func() (o struct {
-	ktime, packets, bytes, saddr, daddr, svcAddr, ifindex, len    uintptr
+	ktime, packets, bytes, saddr, daddr, svcAddr, ifindex, len  uintptr
 	sport, dport, svcPort, payloadLen, kind, reason, dir, proto uintptr
 	tcpFlags                                                    uintptr
 }) {
