@@ -30,13 +30,14 @@ func BenchmarkRecordPipeline(b *testing.B) {
 	s := New(4095)
 	s.AddSink(flowmetrics.New([]string{"dns", "drop", "tcp", "flow", "icmp", "port-distribution"}, flowmetrics.Options{}))
 	o := Origin{Node: "n1", HostRouting: "bpf"}
+	var names addrNames
 	b.ReportAllocs()
 	for b.Loop() {
 		rec, err := datapath.DecodeFlowRecord(raw, boot)
 		if err != nil {
 			b.Fatal(err)
 		}
-		s.Add(Convert(rec, o, fakeResolver{}))
+		s.Add(convert(rec, o, fakeResolver{}, &names))
 	}
 }
 
