@@ -1,13 +1,13 @@
 package datapath
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
@@ -61,7 +61,8 @@ const flowPoll = 100 * time.Millisecond
 
 // FlowReader reads the flow ring buffer. One reader per datapath.
 type FlowReader struct {
-	rd *ringbuf.Reader
+	rd  *ringbuf.Reader
+	rec ringbuf.Record // reused: one sample buffer for the reader's life
 }
 
 // NewFlowReader opens a reader on the flow ring buffer.
@@ -88,11 +89,10 @@ func (r *FlowReader) Read() (FlowRecord, error) {
 
 // read returns the next record, or os.ErrDeadlineExceeded at the reader's deadline.
 func (r *FlowReader) read() (FlowRecord, error) {
-	rec, err := r.rd.Read()
-	if err != nil {
+	if err := r.rd.ReadInto(&r.rec); err != nil {
 		return FlowRecord{}, fmt.Errorf("read flow record: %w", err)
 	}
-	fr, err := DecodeFlowRecord(rec.RawSample, bootTime())
+	fr, err := DecodeFlowRecord(r.rec.RawSample, bootTime())
 	if err != nil {
 		return fr, fmt.Errorf("%w: %w", ErrFlowRecord, err)
 	}
@@ -122,38 +122,56 @@ var flowKinds = map[myelinFlowKind]FlowKind{
 }
 
 // DecodeFlowRecord decodes one raw flow ring buffer record (struct flow_record,
-// followed for FLOW_DNS by its payload). boot converts the record's ktime.
+// followed for FLOW_DNS by its payload). boot converts the record's ktime. The
+// fields are read at their offsets (flowRecordOffsets, checked against the generated
+// struct by a test): the agent decodes a record per new connection and side, and
+// reflection (binary.Read) cost as much as the rest of the pipeline.
 func DecodeFlowRecord(raw []byte, boot time.Time) (FlowRecord, error) {
-	var h myelinFlowRecord
-	hlen := binary.Size(h)
-	if len(raw) < hlen {
-		return FlowRecord{}, fmt.Errorf("decode flow record: %d bytes, want at least %d", len(raw), hlen)
+	if len(raw) < flowRecordSize {
+		return FlowRecord{}, fmt.Errorf("decode flow record: %d bytes, want at least %d", len(raw), flowRecordSize)
 	}
-	if err := binary.Read(bytes.NewReader(raw[:hlen]), binary.NativeEndian, &h); err != nil {
-		return FlowRecord{}, fmt.Errorf("decode flow record: %w", err)
-	}
-	kind, ok := flowKinds[myelinFlowKind(h.Kind)]
+	o, ne := &flowRecordOffsets, binary.NativeEndian
+	kind, ok := flowKinds[myelinFlowKind(raw[o.kind])]
 	if !ok {
-		return FlowRecord{}, fmt.Errorf("decode flow record: unknown kind %d", h.Kind)
+		return FlowRecord{}, fmt.Errorf("decode flow record: unknown kind %d", raw[o.kind])
 	}
 	fr := FlowRecord{
-		Time: boot.Add(time.Duration(h.Ktime)), Kind: kind,
-		Reason: ReasonName(h.Reason), Direction: DirectionName(h.Dir), IfIndex: int(h.Ifindex),
-		Proto: h.Proto, SrcPort: ntohs(h.Sport), DstPort: ntohs(h.Dport),
-		TCPFlags: h.TcpFlags, Len: h.Len, Packets: h.Packets, Bytes: h.Bytes,
+		Time: boot.Add(time.Duration(ne.Uint64(raw[o.ktime:]))), Kind: kind,
+		Reason: ReasonName(raw[o.reason]), Direction: DirectionName(raw[o.dir]), IfIndex: int(ne.Uint32(raw[o.ifindex:])),
+		Proto: raw[o.proto], SrcPort: binary.BigEndian.Uint16(raw[o.sport:]), DstPort: binary.BigEndian.Uint16(raw[o.dport:]),
+		TCPFlags: raw[o.tcpFlags], Len: ne.Uint32(raw[o.len:]), Packets: ne.Uint64(raw[o.packets:]), Bytes: ne.Uint64(raw[o.bytes:]),
 	}
-	if h.Saddr != 0 || h.Daddr != 0 {
-		fr.Src, fr.Dst = addrFromNetwork(h.Saddr), addrFromNetwork(h.Daddr)
+	saddr, daddr := [4]byte(raw[o.saddr:o.saddr+4]), [4]byte(raw[o.daddr:o.daddr+4])
+	if saddr != [4]byte{} || daddr != [4]byte{} {
+		fr.Src, fr.Dst = netip.AddrFrom4(saddr), netip.AddrFrom4(daddr)
 	}
-	if h.SvcAddr != 0 {
-		fr.Service = netip.AddrPortFrom(addrFromNetwork(h.SvcAddr), ntohs(h.SvcPort))
+	if svc := [4]byte(raw[o.svcAddr : o.svcAddr+4]); svc != [4]byte{} {
+		fr.Service = netip.AddrPortFrom(netip.AddrFrom4(svc), binary.BigEndian.Uint16(raw[o.svcPort:]))
 	}
 	if kind == FlowDNS {
-		n := int(h.PayloadLen)
-		if hlen+n > len(raw) {
+		n := int(ne.Uint16(raw[o.payloadLen:]))
+		if flowRecordSize+n > len(raw) {
 			return FlowRecord{}, fmt.Errorf("decode flow record: dns payload of %d bytes in a %d byte record", n, len(raw))
 		}
-		fr.Payload = append([]byte(nil), raw[hlen:hlen+n]...)
+		fr.Payload = append([]byte(nil), raw[flowRecordSize:flowRecordSize+n]...)
 	}
 	return fr, nil
 }
+
+// flowRecordSize is struct flow_record's size: a FLOW_DNS payload starts there.
+var flowRecordSize = int(unsafe.Sizeof(myelinFlowRecord{}))
+
+// flowRecordOffsets are struct flow_record's fields' offsets (the generated struct's).
+var flowRecordOffsets = func() (o struct {
+	ktime, packets, bytes, saddr, daddr, svcAddr, ifindex, len  uintptr
+	sport, dport, svcPort, payloadLen, kind, reason, dir, proto uintptr
+	tcpFlags                                                    uintptr
+}) {
+	var h myelinFlowRecord
+	o.ktime, o.packets, o.bytes = unsafe.Offsetof(h.Ktime), unsafe.Offsetof(h.Packets), unsafe.Offsetof(h.Bytes)
+	o.saddr, o.daddr, o.svcAddr = unsafe.Offsetof(h.Saddr), unsafe.Offsetof(h.Daddr), unsafe.Offsetof(h.SvcAddr)
+	o.ifindex, o.len, o.sport, o.dport = unsafe.Offsetof(h.Ifindex), unsafe.Offsetof(h.Len), unsafe.Offsetof(h.Sport), unsafe.Offsetof(h.Dport)
+	o.svcPort, o.payloadLen, o.kind = unsafe.Offsetof(h.SvcPort), unsafe.Offsetof(h.PayloadLen), unsafe.Offsetof(h.Kind)
+	o.reason, o.dir, o.proto, o.tcpFlags = unsafe.Offsetof(h.Reason), unsafe.Offsetof(h.Dir), unsafe.Offsetof(h.Proto), unsafe.Offsetof(h.TcpFlags)
+	return o
+}()

@@ -25,6 +25,7 @@ type Sink struct {
 	queries  *prometheus.CounterVec // rcode, qtypes, ips_returned
 	replies  *prometheus.CounterVec // rcode, qtypes, ips_returned
 	portSet  *portSet
+	counters counterCache
 }
 
 var _ flow.Sink = (*Sink)(nil)
@@ -78,10 +79,10 @@ func (s *Sink) Observe(f *flow.Flow) {
 	}
 	if s.flows != nil {
 		typ, subtype := eventType(f.Type)
-		s.flows.WithLabelValues(typ, subtype, string(f.Verdict)).Inc()
+		s.counters.inc(s.flows, typ, subtype, string(f.Verdict))
 	}
 	if s.drops != nil && f.Verdict == flow.Dropped {
-		s.drops.WithLabelValues(dropReason(f.DropReason), protocol(f.Protocol)).Inc()
+		s.counters.inc(s.drops, dropReason(f.DropReason), protocol(f.Protocol))
 	}
 	if s.tcpFlags != nil && f.TCPFlags != nil && f.Verdict == flow.Forwarded {
 		s.countTCPFlags(f.TCPFlags)
@@ -91,7 +92,9 @@ func (s *Sink) Observe(f *flow.Flow) {
 	}
 	if s.ports != nil && f.Verdict == flow.Forwarded && !f.IsReply && f.DstPort != 0 && f.Type != flow.TypeDNS {
 		proto := protocol(f.Protocol)
-		s.ports.WithLabelValues(proto, s.portSet.label(proto, f.DstPort)).Inc()
+		s.counters.get(counterKey{vec: s.ports, a: proto, port: f.DstPort}, func() prometheus.Counter {
+			return s.ports.WithLabelValues(proto, s.portSet.label(proto, f.DstPort)) // decided once per port
+		}).Inc()
 	}
 	if s.queries != nil && f.Type == flow.TypeDNS && f.DNS != nil {
 		s.countDNS(f.DNS)
@@ -102,16 +105,16 @@ func (s *Sink) countTCPFlags(fl *flow.TCPFlags) {
 	// Hubble's flags: SYN and SYN-ACK apart, then FIN and RST.
 	if fl.SYN {
 		if fl.ACK {
-			s.tcpFlags.WithLabelValues("SYN-ACK", "IPv4").Inc()
+			s.counters.inc(s.tcpFlags, "SYN-ACK", "IPv4")
 		} else {
-			s.tcpFlags.WithLabelValues("SYN", "IPv4").Inc()
+			s.counters.inc(s.tcpFlags, "SYN", "IPv4")
 		}
 	}
 	if fl.FIN {
-		s.tcpFlags.WithLabelValues("FIN", "IPv4").Inc()
+		s.counters.inc(s.tcpFlags, "FIN", "IPv4")
 	}
 	if fl.RST {
-		s.tcpFlags.WithLabelValues("RST", "IPv4").Inc()
+		s.counters.inc(s.tcpFlags, "RST", "IPv4")
 	}
 }
 

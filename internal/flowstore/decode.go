@@ -33,13 +33,18 @@ const (
 
 // Convert turns a datapath flow record into a Flow, resolving its addresses with res.
 func Convert(rec datapath.FlowRecord, o Origin, res Resolver) *flow.Flow {
+	return convert(rec, o, res, nil)
+}
+
+// convert is Convert with the address strings of names (nil: formatted each time).
+func convert(rec datapath.FlowRecord, o Origin, res Resolver, names *addrNames) *flow.Flow {
 	f := &flow.Flow{
 		Time: rec.Time, Node: o.Node, HostRouting: o.HostRouting,
 		Type: flow.TypeL3L4, Verdict: flow.Forwarded, Direction: direction(rec.Direction),
 		Protocol: flow.ProtocolName(rec.Proto), SrcPort: rec.SrcPort, DstPort: rec.DstPort,
 		Packets: rec.Packets, Bytes: rec.Bytes,
 	}
-	f.Source, f.Destination = endpoint(rec.Src, res), endpoint(rec.Dst, res)
+	f.Source, f.Destination = endpoint(rec.Src, res, names), endpoint(rec.Dst, res, names)
 	switch rec.Proto {
 	case 1: // ICMP: the datapath reports type and code where the ports would be
 		f.ICMPType, f.ICMPCode = uint8(rec.SrcPort>>8), uint8(rec.SrcPort)
@@ -63,16 +68,39 @@ func Convert(rec datapath.FlowRecord, o Origin, res Resolver) *flow.Flow {
 	return f
 }
 
-func endpoint(ip netip.Addr, res Resolver) flow.Endpoint {
+func endpoint(ip netip.Addr, res Resolver, names *addrNames) flow.Endpoint {
 	if !ip.IsValid() {
 		return flow.Endpoint{}
 	}
 	if res == nil {
-		return flow.Endpoint{IP: ip.String()}
+		return flow.Endpoint{IP: names.name(ip)}
 	}
 	ep := res.Endpoint(ip)
-	ep.IP = ip.String()
+	ep.IP = names.name(ip)
 	return ep
+}
+
+// addrNamesMax bounds an addrNames; past it, it starts over.
+const addrNamesMax = 4096
+
+// addrNames keeps the strings of addresses seen: the feeding goroutine's, so the
+// addresses of a node's busy pods are formatted once, not twice per record.
+type addrNames map[netip.Addr]string
+
+// name is ip.String(), kept in n (a nil *addrNames keeps nothing).
+func (n *addrNames) name(ip netip.Addr) string {
+	if n == nil {
+		return ip.String()
+	}
+	if s, ok := (*n)[ip]; ok {
+		return s
+	}
+	if *n == nil || len(*n) >= addrNamesMax {
+		*n = addrNames{}
+	}
+	s := ip.String()
+	(*n)[ip] = s
+	return s
 }
 
 // direction is the flow's direction relative to the pod: leaving it (from-pod) is
@@ -87,6 +115,19 @@ func direction(dir string) flow.Direction {
 	return ""
 }
 
+// tcpFlags returns the flags of b, shared by every flow with the same flags (a
+// stored flow is never changed, so they are read-only): one allocation less per record.
 func tcpFlags(b uint8) *flow.TCPFlags {
-	return &flow.TCPFlags{SYN: b&tcpSYN != 0, ACK: b&tcpACK != 0, FIN: b&tcpFIN != 0, RST: b&tcpRST != 0, PSH: b&tcpPSH != 0}
+	return &tcpFlagSets[b&tcpFlagBits]
 }
+
+// tcpFlagBits are the flags a Flow carries.
+const tcpFlagBits = tcpFIN | tcpSYN | tcpRST | tcpPSH | tcpACK
+
+// tcpFlagSets are the TCPFlags of every combination of tcpFlagBits, by flags byte.
+var tcpFlagSets = func() (t [tcpFlagBits + 1]flow.TCPFlags) {
+	for b := range t {
+		t[b] = flow.TCPFlags{SYN: b&tcpSYN != 0, ACK: b&tcpACK != 0, FIN: b&tcpFIN != 0, RST: b&tcpRST != 0, PSH: b&tcpPSH != 0}
+	}
+	return t
+}()

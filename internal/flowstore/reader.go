@@ -28,6 +28,7 @@ func (s *Store) Feed(ctx context.Context, r RecordReader, o Origin, res Resolver
 		<-ctx.Done()
 		r.Close()
 	}()
+	var names addrNames
 	for {
 		rec, err := r.Read()
 		if errors.Is(err, datapath.ErrFlowRecord) {
@@ -40,7 +41,7 @@ func (s *Store) Feed(ctx context.Context, r RecordReader, o Origin, res Resolver
 			}
 			return
 		}
-		f := Convert(rec, o, res)
+		f := convert(rec, o, res, &names)
 		s.Add(f)
 		if pv, ok := res.(PolicyVerdicter); ok {
 			if v := pv.PolicyVerdict(f); v != nil {
