@@ -4,8 +4,10 @@
  * source on the uplink's egress (masq_egress), and its replies, including
  * ICMP errors about it, get the pod's address back on the uplink's ingress
  * (masq_ingress). TCP, UDP and ICMP echo are translated; everything else
- * leaves untouched. Both return 0 to carry on, or the DROP_* reason to drop
- * with; a translated packet's info carries its new addresses.
+ * leaves untouched, and so do a pod's TCP replies to connections from
+ * outside (a flow's first segment without SYN is never translated). Both
+ * return 0 to carry on, or the DROP_* reason to drop with; a translated
+ * packet's info carries its new addresses.
  */
 #ifndef MYELIN_LIB_MASQ_H
 #define MYELIN_LIB_MASQ_H
@@ -58,6 +60,14 @@ static __always_inline int masq_snat(struct __sk_buff *skb, struct ipv4_info *in
 		nat_touch(e, flags);
 		nat_addr = e->addr;
 		nat_port = e->port;
+	} else if (info->proto == IPPROTO_TCP && !l4->tcp_opening) {
+		/*
+		 * A TCP segment of no flow this node opened: the pod answers a
+		 * connection from outside (an apiserver that is no Node
+		 * reaching a pod, say). The client knows the pod's address;
+		 * a translated reply would reach it from an unknown tuple.
+		 */
+		return 0;
 	} else {
 		nat_addr = node_ip;
 		reason = nat_create(&fwd, nat_addr, flags, &nat_port);

@@ -192,6 +192,10 @@ func TestPrivilegedBPFToNetdevMasquerade(t *testing.T) {
 		{progCase: progCase{name: "FIN marks the flow closing", in: fin.build(), verdict: tcActOK, out: snat(fin, 50000), reason: "PASS_STACK"},
 			seed: []NATEntry{flow(protoTCP, podA, 40000, 50000, extHost, 8080, "tcp-established")},
 			want: []NATEntry{flow(protoTCP, podA, 40000, 50000, extHost, 8080, "tcp-closing")}},
+		// A client outside the no-masquerade set (an apiserver that is no Node) opened
+		// the connection to the pod: its replies keep the pod's address.
+		pass("SYN-ACK of a connection from outside", tcp.withTCPFlags(0x12).build()),
+		pass("ACK of no flow this node opened", tcp.withTCPFlags(0x10).build()),
 		pass("to a pod of the cluster CIDR", ipv4(protoTCP, podA, "10.2.0.33").build()),
 		pass("to a non-masquerade CIDR", ipv4(protoUDP, podA, "198.51.100.7").build()),
 		pass("to the node IP", ipv4(protoTCP, podA, nodeIP).build()),

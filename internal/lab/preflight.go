@@ -40,9 +40,6 @@ func checkTools(plan labplan.Plan) error {
 		{Path: "sysctl", Fix: "install procps (make setup)"},
 		{Path: "etcd", Fix: "install etcd-server (make setup)"},
 	}
-	if plan.Options.Underlay == labplan.UnderlayL3 {
-		tools = append(tools, cni.Tool{Path: "nft", Fix: "install nftables (make setup)"})
-	}
 	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		tools = append(tools, cni.Tool{Path: filepath.Join(KubeBinDir(), b), Fix: "build Kubernetes " + KubeVersion + " with: make setup"})
 	}

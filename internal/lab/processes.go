@@ -47,7 +47,8 @@ func controlPlaneURL(p labplan.Plan, scheme string, port int, path string) strin
 	return fmt.Sprintf("%s://%s:%d%s", scheme, p.Addressing.ControlPlaneIP(), port, path)
 }
 
-// etcdAndAPIServer are etcd and kube-apiserver, the first two children.
+// etcdAndAPIServer are etcd and kube-apiserver, the first two children, in netns CPNS
+// like the controllers (docs/architecture.md, "The lab's network plan").
 func etcdAndAPIServer(p labplan.Plan, paths labplan.Paths, kubeBin string) []labplan.Process {
 	ip := p.Addressing.ControlPlaneIP().String()
 	pki := func(f string) string { return filepath.Join(paths.PKI(), f) }
@@ -56,15 +57,15 @@ func etcdAndAPIServer(p labplan.Plan, paths labplan.Paths, kubeBin string) []lab
 	return []labplan.Process{
 		{
 			Name: "etcd",
-			Argv: []string{"etcd", "--name", "myelin-lab", "--data-dir", paths.Etcd(),
+			Argv: labplan.InNS(labplan.CPNS, "etcd", "--name", "myelin-lab", "--data-dir", paths.Etcd(),
 				"--listen-client-urls", etcdClient, "--advertise-client-urls", etcdClient,
 				"--listen-peer-urls", etcdPeer, "--initial-advertise-peer-urls", etcdPeer,
-				"--initial-cluster", "myelin-lab=" + etcdPeer, "--log-level", "warn"},
+				"--initial-cluster", "myelin-lab="+etcdPeer, "--log-level", "warn"),
 			Health: etcdClient + "/health",
 		},
 		{
 			Name: "kube-apiserver",
-			Argv: []string{filepath.Join(kubeBin, "kube-apiserver"),
+			Argv: labplan.InNS(labplan.CPNS, filepath.Join(kubeBin, "kube-apiserver"),
 				"--etcd-servers", etcdClient,
 				"--bind-address", ip, "--advertise-address", ip, "--secure-port", strconv.Itoa(labplan.APIServerPort),
 				"--tls-cert-file", pki("apiserver.crt"), "--tls-private-key-file", pki("apiserver.key"),
@@ -77,8 +78,8 @@ func etcdAndAPIServer(p labplan.Plan, paths labplan.Paths, kubeBin string) []lab
 				// exec, logs and port-forward reach the real kubelets (--runtime
 				// containerd) at their InternalIP, as this client (Webhook-authorised).
 				"--kubelet-preferred-address-types", "InternalIP",
-				"--kubelet-client-certificate", pki(labplan.KubeletClientUser + ".crt"),
-				"--kubelet-client-key", pki(labplan.KubeletClientUser + ".key")},
+				"--kubelet-client-certificate", pki(labplan.KubeletClientUser+".crt"),
+				"--kubelet-client-key", pki(labplan.KubeletClientUser+".key")),
 			Health: controlPlaneURL(p, "https", labplan.APIServerPort, "/readyz"),
 		},
 	}
@@ -92,7 +93,7 @@ func controllers(p labplan.Plan, paths labplan.Paths, kubeBin string) []labplan.
 	return []labplan.Process{
 		{
 			Name: "kube-controller-manager",
-			Argv: []string{filepath.Join(kubeBin, "kube-controller-manager"),
+			Argv: labplan.InNS(labplan.CPNS, filepath.Join(kubeBin, "kube-controller-manager"),
 				"--kubeconfig", cm, "--authentication-kubeconfig", cm, "--authorization-kubeconfig", cm,
 				"--bind-address", ip, "--secure-port", strconv.Itoa(labplan.ControllerManagerPort),
 				"--leader-elect=false", "--use-service-account-credentials=true",
@@ -107,15 +108,15 @@ func controllers(p labplan.Plan, paths labplan.Paths, kubeBin string) []labplan.
 				// Nothing in the lab reads v1 Endpoints (myelin and kube-proxy use
 				// EndpointSlices); not writing them saves a third of a Service's writes.
 				"--controllers", "*,-endpoints-controller",
-				"--profiling=false"},
+				"--profiling=false"),
 			Health: controlPlaneURL(p, "https", labplan.ControllerManagerPort, "/healthz"),
 		},
 		{
 			Name: "kube-scheduler",
-			Argv: []string{filepath.Join(kubeBin, "kube-scheduler"),
+			Argv: labplan.InNS(labplan.CPNS, filepath.Join(kubeBin, "kube-scheduler"),
 				"--kubeconfig", sched, "--authentication-kubeconfig", sched, "--authorization-kubeconfig", sched,
 				"--bind-address", ip, "--secure-port", strconv.Itoa(labplan.SchedulerPort),
-				"--leader-elect=false", "--profiling=false"},
+				"--leader-elect=false", "--profiling=false"),
 			Health: controlPlaneURL(p, "https", labplan.SchedulerPort, "/healthz"),
 		},
 	}

@@ -62,6 +62,9 @@ func Supervise(ctx context.Context, paths labplan.Paths) error {
 			if err := bootstrapCluster(ctx, paths, plan); err != nil {
 				return s.fail(err)
 			}
+			if err := keepPodCIDRRoutes(ctx, paths, plan); err != nil {
+				return s.fail(err)
+			}
 		}
 	}
 	if err := waitNodesReady(ctx, paths, plan, nodesReadyTimeout); err != nil {

@@ -22,7 +22,8 @@ import (
 
 // subsetFocus is the handful of [sig-network] conformance tests `make test` runs
 // (TestLabConformanceSubset): pod-to-pod HTTP and UDP across nodes, a ClusterIP and a
-// NodePort Service, and DNS for Services through CoreDNS.
+// NodePort Service. DNS for Services and ProxyWithPath (they need the apiserver to
+// reach pods: labplan.Plan.PodCIDRRoutes) join once a run shows them passing.
 var subsetFocus = []string{
 	`Networking Granular Checks: Pods should function for node-pod communication: http`,
 	`Networking Granular Checks: Pods should function for intra-pod communication: udp`,
@@ -39,9 +40,10 @@ func TestLabConformanceSubset(t *testing.T) {
 	suite := requireConformance(t)
 	cs := conformanceLab(t, "native-bpf")
 	podResolvesService(t, cs)
+	out := keptOutDir(t, "subset")
 	res := runSuite(t, suite, conformance.Run{
 		Focus: []string{`\[sig-network\] .*(` + strings.Join(subsetFocus, "|") + `)`},
-		Procs: 2, Timeout: suiteTimeout(t, 10*time.Minute), OutDir: t.TempDir(),
+		Procs: 2, Timeout: suiteTimeout(t, 10*time.Minute), OutDir: out,
 	})
 	if len(res.Specs) != len(subsetFocus) || res.Passed() != len(subsetFocus) {
 		t.Errorf("conformance subset: %s, want all %d focused tests run and passed\n%s", res.Summary(), len(subsetFocus), res.Details())
@@ -91,6 +93,19 @@ func TestLabConformance(t *testing.T) {
 	if len(res.Specs) == 0 {
 		t.Fatalf("the suite ran no test; see %s", out)
 	}
+}
+
+// keptOutDir is a new directory for one suite run's output (e2e.log, report.json) that
+// outlives the test, so a failure can be read afterwards:
+// <tool cache>/conformance/<UTC time>-<name>, printed in the test log.
+func keptOutDir(t *testing.T, name string) string {
+	t.Helper()
+	dir := filepath.Join(cni.ToolCache(), "conformance", time.Now().UTC().Format("20060102-150405")+"-"+name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("create the suite's output dir: %v", err)
+	}
+	t.Logf("the suite's output (e2e.log, report.json) is kept in %s", dir)
+	return dir
 }
 
 // requireConformance needs e2e.test (make setup); in CI its absence fails the test. The

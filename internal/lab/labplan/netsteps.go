@@ -1,7 +1,6 @@
 package labplan
 
 import (
-	"fmt"
 	"net/netip"
 )
 
@@ -37,12 +36,12 @@ func prefixOf(a netip.Addr, seg netip.Prefix) string {
 }
 
 // NetworkSteps returns, in order, the commands that build the lab's network (docs/architecture.md, "The lab's network plan").
-// The root netns gets exactly one link (ControlPlaneLink) with the control-plane address;
+// The root netns gets exactly one link (ControlPlaneLink) with the host address;
 // forwarding is enabled only inside the lab's own namespaces.
 func (p Plan) NetworkSteps() []Step {
 	a := p.Addressing
 	var s []Step
-	namespaces := []string{NetNS, ExtNS}
+	namespaces := []string{NetNS, ExtNS, CPNS}
 	for _, n := range p.Nodes {
 		namespaces = append(namespaces, n.Name)
 	}
@@ -64,21 +63,22 @@ func (p Plan) NetworkSteps() []Step {
 	}
 	s = append(s, InNS(NetNS, "sysctl", "-qw", "net.ipv4.ip_forward=1"))
 
-	// The control-plane host: the only thing in the root netns.
+	// The control plane in its own netns on segment A, its default route via the router;
+	// the supervisor adds routes to the nodes' PodCIDRs as the controller-manager assigns
+	// them (Plan.PodCIDRRoutes), so the apiserver reaches pods (proxy, webhooks).
 	s = append(s,
-		Step{"ip", "link", "add", ControlPlaneLink, "type", "veth", "peer", "name", "cp0", "netns", NetNS},
-		Step{"ip", "addr", "add", prefixOf(a.ControlPlaneIP(), a.SegmentA), "dev", ControlPlaneLink},
+		ipIn(NetNS, "link", "add", "cp0", "type", "veth", "peer", "name", "eth0", "netns", CPNS),
+		ipIn(NetNS, "link", "set", "cp0", "master", "br0", "up"),
+		ipIn(CPNS, "addr", "add", prefixOf(a.ControlPlaneIP(), a.SegmentA), "dev", "eth0"),
+		ipIn(CPNS, "link", "set", "eth0", "up"),
+		ipIn(CPNS, "route", "add", "default", "via", a.RouterIP(a.SegmentA).String()))
+
+	// The developer's machine: the only thing in the root netns, one address on segment A.
+	s = append(s,
+		Step{"ip", "link", "add", ControlPlaneLink, "type", "veth", "peer", "name", "host0", "netns", NetNS},
+		Step{"ip", "addr", "add", prefixOf(a.HostIP(), a.SegmentA), "dev", ControlPlaneLink},
 		Step{"ip", "link", "set", ControlPlaneLink, "up"},
-		ipIn(NetNS, "link", "set", "cp0", "master", "br0", "up"))
-	if p.Options.Underlay == UnderlayL3 {
-		// The root netns has no route to segment B (and must not get one): the router
-		// masquerades segment B's traffic to the control-plane host behind its own address.
-		s = append(s,
-			InNS(NetNS, "nft", "add table ip myelin-lab"),
-			InNS(NetNS, "nft", "add chain ip myelin-lab postrouting { type nat hook postrouting priority 100 ; }"),
-			InNS(NetNS, "nft", fmt.Sprintf("add rule ip myelin-lab postrouting ip saddr %v ip daddr %v masquerade",
-				a.SegmentB, a.ControlPlaneIP())))
-	}
+		ipIn(NetNS, "link", "set", "host0", "master", "br0", "up"))
 
 	// The external host behind the router.
 	s = append(s,

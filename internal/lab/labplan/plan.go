@@ -10,6 +10,7 @@ const (
 	NamePrefix       = "myelin-"
 	NetNS            = "myelin-lab-net" // underlay bridges and the router
 	ExtNS            = "myelin-lab-ext" // "the internet": one external server
+	CPNS             = "myelin-lab-cp"  // the control plane: etcd, apiserver, controllers
 	PodNSPrefix      = "myelin-pod-"    // pod network namespaces made by the lab kubelets
 	ControlPlaneLink = "myelin-cp"      // the one link in the root netns
 	NodeNSPrefix     = "myelin-node-"   // node network namespaces: myelin-node-N
@@ -97,8 +98,12 @@ func hostAddr(p netip.Prefix, n int) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
-// ControlPlaneIP is the control-plane host's address in the root netns (apiserver, etcd).
+// ControlPlaneIP is the control plane's address (apiserver, etcd), in netns CPNS.
 func (a Addressing) ControlPlaneIP() netip.Addr { return hostAddr(a.SegmentA, 1) }
+
+// HostIP is the root netns's address on segment A (link ControlPlaneLink): the
+// developer's tools reach the control plane and the nodes' segment-A addresses from it.
+func (a Addressing) HostIP() netip.Addr { return hostAddr(a.SegmentA, 2) }
 
 // RouterIP returns the router's address on a segment (the nodes' default gateway).
 func (a Addressing) RouterIP(segment netip.Prefix) netip.Addr { return hostAddr(segment, 254) }

@@ -149,7 +149,7 @@ func TestNetworkStepsKeepRootNetnsClean(t *testing.T) {
 				t.Errorf("%s: unexpected command", cmd)
 			}
 		}
-		if want := 2 + o.Nodes; namespaces != want {
+		if want := 3 + o.Nodes; namespaces != want { // router, external host, control plane, nodes
 			t.Errorf("%s: %d namespaces, want %d", underlay, namespaces, want)
 		}
 	}
