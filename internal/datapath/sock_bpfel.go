@@ -220,8 +220,11 @@ type sockNpEntry struct {
 }
 
 type sockPolicyCtEntry struct {
-	_    structs.HostLayout
-	Ends uint32
+	_       structs.HostLayout
+	Ends    uint32
+	Closing uint32
+	FinLo   uint32
+	FinHi   uint32
 }
 
 type sockPolicyCtKey struct {
