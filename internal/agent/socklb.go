@@ -28,12 +28,14 @@ type socketLBAttacher interface {
 // false, or it can't attach): Services are then served by the tc path alone, never
 // not at all. The result is the status line; a fallback is logged as a warning.
 func startSocketLB(p nodePlan, dp socketLBAttacher, log *slog.Logger) socketLBView {
-	if !p.KubeProxyReplacement {
-		return socketLBView{}
-	}
-	if !p.SocketLB {
+	if !p.KubeProxyReplacement || !p.SocketLB {
+		// Detach in both cases: links pinned by an earlier agent would otherwise keep
+		// translating with Service maps nobody updates any more.
 		if err := dp.DetachSocketLB(); err != nil {
-			log.Warn("detach socket-LB (bpf-lb-sock is false)", "err", err)
+			log.Warn("detach socket-LB", "key", "bpf-lb-sock", "err", err)
+		}
+		if !p.KubeProxyReplacement {
+			return socketLBView{}
 		}
 		return socketLBView{text: "off (bpf-lb-sock is false): Services are translated per packet by the tc programs"}
 	}

@@ -23,7 +23,8 @@ func (f *fakeSockLB) AttachSocketLB(cg string) error {
 func (f *fakeSockLB) DetachSocketLB() error { f.detached++; return nil }
 
 // TestStartSocketLB: active names the cgroup; an attach failure falls back to the
-// tc path with the reason and leaves nothing attached; off detaches.
+// tc path with the reason and leaves nothing attached; off (bpf-lb-sock or
+// kube-proxy-replacement) detaches.
 func TestStartSocketLB(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	p := nodePlan{KubeProxyReplacement: true, SocketLB: true, CgroupRoot: "/sys/fs/cgroup/unified/myelin-node-1"}
@@ -47,8 +48,11 @@ func TestStartSocketLB(t *testing.T) {
 		t.Errorf("off: attached %d, detached %d, status %q", f.attached, f.detached, v.text)
 	}
 
-	if v := startSocketLB(nodePlan{}, f, log); v.text != "" {
-		t.Errorf("without kube-proxy-replacement: status %q, want none", v.text)
+	// Without kube-proxy-replacement the Service maps are no longer updated: links an
+	// earlier agent pinned must go, whatever bpf-lb-sock says.
+	f = &fakeSockLB{}
+	if v := startSocketLB(nodePlan{SocketLB: true}, f, log); v.text != "" || f.detached != 1 || f.attached != 0 {
+		t.Errorf("without kube-proxy-replacement: status %q, detached %d, attached %d; want none, 1, 0", v.text, f.detached, f.attached)
 	}
 }
 
