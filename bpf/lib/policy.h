@@ -97,16 +97,20 @@ struct policy_l4_hdr {
 /*
  * policy_fin_end is the acknowledgment number that covers the FIN of TCP
  * header h: its sequence number plus its payload (by the IPv4 total length,
- * not the frame, which may be padded) plus one for the FIN.
+ * not the frame, which may be padded; by the frame for a BIG TCP packet,
+ * whose total length is 0) plus one for the FIN.
  */
 static __always_inline __u32 policy_fin_end(struct __sk_buff *skb, const struct ipv4_info *info,
 					    const struct policy_l4_hdr *h)
 {
 	__be16 tot_len = 0;
-	__u32 payload;
+	__u32 payload, len;
 
 	bpf_skb_load_bytes(skb, POLICY_IPV4_TOT_LEN_OFF, &tot_len, sizeof(tot_len));
-	payload = bpf_ntohs(tot_len) - (info->l4_off - ETH_HLEN) - (h->doff >> 4) * 4;
+	len = bpf_ntohs(tot_len);
+	if (len == 0 && skb->gso_size) /* a BIG TCP packet over 64 KiB, as ipv4_parse */
+		len = skb->len - ETH_HLEN;
+	payload = len - (info->l4_off - ETH_HLEN) - (h->doff >> 4) * 4;
 	return bpf_ntohl(h->seq) + payload + 1;
 }
 
@@ -235,7 +239,10 @@ static __always_inline void policy_ct_close(const struct policy_ct_key *k,
 {
 	__u32 closing = v->closing;
 
-	if (t->tcp_flags & POLICY_TCP_FIN) {
+	/* An end's first FIN is noted once: its retransmissions cover the same
+	 * number, and a later FIN with another (forged) number can't move it. */
+	if ((t->tcp_flags & POLICY_TCP_FIN) &&
+	    !(closing & (src_lo ? POLICY_CT_FIN_LO : POLICY_CT_FIN_HI))) {
 		if (src_lo)
 			v->fin_lo = t->fin_end;
 		else

@@ -192,3 +192,38 @@ func closeSameNode(t *testing.T, d *Datapath, routing HostRouting) {
 			ctx: ctxPodA, verdict: tcActShot, reason: "DROP_POLICY_DENIED"}}, change: tightenA}, after: policyCTCount(0)}
 	runCloseSteps(t, d, []closeStep{denied})
 }
+
+// A BIG TCP FIN (a GSO packet beyond 64 KiB: IPv4 total length 0) covers its
+// payload by the skb's length. An ACK short of its end does not acknowledge
+// it, so the connection's entry outlives the other end's FIN and last ACK.
+// Taken by the total length, the payload wrapped and nearly any ACK counted.
+func TestPrivilegedBPFPolicyCloseBigTCPFIN(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, NodeIP: testNodeIP})
+	ingressB := &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
+		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {tcpPort(8080)}}}
+	ab := ipv4(protoTCP, podA, podBIP).withSrc(podA, 7003).withDst(podBIP, 8080)
+	ba := fromPodB(ipv4(protoTCP, podBIP, podA).withSrc(podBIP, 8080).withDst(podA, 7003))
+	ctxPodB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
+	syn := closeStep{policyStep: policyStep{policyRow: policyRow{seed: ingressB, prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+		name: "SYN A→B:8080 tracked", in: ab.withSeq(999-testPayloadLen, 0).build(), verdict: tcActOK, reason: "PASS_STACK"}}}, after: policyCTCount(1)}
+	runCloseSteps(t, d, []closeStep{syn})
+
+	big := ab.withTCPFlags(tcpFINACK).withSeq(1000, 5000)
+	big.payload = make([]byte, 3000)
+	ret, err := d.objs.MyelinToPod.Run(runOptions(zeroTotLen(big.build()), skbCtxGSO{GSOSegs: 3, GSOSize: 1448}))
+	if err != nil || ret != tcActOK {
+		t.Fatalf("A's BIG TCP FIN at B's ingress: verdict %d, %v; want %d", ret, err, tcActOK)
+	}
+	finAEnd := uint32(1000 + 3000 + 1)
+	finB := ba.withTCPFlags(tcpFINACK).withSeq(5000, 1001) // acknowledges A's first byte only
+	lastA := ab.withTCPFlags(tcpACK).withSeq(finAEnd, 5000+testPayloadLen+1)
+	runCloseSteps(t, d, []closeStep{
+		{policyStep: policyStep{policyRow: policyRow{prog: d.objs.MyelinFromPod, counterDir: "from-pod", progCase: progCase{
+			name: "B's FIN, acknowledging 1 byte of A's FIN segment", in: finB.build(), ctx: ctxPodB, verdict: tcActRedirect, reason: "FORWARDED",
+			out: finB.withMACs(podASender.HostMAC, podAMAC).withTTL(finB.ttl - 1).build()}}}, after: policyCTCount(1)},
+		{policyStep: policyStep{policyRow: policyRow{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+			name: "A's ACK of B's FIN: A's FIN is still unacknowledged, the entry stays", in: lastA.build(), verdict: tcActOK, reason: "PASS_STACK"}}},
+			after: policyCTCount(1)},
+	})
+}
