@@ -126,7 +126,8 @@ int myelin_sock_getpeername4(struct bpf_sock_addr *ctx)
  * Closing UDP sockets to a backend that went away: an iter/udp program the
  * agent runs in each network namespace (the iterator sees the sockets of the
  * namespace it is opened in) after sock_destroy_target is set. Every
- * connected IPv4 UDP socket whose peer is the target is closed with
+ * connected IPv4 UDP socket that socket-LB connected to the target (its
+ * cookie and the target have an entry in myelin_lb_sock_rev) is closed with
  * bpf_sock_destroy (its next send or receive fails with ECONNABORTED), so a
  * client does not keep sending to a dead backend; one byte of output per
  * socket closed. The kernel types are declared with only the fields used,
@@ -159,11 +160,19 @@ SEC("iter/udp")
 int myelin_sock_destroy_udp(struct bpf_iter__udp *ctx)
 {
 	struct sock_common *sk = (struct sock_common *)ctx->udp_sk;
+	struct lb_sock_rev_key rk = {};
 	char one = 1;
 
 	if (!sk || sk->skc_family != SOCK_AF_INET)
 		return 0;
 	if (sk->skc_daddr != sock_destroy_target.addr || sk->skc_dport != sock_destroy_target.port)
+		return 0;
+	/* Only a socket socket-LB connected to the backend: one a client connected
+	 * to that address by itself is none of the Service's business. */
+	rk.cookie = bpf_get_socket_cookie(sk);
+	rk.addr = sk->skc_daddr;
+	rk.port = sk->skc_dport;
+	if (!bpf_map_lookup_elem(&myelin_lb_sock_rev, &rk))
 		return 0;
 	if (bpf_sock_destroy(sk) == 0)
 		bpf_seq_write(ctx->meta->seq, &one, sizeof(one));

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -320,6 +321,14 @@ func TestPrivilegedSocketLBBadCgroup(t *testing.T) {
 func TestPrivilegedDestroyUDPSockets(t *testing.T) {
 	requirePrivileged(t)
 	d := loadLB(t, HostRoutingLegacy, 0)
+	if n, err := d.DestroyUDPSockets(sockBackends[1], []string{""}); err != nil || n != 0 {
+		t.Errorf("before socket-LB ever ran (no reverse map): %d, %v; want 0 and no error", n, err)
+	}
+	var objs sockObjectsLoaded // pins myelin_lb_sock_rev, as AttachSocketLB does
+	if err := d.loadSock(&objs); err != nil {
+		t.Fatal(err)
+	}
+	defer objs.close()
 	inNetns(t, func(nsName string) {
 		ns, err := netns.GetFromName(nsName)
 		if err != nil {
@@ -328,7 +337,10 @@ func TestPrivilegedDestroyUDPSockets(t *testing.T) {
 		}
 		defer ns.Close()
 		sockServe(t, ns)
+		// conns went through socket-LB (their reverse entries are written as
+		// connect4 writes them); direct is a client's own socket to backend 1.
 		conns := map[uint32]net.Conn{}
+		var direct net.Conn
 		err = inNetnsThread(ns, func() error {
 			for id, b := range sockBackends {
 				c, err := net.Dial("udp4", netip.AddrPortFrom(b.Addr, b.Port).String())
@@ -336,16 +348,22 @@ func TestPrivilegedDestroyUDPSockets(t *testing.T) {
 					return err
 				}
 				conns[id] = c
+				if err := writeSockRev(objs.Rev, c, b); err != nil {
+					return err
+				}
 			}
-			return nil
+			direct, err = net.Dial("udp4", netip.AddrPortFrom(sockBackends[1].Addr, sockBackends[1].Port).String())
+			return err
 		})
 		if err != nil {
 			t.Error(err)
 			return
 		}
 		defer func() {
-			for _, c := range conns {
-				c.Close()
+			for _, c := range append([]net.Conn{direct}, conns[1], conns[2]) {
+				if c != nil {
+					c.Close()
+				}
 			}
 		}()
 		n, err := d.DestroyUDPSockets(sockBackends[1], []string{"/run/netns/" + nsName})
@@ -354,13 +372,35 @@ func TestPrivilegedDestroyUDPSockets(t *testing.T) {
 		}
 		_ = conns[1].SetReadDeadline(time.Now().Add(2 * time.Second))
 		if _, err := conns[1].Read(make([]byte, 8)); !errors.Is(err, unix.ECONNABORTED) {
-			t.Errorf("read on the socket to the removed backend: %v, want ECONNABORTED", err)
+			t.Errorf("read on the socket-LB socket to the removed backend: %v, want ECONNABORTED", err)
 		}
 		if _, err := conns[2].Write([]byte("hi\n")); err != nil {
 			t.Errorf("the socket to the other backend: write: %v", err)
+		}
+		if _, err := direct.Write([]byte("hi\n")); err != nil {
+			t.Errorf("a client's own socket to the removed backend's address was closed: write: %v", err)
 		}
 		if n, err := d.DestroyUDPSockets(sockBackends[1], []string{"/run/netns/myelin-dptest-gone"}); err != nil || n != 0 {
 			t.Errorf("a namespace that is gone: %d, %v; want 0 and no error", n, err)
 		}
 	})
+}
+
+// writeSockRev writes c's reverse entry for backend b into rev, as connect4 does.
+func writeSockRev(rev *ebpf.Map, c net.Conn, b Backend) error {
+	raw, err := c.(*net.UDPConn).SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cookie uint64
+	var serr error
+	if err := raw.Control(func(fd uintptr) { cookie, serr = unix.GetsockoptUint64(int(fd), unix.SOL_SOCKET, unix.SO_COOKIE) }); err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("SO_COOKIE: %w", serr)
+	}
+	k := sockLbSockRevKey{Cookie: cookie, Addr: networkUint32(b.Addr), Port: htons(b.Port)}
+	v := sockLbSockRev{Addr: networkUint32(mustAddr("10.96.0.50")), Port: htons(80)}
+	return rev.Put(&k, &v)
 }
