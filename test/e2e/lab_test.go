@@ -85,7 +85,7 @@ func TestLabBridgeCNI(t *testing.T) {
 	if err == nil || !strings.Contains(out, "already running (--nodes 2 --cni bridge") || !strings.Contains(out, "myelin lab down first") {
 		t.Errorf("lab up with other options on a running lab: %v\n%s; want a refusal naming the running lab and the fix", err, out)
 	}
-	if len(lab.LeftoverNetNS()) != 2+2 {
+	if len(lab.LeftoverNetNS()) != 3+2 { // myelin-lab-{net,ext,cp} and the two nodes
 		t.Errorf("lab up on a running lab changed the namespaces: %v", lab.LeftoverNetNS())
 	}
 
