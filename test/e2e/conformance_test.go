@@ -66,6 +66,12 @@ func TestLabConformance(t *testing.T) {
 	if out == "" {
 		out = filepath.Join("..", "..", "conformance-results", mode)
 	}
+	// Absolute: ginkgo runs e2e.test from its own directory, where a relative
+	// KUBE_TEST_REPO_LIST is not found (every process panicked: 0/0 ran).
+	out, err := filepath.Abs(out)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		t.Fatal(err)
 	}
