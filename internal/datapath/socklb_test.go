@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/labtools"
+
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -69,7 +71,7 @@ func sockClient(mode, addr string) (string, string, error) {
 			return "", "", err
 		}
 		// RemoteAddr is what connect() was given; ask the kernel.
-		sa, err := peerName(c.(syscall.Conn))
+		sa, err := labtools.PeerName(c.(syscall.Conn))
 		return sa, strings.TrimSpace(string(buf[:n])), err
 	case "udp":
 		c, err := net.ListenUDP("udp4", nil)
@@ -88,27 +90,6 @@ func sockClient(mode, addr string) (string, string, error) {
 		return from.String(), strings.TrimSpace(string(buf[:n])), nil
 	}
 	return "", "", fmt.Errorf("unknown mode %q", mode)
-}
-
-// peerName is getpeername(2) of c.
-func peerName(c syscall.Conn) (string, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return "", err
-	}
-	var sa unix.Sockaddr
-	var gerr error
-	if err := rc.Control(func(fd uintptr) { sa, gerr = unix.Getpeername(int(fd)) }); err != nil {
-		return "", err
-	}
-	if gerr != nil {
-		return "", gerr
-	}
-	in4, ok := sa.(*unix.SockaddrInet4)
-	if !ok {
-		return "", fmt.Errorf("peer %T is not IPv4", sa)
-	}
-	return netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port)).String(), nil
 }
 
 // testCgroup makes a cgroup v2 directory for the test's clients, removed at cleanup.

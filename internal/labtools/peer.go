@@ -39,7 +39,7 @@ func PeerUntilClosed(ctx context.Context, to string, wait time.Duration, answere
 	if err != nil {
 		return PeerResult{}, fmt.Errorf("talk to %s: %w", to, err)
 	}
-	peer, _ := peerName(c.(syscall.Conn))
+	peer, _ := PeerName(c.(syscall.Conn))
 	r := PeerResult{Peer: peer, Answer: answer}
 	answered(r)
 	end := time.Now().Add(wait)
@@ -85,7 +85,7 @@ func Peer(ctx context.Context, to, proto string, timeout time.Duration) (PeerRes
 		if err != nil {
 			return PeerResult{}, fmt.Errorf("talk to %s over %s: %w", to, proto, err)
 		}
-		peer, err := peerName(c.(syscall.Conn))
+		peer, err := PeerName(c.(syscall.Conn))
 		return PeerResult{Peer: peer, Answer: answer}, err
 	case "udp":
 		c, err := net.ListenUDP("udp4", nil)
@@ -129,8 +129,8 @@ func exchange(c net.Conn, req string) (string, error) {
 	return "", fmt.Errorf("no server= line in %q", got.String())
 }
 
-// peerName is getpeername(2) of c, not what it was dialled to.
-func peerName(c syscall.Conn) (string, error) {
+// PeerName is getpeername(2) of c, not what it was dialled to.
+func PeerName(c syscall.Conn) (string, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return "", err
