@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 )
 
 // OpenPinned opens the maps a previous Load pinned in pinDir, and nothing
@@ -89,38 +89,13 @@ func (d *Datapath) DeleteEndpointOf(ip netip.Addr, ifindex int) error {
 }
 
 // EndpointProgramsAttached reports, for the host veth ifindex, whether this
-// datapath's myelin_from_pod is attached to its TCX ingress and
-// myelin_to_pod to its TCX egress.
+// datapath's myelin_from_pod is attached to its ingress and myelin_to_pod to
+// its egress (the cls_bpf filters AttachEndpoint adds).
 func (d *Datapath) EndpointProgramsAttached(ifindex int) (fromPod, toPod bool, err error) {
-	fromPod, err = programAttached(d.objs.MyelinFromPod, ifindex, ebpf.AttachTCXIngress)
+	fromPod, err = clsBPFAttached(d.objs.MyelinFromPod, ifindex, netlink.HANDLE_MIN_INGRESS)
 	if err != nil {
 		return false, false, err
 	}
-	toPod, err = programAttached(d.objs.MyelinToPod, ifindex, ebpf.AttachTCXEgress)
+	toPod, err = clsBPFAttached(d.objs.MyelinToPod, ifindex, netlink.HANDLE_MIN_EGRESS)
 	return fromPod, toPod, err
-}
-
-// programAttached reports whether prog is among the programs on hook of ifindex.
-func programAttached(prog *ebpf.Program, ifindex int, hook ebpf.AttachType) (bool, error) {
-	if prog == nil {
-		return false, errors.New("query attached programs: no programs loaded")
-	}
-	info, err := prog.Info()
-	if err != nil {
-		return false, fmt.Errorf("query program info: %w", err)
-	}
-	id, ok := info.ID()
-	if !ok {
-		return false, errors.New("query program id: not supported by this kernel")
-	}
-	res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: hook})
-	if err != nil {
-		return false, fmt.Errorf("query programs on ifindex %d: %w", ifindex, err)
-	}
-	for _, p := range res.Programs {
-		if p.ID == id {
-			return true, nil
-		}
-	}
-	return false, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,17 +34,28 @@ func (d *Datapath) AttachToNetdev(ifindex int, name string) error {
 	return d.attach(d.objs.MyelinToNetdev, ebpf.AttachTCXEgress, ifindex, "to-netdev-", name)
 }
 
-// AttachEndpoint attaches myelin_from_pod to TCX ingress of a pod's
-// host-side veth and myelin_to_pod to its TCX egress (where replies the
-// stack delivers to service clients are translated back), pinning the links
-// at <PinDir>/links/ep-<name> and ep-egress-<name>, with the same in-place
-// update as AttachNetdev. Calling it again for an endpoint attached by an
-// older agent adds the egress program.
-func (d *Datapath) AttachEndpoint(ifindex int, name string) error {
-	if err := d.attach(d.objs.MyelinFromPod, ebpf.AttachTCXIngress, ifindex, "ep-", name); err != nil {
+// AttachEndpoint runs myelin_from_pod on ingress of a pod's host-side veth
+// and myelin_to_pod on its egress (where replies the stack delivers to
+// service clients are translated back), as cls_bpf filters of a clsact qdisc
+// (see attach_tc.go for why not TCX). Calling it again replaces the programs
+// in place: atomic, no gap. It removes the TCX links an older agent pinned
+// for the endpoint (ep-<name>, ep-egress-<name>) once the filters run.
+func (d *Datapath) AttachEndpoint(ifindex int, name string) (err error) {
+	defer func() {
+		if err != nil {
+			d.attachErrors.Add(1)
+		}
+	}()
+	if ifindex <= 0 {
+		return fmt.Errorf("attach to device %q: invalid ifindex %d", name, ifindex)
+	}
+	if err := attachClsBPF(d.objs.MyelinFromPod, ifindex, netlink.HANDLE_MIN_INGRESS, name); err != nil {
 		return err
 	}
-	return d.attach(d.objs.MyelinToPod, ebpf.AttachTCXEgress, ifindex, "ep-egress-", name)
+	if err := attachClsBPF(d.objs.MyelinToPod, ifindex, netlink.HANDLE_MIN_EGRESS, name); err != nil {
+		return err
+	}
+	return d.detachLegacyEndpointLinks(name)
 }
 
 // AttachOverlay attaches myelin_from_overlay to TCX ingress of the VXLAN
@@ -56,10 +68,24 @@ func (d *Datapath) AttachOverlay(ifindex int, name string) error {
 	return d.attach(d.objs.MyelinFromOverlay, ebpf.AttachTCXIngress, ifindex, "overlay-", name)
 }
 
-// DetachEndpoint detaches and unpins both links of the host-side veth
-// name. No error if there are none; deleting the veth also detaches the
-// programs, leaving only the pins, which this removes.
+// DetachEndpoint removes both programs from the host-side veth name (in
+// the caller's network namespace) and any TCX links an older agent pinned
+// for it. No error if there are none or the veth is gone: deleting the veth
+// removes its filters too.
 func (d *Datapath) DetachEndpoint(name string) error {
+	if l, err := netlink.LinkByName(name); err == nil {
+		idx := l.Attrs().Index
+		if err := errors.Join(detachClsBPF(idx, netlink.HANDLE_MIN_INGRESS),
+			detachClsBPF(idx, netlink.HANDLE_MIN_EGRESS)); err != nil {
+			return fmt.Errorf("detach the programs of %s: %w", name, err)
+		}
+	}
+	return d.detachLegacyEndpointLinks(name)
+}
+
+// detachLegacyEndpointLinks detaches and unpins the TCX links agents before
+// the move to cls_bpf attached to the pod veth name.
+func (d *Datapath) detachLegacyEndpointLinks(name string) error {
 	if err := d.detach("ep-", name); err != nil {
 		return err
 	}

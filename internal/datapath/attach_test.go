@@ -37,19 +37,52 @@ func attachedTCXHook(ifindex int, hook ebpf.AttachType) ([]link.AttachedProgram,
 	return res.Programs, nil
 }
 
-// expectEgress checks that prog is the one program on ifindex's TCX egress.
-func expectEgress(ifindex int, prog *ebpf.Program) error {
-	progs, err := attachedTCXHook(ifindex, ebpf.AttachTCXEgress)
+// podFilterProgs lists the program ids of the cls_bpf filters on the clsact
+// hook parent of ifindex.
+func podFilterProgs(ifindex int, parent uint32) ([]int, error) {
+	l, err := netlink.LinkByIndex(ifindex)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	info, err := prog.Info()
+	filters, err := netlink.FilterList(l, parent)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	id, _ := info.ID()
-	if len(progs) != 1 || progs[0].ID != id {
-		return fmt.Errorf("ifindex %d egress runs %+v, want only program %d", ifindex, progs, id)
+	var ids []int
+	for _, f := range filters {
+		if bf, ok := f.(*netlink.BpfFilter); ok {
+			ids = append(ids, bf.Id)
+		}
+	}
+	return ids, nil
+}
+
+// expectPodFilters checks that a pod veth runs d's myelin_from_pod as its one
+// ingress filter and myelin_to_pod as its one egress filter, and no TCX
+// program.
+func expectPodFilters(ifindex int, d *Datapath) error {
+	for _, c := range []struct {
+		parent uint32
+		prog   *ebpf.Program
+		hook   ebpf.AttachType
+	}{
+		{netlink.HANDLE_MIN_INGRESS, d.objs.MyelinFromPod, ebpf.AttachTCXIngress},
+		{netlink.HANDLE_MIN_EGRESS, d.objs.MyelinToPod, ebpf.AttachTCXEgress},
+	} {
+		id, err := progID(c.prog)
+		if err != nil {
+			return err
+		}
+		got, err := podFilterProgs(ifindex, c.parent)
+		if err != nil {
+			return err
+		}
+		if len(got) != 1 || got[0] != int(id) {
+			return fmt.Errorf("ifindex %d hook %x runs filters %v, want only program %d", ifindex, c.parent, got, id)
+		}
+		if tcx, err := attachedTCXHook(ifindex, c.hook); err != nil || len(tcx) != 0 {
+			return fmt.Errorf("ifindex %d runs TCX programs %+v (%v), want none", ifindex, tcx, err)
+		}
 	}
 	return nil
 }
@@ -113,19 +146,14 @@ func attachScenario(dir string) error {
 	if err := d1.AttachEndpoint(veth, "myl0123abcd"); err != nil {
 		return err
 	}
-	for _, pin := range []string{"netdev-dpnet0", "ep-myl0123abcd", "ep-egress-myl0123abcd"} {
-		if _, err := os.Stat(filepath.Join(dir, "links", pin)); err != nil {
-			return fmt.Errorf("link pin: %w", err)
-		}
+	if _, err := os.Stat(filepath.Join(dir, "links", "netdev-dpnet0")); err != nil {
+		return fmt.Errorf("link pin: %w", err)
 	}
 	netdevLink, err := expectOnly(uplink, d1.objs.MyelinFromNetdev)
 	if err != nil {
 		return err
 	}
-	if _, err := expectOnly(veth, d1.objs.MyelinFromPod); err != nil {
-		return err
-	}
-	if err := expectEgress(veth, d1.objs.MyelinToPod); err != nil {
+	if err := expectPodFilters(veth, d1); err != nil {
 		return err
 	}
 	// The agent exits: the pinned links keep the programs attached.
@@ -161,17 +189,14 @@ func attachScenario(dir string) error {
 	if got != netdevLink {
 		return fmt.Errorf("netdev link id %d after restart, want %d (updated in place)", got, netdevLink)
 	}
-	if _, err := expectOnly(veth, d2.objs.MyelinFromPod); err != nil {
-		return fmt.Errorf("after restart: %w", err)
-	}
-	if err := expectEgress(veth, d2.objs.MyelinToPod); err != nil {
+	if err := expectPodFilters(veth, d2); err != nil {
 		return fmt.Errorf("after restart: %w", err)
 	}
 	return recreatedVeth(d2, veth)
 }
 
-// recreatedVeth replaces the pod veth (new ifindex, same name): the stale
-// pinned link is replaced; then DetachEndpoint removes it, twice harmlessly.
+// recreatedVeth replaces the pod veth (new ifindex, same name): the new one
+// gets the programs; then DetachEndpoint removes them, twice harmlessly.
 func recreatedVeth(d *Datapath, oldIndex int) error {
 	old, err := netlink.LinkByIndex(oldIndex)
 	if err != nil {
@@ -187,7 +212,7 @@ func recreatedVeth(d *Datapath, oldIndex int) error {
 	if err := d.AttachEndpoint(veth, "myl0123abcd"); err != nil {
 		return fmt.Errorf("attach to recreated veth: %w", err)
 	}
-	if _, err := expectOnly(veth, d.objs.MyelinFromPod); err != nil {
+	if err := expectPodFilters(veth, d); err != nil {
 		return fmt.Errorf("recreated veth: %w", err)
 	}
 	for i := 0; i < 2; i++ {
@@ -195,19 +220,41 @@ func recreatedVeth(d *Datapath, oldIndex int) error {
 			return fmt.Errorf("detach #%d: %w", i+1, err)
 		}
 	}
-	for _, hook := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
-		progs, err := attachedTCXHook(veth, hook)
-		if err != nil {
-			return err
-		}
-		if len(progs) != 0 {
-			return fmt.Errorf("programs still attached after DetachEndpoint: %+v", progs)
-		}
-	}
-	for _, pin := range []string{"ep-myl0123abcd", "ep-egress-myl0123abcd"} {
-		if _, err := os.Stat(filepath.Join(d.cfg.PinDir, "links", pin)); !os.IsNotExist(err) {
-			return fmt.Errorf("link pin %s still there after DetachEndpoint: %v", pin, err)
+	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+		if progs, err := podFilterProgs(veth, parent); err != nil || len(progs) != 0 {
+			return fmt.Errorf("filters still on the veth after DetachEndpoint: %v %v", progs, err)
 		}
 	}
 	return nil
+}
+
+// An endpoint an older agent attached with pinned TCX links moves to the filters:
+// AttachEndpoint adds them, then detaches and unpins the links, so the veth runs
+// each program once.
+func TestPrivilegedAttachEndpointReplacesTCXLinks(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTest(t, HostRoutingBPF)
+	inNetns(t, func(string) {
+		veth, err := addVeth("myl00000000bb")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.attach(d.objs.MyelinFromPod, ebpf.AttachTCXIngress, veth, "ep-", "myl00000000bb"); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.attach(d.objs.MyelinToPod, ebpf.AttachTCXEgress, veth, "ep-egress-", "myl00000000bb"); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.AttachEndpoint(veth, "myl00000000bb"); err != nil {
+			t.Fatal(err)
+		}
+		if err := expectPodFilters(veth, d); err != nil {
+			t.Error(err)
+		}
+		for _, pin := range []string{"ep-myl00000000bb", "ep-egress-myl00000000bb"} {
+			if _, err := os.Stat(filepath.Join(d.cfg.PinDir, "links", pin)); !os.IsNotExist(err) {
+				t.Errorf("the older agent's link pin %s is still there: %v", pin, err)
+			}
+		}
+	})
 }

@@ -178,7 +178,7 @@ func TestLabMyelinAgentDown(t *testing.T) {
 
 // checkBrokenEndpoint: CNI CHECK passes for a healthy endpoint and fails, naming the
 // pod, the problems and the fix, once its map entry is deleted and myelin_from_pod
-// detached (its pinned link removed).
+// detached (its tc filter removed).
 func checkBrokenEndpoint(t *testing.T, node string, ep api.Endpoint) {
 	t.Helper()
 	if out, err := cniCheck(node, ep); err != nil {
@@ -192,8 +192,8 @@ func checkBrokenEndpoint(t *testing.T, node string, ep api.Endpoint) {
 	if err := m.Delete(netip.MustParseAddr(ep.IP).As4()); err != nil {
 		t.Fatalf("break the endpoint: delete its map entry: %v", err)
 	}
-	if err := os.Remove(filepath.Join("/sys/fs/bpf/myelin", node, "links", "ep-"+ep.HostIfName)); err != nil {
-		t.Fatalf("break the endpoint: remove its ingress link: %v", err)
+	if out, err := inNode(node, "tc", "filter", "del", "dev", ep.HostIfName, "ingress"); err != nil {
+		t.Fatalf("break the endpoint: remove its ingress filter: %v %s", err, out)
 	}
 	out, err := cniCheck(node, ep)
 	t.Logf("CNI CHECK of the broken endpoint: %v %s", err, strings.TrimSpace(out))
