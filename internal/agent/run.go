@@ -62,6 +62,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer mets.close()
 	nodes := newNodeWatch(st.cs)
+	svcWatch := st.prestartServices(ctx) // lists download while BPF loads (services.go)
 	node, err := st.startDatapath(ctx, nodes)
 	if err != nil {
 		if errors.Is(err, errBPFLoad) {
@@ -89,7 +90,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := serveHubble(ctx, cfg, st.hubbleListen(), node.flows, log); err != nil { // hubble.go
 		return err
 	}
-	svc, err := st.startLoops(ctx, parts{nodes: nodes, node: node, srv: srv, deleted: deleted, mets: mets, gc: gc, flows: flows})
+	svc, err := st.startLoops(ctx, parts{nodes: nodes, svcWatch: svcWatch, node: node, srv: srv, deleted: deleted, mets: mets, gc: gc, flows: flows})
 	if err != nil {
 		return err
 	}
@@ -113,13 +114,14 @@ func (st *startup) hubbleListen() hubbleListen {
 
 // parts are what Run has started by the time the control loops start.
 type parts struct {
-	nodes   *nodeWatch
-	node    *nodeDatapath
-	srv     *server
-	deleted *deletedLoop
-	mets    *agentMetrics
-	gc      *collector
-	flows   *flowLoop
+	nodes    *nodeWatch
+	svcWatch *service.Watcher // prestarted before the datapath loads
+	node     *nodeDatapath
+	srv      *server
+	deleted  *deletedLoop
+	mets     *agentMetrics
+	gc       *collector
+	flows    *flowLoop
 }
 
 // startLoops creates the Service and NetworkPolicy loops and node health probing,
@@ -132,7 +134,7 @@ func (st *startup) startLoops(ctx context.Context, p parts) (*serviceLoop, error
 		svcDP = closer
 		supervise(ctx, closer)
 	}
-	svc, err := newServiceLoop(st.plan, svcDP, st.cs, st.loops, st.log)
+	svc, err := newServiceLoop(st.plan, svcDP, p.svcWatch, st.loops, st.log)
 	if err != nil {
 		return nil, err
 	}

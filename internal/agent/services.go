@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"runtime/debug"
 
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/healthcheck"
 	"github.com/myelin-net/myelin/internal/service"
@@ -26,20 +24,33 @@ type serviceLoop struct {
 	healthChecks *healthcheck.Server
 }
 
-// newServiceLoop adopts the Service maps and wires the watcher to the health checks;
-// with kube-proxy-replacement false it returns nil: the datapath was loaded without
-// load balancing.
-func newServiceLoop(p nodePlan, dp service.Datapath, cs kubernetes.Interface, l *loops, log *slog.Logger) (*serviceLoop, error) {
-	if !p.KubeProxyReplacement {
+// prestartServices makes the Service watcher and starts its informers, so that the
+// initial Service and EndpointSlice lists download while the datapath loads (0.5 s of
+// verifier on a 2-vCPU node) instead of after it; nil with kube-proxy-replacement
+// false. newServiceLoop gives it its Manager.
+func (st *startup) prestartServices(ctx context.Context) *service.Watcher {
+	if !st.plan.KubeProxyReplacement {
+		return nil
+	}
+	w := service.NewWatcher(st.cs, nil, service.Options{NodeName: st.plan.Node, NodeIP: st.plan.NodeIP},
+		func(err error) { st.loops.report("services", err) }, st.log)
+	w.Prestart(ctx)
+	return w
+}
+
+// newServiceLoop adopts the Service maps and wires the prestarted watcher w to them
+// and to the health checks; with kube-proxy-replacement false it returns nil: the
+// datapath was loaded without load balancing.
+func newServiceLoop(p nodePlan, dp service.Datapath, w *service.Watcher, l *loops, log *slog.Logger) (*serviceLoop, error) {
+	if !p.KubeProxyReplacement || w == nil {
 		return nil, nil
 	}
 	m, err := service.NewManager(dp, p.MaglevTableSize)
 	if err != nil {
 		return nil, fmt.Errorf("adopt the service maps: %w", err)
 	}
-	s := &serviceLoop{node: p.Node, algorithm: p.LBAlgorithm, manager: m}
-	s.watcher = service.NewWatcher(cs, m, service.Options{NodeName: p.Node, NodeIP: p.NodeIP},
-		func(err error) { l.report("services", err) }, log)
+	s := &serviceLoop{node: p.Node, algorithm: p.LBAlgorithm, manager: m, watcher: w}
+	w.SetManager(m)
 	// Health check answers are 503 until the watcher's first full pass, as
 	// kube-proxy's are until it has synced.
 	s.healthChecks = healthcheck.New(s.isSynced, func(err error) { l.report("health-check-ports", err) },

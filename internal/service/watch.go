@@ -39,6 +39,10 @@ type Watcher struct {
 	latency   func(time.Duration)
 	pendingMu sync.Mutex
 	pending   map[string]time.Time
+	// queue and caches are set by Prestart (or Run, without it).
+	queue  workqueue.TypedRateLimitingInterface[string]
+	caches serviceCaches
+	cached []cache.InformerSynced
 }
 
 // NewWatcher returns a Watcher that applies to m what the Services and
@@ -71,16 +75,22 @@ func (w *Watcher) syncHealth(key string, svc *corev1.Service, slices []*discover
 // datapath after an informer event, the time since the first event that queued it
 // (retries included; resyncs, which no event caused, are not measured). Call before Run.
 func (w *Watcher) OnSyncLatency(f func(time.Duration)) {
+	w.pendingMu.Lock()
+	defer w.pendingMu.Unlock()
 	w.latency, w.pending = f, map[string]time.Time{}
 }
 
+// SetManager makes the watcher apply to m, for a watcher made (and prestarted)
+// before its Manager existed. Call before Run.
+func (w *Watcher) SetManager(m *Manager) { w.m = m }
+
 // eventSeen notes the time of key's first event since it was last written.
 func (w *Watcher) eventSeen(key string) {
+	w.pendingMu.Lock()
+	defer w.pendingMu.Unlock()
 	if w.latency == nil {
 		return
 	}
-	w.pendingMu.Lock()
-	defer w.pendingMu.Unlock()
 	if _, ok := w.pending[key]; !ok {
 		w.pending[key] = time.Now()
 	}
@@ -88,15 +98,13 @@ func (w *Watcher) eventSeen(key string) {
 
 // written reports key's event-to-datapath latency once its sync succeeded.
 func (w *Watcher) written(key string) {
-	if w.latency == nil {
-		return
-	}
 	w.pendingMu.Lock()
 	t, ok := w.pending[key]
 	delete(w.pending, key)
+	f := w.latency
 	w.pendingMu.Unlock()
-	if ok {
-		w.latency(time.Since(t))
+	if ok && f != nil {
+		f(time.Since(t))
 	}
 }
 
@@ -110,10 +118,12 @@ func (w *Watcher) Synced() <-chan struct{} { return w.synced }
 // once. Failed syncs are retried with backoff, and every Service is synced again
 // every resyncInterval (resync).
 func (w *Watcher) Run(ctx context.Context) {
-	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
+	if w.queue == nil {
+		w.Prestart(ctx)
+	}
+	queue, c := w.queue, w.caches
 	defer queue.ShutDown()
-	c, ok := w.startCaches(ctx, queue)
-	if !ok {
+	if !cache.WaitForCacheSync(ctx.Done(), w.cached...) {
 		return
 	}
 	w.firstPass(c)
@@ -130,9 +140,18 @@ type serviceCaches struct {
 	slices   cache.Indexer // indexed by byServiceIndex
 }
 
+// Prestart starts the Service and EndpointSlice informers without waiting for them,
+// so that their initial lists download while the caller does other work (the agent
+// loads and verifies its BPF programs meanwhile); events queue as they do in Run,
+// which then waits for the caches. Call once, before Run; Run calls it if nobody did.
+func (w *Watcher) Prestart(ctx context.Context) {
+	w.queue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
+	w.caches, w.cached = w.startCaches(ctx, w.queue)
+}
+
 // startCaches starts the Service and EndpointSlice informers, each event queueing
-// its Service's key, and waits for their caches; false if ctx ended first.
-func (w *Watcher) startCaches(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string]) (serviceCaches, bool) {
+// its Service's key, and returns their caches and what tells they have synced.
+func (w *Watcher) startCaches(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string]) (serviceCaches, []cache.InformerSynced) {
 	factory := informers.NewSharedInformerFactoryWithOptions(w.cs, 0, informers.WithTransform(slimForCache))
 	svcInf := factory.Core().V1().Services()
 	sliceInf := factory.Discovery().V1().EndpointSlices()
@@ -147,8 +166,8 @@ func (w *Watcher) startCaches(ctx context.Context, queue workqueue.TypedRateLimi
 	_, _ = svcInf.Informer().AddEventHandler(handler)
 	_, _ = sliceInf.Informer().AddEventHandler(handler)
 	factory.Start(ctx.Done())
-	ok := cache.WaitForCacheSync(ctx.Done(), svcInf.Informer().HasSynced, sliceInf.Informer().HasSynced)
-	return serviceCaches{services: svcInf.Lister(), slices: sliceInf.Informer().GetIndexer()}, ok
+	return serviceCaches{services: svcInf.Lister(), slices: sliceInf.Informer().GetIndexer()},
+		[]cache.InformerSynced{svcInf.Informer().HasSynced, sliceInf.Informer().HasSynced}
 }
 
 // sync applies the Service key as the caches have it: deleted, or its desired
