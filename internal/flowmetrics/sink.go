@@ -3,6 +3,7 @@ package flowmetrics
 import (
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -26,7 +27,21 @@ type Sink struct {
 	replies  *prometheus.CounterVec // rcode, qtypes, ips_returned
 	portSet  *portSet
 	counters counterCache
+	// flagCounters are tcpFlags' four series (tcpFlagNames), each kept once it is
+	// first counted (a series appears with its first flow): a TCP connection makes
+	// several flows, each counted here, and this spares them the cache's lookup.
+	flagCounters [len(tcpFlagNames)]atomic.Pointer[prometheus.Counter]
 }
+
+// tcpFlagNames are Hubble's flag labels, indexed by the tcpFlag* constants.
+var tcpFlagNames = [...]string{"SYN", "SYN-ACK", "FIN", "RST"}
+
+const (
+	tcpFlagSYN = iota
+	tcpFlagSYNACK
+	tcpFlagFIN
+	tcpFlagRST
+)
 
 var _ flow.Sink = (*Sink)(nil)
 
@@ -105,17 +120,28 @@ func (s *Sink) countTCPFlags(fl *flow.TCPFlags) {
 	// Hubble's flags: SYN and SYN-ACK apart, then FIN and RST.
 	if fl.SYN {
 		if fl.ACK {
-			s.counters.inc(s.tcpFlags, "SYN-ACK", "IPv4")
+			s.flag(tcpFlagSYNACK).Inc()
 		} else {
-			s.counters.inc(s.tcpFlags, "SYN", "IPv4")
+			s.flag(tcpFlagSYN).Inc()
 		}
 	}
 	if fl.FIN {
-		s.counters.inc(s.tcpFlags, "FIN", "IPv4")
+		s.flag(tcpFlagFIN).Inc()
 	}
 	if fl.RST {
-		s.counters.inc(s.tcpFlags, "RST", "IPv4")
+		s.flag(tcpFlagRST).Inc()
 	}
+}
+
+// flag returns tcpFlags' series of tcpFlagNames[i]. Two goroutines racing store the
+// same series: the vector returns one counter per label set.
+func (s *Sink) flag(i int) prometheus.Counter {
+	if c := s.flagCounters[i].Load(); c != nil {
+		return *c
+	}
+	c := s.tcpFlags.WithLabelValues(tcpFlagNames[i], "IPv4")
+	s.flagCounters[i].Store(&c)
+	return c
 }
 
 func (s *Sink) countDNS(d *flow.DNS) {
