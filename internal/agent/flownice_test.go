@@ -8,17 +8,21 @@ import (
 )
 
 // TestLowerFlowReaderPriority checks that the reader's thread gets flowReaderNice and
-// the thread that asked for nothing keeps its priority.
+// flowReaderSlice, and the thread that asked for nothing keeps its scheduling.
 func TestLowerFlowReaderPriority(t *testing.T) {
 	runtime.LockOSThread() // the reader's goroutine can't run on this thread then
 	defer runtime.UnlockOSThread()
-	before, err := unix.Getpriority(unix.PRIO_PROCESS, unix.Gettid())
+	before, err := unix.SchedGetAttr(0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if before.Policy != unix.SCHED_NORMAL {
+		t.Fatalf("the test runs with scheduling policy %d; run it with the normal policy", before.Policy)
+	}
 	type result struct {
-		tid, prio int
-		err       error
+		tid  int
+		attr *unix.SchedAttr
+		err  error
 	}
 	done := make(chan result)
 	go func() {
@@ -26,26 +30,27 @@ func TestLowerFlowReaderPriority(t *testing.T) {
 			done <- result{err: err}
 			return
 		}
-		tid := unix.Gettid()
-		prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid) // the kernel's 20 - nice
-		done <- result{tid: tid, prio: prio, err: err}
+		a, err := unix.SchedGetAttr(0, 0)
+		done <- result{tid: unix.Gettid(), attr: a, err: err}
 	}()
 	r := <-done
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	want := max(flowReaderNice, 20-before)
-	if got := 20 - r.prio; got != want {
-		t.Errorf("reader thread nice %d, want %d (the test's was %d)", got, want, 20-before)
+	if want := max(before.Nice, flowReaderNice); r.attr.Nice != want {
+		t.Errorf("reader thread nice %d, want %d (the test's is %d)", r.attr.Nice, want, before.Nice)
+	}
+	if r.attr.Runtime != uint64(flowReaderSlice) {
+		t.Errorf("reader thread slice %d ns, want %d (a kernel before 6.12 has no custom slices)", r.attr.Runtime, flowReaderSlice)
 	}
 	if r.tid == unix.Gettid() {
 		t.Errorf("reader ran on the test's thread %d", r.tid)
 	}
-	after, err := unix.Getpriority(unix.PRIO_PROCESS, unix.Gettid())
+	after, err := unix.SchedGetAttr(0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after != before {
-		t.Errorf("test thread priority changed from %d to %d", before, after)
+	if after.Nice != before.Nice || after.Runtime != before.Runtime {
+		t.Errorf("test thread changed from nice %d slice %d to nice %d slice %d", before.Nice, before.Runtime, after.Nice, after.Runtime)
 	}
 }
