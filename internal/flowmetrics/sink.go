@@ -106,14 +106,24 @@ func (s *Sink) Observe(f *flow.Flow) {
 		s.icmp.WithLabelValues("IPv4", icmpTypeName(f.ICMPType, f.ICMPCode)).Inc()
 	}
 	if s.ports != nil && f.Verdict == flow.Forwarded && !f.IsReply && f.DstPort != 0 && f.Type != flow.TypeDNS {
-		proto := protocol(f.Protocol)
-		s.counters.get(counterKey{vec: s.ports, a: proto, port: f.DstPort}, func() prometheus.Counter {
-			return s.ports.WithLabelValues(proto, s.portSet.label(proto, f.DstPort)) // decided once per port
-		}).Inc()
+		s.countPort(protocol(f.Protocol), f.DstPort)
 	}
 	if s.queries != nil && f.Type == flow.TypeDNS && f.DNS != nil {
 		s.countDNS(f.DNS)
 	}
+}
+
+// countPort counts a flow to port. Ports labelled "other" share one cached series:
+// cached per port, a server's FIN to each client's ephemeral port filled the counter
+// cache, and every later label set paid the vector's label hashing.
+func (s *Sink) countPort(proto string, port uint16) {
+	if s.portSet.other(proto, port) {
+		s.counters.inc(s.ports, proto, "other")
+		return
+	}
+	s.counters.get(counterKey{vec: s.ports, a: proto, port: port}, func() prometheus.Counter {
+		return s.ports.WithLabelValues(proto, s.portSet.label(proto, port)) // decided once per port
+	}).Inc()
 }
 
 func (s *Sink) countTCPFlags(fl *flow.TCPFlags) {
