@@ -97,6 +97,9 @@ func (l *flowLoop) Run(ctx context.Context) {
 	}
 	l.loops.report("flows", nil)
 	go l.reportKernelLost(ctx)
+	if err := lowerFlowReaderPriority(); err != nil { // this goroutine feeds the store
+		l.log.Warn("flow reader runs at normal priority", "err", err)
+	}
 	l.store.Feed(ctx, r, l.origin, l, l.log)
 	if err := l.dp.SetFlows(false); err != nil {
 		l.log.Error("switch flows off", "err", err)

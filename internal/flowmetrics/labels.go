@@ -107,14 +107,32 @@ const DefaultPortsMax = 128
 type portSet struct {
 	mu   sync.Mutex
 	max  int
-	seen map[string]bool
+	seen map[portKey]bool
+}
+
+// portKey is one protocol's port.
+type portKey struct {
+	proto string
+	port  uint16
 }
 
 func newPortSet(max int) *portSet {
 	if max <= 0 {
 		max = DefaultPortsMax
 	}
-	return &portSet{max: max, seen: map[string]bool{}}
+	return &portSet{max: max, seen: map[portKey]bool{}}
+}
+
+// other reports whether port's label is "other" (not well-known, not tracked, and no
+// room to track it), without formatting anything: the flows of a client's ephemeral
+// ports (a server's FIN goes to one) are mostly such, one per connection.
+func (p *portSet) other(proto string, port uint16) bool {
+	if port < 1024 {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.seen[portKey{proto, port}] && len(p.seen) >= p.max
 }
 
 func (p *portSet) label(proto string, port uint16) string {
@@ -122,7 +140,7 @@ func (p *portSet) label(proto string, port uint16) string {
 	if port < 1024 {
 		return v
 	}
-	key := proto + "/" + v
+	key := portKey{proto, port}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.seen[key] {

@@ -3,6 +3,7 @@ package flowmetrics
 import (
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -26,7 +27,21 @@ type Sink struct {
 	replies  *prometheus.CounterVec // rcode, qtypes, ips_returned
 	portSet  *portSet
 	counters counterCache
+	// flagCounters are tcpFlags' four series (tcpFlagNames), each kept once it is
+	// first counted (a series appears with its first flow): a TCP connection makes
+	// several flows, each counted here, and this spares them the cache's lookup.
+	flagCounters [len(tcpFlagNames)]atomic.Pointer[prometheus.Counter]
 }
+
+// tcpFlagNames are Hubble's flag labels, indexed by the tcpFlag* constants.
+var tcpFlagNames = [...]string{"SYN", "SYN-ACK", "FIN", "RST"}
+
+const (
+	tcpFlagSYN = iota
+	tcpFlagSYNACK
+	tcpFlagFIN
+	tcpFlagRST
+)
 
 var _ flow.Sink = (*Sink)(nil)
 
@@ -91,31 +106,52 @@ func (s *Sink) Observe(f *flow.Flow) {
 		s.icmp.WithLabelValues("IPv4", icmpTypeName(f.ICMPType, f.ICMPCode)).Inc()
 	}
 	if s.ports != nil && f.Verdict == flow.Forwarded && !f.IsReply && f.DstPort != 0 && f.Type != flow.TypeDNS {
-		proto := protocol(f.Protocol)
-		s.counters.get(counterKey{vec: s.ports, a: proto, port: f.DstPort}, func() prometheus.Counter {
-			return s.ports.WithLabelValues(proto, s.portSet.label(proto, f.DstPort)) // decided once per port
-		}).Inc()
+		s.countPort(protocol(f.Protocol), f.DstPort)
 	}
 	if s.queries != nil && f.Type == flow.TypeDNS && f.DNS != nil {
 		s.countDNS(f.DNS)
 	}
 }
 
+// countPort counts a flow to port. Ports labelled "other" share one cached series:
+// cached per port, a server's FIN to each client's ephemeral port filled the counter
+// cache, and every later label set paid the vector's label hashing.
+func (s *Sink) countPort(proto string, port uint16) {
+	if s.portSet.other(proto, port) {
+		s.counters.inc(s.ports, proto, "other")
+		return
+	}
+	s.counters.get(counterKey{vec: s.ports, a: proto, port: port}, func() prometheus.Counter {
+		return s.ports.WithLabelValues(proto, s.portSet.label(proto, port)) // decided once per port
+	}).Inc()
+}
+
 func (s *Sink) countTCPFlags(fl *flow.TCPFlags) {
 	// Hubble's flags: SYN and SYN-ACK apart, then FIN and RST.
 	if fl.SYN {
 		if fl.ACK {
-			s.counters.inc(s.tcpFlags, "SYN-ACK", "IPv4")
+			s.flag(tcpFlagSYNACK).Inc()
 		} else {
-			s.counters.inc(s.tcpFlags, "SYN", "IPv4")
+			s.flag(tcpFlagSYN).Inc()
 		}
 	}
 	if fl.FIN {
-		s.counters.inc(s.tcpFlags, "FIN", "IPv4")
+		s.flag(tcpFlagFIN).Inc()
 	}
 	if fl.RST {
-		s.counters.inc(s.tcpFlags, "RST", "IPv4")
+		s.flag(tcpFlagRST).Inc()
 	}
+}
+
+// flag returns tcpFlags' series of tcpFlagNames[i]. Two goroutines racing store the
+// same series: the vector returns one counter per label set.
+func (s *Sink) flag(i int) prometheus.Counter {
+	if c := s.flagCounters[i].Load(); c != nil {
+		return *c
+	}
+	c := s.tcpFlags.WithLabelValues(tcpFlagNames[i], "IPv4")
+	s.flagCounters[i].Store(&c)
+	return c
 }
 
 func (s *Sink) countDNS(d *flow.DNS) {

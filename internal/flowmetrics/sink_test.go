@@ -144,3 +144,31 @@ func TestParseFamilies(t *testing.T) {
 		}
 	}
 }
+
+// Flows to ever new ephemeral ports (a server's FIN to each client port) share the
+// "other" series without a counter cache entry each, so the cache keeps room for the
+// other families' label sets.
+func TestSinkOtherPortsShareOneCacheEntry(t *testing.T) {
+	s := New([]string{FamilyPortDistribution, FamilyFlow}, Options{PortsMax: 3})
+	for port := 20000; port < 30000; port++ {
+		s.Observe(&flow.Flow{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "TCP", DstPort: uint16(port)})
+	}
+	if n := len(s.counters.m); n > 3+2 {
+		t.Errorf("counter cache holds %d label sets after 10,000 ports, want the 3 tracked ports, \"other\" and the flows series", n)
+	}
+	if got := testutil.ToFloat64(s.ports.WithLabelValues("TCP", "other")); got != 10000-3 {
+		t.Errorf("other = %v, want %d", got, 10000-3)
+	}
+}
+
+func BenchmarkSinkEphemeralPorts(b *testing.B) {
+	s := New([]string{FamilyPortDistribution}, Options{})
+	f := &flow.Flow{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "TCP"}
+	b.ReportAllocs()
+	port := 0
+	for b.Loop() {
+		f.DstPort = uint16(1024 + port%60000)
+		port++
+		s.Observe(f)
+	}
+}

@@ -38,7 +38,15 @@ func Convert(rec datapath.FlowRecord, o Origin, res Resolver) *flow.Flow {
 
 // convert is Convert with the address strings of names (nil: formatted each time).
 func convert(rec datapath.FlowRecord, o Origin, res Resolver, names *addrNames) *flow.Flow {
-	f := &flow.Flow{
+	f := new(flow.Flow)
+	convertInto(f, rec, o, res, names)
+	return f
+}
+
+// convertInto is convert into f (overwritten whole): Feed reuses one Flow for every
+// record, and the store keeps a copy.
+func convertInto(f *flow.Flow, rec datapath.FlowRecord, o Origin, res Resolver, names *addrNames) {
+	*f = flow.Flow{
 		Time: rec.Time, Node: o.Node, HostRouting: o.HostRouting,
 		Type: flow.TypeL3L4, Verdict: flow.Forwarded, Direction: direction(rec.Direction),
 		Protocol: flow.ProtocolName(rec.Proto), SrcPort: rec.SrcPort, DstPort: rec.DstPort,
@@ -65,7 +73,6 @@ func convert(rec datapath.FlowRecord, o Origin, res Resolver, names *addrNames) 
 			f.IsReply = d.Response
 		}
 	}
-	return f
 }
 
 func endpoint(ip netip.Addr, res Resolver, names *addrNames) flow.Endpoint {

@@ -14,9 +14,12 @@ import (
 
 type fakeResolver struct{}
 
+// clientLabels are shared, as the agent's resolver shares a pod's labels.
+var clientLabels = map[string]string{"app": "client"}
+
 func (fakeResolver) Endpoint(ip netip.Addr) flow.Endpoint {
 	if ip == netip.MustParseAddr("10.244.1.5") {
-		return flow.Endpoint{Namespace: "x", Pod: "client", Labels: map[string]string{"app": "client"}, Node: "n1"}
+		return flow.Endpoint{Namespace: "x", Pod: "client", Labels: clientLabels, Node: "n1"}
 	}
 	return flow.Endpoint{}
 }

@@ -24,12 +24,9 @@ type follower struct {
 	lostNode string
 }
 
-// offer queues f if the follower wants it and has room; called by Add in flow order,
-// outside the store's lock.
+// offer queues f, which the follower's request matches, if it has room; called by
+// Add in flow order, outside the store's lock.
 func (fo *follower) offer(f *flow.Flow) {
-	if !fo.req.Match(f) {
-		return
-	}
 	select {
 	case fo.ch <- f:
 	default:

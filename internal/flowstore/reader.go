@@ -29,6 +29,7 @@ func (s *Store) Feed(ctx context.Context, r RecordReader, o Origin, res Resolver
 		r.Close()
 	}()
 	var names addrNames
+	var f flow.Flow // reused: Add keeps a copy
 	for {
 		rec, err := r.Read()
 		if errors.Is(err, datapath.ErrFlowRecord) {
@@ -41,10 +42,10 @@ func (s *Store) Feed(ctx context.Context, r RecordReader, o Origin, res Resolver
 			}
 			return
 		}
-		f := convert(rec, o, res, &names)
-		s.Add(f)
+		convertInto(&f, rec, o, res, &names)
+		s.Add(&f)
 		if pv, ok := res.(PolicyVerdicter); ok {
-			if v := pv.PolicyVerdict(f); v != nil {
+			if v := pv.PolicyVerdict(&f); v != nil {
 				s.Add(v)
 			}
 		}

@@ -34,7 +34,8 @@ type Store struct {
 	fanMu     sync.Mutex
 	fanout    []*follower // Add's copy of followers (under fanMu)
 	mu        sync.Mutex
-	ring      []*flow.Flow // capacity slots; next is the oldest once full
+	ring      []flow.Flow // values, grown up to capacity; next is the oldest once full
+	capacity  int
 	next      int
 	full      bool
 	followers map[*follower]struct{}
@@ -47,7 +48,7 @@ func New(capacity int) *Store {
 	if capacity < 1 {
 		capacity = DefaultCapacity
 	}
-	return &Store{ring: make([]*flow.Flow, capacity), followers: map[*follower]struct{}{}}
+	return &Store{capacity: capacity, followers: map[*follower]struct{}{}}
 }
 
 // AddSink registers s to see every flow added from now on, in order. s.Observe runs
@@ -58,16 +59,23 @@ func (s *Store) AddSink(sink flow.Sink) {
 	s.sinks = append(s.sinks, sink)
 }
 
-// Add stores f (the store owns it from now on: nobody may change it), hands it to
-// the sinks and to every follower that keeps up. Followers' filters run outside the
-// store's lock, so readers and Stats never wait for them.
+// Add stores a copy of f, hands f to the sinks and to every follower that keeps up
+// (followers get one shared heap copy, made only when one wants f). The caller keeps
+// f and may reuse it once Add returns: the agent converts every datapath record into
+// one reused Flow, so a record costs no allocation unless a follower takes it
+// (docs/bench/2026-11-23/flows-3). Followers' filters run outside the store's lock, so
+// readers and Stats never wait for them.
 func (s *Store) Add(f *flow.Flow) {
 	s.fanMu.Lock()
 	defer s.fanMu.Unlock()
 	s.mu.Lock()
-	s.ring[s.next] = f
+	if len(s.ring) < s.capacity { // not full yet: next is len(s.ring)
+		s.ring = append(s.ring, *f)
+	} else {
+		s.ring[s.next] = *f
+	}
 	s.next++
-	if s.next == len(s.ring) {
+	if s.next == s.capacity {
 		s.next, s.full = 0, true
 	}
 	s.added++
@@ -79,8 +87,16 @@ func (s *Store) Add(f *flow.Flow) {
 		s.fanout = append(s.fanout, fo)
 	}
 	s.mu.Unlock()
+	var shared *flow.Flow
 	for _, fo := range s.fanout {
-		fo.offer(f)
+		if !fo.req.Match(f) {
+			continue
+		}
+		if shared == nil {
+			c := *f
+			shared = &c
+		}
+		fo.offer(shared)
 	}
 }
 
@@ -96,21 +112,17 @@ type Stats struct {
 func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{Capacity: len(s.ring), Stored: s.next, Added: s.added, Followers: len(s.followers)}
-	if s.full {
-		st.Stored = len(s.ring)
-	}
+	st := Stats{Capacity: s.capacity, Stored: len(s.ring), Added: s.added, Followers: len(s.followers)}
 	return st
 }
 
-// snapshot returns the stored flows, oldest first.
-func (s *Store) snapshot() []*flow.Flow {
-	if !s.full {
-		return append([]*flow.Flow(nil), s.ring[:s.next]...)
+// stored returns the i-th newest stored flow (0: the newest), i < len(s.ring).
+func (s *Store) stored(i int) *flow.Flow {
+	j := s.next - 1 - i
+	if j < 0 {
+		j += len(s.ring)
 	}
-	out := make([]*flow.Flow, 0, len(s.ring))
-	out = append(out, s.ring[s.next:]...)
-	return append(out, s.ring[:s.next]...)
+	return &s.ring[j]
 }
 
 // Flows implements flow.Source: the newest req.Last stored flows that match req
@@ -119,7 +131,7 @@ func (s *Store) snapshot() []*flow.Flow {
 // ctx's error when ctx ended first (nil for a follow stream, which ends only so).
 func (s *Store) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Flow) error {
 	s.mu.Lock()
-	stored := s.snapshot()
+	stored := s.lastMatching(req)
 	var fo *follower
 	if req.Follow { // registered under the same lock: no flow falls between the two parts
 		if len(s.followers) >= MaxFollowers {
@@ -134,7 +146,7 @@ func (s *Store) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Fl
 	if fo != nil {
 		defer s.unfollow(fo)
 	}
-	for _, f := range lastMatching(stored, req) {
+	for _, f := range stored {
 		select {
 		case out <- f:
 		case <-ctx.Done():
@@ -160,20 +172,25 @@ func (s *Store) unfollow(fo *follower) {
 	delete(s.followers, fo)
 }
 
-// lastMatching returns the stored flows req asks for, oldest first.
-func lastMatching(stored []*flow.Flow, req flow.Request) []*flow.Flow {
+// lastMatching returns copies of the stored flows req asks for, oldest first (under
+// s.mu: only the matches are copied out of the ring).
+func (s *Store) lastMatching(req flow.Request) []*flow.Flow {
 	limit := req.Last
 	if limit == 0 && req.Follow {
 		return nil
 	}
-	var rev []*flow.Flow
-	for i := len(stored) - 1; i >= 0 && (limit == 0 || len(rev) < limit); i-- {
-		if stored[i].Type != flow.TypeLost && req.Match(stored[i]) {
-			rev = append(rev, stored[i])
+	var idx []int
+	for i := 0; i < len(s.ring) && (limit == 0 || len(idx) < limit); i++ {
+		if f := s.stored(i); f.Type != flow.TypeLost && req.Match(f) {
+			idx = append(idx, i)
 		}
 	}
-	for i, j := 0, len(rev)-1; i < j; i, j = i+1, j-1 {
-		rev[i], rev[j] = rev[j], rev[i]
+	copies := make([]flow.Flow, len(idx))
+	out := make([]*flow.Flow, len(idx))
+	for k, i := range idx {
+		n := len(idx) - 1 - k // oldest first
+		copies[n] = *s.stored(i)
+		out[n] = &copies[n]
 	}
-	return rev
+	return out
 }

@@ -220,3 +220,26 @@ func TestStoreConcurrentAddKeepsFollowOrder(t *testing.T) {
 		t.Errorf("follower's last 100 flows %v differ from the store's %v", ports(got[700:]), ports(stored))
 	}
 }
+
+// Add keeps a copy: the agent's Feed converts every record into one reused Flow, so
+// neither stored flows nor followers' may change when the caller reuses it.
+func TestStoreAddCopiesTheFlow(t *testing.T) {
+	s := New(4)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := make(chan *flow.Flow, 4)
+	go func() { _ = s.Flows(ctx, flow.Request{Follow: true}, out) }()
+	waitFollowers(t, s, 1)
+	f := mkFlow(1, "TCP")
+	s.Add(f)
+	*f = *mkFlow(2, "UDP") // reused for the next record
+	s.Add(f)
+	f.SrcPort = 99
+	if got := ports(collect(t, s, flow.Request{})); !slices.Equal(got, []uint16{1, 2}) {
+		t.Errorf("stored = %v, want [1 2]", got)
+	}
+	first, second := <-out, <-out
+	if first.SrcPort != 1 || first.Protocol != "TCP" || second.SrcPort != 2 || second.Protocol != "UDP" {
+		t.Errorf("followed %d/%s then %d/%s, want 1/TCP then 2/UDP", first.SrcPort, first.Protocol, second.SrcPort, second.Protocol)
+	}
+}
