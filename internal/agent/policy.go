@@ -75,7 +75,7 @@ func (p *policyLoop) poke() {
 
 // Run watches and applies until ctx ends (loop "policy").
 func (p *policyLoop) Run(ctx context.Context) {
-	f := informers.NewSharedInformerFactory(p.cs, 0)
+	f := informers.NewSharedInformerFactoryWithOptions(p.cs, 0, informers.WithTransform(slimPod))
 	pods, nss, nps := f.Core().V1().Pods(), f.Core().V1().Namespaces(), f.Networking().V1().NetworkPolicies()
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { p.poke() },
