@@ -47,6 +47,7 @@ type KwokScaleResult struct {
 	Sync       SyncFigures
 	ChurnRun   ChurnFigures
 	IdleWrites float64 `json:"idleWrites"` // agent writes over a quiet minute after the churn
+	IdleCPU    float64 `json:"idleCpuPct"` // agent CPU over that minute, % of one vCPU
 }
 
 // SyncFigures are an agent's restart with the simulated cluster present.
@@ -158,10 +159,10 @@ func runKwokInLab(ctx context.Context, w io.Writer, cl *Cluster, o KwokScaleOpti
 		fmt.Fprintf(w, "scale: churn %d events: %.2f CPU s (%.2f per 1,000), peak RSS %.0f MiB, %.0f writes, converged %v %s\n",
 			c.Events, c.CPUSeconds, c.CPUPer1000, c.PeakRSSMiB, c.Writes, c.Converged, c.Mismatch)
 	}
-	if res.IdleWrites, err = r.idleWrites(ctx, time.Minute); err != nil {
+	if res.IdleWrites, res.IdleCPU, err = r.idle(ctx, time.Minute); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "scale: %.0f agent writes over an idle minute\n", res.IdleWrites)
+	fmt.Fprintf(w, "scale: idle minute: %.0f agent writes, agent CPU %.2f%% of a vCPU\n", res.IdleWrites, res.IdleCPU)
 	return proc.Exited(context.Background())
 }
 

@@ -141,19 +141,32 @@ func (r *kwokRun) measureChurn(ctx context.Context, n int) (ChurnFigures, error)
 	return f, err
 }
 
-// idleWrites counts the agent's writes over d with nothing changing.
-func (r *kwokRun) idleWrites(ctx context.Context, d time.Duration) (float64, error) {
+// idle counts the agent's writes and its CPU share (% of a vCPU) over d with nothing
+// changing but what kwok's Nodes report.
+func (r *kwokRun) idle(ctx context.Context, d time.Duration) (writes, cpuPct float64, err error) {
+	pid, err := agentPID(r.node)
+	if err != nil {
+		return 0, 0, err
+	}
 	before, err := agentRequests(ctx, r.cs)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
+	}
+	u0, err := readUsage(pid)
+	if err != nil {
+		return 0, 0, err
 	}
 	select {
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, 0, ctx.Err()
 	case <-time.After(d):
 	}
+	u1, err := readUsage(pid)
+	if err != nil {
+		return 0, 0, err
+	}
 	after, err := agentRequests(ctx, r.cs)
-	return after.writes - before.writes, err
+	return after.writes - before.writes, 100 * (u1.cpu - u0.cpu) / d.Seconds(), err
 }
 
 // waitAgentQuiet waits until the agent used less than 2% of a vCPU in each of three
