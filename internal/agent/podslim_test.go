@@ -1,7 +1,10 @@
 package agent
 
 import (
+	"encoding/json"
+	"os"
 	"reflect"
+	"runtime"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -49,5 +52,42 @@ func TestSlimPodKeepsWhatPolicyReads(t *testing.T) {
 	}
 	if tomb, _ := slimPod("not a pod"); tomb != "not a pod" {
 		t.Errorf("a non-pod object changed: %v", tomb)
+	}
+}
+
+// A pod as kwok runs it (testdata/kwok-pod.json: what the apiserver returned in
+// `myelin scale`, managed fields and status included) takes less than half of its
+// heap once slimmed (the Pod struct itself is most of what is left): what the policy loop's cache holds per pod of the cluster.
+func TestSlimPodMemory(t *testing.T) {
+	b, err := os.ReadFile("testdata/kwok-pod.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 2000
+	heapOf := func(slim bool) uint64 {
+		keep := make([]any, 0, n)
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for i := 0; i < n; i++ {
+			var p corev1.Pod
+			if err := json.Unmarshal(b, &p); err != nil {
+				t.Fatal(err)
+			}
+			var obj any = &p
+			if slim {
+				obj, _ = slimPod(obj)
+			}
+			keep = append(keep, obj)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(keep)
+		return (after.HeapAlloc - before.HeapAlloc) / n
+	}
+	full, slim := heapOf(false), heapOf(true)
+	t.Logf("heap per pod: %d bytes as decoded, %d slimmed", full, slim)
+	if slim*2 > full {
+		t.Errorf("a slimmed pod takes %d bytes of heap, the full one %d: want less than half", slim, full)
 	}
 }

@@ -41,13 +41,13 @@ type KwokScaleOptions struct {
 
 // KwokScaleResult is what RunKwokScale measured of the real agent (node-1's).
 type KwokScaleResult struct {
-	Shape      kwok.Shape `json:"shape"`
-	Churn      int        `json:"churnPods"`
-	BuildSecs  float64    `json:"buildSeconds"` // creating the objects until kwok ran every pod
-	Sync       SyncFigures
-	ChurnRun   ChurnFigures
-	IdleWrites float64 `json:"idleWrites"` // agent writes over a quiet minute after the churn
-	IdleCPU    float64 `json:"idleCpuPct"` // agent CPU over that minute, % of one vCPU
+	Shape      kwok.Shape   `json:"shape"`
+	Churn      int          `json:"churnPods"`
+	BuildSecs  float64      `json:"buildSeconds"` // creating the objects until kwok ran every pod
+	Sync       SyncFigures  `json:"sync"`
+	ChurnRun   ChurnFigures `json:"churn"`
+	IdleWrites float64      `json:"idleWrites"` // agent writes over a quiet minute after the churn
+	IdleCPU    float64      `json:"idleCpuPct"` // agent CPU over that minute, % of one vCPU
 }
 
 // SyncFigures are an agent's restart with the simulated cluster present.

@@ -16,7 +16,9 @@ const Namespace = "kwok-scale"
 // them, Services ClusterIP Services each selecting Pods/Services of the pods (pod i
 // belongs to Service i mod Services), so their EndpointSlices hold every pod.
 type Shape struct {
-	Nodes, Pods, Services int
+	Nodes    int `json:"nodes"`
+	Pods     int `json:"pods"`
+	Services int `json:"services"`
 }
 
 // Limits of a Shape in the lab's address plan: PodCIDRs are /26s of the lab's cluster
