@@ -57,7 +57,8 @@ func TestSlimPodKeepsWhatPolicyReads(t *testing.T) {
 
 // A pod as kwok runs it (testdata/kwok-pod.json: what the apiserver returned in
 // `myelin scale`, managed fields and status included) takes less than half of its
-// heap once slimmed (the Pod struct itself is most of what is left): what the policy loop's cache holds per pod of the cluster.
+// heap once slimmed (the Pod struct itself is most of what is left): what the policy
+// loop's cache holds per pod of the cluster.
 func TestSlimPodMemory(t *testing.T) {
 	b, err := os.ReadFile("testdata/kwok-pod.json")
 	if err != nil {
