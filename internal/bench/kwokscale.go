@@ -52,19 +52,21 @@ type KwokScaleResult struct {
 
 // SyncFigures are an agent's restart with the simulated cluster present.
 type SyncFigures struct {
-	Seconds     float64 `json:"seconds"`           // agent process start until ready (every Service programmed)
-	Programmed  float64 `json:"programmedSeconds"` // ... until its Services view showed them all (polled)
-	Frontends   int     `json:"frontends"`         // simulated Services' frontends in the view
-	Backends    int     `json:"backends"`          // their backends
-	CPUSeconds  float64 `json:"cpuSeconds"`        // agent CPU from start until ready
-	RSSMiB      float64 `json:"rssMiB"`            // at ready
-	SettledMiB  float64 `json:"settledRssMiB"`     // 30 s later
-	HeapMiB     float64 `json:"heapInuseMiB"`      // go_memstats_heap_inuse_bytes then
-	Writes      float64 `json:"writes"`            // agent create/update/patch/delete requests, start to ready
-	Reads       float64 `json:"reads"`             // agent get/list/watch requests, start to ready
-	PolicyReady bool    `json:"policyReady"`       // the policy loop had computed with every pod
-	NodesKnown  int     `json:"nodesKnown"`        // Nodes the agent knows
-	Routes      int     `json:"nodeRoutes"`        // routes to other nodes' PodCIDRs it programmed
+	Seconds    float64 `json:"seconds"`           // agent process start until ready (every Service programmed)
+	Programmed float64 `json:"programmedSeconds"` // ... until its Services view showed them all (polled)
+	Frontends  int     `json:"frontends"`         // simulated Services' frontends in the view
+	Backends   int     `json:"backends"`          // their backends
+	CPUSeconds float64 `json:"cpuSeconds"`        // agent CPU from start until ready
+	RSSMiB     float64 `json:"rssMiB"`            // at ready
+	SettledMiB float64 `json:"settledRssMiB"`     // 30 s later
+	HeapMiB    float64 `json:"heapInuseMiB"`      // go_memstats_heap_inuse_bytes then
+	// GoMemMiB are the agent's go_memstats_*_bytes gauges then, in MiB.
+	GoMemMiB    map[string]float64 `json:"goMemstatsMiB,omitempty"`
+	Writes      float64            `json:"writes"`      // agent create/update/patch/delete requests, start to ready
+	Reads       float64            `json:"reads"`       // agent get/list/watch requests, start to ready
+	PolicyReady bool               `json:"policyReady"` // the policy loop had computed with every pod
+	NodesKnown  int                `json:"nodesKnown"`  // Nodes the agent knows
+	Routes      int                `json:"nodeRoutes"`  // routes to other nodes' PodCIDRs it programmed
 }
 
 // ChurnFigures are the agent's costs while pods are replaced.
