@@ -25,8 +25,10 @@ type Cluster struct {
 }
 
 // Create makes what is missing of the simulated cluster: the namespace, the Nodes, the
-// Services and the pods (in that order, each in parallel). Objects that exist are kept,
-// so a second call resumes or does nothing.
+// pods and the Services (in that order, each in parallel: with the pods first, most are
+// running when the controller-manager writes their Services' EndpointSlices, which then
+// change far less often). Objects that exist are kept, so a second call resumes or does
+// nothing.
 func (c Cluster) Create(ctx context.Context, cs kubernetes.Interface) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -38,14 +40,14 @@ func (c Cluster) Create(ctx context.Context, cs kubernetes.Interface) error {
 	}); err != nil {
 		return fmt.Errorf("create %d kwok nodes: %w", c.Nodes, err)
 	}
+	if err := c.CreatePods(ctx, cs, 0, c.Pods); err != nil {
+		return fmt.Errorf("create %d pods: %w", c.Pods, err)
+	}
 	if err := ForEach(ctx, c.Services, func(ctx context.Context, j int) error {
 		_, err := cs.CoreV1().Services(Namespace).Create(ctx, Service(j), metav1.CreateOptions{})
 		return ignoreExists(err)
 	}); err != nil {
 		return fmt.Errorf("create %d Services: %w", c.Services, err)
-	}
-	if err := c.CreatePods(ctx, cs, 0, c.Pods); err != nil {
-		return fmt.Errorf("create %d pods: %w", c.Pods, err)
 	}
 	return nil
 }
