@@ -82,7 +82,8 @@ func (p *policyLoop) Run(ctx context.Context) {
 		UpdateFunc: func(any, any) { p.poke() },
 		DeleteFunc: func(any) { p.poke() },
 	}
-	for _, inf := range []cache.SharedIndexInformer{pods.Informer(), nss.Informer(), nps.Informer()} {
+	_, _ = pods.Informer().AddEventHandler(podPolicyHandler(p.poke)) // policykick.go
+	for _, inf := range []cache.SharedIndexInformer{nss.Informer(), nps.Informer()} {
 		_, _ = inf.AddEventHandler(h)
 	}
 	f.Start(ctx.Done())
@@ -105,7 +106,11 @@ func (p *policyLoop) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-p.changed:
-			time.Sleep(policyDebounce)
+			var last time.Duration
+			if v := p.view.Load(); v != nil {
+				last = v.duration
+			}
+			time.Sleep(policyPause(last)) // policykick.go
 		case <-tick.C:
 		}
 	}
