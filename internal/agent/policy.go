@@ -94,7 +94,9 @@ func (p *policyLoop) Run(ctx context.Context) {
 	tick := time.NewTicker(policyResync)
 	defer tick.Stop()
 	for {
-		in, err := policyInput(p.node, pods.Lister().List, nss.Lister().List, nps.Lister().List)
+		// The pod cache holds policyCachedPods (podslim.go), not Pods: no pod lister.
+		podList := func() []policy.Pod { return cachedPolicyPods(pods.Informer().GetStore().List()) }
+		in, err := policyInput(p.node, podList, nss.Lister().List, nps.Lister().List)
 		if err == nil {
 			err = p.sync(ctx, in)
 		}
@@ -157,23 +159,10 @@ func applyProblems(st policy.State, res policyApplied) []policy.Problem {
 }
 
 // policyInput builds the computation's input from the informers' caches.
-func policyInput(node string, pods func(labels.Selector) ([]*corev1.Pod, error),
+func policyInput(node string, pods func() []policy.Pod,
 	nss func(labels.Selector) ([]*corev1.Namespace, error),
 	nps func(labels.Selector) ([]*networkingv1.NetworkPolicy, error)) (policy.Input, error) {
-	in := policy.Input{Node: node, Namespaces: map[string]map[string]string{}}
-	pl, err := pods(labels.Everything())
-	if err != nil {
-		return in, fmt.Errorf("list pods: %w", err)
-	}
-	for _, pod := range pl {
-		// A finished pod's address may be another pod's already.
-		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		if pp, ok := policy.PodOf(pod); ok {
-			in.Pods = append(in.Pods, pp)
-		}
-	}
+	in := policy.Input{Node: node, Namespaces: map[string]map[string]string{}, Pods: pods()}
 	nl, err := nss(labels.Everything())
 	if err != nil {
 		return in, fmt.Errorf("list namespaces: %w", err)

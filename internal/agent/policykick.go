@@ -4,10 +4,7 @@ import (
 	"reflect"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/myelin-net/myelin/internal/policy"
 )
 
 // Every computation of the policy loop reads every pod of the cluster: with 50,000
@@ -61,13 +58,4 @@ func podPolicyHandler(poke func()) cache.ResourceEventHandlerFuncs {
 			}
 		},
 	}
-}
-
-// podPolicyView is what policyInput takes of a pod, and whether it takes it at all.
-func podPolicyView(obj any) (policy.Pod, bool) {
-	p, ok := obj.(*corev1.Pod)
-	if !ok || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-		return policy.Pod{}, false
-	}
-	return policy.PodOf(p)
 }

@@ -22,13 +22,15 @@ func TestPolicyPause(t *testing.T) {
 	}
 }
 
-// Only pod events that change what policy reads poke the loop.
+// Only pod events that change what policy reads poke the loop (the events carry
+// the cache's objects, as the informer's transform made them).
 func TestPodPolicyHandler(t *testing.T) {
-	pod := func(ip string, phase corev1.PodPhase, app string, ready corev1.ConditionStatus) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Labels: map[string]string{"app": app}},
+	pod := func(ip string, phase corev1.PodPhase, app string, ready corev1.ConditionStatus) any {
+		obj, _ := slimPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Labels: map[string]string{"app": app}},
 			Spec: corev1.PodSpec{NodeName: "n2"},
 			Status: corev1.PodStatus{Phase: phase, PodIP: ip,
-				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}}}
+				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}}})
+		return obj
 	}
 	running := pod("10.244.1.5", corev1.PodRunning, "web", corev1.ConditionTrue)
 	for _, c := range []struct {
@@ -38,7 +40,9 @@ func TestPodPolicyHandler(t *testing.T) {
 	}{
 		{"add without an address", func(h cache.ResourceEventHandlerFuncs) { h.OnAdd(pod("", corev1.PodPending, "web", "False"), false) }, false},
 		{"add with an address", func(h cache.ResourceEventHandlerFuncs) { h.OnAdd(running, false) }, true},
-		{"gets its address", func(h cache.ResourceEventHandlerFuncs) { h.OnUpdate(pod("", corev1.PodPending, "web", "False"), running) }, true},
+		{"gets its address", func(h cache.ResourceEventHandlerFuncs) {
+			h.OnUpdate(pod("", corev1.PodPending, "web", "False"), running)
+		}, true},
 		{"readiness flaps", func(h cache.ResourceEventHandlerFuncs) {
 			h.OnUpdate(running, pod("10.244.1.5", corev1.PodRunning, "web", corev1.ConditionFalse))
 		}, false},
