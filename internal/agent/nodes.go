@@ -37,7 +37,12 @@ func newNodeWatch(cs kubernetes.Interface) *nodeWatch {
 	w.informer = w.factory.Core().V1().Nodes()
 	kick := func(any) { w.kick() }
 	_, _ = w.informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: kick, UpdateFunc: func(_, n any) { kick(n) }, DeleteFunc: kick,
+		AddFunc: kick, DeleteFunc: kick,
+		UpdateFunc: func(o, n any) {
+			if nodeUpdateMatters(o, n) { // nodekick.go
+				kick(n)
+			}
+		},
 	})
 	return w
 }
