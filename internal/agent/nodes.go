@@ -33,7 +33,7 @@ type nodeWatch struct {
 }
 
 func newNodeWatch(cs kubernetes.Interface) *nodeWatch {
-	w := &nodeWatch{factory: informers.NewSharedInformerFactory(cs, 0)}
+	w := &nodeWatch{factory: informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(slimNode))}
 	w.informer = w.factory.Core().V1().Nodes()
 	kick := func(any) { w.kick() }
 	_, _ = w.informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
