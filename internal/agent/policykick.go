@@ -8,7 +8,7 @@ import (
 )
 
 // Every computation of the policy loop reads every pod of the cluster: with 50,000
-// pods one costs ~0.1 s of CPU and ~57 MiB of garbage before the maps are diffed
+// pods one costs ~0.1 s of CPU and ~36 MiB of garbage before the maps are diffed
 // (BenchmarkPolicyRecompute, docs/scale.md). Two things keep pod churn elsewhere in the
 // cluster from turning that into a busy core: pod events that change nothing policy
 // reads do not start one (podPolicyHandler), and after each computation the loop
