@@ -16,16 +16,21 @@ import (
 // gathered into fewer computations.
 
 // policyPauseFactor and policyPauseMax bound the loop to about a quarter of a vCPU
-// under continuous churn, and a change to at most ~2 s before it is computed.
+// under continuous churn once computations cost more than the debounce, and a change
+// to at most ~2 s before it is computed.
 const (
 	policyPauseFactor = 3
 	policyPauseMax    = 2 * time.Second
 )
 
 // policyPause is how long the loop gathers changes after one arrived, given what its
-// last computation took.
+// last computation took: the debounce while computations are cheaper than it (the
+// latency of one change stays what docs/policy.md measures), else 3x their cost.
 func policyPause(last time.Duration) time.Duration {
-	return min(max(policyDebounce, policyPauseFactor*last), policyPauseMax)
+	if last < policyDebounce {
+		return policyDebounce
+	}
+	return min(policyPauseFactor*last, policyPauseMax)
 }
 
 // podPolicyHandler pokes the policy loop on the pod events that change its input: a

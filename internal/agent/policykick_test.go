@@ -13,6 +13,7 @@ func TestPolicyPause(t *testing.T) {
 	for _, c := range []struct{ last, want time.Duration }{
 		{0, policyDebounce},
 		{10 * time.Millisecond, policyDebounce},
+		{40 * time.Millisecond, policyDebounce},
 		{100 * time.Millisecond, 300 * time.Millisecond},
 		{time.Second, policyPauseMax},
 	} {
