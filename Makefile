@@ -76,6 +76,10 @@ test-unit: ## Run only the unit tests (no root needed)
 bench: setup build ## Run every benchmark case into bench-results/ (as root; BENCH_FLAGS="--rounds 3")
 	$(MYELIN) bench --out bench-results $(BENCH_FLAGS)
 
+.PHONY: scale
+scale: setup build ## Measure one real agent with 1,000 kwok nodes, 50,000 pods, 10,000 Services into scale-results/ (as root; SCALE_FLAGS="--kwok-nodes 100 --pods 5000 --services 1000")
+	$(MYELIN) scale --out scale-results $(SCALE_FLAGS)
+
 .PHONY: demo
 demo: setup build images ## Bring up a 2-node lab and show pods talking across it
 	@scripts/demo.sh $(MYELIN) $(LAB_FLAGS)

@@ -86,6 +86,7 @@ check_go
 "$here/build-helm.sh"
 "$here/build-hubble.sh"
 "$here/build-promtool.sh"
+"$here/build-kwok.sh"
 "$here/build-image-bases.sh"
 "$here/build-e2e.sh"
 say "done"

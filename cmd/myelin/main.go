@@ -28,6 +28,7 @@ func main() {
 	root.AddCommand(labCommand(), statusCommand(), monitorCommand(), configCommand(), servicesCommand(), benchCommand(),
 		versionCommand(), imagesCommand(), endpointsCommand(), policyCommand(), observeCommand())
 	root.AddCommand(relayCommand(), uiCommand(), connectivityCommand(), sysdumpCommand(), healthCommand())
+	root.AddCommand(scaleCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "myelin: %v\n", err)
 		os.Exit(1)

@@ -33,11 +33,16 @@ type nodeWatch struct {
 }
 
 func newNodeWatch(cs kubernetes.Interface) *nodeWatch {
-	w := &nodeWatch{factory: informers.NewSharedInformerFactory(cs, 0)}
+	w := &nodeWatch{factory: informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(slimNode))}
 	w.informer = w.factory.Core().V1().Nodes()
 	kick := func(any) { w.kick() }
 	_, _ = w.informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: kick, UpdateFunc: func(_, n any) { kick(n) }, DeleteFunc: kick,
+		AddFunc: kick, DeleteFunc: kick,
+		UpdateFunc: func(o, n any) {
+			if nodeUpdateMatters(o, n) { // nodekick.go
+				kick(n)
+			}
+		},
 	})
 	return w
 }

@@ -75,14 +75,15 @@ func (p *policyLoop) poke() {
 
 // Run watches and applies until ctx ends (loop "policy").
 func (p *policyLoop) Run(ctx context.Context) {
-	f := informers.NewSharedInformerFactory(p.cs, 0)
+	f := informers.NewSharedInformerFactoryWithOptions(p.cs, 0, informers.WithTransform(slimPod))
 	pods, nss, nps := f.Core().V1().Pods(), f.Core().V1().Namespaces(), f.Networking().V1().NetworkPolicies()
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { p.poke() },
 		UpdateFunc: func(any, any) { p.poke() },
 		DeleteFunc: func(any) { p.poke() },
 	}
-	for _, inf := range []cache.SharedIndexInformer{pods.Informer(), nss.Informer(), nps.Informer()} {
+	_, _ = pods.Informer().AddEventHandler(podPolicyHandler(p.poke)) // policykick.go
+	for _, inf := range []cache.SharedIndexInformer{nss.Informer(), nps.Informer()} {
 		_, _ = inf.AddEventHandler(h)
 	}
 	f.Start(ctx.Done())
@@ -93,7 +94,9 @@ func (p *policyLoop) Run(ctx context.Context) {
 	tick := time.NewTicker(policyResync)
 	defer tick.Stop()
 	for {
-		in, err := policyInput(p.node, pods.Lister().List, nss.Lister().List, nps.Lister().List)
+		// The pod cache holds policyCachedPods (podslim.go), not Pods: no pod lister.
+		podList := func() []policy.Pod { return cachedPolicyPods(pods.Informer().GetStore().List()) }
+		in, err := policyInput(p.node, podList, nss.Lister().List, nps.Lister().List)
 		if err == nil {
 			err = p.sync(ctx, in)
 		}
@@ -105,7 +108,11 @@ func (p *policyLoop) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-p.changed:
-			time.Sleep(policyDebounce)
+			var last time.Duration
+			if v := p.view.Load(); v != nil {
+				last = v.duration
+			}
+			time.Sleep(policyPause(last)) // policykick.go
 		case <-tick.C:
 		}
 	}
@@ -152,23 +159,10 @@ func applyProblems(st policy.State, res policyApplied) []policy.Problem {
 }
 
 // policyInput builds the computation's input from the informers' caches.
-func policyInput(node string, pods func(labels.Selector) ([]*corev1.Pod, error),
+func policyInput(node string, pods func() []policy.Pod,
 	nss func(labels.Selector) ([]*corev1.Namespace, error),
 	nps func(labels.Selector) ([]*networkingv1.NetworkPolicy, error)) (policy.Input, error) {
-	in := policy.Input{Node: node, Namespaces: map[string]map[string]string{}}
-	pl, err := pods(labels.Everything())
-	if err != nil {
-		return in, fmt.Errorf("list pods: %w", err)
-	}
-	for _, pod := range pl {
-		// A finished pod's address may be another pod's already.
-		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		if pp, ok := policy.PodOf(pod); ok {
-			in.Pods = append(in.Pods, pp)
-		}
-	}
+	in := policy.Input{Node: node, Namespaces: map[string]map[string]string{}, Pods: pods()}
 	nl, err := nss(labels.Everything())
 	if err != nil {
 		return in, fmt.Errorf("list namespaces: %w", err)

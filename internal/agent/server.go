@@ -76,6 +76,7 @@ func (a *server) serve() (*http.Server, error) {
 	mux.HandleFunc("GET /v1/monitor", a.handleMonitor)
 	mux.HandleFunc("GET /v1/flows", a.handleFlows)         // flowsapi.go
 	mux.HandleFunc("GET /v1/health", a.handleHealthMatrix) // peerhealth.go
+	registerPprof(mux)                                     // pprof.go
 	srv := &http.Server{Handler: mux}
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {

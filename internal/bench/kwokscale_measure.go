@@ -1,0 +1,277 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/kwok"
+	"github.com/myelin-net/myelin/internal/lab/cni/myelin"
+)
+
+// measureSync restarts the agent and measures its way to ready with the simulated
+// cluster present: process age at ready, CPU, RSS, and its requests to the apiserver.
+func (r *kwokRun) measureSync(ctx context.Context) (SyncFigures, error) {
+	ctx, cancel := context.WithTimeout(ctx, kwokStepLimit)
+	defer cancel()
+	var f SyncFigures
+	before, err := agentRequests(ctx, r.cs)
+	if err != nil {
+		return f, err
+	}
+	fmt.Fprintf(r.w, "scale: restarting the agent\n")
+	if err := r.cl.myelin(ctx, "lab", "restart", myelin.AgentProcess(r.node)); err != nil {
+		return f, err
+	}
+	readyAt, err := waitAgentReady(ctx, r.node)
+	if err != nil {
+		return f, err
+	}
+	pid, err := agentPID(r.node)
+	if err != nil {
+		return f, err
+	}
+	u, err := readUsage(pid)
+	if err != nil {
+		return f, err
+	}
+	age, err := processAge(pid)
+	if err != nil {
+		return f, err
+	}
+	f.Seconds, f.CPUSeconds, f.RSSMiB = age-time.Since(readyAt).Seconds(), u.cpu, u.rss
+	after, err := agentRequests(ctx, r.cs)
+	if err != nil {
+		return f, err
+	}
+	f.Writes, f.Reads = after.writes-before.writes, after.reads-before.reads
+	view, err := r.waitViewComplete(ctx, 100*time.Millisecond)
+	if err != nil {
+		return f, err
+	}
+	if age, err = processAge(pid); err != nil {
+		return f, err
+	}
+	f.Programmed = age - time.Since(view.at).Seconds()
+	f.Frontends, f.Backends = view.frontends, view.backends
+	if f.PolicyReady, err = r.waitPolicy(ctx); err != nil {
+		return f, err
+	}
+	st, err := api.NewClient(api.NodeSocket(r.node)).Status(ctx)
+	if err != nil {
+		return f, err
+	}
+	f.NodesKnown, f.Routes = st.Nodes.Known, st.Routing.Routes
+	time.Sleep(30 * time.Second)
+	if u, err = readUsage(pid); err != nil {
+		return f, err
+	}
+	f.SettledMiB = u.rss
+	if f.GoMemMiB, err = r.agentMemstats(ctx); err == nil {
+		f.HeapMiB = f.GoMemMiB["heap_inuse"]
+	}
+	if err := r.saveAgentProfile(ctx, "heap", "", "agent-heap.pprof"); err != nil {
+		fmt.Fprintf(r.w, "scale: no heap profile: %v\n", err)
+	}
+	return f, nil
+}
+
+// measureChurn replaces n pods (deletes, then creates them again: kwok gives the new
+// ones new IPs) and measures the agent until it is quiet again.
+func (r *kwokRun) measureChurn(ctx context.Context, n int) (ChurnFigures, error) {
+	ctx, cancel := context.WithTimeout(ctx, kwokStepLimit)
+	defer cancel()
+	f := ChurnFigures{Events: 2 * n}
+	pid, err := agentPID(r.node)
+	if err != nil {
+		return f, err
+	}
+	before, err := agentRequests(ctx, r.cs)
+	if err != nil {
+		return f, err
+	}
+	stop := make(chan struct{})
+	type usage struct {
+		cpu, rss float64
+		err      error
+	}
+	done := make(chan usage, 1)
+	go func() {
+		cpu, rss, err := watchAgent(pid, stop)
+		done <- usage{cpu, rss, err}
+	}()
+	// A CPU profile of the churn's first 20 s (profiling adds a few % to the CPU measured).
+	profiled := make(chan error, 1)
+	go func() { profiled <- r.saveAgentProfile(ctx, "profile", "seconds=20", "agent-churn-cpu.pprof") }()
+	start := time.Now()
+	fmt.Fprintf(r.w, "scale: churn: replacing %d pods\n", n)
+	err = kwok.DeletePods(ctx, r.cs, 0, n)
+	if err == nil {
+		err = r.sim.CreatePods(ctx, r.cs, 0, n)
+	}
+	if err == nil {
+		err = r.waitPodsRunning(ctx)
+	}
+	if err == nil {
+		err = r.waitSlicesCurrent(ctx)
+		f.KCMSeconds = time.Since(start).Seconds()
+	}
+	if err == nil {
+		err = waitAgentQuiet(ctx, pid)
+	}
+	f.WallSeconds = time.Since(start).Seconds()
+	f.QuietSeconds = f.WallSeconds
+	close(stop)
+	u := <-done
+	if perr := <-profiled; perr != nil {
+		fmt.Fprintf(r.w, "scale: no CPU profile: %v\n", perr)
+	}
+	if err != nil {
+		return f, err
+	}
+	if u.err != nil {
+		return f, u.err
+	}
+	f.CPUSeconds, f.PeakRSSMiB = u.cpu, u.rss
+	f.CPUPer1000 = u.cpu / float64(f.Events) * 1000
+	after, err := agentRequests(ctx, r.cs)
+	if err != nil {
+		return f, err
+	}
+	f.Writes = after.writes - before.writes
+	f.Mismatch, err = r.viewMatchesPods(ctx)
+	f.Converged = err == nil && f.Mismatch == ""
+	return f, err
+}
+
+// idle counts the agent's writes and its CPU share (% of a vCPU) over d with nothing
+// changing but what kwok's Nodes report.
+func (r *kwokRun) idle(ctx context.Context, d time.Duration) (writes, cpuPct float64, err error) {
+	pid, err := agentPID(r.node)
+	if err != nil {
+		return 0, 0, err
+	}
+	before, err := agentRequests(ctx, r.cs)
+	if err != nil {
+		return 0, 0, err
+	}
+	u0, err := readUsage(pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	select {
+	case <-ctx.Done():
+		return 0, 0, ctx.Err()
+	case <-time.After(d):
+	}
+	u1, err := readUsage(pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	after, err := agentRequests(ctx, r.cs)
+	return after.writes - before.writes, 100 * (u1.cpu - u0.cpu) / d.Seconds(), err
+}
+
+// waitAgentQuiet waits until the agent used less than 2% of a vCPU in each of three
+// seconds in a row: it has caught up with the changes.
+func waitAgentQuiet(ctx context.Context, pid int) error {
+	last, err := readUsage(pid)
+	if err != nil {
+		return err
+	}
+	for quiet := 0; quiet < 3; {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the agent to be idle again: %w", ctx.Err())
+		case <-time.After(time.Second):
+		}
+		u, err := readUsage(pid)
+		if err != nil {
+			return err
+		}
+		if u.cpu-last.cpu < 0.02 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		last = u
+	}
+	return nil
+}
+
+// waitServiceAccount waits for the namespace's default ServiceAccount, which pod
+// admission needs (the controller-manager creates it).
+func (r *kwokRun) waitServiceAccount(ctx context.Context) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kwok.Namespace}}
+	if _, err := r.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return poll(ctx, time.Second, "the default ServiceAccount of "+kwok.Namespace, func() (bool, string, error) {
+		_, err := r.cs.CoreV1().ServiceAccounts(kwok.Namespace).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err), nil
+	})
+}
+
+// waitPodsRunning waits until every simulated pod runs with an IP (kwok sets both at
+// once); they all exist, as their creation succeeded.
+func (r *kwokRun) waitPodsRunning(ctx context.Context) error {
+	return poll(ctx, 2*time.Second, "kwok to run every pod", func() (bool, string, error) {
+		list, err := r.cs.CoreV1().Pods(kwok.Namespace).List(ctx, metav1.ListOptions{ResourceVersion: "0",
+			FieldSelector: "status.phase!=Running"})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		// Every pod was created (the writes succeeded): none may be pending.
+		return len(list.Items) == 0, fmt.Sprintf("%d pods not running", len(list.Items)), nil
+	})
+}
+
+// poll calls check every interval until it reports done, ctx ends or it fails.
+func poll(ctx context.Context, interval time.Duration, what string, check func() (bool, string, error)) error {
+	for {
+		ok, state, err := check()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s (%s): %w", what, state, ctx.Err())
+		case <-time.After(interval):
+		}
+	}
+}
+
+// agentMemstats are the agent's go_memstats_*_bytes gauges from its metrics endpoint,
+// in MiB, by name without prefix and suffix ("heap_inuse").
+func (r *kwokRun) agentMemstats(ctx context.Context) (map[string]float64, error) {
+	b, err := httpGet(ctx, "http://"+net.JoinHostPort(r.nodeIP.String(), "9962")+"/metrics")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, v, ok := strings.Cut(line, " ")
+		if !ok || !strings.HasPrefix(name, "go_memstats_") || !strings.HasSuffix(name, "_bytes") {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err == nil {
+			out[strings.TrimSuffix(strings.TrimPrefix(name, "go_memstats_"), "_bytes")] = f / (1 << 20)
+		}
+	}
+	if _, ok := out["heap_inuse"]; !ok {
+		return nil, fmt.Errorf("no go_memstats_heap_inuse_bytes in the agent's metrics")
+	}
+	return out, nil
+}

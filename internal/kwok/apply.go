@@ -1,0 +1,129 @@
+package kwok
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Writers is how many requests Create keeps in flight: enough to keep the lab's
+// apiserver busy on a 2-vCPU machine without queueing thousands of requests.
+const Writers = 32
+
+// Cluster is a simulated cluster in a lab: its shape and the lab ranges it takes
+// addresses from.
+type Cluster struct {
+	Shape
+	ClusterCIDR netip.Prefix // the lab's pod CIDR
+	SegmentA    netip.Prefix // the lab's node segment
+}
+
+// Create makes what is missing of the simulated cluster: the namespace, the Nodes, the
+// pods and the Services (in that order, each in parallel: with the pods first, most are
+// running when the controller-manager writes their Services' EndpointSlices, which then
+// change far less often). Objects that exist are kept, so a second call resumes or does
+// nothing.
+func (c Cluster) Create(ctx context.Context, cs kubernetes.Interface) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", Namespace, err)
+	}
+	if err := ForEach(ctx, c.Nodes, func(ctx context.Context, i int) error {
+		_, err := cs.CoreV1().Nodes().Create(ctx, Node(i, c.ClusterCIDR, c.SegmentA), metav1.CreateOptions{})
+		return ignoreExists(err)
+	}); err != nil {
+		return fmt.Errorf("create %d kwok nodes: %w", c.Nodes, err)
+	}
+	if err := c.CreatePods(ctx, cs, 0, c.Pods); err != nil {
+		return fmt.Errorf("create %d pods: %w", c.Pods, err)
+	}
+	if err := ForEach(ctx, c.Services, func(ctx context.Context, j int) error {
+		_, err := cs.CoreV1().Services(Namespace).Create(ctx, Service(j), metav1.CreateOptions{})
+		return ignoreExists(err)
+	}); err != nil {
+		return fmt.Errorf("create %d Services: %w", c.Services, err)
+	}
+	return nil
+}
+
+// CreatePods creates pods from … to-1 (those missing).
+func (c Cluster) CreatePods(ctx context.Context, cs kubernetes.Interface, from, to int) error {
+	return ForEach(ctx, to-from, func(ctx context.Context, k int) error {
+		_, err := cs.CoreV1().Pods(Namespace).Create(ctx, c.Pod(from+k), metav1.CreateOptions{})
+		return ignoreExists(err)
+	})
+}
+
+// DeletePods deletes pods from … to-1 at once (grace period 0: kwok runs nothing to stop).
+func DeletePods(ctx context.Context, cs kubernetes.Interface, from, to int) error {
+	zero := int64(0)
+	return ForEach(ctx, to-from, func(ctx context.Context, k int) error {
+		err := cs.CoreV1().Pods(Namespace).Delete(ctx, PodName(from+k), metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+}
+
+// Delete removes the simulated cluster: its namespace (pods, Services, EndpointSlices)
+// and Nodes.
+func Delete(ctx context.Context, cs kubernetes.Interface) error {
+	err := cs.CoreV1().Namespaces().Delete(ctx, Namespace, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete namespace %s: %w", Namespace, err)
+	}
+	sel := metav1.ListOptions{LabelSelector: LabelKey + "=" + LabelValue}
+	if err := cs.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
+		return fmt.Errorf("delete the kwok nodes: %w", err)
+	}
+	return nil
+}
+
+func ignoreExists(err error) error {
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// ForEach runs fn for 0…n-1 on Writers goroutines and returns the first error.
+func ForEach(ctx context.Context, n int, fn func(context.Context, int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := make(chan int)
+	var once sync.Once
+	var first error
+	var wg sync.WaitGroup
+	for w := 0; w < Writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := fn(ctx, i); err != nil {
+					once.Do(func() { first = err; cancel() })
+				}
+			}
+		}()
+	}
+feed:
+	for i := 0; i < n; i++ {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,61 @@
+package kwok
+
+import (
+	"net/netip"
+	"os"
+	"regexp"
+	"testing"
+)
+
+func TestVersionMatchesScript(t *testing.T) {
+	b, err := os.ReadFile("../../scripts/build-kwok.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^KWOK_VERSION=(\S+)$`).FindSubmatch(b)
+	if m == nil || string(m[1]) != Version {
+		t.Errorf("scripts/build-kwok.sh pins %q, internal/kwok %s: keep them equal", m, Version)
+	}
+}
+
+// Every simulated node gets its own /26 inside the cluster CIDR, none in the first /24
+// (the real node's), and an InternalIP on segment A clear of the lab's hosts.
+func TestNodeAddresses(t *testing.T) {
+	cluster, seg := netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("198.18.0.0/24")
+	first := netip.MustParsePrefix("10.244.0.0/24")
+	seen := map[netip.Prefix]bool{}
+	for i := 0; i < MaxNodes; i++ {
+		p := NodePodCIDR(cluster, i)
+		if p.Bits() != 26 || !cluster.Contains(p.Addr()) || first.Overlaps(p) || seen[p] {
+			t.Fatalf("node %d: PodCIDR %v (want a fresh /26 in %v outside %v)", i, p, cluster, first)
+		}
+		seen[p] = true
+		ip := NodeIP(seg, i)
+		if !seg.Contains(ip) || ip.As4()[3] < 100 || ip.As4()[3] > 249 {
+			t.Fatalf("node %d: IP %v (want %v .100-.249)", i, ip, seg)
+		}
+	}
+	if got := NodePodCIDR(cluster, 0); got != netip.MustParsePrefix("10.244.1.0/26") {
+		t.Errorf("node 0: %v, want 10.244.1.0/26", got)
+	}
+}
+
+func TestShapeValidate(t *testing.T) {
+	for _, bad := range []Shape{{0, 1, 1}, {MaxNodes + 1, 1, 1}, {10, 10*MaxPodsPerNode + 1, 1}, {10, 5, 6}, {10, 0, 0}} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("%+v: accepted", bad)
+		}
+	}
+	if err := (Shape{1000, 50000, 10000}).Validate(); err != nil {
+		t.Errorf("the issue's shape: %v", err)
+	}
+}
+
+// Pod i is in Service i mod Services and on node i mod Nodes.
+func TestPodPlacement(t *testing.T) {
+	s := Shape{Nodes: 3, Pods: 10, Services: 4}
+	p := s.Pod(7)
+	if p.Spec.NodeName != NodeName(1) || p.Labels["svc"] != ServiceName(3) || Service(3).Spec.Selector["svc"] != ServiceName(3) {
+		t.Errorf("pod 7: node %s, svc %s", p.Spec.NodeName, p.Labels["svc"])
+	}
+}
