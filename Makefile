@@ -76,6 +76,10 @@ test-unit: ## Run only the unit tests (no root needed)
 bench: setup build ## Run every benchmark case into bench-results/ (as root; BENCH_FLAGS="--rounds 3")
 	$(MYELIN) bench --out bench-results $(BENCH_FLAGS)
 
+.PHONY: scale-test
+scale-test: setup build ## Run the kwok scale behaviour test (TestLabKwokScale, ~15 min, as root; not part of make test)
+	MYELIN_SCALE_TEST=1 $(GO) test -count=1 -timeout 40m -run 'TestLabKwokScale$$' ./test/e2e/ -v
+
 .PHONY: scale
 scale: setup build ## Measure one real agent with 1,000 kwok nodes, 50,000 pods, 10,000 Services into scale-results/ (as root; SCALE_FLAGS="--kwok-nodes 100 --pods 5000 --services 1000")
 	$(MYELIN) scale --out scale-results $(SCALE_FLAGS)
