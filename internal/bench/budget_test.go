@@ -155,3 +155,28 @@ func equalStrings(a, b []string) bool {
 	}
 	return true
 }
+
+// TestQuickCoversEveryStage checks that --quick runs a case of every stage, the Service
+// stages being stood for by svc-myelin-10 (they differ in proxy and count only).
+func TestQuickCoversEveryStage(t *testing.T) {
+	all := Catalog("x")
+	quick, err := Select(all, QuickCases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, c := range quick {
+		have[c.Stage] = true
+	}
+	for _, c := range all {
+		if _, svc := c.Env.(*ServiceScale); svc && c.Stage != "svc-myelin-10" {
+			continue
+		}
+		if !have[c.Stage] {
+			t.Errorf("--quick runs no case of stage %q", c.Stage)
+		}
+	}
+	if len(quick) > 2*len(QuickCases) {
+		t.Errorf("--quick runs %d cases, want one per pattern and its baseline", len(quick))
+	}
+}
