@@ -97,9 +97,8 @@ func (r *runner) runBudgeted(ctx context.Context, runnable []string, byName map[
 		later += p.Min(r.minRounds, r.cfg.Duration)
 	}
 	this := r.plans[r.stage]
-	// The setup is behind us: the deadline counts from the stage's start.
-	start := time.Now().Add(-this.Setup)
-	deadline := StageDeadline(start, r.end, this.Min(r.minRounds, r.cfg.Duration), later)
+	// The deadline counts from the stage's start, before its setup.
+	deadline := StageDeadline(r.stageStart, r.end, this.Min(r.minRounds, r.cfg.Duration), later)
 	r.runSlots(ctx, Schedule(runnable, r.minRounds), byName, trials)
 	cases := make([]Case, 0, len(runnable))
 	for _, name := range runnable {

@@ -68,7 +68,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		if ctx.Err() != nil {
 			break
 		}
-		r.stage = i
+		r.stage, r.stageStart = i, time.Now()
 		teardownErrs = append(teardownErrs, r.runStage(ctx, stage))
 	}
 	res.Interrupted = ctx.Err() != nil
@@ -91,10 +91,11 @@ type runner struct {
 	log io.Writer
 	// With a budget: the stages' plans, the index of the running stage and the end of
 	// the budget.
-	plans     []StagePlan
-	stage     int
-	minRounds int
-	end       time.Time
+	plans      []StagePlan
+	stage      int
+	stageStart time.Time
+	minRounds  int
+	end        time.Time
 }
 
 // runStage builds the environments of one stage, runs its rounds and tears down; it
