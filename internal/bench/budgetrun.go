@@ -111,7 +111,7 @@ func (r *runner) runBudgeted(ctx context.Context, runnable []string, byName map[
 		}
 		cost := roundCost(wide, r.res.Runs, r.cfg.Duration+runOverhead)
 		if time.Now().Add(cost).After(deadline) {
-			fmt.Fprintf(r.log, "bench: %d cases still spread over %.0f%%; their round %d (about %s) would pass the stage's budget\n",
+			fmt.Fprintf(r.log, "bench: %d cases still spread over %.0f%% (or with one round); their round %d (about %s) would pass the stage's budget\n",
 				len(wide), BudgetTargetSpread*100, round, cost.Round(time.Second))
 			return
 		}
