@@ -141,8 +141,12 @@ func (p *mdWriter) workloadTable(wl string, cases []CaseInfo, summaries map[stri
 			if s.Ratio != nil {
 				ratio = fmt.Sprintf("%.2f× %s", *s.Ratio, s.Baseline)
 			}
-			p.printf("| %s | %s (%s) | %s | %s–%s | %s | %.1f%% | %d |\n", c.Name, s.Metric, s.Unit,
-				formatLike(s.Median, s.Median), formatLike(s.Min, s.Median), formatLike(s.Max, s.Median), ratio, 100*s.Spread, s.N)
+			spread := "—" // one round has no spread
+			if s.N > 1 {
+				spread = fmt.Sprintf("%.1f%%", 100*s.Spread)
+			}
+			p.printf("| %s | %s (%s) | %s | %s–%s | %s | %s | %d |\n", c.Name, s.Metric, s.Unit,
+				formatLike(s.Median, s.Median), formatLike(s.Min, s.Median), formatLike(s.Max, s.Median), ratio, spread, s.N)
 		}
 	}
 	p.printf("\n")
