@@ -73,8 +73,9 @@ test-unit: ## Run only the unit tests (no root needed)
 	$(GO) test -count=1 -short ./...
 
 .PHONY: bench
-bench: setup build ## Run every benchmark case into bench-results/ (as root; BENCH_FLAGS="--rounds 3")
-	$(MYELIN) bench --out bench-results $(BENCH_FLAGS)
+BENCH_BUDGET ?= 30m
+bench: setup build ## Run every benchmark case within BENCH_BUDGET (30m) into bench-results/ (as root; BENCH_FLAGS="--rounds 7")
+	$(MYELIN) bench --budget $(BENCH_BUDGET) --out bench-results $(BENCH_FLAGS)
 
 .PHONY: scale-test
 scale-test: setup build ## Run the kwok scale behaviour test (TestLabKwokScale, ~15 min, as root; not part of make test)

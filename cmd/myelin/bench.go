@@ -12,7 +12,7 @@ import (
 func benchCommand() *cobra.Command {
 	var o bench.Options
 	cmd := &cobra.Command{
-		Use:   "bench [--quick] [--rounds R] [--cases a,b,...] [--out DIR] [--list]",
+		Use:   "bench [--quick] [--budget D] [--rounds R] [--cases a,b,...] [--out DIR] [--list]",
 		Short: "Measure datapaths side by side: baselines, myelin's modes and peers, interleaved round by round",
 		Long: `bench builds its environments, runs every selected case once per round (cases
 interleaved round-robin so drift of the machine hits all alike), tears everything down
@@ -23,12 +23,16 @@ Client and server are pinned to vCPUs (same-vcpu: 0,0; cross-vcpu: 0,1). Run as 
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Command = strings.Join(os.Args, " ")
+			if o.Quick && !cmd.Flags().Changed("rounds") {
+				o.Rounds = bench.QuickRounds
+			}
 			return bench.Bench(cmd.Context(), cmd.OutOrStdout(), o)
 		},
 	}
-	cmd.Flags().BoolVar(&o.Quick, "quick", false, "1 s runs of a tiny case set (TCP_RR over loopback and the veth pair, no lab) unless --cases is given (then 1 s runs of those, labs included)")
-	cmd.Flags().IntVar(&o.Rounds, "rounds", bench.DefaultRounds, "rounds: each selected case runs once per round")
-	cmd.Flags().DurationVar(&o.Duration, "duration", 0, "length of each run (default 5s, 1s with --quick)")
+	cmd.Flags().BoolVar(&o.Quick, "quick", false, "1 round of 1 s runs of one case of every stage kind (labs included, a few minutes) unless --cases is given (then 1 s runs of those)")
+	cmd.Flags().IntVar(&o.Rounds, "rounds", bench.DefaultRounds, "rounds: each selected case runs once per round (with --budget: the most rounds a case gets; default 1 with --quick)")
+	cmd.Flags().DurationVar(&o.Duration, "duration", 0, "length of each run (default 5s, 1s with --quick; with --budget the plan picks 3s, 2s or 1s)")
+	cmd.Flags().DurationVar(&o.Budget, "budget", 0, "bound the run's time (e.g. 30m): plan the run length and first rounds to fit, then give extra rounds (up to --rounds) to the cases whose figures spread most, until each is within 3% or the budget is spent")
 	cmd.Flags().StringSliceVar(&o.Cases, "cases", nil, "cases to run: names, leading parts (veth-pair, loopback/tcp-rr) or globs of either (*/tcp-rr/same-vcpu, svc-*); their baselines are added")
 	cmd.Flags().StringVar(&o.OutDir, "out", bench.DefaultOutDir, "directory for report.md, results.json and the charts")
 	cmd.Flags().BoolVar(&o.List, "list", false, "list the cases and what each measures, and exit")

@@ -23,6 +23,9 @@ type Options struct {
 	Prefix string
 	// Command is the command line recorded in the report.
 	Command string
+	// Budget, when positive, bounds the run's time: Rounds becomes the most rounds a
+	// case gets and, without a Duration, the plan picks the run length (see PlanBudget).
+	Budget time.Duration
 }
 
 // Defaults of `myelin bench`.
@@ -52,11 +55,11 @@ func Bench(ctx context.Context, out io.Writer, o Options) error {
 	if err != nil {
 		return err
 	}
-	cfg := Config{Cases: cases, Rounds: o.Rounds, Duration: o.Duration, Command: o.Command, Log: out}
+	cfg := Config{Cases: cases, Rounds: o.Rounds, Duration: o.Duration, Command: o.Command, Log: out, Budget: o.Budget}
 	if cfg.Rounds == 0 {
 		cfg.Rounds = DefaultRounds
 	}
-	if cfg.Duration == 0 {
+	if cfg.Duration == 0 && cfg.Budget <= 0 {
 		cfg.Duration = DefaultDuration
 		if o.Quick {
 			cfg.Duration = QuickDuration

@@ -57,7 +57,26 @@ func Catalog(prefix string) []Case {
 // ServiceCounts are the numbers of Services the Service scale cases run with.
 var ServiceCounts = []int{10, 1000, 10000}
 
-// QuickCases are the patterns of the --quick case set: a few seconds per round and no
-// lab, so that make test can run it. `--quick --cases native/bpf-cross-node/tcp-rr`
-// runs a lab case the same quick way.
-var QuickCases = []string{"loopback/tcp-rr", "veth-pair/tcp-rr"}
+// QuickCases are the patterns of the --quick case set: one case of every kind of stage
+// (the no-lab baselines, each lab stage, a Service lab and the control plane) with
+// their baselines, in 1 round of 1 s runs: a check that every stage still works. The
+// Service stages differ only in proxy and Service count, and the 1,000 and 10,000
+// Service ones take minutes to set up, so only svc-myelin-10 stands for them.
+var QuickCases = []string{
+	"veth-pair/tcp-rr/same-vcpu",
+	"native/bpf-cross-node/tcp-rr/same-vcpu",
+	"tunnel/bpf-cross-node/tcp-rr/same-vcpu",
+	"bigtcp/bigtcp-cross-node/tcp-stream/same-vcpu",
+	"plain/bridge-cross-node/tcp-rr/same-vcpu",
+	"flannel-vxlan/flannel-cross-node/tcp-rr/same-vcpu",
+	"flannel-host-gw/flannel-cross-node/tcp-rr/same-vcpu",
+	"svc-myelin-10/svc-crr/same-vcpu",
+	"control-plane/agent-idle",
+}
+
+// QuickNoLabCases are the quick cases that need no lab, what make test runs
+// (`--quick --cases loopback/tcp-rr,veth-pair/tcp-rr`): seconds instead of minutes.
+var QuickNoLabCases = []string{"loopback/tcp-rr", "veth-pair/tcp-rr"}
+
+// QuickRounds is the rounds of --quick unless --rounds is given.
+const QuickRounds = 1

@@ -103,6 +103,10 @@ func (p *mdWriter) header(res *Results) {
 	p.printf("- %d rounds of %gs per case, cases interleaved round-robin; ratios are the median of each round's "+
 		"value divided by the baseline's value in the same round (for latency and CPU, lower is better)\n",
 		res.Rounds, res.DurationSeconds)
+	if b := res.Budget; b != nil {
+		p.printf("- %s; at most %d rounds, a case stops at a spread of %.0f%% (spread: (max−min)/median of the "+
+			"per-round ratios, or of the figures without a baseline)\n", b.Plan, b.MaxRounds, 100*b.TargetSpread)
+	}
 	if res.Interrupted {
 		p.printf("- **interrupted**: the figures cover the rounds that finished\n")
 	}
@@ -121,24 +125,28 @@ func (p *mdWriter) workloadTable(wl string, cases []CaseInfo, summaries map[stri
 		}
 	}
 	p.printf("## %s\n\n%s\n\n", wl, desc)
-	p.printf("| case | metric | median | min–max | ratio to baseline | N |\n|---|---|---|---|---|---|\n")
+	p.printf("| case | metric | median | min–max | ratio to baseline | spread | rounds |\n|---|---|---|---|---|---|---|\n")
 	for _, c := range cases {
 		if c.Workload != wl {
 			continue
 		}
 		switch {
 		case c.Unavailable != "":
-			p.printf("| %s | | not available: %s | | | 0 |\n", c.Name, mdEscape(c.Unavailable))
+			p.printf("| %s | | not available: %s | | | | 0 |\n", c.Name, mdEscape(c.Unavailable))
 		case len(summaries[c.Name]) == 0:
-			p.printf("| %s | | no successful run (see failed runs) | | | 0 |\n", c.Name)
+			p.printf("| %s | | no successful run (see failed runs) | | | | 0 |\n", c.Name)
 		}
 		for _, s := range summaries[c.Name] {
 			ratio := "—"
 			if s.Ratio != nil {
 				ratio = fmt.Sprintf("%.2f× %s", *s.Ratio, s.Baseline)
 			}
-			p.printf("| %s | %s (%s) | %s | %s–%s | %s | %d |\n", c.Name, s.Metric, s.Unit,
-				formatLike(s.Median, s.Median), formatLike(s.Min, s.Median), formatLike(s.Max, s.Median), ratio, s.N)
+			spread := "—" // one round has no spread
+			if s.N > 1 {
+				spread = fmt.Sprintf("%.1f%%", 100*s.Spread)
+			}
+			p.printf("| %s | %s (%s) | %s | %s–%s | %s | %s | %d |\n", c.Name, s.Metric, s.Unit,
+				formatLike(s.Median, s.Median), formatLike(s.Min, s.Median), formatLike(s.Max, s.Median), ratio, spread, s.N)
 		}
 	}
 	p.printf("\n")

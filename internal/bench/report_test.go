@@ -54,9 +54,9 @@ func TestWriteReport(t *testing.T) {
 	md := readFile(t, filepath.Join(dir, ReportMarkdown))
 	for _, want := range []string{
 		"command: `myelin bench --rounds 3`", "Test CPU, 2 vCPUs, 2048 MiB, kernel 6.1.0", "Netperf version 2.7.0",
-		"| case | metric | median | min–max | ratio to baseline | N |",
-		"| loopback/tcp-rr/same-vcpu | rate (trans/s) | 100002 | 100001–100003 | — | 3 |",
-		"| veth-pair/tcp-rr/same-vcpu | rate (trans/s) | 90002 | 90001–90003 | 0.90× loopback/tcp-rr/same-vcpu | 3 |",
+		"| case | metric | median | min–max | ratio to baseline | spread | rounds |",
+		"| loopback/tcp-rr/same-vcpu | rate (trans/s) | 100002 | 100001–100003 | — | 0.0% | 3 |",
+		"| veth-pair/tcp-rr/same-vcpu | rate (trans/s) | 90002 | 90001–90003 | 0.90× loopback/tcp-rr/same-vcpu | 0.0% | 3 |",
 		"| flannel-vxlan/tcp-rr/same-vcpu | | not available: needs flannel v0.26.7 (scripts/build-flannel.sh) |",
 		"| veth-pair/udp-loss/same-vcpu | | no successful run",
 		"## Failed runs", "round 1, veth-pair/udp-loss/same-vcpu: iperf3: unable to connect",

@@ -17,6 +17,9 @@ type Config struct {
 	Command string
 	// Log receives one line per run and per setup step; nil discards them.
 	Log io.Writer
+	// Budget, when positive, bounds the run's time (see PlanBudget): Rounds is then the
+	// most rounds a case gets, and a zero Duration lets the plan pick the run length.
+	Budget time.Duration
 }
 
 // Results is everything a run measured, as written to results.json.
@@ -32,6 +35,7 @@ type Results struct {
 	Cases           []CaseInfo  `json:"cases"`
 	Runs            []RunRecord `json:"runs"`
 	Summaries       []Summary   `json:"summaries"`
+	Budget          *BudgetInfo `json:"budget,omitempty"`
 }
 
 // Run checks which cases this machine can run, then runs every stage: it sets up the
@@ -43,7 +47,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	if err := Validate(cfg.Cases); err != nil {
 		return nil, err
 	}
-	if cfg.Rounds < 1 || cfg.Duration <= 0 {
+	if cfg.Rounds < 1 || cfg.Duration < 0 || (cfg.Duration == 0 && cfg.Budget <= 0) {
 		return nil, fmt.Errorf("bench needs at least 1 round of a positive duration, got %d rounds of %s", cfg.Rounds, cfg.Duration)
 	}
 	res := &Results{Machine: DescribeMachine(), Command: cfg.Command, Started: time.Now(),
@@ -55,11 +59,16 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	if r.log == nil {
 		r.log = io.Discard
 	}
+	all := stages(cfg.Cases)
+	if cfg.Budget > 0 {
+		r.planBudget(all) // budgetrun.go
+	}
 	var teardownErrs []error
-	for _, stage := range stages(cfg.Cases) {
+	for i, stage := range all {
 		if ctx.Err() != nil {
 			break
 		}
+		r.stage, r.stageStart = i, time.Now()
 		teardownErrs = append(teardownErrs, r.runStage(ctx, stage))
 	}
 	res.Interrupted = ctx.Err() != nil
@@ -80,6 +89,13 @@ type runner struct {
 	cfg Config
 	res *Results
 	log io.Writer
+	// With a budget: the stages' plans, the index of the running stage and the end of
+	// the budget.
+	plans      []StagePlan
+	stage      int
+	stageStart time.Time
+	minRounds  int
+	end        time.Time
 }
 
 // runStage builds the environments of one stage, runs its rounds and tears down; it
@@ -105,18 +121,27 @@ func (r *runner) runStage(ctx context.Context, cases []Case) (teardownErr error)
 			byName[c.Name] = c
 		}
 	}
-	for _, slot := range Schedule(runnable, r.cfg.Rounds) {
+	if r.cfg.Budget > 0 {
+		r.runBudgeted(ctx, runnable, byName, trials) // budgetrun.go
+		return nil
+	}
+	r.runSlots(ctx, Schedule(runnable, r.cfg.Rounds), byName, trials)
+	return nil
+}
+
+// runSlots runs the slots in order until ctx is done.
+func (r *runner) runSlots(ctx context.Context, slots []Slot, byName map[string]Case, trials map[string]Trial) {
+	for _, slot := range slots {
 		if ctx.Err() != nil {
-			break
+			return
 		}
 		rec := runOnce(ctx, byName[slot.Case], trials[slot.Case], slot.Round)
 		if ctx.Err() != nil && rec.Error != "" {
-			break // the run was cut short by the interrupt; it is not a figure
+			return // the run was cut short by the interrupt; it is not a figure
 		}
 		r.res.Runs = append(r.res.Runs, rec)
 		r.logRun(byName[slot.Case], rec)
 	}
-	return nil
 }
 
 // setUp builds each environment of the available cases once, appending it to built

@@ -48,7 +48,7 @@ func TestSelect(t *testing.T) {
 	if got, err := Select(all, []string{"svc-*"}); err != nil || len(got) != 4*3*len(ServiceCounts)+len(SockLBCases()) {
 		t.Errorf("Select(svc-*) = %v (%v), want every Service scale and socket-LB case", names(got), err)
 	}
-	quick, err := Select(all, QuickCases)
+	quick, err := Select(all, QuickNoLabCases)
 	if err != nil || len(quick) == 0 || len(quick) > 4 {
 		t.Errorf("the quick set = %v (%v), want a few cases", names(quick), err)
 	}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"sort"
 	"time"
 )
@@ -43,6 +44,9 @@ type Summary struct {
 	Baseline string   `json:"baseline,omitempty"`
 	Ratio    *float64 `json:"ratio,omitempty"`
 	RatioN   int      `json:"ratioN,omitempty"`
+	// Spread is (max-min)/median of the per-round ratios, or of the values without a
+	// ratio: how far the rounds disagree (see RelSpread; 0 for one round).
+	Spread float64 `json:"spread"`
 }
 
 // Summarize computes, for every metric of every available case, the median, min and max
@@ -70,9 +74,10 @@ func Summarize(cases []CaseInfo, runs []RunRecord) []Summary {
 			}
 			s := Summary{Case: c.Name, Metric: m.Name, Unit: m.Unit, N: len(vals),
 				Median: Median(vals), Min: minOf(vals), Max: maxOf(vals), Baseline: c.Baseline}
+			s.Spread = finiteSpread(vals)
 			if ratios := roundRatios(byRound[c.Name], byRound[c.Baseline], m.Name); len(ratios) > 0 {
 				r := Median(ratios)
-				s.Ratio, s.RatioN = &r, len(ratios)
+				s.Ratio, s.RatioN, s.Spread = &r, len(ratios), finiteSpread(ratios)
 			}
 			out = append(out, s)
 		}
@@ -143,4 +148,12 @@ func maxOf(xs []float64) float64 {
 		m = max(m, x)
 	}
 	return m
+}
+
+// finiteSpread is RelSpread with 0 for one value or a zero median (JSON has no +Inf).
+func finiteSpread(xs []float64) float64 {
+	if s := RelSpread(xs); !math.IsInf(s, 0) {
+		return s
+	}
+	return 0
 }
