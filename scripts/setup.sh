@@ -88,4 +88,5 @@ check_go
 "$here/build-promtool.sh"
 "$here/build-image-bases.sh"
 "$here/build-e2e.sh"
+"$here/build-cni-plugins.sh"
 say "done"
