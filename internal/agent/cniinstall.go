@@ -41,11 +41,16 @@ const PortmapPlugin = "myelin-portmap"
 // conflist is the network configuration the agent installs: myelin-cni, then, when a
 // portmap plugin is installed (Config.PortmapSource), portmap for pods' hostPorts. The
 // runtime passes a pod's port mappings to it (capability portMappings); it writes DNAT
-// rules in the netns the runtime runs in (the node's).
+// rules in the netns the runtime runs in (the node's). masqAll: the connections it
+// DNATs are masqueraded too, so the pod replies to this node and the reply meets
+// netfilter's conntrack, which undoes the DNAT. With BPF host routing a reply to
+// another address would leave the pod by bpf_redirect_neigh, past netfilter, with the
+// pod's address as its source (docs/install.md, cni.hostPort).
 func conflist(cfg Config, version string) map[string]any {
 	plugins := []any{map[string]any{"type": "myelin-cni", "socket": cfg.socket()}}
 	if cfg.PortmapSource != "" {
-		plugins = append(plugins, map[string]any{"type": PortmapPlugin, "capabilities": map[string]bool{"portMappings": true}})
+		plugins = append(plugins, map[string]any{"type": PortmapPlugin, "masqAll": true,
+			"capabilities": map[string]bool{"portMappings": true}})
 	}
 	return map[string]any{
 		// 1.0.0 by default: containerd 1.6 (Debian bookworm) rejects 1.1.0 results; the

@@ -75,6 +75,7 @@ func TestInstallCNIChainsPortmap(t *testing.T) {
 		var conf struct {
 			Plugins []struct {
 				Type         string          `json:"type"`
+				MasqAll      bool            `json:"masqAll"`
 				Capabilities map[string]bool `json:"capabilities"`
 			} `json:"plugins"`
 		}
@@ -89,8 +90,8 @@ func TestInstallCNIChainsPortmap(t *testing.T) {
 			t.Errorf("portmap %q: conflist plugins %v, want %v", tc.portmap, types, tc.want)
 		}
 		_, statErr := os.Stat(filepath.Join(cfg.CNIBinDir, PortmapPlugin))
-		if tc.portmap != "" && (statErr != nil || !conf.Plugins[1].Capabilities["portMappings"]) {
-			t.Errorf("portmap installed: stat %v, capabilities %v; want the binary and portMappings", statErr, conf.Plugins[1].Capabilities)
+		if tc.portmap != "" && (statErr != nil || !conf.Plugins[1].Capabilities["portMappings"] || !conf.Plugins[1].MasqAll) {
+			t.Errorf("portmap installed: stat %v, %+v; want the binary, portMappings and masqAll", statErr, conf.Plugins[1])
 		}
 		if tc.portmap == "" && !errors.Is(statErr, os.ErrNotExist) {
 			t.Errorf("no portmap given, yet %s is in the bin dir (%v)", PortmapPlugin, statErr)
