@@ -6,7 +6,8 @@
 #     agnhost (test/images/agnhost), with the same wrapper module as build-k8s.sh (staging
 #     modules pinned to their v0.Y.Z releases) in its own directory, blank-importing both;
 #   - CoreDNS from its Go module into "$COREDNS_BIN_DIR";
-#   - the Debian base of the agnhost image (mmdebstrap) in "$MYELIN_CACHE/images/base/".
+#   - the Debian base of the agnhost image (mmdebstrap) in "$MYELIN_CACHE/images/base/";
+#   - the suite's nginx image's Debian base (nginx-light, mmdebstrap) in the same place.
 # `myelin images build --e2e` layers the binaries on top into image archives.
 set -euo pipefail
 
@@ -42,8 +43,30 @@ build_agnhost_base() {
 	mv "$dir/tmp-$AGNHOST_BASE_NAME.tar" "$out"
 }
 
+# The suite's nginx image (imageutils.Nginx; EndpointSlice tests run it): Debian's
+# nginx-light, serving port 80. internal/images.NginxBaseName.
+NGINX_BASE_PACKAGES=nginx-light
+NGINX_BASE_NAME=debian-bookworm-nginx-light
+
+build_nginx_base() {
+	local dir="$MYELIN_CACHE/images/base" out="$MYELIN_CACHE/images/base/$NGINX_BASE_NAME.tar"
+	if [ -s "$out" ]; then
+		say "nginx image base: cached in $out"
+		return
+	fi
+	mkdir -p "$dir"
+	say "building the nginx image's Debian base ($NGINX_BASE_PACKAGES) with mmdebstrap into $out"
+	SOURCE_DATE_EPOCH=$IMAGE_EPOCH mmdebstrap --quiet --variant=essential \
+		--include="$NGINX_BASE_PACKAGES" \
+		--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
+		--dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+		bookworm "$dir/tmp-$NGINX_BASE_NAME.tar" http://deb.debian.org/debian </dev/null
+	mv "$dir/tmp-$NGINX_BASE_NAME.tar" "$out"
+}
+
 build_coredns
 build_agnhost_base
+build_nginx_base
 if [ -x "$KUBE_BIN_DIR/e2e.test" ] && [ -x "$KUBE_BIN_DIR/agnhost" ] && [ -s "$KUBE_BIN_DIR/agnhost-files/localhost.key" ] && [ -x "$KUBE_BIN_DIR/ginkgo" ]; then
 	say "kubernetes e2e $KUBE_VERSION: cached in $KUBE_BIN_DIR (e2e.test, agnhost, ginkgo)"
 	exit 0

@@ -89,4 +89,5 @@ check_go
 "$here/build-kwok.sh"
 "$here/build-image-bases.sh"
 "$here/build-e2e.sh"
+"$here/build-cni-plugins.sh"
 say "done"

@@ -230,6 +230,16 @@ static __always_inline int lb_from_pod(struct __sk_buff *skb, struct ipv4_info *
 		return lb_icmp_reply(skb, info, route);
 	if (ct_l4_parse(skb, info, &l4) < 0)
 		return 0;
+	/* A local backend's reply to a NodePort SNAT flow (a client pod of
+	 * another node, lb_nodeport): only packets to node_ip pay, and only
+	 * those to a port of the NAT range a lookup. */
+	if (info->daddr == node_ip) {
+		reason = np_reply(skb, info, &l4);
+		if (reason != 1) {
+			*route = LB_ROUTE_OUT;
+			return reason;
+		}
+	}
 	svc = lb_svc_lookup(info->daddr, l4.dport, info->proto);
 	if (svc)
 		return lb_pod_service(skb, info, &l4, svc, route);
@@ -249,9 +259,11 @@ static __always_inline int lb_from_pod(struct __sk_buff *skb, struct ipv4_info *
  * lb_nodeport serves a NodePort request arriving on the uplink: DNAT to the
  * flow's backend; the client address stays for a local backend (delivered
  * as usual, service conntrack as for ClusterIP), while for a backend on
- * another node the source becomes node_ip too (as kube-proxy does), so its
- * reply returns through this node. Those flows live in the NodePort SNAT
- * tables (lib/nodeport.h), looked up first, and write no conntrack entry.
+ * another node, or a client that is a pod of another node, the source
+ * becomes node_ip too (as kube-proxy does), so the reply returns through
+ * this node's NodePort SNAT (from_netdev, or lb_from_pod for a local
+ * backend). Those flows live in the NodePort SNAT tables (lib/nodeport.h),
+ * looked up first, and write no conntrack entry.
  */
 static __always_inline int lb_nodeport(struct __sk_buff *skb, struct ipv4_info *info,
 				       struct l4_info *l4, const struct lb_svc *svc, int *route)
@@ -268,7 +280,10 @@ static __always_inline int lb_nodeport(struct __sk_buff *skb, struct ipv4_info *
 		ct_key_of(&fwd, info, l4, CT_DIR_FORWARD);
 		if (!lb_flow_backend(&myelin_lb_ct_nodeport, &fwd, svc, l4, &f))
 			return DROP_SVC_NO_BACKEND;
-		if (endpoint_lookup(f.be.addr)) {
+		/* A pod of another node as the client (in the cluster CIDR, which
+		 * lb_from_pod sends on untranslated) is served as if the backend
+		 * were remote: SNAT, so the reply comes back to node_ip. */
+		if (endpoint_lookup(f.be.addr) && !cluster_contains(info->saddr)) {
 			/* A local backend: service conntrack, as for ClusterIP. */
 			reason = lb_flow_commit(&myelin_lb_ct_nodeport, &fwd, &f, svc, l4,
 						CT_F_NODEPORT);

@@ -41,6 +41,7 @@ func Cleanup(cfg Config, log *slog.Logger) error {
 	}
 	step("CNI conflist", removeFile(filepath.Join(cfg.CNIConfDir, nodelayout.CNIConfFile)))
 	step("CNI plugin", removeFile(filepath.Join(cfg.CNIBinDir, "myelin-cni")))
+	step("portmap plugin", removeFile(filepath.Join(cfg.CNIBinDir, PortmapPlugin)))
 	step("pod host veths", deleteHostVeths())
 	step("VXLAN device "+tunnel.DeviceName, tunnel.RemoveDevice())
 	step("health address "+clusterhealth.AddressLabel, clusterhealth.RemoveAddress())

@@ -23,14 +23,7 @@ func installCNI(cfg Config) error {
 	if version == "" {
 		version = "1.0.0"
 	}
-	conf := map[string]any{
-		// 1.0.0 by default: containerd 1.6 (Debian bookworm) rejects 1.1.0 results; the
-		// plugin speaks both, and a runtime that wants STATUS/GC asks with 1.1.0 itself.
-		"cniVersion": version,
-		"name":       "myelin",
-		"plugins":    []any{map[string]any{"type": "myelin-cni", "socket": cfg.socket()}},
-	}
-	b, err := json.MarshalIndent(conf, "", "  ")
+	b, err := json.MarshalIndent(conflist(cfg, version), "", "  ")
 	if err != nil {
 		return err
 	}
@@ -38,6 +31,34 @@ func installCNI(cfg Config) error {
 		return err
 	}
 	return writeAtomic(filepath.Join(cfg.CNIConfDir, nodelayout.CNIConfFile), b, 0o644)
+}
+
+// PortmapPlugin is the name the upstream portmap plugin is installed under in the CNI
+// bin dir: a name of our own, so a portmap another CNI installed is neither replaced nor
+// removed by --cleanup.
+const PortmapPlugin = "myelin-portmap"
+
+// conflist is the network configuration the agent installs: myelin-cni, then, when a
+// portmap plugin is installed (Config.PortmapSource), portmap for pods' hostPorts. The
+// runtime passes a pod's port mappings to it (capability portMappings); it writes DNAT
+// rules in the netns the runtime runs in (the node's). masqAll: the connections it
+// DNATs are masqueraded too, so the pod replies to this node and the reply meets
+// netfilter's conntrack, which undoes the DNAT. With BPF host routing a reply to
+// another address would leave the pod by bpf_redirect_neigh, past netfilter, with the
+// pod's address as its source (docs/install.md, cni.hostPort).
+func conflist(cfg Config, version string) map[string]any {
+	plugins := []any{map[string]any{"type": "myelin-cni", "socket": cfg.socket()}}
+	if cfg.PortmapSource != "" {
+		plugins = append(plugins, map[string]any{"type": PortmapPlugin, "masqAll": true,
+			"capabilities": map[string]bool{"portMappings": true}})
+	}
+	return map[string]any{
+		// 1.0.0 by default: containerd 1.6 (Debian bookworm) rejects 1.1.0 results; the
+		// plugin speaks both, and a runtime that wants STATUS/GC asks with 1.1.0 itself.
+		"cniVersion": version,
+		"name":       "myelin",
+		"plugins":    plugins,
+	}
 }
 
 // withdrawConflist removes the conflist this agent wrote (only nodelayout.CNIConfFile
@@ -52,14 +73,21 @@ func withdrawConflist(cfg Config) error {
 	return nil
 }
 
-// InstallPlugin copies the myelin-cni binary into the node's CNI bin dir (what the
-// chart's init container runs: myelin-agent --install-cni-plugin).
+// InstallPlugin copies the myelin-cni binary, and the portmap plugin when one is given,
+// into the node's CNI bin dir (what the chart's init container runs: myelin-agent
+// --install-cni-plugin).
 func InstallPlugin(cfg Config) error {
 	if err := os.MkdirAll(cfg.CNIBinDir, 0o755); err != nil {
 		return fmt.Errorf("create CNI bin dir: %w", err)
 	}
 	if err := copyFile(cfg.CNIPluginSource, filepath.Join(cfg.CNIBinDir, "myelin-cni"), 0o755); err != nil {
 		return fmt.Errorf("install the CNI plugin from %s: %w; build it with make build or pass --cni-plugin", cfg.CNIPluginSource, err)
+	}
+	if cfg.PortmapSource == "" {
+		return nil
+	}
+	if err := copyFile(cfg.PortmapSource, filepath.Join(cfg.CNIBinDir, PortmapPlugin), 0o755); err != nil {
+		return fmt.Errorf("install the portmap plugin from %s: %w; build it with make setup (scripts/build-cni-plugins.sh) or leave --portmap-plugin empty", cfg.PortmapSource, err)
 	}
 	return nil
 }

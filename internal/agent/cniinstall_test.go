@@ -2,10 +2,13 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"k8s.io/client-go/kubernetes/fake"
@@ -42,5 +45,60 @@ func TestDatapathFailureWithdrawsConflist(t *testing.T) {
 	}
 	if err := withdrawConflist(s.cfg); err != nil {
 		t.Errorf("withdrawConflist with no conflist: %v, want nil", err)
+	}
+}
+
+// With a portmap plugin given, installCNI copies it in as myelin-portmap and chains it
+// after myelin-cni with the portMappings capability (the runtime then passes a pod's
+// hostPorts); without one the conflist is myelin-cni alone. A missing portmap binary is
+// an error naming it.
+func TestInstallCNIChainsPortmap(t *testing.T) {
+	src := t.TempDir()
+	plugin, portmap := filepath.Join(src, "myelin-cni"), filepath.Join(src, "portmap")
+	for _, f := range []string{plugin, portmap} {
+		if err := os.WriteFile(f, []byte("#!/bin/true\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		portmap string
+		want    []string
+	}{{"", []string{"myelin-cni"}}, {portmap, []string{"myelin-cni", PortmapPlugin}}} {
+		cfg := Config{CNIBinDir: t.TempDir(), CNIConfDir: t.TempDir(), StateDir: "/run/myelin", CNIPluginSource: plugin, PortmapSource: tc.portmap}
+		if err := installCNI(cfg); err != nil {
+			t.Fatalf("installCNI with portmap %q: %v", tc.portmap, err)
+		}
+		b, err := os.ReadFile(filepath.Join(cfg.CNIConfDir, nodelayout.CNIConfFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var conf struct {
+			Plugins []struct {
+				Type         string          `json:"type"`
+				MasqAll      bool            `json:"masqAll"`
+				Capabilities map[string]bool `json:"capabilities"`
+			} `json:"plugins"`
+		}
+		if err := json.Unmarshal(b, &conf); err != nil {
+			t.Fatal(err)
+		}
+		var types []string
+		for _, p := range conf.Plugins {
+			types = append(types, p.Type)
+		}
+		if !slices.Equal(types, tc.want) {
+			t.Errorf("portmap %q: conflist plugins %v, want %v", tc.portmap, types, tc.want)
+		}
+		_, statErr := os.Stat(filepath.Join(cfg.CNIBinDir, PortmapPlugin))
+		if tc.portmap != "" && (statErr != nil || !conf.Plugins[1].Capabilities["portMappings"] || !conf.Plugins[1].MasqAll) {
+			t.Errorf("portmap installed: stat %v, %+v; want the binary, portMappings and masqAll", statErr, conf.Plugins[1])
+		}
+		if tc.portmap == "" && !errors.Is(statErr, os.ErrNotExist) {
+			t.Errorf("no portmap given, yet %s is in the bin dir (%v)", PortmapPlugin, statErr)
+		}
+	}
+	missing := Config{CNIBinDir: t.TempDir(), CNIPluginSource: plugin, PortmapSource: filepath.Join(src, "nope")}
+	if err := InstallPlugin(missing); err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Errorf("InstallPlugin with a missing portmap: %v, want an error naming it", err)
 	}
 }

@@ -23,6 +23,9 @@ type Config struct {
 	Uplink          string // the node's uplink device
 	CNIVersion      string // cniVersion of the conflist ("" = 1.0.0)
 	HealthPort      int    // /healthz and /readyz on 127.0.0.1 (0 = none)
+	// PortmapSource is the upstream portmap plugin to install as PortmapPlugin and chain
+	// after myelin-cni, for pods' hostPorts ("" = no hostPort support).
+	PortmapSource string
 	// MountBPFFS lets the agent mount a bpffs at BPFFSDir's parent when there is none
 	// (an agent running on the host). In a pod a mount would stay in the container's
 	// mount namespace and every restart would lose pins, so the chart turns it off and

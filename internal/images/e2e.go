@@ -22,10 +22,12 @@ const (
 	// E2EJessieDnsutils is the DNS tests' second querier (dig, getent, sh): our agnhost
 	// Debian base under the suite's name.
 	E2EJessieDnsutils = "jessie-dnsutils:1.7"
+	// E2ENginx is Debian's nginx-light serving port 80 (the EndpointSlice tests' pods).
+	E2ENginx = "nginx:1.14-4"
 )
 
 // E2ENames are the e2e images Build writes, in import order.
-var E2ENames = []string{E2EAgnhost, E2EBusybox, E2EPause, E2EJessieDnsutils}
+var E2ENames = []string{E2EAgnhost, E2EBusybox, E2EPause, E2EJessieDnsutils, E2ENginx}
 
 // CoreDNSImage is the cluster DNS image the lab runs on --runtime containerd
 // (internal/clusterdns), built from the CoreDNS binary of make setup.
@@ -34,6 +36,9 @@ const CoreDNSImage = "myelin/coredns:v1.12.4"
 // AgnhostBaseName is the agnhost image's Debian base (scripts/build-e2e.sh,
 // AGNHOST_BASE_NAME): the tools e2e tests run inside agnhost pods (sh, dig, curl, nc, ip).
 const AgnhostBaseName = "debian-bookworm-agnhost"
+
+// NginxBaseName is the nginx image's Debian base (scripts/build-e2e.sh, NGINX_BASE_NAME).
+const NginxBaseName = "debian-bookworm-nginx-light"
 
 // E2ERef is the full name of an e2e image (one of E2ENames) as the suite asks for it.
 func E2ERef(image string) string { return E2ERegistry + "/" + image }
@@ -116,6 +121,12 @@ func e2eSpec(image string, o E2EOptions) (spec, error) {
 			return spec{}, err
 		}
 		return spec{base: base, files: []file{{path: "results", dir: true, mode: 0o777}}, cmd: []string{"/bin/bash"}}, nil
+	case E2ENginx:
+		base := filepath.Join(o.Cache, "images", "base", NginxBaseName+".tar")
+		if err := setup(base); err != nil {
+			return spec{}, err
+		}
+		return spec{base: base, cmd: []string{"/usr/sbin/nginx", "-g", "daemon off;"}}, nil
 	case E2EBusybox:
 		s, err := busyboxSpec(o.Busybox)
 		s.cmd = []string{"sh"}

@@ -49,6 +49,15 @@ func AgentBase(cache string) string {
 	return filepath.Join(cache, "images", "base", AgentBaseName+".tar")
 }
 
+// CNIPluginsVersion is the containernetworking/plugins release whose portmap plugin the
+// agent image carries as /usr/bin/myelin-portmap (scripts/build-cni-plugins.sh).
+const CNIPluginsVersion = "v1.9.1"
+
+// PortmapBinary is where scripts/build-cni-plugins.sh builds the portmap plugin.
+func PortmapBinary(cache string) string {
+	return filepath.Join(cache, "cni-plugins", CNIPluginsVersion, "bin", "portmap")
+}
+
 // Options are the inputs of Build.
 type Options struct {
 	Cache   string // the tool cache (cni.ToolCache())

@@ -45,6 +45,7 @@ func fakeInputs(t *testing.T) (cache, bin string) {
 	if err := os.WriteFile(AgentBase(cache), base.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	writePortmap(t, cache, busybox)
 	return cache, bin
 }
 
@@ -60,6 +61,7 @@ func TestBuildIsReproducible(t *testing.T) {
 			}
 			b, _ := os.ReadFile(AgentBase(cache))
 			_ = os.WriteFile(AgentBase(other), b, 0o644)
+			writePortmap(t, other, mustRead(t, PortmapBinary(cache)))
 		}
 		if err := Build(Options{Cache: c, Version: "v1", BinDir: bin}, io.Discard); err != nil {
 			t.Fatal(err)
@@ -108,6 +110,29 @@ func TestBuildSkipsAndRefusesDynamicBinaries(t *testing.T) {
 	}
 	if err := Build(Options{Cache: cache, Version: "v2", BinDir: bin}, io.Discard); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
 		t.Fatalf("build with a dynamic myelin-pause: %v, want it refused", err)
+	}
+}
+
+// writePortmap puts a stand-in for scripts/build-cni-plugins.sh's portmap in the cache.
+func writePortmap(t *testing.T, cache string, b []byte) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(PortmapBinary(cache)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(PortmapBinary(cache), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The agent image needs the portmap plugin; without it the build names the script.
+func TestAgentImageNeedsPortmap(t *testing.T) {
+	cache, bin := fakeInputs(t)
+	if err := os.Remove(PortmapBinary(cache)); err != nil {
+		t.Fatal(err)
+	}
+	err := Build(Options{Cache: cache, Version: "v1", BinDir: bin}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "build-cni-plugins.sh") {
+		t.Fatalf("build without portmap: %v, want an error naming scripts/build-cni-plugins.sh", err)
 	}
 }
 

@@ -18,8 +18,13 @@ func specOf(image string, o Options) (spec, error) {
 		if _, err := os.Stat(base); err != nil {
 			return spec{}, fmt.Errorf("the agent's Debian base %s is missing; build it with: make setup (scripts/build-image-bases.sh)", base)
 		}
+		portmap := PortmapBinary(o.Cache)
+		if _, err := os.Stat(portmap); err != nil {
+			return spec{}, fmt.Errorf("the portmap CNI plugin %s is missing; build it with: make setup (scripts/build-cni-plugins.sh)", portmap)
+		}
 		files, err := binaries(map[string]string{
 			"usr/bin/myelin": bin("myelin"), "usr/bin/myelin-agent": bin("myelin-agent"), "usr/bin/myelin-cni": bin("myelin-cni"),
+			"usr/bin/myelin-portmap": portmap,
 		})
 		return spec{base: base, files: files, entrypoint: []string{"/usr/bin/myelin-agent"}}, err
 	case Pause:

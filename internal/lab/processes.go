@@ -105,9 +105,10 @@ func controllers(p labplan.Plan, paths labplan.Paths, kubeBin string) []labplan.
 				// take minutes to write their Endpoints and EndpointSlices.
 				"--kube-api-qps", "500", "--kube-api-burst", "1000",
 				"--concurrent-service-endpoint-syncs", "20",
-				// Nothing in the lab reads v1 Endpoints (myelin and kube-proxy use
-				// EndpointSlices); not writing them saves a third of a Service's writes.
-				"--controllers", "*,-endpoints-controller",
+				// Every default controller, v1 Endpoints included, as a real cluster runs:
+				// myelin and kube-proxy read EndpointSlices, but the apiserver's
+				// services/proxy resolves a Service through its Endpoints, and the
+				// conformance suite checks that they are written (docs/conformance.md).
 				"--profiling=false"),
 			Health: controlPlaneURL(p, "https", labplan.ControllerManagerPort, "/healthz"),
 		},

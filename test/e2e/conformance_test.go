@@ -20,15 +20,34 @@ import (
 	"github.com/myelin-net/myelin/internal/testenv"
 )
 
-// subsetFocus is the handful of [sig-network] conformance tests `make test` runs
-// (TestLabConformanceSubset): pod-to-pod HTTP and UDP across nodes, a ClusterIP and a
-// NodePort Service. DNS for Services and ProxyWithPath (they need the apiserver to
-// reach pods: labplan.Plan.PodCIDRRoutes) join once a run shows them passing.
+// subsetFocus are the [sig-network] conformance tests `make test` runs
+// (TestLabConformanceSubset), each matching one test: pod-to-pod HTTP and UDP across
+// nodes, a ClusterIP and a NodePort Service; every DNS conformance test; the Proxy
+// tests (the apiserver reaching pods: labplan.Plan.PodCIDRRoutes, and Services through
+// their v1 Endpoints); the EndpointSlice tests that need the endpoints controller;
+// hostPort (the chained portmap); NodePort session affinity from a pod to every
+// node (NodePort SNAT of pod clients of other nodes).
 var subsetFocus = []string{
 	`Networking Granular Checks: Pods should function for node-pod communication: http`,
 	`Networking Granular Checks: Pods should function for intra-pod communication: udp`,
 	`Services should serve a basic endpoint from pods`,
 	`Services should be able to create a functioning NodePort service`,
+	`DNS should provide DNS for services`,
+	`DNS should provide DNS for the cluster`,
+	`DNS should provide /etc/hosts entries for the cluster`,
+	`DNS should provide DNS for pods for Hostname`,
+	`DNS should provide DNS for pods for Subdomain`,
+	`DNS should provide DNS for ExternalName services`,
+	`DNS should resolve DNS of partial qualified names for services`,
+	`DNS should support configurable pod DNS nameservers`,
+	`Proxy version v1 A set of valid responses are returned for both pod and service ProxyWithPath`,
+	`Proxy version v1 A set of valid responses are returned for both pod and service Proxy `,
+	`Proxy version v1 should proxy through a service and a pod`,
+	`EndpointSlice should create Endpoints and EndpointSlices for Pods matching a Service`,
+	`EndpointSlice should create and delete Endpoints and EndpointSlices for a Service with a selector specified`,
+	`HostPort validates that there is no conflict between pods with same hostPort but different hostIP and protocol`,
+	`Services should have session affinity work for NodePort service`,
+	`Services should be able to switch session affinity for NodePort service`,
 }
 
 // TestLabConformanceSubset runs a few of Kubernetes' own [sig-network] conformance tests
@@ -42,8 +61,8 @@ func TestLabConformanceSubset(t *testing.T) {
 	podResolvesService(t, cs)
 	out := keptOutDir(t, "subset")
 	res := runSuite(t, suite, conformance.Run{
-		Focus: []string{`\[sig-network\] .*(` + strings.Join(subsetFocus, "|") + `)`},
-		Procs: 2, Timeout: suiteTimeout(t, 10*time.Minute), OutDir: out,
+		Focus: []string{`\[sig-network\] .*(` + strings.Join(subsetFocus, "|") + `).*\[Conformance\]`},
+		Procs: 4, Timeout: suiteTimeout(t, 10*time.Minute), OutDir: out,
 	})
 	if len(res.Specs) != len(subsetFocus) || res.Passed() != len(subsetFocus) {
 		t.Errorf("conformance subset: %s, want all %d focused tests run and passed\n%s", res.Summary(), len(subsetFocus), res.Details())
