@@ -97,7 +97,7 @@ struct policy_l4_hdr {
 };
 
 #define POLICY_TCP_HDR_LOAD (TCP_FLAGS_OFF + 1) /* bytes of policy_l4_hdr a TCP packet loads */
-#define POLICY_L4_OFF_MAX   (ETH_HLEN + 60)	 /* the farthest an L4 header starts (IHL 15) */
+#define POLICY_L4_OFF_MAX   (ETH_HLEN + 60)	/* the farthest an L4 header starts (IHL 15) */
 
 /*
  * policy_fin_end is the acknowledgment number that covers the FIN of TCP
@@ -291,8 +291,8 @@ static __always_inline void policy_ct_track(const struct policy_ct_key *k,
  * deleted meanwhile stays deleted.
  */
 static __always_inline void policy_ct_close(const struct policy_ct_key *k,
-					    struct policy_ct_entry *cur, const struct policy_tuple *t,
-					    int src_lo)
+					    struct policy_ct_entry *cur,
+					    const struct policy_tuple *t, int src_lo)
 {
 	__u32 closing = cur->closing;
 
