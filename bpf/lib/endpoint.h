@@ -37,7 +37,7 @@ static __always_inline int endpoint_deliver(struct __sk_buff *skb, struct ipv4_i
 	if (ipv4_ttl_expired(info))
 		return verdict_pass(skb, info, dir);
 	/* BPF delivers from pods, the uplink or the overlay: node_ip is never exempt here. */
-	reason = policy_ingress(skb, info, ep, 0);
+	reason = policy_ingress(skb, info, ep, 0, 1);
 	if (reason)
 		return verdict_drop(skb, info, DIR_TO_POD, reason);
 	reason = ct_reply_to_pod(skb, info);

@@ -33,6 +33,9 @@ struct ipv4_info {
 	 * at its receiving end too (a pod of this node), so the ingress check of
 	 * the same packet, unchanged, needs no lookup of its own. */
 	__u8 policy_rx_tracked;
+	/* lib/policy.h: the egress check of this packet, a SYN, started its
+	 * connection's entry afresh with this end bit (0: it did not). */
+	__u8 policy_tx_fresh;
 };
 
 /* ipv4_frag says which part of a fragmented datagram a packet is. */

@@ -62,8 +62,12 @@ struct policy_tuple {
 /* policy_ct_seen is what a check found in the connection's tracked entry. */
 struct policy_ct_seen {
 	__u32 ends;   /* the noted ends (enum policy_ct_ends) */
+	__u32 fresh;  /* a SYN: the end bit it started the entry afresh with, else 0 */
 	__u8 closing; /* the packet is part of the connection's close (FIN, or after one) */
 };
+
+/* policy_enforce's fresh_also for a SYN the stack delivers: its bit is added to the entry. */
+#define POLICY_CT_MERGE 0xff
 
 #define POLICY_F_ISOLATED (POLICY_F_INGRESS | POLICY_F_EGRESS)
 
@@ -93,6 +97,7 @@ struct policy_l4_hdr {
 };
 
 #define POLICY_TCP_HDR_LOAD (TCP_FLAGS_OFF + 1) /* bytes of policy_l4_hdr a TCP packet loads */
+#define POLICY_L4_OFF_MAX   (ETH_HLEN + 60)	/* the farthest an L4 header starts (IHL 15) */
 
 /*
  * policy_fin_end is the acknowledgment number that covers the FIN of TCP
@@ -115,6 +120,36 @@ static __always_inline __u32 policy_fin_end(struct __sk_buff *skb, const struct 
 }
 
 /*
+ * policy_l4_load copies the first n bytes of the L4 header at info->l4_off
+ * into h: straight from the packet when they lie in its linear data (the
+ * usual case: no helper call), else through bpf_skb_load_bytes. Returns 0,
+ * or a negative value when the packet is too short.
+ */
+static __always_inline int policy_l4_load(struct __sk_buff *skb, const struct ipv4_info *info,
+					  struct policy_l4_hdr *h, __u32 n)
+{
+	void *data_end = (void *)(long)skb->data_end;
+	__u32 off = info->l4_off;
+	__u8 *p;
+
+	if (off <= POLICY_L4_OFF_MAX) {
+		p = (void *)(long)skb->data + off;
+		if ((void *)(p + POLICY_TCP_HDR_LOAD) <= data_end) {
+			const struct policy_l4_hdr *ph = (const void *)p;
+
+			h->sport = ph->sport;
+			h->dport = ph->dport;
+			h->seq = ph->seq;
+			h->ack = ph->ack;
+			h->doff = ph->doff;
+			h->flags = ph->flags;
+			return 0;
+		}
+	}
+	return bpf_skb_load_bytes(skb, off, h, n);
+}
+
+/*
  * policy_l4 reads the ports of TCP, UDP and SCTP and whether a TCP packet
  * is a SYN without ACK (opens a connection), in one load, with the TCP
  * flags and acknowledgment number the close tracking needs (and, for a FIN,
@@ -129,7 +164,7 @@ static __always_inline void policy_l4(struct __sk_buff *skb, const struct ipv4_i
 	if (!info->l4_off)
 		return;
 	if (info->proto == IPPROTO_TCP) {
-		if (bpf_skb_load_bytes(skb, info->l4_off, &h, POLICY_TCP_HDR_LOAD) < 0)
+		if (policy_l4_load(skb, info, &h, POLICY_TCP_HDR_LOAD) < 0)
 			return;
 		t->syn = (h.flags & (TCP_FLAGS_SYN | TCP_FLAGS_ACK)) == TCP_FLAGS_SYN;
 		t->tcp_flags = h.flags;
@@ -137,7 +172,7 @@ static __always_inline void policy_l4(struct __sk_buff *skb, const struct ipv4_i
 		if (h.flags & POLICY_TCP_FIN)
 			t->fin_end = policy_fin_end(skb, info, &h);
 	} else if (info->proto == IPPROTO_UDP || info->proto == IPPROTO_SCTP) {
-		if (bpf_skb_load_bytes(skb, info->l4_off, &h, 4) < 0)
+		if (policy_l4_load(skb, info, &h, 4) < 0)
 			return;
 	}
 	t->sport = h.sport;
@@ -201,58 +236,80 @@ static __always_inline __u32 policy_ct_key_of(struct policy_ct_key *k, const str
 
 /*
  * policy_ct_track notes that the local end (bit) accepted the connection of
- * k: its replies and later packets pass this end without a policy lookup. A
- * SYN leaving its initiator starts the entry afresh (the other end's SYN
- * check, which always runs, adds its own bit again); every other accept
- * adds the end's bit to what the other end noted.
+ * k: its replies and later packets pass this end without a policy lookup.
+ * fresh: the packet is a SYN whose entry starts afresh, holding this end's
+ * bit and also (the other end's bit when the egress check of this same
+ * packet, on this node, just wrote it: a SYN between two pods of the node);
+ * no lookup first. Otherwise (a packet that found no bit of this end, or a
+ * SYN the stack delivers) the end's bit is added to what the entry holds
+ * (cur: the entry as the caller read it, or NULL to look it up); a SYN
+ * clears an old close state.
+ * Entries are only ever written whole, through bpf_map_update_elem under
+ * their own key, never through a looked-up pointer: a preallocated element
+ * that another CPU deleted meanwhile may already hold another connection,
+ * and a write through the pointer would give that connection an end it
+ * never accepted.
  */
-static __always_inline void policy_ct_track(struct policy_ct_key *k, struct policy_ct_entry *v,
-					    __u32 bit, int fresh, int syn)
+static __always_inline void policy_ct_track(const struct policy_ct_key *k,
+					    const struct policy_ct_entry *cur, __u32 bit,
+					    __u32 also, int fresh, int syn)
 {
-	struct policy_ct_entry ce = {.ends = bit};
+	struct policy_ct_entry ce = {.ends = bit | also};
+	const struct policy_ct_entry *v;
 
-	if (!fresh && !v)
-		v = bpf_map_lookup_elem(&myelin_policy_ct, k);
-	if (!fresh && v) {
-		/* A SYN opens a new connection on the tuple: an old close is no part of it. */
-		if (syn && v->closing)
-			v->closing = 0;
-		__sync_fetch_and_or(&v->ends, bit);
-		return;
+	if (!fresh) {
+		if (!cur) {
+			v = bpf_map_lookup_elem(&myelin_policy_ct, k);
+			if (v)
+				ce = *v; /* copied at once: see above */
+			cur = v ? &ce : NULL;
+		} else {
+			ce = *cur;
+		}
+		if (cur) {
+			if ((ce.ends & bit) && !(syn && ce.closing))
+				return;
+			ce.ends |= bit;
+			if (syn)
+				ce.closing = 0;
+		}
 	}
 	bpf_map_update_elem(&myelin_policy_ct, k, &ce, BPF_ANY);
 }
 
 /*
  * policy_ct_close follows the close of a tracked TCP connection through the
- * packets of tuple t (src_lo: its sender is the lo end): a FIN notes which
- * acknowledgment number covers it, an ACK from the other end that reaches
- * that number marks it acknowledged, and once both FINs are, the entry is
- * deleted. Only the last check of a packet on this node calls it, so the
- * packet itself never needs the entry again; a FIN retransmitted because
- * the last ACK was lost is judged by the policy like any untracked packet.
- * It only ever deletes: a packet it sees can make no end pass.
+ * packets of tuple t (src_lo: its sender is the lo end; cur: a copy of the
+ * entry of k): a FIN notes which acknowledgment number covers it, an ACK
+ * from the other end that reaches that number marks it acknowledged, and
+ * once both FINs are, the entry is deleted. Only the last check of a packet
+ * on this node calls it, so the packet itself never needs the entry again;
+ * a FIN retransmitted because the last ACK was lost is judged by the policy
+ * like any untracked packet. It only ever deletes: a packet it sees can make
+ * no end pass. A changed close state is written whole under k with
+ * BPF_EXIST (policy_ct_track says why not through the pointer): an entry
+ * deleted meanwhile stays deleted.
  */
 static __always_inline void policy_ct_close(const struct policy_ct_key *k,
-					    struct policy_ct_entry *v, const struct policy_tuple *t,
-					    int src_lo)
+					    struct policy_ct_entry *cur,
+					    const struct policy_tuple *t, int src_lo)
 {
-	__u32 closing = v->closing;
+	__u32 closing = cur->closing;
 
 	/* An end's first FIN is noted once: its retransmissions cover the same
 	 * number, and a later FIN with another (forged) number can't move it. */
 	if ((t->tcp_flags & POLICY_TCP_FIN) &&
 	    !(closing & (src_lo ? POLICY_CT_FIN_LO : POLICY_CT_FIN_HI))) {
 		if (src_lo)
-			v->fin_lo = t->fin_end;
+			cur->fin_lo = t->fin_end;
 		else
-			v->fin_hi = t->fin_end;
+			cur->fin_hi = t->fin_end;
 		closing |= src_lo ? POLICY_CT_FIN_LO : POLICY_CT_FIN_HI;
 	}
 	if (t->tcp_flags & TCP_FLAGS_ACK) {
-		if (!src_lo && (closing & POLICY_CT_FIN_LO) && (__s32)(t->ack - v->fin_lo) >= 0)
+		if (!src_lo && (closing & POLICY_CT_FIN_LO) && (__s32)(t->ack - cur->fin_lo) >= 0)
 			closing |= POLICY_CT_ACKED_LO;
-		if (src_lo && (closing & POLICY_CT_FIN_HI) && (__s32)(t->ack - v->fin_hi) >= 0)
+		if (src_lo && (closing & POLICY_CT_FIN_HI) && (__s32)(t->ack - cur->fin_hi) >= 0)
 			closing |= POLICY_CT_ACKED_HI;
 	}
 	if ((closing & (POLICY_CT_ACKED_LO | POLICY_CT_ACKED_HI)) ==
@@ -260,8 +317,10 @@ static __always_inline void policy_ct_close(const struct policy_ct_key *k,
 		bpf_map_delete_elem(&myelin_policy_ct, k);
 		return;
 	}
-	if (closing != v->closing)
-		v->closing = closing;
+	if (closing != cur->closing) {
+		cur->closing = closing;
+		bpf_map_update_elem(&myelin_policy_ct, k, cur, BPF_EXIST);
+	}
 }
 
 /*
@@ -270,28 +329,36 @@ static __always_inline void policy_ct_close(const struct policy_ct_key *k,
  * reason. *seen gets what the connection's entry said when it was tracked.
  * The close of a tracked TCP connection is followed (policy_ct_close) at the
  * packet's last check on this node: ingress, or egress when the receiving
- * end is not a tracked pod of this node.
+ * end is not a tracked pod of this node. fresh_also: for a SYN whose entry
+ * starts afresh at this check, the other end's bit to keep (policy_ct_track);
+ * POLICY_CT_MERGE: a SYN adds its bit to what the entry holds.
  */
 static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 local, __u8 dir,
-					  struct policy_ct_seen *seen)
+					  __u32 fresh_also, struct policy_ct_seen *seen)
 {
-	struct policy_ct_entry *v = NULL;
+	const struct policy_ct_entry *v = NULL;
+	struct policy_ct_entry cur = {};
 	struct policy_ct_key k = {};
 	__u8 on, incomplete;
 	__u32 peer, bit;
+	int fresh;
 
 	bit = policy_ct_key_of(&k, t, dir);
 	if (!t->syn) {
 		v = bpf_map_lookup_elem(&myelin_policy_ct, &k);
-		if (v && (v->ends & bit)) {
-			seen->ends = v->ends;
+		if (v) {
+			cur = *v; /* one copy, right after the lookup: see policy_ct_track */
+			v = &cur;
+		}
+		if (v && (cur.ends & bit)) {
+			seen->ends = cur.ends;
 			if (t->proto != IPPROTO_TCP ||
-			    !((t->tcp_flags & POLICY_TCP_FIN) || v->closing))
+			    !((t->tcp_flags & POLICY_TCP_FIN) || cur.closing))
 				return 0;
 			seen->closing = 1;
 			if (dir == POLICY_DIR_INGRESS ||
-			    !(v->ends & (bit ^ (POLICY_CT_END_LO | POLICY_CT_END_HI))))
-				policy_ct_close(&k, v, t,
+			    !(cur.ends & (bit ^ (POLICY_CT_END_LO | POLICY_CT_END_HI))))
+				policy_ct_close(&k, &cur, t,
 						(bit == POLICY_CT_END_LO) ==
 							(dir == POLICY_DIR_EGRESS));
 			return 0;
@@ -305,7 +372,10 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 	    !policy_allows(local, peer, t, dir))
 		return (t->flags & incomplete) ? DROP_POLICY_MAP_FULL : DROP_POLICY_DENIED;
 	/* Allowed (or this direction is open): track it, and its replies. */
-	policy_ct_track(&k, v, bit, t->syn && dir == POLICY_DIR_EGRESS, t->syn);
+	fresh = t->syn && fresh_also != POLICY_CT_MERGE;
+	policy_ct_track(&k, v, bit, fresh ? fresh_also : 0, fresh, t->syn);
+	if (fresh)
+		seen->fresh = bit;
 	return 0;
 }
 
@@ -313,10 +383,16 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
  * policy_ingress is the ingress check of the packet info describes, entering
  * the local pod info->daddr (ep: its endpoint entry, or NULL to look the
  * flags up): 0 to go on, or the drop reason. from_host says the host's own
- * stack sent it (only then is node_ip exempt).
+ * stack sent it (only then is node_ip exempt). bpf_delivered: BPF delivers
+ * the packet (endpoint_deliver), so a SYN's entry starts afresh here with no
+ * lookup: the sender is a pod of another node, or a pod of this node whose
+ * egress check of this same packet says what it wrote (policy_tx_fresh).
+ * What the stack delivers may come from a pod of this node checked in an
+ * earlier program run: its SYN adds its bit to the entry.
  */
 static __always_inline int policy_ingress(struct __sk_buff *skb, const struct ipv4_info *info,
-					  const struct endpoint_info *ep, __u8 from_host)
+					  const struct endpoint_info *ep, __u8 from_host,
+					  __u8 bpf_delivered)
 {
 	struct policy_tuple t = {.saddr = info->saddr, .daddr = info->daddr, .proto = info->proto};
 	struct policy_ct_seen seen = {};
@@ -328,7 +404,8 @@ static __always_inline int policy_ingress(struct __sk_buff *skb, const struct ip
 		return 0;
 	t.from_host = from_host;
 	policy_l4(skb, info, &t);
-	return policy_enforce(&t, info->daddr, POLICY_DIR_INGRESS, &seen);
+	return policy_enforce(&t, info->daddr, POLICY_DIR_INGRESS,
+			      bpf_delivered ? info->policy_tx_fresh : POLICY_CT_MERGE, &seen);
 }
 
 /*
@@ -341,7 +418,7 @@ static __always_inline int policy_egress_begin(struct __sk_buff *skb, const stru
 					       const struct endpoint_info *ep,
 					       struct policy_tuple *t)
 {
-	__be16 p[2] = {};
+	struct policy_l4_hdr h = {};
 
 	t->flags = policy_ep_flags(ep, info->saddr);
 	if (!(t->flags & POLICY_F_ISOLATED))
@@ -349,8 +426,8 @@ static __always_inline int policy_egress_begin(struct __sk_buff *skb, const stru
 	t->saddr = info->saddr;
 	if (info->l4_off && (info->proto == IPPROTO_TCP || info->proto == IPPROTO_UDP ||
 			     info->proto == IPPROTO_SCTP))
-		bpf_skb_load_bytes(skb, info->l4_off, p, sizeof(p));
-	t->sport = p[0];
+		policy_l4_load(skb, info, &h, 4);
+	t->sport = h.sport;
 	return 1;
 }
 
@@ -363,6 +440,9 @@ static __always_inline int policy_egress_begin(struct __sk_buff *skb, const stru
  * ingress check of this same packet (endpoint_deliver) to pass it without
  * a second lookup of the same entry, unless the packet is part of the
  * connection's close, which the ingress check follows (policy_enforce).
+ * For a SYN it started the entry of afresh, info->policy_tx_fresh tells
+ * that ingress check which end bit it wrote, so the receiver writes the
+ * entry whole with both bits instead of looking it up (policy_ct_track).
  */
 static __always_inline int policy_egress(struct __sk_buff *skb, struct ipv4_info *info,
 					 struct policy_tuple *t)
@@ -380,12 +460,13 @@ static __always_inline int policy_egress(struct __sk_buff *skb, struct ipv4_info
 	t->tcp_flags = now.tcp_flags;
 	t->ack = now.ack;
 	t->fin_end = now.fin_end;
-	reason = policy_enforce(t, t->saddr, POLICY_DIR_EGRESS, &seen);
+	reason = policy_enforce(t, t->saddr, POLICY_DIR_EGRESS, 0, &seen);
 	if (reason || seen.closing || t->saddr == t->daddr || t->saddr != info->saddr ||
 	    t->sport != now.sport)
 		return reason;
 	rx_bit = t->saddr < t->daddr ? POLICY_CT_END_HI : POLICY_CT_END_LO;
 	info->policy_rx_tracked = !!(seen.ends & rx_bit);
+	info->policy_tx_fresh = seen.fresh;
 	return 0;
 }
 

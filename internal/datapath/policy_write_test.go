@@ -1,0 +1,81 @@
+package datapath
+
+import (
+	"testing"
+)
+
+// policyCTOnly returns the one entry of myelin_policy_ct, its key, and the
+// end bit of local pod ip in it.
+func policyCTOnly(t *testing.T, d *Datapath, ip string) (myelinPolicyCtKey, myelinPolicyCtEntry, uint32) {
+	t.Helper()
+	var (
+		k, only myelinPolicyCtKey
+		v, val  myelinPolicyCtEntry
+	)
+	n := 0
+	for it := d.objs.MyelinPolicyCt.Iterate(); it.Next(&k, &v); n++ {
+		only, val = k, v
+	}
+	if n != 1 {
+		t.Fatalf("myelin_policy_ct holds %d entries, want 1", n)
+	}
+	bit := policyCTEndHi
+	if u32Addr(only.AddrLo) == mustAddr(ip) {
+		bit = policyCTEndLo
+	}
+	return only, val, bit
+}
+
+// A SYN's tracked entry is written whole: where BPF delivers it (from the
+// uplink, or from a pod of this node) it starts afresh without a lookup, so
+// whatever the tuple's entry held before (another end's bit, an old close
+// state) is gone, and a same-node SYN gets exactly the bits of the two
+// checks that allowed it; where the stack delivers it (myelin_to_pod), the
+// sender's end may have been noted by an earlier program run, so the SYN
+// adds its bit to the entry and clears the old close state.
+func TestPrivilegedBPFPolicySYNWritesWhole(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, NodeIP: testNodeIP})
+	state := &policyState{flags: map[string]PolicyFlags{podA: PolicyEgress | PolicyIngress, podBIP: PolicyIngress},
+		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idRemote): {tcpPort(8080)},
+			ingressOf(podBIP, idA): {tcpPort(8080)}, egressOf(podA, idB): {tcpPort(8080)}}}
+	if err := seedPolicy(d, *state); err != nil {
+		t.Fatal(err)
+	}
+	syn := ipv4(protoTCP, remoteIP, podBIP).withSrc(remoteIP, 7001).withDst(podBIP, 8080)
+	uplink := policyRow{prog: d.objs.MyelinFromNetdev, counterDir: "from-netdev", progCase: progCase{
+		name: "SYN from a pod of another node, BPF delivers", in: syn.build(), ctx: &skbCtx{IngressIfindex: 2},
+		verdict: tcActRedirect, out: delivered(syn), reason: "FORWARDED"}}
+	runPolicyRows(t, d, []policyRow{uplink})
+	k, v, bBit := policyCTOnly(t, d, podBIP)
+	if v.Ends != bBit {
+		t.Fatalf("after the SYN the entry holds ends %#x, want B's %#x", v.Ends, bBit)
+	}
+	stale := myelinPolicyCtEntry{Ends: bBit ^ (policyCTEndLo | policyCTEndHi), Closing: 0xf, FinLo: 7, FinHi: 9}
+	if err := d.objs.MyelinPolicyCt.Update(&k, &stale, 0); err != nil {
+		t.Fatal(err)
+	}
+	uplink.name = "the SYN again, the entry holding another end and a close state"
+	runPolicyRows(t, d, []policyRow{uplink})
+	if _, v, _ = policyCTOnly(t, d, podBIP); v != (myelinPolicyCtEntry{Ends: bBit}) {
+		t.Errorf("BPF-delivered SYN left %+v, want only B's end %#x and no close state", v, bBit)
+	}
+
+	if err := d.objs.MyelinPolicyCt.Update(&k, &stale, 0); err != nil {
+		t.Fatal(err)
+	}
+	runPolicyRows(t, d, []policyRow{{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+		name: "the SYN as the stack delivers it", in: syn.build(), ctx: &skbCtx{IngressIfindex: 2},
+		verdict: tcActOK, reason: "PASS_STACK"}}})
+	if _, v, _ = policyCTOnly(t, d, podBIP); v.Ends != policyCTEndLo|policyCTEndHi || v.Closing != 0 {
+		t.Errorf("stack-delivered SYN left %+v, want both ends (the noted one kept) and no close state", v)
+	}
+
+	local := ipv4(protoTCP, podA, podBIP).withSrc(podA, 6001).withDst(podBIP, 8080)
+	runPolicyRows(t, d, []policyRow{{seed: state, prog: d.objs.MyelinFromPod, counterDir: "from-pod", progCase: progCase{
+		name: "SYN A→B on one node: judged at both ends", in: local.build(), ctx: ctxPodA,
+		verdict: tcActRedirect, out: delivered(local), reason: "FORWARDED"}}})
+	if _, v, _ = policyCTOnly(t, d, podBIP); v != (myelinPolicyCtEntry{Ends: policyCTEndLo | policyCTEndHi}) {
+		t.Errorf("same-node SYN left %+v, want both ends and no close state", v)
+	}
+}
