@@ -16,17 +16,23 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/myelin-net/myelin/internal/images"
+	"github.com/myelin-net/myelin/internal/lab/cni"
 	"github.com/myelin-net/myelin/internal/lab/cni/bridge"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/nodelayout"
 )
 
-// nodeArgs are a rendered container's args for node, with the build's plugin.
+// nodeArgs are a rendered container's args for node, with the build's plugin and the
+// tool cache's portmap plugin in place of the image's paths.
 func nodeArgs(c corev1.Container, bin, node string) []string {
 	var args []string
 	for _, a := range c.Args {
 		if strings.HasPrefix(a, "--cni-plugin=") { // the image's path; here the build's
 			a = "--cni-plugin=" + filepath.Join(bin, "myelin-cni")
+		}
+		if strings.HasPrefix(a, "--portmap-plugin=") && a != "--portmap-plugin=" {
+			a = "--portmap-plugin=" + images.PortmapBinary(cni.ToolCache())
 		}
 		args = append(args, strings.ReplaceAll(a, "$(NODE_NAME)", node))
 	}
