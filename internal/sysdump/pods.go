@@ -53,6 +53,10 @@ func (n PodNode) myelin(ctx context.Context, args ...string) ([]byte, error) {
 	return n.output(ctx, append([]string{"myelin", "sysdump"}, args...))
 }
 
+// execTries bounds the retries of an exec whose output was lost; they back off
+// 0.2 s more each time (9 s in all), as a loaded node loses outputs in runs.
+const execTries = 10
+
 // output runs argv, whose output is never empty, in the agent's container; an empty
 // one is retried: with the lab's containerd 1.6 the output of a process that exits at
 // once is sometimes lost on its way back through pods/exec.
@@ -65,10 +69,10 @@ func (n PodNode) output(ctx context.Context, argv []string) ([]byte, error) {
 		if strings.TrimSpace(out) != "" {
 			return []byte(out), nil
 		}
-		if try == 4 {
-			return nil, fmt.Errorf("exec %s in %s/%s: no output in 5 tries", strings.Join(argv, " "), n.Pod.Namespace, n.Pod.Name)
+		if try == execTries-1 {
+			return nil, fmt.Errorf("exec %s in %s/%s: no output in %d tries", strings.Join(argv, " "), n.Pod.Namespace, n.Pod.Name, execTries)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
 	}
 }
 
