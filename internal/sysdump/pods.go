@@ -76,20 +76,35 @@ func (n PodNode) output(ctx context.Context, argv []string) ([]byte, error) {
 	}
 }
 
-// Agent asks the pod's agent for one view. An answer that is not whole JSON (output
-// cut short on its way back through pods/exec, as with empty output) is asked again.
+// Agent asks the pod's agent for one view.
 func (n PodNode) Agent(ctx context.Context, view string) (any, error) {
+	out, err := n.wholeJSON(ctx, "agent", view)
+	if err != nil {
+		return nil, err
+	}
+	return json.RawMessage(out), nil
+}
+
+// jsonTries bounds the retries of an answer that came back cut short.
+const jsonTries = 5
+
+// wholeJSON runs `myelin sysdump ARGS`, whose answer is one JSON document, and asks
+// again when what came back is not whole JSON: pods/exec through the lab's containerd
+// 1.6 cuts outputs short or pads them with NUL bytes on a loaded node, as it loses them.
+func (n PodNode) wholeJSON(ctx context.Context, args ...string) ([]byte, error) {
 	for try := 0; ; try++ {
-		out, err := n.myelin(ctx, "agent", view)
+		out, err := n.myelin(ctx, args...)
 		if err != nil {
 			return nil, err
 		}
 		if json.Valid(out) {
-			return json.RawMessage(out), nil
+			return out, nil
 		}
-		if try == 4 {
-			return nil, fmt.Errorf("agent view %s in %s/%s: no whole JSON answer in 5 tries (%d bytes)", view, n.Pod.Namespace, n.Pod.Name, len(out))
+		if try == jsonTries-1 {
+			return nil, fmt.Errorf("myelin sysdump %s in %s/%s: no whole JSON answer in %d tries (last %d bytes)",
+				strings.Join(args, " "), n.Pod.Namespace, n.Pod.Name, jsonTries, len(out))
 		}
+		time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
 	}
 }
 
@@ -115,7 +130,7 @@ func (n PodNode) Log(ctx context.Context, max int) ([]byte, error) {
 
 // Maps dumps the pinned maps inside the pod (hex keys and values: no bpftool there).
 func (n PodNode) Maps(ctx context.Context, max int) (map[string]any, error) {
-	out, err := n.myelin(ctx, "maps", "--max", strconv.Itoa(max))
+	out, err := n.wholeJSON(ctx, "maps", "--max", strconv.Itoa(max))
 	if err != nil {
 		return nil, err
 	}
