@@ -115,3 +115,28 @@ func TestServeFlowsRejectsAMalformedFilter(t *testing.T) {
 		t.Errorf("status %d, want 400", resp.StatusCode)
 	}
 }
+
+// A flow reaches the store a ring poll after the time it carries: one made before
+// the stream started but stored after must still come, and the stored part once.
+func TestAgentsSourceFollowsAFlowInFlight(t *testing.T) {
+	dir := t.TempDir()
+	a, st := fakeAgent(t, dir, "a", at(1, "a"), at(2, "a"))
+	b, _ := fakeAgent(t, dir, "b", at(3, "b"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := make(chan *flow.Flow)
+	before := time.Now()
+	go func() { _ = NewAgentsSource([]string{a, b}).Flows(ctx, flow.Request{Follow: true, Last: 2}, out) }()
+	for _, want := range []int64{2, 3} {
+		if f := <-out; f.Time.Unix() != want {
+			t.Fatalf("stored flow at %v, want %d", f.Time.Unix(), want)
+		}
+	}
+	for st.Stats().Followers == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	st.Add(&flow.Flow{Time: before, Node: "a", Type: flow.TypeDrop, Verdict: flow.Dropped})
+	if f := <-out; f.Type != flow.TypeDrop || !f.Time.Equal(before) {
+		t.Errorf("followed %+v, want the drop stamped before the stream began", f)
+	}
+}

@@ -45,6 +45,8 @@ func TestLabMyelinServiceMap(t *testing.T) {
 		if t.Failed() {
 			html, err := browsertest.Eval[string](browser, `document.body.outerHTML`)
 			t.Logf("the page when the test failed (err %v):\n%s", err, lastLines(html, 60))
+			out, err := myelin("observe", "--last", "40")
+			t.Logf("the agents' newest flows (myelin observe --last 40, err %v):\n%s", err, out)
 		}
 	})
 	waitPage(t, browser, `g.node[data-node="default/map-client"]`)
