@@ -8,6 +8,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.sh
 . "$here/versions.sh"
+# shellcheck source=kube-wrapper.sh
+. "$here/kube-wrapper.sh"
 
 say() { printf 'setup: %s\n' "$*"; }
 
@@ -20,7 +22,6 @@ if [ "${#missing[@]}" -eq 0 ]; then
 	exit 0
 fi
 
-staging_version="v0.${KUBE_VERSION#v1.}"
 wrapper="$MYELIN_CACHE/kubernetes/$KUBE_VERSION/src"
 mkdir -p "$wrapper" "$KUBE_BIN_DIR"
 say "building kubernetes $KUBE_VERSION (${missing[*]}) from the Go module proxy into $KUBE_BIN_DIR"
@@ -28,20 +29,7 @@ say "the first build downloads ~1 GB of modules and compiles for 10-20 minutes o
 
 cd "$wrapper"
 if [ ! -f go.mod ]; then
-	# The staging modules k8s.io/kubernetes replaces with ./staging/... paths.
-	modfile=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
-	{
-		echo "module myelin.local/kubernetes-build"
-		echo
-		echo "go $(sed -n 's/^go \([0-9.]*\).*/\1/p' "$modfile")"
-		echo
-		echo "require k8s.io/kubernetes $KUBE_VERSION"
-		echo
-		echo "replace ("
-		sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"$staging_version"'#p' "$modfile"
-		echo ")"
-	} >go.mod.tmp
-	mv go.mod.tmp go.mod
+	kube_wrapper_gomod myelin.local/kubernetes-build
 fi
 # One blank import per binary, so the wrapper's go.sum covers each; a binary added to
 # KUBE_BINARIES later (kubelet) is picked up by an existing wrapper too.
@@ -57,12 +45,7 @@ else
 	rm -f tools.go.tmp
 fi
 
-minor=${KUBE_VERSION#v1.}
-minor=${minor%%.*}
-pkg=k8s.io/component-base/version
-ldflags="-s -w -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-ldflags="$ldflags -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION"
+ldflags=$(kube_ldflags)
 for b in "${missing[@]}"; do
 	say "  go build $b"
 	CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$KUBE_BIN_DIR/$b.tmp" "k8s.io/kubernetes/cmd/$b"

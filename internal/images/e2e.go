@@ -37,7 +37,7 @@ const CoreDNSImage = "myelin/coredns:v1.12.4"
 // AGNHOST_BASE_NAME): the tools e2e tests run inside agnhost pods (sh, dig, curl, nc, ip).
 const AgnhostBaseName = "debian-bookworm-agnhost"
 
-// NginxBaseName is the nginx image's Debian base (scripts/build-e2e.sh, NGINX_BASE_NAME).
+// NginxBaseName is the nginx image's Debian base (scripts/versions.sh, NGINX_BASE_NAME; built by scripts/build-image-bases.sh).
 const NginxBaseName = "debian-bookworm-nginx-light"
 
 // E2ERef is the full name of an e2e image (one of E2ENames) as the suite asks for it.
