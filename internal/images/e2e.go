@@ -33,7 +33,7 @@ var E2ENames = []string{E2EAgnhost, E2EBusybox, E2EPause, E2EJessieDnsutils, E2E
 // (internal/clusterdns), built from the CoreDNS binary of make setup.
 const CoreDNSImage = "myelin/coredns:v1.12.4"
 
-// AgnhostBaseName is the agnhost image's Debian base (scripts/build-e2e.sh,
+// AgnhostBaseName is the agnhost image's Debian base (scripts/build-image-bases.sh,
 // AGNHOST_BASE_NAME): the tools e2e tests run inside agnhost pods (sh, dig, curl, nc, ip).
 const AgnhostBaseName = "debian-bookworm-agnhost"
 
@@ -97,7 +97,7 @@ func BuildE2E(o E2EOptions, out io.Writer) error {
 func e2eSpec(image string, o E2EOptions) (spec, error) {
 	setup := func(path string) error {
 		if _, err := os.Stat(path); err != nil {
-			return fmt.Errorf("%s is missing; build it with: make setup (scripts/build-e2e.sh)", path)
+			return fmt.Errorf("%s is missing; build it with: make setup (scripts/build-e2e.sh, scripts/build-image-bases.sh)", path)
 		}
 		return nil
 	}
