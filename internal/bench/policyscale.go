@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
+	"github.com/myelin-net/myelin/internal/parallel"
 )
 
 // The NetworkPolicy scale case (issue 16: 1,000 policies over 200 pods on
@@ -82,7 +82,7 @@ func (w *PolicyScale) Run(ctx context.Context, t Trial) (Sample, error) {
 		done <- usage{cpu, err}
 	}()
 	start := time.Now()
-	err = forEachIndex(ctx, scalePolicies, func(ctx context.Context, i int) error { return w.create(ctx, scalePolicy(i)) })
+	err = parallel.ForEach(ctx, scalePolicies, scaleWriters, func(ctx context.Context, i int) error { return w.create(ctx, scalePolicy(i)) })
 	var all api.PolicyStatus
 	if err == nil {
 		all, err = waitPolicyStatus(ctx, node, start, func(s api.PolicyStatus) bool { return s.Policies == base.Policies+scalePolicies })
@@ -188,7 +188,7 @@ func (w *PolicyScale) ensurePods(ctx context.Context, node string) error {
 			return fmt.Errorf("create namespace %s: %w", ns.Name, err)
 		}
 	}
-	err := forEachIndex(ctx, scalePods, func(ctx context.Context, i int) error {
+	err := parallel.ForEach(ctx, scalePods, scaleWriters, func(ctx context.Context, i int) error {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", i), Namespace: scaleNamespace(i % scaleNamespaces),
 			Labels: map[string]string{"app": fmt.Sprintf("app%d", i%scaleApps), "myelin-bench": "policy-scale"}},
 			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "host", Command: []string{"sleep", "infinity"}}}}}
@@ -281,41 +281,4 @@ func waitPolicyStatus(ctx context.Context, node string, since time.Time, ok func
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-}
-
-// forEachIndex runs fn for 0…n-1 on scaleWriters goroutines and returns the first error.
-func forEachIndex(ctx context.Context, n int, fn func(context.Context, int) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	next := make(chan int)
-	errs := make(chan error, scaleWriters)
-	var wg sync.WaitGroup
-	for range scaleWriters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := fn(ctx, i); err != nil {
-					errs <- err
-					cancel()
-					return
-				}
-			}
-		}()
-	}
-feed:
-	for i := 0; i < n; i++ {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		return err
-	}
-	return ctx.Err()
 }

@@ -4,12 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/myelin-net/myelin/internal/parallel"
 )
 
 // Writers is how many requests Create keeps in flight: enough to keep the lab's
@@ -34,7 +35,7 @@ func (c Cluster) Create(ctx context.Context, cs kubernetes.Interface) error {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create namespace %s: %w", Namespace, err)
 	}
-	if err := ForEach(ctx, c.Nodes, func(ctx context.Context, i int) error {
+	if err := parallel.ForEach(ctx, c.Nodes, Writers, func(ctx context.Context, i int) error {
 		_, err := cs.CoreV1().Nodes().Create(ctx, Node(i, c.ClusterCIDR, c.SegmentA), metav1.CreateOptions{})
 		return ignoreExists(err)
 	}); err != nil {
@@ -43,7 +44,7 @@ func (c Cluster) Create(ctx context.Context, cs kubernetes.Interface) error {
 	if err := c.CreatePods(ctx, cs, 0, c.Pods); err != nil {
 		return fmt.Errorf("create %d pods: %w", c.Pods, err)
 	}
-	if err := ForEach(ctx, c.Services, func(ctx context.Context, j int) error {
+	if err := parallel.ForEach(ctx, c.Services, Writers, func(ctx context.Context, j int) error {
 		_, err := cs.CoreV1().Services(Namespace).Create(ctx, Service(j), metav1.CreateOptions{})
 		return ignoreExists(err)
 	}); err != nil {
@@ -54,7 +55,7 @@ func (c Cluster) Create(ctx context.Context, cs kubernetes.Interface) error {
 
 // CreatePods creates pods from … to-1 (those missing).
 func (c Cluster) CreatePods(ctx context.Context, cs kubernetes.Interface, from, to int) error {
-	return ForEach(ctx, to-from, func(ctx context.Context, k int) error {
+	return parallel.ForEach(ctx, to-from, Writers, func(ctx context.Context, k int) error {
 		_, err := cs.CoreV1().Pods(Namespace).Create(ctx, c.Pod(from+k), metav1.CreateOptions{})
 		return ignoreExists(err)
 	})
@@ -63,7 +64,7 @@ func (c Cluster) CreatePods(ctx context.Context, cs kubernetes.Interface, from, 
 // DeletePods deletes pods from … to-1 at once (grace period 0: kwok runs nothing to stop).
 func DeletePods(ctx context.Context, cs kubernetes.Interface, from, to int) error {
 	zero := int64(0)
-	return ForEach(ctx, to-from, func(ctx context.Context, k int) error {
+	return parallel.ForEach(ctx, to-from, Writers, func(ctx context.Context, k int) error {
 		err := cs.CoreV1().Pods(Namespace).Delete(ctx, PodName(from+k), metav1.DeleteOptions{GracePeriodSeconds: &zero})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -91,39 +92,4 @@ func ignoreExists(err error) error {
 		return nil
 	}
 	return err
-}
-
-// ForEach runs fn for 0…n-1 on Writers goroutines and returns the first error.
-func ForEach(ctx context.Context, n int, fn func(context.Context, int) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	next := make(chan int)
-	var once sync.Once
-	var first error
-	var wg sync.WaitGroup
-	for w := 0; w < Writers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := fn(ctx, i); err != nil {
-					once.Do(func() { first = err; cancel() })
-				}
-			}
-		}()
-	}
-feed:
-	for i := 0; i < n; i++ {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
-	if first != nil {
-		return first
-	}
-	return ctx.Err()
 }

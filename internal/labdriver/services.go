@@ -3,7 +3,6 @@ package labdriver
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/myelin-net/myelin/internal/parallel"
 )
 
 // serviceWriters is how many Services CreateServices writes at once.
@@ -32,7 +33,7 @@ func BulkClient(path string) (kubernetes.Interface, error) {
 // namespace, each selecting app=<app> with TCP port 80 -> targetPort. Services that
 // already exist are kept, so it can be resumed.
 func CreateServices(ctx context.Context, cs kubernetes.Interface, prefix, app string, n int, targetPort int32) error {
-	return forEachService(ctx, n, func(ctx context.Context, i int) error {
+	return parallel.ForEach(ctx, n, serviceWriters, func(ctx context.Context, i int) error {
 		svc := &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", prefix, i), Labels: map[string]string{"myelin.io/bulk": prefix}},
 			Spec: corev1.ServiceSpec{
@@ -50,46 +51,11 @@ func CreateServices(ctx context.Context, cs kubernetes.Interface, prefix, app st
 
 // DeleteServices deletes the Services CreateServices made with prefix.
 func DeleteServices(ctx context.Context, cs kubernetes.Interface, prefix string, n int) error {
-	return forEachService(ctx, n, func(ctx context.Context, i int) error {
+	return parallel.ForEach(ctx, n, serviceWriters, func(ctx context.Context, i int) error {
 		err := cs.CoreV1().Services("default").Delete(ctx, fmt.Sprintf("%s-%d", prefix, i), metav1.DeleteOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return err
 	})
-}
-
-// forEachService runs fn for 0…n-1 on serviceWriters goroutines and returns the first error.
-func forEachService(ctx context.Context, n int, fn func(context.Context, int) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	next := make(chan int)
-	var once sync.Once
-	var first error
-	var wg sync.WaitGroup
-	for w := 0; w < serviceWriters; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := fn(ctx, i); err != nil {
-					once.Do(func() { first = err; cancel() })
-				}
-			}
-		}()
-	}
-feed:
-	for i := 0; i < n; i++ {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
-	if first != nil {
-		return first
-	}
-	return ctx.Err()
 }
