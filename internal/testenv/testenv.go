@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"syscall"
 	"testing"
+
+	"github.com/myelin-net/myelin/internal/helmtool"
 )
 
 // InCI reports whether the tests run in CI (the environment variable CI is "true").
@@ -62,4 +64,15 @@ func LockLab(t testing.TB) {
 		t.Fatalf("lock %s: %v", LabLockFile, err)
 	}
 	t.Cleanup(func() { f.Close() }) // registered first, so it runs after lab down
+}
+
+// Helm returns the pinned helm (make setup builds it into the tool cache), or skips
+// the test without it (fails in CI).
+func Helm(t testing.TB) string {
+	t.Helper()
+	bin := helmtool.Bin()
+	if bin == "" {
+		Skipf(t, "needs helm %s (make setup builds it into %s)", helmtool.Version, helmtool.BinDir())
+	}
+	return bin
 }

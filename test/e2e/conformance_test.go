@@ -12,7 +12,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/conformance"
-	"github.com/myelin-net/myelin/internal/helmtool"
 	"github.com/myelin-net/myelin/internal/images"
 	"github.com/myelin-net/myelin/internal/lab"
 	"github.com/myelin-net/myelin/internal/lab/cni"
@@ -139,9 +138,7 @@ func requireConformance(t *testing.T) conformance.Suite {
 	t.Helper()
 	requireRoot(t)
 	requireContainerd(t)
-	if helmtool.Bin() == "" {
-		testenv.Skipf(t, "needs helm %s (make setup builds it into %s)", helmtool.Version, helmtool.BinDir())
-	}
+	testenv.Helm(t) // conformanceLab installs the chart with it
 	suite := conformance.Suite{Binary: filepath.Join(lab.KubeBinDir(), "e2e.test"), Ginkgo: filepath.Join(lab.KubeBinDir(), "ginkgo"),
 		Kubeconfig: paths.Kubeconfig()}
 	if _, err := os.Stat(suite.Binary); err != nil {
@@ -173,7 +170,7 @@ func conformanceLab(t *testing.T, mode string) kubernetes.Interface {
 		cs = labUp(t, "--runtime", "containerd", "--cni", "none", "--nodes", "2")
 		sets := append(append([]string{"image.tag=" + version, "hostRouting=" + hostRouting}, helmLabSets...), helmModeSets[routing]...)
 		args := append([]string{"install", "myelin", chartDir, "-n", "kube-system", "--wait", "--timeout", "5m"}, setFlags(sets)...)
-		if out, err := helmRun(helmtool.Bin(), args...); err != nil {
+		if out, err := helmRun(testenv.Helm(t), args...); err != nil {
 			t.Fatalf("%s: helm install: %v\n%s", mode, err, out)
 		}
 		waitAgentsReady(t, cs, 2, "myelin/agent:"+version)

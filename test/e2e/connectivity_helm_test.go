@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/myelin-net/myelin/internal/helmtool"
 	"github.com/myelin-net/myelin/internal/testenv"
 )
 
@@ -17,10 +16,7 @@ import (
 func TestLabConnectivityHelm(t *testing.T) {
 	requireRoot(t)
 	requireContainerd(t)
-	helm := helmtool.Bin()
-	if helm == "" {
-		testenv.Skipf(t, "needs helm %s (make setup builds it into %s)", helmtool.Version, helmtool.BinDir())
-	}
+	helm := testenv.Helm(t)
 	version := buildTestImages(t)
 	cs := labUp(t, "--runtime", "containerd", "--cni", "none", "--nodes", "2")
 	sets := append(append([]string{"image.tag=" + version}, helmLabSets...), helmModeSets["native"]...)

@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/myelin-net/myelin/internal/helmtool"
 	"github.com/myelin-net/myelin/internal/images"
 	"github.com/myelin-net/myelin/internal/lab/cni"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
@@ -49,10 +48,7 @@ var (
 func TestLabHelmContainerd(t *testing.T) {
 	requireRoot(t)
 	requireContainerd(t)
-	helm := helmtool.Bin()
-	if helm == "" {
-		testenv.Skipf(t, "needs helm %s (make setup builds it into %s)", helmtool.Version, helmtool.BinDir())
-	}
+	helm := testenv.Helm(t)
 	version := buildTestImages(t)
 	cs := labUp(t, "--runtime", "containerd", "--cni", "none", "--nodes", "2")
 	image := images.Ref(images.Test, version)

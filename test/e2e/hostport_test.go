@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/myelin-net/myelin/internal/helmtool"
 	"github.com/myelin-net/myelin/internal/images"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/testenv"
@@ -30,10 +29,7 @@ const hostPort = 18080
 func TestLabHelmHostPort(t *testing.T) {
 	requireRoot(t)
 	requireContainerd(t)
-	helm := helmtool.Bin()
-	if helm == "" {
-		testenv.Skipf(t, "needs helm %s (make setup builds it into %s)", helmtool.Version, helmtool.BinDir())
-	}
+	helm := testenv.Helm(t)
 	rootNAT := rootNATRules(t)
 	version := buildTestImages(t)
 	cs := labUp(t, "--runtime", "containerd", "--cni", "none", "--nodes", "2")

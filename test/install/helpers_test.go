@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	yamlutil "k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/myelin-net/myelin/internal/helmtool"
 	"github.com/myelin-net/myelin/internal/testenv"
 )
 
@@ -28,14 +27,7 @@ func repoRoot() string {
 func chartDir() string { return filepath.Join(repoRoot(), "install", "helm", "myelin") }
 
 // helm is the pinned helm; without it the test skips (fails with CI=true).
-func helm(t *testing.T) string {
-	t.Helper()
-	bin := helmtool.Bin()
-	if bin == "" {
-		testenv.Skipf(t, "needs helm %s (make setup builds it into %s)", helmtool.Version, helmtool.BinDir())
-	}
-	return bin
-}
+func helm(t *testing.T) string { return testenv.Helm(t) }
 
 // run runs a command and returns its combined output.
 func run(t *testing.T, stdin []byte, name string, args ...string) (string, error) {
