@@ -27,13 +27,13 @@ func TestLabConnectivityHelm(t *testing.T) {
 	waitAgentsReady(t, cs, 2, "myelin/agent:"+version)
 
 	start := time.Now()
-	out, err := myelin("connectivity", "test", "--skip", "local-traffic/myelin-node-2,node-port/myelin-node-2")
+	out, err := myelin("connectivity", "test")
 	t.Logf("myelin connectivity test (%v):\n%s", time.Since(start).Round(time.Second), out)
 	if err != nil {
 		t.Fatalf("connectivity test failed: %v", err)
 	}
 	for _, name := range []string{"pod-to-pod/same-node", "pod-to-pod/cross-node", "pod-to-service/cluster-ip",
-		"pod-to-host", "host-to-pod/cross-node", "pod-to-outside", "mtu/icmp-df", "fragments/udp", "policy/denied", "policy/allowed"} {
+		"pod-to-service/node-port/myelin-node-2", "pod-to-service/local-traffic/myelin-node-2", "pod-to-host", "host-to-pod/cross-node", "pod-to-outside", "mtu/icmp-df", "fragments/udp", "policy/denied", "policy/allowed"} {
 		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\s.*\spassed\s`).MatchString(out) {
 			t.Errorf("scenario %s did not pass", name)
 		}

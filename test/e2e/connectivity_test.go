@@ -19,15 +19,6 @@ import (
 	"github.com/myelin-net/myelin/internal/sysdump"
 )
 
-// knownRemoteNodePort are the scenarios that reach a NodePort on another node whose
-// local backend must answer: a pod's connection to a remote node's NodePort times out
-// when that node picks its own backend (while the same NodePort answers from the
-// node's host and from outside): lb_from_pod skips the NodePort reply translation for
-// cluster-CIDR destinations (docs/connectivity.md, "Known failure"). A datapath bug
-// found by this command, open; the scenarios stay in the command and are skipped here
-// until it is fixed.
-var knownRemoteNodePort = "pod-to-service/node-port/myelin-node-3,pod-to-service/local-traffic/myelin-node-3"
-
 // TestLabConnectivity runs `myelin connectivity test` on a 3-node native lab: every
 // scenario passes (kube-dns is skipped, never passed, when the lab has none) and the
 // namespace is gone afterwards. Then a deny-all NetworkPolicy appears in the test's
@@ -78,13 +69,14 @@ func TestLabConnectivityTunnel(t *testing.T) {
 func connectivityPasses(t *testing.T, cs kubernetes.Interface) {
 	t.Helper()
 	start := time.Now()
-	out, err := myelin("connectivity", "test", "--skip", knownRemoteNodePort)
+	out, err := myelin("connectivity", "test")
 	t.Logf("myelin connectivity test (%v):\n%s", time.Since(start).Round(time.Second), out)
 	if err != nil {
 		t.Fatalf("connectivity test failed: %v", err)
 	}
 	for _, name := range []string{"pod-to-pod/same-node", "pod-to-pod/cross-node", "pod-to-service/cluster-ip",
-		"pod-to-service/node-port/myelin-node-1", "pod-to-service/node-port/myelin-node-2", "pod-to-host",
+		"pod-to-service/node-port/myelin-node-1", "pod-to-service/node-port/myelin-node-2",
+		"pod-to-service/node-port/myelin-node-3", "pod-to-service/local-traffic/myelin-node-3", "pod-to-host",
 		"host-to-pod/same-node", "host-to-pod/cross-node", "pod-to-outside", "mtu/icmp-df", "fragments/icmp",
 		"fragments/udp", "policy/denied", "policy/allowed"} {
 		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\s.*\spassed\s`).MatchString(out) {
