@@ -31,7 +31,7 @@ host serving HTTP on 203.0.113.10:80. Everything it creates is named myelin-*.`,
 	cmd.PersistentFlags().StringVar(&dir, "dir", labplan.DefaultDir, "lab directory (state, certificates, logs)")
 	paths := func() labplan.Paths { return labplan.Paths{Dir: dir} }
 	cmd.AddCommand(labUpCommand(paths), labDownCommand(paths), labStatusCommand(paths),
-		labExecCommand(paths), labRestartCommand(paths), labServeCommand(), labUDPFlowsCommand(), labBigUDPCommand(), labHTTPSessionCommand(), labSYNFloodCommand(), labDNSToolCommand(), labPeerCommand(), labSuperviseCommand(paths), labKubeletCommand(paths))
+		labExecCommand(paths), labRestartCommand(paths), labServeCommand(), labUDPFlowsCommand(), labBigUDPCommand(), labHTTPSessionCommand(), labSYNFloodCommand(), labDNSToolCommand(), labPeerCommand(), labSuperviseCommand(paths), labKubeletCommand(paths), labNodeNetworkCommand(paths))
 	cmd.AddCommand(labDNSCommand(paths), labImportCommand(paths))
 	return cmd
 }
@@ -283,6 +283,30 @@ func labKubeletCommand(paths func() labplan.Paths) *cobra.Command {
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", node)
 			return kubelet.Run(cmd.Context(), kubelet.Config{Node: n, Plan: plan, Paths: paths()}, log)
+		},
+	}
+	cmd.Flags().StringVar(&node, "node", "", "node name")
+	return cmd
+}
+
+func labNodeNetworkCommand(paths func() labplan.Paths) *cobra.Command {
+	var node string
+	cmd := &cobra.Command{
+		Use:    "node-network",
+		Short:  "Run the lab CNI's node network of one node (started by the lab supervisor in the node's netns on --runtime containerd)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			plan, err := lab.LoadPlan(paths())
+			if err != nil {
+				return err
+			}
+			n, ok := plan.Node(node)
+			if !ok {
+				return fmt.Errorf("--node %q: not a node of this lab", node)
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", node)
+			return lab.RunNodeNetwork(cmd.Context(), paths(), plan, n, log)
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "node name")

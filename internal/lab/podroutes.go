@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/myelin-net/myelin/internal/lab/cni/flannel"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/link"
 	"github.com/myelin-net/myelin/internal/netns"
@@ -27,8 +28,9 @@ import (
 const protoLabPodCIDR netlink.RouteProtocol = 203
 
 // keepPodCIDRRoutes keeps the routes of plan.PodCIDRRoutes in the control plane's and
-// the router's netns in step with the Nodes' PodCIDRs until ctx ends: the apiserver
-// reaches pods (pods/proxy, services/proxy, webhooks) in every mode and underlay.
+// the router's netns in step with the nodes' pod subnets (nodePodCIDRs) until ctx ends:
+// the apiserver reaches pods (pods/proxy, services/proxy, webhooks) in every mode and
+// underlay.
 func keepPodCIDRRoutes(ctx context.Context, paths labplan.Paths, plan labplan.Plan) error {
 	cs, err := Client(paths.Kubeconfig())
 	if err != nil {
@@ -49,6 +51,9 @@ func keepPodCIDRRoutes(ctx context.Context, paths labplan.Paths, plan labplan.Pl
 		return fmt.Errorf("watch nodes: %w", err)
 	}
 	factory.Start(ctx.Done())
+	if plan.Options.CNI == labplan.CNIFlannel {
+		go pokeEvery(ctx, 2*time.Second, poke) // flanneld's subnet files change without a Node event
+	}
 	go func() {
 		var last [2][]labplan.Route
 		for {
@@ -58,7 +63,7 @@ func keepPodCIDRRoutes(ctx context.Context, paths labplan.Paths, plan labplan.Pl
 			case <-changed:
 			}
 			list, _ := nodes.Lister().List(labels.Everything())
-			cp, rtr := plan.PodCIDRRoutes(podCIDRs(list))
+			cp, rtr := plan.PodCIDRRoutes(nodePodCIDRs(plan, paths, list))
 			if reflect.DeepEqual(last, [2][]labplan.Route{cp, rtr}) {
 				continue
 			}
@@ -72,6 +77,31 @@ func keepPodCIDRRoutes(ctx context.Context, paths labplan.Paths, plan labplan.Pl
 		}
 	}()
 	return nil
+}
+
+// pokeEvery calls poke every interval until ctx ends.
+func pokeEvery(ctx context.Context, interval time.Duration, poke func(any)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			poke(nil)
+		}
+	}
+}
+
+// nodePodCIDRs maps each node's name to the subnet its pods get addresses from: the
+// Node's PodCIDR, except with --cni flannel, whose flanneld leases subnets of its own
+// (flannel.Leases); routing the PodCIDRs there sent the apiserver's pods/proxy and
+// services/proxy to the wrong node or nowhere.
+func nodePodCIDRs(plan labplan.Plan, paths labplan.Paths, nodes []*corev1.Node) map[string]netip.Prefix {
+	if plan.Options.CNI == labplan.CNIFlannel {
+		return flannel.Leases(plan, paths)
+	}
+	return podCIDRs(nodes)
 }
 
 // podCIDRs maps each Node's name to its (first) PodCIDR.

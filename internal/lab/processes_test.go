@@ -2,6 +2,7 @@ package lab
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -78,5 +79,54 @@ func TestFlannelProcesses(t *testing.T) {
 	}
 	if strings.Contains(argv, "kube-subnet-mgr") || strings.Contains(argv, "/run/flannel") {
 		t.Errorf("flanneld argv %q uses the Kubernetes subnet manager or the shared /run/flannel", argv)
+	}
+}
+
+// TestContainerdNodeNetwork: on --runtime containerd, a CNI the lab configures with
+// reference plugins (bridge, flannel) gets one `lab node-network` per node, in the
+// node's netns, since no lab kubelet runs it there; myelin and none (their agent
+// installs the configuration) get none.
+func TestContainerdNodeNetwork(t *testing.T) {
+	paths := labplan.Paths{Dir: "/run/myelin-lab"}
+	for cniName, want := range map[labplan.CNI]bool{
+		labplan.CNIFlannel: true, labplan.CNIBridge: true, labplan.CNIMyelin: false, labplan.CNINone: false,
+	} {
+		o := labplan.DefaultOptions()
+		o.CNI, o.Runtime = cniName, labplan.RuntimeContainerd
+		p, err := labplan.NewPlan(o, labplan.DefaultAddressing())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var argv []string
+		for _, proc := range Processes(p, paths, "/bin/myelin", "/kube") {
+			if proc.Name == NodeNetworkProcess("myelin-node-2") {
+				argv = proc.Argv
+			}
+		}
+		if got := argv != nil; got != want {
+			t.Errorf("--cni %s: node-network process %v, want %v", cniName, got, want)
+			continue
+		}
+		wantArgv := "nsenter --net=/run/netns/myelin-node-2 -- /bin/myelin lab node-network --node myelin-node-2 --dir /run/myelin-lab"
+		if want && strings.Join(argv, " ") != wantArgv {
+			t.Errorf("--cni %s: node-network argv %q, want %q", cniName, strings.Join(argv, " "), wantArgv)
+		}
+	}
+}
+
+// TestReferencePluginsLinked names what Prepare links into a containerd node's CNI bin
+// dir besides loopback: the plugins each flavour's conflist calls.
+func TestReferencePluginsLinked(t *testing.T) {
+	for cniName, want := range map[labplan.CNI][]string{
+		labplan.CNIFlannel: {"bridge", "host-local", "portmap"},
+		labplan.CNIBridge:  {"bridge", "host-local"},
+		labplan.CNIMyelin:  nil,
+		labplan.CNINone:    nil,
+	} {
+		o := labplan.DefaultOptions()
+		o.CNI = cniName
+		if got := referencePlugins(labplan.Plan{Options: o}); !slices.Equal(got, want) {
+			t.Errorf("--cni %s: referencePlugins() = %q, want %q", cniName, got, want)
+		}
 	}
 }

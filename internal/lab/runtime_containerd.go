@@ -35,7 +35,8 @@ func (containerdRuntime) Tools() []cni.Tool {
 }
 
 // loopbackPlugin is Debian's reference loopback plugin, which containerd 1.6 calls for
-// every pod whatever the configured network is.
+// every pod whatever the configured network is; Prepare links it into each node's CNI
+// bin dir.
 var loopbackPlugin = filepath.Join(cni.ReferencePluginDir, "loopback")
 
 func (containerdRuntime) Describe(nodes int) string {
@@ -79,8 +80,11 @@ func prepareNode(paths labplan.Paths, plan labplan.Plan, n labplan.Node) error {
 			return err
 		}
 	}
-	if err := os.Symlink(loopbackPlugin, filepath.Join(paths.CNIBinDir(n.Name), "loopback")); err != nil && !os.IsExist(err) {
-		return err
+	for _, name := range append([]string{filepath.Base(loopbackPlugin)}, referencePlugins(plan)...) {
+		err := os.Symlink(filepath.Join(cni.ReferencePluginDir, name), filepath.Join(paths.CNIBinDir(n.Name), name))
+		if err != nil && !os.IsExist(err) {
+			return err
+		}
 	}
 	pause := images.Ref(images.Pause, version.Version)
 	if err := os.WriteFile(paths.ContainerdConfig(n.Name), []byte(labplan.ContainerdConfig(paths, n.Name, pause)), 0o644); err != nil {
@@ -92,7 +96,18 @@ func prepareNode(paths labplan.Paths, plan labplan.Plan, n labplan.Node) error {
 	return createCgroups(labplan.CgroupRoot(n.Name))
 }
 
-func (containerdRuntime) NodeProcesses(p labplan.Plan, paths labplan.Paths, _, kubeBin string) []labplan.Process {
+// referencePlugins are the reference plugins the lab's CNI flavour configures (bridge,
+// flannel); containerd finds plugins only in the node's CNI bin dir, so Prepare links
+// them there, next to loopback. The lab kubelet also searches cni.ReferencePluginDir.
+func referencePlugins(p labplan.Plan) []string {
+	return cni.ReferencePlugins(FlavourOf(p.Options.CNI).Tools(""))
+}
+
+// NodeProcesses are, per node, containerd and the kubelet, then, for a flavour the lab
+// configures with reference plugins, its node network (`myelin lab node-network`: the
+// conflist and, for bridge, the routes), which the lab kubelet runs itself on
+// --runtime lab. Without it the node never gets a CNI configuration and stays NotReady.
+func (containerdRuntime) NodeProcesses(p labplan.Plan, paths labplan.Paths, self, kubeBin string) []labplan.Process {
 	var procs []labplan.Process
 	for _, n := range p.Nodes {
 		procs = append(procs,
@@ -105,9 +120,18 @@ func (containerdRuntime) NodeProcesses(p labplan.Plan, paths labplan.Paths, _, k
 				Argv:   labplan.InNS(n.Name, append([]string{filepath.Join(kubeBin, "kubelet")}, labplan.KubeletArgs(paths, n)...)...),
 				Health: fmt.Sprintf("http://%s:%d/healthz", n.IP, labplan.KubeletHealthzPort),
 			})
+		if len(referencePlugins(p)) > 0 {
+			procs = append(procs, labplan.Process{
+				Name: NodeNetworkProcess(n.Name),
+				Argv: labplan.InNS(n.Name, self, "lab", "node-network", "--node", n.Name, "--dir", paths.Dir),
+			})
+		}
 	}
 	return procs
 }
+
+// NodeNetworkProcess names the supervised `myelin lab node-network` of a node (and its log).
+func NodeNetworkProcess(node string) string { return "network-" + node }
 
 const containerdPrefix = "containerd-"
 

@@ -25,8 +25,9 @@ type Flavour interface {
 	// be idempotent.
 	Bootstrap(ctx context.Context, c Cluster) error
 	// NodeNetwork installs the node's CNI configuration and keeps it current until ctx
-	// ends. Each lab kubelet runs it in its node's netns; a CNI that installs its own
-	// configuration (as myelin-agent does) returns at once.
+	// ends. Each lab kubelet runs it in its node's netns (on --runtime containerd,
+	// `myelin lab node-network` does, for flavours with reference plugins); a CNI that
+	// installs its own configuration (as myelin-agent does) returns at once.
 	NodeNetwork(ctx context.Context, n Node)
 }
 

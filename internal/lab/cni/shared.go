@@ -67,3 +67,17 @@ func Create(f func() error) error {
 	}
 	return err
 }
+
+// ReferencePlugins are the reference plugins among a flavour's tools (by name, e.g.
+// "bridge"): the plugins its conflist calls, which a node whose runtime looks only in
+// the node's own CNI bin dir (containerd) needs linked there. A flavour that installs
+// its own plugin (myelin) has none.
+func ReferencePlugins(tools []Tool) []string {
+	var names []string
+	for _, t := range tools {
+		if filepath.Dir(t.Path) == ReferencePluginDir {
+			names = append(names, filepath.Base(t.Path))
+		}
+	}
+	return names
+}

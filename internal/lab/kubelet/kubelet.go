@@ -70,14 +70,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	go k.heartbeat(ctx)
-	admin, err := lab.Client(cfg.Paths.Kubeconfig())
-	if err != nil {
-		return err
-	}
-	go lab.FlavourOf(cfg.Plan.Options.CNI).NodeNetwork(ctx, cni.Node{
-		Plan: cfg.Plan, Paths: cfg.Paths, Node: cfg.Node, Admin: admin,
-		Log: log.With("component", string(cfg.Plan.Options.CNI)+"-network"),
-	})
+	go func() {
+		if err := lab.RunNodeNetwork(ctx, cfg.Paths, cfg.Plan, cfg.Node, log); err != nil {
+			log.Error("node network", "err", err)
+		}
+	}()
 	return k.watchPods(ctx)
 }
 

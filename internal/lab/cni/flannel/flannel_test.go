@@ -2,8 +2,10 @@ package flannel
 
 import (
 	"encoding/json"
+	"maps"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -137,5 +139,30 @@ func TestFlannelVersionMatchesSetup(t *testing.T) {
 	t.Setenv("MYELIN_CACHE", "/opt/c")
 	if got, want := Binary(), "/opt/c/flannel/"+Version+"/bin/flannel"; got != want {
 		t.Errorf("Binary() = %s, want %s (where scripts/build-flannel.sh puts it)", got, want)
+	}
+}
+
+// TestFlannelLeases reads each node's leased subnet from its subnet file: the subnet,
+// masked, and nothing for a node whose flanneld wrote none (or an unreadable one).
+func TestFlannelLeases(t *testing.T) {
+	p := flannelPlan(t, "")
+	paths := labplan.Paths{Dir: t.TempDir()}
+	file := paths.FlannelSubnetFile(p.Nodes[0].Name)
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte(subnetEnv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := Leases(p, paths)
+	want := map[string]netip.Prefix{p.Nodes[0].Name: netip.MustParsePrefix("10.244.57.0/24")}
+	if !maps.Equal(got, want) {
+		t.Errorf("Leases() = %v, want %v", got, want)
+	}
+	if err := os.WriteFile(file, []byte("FLANNEL_MTU=1450\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := Leases(p, paths); len(got) != 0 {
+		t.Errorf("Leases() with a partial subnet file = %v, want none", got)
 	}
 }

@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
+
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // Subnet is what flanneld writes to its subnet file (subnet.env).
@@ -87,4 +90,22 @@ func ConfList(s Subnet, ipamDir string) ([]byte, error) {
 		},
 	}
 	return json.MarshalIndent(conf, "", "  ")
+}
+
+// Leases maps each node of the plan to the subnet its flanneld leased, read from the
+// node's subnet file; a node whose flanneld has not written one yet is missing.
+// Flannel (with etcd as its store) picks its own per-node subnets, not the Nodes'
+// PodCIDRs, so whatever must route to a node's pods follows these.
+func Leases(p labplan.Plan, paths labplan.Paths) map[string]netip.Prefix {
+	out := map[string]netip.Prefix{}
+	for _, n := range p.Nodes {
+		b, err := os.ReadFile(paths.FlannelSubnetFile(n.Name))
+		if err != nil {
+			continue
+		}
+		if s, err := ParseSubnet(b); err == nil {
+			out[n.Name] = s.Subnet.Masked()
+		}
+	}
+	return out
 }
