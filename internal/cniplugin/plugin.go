@@ -126,10 +126,11 @@ func result(cniVersion string, args *skel.CmdArgs, alloc api.Allocation, ep api.
 // The agent removes the pod's map entry and route, releases its IP and retires its
 // veth pair: the host side is set down now and the pair deleted after DEL has
 // answered (deleting a veth waits for the kernel's RCU; endpoint/reaper.go), so DEL
-// leaves the pod's interface to it. With the agent unreachable (down, hung or starting) DEL still succeeds: it removes
-// the pod's veth (and with it the /32 route and the attached programs) and records
-// the delete for the agent (deleteWithoutAgent), which releases the IP and removes the
-// endpoint's map entry when it answers again.
+// leaves the pod's interface to it. With the agent unreachable (down, hung or
+// starting) DEL still succeeds: it removes the pod's veth (and with it the /32 route
+// and the attached programs) and records the delete for the agent
+// (deleteWithoutAgent), which releases the IP and removes the endpoint's map entry
+// when it answers again.
 func cmdDel(args *skel.CmdArgs) error {
 	conf, client, ref, err := setup(args)
 	if err != nil {

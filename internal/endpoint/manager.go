@@ -30,7 +30,6 @@ type Datapath interface {
 type Links interface {
 	// IfIndex returns the index of a link, or an error wrapping ErrLinkNotFound.
 	IfIndex(name string) (int, error)
-	DeleteLink(name string) error
 	// SetLinkDown sets the link at index down; a link that is gone is no error.
 	SetLinkDown(index int) error
 	// DeleteLinkAt deletes the link at index if it is still named name; a link that

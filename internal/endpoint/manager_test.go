@@ -58,8 +58,7 @@ func (f *fakeLinks) IfIndex(name string) (int, error) {
 	}
 	return 0, fmt.Errorf("%s: %w", name, ErrLinkNotFound)
 }
-func (f *fakeLinks) DeleteLink(name string) error { delete(f.links, name); return nil }
-func (f *fakeLinks) SetLinkDown(index int) error  { f.down[index] = true; return nil }
+func (f *fakeLinks) SetLinkDown(index int) error { f.down[index] = true; return nil }
 func (f *fakeLinks) DeleteLinkAt(index int, name string) error {
 	if f.links[name] == index {
 		delete(f.links, name)

@@ -43,9 +43,6 @@ func (Kernel) IfIndex(name string) (int, error) {
 	return l.Attrs().Index, nil
 }
 
-// DeleteLink deletes a link; absent is fine.
-func (Kernel) DeleteLink(name string) error { return link.DeleteByName(name) }
-
 // SetLinkDown sets the link at index down; a link that is gone is fine.
 func (Kernel) SetLinkDown(index int) error {
 	err := netlink.LinkSetDown(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: index}})
