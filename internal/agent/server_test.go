@@ -43,7 +43,14 @@ func (f *fakeNode) IfIndex(name string) (int, error) {
 	}
 	return 0, fmt.Errorf("%s: %w", name, endpoint.ErrLinkNotFound)
 }
-func (f *fakeNode) DeleteLink(name string) error          { delete(f.links, name); return nil }
+func (f *fakeNode) SetLinkDown(int) error { return nil }
+func (f *fakeNode) DeleteLinkAt(index int, name string) error {
+	if f.links[name] == index {
+		delete(f.links, name)
+	}
+	return nil
+}
+func (f *fakeNode) DownPodVeths() (map[string]int, error) { return nil, nil }
 func (f *fakeNode) ReplacePodRoute(netip.Addr, int) error { return nil }
 func (f *fakeNode) DeletePodRoute(netip.Addr) error       { return nil }
 

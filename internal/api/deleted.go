@@ -20,6 +20,12 @@ func HostIfName(containerID string) string {
 	return "myl" + hex.EncodeToString(sum[:])[:11]
 }
 
+// hostIfNamePattern is what HostIfName returns.
+var hostIfNamePattern = regexp.MustCompile(`^myl[0-9a-f]{11}$`)
+
+// IsHostIfName reports whether name is shaped like a pod's host veth (HostIfName).
+func IsHostIfName(name string) bool { return hostIfNamePattern.MatchString(name) }
+
 // ErrNotOwner is returned when a delete names an endpoint whose record belongs to
 // another attachment (another host veth) than the caller's.
 var ErrNotOwner = errors.New("not the endpoint's owner")

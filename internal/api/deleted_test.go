@@ -36,7 +36,12 @@ func TestDeletedRecords(t *testing.T) {
 	if recs, err := ReadDeleted(dir); err == nil || !strings.Contains(err.Error(), "junk.json") || len(recs) != 1 {
 		t.Errorf("with a garbled record: %v, %v; want the good one and an error naming junk.json", recs, err)
 	}
-	if n := HostIfName("abc-1"); len(n) != 14 || !strings.HasPrefix(n, "myl") {
+	if n := HostIfName("abc-1"); len(n) != 14 || !strings.HasPrefix(n, "myl") || !IsHostIfName(n) {
 		t.Errorf("HostIfName = %q, want myl + 11 hex", n)
+	}
+	for _, n := range []string{"myl", "myl0123456789", "myl0123456789ab", "myl0123456789A", "myelin_vxlan", "eth0"} {
+		if IsHostIfName(n) {
+			t.Errorf("IsHostIfName(%q) = true", n)
+		}
 	}
 }

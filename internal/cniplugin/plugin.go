@@ -123,10 +123,14 @@ func result(cniVersion string, args *skel.CmdArgs, alloc api.Allocation, ep api.
 }
 
 // cmdDel is idempotent: an endpoint, link or netns that is already gone is success.
-// With the agent unreachable (down, hung or starting) DEL still succeeds: it removes
-// the pod's veth (and with it the /32 route and the attached programs) and records
-// the delete for the agent (deleteWithoutAgent), which releases the IP and removes the
-// endpoint's map entry when it answers again.
+// The agent removes the pod's map entry and route, releases its IP and retires its
+// veth pair: the host side is set down now and the pair deleted after DEL has
+// answered (deleting a veth waits for the kernel's RCU; endpoint/reaper.go), so DEL
+// leaves the pod's interface to it. With the agent unreachable (down, hung or
+// starting) DEL still succeeds: it removes the pod's veth (and with it the /32 route
+// and the attached programs) and records the delete for the agent
+// (deleteWithoutAgent), which releases the IP and removes the endpoint's map entry
+// when it answers again.
 func cmdDel(args *skel.CmdArgs) error {
 	conf, client, ref, err := setup(args)
 	if err != nil {
@@ -141,6 +145,8 @@ func cmdDel(args *skel.CmdArgs) error {
 	defer cancel()
 	err = client.DeleteEndpointOf(ctx, ref.ContainerID, ifindex)
 	switch {
+	case err == nil && ifindex != 0:
+		return nil // the agent retired the pair, the pod's interface with it
 	case err == nil:
 	case errors.Is(err, api.ErrNotOwner):
 		// The agent's record is another attachment's: leave it, remove only this pod's link.

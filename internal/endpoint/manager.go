@@ -30,7 +30,14 @@ type Datapath interface {
 type Links interface {
 	// IfIndex returns the index of a link, or an error wrapping ErrLinkNotFound.
 	IfIndex(name string) (int, error)
-	DeleteLink(name string) error
+	// SetLinkDown sets the link at index down; a link that is gone is no error.
+	SetLinkDown(index int) error
+	// DeleteLinkAt deletes the link at index if it is still named name; a link that
+	// is gone or renamed is no error.
+	DeleteLinkAt(index int, name string) error
+	// DownPodVeths returns the host veths named like a pod's (api.IsHostIfName) that
+	// are down, name to index.
+	DownPodVeths() (map[string]int, error)
 	ReplacePodRoute(ip netip.Addr, ifindex int) error
 	DeletePodRoute(ip netip.Addr) error
 }
@@ -57,6 +64,8 @@ type Manager struct {
 	dp    Datapath
 	links Links
 	pool  *ipam.Pool
+	// reaper deletes the host veths of deleted endpoints after DEL has answered.
+	reaper *Reaper
 
 	mu  sync.Mutex
 	eps map[string]*api.Endpoint // by container id
@@ -64,13 +73,23 @@ type Manager struct {
 
 // NewManager returns a manager; call Restore before serving requests.
 func NewManager(cfg Config, dp Datapath, links Links, pool *ipam.Pool) *Manager {
-	return &Manager{cfg: cfg, dp: dp, links: links, pool: pool, eps: map[string]*api.Endpoint{}}
+	return &Manager{cfg: cfg, dp: dp, links: links, pool: pool, reaper: newReaper(links), eps: map[string]*api.Endpoint{}}
 }
 
-// Allocate reserves the pod's IP and names its host-side veth.
+// Reaper is what deletes the host veths of deleted endpoints; run it (Reaper.Run)
+// for as long as the manager serves.
+func (m *Manager) Reaper() *Reaper { return m.reaper }
+
+// Allocate reserves the pod's IP and names its host-side veth. A retired veth of
+// that name (the container id was deleted a moment ago) is deleted first, so the
+// plugin can create the pair again, also into the same pod netns.
 func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
 	if ref.ContainerID == "" {
 		return api.Allocation{}, fmt.Errorf("allocate: the container id is empty")
+	}
+	if err := m.reaper.finish(HostIfName(ref.ContainerID)); err != nil {
+		return api.Allocation{}, fmt.Errorf("allocate for %s/%s: delete the retired veth of the container's previous attachment: %w",
+			ref.Namespace, ref.Pod, err)
 	}
 	ip, err := m.pool.Allocate(ref.ContainerID)
 	if err != nil {
@@ -158,7 +177,8 @@ func (m *Manager) unprogram(ep *api.Endpoint, ip netip.Addr) error {
 	return errors.Join(detach, err, m.links.DeletePodRoute(ip))
 }
 
-// Delete removes an endpoint, its host veth and its IP. Nothing there is success.
+// Delete removes an endpoint and its IP and retires its host veth (down now, deleted
+// by the Reaper). Nothing there is success.
 func (m *Manager) Delete(containerID string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -174,7 +194,7 @@ func (m *Manager) deleteLocked(containerID string) error {
 		delete(m.eps, containerID)
 	}
 	errs = append(errs,
-		m.deleteHostLink(containerID, ep),
+		m.retireHostLink(containerID, ep),
 		removeRecord(m.cfg.Dir, containerID),
 		m.pool.Release(containerID))
 	if err := errors.Join(errs...); err != nil {
@@ -232,7 +252,19 @@ func (m *Manager) PodByIP(ip netip.Addr) string {
 }
 
 // GC deletes every endpoint (and IP allocation) whose container id is not in keep.
+// Unlike Delete it returns once their veths are deleted too: the runtime collects
+// garbage in the background, and wants it gone when GC answers.
 func (m *Manager) GC(keep []string) ([]string, error) {
+	removed, err := m.collect(keep)
+	errs := []error{err}
+	for _, id := range removed {
+		errs = append(errs, m.reaper.finish(HostIfName(id)))
+	}
+	return removed, errors.Join(errs...)
+}
+
+// collect deletes the endpoints and allocations GC removes and returns their ids.
+func (m *Manager) collect(keep []string) ([]string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	keepSet := map[string]bool{}

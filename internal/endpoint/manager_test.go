@@ -1,9 +1,11 @@
 package endpoint
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -43,6 +45,11 @@ func (f *fakeDatapath) DetachEndpoint(name string) error { delete(f.attached, na
 type fakeLinks struct {
 	links  map[string]int
 	routes map[netip.Addr]int
+	down   map[int]bool // by index
+}
+
+func newFakeLinks() *fakeLinks {
+	return &fakeLinks{map[string]int{}, map[netip.Addr]int{}, map[int]bool{}}
 }
 
 func (f *fakeLinks) IfIndex(name string) (int, error) {
@@ -51,7 +58,22 @@ func (f *fakeLinks) IfIndex(name string) (int, error) {
 	}
 	return 0, fmt.Errorf("%s: %w", name, ErrLinkNotFound)
 }
-func (f *fakeLinks) DeleteLink(name string) error { delete(f.links, name); return nil }
+func (f *fakeLinks) SetLinkDown(index int) error { f.down[index] = true; return nil }
+func (f *fakeLinks) DeleteLinkAt(index int, name string) error {
+	if f.links[name] == index {
+		delete(f.links, name)
+	}
+	return nil
+}
+func (f *fakeLinks) DownPodVeths() (map[string]int, error) {
+	out := map[string]int{}
+	for name, idx := range f.links {
+		if f.down[idx] {
+			out[name] = idx
+		}
+	}
+	return out, nil
+}
 func (f *fakeLinks) ReplacePodRoute(ip netip.Addr, ifindex int) error {
 	f.routes[ip] = ifindex
 	return nil
@@ -95,7 +117,7 @@ func (f *fixture) add(t *testing.T, id string, ifindex int) api.Endpoint {
 
 func TestManagerProgramsAndDeletes(t *testing.T) {
 	f := newFixture(t, t.TempDir(), &fakeDatapath{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}},
-		&fakeLinks{map[string]int{}, map[netip.Addr]int{}})
+		newFakeLinks())
 	ep := f.add(t, "ctr-a", 7)
 	ip := netip.MustParseAddr(ep.IP)
 	if f.dp.eps[ip].IfIndex != 7 || f.dp.attached[ep.HostIfName] != 7 || f.links.routes[ip] != 7 || ep.ID == 0 {
@@ -112,17 +134,56 @@ func TestManagerProgramsAndDeletes(t *testing.T) {
 			t.Fatalf("Delete #%d: %v", i+1, err)
 		}
 	}
-	if len(f.dp.eps) != 0 || len(f.dp.attached) != 0 || len(f.links.routes) != 0 || len(f.links.links) != 0 {
-		t.Errorf("after Delete: map %v attached %v routes %v links %v", f.dp.eps, f.dp.attached, f.links.routes, f.links.links)
+	if len(f.dp.eps) != 0 || len(f.dp.attached) != 0 || len(f.links.routes) != 0 {
+		t.Errorf("after Delete: map %v attached %v routes %v", f.dp.eps, f.dp.attached, f.links.routes)
 	}
 	if _, used, _ := f.pool.Usage(); used != 0 {
 		t.Errorf("after Delete, %d IPs still allocated", used)
 	}
+	f.retired(t, ep.HostIfName, 7)
+	f.reap(t)
+	if len(f.links.links) != 0 {
+		t.Errorf("after the reaper: links %v", f.links.links)
+	}
+}
+
+// retired fails unless the veth name at index is down and waiting for the reaper.
+func (f *fixture) retired(t *testing.T, name string, index int) {
+	t.Helper()
+	if f.links.links[name] != index || !f.links.down[index] {
+		t.Errorf("veth %s: links %v down %v, want it kept at index %d and down", name, f.links.links, f.links.down, index)
+	}
+	if p := f.m.Reaper().Pending(); !slices.Contains(p, name) {
+		t.Errorf("veth %s is not waiting for the reaper (pending %v)", name, p)
+	}
+}
+
+// reap runs the reaper until nothing is pending, as the agent runs it, and fails on
+// an error it reports.
+func (f *fixture) reap(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.m.Reaper().Run(ctx, func(name string, err error) {
+			if err != nil {
+				t.Errorf("reaper: %s: %v", name, err)
+			}
+			if len(f.m.Reaper().Pending()) == 0 {
+				cancel()
+			}
+		})
+	}()
+	if len(f.m.Reaper().Pending()) == 0 {
+		cancel()
+	}
+	<-done
 }
 
 func TestManagerRefusesUnallocatedIP(t *testing.T) {
 	f := newFixture(t, t.TempDir(), &fakeDatapath{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}},
-		&fakeLinks{map[string]int{}, map[netip.Addr]int{}})
+		newFakeLinks())
 	_, err := f.m.Put(api.Endpoint{PodRef: api.PodRef{ContainerID: "x"}, IP: "10.244.0.9", HostIfName: HostIfName("x")})
 	if err == nil || !strings.Contains(err.Error(), "was not allocated to it") {
 		t.Errorf("Put without Allocate: %v", err)
@@ -134,7 +195,7 @@ func TestManagerRefusesUnallocatedIP(t *testing.T) {
 func TestManagerRestore(t *testing.T) {
 	dir := t.TempDir()
 	dp := &fakeDatapath{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}}
-	links := &fakeLinks{map[string]int{}, map[netip.Addr]int{}}
+	links := newFakeLinks()
 	f := newFixture(t, dir, dp, links)
 	kept := f.add(t, "kept", 10)
 	gone := f.add(t, "gone", 11)
@@ -163,8 +224,8 @@ func TestManagerRestore(t *testing.T) {
 
 func TestManagerGC(t *testing.T) {
 	f := newFixture(t, t.TempDir(), &fakeDatapath{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}},
-		&fakeLinks{map[string]int{}, map[netip.Addr]int{}})
-	f.add(t, "a", 1)
+		newFakeLinks())
+	a := f.add(t, "a", 1)
 	f.add(t, "b", 2)
 	if _, err := f.m.Allocate(api.PodRef{ContainerID: "half-made"}); err != nil { // ADD that never registered
 		t.Fatal(err)
@@ -178,5 +239,9 @@ func TestManagerGC(t *testing.T) {
 	}
 	if _, used, _ := f.pool.Usage(); used != 1 {
 		t.Errorf("after GC %d IPs allocated, want 1", used)
+	}
+	// GC answers once the veths are gone, not only retired.
+	if len(f.links.links) != 1 || f.links.links[a.HostIfName] != 1 || len(f.m.Reaper().Pending()) != 0 {
+		t.Errorf("after GC: links %v pending %v, want only a's veth", f.links.links, f.m.Reaper().Pending())
 	}
 }

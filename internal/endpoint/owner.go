@@ -68,15 +68,23 @@ func (m *Manager) ipClaimedByOther(containerID string, ip netip.Addr) bool {
 	return false
 }
 
-// deleteHostLink deletes containerID's host veth. With a record (ep not nil) a veth of
-// that name on another index is another attachment's and stays.
-func (m *Manager) deleteHostLink(containerID string, ep *api.Endpoint) error {
+// retireHostLink sets containerID's host veth down and queues it for the Reaper. With
+// a record (ep not nil) a veth of that name on another index is another attachment's
+// and stays.
+func (m *Manager) retireHostLink(containerID string, ep *api.Endpoint) error {
 	name := HostIfName(containerID)
-	if ep != nil {
-		idx, err := m.links.IfIndex(name)
-		if errors.Is(err, ErrLinkNotFound) || (err == nil && idx != ep.HostIfIndex) {
-			return nil
-		}
+	idx, err := m.links.IfIndex(name)
+	switch {
+	case errors.Is(err, ErrLinkNotFound):
+		return nil
+	case err != nil:
+		return err
+	case ep != nil && idx != ep.HostIfIndex:
+		return nil
 	}
-	return m.links.DeleteLink(name)
+	if err := m.links.SetLinkDown(idx); err != nil {
+		return fmt.Errorf("set host veth %s down: %w", name, err)
+	}
+	m.reaper.add(name, idx)
+	return nil
 }

@@ -12,7 +12,7 @@ import (
 func emptyFixture(t *testing.T) *fixture {
 	t.Helper()
 	return newFixture(t, t.TempDir(), &fakeDatapath{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}},
-		&fakeLinks{map[string]int{}, map[netip.Addr]int{}})
+		newFakeLinks())
 }
 
 // intact fails unless ep's map entry, route, veth and IP are all still there.
@@ -40,9 +40,10 @@ func TestManagerDeleteOwned(t *testing.T) {
 	if err := f.m.DeleteOwned("a", 7); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := f.m.Get("a"); ok || len(f.dp.eps) != 0 || len(f.links.links) != 0 {
-		t.Errorf("owner's delete left record %v map %v links %v", ok, f.dp.eps, f.links.links)
+	if _, ok := f.m.Get("a"); ok || len(f.dp.eps) != 0 {
+		t.Errorf("owner's delete left record %v map %v", ok, f.dp.eps)
 	}
+	f.retired(t, ep.HostIfName, 7)
 }
 
 // Deleting a stale endpoint whose address another pod has now (a reused IP) leaves
@@ -83,8 +84,9 @@ func TestManagerDeleteKeepsReusedVethName(t *testing.T) {
 	if err := f.m.Delete("x"); err != nil {
 		t.Fatal(err)
 	}
-	if f.links.links[ep.HostIfName] != 12 {
-		t.Errorf("the veth %s of index 12 was deleted with the record of index 7", ep.HostIfName)
+	f.reap(t)
+	if f.links.links[ep.HostIfName] != 12 || f.links.down[12] {
+		t.Errorf("the veth %s of index 12 was deleted or set down with the record of index 7 (down %v)", ep.HostIfName, f.links.down)
 	}
 }
 

@@ -4,13 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+
+	"github.com/myelin-net/myelin/internal/api"
 )
 
 // Restore adopts the endpoints recorded on disk after an agent restart: an endpoint
 // whose host veth still exists is re-programmed in place (same veth, same IP, the
 // pinned program link updated atomically); one whose veth is gone is removed. Entries
 // in the BPF endpoints map with no record are removed. It returns how many endpoints
-// were adopted and how many removed.
+// were adopted and how many removed. Host veths a previous agent retired and did not
+// get to delete are queued for the Reaper again (retireStrays).
 func (m *Manager) Restore() (adopted, removed int, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -36,6 +39,7 @@ func (m *Manager) Restore() (adopted, removed int, err error) {
 		}
 		adopted++
 	}
+	errs = append(errs, m.retireStrays())
 	inMap, err := m.dp.Endpoints()
 	if err != nil {
 		return adopted, removed, errors.Join(append(errs, err)...)
@@ -52,4 +56,32 @@ func (m *Manager) Restore() (adopted, removed int, err error) {
 		}
 	}
 	return adopted, removed, errors.Join(errs...)
+}
+
+// retireStrays queues for the Reaper every pod host veth that is down and belongs to
+// no endpoint: one retired by a DEL whose veth the previous agent had not deleted yet.
+func (m *Manager) retireStrays() error {
+	down, err := m.links.DownPodVeths()
+	if err != nil {
+		return fmt.Errorf("list retired pod veths: %w", err)
+	}
+	for name, idx := range strays(down, m.eps) {
+		m.reaper.add(name, idx)
+	}
+	return nil
+}
+
+// strays are the veths of down (name to index) that no endpoint of eps is on.
+func strays(down map[string]int, eps map[string]*api.Endpoint) map[string]int {
+	owned := map[string]int{}
+	for _, ep := range eps {
+		owned[ep.HostIfName] = ep.HostIfIndex
+	}
+	out := map[string]int{}
+	for name, idx := range down {
+		if i, ok := owned[name]; !ok || i != idx {
+			out[name] = idx
+		}
+	}
+	return out
 }

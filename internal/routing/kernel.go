@@ -9,6 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/endpoint"
 	"github.com/myelin-net/myelin/internal/link"
 )
@@ -42,8 +43,50 @@ func (Kernel) IfIndex(name string) (int, error) {
 	return l.Attrs().Index, nil
 }
 
-// DeleteLink deletes a link; absent is fine.
-func (Kernel) DeleteLink(name string) error { return link.DeleteByName(name) }
+// SetLinkDown sets the link at index down; a link that is gone is fine.
+func (Kernel) SetLinkDown(index int) error {
+	err := netlink.LinkSetDown(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: index}})
+	if errors.Is(err, unix.ENODEV) {
+		return nil
+	}
+	return err
+}
+
+// DeleteLinkAt deletes the link at index if it is still named name; a link that is
+// gone, or another link that got the index, is left.
+func (Kernel) DeleteLinkAt(index int, name string) error {
+	l, err := netlink.LinkByIndex(index)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
+			return nil
+		}
+		return err
+	}
+	if l.Attrs().Name != name {
+		return nil
+	}
+	if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("delete %s: %w", name, err)
+	}
+	return nil
+}
+
+// DownPodVeths returns the veths named like a pod's host side that are down.
+func (Kernel) DownPodVeths() (map[string]int, error) {
+	links, err := link.Dump("links", netlink.LinkList)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, l := range links {
+		a := l.Attrs()
+		if l.Type() == "veth" && api.IsHostIfName(a.Name) && a.Flags&net.FlagUp == 0 {
+			out[a.Name] = a.Index
+		}
+	}
+	return out, nil
+}
 
 // ReplacePodRoute routes ip/32 to the pod's host-side veth.
 func (Kernel) ReplacePodRoute(ip netip.Addr, ifindex int) error {

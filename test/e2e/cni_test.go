@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
@@ -123,6 +124,7 @@ func TestLabMyelinCNIConformance(t *testing.T) {
 			if _, err := api.NewClient(api.NodeSocket(node)).GetEndpoint(context.Background(), rt.ContainerID); !errors.Is(err, api.ErrNotFound) {
 				t.Errorf("after DEL the agent still knows the endpoint: %v", err)
 			}
+			c.reAddAndReap(t, list, rt)
 		})
 	}
 
@@ -206,6 +208,34 @@ func TestLabMyelinCNIConformance(t *testing.T) {
 		}
 	})
 	labDown(t)
+}
+
+// reAddAndReap ADDs rt's container again into the same netns right after its DEL
+// (the runtime retrying a sandbox): the host veth name and eth0 are the ones DEL
+// retired, which the agent may not have deleted yet. Then it DELs again and waits for
+// the agent to delete the retired veth pair.
+func (c *cniNode) reAddAndReap(t *testing.T, list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) {
+	t.Helper()
+	err := c.in(func(ctx context.Context) error {
+		if _, err := c.cni.AddNetworkList(ctx, list, rt); err != nil {
+			return fmt.Errorf("re-ADD after DEL: %w", err)
+		}
+		if err := c.cni.DelNetworkList(ctx, list, rt); err != nil {
+			return fmt.Errorf("DEL after the re-ADD: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	hostIf := api.HostIfName(rt.ContainerID)
+	eventually(t, time.Minute, "the agent deletes the retired veth "+hostIf, func(context.Context) (bool, string) {
+		out, _ := inNode(c.node, "ip", "-o", "link", "show", hostIf)
+		return !strings.Contains(out, hostIf), out
+	})
+	if out, _ := inNodeNS(filepath.Base(rt.NetNS), "ip", "-o", "link", "show", "eth0"); strings.Contains(out, "eth0") {
+		t.Errorf("the pod's eth0 outlived its retired veth: %s", out)
+	}
 }
 
 func runCmd(argv ...string) error {
