@@ -68,7 +68,7 @@ type Manager struct {
 	beIDs     idSet
 	tables    map[string][]int32 // Maglev tables by backend names: Services sharing pods share them
 	tableSize int                // bytes in tables, at most maglevCacheBytes
-	adopted   adoptedState     // programmed by the previous run, not applied yet
+	adopted   adoptedState       // programmed by the previous run, not applied yet
 	lastApply time.Duration
 }
 
