@@ -220,5 +220,9 @@ func (a *server) handleServices(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("agent on node %s is starting", a.cfg.Node))
 		return
 	}
-	writeJSON(w, http.StatusOK, s.servicesView())
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	if err := s.writeServicesView(w); err != nil {
+		a.log.Debug("write services view", "err", err) // the client went away
+	}
 }

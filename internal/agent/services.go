@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"runtime/debug"
 
@@ -102,22 +103,16 @@ func (s *serviceLoop) servedBy() string {
 		s.algorithm, svcs, frontends, backends, len(s.healthChecks.Ports()))
 }
 
-// servicesView is what GET /v1/services answers.
-func (s *serviceLoop) servicesView() api.Services {
-	out := api.Services{Node: s.node, ServedBy: "myelin", Algorithm: s.algorithm, Synced: s.isSynced(), Frontends: []api.ServiceFrontend{}}
-	for _, f := range s.manager.Snapshot() {
-		v := api.ServiceFrontend{Service: f.Service, Port: f.PortName, Type: string(f.Type),
-			Frontend: service.FrontendString(f.Key), ID: f.ID, Backends: []api.ServiceBackend{}}
-		if f.Affinity > 0 {
-			v.Affinity = f.Affinity.String()
+// writeServicesView writes what GET /v1/services answers, one frontend at a time.
+func (s *serviceLoop) writeServicesView(w io.Writer) error {
+	head := api.Services{Node: s.node, ServedBy: "myelin", Algorithm: s.algorithm, Synced: s.isSynced()}
+	applied, backends := s.manager.Snapshot()
+	return writeServices(w, head, func(yield func(api.ServiceFrontend) error) error {
+		for _, f := range applied {
+			if err := yield(frontendView(f, backends)); err != nil {
+				return err
+			}
 		}
-		for _, b := range f.Active {
-			v.Backends = append(v.Backends, api.ServiceBackend{Address: b.String(), ID: f.BackendIDs[b], State: "active"})
-		}
-		for _, b := range f.Terminating {
-			v.Backends = append(v.Backends, api.ServiceBackend{Address: b.String(), ID: f.BackendIDs[b], State: "terminating"})
-		}
-		out.Frontends = append(out.Frontends, v)
-	}
-	return out
+		return nil
+	})
 }

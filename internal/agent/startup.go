@@ -23,6 +23,7 @@ import (
 	"github.com/myelin-net/myelin/internal/config"
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/k8s"
+	"github.com/myelin-net/myelin/internal/memlimit"
 )
 
 // startup is what the agent knows once it has read its Node and configuration and
@@ -66,6 +67,11 @@ func prepare(ctx context.Context, cfg Config, loops *loops, log *slog.Logger) (*
 		log.Warn(w)
 	}
 	log.Info("configuration loaded", "sources", s.conf.SourceSummary())
+	if d := memlimit.Apply(s.conf.MemoryLimit, log); d.Limit > 0 {
+		log.Info("memory limit", "bytes", d.Limit, "reason", d.Reason)
+	} else {
+		log.Info("memory limit", "reason", d.Reason)
+	}
 	if err := checkRoutingMode(s.conf); err != nil {
 		return nil, err
 	}

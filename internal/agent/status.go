@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"io"
 	"net/http"
 	"time"
 
@@ -62,8 +63,8 @@ func (k kubeProxyServices) fillStatus(s *api.Status) {
 	s.KubeProxy = "kube-proxy (kube-proxy-replacement is false)"
 }
 
-func (k kubeProxyServices) servicesView() api.Services {
-	return api.Services{Node: k.node, ServedBy: "kube-proxy", Frontends: []api.ServiceFrontend{}}
+func (k kubeProxyServices) writeServicesView(w io.Writer) error {
+	return writeServices(w, api.Services{Node: k.node, ServedBy: "kube-proxy"}, func(func(api.ServiceFrontend) error) error { return nil })
 }
 
 func (s *serviceLoop) fillStatus(st *api.Status) { st.KubeProxy = s.servedBy() }

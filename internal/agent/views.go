@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"io"
 	"sync"
 
 	"github.com/myelin-net/myelin/internal/api"
@@ -25,7 +26,7 @@ type configSource interface {
 // serviceSource is a view that also answers GET /v1/services.
 type serviceSource interface {
 	view
-	servicesView() api.Services
+	writeServicesView(w io.Writer) error
 }
 
 // viewSet is the views registered so far. Status is filled in registration order,

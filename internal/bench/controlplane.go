@@ -93,10 +93,13 @@ func agentPID(node string) (int, error) {
 	return pid, err
 }
 
-// procUsage is a process's CPU seconds (user + system) and resident memory.
+// procUsage is a process's CPU seconds (user + system) and resident memory: all of
+// it (RSS, which counts the pages of the binary it ran) and its anonymous part (the
+// heap, stacks and runtime's memory).
 type procUsage struct {
-	cpu float64
-	rss float64 // MiB
+	cpu  float64
+	rss  float64 // MiB
+	anon float64 // MiB (RssAnon)
 }
 
 func readUsage(pid int) (procUsage, error) {
@@ -117,9 +120,13 @@ func readUsage(pid int) (procUsage, error) {
 		return u, err
 	}
 	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+		name, v, _ := strings.Cut(line, ":")
+		kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+		switch name {
+		case "VmRSS":
 			u.rss = kb / 1024
+		case "RssAnon":
+			u.anon = kb / 1024
 		}
 	}
 	return u, nil
@@ -128,25 +135,30 @@ func readUsage(pid int) (procUsage, error) {
 // watchAgent samples the agent's usage every 200 ms until stop is closed and returns
 // the CPU seconds it used and its peak RSS.
 func watchAgent(pid int, stop <-chan struct{}) (cpu, peakRSS float64, err error) {
+	cpu, peak, err := watchAgentMemory(pid, stop)
+	return cpu, peak.rss, err
+}
+
+// watchAgentMemory is watchAgent that also returns the peak of the anonymous memory
+// (peak.rss and peak.anon are each their own maximum; peak.cpu is unset).
+func watchAgentMemory(pid int, stop <-chan struct{}) (cpu float64, peak procUsage, err error) {
 	first, err := readUsage(pid)
 	if err != nil {
-		return 0, 0, err
+		return 0, procUsage{}, err
 	}
-	last := first
-	peakRSS = first.rss
+	peak = procUsage{rss: first.rss, anon: first.anon}
 	for {
 		select {
 		case <-stop:
 			u, err := readUsage(pid)
 			if err != nil {
-				return 0, 0, fmt.Errorf("the agent (pid %d) went away while measured: %w", pid, err)
+				return 0, procUsage{}, fmt.Errorf("the agent (pid %d) went away while measured: %w", pid, err)
 			}
-			return u.cpu - first.cpu, max(peakRSS, u.rss), nil
+			return u.cpu - first.cpu, procUsage{rss: max(peak.rss, u.rss), anon: max(peak.anon, u.anon)}, nil
 		case <-time.After(200 * time.Millisecond):
 		}
 		if u, err := readUsage(pid); err == nil {
-			last = u
-			peakRSS = max(peakRSS, last.rss)
+			peak.rss, peak.anon = max(peak.rss, u.rss), max(peak.anon, u.anon)
 		}
 	}
 }
@@ -162,6 +174,7 @@ func (AgentIdle) Metrics() []Metric {
 	return []Metric{
 		{Name: "cpu_pct", Unit: "% vCPU", Description: "agent CPU time / wall time"},
 		{Name: "rss_mib", Unit: "MiB", Description: "agent peak resident memory"},
+		{Name: "anon_mib", Unit: "MiB", Description: "agent peak anonymous memory (RssAnon: without the binary's file pages)"},
 	}
 }
 
@@ -179,11 +192,11 @@ func (w AgentIdle) Run(ctx context.Context, t Trial) (Sample, error) {
 		}
 		close(stop)
 	}()
-	cpu, rss, err := watchAgent(pid, stop)
+	cpu, peak, err := watchAgentMemory(pid, stop)
 	if err != nil {
 		return nil, err
 	}
-	return Sample{"cpu_pct": 100 * cpu / t.Duration.Seconds(), "rss_mib": rss}, nil
+	return Sample{"cpu_pct": 100 * cpu / t.Duration.Seconds(), "rss_mib": peak.rss, "anon_mib": peak.anon}, nil
 }
 
 // AgentChurn measures the agent while 100 pods and 1,000 Services are created and
@@ -331,6 +344,7 @@ func (ServiceProgram) Metrics() []Metric {
 		{Name: "seconds", Unit: "s", Description: "new agent process start until it is ready: every Service and backend programmed (then checked in its Services view)"},
 		{Name: "restart_s", Unit: "s", Description: "`myelin lab restart` until programmed: adds the old agent's exit and the lab supervisor's restart backoff (>= 1 s)"},
 		{Name: "rss_mib", Unit: "MiB", Description: "agent resident memory once programmed"},
+		{Name: "anon_mib", Unit: "MiB", Description: "its anonymous part (RssAnon: heap, stacks, runtime; without the binary's file pages)"},
 	}
 }
 
@@ -382,7 +396,7 @@ func (w ServiceProgram) Run(ctx context.Context, t Trial) (Sample, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Sample{"seconds": age, "restart_s": took, "rss_mib": u.rss}, nil
+	return Sample{"seconds": age, "restart_s": took, "rss_mib": u.rss, "anon_mib": u.anon}, nil
 }
 
 // ensureFiller creates the Deployment of programBackends lab HTTP servers the filler

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/myelin-net/myelin/internal/memlimit"
 )
 
 // RoutingMode is how pod traffic crosses between nodes.
@@ -101,6 +103,9 @@ type Config struct {
 	// ClusterHealthPort is cluster-health-port: where every agent answers the other
 	// agents' health probes (internal/clusterhealth); 0 turns probing off.
 	ClusterHealthPort int
+	// MemoryLimit is memory-limit: the agent's soft memory limit (GOMEMLIMIT),
+	// applied by internal/memlimit.
+	MemoryLimit memlimit.Setting
 
 	// Effective lists every key with its value and the source it came from.
 	Effective []Effective

@@ -10,6 +10,7 @@ import (
 
 	"github.com/myelin-net/myelin/internal/flowmetrics"
 	"github.com/myelin-net/myelin/internal/maglev"
+	"github.com/myelin-net/myelin/internal/memlimit"
 )
 
 // key is one configuration key: its default and how to parse it into a Config.
@@ -191,6 +192,10 @@ var keys = []key{
 		}
 		c.MTU = n
 		return nil
+	}},
+	{"memory-limit", "auto", func(c *Config, v string) (err error) {
+		c.MemoryLimit, err = memlimit.Parse(v)
+		return err
 	}},
 	{"cluster-health-port", "4240", func(c *Config, v string) error {
 		p, err := strconv.ParseUint(v, 10, 16)

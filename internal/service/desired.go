@@ -57,65 +57,44 @@ type Options struct {
 // Service's EndpointSlices). Headless and ExternalName Services, non-IPv4 cluster IPs
 // and protocols other than TCP and UDP have none. externalTrafficPolicy: Local limits
 // NodePort frontends, and internalTrafficPolicy: Local ClusterIP frontends, to this
-// node's endpoints.
+// node's endpoints. The watcher computes the same from its cache records (desired).
 func Desired(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, o Options) []Frontend {
-	if svc.Spec.Type == corev1.ServiceTypeExternalName {
-		return nil
-	}
-	name := svc.Namespace + "/" + svc.Name
-	var affinity time.Duration
-	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
-		affinity = defaultAffinityTimeout
-		if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
-			affinity = time.Duration(*c.ClientIP.TimeoutSeconds) * time.Second
-		}
-	}
-	var out []Frontend
-	for _, sp := range svc.Spec.Ports {
-		proto, ok := protoNumber(sp.Protocol)
-		if !ok {
-			continue
-		}
-		fe := Frontend{Service: name, PortName: sp.Name, Affinity: affinity}
-		for _, ip := range clusterIPs(svc) {
-			fe.Key = datapath.Frontend{Addr: ip, Port: uint16(sp.Port), Proto: proto}
-			fe.Type = ClusterIP
-			local := svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
-			fe.Active, fe.Terminating = backendsOf(slices, sp, local, o.NodeName)
-			out = append(out, fe)
-		}
-		if sp.NodePort != 0 && o.NodeIP.Is4() &&
-			(svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer) {
-			fe.Key = datapath.Frontend{Addr: o.NodeIP, Port: uint16(sp.NodePort), Proto: proto}
-			fe.Type = NodePort
-			local := svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
-			fe.Active, fe.Terminating = backendsOf(slices, sp, local, o.NodeName)
-			out = append(out, fe)
-		}
+	return desired(newCachedService(svc), cachedSlices(slices, o.NodeName), o)
+}
+
+// cachedSlices returns the records of slices as the cache of node keeps them.
+func cachedSlices(slices []*discoveryv1.EndpointSlice, node string) []*cachedSlice {
+	out := make([]*cachedSlice, len(slices))
+	for i, s := range slices {
+		out[i] = newCachedSlice(s, node)
 	}
 	return out
 }
 
-func protoNumber(p corev1.Protocol) (uint8, bool) {
-	switch p {
-	case corev1.ProtocolTCP, "":
-		return unix.IPPROTO_TCP, true
-	case corev1.ProtocolUDP:
-		return unix.IPPROTO_UDP, true
+// desired is Desired over cache records; their endpoints' on-node flags must be
+// relative to o.NodeName.
+func desired(svc *cachedService, slices []*cachedSlice, o Options) []Frontend {
+	if svc.externalName {
+		return nil
 	}
-	return 0, false
-}
-
-// clusterIPs returns the Service's IPv4 cluster IPs; none for headless Services.
-func clusterIPs(svc *corev1.Service) []netip.Addr {
-	ips := svc.Spec.ClusterIPs
-	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
-		ips = []string{svc.Spec.ClusterIP}
-	}
-	var out []netip.Addr
-	for _, s := range ips {
-		if ip, err := netip.ParseAddr(s); err == nil && ip.Is4() {
-			out = append(out, ip)
+	name := svc.namespace + "/" + svc.name
+	var out []Frontend
+	for _, sp := range svc.ports {
+		if sp.proto == 0 {
+			continue
+		}
+		fe := Frontend{Service: name, PortName: sp.name, Affinity: svc.affinity}
+		for _, ip := range svc.clusterIPs {
+			fe.Key = datapath.Frontend{Addr: ip, Port: sp.port, Proto: sp.proto}
+			fe.Type = ClusterIP
+			fe.Active, fe.Terminating = backendsOf(slices, sp, svc.internalLocal)
+			out = append(out, fe)
+		}
+		if sp.nodePort != 0 && o.NodeIP.Is4() && svc.nodePorts {
+			fe.Key = datapath.Frontend{Addr: o.NodeIP, Port: sp.nodePort, Proto: sp.proto}
+			fe.Type = NodePort
+			fe.Active, fe.Terminating = backendsOf(slices, sp, svc.externalLocal)
+			out = append(out, fe)
 		}
 	}
 	return out
@@ -124,38 +103,30 @@ func clusterIPs(svc *corev1.Service) []netip.Addr {
 // backendsOf collects the endpoints of service port sp from slices: the ready ones
 // are active; the serving-terminating ones are active only when none is ready, and
 // otherwise kept as terminating. Endpoints that are neither (starting pods) are left
-// out. local keeps only endpoints on node.
-func backendsOf(slices []*discoveryv1.EndpointSlice, sp corev1.ServicePort, local bool, node string) (active, terminating []Backend) {
+// out. local keeps only endpoints on this node.
+func backendsOf(slices []*cachedSlice, sp cachedServicePort, local bool) (active, terminating []Backend) {
 	var ready, serving []Backend
 	seen := map[Backend]bool{}
 	for _, s := range slices {
-		if s.AddressType != discoveryv1.AddressTypeIPv4 {
-			continue
-		}
 		port, ok := slicePort(s, sp)
 		if !ok {
 			continue
 		}
-		for _, ep := range s.Endpoints {
-			if local && (ep.NodeName == nil || *ep.NodeName != node) {
+		for _, ep := range s.endpoints {
+			if local && !ep.has(epOnNode) {
 				continue
 			}
-			isReady := ep.Conditions.Ready == nil || *ep.Conditions.Ready
-			isServing := ep.Conditions.Serving == nil && isReady || ep.Conditions.Serving != nil && *ep.Conditions.Serving
-			isTerminating := ep.Conditions.Terminating != nil && *ep.Conditions.Terminating
-			for _, a := range ep.Addresses {
-				ip, err := netip.ParseAddr(a)
-				b := Backend{Addr: ip, Port: port}
-				if err != nil || !ip.Is4() || seen[b] {
-					continue
-				}
-				seen[b] = true
-				switch {
-				case isReady && !isTerminating:
-					ready = append(ready, b)
-				case isServing || isTerminating:
-					serving = append(serving, b)
-				}
+			b := Backend{Addr: netip.AddrFrom4(ep.addr), Port: port}
+			if seen[b] {
+				continue
+			}
+			seen[b] = true
+			isTerminating := ep.has(epTerminating)
+			switch {
+			case ep.has(epReady) && !isTerminating:
+				ready = append(ready, b)
+			case ep.has(epServing) || isTerminating:
+				serving = append(serving, b)
 			}
 		}
 	}
@@ -168,22 +139,13 @@ func backendsOf(slices []*discoveryv1.EndpointSlice, sp corev1.ServicePort, loca
 }
 
 // slicePort finds sp's target port in slice s: the port with sp's name and protocol.
-func slicePort(s *discoveryv1.EndpointSlice, sp corev1.ServicePort) (uint16, bool) {
-	for _, p := range s.Ports {
-		name := ""
-		if p.Name != nil {
-			name = *p.Name
-		}
-		proto := corev1.ProtocolTCP
-		if p.Protocol != nil {
-			proto = *p.Protocol
-		}
-		spProto := sp.Protocol
-		if spProto == "" {
-			spProto = corev1.ProtocolTCP
-		}
-		if name == sp.Name && proto == spProto && p.Port != nil && *p.Port > 0 && *p.Port < 65536 {
-			return uint16(*p.Port), true
+func slicePort(s *cachedSlice, sp cachedServicePort) (uint16, bool) {
+	if !s.ipv4 {
+		return 0, false
+	}
+	for _, p := range s.ports {
+		if p.name == sp.name && p.proto == sp.proto && p.port != 0 {
+			return p.port, true
 		}
 	}
 	return 0, false

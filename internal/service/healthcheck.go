@@ -23,25 +23,27 @@ type HealthCheck struct {
 // from slices; false when it needs none. Only LoadBalancer Services with
 // externalTrafficPolicy: Local have a healthCheckNodePort (the apiserver allocates it).
 func DesiredHealthCheck(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, node string) (HealthCheck, bool) {
-	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal ||
-		svc.Spec.HealthCheckNodePort <= 0 || svc.Spec.HealthCheckNodePort > 65535 {
+	return desiredHealthCheck(newCachedService(svc), cachedSlices(slices, node))
+}
+
+// desiredHealthCheck is DesiredHealthCheck over cache records, whose endpoints'
+// on-node flags say which node it is for.
+func desiredHealthCheck(svc *cachedService, slices []*cachedSlice) (HealthCheck, bool) {
+	if !svc.loadBalancer || !svc.externalLocal || svc.healthCheckPort <= 0 || svc.healthCheckPort > 65535 {
 		return HealthCheck{}, false
 	}
-	hc := HealthCheck{Namespace: svc.Namespace, Name: svc.Name, Port: uint16(svc.Spec.HealthCheckNodePort)}
-	seen := map[string]bool{}
+	hc := HealthCheck{Namespace: svc.namespace, Name: svc.name, Port: uint16(svc.healthCheckPort)}
+	seen := map[[4]byte]bool{}
 	for _, s := range slices {
-		if s.AddressType != discoveryv1.AddressTypeIPv4 || len(s.Ports) == 0 {
+		if !s.ipv4 || len(s.ports) == 0 {
 			continue
 		}
-		for _, ep := range s.Endpoints {
-			ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
-			terminating := ep.Conditions.Terminating != nil && *ep.Conditions.Terminating
-			if !ready || terminating || ep.NodeName == nil || *ep.NodeName != node || len(ep.Addresses) == 0 {
-				continue
-			}
+		for _, ep := range s.endpoints {
 			// Like kube-proxy: an endpoint is its first address; one pod serving
 			// several ports counts once.
-			seen[ep.Addresses[0]] = true
+			if ep.has(epFirst) && ep.has(epReady) && !ep.has(epTerminating) && ep.has(epOnNode) {
+				seen[ep.addr] = true
+			}
 		}
 	}
 	hc.LocalEndpoints = len(seen)

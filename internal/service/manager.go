@@ -1,9 +1,9 @@
 package service
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -25,12 +25,25 @@ type Datapath interface {
 	ConntrackIDs() (services, backends []uint32, err error)
 }
 
-// Applied is one programmed frontend, as `myelin services` shows it.
+// Applied is one programmed frontend, as `myelin services` shows it: what its
+// Frontend said, with its backends as ids (Snapshot maps them back to addresses).
+// Kept compact, one per frontend: 10,000 Services of 10 backends are 10,000 of them.
 type Applied struct {
-	Frontend
-	ID         uint32
-	BackendIDs map[Backend]uint32
+	Key      datapath.Frontend
+	Service  string // namespace/name; "" for an adopted frontend no Service claimed yet
+	PortName string
+	Type     FrontendType
+	Affinity time.Duration
+	ID       uint32
+	// Active and Terminating are the ids of Frontend.Active and .Terminating, in
+	// their order. Never changed in place: a new Apply stores a new Applied.
+	Active, Terminating []uint32
 }
+
+// maglevCacheBytes bounds the Manager's cache of Maglev tables: 8 MiB is 128 tables of
+// the default 16381 entries. Services over the same pods share a table, so a few
+// distinct backend sets cover most clusters; beyond the bound tables are recomputed.
+const maglevCacheBytes = 8 << 20
 
 // Manager keeps the datapath's service, backend and Maglev maps equal to the
 // frontends it is given, one Service at a time. Ids are stable: a frontend keeps its
@@ -53,8 +66,9 @@ type Manager struct {
 	byID      map[uint32]Backend // the inverse of backends
 	refs      map[uint32]int
 	beIDs     idSet
-	tables    map[string][]int // Maglev tables by backend names: Services sharing pods share them
-	adopted   adoptedState     // programmed by the previous run, not applied yet
+	tables    map[string][]int32 // Maglev tables by backend names: Services sharing pods share them
+	tableSize int                // bytes in tables, at most maglevCacheBytes
+	adopted   adoptedState       // programmed by the previous run, not applied yet
 	lastApply time.Duration
 }
 
@@ -64,7 +78,7 @@ type Manager struct {
 func NewManager(dp Datapath, maglevSize int) (*Manager, error) {
 	m := &Manager{dp: dp, maglevSize: maglevSize, byService: map[string][]datapath.Frontend{},
 		frontends: map[datapath.Frontend]*Applied{}, backends: map[Backend]uint32{}, byID: map[uint32]Backend{}, refs: map[uint32]int{},
-		tables: map[string][]int{}, adopted: adoptedState{}, feIDs: newIDSet(datapath.ServiceCTMaxTimeout), beIDs: newIDSet(datapath.ServiceCTMaxTimeout)}
+		tables: map[string][]int32{}, adopted: adoptedState{}, feIDs: newIDSet(datapath.ServiceCTMaxTimeout), beIDs: newIDSet(datapath.ServiceCTMaxTimeout)}
 	bes, err := dp.Backends()
 	if err != nil {
 		return nil, fmt.Errorf("read programmed backends: %w", err)
@@ -80,7 +94,7 @@ func NewManager(dp Datapath, maglevSize int) (*Manager, error) {
 		return nil, fmt.Errorf("read programmed services: %w", err)
 	}
 	for _, s := range svcs {
-		m.frontends[s.Frontend] = &Applied{Frontend: Frontend{Key: s.Frontend}, ID: s.ID}
+		m.frontends[s.Frontend] = &Applied{Key: s.Frontend, ID: s.ID}
 		m.feIDs.take(s.ID)
 	}
 	m.adopted.adopt(svcs)
@@ -153,23 +167,21 @@ func (m *Manager) Apply(service string, fes []Frontend) error {
 // another Service owned gets a new id; the old one goes into quarantine.
 func (m *Manager) applyFrontend(fe Frontend) ([]uint32, error) {
 	prev := m.frontends[fe.Key]
-	if prev != nil && reflect.DeepEqual(prev.Frontend, fe) {
+	if prev != nil && m.unchanged(prev, fe) {
 		return nil, nil // unchanged: an update of another port or field
 	}
 	takeover := prev != nil && prev.Service != "" && prev.Service != fe.Service
-	ids := map[Backend]uint32{}
-	for _, b := range append(slices.Clip(fe.Active), fe.Terminating...) {
+	ids := make([]uint32, 0, len(fe.Active)+len(fe.Terminating))
+	for _, b := range slices.Concat(fe.Active, fe.Terminating) {
 		id, err := m.acquire(b)
 		if err != nil {
-			m.release(mapValues(ids))
+			m.release(ids)
 			return nil, err
 		}
-		ids[b] = id
+		ids = append(ids, id)
 	}
-	svc := datapath.Service{Backends: make([]uint32, len(fe.Active)), AffinityTimeout: fe.Affinity}
-	for i, b := range fe.Active {
-		svc.Backends[i] = ids[b]
-	}
+	active, terminating := ids[:len(fe.Active):len(fe.Active)], ids[len(fe.Active):]
+	svc := datapath.Service{Backends: active, AffinityTimeout: fe.Affinity}
 	if fe.Type == NodePort {
 		svc.Flags |= datapath.ServiceNodePort
 	}
@@ -178,16 +190,19 @@ func (m *Manager) applyFrontend(fe Frontend) ([]uint32, error) {
 	}
 	table, err := m.maglevTable(fe.Active)
 	if err != nil {
-		m.release(mapValues(ids))
+		m.release(ids)
 		return nil, err
 	}
-	for _, idx := range table {
-		svc.Maglev = append(svc.Maglev, svc.Backends[idx])
+	if table != nil {
+		svc.Maglev = make([]uint32, len(table))
+		for i, idx := range table {
+			svc.Maglev[i] = svc.Backends[idx]
+		}
 	}
 	if prev != nil && !takeover {
 		svc.ID = prev.ID
 	} else if svc.ID, err = m.feIDs.next(); err != nil {
-		m.release(mapValues(ids))
+		m.release(ids)
 		return nil, err
 	}
 	if m.adopted.take(fe.Key, svc) {
@@ -196,25 +211,48 @@ func (m *Manager) applyFrontend(fe Frontend) ([]uint32, error) {
 		if prev == nil || takeover {
 			m.feIDs.free(svc.ID)
 		}
-		m.release(mapValues(ids))
+		m.release(ids)
 		return nil, err
 	}
-	m.frontends[fe.Key] = &Applied{Frontend: fe, ID: svc.ID, BackendIDs: ids}
+	m.frontends[fe.Key] = &Applied{Key: fe.Key, Service: fe.Service, PortName: fe.PortName, Type: fe.Type,
+		Affinity: fe.Affinity, ID: svc.ID, Active: active, Terminating: terminating}
 	if prev == nil {
 		return nil, nil
 	}
 	if takeover {
 		m.feIDs.free(prev.ID)
 	}
-	return mapValues(prev.BackendIDs), nil
+	return prev.backendIDs(), nil
 }
+
+// unchanged reports whether a is exactly what fe would program: same Service, port,
+// type, affinity and backends (by the ids they have now) in the same order.
+func (m *Manager) unchanged(a *Applied, fe Frontend) bool {
+	return a.Service == fe.Service && a.PortName == fe.PortName && a.Type == fe.Type && a.Affinity == fe.Affinity &&
+		m.sameBackends(a.Active, fe.Active) && m.sameBackends(a.Terminating, fe.Terminating)
+}
+
+func (m *Manager) sameBackends(ids []uint32, bs []Backend) bool {
+	if len(ids) != len(bs) {
+		return false
+	}
+	for i, b := range bs {
+		if id, ok := m.backends[b]; !ok || id != ids[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// backendIDs returns the ids of every backend of a, one per reference it holds.
+func (a *Applied) backendIDs() []uint32 { return slices.Concat(a.Active, a.Terminating) }
 
 // maglevTable returns the Maglev table of active as indexes into it, nil with random
 // selection. The table is built from the backends' identities (addr:port) in sorted
 // order, never from ids or the order given, so every node computes the same one
 // whatever its id history; only then are its entries mapped to indexes of active.
 // Tables are cached by backend names: 10,000 Services over the same pods compute one.
-func (m *Manager) maglevTable(active []Backend) ([]int, error) {
+func (m *Manager) maglevTable(active []Backend) ([]int32, error) {
 	if m.maglevSize == 0 || len(active) == 0 {
 		return nil, nil
 	}
@@ -227,14 +265,15 @@ func (m *Manager) maglevTable(active []Backend) ([]int, error) {
 	key := strings.Join(names, ",")
 	t, ok := m.tables[key]
 	if !ok {
-		var err error
-		if t, err = maglev.Table(names, m.maglevSize); err != nil {
+		full, err := maglev.Table(names, m.maglevSize)
+		if err != nil {
 			return nil, err
 		}
-		if len(m.tables) >= 1024 {
-			clear(m.tables) // bounded: distinct backend sets beyond this are recomputed
+		t = make([]int32, len(full))
+		for i, idx := range full {
+			t[i] = int32(idx)
 		}
-		m.tables[key] = t
+		m.cacheTable(key, t)
 	}
 	if slices.Equal(sorted, active) {
 		return t, nil // the usual case: Desired sorts backends
@@ -243,11 +282,26 @@ func (m *Manager) maglevTable(active []Backend) ([]int, error) {
 	for i, b := range active {
 		pos[b] = i
 	}
-	out := make([]int, len(t))
+	out := make([]int32, len(t))
 	for i, idx := range t {
-		out[i] = pos[sorted[idx]]
+		out[i] = int32(pos[sorted[idx]])
 	}
 	return out, nil
+}
+
+// cacheTable keeps table t under key while the cache stays within maglevCacheBytes;
+// a full cache is emptied first (distinct backend sets beyond it are recomputed).
+func (m *Manager) cacheTable(key string, t []int32) {
+	size := 4*len(t) + len(key)
+	if size > maglevCacheBytes {
+		return
+	}
+	if m.tableSize+size > maglevCacheBytes {
+		clear(m.tables)
+		m.tableSize = 0
+	}
+	m.tables[key] = t
+	m.tableSize += size
 }
 
 func (m *Manager) removeFrontend(key datapath.Frontend) ([]uint32, error) {
@@ -260,7 +314,7 @@ func (m *Manager) removeFrontend(key datapath.Frontend) ([]uint32, error) {
 	}
 	delete(m.frontends, key)
 	m.feIDs.free(a.ID)
-	return mapValues(a.BackendIDs), nil
+	return a.backendIDs(), nil
 }
 
 // acquire returns b's id, programming the backend when it is new, and counts a reference.
@@ -333,21 +387,37 @@ func (m *Manager) Prune() error {
 	return errors.Join(errs...)
 }
 
-// Snapshot returns every programmed frontend, sorted by Service and address.
-func (m *Manager) Snapshot() []Applied {
+// Snapshot returns every programmed frontend, sorted by Service and address, and the
+// address of every backend id they name.
+func (m *Manager) Snapshot() ([]Applied, map[uint32]Backend) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	out := make([]Applied, 0, len(m.frontends))
 	for _, a := range m.frontends {
 		out = append(out, *a)
 	}
+	backends := make(map[uint32]Backend, len(m.byID))
+	for id, b := range m.byID {
+		backends[id] = b
+	}
+	m.mu.Unlock()
 	slices.SortFunc(out, func(a, b Applied) int {
 		if c := strings.Compare(a.Service, b.Service); c != 0 {
 			return c
 		}
-		return strings.Compare(FrontendString(a.Key), FrontendString(b.Key))
+		return compareFrontends(a.Key, b.Key)
 	})
-	return out
+	return out, backends
+}
+
+// compareFrontends orders frontends by address, port and protocol.
+func compareFrontends(a, b datapath.Frontend) int {
+	if c := a.Addr.Compare(b.Addr); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Port, b.Port); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Proto, b.Proto)
 }
 
 // ServiceNames returns the Services that have frontends programmed (namespace/name).
@@ -366,14 +436,6 @@ func (m *Manager) Counts() (services, frontends, backends int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.byService), len(m.frontends), len(m.backends)
-}
-
-func mapValues(ids map[Backend]uint32) []uint32 {
-	out := make([]uint32, 0, len(ids))
-	for _, id := range ids {
-		out = append(out, id)
-	}
-	return out
 }
 
 // ServiceOf names the Service ("namespace/name") of frontend key, "" if none (flows).

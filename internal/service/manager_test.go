@@ -228,3 +228,43 @@ func TestManagerMaglev(t *testing.T) {
 		}
 	}
 }
+
+// The cache of Maglev tables stays within its bound however many distinct backend
+// sets the Services have, and a table recomputed after the cache was emptied is the
+// same.
+func TestMaglevCacheBounded(t *testing.T) {
+	const size = 65521 // 256 KiB a table: 32 fill the cache
+	dp := newFake()
+	m, err := NewManager(dp, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := frontend("10.96.2.0", 80, "10.244.0.1:80", "10.244.0.2:80")
+	if err := m.Apply("default/s0", []Frontend{first}); err != nil {
+		t.Fatal(err)
+	}
+	addrs := func() []datapath.Backend {
+		var out []datapath.Backend
+		for _, id := range dp.services[first.Key].Maglev {
+			out = append(out, dp.backends[id])
+		}
+		return out
+	}
+	want := addrs()
+	for i := 1; i < 100; i++ {
+		fe := frontend(fmt.Sprintf("10.96.2.%d", i), 80, "10.244.0.1:80", fmt.Sprintf("10.244.1.%d:80", i))
+		if err := m.Apply(fmt.Sprintf("default/s%d", i), []Frontend{fe}); err != nil {
+			t.Fatal(err)
+		}
+		if m.tableSize > maglevCacheBytes {
+			t.Fatalf("after %d backend sets the cache holds %d bytes, over %d", i+1, m.tableSize, maglevCacheBytes)
+		}
+	}
+	_ = m.Apply("default/s0", nil)
+	if err := m.Apply("default/s0", []Frontend{first}); err != nil {
+		t.Fatal(err)
+	}
+	if got := addrs(); len(got) != size || !slices.Equal(got, want) {
+		t.Error("the table recomputed after the cache was emptied differs")
+	}
+}

@@ -1,62 +1,106 @@
 package service
 
 import (
-	"reflect"
+	"context"
+	"log/slog"
+	"net/netip"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 )
 
-// The cache transform drops the bulky fields but nothing the frontends or the health
-// check are computed from.
-func TestSlimForCacheKeepsWhatDesiredReads(t *testing.T) {
-	mkSvc := func() *corev1.Service {
-		return svcWith(func(s *corev1.Service) {
-			s.Spec.Type = corev1.ServiceTypeLoadBalancer
-			s.Spec.Ports[0].NodePort = 30080
-			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
-			s.Spec.HealthCheckNodePort = 31000
-			s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
-			s.Annotations = map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{...}"}
-			s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
-		})
+// The cache keeps records, not objects: keyed like the objects, indexed by their
+// Service, with each endpoint's conditions and node reduced to flags; records and
+// tombstones pass the transform unchanged.
+func TestCacheTransformRecords(t *testing.T) {
+	transform := cacheTransform("node-1")
+	svc := svcWith(func(s *corev1.Service) {
+		s.Annotations = map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{...}"}
+		s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	})
+	es := slice(8080, "http",
+		ep{ip: "10.244.1.5", node: "node-1"},
+		ep{ip: "10.244.2.7", node: "node-2", ready: ptr.To(false), serving: ptr.To(true), terminating: ptr.To(true)},
+		ep{ip: "fe80::1", node: "node-1"}) // not IPv4: dropped
+	es.Endpoints[0].Addresses = append(es.Endpoints[0].Addresses, "10.244.1.6")
+	es.Endpoints[0].TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: "web-1"}
+
+	rs, _ := transform(svc)
+	rsl, _ := transform(es)
+	cs, ok1 := rs.(*cachedService)
+	csl, ok2 := rsl.(*cachedSlice)
+	if !ok1 || !ok2 {
+		t.Fatalf("transform gave %T and %T, want the cache records", rs, rsl)
 	}
-	mkSlice := func() *discoveryv1.EndpointSlice {
-		s := slice(8080, "http", ep{ip: "10.244.1.5", node: "node-1"}, ep{ip: "10.244.2.7", node: "node-2", ready: ptr.To(false), terminating: ptr.To(true)})
-		s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager"}}
-		s.Annotations = map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": "2026-11-23T00:00:00Z"}
-		s.OwnerReferences = []metav1.OwnerReference{{Kind: "Service", Name: "web"}}
-		for i := range s.Endpoints {
-			s.Endpoints[i].TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: "web-1"}
-			s.Endpoints[i].Zone, s.Endpoints[i].Hostname = ptr.To("z1"), ptr.To("web-1")
+	for obj, want := range map[any]string{cs: "default/web", csl: "default/web-abc"} {
+		if key, err := cache.MetaNamespaceKeyFunc(obj); err != nil || key != want {
+			t.Errorf("key of %T = %q, %v; want %q", obj, key, err, want)
 		}
-		return s
 	}
-	svc, sl := mkSvc(), mkSlice()
-	slimSvc, _ := slimForCache(mkSvc())
-	slimSlice, _ := slimForCache(mkSlice())
-	s2, sl2 := slimSvc.(*corev1.Service), slimSlice.(*discoveryv1.EndpointSlice)
-	if s2.ManagedFields != nil || s2.Annotations != nil || sl2.ManagedFields != nil || sl2.Annotations != nil ||
-		sl2.OwnerReferences != nil || sl2.Endpoints[0].TargetRef != nil || sl2.Endpoints[1].Zone != nil {
-		t.Errorf("slimForCache kept bulky fields: %+v %+v", s2.ObjectMeta, sl2)
+	if keys, _ := sliceServiceKey(csl); len(keys) != 1 || keys[0] != "default/web" {
+		t.Errorf("slice indexed under %v, want [default/web]", keys)
 	}
-	if sl2.Labels[discoveryv1.LabelServiceName] != "web" {
-		t.Errorf("slimForCache dropped the service-name label the cache indexes by: %v", sl2.Labels)
+	want := []cachedEndpoint{
+		{addr: [4]byte{10, 244, 1, 5}, flags: epReady | epServing | epOnNode | epFirst},
+		{addr: [4]byte{10, 244, 1, 6}, flags: epReady | epServing | epOnNode},
+		{addr: [4]byte{10, 244, 2, 7}, flags: epServing | epTerminating | epFirst},
 	}
-	want := Desired(svc, []*discoveryv1.EndpointSlice{sl}, nodeOpts)
-	got := Desired(s2, []*discoveryv1.EndpointSlice{sl2}, nodeOpts)
-	if len(want) == 0 || !reflect.DeepEqual(got, want) {
-		t.Errorf("Desired of the slim objects = %+v, want %+v", got, want)
+	if len(csl.endpoints) != len(want) {
+		t.Fatalf("endpoints %+v, want %+v", csl.endpoints, want)
 	}
-	wantHC, ok1 := DesiredHealthCheck(svc, []*discoveryv1.EndpointSlice{sl}, "node-1")
-	gotHC, ok2 := DesiredHealthCheck(s2, []*discoveryv1.EndpointSlice{sl2}, "node-1")
-	if !ok1 || ok1 != ok2 || !reflect.DeepEqual(gotHC, wantHC) {
-		t.Errorf("health check of the slim objects = %+v %v, want %+v %v", gotHC, ok2, wantHC, ok1)
+	for i := range want {
+		if csl.endpoints[i] != want[i] {
+			t.Errorf("endpoint %d = %+v, want %+v", i, csl.endpoints[i], want[i])
+		}
 	}
-	if tomb, _ := slimForCache("other"); tomb != "other" {
-		t.Errorf("slimForCache changed an unknown object: %v", tomb)
+	for _, obj := range []any{cs, csl, cache.DeletedFinalStateUnknown{Key: "default/web", Obj: cs}} {
+		if out, _ := transform(obj); out != obj {
+			t.Errorf("transform changed %T", obj)
+		}
+	}
+}
+
+// Through real informers (over a fake clientset) the watcher programs the Services
+// its records describe.
+func TestWatcherProgramsFromRecords(t *testing.T) {
+	svc := svcWith(nil)
+	es := slice(8080, "http", ep{ip: "10.244.1.5", node: "node-1"}, ep{ip: "10.244.2.5", node: "node-2"})
+	cs := fake.NewSimpleClientset(svc, es)
+	m, err := NewManager(newFake(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := NewWatcher(cs, m, nodeOpts, func(error) {}, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	select {
+	case <-w.Synced():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the watcher never synced")
+	}
+	applied, backends := m.Snapshot()
+	if len(applied) != 1 || applied[0].Service != "default/web" || len(applied[0].Active) != 2 {
+		t.Fatalf("programmed %+v, want default/web with 2 active backends", applied)
+	}
+	got := backends[applied[0].Active[0]]
+	if want := (Backend{Addr: netip.MustParseAddr("10.244.1.5"), Port: 8080}); got != want {
+		t.Errorf("first backend %v, want %v", got, want)
+	}
+}
+
+// The transform drops discoveryv1 fields the records do not need but keeps every
+// one Desired reads: a non-IPv4 slice contributes no backends.
+func TestCachedSliceOtherAddressType(t *testing.T) {
+	es := slice(8080, "http", ep{ip: "10.244.1.5", node: "node-1"})
+	es.AddressType = discoveryv1.AddressTypeIPv6
+	if got := Desired(svcWith(nil), []*discoveryv1.EndpointSlice{es}, nodeOpts); len(got) != 1 || len(got[0].Active) != 0 {
+		t.Errorf("an IPv6 slice gave %+v, want one frontend without backends", got)
 	}
 }

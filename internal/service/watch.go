@@ -6,11 +6,6 @@ import (
 	"sync"
 	"time"
 
-	corelisters "k8s.io/client-go/listers/core/v1"
-
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -58,13 +53,13 @@ func NewWatcher(cs kubernetes.Interface, m *Manager, o Options, report func(erro
 func (w *Watcher) OnHealthCheck(f func(key string, hc *HealthCheck)) { w.health = f }
 
 // syncHealth hands the health check of svc (nil: deleted) to the OnHealthCheck function.
-func (w *Watcher) syncHealth(key string, svc *corev1.Service, slices []*discoveryv1.EndpointSlice) {
+func (w *Watcher) syncHealth(key string, svc *cachedService, slices []*cachedSlice) {
 	if w.health == nil {
 		return
 	}
 	var hc *HealthCheck
 	if svc != nil {
-		if h, ok := DesiredHealthCheck(svc, slices, w.o.NodeName); ok {
+		if h, ok := desiredHealthCheck(svc, slices); ok {
 			hc = &h
 		}
 	}
@@ -128,17 +123,31 @@ func (w *Watcher) Run(ctx context.Context) {
 	}
 	w.firstPass(c)
 	go func() { <-ctx.Done(); queue.ShutDown() }()
-	go w.resync(ctx, queue, c.services.List)
+	go w.resync(ctx, queue, c.serviceKeys)
 	for w.processNext(queue, c) {
 	}
 }
 
 // serviceCaches are the informer caches the watcher reads Services and their
-// EndpointSlices from.
+// EndpointSlices from: they hold the records of transform.go, not API objects, so
+// they are read through their indexers (a typed lister would expect the objects).
 type serviceCaches struct {
-	services corelisters.ServiceLister
-	slices   cache.Indexer // indexed by byServiceIndex
+	services cache.Indexer // *cachedService by namespace/name
+	slices   cache.Indexer // *cachedSlice, indexed by byServiceIndex
 }
+
+// service returns the record of the Service key, nil when the cache has none.
+func (c serviceCaches) service(key string) *cachedService {
+	obj, ok, _ := c.services.GetByKey(key)
+	if !ok {
+		return nil
+	}
+	svc, _ := obj.(*cachedService)
+	return svc
+}
+
+// serviceKeys returns the namespace/name of every cached Service.
+func (c serviceCaches) serviceKeys() []string { return c.services.ListKeys() }
 
 // Prestart starts the Service and EndpointSlice informers without waiting for them,
 // so that their initial lists download while the caller does other work (the agent
@@ -152,7 +161,7 @@ func (w *Watcher) Prestart(ctx context.Context) {
 // startCaches starts the Service and EndpointSlice informers, each event queueing
 // its Service's key, and returns their caches and what tells they have synced.
 func (w *Watcher) startCaches(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string]) (serviceCaches, []cache.InformerSynced) {
-	factory := informers.NewSharedInformerFactoryWithOptions(w.cs, 0, informers.WithTransform(slimForCache))
+	factory := informers.NewSharedInformerFactoryWithOptions(w.cs, 0, informers.WithTransform(cacheTransform(w.o.NodeName)))
 	svcInf := factory.Core().V1().Services()
 	sliceInf := factory.Discovery().V1().EndpointSlices()
 	_ = sliceInf.Informer().AddIndexers(cache.Indexers{byServiceIndex: sliceServiceKey})
@@ -166,15 +175,15 @@ func (w *Watcher) startCaches(ctx context.Context, queue workqueue.TypedRateLimi
 	_, _ = svcInf.Informer().AddEventHandler(handler)
 	_, _ = sliceInf.Informer().AddEventHandler(handler)
 	factory.Start(ctx.Done())
-	return serviceCaches{services: svcInf.Lister(), slices: sliceInf.Informer().GetIndexer()},
+	return serviceCaches{services: svcInf.Informer().GetIndexer(), slices: sliceInf.Informer().GetIndexer()},
 		[]cache.InformerSynced{svcInf.Informer().HasSynced, sliceInf.Informer().HasSynced}
 }
 
 // sync applies the Service key as the caches have it: deleted, or its desired
 // frontends from the Service and its EndpointSlices.
 func (w *Watcher) sync(c serviceCaches, key string) error {
-	svc, err := c.services.Services(namespaceOf(key)).Get(nameOf(key))
-	if err != nil {
+	svc := c.service(key)
+	if svc == nil {
 		w.syncHealth(key, nil, nil)
 		return w.m.Apply(key, nil) // deleted
 	}
@@ -182,20 +191,21 @@ func (w *Watcher) sync(c serviceCaches, key string) error {
 	if err != nil {
 		return err
 	}
-	slices := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	slices := make([]*cachedSlice, 0, len(objs))
 	for _, o := range objs {
-		slices = append(slices, o.(*discoveryv1.EndpointSlice))
+		if s, ok := o.(*cachedSlice); ok {
+			slices = append(slices, s)
+		}
 	}
 	w.syncHealth(key, svc, slices)
-	return w.m.Apply(key, Desired(svc, slices, w.o))
+	return w.m.Apply(key, desired(svc, slices, w.o))
 }
 
 // firstPass syncs every Service synchronously, so Prune knows every Service has
 // been seen, prunes what none claims, and closes Synced.
 func (w *Watcher) firstPass(c serviceCaches) {
-	all, _ := c.services.List(labels.Everything())
-	for _, svc := range all {
-		key := svc.Namespace + "/" + svc.Name
+	all := c.serviceKeys()
+	for _, key := range all {
 		if err := w.sync(c, key); err != nil {
 			w.log.Error("sync service", "service", key, "err", err)
 			w.report(err)
@@ -236,7 +246,7 @@ func (w *Watcher) processNext(queue workqueue.TypedRateLimitingInterface[string]
 // resync queues, every resyncInterval, every Service the cluster has and every
 // Service the Manager has programmed: a Service deleted without its event being
 // applied is in the second set only, and its sync removes it.
-func (w *Watcher) resync(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string], list func(labels.Selector) ([]*corev1.Service, error)) {
+func (w *Watcher) resync(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string], list func() []string) {
 	t := time.NewTicker(resyncInterval)
 	defer t.Stop()
 	for {
@@ -252,7 +262,7 @@ func (w *Watcher) resync(ctx context.Context, queue workqueue.TypedRateLimitingI
 }
 
 // resyncKeys is the union of the Services list returns and programmed.
-func resyncKeys(list func(labels.Selector) ([]*corev1.Service, error), programmed []string) []string {
+func resyncKeys(list func() []string, programmed []string) []string {
 	seen := map[string]bool{}
 	var out []string
 	add := func(key string) {
@@ -261,9 +271,8 @@ func resyncKeys(list func(labels.Selector) ([]*corev1.Service, error), programme
 			out = append(out, key)
 		}
 	}
-	all, _ := list(labels.Everything())
-	for _, svc := range all {
-		add(svc.Namespace + "/" + svc.Name)
+	for _, key := range list() {
+		add(key)
 	}
 	for _, key := range programmed {
 		add(key)
@@ -277,36 +286,19 @@ func eventKey(obj any) (string, bool) {
 		obj = d.Obj
 	}
 	switch o := obj.(type) {
-	case *corev1.Service:
-		return o.Namespace + "/" + o.Name, true
-	case *discoveryv1.EndpointSlice:
-		keys, _ := sliceServiceKey(o)
-		if len(keys) == 1 {
-			return keys[0], true
-		}
+	case *cachedService:
+		return o.namespace + "/" + o.name, true
+	case *cachedSlice:
+		return o.service, o.service != ""
 	}
 	return "", false
 }
 
 // sliceServiceKey indexes an EndpointSlice by its kubernetes.io/service-name label.
 func sliceServiceKey(obj any) ([]string, error) {
-	s, ok := obj.(*discoveryv1.EndpointSlice)
-	if !ok {
+	s, ok := obj.(*cachedSlice)
+	if !ok || s.service == "" {
 		return nil, nil
 	}
-	name := s.Labels[discoveryv1.LabelServiceName]
-	if name == "" {
-		return nil, nil
-	}
-	return []string{s.Namespace + "/" + name}, nil
-}
-
-func namespaceOf(key string) string {
-	ns, _, _ := cache.SplitMetaNamespaceKey(key)
-	return ns
-}
-
-func nameOf(key string) string {
-	_, name, _ := cache.SplitMetaNamespaceKey(key)
-	return name
+	return []string{s.service}, nil
 }

@@ -1,0 +1,172 @@
+package memlimit
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Setting is the memory-limit key: Auto, Off or a soft limit in bytes.
+type Setting struct {
+	bytes int64 // > 0: that limit
+	off   bool
+}
+
+// Auto and Off are the key's two words; Bytes makes a fixed limit.
+var (
+	Auto = Setting{}
+	Off  = Setting{off: true}
+)
+
+// Bytes is a fixed soft limit of n bytes.
+func Bytes(n int64) Setting { return Setting{bytes: n} }
+
+// The bounds of a fixed limit: below 32 MiB the agent's own runtime does not fit
+// (it idles at ~30 MiB of Go memory), and the GC would run without pause.
+const (
+	minBytes = 32 << 20
+	maxBytes = 1 << 40
+)
+
+// Floor is the least soft limit auto sets without a cgroup limit, and
+// cgroupShare the part of a cgroup limit auto sets (the rest is headroom for what
+// the Go runtime does not count: the binary's pages, cgo-free kernel buffers).
+const (
+	Floor       = 64 << 20
+	cgroupShare = 0.9
+)
+
+// Parse reads the memory-limit key: "auto", "off", or a size such as 96Mi or 1Gi.
+func Parse(v string) (Setting, error) {
+	switch v {
+	case "auto":
+		return Auto, nil
+	case "off":
+		return Off, nil
+	}
+	q, err := resource.ParseQuantity(v)
+	if err != nil || q.Value() < minBytes || q.Value() > maxBytes {
+		return Setting{}, fmt.Errorf("must be auto, off, or a size between 32Mi and 1Ti such as 96Mi or 1Gi (the agent's soft memory limit, GOMEMLIMIT)")
+	}
+	return Bytes(q.Value()), nil
+}
+
+// Decision is the soft limit the agent runs with and why.
+type Decision struct {
+	Limit int64 // bytes; math.MaxInt64: none
+	// Follow: the limit tracks the live heap (Apply keeps it at
+	// max(Limit, 1.5 x live heap)), auto without a cgroup limit.
+	Follow bool
+	Reason string
+}
+
+// Decide picks the soft limit for s, given the agent's cgroup memory limit
+// (cgroupMax, 0 when none) and the GOMEMLIMIT environment variable (env, "" when
+// unset). A fixed setting wins over the environment; auto leaves an explicit
+// GOMEMLIMIT alone, else takes 90% of the cgroup limit, else a limit that follows the
+// live heap, never below Floor.
+func Decide(s Setting, cgroupMax int64, env string) Decision {
+	switch {
+	case s.off:
+		return Decision{Limit: math.MaxInt64, Reason: "memory-limit off"}
+	case s.bytes > 0:
+		return Decision{Limit: s.bytes, Reason: "memory-limit " + resource.NewQuantity(s.bytes, resource.BinarySI).String()}
+	case env != "":
+		return Decision{Limit: -1, Reason: "GOMEMLIMIT=" + env + " from the environment"}
+	case cgroupMax > 0:
+		return Decision{Limit: int64(float64(cgroupMax) * cgroupShare),
+			Reason: fmt.Sprintf("90%% of the cgroup's memory.max (%s)", resource.NewQuantity(cgroupMax, resource.BinarySI))}
+	}
+	return Decision{Limit: Floor, Follow: true, Reason: "auto: 1.5 x the live heap, at least 64Mi (no cgroup memory limit)"}
+}
+
+// followLimit is the limit a following Decision sets for a live heap of live bytes.
+func followLimit(floor, live int64) int64 { return max(floor, live+live/2) }
+
+// Apply sets the soft limit for s and, when it follows the live heap, keeps it so
+// after every garbage collection. It returns the decision, for the log.
+func Apply(s Setting, log *slog.Logger) Decision {
+	cg, err := cgroupMax()
+	if err != nil {
+		log.Debug("no cgroup memory limit read", "err", err)
+	}
+	d := Decide(s, cg, os.Getenv("GOMEMLIMIT"))
+	if d.Limit < 0 {
+		return d // the runtime applied GOMEMLIMIT itself
+	}
+	debug.SetMemoryLimit(d.Limit)
+	if d.Follow {
+		followHeap(d.Limit)
+	}
+	return d
+}
+
+// sentinel is allocated to learn, through its finalizer, that a GC cycle ended. It
+// holds a pointer so that it is never a tiny allocation (whose finalizers may not run).
+type sentinel struct{ _ *int }
+
+// followHeap raises or lowers the soft limit after every GC cycle to
+// followLimit(floor, live heap): a fixed limit below a growing live heap would make
+// the GC run without pause.
+func followHeap(floor int64) {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	var arm func()
+	arm = func() {
+		runtime.SetFinalizer(&sentinel{}, func(*sentinel) {
+			metrics.Read(sample)
+			if sample[0].Value.Kind() == metrics.KindUint64 {
+				debug.SetMemoryLimit(followLimit(floor, int64(sample[0].Value.Uint64())))
+			}
+			arm()
+		})
+	}
+	arm()
+}
+
+// cgroupRoot is where the cgroup v2 hierarchy is mounted.
+const cgroupRoot = "/sys/fs/cgroup"
+
+// cgroupMax returns the memory limit of the agent's cgroup v2 (the tightest of its
+// cgroup and its ancestors), 0 when there is none.
+func cgroupMax() (int64, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return 0, err
+	}
+	return tightestLimit(cgroupRoot, string(b), func(p string) ([]byte, error) { return os.ReadFile(p) })
+}
+
+// tightestLimit reads memory.max from the cgroup /proc/self/cgroup (self) names and
+// from each of its ancestors below root, and returns the smallest, 0 when none is set.
+func tightestLimit(root, self string, read func(string) ([]byte, error)) (int64, error) {
+	var path string
+	for _, line := range strings.Split(self, "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			path = p
+		}
+	}
+	if path == "" {
+		return 0, fmt.Errorf("no cgroup v2 entry in /proc/self/cgroup")
+	}
+	var limit int64
+	for dir := filepath.Clean("/" + path); ; dir = filepath.Dir(dir) {
+		if b, err := read(filepath.Join(root, dir, "memory.max")); err == nil {
+			v := strings.TrimSpace(string(b))
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 && (limit == 0 || n < limit) {
+				limit = n
+			}
+		}
+		if dir == "/" {
+			return limit, nil
+		}
+	}
+}
