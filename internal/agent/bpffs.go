@@ -12,7 +12,9 @@ import (
 // ensureBPFFS makes sure the pin directory bpffsDir lives on a BPF filesystem. The
 // check looks at the nearest existing directory at or above bpffsDir's parent (the
 // chart's bpf.root, or below it with perNodePaths). Without one, an agent allowed to
-// mount (--mount-bpffs, the host-process agent) mounts a bpffs at the parent; an agent
+// mount (--mount-bpffs, the host-process agent) mounts a bpffs at the parent (at
+// /sys/fs/bpf itself when that is the nearest existing directory: a machine booted
+// without systemd's sys-fs-bpf.mount leaves it an empty directory on sysfs); an agent
 // in a pod must not, because that mount would stay in its container's mount namespace
 // and every restart would lose the pinned maps and links (NAT and conntrack state
 // with them), so it stops with what to do on the node instead.
@@ -30,11 +32,21 @@ func ensureBPFFS(bpffsDir string, mount bool) error {
 			"mount it on the node (mount -t bpf bpf %s, or a systemd sys-fs-bpf.mount unit) and restart the agent, "+
 			"or set the chart's bpf.root to where the node mounts it", dir, bpffsDir, magic, dir)
 	}
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return fmt.Errorf("create the BPF filesystem mount point %s: %w", parent, err)
+	at := parent
+	if magic == unix.SYSFS_MAGIC {
+		// sysfs's own bpffs mount point (/sys/fs/bpf), empty because nothing mounted a
+		// bpffs there at boot: nothing can be created on sysfs, so the bpffs goes
+		// there, where systemd would have put it, and the pin directories below it.
+		at = dir
 	}
-	if err := unix.Mount("bpffs", parent, "bpf", 0, ""); err != nil {
-		return fmt.Errorf("mount the BPF filesystem at %s: %w", parent, err)
+	if err := os.MkdirAll(at, 0o755); err != nil {
+		return fmt.Errorf("create the BPF filesystem mount point %s: %w", at, err)
+	}
+	if err := unix.Mount("bpffs", at, "bpf", 0, ""); err != nil {
+		return fmt.Errorf("mount the BPF filesystem at %s: %w", at, err)
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return fmt.Errorf("create %s on the BPF filesystem mounted at %s: %w", parent, at, err)
 	}
 	return nil
 }
