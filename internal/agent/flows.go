@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/endpoint"
 	"github.com/myelin-net/myelin/internal/flow"
@@ -29,7 +28,6 @@ type flowLoop struct {
 	loops   *loops
 	log     *slog.Logger
 
-	guard    atomic.Pointer[readerGuard] // once the reader runs
 	pol      atomic.Pointer[policyLoop]
 	services atomic.Pointer[serviceLoop]
 	pods     podIndex     // used only by the feeding goroutine
@@ -99,34 +97,12 @@ func (l *flowLoop) Run(ctx context.Context) {
 	}
 	l.loops.report("flows", nil)
 	go l.reportKernelLost(ctx)
-	thread, err := lockReaderThread() // this goroutine feeds the store
-	if err != nil {
+	if err := lowerFlowReaderPriority(); err != nil { // this goroutine feeds the store
 		l.log.Warn("flow reader runs at normal priority", "err", err)
 	}
-	g := newReaderGuard(thread, r.Fill, l.log)
-	stopGuard := g.start()
-	l.guard.Store(g)
-	if thread.idleErr != nil {
-		l.log.Info("flow reader stays at nice, SCHED_IDLE not used", "nice", thread.nice, "reason", thread.idleErr)
-	} else {
-		l.log.Info("flow reader runs SCHED_IDLE, lifted to nice while the ring fills", "nice", thread.nice)
-	}
 	l.store.Feed(ctx, r, l.origin, l, l.log)
-	stopGuard() // before this goroutine, and with it the thread the guard names, ends
 	if err := l.dp.SetFlows(false); err != nil {
 		l.log.Error("switch flows off", "err", err)
-	}
-}
-
-// fillStatus shows whether flows are on and how their reader is scheduled.
-func (l *flowLoop) fillStatus(s *api.Status) {
-	switch g := l.guard.Load(); {
-	case !l.enabled:
-		s.Flows = "off (enable-hubble false)"
-	case g == nil:
-		s.Flows = "on, reader not running"
-	default:
-		s.Flows = "on, " + g.status()
 	}
 }
 

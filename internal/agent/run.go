@@ -84,7 +84,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	deleted.carryOut() // before anything new is added
 	srv := newServer(cfg, node, log)
 	srv.views.add(st.views(node, gc)...)
-	srv.views.add(flows)
 	health.use(srv) // /readyz follows the API's readiness
 	httpSrv, err := srv.serve()
 	if err != nil {

@@ -16,9 +16,7 @@ type Status struct {
 	KubeProxy   string          `json:"kubeProxyReplacement"`
 	// SocketLB says whether Services are translated at connect() (bpf-lb-sock) or
 	// by the tc path only, and why; "" without kube-proxy-replacement.
-	SocketLB string `json:"socketLB,omitempty"`
-	// Flows says whether the agent records flows and how its flow reader is scheduled.
-	Flows     string     `json:"flows,omitempty"`
+	SocketLB  string     `json:"socketLB,omitempty"`
 	MTU       MTUInfo    `json:"mtu"`
 	BIGTCP    BIGTCPInfo `json:"bigTCP"`
 	IPAM      IPAMInfo   `json:"ipam"`

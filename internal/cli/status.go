@@ -87,9 +87,6 @@ func printStatus(out io.Writer, s api.Status) {
 	if s.SocketLB != "" {
 		r.row("Socket LB", "%s", s.SocketLB)
 	}
-	if s.Flows != "" {
-		r.row("Flows", "%s", s.Flows)
-	}
 	r.row("MTU", "device %d, routes %d", s.MTU.Device, s.MTU.Route)
 	r.row("BIG TCP", "%s", bigTCPRow(s.BIGTCP))
 	r.row("IPAM", "%d/%d allocated from %s", s.IPAM.Used, s.IPAM.Total, s.IPAM.CIDR)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -92,10 +91,6 @@ type FlowReader struct {
 	rd   *ringbuf.Reader
 	rec  ringbuf.Record // reused: one sample buffer for the reader's life
 	boot bootClock
-
-	// mu orders Fill against Close: Close unmaps the ring Fill looks at.
-	mu     sync.Mutex
-	closed bool
 }
 
 // NewFlowReader opens a reader on the flow ring buffer.
@@ -133,24 +128,8 @@ func (r *FlowReader) read() (FlowRecord, error) {
 	return fr, nil
 }
 
-// Fill is how many bytes of the ring hold records not read yet (with their 8-byte
-// headers) and the ring's size. Any goroutine may call it, also while Read runs:
-// it loads the ring's two positions and makes no system call. After Close it
-// returns 0 used.
-func (r *FlowReader) Fill() (used, size int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return 0, r.rd.BufferSize()
-	}
-	return r.rd.AvailableBytes(), r.rd.BufferSize()
-}
-
 // Close stops the reader and unblocks Read.
 func (r *FlowReader) Close() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.closed = true
 	if err := r.rd.Close(); err != nil {
 		return fmt.Errorf("close flows reader: %w", err)
 	}
