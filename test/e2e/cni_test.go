@@ -230,8 +230,8 @@ func (c *cniNode) reAddAndReap(t *testing.T, list *libcni.NetworkConfigList, rt 
 	}
 	hostIf := api.HostIfName(rt.ContainerID)
 	eventually(t, time.Minute, "the agent deletes the retired veth "+hostIf, func(context.Context) (bool, string) {
-		out, _ := inNode(c.node, "ip", "-o", "link", "show", hostIf)
-		return !strings.Contains(out, hostIf), out
+		out, err := inNode(c.node, "ip", "-o", "link", "show", hostIf)
+		return err != nil && strings.Contains(out, "does not exist"), out // ip names the link in its error too
 	})
 	if out, _ := inNodeNS(filepath.Base(rt.NetNS), "ip", "-o", "link", "show", "eth0"); strings.Contains(out, "eth0") {
 		t.Errorf("the pod's eth0 outlived its retired veth: %s", out)
