@@ -233,7 +233,7 @@ func (c *cniNode) reAddAndReap(t *testing.T, list *libcni.NetworkConfigList, rt 
 		out, err := inNode(c.node, "ip", "-o", "link", "show", hostIf)
 		return err != nil && strings.Contains(out, "does not exist"), out // ip names the link in its error too
 	})
-	if out, _ := inNodeNS(filepath.Base(rt.NetNS), "ip", "-o", "link", "show", "eth0"); strings.Contains(out, "eth0") {
+	if out, err := inNodeNS(filepath.Base(rt.NetNS), "ip", "-o", "link", "show", "eth0"); err == nil || !strings.Contains(out, "does not exist") {
 		t.Errorf("the pod's eth0 outlived its retired veth: %s", out)
 	}
 }
