@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -266,34 +267,27 @@ func labSuperviseCommand(paths func() labplan.Paths) *cobra.Command {
 }
 
 func labKubeletCommand(paths func() labplan.Paths) *cobra.Command {
-	var node string
-	cmd := &cobra.Command{
-		Use:    "kubelet",
-		Short:  "Run the lab kubelet of one node (started by the lab supervisor in the node's netns)",
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			plan, err := lab.LoadPlan(paths())
-			if err != nil {
-				return err
-			}
-			n, ok := plan.Node(node)
-			if !ok {
-				return fmt.Errorf("--node %q: not a node of this lab", node)
-			}
-			log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", node)
-			return kubelet.Run(cmd.Context(), kubelet.Config{Node: n, Plan: plan, Paths: paths()}, log)
-		},
-	}
-	cmd.Flags().StringVar(&node, "node", "", "node name")
-	return cmd
+	return labNodeProcessCommand("kubelet", "Run the lab kubelet of one node (started by the lab supervisor in the node's netns)",
+		func(ctx context.Context, plan labplan.Plan, n labplan.Node, log *slog.Logger) error {
+			return kubelet.Run(ctx, kubelet.Config{Node: n, Plan: plan, Paths: paths()}, log)
+		}, paths)
 }
 
 func labNodeNetworkCommand(paths func() labplan.Paths) *cobra.Command {
+	return labNodeProcessCommand("node-network", "Run the lab CNI's node network of one node (started by the lab supervisor in the node's netns on --runtime containerd)",
+		func(ctx context.Context, plan labplan.Plan, n labplan.Node, log *slog.Logger) error {
+			return lab.RunNodeNetwork(ctx, paths(), plan, n, log)
+		}, paths)
+}
+
+// labNodeProcessCommand is a hidden command the lab supervisor runs per node (--node):
+// it loads the lab's plan, finds the node and runs run with a logger naming it.
+func labNodeProcessCommand(use, short string, run func(context.Context, labplan.Plan, labplan.Node, *slog.Logger) error,
+	paths func() labplan.Paths) *cobra.Command {
 	var node string
 	cmd := &cobra.Command{
-		Use:    "node-network",
-		Short:  "Run the lab CNI's node network of one node (started by the lab supervisor in the node's netns on --runtime containerd)",
+		Use:    use,
+		Short:  short,
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -305,8 +299,7 @@ func labNodeNetworkCommand(paths func() labplan.Paths) *cobra.Command {
 			if !ok {
 				return fmt.Errorf("--node %q: not a node of this lab", node)
 			}
-			log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", node)
-			return lab.RunNodeNetwork(cmd.Context(), paths(), plan, n, log)
+			return run(cmd.Context(), plan, n, slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", node))
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "node name")
