@@ -48,7 +48,8 @@ lint: ## gofmt, go vet, clang-format
 
 .PHONY: test
 test: setup build images lint check-generated ## Run every test tier: unit, privileged, e2e (root needed for the last two)
-	$(GO) test -count=1 -timeout 50m $(GOTESTFLAGS) ./...
+	$(GO) test -count=1 -timeout 15m $(GOTESTFLAGS) $$($(GO) list ./... | grep -v /test/e2e$$)
+	scripts/test-e2e.sh $(GO) 55m $(GOTESTFLAGS)
 
 CONFORMANCE_MODES ?= native-bpf native-legacy tunnel-bpf tunnel-legacy flannel
 CONFORMANCE_FOCUS ?= full
