@@ -16,9 +16,8 @@ import (
 // for as long as the veth is there: a retired veth is never given up, so none leaks
 // while the agent runs. A veth that is gone already counts as deleted.
 //
-// Nothing is lost if the agent stops first: a retired veth is down and has no
-// endpoint record, and the next agent retires every such veth again at start
-// (Restore). An ADD of the same container id, whose veth name is the retired one's,
+// Nothing is lost if the agent stops first: a retired veth is down and no one owns
+// it, and the next agent retires every such veth again at start (Restore). An ADD of the same container id, whose veth name is the retired one's,
 // deletes the retired veth first (Allocate).
 //
 // The Reaper deletes only veths nobody owns: before each attempt it asks the
