@@ -163,7 +163,9 @@ func (r *Reaper) claimDue(now time.Time) (string, *retired, time.Time) {
 // try deletes a claimed veth, unless someone owns it now, and only if the link at its
 // index still has its name (a veth created since under the same name is another
 // attachment's). A veth deleted, gone or owned leaves the queue; a failed delete
-// stays, due again after retryDelay.
+// stays, due again after retryDelay. No owner appears between the check and the
+// delete: only Allocate gives a container id an IP, and it first waits for an attempt
+// in progress on that id's veth name (finish).
 func (r *Reaper) try(name string, v *retired) Attempt {
 	a := Attempt{Name: name, Index: v.index, Outcome: Deleted}
 	if r.owned(name, v.index) {
