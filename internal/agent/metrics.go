@@ -58,7 +58,7 @@ func (m *agentMetrics) close() {
 func (m *agentMetrics) use(st *startup, node *nodeDatapath, svc *serviceLoop, gc *collector) {
 	plan := st.plan
 	m.agent.Use(func() metrics.Snapshot {
-		s := metrics.Snapshot{Datapath: true, Endpoints: len(node.eps.List()),
+		s := metrics.Snapshot{Datapath: true, Endpoints: len(node.eps.List()), RetiredVeths: node.eps.Reaper().Len(),
 			RoutingMode: plan.RoutingMode(), HostRouting: plan.HostRouting.Mode(), HostRoutingReason: plan.HostRouting.Reason,
 			AttachErrors: node.dp.AttachErrors(), Controllers: st.loops.controllers(), GC: gc.stats.snapshot()}
 		_, s.IPAMUsed, s.IPAMTotal = node.pool.Usage()

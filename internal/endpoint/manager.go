@@ -73,7 +73,9 @@ type Manager struct {
 
 // NewManager returns a manager; call Restore before serving requests.
 func NewManager(cfg Config, dp Datapath, links Links, pool *ipam.Pool) *Manager {
-	return &Manager{cfg: cfg, dp: dp, links: links, pool: pool, reaper: newReaper(links), eps: map[string]*api.Endpoint{}}
+	m := &Manager{cfg: cfg, dp: dp, links: links, pool: pool, eps: map[string]*api.Endpoint{}}
+	m.reaper = newReaper(links, m.ownsVeth)
+	return m
 }
 
 // Reaper is what deletes the host veths of deleted endpoints; run it (Reaper.Run)

@@ -2,6 +2,7 @@ package endpoint
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"path/filepath"
@@ -46,10 +47,14 @@ type fakeLinks struct {
 	links  map[string]int
 	routes map[netip.Addr]int
 	down   map[int]bool // by index
+	// failDeletes is how many DeleteLinkAt calls fail (errDeleteFailed) before they work.
+	failDeletes int
 }
 
+var errDeleteFailed = errors.New("fake: delete failed")
+
 func newFakeLinks() *fakeLinks {
-	return &fakeLinks{map[string]int{}, map[netip.Addr]int{}, map[int]bool{}}
+	return &fakeLinks{links: map[string]int{}, routes: map[netip.Addr]int{}, down: map[int]bool{}}
 }
 
 func (f *fakeLinks) IfIndex(name string) (int, error) {
@@ -60,6 +65,10 @@ func (f *fakeLinks) IfIndex(name string) (int, error) {
 }
 func (f *fakeLinks) SetLinkDown(index int) error { f.down[index] = true; return nil }
 func (f *fakeLinks) DeleteLinkAt(index int, name string) error {
+	if f.failDeletes > 0 {
+		f.failDeletes--
+		return errDeleteFailed
+	}
 	if f.links[name] == index {
 		delete(f.links, name)
 	}
@@ -166,9 +175,9 @@ func (f *fixture) reap(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		f.m.Reaper().Run(ctx, func(name string, err error) {
-			if err != nil {
-				t.Errorf("reaper: %s: %v", name, err)
+		f.m.Reaper().Run(ctx, func(a Attempt) {
+			if a.Err != nil {
+				t.Errorf("reaper: %s: %v", a.Name, a.Err)
 			}
 			if len(f.m.Reaper().Pending()) == 0 {
 				cancel()

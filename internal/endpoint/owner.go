@@ -88,3 +88,41 @@ func (m *Manager) retireHostLink(containerID string, ep *api.Endpoint) error {
 	m.reaper.add(name, idx)
 	return nil
 }
+
+// vethOwners are the pod host veth names someone owns, with the index each owns. An
+// endpoint owns the veth its record names (name and index). An ADD between allocate
+// and register (its container id has an IP, no endpoint yet) owns its veth name
+// whatever the index (anyIndex): the plugin creates the pair down, brings the host
+// side up and registers it, or deletes it and releases the IP itself when ADD fails,
+// and the runtime's DEL after a failed ADD retires what is left.
+type vethOwners map[string]int
+
+// anyIndex is the index an ADD in progress owns: any.
+const anyIndex = -1
+
+// ownersOf are the owners of veths by the endpoints eps and the IP allocations
+// (container id to address).
+func ownersOf(eps map[string]*api.Endpoint, allocated map[string]netip.Addr) vethOwners {
+	o := vethOwners{}
+	for id := range allocated {
+		o[HostIfName(id)] = anyIndex
+	}
+	for _, ep := range eps {
+		o[ep.HostIfName] = ep.HostIfIndex
+	}
+	return o
+}
+
+// owns reports whether someone owns the veth name at index.
+func (o vethOwners) owns(name string, index int) bool {
+	i, ok := o[name]
+	return ok && (i == anyIndex || i == index)
+}
+
+// ownsVeth reports whether an endpoint or an ADD in progress owns the veth name at
+// index now; the Reaper asks before each delete.
+func (m *Manager) ownsVeth(name string, index int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return ownersOf(m.eps, m.pool.Owners()).owns(name, index)
+}

@@ -1,6 +1,7 @@
 package endpoint
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"testing"
@@ -91,9 +92,12 @@ func TestRestoreRetiresStrays(t *testing.T) {
 }
 
 func TestStrays(t *testing.T) {
-	eps := map[string]*api.Endpoint{"a": {HostIfName: "myla", HostIfIndex: 1}, "b": {HostIfName: "mylb", HostIfIndex: 2}}
-	got := strays(map[string]int{"myla": 1, "mylb": 5, "mylc": 3}, eps)
-	if len(got) != 2 || got["mylb"] != 5 || got["mylc"] != 3 {
-		t.Errorf("strays = %v, want mylb (another index than b's) and mylc", got)
+	eps := map[string]*api.Endpoint{"a": {HostIfName: HostIfName("a"), HostIfIndex: 1}, "b": {HostIfName: HostIfName("b"), HostIfIndex: 2}}
+	allocated := map[string]netip.Addr{"a": {}, "b": {}, "adding": {}}
+	down := map[string]int{HostIfName("a"): 1, HostIfName("b"): 5, HostIfName("c"): 3, HostIfName("adding"): 4}
+	got := strays(down, ownersOf(eps, allocated))
+	want := map[string]int{HostIfName("b"): 5, HostIfName("c"): 3}
+	if !maps.Equal(got, want) {
+		t.Errorf("strays = %v, want %v (b's name on another index than its endpoint's, and c, which no one owns; not adding, an ADD between allocate and register)", got, want)
 	}
 }

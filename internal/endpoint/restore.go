@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-
-	"github.com/myelin-net/myelin/internal/api"
 )
 
 // Restore adopts the endpoints recorded on disk after an agent restart: an endpoint
@@ -58,28 +56,26 @@ func (m *Manager) Restore() (adopted, removed int, err error) {
 	return adopted, removed, errors.Join(errs...)
 }
 
-// retireStrays queues for the Reaper every pod host veth that is down and belongs to
-// no endpoint: one retired by a DEL whose veth the previous agent had not deleted yet.
+// retireStrays queues for the Reaper every pod host veth that is down and that no
+// one owns (vethOwners): one retired by a DEL whose veth the previous agent had not
+// deleted yet. The veth of an ADD the previous agent allocated for and that has not
+// registered its endpoint is the plugin's, down until it brings it up, and stays.
 func (m *Manager) retireStrays() error {
 	down, err := m.links.DownPodVeths()
 	if err != nil {
 		return fmt.Errorf("list retired pod veths: %w", err)
 	}
-	for name, idx := range strays(down, m.eps) {
+	for name, idx := range strays(down, ownersOf(m.eps, m.pool.Owners())) {
 		m.reaper.add(name, idx)
 	}
 	return nil
 }
 
-// strays are the veths of down (name to index) that no endpoint of eps is on.
-func strays(down map[string]int, eps map[string]*api.Endpoint) map[string]int {
-	owned := map[string]int{}
-	for _, ep := range eps {
-		owned[ep.HostIfName] = ep.HostIfIndex
-	}
+// strays are the veths of down (name to index) that no one of owners owns.
+func strays(down map[string]int, owners vethOwners) map[string]int {
 	out := map[string]int{}
 	for name, idx := range down {
-		if i, ok := owned[name]; !ok || i != idx {
+		if !owners.owns(name, idx) {
 			out[name] = idx
 		}
 	}

@@ -169,7 +169,7 @@ func (n *podNode) deleteAndReap(m *endpoint.Manager, ep api.Endpoint) error {
 	reported := make(chan error, 1)
 	go func() {
 		_ = netns.Do(n.host, func() error {
-			m.Reaper().Run(ctx, func(_ string, err error) { reported <- err })
+			m.Reaper().Run(ctx, func(a endpoint.Attempt) { reported <- a.Err })
 			return nil
 		})
 	}()

@@ -68,6 +68,7 @@ var (
 	endpointsDesc    = desc("endpoints", "Pods whose endpoint is programmed in this node's datapath.")
 	ipamUsedDesc     = desc("ipam_addresses_used", "Pod addresses in use from this node's PodCIDR.")
 	ipamTotalDesc    = desc("ipam_addresses_capacity", "Pod addresses this node's PodCIDR can hand out.")
+	retiredDesc      = desc("retired_veths", "Host veths of deleted pods (down, no endpoint) waiting for the agent's veth-reaper to delete them, failed deletes waiting for their retry included; one that stays is a delete that keeps failing (agent log).")
 	servicesDesc     = desc("services", "Kubernetes Services programmed in the datapath (kube-proxy replacement).")
 	frontendsDesc    = desc("service_frontends", "Service frontends (address, port, protocol) programmed in the datapath.")
 	backendsDesc     = desc("service_backends", "Service backends programmed in the datapath.")
@@ -99,7 +100,7 @@ var (
 	healthLatencyDesc = prometheus.NewDesc(clusterhealth.LatencyMetric, clusterhealth.LatencyMetricHelp, clusterhealth.MetricLabels, nil)
 )
 
-var allDescs = []*prometheus.Desc{endpointsDesc, ipamUsedDesc, ipamTotalDesc, servicesDesc, frontendsDesc,
+var allDescs = []*prometheus.Desc{endpointsDesc, retiredDesc, ipamUsedDesc, ipamTotalDesc, servicesDesc, frontendsDesc,
 	backendsDesc, mapEntriesDesc, mapCapDesc, mapPressureDesc, ctEntriesDesc, natEntriesDesc, dropPktsDesc,
 	dropBytesDesc, fwdPktsDesc, fwdBytesDesc, eventsLostDesc, flowsLostDesc, flowsLimitedDesc, icmpSuppDesc, attachErrDesc, loadedDesc,
 	hostRoutingDesc, routingDesc, ctrlRunsDesc, ctrlErrsDesc, ctrlFailDesc, gcRunsDesc, gcRemovedDesc,
@@ -167,6 +168,7 @@ func collectState(ch chan<- prometheus.Metric, s Snapshot) {
 		return
 	}
 	ch <- gauge(endpointsDesc, float64(s.Endpoints))
+	ch <- gauge(retiredDesc, float64(s.RetiredVeths))
 	ch <- gauge(ipamUsedDesc, float64(s.IPAMUsed))
 	ch <- gauge(ipamTotalDesc, float64(s.IPAMTotal))
 	ch <- counter(attachErrDesc, s.AttachErrors)

@@ -13,7 +13,7 @@ import (
 
 func knownSnapshot() Snapshot {
 	return Snapshot{
-		Datapath: true, Endpoints: 3, IPAMUsed: 3, IPAMTotal: 254,
+		Datapath: true, Endpoints: 3, RetiredVeths: 2, IPAMUsed: 3, IPAMTotal: 254,
 		Services: &ServiceCounts{Services: 2, Frontends: 4, Backends: 5},
 		Maps: []datapath.MapStat{
 			{Name: "myelin_endpoints", Kind: datapath.MapKindEndpoints, Entries: 3, Max: 1024},
@@ -47,6 +47,9 @@ func TestAgentReportsSnapshot(t *testing.T) {
 # HELP myelin_endpoints Pods whose endpoint is programmed in this node's datapath.
 # TYPE myelin_endpoints gauge
 myelin_endpoints 3
+# HELP myelin_retired_veths Host veths of deleted pods (down, no endpoint) waiting for the agent's veth-reaper to delete them, failed deletes waiting for their retry included; one that stays is a delete that keeps failing (agent log).
+# TYPE myelin_retired_veths gauge
+myelin_retired_veths 2
 # HELP myelin_service_backends Service backends programmed in the datapath.
 # TYPE myelin_service_backends gauge
 myelin_service_backends 5
@@ -85,7 +88,7 @@ myelin_controller_errors_total{controller="services"} 1
 # TYPE myelin_datapath_gc_entries_removed_total counter
 myelin_datapath_gc_entries_removed_total{table="nat"} 9
 `
-	names := []string{"myelin_endpoints", "myelin_service_backends", "myelin_bpf_map_pressure", "myelin_nat_entries",
+	names := []string{"myelin_endpoints", "myelin_retired_veths", "myelin_service_backends", "myelin_bpf_map_pressure", "myelin_nat_entries",
 		"myelin_conntrack_entries", "myelin_drop_count_total", "myelin_forward_bytes_total", "myelin_datapath_events_lost_total",
 		"myelin_flows_lost_total", "myelin_host_routing_mode", "myelin_controller_errors_total", "myelin_datapath_gc_entries_removed_total"}
 	if err := testutil.GatherAndCompare(a.Registry(), strings.NewReader(want), names...); err != nil {

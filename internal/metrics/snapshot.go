@@ -12,6 +12,8 @@ type Snapshot struct {
 	Endpoints int
 	// IPAMUsed and IPAMTotal are the node's pod addresses in use and in the pool.
 	IPAMUsed, IPAMTotal int
+	// RetiredVeths are deleted pods' host veths waiting for the agent to delete them.
+	RetiredVeths int
 	// Services is nil unless myelin serves Services (kube-proxy-replacement).
 	Services *ServiceCounts
 	// Maps are the datapath's fillable maps (datapath.MapStats).
