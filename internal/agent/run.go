@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/hubble"
@@ -68,10 +69,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	svcWatch := st.prestartServices(ctx) // lists download while BPF loads (services.go)
 	node, err := st.startDatapath(ctx, nodes)
 	if err != nil {
-		if errors.Is(err, errBPFLoad) {
-			mets.agent.LoadFailed()
-		}
-		st.reportDatapathFailure(ctx, err)
+		st.datapathFailed(ctx, err, mets)
 		return err
 	}
 	gc.use(node.dp)
@@ -82,17 +80,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	deleted := &deletedLoop{socket: cfg.socket(), eps: node.eps, loops: loops, log: log}
 	deleted.carryOut() // before anything new is added
-	srv := newServer(cfg, node, log)
-	srv.views.add(st.views(node, gc)...)
-	health.use(srv) // /readyz follows the API's readiness
-	httpSrv, err := srv.serve()
+	srv, httpSrv, err := st.serveAPI(ctx, node, gc, health)
 	if err != nil {
 		return err
 	}
 	defer httpSrv.Close()
-	if err := serveHubble(ctx, cfg, st.hubbleListen(), node.flows, log); err != nil { // hubble.go
-		return err
-	}
 	svc, err := st.startLoops(ctx, parts{nodes: nodes, svcWatch: svcWatch, node: node, srv: srv, deleted: deleted, mets: mets, gc: gc, flows: flows})
 	if err != nil {
 		return err
@@ -106,6 +98,33 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	log.Info("agent ready", "node", cfg.Node, "podCIDR", st.podCIDR, "socket", cfg.socket())
 	<-ctx.Done()
 	return nil
+}
+
+// datapathFailed counts a failed BPF load and reports that the datapath could not
+// be loaded or attached (events.go).
+func (st *startup) datapathFailed(ctx context.Context, err error, mets *agentMetrics) {
+	if errors.Is(err, errBPFLoad) {
+		mets.agent.LoadFailed()
+	}
+	st.reportDatapathFailure(ctx, err)
+}
+
+// serveAPI serves the local API on the agent's socket, showing the views known so
+// far, and the Hubble Observer API (hubble.go); /readyz follows the local API's
+// readiness from here on. The caller closes the returned http.Server.
+func (st *startup) serveAPI(ctx context.Context, node *nodeDatapath, gc *collector, health *healthServer) (*server, *http.Server, error) {
+	srv := newServer(st.cfg, node, st.log)
+	srv.views.add(st.views(node, gc)...)
+	health.use(srv)
+	httpSrv, err := srv.serve()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := serveHubble(ctx, st.cfg, st.hubbleListen(), node.flows, st.log); err != nil {
+		httpSrv.Close()
+		return nil, nil, err
+	}
+	return srv, httpSrv, nil
 }
 
 // hubbleListen is where and how the node serves the Hubble Observer API.
