@@ -139,6 +139,26 @@ func watchAgent(pid int, stop <-chan struct{}) (cpu, peakRSS float64, err error)
 	return cpu, peak.rss, err
 }
 
+// startWatchAgent runs watchAgent in its own goroutine; the function it returns
+// stops the watch and returns what watchAgent measured.
+func startWatchAgent(pid int) (end func() (cpu, peakRSS float64, err error)) {
+	stop := make(chan struct{})
+	type usage struct {
+		cpu, rss float64
+		err      error
+	}
+	done := make(chan usage, 1)
+	go func() {
+		cpu, rss, err := watchAgent(pid, stop)
+		done <- usage{cpu, rss, err}
+	}()
+	return func() (float64, float64, error) {
+		close(stop)
+		u := <-done
+		return u.cpu, u.rss, u.err
+	}
+}
+
 // watchAgentMemory is watchAgent that also returns the peak of the anonymous memory
 // (peak.rss and peak.anon are each their own maximum; peak.cpu is unset).
 func watchAgentMemory(pid int, stop <-chan struct{}) (cpu float64, peak procUsage, err error) {
@@ -222,27 +242,17 @@ func (w AgentChurn) Run(ctx context.Context, t Trial) (Sample, error) {
 	if err != nil {
 		return nil, err
 	}
-	stop := make(chan struct{})
-	type usage struct {
-		cpu, rss float64
-		err      error
-	}
-	done := make(chan usage, 1)
-	go func() {
-		cpu, rss, err := watchAgent(pid, stop)
-		done <- usage{cpu, rss, err}
-	}()
+	endWatch := startWatchAgent(pid)
 	start := time.Now()
 	churnCtx, cancel := context.WithTimeout(ctx, churnLimit)
 	churnErr := w.churn(churnCtx, node)
 	cancel()
 	wall := time.Since(start)
-	close(stop)
-	u := <-done
-	if err := errors.Join(churnErr, u.err); err != nil {
+	cpu, rss, werr := endWatch()
+	if err := errors.Join(churnErr, werr); err != nil {
 		return nil, err
 	}
-	return Sample{"cpu_s": u.cpu, "rss_mib": u.rss, "wall_s": wall.Seconds()}, nil
+	return Sample{"cpu_s": cpu, "rss_mib": rss, "wall_s": wall.Seconds()}, nil
 }
 
 func (w AgentChurn) churn(ctx context.Context, node string) error {

@@ -70,9 +70,17 @@ func (r *kwokRun) measureSync(ctx context.Context) (SyncFigures, error) {
 		return f, err
 	}
 	f.NodesKnown, f.Routes = st.Nodes.Known, st.Routing.Routes
+	err = r.measureSettled(ctx, pid, &f)
+	return f, err
+}
+
+// measureSettled fills in the agent's memory 30 s after it was ready, and saves a
+// heap profile of it.
+func (r *kwokRun) measureSettled(ctx context.Context, pid int, f *SyncFigures) error {
 	time.Sleep(30 * time.Second)
-	if u, err = readUsage(pid); err != nil {
-		return f, err
+	u, err := readUsage(pid)
+	if err != nil {
+		return err
 	}
 	f.SettledMiB = u.rss
 	if f.GoMemMiB, err = r.agentMemstats(ctx); err == nil {
@@ -81,7 +89,7 @@ func (r *kwokRun) measureSync(ctx context.Context) (SyncFigures, error) {
 	if err := r.saveAgentProfile(ctx, "heap", "", "agent-heap.pprof"); err != nil {
 		fmt.Fprintf(r.w, "scale: no heap profile: %v\n", err)
 	}
-	return f, nil
+	return nil
 }
 
 // measureChurn replaces n pods (deletes, then creates them again: kwok gives the new
@@ -98,16 +106,7 @@ func (r *kwokRun) measureChurn(ctx context.Context, n int) (ChurnFigures, error)
 	if err != nil {
 		return f, err
 	}
-	stop := make(chan struct{})
-	type usage struct {
-		cpu, rss float64
-		err      error
-	}
-	done := make(chan usage, 1)
-	go func() {
-		cpu, rss, err := watchAgent(pid, stop)
-		done <- usage{cpu, rss, err}
-	}()
+	endWatch := startWatchAgent(pid)
 	// A CPU profile of the churn's first 20 s (profiling adds a few % to the CPU measured).
 	profiled := make(chan error, 1)
 	go func() { profiled <- r.saveAgentProfile(ctx, "profile", "seconds=20", "agent-churn-cpu.pprof") }()
@@ -129,19 +128,18 @@ func (r *kwokRun) measureChurn(ctx context.Context, n int) (ChurnFigures, error)
 	}
 	f.WallSeconds = time.Since(start).Seconds()
 	f.QuietSeconds = f.WallSeconds
-	close(stop)
-	u := <-done
+	cpu, rss, werr := endWatch()
 	if perr := <-profiled; perr != nil {
 		fmt.Fprintf(r.w, "scale: no CPU profile: %v\n", perr)
 	}
 	if err != nil {
 		return f, err
 	}
-	if u.err != nil {
-		return f, u.err
+	if werr != nil {
+		return f, werr
 	}
-	f.CPUSeconds, f.PeakRSSMiB = u.cpu, u.rss
-	f.CPUPer1000 = u.cpu / float64(f.Events) * 1000
+	f.CPUSeconds, f.PeakRSSMiB = cpu, rss
+	f.CPUPer1000 = cpu / float64(f.Events) * 1000
 	after, err := agentRequests(ctx, r.cs)
 	if err != nil {
 		return f, err

@@ -71,26 +71,16 @@ func (w *PolicyScale) Run(ctx context.Context, t Trial) (Sample, error) {
 	if err != nil {
 		return nil, err
 	}
-	stop := make(chan struct{})
-	type usage struct {
-		cpu float64
-		err error
-	}
-	done := make(chan usage, 1)
-	go func() {
-		cpu, _, err := watchAgent(pid, stop)
-		done <- usage{cpu, err}
-	}()
+	endWatch := startWatchAgent(pid)
 	start := time.Now()
 	err = parallel.ForEach(ctx, scalePolicies, scaleWriters, func(ctx context.Context, i int) error { return w.create(ctx, scalePolicy(i)) })
 	var all api.PolicyStatus
 	if err == nil {
 		all, err = waitPolicyStatus(ctx, node, start, func(s api.PolicyStatus) bool { return s.Policies == base.Policies+scalePolicies })
 	}
-	close(stop)
-	u := <-done
-	if err != nil || u.err != nil {
-		return nil, fmt.Errorf("apply %d policies: %w", scalePolicies, firstErr(err, u.err))
+	cpu, _, werr := endWatch()
+	if err != nil || werr != nil {
+		return nil, fmt.Errorf("apply %d policies: %w", scalePolicies, firstErr(err, werr))
 	}
 	one, err := w.timeOne(ctx, node, all.Policies)
 	if err != nil {
@@ -104,7 +94,7 @@ func (w *PolicyScale) Run(ctx context.Context, t Trial) (Sample, error) {
 	if err := w.deletePods(ctx); err != nil {
 		return nil, err
 	}
-	return Sample{"cpu_s": u.cpu, "apply_s": all.Applied.Sub(start).Seconds(),
+	return Sample{"cpu_s": cpu, "apply_s": all.Applied.Sub(start).Seconds(),
 		"run_ms": float64(took.Microseconds()) / 1000, "one_ms": one}, nil
 }
 
