@@ -39,21 +39,39 @@ func prefixOf(a netip.Addr, seg netip.Prefix) string {
 // The root netns gets exactly one link (ControlPlaneLink) with the host address;
 // forwarding is enabled only inside the lab's own namespaces.
 func (p Plan) NetworkSteps() []Step {
-	a := p.Addressing
 	var s []Step
+	s = append(s, p.namespaceSteps()...)
+	s = append(s, p.underlaySteps()...)
+	s = append(s, p.controlPlaneSteps()...)
+	s = append(s, p.hostSteps()...)
+	s = append(s, p.externalSteps()...)
+	for _, n := range p.Nodes {
+		s = append(s, p.nodeSteps(n)...)
+	}
+	return s
+}
+
+// namespaceSteps create the lab's namespaces, each with its loopback up.
+func (p Plan) namespaceSteps() []Step {
 	namespaces := []string{NetNS, ExtNS, CPNS}
 	for _, n := range p.Nodes {
 		namespaces = append(namespaces, n.Name)
 	}
+	var s []Step
 	for _, ns := range namespaces {
 		s = append(s, Step{"ip", "netns", "add", ns}, ipIn(ns, "link", "set", "lo", "up"))
 	}
+	return s
+}
 
-	// The underlay: bridges and a router in myelin-lab-net.
+// underlaySteps build the underlay: bridges and a router in myelin-lab-net.
+func (p Plan) underlaySteps() []Step {
+	a := p.Addressing
 	segments := []netip.Prefix{a.SegmentA}
 	if p.Options.Underlay == UnderlayL3 {
 		segments = append(segments, a.SegmentB)
 	}
+	var s []Step
 	for _, seg := range segments {
 		br := p.bridgeFor(seg)
 		s = append(s,
@@ -61,43 +79,58 @@ func (p Plan) NetworkSteps() []Step {
 			ipIn(NetNS, "addr", "add", prefixOf(a.RouterIP(seg), seg), "dev", br),
 			ipIn(NetNS, "link", "set", br, "up"))
 	}
-	s = append(s, InNS(NetNS, "sysctl", "-qw", "net.ipv4.ip_forward=1"))
+	return append(s, InNS(NetNS, "sysctl", "-qw", "net.ipv4.ip_forward=1"))
+}
 
-	// The control plane in its own netns on segment A, its default route via the router;
-	// the supervisor adds routes to the nodes' PodCIDRs as the controller-manager assigns
-	// them (Plan.PodCIDRRoutes), so the apiserver reaches pods (proxy, webhooks).
-	s = append(s,
+// controlPlaneSteps put the control plane in its own netns on segment A, its default
+// route via the router; the supervisor adds routes to the nodes' PodCIDRs as the
+// controller-manager assigns them (Plan.PodCIDRRoutes), so the apiserver reaches pods
+// (proxy, webhooks).
+func (p Plan) controlPlaneSteps() []Step {
+	a := p.Addressing
+	return []Step{
 		ipIn(NetNS, "link", "add", "cp0", "type", "veth", "peer", "name", "eth0", "netns", CPNS),
 		ipIn(NetNS, "link", "set", "cp0", "master", "br0", "up"),
 		ipIn(CPNS, "addr", "add", prefixOf(a.ControlPlaneIP(), a.SegmentA), "dev", "eth0"),
 		ipIn(CPNS, "link", "set", "eth0", "up"),
-		ipIn(CPNS, "route", "add", "default", "via", a.RouterIP(a.SegmentA).String()))
+		ipIn(CPNS, "route", "add", "default", "via", a.RouterIP(a.SegmentA).String()),
+	}
+}
 
-	// The developer's machine: the only thing in the root netns, one address on segment A.
-	s = append(s,
-		Step{"ip", "link", "add", ControlPlaneLink, "type", "veth", "peer", "name", "host0", "netns", NetNS},
-		Step{"ip", "addr", "add", prefixOf(a.HostIP(), a.SegmentA), "dev", ControlPlaneLink},
-		Step{"ip", "link", "set", ControlPlaneLink, "up"},
-		ipIn(NetNS, "link", "set", "host0", "master", "br0", "up"))
+// hostSteps connect the developer's machine: the only thing in the root netns, one
+// address on segment A.
+func (p Plan) hostSteps() []Step {
+	a := p.Addressing
+	return []Step{
+		{"ip", "link", "add", ControlPlaneLink, "type", "veth", "peer", "name", "host0", "netns", NetNS},
+		{"ip", "addr", "add", prefixOf(a.HostIP(), a.SegmentA), "dev", ControlPlaneLink},
+		{"ip", "link", "set", ControlPlaneLink, "up"},
+		ipIn(NetNS, "link", "set", "host0", "master", "br0", "up"),
+	}
+}
 
-	// The external host behind the router.
-	s = append(s,
+// externalSteps build the external host behind the router.
+func (p Plan) externalSteps() []Step {
+	a := p.Addressing
+	return []Step{
 		ipIn(NetNS, "link", "add", "ext0", "type", "veth", "peer", "name", "eth0", "netns", ExtNS),
 		ipIn(NetNS, "addr", "add", prefixOf(a.ExternalGateway(), a.External), "dev", "ext0"),
 		ipIn(NetNS, "link", "set", "ext0", "up"),
 		ipIn(ExtNS, "addr", "add", prefixOf(a.ExternalServerIP(), a.External), "dev", "eth0"),
 		ipIn(ExtNS, "link", "set", "eth0", "up"),
-		ipIn(ExtNS, "route", "add", "default", "via", a.ExternalGateway().String()))
-
-	// The nodes: eth0 on their segment, default route via the router, forwarding on.
-	for _, n := range p.Nodes {
-		s = append(s,
-			ipIn(NetNS, "link", "add", n.Peer, "type", "veth", "peer", "name", "eth0", "netns", n.Name),
-			ipIn(NetNS, "link", "set", n.Peer, "master", p.bridgeFor(n.Segment), "up"),
-			ipIn(n.Name, "addr", "add", prefixOf(n.IP, n.Segment), "dev", "eth0"),
-			ipIn(n.Name, "link", "set", "eth0", "up"),
-			ipIn(n.Name, "route", "add", "default", "via", n.Gateway.String()),
-			InNS(n.Name, "sysctl", "-qw", "net.ipv4.ip_forward=1"))
+		ipIn(ExtNS, "route", "add", "default", "via", a.ExternalGateway().String()),
 	}
-	return s
+}
+
+// nodeSteps connect one node: eth0 on its segment, default route via the router,
+// forwarding on.
+func (p Plan) nodeSteps(n Node) []Step {
+	return []Step{
+		ipIn(NetNS, "link", "add", n.Peer, "type", "veth", "peer", "name", "eth0", "netns", n.Name),
+		ipIn(NetNS, "link", "set", n.Peer, "master", p.bridgeFor(n.Segment), "up"),
+		ipIn(n.Name, "addr", "add", prefixOf(n.IP, n.Segment), "dev", "eth0"),
+		ipIn(n.Name, "link", "set", "eth0", "up"),
+		ipIn(n.Name, "route", "add", "default", "via", n.Gateway.String()),
+		InNS(n.Name, "sysctl", "-qw", "net.ipv4.ip_forward=1"),
+	}
 }
