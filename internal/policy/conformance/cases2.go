@@ -6,7 +6,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-func tcpCases2() []Case {
+// tcpCasesC are upstream's last TCP cases, from "denying of egress traffic on the
+// client side" to "NamespaceSelector with MatchExpressions using default ns label".
+// One table of independent rows, over 60 lines: upstream keeps all its TCP cases in
+// one group ("NetworkPolicy between server and client"), so a split here would follow
+// line count, not meaning.
+func tcpCasesC() []Case {
 	fromXA := []ingressRule{from(nsAndPods(nsName("x"), matchLabels("pod", "a")))}
 	return []Case{
 		{Name: "should support denying of egress traffic on the client side (even if the server explicitly allows this traffic)", Steps: []Step{step(
@@ -80,6 +85,7 @@ func exceptXB(ips IPs) *networkingv1.NetworkPolicy {
 		[]egressRule{to(ipBlock(large(ips[xb]), host(ips[xb])))})
 }
 
+// udpSCTPCases are upstream's UDP and SCTP groups ("using UDP", "using SCTP").
 func udpSCTPCases() []Case {
 	ports81 := func(proto corev1.Protocol) *networkingv1.NetworkPolicy {
 		return policy("x", "allow-ingress-on-port-81-ns-x", podA, []ingressRule{withPorts(from(nss(nsName("y"))), portOf(proto, 81))}, nil)
