@@ -58,6 +58,28 @@ func (s *AgentsSource) Flows(ctx context.Context, req flow.Request, out chan<- *
 		return sendAll(stored.merged(req.Last), send)
 	}
 	t0 := time.Now()
+	lives, sent, err := s.sendStoredPart(ctx, req, t0, send)
+	if err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	return s.each(ctx, func(i int) flow.Request { return lives[i] }, func(f *flow.Flow) error {
+		if sent != nil && !f.Time.After(t0) {
+			mu.Lock()
+			dup := sent[keyOf(f)]
+			mu.Unlock()
+			if dup {
+				return nil
+			}
+		}
+		return send(f)
+	})
+}
+
+// sendStoredPart sends the stored part of a followed request, the Last flows up to
+// t0, and returns each agent's live request and the keys of the flows it sent (nil
+// when the request asked for none stored).
+func (s *AgentsSource) sendStoredPart(ctx context.Context, req flow.Request, t0 time.Time, send func(*flow.Flow) error) ([]flow.Request, map[flowKey]bool, error) {
 	lives := make([]flow.Request, len(s.sockets))
 	var sent map[flowKey]bool
 	if req.Last > 0 {
@@ -68,10 +90,10 @@ func (s *AgentsSource) Flows(ctx context.Context, req flow.Request, out chan<- *
 		}
 		stored, err := s.stored(ctx, part)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		if err := sendAll(stored.merged(req.Last), send); err != nil {
-			return err
+			return nil, nil, err
 		}
 		sent = stored.keys()
 		for i := range lives {
@@ -86,18 +108,7 @@ func (s *AgentsSource) Flows(ctx context.Context, req flow.Request, out chan<- *
 	for i := range lives {
 		lives[i].Last = everyStored
 	}
-	var mu sync.Mutex
-	return s.each(ctx, func(i int) flow.Request { return lives[i] }, func(f *flow.Flow) error {
-		if sent != nil && !f.Time.After(t0) {
-			mu.Lock()
-			dup := sent[keyOf(f)]
-			mu.Unlock()
-			if dup {
-				return nil
-			}
-		}
-		return send(f)
-	})
+	return lives, sent, nil
 }
 
 func sendAll(flows []*flow.Flow, send func(*flow.Flow) error) error {
