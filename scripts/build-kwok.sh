@@ -10,24 +10,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.sh
 . "$here/versions.sh"
+# shellcheck source=pinned-build.sh
+. "$here/pinned-build.sh"
 
 KWOK_VERSION=v0.7.0
-bin_dir="$MYELIN_CACHE/kwok/$KWOK_VERSION/bin"
 
-say() { printf 'setup: %s\n' "$*"; }
-
-bin="$bin_dir/kwok"
-if [ -x "$bin" ]; then
-	say "kwok $KWOK_VERSION: cached in $bin_dir"
-	exit 0
-fi
-
-say "building kwok $KWOK_VERSION from the Go module proxy into $bin_dir (a few minutes the first time)"
-mkdir -p "$bin_dir"
-# Build into a scratch GOBIN and move the binary into place, so an interrupted build
-# never leaves a half-written binary in the cache.
-tmp=$(mktemp -d "$bin_dir/.build.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-GOBIN="$tmp" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
-mv "$tmp/kwok" "$bin"
-say "kwok $KWOK_VERSION: built $bin"
+pinned_build kwok "$KWOK_VERSION" "$MYELIN_CACHE/kwok/$KWOK_VERSION/bin" "a few minutes" \
+	env CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"

@@ -11,26 +11,17 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.sh
 . "$here/versions.sh"
+# shellcheck source=pinned-build.sh
+. "$here/pinned-build.sh"
 
 # The Prometheus Go module's v0.X.Y tags are Prometheus v3.X.Y releases;
 # internal/promtool.Version must say the same (a test checks they agree).
 PROMETHEUS_MODULE_VERSION=v0.307.3
-bin_dir="$MYELIN_CACHE/prometheus/$PROMETHEUS_MODULE_VERSION/bin"
 
-say() { printf 'setup: %s\n' "$*"; }
-
-bin="$bin_dir/promtool"
-if [ -x "$bin" ]; then
-	say "promtool $PROMETHEUS_MODULE_VERSION: cached in $bin_dir"
-	exit 0
-fi
-
-say "building promtool $PROMETHEUS_MODULE_VERSION from the Go module proxy into $bin_dir (a few minutes the first time)"
-mkdir -p "$bin_dir"
-tmp=$(mktemp -d "$bin_dir/.build.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-(
-	cd "$tmp"
+# build_promtool builds promtool into $GOBIN (pinned_build's scratch directory) through
+# the wrapper module, written there too; a subshell, so its cd stays in it.
+build_promtool() (
+	cd "$GOBIN"
 	cat >go.mod <<MOD
 module myelin.local/promtoolbuild
 
@@ -45,8 +36,9 @@ package promtoolbuild
 import _ "github.com/prometheus/prometheus/cmd/promtool"
 SRC
 	GOFLAGS=-mod=mod go get "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_MODULE_VERSION"
-	GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/promtool" \
+	GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$GOBIN/promtool" \
 		github.com/prometheus/prometheus/cmd/promtool
 )
-mv "$tmp/promtool" "$bin"
-say "promtool $PROMETHEUS_MODULE_VERSION: built $bin"
+
+pinned_build promtool "$PROMETHEUS_MODULE_VERSION" "$MYELIN_CACHE/prometheus/$PROMETHEUS_MODULE_VERSION/bin" \
+	"a few minutes" build_promtool
