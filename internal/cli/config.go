@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -29,9 +28,7 @@ func Config(ctx context.Context, out io.Writer, o ConfigOptions) error {
 		return err
 	}
 	if o.Output == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(view)
+		return printJSON(out, view)
 	}
 	fmt.Fprintf(out, "Node %s (effective since the agent started)\n", view.Node)
 	if view.Warning != "" {

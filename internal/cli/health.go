@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -40,13 +39,7 @@ func Health(ctx context.Context, out io.Writer, o HealthOptions) error {
 		all = append(all, m)
 	}
 	if o.Output == "json" {
-		var v any = all
-		if !o.All && len(all) == 1 {
-			v = all[0]
-		}
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(v); err != nil {
+		if err := printJSON(out, oneOrAll(all, o.All)); err != nil {
 			return err
 		}
 	} else {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -38,9 +37,7 @@ func Endpoints(ctx context.Context, out io.Writer, o PolicyOptions) error {
 		all = append(all, st)
 	}
 	if o.Output == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(all)
+		return printJSON(out, all)
 	}
 	for _, st := range all {
 		writePolicyStatus(out, st)
@@ -100,9 +97,7 @@ func PolicyTrace(ctx context.Context, out io.Writer, o PolicyOptions) error {
 		return err
 	}
 	if o.Output == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(tr)
+		return printJSON(out, tr)
 	}
 	verdict := "DENIED"
 	if tr.Allowed {

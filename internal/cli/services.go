@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -31,9 +30,7 @@ func Services(ctx context.Context, out io.Writer, o ServicesOptions) error {
 		return err
 	}
 	if o.Output == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(svcs)
+		return printJSON(out, svcs)
 	}
 	if svcs.ServedBy != "myelin" {
 		fmt.Fprintf(out, "Node %s: Services are served by %s (kube-proxy-replacement is false); myelin programs none.\n", svcs.Node, svcs.ServedBy)

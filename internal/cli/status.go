@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -50,13 +49,7 @@ func Status(ctx context.Context, out io.Writer, o StatusOptions) error {
 		}
 	}
 	if o.Output == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		var v any = all
-		if !o.All && len(all) == 1 {
-			v = all[0]
-		}
-		if err := enc.Encode(v); err != nil {
+		if err := printJSON(out, oneOrAll(all, o.All)); err != nil {
 			return err
 		}
 	} else {
