@@ -101,34 +101,25 @@ func (c *collector) adopt() *datapath.Datapath {
 // collect runs one round of every datapath GC on dp. The single call site of the
 // datapath's collectors: a new one (Service conntrack) goes next to GCNAT.
 func (c *collector) collect(dp *datapath.Datapath) {
-	n, err := dp.GCNAT(datapath.MonotonicNow())
-	c.loops.report("nat-gc", err)
-	c.stats.add("nat", n)
-	if err != nil {
-		c.log.Warn("collect NAT entries", "err", err)
-	}
-	if n > 0 {
-		c.log.Debug("NAT entries collected", "removed", n)
-	}
+	c.round("nat-gc", "nat", "NAT entries", dp.GCNAT)
 	// NodePort SNAT (BPF load balancing; its maps have one entry otherwise).
-	n, err = dp.GCNodePortNAT(datapath.MonotonicNow())
-	c.loops.report("nodeport-nat-gc", err)
-	c.stats.add("nodeport-nat", n)
-	if err != nil {
-		c.log.Warn("collect NodePort SNAT entries", "err", err)
-	}
-	if n > 0 {
-		c.log.Debug("NodePort SNAT entries collected", "removed", n)
-	}
+	c.round("nodeport-nat-gc", "nodeport-nat", "NodePort SNAT entries", dp.GCNodePortNAT)
 	c.sampleEvictions(dp)
 	// Service conntrack (BPF load balancing): the same clock, the same pass.
-	n, err = dp.GCServiceCT(datapath.MonotonicNow())
-	c.loops.report("service-ct-gc", err)
-	c.stats.add("service-ct", n)
+	c.round("service-ct-gc", "service-ct", "Service conntrack entries", dp.GCServiceCT)
+}
+
+// round runs one datapath collector at the monotonic clock's now, reports the run as
+// the loop named loop, counts what it removed under table for metrics, and logs what
+// (the entries it collects) on an error and on removals.
+func (c *collector) round(loop, table, what string, gc func(now time.Duration) (int, error)) {
+	n, err := gc(datapath.MonotonicNow())
+	c.loops.report(loop, err)
+	c.stats.add(table, n)
 	if err != nil {
-		c.log.Warn("collect Service conntrack entries", "err", err)
+		c.log.Warn("collect "+what, "err", err)
 	}
 	if n > 0 {
-		c.log.Debug("Service conntrack entries collected", "removed", n)
+		c.log.Debug(what+" collected", "removed", n)
 	}
 }
