@@ -14,6 +14,7 @@ import (
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/endpoint"
+	"github.com/myelin-net/myelin/internal/flow"
 )
 
 // subscriberBuffer is how many events a slow monitor client may fall behind before
@@ -79,7 +80,7 @@ func (m *monitor) Run(ctx context.Context) {
 func (m *monitor) resolve(ev datapath.Event) api.Event {
 	out := api.Event{
 		Time: time.Now(), Type: ev.Type, Reason: ev.Reason, Direction: ev.Direction, IfIndex: ev.IfIndex,
-		Src: ev.Src.String(), Dst: ev.Dst.String(), Proto: protoName(ev.Proto),
+		Src: ev.Src.String(), Dst: ev.Dst.String(), Proto: flow.ProtocolName(ev.Proto),
 		SrcPort: ev.SrcPort, DstPort: ev.DstPort, Len: ev.Len,
 	}
 	out.SrcPod, out.DstPod = m.podName(ev.Src), m.podName(ev.Dst)
@@ -108,18 +109,6 @@ func policyDirection(ev datapath.Event) string {
 		return "egress"
 	}
 	return "ingress"
-}
-
-func protoName(p uint8) string {
-	switch p {
-	case 1:
-		return "ICMP"
-	case 6:
-		return "TCP"
-	case 17:
-		return "UDP"
-	}
-	return fmt.Sprint(p)
 }
 
 func (m *monitor) publish(ev api.Event) {
