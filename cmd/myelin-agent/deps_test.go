@@ -30,6 +30,23 @@ func TestAgentLinksNoMethodKeepers(t *testing.T) {
 			t.Errorf("myelin-agent links %s: every exported method of every type stays in the binary (find the importer with go list -deps -f '{{.ImportPath}}: {{.Imports}}')", p)
 		}
 	}
+	for _, d := range deps {
+		for _, p := range cliOnly {
+			if d == p || strings.HasPrefix(d, p+"/") {
+				t.Errorf("myelin-agent links %s, code of the myelin command: move what the agent needs out of it", d)
+			}
+		}
+	}
+}
+
+// The myelin command's packages (lab, bench, service map, CLI views): the agent has no
+// use for them, and every package it links costs it resident memory.
+var cliOnly = []string{
+	"github.com/myelin-net/myelin/internal/lab",
+	"github.com/myelin-net/myelin/internal/labdriver",
+	"github.com/myelin-net/myelin/internal/bench",
+	"github.com/myelin-net/myelin/internal/ui",
+	"github.com/myelin-net/myelin/internal/cli",
 }
 
 // TestMakefileBuildTags keeps the Makefile's GOTAGS and version.BuildTags equal.
