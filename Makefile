@@ -10,6 +10,8 @@ GOTESTFLAGS ?=
 # The version built into the binaries and the tag of the locally built images.
 VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS    := -X github.com/myelin-net/myelin/internal/version.Version=$(VERSION)
+# Build tags of every myelin binary: internal/version.BuildTags (a test keeps the two equal).
+GOTAGS     := grpcnotrace
 
 .DEFAULT_GOAL := help
 
@@ -24,7 +26,7 @@ setup: ## Install apt packages, build the pinned Kubernetes binaries and Flannel
 .PHONY: build
 build: ## Build myelin into ./bin (static binaries, version $(VERSION))
 	@mkdir -p $(BIN)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -trimpath -tags $(GOTAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 .PHONY: images
 images: build ## Build the agent, pause and test images, the e2e suite's images and CoreDNS's as archives in the tool cache (skipped when built)

@@ -19,7 +19,7 @@ require (
 	golang.org/x/sys v0.37.0
 	gonum.org/v1/plot v0.16.0
 	google.golang.org/grpc v1.75.1
-	google.golang.org/protobuf v1.36.10
+	google.golang.org/protobuf v1.36.12
 	k8s.io/api v0.34.4
 	k8s.io/apimachinery v0.34.4
 	k8s.io/client-go v0.34.4

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/myelin-net/myelin/internal/flow"
-	"github.com/myelin-net/myelin/internal/hubble"
+	"github.com/myelin-net/myelin/internal/hubbletool"
 	"github.com/myelin-net/myelin/internal/testenv"
 )
 
@@ -18,7 +18,7 @@ import (
 // down: the flags it sends map, the JSON it prints carries the flows, and `hubble
 // status` counts the nodes.
 func TestRelayWithHubbleCLI(t *testing.T) {
-	bin := hubble.CLIBin()
+	bin := hubbletool.Bin()
 	if bin == "" {
 		testenv.Skipf(t, "needs the hubble CLI: run make setup (scripts/build-hubble.sh)")
 	}
@@ -70,7 +70,7 @@ func TestRelayWithHubbleCLI(t *testing.T) {
 
 // hubble observe --follow through the relay gets a flow a node reports after it started.
 func TestRelayFollowWithHubbleCLI(t *testing.T) {
-	bin := hubble.CLIBin()
+	bin := hubbletool.Bin()
 	if bin == "" {
 		testenv.Skipf(t, "needs the hubble CLI: run make setup (scripts/build-hubble.sh)")
 	}

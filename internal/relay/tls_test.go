@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/myelin-net/myelin/internal/hubble"
+	"github.com/myelin-net/myelin/internal/hubbletool"
 	"github.com/myelin-net/myelin/internal/testenv"
 )
 
@@ -168,7 +169,7 @@ func TestTLSConfigErrors(t *testing.T) {
 // The upstream hubble CLI with its TLS flags against a relay requiring client
 // certificates: with one it gets the status, without one it is refused.
 func TestRelayTLSWithHubbleCLI(t *testing.T) {
-	bin := hubble.CLIBin()
+	bin := hubbletool.Bin()
 	if bin == "" {
 		testenv.Skipf(t, "needs the hubble CLI: run make setup (scripts/build-hubble.sh)")
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/myelin-net/myelin/internal/lab"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/testenv"
+	"github.com/myelin-net/myelin/internal/version"
 )
 
 // myelinBin is the myelin binary built from this tree for the tests.
@@ -41,7 +42,7 @@ func runTests(m *testing.M) int {
 	}
 	myelinBin = filepath.Join(dir, "myelin")
 	// All commands, side by side: the lab starts myelin-agent from myelin's directory.
-	build := exec.Command("go", "build", "-o", dir+"/", "github.com/myelin-net/myelin/cmd/...")
+	build := exec.Command("go", "build", "-tags", version.BuildTags, "-o", dir+"/", "github.com/myelin-net/myelin/cmd/...")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	// Static, as make build: the images (TestLabContainerd) hold these binaries.
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/myelin-net/myelin/internal/hubble"
+	"github.com/myelin-net/myelin/internal/hubbletool"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/testenv"
 )
@@ -39,7 +39,7 @@ type hubbleEP struct {
 // --last N; `hubble status` counts both nodes, and with one agent killed reports it
 // unavailable while flows from the other still come.
 func TestLabHubbleRelay(t *testing.T) {
-	bin := hubble.CLIBin()
+	bin := hubbletool.Bin()
 	if bin == "" {
 		testenv.Skipf(t, "needs the hubble CLI: run make setup (scripts/build-hubble.sh)")
 	}

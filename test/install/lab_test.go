@@ -11,6 +11,7 @@ import (
 	"github.com/myelin-net/myelin/internal/lab"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/testenv"
+	"github.com/myelin-net/myelin/internal/version"
 )
 
 // kubectlBin is the pinned kubectl scripts/build-k8s.sh builds.
@@ -34,7 +35,7 @@ func labUp(t *testing.T) (labplan.Paths, string) {
 		t.Fatal("a lab is already running or left over on this machine; run myelin lab down first")
 	}
 	bin := t.TempDir()
-	if out, err := run(t, nil, "go", "build", "-o", bin+"/", "github.com/myelin-net/myelin/cmd/..."); err != nil {
+	if out, err := run(t, nil, "go", "build", "-tags", version.BuildTags, "-o", bin+"/", "github.com/myelin-net/myelin/cmd/..."); err != nil {
 		t.Fatalf("build myelin: %v\n%s", err, out)
 	}
 	myelin := filepath.Join(bin, "myelin")
