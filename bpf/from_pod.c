@@ -64,12 +64,17 @@ int myelin_from_pod(struct __sk_buff *skb)
 		if (reason)
 			return verdict_drop(skb, &info, DIR_FROM_POD, reason);
 	}
+	/* An allowed SYN's entry is written by the receiver's check when BPF
+	 * delivers it to a local pod (endpoint_deliver), else here. */
+	ep = NULL;
+	if (route != LB_ROUTE_OUT && (host_routing_bpf || route == LB_ROUTE_LOCAL))
+		ep = endpoint_lookup(info.daddr);
+	if (!ep)
+		policy_tx_commit(&info);
 	if (route == LB_ROUTE_OUT)
 		return lb_forward_out(skb, &info, DIR_FROM_POD);
 	if (!host_routing_bpf && route != LB_ROUTE_LOCAL)
 		return verdict_pass(skb, &info, DIR_FROM_POD);
-
-	ep = endpoint_lookup(info.daddr);
 	if (ep)
 		return endpoint_deliver(skb, &info, DIR_FROM_POD, ep);
 	if (routing_tunnel) {

@@ -34,8 +34,10 @@ static __always_inline int endpoint_deliver(struct __sk_buff *skb, struct ipv4_i
 {
 	int reason;
 
-	if (ipv4_ttl_expired(info))
+	if (ipv4_ttl_expired(info)) {
+		policy_tx_commit(info); /* the stack answers it: no receiver check here */
 		return verdict_pass(skb, info, dir);
+	}
 	/* BPF delivers from pods, the uplink or the overlay: node_ip is never exempt here. */
 	reason = policy_ingress(skb, info, ep, 0, 1);
 	if (reason)

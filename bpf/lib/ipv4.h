@@ -14,6 +14,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#include "types.h"
+
 #define IPV4_FRAG_OFFSET_MASK 0x1fff
 #define IPV4_FRAG_MF	      0x2000
 #define IPV4_CSUM_OFF	      (ETH_HLEN + offsetof(struct iphdr, check))
@@ -31,11 +33,18 @@ struct ipv4_info {
 	__u32 svc_addr; /* the Service frontend before translation (lb_dnat), else 0 */
 	/* lib/policy.h: the egress check found the packet's connection tracked
 	 * at its receiving end too (a pod of this node), so the ingress check of
-	 * the same packet, unchanged, needs no lookup of its own. */
+	 * the same packet, unchanged, needs no lookup of its own
+	 * (enum policy_rx; POLICY_RX_CLOSING: policy_ct is what it found). */
 	__u8 policy_rx_tracked;
-	/* lib/policy.h: the egress check of this packet, a SYN, started its
-	 * connection's entry afresh with this end bit (0: it did not). */
+	/* lib/policy.h: the egress check of this packet, a SYN, allowed it with
+	 * this end bit and left the write of its fresh entry to whoever delivers
+	 * it (0: nothing pending; policy_tx_commit). */
 	__u8 policy_tx_fresh;
+	__be16 policy_tx_sport; /* with policy_tx_fresh: the SYN's ports, for its entry's key */
+	__be16 policy_tx_dport;
+	/* lib/policy.h: the connection's entry as the egress check read it
+	 * (valid with POLICY_RX_CLOSING). */
+	struct policy_ct_entry policy_ct;
 };
 
 /* ipv4_frag says which part of a fragmented datagram a packet is. */

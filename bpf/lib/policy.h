@@ -64,10 +64,21 @@ struct policy_ct_seen {
 	__u32 ends;   /* the noted ends (enum policy_ct_ends) */
 	__u32 fresh;  /* a SYN: the end bit it started the entry afresh with, else 0 */
 	__u8 closing; /* the packet is part of the connection's close (FIN, or after one) */
+	struct policy_ct_entry entry; /* the entry as read (valid when closing is set) */
 };
 
 /* policy_enforce's fresh_also for a SYN the stack delivers: its bit is added to the entry. */
 #define POLICY_CT_MERGE 0xff
+/* policy_enforce's fresh_also for a SYN whose receiver's check may write the entry
+ * (policy_egress): nothing is written, seen->fresh says what is pending. */
+#define POLICY_CT_DEFER 0xfe
+
+/* policy_rx is what the egress check tells the ingress check of the same packet. */
+enum policy_rx {
+	POLICY_RX_TRACKED = 1, /* the receiver's end is tracked: pass, no lookup */
+	POLICY_RX_CLOSING = 2, /* tracked, and the packet is part of the close: follow
+				* it on info->policy_ct, no lookup */
+};
 
 #define POLICY_F_ISOLATED (POLICY_F_INGRESS | POLICY_F_EGRESS)
 
@@ -239,7 +250,8 @@ static __always_inline __u32 policy_ct_key_of(struct policy_ct_key *k, const str
  * k: its replies and later packets pass this end without a policy lookup.
  * fresh: the packet is a SYN whose entry starts afresh, holding this end's
  * bit and also (the other end's bit when the egress check of this same
- * packet, on this node, just wrote it: a SYN between two pods of the node);
+ * packet, on this node, allowed it and left the write to this check: a SYN
+ * between two pods of the node);
  * no lookup first. Otherwise (a packet that found no bit of this end, or a
  * SYN the stack delivers) the end's bit is added to what the entry holds
  * (cur: the entry as the caller read it, or NULL to look it up); a SYN
@@ -334,7 +346,8 @@ static __always_inline void policy_ct_close(const struct policy_ct_key *k,
  * POLICY_CT_MERGE: a SYN adds its bit to what the entry holds.
  */
 static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 local, __u8 dir,
-					  __u32 fresh_also, struct policy_ct_seen *seen)
+					  __u32 fresh_also, const struct policy_ct_entry *known,
+					  struct policy_ct_seen *seen)
 {
 	const struct policy_ct_entry *v = NULL;
 	struct policy_ct_entry cur = {};
@@ -345,7 +358,7 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 
 	bit = policy_ct_key_of(&k, t, dir);
 	if (!t->syn) {
-		v = bpf_map_lookup_elem(&myelin_policy_ct, &k);
+		v = known ? known : bpf_map_lookup_elem(&myelin_policy_ct, &k);
 		if (v) {
 			cur = *v; /* one copy, right after the lookup: see policy_ct_track */
 			v = &cur;
@@ -356,6 +369,7 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 			    !((t->tcp_flags & POLICY_TCP_FIN) || cur.closing))
 				return 0;
 			seen->closing = 1;
+			seen->entry = cur;
 			if (dir == POLICY_DIR_INGRESS ||
 			    !(cur.ends & (bit ^ (POLICY_CT_END_LO | POLICY_CT_END_HI))))
 				policy_ct_close(&k, &cur, t,
@@ -373,10 +387,36 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 		return (t->flags & incomplete) ? DROP_POLICY_MAP_FULL : DROP_POLICY_DENIED;
 	/* Allowed (or this direction is open): track it, and its replies. */
 	fresh = t->syn && fresh_also != POLICY_CT_MERGE;
-	policy_ct_track(&k, v, bit, fresh ? fresh_also : 0, fresh, t->syn);
 	if (fresh)
 		seen->fresh = bit;
+	if (fresh && fresh_also == POLICY_CT_DEFER)
+		return 0;
+	policy_ct_track(&k, v, bit, fresh ? fresh_also : 0, fresh, t->syn);
 	return 0;
+}
+
+/*
+ * policy_tx_commit writes the fresh entry of a SYN whose egress check left
+ * the write to the receiver's check (info->policy_tx_fresh, with the SYN's
+ * ports; its addresses are info's): called where that check won't run,
+ * because the packet leaves the node or goes to the stack, or its receiver
+ * is not isolated. It reads nothing from the packet.
+ */
+static __always_inline void policy_tx_commit(struct ipv4_info *info)
+{
+	struct policy_tuple t = {.saddr = info->saddr,
+				 .daddr = info->daddr,
+				 .sport = info->policy_tx_sport,
+				 .dport = info->policy_tx_dport,
+				 .proto = info->proto};
+	struct policy_ct_entry ce = {.ends = info->policy_tx_fresh};
+	struct policy_ct_key k = {};
+
+	if (!info->policy_tx_fresh)
+		return;
+	policy_ct_key_of(&k, &t, POLICY_DIR_EGRESS);
+	bpf_map_update_elem(&myelin_policy_ct, &k, &ce, BPF_ANY);
+	info->policy_tx_fresh = 0;
 }
 
 /*
@@ -386,26 +426,35 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
  * stack sent it (only then is node_ip exempt). bpf_delivered: BPF delivers
  * the packet (endpoint_deliver), so a SYN's entry starts afresh here with no
  * lookup: the sender is a pod of another node, or a pod of this node whose
- * egress check of this same packet says what it wrote (policy_tx_fresh).
- * What the stack delivers may come from a pod of this node checked in an
- * earlier program run: its SYN adds its bit to the entry.
+ * egress check of this same packet allowed it and left the write to this
+ * check (policy_tx_fresh: its end bit, written here with this end's; when
+ * this end is not isolated, alone). What the stack delivers may come from a
+ * pod of this node checked in an earlier program run: its SYN adds its bit
+ * to the entry. A close segment whose entry the sender's check read
+ * (POLICY_RX_CLOSING) is followed on that copy, without a lookup.
  */
-static __always_inline int policy_ingress(struct __sk_buff *skb, const struct ipv4_info *info,
+static __always_inline int policy_ingress(struct __sk_buff *skb, struct ipv4_info *info,
 					  const struct endpoint_info *ep, __u8 from_host,
 					  __u8 bpf_delivered)
 {
 	struct policy_tuple t = {.saddr = info->saddr, .daddr = info->daddr, .proto = info->proto};
+	const struct policy_ct_entry *known = NULL;
 	struct policy_ct_seen seen = {};
 
-	if (info->policy_rx_tracked)
+	if (info->policy_rx_tracked == POLICY_RX_TRACKED)
 		return 0;
 	t.flags = policy_ep_flags(ep, info->daddr);
-	if (!(t.flags & POLICY_F_ISOLATED))
+	if (!(t.flags & POLICY_F_ISOLATED)) {
+		policy_tx_commit(info);
 		return 0;
+	}
 	t.from_host = from_host;
 	policy_l4(skb, info, &t);
+	if (info->policy_rx_tracked == POLICY_RX_CLOSING)
+		known = &info->policy_ct;
 	return policy_enforce(&t, info->daddr, POLICY_DIR_INGRESS,
-			      bpf_delivered ? info->policy_tx_fresh : POLICY_CT_MERGE, &seen);
+			      bpf_delivered ? info->policy_tx_fresh : POLICY_CT_MERGE, known,
+			      &seen);
 }
 
 /*
@@ -438,11 +487,14 @@ static __always_inline int policy_egress_begin(struct __sk_buff *skb, const stru
  * still carries that source and its connection is tracked at the other end
  * as well (both pods of this node), info->policy_rx_tracked tells the
  * ingress check of this same packet (endpoint_deliver) to pass it without
- * a second lookup of the same entry, unless the packet is part of the
- * connection's close, which the ingress check follows (policy_enforce).
- * For a SYN it started the entry of afresh, info->policy_tx_fresh tells
- * that ingress check which end bit it wrote, so the receiver writes the
- * entry whole with both bits instead of looking it up (policy_ct_track).
+ * a second lookup of the same entry; a segment of the connection's close,
+ * which the ingress check follows (policy_enforce), gets the entry as read
+ * here (info->policy_ct) instead of that lookup. A SYN it allows is not
+ * written here: info->policy_tx_fresh hands its end bit on, so the
+ * receiver's check writes the entry once, whole, with both bits
+ * (policy_ct_track), and where no such check runs the caller writes it
+ * (policy_tx_commit). Only a packet whose source the Service stage left
+ * alone defers (the receiver's check then sees the same tuple).
  */
 static __always_inline int policy_egress(struct __sk_buff *skb, struct ipv4_info *info,
 					 struct policy_tuple *t)
@@ -450,7 +502,7 @@ static __always_inline int policy_egress(struct __sk_buff *skb, struct ipv4_info
 	struct policy_tuple now = {};
 	struct policy_ct_seen seen = {};
 	__u32 rx_bit;
-	int reason;
+	int reason, same;
 
 	policy_l4(skb, info, &now);
 	t->daddr = info->daddr;
@@ -460,13 +512,20 @@ static __always_inline int policy_egress(struct __sk_buff *skb, struct ipv4_info
 	t->tcp_flags = now.tcp_flags;
 	t->ack = now.ack;
 	t->fin_end = now.fin_end;
-	reason = policy_enforce(t, t->saddr, POLICY_DIR_EGRESS, 0, &seen);
-	if (reason || seen.closing || t->saddr == t->daddr || t->saddr != info->saddr ||
-	    t->sport != now.sport)
+	same = t->saddr != t->daddr && t->saddr == info->saddr && t->sport == now.sport;
+	reason = policy_enforce(t, t->saddr, POLICY_DIR_EGRESS, same ? POLICY_CT_DEFER : 0, NULL,
+				&seen);
+	if (reason || !same)
 		return reason;
-	rx_bit = t->saddr < t->daddr ? POLICY_CT_END_HI : POLICY_CT_END_LO;
-	info->policy_rx_tracked = !!(seen.ends & rx_bit);
 	info->policy_tx_fresh = seen.fresh;
+	info->policy_tx_sport = t->sport;
+	info->policy_tx_dport = t->dport;
+	rx_bit = t->saddr < t->daddr ? POLICY_CT_END_HI : POLICY_CT_END_LO;
+	if (!(seen.ends & rx_bit))
+		return 0;
+	info->policy_rx_tracked = seen.closing ? POLICY_RX_CLOSING : POLICY_RX_TRACKED;
+	if (seen.closing)
+		info->policy_ct = seen.entry;
 	return 0;
 }
 
