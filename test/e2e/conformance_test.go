@@ -71,7 +71,8 @@ func TestLabConformanceSubset(t *testing.T) {
 // TestLabConformance is `make conformance`: one mode (MYELIN_CONFORMANCE=native-bpf,
 // native-legacy, tunnel-bpf, tunnel-legacy or flannel, the Flannel + kube-proxy
 // baseline) with the focus of docs/conformance.md (MYELIN_CONFORMANCE_FOCUS: full, the
-// default; conformance, only [sig-network] [Conformance]; netpol), results in
+// default; conformance, only [sig-network] [Conformance]; netpol, the NetworkPolicy
+// suite; network, the Services, Networking, HostPort, Conntrack and DNS tests), results in
 // MYELIN_CONFORMANCE_OUT (default conformance-results/<mode>). It passes when the suite
 // ran; the per-test outcome is the report. Skipped unless MYELIN_CONFORMANCE is set.
 func TestLabConformance(t *testing.T) {
@@ -102,8 +103,10 @@ func TestLabConformance(t *testing.T) {
 		focus = conformance.FullFocus[:1]
 	case "netpol":
 		focus = conformance.FullFocus[1:2]
+	case "network":
+		focus = conformance.FullFocus[2:3]
 	default:
-		t.Fatalf("MYELIN_CONFORMANCE_FOCUS=%q: use full, conformance or netpol", set)
+		t.Fatalf("MYELIN_CONFORMANCE_FOCUS=%q: use full, conformance, netpol or network", set)
 	}
 	res := runSuite(t, suite, conformance.Run{
 		Focus: focus, Skip: conformance.FullSkip,
