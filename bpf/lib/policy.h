@@ -39,25 +39,10 @@
 #include "ipv4.h"
 #include "l4.h"
 #include "maps.h"
+#include "policy_ct.h"
+#include "policy_l4.h"
 
 #define POLICY_IDENTITY_WORLD	2    /* an address myelin_ipcache does not cover */
-#define POLICY_TCP_FIN		0x01 /* the TCP flags byte's FIN bit */
-#define POLICY_IPV4_TOT_LEN_OFF (ETH_HLEN + 2)
-
-/* policy_tuple is a packet's tuple as policy sees it (network order). */
-struct policy_tuple {
-	__u32 saddr;
-	__u32 daddr;
-	__be16 sport;
-	__be16 dport;
-	__u8 proto;
-	__u8 syn;	/* a TCP SYN without ACK: a new connection, never tracked-path */
-	__u8 from_host; /* sent by this host's stack: node_ip is exempt (kubelet probes) */
-	__u8 flags;	/* the local pod's enum policy_flags */
-	__u8 tcp_flags; /* TCP: the header's flags byte; 0 for other protocols */
-	__u32 ack;	/* TCP: the acknowledgment number (host order) */
-	__u32 fin_end;	/* TCP FIN: the acknowledgment number that covers it (host order) */
-};
 
 /* policy_ct_seen is what a check found in the connection's tracked entry. */
 struct policy_ct_seen {
@@ -97,99 +82,6 @@ static __always_inline __u8 policy_ep_flags(const struct endpoint_info *ep, __u3
 	return pe ? pe->flags : 0;
 }
 
-/* policy_l4_hdr is the start of a TCP header up to its flags (UDP and SCTP: the ports). */
-struct policy_l4_hdr {
-	__be16 sport;
-	__be16 dport;
-	__be32 seq;
-	__be32 ack;
-	__u8 doff; /* data offset in 4-byte words, upper nibble */
-	__u8 flags;
-};
-
-#define POLICY_TCP_HDR_LOAD (TCP_FLAGS_OFF + 1) /* bytes of policy_l4_hdr a TCP packet loads */
-#define POLICY_L4_OFF_MAX   (ETH_HLEN + 60)	/* the farthest an L4 header starts (IHL 15) */
-
-/*
- * policy_fin_end is the acknowledgment number that covers the FIN of TCP
- * header h: its sequence number plus its payload (by the IPv4 total length,
- * not the frame, which may be padded; by the frame for a BIG TCP packet,
- * whose total length is 0) plus one for the FIN.
- */
-static __always_inline __u32 policy_fin_end(struct __sk_buff *skb, const struct ipv4_info *info,
-					    const struct policy_l4_hdr *h)
-{
-	__be16 tot_len = 0;
-	__u32 payload, len;
-
-	bpf_skb_load_bytes(skb, POLICY_IPV4_TOT_LEN_OFF, &tot_len, sizeof(tot_len));
-	len = bpf_ntohs(tot_len);
-	if (len == 0 && skb->gso_size) /* a BIG TCP packet over 64 KiB, as ipv4_parse */
-		len = skb->len - ETH_HLEN;
-	payload = len - (info->l4_off - ETH_HLEN) - (h->doff >> 4) * 4;
-	return bpf_ntohl(h->seq) + payload + 1;
-}
-
-/*
- * policy_l4_load copies the first n bytes of the L4 header at info->l4_off
- * into h: straight from the packet when they lie in its linear data (the
- * usual case: no helper call), else through bpf_skb_load_bytes. Returns 0,
- * or a negative value when the packet is too short.
- */
-static __always_inline int policy_l4_load(struct __sk_buff *skb, const struct ipv4_info *info,
-					  struct policy_l4_hdr *h, __u32 n)
-{
-	void *data_end = (void *)(long)skb->data_end;
-	__u32 off = info->l4_off;
-	__u8 *p;
-
-	if (off <= POLICY_L4_OFF_MAX) {
-		p = (void *)(long)skb->data + off;
-		if ((void *)(p + POLICY_TCP_HDR_LOAD) <= data_end) {
-			const struct policy_l4_hdr *ph = (const void *)p;
-
-			h->sport = ph->sport;
-			h->dport = ph->dport;
-			h->seq = ph->seq;
-			h->ack = ph->ack;
-			h->doff = ph->doff;
-			h->flags = ph->flags;
-			return 0;
-		}
-	}
-	return bpf_skb_load_bytes(skb, off, h, n);
-}
-
-/*
- * policy_l4 reads the ports of TCP, UDP and SCTP and whether a TCP packet
- * is a SYN without ACK (opens a connection), in one load, with the TCP
- * flags and acknowledgment number the close tracking needs (and, for a FIN,
- * the acknowledgment number that covers it); other protocols and later
- * fragments have 0 ports.
- */
-static __always_inline void policy_l4(struct __sk_buff *skb, const struct ipv4_info *info,
-				      struct policy_tuple *t)
-{
-	struct policy_l4_hdr h = {};
-
-	if (!info->l4_off)
-		return;
-	if (info->proto == IPPROTO_TCP) {
-		if (policy_l4_load(skb, info, &h, POLICY_TCP_HDR_LOAD) < 0)
-			return;
-		t->syn = (h.flags & (TCP_FLAGS_SYN | TCP_FLAGS_ACK)) == TCP_FLAGS_SYN;
-		t->tcp_flags = h.flags;
-		t->ack = bpf_ntohl(h.ack);
-		if (h.flags & POLICY_TCP_FIN)
-			t->fin_end = policy_fin_end(skb, info, &h);
-	} else if (info->proto == IPPROTO_UDP || info->proto == IPPROTO_SCTP) {
-		if (policy_l4_load(skb, info, &h, 4) < 0)
-			return;
-	}
-	t->sport = h.sport;
-	t->dport = h.dport;
-}
-
 /* policy_port_allowed says whether v allows proto/port (host order). */
 static __always_inline int policy_port_allowed(const struct policy_value *v, __u8 proto, __u16 port)
 {
@@ -224,115 +116,6 @@ static __always_inline int policy_allows(__u32 local, __u32 peer, const struct p
 	key.identity = 0;
 	v = bpf_map_lookup_elem(&myelin_policy, &key);
 	return v && policy_port_allowed(v, t->proto, port);
-}
-
-/*
- * policy_ct_key_of fills the tracking key of tuple t (its lower address and
- * port end first, so both directions share it) and returns the bit of the
- * end whose check of direction dir this is.
- */
-static __always_inline __u32 policy_ct_key_of(struct policy_ct_key *k, const struct policy_tuple *t,
-					      __u8 dir)
-{
-	int src_lo = t->saddr < t->daddr || (t->saddr == t->daddr && t->sport <= t->dport);
-	int local_src = dir == POLICY_DIR_EGRESS;
-
-	k->addr_lo = src_lo ? t->saddr : t->daddr;
-	k->addr_hi = src_lo ? t->daddr : t->saddr;
-	k->port_lo = src_lo ? t->sport : t->dport;
-	k->port_hi = src_lo ? t->dport : t->sport;
-	k->proto = t->proto;
-	return src_lo == local_src ? POLICY_CT_END_LO : POLICY_CT_END_HI;
-}
-
-/*
- * policy_ct_track notes that the local end (bit) accepted the connection of
- * k: its replies and later packets pass this end without a policy lookup.
- * fresh: the packet is a SYN whose entry starts afresh, holding this end's
- * bit and also (the other end's bit when the egress check of this same
- * packet, on this node, allowed it and left the write to this check: a SYN
- * between two pods of the node);
- * no lookup first. Otherwise (a packet that found no bit of this end, or a
- * SYN the stack delivers) the end's bit is added to what the entry holds
- * (cur: the entry as the caller read it, or NULL to look it up); a SYN
- * clears an old close state.
- * Entries are only ever written whole, through bpf_map_update_elem under
- * their own key, never through a looked-up pointer: a preallocated element
- * that another CPU deleted meanwhile may already hold another connection,
- * and a write through the pointer would give that connection an end it
- * never accepted.
- */
-static __always_inline void policy_ct_track(const struct policy_ct_key *k,
-					    const struct policy_ct_entry *cur, __u32 bit,
-					    __u32 also, int fresh, int syn)
-{
-	struct policy_ct_entry ce = {.ends = bit | also};
-	const struct policy_ct_entry *v;
-
-	if (!fresh) {
-		if (!cur) {
-			v = bpf_map_lookup_elem(&myelin_policy_ct, k);
-			if (v)
-				ce = *v; /* copied at once: see above */
-			cur = v ? &ce : NULL;
-		} else {
-			ce = *cur;
-		}
-		if (cur) {
-			if ((ce.ends & bit) && !(syn && ce.closing))
-				return;
-			ce.ends |= bit;
-			if (syn)
-				ce.closing = 0;
-		}
-	}
-	bpf_map_update_elem(&myelin_policy_ct, k, &ce, BPF_ANY);
-}
-
-/*
- * policy_ct_close follows the close of a tracked TCP connection through the
- * packets of tuple t (src_lo: its sender is the lo end; cur: a copy of the
- * entry of k): a FIN notes which acknowledgment number covers it, an ACK
- * from the other end that reaches that number marks it acknowledged, and
- * once both FINs are, the entry is deleted. Only the last check of a packet
- * on this node calls it, so the packet itself never needs the entry again;
- * a FIN retransmitted because the last ACK was lost is judged by the policy
- * like any untracked packet. It only ever deletes: a packet it sees can make
- * no end pass. A changed close state is written whole under k with
- * BPF_EXIST (policy_ct_track says why not through the pointer): an entry
- * deleted meanwhile stays deleted.
- */
-static __always_inline void policy_ct_close(const struct policy_ct_key *k,
-					    struct policy_ct_entry *cur,
-					    const struct policy_tuple *t, int src_lo)
-{
-	__u32 closing = cur->closing;
-
-	/* An end's first FIN is noted once: its retransmissions cover the same
-	 * number, and a later FIN with another (forged) number can't move it. */
-	if ((t->tcp_flags & POLICY_TCP_FIN) &&
-	    !(closing & (src_lo ? POLICY_CT_FIN_LO : POLICY_CT_FIN_HI))) {
-		if (src_lo)
-			cur->fin_lo = t->fin_end;
-		else
-			cur->fin_hi = t->fin_end;
-		closing |= src_lo ? POLICY_CT_FIN_LO : POLICY_CT_FIN_HI;
-	}
-	if (t->tcp_flags & TCP_FLAGS_ACK) {
-		if (!src_lo && (closing & POLICY_CT_FIN_LO) && (__s32)(t->ack - cur->fin_lo) >= 0)
-			closing |= POLICY_CT_ACKED_LO;
-		if (src_lo && (closing & POLICY_CT_FIN_HI) && (__s32)(t->ack - cur->fin_hi) >= 0)
-			closing |= POLICY_CT_ACKED_HI;
-	}
-	if ((closing & (POLICY_CT_ACKED_LO | POLICY_CT_ACKED_HI)) ==
-	    (POLICY_CT_ACKED_LO | POLICY_CT_ACKED_HI)) {
-		bpf_map_delete_elem(&myelin_policy_ct, k);
-		return;
-	}
-	if (closing != cur->closing) {
-		cur->closing = closing;
-		bpf_map_update_elem(&myelin_policy_ct, k, cur, BPF_EXIST);
-	}
 }
 
 /*
@@ -393,30 +176,6 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 		return 0;
 	policy_ct_track(&k, v, bit, fresh ? fresh_also : 0, fresh, t->syn);
 	return 0;
-}
-
-/*
- * policy_tx_commit writes the fresh entry of a SYN whose egress check left
- * the write to the receiver's check (info->policy_tx_fresh, with the SYN's
- * ports; its addresses are info's): called where that check won't run,
- * because the packet leaves the node or goes to the stack, or its receiver
- * is not isolated. It reads nothing from the packet.
- */
-static __always_inline void policy_tx_commit(struct ipv4_info *info)
-{
-	struct policy_tuple t = {.saddr = info->saddr,
-				 .daddr = info->daddr,
-				 .sport = info->policy_tx_sport,
-				 .dport = info->policy_tx_dport,
-				 .proto = info->proto};
-	struct policy_ct_entry ce = {.ends = info->policy_tx_fresh};
-	struct policy_ct_key k = {};
-
-	if (!info->policy_tx_fresh)
-		return;
-	policy_ct_key_of(&k, &t, POLICY_DIR_EGRESS);
-	bpf_map_update_elem(&myelin_policy_ct, &k, &ce, BPF_ANY);
-	info->policy_tx_fresh = 0;
 }
 
 /*

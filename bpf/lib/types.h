@@ -380,7 +380,7 @@ enum policy_ct_ends {
 /*
  * policy_ct_closing is how far a tracked TCP connection has closed: which
  * end sent its FIN, and which FIN the other end acknowledged. When both
- * are, the entry is deleted (lib/policy.h), so closed connections free
+ * are, the entry is deleted (lib/policy_ct.h), so closed connections free
  * their entries instead of waiting for the LRU to evict them.
  */
 enum policy_ct_closing {
