@@ -15,7 +15,8 @@ func benchCommand() *cobra.Command {
 		Use:   "bench [--quick] [--budget D] [--rounds R] [--cases a,b,...] [--out DIR] [--list]",
 		Short: "Measure datapaths side by side: baselines, myelin's modes and peers, interleaved round by round",
 		Long: `bench builds its environments, runs every selected case once per round (cases
-interleaved round-robin so drift of the machine hits all alike), tears everything down
+interleaved round-robin so drift of the machine hits all alike; each case runs right
+after its baseline, and every second round in reverse), tears everything down
 (also on Ctrl-C) and writes report.md, results.json and SVG charts into --out: per case
 and metric the median, min-max and the median ratio to its baseline measured in the same
 round. Cases that cannot run here are reported as not available, with the reason.

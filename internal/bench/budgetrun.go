@@ -91,7 +91,7 @@ func (r *runner) planBudget(all [][]Case) {
 // runBudgeted runs the stage's first rounds for every case, then extra rounds for the
 // cases whose spread is still over the target, while the stage's share of the budget
 // lasts.
-func (r *runner) runBudgeted(ctx context.Context, runnable []string, byName map[string]Case, trials map[string]Trial) {
+func (r *runner) runBudgeted(ctx context.Context, cases []Case, byName map[string]Case, trials map[string]Trial) {
 	var later time.Duration
 	for _, p := range r.plans[r.stage+1:] {
 		later += p.Min(r.minRounds, r.cfg.Duration)
@@ -99,11 +99,7 @@ func (r *runner) runBudgeted(ctx context.Context, runnable []string, byName map[
 	this := r.plans[r.stage]
 	// The deadline counts from the stage's start, before its setup.
 	deadline := StageDeadline(r.stageStart, r.end, this.Min(r.minRounds, r.cfg.Duration), later)
-	r.runSlots(ctx, Schedule(runnable, r.minRounds), byName, trials)
-	cases := make([]Case, 0, len(runnable))
-	for _, name := range runnable {
-		cases = append(cases, byName[name])
-	}
+	r.runSlots(ctx, Schedule(cases, r.minRounds), byName, trials)
 	for round := r.minRounds + 1; round <= r.cfg.Rounds && ctx.Err() == nil; round++ {
 		wide := WideCases(cases, r.res.Runs, BudgetTargetSpread, r.cfg.Rounds)
 		if len(wide) == 0 {
@@ -116,10 +112,10 @@ func (r *runner) runBudgeted(ctx context.Context, runnable []string, byName map[
 			return
 		}
 		fmt.Fprintf(r.log, "bench: round %d for %d cases spread over %.0f%%\n", round, len(wide), BudgetTargetSpread*100)
-		slots := Schedule(wide, 1)
-		for i := range slots {
-			slots[i].Round = round
+		next := make([]Case, 0, len(wide))
+		for _, name := range wide {
+			next = append(next, byName[name])
 		}
-		r.runSlots(ctx, slots, byName, trials)
+		r.runSlots(ctx, scheduleRounds(next, round, round), byName, trials)
 	}
 }

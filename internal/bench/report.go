@@ -100,7 +100,7 @@ func (p *mdWriter) header(res *Results) {
 	if m.LabRuntime != "" {
 		p.printf("- lab runtime: `--runtime %s`\n", m.LabRuntime)
 	}
-	p.printf("- %d rounds of %gs per case, cases interleaved round-robin; ratios are the median of each round's "+
+	p.printf("- %d rounds of %gs per case, cases interleaved round-robin, each next to its baseline, every second round reversed; ratios are the median of each round's "+
 		"value divided by the baseline's value in the same round (for latency and CPU, lower is better)\n",
 		res.Rounds, res.DurationSeconds)
 	if b := res.Budget; b != nil {

@@ -113,11 +113,11 @@ func (r *runner) runStage(ctx context.Context, cases []Case) (teardownErr error)
 	srvs := newServers()
 	defer srvs.stopAll()
 	trials := r.startServers(ctx, cases, endpoints, srvs)
-	var runnable []string
+	var runnable []Case
 	byName := map[string]Case{}
 	for _, c := range cases {
 		if _, ok := trials[c.Name]; ok {
-			runnable = append(runnable, c.Name)
+			runnable = append(runnable, c)
 			byName[c.Name] = c
 		}
 	}
