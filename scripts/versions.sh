@@ -22,9 +22,9 @@ HUBBLE_BIN_DIR="$MYELIN_CACHE/hubble/$HUBBLE_VERSION/bin"
 COREDNS_VERSION=v1.12.4
 COREDNS_BIN_DIR="$MYELIN_CACHE/coredns/$COREDNS_VERSION/bin"
 # The Debian base of the e2e suite's agnhost image (scripts/build-image-bases.sh): the tools its
-# tests run inside agnhost pods (sh, dig, curl, nc, ip). internal/images.AgnhostBaseName.
-AGNHOST_BASE_PACKAGES=bash,bind9-dnsutils,curl,netcat-openbsd,iproute2,iputils-ping
-AGNHOST_BASE_NAME=debian-bookworm-agnhost
+# tests run inside agnhost pods (sh, dig, curl, wget, nc, ip). internal/images.AgnhostBaseName.
+AGNHOST_BASE_PACKAGES=bash,bind9-dnsutils,curl,wget,netcat-openbsd,iproute2,iputils-ping
+AGNHOST_BASE_NAME=debian-bookworm-agnhost-wget
 # The e2e suite's nginx image's base (imageutils.Nginx): internal/images.NginxBaseName.
 NGINX_BASE_PACKAGES=nginx-light
 NGINX_BASE_NAME=debian-bookworm-nginx-light

@@ -34,8 +34,9 @@ var E2ENames = []string{E2EAgnhost, E2EBusybox, E2EPause, E2EJessieDnsutils, E2E
 const CoreDNSImage = "myelin/coredns:v1.12.4"
 
 // AgnhostBaseName is the agnhost image's Debian base (scripts/build-image-bases.sh,
-// AGNHOST_BASE_NAME): the tools e2e tests run inside agnhost pods (sh, dig, curl, nc, ip).
-const AgnhostBaseName = "debian-bookworm-agnhost"
+// AGNHOST_BASE_NAME): the tools e2e tests run inside agnhost pods (sh, dig, curl, wget,
+// nc, ip; the Services tests fetch with wget).
+const AgnhostBaseName = "debian-bookworm-agnhost-wget"
 
 // NginxBaseName is the nginx image's Debian base (scripts/versions.sh, NGINX_BASE_NAME; built by scripts/build-image-bases.sh).
 const NginxBaseName = "debian-bookworm-nginx-light"
@@ -78,7 +79,7 @@ func BuildE2E(o E2EOptions, out io.Writer) error {
 	}
 	for _, image := range append(append([]string{}, E2ENames...), CoreDNSImage) {
 		path := E2EArchive(o.Cache, image)
-		if _, err := os.Stat(path); err == nil && !o.Force {
+		if fi, err := os.Stat(path); err == nil && !o.Force && !baseNewer(e2eBase(o.Cache, image), fi) {
 			fmt.Fprintf(out, "image %s: %s exists\n", refs[image], path)
 			continue
 		}
@@ -94,6 +95,27 @@ func BuildE2E(o E2EOptions, out io.Writer) error {
 	return nil
 }
 
+// e2eBase is the Debian base archive image is built on ("" for none).
+func e2eBase(cache, image string) string {
+	switch image {
+	case E2EAgnhost, E2EJessieDnsutils:
+		return filepath.Join(cache, "images", "base", AgnhostBaseName+".tar")
+	case E2ENginx:
+		return filepath.Join(cache, "images", "base", NginxBaseName+".tar")
+	}
+	return ""
+}
+
+// baseNewer says whether base was built after the archive fi: a base whose packages
+// changed has a new name, and the images built on the old one are rebuilt.
+func baseNewer(base string, archive os.FileInfo) bool {
+	if base == "" {
+		return false
+	}
+	fi, err := os.Stat(base)
+	return err == nil && fi.ModTime().After(archive.ModTime())
+}
+
 func e2eSpec(image string, o E2EOptions) (spec, error) {
 	setup := func(path string) error {
 		if _, err := os.Stat(path); err != nil {
@@ -103,7 +125,7 @@ func e2eSpec(image string, o E2EOptions) (spec, error) {
 	}
 	switch image {
 	case E2EAgnhost:
-		base := filepath.Join(o.Cache, "images", "base", AgnhostBaseName+".tar")
+		base := e2eBase(o.Cache, image)
 		agnhost, certs := filepath.Join(o.KubeBin, "agnhost"), filepath.Join(o.KubeBin, "agnhost-files")
 		for _, p := range []string{base, agnhost, o.CoreDNS, certs} {
 			if err := setup(p); err != nil {
@@ -116,13 +138,13 @@ func e2eSpec(image string, o E2EOptions) (spec, error) {
 			file{path: "localhost.key", src: filepath.Join(certs, "localhost.key"), mode: 0o644})
 		return spec{base: base, files: files, entrypoint: []string{"/agnhost"}, cmd: []string{"pause"}}, err
 	case E2EJessieDnsutils:
-		base := filepath.Join(o.Cache, "images", "base", AgnhostBaseName+".tar")
+		base := e2eBase(o.Cache, image)
 		if err := setup(base); err != nil {
 			return spec{}, err
 		}
 		return spec{base: base, files: []file{{path: "results", dir: true, mode: 0o777}}, cmd: []string{"/bin/bash"}}, nil
 	case E2ENginx:
-		base := filepath.Join(o.Cache, "images", "base", NginxBaseName+".tar")
+		base := e2eBase(o.Cache, image)
 		if err := setup(base); err != nil {
 			return spec{}, err
 		}
