@@ -19,7 +19,7 @@ fi
 apt_packages=(
 	clang llvm libbpf-dev bpftool clang-format  # BPF toolchain
 	iproute2 iptables nftables ethtool    # node networking
-	util-linux procps psmisc              # nsenter, ps, fuser
+	util-linux procps psmisc hostname     # nsenter, unshare, ps, fuser, hostname
 	iputils-ping curl                     # real clients
 	iperf3 netperf sockperf qperf wrk     # load generators for tests and benchmarks
 	etcd-server                           # the lab's Kubernetes store

@@ -29,6 +29,8 @@ func (containerdRuntime) Tools() []cni.Tool {
 		{Path: "containerd-shim-runc-v2", Fix: containerdFix},
 		{Path: "runc", Fix: containerdFix},
 		{Path: "ctr", Fix: containerdFix},
+		{Path: "unshare", Fix: "install util-linux (make setup)"}, // withHostname
+		{Path: "hostname", Fix: "install hostname (make setup)"},
 		{Path: loopbackPlugin, Fix: cni.ReferencePluginFix},
 		{Path: filepath.Join(KubeBinDir(), "kubelet"), Fix: "build kubelet " + KubeVersion + " with: make setup"},
 	}
@@ -113,7 +115,7 @@ func (containerdRuntime) NodeProcesses(p labplan.Plan, paths labplan.Paths, self
 		procs = append(procs,
 			labplan.Process{
 				Name: containerdProcess(n.Name),
-				Argv: labplan.InNS(n.Name, "containerd", "--config", paths.ContainerdConfig(n.Name)),
+				Argv: withHostname(n.Name, labplan.InNS(n.Name, "containerd", "--config", paths.ContainerdConfig(n.Name))),
 			},
 			labplan.Process{
 				Name:   "kubelet-" + n.Name,
@@ -128,6 +130,15 @@ func (containerdRuntime) NodeProcesses(p labplan.Plan, paths labplan.Paths, self
 		}
 	}
 	return procs
+}
+
+// withHostname runs argv in a UTS namespace of its own whose hostname is node, so that
+// what containerd starts in the node's namespaces, hostNetwork pods included, sees the
+// node's name as its hostname, as on a machine of its own (the upstream Services tests
+// ask hostNetwork backends for theirs and expect the node's name; all nodes shared the
+// machine's). Every step execs in place: the supervised process stays the same PID.
+func withHostname(node string, argv []string) []string {
+	return append([]string{"unshare", "--uts", "--", "sh", "-c", `hostname "$0" && exec "$@"`, node}, argv...)
 }
 
 // NodeNetworkProcess names the supervised `myelin lab node-network` of a node (and its log).
