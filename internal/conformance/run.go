@@ -23,10 +23,11 @@ var FullFocus = []string{
 }
 
 // FullSkip leaves out what the lab can't offer: a cloud (LoadBalancer, ESIPP), other
-// address families and SCTP, feature-gated and alpha/beta features other than
-// NetworkPolicy, and disruptive or flaky tests.
+// address families and SCTP, the Internet (Networking-IPv4 and Networking-DNS dial
+// 8.8.8.8 and google.com; the lab forwards nothing off the machine), feature-gated and
+// alpha/beta features other than NetworkPolicy, and disruptive or flaky tests.
 var FullSkip = []string{
-	`\[Feature:(SCTP|SCTPConnectivity|IPv6DualStack|ServiceCIDRs|Networking-IPv6|Networking-Performance|NoSNAT|PerformanceDNS|KubeProxyDaemonSetMigration|KubeProxyDaemonSetUpgrade|Example|ProxyTerminatingEndpoints|ServiceLBMode|LoadBalancer|TrafficDistribution)\]`,
+	`\[Feature:(Networking-IPv4|Networking-DNS|SCTP|SCTPConnectivity|IPv6DualStack|ServiceCIDRs|Networking-IPv6|Networking-Performance|NoSNAT|PerformanceDNS|KubeProxyDaemonSetMigration|KubeProxyDaemonSetUpgrade|Example|ProxyTerminatingEndpoints|ServiceLBMode|LoadBalancer|TrafficDistribution)\]`,
 	`\[Alpha\]|\[Beta\]|\[Disruptive\]|\[Flaky\]|\[Feature:GCEAlphaFeature\]|\[Feature:Ingress`,
 	`LoadBalancer|ESIPP|\[Provider:|GCE|AWS|Azure`,
 }
