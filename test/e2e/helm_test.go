@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/images"
 	"github.com/myelin-net/myelin/internal/lab/cni"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
@@ -28,8 +29,9 @@ import (
 
 // The chart as installed into a lab (docs/install.md, "In the lab").
 var (
-	chartDir     = filepath.Join("..", "..", "install", "helm", "myelin")
-	helmLabSets  = []string{"perNodePaths=true", "bpf.mountPropagation=None", "cni.binPath=/run/myelin-lab/cni/bin", "cni.confPath=/run/myelin-lab/cni/net.d", "k8sServiceHost=198.18.0.1", "k8sServicePort=6443", "clusterCIDR=10.244.0.0/16"}
+	chartDir    = filepath.Join("..", "..", "install", "helm", "myelin")
+	helmLabSets = []string{"perNodePaths=true", "bpf.mountPropagation=None", "cni.binPath=/run/myelin-lab/cni/bin", "cni.confPath=/run/myelin-lab/cni/net.d", "k8sServiceHost=198.18.0.1", "k8sServicePort=6443", "clusterCIDR=10.244.0.0/16",
+		"socketLB.cgroupRoot=" + labCgroup2()} // perNodePaths appends the node: its own cgroup
 	helmModeSets = map[string][]string{
 		"native": {"routingMode=native", "autoDirectNodeRoutes=true", "ipv4NativeRoutingCIDR=10.244.0.0/16"},
 		"tunnel": {"routingMode=tunnel", "autoDirectNodeRoutes=false"},
@@ -436,4 +438,13 @@ func nodeLeftovers(node string) []string {
 		}
 	}
 	return out
+}
+
+// labCgroup2 is the machine's cgroup2 mount, below which each lab node has its cgroup
+// (labplan.Cgroup2Dir): /sys/fs/cgroup/unified here (hybrid), /sys/fs/cgroup on v2 only.
+func labCgroup2() string {
+	if mnt, err := datapath.Cgroup2Mount(); err == nil {
+		return mnt
+	}
+	return "/sys/fs/cgroup"
 }

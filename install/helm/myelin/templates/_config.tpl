@@ -26,6 +26,7 @@ mtu: {{ $v.MTU | int64 | quote }}
 enable-source-ip-verification: {{ $v.enableSourceIPVerification | quote }}
 enable-ipv4-big-tcp: {{ $v.enableIPv4BIGTCP | quote }}
 nat-port-range: {{ $v.natPortRange | quote }}
+bpf-lb-sock: {{ $v.socketLB.enabled | quote }}
 nodeport-nat-syn-max: {{ $v.nodePort.natSynMax | int64 | quote }}
 nodeport-nat-max: {{ $v.nodePort.natMax | int64 | quote }}
 prometheus-serve-addr: {{ if $v.prometheus.enabled }}{{ printf ":%d" ($v.prometheus.port | int64) | quote }}{{ else }}""{{ end }}
@@ -74,6 +75,8 @@ mtu: MTU
 enable-source-ip-verification: enableSourceIPVerification
 enable-ipv4-big-tcp: enableIPv4BIGTCP
 nat-port-range: natPortRange
+bpf-lb-sock: socketLB.enabled
+cgroup-root: socketLB.cgroupRoot
 nodeport-nat-syn-max: nodePort.natSynMax
 nodeport-nat-max: nodePort.natMax
 prometheus-serve-addr: prometheus.port
