@@ -19,8 +19,9 @@ type FrontendType string
 
 // The frontend types.
 const (
-	ClusterIP FrontendType = "ClusterIP" // the Service's cluster IP and port, from pods
-	NodePort  FrontendType = "NodePort"  // this node's IP and the nodePort, from anywhere
+	ClusterIP  FrontendType = "ClusterIP"  // the Service's cluster IP and port, from pods
+	NodePort   FrontendType = "NodePort"   // this node's IP and the nodePort, from anywhere
+	ExternalIP FrontendType = "ExternalIP" // one of spec.externalIPs and the port, from pods
 )
 
 // defaultAffinityTimeout is Kubernetes' default sessionAffinityConfig.clientIP.timeoutSeconds.
@@ -90,6 +91,14 @@ func desired(svc *cachedService, slices []*cachedSlice, o Options) []Frontend {
 			fe.Active, fe.Terminating = backendsOf(slices, sp, svc.internalLocal)
 			out = append(out, fe)
 		}
+		for _, ip := range svc.externalIPs {
+			// Every endpoint, as kube-proxy gives pods for external IPs whatever the
+			// externalTrafficPolicy (it is about clients outside the cluster).
+			fe.Key = datapath.Frontend{Addr: ip, Port: sp.port, Proto: sp.proto}
+			fe.Type = ExternalIP
+			fe.Active, fe.Terminating = backendsOf(slices, sp, false)
+			out = append(out, fe)
+		}
 		if sp.nodePort != 0 && o.NodeIP.Is4() && svc.nodePorts {
 			fe.Key = datapath.Frontend{Addr: o.NodeIP, Port: sp.nodePort, Proto: sp.proto}
 			fe.Type = NodePort
@@ -102,12 +111,15 @@ func desired(svc *cachedService, slices []*cachedSlice, o Options) []Frontend {
 
 // backendsOf collects the endpoints of service port sp from slices: the ready ones
 // are active; the serving-terminating ones are active only when none is ready, and
-// otherwise kept as terminating. Endpoints that are neither (starting pods) are left
-// out. local keeps only endpoints on this node.
-func backendsOf(slices []*cachedSlice, sp cachedServicePort, local bool) (active, terminating []Backend) {
-	var ready, serving []Backend
+// otherwise kept as terminating, as are terminating endpoints that no longer serve
+// (known, so that their open connections go on, but never chosen: a pod that is both
+// terminating and unready takes no new connection, as upstream's Services tests
+// require). Endpoints that are neither (starting pods) are left out. local keeps only
+// endpoints on this node.
+func backendsOf(records []*cachedSlice, sp cachedServicePort, local bool) (active, terminating []Backend) {
+	var ready, serving, closing []Backend
 	seen := map[Backend]bool{}
-	for _, s := range slices {
+	for _, s := range records {
 		port, ok := slicePort(s, sp)
 		if !ok {
 			continue
@@ -125,17 +137,27 @@ func backendsOf(slices []*cachedSlice, sp cachedServicePort, local bool) (active
 			switch {
 			case ep.has(epReady) && !isTerminating:
 				ready = append(ready, b)
-			case ep.has(epServing) || isTerminating:
+			case ep.has(epServing):
 				serving = append(serving, b)
+			case isTerminating:
+				closing = append(closing, b)
 			}
 		}
 	}
 	sortBackends(ready)
 	sortBackends(serving)
+	sortBackends(closing)
 	if len(ready) == 0 {
-		return serving, nil
+		return serving, nilIfEmpty(closing)
 	}
-	return ready, serving
+	return ready, nilIfEmpty(slices.Concat(serving, closing))
+}
+
+func nilIfEmpty(b []Backend) []Backend {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }
 
 // slicePort finds sp's target port in slice s: the port with sp's name and protocol.

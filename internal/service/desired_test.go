@@ -81,6 +81,30 @@ func TestDesired(t *testing.T) {
 		slices: []*discoveryv1.EndpointSlice{slice(8080, "http", terminating("10.244.1.9", "node-1"), ep{ip: "10.244.1.7", node: "node-1", ready: no})},
 		want:   []Frontend{{Key: clusterIP, Service: "default/web", PortName: "http", Type: ClusterIP, Active: []Backend{be("10.244.1.9:8080")}}},
 	}, {
+		name: "terminating and unready: known for its connections, never chosen",
+		svc:  svcWith(nil),
+		slices: []*discoveryv1.EndpointSlice{slice(8080, "http", ep{ip: "10.244.1.9", node: "node-1", ready: no, serving: no, terminating: yes},
+			terminating("10.244.1.8", "node-1"))},
+		want: []Frontend{{Key: clusterIP, Service: "default/web", PortName: "http", Type: ClusterIP,
+			Active: []Backend{be("10.244.1.8:8080")}, Terminating: []Backend{be("10.244.1.9:8080")}}},
+	}, {
+		name:   "only terminating and unready: no backend takes connections",
+		svc:    svcWith(nil),
+		slices: []*discoveryv1.EndpointSlice{slice(8080, "http", ep{ip: "10.244.1.9", node: "node-1", ready: no, serving: no, terminating: yes})},
+		want: []Frontend{{Key: clusterIP, Service: "default/web", PortName: "http", Type: ClusterIP,
+			Terminating: []Backend{be("10.244.1.9:8080")}}},
+	}, {
+		name: "externalIPs: a frontend per IPv4 address with every endpoint, also with externalTrafficPolicy Local",
+		svc: svcWith(func(s *corev1.Service) {
+			s.Spec.ExternalIPs = []string{"203.0.113.250", "2001:db8::1"}
+			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		}),
+		slices: []*discoveryv1.EndpointSlice{slice(8080, "http", ready("10.244.2.5", "node-2"))},
+		want: []Frontend{
+			{Key: clusterIP, Service: "default/web", PortName: "http", Type: ClusterIP, Active: []Backend{be("10.244.2.5:8080")}},
+			{Key: datapath.Frontend{Addr: netip.MustParseAddr("203.0.113.250"), Port: 80, Proto: unix.IPPROTO_TCP},
+				Service: "default/web", PortName: "http", Type: ExternalIP, Active: []Backend{be("10.244.2.5:8080")}}},
+	}, {
 		name:   "no endpoints: a frontend with no backend, so it rejects",
 		svc:    svcWith(nil),
 		slices: nil,

@@ -25,6 +25,7 @@ type cachedService struct {
 	loadBalancer    bool
 	affinity        time.Duration // ClientIP session affinity timeout, 0: none
 	clusterIPs      []netip.Addr  // IPv4 only
+	externalIPs     []netip.Addr  // spec.externalIPs, IPv4 only; none for headless Services
 	ports           []cachedServicePort
 	internalLocal   bool // internalTrafficPolicy: Local
 	externalLocal   bool // externalTrafficPolicy: Local
@@ -107,6 +108,7 @@ func newCachedService(svc *corev1.Service) *cachedService {
 		nodePorts:       svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer,
 		loadBalancer:    svc.Spec.Type == corev1.ServiceTypeLoadBalancer,
 		clusterIPs:      clusterIPs(svc),
+		externalIPs:     externalIPs(svc),
 		internalLocal:   svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal,
 		externalLocal:   svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal,
 		healthCheckPort: svc.Spec.HealthCheckNodePort,
@@ -130,6 +132,19 @@ func clusterIPs(svc *corev1.Service) []netip.Addr {
 	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
 		ips = []string{svc.Spec.ClusterIP}
 	}
+	return ipv4s(ips)
+}
+
+// externalIPs returns the Service's IPv4 external IPs; none for a headless Service,
+// which is never proxied.
+func externalIPs(svc *corev1.Service) []netip.Addr {
+	if svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return nil
+	}
+	return ipv4s(svc.Spec.ExternalIPs)
+}
+
+func ipv4s(ips []string) []netip.Addr {
 	var out []netip.Addr
 	for _, s := range ips {
 		if ip, err := netip.ParseAddr(s); err == nil && ip.Is4() {
