@@ -32,6 +32,8 @@ type nodePlan struct {
 	KubeProxyReplacement bool   // myelin serves Services (BPF load balancing)
 	LBAlgorithm          string // random or maglev
 	SocketLB             bool   // bpf-lb-sock (with KubeProxyReplacement): also translate at connect()
+	KubeProxyHealthz     string // kube-proxy-replacement-healthz-bind-address ("" off)
+	KubeProxyMetrics     string // kube-proxy-replacement-metrics-bind-address ("" off)
 	CgroupRoot           string // cgroup-root: where socket-LB attaches; "" the cgroup2 mount
 	MaglevTableSize      int    // 0 unless LBAlgorithm is maglev
 	SourceValidation     bool   // enable-source-ip-verification
@@ -89,6 +91,7 @@ func decidePlan(c config.Config, in planInputs) (nodePlan, error) {
 		KubeProxyReplacement: c.KubeProxyReplacement, LBAlgorithm: c.LBAlgorithm,
 		SourceValidation: c.EnableSourceIPVerification,
 		SocketLB:         c.BPFLBSock && c.KubeProxyReplacement, CgroupRoot: c.CgroupRoot,
+		KubeProxyHealthz: c.KubeProxyHealthzAddr, KubeProxyMetrics: c.KubeProxyMetricsAddr,
 		MTU: c.MTU, NATPorts: ports,
 		NodePortNATSynMax: c.NodePortNATSynMax, NodePortNATMax: c.NodePortNATMax,
 		AttachMode: "tcx", BIGTCP: bigTCPState{Enabled: c.EnableIPv4BIGTCP},

@@ -16,13 +16,15 @@ import (
 // Service watcher keeps the Service maps (adopted from the previous run, ids kept)
 // in step with the cluster, and feeds the health check listeners of
 // externalTrafficPolicy: Local Services (kube-proxy serves both when it runs
-// instead). Loops "services" and "health-check-ports".
+// instead), and kube-proxy's own healthz and proxyMode endpoints. Loops "services",
+// "health-check-ports" and "kube-proxy-endpoints".
 type serviceLoop struct {
 	node         string
 	algorithm    string
 	manager      *service.Manager
 	watcher      *service.Watcher
 	healthChecks *healthcheck.Server
+	kubeProxy    healthcheck.KubeProxy
 }
 
 // prestartServices makes the Service watcher and starts its informers, so that the
@@ -57,12 +59,17 @@ func newServiceLoop(p nodePlan, dp service.Datapath, w *service.Watcher, l *loop
 	s.healthChecks = healthcheck.New(s.isSynced, func(err error) { l.report("health-check-ports", err) },
 		log.With("loop", "health-check-ports"))
 	s.watcher.OnHealthCheck(s.healthChecks.Update)
+	s.kubeProxy = healthcheck.KubeProxy{HealthzAddr: p.KubeProxyHealthz, MetricsAddr: p.KubeProxyMetrics,
+		Synced: s.isSynced, Report: func(err error) { l.report("kube-proxy-endpoints", err) },
+		Log: log.With("loop", "kube-proxy-endpoints")}
 	return s, nil
 }
 
-// Run serves the health check ports and runs the watcher until ctx ends.
+// Run serves the health check ports and kube-proxy's endpoints, and runs the watcher
+// until ctx ends.
 func (s *serviceLoop) Run(ctx context.Context) {
 	go s.healthChecks.Run(ctx)
+	go s.kubeProxy.Run(ctx)
 	go releaseAfterSync(ctx, s.watcher.Synced())
 	s.watcher.Run(ctx)
 }

@@ -61,10 +61,16 @@ type Config struct {
 	// BPFLBSock is bpf-lb-sock: Services are also translated at connect() and
 	// sendmsg() by cgroup programs (socket-level load balancing) attached to
 	// CgroupRoot (cgroup-root; "" is the cgroup2 mount). Needs KubeProxyReplacement.
-	BPFLBSock       bool
-	CgroupRoot      string
-	MaglevTableSize int
-	MTU             int // 0 = detect from the uplink
+	BPFLBSock  bool
+	CgroupRoot string
+	// KubeProxyHealthzAddr and KubeProxyMetricsAddr are where the agent answers, with
+	// kube-proxy-replacement, what kube-proxy serves on its healthz and metrics
+	// addresses (kube-proxy-replacement-healthz-bind-address,
+	// kube-proxy-replacement-metrics-bind-address; "": not served).
+	KubeProxyHealthzAddr string
+	KubeProxyMetricsAddr string
+	MaglevTableSize      int
+	MTU                  int // 0 = detect from the uplink
 	// EnableSourceIPVerification: pods may send only from their own IPv4 address
 	// and MAC (enable-source-ip-verification). Off only to measure its cost.
 	EnableSourceIPVerification bool

@@ -101,6 +101,14 @@ var keys = []key{
 		c.BPFLBSock, err = parseBool(v)
 		return err
 	}},
+	{"kube-proxy-replacement-healthz-bind-address", "", func(c *Config, v string) (err error) {
+		c.KubeProxyHealthzAddr, err = parseListenAddr(v, "0.0.0.0:10256")
+		return err
+	}},
+	{"kube-proxy-replacement-metrics-bind-address", "", func(c *Config, v string) (err error) {
+		c.KubeProxyMetricsAddr, err = parseListenAddr(v, "127.0.0.1:10249")
+		return err
+	}},
 	{"cgroup-root", "", func(c *Config, v string) error {
 		if v != "" && !strings.HasPrefix(v, "/") {
 			return fmt.Errorf("must be an absolute path to a cgroup v2 directory (e.g. /sys/fs/cgroup), or empty for the cgroup2 mount")

@@ -27,6 +27,8 @@ enable-source-ip-verification: {{ $v.enableSourceIPVerification | quote }}
 enable-ipv4-big-tcp: {{ $v.enableIPv4BIGTCP | quote }}
 nat-port-range: {{ $v.natPortRange | quote }}
 bpf-lb-sock: {{ $v.socketLB.enabled | quote }}
+kube-proxy-replacement-healthz-bind-address: {{ $v.kubeProxyReplacementHealthzBindAddr | quote }}
+kube-proxy-replacement-metrics-bind-address: {{ $v.kubeProxyReplacementMetricsBindAddr | quote }}
 nodeport-nat-syn-max: {{ $v.nodePort.natSynMax | int64 | quote }}
 nodeport-nat-max: {{ $v.nodePort.natMax | int64 | quote }}
 prometheus-serve-addr: {{ if $v.prometheus.enabled }}{{ printf ":%d" ($v.prometheus.port | int64) | quote }}{{ else }}""{{ end }}
@@ -76,6 +78,8 @@ enable-source-ip-verification: enableSourceIPVerification
 enable-ipv4-big-tcp: enableIPv4BIGTCP
 nat-port-range: natPortRange
 bpf-lb-sock: socketLB.enabled
+kube-proxy-replacement-healthz-bind-address: kubeProxyReplacementHealthzBindAddr
+kube-proxy-replacement-metrics-bind-address: kubeProxyReplacementMetricsBindAddr
 cgroup-root: socketLB.cgroupRoot
 nodeport-nat-syn-max: nodePort.natSynMax
 nodeport-nat-max: nodePort.natMax
