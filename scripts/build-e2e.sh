@@ -3,7 +3,8 @@
 # when already built:
 #   - Kubernetes' own end-to-end suite and its test server from the pinned k8s.io/kubernetes
 #     Go module into "$KUBE_BIN_DIR": e2e.test (go test -c k8s.io/kubernetes/test/e2e) and
-#     agnhost (test/images/agnhost), with the same wrapper module as build-k8s.sh (staging
+#     agnhost (test/images/agnhost) and the Conntrack test's boom-server
+#     (test/images/regression-issue-74839), with the same wrapper module as build-k8s.sh (staging
 #     modules pinned to their v0.Y.Z releases) in its own directory, blank-importing both;
 #   - CoreDNS from its Go module into "$COREDNS_BIN_DIR".
 # `myelin images build --e2e` layers the binaries on top of the Debian bases
@@ -29,8 +30,8 @@ build_coredns() {
 }
 
 build_coredns
-if [ -x "$KUBE_BIN_DIR/e2e.test" ] && [ -x "$KUBE_BIN_DIR/agnhost" ] && [ -s "$KUBE_BIN_DIR/agnhost-files/localhost.key" ] && [ -x "$KUBE_BIN_DIR/ginkgo" ]; then
-	say "kubernetes e2e $KUBE_VERSION: cached in $KUBE_BIN_DIR (e2e.test, agnhost, ginkgo)"
+if [ -x "$KUBE_BIN_DIR/e2e.test" ] && [ -x "$KUBE_BIN_DIR/agnhost" ] && [ -s "$KUBE_BIN_DIR/agnhost-files/localhost.key" ] && [ -x "$KUBE_BIN_DIR/ginkgo" ] && [ -x "$KUBE_BIN_DIR/regression-issue-74839" ]; then
+	say "kubernetes e2e $KUBE_VERSION: cached in $KUBE_BIN_DIR (e2e.test, agnhost, regression-issue-74839, ginkgo)"
 	exit 0
 fi
 
@@ -42,7 +43,7 @@ say "e2e.test compiles for 3-10 minutes on 2 cores; later runs reuse it"
 cd "$wrapper"
 if [ ! -f go.mod ]; then
 	kube_wrapper_gomod myelin.local/kubernetes-e2e-build
-	printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "k8s.io/kubernetes/test/e2e"\n\t_ "k8s.io/kubernetes/test/images/agnhost"\n)\n' >tools.go
+	printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "k8s.io/kubernetes/test/e2e"\n\t_ "k8s.io/kubernetes/test/images/agnhost"\n\t_ "k8s.io/kubernetes/test/images/regression-issue-74839"\n)\n' >tools.go
 	GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true
 fi
 
@@ -51,6 +52,12 @@ if [ ! -x "$KUBE_BIN_DIR/agnhost" ]; then
 	say "  go build agnhost"
 	CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$KUBE_BIN_DIR/agnhost.tmp" k8s.io/kubernetes/test/images/agnhost
 	mv "$KUBE_BIN_DIR/agnhost.tmp" "$KUBE_BIN_DIR/agnhost"
+fi
+# The Conntrack test's boom-server (test/images/regression-issue-74839), a static binary.
+if [ ! -x "$KUBE_BIN_DIR/regression-issue-74839" ]; then
+	say "  go build regression-issue-74839"
+	CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$KUBE_BIN_DIR/regression-issue-74839.tmp" k8s.io/kubernetes/test/images/regression-issue-74839
+	mv "$KUBE_BIN_DIR/regression-issue-74839.tmp" "$KUBE_BIN_DIR/regression-issue-74839"
 fi
 # The porter test server's TLS pair, which the agnhost image carries (its Dockerfile's ADD).
 src=$(go list -mod=mod -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images/agnhost/porter
@@ -67,4 +74,4 @@ if [ ! -x "$KUBE_BIN_DIR/ginkgo" ]; then
 	CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -o "$KUBE_BIN_DIR/ginkgo.tmp" github.com/onsi/ginkgo/v2/ginkgo
 	mv "$KUBE_BIN_DIR/ginkgo.tmp" "$KUBE_BIN_DIR/ginkgo"
 fi
-say "kubernetes e2e $KUBE_VERSION: $(($(stat -c %s "$KUBE_BIN_DIR/e2e.test") / 1048576)) MiB e2e.test, agnhost, ginkgo in $KUBE_BIN_DIR"
+say "kubernetes e2e $KUBE_VERSION: $(($(stat -c %s "$KUBE_BIN_DIR/e2e.test") / 1048576)) MiB e2e.test, agnhost, regression-issue-74839, ginkgo in $KUBE_BIN_DIR"

@@ -24,10 +24,13 @@ const (
 	E2EJessieDnsutils = "jessie-dnsutils:1.7"
 	// E2ENginx is Debian's nginx-light serving port 80 (the EndpointSlice tests' pods).
 	E2ENginx = "nginx:1.14-4"
+	// E2ERegression74839 is the Conntrack test's boom-server, the module's
+	// test/images/regression-issue-74839 alone (a static binary, as upstream's image).
+	E2ERegression74839 = "regression-issue-74839:1.2"
 )
 
 // E2ENames are the e2e images Build writes, in import order.
-var E2ENames = []string{E2EAgnhost, E2EBusybox, E2EPause, E2EJessieDnsutils, E2ENginx}
+var E2ENames = []string{E2EAgnhost, E2EBusybox, E2EPause, E2EJessieDnsutils, E2ENginx, E2ERegression74839}
 
 // CoreDNSImage is the cluster DNS image the lab runs on --runtime containerd
 // (internal/clusterdns), built from the CoreDNS binary of make setup.
@@ -156,6 +159,13 @@ func e2eSpec(image string, o E2EOptions) (spec, error) {
 	case E2EPause:
 		files, err := binaries(map[string]string{"pause": filepath.Join(o.BinDir, "myelin-pause")})
 		return spec{files: files, entrypoint: []string{"/pause"}}, err
+	case E2ERegression74839:
+		bin := filepath.Join(o.KubeBin, "regression-issue-74839")
+		if err := setup(bin); err != nil {
+			return spec{}, err
+		}
+		files, err := binaries(map[string]string{"regression-issue-74839": bin})
+		return spec{files: files, entrypoint: []string{"/regression-issue-74839"}}, err
 	case CoreDNSImage:
 		if err := setup(o.CoreDNS); err != nil {
 			return spec{}, err

@@ -28,12 +28,17 @@ func TestBuildE2E(t *testing.T) {
 		t.Fatalf("build without the nginx base: %v, want an error naming %s", err, NginxBaseName)
 	}
 	_ = os.WriteFile(filepath.Join(cache, "images", "base", NginxBaseName+".tar"), base, 0o644)
+	if err := BuildE2E(o, io.Discard); err == nil || !strings.Contains(err.Error(), "regression-issue-74839") {
+		t.Fatalf("build without the boom-server binary: %v, want an error naming it", err)
+	}
+	_ = os.WriteFile(filepath.Join(kube, "regression-issue-74839"), mustRead(t, "/bin/busybox"), 0o755)
 	if err := BuildE2E(o, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{E2EAgnhost: "myelin.invalid/e2e/agnhost:2.56", E2EBusybox: "myelin.invalid/e2e/busybox:1.37.0-1",
 		E2EPause: "myelin.invalid/e2e/pause:3.10.1", E2EJessieDnsutils: "myelin.invalid/e2e/jessie-dnsutils:1.7",
-		E2ENginx: "myelin.invalid/e2e/nginx:1.14-4", CoreDNSImage: "myelin/coredns:v1.12.4"}
+		E2ENginx: "myelin.invalid/e2e/nginx:1.14-4", E2ERegression74839: "myelin.invalid/e2e/regression-issue-74839:1.2",
+		CoreDNSImage: "myelin/coredns:v1.12.4"}
 	for image, ref := range want {
 		m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(E2EArchive(cache, image)) })
 		if err != nil || len(m) != 1 || strings.Join(m[0].RepoTags, ",") != ref {
