@@ -110,7 +110,8 @@ func desired(svc *cachedService, slices []*cachedSlice, o Options) []Frontend {
 }
 
 // backendsOf collects the endpoints of service port sp from slices: the ready ones
-// are active; the serving-terminating ones are active only when none is ready, and
+// are active (a terminating one too: it is ready only with publishNotReadyAddresses);
+// the serving-terminating ones are active only when none is ready, and
 // otherwise kept as terminating, as are terminating endpoints that no longer serve
 // (known, so that their open connections go on, but never chosen: a pod that is both
 // terminating and unready takes no new connection, as upstream's Services tests
@@ -133,13 +134,15 @@ func backendsOf(records []*cachedSlice, sp cachedServicePort, local bool) (activ
 				continue
 			}
 			seen[b] = true
-			isTerminating := ep.has(epTerminating)
+			// Ready counts whatever else holds, as for kube-proxy: the EndpointSlice
+			// controller marks a terminating endpoint ready only for a Service with
+			// publishNotReadyAddresses, which asks for exactly that.
 			switch {
-			case ep.has(epReady) && !isTerminating:
+			case ep.has(epReady):
 				ready = append(ready, b)
 			case ep.has(epServing):
 				serving = append(serving, b)
-			case isTerminating:
+			case ep.has(epTerminating):
 				closing = append(closing, b)
 			}
 		}

@@ -88,6 +88,11 @@ func TestDesired(t *testing.T) {
 		want: []Frontend{{Key: clusterIP, Service: "default/web", PortName: "http", Type: ClusterIP,
 			Active: []Backend{be("10.244.1.8:8080")}, Terminating: []Backend{be("10.244.1.9:8080")}}},
 	}, {
+		name:   "terminating but ready (publishNotReadyAddresses): active, as for kube-proxy",
+		svc:    svcWith(nil),
+		slices: []*discoveryv1.EndpointSlice{slice(8080, "http", ep{ip: "10.244.1.9", node: "node-1", ready: yes, serving: no, terminating: yes})},
+		want:   []Frontend{{Key: clusterIP, Service: "default/web", PortName: "http", Type: ClusterIP, Active: []Backend{be("10.244.1.9:8080")}}},
+	}, {
 		name:   "only terminating and unready: no backend takes connections",
 		svc:    svcWith(nil),
 		slices: []*discoveryv1.EndpointSlice{slice(8080, "http", ep{ip: "10.244.1.9", node: "node-1", ready: no, serving: no, terminating: yes})},
