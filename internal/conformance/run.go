@@ -24,12 +24,14 @@ var FullFocus = []string{
 
 // FullSkip leaves out what the lab can't offer: a cloud (LoadBalancer, ESIPP), other
 // address families and SCTP, the Internet (Networking-IPv4 and Networking-DNS dial
-// 8.8.8.8 and google.com; the lab forwards nothing off the machine), feature-gated and
+// 8.8.8.8 and google.com, the Forward PTR lookup test first resolves 8.8.8.8's name
+// through the cluster's upstream; the lab forwards nothing off the machine), feature-gated and
 // alpha/beta features other than NetworkPolicy, and disruptive or flaky tests.
 var FullSkip = []string{
 	`\[Feature:(Networking-IPv4|Networking-DNS|SCTP|SCTPConnectivity|IPv6DualStack|ServiceCIDRs|Networking-IPv6|Networking-Performance|NoSNAT|PerformanceDNS|KubeProxyDaemonSetMigration|KubeProxyDaemonSetUpgrade|Example|ProxyTerminatingEndpoints|ServiceLBMode|LoadBalancer|TrafficDistribution)\]`,
 	`\[Alpha\]|\[Beta\]|\[Disruptive\]|\[Flaky\]|\[Feature:GCEAlphaFeature\]|\[Feature:Ingress`,
 	`LoadBalancer|ESIPP|\[Provider:|GCE|AWS|Azure`,
+	`DNS configMap nameserver Forward PTR lookup`,
 }
 
 // Suite is an e2e.test binary and where it runs.
