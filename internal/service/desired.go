@@ -75,7 +75,7 @@ func cachedSlices(slices []*discoveryv1.EndpointSlice, node string) []*cachedSli
 // desired is Desired over cache records; their endpoints' on-node flags must be
 // relative to o.NodeName.
 func desired(svc *cachedService, slices []*cachedSlice, o Options) []Frontend {
-	if svc.externalName {
+	if svc.unproxied {
 		return nil
 	}
 	name := svc.namespace + "/" + svc.name

@@ -110,6 +110,18 @@ func TestDesired(t *testing.T) {
 			{Key: datapath.Frontend{Addr: netip.MustParseAddr("203.0.113.250"), Port: 80, Proto: unix.IPPROTO_TCP},
 				Service: "default/web", PortName: "http", Type: ExternalIP, Active: []Backend{be("10.244.2.5:8080")}}},
 	}, {
+		name: "service-proxy-name label: another proxy serves it, no frontend",
+		svc: svcWith(func(s *corev1.Service) {
+			s.Labels = map[string]string{"service.kubernetes.io/service-proxy-name": "foo-bar"}
+		}),
+		slices: []*discoveryv1.EndpointSlice{slice(8080, "http", ready("10.244.2.5", "node-2"))},
+		want:   nil,
+	}, {
+		name:   "headless label: not proxied, no frontend",
+		svc:    svcWith(func(s *corev1.Service) { s.Labels = map[string]string{"service.kubernetes.io/headless": ""} }),
+		slices: []*discoveryv1.EndpointSlice{slice(8080, "http", ready("10.244.2.5", "node-2"))},
+		want:   nil,
+	}, {
 		name:   "no endpoints: a frontend with no backend, so it rejects",
 		svc:    svcWith(nil),
 		slices: nil,

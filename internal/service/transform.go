@@ -20,7 +20,7 @@ import (
 // cachedService is what the agent keeps of a Service.
 type cachedService struct {
 	namespace, name string
-	externalName    bool // type ExternalName: no frontends
+	unproxied       bool // type ExternalName, or a label that leaves it to another proxy: no frontends
 	nodePorts       bool // type NodePort or LoadBalancer: nodePorts are served
 	loadBalancer    bool
 	affinity        time.Duration // ClientIP session affinity timeout, 0: none
@@ -104,7 +104,7 @@ func newCachedService(svc *corev1.Service) *cachedService {
 	s := &cachedService{
 		namespace:       svc.Namespace,
 		name:            svc.Name,
-		externalName:    svc.Spec.Type == corev1.ServiceTypeExternalName,
+		unproxied:       svc.Spec.Type == corev1.ServiceTypeExternalName || leftToOthers(svc.Labels),
 		nodePorts:       svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer,
 		loadBalancer:    svc.Spec.Type == corev1.ServiceTypeLoadBalancer,
 		clusterIPs:      clusterIPs(svc),
@@ -124,6 +124,22 @@ func newCachedService(svc *corev1.Service) *cachedService {
 		s.ports[i] = cachedServicePort{name: sp.Name, proto: protoNumber(sp.Protocol), port: uint16(sp.Port), nodePort: uint16(sp.NodePort)}
 	}
 	return s
+}
+
+// The labels by which a Service asks kube-proxy (and so myelin, which replaces it) to
+// leave it alone: service-proxy-name names another proxy that serves it, headless
+// marks it as not proxied (whatever its spec).
+const (
+	labelServiceProxyName = "service.kubernetes.io/service-proxy-name"
+	labelHeadless         = "service.kubernetes.io/headless"
+)
+
+// leftToOthers says whether a Service's labels leave it to another proxy or to none,
+// as kube-proxy reads them (the presence of either label).
+func leftToOthers(labels map[string]string) bool {
+	_, named := labels[labelServiceProxyName]
+	_, headless := labels[labelHeadless]
+	return named || headless
 }
 
 // clusterIPs returns the Service's IPv4 cluster IPs; none for headless Services.
