@@ -42,7 +42,7 @@
 #include "policy_ct.h"
 #include "policy_l4.h"
 
-#define POLICY_IDENTITY_WORLD	2    /* an address myelin_ipcache does not cover */
+#define POLICY_IDENTITY_WORLD 2 /* an address myelin_ipcache does not cover */
 
 /* policy_ct_seen is what a check found in the connection's tracked entry. */
 struct policy_ct_seen {
