@@ -10,10 +10,10 @@ type Slot struct {
 // case in round 2, and so on, so that drift of the machine (other load, thermal state,
 // caches, the VM's host) hits every case alike instead of favouring the ones run first.
 // Within a round each case runs next to its baseline (pairOrder), and every second round
-// runs in reverse: the VM's speed drifts within a round too (by 15% within a minute on
-// 2026-11-28, with nothing else running), and a ratio to a baseline measured 40 s
-// earlier carried that drift, while a neighbour's shares it, and the reversal cancels
-// what is left of a steady drift over two rounds.
+// runs in reverse, so that a drift of the machine within a round hits a case and its
+// baseline alike, and the reversal cancels what is left of a steady drift over two
+// rounds. It does not help against faster noise: on 2026-11-28 adjacent 3 s runs still
+// differed by up to 15% (docs/bench/2026-11-28/policy-flows).
 func Schedule(cases []Case, rounds int) []Slot {
 	return scheduleRounds(cases, 1, rounds)
 }
