@@ -98,7 +98,7 @@ func BuildE2E(o E2EOptions, out io.Writer) error {
 	return nil
 }
 
-// e2eBase is the Debian base archive image is built on ("" for none).
+// e2eBase is the Debian base archive that image is built on ("" for none).
 func e2eBase(cache, image string) string {
 	switch image {
 	case E2EAgnhost, E2EJessieDnsutils:

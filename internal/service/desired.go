@@ -151,16 +151,9 @@ func backendsOf(records []*cachedSlice, sp cachedServicePort, local bool) (activ
 	sortBackends(serving)
 	sortBackends(closing)
 	if len(ready) == 0 {
-		return serving, nilIfEmpty(closing)
+		return serving, closing
 	}
-	return ready, nilIfEmpty(slices.Concat(serving, closing))
-}
-
-func nilIfEmpty(b []Backend) []Backend {
-	if len(b) == 0 {
-		return nil
-	}
-	return b
+	return ready, slices.Concat(serving, closing) // nil when both are
 }
 
 // slicePort finds sp's target port in slice s: the port with sp's name and protocol.
