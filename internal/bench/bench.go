@@ -26,6 +26,8 @@ type Options struct {
 	// Budget, when positive, bounds the run's time: Rounds becomes the most rounds a
 	// case gets and, without a Duration, the plan picks the run length (see PlanBudget).
 	Budget time.Duration
+	// BPFStats adds the BPF run time per transaction to the netperf cases (Config.BPFStats).
+	BPFStats bool
 }
 
 // Defaults of `myelin bench`.
@@ -55,7 +57,7 @@ func Bench(ctx context.Context, out io.Writer, o Options) error {
 	if err != nil {
 		return err
 	}
-	cfg := Config{Cases: cases, Rounds: o.Rounds, Duration: o.Duration, Command: o.Command, Log: out, Budget: o.Budget}
+	cfg := Config{Cases: cases, Rounds: o.Rounds, Duration: o.Duration, Command: o.Command, Log: out, Budget: o.Budget, BPFStats: o.BPFStats}
 	if cfg.Rounds == 0 {
 		cfg.Rounds = DefaultRounds
 	}

@@ -123,6 +123,9 @@ type Trial struct {
 	Server    Target
 	Placement Placement
 	Duration  time.Duration
+	// BPFStats asks the workload for the BPF figures (bpfstats.go): the kernel's BPF
+	// statistics are on for the whole run.
+	BPFStats bool
 }
 
 // Target is where a started server listens.

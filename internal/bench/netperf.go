@@ -91,6 +91,8 @@ func (n Netperf) Metrics() []Metric {
 			{Name: MetricSDClient, Unit: "µs/KB", Description: "netperf local service demand: sender CPU per KB"},
 			{Name: MetricSDServer, Unit: "µs/KB", Description: "netperf remote service demand: receiver CPU per KB"},
 			{Name: MetricStatCPU, Unit: "µs/KB", Description: "busy CPU of the whole machine per KB, from /proc/stat"},
+			{Name: MetricBPFTime, Unit: "ns/KB", Description: "run time of every BPF program on the machine per KB, from the kernel's BPF statistics (--bpf-stats only)"},
+			{Name: MetricBPFRuns, Unit: "runs/KB", Description: "BPF program runs on the machine per KB (--bpf-stats only)"},
 		}
 	}
 	unit := "trans/s"
@@ -106,6 +108,7 @@ func (n Netperf) Metrics() []Metric {
 		{Name: MetricSDClient, Unit: "µs/trans", Description: "netperf local service demand: client CPU per transaction"},
 		{Name: MetricSDServer, Unit: "µs/trans", Description: "netperf remote service demand: server CPU per transaction"},
 		{Name: MetricStatCPU, Unit: "µs/trans", Description: "busy CPU of the whole machine per transaction, from /proc/stat"},
+		bpfMetrics[0], bpfMetrics[1],
 	}
 }
 
@@ -136,6 +139,10 @@ func (n Netperf) Argv(t Trial) []string {
 func (n Netperf) Run(ctx context.Context, t Trial) (Sample, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.Duration+toolGrace)
 	defer cancel()
+	bpf, err := startBPFMeter(t.BPFStats)
+	if err != nil {
+		return nil, err
+	}
 	meter := startCPUMeter()
 	cmd := t.Client.Command(ctx, t.Placement.Client, n.Argv(t)...)
 	var stdout, stderr bytes.Buffer
@@ -152,8 +159,12 @@ func (n Netperf) Run(ctx context.Context, t Trial) (Sample, error) {
 	if err != nil {
 		return nil, err
 	}
-	if busyOK {
-		addStatCPU(s, n.isStream(), busy, kv["ELAPSED_TIME"])
+	units := n.units(s, kv["ELAPSED_TIME"])
+	if busyOK && units > 0 {
+		s[MetricStatCPU] = busy * 1e6 / units
+	}
+	if err := bpf.addTo(s, units); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -222,22 +233,17 @@ func (s Sample) setOptional(kv map[string]string, metric, key string) {
 	}
 }
 
-// addStatCPU adds the machine's busy CPU per transaction (or per KB for streams) over the
-// run, from a /proc/stat delta.
-func addStatCPU(s Sample, stream bool, busySeconds float64, elapsed string) {
+// units is what the run did, the denominator of its CPU figures: transactions, or KB
+// moved for a stream; 0 when netperf's elapsed time is unusable.
+func (n Netperf) units(s Sample, elapsed string) float64 {
 	secs, err := strconv.ParseFloat(elapsed, 64)
 	if err != nil || secs <= 0 {
-		return
+		return 0
 	}
-	var units float64
-	if stream {
-		units = s[MetricThroughput] * 1e6 / 8 / 1024 * secs // KB moved
-	} else {
-		units = s[MetricRate] * secs // transactions
+	if n.isStream() {
+		return s[MetricThroughput] * 1e6 / 8 / 1024 * secs
 	}
-	if units > 0 {
-		s[MetricStatCPU] = busySeconds * 1e6 / units
-	}
+	return s[MetricRate] * secs
 }
 
 // toolGrace is how much longer than its requested duration a tool may run (connection

@@ -102,16 +102,34 @@ func TestNetperfArgv(t *testing.T) {
 	}
 }
 
-func TestAddStatCPU(t *testing.T) {
+func TestNetperfUnits(t *testing.T) {
 	s := Sample{MetricRate: 1000}
-	addStatCPU(s, false, 0.5, "2.00") // 0.5 s busy over 2000 transactions
-	if got := s[MetricStatCPU]; math.Abs(got-250) > 1e-9 {
-		t.Errorf("stat_cpu = %v µs/trans, want 250", got)
+	if got := TCPRR().(Netperf).units(s, "2.00"); math.Abs(got-2000) > 1e-9 {
+		t.Errorf("TCP_RR units = %v, want 2000 transactions", got)
 	}
 	s = Sample{MetricThroughput: 8 * 1024 / 1e6 * 1000} // 1000 KB/s
-	addStatCPU(s, true, 0.001, "1.00")
-	if got := s[MetricStatCPU]; math.Abs(got-1) > 1e-9 {
-		t.Errorf("stat_cpu = %v µs/KB, want 1", got)
+	if got := TCPStream().(Netperf).units(s, "1.00"); math.Abs(got-1000) > 1e-9 {
+		t.Errorf("TCP_STREAM units = %v, want 1000 KB", got)
+	}
+	if got := TCPRR().(Netperf).units(Sample{MetricRate: 1000}, "-1"); got != 0 {
+		t.Errorf("units with an unusable elapsed time = %v, want 0", got)
+	}
+}
+
+func TestBPFTotalsSince(t *testing.T) {
+	before := bpfTotals{
+		1: {Runtime: 100, RunCount: 10},
+		2: {Runtime: 500, RunCount: 50}, // unloaded during the run: lost
+		3: {Runtime: 900, RunCount: 90}, // ID reused by a newer program
+	}
+	after := bpfTotals{
+		1: {Runtime: 400, RunCount: 13},
+		3: {Runtime: 20, RunCount: 2},
+		4: {Runtime: 80, RunCount: 8}, // loaded during the run
+	}
+	ns, runs := after.since(before)
+	if ns != 300+20+80 || runs != 3+2+8 {
+		t.Errorf("since = %v ns, %v runs; want 400 ns, 13 runs", ns, runs)
 	}
 }
 

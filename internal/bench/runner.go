@@ -20,6 +20,9 @@ type Config struct {
 	// Budget, when positive, bounds the run's time (see PlanBudget): Rounds is then the
 	// most rounds a case gets, and a zero Duration lets the plan pick the run length.
 	Budget time.Duration
+	// BPFStats turns on the kernel's BPF statistics for the run and adds the BPF run
+	// time per transaction (or KB) to the netperf cases' samples.
+	BPFStats bool
 }
 
 // Results is everything a run measured, as written to results.json.
@@ -54,6 +57,13 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		Rounds: cfg.Rounds, DurationSeconds: cfg.Duration.Seconds(), Runs: []RunRecord{}}
 	for _, c := range cfg.Cases {
 		res.Cases = append(res.Cases, describeCase(c, Availability(c)))
+	}
+	if cfg.BPFStats {
+		stats, err := enableBPFStats()
+		if err != nil {
+			return nil, err
+		}
+		defer stats.Close()
 	}
 	r := &runner{cfg: cfg, res: res, log: cfg.Log}
 	if r.log == nil {
@@ -177,7 +187,7 @@ func (r *runner) startServers(ctx context.Context, cases []Case, endpoints map[s
 		if !ok || r.unavailable(c.Name) != "" || ctx.Err() != nil {
 			continue
 		}
-		t := Trial{Client: ep.Client, Placement: c.Placement, Duration: r.cfg.Duration}
+		t := Trial{Client: ep.Client, Placement: c.Placement, Duration: r.cfg.Duration, BPFStats: r.cfg.BPFStats}
 		if spec := workloadServer(c.Workload); spec != nil {
 			target, err := srvs.target(ctx, c.Env.Name(), ep, spec, c.Placement.Server)
 			if err != nil {

@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// Metric names of the BPF statistics (--bpf-stats).
+const (
+	MetricBPFTime = "bpf_ns"
+	MetricBPFRuns = "bpf_runs"
+)
+
+// bpfMetrics are the figures --bpf-stats adds to a netperf request/response sample.
+var bpfMetrics = []Metric{
+	{Name: MetricBPFTime, Unit: "ns/trans", Description: "run time of every BPF program on the machine per transaction, from the kernel's BPF statistics (--bpf-stats only)"},
+	{Name: MetricBPFRuns, Unit: "runs/trans", Description: "BPF program runs on the machine per transaction (--bpf-stats only)"},
+}
+
+// enableBPFStats turns on the kernel's BPF run-time statistics until the returned
+// Closer is closed (or the process exits): BPF_ENABLE_STATS holds them on through a
+// file descriptor, so the machine's kernel.bpf_stats_enabled setting is never touched
+// and nothing is left on after a crash. While on, every BPF program run reads the
+// clock twice, which slows every case using BPF alike: compare BPF figures between
+// cases of one --bpf-stats run, and rates from runs without it.
+func enableBPFStats() (io.Closer, error) {
+	c, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+	if err != nil {
+		return nil, fmt.Errorf("--bpf-stats: turn on the kernel's BPF statistics: %w (needs root and Linux 5.8 or later; run without --bpf-stats)", err)
+	}
+	return c, nil
+}
+
+// bpfTotals is the run time and run count of every BPF program loaded, by ID.
+type bpfTotals map[ebpf.ProgramID]ebpf.ProgramStats
+
+// readBPFTotals reads the statistics of every BPF program on the machine. Programs
+// that go away while it reads are skipped.
+func readBPFTotals() (bpfTotals, error) {
+	t := bpfTotals{}
+	var id ebpf.ProgramID
+	for {
+		next, err := ebpf.ProgramGetNextID(id)
+		if errors.Is(err, os.ErrNotExist) {
+			return t, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list BPF programs: %w", err)
+		}
+		id = next
+		p, err := ebpf.NewProgramFromID(id)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // unloaded since it was listed
+		}
+		if err != nil {
+			return nil, fmt.Errorf("open BPF program %d: %w", id, err)
+		}
+		s, err := p.Stats()
+		p.Close()
+		if err != nil {
+			return nil, fmt.Errorf("read BPF program %d's statistics: %w", id, err)
+		}
+		t[id] = *s
+	}
+}
+
+// since is what every program ran between before and t: a program loaded in between
+// counts from zero; one unloaded in between is lost (the bench does not replace
+// programs while a case runs).
+func (t bpfTotals) since(before bpfTotals) (runTimeNs float64, runs float64) {
+	for id, s := range t {
+		b := before[id]
+		if s.RunCount < b.RunCount || s.Runtime < b.Runtime {
+			b = ebpf.ProgramStats{} // an ID reused by a newer program
+		}
+		runTimeNs += float64(s.Runtime - b.Runtime)
+		runs += float64(s.RunCount - b.RunCount)
+	}
+	return runTimeNs, runs
+}
+
+// bpfMeter measures the BPF run time of one run; a nil meter measures nothing.
+type bpfMeter struct {
+	start bpfTotals
+}
+
+// startBPFMeter starts measuring when on (statistics enabled for the run).
+func startBPFMeter(on bool) (*bpfMeter, error) {
+	if !on {
+		return nil, nil
+	}
+	t, err := readBPFTotals()
+	if err != nil {
+		return nil, err
+	}
+	return &bpfMeter{start: t}, nil
+}
+
+// addTo adds the BPF figures per transaction to s, from transactions done in the run.
+func (m *bpfMeter) addTo(s Sample, transactions float64) error {
+	if m == nil || transactions <= 0 {
+		return nil
+	}
+	end, err := readBPFTotals()
+	if err != nil {
+		return err
+	}
+	ns, runs := end.since(m.start)
+	s[MetricBPFTime] = ns / transactions
+	s[MetricBPFRuns] = runs / transactions
+	return nil
+}
