@@ -28,3 +28,34 @@ func TestCounterCache(t *testing.T) {
 		}
 	}
 }
+
+// TestCounterCacheHot: label sets cycling through more than the hot slots, from strings
+// built each time (equal content, other pointers), each count in its own series, and
+// two vectors with the same label values apart.
+func TestCounterCacheHot(t *testing.T) {
+	vecA := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a_total", Help: "a"}, []string{"l"})
+	vecB := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "b_total", Help: "b"}, []string{"l"})
+	var c counterCache
+	sets := counterCacheHot + 3
+	for round := range 5 {
+		for i := range sets {
+			c.inc(vecA, strconv.Itoa(i))
+			if i%2 == round%2 {
+				c.inc(vecB, strconv.Itoa(i))
+			}
+		}
+	}
+	for i := range sets {
+		l := strconv.Itoa(i)
+		if got := testutil.ToFloat64(vecA.WithLabelValues(l)); got != 5 {
+			t.Errorf("a{l=%s} = %v, want 5", l, got)
+		}
+		want := 3.0 // rounds 0, 2, 4 for even i
+		if i%2 == 1 {
+			want = 2
+		}
+		if got := testutil.ToFloat64(vecB.WithLabelValues(l)); got != want {
+			t.Errorf("b{l=%s} = %v, want %v", l, got, want)
+		}
+	}
+}
