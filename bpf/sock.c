@@ -43,17 +43,21 @@ static __always_inline void sock_xlate(struct bpf_sock_addr *ctx, __u8 proto)
 	svc = lb_svc_lookup(daddr, dport, proto);
 	if (!svc)
 		return;
-	/* The client of ClientIP affinity and of the Maglev hash is the
-	 * socket's network namespace: a pod, or the node's own processes. */
+	/* The client of ClientIP affinity is the socket's network namespace:
+	 * a pod, or the node's own processes. The Maglev hash also takes the
+	 * socket (its cookie where the tc path has the source port, unknown
+	 * before connect): with the namespace alone, every connection of a
+	 * client to a Maglev Service went to one backend. */
+	rk.cookie = bpf_get_socket_cookie(ctx);
 	t.saddr = (__u32)bpf_get_netns_cookie(ctx);
 	t.daddr = daddr;
+	t.sport = (__u16)rk.cookie;
 	t.dport = dport;
 	t.proto = proto;
 	id = lb_select(svc, &t, &index);
 	b = id ? lb_backend_lookup(id) : NULL;
 	if (!b)
 		return;
-	rk.cookie = bpf_get_socket_cookie(ctx);
 	rk.addr = b->addr;
 	rk.port = b->port;
 	rv.addr = daddr;

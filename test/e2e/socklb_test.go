@@ -21,7 +21,7 @@ import (
 // own cgroup (status says so); a pod's TCP, connected and unconnected UDP to a
 // ClusterIP reach a backend while the socket shows the ClusterIP as its peer; a
 // process in the node's host network reaches the ClusterIP too; ClientIP affinity
-// keeps a client on one backend; a NodePort with externalTrafficPolicy Local on the
+// keeps a client on one backend; with Maglev one client's connections spread; a NodePort with externalTrafficPolicy Local on the
 // client's node answers from that node's backend only. Turned off again, status
 // says the tc path serves Services and they still work.
 func TestLabSocketLB(t *testing.T) {
@@ -80,6 +80,27 @@ func TestLabSocketLB(t *testing.T) {
 		if len(seen) != 1 {
 			t.Errorf("ClientIP affinity: answers from %v, want one backend", seen)
 		}
+	})
+	t.Run("lb-algorithm maglev", func(t *testing.T) {
+		// One client's connections spread over the backends: the hash takes the
+		// socket, not only the client's network namespace.
+		setConfig(t, cs, "lb-algorithm", "maglev")
+		restartAgent(t, n1)
+		waitProgrammed(t, n1, cip+":80/TCP", 2)
+		for _, client := range []string{"client", "host-client"} {
+			seen := map[string]int{}
+			for range 16 {
+				seen[serverOf(peer(t, client, cip+":80", "tcp").Answer)]++
+			}
+			for _, w := range web {
+				if seen[w.Name] == 0 {
+					t.Errorf("maglev from %s: answers from %v, none from %s", client, seen, w.Name)
+				}
+			}
+		}
+		setConfig(t, cs, "lb-algorithm", "random")
+		restartAgent(t, n1)
+		waitProgrammed(t, n1, cip+":80/TCP", 2)
 	})
 	t.Run("externalTrafficPolicy Local", func(t *testing.T) {
 		want := webOn[n1][0].Name
