@@ -72,7 +72,8 @@ func TestLabConformanceSubset(t *testing.T) {
 // native-legacy, tunnel-bpf, tunnel-legacy or flannel, the Flannel + kube-proxy
 // baseline) with the focus of docs/conformance.md (MYELIN_CONFORMANCE_FOCUS: full, the
 // default; conformance, only [sig-network] [Conformance]; netpol, the NetworkPolicy
-// suite; network, the Services, Networking, HostPort, Conntrack and DNS tests), results in
+// suite; network, the Services, Networking, HostPort, Conntrack and DNS tests; re:<regular
+// expression>, the tests it matches, e.g. one to run again), results in
 // MYELIN_CONFORMANCE_OUT (default conformance-results/<mode>). It passes when the suite
 // ran; the per-test outcome is the report. Skipped unless MYELIN_CONFORMANCE is set.
 func TestLabConformance(t *testing.T) {
@@ -106,7 +107,11 @@ func TestLabConformance(t *testing.T) {
 	case "network":
 		focus = conformance.FullFocus[2:3]
 	default:
-		t.Fatalf("MYELIN_CONFORMANCE_FOCUS=%q: use full, conformance, netpol or network", set)
+		re, ok := strings.CutPrefix(set, "re:")
+		if !ok || re == "" {
+			t.Fatalf("MYELIN_CONFORMANCE_FOCUS=%q: use full, conformance, netpol, network or re:<regular expression> (a test's name, to run it again)", set)
+		}
+		focus = []string{re}
 	}
 	res := runSuite(t, suite, conformance.Run{
 		Focus: focus, Skip: conformance.FullSkip,
