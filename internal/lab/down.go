@@ -30,7 +30,7 @@ const podDeleteTimeout = time.Minute
 // Down removes everything a lab made: pods (while the kubelets run), processes,
 // network namespaces (and with them every link inside), the root netns link, the
 // containerd runtime's mounts, shim sockets, container log links and cgroups, the
-// machine's sysctls as they were, bpffs pins, per-node state and the lab directory. It finds leftovers by name, so it works after a crash or an interrupted
+// machine's sysctls as they were, bpffs pins (and the bpffs, when lab up mounted it), per-node state and the lab directory. It finds leftovers by name, so it works after a crash or an interrupted
 // up, and does nothing (successfully) when nothing is there.
 func Down(paths labplan.Paths, out io.Writer) error {
 	var problems []string
@@ -68,6 +68,9 @@ func Down(paths labplan.Paths, out io.Writer) error {
 			continue
 		}
 		note("removed %s", dir)
+	}
+	if err := unmountBPFFS(paths.BPFFSMounted(), note); err != nil { // bpffs.go
+		problems = append(problems, err.Error())
 	}
 	if _, err := os.Stat(paths.Dir); err == nil && len(problems) > 0 {
 		// It holds the sysctls as they were: the next lab down needs them.

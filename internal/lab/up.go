@@ -52,6 +52,9 @@ func Up(ctx context.Context, paths labplan.Paths, plan labplan.Plan, out io.Writ
 	if err := writeJSON(paths.PlanFile(), record{Plan: plan, Created: time.Now()}); err != nil {
 		return err
 	}
+	if err := mountBPFFS(paths.BPFFSMounted()); err != nil { // bpffs.go
+		return err
+	}
 	for _, step := range plan.NetworkSteps() {
 		if err := run(step...); err != nil {
 			return fmt.Errorf("build lab network: %w", err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/lab"
@@ -81,15 +82,29 @@ func labUp(t *testing.T, args ...string) kubernetes.Interface {
 		}
 		labDown(t)
 	})
+	bpffsBefore = isBPFFS("/sys/fs/bpf")
 	out, err := myelin(append([]string{"lab", "up"}, args...)...)
 	if err != nil {
 		t.Fatalf("myelin lab up %v: %v\n%s", args, err, out)
+	}
+	if !isBPFFS("/sys/fs/bpf") {
+		t.Fatalf("after myelin lab up, /sys/fs/bpf is not a bpffs: the nodes' pins (and the chart's agents) need one")
 	}
 	cs, err := lab.Client(paths.Kubeconfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return cs
+}
+
+// bpffsBefore is whether /sys/fs/bpf was a bpffs before the last lab up: lab up mounts
+// one where the machine has none (as a node's boot would), and lab down takes it back.
+var bpffsBefore = true
+
+// isBPFFS reports whether dir is on a BPF filesystem.
+func isBPFFS(dir string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(dir, &st) == nil && st.Type == unix.BPF_FS_MAGIC
 }
 
 // labDown runs myelin lab down and asserts that the lab left nothing behind.
@@ -132,6 +147,9 @@ func leftovers() []string {
 		}
 	}
 	out = append(out, runtimeLeftovers()...)
+	if !bpffsBefore && isBPFFS("/sys/fs/bpf") {
+		out = append(out, "mount: the bpffs at /sys/fs/bpf that lab up mounted")
+	}
 	for _, glob := range []string{"/sys/fs/bpf/myelin*", "/sys/fs/bpf/myelin/" + labplan.NamePrefix + "*", "/run/myelin/" + labplan.NamePrefix + "*", labplan.DefaultDir} {
 		matches, _ := filepath.Glob(glob)
 		for _, m := range matches {

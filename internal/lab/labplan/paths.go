@@ -82,3 +82,6 @@ func SandboxID(uid string) string {
 	sum := sha256.Sum256([]byte(uid))
 	return hex.EncodeToString(sum[:])
 }
+
+// BPFFSMounted records that lab up mounted the machine's bpffs (lab down unmounts it).
+func (p Paths) BPFFSMounted() string { return p.join("bpffs-mounted") }
