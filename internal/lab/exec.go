@@ -70,15 +70,19 @@ func Exec(ctx context.Context, paths labplan.Paths, namespace, pod string, argv 
 	return syscall.Exec(bin, full, os.Environ())
 }
 
-// joinNodeCgroup moves this process into node's cgroup v2 directory when the lab
-// made one; nothing otherwise. Best effort: a node cgroup that takes no processes
-// (containerd's kubepods parent with controllers on, on a v2-only machine) leaves
-// the command where it is, served by the tc path as before.
+// joinNodeCgroup moves this process into node's host cgroup (v2) when the lab made
+// the node's cgroup, creating it there if missing (the containerd runtime's nodes have
+// only their kubepods below it); nothing otherwise. Best effort: a node cgroup that
+// takes no processes (containerd's kubepods parent with controllers on, on a v2-only
+// machine) leaves the command where it is, served by the tc path as before.
 func joinNodeCgroup(node string) error {
-	procs := filepath.Join(labplan.HostCgroup(node), "cgroup.procs")
-	if node == "" || !exists(procs) {
+	if node == "" || !exists(labplan.Cgroup2Dir(node)) {
 		return nil
 	}
-	_ = os.WriteFile(procs, []byte(strconv.Itoa(os.Getpid())), 0o644)
+	host := labplan.HostCgroup(node)
+	if err := os.Mkdir(host, 0o755); err != nil && !os.IsExist(err) {
+		return nil
+	}
+	_ = os.WriteFile(filepath.Join(host, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644)
 	return nil
 }
