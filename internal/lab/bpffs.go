@@ -17,6 +17,10 @@ import (
 // takes back what it added.
 const machineBPFFS = "/sys/fs/bpf"
 
+// bpffsOwn are the files a new bpffs has of its own (the kernel's preloaded
+// iterators), which are no one's pins.
+var bpffsOwn = map[string]bool{"maps.debug": true, "progs.debug": true}
+
 // mountBPFFS mounts a bpffs at machineBPFFS when none is there and writes record.
 func mountBPFFS(record string) error {
 	var st unix.Statfs_t
@@ -51,8 +55,14 @@ func unmountBPFFS(record string, note func(string, ...any)) error {
 	if err := unix.Statfs(machineBPFFS, &st); err != nil || st.Type != unix.BPF_FS_MAGIC {
 		return os.Remove(record) // unmounted meanwhile
 	}
-	if entries, err := os.ReadDir(machineBPFFS); err != nil || len(entries) > 0 {
-		note("kept the bpffs at %s that lab up mounted: it holds other pins now", machineBPFFS)
+	entries, err := os.ReadDir(machineBPFFS)
+	for _, e := range entries {
+		if err == nil && !bpffsOwn[e.Name()] {
+			err = fmt.Errorf("it holds %s now", e.Name())
+		}
+	}
+	if err != nil {
+		note("kept the bpffs at %s that lab up mounted: %v", machineBPFFS, err)
 		return os.Remove(record)
 	}
 	if err := unix.Unmount(machineBPFFS, 0); err != nil {
