@@ -172,6 +172,11 @@ static __always_inline int masq_ingress(struct __sk_buff *skb, struct ipv4_info 
 		if (l4.icmp_type != ICMP_ECHOREPLY)
 			return 0;
 	}
+	/* Translated flows all have a port (echo id) of nat_port_min..nat_port_max
+	 * (nat_pick_port): a packet to another port, such as the node's own
+	 * traffic, is no reply of one and costs no lookup. */
+	if (bpf_ntohs(l4.dport) < nat_port_min || bpf_ntohs(l4.dport) > nat_port_max)
+		return 0;
 
 	struct nat_key rev = {
 		.saddr = info->saddr,

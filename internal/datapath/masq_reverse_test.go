@@ -31,27 +31,28 @@ func restoredQuote(q []byte, pod netip.Addr, port uint16) []byte {
 
 func TestPrivilegedBPFFromNetdevReverseMasquerade(t *testing.T) {
 	requirePrivileged(t)
-	d := loadMasq(t, HostRoutingBPF, 0)
+	// Seeded flows of several NAT ports: the range holds them all.
+	d := loadMasqPorts(t, HostRoutingBPF, 0, testNATPort, 63000)
 
-	tcpFlow := flow(protoTCP, podA, 40000, 40000, extHost, 8080, "tcp-syn")
-	tcpMoved := flow(protoTCP, podA, 40000, 50000, extHost, 8080, "tcp-syn") // got another port
-	udpMoved := flow(protoUDP, podA, 40000, 50001, extHost, 8080, "udp")
-	echoMoved := flow(protoICMP, podA, 7, 50002, extHost, 0, "icmp")
+	tcpFlow := flow(protoTCP, podA, 40000, 61040, extHost, 8080, "tcp-syn")
+	tcpMoved := flow(protoTCP, podA, 40000, 62000, extHost, 8080, "tcp-syn") // got another port
+	udpMoved := flow(protoUDP, podA, 40000, 62001, extHost, 8080, "udp")
+	echoMoved := flow(protoICMP, podA, 7, 62002, extHost, 0, "icmp")
 	established := func(f NATEntry) NATEntry { f.State = "tcp-established"; return f }
 	closing := func(f NATEntry) NATEntry { f.State = "tcp-closing"; return f }
 
-	synAck := ipv4(protoTCP, extHost, nodeIP).withSrc(extHost, 8080).withDst(nodeIP, 40000).withTCPFlags(0x12)
-	synAckMoved := synAck.withDst(nodeIP, 50000)
+	synAck := ipv4(protoTCP, extHost, nodeIP).withSrc(extHost, 8080).withDst(nodeIP, 61040).withTCPFlags(0x12)
+	synAckMoved := synAck.withDst(nodeIP, 62000)
 	rst := synAckMoved.withTCPFlags(0x04)
-	udpReply := ipv4(protoUDP, extHost, nodeIP).withSrc(extHost, 8080).withDst(nodeIP, 50001)
+	udpReply := ipv4(protoUDP, extHost, nodeIP).withSrc(extHost, 8080).withDst(nodeIP, 62001)
 	udpReplyNoCsum := udpReply.withoutUDPChecksum()
-	echoReply := ipv4(protoICMP, extHost, nodeIP).withEcho(0, 50002)
+	echoReply := ipv4(protoICMP, extHost, nodeIP).withEcho(0, 62002)
 	toPod := func(p pkt, port uint16) pkt { return p.withDst(podA, port) }
 
 	// ICMP errors about translated packets, from a router on the way.
-	sentTCP := ipv4(protoTCP, nodeIP, extHost).withSrc(nodeIP, 50000)
-	sentUDP := ipv4(protoUDP, nodeIP, extHost).withSrc(nodeIP, 50001)
-	sentEcho := ipv4(protoICMP, nodeIP, extHost).withEcho(8, 50002)
+	sentTCP := ipv4(protoTCP, nodeIP, extHost).withSrc(nodeIP, 62000)
+	sentUDP := ipv4(protoUDP, nodeIP, extHost).withSrc(nodeIP, 62001)
+	sentEcho := ipv4(protoICMP, nodeIP, extHost).withEcho(8, 62002)
 	icmpErr := func(typ, code uint8, mtu uint16, q []byte) pkt {
 		return ipv4(protoICMP, router, nodeIP).withICMPError(typ, code, mtu, q)
 	}
@@ -62,8 +63,8 @@ func TestPrivilegedBPFFromNetdevReverseMasquerade(t *testing.T) {
 	timeExceeded := icmpErr(11, 0, 0, quote(sentEcho))
 	timeExceededBack := icmpErr(11, 0, 0, restoredQuote(quote(sentEcho), mustAddr(podA), 7)).withDst(podA, 0)
 	// An error quoting a translated packet of no flow, and one quoting a packet of the node's own.
-	strayErr := icmpErr(3, 4, 1400, quote(sentTCP.withSrc(nodeIP, 50999)))
-	ownErr := icmpErr(3, 4, 1400, quote(ipv4(protoTCP, nodeIP, extHost).withSrc("192.168.0.12", 50000)))
+	strayErr := icmpErr(3, 4, 1400, quote(sentTCP.withSrc(nodeIP, 62999)))
+	ownErr := icmpErr(3, 4, 1400, quote(ipv4(protoTCP, nodeIP, extHost).withSrc("192.168.0.12", 62000)))
 
 	fwd := func(name string, in pkt, out []byte, seed, want NATEntry) natCase {
 		return natCase{progCase: progCase{name: name, endpoints: seedA, in: in.build(), verdict: tcActRedirect, out: out, reason: "FORWARDED"},
@@ -74,8 +75,8 @@ func TestPrivilegedBPFFromNetdevReverseMasquerade(t *testing.T) {
 			seed: seed, want: seed}
 	}
 	cases := []natCase{
-		fwd("TCP SYN-ACK to a kept port", synAck, delivered(toPod(synAck, 40000)), tcpFlow, established(tcpFlow)),
-		fwd("TCP SYN-ACK to a moved port", synAckMoved, delivered(toPod(synAckMoved, 40000)), tcpMoved, established(tcpMoved)),
+		fwd("TCP SYN-ACK", synAck, delivered(toPod(synAck, 40000)), tcpFlow, established(tcpFlow)),
+		fwd("TCP SYN-ACK, another flow's port", synAckMoved, delivered(toPod(synAckMoved, 40000)), tcpMoved, established(tcpMoved)),
 		fwd("TCP RST closes", rst, delivered(toPod(rst, 40000)), tcpMoved, closing(tcpMoved)),
 		fwd("UDP reply", udpReply, delivered(toPod(udpReply, 40000)), udpMoved, udpMoved),
 		fwd("UDP reply without checksum", udpReplyNoCsum, delivered(toPod(udpReplyNoCsum, 40000)), udpMoved, udpMoved),
@@ -87,8 +88,11 @@ func TestPrivilegedBPFFromNetdevReverseMasquerade(t *testing.T) {
 		pass("to the node, other flow's entry", synAck.withSrc(extHost, 9090), []NATEntry{tcpFlow}),
 		pass("ICMP error about no flow", strayErr, []NATEntry{tcpMoved}),
 		pass("ICMP error about the node's own packet", ownErr, []NATEntry{tcpMoved}),
-		pass("ICMP echo request to the node", ipv4(protoICMP, extHost, nodeIP).withEcho(8, 50002), []NATEntry{echoMoved}),
-		pass("to another address", synAck.withDst("192.168.0.12", 40000), []NATEntry{tcpFlow}),
+		pass("ICMP echo request to the node", ipv4(protoICMP, extHost, nodeIP).withEcho(8, 62002), []NATEntry{echoMoved}),
+		pass("to another address", synAck.withDst("192.168.0.12", 61040), []NATEntry{tcpFlow}),
+		// NAT ports are all in nat_port_min..nat_port_max: a packet to another port is
+		// the node's own, even with an entry no datapath makes.
+		pass("to a port outside the NAT range", synAck.withDst(nodeIP, 40000), []NATEntry{flow(protoTCP, podA, 40000, 40000, extHost, 8080, "tcp-syn")}),
 		// Reverse-translated but not a local endpoint: the stack routes it.
 		{progCase: progCase{name: "reply for a pod that is not local", in: synAck.build(), verdict: tcActOK, out: toPod(synAck, 40000).build(), reason: "PASS_STACK"},
 			seed: []NATEntry{tcpFlow}, want: []NATEntry{established(tcpFlow)}},
@@ -105,10 +109,10 @@ func TestPrivilegedBPFFromNetdevReverseMasquerade(t *testing.T) {
 // which delivers it by the pod's /32 route.
 func TestPrivilegedBPFFromNetdevReverseMasqueradeLegacy(t *testing.T) {
 	requirePrivileged(t)
-	d := loadMasq(t, HostRoutingLegacy, 0)
-	tcpFlow := flow(protoTCP, podA, 40000, 50000, extHost, 8080, "tcp-syn")
-	synAck := ipv4(protoTCP, extHost, nodeIP).withSrc(extHost, 8080).withDst(nodeIP, 50000).withTCPFlags(0x12)
-	sent := ipv4(protoTCP, nodeIP, extHost).withSrc(nodeIP, 50000)
+	d := loadMasqPorts(t, HostRoutingLegacy, 0, testNATPort, 63000)
+	tcpFlow := flow(protoTCP, podA, 40000, 62000, extHost, 8080, "tcp-syn")
+	synAck := ipv4(protoTCP, extHost, nodeIP).withSrc(extHost, 8080).withDst(nodeIP, 62000).withTCPFlags(0x12)
+	sent := ipv4(protoTCP, nodeIP, extHost).withSrc(nodeIP, 62000)
 	fragNeeded := ipv4(protoICMP, router, nodeIP).withICMPError(3, 4, 1400, quote(sent))
 	back := fragNeeded.withICMPError(3, 4, 1400, restoredQuote(quote(sent), mustAddr(podA), 40000)).withDst(podA, 0)
 	established := tcpFlow

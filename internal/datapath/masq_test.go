@@ -44,8 +44,14 @@ const testNATPort = 61000
 // translating to the one port testNATPort.
 func loadMasq(t *testing.T, routing HostRouting, natMax uint32) *Datapath {
 	t.Helper()
+	return loadMasqPorts(t, routing, natMax, testNATPort, testNATPort)
+}
+
+// loadMasqPorts is loadMasq translating to ports lo..hi.
+func loadMasqPorts(t *testing.T, routing HostRouting, natMax uint32, lo, hi uint16) *Datapath {
+	t.Helper()
 	d := loadTestConfig(t, Config{HostRouting: routing, Masquerade: true, NodeIP: testNodeIP,
-		ClusterCIDR: testClusterCIDR, NATMax: natMax, NATPortMin: testNATPort, NATPortMax: testNATPort})
+		ClusterCIDR: testClusterCIDR, NATMax: natMax, NATPortMin: lo, NATPortMax: hi})
 	if err := d.SetNoMasquerade(testNoMasq); err != nil {
 		t.Fatal(err)
 	}
@@ -381,14 +387,14 @@ func TestPrivilegedBPFMasqueradeOff(t *testing.T) {
 	for _, routing := range []HostRouting{HostRoutingLegacy, HostRoutingBPF} {
 		t.Run(routing.String(), func(t *testing.T) {
 			d := loadTestConfig(t, Config{HostRouting: routing})
-			seeded := []NATEntry{flow(protoTCP, podA, 40000, 40000, extHost, 8080, "tcp-established")}
+			seeded := []NATEntry{flow(protoTCP, podA, 40000, 61040, extHost, 8080, "tcp-established")}
 			out := []natCase{
 				{progCase: progCase{name: "TCP to the world", in: ipv4(protoTCP, podA, extHost).build(), verdict: tcActOK, reason: "PASS_STACK"}, want: []NATEntry{}},
 				{progCase: progCase{name: "UDP to the world", in: ipv4(protoUDP, podA, extHost).build(), verdict: tcActOK, reason: "PASS_STACK"}, want: []NATEntry{}},
 				{progCase: progCase{name: "malformed", in: invalidCases()[0].in, verdict: tcActOK, reason: "PASS_STACK"}},
 			}
 			runNATCases(t, d, d.objs.MyelinToNetdev, "to-netdev", out)
-			reply := ipv4(protoTCP, extHost, nodeIP).withSrc(extHost, 8080).withDst(nodeIP, 40000).withTCPFlags(0x12)
+			reply := ipv4(protoTCP, extHost, nodeIP).withSrc(extHost, 8080).withDst(nodeIP, 61040).withTCPFlags(0x12)
 			in := []natCase{
 				{progCase: progCase{name: "reply-like packet to the node", in: reply.build(), verdict: tcActOK, reason: "PASS_STACK"}, seed: seeded, want: seeded},
 			}
