@@ -57,6 +57,9 @@ func Down(paths labplan.Paths, out io.Writer) error {
 	}
 	for _, link := range leftoverRootLinks() {
 		if err := run("ip", "link", "del", link); err != nil {
+			if run("ip", "link", "show", link) != nil {
+				continue // a veth whose peer's netns just went: the kernel removed it meanwhile
+			}
 			problems = append(problems, err.Error())
 			continue
 		}
