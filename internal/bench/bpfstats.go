@@ -16,10 +16,13 @@ const (
 	MetricBPFRuns = "bpf_runs"
 )
 
-// bpfMetrics are the figures --bpf-stats adds to a netperf request/response sample.
-var bpfMetrics = []Metric{
-	{Name: MetricBPFTime, Unit: "ns/trans", Description: "run time of every BPF program on the machine per transaction, from the kernel's BPF statistics (--bpf-stats only)"},
-	{Name: MetricBPFRuns, Unit: "runs/trans", Description: "BPF program runs on the machine per transaction (--bpf-stats only)"},
+// bpfMetrics are the figures --bpf-stats adds to a netperf sample, per unit ("trans",
+// or "KB" for a stream) named in full by per ("transaction").
+func bpfMetrics(unit, per string) []Metric {
+	return []Metric{
+		{Name: MetricBPFTime, Unit: "ns/" + unit, Description: "run time of every BPF program on the machine per " + per + ", from the kernel's BPF statistics (--bpf-stats only)"},
+		{Name: MetricBPFRuns, Unit: "runs/" + unit, Description: "BPF program runs on the machine per " + per + " (--bpf-stats only)"},
+	}
 }
 
 // enableBPFStats turns on the kernel's BPF run-time statistics until the returned

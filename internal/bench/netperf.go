@@ -86,20 +86,18 @@ func (n Netperf) isStream() bool { return n.Test == TestTCPStream }
 // Metrics implements Workload.
 func (n Netperf) Metrics() []Metric {
 	if n.isStream() {
-		return []Metric{
+		return append([]Metric{
 			{Name: MetricThroughput, Unit: "Mbit/s", HigherIsBetter: true, Description: "bulk throughput"},
 			{Name: MetricSDClient, Unit: "µs/KB", Description: "netperf local service demand: sender CPU per KB"},
 			{Name: MetricSDServer, Unit: "µs/KB", Description: "netperf remote service demand: receiver CPU per KB"},
 			{Name: MetricStatCPU, Unit: "µs/KB", Description: "busy CPU of the whole machine per KB, from /proc/stat"},
-			{Name: MetricBPFTime, Unit: "ns/KB", Description: "run time of every BPF program on the machine per KB, from the kernel's BPF statistics (--bpf-stats only)"},
-			{Name: MetricBPFRuns, Unit: "runs/KB", Description: "BPF program runs on the machine per KB (--bpf-stats only)"},
-		}
+		}, bpfMetrics("KB", "KB")...)
 	}
 	unit := "trans/s"
 	if n.Test == TestTCPCRR {
 		unit = "conn/s"
 	}
-	return []Metric{
+	return append([]Metric{
 		{Name: MetricRate, Unit: unit, HigherIsBetter: true, Description: "transactions per second"},
 		{Name: MetricP50, Unit: "µs", Description: "median transaction latency"},
 		{Name: MetricP90, Unit: "µs", Description: "90th percentile transaction latency"},
@@ -108,8 +106,7 @@ func (n Netperf) Metrics() []Metric {
 		{Name: MetricSDClient, Unit: "µs/trans", Description: "netperf local service demand: client CPU per transaction"},
 		{Name: MetricSDServer, Unit: "µs/trans", Description: "netperf remote service demand: server CPU per transaction"},
 		{Name: MetricStatCPU, Unit: "µs/trans", Description: "busy CPU of the whole machine per transaction, from /proc/stat"},
-		bpfMetrics[0], bpfMetrics[1],
-	}
+	}, bpfMetrics("trans", "transaction")...)
 }
 
 // Tools implements ToolUser.

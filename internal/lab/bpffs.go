@@ -21,13 +21,22 @@ const machineBPFFS = "/sys/fs/bpf"
 // iterators), which are no one's pins.
 var bpffsOwn = map[string]bool{"maps.debug": true, "progs.debug": true}
 
+// IsBPFFS reports whether dir is on a BPF filesystem.
+func IsBPFFS(dir string) (bool, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return false, err
+	}
+	return st.Type == unix.BPF_FS_MAGIC, nil
+}
+
 // mountBPFFS mounts a bpffs at machineBPFFS when none is there and writes record.
 func mountBPFFS(record string) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(machineBPFFS, &st); err != nil {
+	mounted, err := IsBPFFS(machineBPFFS)
+	if err != nil {
 		return fmt.Errorf("check the BPF filesystem at %s: %w", machineBPFFS, err)
 	}
-	if st.Type == unix.BPF_FS_MAGIC {
+	if mounted {
 		return nil
 	}
 	if err := os.WriteFile(record, []byte(machineBPFFS+"\n"), 0o644); err != nil {
@@ -51,8 +60,7 @@ func unmountBPFFS(record string, note func(string, ...any)) error {
 		note("kept the bpffs at %s that lab up mounted: %v", machineBPFFS, err)
 		return os.Remove(record)
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(machineBPFFS, &st); err != nil || st.Type != unix.BPF_FS_MAGIC {
+	if mounted, err := IsBPFFS(machineBPFFS); err != nil || !mounted {
 		return os.Remove(record) // unmounted meanwhile
 	}
 	entries, err := os.ReadDir(machineBPFFS)

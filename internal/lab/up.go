@@ -55,22 +55,11 @@ func Up(ctx context.Context, paths labplan.Paths, plan labplan.Plan, out io.Writ
 	if err := mountBPFFS(paths.BPFFSMounted()); err != nil { // bpffs.go
 		return err
 	}
-	for _, step := range plan.NetworkSteps() {
-		if err := run(step...); err != nil {
-			return fmt.Errorf("build lab network: %w", err)
-		}
-	}
-	if err := underlayBIGTCP(plan); err != nil { // underlay.go
+	if err := buildNetwork(plan); err != nil {
 		return fmt.Errorf("build lab network: %w", err)
 	}
-	if err := writePKI(paths, plan); err != nil {
-		return fmt.Errorf("write lab certificates: %w", err)
-	}
-	if err := writeKubeconfigs(paths, plan); err != nil {
-		return fmt.Errorf("write kubeconfigs: %w", err)
-	}
-	if err := writeKubeProxyConfigs(paths, plan); err != nil {
-		return fmt.Errorf("write kube-proxy configuration: %w", err)
+	if err := writeComponentConfigs(paths, plan); err != nil {
+		return err
 	}
 	rt := RuntimeOf(plan.Options.Runtime)
 	if err := rt.Prepare(paths, plan); err != nil {
@@ -88,6 +77,32 @@ func Up(ctx context.Context, paths labplan.Paths, plan labplan.Plan, out io.Writ
 		return err
 	}
 	printUsage(out, paths, plan)
+	return nil
+}
+
+// buildNetwork builds the lab's namespaces, links and routes (the plan's steps) and
+// the underlay's BIG TCP settings.
+func buildNetwork(plan labplan.Plan) error {
+	for _, step := range plan.NetworkSteps() {
+		if err := run(step...); err != nil {
+			return err
+		}
+	}
+	return underlayBIGTCP(plan) // underlay.go
+}
+
+// writeComponentConfigs writes what the control plane and the nodes' components read:
+// certificates, kubeconfigs and kube-proxy's configuration.
+func writeComponentConfigs(paths labplan.Paths, plan labplan.Plan) error {
+	if err := writePKI(paths, plan); err != nil {
+		return fmt.Errorf("write lab certificates: %w", err)
+	}
+	if err := writeKubeconfigs(paths, plan); err != nil {
+		return fmt.Errorf("write kubeconfigs: %w", err)
+	}
+	if err := writeKubeProxyConfigs(paths, plan); err != nil {
+		return fmt.Errorf("write kube-proxy configuration: %w", err)
+	}
 	return nil
 }
 

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/lab"
@@ -101,10 +100,10 @@ func labUp(t *testing.T, args ...string) kubernetes.Interface {
 // one where the machine has none (as a node's boot would), and lab down takes it back.
 var bpffsBefore = true
 
-// isBPFFS reports whether dir is on a BPF filesystem.
+// isBPFFS reports whether dir is on a BPF filesystem (false when it can't tell).
 func isBPFFS(dir string) bool {
-	var st unix.Statfs_t
-	return unix.Statfs(dir, &st) == nil && st.Type == unix.BPF_FS_MAGIC
+	ok, err := lab.IsBPFFS(dir)
+	return ok && err == nil
 }
 
 // labDown runs myelin lab down and asserts that the lab left nothing behind.
