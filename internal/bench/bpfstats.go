@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -12,8 +14,9 @@ import (
 
 // Metric names of the BPF statistics (--bpf-stats).
 const (
-	MetricBPFTime = "bpf_ns"
-	MetricBPFRuns = "bpf_runs"
+	MetricBPFTime  = "bpf_ns"
+	MetricBPFRuns  = "bpf_runs"
+	MetricAgentCPU = "agent_us"
 )
 
 // bpfMetrics are the figures --bpf-stats adds to a netperf sample, per unit ("trans",
@@ -22,6 +25,7 @@ func bpfMetrics(unit, per string) []Metric {
 	return []Metric{
 		{Name: MetricBPFTime, Unit: "ns/" + unit, Description: "run time of every BPF program on the machine per " + per + ", from the kernel's BPF statistics (--bpf-stats only)"},
 		{Name: MetricBPFRuns, Unit: "runs/" + unit, Description: "BPF program runs on the machine per " + per + " (--bpf-stats only)"},
+		{Name: MetricAgentCPU, Unit: "µs/" + unit, Description: "CPU time of every myelin-agent process on the machine per " + per + ", from /proc in 10 ms ticks (--bpf-stats only)"},
 	}
 }
 
@@ -87,9 +91,12 @@ func (t bpfTotals) since(before bpfTotals) (runTimeNs float64, runs float64) {
 	return runTimeNs, runs
 }
 
-// bpfMeter measures the BPF run time of one run; a nil meter measures nothing.
+// bpfMeter measures the BPF run time of one run, and the agents' CPU time (the
+// datapath's cost outside BPF: flow records, policy and Service changes); a nil meter
+// measures nothing.
 type bpfMeter struct {
-	start bpfTotals
+	start      bpfTotals
+	agentStart float64
 }
 
 // startBPFMeter starts measuring when on (statistics enabled for the run).
@@ -101,7 +108,7 @@ func startBPFMeter(on bool) (*bpfMeter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &bpfMeter{start: t}, nil
+	return &bpfMeter{start: t, agentStart: agentsCPU()}, nil
 }
 
 // addTo adds the BPF figures per transaction to s, from transactions done in the run.
@@ -116,5 +123,28 @@ func (m *bpfMeter) addTo(s Sample, transactions float64) error {
 	ns, runs := end.since(m.start)
 	s[MetricBPFTime] = ns / transactions
 	s[MetricBPFRuns] = runs / transactions
+	s[MetricAgentCPU] = (agentsCPU() - m.agentStart) * 1e6 / transactions
 	return nil
+}
+
+// agentsCPU is the CPU seconds of every myelin-agent process on the machine (an agent
+// that exits between two readings makes the difference low, never wrong by a restart's
+// count: the bench does not restart agents while a case runs).
+func agentsCPU() float64 {
+	dirs, _ := os.ReadDir("/proc")
+	total := 0.0
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil || strings.TrimSpace(string(comm)) != "myelin-agent" {
+			continue
+		}
+		if u, err := readUsage(pid); err == nil {
+			total += u.cpu
+		}
+	}
+	return total
 }

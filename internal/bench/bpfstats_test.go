@@ -42,6 +42,9 @@ func TestPrivilegedBPFMeter(t *testing.T) {
 	if s[MetricBPFTime] <= 0 {
 		t.Errorf("bpf_ns = %v, want the test program's run time", s[MetricBPFTime])
 	}
+	if v, ok := s[MetricAgentCPU]; !ok || v < 0 {
+		t.Errorf("agent_us = %v (set: %v), want the agents' CPU time per transaction, 0 or more", v, ok)
+	}
 	if off, err := startBPFMeter(false); off != nil || err != nil {
 		t.Errorf("startBPFMeter(false) = %v, %v; want no meter", off, err)
 	}
