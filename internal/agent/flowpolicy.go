@@ -9,17 +9,18 @@ import (
 
 // PolicyVerdict implements flowstore.PolicyVerdicter: a new connection of a pod that
 // NetworkPolicy isolates in the flow's direction gets a POLICY_VERDICT flow, FORWARDED
-// with the policies that allow it, or DROPPED (for a DROP_POLICY_DENIED drop). Only
-// new connections (a SYN without ACK, the first packet of a UDP/ICMP flow) and policy
-// drops are looked at; nil for everything else.
-func (l *flowLoop) PolicyVerdict(f *flow.Flow) *flow.Flow {
+// with the policies that allow it, or DROPPED (for a DROP_POLICY_DENIED drop), written
+// to pv. Only new connections (a SYN without ACK, the first packet of a UDP/ICMP flow)
+// and policy drops are looked at; false for everything else. It runs for every flow
+// record, so it allocates nothing: pv is the caller's, reused.
+func (l *flowLoop) PolicyVerdict(f, pv *flow.Flow) bool {
 	pol := l.pol.Load()
 	if pol == nil || !policyRelevant(f) {
-		return nil
+		return false
 	}
 	v := pol.view.Load()
 	if v == nil {
-		return nil
+		return false
 	}
 	local, egress := f.Destination.IP, false
 	if f.Direction == flow.Egress {
@@ -27,18 +28,18 @@ func (l *flowLoop) PolicyVerdict(f *flow.Flow) *flow.Flow {
 	}
 	ip, err := netip.ParseAddr(local)
 	if err != nil {
-		return nil
+		return false
 	}
 	ep := v.state.Endpoints[ip]
 	if ep == nil || (egress && len(ep.EgressPolicies) == 0) || (!egress && len(ep.IngressPolicies) == 0) {
-		return nil
+		return false
 	}
-	pv := *f
+	*pv = *f
 	pv.Type = flow.TypePolicyVerdict
 	if f.Verdict == flow.Forwarded {
 		pv.Policies = l.allowingPolicies(v, f, egress)
 	}
-	return &pv
+	return true
 }
 
 // policyRelevant: a new connection, or a drop by policy.
@@ -62,12 +63,25 @@ func (l *flowLoop) allowingPolicies(v *policyView, f *flow.Flow, egress bool) []
 	if !okS || !okD {
 		return nil
 	}
-	proto := map[string]uint8{"TCP": 6, "UDP": 17, "SCTP": 132}[f.Protocol]
-	r := l.verdicts.trace(v, verdictKey{src: src, dst: dst, proto: proto, port: f.DstPort})
+	r := l.verdicts.trace(v, verdictKey{src: src, dst: dst, proto: protocolNumber(f.Protocol), port: f.DstPort})
 	if egress {
 		return r.Egress.By
 	}
 	return r.Ingress.By
+}
+
+// protocolNumber is the IP protocol number of a flow's Protocol name, 0 for the
+// protocols NetworkPolicy has no ports for.
+func protocolNumber(name string) uint8 {
+	switch name {
+	case "TCP":
+		return 6
+	case "UDP":
+		return 17
+	case "SCTP":
+		return 132
+	}
+	return 0
 }
 
 func podOf(x *podIndex, v *policyView, ip string) (*policy.Pod, bool) {

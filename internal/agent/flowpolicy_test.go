@@ -35,23 +35,23 @@ func TestFlowPolicyVerdict(t *testing.T) {
 	l.pol.Store(pol)
 	syn := &flow.Flow{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Direction: flow.Ingress, Protocol: "TCP", DstPort: 80,
 		Source: flow.Endpoint{IP: "10.244.1.5"}, Destination: flow.Endpoint{IP: "10.244.1.6"}, TCPFlags: &flow.TCPFlags{SYN: true}}
-	pv := l.PolicyVerdict(syn)
-	if pv == nil || pv.Type != flow.TypePolicyVerdict || pv.Verdict != flow.Forwarded || len(pv.Policies) != 1 || pv.Policies[0] != "x/allow-client" {
+	var pv flow.Flow
+	if !l.PolicyVerdict(syn, &pv) || pv.Type != flow.TypePolicyVerdict || pv.Verdict != flow.Forwarded || len(pv.Policies) != 1 || pv.Policies[0] != "x/allow-client" {
 		t.Errorf("SYN into an isolated pod: %+v, want a FORWARDED policy verdict by x/allow-client", pv)
 	}
 	ack := *syn
 	ack.TCPFlags = &flow.TCPFlags{SYN: true, ACK: true}
-	if pv := l.PolicyVerdict(&ack); pv != nil {
+	if l.PolicyVerdict(&ack, &pv) {
 		t.Errorf("SYN-ACK: %+v, want none", pv)
 	}
 	egress := *syn
 	egress.Direction = flow.Egress // the client is not isolated for egress
-	if pv := l.PolicyVerdict(&egress); pv != nil {
+	if l.PolicyVerdict(&egress, &pv) {
 		t.Errorf("egress of a pod no policy isolates: %+v, want none", pv)
 	}
 	drop := *syn
 	drop.Type, drop.Verdict, drop.DropReason = flow.TypeDrop, flow.Dropped, "DROP_POLICY_DENIED"
-	if pv := l.PolicyVerdict(&drop); pv == nil || pv.Verdict != flow.Dropped || len(pv.Policies) != 0 {
+	if pv = (flow.Flow{}); !l.PolicyVerdict(&drop, &pv) || pv.Verdict != flow.Dropped || len(pv.Policies) != 0 {
 		t.Errorf("policy drop: %+v, want a DROPPED policy verdict without policies", pv)
 	}
 }

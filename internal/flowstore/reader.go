@@ -15,10 +15,10 @@ type RecordReader interface {
 	Close() error
 }
 
-// PolicyVerdicter is a Resolver that also knows NetworkPolicy: PolicyVerdict returns
-// the POLICY_VERDICT flow that goes with f, or nil.
+// PolicyVerdicter is a Resolver that also knows NetworkPolicy: PolicyVerdict writes
+// the POLICY_VERDICT flow that goes with f to pv and returns true, or returns false.
 type PolicyVerdicter interface {
-	PolicyVerdict(f *flow.Flow) *flow.Flow
+	PolicyVerdict(f, pv *flow.Flow) bool
 }
 
 // Feed reads records from r, converts them and adds them to s until ctx ends or r
@@ -29,7 +29,8 @@ func (s *Store) Feed(ctx context.Context, r RecordReader, o Origin, res Resolver
 		r.Close()
 	}()
 	var names addrNames
-	var f flow.Flow // reused: Add keeps a copy
+	var f, pv flow.Flow // reused: Add keeps a copy
+	verdicter, _ := res.(PolicyVerdicter)
 	for {
 		rec, err := r.Read()
 		if errors.Is(err, datapath.ErrFlowRecord) {
@@ -44,10 +45,8 @@ func (s *Store) Feed(ctx context.Context, r RecordReader, o Origin, res Resolver
 		}
 		convertInto(&f, rec, o, res, &names)
 		s.Add(&f)
-		if pv, ok := res.(PolicyVerdicter); ok {
-			if v := pv.PolicyVerdict(&f); v != nil {
-				s.Add(v)
-			}
+		if verdicter != nil && verdicter.PolicyVerdict(&f, &pv) {
+			s.Add(&pv)
 		}
 	}
 }

@@ -33,13 +33,13 @@ func (r *fakeReader) Close() error { return nil }
 // verdicter adds a policy verdict to every drop.
 type verdicter struct{ fakeResolver }
 
-func (verdicter) PolicyVerdict(f *flow.Flow) *flow.Flow {
+func (verdicter) PolicyVerdict(f, pv *flow.Flow) bool {
 	if f.Type != flow.TypeDrop {
-		return nil
+		return false
 	}
-	pv := *f
+	*pv = *f
 	pv.Type = flow.TypePolicyVerdict
-	return &pv
+	return true
 }
 
 func TestFeed(t *testing.T) {
