@@ -2,9 +2,11 @@
 /*
  * myelin_to_netdev: TCX egress of the node uplink, i.e. every packet leaving
  * the node, whoever routed it (BPF host routing's bpf_redirect_neigh or the
- * kernel stack). With masquerading on, pod traffic to destinations outside
- * the cluster leaves with the node's IP as its source (lib/masq.h);
- * everything else, and everything with masquerading off, passes untouched.
+ * kernel stack). The replies of NodePort flows this node's own host serves
+ * (hostNetwork backends) get the NodePort frontend back as their source
+ * (lb_host_reply, lib/service.h). With masquerading on, pod traffic to
+ * destinations outside the cluster leaves with the node's IP as its source
+ * (lib/masq.h). Everything else passes untouched.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -14,6 +16,7 @@
 #include "lib/config.h"
 #include "lib/ipv4.h"
 #include "lib/masq.h"
+#include "lib/service.h"
 #include "lib/verdict.h"
 
 SEC("tcx/egress")
@@ -22,7 +25,7 @@ int myelin_to_netdev(struct __sk_buff *skb)
 	struct ipv4_info info = {};
 	int reason;
 
-	if (!masq_enabled || skb->protocol != bpf_htons(ETH_P_IP))
+	if ((!masq_enabled && !lb_host_replies) || skb->protocol != bpf_htons(ETH_P_IP))
 		return verdict_pass(skb, &info, DIR_TO_NETDEV);
 	/*
 	 * The node's stack built or routed what it sends: a header we can't
@@ -31,7 +34,9 @@ int myelin_to_netdev(struct __sk_buff *skb)
 	 */
 	if (ipv4_parse(skb, &info) < 0)
 		return verdict_pass(skb, &info, DIR_TO_NETDEV);
-	reason = masq_egress(skb, &info);
+	reason = lb_host_reply(skb, &info);
+	if (!reason)
+		reason = masq_egress(skb, &info);
 	if (reason)
 		return verdict_drop(skb, &info, DIR_TO_NETDEV, reason);
 	return verdict_pass(skb, &info, DIR_TO_NETDEV);

@@ -256,6 +256,16 @@ static __always_inline int lb_from_pod(struct __sk_buff *skb, struct ipv4_info *
 }
 
 /*
+ * lb_host_replies: set (by lb_nodeport) once a NodePort flow was served by
+ * this node's own host (a hostNetwork backend), whose replies the stack
+ * sends out of the uplink, where myelin_to_netdev then translates them back
+ * (lb_host_reply). Until then the node's own packets leaving it pay no
+ * lookup. Not pinned: after an agent restart, the next request of such a
+ * flow sets it again.
+ */
+volatile __u32 lb_host_replies = 0;
+
+/*
  * lb_nodeport serves a NodePort request arriving on the uplink: DNAT to the
  * flow's backend; the client address stays for a local backend (delivered
  * as usual, service conntrack as for ClusterIP), while for a backend on
@@ -264,6 +274,10 @@ static __always_inline int lb_from_pod(struct __sk_buff *skb, struct ipv4_info *
  * this node's NodePort SNAT (from_netdev, or lb_from_pod for a local
  * backend). Those flows live in the NodePort SNAT tables (lib/nodeport.h),
  * looked up first, and write no conntrack entry.
+ * A backend at node_ip (a hostNetwork pod of this node) is local whoever
+ * the client: SNAT would make the request a packet from the node's own
+ * address arriving from outside, which the stack drops as a martian. Its
+ * replies leave through the stack and the uplink (lb_host_reply).
  */
 static __always_inline int lb_nodeport(struct __sk_buff *skb, struct ipv4_info *info,
 				       struct l4_info *l4, const struct lb_svc *svc, int *route)
@@ -272,7 +286,7 @@ static __always_inline int lb_nodeport(struct __sk_buff *skb, struct ipv4_info *
 	struct lb_flow f = {};
 	struct np_entry flow;
 	struct ct_key fwd;
-	int reason;
+	int reason, host;
 
 	nat_key_of(&npkey, info, l4, NAT_DIR_EGRESS);
 	reason = np_flow(skb, info, l4, &npkey, &flow);
@@ -281,9 +295,12 @@ static __always_inline int lb_nodeport(struct __sk_buff *skb, struct ipv4_info *
 		if (!lb_flow_backend(&myelin_lb_ct_nodeport, &fwd, svc, l4, &f))
 			return DROP_SVC_NO_BACKEND;
 		/* A pod of another node as the client (in the cluster CIDR, which
-		 * lb_from_pod sends on untranslated) is served as if the backend
+		 * lb_from_pod sends on untranslated) is served as if a pod backend
 		 * were remote: SNAT, so the reply comes back to node_ip. */
-		if (endpoint_lookup(f.be.addr) && !cluster_contains(info->saddr)) {
+		host = f.be.addr == node_ip;
+		if (host && !lb_host_replies)
+			lb_host_replies = 1;
+		if (host || (endpoint_lookup(f.be.addr) && !cluster_contains(info->saddr))) {
 			/* A local backend: service conntrack, as for ClusterIP. */
 			reason = lb_flow_commit(&myelin_lb_ct_nodeport, &fwd, &f, svc, l4,
 						CT_F_NODEPORT);
@@ -342,6 +359,24 @@ static __always_inline int lb_from_netdev(struct __sk_buff *skb, struct ipv4_inf
 	if (flags & CT_F_NODEPORT)
 		*route = LB_ROUTE_OUT;
 	return reason;
+}
+
+/*
+ * lb_host_reply translates a packet the node's own stack sends out of the
+ * uplink back if it is the reply of a NodePort flow this host serves (a
+ * hostNetwork backend, lb_nodeport): its source becomes the NodePort
+ * frontend. Only the node's own packets pay, and only once such a flow was
+ * seen (lb_host_replies): one conntrack lookup. 0 or a DROP_* reason.
+ */
+static __always_inline int lb_host_reply(struct __sk_buff *skb, struct ipv4_info *info)
+{
+	struct l4_info l4 = {};
+	__u16 flags = 0;
+
+	if (!lb_enabled || !lb_host_replies || info->saddr != node_ip ||
+	    ct_l4_parse(skb, info, &l4) < 0)
+		return 0;
+	return ct_reply_xlate(&myelin_lb_ct_nodeport, skb, info, &l4, &flags);
 }
 
 /*

@@ -1,7 +1,9 @@
 package datapath
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"testing"
 )
 
@@ -26,6 +28,7 @@ func nodePortCases(d *Datapath, routing HostRouting) []lbCase {
 	if routing == HostRoutingLegacy {
 		localOut, localVerdict, localReason = toLocal.build(), tcActOK, "PASS_STACK"
 	}
+	hostReply := ipv4(protoTCP, nodeIP, extHost).withSrc(nodeIP, hostPort).withDst(extHost, 40000).withTCPFlags(0x12)
 	localReply := fromPodB(ipv4(protoTCP, podBIP, extHost).withSrc(podBIP, 8080).withDst(extHost, 40000).withTCPFlags(0x12))
 	remoteReply := ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, testNATPort).withTCPFlags(0x12)
 	nat := func(d *Datapath) error {
@@ -48,11 +51,36 @@ func nodePortCases(d *Datapath, routing HostRouting) []lbCase {
 				out: req.withSrc(nodeIP, testNATPort).withDst(remoteIP, 8080).build(), reason: "PASS_STACK"}},
 		{prog: d.objs.MyelinFromNetdev, dir: "from-netdev", progCase: progCase{name: "remote backend's reply: back to the client from the NodePort",
 			endpoints: seedB, in: remoteReply.build(), verdict: tcActOK, out: remoteReply.withSrc(nodeIP, nodePort).withDst(extHost, 40000).build(), reason: "PASS_STACK"}},
+		{seed: hostBackendService(), prog: d.objs.MyelinFromNetdev, dir: "from-netdev", then: noNodePortSNAT,
+			progCase: progCase{name: "backend on the node itself (hostNetwork): DNAT only, the client stays", endpoints: seedB, in: req.build(),
+				verdict: tcActOK, out: req.withDst(nodeIP, hostPort).build(), reason: "PASS_STACK"}},
+		{prog: d.objs.MyelinToNetdev, dir: "to-netdev", progCase: progCase{name: "the host's reply leaving the uplink: source back to the NodePort",
+			in: hostReply.build(), verdict: tcActOK, out: hostReply.withSrc(nodeIP, nodePort).build(), reason: "PASS_STACK"}},
+		{prog: d.objs.MyelinToNetdev, dir: "to-netdev", progCase: progCase{name: "the host's other packets: untouched",
+			in: hostReply.withDst(extHost, 40001).build(), verdict: tcActOK, out: hostReply.withDst(extHost, 40001).build(), reason: "PASS_STACK"}},
+		{prog: d.objs.MyelinFromNetdev, dir: "from-netdev", then: noNodePortSNAT, progCase: progCase{
+			name: "backend on the node itself, a pod of another node as the client: DNAT only", endpoints: seedB,
+			in: req.withSrc(remoteIP, 40002).build(), verdict: tcActOK, out: req.withSrc(remoteIP, 40002).withDst(nodeIP, hostPort).build(), reason: "PASS_STACK"}},
 		{seed: oneService(feTCP, Service{ID: 1, Backends: []uint32{1}}), prog: d.objs.MyelinFromNetdev, dir: "from-netdev",
 			progCase: progCase{name: "ClusterIP from outside: not served", endpoints: seedB, in: ipv4(protoTCP, extHost, vip).withDst(vip, 80).build(), verdict: tcActOK, reason: "PASS_STACK"}},
 		{seed: oneService(Frontend{Addr: testNodeIP, Port: 80, Proto: protoTCP}, Service{ID: 1, Backends: []uint32{1}}), prog: d.objs.MyelinFromNetdev, dir: "from-netdev",
 			progCase: progCase{name: "node IP frontend without the NodePort flag: not served", endpoints: seedB, in: req.withDst(nodeIP, 80).build(), verdict: tcActOK, reason: "PASS_STACK"}},
 	}
+}
+
+// hostPort is the port of backend 3, a hostNetwork server on the node itself.
+const hostPort = 8083
+
+// hostBackendService is a NodePort whose one backend (3) is the node's own address.
+func hostBackendService() *lbState {
+	backends := maps.Clone(lbBackends)
+	backends[3] = Backend{Addr: testNodeIP, Port: hostPort}
+	return &lbState{backends: backends, services: map[Frontend]Service{feNodePort: {ID: 1, Flags: ServiceNodePort, Backends: []uint32{3}}}}
+}
+
+// noNodePortSNAT checks that a flow took no NodePort SNAT entry.
+func noNodePortSNAT(d *Datapath) error {
+	return errors.Join(checkNodePortFlows(d, []NodePortFlow{}), checkNAT(d, []NATEntry{}))
 }
 
 // NodePort against a real FIB, in both host routing modes: translated

@@ -549,6 +549,7 @@ type myelinVariableSpecs struct {
 	FlowsEnabled           *ebpf.VariableSpec `ebpf:"flows_enabled"`
 	HostRoutingBpf         *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
 	LbEnabled              *ebpf.VariableSpec `ebpf:"lb_enabled"`
+	LbHostReplies          *ebpf.VariableSpec `ebpf:"lb_host_replies"`
 	MaglevTableSize        *ebpf.VariableSpec `ebpf:"maglev_table_size"`
 	MasqEnabled            *ebpf.VariableSpec `ebpf:"masq_enabled"`
 	NatPortMax             *ebpf.VariableSpec `ebpf:"nat_port_max"`
@@ -669,6 +670,7 @@ type myelinVariables struct {
 	FlowsEnabled           *ebpf.Variable `ebpf:"flows_enabled"`
 	HostRoutingBpf         *ebpf.Variable `ebpf:"host_routing_bpf"`
 	LbEnabled              *ebpf.Variable `ebpf:"lb_enabled"`
+	LbHostReplies          *ebpf.Variable `ebpf:"lb_host_replies"`
 	MaglevTableSize        *ebpf.Variable `ebpf:"maglev_table_size"`
 	MasqEnabled            *ebpf.Variable `ebpf:"masq_enabled"`
 	NatPortMax             *ebpf.Variable `ebpf:"nat_port_max"`
