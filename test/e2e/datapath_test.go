@@ -52,6 +52,7 @@ func deployConnectivity(t *testing.T, cs kubernetes.Interface) {
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, hostWeb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	createService(t, cs, "host-web", "host-web", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeNodePort })
 }
 
 // checkConnectivity runs ICMP, TCP and UDP from the client to every server, pod to
@@ -83,6 +84,20 @@ func checkConnectivity(t *testing.T, cs kubernetes.Interface, nodes int) {
 		checkPing(t, "client to node "+n.Name, fromClient, n.Status.Addresses[0].Address)
 	}
 	checkTCP(t, "client to node-2's host network", fromClient, hostWebIP, "host-web")
+	// NodePort of node-2's host network, on node-2's IP: node-2 serves it itself. From
+	// outside and from node-1's host, whose packets arrive on node-2's uplink.
+	svc, err := cs.CoreV1().Services("default").Get(ctx, "host-web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostNodePort := fmt.Sprintf("%s:%d", hostWebIP, nodePortOf(t, svc))
+	waitProgrammed(t, labplan.NodeName(2), hostNodePort+"/TCP", 1)
+	for _, from := range []string{labplan.ExtNS, n1} {
+		out, err := inNode(from, "curl", "-sS", "-m", "5", "http://"+hostNodePort+"/")
+		if err != nil || !strings.HasPrefix(out, "server=host-web ") {
+			t.Errorf("NodePort %s (node-2's host network) from %s: %v %q, want an answer from host-web", hostNodePort, from, err, out)
+		}
+	}
 	// Node to pod: from each node to a pod on node-1 (local for node-1, remote for others).
 	target := podsOn(web)[n1][0]
 	for i := 1; i <= nodes; i++ {
