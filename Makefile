@@ -55,12 +55,13 @@ test: setup build images lint check-generated ## Run every test tier: unit, priv
 
 CONFORMANCE_MODES ?= native-bpf native-legacy tunnel-bpf tunnel-legacy flannel
 CONFORMANCE_FOCUS ?= full
+CONFORMANCE_NODES ?= 2
 
 .PHONY: conformance
-conformance: setup build images ## Run Kubernetes' own network e2e tests per mode into conformance-results/ (long; CONFORMANCE_MODES="native-bpf" CONFORMANCE_FOCUS=conformance|netpol|network|full|re:REGEX)
+conformance: setup build images ## Run Kubernetes' own network e2e tests per mode into conformance-results/ (long; CONFORMANCE_MODES="native-bpf" CONFORMANCE_FOCUS=conformance|netpol|network|full|re:REGEX CONFORMANCE_NODES=2)
 	@failed=""; mkdir -p conformance-results; for m in $(CONFORMANCE_MODES); do \
 		echo "conformance: mode $$m (log: conformance-results/$$m.log)"; \
-		MYELIN_CONFORMANCE=$$m MYELIN_CONFORMANCE_FOCUS='$(CONFORMANCE_FOCUS)' $(GO) test -count=1 -timeout 150m -run 'TestLabConformance$$' ./test/e2e/ -v >conformance-results/$$m.log 2>&1 || failed="$$failed $$m"; \
+		MYELIN_CONFORMANCE=$$m MYELIN_CONFORMANCE_FOCUS='$(CONFORMANCE_FOCUS)' MYELIN_CONFORMANCE_NODES='$(CONFORMANCE_NODES)' $(GO) test -count=1 -timeout 150m -run 'TestLabConformance$$' ./test/e2e/ -v >conformance-results/$$m.log 2>&1 || failed="$$failed $$m"; \
 		tail -n 120 conformance-results/$$m.log; \
 		cat conformance-results/$$m/summary.md 2>/dev/null || echo "conformance: mode $$m wrote no summary"; \
 	done; \

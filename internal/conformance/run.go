@@ -58,6 +58,7 @@ func (s Suite) Check(cache string) error {
 type Run struct {
 	Focus, Skip []string // regular expressions; a test matching any Focus and no Skip runs
 	Procs       int      // parallel processes (with the ginkgo CLI)
+	Nodes       int      // the cluster's schedulable nodes (e2e.test --num-nodes); 0 means 2
 	Timeout     time.Duration
 	OutDir      string // e2e.log, report.json, repo-list.yaml
 }
@@ -104,8 +105,12 @@ func (s Suite) Run(ctx context.Context, r Run, progress io.Writer) (Result, erro
 
 // suiteFlags are e2e.test's own flags.
 func (s Suite) suiteFlags(r Run) []string {
+	nodes := r.Nodes
+	if nodes == 0 {
+		nodes = 2
+	}
 	return []string{"--kubeconfig=" + s.Kubeconfig, "--provider=skeleton", "--dns-domain=cluster.local",
-		"--num-nodes=2", "--e2e-output-dir=" + r.OutDir}
+		fmt.Sprintf("--num-nodes=%d", nodes), "--e2e-output-dir=" + r.OutDir}
 }
 
 func (s Suite) args(r Run, report string) []string {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -56,7 +57,7 @@ var subsetFocus = []string{
 // Every focused test must pass, none may be skipped. make conformance runs the rest.
 func TestLabConformanceSubset(t *testing.T) {
 	suite := requireConformance(t)
-	cs := conformanceLab(t, "native-bpf")
+	cs := conformanceLab(t, "native-bpf", 2)
 	podResolvesService(t, cs)
 	out := keptOutDir(t, "subset")
 	res := runSuite(t, suite, conformance.Run{
@@ -73,8 +74,8 @@ func TestLabConformanceSubset(t *testing.T) {
 // baseline) with the focus of docs/conformance.md (MYELIN_CONFORMANCE_FOCUS: full, the
 // default; conformance, only [sig-network] [Conformance]; netpol, the NetworkPolicy
 // suite; network, the Services, Networking, HostPort, Conntrack and DNS tests; re:<regular
-// expression>, the tests it matches, e.g. one to run again), results in
-// MYELIN_CONFORMANCE_OUT (default conformance-results/<mode>). It passes when the suite
+// expression>, the tests it matches, e.g. one to run again), on MYELIN_CONFORMANCE_NODES
+// nodes (default 2), results in MYELIN_CONFORMANCE_OUT (default conformance-results/<mode>). It passes when the suite
 // ran; the per-test outcome is the report. Skipped unless MYELIN_CONFORMANCE is set.
 func TestLabConformance(t *testing.T) {
 	mode := os.Getenv("MYELIN_CONFORMANCE")
@@ -95,7 +96,15 @@ func TestLabConformance(t *testing.T) {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	conformanceLab(t, mode)
+	nodes := 2
+	if v := os.Getenv("MYELIN_CONFORMANCE_NODES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 2 || n > labplan.MaxNodes {
+			t.Fatalf("MYELIN_CONFORMANCE_NODES=%q: use a number of nodes from 2 to %d (3 runs the tests that need a third node)", v, labplan.MaxNodes)
+		}
+		nodes = n
+	}
+	conformanceLab(t, mode, nodes)
 	focus, set := conformance.FullFocus, os.Getenv("MYELIN_CONFORMANCE_FOCUS")
 	switch set {
 	case "", "full":
@@ -115,9 +124,9 @@ func TestLabConformance(t *testing.T) {
 	}
 	res := runSuite(t, suite, conformance.Run{
 		Focus: focus, Skip: conformance.FullSkip,
-		Procs: 4, Timeout: suiteTimeout(t, 150*time.Minute), OutDir: out,
+		Procs: 4, Nodes: nodes, Timeout: suiteTimeout(t, 150*time.Minute), OutDir: out,
 	})
-	summary := fmt.Sprintf("mode %s, focus %s: %s in %s\n\n%s", mode, set, res.Summary(), res.Duration.Round(time.Second), res.Details())
+	summary := fmt.Sprintf("mode %s, %d nodes, focus %s: %s in %s\n\n%s", mode, nodes, set, res.Summary(), res.Duration.Round(time.Second), res.Details())
 	if err := os.WriteFile(filepath.Join(out, "summary.md"), []byte(summary), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -155,10 +164,10 @@ func requireConformance(t *testing.T) conformance.Suite {
 	return suite
 }
 
-// conformanceLab brings up a 2-node --runtime containerd lab for mode: myelin installed
-// by Helm (native or tunnel routing, bpf or legacy host routing), or Flannel with
-// kube-proxy (iptables) for "flannel"; then CoreDNS and the e2e images.
-func conformanceLab(t *testing.T, mode string) kubernetes.Interface {
+// conformanceLab brings up a --runtime containerd lab of nodes nodes for mode: myelin
+// installed by Helm (native or tunnel routing, bpf or legacy host routing), or Flannel
+// with kube-proxy (iptables) for "flannel"; then CoreDNS and the e2e images.
+func conformanceLab(t *testing.T, mode string, nodes int) kubernetes.Interface {
 	t.Helper()
 	version := buildTestImages(t)
 	if out, err := myelin("images", "build", "--e2e"); err != nil {
@@ -169,19 +178,19 @@ func conformanceLab(t *testing.T, mode string) kubernetes.Interface {
 	}
 	var cs kubernetes.Interface
 	if mode == "flannel" {
-		cs = labUp(t, "--runtime", "containerd", "--cni", "flannel", "--kube-proxy", "iptables", "--nodes", "2")
+		cs = labUp(t, "--runtime", "containerd", "--cni", "flannel", "--kube-proxy", "iptables", "--nodes", strconv.Itoa(nodes))
 	} else {
 		routing, hostRouting, ok := strings.Cut(mode, "-")
 		if !ok || helmModeSets[routing] == nil || (hostRouting != "bpf" && hostRouting != "legacy") {
 			t.Fatalf("conformance mode %q: use native-bpf, native-legacy, tunnel-bpf, tunnel-legacy or flannel", mode)
 		}
-		cs = labUp(t, "--runtime", "containerd", "--cni", "none", "--nodes", "2")
+		cs = labUp(t, "--runtime", "containerd", "--cni", "none", "--nodes", strconv.Itoa(nodes))
 		sets := append(append([]string{"image.tag=" + version, "hostRouting=" + hostRouting}, helmLabSets...), helmModeSets[routing]...)
 		args := append([]string{"install", "myelin", chartDir, "-n", "kube-system", "--wait", "--timeout", "5m"}, setFlags(sets)...)
 		if out, err := helmRun(testenv.Helm(t), args...); err != nil {
 			t.Fatalf("%s: helm install: %v\n%s", mode, err, out)
 		}
-		waitAgentsReady(t, cs, 2, "myelin/agent:"+version)
+		waitAgentsReady(t, cs, nodes, "myelin/agent:"+version)
 	}
 	var archives []string
 	for _, image := range images.E2ENames {
