@@ -17,7 +17,10 @@ const KubeProxyUser = "kube-proxy"
 // kube-proxy. kube-proxy runs inside the node's netns, so its iptables or nftables
 // rules, its health and metrics ports and its per-netns sysctls stay in the node.
 // The conntrack settings are 0 so it leaves the host-wide conntrack sysctls alone,
-// and localhostNodePorts is off so it doesn't set route_localnet.
+// and localhostNodePorts is off so it doesn't set route_localnet. Health is served on
+// every address of the node (kube-proxy's default, 0.0.0.0:10256): load balancers probe
+// the node IP, and the upstream suite's "should check kube-proxy urls" asks localhost
+// from the node (it failed while health was bound to the node IP only).
 func writeKubeProxyConfigs(paths labplan.Paths, plan labplan.Plan) error {
 	if plan.Options.KubeProxy == "" {
 		return nil
@@ -31,7 +34,7 @@ hostnameOverride: %s
 mode: %s
 clusterCIDR: %s
 bindAddress: %s
-healthzBindAddress: %s:10256
+healthzBindAddress: 0.0.0.0:10256
 metricsBindAddress: 127.0.0.1:10249
 conntrack:
   maxPerCore: 0
@@ -41,7 +44,7 @@ conntrack:
 iptables:
   localhostNodePorts: false
 `, paths.ComponentKubeconfig(KubeProxyUser), n.Name, plan.Options.KubeProxy,
-			plan.Addressing.ClusterCIDR, n.IP, n.IP)
+			plan.Addressing.ClusterCIDR, n.IP)
 		path := paths.KubeProxyConfig(n.Name)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return err
