@@ -9,6 +9,7 @@
 #include "from_netdev.c"
 #include "from_overlay.c"
 #include "to_netdev.c"
+#include "to_overlay.c"
 #include "to_pod.c"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

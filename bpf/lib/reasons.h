@@ -11,7 +11,8 @@
 enum direction {
 	DIR_FROM_POD = 0,     /* myelin_from_pod: leaving a pod */
 	DIR_FROM_NETDEV = 1,  /* myelin_from_netdev: arriving on the uplink */
-	DIR_TO_NETDEV = 2,    /* myelin_to_netdev: leaving through the uplink */
+	DIR_TO_NETDEV = 2,    /* myelin_to_netdev: leaving through the uplink (and
+			       * myelin_to_overlay's drops: leaving through the overlay) */
 	DIR_FROM_OVERLAY = 3, /* myelin_from_overlay: decapsulated, VXLAN device ingress */
 	DIR_TO_POD = 4,	      /* myelin_to_pod: the stack delivers into a pod (host veth egress) */
 	METRIC_DIRS = 5,

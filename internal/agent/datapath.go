@@ -114,7 +114,7 @@ func (s *startup) loadDatapath() (*datapath.Datapath, netlink.Link, error) {
 }
 
 // attach puts myelin_from_netdev and myelin_to_netdev on the uplink and, in tunnel
-// mode, myelin_from_overlay on myelin_vxlan.
+// mode, myelin_from_overlay and myelin_to_overlay on myelin_vxlan.
 func attach(dp *datapath.Datapath, uplink, overlay netlink.Link) error {
 	if err := dp.AttachNetdev(uplink.Attrs().Index, uplink.Attrs().Name); err != nil {
 		return fmt.Errorf("attach to uplink %s: %w", uplink.Attrs().Name, err)

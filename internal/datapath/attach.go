@@ -60,12 +60,17 @@ func (d *Datapath) AttachEndpoint(ifindex int, name string) (err error) {
 
 // AttachOverlay attaches myelin_from_overlay to TCX ingress of the VXLAN
 // device ifindex (myelin_vxlan, in the caller's network namespace), where
-// decapsulated packets arrive, pinning the link at
-// <PinDir>/links/overlay-<name>, with the same in-place update as
-// AttachNetdev. Attach it in both host routing modes: in legacy mode the
-// program only counts and hands packets to the stack.
+// decapsulated packets arrive, and myelin_to_overlay to its egress, where
+// the replies of NodePort flows the node's own host serves to pods of other
+// nodes are translated back before encapsulation; the links are pinned at
+// <PinDir>/links/overlay-<name> and to-overlay-<name>, with the same
+// in-place update as AttachNetdev. Attach it in both host routing modes: in
+// legacy mode the ingress program only counts and hands packets to the stack.
 func (d *Datapath) AttachOverlay(ifindex int, name string) error {
-	return d.attach(d.objs.MyelinFromOverlay, ebpf.AttachTCXIngress, ifindex, "overlay-", name)
+	if err := d.attach(d.objs.MyelinFromOverlay, ebpf.AttachTCXIngress, ifindex, "overlay-", name); err != nil {
+		return err
+	}
+	return d.attach(d.objs.MyelinToOverlay, ebpf.AttachTCXEgress, ifindex, "to-overlay-", name)
 }
 
 // DetachEndpoint removes both programs from the host-side veth name (in

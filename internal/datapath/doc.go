@@ -30,6 +30,9 @@
 //     NATEntries, GCNAT).
 //   - myelin_from_overlay, TCX ingress of the VXLAN device myelin_vxlan
 //     (AttachOverlay): decapsulated packets in tunnel mode.
+//   - myelin_to_overlay, TCX egress of myelin_vxlan (AttachOverlay too):
+//     replies of NodePort flows the node's host serves, to pods of other
+//     nodes, translated back before encapsulation.
 //
 // Requires Linux 6.6 or later (TCX links); Probe reports what a kernel lacks.
 package datapath

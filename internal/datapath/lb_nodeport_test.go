@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -158,4 +159,39 @@ func nodePortFIB(d *Datapath, routing HostRouting) error {
 		}
 	}
 	return nil
+}
+
+// A NodePort served by the node's own host, for a pod of another node: in tunnel mode
+// the host's reply leaves through the overlay device, whose egress program gives it
+// the NodePort back as its source before encapsulation; the node's other packets and
+// pods' pass untouched.
+func TestPrivilegedLBNodePortHostReplyOverlay(t *testing.T) {
+	requirePrivileged(t)
+	for _, routing := range []HostRouting{HostRoutingBPF, HostRoutingLegacy} {
+		t.Run(routing.String(), func(t *testing.T) {
+			d := loadLB(t, routing, 0)
+			req := ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 40002).withDst(nodeIP, nodePort)
+			reply := ipv4(protoTCP, nodeIP, remoteIP).withSrc(nodeIP, hostPort).withDst(remoteIP, 40002).withTCPFlags(0x12)
+			runLBCases(t, d, []lbCase{{seed: hostBackendService(), prog: d.objs.MyelinFromNetdev, dir: "from-netdev", progCase: progCase{
+				name: "request from a pod of another node: DNAT only", endpoints: seedB, in: req.build(), verdict: tcActOK,
+				out: req.withDst(nodeIP, hostPort).build(), reason: "PASS_STACK"}}})
+			for _, c := range []struct {
+				name    string
+				in, out []byte
+			}{
+				{"the host's reply: source back to the NodePort", reply.build(), reply.withSrc(nodeIP, nodePort).build()},
+				{"the host's other packet: untouched", reply.withDst(remoteIP, 40003).build(), reply.withDst(remoteIP, 40003).build()},
+				{"a pod's packet: untouched", ipv4(protoTCP, podBIP, remoteIP).withSrc(podBIP, hostPort).withDst(remoteIP, 40002).build(),
+					ipv4(protoTCP, podBIP, remoteIP).withSrc(podBIP, hostPort).withDst(remoteIP, 40002).build()},
+			} {
+				ret, out, err := runPacket(d.objs.MyelinToOverlay, c.in, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ret != tcActOK || !bytes.Equal(out, c.out) {
+					t.Errorf("to-overlay, %s: verdict %d, packet\n got %x\nwant %x", c.name, ret, out, c.out)
+				}
+			}
+		})
+	}
 }

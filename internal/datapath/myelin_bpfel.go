@@ -484,6 +484,7 @@ type myelinProgramSpecs struct {
 	MyelinFromOverlay *ebpf.ProgramSpec `ebpf:"myelin_from_overlay"`
 	MyelinFromPod     *ebpf.ProgramSpec `ebpf:"myelin_from_pod"`
 	MyelinToNetdev    *ebpf.ProgramSpec `ebpf:"myelin_to_netdev"`
+	MyelinToOverlay   *ebpf.ProgramSpec `ebpf:"myelin_to_overlay"`
 	MyelinToPod       *ebpf.ProgramSpec `ebpf:"myelin_to_pod"`
 }
 
@@ -691,6 +692,7 @@ type myelinPrograms struct {
 	MyelinFromOverlay *ebpf.Program `ebpf:"myelin_from_overlay"`
 	MyelinFromPod     *ebpf.Program `ebpf:"myelin_from_pod"`
 	MyelinToNetdev    *ebpf.Program `ebpf:"myelin_to_netdev"`
+	MyelinToOverlay   *ebpf.Program `ebpf:"myelin_to_overlay"`
 	MyelinToPod       *ebpf.Program `ebpf:"myelin_to_pod"`
 }
 
@@ -700,6 +702,7 @@ func (p *myelinPrograms) Close() error {
 		p.MyelinFromOverlay,
 		p.MyelinFromPod,
 		p.MyelinToNetdev,
+		p.MyelinToOverlay,
 		p.MyelinToPod,
 	)
 }

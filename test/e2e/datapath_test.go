@@ -85,17 +85,26 @@ func checkConnectivity(t *testing.T, cs kubernetes.Interface, nodes int) {
 	}
 	checkTCP(t, "client to node-2's host network", fromClient, hostWebIP, "host-web")
 	// NodePort of node-2's host network, on node-2's IP: node-2 serves it itself. From
-	// outside and from node-1's host, whose packets arrive on node-2's uplink.
+	// outside and from node-1's host, whose packets arrive on node-2's uplink, and from
+	// the client pod on node-1 (in tunnel mode the reply to a pod goes back through the
+	// overlay).
 	svc, err := cs.CoreV1().Services("default").Get(ctx, "host-web", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hostNodePort := fmt.Sprintf("%s:%d", hostWebIP, nodePortOf(t, svc))
 	waitProgrammed(t, labplan.NodeName(2), hostNodePort+"/TCP", 1)
-	for _, from := range []string{labplan.ExtNS, n1} {
-		out, err := inNode(from, "curl", "-sS", "-m", "5", "http://"+hostNodePort+"/")
+	for _, from := range []struct {
+		name string
+		run  func(...string) (string, error)
+	}{
+		{labplan.ExtNS, func(argv ...string) (string, error) { return inNode(labplan.ExtNS, argv...) }},
+		{n1, func(argv ...string) (string, error) { return inNode(n1, argv...) }},
+		{"the client pod on " + n1, fromClient},
+	} {
+		out, err := from.run("curl", "-sS", "-m", "5", "http://"+hostNodePort+"/")
 		if err != nil || !strings.HasPrefix(out, "server=host-web ") {
-			t.Errorf("NodePort %s (node-2's host network) from %s: %v %q, want an answer from host-web", hostNodePort, from, err, out)
+			t.Errorf("NodePort %s (node-2's host network) from %s: %v %q, want an answer from host-web", hostNodePort, from.name, err, out)
 		}
 	}
 	// Node to pod: from each node to a pod on node-1 (local for node-1, remote for others).
