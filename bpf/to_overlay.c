@@ -30,7 +30,7 @@ int myelin_to_overlay(struct __sk_buff *skb)
 
 	if (!lb_host_replies || skb->protocol != bpf_htons(ETH_P_IP))
 		return TC_ACT_OK;
-	if (ipv4_parse(skb, &info) < 0 || info.saddr != node_ip)
+	if (ipv4_parse(skb, &info) < 0)
 		return TC_ACT_OK;
 	reason = lb_host_reply(skb, &info);
 	if (reason)
