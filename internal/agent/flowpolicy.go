@@ -75,11 +75,11 @@ func (l *flowLoop) allowingPolicies(v *policyView, f *flow.Flow, egress bool) []
 func protocolNumber(name string) uint8 {
 	switch name {
 	case "TCP":
-		return 6
+		return policy.ProtoTCP
 	case "UDP":
-		return 17
+		return policy.ProtoUDP
 	case "SCTP":
-		return 132
+		return policy.ProtoSCTP
 	}
 	return 0
 }
