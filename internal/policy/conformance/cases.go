@@ -13,7 +13,8 @@ const noSCTPServer = "the lab's pods run host programs and none serves SCTP " +
 // Cases are the upstream truth tables, in upstream's order: 42 TCP, 3 UDP, 3 SCTP.
 func Cases() []Case {
 	cases := append(tcpCases(), tcpCasesB()...)
-	return append(append(cases, tcpCasesC()...), udpSCTPCases()...)
+	cases = append(append(cases, tcpCasesC()...), tcpCasesD()...)
+	return append(cases, udpSCTPCases()...)
 }
 
 // tcpCases are upstream's first TCP cases, up to "a pod in a different namespace".

@@ -6,11 +6,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// tcpCasesC are upstream's last TCP cases, from "denying of egress traffic on the
-// client side" to "NamespaceSelector with MatchExpressions using default ns label".
-// One table of independent rows, over 60 lines: upstream keeps all its TCP cases in
-// one group ("NetworkPolicy between server and client"), so a split here would follow
-// line count, not meaning.
+// tcpCasesC are upstream's TCP cases on egress and on several policies adding up,
+// from "denying of egress traffic on the client side" to "stop enforcing policies
+// after they are deleted".
 func tcpCasesC() []Case {
 	fromXA := []ingressRule{from(nsAndPods(nsName("x"), matchLabels("pod", "a")))}
 	return []Case{
@@ -41,6 +39,15 @@ func tcpCasesC() []Case {
 				tcp(80, expectPeer(nsX, anyPod, false), expectPeer(anyPod, nsX, false))),
 			step(actions(Action{DeleteAll: true}), tcp(80)),
 		}},
+	}
+}
+
+// tcpCasesD are upstream's last TCP cases: CIDR blocks and their exceptions, ingress
+// and egress controlled apart, ports of one protocol only, and the default namespace
+// label, from "egress access to server in CIDR block" to "NamespaceSelector with
+// MatchExpressions using default ns label".
+func tcpCasesD() []Case {
+	return []Case{
 		{Name: "should allow egress access to server in CIDR block", Steps: []Step{step(
 			actions(Action{Create: func(ips IPs) *networkingv1.NetworkPolicy {
 				return policy("x", "allow-client-a-via-cidr-egress-rule", podA, nil, []egressRule{to(ipBlock(host(ips[yb])))})
