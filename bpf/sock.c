@@ -54,7 +54,7 @@ static __always_inline void sock_xlate(struct bpf_sock_addr *ctx, __u8 proto)
 	t.sport = (__u16)rk.cookie;
 	t.dport = dport;
 	t.proto = proto;
-	id = lb_select(svc, &t, &index);
+	id = lb_select(svc, &t, &index, LB_CLIENT_NODE);
 	b = id ? lb_backend_lookup(id) : NULL;
 	if (!b)
 		return;

@@ -82,49 +82,77 @@ static __always_inline __u32 lb_maglev_lookup(__u32 svc_id, __u32 idx)
 	return id ? *id : 0;
 }
 
-/* lb_slot_lookup returns the backend id in slot of svc, 0 if none. */
-static __always_inline __u32 lb_slot_lookup(const struct lb_svc *svc, __u32 slot)
+/*
+ * lb_client is who opens a flow to a service: the node's own pods and
+ * processes, or a client outside the node (NodePort traffic arriving on the
+ * uplink). They choose from the same pool but with LB_SVC_F_EXT_LOCAL
+ * (externalTrafficPolicy: Local): then outside clients choose among the
+ * node's own backends only (the first local_count slots), by the Maglev
+ * table when there is one, and the node's clients among all slots at random
+ * (kube-proxy "short-circuits" local traffic so too).
+ */
+enum lb_client {
+	LB_CLIENT_NODE,
+	LB_CLIENT_EXTERNAL,
+};
+
+/* lb_pool_size is how many slots of svc client chooses from. */
+static __always_inline __u32 lb_pool_size(const struct lb_svc *svc, enum lb_client client)
+{
+	if (client == LB_CLIENT_EXTERNAL && (svc->flags & LB_SVC_F_EXT_LOCAL))
+		return svc->local_count;
+	return svc->count;
+}
+
+/* lb_slot_lookup returns the backend id in slot of client's pool of svc, 0 if none. */
+static __always_inline __u32 lb_slot_lookup(const struct lb_svc *svc, __u32 slot,
+					    enum lb_client client)
 {
 	struct lb_slot_key key = {.svc_id = svc->id, .slot = slot};
 	__u32 *id;
 
-	if (slot >= svc->count)
+	if (slot >= lb_pool_size(svc, client))
 		return 0;
 	id = bpf_map_lookup_elem(&myelin_lb_slots, &key);
 	return id ? *id : 0;
 }
 
-/* lb_uses_maglev says whether svc selects by its Maglev table. */
-static __always_inline int lb_uses_maglev(const struct lb_svc *svc)
+/* lb_uses_maglev says whether client selects by svc's Maglev table. */
+static __always_inline int lb_uses_maglev(const struct lb_svc *svc, enum lb_client client)
 {
-	return maglev_table_size && (svc->flags & LB_SVC_F_MAGLEV);
+	if (!maglev_table_size || !(svc->flags & LB_SVC_F_MAGLEV))
+		return 0;
+	return client == LB_CLIENT_EXTERNAL || !(svc->flags & LB_SVC_F_EXT_LOCAL);
 }
 
-/* lb_index_lookup returns the backend at index of svc's selection pool. */
-static __always_inline __u32 lb_index_lookup(const struct lb_svc *svc, __u32 index)
+/* lb_index_lookup returns the backend at index of client's selection pool of svc. */
+static __always_inline __u32 lb_index_lookup(const struct lb_svc *svc, __u32 index,
+					     enum lb_client client)
 {
-	if (lb_uses_maglev(svc))
+	if (lb_uses_maglev(svc, client))
 		return lb_maglev_lookup(svc->id, index);
-	return lb_slot_lookup(svc, index);
+	return lb_slot_lookup(svc, index, client);
 }
 
 /*
- * lb_pick chooses a backend for the new flow t: the Maglev table entry of
- * its hash, else (no table, or an empty entry) a random slot. Returns the
- * backend id (0: none) and where it was found in *index.
+ * lb_pick chooses a backend for the new flow t of client: the Maglev table
+ * entry of its hash, else (no table, or an empty entry) a random slot of
+ * its pool, which is not empty. Returns the backend id (0: none) and where
+ * it was found in *index.
  */
-static __always_inline __u32 lb_pick(const struct lb_svc *svc, const struct ct_key *t, __u32 *index)
+static __always_inline __u32 lb_pick(const struct lb_svc *svc, const struct ct_key *t, __u32 *index,
+				     enum lb_client client)
 {
 	__u32 id;
 
-	if (lb_uses_maglev(svc)) {
+	if (lb_uses_maglev(svc, client)) {
 		*index = lb_hash(t) % maglev_table_size;
 		id = lb_maglev_lookup(svc->id, *index);
 		if (id)
 			return id;
 	}
-	*index = bpf_get_prandom_u32() % svc->count;
-	return lb_slot_lookup(svc, *index);
+	*index = bpf_get_prandom_u32() % lb_pool_size(svc, client);
+	return lb_slot_lookup(svc, *index, client);
 }
 
 /*
@@ -133,7 +161,8 @@ static __always_inline __u32 lb_pick(const struct lb_svc *svc, const struct ct_k
  * its place in the selection pool (returned in *index), i.e. still ready.
  * A hit counts as the client's latest new connection.
  */
-static __always_inline __u32 lb_affinity_get(const struct lb_svc *svc, __be32 client, __u32 *index)
+static __always_inline __u32 lb_affinity_get(const struct lb_svc *svc, __be32 client, __u32 *index,
+					     enum lb_client kind)
 {
 	struct lb_affinity_key key = {.svc_id = svc->id, .client = client};
 	struct lb_affinity *a = bpf_map_lookup_elem(&myelin_lb_affinity, &key);
@@ -141,7 +170,7 @@ static __always_inline __u32 lb_affinity_get(const struct lb_svc *svc, __be32 cl
 
 	if (!a || now - a->last_used > (__u64)svc->affinity_timeout * NSEC_PER_SEC)
 		return 0;
-	if (lb_index_lookup(svc, a->index) != a->backend_id)
+	if (lb_index_lookup(svc, a->index, kind) != a->backend_id)
 		return 0;
 	*index = a->index;
 	/* A plain store: racing CPUs write about the same time. */
@@ -161,25 +190,25 @@ static __always_inline void lb_affinity_put(const struct lb_svc *svc, __be32 cli
 }
 
 /*
- * lb_select chooses the backend of a new flow t to svc: the client's
- * affinity when the service has one, else lb_pick. Returns 0 when the
- * service has no ready backend, else the backend id with where it was found
- * in the pool in *index.
+ * lb_select chooses the backend of a new flow t of client to svc: the
+ * client's affinity when the service has one, else lb_pick. Returns 0 when
+ * the client's pool has no ready backend, else the backend id with where it
+ * was found in the pool in *index.
  */
 static __always_inline __u32 lb_select(const struct lb_svc *svc, const struct ct_key *t,
-				       __u32 *index)
+				       __u32 *index, enum lb_client client)
 {
 	int affinity = svc->flags & LB_SVC_F_AFFINITY;
 	__u32 id;
 
-	if (!svc->count)
+	if (!lb_pool_size(svc, client))
 		return 0;
 	if (affinity) {
-		id = lb_affinity_get(svc, t->saddr, index);
+		id = lb_affinity_get(svc, t->saddr, index, client);
 		if (id)
 			return id;
 	}
-	id = lb_pick(svc, t, index);
+	id = lb_pick(svc, t, index, client);
 	if (id && affinity)
 		lb_affinity_put(svc, t->saddr, id, *index);
 	return id;

@@ -66,15 +66,17 @@ struct lb_flow {
  * lookup, for SYNs only): a new connection always gets a current backend
  * of this service, never a terminating one.
  */
-static __always_inline const struct lb_backend *
-lb_flow_keep(const struct ct_entry *ct, const struct lb_svc *svc, const struct l4_info *l4)
+static __always_inline const struct lb_backend *lb_flow_keep(const struct ct_entry *ct,
+							     const struct lb_svc *svc,
+							     const struct l4_info *l4,
+							     enum lb_client client)
 {
 	const struct lb_backend *b;
 
 	if (ct->svc_id != svc->id)
 		return NULL;
 	if (l4->tcp_opening && ((ct->flags & (CT_F_ESTABLISHED | CT_F_CLOSING)) ||
-				lb_index_lookup(svc, ct->index) != ct->backend_id))
+				lb_index_lookup(svc, ct->index, client) != ct->backend_id))
 		return NULL;
 	b = lb_backend_lookup(ct->backend_id);
 	if (!b || b->addr != ct->be_addr || b->port != ct->be_port)
@@ -83,17 +85,17 @@ lb_flow_keep(const struct ct_entry *ct, const struct lb_svc *svc, const struct l
 }
 
 /*
- * lb_flow_backend fills f with the backend of flow fwd to svc: its
- * conntrack entry's (in map) while lb_flow_keep allows, else a new choice
- * (lb_select), with f->ct NULL: the caller writes the flow's entries.
+ * lb_flow_backend fills f with the backend of flow fwd of client to svc:
+ * its conntrack entry's (in map) while lb_flow_keep allows, else a new
+ * choice (lb_select), with f->ct NULL: the caller writes the flow's entries.
  * Returns the backend id, 0 if none.
  */
 static __always_inline __u32 lb_flow_backend(void *map, const struct ct_key *fwd,
 					     const struct lb_svc *svc, const struct l4_info *l4,
-					     struct lb_flow *f)
+					     struct lb_flow *f, enum lb_client client)
 {
 	struct ct_entry *ct = ct_lookup(map, fwd);
-	const struct lb_backend *b = ct ? lb_flow_keep(ct, svc, l4) : NULL;
+	const struct lb_backend *b = ct ? lb_flow_keep(ct, svc, l4, client) : NULL;
 
 	if (b) {
 		f->be = *b;
@@ -104,7 +106,7 @@ static __always_inline __u32 lb_flow_backend(void *map, const struct ct_key *fwd
 		return f->id;
 	}
 	f->ct = NULL;
-	f->id = lb_select(svc, fwd, &f->index);
+	f->id = lb_select(svc, fwd, &f->index, client);
 	b = f->id ? lb_backend_lookup(f->id) : NULL;
 	if (!b)
 		return 0;
@@ -166,7 +168,7 @@ static __always_inline int lb_pod_service(struct __sk_buff *skb, struct ipv4_inf
 	int hairpin, reason;
 
 	ct_key_of(&fwd, info, l4, CT_DIR_FORWARD);
-	if (!lb_flow_backend(&myelin_lb_ct, &fwd, svc, l4, &f))
+	if (!lb_flow_backend(&myelin_lb_ct, &fwd, svc, l4, &f, LB_CLIENT_NODE))
 		return DROP_SVC_NO_BACKEND;
 	hairpin = f.be.addr == info->saddr;
 	/* A SYN writes both entries again: a direct connection on the same ports
@@ -278,6 +280,8 @@ volatile __u32 lb_host_replies = 0;
  * the client: SNAT would make the request a packet from the node's own
  * address arriving from outside, which the stack drops as a martian. Its
  * replies leave through the stack and the uplink (lb_host_reply).
+ * Its clients are outside the node (LB_CLIENT_EXTERNAL): with
+ * externalTrafficPolicy Local only the node's own backends serve them.
  */
 static __always_inline int lb_nodeport(struct __sk_buff *skb, struct ipv4_info *info,
 				       struct l4_info *l4, const struct lb_svc *svc, int *route)
@@ -292,7 +296,7 @@ static __always_inline int lb_nodeport(struct __sk_buff *skb, struct ipv4_info *
 	reason = np_flow(skb, info, l4, &npkey, &flow);
 	if (reason == 1) {
 		ct_key_of(&fwd, info, l4, CT_DIR_FORWARD);
-		if (!lb_flow_backend(&myelin_lb_ct_nodeport, &fwd, svc, l4, &f))
+		if (!lb_flow_backend(&myelin_lb_ct_nodeport, &fwd, svc, l4, &f, LB_CLIENT_EXTERNAL))
 			return DROP_SVC_NO_BACKEND;
 		/* A pod of another node as the client (in the cluster CIDR, which
 		 * lb_from_pod sends on untranslated) is served as if a pod backend

@@ -118,23 +118,28 @@ struct lb_svc_key {
 	__u8 pad;   /* explicit padding, 0 */
 };
 
-/* lb_svc_flags are the bits of lb_svc.flags; the first two are datapath.ServiceFlags. */
+/* lb_svc_flags are the bits of lb_svc.flags; all but MAGLEV are datapath.ServiceFlags. */
 enum lb_svc_flags {
-	LB_SVC_F_NODEPORT = 1, /* frontend is node_ip:nodePort, served on the uplink */
-	LB_SVC_F_AFFINITY = 2, /* sessionAffinity ClientIP (myelin_lb_affinity) */
-	LB_SVC_F_MAGLEV = 4,   /* the service has a table in myelin_lb_maglev */
+	LB_SVC_F_NODEPORT = 1,	/* frontend is node_ip:nodePort, served on the uplink */
+	LB_SVC_F_AFFINITY = 2,	/* sessionAffinity ClientIP (myelin_lb_affinity) */
+	LB_SVC_F_MAGLEV = 4,	/* the service has a table in myelin_lb_maglev */
+	LB_SVC_F_EXT_LOCAL = 8, /* externalTrafficPolicy Local: see lb_svc.local_count */
 };
 
 /*
  * lb_svc is a service: its backends are slots 0..count-1 of myelin_lb_slots
- * under id (and, with LB_SVC_F_MAGLEV, the Maglev table under id).
+ * under id (and, with LB_SVC_F_MAGLEV, the Maglev table under id). With
+ * LB_SVC_F_EXT_LOCAL, clients from outside the node choose among the first
+ * local_count slots only, the node's own backends, and the Maglev table
+ * holds those (lib/lb.h, enum lb_client).
  */
 struct lb_svc {
 	__u32 id;		/* agent-assigned, >= 1 */
 	__u32 count;		/* ready backends; 0 = reject new connections */
 	__u32 affinity_timeout; /* seconds, with LB_SVC_F_AFFINITY */
 	__u8 flags;		/* enum lb_svc_flags */
-	__u8 pad[3];		/* explicit padding, 0 */
+	__u8 pad;		/* explicit padding, 0 */
+	__u16 local_count;	/* with LB_SVC_F_EXT_LOCAL: slots 0..local_count-1 are local */
 };
 
 /* lb_slot_key is one backend slot of a service in myelin_lb_slots. */

@@ -54,8 +54,12 @@ func frontendView(f service.Applied, backends map[uint32]service.Backend) api.Se
 	if f.Affinity > 0 {
 		v.Affinity = f.Affinity.String()
 	}
-	for _, id := range f.Active {
-		v.Backends = append(v.Backends, api.ServiceBackend{Address: backends[id].String(), ID: id, State: "active"})
+	if f.ExternalLocal {
+		v.ExternalTrafficPolicy = "Local"
+	}
+	for i, id := range f.Active {
+		v.Backends = append(v.Backends, api.ServiceBackend{Address: backends[id].String(), ID: id, State: "active",
+			Local: f.ExternalLocal && i < f.Local})
 	}
 	for _, id := range f.Terminating {
 		v.Backends = append(v.Backends, api.ServiceBackend{Address: backends[id].String(), ID: id, State: "terminating"})

@@ -114,18 +114,22 @@ type Services struct {
 
 // ServiceFrontend is one programmed frontend: how clients reach a Service port here.
 type ServiceFrontend struct {
-	Service  string           `json:"service"` // namespace/name; "" for an entry no Service claims yet
-	Port     string           `json:"port,omitempty"`
-	Type     string           `json:"type"`     // ClusterIP or NodePort
-	Frontend string           `json:"frontend"` // addr:port/PROTO
-	ID       uint32           `json:"id"`
-	Affinity string           `json:"affinity,omitempty"` // ClientIP timeout, e.g. "10800s"
-	Backends []ServiceBackend `json:"backends"`
+	Service  string `json:"service"` // namespace/name; "" for an entry no Service claims yet
+	Port     string `json:"port,omitempty"`
+	Type     string `json:"type"`     // ClusterIP or NodePort
+	Frontend string `json:"frontend"` // addr:port/PROTO
+	ID       uint32 `json:"id"`
+	Affinity string `json:"affinity,omitempty"` // ClientIP timeout, e.g. "10800s"
+	// ExternalTrafficPolicy is "Local" on a NodePort frontend whose clients from
+	// outside the node get only the backends marked local; the node's own get any.
+	ExternalTrafficPolicy string           `json:"externalTrafficPolicy,omitempty"`
+	Backends              []ServiceBackend `json:"backends"`
 }
 
 // ServiceBackend is one backend of a frontend.
 type ServiceBackend struct {
 	Address string `json:"address"` // addr:port
 	ID      uint32 `json:"id"`
-	State   string `json:"state"` // active (takes new connections) or terminating
+	State   string `json:"state"`           // active (takes new connections) or terminating
+	Local   bool   `json:"local,omitempty"` // with externalTrafficPolicy Local: the node's own, outside clients' pool
 }

@@ -47,8 +47,11 @@ func Services(ctx context.Context, out io.Writer, o ServicesOptions) error {
 		var bs []string
 		for _, b := range f.Backends {
 			s := b.Address
-			if b.State != "active" {
+			switch {
+			case b.State != "active":
 				s += " (" + b.State + ")"
+			case b.Local:
+				s += " (local)"
 			}
 			bs = append(bs, s)
 		}
@@ -56,7 +59,12 @@ func Services(ctx context.Context, out io.Writer, o ServicesOptions) error {
 		if len(f.Backends) == 0 {
 			backends = "none: new connections are rejected"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", orDash(f.Service), orDash(f.Port), f.Type, f.Frontend, orDash(f.Affinity), backends)
+		typ := f.Type
+		if f.ExternalTrafficPolicy != "" {
+			// Outside clients get the (local) backends only, the node's own clients any.
+			typ += " (external " + f.ExternalTrafficPolicy + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", orDash(f.Service), orDash(f.Port), typ, f.Frontend, orDash(f.Affinity), backends)
 	}
 	return tw.Flush()
 }

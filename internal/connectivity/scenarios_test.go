@@ -56,6 +56,9 @@ func TestScenariosThreeNodes(t *testing.T) {
 	if l := s["pod-to-service/local-traffic/node-3"]; !strings.Contains(strings.Join(l.probe, " "), "server=server-b") {
 		t.Errorf("local-traffic via node-3 %v: must require node-3's own server", l.probe)
 	}
+	if l := s["pod-to-service/local-traffic/node-1"]; strings.Contains(strings.Join(l.probe, " "), "server=") {
+		t.Errorf("local-traffic via the client's node-1 %v: its pods may get any server", l.probe)
+	}
 	if d := s["policy/denied"]; !d.deny || !d.policy || d.from != podServerA {
 		t.Errorf("policy/denied = %+v: want a denial from server-a with the policy", d)
 	}

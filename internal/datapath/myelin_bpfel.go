@@ -246,15 +246,17 @@ type myelinLbSvc struct {
 	Count           uint32
 	AffinityTimeout uint32
 	Flags           uint8
-	Pad             [3]uint8
+	Pad             uint8
+	LocalCount      uint16
 }
 
 type myelinLbSvcFlags uint32
 
 const (
-	myelinLbSvcFlagsLB_SVC_F_NODEPORT myelinLbSvcFlags = 1
-	myelinLbSvcFlagsLB_SVC_F_AFFINITY myelinLbSvcFlags = 2
-	myelinLbSvcFlagsLB_SVC_F_MAGLEV   myelinLbSvcFlags = 4
+	myelinLbSvcFlagsLB_SVC_F_NODEPORT  myelinLbSvcFlags = 1
+	myelinLbSvcFlagsLB_SVC_F_AFFINITY  myelinLbSvcFlags = 2
+	myelinLbSvcFlagsLB_SVC_F_MAGLEV    myelinLbSvcFlags = 4
+	myelinLbSvcFlagsLB_SVC_F_EXT_LOCAL myelinLbSvcFlags = 8
 )
 
 type myelinLbSvcKey struct {

@@ -61,7 +61,17 @@ const (
 	// backend for Service.AffinityTimeout since its last new connection,
 	// as long as that backend stays among the service's Backends.
 	ServiceAffinity
+	// ServiceExternalLocal is externalTrafficPolicy Local (on a NodePort
+	// frontend): clients from outside the node choose among the first
+	// Service.LocalBackends of Backends only, this node's own, by the Maglev
+	// table when there is one; the node's pods and processes choose among
+	// all Backends at random, as kube-proxy short-circuits local traffic.
+	// (The datapath keeps bit 4 for itself: the service has a Maglev table.)
+	ServiceExternalLocal ServiceFlags = 8
 )
+
+// serviceFlagsKnown are the ServiceFlags Service.Flags may hold.
+const serviceFlagsKnown = ServiceNodePort | ServiceAffinity | ServiceExternalLocal
 
 // Service is what a frontend is translated to.
 type Service struct {
@@ -77,10 +87,14 @@ type Service struct {
 	// with ICMP port unreachable; established ones stay on their backend
 	// while it exists.
 	Backends []uint32
+	// LocalBackends, with ServiceExternalLocal, is how many of Backends,
+	// first, are this node's: the pool of clients from outside the node.
+	LocalBackends int
 	// Maglev is the service's Maglev lookup table, computed by the agent:
 	// nil for random selection (lb-algorithm random), else
-	// Config.MaglevTableSize backend ids, each one of Backends. Ignored
-	// when Backends is empty. Services reads it back as nil.
+	// Config.MaglevTableSize backend ids, each one of Backends (of the
+	// first LocalBackends with ServiceExternalLocal). Ignored when Backends
+	// is empty. Services reads it back as nil.
 	Maglev []uint32
 }
 
@@ -345,9 +359,16 @@ func serviceValue(s Service, maglevSize uint32) (myelinLbSvc, error) {
 	if s.ID == 0 {
 		return v, errors.New("service id 0: service ids start at 1")
 	}
-	if s.Flags&^(ServiceNodePort|ServiceAffinity) != 0 {
+	if s.Flags&^serviceFlagsKnown != 0 {
 		return v, fmt.Errorf("unknown service flags %#x", uint8(s.Flags))
 	}
+	switch {
+	case s.Flags&ServiceExternalLocal == 0 && s.LocalBackends != 0:
+		return v, fmt.Errorf("%d local backends without ServiceExternalLocal: only externalTrafficPolicy Local has a pool of its own", s.LocalBackends)
+	case s.LocalBackends < 0 || s.LocalBackends > len(s.Backends) || s.LocalBackends > math.MaxUint16:
+		return v, fmt.Errorf("%d local backends of %d: want 0 to %d", s.LocalBackends, len(s.Backends), min(len(s.Backends), math.MaxUint16))
+	}
+	v.LocalCount = uint16(s.LocalBackends)
 	if slices.Contains(s.Backends, 0) {
 		return v, errors.New("backend id 0 in Backends: backend ids start at 1")
 	}
@@ -368,7 +389,7 @@ func serviceValue(s Service, maglevSize uint32) (myelinLbSvc, error) {
 }
 
 // checkMaglevTable checks that s.Maglev has the configured size and only
-// ids of s.Backends.
+// ids of s.Backends (of its first LocalBackends with ServiceExternalLocal).
 func checkMaglevTable(s Service, size uint32) error {
 	if size == 0 {
 		return errors.New("Maglev table given, but the datapath was loaded with Config.MaglevTableSize 0 (random selection)")
@@ -376,13 +397,17 @@ func checkMaglevTable(s Service, size uint32) error {
 	if len(s.Maglev) != int(size) {
 		return fmt.Errorf("Maglev table of %d entries, want Config.MaglevTableSize = %d", len(s.Maglev), size)
 	}
-	ready := make(map[uint32]bool, len(s.Backends))
-	for _, id := range s.Backends {
+	pool, name := s.Backends, "Backends"
+	if s.Flags&ServiceExternalLocal != 0 {
+		pool, name = s.Backends[:s.LocalBackends], fmt.Sprintf("the first %d (local) Backends", s.LocalBackends)
+	}
+	ready := make(map[uint32]bool, len(pool))
+	for _, id := range pool {
 		ready[id] = true
 	}
 	for i, id := range s.Maglev {
 		if !ready[id] {
-			return fmt.Errorf("Maglev table entry %d is backend %d, which is not in Backends", i, id)
+			return fmt.Errorf("Maglev table entry %d is backend %d, which is not in %s", i, id, name)
 		}
 	}
 	return nil

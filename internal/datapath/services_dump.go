@@ -39,7 +39,7 @@ func batchDump[K, V any](m *ebpf.Map, fn func(K, V)) error {
 func serviceEntry(k myelinLbSvcKey, v myelinLbSvc) ServiceEntry {
 	e := ServiceEntry{
 		Frontend:  Frontend{Addr: addrFromNetwork(k.Addr), Port: ntohs(k.Port), Proto: k.Proto},
-		Service:   Service{ID: v.Id, Flags: ServiceFlags(v.Flags) & (ServiceNodePort | ServiceAffinity)},
+		Service:   Service{ID: v.Id, Flags: ServiceFlags(v.Flags) & serviceFlagsKnown, LocalBackends: int(v.LocalCount)},
 		HasMaglev: v.Flags&uint8(myelinLbSvcFlagsLB_SVC_F_MAGLEV) != 0,
 	}
 	if e.Flags&ServiceAffinity != 0 {

@@ -11,9 +11,14 @@ import (
 
 // The Go flags are the C ones.
 func TestServiceFlagsMatchC(t *testing.T) {
-	if uint8(ServiceNodePort) != uint8(myelinLbSvcFlagsLB_SVC_F_NODEPORT) || uint8(ServiceAffinity) != uint8(myelinLbSvcFlagsLB_SVC_F_AFFINITY) {
-		t.Errorf("ServiceNodePort %d, ServiceAffinity %d differ from the C flags %d, %d", ServiceNodePort, ServiceAffinity,
-			myelinLbSvcFlagsLB_SVC_F_NODEPORT, myelinLbSvcFlagsLB_SVC_F_AFFINITY)
+	if uint8(ServiceNodePort) != uint8(myelinLbSvcFlagsLB_SVC_F_NODEPORT) || uint8(ServiceAffinity) != uint8(myelinLbSvcFlagsLB_SVC_F_AFFINITY) ||
+		uint8(ServiceExternalLocal) != uint8(myelinLbSvcFlagsLB_SVC_F_EXT_LOCAL) {
+		t.Errorf("ServiceNodePort %d, ServiceAffinity %d, ServiceExternalLocal %d differ from the C flags %d, %d, %d",
+			ServiceNodePort, ServiceAffinity, ServiceExternalLocal,
+			myelinLbSvcFlagsLB_SVC_F_NODEPORT, myelinLbSvcFlagsLB_SVC_F_AFFINITY, myelinLbSvcFlagsLB_SVC_F_EXT_LOCAL)
+	}
+	if serviceFlagsKnown&ServiceFlags(myelinLbSvcFlagsLB_SVC_F_MAGLEV) != 0 {
+		t.Errorf("a Go service flag is the datapath's own Maglev bit %d", myelinLbSvcFlagsLB_SVC_F_MAGLEV)
 	}
 }
 
@@ -26,6 +31,14 @@ func TestServiceValue(t *testing.T) {
 	if want := (myelinLbSvc{Id: 4, Count: 2, AffinityTimeout: 2, Flags: uint8(ServiceAffinity) | uint8(myelinLbSvcFlagsLB_SVC_F_MAGLEV)}); v != want {
 		t.Errorf("serviceValue = %+v, want %+v", v, want)
 	}
+	v, err = serviceValue(Service{ID: 5, Flags: ServiceNodePort | ServiceExternalLocal, Backends: []uint32{3, 1, 2}, LocalBackends: 2,
+		Maglev: []uint32{3, 1, 3, 1, 3, 1, 3}}, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (myelinLbSvc{Id: 5, Count: 3, LocalCount: 2, Flags: uint8(ServiceNodePort|ServiceExternalLocal) | uint8(myelinLbSvcFlagsLB_SVC_F_MAGLEV)}); v != want {
+		t.Errorf("serviceValue = %+v, want %+v", v, want)
+	}
 	for _, c := range []struct {
 		name string
 		s    Service
@@ -33,7 +46,12 @@ func TestServiceValue(t *testing.T) {
 		want string
 	}{
 		{"id 0", Service{Backends: []uint32{1}}, 0, "service id 0"},
-		{"unknown flag", Service{ID: 1, Flags: 8}, 0, "unknown service flags"},
+		{"unknown flag", Service{ID: 1, Flags: 16}, 0, "unknown service flags"},
+		{"the Maglev bit", Service{ID: 1, Flags: 4}, 0, "unknown service flags"},
+		{"local pool without the flag", Service{ID: 1, Backends: []uint32{1}, LocalBackends: 1}, 0, "without ServiceExternalLocal"},
+		{"local pool beyond the backends", Service{ID: 1, Flags: ServiceExternalLocal, Backends: []uint32{1}, LocalBackends: 2}, 0, "2 local backends of 1"},
+		{"Maglev over remote backends", Service{ID: 1, Flags: ServiceExternalLocal, Backends: []uint32{1, 2}, LocalBackends: 1,
+			Maglev: []uint32{1, 1, 1, 2, 1, 1, 1}}, 7, "entry 3 is backend 2, which is not in the first 1 (local) Backends"},
 		{"backend id 0", Service{ID: 1, Backends: []uint32{1, 0}}, 0, "backend id 0"},
 		{"affinity without timeout", Service{ID: 1, Flags: ServiceAffinity}, 0, "affinity timeout"},
 		{"table without Maglev", Service{ID: 1, Backends: []uint32{1}, Maglev: []uint32{1}}, 0, "MaglevTableSize 0"},

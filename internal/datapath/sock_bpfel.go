@@ -165,7 +165,8 @@ type sockLbSvc struct {
 	Count           uint32
 	AffinityTimeout uint32
 	Flags           uint8
-	Pad             [3]uint8
+	Pad             uint8
+	LocalCount      uint16
 }
 
 type sockLbSvcKey struct {

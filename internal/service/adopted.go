@@ -21,7 +21,7 @@ func (a adoptedState) adopt(entries []datapath.ServiceEntry) {
 }
 
 // take removes and reports whether key is programmed exactly as s: same id, flags,
-// affinity and backend slots, with random selection on both sides (a Maglev table
+// local pool, affinity and backend slots, with random selection on both sides (a Maglev table
 // is in memory only after a write, so a Maglev frontend is always written again).
 func (a adoptedState) take(key datapath.Frontend, s datapath.Service) bool {
 	e, ok := a[key]
@@ -30,5 +30,6 @@ func (a adoptedState) take(key datapath.Frontend, s datapath.Service) bool {
 	}
 	delete(a, key)
 	return !e.HasMaglev && s.Maglev == nil && e.ID == s.ID && e.Flags == s.Flags &&
-		e.AffinityTimeout == s.AffinityTimeout && slices.Equal(e.Backends, s.Backends)
+		e.LocalBackends == s.LocalBackends && e.AffinityTimeout == s.AffinityTimeout &&
+		slices.Equal(e.Backends, s.Backends)
 }

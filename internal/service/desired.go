@@ -40,7 +40,14 @@ type Frontend struct {
 	// Active backends take new connections (ready ones, or the serving-terminating
 	// ones when none is ready, as kube-proxy does). Sorted by address and port so every
 	// node builds the same Maglev table. Empty: new connections are rejected at once.
+	// With ExternalLocal, this node's come first, each part sorted.
 	Active []Backend
+	// ExternalLocal is externalTrafficPolicy: Local on a NodePort frontend: clients
+	// from outside the node take only the first Local of Active, this node's own (none:
+	// their connections are rejected); the node's pods and processes take any of
+	// Active, as kube-proxy "short-circuits" traffic from the node.
+	ExternalLocal bool
+	Local         int
 	// Terminating backends take no new connections but stay known, so connections
 	// already open to them finish.
 	Terminating []Backend
@@ -57,8 +64,8 @@ type Options struct {
 // Desired returns the frontends of svc on this node, with backends from slices (the
 // Service's EndpointSlices). Headless and ExternalName Services, non-IPv4 cluster IPs
 // and protocols other than TCP and UDP have none. externalTrafficPolicy: Local limits
-// NodePort frontends, and internalTrafficPolicy: Local ClusterIP frontends, to this
-// node's endpoints. The watcher computes the same from its cache records (desired).
+// what clients from outside the node get on NodePort frontends, and
+// internalTrafficPolicy: Local ClusterIP frontends, to this node's endpoints. The watcher computes the same from its cache records (desired).
 func Desired(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, o Options) []Frontend {
 	return desired(newCachedService(svc), cachedSlices(slices, o.NodeName), o)
 }
@@ -102,7 +109,11 @@ func desired(svc *cachedService, slices []*cachedSlice, o Options) []Frontend {
 		if sp.nodePort != 0 && o.NodeIP.Is4() && svc.nodePorts {
 			fe.Key = datapath.Frontend{Addr: o.NodeIP, Port: sp.nodePort, Proto: sp.proto}
 			fe.Type = NodePort
-			fe.Active, fe.Terminating = backendsOf(slices, sp, svc.externalLocal)
+			fe.Active, fe.Terminating = backendsOf(slices, sp, false)
+			if svc.externalLocal {
+				fe.ExternalLocal = true
+				fe.Active, fe.Terminating, fe.Local = localFirst(slices, sp, fe.Active, fe.Terminating)
+			}
 			out = append(out, fe)
 		}
 	}
@@ -154,6 +165,37 @@ func backendsOf(records []*cachedSlice, sp cachedServicePort, local bool) (activ
 		return serving, closing
 	}
 	return ready, slices.Concat(serving, closing) // nil when both are
+}
+
+// localFirst orders the backends of an externalTrafficPolicy: Local frontend: the
+// node's active ones (by backendsOf's choice among them alone, so a node whose local
+// endpoints are all terminating still serves outside clients with them) come first,
+// then the rest of active, and terminating keeps what is in neither. It returns them
+// with the number of local ones. A local serving-terminating endpoint that leads the
+// local pool while other nodes have ready ones is thereby also a choice of the
+// node's own clients: kube-proxy would give those the ready ones only.
+func localFirst(records []*cachedSlice, sp cachedServicePort, active, terminating []Backend) ([]Backend, []Backend, int) {
+	local, _ := backendsOf(records, sp, true)
+	if len(local) == 0 {
+		return active, terminating, 0
+	}
+	isLocal := make(map[Backend]bool, len(local))
+	for _, b := range local {
+		isLocal[b] = true
+	}
+	ordered := slices.Clone(local)
+	for _, b := range active {
+		if !isLocal[b] {
+			ordered = append(ordered, b)
+		}
+	}
+	var rest []Backend
+	for _, b := range terminating {
+		if !isLocal[b] {
+			rest = append(rest, b)
+		}
+	}
+	return ordered, rest, len(local)
 }
 
 // slicePort finds sp's target port in slice s: the port with sp's name and protocol.

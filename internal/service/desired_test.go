@@ -140,12 +140,41 @@ func TestDesired(t *testing.T) {
 			s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
 			s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](60)}}
 		}),
-		slices: []*discoveryv1.EndpointSlice{slice(8080, "http", ready("10.244.2.5", "node-2"), ready("10.244.1.5", "node-1"))},
+		slices: []*discoveryv1.EndpointSlice{slice(8080, "http", ready("10.244.2.5", "node-2"), ready("10.244.1.5", "node-1"), ready("10.244.0.5", "node-2"))},
 		want: []Frontend{
 			{Key: clusterIP, Service: "default/web", PortName: "http", Type: ClusterIP, Affinity: time.Minute,
-				Active: []Backend{be("10.244.1.5:8080"), be("10.244.2.5:8080")}},
+				Active: []Backend{be("10.244.0.5:8080"), be("10.244.1.5:8080"), be("10.244.2.5:8080")}},
+			// The node's own first: outside clients take those, its pods and processes any.
 			{Key: nodePort, Service: "default/web", PortName: "http", Type: NodePort, Affinity: time.Minute,
-				Active: []Backend{be("10.244.1.5:8080")}},
+				Active: []Backend{be("10.244.1.5:8080"), be("10.244.0.5:8080"), be("10.244.2.5:8080")}, ExternalLocal: true, Local: 1},
+		},
+	}, {
+		name: "externalTrafficPolicy Local without a local endpoint: the node's clients still get every one",
+		svc: svcWith(func(s *corev1.Service) {
+			s.Spec.Type = corev1.ServiceTypeNodePort
+			s.Spec.Ports[0].NodePort = 30080
+			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		}),
+		slices: []*discoveryv1.EndpointSlice{slice(8080, "http", ready("10.244.2.5", "node-2"), terminating("10.244.2.9", "node-2"))},
+		want: []Frontend{
+			{Key: clusterIP, Service: "default/web", PortName: "http", Type: ClusterIP,
+				Active: []Backend{be("10.244.2.5:8080")}, Terminating: []Backend{be("10.244.2.9:8080")}},
+			{Key: nodePort, Service: "default/web", PortName: "http", Type: NodePort,
+				Active: []Backend{be("10.244.2.5:8080")}, Terminating: []Backend{be("10.244.2.9:8080")}, ExternalLocal: true},
+		},
+	}, {
+		name: "externalTrafficPolicy Local with only terminating local endpoints: they serve outside clients",
+		svc: svcWith(func(s *corev1.Service) {
+			s.Spec.Type = corev1.ServiceTypeNodePort
+			s.Spec.Ports[0].NodePort = 30080
+			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		}),
+		slices: []*discoveryv1.EndpointSlice{slice(8080, "http", ready("10.244.2.5", "node-2"), terminating("10.244.1.9", "node-1"))},
+		want: []Frontend{
+			{Key: clusterIP, Service: "default/web", PortName: "http", Type: ClusterIP,
+				Active: []Backend{be("10.244.2.5:8080")}, Terminating: []Backend{be("10.244.1.9:8080")}},
+			{Key: nodePort, Service: "default/web", PortName: "http", Type: NodePort,
+				Active: []Backend{be("10.244.1.9:8080"), be("10.244.2.5:8080")}, ExternalLocal: true, Local: 1},
 		},
 	}, {
 		name:   "headless Service: nothing",
@@ -161,7 +190,8 @@ func TestDesired(t *testing.T) {
 			got := Desired(tc.svc, tc.slices, nodeOpts)
 			if !slices.EqualFunc(got, tc.want, func(a, b Frontend) bool {
 				return a.Key == b.Key && a.Service == b.Service && a.PortName == b.PortName && a.Type == b.Type &&
-					a.Affinity == b.Affinity && slices.Equal(a.Active, b.Active) && slices.Equal(a.Terminating, b.Terminating)
+					a.Affinity == b.Affinity && slices.Equal(a.Active, b.Active) && slices.Equal(a.Terminating, b.Terminating) &&
+					a.ExternalLocal == b.ExternalLocal && a.Local == b.Local
 			}) {
 				t.Errorf("got  %+v\nwant %+v", got, tc.want)
 			}

@@ -35,6 +35,9 @@ type Applied struct {
 	Type     FrontendType
 	Affinity time.Duration
 	ID       uint32
+	// ExternalLocal and Local are Frontend's.
+	ExternalLocal bool
+	Local         int
 	// Active and Terminating are the ids of Frontend.Active and .Terminating, in
 	// their order. Never changed in place: a new Apply stores a new Applied.
 	Active, Terminating []uint32
@@ -188,7 +191,14 @@ func (m *Manager) applyFrontend(fe Frontend) ([]uint32, error) {
 	if fe.Affinity > 0 {
 		svc.Flags |= datapath.ServiceAffinity
 	}
-	table, err := m.maglevTable(fe.Active)
+	maglevPool := fe.Active
+	if fe.ExternalLocal {
+		// The Maglev table is for clients from outside the node, who get the local pool.
+		svc.Flags |= datapath.ServiceExternalLocal
+		svc.LocalBackends = fe.Local
+		maglevPool = fe.Active[:fe.Local]
+	}
+	table, err := m.maglevTable(maglevPool)
 	if err != nil {
 		m.release(ids)
 		return nil, err
@@ -215,7 +225,8 @@ func (m *Manager) applyFrontend(fe Frontend) ([]uint32, error) {
 		return nil, err
 	}
 	m.frontends[fe.Key] = &Applied{Key: fe.Key, Service: fe.Service, PortName: fe.PortName, Type: fe.Type,
-		Affinity: fe.Affinity, ID: svc.ID, Active: active, Terminating: terminating}
+		Affinity: fe.Affinity, ID: svc.ID, ExternalLocal: fe.ExternalLocal, Local: fe.Local,
+		Active: active, Terminating: terminating}
 	if prev == nil {
 		return nil, nil
 	}
@@ -226,9 +237,11 @@ func (m *Manager) applyFrontend(fe Frontend) ([]uint32, error) {
 }
 
 // unchanged reports whether a is exactly what fe would program: same Service, port,
-// type, affinity and backends (by the ids they have now) in the same order.
+// type, affinity, external pool and backends (by the ids they have now) in the same
+// order.
 func (m *Manager) unchanged(a *Applied, fe Frontend) bool {
 	return a.Service == fe.Service && a.PortName == fe.PortName && a.Type == fe.Type && a.Affinity == fe.Affinity &&
+		a.ExternalLocal == fe.ExternalLocal && a.Local == fe.Local &&
 		m.sameBackends(a.Active, fe.Active) && m.sameBackends(a.Terminating, fe.Terminating)
 }
 

@@ -229,6 +229,38 @@ func TestManagerMaglev(t *testing.T) {
 	}
 }
 
+// An externalTrafficPolicy: Local frontend gets its local pool and a Maglev table over
+// it only (outside clients get the node's own backends, the node's clients all), and a
+// change of the local count alone is written again.
+func TestManagerExternalLocal(t *testing.T) {
+	dp := newFake()
+	m, _ := NewManager(dp, 251)
+	fe := frontend("198.18.0.11", 30080, "10.244.1.5:8080", "10.244.0.5:8080", "10.244.2.5:8080")
+	fe.Type, fe.ExternalLocal, fe.Local = NodePort, true, 1
+	if err := m.Apply("default/web", []Frontend{fe}); err != nil {
+		t.Fatal(err)
+	}
+	s := dp.services[fe.Key]
+	if s.Flags != datapath.ServiceNodePort|datapath.ServiceExternalLocal || s.LocalBackends != 1 || len(s.Backends) != 3 {
+		t.Fatalf("wrote flags %#x, %d local of %d backends; want NodePort|ExternalLocal, 1 of 3", s.Flags, s.LocalBackends, len(s.Backends))
+	}
+	if len(s.Maglev) != 251 {
+		t.Fatalf("Maglev table of %d entries, want 251", len(s.Maglev))
+	}
+	for i, id := range s.Maglev {
+		if id != s.Backends[0] {
+			t.Fatalf("Maglev entry %d is backend %v, want the local %v only", i, dp.backends[id], dp.backends[s.Backends[0]])
+		}
+	}
+	fe.Local = 0
+	if err := m.Apply("default/web", []Frontend{fe}); err != nil {
+		t.Fatal(err)
+	}
+	if s := dp.services[fe.Key]; s.LocalBackends != 0 || s.Maglev != nil {
+		t.Errorf("after the local endpoint left: %d local backends, table of %d; want 0 and none", s.LocalBackends, len(s.Maglev))
+	}
+}
+
 // The cache of Maglev tables stays within its bound however many distinct backend
 // sets the Services have, and a table recomputed after the cache was emptied is the
 // same.

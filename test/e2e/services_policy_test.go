@@ -73,7 +73,9 @@ func TestLabMyelinServicePolicies(t *testing.T) {
 		})
 		port := svc.Spec.Ports[0].NodePort
 		waitProgrammed(t, n1, fmt.Sprintf("198.18.0.11:%d/TCP", port), 1)
-		waitProgrammed(t, n2, fmt.Sprintf("198.18.0.12:%d/TCP", port), 0)
+		// n2 has the one (remote) backend for its own clients, none for outside ones.
+		waitProgrammed(t, n2, fmt.Sprintf("198.18.0.12:%d/TCP", port), 1)
+		checkExternalLocal(t, n2, fmt.Sprintf("198.18.0.12:%d/TCP", port))
 		seen := servers(t, "ETP Local on the backend's node", ext, fmt.Sprintf("http://198.18.0.11:%d/", port), 4, "203.0.113.10")
 		expectServers(t, "ETP Local on the backend's node", seen, "solo")
 		before := counter(t, n2, "from-netdev", "DROP_SVC_NO_BACKEND")
@@ -83,6 +85,10 @@ func TestLabMyelinServicePolicies(t *testing.T) {
 		if after := counter(t, n2, "from-netdev", "DROP_SVC_NO_BACKEND"); after <= before {
 			t.Errorf("DROP_SVC_NO_BACKEND on %s from-netdev: %d before, %d after; want it counted", n2, before, after)
 		}
+		// A pod of n2 is n2's own client: like kube-proxy, it gets any endpoint.
+		onN2 := func(argv ...string) (string, error) { return inPod(webOn[n2][0].Name, argv...) }
+		seen = servers(t, "ETP Local from a pod of "+n2, onN2, fmt.Sprintf("http://198.18.0.12:%d/", port), 4, webOn[n2][0].Status.PodIP)
+		expectServers(t, "ETP Local from a pod of "+n2, seen, "solo")
 	})
 	t.Run("ClientIP affinity expires", func(t *testing.T) { checkAffinityExpiry(t, cs, n1, run, podNames(web)) })
 	t.Run("open connection to a terminating backend", func(t *testing.T) { checkTerminatingBackend(t, cs, n1, n2) })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -137,6 +138,28 @@ func waitProgrammed(t *testing.T, node, frontend string, n int) {
 	})
 }
 
+// checkExternalLocal checks that node's frontend is externalTrafficPolicy Local with
+// exactly the backends local (addr:port) as its outside clients' pool.
+func checkExternalLocal(t *testing.T, node, frontend string, local ...string) {
+	t.Helper()
+	for _, f := range servicesOf(t, node).Frontends {
+		if f.Frontend != frontend {
+			continue
+		}
+		var got []string
+		for _, b := range f.Backends {
+			if b.Local {
+				got = append(got, b.Address)
+			}
+		}
+		if f.ExternalTrafficPolicy != "Local" || !slices.Equal(got, local) {
+			t.Errorf("%s on %s: externalTrafficPolicy %q with local backends %v, want Local with %v", frontend, node, f.ExternalTrafficPolicy, got, local)
+		}
+		return
+	}
+	t.Errorf("%s not programmed on %s", frontend, node)
+}
+
 func counter(t *testing.T, node, direction, reason string) uint64 {
 	t.Helper()
 	for _, c := range agentStatus(t, node).Counters {
@@ -185,7 +208,9 @@ func TestLabMyelinServices(t *testing.T) {
 		waitProgrammed(t, n, empty.Spec.ClusterIP+":80/TCP", 0)
 	}
 	waitProgrammed(t, n1, fmt.Sprintf("198.18.0.11:%d/TCP", np.Spec.Ports[0].NodePort), 2)
-	waitProgrammed(t, n1, fmt.Sprintf("198.18.0.11:%d/TCP", local.Spec.Ports[0].NodePort), 1)
+	// externalTrafficPolicy Local: every backend, the node's own marked for outside clients.
+	waitProgrammed(t, n1, fmt.Sprintf("198.18.0.11:%d/TCP", local.Spec.Ports[0].NodePort), 2)
+	checkExternalLocal(t, n1, fmt.Sprintf("198.18.0.11:%d/TCP", local.Spec.Ports[0].NodePort), webOn[n1][0].Status.PodIP+":8080")
 
 	t.Run("ClusterIP TCP from both nodes", func(t *testing.T) {
 		for _, c := range []corev1.Pod{c1, c2} {
