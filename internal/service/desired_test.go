@@ -58,6 +58,11 @@ func be(s string) Backend {
 }
 
 func TestDesired(t *testing.T) {
+	etpLocal := svcWith(func(s *corev1.Service) {
+		s.Spec.Type = corev1.ServiceTypeNodePort
+		s.Spec.Ports[0].NodePort = 30080
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	})
 	yes, no := ptr.To(true), ptr.To(false)
 	ready := func(ip, node string) ep { return ep{ip: ip, node: node, ready: yes} }
 	terminating := func(ip, node string) ep { return ep{ip: ip, node: node, ready: no, serving: yes, terminating: yes} }
@@ -149,12 +154,8 @@ func TestDesired(t *testing.T) {
 				Active: []Backend{be("10.244.1.5:8080"), be("10.244.0.5:8080"), be("10.244.2.5:8080")}, ExternalLocal: true, Local: 1},
 		},
 	}, {
-		name: "externalTrafficPolicy Local without a local endpoint: the node's clients still get every one",
-		svc: svcWith(func(s *corev1.Service) {
-			s.Spec.Type = corev1.ServiceTypeNodePort
-			s.Spec.Ports[0].NodePort = 30080
-			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
-		}),
+		name:   "externalTrafficPolicy Local without a local endpoint: the node's clients still get every one",
+		svc:    etpLocal,
 		slices: []*discoveryv1.EndpointSlice{slice(8080, "http", ready("10.244.2.5", "node-2"), terminating("10.244.2.9", "node-2"))},
 		want: []Frontend{
 			{Key: clusterIP, Service: "default/web", PortName: "http", Type: ClusterIP,
@@ -163,12 +164,8 @@ func TestDesired(t *testing.T) {
 				Active: []Backend{be("10.244.2.5:8080")}, Terminating: []Backend{be("10.244.2.9:8080")}, ExternalLocal: true},
 		},
 	}, {
-		name: "externalTrafficPolicy Local with only terminating local endpoints: they serve outside clients",
-		svc: svcWith(func(s *corev1.Service) {
-			s.Spec.Type = corev1.ServiceTypeNodePort
-			s.Spec.Ports[0].NodePort = 30080
-			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
-		}),
+		name:   "externalTrafficPolicy Local with only terminating local endpoints: they serve outside clients",
+		svc:    etpLocal,
 		slices: []*discoveryv1.EndpointSlice{slice(8080, "http", ready("10.244.2.5", "node-2"), terminating("10.244.1.9", "node-1"))},
 		want: []Frontend{
 			{Key: clusterIP, Service: "default/web", PortName: "http", Type: ClusterIP,
