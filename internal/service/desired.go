@@ -65,7 +65,8 @@ type Options struct {
 // Service's EndpointSlices). Headless and ExternalName Services, non-IPv4 cluster IPs
 // and protocols other than TCP and UDP have none. externalTrafficPolicy: Local limits
 // what clients from outside the node get on NodePort frontends, and
-// internalTrafficPolicy: Local ClusterIP frontends, to this node's endpoints. The watcher computes the same from its cache records (desired).
+// internalTrafficPolicy: Local ClusterIP frontends, to this node's endpoints. The
+// watcher computes the same from its cache records (desired).
 func Desired(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, o Options) []Frontend {
 	return desired(newCachedService(svc), cachedSlices(slices, o.NodeName), o)
 }

@@ -184,30 +184,10 @@ func (m *Manager) applyFrontend(fe Frontend) ([]uint32, error) {
 		ids = append(ids, id)
 	}
 	active, terminating := ids[:len(fe.Active):len(fe.Active)], ids[len(fe.Active):]
-	svc := datapath.Service{Backends: active, AffinityTimeout: fe.Affinity}
-	if fe.Type == NodePort {
-		svc.Flags |= datapath.ServiceNodePort
-	}
-	if fe.Affinity > 0 {
-		svc.Flags |= datapath.ServiceAffinity
-	}
-	maglevPool := fe.Active
-	if fe.ExternalLocal {
-		// The Maglev table is for clients from outside the node, who get the local pool.
-		svc.Flags |= datapath.ServiceExternalLocal
-		svc.LocalBackends = fe.Local
-		maglevPool = fe.Active[:fe.Local]
-	}
-	table, err := m.maglevTable(maglevPool)
+	svc, err := m.serviceOf(fe, active)
 	if err != nil {
 		m.release(ids)
 		return nil, err
-	}
-	if table != nil {
-		svc.Maglev = make([]uint32, len(table))
-		for i, idx := range table {
-			svc.Maglev[i] = svc.Backends[idx]
-		}
 	}
 	if prev != nil && !takeover {
 		svc.ID = prev.ID
@@ -234,6 +214,37 @@ func (m *Manager) applyFrontend(fe Frontend) ([]uint32, error) {
 		m.feIDs.free(prev.ID)
 	}
 	return prev.backendIDs(), nil
+}
+
+// serviceOf is what the datapath holds for fe, whose active backends have the ids
+// active (in order): its flags, its pool for outside clients and its Maglev table;
+// the caller sets the id.
+func (m *Manager) serviceOf(fe Frontend, active []uint32) (datapath.Service, error) {
+	svc := datapath.Service{Backends: active, AffinityTimeout: fe.Affinity}
+	if fe.Type == NodePort {
+		svc.Flags |= datapath.ServiceNodePort
+	}
+	if fe.Affinity > 0 {
+		svc.Flags |= datapath.ServiceAffinity
+	}
+	maglevPool := fe.Active
+	if fe.ExternalLocal {
+		// The Maglev table is for clients from outside the node, who get the local pool.
+		svc.Flags |= datapath.ServiceExternalLocal
+		svc.LocalBackends = fe.Local
+		maglevPool = fe.Active[:fe.Local]
+	}
+	table, err := m.maglevTable(maglevPool)
+	if err != nil {
+		return svc, err
+	}
+	if table != nil {
+		svc.Maglev = make([]uint32, len(table))
+		for i, idx := range table {
+			svc.Maglev[i] = active[idx]
+		}
+	}
+	return svc, nil
 }
 
 // unchanged reports whether a is exactly what fe would program: same Service, port,
