@@ -133,7 +133,7 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 					  struct policy_ct_seen *seen)
 {
 	const struct policy_ct_entry *v = NULL;
-	struct policy_ct_entry cur = {};
+	struct policy_ct_entry cur = {}, *at = NULL;
 	struct policy_ct_key k = {};
 	__u8 on, incomplete;
 	__u32 peer, bit;
@@ -141,7 +141,9 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 
 	bit = policy_ct_key_of(&k, t, dir);
 	if (!t->syn) {
-		v = known ? known : bpf_map_lookup_elem(&myelin_policy_ct, &k);
+		if (!known)
+			at = bpf_map_lookup_elem(&myelin_policy_ct, &k);
+		v = known ? known : at;
 		if (v) {
 			cur = *v; /* one copy, right after the lookup: see policy_ct_track */
 			v = &cur;
@@ -155,7 +157,7 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 			seen->entry = cur;
 			if (dir == POLICY_DIR_INGRESS ||
 			    !(cur.ends & (bit ^ (POLICY_CT_END_LO | POLICY_CT_END_HI))))
-				policy_ct_close(&k, &cur, t,
+				policy_ct_close(&k, &cur, at, t,
 						(bit == POLICY_CT_END_LO) ==
 							(dir == POLICY_DIR_EGRESS));
 			return 0;

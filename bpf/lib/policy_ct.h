@@ -51,7 +51,8 @@ static __always_inline __u32 policy_ct_key_of(struct policy_ct_key *k, const str
  * their own key, never through a looked-up pointer: a preallocated element
  * that another CPU deleted meanwhile may already hold another connection,
  * and a write through the pointer would give that connection an end it
- * never accepted.
+ * never accepted (policy_ct_close's close state is the one exception: it
+ * can only lead to a deletion).
  */
 static __always_inline void policy_ct_track(const struct policy_ct_key *k,
 					    const struct policy_ct_entry *cur, __u32 bit,
@@ -83,47 +84,59 @@ static __always_inline void policy_ct_track(const struct policy_ct_key *k,
 /*
  * policy_ct_close follows the close of a tracked TCP connection through the
  * packets of tuple t (src_lo: its sender is the lo end; cur: a copy of the
- * entry of k): a FIN notes which acknowledgment number covers it, an ACK
- * from the other end that reaches that number marks it acknowledged, and
- * once both FINs are, the entry is deleted. Only the last check of a packet
- * on this node calls it, so the packet itself never needs the entry again;
- * a FIN retransmitted because the last ACK was lost is judged by the policy
- * like any untracked packet. It only ever deletes: a packet it sees can make
- * no end pass. A changed close state is written whole under k with
- * BPF_EXIST (policy_ct_track says why not through the pointer): an entry
- * deleted meanwhile stays deleted.
+ * entry of k; at: the entry in the map as the caller looked it up, or NULL
+ * to look it up here): a FIN notes which acknowledgment number covers it,
+ * an ACK from the other end that reaches that number marks it acknowledged,
+ * and once both FINs are, the entry is deleted. Only the last check of a
+ * packet on this node calls it, so the packet itself never needs the entry
+ * again; a FIN retransmitted because the last ACK was lost is judged by the
+ * policy like any untracked packet. It only ever deletes: a packet it sees
+ * can make no end pass.
+ * The close state is written in place (an atomic OR of its bits, the FIN's
+ * number), not through bpf_map_update_elem: an LRU map's update takes a
+ * fresh element and frees the old one, two list operations under locks,
+ * for each of a connection's close segments. This is the one write through
+ * a looked-up pointer (policy_ct_track says why entries are otherwise only
+ * written whole): an element deleted and reused for another connection
+ * meanwhile gets close bits it never saw, which can only delete that
+ * connection's entry early, after which its packets are judged by the
+ * policy again; no write here touches the ends that let packets pass.
  */
 static __always_inline void policy_ct_close(const struct policy_ct_key *k,
-					    struct policy_ct_entry *cur,
+					    const struct policy_ct_entry *cur,
+					    struct policy_ct_entry *at,
 					    const struct policy_tuple *t, int src_lo)
 {
-	__u32 closing = cur->closing;
+	__u32 fin = src_lo ? POLICY_CT_FIN_LO : POLICY_CT_FIN_HI;
+	__u32 closing = cur->closing, add = 0;
 
 	/* An end's first FIN is noted once: its retransmissions cover the same
 	 * number, and a later FIN with another (forged) number can't move it. */
-	if ((t->tcp_flags & POLICY_TCP_FIN) &&
-	    !(closing & (src_lo ? POLICY_CT_FIN_LO : POLICY_CT_FIN_HI))) {
-		if (src_lo)
-			cur->fin_lo = t->fin_end;
-		else
-			cur->fin_hi = t->fin_end;
-		closing |= src_lo ? POLICY_CT_FIN_LO : POLICY_CT_FIN_HI;
-	}
+	if ((t->tcp_flags & POLICY_TCP_FIN) && !(closing & fin))
+		add |= fin;
 	if (t->tcp_flags & TCP_FLAGS_ACK) {
 		if (!src_lo && (closing & POLICY_CT_FIN_LO) && (__s32)(t->ack - cur->fin_lo) >= 0)
-			closing |= POLICY_CT_ACKED_LO;
+			add |= POLICY_CT_ACKED_LO;
 		if (src_lo && (closing & POLICY_CT_FIN_HI) && (__s32)(t->ack - cur->fin_hi) >= 0)
-			closing |= POLICY_CT_ACKED_HI;
+			add |= POLICY_CT_ACKED_HI;
 	}
-	if ((closing & (POLICY_CT_ACKED_LO | POLICY_CT_ACKED_HI)) ==
-	    (POLICY_CT_ACKED_LO | POLICY_CT_ACKED_HI)) {
-		bpf_map_delete_elem(&myelin_policy_ct, k);
+	add &= ~closing;
+	if (!add)
 		return;
+	if (!at)
+		at = bpf_map_lookup_elem(&myelin_policy_ct, k);
+	if (!at)
+		return;	 /* deleted meanwhile: it stays deleted */
+	if (add & fin) { /* the number first, then the bit that says it is there */
+		if (src_lo)
+			at->fin_lo = t->fin_end;
+		else
+			at->fin_hi = t->fin_end;
 	}
-	if (closing != cur->closing) {
-		cur->closing = closing;
-		bpf_map_update_elem(&myelin_policy_ct, k, cur, BPF_EXIST);
-	}
+	closing = __sync_fetch_and_or(&at->closing, add) | add;
+	if ((closing & (POLICY_CT_ACKED_LO | POLICY_CT_ACKED_HI)) ==
+	    (POLICY_CT_ACKED_LO | POLICY_CT_ACKED_HI))
+		bpf_map_delete_elem(&myelin_policy_ct, k);
 }
 
 /*
