@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"os"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -47,5 +48,25 @@ func TestPrivilegedBPFMeter(t *testing.T) {
 	}
 	if off, err := startBPFMeter(false); off != nil || err != nil {
 		t.Errorf("startBPFMeter(false) = %v, %v; want no meter", off, err)
+	}
+}
+
+// TestProcessRunTime: the schedstat reading of this test's own process grows while
+// it computes.
+func TestProcessRunTime(t *testing.T) {
+	before, err := processRunTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := 0
+	for i := range 50_000_000 {
+		x ^= i * i
+	}
+	after, err := processRunTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after <= before {
+		t.Errorf("run time %v s after computing (%d), %v s before: want more", after, x, before)
 	}
 }
