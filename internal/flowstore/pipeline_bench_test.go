@@ -2,6 +2,8 @@ package flowstore
 
 import (
 	"encoding/binary"
+	"net/netip"
+	"strconv"
 	"testing"
 	"time"
 
@@ -51,5 +53,51 @@ func BenchmarkDecode(b *testing.B) {
 		if _, err := datapath.DecodeFlowRecord(raw, boot); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// podsResolver resolves the addresses of n pods from a map, as the agent's pod index does.
+type podsResolver map[netip.Addr]flow.Endpoint
+
+func (r podsResolver) Endpoint(ip netip.Addr) flow.Endpoint { return r[ip] }
+
+func (podsResolver) Service(netip.AddrPort, uint8) string { return "" }
+
+// BenchmarkRecordPipelineVaried is BenchmarkRecordPipeline over 8,192 different
+// records (200 pods, their ports, SYN, SYN-ACK and FIN) fed in turn into a store of the
+// default capacity: closer to a lab, where each record comes from ring pages another
+// CPU wrote and the store cycles through its whole ring, than one record in cache.
+func BenchmarkRecordPipelineVaried(b *testing.B) {
+	const pods, records = 200, 8192
+	res := podsResolver{}
+	for i := range pods {
+		ip := netip.AddrFrom4([4]byte{10, 244, byte(1 + i/100), byte(2 + i%100)})
+		res[ip] = flow.Endpoint{Namespace: "ns" + strconv.Itoa(i%20), Pod: "pod-" + strconv.Itoa(i), Labels: map[string]string{"app": strconv.Itoa(i % 10)}, Node: "n1"}
+	}
+	raws := make([][]byte, records)
+	for i := range raws {
+		b := rawTCP()
+		copy(b[24:28], []byte{10, 244, byte(1 + i%pods/100), byte(2 + i%pods%100)})
+		copy(b[28:32], []byte{10, 244, byte(1 + (i*7)%pods/100), byte(2 + (i*7)%pods%100)})
+		binary.BigEndian.PutUint16(b[44:], uint16(32768+i))
+		b[56] = []byte{0x02, 0x12, 0x11}[i%3]
+		raws[i] = b
+	}
+	boot := time.Now()
+	s := New(DefaultCapacity)
+	s.AddSink(flowmetrics.New([]string{"dns", "drop", "tcp", "flow", "icmp", "port-distribution"}, flowmetrics.Options{}))
+	o := Origin{Node: "n1", HostRouting: "bpf"}
+	var names addrNames
+	var f flow.Flow
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		rec, err := datapath.DecodeFlowRecord(raws[i%records], boot)
+		if err != nil {
+			b.Fatal(err)
+		}
+		convertInto(&f, rec, o, res, &names)
+		s.Add(&f)
+		i++
 	}
 }
