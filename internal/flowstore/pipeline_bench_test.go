@@ -69,19 +69,19 @@ func (podsResolver) Service(netip.AddrPort, uint8) string { return "" }
 // CPU wrote and the store cycles through its whole ring, than one record in cache.
 func BenchmarkRecordPipelineVaried(b *testing.B) {
 	const pods, records = 200, 8192
+	podAddr := func(i int) [4]byte { i %= pods; return [4]byte{10, 244, byte(1 + i/100), byte(2 + i%100)} }
 	res := podsResolver{}
 	for i := range pods {
-		ip := netip.AddrFrom4([4]byte{10, 244, byte(1 + i/100), byte(2 + i%100)})
-		res[ip] = flow.Endpoint{Namespace: "ns" + strconv.Itoa(i%20), Pod: "pod-" + strconv.Itoa(i), Labels: map[string]string{"app": strconv.Itoa(i % 10)}, Node: "n1"}
+		res[netip.AddrFrom4(podAddr(i))] = flow.Endpoint{Namespace: "ns" + strconv.Itoa(i%20), Pod: "pod-" + strconv.Itoa(i), Labels: map[string]string{"app": strconv.Itoa(i % 10)}, Node: "n1"}
 	}
 	raws := make([][]byte, records)
 	for i := range raws {
-		b := rawTCP()
-		copy(b[24:28], []byte{10, 244, byte(1 + i%pods/100), byte(2 + i%pods%100)})
-		copy(b[28:32], []byte{10, 244, byte(1 + (i*7)%pods/100), byte(2 + (i*7)%pods%100)})
-		binary.BigEndian.PutUint16(b[44:], uint16(32768+i))
-		b[56] = []byte{0x02, 0x12, 0x11}[i%3]
-		raws[i] = b
+		raw, src, dst := rawTCP(), podAddr(i), podAddr(i*7)
+		copy(raw[24:28], src[:])
+		copy(raw[28:32], dst[:])
+		binary.BigEndian.PutUint16(raw[44:], uint16(32768+i))
+		raw[56] = []byte{0x02, 0x12, 0x11}[i%3]
+		raws[i] = raw
 	}
 	boot := time.Now()
 	s := New(DefaultCapacity)
