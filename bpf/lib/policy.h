@@ -141,9 +141,10 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 
 	bit = policy_ct_key_of(&k, t, dir);
 	if (!t->syn) {
-		if (!known)
-			at = bpf_map_lookup_elem(&myelin_policy_ct, &k);
-		v = known ? known : at;
+		if (known)
+			v = known;
+		else
+			v = at = bpf_map_lookup_elem(&myelin_policy_ct, &k);
 		if (v) {
 			cur = *v; /* one copy, right after the lookup: see policy_ct_track */
 			v = &cur;
