@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/myelin-net/myelin/internal/kube/kubefake"
 	"github.com/myelin-net/myelin/internal/nodelayout"
 )
 
@@ -27,7 +28,7 @@ func TestDatapathFailureWithdrawsConflist(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := &startup{cfg: Config{Node: "n1", CNIConfDir: dir}, cs: fake.NewSimpleClientset(), log: slog.Default()}
+	s := &startup{cfg: Config{Node: "n1", CNIConfDir: dir}, cs: kubefake.Wrap(fake.NewSimpleClientset()), log: slog.Default()}
 
 	stopping, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -9,9 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/config"
+	"github.com/myelin-net/myelin/internal/kube"
 )
 
 // Events: what an operator of a DaemonSet looks at first (kubectl describe node,
@@ -49,7 +49,7 @@ func eventTargets(node string, nodeUID types.UID, conf config.Config) []corev1.O
 }
 
 // recordWarning records a Warning Event with reason and msg on every target.
-func recordWarning(ctx context.Context, cs kubernetes.Interface, node string, targets []corev1.ObjectReference, reason, msg string, log *slog.Logger) {
+func recordWarning(ctx context.Context, cs kube.Client, node string, targets []corev1.ObjectReference, reason, msg string, log *slog.Logger) {
 	now := metav1.Now()
 	for _, ref := range targets {
 		ns := ref.Namespace
@@ -63,7 +63,7 @@ func recordWarning(ctx context.Context, cs kubernetes.Interface, node string, ta
 			Source:         corev1.EventSource{Component: "myelin-agent", Host: node},
 			FirstTimestamp: now, LastTimestamp: now, Count: 1,
 		}
-		if _, err := cs.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		if err := cs.CreateEvent(ctx, ev); err != nil {
 			log.Error("record event", "reason", reason, "on", ref.Kind+" "+ref.Name, "err", err)
 		}
 	}

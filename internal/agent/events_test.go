@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/myelin-net/myelin/internal/config"
+	"github.com/myelin-net/myelin/internal/kube/kubefake"
 )
 
 // A fallback of host-routing auto is reported on the Node and on each NodeConfig
@@ -36,7 +37,7 @@ func TestFallbackEvents(t *testing.T) {
 	}
 
 	cs := fake.NewSimpleClientset()
-	s := &startup{cfg: Config{Node: "n1"}, nodeUID: "uid-node", conf: conf, plan: plan, cs: cs, log: slog.Default()}
+	s := &startup{cfg: Config{Node: "n1"}, nodeUID: "uid-node", conf: conf, plan: plan, cs: kubefake.Wrap(cs), log: slog.Default()}
 	s.reportFallbacks(context.Background())
 	nodeEvents, _ := cs.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
 	ncEvents, _ := cs.CoreV1().Events("kube-system").List(context.Background(), metav1.ListOptions{})
@@ -59,7 +60,7 @@ func TestFallbackEvents(t *testing.T) {
 // error; an agent stopping on SIGTERM records none.
 func TestDatapathFailureEvent(t *testing.T) {
 	cs := fake.NewSimpleClientset()
-	s := &startup{cfg: Config{Node: "n1"}, cs: cs, log: slog.Default()}
+	s := &startup{cfg: Config{Node: "n1"}, cs: kubefake.Wrap(cs), log: slog.Default()}
 	s.reportDatapathFailure(context.Background(), errors.New("attach myelin_from_netdev to eth0: operation not permitted"))
 	evs, _ := cs.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
 	if len(evs.Items) != 1 || evs.Items[0].Reason != reasonDatapathAttachFailed || !strings.Contains(evs.Items[0].Message, "operation not permitted") {
@@ -76,7 +77,7 @@ func TestDatapathFailureEvent(t *testing.T) {
 // The firewall guard's Event on the Node carries the Node's UID too.
 func TestGuardEventCarriesNodeUID(t *testing.T) {
 	cs := fake.NewSimpleClientset()
-	g := newGuardLoop(&guardState{}, nodePlan{Node: "n1"}, "uid-node", cs, newLoops(), slog.Default())
+	g := newGuardLoop(&guardState{}, nodePlan{Node: "n1"}, "uid-node", kubefake.Wrap(cs), newLoops(), slog.Default())
 	g.nodeEvent(context.Background(), corev1.EventTypeWarning, "UserFirewallRules", "rules appeared")
 	evs, _ := cs.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
 	if len(evs.Items) != 1 || evs.Items[0].InvolvedObject.UID != "uid-node" || evs.Items[0].InvolvedObject.Name != "n1" {

@@ -12,11 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/config"
 	"github.com/myelin-net/myelin/internal/guard"
+	"github.com/myelin-net/myelin/internal/kube"
 )
 
 // guardInterval is how often the agent looks for firewall rules that appeared later.
@@ -58,12 +58,12 @@ type guardLoop struct {
 	hostRouting hostRoutingDecision
 	node        string
 	nodeUID     types.UID // the Node's, so its Events show in kubectl describe node
-	cs          kubernetes.Interface
+	cs          kube.Client
 	loops       *loops
 	log         *slog.Logger
 }
 
-func newGuardLoop(state *guardState, p nodePlan, nodeUID types.UID, cs kubernetes.Interface, l *loops, log *slog.Logger) *guardLoop {
+func newGuardLoop(state *guardState, p nodePlan, nodeUID types.UID, cs kube.Client, l *loops, log *slog.Logger) *guardLoop {
 	return &guardLoop{state: state, hostRouting: p.HostRouting, node: p.Node, nodeUID: nodeUID, cs: cs, loops: l, log: log}
 }
 
@@ -122,7 +122,7 @@ func (g *guardLoop) nodeEvent(ctx context.Context, typ, reason, msg string) {
 		Source:         corev1.EventSource{Component: "myelin-agent", Host: g.node},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
-	if _, err := g.cs.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+	if err := g.cs.CreateEvent(ctx, ev); err != nil {
 		g.log.Error("record node event", "reason", reason, "err", err)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
+	"github.com/myelin-net/myelin/internal/kube"
 )
 
 // kubeInterval is how often the agent checks that the apiserver answers.
@@ -14,17 +14,16 @@ const kubeInterval = 30 * time.Second
 // kubeLoop records the apiserver's version and reachability for status (loop
 // "kubernetes").
 type kubeLoop struct {
-	cs      kubernetes.Interface
+	cs      kube.Client
 	loops   *loops
 	version atomic.Pointer[string]
 }
 
 func (k *kubeLoop) Run(ctx context.Context) {
 	for {
-		v, err := k.cs.Discovery().ServerVersion()
+		v, err := k.cs.ServerVersion(ctx)
 		if err == nil {
-			s := v.GitVersion
-			k.version.Store(&s)
+			k.version.Store(&v)
 		}
 		k.loops.report("kubernetes", err)
 		select {

@@ -8,11 +8,10 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/iptables"
 	"github.com/myelin-net/myelin/internal/k8s"
+	"github.com/myelin-net/myelin/internal/kube"
 )
 
 // noMasqueradeSet is the datapath's no-masquerade set (datapath.Datapath).
@@ -44,8 +43,8 @@ func newMasqueradeLoop(p nodePlan, set noMasqueradeSet, nodes *nodeWatch, l *loo
 
 // first writes the set from the Nodes the apiserver lists now, before anything is
 // attached (the informer has not synced yet).
-func (m *masqueradeLoop) first(ctx context.Context, cs kubernetes.Interface) error {
-	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+func (m *masqueradeLoop) first(ctx context.Context, cs kube.Client) error {
+	list, err := cs.ListNodes(ctx)
 	if err != nil {
 		return fmt.Errorf("list nodes for the no-masquerade set: %w", err)
 	}

@@ -10,12 +10,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	coreinformers "k8s.io/client-go/informers/core/v1"
-	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/myelin-net/myelin/internal/k8s"
+	"github.com/myelin-net/myelin/internal/kube"
 	"github.com/myelin-net/myelin/internal/routing"
 )
 
@@ -26,17 +25,17 @@ const nodeResync = 30 * time.Second
 // (masquerade, node routes, tunnels) subscribes before it runs and is kicked on every
 // change; Run starts the informer.
 type nodeWatch struct {
-	factory  informers.SharedInformerFactory
-	informer coreinformers.NodeInformer
+	informer cache.SharedIndexInformer
+	lister   corelisters.NodeLister
 	mu       sync.Mutex
 	subs     []chan struct{}
 }
 
-func newNodeWatch(cs kubernetes.Interface) *nodeWatch {
-	w := &nodeWatch{factory: informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(slimNode))}
-	w.informer = w.factory.Core().V1().Nodes()
+func newNodeWatch(cs kube.Client) *nodeWatch {
+	w := &nodeWatch{informer: kube.NewInformer(cs, kube.Nodes, slimNode)}
+	w.lister = corelisters.NewNodeLister(w.informer.GetIndexer())
 	kick := func(any) { w.kick() }
-	_, _ = w.informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, _ = w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: kick, DeleteFunc: kick,
 		UpdateFunc: func(o, n any) {
 			if nodeUpdateMatters(o, n) { // nodekick.go
@@ -47,8 +46,8 @@ func newNodeWatch(cs kubernetes.Interface) *nodeWatch {
 	return w
 }
 
-// Run starts the informer; it stops with ctx.
-func (w *nodeWatch) Run(ctx context.Context) { w.factory.Start(ctx.Done()) }
+// Run runs the informer until ctx ends.
+func (w *nodeWatch) Run(ctx context.Context) { w.informer.Run(ctx.Done()) }
 
 // subscribe returns a channel that receives (coalesced) a value on every change.
 func (w *nodeWatch) subscribe() <-chan struct{} {
@@ -75,11 +74,11 @@ func (w *nodeWatch) kick() {
 // loop name, until ctx ends.
 func (w *nodeWatch) follow(ctx context.Context, changed <-chan struct{}, name string, l *loops, log *slog.Logger,
 	sync func([]*corev1.Node) error) {
-	cache.WaitForCacheSync(ctx.Done(), w.informer.Informer().HasSynced)
+	cache.WaitForCacheSync(ctx.Done(), w.informer.HasSynced)
 	ticker := time.NewTicker(nodeResync)
 	defer ticker.Stop()
 	for {
-		nodes, err := w.informer.Lister().List(labels.Everything())
+		nodes, err := w.lister.List(labels.Everything())
 		if err == nil {
 			err = sync(nodes)
 		}

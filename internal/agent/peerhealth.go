@@ -56,7 +56,7 @@ func (h *peerHealthLoop) Run(ctx context.Context) {
 	} else {
 		defer srv.Close()
 	}
-	cache.WaitForCacheSync(ctx.Done(), h.nodes.informer.Informer().HasSynced)
+	cache.WaitForCacheSync(ctx.Done(), h.nodes.informer.HasSynced)
 	h.prober.Run(ctx)
 }
 
@@ -69,7 +69,7 @@ func (h *peerHealthLoop) serve() (*clusterhealth.Server, error) {
 
 // peers are the other Nodes with an InternalIP, and their health addresses.
 func (h *peerHealthLoop) peers() []clusterhealth.Peer {
-	nodes, err := h.nodes.informer.Lister().List(labels.Everything())
+	nodes, err := h.nodes.lister.List(labels.Everything())
 	if err != nil {
 		h.log.Error("node health: list Nodes", "err", err)
 		return nil

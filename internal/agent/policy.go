@@ -13,10 +13,11 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/myelin-net/myelin/internal/kube"
 	"github.com/myelin-net/myelin/internal/policy"
 )
 
@@ -48,7 +49,7 @@ type policyLoop struct {
 	maps    policyMaps
 	idsPath string
 	ids     *policy.Identities
-	cs      kubernetes.Interface
+	cs      kube.Client
 	loops   *loops
 	log     *slog.Logger
 	events  *policyEvents
@@ -56,7 +57,7 @@ type policyLoop struct {
 	view    atomic.Pointer[policyView]
 }
 
-func newPolicyLoop(node, stateDir string, maps policyMaps, cs kubernetes.Interface, l *loops, log *slog.Logger) (*policyLoop, error) {
+func newPolicyLoop(node, stateDir string, maps policyMaps, cs kube.Client, l *loops, log *slog.Logger) (*policyLoop, error) {
 	path := filepath.Join(stateDir, "policy-identities.json")
 	ids, err := policy.LoadIdentities(path)
 	if err != nil {
@@ -75,28 +76,31 @@ func (p *policyLoop) poke() {
 
 // Run watches and applies until ctx ends (loop "policy").
 func (p *policyLoop) Run(ctx context.Context) {
-	f := informers.NewSharedInformerFactoryWithOptions(p.cs, 0, informers.WithTransform(slimPod))
-	pods, nss, nps := f.Core().V1().Pods(), f.Core().V1().Namespaces(), f.Networking().V1().NetworkPolicies()
+	pods := kube.NewInformer(p.cs, kube.Pods, slimPod)
+	nss, nps := kube.NewInformer(p.cs, kube.Namespaces, nil), kube.NewInformer(p.cs, kube.NetworkPolicies, nil)
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { p.poke() },
 		UpdateFunc: func(any, any) { p.poke() },
 		DeleteFunc: func(any) { p.poke() },
 	}
-	_, _ = pods.Informer().AddEventHandler(podPolicyHandler(p.poke)) // policykick.go
-	for _, inf := range []cache.SharedIndexInformer{nss.Informer(), nps.Informer()} {
+	_, _ = pods.AddEventHandler(podPolicyHandler(p.poke)) // policykick.go
+	for _, inf := range []cache.SharedIndexInformer{nss, nps} {
 		_, _ = inf.AddEventHandler(h)
 	}
-	f.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), pods.Informer().HasSynced, nss.Informer().HasSynced, nps.Informer().HasSynced) {
+	for _, inf := range []cache.SharedIndexInformer{pods, nss, nps} {
+		go inf.Run(ctx.Done())
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, nss.HasSynced, nps.HasSynced) {
 		return
 	}
+	nsLister, npLister := corelisters.NewNamespaceLister(nss.GetIndexer()), networkinglisters.NewNetworkPolicyLister(nps.GetIndexer())
 	p.log.Info("policy: informers synced")
 	tick := time.NewTicker(policyResync)
 	defer tick.Stop()
 	for {
 		// The pod cache holds policyCachedPods (podslim.go), not Pods: no pod lister.
-		podList := func() []policy.Pod { return cachedPolicyPods(pods.Informer().GetStore().List()) }
-		in, err := policyInput(p.node, podList, nss.Lister().List, nps.Lister().List)
+		podList := func() []policy.Pod { return cachedPolicyPods(pods.GetStore().List()) }
+		in, err := policyInput(p.node, podList, nsLister.List, npLister.List)
 		if err == nil {
 			err = p.sync(ctx, in)
 		}
@@ -192,13 +196,13 @@ func (p *policyLoop) podName(ip netip.Addr) string {
 // policyEvents reports each policy problem once as a Warning Event on the
 // policy (and again when its message changes).
 type policyEvents struct {
-	cs       kubernetes.Interface
+	cs       kube.Client
 	node     string
 	log      *slog.Logger
 	reported map[string]string // policy -> message reported
 }
 
-func newPolicyEvents(cs kubernetes.Interface, node string, log *slog.Logger) *policyEvents {
+func newPolicyEvents(cs kube.Client, node string, log *slog.Logger) *policyEvents {
 	return &policyEvents{cs: cs, node: node, log: log, reported: map[string]string{}}
 }
 
@@ -220,7 +224,7 @@ func (e *policyEvents) report(ctx context.Context, nps []*networkingv1.NetworkPo
 			Source:         corev1.EventSource{Component: "myelin-agent", Host: e.node},
 			FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1,
 		}
-		if _, err := e.cs.CoreV1().Events(np.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		if err := e.cs.CreateEvent(ctx, ev); err != nil {
 			e.log.Warn("policy: create event", "policy", name, "err", err)
 			continue
 		}

@@ -12,17 +12,16 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/myelin-net/myelin/internal/config"
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/k8s"
+	"github.com/myelin-net/myelin/internal/kube"
 	"github.com/myelin-net/myelin/internal/memlimit"
 )
 
@@ -32,7 +31,7 @@ type startup struct {
 	cfg     Config
 	conf    config.Config // what GET /v1/config and status show; modes come from plan
 	plan    nodePlan
-	cs      kubernetes.Interface
+	cs      kube.Client
 	podCIDR netip.Prefix
 	nodeUID types.UID // the Node's, for Events about it
 	uplink  netlink.Link
@@ -104,7 +103,7 @@ func planNode(cfg Config, conf config.Config, node *corev1.Node, userRules []str
 	return p, err
 }
 
-func kubeClients(kubeconfig string) (kubernetes.Interface, dynamic.Interface, error) {
+func kubeClients(kubeconfig string) (kube.Client, dynamic.Interface, error) {
 	var rc *rest.Config
 	var err error
 	if kubeconfig == "" {
@@ -121,7 +120,7 @@ func kubeClients(kubeconfig string) (kubernetes.Interface, dynamic.Interface, er
 	// have no protobuf) sets JSON for itself.
 	rc.ContentType = runtime.ContentTypeProtobuf
 	rc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	cs, err := kubernetes.NewForConfig(rc)
+	cs, err := kube.New(rc)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -130,7 +129,7 @@ func kubeClients(kubeconfig string) (kubernetes.Interface, dynamic.Interface, er
 }
 
 // loadConfig reads the configuration, retrying while the apiserver is unreachable.
-func loadConfig(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, nodeLabels map[string]string, log *slog.Logger) (config.Config, error) {
+func loadConfig(ctx context.Context, cs kube.Client, dyn dynamic.Interface, nodeLabels map[string]string, log *slog.Logger) (config.Config, error) {
 	for attempt := 1; ; attempt++ {
 		conf, err := config.Load(ctx, cs, dyn, nodeLabels)
 		if err == nil || !isTransient(err) || attempt == 30 {
@@ -155,9 +154,9 @@ func isTransient(err error) bool {
 
 // waitForNode waits until this node's Node object exists and the controller-manager
 // has given it a PodCIDR.
-func waitForNode(ctx context.Context, cs kubernetes.Interface, node string, log *slog.Logger) (*corev1.Node, error) {
+func waitForNode(ctx context.Context, cs kube.Client, node string, log *slog.Logger) (*corev1.Node, error) {
 	for {
-		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		n, err := cs.GetNode(ctx, node)
 		switch {
 		case err != nil:
 			log.Warn("waiting for the Node object", "node", node, "err", err)

@@ -9,7 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
+
+	"github.com/myelin-net/myelin/internal/kube"
 )
 
 // The ConfigMap the agent reads its configuration from.
@@ -29,10 +30,10 @@ var MissingConfigMapSource = fmt.Sprintf("%s (no ConfigMap %s/%s)", DefaultSourc
 // (NotFound) means built-in defaults, said in Config.ConfigMapMissing and as the source
 // of every defaulted key; any other failure to read it (forbidden, unreachable) is an
 // error, never a silent default. A missing NodeConfig CRD means no NodeConfigs.
-func Load(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, nodeLabels map[string]string) (Config, error) {
+func Load(ctx context.Context, cs kube.Client, dyn dynamic.Interface, nodeLabels map[string]string) (Config, error) {
 	var sources []Source
 	missing := false
-	cm, err := cs.CoreV1().ConfigMaps(ConfigMapNamespace).Get(ctx, ConfigMapName, metav1.GetOptions{})
+	cm, err := cs.GetConfigMap(ctx, ConfigMapNamespace, ConfigMapName)
 	switch {
 	case apierrors.IsNotFound(err):
 		missing = true

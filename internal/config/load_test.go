@@ -17,6 +17,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/myelin-net/myelin/internal/kube/kubefake"
 )
 
 func fakeDynamic() *dynamicfake.FakeDynamicClient {
@@ -36,7 +38,7 @@ func TestLoadConfigMapPresent(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ConfigMapNamespace, Name: ConfigMapName},
 		Data:       map[string]string{"routing-mode": "native"},
 	})
-	c, err := Load(context.Background(), cs, fakeDynamic(), nil)
+	c, err := Load(context.Background(), kubefake.Wrap(cs), fakeDynamic(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +59,7 @@ func TestLoadConfigMapPresent(t *testing.T) {
 // A ConfigMap that does not exist means defaults, said as the source of every key
 // and in the summary status shows.
 func TestLoadConfigMapNotFound(t *testing.T) {
-	c, err := Load(context.Background(), fake.NewSimpleClientset(), fakeDynamic(), nil)
+	c, err := Load(context.Background(), kubefake.Wrap(fake.NewSimpleClientset()), fakeDynamic(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +91,7 @@ func TestLoadConfigMapUnreadable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cs := fake.NewSimpleClientset()
 			failConfigMapGet(cs, tc.err)
-			c, err := Load(context.Background(), cs, fakeDynamic(), nil)
+			c, err := Load(context.Background(), kubefake.Wrap(cs), fakeDynamic(), nil)
 			if err == nil {
 				t.Fatalf("no error; config sources %q", c.SourceSummary())
 			}
@@ -113,7 +115,7 @@ func TestLoadKeepsNodeConfigUID(t *testing.T) {
 	}}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{NodeConfigResource: "NodeConfigList"}, nc)
-	c, err := Load(context.Background(), fake.NewSimpleClientset(), dyn, nil)
+	c, err := Load(context.Background(), kubefake.Wrap(fake.NewSimpleClientset()), dyn, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+
+	"github.com/myelin-net/myelin/internal/kube/kubefake"
 )
 
 // The cache keeps records, not objects: keyed like the objects, indexed by their
@@ -76,7 +78,7 @@ func TestWatcherProgramsFromRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := NewWatcher(cs, m, nodeOpts, func(error) {}, slog.New(slog.DiscardHandler))
+	w := NewWatcher(kubefake.Wrap(cs), m, nodeOpts, func(error) {}, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go w.Run(ctx)

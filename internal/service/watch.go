@@ -6,10 +6,10 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/myelin-net/myelin/internal/kube"
 )
 
 // byServiceIndex indexes EndpointSlices by the namespace/name of their Service.
@@ -22,7 +22,7 @@ const resyncInterval = 5 * time.Minute
 
 // Watcher keeps a Manager in step with the cluster's Services and EndpointSlices.
 type Watcher struct {
-	cs     kubernetes.Interface
+	cs     kube.Client
 	m      *Manager
 	o      Options
 	log    *slog.Logger
@@ -43,7 +43,7 @@ type Watcher struct {
 // NewWatcher returns a Watcher that applies to m what the Services and
 // EndpointSlices of cs say for this node (o). report receives the outcome of every
 // Service sync.
-func NewWatcher(cs kubernetes.Interface, m *Manager, o Options, report func(error), log *slog.Logger) *Watcher {
+func NewWatcher(cs kube.Client, m *Manager, o Options, report func(error), log *slog.Logger) *Watcher {
 	return &Watcher{cs: cs, m: m, o: o, log: log, report: report, synced: make(chan struct{})}
 }
 
@@ -161,10 +161,9 @@ func (w *Watcher) Prestart(ctx context.Context) {
 // startCaches starts the Service and EndpointSlice informers, each event queueing
 // its Service's key, and returns their caches and what tells they have synced.
 func (w *Watcher) startCaches(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string]) (serviceCaches, []cache.InformerSynced) {
-	factory := informers.NewSharedInformerFactoryWithOptions(w.cs, 0, informers.WithTransform(cacheTransform(w.o.NodeName)))
-	svcInf := factory.Core().V1().Services()
-	sliceInf := factory.Discovery().V1().EndpointSlices()
-	_ = sliceInf.Informer().AddIndexers(cache.Indexers{byServiceIndex: sliceServiceKey})
+	transform := cacheTransform(w.o.NodeName)
+	svcInf, sliceInf := kube.NewInformer(w.cs, kube.Services, transform), kube.NewInformer(w.cs, kube.EndpointSlices, transform)
+	_ = sliceInf.AddIndexers(cache.Indexers{byServiceIndex: sliceServiceKey})
 	enqueue := func(obj any) {
 		if key, ok := eventKey(obj); ok {
 			w.eventSeen(key)
@@ -172,11 +171,12 @@ func (w *Watcher) startCaches(ctx context.Context, queue workqueue.TypedRateLimi
 		}
 	}
 	handler := cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }, DeleteFunc: enqueue}
-	_, _ = svcInf.Informer().AddEventHandler(handler)
-	_, _ = sliceInf.Informer().AddEventHandler(handler)
-	factory.Start(ctx.Done())
-	return serviceCaches{services: svcInf.Informer().GetIndexer(), slices: sliceInf.Informer().GetIndexer()},
-		[]cache.InformerSynced{svcInf.Informer().HasSynced, sliceInf.Informer().HasSynced}
+	_, _ = svcInf.AddEventHandler(handler)
+	_, _ = sliceInf.AddEventHandler(handler)
+	go svcInf.Run(ctx.Done())
+	go sliceInf.Run(ctx.Done())
+	return serviceCaches{services: svcInf.GetIndexer(), slices: sliceInf.GetIndexer()},
+		[]cache.InformerSynced{svcInf.HasSynced, sliceInf.HasSynced}
 }
 
 // sync applies the Service key as the caches have it: deleted, or its desired
