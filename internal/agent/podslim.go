@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"net/netip"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -19,6 +21,10 @@ type policyCachedPod struct {
 	metav1.ObjectMeta // name, namespace and resource version: the cache's key
 	Pod               policy.Pod
 	Taken             bool // policyInput takes the pod: it has an address and has not finished
+	// Pending: the pod has no address in its status yet (Pod has everything else);
+	// policyInput takes it with its endpoint's address if it is one of this node's
+	// (policyadmit.go: isolated before CNI ADD returns).
+	Pending bool
 }
 
 // DeepCopyObject implements runtime.Object. Cached pods are never changed, so the
@@ -39,22 +45,40 @@ func slimPod(obj any) (any, error) {
 	c := &policyCachedPod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace,
 		ResourceVersion: p.ResourceVersion}}
 	c.Pod, c.Taken = policyPodOf(p)
+	if !c.Taken && p.Status.PodIP == "" && !p.Spec.HostNetwork && p.Spec.NodeName != "" && !finished(p) {
+		c.Pod, c.Pending = policy.PodWithoutIP(p), true
+	}
 	return c, nil
+}
+
+func finished(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }
 
 // policyPodOf is what policyInput takes of a pod, and whether it takes it at all: a
 // finished pod's address may be another pod's already.
 func policyPodOf(p *corev1.Pod) (policy.Pod, bool) {
-	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+	if finished(p) {
 		return policy.Pod{}, false
 	}
 	return policy.PodOf(p)
 }
 
-// cachedPolicyPods are the pods policy takes among the cache's objects.
-func cachedPolicyPods(objs []any) []policy.Pod {
+// cachedPolicyPods are the pods policy takes among the cache's objects: those with an
+// address, where this node's pods have their endpoint's (endpointIPs, "namespace/name"
+// → the address CNI ADD gave the pod's sandbox): before their status has one (see
+// policyadmit.go), and when the status still names an old sandbox's.
+func cachedPolicyPods(objs []any, node string, endpointIPs map[string]netip.Addr) []policy.Pod {
 	out := make([]policy.Pod, 0, len(objs))
 	for _, o := range objs {
+		if c, ok := o.(*policyCachedPod); ok && (c.Taken || c.Pending) && c.Pod.Node == node {
+			if ip, ok := endpointIPs[c.Pod.Ref()]; ok {
+				pp := c.Pod
+				pp.IP = ip
+				out = append(out, pp)
+				continue
+			}
+		}
 		if pp, ok := podPolicyView(o); ok {
 			out = append(out, pp)
 		}

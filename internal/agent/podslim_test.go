@@ -6,10 +6,12 @@ import (
 	"reflect"
 	"runtime"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/policy"
 )
 
@@ -51,11 +53,43 @@ func TestSlimPodKeepsWhatPolicyReads(t *testing.T) {
 	if finished.(*policyCachedPod).Taken {
 		t.Errorf("a finished pod is taken: its address may be another pod's")
 	}
-	if pods := cachedPolicyPods([]any{c, finished, "junk"}); len(pods) != 1 || pods[0].Name != "web-1" {
+	if pods := cachedPolicyPods([]any{c, finished, "junk"}, "n1", nil); len(pods) != 1 || pods[0].Name != "web-1" {
 		t.Errorf("cachedPolicyPods = %+v, want web-1 only", pods)
 	}
 	if tomb, _ := slimPod("not a pod"); tomb != "not a pod" {
 		t.Errorf("a non-pod object changed: %v", tomb)
+	}
+}
+
+// A pod of this node whose status has no address yet is taken with its endpoint's
+// (CNI ADD gave it one: it must be isolated before it runs); a pod of another node
+// without one, or of this node without an endpoint, is not. A status that still names
+// an old sandbox's address gives way to the endpoint's.
+func TestCachedPolicyPodsEndpointAddress(t *testing.T) {
+	mk := func(name, node, ip string) any {
+		obj, _ := slimPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", Labels: map[string]string{"app": name}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c",
+				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}},
+			Status: corev1.PodStatus{Phase: corev1.PodPending, PodIP: ip}})
+		return obj
+	}
+	eps := endpointIPs([]api.Endpoint{
+		{PodRef: api.PodRef{Namespace: "shop", Pod: "new"}, IP: "10.244.1.7"},
+		{PodRef: api.PodRef{Namespace: "shop", Pod: "moved"}, IP: "10.244.1.8", Created: time.Unix(200, 0)},
+		{PodRef: api.PodRef{Namespace: "shop", Pod: "moved"}, IP: "10.244.1.3", Created: time.Unix(100, 0)},
+	})
+	objs := []any{mk("new", "n1", ""), mk("moved", "n1", "10.244.1.3"), mk("remote", "n2", ""),
+		mk("no-endpoint", "n1", ""), mk("running", "n2", "10.244.2.9")}
+	got := map[string]string{}
+	for _, p := range cachedPolicyPods(objs, "n1", eps) {
+		got[p.Name] = p.IP.String()
+		if p.Name == "new" && (p.Labels["app"] != "new" || len(p.Ports) != 1) {
+			t.Errorf("the pending pod lost its labels or named ports: %+v", p)
+		}
+	}
+	want := map[string]string{"new": "10.244.1.7", "moved": "10.244.1.8", "running": "10.244.2.9"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("cachedPolicyPods took %v, want %v", got, want)
 	}
 }
 

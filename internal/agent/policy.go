@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/kube"
 	"github.com/myelin-net/myelin/internal/policy"
 )
@@ -55,16 +57,25 @@ type policyLoop struct {
 	events  *policyEvents
 	changed chan struct{}
 	view    atomic.Pointer[policyView]
+
+	// Admission of new endpoints (policyadmit.go).
+	endpoints func() []api.Endpoint        // this node's endpoints: their pods' addresses before their status has them
+	urgent    chan struct{}                // compute now, without gathering changes first
+	caches    atomic.Pointer[policyCaches] // once the informers synced
+	appliedMu sync.Mutex                   //
+	applied   chan struct{}                // closed, and replaced, when a computation is published
 }
 
-func newPolicyLoop(node, stateDir string, maps policyMaps, cs kube.Client, l *loops, log *slog.Logger) (*policyLoop, error) {
+func newPolicyLoop(node, stateDir string, maps policyMaps, cs kube.Client, endpoints func() []api.Endpoint,
+	l *loops, log *slog.Logger) (*policyLoop, error) {
 	path := filepath.Join(stateDir, "policy-identities.json")
 	ids, err := policy.LoadIdentities(path)
 	if err != nil {
 		return nil, err
 	}
 	return &policyLoop{node: node, maps: maps, idsPath: path, ids: ids, cs: cs, loops: l, log: log,
-		events: newPolicyEvents(cs, node, log), changed: make(chan struct{}, 1)}, nil
+		events: newPolicyEvents(cs, node, log), changed: make(chan struct{}, 1),
+		endpoints: endpoints, urgent: make(chan struct{}, 1), applied: make(chan struct{})}, nil
 }
 
 func (p *policyLoop) poke() {
@@ -94,12 +105,15 @@ func (p *policyLoop) Run(ctx context.Context) {
 		return
 	}
 	nsLister, npLister := corelisters.NewNamespaceLister(nss.GetIndexer()), networkinglisters.NewNetworkPolicyLister(nps.GetIndexer())
+	p.caches.Store(&policyCaches{pods: pods.GetStore(), policies: npLister})
 	p.log.Info("policy: informers synced")
 	tick := time.NewTicker(policyResync)
 	defer tick.Stop()
 	for {
 		// The pod cache holds policyCachedPods (podslim.go), not Pods: no pod lister.
-		podList := func() []policy.Pod { return cachedPolicyPods(pods.GetStore().List()) }
+		podList := func() []policy.Pod {
+			return cachedPolicyPods(pods.GetStore().List(), p.node, endpointIPs(p.endpoints()))
+		}
 		in, err := policyInput(p.node, podList, nsLister.List, npLister.List)
 		if err == nil {
 			err = p.sync(ctx, in)
@@ -116,7 +130,13 @@ func (p *policyLoop) Run(ctx context.Context) {
 			if v := p.view.Load(); v != nil {
 				last = v.duration
 			}
-			time.Sleep(policyPause(last)) // policykick.go
+			select { // policykick.go; an endpoint waiting for admission cuts it short
+			case <-time.After(policyPause(last)):
+			case <-p.urgent:
+			case <-ctx.Done():
+				return
+			}
+		case <-p.urgent:
 		case <-tick.C:
 		}
 	}
@@ -134,6 +154,7 @@ func (p *policyLoop) sync(ctx context.Context, in policy.Input) error {
 	st.Problems = append(st.Problems, applyProblems(st, res)...)
 	v := &policyView{input: in, state: st, started: start, applied: time.Now(), duration: time.Since(start), writes: res.writes, err: err}
 	p.view.Store(v)
+	p.published()
 	if res.writes > 0 {
 		p.log.Info("policy applied", "endpoints", len(st.Endpoints), "identities", st.Identities,
 			"writes", res.writes, "forgotten connections", res.purged, "took", v.duration)

@@ -35,7 +35,7 @@ func BenchmarkPolicyRecompute(b *testing.B) {
 	for _, n := range []int{10000, 50000} {
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
 			pods := kwokPods(kwok.Shape{Nodes: 1000, Pods: n, Services: n / 5})
-			list := func() []policy.Pod { return cachedPolicyPods(pods) }
+			list := func() []policy.Pod { return cachedPolicyPods(pods, "", nil) }
 			nss := func(labels.Selector) ([]*corev1.Namespace, error) { return nil, nil }
 			nps := func(labels.Selector) ([]*networkingv1.NetworkPolicy, error) { return nil, nil }
 			ids := policy.NewIdentities()

@@ -163,7 +163,7 @@ func (st *startup) startLoops(ctx context.Context, p parts) (*serviceLoop, error
 	if svc != nil {
 		p.srv.views.add(svc) // /v1/services answers from here on
 	}
-	pol, err := newPolicyLoop(st.cfg.Node, st.cfg.StateDir, p.node.dp, st.cs, st.loops, st.log)
+	pol, err := newPolicyLoop(st.cfg.Node, st.cfg.StateDir, p.node.dp, st.cs, p.node.eps.List, st.loops, st.log)
 	if err != nil {
 		return nil, err
 	}

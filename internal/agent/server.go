@@ -162,6 +162,17 @@ func (a *server) handlePutEndpoint(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, err)
 		return
 	}
+	// The pod runs once ADD returns: its NetworkPolicy first (policyadmit.go).
+	if pol, ok := findView[*policyLoop](&a.views); ok {
+		if err := pol.admit(r.Context(), out); err != nil {
+			if derr := a.eps.DeleteOwned(out.ContainerID, out.HostIfIndex); derr != nil {
+				err = fmt.Errorf("%w (and removing the endpoint again failed: %v)", err, derr)
+			}
+			a.log.Error("endpoint not admitted", "pod", ep.Namespace+"/"+ep.Pod, "ip", ep.IP, "err", err)
+			writeError(w, http.StatusServiceUnavailable, err)
+			return
+		}
+	}
 	a.log.Info("endpoint added", "pod", ep.Namespace+"/"+ep.Pod, "ip", ep.IP, "veth", ep.HostIfName)
 	writeJSON(w, http.StatusOK, out)
 }

@@ -53,7 +53,15 @@ func PodOf(p *corev1.Pod) (Pod, bool) {
 	if err != nil || !ip.Is4() {
 		return Pod{}, false
 	}
-	out := Pod{Namespace: p.Namespace, Name: p.Name, Labels: p.Labels, IP: ip, Node: p.Spec.NodeName}
+	out := PodWithoutIP(p)
+	out.IP = ip
+	return out, true
+}
+
+// PodWithoutIP is what policy reads of a pod but its address (the zero Addr): for a pod
+// whose status has none yet, to be completed with the address its node gave it.
+func PodWithoutIP(p *corev1.Pod) Pod {
+	out := Pod{Namespace: p.Namespace, Name: p.Name, Labels: p.Labels, Node: p.Spec.NodeName}
 	for _, c := range p.Spec.Containers {
 		for _, cp := range c.Ports {
 			if cp.Name == "" {
@@ -66,7 +74,7 @@ func PodOf(p *corev1.Pod) (Pod, bool) {
 			out.Ports = append(out.Ports, NamedPort{Name: cp.Name, Proto: proto, Port: uint16(cp.ContainerPort)})
 		}
 	}
-	return out, true
+	return out
 }
 
 // protoNumber maps a Kubernetes protocol (empty: TCP) to its IP protocol number.

@@ -7,6 +7,8 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -66,6 +68,7 @@ func netpolConformance(t *testing.T, profile string) {
 	}
 	t.Logf("NetworkPolicy conformance %s: %d/%d passed (%d of upstream's %d not run: %s)", profile, passed, ran,
 		len(skipped), len(conformance.Cases()), strings.Join(skipped, "; "))
+	l.isolatedFromStart(t)
 	l.operatorView(t)
 	labDown(t)
 }
@@ -318,6 +321,63 @@ func probeConn(path string, proto corev1.Protocol, addr string) bool {
 }
 
 func mustParseAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// isolatedFromStart: a new pod that a policy isolates is isolated from its first
+// packet. Each pod's command connects to y/a before anything else, as soon as CNI ADD
+// has returned and long before the kubelet reports the pod's address; the pods a
+// policy denies all egress (one per node) must be refused, and a pod of the same
+// namespace that no policy selects (the control: a new pod's first connection works)
+// must get through.
+func (l *netpolLab) isolatedFromStart(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	deny := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "fresh-no-egress"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pod": "fresh"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}}}
+	since := time.Now()
+	if _, err := l.cs.NetworkingV1().NetworkPolicies("x").Create(ctx, deny, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l.waitApplied(since)
+	target := "http://" + net.JoinHostPort(l.pods[conformance.PodRef{NS: "y", Pod: "a"}].Status.PodIP, "80") + "/"
+	dir := t.TempDir()
+	want := map[string]string{"fresh-1": "refused", "fresh-2": "refused", "open-1": "reached"}
+	for name := range want {
+		label := strings.TrimSuffix(strings.TrimSuffix(name, "-1"), "-2")
+		out := filepath.Join(dir, name)
+		spec := hostPod("first", "sh", "-c", fmt.Sprintf(
+			"if curl -s -o /dev/null -m 3 %s; then r=reached; else r=refused; fi; echo $r > %s.tmp && mv %s.tmp %s; exec sleep 3600",
+			target, out, out, out))
+		spec.NodeName = l.nodes[0]
+		if strings.HasSuffix(name, "-2") {
+			spec.NodeName = l.nodes[1]
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "x", Labels: map[string]string{"pod": label}}, Spec: spec}
+		if _, err := l.cs.CoreV1().Pods("x").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]string{}
+	eventually(t, podTimeout, "every new pod's first connection done", func(context.Context) (bool, string) {
+		for name := range want {
+			if b, err := os.ReadFile(filepath.Join(dir, name)); err == nil {
+				got[name] = strings.TrimSpace(string(b))
+			}
+		}
+		return len(got) == len(want), fmt.Sprintf("%v", got)
+	})
+	if !maps.Equal(got, want) {
+		t.Errorf("first connection of each new pod = %v, want %v (fresh-* are denied all egress from the start)", got, want)
+	}
+	for name := range want {
+		if err := l.cs.CoreV1().Pods("x").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := l.cs.NetworkingV1().NetworkPolicies("x").Delete(ctx, deny.Name, metav1.DeleteOptions{}); err != nil {
+		t.Error(err)
+	}
+}
 
 // operatorView checks what an operator sees with x/a isolated (only x/b
 // in on TCP 80): myelin endpoints, myelin policy trace, and the drop of a

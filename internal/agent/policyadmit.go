@@ -1,0 +1,146 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/myelin-net/myelin/internal/api"
+)
+
+// Admission: a pod must not send or receive a packet its NetworkPolicies deny, the
+// first ones included. Its status has no address until the kubelet reports the one
+// CNI ADD gave it, so a computation from the Pod informer alone would isolate the pod
+// only after it ran for a while. Instead the endpoint's address completes the pod
+// (cachedPolicyPods), and the API's endpoint PUT (the last step of CNI ADD) returns
+// only once a computation that includes the pod at that address is applied, when a
+// NetworkPolicy exists in its namespace (policies select pods of their own namespace
+// only; elsewhere there is nothing to wait for and ADD costs nothing more).
+
+// policyAdmitTimeout bounds the wait: past it the endpoint is removed again and ADD
+// fails (the kubelet retries the sandbox), rather than the pod running unisolated.
+const policyAdmitTimeout = 10 * time.Second
+
+// policyAdmitRetry is how often admission asks for another computation while the
+// pod is not yet in the informer's cache.
+const policyAdmitRetry = 20 * time.Millisecond
+
+// policyCaches are what admission reads of the loop's informers.
+type policyCaches struct {
+	pods     cache.Store
+	policies networkinglisters.NetworkPolicyLister
+}
+
+// admit returns once ep's pod is isolated as its namespace's NetworkPolicies say, or
+// at once when the namespace has none; an error when that could not be done within
+// policyAdmitTimeout (or ctx).
+func (p *policyLoop) admit(ctx context.Context, ep api.Endpoint) error {
+	ip, err := netip.ParseAddr(ep.IP)
+	if err != nil {
+		return fmt.Errorf("endpoint address %q: %w", ep.IP, err)
+	}
+	ref := ep.Namespace + "/" + ep.Pod
+	ctx, cancel := context.WithTimeout(ctx, policyAdmitTimeout)
+	defer cancel()
+	for {
+		c := p.caches.Load()
+		if c != nil {
+			nps, err := c.policies.NetworkPolicies(ep.Namespace).List(labels.Everything())
+			if err != nil {
+				return fmt.Errorf("list NetworkPolicies of %s: %w", ep.Namespace, err)
+			}
+			if len(nps) == 0 {
+				return nil
+			}
+			if _, cached, _ := c.pods.GetByKey(ref); cached {
+				break
+			}
+		}
+		// Not synced yet, or the pod not cached yet: look again shortly.
+		select {
+		case <-ctx.Done():
+			return p.admitError(ref, c != nil, ctx.Err())
+		case <-time.After(policyAdmitRetry):
+		}
+	}
+	for {
+		asked := time.Now()
+		done := p.awaitPublished()
+		select {
+		case p.urgent <- struct{}{}:
+		default: // a request is pending already; this wait is served by its computation too
+		}
+		select {
+		case <-ctx.Done():
+			return p.admitError(ref, true, ctx.Err())
+		case <-done:
+		}
+		if v := p.view.Load(); v != nil && !v.started.Before(asked) && v.includes(ref, ip) {
+			return nil
+		}
+		select { // a computation that began before the request, or without the pod: again
+		case <-ctx.Done():
+			return p.admitError(ref, true, ctx.Err())
+		case <-time.After(policyAdmitRetry):
+		}
+	}
+}
+
+func (p *policyLoop) admitError(ref string, synced bool, err error) error {
+	what := "the agent's Pod, Namespace and NetworkPolicy caches have not synced with the apiserver"
+	if synced {
+		what = fmt.Sprintf("no policy computation included pod %s at its address", ref)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("waited %s", policyAdmitTimeout)
+	}
+	return fmt.Errorf("NetworkPolicy for pod %s is not in place: %s (%w); the pod must not run unisolated, "+
+		"so its network is removed and the kubelet retries; see the agent's policy loop in myelin status", ref, what, err)
+}
+
+// awaitPublished returns a channel closed when the next computation is published.
+func (p *policyLoop) awaitPublished() <-chan struct{} {
+	p.appliedMu.Lock()
+	defer p.appliedMu.Unlock()
+	return p.applied
+}
+
+// published wakes everyone waiting for a computation (sync, after it stored the view).
+func (p *policyLoop) published() {
+	p.appliedMu.Lock()
+	defer p.appliedMu.Unlock()
+	close(p.applied)
+	p.applied = make(chan struct{})
+}
+
+// includes says whether the computation saw pod ref at ip.
+func (v *policyView) includes(ref string, ip netip.Addr) bool {
+	for _, pod := range v.input.Pods {
+		if pod.IP == ip && pod.Ref() == ref {
+			return true
+		}
+	}
+	return false
+}
+
+// endpointIPs maps "namespace/name" to the address of each of this node's endpoints;
+// of a pod with two (an old sandbox not yet deleted), the newer one's.
+func endpointIPs(eps []api.Endpoint) map[string]netip.Addr {
+	out := make(map[string]netip.Addr, len(eps))
+	created := make(map[string]time.Time, len(eps))
+	for _, ep := range eps {
+		ip, err := netip.ParseAddr(ep.IP)
+		ref := ep.Namespace + "/" + ep.Pod
+		if err != nil || ep.Created.Before(created[ref]) {
+			continue
+		}
+		out[ref], created[ref] = ip, ep.Created
+	}
+	return out
+}

@@ -1,0 +1,126 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/kube/kubefake"
+)
+
+// A new pod in a namespace with a NetworkPolicy is isolated when admit returns, while
+// its status has no address yet (the kubelet reports it only after CNI ADD); a pod in a
+// namespace without one is admitted at once, isolated by nothing; a pod the agent's
+// caches don't know is refused, not let run unisolated.
+func TestPolicyAdmit(t *testing.T) {
+	pending := func(ns, name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": name}},
+			Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	}
+	denyAll := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "deny-all"},
+		Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}}}
+	cs := fake.NewSimpleClientset(
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "open"}},
+		denyAll, pending("shop", "new"), pending("open", "free"))
+	newEp := api.Endpoint{PodRef: api.PodRef{Namespace: "shop", Pod: "new"}, IP: "10.244.1.7"}
+	freeEp := api.Endpoint{PodRef: api.PodRef{Namespace: "open", Pod: "free"}, IP: "10.244.1.8"}
+	maps := &lockedPolicyMaps{fake: newFakePolicyMaps()}
+	p, err := newPolicyLoop("n1", t.TempDir(), maps, kubefake.Wrap(cs), func() []api.Endpoint { return []api.Endpoint{newEp, freeEp} },
+		newLoops(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { p.Run(ctx); close(ran) }()
+
+	if err := p.admit(ctx, newEp); err != nil {
+		t.Errorf("admit shop/new: %v", err)
+	}
+	if fl := maps.flagsOf("10.244.1.7"); fl&datapath.PolicyIngress == 0 || fl&datapath.PolicyEgress == 0 {
+		t.Errorf("shop/new's flags when admit returned = %v, want ingress and egress isolation", fl)
+	}
+	if err := p.admit(ctx, freeEp); err != nil {
+		t.Errorf("admit open/free: %v", err)
+	}
+	short, stop := context.WithTimeout(ctx, 200*time.Millisecond)
+	err = p.admit(short, api.Endpoint{PodRef: api.PodRef{Namespace: "shop", Pod: "ghost"}, IP: "10.244.1.9"})
+	stop()
+	if err == nil || !strings.Contains(err.Error(), "shop/ghost") || !strings.Contains(err.Error(), "not in place") {
+		t.Errorf("admit of a pod the caches don't have = %v, want a refusal naming it", err)
+	}
+	cancel()
+	<-ran
+	if fl := maps.flagsOf("10.244.1.8"); fl != 0 {
+		t.Errorf("open/free is isolated (%v) with no policy in its namespace", fl)
+	}
+}
+
+// lockedPolicyMaps lets a test read the fake maps while the policy loop writes them.
+type lockedPolicyMaps struct {
+	mu   sync.Mutex
+	fake *fakePolicyMaps
+}
+
+func (l *lockedPolicyMaps) flagsOf(ip string) datapath.PolicyFlags {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fake.flags[netip.MustParseAddr(ip)]
+}
+
+func (l *lockedPolicyMaps) SetPolicy(k datapath.PolicyKey, p []datapath.PolicyPort) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fake.SetPolicy(k, p)
+}
+func (l *lockedPolicyMaps) DeletePolicy(k datapath.PolicyKey) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fake.DeletePolicy(k)
+}
+func (l *lockedPolicyMaps) Policies() (map[datapath.PolicyKey][]datapath.PolicyPort, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fake.Policies()
+}
+func (l *lockedPolicyMaps) SetPolicyFlags(ip netip.Addr, fl datapath.PolicyFlags) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fake.SetPolicyFlags(ip, fl)
+}
+func (l *lockedPolicyMaps) PolicyFlagsAll() (map[netip.Addr]datapath.PolicyFlags, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fake.PolicyFlagsAll()
+}
+func (l *lockedPolicyMaps) SetIPCache(p netip.Prefix, id uint32) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fake.SetIPCache(p, id)
+}
+func (l *lockedPolicyMaps) DeleteIPCache(p netip.Prefix) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fake.DeleteIPCache(p)
+}
+func (l *lockedPolicyMaps) IPCache() (map[netip.Prefix]uint32, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fake.IPCache()
+}
+func (l *lockedPolicyMaps) PurgePolicyCT(pg datapath.PolicyCTPurge) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fake.PurgePolicyCT(pg)
+}
