@@ -92,3 +92,49 @@ func TestPrivilegedBPFFlows(t *testing.T) {
 		return fr.Kind == FlowDNS && fr.DstPort == 53 && string(fr.Payload) == string(dnsQuery.payload)
 	})
 }
+
+// TestPrivilegedFlowReaderRead: Read, which the agent's flow loop calls, returns a
+// record the datapath writes while it waits (at the next poll: records wake no reader
+// until a quarter of the ring is used), and returns os.ErrClosed once the reader is
+// closed while it waits.
+func TestPrivilegedFlowReaderRead(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTest(t, HostRoutingBPF)
+	if err := seedEndpoints(d, seedAB); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetFlows(true); err != nil {
+		t.Fatal(err)
+	}
+	r, err := d.NewFlowReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		fr  FlowRecord
+		err error
+	}
+	got := make(chan result)
+	read := func() {
+		fr, err := r.Read()
+		got <- result{fr, err}
+	}
+	go read()
+	time.Sleep(2 * flowPoll) // Read is waiting: the ring was drained at least twice
+	in := ipv4(protoTCP, "10.1.0.10", "10.1.0.20").build()
+	if _, err := d.objs.MyelinFromPod.Run(&ebpf.RunOptions{Data: in, Context: *ctxPodA}); err != nil {
+		t.Fatal(err)
+	}
+	res := <-got
+	if res.err != nil || res.fr.Kind != FlowTCP || res.fr.TCPFlags != 0x02 || res.fr.DstPort != 8080 {
+		t.Fatalf("Read = %+v, %v; want the SYN's record", res.fr, res.err)
+	}
+	go read()
+	time.Sleep(2 * flowPoll)
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-got; !errors.Is(res.err, os.ErrClosed) {
+		t.Errorf("Read after Close = %+v, %v; want os.ErrClosed", res.fr, res.err)
+	}
+}
