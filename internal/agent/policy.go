@@ -62,7 +62,7 @@ type policyLoop struct {
 	endpoints func() []api.Endpoint        // this node's endpoints: their pods' addresses before their status has them
 	urgent    chan struct{}                // compute now, without gathering changes first
 	caches    atomic.Pointer[policyCaches] // once the informers synced
-	appliedMu sync.Mutex                   //
+	appliedMu sync.Mutex                   // guards applied
 	applied   chan struct{}                // closed, and replaced, when a computation is published
 }
 
