@@ -150,6 +150,9 @@ var flowKinds = map[myelinFlowKind]FlowKind{
 	myelinFlowKindFLOW_DROP: FlowDrop, myelinFlowKindFLOW_DNS: FlowDNS,
 }
 
+// flowKindByCode is flowKinds as an array indexed by the record's kind byte.
+var flowKindByCode = byCode(flowKinds)
+
 // DecodeFlowRecord decodes one raw flow ring buffer record (struct flow_record,
 // followed for FLOW_DNS by its payload). boot converts the record's ktime. The
 // fields are read at their offsets (flowRecordOffsets, checked against the generated
@@ -160,8 +163,8 @@ func DecodeFlowRecord(raw []byte, boot time.Time) (FlowRecord, error) {
 		return FlowRecord{}, fmt.Errorf("decode flow record: %d bytes, want at least %d", len(raw), flowRecordSize)
 	}
 	o, ne := &flowRecordOffsets, binary.NativeEndian
-	kind, ok := flowKinds[myelinFlowKind(raw[o.kind])]
-	if !ok {
+	kind := flowKindByCode[raw[o.kind]]
+	if kind == "" {
 		return FlowRecord{}, fmt.Errorf("decode flow record: unknown kind %d", raw[o.kind])
 	}
 	fr := FlowRecord{
