@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/binary"
 	"log/slog"
 	"net/netip"
 	"strings"
@@ -38,7 +39,7 @@ type flowLoop struct {
 // map lookup per address instead of a walk over every pod of the cluster.
 type podIndex struct {
 	view *policyView
-	byIP map[netip.Addr]*policy.Pod
+	byIP map[uint32]*policy.Pod // IPv4 as a number: hashes faster than a netip.Addr
 }
 
 func (x *podIndex) lookup(pol *policyLoop, ip netip.Addr) (*policy.Pod, bool) {
@@ -52,13 +53,24 @@ func (x *podIndex) lookup(pol *policyLoop, ip netip.Addr) (*policy.Pod, bool) {
 // in looks ip up among the pods of view v.
 func (x *podIndex) in(v *policyView, ip netip.Addr) (*policy.Pod, bool) {
 	if v != x.view {
-		x.view, x.byIP = v, make(map[netip.Addr]*policy.Pod, len(v.input.Pods))
+		x.view, x.byIP = v, make(map[uint32]*policy.Pod, len(v.input.Pods))
 		for i := range v.input.Pods {
-			x.byIP[v.input.Pods[i].IP] = &v.input.Pods[i]
+			if ip := v.input.Pods[i].IP; ip.Is4() {
+				x.byIP[ipv4Key(ip)] = &v.input.Pods[i]
+			}
 		}
 	}
-	p, ok := x.byIP[ip]
+	if !ip.Is4() {
+		return nil, false
+	}
+	p, ok := x.byIP[ipv4Key(ip)]
 	return p, ok
+}
+
+// ipv4Key is an IPv4 address as a map key.
+func ipv4Key(ip netip.Addr) uint32 {
+	a := ip.As4()
+	return binary.BigEndian.Uint32(a[:])
 }
 
 // startFlows creates the node's flow store (always: empty while flows are off, so
