@@ -35,7 +35,7 @@ func TestPolicyAdmit(t *testing.T) {
 		denyAll, pending("shop", "new"), pending("open", "free"))
 	newEp := api.Endpoint{PodRef: api.PodRef{Namespace: "shop", Pod: "new"}, IP: "10.244.1.7"}
 	freeEp := api.Endpoint{PodRef: api.PodRef{Namespace: "open", Pod: "free"}, IP: "10.244.1.8"}
-	maps := &lockedPolicyMaps{fake: newFakePolicyMaps()}
+	maps := &lockedPolicyMaps{fakePolicyMaps: newFakePolicyMaps()}
 	p, err := newPolicyLoop("n1", t.TempDir(), maps, kubefake.Wrap(cs), func() []api.Endpoint { return []api.Endpoint{newEp, freeEp} },
 		newLoops(), slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -67,60 +67,21 @@ func TestPolicyAdmit(t *testing.T) {
 	}
 }
 
-// lockedPolicyMaps lets a test read the fake maps while the policy loop writes them.
+// lockedPolicyMaps lets a test read the endpoint flags while the policy loop writes
+// them: the loop's only writes to the flags go through SetPolicyFlags.
 type lockedPolicyMaps struct {
-	mu   sync.Mutex
-	fake *fakePolicyMaps
+	mu sync.Mutex
+	*fakePolicyMaps
 }
 
 func (l *lockedPolicyMaps) flagsOf(ip string) datapath.PolicyFlags {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.fake.flags[netip.MustParseAddr(ip)]
+	return l.flags[netip.MustParseAddr(ip)]
 }
 
-func (l *lockedPolicyMaps) SetPolicy(k datapath.PolicyKey, p []datapath.PolicyPort) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.fake.SetPolicy(k, p)
-}
-func (l *lockedPolicyMaps) DeletePolicy(k datapath.PolicyKey) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.fake.DeletePolicy(k)
-}
-func (l *lockedPolicyMaps) Policies() (map[datapath.PolicyKey][]datapath.PolicyPort, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.fake.Policies()
-}
 func (l *lockedPolicyMaps) SetPolicyFlags(ip netip.Addr, fl datapath.PolicyFlags) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.fake.SetPolicyFlags(ip, fl)
-}
-func (l *lockedPolicyMaps) PolicyFlagsAll() (map[netip.Addr]datapath.PolicyFlags, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.fake.PolicyFlagsAll()
-}
-func (l *lockedPolicyMaps) SetIPCache(p netip.Prefix, id uint32) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.fake.SetIPCache(p, id)
-}
-func (l *lockedPolicyMaps) DeleteIPCache(p netip.Prefix) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.fake.DeleteIPCache(p)
-}
-func (l *lockedPolicyMaps) IPCache() (map[netip.Prefix]uint32, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.fake.IPCache()
-}
-func (l *lockedPolicyMaps) PurgePolicyCT(pg datapath.PolicyCTPurge) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.fake.PurgePolicyCT(pg)
+	return l.fakePolicyMaps.SetPolicyFlags(ip, fl)
 }
