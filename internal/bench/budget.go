@@ -21,12 +21,22 @@ const (
 
 // Run-cost estimates for planning; the runner measures the real cost as it goes.
 const (
-	runOverhead      = 1200 * time.Millisecond // netperf/iperf3 start and stop around a run
-	serviceOverhead  = 4 * time.Second         // a Service CRR run enters the pod and connects twice
-	controlPlaneRun  = 45 * time.Second        // one round of a control-plane workload
-	labSetupEstimate = 25 * time.Second        // lab down of the last stage and lab up of this one
-	netnsSetup       = 2 * time.Second         // the no-lab baselines
-	perFillerService = 50 * time.Millisecond   // creating and programming one filler Service
+	runOverhead      = 200 * time.Millisecond // netperf/iperf3 start and stop around a run
+	calibrationRun   = time.Second            // a Counted case's calibration run (runner.go, transactions)
+	controlPlaneRun  = 45 * time.Second       // one round of a control-plane workload
+	labSetupEstimate = 25 * time.Second       // lab down of the last stage and lab up of this one
+	netnsSetup       = 2 * time.Second        // the no-lab baselines
+)
+
+// calibrationTransactions is the length of the run that gives a Counted case's rate before
+// its first recorded run: 0.1 s at 10,000 connections/s, 1 s at the slowest lab paths'
+// 1,000.
+const calibrationTransactions = 1000
+
+// fillerCost's coefficients, in seconds per Service and per Service squared.
+const (
+	fillerLinear    = 6e-3
+	fillerQuadratic = 0.9e-6
 )
 
 // budgetDurations are the run lengths a budget may choose, longest first.

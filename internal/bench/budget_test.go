@@ -180,3 +180,27 @@ func TestQuickCoversEveryStage(t *testing.T) {
 		t.Errorf("--quick runs %d cases, want one per pattern and its baseline", len(quick))
 	}
 }
+
+// TestStagePlansGrowServiceLab: the stages of one proxy's Service lab, in growing counts,
+// plan one lab bring-up and each stage's new Services only; another lab starts over.
+func TestStagePlansGrowServiceLab(t *testing.T) {
+	cases := ServiceScaleCases([]int{10, 1000})
+	all := stages(cases)
+	plans := StagePlans(all, func(Case) bool { return true })
+	if len(plans) != 6 {
+		t.Fatalf("%d stage plans, want 6 (3 proxies × 2 counts)", len(plans))
+	}
+	pads := 4 * calibrationRun // 2 placements × (svc-crr, direct-crr), each calibrated once
+	for i, want := range []time.Duration{
+		labSetupEstimate + fillerCost(0, 10) + pads, // svc-myelin-10: a new lab
+		fillerCost(10, 1000) + pads,                 // svc-myelin-1000: grown in place
+		labSetupEstimate + fillerCost(0, 10) + pads, // svc-iptables-10: its own lab
+	} {
+		if plans[i].Setup != want {
+			t.Errorf("stage %s setup = %s, want %s", plans[i].Name, plans[i].Setup, want)
+		}
+	}
+	if got := fillerCost(0, 6000); got < 60*time.Second || got > 76*time.Second {
+		t.Errorf("fillerCost(0, 6000) = %s, want about the 68 s measured", got)
+	}
+}

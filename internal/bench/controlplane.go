@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -237,6 +238,31 @@ func waitPods(ctx context.Context, cs kubernetes.Interface, selector string, ok 
 	}
 }
 
+// fillerBackends waits until want filler pods (app=bench-filler) run with an address and
+// returns them: the endpoints of the filler Services.
+func fillerBackends(ctx context.Context, cs kubernetes.Interface, want int) ([]labdriver.Backend, error) {
+	for {
+		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=bench-filler"})
+		var backends []labdriver.Backend
+		if err == nil {
+			for _, p := range list.Items {
+				ip, perr := netip.ParseAddr(p.Status.PodIP)
+				if p.Status.Phase == corev1.PodRunning && perr == nil {
+					backends = append(backends, labdriver.Backend{IP: ip, Node: p.Spec.NodeName})
+				}
+			}
+			if len(backends) == want {
+				return backends, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for %d filler pods (app=bench-filler) to run with an address, %d do: %w", want, len(backends), ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
 // ServiceProgram measures how long the agent takes to program 10,000 Services (10
 // backends each: 100,000 endpoints) from its start: the Services are created once, then
 // each run restarts the agent and waits until it reports them all programmed, and
@@ -266,10 +292,11 @@ func (w ServiceProgram) Run(ctx context.Context, t Trial) (Sample, error) {
 		return nil, err
 	}
 	if e.services < programServices {
-		if err := ensureFiller(ctx, e.cs, bin); err != nil {
+		backends, err := ensureFiller(ctx, e.cs, bin)
+		if err != nil {
 			return nil, err
 		}
-		if err := labdriver.CreateServices(ctx, e.cs, "filler", "bench-filler", programServices, svcFillerPort); err != nil {
+		if err := labdriver.CreateServicesWithEndpoints(ctx, e.cs, "filler", programServices, svcFillerPort, backends); err != nil {
 			return nil, err
 		}
 		e.services = programServices
@@ -308,17 +335,17 @@ func (w ServiceProgram) Run(ctx context.Context, t Trial) (Sample, error) {
 	return Sample{"seconds": age, "restart_s": took, "rss_mib": u.rss, "anon_mib": u.anon}, nil
 }
 
-// ensureFiller creates the Deployment of programBackends lab HTTP servers the filler
-// Services select.
-func ensureFiller(ctx context.Context, cs kubernetes.Interface, bin string) error {
+// ensureFiller creates the Deployment of programBackends lab HTTP servers, the filler
+// Services' backends, and returns them once they run.
+func ensureFiller(ctx context.Context, cs kubernetes.Interface, bin string) ([]labdriver.Backend, error) {
 	d := fillerDeployment(bin)
 	d.Spec.Replicas = new(int32)
 	*d.Spec.Replicas = programBackends
 	_, err := cs.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{})
 	if err != nil && !strings.Contains(err.Error(), "already exists") {
-		return err
+		return nil, err
 	}
-	return waitPods(ctx, cs, "app=bench-filler", func(running, _ int) bool { return running == programBackends })
+	return fillerBackends(ctx, cs, programBackends)
 }
 
 // CNIAdd measures CNI ADD through libcni, as a runtime calls it, in the node's netns:

@@ -71,7 +71,8 @@ type Cluster struct {
 	Myelin string
 	Paths  labplan.Paths
 
-	refs  int   // environments holding the lab
+	refs  int   // environments holding the lab, and the runner's holds between stages
+	ups   int   // successful lab ups so far: what an environment put into an earlier one is gone
 	tried bool  // up was attempted since the lab was last down
 	err   error // the outcome of that attempt
 	owned bool  // this cluster ran lab up, so lab down is its to run
@@ -150,6 +151,11 @@ func (c *Cluster) acquire(ctx context.Context) error {
 	return c.err
 }
 
+// hold keeps the lab up (once it is) until the matching release, without bringing it
+// up: the runner holds the labs of the next stage while the current one tears down, so
+// consecutive stages on one lab share it.
+func (c *Cluster) hold() { c.refs++ }
+
 // release drops one environment's hold; the last one brings the lab down.
 func (c *Cluster) release() error {
 	if c.refs == 0 {
@@ -185,6 +191,7 @@ func (c *Cluster) up(ctx context.Context) error {
 		return err
 	}
 	c.owned = true
+	c.ups++
 	kube, err := newKubeClients(c.Paths)
 	if err != nil {
 		return err

@@ -101,6 +101,21 @@ type ToolUser interface {
 	Tools() []string
 }
 
+// A Counted workload can end a run after a number of transactions (Trial.Transactions)
+// instead of after a time, and gains by it: netserver ends a timed netperf TCP_CRR run
+// only when its own timer expires, 4 s after the run length (it can't tell the last
+// connection from the next), so every timed CRR run idles 4 s; a run by count ends with
+// its last transaction.
+type Counted interface {
+	Counted() bool
+}
+
+// counted reports whether w's runs can go by count.
+func counted(w Workload) bool {
+	c, ok := w.(Counted)
+	return ok && c.Counted()
+}
+
 // workloadTools are the executables w runs.
 func workloadTools(w Workload) []string {
 	if t, ok := w.(ToolUser); ok {
@@ -126,6 +141,10 @@ type Trial struct {
 	// BPFStats asks the workload for the BPF figures (bpfstats.go): the kernel's BPF
 	// statistics are on for the whole run.
 	BPFStats bool
+	// Transactions, when positive, ends a Counted workload's run after this many
+	// transactions instead of after Duration (the runner sets it from the case's last
+	// rate, so the run lasts about as long).
+	Transactions int64
 }
 
 // Target is where a started server listens.

@@ -117,8 +117,12 @@ func (n Netperf) Server() *ServerSpec { return NetperfServer }
 
 // Argv is the netperf command line of one trial.
 func (n Netperf) Argv(t Trial) []string {
+	length := strconv.Itoa(seconds(t.Duration))
+	if t.Transactions > 0 && n.Counted() {
+		length = strconv.FormatInt(-t.Transactions, 10) // netperf: a negative length is a count
+	}
 	argv := []string{"netperf", "-H", t.Server.Addr.String(), "-p", strconv.Itoa(t.Server.Port),
-		"-t", n.Test, "-l", strconv.Itoa(seconds(t.Duration)), "-c", "-C", "-P", "0"}
+		"-t", n.Test, "-l", length, "-c", "-C", "-P", "0"}
 	if t.Placement.Client >= 0 && t.Placement.Server >= 0 {
 		argv = append(argv, "-T", fmt.Sprintf("%d,%d", t.Placement.Client, t.Placement.Server))
 	}
@@ -132,9 +136,16 @@ func (n Netperf) Argv(t Trial) []string {
 	return append(argv, "-k", strings.Join(netperfSelectors, ","))
 }
 
+// Counted implements Counted: TCP_CRR runs go by count after the first.
+func (n Netperf) Counted() bool { return n.Test == TestTCPCRR }
+
 // Run implements Workload.
 func (n Netperf) Run(ctx context.Context, t Trial) (Sample, error) {
-	ctx, cancel := context.WithTimeout(ctx, t.Duration+toolGrace)
+	limit := t.Duration + toolGrace
+	if t.Transactions > 0 {
+		limit += 2 * t.Duration // a run by count may go slower than the last
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	bpf, err := startBPFMeter(t.BPFStats)
 	if err != nil {

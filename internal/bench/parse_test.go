@@ -96,6 +96,13 @@ func TestNetperfArgv(t *testing.T) {
 			t.Errorf("argv %q lacks %q", got, want)
 		}
 	}
+	tr.Transactions = 30000
+	if got := strings.Join(Netperf{Test: TestTCPRR}.Argv(tr), " "); !strings.Contains(got, "-l 2") {
+		t.Errorf("TCP_RR argv %q: want a timed run whatever the count", got)
+	}
+	if got := strings.Join(Netperf{Test: TestTCPCRR}.Argv(tr), " "); !strings.Contains(got, "-l -30000") {
+		t.Errorf("TCP_CRR argv %q: want a run of 30000 transactions (-l -30000)", got)
+	}
 	tr.Placement = Unpinned
 	if got := strings.Join(Netperf{Test: TestTCPStream}.Argv(tr), " "); strings.Contains(got, "-T") || strings.Contains(got, "-r 1,1") {
 		t.Errorf("unpinned stream argv %q pins or sets a request size", got)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"time"
 )
 
@@ -74,12 +76,24 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		r.planBudget(all) // budgetrun.go
 	}
 	var teardownErrs []error
+	var held []*Cluster // labs of this stage kept up since the last one
 	for i, stage := range all {
 		if ctx.Err() != nil {
 			break
 		}
+		var next []*Cluster
+		if i+1 < len(all) {
+			next = sharedLabs(stage, all[i+1])
+		}
+		for _, c := range next {
+			c.hold()
+		}
 		r.stage, r.stageStart = i, time.Now()
-		teardownErrs = append(teardownErrs, r.runStage(ctx, stage))
+		teardownErrs = append(teardownErrs, r.runStage(ctx, stage, held))
+		held = next
+	}
+	for _, c := range held { // the stage that would have taken them over did not start
+		teardownErrs = append(teardownErrs, c.release())
 	}
 	res.Interrupted = ctx.Err() != nil
 	res.Finished = time.Now()
@@ -109,8 +123,9 @@ type runner struct {
 }
 
 // runStage builds the environments of one stage, runs its rounds and tears down; it
-// returns the teardown errors.
-func (r *runner) runStage(ctx context.Context, cases []Case) (teardownErr error) {
+// returns the teardown errors. held are labs the previous stage kept up for this one: it
+// releases them once its environments hold them.
+func (r *runner) runStage(ctx context.Context, cases []Case, held []*Cluster) (teardownErr error) {
 	var built []Environment
 	defer func() {
 		for i := len(built) - 1; i >= 0; i-- {
@@ -120,6 +135,11 @@ func (r *runner) runStage(ctx context.Context, cases []Case) (teardownErr error)
 		}
 	}()
 	endpoints := r.setUp(ctx, cases, &built)
+	for _, c := range held {
+		if err := c.release(); err != nil {
+			teardownErr = errors.Join(teardownErr, err)
+		}
+	}
 	srvs := newServers()
 	defer srvs.stopAll()
 	trials := r.startServers(ctx, cases, endpoints, srvs)
@@ -139,19 +159,73 @@ func (r *runner) runStage(ctx context.Context, cases []Case) (teardownErr error)
 	return nil
 }
 
+// A labEnvironment is built on a lab that environments of other stages may share: the
+// runner keeps it up between consecutive stages that do (ServiceScale grows its Services
+// in place from one count to the next).
+type labEnvironment interface {
+	labCluster() *Cluster
+}
+
+// sharedLabs are the labs that environments of both stages are built on.
+func sharedLabs(stage, next []Case) []*Cluster {
+	uses := map[*Cluster]bool{}
+	for _, c := range stage {
+		if e, ok := c.Env.(labEnvironment); ok {
+			uses[e.labCluster()] = true
+		}
+	}
+	var out []*Cluster
+	for _, c := range next {
+		if e, ok := c.Env.(labEnvironment); ok && uses[e.labCluster()] && !slices.Contains(out, e.labCluster()) {
+			out = append(out, e.labCluster())
+		}
+	}
+	return out
+}
+
 // runSlots runs the slots in order until ctx is done.
 func (r *runner) runSlots(ctx context.Context, slots []Slot, byName map[string]Case, trials map[string]Trial) {
 	for _, slot := range slots {
 		if ctx.Err() != nil {
 			return
 		}
-		rec := runOnce(ctx, byName[slot.Case], trials[slot.Case], slot.Round)
+		c, t := byName[slot.Case], trials[slot.Case]
+		t.Transactions = r.transactions(ctx, c, t)
+		rec := runOnce(ctx, c, t, slot.Round)
 		if ctx.Err() != nil && rec.Error != "" {
 			return // the run was cut short by the interrupt; it is not a figure
 		}
 		r.res.Runs = append(r.res.Runs, rec)
 		r.logRun(byName[slot.Case], rec)
 	}
+}
+
+// transactions is the count a Counted case's next run goes by, so it lasts about as
+// long as a timed run: its last successful run's rate × the run length or, before its
+// first run, the rate of a short calibration run (calibrationTransactions, not
+// recorded); 0 (a timed run) for other workloads and when the calibration fails.
+func (r *runner) transactions(ctx context.Context, c Case, t Trial) int64 {
+	if !counted(c.Workload) {
+		return 0
+	}
+	rate := r.lastRate(c.Name)
+	if rate == 0 {
+		t.Transactions = calibrationTransactions
+		if s, err := c.Workload.Run(ctx, t); err == nil {
+			rate = s[MetricRate]
+		}
+	}
+	return int64(math.Ceil(rate * t.Duration.Seconds()))
+}
+
+// lastRate is the rate of the case's last successful run, 0 without one.
+func (r *runner) lastRate(name string) float64 {
+	for i := len(r.res.Runs) - 1; i >= 0; i-- {
+		if run := r.res.Runs[i]; run.Case == name && run.Error == "" {
+			return run.Values[MetricRate]
+		}
+	}
+	return 0
 }
 
 // setUp builds each environment of the available cases once, appending it to built

@@ -44,7 +44,11 @@ type fakeWorkload struct {
 	cancelAt int // cancel the run's context at this run (0: never)
 	cancel   context.CancelFunc
 	runs     int
+	counted  bool    // implements Counted
+	counts   []int64 // Trial.Transactions of each run
 }
+
+func (w *fakeWorkload) Counted() bool { return w.counted }
 
 func (w *fakeWorkload) Name() string     { return "fake" }
 func (w *fakeWorkload) Describe() string { return "a fake workload" }
@@ -53,6 +57,7 @@ func (w *fakeWorkload) Metrics() []Metric {
 }
 func (w *fakeWorkload) Run(ctx context.Context, t Trial) (Sample, error) {
 	w.runs++
+	w.counts = append(w.counts, t.Transactions)
 	if w.log != nil {
 		*w.log = append(*w.log, fmt.Sprintf("run %d", w.runs))
 	}
@@ -88,6 +93,32 @@ func TestRunInterleavesAndTearsDown(t *testing.T) {
 	}
 	if len(res.Summaries) != 3 || res.Summaries[1].Ratio == nil {
 		t.Errorf("summaries = %+v, want 3 with a ratio for b/1", res.Summaries)
+	}
+}
+
+// TestRunCountsTransactions: a Counted case is calibrated by a short run by count before
+// its first run, and every run goes by the last rate × the run length; other cases
+// always by time.
+func TestRunCountsTransactions(t *testing.T) {
+	env := &fakeEnv{name: "a"}
+	crr, rr := &fakeWorkload{counted: true}, &fakeWorkload{}
+	cases := []Case{
+		{Name: "a/crr", Env: env, Workload: crr, Placement: Unpinned},
+		{Name: "a/rr", Env: env, Workload: rr, Placement: Unpinned},
+	}
+	res, err := Run(context.Background(), Config{Cases: cases, Rounds: 3, Duration: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fake's rate is its run number: 1 for the calibration, then 2, 3, 4.
+	if want := []int64{calibrationTransactions, 2, 3, 5}; !reflect.DeepEqual(crr.counts, want) {
+		t.Errorf("counted case's transactions = %v, want %v (calibration, then ceil(last rate × 1.5 s))", crr.counts, want)
+	}
+	if want := []int64{0, 0, 0}; !reflect.DeepEqual(rr.counts, want) {
+		t.Errorf("other case's transactions = %v, want %v", rr.counts, want)
+	}
+	if n := len(res.Runs); n != 6 {
+		t.Errorf("%d runs recorded, want 6 (the calibration is not one)", n)
 	}
 }
 
@@ -146,5 +177,46 @@ func TestRunRejectsBadConfig(t *testing.T) {
 	c := []Case{{Name: "x", Env: &fakeEnv{name: "e"}, Workload: &fakeWorkload{}}}
 	if _, err := Run(context.Background(), Config{Cases: c, Rounds: 0, Duration: time.Second}); err == nil {
 		t.Error("Run accepted 0 rounds")
+	}
+}
+
+// fakeLabEnv holds a Cluster that is marked up already (no lab is built) and logs the
+// cluster's holders after its Setup and Teardown.
+type fakeLabEnv struct {
+	fakeEnv
+	cluster *Cluster
+}
+
+func (e *fakeLabEnv) labCluster() *Cluster { return e.cluster }
+func (e *fakeLabEnv) Setup(ctx context.Context) (Endpoints, error) {
+	err := e.cluster.acquire(ctx)
+	e.note(fmt.Sprintf("setup %s holders=%d", e.name, e.cluster.refs))
+	return Endpoints{Client: fakeHost{}, Server: fakeHost{}}, err
+}
+func (e *fakeLabEnv) Teardown() error {
+	err := e.cluster.release()
+	e.note(fmt.Sprintf("teardown %s holders=%d", e.name, e.cluster.refs))
+	return err
+}
+
+// TestRunKeepsSharedLabUp: consecutive stages on one lab never leave it without a
+// holder (it would come down and up again between them), and it is released at the end.
+func TestRunKeepsSharedLabUp(t *testing.T) {
+	var log []string
+	cluster := &Cluster{tried: true} // "up" without a lab: acquire builds nothing
+	a := &fakeLabEnv{fakeEnv{name: "a", log: &log}, cluster}
+	b := &fakeLabEnv{fakeEnv{name: "b", log: &log}, cluster}
+	w := &fakeWorkload{}
+	cases := []Case{
+		{Name: "a/1", Stage: "a", Env: a, Workload: w, Placement: Unpinned},
+		{Name: "b/1", Stage: "b", Env: b, Workload: w, Placement: Unpinned},
+		{Name: "c/1", Stage: "c", Env: &fakeEnv{name: "c", log: &log}, Workload: w, Placement: Unpinned},
+	}
+	if _, err := Run(context.Background(), Config{Cases: cases, Rounds: 1, Duration: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"setup a holders=2", "teardown a holders=1", "setup b holders=2", "teardown b holders=0", "setup c", "teardown c"}
+	if !reflect.DeepEqual(log, want) {
+		t.Errorf("lab holders = %v, want %v", log, want)
 	}
 }

@@ -42,19 +42,35 @@ const (
 // ServiceScale is a 2-node myelin lab whose Services are served by Proxy, with Services
 // ClusterIP Services of 2 backends each besides the measured one: the Service
 // connection rate at 10, 1,000 and 10,000 Services, myelin against kube-proxy. The
-// client pod runs on node-1 and the netserver backend on node-2.
+// client pod runs on node-1 and the netserver backend on node-2. The environments of
+// one proxy share a lab (ServiceScaleLab): each count adds Services to what the one
+// before it left.
 type ServiceScale struct {
 	Proxy    string
 	Services int
 
+	lab       *ServiceScaleLab
 	cluster   *Cluster
 	held      bool
 	clusterIP netip.Addr
 	directIP  netip.Addr // a twin of the backend outside the Service: the direct baseline
 }
 
-// NewServiceScale returns the environment of proxy with n filler Services.
-func NewServiceScale(proxy string, n int) *ServiceScale {
+// ServiceScaleLab is the lab of one proxy's ServiceScale environments: the runner keeps
+// it up between their stages (runner.go, sharedLabs) when they run one after the other,
+// in growing counts, so the Services of the smaller counts are created once and the lab
+// comes up once.
+type ServiceScaleLab struct {
+	cluster *Cluster
+	// What deploy put into the lab, and in which of its ups (0: none yet).
+	deployedIn          int
+	client              Host
+	clusterIP, directIP netip.Addr
+	backends            []labdriver.Backend // the filler pods
+}
+
+// NewServiceScaleLab returns the (not yet built) lab of proxy.
+func NewServiceScaleLab(proxy string) *ServiceScaleLab {
 	spec := LabSpec{Nodes: 2, CNI: string(labplan.CNIMyelin), Profile: "native"}
 	switch proxy {
 	case ProxyMyelin:
@@ -64,8 +80,16 @@ func NewServiceScale(proxy string, n int) *ServiceScale {
 	default:
 		spec.KubeProxy = proxy
 	}
-	return &ServiceScale{Proxy: proxy, Services: n, cluster: NewCluster(spec)}
+	return &ServiceScaleLab{cluster: NewCluster(spec)}
 }
+
+// NewServiceScale returns the environment of proxy with n filler Services in lab, which
+// must have been made for proxy.
+func NewServiceScale(lab *ServiceScaleLab, proxy string, n int) *ServiceScale {
+	return &ServiceScale{Proxy: proxy, Services: n, lab: lab, cluster: lab.cluster}
+}
+
+func (s *ServiceScale) labCluster() *Cluster { return s.cluster }
 
 // Name implements Environment: svc-<proxy>-<services>.
 func (s *ServiceScale) Name() string { return fmt.Sprintf("svc-%s-%d", s.Proxy, s.Services) }
@@ -87,14 +111,16 @@ func (s *ServiceScale) Setup(ctx context.Context) (Endpoints, error) {
 	if err != nil {
 		return Endpoints{}, err
 	}
-	client, err := s.deploy(ctx, cs)
+	client, err := s.deployOnce(ctx, cs)
 	if err != nil {
 		return Endpoints{}, err
 	}
-	if err := labdriver.CreateServices(ctx, cs, "filler", "bench-filler", s.Services, svcFillerPort); err != nil {
+	// In a lab grown from a smaller count, the first Services exist and are kept.
+	if err := labdriver.CreateServicesWithEndpoints(ctx, cs, "filler", s.Services, svcFillerPort, s.lab.backends); err != nil {
 		return Endpoints{}, fmt.Errorf("create %d filler Services: %w", s.Services, err)
 	}
-	last, err := cs.CoreV1().Services("default").Get(ctx, fmt.Sprintf("filler-%d", s.Services-1), metav1.GetOptions{})
+	ns, name := labdriver.BulkService("filler", s.Services-1)
+	last, err := cs.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return Endpoints{}, err
 	}
@@ -105,6 +131,25 @@ func (s *ServiceScale) Setup(ctx context.Context) (Endpoints, error) {
 		return Endpoints{}, err
 	}
 	return Endpoints{Client: client, Server: client, ServerAddr: s.clusterIP}, nil
+}
+
+// deployOnce deploys the lab's pods and measured Service unless this up of the lab
+// already has them from a smaller count.
+func (s *ServiceScale) deployOnce(ctx context.Context, cs kubernetes.Interface) (Host, error) {
+	l := s.lab
+	if l.deployedIn != s.cluster.ups {
+		client, err := s.deploy(ctx, cs)
+		if err != nil {
+			return nil, err
+		}
+		backends, err := fillerBackends(ctx, cs, fillerReplicas)
+		if err != nil {
+			return nil, err
+		}
+		l.deployedIn, l.client, l.clusterIP, l.directIP, l.backends = s.cluster.ups, client, s.clusterIP, s.directIP, backends
+	}
+	s.clusterIP, s.directIP = l.clusterIP, l.directIP
+	return l.client, nil
 }
 
 // deploy creates the client, the netserver backend with its Service and its twin for the
@@ -167,13 +212,16 @@ func (s *ServiceScale) deploy(ctx context.Context, cs kubernetes.Interface) (Hos
 	return NetNSHost{Path: client.NetNS}, nil
 }
 
+// fillerReplicas is how many backends each filler Service has in a ServiceScale lab.
+const fillerReplicas = 2
+
 // fillerDeployment is 2 lab HTTP servers (bin lab serve), the backends of every filler
 // Service.
 func fillerDeployment(bin string) *appsv1.Deployment {
-	two := int32(2)
+	replicas := int32(fillerReplicas)
 	labels := map[string]string{"app": "bench-filler"}
 	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "bench-filler"}, Spec: appsv1.DeploymentSpec{
-		Replicas: &two, Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
 		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{Name: "web", Image: "host", Command: []string{bin, "lab", "serve", "--listen", ":" + strconv.Itoa(svcFillerPort)}}}}}}}
 }
@@ -287,6 +335,9 @@ func (w ServiceCRR) Metrics() []Metric { return Netperf{Test: TestTCPCRR}.Metric
 // is no ClientServer workload.
 func (w ServiceCRR) Tools() []string { return []string{"netperf", "netserver", "nsenter", "taskset"} }
 
+// Counted implements Counted.
+func (w ServiceCRR) Counted() bool { return true }
+
 // Run implements Workload.
 func (w ServiceCRR) Run(ctx context.Context, t Trial) (Sample, error) {
 	addr := w.Env.clusterIP
@@ -297,14 +348,16 @@ func (w ServiceCRR) Run(ctx context.Context, t Trial) (Sample, error) {
 	return Netperf{Test: TestTCPCRR, DataPort: svcDataPort}.Run(ctx, t)
 }
 
-// ServiceScaleCases are the Service scale cases: for each count, myelin and kube-proxy
-// in iptables and nftables mode, each in its own stage (its own lab), both placements;
-// each svc-crr case is compared to the direct-crr case of its lab and placement.
+// ServiceScaleCases are the Service scale cases: for myelin and kube-proxy in iptables
+// and nftables mode, each count (growing) in its own stage, in one lab per proxy, both
+// placements; each svc-crr case is compared to the direct-crr case of its lab and
+// placement.
 func ServiceScaleCases(counts []int) []Case {
 	var out []Case
-	for _, n := range counts {
-		for _, proxy := range []string{ProxyMyelin, ProxyIPTables, ProxyNFTables} {
-			env := NewServiceScale(proxy, n)
+	for _, proxy := range []string{ProxyMyelin, ProxyIPTables, ProxyNFTables} {
+		lab := NewServiceScaleLab(proxy)
+		for _, n := range counts {
+			env := NewServiceScale(lab, proxy, n)
 			for _, p := range Placements() {
 				dw, sw := ServiceCRR{Env: env, Direct: true}, ServiceCRR{Env: env}
 				direct := Case{Name: CaseName(env, dw, p), Group: GroupBaseline,
@@ -322,7 +375,7 @@ func ServiceScaleCases(counts []int) []Case {
 // Services, both placements: what a connection through a Service costs against a
 // direct one when connect() is translated, in the same lab and round.
 func SockLBCases() []Case {
-	env := NewServiceScale(ProxySockLB, 10)
+	env := NewServiceScale(NewServiceScaleLab(ProxySockLB), ProxySockLB, 10)
 	var out []Case
 	for _, p := range Placements() {
 		dw, sw := ServiceCRR{Env: env, Direct: true}, ServiceCRR{Env: env}
