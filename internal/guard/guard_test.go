@@ -51,3 +51,24 @@ func TestNFTFindings(t *testing.T) {
 		t.Error("bad JSON accepted")
 	}
 }
+
+func TestNFTUserTables(t *testing.T) {
+	list := []byte(`{"nftables": [{"metainfo": {"version": "1.0.6"}},
+ {"table": {"family": "ip", "name": "filter", "handle": 1}},
+ {"table": {"family": "ip6", "name": "nat", "handle": 2}},
+ {"table": {"family": "inet", "name": "filter", "handle": 3}},
+ {"table": {"family": "ip", "name": "kube-proxy", "handle": 4}},
+ {"table": {"family": "inet", "name": "myelin-lab", "handle": 5}},
+ {"table": {"family": "inet", "name": "mine", "handle": 6}}]}`)
+	got, err := NFTUserTables(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []NFTTable{{"inet", "filter"}, {"inet", "mine"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("user tables = %v, want %v (iptables-nft's, kube-proxy's and myelin's left out)", got, want)
+	}
+	if _, err := NFTUserTables([]byte("{")); err == nil {
+		t.Error("bad JSON accepted")
+	}
+}
