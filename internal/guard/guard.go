@@ -8,6 +8,9 @@ import (
 	"os/exec"
 	"sort"
 	"strings"
+
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
 )
 
 // Finding is one user-defined rule: where it is and what it says.
@@ -106,24 +109,55 @@ type NFTTable struct {
 	Family, Name string
 }
 
-// NFTUserTables parses `nft -j list tables` and returns the user's tables (userTable),
-// the only ones Scan lists rules of: kube-proxy's tables hold rules for every Service
-// and endpoint, and listing them all as JSON cost an agent ~100 s of CPU per scan
-// with 10,000 Services.
-func NFTUserTables(list []byte) ([]NFTTable, error) {
-	var doc struct {
-		Nftables []struct {
-			Table *struct{ Family, Name string } `json:"table"`
-		} `json:"nftables"`
+// nftables netlink: the table dump request and the table name attribute
+// (linux/netfilter/nf_tables.h).
+const (
+	nftMsgGetTable = 1 // NFT_MSG_GETTABLE
+	nftaTableName  = 1 // NFTA_TABLE_NAME
+)
+
+// nftFamilies names the nftables address families (NFPROTO_*) as nft does.
+var nftFamilies = map[uint8]string{
+	unix.NFPROTO_INET: "inet", unix.NFPROTO_IPV4: "ip", unix.NFPROTO_ARP: "arp",
+	unix.NFPROTO_NETDEV: "netdev", unix.NFPROTO_BRIDGE: "bridge", unix.NFPROTO_IPV6: "ip6",
+}
+
+// nftTables lists the node's nftables tables with one netlink dump of table objects.
+// `nft list tables` would do, but nft 1.0.6 reads every rule of every table to answer
+// it: 13 s (85 s with -j) on a node whose iptables-nft tables hold kube-proxy's rules
+// for 10,000 Services.
+func nftTables() ([]NFTTable, error) {
+	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|nftMsgGetTable, unix.NLM_F_DUMP)
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_UNSPEC, Version: nl.NFNETLINK_V0})
+	msgs, err := req.Execute(unix.NETLINK_NETFILTER, 0)
+	if err != nil {
+		return nil, fmt.Errorf("list nftables tables (netlink): %w", err)
 	}
-	if err := json.Unmarshal(list, &doc); err != nil {
-		return nil, fmt.Errorf("parse nft tables: %w", err)
-	}
+	return parseNFTTables(msgs)
+}
+
+// parseNFTTables reads the tables of an NFT_MSG_GETTABLE dump: each message is an
+// nfgenmsg (the family first) and attributes.
+func parseNFTTables(msgs [][]byte) ([]NFTTable, error) {
 	var out []NFTTable
-	for _, item := range doc.Nftables {
-		if t := item.Table; t != nil && userTable(t.Family, t.Name) {
-			out = append(out, NFTTable{Family: t.Family, Name: t.Name})
+	for _, m := range msgs {
+		if len(m) < nl.SizeofNfgenmsg {
+			return nil, fmt.Errorf("nftables table message of %d bytes, shorter than its header", len(m))
 		}
+		attrs, err := nl.ParseRouteAttr(m[nl.SizeofNfgenmsg:])
+		if err != nil {
+			return nil, fmt.Errorf("parse nftables table message: %w", err)
+		}
+		t := NFTTable{Family: nftFamilies[m[0]]}
+		if t.Family == "" {
+			t.Family = fmt.Sprintf("family-%d", m[0])
+		}
+		for _, a := range attrs {
+			if a.Attr.Type == nftaTableName {
+				t.Name = string(bytes.TrimRight(a.Value, "\x00"))
+			}
+		}
+		out = append(out, t)
 	}
 	return out, nil
 }
@@ -159,15 +193,14 @@ func Scan() ([]Finding, error) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		return out, nil
 	}
-	b, err := exec.Command("nft", "-j", "list", "tables").Output()
-	if err != nil {
-		return nil, fmt.Errorf("nft list tables: %w", err)
-	}
-	tables, err := NFTUserTables(b)
+	tables, err := nftTables()
 	if err != nil {
 		return nil, err
 	}
 	for _, t := range tables {
+		if !userTable(t.Family, t.Name) {
+			continue // kube-proxy's hold a rule per Service and endpoint: never read
+		}
 		var stderr bytes.Buffer
 		cmd := exec.Command("nft", "-j", "list", "table", t.Family, t.Name)
 		cmd.Stderr = &stderr

@@ -3,6 +3,9 @@ package guard
 import (
 	"reflect"
 	"testing"
+
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
 )
 
 func TestIPTablesFindings(t *testing.T) {
@@ -52,23 +55,30 @@ func TestNFTFindings(t *testing.T) {
 	}
 }
 
-func TestNFTUserTables(t *testing.T) {
-	list := []byte(`{"nftables": [{"metainfo": {"version": "1.0.6"}},
- {"table": {"family": "ip", "name": "filter", "handle": 1}},
- {"table": {"family": "ip6", "name": "nat", "handle": 2}},
- {"table": {"family": "inet", "name": "filter", "handle": 3}},
- {"table": {"family": "ip", "name": "kube-proxy", "handle": 4}},
- {"table": {"family": "inet", "name": "myelin-lab", "handle": 5}},
- {"table": {"family": "inet", "name": "mine", "handle": 6}}]}`)
-	got, err := NFTUserTables(list)
+func TestParseNFTTables(t *testing.T) {
+	// One NFT_MSG_GETTABLE reply message: nfgenmsg, then NFTA_TABLE_NAME.
+	msg := func(family uint8, name string) []byte {
+		b := (&nl.Nfgenmsg{NfgenFamily: family, Version: nl.NFNETLINK_V0}).Serialize()
+		return append(append([]byte{}, b...), nl.NewRtAttr(nftaTableName, nl.ZeroTerminated(name)).Serialize()...)
+	}
+	got, err := parseNFTTables([][]byte{msg(unix.NFPROTO_IPV4, "nat"), msg(unix.NFPROTO_INET, "mine"), msg(99, "odd")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []NFTTable{{"inet", "filter"}, {"inet", "mine"}}
+	want := []NFTTable{{"ip", "nat"}, {"inet", "mine"}, {"family-99", "odd"}}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("user tables = %v, want %v (iptables-nft's, kube-proxy's and myelin's left out)", got, want)
+		t.Errorf("tables = %v, want %v", got, want)
 	}
-	if _, err := NFTUserTables([]byte("{")); err == nil {
-		t.Error("bad JSON accepted")
+	var user []NFTTable
+	for _, tb := range append(want, NFTTable{"ip", "kube-proxy"}, NFTTable{"inet", "myelin-lab"}, NFTTable{"ip6", "filter"}, NFTTable{"inet", "filter"}) {
+		if userTable(tb.Family, tb.Name) {
+			user = append(user, tb)
+		}
+	}
+	if want := []NFTTable{{"inet", "mine"}, {"family-99", "odd"}, {"inet", "filter"}}; !reflect.DeepEqual(user, want) {
+		t.Errorf("user tables = %v, want %v (iptables-nft's, kube-proxy's and myelin's left out)", user, want)
+	}
+	if _, err := parseNFTTables([][]byte{{1, 0}}); err == nil {
+		t.Error("a message shorter than its header accepted")
 	}
 }
