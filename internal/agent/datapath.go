@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -106,10 +107,13 @@ func (s *startup) loadDatapath() (*datapath.Datapath, netlink.Link, error) {
 	} else if err := tunnel.RemoveDevice(); err != nil {
 		return nil, nil, fmt.Errorf("remove %s (native routing needs none): %w", tunnel.DeviceName, err)
 	}
+	start := time.Now()
 	dp, err := datapath.Load(dpCfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", errBPFLoad, err)
 	}
+	// Most of an agent's start (docs/scale.md, "Services after a restart").
+	s.log.Info("datapath loaded", "took", time.Since(start).Round(time.Millisecond))
 	return dp, overlay, nil
 }
 
