@@ -143,7 +143,7 @@ type Trial struct {
 	BPFStats bool
 	// Transactions, when positive, ends a Counted workload's run after this many
 	// transactions instead of after Duration (the runner sets it from the case's last
-	// rate, so the run lasts about as long).
+	// rate, or a calibration run's, so the run lasts about as long).
 	Transactions int64
 }
 

@@ -136,7 +136,7 @@ func (n Netperf) Argv(t Trial) []string {
 	return append(argv, "-k", strings.Join(netperfSelectors, ","))
 }
 
-// Counted implements Counted: TCP_CRR runs go by count after the first.
+// Counted implements Counted: TCP_CRR runs go by count.
 func (n Netperf) Counted() bool { return n.Test == TestTCPCRR }
 
 // Run implements Workload.
