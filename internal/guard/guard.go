@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os/exec"
 	"sort"
@@ -130,6 +131,9 @@ func nftTables() ([]NFTTable, error) {
 	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|nftMsgGetTable, unix.NLM_F_DUMP)
 	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_UNSPEC, Version: nl.NFNETLINK_V0})
 	msgs, err := req.Execute(unix.NETLINK_NETFILTER, 0)
+	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EPROTONOSUPPORT) {
+		return nil, nil // a kernel without nf_tables has no tables
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list nftables tables (netlink): %w", err)
 	}
