@@ -49,11 +49,8 @@ type ServiceScale struct {
 	Proxy    string
 	Services int
 
-	lab       *ServiceScaleLab
-	cluster   *Cluster
-	held      bool
-	clusterIP netip.Addr
-	directIP  netip.Addr // a twin of the backend outside the Service: the direct baseline
+	lab  *ServiceScaleLab
+	held bool
 }
 
 // ServiceScaleLab is the lab of one proxy's ServiceScale environments: the runner keeps
@@ -63,10 +60,11 @@ type ServiceScale struct {
 type ServiceScaleLab struct {
 	cluster *Cluster
 	// What deploy put into the lab, and in which of its ups (0: none yet).
-	deployedIn          int
-	client              Host
-	clusterIP, directIP netip.Addr
-	backends            []labdriver.Backend // the filler pods
+	deployedIn int
+	client     Host
+	clusterIP  netip.Addr
+	directIP   netip.Addr          // a twin of the backend outside the Service: the direct baseline
+	backends   []labdriver.Backend // the filler pods
 }
 
 // NewServiceScaleLab returns the (not yet built) lab of proxy.
@@ -86,16 +84,16 @@ func NewServiceScaleLab(proxy string) *ServiceScaleLab {
 // NewServiceScale returns the environment of proxy with n filler Services in lab, which
 // must have been made for proxy.
 func NewServiceScale(lab *ServiceScaleLab, proxy string, n int) *ServiceScale {
-	return &ServiceScale{Proxy: proxy, Services: n, lab: lab, cluster: lab.cluster}
+	return &ServiceScale{Proxy: proxy, Services: n, lab: lab}
 }
 
-func (s *ServiceScale) labCluster() *Cluster { return s.cluster }
+func (s *ServiceScale) labCluster() *Cluster { return s.lab.cluster }
 
 // Name implements Environment: svc-<proxy>-<services>.
 func (s *ServiceScale) Name() string { return fmt.Sprintf("svc-%s-%d", s.Proxy, s.Services) }
 
 // Available implements Environment.
-func (s *ServiceScale) Available() error { return s.cluster.Available() }
+func (s *ServiceScale) Available() error { return s.lab.cluster.Available() }
 
 // Setup implements Environment: the lab, the netserver backend and its Service, the
 // filler Services (written through the API as fast as the apiserver takes them), and a
@@ -104,10 +102,10 @@ func (s *ServiceScale) Setup(ctx context.Context) (Endpoints, error) {
 	ctx, cancel := context.WithTimeout(ctx, svcSetupLimit)
 	defer cancel()
 	s.held = true
-	if err := s.cluster.acquire(ctx); err != nil {
+	if err := s.lab.cluster.acquire(ctx); err != nil {
 		return Endpoints{}, err
 	}
-	cs, err := labdriver.BulkClient(s.cluster.Paths.Kubeconfig())
+	cs, err := labdriver.BulkClient(s.lab.cluster.Paths.Kubeconfig())
 	if err != nil {
 		return Endpoints{}, err
 	}
@@ -130,31 +128,31 @@ func (s *ServiceScale) Setup(ctx context.Context) (Endpoints, error) {
 	if err := s.checkSocketLB(ctx); err != nil {
 		return Endpoints{}, err
 	}
-	return Endpoints{Client: client, Server: client, ServerAddr: s.clusterIP}, nil
+	return Endpoints{Client: client, Server: client, ServerAddr: s.lab.clusterIP}, nil
 }
 
 // deployOnce deploys the lab's pods and measured Service unless this up of the lab
 // already has them from a smaller count.
 func (s *ServiceScale) deployOnce(ctx context.Context, cs kubernetes.Interface) (Host, error) {
 	l := s.lab
-	if l.deployedIn != s.cluster.ups {
-		client, err := s.deploy(ctx, cs)
-		if err != nil {
-			return nil, err
-		}
-		backends, err := fillerBackends(ctx, cs, fillerReplicas)
-		if err != nil {
-			return nil, err
-		}
-		l.deployedIn, l.client, l.clusterIP, l.directIP, l.backends = s.cluster.ups, client, s.clusterIP, s.directIP, backends
+	if l.deployedIn == l.cluster.ups {
+		return l.client, nil
 	}
-	s.clusterIP, s.directIP = l.clusterIP, l.directIP
-	return l.client, nil
+	client, err := s.deploy(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	backends, err := fillerBackends(ctx, cs, fillerReplicas)
+	if err != nil {
+		return nil, err
+	}
+	l.deployedIn, l.client, l.backends = l.cluster.ups, client, backends
+	return client, nil
 }
 
 // deploy creates the client, the netserver backend with its Service and its twin for the
-// direct baseline, and the filler Deployment (2 lab HTTP servers), and returns the client
-// pod's host.
+// direct baseline, and the filler Deployment (2 lab HTTP servers), records the Service's
+// and the twin's addresses in the lab, and returns the client pod's host.
 func (s *ServiceScale) deploy(ctx context.Context, cs kubernetes.Interface) (Host, error) {
 	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	pods := cs.CoreV1().Pods("default")
@@ -177,7 +175,7 @@ func (s *ServiceScale) deploy(ctx context.Context, cs kubernetes.Interface) (Hos
 	if err := mk("bench-direct", n2, map[string]string{"app": "bench-direct"}, netserver...); err != nil {
 		return nil, err
 	}
-	bin, err := s.cluster.binary()
+	bin, err := s.lab.cluster.binary()
 	if err != nil {
 		return nil, err
 	}
@@ -194,21 +192,21 @@ func (s *ServiceScale) deploy(ctx context.Context, cs kubernetes.Interface) (Hos
 	if err != nil {
 		return nil, err
 	}
-	if s.clusterIP, err = netip.ParseAddr(created.Spec.ClusterIP); err != nil {
+	if s.lab.clusterIP, err = netip.ParseAddr(created.Spec.ClusterIP); err != nil {
 		return nil, err
 	}
-	client, err := s.cluster.kube.waitPod(ctx, "bench-client", n1)
+	client, err := s.lab.cluster.kube.waitPod(ctx, "bench-client", n1)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.cluster.kube.waitPod(ctx, "bench-netserver", n2); err != nil {
+	if _, err := s.lab.cluster.kube.waitPod(ctx, "bench-netserver", n2); err != nil {
 		return nil, err
 	}
-	direct, err := s.cluster.kube.waitPod(ctx, "bench-direct", n2)
+	direct, err := s.lab.cluster.kube.waitPod(ctx, "bench-direct", n2)
 	if err != nil {
 		return nil, err
 	}
-	s.directIP = direct.IP
+	s.lab.directIP = direct.IP
 	return NetNSHost{Path: client.NetNS}, nil
 }
 
@@ -230,7 +228,7 @@ func fillerDeployment(bin string) *appsv1.Deployment {
 // measured Service: myelin's agent lists both frontends; kube-proxy's rules mention both
 // cluster IPs.
 func (s *ServiceScale) waitProgrammed(ctx context.Context, lastIP string) error {
-	want := []string{lastIP, s.clusterIP.String()}
+	want := []string{lastIP, s.lab.clusterIP.String()}
 	for {
 		have, err := s.programmed(ctx)
 		found := 0
@@ -296,7 +294,7 @@ func (s *ServiceScale) Teardown() error {
 		return nil
 	}
 	s.held = false
-	return s.cluster.release()
+	return s.lab.cluster.release()
 }
 
 // ServiceCRR is netperf TCP_CRR from the client pod to the measured Service's cluster
@@ -340,9 +338,9 @@ func (w ServiceCRR) Counted() bool { return true }
 
 // Run implements Workload.
 func (w ServiceCRR) Run(ctx context.Context, t Trial) (Sample, error) {
-	addr := w.Env.clusterIP
+	addr := w.Env.lab.clusterIP
 	if w.Direct {
-		addr = w.Env.directIP
+		addr = w.Env.lab.directIP
 	}
 	t.Server = Target{Addr: addr, Port: svcControlPort}
 	return Netperf{Test: TestTCPCRR, DataPort: svcDataPort}.Run(ctx, t)
