@@ -29,12 +29,14 @@ func owned(chain string) bool {
 	return strings.HasPrefix(chain, "MYELIN-") || strings.HasPrefix(chain, "KUBE-")
 }
 
-// IPTablesFindings parses iptables-save output and returns the rules in chains that
-// are not myelin's or kube-proxy's, except the jumps into those chains.
+// IPTablesFindings parses iptables-save output (or `iptables -S` of one chain
+// after a "*table" line) and returns the rules in chains that are not myelin's or
+// kube-proxy's, except the jumps into those chains.
 func IPTablesFindings(save string) []Finding {
 	var out []Finding
 	table := ""
 	sc := bufio.NewScanner(strings.NewReader(save))
+	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		switch {
@@ -64,12 +66,11 @@ func target(fields []string) string {
 }
 
 // iptablesTables are the nftables tables iptables-nft manages; their rules are read
-// through iptables-save instead.
+// through iptables instead.
 var iptablesTables = map[string]bool{"filter": true, "nat": true, "mangle": true, "raw": true, "security": true}
 
-// NFTFindings parses `nft -j list ruleset` (or list table) and returns the rules of native nftables
-// tables that are neither myelin's nor kube-proxy's (tables iptables-nft manages are
-// covered by IPTablesFindings).
+// NFTFindings parses `nft -j list table` of a table that is neither myelin's nor
+// kube-proxy's and returns its rules.
 func NFTFindings(ruleset []byte) ([]Finding, error) {
 	var doc struct {
 		Nftables []struct {
@@ -88,16 +89,13 @@ func NFTFindings(ruleset []byte) ([]Finding, error) {
 		if r == nil {
 			continue
 		}
-		if !userTable(r.Family, r.Table) {
-			continue
-		}
 		out = append(out, Finding{Table: r.Family + " " + r.Table, Chain: r.Chain, Rule: fmt.Sprintf("handle %d", r.Handle)})
 	}
 	return out, nil
 }
 
 // userTable reports whether an nftables table is the user's: not one iptables-nft
-// manages (its rules are read through iptables-save), nor myelin's or kube-proxy's.
+// manages (its rules are read through iptables), nor myelin's or kube-proxy's.
 func userTable(family, name string) bool {
 	if (family == "ip" || family == "ip6") && iptablesTables[name] {
 		return false
@@ -180,31 +178,86 @@ func Places(findings []Finding) []string {
 	return out
 }
 
+// builtinChains are the chains each iptables table is made with. Packets enter a
+// table only through them, so a user chain acts only where one of them jumps to it,
+// and that jump is itself a finding.
+var builtinChains = map[string][]string{
+	"filter":   {"INPUT", "FORWARD", "OUTPUT"},
+	"nat":      {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"},
+	"mangle":   {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"},
+	"raw":      {"PREROUTING", "OUTPUT"},
+	"security": {"INPUT", "FORWARD", "OUTPUT"},
+}
+
+// iptablesChains lists the built-in chains of the iptables-nft tables of one family
+// ("ip" or "ip6") among tables, one `-S CHAIN` each. iptables-nft fetches only the
+// chain it lists: 2 ms per chain where iptables-save reads every rule, 0.75 s of CPU
+// with kube-proxy's rules for 10,000 Services. A table iptables cannot read (made
+// with nft, in a form iptables does not know) is returned in foreign, for nft.
+func iptablesChains(tool, family string, tables []NFTTable) (out []Finding, foreign []NFTTable) {
+	for _, t := range tables {
+		if t.Family != family || !iptablesTables[t.Name] {
+			continue
+		}
+		var found []Finding
+		for _, chain := range builtinChains[t.Name] {
+			b, err := exec.Command(tool, "-t", t.Name, "-S", chain).Output()
+			if err != nil {
+				found = nil
+				foreign = append(foreign, t)
+				break
+			}
+			found = append(found, IPTablesFindings("*"+t.Name+"\n"+string(b))...)
+		}
+		out = append(out, found...)
+	}
+	return out, foreign
+}
+
+// nftBacked reports whether an iptables tool is iptables-nft, whose tables are
+// nftables tables, rather than iptables-legacy.
+func nftBacked(tool string) bool {
+	b, err := exec.Command(tool, "-V").Output()
+	return err == nil && strings.Contains(string(b), "nf_tables")
+}
+
 // Scan reads the node's iptables (IPv4 and IPv6) and nftables rules and returns the
 // user-defined ones. A tool that is not installed contributes nothing.
 func Scan() ([]Finding, error) {
-	var out []Finding
-	for _, tool := range []string{"iptables-save", "ip6tables-save"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			continue
-		}
-		b, err := exec.Command(tool).Output()
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", tool, err)
-		}
-		out = append(out, IPTablesFindings(string(b))...)
-	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		return out, nil
-	}
 	tables, err := nftTables()
 	if err != nil {
 		return nil, err
 	}
+	var out []Finding
+	var nftRead []NFTTable // tables to read with nft
 	for _, t := range tables {
-		if !userTable(t.Family, t.Name) {
-			continue // kube-proxy's hold a rule per Service and endpoint: never read
+		if userTable(t.Family, t.Name) { // kube-proxy's hold a rule per Service and endpoint: never read
+			nftRead = append(nftRead, t)
 		}
+	}
+	for _, ipt := range []struct{ tool, family string }{{"iptables", "ip"}, {"ip6tables", "ip6"}} {
+		if _, err := exec.LookPath(ipt.tool); err != nil {
+			continue
+		}
+		if nftBacked(ipt.tool) {
+			f, foreign := iptablesChains(ipt.tool, ipt.family, tables)
+			out = append(out, f...)
+			nftRead = append(nftRead, foreign...)
+			continue
+		}
+		b, err := exec.Command(ipt.tool + "-save").Output()
+		if err != nil {
+			return nil, fmt.Errorf("%s-save: %w", ipt.tool, err)
+		}
+		out = append(out, IPTablesFindings(string(b))...)
+	}
+	if len(nftRead) == 0 {
+		return out, nil
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		return nil, fmt.Errorf("nftables tables %v need the nft tool to be read: install nftables on the node", nftRead)
+	}
+	for _, t := range nftRead {
 		var stderr bytes.Buffer
 		cmd := exec.Command("nft", "-j", "list", "table", t.Family, t.Name)
 		cmd.Stderr = &stderr

@@ -37,18 +37,17 @@ COMMIT
 }
 
 func TestNFTFindings(t *testing.T) {
-	ruleset := []byte(`{"nftables": [{"metainfo": {"version": "1.0.6"}},
- {"table": {"family": "ip", "name": "filter", "handle": 1}},
- {"rule": {"family": "ip", "table": "filter", "chain": "INPUT", "handle": 3, "expr": []}},
+	table := []byte(`{"nftables": [{"metainfo": {"version": "1.0.6"}},
+ {"table": {"family": "inet", "name": "mine", "handle": 1}},
+ {"chain": {"family": "inet", "table": "mine", "name": "c", "handle": 1}},
  {"rule": {"family": "inet", "table": "mine", "chain": "c", "handle": 2, "expr": []}},
- {"rule": {"family": "ip", "table": "kube-proxy", "chain": "services", "handle": 5, "expr": []}},
- {"rule": {"family": "ip", "table": "myelin-lab", "chain": "postrouting", "handle": 6, "expr": []}}]}`)
-	f, err := NFTFindings(ruleset)
+ {"rule": {"family": "inet", "table": "mine", "chain": "d", "handle": 3, "expr": []}}]}`)
+	f, err := NFTFindings(table)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := Places(f); !reflect.DeepEqual(got, []string{"inet mine/c"}) {
-		t.Errorf("places = %v, want [inet mine/c] (iptables-nft, kube-proxy and myelin tables excluded)", got)
+	if got := Places(f); !reflect.DeepEqual(got, []string{"inet mine/c", "inet mine/d"}) {
+		t.Errorf("places = %v, want [inet mine/c inet mine/d] (every rule of the table)", got)
 	}
 	if _, err := NFTFindings([]byte("not json")); err == nil {
 		t.Error("bad JSON accepted")
