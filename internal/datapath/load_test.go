@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 )
 
 // TestPrivilegedLoadAll loads every program of the object in both host
@@ -154,6 +155,62 @@ func TestPrivilegedLoadReusesPinnedMaps(t *testing.T) {
 	}
 	if m.Packets != 1 {
 		t.Errorf("FORWARDED packets after reload = %d, want 1", m.Packets)
+	}
+}
+
+// The programs loaded one per goroutine use the collection's maps, not
+// copies of their own, and a verifier rejection still names its program.
+func TestPrivilegedLoadConcurrently(t *testing.T) {
+	requirePrivileged(t)
+	spec, err := loadMyelin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := configure(spec, Config{HostRouting: HostRoutingBPF}); err != nil {
+		t.Fatal(err)
+	}
+	opts := ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: testPinDirReady(t)}}
+	coll, err := loadConcurrently(spec, opts)
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	defer coll.Close()
+	if len(coll.Programs) != len(spec.Programs) {
+		t.Fatalf("loaded %d of %d programs", len(coll.Programs), len(spec.Programs))
+	}
+	ids := map[ebpf.MapID]bool{}
+	for _, m := range coll.Maps {
+		info, err := m.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := info.ID()
+		ids[id] = true
+	}
+	for name, p := range coll.Programs {
+		info, err := p.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		used, ok := info.MapIDs()
+		if !ok || len(used) == 0 {
+			t.Fatalf("%s: no map IDs in its info", name)
+		}
+		for _, id := range used {
+			if !ids[id] {
+				t.Errorf("%s uses map %d, which is not one of the collection's", name, id)
+			}
+		}
+	}
+
+	bad := spec.Copy()
+	exit := asm.Return() // without setting R0 first
+	exit.Metadata = bad.Programs["myelin_to_pod"].Instructions[0].Metadata // its symbol and BTF function
+	bad.Programs["myelin_to_pod"].Instructions = asm.Instructions{exit}
+	_, err = loadConcurrently(bad, opts)
+	var verr *ebpf.VerifierError
+	if !errors.As(err, &verr) || !strings.Contains(err.Error(), "program myelin_to_pod") {
+		t.Fatalf("err = %v, want a verifier error naming myelin_to_pod", err)
 	}
 }
 
