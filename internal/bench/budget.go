@@ -33,10 +33,15 @@ const (
 // 1,000.
 const calibrationTransactions = 1000
 
-// fillerCost's coefficients, in seconds per Service and per Service squared.
+// fillerCost's coefficients, in seconds per Service and per Service squared, and
+// what kube-proxy adds per Service to program them (its lab's setup beyond myelin's
+// for 9,000 Services in the make bench run of 2026-11-29: 80 s iptables, 126 s
+// nftables).
 const (
-	fillerLinear    = 6e-3
-	fillerQuadratic = 0.9e-6
+	fillerLinear    = 2e-3
+	fillerQuadratic = 1.6e-6
+	kubeProxyCost   = 9e-3
+	kubeProxyNFCost = 14e-3
 )
 
 // budgetDurations are the run lengths a budget may choose, longest first.

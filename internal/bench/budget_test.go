@@ -192,9 +192,10 @@ func TestStagePlansGrowServiceLab(t *testing.T) {
 	}
 	pads := 4 * calibrationRun // 2 placements × (svc-crr, direct-crr), each calibrated once
 	for i, want := range []time.Duration{
-		labSetupEstimate + fillerCost(0, 10) + pads, // svc-myelin-10: a new lab
-		fillerCost(10, 1000) + pads,                 // svc-myelin-1000: grown in place
-		labSetupEstimate + fillerCost(0, 10) + pads, // svc-iptables-10: its own lab
+		labSetupEstimate + fillerCost(0, 10) + pads,                       // svc-myelin-10: a new lab
+		fillerCost(10, 1000) + pads,                                       // svc-myelin-1000: grown in place
+		labSetupEstimate + fillerCost(0, 10) + pads + 90*time.Millisecond, // svc-iptables-10: its own lab, kube-proxy 9 ms per Service
+		fillerCost(10, 1000) + pads + 8910*time.Millisecond,               // svc-iptables-1000: grown in place
 	} {
 		if plans[i].Setup != want {
 			t.Errorf("stage %s setup = %s, want %s", plans[i].Name, plans[i].Setup, want)
@@ -202,5 +203,8 @@ func TestStagePlansGrowServiceLab(t *testing.T) {
 	}
 	if got := fillerCost(0, 6000); got < 60*time.Second || got > 76*time.Second {
 		t.Errorf("fillerCost(0, 6000) = %s, want about the 68 s measured", got)
+	}
+	if got := fillerCost(1000, 10000); got < 160*time.Second || got > 190*time.Second {
+		t.Errorf("fillerCost(1000, 10000) = %s, want about the 176 s measured", got)
 	}
 }

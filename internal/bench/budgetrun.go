@@ -63,7 +63,7 @@ func stagePlan(cases []Case, kept bool, grown map[*ServiceScaleLab]int) StagePla
 			if kept {
 				from = grown[s.lab]
 			}
-			p.Setup += fillerCost(from, s.Services)
+			p.Setup += fillerCost(from, s.Services) + s.proxyCost(s.Services-from)
 			grown[s.lab] = s.Services
 		}
 	}
@@ -80,7 +80,8 @@ func stagePlan(cases []Case, kept bool, grown map[*ServiceScaleLab]int) StagePla
 // fillerCost estimates creating and programming filler Services from+1 … to in one lab.
 // The n-th costs more than the first: Kubernetes 1.34's apiserver counts every allocated
 // ClusterIP on each allocation (docs/scale.md, "Creating Services in bulk"), so the cost
-// is a·n + b·n² (fitted to 2,000, 4,000 and 6,000 Services in 15, 37 and 68 s).
+// is a·n + b·n² (fitted to 2,000, 4,000, 6,000 and 10,000 Services in 15, 37, 68 and
+// ~184 s).
 func fillerCost(from, to int) time.Duration {
 	f := func(n int) float64 { x := float64(n); return fillerLinear*x + fillerQuadratic*x*x }
 	return time.Duration((f(to) - f(from)) * float64(time.Second))
@@ -136,4 +137,17 @@ func (r *runner) runBudgeted(ctx context.Context, cases []Case, byName map[strin
 		}
 		r.runSlots(ctx, scheduleRounds(next, round, round), byName, trials)
 	}
+}
+
+// proxyCost estimates what the lab's proxy adds to programming n more Services:
+// kube-proxy rewrites its rules as they arrive, myelin's agent is within fillerCost.
+func (s *ServiceScale) proxyCost(n int) time.Duration {
+	var per float64
+	switch s.Proxy {
+	case ProxyIPTables:
+		per = kubeProxyCost
+	case ProxyNFTables:
+		per = kubeProxyNFCost
+	}
+	return time.Duration(per * float64(n) * float64(time.Second))
 }
