@@ -38,7 +38,7 @@ func randomSuffix() string {
 
 // testPinDir mounts a private bpffs for the test and returns a pin dir on it;
 // the mount and everything pinned in it go away when the test ends.
-func testPinDir(t *testing.T) string {
+func testPinDir(t testing.TB) string {
 	t.Helper()
 	mnt := filepath.Join(t.TempDir(), "dptest-"+randomSuffix())
 	if err := os.Mkdir(mnt, 0o700); err != nil {

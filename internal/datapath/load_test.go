@@ -10,6 +10,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+
+	"github.com/myelin-net/myelin/internal/testenv"
 )
 
 // TestPrivilegedLoadAll loads every program of the object in both host
@@ -79,7 +81,7 @@ func loadAll(t *testing.T, cfg Config) {
 }
 
 // testPinDirReady is testPinDir, created.
-func testPinDirReady(t *testing.T) string {
+func testPinDirReady(t testing.TB) string {
 	dir := testPinDir(t)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -211,6 +213,34 @@ func TestPrivilegedLoadConcurrently(t *testing.T) {
 	var verr *ebpf.VerifierError
 	if !errors.As(err, &verr) || !strings.Contains(err.Error(), "program myelin_to_pod") {
 		t.Fatalf("err = %v, want a verifier error naming myelin_to_pod", err)
+	}
+}
+
+// BenchmarkLoad compares loading the object's programs one after another (what
+// cilium/ebpf does) with loadConcurrently, BPF host routing, native mode. Run as root:
+// go test -run '^$' -bench Load -count 5 ./internal/datapath/
+func BenchmarkLoad(b *testing.B) {
+	testenv.RequireRoot(b, "load BPF")
+	spec, err := loadMyelin()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := configure(spec, Config{HostRouting: HostRoutingBPF}); err != nil {
+		b.Fatal(err)
+	}
+	load := map[string]func(*ebpf.CollectionSpec, ebpf.CollectionOptions) (*ebpf.Collection, error){
+		"sequential": ebpf.NewCollectionWithOptions, "concurrent": loadConcurrently}
+	for _, name := range []string{"sequential", "concurrent"} {
+		b.Run(name, func(b *testing.B) {
+			opts := ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: testPinDirReady(b)}}
+			for b.Loop() {
+				coll, err := load[name](spec, opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				coll.Close()
+			}
+		})
 	}
 }
 
