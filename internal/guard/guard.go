@@ -192,26 +192,34 @@ var builtinChains = map[string][]string{
 // iptablesChains lists the built-in chains of the iptables-nft tables of one family
 // ("ip" or "ip6") among tables, one `-S CHAIN` each. iptables-nft fetches only the
 // chain it lists: 2 ms per chain where iptables-save reads every rule, 0.75 s of CPU
-// with kube-proxy's rules for 10,000 Services. A table iptables cannot read (made
-// with nft, in a form iptables does not know) is returned in foreign, for nft.
-func iptablesChains(tool, family string, tables []NFTTable) (out []Finding, foreign []NFTTable) {
+// with kube-proxy's rules for 10,000 Services. A table iptables calls incompatible
+// (made with nft, in a form iptables does not know) is returned in foreign, for nft.
+func iptablesChains(tool, family string, tables []NFTTable) (out []Finding, foreign []NFTTable, err error) {
 	for _, t := range tables {
 		if t.Family != family || !iptablesTables[t.Name] {
 			continue
 		}
 		var found []Finding
 		for _, chain := range builtinChains[t.Name] {
-			b, err := exec.Command(tool, "-t", t.Name, "-S", chain).Output()
-			if err != nil {
+			var stderr bytes.Buffer
+			cmd := exec.Command(tool, "-t", t.Name, "-S", chain)
+			cmd.Stderr = &stderr
+			b, err := cmd.Output()
+			// An unknown chain fails; a built-in one with another priority or type
+			// lists as a comment and hides its rules.
+			if strings.Contains(stderr.String(), "incompatible") || strings.Contains(string(b), "incompatible") {
 				found = nil
 				foreign = append(foreign, t)
 				break
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s -t %s -S %s: %w: %s", tool, t.Name, chain, err, strings.TrimSpace(stderr.String()))
 			}
 			found = append(found, IPTablesFindings("*"+t.Name+"\n"+string(b))...)
 		}
 		out = append(out, found...)
 	}
-	return out, foreign
+	return out, foreign, nil
 }
 
 // nftBacked reports whether an iptables tool is iptables-nft, whose tables are
@@ -240,7 +248,10 @@ func Scan() ([]Finding, error) {
 			continue
 		}
 		if nftBacked(ipt.tool) {
-			f, foreign := iptablesChains(ipt.tool, ipt.family, tables)
+			f, foreign, err := iptablesChains(ipt.tool, ipt.family, tables)
+			if err != nil {
+				return nil, err
+			}
 			out = append(out, f...)
 			nftRead = append(nftRead, foreign...)
 			continue

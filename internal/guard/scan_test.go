@@ -65,10 +65,14 @@ func TestPrivilegedScan(t *testing.T) {
 	run("iptables", "-t", "mangle", "-A", "USER", "-j", "MARK", "--set-mark", "1")
 	run("iptables", "-t", "mangle", "-A", "OUTPUT", "-j", "USER")
 	run("ip6tables", "-t", "raw", "-A", "PREROUTING", "-j", "NOTRACK")
+	// A built-in chain iptables cannot show (another priority): read with nft.
+	run("nft", "add", "table", "ip", "raw")
+	run("nft", "add", "chain", "ip", "raw", "PREROUTING", "{ type filter hook prerouting priority 10; }")
+	run("nft", "add", "rule", "ip", "raw", "PREROUTING", "tcp", "dport", "53", "accept")
 	run("nft", "add", "table", "inet", "mine")
 	run("nft", "add", "chain", "inet", "mine", "c")
 	run("nft", "add", "rule", "inet", "mine", "c", "tcp", "dport", "22", "accept")
-	want := []string{"filter/INPUT", "inet mine/c", "mangle/OUTPUT", "raw/PREROUTING"}
+	want := []string{"filter/INPUT", "inet mine/c", "ip raw/PREROUTING", "mangle/OUTPUT", "raw/PREROUTING"}
 	if got := scan(); !reflect.DeepEqual(got, want) {
 		t.Errorf("places = %v, want %v", got, want)
 	}
