@@ -206,8 +206,10 @@ func TestPrivilegedLoadConcurrently(t *testing.T) {
 	}
 
 	bad := spec.Copy()
-	exit := asm.Return() // without setting R0 first
-	exit.Metadata = bad.Programs["myelin_to_pod"].Instructions[0].Metadata // its symbol and BTF function
+	// An exit without setting R0 first, keeping the symbol and BTF function of the
+	// program's first instruction.
+	exit := asm.Return()
+	exit.Metadata = bad.Programs["myelin_to_pod"].Instructions[0].Metadata
 	bad.Programs["myelin_to_pod"].Instructions = asm.Instructions{exit}
 	_, err = loadConcurrently(bad, opts)
 	var verr *ebpf.VerifierError
