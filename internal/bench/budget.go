@@ -105,7 +105,7 @@ func (p Plan) String() string {
 	s := fmt.Sprintf("budget %s: %d rounds of %s runs for every case first (estimated %s), then extra rounds "+
 		"for the widest spreads while the budget lasts", p.Budget, p.MinRounds, p.Duration, p.Estimate.Round(time.Second))
 	if !p.Fits {
-		s += "; the estimate is over the budget, so the run will take longer than it"
+		s += "; the estimate is over the budget, so the run may take longer than it"
 	}
 	return s
 }
