@@ -23,11 +23,45 @@
 #include "lib/service.h"
 #include "lib/verdict.h"
 
+/*
+ * As in myelin_from_pod (from_pod.c), the Service stage, the reject and
+ * delivery are global functions, verified once each on their own: with
+ * load balancing on, ~59,000 instructions instead of ~105,000.
+ */
+__noinline int from_netdev_lb_stage(struct __sk_buff *skb, struct ipv4_info *info, int *route)
+{
+	if (!info || !route)
+		return DROP_INVALID_PACKET;
+	return lb_netdev_stage(skb, info, route);
+}
+
+__noinline int from_netdev_reject(struct __sk_buff *skb, struct ipv4_info *info)
+{
+	if (!info)
+		return TC_ACT_SHOT;
+	return lb_reject(skb, info, DIR_FROM_NETDEV);
+}
+
+__noinline int from_netdev_deliver(struct __sk_buff *skb, struct ipv4_info *info, int route)
+{
+	const struct endpoint_info *ep;
+
+	if (!info)
+		return TC_ACT_SHOT;
+	if (route == LB_ROUTE_OUT)
+		return lb_forward_out(skb, info, DIR_FROM_NETDEV);
+	if (!host_routing_bpf)
+		return verdict_pass(skb, info, DIR_FROM_NETDEV);
+	ep = endpoint_lookup(info->daddr);
+	if (ep)
+		return endpoint_deliver(skb, info, DIR_FROM_NETDEV, ep);
+	return verdict_pass(skb, info, DIR_FROM_NETDEV);
+}
+
 SEC("tcx/ingress")
 int myelin_from_netdev(struct __sk_buff *skb)
 {
 	struct ipv4_info info = {};
-	const struct endpoint_info *ep;
 	int route = LB_ROUTE_NORMAL;
 	int reason;
 
@@ -38,18 +72,10 @@ int myelin_from_netdev(struct __sk_buff *skb)
 	/* This node's own address never arrives from outside: spoofed (docs/policy.md). */
 	if (info.saddr == node_ip)
 		return verdict_drop(skb, &info, DIR_FROM_NETDEV, DROP_SPOOFED_SOURCE);
-	reason = lb_netdev_stage(skb, &info, &route);
+	reason = from_netdev_lb_stage(skb, &info, &route);
 	if (reason == DROP_SVC_NO_BACKEND)
-		return lb_reject(skb, &info, DIR_FROM_NETDEV);
+		return from_netdev_reject(skb, &info);
 	if (reason)
 		return verdict_drop(skb, &info, DIR_FROM_NETDEV, reason);
-	if (route == LB_ROUTE_OUT)
-		return lb_forward_out(skb, &info, DIR_FROM_NETDEV);
-	if (!host_routing_bpf)
-		return verdict_pass(skb, &info, DIR_FROM_NETDEV);
-
-	ep = endpoint_lookup(info.daddr);
-	if (ep)
-		return endpoint_deliver(skb, &info, DIR_FROM_NETDEV, ep);
-	return verdict_pass(skb, &info, DIR_FROM_NETDEV);
+	return from_netdev_deliver(skb, &info, route);
 }

@@ -219,7 +219,7 @@ func TestPrivilegedLoadConcurrently(t *testing.T) {
 }
 
 // BenchmarkLoad compares loading the object's programs one after another (what
-// cilium/ebpf does) with loadConcurrently, BPF host routing, native mode. Run as root:
+// cilium/ebpf does) with loadConcurrently, as an agent loads by default (native mode). Run as root:
 // go test -run '^$' -bench Load -count 5 ./internal/datapath/
 func BenchmarkLoad(b *testing.B) {
 	testenv.RequireRoot(b, "load BPF")
@@ -227,7 +227,11 @@ func BenchmarkLoad(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := configure(spec, Config{HostRouting: HostRoutingBPF}); err != nil {
+	// What an agent loads by default: BPF host routing, kube-proxy replacement and
+	// masquerade (docs/scale.md, "Services after a restart").
+	cfg := Config{HostRouting: HostRoutingBPF, LoadBalancing: true, Masquerade: true, NodeIP: testNodeIP,
+		ClusterCIDR: lbClusterCIDR, MaglevTableSize: 16381, NATPortMin: 61000, NATPortMax: 65535}
+	if err := configure(spec, cfg); err != nil {
 		b.Fatal(err)
 	}
 	load := map[string]func(*ebpf.CollectionSpec, ebpf.CollectionOptions) (*ebpf.Collection, error){
