@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/hubble"
@@ -95,7 +96,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if !srv.becomeReady(ctx, svc.synced()) {
 		return nil
 	}
-	log.Info("agent ready", "node", cfg.Node, "podCIDR", st.podCIDR, "socket", cfg.socket())
+	log.Info("agent ready", "podCIDR", st.podCIDR, "socket", cfg.socket(),
+		"took", time.Since(st.started).Round(time.Millisecond))
 	<-ctx.Done()
 	return nil
 }

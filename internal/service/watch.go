@@ -34,10 +34,11 @@ type Watcher struct {
 	latency   func(time.Duration)
 	pendingMu sync.Mutex
 	pending   map[string]time.Time
-	// queue and caches are set by Prestart (or Run, without it).
-	queue  workqueue.TypedRateLimitingInterface[string]
-	caches serviceCaches
-	cached []cache.InformerSynced
+	// queue and caches are set by Prestart (or Run, without it), at started.
+	queue   workqueue.TypedRateLimitingInterface[string]
+	caches  serviceCaches
+	cached  []cache.InformerSynced
+	started time.Time
 }
 
 // NewWatcher returns a Watcher that applies to m what the Services and
@@ -121,7 +122,7 @@ func (w *Watcher) Run(ctx context.Context) {
 	if !cache.WaitForCacheSync(ctx.Done(), w.cached...) {
 		return
 	}
-	w.firstPass(c)
+	w.firstPass(c, time.Since(w.started))
 	go func() { <-ctx.Done(); queue.ShutDown() }()
 	go w.resync(ctx, queue, c.serviceKeys)
 	for w.processNext(queue, c) {
@@ -155,6 +156,7 @@ func (c serviceCaches) serviceKeys() []string { return c.services.ListKeys() }
 // which then waits for the caches. Call once, before Run; Run calls it if nobody did.
 func (w *Watcher) Prestart(ctx context.Context) {
 	w.queue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
+	w.started = time.Now()
 	w.caches, w.cached = w.startCaches(ctx, w.queue)
 }
 
@@ -202,8 +204,10 @@ func (w *Watcher) sync(c serviceCaches, key string) error {
 }
 
 // firstPass syncs every Service synchronously, so Prune knows every Service has
-// been seen, prunes what none claims, and closes Synced.
-func (w *Watcher) firstPass(c serviceCaches) {
+// been seen, prunes what none claims, and closes Synced. listed is how long the
+// caches took to sync (logged with the pass's own time: an agent's start waits for both).
+func (w *Watcher) firstPass(c serviceCaches, listed time.Duration) {
+	start := time.Now()
 	all := c.serviceKeys()
 	for _, key := range all {
 		if err := w.sync(c, key); err != nil {
@@ -218,7 +222,8 @@ func (w *Watcher) firstPass(c serviceCaches) {
 		w.report(err)
 	}
 	_, frontends, backends := w.m.Counts()
-	w.log.Info("services programmed", "services", len(all), "frontends", frontends, "backends", backends)
+	w.log.Info("services programmed", "services", len(all), "frontends", frontends, "backends", backends,
+		"listed", listed.Round(time.Millisecond), "took", time.Since(start).Round(time.Millisecond))
 	w.report(nil)
 	close(w.synced)
 }
