@@ -28,48 +28,18 @@
 #include "lib/verdict.h"
 
 /*
- * The program runs in stages, each a global function: the source checks
- * (from_pod_source), the Service stage (from_pod_lb_stage), the egress
- * policy check of an isolated pod (from_pod_policy) and delivery
- * (from_pod_deliver); myelin_from_pod chains them and reports their drops.
- * The verifier checks a global function once, on its own, where it checked
- * inlined code once for every state the code before it left: with load
- * balancing on, the program as one inlined function took ~266,000
- * instructions and ~0.5 s to verify, most of an agent's start
- * (docs/scale.md); as stages ~43,000. A stage costs a BPF-to-BPF call
- * (docs/datapath.md). The verifier takes a global function's pointers for
- * possibly NULL, hence the checks; they always point to the program's stack.
+ * After its source checks the program runs in stages, each a global
+ * function: the Service stage (from_pod_lb_stage, and from_pod_reject for a
+ * Service without backends), the egress policy check of an isolated pod
+ * (from_pod_policy) and delivery (from_pod_deliver). The verifier checks a
+ * global function once, on its own, where it checked inlined code once for
+ * every state the code before it left: with load balancing on, the program
+ * as one inlined function took ~266,000 instructions and ~0.5 s to verify,
+ * most of an agent's start (docs/scale.md). Each stage costs a BPF-to-BPF
+ * call (docs/datapath.md, "Program stages"). The verifier takes a global
+ * function's pointers for possibly NULL, hence the checks; they always
+ * point to the program's stack.
  */
-
-/* from_pod_source: an ARP or other non-IPv4 packet the checks let through. */
-#define FROM_POD_NOT_IPV4 (-1)
-
-/*
- * from_pod_source validates the packet's source (lib/source.h), parses
- * IPv4 into info and notes what the egress policy check needs (pt,
- * *isolated): 0 to go on, FROM_POD_NOT_IPV4 to pass, else a drop reason.
- */
-__noinline int from_pod_source(struct __sk_buff *skb, struct ipv4_info *info,
-			       struct policy_tuple *pt, int *isolated)
-{
-	const struct endpoint_info *src_ep = NULL;
-	int reason;
-
-	if (!info || !pt || !isolated)
-		return DROP_INVALID_PACKET;
-	reason = source_check_l2(skb);
-	if (reason)
-		return reason;
-	if (skb->protocol != bpf_htons(ETH_P_IP))
-		return source_check_other(skb, info) ?: FROM_POD_NOT_IPV4;
-	if (ipv4_parse(skb, info) < 0)
-		return DROP_INVALID_PACKET;
-	reason = source_check_ipv4(skb, info, &src_ep);
-	if (reason)
-		return reason;
-	*isolated = policy_egress_begin(skb, info, src_ep, pt);
-	return 0;
-}
 
 /* from_pod_lb_stage translates Service traffic (lib/service.h): 0 or a drop reason. */
 __noinline int from_pod_lb_stage(struct __sk_buff *skb, struct ipv4_info *info, int *route)
@@ -129,15 +99,26 @@ int myelin_from_pod(struct __sk_buff *skb)
 {
 	struct ipv4_info info = {};
 	struct policy_tuple pt = {};
-	int isolated = 0;
+	const struct endpoint_info *src_ep = NULL;
+	int isolated;
 	int route = LB_ROUTE_NORMAL;
 	int reason;
 
-	reason = from_pod_source(skb, &info, &pt, &isolated);
-	if (reason == FROM_POD_NOT_IPV4)
-		return verdict_pass(skb, &info, DIR_FROM_POD);
+	reason = source_check_l2(skb);
 	if (reason)
 		return verdict_drop(skb, &info, DIR_FROM_POD, reason);
+	if (skb->protocol != bpf_htons(ETH_P_IP)) {
+		reason = source_check_other(skb, &info);
+		if (reason)
+			return verdict_drop(skb, &info, DIR_FROM_POD, reason);
+		return verdict_pass(skb, &info, DIR_FROM_POD);
+	}
+	if (ipv4_parse(skb, &info) < 0)
+		return verdict_drop(skb, &info, DIR_FROM_POD, DROP_INVALID_PACKET);
+	reason = source_check_ipv4(skb, &info, &src_ep);
+	if (reason)
+		return verdict_drop(skb, &info, DIR_FROM_POD, reason);
+	isolated = policy_egress_begin(skb, &info, src_ep, &pt);
 	reason = from_pod_lb_stage(skb, &info, &route);
 	if (reason == DROP_SVC_NO_BACKEND)
 		return from_pod_reject(skb, &info);

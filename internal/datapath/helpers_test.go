@@ -63,7 +63,7 @@ func loadTest(t *testing.T, routing HostRouting) *Datapath {
 
 // loadTestConfig is loadTest with cfg; its PinDir is set to a fresh pin dir.
 // Drop events are switched on.
-func loadTestConfig(t *testing.T, cfg Config) *Datapath {
+func loadTestConfig(t testing.TB, cfg Config) *Datapath {
 	t.Helper()
 	dir := testPinDir(t)
 	cfg.PinDir = dir
