@@ -305,11 +305,24 @@ static __always_inline int ct_icmp_reply(void *map, struct __sk_buff *skb, struc
 }
 
 /*
- * ct_reply_to_pod is ct_reply_xlate for a packet about to enter a pod: the
- * one conntrack lookup per delivered TCP or UDP packet, only with load
- * balancing on. ICMP errors about service flows are translated too
- * (ct_icmp_reply), and later fragments follow their first (frag.h).
- * Returns 0 or a DROP_* reason.
+ * ct_from_backend_port: port (network order) may be a Service backend's, so
+ * a packet from it may be the reply of a Service flow (myelin_lb_ports).
+ */
+static __always_inline int ct_from_backend_port(__be16 port)
+{
+	__u32 key = (__u32)port / 32;
+	const __u32 *word = bpf_map_lookup_elem(&myelin_lb_ports, &key);
+
+	return !word || (*word >> ((__u32)port % 32)) & 1;
+}
+
+/*
+ * ct_reply_to_pod is ct_reply_xlate for a packet about to enter a pod, only
+ * with load balancing on: a conntrack lookup for a TCP or UDP packet from a
+ * port a backend may use (ct_from_backend_port; other whole datagrams cost
+ * a bit test), for every fragment of a fragmented one. ICMP errors about
+ * service flows are translated too (ct_icmp_reply), and later fragments
+ * follow their first (frag.h). Returns 0 or a DROP_* reason.
  */
 static __always_inline int ct_reply_to_pod(struct __sk_buff *skb, struct ipv4_info *info)
 {
@@ -325,6 +338,9 @@ static __always_inline int ct_reply_to_pod(struct __sk_buff *skb, struct ipv4_in
 	if (info->proto == IPPROTO_ICMP)
 		return ct_icmp_reply(&myelin_lb_ct, skb, info, &flags);
 	if (ct_l4_parse(skb, info, &l4) < 0)
+		return 0;
+	/* A first fragment goes on: its note clears a stale one (frag_note). */
+	if (!info->frag && !ct_from_backend_port(l4.sport))
 		return 0;
 	reason = ct_reply_xlate(&myelin_lb_ct, skb, info, &l4, &flags);
 	if (!reason)

@@ -31,6 +31,7 @@
 #define LB_AFFINITY_MAX	   65536
 #define LB_CT_MAX	   262144 /* two entries per load-balanced flow */
 #define LB_CT_NODEPORT_MAX 65536  /* two entries per NodePort flow from outside */
+#define LB_PORT_WORDS	   2048	  /* myelin_lb_ports: one bit per port */
 #define LB_MAGLEV_SIZE	   16381  /* entries of a Maglev table; the agent sets maglev_table_size */
 #define FRAGS_MAX	   8192	  /* fragmented datagrams in flight (lib/frag.h) */
 /* NetworkPolicy (lib/policy.h, docs/policy.md). */
@@ -152,6 +153,23 @@ struct {
 	__uint(max_entries, LB_BACKENDS_MAX);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_lb_backends SEC(".maps");
+
+/*
+ * myelin_lb_ports: a bitmap of the ports (network order) a Service backend
+ * may answer from, bit p in word p / 32. The agent sets a port's bit before
+ * it writes the first backend with that port, and never clears one, so every
+ * reverse conntrack entry of myelin_lb_ct has its port's bit set; a packet
+ * about to enter a pod from a port without it is no reply of a Service flow
+ * and needs no conntrack lookup (ct_reply_to_pod). An array: the kernel
+ * inlines its lookup.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, LB_PORT_WORDS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_lb_ports SEC(".maps");
 
 /*
  * myelin_lb_maglev_inner is the template of the Maglev tables: entry i ->

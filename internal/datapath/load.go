@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -120,10 +121,12 @@ type Config struct {
 // Datapath is the loaded datapath of one node: its programs and maps.
 // Its methods are safe for concurrent use.
 type Datapath struct {
-	cfg    Config
-	objs   myelinObjects
-	lbMu   sync.Mutex // serializes service updates
-	maglev maglevTables
+	cfg  Config
+	objs myelinObjects
+	lbMu sync.Mutex // serializes service updates
+	// portsMu serializes writes of the backend port bitmap (myelin_lb_ports).
+	portsMu sync.Mutex
+	maglev  maglevTables
 	// attachErrors counts failed attachments (AttachErrors, for metrics).
 	attachErrors atomic.Uint64
 	// policyMu serializes writes of endpoints and of their policy flags,
@@ -171,8 +174,15 @@ func Load(cfg Config) (*Datapath, error) {
 		return nil, err
 	}
 	d := &Datapath{cfg: cfg}
-	if err := loadPinned(spec, cfg.PinDir, &d.objs); err != nil {
+	created, err := loadPinned(spec, cfg.PinDir, &d.objs)
+	if err != nil {
 		return nil, err
+	}
+	if cfg.LoadBalancing && slices.Contains(created, "myelin_lb_ports") {
+		if err := d.seedBackendPorts(); err != nil {
+			d.objs.Close()
+			return nil, err
+		}
 	}
 	return d, nil
 }

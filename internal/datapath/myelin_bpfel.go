@@ -507,6 +507,7 @@ type myelinMapSpecs struct {
 	MyelinLbCt          *ebpf.MapSpec `ebpf:"myelin_lb_ct"`
 	MyelinLbCtNodeport  *ebpf.MapSpec `ebpf:"myelin_lb_ct_nodeport"`
 	MyelinLbMaglev      *ebpf.MapSpec `ebpf:"myelin_lb_maglev"`
+	MyelinLbPorts       *ebpf.MapSpec `ebpf:"myelin_lb_ports"`
 	MyelinLbServices    *ebpf.MapSpec `ebpf:"myelin_lb_services"`
 	MyelinLbSlots       *ebpf.MapSpec `ebpf:"myelin_lb_slots"`
 	MyelinMetrics       *ebpf.MapSpec `ebpf:"myelin_metrics"`
@@ -598,6 +599,7 @@ type myelinMaps struct {
 	MyelinLbCt          *ebpf.Map `ebpf:"myelin_lb_ct"`
 	MyelinLbCtNodeport  *ebpf.Map `ebpf:"myelin_lb_ct_nodeport"`
 	MyelinLbMaglev      *ebpf.Map `ebpf:"myelin_lb_maglev"`
+	MyelinLbPorts       *ebpf.Map `ebpf:"myelin_lb_ports"`
 	MyelinLbServices    *ebpf.Map `ebpf:"myelin_lb_services"`
 	MyelinLbSlots       *ebpf.Map `ebpf:"myelin_lb_slots"`
 	MyelinMetrics       *ebpf.Map `ebpf:"myelin_metrics"`
@@ -627,6 +629,7 @@ func (m *myelinMaps) Close() error {
 		m.MyelinLbCt,
 		m.MyelinLbCtNodeport,
 		m.MyelinLbMaglev,
+		m.MyelinLbPorts,
 		m.MyelinLbServices,
 		m.MyelinLbSlots,
 		m.MyelinMetrics,

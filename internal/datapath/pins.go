@@ -18,28 +18,39 @@ type endpointEntry struct {
 	value myelinEndpointInfo
 }
 
-// loadPinned loads spec into objs, reusing the maps pinned in pinDir.
-func loadPinned(spec *ebpf.CollectionSpec, pinDir string, objs *myelinObjects) error {
+// loadPinned loads spec into objs, reusing the maps pinned in pinDir. It
+// returns the names of the pinned maps it created (none was pinned, or the
+// pinned one no longer matched).
+func loadPinned(spec *ebpf.CollectionSpec, pinDir string, objs *myelinObjects) ([]string, error) {
 	carried, err := replaceIncompatiblePins(spec, pinDir)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	var created []string
+	for name, ms := range spec.Maps {
+		if ms.Pinning != ebpf.PinByName {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(pinDir, name)); errors.Is(err, os.ErrNotExist) {
+			created = append(created, name)
+		}
 	}
 	coll, err := loadConcurrently(spec, ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: pinDir}})
 	if err != nil {
-		return fmt.Errorf("load datapath objects: %w", err)
+		return nil, fmt.Errorf("load datapath objects: %w", err)
 	}
 	err = coll.Assign(objs)
 	coll.Close() // what objs did not take
 	if err != nil {
-		return fmt.Errorf("assign datapath objects: %w", err)
+		return nil, fmt.Errorf("assign datapath objects: %w", err)
 	}
 	for _, e := range carried {
 		if err := objs.MyelinEndpoints.Update(e.key, e.value, ebpf.UpdateAny); err != nil {
 			objs.Close()
-			return fmt.Errorf("carry endpoint %v into resized endpoints map: %w", e.key, err)
+			return nil, fmt.Errorf("carry endpoint %v into resized endpoints map: %w", e.key, err)
 		}
 	}
-	return nil
+	return created, nil
 }
 
 // replaceIncompatiblePins unpins every pinned map that no longer matches

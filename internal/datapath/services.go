@@ -119,6 +119,10 @@ func (d *Datapath) UpsertBackend(id uint32, b Backend) error {
 		return fmt.Errorf("upsert backend %d: %v:%d is not an IPv4 address and port", id, b.Addr, b.Port)
 	}
 	value := myelinLbBackend{Addr: networkUint32(b.Addr), Port: htons(b.Port)}
+	// Before any flow can reach the backend: its replies' port must be marked.
+	if err := d.markBackendPorts(value.Port); err != nil {
+		return fmt.Errorf("upsert backend %d: %w", id, err)
+	}
 	if err := d.objs.MyelinLbBackends.Update(id, value, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("upsert backend %d: %w", id, err)
 	}
@@ -455,7 +459,7 @@ func configureLoadBalancing(specs *myelinSpecs, cfg Config) error {
 	if cfg.NodePortNATMax != 0 {
 		specs.MyelinNodeportNat.MaxEntries = cfg.NodePortNATMax
 	}
-	for _, spec := range []*ebpf.MapSpec{specs.MyelinLbServices, specs.MyelinLbSlots, specs.MyelinLbBackends,
+	for _, spec := range []*ebpf.MapSpec{specs.MyelinLbServices, specs.MyelinLbSlots, specs.MyelinLbBackends, specs.MyelinLbPorts,
 		specs.MyelinLbMaglev, specs.MyelinLbAffinity, specs.MyelinLbCt, specs.MyelinLbCtNodeport,
 		specs.MyelinNodeportSyn, specs.MyelinNodeportNat} {
 		if !cfg.LoadBalancing {
@@ -465,4 +469,60 @@ func configureLoadBalancing(specs *myelinSpecs, cfg Config) error {
 	// The template only types the inner maps; BPF_F_INNER_MAP accepts any size.
 	specs.MyelinLbMaglev.InnerMap.MaxEntries = max(maglev, 1)
 	return nil
+}
+
+// markBackendPorts sets the bits of ports (network order, as the datapath
+// reads them) in myelin_lb_ports: packets entering a pod from a port without
+// one skip the reply conntrack lookup (ct_reply_to_pod), so a backend's port is
+// marked before the backend is written, and no bit is ever cleared (a stale
+// bit only costs that lookup).
+func (d *Datapath) markBackendPorts(ports ...uint16) error {
+	d.portsMu.Lock()
+	defer d.portsMu.Unlock()
+	words := map[uint32]uint32{}
+	for _, p := range ports {
+		i := uint32(p) / 32
+		w, ok := words[i]
+		if !ok {
+			if err := d.objs.MyelinLbPorts.Lookup(i, &w); err != nil {
+				return fmt.Errorf("read backend port bitmap word %d: %w", i, err)
+			}
+		}
+		words[i] = w | 1<<(uint32(p)%32)
+	}
+	for i, w := range words {
+		if err := d.objs.MyelinLbPorts.Update(i, w, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("mark backend ports in myelin_lb_ports: %w", err)
+		}
+	}
+	return nil
+}
+
+// seedBackendPorts marks, in a myelin_lb_ports this load created, the port of
+// every backend and of every reverse conntrack entry (a flow whose backend is
+// gone still gets its replies translated): maps an older datapath filled
+// without the bitmap.
+func (d *Datapath) seedBackendPorts() error {
+	var ports []uint16
+	var id uint32
+	var b myelinLbBackend
+	it := d.objs.MyelinLbBackends.Iterate()
+	for it.Next(&id, &b) {
+		ports = append(ports, b.Port)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("seed myelin_lb_ports from the backends: %w", err)
+	}
+	var key myelinCtKey
+	var e myelinCtEntry
+	ct := d.objs.MyelinLbCt.Iterate()
+	for ct.Next(&key, &e) {
+		if key.Dir == uint8(myelinCtDirCT_DIR_REVERSE) {
+			ports = append(ports, key.Sport)
+		}
+	}
+	if err := ct.Err(); err != nil {
+		return fmt.Errorf("seed myelin_lb_ports from myelin_lb_ct: %w", err)
+	}
+	return d.markBackendPorts(ports...)
 }

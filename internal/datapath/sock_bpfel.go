@@ -342,6 +342,7 @@ type sockMapSpecs struct {
 	MyelinLbCt          *ebpf.MapSpec `ebpf:"myelin_lb_ct"`
 	MyelinLbCtNodeport  *ebpf.MapSpec `ebpf:"myelin_lb_ct_nodeport"`
 	MyelinLbMaglev      *ebpf.MapSpec `ebpf:"myelin_lb_maglev"`
+	MyelinLbPorts       *ebpf.MapSpec `ebpf:"myelin_lb_ports"`
 	MyelinLbServices    *ebpf.MapSpec `ebpf:"myelin_lb_services"`
 	MyelinLbSlots       *ebpf.MapSpec `ebpf:"myelin_lb_slots"`
 	MyelinLbSockRev     *ebpf.MapSpec `ebpf:"myelin_lb_sock_rev"`
@@ -410,6 +411,7 @@ type sockMaps struct {
 	MyelinLbCt          *ebpf.Map `ebpf:"myelin_lb_ct"`
 	MyelinLbCtNodeport  *ebpf.Map `ebpf:"myelin_lb_ct_nodeport"`
 	MyelinLbMaglev      *ebpf.Map `ebpf:"myelin_lb_maglev"`
+	MyelinLbPorts       *ebpf.Map `ebpf:"myelin_lb_ports"`
 	MyelinLbServices    *ebpf.Map `ebpf:"myelin_lb_services"`
 	MyelinLbSlots       *ebpf.Map `ebpf:"myelin_lb_slots"`
 	MyelinLbSockRev     *ebpf.Map `ebpf:"myelin_lb_sock_rev"`
@@ -440,6 +442,7 @@ func (m *sockMaps) Close() error {
 		m.MyelinLbCt,
 		m.MyelinLbCtNodeport,
 		m.MyelinLbMaglev,
+		m.MyelinLbPorts,
 		m.MyelinLbServices,
 		m.MyelinLbSlots,
 		m.MyelinLbSockRev,

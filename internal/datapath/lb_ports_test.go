@@ -1,0 +1,102 @@
+package datapath
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+// portMarked reports whether myelin_lb_ports has port's bit (port in host order).
+func portMarked(t *testing.T, d *Datapath, port uint16) bool {
+	t.Helper()
+	p := uint32(htons(port))
+	var w uint32
+	if err := d.objs.MyelinLbPorts.Lookup(p/32, &w); err != nil {
+		t.Fatal(err)
+	}
+	return w>>(p%32)&1 == 1
+}
+
+// A reply entering a pod is looked up in the Service conntrack only when its
+// source port may be a backend's (myelin_lb_ports): a backend's port is marked
+// before the backend is written; a bitmap a load creates (an upgrade from a
+// datapath without it) is seeded from the backends and from the flows left in
+// conntrack, so those flows' replies are still translated.
+func TestPrivilegedLBReplyPorts(t *testing.T) {
+	requirePrivileged(t)
+	dir := testPinDirReady(t)
+	defer Unpin(dir)
+	cfg := Config{PinDir: dir, HostRouting: HostRoutingBPF, LoadBalancing: true, NodeIP: testNodeIP,
+		ClusterCIDR: lbClusterCIDR, NATPortMin: testNATPort, NATPortMax: testNATPort}
+	d, err := Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { d.Close() }()
+	if err := seedEndpoints(d, seedAB); err != nil {
+		t.Fatal(err)
+	}
+	remote := Backend{Addr: mustAddr(remoteIP), Port: 9090}
+	st := lbState{backends: map[uint32]Backend{2: remote}, services: map[Frontend]Service{feTCP: {ID: 1, Backends: []uint32{2}}}}
+	if err := seedLB(d, st); err != nil {
+		t.Fatal(err)
+	}
+	if !portMarked(t, d, 9090) || portMarked(t, d, 9999) {
+		t.Fatalf("after UpsertBackend of port 9090: 9090 marked %v, 9999 marked %v; want only 9090",
+			portMarked(t, d, 9090), portMarked(t, d, 9999))
+	}
+	// A flow of pod A to the ClusterIP, DNATed to remote:9090 (no FIB in a test run: the stack gets it).
+	syn := ipv4(protoTCP, podA, vip).withDst(vip, 80)
+	if ret, _, err := runPacket(d.objs.MyelinFromPod, syn.build(), ctxPodA); err != nil || ret != tcActOK {
+		t.Fatalf("SYN to the ClusterIP: verdict %d, err %v; want %d", ret, err, tcActOK)
+	}
+	reply := ipv4(protoTCP, remoteIP, podA).withSrc(remoteIP, 9090).withDst(podA, 40000).withTCPFlags(0x12)
+	restored := reply.withSrc(vip, 80).build()
+	wantReply := func(d *Datapath, in pkt, want []byte, what string) {
+		t.Helper()
+		ret, out, err := runPacket(d.objs.MyelinToPod, in.build(), nil)
+		if err != nil || ret != tcActOK || !bytes.Equal(out[:len(want)], want) {
+			t.Errorf("%s: verdict %d, err %v, out\n%x\nwant\n%x", what, ret, err, out[:len(want)], want)
+		}
+	}
+	wantReply(d, reply, restored, "reply from the backend's port")
+
+	// The same flow's reverse entry under a port no backend has: not looked up.
+	k := myelinCtKey{Saddr: networkUint32(reply.src), Daddr: networkUint32(reply.dst), Sport: htons(9090),
+		Dport: htons(40000), Proto: protoTCP, Dir: uint8(myelinCtDirCT_DIR_REVERSE)}
+	var v myelinCtEntry
+	if err := d.objs.MyelinLbCt.Lookup(k, &v); err != nil {
+		t.Fatal(err)
+	}
+	k.Sport = htons(9999)
+	if err := d.objs.MyelinLbCt.Update(k, v, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	other := reply.withSrc(remoteIP, 9999)
+	wantReply(d, other, other.build(), "reply from an unmarked port")
+
+	// An upgrade: the service and its backend are gone, the flow is not, and the
+	// datapath that left it had no bitmap.
+	if err := d.DeleteService(feTCP); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.DeleteBackend(2); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	if err := os.Remove(filepath.Join(dir, "myelin_lb_ports")); err != nil {
+		t.Fatal(err)
+	}
+	d, err = Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !portMarked(t, d, 9090) || !portMarked(t, d, 9999) || portMarked(t, d, 8080) {
+		t.Errorf("seeded from conntrack: 9090 %v, 9999 %v, 8080 %v; want 9090 and 9999 only",
+			portMarked(t, d, 9090), portMarked(t, d, 9999), portMarked(t, d, 8080))
+	}
+	wantReply(d, reply, restored, "after the upgrade, reply from the gone backend's port")
+}
