@@ -22,9 +22,10 @@ func portMarked(t *testing.T, d *Datapath, port uint16) bool {
 
 // A reply entering a pod is looked up in the Service conntrack only when its
 // source port may be a backend's (myelin_lb_ports): a backend's port is marked
-// before the backend is written; a bitmap a load creates (an upgrade from a
-// datapath without it) is seeded from the backends and from the flows left in
-// conntrack, so those flows' replies are still translated.
+// before the backend is written; every load marks the ports of the backends
+// (an older agent may have written some), and a bitmap a load creates (an
+// upgrade from a datapath without it) is seeded from the flows left in
+// conntrack too, so those flows' replies are still translated.
 func TestPrivilegedLBReplyPorts(t *testing.T) {
 	requirePrivileged(t)
 	dir := testPinDirReady(t)
@@ -99,4 +100,19 @@ func TestPrivilegedLBReplyPorts(t *testing.T) {
 			portMarked(t, d, 9090), portMarked(t, d, 9999), portMarked(t, d, 8080))
 	}
 	wantReply(d, reply, restored, "after the upgrade, reply from the gone backend's port")
+
+	// A rollback rolled forward: an older agent wrote a backend without marking
+	// its port; the next load marks it (the bitmap stays pinned meanwhile).
+	older := myelinLbBackend{Addr: networkUint32(mustAddr(remoteIP)), Port: htons(7070)}
+	if err := d.objs.MyelinLbBackends.Update(uint32(3), older, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	d, err = Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !portMarked(t, d, 7070) {
+		t.Error("a backend an older agent wrote: its port 7070 is not marked after the next load")
+	}
 }

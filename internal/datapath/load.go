@@ -178,8 +178,8 @@ func Load(cfg Config) (*Datapath, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.LoadBalancing && slices.Contains(created, "myelin_lb_ports") {
-		if err := d.seedBackendPorts(); err != nil {
+	if cfg.LoadBalancing {
+		if err := d.seedBackendPorts(slices.Contains(created, "myelin_lb_ports")); err != nil {
 			d.objs.Close()
 			return nil, err
 		}

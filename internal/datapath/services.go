@@ -475,22 +475,27 @@ func configureLoadBalancing(specs *myelinSpecs, cfg Config) error {
 // reads them) in myelin_lb_ports: packets entering a pod from a port without
 // one skip the reply conntrack lookup (ct_reply_to_pod), so a backend's port is
 // marked before the backend is written, and no bit is ever cleared (a stale
-// bit only costs that lookup).
+// bit only costs that lookup). Words that already hold their bits are not
+// written.
 func (d *Datapath) markBackendPorts(ports ...uint16) error {
 	d.portsMu.Lock()
 	defer d.portsMu.Unlock()
-	words := map[uint32]uint32{}
+	old, words := map[uint32]uint32{}, map[uint32]uint32{}
 	for _, p := range ports {
 		i := uint32(p) / 32
-		w, ok := words[i]
-		if !ok {
+		if _, ok := old[i]; !ok {
+			var w uint32
 			if err := d.objs.MyelinLbPorts.Lookup(i, &w); err != nil {
 				return fmt.Errorf("read backend port bitmap word %d: %w", i, err)
 			}
+			old[i], words[i] = w, w
 		}
-		words[i] = w | 1<<(uint32(p)%32)
+		words[i] |= 1 << (uint32(p) % 32)
 	}
 	for i, w := range words {
+		if w == old[i] {
+			continue
+		}
 		if err := d.objs.MyelinLbPorts.Update(i, w, ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("mark backend ports in myelin_lb_ports: %w", err)
 		}
@@ -498,31 +503,27 @@ func (d *Datapath) markBackendPorts(ports ...uint16) error {
 	return nil
 }
 
-// seedBackendPorts marks, in a myelin_lb_ports this load created, the port of
-// every backend and of every reverse conntrack entry (a flow whose backend is
-// gone still gets its replies translated): maps an older datapath filled
-// without the bitmap.
-func (d *Datapath) seedBackendPorts() error {
+// seedBackendPorts marks the port of every backend in myelin_lb_ports, at every
+// load: an older agent (before a rollback was rolled forward) may have written
+// backends without marking them. When this load created the bitmap (an upgrade
+// from a datapath without it), also the port of every reverse entry left in
+// myelin_lb_ct, so a flow whose backend is gone still gets its replies
+// translated.
+func (d *Datapath) seedBackendPorts(created bool) error {
 	var ports []uint16
-	var id uint32
-	var b myelinLbBackend
-	it := d.objs.MyelinLbBackends.Iterate()
-	for it.Next(&id, &b) {
-		ports = append(ports, b.Port)
-	}
-	if err := it.Err(); err != nil {
+	err := dumpEntries(d.objs.MyelinLbBackends, func(_ uint32, b myelinLbBackend) { ports = append(ports, b.Port) })
+	if err != nil {
 		return fmt.Errorf("seed myelin_lb_ports from the backends: %w", err)
 	}
-	var key myelinCtKey
-	var e myelinCtEntry
-	ct := d.objs.MyelinLbCt.Iterate()
-	for ct.Next(&key, &e) {
-		if key.Dir == uint8(myelinCtDirCT_DIR_REVERSE) {
-			ports = append(ports, key.Sport)
+	if created {
+		err := dumpEntries(d.objs.MyelinLbCt, func(k myelinCtKey, _ myelinCtEntry) {
+			if k.Dir == uint8(myelinCtDirCT_DIR_REVERSE) {
+				ports = append(ports, k.Sport)
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("seed myelin_lb_ports from myelin_lb_ct: %w", err)
 		}
-	}
-	if err := ct.Err(); err != nil {
-		return fmt.Errorf("seed myelin_lb_ports from myelin_lb_ct: %w", err)
 	}
 	return d.markBackendPorts(ports...)
 }

@@ -34,6 +34,21 @@ func batchDump[K, V any](m *ebpf.Map, fn func(K, V)) error {
 	}
 }
 
+// dumpEntries is batchDump, or one Iterate where the kernel has no batch lookup.
+func dumpEntries[K, V any](m *ebpf.Map, fn func(K, V)) error {
+	err := batchDump(m, fn)
+	if !errors.Is(err, ebpf.ErrNotSupported) {
+		return err
+	}
+	var k K
+	var v V
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		fn(k, v)
+	}
+	return it.Err()
+}
+
 // serviceEntry is the ServiceEntry of one myelin_lb_services entry, without
 // its backends.
 func serviceEntry(k myelinLbSvcKey, v myelinLbSvc) ServiceEntry {
