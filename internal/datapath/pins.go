@@ -22,18 +22,9 @@ type endpointEntry struct {
 // returns the names of the pinned maps it created (none was pinned, or the
 // pinned one no longer matched).
 func loadPinned(spec *ebpf.CollectionSpec, pinDir string, objs *myelinObjects) ([]string, error) {
-	carried, err := replaceIncompatiblePins(spec, pinDir)
+	carried, created, err := replaceIncompatiblePins(spec, pinDir)
 	if err != nil {
 		return nil, err
-	}
-	var created []string
-	for name, ms := range spec.Maps {
-		if ms.Pinning != ebpf.PinByName {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(pinDir, name)); errors.Is(err, os.ErrNotExist) {
-			created = append(created, name)
-		}
 	}
 	coll, err := loadConcurrently(spec, ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: pinDir}})
 	if err != nil {
@@ -57,9 +48,9 @@ func loadPinned(spec *ebpf.CollectionSpec, pinDir string, objs *myelinObjects) (
 // its spec (size or layout changed by an upgrade or a config change), so
 // the load creates it afresh. The endpoints map's entries are returned to be
 // written into its replacement when the key and value layout is unchanged;
-// counters and queued events are not carried.
-func replaceIncompatiblePins(spec *ebpf.CollectionSpec, pinDir string) ([]endpointEntry, error) {
-	var carried []endpointEntry
+// counters and queued events are not carried. created names the pinned maps
+// the load will create: those not pinned yet and those unpinned here.
+func replaceIncompatiblePins(spec *ebpf.CollectionSpec, pinDir string) (carried []endpointEntry, created []string, err error) {
 	for name, ms := range spec.Maps {
 		if ms.Pinning != ebpf.PinByName {
 			continue
@@ -67,28 +58,31 @@ func replaceIncompatiblePins(spec *ebpf.CollectionSpec, pinDir string) ([]endpoi
 		path := filepath.Join(pinDir, name)
 		m, err := ebpf.LoadPinnedMap(path, nil)
 		if errors.Is(err, os.ErrNotExist) {
+			created = append(created, name)
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("open pinned map %s: %w", path, err)
+			return nil, nil, fmt.Errorf("open pinned map %s: %w", path, err)
 		}
-		entries, err := replaceIfIncompatible(ms, m, name)
+		entries, replaced, err := replaceIfIncompatible(ms, m, name)
 		m.Close()
 		if err != nil {
-			return nil, fmt.Errorf("replace pinned map %s: %w", path, err)
+			return nil, nil, fmt.Errorf("replace pinned map %s: %w", path, err)
+		}
+		if replaced {
+			created = append(created, name)
 		}
 		carried = append(carried, entries...)
 	}
-	return carried, nil
+	return carried, created, nil
 }
 
-// replaceIfIncompatible unpins m if it does not match ms, returning the
-// entries to carry over.
-func replaceIfIncompatible(ms *ebpf.MapSpec, m *ebpf.Map, name string) ([]endpointEntry, error) {
+// replaceIfIncompatible unpins m if it does not match ms (replaced), returning
+// the entries to carry over.
+func replaceIfIncompatible(ms *ebpf.MapSpec, m *ebpf.Map, name string) (entries []endpointEntry, replaced bool, err error) {
 	if ms.Compatible(m) == nil {
-		return nil, nil
+		return nil, false, nil
 	}
-	var entries []endpointEntry
 	if name == "myelin_endpoints" && m.KeySize() == ms.KeySize && m.ValueSize() == ms.ValueSize {
 		var e endpointEntry
 		it := m.Iterate()
@@ -96,13 +90,13 @@ func replaceIfIncompatible(ms *ebpf.MapSpec, m *ebpf.Map, name string) ([]endpoi
 			entries = append(entries, e)
 		}
 		if err := it.Err(); err != nil {
-			return nil, fmt.Errorf("read entries: %w", err)
+			return nil, false, fmt.Errorf("read entries: %w", err)
 		}
 	}
 	if err := m.Unpin(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return entries, nil
+	return entries, true, nil
 }
 
 // loadConcurrently is ebpf.NewCollectionWithOptions with the programs verified
