@@ -37,6 +37,9 @@ func TestPrivilegedLBReplyPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { d.Close() }()
+	if n := d.objs.MyelinLbPorts.MaxEntries(); n != lbPortWords {
+		t.Fatalf("myelin_lb_ports has %d words, the agent's copy %d (bpf/lib/maps.h LB_PORT_WORDS)", n, lbPortWords)
+	}
 	if err := seedEndpoints(d, seedAB); err != nil {
 		t.Fatal(err)
 	}

@@ -124,8 +124,10 @@ type Datapath struct {
 	cfg  Config
 	objs myelinObjects
 	lbMu sync.Mutex // serializes service updates
-	// portsMu serializes writes of the backend port bitmap (myelin_lb_ports).
+	// portsMu guards ports, the copy of the backend port bitmap
+	// (myelin_lb_ports) its writes go through (lbports.go).
 	portsMu sync.Mutex
+	ports   [lbPortWords]uint32
 	maglev  maglevTables
 	// attachErrors counts failed attachments (AttachErrors, for metrics).
 	attachErrors atomic.Uint64
