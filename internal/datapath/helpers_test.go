@@ -61,6 +61,13 @@ func loadTest(t *testing.T, routing HostRouting) *Datapath {
 	return loadTestConfig(t, Config{HostRouting: routing})
 }
 
+// agentDefaultConfig is what an agent loads by default (BPF host routing, load
+// balancing, masquerade, native routing), without a pin dir.
+func agentDefaultConfig() Config {
+	return Config{HostRouting: HostRoutingBPF, LoadBalancing: true, Masquerade: true, NodeIP: testNodeIP,
+		ClusterCIDR: lbClusterCIDR, MaglevTableSize: 16381, NATPortMin: 61000, NATPortMax: 65535}
+}
+
 // loadTestConfig is loadTest with cfg; its PinDir is set to a fresh pin dir.
 // Drop events are switched on.
 func loadTestConfig(t testing.TB, cfg Config) *Datapath {

@@ -227,11 +227,8 @@ func BenchmarkLoad(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// What an agent loads by default: BPF host routing, kube-proxy replacement and
-	// masquerade (docs/scale.md, "Services after a restart").
-	cfg := Config{HostRouting: HostRoutingBPF, LoadBalancing: true, Masquerade: true, NodeIP: testNodeIP,
-		ClusterCIDR: lbClusterCIDR, MaglevTableSize: 16381, NATPortMin: 61000, NATPortMax: 65535}
-	if err := configure(spec, cfg); err != nil {
+	// What an agent loads by default (docs/scale.md, "Services after a restart").
+	if err := configure(spec, agentDefaultConfig()); err != nil {
 		b.Fatal(err)
 	}
 	load := map[string]func(*ebpf.CollectionSpec, ebpf.CollectionOptions) (*ebpf.Collection, error){

@@ -23,8 +23,7 @@ import (
 // as root: go test -run '^$' -bench ProgramRun -count 5 ./internal/datapath/
 func BenchmarkProgramRun(b *testing.B) {
 	testenv.RequireRoot(b, "load BPF")
-	d := loadTestConfig(b, Config{HostRouting: HostRoutingBPF, LoadBalancing: true, Masquerade: true, NodeIP: testNodeIP,
-		ClusterCIDR: lbClusterCIDR, MaglevTableSize: 16381, NATPortMin: 61000, NATPortMax: 65535})
+	d := loadTestConfig(b, agentDefaultConfig())
 	if err := seedEndpoints(d, seedAB); err != nil {
 		b.Fatal(err)
 	}
