@@ -60,6 +60,14 @@ volatile const __u32 cluster_cidr_mask = 0;
 volatile const __u8 lb_enabled = 0;
 
 /*
+ * sock_lb: 1 = socket-LB (bpf-lb-sock, bpf/sock.c) is configured: a Service
+ * connection of this node's sockets reaches tc already translated, so flow
+ * records name its Service from myelin_lb_sock_rev (lib/flows.h). Only with
+ * lb_enabled; 0 prunes that lookup.
+ */
+volatile const __u8 sock_lb = 0;
+
+/*
  * maglev_table_size: the entries of every Maglev table in myelin_lb_maglev,
  * a prime; 0 = no Maglev, backends are picked at random.
  */

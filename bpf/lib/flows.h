@@ -26,6 +26,9 @@
  * it enters one: to_pod, or from_netdev/from_overlay when BPF delivers it to
  * a local endpoint; the uplink's egress and the node's own traffic are not.
  * A full ring counts REASON_FLOWS_LOST and never changes the packet's fate.
+ * A record names the Service a packet went through: the frontend the tc path
+ * translated, or, for a connection socket-LB translated before tc saw it, the
+ * one its socket was translated from (flows_sock_service).
  */
 #ifndef MYELIN_LIB_FLOWS_H
 #define MYELIN_LIB_FLOWS_H
@@ -35,9 +38,11 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#include "config.h"
 #include "ipv4.h"
 #include "maps.h"
 #include "metrics.h"
+#include "sock.h"
 
 /* flows_enabled is set by the agent with enable-hubble (.bss: runtime switch). */
 volatile __u32 flows_enabled = 0;
@@ -52,6 +57,31 @@ volatile __u32 flows_enabled = 0;
 #define FLOW_LIMIT_WINDOW_SHIFT 30 /* 1.07 s */
 #define FLOW_DNS_BUDGET		128
 #define FLOW_DROP_BUDGET	64
+
+/*
+ * flows_sock_service names the Service of a packet socket-LB translated at
+ * connect() or sendmsg(): the tc path saw no frontend, but the packet still
+ * carries its socket (veth keeps skb->sk where it leaves the pod; a node
+ * process's packet has it too), and myelin_lb_sock_rev has the frontend
+ * that socket was translated from to this backend. Runs only for a record,
+ * never per packet; a packet without a socket costs nothing more.
+ */
+static __always_inline void flows_sock_service(struct __sk_buff *skb, struct flow_record *r)
+{
+	struct lb_sock_rev_key k = {};
+	const struct lb_sock_rev *v;
+
+	k.cookie = bpf_get_socket_cookie(skb);
+	if (!k.cookie)
+		return;
+	k.addr = r->daddr;
+	k.port = r->dport;
+	v = bpf_map_lookup_elem(&myelin_lb_sock_rev, &k);
+	if (!v)
+		return;
+	r->svc_addr = v->addr;
+	r->svc_port = v->port;
+}
 
 /* flows_fill sets the record's common fields and ports (ICMP: type and code). */
 static __always_inline void flows_fill(struct __sk_buff *skb, const struct ipv4_info *info,
@@ -76,6 +106,9 @@ static __always_inline void flows_fill(struct __sk_buff *skb, const struct ipv4_
 			r->dport = ports[1];
 		}
 	}
+	if (lb_enabled && sock_lb && !r->svc_addr &&
+	    (info->proto == IPPROTO_TCP || info->proto == IPPROTO_UDP))
+		flows_sock_service(skb, r);
 }
 
 /*

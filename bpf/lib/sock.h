@@ -3,8 +3,9 @@
  * Socket-level load balancing (bpf-lb-sock, bpf/sock.c): the frontend a
  * socket was translated from, so that what the application sees of its
  * peer (getpeername, recvfrom's source address) stays the Service's
- * address. Only sock.c includes this: the map belongs to the socket
- * programs' object, not to the tc datapath's.
+ * address. The socket programs' object writes the map; the tc datapath's
+ * reads it to name the Service in flow records (lib/flows.h), sharing the
+ * pin when socket-LB is configured (Config.SocketLB).
  */
 #ifndef MYELIN_LIB_SOCK_H
 #define MYELIN_LIB_SOCK_H

@@ -140,7 +140,7 @@ func (p nodePlan) datapathConfig(pinDir string) datapath.Config {
 	}
 	return datapath.Config{PinDir: pinDir, HostRouting: mode,
 		Masquerade: p.Masquerade == masqueradeBPF, NodeIP: p.NodeIP, ClusterCIDR: p.ClusterCIDR,
-		LoadBalancing: p.KubeProxyReplacement, NoSourceVerification: !p.SourceValidation,
+		LoadBalancing: p.KubeProxyReplacement, SocketLB: p.SocketLB, NoSourceVerification: !p.SourceValidation,
 		NATPortMin: p.NATPorts.Min, NATPortMax: p.NATPorts.Max,
 		MaglevTableSize: uint32(p.MaglevTableSize),
 		NodePortSynMax:  uint32(p.NodePortNATSynMax), NodePortNATMax: uint32(p.NodePortNATMax)}

@@ -69,6 +69,13 @@ type Config struct {
 	// without Masquerade. Off, every load balancing branch is pruned at
 	// load and the service maps shrink to one entry.
 	LoadBalancing bool
+	// SocketLB says socket-LB (bpf-lb-sock, AttachSocketLB) is configured: the
+	// tc programs then share the socket programs' reverse map
+	// (myelin_lb_sock_rev, pinned by name) to name the Service in the flow
+	// records of connections translated at connect() or sendmsg(). Off, the tc
+	// object's copy is one unpinned entry and the lookup is pruned. Used with
+	// LoadBalancing.
+	SocketLB bool
 	// MaglevTableSize is the size of every Maglev table (Service.Maglev), a
 	// prime such as 16381; 0 means random backend selection only. Used
 	// with LoadBalancing.

@@ -16,19 +16,20 @@ import (
 
 // TestPrivilegedLoadAll loads every program of the object in both host
 // routing modes, native and tunnel, with masquerade and load balancing
-// (random and Maglev) on and off, so a verifier rejection fails here with
-// the log.
+// (random and Maglev, with and without socket-LB's flow lookup) on and off,
+// so a verifier rejection fails here with the log.
 func TestPrivilegedLoadAll(t *testing.T) {
 	requirePrivileged(t)
 	features := []struct {
-		name            string
-		masq, lb        bool
-		maglevTableSize uint32
+		name             string
+		masq, lb, sockLB bool
+		maglevTableSize  uint32
 	}{
 		{name: ""},
 		{name: "/masquerade", masq: true},
 		{name: "/lb", lb: true},
 		{name: "/lb-maglev/masquerade", masq: true, lb: true, maglevTableSize: 16381},
+		{name: "/lb-maglev/masquerade/socket-lb", masq: true, lb: true, sockLB: true, maglevTableSize: 16381},
 	}
 	for _, routing := range []HostRouting{HostRoutingLegacy, HostRoutingBPF} {
 		for _, tunnel := range []bool{false, true} {
@@ -40,7 +41,7 @@ func TestPrivilegedLoadAll(t *testing.T) {
 				t.Run(name+f.name, func(t *testing.T) {
 					loadAll(t, Config{HostRouting: routing, Tunnel: tunnel, OverlayIfIndex: 1, OverlayMAC: testOverlayMAC,
 						Masquerade: f.masq, NodeIP: testNodeIP, ClusterCIDR: testClusterCIDR,
-						LoadBalancing: f.lb, MaglevTableSize: f.maglevTableSize})
+						LoadBalancing: f.lb, SocketLB: f.sockLB, MaglevTableSize: f.maglevTableSize})
 				})
 			}
 		}

@@ -240,6 +240,21 @@ type myelinLbSlotKey struct {
 	Slot  uint32
 }
 
+type myelinLbSockRev struct {
+	_    structs.HostLayout
+	Addr uint32
+	Port uint16
+	Pad  uint16
+}
+
+type myelinLbSockRevKey struct {
+	_      structs.HostLayout
+	Cookie uint64
+	Addr   uint32
+	Port   uint16
+	Pad    uint16
+}
+
 type myelinLbSvc struct {
 	_               structs.HostLayout
 	Id              uint32
@@ -510,6 +525,7 @@ type myelinMapSpecs struct {
 	MyelinLbPorts       *ebpf.MapSpec `ebpf:"myelin_lb_ports"`
 	MyelinLbServices    *ebpf.MapSpec `ebpf:"myelin_lb_services"`
 	MyelinLbSlots       *ebpf.MapSpec `ebpf:"myelin_lb_slots"`
+	MyelinLbSockRev     *ebpf.MapSpec `ebpf:"myelin_lb_sock_rev"`
 	MyelinMetrics       *ebpf.MapSpec `ebpf:"myelin_metrics"`
 	MyelinNodeportNat   *ebpf.MapSpec `ebpf:"myelin_nodeport_nat"`
 	MyelinNodeportStats *ebpf.MapSpec `ebpf:"myelin_nodeport_stats"`
@@ -562,6 +578,7 @@ type myelinVariableSpecs struct {
 	OverlayIfindex         *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
 	OverlayMac             *ebpf.VariableSpec `ebpf:"overlay_mac"`
 	RoutingTunnel          *ebpf.VariableSpec `ebpf:"routing_tunnel"`
+	SockLb                 *ebpf.VariableSpec `ebpf:"sock_lb"`
 	SourceVerify           *ebpf.VariableSpec `ebpf:"source_verify"`
 	TraceEnabled           *ebpf.VariableSpec `ebpf:"trace_enabled"`
 }
@@ -602,6 +619,7 @@ type myelinMaps struct {
 	MyelinLbPorts       *ebpf.Map `ebpf:"myelin_lb_ports"`
 	MyelinLbServices    *ebpf.Map `ebpf:"myelin_lb_services"`
 	MyelinLbSlots       *ebpf.Map `ebpf:"myelin_lb_slots"`
+	MyelinLbSockRev     *ebpf.Map `ebpf:"myelin_lb_sock_rev"`
 	MyelinMetrics       *ebpf.Map `ebpf:"myelin_metrics"`
 	MyelinNodeportNat   *ebpf.Map `ebpf:"myelin_nodeport_nat"`
 	MyelinNodeportStats *ebpf.Map `ebpf:"myelin_nodeport_stats"`
@@ -632,6 +650,7 @@ func (m *myelinMaps) Close() error {
 		m.MyelinLbPorts,
 		m.MyelinLbServices,
 		m.MyelinLbSlots,
+		m.MyelinLbSockRev,
 		m.MyelinMetrics,
 		m.MyelinNodeportNat,
 		m.MyelinNodeportStats,
@@ -685,6 +704,7 @@ type myelinVariables struct {
 	OverlayIfindex         *ebpf.Variable `ebpf:"overlay_ifindex"`
 	OverlayMac             *ebpf.Variable `ebpf:"overlay_mac"`
 	RoutingTunnel          *ebpf.Variable `ebpf:"routing_tunnel"`
+	SockLb                 *ebpf.Variable `ebpf:"sock_lb"`
 	SourceVerify           *ebpf.Variable `ebpf:"source_verify"`
 	TraceEnabled           *ebpf.Variable `ebpf:"trace_enabled"`
 }

@@ -466,6 +466,17 @@ func configureLoadBalancing(specs *myelinSpecs, cfg Config) error {
 			spec.MaxEntries = 1
 		}
 	}
+	// Socket-LB's reverse map is the socket programs' (bpf/lib/sock.h): shared by
+	// pin when they run, else a private entry nothing writes.
+	var sockLB uint8
+	if cfg.LoadBalancing && cfg.SocketLB {
+		sockLB = 1
+	} else {
+		specs.MyelinLbSockRev.MaxEntries, specs.MyelinLbSockRev.Pinning = 1, ebpf.PinNone
+	}
+	if err := specs.SockLb.Set(sockLB); err != nil {
+		return fmt.Errorf("set sock_lb: %w", err)
+	}
 	// The template only types the inner maps; BPF_F_INNER_MAP accepts any size.
 	specs.MyelinLbMaglev.InnerMap.MaxEntries = max(maglev, 1)
 	return nil

@@ -375,6 +375,7 @@ type sockVariableSpecs struct {
 	OverlayMac        *ebpf.VariableSpec `ebpf:"overlay_mac"`
 	RoutingTunnel     *ebpf.VariableSpec `ebpf:"routing_tunnel"`
 	SockDestroyTarget *ebpf.VariableSpec `ebpf:"sock_destroy_target"`
+	SockLb            *ebpf.VariableSpec `ebpf:"sock_lb"`
 	SourceVerify      *ebpf.VariableSpec `ebpf:"source_verify"`
 }
 
@@ -476,6 +477,7 @@ type sockVariables struct {
 	OverlayMac        *ebpf.Variable `ebpf:"overlay_mac"`
 	RoutingTunnel     *ebpf.Variable `ebpf:"routing_tunnel"`
 	SockDestroyTarget *ebpf.Variable `ebpf:"sock_destroy_target"`
+	SockLb            *ebpf.Variable `ebpf:"sock_lb"`
 	SourceVerify      *ebpf.Variable `ebpf:"source_verify"`
 }
 

@@ -201,10 +201,7 @@ func runSockClient(t *testing.T, nsName, cgroup, mode, addr string) (string, err
 func sockLBSetup(t *testing.T, svc Service, fn func(d *Datapath, nsName, cgroup string)) {
 	requirePrivileged(t)
 	d := loadLB(t, HostRoutingLegacy, 0)
-	if err := seedLB(d, lbState{backends: sockBackends, services: map[Frontend]Service{
-		{Addr: mustAddr("10.96.0.10"), Port: 80, Proto: protoTCP}: svc,
-		{Addr: mustAddr("10.96.0.10"), Port: 80, Proto: protoUDP}: {ID: svc.ID + 1, Flags: svc.Flags, AffinityTimeout: svc.AffinityTimeout, Backends: svc.Backends},
-	}}); err != nil {
+	if err := seedLB(d, sockLBState(svc)); err != nil {
 		t.Fatal(err)
 	}
 	cg := testCgroup(t)

@@ -13,13 +13,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/myelin-net/myelin/internal/flow"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labtools"
 )
 
 // TestLabSocketLB: with bpf-lb-sock on, each agent attaches socket-LB to its node's
 // own cgroup (status says so); a pod's TCP, connected and unconnected UDP to a
-// ClusterIP reach a backend while the socket shows the ClusterIP as its peer; a
+// ClusterIP reach a backend while the socket shows the ClusterIP as its peer, and
+// their flows name the Service; a
 // process in the node's host network reaches the ClusterIP too; ClientIP affinity
 // keeps a client on one backend; with Maglev one client's connections spread; a NodePort
 // with externalTrafficPolicy Local on the client's node answers the node's own pods and
@@ -74,6 +76,16 @@ func TestLabSocketLB(t *testing.T) {
 			}
 		}
 	}
+	t.Run("flows name the Service", func(t *testing.T) {
+		// tc saw these connections already translated: their records find the
+		// Service through the socket socket-LB translated.
+		for _, proto := range []string{"tcp", "udp"} {
+			expectFlow(t, "client's "+proto+" through socket-LB", []string{"--to-service", "default/web", "--from-pod", "client", "--protocol", proto},
+				func(f *flow.Flow) bool {
+					return f.Node == n1 && strings.HasPrefix(f.Destination.Pod, "web-") && (f.TCPFlags == nil || f.TCPFlags.SYN && !f.TCPFlags.ACK)
+				})
+		}
+	})
 	t.Run("affinity", func(t *testing.T) {
 		seen := map[string]int{}
 		for range 10 {
