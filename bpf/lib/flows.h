@@ -50,6 +50,7 @@ volatile __u32 flows_enabled = 0;
 #define FLOW_SUMMARY_NS	   (30ULL * 1000 * 1000 * 1000)
 #define FLOW_TCP_FLAGS_OFF 13
 #define FLOW_TCP_REPORTED  0x07 /* FIN, SYN, RST */
+#define FLOW_TCP_SYNACK	   0x12
 #define FLOW_DNS_PORT	   bpf_htons(53)
 #define FLOWS_WAKEUP_BYTES (FLOWS_RINGBUF_SIZE / 4)
 #define FLOW_UDP_HLEN	   8
@@ -83,7 +84,27 @@ static __always_inline void flows_sock_service(struct __sk_buff *skb, struct flo
 	r->svc_port = v->port;
 }
 
-/* flows_fill sets the record's common fields and ports (ICMP: type and code). */
+/*
+ * flows_from_local_socket: r (its dir and TCP flags set) may be a packet a
+ * socket of this node sent after socket-LB translated it: TCP or UDP without
+ * a frontend, leaving a pod or delivered by the stack into one (a node
+ * process), and no SYN-ACK (a server's answer is never translated). Elsewhere
+ * the socket a packet carries is remote or none, and the lookup would miss.
+ */
+static __always_inline int flows_from_local_socket(const struct ipv4_info *info,
+						   const struct flow_record *r)
+{
+	if (r->svc_addr || (r->dir != DIR_FROM_POD && r->dir != DIR_TO_POD))
+		return 0;
+	if (info->proto == IPPROTO_UDP)
+		return 1;
+	return info->proto == IPPROTO_TCP && (r->tcp_flags & FLOW_TCP_SYNACK) != FLOW_TCP_SYNACK;
+}
+
+/*
+ * flows_fill sets the record's common fields and ports (ICMP: type and code);
+ * r->tcp_flags is set before it.
+ */
 static __always_inline void flows_fill(struct __sk_buff *skb, const struct ipv4_info *info,
 				       struct flow_record *r, __u8 kind, __u8 dir, __u8 reason)
 {
@@ -106,8 +127,7 @@ static __always_inline void flows_fill(struct __sk_buff *skb, const struct ipv4_
 			r->dport = ports[1];
 		}
 	}
-	if (lb_enabled && sock_lb && !r->svc_addr &&
-	    (info->proto == IPPROTO_TCP || info->proto == IPPROTO_UDP))
+	if (lb_enabled && sock_lb && flows_from_local_socket(info, r))
 		flows_sock_service(skb, r);
 }
 
@@ -173,8 +193,8 @@ static __always_inline void flows_emit(struct __sk_buff *skb, const struct ipv4_
 		return;
 	}
 	__builtin_memset(r, 0, sizeof(*r));
-	flows_fill(skb, info, r, kind, dir, reason);
 	r->tcp_flags = tcp_flags;
+	flows_fill(skb, info, r, kind, dir, reason);
 	if (st) {
 		r->packets = st->packets;
 		r->bytes = st->bytes;

@@ -13,11 +13,20 @@ import (
 // nsenter and pins with taskset; both exec in place, so the process is the tool itself.
 type NetNSHost struct {
 	Path string
+	// Cgroup, when set, is the cgroup v2 directory the tool runs in (created if
+	// missing): a lab node's, so that what is attached there (socket-LB) serves it as
+	// it serves the node's pods. Empty: the bench's own cgroup.
+	Cgroup string
 }
 
 // Command implements Host.
 func (h NetNSHost) Command(ctx context.Context, cpu int, argv ...string) *exec.Cmd {
-	return command(ctx, append([]string{"nsenter", "--net=" + h.Path}, pinned(cpu, argv)...))
+	full := append([]string{"nsenter", "--net=" + h.Path}, pinned(cpu, argv)...)
+	if h.Cgroup != "" {
+		// The shell moves itself into the cgroup and execs the tool in place.
+		full = append([]string{"sh", "-c", `mkdir -p "$0" && echo $$ > "$0/cgroup.procs" && exec "$@"`, h.Cgroup}, full...)
+	}
+	return command(ctx, full)
 }
 
 // pinned prefixes argv with taskset when cpu is a vCPU number.

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/netns"
 	"github.com/myelin-net/myelin/internal/testenv"
 )
@@ -63,5 +65,30 @@ func TestPrivilegedBenchBaselines(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "tcp-rr-rate.svg")); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestPrivilegedNetNSHostCgroup: a NetNSHost with a Cgroup runs its tool in that cgroup
+// v2 directory (creating it), where a lab node's socket-LB would serve it.
+func TestPrivilegedNetNSHostCgroup(t *testing.T) {
+	testenv.RequireRoot(t, "create a cgroup")
+	testenv.RequireTools(t, "nsenter", "sh")
+	mnt, err := datapath.Cgroup2Mount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := testPrefix + strconv.Itoa(os.Getpid())
+	dir := filepath.Join(mnt, name)
+	t.Cleanup(func() {
+		if err := os.Remove(dir); err != nil && !os.IsNotExist(err) {
+			t.Errorf("remove cgroup %s: %v", dir, err)
+		}
+	})
+	out, err := NetNSHost{Path: "/proc/self/ns/net", Cgroup: dir}.Command(context.Background(), -1, "cat", "/proc/self/cgroup").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if !strings.Contains(string(out), "0::/"+name+"\n") {
+		t.Errorf("the tool ran in %q, want the cgroup v2 directory /%s", out, name)
 	}
 }

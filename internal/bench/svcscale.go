@@ -207,7 +207,13 @@ func (s *ServiceScale) deploy(ctx context.Context, cs kubernetes.Interface) (Hos
 		return nil, err
 	}
 	s.lab.directIP = direct.IP
-	return NetNSHost{Path: client.NetNS}, nil
+	host := NetNSHost{Path: client.NetNS}
+	if s.Proxy == ProxySockLB {
+		// Socket-LB serves the processes of node-1's cgroup: netperf runs there, as the
+		// client pod's own processes would (outside it, the tc path translated).
+		host.Cgroup = labplan.HostCgroup(n1)
+	}
+	return host, nil
 }
 
 // fillerReplicas is how many backends each filler Service has in a ServiceScale lab.
