@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 
 	"github.com/cilium/ebpf"
@@ -35,6 +36,9 @@ func OpenPinned(pinDir string) (*Datapath, error) {
 		}
 		path := filepath.Join(pinDir, name)
 		m, err := ebpf.LoadPinnedMap(path, nil)
+		if errors.Is(err, os.ErrNotExist) && optionalPins[name] {
+			m, err = privateCopy(ms)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("open pinned map %s: %w", path, err)
 		}
@@ -48,6 +52,18 @@ func OpenPinned(pinDir string) (*Datapath, error) {
 		return nil, fmt.Errorf("adopt pinned maps in %s: %w", pinDir, err)
 	}
 	return d, nil
+}
+
+// optionalPins are the maps Load pins only in some configurations: the socket
+// programs' reverse map, pinned with Config.SocketLB (configureLoadBalancing).
+var optionalPins = map[string]bool{"myelin_lb_sock_rev": true}
+
+// privateCopy creates an unpinned one-entry map of spec's layout: what an adopted
+// datapath holds for an optional map its node never pinned.
+func privateCopy(spec *ebpf.MapSpec) (*ebpf.Map, error) {
+	cp := spec.Copy()
+	cp.Pinning, cp.MaxEntries = ebpf.PinNone, 1
+	return ebpf.NewMap(cp)
 }
 
 // Endpoint returns the endpoints map entry of ip, and false if there is none.

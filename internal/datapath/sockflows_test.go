@@ -20,18 +20,7 @@ func TestPrivilegedSocketLBFlowService(t *testing.T) {
 	requirePrivileged(t)
 	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, LoadBalancing: true, SocketLB: true,
 		NodeIP: testNodeIP, ClusterCIDR: lbClusterCIDR, NATPortMin: testNATPort, NATPortMax: testNATPort})
-	if err := seedLB(d, sockLBState(Service{ID: 1, Backends: []uint32{1, 2}})); err != nil {
-		t.Fatal(err)
-	}
-	cg := testCgroup(t)
-	if err := d.AttachSocketLB(cg); err != nil {
-		t.Fatalf("attach socket-LB: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := d.DetachSocketLB(); err != nil {
-			t.Error(err)
-		}
-	})
+	cg := attachSockLB(t, d, Service{ID: 1, Backends: []uint32{1, 2}})
 	if err := d.SetFlows(true); err != nil {
 		t.Fatal(err)
 	}

@@ -201,6 +201,23 @@ func runSockClient(t *testing.T, nsName, cgroup, mode, addr string) (string, err
 func sockLBSetup(t *testing.T, svc Service, fn func(d *Datapath, nsName, cgroup string)) {
 	requirePrivileged(t)
 	d := loadLB(t, HostRoutingLegacy, 0)
+	cg := attachSockLB(t, d, svc)
+	inNetns(t, func(nsName string) {
+		ns, err := netns.GetFromName(nsName)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer ns.Close()
+		sockServe(t, ns)
+		fn(d, nsName, cg)
+	})
+}
+
+// attachSockLB serves svc (sockLBState) from d and attaches socket-LB to a fresh
+// cgroup, detached at cleanup; it returns the cgroup.
+func attachSockLB(t *testing.T, d *Datapath, svc Service) string {
+	t.Helper()
 	if err := seedLB(d, sockLBState(svc)); err != nil {
 		t.Fatal(err)
 	}
@@ -213,16 +230,7 @@ func sockLBSetup(t *testing.T, svc Service, fn func(d *Datapath, nsName, cgroup 
 			t.Error(err)
 		}
 	})
-	inNetns(t, func(nsName string) {
-		ns, err := netns.GetFromName(nsName)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer ns.Close()
-		sockServe(t, ns)
-		fn(d, nsName, cg)
-	})
+	return cg
 }
 
 // TestPrivilegedSocketLBTranslates: TCP, connected and unconnected UDP to the
