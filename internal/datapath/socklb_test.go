@@ -202,6 +202,12 @@ func sockLBSetup(t *testing.T, svc Service, fn func(d *Datapath, nsName, cgroup 
 	requirePrivileged(t)
 	d := loadLB(t, HostRoutingLegacy, 0)
 	cg := attachSockLB(t, d, svc)
+	inBackendsNetns(t, func(nsName string, _ netns.NsHandle) { fn(d, nsName, cg) })
+}
+
+// inBackendsNetns runs fn in a fresh netns (its name and handle) where the backends
+// of sockServe listen.
+func inBackendsNetns(t *testing.T, fn func(nsName string, ns netns.NsHandle)) {
 	inNetns(t, func(nsName string) {
 		ns, err := netns.GetFromName(nsName)
 		if err != nil {
@@ -210,7 +216,7 @@ func sockLBSetup(t *testing.T, svc Service, fn func(d *Datapath, nsName, cgroup 
 		}
 		defer ns.Close()
 		sockServe(t, ns)
-		fn(d, nsName, cg)
+		fn(nsName, ns)
 	})
 }
 
@@ -315,18 +321,12 @@ func TestPrivilegedDestroyUDPSockets(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer objs.close()
-	inNetns(t, func(nsName string) {
-		ns, err := netns.GetFromName(nsName)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer ns.Close()
-		sockServe(t, ns)
+	inBackendsNetns(t, func(nsName string, ns netns.NsHandle) {
 		// conns went through socket-LB (their reverse entries are written as
 		// connect4 writes them); direct is a client's own socket to backend 1.
 		conns := map[uint32]net.Conn{}
 		var direct net.Conn
+		var err error
 		err = inNetnsThread(ns, func() error {
 			for id, b := range sockBackends {
 				c, err := net.Dial("udp4", netip.AddrPortFrom(b.Addr, b.Port).String())
