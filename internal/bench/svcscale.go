@@ -155,24 +155,7 @@ func (s *ServiceScale) deployOnce(ctx context.Context, cs kubernetes.Interface) 
 // and the twin's addresses in the lab, and returns the client pod's host.
 func (s *ServiceScale) deploy(ctx context.Context, cs kubernetes.Interface) (Host, error) {
 	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
-	pods := cs.CoreV1().Pods("default")
-	mk := func(name, node string, labels map[string]string, cmd ...string) error {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: name, Image: "host", Command: cmd}}}}
-		_, err := pods.Create(ctx, p, metav1.CreateOptions{})
-		return err
-	}
-	if err := mk("bench-client", n1, map[string]string{"app": "bench-client"}, "sleep", "infinity"); err != nil {
-		return nil, err
-	}
-	netserver := []string{"netserver", "-D", "-p", strconv.Itoa(svcControlPort)}
-	if err := mk("bench-netserver", n2, map[string]string{"app": "bench-netserver"}, netserver...); err != nil {
-		return nil, err
-	}
-	// The direct baseline's server is a twin outside the Service: the client reuses its
-	// ports towards each destination, so connections to the ClusterIP and straight to
-	// its backend would meet the same backend socket tuples and disturb each other.
-	if err := mk("bench-direct", n2, map[string]string{"app": "bench-direct"}, netserver...); err != nil {
+	if err := createServiceScalePods(ctx, cs, n1, n2); err != nil {
 		return nil, err
 	}
 	bin, err := s.lab.cluster.binary()
@@ -182,17 +165,7 @@ func (s *ServiceScale) deploy(ctx context.Context, cs kubernetes.Interface) (Hos
 	if _, err := cs.AppsV1().Deployments("default").Create(ctx, fillerDeployment(bin), metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "bench-netserver"}, Spec: corev1.ServiceSpec{
-		Selector: map[string]string{"app": "bench-netserver"},
-		Ports: []corev1.ServicePort{
-			{Name: "control", Port: svcControlPort, TargetPort: intstr.FromInt32(svcControlPort)},
-			{Name: "data", Port: svcDataPort, TargetPort: intstr.FromInt32(svcDataPort)},
-		}}}
-	created, err := cs.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
-	if err != nil {
-		return nil, err
-	}
-	if s.lab.clusterIP, err = netip.ParseAddr(created.Spec.ClusterIP); err != nil {
+	if s.lab.clusterIP, err = createNetserverService(ctx, cs); err != nil {
 		return nil, err
 	}
 	client, err := s.lab.cluster.kube.waitPod(ctx, "bench-client", n1)
@@ -214,6 +187,45 @@ func (s *ServiceScale) deploy(ctx context.Context, cs kubernetes.Interface) (Hos
 		host.Cgroup = labplan.HostCgroup(n1)
 	}
 	return host, nil
+}
+
+// createServiceScalePods creates the client pod on node client, and on node server the
+// netserver backend and its twin outside the Service.
+func createServiceScalePods(ctx context.Context, cs kubernetes.Interface, client, server string) error {
+	pods := cs.CoreV1().Pods("default")
+	mk := func(name, node string, cmd ...string) error {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: name, Image: "host", Command: cmd}}}}
+		_, err := pods.Create(ctx, p, metav1.CreateOptions{})
+		return err
+	}
+	if err := mk("bench-client", client, "sleep", "infinity"); err != nil {
+		return err
+	}
+	netserver := []string{"netserver", "-D", "-p", strconv.Itoa(svcControlPort)}
+	if err := mk("bench-netserver", server, netserver...); err != nil {
+		return err
+	}
+	// The direct baseline's server is a twin outside the Service: the client reuses its
+	// ports towards each destination, so connections to the ClusterIP and straight to
+	// its backend would meet the same backend socket tuples and disturb each other.
+	return mk("bench-direct", server, netserver...)
+}
+
+// createNetserverService creates the measured Service (the netserver's control and data
+// ports) and returns its cluster IP.
+func createNetserverService(ctx context.Context, cs kubernetes.Interface) (netip.Addr, error) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "bench-netserver"}, Spec: corev1.ServiceSpec{
+		Selector: map[string]string{"app": "bench-netserver"},
+		Ports: []corev1.ServicePort{
+			{Name: "control", Port: svcControlPort, TargetPort: intstr.FromInt32(svcControlPort)},
+			{Name: "data", Port: svcDataPort, TargetPort: intstr.FromInt32(svcDataPort)},
+		}}}
+	created, err := cs.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return netip.ParseAddr(created.Spec.ClusterIP)
 }
 
 // fillerReplicas is how many backends each filler Service has in a ServiceScale lab.
