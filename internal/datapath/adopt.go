@@ -58,11 +58,15 @@ func OpenPinned(pinDir string) (*Datapath, error) {
 // programs' reverse map, pinned with Config.SocketLB (configureLoadBalancing).
 var optionalPins = map[string]bool{"myelin_lb_sock_rev": true}
 
-// privateCopy creates an unpinned one-entry map of spec's layout: what an adopted
-// datapath holds for an optional map its node never pinned.
+// privateStub makes ms an unpinned one-entry map: what a load without socket-LB
+// holds of its reverse map (configureLoadBalancing).
+func privateStub(ms *ebpf.MapSpec) { ms.Pinning, ms.MaxEntries = ebpf.PinNone, 1 }
+
+// privateCopy creates a privateStub of spec: what an adopted datapath holds for an
+// optional map its node never pinned.
 func privateCopy(spec *ebpf.MapSpec) (*ebpf.Map, error) {
 	cp := spec.Copy()
-	cp.Pinning, cp.MaxEntries = ebpf.PinNone, 1
+	privateStub(cp)
 	return ebpf.NewMap(cp)
 }
 

@@ -472,7 +472,7 @@ func configureLoadBalancing(specs *myelinSpecs, cfg Config) error {
 	if cfg.LoadBalancing && cfg.SocketLB {
 		sockLB = 1
 	} else {
-		specs.MyelinLbSockRev.MaxEntries, specs.MyelinLbSockRev.Pinning = 1, ebpf.PinNone
+		privateStub(specs.MyelinLbSockRev)
 	}
 	if err := specs.SockLb.Set(sockLB); err != nil {
 		return fmt.Errorf("set sock_lb: %w", err)
