@@ -35,7 +35,7 @@ Client and server are pinned to vCPUs (same-vcpu: 0,0; cross-vcpu: 0,1). Run as 
 	cmd.Flags().DurationVar(&o.Duration, "duration", 0, "length of each run (default 5s, 1s with --quick; with --budget the plan picks 3s, 2s or 1s)")
 	cmd.Flags().DurationVar(&o.Budget, "budget", 0, "bound the run's time (e.g. 30m): plan the run length and first rounds to fit, then give extra rounds (up to --rounds) to the cases whose figures spread most, until each is within 3% or the budget is spent")
 	cmd.Flags().StringSliceVar(&o.Cases, "cases", nil, "cases to run: names, leading parts (veth-pair, loopback/tcp-rr) or globs of either (*/tcp-rr/same-vcpu, svc-*); their baselines are added")
-	cmd.Flags().BoolVar(&o.BPFStats, "bpf-stats", false, "also report, per transaction of the netperf cases, the run time of the machine's BPF programs (bpf_ns) and their runs (bpf_runs), from the kernel's BPF statistics turned on only for this run, and the myelin agents' CPU time (agent_us): a datapath cost with less noise than rates; every BPF program runs slower meanwhile, so take rates from runs without it")
+	cmd.Flags().BoolVar(&o.BPFStats, "bpf-stats", false, "also report, per transaction of the netperf cases, the run time of the machine's BPF programs (bpf_ns; each program's, bpf_ns:<program>) and their runs (bpf_runs), from the kernel's BPF statistics turned on only for this run, and the myelin agents' CPU time (agent_us): a datapath cost with less noise than rates; every BPF program runs slower meanwhile, so take rates from runs without it")
 	cmd.Flags().StringVar(&o.OutDir, "out", bench.DefaultOutDir, "directory for report.md, results.json and the charts")
 	cmd.Flags().BoolVar(&o.List, "list", false, "list the cases and what each measures, and exit")
 	return cmd

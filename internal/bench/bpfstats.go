@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -23,7 +25,7 @@ const (
 // or "KB" for a stream) named in full by per ("transaction").
 func bpfMetrics(unit, per string) []Metric {
 	return []Metric{
-		{Name: MetricBPFTime, Unit: "ns/" + unit, Description: "run time of every BPF program on the machine per " + per + ", from the kernel's BPF statistics (--bpf-stats only)"},
+		{Name: MetricBPFTime, Unit: "ns/" + unit, Description: "run time of every BPF program on the machine per " + per + ", from the kernel's BPF statistics (--bpf-stats only; bpf_ns:<program> is one program's, its instances summed)"},
 		{Name: MetricBPFRuns, Unit: "runs/" + unit, Description: "BPF program runs on the machine per " + per + " (--bpf-stats only)"},
 		{Name: MetricAgentCPU, Unit: "µs/" + unit, Description: "CPU time of every myelin-agent process on the machine per " + per + ", from each thread's /proc schedstat run time (--bpf-stats only)"},
 	}
@@ -43,8 +45,13 @@ func enableBPFStats() (io.Closer, error) {
 	return c, nil
 }
 
-// bpfTotals is the run time and run count of every BPF program loaded, by ID.
-type bpfTotals map[ebpf.ProgramID]ebpf.ProgramStats
+// bpfTotals is the name, run time and run count of every BPF program loaded, by ID.
+type bpfTotals map[ebpf.ProgramID]progTotals
+
+type progTotals struct {
+	name  string
+	stats ebpf.ProgramStats
+}
 
 // readBPFTotals reads the statistics of every BPF program on the machine. Programs
 // that go away while it reads are skipped.
@@ -67,28 +74,72 @@ func readBPFTotals() (bpfTotals, error) {
 		if err != nil {
 			return nil, fmt.Errorf("open BPF program %d: %w", id, err)
 		}
-		s, err := p.Stats()
+		pt, err := readProgTotals(p)
 		p.Close()
 		if err != nil {
 			return nil, fmt.Errorf("read BPF program %d's statistics: %w", id, err)
 		}
-		t[id] = *s
+		t[id] = pt
 	}
 }
 
-// since is what every program ran between before and t: a program loaded in between
-// counts from zero; one unloaded in between is lost (the bench does not replace
-// programs while a case runs).
-func (t bpfTotals) since(before bpfTotals) (runTimeNs float64, runs float64) {
-	for id, s := range t {
-		b := before[id]
-		if s.RunCount < b.RunCount || s.Runtime < b.Runtime {
+// readProgTotals reads p's statistics and its name (in full, from its BTF, where the
+// kernel's is cut at 15 characters; "" when it has none).
+func readProgTotals(p *ebpf.Program) (progTotals, error) {
+	s, err := p.Stats()
+	if err != nil {
+		return progTotals{}, err
+	}
+	pt := progTotals{stats: *s}
+	if info, err := p.Info(); err == nil {
+		pt.name = info.Name
+	}
+	return pt, nil
+}
+
+// since is what every program ran between before and t, in total and by program
+// name (the instances of one program summed: a lab's nodes each load the datapath):
+// a program loaded in between counts from zero; one unloaded in between is lost (the
+// bench does not replace programs while a case runs).
+func (t bpfTotals) since(before bpfTotals) (runTimeNs float64, runs float64, byName map[string]float64) {
+	byName = map[string]float64{}
+	for id, pt := range t {
+		s, b := pt.stats, before[id].stats
+		if s.RunCount < b.RunCount || s.Runtime < b.Runtime || before[id].name != pt.name {
 			b = ebpf.ProgramStats{} // an ID reused by a newer program
 		}
 		runTimeNs += float64(s.Runtime - b.Runtime)
 		runs += float64(s.RunCount - b.RunCount)
+		if s.RunCount > b.RunCount {
+			byName[progName(pt.name)] += float64(s.Runtime - b.Runtime)
+		}
 	}
-	return runTimeNs, runs
+	return runTimeNs, runs, byName
+}
+
+func progName(name string) string {
+	if name == "" {
+		return "(unnamed)"
+	}
+	return name
+}
+
+// ProgramMetric is the sample key of one BPF program's run time per unit under
+// --bpf-stats: "bpf_ns:<program name>".
+func ProgramMetric(program string) string { return MetricBPFTime + ":" + program }
+
+// programMetrics are the per-program keys (ProgramMetric) found in any of rounds,
+// sorted.
+func programMetrics(rounds map[int]Sample) []string {
+	seen := map[string]bool{}
+	for _, s := range rounds {
+		for k := range s {
+			if strings.HasPrefix(k, MetricBPFTime+":") {
+				seen[k] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
 }
 
 // bpfMeter measures the BPF run time of one run, and the agents' CPU time (the
@@ -120,9 +171,12 @@ func (m *bpfMeter) addTo(s Sample, transactions float64) error {
 	if err != nil {
 		return err
 	}
-	ns, runs := end.since(m.start)
+	ns, runs, byName := end.since(m.start)
 	s[MetricBPFTime] = ns / transactions
 	s[MetricBPFRuns] = runs / transactions
+	for name, ns := range byName {
+		s[ProgramMetric(name)] = ns / transactions
+	}
 	s[MetricAgentCPU] = (agentsCPU() - m.agentStart) * 1e6 / transactions
 	return nil
 }

@@ -19,7 +19,7 @@ func TestPrivilegedBPFMeter(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stats.Close()
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SocketFilter, License: "GPL",
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "myelin_bench_t", Type: ebpf.SocketFilter, License: "GPL",
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
 	if err != nil {
 		t.Fatal(err)
@@ -42,6 +42,11 @@ func TestPrivilegedBPFMeter(t *testing.T) {
 	}
 	if s[MetricBPFTime] <= 0 {
 		t.Errorf("bpf_ns = %v, want the test program's run time", s[MetricBPFTime])
+	}
+	// By name (programs with BTF, as myelin's, have their full name; this one has 14
+	// characters, all the kernel keeps without BTF is 15).
+	if own := s[ProgramMetric("myelin_bench_t")]; own <= 0 || own > s[MetricBPFTime] {
+		t.Errorf("bpf_ns:myelin_bench_t = %v, want the test program's run time, within bpf_ns %v (sample %v)", own, s[MetricBPFTime], s)
 	}
 	if v, ok := s[MetricAgentCPU]; !ok || v < 0 {
 		t.Errorf("agent_us = %v (set: %v), want the agents' CPU time per transaction, 0 or more", v, ok)

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"errors"
+	"maps"
 	"math"
 	"net/netip"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
 )
 
 func readTestdata(t *testing.T, name string) string {
@@ -124,19 +127,30 @@ func TestNetperfUnits(t *testing.T) {
 }
 
 func TestBPFTotalsSince(t *testing.T) {
+	pt := func(name string, ns, runs uint64) progTotals {
+		return progTotals{name: name, stats: ebpf.ProgramStats{Runtime: time.Duration(ns), RunCount: runs}}
+	}
 	before := bpfTotals{
-		1: {Runtime: 100, RunCount: 10},
-		2: {Runtime: 500, RunCount: 50}, // unloaded during the run: lost
-		3: {Runtime: 900, RunCount: 90}, // ID reused by a newer program
+		1: pt("myelin_from_pod", 100, 10),
+		2: pt("myelin_to_pod", 500, 50),     // unloaded during the run: lost
+		3: pt("myelin_to_pod", 900, 90),     // ID reused by a newer program
+		5: pt("myelin_from_pod", 10, 1),     // another node's instance
+		6: pt("myelin_sock_connect4", 5, 1), // did not run
 	}
 	after := bpfTotals{
-		1: {Runtime: 400, RunCount: 13},
-		3: {Runtime: 20, RunCount: 2},
-		4: {Runtime: 80, RunCount: 8}, // loaded during the run
+		1: pt("myelin_from_pod", 400, 13),
+		3: pt("myelin_to_pod", 20, 2),
+		4: pt("", 80, 8), // loaded during the run, no name
+		5: pt("myelin_from_pod", 60, 2),
+		6: pt("myelin_sock_connect4", 5, 1),
 	}
-	ns, runs := after.since(before)
-	if ns != 300+20+80 || runs != 3+2+8 {
-		t.Errorf("since = %v ns, %v runs; want 400 ns, 13 runs", ns, runs)
+	ns, runs, byName := after.since(before)
+	if ns != 300+20+80+50 || runs != 3+2+8+1 {
+		t.Errorf("since = %v ns, %v runs; want 450 ns, 14 runs", ns, runs)
+	}
+	want := map[string]float64{"myelin_from_pod": 350, "myelin_to_pod": 20, "(unnamed)": 80}
+	if !maps.Equal(byName, want) {
+		t.Errorf("by program = %v, want %v", byName, want)
 	}
 }
 

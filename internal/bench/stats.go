@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"time"
 )
@@ -67,7 +68,7 @@ func Summarize(cases []CaseInfo, runs []RunRecord) []Summary {
 		if c.Unavailable != "" {
 			continue
 		}
-		for _, m := range c.Metrics {
+		for _, m := range withProgramMetrics(c.Metrics, byRound[c.Name]) {
 			vals := metricValues(byRound[c.Name], m.Name)
 			if len(vals) == 0 {
 				continue
@@ -83,6 +84,21 @@ func Summarize(cases []CaseInfo, runs []RunRecord) []Summary {
 		}
 	}
 	return out
+}
+
+// withProgramMetrics adds to metrics, after the run time of all BPF programs
+// (MetricBPFTime), the per-program figures the rounds carry (ProgramMetric), in its
+// unit.
+func withProgramMetrics(metrics []Metric, rounds map[int]Sample) []Metric {
+	i := slices.IndexFunc(metrics, func(m Metric) bool { return m.Name == MetricBPFTime })
+	if i < 0 {
+		return metrics
+	}
+	var progs []Metric
+	for _, name := range programMetrics(rounds) {
+		progs = append(progs, Metric{Name: name, Unit: metrics[i].Unit})
+	}
+	return slices.Concat(metrics[:i+1], progs, metrics[i+1:])
 }
 
 // metricValues returns a metric's values in round order.

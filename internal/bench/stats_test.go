@@ -1,7 +1,10 @@
 package bench
 
 import (
+	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -62,6 +65,37 @@ func TestSummarizeZeroBaseline(t *testing.T) {
 		if s.Ratio != nil {
 			t.Errorf("%s: ratio %v to a zero baseline, want none", s.Case, *s.Ratio)
 		}
+	}
+}
+
+// TestSummarizeProgramMetrics: under --bpf-stats each program's run time
+// (bpf_ns:<program>) is summarized after bpf_ns, in its unit, with ratios where the
+// baseline ran the program too.
+func TestSummarizeProgramMetrics(t *testing.T) {
+	m := []Metric{{Name: MetricRate}, {Name: MetricBPFTime, Unit: "ns/trans"}, {Name: MetricBPFRuns}}
+	cases := []CaseInfo{{Name: "direct", Metrics: m}, {Name: "svc", Metrics: m, Baseline: "direct"}}
+	from, conn := ProgramMetric("myelin_from_pod"), ProgramMetric("myelin_sock_connect4")
+	runs := []RunRecord{
+		{Round: 1, Case: "direct", Values: Sample{MetricRate: 10, MetricBPFTime: 100, MetricBPFRuns: 4, from: 100}},
+		{Round: 1, Case: "svc", Values: Sample{MetricRate: 9, MetricBPFTime: 300, MetricBPFRuns: 5, from: 120, conn: 180}},
+		{Round: 2, Case: "svc", Values: Sample{MetricRate: 9, MetricBPFTime: 200, MetricBPFRuns: 5, from: 80, conn: 120}},
+	}
+	var got []string
+	for _, s := range Summarize(cases, runs) {
+		line := fmt.Sprintf("%s %s %s %v", s.Case, s.Metric, s.Unit, s.Median)
+		if s.Ratio != nil {
+			line += fmt.Sprintf(" ratio %.2f", *s.Ratio)
+		}
+		got = append(got, line)
+	}
+	want := []string{
+		"direct rate  10", "direct bpf_ns ns/trans 100", "direct bpf_ns:myelin_from_pod ns/trans 100", "direct bpf_runs  4",
+		"svc rate  9 ratio 0.90", "svc bpf_ns ns/trans 250 ratio 3.00",
+		"svc bpf_ns:myelin_from_pod ns/trans 100 ratio 1.20", "svc bpf_ns:myelin_sock_connect4 ns/trans 150",
+		"svc bpf_runs  5 ratio 1.25",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("summaries:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
