@@ -101,5 +101,8 @@ func dumpMap(m *ebpf.Map, max int) MapDump {
 		d.Entries = append(d.Entries, b)
 		d.Shown++
 	}
+	if err := it.Err(); err != nil {
+		d.Error = err.Error()
+	}
 	return d
 }

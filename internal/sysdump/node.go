@@ -85,6 +85,9 @@ type MapDump struct {
 	Total   int               `json:"total"`
 	Shown   int               `json:"shown"`
 	Entries []json.RawMessage `json:"entries"`
+	// Error says why the walk stopped early (socket storage can't be walked from
+	// user space); Total and Entries are what it read until then.
+	Error string `json:"error,omitempty"`
 }
 
 // BoundEntries keeps the first max entries of bpftool's JSON map dump.
