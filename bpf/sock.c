@@ -24,62 +24,61 @@
 #include "lib/sock.h"
 
 /*
- * sock_xlate translates ctx's destination if it is a Service frontend of
- * protocol proto, remembering the frontend for sock_rev_xlate.
+ * sock_backend chooses a backend for ctx's destination if it is a Service
+ * frontend of protocol proto; NULL if it is none or has no ready backend.
  */
-static __always_inline void sock_xlate(struct bpf_sock_addr *ctx, __u8 proto)
+static __always_inline const struct lb_backend *sock_backend(struct bpf_sock_addr *ctx, __u8 proto)
 {
 	__u32 daddr = ctx->user_ip4;
 	__u16 dport = (__u16)ctx->user_port;
-	struct lb_sock_rev_key rk = {};
-	struct lb_sock_rev rv = {};
-	const struct lb_backend *b;
 	const struct lb_svc *svc;
 	struct ct_key t = {};
 	__u32 id, index = 0;
 
 	if (!lb_enabled || cluster_contains(daddr))
-		return;
+		return NULL;
 	svc = lb_svc_lookup(daddr, dport, proto);
 	if (!svc)
-		return;
+		return NULL;
 	/* The client of ClientIP affinity is the socket's network namespace:
 	 * a pod, or the node's own processes. The Maglev hash also takes the
 	 * socket (its cookie where the tc path has the source port, unknown
 	 * before connect): with the namespace alone, every connection of a
 	 * client to a Maglev Service went to one backend. */
-	rk.cookie = bpf_get_socket_cookie(ctx);
 	t.saddr = (__u32)bpf_get_netns_cookie(ctx);
 	t.daddr = daddr;
-	t.sport = (__u16)rk.cookie;
+	t.sport = (__u16)bpf_get_socket_cookie(ctx);
 	t.dport = dport;
 	t.proto = proto;
 	id = lb_select(svc, &t, &index, LB_CLIENT_NODE);
-	b = id ? lb_backend_lookup(id) : NULL;
-	if (!b)
-		return;
-	rk.addr = b->addr;
-	rk.port = b->port;
-	rv.addr = daddr;
-	rv.port = dport;
-	/* LRU: a failed insert only leaves the backend's address visible. */
-	bpf_map_update_elem(&myelin_lb_sock_rev, &rk, &rv, BPF_ANY);
-	ctx->user_ip4 = b->addr;
-	ctx->user_port = (__u32)b->port;
+	return id ? lb_backend_lookup(id) : NULL;
 }
 
-/* sock_rev_xlate shows the frontend for a backend this socket was translated to. */
-static __always_inline void sock_rev_xlate(struct bpf_sock_addr *ctx)
+/*
+ * sock_rev_xlate shows the frontend for a backend this socket was
+ * translated to: from its storage if connect4 translated it, else, for a
+ * received datagram (which may answer one sendmsg4 translated), from
+ * myelin_lb_sock_rev.
+ */
+static __always_inline void sock_rev_xlate(struct bpf_sock_addr *ctx, int datagram)
 {
+	__u32 addr = ctx->user_ip4;
+	__u16 port = (__u16)ctx->user_port;
+	const struct lb_sock_rev *rv = NULL;
 	struct lb_sock_rev_key rk = {};
-	struct lb_sock_rev *rv;
+	struct lb_sock_peer *p;
 
 	if (!lb_enabled)
 		return;
-	rk.cookie = bpf_get_socket_cookie(ctx);
-	rk.addr = ctx->user_ip4;
-	rk.port = (__u16)ctx->user_port;
-	rv = bpf_map_lookup_elem(&myelin_lb_sock_rev, &rk);
+	p = bpf_sk_storage_get(&myelin_lb_sock_peer, ctx->sk, 0, 0);
+	if (p && p->backend_addr == addr && p->backend_port == port) {
+		rv = &p->frontend;
+	} else if (datagram) {
+		rk.cookie = bpf_get_socket_cookie(ctx);
+		rk.addr = addr;
+		rk.port = port;
+		rv = bpf_map_lookup_elem(&myelin_lb_sock_rev, &rk);
+	}
 	if (!rv)
 		return;
 	ctx->user_ip4 = rv->addr;
@@ -94,35 +93,73 @@ static __always_inline __u8 sock_proto(const struct bpf_sock_addr *ctx)
 	return p == IPPROTO_TCP || p == IPPROTO_UDP ? (__u8)p : 0;
 }
 
+/*
+ * connect4 translates a connect() to a frontend (TCP, or UDP) and keeps the
+ * frontend in the socket's storage. A socket connected again to anything
+ * else (UDP; TCP after a failed connect) forgets its old translation.
+ */
 SEC("cgroup/connect4")
 int myelin_sock_connect4(struct bpf_sock_addr *ctx)
 {
 	__u8 proto = sock_proto(ctx);
+	const struct lb_backend *b;
+	struct lb_sock_peer *p;
 
-	if (proto)
-		sock_xlate(ctx, proto);
+	if (!proto)
+		return 1;
+	b = sock_backend(ctx, proto);
+	if (!b) {
+		bpf_sk_storage_delete(&myelin_lb_sock_peer, ctx->sk);
+		return 1;
+	}
+	p = bpf_sk_storage_get(&myelin_lb_sock_peer, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (p) {
+		p->frontend.addr = ctx->user_ip4;
+		p->frontend.port = (__u16)ctx->user_port;
+		p->backend_addr = b->addr;
+		p->backend_port = b->port;
+	}
+	ctx->user_ip4 = b->addr;
+	ctx->user_port = (__u32)b->port;
 	return 1;
 }
 
+/* sendmsg4 translates each datagram an unconnected UDP socket sends to a frontend. */
 SEC("cgroup/sendmsg4")
 int myelin_sock_sendmsg4(struct bpf_sock_addr *ctx)
 {
-	if (ctx->protocol == IPPROTO_UDP)
-		sock_xlate(ctx, IPPROTO_UDP);
+	struct lb_sock_rev_key rk = {};
+	struct lb_sock_rev rv = {};
+	const struct lb_backend *b;
+
+	if (ctx->protocol != IPPROTO_UDP)
+		return 1;
+	b = sock_backend(ctx, IPPROTO_UDP);
+	if (!b)
+		return 1;
+	rk.cookie = bpf_get_socket_cookie(ctx);
+	rk.addr = b->addr;
+	rk.port = b->port;
+	rv.addr = ctx->user_ip4;
+	rv.port = (__u16)ctx->user_port;
+	/* LRU: a failed insert only leaves the backend's address visible. */
+	bpf_map_update_elem(&myelin_lb_sock_rev, &rk, &rv, BPF_ANY);
+	ctx->user_ip4 = b->addr;
+	ctx->user_port = (__u32)b->port;
 	return 1;
 }
 
 SEC("cgroup/recvmsg4")
 int myelin_sock_recvmsg4(struct bpf_sock_addr *ctx)
 {
-	sock_rev_xlate(ctx);
+	sock_rev_xlate(ctx, 1);
 	return 1;
 }
 
 SEC("cgroup/getpeername4")
 int myelin_sock_getpeername4(struct bpf_sock_addr *ctx)
 {
-	sock_rev_xlate(ctx);
+	sock_rev_xlate(ctx, 0);
 	return 1;
 }
 
@@ -131,7 +168,7 @@ int myelin_sock_getpeername4(struct bpf_sock_addr *ctx)
  * agent runs in each network namespace (the iterator sees the sockets of the
  * namespace it is opened in) after sock_destroy_target is set. Every
  * connected IPv4 UDP socket that socket-LB connected to the target (its
- * cookie and the target have an entry in myelin_lb_sock_rev) is closed with
+ * storage in myelin_lb_sock_peer names the target) is closed with
  * bpf_sock_destroy (its next send or receive fails with ECONNABORTED), so a
  * client does not keep sending to a dead backend; one byte of output per
  * socket closed. The kernel types are declared with only the fields used,
@@ -164,7 +201,7 @@ SEC("iter/udp")
 int myelin_sock_destroy_udp(struct bpf_iter__udp *ctx)
 {
 	struct sock_common *sk = (struct sock_common *)ctx->udp_sk;
-	struct lb_sock_rev_key rk = {};
+	const struct lb_sock_peer *p;
 	char one = 1;
 
 	if (!sk || sk->skc_family != SOCK_AF_INET)
@@ -173,10 +210,8 @@ int myelin_sock_destroy_udp(struct bpf_iter__udp *ctx)
 		return 0;
 	/* Only a socket socket-LB connected to the backend: one a client connected
 	 * to that address by itself is none of the Service's business. */
-	rk.cookie = bpf_get_socket_cookie(sk);
-	rk.addr = sk->skc_daddr;
-	rk.port = sk->skc_dport;
-	if (!bpf_map_lookup_elem(&myelin_lb_sock_rev, &rk))
+	p = bpf_sk_storage_get(&myelin_lb_sock_peer, sk, 0, 0);
+	if (!p || p->backend_addr != sk->skc_daddr || p->backend_port != sk->skc_dport)
 		return 0;
 	if (bpf_sock_destroy(sk) == 0)
 		bpf_seq_write(ctx->meta->seq, &one, sizeof(one));

@@ -63,21 +63,32 @@ volatile __u32 flows_enabled = 0;
  * flows_sock_service names the Service of a packet socket-LB translated at
  * connect() or sendmsg(): the tc path saw no frontend, but the packet still
  * carries its socket (veth keeps skb->sk where it leaves the pod; a node
- * process's packet has it too), and myelin_lb_sock_rev has the frontend
- * that socket was translated from to this backend. Runs only for a record,
- * never per packet; a packet without a socket costs nothing more.
+ * process's packet has it too). A socket connect4 translated has the
+ * frontend in its storage (myelin_lb_sock_peer); a UDP datagram sendmsg4
+ * translated, in myelin_lb_sock_rev. Runs only for a record, never per
+ * packet; a packet without a socket costs nothing more.
  */
 static __always_inline void flows_sock_service(struct __sk_buff *skb, struct flow_record *r)
 {
 	struct lb_sock_rev_key k = {};
-	const struct lb_sock_rev *v;
+	const struct lb_sock_rev *v = NULL;
+	const struct lb_sock_peer *p;
+	struct bpf_sock *sk = skb->sk;
 
-	k.cookie = bpf_get_socket_cookie(skb);
-	if (!k.cookie)
+	if (!sk)
 		return;
-	k.addr = r->daddr;
-	k.port = r->dport;
-	v = bpf_map_lookup_elem(&myelin_lb_sock_rev, &k);
+	sk = bpf_sk_fullsock(sk);
+	if (!sk)
+		return;
+	p = bpf_sk_storage_get(&myelin_lb_sock_peer, sk, 0, 0);
+	if (p && p->backend_addr == r->daddr && p->backend_port == r->dport) {
+		v = &p->frontend;
+	} else if (r->proto == IPPROTO_UDP) {
+		k.cookie = bpf_get_socket_cookie(skb);
+		k.addr = r->daddr;
+		k.port = r->dport;
+		v = bpf_map_lookup_elem(&myelin_lb_sock_rev, &k);
+	}
 	if (!v)
 		return;
 	r->svc_addr = v->addr;

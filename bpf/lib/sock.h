@@ -3,9 +3,13 @@
  * Socket-level load balancing (bpf-lb-sock, bpf/sock.c): the frontend a
  * socket was translated from, so that what the application sees of its
  * peer (getpeername, recvfrom's source address) stays the Service's
- * address. The socket programs' object writes the map; the tc datapath's
- * reads it to name the Service in flow records (lib/flows.h), sharing the
- * pin when socket-LB is configured (Config.SocketLB).
+ * address. A connected socket keeps it in its own storage
+ * (myelin_lb_sock_peer: no hashing, freed with the socket); the datagrams
+ * of an unconnected UDP socket, each to any frontend, in the LRU map
+ * myelin_lb_sock_rev. The socket programs' object writes both; the tc
+ * datapath's reads them to name the Service in flow records
+ * (lib/flows.h), sharing the pins when socket-LB is configured
+ * (Config.SocketLB).
  */
 #ifndef MYELIN_LIB_SOCK_H
 #define MYELIN_LIB_SOCK_H
@@ -31,9 +35,10 @@ struct lb_sock_rev {
 };
 
 /*
- * myelin_lb_sock_rev: (socket cookie, backend) -> frontend. LRU: a closed
- * socket's entries age out by themselves; an entry lost to eviction only
- * shows the backend's address to getpeername/recvfrom.
+ * myelin_lb_sock_rev: (socket cookie, backend) -> frontend, for the
+ * datagrams of unconnected UDP sockets (sendmsg4). LRU: a closed socket's
+ * entries age out by themselves; an entry lost to eviction only shows the
+ * backend's address to recvfrom.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -42,5 +47,28 @@ struct {
 	__uint(max_entries, LB_SOCK_REV_MAX);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_lb_sock_rev SEC(".maps");
+
+/* lb_sock_peer is what connect4 translated a socket to, and from. */
+struct lb_sock_peer {
+	struct lb_sock_rev frontend;
+	__u32 backend_addr; /* network order */
+	__u16 backend_port; /* network order */
+	__u16 pad;	    /* explicit padding, 0 */
+};
+
+/*
+ * myelin_lb_sock_peer: the socket storage of a socket connect4 translated
+ * (TCP, connected UDP). Allocated at connect() and freed with the socket:
+ * reading it is a pointer walk from the socket, where the LRU map costs a
+ * hash and an insert per connection. A failed allocation only shows the
+ * backend's address to getpeername/recvfrom. The agent writes nothing here.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct lb_sock_peer);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_lb_sock_peer SEC(".maps");
 
 #endif /* MYELIN_LIB_SOCK_H */

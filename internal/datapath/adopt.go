@@ -55,12 +55,18 @@ func OpenPinned(pinDir string) (*Datapath, error) {
 }
 
 // optionalPins are the maps Load pins only in some configurations: the socket
-// programs' reverse map, pinned with Config.SocketLB (configureLoadBalancing).
-var optionalPins = map[string]bool{"myelin_lb_sock_rev": true}
+// programs' reverse maps, pinned with Config.SocketLB (configureLoadBalancing).
+var optionalPins = map[string]bool{"myelin_lb_sock_rev": true, "myelin_lb_sock_peer": true}
 
-// privateStub makes ms an unpinned one-entry map: what a load without socket-LB
-// holds of its reverse map (configureLoadBalancing).
-func privateStub(ms *ebpf.MapSpec) { ms.Pinning, ms.MaxEntries = ebpf.PinNone, 1 }
+// privateStub makes ms an unpinned map of one entry (socket storage has no size:
+// it holds nothing until a program stores into a socket): what a load without
+// socket-LB holds of its reverse maps (configureLoadBalancing).
+func privateStub(ms *ebpf.MapSpec) {
+	ms.Pinning = ebpf.PinNone
+	if ms.Type != ebpf.SkStorage {
+		ms.MaxEntries = 1
+	}
+}
 
 // privateCopy creates a privateStub of spec: what an adopted datapath holds for an
 // optional map its node never pinned.

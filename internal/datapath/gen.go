@@ -9,4 +9,4 @@ package datapath
 // The socket-LB programs (bpf/sock.c, cgroup connect4/sendmsg4/recvmsg4/
 // getpeername4) are an object of their own: a kernel or cgroup setup that
 // can't load or attach them must leave the tc datapath whole (socklb.go).
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -target bpfel -type lb_sock_rev_key -type lb_sock_rev sock ../../bpf/sock.c -- -mcpu=v3 -Wall -Werror -I/usr/include/x86_64-linux-gnu
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -target bpfel -type lb_sock_rev_key -type lb_sock_rev -type lb_sock_peer sock ../../bpf/sock.c -- -mcpu=v3 -Wall -Werror -I/usr/include/x86_64-linux-gnu

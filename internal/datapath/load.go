@@ -70,11 +70,11 @@ type Config struct {
 	// load and the service maps shrink to one entry.
 	LoadBalancing bool
 	// SocketLB says socket-LB (bpf-lb-sock, AttachSocketLB) is configured: the
-	// tc programs then share the socket programs' reverse map
-	// (myelin_lb_sock_rev, pinned by name) to name the Service in the flow
-	// records of connections translated at connect() or sendmsg(). Off, the tc
-	// object's copy is one unpinned entry and the lookup is pruned. Used with
-	// LoadBalancing.
+	// tc programs then share the socket programs' reverse maps
+	// (myelin_lb_sock_peer, myelin_lb_sock_rev, pinned by name) to name the
+	// Service in the flow records of connections translated at connect() or
+	// sendmsg(). Off, the tc object's copies are unpinned and empty and the
+	// lookup is pruned. Used with LoadBalancing.
 	SocketLB bool
 	// MaglevTableSize is the size of every Maglev table (Service.Maglev), a
 	// prime such as 16381; 0 means random backend selection only. Used

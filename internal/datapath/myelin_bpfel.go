@@ -240,6 +240,14 @@ type myelinLbSlotKey struct {
 	Slot  uint32
 }
 
+type myelinLbSockPeer struct {
+	_           structs.HostLayout
+	Frontend    myelinLbSockRev
+	BackendAddr uint32
+	BackendPort uint16
+	Pad         uint16
+}
+
 type myelinLbSockRev struct {
 	_    structs.HostLayout
 	Addr uint32
@@ -525,6 +533,7 @@ type myelinMapSpecs struct {
 	MyelinLbPorts       *ebpf.MapSpec `ebpf:"myelin_lb_ports"`
 	MyelinLbServices    *ebpf.MapSpec `ebpf:"myelin_lb_services"`
 	MyelinLbSlots       *ebpf.MapSpec `ebpf:"myelin_lb_slots"`
+	MyelinLbSockPeer    *ebpf.MapSpec `ebpf:"myelin_lb_sock_peer"`
 	MyelinLbSockRev     *ebpf.MapSpec `ebpf:"myelin_lb_sock_rev"`
 	MyelinMetrics       *ebpf.MapSpec `ebpf:"myelin_metrics"`
 	MyelinNodeportNat   *ebpf.MapSpec `ebpf:"myelin_nodeport_nat"`
@@ -619,6 +628,7 @@ type myelinMaps struct {
 	MyelinLbPorts       *ebpf.Map `ebpf:"myelin_lb_ports"`
 	MyelinLbServices    *ebpf.Map `ebpf:"myelin_lb_services"`
 	MyelinLbSlots       *ebpf.Map `ebpf:"myelin_lb_slots"`
+	MyelinLbSockPeer    *ebpf.Map `ebpf:"myelin_lb_sock_peer"`
 	MyelinLbSockRev     *ebpf.Map `ebpf:"myelin_lb_sock_rev"`
 	MyelinMetrics       *ebpf.Map `ebpf:"myelin_metrics"`
 	MyelinNodeportNat   *ebpf.Map `ebpf:"myelin_nodeport_nat"`
@@ -650,6 +660,7 @@ func (m *myelinMaps) Close() error {
 		m.MyelinLbPorts,
 		m.MyelinLbServices,
 		m.MyelinLbSlots,
+		m.MyelinLbSockPeer,
 		m.MyelinLbSockRev,
 		m.MyelinMetrics,
 		m.MyelinNodeportNat,

@@ -466,13 +466,14 @@ func configureLoadBalancing(specs *myelinSpecs, cfg Config) error {
 			spec.MaxEntries = 1
 		}
 	}
-	// Socket-LB's reverse map is the socket programs' (bpf/lib/sock.h): shared by
-	// pin when they run, else a private entry nothing writes.
+	// Socket-LB's reverse maps are the socket programs' (bpf/lib/sock.h): shared
+	// by pin when they run, else private ones nothing writes.
 	var sockLB uint8
 	if cfg.LoadBalancing && cfg.SocketLB {
 		sockLB = 1
 	} else {
 		privateStub(specs.MyelinLbSockRev)
+		privateStub(specs.MyelinLbSockPeer)
 	}
 	if err := specs.SockLb.Set(sockLB); err != nil {
 		return fmt.Errorf("set sock_lb: %w", err)

@@ -144,6 +144,14 @@ type sockLbSlotKey struct {
 	Slot  uint32
 }
 
+type sockLbSockPeer struct {
+	_           structs.HostLayout
+	Frontend    sockLbSockRev
+	BackendAddr uint32
+	BackendPort uint16
+	Pad         uint16
+}
+
 type sockLbSockRev struct {
 	_    structs.HostLayout
 	Addr uint32
@@ -345,6 +353,7 @@ type sockMapSpecs struct {
 	MyelinLbPorts       *ebpf.MapSpec `ebpf:"myelin_lb_ports"`
 	MyelinLbServices    *ebpf.MapSpec `ebpf:"myelin_lb_services"`
 	MyelinLbSlots       *ebpf.MapSpec `ebpf:"myelin_lb_slots"`
+	MyelinLbSockPeer    *ebpf.MapSpec `ebpf:"myelin_lb_sock_peer"`
 	MyelinLbSockRev     *ebpf.MapSpec `ebpf:"myelin_lb_sock_rev"`
 	MyelinMetrics       *ebpf.MapSpec `ebpf:"myelin_metrics"`
 	MyelinNodeportNat   *ebpf.MapSpec `ebpf:"myelin_nodeport_nat"`
@@ -415,6 +424,7 @@ type sockMaps struct {
 	MyelinLbPorts       *ebpf.Map `ebpf:"myelin_lb_ports"`
 	MyelinLbServices    *ebpf.Map `ebpf:"myelin_lb_services"`
 	MyelinLbSlots       *ebpf.Map `ebpf:"myelin_lb_slots"`
+	MyelinLbSockPeer    *ebpf.Map `ebpf:"myelin_lb_sock_peer"`
 	MyelinLbSockRev     *ebpf.Map `ebpf:"myelin_lb_sock_rev"`
 	MyelinMetrics       *ebpf.Map `ebpf:"myelin_metrics"`
 	MyelinNodeportNat   *ebpf.Map `ebpf:"myelin_nodeport_nat"`
@@ -446,6 +456,7 @@ func (m *sockMaps) Close() error {
 		m.MyelinLbPorts,
 		m.MyelinLbServices,
 		m.MyelinLbSlots,
+		m.MyelinLbSockPeer,
 		m.MyelinLbSockRev,
 		m.MyelinMetrics,
 		m.MyelinNodeportNat,

@@ -21,7 +21,7 @@ type sockDestroyObjects struct {
 }
 
 // DestroyUDPSockets closes every connected IPv4 UDP socket socket-LB connected to b
-// (myelin_lb_sock_rev has its cookie and b; a socket a client connected to b's
+// (its storage in myelin_lb_sock_peer names b; a socket a client connected to b's
 // address by itself stays open) in each network namespace of netns (paths such as /proc/<pid>/ns/net or /run/netns/<name>;
 // "" is the caller's own) with bpf_sock_destroy, so clients get ECONNABORTED instead
 // of sending on to a backend that went away; it returns how many it closed. A
@@ -35,16 +35,16 @@ func (d *Datapath) DestroyUDPSockets(b Backend, netns []string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("load socket-LB spec: %w", err)
 	}
-	rev, err := ebpf.LoadPinnedMap(filepath.Join(d.cfg.PinDir, "myelin_lb_sock_rev"), nil)
+	peer, err := ebpf.LoadPinnedMap(filepath.Join(d.cfg.PinDir, "myelin_lb_sock_peer"), nil)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil // socket-LB never ran here: no socket of it to close
 	}
 	if err != nil {
-		return 0, fmt.Errorf("open the socket-LB reverse map: %w", err)
+		return 0, fmt.Errorf("open the socket-LB socket storage map: %w", err)
 	}
-	defer rev.Close()
+	defer peer.Close()
 	var objs sockDestroyObjects
-	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{"myelin_lb_sock_rev": rev}}); err != nil {
+	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{"myelin_lb_sock_peer": peer}}); err != nil {
 		return 0, fmt.Errorf("load the UDP socket destroyer (iter/udp, bpf_sock_destroy): %w", err)
 	}
 	defer objs.Prog.Close()

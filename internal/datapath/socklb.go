@@ -23,10 +23,11 @@ type sockObjectsLoaded struct {
 	Recvmsg4     *ebpf.Program `ebpf:"myelin_sock_recvmsg4"`
 	Getpeername4 *ebpf.Program `ebpf:"myelin_sock_getpeername4"`
 	Rev          *ebpf.Map     `ebpf:"myelin_lb_sock_rev"`
+	Peer         *ebpf.Map     `ebpf:"myelin_lb_sock_peer"`
 }
 
 func (o *sockObjectsLoaded) close() {
-	for _, c := range []interface{ Close() error }{o.Connect4, o.Sendmsg4, o.Recvmsg4, o.Getpeername4, o.Rev} {
+	for _, c := range []interface{ Close() error }{o.Connect4, o.Sendmsg4, o.Recvmsg4, o.Getpeername4, o.Rev, o.Peer} {
 		if c != nil {
 			_ = c.Close()
 		}

@@ -34,7 +34,8 @@ const (
 var sockBackends = map[uint32]Backend{1: {Addr: mustAddr("10.1.0.20"), Port: 8080}, 2: {Addr: mustAddr("10.1.0.21"), Port: 8080}}
 
 // TestSocketLBHelperProcess is the client the tests run in their cgroup: it is
-// not a test, it runs only as the helper (MYELIN_SOCKLB_HELPER=tcp|udp-connected|udp).
+// not a test, it runs only as the helper (MYELIN_SOCKLB_HELPER=tcp|udp-connected|
+// udp-reconnect|udp).
 // It prints "peer=<what getpeername or recvfrom shows> backend=<the answer>".
 func TestSocketLBHelperProcess(t *testing.T) {
 	mode := os.Getenv(sockHelper)
@@ -53,26 +54,27 @@ func TestSocketLBHelperProcess(t *testing.T) {
 // sockClient talks to addr once in mode and returns the peer the socket shows and
 // the backend's answer.
 func sockClient(mode, addr string) (string, string, error) {
-	buf := make([]byte, 64)
 	switch mode {
-	case "tcp", "udp-connected":
-		network := map[string]string{"tcp": "tcp4", "udp-connected": "udp4"}[mode]
-		c, err := net.DialTimeout(network, addr, 5*time.Second)
+	case "tcp":
+		c, err := net.DialTimeout("tcp4", addr, 5*time.Second)
 		if err != nil {
 			return "", "", err
 		}
 		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-		if _, err := c.Write([]byte("hi\n")); err != nil {
-			return "", "", err
-		}
-		n, err := c.Read(buf)
+		answer, err := exchange(c, c.Read)
 		if err != nil {
 			return "", "", err
 		}
 		// RemoteAddr is what connect() was given; ask the kernel.
-		sa, err := labtools.PeerName(c.(syscall.Conn))
-		return sa, strings.TrimSpace(string(buf[:n])), err
+		peer, err := labtools.PeerName(c.(syscall.Conn))
+		return peer, answer, err
+	case "udp-connected", "udp-reconnect":
+		c, err := net.Dial("udp4", addr)
+		if err != nil {
+			return "", "", err
+		}
+		defer c.Close()
+		return sockUDPConnected(c.(*net.UDPConn), mode == "udp-reconnect")
 	case "udp":
 		c, err := net.ListenUDP("udp4", nil)
 		if err != nil {
@@ -83,6 +85,7 @@ func sockClient(mode, addr string) (string, string, error) {
 		if _, err := c.WriteTo([]byte("hi\n"), net.UDPAddrFromAddrPort(netip.MustParseAddrPort(addr))); err != nil {
 			return "", "", err
 		}
+		buf := make([]byte, 64)
 		n, from, err := c.ReadFrom(buf)
 		if err != nil {
 			return "", "", err
@@ -90,6 +93,51 @@ func sockClient(mode, addr string) (string, string, error) {
 		return from.String(), strings.TrimSpace(string(buf[:n])), nil
 	}
 	return "", "", fmt.Errorf("unknown mode %q", mode)
+}
+
+// exchange writes one line to c and returns the answer read with read.
+func exchange(c net.Conn, read func([]byte) (int, error)) (string, error) {
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte("hi\n")); err != nil {
+		return "", err
+	}
+	buf := make([]byte, 64)
+	n, err := read(buf)
+	return strings.TrimSpace(string(buf[:n])), err
+}
+
+// sockUDPConnected exchanges a datagram on the connected socket c, reading it with
+// recvfrom, whose source must be what getpeername shows. With reconnect, c is then
+// connected again, straight to the backend that answered: the peer it returns is
+// what getpeername shows after that.
+func sockUDPConnected(c *net.UDPConn, reconnect bool) (string, string, error) {
+	var from net.Addr
+	answer, err := exchange(c, func(b []byte) (n int, err error) { n, from, err = c.ReadFrom(b); return n, err })
+	if err != nil {
+		return "", "", err
+	}
+	peer, err := labtools.PeerName(c)
+	if err != nil || from.String() != peer {
+		return "", "", fmt.Errorf("recvfrom shows %s, getpeername %s (%v)", from, peer, err)
+	}
+	if !reconnect {
+		return peer, answer, nil
+	}
+	backend, err := netip.ParseAddr(answer)
+	if err != nil {
+		return "", "", fmt.Errorf("answer %q: %w", answer, err)
+	}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return "", "", err
+	}
+	var cerr error
+	to := &unix.SockaddrInet4{Addr: backend.As4(), Port: 8080}
+	if err := rc.Control(func(fd uintptr) { cerr = unix.Connect(int(fd), to) }); err != nil || cerr != nil {
+		return "", "", fmt.Errorf("connect again to %s: %v %v", backend, err, cerr)
+	}
+	peer, err = labtools.PeerName(c)
+	return peer, answer, err
 }
 
 // testCgroup makes a cgroup v2 directory for the test's clients, removed at cleanup.
@@ -257,6 +305,11 @@ func TestPrivilegedSocketLBTranslates(t *testing.T) {
 				t.Errorf("%s client in the cgroup: got %q, want peer=%s and a backend's answer", mode, out, sockSvcAddr)
 			}
 		}
+		// A socket connected again, to no Service, forgets the frontend.
+		out, err := runSockClient(t, nsName, cg, "udp-reconnect", sockSvcAddr)
+		if peer, backend, _ := strings.Cut(strings.TrimPrefix(out, "peer="), " backend="); err != nil || peer != backend+":8080" {
+			t.Errorf("UDP socket connected through the Service, then straight to its backend: got %q (%v), want peer=<the backend>:8080", out, err)
+		}
 		if out, err := runSockClient(t, nsName, "", "tcp", sockSvcAddr); err == nil {
 			t.Errorf("tcp client outside the cgroup reached the Service: %s", out)
 		}
@@ -316,14 +369,14 @@ func TestPrivilegedDestroyUDPSockets(t *testing.T) {
 	if n, err := d.DestroyUDPSockets(sockBackends[1], []string{""}); err != nil || n != 0 {
 		t.Errorf("before socket-LB ever ran (no reverse map): %d, %v; want 0 and no error", n, err)
 	}
-	var objs sockObjectsLoaded // pins myelin_lb_sock_rev, as AttachSocketLB does
+	var objs sockObjectsLoaded // pins myelin_lb_sock_peer, as AttachSocketLB does
 	if err := d.loadSock(&objs); err != nil {
 		t.Fatal(err)
 	}
 	defer objs.close()
 	inBackendsNetns(t, func(nsName string, ns netns.NsHandle) {
-		// conns went through socket-LB (their reverse entries are written as
-		// connect4 writes them); direct is a client's own socket to backend 1.
+		// conns went through socket-LB (their socket storage is written as
+		// connect4 writes it); direct is a client's own socket to backend 1.
 		conns := map[uint32]net.Conn{}
 		var direct net.Conn
 		var err error
@@ -334,7 +387,7 @@ func TestPrivilegedDestroyUDPSockets(t *testing.T) {
 					return err
 				}
 				conns[id] = c
-				if err := writeSockRev(objs.Rev, c, b); err != nil {
+				if err := writeSockPeer(objs.Peer, c, b); err != nil {
 					return err
 				}
 			}
@@ -372,21 +425,18 @@ func TestPrivilegedDestroyUDPSockets(t *testing.T) {
 	})
 }
 
-// writeSockRev writes c's reverse entry for backend b into rev, as connect4 does.
-func writeSockRev(rev *ebpf.Map, c net.Conn, b Backend) error {
+// writeSockPeer writes c's socket storage for backend b into peer, as connect4
+// does (from user space, the key of socket storage is the socket's descriptor).
+func writeSockPeer(peer *ebpf.Map, c net.Conn, b Backend) error {
 	raw, err := c.(*net.UDPConn).SyscallConn()
 	if err != nil {
 		return err
 	}
-	var cookie uint64
-	var serr error
-	if err := raw.Control(func(fd uintptr) { cookie, serr = unix.GetsockoptUint64(int(fd), unix.SOL_SOCKET, unix.SO_COOKIE) }); err != nil {
+	v := sockLbSockPeer{Frontend: sockLbSockRev{Addr: networkUint32(mustAddr("10.96.0.50")), Port: htons(80)},
+		BackendAddr: networkUint32(b.Addr), BackendPort: htons(b.Port)}
+	var perr error
+	if err := raw.Control(func(fd uintptr) { perr = peer.Put(int32(fd), &v) }); err != nil {
 		return err
 	}
-	if serr != nil {
-		return fmt.Errorf("SO_COOKIE: %w", serr)
-	}
-	k := sockLbSockRevKey{Cookie: cookie, Addr: networkUint32(b.Addr), Port: htons(b.Port)}
-	v := sockLbSockRev{Addr: networkUint32(mustAddr("10.96.0.50")), Port: htons(80)}
-	return rev.Put(&k, &v)
+	return perr
 }
