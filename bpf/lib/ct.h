@@ -166,7 +166,10 @@ static __always_inline void ct_touch_forward(void *map, const struct ct_key *fwd
  * that held it towards another destination (the frontend) is gone. Left in
  * place it would turn this connection's replies into packets from the
  * frontend, which the client's socket refuses. The common case costs one
- * byte read (the TCP flags); only a SYN pays for a map delete.
+ * byte read (the TCP flags); a SYN pays a lookup, and a map delete only
+ * when there is such an entry: a delete takes the bucket's lock with
+ * interrupts off and dirties its cache line even for a key that is not
+ * there, a lookup only reads.
  * UDP has no connection start to key on, so a direct UDP flow reusing an
  * earlier service flow's ports keeps the translation until the GC collects
  * the service flow (the UDP timeout after its last packet).
@@ -191,7 +194,8 @@ static __always_inline void ct_forget_stale_reply(struct __sk_buff *skb,
 		return;
 	rev.sport = ports[1];
 	rev.dport = ports[0];
-	bpf_map_delete_elem(&myelin_lb_ct, &rev);
+	if (bpf_map_lookup_elem(&myelin_lb_ct, &rev))
+		bpf_map_delete_elem(&myelin_lb_ct, &rev);
 }
 
 /*
