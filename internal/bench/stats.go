@@ -68,9 +68,10 @@ func Summarize(cases []CaseInfo, runs []RunRecord) []Summary {
 		if c.Unavailable != "" {
 			continue
 		}
+		total := Median(metricValues(byRound[c.Name], MetricBPFTime))
 		for _, m := range withProgramMetrics(c.Metrics, byRound[c.Name]) {
 			vals := metricValues(byRound[c.Name], m.Name)
-			if len(vals) == 0 {
+			if len(vals) == 0 || m.Name != MetricBPFTime && isProgramMetric(m.Name) && Median(vals) < minProgramShare*total {
 				continue
 			}
 			s := Summary{Case: c.Name, Metric: m.Name, Unit: m.Unit, N: len(vals),
@@ -85,6 +86,11 @@ func Summarize(cases []CaseInfo, runs []RunRecord) []Summary {
 	}
 	return out
 }
+
+// minProgramShare is the smallest share of a case's BPF run time a program must have
+// to get a row: a program that ran for other traffic (an idle node's uplink) adds
+// only noise, and ratios of near-zero figures.
+const minProgramShare = 0.005
 
 // withProgramMetrics adds to metrics, after the run time of all BPF programs
 // (MetricBPFTime), the per-program figures the rounds carry (ProgramMetric), in its

@@ -70,7 +70,7 @@ func TestSummarizeZeroBaseline(t *testing.T) {
 
 // TestSummarizeProgramMetrics: under --bpf-stats each program's run time
 // (bpf_ns:<program>) is summarized after bpf_ns, in its unit, with ratios where the
-// baseline ran the program too.
+// baseline ran the program too; one under 0.5% of the case's bpf_ns gets no row.
 func TestSummarizeProgramMetrics(t *testing.T) {
 	m := []Metric{{Name: MetricRate}, {Name: MetricBPFTime, Unit: "ns/trans"}, {Name: MetricBPFRuns}}
 	cases := []CaseInfo{{Name: "direct", Metrics: m}, {Name: "svc", Metrics: m, Baseline: "direct"}}
@@ -78,7 +78,8 @@ func TestSummarizeProgramMetrics(t *testing.T) {
 	runs := []RunRecord{
 		{Round: 1, Case: "direct", Values: Sample{MetricRate: 10, MetricBPFTime: 100, MetricBPFRuns: 4, from: 100}},
 		{Round: 1, Case: "svc", Values: Sample{MetricRate: 9, MetricBPFTime: 300, MetricBPFRuns: 5, from: 120, conn: 180}},
-		{Round: 2, Case: "svc", Values: Sample{MetricRate: 9, MetricBPFTime: 200, MetricBPFRuns: 5, from: 80, conn: 120}},
+		{Round: 2, Case: "svc", Values: Sample{MetricRate: 9, MetricBPFTime: 200, MetricBPFRuns: 5, from: 80, conn: 120,
+			ProgramMetric("myelin_from_netdev"): 1}}, // 0.4% of bpf_ns: no row
 	}
 	var got []string
 	for _, s := range Summarize(cases, runs) {
