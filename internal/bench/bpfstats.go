@@ -128,15 +128,13 @@ func progName(name string) string {
 // --bpf-stats: "bpf_ns:<program name>".
 func ProgramMetric(program string) string { return MetricBPFTime + ":" + program }
 
-func isProgramMetric(name string) bool { return strings.HasPrefix(name, MetricBPFTime+":") }
-
 // programMetrics are the per-program keys (ProgramMetric) found in any of rounds,
 // sorted.
 func programMetrics(rounds map[int]Sample) []string {
 	seen := map[string]bool{}
 	for _, s := range rounds {
 		for k := range s {
-			if isProgramMetric(k) {
+			if strings.HasPrefix(k, ProgramMetric("")) {
 				seen[k] = true
 			}
 		}

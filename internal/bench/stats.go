@@ -68,10 +68,9 @@ func Summarize(cases []CaseInfo, runs []RunRecord) []Summary {
 		if c.Unavailable != "" {
 			continue
 		}
-		total := Median(metricValues(byRound[c.Name], MetricBPFTime))
 		for _, m := range withProgramMetrics(c.Metrics, byRound[c.Name]) {
 			vals := metricValues(byRound[c.Name], m.Name)
-			if len(vals) == 0 || m.Name != MetricBPFTime && isProgramMetric(m.Name) && Median(vals) < minProgramShare*total {
+			if len(vals) == 0 {
 				continue
 			}
 			s := Summary{Case: c.Name, Metric: m.Name, Unit: m.Unit, N: len(vals),
@@ -93,16 +92,19 @@ func Summarize(cases []CaseInfo, runs []RunRecord) []Summary {
 const minProgramShare = 0.005
 
 // withProgramMetrics adds to metrics, after the run time of all BPF programs
-// (MetricBPFTime), the per-program figures the rounds carry (ProgramMetric), in its
-// unit.
+// (MetricBPFTime), the per-program figures the rounds carry (ProgramMetric) that
+// reach minProgramShare of it, in its unit.
 func withProgramMetrics(metrics []Metric, rounds map[int]Sample) []Metric {
 	i := slices.IndexFunc(metrics, func(m Metric) bool { return m.Name == MetricBPFTime })
 	if i < 0 {
 		return metrics
 	}
+	total := Median(metricValues(rounds, MetricBPFTime))
 	var progs []Metric
 	for _, name := range programMetrics(rounds) {
-		progs = append(progs, Metric{Name: name, Unit: metrics[i].Unit})
+		if Median(metricValues(rounds, name)) >= minProgramShare*total {
+			progs = append(progs, Metric{Name: name, Unit: metrics[i].Unit})
+		}
 	}
 	return slices.Concat(metrics[:i+1], progs, metrics[i+1:])
 }
