@@ -56,29 +56,15 @@ static __always_inline const struct lb_backend *sock_backend(struct bpf_sock_add
 
 /*
  * sock_rev_xlate shows the frontend for a backend this socket was
- * translated to: from its storage if connect4 translated it, else, for a
- * received datagram (which may answer one sendmsg4 translated), from
- * myelin_lb_sock_rev.
+ * translated to (lb_sock_frontend; datagram: ctx is a received datagram).
  */
 static __always_inline void sock_rev_xlate(struct bpf_sock_addr *ctx, int datagram)
 {
-	__u32 addr = ctx->user_ip4;
-	__u16 port = (__u16)ctx->user_port;
-	const struct lb_sock_rev *rv = NULL;
-	struct lb_sock_rev_key rk = {};
-	struct lb_sock_peer *p;
+	const struct lb_sock_rev *rv;
 
 	if (!lb_enabled)
 		return;
-	p = bpf_sk_storage_get(&myelin_lb_sock_peer, ctx->sk, 0, 0);
-	if (p && p->backend_addr == addr && p->backend_port == port) {
-		rv = &p->frontend;
-	} else if (datagram) {
-		rk.cookie = bpf_get_socket_cookie(ctx);
-		rk.addr = addr;
-		rk.port = port;
-		rv = bpf_map_lookup_elem(&myelin_lb_sock_rev, &rk);
-	}
+	rv = lb_sock_frontend(ctx, ctx->sk, ctx->user_ip4, (__u16)ctx->user_port, datagram);
 	if (!rv)
 		return;
 	ctx->user_ip4 = rv->addr;

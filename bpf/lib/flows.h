@@ -70,9 +70,7 @@ volatile __u32 flows_enabled = 0;
  */
 static __always_inline void flows_sock_service(struct __sk_buff *skb, struct flow_record *r)
 {
-	struct lb_sock_rev_key k = {};
-	const struct lb_sock_rev *v = NULL;
-	const struct lb_sock_peer *p;
+	const struct lb_sock_rev *v;
 	struct bpf_sock *sk = skb->sk;
 
 	if (!sk)
@@ -80,15 +78,7 @@ static __always_inline void flows_sock_service(struct __sk_buff *skb, struct flo
 	sk = bpf_sk_fullsock(sk);
 	if (!sk)
 		return;
-	p = bpf_sk_storage_get(&myelin_lb_sock_peer, sk, 0, 0);
-	if (p && p->backend_addr == r->daddr && p->backend_port == r->dport) {
-		v = &p->frontend;
-	} else if (r->proto == IPPROTO_UDP) {
-		k.cookie = bpf_get_socket_cookie(skb);
-		k.addr = r->daddr;
-		k.port = r->dport;
-		v = bpf_map_lookup_elem(&myelin_lb_sock_rev, &k);
-	}
+	v = lb_sock_frontend(skb, sk, r->daddr, r->dport, r->proto == IPPROTO_UDP);
 	if (!v)
 		return;
 	r->svc_addr = v->addr;

@@ -71,4 +71,28 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_lb_sock_peer SEC(".maps");
 
+/*
+ * lb_sock_frontend is the frontend socket sk was translated from to backend
+ * addr:port (network order): from its storage if connect4 translated it,
+ * else, for a datagram (which may answer one sendmsg4 translated), from
+ * myelin_lb_sock_rev by the socket's cookie (ctx: the program's context).
+ * NULL if there is none.
+ */
+static __always_inline const struct lb_sock_rev *
+lb_sock_frontend(void *ctx, struct bpf_sock *sk, __u32 addr, __u16 port, int datagram)
+{
+	struct lb_sock_rev_key k = {};
+	const struct lb_sock_peer *p;
+
+	p = bpf_sk_storage_get(&myelin_lb_sock_peer, sk, 0, 0);
+	if (p && p->backend_addr == addr && p->backend_port == port)
+		return &p->frontend;
+	if (!datagram)
+		return NULL;
+	k.cookie = bpf_get_socket_cookie(ctx);
+	k.addr = addr;
+	k.port = port;
+	return bpf_map_lookup_elem(&myelin_lb_sock_rev, &k);
+}
+
 #endif /* MYELIN_LIB_SOCK_H */
