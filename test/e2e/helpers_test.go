@@ -152,11 +152,6 @@ func leftovers() []string {
 	for _, glob := range []string{"/sys/fs/bpf/myelin*", "/sys/fs/bpf/myelin/" + labplan.NamePrefix + "*", "/run/myelin/" + labplan.NamePrefix + "*", labplan.DefaultDir} {
 		matches, _ := filepath.Glob(glob)
 		for _, m := range matches {
-			if m == "/sys/fs/bpf/myelin" {
-				if entries, _ := os.ReadDir(m); len(entries) == 0 {
-					continue // an empty base dir of a real node's pins is not the lab's
-				}
-			}
 			out = append(out, "path "+m)
 		}
 	}
