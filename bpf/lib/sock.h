@@ -76,7 +76,10 @@ struct {
  * addr:port (network order): from its storage if connect4 translated it,
  * else, for a datagram (which may answer one sendmsg4 translated), from
  * myelin_lb_sock_rev by the socket's cookie (ctx: the program's context).
- * NULL if there is none.
+ * NULL if there is none. A UDP socket's storage holds only while it is
+ * connected: one disconnected (connect with AF_UNSPEC, which runs no
+ * connect4) keeps it, and its datagrams from that backend are no answers
+ * to the Service.
  */
 static __always_inline const struct lb_sock_rev *
 lb_sock_frontend(void *ctx, struct bpf_sock *sk, __u32 addr, __u16 port, int datagram)
@@ -85,7 +88,8 @@ lb_sock_frontend(void *ctx, struct bpf_sock *sk, __u32 addr, __u16 port, int dat
 	const struct lb_sock_peer *p;
 
 	p = bpf_sk_storage_get(&myelin_lb_sock_peer, sk, 0, 0);
-	if (p && p->backend_addr == addr && p->backend_port == port)
+	if (p && p->backend_addr == addr && p->backend_port == port &&
+	    (!datagram || sk->state == BPF_TCP_ESTABLISHED))
 		return &p->frontend;
 	if (!datagram)
 		return NULL;

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/myelin-net/myelin/internal/labtools"
 
@@ -35,7 +36,7 @@ var sockBackends = map[uint32]Backend{1: {Addr: mustAddr("10.1.0.20"), Port: 808
 
 // TestSocketLBHelperProcess is the client the tests run in their cgroup: it is
 // not a test, it runs only as the helper (MYELIN_SOCKLB_HELPER=tcp|udp-connected|
-// udp-reconnect|udp).
+// udp-reconnect|udp-disconnect|udp).
 // It prints "peer=<what getpeername or recvfrom shows> backend=<the answer>".
 func TestSocketLBHelperProcess(t *testing.T) {
 	mode := os.Getenv(sockHelper)
@@ -68,13 +69,13 @@ func sockClient(mode, addr string) (string, string, error) {
 		// RemoteAddr is what connect() was given; ask the kernel.
 		peer, err := labtools.PeerName(c.(syscall.Conn))
 		return peer, answer, err
-	case "udp-connected", "udp-reconnect":
+	case "udp-connected", "udp-reconnect", "udp-disconnect":
 		c, err := net.Dial("udp4", addr)
 		if err != nil {
 			return "", "", err
 		}
 		defer c.Close()
-		return sockUDPConnected(c.(*net.UDPConn), mode == "udp-reconnect")
+		return sockUDPConnected(c.(*net.UDPConn), strings.TrimPrefix(mode, "udp-"))
 	case "udp":
 		c, err := net.ListenUDP("udp4", nil)
 		if err != nil {
@@ -107,12 +108,15 @@ func exchange(c net.Conn, read func([]byte) (int, error)) (string, error) {
 }
 
 // sockUDPConnected exchanges a datagram on the connected socket c, reading it with
-// recvfrom, whose source must be what getpeername shows. With reconnect, c is then
-// connected again, straight to the backend that answered: the peer it returns is
-// what getpeername shows after that.
-func sockUDPConnected(c *net.UDPConn, reconnect bool) (string, string, error) {
+// recvfrom, whose source must be what getpeername shows. Then, by then:
+// "reconnect" connects c again, straight to the backend that answered, and returns
+// what getpeername shows after that; "disconnect" dissolves the association
+// (connect with AF_UNSPEC), sends a datagram to that backend's address with sendto
+// and returns the source recvfrom shows of its answer.
+func sockUDPConnected(c *net.UDPConn, then string) (string, string, error) {
 	var from net.Addr
-	answer, err := exchange(c, func(b []byte) (n int, err error) { n, from, err = c.ReadFrom(b); return n, err })
+	read := func(b []byte) (n int, err error) { n, from, err = c.ReadFrom(b); return n, err }
+	answer, err := exchange(c, read)
 	if err != nil {
 		return "", "", err
 	}
@@ -120,7 +124,7 @@ func sockUDPConnected(c *net.UDPConn, reconnect bool) (string, string, error) {
 	if err != nil || from.String() != peer {
 		return "", "", fmt.Errorf("recvfrom shows %s, getpeername %s (%v)", from, peer, err)
 	}
-	if !reconnect {
+	if then == "connected" {
 		return peer, answer, nil
 	}
 	backend, err := netip.ParseAddr(answer)
@@ -133,11 +137,30 @@ func sockUDPConnected(c *net.UDPConn, reconnect bool) (string, string, error) {
 	}
 	var cerr error
 	to := &unix.SockaddrInet4{Addr: backend.As4(), Port: 8080}
-	if err := rc.Control(func(fd uintptr) { cerr = unix.Connect(int(fd), to) }); err != nil || cerr != nil {
-		return "", "", fmt.Errorf("connect again to %s: %v %v", backend, err, cerr)
+	if then == "reconnect" {
+		if err := rc.Control(func(fd uintptr) { cerr = unix.Connect(int(fd), to) }); err != nil || cerr != nil {
+			return "", "", fmt.Errorf("connect again to %s: %v %v", backend, err, cerr)
+		}
+		peer, err = labtools.PeerName(c)
+		return peer, answer, err
 	}
-	peer, err = labtools.PeerName(c)
-	return peer, answer, err
+	unspec := unix.RawSockaddr{Family: unix.AF_UNSPEC}
+	if err := rc.Control(func(fd uintptr) {
+		if _, _, errno := unix.Syscall(unix.SYS_CONNECT, fd, uintptr(unsafe.Pointer(&unspec)), unsafe.Sizeof(unspec)); errno != 0 {
+			cerr = errno
+		}
+	}); err != nil || cerr != nil {
+		return "", "", fmt.Errorf("disconnect (connect AF_UNSPEC): %v %v", err, cerr)
+	}
+	if err := rc.Control(func(fd uintptr) { cerr = unix.Sendto(int(fd), []byte("hi\n"), 0, to) }); err != nil || cerr != nil {
+		return "", "", fmt.Errorf("sendto %s after the disconnect: %v %v", backend, err, cerr)
+	}
+	buf := make([]byte, 64)
+	n, err := read(buf)
+	if err != nil {
+		return "", "", err
+	}
+	return from.String(), strings.TrimSpace(string(buf[:n])), nil
 }
 
 // testCgroup makes a cgroup v2 directory for the test's clients, removed at cleanup.
@@ -305,10 +328,16 @@ func TestPrivilegedSocketLBTranslates(t *testing.T) {
 				t.Errorf("%s client in the cgroup: got %q, want peer=%s and a backend's answer", mode, out, sockSvcAddr)
 			}
 		}
-		// A socket connected again, to no Service, forgets the frontend.
-		out, err := runSockClient(t, nsName, cg, "udp-reconnect", sockSvcAddr)
-		if peer, backend, _ := strings.Cut(strings.TrimPrefix(out, "peer="), " backend="); err != nil || peer != backend+":8080" {
-			t.Errorf("UDP socket connected through the Service, then straight to its backend: got %q (%v), want peer=<the backend>:8080", out, err)
+		// A socket connected again, to no Service, forgets the frontend; so does
+		// one no longer connected, for datagrams straight from the backend.
+		for mode, what := range map[string]string{
+			"udp-reconnect":  "connected through the Service, then straight to its backend",
+			"udp-disconnect": "connected through the Service, disconnected, then sending to its backend with sendto",
+		} {
+			out, err := runSockClient(t, nsName, cg, mode, sockSvcAddr)
+			if peer, backend, _ := strings.Cut(strings.TrimPrefix(out, "peer="), " backend="); err != nil || peer != backend+":8080" {
+				t.Errorf("UDP socket %s: got %q (%v), want peer=<the backend>:8080", what, out, err)
+			}
 		}
 		if out, err := runSockClient(t, nsName, "", "tcp", sockSvcAddr); err == nil {
 			t.Errorf("tcp client outside the cgroup reached the Service: %s", out)
