@@ -72,6 +72,9 @@ func Down(paths labplan.Paths, out io.Writer) error {
 		}
 		note("removed %s", dir)
 	}
+	if err := os.Remove(nodeRunDir); err == nil { // only when empty: no one else's runtime files
+		note("removed %s", nodeRunDir)
+	}
 	if err := unmountBPFFS(paths.BPFFSMounted(), note); err != nil { // bpffs.go
 		problems = append(problems, err.Error())
 	}

@@ -149,7 +149,7 @@ func leftovers() []string {
 	if !bpffsBefore && isBPFFS("/sys/fs/bpf") {
 		out = append(out, "mount: the bpffs at /sys/fs/bpf that lab up mounted")
 	}
-	for _, glob := range []string{"/sys/fs/bpf/myelin*", "/sys/fs/bpf/myelin/" + labplan.NamePrefix + "*", "/run/myelin/" + labplan.NamePrefix + "*", labplan.DefaultDir} {
+	for _, glob := range []string{"/sys/fs/bpf/myelin*", "/sys/fs/bpf/myelin/" + labplan.NamePrefix + "*", "/run/myelin", labplan.DefaultDir} {
 		matches, _ := filepath.Glob(glob)
 		for _, m := range matches {
 			out = append(out, "path "+m)
