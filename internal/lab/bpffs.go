@@ -49,16 +49,11 @@ func mountBPFFS(record string) error {
 	return nil
 }
 
-// unmountBPFFS removes the nodes' pin directory (bpffsDir) once it is empty, and
-// unmounts the bpffs lab up mounted (record says so). A pin directory that holds
-// anything but the nodes' (removed before) is someone else's and stays; so does a
-// bpffs that holds anything else by then, with a note. Without a record the
-// machine's bpffs stays mounted: it was there before the lab.
+// unmountBPFFS unmounts the bpffs lab up mounted (record says so) once the nodes'
+// pins are gone (removeNodeDirs). A bpffs that holds anything else by then is
+// someone else's now: it stays, with a note. No record: nothing to do.
 func unmountBPFFS(record string, note func(string, ...any)) error {
 	if !exists(record) {
-		if err := os.Remove(bpffsDir); err == nil {
-			note("removed %s", bpffsDir)
-		}
 		return nil
 	}
 	if err := os.Remove(bpffsDir); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -65,16 +65,7 @@ func Down(paths labplan.Paths, out io.Writer) error {
 		}
 		note("removed link %s", link)
 	}
-	for _, dir := range leftoverNodeDirs() {
-		if err := os.RemoveAll(dir); err != nil {
-			problems = append(problems, err.Error())
-			continue
-		}
-		note("removed %s", dir)
-	}
-	if err := os.Remove(nodeRunDir); err == nil { // only when empty: no one else's runtime files
-		note("removed %s", nodeRunDir)
-	}
+	problems = append(problems, removeNodeDirs(note)...)
 	if err := unmountBPFFS(paths.BPFFSMounted(), note); err != nil { // bpffs.go
 		problems = append(problems, err.Error())
 	}
@@ -194,10 +185,33 @@ func leftoverRootLinks() []string {
 	return out
 }
 
+// removeNodeDirs removes the lab nodes' pin and state directories, then each base
+// directory they were in once it is empty (a base holding anything else is someone
+// else's and stays). It returns what it could not remove.
+func removeNodeDirs(note func(string, ...any)) []string {
+	var problems []string
+	for _, dir := range leftoverNodeDirs() {
+		if err := os.RemoveAll(dir); err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		note("removed %s", dir)
+	}
+	for _, base := range nodeDirBases {
+		if os.Remove(base) == nil { // only when empty
+			note("removed %s", base)
+		}
+	}
+	return problems
+}
+
+// nodeDirBases are where lab nodes keep their per-node directories.
+var nodeDirBases = []string{bpffsDir, nodeRunDir}
+
 // leftoverNodeDirs lists per-node pin and state directories of lab nodes.
 func leftoverNodeDirs() []string {
 	var out []string
-	for _, base := range []string{bpffsDir, nodeRunDir} {
+	for _, base := range nodeDirBases {
 		entries, _ := os.ReadDir(base)
 		for _, e := range entries {
 			if strings.HasPrefix(e.Name(), labplan.NodeNSPrefix) {
