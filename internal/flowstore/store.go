@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/myelin-net/myelin/internal/flow"
@@ -31,14 +32,15 @@ type Store struct {
 	// fanMu serializes Add: taken before mu and held while the followers' filters run
 	// after mu is released, so followers see flows in store order and readers, Stats
 	// and new followers never wait for filters.
-	fanMu     sync.Mutex
-	fanout    []*follower // Add's copy of followers (under fanMu)
-	mu        sync.Mutex
-	ring      []flow.Flow // values, grown up to capacity; next is the oldest once full
-	capacity  int
-	next      int
-	full      bool
-	followers map[*follower]struct{}
+	fanMu    sync.Mutex
+	mu       sync.Mutex
+	ring     []flow.Flow // values, grown up to capacity; next is the oldest once full
+	capacity int
+	next     int
+	full     bool
+	// followers is replaced, never changed in place, when one comes or goes, so Add
+	// takes it under mu and runs the filters on it after mu is released.
+	followers []*follower
 	sinks     []flow.Sink
 	added     uint64
 }
@@ -48,7 +50,7 @@ func New(capacity int) *Store {
 	if capacity < 1 {
 		capacity = DefaultCapacity
 	}
-	return &Store{capacity: capacity, followers: map[*follower]struct{}{}}
+	return &Store{capacity: capacity}
 }
 
 // AddSink registers s to see every flow added from now on, in order. s.Observe runs
@@ -82,13 +84,10 @@ func (s *Store) Add(f *flow.Flow) {
 	for _, sink := range s.sinks {
 		sink.Observe(f)
 	}
-	s.fanout = s.fanout[:0]
-	for fo := range s.followers {
-		s.fanout = append(s.fanout, fo)
-	}
+	followers := s.followers
 	s.mu.Unlock()
 	var shared *flow.Flow
-	for _, fo := range s.fanout {
+	for _, fo := range followers {
 		if !fo.req.Match(f) {
 			continue
 		}
@@ -140,7 +139,7 @@ func (s *Store) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Fl
 				ErrTooManyFollowers, MaxFollowers)
 		}
 		fo = &follower{req: req, ch: make(chan *flow.Flow, followBuffer)}
-		s.followers[fo] = struct{}{}
+		s.followers = append(slices.Clip(s.followers), fo)
 	}
 	s.mu.Unlock()
 	if fo != nil {
@@ -169,7 +168,7 @@ func (s *Store) endErr(ctx context.Context, req flow.Request) error {
 func (s *Store) unfollow(fo *follower) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.followers, fo)
+	s.followers = slices.DeleteFunc(slices.Clone(s.followers), func(f *follower) bool { return f == fo })
 }
 
 // lastMatching returns copies of the stored flows req asks for, oldest first (under
