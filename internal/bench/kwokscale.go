@@ -193,7 +193,7 @@ type kwokRun struct {
 func (r *kwokRun) build(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, kwokBuildLimit)
 	defer cancel()
-	if err := r.waitServiceAccount(ctx); err != nil {
+	if err := r.waitServiceAccounts(ctx); err != nil {
 		return err
 	}
 	fmt.Fprintf(r.w, "scale: creating %d kwok nodes, %d Services, %d pods\n", r.sim.Nodes, r.sim.Services, r.sim.Pods)
@@ -217,7 +217,7 @@ func (r *kwokRun) build(ctx context.Context) error {
 // saveSamplePod writes simulated pod 0 as the apiserver returns it (kwok's status and
 // the managed fields included) into the output directory: what an informer holds per pod.
 func (r *kwokRun) saveSamplePod(ctx context.Context) error {
-	p, err := r.cs.CoreV1().Pods(kwok.Namespace).Get(ctx, kwok.PodName(0), metav1.GetOptions{})
+	p, err := r.cs.CoreV1().Pods(r.sim.PodNamespace(0)).Get(ctx, kwok.PodName(0), metav1.GetOptions{})
 	if err != nil {
 		return err
 	}

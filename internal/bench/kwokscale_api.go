@@ -117,7 +117,7 @@ func (r *kwokRun) podBackends(ctx context.Context) (map[string]bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	list, err := cs.CoreV1().Pods(kwok.Namespace).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	list, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{ResourceVersion: "0", LabelSelector: kwok.PodSelector})
 	if err != nil {
 		return nil, fmt.Errorf("list the simulated pods: %w", err)
 	}
@@ -142,12 +142,15 @@ func (r *kwokRun) waitSlicesCurrent(ctx context.Context) error {
 		return err
 	}
 	return poll(ctx, 3*time.Second, "the EndpointSlices to hold every pod", func() (bool, string, error) {
-		list, err := cs.DiscoveryV1().EndpointSlices(kwok.Namespace).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		list, err := cs.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
 			return false, err.Error(), nil
 		}
 		have := map[string]bool{}
 		for _, s := range list.Items {
+			if !kwok.IsNamespace(s.Namespace) {
+				continue
+			}
 			for _, e := range s.Endpoints {
 				if e.Conditions.Ready != nil && *e.Conditions.Ready {
 					for _, a := range e.Addresses {
@@ -175,7 +178,7 @@ func (r *kwokRun) agentView(ctx context.Context) (viewCount, error) {
 		return v, err
 	}
 	for _, f := range s.Frontends {
-		if !strings.HasPrefix(f.Service, kwok.Namespace+"/") {
+		if !kwok.IsNamespace(f.Service) { // namespace/name
 			continue
 		}
 		v.frontends++

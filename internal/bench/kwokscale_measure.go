@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/myelin-net/myelin/internal/api"
@@ -112,7 +110,7 @@ func (r *kwokRun) measureChurn(ctx context.Context, n int) (ChurnFigures, error)
 	go func() { profiled <- r.saveAgentProfile(ctx, "profile", "seconds=20", "agent-churn-cpu.pprof") }()
 	start := time.Now()
 	fmt.Fprintf(r.w, "scale: churn: replacing %d pods\n", n)
-	err = kwok.DeletePods(ctx, r.cs, 0, n)
+	err = r.sim.DeletePods(ctx, r.cs, 0, n)
 	if err == nil {
 		err = r.sim.CreatePods(ctx, r.cs, 0, n)
 	}
@@ -205,16 +203,24 @@ func waitAgentQuiet(ctx context.Context, pid int) error {
 	return nil
 }
 
-// waitServiceAccount waits for the namespace's default ServiceAccount, which pod
-// admission needs (the controller-manager creates it).
-func (r *kwokRun) waitServiceAccount(ctx context.Context) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kwok.Namespace}}
-	if _, err := r.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+// waitServiceAccounts creates the simulated namespaces and waits for their default
+// ServiceAccounts, which pod admission needs (the controller-manager creates them).
+func (r *kwokRun) waitServiceAccounts(ctx context.Context) error {
+	if err := r.sim.CreateNamespaces(ctx, r.cs); err != nil {
 		return err
 	}
-	return poll(ctx, time.Second, "the default ServiceAccount of "+kwok.Namespace, func() (bool, string, error) {
-		_, err := r.cs.CoreV1().ServiceAccounts(kwok.Namespace).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, fmt.Sprint(err), nil
+	return poll(ctx, time.Second, "the default ServiceAccounts of the simulated namespaces", func() (bool, string, error) {
+		list, err := r.cs.CoreV1().ServiceAccounts("").List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=default"})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		have := 0
+		for _, sa := range list.Items {
+			if kwok.IsNamespace(sa.Namespace) {
+				have++
+			}
+		}
+		return have == r.sim.Namespaces(), fmt.Sprintf("%d of %d", have, r.sim.Namespaces()), nil
 	})
 }
 
@@ -222,8 +228,8 @@ func (r *kwokRun) waitServiceAccount(ctx context.Context) error {
 // once); they all exist, as their creation succeeded.
 func (r *kwokRun) waitPodsRunning(ctx context.Context) error {
 	return poll(ctx, 2*time.Second, "kwok to run every pod", func() (bool, string, error) {
-		list, err := r.cs.CoreV1().Pods(kwok.Namespace).List(ctx, metav1.ListOptions{ResourceVersion: "0",
-			FieldSelector: "status.phase!=Running"})
+		list, err := r.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{ResourceVersion: "0",
+			LabelSelector: kwok.PodSelector, FieldSelector: "status.phase!=Running"})
 		if err != nil {
 			return false, err.Error(), nil
 		}

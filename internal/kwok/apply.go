@@ -25,15 +25,14 @@ type Cluster struct {
 	SegmentA    netip.Prefix // the lab's node segment
 }
 
-// Create makes what is missing of the simulated cluster: the namespace, the Nodes, the
+// Create makes what is missing of the simulated cluster: the namespaces, the Nodes, the
 // pods and the Services (in that order, each in parallel: with the pods first, most are
 // running when the controller-manager writes their Services' EndpointSlices, which then
 // change far less often). Objects that exist are kept, so a second call resumes or does
 // nothing.
 func (c Cluster) Create(ctx context.Context, cs kubernetes.Interface) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create namespace %s: %w", Namespace, err)
+	if err := c.CreateNamespaces(ctx, cs); err != nil {
+		return err
 	}
 	if err := parallel.ForEach(ctx, c.Nodes, Writers, func(ctx context.Context, i int) error {
 		_, err := cs.CoreV1().Nodes().Create(ctx, Node(i, c.ClusterCIDR, c.SegmentA), metav1.CreateOptions{})
@@ -45,7 +44,7 @@ func (c Cluster) Create(ctx context.Context, cs kubernetes.Interface) error {
 		return fmt.Errorf("create %d pods: %w", c.Pods, err)
 	}
 	if err := parallel.ForEach(ctx, c.Services, Writers, func(ctx context.Context, j int) error {
-		_, err := cs.CoreV1().Services(Namespace).Create(ctx, Service(j), metav1.CreateOptions{})
+		_, err := cs.CoreV1().Services(ServiceNamespace(j)).Create(ctx, Service(j), metav1.CreateOptions{})
 		return ignoreExists(err)
 	}); err != nil {
 		return fmt.Errorf("create %d Services: %w", c.Services, err)
@@ -53,38 +52,38 @@ func (c Cluster) Create(ctx context.Context, cs kubernetes.Interface) error {
 	return nil
 }
 
+// CreateNamespaces creates the shape's namespaces that are missing, labeled as the
+// Nodes are (LabelKey=LabelValue).
+func (c Cluster) CreateNamespaces(ctx context.Context, cs kubernetes.Interface) error {
+	return parallel.ForEach(ctx, c.Namespaces(), Writers, func(ctx context.Context, k int) error {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: NamespaceName(k), Labels: map[string]string{LabelKey: LabelValue}}}
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); ignoreExists(err) != nil {
+			return fmt.Errorf("create namespace %s: %w", ns.Name, err)
+		}
+		return nil
+	})
+}
+
 // CreatePods creates pods from … to-1 (those missing).
 func (c Cluster) CreatePods(ctx context.Context, cs kubernetes.Interface, from, to int) error {
 	return parallel.ForEach(ctx, to-from, Writers, func(ctx context.Context, k int) error {
-		_, err := cs.CoreV1().Pods(Namespace).Create(ctx, c.Pod(from+k), metav1.CreateOptions{})
+		p := c.Pod(from + k)
+		_, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
 		return ignoreExists(err)
 	})
 }
 
 // DeletePods deletes pods from … to-1 at once (grace period 0: kwok runs nothing to stop).
-func DeletePods(ctx context.Context, cs kubernetes.Interface, from, to int) error {
+func (c Cluster) DeletePods(ctx context.Context, cs kubernetes.Interface, from, to int) error {
 	zero := int64(0)
 	return parallel.ForEach(ctx, to-from, Writers, func(ctx context.Context, k int) error {
-		err := cs.CoreV1().Pods(Namespace).Delete(ctx, PodName(from+k), metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		i := from + k
+		err := cs.CoreV1().Pods(c.PodNamespace(i)).Delete(ctx, PodName(i), metav1.DeleteOptions{GracePeriodSeconds: &zero})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return err
 	})
-}
-
-// Delete removes the simulated cluster: its namespace (pods, Services, EndpointSlices)
-// and Nodes.
-func Delete(ctx context.Context, cs kubernetes.Interface) error {
-	err := cs.CoreV1().Namespaces().Delete(ctx, Namespace, metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete namespace %s: %w", Namespace, err)
-	}
-	sel := metav1.ListOptions{LabelSelector: LabelKey + "=" + LabelValue}
-	if err := cs.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
-		return fmt.Errorf("delete the kwok nodes: %w", err)
-	}
-	return nil
 }
 
 func ignoreExists(err error) error {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -54,6 +55,15 @@ options:
   nodePlayStageParallelism: 8
 `
 
+// nodeLeaseSeconds is the Lease kwok keeps for each Node, renewed on a timer as a
+// kubelet does. Without one a node's only heartbeat is its status, which kwok updates
+// again only on the event of its previous update; its informers' watches end every
+// ~20 s against the lab's apiserver (kwok's client asks for watch-list streams, which
+// this apiserver refuses), and a node whose update fell into such a gap got no further
+// heartbeat: NotReady, its pods marked unready (all 20 nodes of a small run within
+// 3 minutes), or evicted.
+const nodeLeaseSeconds = 40
+
 // Process is a running kwok.
 type Process struct {
 	cmd  *exec.Cmd
@@ -79,7 +89,8 @@ func Start(kubeconfig, logPath string) (*Process, error) {
 	}
 	cmd := exec.Command(bin, "--config", conf, "--kubeconfig", kubeconfig, "-v", "WARN",
 		"--manage-all-nodes=false",
-		"--manage-nodes-with-annotation-selector", AnnotationKey+"="+AnnotationValue)
+		"--manage-nodes-with-annotation-selector", AnnotationKey+"="+AnnotationValue,
+		"--node-lease-duration-seconds", strconv.Itoa(nodeLeaseSeconds))
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {

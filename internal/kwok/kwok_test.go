@@ -5,6 +5,8 @@ import (
 	"os"
 	"regexp"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 func TestVersionMatchesScript(t *testing.T) {
@@ -51,11 +53,44 @@ func TestShapeValidate(t *testing.T) {
 	}
 }
 
-// Pod i is in Service i mod Services and on node i mod Nodes.
+// Pod i is in Service i mod Services, in that Service's namespace, and on node i mod
+// Nodes.
 func TestPodPlacement(t *testing.T) {
 	s := Shape{Nodes: 3, Pods: 10, Services: 4}
 	p := s.Pod(7)
 	if p.Spec.NodeName != NodeName(1) || p.Labels["svc"] != ServiceName(3) || Service(3).Spec.Selector["svc"] != ServiceName(3) {
 		t.Errorf("pod 7: node %s, svc %s", p.Spec.NodeName, p.Labels["svc"])
+	}
+	if p.Namespace != Service(3).Namespace || !IsNamespace(p.Namespace) {
+		t.Errorf("pod 7 in namespace %q, its Service in %q", p.Namespace, Service(3).Namespace)
+	}
+}
+
+// The shape spreads 10,000 Services over 100 namespaces of 100, each with its
+// pods; a pod outlives its node's missed heartbeats.
+func TestNamespaces(t *testing.T) {
+	s := Shape{Nodes: 1000, Pods: 50000, Services: 10000}
+	if n := s.Namespaces(); n != 100 {
+		t.Errorf("%d namespaces, want 100", n)
+	}
+	if n := (Shape{Nodes: 1, Pods: 101, Services: 101}).Namespaces(); n != 2 {
+		t.Errorf("101 Services in %d namespaces, want 2", n)
+	}
+	if got, want := Service(150).Namespace, NamespaceName(1); got != want {
+		t.Errorf("Service 150 in %s, want %s", got, want)
+	}
+	if got, want := s.Pod(20150).Namespace, NamespaceName(1); got != want { // Service 150's pod
+		t.Errorf("pod 20150 in %s, want %s", got, want)
+	}
+	evictions := map[string]bool{corev1.TaintNodeNotReady: false, corev1.TaintNodeUnreachable: false}
+	for _, tol := range s.Pod(0).Spec.Tolerations {
+		if _, ok := evictions[tol.Key]; ok && tol.Effect == corev1.TaintEffectNoExecute && tol.TolerationSeconds == nil {
+			evictions[tol.Key] = true
+		}
+	}
+	for k, ok := range evictions {
+		if !ok {
+			t.Errorf("a simulated pod does not tolerate %s forever: the controller-manager evicts it when kwok renews its node late", k)
+		}
 	}
 }

@@ -3,18 +3,40 @@ package kwok
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// Namespace holds the simulated pods and their Services.
-const Namespace = "kwok-scale"
+// NamespacePrefix starts the names of the namespaces that hold the simulated pods and
+// Services, ServicesPerNamespace Services and their pods in each. One namespace of
+// 10,000 Services and 50,000 pods kept the controller-manager's EndpointSlice and
+// Endpoints controllers busy for minutes: each Service's sync lists its namespace's
+// pods and each pod update matches the namespace's Services.
+const (
+	NamespacePrefix      = "kwok-scale-"
+	ServicesPerNamespace = 100
+)
+
+// Every simulated pod has the label podLabel=podLabelValue; PodSelector selects them.
+const (
+	podLabel      = "app"
+	podLabelValue = "kwok-scale"
+	PodSelector   = podLabel + "=" + podLabelValue
+)
+
+// NamespaceName is the name of simulated namespace k.
+func NamespaceName(k int) string { return fmt.Sprintf("%s%03d", NamespacePrefix, k) }
+
+// IsNamespace says whether ns is a simulated namespace.
+func IsNamespace(ns string) bool { return strings.HasPrefix(ns, NamespacePrefix) }
 
 // Shape is a simulated cluster: Nodes kwok nodes, Pods pods spread round-robin over
 // them, Services ClusterIP Services each selecting Pods/Services of the pods (pod i
-// belongs to Service i mod Services), so their EndpointSlices hold every pod.
+// belongs to Service i mod Services, in that Service's namespace), so their
+// EndpointSlices hold every pod.
 type Shape struct {
 	Nodes    int `json:"nodes"`
 	Pods     int `json:"pods"`
@@ -45,6 +67,17 @@ func (s Shape) Validate() error {
 	}
 	return nil
 }
+
+// Namespaces is how many namespaces the shape's Services and pods take.
+func (s Shape) Namespaces() int {
+	return (s.Services + ServicesPerNamespace - 1) / ServicesPerNamespace
+}
+
+// ServiceNamespace is the namespace of simulated Service j.
+func ServiceNamespace(j int) string { return NamespaceName(j / ServicesPerNamespace) }
+
+// PodNamespace is the namespace of simulated pod i: its Service's.
+func (s Shape) PodNamespace(i int) string { return ServiceNamespace(i % s.Services) }
 
 // NodeName is the name of simulated node i.
 func NodeName(i int) string { return fmt.Sprintf("kwok-node-%04d", i) }
@@ -89,18 +122,23 @@ func Node(i int, clusterCIDR, segmentA netip.Prefix) *corev1.Node {
 }
 
 // Pod is simulated pod i of shape s: bound to node i mod Nodes (no scheduler), in
-// Service i mod Services.
+// Service i mod Services. It tolerates its node being not ready or unreachable, as a
+// DaemonSet's pods do: on a loaded 2-vCPU machine kwok sometimes renews a node's lease
+// late, and the controller-manager would evict the node's pods for good after 5
+// minutes (nothing recreates them), leaving the simulation short of pods.
 func (s Shape) Pod(i int) *corev1.Pod {
 	no := false
 	zero := int64(0)
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: PodName(i), Namespace: Namespace,
-			Labels: map[string]string{"app": "kwok-scale", "svc": ServiceName(i % s.Services)}},
+		ObjectMeta: metav1.ObjectMeta{Name: PodName(i), Namespace: s.PodNamespace(i),
+			Labels: map[string]string{podLabel: podLabelValue, "svc": ServiceName(i % s.Services)}},
 		Spec: corev1.PodSpec{
 			NodeName:                      NodeName(i % s.Nodes),
 			AutomountServiceAccountToken:  &no,
 			TerminationGracePeriodSeconds: &zero,
-			Tolerations:                   []corev1.Toleration{{Key: AnnotationKey, Operator: corev1.TolerationOpExists}},
+			Tolerations: []corev1.Toleration{{Key: AnnotationKey, Operator: corev1.TolerationOpExists},
+				{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+				{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}},
 			Containers: []corev1.Container{{Name: "app", Image: "kwok-simulated",
 				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: TargetPort}}}},
 		},
@@ -110,7 +148,7 @@ func (s Shape) Pod(i int) *corev1.Pod {
 // Service is simulated Service j.
 func Service(j int) *corev1.Service {
 	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: ServiceName(j), Namespace: Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: ServiceName(j), Namespace: ServiceNamespace(j)},
 		Spec: corev1.ServiceSpec{
 			Selector: map[string]string{"svc": ServiceName(j)},
 			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: ServicePort,
