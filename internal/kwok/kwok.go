@@ -61,7 +61,9 @@ options:
 // ~20 s against the lab's apiserver (kwok's client asks for watch-list streams, which
 // this apiserver refuses), and a node whose update fell into such a gap got no further
 // heartbeat: NotReady, its pods marked unready (all 20 nodes of a small run within
-// 3 minutes), or evicted.
+// 3 minutes), or evicted. At 1,000 nodes the lease renewals fail too (update
+// conflicts from the same stale caches) and some nodes still go NotReady for a while:
+// docs/bench/2026-11-30/kwok-full.
 const nodeLeaseSeconds = 40
 
 // Process is a running kwok.
