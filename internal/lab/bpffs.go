@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
@@ -50,15 +49,12 @@ func mountBPFFS(record string) error {
 }
 
 // unmountBPFFS unmounts the bpffs lab up mounted (record says so) once the nodes'
-// pins are gone (removeNodeDirs). A bpffs that holds anything else by then is
-// someone else's now: it stays, with a note. No record: nothing to do.
+// pins are gone (removeNodeDirs, which also removed bpffsDir if it was empty). A
+// bpffs that holds anything else by then (bpffsDir included) is someone else's now:
+// it stays, with a note. No record: nothing to do.
 func unmountBPFFS(record string, note func(string, ...any)) error {
 	if !exists(record) {
 		return nil
-	}
-	if err := os.Remove(bpffsDir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		note("kept the bpffs at %s that lab up mounted: %v", machineBPFFS, err)
-		return os.Remove(record)
 	}
 	if mounted, err := IsBPFFS(machineBPFFS); err != nil || !mounted {
 		return os.Remove(record) // unmounted meanwhile
