@@ -22,7 +22,6 @@ apt_packages=(
 	util-linux procps psmisc hostname     # nsenter, unshare, ps, fuser, hostname
 	iputils-ping curl                     # real clients
 	iperf3 netperf sockperf qperf wrk     # load generators for tests and benchmarks
-	etcd-server                           # the lab's Kubernetes store
 	etcd-client                           # etcdctl: writes flannel's config (lab --cni flannel)
 	containernetworking-plugins           # reference bridge, host-local, portmap, loopback (lab --cni bridge|flannel; containerd)
 	containerd runc                       # the real container runtime (lab --runtime containerd)
@@ -66,8 +65,6 @@ install_packages() {
 	say "installing apt packages: ${missing[*]}"
 	[ "$updated" -eq 1 ] || apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-	# etcd-server's package starts a system etcd on :2379; the lab runs its own.
-	if systemctl is-active --quiet etcd 2>/dev/null; then systemctl disable --now etcd >/dev/null 2>&1 || true; fi
 	# containerd's package starts a system containerd; each lab node runs its own.
 	if systemctl is-active --quiet containerd 2>/dev/null; then systemctl disable --now containerd >/dev/null 2>&1 || true; fi
 }
@@ -82,6 +79,7 @@ check_go() {
 install_packages
 check_go
 "$here/build-k8s.sh"
+"$here/build-etcd.sh"
 "$here/build-flannel.sh"
 "$here/build-helm.sh"
 "$here/build-hubble.sh"

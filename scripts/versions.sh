@@ -5,6 +5,9 @@ GO_MIN=1.24
 MYELIN_CACHE=${MYELIN_CACHE:-${XDG_CACHE_HOME:-${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}/.cache}/myelin}
 KUBE_BIN_DIR="$MYELIN_CACHE/kubernetes/$KUBE_VERSION/bin"
 KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl kubelet)
+# The lab's etcd (scripts/build-etcd.sh; internal/lab.EtcdVersion), from its Go module.
+ETCD_VERSION=v3.6.16
+ETCD_BIN_DIR="$MYELIN_CACHE/etcd/$ETCD_VERSION/bin"
 FLANNEL_VERSION=v0.26.7
 HELM_VERSION=v3.19.0
 HELM_BIN_DIR="$MYELIN_CACHE/helm/$HELM_VERSION/bin"

@@ -102,8 +102,8 @@ func (c *Cluster) Available() error {
 			return fmt.Errorf("Kubernetes binaries not built (%s missing): run make setup", p)
 		}
 	}
-	if _, err := exec.LookPath("etcd"); err != nil {
-		return errors.New("needs etcd, which is not installed: run make setup")
+	if _, err := os.Stat(lab.EtcdBin()); err != nil {
+		return fmt.Errorf("etcd %s not built (%s missing): run make setup", lab.EtcdVersion, lab.EtcdBin())
 	}
 	flavour := lab.FlavourOf(labplan.CNI(c.Spec.CNI))
 	if flavour == nil {

@@ -38,7 +38,7 @@ func checkTools(plan labplan.Plan) error {
 		{Path: "ip", Fix: "install iproute2 (make setup)"},
 		{Path: "nsenter", Fix: "install util-linux (make setup)"},
 		{Path: "sysctl", Fix: "install procps (make setup)"},
-		{Path: "etcd", Fix: "install etcd-server (make setup)"},
+		{Path: EtcdBin(), Fix: "build etcd " + EtcdVersion + " with: make setup"},
 	}
 	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		tools = append(tools, cni.Tool{Path: filepath.Join(KubeBinDir(), b), Fix: "build Kubernetes " + KubeVersion + " with: make setup"})

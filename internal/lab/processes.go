@@ -19,6 +19,15 @@ func KubeBinDir() string {
 	return filepath.Join(cni.ToolCache(), "kubernetes", KubeVersion, "bin")
 }
 
+// EtcdVersion is the etcd the lab runs; scripts/build-etcd.sh builds it (Debian's is
+// too old for the apiserver's watch-list and consistent reads from its cache).
+const EtcdVersion = "v3.6.16"
+
+// EtcdBin is where scripts/build-etcd.sh puts etcd (the same cache as KubeBinDir).
+func EtcdBin() string {
+	return filepath.Join(cni.ToolCache(), "etcd", EtcdVersion, "bin", "etcd")
+}
+
 // Processes returns the lab's children in start order: the control plane, the external
 // host's HTTP server, the runtime's node processes (a lab kubelet per node, or
 // containerd and kubelet per node), kube-proxy (with --kube-proxy) and the
@@ -57,7 +66,7 @@ func etcdAndAPIServer(p labplan.Plan, paths labplan.Paths, kubeBin string) []lab
 	return []labplan.Process{
 		{
 			Name: "etcd",
-			Argv: labplan.InNS(labplan.CPNS, "etcd", "--name", "myelin-lab", "--data-dir", paths.Etcd(),
+			Argv: labplan.InNS(labplan.CPNS, EtcdBin(), "--name", "myelin-lab", "--data-dir", paths.Etcd(),
 				"--listen-client-urls", etcdClient, "--advertise-client-urls", etcdClient,
 				"--listen-peer-urls", etcdPeer, "--initial-advertise-peer-urls", etcdPeer,
 				"--initial-cluster", "myelin-lab="+etcdPeer, "--log-level", "warn"),

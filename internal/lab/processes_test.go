@@ -21,6 +21,21 @@ func TestKubeVersionMatchesSetup(t *testing.T) {
 	}
 }
 
+// TestEtcdVersionMatchesSetup keeps the lab's EtcdVersion and the one setup builds equal.
+func TestEtcdVersionMatchesSetup(t *testing.T) {
+	b, err := os.ReadFile("../../scripts/versions.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "ETCD_VERSION="+EtcdVersion+"\n") {
+		t.Fatalf("scripts/versions.sh does not pin ETCD_VERSION=%s; keep the two in step", EtcdVersion)
+	}
+	t.Setenv("MYELIN_CACHE", "/opt/c")
+	if got, want := EtcdBin(), "/opt/c/etcd/"+EtcdVersion+"/bin/etcd"; got != want {
+		t.Errorf("EtcdBin() = %s, want %s (scripts/versions.sh's ETCD_BIN_DIR)", got, want)
+	}
+}
+
 // TestKubeBinDirFollowsSetup checks KubeBinDir's rule (the one scripts/versions.sh
 // uses), including an environment without $HOME.
 func TestKubeBinDirFollowsSetup(t *testing.T) {
