@@ -41,9 +41,15 @@ type KwokScaleOptions struct {
 
 // KwokScaleResult is what RunKwokScale measured of the real agent (node-1's).
 type KwokScaleResult struct {
-	Shape      kwok.Shape   `json:"shape"`
-	Churn      int          `json:"churnPods"`
-	BuildSecs  float64      `json:"buildSeconds"` // creating the objects until kwok ran every pod
+	Shape     kwok.Shape `json:"shape"`
+	Churn     int        `json:"churnPods"`
+	BuildSecs float64    `json:"buildSeconds"` // creating the objects until kwok ran every pod
+	// Readied are the pods the bench marked ready again (kwok.ReadyAgain), build and churn.
+	Readied int `json:"podsReadiedAgain"`
+	// PodIPs are the simulated pods' distinct addresses after the build: kwok v0.7.0's
+	// pool hands out addresses past a node's PodCIDR (another node's) after it has
+	// retried a pod's start, so two pods can share one; the agent programs each once.
+	PodIPs     int          `json:"distinctPodIPs"`
 	Sync       SyncFigures  `json:"sync"`
 	ChurnRun   ChurnFigures `json:"churn"`
 	IdleWrites float64      `json:"idleWrites"` // agent writes over a quiet minute after the churn
@@ -148,6 +154,9 @@ func runKwokInLab(ctx context.Context, w io.Writer, cl *Cluster, o KwokScaleOpti
 	}
 	res.BuildSecs = time.Since(start).Seconds()
 	fmt.Fprintf(w, "scale: built in %.0f s\n", res.BuildSecs)
+	if err := r.countPodIPs(ctx, res); err != nil {
+		return err
+	}
 	if res.Sync, err = r.measureSync(ctx); err != nil {
 		return err
 	}
@@ -165,6 +174,7 @@ func runKwokInLab(ctx context.Context, w io.Writer, cl *Cluster, o KwokScaleOpti
 		return err
 	}
 	fmt.Fprintf(w, "scale: idle minute: %.0f agent writes, agent CPU %.2f%% of a vCPU\n", res.IdleWrites, res.IdleCPU)
+	res.Readied = r.readied
 	return proc.Exited(context.Background())
 }
 
@@ -178,14 +188,30 @@ func writeKwokResult(dir string, res KwokScaleResult) error {
 
 // kwokRun is one simulation in a running lab.
 type kwokRun struct {
-	cl     *Cluster
-	cs     kubernetes.Interface
-	sim    kwok.Cluster
-	w      io.Writer
-	kwok   *kwok.Process
-	out    string     // the output directory
-	node   string     // the real node
-	nodeIP netip.Addr // its IP, where its agent serves metrics
+	cl      *Cluster
+	cs      kubernetes.Interface
+	sim     kwok.Cluster
+	w       io.Writer
+	kwok    *kwok.Process
+	out     string     // the output directory
+	node    string     // the real node
+	nodeIP  netip.Addr // its IP, where its agent serves metrics
+	readied int        // pods marked ready again (readyAgain)
+}
+
+// countPodIPs records the simulated pods' distinct addresses, and says so when kwok
+// gave two pods the same one.
+func (r *kwokRun) countPodIPs(ctx context.Context, res *KwokScaleResult) error {
+	ips, err := r.podBackends(ctx)
+	if err != nil {
+		return err
+	}
+	res.PodIPs = len(ips)
+	if len(ips) < r.sim.Pods {
+		fmt.Fprintf(r.w, "scale: the %d pods have %d distinct addresses (kwok's IP pool repeats addresses after retries): the agent programs %d distinct backends\n",
+			r.sim.Pods, len(ips), len(ips))
+	}
+	return nil
 }
 
 // build creates the simulated cluster and waits until kwok runs every pod and the

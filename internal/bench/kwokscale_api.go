@@ -130,8 +130,23 @@ func (r *kwokRun) podBackends(ctx context.Context) (map[string]bool, error) {
 	return out, nil
 }
 
+// readyAgainEvery is how long waitSlicesCurrent waits before it marks unready pods
+// ready again (kwok.ReadyAgain), and again after each time.
+const readyAgainEvery = 30 * time.Second
+
+// readyAgain marks the simulated pods the node-lifecycle controller marked unready
+// ready again, as their kubelets would, and says how many in the output.
+func (r *kwokRun) readyAgain(ctx context.Context) error {
+	n, err := kwok.ReadyAgain(ctx, r.cs)
+	if n > 0 {
+		fmt.Fprintf(r.w, "scale: marked %d pods ready again (the node-lifecycle controller had marked them unready: kwok renewed their node late)\n", n)
+	}
+	r.readied += n
+	return err
+}
+
 // waitSlicesCurrent waits until the EndpointSlices' ready endpoints are exactly the
-// running pods.
+// running pods, marking pods ready again every readyAgainEvery.
 func (r *kwokRun) waitSlicesCurrent(ctx context.Context) error {
 	want, err := r.podBackends(ctx)
 	if err != nil {
@@ -141,7 +156,14 @@ func (r *kwokRun) waitSlicesCurrent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	lastReady := time.Now()
 	return poll(ctx, 3*time.Second, "the EndpointSlices to hold every pod", func() (bool, string, error) {
+		if time.Since(lastReady) > readyAgainEvery {
+			if err := r.readyAgain(ctx); err != nil {
+				return false, "", err
+			}
+			lastReady = time.Now()
+		}
 		list, err := cs.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
 			return false, err.Error(), nil

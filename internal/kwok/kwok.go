@@ -57,13 +57,11 @@ options:
 
 // nodeLeaseSeconds is the Lease kwok keeps for each Node, renewed on a timer as a
 // kubelet does. Without one a node's only heartbeat is its status, which kwok updates
-// again only on the event of its previous update; its watches end every ~20 s against
-// the lab's apiserver ("a watch stream was requested ... RequestWatchProgress is
-// disabled": the lab's etcd is too old), and a node whose update fell into such a gap
-// got no further heartbeat: NotReady, its pods marked unready (all 20 nodes of a small
-// run within 3 minutes), or evicted. At 1,000 nodes the lease renewals fail too (update
-// conflicts from the same stale caches) and some nodes still go NotReady for a while:
-// docs/bench/2026-11-30/kwok-full.
+// again only on the event of its previous update: when its watches kept ending (against
+// Debian's etcd 3.4 the apiserver refused kwok's watches from resourceVersion 0, before
+// the lab built its own etcd) a node whose update fell into such a gap got no further
+// heartbeat: NotReady, its pods marked unready, or evicted
+// (docs/bench/2026-11-30/kwok-full).
 const nodeLeaseSeconds = 40
 
 // Process is a running kwok.

@@ -1,10 +1,12 @@
 package kwok
 
 import (
+	"encoding/json"
 	"net/netip"
 	"os"
 	"regexp"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -92,5 +94,37 @@ func TestNamespaces(t *testing.T) {
 		if !ok {
 			t.Errorf("a simulated pod does not tolerate %s forever: the controller-manager evicts it when kwok renews its node late", k)
 		}
+	}
+}
+
+// TestReadyPatch checks the status patch ReadyAgain sends: both readiness conditions
+// True, as a strategic merge of the conditions list by type.
+func TestReadyPatch(t *testing.T) {
+	b, err := readyPatch(time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p struct {
+		Status corev1.PodStatus `json:"status"`
+	}
+	if err := json.Unmarshal(b, &p); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	want := map[corev1.PodConditionType]bool{corev1.PodReady: true, corev1.ContainersReady: true}
+	for _, c := range p.Status.Conditions {
+		if !want[c.Type] || c.Status != corev1.ConditionTrue || c.LastTransitionTime.IsZero() {
+			t.Errorf("condition %+v: want Ready or ContainersReady, True, with a transition time", c)
+		}
+		delete(want, c.Type)
+	}
+	if len(want) > 0 {
+		t.Errorf("%s: conditions missing: %v", b, want)
+	}
+	pod := &corev1.Pod{Status: p.Status}
+	if !podReady(pod) {
+		t.Errorf("podReady is false after the patch's conditions")
+	}
+	if podReady(&corev1.Pod{}) {
+		t.Errorf("podReady is true for a pod without conditions")
 	}
 }
