@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/netip"
 	"time"
 
@@ -66,7 +67,7 @@ func prepare(ctx context.Context, cfg Config, loops *loops, log *slog.Logger) (*
 		log.Warn(w)
 	}
 	log.Info("configuration loaded", "sources", s.conf.SourceSummary())
-	if d := memlimit.Apply(s.conf.MemoryLimit, log); d.Limit > 0 {
+	if d := memlimit.Apply(s.conf.MemoryLimit, log); d.Limit > 0 && d.Limit != math.MaxInt64 {
 		log.Info("memory limit", "bytes", d.Limit, "reason", d.Reason)
 	} else {
 		log.Info("memory limit", "reason", d.Reason)

@@ -86,14 +86,22 @@ func Decide(s Setting, cgroupMax int64, env string) Decision {
 		return Decision{Limit: int64(float64(cgroupMax) * cgroupShare),
 			Reason: fmt.Sprintf("90%% of the cgroup's memory.max (%s)", resource.NewQuantity(cgroupMax, resource.BinarySI))}
 	}
-	return Decision{Limit: Floor, Follow: true, Reason: "auto: 1.5 x the live heap, at least 64Mi (no cgroup memory limit)"}
+	return Decision{Limit: math.MaxInt64, Follow: true,
+		Reason: "auto: no soft limit (no cgroup memory limit); the heap goal follows the live heap (1.5 x it, at least 64Mi)"}
 }
 
-// followLimit is the limit a following Decision sets for a live heap of live bytes.
-func followLimit(floor, live int64) int64 { return max(floor, live+live/2) }
+// followPercent is the GC percent (GOGC) that puts the heap goal at
+// max(floor, 1.5 x live) for a live heap of live bytes.
+func followPercent(floor, live int64) int {
+	if live <= 0 {
+		return 100 // the runtime's default until a cycle has measured the heap
+	}
+	return int(max(50, (floor-live)*100/live))
+}
 
-// Apply sets the soft limit for s and, when it follows the live heap, keeps it so
-// after every garbage collection. It returns the decision, for the log.
+// Apply sets the soft limit for s and, when the decision follows the live heap, keeps
+// the GC's heap goal at 1.5x it after every garbage collection. It returns the
+// decision, for the log.
 func Apply(s Setting, log *slog.Logger) Decision {
 	cg, err := cgroupMax()
 	if err != nil {
@@ -105,7 +113,12 @@ func Apply(s Setting, log *slog.Logger) Decision {
 	}
 	debug.SetMemoryLimit(d.Limit)
 	if d.Follow {
-		followHeap(d.Limit)
+		if g := os.Getenv("GOGC"); g != "" {
+			d.Follow = false
+			d.Reason += "; not followed: GOGC=" + g + " from the environment sets the heap goal"
+		} else {
+			followHeap(Floor)
+		}
 	}
 	return d
 }
@@ -114,17 +127,25 @@ func Apply(s Setting, log *slog.Logger) Decision {
 // holds a pointer so that it is never a tiny allocation (whose finalizers may not run).
 type sentinel struct{ _ *int }
 
-// followHeap raises or lowers the soft limit after every GC cycle to
-// followLimit(floor, live heap): a fixed limit below a growing live heap would make
-// the GC run without pause.
+// followHeap sets the GC percent after every GC cycle to followPercent(floor, live
+// heap), so the heap grows to 1.5x its live data (at least to floor) before the next
+// cycle. It used to set the soft memory limit to that figure instead, but the limit
+// counts all of the runtime's memory (partly used spans, stacks, metadata), which at
+// 50,000 pods was more than 1.5x the live heap: the GC then ran back to back, ~12
+// cycles a second and 88% of a vCPU in an idle agent (docs/scale.md). A heap goal
+// only ever waits for the program to allocate half its live heap again.
 func followHeap(floor int64) {
 	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	percent := 100
 	var arm func()
 	arm = func() {
 		runtime.SetFinalizer(&sentinel{}, func(*sentinel) {
 			metrics.Read(sample)
 			if sample[0].Value.Kind() == metrics.KindUint64 {
-				debug.SetMemoryLimit(followLimit(floor, int64(sample[0].Value.Uint64())))
+				if p := followPercent(floor, int64(sample[0].Value.Uint64())); p != percent {
+					debug.SetGCPercent(p)
+					percent = p
+				}
 			}
 			arm()
 		})

@@ -49,7 +49,7 @@ func TestDecide(t *testing.T) {
 		{name: "off", s: Off, cgroupMax: 1 << 30, want: Decision{Limit: math.MaxInt64}},
 		{name: "auto keeps GOMEMLIMIT", s: Auto, cgroupMax: 1 << 30, env: "200MiB", want: Decision{Limit: -1}},
 		{name: "auto: 90% of the cgroup", s: Auto, cgroupMax: 200 << 20, want: Decision{Limit: 180 << 20}},
-		{name: "auto without limits follows the heap", s: Auto, want: Decision{Limit: Floor, Follow: true}},
+		{name: "auto without limits follows the heap", s: Auto, want: Decision{Limit: math.MaxInt64, Follow: true}},
 	} {
 		got := Decide(tc.s, tc.cgroupMax, tc.env)
 		if got.Limit != tc.want.Limit || got.Follow != tc.want.Follow || got.Reason == "" {
@@ -58,12 +58,20 @@ func TestDecide(t *testing.T) {
 	}
 }
 
-func TestFollowLimit(t *testing.T) {
-	if got := followLimit(Floor, 10<<20); got != Floor {
-		t.Errorf("small heap: limit %d, want the floor %d", got, Floor)
-	}
-	if got := followLimit(Floor, 200<<20); got != 300<<20 {
-		t.Errorf("200 MiB live: limit %d, want 300 MiB", got)
+func TestFollowPercent(t *testing.T) {
+	for _, tc := range []struct {
+		live int64
+		want int // heap goal live x (1 + want/100)
+	}{
+		{live: 16 << 20, want: 300}, // 64 MiB: the floor
+		{live: 32 << 20, want: 100}, // 64 MiB: the floor
+		{live: 50 << 20, want: 50},  // 75 MiB: 1.5x, above the floor
+		{live: 200 << 20, want: 50}, // 300 MiB
+		{live: 0, want: 100},        // nothing measured yet: the default
+	} {
+		if got := followPercent(Floor, tc.live); got != tc.want {
+			t.Errorf("live heap %d MiB: GC percent %d, want %d", tc.live>>20, got, tc.want)
+		}
 	}
 }
 
