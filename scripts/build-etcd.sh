@@ -21,11 +21,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 # wrapper module, written there too; a subshell, so its cd stays in it.
 build_etcd() (
 	cd "$GOBIN"
-	cat >go.mod <<MOD
-module myelin.local/etcdbuild
-
-go $GO_MIN
-MOD
+	wrapper_module etcdbuild
 	GOFLAGS=-mod=mod go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
 	GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$GOBIN/etcd" go.etcd.io/etcd/server/v3
 )

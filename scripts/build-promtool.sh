@@ -22,11 +22,7 @@ PROMETHEUS_MODULE_VERSION=v0.307.3
 # the wrapper module, written there too; a subshell, so its cd stays in it.
 build_promtool() (
 	cd "$GOBIN"
-	cat >go.mod <<MOD
-module myelin.local/promtoolbuild
-
-go $GO_MIN
-MOD
+	wrapper_module promtoolbuild
 	cat >tools.go <<'SRC'
 //go:build tools
 

@@ -1,5 +1,5 @@
 # pinned-build.sh is sourced by the scripts that build one pinned Go binary into the
-# cache (build-flannel.sh, build-helm.sh, build-kwok.sh, build-promtool.sh): the reuse
+# cache (build-etcd.sh, build-flannel.sh, build-helm.sh, build-kwok.sh, build-promtool.sh): the reuse
 # of a binary already built, and the scratch directory it is built in. Needs
 # versions.sh sourced first.
 
@@ -25,4 +25,16 @@ pinned_build() {
 	GOBIN="$pinned_build_scratch" "$@"
 	mv "$pinned_build_scratch/$name" "$bin_dir/$name"
 	say "$name $version: built $bin_dir/$name"
+}
+
+# wrapper_module NAME writes, in the current directory, the go.mod of a throwaway module
+# myelin.local/NAME: a tool whose own go.mod has replace or exclude directives is built
+# through it (`go get` the pinned module, then `go build` its main package), since a
+# dependency's directives do not apply.
+wrapper_module() {
+	cat >go.mod <<MOD
+module myelin.local/$1
+
+go $GO_MIN
+MOD
 }

@@ -10,25 +10,17 @@ import (
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
-// TestKubeVersionMatchesSetup keeps the lab's KubeVersion and the one setup builds equal.
-func TestKubeVersionMatchesSetup(t *testing.T) {
+// TestVersionsMatchSetup keeps the lab's KubeVersion and EtcdVersion equal to the ones
+// setup builds, and EtcdBin where scripts/versions.sh's ETCD_BIN_DIR puts etcd.
+func TestVersionsMatchSetup(t *testing.T) {
 	b, err := os.ReadFile("../../scripts/versions.sh")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(b), "KUBE_VERSION="+KubeVersion+"\n") {
-		t.Fatalf("scripts/versions.sh does not pin KUBE_VERSION=%s; keep the two in step", KubeVersion)
-	}
-}
-
-// TestEtcdVersionMatchesSetup keeps the lab's EtcdVersion and the one setup builds equal.
-func TestEtcdVersionMatchesSetup(t *testing.T) {
-	b, err := os.ReadFile("../../scripts/versions.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(b), "ETCD_VERSION="+EtcdVersion+"\n") {
-		t.Fatalf("scripts/versions.sh does not pin ETCD_VERSION=%s; keep the two in step", EtcdVersion)
+	for name, v := range map[string]string{"KUBE_VERSION": KubeVersion, "ETCD_VERSION": EtcdVersion} {
+		if !strings.Contains(string(b), name+"="+v+"\n") {
+			t.Errorf("scripts/versions.sh does not pin %s=%s; keep the two in step", name, v)
+		}
 	}
 	t.Setenv("MYELIN_CACHE", "/opt/c")
 	if got, want := EtcdBin(), "/opt/c/etcd/"+EtcdVersion+"/bin/etcd"; got != want {
