@@ -148,14 +148,17 @@ func runKwokInLab(ctx context.Context, w io.Writer, cl *Cluster, o KwokScaleOpti
 	}
 	r := &kwokRun{cl: cl, cs: cs, sim: kwok.Cluster{Shape: o.Shape, ClusterCIDR: plan.Addressing.ClusterCIDR,
 		SegmentA: plan.Addressing.SegmentA}, w: w, kwok: proc, out: o.OutDir, node: node, nodeIP: real.IP}
+	defer func() { res.Readied = r.readied }() // also when a step fails: the result is written then too
 	start := time.Now()
 	if err := r.build(ctx); err != nil {
 		return err
 	}
 	res.BuildSecs = time.Since(start).Seconds()
 	fmt.Fprintf(w, "scale: built in %.0f s\n", res.BuildSecs)
-	if err := r.countPodIPs(ctx, res); err != nil {
-		return err
+	res.PodIPs = r.podIPs
+	if r.podIPs < r.sim.Pods {
+		fmt.Fprintf(w, "scale: the %d pods have %d distinct addresses (kwok's IP pool repeats addresses after retries): the agent programs each once\n",
+			r.sim.Pods, r.podIPs)
 	}
 	if res.Sync, err = r.measureSync(ctx); err != nil {
 		return err
@@ -174,7 +177,6 @@ func runKwokInLab(ctx context.Context, w io.Writer, cl *Cluster, o KwokScaleOpti
 		return err
 	}
 	fmt.Fprintf(w, "scale: idle minute: %.0f agent writes, agent CPU %.2f%% of a vCPU\n", res.IdleWrites, res.IdleCPU)
-	res.Readied = r.readied
 	return proc.Exited(context.Background())
 }
 
@@ -197,21 +199,7 @@ type kwokRun struct {
 	node    string     // the real node
 	nodeIP  netip.Addr // its IP, where its agent serves metrics
 	readied int        // pods marked ready again (readyAgain)
-}
-
-// countPodIPs records the simulated pods' distinct addresses, and says so when kwok
-// gave two pods the same one.
-func (r *kwokRun) countPodIPs(ctx context.Context, res *KwokScaleResult) error {
-	ips, err := r.podBackends(ctx)
-	if err != nil {
-		return err
-	}
-	res.PodIPs = len(ips)
-	if len(ips) < r.sim.Pods {
-		fmt.Fprintf(r.w, "scale: the %d pods have %d distinct addresses (kwok's IP pool repeats addresses after retries): the agent programs %d distinct backends\n",
-			r.sim.Pods, len(ips), len(ips))
-	}
-	return nil
+	podIPs  int        // the simulated pods' distinct addresses, as waitSlicesCurrent last listed them
 }
 
 // build creates the simulated cluster and waits until kwok runs every pod and the

@@ -152,6 +152,7 @@ func (r *kwokRun) waitSlicesCurrent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.podIPs = len(want)
 	cs, err := r.protoClient()
 	if err != nil {
 		return err
