@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"weak"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -142,5 +143,42 @@ func TestSlimPodMemory(t *testing.T) {
 	}
 	if slim*3 > full {
 		t.Errorf("a cached pod takes %d bytes of heap, the full one %d: want a third or less", slim, full)
+	}
+}
+
+// Pods with equal labels share one map, pods with other labels get their own, and a
+// set nobody holds any more is forgotten.
+func TestLabelInterner(t *testing.T) {
+	in := labelInterner{sets: map[string]weak.Pointer[labelSet]{}}
+	a := in.intern(map[string]string{"app": "web", "tier": "front"})
+	src := map[string]string{"tier": "front", "app": "web"}
+	b := in.intern(src)
+	src["app"] = "changed" // the caller's map is not the shared one
+	c := in.intern(map[string]string{"app": "webtier", "": "front"})
+	if a != b {
+		t.Errorf("equal label sets got two copies")
+	}
+	if a == c || c.get()["app"] != "webtier" {
+		t.Errorf("other labels share the set of app=web,tier=front: %v", c.get())
+	}
+	if a.get()["app"] != "web" {
+		t.Errorf("the shared set changed with its source: %v", a.get())
+	}
+	if in.intern(nil) != nil || in.intern(map[string]string{}) != nil {
+		t.Errorf("no labels interned as a set")
+	}
+	if n := in.len(); n != 2 {
+		t.Fatalf("%d sets held, want 2", n)
+	}
+	runtime.KeepAlive(a)
+	runtime.KeepAlive(c)
+	a, b, c = nil, nil, nil
+	// The cleanups run on the runtime's own goroutine after a collection.
+	for i := 0; i < 100 && in.len() > 0; i++ {
+		runtime.GC()
+		runtime.Gosched()
+	}
+	if n := in.len(); n != 0 {
+		t.Errorf("%d sets still held once no pod uses them", n)
 	}
 }

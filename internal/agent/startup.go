@@ -51,6 +51,9 @@ func prepare(ctx context.Context, cfg Config, loops *loops, log *slog.Logger) (*
 		return nil, err
 	}
 	s.cs = cs
+	if err := kube.StreamInitialLists(); err != nil { // before any informer starts
+		log.Warn("informers list as before", "err", err)
+	}
 	node, err := waitForNode(ctx, cs, cfg.Node, log)
 	if err != nil {
 		return nil, err
