@@ -31,6 +31,7 @@ type procUsage struct {
 	cpu  float64
 	rss  float64 // MiB
 	anon float64 // MiB (RssAnon)
+	hwm  float64 // MiB (VmHWM: the peak RSS since the process started)
 }
 
 func readUsage(pid int) (procUsage, error) {
@@ -58,6 +59,8 @@ func readUsage(pid int) (procUsage, error) {
 			u.rss = kb / 1024
 		case "RssAnon":
 			u.anon = kb / 1024
+		case "VmHWM":
+			u.hwm = kb / 1024
 		}
 	}
 	return u, nil

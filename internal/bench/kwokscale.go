@@ -65,6 +65,7 @@ type SyncFigures struct {
 	CPUSeconds float64 `json:"cpuSeconds"`        // agent CPU from start until ready
 	RSSMiB     float64 `json:"rssMiB"`            // at ready
 	SettledMiB float64 `json:"settledRssMiB"`     // 30 s later
+	PeakMiB    float64 `json:"peakRssMiB"`        // the most RSS it had until then (VmHWM)
 	HeapMiB    float64 `json:"heapInuseMiB"`      // go_memstats_heap_inuse_bytes then
 	// GoMemMiB are the agent's go_memstats_*_bytes gauges then, in MiB.
 	GoMemMiB    map[string]float64 `json:"goMemstatsMiB,omitempty"`
@@ -77,16 +78,21 @@ type SyncFigures struct {
 
 // ChurnFigures are the agent's costs while pods are replaced.
 type ChurnFigures struct {
-	Events       int     `json:"events"` // pod deletes + creates
-	WallSeconds  float64 `json:"wallSeconds"`
-	CPUSeconds   float64 `json:"cpuSeconds"`
+	Events      int     `json:"events"` // pod deletes + creates
+	WallSeconds float64 `json:"wallSeconds"`
+	CPUSeconds  float64 `json:"cpuSeconds"`
+	// BackgroundPct is the agent's CPU (% of a vCPU) over the 20 s before the churn:
+	// what it spends anyway (kwok's Node heartbeats, the policy resync).
+	BackgroundPct float64 `json:"backgroundCpuPct"`
+	// CPUPer1000 is CPUSeconds less the background over WallSeconds, per 1,000 events.
 	CPUPer1000   float64 `json:"cpuSecondsPer1000Events"`
 	PeakRSSMiB   float64 `json:"peakRssMiB"`
 	Writes       float64 `json:"writes"`
 	Converged    bool    `json:"converged"` // the agent's backends were the pods' IPs afterwards
 	Mismatch     string  `json:"mismatch,omitempty"`
 	KCMSeconds   float64 `json:"endpointSlicesSeconds"` // until the EndpointSlices held every new pod
-	QuietSeconds float64 `json:"quietSeconds"`          // until the agent was idle again
+	PodsSeconds  float64 `json:"podsRunningSeconds"`    // until kwok ran every new pod
+	QuietSeconds float64 `json:"quietSeconds"`          // until the agent was back to its background
 }
 
 // RunKwokScale brings up the lab, kwok and the simulated cluster, measures the agent
@@ -160,24 +166,39 @@ func runKwokInLab(ctx context.Context, w io.Writer, cl *Cluster, o KwokScaleOpti
 		fmt.Fprintf(w, "scale: the %d pods have %d distinct addresses (kwok's IP pool repeats addresses after retries): the agent programs each once\n",
 			r.sim.Pods, r.podIPs)
 	}
+	if err := r.measure(ctx, o.Churn, res); err != nil {
+		return err
+	}
+	return proc.Exited(context.Background())
+}
+
+// measure takes the figures of a built simulated cluster: the agent's restart, a churn
+// of churn pods (none: no churn) and an idle minute.
+func (r *kwokRun) measure(ctx context.Context, churn int, res *KwokScaleResult) error {
+	var err error
 	if res.Sync, err = r.measureSync(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "scale: sync %.2f s (programmed view %.2f s), %d frontends, %d backends, RSS %.0f MiB (settled %.0f), %.0f writes\n",
-		res.Sync.Seconds, res.Sync.Programmed, res.Sync.Frontends, res.Sync.Backends, res.Sync.RSSMiB, res.Sync.SettledMiB, res.Sync.Writes)
-	if o.Churn > 0 {
-		if res.ChurnRun, err = r.measureChurn(ctx, o.Churn); err != nil {
+	fmt.Fprintf(r.w, "scale: sync %.2f s (programmed view %.2f s), %d frontends, %d backends, RSS %.0f MiB (settled %.0f, peak %.0f), %.0f writes\n",
+		res.Sync.Seconds, res.Sync.Programmed, res.Sync.Frontends, res.Sync.Backends, res.Sync.RSSMiB, res.Sync.SettledMiB,
+		res.Sync.PeakMiB, res.Sync.Writes)
+	if churn > 0 {
+		if res.ChurnRun, err = r.measureChurn(ctx, churn); err != nil {
 			return err
 		}
 		c := res.ChurnRun
-		fmt.Fprintf(w, "scale: churn %d events: %.2f CPU s (%.2f per 1,000), peak RSS %.0f MiB, %.0f writes, converged %v %s\n",
-			c.Events, c.CPUSeconds, c.CPUPer1000, c.PeakRSSMiB, c.Writes, c.Converged, c.Mismatch)
+		fmt.Fprintf(r.w, "scale: churn %d events in %.0f s: %.2f CPU s (%.2f per 1,000 above the background), peak RSS %.0f MiB, %.0f writes, converged %v %s\n",
+			c.Events, c.WallSeconds, c.CPUSeconds, c.CPUPer1000, c.PeakRSSMiB, c.Writes, c.Converged, c.Mismatch)
 	}
 	if res.IdleWrites, res.IdleCPU, err = r.idle(ctx, time.Minute); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "scale: idle minute: %.0f agent writes, agent CPU %.2f%% of a vCPU\n", res.IdleWrites, res.IdleCPU)
-	return proc.Exited(context.Background())
+	fmt.Fprintf(r.w, "scale: idle minute: %.0f agent writes, agent CPU %.2f%% of a vCPU\n", res.IdleWrites, res.IdleCPU)
+	// After the minute, not during it: the profile's own cost stays out of the figure.
+	if err := r.saveAgentProfile(ctx, "profile", "seconds=30", "agent-idle-cpu.pprof"); err != nil {
+		fmt.Fprintf(r.w, "scale: no idle CPU profile: %v\n", err)
+	}
+	return nil
 }
 
 func writeKwokResult(dir string, res KwokScaleResult) error {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -80,7 +81,7 @@ func (r *kwokRun) measureSettled(ctx context.Context, pid int, f *SyncFigures) e
 	if err != nil {
 		return err
 	}
-	f.SettledMiB = u.rss
+	f.SettledMiB, f.PeakMiB = u.rss, u.hwm
 	if f.GoMemMiB, err = r.agentMemstats(ctx); err == nil {
 		f.HeapMiB = f.GoMemMiB["heap_inuse"]
 	}
@@ -91,7 +92,9 @@ func (r *kwokRun) measureSettled(ctx context.Context, pid int, f *SyncFigures) e
 }
 
 // measureChurn replaces n pods (deletes, then creates them again: kwok gives the new
-// ones new IPs) and measures the agent until it is quiet again.
+// ones new IPs) and measures the agent until its view holds the new pods and its CPU
+// is back to what it used before (at 50,000 pods it never idles: kwok's Node
+// heartbeats and the policy resync cost a few % of a vCPU).
 func (r *kwokRun) measureChurn(ctx context.Context, n int) (ChurnFigures, error) {
 	ctx, cancel := context.WithTimeout(ctx, kwokStepLimit)
 	defer cancel()
@@ -100,6 +103,12 @@ func (r *kwokRun) measureChurn(ctx context.Context, n int) (ChurnFigures, error)
 	if err != nil {
 		return f, err
 	}
+	bg, err := cpuRate(ctx, pid, churnBackground)
+	if err != nil {
+		return f, err
+	}
+	f.BackgroundPct = 100 * bg
+	fmt.Fprintf(r.w, "scale: the agent's background before the churn: %.1f%% of a vCPU\n", f.BackgroundPct)
 	before, err := agentRequests(ctx, r.cs)
 	if err != nil {
 		return f, err
@@ -109,35 +118,18 @@ func (r *kwokRun) measureChurn(ctx context.Context, n int) (ChurnFigures, error)
 	profiled := make(chan error, 1)
 	go func() { profiled <- r.saveAgentProfile(ctx, "profile", "seconds=20", "agent-churn-cpu.pprof") }()
 	start := time.Now()
-	fmt.Fprintf(r.w, "scale: churn: replacing %d pods\n", n)
-	err = r.sim.DeletePods(ctx, r.cs, 0, n)
-	if err == nil {
-		err = r.sim.CreatePods(ctx, r.cs, 0, n)
-	}
-	if err == nil {
-		err = r.waitPodsRunning(ctx)
-	}
-	if err == nil {
-		err = r.waitSlicesCurrent(ctx)
-		f.KCMSeconds = time.Since(start).Seconds()
-	}
-	if err == nil {
-		err = waitAgentQuiet(ctx, pid)
-	}
+	err = r.churn(ctx, n, pid, bg, start, &f)
 	f.WallSeconds = time.Since(start).Seconds()
 	f.QuietSeconds = f.WallSeconds
 	cpu, rss, werr := endWatch()
 	if perr := <-profiled; perr != nil {
 		fmt.Fprintf(r.w, "scale: no CPU profile: %v\n", perr)
 	}
-	if err != nil {
+	if err = errors.Join(err, werr); err != nil {
 		return f, err
 	}
-	if werr != nil {
-		return f, werr
-	}
 	f.CPUSeconds, f.PeakRSSMiB = cpu, rss
-	f.CPUPer1000 = cpu / float64(f.Events) * 1000
+	f.CPUPer1000 = max(0, cpu-bg*f.WallSeconds) / float64(f.Events) * 1000
 	after, err := agentRequests(ctx, r.cs)
 	if err != nil {
 		return f, err
@@ -146,6 +138,53 @@ func (r *kwokRun) measureChurn(ctx context.Context, n int) (ChurnFigures, error)
 	f.Mismatch, err = r.viewMatchesPods(ctx)
 	f.Converged = err == nil && f.Mismatch == ""
 	return f, err
+}
+
+// churnBackground is how long the agent's CPU is measured before the churn.
+const churnBackground = 20 * time.Second
+
+// churn replaces n pods and waits, saying how long each step took, until the agent's
+// view holds the new pods and its CPU is back to bg (CPU seconds a second).
+func (r *kwokRun) churn(ctx context.Context, n, pid int, bg float64, start time.Time, f *ChurnFigures) error {
+	fmt.Fprintf(r.w, "scale: churn: replacing %d pods\n", n)
+	if err := r.sim.DeletePods(ctx, r.cs, 0, n); err != nil {
+		return err
+	}
+	if err := r.sim.CreatePods(ctx, r.cs, 0, n); err != nil {
+		return err
+	}
+	if err := r.waitPodsRunning(ctx); err != nil {
+		return err
+	}
+	f.PodsSeconds = time.Since(start).Seconds()
+	if err := r.waitSlicesCurrent(ctx); err != nil {
+		return err
+	}
+	f.KCMSeconds = time.Since(start).Seconds()
+	fmt.Fprintf(r.w, "scale: churn: pods running after %.0f s, EndpointSlices current after %.0f s\n", f.PodsSeconds, f.KCMSeconds)
+	err := poll(ctx, 2*time.Second, "the agent's Services view to hold the new pods", func() (bool, string, error) {
+		d, err := r.viewMatchesPods(ctx)
+		return err == nil && d == "", d, nil
+	})
+	if err == nil {
+		err = waitAgentBack(ctx, pid, bg)
+	}
+	return err
+}
+
+// cpuRate is the agent's CPU seconds a second over d.
+func cpuRate(ctx context.Context, pid int, d time.Duration) (float64, error) {
+	u0, err := readUsage(pid)
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(d):
+	}
+	u1, err := readUsage(pid)
+	return (u1.cpu - u0.cpu) / d.Seconds(), err
 }
 
 // idle counts the agent's writes and its CPU share (% of a vCPU) over d with nothing
@@ -176,31 +215,19 @@ func (r *kwokRun) idle(ctx context.Context, d time.Duration) (writes, cpuPct flo
 	return after.writes - before.writes, 100 * (u1.cpu - u0.cpu) / d.Seconds(), err
 }
 
-// waitAgentQuiet waits until the agent used less than 2% of a vCPU in each of three
-// seconds in a row: it has caught up with the changes.
-func waitAgentQuiet(ctx context.Context, pid int) error {
-	last, err := readUsage(pid)
-	if err != nil {
-		return err
-	}
-	for quiet := 0; quiet < 3; {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the agent to be idle again: %w", ctx.Err())
-		case <-time.After(time.Second):
-		}
-		u, err := readUsage(pid)
+// waitAgentBack waits until the agent used at most its background bg (CPU seconds a
+// second) and 2% of a vCPU more over 5 s: it has caught up with the changes.
+func waitAgentBack(ctx context.Context, pid int, bg float64) error {
+	const window = 5 * time.Second
+	for {
+		rate, err := cpuRate(ctx, pid, window)
 		if err != nil {
-			return err
+			return fmt.Errorf("waiting for the agent to be back to its background CPU (%.1f%% of a vCPU): %w", 100*bg, err)
 		}
-		if u.cpu-last.cpu < 0.02 {
-			quiet++
-		} else {
-			quiet = 0
+		if rate <= bg+0.02 {
+			return nil
 		}
-		last = u
 	}
-	return nil
 }
 
 // waitServiceAccounts creates the simulated namespaces and waits for their default
