@@ -69,8 +69,9 @@ func Compute(in Input, ids *Identities) State {
 	st := State{IPCache: map[netip.Prefix]uint32{}, Endpoints: map[netip.Addr]*Endpoint{}, Problems: problems}
 	used := map[string]bool{}
 	byKey := map[string]*identity{}
+	keys := newKeyer()
 	idOf := func(p peer) uint32 {
-		k := p.key()
+		k := keys.key(p)
 		used[k] = true
 		if i, ok := byKey[k]; ok {
 			return i.id

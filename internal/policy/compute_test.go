@@ -236,3 +236,28 @@ func TestTrace(t *testing.T) {
 		t.Errorf("y/a -> x/a:80 = %+v, want denied", r)
 	}
 }
+
+// Identity keys are saved with their numbers (policy-identities.json): a restarted
+// or upgraded agent must render the same key for the same peer, or every identity
+// gets a new number. A map rendered once renders the same from the keyer's memo.
+func TestIdentityKeyFormat(t *testing.T) {
+	shared := map[string]string{"tier": "web", "app": "shop"}
+	p := peer{pod: true, namespace: "x", labels: shared, nsLabels: map[string]string{"ns": "x"},
+		ports: []NamedPort{{Name: "http", Proto: ProtoTCP, Port: 80}, {Name: "dns", Proto: ProtoUDP, Port: 53}},
+		atoms: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	k := newKeyer()
+	want := "pod|x|app=shop,tier=web,|ns=x,|dns/17/53,http/6/80|10.0.0.0/8"
+	for range 2 {
+		if got := k.key(p); got != want {
+			t.Errorf("key = %q, want %q", got, want)
+		}
+	}
+	other := p
+	other.labels = map[string]string{"app": "shop"}
+	if got := k.key(other); got != "pod|x|app=shop,|ns=x,|dns/17/53,http/6/80|10.0.0.0/8" {
+		t.Errorf("another label map rendered as %q", got)
+	}
+	if got := k.key(peer{atoms: p.atoms}); got != "cidr|10.0.0.0/8" {
+		t.Errorf("cidr key = %q", got)
+	}
+}

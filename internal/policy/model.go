@@ -8,9 +8,14 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
+	"reflect"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -118,17 +123,23 @@ type peer struct {
 	atoms     []netip.Prefix // policy CIDRs containing the address, sorted
 }
 
-// key is the identity key of p (docs/policy.md).
-func (p peer) key() string {
+// keyer renders identity keys (docs/policy.md) for one computation. It renders each
+// label map once: a workload's pods share one (the agent's cache interns them) and a
+// namespace's pods their namespace's, so with 50,000 pods most keys are assembled
+// from strings already rendered. The maps are not changed during a computation, so
+// their address names them.
+type keyer struct {
+	rendered map[unsafe.Pointer]string
+}
+
+func newKeyer() *keyer { return &keyer{rendered: map[unsafe.Pointer]string{}} }
+
+// key is the identity key of p.
+func (k *keyer) key(p peer) string {
 	var b strings.Builder
 	if p.pod {
-		fmt.Fprintf(&b, "pod|%s|%s|%s|", p.namespace, sortedMap(p.labels), sortedMap(p.nsLabels))
-		ports := make([]string, 0, len(p.ports))
-		for _, np := range p.ports {
-			ports = append(ports, fmt.Sprintf("%s/%d/%d", np.Name, np.Proto, np.Port))
-		}
-		sort.Strings(ports)
-		b.WriteString(strings.Join(ports, ","))
+		b.WriteString("pod|" + p.namespace + "|" + k.labels(p.labels) + "|" + k.labels(p.nsLabels) + "|")
+		b.WriteString(portsKey(p.ports))
 	} else {
 		b.WriteString("cidr")
 	}
@@ -138,17 +149,31 @@ func (p peer) key() string {
 	return b.String()
 }
 
-func sortedMap(m map[string]string) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+// labels renders m as its sorted "key=value," pairs.
+func (k *keyer) labels(m map[string]string) string {
+	if len(m) == 0 {
+		return ""
 	}
-	sort.Strings(keys)
+	ptr := reflect.ValueOf(m).UnsafePointer()
+	if s, ok := k.rendered[ptr]; ok {
+		return s
+	}
 	var b strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&b, "%s=%s,", k, m[k])
+	for _, key := range slices.Sorted(maps.Keys(m)) {
+		b.WriteString(key + "=" + m[key] + ",")
 	}
+	k.rendered[ptr] = b.String()
 	return b.String()
+}
+
+// portsKey renders named ports as their sorted "name/proto/port", comma-separated.
+func portsKey(ports []NamedPort) string {
+	out := make([]string, 0, len(ports))
+	for _, np := range ports {
+		out = append(out, np.Name+"/"+strconv.Itoa(int(np.Proto))+"/"+strconv.Itoa(int(np.Port)))
+	}
+	sort.Strings(out)
+	return strings.Join(out, ",")
 }
 
 // namedPort returns the port named name for proto, if p has it.
