@@ -48,7 +48,7 @@ type policyView struct {
 // until it knows the whole cluster again.
 type policyLoop struct {
 	node    string
-	maps    policyMaps
+	maps    *ipcacheMirror // the datapath's policy maps (policymirror.go)
 	idsPath string
 	ids     *policy.Identities
 	cs      kube.Client
@@ -73,7 +73,7 @@ func newPolicyLoop(node, stateDir string, maps policyMaps, cs kube.Client, endpo
 	if err != nil {
 		return nil, err
 	}
-	return &policyLoop{node: node, maps: maps, idsPath: path, ids: ids, cs: cs, loops: l, log: log,
+	return &policyLoop{node: node, maps: &ipcacheMirror{policyMaps: maps}, idsPath: path, ids: ids, cs: cs, loops: l, log: log,
 		events: newPolicyEvents(cs, node, log), changed: make(chan struct{}, 1),
 		endpoints: endpoints, urgent: make(chan struct{}, 1), applied: make(chan struct{})}, nil
 }
@@ -138,6 +138,7 @@ func (p *policyLoop) Run(ctx context.Context) {
 			}
 		case <-p.urgent:
 		case <-tick.C:
+			p.maps.forget() // the resync reads the ipcache map itself
 		}
 	}
 }

@@ -264,13 +264,14 @@ func diffSets(want, have map[string]bool) string {
 func first(s []string, n int) []string { return s[:min(n, len(s))] }
 
 // waitPolicy waits (up to 30 s) until the agent's policy loop has computed with every
-// simulated pod in its ipcache, and says whether it did.
+// simulated pod in its ipcache (one entry per distinct address: kwok repeats some),
+// and says whether it did.
 func (r *kwokRun) waitPolicy(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	err := poll(ctx, 500*time.Millisecond, "the policy loop", func() (bool, string, error) {
 		p, err := api.NewClient(api.NodeSocket(r.node)).Policy(ctx)
-		return err == nil && p.Synced && p.IPCache >= r.sim.Pods, fmt.Sprintf("ipcache %d (%v)", p.IPCache, err), nil
+		return err == nil && p.Synced && p.IPCache >= r.podIPs, fmt.Sprintf("ipcache %d (%v)", p.IPCache, err), nil
 	})
 	return err == nil, nil
 }
