@@ -33,7 +33,7 @@ type policyCachedPod struct {
 	// policyInput takes it with its endpoint's address if it is one of this node's
 	// (policyadmit.go: isolated before CNI ADD returns).
 	Pending bool
-	labels  *labelSet // keeps Pod.Labels, shared with pods of the same labels, interned
+	shape   *podShape // keeps Pod.Labels and Pod.Ports, shared with pods of the same ones
 }
 
 // DeepCopyObject implements runtime.Object. Cached pods are never changed, so the
@@ -58,73 +58,85 @@ func slimPod(obj any) (any, error) {
 	if !c.Taken && p.Status.PodIP == "" && !p.Spec.HostNetwork && p.Spec.NodeName != "" && !finished(p) {
 		c.Pod, c.Pending = policy.PodWithoutIP(p), true
 	}
-	c.labels = podLabels.intern(c.Pod.Labels)
-	c.Pod.Labels = c.labels.get()
+	c.shape = podShapes.intern(c.Pod.Labels, c.Pod.Ports)
+	c.Pod.Labels, c.Pod.Ports = c.shape.get()
 	c.Pod.Namespace, c.Pod.Node = ns, unique.Make(c.Pod.Node).Value()
 	return c, nil
 }
 
-// podLabels holds the label sets of the cached pods.
-var podLabels = labelInterner{sets: map[string]weak.Pointer[labelSet]{}}
+// podShapes holds the label sets and named ports of the cached pods.
+var podShapes = shapeInterner{shapes: map[string]weak.Pointer[podShape]{}}
 
-// labelInterner shares one copy of each distinct label set among the cached pods: a
-// workload's replicas carry the same labels (their ReplicaSet's pod-template-hash
-// too), so 50,000 pods of 10,000 workloads hold 10,000 maps instead of 50,000 (~300 B
-// each for two labels). A set is forgotten once no cached pod holds it.
-type labelInterner struct {
-	mu   sync.Mutex
-	sets map[string]weak.Pointer[labelSet] // by labelKey
+// shapeInterner shares one copy of each distinct pair of label set and named ports
+// among the cached pods: a workload's replicas carry the same labels (their
+// ReplicaSet's pod-template-hash too) and ports, so 50,000 pods of 10,000 workloads
+// hold 10,000 maps instead of 50,000 (~300 B each for two labels), and policy's
+// identity keys, made of both, are rendered once per shape (policy's keyer). A shape
+// is forgotten once no cached pod holds it.
+type shapeInterner struct {
+	mu     sync.Mutex
+	shapes map[string]weak.Pointer[podShape] // by shapeKey
 }
 
-// labelSet is one shared label map; nobody changes it.
-type labelSet struct{ m map[string]string }
+// podShape is one shared label map and port list; nobody changes them.
+type podShape struct {
+	labels map[string]string
+	ports  []policy.NamedPort
+}
 
-func (s *labelSet) get() map[string]string {
+func (s *podShape) get() (map[string]string, []policy.NamedPort) {
 	if s == nil {
-		return nil
+		return nil, nil
 	}
-	return s.m
+	return s.labels, s.ports
 }
 
-// intern returns the shared set equal to l (nil for no labels); the caller keeps the
-// pointer for as long as it uses the map.
-func (t *labelInterner) intern(l map[string]string) *labelSet {
-	if len(l) == 0 {
+// intern returns the shared shape equal to labels and ports (nil for neither); the
+// caller keeps the pointer for as long as it uses them.
+func (t *shapeInterner) intern(labels map[string]string, ports []policy.NamedPort) *podShape {
+	if len(labels) == 0 && len(ports) == 0 {
 		return nil
 	}
-	key := labelKey(l)
+	key := shapeKey(labels, ports)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if s := t.sets[key].Value(); s != nil {
+	if s := t.shapes[key].Value(); s != nil {
 		return s
 	}
-	s := &labelSet{m: maps.Clone(l)}
-	t.sets[key] = weak.Make(s)
+	s := &podShape{labels: maps.Clone(labels), ports: slices.Clone(ports)}
+	t.shapes[key] = weak.Make(s)
 	runtime.AddCleanup(s, t.forget, key)
 	return s
 }
 
-// forget drops key's entry once its set was collected (unless a new set took it).
-func (t *labelInterner) forget(key string) {
+// forget drops key's entry once its shape was collected (unless a new one took it).
+func (t *shapeInterner) forget(key string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if w, ok := t.sets[key]; ok && w.Value() == nil {
-		delete(t.sets, key)
+	if w, ok := t.shapes[key]; ok && w.Value() == nil {
+		delete(t.shapes, key)
 	}
 }
 
-func (t *labelInterner) len() int {
+func (t *shapeInterner) len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.sets)
+	return len(t.shapes)
 }
 
-// labelKey encodes l unambiguously: its sorted keys, each with its value, lengths first.
-func labelKey(l map[string]string) string {
+// shapeKey encodes labels (sorted keys, each with its value) and ports (in order)
+// unambiguously: every string is preceded by its length.
+func shapeKey(labels map[string]string, ports []policy.NamedPort) string {
 	var b strings.Builder
-	for _, k := range slices.Sorted(maps.Keys(l)) {
-		v := l[k]
-		b.WriteString(strconv.Itoa(len(k)) + ":" + k + strconv.Itoa(len(v)) + ":" + v)
+	str := func(s string) { b.WriteString(strconv.Itoa(len(s)) + ":" + s) }
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		str(k)
+		str(labels[k])
+	}
+	b.WriteString("|")
+	for _, np := range ports {
+		str(np.Name)
+		b.WriteString(strconv.Itoa(int(np.Proto)) + "/" + strconv.Itoa(int(np.Port)) + ",")
 	}
 	return b.String()
 }

@@ -146,39 +146,41 @@ func TestSlimPodMemory(t *testing.T) {
 	}
 }
 
-// Pods with equal labels share one map, pods with other labels get their own, and a
-// set nobody holds any more is forgotten.
-func TestLabelInterner(t *testing.T) {
-	in := labelInterner{sets: map[string]weak.Pointer[labelSet]{}}
-	a := in.intern(map[string]string{"app": "web", "tier": "front"})
+// Pods with equal labels and ports share one shape, pods with other labels or ports
+// get their own, and a shape nobody holds any more is forgotten.
+func TestShapeInterner(t *testing.T) {
+	in := shapeInterner{shapes: map[string]weak.Pointer[podShape]{}}
+	http := []policy.NamedPort{{Name: "http", Proto: policy.ProtoTCP, Port: 8080}}
+	a := in.intern(map[string]string{"app": "web", "tier": "front"}, http)
 	src := map[string]string{"tier": "front", "app": "web"}
-	b := in.intern(src)
+	b := in.intern(src, slices.Clone(http))
 	src["app"] = "changed" // the caller's map is not the shared one
-	c := in.intern(map[string]string{"app": "webtier", "": "front"})
+	c := in.intern(map[string]string{"app": "webtier", "": "front"}, http)
+	d := in.intern(map[string]string{"app": "web", "tier": "front"}, nil)
 	if a != b {
-		t.Errorf("equal label sets got two copies")
+		t.Errorf("equal shapes got two copies")
 	}
-	if a == c || c.get()["app"] != "webtier" {
-		t.Errorf("other labels share the set of app=web,tier=front: %v", c.get())
+	if a == c || a == d || c == d {
+		t.Errorf("different labels or ports share a shape")
 	}
-	if a.get()["app"] != "web" {
-		t.Errorf("the shared set changed with its source: %v", a.get())
+	if l, p := a.get(); l["app"] != "web" || len(p) != 1 {
+		t.Errorf("the shared shape changed with its source: %v %v", l, p)
 	}
-	if in.intern(nil) != nil || in.intern(map[string]string{}) != nil {
-		t.Errorf("no labels interned as a set")
+	if in.intern(nil, nil) != nil || in.intern(map[string]string{}, nil) != nil {
+		t.Errorf("a pod with neither labels nor ports got a shape")
 	}
-	if n := in.len(); n != 2 {
-		t.Fatalf("%d sets held, want 2", n)
+	if n := in.len(); n != 3 {
+		t.Fatalf("%d shapes held, want 3", n)
 	}
 	runtime.KeepAlive(a)
 	runtime.KeepAlive(c)
-	a, b, c = nil, nil, nil
+	runtime.KeepAlive(d)
 	// The cleanups run on the runtime's own goroutine after a collection.
 	for i := 0; i < 100 && in.len() > 0; i++ {
 		runtime.GC()
 		runtime.Gosched()
 	}
 	if n := in.len(); n != 0 {
-		t.Errorf("%d sets still held once no pod uses them", n)
+		t.Errorf("%d shapes still held once no pod uses them", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/myelin-net/myelin/internal/datapath"
@@ -256,6 +257,16 @@ func TestIdentityKeyFormat(t *testing.T) {
 	other.labels = map[string]string{"app": "shop"}
 	if got := k.key(other); got != "pod|x|app=shop,|ns=x,|dns/17/53,http/6/80|10.0.0.0/8" {
 		t.Errorf("another label map rendered as %q", got)
+	}
+	same := p // equal, not shared: the same key
+	same.labels, same.nsLabels, same.ports = map[string]string{"app": "shop", "tier": "web"}, map[string]string{"ns": "x"}, slices.Clone(p.ports)
+	if got := k.key(same); got != want {
+		t.Errorf("an equal peer's key = %q, want %q", got, want)
+	}
+	noAtoms := p
+	noAtoms.atoms = nil
+	if got := k.key(noAtoms); got != "pod|x|app=shop,tier=web,|ns=x,|dns/17/53,http/6/80" {
+		t.Errorf("key without atoms = %q", got)
 	}
 	if got := k.key(peer{atoms: p.atoms}); got != "cidr|10.0.0.0/8" {
 		t.Errorf("cidr key = %q", got)

@@ -130,23 +130,58 @@ type peer struct {
 // their address names them.
 type keyer struct {
 	rendered map[unsafe.Pointer]string
+	pods     map[podKeyParts]string // the pod part of keys, for pods sharing their maps and ports
 }
 
-func newKeyer() *keyer { return &keyer{rendered: map[unsafe.Pointer]string{}} }
+// podKeyParts names what the pod part of a key is made of: the namespace, and the
+// label maps and port list by their addresses (the agent's cache shares them among
+// pods of the same shape). Pods whose parts are equal but not shared get the same key,
+// rendered once each.
+type podKeyParts struct {
+	namespace               string
+	labels, nsLabels, ports unsafe.Pointer
+	portCount               int
+}
+
+func newKeyer() *keyer {
+	return &keyer{rendered: map[unsafe.Pointer]string{}, pods: map[podKeyParts]string{}}
+}
 
 // key is the identity key of p.
 func (k *keyer) key(p peer) string {
-	var b strings.Builder
+	s := "cidr"
 	if p.pod {
-		b.WriteString("pod|" + p.namespace + "|" + k.labels(p.labels) + "|" + k.labels(p.nsLabels) + "|")
-		b.WriteString(portsKey(p.ports))
-	} else {
-		b.WriteString("cidr")
+		s = k.podKey(p)
 	}
+	if len(p.atoms) == 0 {
+		return s
+	}
+	var b strings.Builder
+	b.WriteString(s)
 	for _, a := range p.atoms {
 		b.WriteString("|" + a.String())
 	}
 	return b.String()
+}
+
+// podKey is the pod part of p's key: namespace, labels, namespace labels, named ports.
+func (k *keyer) podKey(p peer) string {
+	parts := podKeyParts{namespace: p.namespace, labels: mapAddr(p.labels), nsLabels: mapAddr(p.nsLabels),
+		ports: unsafe.Pointer(unsafe.SliceData(p.ports)), portCount: len(p.ports)}
+	if s, ok := k.pods[parts]; ok {
+		return s
+	}
+	s := "pod|" + p.namespace + "|" + k.labels(p.labels) + "|" + k.labels(p.nsLabels) + "|" + portsKey(p.ports)
+	k.pods[parts] = s
+	return s
+}
+
+// mapAddr is m's address (nil for a nil map).
+func mapAddr(m map[string]string) unsafe.Pointer {
+	if m == nil {
+		return nil
+	}
+	return reflect.ValueOf(m).UnsafePointer()
 }
 
 // labels renders m as its sorted "key=value," pairs.
@@ -154,7 +189,7 @@ func (k *keyer) labels(m map[string]string) string {
 	if len(m) == 0 {
 		return ""
 	}
-	ptr := reflect.ValueOf(m).UnsafePointer()
+	ptr := mapAddr(m)
 	if s, ok := k.rendered[ptr]; ok {
 		return s
 	}
