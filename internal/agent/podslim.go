@@ -58,9 +58,11 @@ func slimPod(obj any) (any, error) {
 	if !c.Taken && p.Status.PodIP == "" && !p.Spec.HostNetwork && p.Spec.NodeName != "" && !finished(p) {
 		c.Pod, c.Pending = policy.PodWithoutIP(p), true
 	}
-	c.shape = podShapes.intern(c.Pod.Labels, c.Pod.Ports)
-	c.Pod.Labels, c.Pod.Ports = c.shape.get()
-	c.Pod.Namespace, c.Pod.Node = ns, unique.Make(c.Pod.Node).Value()
+	if c.Taken || c.Pending {
+		c.shape = podShapes.intern(c.Pod.Labels, c.Pod.Ports)
+		c.Pod.Labels, c.Pod.Ports = c.shape.get()
+		c.Pod.Namespace, c.Pod.Node = ns, unique.Make(c.Pod.Node).Value()
+	}
 	return c, nil
 }
 

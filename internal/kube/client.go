@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/apimachinery/pkg/watch"
 	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -70,7 +72,11 @@ func (r Resource) Object() runtime.Object {
 // agent asks lists by namespace, and the index cost ~8 MiB with 50,000 pods
 // (docs/scale.md).
 func NewInformer(c Client, r Resource, transform cache.TransformFunc) cache.SharedIndexInformer {
-	inf := cache.NewSharedIndexInformerWithOptions(c.ListWatch(r), r.Object(), cache.SharedIndexInformerOptions{
+	lw := c.ListWatch(r)
+	if !r.streamed() {
+		lw = listOnly{lw}
+	}
+	inf := cache.NewSharedIndexInformerWithOptions(lw, r.Object(), cache.SharedIndexInformerOptions{
 		Indexers: cache.Indexers{}, // not nil: AddIndexers adds to it
 	})
 	if transform != nil {
@@ -79,13 +85,13 @@ func NewInformer(c Client, r Resource, transform cache.TransformFunc) cache.Shar
 	return inf
 }
 
-// StreamInitialLists makes the informers started after it fill their caches from a
-// watch that sends the existing objects first (client-go's WatchListClient, the
-// apiserver's streaming list), instead of one list response: each object is then
-// transformed as it arrives, where a list held every full object at once (at 50,000
-// pods a heap of ~0.5 GiB at start). An apiserver without streaming lists gets the
-// list as before (client-go falls back). KUBE_FEATURE_WatchListClient in the
-// environment, if set, decides instead.
+// StreamInitialLists makes the Pod and Node informers started after it fill their
+// caches from a watch that sends the existing objects first (client-go's
+// WatchListClient, the apiserver's streaming list), instead of one list response: each
+// object is then transformed as it arrives, where a list held every full object at
+// once (at 50,000 pods a heap of ~0.5 GiB at start). An apiserver without streaming
+// lists gets the list as before (client-go falls back). KUBE_FEATURE_WatchListClient in
+// the environment, if set, decides instead.
 func StreamInitialLists() error {
 	if _, set := os.LookupEnv("KUBE_FEATURE_" + string(clientfeatures.WatchListClient)); set {
 		return nil
@@ -98,6 +104,27 @@ func StreamInitialLists() error {
 	}
 	return g.Set(clientfeatures.WatchListClient, true)
 }
+
+// streamed says whether r's informers take a streaming list when StreamInitialLists
+// turned them on: Pods (every pod of the cluster, slimmed by the policy cache) and
+// Nodes (a real Node lists its images: tens of KB). Services and EndpointSlices are
+// listed: the agent is ready once their first pass is programmed, and a stream of
+// 10,000 of each took ~0.2 s longer than a list (svc-program, docs/scale.md); the
+// agent keeps records of them, not the objects, either way.
+func (r Resource) streamed() bool { return r == Pods || r == Nodes }
+
+// listOnly is a ListerWatcher that refuses the watch asking for initial events, so
+// the reflector lists instead (client-go falls back to a list when that watch fails).
+type listOnly struct{ cache.ListerWatcher }
+
+func (l listOnly) Watch(o metav1.ListOptions) (watch.Interface, error) {
+	if o.SendInitialEvents != nil && *o.SendInitialEvents {
+		return nil, errListed
+	}
+	return l.ListerWatcher.Watch(o)
+}
+
+var errListed = errors.New("this resource is listed, not streamed")
 
 // scheme holds the three API groups the agent uses, and codecs their serializers
 // (protobuf and JSON).

@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,7 +12,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 )
 
 // The client asks the apiserver's path for each call and decodes the answers into the
@@ -100,6 +103,25 @@ func TestResourceObjects(t *testing.T) {
 		gvks, _, err := scheme.ObjectKinds(o)
 		if err != nil || len(gvks) == 0 {
 			t.Errorf("%s: %T is not in the agent's scheme: %v", r, o, err)
+		}
+	}
+}
+
+// A listed resource's informer gets an error for the watch that asks for initial
+// events (client-go then lists) and its other watches unchanged; Pods and Nodes stream.
+func TestListOnly(t *testing.T) {
+	fw := watch.NewFake()
+	lw := listOnly{&cache.ListWatch{WatchFunc: func(metav1.ListOptions) (watch.Interface, error) { return fw, nil }}}
+	yes := true
+	if _, err := lw.Watch(metav1.ListOptions{SendInitialEvents: &yes}); !errors.Is(err, errListed) {
+		t.Errorf("the streaming watch gave %v, want errListed", err)
+	}
+	if w, err := lw.Watch(metav1.ListOptions{ResourceVersion: "7"}); err != nil || w != fw {
+		t.Errorf("a plain watch gave %v, %v", w, err)
+	}
+	for r, want := range map[Resource]bool{Pods: true, Nodes: true, Services: false, EndpointSlices: false, Namespaces: false, NetworkPolicies: false} {
+		if r.streamed() != want {
+			t.Errorf("%s streamed = %v, want %v", r, r.streamed(), want)
 		}
 	}
 }
