@@ -82,7 +82,7 @@ bench: setup build ## Run every benchmark case within BENCH_BUDGET (30m) into be
 	$(MYELIN) bench --budget $(BENCH_BUDGET) --out bench-results $(BENCH_FLAGS)
 
 .PHONY: scale-test
-scale-test: setup build ## Run the kwok scale behaviour test (TestLabKwokScale, ~15 min, as root; not part of make test)
+scale-test: setup build ## Run the kwok scale behaviour test (TestLabKwokScale, ~3 min after setup, as root; not part of make test)
 	MYELIN_SCALE_TEST=1 $(GO) test -count=1 -timeout 40m -run 'TestLabKwokScale$$' ./test/e2e/ -v
 
 .PHONY: scale
