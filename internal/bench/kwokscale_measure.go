@@ -198,21 +198,12 @@ func (r *kwokRun) idle(ctx context.Context, d time.Duration) (writes, cpuPct flo
 	if err != nil {
 		return 0, 0, err
 	}
-	u0, err := readUsage(pid)
-	if err != nil {
-		return 0, 0, err
-	}
-	select {
-	case <-ctx.Done():
-		return 0, 0, ctx.Err()
-	case <-time.After(d):
-	}
-	u1, err := readUsage(pid)
+	rate, err := cpuRate(ctx, pid, d)
 	if err != nil {
 		return 0, 0, err
 	}
 	after, err := agentRequests(ctx, r.cs)
-	return after.writes - before.writes, 100 * (u1.cpu - u0.cpu) / d.Seconds(), err
+	return after.writes - before.writes, 100 * rate, err
 }
 
 // waitAgentBack waits until the agent used at most its background bg (CPU seconds a
