@@ -41,7 +41,8 @@ const (
 // the part of a cgroup limit auto sets (the rest is headroom for what the Go runtime
 // does not count: the binary's pages, cgo-free kernel buffers). The floor was a 64 MiB
 // soft limit, which counts all of the runtime's memory; as a heap goal, which counts
-// the heap alone, 48 MiB keeps an agent with 10,000 Services near the same RSS.
+// the heap alone, 48 MiB is about the same total (with 10,000 Services the live heap
+// is above the floor, so 1.5x it decides: docs/scale.md).
 const (
 	Floor       = 48 << 20
 	cgroupShare = 0.9
@@ -89,7 +90,8 @@ func Decide(s Setting, cgroupMax int64, env string) Decision {
 			Reason: fmt.Sprintf("90%% of the cgroup's memory.max (%s)", resource.NewQuantity(cgroupMax, resource.BinarySI))}
 	}
 	return Decision{Limit: math.MaxInt64, Follow: true,
-		Reason: "auto: no soft limit (no cgroup memory limit); the heap goal follows the live heap (1.5 x it, at least 48Mi)"}
+		Reason: "auto: no soft limit (no cgroup memory limit); the heap goal follows the live heap (1.5 x it, at least " +
+			resource.NewQuantity(Floor, resource.BinarySI).String() + ")"}
 }
 
 // followPercent is the GC percent (GOGC) that puts the heap goal at
