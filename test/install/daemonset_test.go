@@ -97,3 +97,30 @@ func TestChartAgentPod(t *testing.T) {
 		t.Errorf("default image %s, want the chart's appVersion as tag", ds.Spec.Template.Spec.Containers[0].Image)
 	}
 }
+
+// extraEnv reaches the agent container after the chart's own variables (NODE_NAME
+// first: the args expand it); a name the chart sets itself is refused, naming it.
+func TestChartExtraEnv(t *testing.T) {
+	ds := daemonSet(t, "extraEnv[0].name=GODEBUG", "extraEnv[0].value=madvdontneed=1",
+		"extraEnv[1].name=POD_NAME", "extraEnv[1].valueFrom.fieldRef.fieldPath=metadata.name")
+	env := ds.Spec.Template.Spec.Containers[0].Env
+	if len(env) < 4 || env[0].Name != "NODE_NAME" {
+		t.Fatalf("agent env %+v, want NODE_NAME first and the two extra variables", env)
+	}
+	tail := env[len(env)-2:]
+	if tail[0].Name != "GODEBUG" || tail[0].Value != "madvdontneed=1" ||
+		tail[1].Name != "POD_NAME" || tail[1].ValueFrom == nil || tail[1].ValueFrom.FieldRef.FieldPath != "metadata.name" {
+		t.Errorf("agent env ends with %+v, want GODEBUG=madvdontneed=1 and POD_NAME from metadata.name", tail)
+	}
+	for _, name := range []string{"NODE_NAME", "MYELIN_STATE_DIR", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"} {
+		out, err := run(t, nil, helm(t), "template", "myelin", chartDir(), "--namespace", "kube-system",
+			"--set", "extraEnv[0].name="+name, "--set", "extraEnv[0].value=x")
+		if err == nil || !strings.Contains(out, "extraEnv: the chart sets "+name+" itself") {
+			t.Errorf("extraEnv %s: err %v, output %q; want a failure naming it", name, err, out)
+		}
+	}
+	out, err := run(t, nil, helm(t), "template", "myelin", chartDir(), "--namespace", "kube-system", "--set", "extraEnv[0].value=x")
+	if err == nil || !strings.Contains(out, "missing property 'name'") {
+		t.Errorf("extraEnv without a name: err %v, output %q; want the schema to refuse it", err, out)
+	}
+}

@@ -47,3 +47,15 @@ seLinuxOptions:
 probe tests this file, so kubectl rollout status ds/myelin returns only when every
 node is clean (helm's --wait does not wait for them with maxUnavailable 100%). */}}
 {{- define "myelin.cleanupDoneFile" -}}/run/myelin-cleanup/done{{- end -}}
+
+{{/* extraEnv may not set what the agent container's env already sets: a second entry
+of one name would silently win or lose depending on its place. */}}
+{{- define "myelin.checkExtraEnv" -}}
+{{- $own := dict "NODE_NAME" "the Pod's spec.nodeName" "MYELIN_STATE_DIR" "runPath" "KUBERNETES_SERVICE_HOST" "k8sServiceHost" "KUBERNETES_SERVICE_PORT" "k8sServicePort" -}}
+{{- range .Values.extraEnv -}}
+{{- $name := .name -}}
+{{- with get $own $name -}}
+{{- fail (printf "extraEnv: the chart sets %s itself (from %s); remove it from extraEnv" $name .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
