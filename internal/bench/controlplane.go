@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -280,6 +282,8 @@ func (ServiceProgram) Metrics() []Metric {
 		{Name: "restart_s", Unit: "s", Description: "`myelin lab restart` until programmed: adds the old agent's exit and the lab supervisor's restart backoff (>= 1 s)"},
 		{Name: "rss_mib", Unit: "MiB", Description: "agent resident memory once programmed"},
 		{Name: "anon_mib", Unit: "MiB", Description: "its anonymous part (RssAnon: heap, stacks, runtime; without the binary's file pages)"},
+		{Name: "heap_inuse_mib", Unit: "MiB", Description: "the Go heap's spans in use then (live objects and garbage not yet swept)"},
+		{Name: "heap_goal_mib", Unit: "MiB", Description: "the heap size at which the Go runtime collects next (NextGC): what the heap grows to"},
 	}
 }
 
@@ -332,7 +336,38 @@ func (w ServiceProgram) Run(ctx context.Context, t Trial) (Sample, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Sample{"seconds": age, "restart_s": took, "rss_mib": u.rss, "anon_mib": u.anon}, nil
+	ms, err := agentMemStats(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	return Sample{"seconds": age, "restart_s": took, "rss_mib": u.rss, "anon_mib": u.anon,
+		"heap_inuse_mib": ms["HeapInuse"], "heap_goal_mib": ms["NextGC"]}, nil
+}
+
+// agentMemStats are the runtime.MemStats the agent's heap profile ends with (its
+// debug=1 text: "# HeapInuse = 123"), in MiB, by field name.
+func agentMemStats(ctx context.Context, node string) (map[string]float64, error) {
+	body, err := agentPprof(ctx, node, "heap", "debug=1")
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		name, v, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "# "), " = ")
+		if f, err := strconv.ParseFloat(v, 64); ok && err == nil {
+			out[name] = f / (1 << 20)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("the agent's heap profile: %w", err)
+	}
+	if _, ok := out["HeapInuse"]; !ok {
+		return nil, fmt.Errorf("the agent's heap profile has no HeapInuse")
+	}
+	return out, nil
 }
 
 // ensureFiller creates the Deployment of programBackends lab HTTP servers, the filler

@@ -15,7 +15,26 @@ import (
 // saveAgentProfile fetches the agent's /debug/pprof/<what> (query: e.g. "seconds=20")
 // over its socket into file in the output directory, for `go tool pprof`.
 func (r *kwokRun) saveAgentProfile(ctx context.Context, what, query, file string) error {
-	sock := api.NodeSocket(r.node)
+	body, err := agentPprof(ctx, r.node, what, query)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	f, err := os.Create(filepath.Join(r.out, file))
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// agentPprof fetches node's agent's /debug/pprof/<what>?<query> over its socket; the
+// caller closes the body.
+func agentPprof(ctx context.Context, node, what, query string) (io.ReadCloser, error) {
+	sock := api.NodeSocket(node)
 	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
@@ -26,23 +45,15 @@ func (r *kwokRun) saveAgentProfile(ctx context.Context, what, query, file string
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return fmt.Errorf("profile %s of the agent: %w", what, err)
+		return nil, fmt.Errorf("profile %s of the agent: %w", what, err)
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("profile %s of the agent: %s", what, resp.Status)
+		resp.Body.Close()
+		return nil, fmt.Errorf("profile %s of the agent: %s", what, resp.Status)
 	}
-	f, err := os.Create(filepath.Join(r.out, file))
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(f, resp.Body)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return resp.Body, nil
 }
