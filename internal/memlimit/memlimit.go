@@ -41,10 +41,11 @@ const (
 // the part of a cgroup limit auto sets (the rest is headroom for what the Go runtime
 // does not count: the binary's pages, cgo-free kernel buffers). The floor was a 64 MiB
 // soft limit, which counts all of the runtime's memory; as a heap goal, which counts
-// the heap alone, 48 MiB is about the same total (with 10,000 Services the live heap
-// is above the floor, so 1.5x it decides: docs/scale.md).
+// the heap alone, it decides the RSS of a small agent and of one with 10,000 Services
+// (live heap ~23 MB, under floor/1.5): 48 MiB gave 80 MiB RSS there, 40 MiB 76-77 at
+// the same time to ready (docs/scale.md, "Memory with 10,000 Services").
 const (
-	Floor       = 48 << 20
+	Floor       = 40 << 20
 	cgroupShare = 0.9
 )
 

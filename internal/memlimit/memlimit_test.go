@@ -63,8 +63,8 @@ func TestFollowPercent(t *testing.T) {
 		live int64
 		want int // heap goal live x (1 + want/100)
 	}{
-		{live: 12 << 20, want: 300}, // 48 MiB: the floor
-		{live: 24 << 20, want: 100}, // 48 MiB: the floor
+		{live: 10 << 20, want: 300}, // 40 MiB: the floor
+		{live: 20 << 20, want: 100}, // 40 MiB: the floor
 		{live: 40 << 20, want: 50},  // 60 MiB: 1.5x, above the floor
 		{live: 200 << 20, want: 50}, // 300 MiB
 		{live: 0, want: 100},        // nothing measured yet: the default
