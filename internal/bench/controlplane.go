@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -352,8 +353,13 @@ func agentMemStats(ctx context.Context, node string) (map[string]float64, error)
 		return nil, err
 	}
 	defer body.Close()
+	return parseMemStats(body)
+}
+
+// parseMemStats reads the "# Name = value" lines of a debug=1 heap profile.
+func parseMemStats(r io.Reader) (map[string]float64, error) {
 	out := map[string]float64{}
-	sc := bufio.NewScanner(body)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		name, v, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "# "), " = ")

@@ -208,3 +208,33 @@ func sameSample(a, b Sample) bool {
 	}
 	return true
 }
+
+// The agent's heap profile (debug=1) ends with runtime.MemStats as "# Name = value";
+// svc-program reads HeapInuse and NextGC from it. Lines that are no number (Stack's
+// "in use / sys", the pause arrays) are left out, not misread.
+func TestParseMemStats(t *testing.T) {
+	text := `heap profile: 3: 3072 [9: 9216] @ heap/1048576
+1: 1024 [3: 3072] @ 0x4a0b2d 0x4a0a31
+#	0x4a0b2d	main.f+0x2d	/x/main.go:10
+
+# runtime.MemStats
+# Alloc = 115510680
+# HeapInuse = 36700160
+# Stack = 1572864 / 1572864
+# PauseNs = [209735 323731 0 0]
+# NextGC = 50331648
+`
+	got, err := parseMemStats(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["HeapInuse"] != 35 || got["NextGC"] != 48 || got["Alloc"] != 115510680.0/(1<<20) {
+		t.Errorf("parseMemStats = %v, want HeapInuse 35, NextGC 48 (MiB) and Alloc", got)
+	}
+	if _, ok := got["Stack"]; ok {
+		t.Errorf("Stack parsed as %v from %q", got["Stack"], "1572864 / 1572864")
+	}
+	if _, err := parseMemStats(strings.NewReader("heap profile: 0: 0 [0: 0] @ heap/1048576\n")); err == nil {
+		t.Error("a profile without MemStats parsed without an error")
+	}
+}
