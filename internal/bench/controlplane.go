@@ -1,16 +1,13 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/lab"
 	"github.com/myelin-net/myelin/internal/lab/cni/myelin"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labdriver"
@@ -49,6 +47,7 @@ type ControlPlane struct {
 	held     bool
 	cs       kubernetes.Interface // without client-side rate limits
 	services int                  // filler Services created so far
+	nodeIP   netip.Addr           // the node's IP, where its agent serves metrics
 }
 
 // NewControlPlane returns the control-plane environment.
@@ -73,6 +72,15 @@ func (c *ControlPlane) Setup(ctx context.Context) (Endpoints, error) {
 		return Endpoints{}, err
 	}
 	c.cs = cs
+	plan, err := lab.LoadPlan(c.cluster.Paths)
+	if err != nil {
+		return Endpoints{}, err
+	}
+	n, ok := plan.Node(labplan.NodeName(controlPlaneNode))
+	if !ok {
+		return Endpoints{}, fmt.Errorf("the lab has no node %s", labplan.NodeName(controlPlaneNode))
+	}
+	c.nodeIP = n.IP
 	node := NetNSHost{Path: labplan.NetNSPath(labplan.NodeName(controlPlaneNode))}
 	return Endpoints{Client: node, Server: node}, nil
 }
@@ -337,43 +345,12 @@ func (w ServiceProgram) Run(ctx context.Context, t Trial) (Sample, error) {
 	if err != nil {
 		return nil, err
 	}
-	ms, err := agentMemStats(ctx, node)
+	ms, err := agentMemstats(ctx, e.nodeIP)
 	if err != nil {
 		return nil, err
 	}
 	return Sample{"seconds": age, "restart_s": took, "rss_mib": u.rss, "anon_mib": u.anon,
-		"heap_inuse_mib": ms["HeapInuse"], "heap_goal_mib": ms["NextGC"]}, nil
-}
-
-// agentMemStats are the runtime.MemStats the agent's heap profile ends with (its
-// debug=1 text: "# HeapInuse = 123"), in MiB, by field name.
-func agentMemStats(ctx context.Context, node string) (map[string]float64, error) {
-	body, err := agentPprof(ctx, node, "heap", "debug=1")
-	if err != nil {
-		return nil, err
-	}
-	defer body.Close()
-	return parseMemStats(body)
-}
-
-// parseMemStats reads the "# Name = value" lines of a debug=1 heap profile.
-func parseMemStats(r io.Reader) (map[string]float64, error) {
-	out := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		name, v, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "# "), " = ")
-		if f, err := strconv.ParseFloat(v, 64); ok && err == nil {
-			out[name] = f / (1 << 20)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("the agent's heap profile: %w", err)
-	}
-	if _, ok := out["HeapInuse"]; !ok {
-		return nil, fmt.Errorf("the agent's heap profile has no HeapInuse")
-	}
-	return out, nil
+		"heap_inuse_mib": ms["heap_inuse"], "heap_goal_mib": ms["next_gc"]}, nil
 }
 
 // ensureFiller creates the Deployment of programBackends lab HTTP servers, the filler

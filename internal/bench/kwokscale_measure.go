@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -82,7 +83,7 @@ func (r *kwokRun) measureSettled(ctx context.Context, pid int, f *SyncFigures) e
 		return err
 	}
 	f.SettledMiB, f.PeakMiB = u.rss, u.hwm
-	if f.GoMemMiB, err = r.agentMemstats(ctx); err == nil {
+	if f.GoMemMiB, err = agentMemstats(ctx, r.nodeIP); err == nil {
 		f.HeapMiB = f.GoMemMiB["heap_inuse"]
 	}
 	if err := r.saveAgentProfile(ctx, "heap", "", "agent-heap.pprof"); err != nil {
@@ -274,15 +275,20 @@ func poll(ctx context.Context, interval time.Duration, what string, check func()
 	}
 }
 
-// agentMemstats are the agent's go_memstats_*_bytes gauges from its metrics endpoint,
-// in MiB, by name without prefix and suffix ("heap_inuse").
-func (r *kwokRun) agentMemstats(ctx context.Context) (map[string]float64, error) {
-	b, err := httpGet(ctx, "http://"+net.JoinHostPort(r.nodeIP.String(), "9962")+"/metrics")
+// agentMemstats are the go_memstats_*_bytes gauges of the agent on the node at nodeIP,
+// from its metrics endpoint, in MiB, by name without prefix and suffix ("heap_inuse").
+func agentMemstats(ctx context.Context, nodeIP netip.Addr) (map[string]float64, error) {
+	b, err := httpGet(ctx, "http://"+net.JoinHostPort(nodeIP.String(), "9962")+"/metrics")
 	if err != nil {
 		return nil, err
 	}
+	return parseGoMemstats(string(b))
+}
+
+// parseGoMemstats reads the go_memstats_*_bytes samples of a Prometheus text exposition.
+func parseGoMemstats(text string) (map[string]float64, error) {
 	out := map[string]float64{}
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(text, "\n") {
 		name, v, ok := strings.Cut(line, " ")
 		if !ok || !strings.HasPrefix(name, "go_memstats_") || !strings.HasSuffix(name, "_bytes") {
 			continue

@@ -15,26 +15,7 @@ import (
 // saveAgentProfile fetches the agent's /debug/pprof/<what> (query: e.g. "seconds=20")
 // over its socket into file in the output directory, for `go tool pprof`.
 func (r *kwokRun) saveAgentProfile(ctx context.Context, what, query, file string) error {
-	body, err := agentPprof(ctx, r.node, what, query)
-	if err != nil {
-		return err
-	}
-	defer body.Close()
-	f, err := os.Create(filepath.Join(r.out, file))
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(f, body)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// agentPprof fetches node's agent's /debug/pprof/<what>?<query> over its socket; the
-// caller closes the body.
-func agentPprof(ctx context.Context, node, what, query string) (io.ReadCloser, error) {
-	sock := api.NodeSocket(node)
+	sock := api.NodeSocket(r.node)
 	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
@@ -45,15 +26,23 @@ func agentPprof(ctx context.Context, node, what, query string) (io.ReadCloser, e
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("profile %s of the agent: %w", what, err)
+		return fmt.Errorf("profile %s of the agent: %w", what, err)
 	}
+	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		return nil, fmt.Errorf("profile %s of the agent: %s", what, resp.Status)
+		return fmt.Errorf("profile %s of the agent: %s", what, resp.Status)
 	}
-	return resp.Body, nil
+	f, err := os.Create(filepath.Join(r.out, file))
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, resp.Body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -209,32 +209,26 @@ func sameSample(a, b Sample) bool {
 	return true
 }
 
-// The agent's heap profile (debug=1) ends with runtime.MemStats as "# Name = value";
-// svc-program reads HeapInuse and NextGC from it. Lines that are no number (Stack's
-// "in use / sys", the pause arrays) are left out, not misread.
-func TestParseMemStats(t *testing.T) {
-	text := `heap profile: 3: 3072 [9: 9216] @ heap/1048576
-1: 1024 [3: 3072] @ 0x4a0b2d 0x4a0a31
-#	0x4a0b2d	main.f+0x2d	/x/main.go:10
-
-# runtime.MemStats
-# Alloc = 115510680
-# HeapInuse = 36700160
-# Stack = 1572864 / 1572864
-# PauseNs = [209735 323731 0 0]
-# NextGC = 50331648
+// The agent's Go memory figures come from its metrics endpoint (go_memstats_*_bytes,
+// in MiB by short name); svc-program reads heap_inuse and next_gc, myelin scale all of
+// them. Other samples and comments are left out, not misread.
+func TestParseGoMemstats(t *testing.T) {
+	text := `# HELP go_memstats_heap_inuse_bytes Number of heap bytes that are in use.
+# TYPE go_memstats_heap_inuse_bytes gauge
+go_memstats_heap_inuse_bytes 3.670016e+07
+go_memstats_next_gc_bytes 5.0331648e+07
+go_memstats_alloc_bytes_total 1.15510680e+08
+go_goroutines 42
+myelin_endpoints 3
 `
-	got, err := parseMemStats(strings.NewReader(text))
+	got, err := parseGoMemstats(text)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got["HeapInuse"] != 35 || got["NextGC"] != 48 || got["Alloc"] != 115510680.0/(1<<20) {
-		t.Errorf("parseMemStats = %v, want HeapInuse 35, NextGC 48 (MiB) and Alloc", got)
+	if got["heap_inuse"] != 35 || got["next_gc"] != 48 || len(got) != 2 {
+		t.Errorf("parseGoMemstats = %v, want heap_inuse 35 and next_gc 48 (MiB), nothing else", got)
 	}
-	if _, ok := got["Stack"]; ok {
-		t.Errorf("Stack parsed as %v from %q", got["Stack"], "1572864 / 1572864")
-	}
-	if _, err := parseMemStats(strings.NewReader("heap profile: 0: 0 [0: 0] @ heap/1048576\n")); err == nil {
-		t.Error("a profile without MemStats parsed without an error")
+	if _, err := parseGoMemstats("go_goroutines 42\n"); err == nil {
+		t.Error("metrics without go_memstats_heap_inuse_bytes parsed without an error")
 	}
 }
