@@ -91,6 +91,9 @@ type FlowReader struct {
 	rd   *ringbuf.Reader
 	rec  ringbuf.Record // reused: one sample buffer for the reader's life
 	boot bootClock
+	// bad is a record ReadBatch could not decode after others: its error, returned
+	// by the next ReadBatch.
+	bad error
 }
 
 // NewFlowReader opens a reader on the flow ring buffer.
@@ -114,6 +117,32 @@ func (r *FlowReader) Read() (FlowRecord, error) {
 		r.rd.SetDeadline(time.Now().Add(flowPoll)) // the ring is drained: look again later
 		r.boot.expire()                            // and read the boot time then
 	}
+}
+
+// ReadBatch blocks until the next record, then fills recs with it and with the
+// records already in the ring behind it (at most len(recs)) and returns how many it
+// filled: the agent stores them under one lock. A record that does not decode
+// comes back alone, as an error wrapping ErrFlowRecord (n = 0), after the records
+// before it. After Close it returns an error wrapping os.ErrClosed.
+func (r *FlowReader) ReadBatch(recs []FlowRecord) (int, error) {
+	if err := r.bad; err != nil {
+		r.bad = nil
+		return 0, err
+	}
+	n := 0
+	for n < len(recs) && (n == 0 || r.rd.AvailableBytes() > 0) {
+		fr, err := r.Read()
+		if err != nil {
+			if n == 0 {
+				return 0, err
+			}
+			r.bad = err // for the next call
+			break
+		}
+		recs[n] = fr
+		n++
+	}
+	return n, nil
 }
 
 // read returns the next record, or os.ErrDeadlineExceeded at the reader's deadline.

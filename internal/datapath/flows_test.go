@@ -138,3 +138,42 @@ func TestPrivilegedFlowReaderRead(t *testing.T) {
 		t.Errorf("Read after Close = %+v, %v; want os.ErrClosed", res.fr, res.err)
 	}
 }
+
+// TestPrivilegedFlowReaderReadBatch: ReadBatch takes the records already in the ring
+// with the first one, no more than the batch holds; the rest come with the next
+// call, in the order they were written.
+func TestPrivilegedFlowReaderReadBatch(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTest(t, HostRoutingBPF)
+	if err := seedEndpoints(d, seedAB); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetFlows(true); err != nil {
+		t.Fatal(err)
+	}
+	r, err := d.NewFlowReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for sport := uint16(40001); sport <= 40003; sport++ {
+		p := ipv4(protoTCP, "10.1.0.10", "10.1.0.20").withSrc("10.1.0.10", sport)
+		if _, err := d.objs.MyelinFromPod.Run(&ebpf.RunOptions{Data: p.build(), Context: *ctxPodA}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch := make([]FlowRecord, 2)
+	var got []uint16
+	for _, want := range []int{2, 1} {
+		n, err := r.ReadBatch(batch)
+		if err != nil || n != want {
+			t.Fatalf("ReadBatch = %d, %v; want %d records", n, err, want)
+		}
+		for _, fr := range batch[:n] {
+			got = append(got, fr.SrcPort)
+		}
+	}
+	if len(got) != 3 || got[0] != 40001 || got[1] != 40002 || got[2] != 40003 {
+		t.Errorf("source ports %v, want the three SYNs' 40001, 40002, 40003 in order", got)
+	}
+}

@@ -140,8 +140,9 @@ type Source interface {
 	Flows(ctx context.Context, req Request, out chan<- *Flow) error
 }
 
-// Sink sees every flow a node produces, in order, as it is stored. Observe must not
-// block or keep f (flow metrics are a Sink).
+// Sink sees every flow a node produces, in order, as it is stored: a batch at a time
+// (what the node's reader found in the datapath's ring at once). Observe must not
+// block or keep fs (flow metrics are a Sink).
 type Sink interface {
-	Observe(f *Flow)
+	Observe(fs []Flow)
 }

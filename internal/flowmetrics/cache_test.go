@@ -19,6 +19,7 @@ func TestCounterCache(t *testing.T) {
 	}
 	c.inc(vec, "k", "0")
 	c.inc(vec, "k", strconv.Itoa(n-1))
+	c.flush()
 	if len(c.m) != counterCacheMax {
 		t.Errorf("cache holds %d label sets, want its bound %d", len(c.m), counterCacheMax)
 	}
@@ -30,7 +31,8 @@ func TestCounterCache(t *testing.T) {
 }
 
 // TestCounterCacheHot: label sets cycling through more than the hot slots, from strings
-// built each time (equal content, other pointers), each count in its own series, and
+// built each time (equal content, other pointers), each count in its own series (what
+// a slot counted is added when another label set takes it, the rest at flush), and
 // two vectors with the same label values apart.
 func TestCounterCacheHot(t *testing.T) {
 	vecA := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a_total", Help: "a"}, []string{"l"})
@@ -45,6 +47,10 @@ func TestCounterCacheHot(t *testing.T) {
 			}
 		}
 	}
+	if got := testutil.ToFloat64(vecA.WithLabelValues(strconv.Itoa(sets - 1))); got >= 5 {
+		t.Errorf("a{l=%d} = %v before the flush, want the last round still counted in its hot slot", sets-1, got)
+	}
+	c.flush()
 	for i := range sets {
 		l := strconv.Itoa(i)
 		if got := testutil.ToFloat64(vecA.WithLabelValues(l)); got != 5 {

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/myelin-net/myelin/internal/flow"
 )
@@ -38,6 +37,10 @@ func dropReason(r string) string {
 var knownProtocols = []string{"TCP", "UDP", "ICMP", "SCTP"}
 
 func protocol(p string) string {
+	switch p { // flow.ProtocolName's: no case to fold
+	case "TCP", "UDP", "ICMP", "SCTP":
+		return p
+	}
 	p = strings.ToUpper(p)
 	if slices.Contains(knownProtocols, p) {
 		return p
@@ -103,36 +106,35 @@ const DefaultPortsMax = 128
 // portSet decides the port label: well-known ports (below 1024) always by number;
 // of the others, the first max distinct (protocol, port) pairs seen by number, and
 // every later one "other". Series: at most 4 protocols x 1024 well-known ports
-// (only those in use appear) + max.
+// (only those in use appear) + max. Not safe for concurrent use (the Sink's lock
+// guards it).
 type portSet struct {
-	mu   sync.Mutex
 	max  int
-	seen map[portKey]bool
+	seen map[uint32]bool // portKey's
 }
 
-// portKey is one protocol's port.
-type portKey struct {
-	proto string
-	port  uint16
+// portKey is one protocol's port, as one number: the map hashes it fast (a
+// record to an ephemeral port asks for one).
+func portKey(proto string, port uint16) uint32 {
+	i := slices.Index(knownProtocols, proto) // -1 for "other"
+	return uint32(i+1)<<16 | uint32(port)
 }
 
 func newPortSet(max int) *portSet {
 	if max <= 0 {
 		max = DefaultPortsMax
 	}
-	return &portSet{max: max, seen: map[portKey]bool{}}
+	return &portSet{max: max, seen: map[uint32]bool{}}
 }
 
 // other reports whether port's label is "other" (not well-known, not tracked, and no
 // room to track it), without formatting anything: the flows of a client's ephemeral
 // ports (a server's FIN goes to one) are mostly such, one per connection.
 func (p *portSet) other(proto string, port uint16) bool {
-	if port < 1024 {
+	if port < 1024 || len(p.seen) < p.max {
 		return false
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return !p.seen[portKey{proto, port}] && len(p.seen) >= p.max
+	return !p.seen[portKey(proto, port)]
 }
 
 func (p *portSet) label(proto string, port uint16) string {
@@ -140,9 +142,7 @@ func (p *portSet) label(proto string, port uint16) string {
 	if port < 1024 {
 		return v
 	}
-	key := portKey{proto, port}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	key := portKey(proto, port)
 	if p.seen[key] {
 		return v
 	}

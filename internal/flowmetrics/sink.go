@@ -3,7 +3,7 @@ package flowmetrics
 import (
 	"slices"
 	"strings"
-	"sync/atomic"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -14,9 +14,13 @@ import (
 const hubbleNamespace = "hubble"
 
 // Sink counts flows into the enabled families. It is a flow.Sink: Observe only
-// increments counters (no I/O, nothing kept of the flow) and is safe for
+// increments counters (no I/O, nothing kept of the flows) and is safe for
 // concurrent use.
 type Sink struct {
+	// mu is taken once per batch of flows (Observe); it guards counters, portSet and
+	// flags, which count a batch in plain integers and add them to the Prometheus
+	// counters when the batch is done: no lock and no atomic add per flow.
+	mu       sync.Mutex
 	reg      *prometheus.Registry
 	flows    *prometheus.CounterVec // type, subtype, verdict
 	drops    *prometheus.CounterVec // reason, protocol
@@ -27,10 +31,13 @@ type Sink struct {
 	replies  *prometheus.CounterVec // rcode, qtypes, ips_returned
 	portSet  *portSet
 	counters counterCache
-	// flagCounters are tcpFlags' four series (tcpFlagNames), each kept once it is
-	// first counted (a series appears with its first flow): a TCP connection makes
-	// several flows, each counted here, and this spares them the cache's lookup.
-	flagCounters [len(tcpFlagNames)]atomic.Pointer[prometheus.Counter]
+	// flags are tcpFlags' four series (tcpFlagNames), each made when it is first
+	// counted (a series appears with its first flow), and the batch's counts: a TCP
+	// connection makes several flows, each counted here, without the cache's lookup.
+	flags [len(tcpFlagNames)]struct {
+		ctr prometheus.Counter
+		n   uint64
+	}
 }
 
 // tcpFlagNames are Hubble's flag labels, indexed by the tcpFlag* constants.
@@ -87,9 +94,19 @@ type Options struct {
 // Registry is what the HTTP handler serves.
 func (s *Sink) Registry() *prometheus.Registry { return s.reg }
 
-// Observe counts f in every enabled family it belongs to.
-func (s *Sink) Observe(f *flow.Flow) {
-	if f == nil || f.Type == flow.TypeLost {
+// Observe counts each flow of fs in every enabled family it belongs to.
+func (s *Sink) Observe(fs []flow.Flow) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range fs {
+		s.observe(&fs[i])
+	}
+	s.counters.flush()
+	s.flushFlags()
+}
+
+func (s *Sink) observe(f *flow.Flow) {
+	if f.Type == flow.TypeLost {
 		return // a reader's gap, not a flow
 	}
 	if s.flows != nil {
@@ -121,37 +138,41 @@ func (s *Sink) countPort(proto string, port uint16) {
 		s.counters.inc(s.ports, proto, "other")
 		return
 	}
-	s.counters.get(counterKey{vec: s.ports, a: proto, port: port}, func() prometheus.Counter {
+	s.counters.count(counterKey{vec: s.ports, a: proto, port: port}, func() prometheus.Counter {
 		return s.ports.WithLabelValues(proto, s.portSet.label(proto, port)) // decided once per port
-	}).Inc()
+	})
 }
 
 func (s *Sink) countTCPFlags(fl *flow.TCPFlags) {
 	// Hubble's flags: SYN and SYN-ACK apart, then FIN and RST.
 	if fl.SYN {
 		if fl.ACK {
-			s.flag(tcpFlagSYNACK).Inc()
+			s.flags[tcpFlagSYNACK].n++
 		} else {
-			s.flag(tcpFlagSYN).Inc()
+			s.flags[tcpFlagSYN].n++
 		}
 	}
 	if fl.FIN {
-		s.flag(tcpFlagFIN).Inc()
+		s.flags[tcpFlagFIN].n++
 	}
 	if fl.RST {
-		s.flag(tcpFlagRST).Inc()
+		s.flags[tcpFlagRST].n++
 	}
 }
 
-// flag returns tcpFlags' series of tcpFlagNames[i]. Two goroutines racing store the
-// same series: the vector returns one counter per label set.
-func (s *Sink) flag(i int) prometheus.Counter {
-	if c := s.flagCounters[i].Load(); c != nil {
-		return *c
+// flushFlags adds the batch's flag counts to their series, made on first use.
+func (s *Sink) flushFlags() {
+	for i := range s.flags {
+		fl := &s.flags[i]
+		if fl.n == 0 {
+			continue
+		}
+		if fl.ctr == nil {
+			fl.ctr = s.tcpFlags.WithLabelValues(tcpFlagNames[i], "IPv4")
+		}
+		fl.ctr.Add(float64(fl.n))
+		fl.n = 0
 	}
-	c := s.tcpFlags.WithLabelValues(tcpFlagNames[i], "IPv4")
-	s.flagCounters[i].Store(&c)
-	return c
 }
 
 func (s *Sink) countDNS(d *flow.DNS) {

@@ -32,11 +32,28 @@ func knownFlows() []*flow.Flow {
 	}
 }
 
-func TestSinkCountsKnownFlows(t *testing.T) {
-	s := New(Families, Options{})
-	for _, f := range knownFlows() {
-		s.Observe(f)
+// observeEach counts each flow as a batch of its own.
+func observeEach(s *Sink, fs []*flow.Flow) {
+	for _, f := range fs {
+		s.Observe([]flow.Flow{*f})
 	}
+}
+
+// batchOf is fs as one batch.
+func batchOf(fs []*flow.Flow) []flow.Flow {
+	out := make([]flow.Flow, len(fs))
+	for i, f := range fs {
+		out[i] = *f
+	}
+	return out
+}
+
+// TestSinkCountsKnownFlows: the same counts whether the flows come one by one or as
+// one batch (counted in the batch, added to the series when it is done).
+func TestSinkCountsKnownFlows(t *testing.T) {
+	one, batch := New(Families, Options{}), New(Families, Options{})
+	observeEach(one, knownFlows())
+	batch.Observe(batchOf(knownFlows()))
 	want := `
 # HELP hubble_flows_processed_total Flows processed, by event type (Trace, Drop, PolicyVerdict, L7), subtype (DNS for L7) and verdict.
 # TYPE hubble_flows_processed_total counter
@@ -66,10 +83,12 @@ hubble_dns_queries_total{ips_returned="0",qtypes="A",rcode=""} 1
 # TYPE hubble_dns_responses_total counter
 hubble_dns_responses_total{ips_returned="1",qtypes="A",rcode="NOERROR"} 1
 `
-	if err := testutil.GatherAndCompare(s.Registry(), strings.NewReader(want)); err != nil {
-		t.Error(err)
+	for name, s := range map[string]*Sink{"one by one": one, "one batch": batch} {
+		if err := testutil.GatherAndCompare(s.Registry(), strings.NewReader(want)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
-	problems, err := testutil.GatherAndLint(s.Registry())
+	problems, err := testutil.GatherAndLint(one.Registry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,9 +99,7 @@ hubble_dns_responses_total{ips_returned="1",qtypes="A",rcode="NOERROR"} 1
 
 func TestSinkOnlyEnabledFamilies(t *testing.T) {
 	s := New([]string{FamilyDrop}, Options{})
-	for _, f := range knownFlows() {
-		s.Observe(f)
-	}
+	s.Observe(batchOf(knownFlows()))
 	names, err := familyNames(s)
 	if err != nil {
 		t.Fatal(err)
@@ -105,11 +122,16 @@ func familyNames(s *Sink) ([]string, error) {
 // "other"; well-known ports and ports already tracked keep their own series.
 func TestSinkPortsBounded(t *testing.T) {
 	s := New([]string{FamilyPortDistribution}, Options{PortsMax: 3})
+	var fs []flow.Flow
 	for port := uint16(20000); port < 20010; port++ {
-		s.Observe(&flow.Flow{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "TCP", DstPort: port})
+		fs = append(fs, flow.Flow{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "TCP", DstPort: port})
 	}
-	s.Observe(&flow.Flow{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "TCP", DstPort: 20000})
-	s.Observe(&flow.Flow{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "UDP", DstPort: 443})
+	s.Observe(fs[:4])
+	s.Observe(fs[4:])
+	s.Observe([]flow.Flow{
+		{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "TCP", DstPort: 20000},
+		{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "UDP", DstPort: 443},
+	})
 	want := `
 # HELP hubble_port_distribution_total Forwarded flows to a destination port, by protocol and port; ports beyond the first tracked ones are counted as port "other".
 # TYPE hubble_port_distribution_total counter
@@ -150,9 +172,11 @@ func TestParseFamilies(t *testing.T) {
 // other families' label sets.
 func TestSinkOtherPortsShareOneCacheEntry(t *testing.T) {
 	s := New([]string{FamilyPortDistribution, FamilyFlow}, Options{PortsMax: 3})
+	var fs []flow.Flow
 	for port := 20000; port < 30000; port++ {
-		s.Observe(&flow.Flow{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "TCP", DstPort: uint16(port)})
+		fs = append(fs, flow.Flow{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "TCP", DstPort: uint16(port)})
 	}
+	s.Observe(fs)
 	if n := len(s.counters.m); n > 3+2 {
 		t.Errorf("counter cache holds %d label sets after 10,000 ports, want the 3 tracked ports, \"other\" and the flows series", n)
 	}
@@ -163,12 +187,12 @@ func TestSinkOtherPortsShareOneCacheEntry(t *testing.T) {
 
 func BenchmarkSinkEphemeralPorts(b *testing.B) {
 	s := New([]string{FamilyPortDistribution}, Options{})
-	f := &flow.Flow{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "TCP"}
+	fs := []flow.Flow{{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "TCP"}}
 	b.ReportAllocs()
 	port := 0
 	for b.Loop() {
-		f.DstPort = uint16(1024 + port%60000)
+		fs[0].DstPort = uint16(1024 + port%60000)
 		port++
-		s.Observe(f)
+		s.Observe(fs)
 	}
 }

@@ -53,49 +53,64 @@ func New(capacity int) *Store {
 	return &Store{capacity: capacity}
 }
 
-// AddSink registers s to see every flow added from now on, in order. s.Observe runs
-// on the adding goroutine: it must not block.
+// AddSink registers s to see every flow added from now on, in order, a batch at a
+// time. s.Observe runs on the adding goroutine under the store's lock: it must not
+// block.
 func (s *Store) AddSink(sink flow.Sink) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sinks = append(s.sinks, sink)
 }
 
-// Add stores a copy of f, hands f to the sinks and to every follower that keeps up
-// (followers get one shared heap copy, made only when one wants f). The caller keeps
-// f and may reuse it once Add returns: the agent converts every datapath record into
-// one reused Flow, so a record costs no allocation unless a follower takes it
-// (docs/bench/2026-11-23/flows-3). Followers' filters run outside the store's lock, so
-// readers and Stats never wait for them.
+// Add stores a copy of f, as AddBatch does a batch of one; the caller keeps f.
 func (s *Store) Add(f *flow.Flow) {
+	s.AddBatch([]flow.Flow{*f})
+}
+
+// AddBatch stores copies of fs in order, hands fs to the sinks and each flow to every
+// follower that keeps up (followers get one shared heap copy, made only when one wants
+// it). The caller keeps fs and may reuse it once AddBatch returns: the agent converts
+// what it finds in the datapath's ring into one reused batch, so a record costs no
+// allocation unless a follower takes it (docs/bench/2026-11-23/flows-3), and the
+// store's and the sinks' locks are taken once per batch, not per record. Followers'
+// filters run outside the store's lock, so readers and Stats never wait for them.
+func (s *Store) AddBatch(fs []flow.Flow) {
 	s.fanMu.Lock()
 	defer s.fanMu.Unlock()
 	s.mu.Lock()
-	if len(s.ring) < s.capacity { // not full yet: next is len(s.ring)
-		s.ring = append(s.ring, *f)
-	} else {
-		s.ring[s.next] = *f
+	for i := range fs {
+		if len(s.ring) < s.capacity { // not full yet: next is len(s.ring)
+			s.ring = append(s.ring, fs[i])
+		} else {
+			s.ring[s.next] = fs[i]
+		}
+		s.next++
+		if s.next == s.capacity {
+			s.next, s.full = 0, true
+		}
 	}
-	s.next++
-	if s.next == s.capacity {
-		s.next, s.full = 0, true
-	}
-	s.added++
+	s.added += uint64(len(fs))
 	for _, sink := range s.sinks {
-		sink.Observe(f)
+		sink.Observe(fs)
 	}
 	followers := s.followers
 	s.mu.Unlock()
-	var shared *flow.Flow
-	for _, fo := range followers {
-		if !fo.req.Match(f) {
-			continue
+	if len(followers) == 0 {
+		return
+	}
+	for i := range fs {
+		f := &fs[i]
+		var shared *flow.Flow
+		for _, fo := range followers {
+			if !fo.req.Match(f) {
+				continue
+			}
+			if shared == nil {
+				c := *f
+				shared = &c
+			}
+			fo.offer(shared)
 		}
-		if shared == nil {
-			c := *f
-			shared = &c
-		}
-		fo.offer(shared)
 	}
 }
 

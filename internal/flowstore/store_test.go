@@ -76,7 +76,7 @@ func TestStoreLastCountsMatchingFlows(t *testing.T) {
 
 type countSink struct{ n int }
 
-func (c *countSink) Observe(*flow.Flow) { c.n++ }
+func (c *countSink) Observe(fs []flow.Flow) { c.n += len(fs) }
 
 func TestStoreSinksSeeEveryFlow(t *testing.T) {
 	s := New(2)

@@ -31,15 +31,13 @@ func exportedFamilies(t *testing.T) []string {
 	a.ObserveSync("services", 1)
 	a.LoadFailed()
 	s := flowmetrics.New(flowmetrics.Families, flowmetrics.Options{})
-	for _, f := range []*flow.Flow{
+	s.Observe([]flow.Flow{
 		{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "TCP", DstPort: 80, TCPFlags: &flow.TCPFlags{SYN: true}},
 		{Type: flow.TypeDrop, Verdict: flow.Dropped, DropReason: "DROP_POLICY_DENIED", Protocol: "TCP"},
 		{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "ICMP", ICMPType: 8},
 		{Type: flow.TypeDNS, Verdict: flow.Forwarded, Protocol: "UDP", DNS: &flow.DNS{QType: "A"}},
 		{Type: flow.TypeDNS, Verdict: flow.Forwarded, Protocol: "UDP", DNS: &flow.DNS{QType: "A", Response: true, RCode: "NOERROR"}},
-	} {
-		s.Observe(f)
-	}
+	})
 	var names []string
 	for _, reg := range []prometheus.Gatherer{a.Registry(), s.Registry()} {
 		mfs, err := reg.Gather()
