@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -88,9 +90,14 @@ func (c *bootClock) expire() { c.uses = bootRefresh }
 
 // FlowReader reads the flow ring buffer. One reader per datapath.
 type FlowReader struct {
-	rd   *ringbuf.Reader
-	rec  ringbuf.Record // reused: one sample buffer for the reader's life
+	rd   *ringbuf.Reader // its deadline is in the past: reading never blocks
+	rec  ringbuf.Record  // reused: one sample buffer for the reader's life
 	boot bootClock
+	// ring is the ring's map (a duplicate descriptor) in Go's network poller, where
+	// the reader waits between drains (wait).
+	ring     *os.File
+	ringConn syscall.RawConn
+	closed   atomic.Bool
 	// bad is a record ReadBatch could not decode after others: its error, returned
 	// by the next ReadBatch.
 	bad error
@@ -102,21 +109,42 @@ func (d *Datapath) NewFlowReader() (*FlowReader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open flows reader: %w", err)
 	}
-	rd.SetDeadline(time.Now().Add(flowPoll))
-	return &FlowReader{rd: rd, boot: bootClock{read: bootTime}}, nil
+	rd.SetDeadline(time.Unix(1, 0))
+	ring, conn, err := pollable(d.objs.MyelinFlows.FD(), "myelin_flows")
+	if err != nil {
+		rd.Close()
+		return nil, fmt.Errorf("open flows reader: %w", err)
+	}
+	return &FlowReader{rd: rd, ring: ring, ringConn: conn, boot: bootClock{read: bootTime}}, nil
+}
+
+// pollable returns a non-blocking duplicate of fd in Go's network poller.
+func pollable(fd int, name string) (*os.File, syscall.RawConn, error) {
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("duplicate %s: %w", name, err)
+	}
+	if err := unix.SetNonblock(dup, true); err != nil {
+		unix.Close(dup)
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	f := os.NewFile(uintptr(dup), name)
+	conn, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return f, conn, nil
 }
 
 // Read blocks until the next record. After Close it returns an error wrapping
 // os.ErrClosed.
 func (r *FlowReader) Read() (FlowRecord, error) {
-	for {
-		fr, err := r.read()
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			return fr, err
-		}
-		r.rd.SetDeadline(time.Now().Add(flowPoll)) // the ring is drained: look again later
-		r.boot.expire()                            // and read the boot time then
+	var one [1]FlowRecord
+	if _, err := r.ReadBatch(one[:]); err != nil {
+		return FlowRecord{}, err
 	}
+	return one[0], nil
 }
 
 // ReadBatch blocks until the next record, then fills recs with it and with the
@@ -130,8 +158,18 @@ func (r *FlowReader) ReadBatch(recs []FlowRecord) (int, error) {
 		return 0, err
 	}
 	n := 0
-	for n < len(recs) && (n == 0 || r.rd.AvailableBytes() > 0) {
-		fr, err := r.Read()
+	for n < len(recs) {
+		fr, err := r.read()
+		if errors.Is(err, os.ErrDeadlineExceeded) { // the ring is drained
+			if n > 0 {
+				return n, nil
+			}
+			if err := r.wait(); err != nil {
+				return 0, err
+			}
+			r.boot.expire() // read the boot time again after each wait
+			continue
+		}
 		if err != nil {
 			if n == 0 {
 				return 0, err
@@ -143,6 +181,36 @@ func (r *FlowReader) ReadBatch(recs []FlowRecord) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// wait returns once the datapath wakes readers (a quarter of the ring is used,
+// bpf/lib/flows.h) or after flowPoll. It waits in Go's network poller, not in a
+// blocking epoll_wait as the ringbuf package's reader does: a goroutine blocked in a
+// system call holds its P, the runtime's sysmon takes it back after 10 ms and then
+// polls every 20 µs again, which under a TCP_CRR load cost the agent more CPU than
+// its reading (docs/observability.md).
+func (r *FlowReader) wait() error {
+	if err := r.ring.SetReadDeadline(time.Now().Add(flowPoll)); err != nil {
+		return fmt.Errorf("read flow record: %w", err)
+	}
+	full := r.rd.BufferSize() / 4
+	waited := false
+	err := r.ringConn.Read(func(uintptr) bool {
+		// Checked before each wait: a wakeup that came while the reader was draining
+		// was cleared when this Read began.
+		if waited || r.rd.AvailableBytes() >= full {
+			return true
+		}
+		waited = true
+		return false
+	})
+	switch {
+	case err == nil || errors.Is(err, os.ErrDeadlineExceeded):
+		return nil
+	case r.closed.Load(): // the poller says "use of closed file"
+		return fmt.Errorf("read flow record: %w", os.ErrClosed)
+	}
+	return fmt.Errorf("read flow record: %w", err)
 }
 
 // read returns the next record, or os.ErrDeadlineExceeded at the reader's deadline.
@@ -159,7 +227,9 @@ func (r *FlowReader) read() (FlowRecord, error) {
 
 // Close stops the reader and unblocks Read.
 func (r *FlowReader) Close() error {
-	if err := r.rd.Close(); err != nil {
+	r.closed.Store(true)
+	err := errors.Join(r.ring.Close(), r.rd.Close())
+	if err != nil {
 		return fmt.Errorf("close flows reader: %w", err)
 	}
 	return nil
