@@ -61,32 +61,29 @@ func (d *Datapath) SetFlows(on bool) error {
 // a quarter of the ring is used (bpf/lib/flows.h), so a record waits at most this long.
 const flowPoll = 100 * time.Millisecond
 
-// bootRefresh is how many records the reader decodes with one reading of the boot
-// time before it reads it again; it also reads it after each poll. bootTime is a
-// clock_gettime system call (~300 ns here, a third of the agent's whole cost per record
-// when read for each). The boot time moves only as the wall clock is adjusted, so a
-// record's time is off by at most that adjustment since the last reading.
-const bootRefresh = 1024
+// bootRefresh is how old the reader's reading of the boot time may get. bootTime is
+// a clock_gettime system call (~300 ns here, a third of the agent's whole cost per
+// record when read for each), and any system call the reader makes after a quiet
+// spell wakes the runtime's sysmon into polling every 20 µs (see FlowReader.wait).
+// The boot time moves only as the wall clock is adjusted, so a record's time is off
+// by at most that adjustment since the last reading.
+const bootRefresh = time.Second
 
-// bootClock hands out the boot time, read again (read) after every bootRefresh uses
-// or once expired.
+// bootClock hands out the boot time, read again (read) once its reading is
+// bootRefresh old.
 type bootClock struct {
 	read func() time.Time
-	t    time.Time
-	uses int
+	t    time.Time // the last reading
+	at   time.Time // when it was made
 }
 
-// get returns the boot time, reading it first when it is stale.
-func (c *bootClock) get() time.Time {
-	if c.uses >= bootRefresh || c.t.IsZero() {
-		c.t, c.uses = c.read(), 0
+// get returns the boot time at now, reading it first when it is stale.
+func (c *bootClock) get(now time.Time) time.Time {
+	if c.t.IsZero() || now.Sub(c.at) >= bootRefresh {
+		c.t, c.at = c.read(), now
 	}
-	c.uses++
 	return c.t
 }
-
-// expire makes the next get read the boot time again.
-func (c *bootClock) expire() { c.uses = bootRefresh }
 
 // FlowReader reads the flow ring buffer. One reader per datapath.
 type FlowReader struct {
@@ -157,18 +154,25 @@ func (r *FlowReader) ReadBatch(recs []FlowRecord) (int, error) {
 		r.bad = nil
 		return 0, err
 	}
+	boot := r.boot.get(time.Now())
 	n := 0
 	for n < len(recs) {
-		fr, err := r.read()
-		if errors.Is(err, os.ErrDeadlineExceeded) { // the ring is drained
+		// The ringbuf reader is asked only when the ring holds a record: it then
+		// reads from the ring's pages alone. Asked at an empty ring, it makes an
+		// epoll_wait system call (which, after a quiet spell, wakes sysmon).
+		if r.rd.AvailableBytes() == 0 {
 			if n > 0 {
 				return n, nil
 			}
 			if err := r.wait(); err != nil {
 				return 0, err
 			}
-			r.boot.expire() // read the boot time again after each wait
+			boot = r.boot.get(time.Now())
 			continue
+		}
+		fr, err := r.read(boot)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			continue // nothing but discarded records (the datapath discards none)
 		}
 		if err != nil {
 			if n == 0 {
@@ -213,12 +217,13 @@ func (r *FlowReader) wait() error {
 	return fmt.Errorf("read flow record: %w", err)
 }
 
-// read returns the next record, or os.ErrDeadlineExceeded at the reader's deadline.
-func (r *FlowReader) read() (FlowRecord, error) {
+// read returns the next record, its time from boot, or os.ErrDeadlineExceeded at
+// the reader's deadline.
+func (r *FlowReader) read(boot time.Time) (FlowRecord, error) {
 	if err := r.rd.ReadInto(&r.rec); err != nil {
 		return FlowRecord{}, fmt.Errorf("read flow record: %w", err)
 	}
-	fr, err := DecodeFlowRecord(r.rec.RawSample, r.boot.get())
+	fr, err := DecodeFlowRecord(r.rec.RawSample, boot)
 	if err != nil {
 		return fr, fmt.Errorf("%w: %w", ErrFlowRecord, err)
 	}

@@ -16,7 +16,7 @@ func nextFlow(r *FlowReader, timeout time.Duration) (FlowRecord, error) {
 	deadline := time.Now().Add(timeout)
 	r.rd.SetDeadline(deadline)
 	for {
-		fr, err := r.read()
+		fr, err := r.read(bootTime())
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
 			return fr, err
 		}
