@@ -26,6 +26,20 @@ func nextFlow(r *FlowReader, timeout time.Duration) (FlowRecord, error) {
 	}
 }
 
+// openFlows turns flows on in d and opens a reader on them, closed at the test's end.
+func openFlows(t *testing.T, d *Datapath) *FlowReader {
+	t.Helper()
+	if err := d.SetFlows(true); err != nil {
+		t.Fatal(err)
+	}
+	r, err := d.NewFlowReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
 // TestPrivilegedBPFFlows: with flows on, a SYN, a FIN, a drop, the first
 // packet of a UDP flow and a DNS packet each make one record; an established
 // ACK and the UDP flow's second packet make none; with flows off nothing does.
@@ -103,13 +117,7 @@ func TestPrivilegedFlowReaderRead(t *testing.T) {
 	if err := seedEndpoints(d, seedAB); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.SetFlows(true); err != nil {
-		t.Fatal(err)
-	}
-	r, err := d.NewFlowReader()
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := openFlows(t, d)
 	type result struct {
 		fr  FlowRecord
 		err error
@@ -148,14 +156,7 @@ func TestPrivilegedFlowReaderReadBatch(t *testing.T) {
 	if err := seedEndpoints(d, seedAB); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.SetFlows(true); err != nil {
-		t.Fatal(err)
-	}
-	r, err := d.NewFlowReader()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := openFlows(t, d)
 	for sport := uint16(40001); sport <= 40003; sport++ {
 		p := ipv4(protoTCP, "10.1.0.10", "10.1.0.20").withSrc("10.1.0.10", sport)
 		if _, err := d.objs.MyelinFromPod.Run(&ebpf.RunOptions{Data: p.build(), Context: *ctxPodA}); err != nil {

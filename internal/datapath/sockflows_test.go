@@ -21,14 +21,7 @@ func TestPrivilegedSocketLBFlowService(t *testing.T) {
 	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, LoadBalancing: true, SocketLB: true,
 		NodeIP: testNodeIP, ClusterCIDR: lbClusterCIDR, NATPortMin: testNATPort, NATPortMax: testNATPort})
 	cg := attachSockLB(t, d, Service{ID: 1, Backends: []uint32{1, 2}})
-	if err := d.SetFlows(true); err != nil {
-		t.Fatal(err)
-	}
-	r, err := d.NewFlowReader()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := openFlows(t, d)
 	svc := netip.MustParseAddrPort(sockSvcAddr)
 	inNetns(t, func(node string) {
 		pod := &tunnelNode{podNSName: node + "-pod", podIP: mustAddr("10.1.0.10"), hostVeth: "dpvetha"}
