@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -94,7 +95,11 @@ type FlowReader struct {
 	// the reader waits between drains (wait).
 	ring     *os.File
 	ringConn syscall.RawConn
-	closed   atomic.Bool
+	// mu is held while the reader reads the ring's pages (drain), so that Close,
+	// from another goroutine, unmaps them only after that: the ringbuf package's
+	// AvailableBytes reads them without its own lock.
+	mu     sync.Mutex
+	closed atomic.Bool // set under mu
 	// bad is a record ReadBatch could not decode after others: its error, returned
 	// by the next ReadBatch.
 	bad error
@@ -154,22 +159,30 @@ func (r *FlowReader) ReadBatch(recs []FlowRecord) (int, error) {
 		r.bad = nil
 		return 0, err
 	}
+	for {
+		n, err := r.drain(recs)
+		if n > 0 || err != nil {
+			return n, err
+		}
+		if err := r.wait(); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// drain fills recs with the records the ring holds now (at most len(recs)) and
+// returns how many. The ringbuf reader is asked only when the ring holds a record:
+// it then reads from the ring's pages alone, where asked at an empty ring it makes
+// an epoll_wait system call (which, after a quiet spell, wakes sysmon; see wait).
+func (r *FlowReader) drain(recs []FlowRecord) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed.Load() {
+		return 0, fmt.Errorf("read flow record: %w", os.ErrClosed)
+	}
 	boot := r.boot.get(time.Now())
 	n := 0
-	for n < len(recs) {
-		// The ringbuf reader is asked only when the ring holds a record: it then
-		// reads from the ring's pages alone. Asked at an empty ring, it makes an
-		// epoll_wait system call (which, after a quiet spell, wakes sysmon).
-		if r.rd.AvailableBytes() == 0 {
-			if n > 0 {
-				return n, nil
-			}
-			if err := r.wait(); err != nil {
-				return 0, err
-			}
-			boot = r.boot.get(time.Now())
-			continue
-		}
+	for n < len(recs) && r.rd.AvailableBytes() > 0 {
 		fr, err := r.read(boot)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			continue // nothing but discarded records (the datapath discards none)
@@ -191,23 +204,24 @@ func (r *FlowReader) ReadBatch(recs []FlowRecord) (int, error) {
 // bpf/lib/flows.h) or after flowPoll. It waits in Go's network poller, not in a
 // blocking epoll_wait as the ringbuf package's reader does: a goroutine blocked in a
 // system call holds its P, the runtime's sysmon takes it back after 10 ms and then
-// polls every 20 µs again, which under a TCP_CRR load cost the agent more CPU than
-// its reading (docs/observability.md).
+// polls every 20 µs again, which under a TCP_CRR load cost the agent half as much
+// CPU as its reading (docs/observability.md).
 func (r *FlowReader) wait() error {
-	if err := r.ring.SetReadDeadline(time.Now().Add(flowPoll)); err != nil {
-		return fmt.Errorf("read flow record: %w", err)
-	}
 	full := r.rd.BufferSize() / 4
 	waited := false
-	err := r.ringConn.Read(func(uintptr) bool {
-		// Checked before each wait: a wakeup that came while the reader was draining
-		// was cleared when this Read began.
-		if waited || r.rd.AvailableBytes() >= full {
-			return true
-		}
-		waited = true
-		return false
-	})
+	err := r.ring.SetReadDeadline(time.Now().Add(flowPoll))
+	if err == nil {
+		err = r.ringConn.Read(func(uintptr) bool {
+			// Runs only while r.ring is open: Close closes it (and waits for this)
+			// before it unmaps the ring. Checked before each wait: a wakeup that
+			// came while the reader was draining was cleared when this Read began.
+			if waited || r.rd.AvailableBytes() >= full {
+				return true
+			}
+			waited = true
+			return false
+		})
+	}
 	switch {
 	case err == nil || errors.Is(err, os.ErrDeadlineExceeded):
 		return nil
@@ -230,10 +244,16 @@ func (r *FlowReader) read(boot time.Time) (FlowRecord, error) {
 	return fr, nil
 }
 
-// Close stops the reader and unblocks Read.
+// Close stops the reader and unblocks Read. It may run while another goroutine
+// reads; a second Close does nothing.
 func (r *FlowReader) Close() error {
-	r.closed.Store(true)
-	err := errors.Join(r.ring.Close(), r.rd.Close())
+	r.mu.Lock() // no drain is reading the ring's pages, and none will
+	closed := r.closed.Swap(true)
+	r.mu.Unlock()
+	if closed {
+		return nil
+	}
+	err := errors.Join(r.ring.Close(), r.rd.Close()) // in this order: see wait
 	if err != nil {
 		return fmt.Errorf("close flows reader: %w", err)
 	}

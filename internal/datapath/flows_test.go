@@ -178,3 +178,67 @@ func TestPrivilegedFlowReaderReadBatch(t *testing.T) {
 		t.Errorf("source ports %v, want the three SYNs' 40001, 40002, 40003 in order", got)
 	}
 }
+
+// TestPrivilegedFlowReaderCloseWhileReading: Close from another goroutine while the
+// reader drains a ring the datapath keeps writing (and while it waits) ends its
+// ReadBatch with os.ErrClosed, never a fault on the unmapped ring; a second Close
+// does nothing.
+func TestPrivilegedFlowReaderCloseWhileReading(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTest(t, HostRoutingBPF)
+	if err := seedEndpoints(d, seedAB); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetFlows(true); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	written := make(chan error, 1)
+	go func() { // SYNs, each a record
+		p := ipv4(protoTCP, "10.1.0.10", "10.1.0.20").build()
+		for {
+			select {
+			case <-stop:
+				written <- nil
+				return
+			default:
+			}
+			if _, err := d.objs.MyelinFromPod.Run(&ebpf.RunOptions{Data: p, Context: *ctxPodA}); err != nil {
+				written <- err
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		if err := <-written; err != nil {
+			t.Error(err)
+		}
+	}()
+	for i := range 20 {
+		r, err := d.NewFlowReader()
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := make(chan error, 1)
+		go func() {
+			batch := make([]FlowRecord, 8)
+			for {
+				if _, err := r.ReadBatch(batch); err != nil {
+					read <- err
+					return
+				}
+			}
+		}()
+		time.Sleep(time.Duration(i%5) * time.Millisecond)
+		if err := r.Close(); err != nil {
+			t.Fatalf("close %d: %v", i, err)
+		}
+		if err := <-read; !errors.Is(err, os.ErrClosed) {
+			t.Fatalf("reader %d after Close: %v, want os.ErrClosed", i, err)
+		}
+		if err := r.Close(); err != nil {
+			t.Errorf("second Close: %v", err)
+		}
+	}
+}
