@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/api"
-	"github.com/myelin-net/myelin/internal/lab"
 	"github.com/myelin-net/myelin/internal/lab/cni/myelin"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labdriver"
@@ -72,15 +71,9 @@ func (c *ControlPlane) Setup(ctx context.Context) (Endpoints, error) {
 		return Endpoints{}, err
 	}
 	c.cs = cs
-	plan, err := lab.LoadPlan(c.cluster.Paths)
-	if err != nil {
+	if c.nodeIP, err = c.cluster.NodeIP(labplan.NodeName(controlPlaneNode)); err != nil {
 		return Endpoints{}, err
 	}
-	n, ok := plan.Node(labplan.NodeName(controlPlaneNode))
-	if !ok {
-		return Endpoints{}, fmt.Errorf("the lab has no node %s", labplan.NodeName(controlPlaneNode))
-	}
-	c.nodeIP = n.IP
 	node := NetNSHost{Path: labplan.NetNSPath(labplan.NodeName(controlPlaneNode))}
 	return Endpoints{Client: node, Server: node}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -177,6 +178,19 @@ func (c *Cluster) release() error {
 
 // up brings the lab up and moves the legacy nodes to legacy host routing. Once lab up
 // has succeeded the lab is owned, so the last release removes it even after an error.
+// NodeIP is the underlay address of the lab node named node, from the lab's plan.
+func (c *Cluster) NodeIP(node string) (netip.Addr, error) {
+	plan, err := lab.LoadPlan(c.Paths)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	n, ok := plan.Node(node)
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("the lab has no node %s", node)
+	}
+	return n.IP, nil
+}
+
 func (c *Cluster) up(ctx context.Context) error {
 	if lab.Running(c.Paths) {
 		return errors.New("a lab is already running on this machine and bench builds its own: run myelin lab down first")

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/myelin-net/myelin/internal/lab"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
@@ -70,18 +69,14 @@ func (e *LabEnv) Teardown() error {
 type nodeToNode struct{ client, server string }
 
 func (n nodeToNode) setup(_ context.Context, c *Cluster, _ string) (Endpoints, error) {
-	plan, err := lab.LoadPlan(c.Paths)
+	srv, err := c.NodeIP(n.server)
 	if err != nil {
 		return Endpoints{}, err
-	}
-	srv, ok := plan.Node(n.server)
-	if !ok {
-		return Endpoints{}, fmt.Errorf("the lab has no node %s", n.server)
 	}
 	return Endpoints{
 		Client:     NetNSHost{Path: labplan.NetNSPath(n.client)},
 		Server:     NetNSHost{Path: labplan.NetNSPath(n.server)},
-		ServerAddr: srv.IP,
+		ServerAddr: srv,
 	}, nil
 }
 

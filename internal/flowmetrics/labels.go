@@ -37,11 +37,9 @@ func dropReason(r string) string {
 var knownProtocols = []string{"TCP", "UDP", "ICMP", "SCTP"}
 
 func protocol(p string) string {
-	switch p { // flow.ProtocolName's: no case to fold
-	case "TCP", "UDP", "ICMP", "SCTP":
-		return p
+	if !slices.Contains(knownProtocols, p) { // flow.ProtocolName's are upper case already
+		p = strings.ToUpper(p)
 	}
-	p = strings.ToUpper(p)
 	if slices.Contains(knownProtocols, p) {
 		return p
 	}
