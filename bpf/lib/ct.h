@@ -159,6 +159,18 @@ static __always_inline void ct_touch_forward(void *map, const struct ct_key *fwd
 }
 
 /*
+ * ct_from_backend_port: port (network order) may be a Service backend's, so
+ * a packet from it may be the reply of a Service flow (myelin_lb_ports).
+ */
+static __always_inline int ct_from_backend_port(__be16 port)
+{
+	__u32 key = (__u32)port / 32;
+	const __u32 *word = bpf_map_lookup_elem(&myelin_lb_ports, &key);
+
+	return !word || (*word >> ((__u32)port % 32)) & 1;
+}
+
+/*
  * ct_forget_stale_reply runs on a pod's packet to another pod (no service in
  * the way). A TCP SYN there opens a new connection, so a reverse entry for
  * its reply tuple can only be left over from an earlier service flow that
@@ -166,10 +178,15 @@ static __always_inline void ct_touch_forward(void *map, const struct ct_key *fwd
  * that held it towards another destination (the frontend) is gone. Left in
  * place it would turn this connection's replies into packets from the
  * frontend, which the client's socket refuses. The common case costs one
- * byte read (the TCP flags); a SYN pays a lookup, and a map delete only
- * when there is such an entry: a delete takes the bucket's lock with
- * interrupts off and dirties its cache line even for a key that is not
- * there, a lookup only reads.
+ * byte read (the TCP flags); a SYN pays a bit test (a reverse entry's
+ * source port is its backend's, marked in myelin_lb_ports before the
+ * backend is written), a SYN to a port some backend uses a lookup, and a
+ * map delete only when there is such an entry: a delete takes the bucket's
+ * lock with interrupts off and dirties its cache line even for a key that
+ * is not there, a lookup only reads. The lookup is what the bit spares a
+ * pod's connection to anything but a backend port: a miss in the large
+ * conntrack table costs a cache and TLB miss, ~240 ns per SYN measured
+ * (BenchmarkConnection, docs/performance.md).
  * UDP has no connection start to key on, so a direct UDP flow reusing an
  * earlier service flow's ports keeps the translation until the GC collects
  * the service flow (the UDP timeout after its last packet).
@@ -191,6 +208,8 @@ static __always_inline void ct_forget_stale_reply(struct __sk_buff *skb,
 	if ((flags & (TCP_FLAGS_SYN | TCP_FLAGS_ACK)) != TCP_FLAGS_SYN)
 		return;
 	if (bpf_skb_load_bytes(skb, info->l4_off, ports, sizeof(ports)) < 0)
+		return;
+	if (!ct_from_backend_port(ports[1]))
 		return;
 	rev.sport = ports[1];
 	rev.dport = ports[0];
@@ -306,18 +325,6 @@ static __always_inline int ct_icmp_reply(void *map, struct __sk_buff *skb, struc
 	if (l4_parse(skb, info, &l4) < 0)
 		return 0;
 	return ct_icmp_error_xlate(map, skb, info, &l4, flags);
-}
-
-/*
- * ct_from_backend_port: port (network order) may be a Service backend's, so
- * a packet from it may be the reply of a Service flow (myelin_lb_ports).
- */
-static __always_inline int ct_from_backend_port(__be16 port)
-{
-	__u32 key = (__u32)port / 32;
-	const __u32 *word = bpf_map_lookup_elem(&myelin_lb_ports, &key);
-
-	return !word || (*word >> ((__u32)port % 32)) & 1;
 }
 
 /*

@@ -127,11 +127,29 @@ func TestPrivilegedLBDirectAfterService(t *testing.T) {
 		{prog: fromPod, dir: "from-pod", then: reverse(true), progCase: progCase{
 			name: "through the service again on the same ports: the translation is back", endpoints: seedB, in: viaService.build(), verdict: tcActRedirect,
 			out: delivered(viaService.withDst(podBIP, 8080)), reason: "FORWARDED"}},
-		{prog: fromPod, dir: "from-pod", progCase: progCase{
+		{prog: fromPod, dir: "from-pod", then: goneButTranslated, progCase: progCase{
 			name: "and its reply comes from the ClusterIP", endpoints: seedReply, in: reply.build(), verdict: tcActRedirect,
 			out: delivered(reply.withSrc(vip, 80)), reason: "FORWARDED"}},
+		// The SYN looks for a stale entry only to a port a backend uses or used
+		// (myelin_lb_ports keeps a removed backend's port).
+		{prog: fromPod, dir: "from-pod", then: reverse(false), progCase: progCase{
+			name: "direct SYN after the Service and its backend are gone: the stale translation goes", endpoints: seedB, in: direct.build(), verdict: tcActRedirect,
+			out: delivered(direct), reason: "FORWARDED"}},
 	}
 	runLBCases(t, d, cases)
+}
+
+// goneButTranslated deletes feTCP's Service and backend 1 and requires the
+// translation of the reply in TestPrivilegedLBDirectAfterService to stay.
+func goneButTranslated(d *Datapath) error {
+	if err := d.DeleteService(feTCP); err != nil {
+		return err
+	}
+	if err := d.DeleteBackend(1); err != nil {
+		return err
+	}
+	reply := fromPodB(ipv4(protoTCP, podBIP, podA).withSrc(podBIP, 8080).withDst(podA, 40000).withTCPFlags(0x12))
+	return checkCTReply(d, reply, true)
 }
 
 // A pod reaching its own service as the backend: SNAT to the hairpin

@@ -1,0 +1,150 @@
+package datapath
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/myelin-net/myelin/internal/testenv"
+)
+
+// BenchmarkConnection is the kernel's run time of myelin_from_pod for every
+// segment of one TCP connection between pods A and B of the node (SYN, SYN-ACK,
+// ACK, a request, a response, both FINs, the last ACK: what a TCP_CRR transaction
+// sends), delivered with bpf_redirect_peer, with what an agent loads by default
+// and each packet-path feature on against off: flow records (drained after each
+// connection, as the agent would), and NetworkPolicy with both pods isolated both
+// ways and allowing each other (the bench's policy cases: 100 NetworkPolicies
+// select client and server). The differences are each feature's cost per
+// connection in the programs without the lab's noise (docs/performance.md);
+// ns/conn sums the kernel's measure of each run, ns/<segment> is each packet's.
+// Run as root:
+// go test -run '^$' -bench 'Connection$' -count 5 ./internal/datapath/
+func BenchmarkConnection(b *testing.B) {
+	testenv.RequireRoot(b, "load BPF")
+	d := loadTestConfig(b, agentDefaultConfig())
+	if err := seedEndpoints(d, seedAB); err != nil {
+		b.Fatal(err)
+	}
+	// An ipcache as a cluster's: a /32 per pod of 1,000, and the fixtures' CIDRs.
+	for i := range 1000 {
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 9, byte(i >> 8), byte(i)}), 32)
+		if err := d.SetIPCache(p, uint32(1000+i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ports := []PolicyPort{tcpPort(80), tcpPort(443), tcpPort(9090), {Proto: protoTCP, Lo: 12000, Hi: 12100}, tcpPort(8080)}
+	isolated := policyState{
+		flags: map[string]PolicyFlags{podA: PolicyIngress | PolicyEgress, podBIP: PolicyIngress | PolicyEgress},
+		entries: map[PolicyKey][]PolicyPort{
+			egressOf(podA, idCIDR): ports, ingressOf(podBIP, idCIDR): ports,
+			egressOf(podA, idB): ports, ingressOf(podBIP, idA): ports,
+		},
+	}
+	r, err := d.NewFlowReader()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	recs := make([]FlowRecord, 128)
+	ctxB := skbCtx{IngressIfindex: uint32(podB.IfIndex)}
+	for _, c := range []struct {
+		name   string
+		flows  bool
+		policy policyState
+	}{{"off", false, policyState{}}, {"flows", true, policyState{}}, {"policy", false, isolated}} {
+		b.Run(c.name, func(b *testing.B) {
+			if err := seedPolicy(d, c.policy); err != nil {
+				b.Fatal(err)
+			}
+			if err := d.SetFlows(c.flows); err != nil {
+				b.Fatal(err)
+			}
+			var ns [len(segmentNames)]uint64
+			var records int
+			sport := uint16(20000)
+			for b.Loop() {
+				sport++
+				if sport == 0 {
+					sport = 20000
+				}
+				for i, s := range connectionSegments(sport, ctxB) {
+					ns[i] += uint64(runSegment(b, d.objs.MyelinFromPod, s))
+				}
+				if c.flows {
+					n, err := r.ReadBatch(recs)
+					if err != nil {
+						b.Fatal(err)
+					}
+					records += n
+				}
+			}
+			var sum uint64
+			for i, n := range ns {
+				sum += n
+				b.ReportMetric(float64(n)/float64(b.N), "ns/"+segmentNames[i])
+			}
+			b.ReportMetric(float64(sum)/float64(b.N), "ns/conn")
+			if c.flows {
+				b.ReportMetric(float64(records)/float64(b.N), "records/conn")
+			}
+			if err := policyCTCount(0)(d); err != nil {
+				b.Errorf("after closed connections: %v", err)
+			}
+		})
+	}
+}
+
+// segment is one packet of a connection and the veth it leaves its pod on.
+type segment struct {
+	in  []byte
+	ctx skbCtx
+}
+
+// segmentNames name connectionSegments' packets in the benchmark's figures.
+var segmentNames = [...]string{"syn", "synack", "ack", "request", "response", "fin-a", "fin-b", "last-ack"}
+
+// connectionSegments are the packets of one connection from A:sport to B:8080,
+// with sequence numbers that close it (its policy entry is deleted at the last ACK).
+func connectionSegments(sport uint16, ctxB skbCtx) []segment {
+	ab := ipv4(protoTCP, podA, podBIP).withSrc(podA, sport).withDst(podBIP, 8080)
+	ba := fromPodB(ipv4(protoTCP, podBIP, podA).withSrc(podBIP, 8080).withDst(podA, sport))
+	n := testPayloadLen
+	finA, finB := 1000+n+1, 5000+n+1
+	ps := []struct {
+		p   pkt
+		ctx skbCtx
+	}{
+		{ab.withTCPFlags(0x02).withSeq(999, 0), *ctxPodA},
+		{ba.withTCPFlags(tcpSYNACK).withSeq(4999, 1000), ctxB},
+		{ab.withTCPFlags(tcpACK).withSeq(1000, 5000), *ctxPodA},
+		{ab.withTCPFlags(tcpACK|0x08).withSeq(1000, 5000), *ctxPodA},
+		{ba.withTCPFlags(tcpACK|0x08).withSeq(5000, 1000+n), ctxB},
+		{ab.withTCPFlags(tcpFINACK).withSeq(1000, 5000), *ctxPodA},
+		{ba.withTCPFlags(tcpFINACK).withSeq(5000, finA), ctxB},
+		{ab.withTCPFlags(tcpACK).withSeq(finA, finB), *ctxPodA},
+	}
+	segs := make([]segment, len(ps))
+	for i, p := range ps {
+		segs[i] = segment{in: p.p.build(), ctx: p.ctx}
+	}
+	return segs
+}
+
+// runSegment runs one segment through prog: its run time in ns; a verdict other
+// than a redirect fails the benchmark.
+func runSegment(b *testing.B, prog *ebpf.Program, s segment) uint32 {
+	ctx, err := binary.Append(nil, binary.LittleEndian, s.ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := make([]byte, len(s.in)+256)
+	ret, took, err := testRun(prog.FD(), s.in, out, ctx)
+	if err != nil || ret != tcActRedirect {
+		b.Fatal(fmt.Errorf("test-run: verdict %d, err %v; want a redirect (%d)", ret, err, tcActRedirect))
+	}
+	return took
+}
