@@ -12,7 +12,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 )
 
@@ -88,16 +87,14 @@ func (c *bootClock) get(now time.Time) time.Time {
 
 // FlowReader reads the flow ring buffer. One reader per datapath.
 type FlowReader struct {
-	rd   *ringbuf.Reader // its deadline is in the past: reading never blocks
-	rec  ringbuf.Record  // reused: one sample buffer for the reader's life
+	rb   *flowRing // the ring's pages: records are decoded where they lie
 	boot bootClock
 	// ring is the ring's map (a duplicate descriptor) in Go's network poller, where
 	// the reader waits between drains (wait).
 	ring     *os.File
 	ringConn syscall.RawConn
 	// mu is held while the reader reads the ring's pages (drain), so that Close,
-	// from another goroutine, unmaps them only after that: the ringbuf package's
-	// AvailableBytes reads them without its own lock.
+	// from another goroutine, unmaps them only after that.
 	mu     sync.Mutex
 	closed atomic.Bool // set under mu
 	// bad is a record ReadBatch could not decode after others: its error, returned
@@ -107,17 +104,17 @@ type FlowReader struct {
 
 // NewFlowReader opens a reader on the flow ring buffer.
 func (d *Datapath) NewFlowReader() (*FlowReader, error) {
-	rd, err := ringbuf.NewReader(d.objs.MyelinFlows)
+	m := d.objs.MyelinFlows
+	rb, err := newFlowRing(m.FD(), int(m.MaxEntries()))
 	if err != nil {
 		return nil, fmt.Errorf("open flows reader: %w", err)
 	}
-	rd.SetDeadline(time.Unix(1, 0))
-	ring, conn, err := pollable(d.objs.MyelinFlows.FD(), "myelin_flows")
+	ring, conn, err := pollable(m.FD(), "myelin_flows")
 	if err != nil {
-		rd.Close()
+		rb.close()
 		return nil, fmt.Errorf("open flows reader: %w", err)
 	}
-	return &FlowReader{rd: rd, ring: ring, ringConn: conn, boot: bootClock{read: bootTime}}, nil
+	return &FlowReader{rb: rb, ring: ring, ringConn: conn, boot: bootClock{read: bootTime}}, nil
 }
 
 // pollable returns a non-blocking duplicate of fd in Go's network poller.
@@ -171,31 +168,36 @@ func (r *FlowReader) ReadBatch(recs []FlowRecord) (int, error) {
 }
 
 // drain fills recs with the records the ring holds now (at most len(recs)) and
-// returns how many. The ringbuf reader is asked only when the ring holds a record:
-// it then reads from the ring's pages alone, where asked at an empty ring it makes
-// an epoll_wait system call (which, after a quiet spell, wakes sysmon; see wait).
+// returns how many, decoded where they lie in the ring's pages; the consumer
+// position moves once for all of them (flowRing). It makes no system call: after a
+// quiet spell one would wake sysmon (see wait).
 func (r *FlowReader) drain(recs []FlowRecord) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed.Load() {
 		return 0, fmt.Errorf("read flow record: %w", os.ErrClosed)
 	}
+	if r.rb.available() == 0 {
+		return 0, nil
+	}
 	boot := r.boot.get(time.Now())
 	n := 0
-	for n < len(recs) && r.rd.AvailableBytes() > 0 {
-		fr, err := r.read(boot)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			continue // nothing but discarded records (the datapath discards none)
-		}
+	var bad error
+	r.rb.consume(len(recs), func(sample []byte) bool {
+		fr, err := DecodeFlowRecord(sample, boot)
 		if err != nil {
-			if n == 0 {
-				return 0, err
-			}
-			r.bad = err // for the next call
-			break
+			bad = fmt.Errorf("read flow record: %w: %w", ErrFlowRecord, err)
+			return false
 		}
 		recs[n] = fr
 		n++
+		return true
+	})
+	if bad != nil {
+		if n == 0 {
+			return 0, bad
+		}
+		r.bad = bad // for the next call
 	}
 	return n, nil
 }
@@ -207,7 +209,7 @@ func (r *FlowReader) drain(recs []FlowRecord) (int, error) {
 // polls every 20 µs again, which under a TCP_CRR load cost the agent half as much
 // CPU as its reading (docs/observability.md).
 func (r *FlowReader) wait() error {
-	full := r.rd.BufferSize() / 4
+	full := uint64(r.rb.size() / 4)
 	waited := false
 	err := r.ring.SetReadDeadline(time.Now().Add(flowPoll))
 	if err == nil {
@@ -215,7 +217,7 @@ func (r *FlowReader) wait() error {
 			// Runs only while r.ring is open: Close closes it (and waits for this)
 			// before it unmaps the ring. Checked before each wait: a wakeup that
 			// came while the reader was draining was cleared when this Read began.
-			if waited || r.rd.AvailableBytes() >= full {
+			if waited || r.rb.available() >= full {
 				return true
 			}
 			waited = true
@@ -231,19 +233,6 @@ func (r *FlowReader) wait() error {
 	return fmt.Errorf("read flow record: %w", err)
 }
 
-// read returns the next record, its time from boot, or os.ErrDeadlineExceeded at
-// the reader's deadline.
-func (r *FlowReader) read(boot time.Time) (FlowRecord, error) {
-	if err := r.rd.ReadInto(&r.rec); err != nil {
-		return FlowRecord{}, fmt.Errorf("read flow record: %w", err)
-	}
-	fr, err := DecodeFlowRecord(r.rec.RawSample, boot)
-	if err != nil {
-		return fr, fmt.Errorf("%w: %w", ErrFlowRecord, err)
-	}
-	return fr, nil
-}
-
 // Close stops the reader and unblocks Read. It may run while another goroutine
 // reads; a second Close does nothing.
 func (r *FlowReader) Close() error {
@@ -253,7 +242,7 @@ func (r *FlowReader) Close() error {
 	if closed {
 		return nil
 	}
-	err := errors.Join(r.ring.Close(), r.rd.Close()) // in this order: see wait
+	err := errors.Join(r.ring.Close(), r.rb.close()) // in this order: see wait
 	if err != nil {
 		return fmt.Errorf("close flows reader: %w", err)
 	}

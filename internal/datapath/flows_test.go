@@ -10,19 +10,19 @@ import (
 )
 
 // nextFlow reads one flow record, or fails with errNoEvent after timeout. Records
-// wake no reader (bpf/lib/flows.h): each is read at the deadline, and the reader
-// then reports the deadline once more, which is not this call's.
+// wake no reader (bpf/lib/flows.h): the ring is looked at every millisecond.
 func nextFlow(r *FlowReader, timeout time.Duration) (FlowRecord, error) {
 	deadline := time.Now().Add(timeout)
-	r.rd.SetDeadline(deadline)
+	var one [1]FlowRecord
 	for {
-		fr, err := r.read(bootTime())
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			return fr, err
+		n, err := r.drain(one[:])
+		if n > 0 || err != nil {
+			return one[0], err
 		}
 		if !time.Now().Before(deadline) {
 			return FlowRecord{}, errNoEvent
 		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
