@@ -25,7 +25,10 @@ win=float(sys.argv[1])
 a={p:snap(p) for p in agents()}
 time.sleep(win)
 for p in a:
-    b=snap(p)
+    try:
+        b=snap(p)
+    except FileNotFoundError:
+        continue
     rows=[]
     for t in b:
         if t in a[p]:
