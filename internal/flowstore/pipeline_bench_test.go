@@ -26,23 +26,34 @@ func rawTCP() []byte {
 	return b
 }
 
-// batcher collects converted flows as Feed does and adds them to its store a full
-// batch (feedBatch) at a time.
+// batcher hands out the store's slots to convert into, as Feed does: a batch
+// (feedBatch) reserved at a time and committed when full.
 type batcher struct {
-	s     *Store
-	batch []flow.Flow
+	s    *Store
+	dst  []flow.Flow
+	used int
 }
 
-func newBatcher(s *Store) *batcher { return &batcher{s: s, batch: make([]flow.Flow, 0, feedBatch)} }
+func newBatcher(s *Store) *batcher { return &batcher{s: s} }
 
-// next is the batch's next Flow to convert into.
+// next is the next slot to convert into.
 func (b *batcher) next() *flow.Flow {
-	if len(b.batch) == feedBatch {
-		b.s.AddBatch(b.batch)
-		b.batch = b.batch[:0]
+	if b.used == len(b.dst) {
+		if b.dst != nil {
+			b.s.commit(b.used)
+		}
+		b.dst, b.used = b.s.reserve(feedBatch), 0
 	}
-	b.batch = b.batch[:len(b.batch)+1]
-	return &b.batch[len(b.batch)-1]
+	b.used++
+	return &b.dst[b.used-1]
+}
+
+// done commits what the last batch holds.
+func (b *batcher) done() {
+	if b.dst != nil {
+		b.s.commit(b.used)
+		b.dst = nil
+	}
 }
 
 // BenchmarkRecordPipeline is what the agent spends per datapath flow record: decode,
@@ -54,6 +65,7 @@ func BenchmarkRecordPipeline(b *testing.B) {
 	o := Origin{Node: "n1", HostRouting: "bpf"}
 	var names addrNames
 	bt := newBatcher(s)
+	defer bt.done()
 	b.ReportAllocs()
 	for b.Loop() {
 		rec, err := datapath.DecodeFlowRecord(raw, boot)
@@ -125,6 +137,7 @@ func benchmarkVaried(b *testing.B, batch int) {
 	o := Origin{Node: "n1", HostRouting: "bpf"}
 	var names addrNames
 	bt := newBatcher(s)
+	defer bt.done()
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {

@@ -20,8 +20,8 @@ type RecordReader interface {
 
 // feedBatch is how many records Feed takes from the ring at a time: enough that the
 // store's and the metrics' locks cost nothing per record (the agent drains ~10,000
-// records at each poll under a TCP_CRR load), few enough that the batch's flows
-// (2 × feedBatch × ~400 bytes, room for a policy verdict per record) stay small.
+// records at each poll under a TCP_CRR load), few enough that other adders (a LOST
+// flow) wait little while a batch is converted into the store's slots.
 const feedBatch = 128
 
 // PolicyVerdicter is a Resolver that also knows NetworkPolicy: PolicyVerdict writes
@@ -40,7 +40,7 @@ func (s *Store) Feed(ctx context.Context, r RecordReader, o Origin, res Resolver
 	}()
 	var names addrNames
 	recs := make([]datapath.FlowRecord, feedBatch)
-	batch := make([]flow.Flow, 0, 2*feedBatch) // reused: AddBatch keeps copies
+	var verdict flow.Flow // a record's POLICY_VERDICT flow, until it has a slot
 	verdicter, _ := res.(PolicyVerdicter)
 	for {
 		n, err := r.ReadBatch(recs)
@@ -54,19 +54,24 @@ func (s *Store) Feed(ctx context.Context, r RecordReader, o Origin, res Resolver
 			}
 			return
 		}
-		batch = batch[:0]
-		for i := range recs[:n] {
-			batch = batch[:len(batch)+1] // convertInto overwrites the whole Flow
-			f := &batch[len(batch)-1]
-			convertInto(f, recs[i], o, res, &names)
-			if verdicter == nil {
-				continue
+		// Convert straight into the store's slots (reserve), a verdict flow after its
+		// record; at the end of the ring the rest go into the next slots from its start.
+		pending := false
+		for i := 0; i < n || pending; {
+			dst := s.reserve(n - i + 1)
+			used := 0
+			for used < len(dst) && (i < n || pending) {
+				if pending {
+					dst[used], pending = verdict, false
+					used++
+					continue
+				}
+				f := &dst[used]
+				convertInto(f, recs[i], o, res, &names)
+				used, i = used+1, i+1
+				pending = verdicter != nil && verdicter.PolicyVerdict(f, &verdict)
 			}
-			batch = batch[:len(batch)+1] // within its capacity: f stays valid
-			if !verdicter.PolicyVerdict(f, &batch[len(batch)-1]) {
-				batch = batch[:len(batch)-1]
-			}
+			s.commit(used)
 		}
-		s.AddBatch(batch)
 	}
 }

@@ -75,3 +75,30 @@ func TestFeed(t *testing.T) {
 		t.Errorf("stored %v, want %v", got, want)
 	}
 }
+
+// TestFeedAcrossTheRingsEnd: Feed converts into the store's slots; a drop in the
+// ring's last slot has its verdict in the first slot, the ring keeps the newest flows
+// in order, and the counts add up.
+func TestFeedAcrossTheRingsEnd(t *testing.T) {
+	s := New(5)
+	syn := func(port uint16) datapath.FlowRecord {
+		return datapath.FlowRecord{Kind: datapath.FlowTCP, Proto: 6, TCPFlags: 0x02, SrcPort: port}
+	}
+	drop := datapath.FlowRecord{Kind: datapath.FlowDrop, Proto: 17, Reason: "DROP_POLICY_DENIED", SrcPort: 5}
+	// Batches of two (fakeReader): slots 0-1, 2-3, then the drop alone (a bad record
+	// ends its batch) in slot 4, its verdict in slot 0 and the last SYN in slot 1.
+	bad := fmt.Errorf("%w: unknown kind 9", datapath.ErrFlowRecord)
+	recs := []any{syn(1), syn(2), syn(3), syn(4), drop, bad, syn(6)}
+	s.Feed(context.Background(), &fakeReader{recs: recs}, Origin{Node: "n1"}, verdicter{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var got []string
+	for _, f := range collect(t, s, flow.Request{}) {
+		got = append(got, fmt.Sprintf("%s/%s/%d", f.Type, f.Protocol, f.SrcPort))
+	}
+	want := []string{"L3_L4/TCP/3", "L3_L4/TCP/4", "DROP/UDP/5", "POLICY_VERDICT/UDP/5", "L3_L4/TCP/6"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("stored %v, want %v", got, want)
+	}
+	if st := s.Stats(); st.Stored != 5 || st.Added != 7 {
+		t.Errorf("stats %+v, want 5 stored of 7 added", st)
+	}
+}

@@ -3,6 +3,7 @@ package flowstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -241,5 +242,40 @@ func TestStoreAddCopiesTheFlow(t *testing.T) {
 	first, second := <-out, <-out
 	if first.SrcPort != 1 || first.Protocol != "TCP" || second.SrcPort != 2 || second.Protocol != "UDP" {
 		t.Errorf("followed %d/%s then %d/%s, want 1/TCP then 2/UDP", first.SrcPort, first.Protocol, second.SrcPort, second.Protocol)
+	}
+}
+
+// Slots an adder has reserved are not read while it writes them: when the ring is
+// full they held its oldest flows, gone for readers from the reserve on; those the
+// adder does not use come back at commit.
+func TestStoreReservedSlotsHidden(t *testing.T) {
+	s := New(4)
+	for i := range 4 {
+		s.Add(mkFlow(i, "TCP"))
+	}
+	dst := s.reserve(3) // the oldest three slots: flows 0, 1, 2
+	if len(dst) != 3 {
+		t.Fatalf("reserved %d slots, want 3", len(dst))
+	}
+	dst[0].SrcPort = 7777 // half written
+	if got := ports(collect(t, s, flow.Request{})); fmt.Sprint(got) != "[3]" {
+		t.Errorf("while reserved, readers see ports %v, want [3]", got)
+	}
+	if st := s.Stats(); st.Stored != 1 {
+		t.Errorf("while reserved, Stats says %d stored, want 1", st.Stored)
+	}
+	dst[0] = *mkFlow(4, "TCP")
+	s.commit(1)
+	if got := ports(collect(t, s, flow.Request{})); fmt.Sprint(got) != "[1 2 3 4]" {
+		t.Errorf("after committing one, ports %v, want [1 2 3 4]", got)
+	}
+	// Not full: slots reserved and not used are not stored.
+	s = New(4)
+	s.Add(mkFlow(0, "TCP"))
+	dst = s.reserve(3)
+	dst[0] = *mkFlow(1, "TCP")
+	s.commit(1)
+	if got := ports(collect(t, s, flow.Request{})); fmt.Sprint(got) != "[0 1]" {
+		t.Errorf("not full, ports %v, want [0 1]", got)
 	}
 }
