@@ -1,7 +1,6 @@
 package datapath
 
 import (
-	"encoding/binary"
 	"runtime"
 	"testing"
 	"unsafe"
@@ -37,19 +36,10 @@ func BenchmarkProgramRun(b *testing.B) {
 		{"from-netdev", d.objs.MyelinFromNetdev, ipv4(protoTCP, remoteIP, podBIP), skbCtx{}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			in := c.in.withTCPFlags(tcpACK).build()
-			ctx, err := binary.Append(nil, binary.LittleEndian, c.ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			out := make([]byte, len(in)+256)
+			s := segment{in: c.in.withTCPFlags(tcpACK).build(), ctx: c.ctx}
 			var ns uint64
 			for b.Loop() {
-				ret, took, err := testRun(c.prog.FD(), in, out, ctx)
-				if err != nil || ret != tcActRedirect {
-					b.Fatalf("test-run: verdict %d, err %v; want a redirect (%d)", ret, err, tcActRedirect)
-				}
-				ns += uint64(took)
+				ns += uint64(runSegment(b, c.prog, s))
 			}
 			b.ReportMetric(float64(ns)/float64(b.N), "ns/packet")
 		})
