@@ -9,7 +9,8 @@
  * host routing modes. With BPF host routing, packets for local pods (natively
  * routed, reverse-translated or DNATed) then go straight into the pod with
  * bpf_redirect_peer; everything else (and everything in legacy mode) goes to
- * the kernel stack.
+ * the kernel stack. In tunnel mode with BPF host routing, VXLAN for a local
+ * pod is decapsulated and delivered before all that (lib/tunnel.h).
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -21,6 +22,7 @@
 #include "lib/ipv4.h"
 #include "lib/masq.h"
 #include "lib/service.h"
+#include "lib/tunnel.h"
 #include "lib/verdict.h"
 
 /*
@@ -40,6 +42,14 @@ __noinline int from_netdev_reject(struct __sk_buff *skb, struct ipv4_info *info)
 	if (!info)
 		return TC_ACT_SHOT;
 	return lb_reject(skb, info, DIR_FROM_NETDEV);
+}
+
+/* VXLAN for local pods, delivered without myelin_vxlan (lib/tunnel.h). */
+__noinline int from_netdev_decap(struct __sk_buff *skb, struct ipv4_info *info)
+{
+	if (!info)
+		return TC_ACT_SHOT;
+	return tunnel_decap_deliver(skb, info);
 }
 
 __noinline int from_netdev_deliver(struct __sk_buff *skb, struct ipv4_info *info, int route)
@@ -72,6 +82,11 @@ int myelin_from_netdev(struct __sk_buff *skb)
 	/* This node's own address never arrives from outside: spoofed (docs/policy.md). */
 	if (info.saddr == node_ip)
 		return verdict_drop(skb, &info, DIR_FROM_NETDEV, DROP_SPOOFED_SOURCE);
+	if (routing_tunnel && host_routing_bpf && info.proto == IPPROTO_UDP && info.daddr == node_ip) {
+		reason = from_netdev_decap(skb, &info);
+		if (reason != TUNNEL_DECAP_NONE)
+			return reason;
+	}
 	reason = from_netdev_lb_stage(skb, &info, &route);
 	if (reason == DROP_SVC_NO_BACKEND)
 		return from_netdev_reject(skb, &info);

@@ -29,6 +29,13 @@ volatile const __u32 overlay_ifindex = 0;
 volatile const __u8 overlay_mac[6] = {};
 
 /*
+ * Tunnel mode: the VXLAN UDP port (tunnel-port, network order).
+ * myelin_from_netdev decapsulates VXLAN to it for local pods itself
+ * (lib/tunnel.h, tunnel_decap_deliver); 0 leaves all VXLAN to myelin_vxlan.
+ */
+volatile const __be16 tunnel_port = 0;
+
+/*
  * masq_enabled: 1 = BPF masquerade. Packets from cluster_cidr to destinations
  * outside myelin_nomasq leave the uplink with node_ip as their source, and
  * replies are translated back on the way in.

@@ -75,12 +75,15 @@ static __always_inline __u32 policy_fin_end(struct __sk_buff *skb, const struct 
 static __always_inline int policy_l4_load(struct __sk_buff *skb, const struct ipv4_info *info,
 					  struct policy_l4_hdr *h, __u32 n)
 {
-	void *data_end = (void *)(long)skb->data_end;
+	/* Fresh (volatile) reads: reusing an earlier load of skb->data, clang may
+	 * zero-extend it with a 32-bit move, after which the verifier sees a
+	 * number instead of a packet pointer (it did after a decapsulation). */
+	void *data_end = (void *)(long)*(volatile __u32 *)&skb->data_end;
 	__u32 off = info->l4_off;
 	__u8 *p;
 
 	if (off <= POLICY_L4_OFF_MAX) {
-		p = (void *)(long)skb->data + off;
+		p = (void *)(long)*(volatile __u32 *)&skb->data + off;
 		if ((void *)(p + POLICY_TCP_HDR_LOAD) <= data_end) {
 			const struct policy_l4_hdr *ph = (const void *)p;
 

@@ -8,10 +8,13 @@
 #define MYELIN_LIB_TUNNEL_H
 
 #include <linux/bpf.h>
+#include <linux/if_packet.h>
+#include <linux/udp.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
 #include "config.h"
+#include "endpoint.h"
 #include "eth.h"
 #include "ipv4.h"
 #include "maps.h"
@@ -103,6 +106,86 @@ static __always_inline int tunnel_encap_redirect(struct __sk_buff *skb,
 	if (eth_set_macs(skb, src, dst) < 0 || ipv4_dec_ttl(skb) < 0)
 		return verdict_drop(skb, info, dir, DROP_INVALID_PACKET);
 	return verdict_redirect(skb, info, dir, bpf_redirect(overlay_ifindex, 0));
+}
+
+/*
+ * What follows the outer IPv4 header of a VXLAN packet (RFC 7348), read at
+ * once: UDP, the VXLAN header, the inner Ethernet and IPv4 headers.
+ */
+struct vxlan_frame {
+	struct udphdr udp;
+	__be32 vx_flags; /* only the I flag (VNI valid) is set */
+	__be32 vx_vni;	 /* VNI << 8 */
+	struct ethhdr eth;
+	struct iphdr ip;
+} __attribute__((packed));
+
+#define VXLAN_FLAGS_VNI	  bpf_htonl(0x08000000)
+#define VXLAN_OUTER_LEN	  (sizeof(struct iphdr) + sizeof(struct udphdr) + 8 + ETH_HLEN)
+#define IPV4_ECN_MASK	  0x03
+#define IPV4_ECN_CE	  0x03
+#define TUNNEL_DECAP_NONE (-1)
+
+/*
+ * tunnel_decap_deliver delivers a VXLAN packet that arrived on the uplink for
+ * a pod of this node straight into the pod: it checks what myelin_vxlan and
+ * myelin_from_overlay would (outer destination this node, port tunnel_port,
+ * VNI 0, an IPv4 inner frame, the peer rule of tunnel_peer_check on the outer
+ * source), strips the outer headers with bpf_skb_adjust_room and delivers the
+ * inner packet as myelin_from_overlay does (counted there, DIR_FROM_OVERLAY).
+ * The packet skips the outer IP receive, the UDP socket lookup, the VXLAN
+ * device's receive, its metadata allocation and its GRO cell (a second
+ * softirq queue), and myelin_from_overlay's run: about a third of what the
+ * tunnel adds to a small packet (docs/datapath.md, "Tunnel mode").
+ *
+ * Everything else returns TUNNEL_DECAP_NONE untouched and takes the kernel's
+ * path as before: GSO packets (this kernel's bpf_skb_adjust_room would leave
+ * their UDP tunnel GSO type and encapsulation flag behind; the device clears
+ * them), an outer UDP checksum (nodes send none; the device verifies one), an
+ * outer ECN CE mark (RFC 6040 decapsulation is the device's), IP options or
+ * fragments, frames not addressed to this host, other ports, flags or VNIs,
+ * non-IPv4 inner frames, inner packets for anything but a local pod, and
+ * every packet the peer rule refuses (myelin_from_overlay drops and counts
+ * those as DROP_UNKNOWN_TUNNEL_PEER, as before). The outer IPv4 header
+ * checksum is not verified: its addresses are all that is used, and anyone
+ * who can forge them can also send a valid checksum.
+ */
+static __always_inline int tunnel_decap_deliver(struct __sk_buff *skb, const struct ipv4_info *outer)
+{
+	const struct endpoint_info *ep;
+	const struct tunnel_endpoint *te;
+	struct ipv4_info info = {};
+	struct vxlan_frame f;
+
+	if (!tunnel_port || skb->gso_size || skb->pkt_type != PACKET_HOST || outer->frag ||
+	    outer->l4_off != ETH_HLEN + sizeof(struct iphdr) ||
+	    (outer->tos & IPV4_ECN_MASK) == IPV4_ECN_CE)
+		return TUNNEL_DECAP_NONE;
+	if (bpf_skb_load_bytes(skb, outer->l4_off, &f, sizeof(f)) < 0)
+		return TUNNEL_DECAP_NONE;
+	if (f.udp.dest != tunnel_port || f.udp.check ||
+	    skb->len != outer->l4_off + bpf_ntohs(f.udp.len) || f.vx_flags != VXLAN_FLAGS_VNI ||
+	    f.vx_vni != bpf_htonl(TUNNEL_VNI << 8) || f.eth.h_proto != bpf_htons(ETH_P_IP))
+		return TUNNEL_DECAP_NONE;
+	/* The peer rule (tunnel_peer_check), with the outer source at hand. */
+	if (f.ip.saddr == node_ip)
+		return TUNNEL_DECAP_NONE;
+	if (f.ip.saddr != outer->saddr) {
+		te = tunnel_lookup(f.ip.saddr);
+		if (!te || te->node_ip != outer->saddr)
+			return TUNNEL_DECAP_NONE;
+	}
+	ep = endpoint_lookup(f.ip.daddr);
+	if (!ep)
+		return TUNNEL_DECAP_NONE;
+	/* Leaves the outer Ethernet header (type IPv4) in front of the inner IPv4
+	 * one; a checksum the device marked verified is reset, so the pod's stack
+	 * checks the inner one itself, as it would after the device. */
+	if (bpf_skb_adjust_room(skb, -(__s32)VXLAN_OUTER_LEN, BPF_ADJ_ROOM_MAC, 0) < 0)
+		return TUNNEL_DECAP_NONE;
+	if (ipv4_parse(skb, &info) < 0)
+		return verdict_drop(skb, &info, DIR_FROM_OVERLAY, DROP_INVALID_PACKET);
+	return endpoint_deliver(skb, &info, DIR_FROM_OVERLAY, ep);
 }
 
 #endif /* MYELIN_LIB_TUNNEL_H */

@@ -61,6 +61,12 @@ type Config struct {
 	// OverlayMAC is this node's myelin_vxlan MAC, OverlayMAC(node IP): the inner
 	// source of encapsulated frames. Required when Tunnel is set.
 	OverlayMAC net.HardwareAddr
+	// TunnelPort is myelin_vxlan's UDP port (tunnel-port). With Tunnel and
+	// BPF host routing, myelin_from_netdev decapsulates what arrives on it for
+	// a pod of this node and delivers it without the device (VXLAN packets it
+	// does not take go to the device as before); 0 leaves all VXLAN to the
+	// device.
+	TunnelPort uint16
 	// LoadBalancing turns service load balancing on (kube-proxy
 	// replacement): pods' packets to service frontends are translated to a
 	// backend and back, and NodePort requests on the uplink too; see
@@ -239,6 +245,13 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 	}
 	if err := specs.OverlayIfindex.Set(overlay); err != nil {
 		return fmt.Errorf("set overlay_ifindex: %w", err)
+	}
+	var port uint16 // network order, as the packet has it
+	if cfg.Tunnel {
+		port = htons(cfg.TunnelPort)
+	}
+	if err := specs.TunnelPort.Set(port); err != nil {
+		return fmt.Errorf("set tunnel_port: %w", err)
 	}
 	var mac [6]byte
 	if cfg.Tunnel {

@@ -590,6 +590,7 @@ type myelinVariableSpecs struct {
 	SockLb                 *ebpf.VariableSpec `ebpf:"sock_lb"`
 	SourceVerify           *ebpf.VariableSpec `ebpf:"source_verify"`
 	TraceEnabled           *ebpf.VariableSpec `ebpf:"trace_enabled"`
+	TunnelPort             *ebpf.VariableSpec `ebpf:"tunnel_port"`
 }
 
 // myelinObjects contains all objects after they have been loaded into the kernel.
@@ -718,6 +719,7 @@ type myelinVariables struct {
 	SockLb                 *ebpf.Variable `ebpf:"sock_lb"`
 	SourceVerify           *ebpf.Variable `ebpf:"source_verify"`
 	TraceEnabled           *ebpf.Variable `ebpf:"trace_enabled"`
+	TunnelPort             *ebpf.Variable `ebpf:"tunnel_port"`
 }
 
 // myelinPrograms contains all programs after they have been loaded into the kernel.

@@ -386,6 +386,7 @@ type sockVariableSpecs struct {
 	SockDestroyTarget *ebpf.VariableSpec `ebpf:"sock_destroy_target"`
 	SockLb            *ebpf.VariableSpec `ebpf:"sock_lb"`
 	SourceVerify      *ebpf.VariableSpec `ebpf:"source_verify"`
+	TunnelPort        *ebpf.VariableSpec `ebpf:"tunnel_port"`
 }
 
 // sockObjects contains all objects after they have been loaded into the kernel.
@@ -490,6 +491,7 @@ type sockVariables struct {
 	SockDestroyTarget *ebpf.Variable `ebpf:"sock_destroy_target"`
 	SockLb            *ebpf.Variable `ebpf:"sock_lb"`
 	SourceVerify      *ebpf.Variable `ebpf:"source_verify"`
+	TunnelPort        *ebpf.Variable `ebpf:"tunnel_port"`
 }
 
 // sockPrograms contains all programs after they have been loaded into the kernel.

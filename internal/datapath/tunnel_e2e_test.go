@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/myelin-net/myelin/internal/testenv"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -43,30 +44,44 @@ type tunnelNode struct {
 	hostIdx       int
 	hostMAC, pMAC net.HardwareAddr
 	d             *Datapath
+	decap         bool // myelin_from_netdev decapsulates (NodeIP and TunnelPort set)
 }
 
 // The real proof of tunnel mode: pod A pings pod B across the overlay. Both
 // directions go from_pod (encapsulate) -> VXLAN over the underlay ->
-// from_overlay (bpf_redirect_peer), and the underlay carries UDP 8472 with
-// the outer header from the tunnel key. Then hand-made VXLAN frames from
-// known and unknown underlay addresses show which peers from_overlay accepts.
+// delivery into the pod (bpf_redirect_peer), and the underlay carries UDP
+// 8472 with the outer header from the tunnel key. Then hand-made VXLAN
+// frames from known and unknown underlay addresses show which peers are
+// accepted, and a TCP transfer of 4 MiB (GSO packets) must arrive whole.
+// Twice: with the nodes' IPs and tunnel port configured, myelin_from_netdev
+// decapsulates what it can itself (the pings must bypass myelin_vxlan);
+// without, myelin_vxlan and myelin_from_overlay take everything.
 func TestPrivilegedTunnelEndToEnd(t *testing.T) {
 	requirePrivileged(t)
 	testenv.RequireTools(t, "nsenter", "ping")
-	pinA, pinB := testPinDir(t), testPinDir(t)
-	inNetns(t, func(nameA string) {
-		if err := tunnelEndToEnd(t, nameA, pinA, pinB); err != nil {
-			t.Error(err)
+	for _, decap := range []bool{true, false} {
+		name := "decap in myelin_from_netdev"
+		if !decap {
+			name = "decap by myelin_vxlan"
 		}
-	})
+		t.Run(name, func(t *testing.T) {
+			pinA, pinB := testPinDir(t), testPinDir(t)
+			inNetns(t, func(nameA string) {
+				if err := tunnelEndToEnd(t, nameA, pinA, pinB, decap); err != nil {
+					t.Error(err)
+				}
+			})
+		})
+	}
 }
 
 // tunnelEndToEnd runs the lab; the calling thread is in node A's netns nameA.
-func tunnelEndToEnd(t *testing.T, nameA, pinA, pinB string) error {
+// decap configures the nodes for decapsulation in myelin_from_netdev.
+func tunnelEndToEnd(t *testing.T, nameA, pinA, pinB string, decap bool) error {
 	a := &tunnelNode{podNSName: nameA + "-pod", underlayIP: mustAddr("198.51.100.1"),
-		podCIDR: netip.MustParsePrefix("10.1.0.0/24"), podIP: mustAddr("10.1.0.10"), hostVeth: "dpvetha"}
+		podCIDR: netip.MustParsePrefix("10.1.0.0/24"), podIP: mustAddr("10.1.0.10"), hostVeth: "dpvetha", decap: decap}
 	b := &tunnelNode{podNSName: nameA + "-pod-b", underlayIP: mustAddr("198.51.100.2"),
-		podCIDR: netip.MustParsePrefix("10.2.0.0/24"), podIP: mustAddr("10.2.0.20"), hostVeth: "dpvethb"}
+		podCIDR: netip.MustParsePrefix("10.2.0.0/24"), podIP: mustAddr("10.2.0.20"), hostVeth: "dpvethb", decap: decap}
 	var err error
 	if a.ns, err = netns.Get(); err != nil {
 		return err
@@ -100,7 +115,10 @@ func tunnelEndToEnd(t *testing.T, nameA, pinA, pinB string) error {
 	if err := pingAcross(a, b); err != nil {
 		return err
 	}
-	return injectVXLAN(a, b)
+	if err := injectVXLAN(a, b); err != nil {
+		return err
+	}
+	return bulkAcross(t, a, b)
 }
 
 // newNamedNetns creates the netns name and moves the thread back to home.
@@ -164,8 +182,16 @@ func setupTunnelNode(n *tunnelNode, pinDir string, peer *tunnelNode) error {
 	if err := addTestPod(n); err != nil {
 		return err
 	}
-	n.d, err = Load(Config{PinDir: pinDir, HostRouting: HostRoutingBPF, Tunnel: true, OverlayIfIndex: n.vx, OverlayMAC: OverlayMAC(n.underlayIP)})
+	cfg := Config{PinDir: pinDir, HostRouting: HostRoutingBPF, Tunnel: true, OverlayIfIndex: n.vx, OverlayMAC: OverlayMAC(n.underlayIP)}
+	if n.decap {
+		cfg.NodeIP, cfg.TunnelPort = n.underlayIP, tunnelPort
+	}
+	n.d, err = Load(cfg)
 	if err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return fmt.Errorf("load: %+v", verr)
+		}
 		return fmt.Errorf("load: %+v", err)
 	}
 	ep := EndpointInfo{IfIndex: n.hostIdx, PodMAC: n.pMAC, HostMAC: n.hostMAC, ID: 1}
@@ -289,7 +315,7 @@ func pingAcross(a, b *tunnelNode) error {
 	if err := checkTunnelCounters(a, b, count); err != nil {
 		return err
 	}
-	if err := inNode(b.ns, func() error { return checkOverlayRx(count) }); err != nil {
+	if err := inNode(b.ns, func() error { return checkOverlayRx(count, b.decap) }); err != nil {
 		return err
 	}
 	return checkWire(capFD, a, b)
@@ -314,13 +340,21 @@ func checkTunnelCounters(a, b *tunnelNode, count uint64) error {
 	return nil
 }
 
-// checkOverlayRx checks that myelin_vxlan of the current netns decapsulated packets.
-func checkOverlayRx(count uint64) error {
+// checkOverlayRx checks who decapsulated count packets in the current netns:
+// myelin_vxlan (at least count rx packets), or with decap myelin_from_netdev
+// (none reached the device).
+func checkOverlayRx(count uint64, decap bool) error {
 	l, err := netlink.LinkByName(overlayDev)
 	if err != nil {
 		return err
 	}
-	if st := l.Attrs().Statistics; st == nil || st.RxPackets < count {
+	st := l.Attrs().Statistics
+	switch {
+	case st == nil:
+		return fmt.Errorf("%s has no statistics", overlayDev)
+	case decap && st.RxPackets != 0:
+		return fmt.Errorf("%s statistics %+v: want 0 rx packets, myelin_from_netdev decapsulates", overlayDev, st)
+	case !decap && st.RxPackets < count:
 		return fmt.Errorf("%s statistics %+v: want >= %d rx packets", overlayDev, st, count)
 	}
 	return nil

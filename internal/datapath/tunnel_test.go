@@ -2,7 +2,9 @@ package datapath
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
+	"encoding/binary"
 	"net/netip"
 	"os"
 	"strings"
@@ -99,6 +101,95 @@ func TestPrivilegedBPFFromOverlay(t *testing.T) {
 	}
 	cases = append(cases, withDrop(invalidCases(), seedB)...)
 	runCases(t, d, d.objs.MyelinFromOverlay, "from-overlay", cases)
+}
+
+// vxlanToA wraps inner in VXLAN with VNI vni from outerSrc to node A
+// (198.51.100.1), port 8472, as a node's kernel sends it: no outer UDP
+// checksum, to the receiving host's MAC (test-run's device is loopback,
+// whose MAC is all zeros).
+func vxlanToA(outerSrc string, vni uint32, inner []byte) pkt {
+	p := ipv4(protoUDP, outerSrc, "198.51.100.1").withSrc(outerSrc, 51000).withDst("198.51.100.1", tunnelPort).
+		withMACs(mac("02:00:00:00:00:02"), mac("00:00:00:00:00:00")).withoutUDPChecksum()
+	p.payload = append([]byte{0x08, 0, 0, 0, byte(vni >> 16), byte(vni >> 8), byte(vni), 0}, inner...)
+	return p
+}
+
+// withOuterECN sets the outer IPv4 ECN field of a frame built by vxlanToA.
+func withOuterECN(frame []byte, ecn byte) []byte {
+	return mutate(frame, func(b []byte) []byte {
+		b[15] = b[15]&^3 | ecn
+		b[24], b[25] = 0, 0
+		binary.BigEndian.PutUint16(b[24:], checksum(b[14:34], 0))
+		return b
+	})
+}
+
+// Myelin_from_netdev decapsulates VXLAN for local pods itself (node A here,
+// with NodeIP and TunnelPort): what it takes is delivered as
+// myelin_from_overlay delivers (counted from-overlay FORWARDED, the inner
+// frame's bytes); everything it leaves goes on unchanged towards the stack
+// and myelin_vxlan (from-netdev PASS_STACK), where the device and
+// myelin_from_overlay check it as before.
+func TestPrivilegedBPFFromNetdevDecap(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, Tunnel: true, OverlayIfIndex: testOverlayIfIndex,
+		OverlayMAC: testOverlayMAC, NodeIP: mustAddr("198.51.100.1"), TunnelPort: tunnelPort})
+
+	// The inner frame as node B's pod sent it and node B addressed it.
+	inner := ipv4(protoTCP, "10.2.0.5", "10.1.0.20").withMACs(OverlayMAC(mustAddr("198.51.100.2")), testOverlayMAC)
+	fromB := vxlanToA("198.51.100.2", 0, inner.build())
+	nodeB := ipv4(protoUDP, "198.51.100.2", "10.1.0.20").withMACs(OverlayMAC(mustAddr("198.51.100.2")), testOverlayMAC)
+	delivered := func(name string, in []byte, p pkt) progCase {
+		return progCase{name: name, endpoints: seedB, tunnels: seedTunnelB, in: in, verdict: tcActRedirect,
+			out: delivered(p), reason: "FORWARDED", countDir: "from-overlay", countLen: true}
+	}
+	passed := func(name string, in []byte) progCase {
+		return progCase{name: name, endpoints: seedB, tunnels: seedTunnelB, in: in, verdict: tcActOK, reason: "PASS_STACK"}
+	}
+	withCsum := fromB
+	withCsum.udpNoCsum = false
+	cases := []progCase{
+		delivered("pod of node B to local pod: delivered", fromB.build(), inner),
+		delivered("node B itself to local pod: delivered", vxlanToA("198.51.100.2", 0, nodeB.build()).build(), nodeB),
+		passed("pod source from a stranger: left to the device", vxlanToA("198.51.100.99", 0, inner.build()).build()),
+		passed("node B with another node's pod source: left to the device",
+			vxlanToA("198.51.100.2", 0, inner.withSrc("10.3.0.7", 40000).build()).build()),
+		passed("this node's own address as inner source: left to the device",
+			vxlanToA("198.51.100.2", 0, inner.withSrc("198.51.100.1", 40000).build()).build()),
+		passed("inner destination not a local pod: left to the device",
+			vxlanToA("198.51.100.2", 0, inner.withDst("10.1.0.99", 8080).build()).build()),
+		passed("VNI 1: left to the device", vxlanToA("198.51.100.2", 1, inner.build()).build()),
+		passed("another UDP port: left to the stack", fromB.withDst("198.51.100.1", 4789).build()),
+		passed("outer UDP checksum: left to the device", withCsum.build()),
+		passed("outer ECN CE: left to the device", withOuterECN(fromB.build(), 3)),
+		delivered("outer ECN ECT(0): delivered", withOuterECN(fromB.build(), 2), inner),
+		passed("another host's MAC: left to the stack",
+			vxlanToA("198.51.100.2", 0, inner.build()).withMACs(mac("02:00:00:00:00:02"), mac("02:bb:00:00:00:09")).build()),
+		passed("inner ARP: left to the device", vxlanToA("198.51.100.2", 0, arpRequest()).build()),
+		{name: "inner TTL 1: decapsulated, to the stack", endpoints: seedB, tunnels: seedTunnelB,
+			in: vxlanToA("198.51.100.2", 0, inner.withTTL(1).build()).build(), verdict: tcActOK,
+			out:    inner.withTTL(1).withMACs(mac("02:00:00:00:00:02"), mac("00:00:00:00:00:00")).build(),
+			reason: "PASS_STACK", countDir: "from-overlay", countLen: true},
+	}
+	runCases(t, d, d.objs.MyelinFromNetdev, "from-netdev", cases)
+
+	// A GSO packet (a GRO aggregate, or one a veth underlay carried whole)
+	// keeps its headers: the device strips them and clears the UDP tunnel GSO
+	// state. Test-run can only set gso_size, not that state (gso_type), so
+	// this row holds whether the program or bpf_skb_adjust_room declines the
+	// packet; TestPrivilegedTunnelEndToEnd sends real GSO packets.
+	t.Run("GSO: left to the device", func(t *testing.T) {
+		gso := skbCtxGSO{GSOSegs: 2, GSOSize: 1400}
+		in := fromB.build()
+		opts := runOptions(in, gso)
+		ret, err := d.objs.MyelinFromNetdev.Run(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ret != tcActOK || !bytes.Equal(opts.DataOut, in) {
+			t.Errorf("verdict %d, out\n%x\nwant %d and the packet unchanged", ret, opts.DataOut, tcActOK)
+		}
+	})
 }
 
 func TestPrivilegedTunnelAPI(t *testing.T) {
