@@ -82,7 +82,8 @@ int myelin_from_netdev(struct __sk_buff *skb)
 	/* This node's own address never arrives from outside: spoofed (docs/policy.md). */
 	if (info.saddr == node_ip)
 		return verdict_drop(skb, &info, DIR_FROM_NETDEV, DROP_SPOOFED_SOURCE);
-	if (routing_tunnel && host_routing_bpf && info.proto == IPPROTO_UDP && info.daddr == node_ip) {
+	if (routing_tunnel && host_routing_bpf && info.proto == IPPROTO_UDP &&
+	    info.daddr == node_ip) {
 		reason = from_netdev_decap(skb, &info);
 		if (reason != TUNNEL_DECAP_NONE)
 			return reason;

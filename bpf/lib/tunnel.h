@@ -150,7 +150,8 @@ struct vxlan_frame {
  * checksum is not verified: its addresses are all that is used, and anyone
  * who can forge them can also send a valid checksum.
  */
-static __always_inline int tunnel_decap_deliver(struct __sk_buff *skb, const struct ipv4_info *outer)
+static __always_inline int tunnel_decap_deliver(struct __sk_buff *skb,
+						const struct ipv4_info *outer)
 {
 	const struct endpoint_info *ep;
 	const struct tunnel_endpoint *te;
