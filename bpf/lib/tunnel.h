@@ -22,6 +22,27 @@
 
 #define TUNNEL_TTL 64 /* outer IPv4 TTL */
 #define TUNNEL_VNI 0  /* one overlay: every node sends and accepts VNI 0 */
+/* The outer UDP source port spreads flows over the kernel's default local
+ * port range, as myelin_vxlan picks it (udp_flow_src_port). */
+#define TUNNEL_SPORT_MIN 32768
+#define TUNNEL_SPORT_MAX 60999
+
+#define VXLAN_FLAGS_VNI bpf_htonl(0x08000000)
+/* Outer IPv4, UDP, VXLAN and the inner Ethernet header: 50 bytes. */
+#define VXLAN_OUTER_LEN	       (sizeof(struct iphdr) + sizeof(struct udphdr) + 8 + ETH_HLEN)
+#define IPV4_ECN_MASK	       0x03
+#define IPV4_ECN_ECT0	       0x02
+#define IPV4_ECN_CE	       0x03
+#define TUNNEL_ENCAP_UNCHANGED (-1)
+
+/* The headers tunnel_encap puts between the Ethernet header and the packet. */
+struct vxlan_outer {
+	struct iphdr ip;
+	struct udphdr udp;
+	__be32 vx_flags; /* only the I flag (VNI valid) is set */
+	__be32 vx_vni;	 /* VNI << 8 */
+	struct ethhdr eth;
+} __attribute__((packed));
 
 /*
  * overlay_mac_of writes the myelin_vxlan MAC of the node at node_ip (network
@@ -70,15 +91,112 @@ static __always_inline int tunnel_peer_check(struct __sk_buff *skb, const struct
 	return DROP_UNKNOWN_TUNNEL_PEER;
 }
 
+/* ipv4_header_csum returns the checksum of a 20-byte IPv4 header whose check is 0. */
+static __always_inline __u16 ipv4_header_csum(const struct iphdr *ip)
+{
+	const __u16 *w = (const __u16 *)ip;
+	__u32 sum = 0;
+
+#pragma unroll
+	for (int i = 0; i < (int)(sizeof(*ip) / 2); i++)
+		sum += w[i];
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return ~sum;
+}
+
+/*
+ * tunnel_outer_route asks the FIB for the underlay route to the node at
+ * remote from this node's address, as myelin_vxlan would for the outer
+ * packet, and whether the packet fits it once encapsulated (a GSO packet is
+ * checked by segment later). Returns 0 with fib filled (egress device and
+ * next hop), or -1: no such route here (test-run), or the outer packet needs
+ * fragmenting, which the device does.
+ */
+static __always_inline int tunnel_outer_route(struct __sk_buff *skb, __u32 remote,
+					      struct bpf_fib_lookup *fib)
+{
+	fib->family = AF_INET;
+	fib->ipv4_src = node_ip;
+	fib->ipv4_dst = remote;
+	fib->ifindex = skb->ingress_ifindex;
+	fib->tot_len = skb->gso_size ? 0 : skb->len - ETH_HLEN + VXLAN_OUTER_LEN;
+	if (skb->len - ETH_HLEN + VXLAN_OUTER_LEN > 0xffff) /* BIG TCP: the device's */
+		return -1;
+	if (bpf_fib_lookup(skb, fib, sizeof(*fib), BPF_FIB_LOOKUP_SKIP_NEIGH) !=
+	    BPF_FIB_LKUP_RET_SUCCESS)
+		return -1;
+	return 0;
+}
+
+/*
+ * tunnel_encap puts the outer IPv4, UDP and VXLAN headers and the packet's
+ * Ethernet header (the inner one, already addressed) between that Ethernet
+ * header and the IPv4 packet: what myelin_vxlan builds from a tunnel key
+ * (outer TTL 64, ECN from the inner packet, no UDP checksum, VNI 0, the
+ * source port from the flow hash). bpf_skb_adjust_room marks the skb as UDP
+ * tunnel encapsulation, so a GSO packet is segmented (by software or the NIC)
+ * like one from the device, with its MSS kept. Returns 0;
+ * TUNNEL_ENCAP_UNCHANGED when the helper refused (the packet is as it was:
+ * e.g. an skb already marked as encapsulated); another negative value when
+ * the headers could not be written.
+ */
+static __always_inline int tunnel_encap(struct __sk_buff *skb, const struct ipv4_info *info,
+					__u32 remote)
+{
+	const __u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 |
+			    BPF_F_ADJ_ROOM_ENCAP_L4_UDP | BPF_F_ADJ_ROOM_ENCAP_L2_ETH |
+			    BPF_F_ADJ_ROOM_ENCAP_L2(ETH_HLEN);
+	__u8 ecn = info->tos & IPV4_ECN_MASK;
+	struct vxlan_outer h = {};
+	struct iphdr ip = {};
+	__u32 len, hash;
+
+	if (bpf_skb_load_bytes(skb, 0, &h.eth, sizeof(h.eth)) < 0)
+		return TUNNEL_ENCAP_UNCHANGED;
+	if (bpf_skb_adjust_room(skb, VXLAN_OUTER_LEN, BPF_ADJ_ROOM_MAC, flags) < 0)
+		return TUNNEL_ENCAP_UNCHANGED;
+	len = skb->len - ETH_HLEN;
+	hash = bpf_get_hash_recalc(skb);
+	hash ^= hash << 16;
+
+	ip.version = 4;
+	ip.ihl = sizeof(ip) / 4;
+	ip.tos = ecn == IPV4_ECN_CE ? IPV4_ECN_ECT0 : ecn; /* RFC 6040 */
+	ip.tot_len = bpf_htons(len);
+	ip.id = bpf_get_prandom_u32(); /* DF clear, as the device sends */
+	ip.ttl = TUNNEL_TTL;
+	ip.protocol = IPPROTO_UDP;
+	ip.saddr = node_ip;
+	ip.daddr = remote;
+	ip.check = ipv4_header_csum(&ip);
+	h.ip = ip;
+	h.udp.source = bpf_htons((((__u64)hash * (TUNNEL_SPORT_MAX - TUNNEL_SPORT_MIN)) >> 32) +
+				 TUNNEL_SPORT_MIN);
+	h.udp.dest = tunnel_port;
+	h.udp.len = bpf_htons(len - sizeof(struct iphdr));
+	h.vx_flags = VXLAN_FLAGS_VNI;
+	h.vx_vni = bpf_htonl(TUNNEL_VNI << 8);
+	return bpf_skb_store_bytes(skb, ETH_HLEN, &h, sizeof(h), 0) < 0 ? -2 : 0;
+}
+
 /*
  * tunnel_encap_redirect routes the packet as one hop (TTL decrement) into the
- * overlay: it sets the tunnel metadata (remote node, outer TTL, VNI 0, no
- * outer UDP checksum) and redirects to myelin_vxlan's egress, which builds
- * the outer headers. The inner Ethernet header goes from this node's overlay
- * MAC to the receiving node's, as the kernel's encap routes address it, so a
- * legacy receiver's stack takes the frame as its own (a BPF receiver rewrites
- * it on delivery anyway; VXLAN drops frames from its own MAC as loops). An
+ * overlay. The inner Ethernet header goes from this node's overlay MAC to the
+ * receiving node's, as the kernel's encap routes address it, so a legacy
+ * receiver's stack takes the frame as its own (a BPF receiver rewrites it on
+ * delivery anyway; VXLAN drops frames from its own MAC as loops). An
  * expiring TTL goes to the stack, which answers with ICMP time exceeded.
+ *
+ * With the tunnel port configured and an underlay route the packet fits, it
+ * encapsulates here (tunnel_encap) and sends the outer packet to the FIB's
+ * next hop with bpf_redirect_neigh, skipping myelin_vxlan: its transmit,
+ * its route lookup per packet (a tunnel key from BPF carries no route cache),
+ * the outer packet's IP output and netfilter hooks. Otherwise it sets the
+ * tunnel metadata (remote node, outer TTL, VNI 0, no outer UDP checksum) and
+ * redirects to myelin_vxlan's egress, which builds the same outer headers.
+ * The packet is counted (and its flow recorded) before it is encapsulated,
+ * as the inner packet it is.
  */
 static __always_inline int tunnel_encap_redirect(struct __sk_buff *skb,
 						 const struct ipv4_info *info, __u8 dir,
@@ -89,11 +207,14 @@ static __always_inline int tunnel_encap_redirect(struct __sk_buff *skb,
 		.remote_ipv4 = bpf_ntohl(te->node_ip), /* the helper wants host order */
 		.tunnel_ttl = TUNNEL_TTL,
 	};
+	struct bpf_fib_lookup fib = {};
+	int here, ret;
 
 	if (ipv4_ttl_expired(info))
 		return verdict_pass(skb, info, dir);
+	here = tunnel_port && tunnel_outer_route(skb, te->node_ip, &fib) == 0;
 	/* Before the TTL rewrite, so a refused key leaves the packet as it came. */
-	if (bpf_skb_set_tunnel_key(skb, &key, sizeof(key), BPF_F_ZERO_CSUM_TX) < 0)
+	if (!here && bpf_skb_set_tunnel_key(skb, &key, sizeof(key), BPF_F_ZERO_CSUM_TX) < 0)
 		return verdict_drop(skb, info, dir, DROP_TUNNEL_KEY);
 	__u8 src[ETH_ALEN], dst[ETH_ALEN];
 
@@ -105,7 +226,23 @@ static __always_inline int tunnel_encap_redirect(struct __sk_buff *skb,
 	/* Both helpers below re-derive their packet pointers from skb. */
 	if (eth_set_macs(skb, src, dst) < 0 || ipv4_dec_ttl(skb) < 0)
 		return verdict_drop(skb, info, dir, DROP_INVALID_PACKET);
-	return verdict_redirect(skb, info, dir, bpf_redirect(overlay_ifindex, 0));
+	if (!here)
+		return verdict_redirect(skb, info, dir, bpf_redirect(overlay_ifindex, 0));
+
+	verdict_trace(skb, info, dir, REASON_FORWARDED);
+	ret = tunnel_encap(skb, info, te->node_ip);
+	if (ret == 0) {
+		struct bpf_redir_neigh nh = {
+			.nh_family = AF_INET, .ipv4_nh = fib.ipv4_dst, /* the gateway, if any */
+		};
+
+		return bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0);
+	}
+	/* Counted already: whatever happens now is not counted again. */
+	if (ret != TUNNEL_ENCAP_UNCHANGED ||
+	    bpf_skb_set_tunnel_key(skb, &key, sizeof(key), BPF_F_ZERO_CSUM_TX) < 0)
+		return TC_ACT_SHOT;
+	return bpf_redirect(overlay_ifindex, 0);
 }
 
 /*
@@ -120,10 +257,6 @@ struct vxlan_frame {
 	struct iphdr ip;
 } __attribute__((packed));
 
-#define VXLAN_FLAGS_VNI	  bpf_htonl(0x08000000)
-#define VXLAN_OUTER_LEN	  (sizeof(struct iphdr) + sizeof(struct udphdr) + 8 + ETH_HLEN)
-#define IPV4_ECN_MASK	  0x03
-#define IPV4_ECN_CE	  0x03
 #define TUNNEL_DECAP_NONE (-1)
 
 /*

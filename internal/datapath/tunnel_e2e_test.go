@@ -44,7 +44,7 @@ type tunnelNode struct {
 	hostIdx       int
 	hostMAC, pMAC net.HardwareAddr
 	d             *Datapath
-	decap         bool // myelin_from_netdev decapsulates (NodeIP and TunnelPort set)
+	decap         bool // the programs encapsulate and decapsulate (NodeIP and TunnelPort set)
 }
 
 // The real proof of tunnel mode: pod A pings pod B across the overlay. Both
@@ -53,16 +53,16 @@ type tunnelNode struct {
 // 8472 with the outer header from the tunnel key. Then hand-made VXLAN
 // frames from known and unknown underlay addresses show which peers are
 // accepted, and a TCP transfer of 4 MiB (GSO packets) must arrive whole.
-// Twice: with the nodes' IPs and tunnel port configured, myelin_from_netdev
-// decapsulates what it can itself (the pings must bypass myelin_vxlan);
-// without, myelin_vxlan and myelin_from_overlay take everything.
+// Twice: with the nodes' IPs and tunnel port configured, the programs
+// encapsulate and decapsulate what they can themselves (the pings must
+// bypass myelin_vxlan both ways); without, myelin_vxlan does it all.
 func TestPrivilegedTunnelEndToEnd(t *testing.T) {
 	requirePrivileged(t)
 	testenv.RequireTools(t, "nsenter", "ping")
 	for _, decap := range []bool{true, false} {
-		name := "decap in myelin_from_netdev"
+		name := "tunnel in BPF"
 		if !decap {
-			name = "decap by myelin_vxlan"
+			name = "tunnel by myelin_vxlan"
 		}
 		t.Run(name, func(t *testing.T) {
 			pinA, pinB := testPinDir(t), testPinDir(t)
@@ -76,7 +76,7 @@ func TestPrivilegedTunnelEndToEnd(t *testing.T) {
 }
 
 // tunnelEndToEnd runs the lab; the calling thread is in node A's netns nameA.
-// decap configures the nodes for decapsulation in myelin_from_netdev.
+// decap configures the nodes for encapsulation and decapsulation in BPF.
 func tunnelEndToEnd(t *testing.T, nameA, pinA, pinB string, decap bool) error {
 	a := &tunnelNode{podNSName: nameA + "-pod", underlayIP: mustAddr("198.51.100.1"),
 		podCIDR: netip.MustParsePrefix("10.1.0.0/24"), podIP: mustAddr("10.1.0.10"), hostVeth: "dpvetha", decap: decap}
@@ -185,6 +185,11 @@ func setupTunnelNode(n *tunnelNode, pinDir string, peer *tunnelNode) error {
 	cfg := Config{PinDir: pinDir, HostRouting: HostRoutingBPF, Tunnel: true, OverlayIfIndex: n.vx, OverlayMAC: OverlayMAC(n.underlayIP)}
 	if n.decap {
 		cfg.NodeIP, cfg.TunnelPort = n.underlayIP, tunnelPort
+		// The FIB routes the outer packet for forwarding interfaces only (a
+		// node forwards its pods' traffic: Kubernetes nodes have it on).
+		if err := setForwarding(true); err != nil {
+			return err
+		}
 	}
 	n.d, err = Load(cfg)
 	if err != nil {
@@ -315,8 +320,10 @@ func pingAcross(a, b *tunnelNode) error {
 	if err := checkTunnelCounters(a, b, count); err != nil {
 		return err
 	}
-	if err := inNode(b.ns, func() error { return checkOverlayRx(count, b.decap) }); err != nil {
-		return err
+	for _, n := range []*tunnelNode{a, b} {
+		if err := inNode(n.ns, func() error { return checkOverlayDevice(count, n.decap) }); err != nil {
+			return fmt.Errorf("node %s: %w", n.underlayIP, err)
+		}
 	}
 	return checkWire(capFD, a, b)
 }
@@ -340,10 +347,10 @@ func checkTunnelCounters(a, b *tunnelNode, count uint64) error {
 	return nil
 }
 
-// checkOverlayRx checks who decapsulated count packets in the current netns:
-// myelin_vxlan (at least count rx packets), or with decap myelin_from_netdev
-// (none reached the device).
-func checkOverlayRx(count uint64, decap bool) error {
+// checkOverlayDevice checks who encapsulated and decapsulated count packets
+// each way in the current netns: myelin_vxlan (at least count tx and rx
+// packets), or with decap the programs (no packet touched the device).
+func checkOverlayDevice(count uint64, decap bool) error {
 	l, err := netlink.LinkByName(overlayDev)
 	if err != nil {
 		return err
@@ -352,10 +359,10 @@ func checkOverlayRx(count uint64, decap bool) error {
 	switch {
 	case st == nil:
 		return fmt.Errorf("%s has no statistics", overlayDev)
-	case decap && st.RxPackets != 0:
-		return fmt.Errorf("%s statistics %+v: want 0 rx packets, myelin_from_netdev decapsulates", overlayDev, st)
-	case !decap && st.RxPackets < count:
-		return fmt.Errorf("%s statistics %+v: want >= %d rx packets", overlayDev, st, count)
+	case decap && (st.RxPackets != 0 || st.TxPackets != 0):
+		return fmt.Errorf("%s statistics %+v: want 0 tx and rx packets, the programs encapsulate and decapsulate", overlayDev, st)
+	case !decap && (st.RxPackets < count || st.TxPackets < count):
+		return fmt.Errorf("%s statistics %+v: want >= %d tx and rx packets", overlayDev, st, count)
 	}
 	return nil
 }
