@@ -313,8 +313,8 @@ static __always_inline int tunnel_decap_deliver(struct __sk_buff *skb,
 	if (!ep)
 		return TUNNEL_DECAP_NONE;
 	/* Leaves the outer Ethernet header (type IPv4) in front of the inner IPv4
-	 * one; a checksum the device marked verified is reset, so the pod's stack
-	 * checks the inner one itself, as it would after the device. */
+	 * one; a checksum the NIC marked verified (CHECKSUM_UNNECESSARY) is reset,
+	 * so the pod's stack verifies the inner checksums itself. */
 	if (bpf_skb_adjust_room(skb, -(__s32)VXLAN_OUTER_LEN, BPF_ADJ_ROOM_MAC, 0) < 0)
 		return TUNNEL_DECAP_NONE;
 	if (ipv4_parse(skb, &info) < 0)
