@@ -29,9 +29,10 @@ volatile const __u32 overlay_ifindex = 0;
 volatile const __u8 overlay_mac[6] = {};
 
 /*
- * Tunnel mode: the VXLAN UDP port (tunnel-port, network order).
- * myelin_from_netdev decapsulates VXLAN to it for local pods itself
- * (lib/tunnel.h, tunnel_decap_deliver); 0 leaves all VXLAN to myelin_vxlan.
+ * Tunnel mode: the VXLAN UDP port (tunnel-port, network order). With it the
+ * programs encapsulate and decapsulate VXLAN themselves where they can
+ * (lib/tunnel.h: tunnel_encap, tunnel_decap_deliver); 0 leaves all VXLAN to
+ * myelin_vxlan.
  */
 volatile const __be16 tunnel_port = 0;
 

@@ -64,16 +64,6 @@ struct icmp_error {
 	__u8 quote[ICMP_QUOTE_MAX];
 };
 
-/* csum_fold folds a bpf_csum_diff sum into the 16-bit Internet checksum. */
-static __always_inline __u16 csum_fold(__s64 csum)
-{
-	__u32 sum = (__u32)csum;
-
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	return (__u16)~sum;
-}
-
 /* icmp_fill writes the headers and checksums of e around its quote of qlen bytes. */
 static __always_inline int icmp_fill(struct icmp_error *e, const struct ipv4_info *info, __u32 qlen)
 {
@@ -87,10 +77,7 @@ static __always_inline int icmp_fill(struct icmp_error *e, const struct ipv4_inf
 	e->ip.protocol = IPPROTO_ICMP;
 	e->ip.saddr = info->daddr; /* from the frontend the client addressed */
 	e->ip.daddr = info->saddr;
-	csum = bpf_csum_diff(NULL, 0, (__be32 *)&e->ip, sizeof(e->ip), 0);
-	if (csum < 0)
-		return -1;
-	e->ip.check = csum_fold(csum);
+	e->ip.check = ipv4_header_csum(&e->ip);
 	e->icmp.type = ICMP_DEST_UNREACH;
 	e->icmp.code = ICMP_PORT_UNREACH;
 	/* qlen is a multiple of 4, as bpf_csum_diff requires: IHL * 4 + 8. */

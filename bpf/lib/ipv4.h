@@ -160,4 +160,27 @@ static __always_inline int ipv4_dec_ttl(struct __sk_buff *skb)
 	return bpf_l3_csum_replace(skb, IPV4_CSUM_OFF, old, new, sizeof(new));
 }
 
+/* csum_fold folds a 32-bit one's complement sum (as bpf_csum_diff returns
+ * it) into the 16-bit Internet checksum. */
+static __always_inline __u16 csum_fold(__s64 csum)
+{
+	__u32 sum = (__u32)csum;
+
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)~sum;
+}
+
+/* ipv4_header_csum returns the checksum of a 20-byte IPv4 header whose check is 0. */
+static __always_inline __u16 ipv4_header_csum(const struct iphdr *ip)
+{
+	const __u16 *w = (const __u16 *)ip;
+	__u32 sum = 0;
+
+#pragma unroll
+	for (int i = 0; i < (int)(sizeof(*ip) / 2); i++)
+		sum += w[i];
+	return csum_fold(sum);
+}
+
 #endif /* MYELIN_LIB_IPV4_H */

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * Tunnel mode: pods of other nodes are reached by handing the packet to the
- * collect-metadata VXLAN device myelin_vxlan with the remote node in the
- * skb's tunnel metadata; the device encapsulates (outer IPv4 + UDP + VXLAN).
+ * Tunnel mode: pods of other nodes are reached over VXLAN (outer IPv4 + UDP
+ * + VXLAN). The programs encapsulate (tunnel_encap) and decapsulate
+ * (tunnel_decap_deliver) themselves where they can; everything else goes
+ * through the collect-metadata device myelin_vxlan, with the remote node in
+ * the skb's tunnel metadata.
  */
 #ifndef MYELIN_LIB_TUNNEL_H
 #define MYELIN_LIB_TUNNEL_H
@@ -64,45 +66,39 @@ static __always_inline const struct tunnel_endpoint *tunnel_lookup(__u32 addr)
 }
 
 /*
- * tunnel_peer_check returns 0 when a decapsulated IPv4 packet came from the
- * node that owns its inner source, else DROP_UNKNOWN_TUNNEL_PEER: the outer
- * source (the tunnel metadata myelin_vxlan recorded) must be the node whose
- * PodCIDR holds the inner source (myelin_tunnel), or the inner source itself
- * (a node's own traffic, e.g. NodePort SNATed to its IP). So a stranger who
- * reaches the tunnel port can't inject packets from pods (or anyone else):
- * at most from its own address, which it could send natively anyway. A
- * packet without tunnel metadata is dropped too. Cost: one helper call and,
- * for pod sources, one myelin_tunnel lookup per decapsulated packet.
+ * tunnel_peer_ok says whether a tunnelled packet from inner_src may come from
+ * the underlay address outer_src: the node whose PodCIDR holds the inner
+ * source (myelin_tunnel), or the inner source itself (a node's own traffic,
+ * e.g. NodePort SNATed to its IP). So a stranger who reaches the tunnel port
+ * can't inject packets from pods (or anyone else): at most from its own
+ * address, which it could send natively anyway. Cost: for pod sources, one
+ * myelin_tunnel lookup.
+ */
+static __always_inline int tunnel_peer_ok(__u32 inner_src, __u32 outer_src)
+{
+	const struct tunnel_endpoint *te;
+
+	if (inner_src == outer_src)
+		return 1;
+	te = tunnel_lookup(inner_src);
+	return te && te->node_ip == outer_src;
+}
+
+/*
+ * tunnel_peer_check returns 0 when a packet myelin_vxlan decapsulated passes
+ * the peer rule (tunnel_peer_ok) with the outer source the device recorded in
+ * the tunnel metadata, else DROP_UNKNOWN_TUNNEL_PEER; a packet without tunnel
+ * metadata is dropped too. Cost: one helper call more.
  */
 static __always_inline int tunnel_peer_check(struct __sk_buff *skb, const struct ipv4_info *info)
 {
 	struct bpf_tunnel_key key = {};
-	const struct tunnel_endpoint *te;
-	__u32 outer;
 
 	if (bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0) < 0)
 		return DROP_UNKNOWN_TUNNEL_PEER;
-	outer = bpf_htonl(key.remote_ipv4); /* the helper gives host order */
-	if (info->saddr == outer)
-		return 0;
-	te = tunnel_lookup(info->saddr);
-	if (te && te->node_ip == outer)
-		return 0;
-	return DROP_UNKNOWN_TUNNEL_PEER;
-}
-
-/* ipv4_header_csum returns the checksum of a 20-byte IPv4 header whose check is 0. */
-static __always_inline __u16 ipv4_header_csum(const struct iphdr *ip)
-{
-	const __u16 *w = (const __u16 *)ip;
-	__u32 sum = 0;
-
-#pragma unroll
-	for (int i = 0; i < (int)(sizeof(*ip) / 2); i++)
-		sum += w[i];
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	return ~sum;
+	/* The helper gives host order. */
+	return tunnel_peer_ok(info->saddr, bpf_htonl(key.remote_ipv4)) ? 0
+								       : DROP_UNKNOWN_TUNNEL_PEER;
 }
 
 /*
@@ -130,10 +126,10 @@ static __always_inline int tunnel_outer_route(struct __sk_buff *skb, __u32 remot
 }
 
 /*
- * tunnel_encap puts the outer IPv4, UDP and VXLAN headers and the packet's
- * Ethernet header (the inner one, already addressed) between that Ethernet
- * header and the IPv4 packet: what myelin_vxlan builds from a tunnel key
- * (outer TTL 64, ECN from the inner packet, no UDP checksum, VNI 0, the
+ * tunnel_encap puts the outer IPv4, UDP and VXLAN headers and an inner
+ * Ethernet header from src to dst between the packet's Ethernet header (the
+ * outer one now, whose MACs bpf_redirect_neigh writes) and its IPv4 packet: what myelin_vxlan
+ * builds from a tunnel key (outer TTL 64, ECN from the inner packet, no UDP checksum, VNI 0, the
  * source port from the flow hash). bpf_skb_adjust_room marks the skb as UDP
  * tunnel encapsulation, so a GSO packet is segmented (by software or the NIC)
  * like one from the device, with its MSS kept. Returns 0;
@@ -142,7 +138,7 @@ static __always_inline int tunnel_outer_route(struct __sk_buff *skb, __u32 remot
  * the headers could not be written.
  */
 static __always_inline int tunnel_encap(struct __sk_buff *skb, const struct ipv4_info *info,
-					__u32 remote)
+					__u32 remote, const __u8 *src, const __u8 *dst)
 {
 	const __u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 |
 			    BPF_F_ADJ_ROOM_ENCAP_L4_UDP | BPF_F_ADJ_ROOM_ENCAP_L2_ETH |
@@ -152,8 +148,6 @@ static __always_inline int tunnel_encap(struct __sk_buff *skb, const struct ipv4
 	struct iphdr ip = {};
 	__u32 len, hash;
 
-	if (bpf_skb_load_bytes(skb, 0, &h.eth, sizeof(h.eth)) < 0)
-		return TUNNEL_ENCAP_UNCHANGED;
 	if (bpf_skb_adjust_room(skb, VXLAN_OUTER_LEN, BPF_ADJ_ROOM_MAC, flags) < 0)
 		return TUNNEL_ENCAP_UNCHANGED;
 	len = skb->len - ETH_HLEN;
@@ -177,6 +171,9 @@ static __always_inline int tunnel_encap(struct __sk_buff *skb, const struct ipv4
 	h.udp.len = bpf_htons(len - sizeof(struct iphdr));
 	h.vx_flags = VXLAN_FLAGS_VNI;
 	h.vx_vni = bpf_htonl(TUNNEL_VNI << 8);
+	__builtin_memcpy(h.eth.h_source, src, ETH_ALEN);
+	__builtin_memcpy(h.eth.h_dest, dst, ETH_ALEN);
+	h.eth.h_proto = bpf_htons(ETH_P_IP);
 	return bpf_skb_store_bytes(skb, ETH_HLEN, &h, sizeof(h), 0) < 0 ? -2 : 0;
 }
 
@@ -230,7 +227,7 @@ static __always_inline int tunnel_encap_redirect(struct __sk_buff *skb,
 		return verdict_redirect(skb, info, dir, bpf_redirect(overlay_ifindex, 0));
 
 	verdict_trace(skb, info, dir, REASON_FORWARDED);
-	ret = tunnel_encap(skb, info, te->node_ip);
+	ret = tunnel_encap(skb, info, te->node_ip, src, dst);
 	if (ret == 0) {
 		struct bpf_redir_neigh nh = {
 			.nh_family = AF_INET, .ipv4_nh = fib.ipv4_dst, /* the gateway, if any */
@@ -263,10 +260,9 @@ struct vxlan_frame {
  * tunnel_decap_deliver delivers a VXLAN packet that arrived on the uplink for
  * a pod of this node straight into the pod: it checks what myelin_vxlan and
  * myelin_from_overlay would (outer destination this node, port tunnel_port,
- * VNI 0, an IPv4 inner frame, the peer rule of tunnel_peer_check on the outer
- * source), strips the outer headers with bpf_skb_adjust_room and delivers the
- * inner packet as myelin_from_overlay does (counted there, DIR_FROM_OVERLAY).
- * The packet skips the outer IP receive, the UDP socket lookup, the VXLAN
+ * VNI 0, an IPv4 inner frame, the peer rule on the outer source), strips the outer headers with
+ * bpf_skb_adjust_room and delivers the inner packet as myelin_from_overlay does (counted there,
+ * DIR_FROM_OVERLAY). The packet skips the outer IP receive, the UDP socket lookup, the VXLAN
  * device's receive, its metadata allocation and its GRO cell (a second
  * softirq queue), and myelin_from_overlay's run: about a third of what the
  * tunnel adds to a small packet (docs/datapath.md, "Tunnel mode").
@@ -287,7 +283,6 @@ static __always_inline int tunnel_decap_deliver(struct __sk_buff *skb,
 						const struct ipv4_info *outer)
 {
 	const struct endpoint_info *ep;
-	const struct tunnel_endpoint *te;
 	struct ipv4_info info = {};
 	struct vxlan_frame f;
 
@@ -301,14 +296,9 @@ static __always_inline int tunnel_decap_deliver(struct __sk_buff *skb,
 	    skb->len != outer->l4_off + bpf_ntohs(f.udp.len) || f.vx_flags != VXLAN_FLAGS_VNI ||
 	    f.vx_vni != bpf_htonl(TUNNEL_VNI << 8) || f.eth.h_proto != bpf_htons(ETH_P_IP))
 		return TUNNEL_DECAP_NONE;
-	/* The peer rule (tunnel_peer_check), with the outer source at hand. */
-	if (f.ip.saddr == node_ip)
+	/* myelin_from_overlay's checks, with the outer source at hand. */
+	if (f.ip.saddr == node_ip || !tunnel_peer_ok(f.ip.saddr, outer->saddr))
 		return TUNNEL_DECAP_NONE;
-	if (f.ip.saddr != outer->saddr) {
-		te = tunnel_lookup(f.ip.saddr);
-		if (!te || te->node_ip != outer->saddr)
-			return TUNNEL_DECAP_NONE;
-	}
 	ep = endpoint_lookup(f.ip.daddr);
 	if (!ep)
 		return TUNNEL_DECAP_NONE;
