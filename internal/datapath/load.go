@@ -62,10 +62,11 @@ type Config struct {
 	// source of encapsulated frames. Required when Tunnel is set.
 	OverlayMAC net.HardwareAddr
 	// TunnelPort is myelin_vxlan's UDP port (tunnel-port). With Tunnel and
-	// BPF host routing, myelin_from_netdev decapsulates what arrives on it for
-	// a pod of this node and delivers it without the device (VXLAN packets it
-	// does not take go to the device as before); 0 leaves all VXLAN to the
-	// device.
+	// BPF host routing, myelin_from_pod encapsulates pods' packets to other
+	// nodes and myelin_from_netdev decapsulates what arrives on it for a pod
+	// of this node, both without the device where they can (the rest goes
+	// through it as before; docs/datapath.md, "Tunnel mode"); 0 leaves all
+	// VXLAN to the device.
 	TunnelPort uint16
 	// LoadBalancing turns service load balancing on (kube-proxy
 	// replacement): pods' packets to service frontends are translated to a
@@ -235,33 +236,8 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 	if err := specs.HostRoutingBpf.Set(bpfRouting); err != nil {
 		return fmt.Errorf("set host_routing_bpf: %w", err)
 	}
-	var tunnel uint8
-	var overlay uint32
-	if cfg.Tunnel {
-		tunnel, overlay = 1, uint32(cfg.OverlayIfIndex)
-	}
-	if err := specs.RoutingTunnel.Set(tunnel); err != nil {
-		return fmt.Errorf("set routing_tunnel: %w", err)
-	}
-	if err := specs.OverlayIfindex.Set(overlay); err != nil {
-		return fmt.Errorf("set overlay_ifindex: %w", err)
-	}
-	var port uint16 // network order, as the packet has it
-	if cfg.Tunnel {
-		port = htons(cfg.TunnelPort)
-	}
-	if err := specs.TunnelPort.Set(port); err != nil {
-		return fmt.Errorf("set tunnel_port: %w", err)
-	}
-	var mac [6]byte
-	if cfg.Tunnel {
-		if len(cfg.OverlayMAC) != len(mac) {
-			return fmt.Errorf("tunnel mode needs Config.OverlayMAC, the 6-byte MAC of myelin_vxlan (got %q)", cfg.OverlayMAC)
-		}
-		copy(mac[:], cfg.OverlayMAC)
-	}
-	if err := specs.OverlayMac.Set(mac); err != nil {
-		return fmt.Errorf("set overlay_mac: %w", err)
+	if err := configureTunnel(&specs, cfg); err != nil {
+		return err
 	}
 	var verify uint8 = 1
 	if cfg.NoSourceVerification {
@@ -287,6 +263,35 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 	}
 	if cfg.NATMax != 0 {
 		specs.MyelinSnat.MaxEntries = cfg.NATMax
+	}
+	return nil
+}
+
+// configureTunnel writes tunnel mode's constants: the overlay device, this
+// node's overlay MAC and the tunnel port; all zero without Tunnel.
+func configureTunnel(specs *myelinSpecs, cfg Config) error {
+	var tunnel uint8
+	var overlay uint32
+	var port uint16 // network order, as the packet has it
+	var mac [6]byte
+	if cfg.Tunnel {
+		if len(cfg.OverlayMAC) != len(mac) {
+			return fmt.Errorf("tunnel mode needs Config.OverlayMAC, the 6-byte MAC of myelin_vxlan (got %q)", cfg.OverlayMAC)
+		}
+		tunnel, overlay, port = 1, uint32(cfg.OverlayIfIndex), htons(cfg.TunnelPort)
+		copy(mac[:], cfg.OverlayMAC)
+	}
+	if err := specs.RoutingTunnel.Set(tunnel); err != nil {
+		return fmt.Errorf("set routing_tunnel: %w", err)
+	}
+	if err := specs.OverlayIfindex.Set(overlay); err != nil {
+		return fmt.Errorf("set overlay_ifindex: %w", err)
+	}
+	if err := specs.TunnelPort.Set(port); err != nil {
+		return fmt.Errorf("set tunnel_port: %w", err)
+	}
+	if err := specs.OverlayMac.Set(mac); err != nil {
+		return fmt.Errorf("set overlay_mac: %w", err)
 	}
 	return nil
 }

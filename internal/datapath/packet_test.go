@@ -24,6 +24,7 @@ type pkt struct {
 	srcMAC, dstMAC net.HardwareAddr
 	src, dst       netip.Addr
 	ttl            uint8
+	tos            uint8 // DSCP and ECN
 	proto          uint8
 	sport, dport   uint16
 	options        []byte // IPv4 options, a multiple of 4 bytes
@@ -46,6 +47,11 @@ func mac(s string) net.HardwareAddr {
 	return m
 }
 
+// vxlanPayload is a VXLAN header with VNI vni (only the I flag set) before inner.
+func vxlanPayload(vni uint32, inner []byte) []byte {
+	return append([]byte{0x08, 0, 0, 0, byte(vni >> 16), byte(vni >> 8), byte(vni), 0}, inner...)
+}
+
 // ipv4 returns a packet from src to dst with TTL 64.
 func ipv4(proto uint8, src, dst string) pkt {
 	return pkt{
@@ -62,6 +68,8 @@ func ipv4(proto uint8, src, dst string) pkt {
 }
 
 func (p pkt) withTTL(ttl uint8) pkt { p.ttl = ttl; return p }
+
+func (p pkt) withTOS(tos uint8) pkt { p.tos = tos; return p }
 
 func (p pkt) withMACs(src, dst net.HardwareAddr) pkt {
 	p.srcMAC, p.dstMAC = src, dst
@@ -111,6 +119,7 @@ func (p pkt) build() []byte {
 	hlen := 20 + len(p.options)
 	ip := make([]byte, hlen, hlen+len(l4))
 	ip[0] = 0x40 | byte(hlen/4)
+	ip[1] = p.tos
 	binary.BigEndian.PutUint16(ip[2:], uint16(hlen+len(l4)))
 	binary.BigEndian.PutUint16(ip[4:], 0x1234) // id
 	binary.BigEndian.PutUint16(ip[6:], 0x4000) // DF

@@ -102,7 +102,7 @@ func sendProbes(probes []vxlanProbe, b *tunnelNode) error {
 			inner := ipv4(protoUDP, p.innerSrc, b.podIP.String()).withDst(b.podIP.String(), 9999).
 				withMACs(mac("02:aa:00:00:00:05"), OverlayMAC(b.underlayIP))
 			inner.payload = []byte(probeName(i, p))
-			frame := append([]byte{0x08, 0, 0, 0, 0, 0, 0, 0}, inner.build()...) // VXLAN: VNI 0
+			frame := vxlanPayload(0, inner.build())
 			if err := sendVXLAN(mustAddr(p.outerSrc), netip.AddrPortFrom(b.underlayIP, tunnelPort), frame, b.decap); err != nil {
 				return err
 			}

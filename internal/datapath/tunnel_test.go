@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
-	"encoding/binary"
 	"net/netip"
 	"os"
 	"strings"
@@ -110,18 +109,8 @@ func TestPrivilegedBPFFromOverlay(t *testing.T) {
 func vxlanToA(outerSrc string, vni uint32, inner []byte) pkt {
 	p := ipv4(protoUDP, outerSrc, "198.51.100.1").withSrc(outerSrc, 51000).withDst("198.51.100.1", tunnelPort).
 		withMACs(mac("02:00:00:00:00:02"), mac("00:00:00:00:00:00")).withoutUDPChecksum()
-	p.payload = append([]byte{0x08, 0, 0, 0, byte(vni >> 16), byte(vni >> 8), byte(vni), 0}, inner...)
+	p.payload = vxlanPayload(vni, inner)
 	return p
-}
-
-// withOuterECN sets the outer IPv4 ECN field of a frame built by vxlanToA.
-func withOuterECN(frame []byte, ecn byte) []byte {
-	return mutate(frame, func(b []byte) []byte {
-		b[15] = b[15]&^3 | ecn
-		b[24], b[25] = 0, 0
-		binary.BigEndian.PutUint16(b[24:], checksum(b[14:34], 0))
-		return b
-	})
 }
 
 // Myelin_from_netdev decapsulates VXLAN for local pods itself (node A here,
@@ -161,8 +150,8 @@ func TestPrivilegedBPFFromNetdevDecap(t *testing.T) {
 		passed("VNI 1: left to the device", vxlanToA("198.51.100.2", 1, inner.build()).build()),
 		passed("another UDP port: left to the stack", fromB.withDst("198.51.100.1", 4789).build()),
 		passed("outer UDP checksum: left to the device", withCsum.build()),
-		passed("outer ECN CE: left to the device", withOuterECN(fromB.build(), 3)),
-		delivered("outer ECN ECT(0): delivered", withOuterECN(fromB.build(), 2), inner),
+		passed("outer ECN CE: left to the device", fromB.withTOS(3).build()),
+		delivered("outer ECN ECT(0): delivered", fromB.withTOS(2).build(), inner),
 		passed("another host's MAC: left to the stack",
 			vxlanToA("198.51.100.2", 0, inner.build()).withMACs(mac("02:00:00:00:00:02"), mac("02:bb:00:00:00:09")).build()),
 		passed("inner ARP: left to the device", vxlanToA("198.51.100.2", 0, arpRequest()).build()),
