@@ -103,7 +103,7 @@ func (s *startup) loadDatapath() (*datapath.Datapath, netlink.Link, error) {
 			return nil, nil, err
 		}
 		overlay, dpCfg.Tunnel, dpCfg.OverlayIfIndex = dev, true, dev.Attrs().Index
-		dpCfg.OverlayMAC, dpCfg.TunnelPort = datapath.OverlayMAC(s.plan.NodeIP), s.plan.TunnelPort
+		dpCfg.OverlayMAC = datapath.OverlayMAC(s.plan.NodeIP)
 	} else if err := tunnel.RemoveDevice(); err != nil {
 		return nil, nil, fmt.Errorf("remove %s (native routing needs none): %w", tunnel.DeviceName, err)
 	}

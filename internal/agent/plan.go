@@ -19,9 +19,12 @@ type nodePlan struct {
 	NodeIP      netip.Addr // this node's InternalIP (the tunnel endpoint, NodePort address)
 	ClusterCIDR netip.Prefix
 
-	Tunnel               bool   // routing-mode tunnel: VXLAN to other nodes
-	TunnelPort           uint16 // the VXLAN UDP port in tunnel mode
-	AutoDirectNodeRoutes bool   // native routing: routes to other nodes' PodCIDRs
+	Tunnel     bool   // routing-mode tunnel: VXLAN to other nodes
+	TunnelPort uint16 // the VXLAN UDP port in tunnel mode
+	// BPFTunnel: the BPF programs encapsulate and decapsulate VXLAN themselves
+	// where they can (tunnel mode, BPF host routing, enable-bpf-tunnel).
+	BPFTunnel            bool
+	AutoDirectNodeRoutes bool // native routing: routes to other nodes' PodCIDRs
 	HostRouting          hostRoutingDecision
 
 	Masquerade masqueradeMode
@@ -117,6 +120,7 @@ func decidePlan(c config.Config, in planInputs) (nodePlan, error) {
 		}
 		p.RouteMTU = p.MTU - tunnel.Overhead
 	}
+	p.BPFTunnel = p.Tunnel && hr.BPF && c.EnableBPFTunnel
 	if !in.Features.TCX {
 		p.AttachMode = "tc"
 	}
@@ -131,14 +135,34 @@ func (p nodePlan) RoutingMode() string {
 	return string(config.RoutingNative)
 }
 
+// tunnelDatapath is who handles tunnel mode's VXLAN and why, as status shows it
+// ("" in native routing); source is where enable-bpf-tunnel came from.
+func (p nodePlan) tunnelDatapath(source string) (who, reason string) {
+	switch {
+	case !p.Tunnel:
+		return "", ""
+	case p.BPFTunnel:
+		return "BPF", "enable-bpf-tunnel; GSO packets received and what BPF can't route go through myelin_vxlan"
+	case !p.HostRouting.BPF:
+		return tunnel.DeviceName, "legacy host routing"
+	default:
+		return tunnel.DeviceName, "enable-bpf-tunnel is false (" + source + ")"
+	}
+}
+
 // datapathConfig is what the BPF programs are loaded with; the caller adds the
-// overlay device's index and MAC in tunnel mode.
+// overlay device's index and MAC in tunnel mode. The tunnel port goes to the
+// programs only when they handle VXLAN themselves (BPFTunnel).
 func (p nodePlan) datapathConfig(pinDir string) datapath.Config {
 	mode := datapath.HostRoutingLegacy
 	if p.HostRouting.BPF {
 		mode = datapath.HostRoutingBPF
 	}
-	return datapath.Config{PinDir: pinDir, HostRouting: mode,
+	var port uint16
+	if p.BPFTunnel {
+		port = p.TunnelPort
+	}
+	return datapath.Config{PinDir: pinDir, HostRouting: mode, TunnelPort: port,
 		Masquerade: p.Masquerade == masqueradeBPF, NodeIP: p.NodeIP, ClusterCIDR: p.ClusterCIDR,
 		LoadBalancing: p.KubeProxyReplacement, SocketLB: p.SocketLB, NoSourceVerification: !p.SourceValidation,
 		NATPortMin: p.NATPorts.Min, NATPortMax: p.NATPorts.Max,

@@ -36,6 +36,23 @@ func TestDecidePlan(t *testing.T) {
 		{"tunnel", map[string]string{"routing-mode": "tunnel"}, in, func(p nodePlan) bool {
 			return p.Tunnel && p.RouteMTU == 1450 && p.RoutingMode() == "tunnel"
 		}, ""},
+		{"tunnel in BPF", nil, in, func(p nodePlan) bool {
+			who, _ := p.tunnelDatapath("default")
+			return p.BPFTunnel && who == "BPF" && p.datapathConfig("/pins").TunnelPort == 8472
+		}, ""},
+		{"tunnel by the device", map[string]string{"enable-bpf-tunnel": "false"}, in, func(p nodePlan) bool {
+			who, why := p.tunnelDatapath("ConfigMap")
+			return p.Tunnel && p.HostRouting.BPF && !p.BPFTunnel && who == "myelin_vxlan" &&
+				strings.Contains(why, "enable-bpf-tunnel is false (ConfigMap)") && p.datapathConfig("/pins").TunnelPort == 0
+		}, ""},
+		{"tunnel with legacy host routing", map[string]string{"host-routing": "legacy"}, in, func(p nodePlan) bool {
+			who, why := p.tunnelDatapath("default")
+			return !p.BPFTunnel && who == "myelin_vxlan" && why == "legacy host routing" && p.datapathConfig("/pins").TunnelPort == 0
+		}, ""},
+		{"native has no tunnel datapath", map[string]string{"routing-mode": "native"}, in, func(p nodePlan) bool {
+			who, _ := p.tunnelDatapath("default")
+			return !p.BPFTunnel && who == ""
+		}, ""},
 		{"tunnel without a node IP", map[string]string{"routing-mode": "tunnel"}, noIP, nil, "no IPv4 InternalIP"},
 		{"iptables masquerade", map[string]string{"enable-bpf-masquerade": "false"}, in, func(p nodePlan) bool {
 			return p.Masquerade == masqueradeIPTables && !p.HostRouting.BPF

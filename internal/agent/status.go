@@ -38,6 +38,7 @@ func (v nodeView) fillStatus(s *api.Status) {
 	s.Datapath = api.DatapathInfo{Device: "veth", AttachMode: p.AttachMode, Uplink: v.uplink}
 	s.Routing.Mode, s.Routing.AutoDirectNodeRoutes = p.RoutingMode(), p.AutoDirectNodeRoutes
 	s.Routing.HostRouting, s.Routing.HostRoutingReason = p.HostRouting.Mode(), p.HostRouting.Reason
+	s.Routing.Tunnel, s.Routing.TunnelReason = p.tunnelDatapath(v.conf.Source("enable-bpf-tunnel"))
 	s.Masquerade = p.Masquerade.String()
 	s.SourceCheck = sourceCheck(p.SourceValidation, v.conf.Source("enable-source-ip-verification"))
 	s.MTU = api.MTUInfo{Device: p.MTU, Route: p.RouteMTU}

@@ -58,12 +58,17 @@ type DatapathInfo struct {
 
 // RoutingInfo is the node's routing and host-routing mode, with the reason for it.
 type RoutingInfo struct {
-	Mode                 string   `json:"mode"`        // native | tunnel
-	HostRouting          string   `json:"hostRouting"` // BPF | Legacy
-	HostRoutingReason    string   `json:"hostRoutingReason"`
-	AutoDirectNodeRoutes bool     `json:"autoDirectNodeRoutes"`
-	Routes               int      `json:"routes"`
-	Unroutable           []string `json:"unroutable,omitempty"` // nodes not on this node's L2 segment
+	Mode                 string `json:"mode"`        // native | tunnel
+	HostRouting          string `json:"hostRouting"` // BPF | Legacy
+	HostRoutingReason    string `json:"hostRoutingReason"`
+	AutoDirectNodeRoutes bool   `json:"autoDirectNodeRoutes"`
+	Routes               int    `json:"routes"`
+	// Tunnel, in tunnel mode, is who encapsulates and decapsulates pods' VXLAN:
+	// "BPF" (the programs, myelin_vxlan only for what they leave to it) or
+	// "myelin_vxlan", with TunnelReason.
+	Tunnel       string   `json:"tunnel,omitempty"`
+	TunnelReason string   `json:"tunnelReason,omitempty"`
+	Unroutable   []string `json:"unroutable,omitempty"` // nodes not on this node's L2 segment
 }
 
 // MTUInfo is the device MTU and the MTU on pod routes.

@@ -1,6 +1,9 @@
 package bench
 
-import "github.com/myelin-net/myelin/internal/lab/labplan"
+import (
+	"github.com/myelin-net/myelin/internal/lab/labplan"
+	"github.com/myelin-net/myelin/internal/tunnel"
+)
 
 // Lab stages, in the order they run. Each builds one lab; a routing mode or a CNI is
 // lab-wide, so they cannot share one.
@@ -39,6 +42,9 @@ type stageBuilder struct {
 	// The stage's baselines: node-to-node (cross-node limit) and the bare veth pair
 	// (same-node limit).
 	nodeToNode, veth Environment
+	// tunnel is who the stage's BPF-routed nodes must report encapsulating VXLAN
+	// with (podPair.tunnel): "BPF" in the tunnel stage, "" elsewhere.
+	tunnel string
 }
 
 func newStage(stage string, spec LabSpec, prefix string) *stageBuilder {
@@ -67,8 +73,12 @@ func (s *stageBuilder) add(env Environment, group string, baseline Environment) 
 // compared to node-to-node, and <kind>-same-node (both on node a) compared to the veth
 // pair, which it returns.
 func (s *stageBuilder) pods(kind, group string, a, b int, hostRouting string) Environment {
-	cross := s.env(kind+"-cross-node", podPair{client: labplan.NodeName(a), server: labplan.NodeName(b), hostRouting: hostRouting})
-	same := s.env(kind+"-same-node", podPair{client: labplan.NodeName(a), server: labplan.NodeName(a), hostRouting: hostRouting})
+	var tunnel string
+	if hostRouting == hostRoutingBPF {
+		tunnel = s.tunnel
+	}
+	cross := s.env(kind+"-cross-node", podPair{client: labplan.NodeName(a), server: labplan.NodeName(b), hostRouting: hostRouting, tunnel: tunnel})
+	same := s.env(kind+"-same-node", podPair{client: labplan.NodeName(a), server: labplan.NodeName(a), hostRouting: hostRouting, tunnel: tunnel})
 	s.add(cross, group, s.nodeToNode)
 	s.add(same, group, s.veth)
 	return same
@@ -87,31 +97,60 @@ func (s *stageBuilder) sourceCheckOff(n int, withCheck Environment) {
 	}
 }
 
+// deviceTunnel adds bpf-devicetunnel-cross-node: a pod on node a to one on node b,
+// whose agents run with enable-bpf-tunnel false (all VXLAN through myelin_vxlan),
+// compared to node-to-node as bpf-cross-node is: what the tunnel in BPF gains, in
+// the same run. TCP_RR, TCP_CRR and TCP_STREAM, both placements.
+func (s *stageBuilder) deviceTunnel(a, b int) {
+	env := s.env("bpf-devicetunnel-cross-node", podPair{client: labplan.NodeName(a), server: labplan.NodeName(b),
+		hostRouting: hostRoutingBPF, tunnel: tunnel.DeviceName})
+	for _, c := range Matrix(env, GroupMyelin, s.nodeToNode, []Workload{TCPRR(), TCPCRR(), TCPStream()}, Placements()) {
+		c.Stage = s.stage
+		s.cases = append(s.cases, c)
+	}
+}
+
 // myelinStage is a myelin lab in profile: nodes 1-2 with BPF host routing, nodes 3-4
 // moved to legacy host routing by a NodeConfig. The native stage has a fifth node,
 // BPF with source validation off, for what the check costs, and a sixth, BPF with
-// flows off, for what flow records cost.
+// flows off, for what flow records cost; the tunnel stage has a fifth and a sixth
+// with the tunnel left to the device, for what the tunnel in BPF gains.
 func myelinStage(profile, prefix string) []Case {
 	spec := LabSpec{Nodes: 4, CNI: string(labplan.CNIMyelin), Profile: profile, Overrides: []NodeOverride{
 		{Name: "legacy", Nodes: []string{labplan.NodeName(3), labplan.NodeName(4)}, Settings: map[string]string{"host-routing": "legacy"}},
 	}}
-	if profile == StageNative {
+	switch profile {
+	case StageNative:
 		spec.Nodes = 6
 		spec.Overrides = append(spec.Overrides, NodeOverride{Name: "no-flows",
 			Nodes: []string{labplan.NodeName(6)}, Settings: map[string]string{flowsKey: "false"}})
 		spec.Overrides = append(spec.Overrides, NodeOverride{Name: "no-source-check",
 			Nodes: []string{labplan.NodeName(5)}, Settings: map[string]string{sourceValidationKey: "false"}})
+	case StageTunnel:
+		spec.Nodes = 6
+		spec.Overrides = append(spec.Overrides, NodeOverride{Name: "device-tunnel",
+			Nodes: []string{labplan.NodeName(5), labplan.NodeName(6)}, Settings: map[string]string{bpfTunnelKey: "false"}})
 	}
 	s := newStage(profile, spec, prefix)
+	if profile == StageTunnel {
+		s.tunnel = "BPF"
+	}
 	bpfSame := s.pods("bpf", GroupMyelin, 1, 2, hostRoutingBPF)
 	s.pods("legacy", GroupMyelin, 3, 4, hostRoutingLegacy)
-	if profile == StageNative {
+	switch profile {
+	case StageNative:
 		s.sourceCheckOff(5, bpfSame)
 		s.flowsOff(6, 1, bpfSame) // flowcases.go
 		s.policyCases(1, 2)       // policycases.go
+	case StageTunnel:
+		s.deviceTunnel(5, 6)
 	}
 	return s.cases
 }
+
+// bpfTunnelKey switches the tunnel in BPF; the bench turns it off on two nodes to
+// measure it against the device in the same run.
+const bpfTunnelKey = "enable-bpf-tunnel"
 
 // sourceValidationKey switches the datapath's check of pods' source addresses; the
 // bench turns it off only to measure what the check costs.

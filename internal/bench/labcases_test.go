@@ -84,6 +84,22 @@ func TestLabCases(t *testing.T) {
 		c.Env.(*LabEnv).part != (podPair{client: labplan.NodeName(5), server: labplan.NodeName(5), hostRouting: hostRoutingBPF, sourceCheckOff: true}) {
 		t.Errorf("native source check off: lab %+v, pods %+v; want node 5 of 5 off, both pods there", spec, c.Env.(*LabEnv).part)
 	}
+	// The tunnel in BPF against the device, both compared to node-to-node in one lab:
+	// nodes 5-6 with enable-bpf-tunnel false; the BPF pairs must report "BPF".
+	if c, ok := byName["tunnel/bpf-devicetunnel-cross-node/tcp-crr/same-vcpu"]; !ok {
+		t.Error("no case tunnel/bpf-devicetunnel-cross-node/tcp-crr/same-vcpu")
+	} else if spec := c.Env.(*LabEnv).cluster.Spec; spec.Nodes != 6 || !reflect.DeepEqual(spec.Overrides[len(spec.Overrides)-1], NodeOverride{Name: "device-tunnel",
+		Nodes: []string{labplan.NodeName(5), labplan.NodeName(6)}, Settings: map[string]string{bpfTunnelKey: "false"}}) ||
+		c.Env.(*LabEnv).part != (podPair{client: labplan.NodeName(5), server: labplan.NodeName(6), hostRouting: hostRoutingBPF, tunnel: "myelin_vxlan"}) ||
+		c.Baseline != "tunnel/node-to-node/tcp-crr/same-vcpu" {
+		t.Errorf("tunnel by the device: lab %+v, pods %+v, compared to %s; want nodes 5-6 of 6 off, a pod on each, compared to node-to-node", spec, c.Env.(*LabEnv).part, c.Baseline)
+	}
+	if c := byName["tunnel/bpf-cross-node/tcp-rr/same-vcpu"]; c.Env == nil || c.Env.(*LabEnv).part.(podPair).tunnel != "BPF" {
+		t.Error("tunnel/bpf-cross-node does not check that its nodes encapsulate in BPF")
+	}
+	if c := byName["native/bpf-cross-node/tcp-rr/same-vcpu"]; c.Env == nil || c.Env.(*LabEnv).part.(podPair).tunnel != "" {
+		t.Error("native/bpf-cross-node checks a tunnel")
+	}
 	quick, err := Select(all, QuickNoLabCases)
 	if err != nil {
 		t.Fatal(err)

@@ -91,6 +91,9 @@ type podPair struct {
 	// validation on, or off with sourceCheckOff.
 	hostRouting    string
 	sourceCheckOff bool
+	// tunnel, when set, is who the agents on both nodes must report encapsulating
+	// tunnel mode's VXLAN ("BPF" or "myelin_vxlan").
+	tunnel string
 }
 
 func (p podPair) setup(ctx context.Context, c *Cluster, env string) (Endpoints, error) {
@@ -99,7 +102,7 @@ func (p podPair) setup(ctx context.Context, c *Cluster, env string) (Endpoints, 
 	}
 	if p.hostRouting != "" {
 		for _, node := range []string{p.client, p.server} {
-			if err := checkHostRouting(ctx, node, p.hostRouting, !p.sourceCheckOff); err != nil {
+			if err := checkModes(ctx, node, p); err != nil {
 				return Endpoints{}, err
 			}
 		}

@@ -90,20 +90,24 @@ func (k *kubeClients) waitPod(ctx context.Context, name, node string) (labPod, e
 	}
 }
 
-// checkHostRouting checks that a lab node's agent routes in the mode a case's name
-// promises ("BPF" or "Legacy"), so a fallback never passes for the mode measured.
-func checkHostRouting(ctx context.Context, node, want string, sourceCheck bool) error {
+// checkModes checks that a lab node's agent routes in the modes a case's name
+// promises (p's host routing, source validation and, when set, who encapsulates in
+// tunnel mode), so a fallback never passes for the mode measured.
+func checkModes(ctx context.Context, node string, p podPair) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	st, err := labdriver.AgentStatus(ctx, node)
 	if err != nil {
 		return err
 	}
-	if !strings.EqualFold(st.Routing.HostRouting, want) {
-		return fmt.Errorf("%s routes with %s host routing, not %s (%s)", node, st.Routing.HostRouting, want, st.Routing.HostRoutingReason)
+	if !strings.EqualFold(st.Routing.HostRouting, p.hostRouting) {
+		return fmt.Errorf("%s routes with %s host routing, not %s (%s)", node, st.Routing.HostRouting, p.hostRouting, st.Routing.HostRoutingReason)
 	}
-	if st.SourceCheck.Enabled != sourceCheck {
-		return fmt.Errorf("%s has source validation %v, want %v (%s)", node, st.SourceCheck.Enabled, sourceCheck, st.SourceCheck.Warning)
+	if st.SourceCheck.Enabled == p.sourceCheckOff {
+		return fmt.Errorf("%s has source validation %v, want %v (%s)", node, st.SourceCheck.Enabled, !p.sourceCheckOff, st.SourceCheck.Warning)
+	}
+	if p.tunnel != "" && st.Routing.Tunnel != p.tunnel {
+		return fmt.Errorf("%s's VXLAN is encapsulated by %q, not %s (%s)", node, st.Routing.Tunnel, p.tunnel, st.Routing.TunnelReason)
 	}
 	return nil
 }

@@ -142,7 +142,7 @@ func (r statusRows) node(s api.Status) {
 func (r statusRows) routing(s api.Status) {
 	r.row("Routing", "Network: %s   Host: %s (%s)", s.Routing.Mode, s.Routing.HostRouting, s.Routing.HostRoutingReason)
 	if s.Routing.Mode == "tunnel" {
-		r.row("Tunnels", "%d nodes over VXLAN", s.Routing.Routes)
+		r.row("Tunnels", "%d nodes over VXLAN, encapsulated by %s (%s)", s.Routing.Routes, s.Routing.Tunnel, s.Routing.TunnelReason)
 	} else if s.Routing.AutoDirectNodeRoutes {
 		r.row("Node routes", "%d direct routes (auto-direct-node-routes)", s.Routing.Routes)
 	}

@@ -45,10 +45,14 @@ const (
 // Config is the validated, effective configuration of one node's agent. It is built
 // once at start and passed by value; nothing changes it afterwards.
 type Config struct {
-	ClusterCIDR           netip.Prefix
-	RoutingMode           RoutingMode
-	TunnelProtocol        string
-	TunnelPort            uint16
+	ClusterCIDR    netip.Prefix
+	RoutingMode    RoutingMode
+	TunnelProtocol string
+	TunnelPort     uint16
+	// EnableBPFTunnel is enable-bpf-tunnel: with tunnel mode and BPF host routing,
+	// the BPF programs encapsulate and decapsulate VXLAN themselves where they can;
+	// false leaves all of it to myelin_vxlan (wire-compatible either way).
+	EnableBPFTunnel       bool
 	AutoDirectNodeRoutes  bool
 	IPv4NativeRoutingCIDR netip.Prefix // invalid (zero) when unset
 	HostRouting           HostRouting

@@ -13,7 +13,7 @@ func TestResolveDefaults(t *testing.T) {
 	}
 	if c.RoutingMode != RoutingTunnel || c.HostRouting != HostRoutingAuto || !c.EnableBPFMasquerade ||
 		c.TunnelPort != 8472 || c.MaglevTableSize != 16381 || c.UserIPTablesGuard != GuardRefuse ||
-		!c.EnableSourceIPVerification {
+		!c.EnableSourceIPVerification || !c.EnableBPFTunnel {
 		t.Errorf("defaults = %+v", c)
 	}
 	if len(c.Effective) != len(keys) || c.Source("routing-mode") != DefaultSourceName {
@@ -52,6 +52,7 @@ func TestResolveErrors(t *testing.T) {
 		{map[string]string{"auto-direct-node-routes": "yes"}, `must be true or false`},
 		{map[string]string{"cluster-cidr": "10.244.0.1/16"}, `did you mean 10.244.0.0/16?`},
 		{map[string]string{"maglev-table-size": "16380"}, `must be a prime`},
+		{map[string]string{"enable-bpf-tunnel": "device"}, `key "enable-bpf-tunnel" value "device": must be true or false`},
 		{map[string]string{"enable-source-ip-verification": "off"}, `key "enable-source-ip-verification" value "off": must be true or false`},
 		{map[string]string{"mtu": "500"}, `must be 0 (detect from the uplink) or between 1280 and 65535`},
 		{map[string]string{"non-masquerade-cidrs": "10.0.0.0/8,bad"}, `"bad": must be an IPv4 CIDR`},

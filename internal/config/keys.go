@@ -52,6 +52,10 @@ var keys = []key{
 		c.TunnelPort = uint16(p)
 		return nil
 	}},
+	{"enable-bpf-tunnel", "true", func(c *Config, v string) (err error) {
+		c.EnableBPFTunnel, err = parseBool(v)
+		return err
+	}},
 	{"auto-direct-node-routes", "false", func(c *Config, v string) (err error) {
 		c.AutoDirectNodeRoutes, err = parseBool(v)
 		return err

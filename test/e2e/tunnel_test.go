@@ -39,13 +39,15 @@ func checkMTU(t *testing.T, cs kubernetes.Interface, routeMTU int) {
 
 // TestLabMyelinTunnel: VXLAN tunnel mode with BPF host routing: status, connectivity,
 // MTU (devices keep 1500, pod routes carry 1450), then node-2 moved to legacy host
-// routing by a NodeConfig: the mixed cluster keeps full connectivity.
+// routing and node-3 to the tunnel by the device by NodeConfigs: the mixed cluster
+// keeps full connectivity.
 func TestLabMyelinTunnel(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "3", "--cni", "myelin", "--profile", "tunnel")
 	st := agentStatus(t, labplan.NodeName(1))
-	if st.Routing.Mode != "tunnel" || st.Routing.HostRouting != "BPF" || st.Routing.Routes != 2 || st.MTU.Device != 1500 || st.MTU.Route != 1450 {
-		t.Errorf("status: routing %+v, MTU %+v; want tunnel, BPF, 2 tunnels, device 1500 route 1450", st.Routing, st.MTU)
+	if st.Routing.Mode != "tunnel" || st.Routing.HostRouting != "BPF" || st.Routing.Routes != 2 || st.Routing.Tunnel != "BPF" ||
+		st.MTU.Device != 1500 || st.MTU.Route != 1450 {
+		t.Errorf("status: routing %+v, MTU %+v; want tunnel, BPF, 2 tunnels encapsulated by BPF, device 1500 route 1450", st.Routing, st.MTU)
 	}
 	if out, err := inNode(labplan.NodeName(1), "ip", "-d", "link", "show", "myelin_vxlan"); err != nil || !strings.Contains(out, "external") || !strings.Contains(out, "dstport 8472") {
 		t.Errorf("myelin_vxlan: %v\n%s; want a collect-metadata (external) device on port 8472", err, out)
@@ -58,6 +60,19 @@ func TestLabMyelinTunnel(t *testing.T) {
 	restartAgent(t, labplan.NodeName(2))
 	expectHostRouting(t, labplan.NodeName(2), "Legacy", "NodeConfig default/legacy")
 	expectHostRouting(t, labplan.NodeName(1), "BPF", "")
+	// node-3 leaves its VXLAN to the device (enable-bpf-tunnel false): it still talks
+	// to node-1, which encapsulates and decapsulates in BPF, and to legacy node-2.
+	createNodeConfig(t, "device-tunnel", map[string]string{"kubernetes.io/hostname": labplan.NodeName(3)}, map[string]string{"enable-bpf-tunnel": "false"})
+	restartAgent(t, labplan.NodeName(3))
+	expectHostRouting(t, labplan.NodeName(3), "BPF", "")
+	for node, want := range map[string]string{labplan.NodeName(1): "BPF", labplan.NodeName(2): "myelin_vxlan", labplan.NodeName(3): "myelin_vxlan"} {
+		if st := agentStatus(t, node); st.Routing.Tunnel != want {
+			t.Errorf("%s: VXLAN encapsulated by %q (%s), want %s", node, st.Routing.Tunnel, st.Routing.TunnelReason, want)
+		}
+	}
+	if st := agentStatus(t, labplan.NodeName(3)); !strings.Contains(st.Routing.TunnelReason, "enable-bpf-tunnel is false (NodeConfig default/device-tunnel)") {
+		t.Errorf("%s: tunnel reason %q, want it to name enable-bpf-tunnel and the NodeConfig", labplan.NodeName(3), st.Routing.TunnelReason)
+	}
 	checkConnectivity(t, cs, 3)
 
 	// A ClusterIP Service over the web servers of all three nodes: translated on the

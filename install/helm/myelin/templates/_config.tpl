@@ -15,6 +15,7 @@ ipv4-native-routing-cidr: {{ . | quote }}
 host-routing: {{ $v.hostRouting | quote }}
 enable-ipv4-masquerade: {{ $v.enableIPv4Masquerade | quote }}
 enable-bpf-masquerade: {{ $v.bpf.masquerade | quote }}
+enable-bpf-tunnel: {{ $v.bpf.tunnel | quote }}
 {{- with $v.nonMasqueradeCIDRs }}
 non-masquerade-cidrs: {{ join "," . | quote }}
 {{- end }}
@@ -68,6 +69,7 @@ ipv4-native-routing-cidr: ipv4NativeRoutingCIDR
 host-routing: hostRouting
 enable-ipv4-masquerade: enableIPv4Masquerade
 enable-bpf-masquerade: bpf.masquerade
+enable-bpf-tunnel: bpf.tunnel
 non-masquerade-cidrs: nonMasqueradeCIDRs
 user-iptables-guard: userIptablesGuard
 kube-proxy-replacement: kubeProxyReplacement
