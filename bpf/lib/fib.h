@@ -36,26 +36,17 @@ static __always_inline int fib_redirect_neigh(struct __sk_buff *skb, const struc
 }
 
 /*
- * fib_mtu_ok checks the packet against the egress MTU on the NO_NEIGH path,
- * where bpf_fib_lookup skips that check. GSO packets are checked per segment.
- */
-static __always_inline int fib_mtu_ok(struct __sk_buff *skb, __u32 ifindex)
-{
-	__u32 mtu_len = 0;
-
-	return bpf_check_mtu(skb, ifindex, &mtu_len, 0, 0) == BPF_MTU_CHK_RET_SUCCESS;
-}
-
-/*
  * fib_forward routes by the kernel FIB. tot_len is left 0 on purpose: the
  * kernel then checks the skb itself against the egress MTU, which is right
  * for GSO packets whose IP total length exceeds the MTU.
+ * BPF_FIB_LOOKUP_SKIP_NEIGH: bpf_redirect_neigh resolves the neighbour (or
+ * queues behind ARP) anyway, so the lookup does not look it up first; a
+ * nexthop without one is SUCCESS too, MTU-checked like any other.
  *
- * Outcomes: SUCCESS/NO_NEIGH forward (unless the MTU needs ICMP frag-needed);
- * BLACKHOLE drops with DROP_NO_ROUTE, as the stack would; everything else
- * (local destination, forwarding disabled, unreachable/prohibit routes that
- * owe the sender an ICMP error, frag needed, lookup errors) goes to the stack,
- * which does what a plain router does.
+ * Outcomes: SUCCESS forwards; BLACKHOLE drops with DROP_NO_ROUTE, as the
+ * stack would; everything else (local destination, forwarding disabled,
+ * unreachable/prohibit routes that owe the sender an ICMP error, frag needed,
+ * lookup errors) goes to the stack, which does what a plain router does.
  */
 static __always_inline int fib_forward(struct __sk_buff *skb, const struct ipv4_info *info,
 				       __u8 dir)
@@ -68,14 +59,10 @@ static __always_inline int fib_forward(struct __sk_buff *skb, const struct ipv4_
 		.ipv4_dst = info->daddr,
 		.ifindex = skb->ingress_ifindex,
 	};
-	long rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	long rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
 
 	switch (rc) {
 	case BPF_FIB_LKUP_RET_SUCCESS:
-		return fib_redirect_neigh(skb, info, dir, &fib);
-	case BPF_FIB_LKUP_RET_NO_NEIGH:
-		if (!fib_mtu_ok(skb, fib.ifindex))
-			return verdict_pass(skb, info, dir);
 		return fib_redirect_neigh(skb, info, dir, &fib);
 	case BPF_FIB_LKUP_RET_BLACKHOLE:
 		return verdict_drop(skb, info, dir, DROP_NO_ROUTE);

@@ -122,8 +122,9 @@ func fromPodFIB(t *testing.T, d *Datapath) {
 		seed := map[string]EndpointInfo{podA: sender, podBIP: podB}
 		viaGW := ipv4(protoTCP, "10.1.0.10", "10.200.0.5")
 		onLink := ipv4(protoUDP, "10.1.0.10", "192.168.77.9")
-		big := viaGW
+		big, bigOnLink := viaGW, onLink
 		big.payload = make([]byte, 1400)
+		bigOnLink.payload = make([]byte, 1400)
 		row := func(name string, p pkt, verdict uint32, out []byte, reason string) progCase {
 			return progCase{name: name, endpoints: seed, tunnels: seedTunnelB, in: p.build(), ctx: ctx, verdict: verdict, out: out, reason: reason}
 		}
@@ -138,7 +139,8 @@ func fromPodFIB(t *testing.T, d *Datapath) {
 			}},
 			{true, []progCase{
 				row("via gateway with neighbour: SUCCESS", viaGW, tcActRedirect, decTTL(viaGW), "FORWARDED"),
-				row("on-link without neighbour: NO_NEIGH", onLink, tcActRedirect, decTTL(onLink), "FORWARDED"),
+				row("on-link without neighbour: redirect_neigh resolves it", onLink, tcActRedirect, decTTL(onLink), "FORWARDED"),
+				row("on-link without neighbour, beyond egress MTU: FRAG_NEEDED to stack", bigOnLink, tcActOK, nil, "PASS_STACK"),
 				row("TTL 1 via gateway: stack sends time exceeded", viaGW.withTTL(1), tcActOK, nil, "PASS_STACK"),
 				row("beyond egress MTU: FRAG_NEEDED to stack", big, tcActOK, nil, "PASS_STACK"),
 				row("blackhole route: BLACKHOLE dropped", ipv4(protoUDP, "10.1.0.10", "10.201.0.1"), tcActShot, nil, "DROP_NO_ROUTE"),
