@@ -197,7 +197,7 @@ func readEvent(t *testing.T, r *EventReader, timeout time.Duration) (Event, bool
 // its goroutine exits still locked, so the runtime discards the thread
 // instead of reusing it in the wrong namespace. fn must report failures with
 // t.Error (not t.Fatal: it runs off the test goroutine).
-func inNetns(t *testing.T, fn func(nsName string)) {
+func inNetns(t testing.TB, fn func(nsName string)) {
 	t.Helper()
 	name := "dptest-" + randomSuffix()
 	done := make(chan struct{})

@@ -17,9 +17,11 @@ import (
 // arriving on the uplink (myelin_from_netdev). It is the programs' own cost per
 // packet, without a lab and the machine's noise in the netperf cases, with what an
 // agent loads by default (load balancing, masquerade, BPF host routing) and flows
-// off. ns/packet is the kernel's measure of each test run (one run per call: the
-// program rewrites the packet, so a repeated run would see its own output). Run
-// as root: go test -run '^$' -bench ProgramRun -count 5 ./internal/datapath/
+// off. from-pod-fib is pod A's segment to an address beyond the node in native
+// routing: bpf_fib_lookup against a real FIB (fibLab, in a netns of its own) and
+// bpf_redirect_neigh. ns/packet is the kernel's measure of each test run (one run
+// per call: the program rewrites the packet, so a repeated run would see its own
+// output). Run as root: go test -run '^$' -bench ProgramRun -count 5 ./internal/datapath/
 func BenchmarkProgramRun(b *testing.B) {
 	testenv.RequireRoot(b, "load BPF")
 	d := loadTestConfig(b, agentDefaultConfig())
@@ -44,6 +46,34 @@ func BenchmarkProgramRun(b *testing.B) {
 			b.ReportMetric(float64(ns)/float64(b.N), "ns/packet")
 		})
 	}
+	b.Run("from-pod-fib", func(b *testing.B) {
+		inNetns(b, func(string) { benchFIBForward(b, d) })
+	})
+}
+
+// benchFIBForward times from_pod forwarding pod A's segments by the FIB of the
+// calling thread's netns (a throwaway one: it adds fibLab and turns forwarding on).
+func benchFIBForward(b *testing.B, d *Datapath) {
+	lab, err := setupFIBLab()
+	if err == nil {
+		err = setForwarding(true)
+	}
+	sender := podASender
+	sender.IfIndex = lab.in
+	if err == nil {
+		err = seedEndpoints(d, map[string]EndpointInfo{podA: sender, podBIP: podB})
+	}
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	s := segment{in: ipv4(protoTCP, podA, "10.200.0.5").withTCPFlags(tcpACK).build(),
+		ctx: skbCtx{IngressIfindex: uint32(lab.in), Ifindex: uint32(lab.in)}}
+	var ns uint64
+	for b.Loop() {
+		ns += uint64(runSegment(b, d.objs.MyelinFromPod, s))
+	}
+	b.ReportMetric(float64(ns)/float64(b.N), "ns/packet")
 }
 
 // testRun is one BPF_PROG_TEST_RUN of the program fd: its verdict and the
