@@ -73,12 +73,12 @@ func (s *stageBuilder) add(env Environment, group string, baseline Environment) 
 // compared to node-to-node, and <kind>-same-node (both on node a) compared to the veth
 // pair, which it returns.
 func (s *stageBuilder) pods(kind, group string, a, b int, hostRouting string) Environment {
-	var tunnel string
+	var encap string // who must encapsulate: only BPF host routing's nodes are checked
 	if hostRouting == hostRoutingBPF {
-		tunnel = s.tunnel
+		encap = s.tunnel
 	}
-	cross := s.env(kind+"-cross-node", podPair{client: labplan.NodeName(a), server: labplan.NodeName(b), hostRouting: hostRouting, tunnel: tunnel})
-	same := s.env(kind+"-same-node", podPair{client: labplan.NodeName(a), server: labplan.NodeName(a), hostRouting: hostRouting, tunnel: tunnel})
+	cross := s.env(kind+"-cross-node", podPair{client: labplan.NodeName(a), server: labplan.NodeName(b), hostRouting: hostRouting, tunnel: encap})
+	same := s.env(kind+"-same-node", podPair{client: labplan.NodeName(a), server: labplan.NodeName(a), hostRouting: hostRouting, tunnel: encap})
 	s.add(cross, group, s.nodeToNode)
 	s.add(same, group, s.veth)
 	return same
