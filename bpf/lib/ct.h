@@ -22,6 +22,7 @@
 #include "icmp.h"
 #include "ipv4.h"
 #include "l4.h"
+#include "lb.h"
 #include "maps.h"
 #include "reasons.h"
 
@@ -164,10 +165,7 @@ static __always_inline void ct_touch_forward(void *map, const struct ct_key *fwd
  */
 static __always_inline int ct_from_backend_port(__be16 port)
 {
-	__u32 key = (__u32)port / 32;
-	const __u32 *word = bpf_map_lookup_elem(&myelin_lb_ports, &key);
-
-	return !word || (*word >> ((__u32)port % 32)) & 1;
+	return lb_port_marked(&myelin_lb_ports, port);
 }
 
 /*

@@ -27,6 +27,20 @@ static __always_inline const struct lb_svc *lb_svc_lookup(__be32 addr, __be16 po
 	return bpf_map_lookup_elem(&myelin_lb_services, &key);
 }
 
+/*
+ * lb_port_marked says whether port (network order) has its bit in bitmap, an
+ * array of LB_PORT_WORDS words (myelin_lb_ports, myelin_lb_nodeports) whose
+ * lookup the kernel inlines. A word that can't be read counts as set: a bit
+ * only ever spares a lookup.
+ */
+static __always_inline int lb_port_marked(void *bitmap, __be16 port)
+{
+	__u32 key = (__u32)port / 32;
+	const __u32 *word = bpf_map_lookup_elem(bitmap, &key);
+
+	return !word || (*word >> ((__u32)port % 32)) & 1;
+}
+
 /* lb_backend_lookup returns backend id, or NULL when it was deleted. */
 static __always_inline const struct lb_backend *lb_backend_lookup(__u32 id)
 {

@@ -31,7 +31,7 @@
 #define LB_AFFINITY_MAX	   65536
 #define LB_CT_MAX	   262144 /* two entries per load-balanced flow */
 #define LB_CT_NODEPORT_MAX 65536  /* two entries per NodePort flow from outside */
-#define LB_PORT_WORDS	   2048	  /* myelin_lb_ports: one bit per port */
+#define LB_PORT_WORDS	   2048	  /* myelin_lb_ports, myelin_lb_nodeports: one bit per port */
 #define LB_MAGLEV_SIZE	   16381  /* entries of a Maglev table; the agent sets maglev_table_size */
 #define FRAGS_MAX	   8192	  /* fragmented datagrams in flight (lib/frag.h) */
 /* NetworkPolicy (lib/policy.h, docs/policy.md). */
@@ -170,6 +170,21 @@ struct {
 	__uint(max_entries, LB_PORT_WORDS);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_lb_ports SEC(".maps");
+
+/*
+ * myelin_lb_nodeports: a bitmap of the ports (network order) with a NodePort
+ * frontend, laid out as myelin_lb_ports. The agent sets a port's bit before
+ * it writes a NodePort frontend with it and never clears one; a packet to the
+ * node's IP whose port has no bit is the node's own traffic (kubelet, SSH,
+ * the apiserver...) and skips the service lookup (lb_from_netdev).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, LB_PORT_WORDS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_lb_nodeports SEC(".maps");
 
 /*
  * myelin_lb_maglev_inner is the template of the Maglev tables: entry i ->

@@ -354,6 +354,9 @@ static __always_inline int lb_from_netdev(struct __sk_buff *skb, struct ipv4_inf
 			*route = LB_ROUTE_OUT;
 			return reason;
 		}
+		/* The node's own traffic: no NodePort at its port, no lookup. */
+		if (!lb_port_marked(&myelin_lb_nodeports, l4.dport))
+			return 0;
 		svc = lb_svc_lookup(info->daddr, l4.dport, info->proto);
 		if (svc && (svc->flags & LB_SVC_F_NODEPORT))
 			return lb_nodeport(skb, info, &l4, svc, route);

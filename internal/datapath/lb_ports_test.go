@@ -119,3 +119,83 @@ func TestPrivilegedLBReplyPorts(t *testing.T) {
 		t.Error("a backend an older agent wrote: its port 7070 is not marked after the next load")
 	}
 }
+
+// nodePortMarked reports whether myelin_lb_nodeports has port's bit (host order).
+func nodePortMarked(t *testing.T, d *Datapath, port uint16) bool {
+	t.Helper()
+	p := uint32(htons(port))
+	var w uint32
+	if err := d.objs.MyelinLbNodeports.Lookup(p/32, &w); err != nil {
+		t.Fatal(err)
+	}
+	return w>>(p%32)&1 == 1
+}
+
+// A packet to the node's IP is looked up among the services only when its port
+// has a NodePort frontend (myelin_lb_nodeports): UpsertService marks the port
+// before it writes the frontend, every load marks the NodePort frontends the
+// maps hold (an older agent may have written some without), and the node's
+// other traffic passes to the stack untouched, without a lookup.
+func TestPrivilegedLBNodePortBits(t *testing.T) {
+	requirePrivileged(t)
+	dir := testPinDirReady(t)
+	defer Unpin(dir)
+	cfg := Config{PinDir: dir, HostRouting: HostRoutingBPF, LoadBalancing: true, NodeIP: testNodeIP,
+		ClusterCIDR: lbClusterCIDR, NATPortMin: testNATPort, NATPortMax: testNATPort}
+	d, err := Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { d.Close() }()
+	if n := d.objs.MyelinLbNodeports.MaxEntries(); n != lbPortWords {
+		t.Fatalf("myelin_lb_nodeports has %d words, the agent's copy %d (bpf/lib/maps.h LB_PORT_WORDS)", n, lbPortWords)
+	}
+	if err := seedEndpoints(d, seedB); err != nil {
+		t.Fatal(err)
+	}
+	// A ClusterIP on port 80 and a NodePort: only the NodePort's port is marked.
+	st := oneService(feNodePort, Service{ID: 1, Flags: ServiceNodePort, Backends: []uint32{1}})
+	st.services[feTCP] = Service{ID: 2, Backends: []uint32{1}}
+	if err := seedLB(d, *st); err != nil {
+		t.Fatal(err)
+	}
+	if !nodePortMarked(t, d, nodePort) || nodePortMarked(t, d, 80) {
+		t.Fatalf("after UpsertService: NodePort %d marked %v, ClusterIP port 80 marked %v; want only the NodePort",
+			nodePort, nodePortMarked(t, d, nodePort), nodePortMarked(t, d, 80))
+	}
+	run := func(d *Datapath, in pkt, verdict uint32, want []byte, what string) {
+		t.Helper()
+		ret, out, err := runPacket(d.objs.MyelinFromNetdev, in.build(), nil)
+		if err != nil || ret != verdict || !bytes.Equal(out[:len(want)], want) {
+			t.Errorf("%s: verdict %d, err %v, out\n%x\nwant verdict %d,\n%x", what, ret, err, out[:len(want)], verdict, want)
+		}
+	}
+	req := ipv4(protoTCP, extHost, nodeIP).withSrc(extHost, 40000).withDst(nodeIP, nodePort)
+	run(d, req, tcActRedirect, delivered(req.withDst(podBIP, 8080)), "NodePort request")
+	ssh := req.withDst(nodeIP, 22)
+	run(d, ssh, tcActOK, ssh.build(), "the node's own port 22: to the stack untouched")
+
+	// An older agent wrote a NodePort frontend without marking its port: not
+	// looked up (the node's stack gets it) until the next load marks it.
+	var v myelinLbSvc
+	key := myelinLbSvcKey{Addr: networkUint32(testNodeIP), Port: htons(nodePort), Proto: protoTCP}
+	if err := d.objs.MyelinLbServices.Lookup(key, &v); err != nil {
+		t.Fatal(err)
+	}
+	key.Port = htons(nodePort + 1)
+	if err := d.objs.MyelinLbServices.Update(key, v, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	older := req.withSrc(extHost, 40001).withDst(nodeIP, nodePort+1)
+	run(d, older, tcActOK, older.build(), "unmarked NodePort frontend: not looked up")
+	d.Close()
+	d, err = Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !nodePortMarked(t, d, nodePort+1) || nodePortMarked(t, d, 80) {
+		t.Errorf("after the next load: port %d marked %v, 80 marked %v; want the NodePort frontends' only",
+			nodePort+1, nodePortMarked(t, d, nodePort+1), nodePortMarked(t, d, 80))
+	}
+	run(d, older, tcActRedirect, delivered(older.withDst(podBIP, 8080)), "the older agent's NodePort after the next load")
+}

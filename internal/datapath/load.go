@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -138,11 +137,11 @@ type Datapath struct {
 	cfg  Config
 	objs myelinObjects
 	lbMu sync.Mutex // serializes service updates
-	// portsMu guards ports, the copy of the backend port bitmap
-	// (myelin_lb_ports) its writes go through (lbports.go).
-	portsMu sync.Mutex
-	ports   [lbPortWords]uint32
-	maglev  maglevTables
+	// backendPorts and nodePorts are the port bitmaps myelin_lb_ports and
+	// myelin_lb_nodeports (lbports.go).
+	backendPorts, nodePorts portBitmap
+
+	maglev maglevTables
 	// attachErrors counts failed attachments (AttachErrors, for metrics).
 	attachErrors atomic.Uint64
 	// policyMu serializes writes of endpoints and of their policy flags,
@@ -195,7 +194,7 @@ func Load(cfg Config) (*Datapath, error) {
 		return nil, err
 	}
 	if cfg.LoadBalancing {
-		if err := d.seedBackendPorts(slices.Contains(created, "myelin_lb_ports")); err != nil {
+		if err := d.seedPortBitmaps(created); err != nil {
 			d.objs.Close()
 			return nil, err
 		}

@@ -530,6 +530,7 @@ type myelinMapSpecs struct {
 	MyelinLbCt          *ebpf.MapSpec `ebpf:"myelin_lb_ct"`
 	MyelinLbCtNodeport  *ebpf.MapSpec `ebpf:"myelin_lb_ct_nodeport"`
 	MyelinLbMaglev      *ebpf.MapSpec `ebpf:"myelin_lb_maglev"`
+	MyelinLbNodeports   *ebpf.MapSpec `ebpf:"myelin_lb_nodeports"`
 	MyelinLbPorts       *ebpf.MapSpec `ebpf:"myelin_lb_ports"`
 	MyelinLbServices    *ebpf.MapSpec `ebpf:"myelin_lb_services"`
 	MyelinLbSlots       *ebpf.MapSpec `ebpf:"myelin_lb_slots"`
@@ -626,6 +627,7 @@ type myelinMaps struct {
 	MyelinLbCt          *ebpf.Map `ebpf:"myelin_lb_ct"`
 	MyelinLbCtNodeport  *ebpf.Map `ebpf:"myelin_lb_ct_nodeport"`
 	MyelinLbMaglev      *ebpf.Map `ebpf:"myelin_lb_maglev"`
+	MyelinLbNodeports   *ebpf.Map `ebpf:"myelin_lb_nodeports"`
 	MyelinLbPorts       *ebpf.Map `ebpf:"myelin_lb_ports"`
 	MyelinLbServices    *ebpf.Map `ebpf:"myelin_lb_services"`
 	MyelinLbSlots       *ebpf.Map `ebpf:"myelin_lb_slots"`
@@ -658,6 +660,7 @@ func (m *myelinMaps) Close() error {
 		m.MyelinLbCt,
 		m.MyelinLbCtNodeport,
 		m.MyelinLbMaglev,
+		m.MyelinLbNodeports,
 		m.MyelinLbPorts,
 		m.MyelinLbServices,
 		m.MyelinLbSlots,

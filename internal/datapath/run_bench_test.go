@@ -14,10 +14,11 @@ import (
 // BenchmarkProgramRun is the kernel's run time of a program for one TCP segment
 // of an established connection to pod B of the node, delivered with
 // bpf_redirect_peer: from pod A (myelin_from_pod) and from a pod of another node
-// arriving on the uplink (myelin_from_netdev). It is the programs' own cost per
-// packet, without a lab and the machine's noise in the netperf cases, with what an
-// agent loads by default (load balancing, masquerade, BPF host routing) and flows
-// off. from-pod-fib is pod A's segment to an address beyond the node in native
+// arriving on the uplink (myelin_from_netdev); from-netdev-host is a segment to the
+// node's own address (a port without a NodePort) that goes to its stack. It is the
+// programs' own cost per packet, without a lab and the machine's noise in the
+// netperf cases, with what an agent loads by default (load balancing, masquerade,
+// BPF host routing) and flows off. from-pod-fib is pod A's segment to an address beyond the node in native
 // routing: bpf_fib_lookup against a real FIB (fibLab, in a netns of its own) and
 // bpf_redirect_neigh. ns/packet is the kernel's measure of each test run (one run
 // per call: the program rewrites the packet, so a repeated run would see its own
@@ -29,16 +30,19 @@ func BenchmarkProgramRun(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, c := range []struct {
-		name string
-		prog *ebpf.Program
-		in   pkt
-		ctx  skbCtx
+		name    string
+		prog    *ebpf.Program
+		in      pkt
+		ctx     skbCtx
+		toStack bool
 	}{
-		{"from-pod", d.objs.MyelinFromPod, ipv4(protoTCP, podA, podBIP), *ctxPodA},
-		{"from-netdev", d.objs.MyelinFromNetdev, ipv4(protoTCP, remoteIP, podBIP), skbCtx{}},
+		{"from-pod", d.objs.MyelinFromPod, ipv4(protoTCP, podA, podBIP), *ctxPodA, false},
+		{"from-netdev", d.objs.MyelinFromNetdev, ipv4(protoTCP, remoteIP, podBIP), skbCtx{}, false},
+		// The node's own traffic (kubelet's port): to the stack.
+		{"from-netdev-host", d.objs.MyelinFromNetdev, ipv4(protoTCP, remoteIP, nodeIP).withDst(nodeIP, 10250), skbCtx{}, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			s := segment{in: c.in.withTCPFlags(tcpACK).build(), ctx: c.ctx}
+			s := segment{in: c.in.withTCPFlags(tcpACK).build(), ctx: c.ctx, toStack: c.toStack}
 			var ns uint64
 			for b.Loop() {
 				ns += uint64(runSegment(b, c.prog, s))

@@ -120,7 +120,7 @@ func (d *Datapath) UpsertBackend(id uint32, b Backend) error {
 	}
 	value := myelinLbBackend{Addr: networkUint32(b.Addr), Port: htons(b.Port)}
 	// Before any flow can reach the backend: its replies' port must be marked.
-	if err := d.markBackendPorts(value.Port); err != nil {
+	if err := d.backendPorts.mark(value.Port); err != nil {
 		return fmt.Errorf("upsert backend %d: %w", id, err)
 	}
 	if err := d.objs.MyelinLbBackends.Update(id, value, ebpf.UpdateAny); err != nil {
@@ -178,6 +178,12 @@ func (d *Datapath) UpsertService(fe Frontend, s Service) error {
 	value, err := serviceValue(s, d.cfg.MaglevTableSize)
 	if err != nil {
 		return fmt.Errorf("upsert service %v: %w", fe, err)
+	}
+	// Before a packet to the node's IP can be looked up for it: its port must be marked.
+	if s.Flags&ServiceNodePort != 0 {
+		if err := d.nodePorts.mark(key.Port); err != nil {
+			return fmt.Errorf("upsert service %v: %w", fe, err)
+		}
 	}
 	d.lbMu.Lock()
 	defer d.lbMu.Unlock()
@@ -459,7 +465,7 @@ func configureLoadBalancing(specs *myelinSpecs, cfg Config) error {
 	if cfg.NodePortNATMax != 0 {
 		specs.MyelinNodeportNat.MaxEntries = cfg.NodePortNATMax
 	}
-	for _, spec := range []*ebpf.MapSpec{specs.MyelinLbServices, specs.MyelinLbSlots, specs.MyelinLbBackends, specs.MyelinLbPorts,
+	for _, spec := range []*ebpf.MapSpec{specs.MyelinLbServices, specs.MyelinLbSlots, specs.MyelinLbBackends, specs.MyelinLbPorts, specs.MyelinLbNodeports,
 		specs.MyelinLbMaglev, specs.MyelinLbAffinity, specs.MyelinLbCt, specs.MyelinLbCtNodeport,
 		specs.MyelinNodeportSyn, specs.MyelinNodeportNat} {
 		if !cfg.LoadBalancing {

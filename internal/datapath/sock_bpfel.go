@@ -350,6 +350,7 @@ type sockMapSpecs struct {
 	MyelinLbCt          *ebpf.MapSpec `ebpf:"myelin_lb_ct"`
 	MyelinLbCtNodeport  *ebpf.MapSpec `ebpf:"myelin_lb_ct_nodeport"`
 	MyelinLbMaglev      *ebpf.MapSpec `ebpf:"myelin_lb_maglev"`
+	MyelinLbNodeports   *ebpf.MapSpec `ebpf:"myelin_lb_nodeports"`
 	MyelinLbPorts       *ebpf.MapSpec `ebpf:"myelin_lb_ports"`
 	MyelinLbServices    *ebpf.MapSpec `ebpf:"myelin_lb_services"`
 	MyelinLbSlots       *ebpf.MapSpec `ebpf:"myelin_lb_slots"`
@@ -422,6 +423,7 @@ type sockMaps struct {
 	MyelinLbCt          *ebpf.Map `ebpf:"myelin_lb_ct"`
 	MyelinLbCtNodeport  *ebpf.Map `ebpf:"myelin_lb_ct_nodeport"`
 	MyelinLbMaglev      *ebpf.Map `ebpf:"myelin_lb_maglev"`
+	MyelinLbNodeports   *ebpf.Map `ebpf:"myelin_lb_nodeports"`
 	MyelinLbPorts       *ebpf.Map `ebpf:"myelin_lb_ports"`
 	MyelinLbServices    *ebpf.Map `ebpf:"myelin_lb_services"`
 	MyelinLbSlots       *ebpf.Map `ebpf:"myelin_lb_slots"`
@@ -454,6 +456,7 @@ func (m *sockMaps) Close() error {
 		m.MyelinLbCt,
 		m.MyelinLbCtNodeport,
 		m.MyelinLbMaglev,
+		m.MyelinLbNodeports,
 		m.MyelinLbPorts,
 		m.MyelinLbServices,
 		m.MyelinLbSlots,
