@@ -142,9 +142,9 @@ func (r statusRows) node(s api.Status) {
 func (r statusRows) routing(s api.Status) {
 	r.row("Routing", "Network: %s   Host: %s (%s)", s.Routing.Mode, s.Routing.HostRouting, s.Routing.HostRoutingReason)
 	if s.Routing.Mode == "tunnel" {
-		r.row("Tunnels", "%d nodes over VXLAN, encapsulated by %s (%s)", s.Routing.Routes, s.Routing.Tunnel, s.Routing.TunnelReason)
+		r.row("Tunnels", "%s over VXLAN, encapsulated by %s (%s)", count(s.Routing.Routes, "node"), s.Routing.Tunnel, s.Routing.TunnelReason)
 	} else if s.Routing.AutoDirectNodeRoutes {
-		r.row("Node routes", "%d direct routes (auto-direct-node-routes)", s.Routing.Routes)
+		r.row("Node routes", "%s (auto-direct-node-routes)", count(s.Routing.Routes, "direct route"))
 	}
 	for _, u := range s.Routing.Unroutable {
 		r.row("  no route", "%s", u)
@@ -201,4 +201,12 @@ func (r statusRows) loops(s api.Status) {
 		}
 		r.row("Loop "+l.Name, "%s", state)
 	}
+}
+
+// count is n and noun, plural unless n is 1: "1 node", "3 nodes".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
