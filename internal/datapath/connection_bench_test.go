@@ -137,11 +137,22 @@ func connectionSegments(sport uint16, ctxB skbCtx) []segment {
 }
 
 // runSegment runs one segment through prog: its run time in ns; a verdict other
-// than a redirect (TC_ACT_OK for a segment toStack) fails the benchmark.
+// than a redirect (TC_ACT_OK for a segment toStack) fails the benchmark. Call it
+// on the benchmark's goroutine; elsewhere, use testRunSegment.
 func runSegment(b *testing.B, prog *ebpf.Program, s segment) uint32 {
-	ctx, err := binary.Append(nil, binary.LittleEndian, s.ctx)
+	took, err := testRunSegment(prog, s)
 	if err != nil {
 		b.Fatal(err)
+	}
+	return took
+}
+
+// testRunSegment runs one segment through prog: its run time in ns, or an error
+// for a failed run or a verdict other than the segment's.
+func testRunSegment(prog *ebpf.Program, s segment) (uint32, error) {
+	ctx, err := binary.Append(nil, binary.LittleEndian, s.ctx)
+	if err != nil {
+		return 0, err
 	}
 	out := make([]byte, len(s.in)+256)
 	ret, took, err := testRun(prog.FD(), s.in, out, ctx)
@@ -150,7 +161,7 @@ func runSegment(b *testing.B, prog *ebpf.Program, s segment) uint32 {
 		want = tcActOK
 	}
 	if err != nil || ret != want {
-		b.Fatal(fmt.Errorf("test-run: verdict %d, err %v; want %d", ret, err, want))
+		return 0, fmt.Errorf("test-run: verdict %d, err %v; want %d", ret, err, want)
 	}
-	return took
+	return took, nil
 }
