@@ -158,9 +158,10 @@ struct {
  * myelin_lb_ports: a bitmap of the ports (network order) a Service backend
  * may answer from, bit p in word p / 32. The agent sets a port's bit before
  * it writes the first backend with that port, and never clears one, so every
- * reverse conntrack entry of myelin_lb_ct has its port's bit set; a packet
- * about to enter a pod from a port without it is no reply of a Service flow
- * and needs no conntrack lookup (ct_reply_to_pod). An array: the kernel
+ * reverse conntrack entry of myelin_lb_ct and myelin_lb_ct_nodeport has its
+ * port's bit set; a packet about to enter a pod, or a pod's packet to outside
+ * the cluster, from a port without it is no reply of a Service flow and needs
+ * no conntrack lookup (ct_reply_to_pod, lb_from_pod). An array: the kernel
  * inlines its lookup.
  */
 struct {

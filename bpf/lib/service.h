@@ -245,11 +245,15 @@ static __always_inline int lb_from_pod(struct __sk_buff *skb, struct ipv4_info *
 	svc = lb_svc_lookup(info->daddr, l4.dport, info->proto);
 	if (svc)
 		return lb_pod_service(skb, info, &l4, svc, route);
-	/* Replies to outside clients are NodePort flows; to the hairpin address, pods' own. */
+	/* Replies to outside clients are NodePort flows, from a backend's port
+	 * (myelin_lb_ports: a pod's own connections out pay a bit test, no
+	 * lookup); to the hairpin address, pods' own. */
 	if (info->daddr == LB_HAIRPIN_ADDR)
 		reason = ct_reply_xlate(&myelin_lb_ct, skb, info, &l4, &flags);
-	else
+	else if (ct_from_backend_port(l4.sport))
 		reason = ct_reply_xlate(&myelin_lb_ct_nodeport, skb, info, &l4, &flags);
+	else
+		return 0;
 	if (flags & CT_F_HAIRPIN)
 		*route = LB_ROUTE_LOCAL;
 	else if (flags & CT_F_NODEPORT)

@@ -199,3 +199,45 @@ func TestPrivilegedLBNodePortBits(t *testing.T) {
 	}
 	run(d, older, tcActRedirect, delivered(older.withDst(podBIP, 8080)), "the older agent's NodePort after the next load")
 }
+
+// A pod's packet to outside the cluster is looked up as a local backend's reply
+// to a NodePort client (myelin_lb_ct_nodeport) only when it comes from a port a
+// backend may use (myelin_lb_ports): the pod's own connections out pay a bit test.
+func TestPrivilegedLBNodePortReplyPorts(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingBPF, 0)
+	if err := seedEndpoints(d, seedB); err != nil {
+		t.Fatal(err)
+	}
+	if err := seedLB(d, *oneService(feNodePort, Service{ID: 1, Flags: ServiceNodePort, Backends: []uint32{1}})); err != nil {
+		t.Fatal(err)
+	}
+	req := ipv4(protoTCP, extHost, nodeIP).withSrc(extHost, 40000).withDst(nodeIP, nodePort)
+	if ret, _, err := runPacket(d.objs.MyelinFromNetdev, req.build(), nil); err != nil || ret != tcActRedirect {
+		t.Fatalf("NodePort request: verdict %d, err %v; want %d", ret, err, tcActRedirect)
+	}
+	ctxPodB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
+	run := func(in pkt, want []byte, what string) {
+		t.Helper()
+		ret, out, err := runPacket(d.objs.MyelinFromPod, in.build(), ctxPodB)
+		if err != nil || ret != tcActOK || !bytes.Equal(out[:len(want)], want) {
+			t.Errorf("%s: verdict %d, err %v, out\n%x\nwant %d,\n%x", what, ret, err, out[:len(want)], tcActOK, want)
+		}
+	}
+	reply := fromPodB(ipv4(protoTCP, podBIP, extHost).withSrc(podBIP, 8080).withDst(extHost, 40000).withTCPFlags(0x12))
+	run(reply, reply.withSrc(nodeIP, nodePort).build(), "the backend's reply from its port 8080")
+
+	// The same flow's reverse entry under a port no backend has: not looked up.
+	k := myelinCtKey{Saddr: networkUint32(mustAddr(podBIP)), Daddr: networkUint32(mustAddr(extHost)), Sport: htons(8080),
+		Dport: htons(40000), Proto: protoTCP, Dir: uint8(myelinCtDirCT_DIR_REVERSE)}
+	var v myelinCtEntry
+	if err := d.objs.MyelinLbCtNodeport.Lookup(k, &v); err != nil {
+		t.Fatalf("the NodePort flow's reverse entry: %v", err)
+	}
+	k.Sport = htons(9999)
+	if err := d.objs.MyelinLbCtNodeport.Update(k, v, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	own := reply.withSrc(podBIP, 9999)
+	run(own, own.build(), "the pod's own packet from an unmarked port 9999")
+}

@@ -70,10 +70,12 @@ func (b *portBitmap) mark(ports ...uint16) error {
 // written backends or NodePort frontends without marking them.
 //
 // myelin_lb_ports has the port of every backend: packets entering a pod from a
-// port without one skip the reply conntrack lookup (ct_reply_to_pod). When this
-// load created it (an upgrade from a datapath without it), also the port of
-// every reverse entry left in myelin_lb_ct, so a flow whose backend is gone
-// still gets its replies translated.
+// port without one skip the reply conntrack lookup (ct_reply_to_pod), and so do
+// pods' packets to outside the cluster (a local backend's reply to a NodePort
+// client, lb_from_pod). When this load created it (an upgrade from a datapath
+// without it), also the port of every reverse entry left in myelin_lb_ct and
+// myelin_lb_ct_nodeport, so a flow whose backend is gone still gets its replies
+// translated.
 //
 // myelin_lb_nodeports has the port of every NodePort frontend: packets to the
 // node's IP at a port without one skip the service lookup (lb_from_netdev).
@@ -90,13 +92,15 @@ func (d *Datapath) seedPortBitmaps(created []string) error {
 		return fmt.Errorf("seed myelin_lb_ports from the backends: %w", err)
 	}
 	if slices.Contains(created, "myelin_lb_ports") {
-		err := dumpEntries(d.objs.MyelinLbCt, func(k myelinCtKey, _ myelinCtEntry) {
-			if k.Dir == uint8(myelinCtDirCT_DIR_REVERSE) {
-				ports = append(ports, k.Sport)
+		for name, m := range map[string]*ebpf.Map{"myelin_lb_ct": d.objs.MyelinLbCt, "myelin_lb_ct_nodeport": d.objs.MyelinLbCtNodeport} {
+			err := dumpEntries(m, func(k myelinCtKey, _ myelinCtEntry) {
+				if k.Dir == uint8(myelinCtDirCT_DIR_REVERSE) {
+					ports = append(ports, k.Sport)
+				}
+			})
+			if err != nil {
+				return fmt.Errorf("seed myelin_lb_ports from %s: %w", name, err)
 			}
-		})
-		if err != nil {
-			return fmt.Errorf("seed myelin_lb_ports from myelin_lb_ct: %w", err)
 		}
 	}
 	if err := d.backendPorts.mark(ports...); err != nil {
