@@ -11,13 +11,46 @@ import (
 
 // portMarked reports whether myelin_lb_ports has port's bit (port in host order).
 func portMarked(t *testing.T, d *Datapath, port uint16) bool {
+	return bitMarked(t, d.objs.MyelinLbPorts, port)
+}
+
+// nodePortMarked reports whether myelin_lb_nodeports has port's bit (host order).
+func nodePortMarked(t *testing.T, d *Datapath, port uint16) bool {
+	return bitMarked(t, d.objs.MyelinLbNodeports, port)
+}
+
+// bitMarked reports whether the port bitmap m has port's bit (port in host order).
+func bitMarked(t *testing.T, m *ebpf.Map, port uint16) bool {
 	t.Helper()
 	p := uint32(htons(port))
 	var w uint32
-	if err := d.objs.MyelinLbPorts.Lookup(p/32, &w); err != nil {
+	if err := m.Lookup(p/32, &w); err != nil {
 		t.Fatal(err)
 	}
 	return w>>(p%32)&1 == 1
+}
+
+// loadPinnedLB loads a datapath with load balancing from a pin dir that outlives
+// its Close (unpinned when the test ends), so a test can load it again as an
+// agent restart would: its config and the datapath, whose port bitmaps must
+// have the agent's size.
+func loadPinnedLB(t *testing.T) (Config, *Datapath) {
+	t.Helper()
+	dir := testPinDirReady(t)
+	t.Cleanup(func() { Unpin(dir) })
+	cfg := Config{PinDir: dir, HostRouting: HostRoutingBPF, LoadBalancing: true, NodeIP: testNodeIP,
+		ClusterCIDR: lbClusterCIDR, NATPortMin: testNATPort, NATPortMax: testNATPort}
+	d, err := Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, m := range map[string]*ebpf.Map{"myelin_lb_ports": d.objs.MyelinLbPorts, "myelin_lb_nodeports": d.objs.MyelinLbNodeports} {
+		if n := m.MaxEntries(); n != lbPortWords {
+			d.Close()
+			t.Fatalf("%s has %d words, the agent's copy %d (bpf/lib/maps.h LB_PORT_WORDS)", name, n, lbPortWords)
+		}
+	}
+	return cfg, d
 }
 
 // A reply entering a pod is looked up in the Service conntrack only when its
@@ -28,18 +61,8 @@ func portMarked(t *testing.T, d *Datapath, port uint16) bool {
 // conntrack too, so those flows' replies are still translated.
 func TestPrivilegedLBReplyPorts(t *testing.T) {
 	requirePrivileged(t)
-	dir := testPinDirReady(t)
-	defer Unpin(dir)
-	cfg := Config{PinDir: dir, HostRouting: HostRoutingBPF, LoadBalancing: true, NodeIP: testNodeIP,
-		ClusterCIDR: lbClusterCIDR, NATPortMin: testNATPort, NATPortMax: testNATPort}
-	d, err := Load(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, d := loadPinnedLB(t)
 	defer func() { d.Close() }()
-	if n := d.objs.MyelinLbPorts.MaxEntries(); n != lbPortWords {
-		t.Fatalf("myelin_lb_ports has %d words, the agent's copy %d (bpf/lib/maps.h LB_PORT_WORDS)", n, lbPortWords)
-	}
 	if err := seedEndpoints(d, seedAB); err != nil {
 		t.Fatal(err)
 	}
@@ -91,9 +114,10 @@ func TestPrivilegedLBReplyPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Close()
-	if err := os.Remove(filepath.Join(dir, "myelin_lb_ports")); err != nil {
+	if err := os.Remove(filepath.Join(cfg.PinDir, "myelin_lb_ports")); err != nil {
 		t.Fatal(err)
 	}
+	var err error
 	d, err = Load(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -120,17 +144,6 @@ func TestPrivilegedLBReplyPorts(t *testing.T) {
 	}
 }
 
-// nodePortMarked reports whether myelin_lb_nodeports has port's bit (host order).
-func nodePortMarked(t *testing.T, d *Datapath, port uint16) bool {
-	t.Helper()
-	p := uint32(htons(port))
-	var w uint32
-	if err := d.objs.MyelinLbNodeports.Lookup(p/32, &w); err != nil {
-		t.Fatal(err)
-	}
-	return w>>(p%32)&1 == 1
-}
-
 // A packet to the node's IP is looked up among the services only when its port
 // has a NodePort frontend (myelin_lb_nodeports): UpsertService marks the port
 // before it writes the frontend, every load marks the NodePort frontends the
@@ -138,18 +151,8 @@ func nodePortMarked(t *testing.T, d *Datapath, port uint16) bool {
 // other traffic passes to the stack untouched, without a lookup.
 func TestPrivilegedLBNodePortBits(t *testing.T) {
 	requirePrivileged(t)
-	dir := testPinDirReady(t)
-	defer Unpin(dir)
-	cfg := Config{PinDir: dir, HostRouting: HostRoutingBPF, LoadBalancing: true, NodeIP: testNodeIP,
-		ClusterCIDR: lbClusterCIDR, NATPortMin: testNATPort, NATPortMax: testNATPort}
-	d, err := Load(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, d := loadPinnedLB(t)
 	defer func() { d.Close() }()
-	if n := d.objs.MyelinLbNodeports.MaxEntries(); n != lbPortWords {
-		t.Fatalf("myelin_lb_nodeports has %d words, the agent's copy %d (bpf/lib/maps.h LB_PORT_WORDS)", n, lbPortWords)
-	}
 	if err := seedEndpoints(d, seedB); err != nil {
 		t.Fatal(err)
 	}
@@ -189,6 +192,7 @@ func TestPrivilegedLBNodePortBits(t *testing.T) {
 	older := req.withSrc(extHost, 40001).withDst(nodeIP, nodePort+1)
 	run(d, older, tcActOK, older.build(), "unmarked NodePort frontend: not looked up")
 	d.Close()
+	var err error
 	d, err = Load(cfg)
 	if err != nil {
 		t.Fatal(err)
