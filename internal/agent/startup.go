@@ -66,6 +66,9 @@ func prepare(ctx context.Context, cfg Config, loops *loops, log *slog.Logger) (*
 	if s.conf, err = loadConfig(ctx, cs, dyn, node.Labels, log); err != nil {
 		return nil, err
 	}
+	if err := checkPodCIDR(cfg.Node, s.podCIDR, s.conf); err != nil {
+		return nil, err
+	}
 	if w := s.conf.Warning(); w != "" {
 		log.Warn(w)
 	}
@@ -90,6 +93,20 @@ func prepare(ctx context.Context, cfg Config, loops *loops, log *slog.Logger) (*
 	log.Info("node plan decided", "routing", s.plan.RoutingMode(), "hostRouting", s.plan.HostRouting.Mode(),
 		"reason", s.plan.HostRouting.Reason, "natPorts", s.plan.NATPorts, "mtu", s.plan.MTU, "routeMTU", s.plan.RouteMTU)
 	return s, nil
+}
+
+// checkPodCIDR refuses a node whose PodCIDR is not inside cluster-cidr. The
+// datapath tells pods from everything else by cluster-cidr alone (masquerade,
+// the Service stage, NetworkPolicy's peers, the agent's routes), so pods outside
+// it would be masqueraded towards other pods and looked up as Services.
+func checkPodCIDR(node string, podCIDR netip.Prefix, c config.Config) error {
+	cluster := c.ClusterCIDR.Masked()
+	if podCIDR.Bits() >= cluster.Bits() && cluster.Contains(podCIDR.Masked().Addr()) {
+		return nil
+	}
+	return fmt.Errorf("node %s has PodCIDR %v, which is not inside cluster-cidr %v (set by %s): "+
+		"set cluster-cidr to the range the PodCIDRs come from (kube-controller-manager --cluster-cidr)",
+		node, podCIDR, cluster, c.Source("cluster-cidr"))
 }
 
 // planNode gathers what decidePlan needs to know of the node besides its uplink's
