@@ -60,8 +60,9 @@ __noinline int from_netdev_deliver(struct __sk_buff *skb, struct ipv4_info *info
 		return TC_ACT_SHOT;
 	if (route == LB_ROUTE_OUT)
 		return lb_forward_out(skb, info, DIR_FROM_NETDEV);
-	/* The node's own address is no pod's: the stack takes it, no lookup. */
-	if (!host_routing_bpf || info->daddr == node_ip)
+	/* The node's own address is no pod's, nor is one outside the cluster
+	 * CIDR: the stack takes them, no lookup. */
+	if (!host_routing_bpf || info->daddr == node_ip || !cluster_contains(info->daddr))
 		return verdict_pass(skb, info, DIR_FROM_NETDEV);
 	ep = endpoint_lookup(info->daddr);
 	if (ep)

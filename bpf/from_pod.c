@@ -75,8 +75,11 @@ __noinline int from_pod_deliver(struct __sk_buff *skb, struct ipv4_info *info, i
 	if (!info)
 		return TC_ACT_SHOT;
 	/* An allowed SYN's entry is written by the receiver's check when BPF
-	 * delivers it to a local pod (endpoint_deliver), else here. */
-	if (route != LB_ROUTE_OUT && (host_routing_bpf || route == LB_ROUTE_LOCAL))
+	 * delivers it to a local pod (endpoint_deliver), else here. A pod's
+	 * address is in the cluster CIDR (the agent refuses a PodCIDR outside
+	 * it): packets out of the cluster skip the lookup. */
+	if (route != LB_ROUTE_OUT && (host_routing_bpf || route == LB_ROUTE_LOCAL) &&
+	    cluster_contains(info->daddr))
 		ep = endpoint_lookup(info->daddr);
 	if (!ep)
 		policy_tx_commit(info);

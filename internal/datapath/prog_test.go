@@ -196,6 +196,26 @@ func TestPrivilegedBPFFromNetdev(t *testing.T) {
 	runCases(t, d, d.objs.MyelinFromNetdev, "from-netdev", cases)
 }
 
+// With a cluster CIDR (load balancing or masquerade on), an address outside it
+// is no pod of the node, whatever myelin_endpoints holds (the agent refuses a
+// PodCIDR outside cluster-cidr): both programs hand such a packet on without
+// the lookup, from_pod by the FIB (none in a test run: the stack).
+func TestPrivilegedBPFOutsideClusterNotLocal(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingBPF, 0)
+	outside := map[string]EndpointInfo{extHost: podB}
+	toExt := ipv4(protoUDP, podA, extHost).withSrc(podA, 40000).withDst(extHost, 5000)
+	runCases(t, d, d.objs.MyelinFromPod, "from-pod", []progCase{
+		{name: "pod to an outside address an endpoint entry has", endpoints: outside, in: toExt.build(),
+			verdict: tcActOK, reason: "PASS_STACK"},
+	})
+	fromRemote := ipv4(protoUDP, remoteIP, extHost).withSrc(remoteIP, 40000).withDst(extHost, 5000)
+	runCases(t, d, d.objs.MyelinFromNetdev, "from-netdev", []progCase{
+		{name: "uplink to an outside address an endpoint entry has", endpoints: outside, in: fromRemote.build(),
+			verdict: tcActOK, reason: "PASS_STACK"},
+	})
+}
+
 // In legacy mode both programs hand every well-formed packet to the stack
 // untouched; malformed IPv4 is still dropped with its reason (the stack's
 // ip_rcv would drop it too, silently).
