@@ -54,9 +54,11 @@ func OpenPinned(pinDir string) (*Datapath, error) {
 	return d, nil
 }
 
-// optionalPins are the maps Load pins only in some configurations: the socket
-// programs' reverse maps, pinned with Config.SocketLB (configureLoadBalancing).
-var optionalPins = map[string]bool{"myelin_lb_sock_rev": true, "myelin_lb_sock_peer": true}
+// optionalPins are the maps an adopted datapath does without when they are not
+// pinned: the socket programs' reverse maps, which Load pins only with
+// Config.SocketLB (configureLoadBalancing), and myelin_lb_nodeports, which a node
+// upgraded from a build without it has not pinned yet (its GC never reads it).
+var optionalPins = map[string]bool{"myelin_lb_sock_rev": true, "myelin_lb_sock_peer": true, "myelin_lb_nodeports": true}
 
 // privateStub makes ms an unpinned map of one entry (socket storage has no size:
 // it holds nothing until a program stores into a socket): what a load without

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -44,6 +45,17 @@ func TestPrivilegedOpenPinnedCollectsNAT(t *testing.T) {
 	}
 	if err := checkNAT(d, []NATEntry{fresh}); err != nil {
 		t.Errorf("the loaded datapath's map after the adopted GC: %v", err)
+	}
+
+	// A node upgraded from a build without myelin_lb_nodeports: adopted all the same.
+	if err := os.Remove(filepath.Join(d.cfg.PinDir, "myelin_lb_nodeports")); err != nil {
+		t.Fatal(err)
+	}
+	upgraded, err := OpenPinned(d.cfg.PinDir)
+	if err != nil {
+		t.Errorf("OpenPinned without myelin_lb_nodeports (an upgrade): %v", err)
+	} else {
+		upgraded.Close()
 	}
 
 	if _, err := OpenPinned(testPinDir(t)); !errors.Is(err, os.ErrNotExist) {
