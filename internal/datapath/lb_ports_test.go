@@ -30,6 +30,16 @@ func bitMarked(t *testing.T, m *ebpf.Map, port uint16) bool {
 	return w>>(p%32)&1 == 1
 }
 
+// wantRun runs in through prog (ctx may be nil) and checks the verdict and that
+// the output starts with want.
+func wantRun(t *testing.T, prog *ebpf.Program, in pkt, ctx *skbCtx, verdict uint32, want []byte, what string) {
+	t.Helper()
+	ret, out, err := runPacket(prog, in.build(), ctx)
+	if err != nil || ret != verdict || len(out) < len(want) || !bytes.Equal(out[:len(want)], want) {
+		t.Errorf("%s: verdict %d, err %v, out\n%x\nwant verdict %d,\n%x", what, ret, err, out, verdict, want)
+	}
+}
+
 // loadPinnedLB loads a datapath with load balancing from a pin dir that outlives
 // its Close (unpinned when the test ends), so a test can load it again as an
 // agent restart would: its config and the datapath, whose port bitmaps must
@@ -82,14 +92,7 @@ func TestPrivilegedLBReplyPorts(t *testing.T) {
 	}
 	reply := ipv4(protoTCP, remoteIP, podA).withSrc(remoteIP, 9090).withDst(podA, 40000).withTCPFlags(0x12)
 	restored := reply.withSrc(vip, 80).build()
-	wantReply := func(d *Datapath, in pkt, want []byte, what string) {
-		t.Helper()
-		ret, out, err := runPacket(d.objs.MyelinToPod, in.build(), nil)
-		if err != nil || ret != tcActOK || !bytes.Equal(out[:len(want)], want) {
-			t.Errorf("%s: verdict %d, err %v, out\n%x\nwant\n%x", what, ret, err, out[:len(want)], want)
-		}
-	}
-	wantReply(d, reply, restored, "reply from the backend's port")
+	wantRun(t, d.objs.MyelinToPod, reply, nil, tcActOK, restored, "reply from the backend's port")
 
 	// The same flow's reverse entry under a port no backend has: not looked up.
 	k := myelinCtKey{Saddr: networkUint32(reply.src), Daddr: networkUint32(reply.dst), Sport: htons(9090),
@@ -103,7 +106,7 @@ func TestPrivilegedLBReplyPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := reply.withSrc(remoteIP, 9999)
-	wantReply(d, other, other.build(), "reply from an unmarked port")
+	wantRun(t, d.objs.MyelinToPod, other, nil, tcActOK, other.build(), "reply from an unmarked port")
 
 	// An upgrade: the service and its backend are gone, the flow is not, and the
 	// datapath that left it had no bitmap.
@@ -126,7 +129,7 @@ func TestPrivilegedLBReplyPorts(t *testing.T) {
 		t.Errorf("seeded from conntrack: 9090 %v, 9999 %v, 8080 %v; want 9090 and 9999 only",
 			portMarked(t, d, 9090), portMarked(t, d, 9999), portMarked(t, d, 8080))
 	}
-	wantReply(d, reply, restored, "after the upgrade, reply from the gone backend's port")
+	wantRun(t, d.objs.MyelinToPod, reply, nil, tcActOK, restored, "after the upgrade, reply from the gone backend's port")
 
 	// A rollback rolled forward: an older agent wrote a backend without marking
 	// its port; the next load marks it (the bitmap stays pinned meanwhile).
@@ -166,17 +169,10 @@ func TestPrivilegedLBNodePortBits(t *testing.T) {
 		t.Fatalf("after UpsertService: NodePort %d marked %v, ClusterIP port 80 marked %v; want only the NodePort",
 			nodePort, nodePortMarked(t, d, nodePort), nodePortMarked(t, d, 80))
 	}
-	run := func(d *Datapath, in pkt, verdict uint32, want []byte, what string) {
-		t.Helper()
-		ret, out, err := runPacket(d.objs.MyelinFromNetdev, in.build(), nil)
-		if err != nil || ret != verdict || !bytes.Equal(out[:len(want)], want) {
-			t.Errorf("%s: verdict %d, err %v, out\n%x\nwant verdict %d,\n%x", what, ret, err, out[:len(want)], verdict, want)
-		}
-	}
 	req := ipv4(protoTCP, extHost, nodeIP).withSrc(extHost, 40000).withDst(nodeIP, nodePort)
-	run(d, req, tcActRedirect, delivered(req.withDst(podBIP, 8080)), "NodePort request")
+	wantRun(t, d.objs.MyelinFromNetdev, req, nil, tcActRedirect, delivered(req.withDst(podBIP, 8080)), "NodePort request")
 	ssh := req.withDst(nodeIP, 22)
-	run(d, ssh, tcActOK, ssh.build(), "the node's own port 22: to the stack untouched")
+	wantRun(t, d.objs.MyelinFromNetdev, ssh, nil, tcActOK, ssh.build(), "the node's own port 22: to the stack untouched")
 
 	// An older agent wrote a NodePort frontend without marking its port: not
 	// looked up (the node's stack gets it) until the next load marks it.
@@ -190,7 +186,7 @@ func TestPrivilegedLBNodePortBits(t *testing.T) {
 		t.Fatal(err)
 	}
 	older := req.withSrc(extHost, 40001).withDst(nodeIP, nodePort+1)
-	run(d, older, tcActOK, older.build(), "unmarked NodePort frontend: not looked up")
+	wantRun(t, d.objs.MyelinFromNetdev, older, nil, tcActOK, older.build(), "unmarked NodePort frontend: not looked up")
 	d.Close()
 	var err error
 	d, err = Load(cfg)
@@ -201,7 +197,7 @@ func TestPrivilegedLBNodePortBits(t *testing.T) {
 		t.Errorf("after the next load: port %d marked %v, 80 marked %v; want the NodePort frontends' only",
 			nodePort+1, nodePortMarked(t, d, nodePort+1), nodePortMarked(t, d, 80))
 	}
-	run(d, older, tcActRedirect, delivered(older.withDst(podBIP, 8080)), "the older agent's NodePort after the next load")
+	wantRun(t, d.objs.MyelinFromNetdev, older, nil, tcActRedirect, delivered(older.withDst(podBIP, 8080)), "the older agent's NodePort after the next load")
 }
 
 // A pod's packet to outside the cluster is looked up as a local backend's reply
@@ -221,15 +217,8 @@ func TestPrivilegedLBNodePortReplyPorts(t *testing.T) {
 		t.Fatalf("NodePort request: verdict %d, err %v; want %d", ret, err, tcActRedirect)
 	}
 	ctxPodB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
-	run := func(in pkt, want []byte, what string) {
-		t.Helper()
-		ret, out, err := runPacket(d.objs.MyelinFromPod, in.build(), ctxPodB)
-		if err != nil || ret != tcActOK || !bytes.Equal(out[:len(want)], want) {
-			t.Errorf("%s: verdict %d, err %v, out\n%x\nwant %d,\n%x", what, ret, err, out[:len(want)], tcActOK, want)
-		}
-	}
 	reply := fromPodB(ipv4(protoTCP, podBIP, extHost).withSrc(podBIP, 8080).withDst(extHost, 40000).withTCPFlags(0x12))
-	run(reply, reply.withSrc(nodeIP, nodePort).build(), "the backend's reply from its port 8080")
+	wantRun(t, d.objs.MyelinFromPod, reply, ctxPodB, tcActOK, reply.withSrc(nodeIP, nodePort).build(), "the backend's reply from its port 8080")
 
 	// The same flow's reverse entry under a port no backend has: not looked up.
 	k := myelinCtKey{Saddr: networkUint32(mustAddr(podBIP)), Daddr: networkUint32(mustAddr(extHost)), Sport: htons(8080),
@@ -243,5 +232,5 @@ func TestPrivilegedLBNodePortReplyPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	own := reply.withSrc(podBIP, 9999)
-	run(own, own.build(), "the pod's own packet from an unmarked port 9999")
+	wantRun(t, d.objs.MyelinFromPod, own, ctxPodB, tcActOK, own.build(), "the pod's own packet from an unmarked port 9999")
 }
