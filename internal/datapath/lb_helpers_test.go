@@ -34,7 +34,7 @@ var (
 )
 
 // loadLB loads a datapath with load balancing on (maglev: the Maglev table size, 0 for none).
-func loadLB(t *testing.T, routing HostRouting, maglev uint32) *Datapath {
+func loadLB(t testing.TB, routing HostRouting, maglev uint32) *Datapath {
 	t.Helper()
 	return loadTestConfig(t, Config{HostRouting: routing, LoadBalancing: true, MaglevTableSize: maglev,
 		NodeIP: testNodeIP, ClusterCIDR: lbClusterCIDR, NATPortMin: testNATPort, NATPortMax: testNATPort})

@@ -36,12 +36,21 @@ var sockBackends = map[uint32]Backend{1: {Addr: mustAddr("10.1.0.20"), Port: 808
 
 // TestSocketLBHelperProcess is the client the tests run in their cgroup: it is
 // not a test, it runs only as the helper (MYELIN_SOCKLB_HELPER=tcp|udp-connected|
-// udp-reconnect|udp-disconnect|udp).
+// udp-reconnect|udp-disconnect|udp, or connect-loop for BenchmarkSocketLBConnect).
 // It prints "peer=<what getpeername or recvfrom shows> backend=<the answer>".
 func TestSocketLBHelperProcess(t *testing.T) {
 	mode := os.Getenv(sockHelper)
 	if mode == "" {
 		t.Skip("helper process of the socket-LB tests")
+	}
+	if mode == "connect-loop" { // BenchmarkSocketLBConnect
+		out, err := connectLoop(os.Getenv("MYELIN_SOCKLB_ADDR"))
+		if err != nil {
+			fmt.Printf("error=%v\n", err)
+			os.Exit(1)
+		}
+		fmt.Println(out)
+		os.Exit(0)
 	}
 	peer, answer, err := sockClient(mode, os.Getenv("MYELIN_SOCKLB_ADDR"))
 	if err != nil {
@@ -164,7 +173,7 @@ func sockUDPConnected(c *net.UDPConn, then string) (string, string, error) {
 }
 
 // testCgroup makes a cgroup v2 directory for the test's clients, removed at cleanup.
-func testCgroup(t *testing.T) string {
+func testCgroup(t testing.TB) string {
 	t.Helper()
 	root, err := Cgroup2Mount()
 	if err != nil {
@@ -184,7 +193,7 @@ func testCgroup(t *testing.T) string {
 
 // sockServe starts the backends in netns ns: on each address, a TCP and a UDP
 // server on port 8080 that answer with their own address.
-func sockServe(t *testing.T, ns netns.NsHandle) {
+func sockServe(t testing.TB, ns netns.NsHandle) {
 	t.Helper()
 	err := inNetnsThread(ns, func() error {
 		lo, err := netlink.LinkByName("lo")
@@ -246,7 +255,7 @@ func serveUDP(pc net.PacketConn, name string) {
 
 // runSockClient runs the helper in netns nsName and, unless cgroup is "", in
 // cgroup; it returns what the helper printed.
-func runSockClient(t *testing.T, nsName, cgroup, mode, addr string) (string, error) {
+func runSockClient(t testing.TB, nsName, cgroup, mode, addr string) (string, error) {
 	t.Helper()
 	cmd := exec.Command("ip", "netns", "exec", nsName, os.Args[0], "-test.run=^TestSocketLBHelperProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), sockHelper+"="+mode, "MYELIN_SOCKLB_ADDR="+addr)
@@ -260,7 +269,7 @@ func runSockClient(t *testing.T, nsName, cgroup, mode, addr string) (string, err
 	}
 	out, err := cmd.CombinedOutput()
 	for _, line := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(line, "peer=") || strings.HasPrefix(line, "error=") {
+		if strings.HasPrefix(line, "peer=") || strings.HasPrefix(line, "error=") || strings.HasPrefix(line, "ns=") {
 			return line, err
 		}
 	}
@@ -278,7 +287,7 @@ func sockLBSetup(t *testing.T, svc Service, fn func(d *Datapath, nsName, cgroup 
 
 // inBackendsNetns runs fn in a fresh netns (its name and handle) where the backends
 // of sockServe listen.
-func inBackendsNetns(t *testing.T, fn func(nsName string, ns netns.NsHandle)) {
+func inBackendsNetns(t testing.TB, fn func(nsName string, ns netns.NsHandle)) {
 	inNetns(t, func(nsName string) {
 		ns, err := netns.GetFromName(nsName)
 		if err != nil {
@@ -293,7 +302,7 @@ func inBackendsNetns(t *testing.T, fn func(nsName string, ns netns.NsHandle)) {
 
 // attachSockLB serves svc (sockLBState) from d and attaches socket-LB to a fresh
 // cgroup, detached at cleanup; it returns the cgroup.
-func attachSockLB(t *testing.T, d *Datapath, svc Service) string {
+func attachSockLB(t testing.TB, d *Datapath, svc Service) string {
 	t.Helper()
 	if err := seedLB(d, sockLBState(svc)); err != nil {
 		t.Fatal(err)
