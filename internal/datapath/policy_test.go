@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"encoding/binary"
+	"errors"
 	"net/netip"
 	"testing"
 
@@ -262,4 +263,51 @@ func TestPrivilegedBPFPolicyReplies(t *testing.T) {
 			ipv4(protoTCP, remoteIP, podA).withSrc(remoteIP, 8080).withDst(podA, 3001), nil),
 	}
 	runPolicyRows(t, d, rows)
+}
+
+// A connection whose entry was evicted from myelin_policy_ct (docs/policy.md, "What
+// eviction costs") is judged as new in each direction: the reply of a server that is
+// egress-isolated is denied, never guessed to be a reply, until the client's next
+// segment, still allowed in, tracks the connection again.
+func TestPrivilegedBPFPolicyEvictedReply(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP})
+	fromPod, toPod := d.objs.MyelinFromPod, d.objs.MyelinToPod
+	st := &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress | PolicyEgress},
+		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {tcpPort(8080)}}}
+	req := ipv4(protoTCP, podA, podBIP).withSrc(podA, 3002).withDst(podBIP, 8080).withTCPFlags(0x10)
+	reply := ipv4(protoTCP, podBIP, podA).withSrc(podBIP, 8080).withDst(podA, 3002).withTCPFlags(0x10).withMACs(podBMAC, hostBMAC)
+	ctxB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
+	step := func(name string, prog *ebpf.Program, dir string, p pkt, ctx *skbCtx, ok bool) policyStep {
+		c := progCase{name: name, in: p.build(), ctx: ctx, verdict: tcActShot, reason: "DROP_POLICY_DENIED"}
+		if ok {
+			c.verdict, c.reason = tcActOK, "PASS_STACK"
+		}
+		return policyStep{policyRow: policyRow{prog: prog, counterDir: dir, progCase: c}}
+	}
+	evict := func(d *Datapath) error {
+		var k myelinPolicyCtKey
+		n := 0
+		for d.objs.MyelinPolicyCt.NextKey(nil, &k) == nil {
+			if err := d.objs.MyelinPolicyCt.Delete(k); err != nil {
+				return err
+			}
+			n++
+		}
+		if n == 0 {
+			return errors.New("no tracked connection to evict")
+		}
+		return nil
+	}
+	first := step("A's segment enters B (allowed: tracked)", toPod, "to-pod", req, nil, true)
+	first.seed = st
+	evicted := step("after eviction, B's reply is judged by B's egress: denied", fromPod, "from-pod", reply, ctxB, false)
+	evicted.change = evict
+	runPolicySteps(t, d, []policyStep{
+		first,
+		step("B's reply leaves B (tracked)", fromPod, "from-pod", reply, ctxB, true),
+		evicted,
+		step("A's next segment enters B (still allowed: tracked again)", toPod, "to-pod", req, nil, true),
+		step("B's reply leaves B again", fromPod, "from-pod", reply, ctxB, true),
+	})
 }
