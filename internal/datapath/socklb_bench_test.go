@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/myelin-net/myelin/internal/testenv"
 )
