@@ -47,6 +47,7 @@ type nodePlan struct {
 	NATPorts          config.PortRange // masquerade and NodePort SNAT
 	NodePortNATSynMax int
 	NodePortNATMax    int
+	PolicyCTMax       int
 
 	AttachMode string // "tcx" or "tc", as the kernel offers
 
@@ -96,7 +97,7 @@ func decidePlan(c config.Config, in planInputs) (nodePlan, error) {
 		SocketLB:         c.BPFLBSock && c.KubeProxyReplacement, CgroupRoot: c.CgroupRoot,
 		KubeProxyHealthz: c.KubeProxyHealthzAddr, KubeProxyMetrics: c.KubeProxyMetricsAddr,
 		MTU: c.MTU, NATPorts: ports,
-		NodePortNATSynMax: c.NodePortNATSynMax, NodePortNATMax: c.NodePortNATMax,
+		NodePortNATSynMax: c.NodePortNATSynMax, NodePortNATMax: c.NodePortNATMax, PolicyCTMax: c.PolicyCTMax,
 		AttachMode: "tcx", BIGTCP: bigTCPState{Enabled: c.EnableIPv4BIGTCP},
 	}
 	switch {
@@ -167,7 +168,8 @@ func (p nodePlan) datapathConfig(pinDir string) datapath.Config {
 		LoadBalancing: p.KubeProxyReplacement, SocketLB: p.SocketLB, NoSourceVerification: !p.SourceValidation,
 		NATPortMin: p.NATPorts.Min, NATPortMax: p.NATPorts.Max,
 		MaglevTableSize: uint32(p.MaglevTableSize),
-		NodePortSynMax:  uint32(p.NodePortNATSynMax), NodePortNATMax: uint32(p.NodePortNATMax)}
+		NodePortSynMax:  uint32(p.NodePortNATSynMax), NodePortNATMax: uint32(p.NodePortNATMax),
+		PolicyCTMax: uint32(p.PolicyCTMax)}
 }
 
 // noMasqueradeBase is the cluster CIDR, ipv4-native-routing-cidr and every

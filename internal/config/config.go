@@ -102,6 +102,9 @@ type Config struct {
 	// (nodeport-nat-syn-max, nodeport-nat-max), in entries, two per flow.
 	NodePortNATSynMax int
 	NodePortNATMax    int
+	// PolicyCTMax sizes the NetworkPolicy connection table (policy-ct-max), one
+	// entry per tracked connection.
+	PolicyCTMax int
 	// PrometheusServeAddr is where the agent serves its myelin_ metrics
 	// (prometheus-serve-addr); "" turns them off.
 	PrometheusServeAddr string

@@ -62,6 +62,7 @@ func TestResolveErrors(t *testing.T) {
 		{map[string]string{"nat-port-range": "65000-65535"}, `at least 1024 ports`},
 		{map[string]string{"nodeport-nat-syn-max": "8"}, `key "nodeport-nat-syn-max" value "8": must be a number of entries between 16 and`},
 		{map[string]string{"nodeport-nat-max": "lots"}, `must be a number of entries`},
+		{map[string]string{"policy-ct-max": "100"}, `key "policy-ct-max" value "100": must be a number of entries between 1024 and`},
 		{map[string]string{"hubble-listen-address": "4244"}, `key "hubble-listen-address" value "4244": must be "" (off), :PORT or HOST:PORT such as :4244`},
 		{map[string]string{"hubble-listen-address": "node:4244"}, `host "node" must be an IP address or localhost (e.g. 127.0.0.1:4244`},
 		{map[string]string{"prometheus-serve-addr": "9962"}, `key "prometheus-serve-addr" value "9962": must be "" (off), :PORT or HOST:PORT`},
@@ -171,5 +172,16 @@ func TestNodeConfigRefusals(t *testing.T) {
 	bad := NodeConfig{Namespace: "ns", Name: "sel", NodeSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Near"}}}}
 	if _, err := SelectNodeConfigs(nil, []NodeConfig{bad}); err == nil || !strings.Contains(err.Error(), "NodeConfig ns/sel: bad spec.nodeSelector") {
 		t.Errorf("invalid selector: %v", err)
+	}
+}
+
+func TestPolicyCTMaxKey(t *testing.T) {
+	c, err := Resolve()
+	if err != nil || c.PolicyCTMax != 131072 {
+		t.Fatalf("default policy-ct-max = %d (%v), want 131072", c.PolicyCTMax, err)
+	}
+	c, err = Resolve(Source{Name: "nc", PerNode: true, Values: map[string]string{"policy-ct-max": "1048576"}})
+	if err != nil || c.PolicyCTMax != 1048576 {
+		t.Errorf("policy-ct-max 1048576: got %d (%v)", c.PolicyCTMax, err)
 	}
 }

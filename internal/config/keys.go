@@ -185,6 +185,10 @@ var keys = []key{
 		c.NodePortNATMax, err = parseTableSize(v, 16, 1<<22)
 		return err
 	}},
+	{"policy-ct-max", "131072", func(c *Config, v string) (err error) {
+		c.PolicyCTMax, err = parseTableSize(v, 1024, 1<<22)
+		return err
+	}},
 	{"prometheus-serve-addr", ":9962", func(c *Config, v string) (err error) {
 		c.PrometheusServeAddr, err = parseListenAddr(v, ":9962")
 		return err

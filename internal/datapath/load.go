@@ -129,6 +129,11 @@ type Config struct {
 	// flows to other nodes' backends (two entries per flow); 0 keeps the
 	// object's size (NODEPORT_NAT_MAX). Used with LoadBalancing.
 	NodePortNATMax uint32
+	// PolicyCTMax sizes the LRU myelin_policy_ct, the connections NetworkPolicy
+	// tracks (one entry each); 0 keeps the object's size (POLICY_CT_MAX). A
+	// changed size replaces the pinned map: tracked connections are judged
+	// again by their next packet.
+	PolicyCTMax uint32
 }
 
 // Datapath is the loaded datapath of one node: its programs and maps.
@@ -262,6 +267,9 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 	}
 	if cfg.NATMax != 0 {
 		specs.MyelinSnat.MaxEntries = cfg.NATMax
+	}
+	if cfg.PolicyCTMax != 0 {
+		specs.MyelinPolicyCt.MaxEntries = cfg.PolicyCTMax
 	}
 	return nil
 }

@@ -32,6 +32,7 @@ kube-proxy-replacement-healthz-bind-address: {{ $v.kubeProxyReplacementHealthzBi
 kube-proxy-replacement-metrics-bind-address: {{ $v.kubeProxyReplacementMetricsBindAddr | quote }}
 nodeport-nat-syn-max: {{ $v.nodePort.natSynMax | int64 | quote }}
 nodeport-nat-max: {{ $v.nodePort.natMax | int64 | quote }}
+policy-ct-max: {{ $v.networkPolicy.ctMax | int64 | quote }}
 prometheus-serve-addr: {{ if $v.prometheus.enabled }}{{ printf ":%d" ($v.prometheus.port | int64) | quote }}{{ else }}""{{ end }}
 {{- if $v.hubble.metrics.enabled }}
 hubble-metrics-server: {{ printf ":%d" ($v.hubble.metrics.port | int64) | quote }}
@@ -85,6 +86,7 @@ kube-proxy-replacement-metrics-bind-address: kubeProxyReplacementMetricsBindAddr
 cgroup-root: socketLB.cgroupRoot
 nodeport-nat-syn-max: nodePort.natSynMax
 nodeport-nat-max: nodePort.natMax
+policy-ct-max: networkPolicy.ctMax
 prometheus-serve-addr: prometheus.port
 hubble-metrics-server: hubble.metrics.port
 hubble-metrics: hubble.metrics.enabled
