@@ -19,16 +19,16 @@ func TestPrivilegedPolicyCTMax(t *testing.T) {
 		if err != nil {
 			t.Fatalf("load with PolicyCTMax %d: %v", max, err)
 		}
-		if want := max; want != 0 && d.objs.MyelinPolicyCt.MaxEntries() != want {
+		if max != 0 && d.objs.MyelinPolicyCt.MaxEntries() != max {
 			t.Errorf("PolicyCTMax %d: myelin_policy_ct holds %d", max, d.objs.MyelinPolicyCt.MaxEntries())
 		}
 		return d
 	}
 	tracked := func(d *Datapath) int {
-		n := 0
-		var k myelinPolicyCtKey
-		for it := d.objs.MyelinPolicyCt.Iterate(); it.Next(&k, new(myelinPolicyCtEntry)); {
-			n++
+		t.Helper()
+		n, err := countEntries(d.objs.MyelinPolicyCt, new(myelinPolicyCtKey), new(myelinPolicyCtEntry))
+		if err != nil {
+			t.Fatalf("count tracked connections: %v", err)
 		}
 		return n
 	}

@@ -65,13 +65,22 @@ func seedPolicy(d *Datapath, st policyState) error {
 			return err
 		}
 	}
+	_, err = clearPolicyCT(d)
+	return err
+}
+
+// clearPolicyCT deletes every tracked connection (as seedPolicy starts, or as an
+// eviction would) and returns how many there were.
+func clearPolicyCT(d *Datapath) (int, error) {
+	n := 0
 	var k myelinPolicyCtKey
 	for d.objs.MyelinPolicyCt.NextKey(nil, &k) == nil {
 		if err := d.objs.MyelinPolicyCt.Delete(k); err != nil {
-			return err
+			return n, err
 		}
+		n++
 	}
-	return nil
+	return n, nil
 }
 
 // policyRow is a program row run after the policy state is reset to seed
@@ -286,18 +295,11 @@ func TestPrivilegedBPFPolicyEvictedReply(t *testing.T) {
 		return policyStep{policyRow: policyRow{prog: prog, counterDir: dir, progCase: c}}
 	}
 	evict := func(d *Datapath) error {
-		var k myelinPolicyCtKey
-		n := 0
-		for d.objs.MyelinPolicyCt.NextKey(nil, &k) == nil {
-			if err := d.objs.MyelinPolicyCt.Delete(k); err != nil {
-				return err
-			}
-			n++
+		n, err := clearPolicyCT(d)
+		if err == nil && n == 0 {
+			err = errors.New("no tracked connection to evict")
 		}
-		if n == 0 {
-			return errors.New("no tracked connection to evict")
-		}
-		return nil
+		return err
 	}
 	first := step("A's segment enters B (allowed: tracked)", toPod, "to-pod", req, nil, true)
 	first.seed = st

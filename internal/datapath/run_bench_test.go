@@ -20,9 +20,10 @@ import (
 // netperf cases, with what an agent loads by default (load balancing, masquerade,
 // BPF host routing) and flows off. from-pod-fib is pod A's segment to an address
 // beyond the node in native routing: bpf_fib_lookup against a real FIB (fibLab, in
-// a netns of its own) and bpf_redirect_neigh. ns/packet is the kernel's measure of each test run (one run
-// per call: the program rewrites the packet, so a repeated run would see its own
-// output). Run as root: go test -run '^$' -bench ProgramRun -count 5 ./internal/datapath/
+// a netns of its own) and bpf_redirect_neigh. ns/packet is the kernel's measure
+// of each test run (one run per call: the program rewrites the packet, so a
+// repeated run would see its own output). Run as root:
+// go test -run '^$' -bench ProgramRun -count 5 ./internal/datapath/
 func BenchmarkProgramRun(b *testing.B) {
 	testenv.RequireRoot(b, "load BPF")
 	d := loadTestConfig(b, agentDefaultConfig())
