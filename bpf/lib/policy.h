@@ -21,7 +21,9 @@
  * deletes the entries of changed endpoints and removed peers for the other
  * protocols. A TCP connection's entry is deleted once both ends' FINs are
  * acknowledged (policy_ct_close), so closed connections give their entries
- * back instead of making every new connection evict one from the full LRU.
+ * back instead of making every new connection evict one from the full LRU;
+ * the agent deletes those of other protocols once idle, and TCP connections
+ * that an RST ended (lib/policy_ct.h).
  * Traffic the host itself sends from this node's own address
  * (kubelet probes: myelin_to_pod with ingress_ifindex 0) is allowed in; the
  * same source on a packet from the uplink or the overlay is never exempt
@@ -151,8 +153,11 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 		}
 		if (v && (cur.ends & bit)) {
 			seen->ends = cur.ends;
-			if (t->proto != IPPROTO_TCP ||
-			    !((t->tcp_flags & POLICY_TCP_FIN) || cur.closing))
+			if (t->proto != IPPROTO_TCP) {
+				policy_ct_refresh(at, cur.fin_lo);
+				return 0;
+			}
+			if (!((t->tcp_flags & (POLICY_TCP_FIN | POLICY_TCP_RST)) || cur.closing))
 				return 0;
 			seen->closing = 1;
 			seen->entry = cur;

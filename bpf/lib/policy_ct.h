@@ -4,7 +4,9 @@
  * myelin_policy_ct entry per connection an isolated pod of this node
  * accepted, shared by both directions and both ends, noted when a check
  * allows a packet and deleted once both FINs of a TCP connection are
- * acknowledged.
+ * acknowledged. What has no such end is deleted by the agent
+ * (datapath.GCPolicyCT): a connection of another protocol idle past its
+ * timeout, a TCP connection still marked reset after a grace period.
  */
 #ifndef MYELIN_LIB_POLICY_CT_H
 #define MYELIN_LIB_POLICY_CT_H
@@ -34,6 +36,35 @@ static __always_inline __u32 policy_ct_key_of(struct policy_ct_key *k, const str
 	k->port_hi = src_lo ? t->dport : t->sport;
 	k->proto = t->proto;
 	return src_lo == local_src ? POLICY_CT_END_LO : POLICY_CT_END_HI;
+}
+
+/* POLICY_CT_TIME_SHIFT: policy_ct_now counts units of 2^30 ns (~1.07 s). */
+#define POLICY_CT_TIME_SHIFT 30
+
+/*
+ * policy_ct_now is the time kept as a non-TCP entry's last seen (fin_lo):
+ * CLOCK_MONOTONIC_COARSE, which the agent reads too, in ~1 s units.
+ */
+static __always_inline __u32 policy_ct_now(void)
+{
+	return (__u32)(bpf_ktime_get_coarse_ns() >> POLICY_CT_TIME_SHIFT);
+}
+
+/*
+ * policy_ct_refresh notes that a tracked packet of a connection without
+ * close tracking (not TCP) passed: its entry's last seen, written only when
+ * it changes (at most once a second per connection), in place through the
+ * looked-up pointer at (NULL: nothing to refresh) like policy_ct_close's
+ * close state: an element deleted and reused for another connection
+ * meanwhile only gets a later time (or, for TCP, a FIN number that can
+ * only delete it early); no end's bit is touched.
+ */
+static __always_inline void policy_ct_refresh(struct policy_ct_entry *at, __u32 seen)
+{
+	__u32 now = policy_ct_now();
+
+	if (at && seen != now)
+		at->fin_lo = now;
 }
 
 /*
@@ -78,6 +109,8 @@ static __always_inline void policy_ct_track(const struct policy_ct_key *k,
 				ce.closing = 0;
 		}
 	}
+	if (k->proto != IPPROTO_TCP)
+		ce.fin_lo = policy_ct_now();
 	bpf_map_update_elem(&myelin_policy_ct, k, &ce, BPF_ANY);
 }
 
@@ -101,6 +134,9 @@ static __always_inline void policy_ct_track(const struct policy_ct_key *k,
  * meanwhile gets close bits it never saw, which can only delete that
  * connection's entry early, after which its packets are judged by the
  * policy again; no write here touches the ends that let packets pass.
+ * An RST marks the entry reset (the agent deletes it if the mark stays, see
+ * enum policy_ct_closing); any other segment of the connection takes the
+ * mark away again.
  */
 static __always_inline void policy_ct_close(const struct policy_ct_key *k,
 					    const struct policy_ct_entry *cur,
@@ -108,12 +144,16 @@ static __always_inline void policy_ct_close(const struct policy_ct_key *k,
 					    const struct policy_tuple *t, int src_lo)
 {
 	__u32 fin = src_lo ? POLICY_CT_FIN_LO : POLICY_CT_FIN_HI;
-	__u32 closing = cur->closing, add = 0;
+	__u32 closing = cur->closing, add = 0, clear = 0;
 
 	/* An end's first FIN is noted once: its retransmissions cover the same
 	 * number, and a later FIN with another (forged) number can't move it. */
 	if ((t->tcp_flags & POLICY_TCP_FIN) && !(closing & fin))
 		add |= fin;
+	if (t->tcp_flags & POLICY_TCP_RST)
+		add |= POLICY_CT_RESET;
+	else if (closing & POLICY_CT_RESET)
+		clear = POLICY_CT_RESET;
 	if (t->tcp_flags & TCP_FLAGS_ACK) {
 		if (!src_lo && (closing & POLICY_CT_FIN_LO) && (__s32)(t->ack - cur->fin_lo) >= 0)
 			add |= POLICY_CT_ACKED_LO;
@@ -121,12 +161,16 @@ static __always_inline void policy_ct_close(const struct policy_ct_key *k,
 			add |= POLICY_CT_ACKED_HI;
 	}
 	add &= ~closing;
-	if (!add)
+	if (!add && !clear)
 		return;
 	if (!at)
 		at = bpf_map_lookup_elem(&myelin_policy_ct, k);
 	if (!at)
-		return;	 /* deleted meanwhile: it stays deleted */
+		return; /* deleted meanwhile: it stays deleted */
+	if (clear)
+		__sync_fetch_and_and(&at->closing, ~clear);
+	if (!add)
+		return;
 	if (add & fin) { /* the number first, then the bit that says it is there */
 		if (src_lo)
 			at->fin_lo = t->fin_end;
@@ -158,6 +202,8 @@ static __always_inline void policy_tx_commit(struct ipv4_info *info)
 
 	if (!info->policy_tx_fresh)
 		return;
+	if (info->proto != IPPROTO_TCP)
+		ce.fin_lo = policy_ct_now();
 	policy_ct_key_of(&k, &t, POLICY_DIR_EGRESS);
 	bpf_map_update_elem(&myelin_policy_ct, &k, &ce, BPF_ANY);
 	info->policy_tx_fresh = 0;

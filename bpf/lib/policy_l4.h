@@ -16,6 +16,7 @@
 #include "l4.h"
 
 #define POLICY_TCP_FIN		0x01 /* the TCP flags byte's FIN bit */
+#define POLICY_TCP_RST		0x04 /* the TCP flags byte's RST bit */
 #define POLICY_IPV4_TOT_LEN_OFF (ETH_HLEN + 2)
 
 /* policy_tuple is a packet's tuple as policy sees it (network order). */

@@ -386,20 +386,31 @@ enum policy_ct_ends {
  * policy_ct_closing is how far a tracked TCP connection has closed: which
  * end sent its FIN, and which FIN the other end acknowledged. When both
  * are, the entry is deleted (lib/policy_ct.h), so closed connections free
- * their entries instead of waiting for the LRU to evict them.
+ * their entries instead of waiting for the LRU to evict them. An RST marks
+ * the entry reset; the agent deletes one still marked after a grace period
+ * (datapath.GCPolicyCT), and the connection's next other segment unmarks
+ * it (an RST out of the window is ignored by the receiver, not the end).
  */
 enum policy_ct_closing {
 	POLICY_CT_FIN_LO = 1,	/* the lo end sent its FIN (fin_lo) */
 	POLICY_CT_FIN_HI = 2,	/* the hi end sent its FIN (fin_hi) */
 	POLICY_CT_ACKED_LO = 4, /* the hi end acknowledged the lo end's FIN */
 	POLICY_CT_ACKED_HI = 8, /* the lo end acknowledged the hi end's FIN */
+	POLICY_CT_RESET = 16,	/* an RST was seen, and no other segment since */
 };
 
+/*
+ * policy_ct_entry: a TCP connection's fin_lo and fin_hi follow its close;
+ * a connection of another protocol, which has no close to follow, keeps in
+ * fin_lo when it was last seen (policy_ct_now), and the agent deletes it
+ * once idle past its timeout (datapath.GCPolicyCT).
+ */
 struct policy_ct_entry {
 	__u32 ends;    /* enum policy_ct_ends */
 	__u32 closing; /* enum policy_ct_closing */
-	__u32 fin_lo;  /* the acknowledgment number that covers the lo end's FIN (host order) */
-	__u32 fin_hi;  /* the same for the hi end's FIN */
+	__u32 fin_lo;  /* TCP: the acknowledgment number that covers the lo end's FIN (host
+			* order); other protocols: last seen (policy_ct_now) */
+	__u32 fin_hi;  /* TCP: the same for the hi end's FIN */
 };
 
 /*

@@ -10,7 +10,9 @@ import (
 	"github.com/myelin-net/myelin/internal/datapath"
 )
 
-// gcInterval is how often the datapath's garbage is collected (idle NAT entries).
+// gcInterval is how often the datapath's garbage is collected (idle NAT and
+// conntrack entries); it is also the grace GCPolicyCT gives a TCP connection an RST
+// ended.
 const gcInterval = 10 * time.Second
 
 // collector runs the datapath's garbage collection from the first moment the agent
@@ -107,6 +109,9 @@ func (c *collector) collect(dp *datapath.Datapath) {
 	c.sampleEvictions(dp)
 	// Service conntrack (BPF load balancing): the same clock, the same pass.
 	c.round("service-ct-gc", "service-ct", "Service conntrack entries", dp.GCServiceCT)
+	// NetworkPolicy's tracked connections that no close frees: idle UDP and other
+	// non-TCP connections, TCP connections an RST ended.
+	c.round("policy-ct-gc", "policy-ct", "NetworkPolicy connection entries", dp.GCPolicyCT)
 }
 
 // round runs one datapath collector at the monotonic clock's now, reports the run as

@@ -152,6 +152,9 @@ type Datapath struct {
 	// policyMu serializes writes of endpoints and of their policy flags,
 	// which both maps hold (SetPolicyFlags, UpsertEndpoint).
 	policyMu sync.Mutex
+	// policyCTResets are the TCP entries GCPolicyCT found marked reset at its
+	// last round (its own: the GC loop's goroutine only).
+	policyCTResets map[myelinPolicyCtKey]bool
 }
 
 // Load loads the programs with cfg's load-time constants, reusing the maps

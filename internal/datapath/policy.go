@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // PolicyFlags is the isolation state of one local pod (myelin_policy_eps).
@@ -323,7 +324,11 @@ func (d *Datapath) forgetPolicyCTEnds(k myelinPolicyCtKey, p PolicyCTPurge) (boo
 	}
 	gone := policyCTMatches(k, v.Ends, p)
 	if kept := v.Ends &^ gone; kept != 0 {
-		err = d.objs.MyelinPolicyCt.Update(&k, myelinPolicyCtEntry{Ends: kept}, ebpf.UpdateNoExist)
+		back := myelinPolicyCtEntry{Ends: kept}
+		if k.Proto != unix.IPPROTO_TCP {
+			back.FinLo = v.FinLo // its last seen (GCPolicyCT)
+		}
+		err = d.objs.MyelinPolicyCt.Update(&k, back, ebpf.UpdateNoExist)
 		if err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
 			return true, fmt.Errorf("keep tracked policy connection: %w", err)
 		}

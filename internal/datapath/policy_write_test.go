@@ -8,16 +8,9 @@ import (
 // end bit of local pod ip in it.
 func policyCTOnly(t *testing.T, d *Datapath, ip string) (myelinPolicyCtKey, myelinPolicyCtEntry, uint32) {
 	t.Helper()
-	var (
-		k, only myelinPolicyCtKey
-		v, val  myelinPolicyCtEntry
-	)
-	n := 0
-	for it := d.objs.MyelinPolicyCt.Iterate(); it.Next(&k, &v); n++ {
-		only, val = k, v
-	}
-	if n != 1 {
-		t.Fatalf("myelin_policy_ct holds %d entries, want 1", n)
+	only, val, err := trackedOne(d)
+	if err != nil {
+		t.Fatal(err)
 	}
 	bit := policyCTEndHi
 	if u32Addr(only.AddrLo) == mustAddr(ip) {

@@ -50,6 +50,6 @@ type Controller struct {
 
 // GCStat is one datapath table's garbage collection since the agent started.
 type GCStat struct {
-	Table         string // "nat", "nodeport-nat", "service-ct"
+	Table         string // "nat", "nodeport-nat", "service-ct", "policy-ct"
 	Runs, Removed uint64
 }

@@ -1,0 +1,94 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// PolicyCTTimeoutOther is how long NetworkPolicy keeps tracking a connection of a
+// protocol without a close to follow (UDP, SCTP, ICMP) after its last packet:
+// GCPolicyCT then deletes its myelin_policy_ct entry, and its next packet is judged
+// by the policy again (and tracked again if allowed), as after an eviction. TCP
+// connections give their entries back when both FINs are acknowledged.
+const PolicyCTTimeoutOther = 60 * time.Second
+
+// policyCTTimeShift is the datapath's unit of a non-TCP entry's last seen
+// (POLICY_CT_TIME_SHIFT, lib/policy_ct.h): 2^30 ns of CLOCK_MONOTONIC_COARSE.
+const policyCTTimeShift = 30
+
+// policyCTUnits is now, a time on the MonotonicNow clock, in the datapath's unit
+// of last seen. The datapath reads CLOCK_MONOTONIC_COARSE, which trails
+// CLOCK_MONOTONIC by at most a tick.
+func policyCTUnits(now time.Duration) uint32 {
+	return uint32(uint64(now) >> policyCTTimeShift)
+}
+
+// policyCTReset is the close state an RST leaves on a TCP entry (POLICY_CT_RESET).
+const policyCTReset = 16
+
+// policyCTIdle says whether entry v of key k is to be deleted at now (policyCTUnits): a non-TCP connection last seen more than PolicyCTTimeoutOther ago. A last
+// seen of 0 (an entry written before entries had one) is never idle: the LRU evicts
+// it as before.
+func policyCTIdle(k myelinPolicyCtKey, v myelinPolicyCtEntry, now uint32) bool {
+	if k.Proto == unix.IPPROTO_TCP || v.FinLo == 0 || now <= v.FinLo {
+		return false
+	}
+	return time.Duration(uint64(now-v.FinLo)<<policyCTTimeShift) > PolicyCTTimeoutOther
+}
+
+// policyCTResetMarked says whether TCP entry v carries an RST's mark.
+func policyCTResetMarked(k myelinPolicyCtKey, v myelinPolicyCtEntry) bool {
+	return k.Proto == unix.IPPROTO_TCP && v.Closing&policyCTReset != 0
+}
+
+// GCPolicyCT deletes the myelin_policy_ct entries nothing else frees and returns how
+// many: connections of other protocols than TCP idle longer than
+// PolicyCTTimeoutOther, and TCP connections an RST ended: marked reset both at this
+// round and at the one before (a grace of one GC interval: segments still in flight
+// pass, and an RST the receiver ignored is unmarked by the connection's next
+// segment). now is a time on the MonotonicNow clock. Without it a table full of such entries made every new connection evict
+// one, and the LRU evicts the least recently used: the idle long-lived connections,
+// whose next reply an egress-isolated server may not send. Each entry is re-read
+// just before deletion, so one that saw a packet during the walk is kept.
+func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
+	now := policyCTUnits(at)
+	var doomed []myelinPolicyCtKey
+	resets := map[myelinPolicyCtKey]bool{}
+	err := dumpEntries(d.objs.MyelinPolicyCt, func(k myelinPolicyCtKey, v myelinPolicyCtEntry) {
+		switch {
+		case policyCTIdle(k, v, now):
+			doomed = append(doomed, k)
+		case policyCTResetMarked(k, v):
+			resets[k] = true
+			if d.policyCTResets[k] {
+				doomed = append(doomed, k)
+			}
+		}
+	})
+	if err != nil {
+		return 0, fmt.Errorf("list tracked policy connections: %w", err)
+	}
+	d.policyCTResets = resets
+	removed := 0
+	for _, k := range doomed {
+		var v myelinPolicyCtEntry
+		if err := d.objs.MyelinPolicyCt.Lookup(&k, &v); err != nil {
+			continue // gone meanwhile
+		}
+		if !policyCTIdle(k, v, now) && !(policyCTResetMarked(k, v) && d.policyCTResets[k]) {
+			continue // it saw a packet during the walk
+		}
+		err := d.objs.MyelinPolicyCt.Delete(&k)
+		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return removed, fmt.Errorf("delete tracked policy connection %+v: %w", k, err)
+		}
+		if err == nil {
+			removed++
+		}
+	}
+	return removed, nil
+}

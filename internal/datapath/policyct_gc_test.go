@@ -1,0 +1,180 @@
+package datapath
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+// trackedOne returns the one tracked connection's entry (an error unless there is
+// exactly one).
+func trackedOne(d *Datapath) (myelinPolicyCtKey, myelinPolicyCtEntry, error) {
+	var (
+		k, key myelinPolicyCtKey
+		v, val myelinPolicyCtEntry
+	)
+	n := 0
+	it := d.objs.MyelinPolicyCt.Iterate()
+	for ; it.Next(&k, &v); n++ {
+		key, val = k, v
+	}
+	if err := it.Err(); err != nil {
+		return key, val, err
+	}
+	if n != 1 {
+		return key, val, fmt.Errorf("myelin_policy_ct holds %d entries, want 1", n)
+	}
+	return key, val, nil
+}
+
+// gcPolicyCTAt returns a step change that runs GCPolicyCT at later past the
+// monotonic clock's now and fails unless it removed want entries.
+func gcPolicyCTAt(later time.Duration, want int) func(*Datapath) error {
+	return func(d *Datapath) error {
+		n, err := d.GCPolicyCT(MonotonicNow() + later)
+		if err == nil && n != want {
+			err = fmt.Errorf("GCPolicyCT %v from now removed %d entries, want %d", later, n, want)
+		}
+		return err
+	}
+}
+
+// policyGCStep is a policyRow of the GC tests: ok passes (to the stack), else the
+// policy denies.
+func policyGCStep(name string, prog *ebpf.Program, dir string, p pkt, ctx *skbCtx, ok bool) policyStep {
+	c := progCase{name: name, in: p.build(), ctx: ctx, verdict: tcActShot, reason: "DROP_POLICY_DENIED"}
+	if ok {
+		c.verdict, c.reason = tcActOK, "PASS_STACK"
+	}
+	return policyStep{policyRow: policyRow{prog: prog, counterDir: dir, progCase: c}}
+}
+
+// after is step s run after changes, in order.
+func after(s policyStep, changes ...func(*Datapath) error) policyStep {
+	s.change = func(d *Datapath) error {
+		for _, c := range changes {
+			if err := c(d); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return s
+}
+
+// A UDP connection has no close to follow: its entry keeps when it was last seen,
+// refreshed by its packets, and GCPolicyCT deletes it once idle past
+// PolicyCTTimeoutOther, after which the egress-isolated server's reply is judged by
+// its egress rules again (denied) until the client's next datagram tracks it again.
+func TestPrivilegedBPFPolicyCTGCIdleUDP(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP})
+	fromPod, toPod := d.objs.MyelinFromPod, d.objs.MyelinToPod
+	st := &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress | PolicyEgress},
+		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {{Proto: protoUDP, Lo: 53, Hi: 53}}}}
+	query := ipv4(protoUDP, podA, podBIP).withSrc(podA, 4001).withDst(podBIP, 53)
+	answer := ipv4(protoUDP, podBIP, podA).withSrc(podBIP, 53).withDst(podA, 4001).withMACs(podBMAC, hostBMAC)
+	ctxB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
+
+	// seenNow checks that the entry's last seen is the datapath clock's now.
+	seenNow := func(d *Datapath) error {
+		_, v, err := trackedOne(d)
+		if err != nil {
+			return err
+		}
+		if now := policyCTUnits(MonotonicNow()); v.FinLo+1 < now || v.FinLo > now {
+			return fmt.Errorf("tracked UDP connection last seen %d, want now (%d)", v.FinLo, now)
+		}
+		return nil
+	}
+	// aged makes the entry look last seen long ago, as if idle for ten minutes.
+	aged := func(d *Datapath) error {
+		k, v, err := trackedOne(d)
+		if err != nil {
+			return err
+		}
+		v.FinLo = policyCTUnits(MonotonicNow() - 10*time.Minute)
+		return d.objs.MyelinPolicyCt.Update(&k, &v, ebpf.UpdateExist)
+	}
+	first := policyGCStep("A's query enters B (allowed: tracked)", toPod, "to-pod", query, nil, true)
+	first.seed = st
+	runPolicySteps(t, d, []policyStep{
+		first,
+		after(policyGCStep("B's answer leaves B (tracked, last seen now)", fromPod, "from-pod", answer, ctxB, true), seenNow),
+		after(policyGCStep("idle for 30 s: GC keeps it, B answers", fromPod, "from-pod", answer, ctxB, true),
+			gcPolicyCTAt(30*time.Second, 0)),
+		after(policyGCStep("made ten minutes old, B's answer refreshes it", fromPod, "from-pod", answer, ctxB, true), aged),
+		after(policyGCStep("refreshed: GC 30 s later keeps it", fromPod, "from-pod", answer, ctxB, true),
+			seenNow, gcPolicyCTAt(30*time.Second, 0)),
+		after(policyGCStep("idle past the timeout: GC deletes it, B's answer is denied", fromPod, "from-pod", answer, ctxB, false),
+			gcPolicyCTAt(PolicyCTTimeoutOther+5*time.Second, 1)),
+		policyGCStep("A's next query enters B (tracked again)", toPod, "to-pod", query, nil, true),
+		policyGCStep("B answers again", fromPod, "from-pod", answer, ctxB, true),
+	})
+}
+
+// A TCP connection an RST ended has no FINs to follow: the RST marks its entry and
+// GCPolicyCT deletes it when the mark is still there at its next round. An RST the
+// connection outlives (one the receiver ignored) is unmarked by its next segment, and
+// an established connection is never collected, however long idle.
+func TestPrivilegedBPFPolicyCTGCReset(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP})
+	fromPod, toPod := d.objs.MyelinFromPod, d.objs.MyelinToPod
+	st := &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress | PolicyEgress},
+		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {tcpPort(8080)}}}
+	seg := ipv4(protoTCP, podA, podBIP).withSrc(podA, 3003).withDst(podBIP, 8080).withTCPFlags(0x10)
+	reply := ipv4(protoTCP, podBIP, podA).withSrc(podBIP, 8080).withDst(podA, 3003).withTCPFlags(0x10).withMACs(podBMAC, hostBMAC)
+	ctxB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
+	marked := func(want bool) func(*Datapath) error {
+		return func(d *Datapath) error {
+			_, v, err := trackedOne(d)
+			if err == nil && (v.Closing&policyCTReset != 0) != want {
+				err = fmt.Errorf("tracked connection's close state %#x, want reset marked: %v", v.Closing, want)
+			}
+			return err
+		}
+	}
+	first := policyGCStep("A's segment enters B (allowed: tracked)", toPod, "to-pod", seg, nil, true)
+	first.seed = st
+	runPolicySteps(t, d, []policyStep{
+		first,
+		after(policyGCStep("idle a day, established: GC keeps it, B replies", fromPod, "from-pod", reply, ctxB, true),
+			gcPolicyCTAt(24*time.Hour, 0), gcPolicyCTAt(24*time.Hour, 0)),
+		policyGCStep("A's RST enters B (tracked: marks it reset)", toPod, "to-pod", seg.withTCPFlags(0x14), nil, true),
+		after(policyGCStep("B's next segment passes and unmarks it", fromPod, "from-pod", reply, ctxB, true),
+			marked(true), gcPolicyCTAt(0, 0)),
+		after(policyGCStep("unmarked: the next GC round keeps it", fromPod, "from-pod", reply, ctxB, true),
+			marked(false), gcPolicyCTAt(0, 0)),
+		policyGCStep("B's RST leaves B (tracked: marks it reset)", fromPod, "from-pod", reply.withTCPFlags(0x04), ctxB, true),
+		after(policyGCStep("marked at two GC rounds: deleted, B's segment is denied", fromPod, "from-pod", reply, ctxB, false),
+			marked(true), gcPolicyCTAt(0, 0), gcPolicyCTAt(0, 1)),
+	})
+}
+
+// policyCTIdle's boundaries: only non-TCP entries with a last seen, past the timeout.
+func TestPolicyCTIdle(t *testing.T) {
+	units := func(d time.Duration) uint32 { return uint32(uint64(d) >> policyCTTimeShift) }
+	now := units(time.Hour)
+	udp, tcp := myelinPolicyCtKey{Proto: protoUDP}, myelinPolicyCtKey{Proto: protoTCP}
+	for _, c := range []struct {
+		name string
+		k    myelinPolicyCtKey
+		seen uint32
+		want bool
+	}{
+		{"UDP seen 10 min ago", udp, now - units(10*time.Minute), true},
+		{"UDP seen just past the timeout", udp, now - units(PolicyCTTimeoutOther) - 1, true},
+		{"UDP seen within the timeout", udp, now - units(PolicyCTTimeoutOther), false},
+		{"UDP seen now", udp, now, false},
+		{"UDP seen later than now (the GC's clock read first)", udp, now + 1, false},
+		{"UDP without a last seen (written before entries had one)", udp, 0, false},
+		{"TCP (its FIN number, not a time)", tcp, now - units(10*time.Minute), false},
+	} {
+		if got := policyCTIdle(c.k, myelinPolicyCtEntry{Ends: policyCTEndLo, FinLo: c.seen}, now); got != c.want {
+			t.Errorf("%s: idle %v, want %v", c.name, got, c.want)
+		}
+	}
+}
