@@ -165,3 +165,43 @@ func testRunSegment(prog *ebpf.Program, s segment) (uint32, error) {
 	}
 	return took, nil
 }
+
+// BenchmarkPolicyDatagram is the kernel's run time of myelin_from_pod for a UDP
+// query from pod A to B:53 and B's answer, delivered with bpf_redirect_peer, on a
+// tracked flow (the steady state of a long UDP flow), with NetworkPolicy off and
+// with both pods isolated both ways and allowing each other: the per-datagram cost
+// of the policy's tracking, the last-seen refresh GCPolicyCT reads included (a
+// write at most once a second per flow). Run as root:
+// go test -run '^$' -bench 'PolicyDatagram' -count 5 ./internal/datapath/
+func BenchmarkPolicyDatagram(b *testing.B) {
+	testenv.RequireRoot(b, "load BPF")
+	d := loadTestConfig(b, agentDefaultConfig())
+	if err := seedEndpoints(d, seedAB); err != nil {
+		b.Fatal(err)
+	}
+	dns := []PolicyPort{{Proto: protoUDP, Lo: 53, Hi: 53}}
+	isolated := policyState{
+		flags:   map[string]PolicyFlags{podA: PolicyIngress | PolicyEgress, podBIP: PolicyIngress | PolicyEgress},
+		entries: map[PolicyKey][]PolicyPort{egressOf(podA, idB): dns, ingressOf(podBIP, idA): dns},
+	}
+	query := segment{in: ipv4(protoUDP, podA, podBIP).withSrc(podA, 5353).withDst(podBIP, 53).build(), ctx: *ctxPodA}
+	answer := segment{in: fromPodB(ipv4(protoUDP, podBIP, podA).withSrc(podBIP, 53).withDst(podA, 5353)).build(),
+		ctx: skbCtx{IngressIfindex: uint32(podB.IfIndex)}}
+	for _, c := range []struct {
+		name   string
+		policy policyState
+	}{{"off", policyState{}}, {"policy", isolated}} {
+		b.Run(c.name, func(b *testing.B) {
+			if err := seedPolicy(d, c.policy); err != nil {
+				b.Fatal(err)
+			}
+			var q, a uint64
+			for b.Loop() {
+				q += uint64(runSegment(b, d.objs.MyelinFromPod, query))
+				a += uint64(runSegment(b, d.objs.MyelinFromPod, answer))
+			}
+			b.ReportMetric(float64(q)/float64(b.N), "ns/query")
+			b.ReportMetric(float64(a)/float64(b.N), "ns/answer")
+		})
+	}
+}
