@@ -56,8 +56,9 @@ static __always_inline __u32 policy_ct_now(void)
  * it changes (at most once a second per connection), in place through the
  * looked-up pointer at (NULL: nothing to refresh) like policy_ct_close's
  * close state: an element deleted and reused for another connection
- * meanwhile only gets a later time (or, for TCP, a FIN number that can
- * only delete it early); no end's bit is touched.
+ * meanwhile only gets a later time (or, for TCP, a wrong FIN number, which
+ * can only delete its entry early or leave it to the LRU); no end's bit is
+ * touched.
  */
 static __always_inline void policy_ct_refresh(struct policy_ct_entry *at, __u32 seen)
 {

@@ -389,7 +389,8 @@ enum policy_ct_ends {
  * their entries instead of waiting for the LRU to evict them. An RST marks
  * the entry reset; the agent deletes one still marked after a grace period
  * (datapath.GCPolicyCT), and the connection's next other segment unmarks
- * it (an RST out of the window is ignored by the receiver, not the end).
+ * it (an RST the receiver ignored, outside its window, must not end the
+ * tracking).
  */
 enum policy_ct_closing {
 	POLICY_CT_FIN_LO = 1,	/* the lo end sent its FIN (fin_lo) */
