@@ -356,6 +356,16 @@ const (
 	myelinNpStatNP_STAT_MAX         myelinNpStat = 3
 )
 
+type myelinPolicyCtClosing uint32
+
+const (
+	myelinPolicyCtClosingPOLICY_CT_FIN_LO   myelinPolicyCtClosing = 1
+	myelinPolicyCtClosingPOLICY_CT_FIN_HI   myelinPolicyCtClosing = 2
+	myelinPolicyCtClosingPOLICY_CT_ACKED_LO myelinPolicyCtClosing = 4
+	myelinPolicyCtClosingPOLICY_CT_ACKED_HI myelinPolicyCtClosing = 8
+	myelinPolicyCtClosingPOLICY_CT_RESET    myelinPolicyCtClosing = 16
+)
+
 type myelinPolicyCtEnds uint32
 
 const (
@@ -552,46 +562,47 @@ type myelinMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type myelinVariableSpecs struct {
-	BtfAnchorCtDir         *ebpf.VariableSpec `ebpf:"btf_anchor_ct_dir"`
-	BtfAnchorCtFlags       *ebpf.VariableSpec `ebpf:"btf_anchor_ct_flags"`
-	BtfAnchorDirection     *ebpf.VariableSpec `ebpf:"btf_anchor_direction"`
-	BtfAnchorEvent         *ebpf.VariableSpec `ebpf:"btf_anchor_event"`
-	BtfAnchorEventType     *ebpf.VariableSpec `ebpf:"btf_anchor_event_type"`
-	BtfAnchorFlowDnsRecord *ebpf.VariableSpec `ebpf:"btf_anchor_flow_dns_record"`
-	BtfAnchorFlowKey       *ebpf.VariableSpec `ebpf:"btf_anchor_flow_key"`
-	BtfAnchorFlowKind      *ebpf.VariableSpec `ebpf:"btf_anchor_flow_kind"`
-	BtfAnchorFlowRecord    *ebpf.VariableSpec `ebpf:"btf_anchor_flow_record"`
-	BtfAnchorFlowState     *ebpf.VariableSpec `ebpf:"btf_anchor_flow_state"`
-	BtfAnchorFragStage     *ebpf.VariableSpec `ebpf:"btf_anchor_frag_stage"`
-	BtfAnchorLbAffinityKey *ebpf.VariableSpec `ebpf:"btf_anchor_lb_affinity_key"`
-	BtfAnchorLbSvcFlags    *ebpf.VariableSpec `ebpf:"btf_anchor_lb_svc_flags"`
-	BtfAnchorNatDir        *ebpf.VariableSpec `ebpf:"btf_anchor_nat_dir"`
-	BtfAnchorNatFlags      *ebpf.VariableSpec `ebpf:"btf_anchor_nat_flags"`
-	BtfAnchorNpStat        *ebpf.VariableSpec `ebpf:"btf_anchor_np_stat"`
-	BtfAnchorPolicyCtEnds  *ebpf.VariableSpec `ebpf:"btf_anchor_policy_ct_ends"`
-	BtfAnchorPolicyCtEntry *ebpf.VariableSpec `ebpf:"btf_anchor_policy_ct_entry"`
-	BtfAnchorPolicyDir     *ebpf.VariableSpec `ebpf:"btf_anchor_policy_dir"`
-	BtfAnchorPolicyFlags   *ebpf.VariableSpec `ebpf:"btf_anchor_policy_flags"`
-	BtfAnchorReason        *ebpf.VariableSpec `ebpf:"btf_anchor_reason"`
-	ClusterCidrAddr        *ebpf.VariableSpec `ebpf:"cluster_cidr_addr"`
-	ClusterCidrMask        *ebpf.VariableSpec `ebpf:"cluster_cidr_mask"`
-	DropEventsEnabled      *ebpf.VariableSpec `ebpf:"drop_events_enabled"`
-	FlowsEnabled           *ebpf.VariableSpec `ebpf:"flows_enabled"`
-	HostRoutingBpf         *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
-	LbEnabled              *ebpf.VariableSpec `ebpf:"lb_enabled"`
-	LbHostReplies          *ebpf.VariableSpec `ebpf:"lb_host_replies"`
-	MaglevTableSize        *ebpf.VariableSpec `ebpf:"maglev_table_size"`
-	MasqEnabled            *ebpf.VariableSpec `ebpf:"masq_enabled"`
-	NatPortMax             *ebpf.VariableSpec `ebpf:"nat_port_max"`
-	NatPortMin             *ebpf.VariableSpec `ebpf:"nat_port_min"`
-	NodeIp                 *ebpf.VariableSpec `ebpf:"node_ip"`
-	OverlayIfindex         *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
-	OverlayMac             *ebpf.VariableSpec `ebpf:"overlay_mac"`
-	RoutingTunnel          *ebpf.VariableSpec `ebpf:"routing_tunnel"`
-	SockLb                 *ebpf.VariableSpec `ebpf:"sock_lb"`
-	SourceVerify           *ebpf.VariableSpec `ebpf:"source_verify"`
-	TraceEnabled           *ebpf.VariableSpec `ebpf:"trace_enabled"`
-	TunnelPort             *ebpf.VariableSpec `ebpf:"tunnel_port"`
+	BtfAnchorCtDir           *ebpf.VariableSpec `ebpf:"btf_anchor_ct_dir"`
+	BtfAnchorCtFlags         *ebpf.VariableSpec `ebpf:"btf_anchor_ct_flags"`
+	BtfAnchorDirection       *ebpf.VariableSpec `ebpf:"btf_anchor_direction"`
+	BtfAnchorEvent           *ebpf.VariableSpec `ebpf:"btf_anchor_event"`
+	BtfAnchorEventType       *ebpf.VariableSpec `ebpf:"btf_anchor_event_type"`
+	BtfAnchorFlowDnsRecord   *ebpf.VariableSpec `ebpf:"btf_anchor_flow_dns_record"`
+	BtfAnchorFlowKey         *ebpf.VariableSpec `ebpf:"btf_anchor_flow_key"`
+	BtfAnchorFlowKind        *ebpf.VariableSpec `ebpf:"btf_anchor_flow_kind"`
+	BtfAnchorFlowRecord      *ebpf.VariableSpec `ebpf:"btf_anchor_flow_record"`
+	BtfAnchorFlowState       *ebpf.VariableSpec `ebpf:"btf_anchor_flow_state"`
+	BtfAnchorFragStage       *ebpf.VariableSpec `ebpf:"btf_anchor_frag_stage"`
+	BtfAnchorLbAffinityKey   *ebpf.VariableSpec `ebpf:"btf_anchor_lb_affinity_key"`
+	BtfAnchorLbSvcFlags      *ebpf.VariableSpec `ebpf:"btf_anchor_lb_svc_flags"`
+	BtfAnchorNatDir          *ebpf.VariableSpec `ebpf:"btf_anchor_nat_dir"`
+	BtfAnchorNatFlags        *ebpf.VariableSpec `ebpf:"btf_anchor_nat_flags"`
+	BtfAnchorNpStat          *ebpf.VariableSpec `ebpf:"btf_anchor_np_stat"`
+	BtfAnchorPolicyCtClosing *ebpf.VariableSpec `ebpf:"btf_anchor_policy_ct_closing"`
+	BtfAnchorPolicyCtEnds    *ebpf.VariableSpec `ebpf:"btf_anchor_policy_ct_ends"`
+	BtfAnchorPolicyCtEntry   *ebpf.VariableSpec `ebpf:"btf_anchor_policy_ct_entry"`
+	BtfAnchorPolicyDir       *ebpf.VariableSpec `ebpf:"btf_anchor_policy_dir"`
+	BtfAnchorPolicyFlags     *ebpf.VariableSpec `ebpf:"btf_anchor_policy_flags"`
+	BtfAnchorReason          *ebpf.VariableSpec `ebpf:"btf_anchor_reason"`
+	ClusterCidrAddr          *ebpf.VariableSpec `ebpf:"cluster_cidr_addr"`
+	ClusterCidrMask          *ebpf.VariableSpec `ebpf:"cluster_cidr_mask"`
+	DropEventsEnabled        *ebpf.VariableSpec `ebpf:"drop_events_enabled"`
+	FlowsEnabled             *ebpf.VariableSpec `ebpf:"flows_enabled"`
+	HostRoutingBpf           *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
+	LbEnabled                *ebpf.VariableSpec `ebpf:"lb_enabled"`
+	LbHostReplies            *ebpf.VariableSpec `ebpf:"lb_host_replies"`
+	MaglevTableSize          *ebpf.VariableSpec `ebpf:"maglev_table_size"`
+	MasqEnabled              *ebpf.VariableSpec `ebpf:"masq_enabled"`
+	NatPortMax               *ebpf.VariableSpec `ebpf:"nat_port_max"`
+	NatPortMin               *ebpf.VariableSpec `ebpf:"nat_port_min"`
+	NodeIp                   *ebpf.VariableSpec `ebpf:"node_ip"`
+	OverlayIfindex           *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
+	OverlayMac               *ebpf.VariableSpec `ebpf:"overlay_mac"`
+	RoutingTunnel            *ebpf.VariableSpec `ebpf:"routing_tunnel"`
+	SockLb                   *ebpf.VariableSpec `ebpf:"sock_lb"`
+	SourceVerify             *ebpf.VariableSpec `ebpf:"source_verify"`
+	TraceEnabled             *ebpf.VariableSpec `ebpf:"trace_enabled"`
+	TunnelPort               *ebpf.VariableSpec `ebpf:"tunnel_port"`
 }
 
 // myelinObjects contains all objects after they have been loaded into the kernel.
@@ -683,46 +694,47 @@ func (m *myelinMaps) Close() error {
 //
 // It can be passed to loadMyelinObjects or ebpf.CollectionSpec.LoadAndAssign.
 type myelinVariables struct {
-	BtfAnchorCtDir         *ebpf.Variable `ebpf:"btf_anchor_ct_dir"`
-	BtfAnchorCtFlags       *ebpf.Variable `ebpf:"btf_anchor_ct_flags"`
-	BtfAnchorDirection     *ebpf.Variable `ebpf:"btf_anchor_direction"`
-	BtfAnchorEvent         *ebpf.Variable `ebpf:"btf_anchor_event"`
-	BtfAnchorEventType     *ebpf.Variable `ebpf:"btf_anchor_event_type"`
-	BtfAnchorFlowDnsRecord *ebpf.Variable `ebpf:"btf_anchor_flow_dns_record"`
-	BtfAnchorFlowKey       *ebpf.Variable `ebpf:"btf_anchor_flow_key"`
-	BtfAnchorFlowKind      *ebpf.Variable `ebpf:"btf_anchor_flow_kind"`
-	BtfAnchorFlowRecord    *ebpf.Variable `ebpf:"btf_anchor_flow_record"`
-	BtfAnchorFlowState     *ebpf.Variable `ebpf:"btf_anchor_flow_state"`
-	BtfAnchorFragStage     *ebpf.Variable `ebpf:"btf_anchor_frag_stage"`
-	BtfAnchorLbAffinityKey *ebpf.Variable `ebpf:"btf_anchor_lb_affinity_key"`
-	BtfAnchorLbSvcFlags    *ebpf.Variable `ebpf:"btf_anchor_lb_svc_flags"`
-	BtfAnchorNatDir        *ebpf.Variable `ebpf:"btf_anchor_nat_dir"`
-	BtfAnchorNatFlags      *ebpf.Variable `ebpf:"btf_anchor_nat_flags"`
-	BtfAnchorNpStat        *ebpf.Variable `ebpf:"btf_anchor_np_stat"`
-	BtfAnchorPolicyCtEnds  *ebpf.Variable `ebpf:"btf_anchor_policy_ct_ends"`
-	BtfAnchorPolicyCtEntry *ebpf.Variable `ebpf:"btf_anchor_policy_ct_entry"`
-	BtfAnchorPolicyDir     *ebpf.Variable `ebpf:"btf_anchor_policy_dir"`
-	BtfAnchorPolicyFlags   *ebpf.Variable `ebpf:"btf_anchor_policy_flags"`
-	BtfAnchorReason        *ebpf.Variable `ebpf:"btf_anchor_reason"`
-	ClusterCidrAddr        *ebpf.Variable `ebpf:"cluster_cidr_addr"`
-	ClusterCidrMask        *ebpf.Variable `ebpf:"cluster_cidr_mask"`
-	DropEventsEnabled      *ebpf.Variable `ebpf:"drop_events_enabled"`
-	FlowsEnabled           *ebpf.Variable `ebpf:"flows_enabled"`
-	HostRoutingBpf         *ebpf.Variable `ebpf:"host_routing_bpf"`
-	LbEnabled              *ebpf.Variable `ebpf:"lb_enabled"`
-	LbHostReplies          *ebpf.Variable `ebpf:"lb_host_replies"`
-	MaglevTableSize        *ebpf.Variable `ebpf:"maglev_table_size"`
-	MasqEnabled            *ebpf.Variable `ebpf:"masq_enabled"`
-	NatPortMax             *ebpf.Variable `ebpf:"nat_port_max"`
-	NatPortMin             *ebpf.Variable `ebpf:"nat_port_min"`
-	NodeIp                 *ebpf.Variable `ebpf:"node_ip"`
-	OverlayIfindex         *ebpf.Variable `ebpf:"overlay_ifindex"`
-	OverlayMac             *ebpf.Variable `ebpf:"overlay_mac"`
-	RoutingTunnel          *ebpf.Variable `ebpf:"routing_tunnel"`
-	SockLb                 *ebpf.Variable `ebpf:"sock_lb"`
-	SourceVerify           *ebpf.Variable `ebpf:"source_verify"`
-	TraceEnabled           *ebpf.Variable `ebpf:"trace_enabled"`
-	TunnelPort             *ebpf.Variable `ebpf:"tunnel_port"`
+	BtfAnchorCtDir           *ebpf.Variable `ebpf:"btf_anchor_ct_dir"`
+	BtfAnchorCtFlags         *ebpf.Variable `ebpf:"btf_anchor_ct_flags"`
+	BtfAnchorDirection       *ebpf.Variable `ebpf:"btf_anchor_direction"`
+	BtfAnchorEvent           *ebpf.Variable `ebpf:"btf_anchor_event"`
+	BtfAnchorEventType       *ebpf.Variable `ebpf:"btf_anchor_event_type"`
+	BtfAnchorFlowDnsRecord   *ebpf.Variable `ebpf:"btf_anchor_flow_dns_record"`
+	BtfAnchorFlowKey         *ebpf.Variable `ebpf:"btf_anchor_flow_key"`
+	BtfAnchorFlowKind        *ebpf.Variable `ebpf:"btf_anchor_flow_kind"`
+	BtfAnchorFlowRecord      *ebpf.Variable `ebpf:"btf_anchor_flow_record"`
+	BtfAnchorFlowState       *ebpf.Variable `ebpf:"btf_anchor_flow_state"`
+	BtfAnchorFragStage       *ebpf.Variable `ebpf:"btf_anchor_frag_stage"`
+	BtfAnchorLbAffinityKey   *ebpf.Variable `ebpf:"btf_anchor_lb_affinity_key"`
+	BtfAnchorLbSvcFlags      *ebpf.Variable `ebpf:"btf_anchor_lb_svc_flags"`
+	BtfAnchorNatDir          *ebpf.Variable `ebpf:"btf_anchor_nat_dir"`
+	BtfAnchorNatFlags        *ebpf.Variable `ebpf:"btf_anchor_nat_flags"`
+	BtfAnchorNpStat          *ebpf.Variable `ebpf:"btf_anchor_np_stat"`
+	BtfAnchorPolicyCtClosing *ebpf.Variable `ebpf:"btf_anchor_policy_ct_closing"`
+	BtfAnchorPolicyCtEnds    *ebpf.Variable `ebpf:"btf_anchor_policy_ct_ends"`
+	BtfAnchorPolicyCtEntry   *ebpf.Variable `ebpf:"btf_anchor_policy_ct_entry"`
+	BtfAnchorPolicyDir       *ebpf.Variable `ebpf:"btf_anchor_policy_dir"`
+	BtfAnchorPolicyFlags     *ebpf.Variable `ebpf:"btf_anchor_policy_flags"`
+	BtfAnchorReason          *ebpf.Variable `ebpf:"btf_anchor_reason"`
+	ClusterCidrAddr          *ebpf.Variable `ebpf:"cluster_cidr_addr"`
+	ClusterCidrMask          *ebpf.Variable `ebpf:"cluster_cidr_mask"`
+	DropEventsEnabled        *ebpf.Variable `ebpf:"drop_events_enabled"`
+	FlowsEnabled             *ebpf.Variable `ebpf:"flows_enabled"`
+	HostRoutingBpf           *ebpf.Variable `ebpf:"host_routing_bpf"`
+	LbEnabled                *ebpf.Variable `ebpf:"lb_enabled"`
+	LbHostReplies            *ebpf.Variable `ebpf:"lb_host_replies"`
+	MaglevTableSize          *ebpf.Variable `ebpf:"maglev_table_size"`
+	MasqEnabled              *ebpf.Variable `ebpf:"masq_enabled"`
+	NatPortMax               *ebpf.Variable `ebpf:"nat_port_max"`
+	NatPortMin               *ebpf.Variable `ebpf:"nat_port_min"`
+	NodeIp                   *ebpf.Variable `ebpf:"node_ip"`
+	OverlayIfindex           *ebpf.Variable `ebpf:"overlay_ifindex"`
+	OverlayMac               *ebpf.Variable `ebpf:"overlay_mac"`
+	RoutingTunnel            *ebpf.Variable `ebpf:"routing_tunnel"`
+	SockLb                   *ebpf.Variable `ebpf:"sock_lb"`
+	SourceVerify             *ebpf.Variable `ebpf:"source_verify"`
+	TraceEnabled             *ebpf.Variable `ebpf:"trace_enabled"`
+	TunnelPort               *ebpf.Variable `ebpf:"tunnel_port"`
 }
 
 // myelinPrograms contains all programs after they have been loaded into the kernel.

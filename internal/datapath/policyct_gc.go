@@ -27,12 +27,13 @@ func policyCTUnits(now time.Duration) uint32 {
 	return uint32(uint64(now) >> policyCTTimeShift)
 }
 
-// policyCTReset is the close state an RST leaves on a TCP entry (POLICY_CT_RESET).
-const policyCTReset = 16
+// policyCTReset is the close state an RST leaves on a TCP entry.
+const policyCTReset = uint32(myelinPolicyCtClosingPOLICY_CT_RESET)
 
-// policyCTIdle says whether entry v of key k is to be deleted at now (policyCTUnits): a non-TCP connection last seen more than PolicyCTTimeoutOther ago. A last
-// seen of 0 (an entry written before entries had one) is never idle: the LRU evicts
-// it as before.
+// policyCTIdle says whether entry v of key k is to be deleted at now
+// (policyCTUnits): a non-TCP connection last seen more than PolicyCTTimeoutOther
+// ago. A last seen of 0 (an entry written before entries had one) is never idle: the
+// LRU evicts it as before.
 func policyCTIdle(k myelinPolicyCtKey, v myelinPolicyCtEntry, now uint32) bool {
 	if k.Proto == unix.IPPROTO_TCP || v.FinLo == 0 || now <= v.FinLo {
 		return false
@@ -50,10 +51,11 @@ func policyCTResetMarked(k myelinPolicyCtKey, v myelinPolicyCtEntry) bool {
 // PolicyCTTimeoutOther, and TCP connections an RST ended: marked reset both at this
 // round and at the one before (a grace of one GC interval: segments still in flight
 // pass, and an RST the receiver ignored is unmarked by the connection's next
-// segment). now is a time on the MonotonicNow clock. Without it a table full of such entries made every new connection evict
-// one, and the LRU evicts the least recently used: the idle long-lived connections,
-// whose next reply an egress-isolated server may not send. Each entry is re-read
-// just before deletion, so one that saw a packet during the walk is kept.
+// segment). at is a time on the MonotonicNow clock. Without it, a table full of such
+// entries made every new connection evict one, and the LRU evicts the least recently
+// used: the idle long-lived connections, whose next reply an egress-isolated server
+// may not send. Each entry is re-read just before deletion, so one that saw a packet
+// during the walk is kept.
 func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 	now := policyCTUnits(at)
 	var doomed []myelinPolicyCtKey
