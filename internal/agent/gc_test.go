@@ -28,11 +28,15 @@ func privilegedPinDir(t *testing.T) string {
 	return filepath.Join(mnt, "node")
 }
 
+// natGCRuns is 1 once a GC round has run without an error: its first collector
+// (nat-gc) and its last (policy-ct-gc) both reported success.
 func natGCRuns(l *loops) int {
+	ok := map[string]bool{}
 	for _, s := range l.snapshot() {
-		if s.Name == "nat-gc" && s.LastError == "" {
-			return 1
-		}
+		ok[s.Name] = s.LastError == "" // listed: it ran
+	}
+	if ok["nat-gc"] && ok["policy-ct-gc"] {
+		return 1
 	}
 	return 0
 }

@@ -102,6 +102,7 @@ func checkAgentMetrics(t *testing.T, cs kubernetes.Interface, bin, n1, n2 string
 			{"myelin_bpf_map_pressure", map[string]string{"map": "myelin_endpoints"}, 1e-9},
 			{"myelin_bpf_map_entries", map[string]string{"map": "myelin_policy"}, 0},
 			{"myelin_datapath_gc_runs_total", map[string]string{"table": "nat"}, 1},
+			{"myelin_datapath_gc_runs_total", map[string]string{"table": "policy-ct"}, 1},
 			{"myelin_controller_runs_total", map[string]string{"controller": "services"}, 1},
 			{"myelin_api_sync_latency_seconds", map[string]string{"resource": "services"}, 1}, // the histogram's count
 		} {
