@@ -282,18 +282,9 @@ func TestPrivilegedBPFPolicyEvictedReply(t *testing.T) {
 	requirePrivileged(t)
 	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP})
 	fromPod, toPod := d.objs.MyelinFromPod, d.objs.MyelinToPod
-	st := &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress | PolicyEgress},
-		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {tcpPort(8080)}}}
-	req := ipv4(protoTCP, podA, podBIP).withSrc(podA, 3002).withDst(podBIP, 8080).withTCPFlags(0x10)
-	reply := ipv4(protoTCP, podBIP, podA).withSrc(podBIP, 8080).withDst(podA, 3002).withTCPFlags(0x10).withMACs(podBMAC, hostBMAC)
+	st := isolatedB(tcpPort(8080))
+	req, reply := abSegments(3002)
 	ctxB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
-	step := func(name string, prog *ebpf.Program, dir string, p pkt, ctx *skbCtx, ok bool) policyStep {
-		c := progCase{name: name, in: p.build(), ctx: ctx, verdict: tcActShot, reason: "DROP_POLICY_DENIED"}
-		if ok {
-			c.verdict, c.reason = tcActOK, "PASS_STACK"
-		}
-		return policyStep{policyRow: policyRow{prog: prog, counterDir: dir, progCase: c}}
-	}
 	evict := func(d *Datapath) error {
 		n, err := clearPolicyCT(d)
 		if err == nil && n == 0 {
@@ -301,15 +292,15 @@ func TestPrivilegedBPFPolicyEvictedReply(t *testing.T) {
 		}
 		return err
 	}
-	first := step("A's segment enters B (allowed: tracked)", toPod, "to-pod", req, nil, true)
+	first := verdictStep("A's segment enters B (allowed: tracked)", toPod, "to-pod", req, nil, true)
 	first.seed = st
-	evicted := step("after eviction, B's reply is judged by B's egress: denied", fromPod, "from-pod", reply, ctxB, false)
+	evicted := verdictStep("after eviction, B's reply is judged by B's egress: denied", fromPod, "from-pod", reply, ctxB, false)
 	evicted.change = evict
 	runPolicySteps(t, d, []policyStep{
 		first,
-		step("B's reply leaves B (tracked)", fromPod, "from-pod", reply, ctxB, true),
+		verdictStep("B's reply leaves B (tracked)", fromPod, "from-pod", reply, ctxB, true),
 		evicted,
-		step("A's next segment enters B (still allowed: tracked again)", toPod, "to-pod", req, nil, true),
-		step("B's reply leaves B again", fromPod, "from-pod", reply, ctxB, true),
+		verdictStep("A's next segment enters B (still allowed: tracked again)", toPod, "to-pod", req, nil, true),
+		verdictStep("B's reply leaves B again", fromPod, "from-pod", reply, ctxB, true),
 	})
 }

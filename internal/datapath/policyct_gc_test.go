@@ -41,14 +41,28 @@ func gcPolicyCTAt(later time.Duration, want int) func(*Datapath) error {
 	}
 }
 
-// policyGCStep is a policyRow of the GC tests: ok passes (to the stack), else the
-// policy denies.
-func policyGCStep(name string, prog *ebpf.Program, dir string, p pkt, ctx *skbCtx, ok bool) policyStep {
+// verdictStep is a policy step with the stack's delivery: ok passes (to the stack),
+// else the policy denies.
+func verdictStep(name string, prog *ebpf.Program, dir string, p pkt, ctx *skbCtx, ok bool) policyStep {
 	c := progCase{name: name, in: p.build(), ctx: ctx, verdict: tcActShot, reason: "DROP_POLICY_DENIED"}
 	if ok {
 		c.verdict, c.reason = tcActOK, "PASS_STACK"
 	}
 	return policyStep{policyRow: policyRow{prog: prog, counterDir: dir, progCase: c}}
+}
+
+// isolatedB is pod B isolated both ways, allowing pod A in on ports and nothing out.
+func isolatedB(ports ...PolicyPort) *policyState {
+	return &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress | PolicyEgress},
+		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): ports}}
+}
+
+// abSegments are an established segment (ACK) of A:sport's connection to B:8080 and
+// B's reply.
+func abSegments(sport uint16) (seg, reply pkt) {
+	seg = ipv4(protoTCP, podA, podBIP).withSrc(podA, sport).withDst(podBIP, 8080).withTCPFlags(tcpACK)
+	reply = ipv4(protoTCP, podBIP, podA).withSrc(podBIP, 8080).withDst(podA, sport).withTCPFlags(tcpACK).withMACs(podBMAC, hostBMAC)
+	return seg, reply
 }
 
 // after is step s run after changes, in order.
@@ -72,8 +86,7 @@ func TestPrivilegedBPFPolicyCTGCIdleUDP(t *testing.T) {
 	requirePrivileged(t)
 	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP})
 	fromPod, toPod := d.objs.MyelinFromPod, d.objs.MyelinToPod
-	st := &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress | PolicyEgress},
-		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {{Proto: protoUDP, Lo: 53, Hi: 53}}}}
+	st := isolatedB(PolicyPort{Proto: protoUDP, Lo: 53, Hi: 53})
 	query := ipv4(protoUDP, podA, podBIP).withSrc(podA, 4001).withDst(podBIP, 53)
 	answer := ipv4(protoUDP, podBIP, podA).withSrc(podBIP, 53).withDst(podA, 4001).withMACs(podBMAC, hostBMAC)
 	ctxB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
@@ -98,20 +111,20 @@ func TestPrivilegedBPFPolicyCTGCIdleUDP(t *testing.T) {
 		v.FinLo = policyCTUnits(MonotonicNow() - 10*time.Minute)
 		return d.objs.MyelinPolicyCt.Update(&k, &v, ebpf.UpdateExist)
 	}
-	first := policyGCStep("A's query enters B (allowed: tracked)", toPod, "to-pod", query, nil, true)
+	first := verdictStep("A's query enters B (allowed: tracked)", toPod, "to-pod", query, nil, true)
 	first.seed = st
 	runPolicySteps(t, d, []policyStep{
 		first,
-		after(policyGCStep("B's answer leaves B (tracked, last seen now)", fromPod, "from-pod", answer, ctxB, true), seenNow),
-		after(policyGCStep("idle for 30 s: GC keeps it, B answers", fromPod, "from-pod", answer, ctxB, true),
+		after(verdictStep("B's answer leaves B (tracked, last seen now)", fromPod, "from-pod", answer, ctxB, true), seenNow),
+		after(verdictStep("idle for 30 s: GC keeps it, B answers", fromPod, "from-pod", answer, ctxB, true),
 			gcPolicyCTAt(30*time.Second, 0)),
-		after(policyGCStep("made ten minutes old, B's answer refreshes it", fromPod, "from-pod", answer, ctxB, true), aged),
-		after(policyGCStep("refreshed: GC 30 s later keeps it", fromPod, "from-pod", answer, ctxB, true),
+		after(verdictStep("made ten minutes old, B's answer refreshes it", fromPod, "from-pod", answer, ctxB, true), aged),
+		after(verdictStep("refreshed: GC 30 s later keeps it", fromPod, "from-pod", answer, ctxB, true),
 			seenNow, gcPolicyCTAt(30*time.Second, 0)),
-		after(policyGCStep("idle past the timeout: GC deletes it, B's answer is denied", fromPod, "from-pod", answer, ctxB, false),
+		after(verdictStep("idle past the timeout: GC deletes it, B's answer is denied", fromPod, "from-pod", answer, ctxB, false),
 			gcPolicyCTAt(PolicyCTTimeoutOther+5*time.Second, 1)),
-		policyGCStep("A's next query enters B (tracked again)", toPod, "to-pod", query, nil, true),
-		policyGCStep("B answers again", fromPod, "from-pod", answer, ctxB, true),
+		verdictStep("A's next query enters B (tracked again)", toPod, "to-pod", query, nil, true),
+		verdictStep("B answers again", fromPod, "from-pod", answer, ctxB, true),
 	})
 }
 
@@ -123,10 +136,8 @@ func TestPrivilegedBPFPolicyCTGCReset(t *testing.T) {
 	requirePrivileged(t)
 	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP})
 	fromPod, toPod := d.objs.MyelinFromPod, d.objs.MyelinToPod
-	st := &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress | PolicyEgress},
-		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {tcpPort(8080)}}}
-	seg := ipv4(protoTCP, podA, podBIP).withSrc(podA, 3003).withDst(podBIP, 8080).withTCPFlags(0x10)
-	reply := ipv4(protoTCP, podBIP, podA).withSrc(podBIP, 8080).withDst(podA, 3003).withTCPFlags(0x10).withMACs(podBMAC, hostBMAC)
+	st := isolatedB(tcpPort(8080))
+	seg, reply := abSegments(3003)
 	ctxB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
 	marked := func(want bool) func(*Datapath) error {
 		return func(d *Datapath) error {
@@ -137,19 +148,19 @@ func TestPrivilegedBPFPolicyCTGCReset(t *testing.T) {
 			return err
 		}
 	}
-	first := policyGCStep("A's segment enters B (allowed: tracked)", toPod, "to-pod", seg, nil, true)
+	first := verdictStep("A's segment enters B (allowed: tracked)", toPod, "to-pod", seg, nil, true)
 	first.seed = st
 	runPolicySteps(t, d, []policyStep{
 		first,
-		after(policyGCStep("idle a day, established: GC keeps it, B replies", fromPod, "from-pod", reply, ctxB, true),
+		after(verdictStep("idle a day, established: GC keeps it, B replies", fromPod, "from-pod", reply, ctxB, true),
 			gcPolicyCTAt(24*time.Hour, 0), gcPolicyCTAt(24*time.Hour, 0)),
-		policyGCStep("A's RST enters B (tracked: marks it reset)", toPod, "to-pod", seg.withTCPFlags(0x14), nil, true),
-		after(policyGCStep("B's next segment passes and unmarks it", fromPod, "from-pod", reply, ctxB, true),
+		verdictStep("A's RST enters B (tracked: marks it reset)", toPod, "to-pod", seg.withTCPFlags(0x14), nil, true),
+		after(verdictStep("B's next segment passes and unmarks it", fromPod, "from-pod", reply, ctxB, true),
 			marked(true), gcPolicyCTAt(0, 0)),
-		after(policyGCStep("unmarked: the next GC round keeps it", fromPod, "from-pod", reply, ctxB, true),
+		after(verdictStep("unmarked: the next GC round keeps it", fromPod, "from-pod", reply, ctxB, true),
 			marked(false), gcPolicyCTAt(0, 0)),
-		policyGCStep("B's RST leaves B (tracked: marks it reset)", fromPod, "from-pod", reply.withTCPFlags(0x04), ctxB, true),
-		after(policyGCStep("marked at two GC rounds: deleted, B's segment is denied", fromPod, "from-pod", reply, ctxB, false),
+		verdictStep("B's RST leaves B (tracked: marks it reset)", fromPod, "from-pod", reply.withTCPFlags(0x04), ctxB, true),
+		after(verdictStep("marked at two GC rounds: deleted, B's segment is denied", fromPod, "from-pod", reply, ctxB, false),
 			marked(true), gcPolicyCTAt(0, 0), gcPolicyCTAt(0, 1)),
 	})
 }
