@@ -28,9 +28,9 @@ func privilegedPinDir(t *testing.T) string {
 	return filepath.Join(mnt, "node")
 }
 
-// natGCRuns is 1 once a GC round has run without an error: its first collector
+// gcRoundsOK is 1 once a GC round has run without an error: its first collector
 // (nat-gc) and its last (policy-ct-gc) both reported success.
-func natGCRuns(l *loops) int {
+func gcRoundsOK(l *loops) int {
 	ok := map[string]bool{}
 	for _, s := range l.snapshot() {
 		ok[s.Name] = s.LastError == "" // listed: it ran
@@ -55,7 +55,7 @@ func TestPrivilegedCollectorRunsBeforeLoad(t *testing.T) {
 		loaded: make(chan *datapath.Datapath, 1), done: make(chan struct{})}
 	go c.run(ctx)
 	time.Sleep(100 * time.Millisecond)
-	if natGCRuns(l) != 0 {
+	if gcRoundsOK(l) != 0 {
 		t.Error("GC reported a run with no pinned maps and no datapath")
 	}
 	dp, err := datapath.Load(datapath.Config{PinDir: dir, HostRouting: datapath.HostRoutingBPF})
@@ -63,7 +63,7 @@ func TestPrivilegedCollectorRunsBeforeLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.use(dp)
-	waitFor(t, "GC through the loaded datapath", func() bool { return natGCRuns(l) == 1 })
+	waitFor(t, "GC through the loaded datapath", func() bool { return gcRoundsOK(l) == 1 })
 	cancel()
 	c.wait()
 	dp.Close() // the agent exits; the pins stay
@@ -74,7 +74,7 @@ func TestPrivilegedCollectorRunsBeforeLoad(t *testing.T) {
 	c2 := &collector{pinDir: dir, interval: 20 * time.Millisecond, log: log, loops: l2,
 		loaded: make(chan *datapath.Datapath, 1), done: make(chan struct{})}
 	go c2.run(ctx2)
-	waitFor(t, "GC on the adopted pins", func() bool { return natGCRuns(l2) == 1 })
+	waitFor(t, "GC on the adopted pins", func() bool { return gcRoundsOK(l2) == 1 })
 	cancel2()
 	c2.wait()
 }

@@ -72,3 +72,30 @@ func TestPrivilegedPolicyCTPurgeNoStaleBit(t *testing.T) {
 		t.Errorf("after the pass: ends %#x (lookup: %v), want the high end's %#x", v.Ends, err, policyCTEndHi)
 	}
 }
+
+// A UDP connection that keeps one end after a purge keeps its last seen, which
+// GCPolicyCT reads (a last seen of 0 would never be collected); a TCP connection's
+// kept end starts its close afresh.
+func TestPrivilegedPolicyCTPurgeKeepsLastSeen(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, NodeIP: testNodeIP})
+	lo, hi := mustAddr("10.1.0.10"), mustAddr("10.1.0.20")
+	purgeLo := PolicyCTPurge{Endpoints: map[netip.Addr]bool{lo: true}}
+	const seen = 12345
+	for _, c := range []struct {
+		proto uint8
+		want  uint32
+	}{{protoUDP, seen}, {protoTCP, 0}} {
+		k := myelinPolicyCtKey{AddrLo: addrU32(lo.As4()), AddrHi: addrU32(hi.As4()), PortLo: 5353, PortHi: 53, Proto: c.proto}
+		if err := d.objs.MyelinPolicyCt.Put(&k, myelinPolicyCtEntry{Ends: policyCTEndLo | policyCTEndHi, FinLo: seen}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.forgetPolicyCTEnds(k, purgeLo); err != nil {
+			t.Fatal(err)
+		}
+		var v myelinPolicyCtEntry
+		if err := d.objs.MyelinPolicyCt.Lookup(&k, &v); err != nil || v.Ends != policyCTEndHi || v.FinLo != c.want {
+			t.Errorf("proto %d after the low end's purge: entry %+v (lookup: %v), want the high end with fin_lo %d", c.proto, v, err, c.want)
+		}
+	}
+}
