@@ -28,17 +28,14 @@ func privilegedPinDir(t *testing.T) string {
 	return filepath.Join(mnt, "node")
 }
 
-// gcRoundsOK is 1 once a GC round has run without an error: its first collector
+// gcRoundsOK says whether a GC round has run without an error: its first collector
 // (nat-gc) and its last (policy-ct-gc) both reported success.
-func gcRoundsOK(l *loops) int {
+func gcRoundsOK(l *loops) bool {
 	ok := map[string]bool{}
 	for _, s := range l.snapshot() {
 		ok[s.Name] = s.LastError == "" // listed: it ran
 	}
-	if ok["nat-gc"] && ok["policy-ct-gc"] {
-		return 1
-	}
-	return 0
+	return ok["nat-gc"] && ok["policy-ct-gc"]
 }
 
 // With no apiserver and no Load, the GC loop adopts the maps a previous agent pinned
@@ -55,7 +52,7 @@ func TestPrivilegedCollectorRunsBeforeLoad(t *testing.T) {
 		loaded: make(chan *datapath.Datapath, 1), done: make(chan struct{})}
 	go c.run(ctx)
 	time.Sleep(100 * time.Millisecond)
-	if gcRoundsOK(l) != 0 {
+	if gcRoundsOK(l) {
 		t.Error("GC reported a run with no pinned maps and no datapath")
 	}
 	dp, err := datapath.Load(datapath.Config{PinDir: dir, HostRouting: datapath.HostRoutingBPF})
@@ -63,7 +60,7 @@ func TestPrivilegedCollectorRunsBeforeLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.use(dp)
-	waitFor(t, "GC through the loaded datapath", func() bool { return gcRoundsOK(l) == 1 })
+	waitFor(t, "GC through the loaded datapath", func() bool { return gcRoundsOK(l) })
 	cancel()
 	c.wait()
 	dp.Close() // the agent exits; the pins stay
@@ -74,7 +71,7 @@ func TestPrivilegedCollectorRunsBeforeLoad(t *testing.T) {
 	c2 := &collector{pinDir: dir, interval: 20 * time.Millisecond, log: log, loops: l2,
 		loaded: make(chan *datapath.Datapath, 1), done: make(chan struct{})}
 	go c2.run(ctx2)
-	waitFor(t, "GC on the adopted pins", func() bool { return gcRoundsOK(l2) == 1 })
+	waitFor(t, "GC on the adopted pins", func() bool { return gcRoundsOK(l2) })
 	cancel2()
 	c2.wait()
 }

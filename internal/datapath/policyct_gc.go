@@ -57,18 +57,19 @@ func policyCTResetMarked(k myelinPolicyCtKey, v myelinPolicyCtEntry) bool {
 // may not send. Each entry is re-read just before deletion, so one that saw a packet
 // during the walk is kept.
 func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
-	now := policyCTUnits(at)
+	now, marked := policyCTUnits(at), d.policyCTResets
+	// due: idle past the timeout, or marked reset at the last round and still now.
+	due := func(k myelinPolicyCtKey, v myelinPolicyCtEntry) bool {
+		return policyCTIdle(k, v, now) || (policyCTResetMarked(k, v) && marked[k])
+	}
 	var doomed []myelinPolicyCtKey
 	resets := map[myelinPolicyCtKey]bool{}
 	err := dumpEntries(d.objs.MyelinPolicyCt, func(k myelinPolicyCtKey, v myelinPolicyCtEntry) {
-		switch {
-		case policyCTIdle(k, v, now):
-			doomed = append(doomed, k)
-		case policyCTResetMarked(k, v):
+		if policyCTResetMarked(k, v) {
 			resets[k] = true
-			if d.policyCTResets[k] {
-				doomed = append(doomed, k)
-			}
+		}
+		if due(k, v) {
+			doomed = append(doomed, k)
 		}
 	})
 	if err != nil {
@@ -81,7 +82,7 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 		if err := d.objs.MyelinPolicyCt.Lookup(&k, &v); err != nil {
 			continue // gone meanwhile
 		}
-		if !policyCTIdle(k, v, now) && !(policyCTResetMarked(k, v) && d.policyCTResets[k]) {
+		if !due(k, v) {
 			continue // it saw a packet during the walk
 		}
 		err := d.objs.MyelinPolicyCt.Delete(&k)

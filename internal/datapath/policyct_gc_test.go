@@ -167,8 +167,7 @@ func TestPrivilegedBPFPolicyCTGCReset(t *testing.T) {
 
 // policyCTIdle's boundaries: only non-TCP entries with a last seen, past the timeout.
 func TestPolicyCTIdle(t *testing.T) {
-	units := func(d time.Duration) uint32 { return uint32(uint64(d) >> policyCTTimeShift) }
-	now := units(time.Hour)
+	now := policyCTUnits(time.Hour)
 	udp, tcp := myelinPolicyCtKey{Proto: protoUDP}, myelinPolicyCtKey{Proto: protoTCP}
 	for _, c := range []struct {
 		name string
@@ -176,13 +175,13 @@ func TestPolicyCTIdle(t *testing.T) {
 		seen uint32
 		want bool
 	}{
-		{"UDP seen 10 min ago", udp, now - units(10*time.Minute), true},
-		{"UDP seen just past the timeout", udp, now - units(PolicyCTTimeoutOther) - 1, true},
-		{"UDP seen within the timeout", udp, now - units(PolicyCTTimeoutOther), false},
+		{"UDP seen 10 min ago", udp, now - policyCTUnits(10*time.Minute), true},
+		{"UDP seen just past the timeout", udp, now - policyCTUnits(PolicyCTTimeoutOther) - 1, true},
+		{"UDP seen within the timeout", udp, now - policyCTUnits(PolicyCTTimeoutOther), false},
 		{"UDP seen now", udp, now, false},
 		{"UDP seen later than now (the GC's clock read first)", udp, now + 1, false},
 		{"UDP without a last seen (written before entries had one)", udp, 0, false},
-		{"TCP (its FIN number, not a time)", tcp, now - units(10*time.Minute), false},
+		{"TCP (its FIN number, not a time)", tcp, now - policyCTUnits(10*time.Minute), false},
 	} {
 		if got := policyCTIdle(c.k, myelinPolicyCtEntry{Ends: policyCTEndLo, FinLo: c.seen}, now); got != c.want {
 			t.Errorf("%s: idle %v, want %v", c.name, got, c.want)
