@@ -68,20 +68,27 @@ static __always_inline const struct tunnel_endpoint *tunnel_lookup(__u32 addr)
 /*
  * tunnel_peer_ok says whether a tunnelled packet from inner_src may come from
  * the underlay address outer_src: the node whose PodCIDR holds the inner
- * source (myelin_tunnel), or the inner source itself (a node's own traffic,
- * e.g. NodePort SNATed to its IP). So a stranger who reaches the tunnel port
- * can't inject packets from pods (or anyone else): at most from its own
- * address, which it could send natively anyway. Cost: for pod sources, one
- * myelin_tunnel lookup.
+ * source (myelin_tunnel), or, for an address that is no pod's, the inner
+ * source itself (a node's own traffic, e.g. NodePort SNATed to its IP). So a
+ * stranger who reaches the tunnel port can't inject packets from pods (or
+ * anyone else): at most from its own address, which it could send natively
+ * anyway. A pod is no such stranger: its own packets are judged by its egress
+ * policy where they leave it, and VXLAN it sends from its own address to a
+ * node's tunnel port would carry inner packets past that check; so a pod's
+ * address (in a PodCIDR of myelin_tunnel, a pod of this node, or in the
+ * cluster CIDR when the programs have it) is never its own tunnel peer. Cost:
+ * one myelin_tunnel lookup; for a node's own traffic one myelin_endpoints
+ * lookup more.
  */
 static __always_inline int tunnel_peer_ok(__u32 inner_src, __u32 outer_src)
 {
-	const struct tunnel_endpoint *te;
+	const struct tunnel_endpoint *te = tunnel_lookup(inner_src);
 
-	if (inner_src == outer_src)
-		return 1;
-	te = tunnel_lookup(inner_src);
-	return te && te->node_ip == outer_src;
+	if (te)
+		return te->node_ip == outer_src;
+	if (inner_src != outer_src || (cluster_cidr_mask && cluster_contains(inner_src)))
+		return 0;
+	return endpoint_lookup(inner_src) == NULL;
 }
 
 /*

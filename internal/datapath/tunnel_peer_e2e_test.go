@@ -15,9 +15,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// strangerIP is an underlay address of no node: node A's netns gets it as
-// a second address to send from.
-const strangerIP = "198.51.100.99"
+// strangerIP is an underlay address of no node, podOfAIP one in node A's
+// PodCIDR: node A's netns gets them as more addresses to send from.
+const (
+	strangerIP = "198.51.100.99"
+	podOfAIP   = "10.1.0.77"
+)
 
 // vxlanProbe is one hand-made VXLAN frame to node B's tunnel port.
 type vxlanProbe struct {
@@ -28,13 +31,15 @@ type vxlanProbe struct {
 // injectVXLAN sends VXLAN frames to node B's tunnel port from node A's
 // netns, each carrying a UDP datagram for pod B: from node A with an inner
 // source in A's PodCIDR or A's own address (delivered), from a stranger on
-// the underlay, and from node A with an inner source in a PodCIDR that is not
-// A's, or pod B's own (dropped). Pod B's socket must get exactly the first two.
+// the underlay, from node A with an inner source in a PodCIDR that is not
+// A's, or pod B's own, and from a pod of node A's with its own address as both
+// sources (dropped). Pod B's socket must get exactly the first two.
 func injectVXLAN(a, b *tunnelNode) error {
 	probes := []vxlanProbe{
 		{strangerIP, a.podIP.String(), false},
 		{a.underlayIP.String(), "10.3.0.7", false},
 		{a.underlayIP.String(), b.podIP.String(), false},
+		{podOfAIP, podOfAIP, false}, // a pod's own address: its packets would skip its egress policy
 		{strangerIP, strangerIP, true}, // its own address: what it could send natively too
 		{a.underlayIP.String(), a.podIP.String(), true},
 		{a.underlayIP.String(), a.underlayIP.String(), true},
@@ -90,9 +95,14 @@ func sendProbes(probes []vxlanProbe, b *tunnelNode) error {
 	if err != nil {
 		return err
 	}
-	addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(strangerIP).To4(), Mask: net.CIDRMask(24, 32)}}
-	if err := netlink.AddrAdd(ul, addr); err != nil {
-		return fmt.Errorf("add %s: %w", strangerIP, err)
+	for _, a := range []struct {
+		ip   string
+		bits int
+	}{{strangerIP, 24}, {podOfAIP, 32}} {
+		addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(a.ip).To4(), Mask: net.CIDRMask(a.bits, 32)}}
+		if err := netlink.AddrAdd(ul, addr); err != nil {
+			return fmt.Errorf("add %s: %w", a.ip, err)
+		}
 	}
 	for _, deliver := range []bool{false, true} {
 		for i, p := range probes {

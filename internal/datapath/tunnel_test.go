@@ -135,6 +135,7 @@ func TestPrivilegedBPFFromNetdevDecap(t *testing.T) {
 	passed := func(name string, in []byte) progCase {
 		return progCase{name: name, endpoints: seedB, tunnels: seedTunnelB, in: in, verdict: tcActOK, reason: "PASS_STACK"}
 	}
+	twoPods := map[string]EndpointInfo{"10.1.0.20": podB, "10.1.0.21": podB}
 	withCsum := fromB
 	withCsum.udpNoCsum = false
 	cases := []progCase{
@@ -145,6 +146,12 @@ func TestPrivilegedBPFFromNetdevDecap(t *testing.T) {
 			vxlanToA("198.51.100.2", 0, inner.withSrc("10.3.0.7", 40000).build()).build()),
 		passed("this node's own address as inner source: left to the device",
 			vxlanToA("198.51.100.2", 0, inner.withSrc("198.51.100.1", 40000).build()).build()),
+		// A pod tunnelling its own packets from its own address to a node's
+		// tunnel port would carry them past its egress policy.
+		passed("a pod of node B as outer and inner source: left to the device",
+			vxlanToA("10.2.0.33", 0, inner.withSrc("10.2.0.33", 40000).build()).build()),
+		{name: "a pod of this node as outer and inner source: left to the device", endpoints: twoPods, tunnels: seedTunnelB,
+			in: vxlanToA("10.1.0.21", 0, inner.withSrc("10.1.0.21", 40000).build()).build(), verdict: tcActOK, reason: "PASS_STACK"},
 		passed("inner destination not a local pod: left to the device",
 			vxlanToA("198.51.100.2", 0, inner.withDst("10.1.0.99", 8080).build()).build()),
 		passed("VNI 1: left to the device", vxlanToA("198.51.100.2", 1, inner.build()).build()),
