@@ -129,9 +129,15 @@ func (a *server) handleAllocate(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, alloc)
 }
 
+// handleRelease gives back a failed ADD's IP; a container with a live endpoint keeps
+// it (409): only DEL removes an attachment.
 func (a *server) handleRelease(w http.ResponseWriter, r *http.Request) {
-	if err := a.pool.Release(r.PathValue("id")); err != nil {
-		writeError(w, http.StatusInternalServerError, err)
+	if err := a.eps.Release(r.PathValue("id")); err != nil {
+		code := http.StatusInternalServerError
+		if errors.Is(err, endpoint.ErrEndpointExists) {
+			code = http.StatusConflict
+		}
+		writeError(w, code, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -169,7 +175,7 @@ func (a *server) handlePutEndpoint(w http.ResponseWriter, r *http.Request) {
 				err = fmt.Errorf("%w (and removing the endpoint again failed: %v)", err, derr)
 			}
 			a.log.Error("endpoint not admitted", "pod", ep.Namespace+"/"+ep.Pod, "ip", ep.IP, "err", err)
-			writeError(w, http.StatusServiceUnavailable, err)
+			writeError(w, http.StatusGatewayTimeout, err) // api.ErrNotAdmitted: the agent is up
 			return
 		}
 	}

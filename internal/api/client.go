@@ -18,6 +18,11 @@ import (
 // the CNI plugin turn it into "try again later".
 var ErrUnavailable = errors.New("myelin agent unavailable")
 
+// ErrNotAdmitted means the agent is up but could not put a new pod's NetworkPolicy in
+// place in time (PUT /v1/endpoints answers 504); the endpoint was removed again, and
+// the CNI plugin turns it into "try again later" naming the policy, not the agent.
+var ErrNotAdmitted = errors.New("pod's NetworkPolicy not in place")
+
 // Client talks to one agent over its unix socket.
 type Client struct {
 	socket string
@@ -63,6 +68,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		_ = json.NewDecoder(resp.Body).Decode(&eb)
 		if resp.StatusCode == http.StatusServiceUnavailable {
 			return fmt.Errorf("%w: %s", ErrUnavailable, eb.Error)
+		}
+		if resp.StatusCode == http.StatusGatewayTimeout {
+			return fmt.Errorf("%w: %s", ErrNotAdmitted, eb.Error)
 		}
 		if resp.StatusCode == http.StatusNotFound {
 			return fmt.Errorf("%w: %s", ErrNotFound, eb.Error)

@@ -25,12 +25,17 @@ func Main() {
 		version.PluginSupports("1.0.0", "1.1.0"), "myelin-cni: pod networking by the myelin agent")
 }
 
-// agentError turns an API error into a CNI error: an unreachable or unready agent is
-// "try again later" (code 11), which makes the runtime retry.
+// agentError turns an API error into a CNI error: an unreachable or unready agent, or
+// a pod whose NetworkPolicy the agent could not put in place in time, is "try again
+// later" (code 11), which makes the runtime retry.
 func agentError(op string, socket string, err error) error {
 	if errors.Is(err, api.ErrUnavailable) {
 		return types.NewError(types.ErrTryAgainLater, "the myelin agent on this node is not available, try again later",
 			fmt.Sprintf("%s: %v; the runtime retries on its own; check the agent with: myelin status (socket %s)", op, err, socket))
+	}
+	if errors.Is(err, api.ErrNotAdmitted) {
+		return types.NewError(types.ErrTryAgainLater, "the pod's NetworkPolicy is not in place yet, try again later",
+			fmt.Sprintf("%s: %v; the runtime retries on its own; check the agent's policy loop and Policy problems with: myelin status, myelin endpoints", op, err))
 	}
 	return types.NewError(types.ErrInternal, op+" failed", err.Error())
 }

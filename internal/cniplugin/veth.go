@@ -28,6 +28,8 @@ type podLink struct {
 // permanent neighbour entry for it, and the default route via it. The host side
 // gets IPv6 off (hardenHostVeth) before it goes up. A gso above 0 is the IPv4 GSO
 // and GRO size of both ends (BIG TCP, bigTCPAttrs); 0 leaves the kernel's 64 KiB.
+// On failure it deletes the pair if it created it; a name that exists already (a
+// second ADD without DEL) is another attachment's, left as it is.
 func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU, gso int, ip, gw netip.Addr) (podLink, error) {
 	var out podLink
 	hostNS, err := vnetns.Get()
@@ -41,6 +43,7 @@ func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU, gso int, ip, gw 
 	}
 	defer host.Close()
 
+	created := false // only a pair this call created is deleted on failure
 	err = netns.Do(netnsPath, func() error {
 		veth := &netlink.Veth{
 			LinkAttrs:     bigTCPAttrs(netlink.LinkAttrs{Name: ifName, MTU: mtu}, gso),
@@ -49,8 +52,11 @@ func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU, gso int, ip, gw 
 			PeerNamespace: netlink.NsFd(int(hostNS)),
 		}
 		if err := netlink.LinkAdd(veth); err != nil {
+			// An existing name (a second ADD without DEL) is another attachment's
+			// pair: it stays as it is.
 			return fmt.Errorf("create veth %s/%s: %w", ifName, hostIf, err)
 		}
+		created = true
 		hostLink, err := host.LinkByName(hostIf)
 		if err != nil {
 			return fmt.Errorf("find host veth %s: %w", hostIf, err)
@@ -64,7 +70,9 @@ func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU, gso int, ip, gw 
 		return configurePod(pod, ip, gw, out.HostMAC, routeMTU)
 	})
 	if err != nil {
-		_ = link.DeleteByName(hostIf)
+		if created {
+			_ = link.DeleteByName(hostIf)
+		}
 		return podLink{}, err
 	}
 	hostLink, err := host.LinkByName(hostIf)

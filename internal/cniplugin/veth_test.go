@@ -164,3 +164,30 @@ func readSysctl(t *testing.T, dev, key string) string {
 	}
 	return strings.TrimSpace(string(b))
 }
+
+// A second ADD for the same container (the same host veth name into the same pod
+// netns, which the CNI spec forbids without a DEL between, but a runtime's retry can
+// send) fails creating the pair, and its cleanup leaves the first ADD's live veth.
+func TestPrivilegedVethSecondAddKeepsLivePair(t *testing.T) {
+	requireRoot(t)
+	host, pod := throwawayNetNS(t, "host"), throwawayNetNS(t, "pod")
+	ip, gw := netip.MustParseAddr("10.244.7.9"), netip.MustParseAddr(api.PodGateway)
+	const hostIf = "myltest0000009"
+	err := netns.Do(host, func() error {
+		first, err := setupVeth(pod, "eth0", hostIf, 1400, 1350, 0, ip, gw)
+		if err != nil {
+			return err
+		}
+		if _, err := setupVeth(pod, "eth0", hostIf, 1400, 1350, 0, ip, gw); err == nil {
+			t.Error("a second setupVeth with the same names succeeded")
+		}
+		l, err := netlink.LinkByName(hostIf)
+		if err != nil || l.Attrs().Index != first.HostIndex {
+			t.Errorf("after the failed second ADD, host veth %s: %v (want index %d, the first ADD's)", hostIf, err, first.HostIndex)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -39,7 +39,7 @@ func injectVXLAN(a, b *tunnelNode) error {
 		{strangerIP, a.podIP.String(), false},
 		{a.underlayIP.String(), "10.3.0.7", false},
 		{a.underlayIP.String(), b.podIP.String(), false},
-		{podOfAIP, podOfAIP, false}, // a pod's own address: its packets would skip its egress policy
+		{podOfAIP, podOfAIP, false},    // a pod's own address: its packets would skip its egress policy
 		{strangerIP, strangerIP, true}, // its own address: what it could send natively too
 		{a.underlayIP.String(), a.podIP.String(), true},
 		{a.underlayIP.String(), a.underlayIP.String(), true},

@@ -45,6 +45,10 @@ type Links interface {
 // ErrLinkNotFound is returned by Links.IfIndex for a link that does not exist.
 var ErrLinkNotFound = errors.New("link not found")
 
+// ErrEndpointExists is returned (wrapped) by Release for a container whose endpoint is
+// registered.
+var ErrEndpointExists = errors.New("endpoint exists")
+
 // Config configures a Manager.
 type Config struct {
 	Dir  string // where endpoint records live
@@ -69,11 +73,21 @@ type Manager struct {
 
 	mu  sync.Mutex
 	eps map[string]*api.Endpoint // by container id
+	// pending are the allocations whose endpoint is not registered yet (an ADD in
+	// progress, or one that died), by when they were made: GC leaves them
+	// allocationGrace, so it can't take an ADD's IP and veth from under it.
+	pending map[string]time.Time
+	now     func() time.Time
 }
+
+// allocationGrace is how long GC keeps an allocation whose endpoint is not
+// registered: twice what the plugin's ADD may take in all (api.DefaultTimeout).
+const allocationGrace = 2 * api.DefaultTimeout
 
 // NewManager returns a manager; call Restore before serving requests.
 func NewManager(cfg Config, dp Datapath, links Links, pool *ipam.Pool) *Manager {
-	m := &Manager{cfg: cfg, dp: dp, links: links, pool: pool, eps: map[string]*api.Endpoint{}}
+	m := &Manager{cfg: cfg, dp: dp, links: links, pool: pool, eps: map[string]*api.Endpoint{},
+		pending: map[string]time.Time{}, now: time.Now}
 	m.reaper = newReaper(links, m.ownsVeth)
 	return m
 }
@@ -101,6 +115,11 @@ func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
 		}
 		return api.Allocation{}, err
 	}
+	m.mu.Lock()
+	if _, ok := m.eps[ref.ContainerID]; !ok {
+		m.pending[ref.ContainerID] = m.now()
+	}
+	m.mu.Unlock()
 	return api.Allocation{IP: ip.String(), Gateway: api.PodGateway, MTU: m.cfg.MTU, RouteMTU: m.cfg.RouteMTU,
 		HostIfName: HostIfName(ref.ContainerID), GSOIPv4MaxSize: m.cfg.GSOIPv4MaxSize}, nil
 }
@@ -115,7 +134,8 @@ func (m *Manager) Put(ep api.Endpoint) (api.Endpoint, error) {
 		return api.Endpoint{}, fmt.Errorf("endpoint %s: bad IP %q", ep.ContainerID, ep.IP)
 	}
 	if owned, ok := m.pool.Lookup(ep.ContainerID); !ok || owned != ip {
-		return api.Endpoint{}, fmt.Errorf("endpoint %s: IP %s was not allocated to it; call allocate first", ep.ContainerID, ip)
+		return api.Endpoint{}, fmt.Errorf("endpoint %s: IP %s is not allocated to it (not allocated first, or a CNI GC or DEL "+
+			"removed this unfinished ADD's allocation); the runtime retries ADD", ep.ContainerID, ip)
 	}
 	if ep.HostIfName != HostIfName(ep.ContainerID) {
 		return api.Endpoint{}, fmt.Errorf("endpoint %s: host interface %q is not the one allocated (%s)", ep.ContainerID, ep.HostIfName, HostIfName(ep.ContainerID))
@@ -134,6 +154,7 @@ func (m *Manager) Put(ep api.Endpoint) (api.Endpoint, error) {
 		return api.Endpoint{}, err
 	}
 	m.eps[ep.ContainerID] = &ep
+	delete(m.pending, ep.ContainerID)
 	return ep, nil
 }
 
@@ -179,6 +200,23 @@ func (m *Manager) unprogram(ep *api.Endpoint, ip netip.Addr) error {
 	return errors.Join(detach, err, m.links.DeletePodRoute(ip))
 }
 
+// Release gives back the IP allocated to containerID whose ADD failed before its
+// endpoint was registered (the plugin's cleanup). A container with a registered
+// endpoint keeps its IP: only DEL removes a live attachment, so a failed second
+// ADD for it can't free the address another pod would then get while the endpoint,
+// its datapath entry and its policy identity still name it.
+func (m *Manager) Release(containerID string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ep, ok := m.eps[containerID]; ok {
+		return fmt.Errorf("%w: container %s (pod %s/%s) has a live endpoint on node %s with IP %s on %s; "+
+			"its IP is released by CNI DEL, not by a failed ADD's cleanup", ErrEndpointExists, containerID, ep.Namespace, ep.Pod,
+			m.cfg.Node, ep.IP, ep.HostIfName)
+	}
+	delete(m.pending, containerID)
+	return m.pool.Release(containerID)
+}
+
 // Delete removes an endpoint and its IP and retires its host veth (down now, deleted
 // by the Reaper). Nothing there is success.
 func (m *Manager) Delete(containerID string) error {
@@ -195,6 +233,7 @@ func (m *Manager) deleteLocked(containerID string) error {
 		errs = append(errs, m.unprogram(ep, ip))
 		delete(m.eps, containerID)
 	}
+	delete(m.pending, containerID)
 	errs = append(errs,
 		m.retireHostLink(containerID, ep),
 		removeRecord(m.cfg.Dir, containerID),
@@ -253,7 +292,10 @@ func (m *Manager) PodByIP(ip netip.Addr) string {
 	return ""
 }
 
-// GC deletes every endpoint (and IP allocation) whose container id is not in keep.
+// GC deletes every endpoint (and IP allocation) whose container id is not in keep,
+// except allocations made less than allocationGrace ago whose endpoint is not
+// registered yet: the runtime's list of valid attachments can't hold an ADD still
+// in progress.
 // Unlike Delete it returns once their veths are deleted too: the runtime collects
 // garbage in the background, and wants it gone when GC answers.
 func (m *Manager) GC(keep []string) ([]string, error) {
@@ -285,6 +327,11 @@ func (m *Manager) collect(keep []string) ([]string, error) {
 	for id := range candidates {
 		if keepSet[id] {
 			continue
+		}
+		if _, registered := m.eps[id]; !registered {
+			if at, ok := m.pending[id]; ok && m.now().Sub(at) < allocationGrace {
+				continue // an ADD in progress: its endpoint comes, or the next GC takes it
+			}
 		}
 		if err := m.deleteLocked(id); err != nil {
 			errs = append(errs, err)

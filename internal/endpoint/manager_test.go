@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/datapath"
@@ -194,7 +195,7 @@ func TestManagerRefusesUnallocatedIP(t *testing.T) {
 	f := newFixture(t, t.TempDir(), &fakeDatapath{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}},
 		newFakeLinks())
 	_, err := f.m.Put(api.Endpoint{PodRef: api.PodRef{ContainerID: "x"}, IP: "10.244.0.9", HostIfName: HostIfName("x")})
-	if err == nil || !strings.Contains(err.Error(), "was not allocated to it") {
+	if err == nil || !strings.Contains(err.Error(), "is not allocated to it") {
 		t.Errorf("Put without Allocate: %v", err)
 	}
 }
@@ -239,9 +240,14 @@ func TestManagerGC(t *testing.T) {
 	if _, err := f.m.Allocate(api.PodRef{ContainerID: "half-made"}); err != nil { // ADD that never registered
 		t.Fatal(err)
 	}
+	if removed, err := f.m.GC([]string{"a"}); err != nil || len(removed) != 1 || removed[0] != "b" {
+		t.Fatalf("GC = %v, %v; want only b removed (half-made is in its grace period)", removed, err)
+	}
+	later := time.Now().Add(allocationGrace + time.Second)
+	f.m.now = func() time.Time { return later }
 	removed, err := f.m.GC([]string{"a"})
-	if err != nil || len(removed) != 2 {
-		t.Fatalf("GC = %v, %v; want b and half-made removed", removed, err)
+	if err != nil || len(removed) != 1 || removed[0] != "half-made" {
+		t.Fatalf("GC after the grace period = %v, %v; want half-made removed", removed, err)
 	}
 	if _, ok := f.m.Get("a"); !ok {
 		t.Error("GC removed a kept endpoint")
@@ -252,5 +258,61 @@ func TestManagerGC(t *testing.T) {
 	// GC answers once the veths are gone, not only retired.
 	if len(f.links.links) != 1 || f.links.links[a.HostIfName] != 1 || len(f.m.Reaper().Pending()) != 0 {
 		t.Errorf("after GC: links %v pending %v, want only a's veth", f.links.links, f.m.Reaper().Pending())
+	}
+}
+
+// An ADD in progress (allocated, veth built, endpoint not yet registered) is not in
+// the runtime's list of valid attachments; GC leaves it, and its Put succeeds.
+func TestManagerGCDuringAdd(t *testing.T) {
+	f := newFixture(t, t.TempDir(), &fakeDatapath{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}},
+		newFakeLinks())
+	f.add(t, "old", 1)
+	ref := api.PodRef{ContainerID: "new", Namespace: "default", Pod: "new"}
+	alloc, err := f.m.Allocate(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.links.links[alloc.HostIfName] = 9
+	if removed, err := f.m.GC([]string{"old"}); err != nil || len(removed) != 0 {
+		t.Fatalf("GC during ADD = %v, %v; want nothing removed", removed, err)
+	}
+	if _, ok := f.links.links[alloc.HostIfName]; !ok {
+		t.Fatal("GC deleted the veth of an ADD in progress")
+	}
+	if _, err := f.m.Put(api.Endpoint{PodRef: ref, IP: alloc.IP, HostIfName: alloc.HostIfName, HostIfIndex: 9,
+		HostMAC: "02:00:00:00:00:01", PodMAC: "02:00:00:00:00:02"}); err != nil {
+		t.Fatalf("Put after GC: %v", err)
+	}
+	// Registered, it is an ordinary endpoint: a GC without it removes it at once.
+	if removed, _ := f.m.GC([]string{"old"}); len(removed) != 1 || removed[0] != "new" {
+		t.Errorf("GC of the registered endpoint = %v, want [new]", removed)
+	}
+}
+
+// Release (a failed ADD's cleanup) gives back an allocation without an endpoint,
+// and refuses for a container whose endpoint is registered: a second ADD for a live
+// container that failed must not free the IP the endpoint still holds.
+func TestManagerReleaseKeepsLiveEndpoints(t *testing.T) {
+	f := newFixture(t, t.TempDir(), &fakeDatapath{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}},
+		newFakeLinks())
+	x := f.add(t, "ctr-x", 7)
+	if _, err := f.m.Allocate(api.PodRef{ContainerID: "ctr-x", Namespace: "default", Pod: "ctr-x"}); err != nil {
+		t.Fatal(err) // the second ADD's allocate: the same IP
+	}
+	err := f.m.Release("ctr-x")
+	if !errors.Is(err, ErrEndpointExists) || !strings.Contains(err.Error(), x.IP) || !strings.Contains(err.Error(), "CNI DEL") {
+		t.Fatalf("Release of a live endpoint's container: %v; want ErrEndpointExists naming its IP and CNI DEL", err)
+	}
+	if owned, ok := f.pool.Lookup("ctr-x"); !ok || owned.String() != x.IP {
+		t.Fatalf("ctr-x's IP after the refused release: %v, %v; want %s", owned, ok, x.IP)
+	}
+	if _, err := f.m.Allocate(api.PodRef{ContainerID: "ctr-failed"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Release("ctr-failed"); err != nil {
+		t.Fatalf("Release of a failed ADD: %v", err)
+	}
+	if _, ok := f.pool.Lookup("ctr-failed"); ok {
+		t.Error("a failed ADD's IP is still allocated after Release")
 	}
 }

@@ -1,0 +1,51 @@
+package cniplugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/myelin-net/myelin/internal/api"
+)
+
+// The CNI error of a failed endpoint PUT names what failed: an agent that is not
+// ready (503), and a pod whose NetworkPolicy the agent could not put in place (504),
+// which is the agent's doing, not its absence. Both are "try again later".
+func TestAgentErrorNamesTheCause(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		msg    string
+		want   string
+	}{
+		{http.StatusServiceUnavailable, "agent starting", "the myelin agent on this node is not available"},
+		{http.StatusGatewayTimeout, "NetworkPolicy for pod ns/p is not in place: waited 10s", "the pod's NetworkPolicy is not in place yet"},
+	} {
+		sock := filepath.Join(t.TempDir(), "api.sock")
+		l, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(c.status)
+			_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: c.msg})
+		})}
+		go func() { _ = srv.Serve(l) }()
+		_, err = api.NewClient(sock).PutEndpoint(context.Background(), api.Endpoint{PodRef: api.PodRef{ContainerID: "c1"}})
+		_ = srv.Close()
+		var ce *types.Error
+		if !errors.As(agentError("register the endpoint", sock, err), &ce) {
+			t.Fatalf("status %d: agentError(%v) is no CNI error", c.status, err)
+		}
+		if ce.Code != types.ErrTryAgainLater || !strings.Contains(ce.Msg, c.want) || !strings.Contains(ce.Details, c.msg) {
+			t.Errorf("status %d: CNI error code %d, %q (%q); want code %d, %q with the agent's message",
+				c.status, ce.Code, ce.Msg, ce.Details, types.ErrTryAgainLater, c.want)
+		}
+	}
+}
