@@ -9,9 +9,9 @@ import (
 )
 
 // ParseDNS reads a DNS message from a UDP payload (possibly cut short by the
-// datapath's capture length): the first question, whether it is a response, its
-// rcode, and the A/AAAA answers that fit. A payload too short for the header and
-// the first question is an error.
+// datapath's capture length): the first question (its name escaped, see
+// presentName), whether it is a response, its rcode, and the A/AAAA answers that
+// fit. A payload too short for the header and the first question is an error.
 func ParseDNS(payload []byte) (*DNS, error) {
 	var p dnsmessage.Parser
 	h, err := p.Start(payload)
@@ -23,7 +23,7 @@ func ParseDNS(payload []byte) (*DNS, error) {
 		return nil, fmt.Errorf("parse dns question: %w", err)
 	}
 	d := &DNS{
-		Query:    q.Name.String(),
+		Query:    dnsName(q.Name),
 		QType:    strings.TrimPrefix(q.Type.String(), "Type"),
 		Response: h.Response,
 	}

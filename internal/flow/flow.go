@@ -60,7 +60,11 @@ type TCPFlags struct {
 
 // DNS is what a flow of Type DNS carried.
 type DNS struct {
-	Query    string   `json:"query"`              // the queried name, with its trailing dot
+	// Query is the queried name with its trailing dot, in the zone-file presentation
+	// form: any byte but visible ASCII is written "\DDD", a dot or backslash inside a
+	// label "\." or "\\" (RFC 1035 §5.1, RFC 4343 §2.1). A pod chooses the names it
+	// queries, and a label may hold any byte; escaped, a name is always printable.
+	Query    string   `json:"query"`
 	QType    string   `json:"qtype"`              // "A", "AAAA", ...
 	Response bool     `json:"response,omitempty"` // false for a query
 	RCode    string   `json:"rcode,omitempty"`    // "NOERROR", "NXDOMAIN", ... (responses)
