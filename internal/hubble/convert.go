@@ -45,15 +45,17 @@ var dropReasons = map[string]flowpb.DropReason{
 var rcodes = map[string]uint32{"NOERROR": 0, "FORMERR": 1, "SERVFAIL": 2, "NXDOMAIN": 3, "NOTIMP": 4, "REFUSED": 5}
 
 // Response wraps one flow as a GetFlowsResponse: a TypeLost record becomes a
-// lost_events response, every other record a flow.
+// lost_events response, every other record a flow. Every string in it is valid
+// UTF-8 (see validUTF8), so it can always be sent.
 func Response(f *flow.Flow) *observerpb.GetFlowsResponse {
 	r := &observerpb.GetFlowsResponse{NodeName: f.Node, Time: timestamppb.New(f.Time)}
 	if f.Type == flow.TypeLost {
 		r.ResponseTypes = &observerpb.GetFlowsResponse_LostEvents{LostEvents: &flowpb.LostEvent{
 			Source: flowpb.LostEventSource_HUBBLE_RING_BUFFER, NumEventsLost: f.Lost}}
-		return r
+	} else {
+		r.ResponseTypes = &observerpb.GetFlowsResponse_Flow{Flow: ToProto(f)}
 	}
-	r.ResponseTypes = &observerpb.GetFlowsResponse_Flow{Flow: ToProto(f)}
+	validUTF8(r.ProtoReflect())
 	return r
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	flowpb "github.com/cilium/cilium/api/v1/flow"
+	observerpb "github.com/cilium/cilium/api/v1/observer"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -82,5 +83,36 @@ func TestResponseLost(t *testing.T) {
 	}
 	if f := Response(&flow.Flow{Time: t0, Node: "n1", Type: flow.TypeL3L4}).GetFlow(); f == nil || f.GetNodeName() != "n1" {
 		t.Errorf("Response(L3_L4) has no flow: %v", f)
+	}
+}
+
+func TestResponseValidUTF8(t *testing.T) {
+	bad := "x\xff\xfe"
+	ep := flow.Endpoint{IP: "10.244.0.7", Namespace: bad, Pod: bad, Labels: map[string]string{bad: bad}}
+	cases := []flow.Flow{
+		{Time: t0, Node: bad, Type: flow.TypeDNS, Verdict: flow.Forwarded, Source: ep, Destination: ep, Protocol: "UDP", DstPort: 53,
+			Service: bad + "/" + bad, Policies: []string{bad + "/" + bad},
+			DNS: &flow.DNS{Query: bad, QType: bad, Response: true, RCode: bad, IPs: []string{bad}}},
+		{Time: t0, Node: bad, Type: flow.TypeDrop, Verdict: flow.Dropped, DropReason: bad, Source: ep, Destination: ep},
+		{Time: t0, Node: bad, Type: flow.TypeLost, Lost: 1},
+	}
+	for _, f := range cases {
+		r := Response(&f)
+		b, err := proto.Marshal(r)
+		if err != nil {
+			t.Fatalf("marshal the response to a %s flow with strings that are not UTF-8: %v", f.Type, err)
+		}
+		if r.GetNodeName() != "x\uFFFD" {
+			t.Errorf("node name %q, want %q", r.GetNodeName(), "x\uFFFD")
+		}
+		if f.Type == flow.TypeDNS {
+			var got observerpb.GetFlowsResponse
+			if err := proto.Unmarshal(b, &got); err != nil {
+				t.Fatal(err)
+			}
+			if q := got.GetFlow().GetL7().GetDns().GetQuery(); q != "x\uFFFD" {
+				t.Errorf("DNS query %q, want %q", q, "x\uFFFD")
+			}
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	flowpb "github.com/cilium/cilium/api/v1/flow"
 	observerpb "github.com/cilium/cilium/api/v1/observer"
+	"golang.org/x/net/dns/dnsmessage"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -92,6 +93,65 @@ func TestServerGetFlows(t *testing.T) {
 	}
 	if src.gotReq.Last != 5 || len(src.gotReq.Whitelist) != 1 || src.gotReq.Whitelist[0].Verdict[0] != flow.Dropped {
 		t.Errorf("source got %+v: want Last 5 and a DROPPED whitelist", src.gotReq)
+	}
+}
+
+// dnsQuery is a DNS query for name, as a pod would send it.
+func dnsQuery(t *testing.T, name string) []byte {
+	t.Helper()
+	n, err := dnsmessage.NewName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 1})
+	if err := b.StartQuestions(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Question(dnsmessage.Question{Name: n, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET}); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := b.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msg
+}
+
+// A pod chooses the names it queries: a name with a byte that is not UTF-8 must not
+// stop the stream (a proto3 string must be UTF-8), or a pod could hide every flow
+// after it from hubble observe.
+func TestServerGetFlowsDNSNameNotUTF8(t *testing.T) {
+	d, err := flow.ParseDNS(dnsQuery(t, "evil\xff.com."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &fakeSource{flows: []*flow.Flow{
+		{Time: t0, Node: "n1", Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "TCP"},
+		{Time: t0.Add(time.Second), Node: "n1", Type: flow.TypeDNS, Verdict: flow.Forwarded, Protocol: "UDP", DstPort: 53, DNS: d},
+		{Time: t0.Add(2 * time.Second), Node: "n1", Type: flow.TypeDrop, Verdict: flow.Dropped, DropReason: "DROP_POLICY_DENIED"},
+	}}
+	c := observerpb.NewObserverClient(dialServer(t, NewServer(Config{Node: "n1", Source: src})))
+	stream, err := c.GetFlows(context.Background(), &observerpb.GetFlowsRequest{Number: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for {
+		r, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("stream ended after %v: %v", got, err)
+		}
+		f := r.GetFlow()
+		got = append(got, f.GetVerdict().String())
+		if dns := f.GetL7().GetDns(); dns != nil && dns.GetQuery() != `evil\255.com.` {
+			t.Errorf("DNS query %q, want %q", dns.GetQuery(), `evil\255.com.`)
+		}
+	}
+	if strings.Join(got, ",") != "FORWARDED,FORWARDED,DROPPED" {
+		t.Errorf("stream = %v, want FORWARDED,FORWARDED,DROPPED: the flows around the DNS one and the DNS one", got)
 	}
 }
 
