@@ -74,20 +74,22 @@ func Observe(ctx context.Context, out io.Writer, o ObserveOptions) error {
 
 const observeHeader = "TIME          NODE            SOURCE                                   DESTINATION                              TYPE           VERDICT    SUMMARY"
 
-// FormatFlow renders one flow as a table row.
+// FormatFlow renders one flow as a table row. Every text column goes through
+// printable: a flow carries text a pod chose.
 func FormatFlow(f *flow.Flow) string {
 	ts := f.Time.Format("15:04:05.000")
 	if f.Type == flow.TypeLost {
-		return fmt.Sprintf("%-13s %-15s lost %d flows (this reader was too slow, or the node's flow ring was full)", ts, f.Node, f.Lost)
+		return fmt.Sprintf("%-13s %-15s lost %d flows (this reader was too slow, or the node's flow ring was full)", ts, printable(f.Node), f.Lost)
 	}
-	return fmt.Sprintf("%-13s %-15s %-40s %-40s %-14s %-10s %s", ts, f.Node,
-		flowEndpoint(f.Source, f.SrcPort), flowEndpoint(f.Destination, f.DstPort), f.Type, f.Verdict, flowSummary(f))
+	return fmt.Sprintf("%-13s %-15s %-40s %-40s %-14s %-10s %s", ts, printable(f.Node),
+		flowEndpoint(f.Source, f.SrcPort), flowEndpoint(f.Destination, f.DstPort),
+		printable(string(f.Type)), printable(string(f.Verdict)), flowSummary(f))
 }
 
 func flowEndpoint(ep flow.Endpoint, port uint16) string {
-	s := ep.IP
+	s := printable(ep.IP)
 	if ep.Pod != "" {
-		s = ep.Namespace + "/" + ep.Pod
+		s = printable(ep.Namespace + "/" + ep.Pod)
 	}
 	if port != 0 {
 		s = fmt.Sprintf("%s:%d", s, port)
@@ -97,7 +99,7 @@ func flowEndpoint(ep flow.Endpoint, port uint16) string {
 
 // flowSummary: protocol, TCP flags or ICMP type, drop reason, Service, DNS question.
 func flowSummary(f *flow.Flow) string {
-	parts := []string{f.Protocol}
+	parts := []string{printable(f.Protocol)}
 	if t := f.TCPFlags; t != nil {
 		var flags []string
 		for _, fl := range []struct {
@@ -114,15 +116,16 @@ func flowSummary(f *flow.Flow) string {
 		parts = append(parts, fmt.Sprintf("type %d code %d", f.ICMPType, f.ICMPCode))
 	}
 	if f.DropReason != "" {
-		parts = append(parts, f.DropReason)
+		parts = append(parts, printable(f.DropReason))
 	}
 	if f.Service != "" {
-		parts = append(parts, "service "+f.Service)
+		parts = append(parts, "service "+printable(f.Service))
 	}
 	if f.DNS != nil {
-		q := "query " + f.DNS.Query + " " + f.DNS.QType
-		if f.DNS.Response {
-			q = "response " + f.DNS.Query + " " + f.DNS.RCode + " " + strings.Join(f.DNS.IPs, ",")
+		d := f.DNS
+		q := "query " + printable(d.Query) + " " + printable(d.QType)
+		if d.Response {
+			q = "response " + printable(d.Query) + " " + printable(d.RCode) + " " + printable(strings.Join(d.IPs, ","))
 		}
 		parts = append(parts, "DNS "+strings.TrimSpace(q))
 	}
