@@ -55,7 +55,9 @@ func Response(f *flow.Flow) *observerpb.GetFlowsResponse {
 	} else {
 		r.ResponseTypes = &observerpb.GetFlowsResponse_Flow{Flow: ToProto(f)}
 	}
-	validUTF8(r.ProtoReflect())
+	if !validText(f) {
+		validUTF8(r.ProtoReflect())
+	}
 	return r
 }
 

@@ -1,6 +1,8 @@
 package hubble
 
 import (
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,5 +116,80 @@ func TestResponseValidUTF8(t *testing.T) {
 				t.Errorf("DNS query %q, want %q", q, "x\uFFFD")
 			}
 		}
+	}
+}
+
+// validText looks at every string a flow holds: each string field of flow.Flow and
+// of what it holds (endpoints, labels, DNS, lists), set alone to bytes that are not
+// UTF-8, makes it false. A string field added to a flow later fails here until
+// validText checks it too (else Response would skip the walk that repairs it).
+func TestValidTextCoversEveryString(t *testing.T) {
+	const bad = "x\xff"
+	var fields []string
+	var visit func(v reflect.Value, path string)
+	visit = func(v reflect.Value, path string) {
+		switch v.Kind() {
+		case reflect.String:
+			fields = append(fields, path)
+			f := &flow.Flow{DNS: &flow.DNS{IPs: []string{""}}, Policies: []string{""},
+				Source: flow.Endpoint{Labels: map[string]string{"k": "v"}}}
+			setAt(reflect.ValueOf(f).Elem(), path, bad)
+			if validText(f) {
+				t.Errorf("validText is true with %s = %q", path, bad)
+			}
+		case reflect.Struct:
+			for i := 0; i < v.NumField(); i++ {
+				if v.Type().Field(i).IsExported() {
+					visit(v.Field(i), path+"."+v.Type().Field(i).Name)
+				}
+			}
+		case reflect.Pointer:
+			visit(reflect.Zero(v.Type().Elem()), path)
+		case reflect.Slice:
+			if v.Type().Elem().Kind() == reflect.String {
+				visit(reflect.Zero(v.Type().Elem()), path+"[0]")
+			}
+		case reflect.Map:
+			visit(reflect.Zero(v.Type().Key()), path+"{key}")
+			visit(reflect.Zero(v.Type().Elem()), path+"{value}")
+		}
+	}
+	visit(reflect.ValueOf(flow.Flow{}), "")
+	if len(fields) < 15 {
+		t.Fatalf("only %d string fields found: %v", len(fields), fields)
+	}
+}
+
+// setAt sets the string at path (as TestValidTextCoversEveryString names it) in v
+// to s, through pointers (allocated when nil), slices' first element and maps'
+// single key or value.
+func setAt(v reflect.Value, path, s string) {
+	part, rest, _ := strings.Cut(strings.TrimPrefix(path, "."), ".")
+	name, suffix, _ := strings.Cut(part, "[")
+	if i := strings.Index(name, "{"); i >= 0 {
+		name, suffix = name[:i], name[i:]
+	}
+	fv := v.FieldByName(name)
+	if fv.Kind() == reflect.Pointer {
+		if fv.IsNil() {
+			fv.Set(reflect.New(fv.Type().Elem()))
+		}
+		fv = fv.Elem()
+	}
+	switch {
+	case suffix == "0]":
+		fv.Index(0).SetString(s)
+	case suffix == "{key}" || suffix == "{value}":
+		m := reflect.MakeMap(fv.Type())
+		if suffix == "{key}" {
+			m.SetMapIndex(reflect.ValueOf(s), reflect.ValueOf("v"))
+		} else {
+			m.SetMapIndex(reflect.ValueOf("k"), reflect.ValueOf(s))
+		}
+		fv.Set(m)
+	case rest != "":
+		setAt(fv, "."+rest, s)
+	default:
+		fv.SetString(s)
 	}
 }

@@ -5,7 +5,38 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/myelin-net/myelin/internal/flow"
 )
+
+// validText says whether every string f holds is valid UTF-8: then so is every string
+// of its response, and Response skips validUTF8's walk (which would triple what a
+// response costs, ~1.2 → ~3.9 µs). TestValidTextCoversEveryString keeps it complete.
+func validText(f *flow.Flow) bool {
+	ok := utf8.ValidString
+	all := func(ss []string) bool {
+		for _, s := range ss {
+			if !ok(s) {
+				return false
+			}
+		}
+		return true
+	}
+	ep := func(e *flow.Endpoint) bool {
+		for k, v := range e.Labels {
+			if !ok(k) || !ok(v) {
+				return false
+			}
+		}
+		return ok(e.IP) && ok(e.Namespace) && ok(e.Pod) && ok(e.Node)
+	}
+	if f.DNS != nil && !(ok(f.DNS.Query) && ok(f.DNS.QType) && ok(f.DNS.RCode) && all(f.DNS.IPs)) {
+		return false
+	}
+	return ok(f.Node) && ok(string(f.Type)) && ok(string(f.Verdict)) && ok(f.DropReason) &&
+		ok(string(f.Direction)) && ep(&f.Source) && ep(&f.Destination) && ok(f.Protocol) &&
+		ok(f.Service) && all(f.Policies) && ok(f.HostRouting)
+}
 
 // validUTF8 replaces every string in m, and in the messages it holds, that is not
 // valid UTF-8 with its valid form (each bad run of bytes becomes U+FFFD). Proto3
