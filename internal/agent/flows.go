@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"log/slog"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -40,6 +42,38 @@ type flowLoop struct {
 type podIndex struct {
 	view *policyView
 	byIP map[uint32]*policy.Pod // IPv4 as a number: hashes faster than a netip.Addr
+	// capped holds the flow labels (flowLabels) of the view's pods with more than
+	// flowLabelsMax labels, made once per view.
+	capped map[*policy.Pod]map[string]string
+}
+
+// flowLabelsMax bounds the labels a flow carries of each pod: Kubernetes bounds a
+// label's size (a 316-byte key, a 63-byte value) but not their number, and a pod with
+// thousands of labels would make each of its flows megabytes long, more than a
+// follower's JSON line (1 MiB) and what the relay may hold, so one tenant's pod could
+// break its node's flow streams. A pod with more keeps its first flowLabelsMax labels
+// by key in flows (policy selectors see them all).
+const flowLabelsMax = 64
+
+// flowLabels are pod p's labels as flows carry them: all of them, or the first
+// flowLabelsMax by key (made once per view, shared by its flows).
+func (x *podIndex) flowLabels(p *policy.Pod) map[string]string {
+	if len(p.Labels) <= flowLabelsMax {
+		return p.Labels
+	}
+	if m, ok := x.capped[p]; ok {
+		return m
+	}
+	keys := slices.Sorted(maps.Keys(p.Labels))[:flowLabelsMax]
+	m := make(map[string]string, flowLabelsMax)
+	for _, k := range keys {
+		m[k] = p.Labels[k]
+	}
+	if x.capped == nil {
+		x.capped = map[*policy.Pod]map[string]string{}
+	}
+	x.capped[p] = m
+	return m
 }
 
 func (x *podIndex) lookup(pol *policyLoop, ip netip.Addr) (*policy.Pod, bool) {
@@ -53,7 +87,7 @@ func (x *podIndex) lookup(pol *policyLoop, ip netip.Addr) (*policy.Pod, bool) {
 // in looks ip up among the pods of view v.
 func (x *podIndex) in(v *policyView, ip netip.Addr) (*policy.Pod, bool) {
 	if v != x.view {
-		x.view, x.byIP = v, make(map[uint32]*policy.Pod, len(v.input.Pods))
+		x.view, x.byIP, x.capped = v, make(map[uint32]*policy.Pod, len(v.input.Pods)), nil
 		for i := range v.input.Pods {
 			if ip := v.input.Pods[i].IP; ip.Is4() {
 				x.byIP[ipv4Key(ip)] = &v.input.Pods[i]
@@ -158,7 +192,7 @@ func (l *flowLoop) kernelLost() uint64 {
 func (l *flowLoop) Endpoint(ip netip.Addr) flow.Endpoint {
 	if pol := l.pol.Load(); pol != nil {
 		if p, ok := l.pods.lookup(pol, ip); ok {
-			return flow.Endpoint{Namespace: p.Namespace, Pod: p.Name, Labels: p.Labels, Node: p.Node}
+			return flow.Endpoint{Namespace: p.Namespace, Pod: p.Name, Labels: l.pods.flowLabels(p), Node: p.Node}
 		}
 	}
 	if name := l.eps.PodByIP(ip); name != "" { // a local pod the policy loop has not seen yet
