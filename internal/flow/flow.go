@@ -7,6 +7,7 @@ package flow
 
 import (
 	"context"
+	"net/netip"
 	"time"
 )
 
@@ -119,20 +120,22 @@ type Request struct {
 
 // Filter selects flows. Fields are ANDed; the values within one field are ORed; an
 // empty field matches everything. Pod values are "namespace/name", or "namespace/"
-// for a whole namespace (Hubble's form).
+// for a whole namespace (Hubble's form). IP values are parsed where a filter comes in
+// (ParseIP, the JSON form, Hubble's FlowFilter), never per flow matched: an address
+// is its /32 or /128 prefix.
 type Filter struct {
-	SourcePod          []string    `json:"sourcePod,omitempty"`
-	DestinationPod     []string    `json:"destinationPod,omitempty"`
-	SourceIP           []string    `json:"sourceIP,omitempty"` // IPs or CIDRs
-	DestinationIP      []string    `json:"destinationIP,omitempty"`
-	SourceService      []string    `json:"sourceService,omitempty"` // "namespace/name"
-	DestinationService []string    `json:"destinationService,omitempty"`
-	Verdict            []Verdict   `json:"verdict,omitempty"`
-	Protocol           []string    `json:"protocol,omitempty"` // tcp, udp, icmp, sctp (any case)
-	Type               []Type      `json:"type,omitempty"`
-	Node               []string    `json:"node,omitempty"`
-	Port               []uint16    `json:"port,omitempty"` // either port
-	Direction          []Direction `json:"direction,omitempty"`
+	SourcePod          []string       `json:"sourcePod,omitempty"`
+	DestinationPod     []string       `json:"destinationPod,omitempty"`
+	SourceIP           []netip.Prefix `json:"sourceIP,omitempty"` // IPs or CIDRs
+	DestinationIP      []netip.Prefix `json:"destinationIP,omitempty"`
+	SourceService      []string       `json:"sourceService,omitempty"` // "namespace/name"
+	DestinationService []string       `json:"destinationService,omitempty"`
+	Verdict            []Verdict      `json:"verdict,omitempty"`
+	Protocol           []string       `json:"protocol,omitempty"` // tcp, udp, icmp, sctp (any case)
+	Type               []Type         `json:"type,omitempty"`
+	Node               []string       `json:"node,omitempty"`
+	Port               []uint16       `json:"port,omitempty"` // either port
+	Direction          []Direction    `json:"direction,omitempty"`
 }
 
 // Source serves flows: the agent's store on one node, or a merge of several nodes.

@@ -12,8 +12,8 @@ import (
 func (f Filter) Match(fl *Flow) bool {
 	return matchAny(f.SourcePod, func(p string) bool { return podMatch(p, fl.Source) }) &&
 		matchAny(f.DestinationPod, func(p string) bool { return podMatch(p, fl.Destination) }) &&
-		matchAny(f.SourceIP, func(c string) bool { return ipMatch(c, fl.Source.IP) }) &&
-		matchAny(f.DestinationIP, func(c string) bool { return ipMatch(c, fl.Destination.IP) }) &&
+		ipMatch(f.SourceIP, fl.Source.IP) &&
+		ipMatch(f.DestinationIP, fl.Destination.IP) &&
 		matchAny(f.SourceService, noSourceService) &&
 		matchAny(f.DestinationService, func(s string) bool { return serviceMatch(s, fl.Service) }) &&
 		matchAny(f.Verdict, func(v Verdict) bool { return strings.EqualFold(string(v), string(fl.Verdict)) }) &&
@@ -67,17 +67,18 @@ func podMatch(want string, ep Endpoint) bool {
 	return name == "" || strings.HasPrefix(ep.Pod, name)
 }
 
-// ipMatch matches an IP or a CIDR.
-func ipMatch(want, ip string) bool {
+// ipMatch reports whether ip (a flow's address) is in any of want (all when empty).
+// Only the flow's own address is parsed, once per field: the filter's values were
+// parsed when the filter came in.
+func ipMatch(want []netip.Prefix, ip string) bool {
+	if len(want) == 0 {
+		return true
+	}
 	a, err := netip.ParseAddr(ip)
 	if err != nil {
 		return false
 	}
-	if p, err := netip.ParsePrefix(want); err == nil {
-		return p.Contains(a)
-	}
-	w, err := netip.ParseAddr(want)
-	return err == nil && w == a
+	return slices.ContainsFunc(want, func(p netip.Prefix) bool { return p.Contains(a) })
 }
 
 // serviceMatch matches "namespace/name" or "namespace/" against "namespace/name".

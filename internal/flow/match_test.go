@@ -1,9 +1,27 @@
 package flow
 
 import (
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
+
+func prefixes(s ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, v := range s {
+		p, err := ParseIP(v)
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, p)
+	}
+	return out
+}
 
 func TestFilterMatch(t *testing.T) {
 	fl := &Flow{
@@ -24,8 +42,13 @@ func TestFilterMatch(t *testing.T) {
 		{"source pod other namespace", Filter{SourcePod: []string{"y/client"}}, false},
 		{"pod without namespace is default", Filter{SourcePod: []string{"client"}}, false},
 		{"destination pod OR", Filter{DestinationPod: []string{"z/", "y/web-1"}}, true},
-		{"source CIDR", Filter{SourceIP: []string{"10.244.1.0/24"}}, true},
-		{"destination IP miss", Filter{DestinationIP: []string{"10.244.2.8"}}, false},
+		{"source CIDR", Filter{SourceIP: prefixes("10.244.1.0/24")}, true},
+		{"source CIDR with host bits", Filter{SourceIP: prefixes("10.244.1.9/24")}, true},
+		{"source IP", Filter{SourceIP: prefixes("10.244.1.5")}, true},
+		{"source IP OR", Filter{SourceIP: prefixes("10.0.0.1", "10.244.1.5")}, true},
+		{"destination IP miss", Filter{DestinationIP: prefixes("10.244.2.8")}, false},
+		{"destination CIDR miss", Filter{DestinationIP: prefixes("10.244.3.0/24")}, false},
+		{"IPv6 CIDR never holds an IPv4 address", Filter{SourceIP: prefixes("::/0")}, false},
 		{"verdict any case", Filter{Verdict: []Verdict{"dropped"}}, true},
 		{"verdict miss", Filter{Verdict: []Verdict{Forwarded}}, false},
 		{"protocol lower", Filter{Protocol: []string{"tcp"}}, true},
@@ -72,5 +95,90 @@ func TestRequestMatch(t *testing.T) {
 	}
 	if !(Request{Whitelist: []Filter{{Protocol: []string{"tcp"}}}, Since: time.Unix(50, 0)}).Match(lost) {
 		t.Error("a TypeLost record must always match")
+	}
+}
+
+// IP filters are parsed once, where they come in: ParseIP for Go callers, the JSON
+// form for GET /v1/flows; matching uses the parsed prefixes.
+func TestParsedIPFilters(t *testing.T) {
+	for _, c := range []struct {
+		in, want string
+	}{
+		{"10.244.1.5", "10.244.1.5/32"},
+		{"10.244.0.0/16", "10.244.0.0/16"},
+		{"fd00::1", "fd00::1/128"},
+		{"fd00::/64", "fd00::/64"},
+	} {
+		p, err := ParseIP(c.in)
+		if err != nil || p.String() != c.want {
+			t.Errorf("ParseIP(%q) = %v, %v; want %s", c.in, p, err, c.want)
+		}
+	}
+	for _, bad := range []string{"", "pod-a", "10.0.0.0/33", "10.0.0.300", "fe80::1%eth0", strings.Repeat("1", 3<<20)} {
+		if _, err := ParseIP(bad); err == nil {
+			t.Errorf("ParseIP(%.20q): no error", bad)
+		} else if len(err.Error()) > 200 {
+			t.Errorf("ParseIP(%.20q): error of %d bytes: want the value cut short", bad, len(err.Error()))
+		}
+	}
+
+	var r Request
+	if err := json.Unmarshal([]byte(`{"Whitelist":[{"sourceIP":["10.244.1.0/24"],"destinationIP":["10.244.2.7"]}]}`), &r); err != nil {
+		t.Fatal(err)
+	}
+	fl := &Flow{Type: TypeL3L4, Source: Endpoint{IP: "10.244.1.5"}, Destination: Endpoint{IP: "10.244.2.7"}}
+	if !r.Match(fl) {
+		t.Errorf("%+v does not match %+v", r, fl)
+	}
+	fl.Destination.IP = "10.244.2.8"
+	if r.Match(fl) {
+		t.Errorf("%+v matches %+v", r, fl)
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Request
+	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, r) {
+		t.Errorf("round trip through %s: %+v, %v; want %+v", b, back, err, r)
+	}
+
+	err = json.Unmarshal([]byte(`{"Blacklist":[{"destinationIP":["web-1"]}]}`), &r)
+	if !errors.Is(err, ErrInvalidFilter) || !strings.Contains(err.Error(), `destinationIP "web-1"`) {
+		t.Errorf("a malformed destinationIP: err %v, want ErrInvalidFilter naming the field and value", err)
+	}
+}
+
+func TestRequestValidate(t *testing.T) {
+	long := strings.Repeat("a", MaxFilterValueLen+1)
+	many := make([]string, MaxFilterValues)
+	for i := range many {
+		many[i] = "x/"
+	}
+	cases := []struct {
+		name string
+		r    Request
+		want string // in the error; "" for none
+	}{
+		{"empty", Request{}, ""},
+		{"longest pod", Request{Whitelist: []Filter{{SourcePod: []string{strings.Repeat("n", 63) + "/" + strings.Repeat("p", 253)}}}}, ""},
+		{"oversized pod", Request{Whitelist: []Filter{{SourcePod: []string{long}}}}, "whitelist filter 0: sourcePod"},
+		{"oversized node", Request{Blacklist: []Filter{{}, {Node: []string{long}}}}, "blacklist filter 1: node"},
+		{"oversized type", Request{Whitelist: []Filter{{Type: []Type{Type(long)}}}}, "type"},
+		{"too many values", Request{Whitelist: []Filter{{SourcePod: many}}}, "at most 256"},
+		{"too many bytes", Request{Whitelist: []Filter{{SourcePod: many[:60]}, {Node: slices.Repeat([]string{strings.Repeat("n", 300)}, 60)}}}, "bytes"},
+		{"unset IP", Request{Whitelist: []Filter{{SourceIP: []netip.Prefix{{}}}}}, "sourceIP"},
+	}
+	for _, c := range cases {
+		err := c.r.Validate()
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("%s: %v", c.name, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrInvalidFilter) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err %v, want ErrInvalidFilter saying %q", c.name, err, c.want)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package flowclient
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -29,7 +30,7 @@ type Options struct {
 }
 
 // Request builds the flow.Request the options ask for, or an error naming the
-// malformed filter.
+// malformed filter (flow.Request.Validate's limits included).
 func (o Options) Request(last int, follow bool) (flow.Request, error) {
 	if last < 0 {
 		return flow.Request{}, fmt.Errorf("--last %d: must be 0 or more", last)
@@ -64,11 +65,14 @@ func (o Options) Request(last int, follow bool) (flow.Request, error) {
 	req := flow.Request{Last: last, Follow: follow}
 	if len(either) == 0 {
 		req.Whitelist = []flow.Filter{base}
-		return req, nil
+	} else {
+		src, dst := base, base // --pod: the pod on either side, each with the other filters
+		src.SourcePod, dst.DestinationPod = append(src.SourcePod, either...), append(dst.DestinationPod, either...)
+		req.Whitelist = []flow.Filter{src, dst}
 	}
-	src, dst := base, base // --pod: the pod on either side, each with the other filters
-	src.SourcePod, dst.DestinationPod = append(src.SourcePod, either...), append(dst.DestinationPod, either...)
-	req.Whitelist = []flow.Filter{src, dst}
+	if err := req.Validate(); err != nil {
+		return flow.Request{}, err
+	}
 	return req, nil
 }
 
@@ -172,12 +176,20 @@ func queryOptions(q url.Values) Options {
 
 // ParseQuery reads GET /v1/flows's query: "request" (a JSON flow.Request, what
 // clients send), or the observe filters by their flag names with last, follow and
-// since (RFC 3339), e.g. ?verdict=dropped&namespace=x&last=20.
+// since (RFC 3339), e.g. ?verdict=dropped&namespace=x&last=20. The filters are
+// parsed (IPs) and checked against flow's limits here, once: the error names the
+// malformed or oversized one.
 func ParseQuery(q url.Values) (flow.Request, error) {
 	if r := q.Get("request"); r != "" {
 		var req flow.Request
 		if err := json.Unmarshal([]byte(r), &req); err != nil {
-			return flow.Request{}, fmt.Errorf("request %q: not a JSON flow request: %w", r, err)
+			if errors.Is(err, flow.ErrInvalidFilter) {
+				return flow.Request{}, fmt.Errorf("request: %w", err)
+			}
+			return flow.Request{}, fmt.Errorf("request %s: not a JSON flow request: %w", flow.QuoteValue(r), err)
+		}
+		if err := req.Validate(); err != nil {
+			return flow.Request{}, fmt.Errorf("request: %w", err)
 		}
 		return req, nil
 	}

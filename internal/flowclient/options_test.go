@@ -1,8 +1,11 @@
 package flowclient
 
 import (
+	"errors"
+	"net/netip"
 	"net/url"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -75,5 +78,30 @@ func TestParseQuery(t *testing.T) {
 		if _, err := ParseQuery(bad); err == nil {
 			t.Errorf("ParseQuery(%v): no error", bad)
 		}
+	}
+}
+
+// A JSON request's IP filters are parsed and its filters bounded when the query is
+// read: a malformed or oversized one is an error (a 400) naming the field.
+func TestParseQueryFilters(t *testing.T) {
+	cidr := `{"Whitelist":[{"sourceIP":["10.244.0.0/16"]}]}`
+	got, err := ParseQuery(url.Values{"request": {cidr}})
+	if err != nil || len(got.Whitelist) != 1 || got.Whitelist[0].SourceIP[0] != netip.MustParsePrefix("10.244.0.0/16") {
+		t.Errorf("ParseQuery(%s) = %+v, %v", cidr, got, err)
+	}
+	cases := []struct{ request, want string }{
+		{`{"Whitelist":[{"sourceIP":["web-1"]}]}`, `sourceIP "web-1"`},
+		{`{"Blacklist":[{"destinationIP":["` + strings.Repeat("1", 3<<20) + `"]}]}`, "destinationIP"},
+		{`{"Whitelist":[{"node":["` + strings.Repeat("n", flow.MaxFilterValueLen+1) + `"]}]}`, "whitelist filter 0: node"},
+	}
+	for _, c := range cases {
+		_, err := ParseQuery(url.Values{"request": {c.request}})
+		if !errors.Is(err, flow.ErrInvalidFilter) || !strings.Contains(err.Error(), c.want) || len(err.Error()) > 500 {
+			t.Errorf("ParseQuery(%.60s…): err %.300v, want a short ErrInvalidFilter naming %s", c.request, err, c.want)
+		}
+	}
+	many := url.Values{"node": slices.Repeat([]string{"n"}, flow.MaxFilterValues)}
+	if _, err := ParseQuery(many); !errors.Is(err, flow.ErrInvalidFilter) {
+		t.Errorf("ParseQuery with %d nodes: err %v, want ErrInvalidFilter", flow.MaxFilterValues, err)
 	}
 }

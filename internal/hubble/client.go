@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 
 	flowpb "github.com/cilium/cilium/api/v1/flow"
 	observerpb "github.com/cilium/cilium/api/v1/observer"
@@ -84,7 +85,7 @@ func ProtoRequest(r flow.Request) *observerpb.GetFlowsRequest {
 func ProtoFilters(f flow.Filter) []*flowpb.FlowFilter {
 	ff := &flowpb.FlowFilter{
 		SourcePod: f.SourcePod, DestinationPod: f.DestinationPod,
-		SourceIp: f.SourceIP, DestinationIp: f.DestinationIP,
+		SourceIp: ipStrings(f.SourceIP), DestinationIp: ipStrings(f.DestinationIP),
 		SourceService: f.SourceService, DestinationService: f.DestinationService,
 		Protocol: f.Protocol, NodeName: f.Node,
 	}
@@ -124,4 +125,18 @@ func eventNumber(t flow.Type) int32 {
 		return eventL7
 	}
 	return eventTrace
+}
+
+// ipStrings are IP filter values as Hubble takes them: an address for a single-address
+// prefix, else the CIDR.
+func ipStrings(ps []netip.Prefix) []string {
+	var out []string
+	for _, p := range ps {
+		if p.IsSingleIP() {
+			out = append(out, p.Addr().String())
+		} else {
+			out = append(out, p.String())
+		}
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package hubble
 import (
 	"context"
 	"net"
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -64,11 +65,11 @@ func TestClientSourceRoundTrip(t *testing.T) {
 	req := flow.Request{
 		Last: 50, Since: in[0].Time.Add(-time.Hour), Until: in[0].Time.Add(time.Hour),
 		Whitelist: []flow.Filter{{
-			SourcePod: []string{"shop/"}, DestinationIP: []string{"10.244.0.0/16"}, DestinationService: []string{"shop/server"},
+			SourcePod: []string{"shop/"}, DestinationIP: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}, DestinationService: []string{"shop/server"},
 			Verdict: []flow.Verdict{flow.Dropped, flow.Forwarded}, Protocol: []string{"tcp", "udp"},
 			Type: []flow.Type{flow.TypeDrop, flow.TypeDNS}, Node: []string{"myelin-node-1"}, Direction: []flow.Direction{flow.Ingress},
 		}},
-		Blacklist: []flow.Filter{{DestinationPod: []string{"kube-system/coredns"}, SourceIP: []string{"10.0.0.1"}}},
+		Blacklist: []flow.Filter{{DestinationPod: []string{"kube-system/coredns"}, SourceIP: []netip.Prefix{netip.MustParsePrefix("10.0.0.1/32")}}},
 	}
 	out := make(chan *flow.Flow, len(in)+1)
 	if err := NewClientSource(addr).Flows(context.Background(), req, out); err != nil {

@@ -2,6 +2,7 @@ package hubble
 
 import (
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 
@@ -37,34 +38,64 @@ var flagOf = map[protoreflect.Name]string{
 
 // MaxFilterValues bounds a request's filters: every value of every field of every
 // whitelist and blacklist filter counts one. Each flow is matched against them while a
-// stream lasts, so a request beyond it is refused.
-const MaxFilterValues = 256
+// stream lasts, so a request beyond it is refused (flow.MaxFilterValues, which the
+// flow store checks too).
+const MaxFilterValues = flow.MaxFilterValues
 
-// filterValues counts the values set in ffs (a list field counts its length).
-func filterValues(ffs []*flowpb.FlowFilter) int {
-	n := 0
-	for _, ff := range ffs {
-		n++ // the filter itself
-		ff.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-			if fd.IsList() {
-				n += v.List().Len()
-			} else {
-				n++
+// checkSize refuses filters beyond flow's limits before any is converted: too many
+// values, a value longer than flow.MaxFilterValueLen (named by its field), or values
+// longer than flow.MaxFilterBytes together. A list field counts its length, a
+// string's text its bytes.
+func checkSize(lists ...[]*flowpb.FlowFilter) error {
+	values, bytes := 0, 0
+	var bad error
+	for _, ffs := range lists {
+		for _, ff := range ffs {
+			values++ // the filter itself
+			ff.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+				if !fd.IsList() {
+					values++
+					return true
+				}
+				l := v.List()
+				values += l.Len()
+				if fd.Kind() != protoreflect.StringKind {
+					return true
+				}
+				for i := range l.Len() {
+					s := l.Get(i).String()
+					if len(s) > flow.MaxFilterValueLen {
+						bad = fmt.Errorf("get flows: filter %s %s: longer than %d bytes, the longest namespace/name a filter can hold",
+							fd.Name(), flow.QuoteValue(s), flow.MaxFilterValueLen)
+						return false
+					}
+					bytes += len(s)
+				}
+				return true
+			})
+			if bad != nil {
+				return bad
 			}
-			return true
-		})
+		}
 	}
-	return n
+	if values > MaxFilterValues {
+		return fmt.Errorf("get flows: the filters have %d values (filters, pods, IPs, ports, ...), at most %d are allowed: split the query or filter with fewer values", values, MaxFilterValues)
+	}
+	if bytes > flow.MaxFilterBytes {
+		return fmt.Errorf("get flows: the filters' values have %d bytes, at most %d are allowed: split the query or filter with fewer values", bytes, flow.MaxFilterBytes)
+	}
+	return nil
 }
 
 // Request turns a Hubble GetFlowsRequest into the flow.Request a Source answers. A
-// filter field myelin cannot answer, or a malformed value, is an error naming it.
+// filter field myelin cannot answer, a malformed value (an IP or CIDR is parsed
+// here, once), or filters beyond flow's limits are an error naming them.
 func Request(req *observerpb.GetFlowsRequest) (flow.Request, error) {
 	if req.GetFirst() {
 		return flow.Request{}, fmt.Errorf("get flows: --first is not supported by myelin: use --last N or --since")
 	}
-	if n := filterValues(req.GetWhitelist()) + filterValues(req.GetBlacklist()); n > MaxFilterValues {
-		return flow.Request{}, fmt.Errorf("get flows: the filters have %d values (filters, pods, IPs, ports, ...), at most %d are allowed: split the query or filter with fewer values", n, MaxFilterValues)
+	if err := checkSize(req.GetWhitelist(), req.GetBlacklist()); err != nil {
+		return flow.Request{}, err
 	}
 	r := flow.Request{Last: int(req.GetNumber()), Follow: req.GetFollow()}
 	if req.GetSince() != nil {
@@ -115,7 +146,6 @@ func Filter(ff *flowpb.FlowFilter) (flow.Filter, error) {
 	}
 	f := flow.Filter{
 		SourcePod: ff.GetSourcePod(), DestinationPod: ff.GetDestinationPod(),
-		SourceIP: ff.GetSourceIp(), DestinationIP: ff.GetDestinationIp(),
 		SourceService: ff.GetSourceService(), DestinationService: ff.GetDestinationService(),
 		Node: ff.GetNodeName(),
 	}
@@ -126,6 +156,12 @@ func Filter(ff *flowpb.FlowFilter) (flow.Filter, error) {
 		f.Direction = append(f.Direction, flow.Direction(d.String()))
 	}
 	var err error
+	if f.SourceIP, err = ips("source_ip", ff.GetSourceIp()); err != nil {
+		return flow.Filter{}, err
+	}
+	if f.DestinationIP, err = ips("destination_ip", ff.GetDestinationIp()); err != nil {
+		return flow.Filter{}, err
+	}
 	if f.Protocol, err = protocols(ff.GetProtocol()); err != nil {
 		return flow.Filter{}, err
 	}
@@ -140,6 +176,19 @@ func Filter(ff *flowpb.FlowFilter) (flow.Filter, error) {
 		f.Port = append(f.Port, uint16(n))
 	}
 	return f, nil
+}
+
+// ips parses the IP filter values of field (an address or a CIDR each).
+func ips(field string, in []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range in {
+		p, err := flow.ParseIP(s)
+		if err != nil {
+			return nil, fmt.Errorf("filter %s %w", field, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 func protocols(in []string) ([]string, error) {

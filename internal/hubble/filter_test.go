@@ -1,6 +1,7 @@
 package hubble
 
 import (
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -36,7 +37,7 @@ func TestFilter(t *testing.T) {
 		{"--node-name n1 --traffic-direction ingress", &flowpb.FlowFilter{NodeName: []string{"n1"}, TrafficDirection: []flowpb.TrafficDirection{flowpb.TrafficDirection_INGRESS}},
 			flow.Filter{Node: []string{"n1"}, Direction: []flow.Direction{flow.Ingress}}},
 		{"--ip 10.244.0.0/16 (both halves in one)", &flowpb.FlowFilter{SourceIp: []string{"10.244.0.0/16"}, DestinationIp: []string{"10.96.0.10"}},
-			flow.Filter{SourceIP: []string{"10.244.0.0/16"}, DestinationIP: []string{"10.96.0.10"}}},
+			flow.Filter{SourceIP: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}, DestinationIP: []netip.Prefix{netip.MustParsePrefix("10.96.0.10/32")}}},
 	}
 	for _, c := range cases {
 		t.Run(c.flags, func(t *testing.T) {
@@ -62,6 +63,8 @@ func TestFilterRejects(t *testing.T) {
 		{"bad port", &flowpb.FlowFilter{DestinationPort: []string{"http"}}, []string{`port "http"`, "1-65535"}},
 		{"port out of range", &flowpb.FlowFilter{SourcePort: []string{"70000"}}, []string{`port "70000"`}},
 		{"l7 protocol", &flowpb.FlowFilter{Protocol: []string{"http"}}, []string{`protocol "http"`, "tcp, udp"}},
+		{"malformed source IP", &flowpb.FlowFilter{SourceIp: []string{"web-1"}}, []string{`source_ip "web-1"`, "not an IP address or CIDR"}},
+		{"malformed destination CIDR", &flowpb.FlowFilter{DestinationIp: []string{"10.0.0.0/40"}}, []string{`destination_ip "10.0.0.0/40"`, "not a CIDR"}},
 		{"sub-type", &flowpb.FlowFilter{EventType: []*flowpb.EventTypeFilter{{Type: 4, MatchSubType: true, SubType: 3}}}, []string{"event type 4:3", "sub-type"}},
 	}
 	for _, c := range cases {

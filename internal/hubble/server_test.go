@@ -167,6 +167,39 @@ func TestServerRejectsBadFilter(t *testing.T) {
 	}
 }
 
+// An IP filter value is parsed when the request comes in: an oversized or malformed
+// one is refused with InvalidArgument naming the field, before any flow is matched.
+func TestServerRejectsBadIPFilter(t *testing.T) {
+	src := &fakeSource{}
+	c := observerpb.NewObserverClient(dialServer(t, NewServer(Config{Source: src})))
+	cases := []struct {
+		name string
+		ff   *flowpb.FlowFilter
+		want string
+	}{
+		{"oversized", &flowpb.FlowFilter{SourceIp: []string{strings.Repeat("1", 3<<20)}}, "source_ip"},
+		{"malformed", &flowpb.FlowFilter{DestinationIp: []string{"10.0.0.256"}}, `destination_ip "10.0.0.256"`},
+		{"oversized pod", &flowpb.FlowFilter{SourcePod: []string{"x/" + strings.Repeat("p", flow.MaxFilterValueLen)}}, "source_pod"},
+	}
+	for _, c2 := range cases {
+		stream, err := c.GetFlows(context.Background(), &observerpb.GetFlowsRequest{Whitelist: []*flowpb.FlowFilter{c2.ff}})
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c2.want) {
+			t.Errorf("%s: GetFlows: %.300v, want InvalidArgument naming %s", c2.name, err, c2.want)
+		}
+		if len(status.Convert(err).Message()) > 500 {
+			t.Errorf("%s: a message of %d bytes: want the value cut short", c2.name, len(status.Convert(err).Message()))
+		}
+	}
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if src.gotReq.Whitelist != nil {
+		t.Errorf("the source got %+v: want no request reaching it", src.gotReq)
+	}
+}
+
 func TestServerStatusNodesHealth(t *testing.T) {
 	now := t0
 	srv := NewServer(Config{Node: "n1", Address: "198.18.0.11:4244", Version: "v1", Source: &fakeSource{},
