@@ -17,6 +17,12 @@ const DefaultCapacity = 4095
 // followBuffer is how many flows a follower may fall behind before it loses flows.
 const followBuffer = 1024
 
+// historyChunk is how many stored flows a reader copies out of the ring per turn of
+// s.mu: its filters run on the copies, after the lock is released, so adders and
+// other readers wait for a copy of at most this many flows (~25 µs), never for a
+// reader's filters.
+const historyChunk = 256
+
 // MaxFollowers is how many follow streams (hubble observe --follow, the relay) a node
 // serves at once; one more is refused with ErrTooManyFollowers, so readers cannot make
 // every flow cost unbounded filter work.
@@ -46,7 +52,12 @@ type Store struct {
 	// takes it under mu and runs the filters on it after mu is released.
 	followers []*follower
 	sinks     []flow.Sink
-	added     uint64
+	// added counts the flows committed: the flow added n-th (from 0) is at ring
+	// index n % capacity, the stored ones are added-storedLen() to added-1.
+	added uint64
+	// chunkCopied, when set (tests only), runs after a reader copied a chunk of the
+	// stored flows and released s.mu, before their filters run.
+	chunkCopied func()
 }
 
 // New returns a store that keeps the newest capacity flows (DefaultCapacity if < 1).
@@ -182,10 +193,16 @@ func (s *Store) stored(i int) *flow.Flow {
 // Flows implements flow.Source: the newest req.Last stored flows that match req
 // (all matching ones when not following and Last is 0), then with req.Follow every
 // new matching flow until ctx ends. It returns nil when it has sent what was asked,
-// ctx's error when ctx ended first (nil for a follow stream, which ends only so).
+// ctx's error when ctx ended first (nil for a follow stream, which ends only so). A
+// request beyond flow's filter limits (Request.Validate) is refused, wrapping
+// flow.ErrInvalidFilter; a follow request beyond MaxFollowers, wrapping
+// ErrTooManyFollowers.
 func (s *Store) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Flow) error {
+	if err := req.Validate(); err != nil {
+		return fmt.Errorf("read flows: %w", err)
+	}
 	s.mu.Lock()
-	stored := s.lastMatching(req)
+	end := s.added // the stored part ends here; a follower gets what comes after
 	var fo *follower
 	if req.Follow { // registered under the same lock: no flow falls between the two parts
 		if len(s.followers) >= MaxFollowers {
@@ -200,7 +217,7 @@ func (s *Store) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Fl
 	if fo != nil {
 		defer s.unfollow(fo)
 	}
-	for _, f := range stored {
+	for _, f := range s.lastMatching(req, end) {
 		select {
 		case out <- f:
 		case <-ctx.Done():
@@ -226,25 +243,50 @@ func (s *Store) unfollow(fo *follower) {
 	s.followers = slices.DeleteFunc(slices.Clone(s.followers), func(f *follower) bool { return f == fo })
 }
 
-// lastMatching returns copies of the stored flows req asks for, oldest first (under
-// s.mu: only the matches are copied out of the ring).
-func (s *Store) lastMatching(req flow.Request) []*flow.Flow {
+// lastMatching returns copies of the stored flows added before end that req asks
+// for, oldest first. It copies them out of the ring historyChunk at a time, newest
+// first, and matches the copies without the lock; flows that leave the ring while it
+// matches (the ring is full and adders go on) are not returned.
+func (s *Store) lastMatching(req flow.Request, end uint64) []*flow.Flow {
 	limit := req.Last
 	if limit == 0 && req.Follow {
 		return nil
 	}
-	var idx []int
-	for i := 0; i < s.storedLen() && (limit == 0 || len(idx) < limit); i++ {
-		if f := s.stored(i); f.Type != flow.TypeLost && req.Match(f) {
-			idx = append(idx, i)
+	var matched []flow.Flow // newest first
+	chunk := make([]flow.Flow, 0, historyChunk)
+	for hi := end; limit == 0 || len(matched) < limit; {
+		chunk = s.copyStored(chunk[:0], hi)
+		if len(chunk) == 0 {
+			break
+		}
+		hi -= uint64(len(chunk))
+		if s.chunkCopied != nil {
+			s.chunkCopied()
+		}
+		for i := range chunk {
+			if f := &chunk[i]; f.Type != flow.TypeLost && req.Match(f) {
+				matched = append(matched, *f)
+				if len(matched) == limit {
+					break
+				}
+			}
 		}
 	}
-	copies := make([]flow.Flow, len(idx))
-	out := make([]*flow.Flow, len(idx))
-	for k, i := range idx {
-		n := len(idx) - 1 - k // oldest first
-		copies[n] = *s.stored(i)
-		out[n] = &copies[n]
+	out := make([]*flow.Flow, len(matched))
+	for i := range matched {
+		out[len(matched)-1-i] = &matched[i]
 	}
 	return out
+}
+
+// copyStored appends to dst copies of the stored flows added before hi, newest
+// first, up to cap(dst): none when they have all left the ring.
+func (s *Store) copyStored(dst []flow.Flow, hi uint64) []flow.Flow {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	oldest := s.added - uint64(s.storedLen())
+	for n := hi; n > oldest && len(dst) < cap(dst); n-- {
+		dst = append(dst, *s.stored(int(s.added - n))) // the flow added (n-1)-th
+	}
+	return dst
 }

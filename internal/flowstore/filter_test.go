@@ -1,0 +1,178 @@
+package flowstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/myelin-net/myelin/internal/flow"
+)
+
+// maxFilterRequest is a request at flow's filter limits that selects the TCP flows:
+// MaxFilterValues values, MaxFilterBytes of text nearly, every pod value a blacklist
+// entry each flow is matched against in vain.
+func maxFilterRequest(t testing.TB) flow.Request {
+	pods := make([]string, flow.MaxFilterValues-3) // the two filters and "tcp" count too
+	size := (flow.MaxFilterBytes - len("tcp")) / len(pods)
+	for i := range pods {
+		p := fmt.Sprintf("ns-%03d/pod-", i)
+		pods[i] = p + strings.Repeat("x", size-len(p))
+	}
+	req := flow.Request{
+		Whitelist: []flow.Filter{{Protocol: []string{"tcp"}}},
+		Blacklist: []flow.Filter{{SourcePod: pods}},
+	}
+	if err := req.Validate(); err != nil {
+		t.Fatalf("the largest request allowed is refused: %v", err)
+	}
+	return req
+}
+
+// fullStore is a full store of DefaultCapacity flows, ports 0 to DefaultCapacity-1,
+// the even ones TCP, the odd ones UDP.
+func fullStore() *Store {
+	s := New(DefaultCapacity)
+	for i := range DefaultCapacity {
+		s.Add(mkFlow(i, []string{"TCP", "UDP"}[i%2]))
+	}
+	return s
+}
+
+// evenPorts are the even numbers from lo to hi.
+func evenPorts(lo, hi int) []uint16 {
+	var p []uint16
+	for i := lo; i <= hi; i += 2 {
+		p = append(p, uint16(i))
+	}
+	return p
+}
+
+// A reader's filters run without the store's lock: an Add from another goroutine (the
+// agent's Feed) while a request with the largest filters allowed reads a full store
+// completes, and the reader gets the flows stored when it asked that are still in
+// the ring, oldest first, none of those added since. With the filters run under the
+// lock, the first Add waits for the whole read and the read for the Add: a deadlock.
+func TestStoreAddDuringFilteredRead(t *testing.T) {
+	s := fullStore()
+	added := 0
+	s.chunkCopied = func() {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.Add(mkFlow(5000+added, "TCP"))
+		}()
+		<-done
+		added++
+	}
+	got := ports(collect(t, s, maxFilterRequest(t)))
+	s.chunkCopied = nil
+	// 16 chunks of 256 (the last short), each followed by an Add that pushed the
+	// oldest stored flow out: flows 0 to 14 left the ring before their chunk was read.
+	chunks := (DefaultCapacity + historyChunk - 1) / historyChunk
+	if added != chunks {
+		t.Errorf("%d adds during the read, want one per chunk, %d", added, chunks)
+	}
+	if want := evenPorts(chunks, DefaultCapacity-1); !slices.Equal(got, want) {
+		t.Errorf("read %d flows %v…, want the %d TCP flows from %d to %d in order", len(got), got[:min(len(got), 5)], len(want), want[0], want[len(want)-1])
+	}
+	if newest := ports(collect(t, s, flow.Request{Last: added})); !slices.Equal(newest, []uint16{5000, 5001, 5002, 5003, 5004, 5005, 5006, 5007, 5008, 5009, 5010, 5011, 5012, 5013, 5014, 5015}) {
+		t.Errorf("the store's newest flows are %v, want the %d added during the read in order", newest, added)
+	}
+}
+
+// A follow request with the largest filters gets the stored part, then the flow added
+// while it was matched, once and in order.
+func TestStoreFollowAddDuringFilteredRead(t *testing.T) {
+	s := fullStore()
+	req := maxFilterRequest(t)
+	req.Last, req.Follow = 10, true
+	s.chunkCopied = func() {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.Add(mkFlow(5000, "TCP"))
+			s.Add(mkFlow(5001, "UDP")) // not selected
+		}()
+		<-done
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := make(chan *flow.Flow, 100)
+	go func() { _ = s.Flows(ctx, req, out) }()
+	var got []uint16
+	for len(got) < 11 {
+		got = append(got, (<-out).SrcPort)
+	}
+	if want := append(evenPorts(DefaultCapacity-19, DefaultCapacity-1), 5000); !slices.Equal(got, want) {
+		t.Errorf("followed %v, want the newest 10 TCP flows stored, then 5000", got)
+	}
+}
+
+// A request beyond flow's filter limits is refused by the store too, whatever built it.
+func TestStoreRefusesOversizedFilters(t *testing.T) {
+	s := fullStore()
+	req := maxFilterRequest(t)
+	req.Blacklist[0].SourcePod = append(req.Blacklist[0].SourcePod, "x/")
+	err := s.Flows(context.Background(), req, make(chan *flow.Flow, 1))
+	if !errors.Is(err, flow.ErrInvalidFilter) || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("Flows with %d filter values: err %v, want one naming the limit", flow.MaxFilterValues+1, err)
+	}
+}
+
+// BenchmarkFilteredRead is a read of a full store with the largest filters allowed:
+// what a reader's filters cost, outside the lock.
+func BenchmarkFilteredRead(b *testing.B) {
+	s := fullStore()
+	req := maxFilterRequest(b)
+	out := make(chan *flow.Flow, DefaultCapacity)
+	for b.Loop() {
+		if err := s.Flows(context.Background(), req, out); err != nil {
+			b.Fatal(err)
+		}
+		for len(out) > 0 {
+			<-out
+		}
+	}
+}
+
+// BenchmarkCopyChunk is the longest a reader holds the store's lock: one chunk copied.
+func BenchmarkCopyChunk(b *testing.B) {
+	s := fullStore()
+	chunk := make([]flow.Flow, 0, historyChunk)
+	for b.Loop() {
+		chunk = s.copyStored(chunk[:0], s.added)
+	}
+}
+
+// BenchmarkBatchToMaxFilterFollowers is a Feed batch (feedBatch flows) added with
+// MaxFollowers followers, each with the largest filters allowed: the most the
+// followers' filters can add to the adding goroutine's work per batch.
+func BenchmarkBatchToMaxFilterFollowers(b *testing.B) {
+	s := New(DefaultCapacity)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req := maxFilterRequest(b)
+	req.Follow = true
+	for range MaxFollowers {
+		out := make(chan *flow.Flow)
+		go func() { _ = s.Flows(ctx, req, out) }()
+		go func() {
+			for range out {
+			}
+		}()
+	}
+	for s.Stats().Followers != MaxFollowers {
+		runtime.Gosched()
+	}
+	batch := make([]flow.Flow, feedBatch)
+	for i := range batch {
+		batch[i] = *mkFlow(i, "TCP")
+	}
+	for b.Loop() {
+		s.AddBatch(batch)
+	}
+}
