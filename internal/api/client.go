@@ -228,7 +228,9 @@ func (c *Client) stream(ctx context.Context, path string) (*http.Response, error
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
 		var eb ErrorBody
-		_ = json.NewDecoder(resp.Body).Decode(&eb)
+		if json.NewDecoder(resp.Body).Decode(&eb) != nil || eb.Error == "" {
+			eb.Error = fmt.Sprintf("%s: %s", req.URL.Path, resp.Status) // no error body from the agent
+		}
 		return nil, errors.New(eb.Error)
 	}
 	return resp, nil

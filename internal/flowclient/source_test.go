@@ -2,9 +2,13 @@ package flowclient
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,5 +142,58 @@ func TestAgentsSourceFollowsAFlowInFlight(t *testing.T) {
 	st.Add(&flow.Flow{Time: before, Node: "a", Type: flow.TypeDrop, Verdict: flow.Dropped})
 	if f := <-out; f.Type != flow.TypeDrop || !f.Time.Equal(before) {
 		t.Errorf("followed %+v, want the drop stamped before the stream began", f)
+	}
+}
+
+// A follow request beyond the agent's MaxFollowers is an error status with the
+// store's message, which the source reports (to OnError, and as its error when every
+// agent refused), not an empty stream.
+func TestAgentsSourceReportsTooManyFollowers(t *testing.T) {
+	sock, st := fakeAgent(t, t.TempDir(), "a", at(1, "a"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range flowstore.MaxFollowers {
+		go func() { _ = st.Flows(ctx, flow.Request{Follow: true}, make(chan *flow.Flow)) }()
+	}
+	for st.Stats().Followers != flowstore.MaxFollowers {
+		runtime.Gosched()
+	}
+	src := NewAgentsSource([]string{sock})
+	var reported []string
+	src.OnError = func(s string, err error) { reported = append(reported, s+": "+err.Error()) }
+	got, err := read(t, src, flow.Request{Follow: true, Last: 1})
+	if err == nil || !strings.Contains(err.Error(), "too many follow streams") || !strings.Contains(err.Error(), sock) {
+		t.Errorf("follow beyond %d: %d flows, err %v; want an error naming the agent and the limit", flowstore.MaxFollowers, len(got), err)
+	}
+	if len(reported) != 1 || !strings.Contains(reported[0], fmt.Sprintf("at most %d", flowstore.MaxFollowers)) {
+		t.Errorf("OnError heard %q, want the agent's refusal", reported)
+	}
+}
+
+// ServeFlows answers a request its source refuses with the source's status and message.
+func TestServeFlowsStatus(t *testing.T) {
+	st := flowstore.New(10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range flowstore.MaxFollowers {
+		go func() { _ = st.Flows(ctx, flow.Request{Follow: true}, make(chan *flow.Flow)) }()
+	}
+	for st.Stats().Followers != flowstore.MaxFollowers {
+		runtime.Gosched()
+	}
+	for _, c := range []struct {
+		query string
+		code  int
+		want  string
+	}{
+		{"follow=true", http.StatusTooManyRequests, "too many follow streams"},
+		{"last=5", http.StatusOK, ""},
+		{"node=" + strings.Repeat("n", flow.MaxFilterValueLen+1), http.StatusBadRequest, "node"},
+	} {
+		rec := httptest.NewRecorder()
+		ServeFlows(rec, httptest.NewRequest(http.MethodGet, "/v1/flows?"+c.query, nil), st)
+		if rec.Code != c.code || !strings.Contains(rec.Body.String(), c.want) {
+			t.Errorf("GET /v1/flows?%.40s: %d %q, want %d saying %q", c.query, rec.Code, rec.Body.String(), c.code, c.want)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/myelin-net/myelin/internal/flow"
 	"github.com/myelin-net/myelin/internal/flowstore"
 )
 
@@ -48,6 +49,9 @@ var ClientKeepalive = keepalive.ClientParameters{Time: 10 * time.Second, Timeout
 func sourceStatus(err error) error {
 	if errors.Is(err, flowstore.ErrTooManyFollowers) {
 		return status.Error(codes.ResourceExhausted, err.Error())
+	}
+	if errors.Is(err, flow.ErrInvalidFilter) {
+		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	return status.Errorf(codes.Internal, "read flows: %v", err)
 }
