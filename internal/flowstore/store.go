@@ -19,7 +19,7 @@ const followBuffer = 1024
 
 // historyChunk is how many stored flows a reader copies out of the ring per turn of
 // s.mu: its filters run on the copies, after the lock is released, so adders and
-// other readers wait for a copy of at most this many flows (~25 µs), never for a
+// other readers wait for a copy of at most this many flows (~5 µs), never for a
 // reader's filters.
 const historyChunk = 256
 
