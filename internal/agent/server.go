@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/datapath"
@@ -77,7 +79,9 @@ func (a *server) serve() (*http.Server, error) {
 	mux.HandleFunc("GET /v1/flows", a.handleFlows)         // flowsapi.go
 	mux.HandleFunc("GET /v1/health", a.handleHealthMatrix) // peerhealth.go
 	registerPprof(mux)                                     // pprof.go
-	srv := &http.Server{Handler: mux}
+	// Long-lived answers (monitor, flows) stream, so no write timeout; a client that
+	// never finishes its request headers is dropped.
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("API server", "err", err)
@@ -107,9 +111,13 @@ func (a *server) ifReady(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// maxRequestBody bounds a request body of the API (a pod reference or an endpoint:
+// a few hundred bytes), so no client can make a handler read without end.
+const maxRequestBody = 64 << 10
+
 func decode(r *http.Request, v any) error {
-	if err := json.NewDecoder(r.Body).Decode(v); err != nil {
-		return fmt.Errorf("bad request body: %w", err)
+	if err := json.NewDecoder(io.LimitReader(r.Body, maxRequestBody)).Decode(v); err != nil {
+		return fmt.Errorf("bad request body (a JSON object of at most %d bytes): %w", maxRequestBody, err)
 	}
 	return nil
 }

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/myelin-net/myelin/internal/api"
@@ -109,5 +112,43 @@ func TestDeleteEndpointOnlyByOwner(t *testing.T) {
 	// Not ready yet (waiting for Services): deletes are served all the same.
 	if err := c.DeleteEndpointOf(ctx, "gone", 0); err != nil {
 		t.Errorf("DELETE before ready = %v, want success", err)
+	}
+}
+
+// A request body past maxRequestBody is refused (400) rather than read on, and the
+// IP of a container whose endpoint is registered is not released by a failed ADD's
+// cleanup (409 naming CNI DEL), through the real API socket.
+func TestAPIRefusesOversizedBodyAndLiveRelease(t *testing.T) {
+	a, node := serveTest(t)
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", a.cfg.socket())
+	}}}
+	a.ready.Store(true)
+	body := `{"containerID":"` + strings.Repeat("x", maxRequestBody) + `"}`
+	resp, err := hc.Post("http://agent/v1/ipam/big", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), "at most") {
+		t.Errorf("oversized allocate body: %d %s; want 400 naming the limit", resp.StatusCode, msg)
+	}
+
+	alloc, err := a.eps.Allocate(api.PodRef{ContainerID: "live"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.links[alloc.HostIfName] = 7
+	if _, err := a.eps.Put(api.Endpoint{PodRef: api.PodRef{ContainerID: "live"}, IP: alloc.IP, HostIfName: alloc.HostIfName,
+		HostIfIndex: 7, HostMAC: "02:00:00:00:00:01", PodMAC: "02:00:00:00:00:02"}); err != nil {
+		t.Fatal(err)
+	}
+	err = api.NewClient(a.cfg.socket()).Release(context.Background(), "live")
+	if err == nil || !strings.Contains(err.Error(), "CNI DEL") {
+		t.Errorf("release of a live endpoint's IP = %v, want refused naming CNI DEL", err)
+	}
+	if ip, ok := a.pool.Lookup("live"); !ok || ip.String() != alloc.IP {
+		t.Errorf("the live endpoint's IP after the refused release: %v %v, want %s", ip, ok, alloc.IP)
 	}
 }
