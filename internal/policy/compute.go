@@ -65,8 +65,8 @@ type identity struct {
 // identity numbers (and keeps them across calls); numbers of keys no
 // longer in use are released.
 func Compute(in Input, ids *Identities) State {
-	cidrs, problems := policyCIDRs(in.Policies)
-	st := State{IPCache: map[netip.Prefix]uint32{}, Endpoints: map[netip.Addr]*Endpoint{}, Problems: problems}
+	cidrs := newCIDRSet(in.Policies)
+	st := State{IPCache: map[netip.Prefix]uint32{}, Endpoints: map[netip.Addr]*Endpoint{}, Problems: cidrs.problems}
 	used := map[string]bool{}
 	byKey := map[string]*identity{}
 	keys := newKeyer()
@@ -81,8 +81,8 @@ func Compute(in Input, ids *Identities) State {
 		return i.id
 	}
 	idOf(peer{}) // world: always 2
-	for _, c := range cidrs {
-		st.IPCache[c] = idOf(peer{atoms: atomsOf(c, cidrs)})
+	for _, c := range cidrs.prefixes {
+		st.IPCache[c] = idOf(peer{atoms: cidrs.atomsOf(c)})
 	}
 	local := []Pod{}
 	for _, pod := range in.Pods {
@@ -100,19 +100,19 @@ func Compute(in Input, ids *Identities) State {
 	sort.Slice(all, func(a, b int) bool { return all[a].id < all[b].id })
 	st.Identities = len(all)
 	for _, pod := range local {
-		st.Endpoints[pod.IP] = endpointState(pod, podPeer(pod, in.Namespaces, cidrs), in.Policies, all, &st)
+		st.Endpoints[pod.IP] = endpointState(pod, podPeer(pod, in.Namespaces, cidrs), in.Policies, cidrs, all, &st)
 	}
 	return st
 }
 
 // podPeer is pod as a peer.
-func podPeer(pod Pod, namespaces map[string]map[string]string, cidrs []netip.Prefix) peer {
+func podPeer(pod Pod, namespaces map[string]map[string]string, cidrs *cidrSet) peer {
 	return peer{pod: true, namespace: pod.Namespace, labels: pod.Labels, nsLabels: namespaces[pod.Namespace],
-		ports: pod.Ports, atoms: atomsOf(netip.PrefixFrom(pod.IP, 32), cidrs)}
+		ports: pod.Ports, atoms: cidrs.atomsOf(netip.PrefixFrom(pod.IP, 32))}
 }
 
 // endpointState computes one local pod's flags and entries.
-func endpointState(pod Pod, self peer, nps []*networkingv1.NetworkPolicy, all []*identity, st *State) *Endpoint {
+func endpointState(pod Pod, self peer, nps []*networkingv1.NetworkPolicy, cidrs *cidrSet, all []*identity, st *State) *Endpoint {
 	ep := &Endpoint{Pod: pod.Ref(), IP: pod.IP, Entries: map[Key][]datapath.PolicyPort{}}
 	add := func(k Key, ports []datapath.PolicyPort) {
 		if len(ports) > 0 {
@@ -145,7 +145,7 @@ func endpointState(pod Pod, self peer, nps []*networkingv1.NetworkPolicy, all []
 					continue
 				}
 				for _, i := range all {
-					if anyPeerMatches(np, r.From, i.peer) {
+					if anyPeerMatches(np, r.From, i.peer, cidrs) {
 						add(Key{Identity: i.id}, ports)
 					}
 				}
@@ -155,7 +155,7 @@ func endpointState(pod Pod, self peer, nps []*networkingv1.NetworkPolicy, all []
 			ep.Flags |= datapath.PolicyEgress
 			ep.EgressPolicies = append(ep.EgressPolicies, policyName(np))
 			for _, r := range np.Spec.Egress {
-				if err := egressRule(np, r, all, add); err != nil {
+				if err := egressRule(np, r, cidrs, all, add); err != nil {
 					fail(np, true, err)
 				}
 			}
@@ -167,8 +167,8 @@ func endpointState(pod Pod, self peer, nps []*networkingv1.NetworkPolicy, all []
 
 // egressRule adds the entries of one egress rule: numeric ports per peer
 // (or for any peer), named ports per peer identity, which fixes them.
-func egressRule(np *networkingv1.NetworkPolicy, r networkingv1.NetworkPolicyEgressRule, all []*identity,
-	add func(Key, []datapath.PolicyPort)) error {
+func egressRule(np *networkingv1.NetworkPolicy, r networkingv1.NetworkPolicyEgressRule, cidrs *cidrSet,
+	all []*identity, add func(Key, []datapath.PolicyPort)) error {
 	numeric, err := rulePorts(r.Ports, peer{}, true, false)
 	if err != nil {
 		return err
@@ -178,7 +178,7 @@ func egressRule(np *networkingv1.NetworkPolicy, r networkingv1.NetworkPolicyEgre
 		add(Key{Identity: datapath.IdentityAny, Egress: true}, numeric)
 	}
 	for _, i := range all {
-		if len(r.To) > 0 && !anyPeerMatches(np, r.To, i.peer) {
+		if len(r.To) > 0 && !anyPeerMatches(np, r.To, i.peer, cidrs) {
 			continue
 		}
 		if len(r.To) > 0 {

@@ -220,24 +220,3 @@ func (p peer) namedPort(name string, proto uint8) (uint16, bool) {
 	}
 	return 0, false
 }
-
-// atomsOf returns the CIDRs of cidrs that contain prefix (sorted as cidrs is).
-func atomsOf(prefix netip.Prefix, cidrs []netip.Prefix) []netip.Prefix {
-	var out []netip.Prefix
-	for _, c := range cidrs {
-		if c.Bits() <= prefix.Bits() && c.Contains(prefix.Addr()) {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// containsAtom says whether atoms holds c.
-func containsAtom(atoms []netip.Prefix, c netip.Prefix) bool {
-	for _, a := range atoms {
-		if a == c {
-			return true
-		}
-	}
-	return false
-}

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"net/netip"
 
 	"github.com/myelin-net/myelin/internal/datapath"
 	corev1 "k8s.io/api/core/v1"
@@ -64,20 +63,11 @@ func policyTypes(np *networkingv1.NetworkPolicy) (ingress, egress bool) {
 	return ingress, egress
 }
 
-// peerMatches says whether the rule peer pp of np matches p.
-func peerMatches(np *networkingv1.NetworkPolicy, pp networkingv1.NetworkPolicyPeer, p peer) bool {
+// peerMatches says whether the rule peer pp of np matches p; cidrs holds the
+// computation's compiled ipBlocks.
+func peerMatches(np *networkingv1.NetworkPolicy, pp networkingv1.NetworkPolicyPeer, p peer, cidrs *cidrSet) bool {
 	if pp.IPBlock != nil {
-		cidr, err := netip.ParsePrefix(pp.IPBlock.CIDR)
-		if err != nil || !containsAtom(p.atoms, cidr.Masked()) {
-			return false
-		}
-		for _, e := range pp.IPBlock.Except {
-			ex, err := netip.ParsePrefix(e)
-			if err == nil && containsAtom(p.atoms, ex.Masked()) {
-				return false
-			}
-		}
-		return true
+		return cidrs.matches(pp.IPBlock, p.atoms)
 	}
 	if !p.pod || (pp.PodSelector == nil && pp.NamespaceSelector == nil) {
 		return false
@@ -98,12 +88,12 @@ func peerMatches(np *networkingv1.NetworkPolicy, pp networkingv1.NetworkPolicyPe
 }
 
 // anyPeerMatches says whether a rule with peers pps allows p; no peers allow everyone.
-func anyPeerMatches(np *networkingv1.NetworkPolicy, pps []networkingv1.NetworkPolicyPeer, p peer) bool {
+func anyPeerMatches(np *networkingv1.NetworkPolicy, pps []networkingv1.NetworkPolicyPeer, p peer, cidrs *cidrSet) bool {
 	if len(pps) == 0 {
 		return true
 	}
 	for _, pp := range pps {
-		if peerMatches(np, pp, p) {
+		if peerMatches(np, pp, p, cidrs) {
 			return true
 		}
 	}
@@ -176,49 +166,4 @@ func portAllowed(ranges []datapath.PolicyPort, proto uint8, port uint16) bool {
 		}
 	}
 	return false
-}
-
-// policyCIDRs returns every ipBlock CIDR and except of nps, masked,
-// deduplicated and sorted (shortest first), and the problems of the
-// policies whose CIDRs do not parse.
-func policyCIDRs(nps []*networkingv1.NetworkPolicy) ([]netip.Prefix, []Problem) {
-	seen := map[netip.Prefix]bool{}
-	var problems []Problem
-	add := func(np *networkingv1.NetworkPolicy, s string) {
-		p, err := netip.ParsePrefix(s)
-		if err != nil || !p.Addr().Is4() {
-			problems = append(problems, Problem{Policy: policyName(np),
-				Message: fmt.Sprintf("ipBlock %q is not an IPv4 CIDR: the peer is ignored (fix the policy)", s)})
-			return
-		}
-		seen[p.Masked()] = true
-	}
-	for _, np := range nps {
-		for _, r := range np.Spec.Ingress {
-			for _, pp := range r.From {
-				if pp.IPBlock != nil {
-					add(np, pp.IPBlock.CIDR)
-					for _, e := range pp.IPBlock.Except {
-						add(np, e)
-					}
-				}
-			}
-		}
-		for _, r := range np.Spec.Egress {
-			for _, pp := range r.To {
-				if pp.IPBlock != nil {
-					add(np, pp.IPBlock.CIDR)
-					for _, e := range pp.IPBlock.Except {
-						add(np, e)
-					}
-				}
-			}
-		}
-	}
-	out := make([]netip.Prefix, 0, len(seen))
-	for p := range seen {
-		out = append(out, p)
-	}
-	sortPrefixes(out)
-	return out, problems
 }

@@ -29,12 +29,12 @@ func (r TraceResult) Allowed() bool { return r.Egress.Allowed && r.Ingress.Allow
 // Trace evaluates a new connection from pod from to pod to on proto/port
 // with the rules Compute enforces (the same peer and port matching).
 func Trace(in Input, from, to Pod, proto uint8, port uint16) TraceResult {
-	cidrs, _ := policyCIDRs(in.Policies)
+	cidrs := newCIDRSet(in.Policies)
 	src, dst := podPeer(from, in.Namespaces, cidrs), podPeer(to, in.Namespaces, cidrs)
 	var r TraceResult
 	r.Egress = verdict(in.Policies, from, true, func(np *networkingv1.NetworkPolicy) bool {
 		for _, rule := range np.Spec.Egress {
-			if anyPeerMatches(np, rule.To, dst) && rulePortAllows(rule.Ports, dst, proto, port) {
+			if anyPeerMatches(np, rule.To, dst, cidrs) && rulePortAllows(rule.Ports, dst, proto, port) {
 				return true
 			}
 		}
@@ -42,7 +42,7 @@ func Trace(in Input, from, to Pod, proto uint8, port uint16) TraceResult {
 	})
 	r.Ingress = verdict(in.Policies, to, false, func(np *networkingv1.NetworkPolicy) bool {
 		for _, rule := range np.Spec.Ingress {
-			if anyPeerMatches(np, rule.From, src) && rulePortAllows(rule.Ports, dst, proto, port) {
+			if anyPeerMatches(np, rule.From, src, cidrs) && rulePortAllows(rule.Ports, dst, proto, port) {
 				return true
 			}
 		}
