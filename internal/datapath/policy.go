@@ -23,6 +23,11 @@ const (
 // PolicyPortsMax is how many port ranges one policy entry holds.
 const PolicyPortsMax = len(myelinPolicyValue{}.Ports)
 
+// IPCacheMax is how many prefixes myelin_ipcache holds (IPCACHE_MAX in
+// bpf/lib/maps.h; TestIPCacheMax keeps the two equal): every pod /32 of the
+// cluster and the policies' CIDRs share it.
+const IPCacheMax = 65536
+
 // Reserved peer identities of myelin_policy.
 const (
 	// IdentityAny is the identity of an entry that allows every peer.
