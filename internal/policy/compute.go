@@ -125,6 +125,14 @@ func endpointState(pod Pod, self peer, nps []*networkingv1.NetworkPolicy, cidrs 
 		ep.Problems = append(ep.Problems, policyName(np)+": "+err.Error())
 		ep.Flags |= incompleteFlag(egress)
 	}
+	// A policy over the CIDR budget has its problem once (newCIDRSet); each pod it
+	// selects fails closed in the directions of its ipBlocks.
+	overBudget := func(np *networkingv1.NetworkPolicy, egress bool) {
+		if cidrs.overBudget(np, egress) {
+			ep.Problems = append(ep.Problems, policyName(np)+": ipBlocks over the namespace's policy CIDR budget: not enforced")
+			ep.Flags |= incompleteFlag(egress)
+		}
+	}
 	for _, np := range nps {
 		if !selects(np, pod) {
 			continue
@@ -133,6 +141,7 @@ func endpointState(pod Pod, self peer, nps []*networkingv1.NetworkPolicy, cidrs 
 		if ingress {
 			ep.Flags |= datapath.PolicyIngress
 			ep.IngressPolicies = append(ep.IngressPolicies, policyName(np))
+			overBudget(np, false)
 			for _, r := range np.Spec.Ingress {
 				// Named ports resolve against this pod, the same for every peer.
 				ports, err := rulePorts(r.Ports, self, true, true)
@@ -154,6 +163,7 @@ func endpointState(pod Pod, self peer, nps []*networkingv1.NetworkPolicy, cidrs 
 		if egress {
 			ep.Flags |= datapath.PolicyEgress
 			ep.EgressPolicies = append(ep.EgressPolicies, policyName(np))
+			overBudget(np, true)
 			for _, r := range np.Spec.Egress {
 				if err := egressRule(np, r, cidrs, all, add); err != nil {
 					fail(np, true, err)
