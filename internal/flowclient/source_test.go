@@ -145,19 +145,24 @@ func TestAgentsSourceFollowsAFlowInFlight(t *testing.T) {
 	}
 }
 
-// A follow request beyond the agent's MaxFollowers is an error status with the
-// store's message, which the source reports (to OnError, and as its error when every
-// agent refused), not an empty stream.
-func TestAgentsSourceReportsTooManyFollowers(t *testing.T) {
-	sock, st := fakeAgent(t, t.TempDir(), "a", at(1, "a"))
+// fillFollowers makes st serve MaxFollowers follow streams until the test ends.
+func fillFollowers(t *testing.T, st *flowstore.Store) {
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	for range flowstore.MaxFollowers {
 		go func() { _ = st.Flows(ctx, flow.Request{Follow: true}, make(chan *flow.Flow)) }()
 	}
 	for st.Stats().Followers != flowstore.MaxFollowers {
 		runtime.Gosched()
 	}
+}
+
+// A follow request beyond the agent's MaxFollowers is an error status with the
+// store's message, which the source reports (to OnError, and as its error when every
+// agent refused), not an empty stream.
+func TestAgentsSourceReportsTooManyFollowers(t *testing.T) {
+	sock, st := fakeAgent(t, t.TempDir(), "a", at(1, "a"))
+	fillFollowers(t, st)
 	src := NewAgentsSource([]string{sock})
 	var reported []string
 	src.OnError = func(s string, err error) { reported = append(reported, s+": "+err.Error()) }
@@ -173,14 +178,7 @@ func TestAgentsSourceReportsTooManyFollowers(t *testing.T) {
 // ServeFlows answers a request its source refuses with the source's status and message.
 func TestServeFlowsStatus(t *testing.T) {
 	st := flowstore.New(10)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	for range flowstore.MaxFollowers {
-		go func() { _ = st.Flows(ctx, flow.Request{Follow: true}, make(chan *flow.Flow)) }()
-	}
-	for st.Stats().Followers != flowstore.MaxFollowers {
-		runtime.Gosched()
-	}
+	fillFollowers(t, st)
 	for _, c := range []struct {
 		query string
 		code  int
