@@ -73,6 +73,13 @@ type Manager struct {
 	tableSize int                // bytes in tables, at most maglevCacheBytes
 	adopted   adoptedState       // programmed by the previous run, not applied yet
 	lastApply time.Duration
+	// contested are the Services a frontend was taken from (two Services claiming
+	// one address and port: an externalIP on another's ClusterIP, a reused one), and
+	// reclaims those to apply again because the owner that displaced them let the
+	// frontend go (Reclaims): else it would stay deleted for them until their next
+	// event.
+	contested map[datapath.Frontend][]string
+	reclaims  []string
 }
 
 // NewManager returns a Manager over dp that adopts the frontends and backends already
@@ -81,7 +88,7 @@ type Manager struct {
 func NewManager(dp Datapath, maglevSize int) (*Manager, error) {
 	m := &Manager{dp: dp, maglevSize: maglevSize, byService: map[string][]datapath.Frontend{},
 		frontends: map[datapath.Frontend]*Applied{}, backends: map[Backend]uint32{}, byID: map[uint32]Backend{}, refs: map[uint32]int{},
-		tables: map[string][]int32{}, adopted: adoptedState{}, feIDs: newIDSet(datapath.ServiceCTMaxTimeout), beIDs: newIDSet(datapath.ServiceCTMaxTimeout)}
+		tables: map[string][]int32{}, adopted: adoptedState{}, contested: map[datapath.Frontend][]string{}, feIDs: newIDSet(datapath.ServiceCTMaxTimeout), beIDs: newIDSet(datapath.ServiceCTMaxTimeout)}
 	bes, err := dp.Backends()
 	if err != nil {
 		return nil, fmt.Errorf("read programmed backends: %w", err)
@@ -97,7 +104,17 @@ func NewManager(dp Datapath, maglevSize int) (*Manager, error) {
 		return nil, fmt.Errorf("read programmed services: %w", err)
 	}
 	for _, s := range svcs {
-		m.frontends[s.Frontend] = &Applied{Key: s.Frontend, ID: s.ID}
+		// An adopted frontend holds its programmed backends until its Service's
+		// first Apply replaces them: a first Apply that fails (a full map) leaves
+		// the Service serving them, never pointing at deleted ids.
+		var held []uint32
+		for _, id := range s.Backends {
+			if _, ok := m.refs[id]; ok {
+				held = append(held, id)
+				m.refs[id]++
+			}
+		}
+		m.frontends[s.Frontend] = &Applied{Key: s.Frontend, ID: s.ID, Active: held}
 		m.feIDs.take(s.ID)
 	}
 	m.adopted.adopt(svcs)
@@ -135,6 +152,7 @@ func (m *Manager) Apply(service string, fes []Frontend) error {
 		old, err := m.applyFrontend(fe)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("service %s frontend %s: %w", service, FrontendString(fe.Key), err))
+			m.claimAdopted(fe.Key, service)
 			continue
 		}
 		released = append(released, old...)
@@ -153,6 +171,7 @@ func (m *Manager) Apply(service string, fes []Frontend) error {
 			continue
 		}
 		released = append(released, old...)
+		m.reclaimFrom(key, service)
 	}
 	m.byService[service] = m.byService[service][:0]
 	for key := range keep {
@@ -163,6 +182,38 @@ func (m *Manager) Apply(service string, fes []Frontend) error {
 	}
 	errs = append(errs, m.release(released))
 	return errors.Join(errs...)
+}
+
+// claimAdopted marks the adopted frontend key, if it is one, as service's although
+// its Apply failed: it goes on serving what the previous run programmed (with the
+// backends it holds), and Prune, which removes what no Service claimed, keeps it.
+func (m *Manager) claimAdopted(key datapath.Frontend, service string) {
+	if a := m.frontends[key]; a != nil && a.Service == "" {
+		claimed := *a
+		claimed.Service = service
+		m.frontends[key] = &claimed
+	}
+}
+
+// reclaimFrom notes, once service removed frontend key, the Services it had taken
+// key from that still claim it: the next Reclaims returns them to be applied again.
+func (m *Manager) reclaimFrom(key datapath.Frontend, service string) {
+	for _, s := range m.contested[key] {
+		if s != service && slices.Contains(m.byService[s], key) && !slices.Contains(m.reclaims, s) {
+			m.reclaims = append(m.reclaims, s)
+		}
+	}
+	delete(m.contested, key)
+}
+
+// Reclaims returns (and forgets) the Services to apply again because a frontend
+// they claim was taken from them and then let go by the Service that took it.
+func (m *Manager) Reclaims() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := m.reclaims
+	m.reclaims = nil
+	return out
 }
 
 // applyFrontend writes one frontend and returns the backend ids its previous version
@@ -212,6 +263,9 @@ func (m *Manager) applyFrontend(fe Frontend) ([]uint32, error) {
 	}
 	if takeover {
 		m.feIDs.free(prev.ID)
+		if !slices.Contains(m.contested[fe.Key], prev.Service) {
+			m.contested[fe.Key] = append(m.contested[fe.Key], prev.Service)
+		}
 	}
 	return prev.backendIDs(), nil
 }
@@ -395,14 +449,18 @@ func (m *Manager) Prune() error {
 	defer m.mu.Unlock()
 	m.adopted = nil // what no Service claimed is removed below; the rest was applied
 	var errs []error
+	var released []uint32
 	for key, a := range m.frontends {
 		if a.Service != "" {
 			continue
 		}
-		if _, err := m.removeFrontend(key); err != nil {
+		old, err := m.removeFrontend(key)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("remove stale frontend %s: %w", FrontendString(key), err))
 		}
+		released = append(released, old...)
 	}
+	errs = append(errs, m.release(released))
 	for id, n := range m.refs {
 		if n <= 0 {
 			errs = append(errs, m.deleteBackend(id))

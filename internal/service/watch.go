@@ -237,6 +237,9 @@ func (w *Watcher) processNext(queue workqueue.TypedRateLimitingInterface[string]
 	}
 	defer queue.Done(key)
 	err := w.sync(c, key)
+	for _, other := range w.m.Reclaims() { // a frontend they claim was let go by its taker
+		queue.Add(other)
+	}
 	w.report(err)
 	if err != nil {
 		w.log.Error("sync service", "service", key, "err", err)
