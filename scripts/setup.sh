@@ -65,8 +65,12 @@ install_packages() {
 	say "installing apt packages: ${missing[*]}"
 	[ "$updated" -eq 1 ] || apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-	# containerd's package starts a system containerd; each lab node runs its own.
-	if systemctl is-active --quiet containerd 2>/dev/null; then systemctl disable --now containerd >/dev/null 2>&1 || true; fi
+	# containerd's package starts a system containerd; each lab node runs its own. Only
+	# the one this run just installed is stopped: a containerd that was there before
+	# (Docker's, k3s's) is the machine owner's and stays as it is.
+	if [[ " ${missing[*]} " == *" containerd "* ]] && systemctl is-active --quiet containerd 2>/dev/null; then
+		systemctl disable --now containerd >/dev/null 2>&1 || true
+	fi
 }
 
 check_go() {

@@ -17,6 +17,7 @@ import (
 	"github.com/myelin-net/myelin/internal/lab/kubelet"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labtools"
+	"github.com/myelin-net/myelin/internal/netns"
 )
 
 func labCommand() *cobra.Command {
@@ -35,6 +36,33 @@ host serving HTTP on 203.0.113.10:80. Everything it creates is named myelin-*.`,
 		labExecCommand(paths), labRestartCommand(paths), labServeCommand(), labUDPFlowsCommand(), labBigUDPCommand(), labHTTPSessionCommand(), labSYNFloodCommand(), labDNSToolCommand(), labPeerCommand(), labSuperviseCommand(paths), labKubeletCommand(paths), labNodeNetworkCommand(paths))
 	cmd.AddCommand(labDNSCommand(paths), labImportCommand(paths))
 	return cmd
+}
+
+// labTrafficTool refuses to run a lab traffic generator (serve, udp-flows, udp-big,
+// http-session, syn-flood, peer) in the machine's own network namespace: there its
+// packets would follow the machine's routes off the machine. They run inside the
+// lab's namespaces (myelin lab exec, ip netns exec myelin-…), where only the lab is.
+func labTrafficTool(cmd *cobra.Command, _ []string) error {
+	machine, err := netns.IsMachine()
+	if err != nil {
+		return fmt.Errorf("myelin lab %s: %w; it runs only inside the lab's network namespaces", cmd.Name(), err)
+	}
+	if machine {
+		return fmt.Errorf("myelin lab %s: refused in the machine's network namespace, where its packets could leave the machine; "+
+			"run it in a lab namespace: myelin lab exec POD -- myelin lab %s …, or ip netns exec %s myelin lab %s …",
+			cmd.Name(), cmd.Name(), labplan.ExtNS, cmd.Name())
+	}
+	return nil
+}
+
+// labToolTimeoutMax bounds a traffic tool's --timeout: load generators stop by themselves.
+const labToolTimeoutMax = 5 * time.Minute
+
+func checkToolTimeout(timeout time.Duration) error {
+	if timeout <= 0 || timeout > labToolTimeoutMax {
+		return fmt.Errorf("--timeout %v: must be above 0 and at most %v", timeout, labToolTimeoutMax)
+	}
+	return nil
 }
 
 func labUpCommand(paths func() labplan.Paths) *cobra.Command {
@@ -145,12 +173,16 @@ func labUDPFlowsCommand() *cobra.Command {
 	var flows int
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "udp-flows --to IP:PORT [--flows N]",
-		Short: "Open N concurrent UDP flows to a lab serve endpoint and report replies and the sources it saw (JSON)",
-		Args:  cobra.NoArgs,
+		Use:     "udp-flows --to IP:PORT [--flows N]",
+		Short:   "Open N concurrent UDP flows to a lab serve endpoint and report replies and the sources it saw (JSON)",
+		Args:    cobra.NoArgs,
+		PreRunE: labTrafficTool,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if flows < 1 || flows > 20000 {
 				return fmt.Errorf("--flows %d: must be between 1 and 20000", flows)
+			}
+			if err := checkToolTimeout(timeout); err != nil {
+				return err
 			}
 			res, err := labtools.UDPFlows(cmd.Context(), to, flows, timeout)
 			if err != nil {
@@ -171,10 +203,14 @@ func labBigUDPCommand() *cobra.Command {
 	var send, reply int
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "udp-big --to IP:PORT [--send BYTES] [--reply BYTES]",
-		Short: "Send one large UDP datagram to a lab serve endpoint, ask for a large reply, and report whether both arrived whole (JSON)",
-		Args:  cobra.NoArgs,
+		Use:     "udp-big --to IP:PORT [--send BYTES] [--reply BYTES]",
+		Short:   "Send one large UDP datagram to a lab serve endpoint, ask for a large reply, and report whether both arrived whole (JSON)",
+		Args:    cobra.NoArgs,
+		PreRunE: labTrafficTool,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkToolTimeout(timeout); err != nil {
+				return err
+			}
 			res, err := labtools.BigUDP(cmd.Context(), to, send, reply, timeout)
 			if err != nil {
 				return err
@@ -200,7 +236,8 @@ func labHTTPSessionCommand() *cobra.Command {
 		Long: "Send N HTTP requests over one TCP connection to a lab serve endpoint and report the answers\n" +
 			"(JSON); fails unless all are answered. With --count 0 it sends until SIGTERM or SIGINT\n" +
 			"(at most 10 minutes), then reports: a connection held open across an upgrade.",
-		Args: cobra.NoArgs,
+		Args:    cobra.NoArgs,
+		PreRunE: labTrafficTool,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if count < 0 || count > 10000 {
 				return fmt.Errorf("--count %d: must be between 1 and 10000, or 0 to send until stopped", count)
@@ -227,9 +264,10 @@ func labSYNFloodCommand() *cobra.Command {
 	var to, from string
 	var count, rate int
 	cmd := &cobra.Command{
-		Use:   "syn-flood --to IP:PORT --from CIDR [--count N] [--rate PPS]",
-		Short: "Send N TCP SYNs from forged sources of CIDR to a lab address (the attacker of the NodePort flood test; lab addresses only)",
-		Args:  cobra.NoArgs,
+		Use:     "syn-flood --to IP:PORT --from CIDR [--count N] [--rate PPS]",
+		Short:   "Send N TCP SYNs from forged sources of CIDR to a lab address (the attacker of the NodePort flood test; lab addresses only)",
+		Args:    cobra.NoArgs,
+		PreRunE: labTrafficTool,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			target, err := netip.ParseAddrPort(to)
 			if err != nil {

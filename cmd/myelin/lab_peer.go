@@ -14,9 +14,10 @@ func labPeerCommand() *cobra.Command {
 	var to, proto string
 	var timeout, untilClosed time.Duration
 	cmd := &cobra.Command{
-		Use:   "peer --to IP:PORT [--proto tcp|udp-connected|udp]",
-		Short: "Talk once to a lab serve endpoint and print the peer address the socket shows (getpeername, or the reply's source) and who answered (JSON)",
-		Args:  cobra.NoArgs,
+		Use:     "peer --to IP:PORT [--proto tcp|udp-connected|udp]",
+		Short:   "Talk once to a lab serve endpoint and print the peer address the socket shows (getpeername, or the reply's source) and who answered (JSON)",
+		Args:    cobra.NoArgs,
+		PreRunE: labTrafficTool,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var res labtools.PeerResult
 			var err error

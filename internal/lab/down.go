@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -160,7 +161,26 @@ func isLabProcess(pid int, paths labplan.Paths, labNS map[uint64]bool) bool {
 		return true
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return err == nil && bytes.Contains(cmdline, []byte(paths.Dir+"/"))
+	return err == nil && (bytes.Contains(cmdline, []byte(paths.Dir+"/")) || isSupervisorOf(cmdline, paths.Dir))
+}
+
+// isSupervisorOf says whether cmdline (NUL-separated, from /proc) is the lab
+// supervisor of dir, as lab up starts it (`myelin lab supervise --dir DIR`): found by
+// its arguments too, so lab down stops it when its pid file is gone (the directory
+// deleted, an up interrupted before the supervisor wrote it). It lives in the
+// machine's network namespace, where the lab namespaces' check can't see it.
+func isSupervisorOf(cmdline []byte, dir string) bool {
+	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	lab := slices.Index(args, "lab")
+	if lab < 0 || lab+1 >= len(args) || args[lab+1] != "supervise" {
+		return false
+	}
+	for i, a := range args[lab+2:] {
+		if a == "--dir="+dir || (a == "--dir" && lab+3+i < len(args) && args[lab+3+i] == dir) {
+			return true
+		}
+	}
+	return false
 }
 
 func inode(path string) (uint64, bool) {
