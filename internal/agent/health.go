@@ -62,7 +62,7 @@ func (h *healthServer) serve(l net.Listener, log *slog.Logger) {
 		writeJSON(w, http.StatusOK, map[string]bool{"alive": true})
 	})
 	mux.HandleFunc("GET /readyz", h.handleReady)
-	h.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	h.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
 	go func() {
 		if err := h.srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("health endpoint", "err", err)

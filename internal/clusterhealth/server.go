@@ -27,7 +27,7 @@ func Serve(node string, addrs []netip.Addr, port int, log *slog.Logger) (*Server
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(Hello{Node: node})
 	})
-	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: ProbeTimeout}}
+	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: ProbeTimeout, IdleTimeout: time.Minute}}
 	var ls []net.Listener
 	for _, a := range addrs {
 		addr := net.JoinHostPort(a.String(), strconv.Itoa(port))

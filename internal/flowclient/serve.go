@@ -65,12 +65,13 @@ func streamFlows(w http.ResponseWriter, first *flow.Flow, out <-chan *flow.Flow)
 }
 
 // sourceStatus is the HTTP status for a source's refusal: the client's filters (400),
-// too many follow streams (429, gRPC's ResourceExhausted), else 500.
+// too many follow streams or readers of stored flows (429, gRPC's ResourceExhausted),
+// else 500.
 func sourceStatus(err error) int {
 	switch {
 	case errors.Is(err, flow.ErrInvalidFilter):
 		return http.StatusBadRequest
-	case errors.Is(err, flowstore.ErrTooManyFollowers):
+	case errors.Is(err, flowstore.ErrTooManyFollowers), errors.Is(err, flowstore.ErrTooManyReaders):
 		return http.StatusTooManyRequests
 	}
 	return http.StatusInternalServerError

@@ -176,3 +176,49 @@ func BenchmarkBatchToMaxFilterFollowers(b *testing.B) {
 		s.AddBatch(batch)
 	}
 }
+
+// A node serves its stored flows to at most MaxHistoryReaders requests at once (each
+// holds copies until its client reads them): one more is refused with
+// ErrTooManyReaders; a follow request without --last reads no history and is not
+// counted; a slot comes back when a reader's client goes away.
+func TestStoreBoundsHistoryReaders(t *testing.T) {
+	s := fullStore()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first, cancelFirst := context.WithCancel(ctx)
+	for i := range MaxHistoryReaders {
+		c := ctx
+		if i == 0 {
+			c = first
+		}
+		go func() { _ = s.Flows(c, flow.Request{}, make(chan *flow.Flow)) }() // never read
+	}
+	for {
+		s.mu.Lock()
+		n := s.historyReaders
+		s.mu.Unlock()
+		if n == MaxHistoryReaders {
+			break
+		}
+		runtime.Gosched()
+	}
+	if err := s.Flows(ctx, flow.Request{Last: 1}, make(chan *flow.Flow, 1)); !errors.Is(err, ErrTooManyReaders) {
+		t.Fatalf("reader %d: %v, want ErrTooManyReaders", MaxHistoryReaders+1, err)
+	}
+	followCtx, stopFollow := context.WithCancel(ctx)
+	stopFollow()
+	if err := s.Flows(followCtx, flow.Request{Follow: true}, make(chan *flow.Flow)); err != nil {
+		t.Errorf("a follow request without --last: %v, want admitted", err)
+	}
+	cancelFirst()
+	for {
+		err := s.Flows(ctx, flow.Request{Last: 1}, make(chan *flow.Flow, 1))
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, ErrTooManyReaders) {
+			t.Fatalf("after a reader went away: %v", err)
+		}
+		runtime.Gosched()
+	}
+}

@@ -32,6 +32,18 @@ const MaxFollowers = 64
 // MaxFollowers.
 var ErrTooManyFollowers = errors.New("too many follow streams")
 
+// MaxHistoryReaders is how many requests a node serves its stored flows to at once
+// (hubble observe without --follow, the relay's, the stored part of a follow): each
+// holds copies of up to the store's capacity (~1.9 MB for 4,095 flows) until its
+// client has read them, so a client opening reads it never reads could otherwise
+// grow the agent's memory without bound. One more is refused with
+// ErrTooManyReaders.
+const MaxHistoryReaders = 16
+
+// ErrTooManyReaders is what Flows returns (wrapped) for a request of stored flows
+// beyond MaxHistoryReaders.
+var ErrTooManyReaders = errors.New("too many readers of stored flows")
+
 // Store keeps a node's newest flows and hands them to readers and sinks. Safe for
 // concurrent use. The zero value is not usable; use New.
 type Store struct {
@@ -51,7 +63,9 @@ type Store struct {
 	// followers is replaced, never changed in place, when one comes or goes, so Add
 	// takes it under mu and runs the filters on it after mu is released.
 	followers []*follower
-	sinks     []flow.Sink
+	// historyReaders are the requests sending stored flows now (MaxHistoryReaders).
+	historyReaders int
+	sinks          []flow.Sink
 	// added counts the flows committed: the flow added n-th (from 0) is at ring
 	// index n % capacity, the stored ones are added-storedLen() to added-1.
 	added uint64
@@ -203,6 +217,12 @@ func (s *Store) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Fl
 	}
 	s.mu.Lock()
 	end := s.added // the stored part ends here; a follower gets what comes after
+	history := !(req.Last == 0 && req.Follow)
+	if history && s.historyReaders >= MaxHistoryReaders {
+		s.mu.Unlock()
+		return fmt.Errorf("read stored flows: %w: this node serves at most %d at once; try again, or ask the relay",
+			ErrTooManyReaders, MaxHistoryReaders)
+	}
 	var fo *follower
 	if req.Follow { // registered under the same lock: no flow falls between the two parts
 		if len(s.followers) >= MaxFollowers {
@@ -213,10 +233,33 @@ func (s *Store) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Fl
 		fo = &follower{req: req, ch: make(chan *flow.Flow, followBuffer)}
 		s.followers = append(slices.Clip(s.followers), fo)
 	}
+	if history {
+		s.historyReaders++
+	}
 	s.mu.Unlock()
 	if fo != nil {
 		defer s.unfollow(fo)
 	}
+	if history {
+		err := s.sendStored(ctx, req, end, out)
+		if err != nil || fo == nil {
+			return err
+		}
+	}
+	if fo == nil {
+		return nil
+	}
+	return fo.run(ctx, out)
+}
+
+// sendStored sends the stored flows req asks for, holding one of the
+// MaxHistoryReaders slots Flows took until they are sent or ctx ends.
+func (s *Store) sendStored(ctx context.Context, req flow.Request, end uint64, out chan<- *flow.Flow) error {
+	defer func() {
+		s.mu.Lock()
+		s.historyReaders--
+		s.mu.Unlock()
+	}()
 	for _, f := range s.lastMatching(req, end) {
 		select {
 		case out <- f:
@@ -224,10 +267,7 @@ func (s *Store) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Fl
 			return s.endErr(ctx, req)
 		}
 	}
-	if fo == nil {
-		return nil
-	}
-	return fo.run(ctx, out)
+	return nil
 }
 
 func (s *Store) endErr(ctx context.Context, req flow.Request) error {

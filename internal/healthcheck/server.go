@@ -122,7 +122,7 @@ func (s *Server) reconcile() (changed bool, err error) {
 			errs = append(errs, fmt.Errorf("listen on healthCheckNodePort %d of Service %s: %w", port, key, err))
 			continue
 		}
-		srv := &http.Server{Handler: s.handler(port), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: s.handler(port), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
 		s.listeners[port] = srv
 		go func() { _ = srv.Serve(l) }()
 		s.log.Info("health check port open", "port", port, "service", key)

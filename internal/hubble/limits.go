@@ -47,7 +47,7 @@ var ClientKeepalive = keepalive.ClientParameters{Time: 10 * time.Second, Timeout
 
 // sourceStatus maps a Source's error to a gRPC status.
 func sourceStatus(err error) error {
-	if errors.Is(err, flowstore.ErrTooManyFollowers) {
+	if errors.Is(err, flowstore.ErrTooManyFollowers) || errors.Is(err, flowstore.ErrTooManyReaders) {
 		return status.Error(codes.ResourceExhausted, err.Error())
 	}
 	if errors.Is(err, flow.ErrInvalidFilter) {

@@ -30,6 +30,14 @@ func (r *Relay) GetFlows(req *observerpb.GetFlowsRequest, stream observerpb.Obse
 	if _, err := hubble.Request(req); err != nil { // the same clear error a node gives
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
+	if !req.GetFollow() {
+		select {
+		case r.collecting <- struct{}{}:
+			defer func() { <-r.collecting }()
+		default:
+			return status.Errorf(codes.ResourceExhausted, "the relay answers at most %d requests without --follow at once; try again", MaxCollecting)
+		}
+	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	peers, err := r.current(ctx)

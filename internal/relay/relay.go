@@ -52,7 +52,16 @@ type Relay struct {
 	conns   map[string]*grpc.ClientConn // by address
 	peers   []Peer
 	fetched time.Time
+	// collecting holds a token per request without --follow being answered
+	// (MaxCollecting).
+	collecting chan struct{}
 }
+
+// MaxCollecting is how many requests without --follow the relay answers at once:
+// each gathers up to MaxLast responses from the nodes before it sends any and holds
+// them until its client has read them, so clients that never read could otherwise
+// grow the relay's memory without bound. One more is refused (ResourceExhausted).
+const MaxCollecting = 16
 
 // New returns a relay; Close releases its peer connections.
 func New(cfg Config) *Relay {
@@ -71,7 +80,8 @@ func New(cfg Config) *Relay {
 	if cfg.PeerCreds == nil {
 		cfg.PeerCreds = insecure.NewCredentials()
 	}
-	return &Relay{cfg: cfg, start: time.Now(), conns: map[string]*grpc.ClientConn{}}
+	return &Relay{cfg: cfg, start: time.Now(), conns: map[string]*grpc.ClientConn{},
+		collecting: make(chan struct{}, MaxCollecting)}
 }
 
 // Serve answers the Hubble API on lis until ctx ends.

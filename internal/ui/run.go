@@ -23,7 +23,7 @@ func Run(ctx context.Context, listen string, src flow.Source, out io.Writer, all
 	// Requests live in ctx, so open flow streams end with it and Shutdown is quick.
 	h := New(src)
 	h.AllowHosts(append([]string{listen, ln.Addr().String()}, allowedHosts...)...)
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	fmt.Fprintf(out, "myelin ui: the service map is on http://%s/\n", ln.Addr())
 	errc := make(chan error, 1)
