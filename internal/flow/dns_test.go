@@ -8,9 +8,17 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 )
 
-func dnsPacket(t *testing.T, response bool, rcode dnsmessage.RCode, answers ...netip.Addr) []byte {
+// webName is the name the DNS tests query unless they test names.
+const webName = "web.x.svc.cluster.local."
+
+// dnsPacket is a DNS message for qname (any bytes but a dot inside a label): a query,
+// or a response with rcode and A answers.
+func dnsPacket(t *testing.T, qname string, response bool, rcode dnsmessage.RCode, answers ...netip.Addr) []byte {
 	t.Helper()
-	name := dnsmessage.MustNewName("web.x.svc.cluster.local.")
+	name, err := dnsmessage.NewName(qname)
+	if err != nil {
+		t.Fatal(err)
+	}
 	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 7, Response: response, RCode: rcode})
 	b.EnableCompression()
 	if err := b.StartQuestions(); err != nil {
@@ -37,16 +45,16 @@ func dnsPacket(t *testing.T, response bool, rcode dnsmessage.RCode, answers ...n
 
 func TestParseDNS(t *testing.T) {
 	ip1, ip2 := netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("10.96.0.11")
-	full := dnsPacket(t, true, dnsmessage.RCodeSuccess, ip1, ip2)
+	full := dnsPacket(t, webName, true, dnsmessage.RCodeSuccess, ip1, ip2)
 	cases := []struct {
 		name    string
 		payload []byte
 		want    *DNS
 	}{
-		{"query", dnsPacket(t, false, 0), &DNS{Query: "web.x.svc.cluster.local.", QType: "A"}},
+		{"query", dnsPacket(t, webName, false, 0), &DNS{Query: "web.x.svc.cluster.local.", QType: "A"}},
 		{"response with answers", full,
 			&DNS{Query: "web.x.svc.cluster.local.", QType: "A", Response: true, RCode: "NOERROR", IPs: []string{"10.96.0.10", "10.96.0.11"}}},
-		{"nxdomain", dnsPacket(t, true, dnsmessage.RCodeNameError),
+		{"nxdomain", dnsPacket(t, webName, true, dnsmessage.RCodeNameError),
 			&DNS{Query: "web.x.svc.cluster.local.", QType: "A", Response: true, RCode: "NXDOMAIN"}},
 		{"answers cut off by the capture length", full[:len(full)-8],
 			&DNS{Query: "web.x.svc.cluster.local.", QType: "A", Response: true, RCode: "NOERROR", IPs: []string{"10.96.0.10"}}},

@@ -3,8 +3,6 @@ package flow
 import (
 	"testing"
 	"unicode/utf8"
-
-	"golang.org/x/net/dns/dnsmessage"
 )
 
 func TestPresentName(t *testing.T) {
@@ -35,27 +33,6 @@ func TestPresentName(t *testing.T) {
 	}
 }
 
-// dnsQuery is a query for name, which may hold any byte but a dot inside a label.
-func dnsQuery(t *testing.T, name string) []byte {
-	t.Helper()
-	n, err := dnsmessage.NewName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 7})
-	if err := b.StartQuestions(); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Question(dnsmessage.Question{Name: n, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET}); err != nil {
-		t.Fatal(err)
-	}
-	msg, err := b.Finish()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return msg
-}
-
 func TestParseDNSEscapesQuery(t *testing.T) {
 	cases := []struct{ name, want string }{
 		{"web.x.svc.cluster.local.", "web.x.svc.cluster.local."},
@@ -65,7 +42,7 @@ func TestParseDNSEscapesQuery(t *testing.T) {
 		{".", "."},
 	}
 	for _, c := range cases {
-		d, err := ParseDNS(dnsQuery(t, c.name))
+		d, err := ParseDNS(dnsPacket(t, c.name, false, 0))
 		if err != nil {
 			t.Fatalf("ParseDNS(query for %q): %v", c.name, err)
 		}
