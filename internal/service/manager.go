@@ -1,16 +1,13 @@
 package service
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/myelin-net/myelin/internal/datapath"
-	"github.com/myelin-net/myelin/internal/maglev"
 )
 
 // Datapath is the part of *datapath.Datapath the Manager programs.
@@ -42,11 +39,6 @@ type Applied struct {
 	// their order. Never changed in place: a new Apply stores a new Applied.
 	Active, Terminating []uint32
 }
-
-// maglevCacheBytes bounds the Manager's cache of Maglev tables: 8 MiB is 128 tables of
-// the default 16381 entries. Services over the same pods share a table, so a few
-// distinct backend sets cover most clusters; beyond the bound tables are recomputed.
-const maglevCacheBytes = 8 << 20
 
 // Manager keeps the datapath's service, backend and Maglev maps equal to the
 // frontends it is given, one Service at a time. Ids are stable: a frontend keeps its
@@ -325,63 +317,6 @@ func (m *Manager) sameBackends(ids []uint32, bs []Backend) bool {
 // backendIDs returns the ids of every backend of a, one per reference it holds.
 func (a *Applied) backendIDs() []uint32 { return slices.Concat(a.Active, a.Terminating) }
 
-// maglevTable returns the Maglev table of active as indexes into it, nil with random
-// selection. The table is built from the backends' identities (addr:port) in sorted
-// order, never from ids or the order given, so every node computes the same one
-// whatever its id history; only then are its entries mapped to indexes of active.
-// Tables are cached by backend names: 10,000 Services over the same pods compute one.
-func (m *Manager) maglevTable(active []Backend) ([]int32, error) {
-	if m.maglevSize == 0 || len(active) == 0 {
-		return nil, nil
-	}
-	sorted := slices.Clone(active)
-	sortBackends(sorted)
-	names := make([]string, len(sorted))
-	for i, b := range sorted {
-		names[i] = b.String()
-	}
-	key := strings.Join(names, ",")
-	t, ok := m.tables[key]
-	if !ok {
-		full, err := maglev.Table(names, m.maglevSize)
-		if err != nil {
-			return nil, err
-		}
-		t = make([]int32, len(full))
-		for i, idx := range full {
-			t[i] = int32(idx)
-		}
-		m.cacheTable(key, t)
-	}
-	if slices.Equal(sorted, active) {
-		return t, nil // the usual case: Desired sorts backends
-	}
-	pos := make(map[Backend]int, len(active))
-	for i, b := range active {
-		pos[b] = i
-	}
-	out := make([]int32, len(t))
-	for i, idx := range t {
-		out[i] = int32(pos[sorted[idx]])
-	}
-	return out, nil
-}
-
-// cacheTable keeps table t under key while the cache stays within maglevCacheBytes;
-// a full cache is emptied first (distinct backend sets beyond it are recomputed).
-func (m *Manager) cacheTable(key string, t []int32) {
-	size := 4*len(t) + len(key)
-	if size > maglevCacheBytes {
-		return
-	}
-	if m.tableSize+size > maglevCacheBytes {
-		clear(m.tables)
-		m.tableSize = 0
-	}
-	m.tables[key] = t
-	m.tableSize += size
-}
-
 func (m *Manager) removeFrontend(key datapath.Frontend) ([]uint32, error) {
 	a := m.frontends[key]
 	if a == nil {
@@ -467,65 +402,4 @@ func (m *Manager) Prune() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// Snapshot returns every programmed frontend, sorted by Service and address, and the
-// address of every backend id they name.
-func (m *Manager) Snapshot() ([]Applied, map[uint32]Backend) {
-	m.mu.Lock()
-	out := make([]Applied, 0, len(m.frontends))
-	for _, a := range m.frontends {
-		out = append(out, *a)
-	}
-	backends := make(map[uint32]Backend, len(m.byID))
-	for id, b := range m.byID {
-		backends[id] = b
-	}
-	m.mu.Unlock()
-	slices.SortFunc(out, func(a, b Applied) int {
-		if c := strings.Compare(a.Service, b.Service); c != 0 {
-			return c
-		}
-		return compareFrontends(a.Key, b.Key)
-	})
-	return out, backends
-}
-
-// compareFrontends orders frontends by address, port and protocol.
-func compareFrontends(a, b datapath.Frontend) int {
-	if c := a.Addr.Compare(b.Addr); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(a.Port, b.Port); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.Proto, b.Proto)
-}
-
-// ServiceNames returns the Services that have frontends programmed (namespace/name).
-func (m *Manager) ServiceNames() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]string, 0, len(m.byService))
-	for name := range m.byService {
-		out = append(out, name)
-	}
-	return out
-}
-
-// Counts returns the numbers of Services, frontends and backends programmed.
-func (m *Manager) Counts() (services, frontends, backends int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.byService), len(m.frontends), len(m.backends)
-}
-
-// ServiceOf names the Service ("namespace/name") of frontend key, "" if none (flows).
-func (m *Manager) ServiceOf(key datapath.Frontend) string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if a, ok := m.frontends[key]; ok {
-		return a.Service
-	}
-	return ""
 }
