@@ -143,20 +143,8 @@ func endpointState(pod Pod, self peer, nps []*networkingv1.NetworkPolicy, cidrs 
 			ep.IngressPolicies = append(ep.IngressPolicies, policyName(np))
 			overBudget(np, false)
 			for _, r := range np.Spec.Ingress {
-				// Named ports resolve against this pod, the same for every peer.
-				ports, err := rulePorts(r.Ports, self, true, true)
-				if err != nil {
+				if err := ingressRule(np, r, self, cidrs, all, add); err != nil {
 					fail(np, false, err)
-					continue
-				}
-				if len(r.From) == 0 {
-					add(Key{Identity: datapath.IdentityAny}, ports)
-					continue
-				}
-				for _, i := range all {
-					if anyPeerMatches(np, r.From, i.peer, cidrs) {
-						add(Key{Identity: i.id}, ports)
-					}
 				}
 			}
 		}
@@ -173,6 +161,27 @@ func endpointState(pod Pod, self peer, nps []*networkingv1.NetworkPolicy, cidrs 
 	}
 	normalize(ep)
 	return ep
+}
+
+// ingressRule adds the entries of one ingress rule of the pod self: its ports (named
+// ones resolve against self, the same for every peer) for any peer or per peer
+// identity the rule admits.
+func ingressRule(np *networkingv1.NetworkPolicy, r networkingv1.NetworkPolicyIngressRule, self peer, cidrs *cidrSet,
+	all []*identity, add func(Key, []datapath.PolicyPort)) error {
+	ports, err := rulePorts(r.Ports, self, true, true)
+	if err != nil {
+		return err
+	}
+	if len(r.From) == 0 {
+		add(Key{Identity: datapath.IdentityAny}, ports)
+		return nil
+	}
+	for _, i := range all {
+		if anyPeerMatches(np, r.From, i.peer, cidrs) {
+			add(Key{Identity: i.id}, ports)
+		}
+	}
+	return nil
 }
 
 // egressRule adds the entries of one egress rule: numeric ports per peer
