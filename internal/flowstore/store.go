@@ -216,8 +216,8 @@ func (s *Store) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Fl
 		return fmt.Errorf("read flows: %w", err)
 	}
 	s.mu.Lock()
-	end := s.added // the stored part ends here; a follower gets what comes after
-	history := !(req.Last == 0 && req.Follow)
+	end := s.added                         // the stored part ends here; a follower gets what comes after
+	history := !req.Follow || req.Last > 0 // a follow without --last reads no stored flows
 	if history && s.historyReaders >= MaxHistoryReaders {
 		s.mu.Unlock()
 		return fmt.Errorf("read stored flows: %w: this node serves at most %d at once; try again, or ask the relay",
@@ -286,12 +286,10 @@ func (s *Store) unfollow(fo *follower) {
 // lastMatching returns copies of the stored flows added before end that req asks
 // for, oldest first. It copies them out of the ring historyChunk at a time, newest
 // first, and matches the copies without the lock; flows that leave the ring while it
-// matches (the ring is full and adders go on) are not returned.
+// matches (the ring is full and adders go on) are not returned. Last 0 is every
+// matching one (Flows calls it only for requests that read stored flows).
 func (s *Store) lastMatching(req flow.Request, end uint64) []*flow.Flow {
 	limit := req.Last
-	if limit == 0 && req.Follow {
-		return nil
-	}
 	var matched []flow.Flow // newest first
 	chunk := make([]flow.Flow, 0, historyChunk)
 	for hi := end; limit == 0 || len(matched) < limit; {
