@@ -157,11 +157,14 @@ func (r *Relay) follow(ctx context.Context, stream observerpb.Observer_GetFlowsS
 	for {
 		select {
 		case resp := <-in:
-			heap.Push(&w, held{r: resp, t: respTime(resp), arrived: time.Now()})
+			heap.Push(&w, held{r: resp, t: respTime(resp), arrived: r.now()})
+			if r.holding != nil {
+				r.holding(w.Len())
+			}
 		case e := <-ends:
 			peers--
 			if s := brokenStatus(ctx, e); s != nil {
-				heap.Push(&w, held{r: s, t: respTime(s), arrived: time.Now()})
+				heap.Push(&w, held{r: s, t: respTime(s), arrived: r.now()})
 			}
 		case <-tick.C:
 			out.flushLost(timestamppb.Now()) // lost responses are reported even when none follow
@@ -170,9 +173,9 @@ func (r *Relay) follow(ctx context.Context, stream observerpb.Observer_GetFlowsS
 		case <-ctx.Done():
 			return nil
 		}
-		due := w.due(time.Now(), r.cfg.Window, maxHeld)
+		due := w.due(r.now(), r.cfg.Window, maxHeld)
 		if peers == 0 {
-			due = append(due, w.due(time.Now(), 0, 0)...)
+			due = append(due, w.due(r.now(), 0, 0)...)
 		}
 		if firstFlush && len(due) > 0 {
 			due, firstFlush = sortLast(due, last), false

@@ -55,6 +55,12 @@ type Relay struct {
 	// collecting holds a token per request without --follow being answered
 	// (MaxCollecting).
 	collecting chan struct{}
+
+	// now is the clock the ordering window reads (time.Now; tests step their own).
+	now func() time.Time
+	// holding, when set, is told how many responses a follow holds after each one
+	// arrives (tests wait on it instead of on time).
+	holding func(n int)
 }
 
 // MaxCollecting is how many requests without --follow the relay answers at once:
@@ -81,7 +87,7 @@ func New(cfg Config) *Relay {
 		cfg.PeerCreds = insecure.NewCredentials()
 	}
 	return &Relay{cfg: cfg, start: time.Now(), conns: map[string]*grpc.ClientConn{},
-		collecting: make(chan struct{}, MaxCollecting)}
+		collecting: make(chan struct{}, MaxCollecting), now: time.Now}
 }
 
 // Serve answers the Hubble API on lis until ctx ends.

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,7 +87,12 @@ func deadPeer(t *testing.T, name string) Peer {
 
 func startRelay(t *testing.T, peers ...Peer) observerpb.ObserverClient {
 	t.Helper()
-	conn, err := grpc.NewClient(startRelayAddr(t, peers...), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return dialRelay(t, startRelayAddr(t, peers...))
+}
+
+func dialRelay(t *testing.T, addr string) observerpb.ObserverClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,12 +101,17 @@ func startRelay(t *testing.T, peers ...Peer) observerpb.ObserverClient {
 }
 
 // testWindow is the relay's ordering window in tests.
-var testWindow = 40 * time.Millisecond
+const testWindow = 40 * time.Millisecond
 
 // startRelayAddr serves a relay over peers on a loopback port and returns its address.
 func startRelayAddr(t *testing.T, peers ...Peer) string {
 	t.Helper()
-	r := New(Config{Discover: Static(peers), Version: "test", Window: testWindow})
+	return serveRelay(t, New(Config{Discover: Static(peers), Version: "test", Window: testWindow}))
+}
+
+// serveRelay serves r on a loopback port and returns its address.
+func serveRelay(t *testing.T, r *Relay) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -109,6 +120,35 @@ func startRelayAddr(t *testing.T, peers ...Peer) string {
 	go r.Serve(ctx, lis)
 	t.Cleanup(func() { cancel(); r.Close() })
 	return lis.Addr().String()
+}
+
+// stepClock is a clock that moves only when the test steps it, so what the ordering
+// window releases depends on what arrived, never on how fast the machine is.
+type stepClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *stepClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *stepClock) step(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// waitHolding waits until the relay's follow holds n responses.
+func waitHolding(t *testing.T, holding <-chan int, n int) {
+	t.Helper()
+	for got := range holding {
+		if got == n {
+			return
+		}
+	}
 }
 
 func at(node string, sec int) *flow.Flow {
@@ -181,38 +221,39 @@ func TestRelaySurvivesADeadNode(t *testing.T) {
 }
 
 func TestRelayFollowOrdersLiveFlows(t *testing.T) {
-	// The first flush keeps the newest 2 of what arrived within the window: give both
-	// nodes' histories time to arrive on a loaded machine (-race, parallel builds).
-	defer func(w time.Duration) { testWindow = w }(testWindow)
-	testWindow = 3 * time.Second
 	la, lb := make(chan *flow.Flow), make(chan *flow.Flow)
 	a := startNode(t, "a", &nodeSource{history: []*flow.Flow{at("a", 1), at("a", 2)}, live: la})
 	b := startNode(t, "b", &nodeSource{history: []*flow.Flow{at("b", 3)}, live: lb})
-	c := startRelay(t, a, b)
+	r := New(Config{Discover: Static([]Peer{a, b}), Version: "test", Window: testWindow})
+	clock := &stepClock{t: t0}
+	holding := make(chan int, 8)
+	r.now, r.holding = clock.now, func(n int) { holding <- n }
+	c := dialRelay(t, serveRelay(t, r))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st, err := c.GetFlows(ctx, &observerpb.GetFlowsRequest{Number: 2, Follow: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for len(got) < 2 { // the newest 2 of the histories
-		r, err := st.Recv()
-		if err != nil {
-			t.Fatal(err)
+	recv := func(got []string, n int) []string {
+		t.Helper()
+		for len(got) < n {
+			r, err := st.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, describe(r))
 		}
-		got = append(got, describe(r))
+		return got
 	}
-	lb <- at("b", 5) // b reports a later flow first; a's earlier one sorts before it
+	waitHolding(t, holding, 3) // both nodes' histories wait in the window
+	clock.step(testWindow)
+	got := recv(nil, 2) // the first flush: the newest 2 of the histories
+	lb <- at("b", 5)    // b reports a later flow first; a's earlier one sorts before it
 	la <- at("a", 4)
-	for len(got) < 4 {
-		r, err := st.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, describe(r))
-	}
-	if s := strings.Join(got, " "); s != "a:2 b:3 a:4 b:5" {
+	waitHolding(t, holding, 2)
+	clock.step(testWindow)
+	if s := strings.Join(recv(got, 4), " "); s != "a:2 b:3 a:4 b:5" {
 		t.Errorf("followed stream = %q, want a:2 b:3 a:4 b:5", s)
 	}
 }
