@@ -229,7 +229,7 @@ func upgradeUnderTraffic(t *testing.T, cs kubernetes.Interface, helm, image, ver
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); maxUnready = watchUnready(cs, stop) }()
-	out, err := helmRun(helm, "upgrade", "myelin", chartDir, "-n", "kube-system", "--reuse-values", "--wait", "--timeout", "5m",
+	out, err := helmRun(helm, "upgrade", "myelin", chartDir, "-n", "kube-system", "--reset-then-reuse-values", "--wait", "--timeout", "5m",
 		"--set", "image.tag="+newTag, "--set", "loadBalancer.algorithm=maglev")
 	close(stop)
 	wg.Wait()
@@ -363,7 +363,7 @@ func uninstallClean(t *testing.T, cs kubernetes.Interface, helm string) {
 		}
 		return len(l.Items) == 0, fmt.Sprintf("%d pods", len(l.Items))
 	})
-	if out, err := helmRun(helm, "upgrade", "myelin", chartDir, "-n", "kube-system", "--reuse-values", "--set", "cleanup=true", "--wait", "--timeout", "3m"); err != nil {
+	if out, err := helmRun(helm, "upgrade", "myelin", chartDir, "-n", "kube-system", "--reset-then-reuse-values", "--set", "cleanup=true", "--wait", "--timeout", "3m"); err != nil {
 		t.Fatalf("helm upgrade --set cleanup=true: %v\n%s", err, out)
 	}
 	// docs/install.md: rollout status returns once every cleanup pod is ready, and a
