@@ -341,6 +341,8 @@ func TestHelmRefusesValuesThatBreakTheManifests(t *testing.T) {
 		{"hubble.tls.secretName=Hubble TLS", "at '/hubble/tls/secretName'"},
 		{"image.tag=v1+build", "at '/image/tag'"},
 		{"updateStrategy.rollingUpdate.maxSurge=1", "at '/updateStrategy/rollingUpdate/maxSurge'"},
+		{"podLabels.k8s-app=x", "podLabels.k8s-app: the chart sets this label itself"},
+		{"podLabels.app\\.kubernetes\\.io/name=x", "podLabels.app.kubernetes.io/name: the chart sets this label itself"},
 	} {
 		if out, failed := helmTemplate(t, "--set-string", c.set); !failed || !strings.Contains(out, c.want) {
 			t.Errorf("helm template --set-string %s: failed %v, output %.300q; want a failure saying %q", c.set, failed, out, c.want)
@@ -348,5 +350,8 @@ func TestHelmRefusesValuesThatBreakTheManifests(t *testing.T) {
 	}
 	if got := daemonSet(t, "updateStrategy.type=OnDelete").Spec.UpdateStrategy.Type; got != "OnDelete" {
 		t.Errorf("updateStrategy.type=OnDelete renders %s", got)
+	}
+	if got := daemonSet(t, "podLabels.team=net").Spec.Template.Labels["team"]; got != "net" {
+		t.Errorf("podLabels.team=net renders team=%q on the agent pods", got)
 	}
 }

@@ -59,3 +59,13 @@ of one name would silently win or lose depending on its place. */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* podLabels may not set the labels the pods' selectors match (the agent's, the relay's
+and the UI's): the pod template would no longer match its selector. */}}
+{{- define "myelin.checkPodLabels" -}}
+{{- range $name := list "app.kubernetes.io/name" "k8s-app" -}}
+{{- if hasKey $.Values.podLabels $name -}}
+{{- fail (printf "podLabels.%s: the chart sets this label itself (the pods' selector matches it); remove it from podLabels" $name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
