@@ -150,11 +150,13 @@ int myelin_sock_getpeername4(struct bpf_sock_addr *ctx)
 }
 
 /*
- * Closing UDP sockets to a backend that went away: an iter/udp program the
- * agent runs in each network namespace (the iterator sees the sockets of the
- * namespace it is opened in) after sock_destroy_target is set. Every
- * connected IPv4 UDP socket that socket-LB connected to the target (its
- * storage in myelin_lb_sock_peer names the target) is closed with
+ * Closing UDP sockets to a backend that went away, or that left one
+ * frontend: an iter/udp program the agent runs in each network namespace
+ * (the iterator sees the sockets of the namespace it is opened in) after
+ * sock_destroy_target is set. Every connected IPv4 UDP socket that
+ * socket-LB connected to the target's backend (its storage in
+ * myelin_lb_sock_peer names it), from the target's frontend unless that is
+ * 0.0.0.0 (any frontend), is closed with
  * bpf_sock_destroy (its next send or receive fails with ECONNABORTED), so a
  * client does not keep sending to a dead backend; one byte of output per
  * socket closed. The kernel types are declared with only the fields used,
@@ -180,8 +182,11 @@ struct bpf_iter__udp {
 
 extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
 
-/* sock_destroy_target is the backend whose sockets to close (network order). */
-struct lb_sock_rev sock_destroy_target;
+/*
+ * sock_destroy_target is the backend whose sockets to close and the frontend
+ * they were translated from, address 0 for any (network order).
+ */
+struct lb_sock_peer sock_destroy_target;
 
 SEC("iter/udp")
 int myelin_sock_destroy_udp(struct bpf_iter__udp *ctx)
@@ -192,12 +197,17 @@ int myelin_sock_destroy_udp(struct bpf_iter__udp *ctx)
 
 	if (!sk || sk->skc_family != SOCK_AF_INET)
 		return 0;
-	if (sk->skc_daddr != sock_destroy_target.addr || sk->skc_dport != sock_destroy_target.port)
+	if (sk->skc_daddr != sock_destroy_target.backend_addr ||
+	    sk->skc_dport != sock_destroy_target.backend_port)
 		return 0;
 	/* Only a socket socket-LB connected to the backend: one a client connected
 	 * to that address by itself is none of the Service's business. */
 	p = bpf_sk_storage_get(&myelin_lb_sock_peer, sk, 0, 0);
 	if (!p || p->backend_addr != sk->skc_daddr || p->backend_port != sk->skc_dport)
+		return 0;
+	if (sock_destroy_target.frontend.addr &&
+	    (p->frontend.addr != sock_destroy_target.frontend.addr ||
+	     p->frontend.port != sock_destroy_target.frontend.port))
 		return 0;
 	if (bpf_sock_destroy(sk) == 0)
 		bpf_seq_write(ctx->meta->seq, &one, sizeof(one));

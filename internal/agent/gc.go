@@ -3,11 +3,14 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/service"
 )
 
 // gcInterval is how often the datapath's garbage is collected (idle NAT and
@@ -32,6 +35,9 @@ type collector struct {
 	npEvictions evictionSamples
 	// stats counts each table's rounds and removed entries, for metrics.
 	stats gcStats
+	// services, once the Service manager runs, names the backends that left a
+	// frontend while others keep them: their flows through it are ended each round.
+	services atomic.Pointer[service.Manager]
 }
 
 // startCollector starts the GC loop; it ends with ctx (wait for it with wait).
@@ -44,6 +50,10 @@ func startCollector(ctx context.Context, pinDir string, log *slog.Logger, l *loo
 // use hands the loaded datapath to the GC loop, which from then on collects through
 // it and closes the maps it adopted at start.
 func (c *collector) use(dp *datapath.Datapath) { c.loaded <- dp }
+
+// useServices has each round end the Service flows whose backend left their
+// frontend (m's departures; endDeparted).
+func (c *collector) useServices(m *service.Manager) { c.services.Store(m) }
 
 // wait returns once the GC loop has ended and released what it adopted.
 func (c *collector) wait() { <-c.done }
@@ -107,11 +117,47 @@ func (c *collector) collect(dp *datapath.Datapath) {
 	// NodePort SNAT (BPF load balancing; its maps have one entry otherwise).
 	c.round("nodeport-nat-gc", "nodeport-nat", "NodePort SNAT entries", dp.GCNodePortNAT)
 	c.sampleEvictions(dp)
-	// Service conntrack (BPF load balancing): the same clock, the same pass.
-	c.round("service-ct-gc", "service-ct", "Service conntrack entries", dp.GCServiceCT)
+	// Service conntrack (BPF load balancing): the same clock, the same pass; then
+	// the flows pinned to a backend that left their Service.
+	c.round("service-ct-gc", "service-ct", "Service conntrack entries", func(now time.Duration) (int, error) {
+		n, err := dp.GCServiceCT(now)
+		ended, derr := c.endDeparted(dp)
+		return n + ended, errors.Join(err, derr)
+	})
 	// NetworkPolicy's tracked connections that no close frees: idle UDP and other
 	// non-TCP connections, TCP connections an RST ended.
 	c.round("policy-ct-gc", "policy-ct", "NetworkPolicy connection entries", dp.GCPolicyCT)
+}
+
+// serviceFlowEnder is the part of *datapath.Datapath endDeparted uses.
+type serviceFlowEnder interface {
+	EndServiceFlows(pairs map[datapath.ServiceBackend]bool) (int, error)
+}
+
+// endDeparted deletes the Service conntrack entries of the flows whose backend left
+// their frontend while other frontends keep it (service.Manager.Departed), so their
+// next packet chooses a current backend of their own Service, and then forgets
+// those departures. One walk of the tables, only when there are departures; on an
+// error they stay for the next round.
+func (c *collector) endDeparted(dp serviceFlowEnder) (int, error) {
+	m := c.services.Load()
+	if m == nil {
+		return 0, nil
+	}
+	ds := m.Departed()
+	if len(ds) == 0 {
+		return 0, nil
+	}
+	pairs := make(map[datapath.ServiceBackend]bool, len(ds))
+	for _, d := range ds {
+		pairs[d.IDs] = true
+	}
+	n, err := dp.EndServiceFlows(pairs)
+	if err != nil {
+		return n, fmt.Errorf("end the flows of %d backends that left their Service: %w", len(ds), err)
+	}
+	m.Forget(ds)
+	return n, nil
 }
 
 // round runs one datapath collector at the monotonic clock's now, reports the run as

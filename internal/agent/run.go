@@ -153,8 +153,9 @@ type parts struct {
 // Service loop is nil without kube-proxy replacement.
 func (st *startup) startLoops(ctx context.Context, p parts) (*serviceLoop, error) {
 	var svcDP service.Datapath = p.node.dp
+	var closer *udpCloser
 	if p.node.socketLB.active {
-		closer := newUDPCloser(p.node.dp, p.node.eps, st.log.With("loop", "udp-closer"))
+		closer = newUDPCloser(p.node.dp, p.node.eps, st.log.With("loop", "udp-closer"))
 		svcDP = closer
 		supervise(ctx, closer)
 	}
@@ -164,6 +165,12 @@ func (st *startup) startLoops(ctx context.Context, p parts) (*serviceLoop, error
 	}
 	if svc != nil {
 		p.srv.views.add(svc) // /v1/services answers from here on
+		// Backends that leave a Service while another keeps them: the GC ends the
+		// Service's flows to them, the closer its connected UDP sockets.
+		p.gc.useServices(svc.manager)
+		if closer != nil {
+			svc.manager.OnDeparture(closer.departed)
+		}
 	}
 	pol, err := newPolicyLoop(st.cfg.Node, st.cfg.StateDir, p.node.dp, st.cs, p.node.eps.List, st.loops, st.log)
 	if err != nil {

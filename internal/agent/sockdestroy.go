@@ -4,19 +4,38 @@ import (
 	"context"
 	"log/slog"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/endpoint"
+	"github.com/myelin-net/myelin/internal/service"
 )
 
 // udpCloser closes the node's connected UDP sockets to backends that went away
 // (socket-LB on): the Service manager deletes a backend once no Service lists it,
 // and clients connected to it through socket-LB would otherwise keep sending to a
-// dead address. It works off a queue, so the Service loop never waits for it.
+// dead address. It also closes those connected through one frontend to a backend
+// that left it while other frontends keep it (departed; service.Departure). It works
+// off a queue, so the Service loop never waits for it.
 type udpCloser struct {
 	*datapath.Datapath
 	eps   *endpoint.Manager
-	queue chan datapath.Backend
+	queue chan udpTarget
 	log   *slog.Logger
+}
+
+// udpTarget is a backend whose sockets to close: every one, or with via those
+// socket-LB connected through frontend via only.
+type udpTarget struct {
+	backend datapath.Backend
+	via     *datapath.Frontend
+}
+
+func (t udpTarget) String() string {
+	if t.via == nil {
+		return t.backend.String()
+	}
+	return t.backend.String() + " from " + t.via.String()
 }
 
 // udpCloserQueue bounds the backends waiting to have their sockets closed; beyond it
@@ -24,7 +43,26 @@ type udpCloser struct {
 const udpCloserQueue = 4096
 
 func newUDPCloser(dp *datapath.Datapath, eps *endpoint.Manager, log *slog.Logger) *udpCloser {
-	return &udpCloser{Datapath: dp, eps: eps, queue: make(chan datapath.Backend, udpCloserQueue), log: log}
+	return &udpCloser{Datapath: dp, eps: eps, queue: make(chan udpTarget, udpCloserQueue), log: log}
+}
+
+// departed queues the closing of the sockets connected through d's frontend to its
+// backend (a service.Manager OnDeparture hook: it never blocks). TCP connections are
+// left, as when a backend is deleted.
+func (u *udpCloser) departed(d service.Departure) {
+	if d.Frontend.Proto != unix.IPPROTO_UDP {
+		return
+	}
+	fe := d.Frontend
+	u.enqueue(udpTarget{backend: d.Backend, via: &fe})
+}
+
+func (u *udpCloser) enqueue(t udpTarget) {
+	select {
+	case u.queue <- t:
+	default:
+		u.log.Warn("too many removed backends queued: connected UDP sockets to this one stay open", "backend", t.String())
+	}
 }
 
 // DeleteBackend deletes backend id and queues the closing of the sockets to it.
@@ -36,11 +74,7 @@ func (u *udpCloser) DeleteBackend(id uint32) error {
 	if lerr != nil || !found {
 		return nil
 	}
-	select {
-	case u.queue <- b:
-	default:
-		u.log.Warn("too many removed backends queued: connected UDP sockets to this one stay open", "backend", b.String())
-	}
+	u.enqueue(udpTarget{backend: b})
 	return nil
 }
 
@@ -51,20 +85,31 @@ func (u *udpCloser) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case b := <-u.queue:
-			netns := []string{""}
-			for _, ep := range u.eps.List() {
-				if ep.NetNS != "" {
-					netns = append(netns, ep.NetNS)
-				}
-			}
-			n, err := u.DestroyUDPSockets(b, netns)
-			if err != nil {
-				u.log.Warn("close UDP sockets to a removed backend", "backend", b.String(), "err", err)
-			}
-			if n > 0 {
-				u.log.Info("closed UDP sockets connected to a removed backend", "backend", b.String(), "sockets", n)
-			}
+		case t := <-u.queue:
+			u.close(t)
 		}
+	}
+}
+
+// close closes t's sockets in the agent's network namespace and every pod's.
+func (u *udpCloser) close(t udpTarget) {
+	netns := []string{""}
+	for _, ep := range u.eps.List() {
+		if ep.NetNS != "" {
+			netns = append(netns, ep.NetNS)
+		}
+	}
+	var n int
+	var err error
+	if t.via == nil {
+		n, err = u.DestroyUDPSockets(t.backend, netns)
+	} else {
+		n, err = u.DestroyFrontendUDPSockets(*t.via, t.backend, netns)
+	}
+	if err != nil {
+		u.log.Warn("close UDP sockets to a removed backend", "backend", t.String(), "err", err)
+	}
+	if n > 0 {
+		u.log.Info("closed UDP sockets connected to a removed backend", "backend", t.String(), "sockets", n)
 	}
 }

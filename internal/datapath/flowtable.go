@@ -91,19 +91,57 @@ func (t flowTable[K, V, ID]) gc(now time.Duration) (int, error) {
 		if !t.idle(id, f.lastSeen, f.flags, now) || !t.stillIdle(id, f, now) {
 			continue
 		}
-		// Forward first: a packet meanwhile re-creates the flow and finds its
-		// own reverse entry still there.
-		for _, k := range []*K{f.fwd, f.rev} {
-			if k == nil {
-				continue
-			}
-			err := t.m.Delete(k)
-			if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return removed, fmt.Errorf("delete %s entry of %+v: %w", t.name, id, err)
-			}
-			if err == nil {
-				removed++
-			}
+		n, err := t.delete(id, f)
+		removed += n
+		if err != nil {
+			return removed, err
+		}
+	}
+	return removed, nil
+}
+
+// deleteFlows deletes the entries (both directions) of every flow whose forward
+// entry's value end reports true for, and returns how many map entries it
+// removed. A forward entry is re-read just before deletion, so a flow whose
+// entry a packet rewrote meanwhile (chose again) is kept.
+func (t flowTable[K, V, ID]) deleteFlows(end func(V) bool) (int, error) {
+	flows, err := t.read()
+	if err != nil {
+		return 0, err
+	}
+	removed := 0
+	for id, f := range flows {
+		if f.fwd == nil || !end(f.fwdValue) {
+			continue
+		}
+		var v V
+		if t.m.Lookup(f.fwd, &v) != nil || !end(v) {
+			continue
+		}
+		n, err := t.delete(id, f)
+		removed += n
+		if err != nil {
+			return removed, err
+		}
+	}
+	return removed, nil
+}
+
+// delete deletes both entries of flow id, forward first: a packet meanwhile
+// re-creates the flow and finds its own reverse entry still there. It returns
+// how many it removed.
+func (t flowTable[K, V, ID]) delete(id ID, f *pairedFlow[K, V]) (int, error) {
+	removed := 0
+	for _, k := range []*K{f.fwd, f.rev} {
+		if k == nil {
+			continue
+		}
+		err := t.m.Delete(k)
+		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return removed, fmt.Errorf("delete %s entry of %+v: %w", t.name, id, err)
+		}
+		if err == nil {
+			removed++
 		}
 	}
 	return removed, nil

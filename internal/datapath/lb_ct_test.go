@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -376,5 +377,62 @@ func TestPrivilegedGCServiceCT(t *testing.T) {
 		if n, err := d.GCServiceCT(at); err != nil || n != 0 {
 			t.Errorf("GCServiceCT(%v) again = %d, %v; want 0", at, n, err)
 		}
+	}
+}
+
+// A backend that left one Service's pool but stays another's keeps its id, so
+// the first Service's open flows, pinned to it by their conntrack entries,
+// would go on to it: EndServiceFlows deletes the entries (both directions)
+// of the flows of that (service, backend) pair, and their next packet
+// chooses a current backend of their own Service; the other Service's flow to
+// the same backend is kept.
+func TestPrivilegedLBEndServiceFlows(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingBPF, 0)
+	fromPod := d.objs.MyelinFromPod
+	feS2 := Frontend{Addr: mustAddr("10.96.0.20"), Port: 53, Proto: protoUDP}
+	s1 := ipv4(protoUDP, podA, vip).withDst(vip, 53)
+	// Another client port: the two flows to X must not share a reverse entry.
+	s2 := ipv4(protoUDP, podA, "10.96.0.20").withSrc(podA, 40001).withDst("10.96.0.20", 53)
+	toX := func(p pkt) []byte { return delivered(p.withDst(podBIP, 8080)) } // backend 1, pod B
+	toY := s1.withDst(remoteIP, 8080).build()                               // backend 2, on another node
+	both := &lbState{backends: lbBackends, services: map[Frontend]Service{
+		feUDP: {ID: 1, Backends: []uint32{1}}, feS2: {ID: 2, Backends: []uint32{1}}}}
+	xLeavesS1 := func(d *Datapath) error { return d.UpsertService(feUDP, Service{ID: 1, Backends: []uint32{2}}) }
+	s1Fwd, s1Rev := ctFlowKeys(s1, backendB)
+	s2Fwd, s2Rev := ctFlowKeys(s2, backendB)
+	entries := func(want bool, keys ...myelinCtKey) error {
+		for _, k := range keys {
+			_, err := ctEntryOf(d.objs.MyelinLbCt, k)
+			if want && err != nil {
+				return fmt.Errorf("entry %+v: %w", k, err)
+			}
+			if !want && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("entry %+v: still there (%v)", k, err)
+			}
+		}
+		return nil
+	}
+	end := func(d *Datapath) error {
+		n, err := d.EndServiceFlows(map[ServiceBackend]bool{{Service: 1, Backend: 1}: true})
+		if err != nil || n != 2 {
+			return fmt.Errorf("EndServiceFlows = %d, %v; want the 2 entries of s1's flow", n, err)
+		}
+		return errors.Join(entries(false, s1Fwd, s1Rev), entries(true, s2Fwd, s2Rev))
+	}
+	row := func(name string, seed *lbState, in pkt, verdict uint32, out []byte, reason string, then func(*Datapath) error) lbCase {
+		return lbCase{seed: seed, prog: fromPod, dir: "from-pod", then: then, progCase: progCase{name: name,
+			endpoints: seedB, in: in.build(), verdict: verdict, out: out, reason: reason}}
+	}
+	runLBCases(t, d, []lbCase{
+		row("s1's flow: X", both, s1, tcActRedirect, toX(s1), "FORWARDED", nil),
+		row("s2's flow: X", nil, s2, tcActRedirect, toX(s2), "FORWARDED", xLeavesS1),
+		row("X left s1, s2 keeps it: s1's open flow still goes to X", nil, s1, tcActRedirect, toX(s1), "FORWARDED", end),
+		row("after EndServiceFlows: s1's flow chooses from s1's pool", nil, s1, tcActOK, toY, "PASS_STACK",
+			func(d *Datapath) error { return checkCTFlow(d, s1, 2) }),
+		row("s2's flow keeps X", nil, s2, tcActRedirect, toX(s2), "FORWARDED", func(d *Datapath) error { return checkCTFlow(d, s2, 1) }),
+	})
+	if n, err := d.EndServiceFlows(nil); err != nil || n != 0 {
+		t.Errorf("EndServiceFlows(no pairs) = %d, %v; want 0", n, err)
 	}
 }

@@ -58,6 +58,34 @@ func (d *Datapath) GCServiceCT(now time.Duration) (int, error) {
 	return removed, errors.Join(errs...)
 }
 
+// ServiceBackend is a backend (its id) of a frontend (its Service.ID), as a
+// forward Service conntrack entry names the two.
+type ServiceBackend struct{ Service, Backend uint32 }
+
+// EndServiceFlows deletes the conntrack entries (both directions), in
+// myelin_lb_ct and myelin_lb_ct_nodeport, of every load-balanced flow whose
+// forward entry names one of pairs, and returns how many map entries it
+// removed. The next packet of such a flow chooses a backend again, as when
+// its backend is deleted: the service manager ends so the flows of a backend
+// that left a frontend while other frontends keep it (same id, so the flows
+// would go on to it). One walk of each table; nothing to do for no pairs.
+func (d *Datapath) EndServiceFlows(pairs map[ServiceBackend]bool) (int, error) {
+	if len(pairs) == 0 {
+		return 0, nil
+	}
+	end := func(v myelinCtEntry) bool { return pairs[ServiceBackend{Service: v.SvcId, Backend: v.BackendId}] }
+	var errs []error
+	removed := 0
+	for _, t := range []flowTable[myelinCtKey, myelinCtEntry, ctFlowID]{
+		ctTable("myelin_lb_ct", d.objs.MyelinLbCt), ctTable("myelin_lb_ct_nodeport", d.objs.MyelinLbCtNodeport),
+	} {
+		n, err := t.deleteFlows(end)
+		removed += n
+		errs = append(errs, err)
+	}
+	return removed, errors.Join(errs...)
+}
+
 // ctTable is a Service conntrack map as a flow table.
 func ctTable(name string, m *ebpf.Map) flowTable[myelinCtKey, myelinCtEntry, ctFlowID] {
 	return flowTable[myelinCtKey, myelinCtEntry, ctFlowID]{name: name, m: m, flowOf: ctFlowOf,

@@ -14,7 +14,7 @@ import (
 )
 
 // sockDestroyObjects is the iter/udp program of bpf/sock.c that closes UDP sockets
-// connected to sock_destroy_target.
+// socket-LB connected as sock_destroy_target says.
 type sockDestroyObjects struct {
 	Prog   *ebpf.Program  `ebpf:"myelin_sock_destroy_udp"`
 	Target *ebpf.Variable `ebpf:"sock_destroy_target"`
@@ -31,6 +31,24 @@ func (d *Datapath) DestroyUDPSockets(b Backend, netns []string) (int, error) {
 	if !b.Addr.Is4() {
 		return 0, fmt.Errorf("destroy UDP sockets to %s: not an IPv4 backend", b)
 	}
+	return d.destroyUDPSockets(sockLbSockPeer{BackendAddr: networkUint32(b.Addr), BackendPort: htons(b.Port)}, b.String(), netns)
+}
+
+// DestroyFrontendUDPSockets is DestroyUDPSockets for the sockets socket-LB connected
+// to b from frontend fe only (their storage names both): b left fe (its Service's
+// endpoints) but stays another frontend's backend, whose sockets stay open.
+func (d *Datapath) DestroyFrontendUDPSockets(fe Frontend, b Backend, netns []string) (int, error) {
+	if !b.Addr.Is4() || !fe.Addr.Is4() || fe.Addr.IsUnspecified() || fe.Proto != unix.IPPROTO_UDP {
+		return 0, fmt.Errorf("destroy UDP sockets to %s from %s: not an IPv4 UDP frontend and backend", b, fe)
+	}
+	target := sockLbSockPeer{Frontend: sockLbSockRev{Addr: networkUint32(fe.Addr), Port: htons(fe.Port)},
+		BackendAddr: networkUint32(b.Addr), BackendPort: htons(b.Port)}
+	return d.destroyUDPSockets(target, b.String()+" from "+fe.String(), netns)
+}
+
+// destroyUDPSockets closes the sockets of target (sock_destroy_target of bpf/sock.c),
+// named what in errors, in each namespace of netns.
+func (d *Datapath) destroyUDPSockets(target sockLbSockPeer, what string, netns []string) (int, error) {
 	spec, err := loadSock()
 	if err != nil {
 		return 0, fmt.Errorf("load socket-LB spec: %w", err)
@@ -48,7 +66,6 @@ func (d *Datapath) DestroyUDPSockets(b Backend, netns []string) (int, error) {
 		return 0, fmt.Errorf("load the UDP socket destroyer (iter/udp, bpf_sock_destroy): %w", err)
 	}
 	defer objs.Prog.Close()
-	target := sockLbSockRev{Addr: networkUint32(b.Addr), Port: htons(b.Port)}
 	if err := objs.Target.Set(target); err != nil {
 		return 0, fmt.Errorf("set sock_destroy_target: %w", err)
 	}
@@ -63,7 +80,7 @@ func (d *Datapath) DestroyUDPSockets(b Backend, netns []string) (int, error) {
 		n, err := iterateIn(it, ns)
 		closed += n
 		if err != nil && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("close UDP sockets to %s in %s: %w", b, nsName(ns), err))
+			errs = append(errs, fmt.Errorf("close UDP sockets to %s in %s: %w", what, nsName(ns), err))
 		}
 	}
 	return closed, errors.Join(errs...)

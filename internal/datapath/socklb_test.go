@@ -425,7 +425,7 @@ func TestPrivilegedDestroyUDPSockets(t *testing.T) {
 					return err
 				}
 				conns[id] = c
-				if err := writeSockPeer(objs.Peer, c, b); err != nil {
+				if err := writeSockPeer(objs.Peer, c, sockFrontend, b); err != nil {
 					return err
 				}
 			}
@@ -463,14 +463,73 @@ func TestPrivilegedDestroyUDPSockets(t *testing.T) {
 	})
 }
 
-// writeSockPeer writes c's socket storage for backend b into peer, as connect4
-// does (from user space, the key of socket storage is the socket's descriptor).
-func writeSockPeer(peer *ebpf.Map, c net.Conn, b Backend) error {
+// sockFrontend is the frontend the sockets of the destroy tests were translated from.
+var sockFrontend = Frontend{Addr: mustAddr("10.96.0.50"), Port: 80, Proto: protoUDP}
+
+// TestPrivilegedDestroyFrontendUDPSockets: a backend left one frontend while
+// another keeps it: of two sockets socket-LB connected to it, only the one
+// translated from that frontend is closed.
+func TestPrivilegedDestroyFrontendUDPSockets(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingLegacy, 0)
+	var objs sockObjectsLoaded // pins myelin_lb_sock_peer, as AttachSocketLB does
+	if err := d.loadSock(&objs); err != nil {
+		t.Fatal(err)
+	}
+	defer objs.close()
+	left := sockFrontend                                                      // the Service the backend left
+	kept := Frontend{Addr: mustAddr("10.96.0.60"), Port: 80, Proto: protoUDP} // another namespace's, still listing it
+	b := sockBackends[1]
+	inBackendsNetns(t, func(nsName string, ns netns.NsHandle) {
+		conns := map[Frontend]net.Conn{}
+		err := inNetnsThread(ns, func() error {
+			for _, fe := range []Frontend{left, kept} {
+				c, err := net.Dial("udp4", netip.AddrPortFrom(b.Addr, b.Port).String())
+				if err != nil {
+					return err
+				}
+				conns[fe] = c
+				if err := writeSockPeer(objs.Peer, c, fe, b); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		n, err := d.DestroyFrontendUDPSockets(left, b, []string{"/run/netns/" + nsName})
+		if err != nil || n != 1 {
+			t.Errorf("DestroyFrontendUDPSockets(%s, %s) = %d, %v; want 1 closed", left, b, n, err)
+		}
+		_ = conns[left].SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := conns[left].Read(make([]byte, 8)); !errors.Is(err, unix.ECONNABORTED) {
+			t.Errorf("read on the socket connected through the frontend the backend left: %v, want ECONNABORTED", err)
+		}
+		if _, err := conns[kept].Write([]byte("hi\n")); err != nil {
+			t.Errorf("the socket connected through the other frontend: write: %v", err)
+		}
+	})
+	if _, err := d.DestroyFrontendUDPSockets(Frontend{Addr: left.Addr, Port: 80, Proto: protoTCP}, b, nil); err == nil {
+		t.Error("a TCP frontend was taken")
+	}
+}
+
+// writeSockPeer writes c's socket storage for backend b, translated from frontend
+// fe, into peer, as connect4 does (from user space, the key of socket storage is
+// the socket's descriptor).
+func writeSockPeer(peer *ebpf.Map, c net.Conn, fe Frontend, b Backend) error {
 	raw, err := c.(*net.UDPConn).SyscallConn()
 	if err != nil {
 		return err
 	}
-	v := sockLbSockPeer{Frontend: sockLbSockRev{Addr: networkUint32(mustAddr("10.96.0.50")), Port: htons(80)},
+	v := sockLbSockPeer{Frontend: sockLbSockRev{Addr: networkUint32(fe.Addr), Port: htons(fe.Port)},
 		BackendAddr: networkUint32(b.Addr), BackendPort: htons(b.Port)}
 	var perr error
 	if err := raw.Control(func(fd uintptr) { perr = peer.Put(int32(fd), &v) }); err != nil {

@@ -45,7 +45,9 @@ type Applied struct {
 // id while it exists and a backend (addr:port, shared by every Service that has it)
 // keeps its id while any frontend refers to it, so open flows, which the datapath's
 // conntrack pins to a backend id, keep their backend across updates and agent
-// restarts. A freed id is not reused while conntrack entries may still name it
+// restarts; a backend that leaves one frontend while another keeps it is recorded
+// as departed (Departed), so the agent ends that frontend's flows to it. A freed id
+// is not reused while conntrack entries may still name it
 // (idSet), and a frontend taken over by another Service (a reused NodePort or
 // ClusterIP) gets a new id, so flows of the old Service never pass for the new
 // one's. Safe for concurrent use.
@@ -72,6 +74,11 @@ type Manager struct {
 	// event.
 	contested map[datapath.Frontend][]string
 	reclaims  []string
+	// departed are the backends that left a frontend while others keep them, until
+	// their flows are ended (departed.go).
+	departed    map[datapath.ServiceBackend]Departure
+	departSeq   uint64
+	onDeparture func(Departure)
 }
 
 // NewManager returns a Manager over dp that adopts the frontends and backends already
@@ -80,7 +87,8 @@ type Manager struct {
 func NewManager(dp Datapath, maglevSize int) (*Manager, error) {
 	m := &Manager{dp: dp, maglevSize: maglevSize, byService: map[string][]datapath.Frontend{},
 		frontends: map[datapath.Frontend]*Applied{}, backends: map[Backend]uint32{}, byID: map[uint32]Backend{}, refs: map[uint32]int{},
-		tables: map[string][]int32{}, adopted: adoptedState{}, contested: map[datapath.Frontend][]string{}, feIDs: newIDSet(datapath.ServiceCTMaxTimeout), beIDs: newIDSet(datapath.ServiceCTMaxTimeout)}
+		tables: map[string][]int32{}, adopted: adoptedState{}, contested: map[datapath.Frontend][]string{},
+		departed: map[datapath.ServiceBackend]Departure{}, feIDs: newIDSet(datapath.ServiceCTMaxTimeout), beIDs: newIDSet(datapath.ServiceCTMaxTimeout)}
 	bes, err := dp.Backends()
 	if err != nil {
 		return nil, fmt.Errorf("read programmed backends: %w", err)
@@ -126,8 +134,9 @@ func NewManager(dp Datapath, maglevSize int) (*Manager, error) {
 
 // Apply programs exactly fes for the Service named service (namespace/name): new
 // and changed frontends are written, the Service's frontends not in fes are removed,
-// and backends no frontend refers to any more are deleted. An empty fes removes the
-// Service. On error the Service is left partly applied; calling Apply again with the
+// and backends no frontend refers to any more are deleted; a backend a frontend let go
+// that another still lists is recorded as departed from it (Departed). An empty fes
+// removes the Service. On error the Service is left partly applied; calling Apply again with the
 // same frontends finishes the job.
 func (m *Manager) Apply(service string, fes []Frontend) error {
 	m.mu.Lock()
@@ -138,16 +147,20 @@ func (m *Manager) Apply(service string, fes []Frontend) error {
 	var errs []error
 	keep := map[datapath.Frontend]bool{}
 	var released []uint32
+	var left []Departure
 	for _, fe := range fes {
 		fe.Service = service
 		keep[fe.Key] = true
-		old, err := m.applyFrontend(fe)
+		prev, err := m.applyFrontend(fe)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("service %s frontend %s: %w", service, FrontendString(fe.Key), err))
 			m.claimAdopted(fe.Key, service)
 			continue
 		}
-		released = append(released, old...)
+		if prev != nil {
+			released = append(released, prev.backendIDs()...)
+			left = append(left, m.leaving(prev, m.frontends[fe.Key])...)
+		}
 	}
 	for _, key := range m.byService[service] {
 		if keep[key] {
@@ -156,13 +169,16 @@ func (m *Manager) Apply(service string, fes []Frontend) error {
 		if a := m.frontends[key]; a != nil && a.Service != "" && a.Service != service {
 			continue // another Service owns it now (a reused NodePort or ClusterIP)
 		}
-		old, err := m.removeFrontend(key)
+		removed, err := m.removeFrontend(key)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("service %s: remove frontend %s: %w", service, FrontendString(key), err))
 			keep[key] = true // still programmed: try again next time
 			continue
 		}
-		released = append(released, old...)
+		if removed != nil {
+			released = append(released, removed.backendIDs()...)
+			left = append(left, m.leaving(removed, nil)...)
+		}
 		m.reclaimFrom(key, service)
 	}
 	m.byService[service] = m.byService[service][:0]
@@ -173,6 +189,7 @@ func (m *Manager) Apply(service string, fes []Frontend) error {
 		delete(m.byService, service)
 	}
 	errs = append(errs, m.release(released))
+	m.recordDepartures(left)
 	return errors.Join(errs...)
 }
 
@@ -208,10 +225,11 @@ func (m *Manager) Reclaims() []string {
 	return out
 }
 
-// applyFrontend writes one frontend and returns the backend ids its previous version
-// held, to be released once every frontend of the Service is written. A frontend
-// another Service owned gets a new id; the old one goes into quarantine.
-func (m *Manager) applyFrontend(fe Frontend) ([]uint32, error) {
+// applyFrontend writes one frontend and returns its previous version, nil if there
+// was none or it is unchanged: the backend ids it held are released once every
+// frontend of the Service is written. A frontend another Service owned gets a new
+// id; the old one goes into quarantine.
+func (m *Manager) applyFrontend(fe Frontend) (*Applied, error) {
 	prev := m.frontends[fe.Key]
 	if prev != nil && m.unchanged(prev, fe) {
 		return nil, nil // unchanged: an update of another port or field
@@ -247,9 +265,11 @@ func (m *Manager) applyFrontend(fe Frontend) ([]uint32, error) {
 		m.release(ids)
 		return nil, err
 	}
-	m.frontends[fe.Key] = &Applied{Key: fe.Key, Service: fe.Service, PortName: fe.PortName, Type: fe.Type,
+	now := &Applied{Key: fe.Key, Service: fe.Service, PortName: fe.PortName, Type: fe.Type,
 		Affinity: fe.Affinity, ID: svc.ID, ExternalLocal: fe.ExternalLocal, Local: fe.Local,
 		Active: active, Terminating: terminating}
+	m.frontends[fe.Key] = now
+	m.rejoined(now)
 	if prev == nil {
 		return nil, nil
 	}
@@ -259,7 +279,7 @@ func (m *Manager) applyFrontend(fe Frontend) ([]uint32, error) {
 			m.contested[fe.Key] = append(m.contested[fe.Key], prev.Service)
 		}
 	}
-	return prev.backendIDs(), nil
+	return prev, nil
 }
 
 // serviceOf is what the datapath holds for fe, whose active backends have the ids
@@ -317,7 +337,9 @@ func (m *Manager) sameBackends(ids []uint32, bs []Backend) bool {
 // backendIDs returns the ids of every backend of a, one per reference it holds.
 func (a *Applied) backendIDs() []uint32 { return slices.Concat(a.Active, a.Terminating) }
 
-func (m *Manager) removeFrontend(key datapath.Frontend) ([]uint32, error) {
+// removeFrontend deletes frontend key and returns what it was, nil if nothing was
+// programmed; the caller releases its backends.
+func (m *Manager) removeFrontend(key datapath.Frontend) (*Applied, error) {
 	a := m.frontends[key]
 	if a == nil {
 		return nil, nil // its Apply failed: nothing was programmed
@@ -327,7 +349,7 @@ func (m *Manager) removeFrontend(key datapath.Frontend) ([]uint32, error) {
 	}
 	delete(m.frontends, key)
 	m.feIDs.free(a.ID)
-	return a.backendIDs(), nil
+	return a, nil
 }
 
 // acquire returns b's id, programming the backend when it is new, and counts a reference.
@@ -385,17 +407,22 @@ func (m *Manager) Prune() error {
 	m.adopted = nil // what no Service claimed is removed below; the rest was applied
 	var errs []error
 	var released []uint32
+	var left []Departure
 	for key, a := range m.frontends {
 		if a.Service != "" {
 			continue
 		}
-		old, err := m.removeFrontend(key)
+		removed, err := m.removeFrontend(key)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("remove stale frontend %s: %w", FrontendString(key), err))
 		}
-		released = append(released, old...)
+		if removed != nil {
+			released = append(released, removed.backendIDs()...)
+			left = append(left, m.leaving(removed, nil)...)
+		}
 	}
 	errs = append(errs, m.release(released))
+	m.recordDepartures(left)
 	for id, n := range m.refs {
 		if n <= 0 {
 			errs = append(errs, m.deleteBackend(id))
