@@ -83,3 +83,14 @@ func checkTLSVolume(t *testing.T, what string, pod corev1.PodSpec, container str
 	}
 	t.Errorf("%s pod has no container %s", what, container)
 }
+
+// hubble.tls.enabled is for the agents' TCP port (and the relay, which needs it): with
+// hubble.listenAddress="" the install fails naming both instead of rendering keys the
+// agent refuses.
+func TestChartHubbleTLSNeedsListenAddress(t *testing.T) {
+	out, err := run(t, nil, helm(t), "template", "myelin", chartDir(), "--namespace", "kube-system",
+		"--set", "hubble.tls.enabled=true", "--set", "hubble.tls.secretName=s", "--set", "hubble.listenAddress=")
+	if err == nil || !strings.Contains(out, "hubble.tls.enabled needs hubble.listenAddress") {
+		t.Errorf("TLS without listenAddress: err %v, output %q; want a failure naming hubble.tls.enabled and hubble.listenAddress", err, out)
+	}
+}
