@@ -19,7 +19,7 @@ func relayCommand() *cobra.Command {
 		Long: "relay serves the Hubble Observer API (hubble observe, hubble status) for the cluster: it finds the agents from the\n" +
 			"Kubernetes Nodes (InternalIP on --peer-port) or the --peer flags, merges their flows in time order, and reports\n" +
 			"nodes it cannot reach as unavailable without holding up the others. See docs/hubble.md.\n\n" +
-			"Without --tls-* the relay has NO authentication: whoever reaches --listen reads every flow of every node. The default\n" +
+			"Without --tls-client-ca-files the relay has NO authentication: whoever reaches --listen reads every flow of every node. The default\n" +
 			"listens on loopback only; listen on a pod or node address (the chart uses --listen=:4245) only where a\n" +
 			"NetworkPolicy or firewall limits who connects (docs/hubble.md, \"Exposure\"). Without --follow it returns at most\n" +
 			"the newest " + strconv.Itoa(relay.MaxLast) + " flows (--last N with a larger N, or none, gets that many).",
@@ -35,10 +35,10 @@ func relayCommand() *cobra.Command {
 	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig to list Nodes with (default: in-cluster)")
 	f.StringVar(&o.TLS.CertFile, "tls-cert-file", "", "PEM certificate: serve --listen over TLS 1.3 (with --tls-key-file; hubble observe --tls --tls-ca-cert-files ...)")
 	f.StringVar(&o.TLS.KeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
-	f.StringSliceVar(&o.TLS.ClientCAFiles, "tls-client-ca-files", nil, "PEM CA files: accept only clients with a certificate they signed (mutual TLS)")
+	f.StringSliceVar(&o.TLS.ClientCAFiles, "tls-client-ca-files", nil, "PEM CA files: accept only clients with a certificate they signed (mutual TLS; without, any client reads the flows over TLS, and the startup line says client-certificates=\"not required\")")
 	f.StringVar(&o.PeerTLS.CAFile, "peer-tls-ca-file", "", "PEM CA that signed the agents' certificates: connect to the agents over TLS (their hubble-tls-cert-file)")
-	f.StringVar(&o.PeerTLS.CertFile, "peer-tls-cert-file", "", "PEM client certificate for agents that require one (hubble-tls-client-ca-files)")
+	f.StringVar(&o.PeerTLS.CertFile, "peer-tls-cert-file", "", "PEM client certificate for agents that require one (hubble-tls-client-ca-files; needs --peer-tls-ca-file and --peer-tls-key-file)")
 	f.StringVar(&o.PeerTLS.KeyFile, "peer-tls-key-file", "", "PEM private key of --peer-tls-cert-file")
-	f.StringVar(&o.PeerTLS.ServerName, "peer-tls-server-name", "", "name every agent's certificate carries (default: the agent's IP, which its certificate must then list)")
+	f.StringVar(&o.PeerTLS.ServerName, "peer-tls-server-name", "", "name every agent's certificate carries (needs --peer-tls-ca-file; default: the agent's IP, which its certificate must then list)")
 	return cmd
 }

@@ -27,18 +27,35 @@ type hubbleListen struct {
 	TLS    hubble.ServerTLS // hubble-tls-*; only for Addr, the socket stays plain
 }
 
+// hubbleTLSKeys name the hubble-tls-* configuration keys in errors.
+var hubbleTLSKeys = hubble.ServerTLSNames{CertFile: "hubble-tls-cert-file", KeyFile: "hubble-tls-key-file",
+	ClientCAFiles: "hubble-tls-client-ca-files"}
+
+// creds are the TCP listener's TLS credentials, nil for plaintext. TLS settings without
+// a TCP listener are an error: they would protect nothing (the socket stays plain).
+func (hl hubbleListen) creds() (grpc.ServerOption, error) {
+	if !hl.TLS.Enabled() {
+		return nil, nil
+	}
+	if hl.Addr == "" {
+		return nil, fmt.Errorf("hubble TLS (hubble-tls-*) set with hubble-listen-address empty: TLS is only for the TCP listener (the node's socket stays plain); set hubble-listen-address (e.g. \":4244\") or remove the hubble-tls-* keys")
+	}
+	c, err := hl.TLS.Credentials(hubbleTLSKeys)
+	if err != nil {
+		return nil, err
+	}
+	return grpc.Creds(c), nil
+}
+
 // serveHubble serves the Hubble Observer API over the node's flow store on the local
 // socket and, when hubble-listen-address is set, on TCP for the relay (over TLS when
 // hubble-tls-* are set), until ctx ends. GetNodes reports the TCP listener's address,
-// with the node's IP for a wildcard one.
+// with the node's IP for a wildcard one. Its log line says whether the TCP listener
+// requires client certificates (without, whoever reaches it reads the node's flows).
 func serveHubble(ctx context.Context, cfg Config, hl hubbleListen, store *flowstore.Store, log *slog.Logger) error {
-	var creds grpc.ServerOption
-	if hl.TLS.Enabled() {
-		c, err := hl.TLS.Credentials("hubble-tls-cert-file, hubble-tls-key-file, hubble-tls-client-ca-files")
-		if err != nil {
-			return err
-		}
-		creds = grpc.Creds(c)
+	creds, err := hl.creds()
+	if err != nil {
+		return err
 	}
 	sock := HubbleSocket(cfg.StateDir)
 	if err := os.Remove(sock); err != nil && !os.IsNotExist(err) {
@@ -75,7 +92,8 @@ func serveHubble(ctx context.Context, cfg Config, hl hubbleListen, store *flowst
 		}
 		serveGRPC(ctx, gt, tcp, log)
 	}
-	log.Info("hubble api", "socket", sock, "listen", hl.Addr, "tls", creds != nil)
+	log.Info("hubble api", "socket", sock, "listen", hl.Addr, "tls", creds != nil,
+		"client-certificates", hl.TLS.ClientCertificates())
 	return nil
 }
 

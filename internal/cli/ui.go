@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 
+	"google.golang.org/grpc/credentials"
+
 	"github.com/myelin-net/myelin/internal/flow"
 	"github.com/myelin-net/myelin/internal/flowclient"
 	"github.com/myelin-net/myelin/internal/hubble"
@@ -17,11 +19,17 @@ type UIOptions struct {
 	Listen string // host:port of the page
 	Socket string // one agent; default every agent on this machine (every lab node)
 	Server string // a Hubble Observer API (the relay) instead of the agents' sockets
+	// ServerTLS is how to reach Server over TLS (--tls-*); zero is plaintext.
+	ServerTLS hubble.ClientTLS
 	// AllowedHosts are the names (or host:port) the page may be reached by besides
 	// loopback and Listen (a Service's name, a port-forward's host).
 	AllowedHosts []string
 	Stderr       io.Writer
 }
+
+// uiTLSFlags name `myelin ui`'s --tls-* flags in errors.
+var uiTLSFlags = hubble.ClientTLSNames{CAFile: "--tls-ca-file", CertFile: "--tls-client-cert-file",
+	KeyFile: "--tls-client-key-file", ServerName: "--tls-server-name", Server: "the relay (--server)"}
 
 // UI serves the service map over the flows of every agent this machine reaches until
 // ctx ends.
@@ -33,7 +41,18 @@ func UI(ctx context.Context, out io.Writer, o UIOptions) error {
 		if _, _, err := net.SplitHostPort(o.Server); err != nil {
 			return fmt.Errorf("--server %q: %w (give host:port, e.g. myelin-relay:4245)", o.Server, err)
 		}
-		return ui.Run(ctx, o.Listen, hubble.NewClientSource(o.Server), out, o.AllowedHosts...)
+		var creds credentials.TransportCredentials
+		if o.ServerTLS.Enabled() {
+			var err error
+			if creds, err = o.ServerTLS.Credentials(uiTLSFlags); err != nil {
+				return err
+			}
+		}
+		return ui.Run(ctx, o.Listen, hubble.NewClientSource(o.Server, creds), out, o.AllowedHosts...)
+	}
+	if o.ServerTLS.Enabled() {
+		given := o.ServerTLS.Given(uiTLSFlags)
+		return fmt.Errorf("%s given without --server: TLS is for reading the relay (a Hubble API) with --server host:port, the agents' sockets need none; add --server or drop %s", given, given)
 	}
 	if _, err := sockets(o.Socket, "", o.Socket == ""); err != nil {
 		return fmt.Errorf("find the agents for the service map: %w", err)

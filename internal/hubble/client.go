@@ -10,6 +10,7 @@ import (
 	flowpb "github.com/cilium/cilium/api/v1/flow"
 	observerpb "github.com/cilium/cilium/api/v1/observer"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -18,15 +19,19 @@ import (
 )
 
 // ClientSource is a flow.Source that reads a Hubble Observer API (a node's server or
-// the relay) over plaintext gRPC: what `myelin ui --server` reads.
+// the relay) over gRPC: what `myelin ui --server` reads.
 type ClientSource struct {
 	addr string
 	opts []grpc.DialOption
 }
 
-// NewClientSource returns a Source reading the Observer at addr (host:port).
-func NewClientSource(addr string) *ClientSource {
-	return &ClientSource{addr: addr, opts: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}}
+// NewClientSource returns a Source reading the Observer at addr (host:port) over creds
+// (ClientTLS.Credentials); nil is plaintext.
+func NewClientSource(addr string, creds credentials.TransportCredentials) *ClientSource {
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	return &ClientSource{addr: addr, opts: []grpc.DialOption{grpc.WithTransportCredentials(creds)}}
 }
 
 // Flows asks the server for req's flows and sends them to out, lost events as TypeLost

@@ -72,7 +72,7 @@ func TestClientSourceRoundTrip(t *testing.T) {
 		Blacklist: []flow.Filter{{DestinationPod: []string{"kube-system/coredns"}, SourceIP: []netip.Prefix{netip.MustParsePrefix("10.0.0.1/32")}}},
 	}
 	out := make(chan *flow.Flow, len(in)+1)
-	if err := NewClientSource(addr).Flows(context.Background(), req, out); err != nil {
+	if err := NewClientSource(addr, nil).Flows(context.Background(), req, out); err != nil {
 		t.Fatalf("Flows: %v", err)
 	}
 	close(out)
@@ -129,7 +129,7 @@ func TestClientSourceErrors(t *testing.T) {
 	}
 	addr := lis.Addr().String()
 	lis.Close()
-	err = NewClientSource(addr).Flows(context.Background(), flow.Request{}, make(chan *flow.Flow, 1))
+	err = NewClientSource(addr, nil).Flows(context.Background(), flow.Request{}, make(chan *flow.Flow, 1))
 	if err == nil || !strings.Contains(err.Error(), addr) {
 		t.Fatalf("Flows from a closed port: %v, want an error naming %s", err, addr)
 	}

@@ -24,7 +24,16 @@ type Options struct {
 	PeerTLS    hubble.ClientTLS // to the agents (--peer-tls-*)
 }
 
-// Run serves the relay until ctx ends.
+// serverTLSFlags and peerTLSFlags name the --tls-* and --peer-tls-* flags in errors.
+var (
+	serverTLSFlags = hubble.ServerTLSNames{CertFile: "--tls-cert-file", KeyFile: "--tls-key-file", ClientCAFiles: "--tls-client-ca-files"}
+	peerTLSFlags   = hubble.ClientTLSNames{CAFile: "--peer-tls-ca-file", CertFile: "--peer-tls-cert-file",
+		KeyFile: "--peer-tls-key-file", ServerName: "--peer-tls-server-name", Server: "the agents"}
+)
+
+// Run serves the relay until ctx ends. Its startup line says whether the API is TLS
+// and whether it requires client certificates (without, whoever connects reads every
+// flow).
 func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	discover, err := discovery(o)
 	if err != nil {
@@ -32,12 +41,12 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	}
 	cfg := Config{Discover: discover, Version: o.Version}
 	if o.TLS.Enabled() {
-		if cfg.ServerCreds, err = o.TLS.Credentials("--tls-cert-file, --tls-key-file, --tls-client-ca-files"); err != nil {
+		if cfg.ServerCreds, err = o.TLS.Credentials(serverTLSFlags); err != nil {
 			return err
 		}
 	}
 	if o.PeerTLS.Enabled() {
-		if cfg.PeerCreds, err = o.PeerTLS.Credentials("--peer-tls-ca-file, --peer-tls-cert-file, --peer-tls-key-file"); err != nil {
+		if cfg.PeerCreds, err = o.PeerTLS.Credentials(peerTLSFlags); err != nil {
 			return err
 		}
 	}
@@ -47,7 +56,8 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	}
 	r := New(cfg)
 	defer r.Close()
-	log.Info("hubble relay", "listen", lis.Addr().String(), "peers", peersText(o), "tls", o.TLS.Enabled(), "peer-tls", o.PeerTLS.Enabled())
+	log.Info("hubble relay", "listen", lis.Addr().String(), "peers", peersText(o), "tls", o.TLS.Enabled(),
+		"client-certificates", o.TLS.ClientCertificates(), "peer-tls", o.PeerTLS.Enabled())
 	return r.Serve(ctx, lis)
 }
 

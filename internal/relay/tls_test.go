@@ -2,13 +2,9 @@ package relay
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -24,71 +20,19 @@ import (
 	"github.com/myelin-net/myelin/internal/hubble"
 	"github.com/myelin-net/myelin/internal/hubbletool"
 	"github.com/myelin-net/myelin/internal/testenv"
+	"github.com/myelin-net/myelin/internal/testpki"
 )
-
-// testPKI writes a CA and certificates it signed into dir: name.crt, name.key.
-type testPKI struct {
-	dir  string
-	ca   *x509.Certificate
-	caKy *ecdsa.PrivateKey
-}
-
-func newPKI(t *testing.T) *testPKI {
-	t.Helper()
-	p := &testPKI{dir: t.TempDir()}
-	p.ca, p.caKy = p.issue(t, "ca", &x509.Certificate{IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign})
-	return p
-}
-
-func (p *testPKI) issue(t *testing.T, name string, tmpl *x509.Certificate) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl.SerialNumber = big.NewInt(time.Now().UnixNano())
-	tmpl.Subject = pkix.Name{CommonName: name}
-	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
-	parent, signer := tmpl, key
-	if p.ca != nil {
-		parent, signer = p.ca, p.caKy
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write(t, filepath.Join(p.dir, name+".crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-	write(t, filepath.Join(p.dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}))
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert, key
-}
-
-func (p *testPKI) file(name string) string { return filepath.Join(p.dir, name) }
-
-func write(t *testing.T, path string, b []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // An agent with mutual TLS is reached by a relay with the right client certificate
 // and refuses one without; the relay's own TLS API refuses a plaintext client.
 func TestRelayTLS(t *testing.T) {
-	pki := newPKI(t)
-	pki.issue(t, "agent", &x509.Certificate{DNSNames: []string{"agent.hubble.myelin"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
-	pki.issue(t, "relay-client", &x509.Certificate{ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
-	pki.issue(t, "relay", &x509.Certificate{IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	pki := testpki.New(t)
+	pki.Issue(t, "agent", &x509.Certificate{DNSNames: []string{"agent.hubble.myelin"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	pki.Issue(t, "relay-client", &x509.Certificate{ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	pki.Issue(t, "relay", &x509.Certificate{IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
 
-	agentCreds, err := hubble.ServerTLS{CertFile: pki.file("agent.crt"), KeyFile: pki.file("agent.key"),
-		ClientCAFiles: []string{pki.file("ca.crt")}}.Credentials("test")
+	agentCreds, err := hubble.ServerTLS{CertFile: pki.File("agent.crt"), KeyFile: pki.File("agent.key"),
+		ClientCAFiles: []string{pki.File("ca.crt")}}.Credentials(serverTLSFlags)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,11 +47,11 @@ func TestRelayTLS(t *testing.T) {
 	peer := Peer{Name: "a", Address: lis.Addr().String()}
 
 	relayWith := func(peerTLS hubble.ClientTLS) observerpb.ObserverClient {
-		peerCreds, err := peerTLS.Credentials("test")
+		peerCreds, err := peerTLS.Credentials(peerTLSFlags)
 		if err != nil {
 			t.Fatal(err)
 		}
-		serverCreds, err := hubble.ServerTLS{CertFile: pki.file("relay.crt"), KeyFile: pki.file("relay.key")}.Credentials("test")
+		serverCreds, err := hubble.ServerTLS{CertFile: pki.File("relay.crt"), KeyFile: pki.File("relay.key")}.Credentials(serverTLSFlags)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +63,7 @@ func TestRelayTLS(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		go r.Serve(ctx, rl)
 		t.Cleanup(func() { cancel(); r.Close() })
-		clientCreds, err := hubble.ClientTLS{CAFile: pki.file("ca.crt")}.Credentials("test")
+		clientCreds, err := hubble.ClientTLS{CAFile: pki.File("ca.crt")}.Credentials(peerTLSFlags)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,31 +83,107 @@ func TestRelayTLS(t *testing.T) {
 		return observerpb.NewObserverClient(conn)
 	}
 
-	good := relayWith(hubble.ClientTLS{CAFile: pki.file("ca.crt"), CertFile: pki.file("relay-client.crt"),
-		KeyFile: pki.file("relay-client.key"), ServerName: "agent.hubble.myelin"})
+	good := relayWith(hubble.ClientTLS{CAFile: pki.File("ca.crt"), CertFile: pki.File("relay-client.crt"),
+		KeyFile: pki.File("relay-client.key"), ServerName: "agent.hubble.myelin"})
 	st, err := good.ServerStatus(context.Background(), &observerpb.ServerStatusRequest{})
 	if err != nil || st.GetNumConnectedNodes().GetValue() != 1 {
 		t.Errorf("relay with a client certificate: status %v, %v; want node a connected", st, err)
 	}
-	noCert := relayWith(hubble.ClientTLS{CAFile: pki.file("ca.crt"), ServerName: "agent.hubble.myelin"})
+	noCert := relayWith(hubble.ClientTLS{CAFile: pki.File("ca.crt"), ServerName: "agent.hubble.myelin"})
 	st, err = noCert.ServerStatus(context.Background(), &observerpb.ServerStatusRequest{})
 	if err != nil || st.GetNumUnavailableNodes().GetValue() != 1 {
 		t.Errorf("relay without a client certificate: status %v, %v; want node a unavailable (mutual TLS)", st, err)
 	}
 }
 
-func TestTLSConfigErrors(t *testing.T) {
-	if _, err := (hubble.ServerTLS{CertFile: "x.crt"}).Credentials("--tls-cert-file, --tls-key-file"); err == nil || !strings.Contains(err.Error(), "--tls-key-file") {
-		t.Errorf("cert without key: %v, want an error naming the settings", err)
-	}
-	if _, err := (hubble.ClientTLS{CertFile: "x.crt"}).Credentials("--peer-tls-ca-file"); err == nil || !strings.Contains(err.Error(), "CA file") {
-		t.Errorf("client cert without CA: %v, want an error asking for the CA file", err)
+// Each TLS flag given without what TLS needs stops the relay with an error naming the
+// flag given, the one missing and what to do, instead of serving or dialing plaintext.
+func TestRunRefusesIncompleteTLS(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tls  hubble.ServerTLS
+		peer hubble.ClientTLS
+		want []string
+	}{
+		{name: "peer server name without CA", peer: hubble.ClientTLS{ServerName: "agents.example"},
+			want: []string{"--peer-tls-server-name given without --peer-tls-ca-file", "add --peer-tls-ca-file"}},
+		{name: "peer certificate and key without CA", peer: hubble.ClientTLS{CertFile: "c.crt", KeyFile: "c.key"},
+			want: []string{"--peer-tls-cert-file and --peer-tls-key-file given without --peer-tls-ca-file", "add --peer-tls-ca-file"}},
+		{name: "peer certificate without key", peer: hubble.ClientTLS{CAFile: "ca.crt", CertFile: "c.crt"},
+			want: []string{"--peer-tls-cert-file given without --peer-tls-key-file", "add --peer-tls-key-file"}},
+		{name: "peer key without certificate", peer: hubble.ClientTLS{CAFile: "ca.crt", KeyFile: "c.key"},
+			want: []string{"--peer-tls-key-file given without --peer-tls-cert-file", "add --peer-tls-cert-file"}},
+		{name: "certificate without key", tls: hubble.ServerTLS{CertFile: "x.crt"},
+			want: []string{"--tls-cert-file given without --tls-key-file", "add --tls-key-file"}},
+		{name: "client CAs without certificate", tls: hubble.ServerTLS{ClientCAFiles: []string{"ca.crt"}},
+			want: []string{"--tls-client-ca-files given without --tls-cert-file and --tls-key-file", "add --tls-cert-file and --tls-key-file"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// ctx is already over: a relay that (wrongly) starts stops at once.
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			err := Run(ctx, Options{Listen: "127.0.0.1:0", Peers: []string{"a=127.0.0.1:1"}, TLS: tc.tls, PeerTLS: tc.peer},
+				slog.New(slog.NewTextHandler(io.Discard, nil)))
+			for _, w := range tc.want {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Errorf("Run: %v; want an error saying %q", err, w)
+				}
+			}
+		})
 	}
 	dir := t.TempDir()
-	write(t, filepath.Join(dir, "ca.crt"), []byte("not pem"))
-	if _, err := (hubble.ClientTLS{CAFile: filepath.Join(dir, "ca.crt")}).Credentials("x"); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), []byte("not pem"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (hubble.ClientTLS{CAFile: filepath.Join(dir, "ca.crt")}).Credentials(peerTLSFlags); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
 		t.Errorf("a CA file without PEM: %v", err)
 	}
+}
+
+// The relay's startup line says whether its API requires client certificates: a TLS
+// relay without --tls-client-ca-files lets anyone who connects read every flow.
+func TestRunLogsClientCertificates(t *testing.T) {
+	pki := testpki.New(t)
+	pki.Issue(t, "relay", &x509.Certificate{IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	for _, tc := range []struct {
+		name string
+		tls  hubble.ServerTLS
+		want string
+	}{
+		{"plaintext", hubble.ServerTLS{}, `tls=false client-certificates="not required"`},
+		{"TLS without client CAs", hubble.ServerTLS{CertFile: pki.File("relay.crt"), KeyFile: pki.File("relay.key")},
+			`tls=true client-certificates="not required"`},
+		{"mutual TLS", hubble.ServerTLS{CertFile: pki.File("relay.crt"), KeyFile: pki.File("relay.key"), ClientCAFiles: []string{pki.File("ca.crt")}},
+			`tls=true client-certificates=required`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			lines := make(chan string, 1)
+			done := make(chan error, 1)
+			go func() {
+				done <- Run(ctx, Options{Listen: "127.0.0.1:0", Peers: []string{"a=127.0.0.1:1"}, TLS: tc.tls},
+					slog.New(slog.NewTextHandler(lineWriter(lines), nil)))
+			}()
+			select {
+			case line := <-lines:
+				if !strings.Contains(line, tc.want) {
+					t.Errorf("startup line %q: want %s", line, tc.want)
+				}
+			case err := <-done:
+				t.Fatalf("Run ended before its startup line: %v", err)
+			}
+			cancel()
+			<-done // its error (a server stopped before it served) does not matter here
+		})
+	}
+}
+
+// lineWriter sends each write (slog writes one line each) to lines.
+type lineWriter chan<- string
+
+func (w lineWriter) Write(p []byte) (int, error) {
+	w <- string(p)
+	return len(p), nil
 }
 
 // The upstream hubble CLI with its TLS flags against a relay requiring client
@@ -173,11 +193,11 @@ func TestRelayTLSWithHubbleCLI(t *testing.T) {
 	if bin == "" {
 		testenv.Skipf(t, "needs the hubble CLI: run make setup (scripts/build-hubble.sh)")
 	}
-	pki := newPKI(t)
-	pki.issue(t, "relay", &x509.Certificate{DNSNames: []string{"relay.hubble.myelin"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
-	pki.issue(t, "client", &x509.Certificate{ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
-	creds, err := hubble.ServerTLS{CertFile: pki.file("relay.crt"), KeyFile: pki.file("relay.key"),
-		ClientCAFiles: []string{pki.file("ca.crt")}}.Credentials("test")
+	pki := testpki.New(t)
+	pki.Issue(t, "relay", &x509.Certificate{DNSNames: []string{"relay.hubble.myelin"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	pki.Issue(t, "client", &x509.Certificate{ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	creds, err := hubble.ServerTLS{CertFile: pki.File("relay.crt"), KeyFile: pki.File("relay.key"),
+		ClientCAFiles: []string{pki.File("ca.crt")}}.Credentials(serverTLSFlags)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,8 +210,8 @@ func TestRelayTLSWithHubbleCLI(t *testing.T) {
 	go r.Serve(ctx, lis)
 	t.Cleanup(func() { cancel(); r.Close() })
 	tlsArgs := []string{"status", "--server", lis.Addr().String(), "--tls", "--tls-server-name", "relay.hubble.myelin",
-		"--tls-ca-cert-files", pki.file("ca.crt"), "--timeout", "10s"}
-	out, err := exec.Command(bin, append(tlsArgs, "--tls-client-cert-file", pki.file("client.crt"), "--tls-client-key-file", pki.file("client.key"))...).CombinedOutput()
+		"--tls-ca-cert-files", pki.File("ca.crt"), "--timeout", "10s"}
+	out, err := exec.Command(bin, append(tlsArgs, "--tls-client-cert-file", pki.File("client.crt"), "--tls-client-key-file", pki.File("client.key"))...).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "Connected Nodes: 1/1") {
 		t.Errorf("hubble status with a client certificate: %v\n%s", err, out)
 	}

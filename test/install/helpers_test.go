@@ -102,3 +102,36 @@ func versionsPin(t *testing.T, name string) string {
 	}
 	return string(m[1])
 }
+
+// notes renders the chart's NOTES.txt (what helm install prints) with the given --set
+// values: helm template leaves NOTES out and helm install needs a cluster, so a copy of
+// the chart carries NOTES.txt as a named template that a ConfigMap renders.
+func notes(t *testing.T, sets ...string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "myelin")
+	if out, err := run(t, nil, "cp", "-r", chartDir(), dir); err != nil {
+		t.Fatalf("copy the chart: %v\n%s", err, out)
+	}
+	text, err := os.ReadFile(filepath.Join(dir, "templates", "NOTES.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{
+		"_notes_test.tpl": `{{- define "notes.test" -}}` + string(text) + `{{- end -}}`,
+		"notes-test.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: {{ include \"notes.test\" . | quote }}\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, "templates", name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []string{"template", "myelin", dir, "--namespace", "kube-system", "--show-only", "templates/notes-test.yaml"}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	out, err := run(t, nil, helm(t), args...)
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	v, _, _ := unstructured.NestedString(find(t, objects(t, out), "ConfigMap", "notes").Object, "data", "notes")
+	return v
+}

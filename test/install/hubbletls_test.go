@@ -83,3 +83,54 @@ func checkTLSVolume(t *testing.T, what string, pod corev1.PodSpec, container str
 	}
 	t.Errorf("%s pod has no container %s", what, container)
 }
+
+// With hubble.tls.enabled the relay requires client certificates, so the UI gets the
+// same Secret and --tls-* flags for the relay (their name checked against
+// hubble.tls.serverName, as the relay's own certificate carries it); without TLS it
+// has neither.
+func TestChartHubbleUITLS(t *testing.T) {
+	sets := []string{"hubble.relay.enabled=true", "hubble.ui.enabled=true", "hubble.tls.enabled=true",
+		"hubble.tls.secretName=my-hubble-tls", "hubble.tls.serverName=agents.example"}
+	ui := func(sets ...string) appsv1.Deployment {
+		var dep appsv1.Deployment
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(t, objects(t, template(t, sets...)), "Deployment", "hubble-ui").Object, &dep); err != nil {
+			t.Fatal(err)
+		}
+		return dep
+	}
+	dep := ui(sets...)
+	checkTLSVolume(t, "ui", dep.Spec.Template.Spec, "hubble-ui")
+	c := dep.Spec.Template.Spec.Containers[0]
+	for flag, want := range map[string]string{
+		"--tls-ca-file": "/etc/myelin/hubble-tls/ca.crt", "--tls-client-cert-file": "/etc/myelin/hubble-tls/tls.crt",
+		"--tls-client-key-file": "/etc/myelin/hubble-tls/tls.key", "--tls-server-name": "agents.example",
+	} {
+		if got := arg(c, flag); got != want {
+			t.Errorf("ui %s=%q, want %q", flag, got, want)
+		}
+	}
+	plain := ui("hubble.relay.enabled=true", "hubble.ui.enabled=true")
+	for _, a := range plain.Spec.Template.Spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--tls-") {
+			t.Errorf("ui without hubble.tls.enabled has %s", a)
+		}
+	}
+	if v := plain.Spec.Template.Spec.Volumes; len(v) != 0 {
+		t.Errorf("ui without hubble.tls.enabled mounts %+v", v)
+	}
+	if out, err := run(t, nil, helm(t), append([]string{"lint", "--strict", "--namespace", "kube-system", chartDir()},
+		"--set", strings.Join(sets, ","))...); err != nil {
+		t.Errorf("helm lint --strict with TLS and the UI: %v\n%s", err, out)
+	}
+}
+
+// hubble.tls.enabled is for the agents' TCP port (and the relay, which needs it): with
+// hubble.listenAddress="" the install fails naming both instead of rendering keys the
+// agent refuses.
+func TestChartHubbleTLSNeedsListenAddress(t *testing.T) {
+	out, err := run(t, nil, helm(t), "template", "myelin", chartDir(), "--namespace", "kube-system",
+		"--set", "hubble.tls.enabled=true", "--set", "hubble.tls.secretName=s", "--set", "hubble.listenAddress=")
+	if err == nil || !strings.Contains(out, "hubble.tls.enabled needs hubble.listenAddress") {
+		t.Errorf("TLS without listenAddress: err %v, output %q; want a failure naming hubble.tls.enabled and hubble.listenAddress", err, out)
+	}
+}

@@ -76,3 +76,23 @@ func TestChartHubbleUI(t *testing.T) {
 		t.Errorf("helm lint --strict with the UI: %v\n%s", err, out)
 	}
 }
+
+// The NOTES helm prints say that the UI is a second unauthenticated way to every flow
+// (TLS on the relay does not change that) and how to keep it closed; without the UI
+// they say nothing of it.
+func TestChartNotesWarnAboutUI(t *testing.T) {
+	for _, sets := range [][]string{
+		{"hubble.relay.enabled=true", "hubble.ui.enabled=true"},
+		{"hubble.relay.enabled=true", "hubble.ui.enabled=true", "hubble.tls.enabled=true", "hubble.tls.secretName=s"},
+	} {
+		n := notes(t, sets...)
+		for _, want := range []string{"hubble-ui.kube-system:80", "WITHOUT authentication", "port-forward svc/hubble-ui", "NetworkPolicy"} {
+			if !strings.Contains(n, want) {
+				t.Errorf("NOTES with %v do not say %q:\n%s", sets, want, n)
+			}
+		}
+	}
+	if n := notes(t, "hubble.relay.enabled=true"); strings.Contains(n, "hubble-ui") {
+		t.Errorf("NOTES without the UI mention it:\n%s", n)
+	}
+}

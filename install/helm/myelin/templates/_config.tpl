@@ -47,6 +47,9 @@ hubble-listen-address: {{ $v.hubble.listenAddress | quote }}
 {{- if not $v.hubble.tls.secretName }}
 {{- fail "hubble.tls.enabled needs hubble.tls.secretName: a Secret with tls.crt, tls.key and ca.crt (docs/hubble.md, \"TLS\")" }}
 {{- end }}
+{{- if not $v.hubble.listenAddress }}
+{{- fail "hubble.tls.enabled needs hubble.listenAddress: TLS is for the agents' Hubble TCP port (the node's socket stays plain) and the relay, which reaches the agents there; set hubble.listenAddress (default \":4244\") or turn hubble.tls.enabled off" }}
+{{- end }}
 hubble-tls-cert-file: "/etc/myelin/hubble-tls/tls.crt"
 hubble-tls-key-file: "/etc/myelin/hubble-tls/tls.key"
 hubble-tls-client-ca-files: "/etc/myelin/hubble-tls/ca.crt"

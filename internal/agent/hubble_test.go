@@ -1,0 +1,58 @@
+package agent
+
+import (
+	"context"
+	"crypto/x509"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/myelin-net/myelin/internal/flowstore"
+	"github.com/myelin-net/myelin/internal/hubble"
+	"github.com/myelin-net/myelin/internal/testpki"
+)
+
+// The agent's "hubble api" line says whether its TCP listener requires client
+// certificates (a certificate without hubble-tls-client-ca-files is TLS anyone may
+// read); hubble-tls-* keys without what they need stop it with an error naming them.
+func TestServeHubbleTLS(t *testing.T) {
+	pki := testpki.New(t)
+	pki.Issue(t, "agent", &x509.Certificate{IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	cert, key, ca := pki.File("agent.crt"), pki.File("agent.key"), pki.File("ca.crt")
+	for _, tc := range []struct {
+		name string
+		hl   hubbleListen
+		want string // in the log line, or in the error with err
+		err  bool
+	}{
+		{name: "plaintext", hl: hubbleListen{Addr: "127.0.0.1:0"}, want: `tls=false client-certificates="not required"`},
+		{name: "TLS without client CAs", hl: hubbleListen{Addr: "127.0.0.1:0", TLS: hubble.ServerTLS{CertFile: cert, KeyFile: key}},
+			want: `tls=true client-certificates="not required"`},
+		{name: "mutual TLS", hl: hubbleListen{Addr: "127.0.0.1:0", TLS: hubble.ServerTLS{CertFile: cert, KeyFile: key, ClientCAFiles: []string{ca}}},
+			want: `tls=true client-certificates=required`},
+		{name: "client CAs without certificate", hl: hubbleListen{Addr: "127.0.0.1:0", TLS: hubble.ServerTLS{ClientCAFiles: []string{ca}}},
+			want: "hubble-tls-client-ca-files given without hubble-tls-cert-file and hubble-tls-key-file", err: true},
+		{name: "TLS without a TCP listener", hl: hubbleListen{TLS: hubble.ServerTLS{CertFile: cert, KeyFile: key}},
+			want: "hubble-listen-address empty", err: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var log strings.Builder
+			err := serveHubble(ctx, Config{Node: "n1", StateDir: t.TempDir()}, tc.hl, flowstore.New(16), slog.New(slog.NewTextHandler(&log, nil)))
+			if tc.err {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("serveHubble: %v; want an error saying %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(log.String(), tc.want) {
+				t.Errorf("log %q: want %s", log.String(), tc.want)
+			}
+		})
+	}
+}
