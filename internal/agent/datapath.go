@@ -114,6 +114,10 @@ func (s *startup) loadDatapath() (*datapath.Datapath, netlink.Link, error) {
 	}
 	// Most of an agent's start (docs/scale.md, "Services after a restart").
 	s.log.Info("datapath loaded", "took", time.Since(start).Round(time.Millisecond))
+	for _, r := range dp.ReplacedMaps() {
+		s.log.Warn("pinned BPF map replaced: its size or layout changed (a table size in the configuration, or an upgrade); what it held is dropped (endpoint entries are carried over)",
+			"map", r.Name, "change", r.Reason)
+	}
 	return dp, overlay, nil
 }
 
