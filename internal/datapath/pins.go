@@ -50,6 +50,10 @@ func loadPinned(spec *ebpf.CollectionSpec, pinDir string, objs *myelinObjects) (
 	if err := coll.Assign(objs); err != nil {
 		return nil, nil, fmt.Errorf("assign datapath objects: %w", err)
 	}
+	if err := removeDroppedPins(spec, pinDir); err != nil {
+		objs.Close()
+		return nil, nil, err
+	}
 	return created, replaced, nil
 }
 
@@ -62,6 +66,42 @@ func swapPins(coll *ebpf.Collection, replaced []MapReplacement, pinDir string) e
 		}
 		if err := coll.Maps[r.Name].Pin(path); err != nil {
 			return fmt.Errorf("pin replacement map %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// removeDroppedPins unpins the maps in pinDir named myelin_* that neither the
+// datapath object (spec) nor the socket-LB object declares: maps an older build
+// pinned and this one dropped. Nothing else ever removes them, and each holds its
+// kernel memory until the node reboots. Programs of the older build still
+// attached keep their reference until they are replaced. Directories (links/,
+// the lab's per-node dirs) are left alone.
+func removeDroppedPins(spec *ebpf.CollectionSpec, pinDir string) error {
+	sock, err := loadSock()
+	if err != nil {
+		return fmt.Errorf("load socket-LB spec: %w", err)
+	}
+	entries, err := os.ReadDir(pinDir)
+	if err != nil {
+		return fmt.Errorf("list pin dir %s: %w", pinDir, err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		_, ours := spec.Maps[name]
+		_, sockOurs := sock.Maps[name]
+		if e.IsDir() || ours || sockOurs || !strings.HasPrefix(name, "myelin_") {
+			continue
+		}
+		path := filepath.Join(pinDir, name)
+		m, err := ebpf.LoadPinnedMap(path, nil)
+		if err != nil {
+			continue // not a map: not ours to remove
+		}
+		err = m.Unpin()
+		m.Close()
+		if err != nil {
+			return fmt.Errorf("unpin map %s that this build no longer uses: %w", path, err)
 		}
 	}
 	return nil

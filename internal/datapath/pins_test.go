@@ -1,8 +1,13 @@
 package datapath
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cilium/ebpf"
 )
 
 // A pinned map whose size changed (here policy-ct-max) is replaced, and Load says
@@ -33,6 +38,38 @@ func TestPrivilegedLoadReportsReplacedMaps(t *testing.T) {
 		case c.want != "" && (len(got) != 1 || got[0].Name != c.want || !strings.Contains(got[0].Reason, c.reason)):
 			t.Errorf("PolicyCTMax %d: replaced %+v, want only %s (%s)", c.ctMax, got, c.want, c.reason)
 		}
+	}
+}
+
+// A map an older build pinned and this one no longer declares is unpinned by Load:
+// nothing else would ever remove it, and it holds kernel memory until the node reboots.
+func TestPrivilegedLoadRemovesDroppedMapPins(t *testing.T) {
+	requirePrivileged(t)
+	dir := testPinDir(t)
+	defer Unpin(dir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: "myelin_dropped", Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	dropped := filepath.Join(dir, "myelin_dropped")
+	if err := old.Pin(dropped); err != nil {
+		t.Fatal(err)
+	}
+
+	d, err := Load(Config{PinDir: dir, HostRouting: HostRoutingBPF})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := os.Stat(dropped); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("pin of a map this build dropped after Load: stat err = %v, want not exist", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "myelin_endpoints")); err != nil {
+		t.Errorf("pin of a map this build declares: %v", err)
 	}
 }
 
