@@ -73,6 +73,11 @@ func (s *startup) startDatapath(ctx context.Context, nodes *nodeWatch) (*nodeDat
 		dp.Close()
 		return nil, err
 	}
+	// An earlier start's links on a renamed or replaced uplink, or on myelin_vxlan
+	// before a switch to native routing, would otherwise stay pinned for good.
+	if err := dp.DetachStaleDeviceLinks(s.uplink.Attrs().Name, overlay != nil); err != nil {
+		s.log.Warn("detach the pinned links of devices this start does not attach", "err", err)
+	}
 	s.plan.BIGTCP = s.setBIGTCP(overlay) // bigtcp.go; before pods are adopted or added
 	n.eps = s.restoreEndpoints(dp, pool)
 	n.socketLB = startSocketLB(s.plan, dp, s.log)
@@ -114,6 +119,10 @@ func (s *startup) loadDatapath() (*datapath.Datapath, netlink.Link, error) {
 	}
 	// Most of an agent's start (docs/scale.md, "Services after a restart").
 	s.log.Info("datapath loaded", "took", time.Since(start).Round(time.Millisecond))
+	for _, r := range dp.ReplacedMaps() {
+		s.log.Warn("pinned BPF map replaced: its size or layout changed (a table size in the configuration, or an upgrade); what it held is dropped (endpoint entries are carried over)",
+			"map", r.Name, "change", r.Reason)
+	}
 	return dp, overlay, nil
 }
 

@@ -207,3 +207,48 @@ func linkIfindex(l link.Link) int {
 	}
 	return int(tcx.Ifindex)
 }
+
+// DetachStaleDeviceLinks detaches and unpins the TCX links an earlier start pinned
+// for node devices this start does not attach to: those of an uplink other than
+// uplink (renamed or replaced: it would keep running the earlier program, and hold
+// it and its maps, as long as the node runs), and with overlay false those of the
+// VXLAN device (after a switch to native routing its pins would hold defunct links,
+// and with them the earlier programs and maps). Call it after AttachNetdev and
+// AttachOverlay. Pod links and socket-LB links are not touched.
+func (d *Datapath) DetachStaleDeviceLinks(uplink string, overlay bool) error {
+	entries, err := os.ReadDir(filepath.Join(d.cfg.PinDir, "links"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list pinned links: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		prefix, dev, stale := staleDeviceLink(e.Name(), uplink, overlay)
+		if !stale {
+			continue
+		}
+		if err := d.detach(prefix, dev); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// staleDeviceLink splits a link pin name into its prefix and device and says
+// whether it is a node device's link this start does not attach (see
+// DetachStaleDeviceLinks).
+func staleDeviceLink(name, uplink string, overlay bool) (prefix, dev string, stale bool) {
+	for _, prefix := range []string{"to-netdev-", "netdev-", "to-overlay-", "overlay-"} {
+		dev, ok := strings.CutPrefix(name, prefix)
+		if !ok {
+			continue
+		}
+		if strings.HasSuffix(prefix, "overlay-") {
+			return prefix, dev, !overlay
+		}
+		return prefix, dev, dev != uplink
+	}
+	return "", "", false
+}

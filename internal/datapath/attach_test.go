@@ -1,9 +1,11 @@
 package datapath
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -257,4 +259,86 @@ func TestPrivilegedAttachEndpointReplacesTCXLinks(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A new start on another uplink (renamed or replaced device) and without tunnel mode
+// detaches and unpins the links an earlier start pinned for the old uplink and the
+// VXLAN device: nothing else would, and the old uplink would keep running the old
+// program, holding it and its maps, for as long as the node runs.
+func TestPrivilegedDetachStaleDeviceLinks(t *testing.T) {
+	requirePrivileged(t)
+	dir := testPinDir(t)
+	defer Unpin(dir)
+	inNetns(t, func(string) {
+		if err := staleDeviceLinksScenario(dir); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+func staleDeviceLinksScenario(dir string) error {
+	old, err := addVeth("dpold0")
+	if err != nil {
+		return err
+	}
+	overlay, err := addVeth("dpvx0")
+	if err != nil {
+		return err
+	}
+	cur, err := addVeth("dpnew0")
+	if err != nil {
+		return err
+	}
+	d1, err := Load(Config{PinDir: dir, HostRouting: HostRoutingBPF})
+	if err != nil {
+		return err
+	}
+	err = errors.Join(d1.AttachNetdev(old, "dpold0"), d1.AttachToNetdev(old, "dpold0"), d1.AttachOverlay(overlay, "dpvx0"))
+	d1.Close()
+	if err != nil {
+		return err
+	}
+	// The switch to native routing deletes the VXLAN device: its links go defunct.
+	if err := netlink.LinkDel(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "dpvx0"}}); err != nil {
+		return err
+	}
+
+	d2, err := Load(Config{PinDir: dir, HostRouting: HostRoutingBPF})
+	if err != nil {
+		return err
+	}
+	defer d2.Close()
+	if err := errors.Join(d2.AttachNetdev(cur, "dpnew0"), d2.AttachToNetdev(cur, "dpnew0")); err != nil {
+		return err
+	}
+	if progs, err := attachedTCX(old); err != nil || len(progs) != 1 {
+		return fmt.Errorf("before DetachStaleDeviceLinks the old uplink runs %+v (%v), want the earlier start's program", progs, err)
+	}
+	if err := d2.DetachStaleDeviceLinks("dpnew0", false); err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		ifindex int
+		hook    ebpf.AttachType
+		want    int
+	}{
+		{old, ebpf.AttachTCXIngress, 0}, {old, ebpf.AttachTCXEgress, 0},
+		{cur, ebpf.AttachTCXIngress, 1}, {cur, ebpf.AttachTCXEgress, 1},
+	} {
+		if progs, err := attachedTCXHook(c.ifindex, c.hook); err != nil || len(progs) != c.want {
+			return fmt.Errorf("ifindex %d hook %v runs %+v (%v), want %d programs", c.ifindex, c.hook, progs, err, c.want)
+		}
+	}
+	entries, err := os.ReadDir(filepath.Join(dir, "links"))
+	if err != nil {
+		return err
+	}
+	var pins []string
+	for _, e := range entries {
+		pins = append(pins, e.Name())
+	}
+	if want := []string{"netdev-dpnew0", "to-netdev-dpnew0"}; !slices.Equal(pins, want) {
+		return fmt.Errorf("link pins %v, want %v", pins, want)
+	}
+	return nil
 }

@@ -11,7 +11,9 @@
 // device under PinDir/links. Closing a Datapath only drops the agent's file
 // descriptors, so packets keep flowing while the agent restarts; a new Load
 // reuses the pinned maps and Attach* replaces the program of a pinned link
-// in place. Unpin tears everything down.
+// in place. A pinned map whose size or layout no longer matches is replaced
+// once the load has succeeded (ReplacedMaps), and one this build no longer
+// declares is unpinned (pins.go). Unpin tears everything down.
 //
 // Programs:
 //

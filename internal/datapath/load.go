@@ -155,6 +155,8 @@ type Datapath struct {
 	// policyCTResets are the TCP entries GCPolicyCT found marked reset at its
 	// last round (its own: the GC loop's goroutine only).
 	policyCTResets map[myelinPolicyCtKey]bool
+	// replaced are the pinned maps Load replaced (ReplacedMaps).
+	replaced []MapReplacement
 }
 
 // Load loads the programs with cfg's load-time constants, reusing the maps
@@ -197,10 +199,11 @@ func Load(cfg Config) (*Datapath, error) {
 		return nil, err
 	}
 	d := &Datapath{cfg: cfg}
-	created, err := loadPinned(spec, cfg.PinDir, &d.objs)
+	created, replaced, err := loadPinned(spec, cfg.PinDir, &d.objs)
 	if err != nil {
 		return nil, err
 	}
+	d.replaced = replaced
 	if cfg.LoadBalancing {
 		if err := d.seedPortBitmaps(created); err != nil {
 			d.objs.Close()
@@ -369,3 +372,8 @@ func Unpin(pinDir string) error {
 	}
 	return nil
 }
+
+// ReplacedMaps returns the pinned maps Load replaced because their size or
+// layout no longer matched (a changed table size or an upgrade): what they held is
+// gone, except the endpoints map's entries, which are carried over.
+func (d *Datapath) ReplacedMaps() []MapReplacement { return d.replaced }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -20,37 +21,100 @@ type endpointEntry struct {
 
 // loadPinned loads spec into objs, reusing the maps pinned in pinDir. It
 // returns the names of the pinned maps it created (none was pinned, or the
-// pinned one no longer matched).
-func loadPinned(spec *ebpf.CollectionSpec, pinDir string, objs *myelinObjects) ([]string, error) {
-	carried, created, err := replaceIncompatiblePins(spec, pinDir)
+// pinned one no longer matched) and the pinned maps it replaced. A pin is
+// replaced only once the whole load has succeeded: a failed Load leaves every
+// pin as it was, still serving the programs attached.
+func loadPinned(spec *ebpf.CollectionSpec, pinDir string, objs *myelinObjects) ([]string, []MapReplacement, error) {
+	carried, created, replaced, err := findIncompatiblePins(spec, pinDir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	for _, r := range replaced {
+		spec.Maps[r.Name].Pinning = ebpf.PinNone // created unpinned; pinned by swapPins
 	}
 	coll, err := loadConcurrently(spec, ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: pinDir}})
 	if err != nil {
-		return nil, fmt.Errorf("load datapath objects: %w", err)
+		return nil, nil, fmt.Errorf("load datapath objects: %w", err)
 	}
-	err = coll.Assign(objs)
-	coll.Close() // what objs did not take
-	if err != nil {
-		return nil, fmt.Errorf("assign datapath objects: %w", err)
-	}
-	for _, e := range carried {
-		if err := objs.MyelinEndpoints.Update(e.key, e.value, ebpf.UpdateAny); err != nil {
-			objs.Close()
-			return nil, fmt.Errorf("carry endpoint %v into resized endpoints map: %w", e.key, err)
+	defer coll.Close() // what objs did not take
+	if m := coll.Maps["myelin_endpoints"]; m != nil {
+		for _, e := range carried {
+			if err := m.Update(e.key, e.value, ebpf.UpdateAny); err != nil {
+				return nil, nil, fmt.Errorf("carry endpoint %v into resized endpoints map: %w", e.key, err)
+			}
 		}
 	}
-	return created, nil
+	if err := swapPins(coll, replaced, pinDir); err != nil {
+		return nil, nil, err
+	}
+	if err := coll.Assign(objs); err != nil {
+		return nil, nil, fmt.Errorf("assign datapath objects: %w", err)
+	}
+	if err := removeDroppedPins(spec, pinDir); err != nil {
+		objs.Close()
+		return nil, nil, err
+	}
+	return created, replaced, nil
 }
 
-// replaceIncompatiblePins unpins every pinned map that no longer matches
-// its spec (size or layout changed by an upgrade or a config change), so
-// the load creates it afresh. The endpoints map's entries are returned to be
+// swapPins pins the maps of coll created for the replaced pins in their place.
+func swapPins(coll *ebpf.Collection, replaced []MapReplacement, pinDir string) error {
+	for _, r := range replaced {
+		path := filepath.Join(pinDir, r.Name)
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("unpin replaced map %s: %w", path, err)
+		}
+		if err := coll.Maps[r.Name].Pin(path); err != nil {
+			return fmt.Errorf("pin replacement map %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// removeDroppedPins unpins the maps in pinDir named myelin_* that neither the
+// datapath object (spec) nor the socket-LB object declares: maps an older build
+// pinned and this one dropped. Nothing else ever removes them, and each holds its
+// kernel memory until the node reboots. Programs of the older build still
+// attached keep their reference until they are replaced. Directories (links/,
+// the lab's per-node dirs) are left alone.
+func removeDroppedPins(spec *ebpf.CollectionSpec, pinDir string) error {
+	sock, err := loadSock()
+	if err != nil {
+		return fmt.Errorf("load socket-LB spec: %w", err)
+	}
+	entries, err := os.ReadDir(pinDir)
+	if err != nil {
+		return fmt.Errorf("list pin dir %s: %w", pinDir, err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		_, ours := spec.Maps[name]
+		_, sockOurs := sock.Maps[name]
+		if e.IsDir() || ours || sockOurs || !strings.HasPrefix(name, "myelin_") {
+			continue
+		}
+		path := filepath.Join(pinDir, name)
+		m, err := ebpf.LoadPinnedMap(path, nil)
+		if err != nil {
+			continue // not a map: not ours to remove
+		}
+		err = m.Unpin()
+		m.Close()
+		if err != nil {
+			return fmt.Errorf("unpin map %s that this build no longer uses: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// findIncompatiblePins finds every pinned map that no longer matches its spec
+// (size or layout changed by an upgrade or a config change), to be created
+// afresh and pinned in its place. The endpoints map's entries are returned to be
 // written into its replacement when the key and value layout is unchanged;
 // counters and queued events are not carried. created names the pinned maps
-// the load will create: those not pinned yet and those unpinned here.
-func replaceIncompatiblePins(spec *ebpf.CollectionSpec, pinDir string) (carried []endpointEntry, created []string, err error) {
+// the load will create: those not pinned yet and those to replace; replaced
+// says which are to be replaced and why. Nothing is unpinned here.
+func findIncompatiblePins(spec *ebpf.CollectionSpec, pinDir string) (carried []endpointEntry, created []string, replaced []MapReplacement, err error) {
 	for name, ms := range spec.Maps {
 		if ms.Pinning != ebpf.PinByName {
 			continue
@@ -62,27 +126,31 @@ func replaceIncompatiblePins(spec *ebpf.CollectionSpec, pinDir string) (carried 
 			continue
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("open pinned map %s: %w", path, err)
+			return nil, nil, nil, fmt.Errorf("open pinned map %s: %w", path, err)
 		}
-		entries, replaced, err := replaceIfIncompatible(ms, m, name)
+		entries, reason, err := checkPinned(ms, m, name)
 		m.Close()
 		if err != nil {
-			return nil, nil, fmt.Errorf("replace pinned map %s: %w", path, err)
+			return nil, nil, nil, fmt.Errorf("replace pinned map %s: %w", path, err)
 		}
-		if replaced {
+		if reason != "" {
 			created = append(created, name)
+			replaced = append(replaced, MapReplacement{Name: name, Reason: reason})
 		}
 		carried = append(carried, entries...)
 	}
-	return carried, created, nil
+	return carried, created, replaced, nil
 }
 
-// replaceIfIncompatible unpins m if it does not match ms (replaced), returning
-// the entries to carry over.
-func replaceIfIncompatible(ms *ebpf.MapSpec, m *ebpf.Map, name string) (entries []endpointEntry, replaced bool, err error) {
-	if ms.Compatible(m) == nil {
-		return nil, false, nil
+// checkPinned returns what differs between the pinned m and ms (empty: m is
+// reused) and the entries to carry over. It fails for an endpoints map that holds
+// more endpoints than its replacement would: they would be lost for good.
+func checkPinned(ms *ebpf.MapSpec, m *ebpf.Map, name string) (entries []endpointEntry, reason string, err error) {
+	incompatible := ms.Compatible(m)
+	if incompatible == nil {
+		return nil, "", nil
 	}
+	reason = strings.TrimSuffix(incompatible.Error(), ": "+ebpf.ErrMapIncompatible.Error())
 	if name == "myelin_endpoints" && m.KeySize() == ms.KeySize && m.ValueSize() == ms.ValueSize {
 		var e endpointEntry
 		it := m.Iterate()
@@ -90,13 +158,14 @@ func replaceIfIncompatible(ms *ebpf.MapSpec, m *ebpf.Map, name string) (entries 
 			entries = append(entries, e)
 		}
 		if err := it.Err(); err != nil {
-			return nil, false, fmt.Errorf("read entries: %w", err)
+			return nil, "", fmt.Errorf("read entries: %w", err)
+		}
+		if len(entries) > int(ms.MaxEntries) {
+			return nil, "", fmt.Errorf("it holds %d endpoints, more than the %d of the new size (%s): size it for at least %d, or remove pods first",
+				len(entries), ms.MaxEntries, reason, len(entries))
 		}
 	}
-	if err := m.Unpin(); err != nil {
-		return nil, false, err
-	}
-	return entries, true, nil
+	return entries, reason, nil
 }
 
 // loadConcurrently is ebpf.NewCollectionWithOptions with the programs verified
@@ -141,4 +210,11 @@ func loadConcurrently(spec *ebpf.CollectionSpec, opts ebpf.CollectionOptions) (*
 		return nil, err
 	}
 	return coll, nil
+}
+
+// MapReplacement is a pinned map Load replaced because it no longer matched this
+// build or configuration; its entries were dropped (the endpoints map's carried).
+type MapReplacement struct {
+	Name   string // the map, e.g. myelin_policy_ct
+	Reason string // what differs, e.g. "MaxEntries: 2048 changed to 4096"
 }
