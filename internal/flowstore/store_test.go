@@ -153,9 +153,7 @@ func waitFollowers(t *testing.T, s *Store, n int) {
 // Flows lost after a follower's last queued flow are reported even when no flow
 // follows them (on the lostReport timer).
 func TestFollowerReportsLostWithoutNextFlow(t *testing.T) {
-	defer func(d time.Duration) { lostReport = d }(lostReport)
-	lostReport = 10 * time.Millisecond
-	fo := &follower{ch: make(chan *flow.Flow)}
+	fo := &follower{ch: make(chan *flow.Flow), lostReport: 10 * time.Millisecond}
 	fo.offer(&flow.Flow{Node: "n1", Type: flow.TypeL3L4}) // nobody reads ch: lost
 	fo.offer(&flow.Flow{Node: "n1", Type: flow.TypeL3L4})
 	ctx, cancel := context.WithCancel(context.Background())
