@@ -140,13 +140,15 @@ func TestStoreSlowFollowerGetsLost(t *testing.T) {
 	}
 }
 
+// waitFollowers waits until s has n followers: their goroutines register when the
+// scheduler runs them, which a loaded machine (-race, parallel packages) may delay by
+// seconds, so only a hang reaches the bound.
 func waitFollowers(t *testing.T, s *Store, n int) {
 	t.Helper()
-	for i := 0; s.Stats().Followers != n; i++ {
-		if i > 5000 {
-			t.Fatalf("followers = %d, want %d", s.Stats().Followers, n)
+	for deadline := time.Now().Add(30 * time.Second); s.Stats().Followers != n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("followers = %d after 30s, want %d", s.Stats().Followers, n)
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
