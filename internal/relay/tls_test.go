@@ -111,7 +111,7 @@ func TestRelayTLS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := New(Config{Discover: Static([]Peer{peer}), PeerCreds: peerCreds, ServerCreds: serverCreds, Timeout: 5 * time.Second})
+		r := New(Config{Discover: Static([]Peer{peer}), PeerCreds: peerCreds, ServerCreds: serverCreds, Timeout: testPeerTimeout})
 		rl, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -181,7 +181,7 @@ func TestRelayTLSWithHubbleCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := New(Config{Discover: Static([]Peer{startNode(t, "a", &nodeSource{})}), ServerCreds: creds})
+	r := New(Config{Discover: Static([]Peer{startNode(t, "a", &nodeSource{})}), ServerCreds: creds, Timeout: testPeerTimeout})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +190,8 @@ func TestRelayTLSWithHubbleCLI(t *testing.T) {
 	go r.Serve(ctx, lis)
 	t.Cleanup(func() { cancel(); r.Close() })
 	tlsArgs := []string{"status", "--server", lis.Addr().String(), "--tls", "--tls-server-name", "relay.hubble.myelin",
-		"--tls-ca-cert-files", pki.file("ca.crt"), "--timeout", "10s"}
+		"--tls-ca-cert-files", pki.file("ca.crt")}
+	tlsArgs = append(tlsArgs, cliTimeouts...)
 	out, err := exec.Command(bin, append(tlsArgs, "--tls-client-cert-file", pki.file("client.crt"), "--tls-client-key-file", pki.file("client.key"))...).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "Connected Nodes: 1/1") {
 		t.Errorf("hubble status with a client certificate: %v\n%s", err, out)
