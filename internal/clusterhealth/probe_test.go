@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The responder answers with its node's name; a probe of the right node succeeds, one
@@ -23,7 +24,9 @@ func TestHelloProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), ProbeTimeout)
+	// A bound for a hang only: ProbeTimeout (2 s) is the agent's, and a loaded machine
+	// (-race, parallel packages) can take that long to run the responder's goroutine.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if lat, err := hello(ctx, lo, lo, port, "node-2"); err != nil || lat <= 0 {
 		t.Errorf("hello node-2 = %v, %v; want a latency", lat, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,8 +14,27 @@ import (
 	"github.com/myelin-net/myelin/internal/labtools"
 )
 
-// serve runs `lab serve` on a loopback port and returns it.
+// testWait bounds what a test waits for on loopback: only a hang reaches it, never a
+// slow machine (-race, parallel packages, CI's two loaded cores).
+const testWait = 30 * time.Second
+
+// serve runs `lab serve` on a loopback port and returns it. Serve takes an address,
+// not a listener: the port is found free, then Serve opens it, so a port another test
+// took in between is tried again with another.
 func serve(t *testing.T) string {
+	t.Helper()
+	for range 5 {
+		if addr, ok := serveOnFreePort(t); ok {
+			return addr
+		}
+	}
+	t.Fatal("lab serve found its free port taken 5 times")
+	return ""
+}
+
+// serveOnFreePort starts `lab serve` on a port free a moment ago and waits until it
+// answers; false when the port was taken before Serve opened it.
+func serveOnFreePort(t *testing.T) (string, bool) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -24,32 +44,42 @@ func serve(t *testing.T) string {
 	l.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	go labtools.Serve(ctx, addr, "srv", 0)
-	for i := 0; i < 50; i++ {
+	served := make(chan error, 1)
+	go func() { served <- labtools.Serve(ctx, addr, "srv", 0) }()
+	for deadline := time.Now().Add(testWait); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		select {
+		case err := <-served:
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return "", false
+			}
+			t.Fatalf("lab serve on %s: %v", addr, err)
+		default:
+		}
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
-			return addr
+			return addr, true
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatal("lab serve did not start")
-	return ""
+	t.Fatalf("lab serve did not start within %v", testWait)
+	return "", false
 }
 
 func TestProbeHTTPAndUDP(t *testing.T) {
 	addr := serve(t)
 	var out strings.Builder
-	if err := Probe(context.Background(), &out, ProbeOptions{Kind: "http", To: "http://" + addr + "/", Expect: "server=srv"}); err != nil {
+	if err := Probe(context.Background(), &out, ProbeOptions{Kind: "http", To: "http://" + addr + "/", Expect: "server=srv", Timeout: testWait}); err != nil {
 		t.Fatalf("http probe: %v", err)
 	}
 	if !strings.Contains(out.String(), "server=srv client=127.0.0.1") {
 		t.Errorf("http probe printed %q", out.String())
 	}
-	err := Probe(context.Background(), &out, ProbeOptions{Kind: "http", To: "http://" + addr + "/", Expect: "server=other"})
+	err := Probe(context.Background(), &out, ProbeOptions{Kind: "http", To: "http://" + addr + "/", Expect: "server=other", Timeout: testWait})
 	if err == nil || !strings.Contains(err.Error(), `want "server=other"`) {
 		t.Errorf("http probe with the wrong server: %v", err)
 	}
-	if err := Probe(context.Background(), &out, ProbeOptions{Kind: "udp-frag", To: addr, Size: 4000}); err != nil {
+	// udp-frag waits a third of Timeout for each of its three tries: the default (3 s)
+	// left the loaded machine a second per reply.
+	if err := Probe(context.Background(), &out, ProbeOptions{Kind: "udp-frag", To: addr, Size: 4000, Timeout: testWait}); err != nil {
 		t.Errorf("udp-frag probe: %v", err)
 	}
 	closed := "127.0.0.1:1"
@@ -102,7 +132,7 @@ func dnsServer(t *testing.T, ip [4]byte) string {
 func TestProbeDNS(t *testing.T) {
 	server := dnsServer(t, [4]byte{10, 96, 0, 50})
 	var out strings.Builder
-	o := ProbeOptions{Kind: "dns", To: server, Name: "echo.ns.svc.cluster.local", Expect: "10.96.0.50"}
+	o := ProbeOptions{Kind: "dns", To: server, Name: "echo.ns.svc.cluster.local", Expect: "10.96.0.50", Timeout: testWait}
 	if err := Probe(context.Background(), &out, o); err != nil {
 		t.Fatalf("dns probe: %v", err)
 	}

@@ -10,14 +10,18 @@ import (
 
 // lostReport is how often a follower that lost flows reports them even when no new
 // flow follows.
-var lostReport = time.Second
+const lostReport = time.Second
 
 // follower is one live reader. The store offers it each new flow without blocking:
 // when its buffer is full the flow is counted as lost, and the reader gets a
-// TypeLost record with the count before its next flow, or within lostReport.
+// TypeLost record with the count before its next flow, or within its lostReport.
 type follower struct {
 	req flow.Request
 	ch  chan *flow.Flow
+	// lostReport is the constant lostReport but in tests, which shorten their own
+	// follower's (a package variable changed by one test raced with the followers
+	// of the others still running).
+	lostReport time.Duration
 
 	mu       sync.Mutex
 	lost     uint64
@@ -52,9 +56,9 @@ func (fo *follower) takeLost() *flow.Flow {
 
 // run sends queued flows to out until ctx ends, each preceded by a TypeLost record
 // when flows were lost since the last one it sent; lost flows are also reported
-// every lostReport when no flow comes.
+// every fo.lostReport when no flow comes.
 func (fo *follower) run(ctx context.Context, out chan<- *flow.Flow) error {
-	tick := time.NewTicker(lostReport)
+	tick := time.NewTicker(fo.lostReport)
 	defer tick.Stop()
 	for {
 		var f *flow.Flow

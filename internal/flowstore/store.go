@@ -230,7 +230,7 @@ func (s *Store) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Fl
 			return fmt.Errorf("follow flows: %w: this node serves at most %d at once; stop another `hubble observe --follow` or use the relay",
 				ErrTooManyFollowers, MaxFollowers)
 		}
-		fo = &follower{req: req, ch: make(chan *flow.Flow, followBuffer)}
+		fo = &follower{req: req, ch: make(chan *flow.Flow, followBuffer), lostReport: lostReport}
 		s.followers = append(slices.Clip(s.followers), fo)
 	}
 	if history {

@@ -140,22 +140,22 @@ func TestStoreSlowFollowerGetsLost(t *testing.T) {
 	}
 }
 
+// waitFollowers waits until s has n followers: their goroutines register when the
+// scheduler runs them, which a loaded machine (-race, parallel packages) may delay by
+// seconds, so only a hang reaches the bound.
 func waitFollowers(t *testing.T, s *Store, n int) {
 	t.Helper()
-	for i := 0; s.Stats().Followers != n; i++ {
-		if i > 5000 {
-			t.Fatalf("followers = %d, want %d", s.Stats().Followers, n)
+	for deadline := time.Now().Add(30 * time.Second); s.Stats().Followers != n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("followers = %d after 30s, want %d", s.Stats().Followers, n)
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
 // Flows lost after a follower's last queued flow are reported even when no flow
 // follows them (on the lostReport timer).
 func TestFollowerReportsLostWithoutNextFlow(t *testing.T) {
-	defer func(d time.Duration) { lostReport = d }(lostReport)
-	lostReport = 10 * time.Millisecond
-	fo := &follower{ch: make(chan *flow.Flow)}
+	fo := &follower{ch: make(chan *flow.Flow), lostReport: 10 * time.Millisecond}
 	fo.offer(&flow.Flow{Node: "n1", Type: flow.TypeL3L4}) // nobody reads ch: lost
 	fo.offer(&flow.Flow{Node: "n1", Type: flow.TypeL3L4})
 	ctx, cancel := context.WithCancel(context.Background())

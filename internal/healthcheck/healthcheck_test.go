@@ -82,10 +82,14 @@ func newTestServer(t *testing.T, healthy *atomic.Bool) *testServer {
 	return ts
 }
 
+// testWait bounds what a test waits for Run's goroutine to do: only a hang reaches
+// it, never a slow machine (-race, parallel packages, CI's two loaded cores).
+const testWait = 30 * time.Second
+
 // get waits (bounded) until port has a listener and returns its answer to GET /any/path.
 func (ts *testServer) get(t *testing.T, port uint16) (int, body) {
 	t.Helper()
-	for range 200 {
+	for deadline := time.Now().Add(testWait); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		ts.mu.Lock()
 		addr := ts.addrs[port]
 		ts.mu.Unlock()
@@ -101,9 +105,8 @@ func (ts *testServer) get(t *testing.T, port uint16) (int, body) {
 			}
 			return resp.StatusCode, b
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("no listener for port %d", port)
+	t.Fatalf("no listener for port %d within %v", port, testWait)
 	return 0, body{}
 }
 
@@ -136,15 +139,14 @@ func TestServerFollowsServices(t *testing.T) {
 	if len(ts.Ports()) != 0 {
 		t.Errorf("ports after the Service went: %v", ts.Ports())
 	}
-	for i := 0; ; i++ {
+	for deadline := time.Now().Add(testWait); ; time.Sleep(10 * time.Millisecond) {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			break // closed
 		}
 		c.Close()
-		if i == 200 {
-			t.Fatal("listener still open after the Service went")
+		if time.Now().After(deadline) {
+			t.Fatalf("listener still open %v after the Service went", testWait)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -28,11 +28,11 @@ func get(t *testing.T, url string) (int, string) {
 	t.Helper()
 	var resp *http.Response
 	var err error
-	for i := 0; i < 100; i++ { // the server starts in Run's goroutine
+	// The server starts in Run's goroutine.
+	for deadline := time.Now().Add(testWait); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if resp, err = http.Get(url); err == nil {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"testing"
-	"time"
 )
 
 // BigUDP against the lab server's UDP side on loopback: both datagrams whole.
@@ -15,7 +14,7 @@ func TestBigUDPLoopback(t *testing.T) {
 	}
 	defer conn.Close()
 	go serveUDP(conn, "loop")
-	res, err := BigUDP(context.Background(), conn.LocalAddr().String(), 3000, 6000, 3*time.Second)
+	res, err := BigUDP(context.Background(), conn.LocalAddr().String(), 3000, 6000, testWait)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/netip"
 	"testing"
-	"time"
 )
 
 func TestDNSServeAndQuery(t *testing.T) {
@@ -17,7 +16,7 @@ func TestDNSServeAndQuery(t *testing.T) {
 	defer cancel()
 	want := netip.MustParseAddr("10.96.7.7")
 	go func() { _ = serveDNS(ctx, l, want) }()
-	got, err := QueryDNS(ctx, l.LocalAddr().String(), "web.lab", 5*time.Second)
+	got, err := QueryDNS(ctx, l.LocalAddr().String(), "web.lab", testWait)
 	if err != nil || len(got) != 1 || got[0] != want {
 		t.Errorf("QueryDNS = %v, %v; want [%v]", got, err, want)
 	}

@@ -14,6 +14,11 @@ import (
 	"github.com/myelin-net/myelin/internal/testenv"
 )
 
+// cliTimeouts replace the hubble CLI's dial (5 s) and request (12 s) timeouts with
+// bounds only a hang reaches: a loaded machine (-race, parallel packages) is no
+// reason for a test to fail. A refused connection still fails at once.
+var cliTimeouts = []string{"--timeout", "60s", "--request-timeout", "60s"}
+
 // The upstream hubble CLI against the relay over two in-process nodes, one of them
 // down: the flags it sends map, the JSON it prints carries the flows, and `hubble
 // status` counts the nodes.
@@ -29,7 +34,7 @@ func TestRelayWithHubbleCLI(t *testing.T) {
 	a := startNode(t, "a", &nodeSource{history: []*flow.Flow{at("a", 1), at("a", 2), drop}, reqs: reqs})
 	relay := startRelayAddr(t, a, deadPeer(t, "b"))
 	run := func(args ...string) string {
-		out, err := exec.Command(bin, append(args, "--server", relay)...).CombinedOutput()
+		out, err := exec.Command(bin, append(args, append(cliTimeouts, "--server", relay)...)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("hubble %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
@@ -58,7 +63,7 @@ func TestRelayWithHubbleCLI(t *testing.T) {
 	if out := run("observe", "--last", "2", "-o", "json"); strings.Count(out, `"flow"`) != 2 {
 		t.Errorf("hubble observe --last 2: want 2 flows\n%s", out)
 	}
-	bad, err := exec.Command(bin, "observe", "--from-fqdn", "example.com", "--server", relay).CombinedOutput()
+	bad, err := exec.Command(bin, append([]string{"observe", "--from-fqdn", "example.com", "--server", relay}, cliTimeouts...)...).CombinedOutput()
 	if err == nil || !strings.Contains(string(bad), "source_fqdn") || !strings.Contains(string(bad), "not supported") {
 		t.Errorf("hubble observe --from-fqdn: %v\n%s\nwant a failure naming source_fqdn as not supported", err, bad)
 	}
@@ -77,7 +82,7 @@ func TestRelayFollowWithHubbleCLI(t *testing.T) {
 	live := make(chan *flow.Flow)
 	reqs := make(chan flow.Request, 10)
 	relay := startRelayAddr(t, startNode(t, "a", &nodeSource{history: []*flow.Flow{at("a", 1)}, live: live, reqs: reqs}))
-	cmd := exec.Command(bin, "observe", "--follow", "-o", "json", "--protocol", "tcp", "--server", relay)
+	cmd := exec.Command(bin, append([]string{"observe", "--follow", "-o", "json", "--protocol", "tcp", "--server", relay}, cliTimeouts...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -103,10 +103,15 @@ func dialRelay(t *testing.T, addr string) observerpb.ObserverClient {
 // testWindow is the relay's ordering window in tests.
 const testWindow = 40 * time.Millisecond
 
+// testPeerTimeout bounds the relay's wait for a peer's status in tests: a peer that
+// is up must never count as unavailable because a loaded machine (-race, parallel
+// packages) answered slower than the default 3 s; peers that are down fail at once.
+const testPeerTimeout = 30 * time.Second
+
 // startRelayAddr serves a relay over peers on a loopback port and returns its address.
 func startRelayAddr(t *testing.T, peers ...Peer) string {
 	t.Helper()
-	return serveRelay(t, New(Config{Discover: Static(peers), Version: "test", Window: testWindow}))
+	return serveRelay(t, New(Config{Discover: Static(peers), Version: "test", Window: testWindow, Timeout: testPeerTimeout}))
 }
 
 // serveRelay serves r on a loopback port and returns its address.
@@ -224,7 +229,7 @@ func TestRelayFollowOrdersLiveFlows(t *testing.T) {
 	la, lb := make(chan *flow.Flow), make(chan *flow.Flow)
 	a := startNode(t, "a", &nodeSource{history: []*flow.Flow{at("a", 1), at("a", 2)}, live: la})
 	b := startNode(t, "b", &nodeSource{history: []*flow.Flow{at("b", 3)}, live: lb})
-	r := New(Config{Discover: Static([]Peer{a, b}), Version: "test", Window: testWindow})
+	r := New(Config{Discover: Static([]Peer{a, b}), Version: "test", Window: testWindow, Timeout: testPeerTimeout})
 	clock := &stepClock{t: t0}
 	holding := make(chan int, 8)
 	r.now, r.holding = clock.now, func(n int) { holding <- n }

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	observerpb "github.com/cilium/cilium/api/v1/observer"
 	"google.golang.org/grpc"
@@ -55,7 +54,7 @@ func TestRelayTLS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := New(Config{Discover: Static([]Peer{peer}), PeerCreds: peerCreds, ServerCreds: serverCreds, Timeout: 5 * time.Second})
+		r := New(Config{Discover: Static([]Peer{peer}), PeerCreds: peerCreds, ServerCreds: serverCreds, Timeout: testPeerTimeout})
 		rl, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -201,7 +200,7 @@ func TestRelayTLSWithHubbleCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := New(Config{Discover: Static([]Peer{startNode(t, "a", &nodeSource{})}), ServerCreds: creds})
+	r := New(Config{Discover: Static([]Peer{startNode(t, "a", &nodeSource{})}), ServerCreds: creds, Timeout: testPeerTimeout})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +209,8 @@ func TestRelayTLSWithHubbleCLI(t *testing.T) {
 	go r.Serve(ctx, lis)
 	t.Cleanup(func() { cancel(); r.Close() })
 	tlsArgs := []string{"status", "--server", lis.Addr().String(), "--tls", "--tls-server-name", "relay.hubble.myelin",
-		"--tls-ca-cert-files", pki.File("ca.crt"), "--timeout", "10s"}
+		"--tls-ca-cert-files", pki.File("ca.crt")}
+	tlsArgs = append(tlsArgs, cliTimeouts...)
 	out, err := exec.Command(bin, append(tlsArgs, "--tls-client-cert-file", pki.File("client.crt"), "--tls-client-key-file", pki.File("client.key"))...).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "Connected Nodes: 1/1") {
 		t.Errorf("hubble status with a client certificate: %v\n%s", err, out)

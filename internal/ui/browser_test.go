@@ -49,7 +49,12 @@ func TestBrowserServiceMap(t *testing.T) {
 	if err := browsertest.Open(ctx, srv.URL+"/"); err != nil {
 		t.Fatal(err)
 	}
-	// The last stored flow's edge: once it is drawn, every stored flow is in.
+	// The stored flows come as events, which the server may flush in more than one
+	// write: the LOST record's row (the last stored flow) means every row is in, and
+	// the last edge-drawing flow's edge that a draw saw every edge.
+	if err := browsertest.WaitFor(ctx, `tr.flow.lost`, waitLimit); err != nil {
+		t.Fatal(err)
+	}
 	if err := browsertest.WaitFor(ctx, `g.edge[data-edge="shop/cart->ip:203.0.113.10"]`, waitLimit); err != nil {
 		t.Fatal(err)
 	}
