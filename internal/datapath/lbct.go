@@ -46,16 +46,7 @@ type ctFlowID struct {
 // next to GCNAT; it is what frees room in a full table. A flow is re-read
 // just before deletion, so one that saw a packet during the walk is kept.
 func (d *Datapath) GCServiceCT(now time.Duration) (int, error) {
-	var errs []error
-	removed := 0
-	for _, t := range []flowTable[myelinCtKey, myelinCtEntry, ctFlowID]{
-		ctTable("myelin_lb_ct", d.objs.MyelinLbCt), ctTable("myelin_lb_ct_nodeport", d.objs.MyelinLbCtNodeport),
-	} {
-		n, err := t.gc(now)
-		removed += n
-		errs = append(errs, err)
-	}
-	return removed, errors.Join(errs...)
+	return d.eachServiceCT(func(t flowTable[myelinCtKey, myelinCtEntry, ctFlowID]) (int, error) { return t.gc(now) })
 }
 
 // ServiceBackend is a backend (its id) of a frontend (its Service.ID), as a
@@ -74,12 +65,18 @@ func (d *Datapath) EndServiceFlows(pairs map[ServiceBackend]bool) (int, error) {
 		return 0, nil
 	}
 	end := func(v myelinCtEntry) bool { return pairs[ServiceBackend{Service: v.SvcId, Backend: v.BackendId}] }
+	return d.eachServiceCT(func(t flowTable[myelinCtKey, myelinCtEntry, ctFlowID]) (int, error) { return t.deleteFlows(end) })
+}
+
+// eachServiceCT runs do on each Service conntrack table (myelin_lb_ct,
+// myelin_lb_ct_nodeport), and returns how many entries it removed in all.
+func (d *Datapath) eachServiceCT(do func(flowTable[myelinCtKey, myelinCtEntry, ctFlowID]) (int, error)) (int, error) {
 	var errs []error
 	removed := 0
 	for _, t := range []flowTable[myelinCtKey, myelinCtEntry, ctFlowID]{
 		ctTable("myelin_lb_ct", d.objs.MyelinLbCt), ctTable("myelin_lb_ct_nodeport", d.objs.MyelinLbCtNodeport),
 	} {
-		n, err := t.deleteFlows(end)
+		n, err := do(t)
 		removed += n
 		errs = append(errs, err)
 	}

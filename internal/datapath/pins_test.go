@@ -81,22 +81,14 @@ func TestPrivilegedLoadShrinkBelowEndpointsKeepsPin(t *testing.T) {
 	requirePrivileged(t)
 	dir := testPinDir(t)
 	defer Unpin(dir)
+	pinSeeded(t, dir)
 
-	d, err := Load(Config{PinDir: dir, HostRouting: HostRoutingBPF})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := seedEndpoints(d, seedAB); err != nil {
-		t.Fatal(err)
-	}
-	d.Close()
-
-	_, err = Load(Config{PinDir: dir, HostRouting: HostRoutingBPF, EndpointsMax: 1})
+	_, err := Load(Config{PinDir: dir, HostRouting: HostRoutingBPF, EndpointsMax: 1})
 	if err == nil || !strings.Contains(err.Error(), "myelin_endpoints") {
 		t.Fatalf("load with EndpointsMax 1 below 2 endpoints: err = %v, want an error naming myelin_endpoints", err)
 	}
 
-	d, err = Load(Config{PinDir: dir, HostRouting: HostRoutingBPF})
+	d, err := Load(Config{PinDir: dir, HostRouting: HostRoutingBPF})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,21 +111,13 @@ func TestPrivilegedLoadFailureKeepsPins(t *testing.T) {
 	requirePrivileged(t)
 	dir := testPinDir(t)
 	defer Unpin(dir)
-
-	d, err := Load(Config{PinDir: dir, HostRouting: HostRoutingBPF})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := seedEndpoints(d, seedAB); err != nil {
-		t.Fatal(err)
-	}
-	d.Close()
+	pinSeeded(t, dir)
 
 	if _, err := Load(Config{PinDir: dir, HostRouting: HostRoutingBPF, EndpointsMax: 2048, NATMax: 1 << 31}); err == nil {
 		t.Fatal("load with a NAT table of 2^31 entries: no error")
 	}
 
-	d, err = Load(Config{PinDir: dir, HostRouting: HostRoutingBPF})
+	d, err := Load(Config{PinDir: dir, HostRouting: HostRoutingBPF})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,4 +132,18 @@ func TestPrivilegedLoadFailureKeepsPins(t *testing.T) {
 	if len(eps) != len(seedAB) {
 		t.Errorf("endpoints after a failed Load and a reload = %v, want the %d seeded", eps, len(seedAB))
 	}
+}
+
+// pinSeeded loads the datapath into dir, pinning its maps with the endpoints of
+// seedAB, and closes it (the pins stay).
+func pinSeeded(t *testing.T, dir string) {
+	t.Helper()
+	d, err := Load(Config{PinDir: dir, HostRouting: HostRoutingBPF})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := seedEndpoints(d, seedAB); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
 }
