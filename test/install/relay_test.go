@@ -72,7 +72,7 @@ func checkRelayRBAC(t *testing.T, objs []*unstructured.Unstructured, sa string) 
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(t, objs, "ClusterRole", "myelin-hubble-relay").Object, &cr); err != nil {
 		t.Fatal(err)
 	}
-	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}}
+	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list"}}}
 	if !slices.EqualFunc(cr.Rules, want, rulesEqual) {
 		t.Errorf("relay ClusterRole rules %+v, want only %+v", cr.Rules, want)
 	}

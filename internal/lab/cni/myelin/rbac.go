@@ -38,7 +38,7 @@ func newAgentRBAC() agentRBAC {
 				{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"list", "watch"}},
 				{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
 				{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}},
-				{APIGroups: []string{"myelin.io"}, Resources: []string{"nodeconfigs"}, Verbs: []string{"get", "list", "watch"}},
+				{APIGroups: []string{"myelin.io"}, Resources: []string{"nodeconfigs"}, Verbs: []string{"list"}},
 				// NetworkPolicy enforcement: the policies, every pod (peers by
 				// labels and address) and the namespaces' labels.
 				{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"list", "watch"}},
