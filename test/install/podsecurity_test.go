@@ -16,17 +16,38 @@ func hostConfined(c corev1.Container) bool {
 		sc.SELinuxOptions != nil && sc.SELinuxOptions.Type == "spc_t" && sc.SELinuxOptions.Level == "s0"
 }
 
+// seccomp is the seccomp profile type a container runs with ("" for none set).
+func seccomp(c corev1.Container) corev1.SeccompProfileType {
+	if c.SecurityContext == nil || c.SecurityContext.SeccompProfile == nil {
+		return ""
+	}
+	return c.SecurityContext.SeccompProfile.Type
+}
+
 // Every container that writes to the node escapes the default AppArmor and SELinux
-// confinement, in agent and cleanup mode and with privileged; the pod keeps the
-// default dnsPolicy (no cluster DNS before myelin serves it); the agent never mounts
-// a bpffs of its own.
+// confinement, in agent and cleanup mode and with privileged, but keeps the runtime's
+// seccomp filter unless privileged or told otherwise; the pod keeps the default
+// dnsPolicy (no cluster DNS before myelin serves it); the agent never mounts a bpffs
+// of its own.
 func TestChartPodSecurity(t *testing.T) {
-	for _, sets := range [][]string{labSets, {"cleanup=true"}, {"securityContext.privileged=true"}} {
+	for _, c := range []struct {
+		sets    []string
+		seccomp corev1.SeccompProfileType
+	}{
+		{labSets, corev1.SeccompProfileTypeRuntimeDefault},
+		{[]string{"cleanup=true"}, corev1.SeccompProfileTypeRuntimeDefault},
+		{[]string{"securityContext.seccompProfile=Unconfined"}, corev1.SeccompProfileTypeUnconfined},
+		{[]string{"securityContext.privileged=true"}, ""},
+	} {
+		sets := c.sets
 		spec := daemonSet(t, sets...).Spec.Template.Spec
-		for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
-			if !hostConfined(c) {
+		for _, ctr := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+			if !hostConfined(ctr) {
 				t.Errorf("--set %v: container %s securityContext %+v, want appArmorProfile Unconfined and seLinuxOptions spc_t/s0",
-					sets, c.Name, c.SecurityContext)
+					sets, ctr.Name, ctr.SecurityContext)
+			}
+			if got := seccomp(ctr); got != c.seccomp {
+				t.Errorf("--set %v: container %s seccompProfile %q, want %q", sets, ctr.Name, got, c.seccomp)
 			}
 		}
 		if spec.DNSPolicy != "" {

@@ -41,6 +41,10 @@ appArmorProfile:
 seLinuxOptions:
   type: spc_t
   level: s0
+{{- if not .Values.securityContext.privileged }}
+seccompProfile:
+  type: {{ .Values.securityContext.seccompProfile | quote }}
+{{- end }}
 {{- end -}}
 
 {{/* Where a cleanup pod says that its node is clean (an emptyDir): its readiness
