@@ -82,22 +82,9 @@ func (t flowTable[K, V, ID]) read() (map[ID]*pairedFlow[K, V], error) {
 // entries it removed. A flow is re-read just before deletion, so one that saw a
 // packet during the walk is kept.
 func (t flowTable[K, V, ID]) gc(now time.Duration) (int, error) {
-	flows, err := t.read()
-	if err != nil {
-		return 0, err
-	}
-	removed := 0
-	for id, f := range flows {
-		if !t.idle(id, f.lastSeen, f.flags, now) || !t.stillIdle(id, f, now) {
-			continue
-		}
-		n, err := t.delete(id, f)
-		removed += n
-		if err != nil {
-			return removed, err
-		}
-	}
-	return removed, nil
+	return t.deleteWhere(func(id ID, f *pairedFlow[K, V]) bool {
+		return t.idle(id, f.lastSeen, f.flags, now) && t.stillIdle(id, f, now)
+	})
 }
 
 // deleteFlows deletes the entries (both directions) of every flow whose forward
@@ -105,17 +92,25 @@ func (t flowTable[K, V, ID]) gc(now time.Duration) (int, error) {
 // removed. A forward entry is re-read just before deletion, so a flow whose
 // entry a packet rewrote meanwhile (chose again) is kept.
 func (t flowTable[K, V, ID]) deleteFlows(end func(V) bool) (int, error) {
+	return t.deleteWhere(func(_ ID, f *pairedFlow[K, V]) bool {
+		if f.fwd == nil || !end(f.fwdValue) {
+			return false
+		}
+		var v V
+		return t.m.Lookup(f.fwd, &v) == nil && end(v)
+	})
+}
+
+// deleteWhere reads the table, deletes both entries of every flow doomed says
+// so of, and returns how many map entries it removed.
+func (t flowTable[K, V, ID]) deleteWhere(doomed func(ID, *pairedFlow[K, V]) bool) (int, error) {
 	flows, err := t.read()
 	if err != nil {
 		return 0, err
 	}
 	removed := 0
 	for id, f := range flows {
-		if f.fwd == nil || !end(f.fwdValue) {
-			continue
-		}
-		var v V
-		if t.m.Lookup(f.fwd, &v) != nil || !end(v) {
+		if !doomed(id, f) {
 			continue
 		}
 		n, err := t.delete(id, f)
