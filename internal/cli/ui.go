@@ -6,8 +6,6 @@ import (
 	"io"
 	"net"
 
-	"google.golang.org/grpc/credentials"
-
 	"github.com/myelin-net/myelin/internal/flow"
 	"github.com/myelin-net/myelin/internal/flowclient"
 	"github.com/myelin-net/myelin/internal/hubble"
@@ -41,12 +39,9 @@ func UI(ctx context.Context, out io.Writer, o UIOptions) error {
 		if _, _, err := net.SplitHostPort(o.Server); err != nil {
 			return fmt.Errorf("--server %q: %w (give host:port, e.g. myelin-relay:4245)", o.Server, err)
 		}
-		var creds credentials.TransportCredentials
-		if o.ServerTLS.Enabled() {
-			var err error
-			if creds, err = o.ServerTLS.Credentials(uiTLSFlags); err != nil {
-				return err
-			}
+		creds, err := o.ServerTLS.Credentials(uiTLSFlags)
+		if err != nil {
+			return err
 		}
 		return ui.Run(ctx, o.Listen, hubble.NewClientSource(o.Server, creds), out, o.AllowedHosts...)
 	}

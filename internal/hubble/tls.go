@@ -40,10 +40,13 @@ func (c ServerTLS) ClientCertificates() string {
 	return "not required"
 }
 
-// Credentials checks the settings and loads the files; call it when Enabled. A setting
-// given without the certificate and key TLS needs is an error naming them (n), never
-// plaintext.
+// Credentials checks the settings and loads the files: nil (plaintext) when none is
+// given. A setting given without the certificate and key TLS needs is an error naming
+// them (n), never plaintext.
 func (c ServerTLS) Credentials(n ServerTLSNames) (credentials.TransportCredentials, error) {
+	if !c.Enabled() {
+		return nil, nil
+	}
 	if c.CertFile == "" || c.KeyFile == "" {
 		given, missing := settings{{n.CertFile, c.CertFile}, {n.KeyFile, c.KeyFile}}.split()
 		if len(c.ClientCAFiles) > 0 {
@@ -91,10 +94,13 @@ func (c ClientTLS) Given(n ClientTLSNames) string {
 	return and(given)
 }
 
-// Credentials checks the settings and loads the files; call it when Enabled. A setting
-// given without the CA file, or a certificate without its key, is an error naming them
-// (n), never plaintext.
+// Credentials checks the settings and loads the files: nil (plaintext) when none is
+// given. A setting given without the CA file, or a certificate without its key, is an
+// error naming them (n), never plaintext.
 func (c ClientTLS) Credentials(n ClientTLSNames) (credentials.TransportCredentials, error) {
+	if !c.Enabled() {
+		return nil, nil
+	}
 	if c.CAFile == "" {
 		given := c.Given(n)
 		return nil, fmt.Errorf("hubble TLS to %s: %s given without %s: TLS needs the CA that signed the certificate of %s; add %s, or drop %s to connect in plaintext",

@@ -40,15 +40,11 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		return err
 	}
 	cfg := Config{Discover: discover, Version: o.Version}
-	if o.TLS.Enabled() {
-		if cfg.ServerCreds, err = o.TLS.Credentials(serverTLSFlags); err != nil {
-			return err
-		}
+	if cfg.ServerCreds, err = o.TLS.Credentials(serverTLSFlags); err != nil {
+		return err
 	}
-	if o.PeerTLS.Enabled() {
-		if cfg.PeerCreds, err = o.PeerTLS.Credentials(peerTLSFlags); err != nil {
-			return err
-		}
+	if cfg.PeerCreds, err = o.PeerTLS.Credentials(peerTLSFlags); err != nil {
+		return err
 	}
 	lis, err := net.Listen("tcp", o.Listen)
 	if err != nil {
