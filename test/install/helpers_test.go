@@ -46,15 +46,23 @@ func run(t *testing.T, stdin []byte, name string, args ...string) (string, error
 // values and fails the test on an error.
 func template(t *testing.T, sets ...string) string {
 	t.Helper()
-	args := []string{"template", "myelin", chartDir(), "--namespace", "kube-system"}
+	var args []string
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
-	out, err := run(t, nil, helm(t), args...)
-	if err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	out, failed := helmTemplate(t, args...)
+	if failed {
+		t.Fatalf("helm template %s: failed\n%s", strings.Join(args, " "), out)
 	}
 	return out
+}
+
+// helmTemplate runs helm template (release myelin in kube-system) with args after the
+// chart and returns its output and whether it failed.
+func helmTemplate(t *testing.T, args ...string) (string, bool) {
+	t.Helper()
+	out, err := run(t, nil, helm(t), append([]string{"template", "myelin", chartDir(), "--namespace", "kube-system"}, args...)...)
+	return out, err != nil
 }
 
 // objects parses a multi-document YAML stream.

@@ -128,9 +128,8 @@ func TestChartHubbleUITLS(t *testing.T) {
 // hubble.listenAddress="" the install fails naming both instead of rendering keys the
 // agent refuses.
 func TestChartHubbleTLSNeedsListenAddress(t *testing.T) {
-	out, err := run(t, nil, helm(t), "template", "myelin", chartDir(), "--namespace", "kube-system",
-		"--set", "hubble.tls.enabled=true", "--set", "hubble.tls.secretName=s", "--set", "hubble.listenAddress=")
-	if err == nil || !strings.Contains(out, "hubble.tls.enabled needs hubble.listenAddress") {
-		t.Errorf("TLS without listenAddress: err %v, output %q; want a failure naming hubble.tls.enabled and hubble.listenAddress", err, out)
+	out, failed := helmTemplate(t, "--set", "hubble.tls.enabled=true", "--set", "hubble.tls.secretName=s", "--set", "hubble.listenAddress=")
+	if !failed || !strings.Contains(out, "hubble.tls.enabled needs hubble.listenAddress") {
+		t.Errorf("TLS without listenAddress: failed %v, output %q; want a failure naming hubble.tls.enabled and hubble.listenAddress", failed, out)
 	}
 }

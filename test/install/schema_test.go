@@ -93,14 +93,6 @@ func (v chartValue) structured() bool {
 	return isMap && !freeFormValues[v.path]
 }
 
-// helmTemplate runs helm template with args after the chart and returns its output
-// and whether it failed.
-func helmTemplate(t *testing.T, args ...string) (string, bool) {
-	t.Helper()
-	out, err := run(t, nil, helm(t), append([]string{"template", "myelin", chartDir(), "--namespace", "kube-system"}, args...)...)
-	return out, err != nil
-}
-
 // schemaRefuses says whether helm's output has a schema error at path (e.g.
 // '/hubble/tls') saying what (e.g. "additional properties") about the key name.
 func schemaRefuses(out, path, what, name string) bool {
