@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -120,8 +121,17 @@ func (s *startup) loadDatapath() (*datapath.Datapath, netlink.Link, error) {
 	// Most of an agent's start (docs/scale.md, "Services after a restart").
 	s.log.Info("datapath loaded", "took", time.Since(start).Round(time.Millisecond))
 	for _, r := range dp.ReplacedMaps() {
-		s.log.Warn("pinned BPF map replaced: its size or layout changed (a table size in the configuration, or an upgrade); what it held is dropped (endpoint entries are carried over)",
-			"map", r.Name, "change", r.Reason)
+		if !r.Carrying() {
+			s.log.Warn("pinned BPF map replaced: its layout changed (an upgrade); it starts empty until the agent has synced it",
+				"map", r.Name, "change", r.Reason)
+			continue
+		}
+		level := slog.LevelInfo
+		if r.Lost > 0 || r.CarryErr != "" {
+			level = slog.LevelWarn
+		}
+		s.log.Log(context.Background(), level, "pinned BPF map replaced: its size changed (a table size in the configuration, or an upgrade); its entries were carried over",
+			"map", r.Name, "change", r.Reason, "carried", r.Carried, "lost", r.Lost, "err", r.CarryErr)
 	}
 	return dp, overlay, nil
 }

@@ -12,8 +12,9 @@
 // descriptors, so packets keep flowing while the agent restarts; a new Load
 // reuses the pinned maps and Attach* replaces the program of a pinned link
 // in place. A pinned map whose size or layout no longer matches is replaced
-// once the load has succeeded (ReplacedMaps), and one this build no longer
-// declares is unpinned (pins.go). Unpin tears everything down.
+// once the load has succeeded, its entries copied over when their layout is
+// unchanged (ReplacedMaps), and one this build no longer declares is unpinned
+// (pins.go). Unpin tears everything down.
 //
 // Programs:
 //

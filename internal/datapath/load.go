@@ -110,8 +110,8 @@ type Config struct {
 	// non-ARP frames from pods are dropped either way.
 	NoSourceVerification bool
 	// NATMax sizes the NAT map myelin_snat in entries, two per flow; 0 keeps
-	// the object's size (NAT_MAX_DEFAULT: 65,536). Changing it replaces the map on the next Load, which
-	// drops the translations of open flows.
+	// the object's size (NAT_MAX_DEFAULT: 65,536). Changing it replaces the map on the next Load, with
+	// the translations of open flows copied over (those beyond a smaller size are lost).
 	NATMax uint32
 	// NATPortMin and NATPortMax bound the ports masquerade and NodePort SNAT
 	// translate to, inclusive. Keep them outside the node's ephemeral ports
@@ -131,8 +131,9 @@ type Config struct {
 	NodePortNATMax uint32
 	// PolicyCTMax sizes the LRU myelin_policy_ct, the connections NetworkPolicy
 	// tracks (one entry each); 0 keeps the object's size (POLICY_CT_MAX). A
-	// changed size replaces the pinned map: tracked connections are judged
-	// again by their next packet.
+	// changed size replaces the pinned map, with the tracked connections
+	// copied over (beyond a smaller size they are judged again by their next
+	// packet).
 	PolicyCTMax uint32
 }
 
@@ -162,7 +163,8 @@ type Datapath struct {
 // Load loads the programs with cfg's load-time constants, reusing the maps
 // pinned in cfg.PinDir so endpoint entries and counters survive an agent
 // restart. A pinned map whose shape no longer matches (for example after
-// EndpointsMax changed) is replaced; endpoint entries are carried over.
+// EndpointsMax changed) is replaced, with its entries copied over when their
+// layout is unchanged (ReplacedMaps).
 // Load does not attach anything: call AttachNetdev, AttachEndpoint and,
 // in tunnel mode, AttachOverlay.
 //
@@ -375,5 +377,5 @@ func Unpin(pinDir string) error {
 
 // ReplacedMaps returns the pinned maps Load replaced because their size or
 // layout no longer matched (a changed table size or an upgrade): what they held is
-// gone, except the endpoints map's entries, which are carried over.
+// gone unless their layout is unchanged: then they were copied (Carried).
 func (d *Datapath) ReplacedMaps() []MapReplacement { return d.replaced }

@@ -13,19 +13,15 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-// endpointEntry is one carried-over row of the endpoints map.
-type endpointEntry struct {
-	key   [4]byte
-	value myelinEndpointInfo
-}
-
 // loadPinned loads spec into objs, reusing the maps pinned in pinDir. It
 // returns the names of the pinned maps it created (none was pinned, or the
-// pinned one no longer matched) and the pinned maps it replaced. A pin is
-// replaced only once the whole load has succeeded: a failed Load leaves every
-// pin as it was, still serving the programs attached.
+// pinned one no longer matched) and the pinned maps it replaced. A replaced map
+// whose entries keep their layout (only its size or flags changed) gets them
+// copied into its replacement (carryEntries). A pin is replaced only once the
+// whole load has succeeded: a failed Load leaves every pin as it was, still
+// serving the programs attached.
 func loadPinned(spec *ebpf.CollectionSpec, pinDir string, objs *myelinObjects) ([]string, []MapReplacement, error) {
-	carried, created, replaced, err := findIncompatiblePins(spec, pinDir)
+	created, replaced, err := findIncompatiblePins(spec, pinDir)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -37,11 +33,12 @@ func loadPinned(spec *ebpf.CollectionSpec, pinDir string, objs *myelinObjects) (
 		return nil, nil, fmt.Errorf("load datapath objects: %w", err)
 	}
 	defer coll.Close() // what objs did not take
-	if m := coll.Maps["myelin_endpoints"]; m != nil {
-		for _, e := range carried {
-			if err := m.Update(e.key, e.value, ebpf.UpdateAny); err != nil {
-				return nil, nil, fmt.Errorf("carry endpoint %v into resized endpoints map: %w", e.key, err)
-			}
+	for i, r := range replaced {
+		if !r.carry {
+			continue
+		}
+		if replaced[i], err = carryEntries(r, filepath.Join(pinDir, r.Name), coll.Maps[r.Name]); err != nil {
+			return nil, nil, err
 		}
 	}
 	if err := swapPins(coll, replaced, pinDir); err != nil {
@@ -55,6 +52,43 @@ func loadPinned(spec *ebpf.CollectionSpec, pinDir string, objs *myelinObjects) (
 		return nil, nil, err
 	}
 	return created, replaced, nil
+}
+
+// carryEntries copies the entries of the pinned map at path into to, its
+// replacement, and returns r with what was carried and what did not fit. The
+// pinned map still serves the programs attached: an entry they write or delete
+// meanwhile may be missed (a flow's next packet creates it again). Only the
+// endpoints map must arrive whole (checkPinned refused a size below its
+// entries); any other is copied up to its new size, the rest counted as lost.
+func carryEntries(r MapReplacement, path string, to *ebpf.Map) (MapReplacement, error) {
+	from, err := ebpf.LoadPinnedMap(path, nil)
+	if err != nil {
+		return r, fmt.Errorf("open pinned map %s to carry its entries: %w", path, err)
+	}
+	defer from.Close()
+	key, value := make([]byte, from.KeySize()), make([]byte, from.ValueSize())
+	it := from.Iterate()
+	for it.Next(key, value) {
+		if r.Carried >= int(to.MaxEntries()) {
+			r.Lost++
+			continue
+		}
+		if err := to.Update(key, value, ebpf.UpdateAny); err != nil {
+			if r.Name == "myelin_endpoints" {
+				return r, fmt.Errorf("carry endpoint %x into the replacement of %s: %w", key, path, err)
+			}
+			r.Lost++
+			continue
+		}
+		r.Carried++
+	}
+	if err := it.Err(); err != nil {
+		if r.Name == "myelin_endpoints" {
+			return r, fmt.Errorf("read the endpoints of %s to carry them: %w", path, err)
+		}
+		r.CarryErr = err.Error() // what was copied stays
+	}
+	return r, nil
 }
 
 // swapPins pins the maps of coll created for the replaced pins in their place.
@@ -109,12 +143,11 @@ func removeDroppedPins(spec *ebpf.CollectionSpec, pinDir string) error {
 
 // findIncompatiblePins finds every pinned map that no longer matches its spec
 // (size or layout changed by an upgrade or a config change), to be created
-// afresh and pinned in its place. The endpoints map's entries are returned to be
-// written into its replacement when the key and value layout is unchanged;
-// counters and queued events are not carried. created names the pinned maps
-// the load will create: those not pinned yet and those to replace; replaced
-// says which are to be replaced and why. Nothing is unpinned here.
-func findIncompatiblePins(spec *ebpf.CollectionSpec, pinDir string) (carried []endpointEntry, created []string, replaced []MapReplacement, err error) {
+// afresh and pinned in its place. created names the pinned maps the load will
+// create: those not pinned yet and those to replace; replaced says which are to
+// be replaced, why, and whether their entries can be carried. Nothing is
+// unpinned here.
+func findIncompatiblePins(spec *ebpf.CollectionSpec, pinDir string) (created []string, replaced []MapReplacement, err error) {
 	for name, ms := range spec.Maps {
 		if ms.Pinning != ebpf.PinByName {
 			continue
@@ -126,46 +159,64 @@ func findIncompatiblePins(spec *ebpf.CollectionSpec, pinDir string) (carried []e
 			continue
 		}
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("open pinned map %s: %w", path, err)
+			return nil, nil, fmt.Errorf("open pinned map %s: %w", path, err)
 		}
-		entries, reason, err := checkPinned(ms, m, name)
+		r, err := checkPinned(ms, m, name)
 		m.Close()
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("replace pinned map %s: %w", path, err)
+			return nil, nil, fmt.Errorf("replace pinned map %s: %w", path, err)
 		}
-		if reason != "" {
+		if r.Reason != "" {
 			created = append(created, name)
-			replaced = append(replaced, MapReplacement{Name: name, Reason: reason})
+			replaced = append(replaced, r)
 		}
-		carried = append(carried, entries...)
 	}
-	return carried, created, replaced, nil
+	return created, replaced, nil
 }
 
-// checkPinned returns what differs between the pinned m and ms (empty: m is
-// reused) and the entries to carry over. It fails for an endpoints map that holds
-// more endpoints than its replacement would: they would be lost for good.
-func checkPinned(ms *ebpf.MapSpec, m *ebpf.Map, name string) (entries []endpointEntry, reason string, err error) {
+// checkPinned says what differs between the pinned m and ms (an empty Reason: m
+// is reused) and whether m's entries can be carried into the replacement: those
+// of a hash, LRU hash, LPM trie or array whose key and value sizes are
+// unchanged (what differs is its size or flags, or hash against LRU hash).
+// Per-CPU counters, ring buffers and maps of maps are not carried. It fails for
+// an endpoints map that holds more endpoints than its replacement would: they
+// would be lost for good.
+func checkPinned(ms *ebpf.MapSpec, m *ebpf.Map, name string) (MapReplacement, error) {
 	incompatible := ms.Compatible(m)
 	if incompatible == nil {
-		return nil, "", nil
+		return MapReplacement{}, nil
 	}
-	reason = strings.TrimSuffix(incompatible.Error(), ": "+ebpf.ErrMapIncompatible.Error())
-	if name == "myelin_endpoints" && m.KeySize() == ms.KeySize && m.ValueSize() == ms.ValueSize {
-		var e endpointEntry
-		it := m.Iterate()
-		for it.Next(&e.key, &e.value) {
-			entries = append(entries, e)
-		}
-		if err := it.Err(); err != nil {
-			return nil, "", fmt.Errorf("read entries: %w", err)
-		}
-		if len(entries) > int(ms.MaxEntries) {
-			return nil, "", fmt.Errorf("it holds %d endpoints, more than the %d of the new size (%s): size it for at least %d, or remove pods first",
-				len(entries), ms.MaxEntries, reason, len(entries))
-		}
+	r := MapReplacement{Name: name, Reason: strings.TrimSuffix(incompatible.Error(), ": "+ebpf.ErrMapIncompatible.Error())}
+	r.carry = carriable(ms.Type, m.Type()) && m.KeySize() == ms.KeySize && m.ValueSize() == ms.ValueSize
+	if name != "myelin_endpoints" || !r.carry {
+		return r, nil
 	}
-	return entries, reason, nil
+	key, value := make([]byte, m.KeySize()), make([]byte, m.ValueSize())
+	n, it := 0, m.Iterate()
+	for it.Next(key, value) {
+		n++
+	}
+	if err := it.Err(); err != nil {
+		return r, fmt.Errorf("read entries: %w", err)
+	}
+	if n > int(ms.MaxEntries) {
+		return r, fmt.Errorf("it holds %d endpoints, more than the %d of the new size (%s): size it for at least %d, or remove pods first",
+			n, ms.MaxEntries, r.Reason, n)
+	}
+	return r, nil
+}
+
+// carriable says whether entries of a map of type from can be written, as they
+// are, into one of type to.
+func carriable(to, from ebpf.MapType) bool {
+	hash := func(t ebpf.MapType) bool { return t == ebpf.Hash || t == ebpf.LRUHash }
+	switch {
+	case hash(to) && hash(from):
+		return true
+	case to == from && (to == ebpf.LPMTrie || to == ebpf.Array):
+		return true
+	}
+	return false
 }
 
 // loadConcurrently is ebpf.NewCollectionWithOptions with the programs verified
@@ -213,8 +264,20 @@ func loadConcurrently(spec *ebpf.CollectionSpec, opts ebpf.CollectionOptions) (*
 }
 
 // MapReplacement is a pinned map Load replaced because it no longer matched this
-// build or configuration; its entries were dropped (the endpoints map's carried).
+// build or configuration. When its entries kept their layout they were copied
+// into the new map (Carried; Lost did not fit its new size); otherwise, and for
+// counters and event rings, the new map starts empty.
 type MapReplacement struct {
 	Name   string // the map, e.g. myelin_policy_ct
 	Reason string // what differs, e.g. "MaxEntries: 2048 changed to 4096"
+	// Carried and Lost count the entries copied into the new map and those
+	// that did not fit it; both 0 when nothing was carried.
+	Carried, Lost int
+	// CarryErr, when set, stopped the copy early (the pinned map changed too
+	// fast to walk): what was copied before stays.
+	CarryErr string
+	carry    bool // the entries' layout is unchanged: copy them
 }
+
+// Carrying says whether the entries were copied into the new map.
+func (r MapReplacement) Carrying() bool { return r.carry }

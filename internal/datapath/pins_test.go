@@ -11,7 +11,7 @@ import (
 )
 
 // A pinned map whose size changed (here policy-ct-max) is replaced, and Load says
-// which one and why: the agent logs it, since its entries are gone.
+// which one and why: the agent logs it, with the entries it carried over.
 func TestPrivilegedLoadReportsReplacedMaps(t *testing.T) {
 	requirePrivileged(t)
 	dir := testPinDir(t)
@@ -146,4 +146,38 @@ func pinSeeded(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	d.Close()
+}
+
+// A pinned map whose entries changed layout (an upgrade: here a myelin_policy_ct
+// with another value size) is replaced by an empty one: its entries would mean
+// something else in the new programs, so none is carried, and Load says so.
+func TestPrivilegedLoadDoesNotCarryChangedLayout(t *testing.T) {
+	requirePrivileged(t)
+	dir := testPinDirReady(t)
+	defer Unpin(dir)
+	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: "myelin_policy_ct", Type: ebpf.LRUHash, KeySize: 16, ValueSize: 8, MaxEntries: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if err := old.Update(make([]byte, 16), make([]byte, 8), ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Pin(filepath.Join(dir, "myelin_policy_ct")); err != nil {
+		t.Fatal(err)
+	}
+
+	d, err := Load(Config{PinDir: dir, HostRouting: HostRoutingBPF})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	r := d.ReplacedMaps()
+	if len(r) != 1 || r[0].Name != "myelin_policy_ct" || r[0].Carrying() || r[0].Carried != 0 {
+		t.Errorf("load over a myelin_policy_ct of another value size: replaced %+v, want it replaced, nothing carried", r)
+	}
+	n, err := countEntries(d.objs.MyelinPolicyCt, new(myelinPolicyCtKey), new(myelinPolicyCtEntry))
+	if err != nil || n != 0 {
+		t.Errorf("replacement of a changed layout: %d entries (err %v), want an empty map", n, err)
+	}
 }

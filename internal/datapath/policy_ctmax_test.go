@@ -8,7 +8,10 @@ import (
 
 // policy-ct-max sizes myelin_policy_ct (Config.PolicyCTMax; 0 keeps the object's
 // size). A reload with the same size keeps the tracked connections; a changed size
-// replaces the pinned map, so they are judged again by their next packet.
+// replaces the pinned map and carries them into the new one (before, they were
+// dropped and an established connection whose replies the policy does not allow
+// by themselves was cut); shrunk below them, it keeps as many as fit and counts
+// the rest as lost.
 func TestPrivilegedPolicyCTMax(t *testing.T) {
 	requirePrivileged(t)
 	dir := testPinDir(t)
@@ -62,8 +65,26 @@ func TestPrivilegedPolicyCTMax(t *testing.T) {
 	}
 	d.Close()
 	d = load(8192)
+	if n := tracked(d); n != 1 {
+		t.Errorf("reload with another size: %d tracked connections, want the 1 carried over", n)
+	}
+	if r := d.ReplacedMaps(); len(r) != 1 || r[0].Name != "myelin_policy_ct" || !r[0].Carrying() || r[0].Carried != 1 || r[0].Lost != 0 {
+		t.Errorf("reload with another size: replaced %+v, want myelin_policy_ct with 1 carried, 0 lost", r)
+	}
+	// 40 more connections, then a size of 16: 16 are carried, 25 lost.
+	for i := range 40 {
+		k := myelinPolicyCtKey{AddrLo: 0x0a000001, AddrHi: 0x0a000002 + uint32(i), PortLo: 80, PortHi: 40000, Proto: 6}
+		if err := d.objs.MyelinPolicyCt.Update(&k, new(myelinPolicyCtEntry), ebpf.UpdateNoExist); err != nil {
+			t.Fatalf("seed tracked connection %d: %v", i, err)
+		}
+	}
+	d.Close()
+	d = load(16)
 	defer d.Close()
-	if n := tracked(d); n != 0 {
-		t.Errorf("reload with another size: %d tracked connections, want a new, empty map", n)
+	if r := d.ReplacedMaps(); len(r) != 1 || r[0].Carried != 16 || r[0].Lost != 25 || r[0].CarryErr != "" {
+		t.Errorf("reload shrunk to 16 below 41 tracked connections: replaced %+v, want 16 carried, 25 lost", r)
+	}
+	if n := tracked(d); n == 0 || n > 16 {
+		t.Errorf("reload shrunk to 16: %d tracked connections, want 1-16", n)
 	}
 }
