@@ -92,6 +92,12 @@ func prepare(ctx context.Context, cfg Config, loops *loops, log *slog.Logger) (*
 	}
 	log.Info("node plan decided", "routing", s.plan.RoutingMode(), "hostRouting", s.plan.HostRouting.Mode(),
 		"reason", s.plan.HostRouting.Reason, "natPorts", s.plan.NATPorts, "mtu", s.plan.MTU, "routeMTU", s.plan.RouteMTU)
+	// The hubble-tls-* files are read here as well as where the API starts, so a
+	// missing or bad one stops the agent before the datapath is loaded: an upgrade
+	// with a typo must not leave the node on new programs no agent syncs.
+	if _, err := s.hubbleListen().creds(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 

@@ -95,6 +95,25 @@ func TestLabMyelinMigration(t *testing.T) {
 	deleteNodeConfig(t, "broken")
 	waitAgentReady(t, n2)
 
+	// So does a Hubble TLS file it cannot read (before, the agent loaded and attached
+	// the datapath first, then failed when the Hubble API started).
+	logPath := paths.Log(labmyelin.AgentProcess(n2))
+	b, _ := os.ReadFile(logPath)
+	from := len(b)
+	createNodeConfig(t, "broken-tls", map[string]string{"kubernetes.io/hostname": n2},
+		map[string]string{"hubble-tls-cert-file": "/nonexistent/hubble.crt", "hubble-tls-key-file": "/nonexistent/hubble.key"})
+	signalAgent(t, n2)
+	eventually(t, time.Minute, "agent log names the unreadable Hubble TLS files", func(context.Context) (bool, string) {
+		b, _ := os.ReadFile(logPath)
+		return strings.Contains(string(b[from:]), "hubble-tls-cert-file"), lastLines(string(b), 2)
+	})
+	if b, _ := os.ReadFile(logPath); strings.Contains(string(b[from:]), "datapath loaded") {
+		t.Errorf("agent loaded the datapath before refusing its Hubble TLS files:\n%s", lastLines(string(b), 10))
+	}
+	time.Sleep(2 * time.Second)
+	deleteNodeConfig(t, "broken-tls")
+	waitAgentReady(t, n2)
+
 	tr.finish(t)
 	labDown(t)
 }
