@@ -1,18 +1,21 @@
 package e2e
 
 import (
+	"crypto/x509"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/myelin-net/myelin/internal/testenv"
+	"github.com/myelin-net/myelin/internal/testpki"
 )
 
 // TestLabConnectivityHelm runs both commands as on a real cluster: kubelet +
 // containerd nodes with myelin installed by the Helm chart (native routing). The
 // connectivity test's pods run the myelin/test image and are probed through pods/exec;
-// the sysdump reads every node from the chart's agent pods through pods/exec.
+// the sysdump reads every node from the chart's agent pods through pods/exec. The
+// chart's relay and UI run too, with hubble.tls (hubblePodsReadTheirKey).
 func TestLabConnectivityHelm(t *testing.T) {
 	requireRoot(t)
 	requireContainerd(t)
@@ -20,11 +23,16 @@ func TestLabConnectivityHelm(t *testing.T) {
 	version := buildTestImages(t)
 	cs := labUp(t, "--runtime", "containerd", "--cni", "none", "--nodes", "2")
 	sets := append(append([]string{"image.tag=" + version}, helmLabSets...), helmModeSets["native"]...)
+	// --wait returns once the relay and the UI are ready too: both read their key
+	// before they listen, as non-root through the pod's fsGroup.
+	sets = append(sets, "hubble.relay.enabled=true", "hubble.ui.enabled=true", "hubble.tls.enabled=true",
+		"hubble.tls.secretName="+hubbleTLSSecret(t))
 	args := append([]string{"install", "myelin", chartDir, "-n", "kube-system", "--wait", "--timeout", "5m"}, setFlags(sets)...)
 	if out, err := helmRun(helm, args...); err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
 	}
 	waitAgentsReady(t, cs, 2, "myelin/agent:"+version)
+	hubblePodsReadTheirKey(t)
 
 	start := time.Now()
 	out, err := myelin("connectivity", "test")
@@ -71,5 +79,40 @@ func TestLabConnectivityHelm(t *testing.T) {
 	}
 	if !strings.Contains(files["cluster/daemonsets.json"], `"myelin"`) {
 		t.Errorf("cluster/daemonsets.json lacks the myelin DaemonSet")
+	}
+}
+
+// hubbleTLSSecret creates Secret kube-system/hubble-tls as docs/hubble.md ("TLS") asks:
+// ca.crt, and tls.crt/tls.key for the chart's default hubble.tls.serverName with
+// serverAuth and clientAuth, from a throwaway CA.
+func hubbleTLSSecret(t *testing.T) string {
+	t.Helper()
+	pki := testpki.New(t)
+	pki.Issue(t, "hubble", &x509.Certificate{DNSNames: []string{"hubble.myelin.local"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}})
+	if out, err := kubectl("-n", "kube-system", "create", "secret", "generic", "hubble-tls", "--from-file=tls.crt="+pki.File("hubble.crt"),
+		"--from-file=tls.key="+pki.File("hubble.key"), "--from-file=ca.crt="+pki.File("ca.crt")); err != nil {
+		t.Fatalf("create Secret hubble-tls: %v\n%s", err, out)
+	}
+	return "hubble-tls"
+}
+
+// hubblePodsReadTheirKey: the relay serves mutual TLS, and in the relay's and the UI's
+// pods (ready, so they have read the key) the process is user 65534, the key is root's
+// with group 65534 (the pod's fsGroup) and mode 0440, and the root filesystem refuses
+// writes (docs/install.md, "Pod security of the relay and the UI").
+func hubblePodsReadTheirKey(t *testing.T) {
+	t.Helper()
+	for _, deploy := range []string{"hubble-relay", "hubble-ui"} {
+		out, err := kubectl("-n", "kube-system", "exec", "deploy/"+deploy, "--", "sh", "-c",
+			"id -u; stat -L -c 'key %a %u %g' /etc/myelin/hubble-tls/tls.key; touch /probe 2>&1 || true")
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if err != nil || len(lines) != 3 || lines[0] != "65534" || lines[1] != "key 440 0 65534" || !strings.Contains(lines[2], "Read-only file system") {
+			t.Errorf("%s pod: id -u; stat tls.key; touch /probe: %v\n%s\nwant 65534, key 440 0 65534 and a touch refused by the read-only root", deploy, err, out)
+		}
+	}
+	out, err := kubectl("-n", "kube-system", "logs", "deploy/hubble-relay")
+	if err != nil || !strings.Contains(out, "tls=true") || !strings.Contains(out, "client-certificates=required") {
+		t.Errorf("relay log: %v\n%s\nwant its startup line with tls=true client-certificates=required", err, out)
 	}
 }

@@ -29,12 +29,12 @@ func TestChartHubbleTLS(t *testing.T) {
 		t.Errorf("agent TLS config %q %q %q: want the files of /etc/myelin/hubble-tls", c.HubbleTLSCertFile, c.HubbleTLSKeyFile, c.HubbleTLSClientCAFiles)
 	}
 	ds := daemonSet(t, sets...)
-	checkTLSVolume(t, "agent", ds.Spec.Template.Spec, "agent")
+	checkTLSVolume(t, "agent", ds.Spec.Template.Spec, "agent", 0o400)
 	var dep appsv1.Deployment
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(t, objs, "Deployment", "hubble-relay").Object, &dep); err != nil {
 		t.Fatal(err)
 	}
-	checkTLSVolume(t, "relay", dep.Spec.Template.Spec, "hubble-relay")
+	checkTLSVolume(t, "relay", dep.Spec.Template.Spec, "hubble-relay", 0o440)
 	rc := dep.Spec.Template.Spec.Containers[0]
 	for flag, want := range map[string]string{
 		"--tls-cert-file": "/etc/myelin/hubble-tls/tls.crt", "--tls-key-file": "/etc/myelin/hubble-tls/tls.key",
@@ -57,13 +57,19 @@ func TestChartHubbleTLS(t *testing.T) {
 }
 
 // checkTLSVolume: the pod mounts Secret my-hubble-tls read-only at /etc/myelin/hubble-tls
-// into the named container.
-func checkTLSVolume(t *testing.T, what string, pod corev1.PodSpec, container string) {
+// into the named container, its files (the private key among them) with mode: 0400 for
+// the agent (root, their owner), 0440 for the non-root relay and UI (they read them as
+// members of the pod's fsGroup, the files' group; TestChartHubblePodsHardened), never
+// readable by other users of the pod.
+func checkTLSVolume(t *testing.T, what string, pod corev1.PodSpec, container string, mode int32) {
 	t.Helper()
 	found := false
 	for _, v := range pod.Volumes {
 		if v.Name == "hubble-tls" && v.Secret != nil && v.Secret.SecretName == "my-hubble-tls" {
 			found = true
+			if m := v.Secret.DefaultMode; m == nil || *m != mode {
+				t.Errorf("%s pod: Secret volume hubble-tls defaultMode %s, want %#o", what, fileMode(m), mode)
+			}
 		}
 	}
 	if !found {
@@ -99,7 +105,7 @@ func TestChartHubbleUITLS(t *testing.T) {
 		return dep
 	}
 	dep := ui(sets...)
-	checkTLSVolume(t, "ui", dep.Spec.Template.Spec, "hubble-ui")
+	checkTLSVolume(t, "ui", dep.Spec.Template.Spec, "hubble-ui", 0o440)
 	c := dep.Spec.Template.Spec.Containers[0]
 	for flag, want := range map[string]string{
 		"--tls-ca-file": "/etc/myelin/hubble-tls/ca.crt", "--tls-client-cert-file": "/etc/myelin/hubble-tls/tls.crt",

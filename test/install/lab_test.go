@@ -51,9 +51,10 @@ func labUp(t *testing.T) (labplan.Paths, string) {
 }
 
 // TestLabHelmInstall checks the chart against a real apiserver: every rendered object
-// passes a server-side dry run; installed, its account may do exactly what
-// docs/install.md says; a second install is refused; the agent runs with the pod's
-// args, capabilities and account (agentAsPod); uninstall removes its objects.
+// passes a server-side dry run, also with the relay, the UI and TLS; installed, its
+// account may do exactly what docs/install.md says; a second install is refused; the
+// agent runs with the pod's args, capabilities and account (agentAsPod); uninstall
+// removes its objects.
 // The DaemonSet selects no node here (the lab kubelet runs no containers): the agent
 // pods themselves run in the containerd lab's e2e test.
 func TestLabHelmInstall(t *testing.T) {
@@ -70,12 +71,21 @@ func TestLabHelmInstall(t *testing.T) {
 		return append(args, "--set-string", "nodeSelector.myelin-test-selects-no-node=true")
 	}
 
-	manifest, err := run(t, nil, helmBin, setArgs("template", "myelin", chartDir(), "-n", "kube-system", "--include-crds")...)
-	if err != nil {
-		t.Fatalf("helm template: %v\n%s", err, manifest)
-	}
-	if out, err := run(t, []byte(manifest), kubectl, "apply", "--dry-run=server", "-f", "-"); err != nil {
-		t.Fatalf("kubectl apply --dry-run=server of the rendered chart: %v\n%s", err, out)
+	// Also with the relay, the UI and TLS: their pods' security contexts and the
+	// Secret's mode go through the apiserver's validation too.
+	for _, more := range [][]string{nil, {"hubble.relay.enabled=true", "hubble.ui.enabled=true", "hubble.tls.enabled=true",
+		"hubble.tls.secretName=hubble-tls"}} {
+		args := setArgs("template", "myelin", chartDir(), "-n", "kube-system", "--include-crds")
+		for _, s := range more {
+			args = append(args, "--set", s)
+		}
+		manifest, err := run(t, nil, helmBin, args...)
+		if err != nil {
+			t.Fatalf("helm template %v: %v\n%s", more, err, manifest)
+		}
+		if out, err := run(t, []byte(manifest), kubectl, "apply", "--dry-run=server", "-f", "-"); err != nil {
+			t.Fatalf("kubectl apply --dry-run=server of the rendered chart %v: %v\n%s", more, err, out)
+		}
 	}
 
 	if out, err := run(t, nil, helmBin, setArgs("install", "myelin", chartDir(), "-n", "kube-system")...); err != nil {
