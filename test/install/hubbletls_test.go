@@ -130,12 +130,34 @@ func TestChartHubbleUITLS(t *testing.T) {
 	}
 }
 
-// hubble.tls.enabled is for the agents' TCP port (and the relay, which needs it): with
-// hubble.listenAddress="" the install fails naming both instead of rendering keys the
-// agent refuses.
-func TestChartHubbleTLSNeedsListenAddress(t *testing.T) {
-	out, failed := helmTemplate(t, "--set", "hubble.tls.enabled=true", "--set", "hubble.tls.secretName=s", "--set", "hubble.listenAddress=")
-	if !failed || !strings.Contains(out, "hubble.tls.enabled needs hubble.listenAddress") {
-		t.Errorf("TLS without listenAddress: failed %v, output %q; want a failure naming hubble.tls.enabled and hubble.listenAddress", failed, out)
+// hubble.listenAddress left empty (the default) opens the agents' Hubble TCP port
+// only for what needs it: ":4244" with the relay (it reads the port) or TLS (it
+// protects the port), no port at all otherwise, so a default install serves no
+// node's flows without authentication (before, ":4244" was always open, and the
+// relay or TLS with an empty address failed the install). NOTES warns about the
+// open port only when there is one; an explicit address is kept.
+func TestChartHubbleListenAddress(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		sets   []string
+		want   string
+		warned bool
+	}{
+		{name: "default", want: ""},
+		{name: "relay", sets: []string{"hubble.relay.enabled=true"}, want: ":4244", warned: true},
+		{name: "TLS", sets: []string{"hubble.tls.enabled=true", "hubble.tls.secretName=s"}, want: ":4244"},
+		{name: "explicit", sets: []string{"hubble.listenAddress=:4300"}, want: ":4300", warned: true},
+		{name: "hubble off", sets: []string{"hubble.enabled=false"}, want: ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cm := find(t, objects(t, template(t, c.sets...)), "ConfigMap", config.ConfigMapName)
+			if got, _, _ := unstructured.NestedString(cm.Object, "data", "hubble-listen-address"); got != c.want {
+				t.Errorf("helm template %v: hubble-listen-address %q, want %q", c.sets, got, c.want)
+			}
+			n := notes(t, c.sets...)
+			if warned := strings.Contains(n, "WITHOUT authentication on"); warned != c.warned {
+				t.Errorf("NOTES with %v: warns of the open Hubble port %v, want %v:\n%s", c.sets, warned, c.warned, n)
+			}
+		})
 	}
 }

@@ -42,13 +42,10 @@ hubble-metrics-server: ""
 {{- end }}
 enable-hubble: {{ $v.hubble.enabled | quote }}
 hubble-event-buffer-capacity: {{ $v.hubble.eventBufferCapacity | int64 | quote }}
-hubble-listen-address: {{ $v.hubble.listenAddress | quote }}
+hubble-listen-address: {{ include "myelin.hubbleListenAddress" . | quote }}
 {{- if $v.hubble.tls.enabled }}
 {{- if not $v.hubble.tls.secretName }}
 {{- fail "hubble.tls.enabled needs hubble.tls.secretName: a Secret with tls.crt, tls.key and ca.crt (docs/hubble.md, \"TLS\")" }}
-{{- end }}
-{{- if not $v.hubble.listenAddress }}
-{{- fail "hubble.tls.enabled needs hubble.listenAddress: TLS is for the agents' Hubble TCP port (the node's socket stays plain) and the relay, which reaches the agents there; set hubble.listenAddress (default \":4244\") or turn hubble.tls.enabled off" }}
 {{- end }}
 hubble-tls-cert-file: "/etc/myelin/hubble-tls/tls.crt"
 hubble-tls-key-file: "/etc/myelin/hubble-tls/tls.key"

@@ -73,3 +73,11 @@ and the UI's): the pod template would no longer match its selector. */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The agents' Hubble TCP address (hubble-listen-address): hubble.listenAddress, or
+":4244" when it is empty and a relay reads the port or TLS protects it; "" (no port,
+only the node's socket) otherwise. */}}
+{{- define "myelin.hubbleListenAddress" -}}
+{{- $h := .Values.hubble -}}
+{{- if $h.listenAddress }}{{ $h.listenAddress }}{{ else if or $h.relay.enabled $h.tls.enabled }}:4244{{ end }}
+{{- end -}}
