@@ -1,6 +1,9 @@
 package install
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"strings"
 	"testing"
 
@@ -14,7 +17,7 @@ import (
 
 // hubble.tls.enabled mounts the Secret into the agents and the relay, gives the agents
 // hubble-tls-* keys they accept and the relay the matching --tls-* / --peer-tls-* flags;
-// without secretName the install fails naming it.
+// with secretName it generates no Secret (TestChartHubbleTLSGenerated: without).
 func TestChartHubbleTLS(t *testing.T) {
 	sets := []string{"hubble.relay.enabled=true", "hubble.tls.enabled=true", "hubble.tls.secretName=my-hubble-tls", "hubble.tls.serverName=agents.example"}
 	objs := objects(t, template(t, sets...))
@@ -50,9 +53,84 @@ func TestChartHubbleTLS(t *testing.T) {
 	if d, _, _ := unstructured.NestedStringMap(plain.Object, "data"); d["hubble-tls-cert-file"] != "" {
 		t.Errorf("default values set hubble-tls-cert-file %q: TLS is off unless hubble.tls.enabled", d["hubble-tls-cert-file"])
 	}
-	out, err := run(t, nil, helm(t), "template", "myelin", chartDir(), "--namespace", "kube-system", "--set", "hubble.tls.enabled=true")
-	if err == nil || !strings.Contains(out, "hubble.tls.secretName") {
-		t.Errorf("hubble.tls.enabled without a Secret: err %v, output %q; want a failure naming hubble.tls.secretName", err, out)
+	for _, o := range objs {
+		if o.GetKind() == "Secret" {
+			t.Errorf("with hubble.tls.secretName the chart renders Secret %s: the user's Secret is used, none generated", o.GetName())
+		}
+	}
+}
+
+// hubble.tls.enabled without secretName generates Secret myelin-hubble-tls (before,
+// the install failed and the user had to make a CA): a CA and a certificate it signed
+// for serverName, good for both serverAuth (agents, relay) and clientAuth (relay, UI,
+// hubble CLI), whose key matches, mounted by the agents, the relay and the UI. A
+// helm template has no cluster to look up, so each render generates new files; the
+// reuse of an installed Secret's files is TestLabHelmInstall's (checkHubbleTLSKept).
+func TestChartHubbleTLSGenerated(t *testing.T) {
+	sets := []string{"hubble.relay.enabled=true", "hubble.ui.enabled=true", "hubble.tls.enabled=true", "hubble.tls.serverName=agents.example"}
+	objs := objects(t, template(t, sets...))
+	var sec corev1.Secret
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(t, objs, "Secret", "myelin-hubble-tls").Object, &sec); err != nil {
+		t.Fatal(err)
+	}
+	checkHubbleTLSFiles(t, secretFiles(t, sec), "agents.example")
+	if n := notes(t, sets...); !strings.Contains(n, "generated Secret kube-system/myelin-hubble-tls") {
+		t.Errorf("NOTES with a generated Hubble TLS Secret do not say where it is:\n%s", n)
+	}
+	if n := notes(t, append(sets, "hubble.tls.secretName=mine")...); strings.Contains(n, "myelin-hubble-tls") {
+		t.Errorf("NOTES with the user's Secret name a generated one:\n%s", n)
+	}
+	if got := sec.Annotations["myelin.io/hubble-server-name"]; got != "agents.example" {
+		t.Errorf("generated Secret annotated with server name %q, want agents.example (an upgrade compares it)", got)
+	}
+	ds := daemonSet(t, sets...)
+	checkTLSVolumeOf(t, "agent", ds.Spec.Template.Spec, "agent", 0o400, "myelin-hubble-tls")
+	for _, name := range []string{"hubble-relay", "hubble-ui"} {
+		var dep appsv1.Deployment
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(t, objs, "Deployment", name).Object, &dep); err != nil {
+			t.Fatal(err)
+		}
+		checkTLSVolumeOf(t, name, dep.Spec.Template.Spec, name, 0o440, "myelin-hubble-tls")
+	}
+}
+
+// secretFiles returns a Secret's ca.crt, tls.crt and tls.key, failing when one is missing.
+func secretFiles(t *testing.T, sec corev1.Secret) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	for _, k := range []string{"ca.crt", "tls.crt", "tls.key"} {
+		v, ok := sec.Data[k]
+		if !ok || len(v) == 0 {
+			t.Fatalf("Secret %s lacks %s", sec.Name, k)
+		}
+		files[k] = v
+	}
+	return files
+}
+
+// checkHubbleTLSFiles: tls.crt is signed by ca.crt for server, usable as a server and
+// as a client certificate, and tls.key is its key.
+func checkHubbleTLSFiles(t *testing.T, files map[string][]byte, server string) {
+	t.Helper()
+	if _, err := tls.X509KeyPair(files["tls.crt"], files["tls.key"]); err != nil {
+		t.Errorf("tls.crt and tls.key are not a pair: %v", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(files["ca.crt"]) {
+		t.Fatalf("ca.crt holds no PEM certificate:\n%s", files["ca.crt"])
+	}
+	block, _ := pem.Decode(files["tls.crt"])
+	if block == nil {
+		t.Fatalf("tls.crt holds no PEM block")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, usage := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: server, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+			t.Errorf("tls.crt for %s, usage %v: %v", server, usage, err)
+		}
 	}
 }
 
@@ -63,9 +141,15 @@ func TestChartHubbleTLS(t *testing.T) {
 // readable by other users of the pod.
 func checkTLSVolume(t *testing.T, what string, pod corev1.PodSpec, container string, mode int32) {
 	t.Helper()
+	checkTLSVolumeOf(t, what, pod, container, mode, "my-hubble-tls")
+}
+
+// checkTLSVolumeOf is checkTLSVolume for the Secret named secret.
+func checkTLSVolumeOf(t *testing.T, what string, pod corev1.PodSpec, container string, mode int32, secret string) {
+	t.Helper()
 	found := false
 	for _, v := range pod.Volumes {
-		if v.Name == "hubble-tls" && v.Secret != nil && v.Secret.SecretName == "my-hubble-tls" {
+		if v.Name == "hubble-tls" && v.Secret != nil && v.Secret.SecretName == secret {
 			found = true
 			if m := v.Secret.DefaultMode; m == nil || *m != mode {
 				t.Errorf("%s pod: Secret volume hubble-tls defaultMode %s, want %#o", what, fileMode(m), mode)
@@ -73,7 +157,7 @@ func checkTLSVolume(t *testing.T, what string, pod corev1.PodSpec, container str
 		}
 	}
 	if !found {
-		t.Errorf("%s pod: no volume hubble-tls from Secret my-hubble-tls in %+v", what, pod.Volumes)
+		t.Errorf("%s pod: no volume hubble-tls from Secret %s in %+v", what, secret, pod.Volumes)
 	}
 	for _, c := range pod.Containers {
 		if c.Name != container {

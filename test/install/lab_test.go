@@ -1,12 +1,17 @@
 package install
 
 import (
+	"bytes"
+	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/myelin-net/myelin/internal/lab"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
@@ -95,15 +100,53 @@ func TestLabHelmInstall(t *testing.T) {
 	checkSecondInstallRefused(t, helmBin, setArgs)
 	agentAsPod(t, bin, paths, kubectl, daemonSet(t, sets...).Spec.Template.Spec.Containers[0])
 	cleanupAsPod(t, bin, daemonSet(t, append(sets, "cleanup=true")...).Spec.Template.Spec.Containers[0])
+	checkHubbleTLSKept(t, helmBin, kubectl, setArgs) // last: its ConfigMap names TLS files the host lacks
 
 	if out, err := run(t, nil, helmBin, "uninstall", "myelin", "-n", "kube-system", "--wait"); err != nil {
 		t.Fatalf("helm uninstall: %v\n%s", err, out)
 	}
-	for _, obj := range []string{"daemonset/myelin", "serviceaccount/myelin", "configmap/myelin-config", "role/myelin-agent",
+	for _, obj := range []string{"daemonset/myelin", "serviceaccount/myelin", "configmap/myelin-config", "secret/myelin-hubble-tls", "role/myelin-agent",
 		"rolebinding/myelin-agent", "clusterrole/myelin-agent", "clusterrolebinding/myelin-agent"} {
 		if out, err := run(t, nil, kubectl, "get", "-n", "kube-system", obj); err == nil {
 			t.Errorf("%s still exists after helm uninstall:\n%s", obj, out)
 		}
+	}
+}
+
+// checkHubbleTLSKept: an upgrade turning hubble.tls.enabled on without a secretName
+// installs a generated Secret myelin-hubble-tls; a second upgrade keeps its files (the
+// chart looks the Secret up: new ones would split agents still on the old CA from the
+// relay during the rollout), and one with another serverName replaces them.
+func checkHubbleTLSKept(t *testing.T, helmBin, kubectl string, setArgs func(...string) []string) {
+	t.Helper()
+	upgrade := func(sets ...string) map[string][]byte {
+		t.Helper()
+		args := setArgs("upgrade", "myelin", chartDir(), "-n", "kube-system", "--set", "hubble.tls.enabled=true")
+		for _, s := range sets {
+			args = append(args, "--set", s)
+		}
+		if out, err := run(t, nil, helmBin, args...); err != nil {
+			t.Fatalf("helm upgrade with hubble.tls.enabled %v: %v\n%s", sets, err, out)
+		}
+		out, err := run(t, nil, kubectl, "get", "-n", "kube-system", "secret", "myelin-hubble-tls", "-o", "json")
+		if err != nil {
+			t.Fatalf("get the generated Secret: %v\n%s", err, out)
+		}
+		var sec corev1.Secret
+		if err := json.Unmarshal([]byte(out), &sec); err != nil {
+			t.Fatal(err)
+		}
+		return secretFiles(t, sec)
+	}
+	first := upgrade()
+	checkHubbleTLSFiles(t, first, "hubble.myelin.local")
+	if again := upgrade(); !maps.EqualFunc(first, again, bytes.Equal) {
+		t.Errorf("a second upgrade replaced the generated Hubble TLS files: the agents still on the old CA could not reach the relay")
+	}
+	renamed := upgrade("hubble.tls.serverName=agents.example")
+	checkHubbleTLSFiles(t, renamed, "agents.example")
+	if bytes.Equal(renamed["tls.crt"], first["tls.crt"]) {
+		t.Errorf("an upgrade with another hubble.tls.serverName kept the certificate for the old name")
 	}
 }
 

@@ -44,9 +44,6 @@ enable-hubble: {{ $v.hubble.enabled | quote }}
 hubble-event-buffer-capacity: {{ $v.hubble.eventBufferCapacity | int64 | quote }}
 hubble-listen-address: {{ include "myelin.hubbleListenAddress" . | quote }}
 {{- if $v.hubble.tls.enabled }}
-{{- if not $v.hubble.tls.secretName }}
-{{- fail "hubble.tls.enabled needs hubble.tls.secretName: a Secret with tls.crt, tls.key and ca.crt (docs/hubble.md, \"TLS\")" }}
-{{- end }}
 hubble-tls-cert-file: "/etc/myelin/hubble-tls/tls.crt"
 hubble-tls-key-file: "/etc/myelin/hubble-tls/tls.key"
 hubble-tls-client-ca-files: "/etc/myelin/hubble-tls/ca.crt"

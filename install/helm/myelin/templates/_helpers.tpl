@@ -81,3 +81,9 @@ only the node's socket) otherwise. */}}
 {{- $h := .Values.hubble -}}
 {{- if $h.listenAddress }}{{ $h.listenAddress }}{{ else if or $h.relay.enabled $h.tls.enabled }}:4244{{ end }}
 {{- end -}}
+
+{{/* The Secret with the Hubble TLS files: hubble.tls.secretName, or the one the chart
+generates when that is empty (hubble-tls-secret.yaml). */}}
+{{- define "myelin.hubbleTLSSecret" -}}
+{{- .Values.hubble.tls.secretName | default "myelin-hubble-tls" -}}
+{{- end -}}
