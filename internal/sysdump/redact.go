@@ -33,6 +33,9 @@ var (
 	flatObject = regexp.MustCompile(`\{[^{}]*\}`)
 	envName    = regexp.MustCompile(`"name"\s*:\s*"((?:[^"\\]|\\.)*)"`)
 	envValue   = regexp.MustCompile(`("value"\s*:\s*)"(?:[^"\\]|\\.)*"`)
+	// The same inside a JSON string (a last-applied annotation): quotes escaped.
+	envNameEscaped  = regexp.MustCompile(`\\+"name\\+"\s*:\s*\\+"([A-Za-z0-9_.-]*)\\+"`)
+	envValueEscaped = regexp.MustCompile(`(\\+"value\\+"\s*:\s*)(\\+")(?:[^"\\]|\\[^"])*\\+"`)
 	// YAML env entries: "- name: X" then "value: ...".
 	yamlEnv = regexp.MustCompile(`(?m)^(\s*-?\s*name:\s*["']?([A-Za-z0-9_.-]+)["']?[ \t]*\r?\n\s*value:[ \t]*)(\S.*)$`)
 	// YAML and key=value lines: name: value, name = value.
@@ -113,6 +116,9 @@ func redact(b []byte, depth int) []byte {
 	b = flatObject.ReplaceAllFunc(b, func(m []byte) []byte {
 		if n := envName.FindSubmatch(m); n != nil && secretName(string(n[1])) {
 			return envValue.ReplaceAll(m, []byte(`${1}"`+Redacted+`"`))
+		}
+		if n := envNameEscaped.FindSubmatch(m); n != nil && secretName(string(n[1])) {
+			return envValueEscaped.ReplaceAll(m, []byte(`${1}${2}`+Redacted+`${2}`))
 		}
 		return m
 	})

@@ -22,6 +22,8 @@ func TestRedact(t *testing.T) {
 		{"env entry value first", `{"value":"hunter2","name":"DB_PASSWORD"}`, []string{"hunter2"}, []string{"DB_PASSWORD"}},
 		{"env entry AUTH", `{"name": "AUTH_HEADER", "value": "xyz987"}`, []string{"xyz987"}, []string{"AUTH_HEADER"}},
 		{"env entry ordinary", `{"name":"LOG_LEVEL","value":"debug"}`, nil, []string{`"value":"debug"`}},
+		{"env entry in escaped json", `{"a":"{\"env\":[{\"name\":\"MY_API_TOKEN\",\"value\":\"tok123\"},{\"name\":\"MODE\",\"value\":\"fast\"}]}"}`,
+			[]string{"tok123"}, []string{`\"MY_API_TOKEN\"`, `\"value\":\"fast\"`}},
 		{"escaped json in an annotation", `{"a":"{\"password\":\"hunter3\",\"x\":1}"}`, []string{"hunter3"}, []string{`\"x\":1`}},
 		{"basic auth header", "GET / Authorization: Basic dXNlcjpwYXNz\n", []string{"dXNlcjpwYXNz"}, []string{"Authorization: "}},
 		{"short bearer", "Authorization: Bearer abc", []string{"abc"}, []string{"Authorization: "}},
