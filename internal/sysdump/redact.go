@@ -9,10 +9,10 @@ import (
 const Redacted = "[REDACTED]"
 
 var (
-	// PEM blocks of keys (any kind), also one cut off by a log's end; certificates are
+	// PEM blocks of keys (any kind, PGP's too), also one cut off by a log's end; certificates are
 	// public and kept.
 	// A cut-off block ends where its base64 and headers (Proc-Type: 4,ENCRYPTED) do.
-	pemKey = regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY-----|(?:[A-Za-z0-9+/=:,\s-]|\\n|\\r)*)`)
+	pemKey = regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----|(?:[A-Za-z0-9+/=:,\s-]|\\n|\\r)*)`)
 	// JSON Web Tokens (ServiceAccount tokens): three base64url parts, the first {"alg".
 	jwt = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}`)
 	// Bootstrap tokens (kubeadm join --token): a 6-character id, a dot, 16 characters.
@@ -40,6 +40,8 @@ var (
 	yamlEnv = regexp.MustCompile(`(?m)^(\s*-?\s*name:\s*["']?([A-Za-z0-9_.-]+)["']?[ \t]*\r?\n\s*value:[ \t]*)(\S.*)$`)
 	// YAML and key=value lines: name: value, name = value.
 	yamlField = regexp.MustCompile(`(?m)^(\s*-?\s*([A-Za-z0-9_.-]+)\s*[:=][ \t]*)(\S.*)$`)
+	// Header-like "Name: value" inside a line (a header in a log message).
+	inlineField = regexp.MustCompile(`(\b([A-Za-z][A-Za-z0-9_.-]*):[ \t]+)([^\s"',;\\]+)`)
 	// Command-line flags and their value as the next argument: --token VALUE, also in a
 	// JSON list ["--token", "VALUE"]; a value is no flag.
 	flagValue = regexp.MustCompile(`(?m)((?:^|[\s"'\[,])--?([A-Za-z][A-Za-z0-9_.-]*)(?:[ \t]+|"\s*,\s*"|'\s*,\s*'))([^\s"',\[\]\\-][^\s"',\]\\]*)`)
@@ -126,9 +128,22 @@ func redact(b []byte, depth int) []byte {
 	b = redactYAMLEnvValueFirst(b)
 	b = redactNamed(b, yamlEnv, "")
 	b = redactNamed(b, yamlField, "")
+	b = redactInline(b)
 	b = redactNamed(b, flagValue, "")
 	b = redactQuotedPairs(b)
 	return redactNamed(b, envPair, "")
+}
+
+// redactInline redacts "Name: value" inside lines; Authorization headers are
+// authHeader's, which keeps their scheme.
+func redactInline(b []byte) []byte {
+	return inlineField.ReplaceAllFunc(b, func(m []byte) []byte {
+		g := inlineField.FindSubmatch(m)
+		if strings.HasSuffix(strings.ToLower(string(g[2])), "authorization") {
+			return m
+		}
+		return redactNamed(m, inlineField, "")
+	})
 }
 
 // redactQuotedPairs redacts NAME="value" pairs, keeping the quotes as they are.
