@@ -29,12 +29,13 @@ var (
 	jsonField = regexp.MustCompile(`("((?:[^"\\]|\\.)*)"\s*:\s*)"(?:[^"\\]|\\.)*"`)
 	// JSON string fields inside a JSON string (an annotation holding a document).
 	escapedField = regexp.MustCompile(`(\\"([A-Za-z0-9_.-]*)\\"\s*:\s*)\\"(?:[^\\]|\\[^"])*?\\"`)
-	// JSON objects without nested objects: env entries {"name": ..., "value": ...}.
+	// JSON objects without nested objects: env entries {"name": ..., "value": ...} and
+	// key/value entries {"key": ..., "value": ...} (the agent's configuration view).
 	flatObject = regexp.MustCompile(`\{[^{}]*\}`)
-	envName    = regexp.MustCompile(`"name"\s*:\s*"((?:[^"\\]|\\.)*)"`)
+	envName    = regexp.MustCompile(`"(?:name|key)"\s*:\s*"((?:[^"\\]|\\.)*)"`)
 	envValue   = regexp.MustCompile(`("value"\s*:\s*)"(?:[^"\\]|\\.)*"`)
 	// The same inside a JSON string (a last-applied annotation): quotes escaped.
-	envNameEscaped  = regexp.MustCompile(`\\+"name\\+"\s*:\s*\\+"([A-Za-z0-9_.-]*)\\+"`)
+	envNameEscaped  = regexp.MustCompile(`\\+"(?:name|key)\\+"\s*:\s*\\+"([A-Za-z0-9_.-]*)\\+"`)
 	envValueEscaped = regexp.MustCompile(`(\\+"value\\+"\s*:\s*)(\\+")(?:[^"\\]|\\[^"])*\\+"`)
 	// YAML env entries: "- name: X" then "value: ...".
 	yamlEnv = regexp.MustCompile(`(?m)^(\s*-?\s*name:\s*["']?([A-Za-z0-9_.-]+)["']?[ \t]*\r?\n\s*value:[ \t]*)(\S.*)$`)

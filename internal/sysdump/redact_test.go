@@ -113,6 +113,9 @@ func TestRedactInstall(t *testing.T) {
 		{"token header inside a log line", `level=info msg="retry" headers="X-Auth-Token: s3cr3tv4lue, Accept: */*"`, []string{"s3cr3tv4lue"}, []string{"Accept: */*"}},
 		{"password: inside a log line", `E1201 12:00:00 login.go:9] db login password: hunter22 refused`, []string{"hunter22"}, []string{"refused"}},
 		{"PGP private key", "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBGZ3c2VjcmV0a2V5\n-----END PGP PRIVATE KEY BLOCK-----\n", []string{"lQOYBGZ3c2VjcmV0a2V5"}, nil},
+		{"config view entry", `{"node":"n1","effective":[{"key":"api-token","value":"s3cr3tv4lue","source":"ConfigMap kube-system/myelin-config"},` +
+			`{"key":"hubble-tls-key-file","value":"/etc/myelin/hubble-tls/tls.key","source":"ConfigMap kube-system/myelin-config"}]}`,
+			[]string{"s3cr3tv4lue"}, []string{`"key":"api-token"`, "/etc/myelin/hubble-tls/tls.key"}},
 		{"Secret references kept", `{"secret":{"secretName":"hubble-tls","defaultMode":256},"secretKeyRef":{"name":"db","key":"url"}}`,
 			nil, []string{`"secretName":"hubble-tls"`, `"name":"db"`}},
 		{"file paths kept", `{"hubble-tls-key-file":"/etc/myelin/hubble-tls/tls.key","token-file":"/var/run/secrets/token"}`,
