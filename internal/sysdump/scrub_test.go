@@ -44,10 +44,8 @@ func TestClusterObjectsScrubbed(t *testing.T) {
 		"template": map[string]any{"spec": map[string]any{
 			"containers": []any{container("agent", envVar("LICENSE", "ds-value-1"))}}}})
 	gvrs := map[schema.GroupVersionResource]string{}
-	for _, c := range clusterObjects {
-		if c.name == "" {
-			gvrs[c.gvr] = "List"
-		}
+	for _, gvr := range ListedResources() {
+		gvrs[gvr] = "List"
 	}
 	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), gvrs, pod, ds)
 	out := filepath.Join(t.TempDir(), "dump.tar.gz")
@@ -96,10 +94,8 @@ func TestClusterObjectsScrubbedAnnotations(t *testing.T) {
 	pod := obj("v1", "Pod", "kube-system", "hubble-relay-1", map[string]any{"containers": []any{container("hubble-relay")}})
 	unstructured.SetNestedField(pod.Object, h.secretJSON, "metadata", "annotations", "example.com/copied-from")
 	gvrs := map[schema.GroupVersionResource]string{}
-	for _, c := range clusterObjects {
-		if c.name == "" {
-			gvrs[c.gvr] = "List"
-		}
+	for _, gvr := range ListedResources() {
+		gvrs[gvr] = "List"
 	}
 	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), gvrs, pod, ds)
 	out := filepath.Join(t.TempDir(), "dump.tar.gz")
