@@ -41,8 +41,9 @@ var (
 	yamlEnv = regexp.MustCompile(`(?m)^(\s*-?\s*name:\s*["']?([A-Za-z0-9_.-]+)["']?[ \t]*\r?\n\s*value:[ \t]*)(\S.*)$`)
 	// YAML and key=value lines: name: value, name = value.
 	yamlField = regexp.MustCompile(`(?m)^(\s*-?\s*([A-Za-z0-9_.-]+)\s*[:=][ \t]*)(\S.*)$`)
-	// Header-like "Name: value" inside a line (a header in a log message).
-	inlineField = regexp.MustCompile(`(\b([A-Za-z][A-Za-z0-9_.-]*):[ \t]+)([^\s"',;\\]+)`)
+	// "Name: value" inside a line (a header in a log message) and Go's %+v of a
+	// struct, {Name:value Other:value}.
+	inlineField = regexp.MustCompile(`(\b([A-Za-z][A-Za-z0-9_.-]*):[ \t]*)([^\s"',;\\]+)`)
 	// Command-line flags and their value as the next argument: --token VALUE, also in a
 	// JSON list ["--token", "VALUE"]; a value is no flag.
 	flagValue = regexp.MustCompile(`(?m)((?:^|[\s"'\[,])--?([A-Za-z][A-Za-z0-9_.-]*)(?:[ \t]+|"\s*,\s*"|'\s*,\s*'))([^\s"',\[\]\\-][^\s"',\]\\]*)`)
@@ -136,14 +137,21 @@ func redact(b []byte, depth int) []byte {
 }
 
 // redactInline redacts "Name: value" inside lines; Authorization headers are
-// authHeader's, which keeps their scheme.
+// authHeader's, which keeps their scheme. A value that is not secret may hold the next
+// field ("Username: Password:x"): it is looked into.
 func redactInline(b []byte) []byte {
 	return inlineField.ReplaceAllFunc(b, func(m []byte) []byte {
 		g := inlineField.FindSubmatch(m)
 		if strings.HasSuffix(strings.ToLower(string(g[2])), "authorization") {
 			return m
 		}
-		return redactNamed(m, inlineField, "")
+		if !secretName(string(g[2])) {
+			return append(append([]byte(nil), g[1]...), redactInline(g[3])...)
+		}
+		if strings.Contains(string(g[3]), Redacted) {
+			return m
+		}
+		return append(append([]byte(nil), g[1]...), Redacted...)
 	})
 }
 

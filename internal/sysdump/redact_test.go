@@ -112,6 +112,8 @@ func TestRedactInstall(t *testing.T) {
 		{"YAML env value first", "- value: tok123\n  name: MY_API_TOKEN\n", []string{"tok123"}, []string{"MY_API_TOKEN"}},
 		{"token header inside a log line", `level=info msg="retry" headers="X-Auth-Token: s3cr3tv4lue, Accept: */*"`, []string{"s3cr3tv4lue"}, []string{"Accept: */*"}},
 		{"password: inside a log line", `E1201 12:00:00 login.go:9] db login password: hunter22 refused`, []string{"hunter22"}, []string{"refused"}},
+		{"Go %+v of a struct", `msg="client config" cfg={Host:https://10.0.0.1:6443 BearerToken:s3cr3tv4lue Username: Password:hunter22 QPS:5}`,
+			[]string{"s3cr3tv4lue", "hunter22"}, []string{"Host:https://10.0.0.1:6443", "QPS:5"}},
 		{"PGP private key", "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBGZ3c2VjcmV0a2V5\n-----END PGP PRIVATE KEY BLOCK-----\n", []string{"lQOYBGZ3c2VjcmV0a2V5"}, nil},
 		{"config view entry", `{"node":"n1","effective":[{"key":"api-token","value":"s3cr3tv4lue","source":"ConfigMap kube-system/myelin-config"},` +
 			`{"key":"hubble-tls-key-file","value":"/etc/myelin/hubble-tls/tls.key","source":"ConfigMap kube-system/myelin-config"}]}`,
