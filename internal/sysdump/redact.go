@@ -9,9 +9,9 @@ import (
 const Redacted = "[REDACTED]"
 
 var (
-	// PEM blocks of keys (any kind, PGP's too), also one cut off by a log's end; certificates are
+	// PEM blocks of keys (any kind, PGP's too), also one cut off by a log's end, which
+	// ends where its base64 and headers (Proc-Type: 4,ENCRYPTED) do; certificates are
 	// public and kept.
-	// A cut-off block ends where its base64 and headers (Proc-Type: 4,ENCRYPTED) do.
 	pemKey = regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----|(?:[A-Za-z0-9+/=:,\s-]|\\n|\\r)*)`)
 	// JSON Web Tokens (ServiceAccount tokens): three base64url parts, the first {"alg".
 	jwt = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}`)

@@ -18,8 +18,8 @@ var podSpecPaths = [][]string{
 
 // scrub removes from a cluster object (or every item of a list) what a bug report
 // never needs and may leak: the last-applied-configuration annotation and
-// managedFields (of the object and of its pod template), and the literal value of every container env entry (names and valueFrom references
-// stay).
+// managedFields (of the object and of its pod template), and the literal value of
+// every container env entry (names and valueFrom references stay).
 func scrub(v any) {
 	switch o := v.(type) {
 	case *unstructured.UnstructuredList:
