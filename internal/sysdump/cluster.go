@@ -30,6 +30,18 @@ var clusterObjects = []clusterObject{
 	{file: "myelin-config.json", gvr: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, namespace: "kube-system", name: "myelin-config"},
 }
 
+// ListedResources are the resources sysdump lists (the others it gets by name): what a
+// fake cluster of a test must know the list kinds of.
+func ListedResources() []schema.GroupVersionResource {
+	var out []schema.GroupVersionResource
+	for _, c := range clusterObjects {
+		if c.name == "" {
+			out = append(out, c.gvr)
+		}
+	}
+	return out
+}
+
 // collectCluster writes cluster/<kind>.json, scrubbed; what cannot be read is recorded.
 func collectCluster(ctx context.Context, a *archive, dyn dynamic.Interface) {
 	for _, c := range clusterObjects {

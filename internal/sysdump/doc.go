@@ -5,5 +5,6 @@
 // Services, EndpointSlices, NetworkPolicies, NodeConfigs, the myelin ConfigMap).
 // Secrets are never read; cluster objects lose env values, last-applied-configuration
 // and managedFields (scrub); every file passes through Redact, which blanks values that
-// look like tokens, keys or passwords; the archive is mode 0600.
+// look like tokens, keys or passwords (also base64-encoded ones and a Secret's data
+// wherever one is embedded); the archive is mode 0600.
 package sysdump

@@ -9,11 +9,14 @@ import (
 const Redacted = "[REDACTED]"
 
 var (
-	// PEM blocks of keys (any kind), also one cut off by a log's end; certificates are
+	// PEM blocks of keys (any kind, PGP's too), also one cut off by a log's end, which
+	// ends where its base64 and headers (Proc-Type: 4,ENCRYPTED) do; certificates are
 	// public and kept.
-	pemKey = regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY-----|(?:[A-Za-z0-9+/=\s]|\\n|\\r)*)`)
+	pemKey = regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----|(?:[A-Za-z0-9+/=:,\s-]|\\n|\\r)*)`)
 	// JSON Web Tokens (ServiceAccount tokens): three base64url parts, the first {"alg".
 	jwt = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}`)
+	// Bootstrap tokens (kubeadm join --token): a 6-character id, a dot, 16 characters.
+	bootstrapToken = regexp.MustCompile(`\b[a-z0-9]{6}\.[a-z0-9]{16}\b`)
 	// Authorization headers in text (Basic, Bearer, Digest ...): the scheme is kept.
 	authHeader = regexp.MustCompile(`(?i)(\b(?:proxy-)?authorization\s*[:=]\s*(?:(?:basic|bearer|digest|negotiate|token)\s+)?)[^\s"\\][^\r\n"\\]*`)
 	// Digest credentials: every key=value parameter after the scheme.
@@ -26,30 +29,50 @@ var (
 	jsonField = regexp.MustCompile(`("((?:[^"\\]|\\.)*)"\s*:\s*)"(?:[^"\\]|\\.)*"`)
 	// JSON string fields inside a JSON string (an annotation holding a document).
 	escapedField = regexp.MustCompile(`(\\"([A-Za-z0-9_.-]*)\\"\s*:\s*)\\"(?:[^\\]|\\[^"])*?\\"`)
-	// JSON objects without nested objects: env entries {"name": ..., "value": ...}.
+	// JSON objects without nested objects: env entries {"name": ..., "value": ...} and
+	// key/value entries {"key": ..., "value": ...} (the agent's configuration view).
 	flatObject = regexp.MustCompile(`\{[^{}]*\}`)
-	envName    = regexp.MustCompile(`"name"\s*:\s*"((?:[^"\\]|\\.)*)"`)
+	envName    = regexp.MustCompile(`"(?:name|key)"\s*:\s*"((?:[^"\\]|\\.)*)"`)
 	envValue   = regexp.MustCompile(`("value"\s*:\s*)"(?:[^"\\]|\\.)*"`)
+	// The same inside a JSON string (a last-applied annotation): quotes escaped.
+	envNameEscaped  = regexp.MustCompile(`\\+"(?:name|key)\\+"\s*:\s*\\+"([A-Za-z0-9_.-]*)\\+"`)
+	envValueEscaped = regexp.MustCompile(`(\\+"value\\+"\s*:\s*)(\\+")(?:[^"\\]|\\[^"])*\\+"`)
 	// YAML env entries: "- name: X" then "value: ...".
 	yamlEnv = regexp.MustCompile(`(?m)^(\s*-?\s*name:\s*["']?([A-Za-z0-9_.-]+)["']?[ \t]*\r?\n\s*value:[ \t]*)(\S.*)$`)
 	// YAML and key=value lines: name: value, name = value.
 	yamlField = regexp.MustCompile(`(?m)^(\s*-?\s*([A-Za-z0-9_.-]+)\s*[:=][ \t]*)(\S.*)$`)
-	// Environment-style NAME=value pairs (command lines, logs, --flag=value).
-	envPair = regexp.MustCompile(`\b(([A-Za-z0-9_.-]+)=)([^\s"',]+)`)
+	// "Name: value" inside a line (a header in a log message) and Go's %+v of a
+	// struct, {Name:value Other:value}.
+	inlineField = regexp.MustCompile(`(\b([A-Za-z][A-Za-z0-9_.-]*):[ \t]*)([^\s"',;\\]+)`)
+	// Command-line flags and their value as the next argument: --token VALUE, also in a
+	// JSON list ["--token", "VALUE"]; a value is no flag.
+	flagValue = regexp.MustCompile(`(?m)((?:^|[\s"'\[,])--?([A-Za-z][A-Za-z0-9_.-]*)(?:[ \t]+|"\s*,\s*"|'\s*,\s*'))([^\s"',\[\]\\-][^\s"',\]\\]*)`)
+	// Environment-style NAME=value pairs (command lines, logs, --flag=value), the value
+	// quoted (also with escaped quotes inside a JSON string) or not.
+	envPairQuoted = regexp.MustCompile(`\b(([A-Za-z0-9_.-]+)=)(\\?"(?:[^"\\]|\\[^"])*\\?"|'[^'\r\n]*')`)
+	envPair       = regexp.MustCompile(`\b(([A-Za-z0-9_.-]+)=)([^\s"',\\]+)`)
 	// What splits a field's name into words: camelCase and separators.
 	camel = regexp.MustCompile(`([a-z0-9])([A-Z])`)
 )
 
 // secretName says whether a field or variable name says its value is secret: it
-// contains token, password, passwd, secret, apikey, credential or key-data, or has a
-// word pass, pwd, auth, authorization, cookie, or api/private/client/access followed
-// by key. It errs on the side of yes.
+// contains token, password, passwd, secret, apikey, credential, key-data, client-key,
+// access-key or dockerconfig/dockercfg, or has a word pass, pwd, auth, authorization or
+// cookie; unless its last word is name, file, path or dir (secretName: hubble-tls,
+// token-file: /var/run/...: what they name is not the secret). It errs on the side of
+// yes.
 func secretName(name string) bool {
 	words := strings.FieldsFunc(strings.ToLower(camel.ReplaceAllString(name, "${1}_${2}")), func(r rune) bool {
 		return (r < 'a' || r > 'z') && (r < '0' || r > '9')
 	})
+	if len(words) > 1 {
+		switch words[len(words)-1] {
+		case "name", "file", "path", "dir":
+			return false
+		}
+	}
 	joined := strings.Join(words, "")
-	for _, s := range []string{"token", "password", "passwd", "secret", "apikey", "privatekey", "credential", "keydata", "clientkey", "accesskey"} {
+	for _, s := range []string{"token", "password", "passwd", "secret", "apikey", "privatekey", "credential", "keydata", "clientkey", "accesskey", "dockerconfig", "dockercfg"} {
 		if strings.Contains(joined, s) {
 			return true
 		}
@@ -77,9 +100,17 @@ func redactNamed(b []byte, re *regexp.Regexp, quoted string) []byte {
 
 // Redact returns b with every value that looks like a token, key or password replaced
 // by Redacted. It errs on the side of removing: a bug report never needs them.
-func Redact(b []byte) []byte {
+func Redact(b []byte) []byte { return redact(b, 0) }
+
+// redact is Redact of text found depth base64 decodings deep.
+func redact(b []byte, depth int) []byte {
 	b = pemKey.ReplaceAll(b, []byte(Redacted))
 	b = jwt.ReplaceAll(b, []byte(Redacted))
+	if depth < maxDecodeDepth {
+		b = redactBase64(b, depth)
+	}
+	b = redactSecretData(b)
+	b = bootstrapToken.ReplaceAll(b, []byte(Redacted))
 	b = digest.ReplaceAll(b, []byte("${1}"+Redacted))
 	b = authHeader.ReplaceAll(b, []byte("${1}"+Redacted))
 	b = bearer.ReplaceAll(b, []byte("${1}"+Redacted))
@@ -90,9 +121,52 @@ func Redact(b []byte) []byte {
 		if n := envName.FindSubmatch(m); n != nil && secretName(string(n[1])) {
 			return envValue.ReplaceAll(m, []byte(`${1}"`+Redacted+`"`))
 		}
+		if n := envNameEscaped.FindSubmatch(m); n != nil && secretName(string(n[1])) {
+			return envValueEscaped.ReplaceAll(m, []byte(`${1}${2}`+Redacted+`${2}`))
+		}
 		return m
 	})
+	b = redactYAMLBlocks(b)
+	b = redactYAMLEnvValueFirst(b)
 	b = redactNamed(b, yamlEnv, "")
 	b = redactNamed(b, yamlField, "")
+	b = redactInline(b)
+	b = redactNamed(b, flagValue, "")
+	b = redactQuotedPairs(b)
 	return redactNamed(b, envPair, "")
+}
+
+// redactInline redacts "Name: value" inside lines; Authorization headers are
+// authHeader's, which keeps their scheme. A value that is not secret may hold the next
+// field ("Username: Password:x"): it is looked into.
+func redactInline(b []byte) []byte {
+	return inlineField.ReplaceAllFunc(b, func(m []byte) []byte {
+		g := inlineField.FindSubmatch(m)
+		if strings.HasSuffix(strings.ToLower(string(g[2])), "authorization") {
+			return m
+		}
+		if !secretName(string(g[2])) {
+			return append(append([]byte(nil), g[1]...), redactInline(g[3])...)
+		}
+		if strings.Contains(string(g[3]), Redacted) {
+			return m
+		}
+		return append(append([]byte(nil), g[1]...), Redacted...)
+	})
+}
+
+// redactQuotedPairs redacts NAME="value" pairs, keeping the quotes as they are.
+func redactQuotedPairs(b []byte) []byte {
+	return envPairQuoted.ReplaceAllFunc(b, func(m []byte) []byte {
+		g := envPairQuoted.FindSubmatch(m)
+		v := string(g[3])
+		if !secretName(string(g[2])) || strings.Contains(v, Redacted) {
+			return m
+		}
+		q := v[:1]
+		if strings.HasPrefix(v, `\"`) {
+			q = `\"`
+		}
+		return []byte(string(g[1]) + q + Redacted + q)
+	})
 }

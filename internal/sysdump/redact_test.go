@@ -1,17 +1,13 @@
 package sysdump
 
 import (
-	"strings"
+	"encoding/json"
 	"testing"
 )
 
 func TestRedact(t *testing.T) {
 	const jwtTok = "eyJhbGciOiJSUzI1NiIsImtpZCI6IjEifQ.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQifQ.c2lnbmF0dXJlLXZhbHVlLWhlcmU"
-	cases := []struct {
-		name, in string
-		gone     []string // must not survive
-		kept     []string // must survive
-	}{
+	checkRedact(t, []redactCase{
 		{"jwt in a log", "auth with " + jwtTok + " ok", []string{jwtTok}, []string{"auth with", "ok"}},
 		{"bearer header", "Authorization: Bearer abcdef0123456789", []string{"abcdef0123456789"}, []string{"Authorization: Bearer"}},
 		{"json token field", `{"token": "s3cr3t-value", "node": "n1"}`, []string{"s3cr3t-value"}, []string{`"node": "n1"`, `"token": "[REDACTED]"`}},
@@ -26,6 +22,8 @@ func TestRedact(t *testing.T) {
 		{"env entry value first", `{"value":"hunter2","name":"DB_PASSWORD"}`, []string{"hunter2"}, []string{"DB_PASSWORD"}},
 		{"env entry AUTH", `{"name": "AUTH_HEADER", "value": "xyz987"}`, []string{"xyz987"}, []string{"AUTH_HEADER"}},
 		{"env entry ordinary", `{"name":"LOG_LEVEL","value":"debug"}`, nil, []string{`"value":"debug"`}},
+		{"env entry in escaped json", `{"a":"{\"env\":[{\"name\":\"MY_API_TOKEN\",\"value\":\"tok123\"},{\"name\":\"MODE\",\"value\":\"fast\"}]}"}`,
+			[]string{"tok123"}, []string{`\"MY_API_TOKEN\"`, `\"value\":\"fast\"`}},
 		{"escaped json in an annotation", `{"a":"{\"password\":\"hunter3\",\"x\":1}"}`, []string{"hunter3"}, []string{`\"x\":1`}},
 		{"basic auth header", "GET / Authorization: Basic dXNlcjpwYXNz\n", []string{"dXNlcjpwYXNz"}, []string{"Authorization: "}},
 		{"short bearer", "Authorization: Bearer abc", []string{"abc"}, []string{"Authorization: "}},
@@ -38,23 +36,91 @@ func TestRedact(t *testing.T) {
 		{"digest in json string", `{"msg":"Authorization: Digest username=\"u\", response=\"6629fae4\"","level":"info"}`, []string{"6629fae4"}, []string{`"level":"info"`}},
 		{"not secret names kept", `{"name":"PASSTHROUGH","value":"on"} sessionAffinity: ClientIP` + "\nlevel=info msg=started node=n1 key=3", nil, []string{`"value":"on"`, "ClientIP", "node=n1", "key=3"}},
 		{"ordinary status", `{"mode": "native", "hostRouting": "bpf", "keys": 3}`, nil, []string{`"mode": "native"`, `"keys": 3`}},
+	})
+}
+
+// Private keys of every PEM kind go, as text, inside JSON strings, cut off, and
+// base64-encoded (a Secret's .data, a kubeconfig's client-key-data, wrapped over YAML
+// lines); certificates stay.
+func TestRedactPrivateKeys(t *testing.T) {
+	var cases []redactCase
+	for kind, key := range privateKeys(t) {
+		body := keyBody(key)
+		enc := b64(key)
+		inJSON, _ := json.Marshal(map[string]string{"tls.key": key, "note": "kept-note"})
+		inAnnotation, _ := json.Marshal(map[string]string{"doc": string(inJSON)})
+		wrapped := "tls.key: |\n"
+		for i := 0; i < len(enc); i += 76 {
+			wrapped += "  " + enc[i:min(i+76, len(enc))] + "\n"
+		}
+		cases = append(cases,
+			redactCase{kind + " PEM", "x\n" + key + "y", []string{body}, []string{"x\n", "\ny"}},
+			redactCase{kind + " PEM in JSON", string(inJSON), []string{body}, []string{"kept-note"}},
+			redactCase{kind + " PEM in JSON in JSON", string(inAnnotation), []string{body}, nil},
+			redactCase{kind + " PEM cut off", "log: " + key[:len(key)*2/3], []string{body}, []string{"log: "}},
+			redactCase{kind + " base64 YAML", "data:\n  hubble.pem: " + enc + "\n  mode: x\n", []string{enc[80:120]}, []string{"mode: x"}},
+			redactCase{kind + " base64 JSON", `{"data":{"key.pem":"` + enc + `"},"kind":"ConfigMap"}`, []string{enc[80:120]}, []string{`"kind":"ConfigMap"`}},
+			redactCase{kind + " base64 wrapped", wrapped + "mode: x\n", []string{enc[80:120], enc[len(enc)-30:]}, []string{"mode: x"}},
+			redactCase{kind + " base64 cut off", "log: " + enc[:len(enc)/2], []string{enc[80:120]}, nil},
+		)
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			got := string(Redact([]byte(c.in)))
-			for _, g := range c.gone {
-				if strings.Contains(got, g) {
-					t.Errorf("Redact(%q) = %q: still holds %q", c.in, got, g)
-				}
-			}
-			for _, k := range c.kept {
-				if !strings.Contains(got, k) {
-					t.Errorf("Redact(%q) = %q: lost %q", c.in, got, k)
-				}
-			}
-			if len(c.gone) > 0 && !strings.Contains(got, Redacted) {
-				t.Errorf("Redact(%q) = %q: no %s marker", c.in, got, Redacted)
-			}
-		})
-	}
+	h := newHubbleTLS(t)
+	cases = append(cases,
+		redactCase{"certificate kept", h.crt, nil, []string{keyBody(h.crt)}},
+		redactCase{"base64 certificate kept", "ca.crt: " + b64(h.ca) + "\n", nil, []string{b64(h.ca)}},
+	)
+	checkRedact(t, cases)
+}
+
+// What an install's objects, kubeconfigs, command lines and logs hold: the chart's
+// hubble-tls Secret (in a last-applied annotation), ServiceAccount and bootstrap
+// tokens, image pull credentials, kubeconfigs of the agent and the CNI plugin.
+func TestRedactInstall(t *testing.T) {
+	h := newHubbleTLS(t)
+	key := b64(h.key)
+	lastApplied, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		"kubectl.kubernetes.io/last-applied-configuration": h.secretJSON}}})
+	const saJWT = "eyJhbGciOiJSUzI1NiIsImtpZCI6IjEifQ.eyJpc3MiOiJrdWJlcm5ldGVzL3NlcnZpY2VhY2NvdW50In0.c2lnbmF0dXJlLXZhbHVlLWhlcmU"
+	docker := b64(`{"auths":{"registry.example":{"username":"ci","password":"hunter6","auth":"Y2k6aHVudGVyNg=="}}}`)
+	cniKubeconfig := "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: https://10.0.0.1:6443\n" +
+		"    certificate-authority-data: " + b64(h.ca) + "\nusers:\n- name: myelin-cni\n  user:\n    token: " + saJWT + "\n" +
+		"    client-certificate-data: " + b64(h.crt) + "\n    client-key-data: " + key + "\n"
+	checkRedact(t, []redactCase{
+		{"hubble-tls Secret", h.secretJSON, []string{key[40:80]}, []string{"hubble-tls", `"type":"kubernetes.io/tls"`}},
+		{"Secret in last-applied annotation", string(lastApplied), []string{key[40:80]}, []string{"hubble-tls"}},
+		{"Secret data of any key", `{"kind":"Secret","data":{"hmac":"c2VjcmV0LWJ5dGVz"},"metadata":{"name":"webhook"}}`,
+			[]string{"c2VjcmV0LWJ5dGVz"}, []string{"webhook"}},
+		{"Secret stringData in YAML", "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\nstringData:\n  url: postgres-db-7\n  seed: s33d-v4lue\ntype: Opaque\n",
+			[]string{"postgres-db-7", "s33d-v4lue"}, []string{"name: db", "type: Opaque"}},
+		{"ServiceAccount token base64 under any key", `{"kind":"Secret","data":{"jwt":"` + b64(saJWT) + `"}}`, []string{b64(saJWT)[:40]}, nil},
+		{"dockerconfigjson", `{"data":{".dockerconfigjson":"` + docker + `"}}`, []string{docker[:40]}, nil},
+		{"CNI kubeconfig", cniKubeconfig, []string{saJWT[:40], key[40:80]},
+			[]string{"server: https://10.0.0.1:6443", "certificate-authority-data: " + b64(h.ca), "client-certificate-data: " + b64(h.crt)}},
+		{"bootstrap token in kubeadm join", "kubeadm join 10.0.0.1:6443 --token abcdef.0123456789abcdef --discovery-token-ca-cert-hash sha256:aaaa",
+			[]string{"0123456789abcdef"}, []string{"kubeadm join 10.0.0.1:6443"}},
+		{"bootstrap token in a log", `msg="joining with bootstrap token abcdef.0123456789abcdef"`, []string{"0123456789abcdef"}, []string{"joining"}},
+		{"--token VALUE in a process list", "root 1 0 kubelet --token s3cr3tv4lue --node-ip 10.0.0.2", []string{"s3cr3tv4lue"}, []string{"--node-ip 10.0.0.2"}},
+		{"--password VALUE", "ps: app --password hunter22 --verbose", []string{"hunter22"}, []string{"--verbose"}},
+		{"args list", `"args": ["--token", "s3cr3tv4lue", "--node=n1"]`, []string{"s3cr3tv4lue"}, []string{`"--node=n1"`}},
+		{"indented args list", "\"args\": [\n  \"--client-secret\",\n  \"s3cr3tv4lue\",\n  \"--v=2\"\n]", []string{"s3cr3tv4lue"}, []string{`"--v=2"`}},
+		{"relay args kept", `"args": ["relay", "--tls-key-file=/etc/myelin/hubble-tls/tls.key", "--peer-tls-server-name=hubble.myelin.local"]`,
+			nil, []string{"/etc/myelin/hubble-tls/tls.key", "hubble.myelin.local"}},
+		{"quoted NAME=value", `export GITHUB_TOKEN="ghp_s3cr3tv4lue" level=info`, []string{"s3cr3tv4lue"}, []string{"level=info"}},
+		{"quoted key=value in a text log", `time=x level=INFO msg=hi token="s3cr3t v4lue" node=n1`, []string{"s3cr3t v4lue"}, []string{"node=n1"}},
+		{"YAML block scalar", "password: |\n  hunter22\n  hunter23\nmode: x\n", []string{"hunter22", "hunter23"}, []string{"mode: x"}},
+		{"YAML env block value", "env:\n- name: DB_PASSWORD\n  value: >-\n    hunter22\n- name: MODE\n  value: fast\n", []string{"hunter22"}, []string{"value: fast"}},
+		{"YAML env value first", "- value: tok123\n  name: MY_API_TOKEN\n", []string{"tok123"}, []string{"MY_API_TOKEN"}},
+		{"token header inside a log line", `level=info msg="retry" headers="X-Auth-Token: s3cr3tv4lue, Accept: */*"`, []string{"s3cr3tv4lue"}, []string{"Accept: */*"}},
+		{"password: inside a log line", `E1201 12:00:00 login.go:9] db login password: hunter22 refused`, []string{"hunter22"}, []string{"refused"}},
+		{"Go %+v of a struct", `msg="client config" cfg={Host:https://10.0.0.1:6443 BearerToken:s3cr3tv4lue Username: Password:hunter22 QPS:5}`,
+			[]string{"s3cr3tv4lue", "hunter22"}, []string{"Host:https://10.0.0.1:6443", "QPS:5"}},
+		{"PGP private key", "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBGZ3c2VjcmV0a2V5\n-----END PGP PRIVATE KEY BLOCK-----\n", []string{"lQOYBGZ3c2VjcmV0a2V5"}, nil},
+		{"config view entry", `{"node":"n1","effective":[{"key":"api-token","value":"s3cr3tv4lue","source":"ConfigMap kube-system/myelin-config"},` +
+			`{"key":"hubble-tls-key-file","value":"/etc/myelin/hubble-tls/tls.key","source":"ConfigMap kube-system/myelin-config"}]}`,
+			[]string{"s3cr3tv4lue"}, []string{`"key":"api-token"`, "/etc/myelin/hubble-tls/tls.key"}},
+		{"Secret references kept", `{"secret":{"secretName":"hubble-tls","defaultMode":256},"secretKeyRef":{"name":"db","key":"url"}}`,
+			nil, []string{`"secretName":"hubble-tls"`, `"name":"db"`}},
+		{"file paths kept", `{"hubble-tls-key-file":"/etc/myelin/hubble-tls/tls.key","token-file":"/var/run/secrets/token"}`,
+			nil, []string{"/etc/myelin/hubble-tls/tls.key", "/var/run/secrets/token"}},
+	})
 }

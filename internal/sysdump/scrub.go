@@ -17,9 +17,9 @@ var podSpecPaths = [][]string{
 }
 
 // scrub removes from a cluster object (or every item of a list) what a bug report
-// never needs and may leak: the last-applied-configuration annotation, managedFields,
-// and the literal value of every container env entry (names and valueFrom references
-// stay).
+// never needs and may leak: the last-applied-configuration annotation and
+// managedFields (of the object and of its pod template), and the literal value of
+// every container env entry (names and valueFrom references stay).
 func scrub(v any) {
 	switch o := v.(type) {
 	case *unstructured.UnstructuredList:
@@ -35,6 +35,11 @@ func scrubObject(obj map[string]any) {
 	unstructured.RemoveNestedField(obj, "metadata", "annotations", lastApplied)
 	unstructured.RemoveNestedField(obj, "metadata", "managedFields")
 	for _, p := range podSpecPaths {
+		if len(p) > 1 { // a pod template: its metadata is next to its spec
+			template := append(append([]string(nil), p[:len(p)-1]...), "metadata")
+			unstructured.RemoveNestedField(obj, append(template, "annotations", lastApplied)...)
+			unstructured.RemoveNestedField(obj, append(template, "managedFields")...)
+		}
 		spec, ok := nested(obj, p)
 		if !ok {
 			continue

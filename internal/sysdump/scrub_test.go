@@ -44,10 +44,8 @@ func TestClusterObjectsScrubbed(t *testing.T) {
 		"template": map[string]any{"spec": map[string]any{
 			"containers": []any{container("agent", envVar("LICENSE", "ds-value-1"))}}}})
 	gvrs := map[schema.GroupVersionResource]string{}
-	for _, c := range clusterObjects {
-		if c.name == "" {
-			gvrs[c.gvr] = "List"
-		}
+	for _, gvr := range ListedResources() {
+		gvrs[gvr] = "List"
 	}
 	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), gvrs, pod, ds)
 	out := filepath.Join(t.TempDir(), "dump.tar.gz")
@@ -77,5 +75,52 @@ func TestClusterObjectsScrubbed(t *testing.T) {
 	}
 	if !strings.Contains(dss, "LICENSE") {
 		t.Errorf("daemonsets.json lost the env name:\n%s", dss)
+	}
+}
+
+// A pod template's own last-applied annotation goes too, and a Secret embedded in any
+// annotation (here the chart's hubble-tls, as a tool copied it) leaves no key material.
+func TestClusterObjectsScrubbedAnnotations(t *testing.T) {
+	h := newHubbleTLS(t)
+	key := b64(h.key)
+	ds := obj("apps/v1", "DaemonSet", "kube-system", "myelin", map[string]any{
+		"template": map[string]any{
+			"metadata": map[string]any{"annotations": map[string]any{
+				lastApplied:       `{"spec":{"containers":[{"env":[{"name":"MY_API_TOKEN","value":"template-value-1"}]}]}}`,
+				"checksum/config": "f4a0700cf3e2",
+			}},
+			"spec": map[string]any{"containers": []any{container("agent", envVar("MY_API_TOKEN", "tok123"))}},
+		}})
+	pod := obj("v1", "Pod", "kube-system", "hubble-relay-1", map[string]any{"containers": []any{container("hubble-relay")}})
+	unstructured.SetNestedField(pod.Object, h.secretJSON, "metadata", "annotations", "example.com/copied-from")
+	gvrs := map[schema.GroupVersionResource]string{}
+	for _, gvr := range ListedResources() {
+		gvrs[gvr] = "List"
+	}
+	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), gvrs, pod, ds)
+	out := filepath.Join(t.TempDir(), "dump.tar.gz")
+	var log strings.Builder
+	if err := Run(context.Background(), &log, Options{Dynamic: dyn, Output: out}); err != nil {
+		t.Fatal(err)
+	}
+	var dss, pods string
+	for name, body := range readArchive(t, out) {
+		for _, secret := range []string{"template-value-1", "tok123", key[40:80], lastApplied} {
+			if strings.Contains(body, secret) {
+				t.Errorf("%s holds %q:\n%s", name, secret, body)
+			}
+		}
+		switch {
+		case strings.HasSuffix(name, "/cluster/daemonsets.json"):
+			dss = body
+		case strings.HasSuffix(name, "/cluster/pods.json"):
+			pods = body
+		}
+	}
+	if !strings.Contains(dss, "checksum/config") {
+		t.Errorf("daemonsets.json lost the template's other annotations:\n%s", dss)
+	}
+	if !strings.Contains(pods, "example.com/copied-from") {
+		t.Errorf("pods.json lost the annotation's name:\n%s", pods)
 	}
 }

@@ -38,15 +38,12 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 	if o.LogBytes == 0 {
 		o.LogBytes = 1 << 20
 	}
-	// Only its owner may read the archive, also when it replaces an older file.
-	f, err := os.OpenFile(o.Output, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := createPrivate(o.Output)
 	if err != nil {
-		return fmt.Errorf("create %s: %w", o.Output, err)
+		return err
 	}
+	defer os.Remove(f.Name()) // left only when the archive was not finished
 	defer f.Close()
-	if err := f.Chmod(0o600); err != nil {
-		return fmt.Errorf("chmod %s: %w", o.Output, err)
-	}
 	a := newArchive(f, top, now)
 	if o.Dynamic != nil {
 		collectCluster(ctx, a, o.Dynamic)
@@ -66,10 +63,29 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("write %s: %w", o.Output, err)
 	}
+	if err := os.Rename(f.Name(), o.Output); err != nil {
+		return fmt.Errorf("write %s: %w", o.Output, err)
+	}
 	abs, _ := filepath.Abs(o.Output)
 	fmt.Fprintf(out, "Wrote %s: %d files, %d not collected (see manifest.json)\n", abs, len(a.files), len(a.errors))
 	for name, e := range a.errors {
-		fmt.Fprintf(out, "  not collected: %s: %s\n", name, e)
+		fmt.Fprintf(out, "  not collected: %s: %s\n", name, Redact([]byte(e)))
 	}
 	return nil
+}
+
+// createPrivate creates a new file, readable by its owner only, next to path, for the
+// archive to be renamed to path once whole: a file or symlink already at path (one
+// planted in /tmp for a sysdump run as root) is replaced, never written through, and
+// an unfinished archive never takes path.
+func createPrivate(path string) (*os.File, error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".*") // O_EXCL, mode 0600
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", path, err)
+	}
+	return f, nil
 }

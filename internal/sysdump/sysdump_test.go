@@ -128,3 +128,62 @@ func TestArchiveMode(t *testing.T) {
 		}
 	}
 }
+
+// An output path that is a symlink (planted in a shared directory like /tmp, where
+// sysdump often runs as root) is replaced, not followed: the file it points to keeps
+// its content and the archive is a new file of its own.
+func TestArchiveReplacesSymlink(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("keep me"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "dump.tar.gz")
+	if err := os.Symlink(victim, out); err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	if err := Run(context.Background(), &log, Options{Nodes: []Node{fakeNode{"n1"}}, Output: out}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "keep me" {
+		t.Errorf("the symlink's target now holds %q (%v), want it untouched", b, err)
+	}
+	st, err := os.Lstat(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Mode().IsRegular() || st.Mode().Perm() != 0o600 {
+		t.Errorf("output is %v, want a regular file -rw-------", st.Mode())
+	}
+	if len(archiveEntries(t, out)) == 0 {
+		t.Error("output holds no archive")
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, ".*"))
+	if len(left) != 0 {
+		t.Errorf("temporary files left behind: %v", left)
+	}
+}
+
+// What could not be collected is printed redacted too: people paste that output into
+// issues.
+func TestNotCollectedRedacted(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "dump.tar.gz")
+	var log strings.Builder
+	if err := Run(context.Background(), &log, Options{Nodes: []Node{failingNode{fakeNode{"n1"}}}, Output: out}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), "not collected: nodes/n1/drops.txt") {
+		t.Fatalf("output does not name the failed drops:\n%s", log.String())
+	}
+	if strings.Contains(log.String(), "0123456789abcdef") {
+		t.Errorf("output holds the token:\n%s", log.String())
+	}
+}
+
+// failingNode's drops fail with an error quoting a request's header.
+type failingNode struct{ fakeNode }
+
+func (failingNode) Drops(context.Context) ([]byte, error) {
+	return nil, errors.New("monitor: request with Authorization: Bearer 0123456789abcdef refused")
+}
