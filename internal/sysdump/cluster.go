@@ -30,13 +30,14 @@ var clusterObjects = []clusterObject{
 	{file: "myelin-config.json", gvr: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, namespace: "kube-system", name: "myelin-config"},
 }
 
-// ListedResources are the resources sysdump lists (the others it gets by name): what a
-// fake cluster of a test must know the list kinds of.
-func ListedResources() []schema.GroupVersionResource {
-	var out []schema.GroupVersionResource
+// ListKinds are the resources sysdump lists (the others it gets by name), each with
+// "List" as its list kind: what a fake cluster of a test must know
+// (dynamicfake.NewSimpleDynamicClientWithCustomListKinds).
+func ListKinds() map[schema.GroupVersionResource]string {
+	out := map[schema.GroupVersionResource]string{}
 	for _, c := range clusterObjects {
 		if c.name == "" {
-			out = append(out, c.gvr)
+			out[c.gvr] = "List"
 		}
 	}
 	return out

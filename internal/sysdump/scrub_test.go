@@ -8,7 +8,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynfake "k8s.io/client-go/dynamic/fake"
 )
 
@@ -43,17 +42,7 @@ func TestClusterObjectsScrubbed(t *testing.T) {
 	ds := obj("apps/v1", "DaemonSet", "kube-system", "agent", map[string]any{
 		"template": map[string]any{"spec": map[string]any{
 			"containers": []any{container("agent", envVar("LICENSE", "ds-value-1"))}}}})
-	gvrs := map[schema.GroupVersionResource]string{}
-	for _, gvr := range ListedResources() {
-		gvrs[gvr] = "List"
-	}
-	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), gvrs, pod, ds)
-	out := filepath.Join(t.TempDir(), "dump.tar.gz")
-	var log strings.Builder
-	if err := Run(context.Background(), &log, Options{Dynamic: dyn, Output: out}); err != nil {
-		t.Fatal(err)
-	}
-	files := readArchive(t, out)
+	files := dumpOf(t, pod, ds)
 	var pods, dss string
 	for name, body := range files {
 		switch {
@@ -93,18 +82,8 @@ func TestClusterObjectsScrubbedAnnotations(t *testing.T) {
 		}})
 	pod := obj("v1", "Pod", "kube-system", "hubble-relay-1", map[string]any{"containers": []any{container("hubble-relay")}})
 	unstructured.SetNestedField(pod.Object, h.secretJSON, "metadata", "annotations", "example.com/copied-from")
-	gvrs := map[schema.GroupVersionResource]string{}
-	for _, gvr := range ListedResources() {
-		gvrs[gvr] = "List"
-	}
-	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), gvrs, pod, ds)
-	out := filepath.Join(t.TempDir(), "dump.tar.gz")
-	var log strings.Builder
-	if err := Run(context.Background(), &log, Options{Dynamic: dyn, Output: out}); err != nil {
-		t.Fatal(err)
-	}
 	var dss, pods string
-	for name, body := range readArchive(t, out) {
+	for name, body := range dumpOf(t, pod, ds) {
 		for _, secret := range []string{"template-value-1", "tok123", key[40:80], lastApplied} {
 			if strings.Contains(body, secret) {
 				t.Errorf("%s holds %q:\n%s", name, secret, body)
@@ -123,4 +102,17 @@ func TestClusterObjectsScrubbedAnnotations(t *testing.T) {
 	if !strings.Contains(pods, "example.com/copied-from") {
 		t.Errorf("pods.json lost the annotation's name:\n%s", pods)
 	}
+}
+
+// dumpOf runs sysdump against a fake cluster holding objs and returns the archive's
+// files by name.
+func dumpOf(t *testing.T, objs ...runtime.Object) map[string]string {
+	t.Helper()
+	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), ListKinds(), objs...)
+	out := filepath.Join(t.TempDir(), "dump.tar.gz")
+	var log strings.Builder
+	if err := Run(context.Background(), &log, Options{Dynamic: dyn, Output: out}); err != nil {
+		t.Fatal(err)
+	}
+	return readArchive(t, out)
 }

@@ -11,7 +11,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynfake "k8s.io/client-go/dynamic/fake"
 
 	"github.com/myelin-net/myelin/internal/sysdump"
@@ -45,13 +44,9 @@ func TestChartSysdump(t *testing.T) {
 		"metadata": map[string]any{"name": "myelin-x7k2p", "namespace": "kube-system", "labels": map[string]any{"app.kubernetes.io/name": "myelin"}},
 		"spec":     spec,
 	}})
-	gvrs := map[schema.GroupVersionResource]string{}
-	for _, gvr := range sysdump.ListedResources() {
-		gvrs[gvr] = "List"
-	}
 	out := filepath.Join(t.TempDir(), "dump.tar.gz")
 	var log strings.Builder
-	err := sysdump.Run(context.Background(), &log, sysdump.Options{Dynamic: dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), gvrs, cluster...), Output: out})
+	err := sysdump.Run(context.Background(), &log, sysdump.Options{Dynamic: dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), sysdump.ListKinds(), cluster...), Output: out})
 	if err != nil {
 		t.Fatal(err)
 	}
