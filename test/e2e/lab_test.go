@@ -88,6 +88,14 @@ func TestLabBridgeCNI(t *testing.T) {
 	if len(lab.LeftoverNetNS()) != 3+2 { // myelin-lab-{net,ext,cp} and the two nodes
 		t.Errorf("lab up on a running lab changed the namespaces: %v", lab.LeftoverNetNS())
 	}
+	// The root netns's one lab link takes no IPv6 (no router advertisement from a pod
+	// can give the machine a default route through the lab).
+	if _, err := os.Stat("/proc/sys/net/ipv6"); err == nil {
+		b, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + labplan.ControlPlaneLink + "/disable_ipv6")
+		if err != nil || strings.TrimSpace(string(b)) != "1" {
+			t.Errorf("%s disable_ipv6 = %q (%v), want 1", labplan.ControlPlaneLink, b, err)
+		}
+	}
 
 	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {

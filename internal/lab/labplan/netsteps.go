@@ -9,6 +9,10 @@ import (
 // unit-tested without root.
 type Step []string
 
+// ControlPlaneLinkNoIPv6 turns IPv6 off on ControlPlaneLink, the one setting the lab
+// makes in the root netns (hostSteps).
+var ControlPlaneLinkNoIPv6 = Step{"sysctl", "-eqw", "net.ipv6.conf." + ControlPlaneLink + ".disable_ipv6=1"}
+
 // InNS runs a non-iproute2 command inside a named netns without a new mount namespace.
 func InNS(ns string, argv ...string) Step {
 	return append(Step{"nsenter", "--net=" + NetNSPath(ns), "--"}, argv...)
@@ -98,11 +102,15 @@ func (p Plan) controlPlaneSteps() []Step {
 }
 
 // hostSteps connect the developer's machine: the only thing in the root netns, one
-// address on segment A.
+// address on segment A. IPv6 is off on that link before it comes up: a process in a
+// lab namespace (a pod) could otherwise send a router advertisement that installs a
+// default route in the root netns. The setting is the link's own (-e: a kernel
+// without IPv6 has none) and leaves with it.
 func (p Plan) hostSteps() []Step {
 	a := p.Addressing
 	return []Step{
 		{"ip", "link", "add", ControlPlaneLink, "type", "veth", "peer", "name", "host0", "netns", NetNS},
+		ControlPlaneLinkNoIPv6,
 		{"ip", "addr", "add", prefixOf(a.HostIP(), a.SegmentA), "dev", ControlPlaneLink},
 		{"ip", "link", "set", ControlPlaneLink, "up"},
 		ipIn(NetNS, "link", "set", "host0", "master", "br0", "up"),

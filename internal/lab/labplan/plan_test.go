@@ -3,6 +3,7 @@ package labplan
 import (
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -109,8 +110,9 @@ func TestNewPlanLaysOutNodes(t *testing.T) {
 }
 
 // TestNetworkStepsKeepRootNetnsClean checks the lab-safety rules on the plan itself: the
-// root netns gets only the control-plane link, every namespace and root link is named
-// myelin-*, and forwarding is switched on only inside the lab's namespaces.
+// root netns gets only the control-plane link (with IPv6 off before it is up, so no
+// router advertisement from the lab reaches the root netns), every namespace and root
+// link is named myelin-*, and forwarding is switched on only inside the lab's namespaces.
 func TestNetworkStepsKeepRootNetnsClean(t *testing.T) {
 	for _, underlay := range []Underlay{UnderlayL2, UnderlayL3} {
 		o := DefaultOptions()
@@ -137,6 +139,8 @@ func TestNetworkStepsKeepRootNetnsClean(t *testing.T) {
 				if !strings.HasPrefix(s[1], "--net=/run/netns/"+NamePrefix) {
 					t.Errorf("%s: not confined to a lab netns", cmd)
 				}
+			case slices.Equal(s, ControlPlaneLinkNoIPv6):
+				// root netns: the control-plane link's own setting, gone with the link
 			case s[0] == "ip":
 				// root netns: only the control-plane link, its address and its state
 				if !strings.Contains(cmd, " "+ControlPlaneLink+" ") && !strings.HasSuffix(cmd, " "+ControlPlaneLink) {
@@ -148,6 +152,12 @@ func TestNetworkStepsKeepRootNetnsClean(t *testing.T) {
 			default:
 				t.Errorf("%s: unexpected command", cmd)
 			}
+		}
+		steps := plan.NetworkSteps()
+		noV6 := slices.IndexFunc(steps, func(s Step) bool { return slices.Equal(s, ControlPlaneLinkNoIPv6) })
+		up := slices.IndexFunc(steps, func(s Step) bool { return slices.Equal(s, Step{"ip", "link", "set", ControlPlaneLink, "up"}) })
+		if noV6 < 0 || up < 0 || noV6 > up {
+			t.Errorf("%s: IPv6 off on %s at step %d, the link up at step %d: want it off before the link is up", underlay, ControlPlaneLink, noV6, up)
 		}
 		if want := 3 + o.Nodes; namespaces != want { // router, external host, control plane, nodes
 			t.Errorf("%s: %d namespaces, want %d", underlay, namespaces, want)
