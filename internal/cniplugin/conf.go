@@ -2,10 +2,13 @@ package cniplugin
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"golang.org/x/sys/unix"
 )
 
 // NetConf is myelin-cni's network configuration.
@@ -24,30 +27,115 @@ type k8sArgs struct {
 	K8S_POD_UID                types.UnmarshallableString //nolint:revive
 }
 
+// maxSocketPath is the longest path a unix socket address holds (sun_path less its
+// terminating NUL); the agent cannot listen on a longer one.
+var maxSocketPath = len(unix.RawSockaddrUnix{}.Path) - 1
+
+// maxQuoted bounds an input quoted in an error, so a huge value gives a short error.
+const maxQuoted = 256
+
+// fixConf is what to do about a bad network configuration.
+const fixConf = "correct the network configuration the runtime passes (its CNI conf dir; the myelin agent writes 05-myelin.conflist there)"
+
 func invalidConf(format string, a ...any) *types.Error {
-	return types.NewError(types.ErrInvalidNetworkConfig, "invalid myelin-cni network configuration", fmt.Sprintf(format, a...))
+	return types.NewError(types.ErrInvalidNetworkConfig, "invalid myelin-cni network configuration",
+		fmt.Sprintf(format, a...)+"; "+fixConf)
 }
 
-// parseConf reads and checks the network configuration from stdin.
+// parseConf reads and checks the network configuration from stdin. Keys it does not
+// know are ignored (the runtime adds its own, such as runtimeConfig).
 func parseConf(stdin []byte) (*NetConf, error) {
 	var c NetConf
 	if err := json.Unmarshal(stdin, &c); err != nil {
-		return nil, invalidConf("the configuration is not valid JSON: %v", err)
+		return nil, confDecodeError(err)
 	}
-	if c.Socket == "" {
-		return nil, invalidConf(`network %q: "socket" is missing; set it to the myelin agent's socket (default /run/myelin/agent.sock)`, c.Name)
-	}
-	if !strings.HasPrefix(c.Socket, "/") {
-		return nil, invalidConf(`network %q: "socket" %q must be an absolute path`, c.Name, c.Socket)
+	network := "network " + quote(c.Name)
+	switch {
+	case c.Socket == "":
+		return nil, invalidConf(`%s: "socket" is missing; set it to the myelin agent's socket (default /run/myelin/agent.sock)`, network)
+	case !strings.HasPrefix(c.Socket, "/"):
+		return nil, invalidConf(`%s: "socket" %s must be an absolute path`, network, quote(c.Socket))
+	case strings.ContainsRune(c.Socket, 0):
+		return nil, invalidConf(`%s: "socket" %s contains a NUL character, which no path can`, network, quote(c.Socket))
+	case len(c.Socket) > maxSocketPath:
+		return nil, invalidConf(`%s: "socket" is %d bytes long, a unix socket's path holds at most %d: %s`,
+			network, len(c.Socket), maxSocketPath, quote(c.Socket))
 	}
 	return &c, nil
+}
+
+// confDecodeError names the key of a value of the wrong type, or says the input is
+// not JSON at all.
+func confDecodeError(err error) *types.Error {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) && typeErr.Field == "" {
+		return invalidConf("the configuration is a JSON %s, it must be an object", typeErr.Value)
+	}
+	if errors.As(err, &typeErr) {
+		// The path names the embedded Go struct, which is no key of the JSON.
+		key := strings.TrimPrefix(typeErr.Field, "PluginConf.")
+		return invalidConf("%q is a JSON %s, it must be %s", key, typeErr.Value, jsonKind(typeErr.Type))
+	}
+	return types.NewError(types.ErrDecodingFailure, "invalid myelin-cni network configuration",
+		fmt.Sprintf("the configuration is not valid JSON: %v; %s", err, fixConf))
+}
+
+// jsonKind says which JSON value decodes into t.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	default:
+		return "a number"
+	}
 }
 
 // parseK8sArgs reads the pod identity from CNI_ARGS; outside Kubernetes they are empty.
 func parseK8sArgs(args string) (k8sArgs, error) {
 	var a k8sArgs
 	if err := types.LoadArgs(args, &a); err != nil {
-		return a, types.NewError(types.ErrInvalidEnvironmentVariables, "invalid CNI_ARGS", err.Error())
+		return a, types.NewError(types.ErrInvalidEnvironmentVariables, "invalid CNI_ARGS",
+			fmt.Sprintf("CNI_ARGS %s: %s; CNI_ARGS is KEY=VALUE pairs separated by ';': myelin-cni reads "+
+				"K8S_POD_NAMESPACE, K8S_POD_NAME and K8S_POD_UID, and takes other keys only after IgnoreUnknown=1",
+				quote(args), clip(err.Error())))
 	}
 	return a, nil
+}
+
+// checkPodIdentity checks what ADD records of the pod: a namespace and a name, or
+// (outside Kubernetes) neither.
+func checkPodIdentity(a k8sArgs) error {
+	if (a.K8S_POD_NAMESPACE == "") == (a.K8S_POD_NAME == "") {
+		return nil
+	}
+	has, lacks := "K8S_POD_NAMESPACE", "K8S_POD_NAME"
+	if a.K8S_POD_NAMESPACE == "" {
+		has, lacks = lacks, has
+	}
+	return types.NewError(types.ErrInvalidEnvironmentVariables, "invalid CNI_ARGS",
+		fmt.Sprintf("CNI_ARGS has %s but no %s; a Kubernetes runtime passes both, other runtimes neither", has, lacks))
+}
+
+// quote quotes an input for an error message, cut to maxQuoted bytes.
+func quote(s string) string {
+	if len(s) <= maxQuoted {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%q... (%d bytes)", s[:maxQuoted], len(s))
+}
+
+// clip cuts an error text that may quote a huge input.
+func clip(s string) string {
+	if len(s) <= 2*maxQuoted {
+		return s
+	}
+	return strings.ToValidUTF8(s[:2*maxQuoted], "") + "..."
 }

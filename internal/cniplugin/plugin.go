@@ -49,6 +49,9 @@ func setup(args *skel.CmdArgs) (*NetConf, *api.Client, api.PodRef, error) {
 	if err != nil {
 		return nil, nil, api.PodRef{}, err
 	}
+	if err := checkPodIdentity(k); err != nil {
+		return nil, nil, api.PodRef{}, err
+	}
 	ref := api.PodRef{
 		ContainerID: args.ContainerID, IfName: args.IfName, NetNS: args.Netns,
 		Namespace: string(k.K8S_POD_NAMESPACE), Pod: string(k.K8S_POD_NAME), PodUID: string(k.K8S_POD_UID),
