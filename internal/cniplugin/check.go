@@ -25,6 +25,9 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	if err := checkPodNetNS("CHECK", args.Netns); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), api.DefaultTimeout)
 	defer cancel()
 	ep, err := client.GetEndpoint(ctx, ref.ContainerID)

@@ -64,8 +64,8 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if args.Netns == "" {
-		return types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_NETNS is empty", "ADD needs the pod's network namespace path")
+	if err := checkPodNetNS("ADD", args.Netns); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), api.DefaultTimeout)
 	defer cancel()
@@ -143,6 +143,11 @@ func cmdDel(args *skel.CmdArgs) error {
 	conf, client, ref, err := setup(args)
 	if err != nil {
 		return err
+	}
+	// The node's own netns has no pod interface to delete, but may have one of the
+	// same name (eth0): refuse before anything is changed.
+	if kind, why, err := classifyNetNS(args.Netns); err == nil && kind == nsOwn {
+		return badNetNS(args.Netns, why)
 	}
 	hostIf := api.HostIfName(ref.ContainerID)
 	ifindex := 0 // the host veth this DEL owns, as the agent must have recorded it

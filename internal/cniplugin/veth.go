@@ -164,12 +164,23 @@ func configurePod(pod netlink.Link, ip, gw netip.Addr, gwMAC net.HardwareAddr, r
 	return nil
 }
 
-// deletePodLink removes ifName inside the pod netns; a missing netns or link is fine.
+// deletePodLink removes ifName inside the pod netns; a missing netns or link is
+// fine, and so is a path that is no network namespace (what is left of a deleted one).
+// The plugin's own netns is refused: its ifName is the node's.
 func deletePodLink(netnsPath, ifName string) error {
 	if netnsPath == "" {
 		return nil
 	}
-	err := netns.Do(netnsPath, func() error {
+	kind, why, err := classifyNetNS(netnsPath)
+	switch {
+	case err != nil:
+		return err
+	case kind == nsOwn:
+		return badNetNS(netnsPath, why)
+	case kind != nsPod:
+		return nil
+	}
+	err = netns.Do(netnsPath, func() error {
 		l, err := netlink.LinkByName(ifName)
 		if err != nil {
 			return nil
