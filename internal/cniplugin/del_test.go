@@ -101,3 +101,25 @@ func TestPrivilegedDelWithAgentHung(t *testing.T) {
 	}()
 	delWithoutAgent(t, socket, "ctr-hung")
 }
+
+// DEL with CNI_ARGS it cannot read deletes all the same (the pod's name is only for its
+// records): a failing DEL keeps the runtime from removing the sandbox, for ever.
+func TestDelWithBadCNIArgs(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "agent.sock") // no agent: DEL deletes without it
+	for _, bad := range []string{"K8S_POD_NAME=a=b", "K8S_POD_NAMESPACE=ns;OTHER=x", "K8S_POD_NAME=p"} {
+		args := cniArgs(socket, "ctr-badargs", "")
+		args.Args = bad
+		if err := cmdDel(args); err != nil {
+			t.Errorf("DEL with CNI_ARGS %q = %v, want success", bad, err)
+		}
+	}
+	recs, err := api.ReadDeleted(api.DeletedDir(socket))
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("deletes left for the agent: %v, %v; want the one of ctr-badargs", recs, err)
+	}
+	for _, r := range recs {
+		if r.ContainerID != "ctr-badargs" {
+			t.Errorf("delete left for the agent: %+v, want ctr-badargs's", r)
+		}
+	}
+}

@@ -40,17 +40,26 @@ func agentError(op string, socket string, err error) error {
 	return types.NewError(types.ErrInternal, op+" failed", err.Error())
 }
 
-func setup(args *skel.CmdArgs) (*NetConf, *api.Client, api.PodRef, error) {
+// setup reads the network configuration and the pod's identity (CNI_ARGS) for cmd;
+// ADD also checks the identity is whole (checkPodIdentity). DEL takes CNI_ARGS it
+// cannot read as no identity (which only names the pod in its records): an ADD with
+// them failed before it asked for anything, and a DEL that fails keeps the runtime
+// from removing the sandbox.
+func setup(cmd string, args *skel.CmdArgs) (*NetConf, *api.Client, api.PodRef, error) {
 	conf, err := parseConf(args.StdinData)
 	if err != nil {
 		return nil, nil, api.PodRef{}, err
 	}
 	k, err := parseK8sArgs(args.Args)
-	if err != nil {
-		return nil, nil, api.PodRef{}, err
+	if err == nil && cmd == "ADD" {
+		err = checkPodIdentity(k)
 	}
-	if err := checkPodIdentity(k); err != nil {
-		return nil, nil, api.PodRef{}, err
+	if err != nil {
+		if cmd != "DEL" {
+			return nil, nil, api.PodRef{}, err
+		}
+		fmt.Fprintf(os.Stderr, "myelin-cni: DEL %s: %v; deleting without the pod's name\n", args.ContainerID, err)
+		k = k8sArgs{}
 	}
 	ref := api.PodRef{
 		ContainerID: args.ContainerID, IfName: args.IfName, NetNS: args.Netns,
@@ -60,7 +69,7 @@ func setup(args *skel.CmdArgs) (*NetConf, *api.Client, api.PodRef, error) {
 }
 
 func cmdAdd(args *skel.CmdArgs) error {
-	conf, client, ref, err := setup(args)
+	conf, client, ref, err := setup("ADD", args)
 	if err != nil {
 		return err
 	}
@@ -140,7 +149,7 @@ func result(cniVersion string, args *skel.CmdArgs, alloc api.Allocation, ep api.
 // (deleteWithoutAgent), which releases the IP and removes the endpoint's map entry
 // when it answers again.
 func cmdDel(args *skel.CmdArgs) error {
-	conf, client, ref, err := setup(args)
+	conf, client, ref, err := setup("DEL", args)
 	if err != nil {
 		return err
 	}
