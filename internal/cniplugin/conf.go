@@ -98,6 +98,29 @@ func jsonKind(t reflect.Type) string {
 	}
 }
 
+// validAttachmentsKey is the GC's list of attachments the runtime still has.
+const validAttachmentsKey = "cni.dev/valid-attachments"
+
+// gcKeep is the container ids a GC keeps: those of the valid attachments the runtime
+// lists. The agent removes every other endpoint, so a GC without the list (an
+// operator's hand-made call, not a runtime's: libcni sends null or [] for none) is
+// refused rather than taken as "keep nothing".
+func gcKeep(stdin []byte, c *NetConf) ([]string, error) {
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(stdin, &keys); err != nil {
+		return nil, confDecodeError(err)
+	}
+	if _, ok := keys[validAttachmentsKey]; !ok {
+		return nil, invalidConf(`network %s: GC without %q, the attachments still in use, would remove every pod's endpoint on this node; `+
+			`a runtime passes the list (empty when no pod is left)`, quote(c.Name), validAttachmentsKey)
+	}
+	keep := make([]string, 0, len(c.ValidAttachments))
+	for _, a := range c.ValidAttachments {
+		keep = append(keep, a.ContainerID)
+	}
+	return keep, nil
+}
+
 // parseK8sArgs reads the pod identity from CNI_ARGS; outside Kubernetes they are empty.
 func parseK8sArgs(args string) (k8sArgs, error) {
 	var a k8sArgs

@@ -2,6 +2,7 @@ package cniplugin
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -79,6 +80,36 @@ func TestCheckPodIdentity(t *testing.T) {
 		var ce *types.Error
 		if (tt.want == "") != (err == nil) || err != nil && (!errors.As(err, &ce) || !strings.Contains(ce.Details, tt.want)) {
 			t.Errorf("CNI_ARGS %q: %v, want %q", tt.args, err, tt.want)
+		}
+	}
+}
+
+// GC keeps the attachments the runtime lists and removes every other endpoint: a GC
+// without the list is refused, an empty or null list keeps nothing.
+func TestGCKeep(t *testing.T) {
+	const conf = `{"cniVersion":"1.1.0","name":"myelin","type":"myelin-cni","socket":"/run/myelin/agent.sock"`
+	for _, tt := range []struct {
+		extra string
+		keep  []string // nil: refused
+	}{
+		{``, nil},
+		{`,"cni.dev/attachments":[{"containerID":"c1","ifname":"eth0"}]`, nil},
+		{`,"cni.dev/valid-attachments":[{"containerID":"c1","ifname":"eth0"},{"containerID":"c2","ifname":"eth0"}]`, []string{"c1", "c2"}},
+		{`,"cni.dev/valid-attachments":[]`, []string{}},
+		{`,"cni.dev/valid-attachments":null`, []string{}},
+	} {
+		in := []byte(conf + tt.extra + "}")
+		c, err := parseConf(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keep, err := gcKeep(in, c)
+		var ce *types.Error
+		switch {
+		case tt.keep == nil && (!errors.As(err, &ce) || ce.Code != types.ErrInvalidNetworkConfig || !strings.Contains(ce.Details, `"cni.dev/valid-attachments"`)):
+			t.Errorf("GC with %s: %v, %v; want code 7 naming cni.dev/valid-attachments", in, keep, err)
+		case tt.keep != nil && (err != nil || keep == nil || !slices.Equal(keep, tt.keep)):
+			t.Errorf("GC with %s: %v, %v; want keep %q", in, keep, err, tt.keep)
 		}
 	}
 }

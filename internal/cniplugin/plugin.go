@@ -232,9 +232,9 @@ func cmdGC(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	var keep []string
-	for _, a := range conf.ValidAttachments {
-		keep = append(keep, a.ContainerID)
+	keep, err := gcKeep(args.StdinData, conf)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), api.DefaultTimeout)
 	defer cancel()
