@@ -19,10 +19,25 @@ import (
 	"github.com/myelin-net/myelin/internal/link"
 )
 
-// Main runs the plugin; cmd/myelin-cni calls it.
+// Main runs the plugin; cmd/myelin-cni calls it. An error goes to stdout as the
+// spec's error JSON (code, msg, details) and the exit status is 1.
 func Main() {
-	skel.PluginMainFuncs(skel.CNIFuncs{Add: cmdAdd, Del: cmdDel, Check: cmdCheck, GC: cmdGC, Status: cmdStatus},
-		version.PluginSupports("1.0.0", "1.1.0"), "myelin-cni: pod networking by the myelin agent")
+	if e := run(); e != nil {
+		if err := e.Print(); err != nil {
+			fmt.Fprintf(os.Stderr, "myelin-cni: write the error to stdout: %v (the error: %v)\n", err, e)
+		}
+		os.Exit(1)
+	}
+}
+
+// run is the plugin on skel, which reads the CNI_* variables and stdin itself; the
+// variables are checked first (checkEnv) for errors that name them.
+func run() *types.Error {
+	if e := checkEnv(os.Getenv); e != nil {
+		return e
+	}
+	return explain(skel.PluginMainFuncsWithError(skel.CNIFuncs{Add: cmdAdd, Del: cmdDel, Check: cmdCheck, GC: cmdGC, Status: cmdStatus},
+		version.PluginSupports(supportedVersions...), "myelin-cni: pod networking by the myelin agent"))
 }
 
 // agentError turns an API error into a CNI error: an unreachable or unready agent, or
