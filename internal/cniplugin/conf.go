@@ -16,6 +16,8 @@ type NetConf struct {
 	types.PluginConf
 	// Socket is the agent's API socket on this node.
 	Socket string `json:"socket"`
+	// MTU is refused: a key other plugins take, which the agent sets for myelin.
+	MTU json.RawMessage `json:"mtu,omitempty"`
 }
 
 // k8sArgs are the CNI_ARGS a Kubernetes runtime passes.
@@ -60,6 +62,12 @@ func parseConf(stdin []byte) (*NetConf, error) {
 	case len(c.Socket) > maxSocketPath:
 		return nil, invalidConf(`%s: "socket" is %d bytes long, a unix socket's path holds at most %d: %s`,
 			network, len(c.Socket), maxSocketPath, quote(c.Socket))
+	case len(c.MTU) > 0:
+		return nil, invalidConf(`%s: myelin-cni takes no "mtu" (here %s): the agent sets pods' MTU from its own mtu setting `+
+			`(ConfigMap myelin-config key mtu, Helm value MTU; 0 detects it from the uplink); remove "mtu"`, network, quote(string(c.MTU)))
+	case c.IPAM.Type != "":
+		return nil, invalidConf(`%s: myelin-cni takes no "ipam" (here type %s): the myelin agent allocates pod IPs from the node's PodCIDR; remove "ipam"`,
+			network, quote(c.IPAM.Type))
 	}
 	return &c, nil
 }
