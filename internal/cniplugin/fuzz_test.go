@@ -3,7 +3,6 @@ package cniplugin
 import (
 	"encoding/json"
 	"errors"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -76,10 +75,9 @@ func FuzzParseConf(f *testing.F) {
 	})
 }
 
-var quotedKey = regexp.MustCompile(`"([^"]+)"`)
-
-// namesKeyOf reports whether details quotes a key of the JSON in (Go's decoder
-// matches keys without regard to case).
+// namesKeyOf reports whether details quotes a key of the JSON in, alone or as the
+// end or start of a path such as "cni.dev/valid-attachments.containerID" (Go's
+// decoder matches keys without regard to case: "soCket" is "socket").
 func namesKeyOf(details string, in []byte) bool {
 	var v any
 	if json.Unmarshal(in, &v) != nil {
@@ -87,8 +85,9 @@ func namesKeyOf(details string, in []byte) bool {
 	}
 	keys := map[string]bool{}
 	collectKeys(v, keys)
-	for _, m := range quotedKey.FindAllStringSubmatch(details, -1) {
-		if keys[strings.ToLower(lastKey(m[1]))] {
+	details = strings.ToLower(details)
+	for k := range keys {
+		if strings.Contains(details, `"`+k+`"`) || strings.Contains(details, "."+k+`"`) || strings.Contains(details, `"`+k+".") {
 			return true
 		}
 	}
@@ -108,14 +107,6 @@ func collectKeys(v any, keys map[string]bool) {
 			collectKeys(e, keys)
 		}
 	}
-}
-
-// lastKey is the last key of a JSON path such as "cni.dev/valid-attachments.containerID".
-func lastKey(path string) string {
-	if i := strings.LastIndexByte(path, '.'); i >= 0 && !strings.Contains(path[i:], "/") {
-		return path[i+1:]
-	}
-	return path
 }
 
 // parseK8sArgs never panics; what it accepts reads back the same when written again,
