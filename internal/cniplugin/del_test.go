@@ -123,3 +123,20 @@ func TestDelWithBadCNIArgs(t *testing.T) {
 		}
 	}
 }
+
+// What DEL logs without the agent says whether it found the host veth, and names the
+// pod only when it knows it.
+func TestDeletedWithoutAgentLog(t *testing.T) {
+	for _, c := range []struct {
+		ref     api.PodRef
+		ifindex int
+		want    string
+	}{
+		{api.PodRef{ContainerID: "c1", Namespace: "ns", Pod: "p"}, 7, "myelin-cni: DEL c1 (pod ns/p): the agent was unreachable; removed myl1 and left"},
+		{api.PodRef{ContainerID: "c1"}, 0, "myelin-cni: DEL c1: the agent was unreachable; found no myl1 to remove and left"},
+	} {
+		if got := deletedWithoutAgent(c.ref, "myl1", c.ifindex, "/run/myelin/cni-deleted"); !strings.HasPrefix(got, c.want) {
+			t.Errorf("deletedWithoutAgent(%+v, %d) = %q, want %q...", c.ref, c.ifindex, got, c.want)
+		}
+	}
+}

@@ -220,9 +220,21 @@ func deleteWithoutAgent(conf *NetConf, ref api.PodRef, hostIf string, ifindex in
 	if err := api.WriteDeleted(api.DeletedDir(conf.Socket), rec); err != nil {
 		return fmt.Errorf("%w; the agent releases the IP at its next start (its veth is gone)", err)
 	}
-	fmt.Fprintf(os.Stderr, "myelin-cni: DEL %s (%s/%s): the agent was unreachable; removed %s and left the delete for the agent in %s\n",
-		ref.ContainerID, ref.Namespace, ref.Pod, hostIf, api.DeletedDir(conf.Socket))
+	fmt.Fprintln(os.Stderr, deletedWithoutAgent(ref, hostIf, ifindex, api.DeletedDir(conf.Socket)))
 	return nil
+}
+
+// deletedWithoutAgent is what DEL logs when it deleted without the agent.
+func deletedWithoutAgent(ref api.PodRef, hostIf string, ifindex int, dir string) string {
+	pod := ""
+	if ref.Pod != "" {
+		pod = fmt.Sprintf(" (pod %s/%s)", ref.Namespace, ref.Pod)
+	}
+	did := "removed " + hostIf
+	if ifindex == 0 {
+		did = "found no " + hostIf + " to remove"
+	}
+	return fmt.Sprintf("myelin-cni: DEL %s%s: the agent was unreachable; %s and left the delete for the agent in %s", ref.ContainerID, pod, did, dir)
 }
 
 func cmdStatus(args *skel.CmdArgs) error {
