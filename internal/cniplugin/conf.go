@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -54,7 +55,8 @@ func parseConf(stdin []byte) (*NetConf, error) {
 	network := "network " + quote(c.Name)
 	switch {
 	case c.Socket == "":
-		return nil, invalidConf(`%s: "socket" is missing; set it to the myelin agent's socket (default /run/myelin/agent.sock)`, network)
+		return nil, invalidConf(`%s: "socket" is missing%s; set it to the myelin agent's socket (default /run/myelin/agent.sock)`,
+			network, unknownKeys(stdin))
 	case !strings.HasPrefix(c.Socket, "/"):
 		return nil, invalidConf(`%s: "socket" %s must be an absolute path`, network, quote(c.Socket))
 	case strings.ContainsRune(c.Socket, 0):
@@ -70,6 +72,35 @@ func parseConf(stdin []byte) (*NetConf, error) {
 			network, quote(c.IPAM.Type))
 	}
 	return &c, nil
+}
+
+// specKeys are the keys of a plugin's configuration the CNI spec and runtimes use.
+var specKeys = map[string]bool{"cniversion": true, "name": true, "type": true, "args": true, "dns": true, "ipam": true,
+	"capabilities": true, "runtimeconfig": true, "prevresult": true, validAttachmentsKey: true, "cni.dev/attachments": true,
+	"socket": true, "mtu": true}
+
+// unknownKeys lists the top-level keys neither the spec nor myelin-cni knows (a
+// misspelt "socket" among them), for the error about a missing key.
+func unknownKeys(stdin []byte) string {
+	var keys map[string]json.RawMessage
+	_ = json.Unmarshal(stdin, &keys)
+	var unknown []string
+	for k := range keys {
+		if !specKeys[strings.ToLower(k)] {
+			if len(k) > 40 {
+				k = strings.ToValidUTF8(k[:40], "") + "..."
+			}
+			unknown = append(unknown, fmt.Sprintf("%q", k))
+		}
+	}
+	if len(unknown) == 0 {
+		return ""
+	}
+	slices.Sort(unknown)
+	if len(unknown) > 5 {
+		unknown = append(unknown[:5], "...")
+	}
+	return " (keys myelin-cni does not know: " + strings.Join(unknown, ", ") + ")"
 }
 
 // confDecodeError names the key of a value of the wrong type, or says the input is

@@ -17,6 +17,8 @@ func TestParseConf(t *testing.T) {
 	}{
 		{`{"cniVersion":"1.1.0","name":"myelin","type":"myelin-cni","socket":"/run/myelin/agent.sock"}`, 0, ""},
 		{`{"cniVersion":"1.1.0","name":"myelin","type":"myelin-cni"}`, 7, `"socket" is missing`},
+		{`{"cniVersion":"1.1.0","name":"myelin","type":"myelin-cni","sockt":"/run/myelin/agent.sock","runtimeConfig":{}}`, 7,
+			`"socket" is missing (keys myelin-cni does not know: "sockt")`},
 		{`{"name":"myelin","socket":"run/agent.sock"}`, 7, "must be an absolute path"},
 		{`{not json`, 6, "not valid JSON"},
 		{`{"name":"myelin","socket":5}`, 7, `"socket" is a JSON number, it must be a string`},
