@@ -84,3 +84,21 @@ func TestGCWithoutValidAttachmentsRemovesNothing(t *testing.T) {
 		t.Errorf("GC with an empty list = %v with %d calls to the agent, want success and one", err, calls)
 	}
 }
+
+// An agent that is not there or not ready is "try again later" (code 11) naming the
+// socket and how to look at the agent.
+func TestAgentDownSaysWhatToDo(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "agent.sock")
+	starting := fakeAgent(t, func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(api.Health{Ready: false, Reason: "restoring endpoints"})
+	})
+	for sock, want := range map[string]string{missing: "no such file or directory", starting: "restoring endpoints"} {
+		conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"myelin","type":"myelin-cni","socket":%q}`, sock)
+		err := cmdStatus(&skel.CmdArgs{StdinData: []byte(conf)})
+		var ce *types.Error
+		if !errors.As(err, &ce) || ce.Code != types.ErrTryAgainLater || !strings.Contains(ce.Details, sock) ||
+			!strings.Contains(ce.Details, "myelin status") || !strings.Contains(ce.Details, want) {
+			t.Errorf("STATUS with the agent on %s = %v, want code 11 naming the socket, %q and myelin status", sock, err, want)
+		}
+	}
+}
