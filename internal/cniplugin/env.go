@@ -22,7 +22,8 @@ var requiredEnv = map[string][]string{
 
 // checkEnv checks the CNI_* variables as skel does, before it, for an error that names
 // the variable, its value and what it must be (skel's say neither which variable nor
-// what to do). No CNI_COMMAND and VERSION are skel's (it prints what the plugin is).
+// what to do). Without CNI_COMMAND, and for VERSION, skel answers alone (what the
+// plugin is, the versions it speaks).
 func checkEnv(getenv func(string) string) *types.Error {
 	cmd := getenv("CNI_COMMAND")
 	if cmd == "" || cmd == "VERSION" {
@@ -47,14 +48,14 @@ func checkEnv(getenv func(string) string) *types.Error {
 	if cmd == "GC" || cmd == "STATUS" {
 		return nil
 	}
-	if id := getenv("CNI_CONTAINERID"); utils.ValidateContainerID(id) != nil {
-		e := utils.ValidateContainerID(id)
+	id := getenv("CNI_CONTAINERID")
+	if e := utils.ValidateContainerID(id); e != nil {
 		return types.NewError(e.Code, "invalid CNI_CONTAINERID",
 			fmt.Sprintf("CNI_CONTAINERID %s: %s; a container id is letters, digits, '_', '.' and '-', starting with a letter or digit",
 				quote(id), e.Msg))
 	}
-	if name := getenv("CNI_IFNAME"); utils.ValidateInterfaceName(name) != nil {
-		e := utils.ValidateInterfaceName(name)
+	name := getenv("CNI_IFNAME")
+	if e := utils.ValidateInterfaceName(name); e != nil {
 		return types.NewError(e.Code, "invalid CNI_IFNAME",
 			fmt.Sprintf("CNI_IFNAME %s: %s; an interface name is 1 to 15 bytes, not . or .., without '/', ':' or white space (Kubernetes pods get eth0): check the runtime's CNI invocation",
 				quote(name), e.Msg))
