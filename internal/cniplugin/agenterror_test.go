@@ -85,8 +85,8 @@ func TestGCWithoutValidAttachmentsRemovesNothing(t *testing.T) {
 	}
 }
 
-// An agent that is not there or not ready is "try again later" (code 11) naming the
-// socket and how to look at the agent.
+// STATUS with an agent that is not there or not ready is "plugin not available"
+// (code 50, the spec's for STATUS), naming the socket and how to look at the agent.
 func TestAgentDownSaysWhatToDo(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "agent.sock")
 	starting := fakeAgent(t, func(w http.ResponseWriter, _ *http.Request) {
@@ -96,9 +96,9 @@ func TestAgentDownSaysWhatToDo(t *testing.T) {
 		conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"myelin","type":"myelin-cni","socket":%q}`, sock)
 		err := cmdStatus(&skel.CmdArgs{StdinData: []byte(conf)})
 		var ce *types.Error
-		if !errors.As(err, &ce) || ce.Code != types.ErrTryAgainLater || !strings.Contains(ce.Details, sock) ||
+		if !errors.As(err, &ce) || ce.Code != types.ErrPluginNotAvailable || !strings.Contains(ce.Details, sock) ||
 			!strings.Contains(ce.Details, "myelin status") || !strings.Contains(ce.Details, want) {
-			t.Errorf("STATUS with the agent on %s = %v, want code 11 naming the socket, %q and myelin status", sock, err, want)
+			t.Errorf("STATUS with the agent on %s = %v, want code 50 naming the socket, %q and myelin status", sock, err, want)
 		}
 	}
 }

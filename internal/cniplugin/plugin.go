@@ -245,13 +245,20 @@ func cmdStatus(args *skel.CmdArgs) error {
 	ctx, cancel := context.WithTimeout(context.Background(), api.DefaultTimeout)
 	defer cancel()
 	h, err := api.NewClient(conf.Socket).Health(ctx)
-	if err != nil {
-		return agentError("check the agent", conf.Socket, err)
+	if err == nil && !h.Ready {
+		err = fmt.Errorf("%w: not ready: %s", api.ErrUnavailable, h.Reason)
 	}
-	if !h.Ready {
-		return agentError("check the agent", conf.Socket, fmt.Errorf("%w: not ready: %s", api.ErrUnavailable, h.Reason))
+	if err == nil {
+		return nil
 	}
-	return nil
+	// The spec's STATUS code for "cannot serve ADD" is 50, not 11: the datapath of the
+	// node's pods keeps running without the agent, so never 51 (limited connectivity).
+	e := agentError("check the agent", conf.Socket, err)
+	var cniErr *types.Error
+	if errors.As(e, &cniErr) && cniErr.Code == types.ErrTryAgainLater {
+		cniErr.Code = types.ErrPluginNotAvailable
+	}
+	return e
 }
 
 func cmdGC(args *skel.CmdArgs) error {

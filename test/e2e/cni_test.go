@@ -211,8 +211,8 @@ func TestLabMyelinCNIConformance(t *testing.T) {
 			t.Errorf("ADD with the agent down: %v (code %d), want code 11 with a hint", err, cniCode(err))
 		}
 		err = c.in(func(ctx context.Context) error { return c.cni.GetStatusNetworkList(ctx, list) })
-		if cniCode(err) != types.ErrTryAgainLater {
-			t.Errorf("STATUS with the agent down: %v (code %d), want code 11", err, cniCode(err))
+		if cniCode(err) != types.ErrPluginNotAvailable {
+			t.Errorf("STATUS with the agent down: %v (code %d), want code 50 (plugin not available)", err, cniCode(err))
 		}
 	})
 	labDown(t)
