@@ -124,6 +124,32 @@ func TestDelWithBadCNIArgs(t *testing.T) {
 	}
 }
 
+// DEL with CNI_NETNS the plugin's own netns (here a throwaway "node" netns the test
+// runs in) and the host veth already gone is refused (code 8), and the node's link of
+// CNI_IFNAME's name stays: before, DEL removed it as the pod's interface.
+func TestPrivilegedDelOwnNetNSKeepsNodeLink(t *testing.T) {
+	requireRoot(t)
+	node := throwawayNetNS(t, "node")
+	socket := filepath.Join(t.TempDir(), "agent.sock") // no agent
+	err := netns.Do(node, func() error {
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth0peer"}); err != nil {
+			return fmt.Errorf("add the node's eth0: %w", err)
+		}
+		err := cmdDel(cniArgs(socket, "ctr-own", node))
+		var cniErr *types.Error
+		if !errors.As(err, &cniErr) || cniErr.Code != types.ErrInvalidNetNS {
+			t.Errorf("DEL with CNI_NETNS the plugin's own netns = %v, want code 8", err)
+		}
+		if _, err := netlink.LinkByName("eth0"); err != nil {
+			t.Errorf("the node's eth0 after DEL: %v, want it kept", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // What DEL logs without the agent says whether it found the host veth, and names the
 // pod only when it knows it.
 func TestDeletedWithoutAgentLog(t *testing.T) {
