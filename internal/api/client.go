@@ -65,7 +65,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
 		var eb ErrorBody
-		_ = json.NewDecoder(resp.Body).Decode(&eb)
+		if json.NewDecoder(resp.Body).Decode(&eb) != nil || eb.Error == "" {
+			eb.Error = fmt.Sprintf("%s %s: %s, without the agent's error message (is it the myelin agent on %s?)", method, path, resp.Status, c.socket)
+		}
 		if resp.StatusCode == http.StatusServiceUnavailable {
 			return fmt.Errorf("%w: %s", ErrUnavailable, eb.Error)
 		}
@@ -83,7 +85,10 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	if out == nil {
 		return nil
 	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("read the answer to %s %s from %s (is it the myelin agent?): %w", method, path, c.socket, err)
+	}
+	return nil
 }
 
 // ErrNotFound is returned for an endpoint the agent does not know.

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/myelin-net/myelin/internal/api"
@@ -46,6 +48,57 @@ func TestAgentErrorNamesTheCause(t *testing.T) {
 		if ce.Code != types.ErrTryAgainLater || !strings.Contains(ce.Msg, c.want) || !strings.Contains(ce.Details, c.msg) {
 			t.Errorf("status %d: CNI error code %d, %q (%q); want code %d, %q with the agent's message",
 				c.status, ce.Code, ce.Msg, ce.Details, types.ErrTryAgainLater, c.want)
+		}
+	}
+}
+
+// fakeAgent serves handler on a unix socket in a temporary directory and returns it.
+func fakeAgent(t *testing.T, handler http.HandlerFunc) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: handler}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return sock
+}
+
+// A GC without the runtime's list of valid attachments never reaches the agent, which
+// would remove every endpoint on the node.
+func TestGCWithoutValidAttachmentsRemovesNothing(t *testing.T) {
+	calls := 0
+	sock := fakeAgent(t, func(w http.ResponseWriter, _ *http.Request) {
+		calls++
+		_ = json.NewEncoder(w).Encode(api.GCResult{})
+	})
+	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"myelin","type":"myelin-cni","socket":%q`, sock)
+	err := cmdGC(&skel.CmdArgs{StdinData: []byte(conf + "}")})
+	var ce *types.Error
+	if !errors.As(err, &ce) || ce.Code != types.ErrInvalidNetworkConfig || calls != 0 {
+		t.Errorf("GC without cni.dev/valid-attachments = %v with %d calls to the agent, want code 7 and none", err, calls)
+	}
+	if err := cmdGC(&skel.CmdArgs{StdinData: []byte(conf + `,"cni.dev/valid-attachments":[]}`)}); err != nil || calls != 1 {
+		t.Errorf("GC with an empty list = %v with %d calls to the agent, want success and one", err, calls)
+	}
+}
+
+// STATUS with an agent that is not there or not ready is "plugin not available"
+// (code 50, the spec's for STATUS), naming the socket and how to look at the agent.
+func TestAgentDownSaysWhatToDo(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "agent.sock")
+	starting := fakeAgent(t, func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(api.Health{Ready: false, Reason: "restoring endpoints"})
+	})
+	for sock, want := range map[string]string{missing: "no such file or directory", starting: "restoring endpoints"} {
+		conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"myelin","type":"myelin-cni","socket":%q}`, sock)
+		err := cmdStatus(&skel.CmdArgs{StdinData: []byte(conf)})
+		var ce *types.Error
+		if !errors.As(err, &ce) || ce.Code != types.ErrPluginNotAvailable || !strings.Contains(ce.Details, sock) ||
+			!strings.Contains(ce.Details, "myelin status") || !strings.Contains(ce.Details, want) {
+			t.Errorf("STATUS with the agent on %s = %v, want code 50 naming the socket, %q and myelin status", sock, err, want)
 		}
 	}
 }

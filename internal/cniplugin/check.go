@@ -21,8 +21,11 @@ import (
 // serves it (map entry and programs, checked by the agent). A failure names the pod,
 // what is wrong and what to do.
 func cmdCheck(args *skel.CmdArgs) error {
-	conf, client, ref, err := setup(args)
+	conf, client, ref, err := setup("CHECK", args)
 	if err != nil {
+		return err
+	}
+	if err := checkPodNetNS("CHECK", args.Netns); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), api.DefaultTimeout)

@@ -101,3 +101,68 @@ func TestPrivilegedDelWithAgentHung(t *testing.T) {
 	}()
 	delWithoutAgent(t, socket, "ctr-hung")
 }
+
+// DEL with CNI_ARGS it cannot read deletes all the same (the pod's name is only for its
+// records): a failing DEL keeps the runtime from removing the sandbox, for ever.
+func TestDelWithBadCNIArgs(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "agent.sock") // no agent: DEL deletes without it
+	for _, bad := range []string{"K8S_POD_NAME=a=b", "K8S_POD_NAMESPACE=ns;OTHER=x", "K8S_POD_NAME=p"} {
+		args := cniArgs(socket, "ctr-badargs", "")
+		args.Args = bad
+		if err := cmdDel(args); err != nil {
+			t.Errorf("DEL with CNI_ARGS %q = %v, want success", bad, err)
+		}
+	}
+	recs, err := api.ReadDeleted(api.DeletedDir(socket))
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("deletes left for the agent: %v, %v; want the one of ctr-badargs", recs, err)
+	}
+	for _, r := range recs {
+		if r.ContainerID != "ctr-badargs" {
+			t.Errorf("delete left for the agent: %+v, want ctr-badargs's", r)
+		}
+	}
+}
+
+// DEL with CNI_NETNS the plugin's own netns (here a throwaway "node" netns the test
+// runs in) and the host veth already gone is refused (code 8), and the node's link of
+// CNI_IFNAME's name stays: before, DEL removed it as the pod's interface.
+func TestPrivilegedDelOwnNetNSKeepsNodeLink(t *testing.T) {
+	requireRoot(t)
+	node := throwawayNetNS(t, "node")
+	socket := filepath.Join(t.TempDir(), "agent.sock") // no agent
+	err := netns.Do(node, func() error {
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth0peer"}); err != nil {
+			return fmt.Errorf("add the node's eth0: %w", err)
+		}
+		err := cmdDel(cniArgs(socket, "ctr-own", node))
+		var cniErr *types.Error
+		if !errors.As(err, &cniErr) || cniErr.Code != types.ErrInvalidNetNS {
+			t.Errorf("DEL with CNI_NETNS the plugin's own netns = %v, want code 8", err)
+		}
+		if _, err := netlink.LinkByName("eth0"); err != nil {
+			t.Errorf("the node's eth0 after DEL: %v, want it kept", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// What DEL logs without the agent says whether it found the host veth, and names the
+// pod only when it knows it.
+func TestDeletedWithoutAgentLog(t *testing.T) {
+	for _, c := range []struct {
+		ref     api.PodRef
+		ifindex int
+		want    string
+	}{
+		{api.PodRef{ContainerID: "c1", Namespace: "ns", Pod: "p"}, 7, "myelin-cni: DEL c1 (pod ns/p): the agent was unreachable; removed myl1 and left"},
+		{api.PodRef{ContainerID: "c1"}, 0, "myelin-cni: DEL c1: the agent was unreachable; found no myl1 to remove and left"},
+	} {
+		if got := deletedWithoutAgent(c.ref, "myl1", c.ifindex, "/run/myelin/cni-deleted"); !strings.HasPrefix(got, c.want) {
+			t.Errorf("deletedWithoutAgent(%+v, %d) = %q, want %q...", c.ref, c.ifindex, got, c.want)
+		}
+	}
+}

@@ -19,10 +19,25 @@ import (
 	"github.com/myelin-net/myelin/internal/link"
 )
 
-// Main runs the plugin; cmd/myelin-cni calls it.
+// Main runs the plugin; cmd/myelin-cni calls it. An error goes to stdout as the
+// spec's error JSON (code, msg, details) and the exit status is 1.
 func Main() {
-	skel.PluginMainFuncs(skel.CNIFuncs{Add: cmdAdd, Del: cmdDel, Check: cmdCheck, GC: cmdGC, Status: cmdStatus},
-		version.PluginSupports("1.0.0", "1.1.0"), "myelin-cni: pod networking by the myelin agent")
+	if e := run(); e != nil {
+		if err := e.Print(); err != nil {
+			fmt.Fprintf(os.Stderr, "myelin-cni: write the error to stdout: %v (the error: %v)\n", err, e)
+		}
+		os.Exit(1)
+	}
+}
+
+// run is the plugin on skel, which reads the CNI_* variables and stdin itself; the
+// variables are checked first (checkEnv) for errors that name them.
+func run() *types.Error {
+	if e := checkEnv(os.Getenv); e != nil {
+		return e
+	}
+	return explain(skel.PluginMainFuncsWithError(skel.CNIFuncs{Add: cmdAdd, Del: cmdDel, Check: cmdCheck, GC: cmdGC, Status: cmdStatus},
+		version.PluginSupports(supportedVersions...), "myelin-cni: pod networking by the myelin agent"))
 }
 
 // agentError turns an API error into a CNI error: an unreachable or unready agent, or
@@ -40,14 +55,26 @@ func agentError(op string, socket string, err error) error {
 	return types.NewError(types.ErrInternal, op+" failed", err.Error())
 }
 
-func setup(args *skel.CmdArgs) (*NetConf, *api.Client, api.PodRef, error) {
+// setup reads the network configuration and the pod's identity (CNI_ARGS) for cmd;
+// ADD also checks the identity is whole (checkPodIdentity). DEL takes CNI_ARGS it
+// cannot read as no identity (which only names the pod in its records): an ADD with
+// them failed before it asked for anything, and a DEL that fails keeps the runtime
+// from removing the sandbox.
+func setup(cmd string, args *skel.CmdArgs) (*NetConf, *api.Client, api.PodRef, error) {
 	conf, err := parseConf(args.StdinData)
 	if err != nil {
 		return nil, nil, api.PodRef{}, err
 	}
 	k, err := parseK8sArgs(args.Args)
+	if err == nil && cmd == "ADD" {
+		err = checkPodIdentity(k)
+	}
 	if err != nil {
-		return nil, nil, api.PodRef{}, err
+		if cmd != "DEL" {
+			return nil, nil, api.PodRef{}, err
+		}
+		fmt.Fprintf(os.Stderr, "myelin-cni: DEL %s: %v; deleting without the pod's name\n", args.ContainerID, err)
+		k = k8sArgs{}
 	}
 	ref := api.PodRef{
 		ContainerID: args.ContainerID, IfName: args.IfName, NetNS: args.Netns,
@@ -57,12 +84,12 @@ func setup(args *skel.CmdArgs) (*NetConf, *api.Client, api.PodRef, error) {
 }
 
 func cmdAdd(args *skel.CmdArgs) error {
-	conf, client, ref, err := setup(args)
+	conf, client, ref, err := setup("ADD", args)
 	if err != nil {
 		return err
 	}
-	if args.Netns == "" {
-		return types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_NETNS is empty", "ADD needs the pod's network namespace path")
+	if err := checkPodNetNS("ADD", args.Netns); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), api.DefaultTimeout)
 	defer cancel()
@@ -137,9 +164,14 @@ func result(cniVersion string, args *skel.CmdArgs, alloc api.Allocation, ep api.
 // (deleteWithoutAgent), which releases the IP and removes the endpoint's map entry
 // when it answers again.
 func cmdDel(args *skel.CmdArgs) error {
-	conf, client, ref, err := setup(args)
+	conf, client, ref, err := setup("DEL", args)
 	if err != nil {
 		return err
+	}
+	// The node's own netns has no pod interface to delete, but may have one of the
+	// same name (eth0): refuse before anything is changed.
+	if kind, why, err := classifyNetNS(args.Netns); err == nil && kind == nsOwn {
+		return badNetNS(args.Netns, why)
 	}
 	hostIf := api.HostIfName(ref.ContainerID)
 	ifindex := 0 // the host veth this DEL owns, as the agent must have recorded it
@@ -188,9 +220,21 @@ func deleteWithoutAgent(conf *NetConf, ref api.PodRef, hostIf string, ifindex in
 	if err := api.WriteDeleted(api.DeletedDir(conf.Socket), rec); err != nil {
 		return fmt.Errorf("%w; the agent releases the IP at its next start (its veth is gone)", err)
 	}
-	fmt.Fprintf(os.Stderr, "myelin-cni: DEL %s (%s/%s): the agent was unreachable; removed %s and left the delete for the agent in %s\n",
-		ref.ContainerID, ref.Namespace, ref.Pod, hostIf, api.DeletedDir(conf.Socket))
+	fmt.Fprintln(os.Stderr, deletedWithoutAgent(ref, hostIf, ifindex, api.DeletedDir(conf.Socket)))
 	return nil
+}
+
+// deletedWithoutAgent is what DEL logs when it deleted without the agent.
+func deletedWithoutAgent(ref api.PodRef, hostIf string, ifindex int, dir string) string {
+	pod := ""
+	if ref.Pod != "" {
+		pod = fmt.Sprintf(" (pod %s/%s)", ref.Namespace, ref.Pod)
+	}
+	did := "removed " + hostIf
+	if ifindex == 0 {
+		did = "found no " + hostIf + " to remove"
+	}
+	return fmt.Sprintf("myelin-cni: DEL %s%s: the agent was unreachable; %s and left the delete for the agent in %s", ref.ContainerID, pod, did, dir)
 }
 
 func cmdStatus(args *skel.CmdArgs) error {
@@ -201,13 +245,20 @@ func cmdStatus(args *skel.CmdArgs) error {
 	ctx, cancel := context.WithTimeout(context.Background(), api.DefaultTimeout)
 	defer cancel()
 	h, err := api.NewClient(conf.Socket).Health(ctx)
-	if err != nil {
-		return agentError("check the agent", conf.Socket, err)
+	if err == nil && !h.Ready {
+		err = fmt.Errorf("%w: not ready: %s", api.ErrUnavailable, h.Reason)
 	}
-	if !h.Ready {
-		return agentError("check the agent", conf.Socket, fmt.Errorf("%w: not ready: %s", api.ErrUnavailable, h.Reason))
+	if err == nil {
+		return nil
 	}
-	return nil
+	// The spec's STATUS code for "cannot serve ADD" is 50, not 11: the datapath of the
+	// node's pods keeps running without the agent, so never 51 (limited connectivity).
+	e := agentError("check the agent", conf.Socket, err)
+	var cniErr *types.Error
+	if errors.As(e, &cniErr) && cniErr.Code == types.ErrTryAgainLater {
+		cniErr.Code = types.ErrPluginNotAvailable
+	}
+	return e
 }
 
 func cmdGC(args *skel.CmdArgs) error {
@@ -215,9 +266,9 @@ func cmdGC(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	var keep []string
-	for _, a := range conf.ValidAttachments {
-		keep = append(keep, a.ContainerID)
+	keep, err := gcKeep(args.StdinData, conf)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), api.DefaultTimeout)
 	defer cancel()

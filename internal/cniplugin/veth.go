@@ -54,7 +54,7 @@ func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU, gso int, ip, gw 
 		if err := netlink.LinkAdd(veth); err != nil {
 			// An existing name (a second ADD without DEL) is another attachment's
 			// pair: it stays as it is.
-			return fmt.Errorf("create veth %s/%s: %w", ifName, hostIf, err)
+			return vethExists(err, ifName, hostIf, host)
 		}
 		created = true
 		hostLink, err := host.LinkByName(hostIf)
@@ -90,6 +90,23 @@ func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU, gso int, ip, gw 
 		return podLink{}, fmt.Errorf("bring up host veth %s: %w", hostIf, err)
 	}
 	return out, nil
+}
+
+// vethExists says which name of a veth pair that could not be created exists
+// already, if one does: the pod's (CNI_IFNAME, taken in the pod's netns, which it
+// runs in) or the host's (the container has an attachment).
+func vethExists(err error, ifName, hostIf string, host *netlink.Handle) error {
+	if !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("create veth %s/%s: %w", ifName, hostIf, err)
+	}
+	if _, lerr := netlink.LinkByName(ifName); lerr == nil {
+		return fmt.Errorf("create veth %s/%s: CNI_IFNAME %s exists already in the pod's network namespace "+
+			"(another plugin's interface, or an ADD without DEL): DEL the attachment first or give the pod another interface name", ifName, hostIf, ifName)
+	}
+	if _, lerr := host.LinkByName(hostIf); lerr == nil {
+		return fmt.Errorf("create veth %s/%s: host veth %s exists already: the container has an attachment; DEL it before another ADD", ifName, hostIf, hostIf)
+	}
+	return fmt.Errorf("create veth %s/%s: %w", ifName, hostIf, err)
 }
 
 // bigTCPAttrs gives a pod interface's attributes the IPv4 GSO and GRO size gso
@@ -164,12 +181,23 @@ func configurePod(pod netlink.Link, ip, gw netip.Addr, gwMAC net.HardwareAddr, r
 	return nil
 }
 
-// deletePodLink removes ifName inside the pod netns; a missing netns or link is fine.
+// deletePodLink removes ifName inside the pod netns; a missing netns or link is
+// fine, and so is a path that is no network namespace (what is left of a deleted one).
+// The plugin's own netns is refused: its ifName is the node's.
 func deletePodLink(netnsPath, ifName string) error {
 	if netnsPath == "" {
 		return nil
 	}
-	err := netns.Do(netnsPath, func() error {
+	kind, why, err := classifyNetNS(netnsPath)
+	switch {
+	case err != nil:
+		return err
+	case kind == nsOwn:
+		return badNetNS(netnsPath, why)
+	case kind != nsPod:
+		return nil
+	}
+	err = netns.Do(netnsPath, func() error {
 		l, err := netlink.LinkByName(ifName)
 		if err != nil {
 			return nil

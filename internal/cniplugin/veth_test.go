@@ -178,8 +178,11 @@ func TestPrivilegedVethSecondAddKeepsLivePair(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if _, err := setupVeth(pod, "eth0", hostIf, 1400, 1350, 0, ip, gw); err == nil {
-			t.Error("a second setupVeth with the same names succeeded")
+		if _, err := setupVeth(pod, "eth0", hostIf, 1400, 1350, 0, ip, gw); err == nil || !strings.Contains(err.Error(), "CNI_IFNAME eth0 exists already") {
+			t.Errorf("a second setupVeth with the same names = %v, want an error saying CNI_IFNAME eth0 exists already", err)
+		}
+		if _, err := setupVeth(pod, "eth1", hostIf, 1400, 1350, 0, ip, gw); err == nil || !strings.Contains(err.Error(), "host veth "+hostIf+" exists already") {
+			t.Errorf("setupVeth with the same host veth = %v, want an error saying host veth %s exists already", err, hostIf)
 		}
 		l, err := netlink.LinkByName(hostIf)
 		if err != nil || l.Attrs().Index != first.HostIndex {
