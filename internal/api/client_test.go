@@ -8,21 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-// serve answers every request on a unix socket with handler; it returns the socket.
-func serve(t *testing.T, handler http.HandlerFunc) string {
-	t.Helper()
-	sock := filepath.Join(t.TempDir(), "api.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: handler}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return sock
-}
+	"github.com/myelin-net/myelin/internal/testenv"
+)
 
 // An answer without the agent's JSON (another server on the socket, a proxy, a crash
 // mid-answer) still gives an error that says what was asked, what came back and where.
@@ -37,7 +25,7 @@ func TestClientAnswerWithoutJSON(t *testing.T) {
 		{http.StatusServiceUnavailable, "", []string{"503 Service Unavailable"}, ErrUnavailable},
 		{http.StatusOK, "<html>", []string{"read the answer to POST /v1/ipam/c1", "is it the myelin agent?"}, nil},
 	} {
-		sock := serve(t, func(w http.ResponseWriter, _ *http.Request) {
+		sock := testenv.ServeUnixHTTP(t, func(w http.ResponseWriter, _ *http.Request) {
 			w.WriteHeader(c.status)
 			_, _ = w.Write([]byte(c.body))
 		})
@@ -67,7 +55,7 @@ func TestClientAgentDown(t *testing.T) {
 	l.SetUnlinkOnClose(false)
 	l.Close()
 	entered := make(chan struct{})
-	hung := serve(t, func(_ http.ResponseWriter, r *http.Request) {
+	hung := testenv.ServeUnixHTTP(t, func(_ http.ResponseWriter, r *http.Request) {
 		close(entered)
 		<-r.Context().Done()
 	})

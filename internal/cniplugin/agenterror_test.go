@@ -15,6 +15,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/testenv"
 )
 
 // The CNI error of a failed endpoint PUT names what failed: an agent that is not
@@ -52,25 +53,11 @@ func TestAgentErrorNamesTheCause(t *testing.T) {
 	}
 }
 
-// fakeAgent serves handler on a unix socket in a temporary directory and returns it.
-func fakeAgent(t *testing.T, handler http.HandlerFunc) string {
-	t.Helper()
-	sock := filepath.Join(t.TempDir(), "agent.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: handler}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return sock
-}
-
 // A GC without the runtime's list of valid attachments never reaches the agent, which
 // would remove every endpoint on the node.
 func TestGCWithoutValidAttachmentsRemovesNothing(t *testing.T) {
 	calls := 0
-	sock := fakeAgent(t, func(w http.ResponseWriter, _ *http.Request) {
+	sock := testenv.ServeUnixHTTP(t, func(w http.ResponseWriter, _ *http.Request) {
 		calls++
 		_ = json.NewEncoder(w).Encode(api.GCResult{})
 	})
@@ -89,7 +76,7 @@ func TestGCWithoutValidAttachmentsRemovesNothing(t *testing.T) {
 // (code 50, the spec's for STATUS), naming the socket and how to look at the agent.
 func TestAgentDownSaysWhatToDo(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "agent.sock")
-	starting := fakeAgent(t, func(w http.ResponseWriter, _ *http.Request) {
+	starting := testenv.ServeUnixHTTP(t, func(w http.ResponseWriter, _ *http.Request) {
 		_ = json.NewEncoder(w).Encode(api.Health{Ready: false, Reason: "restoring endpoints"})
 	})
 	for sock, want := range map[string]string{missing: "no such file or directory", starting: "restoring endpoints"} {

@@ -5,8 +5,11 @@
 package testenv
 
 import (
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 
@@ -75,4 +78,19 @@ func Helm(t testing.TB) string {
 		Skipf(t, "needs helm %s (make setup builds it into %s)", helmtool.Version, helmtool.BinDir())
 	}
 	return bin
+}
+
+// ServeUnixHTTP serves handler on a unix socket in a temporary directory until the
+// test ends and returns the socket's path: a stand-in for the agent's API socket.
+func ServeUnixHTTP(t testing.TB, handler http.HandlerFunc) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: handler}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return sock
 }
