@@ -71,10 +71,15 @@ func (p *Pool) save() error {
 	return os.Rename(p.path+".tmp", p.path)
 }
 
-// Allocate returns owner's address (existing or new) and persists it.
+// Allocate returns owner's address (existing or new) and persists a new one. An
+// existing address (a retried ADD) needs no write, and a failed write never takes it
+// away: its endpoint may hold it, and the next allocation would hand it out again.
 func (p *Pool) Allocate(owner string) (netip.Addr, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if ip, ok := p.alloc.byUser[owner]; ok {
+		return ip, nil
+	}
 	ip, err := p.alloc.Allocate(owner)
 	if err != nil {
 		return ip, err
