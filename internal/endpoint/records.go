@@ -2,6 +2,7 @@ package endpoint
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -36,28 +37,46 @@ func removeRecord(dir, containerID string) error {
 	return nil
 }
 
-func readRecords(dir string) ([]*api.Endpoint, error) {
+// readRecords reads the endpoint records in dir. A record that can't be read or
+// parsed, or that names another container than its file, does not stop the others:
+// its container id (the file's name) is in unreadable and the error names the file.
+func readRecords(dir string) (records []*api.Endpoint, unreadable []string, err error) {
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, fmt.Errorf("read endpoint records: %w", err)
 	}
-	var out []*api.Endpoint
+	var errs []error
 	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".json") {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		ep, err := readRecord(filepath.Join(dir, e.Name()), id)
 		if err != nil {
-			return nil, err
+			unreadable = append(unreadable, id)
+			errs = append(errs, err)
+			continue
 		}
-		var ep api.Endpoint
-		if err := json.Unmarshal(b, &ep); err != nil {
-			return nil, fmt.Errorf("endpoint record %s: %w", e.Name(), err)
-		}
-		out = append(out, &ep)
+		records = append(records, ep)
 	}
-	return out, nil
+	return records, unreadable, errors.Join(errs...)
+}
+
+func readRecord(path, containerID string) (*api.Endpoint, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint record %s: %w", path, err)
+	}
+	var ep api.Endpoint
+	if err := json.Unmarshal(b, &ep); err != nil {
+		return nil, fmt.Errorf("endpoint record %s is corrupt (%w); its container keeps its IP until CNI DEL or GC removes it", path, err)
+	}
+	if ep.ContainerID != containerID {
+		return nil, fmt.Errorf("endpoint record %s names container %q, not %q; its container keeps its IP until CNI DEL or GC removes it",
+			path, ep.ContainerID, containerID)
+	}
+	return &ep, nil
 }

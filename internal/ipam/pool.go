@@ -38,7 +38,8 @@ func OpenPool(path string, cidr netip.Prefix) (*Pool, error) {
 	}
 	var f poolFile
 	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, fmt.Errorf("read IPAM state %s: %w; move it away to start with an empty pool", path, err)
+		return nil, fmt.Errorf("read IPAM state %s: %w; move it away and restart the agent: "+
+			"the endpoints recorded on the node claim their addresses back", path, err)
 	}
 	if f.CIDR != cidr.String() {
 		return nil, fmt.Errorf("IPAM state %s is for %s but the node's PodCIDR is %v; the PodCIDR must not change while pods run: drain the node and remove the file",
@@ -89,6 +90,26 @@ func (p *Pool) Allocate(owner string) (netip.Addr, error) {
 		return netip.Addr{}, fmt.Errorf("persist IP allocation: %w", err)
 	}
 	return ip, nil
+}
+
+// Claim makes ip owner's, as an endpoint record read back at start-up says it is,
+// and persists a change. It fails, changing nothing, for an address outside the
+// range, one another owner holds, or an owner that holds another address: two
+// claims on one address must not both win.
+func (p *Pool) Claim(owner string, ip netip.Addr) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if held, ok := p.alloc.byUser[owner]; ok && held == ip {
+		return nil
+	}
+	if err := p.alloc.Restore(ip, owner); err != nil {
+		return err
+	}
+	if err := p.save(); err != nil {
+		p.alloc.Release(owner)
+		return fmt.Errorf("persist IP allocation: %w", err)
+	}
+	return nil
 }
 
 // Release frees owner's address, if any, and persists the change.
