@@ -107,7 +107,16 @@ func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
 		return api.Allocation{}, fmt.Errorf("allocate for %s/%s: delete the retired veth of the container's previous attachment: %w",
 			ref.Namespace, ref.Pod, err)
 	}
+	// The allocation and its pending mark are one step: a GC between them would take
+	// the allocation of an ADD in flight.
+	m.mu.Lock()
 	ip, err := m.pool.Allocate(ref.ContainerID)
+	if err == nil {
+		if _, ok := m.eps[ref.ContainerID]; !ok {
+			m.pending[ref.ContainerID] = m.now()
+		}
+	}
+	m.mu.Unlock()
 	if err != nil {
 		if errors.Is(err, ipam.ErrExhausted) {
 			return api.Allocation{}, fmt.Errorf("no free pod IP on node %s for %s/%s: %w; delete pods on this node or give it a larger PodCIDR",
@@ -115,11 +124,6 @@ func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
 		}
 		return api.Allocation{}, err
 	}
-	m.mu.Lock()
-	if _, ok := m.eps[ref.ContainerID]; !ok {
-		m.pending[ref.ContainerID] = m.now()
-	}
-	m.mu.Unlock()
 	return api.Allocation{IP: ip.String(), Gateway: api.PodGateway, MTU: m.cfg.MTU, RouteMTU: m.cfg.RouteMTU,
 		HostIfName: HostIfName(ref.ContainerID), GSOIPv4MaxSize: m.cfg.GSOIPv4MaxSize}, nil
 }
