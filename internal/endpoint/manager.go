@@ -74,10 +74,17 @@ type Manager struct {
 	mu  sync.Mutex
 	eps map[string]*api.Endpoint // by container id
 	// pending are the allocations whose endpoint is not registered yet (an ADD in
-	// progress, or one that died), by when they were made: GC leaves them
-	// allocationGrace, so it can't take an ADD's IP and veth from under it.
-	pending map[string]time.Time
+	// progress, or one that died): GC leaves them allocationGrace, so it can't take
+	// an ADD's IP and veth from under it.
+	pending map[string]pendingADD
 	now     func() time.Time
+}
+
+// pendingADD is an allocation whose endpoint is not registered yet.
+type pendingADD struct {
+	since time.Time // when it was made, or when the agent restarted (restored)
+	// restored: the allocation is a previous agent's, made at a time unknown.
+	restored bool
 }
 
 // allocationGrace is how long GC keeps an allocation whose endpoint is not
@@ -87,7 +94,7 @@ const allocationGrace = 2 * api.DefaultTimeout
 // NewManager returns a manager; call Restore before serving requests.
 func NewManager(cfg Config, dp Datapath, links Links, pool *ipam.Pool) *Manager {
 	m := &Manager{cfg: cfg, dp: dp, links: links, pool: pool, eps: map[string]*api.Endpoint{},
-		pending: map[string]time.Time{}, now: time.Now}
+		pending: map[string]pendingADD{}, now: time.Now}
 	m.reaper = newReaper(links, m.ownsVeth)
 	return m
 }
@@ -113,7 +120,7 @@ func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
 	ip, err := m.pool.Allocate(ref.ContainerID)
 	if err == nil {
 		if _, ok := m.eps[ref.ContainerID]; !ok {
-			m.pending[ref.ContainerID] = m.now()
+			m.pending[ref.ContainerID] = pendingADD{since: m.now()}
 		}
 	}
 	m.mu.Unlock()
@@ -333,7 +340,7 @@ func (m *Manager) collect(keep []string) ([]string, error) {
 			continue
 		}
 		if _, registered := m.eps[id]; !registered {
-			if at, ok := m.pending[id]; ok && m.now().Sub(at) < allocationGrace {
+			if p, ok := m.pending[id]; ok && m.now().Sub(p.since) < allocationGrace {
 				continue // an ADD in progress: its endpoint comes, or the next GC takes it
 			}
 		}

@@ -51,7 +51,7 @@ func (m *Manager) Restore() (adopted, removed int, err error) {
 	}
 	for id := range m.pool.Owners() {
 		if _, ok := m.eps[id]; !ok {
-			m.pending[id] = m.now()
+			m.pending[id] = pendingADD{since: m.now(), restored: true}
 		}
 	}
 	errs = append(errs, m.retireStrays(), m.removeStrayEntries(unreadable))
