@@ -51,6 +51,16 @@ func DeletedDir(socket string) string { return filepath.Join(filepath.Dir(socket
 // file names.
 var containerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]*$`)
 
+// CheckContainerID returns an error for an id that is not a CNI container id
+// (letters, digits, '_', '.', '-', starting with a letter or digit). The agent keys
+// files by container id, so an id such as "../x" must never reach it.
+func CheckContainerID(id string) error {
+	if !containerIDPattern.MatchString(id) {
+		return fmt.Errorf("container id %q is not a CNI container id (letters, digits, '_', '.', '-', starting with a letter or digit)", id)
+	}
+	return nil
+}
+
 // WriteDeleted records d in dir (atomically: a reader never sees half a record). A
 // repeated DEL, which finds no veth (HostIfIndex 0), keeps the record of the first.
 func WriteDeleted(dir string, d DeletedEndpoint) error {

@@ -2,6 +2,7 @@ package endpoint
 
 import (
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -143,5 +144,33 @@ func TestManagerDeleteRecordedReleasesADeadADDAfterRestart(t *testing.T) {
 	}
 	if ip, ok := f2.pool.Lookup("dead"); ok {
 		t.Fatalf("the dead ADD's allocation %v is kept after its recorded delete", ip)
+	}
+}
+
+// A container id is a file name in the agent's state: one that is not a CNI
+// container id ("../victim", as a forged request path can carry) is refused before
+// it touches a file.
+func TestManagerRefusesForgedContainerIDs(t *testing.T) {
+	f := emptyFixture(t)
+	victim := filepath.Join(f.dir, "victim.json") // what endpoints/../victim.json names
+	if err := os.WriteFile(victim, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"../victim", "..", "", "a/b"} {
+		if _, err := f.m.Allocate(api.PodRef{ContainerID: id}); err == nil {
+			t.Errorf("Allocate(%q) succeeded", id)
+		}
+		if err := f.m.DeleteOwned(id, 0); err == nil {
+			t.Errorf("DeleteOwned(%q) succeeded", id)
+		}
+		if err := f.m.Release(id); err == nil {
+			t.Errorf("Release(%q) succeeded", id)
+		}
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Errorf("a file outside the records directory was touched: %v", err)
+	}
+	if _, used, _ := f.pool.Usage(); used != 0 {
+		t.Errorf("%d IPs allocated to forged ids", used)
 	}
 }

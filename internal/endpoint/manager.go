@@ -107,8 +107,8 @@ func (m *Manager) Reaper() *Reaper { return m.reaper }
 // that name (the container id was deleted a moment ago) is deleted first, so the
 // plugin can create the pair again, also into the same pod netns.
 func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
-	if ref.ContainerID == "" {
-		return api.Allocation{}, fmt.Errorf("allocate: the container id is empty")
+	if err := api.CheckContainerID(ref.ContainerID); err != nil {
+		return api.Allocation{}, fmt.Errorf("allocate: %w", err)
 	}
 	if err := m.reaper.finish(HostIfName(ref.ContainerID)); err != nil {
 		return api.Allocation{}, fmt.Errorf("allocate for %s/%s: delete the retired veth of the container's previous attachment: %w",
@@ -217,6 +217,9 @@ func (m *Manager) unprogram(ep *api.Endpoint, ip netip.Addr) error {
 // ADD for it can't free the address another pod would then get while the endpoint,
 // its datapath entry and its policy identity still name it.
 func (m *Manager) Release(containerID string) error {
+	if err := api.CheckContainerID(containerID); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if ep, ok := m.eps[containerID]; ok {
@@ -231,6 +234,9 @@ func (m *Manager) Release(containerID string) error {
 // Delete removes an endpoint and its IP and retires its host veth (down now, deleted
 // by the Reaper). Nothing there is success.
 func (m *Manager) Delete(containerID string) error {
+	if err := api.CheckContainerID(containerID); err != nil {
+		return fmt.Errorf("delete endpoint: %w", err)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.deleteLocked(containerID)

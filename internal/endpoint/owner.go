@@ -19,6 +19,9 @@ import (
 // it saw none and claims no veth). A record on another veth is not deleted:
 // api.ErrNotOwner.
 func (m *Manager) DeleteOwned(containerID string, ifindex int) error {
+	if err := api.CheckContainerID(containerID); err != nil {
+		return fmt.Errorf("delete endpoint: %w", err)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if ep, ok := m.eps[containerID]; ok && ifindex != 0 && ep.HostIfIndex != ifindex {
