@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"time"
+
+	"github.com/myelin-net/myelin/internal/statefile"
 )
 
 // HostIfName is the name of a pod's host-side veth: "myl" and 11 hex characters of a
@@ -78,10 +80,10 @@ func WriteDeleted(dir string, d DeletedEndpoint) error {
 	if _, err := os.Stat(path); err == nil && d.HostIfIndex == 0 {
 		return nil
 	}
-	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
+	if err := statefile.Write(path, b, 0o600); err != nil {
 		return fmt.Errorf("record deleted endpoint: %w", err)
 	}
-	return os.Rename(path+".tmp", path)
+	return nil
 }
 
 // ReadDeleted returns the records in dir with their paths; none if dir does not exist.

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/statefile"
 )
 
 func recordPath(dir, containerID string) string {
@@ -23,11 +24,10 @@ func writeRecord(dir string, ep *api.Endpoint) error {
 	if err != nil {
 		return err
 	}
-	path := recordPath(dir, ep.ContainerID)
-	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
+	if err := statefile.Write(recordPath(dir, ep.ContainerID), b, 0o600); err != nil {
 		return fmt.Errorf("write endpoint record: %w", err)
 	}
-	return os.Rename(path+".tmp", path)
+	return nil
 }
 
 func removeRecord(dir, containerID string) error {

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+
+	"github.com/myelin-net/myelin/internal/statefile"
 )
 
 // Pool is an Allocator whose state is written to a file after every change.
@@ -66,10 +68,7 @@ func (p *Pool) save() error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(p.path+".tmp", b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(p.path+".tmp", p.path)
+	return statefile.Write(p.path, b, 0o600)
 }
 
 // Allocate returns owner's address (existing or new) and persists a new one. An
