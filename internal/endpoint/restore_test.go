@@ -177,3 +177,34 @@ func TestRestoreGivesAnADDInFlightItsGrace(t *testing.T) {
 		t.Fatalf("GC right after restart = %v, %v; want the ADD in flight kept", removed, err)
 	}
 }
+
+// A truncated ipam.json (a power loss before it was synced) is moved aside; the
+// records claim their addresses back, every endpoint is adopted, and no new pod gets
+// a live pod's address.
+func TestRestoreOverATruncatedPoolFile(t *testing.T) {
+	f, eps, restart := restartFixture(t)
+	if err := os.WriteFile(filepath.Join(f.dir, "ipam.json"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f2 := restart()
+	if f2.pool.Damaged() == nil {
+		t.Error("the pool does not say its file was damaged")
+	}
+	if adopted, removed, err := f2.m.Restore(); adopted != 3 || removed != 0 || err != nil {
+		t.Fatalf("Restore = %d adopted, %d removed, %v; want 3, 0, nil", adopted, removed, err)
+	}
+	for id, ep := range eps {
+		if ip, ok := f2.pool.Lookup(id); !ok || ip.String() != ep.IP {
+			t.Errorf("%s holds %v %v after restore, want %s", id, ip, ok, ep.IP)
+		}
+	}
+	alloc, err := f2.m.Allocate(api.PodRef{ContainerID: "new"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ep := range eps {
+		if alloc.IP == ep.IP {
+			t.Fatalf("a new pod got the live address %s", alloc.IP)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -181,5 +182,49 @@ func TestPoolFailedSaveKeepsAnExistingAllocation(t *testing.T) {
 	}
 	if _, ok := p.Lookup("new"); ok {
 		t.Error("an allocation whose save failed is kept")
+	}
+}
+
+// A corrupt pool file does not stop the agent: it is moved aside, the pool starts
+// empty and says why; a file whose entries are partly bad keeps the good ones and
+// leaves out every claimant of a doubled address.
+func TestOpenPoolRecoversADamagedFile(t *testing.T) {
+	cidr := netip.MustParsePrefix("10.9.0.0/28")
+	path := filepath.Join(t.TempDir(), "ipam.json")
+	if err := os.WriteFile(path, []byte(`{"cidr":"10.9.0.0/28","allocations":{"a":"10.9`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := OpenPool(path, cidr)
+	if err != nil {
+		t.Fatalf("OpenPool of a truncated file: %v", err)
+	}
+	if d := p.Damaged(); d == nil || !strings.Contains(d.Error(), "ipam.json.corrupt") {
+		t.Errorf("Damaged() = %v, want it to name the file moved aside", d)
+	}
+	if b, err := os.ReadFile(path + ".corrupt"); err != nil || !strings.Contains(string(b), `"a":"10.9`) {
+		t.Errorf("the corrupt file moved aside: %q %v", b, err)
+	}
+	if _, used, _ := p.Usage(); used != 0 {
+		t.Errorf("%d allocations from a corrupt file", used)
+	}
+
+	if err := os.WriteFile(path, []byte(`{"cidr":"10.9.0.0/28","allocations":{"good":"10.9.0.3","x":"10.9.0.5","y":"10.9.0.5",
+		"bad":"nonsense","far":"10.1.0.9"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err = OpenPool(path, cidr)
+	if err != nil {
+		t.Fatalf("OpenPool of a file with bad entries: %v", err)
+	}
+	if got := p.Owners(); len(got) != 1 || got["good"] != netip.MustParseAddr("10.9.0.3") {
+		t.Errorf("allocations kept: %v, want only good", got)
+	}
+	for _, want := range []string{"10.9.0.5", "nonsense", "10.1.0.9"} {
+		if d := p.Damaged(); d == nil || !strings.Contains(d.Error(), want) {
+			t.Errorf("Damaged() = %v, want it to name %s", d, want)
+		}
+	}
+	if p2, err := OpenPool(path, cidr); err != nil || p2.Damaged() != nil || len(p2.Owners()) != 1 {
+		t.Errorf("reopened after the repair: %v %v %v, want whole with good", err, p2.Damaged(), p2.Owners())
 	}
 }
