@@ -38,7 +38,8 @@ func removeRecord(dir, containerID string) error {
 }
 
 // readRecords reads the endpoint records in dir. A record that can't be read or
-// parsed, or that names another container than its file, does not stop the others:
+// parsed, or that names another container than its file or another veth than its
+// container's (which a delete would detach), does not stop the others:
 // its container id (the file's name) is in unreadable and the error names the file.
 func readRecords(dir string) (records []*api.Endpoint, unreadable []string, err error) {
 	entries, err := os.ReadDir(dir)
@@ -77,6 +78,10 @@ func readRecord(path, containerID string) (*api.Endpoint, error) {
 	if ep.ContainerID != containerID {
 		return nil, fmt.Errorf("endpoint record %s names container %q, not %q; its container keeps its IP until CNI DEL or GC removes it",
 			path, ep.ContainerID, containerID)
+	}
+	if ep.HostIfName != HostIfName(containerID) {
+		return nil, fmt.Errorf("endpoint record %s names host veth %q, not its container's %s; its container keeps its IP until CNI DEL or GC removes it",
+			path, ep.HostIfName, HostIfName(containerID))
 	}
 	return &ep, nil
 }

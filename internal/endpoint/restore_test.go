@@ -208,3 +208,24 @@ func TestRestoreOverATruncatedPoolFile(t *testing.T) {
 		}
 	}
 }
+
+// A record naming another pod's host veth (forged) is not adopted: deleting it would
+// detach that pod's programs. The pod on that veth keeps everything.
+func TestRestoreRefusesARecordOnAnotherPodsVeth(t *testing.T) {
+	f, eps, restart := restartFixture(t)
+	forged := eps["b"]
+	forged.HostIfName, forged.HostIfIndex = eps["a"].HostIfName, eps["a"].HostIfIndex
+	f.forge(t, forged)
+	f2 := restart()
+	adopted, _, err := f2.m.Restore()
+	if adopted != 2 || err == nil || !strings.Contains(err.Error(), "names host veth") {
+		t.Fatalf("Restore = %d adopted, %v; want 2 and an error naming the veth", adopted, err)
+	}
+	if err := f2.m.DeleteOwned("b", 0); err != nil {
+		t.Fatal(err)
+	}
+	f2.intact(t, "after the forged record's DEL", eps["a"])
+	if f2.dp.attached[eps["a"].HostIfName] != eps["a"].HostIfIndex {
+		t.Errorf("a's programs after the forged record's DEL: %v", f2.dp.attached)
+	}
+}
