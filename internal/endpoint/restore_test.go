@@ -229,3 +229,36 @@ func TestRestoreRefusesARecordOnAnotherPodsVeth(t *testing.T) {
 		t.Errorf("a's programs after the forged record's DEL: %v", f2.dp.attached)
 	}
 }
+
+// The agent died inside Put, after programming the map and before writing the
+// record. The new agent removes the unrecorded map entry but keeps the allocation (the
+// ADD is in flight); the plugin's register with the new agent then succeeds, or its
+// failure releases the IP.
+func TestRestoreAfterADeathBetweenMapAndRecord(t *testing.T) {
+	f, _, restart := restartFixture(t)
+	ref := api.PodRef{ContainerID: "mid", Namespace: "default", Pod: "mid"}
+	alloc, err := f.m.Allocate(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := netip.MustParseAddr(alloc.IP)
+	f.links.links[alloc.HostIfName] = 9
+	f.dp.eps[ip] = datapath.EndpointInfo{IfIndex: 9} // programmed, no record
+	f2 := restart()
+	if adopted, removed, err := f2.m.Restore(); adopted != 3 || removed != 0 || err != nil {
+		t.Fatalf("Restore = %d, %d, %v; want 3, 0, nil", adopted, removed, err)
+	}
+	if _, ok := f2.dp.eps[ip]; ok {
+		t.Error("the unrecorded map entry was kept")
+	}
+	if held, ok := f2.pool.Lookup("mid"); !ok || held != ip {
+		t.Fatalf("the ADD in flight lost its IP: %v %v", held, ok)
+	}
+	if _, err := f2.m.Put(api.Endpoint{PodRef: ref, IP: alloc.IP, HostIfName: alloc.HostIfName, HostIfIndex: 9,
+		HostMAC: "02:00:00:00:00:01", PodMAC: "02:00:00:00:00:02"}); err != nil {
+		t.Fatalf("register with the new agent: %v", err)
+	}
+	if f2.dp.eps[ip].IfIndex != 9 {
+		t.Errorf("map entry after register: %+v", f2.dp.eps[ip])
+	}
+}
