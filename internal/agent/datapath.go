@@ -154,11 +154,16 @@ func attach(dp *datapath.Datapath, uplink, overlay netlink.Link) error {
 }
 
 // restoreEndpoints adopts the endpoints recorded on disk (map entries, programs,
-// routes); those whose veth vanished are removed. A failure is reported, not fatal.
+// routes); those whose veth vanished are removed. A failure, and a damaged IPAM
+// file (ipam.Pool.Damaged), is reported, not fatal.
 func (s *startup) restoreEndpoints(dp *datapath.Datapath, pool *ipam.Pool) *endpoint.Manager {
 	eps := endpoint.NewManager(endpoint.Config{Dir: filepath.Join(s.cfg.StateDir, "endpoints"), Node: s.cfg.Node,
 		MTU: s.plan.MTU, RouteMTU: s.plan.RouteMTU, GSOIPv4MaxSize: s.plan.BIGTCP.Size}, dp, routing.Kernel{}, pool)
 	adopted, removed, err := eps.Restore()
+	if damaged := pool.Damaged(); damaged != nil { // ipam.json was damaged: the records gave the addresses back
+		s.log.Error("IPAM state damaged; the allocations of the restored endpoints were taken from their records", "err", damaged)
+		err = errors.Join(damaged, err)
+	}
 	s.loops.report("endpoint-restore", err)
 	s.log.Info("endpoints restored", "adopted", adopted, "removed", removed, "err", err)
 	return eps

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"time"
+
+	"github.com/myelin-net/myelin/internal/statefile"
 )
 
 // HostIfName is the name of a pod's host-side veth: "myl" and 11 hex characters of a
@@ -51,6 +53,16 @@ func DeletedDir(socket string) string { return filepath.Join(filepath.Dir(socket
 // file names.
 var containerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]*$`)
 
+// CheckContainerID returns an error for an id that is not a CNI container id
+// (letters, digits, '_', '.', '-', starting with a letter or digit). The agent keys
+// files by container id, so an id such as "../x" must never reach it.
+func CheckContainerID(id string) error {
+	if !containerIDPattern.MatchString(id) {
+		return fmt.Errorf("container id %q is not a CNI container id (letters, digits, '_', '.', '-', starting with a letter or digit)", id)
+	}
+	return nil
+}
+
 // WriteDeleted records d in dir (atomically: a reader never sees half a record). A
 // repeated DEL, which finds no veth (HostIfIndex 0), keeps the record of the first.
 func WriteDeleted(dir string, d DeletedEndpoint) error {
@@ -68,10 +80,10 @@ func WriteDeleted(dir string, d DeletedEndpoint) error {
 	if _, err := os.Stat(path); err == nil && d.HostIfIndex == 0 {
 		return nil
 	}
-	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
+	if err := statefile.Write(path, b, 0o600); err != nil {
 		return fmt.Errorf("record deleted endpoint: %w", err)
 	}
-	return os.Rename(path+".tmp", path)
+	return nil
 }
 
 // ReadDeleted returns the records in dir with their paths; none if dir does not exist.

@@ -74,10 +74,17 @@ type Manager struct {
 	mu  sync.Mutex
 	eps map[string]*api.Endpoint // by container id
 	// pending are the allocations whose endpoint is not registered yet (an ADD in
-	// progress, or one that died), by when they were made: GC leaves them
-	// allocationGrace, so it can't take an ADD's IP and veth from under it.
-	pending map[string]time.Time
+	// progress, or one that died): GC leaves them allocationGrace, so it can't take
+	// an ADD's IP and veth from under it.
+	pending map[string]pendingADD
 	now     func() time.Time
+}
+
+// pendingADD is an allocation whose endpoint is not registered yet.
+type pendingADD struct {
+	since time.Time // when it was made, or when the agent restarted (restored)
+	// restored: the allocation is a previous agent's, made at a time unknown.
+	restored bool
 }
 
 // allocationGrace is how long GC keeps an allocation whose endpoint is not
@@ -87,7 +94,7 @@ const allocationGrace = 2 * api.DefaultTimeout
 // NewManager returns a manager; call Restore before serving requests.
 func NewManager(cfg Config, dp Datapath, links Links, pool *ipam.Pool) *Manager {
 	m := &Manager{cfg: cfg, dp: dp, links: links, pool: pool, eps: map[string]*api.Endpoint{},
-		pending: map[string]time.Time{}, now: time.Now}
+		pending: map[string]pendingADD{}, now: time.Now}
 	m.reaper = newReaper(links, m.ownsVeth)
 	return m
 }
@@ -100,14 +107,23 @@ func (m *Manager) Reaper() *Reaper { return m.reaper }
 // that name (the container id was deleted a moment ago) is deleted first, so the
 // plugin can create the pair again, also into the same pod netns.
 func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
-	if ref.ContainerID == "" {
-		return api.Allocation{}, fmt.Errorf("allocate: the container id is empty")
+	if err := api.CheckContainerID(ref.ContainerID); err != nil {
+		return api.Allocation{}, fmt.Errorf("allocate: %w", err)
 	}
 	if err := m.reaper.finish(HostIfName(ref.ContainerID)); err != nil {
 		return api.Allocation{}, fmt.Errorf("allocate for %s/%s: delete the retired veth of the container's previous attachment: %w",
 			ref.Namespace, ref.Pod, err)
 	}
+	// The allocation and its pending mark are one step: a GC between them would take
+	// the allocation of an ADD in flight.
+	m.mu.Lock()
 	ip, err := m.pool.Allocate(ref.ContainerID)
+	if err == nil {
+		if _, ok := m.eps[ref.ContainerID]; !ok {
+			m.pending[ref.ContainerID] = pendingADD{since: m.now()}
+		}
+	}
+	m.mu.Unlock()
 	if err != nil {
 		if errors.Is(err, ipam.ErrExhausted) {
 			return api.Allocation{}, fmt.Errorf("no free pod IP on node %s for %s/%s: %w; delete pods on this node or give it a larger PodCIDR",
@@ -115,11 +131,6 @@ func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
 		}
 		return api.Allocation{}, err
 	}
-	m.mu.Lock()
-	if _, ok := m.eps[ref.ContainerID]; !ok {
-		m.pending[ref.ContainerID] = m.now()
-	}
-	m.mu.Unlock()
 	return api.Allocation{IP: ip.String(), Gateway: api.PodGateway, MTU: m.cfg.MTU, RouteMTU: m.cfg.RouteMTU,
 		HostIfName: HostIfName(ref.ContainerID), GSOIPv4MaxSize: m.cfg.GSOIPv4MaxSize}, nil
 }
@@ -206,6 +217,9 @@ func (m *Manager) unprogram(ep *api.Endpoint, ip netip.Addr) error {
 // ADD for it can't free the address another pod would then get while the endpoint,
 // its datapath entry and its policy identity still name it.
 func (m *Manager) Release(containerID string) error {
+	if err := api.CheckContainerID(containerID); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if ep, ok := m.eps[containerID]; ok {
@@ -220,6 +234,9 @@ func (m *Manager) Release(containerID string) error {
 // Delete removes an endpoint and its IP and retires its host veth (down now, deleted
 // by the Reaper). Nothing there is success.
 func (m *Manager) Delete(containerID string) error {
+	if err := api.CheckContainerID(containerID); err != nil {
+		return fmt.Errorf("delete endpoint: %w", err)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.deleteLocked(containerID)
@@ -329,7 +346,7 @@ func (m *Manager) collect(keep []string) ([]string, error) {
 			continue
 		}
 		if _, registered := m.eps[id]; !registered {
-			if at, ok := m.pending[id]; ok && m.now().Sub(at) < allocationGrace {
+			if p, ok := m.pending[id]; ok && m.now().Sub(p.since) < allocationGrace {
 				continue // an ADD in progress: its endpoint comes, or the next GC takes it
 			}
 		}

@@ -19,6 +19,9 @@ import (
 // it saw none and claims no veth). A record on another veth is not deleted:
 // api.ErrNotOwner.
 func (m *Manager) DeleteOwned(containerID string, ifindex int) error {
+	if err := api.CheckContainerID(containerID); err != nil {
+		return fmt.Errorf("delete endpoint: %w", err)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if ep, ok := m.eps[containerID]; ok && ifindex != 0 && ep.HostIfIndex != ifindex {
@@ -32,13 +35,19 @@ func (m *Manager) DeleteOwned(containerID string, ifindex int) error {
 // unreachable: the endpoint is removed and its IP released if the record still is the
 // attachment DEL saw (same host veth index, or DEL saw none) and its veth is gone. It
 // reports whether it removed an endpoint; a record for an endpoint that is gone
-// already only makes sure the IP is released. A false with no error means the
-// recorded delete is stale (the container id was attached again since): drop it.
+// already only makes sure the IP is released, unless an ADD of the container id
+// allocated it after the delete was recorded (a new attachment in flight). A false
+// with no error means the recorded delete is stale (the container id was attached
+// again since): drop it.
 func (m *Manager) DeleteRecorded(d api.DeletedEndpoint) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ep, ok := m.eps[d.ContainerID]
 	if !ok {
+		if p, ok := m.pending[d.ContainerID]; ok && !p.restored && p.since.After(d.Deleted) {
+			return false, nil
+		}
+		delete(m.pending, d.ContainerID)
 		return false, m.pool.Release(d.ContainerID)
 	}
 	if d.HostIfIndex != 0 && ep.HostIfIndex != d.HostIfIndex {

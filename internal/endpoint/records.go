@@ -2,12 +2,14 @@ package endpoint
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/statefile"
 )
 
 func recordPath(dir, containerID string) string {
@@ -22,11 +24,10 @@ func writeRecord(dir string, ep *api.Endpoint) error {
 	if err != nil {
 		return err
 	}
-	path := recordPath(dir, ep.ContainerID)
-	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
+	if err := statefile.Write(recordPath(dir, ep.ContainerID), b, 0o600); err != nil {
 		return fmt.Errorf("write endpoint record: %w", err)
 	}
-	return os.Rename(path+".tmp", path)
+	return nil
 }
 
 func removeRecord(dir, containerID string) error {
@@ -36,28 +37,51 @@ func removeRecord(dir, containerID string) error {
 	return nil
 }
 
-func readRecords(dir string) ([]*api.Endpoint, error) {
+// readRecords reads the endpoint records in dir. A record that can't be read or
+// parsed, or that names another container than its file or another veth than its
+// container's (which a delete would detach), does not stop the others:
+// its container id (the file's name) is in unreadable and the error names the file.
+func readRecords(dir string) (records []*api.Endpoint, unreadable []string, err error) {
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, fmt.Errorf("read endpoint records: %w", err)
 	}
-	var out []*api.Endpoint
+	var errs []error
 	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".json") {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		ep, err := readRecord(filepath.Join(dir, e.Name()), id)
 		if err != nil {
-			return nil, err
+			unreadable = append(unreadable, id)
+			errs = append(errs, err)
+			continue
 		}
-		var ep api.Endpoint
-		if err := json.Unmarshal(b, &ep); err != nil {
-			return nil, fmt.Errorf("endpoint record %s: %w", e.Name(), err)
-		}
-		out = append(out, &ep)
+		records = append(records, ep)
 	}
-	return out, nil
+	return records, unreadable, errors.Join(errs...)
+}
+
+func readRecord(path, containerID string) (*api.Endpoint, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint record %s: %w", path, err)
+	}
+	var ep api.Endpoint
+	if err := json.Unmarshal(b, &ep); err != nil {
+		return nil, fmt.Errorf("endpoint record %s is corrupt (%w); its container keeps its IP until CNI DEL or GC removes it", path, err)
+	}
+	if ep.ContainerID != containerID {
+		return nil, fmt.Errorf("endpoint record %s names container %q, not %q; its container keeps its IP until CNI DEL or GC removes it",
+			path, ep.ContainerID, containerID)
+	}
+	if ep.HostIfName != HostIfName(containerID) {
+		return nil, fmt.Errorf("endpoint record %s names host veth %q, not its container's %s; its container keeps its IP until CNI DEL or GC removes it",
+			path, ep.HostIfName, HostIfName(containerID))
+	}
+	return &ep, nil
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+
+	"github.com/myelin-net/myelin/internal/api"
 )
 
 // Restore adopts the endpoints recorded on disk after an agent restart: an endpoint
@@ -12,19 +14,29 @@ import (
 // in the BPF endpoints map with no record are removed. It returns how many endpoints
 // were adopted and how many removed. Host veths a previous agent retired and did not
 // get to delete are queued for the Reaper again (retireStrays).
+//
+// A record must hold its address in the IPAM pool (claimAddress): one whose address
+// another container holds, or that is outside the PodCIDR, is removed, never adopted
+// beside the address's owner. A record that can't be read costs only its own
+// endpoint: the others are adopted, its container keeps its IP and map entry until
+// CNI DEL or GC, and the error names the file. Allocations without an endpoint (an
+// ADD in flight across the restart) get GC's grace period from now.
 func (m *Manager) Restore() (adopted, removed int, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	records, err := readRecords(m.cfg.Dir)
-	if err != nil {
-		return 0, 0, err
-	}
-	var errs []error
+	records, unreadable, err := readRecords(m.cfg.Dir)
+	errs := []error{err}
 	for _, ep := range records {
 		m.eps[ep.ContainerID] = ep
 		ip, perr := netip.ParseAddr(ep.IP)
+		if perr == nil {
+			perr = m.claimAddress(ep, ip)
+		}
 		idx, lerr := m.links.IfIndex(ep.HostIfName)
 		if perr != nil || errors.Is(lerr, ErrLinkNotFound) || idx != ep.HostIfIndex {
+			if perr != nil {
+				errs = append(errs, perr)
+			}
 			if err := m.deleteLocked(ep.ContainerID); err != nil {
 				errs = append(errs, err)
 			}
@@ -37,10 +49,33 @@ func (m *Manager) Restore() (adopted, removed int, err error) {
 		}
 		adopted++
 	}
-	errs = append(errs, m.retireStrays())
+	for id := range m.pool.Owners() {
+		if _, ok := m.eps[id]; !ok {
+			m.pending[id] = pendingADD{since: m.now(), restored: true}
+		}
+	}
+	errs = append(errs, m.retireStrays(), m.removeStrayEntries(unreadable))
+	return adopted, removed, errors.Join(errs...)
+}
+
+// claimAddress makes sure the pool holds ip for ep's container, as its record says.
+// A record the pool has no allocation for (the IPAM state was lost) claims its
+// address back, so no new pod gets it.
+func (m *Manager) claimAddress(ep *api.Endpoint, ip netip.Addr) error {
+	if err := m.pool.Claim(ep.ContainerID, ip); err != nil {
+		return fmt.Errorf("endpoint record of %s (%s/%s, %s) not adopted, its endpoint removed: %w",
+			ep.ContainerID, ep.Namespace, ep.Pod, ep.IP, err)
+	}
+	return nil
+}
+
+// removeStrayEntries removes the BPF endpoints map entries no endpoint claims,
+// except those of the addresses allocated to the containers whose records could not
+// be read (unreadable): those pods keep their traffic.
+func (m *Manager) removeStrayEntries(unreadable []string) error {
 	inMap, err := m.dp.Endpoints()
 	if err != nil {
-		return adopted, removed, errors.Join(append(errs, err)...)
+		return err
 	}
 	known := map[netip.Addr]bool{}
 	for _, ep := range m.eps {
@@ -48,12 +83,18 @@ func (m *Manager) Restore() (adopted, removed int, err error) {
 			known[ip] = true
 		}
 	}
+	for _, id := range unreadable {
+		if ip, ok := m.pool.Lookup(id); ok {
+			known[ip] = true
+		}
+	}
+	var errs []error
 	for ip := range inMap {
 		if !known[ip] {
 			errs = append(errs, m.dp.DeleteEndpoint(ip))
 		}
 	}
-	return adopted, removed, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // retireStrays queues for the Reaper every pod host veth that is down and that no

@@ -69,13 +69,18 @@ func (a *Allocator) Allocate(owner string) (netip.Addr, error) {
 	return netip.Addr{}, fmt.Errorf("%w: all %d addresses of %v are in use", ErrExhausted, a.Total(), a.cidr)
 }
 
-// Restore records an allocation read back from disk.
+// Restore records an allocation read back from disk. An address held by another
+// owner, or a second address for owner, is an error: each address has one owner and
+// each owner one address.
 func (a *Allocator) Restore(ip netip.Addr, owner string) error {
 	if !a.cidr.Contains(ip) || ip.Compare(first(a.cidr)) < 0 || ip.Compare(a.last()) > 0 {
 		return fmt.Errorf("address %v of %s is outside the allocatable range of %v", ip, owner, a.cidr)
 	}
 	if prev, ok := a.owners[ip]; ok && prev != owner {
 		return fmt.Errorf("address %v is recorded for both %s and %s", ip, prev, owner)
+	}
+	if prev, ok := a.byUser[owner]; ok && prev != ip {
+		return fmt.Errorf("%s is recorded with both %v and %v", owner, prev, ip)
 	}
 	a.owners[ip], a.byUser[owner] = owner, ip
 	return nil

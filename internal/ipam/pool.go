@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+
+	"github.com/myelin-net/myelin/internal/statefile"
 )
 
 // Pool is an Allocator whose state is written to a file after every change.
@@ -14,6 +16,8 @@ type Pool struct {
 	mu    sync.Mutex
 	alloc *Allocator
 	path  string
+	// damaged says what OpenPool could not read back and left out (nil: nothing).
+	damaged error
 }
 
 type poolFile struct {
@@ -23,6 +27,14 @@ type poolFile struct {
 
 // OpenPool opens the pool stored at path for cidr, creating it if absent. A stored pool
 // for another CIDR is an error: the node's PodCIDR changed under running pods.
+//
+// A damaged file does not stop the agent: one that can't be parsed is moved aside to
+// path+".corrupt" and the pool starts empty, and an entry with a bad address, outside
+// the range, or on an address another entry holds too is left out (all claimants of a
+// doubled address). Damaged says what was left out. The endpoints recorded on the node
+// claim their addresses back when they are restored (endpoint.Manager.Restore), before
+// any ADD is served, so what is lost is only the allocations of ADDs that had not
+// registered: those fail and the runtime retries them.
 func OpenPool(path string, cidr netip.Prefix) (*Pool, error) {
 	alloc, err := NewAllocator(cidr)
 	if err != nil {
@@ -34,27 +46,57 @@ func OpenPool(path string, cidr netip.Prefix) (*Pool, error) {
 		return p, p.save()
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read IPAM state: %w", err)
 	}
 	var f poolFile
 	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, fmt.Errorf("read IPAM state %s: %w; move it away to start with an empty pool", path, err)
+		aside := path + ".corrupt"
+		if rerr := os.Rename(path, aside); rerr != nil {
+			return nil, fmt.Errorf("IPAM state %s is corrupt (%w) and can't be moved aside: %w", path, err, rerr)
+		}
+		p.damaged = fmt.Errorf("IPAM state %s was corrupt (%w), moved to %s; started empty, the recorded endpoints claim their addresses back",
+			path, err, aside)
+		return p, p.save()
 	}
 	if f.CIDR != cidr.String() {
 		return nil, fmt.Errorf("IPAM state %s is for %s but the node's PodCIDR is %v; the PodCIDR must not change while pods run: drain the node and remove the file",
 			path, f.CIDR, cidr)
 	}
-	for owner, s := range f.Allocations {
-		ip, err := netip.ParseAddr(s)
-		if err != nil {
-			return nil, fmt.Errorf("IPAM state %s: bad address %q for %s", path, s, owner)
-		}
-		if err := alloc.Restore(ip, owner); err != nil {
-			return nil, fmt.Errorf("IPAM state %s: %w", path, err)
-		}
+	if err := p.restore(f.Allocations); err != nil {
+		p.damaged = fmt.Errorf("IPAM state %s: %w; left out, the recorded endpoints claim their addresses back", path, err)
+		return p, p.save()
 	}
 	return p, nil
 }
+
+// restore adopts the stored allocations (owner to address) that are valid and
+// unique; it returns what it left out.
+func (p *Pool) restore(stored map[string]string) error {
+	claims := map[netip.Addr][]string{}
+	var errs []error
+	for owner, s := range stored {
+		ip, err := netip.ParseAddr(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("bad address %q of %s", s, owner))
+			continue
+		}
+		claims[ip] = append(claims[ip], owner)
+	}
+	for ip, owners := range claims {
+		if len(owners) > 1 {
+			errs = append(errs, fmt.Errorf("address %v is recorded for %d owners (%v)", ip, len(owners), owners))
+			continue
+		}
+		if err := p.alloc.Restore(ip, owners[0]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Damaged says what OpenPool could not read back from a damaged file and left out;
+// nil when the file was whole.
+func (p *Pool) Damaged() error { return p.damaged }
 
 func (p *Pool) save() error {
 	f := poolFile{CIDR: p.alloc.CIDR().String(), Allocations: map[string]string{}}
@@ -65,16 +107,18 @@ func (p *Pool) save() error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(p.path+".tmp", b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(p.path+".tmp", p.path)
+	return statefile.Write(p.path, b, 0o600)
 }
 
-// Allocate returns owner's address (existing or new) and persists it.
+// Allocate returns owner's address (existing or new) and persists a new one. An
+// existing address (a retried ADD) needs no write, and a failed write never takes it
+// away: its endpoint may hold it, and the next allocation would hand it out again.
 func (p *Pool) Allocate(owner string) (netip.Addr, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if ip, ok := p.alloc.byUser[owner]; ok {
+		return ip, nil
+	}
 	ip, err := p.alloc.Allocate(owner)
 	if err != nil {
 		return ip, err
@@ -84,6 +128,26 @@ func (p *Pool) Allocate(owner string) (netip.Addr, error) {
 		return netip.Addr{}, fmt.Errorf("persist IP allocation: %w", err)
 	}
 	return ip, nil
+}
+
+// Claim makes ip owner's, as an endpoint record read back at start-up says it is,
+// and persists a change. It fails, changing nothing, for an address outside the
+// range, one another owner holds, or an owner that holds another address: two
+// claims on one address must not both win.
+func (p *Pool) Claim(owner string, ip netip.Addr) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if held, ok := p.alloc.byUser[owner]; ok && held == ip {
+		return nil
+	}
+	if err := p.alloc.Restore(ip, owner); err != nil {
+		return err
+	}
+	if err := p.save(); err != nil {
+		p.alloc.Release(owner)
+		return fmt.Errorf("persist IP allocation: %w", err)
+	}
+	return nil
 }
 
 // Release frees owner's address, if any, and persists the change.

@@ -1,0 +1,70 @@
+package cniplugin
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/netip"
+	"path/filepath"
+	"testing"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/ipam"
+)
+
+// ipamAgent serves the agent's IPAM calls from pool on a unix socket; registering an
+// endpoint is refused (an ADD that gets there has nothing to build on).
+func ipamAgent(t *testing.T, pool *ipam.Pool) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/ipam/{id}", func(w http.ResponseWriter, r *http.Request) {
+		ip, err := pool.Allocate(r.PathValue("id"))
+		if err != nil {
+			w.WriteHeader(http.StatusConflict)
+			_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: err.Error()})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(api.Allocation{IP: ip.String(), Gateway: api.PodGateway, MTU: 1500, RouteMTU: 1500,
+			HostIfName: api.HostIfName(r.PathValue("id"))})
+	})
+	mux.HandleFunc("DELETE /v1/ipam/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if err := pool.Release(r.PathValue("id")); err != nil {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("PUT /v1/endpoints/{id}", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusConflict)
+		_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: "unexpected register"})
+	})
+	srv := &http.Server{Handler: mux}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return sock
+}
+
+// An ADD whose pod netns is gone by the time the plugin builds the veth (the sandbox
+// was torn down mid-way) fails and gives its IP back: nothing leaks.
+func TestAddForAVanishedNetnsReleasesTheIP(t *testing.T) {
+	pool, err := ipam.OpenPool(filepath.Join(t.TempDir(), "ipam.json"), netip.MustParsePrefix("10.244.9.0/29"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := ipamAgent(t, pool)
+	args := cniArgs(sock, "ctr-vanished", filepath.Join(t.TempDir(), "netns-gone"))
+	if err := cmdAdd(args); err == nil {
+		t.Fatal("ADD into a netns that does not exist succeeded")
+	}
+	if ip, ok := pool.Lookup("ctr-vanished"); ok {
+		t.Errorf("the failed ADD still holds %v", ip)
+	}
+	if _, used, _ := pool.Usage(); used != 0 {
+		t.Errorf("%d IPs allocated after the failed ADD", used)
+	}
+}

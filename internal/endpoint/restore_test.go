@@ -1,0 +1,264 @@
+package endpoint
+
+import (
+	"encoding/json"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/datapath"
+)
+
+// restartFixture is a node with endpoints a (index 1), b (2) and c (3) whose agent
+// restarts: the returned function starts the new agent over the same state.
+func restartFixture(t *testing.T) (*fixture, map[string]api.Endpoint, func() *fixture) {
+	t.Helper()
+	dir := t.TempDir()
+	dp := &fakeDatapath{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}}
+	links := newFakeLinks()
+	f := newFixture(t, dir, dp, links)
+	eps := map[string]api.Endpoint{"a": f.add(t, "a", 1), "b": f.add(t, "b", 2), "c": f.add(t, "c", 3)}
+	return f, eps, func() *fixture {
+		dp.attached = map[string]int{}
+		return newFixture(t, dir, dp, links)
+	}
+}
+
+func (f *fixture) writeRaw(t *testing.T, id string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(recordPath(filepath.Join(f.dir, "endpoints"), id), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) forge(t *testing.T, ep api.Endpoint) {
+	t.Helper()
+	b, err := json.Marshal(ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.writeRaw(t, ep.ContainerID, b)
+}
+
+// A truncated record costs only its own endpoint: the others are adopted, its
+// container keeps its IP (no new pod gets it) and its map entry, and the error names
+// the file.
+func TestRestoreSurvivesACorruptRecord(t *testing.T) {
+	f, eps, restart := restartFixture(t)
+	f.writeRaw(t, "b", []byte(`{"containerID": "b", "ip": "10.2`))
+	f2 := restart()
+	adopted, removed, err := f2.m.Restore()
+	if adopted != 2 || removed != 0 || err == nil || !strings.Contains(err.Error(), "b.json") {
+		t.Fatalf("Restore = %d adopted, %d removed, %v; want 2, 0 and an error naming b.json", adopted, removed, err)
+	}
+	for _, id := range []string{"a", "c"} {
+		if got, ok := f2.m.Get(id); !ok || got.IP != eps[id].IP {
+			t.Errorf("%s after restore: %+v %v", id, got, ok)
+		}
+	}
+	bIP := netip.MustParseAddr(eps["b"].IP)
+	if ip, ok := f2.pool.Lookup("b"); !ok || ip != bIP {
+		t.Errorf("b's IP after restore: %v %v, want %v kept", ip, ok, bIP)
+	}
+	if f2.dp.eps[bIP].IfIndex != 2 {
+		t.Errorf("b's map entry after restore: %+v, want it kept", f2.dp.eps[bIP])
+	}
+	// DEL of b still works and removes the corrupt record with it.
+	if err := f2.m.DeleteOwned("b", 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(recordPath(filepath.Join(f.dir, "endpoints"), "b")); !os.IsNotExist(err) {
+		t.Errorf("b's corrupt record after DEL: %v", err)
+	}
+}
+
+// A record claiming the address of another live pod (forged or corrupt) is not
+// adopted, whichever record is read first, and the live pod keeps everything.
+func TestRestoreRefusesARecordForAnotherPodsIP(t *testing.T) {
+	for _, owner := range []string{"a", "c"} { // records are read in name order: b between a and c
+		f, eps, restart := restartFixture(t)
+		forged := eps["b"]
+		forged.IP = eps[owner].IP
+		f.forge(t, forged)
+		f2 := restart()
+		adopted, removed, err := f2.m.Restore()
+		if adopted != 2 || removed != 1 || err == nil || !strings.Contains(err.Error(), "endpoint record of b") {
+			t.Fatalf("owner %s: Restore = %d adopted, %d removed, %v; want 2, 1 and an error naming b", owner, adopted, removed, err)
+		}
+		if _, ok := f2.m.Get("b"); ok {
+			t.Errorf("owner %s: the forged record was adopted", owner)
+		}
+		ip := netip.MustParseAddr(eps[owner].IP)
+		if got, ok := f2.m.Get(owner); !ok || got.IP != eps[owner].IP {
+			t.Errorf("owner %s lost its endpoint: %+v %v", owner, got, ok)
+		}
+		if held, ok := f2.pool.Lookup(owner); !ok || held != ip {
+			t.Errorf("owner %s's IP after restore: %v %v", owner, held, ok)
+		}
+		if f2.dp.eps[ip].IfIndex != eps[owner].HostIfIndex || f2.links.routes[ip] != eps[owner].HostIfIndex {
+			t.Errorf("owner %s's map entry %+v route %d, want its veth %d", owner, f2.dp.eps[ip], f2.links.routes[ip], eps[owner].HostIfIndex)
+		}
+	}
+}
+
+// A record for an address outside the PodCIDR (the PodCIDR changed) is not adopted.
+func TestRestoreRefusesARecordOutsideThePodCIDR(t *testing.T) {
+	f, eps, restart := restartFixture(t)
+	moved := eps["b"]
+	moved.IP = "10.99.0.5"
+	f.forge(t, moved)
+	f2 := restart()
+	adopted, removed, err := f2.m.Restore()
+	if adopted != 2 || removed != 1 || err == nil || !strings.Contains(err.Error(), "outside") {
+		t.Fatalf("Restore = %d adopted, %d removed, %v; want 2, 1 and an error saying outside", adopted, removed, err)
+	}
+	if _, ok := f2.pool.Lookup("b"); ok {
+		t.Error("b still holds an IP")
+	}
+}
+
+// A record whose file names another container is treated as unreadable.
+func TestRestoreRefusesARecordUnderAnotherName(t *testing.T) {
+	f, eps, restart := restartFixture(t)
+	other := eps["a"]
+	b, _ := json.Marshal(other)
+	f.writeRaw(t, "b", b) // b.json holds a's record
+	f2 := restart()
+	adopted, _, err := f2.m.Restore()
+	if adopted != 2 || err == nil || !strings.Contains(err.Error(), `names container "a"`) {
+		t.Fatalf("Restore = %d adopted, %v; want 2 and an error naming the mismatch", adopted, err)
+	}
+	if _, ok := f2.pool.Lookup("b"); !ok {
+		t.Error("b lost its IP")
+	}
+}
+
+// With the IPAM state lost (moved away after it was corrupt) the records claim
+// their addresses back: no new pod gets a live pod's address.
+func TestRestoreClaimsAddressesBackIntoALostPool(t *testing.T) {
+	f, eps, restart := restartFixture(t)
+	if err := os.Remove(filepath.Join(f.dir, "ipam.json")); err != nil {
+		t.Fatal(err)
+	}
+	f2 := restart()
+	if adopted, removed, err := f2.m.Restore(); adopted != 3 || removed != 0 || err != nil {
+		t.Fatalf("Restore = %d adopted, %d removed, %v; want 3, 0, nil", adopted, removed, err)
+	}
+	live := map[string]bool{}
+	for _, ep := range eps {
+		live[ep.IP] = true
+	}
+	for i := range 5 {
+		alloc, err := f2.m.Allocate(api.PodRef{ContainerID: "new" + string(rune('0'+i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if live[alloc.IP] {
+			t.Fatalf("a new pod got the live address %s", alloc.IP)
+		}
+	}
+}
+
+// An ADD in flight across the restart (allocated, not registered) gets GC's grace
+// period from the new agent too.
+func TestRestoreGivesAnADDInFlightItsGrace(t *testing.T) {
+	f, _, restart := restartFixture(t)
+	if _, err := f.m.Allocate(api.PodRef{ContainerID: "inflight"}); err != nil {
+		t.Fatal(err)
+	}
+	f2 := restart()
+	if _, _, err := f2.m.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := f2.m.GC([]string{"a", "b", "c"}); err != nil || len(removed) != 0 {
+		t.Fatalf("GC right after restart = %v, %v; want the ADD in flight kept", removed, err)
+	}
+}
+
+// A truncated ipam.json (a power loss before it was synced) is moved aside; the
+// records claim their addresses back, every endpoint is adopted, and no new pod gets
+// a live pod's address.
+func TestRestoreOverATruncatedPoolFile(t *testing.T) {
+	f, eps, restart := restartFixture(t)
+	if err := os.WriteFile(filepath.Join(f.dir, "ipam.json"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f2 := restart()
+	if f2.pool.Damaged() == nil {
+		t.Error("the pool does not say its file was damaged")
+	}
+	if adopted, removed, err := f2.m.Restore(); adopted != 3 || removed != 0 || err != nil {
+		t.Fatalf("Restore = %d adopted, %d removed, %v; want 3, 0, nil", adopted, removed, err)
+	}
+	for id, ep := range eps {
+		if ip, ok := f2.pool.Lookup(id); !ok || ip.String() != ep.IP {
+			t.Errorf("%s holds %v %v after restore, want %s", id, ip, ok, ep.IP)
+		}
+	}
+	alloc, err := f2.m.Allocate(api.PodRef{ContainerID: "new"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ep := range eps {
+		if alloc.IP == ep.IP {
+			t.Fatalf("a new pod got the live address %s", alloc.IP)
+		}
+	}
+}
+
+// A record naming another pod's host veth (forged) is not adopted: deleting it would
+// detach that pod's programs. The pod on that veth keeps everything.
+func TestRestoreRefusesARecordOnAnotherPodsVeth(t *testing.T) {
+	f, eps, restart := restartFixture(t)
+	forged := eps["b"]
+	forged.HostIfName, forged.HostIfIndex = eps["a"].HostIfName, eps["a"].HostIfIndex
+	f.forge(t, forged)
+	f2 := restart()
+	adopted, _, err := f2.m.Restore()
+	if adopted != 2 || err == nil || !strings.Contains(err.Error(), "names host veth") {
+		t.Fatalf("Restore = %d adopted, %v; want 2 and an error naming the veth", adopted, err)
+	}
+	if err := f2.m.DeleteOwned("b", 0); err != nil {
+		t.Fatal(err)
+	}
+	f2.intact(t, "after the forged record's DEL", eps["a"])
+	if f2.dp.attached[eps["a"].HostIfName] != eps["a"].HostIfIndex {
+		t.Errorf("a's programs after the forged record's DEL: %v", f2.dp.attached)
+	}
+}
+
+// The agent died inside Put, after programming the map and before writing the
+// record. The new agent removes the unrecorded map entry but keeps the allocation (the
+// ADD is in flight); the plugin's register with the new agent then succeeds, or its
+// failure releases the IP.
+func TestRestoreAfterADeathBetweenMapAndRecord(t *testing.T) {
+	f, _, restart := restartFixture(t)
+	ref := api.PodRef{ContainerID: "mid", Namespace: "default", Pod: "mid"}
+	alloc, err := f.m.Allocate(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := netip.MustParseAddr(alloc.IP)
+	f.links.links[alloc.HostIfName] = 9
+	f.dp.eps[ip] = datapath.EndpointInfo{IfIndex: 9} // programmed, no record
+	f2 := restart()
+	if adopted, removed, err := f2.m.Restore(); adopted != 3 || removed != 0 || err != nil {
+		t.Fatalf("Restore = %d, %d, %v; want 3, 0, nil", adopted, removed, err)
+	}
+	if _, ok := f2.dp.eps[ip]; ok {
+		t.Error("the unrecorded map entry was kept")
+	}
+	if held, ok := f2.pool.Lookup("mid"); !ok || held != ip {
+		t.Fatalf("the ADD in flight lost its IP: %v %v", held, ok)
+	}
+	if _, err := f2.m.Put(api.Endpoint{PodRef: ref, IP: alloc.IP, HostIfName: alloc.HostIfName, HostIfIndex: 9,
+		HostMAC: "02:00:00:00:00:01", PodMAC: "02:00:00:00:00:02"}); err != nil {
+		t.Fatalf("register with the new agent: %v", err)
+	}
+	if f2.dp.eps[ip].IfIndex != 9 {
+		t.Errorf("map entry after register: %+v", f2.dp.eps[ip])
+	}
+}
