@@ -122,13 +122,28 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
+// containerID is the request path's container id, or false after answering 400 for
+// one that is not a CNI container id (the agent names files by it).
+func containerID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if err := api.CheckContainerID(id); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return "", false
+	}
+	return id, true
+}
+
 func (a *server) handleAllocate(w http.ResponseWriter, r *http.Request) {
+	id, ok := containerID(w, r)
+	if !ok {
+		return
+	}
 	var ref api.PodRef
 	if err := decode(r, &ref); err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	ref.ContainerID = r.PathValue("id")
+	ref.ContainerID = id
 	alloc, err := a.eps.Allocate(ref)
 	if err != nil {
 		writeError(w, http.StatusConflict, err)
@@ -140,7 +155,11 @@ func (a *server) handleAllocate(w http.ResponseWriter, r *http.Request) {
 // handleRelease gives back a failed ADD's IP; a container with a live endpoint keeps
 // it (409): only DEL removes an attachment.
 func (a *server) handleRelease(w http.ResponseWriter, r *http.Request) {
-	if err := a.eps.Release(r.PathValue("id")); err != nil {
+	id, ok := containerID(w, r)
+	if !ok {
+		return
+	}
+	if err := a.eps.Release(id); err != nil {
 		code := http.StatusInternalServerError
 		if errors.Is(err, endpoint.ErrEndpointExists) {
 			code = http.StatusConflict
@@ -165,12 +184,16 @@ func (a *server) handleGetEndpoint(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *server) handlePutEndpoint(w http.ResponseWriter, r *http.Request) {
+	id, ok := containerID(w, r)
+	if !ok {
+		return
+	}
 	var ep api.Endpoint
 	if err := decode(r, &ep); err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	ep.ContainerID = r.PathValue("id")
+	ep.ContainerID = id
 	out, err := a.eps.Put(ep)
 	if err != nil {
 		writeError(w, http.StatusConflict, err)
@@ -194,7 +217,10 @@ func (a *server) handlePutEndpoint(w http.ResponseWriter, r *http.Request) {
 // handleDeleteEndpoint deletes an endpoint; ?ifindex= names the host veth the caller
 // saw, and a record on another veth is not deleted (412, api.ErrNotOwner).
 func (a *server) handleDeleteEndpoint(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, ok := containerID(w, r)
+	if !ok {
+		return
+	}
 	ifindex := 0
 	if s := r.URL.Query().Get("ifindex"); s != "" {
 		n, err := strconv.Atoi(s)

@@ -152,3 +152,34 @@ func TestAPIRefusesOversizedBodyAndLiveRelease(t *testing.T) {
 		t.Errorf("the live endpoint's IP after the refused release: %v %v, want %s", ip, ok, alloc.IP)
 	}
 }
+
+// A path id that is not a CNI container id (here one that unescapes to "../x") is a
+// bad request (400) on every endpoint call, answered before anything names a file by
+// it; before, allocate and put answered 409 and release and delete 500.
+func TestAPIRefusesForgedContainerIDs(t *testing.T) {
+	a, _ := serveTest(t)
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", a.cfg.socket())
+	}}}
+	a.ready.Store(true)
+	for _, c := range []struct{ method, path, body string }{
+		{http.MethodPost, "/v1/ipam/..%2Fx", "{}"},
+		{http.MethodDelete, "/v1/ipam/..%2Fx", ""},
+		{http.MethodPut, "/v1/endpoints/..%2Fx", "{}"},
+		{http.MethodDelete, "/v1/endpoints/..%2Fx", ""},
+	} {
+		req, err := http.NewRequest(c.method, "http://agent"+c.path, strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), "not a CNI container id") {
+			t.Errorf("%s %s: %d %s; want 400 saying it is not a CNI container id", c.method, c.path, resp.StatusCode, msg)
+		}
+	}
+}
