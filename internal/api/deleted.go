@@ -110,12 +110,26 @@ func ReadDeleted(dir string) (map[string]DeletedEndpoint, error) {
 		}
 		var d DeletedEndpoint
 		if err := json.Unmarshal(b, &d); err != nil || !containerIDPattern.MatchString(d.ContainerID) {
-			errs = append(errs, fmt.Errorf("deleted-endpoint record %s is not valid (%v): remove it", path, err))
+			errs = append(errs, setAsideDeleted(path, err))
 			continue
 		}
 		out[path] = d
 	}
 	return out, errors.Join(errs...)
+}
+
+// setAsideDeleted moves a deleted-endpoint record that can't be carried out to
+// path+".corrupt", where ReadDeleted no longer reads it (it was reported every round,
+// for good), and returns the error saying so once.
+func setAsideDeleted(path string, why error) error {
+	if why == nil {
+		why = errors.New("no valid container id")
+	}
+	aside := path + ".corrupt"
+	if err := os.Rename(path, aside); err != nil {
+		return fmt.Errorf("deleted-endpoint record %s is not valid (%v) and can't be moved aside (%v): remove it", path, why, err)
+	}
+	return fmt.Errorf("deleted-endpoint record %s is not valid (%v): moved to %s; the runtime's CNI GC releases its pod's IP", path, why, aside)
 }
 
 // EndpointCheck is the agent's verdict on an endpoint's datapath state (CNI CHECK):

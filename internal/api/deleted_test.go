@@ -8,7 +8,8 @@ import (
 )
 
 // Records round-trip; a repeated DEL (no veth seen) keeps the first record; ids that
-// are no CNI container id (path tricks) are refused; a garbled record is named.
+// are no CNI container id (path tricks) are refused; a garbled record is named once
+// and moved aside.
 func TestDeletedRecords(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "cni-deleted")
 	if recs, err := ReadDeleted(dir); err != nil || len(recs) != 0 {
@@ -35,6 +36,13 @@ func TestDeletedRecords(t *testing.T) {
 	}
 	if recs, err := ReadDeleted(dir); err == nil || !strings.Contains(err.Error(), "junk.json") || len(recs) != 1 {
 		t.Errorf("with a garbled record: %v, %v; want the good one and an error naming junk.json", recs, err)
+	}
+	// Reported once: it is moved aside, so the agent's loop does not fail every round.
+	if _, err := os.Stat(filepath.Join(dir, "junk.json.corrupt")); err != nil {
+		t.Errorf("the garbled record was not moved aside to junk.json.corrupt: %v", err)
+	}
+	if recs, err := ReadDeleted(dir); err != nil || len(recs) != 1 {
+		t.Errorf("the round after a garbled record: %v, %v; want the good one and no error", recs, err)
 	}
 	if n := HostIfName("abc-1"); len(n) != 14 || !strings.HasPrefix(n, "myl") || !IsHostIfName(n) {
 		t.Errorf("HostIfName = %q, want myl + 11 hex", n)
