@@ -91,7 +91,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err := checkPodNetNS("ADD", args.Netns); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), api.DefaultTimeout)
+	ctx, cancel := addContext()
 	defer cancel()
 	alloc, err := client.Allocate(ctx, ref)
 	if err != nil {
@@ -99,8 +99,11 @@ func cmdAdd(args *skel.CmdArgs) error {
 	}
 	ep, err := addEndpoint(ctx, client, ref, alloc)
 	if err != nil {
-		// Leave nothing behind: no link (addEndpoint removed it) and no IP.
-		if rerr := client.Release(ctx, ref.ContainerID); rerr != nil {
+		// Leave nothing behind: no link (addEndpoint removed it) and no IP. The release
+		// has its own deadline: the ADD's may be what ran out.
+		rctx, rcancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer rcancel()
+		if rerr := client.Release(rctx, ref.ContainerID); rerr != nil {
 			err = fmt.Errorf("%w (and releasing %s failed: %v)", err, alloc.IP, rerr)
 		}
 		var cniErr *types.Error
@@ -111,6 +114,16 @@ func cmdAdd(args *skel.CmdArgs) error {
 	}
 	return types.PrintResult(result(conf.CNIVersion, args, alloc, ep), conf.CNIVersion)
 }
+
+// addContext bounds an ADD's calls to the agent by api.DefaultTimeout (a variable:
+// tests end it where they need to).
+var addContext = func() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), api.DefaultTimeout)
+}
+
+// releaseTimeout bounds the release of a failed ADD's IP, on top of the ADD's own
+// deadline, which may be what ran out.
+const releaseTimeout = 10 * time.Second
 
 // addEndpoint builds the veth and registers it; on failure it removes the veth.
 func addEndpoint(ctx context.Context, client *api.Client, ref api.PodRef, alloc api.Allocation) (api.Endpoint, error) {
