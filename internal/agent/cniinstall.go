@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/myelin-net/myelin/internal/nodelayout"
+	"github.com/myelin-net/myelin/internal/statefile"
 )
 
 // installCNI copies the myelin-cni binary into the node's CNI bin dir and writes the
@@ -30,7 +31,7 @@ func installCNI(cfg Config) error {
 	if err := os.MkdirAll(cfg.CNIConfDir, 0o755); err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(cfg.CNIConfDir, nodelayout.CNIConfFile), b, 0o644)
+	return statefile.Write(filepath.Join(cfg.CNIConfDir, nodelayout.CNIConfFile), b, 0o644)
 }
 
 // PortmapPlugin is the name the upstream portmap plugin is installed under in the CNI
@@ -107,15 +108,14 @@ func copyFile(src, dst string, mode os.FileMode) error {
 		out.Close()
 		return err
 	}
+	// Synced before the rename: after a power loss the runtime finds the old plugin or
+	// the new one, never an empty file it cannot run.
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
 	if err := out.Close(); err != nil {
 		return err
 	}
 	return os.Rename(tmp, dst)
-}
-
-func writeAtomic(path string, b []byte, mode os.FileMode) error {
-	if err := os.WriteFile(path+".tmp", b, mode); err != nil {
-		return err
-	}
-	return os.Rename(path+".tmp", path)
 }
