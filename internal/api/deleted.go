@@ -66,8 +66,8 @@ func CheckContainerID(id string) error {
 // WriteDeleted records d in dir (atomically: a reader never sees half a record). A
 // repeated DEL, which finds no veth (HostIfIndex 0), keeps the record of the first.
 func WriteDeleted(dir string, d DeletedEndpoint) error {
-	if !containerIDPattern.MatchString(d.ContainerID) {
-		return fmt.Errorf("record deleted endpoint: container id %q is not a CNI container id", d.ContainerID)
+	if err := CheckContainerID(d.ContainerID); err != nil {
+		return fmt.Errorf("record deleted endpoint: %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("record deleted endpoint: %w", err)
@@ -109,7 +109,11 @@ func ReadDeleted(dir string) (map[string]DeletedEndpoint, error) {
 			continue
 		}
 		var d DeletedEndpoint
-		if err := json.Unmarshal(b, &d); err != nil || !containerIDPattern.MatchString(d.ContainerID) {
+		err = json.Unmarshal(b, &d)
+		if err == nil {
+			err = CheckContainerID(d.ContainerID)
+		}
+		if err != nil {
 			errs = append(errs, setAsideDeleted(path, err))
 			continue
 		}
@@ -122,9 +126,6 @@ func ReadDeleted(dir string) (map[string]DeletedEndpoint, error) {
 // path+".corrupt", where ReadDeleted no longer reads it (it was reported every round,
 // for good), and returns the error saying so once.
 func setAsideDeleted(path string, why error) error {
-	if why == nil {
-		why = errors.New("no valid container id")
-	}
 	aside := path + ".corrupt"
 	if err := os.Rename(path, aside); err != nil {
 		return fmt.Errorf("deleted-endpoint record %s is not valid (%v) and can't be moved aside (%v): remove it", path, why, err)
