@@ -87,3 +87,15 @@ generates when that is empty (hubble-tls-secret.yaml). */}}
 {{- define "myelin.hubbleTLSSecret" -}}
 {{- .Values.hubble.tls.secretName | default "myelin-hubble-tls" -}}
 {{- end -}}
+
+{{/* The pod securityContext of the relay and the UI from their podSecurityContext
+values: non-root with numeric IDs (the image names no user), fsGroup the group of the
+TLS Secret's files (mode 0440), the runtime's seccomp filter. */}}
+{{- define "myelin.hubblePodSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ .runAsUser }}
+runAsGroup: {{ .runAsGroup }}
+fsGroup: {{ .fsGroup }}
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
