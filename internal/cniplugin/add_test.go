@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/ipam"
 	"github.com/myelin-net/myelin/internal/netns"
+	"github.com/myelin-net/myelin/internal/testenv"
 )
 
 // ipamAgent serves the agent's IPAM calls from pool on a unix socket; registering an
@@ -28,11 +28,6 @@ func ipamAgent(t *testing.T, pool *ipam.Pool) string {
 // ipamAgentWith is ipamAgent with put answering the endpoint PUT.
 func ipamAgentWith(t *testing.T, pool *ipam.Pool, put http.HandlerFunc) string {
 	t.Helper()
-	sock := filepath.Join(t.TempDir(), "api.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/ipam/{id}", func(w http.ResponseWriter, r *http.Request) {
 		ip, err := pool.Allocate(r.PathValue("id"))
@@ -52,10 +47,7 @@ func ipamAgentWith(t *testing.T, pool *ipam.Pool, put http.HandlerFunc) string {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("PUT /v1/endpoints/{id}", put)
-	srv := &http.Server{Handler: mux}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return sock
+	return testenv.ServeUnixHTTP(t, mux.ServeHTTP)
 }
 
 // An ADD whose pod netns is gone by the time the plugin builds the veth (the sandbox

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -30,18 +29,11 @@ func TestAgentErrorNamesTheCause(t *testing.T) {
 		{http.StatusServiceUnavailable, "agent starting", "the myelin agent on this node is not available"},
 		{http.StatusGatewayTimeout, "NetworkPolicy for pod ns/p is not in place: waited 10s", "the pod's NetworkPolicy is not in place yet"},
 	} {
-		sock := filepath.Join(t.TempDir(), "api.sock")
-		l, err := net.Listen("unix", sock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		sock := testenv.ServeUnixHTTP(t, func(w http.ResponseWriter, _ *http.Request) {
 			w.WriteHeader(c.status)
 			_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: c.msg})
-		})}
-		go func() { _ = srv.Serve(l) }()
-		_, err = api.NewClient(sock).PutEndpoint(context.Background(), api.Endpoint{PodRef: api.PodRef{ContainerID: "c1"}})
-		_ = srv.Close()
+		})
+		_, err := api.NewClient(sock).PutEndpoint(context.Background(), api.Endpoint{PodRef: api.PodRef{ContainerID: "c1"}})
 		var ce *types.Error
 		if !errors.As(agentError("register the endpoint", sock, err), &ce) {
 			t.Fatalf("status %d: agentError(%v) is no CNI error", c.status, err)
