@@ -33,6 +33,12 @@ func TestChartHubbleTLS(t *testing.T) {
 	}
 	ds := daemonSet(t, sets...)
 	checkTLSVolume(t, "agent", ds.Spec.Template.Spec, "agent", 0o400)
+	// Cleanup pods serve no Hubble API: the key stays out of them.
+	for _, v := range daemonSet(t, append(sets, "cleanup=true")...).Spec.Template.Spec.Volumes {
+		if v.Secret != nil {
+			t.Errorf("cleanup=true with hubble.tls.enabled: volume %s mounts Secret %s, want none", v.Name, v.Secret.SecretName)
+		}
+	}
 	var dep appsv1.Deployment
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(t, objs, "Deployment", "hubble-relay").Object, &dep); err != nil {
 		t.Fatal(err)

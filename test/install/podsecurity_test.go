@@ -49,6 +49,16 @@ func TestChartPodSecurity(t *testing.T) {
 			if got := seccomp(ctr); got != c.seccomp {
 				t.Errorf("--set %v: container %s seccompProfile %q, want %q", sets, ctr.Name, got, c.seccomp)
 			}
+			if sc := ctr.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+				t.Errorf("--set %v: container %s securityContext %+v, want readOnlyRootFilesystem (it writes only to its mounts)",
+					sets, ctr.Name, ctr.SecurityContext)
+			}
+		}
+		for _, ctr := range spec.InitContainers {
+			if sc := ctr.SecurityContext; sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+				t.Errorf("--set %v: init container %s securityContext %+v, want allowPrivilegeEscalation false (it has no capabilities)",
+					sets, ctr.Name, sc)
+			}
 		}
 		if spec.DNSPolicy != "" {
 			t.Errorf("--set %v: dnsPolicy %s, want the default (the node's resolver for hostNetwork)", sets, spec.DNSPolicy)
