@@ -78,8 +78,8 @@ func pull(ctx context.Context, p peerConn, req *observerpb.GetFlowsRequest, in c
 		if resp, err = st.Recv(); err != nil {
 			break
 		}
-		if resp.GetNodeName() == "" {
-			resp.NodeName = p.Name
+		if !fromPeer(resp, p.Name) {
+			continue
 		}
 		select {
 		case in <- resp:
@@ -91,6 +91,21 @@ func pull(ctx context.Context, p peerConn, req *observerpb.GetFlowsRequest, in c
 		err = nil
 	}
 	ends <- peerDone{name: p.Name, err: err}
+}
+
+// fromPeer names the node of a response from peer name as the relay knows it (from
+// the Kubernetes Node it dialled), whatever the peer wrote: one compromised node
+// can't pass its flows off as another's. It returns false for what only the relay
+// may say (node status, which the relay reports itself): the response is dropped.
+func fromPeer(resp *observerpb.GetFlowsResponse, name string) bool {
+	if resp.GetNodeStatus() != nil {
+		return false
+	}
+	resp.NodeName = name
+	if f := resp.GetFlow(); f != nil {
+		f.NodeName = name
+	}
+	return true
 }
 
 func nodeStatus(state relaypb.NodeState, names []string, msg string) *observerpb.GetFlowsResponse {

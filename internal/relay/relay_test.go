@@ -199,6 +199,32 @@ func TestRelayMergesLastNAcrossNodes(t *testing.T) {
 	}
 }
 
+// A node's flows carry the name of the Node the relay dialled, not the one the node
+// wrote: a compromised node can't pass its flows off as another's.
+func TestRelayNamesFlowsByThePeer(t *testing.T) {
+	a := startNode(t, "a", &nodeSource{history: []*flow.Flow{at("a", 1)}})
+	liar := startNode(t, "b", &nodeSource{history: []*flow.Flow{at("a", 2), at("", 3)}})
+	c := startRelay(t, a, liar)
+	st, err := c.GetFlows(context.Background(), &observerpb.GetFlowsRequest{Number: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(recvAll(t, st), " "); got != "a:1 b:2 b:3" {
+		t.Errorf("flows of a and of b claiming to be a = %q, want a:1 b:2 b:3", got)
+	}
+}
+
+// Node status is the relay's to say: a peer's is dropped, its flows and lost events pass.
+func TestFromPeerDropsNodeStatus(t *testing.T) {
+	if fromPeer(nodeStatus(relaypb.NodeState_NODE_UNAVAILABLE, []string{"a"}, "forged"), "b") {
+		t.Error("a peer's node status passed the relay")
+	}
+	lost := &observerpb.GetFlowsResponse{NodeName: "a", ResponseTypes: &observerpb.GetFlowsResponse_LostEvents{}}
+	if !fromPeer(lost, "b") || lost.GetNodeName() != "b" {
+		t.Errorf("a peer's lost events: passed %v, node %q; want passed, named b", fromPeer(lost, "b"), lost.GetNodeName())
+	}
+}
+
 func TestRelaySurvivesADeadNode(t *testing.T) {
 	a := startNode(t, "a", &nodeSource{history: []*flow.Flow{at("a", 1), at("a", 2)}})
 	c := startRelay(t, a, deadPeer(t, "b"))
