@@ -63,8 +63,24 @@ func CheckContainerID(id string) error {
 	return nil
 }
 
+// deletedPath is the file of containerID's record in dir: a hash of the id, so that
+// every id the CNI spec allows (it sets no length limit) makes a file name that fits
+// the file system's 255 bytes with statefile's ".tmp"; the record itself names the
+// container.
+func deletedPath(dir, containerID string) string {
+	sum := sha256.Sum256([]byte(containerID))
+	return filepath.Join(dir, hex.EncodeToString(sum[:])+".json")
+}
+
+// legacyDeletedPath is where plugins before deletedPath recorded containerID: under
+// the id itself (which an id over 246 bytes could not be). ReadDeleted reads both.
+func legacyDeletedPath(dir, containerID string) string {
+	return filepath.Join(dir, containerID+".json")
+}
+
 // WriteDeleted records d in dir (atomically: a reader never sees half a record). A
-// repeated DEL, which finds no veth (HostIfIndex 0), keeps the record of the first.
+// repeated DEL, which finds no veth (HostIfIndex 0), keeps the record of the first,
+// in either file format; otherwise the new record replaces it.
 func WriteDeleted(dir string, d DeletedEndpoint) error {
 	if err := CheckContainerID(d.ContainerID); err != nil {
 		return fmt.Errorf("record deleted endpoint: %w", err)
@@ -76,18 +92,30 @@ func WriteDeleted(dir string, d DeletedEndpoint) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(dir, d.ContainerID+".json")
-	if _, err := os.Stat(path); err == nil && d.HostIfIndex == 0 {
+	path, legacy := deletedPath(dir, d.ContainerID), legacyDeletedPath(dir, d.ContainerID)
+	if d.HostIfIndex == 0 && (exists(path) || exists(legacy)) {
 		return nil
 	}
 	if err := statefile.Write(path, b, 0o600); err != nil {
 		return fmt.Errorf("record deleted endpoint: %w", err)
 	}
+	// One record per container: the agent would otherwise carry out the replaced one too.
+	if err := os.Remove(legacy); err != nil && exists(legacy) {
+		return fmt.Errorf("record deleted endpoint: replace the record in the former format: %w", err)
+	}
 	return nil
 }
 
-// ReadDeleted returns the records in dir with their paths; none if dir does not exist.
-// A record that can't be parsed is returned as an error naming its file.
+// exists reports whether path is there; a name too long to be (a legacy path of a long
+// id) is not.
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+// ReadDeleted returns the records in dir with their paths, whatever their file's name
+// (deletedPath or legacyDeletedPath); none if dir does not exist. A record that can't
+// be parsed is returned as an error naming its file.
 func ReadDeleted(dir string) (map[string]DeletedEndpoint, error) {
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {

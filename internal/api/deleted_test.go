@@ -23,7 +23,7 @@ func TestDeletedRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs, err := ReadDeleted(dir)
-	if err != nil || len(recs) != 1 || recs[filepath.Join(dir, "abc-1.json")].HostIfIndex != 7 {
+	if err != nil || len(recs) != 1 || recs[deletedPath(dir, "abc-1")].HostIfIndex != 7 {
 		t.Errorf("records = %+v, %v; want abc-1 with index 7", recs, err)
 	}
 	for _, bad := range []string{"../x", "", "a/b", ".hidden"} {
@@ -51,5 +51,48 @@ func TestDeletedRecords(t *testing.T) {
 		if IsHostIfName(n) {
 			t.Errorf("IsHostIfName(%q) = true", n)
 		}
+	}
+}
+
+// Any container id the CNI spec allows can be recorded: it sets no length limit, and
+// an id of more than 246 bytes made a file name the file system refused (with
+// statefile's ".tmp"), so DEL failed while the agent was down.
+func TestDeletedRecordOfALongContainerID(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cni-deleted")
+	id := "c" + strings.Repeat("0123456789abcdef", 64) // 1025 bytes
+	if err := WriteDeleted(dir, DeletedEndpoint{ContainerID: id, HostIfName: HostIfName(id), HostIfIndex: 9}); err != nil {
+		t.Fatalf("WriteDeleted of a %d-byte container id: %v", len(id), err)
+	}
+	recs, err := ReadDeleted(dir)
+	if err != nil || len(recs) != 1 || recs[deletedPath(dir, id)].ContainerID != id || recs[deletedPath(dir, id)].HostIfIndex != 9 {
+		t.Errorf("records = %+v, %v; want the whole id with index 9", recs, err)
+	}
+}
+
+// Records in the former format (the file named by the container id) are still read
+// and carried out; a repeated DEL keeps such a record, a new one replaces it.
+func TestDeletedRecordsInTheFormerFormat(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cni-deleted")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	legacy := filepath.Join(dir, "abc-2.json")
+	if err := os.WriteFile(legacy, []byte(`{"containerID":"abc-2","hostIfName":"myl0123456789a","hostIfIndex":7}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := ReadDeleted(dir); err != nil || len(recs) != 1 || recs[legacy].HostIfIndex != 7 {
+		t.Fatalf("records = %+v, %v; want the former-format one with index 7", recs, err)
+	}
+	if err := WriteDeleted(dir, DeletedEndpoint{ContainerID: "abc-2", HostIfName: "myl0123456789a"}); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := ReadDeleted(dir); err != nil || len(recs) != 1 || recs[legacy].HostIfIndex != 7 {
+		t.Errorf("after a repeated DEL: %+v, %v; want the former-format record kept alone", recs, err)
+	}
+	if err := WriteDeleted(dir, DeletedEndpoint{ContainerID: "abc-2", HostIfName: "myl0123456789a", HostIfIndex: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := ReadDeleted(dir); err != nil || len(recs) != 1 || recs[deletedPath(dir, "abc-2")].HostIfIndex != 8 {
+		t.Errorf("after a DEL of a new attachment: %+v, %v; want only its record, index 8", recs, err)
 	}
 }

@@ -46,7 +46,10 @@ func invalidConf(format string, a ...any) *types.Error {
 }
 
 // parseConf reads and checks the network configuration from stdin. Keys it does not
-// know are ignored (the runtime adds its own, such as runtimeConfig).
+// know are ignored (the runtime adds its own, such as runtimeConfig). "type" is not
+// checked: the runtime ran the binary it names (libcni looks "type" up in CNI_PATH),
+// so it is the plugin's own, under whatever name it was installed; the spec asks the
+// plugin for no check of it.
 func parseConf(stdin []byte) (*NetConf, error) {
 	var c NetConf
 	if err := json.Unmarshal(stdin, &c); err != nil {

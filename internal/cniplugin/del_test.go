@@ -124,6 +124,25 @@ func TestDelWithBadCNIArgs(t *testing.T) {
 	}
 }
 
+// DEL with the agent down records the delete of any container id the spec allows:
+// one longer than a file name holds failed, and with it the DEL, until the agent was back.
+func TestDelOfALongContainerIDWithAgentDown(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "agent.sock") // no agent
+	id := "c" + strings.Repeat("0123456789abcdef", 20) // 321 bytes
+	if err := cmdDel(cniArgs(socket, id, "")); err != nil {
+		t.Fatalf("DEL of a %d-byte container id with the agent down = %v, want success", len(id), err)
+	}
+	recs, err := api.ReadDeleted(api.DeletedDir(socket))
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("deletes left for the agent: %v, %v; want one", recs, err)
+	}
+	for _, r := range recs {
+		if r.ContainerID != id {
+			t.Errorf("the delete left for the agent names container %q, want the whole id", r.ContainerID)
+		}
+	}
+}
+
 // DEL with CNI_NETNS the plugin's own netns (here a throwaway "node" netns the test
 // runs in) and the host veth already gone is refused (code 8), and the node's link of
 // CNI_IFNAME's name stays: before, DEL removed it as the pod's interface.

@@ -9,8 +9,10 @@
 //	{"cniVersion": "1.1.0", "name": "myelin", "type": "myelin-cni",
 //	 "socket": "/run/myelin/agent.sock"}
 //
-// Bad input (the configuration, the CNI_* variables, CNI_ARGS) gets a CNI error whose
-// details name the input, what is wrong and what to do (conf.go, env.go, podnetns.go;
-// the table is in docs/operations.md, "The CNI plugin: its configuration and its
-// errors"). DEL succeeds whatever is already gone.
+// Bad input (the configuration, CHECK's prevResult, the CNI_* variables, CNI_ARGS) gets
+// a CNI error whose details name the input, what is wrong and what to do (conf.go,
+// prevresult.go, env.go, podnetns.go; the table is in docs/operations.md, "The CNI
+// plugin: its configuration and its errors"). CHECK compares the pod's network with
+// its prevResult and the agent's endpoint (check.go). DEL succeeds whatever is
+// already gone.
 package cniplugin

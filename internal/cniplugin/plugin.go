@@ -150,6 +150,13 @@ func addEndpoint(ctx context.Context, client *api.Client, ref api.PodRef, alloc 
 	return ep, nil
 }
 
+// ResultOf is the result (CNI 1.0.0) of the ADD that made ep, which a runtime passes
+// back to CHECK as its prevResult; for tests that run CHECK as a runtime does.
+func ResultOf(ep api.Endpoint) *types100.Result {
+	args := &skel.CmdArgs{IfName: ep.IfName, Netns: ep.NetNS}
+	return result("1.0.0", args, api.Allocation{IP: ep.IP, Gateway: api.PodGateway}, ep)
+}
+
 func result(cniVersion string, args *skel.CmdArgs, alloc api.Allocation, ep api.Endpoint) *types100.Result {
 	gw := net.ParseIP(alloc.Gateway)
 	return &types100.Result{

@@ -91,7 +91,14 @@ func TestPrivilegedVethSetupAndTeardown(t *testing.T) {
 		if !mtuOK {
 			t.Errorf("pod routes %v, want the default route with MTU 1350", routes)
 		}
-		return checkPod("eth0", apiEndpoint(ip, link))
+		state, err := readNetState()
+		if err != nil {
+			return err
+		}
+		if problems := agentProblems(apiEndpoint(ip, link), "eth0", state); len(problems) > 0 {
+			t.Errorf("CHECK's view of the new pod interface: %v, want no problem", problems)
+		}
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)

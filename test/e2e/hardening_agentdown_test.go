@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/cniplugin"
 	"github.com/myelin-net/myelin/internal/lab"
 	labmyelin "github.com/myelin-net/myelin/internal/lab/cni/myelin"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
@@ -53,14 +55,19 @@ func endpointOfPod(t *testing.T, node, pod string) api.Endpoint {
 }
 
 // cniCheck runs the node's installed myelin-cni with CNI_COMMAND=CHECK for ep, as a
-// runtime does, and returns its output.
+// runtime does (with the result of ep's ADD as prevResult), and returns its output.
 func cniCheck(node string, ep api.Endpoint) (string, error) {
+	prev, err := json.Marshal(cniplugin.ResultOf(ep))
+	if err != nil {
+		return "", err
+	}
 	bin := filepath.Join(paths.CNIBinDir(node), "myelin-cni")
 	cmd := exec.Command("nsenter", "--net="+labplan.NetNSPath(node), "--", bin)
 	cmd.Env = append(os.Environ(), "CNI_COMMAND=CHECK", "CNI_CONTAINERID="+ep.ContainerID, "CNI_NETNS="+ep.NetNS,
 		"CNI_IFNAME="+ep.IfName, "CNI_PATH="+filepath.Dir(bin),
 		"CNI_ARGS=K8S_POD_NAMESPACE="+ep.Namespace+";K8S_POD_NAME="+ep.Pod)
-	cmd.Stdin = strings.NewReader(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"myelin","type":"myelin-cni","socket":%q}`, api.NodeSocket(node)))
+	cmd.Stdin = strings.NewReader(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"myelin","type":"myelin-cni","socket":%q,"prevResult":%s}`,
+		api.NodeSocket(node), prev))
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
