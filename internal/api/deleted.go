@@ -63,16 +63,16 @@ func CheckContainerID(id string) error {
 	return nil
 }
 
-// deletedPath is the file of containerID's record in dir: a hash of the id, so that
+// DeletedPath is the file of containerID's record in dir: a hash of the id, so that
 // every id the CNI spec allows (it sets no length limit) makes a file name that fits
 // the file system's 255 bytes with statefile's ".tmp"; the record itself names the
 // container.
-func deletedPath(dir, containerID string) string {
+func DeletedPath(dir, containerID string) string {
 	sum := sha256.Sum256([]byte(containerID))
 	return filepath.Join(dir, hex.EncodeToString(sum[:])+".json")
 }
 
-// legacyDeletedPath is where plugins before deletedPath recorded containerID: under
+// legacyDeletedPath is where plugins before DeletedPath recorded containerID: under
 // the id itself (which an id over 246 bytes could not be). ReadDeleted reads both.
 func legacyDeletedPath(dir, containerID string) string {
 	return filepath.Join(dir, containerID+".json")
@@ -92,7 +92,7 @@ func WriteDeleted(dir string, d DeletedEndpoint) error {
 	if err != nil {
 		return err
 	}
-	path, legacy := deletedPath(dir, d.ContainerID), legacyDeletedPath(dir, d.ContainerID)
+	path, legacy := DeletedPath(dir, d.ContainerID), legacyDeletedPath(dir, d.ContainerID)
 	if d.HostIfIndex == 0 && (exists(path) || exists(legacy)) {
 		return nil
 	}
@@ -114,7 +114,7 @@ func exists(path string) bool {
 }
 
 // ReadDeleted returns the records in dir with their paths, whatever their file's name
-// (deletedPath or legacyDeletedPath); none if dir does not exist. A record that can't
+// (DeletedPath or legacyDeletedPath); none if dir does not exist. A record that can't
 // be parsed is returned as an error naming its file.
 func ReadDeleted(dir string) (map[string]DeletedEndpoint, error) {
 	entries, err := os.ReadDir(dir)

@@ -23,7 +23,7 @@ func TestDeletedRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs, err := ReadDeleted(dir)
-	if err != nil || len(recs) != 1 || recs[deletedPath(dir, "abc-1")].HostIfIndex != 7 {
+	if err != nil || len(recs) != 1 || recs[DeletedPath(dir, "abc-1")].HostIfIndex != 7 {
 		t.Errorf("records = %+v, %v; want abc-1 with index 7", recs, err)
 	}
 	for _, bad := range []string{"../x", "", "a/b", ".hidden"} {
@@ -64,7 +64,7 @@ func TestDeletedRecordOfALongContainerID(t *testing.T) {
 		t.Fatalf("WriteDeleted of a %d-byte container id: %v", len(id), err)
 	}
 	recs, err := ReadDeleted(dir)
-	if err != nil || len(recs) != 1 || recs[deletedPath(dir, id)].ContainerID != id || recs[deletedPath(dir, id)].HostIfIndex != 9 {
+	if err != nil || len(recs) != 1 || recs[DeletedPath(dir, id)].ContainerID != id || recs[DeletedPath(dir, id)].HostIfIndex != 9 {
 		t.Errorf("records = %+v, %v; want the whole id with index 9", recs, err)
 	}
 }
@@ -92,7 +92,7 @@ func TestDeletedRecordsInTheFormerFormat(t *testing.T) {
 	if err := WriteDeleted(dir, DeletedEndpoint{ContainerID: "abc-2", HostIfName: "myl0123456789a", HostIfIndex: 8}); err != nil {
 		t.Fatal(err)
 	}
-	if recs, err := ReadDeleted(dir); err != nil || len(recs) != 1 || recs[deletedPath(dir, "abc-2")].HostIfIndex != 8 {
+	if recs, err := ReadDeleted(dir); err != nil || len(recs) != 1 || recs[DeletedPath(dir, "abc-2")].HostIfIndex != 8 {
 		t.Errorf("after a DEL of a new attachment: %+v, %v; want only its record, index 8", recs, err)
 	}
 }

@@ -174,7 +174,7 @@ func TestLabMyelinAgentDown(t *testing.T) {
 		inMap := pinnedEndpoint(t, n1, victim.IP)
 		return !known && !inMap && used == usedBefore-1, fmt.Sprintf("endpoint known %v, map entry %v, IPs used %d (before %d)", known, inMap, used, usedBefore)
 	})
-	if _, err := os.Stat(filepath.Join(api.DeletedDir(api.NodeSocket(n1)), victim.ContainerID+".json")); !os.IsNotExist(err) {
+	if _, err := os.Stat(api.DeletedPath(api.DeletedDir(api.NodeSocket(n1)), victim.ContainerID)); !os.IsNotExist(err) {
 		t.Errorf("the recorded delete is still there after the agent carried it out: %v", err)
 	}
 
@@ -229,7 +229,7 @@ func deleteWithAgentHung(t *testing.T, cs kubernetes.Interface, node string, ep 
 	if out, _ := inNode(node, "ip", "route", "show", ep.IP); strings.TrimSpace(out) != "" {
 		t.Errorf("route to the deleted pod's %s still there: %s", ep.IP, out)
 	}
-	rec, err := os.ReadFile(filepath.Join(api.DeletedDir(api.NodeSocket(node)), ep.ContainerID+".json"))
+	rec, err := os.ReadFile(api.DeletedPath(api.DeletedDir(api.NodeSocket(node)), ep.ContainerID))
 	if err != nil {
 		t.Errorf("no recorded delete for the agent: %v", err)
 	}
