@@ -77,7 +77,11 @@ type Manager struct {
 	// progress, or one that died): GC leaves them allocationGrace, so it can't take
 	// an ADD's IP and veth from under it.
 	pending map[string]pendingADD
-	now     func() time.Time
+	// unreadable are the containers whose endpoint record Restore could not read:
+	// they keep their IP, map entry and route until DEL or GC, which find them by
+	// the address the pool holds for the container (unprogramUnreadable).
+	unreadable map[string]bool
+	now        func() time.Time
 }
 
 // pendingADD is an allocation whose endpoint is not registered yet.
@@ -94,7 +98,7 @@ const allocationGrace = 2 * api.DefaultTimeout
 // NewManager returns a manager; call Restore before serving requests.
 func NewManager(cfg Config, dp Datapath, links Links, pool *ipam.Pool) *Manager {
 	m := &Manager{cfg: cfg, dp: dp, links: links, pool: pool, eps: map[string]*api.Endpoint{},
-		pending: map[string]pendingADD{}, now: time.Now}
+		pending: map[string]pendingADD{}, unreadable: map[string]bool{}, now: time.Now}
 	m.reaper = newReaper(links, m.ownsVeth)
 	return m
 }
@@ -166,6 +170,7 @@ func (m *Manager) Put(ep api.Endpoint) (api.Endpoint, error) {
 	}
 	m.eps[ep.ContainerID] = &ep
 	delete(m.pending, ep.ContainerID)
+	delete(m.unreadable, ep.ContainerID) // its record is whole again
 	return ep, nil
 }
 
@@ -211,6 +216,20 @@ func (m *Manager) unprogram(ep *api.Endpoint, ip netip.Addr) error {
 	return errors.Join(detach, err, m.links.DeletePodRoute(ip))
 }
 
+// unprogramUnreadable is unprogram for a container whose record could not be read
+// (Restore kept its map entry and route): its veth is the one named after it and its
+// address the one the pool holds for it. The map entry of that address is the
+// container's whatever veth it points at: no other container can register an address
+// allocated to this one.
+func (m *Manager) unprogramUnreadable(containerID string) error {
+	detach := m.dp.DetachEndpoint(HostIfName(containerID))
+	ip, ok := m.pool.Lookup(containerID)
+	if !ok || m.ipClaimedByOther(containerID, ip) {
+		return detach
+	}
+	return errors.Join(detach, m.dp.DeleteEndpoint(ip), m.links.DeletePodRoute(ip))
+}
+
 // Release gives back the IP allocated to containerID whose ADD failed before its
 // endpoint was registered (the plugin's cleanup). A container with a registered
 // endpoint keeps its IP: only DEL removes a live attachment, so a failed second
@@ -245,11 +264,15 @@ func (m *Manager) Delete(containerID string) error {
 func (m *Manager) deleteLocked(containerID string) error {
 	var errs []error
 	ep, ok := m.eps[containerID]
-	if ok {
+	switch {
+	case ok:
 		ip, _ := netip.ParseAddr(ep.IP)
 		errs = append(errs, m.unprogram(ep, ip))
 		delete(m.eps, containerID)
+	case m.unreadable[containerID]:
+		errs = append(errs, m.unprogramUnreadable(containerID))
 	}
+	delete(m.unreadable, containerID)
 	delete(m.pending, containerID)
 	errs = append(errs,
 		m.retireHostLink(containerID, ep),
