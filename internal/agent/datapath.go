@@ -161,7 +161,8 @@ func (s *startup) restoreEndpoints(dp *datapath.Datapath, pool *ipam.Pool) *endp
 		MTU: s.plan.MTU, RouteMTU: s.plan.RouteMTU, GSOIPv4MaxSize: s.plan.BIGTCP.Size}, dp, routing.Kernel{}, pool)
 	adopted, removed, err := eps.Restore()
 	if damaged := pool.Damaged(); damaged != nil { // ipam.json was damaged: the records gave the addresses back
-		s.log.Error("IPAM state damaged; the allocations of the restored endpoints were taken from their records", "err", damaged)
+		// The error says what was left out and what stands in for it.
+		s.log.Error("IPAM state damaged", "err", damaged)
 		err = errors.Join(damaged, err)
 	}
 	s.loops.report("endpoint-restore", err)

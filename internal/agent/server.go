@@ -152,14 +152,15 @@ func (a *server) handleAllocate(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, alloc)
 }
 
-// handleRelease gives back a failed ADD's IP; a container with a live endpoint keeps
-// it (409): only DEL removes an attachment.
+// handleRelease gives back a failed ADD's IP (?attempt= names the ADD); a container
+// with a live endpoint keeps it (409): only DEL removes an attachment; one with
+// another ADD in flight keeps it too (204).
 func (a *server) handleRelease(w http.ResponseWriter, r *http.Request) {
 	id, ok := containerID(w, r)
 	if !ok {
 		return
 	}
-	if err := a.eps.Release(id); err != nil {
+	if err := a.eps.Release(id, r.URL.Query().Get("attempt")); err != nil {
 		code := http.StatusInternalServerError
 		if errors.Is(err, endpoint.ErrEndpointExists) {
 			code = http.StatusConflict

@@ -144,12 +144,38 @@ func TestAPIRefusesOversizedBodyAndLiveRelease(t *testing.T) {
 		HostIfIndex: 7, HostMAC: "02:00:00:00:00:01", PodMAC: "02:00:00:00:00:02"}); err != nil {
 		t.Fatal(err)
 	}
-	err = api.NewClient(a.cfg.socket()).Release(context.Background(), "live")
+	err = api.NewClient(a.cfg.socket()).Release(context.Background(), "live", "")
 	if err == nil || !strings.Contains(err.Error(), "CNI DEL") {
 		t.Errorf("release of a live endpoint's IP = %v, want refused naming CNI DEL", err)
 	}
 	if ip, ok := a.pool.Lookup("live"); !ok || ip.String() != alloc.IP {
 		t.Errorf("the live endpoint's IP after the refused release: %v %v, want %s", ip, ok, alloc.IP)
+	}
+}
+
+// Two ADDs of one container in flight through the API get one IP, each its own
+// attempt; the release of one (named by its attempt) leaves the IP to the other, the
+// release of the last frees it.
+func TestAPIReleaseKeepsTheIPOfAnotherADDInFlight(t *testing.T) {
+	a, _ := serveTest(t)
+	a.ready.Store(true)
+	c, ctx := api.NewClient(a.cfg.socket()), context.Background()
+	first, err1 := c.Allocate(ctx, api.PodRef{ContainerID: "twice"})
+	second, err2 := c.Allocate(ctx, api.PodRef{ContainerID: "twice"})
+	if err1 != nil || err2 != nil || first.IP != second.IP || first.Attempt == "" || first.Attempt == second.Attempt {
+		t.Fatalf("allocations %+v %v and %+v %v; want one IP, two attempts", first, err1, second, err2)
+	}
+	if err := c.Release(ctx, "twice", second.Attempt); err != nil {
+		t.Fatal(err)
+	}
+	if ip, ok := a.pool.Lookup("twice"); !ok || ip.String() != first.IP {
+		t.Fatalf("after the second ADD's release: %v %v, want the first's %s kept", ip, ok, first.IP)
+	}
+	if err := c.Release(ctx, "twice", first.Attempt); err != nil {
+		t.Fatal(err)
+	}
+	if ip, ok := a.pool.Lookup("twice"); ok {
+		t.Errorf("after both releases %v is still allocated", ip)
 	}
 }
 

@@ -116,9 +116,15 @@ func (c *Client) Allocate(ctx context.Context, ref PodRef) (Allocation, error) {
 	return a, err
 }
 
-// Release frees a pod attachment's IP; releasing nothing is not an error.
-func (c *Client) Release(ctx context.Context, containerID string) error {
-	return c.do(ctx, http.MethodDelete, "/v1/ipam/"+url.PathEscape(containerID), nil, nil)
+// Release gives back the IP a failed ADD was allocated (attempt: its
+// Allocation.Attempt); the agent keeps it while another ADD of the container id is in
+// flight or its endpoint is registered. Releasing nothing is not an error.
+func (c *Client) Release(ctx context.Context, containerID, attempt string) error {
+	path := "/v1/ipam/" + url.PathEscape(containerID)
+	if attempt != "" {
+		path += "?attempt=" + url.QueryEscape(attempt)
+	}
+	return c.do(ctx, http.MethodDelete, path, nil, nil)
 }
 
 // PutEndpoint registers an endpoint and programs the datapath for it.

@@ -71,3 +71,24 @@ func TestClientAgentDown(t *testing.T) {
 		}
 	}
 }
+
+// A failed ADD's release names its attempt (escaped), and a release without one
+// (an agent that named none) sends none: the agent then frees the IP as before.
+func TestClientReleaseNamesTheAttempt(t *testing.T) {
+	got := make(chan string, 1)
+	sock := testenv.ServeUnixHTTP(t, func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Method + " " + r.URL.RequestURI()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	for attempt, want := range map[string]string{
+		"AB3/+": "DELETE /v1/ipam/c1?attempt=AB3%2F%2B",
+		"":      "DELETE /v1/ipam/c1",
+	} {
+		if err := NewClient(sock).Release(context.Background(), "c1", attempt); err != nil {
+			t.Fatal(err)
+		}
+		if req := <-got; req != want {
+			t.Errorf("Release with attempt %q asked %q, want %q", attempt, req, want)
+		}
+	}
+}

@@ -49,6 +49,11 @@ type Allocation struct {
 	// GSOIPv4MaxSize is the IPv4 GSO and GRO size of both veth ends with BIG TCP on
 	// (enable-ipv4-big-tcp); 0 leaves the kernel's 64 KiB.
 	GSOIPv4MaxSize int `json:"gsoIPv4MaxSize,omitempty"`
+	// Attempt names this allocation call among the ADDs of the container id in flight
+	// (a runtime may retry an ADD before the first has answered); a failed ADD's
+	// release names it (Client.Release), so the agent frees the IP only when no other
+	// ADD of the container id holds it. Empty from agents before it was named.
+	Attempt string `json:"attempt,omitempty"`
 }
 
 // Endpoint is a pod's network attachment as the agent knows it.

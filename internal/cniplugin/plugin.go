@@ -100,10 +100,12 @@ func cmdAdd(args *skel.CmdArgs) error {
 	ep, err := addEndpoint(ctx, client, ref, alloc)
 	if err != nil {
 		// Leave nothing behind: no link (addEndpoint removed it) and no IP. The release
-		// has its own deadline: the ADD's may be what ran out.
+		// names this ADD's attempt: the agent keeps the IP while another ADD of the
+		// container id (a retry of this one, or the one this retries) holds it. It has
+		// its own deadline: the ADD's may be what ran out.
 		rctx, rcancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer rcancel()
-		if rerr := client.Release(rctx, ref.ContainerID); rerr != nil {
+		if rerr := client.Release(rctx, ref.ContainerID, alloc.Attempt); rerr != nil {
 			err = fmt.Errorf("%w (and releasing %s failed: %v)", err, alloc.IP, rerr)
 		}
 		var cniErr *types.Error

@@ -125,14 +125,28 @@ func newNode(t *testing.T) *node {
 
 // add is cmdAdd: allocate, build the veth, register; on failure remove the veth it
 // built and release the IP.
-func (n *node) add(id string) (api.Endpoint, error) {
+func (n *node) add(id string) (api.Endpoint, error) { return n.addWith(id, addHooks{}) }
+
+// addHooks stop an ADD at its steps, so a test can interleave it with others.
+type addHooks struct {
+	afterAllocate func() // between allocate and building the veth
+	beforePut     func() // between building the veth and registering
+}
+
+func (n *node) addWith(id string, h addHooks) (api.Endpoint, error) {
 	ref := api.PodRef{ContainerID: id, Namespace: "default", Pod: id}
 	alloc, err := n.m.Allocate(ref)
 	if err != nil {
 		return api.Endpoint{}, err
 	}
+	if h.afterAllocate != nil {
+		h.afterAllocate()
+	}
 	idx, err := n.links.createVeth(alloc.HostIfName)
 	if err == nil {
+		if h.beforePut != nil {
+			h.beforePut()
+		}
 		var ep api.Endpoint
 		ep, err = n.m.Put(api.Endpoint{PodRef: ref, IP: alloc.IP, HostIfName: alloc.HostIfName, HostIfIndex: idx,
 			HostMAC: "02:00:00:00:00:01", PodMAC: "02:00:00:00:00:02"})
@@ -141,7 +155,7 @@ func (n *node) add(id string) (api.Endpoint, error) {
 		}
 		n.links.deleteVeth(alloc.HostIfName, idx)
 	}
-	if rerr := n.m.Release(id); rerr != nil && !errors.Is(rerr, ErrEndpointExists) {
+	if rerr := n.m.Release(id, alloc.Attempt); rerr != nil && !errors.Is(rerr, ErrEndpointExists) {
 		err = errors.Join(err, rerr)
 	}
 	return api.Endpoint{}, err

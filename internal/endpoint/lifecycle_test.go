@@ -163,7 +163,7 @@ func TestManagerRefusesForgedContainerIDs(t *testing.T) {
 		if err := f.m.DeleteOwned(id, 0); err == nil {
 			t.Errorf("DeleteOwned(%q) succeeded", id)
 		}
-		if err := f.m.Release(id); err == nil {
+		if err := f.m.Release(id, ""); err == nil {
 			t.Errorf("Release(%q) succeeded", id)
 		}
 	}

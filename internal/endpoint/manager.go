@@ -1,6 +1,7 @@
 package endpoint
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -77,14 +78,23 @@ type Manager struct {
 	// progress, or one that died): GC leaves them allocationGrace, so it can't take
 	// an ADD's IP and veth from under it.
 	pending map[string]pendingADD
-	now     func() time.Time
+	// unreadable are the containers whose endpoint record Restore could not read:
+	// they keep their IP, map entry and route until DEL or GC, which find them by
+	// the address the pool holds for the container (unprogramUnreadable).
+	unreadable map[string]bool
+	now        func() time.Time
 }
 
 // pendingADD is an allocation whose endpoint is not registered yet.
 type pendingADD struct {
-	since time.Time // when it was made, or when the agent restarted (restored)
+	since time.Time // when it was last made, or when the agent restarted (restored)
 	// restored: the allocation is a previous agent's, made at a time unknown.
 	restored bool
+	// attempts are the ADDs of the container id in flight that this agent allocated
+	// for (api.Allocation.Attempt): a runtime may retry an ADD before the first has
+	// answered, and both get the same IP. A failed one's release frees it only when
+	// no other is left (Release).
+	attempts map[string]bool
 }
 
 // allocationGrace is how long GC keeps an allocation whose endpoint is not
@@ -94,7 +104,7 @@ const allocationGrace = 2 * api.DefaultTimeout
 // NewManager returns a manager; call Restore before serving requests.
 func NewManager(cfg Config, dp Datapath, links Links, pool *ipam.Pool) *Manager {
 	m := &Manager{cfg: cfg, dp: dp, links: links, pool: pool, eps: map[string]*api.Endpoint{},
-		pending: map[string]pendingADD{}, now: time.Now}
+		pending: map[string]pendingADD{}, unreadable: map[string]bool{}, now: time.Now}
 	m.reaper = newReaper(links, m.ownsVeth)
 	return m
 }
@@ -105,7 +115,8 @@ func (m *Manager) Reaper() *Reaper { return m.reaper }
 
 // Allocate reserves the pod's IP and names its host-side veth. A retired veth of
 // that name (the container id was deleted a moment ago) is deleted first, so the
-// plugin can create the pair again, also into the same pod netns.
+// plugin can create the pair again, also into the same pod netns. Each call is an
+// attempt of its own (api.Allocation.Attempt), which a failed ADD's Release names.
 func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
 	if err := api.CheckContainerID(ref.ContainerID); err != nil {
 		return api.Allocation{}, fmt.Errorf("allocate: %w", err)
@@ -114,13 +125,16 @@ func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
 		return api.Allocation{}, fmt.Errorf("allocate for %s/%s: delete the retired veth of the container's previous attachment: %w",
 			ref.Namespace, ref.Pod, err)
 	}
+	attempt := rand.Text()
 	// The allocation and its pending mark are one step: a GC between them would take
 	// the allocation of an ADD in flight.
 	m.mu.Lock()
 	ip, err := m.pool.Allocate(ref.ContainerID)
 	if err == nil {
+		// A container with a registered endpoint records no attempt: its IP is the
+		// endpoint's, which Release never frees.
 		if _, ok := m.eps[ref.ContainerID]; !ok {
-			m.pending[ref.ContainerID] = pendingADD{since: m.now()}
+			m.markPending(ref.ContainerID, attempt)
 		}
 	}
 	m.mu.Unlock()
@@ -132,7 +146,17 @@ func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
 		return api.Allocation{}, err
 	}
 	return api.Allocation{IP: ip.String(), Gateway: api.PodGateway, MTU: m.cfg.MTU, RouteMTU: m.cfg.RouteMTU,
-		HostIfName: HostIfName(ref.ContainerID), GSOIPv4MaxSize: m.cfg.GSOIPv4MaxSize}, nil
+		HostIfName: HostIfName(ref.ContainerID), GSOIPv4MaxSize: m.cfg.GSOIPv4MaxSize, Attempt: attempt}, nil
+}
+
+// markPending records attempt as an ADD of containerID in flight, beside the others.
+func (m *Manager) markPending(containerID, attempt string) {
+	attempts := m.pending[containerID].attempts
+	if attempts == nil {
+		attempts = map[string]bool{}
+	}
+	attempts[attempt] = true
+	m.pending[containerID] = pendingADD{since: m.now(), attempts: attempts}
 }
 
 // Put registers an endpoint whose veth the plugin has built, and programs the
@@ -166,6 +190,7 @@ func (m *Manager) Put(ep api.Endpoint) (api.Endpoint, error) {
 	}
 	m.eps[ep.ContainerID] = &ep
 	delete(m.pending, ep.ContainerID)
+	delete(m.unreadable, ep.ContainerID) // its record is whole again
 	return ep, nil
 }
 
@@ -211,12 +236,31 @@ func (m *Manager) unprogram(ep *api.Endpoint, ip netip.Addr) error {
 	return errors.Join(detach, err, m.links.DeletePodRoute(ip))
 }
 
+// unprogramUnreadable is unprogram for a container whose record could not be read
+// (Restore kept its map entry and route): its veth is the one named after it and its
+// address the one the pool holds for it. The map entry of that address is the
+// container's whatever veth it points at: no other container can register an address
+// allocated to this one.
+func (m *Manager) unprogramUnreadable(containerID string) error {
+	detach := m.dp.DetachEndpoint(HostIfName(containerID))
+	ip, ok := m.pool.Lookup(containerID)
+	if !ok || m.ipClaimedByOther(containerID, ip) {
+		return detach
+	}
+	return errors.Join(detach, m.dp.DeleteEndpoint(ip), m.links.DeletePodRoute(ip))
+}
+
 // Release gives back the IP allocated to containerID whose ADD failed before its
-// endpoint was registered (the plugin's cleanup). A container with a registered
-// endpoint keeps its IP: only DEL removes a live attachment, so a failed second
-// ADD for it can't free the address another pod would then get while the endpoint,
-// its datapath entry and its policy identity still name it.
-func (m *Manager) Release(containerID string) error {
+// endpoint was registered (the plugin's cleanup); attempt is the failed ADD's
+// (api.Allocation.Attempt). A container with a registered endpoint keeps its IP:
+// only DEL removes a live attachment, so a failed second ADD for it can't free the
+// address another pod would then get while the endpoint, its datapath entry and its
+// policy identity still name it. A container with another ADD in flight keeps it
+// too, and it is no error: that ADD may register (the runtime retried an ADD before
+// the first answered, and one of the two found the veth taken), and when it fails
+// its own release frees the IP. An empty attempt (a plugin before attempts were
+// named) frees the IP whatever other ADD is in flight.
+func (m *Manager) Release(containerID, attempt string) error {
 	if err := api.CheckContainerID(containerID); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
@@ -226,6 +270,12 @@ func (m *Manager) Release(containerID string) error {
 		return fmt.Errorf("%w: container %s (pod %s/%s) has a live endpoint on node %s with IP %s on %s; "+
 			"its IP is released by CNI DEL, not by a failed ADD's cleanup", ErrEndpointExists, containerID, ep.Namespace, ep.Pod,
 			m.cfg.Node, ep.IP, ep.HostIfName)
+	}
+	if p, ok := m.pending[containerID]; ok && attempt != "" {
+		delete(p.attempts, attempt)
+		if len(p.attempts) > 0 {
+			return nil
+		}
 	}
 	delete(m.pending, containerID)
 	return m.pool.Release(containerID)
@@ -245,11 +295,15 @@ func (m *Manager) Delete(containerID string) error {
 func (m *Manager) deleteLocked(containerID string) error {
 	var errs []error
 	ep, ok := m.eps[containerID]
-	if ok {
+	switch {
+	case ok:
 		ip, _ := netip.ParseAddr(ep.IP)
 		errs = append(errs, m.unprogram(ep, ip))
 		delete(m.eps, containerID)
+	case m.unreadable[containerID]:
+		errs = append(errs, m.unprogramUnreadable(containerID))
 	}
+	delete(m.unreadable, containerID)
 	delete(m.pending, containerID)
 	errs = append(errs,
 		m.retireHostLink(containerID, ep),

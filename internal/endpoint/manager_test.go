@@ -299,17 +299,18 @@ func TestManagerReleaseKeepsLiveEndpoints(t *testing.T) {
 	if _, err := f.m.Allocate(api.PodRef{ContainerID: "ctr-x", Namespace: "default", Pod: "ctr-x"}); err != nil {
 		t.Fatal(err) // the second ADD's allocate: the same IP
 	}
-	err := f.m.Release("ctr-x")
+	err := f.m.Release("ctr-x", "")
 	if !errors.Is(err, ErrEndpointExists) || !strings.Contains(err.Error(), x.IP) || !strings.Contains(err.Error(), "CNI DEL") {
 		t.Fatalf("Release of a live endpoint's container: %v; want ErrEndpointExists naming its IP and CNI DEL", err)
 	}
 	if owned, ok := f.pool.Lookup("ctr-x"); !ok || owned.String() != x.IP {
 		t.Fatalf("ctr-x's IP after the refused release: %v, %v; want %s", owned, ok, x.IP)
 	}
-	if _, err := f.m.Allocate(api.PodRef{ContainerID: "ctr-failed"}); err != nil {
+	failed, err := f.m.Allocate(api.PodRef{ContainerID: "ctr-failed"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.m.Release("ctr-failed"); err != nil {
+	if err := f.m.Release("ctr-failed", failed.Attempt); err != nil {
 		t.Fatalf("Release of a failed ADD: %v", err)
 	}
 	if _, ok := f.pool.Lookup("ctr-failed"); ok {

@@ -36,7 +36,9 @@ func (m *Manager) DeleteOwned(containerID string, ifindex int) error {
 // attachment DEL saw (same host veth index, or DEL saw none) and its veth is gone. It
 // reports whether it removed an endpoint; a record for an endpoint that is gone
 // already only makes sure the IP is released, unless an ADD of the container id
-// allocated it after the delete was recorded (a new attachment in flight). A false
+// allocated it after the delete was recorded (a new attachment in flight). A
+// container whose record Restore could not read is removed all the same (its
+// veth index is unknown): map entry, route, record and IP. A false
 // with no error means the recorded delete is stale (the container id was attached
 // again since): drop it.
 func (m *Manager) DeleteRecorded(d api.DeletedEndpoint) (bool, error) {
@@ -46,6 +48,12 @@ func (m *Manager) DeleteRecorded(d api.DeletedEndpoint) (bool, error) {
 	if !ok {
 		if p, ok := m.pending[d.ContainerID]; ok && !p.restored && p.since.After(d.Deleted) {
 			return false, nil
+		}
+		if m.unreadable[d.ContainerID] {
+			if err := m.deleteLocked(d.ContainerID); err != nil {
+				return false, err
+			}
+			return true, nil
 		}
 		delete(m.pending, d.ContainerID)
 		return false, m.pool.Release(d.ContainerID)

@@ -19,13 +19,17 @@ import (
 // another container holds, or that is outside the PodCIDR, is removed, never adopted
 // beside the address's owner. A record that can't be read costs only its own
 // endpoint: the others are adopted, its container keeps its IP and map entry until
-// CNI DEL or GC, and the error names the file. Allocations without an endpoint (an
+// CNI DEL or GC (which remove them by the address the pool holds for it), and the
+// error names the file. Allocations without an endpoint (an
 // ADD in flight across the restart) get GC's grace period from now.
 func (m *Manager) Restore() (adopted, removed int, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	records, unreadable, err := readRecords(m.cfg.Dir)
 	errs := []error{err}
+	for _, id := range unreadable {
+		m.unreadable[id] = true
+	}
 	for _, ep := range records {
 		m.eps[ep.ContainerID] = ep
 		ip, perr := netip.ParseAddr(ep.IP)

@@ -5,8 +5,10 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/datapath"
@@ -260,5 +262,63 @@ func TestRestoreAfterADeathBetweenMapAndRecord(t *testing.T) {
 	}
 	if f2.dp.eps[ip].IfIndex != 9 {
 		t.Errorf("map entry after register: %+v", f2.dp.eps[ip])
+	}
+}
+
+// A container whose record could not be read kept its map entry and route at
+// restore; its DEL, its recorded DEL (made while the agent was unreachable) and a GC
+// without it each remove them with the IP and the record, found by the address the
+// IPAM pool holds for it. Before, they stayed until the address was reused.
+func TestDeleteOfAContainerWithACorruptRecord(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		del  func(t *testing.T, f *fixture, b api.Endpoint)
+	}{
+		{"DEL", func(t *testing.T, f *fixture, b api.Endpoint) {
+			if err := f.m.DeleteOwned("b", b.HostIfIndex); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"recorded DEL", func(t *testing.T, f *fixture, b api.Endpoint) {
+			delete(f.links.links, b.HostIfName) // the plugin deleted the veth without the agent
+			rec := api.DeletedEndpoint{ContainerID: "b", HostIfName: b.HostIfName, HostIfIndex: b.HostIfIndex, Deleted: time.Now()}
+			if removed, err := f.m.DeleteRecorded(rec); err != nil || !removed {
+				t.Fatalf("DeleteRecorded = %v, %v; want true, nil", removed, err)
+			}
+		}},
+		{"GC", func(t *testing.T, f *fixture, _ api.Endpoint) {
+			f.m.now = func() time.Time { return time.Now().Add(allocationGrace) } // past the grace of restored allocations
+			if removed, err := f.m.GC([]string{"a", "c"}); err != nil || !slices.Equal(removed, []string{"b"}) {
+				t.Fatalf("GC = %v, %v; want [b]", removed, err)
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f, eps, restart := restartFixture(t)
+			f.writeRaw(t, "b", []byte(`{"containerID": "b", "ip": "10.2`))
+			f2 := restart()
+			if _, _, err := f2.m.Restore(); err == nil {
+				t.Fatal("Restore over a corrupt record reported nothing")
+			}
+			bIP := netip.MustParseAddr(eps["b"].IP)
+			if _, ok := f2.dp.eps[bIP]; !ok {
+				t.Fatal("b's map entry was not kept at restore")
+			}
+			c.del(t, f2, eps["b"])
+			if info, ok := f2.dp.eps[bIP]; ok {
+				t.Errorf("b's map entry after its %s: %+v, want it removed", c.name, info)
+			}
+			if idx, ok := f2.links.routes[bIP]; ok {
+				t.Errorf("b's route after its %s: via %d, want it removed", c.name, idx)
+			}
+			if ip, ok := f2.pool.Lookup("b"); ok {
+				t.Errorf("b's IP %v after its %s, want it released", ip, c.name)
+			}
+			if _, err := os.Stat(recordPath(filepath.Join(f.dir, "endpoints"), "b")); !os.IsNotExist(err) {
+				t.Errorf("b's corrupt record after its %s: %v, want it removed", c.name, err)
+			}
+			f2.intact(t, "after b's "+c.name, eps["a"])
+			f2.intact(t, "after b's "+c.name, eps["c"])
+		})
 	}
 }

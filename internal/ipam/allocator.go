@@ -49,31 +49,55 @@ func (a *Allocator) Total() int { return 1<<(32-a.cidr.Bits()) - 3 }
 func (a *Allocator) Used() int { return len(a.owners) }
 
 // Allocate returns owner's address, choosing a free one if it has none. It scans from
-// after the last allocation so a released address is not reused at once.
+// after the last allocation (Next), wrapping around, so a released address is not
+// reused at once: the others come first.
 func (a *Allocator) Allocate(owner string) (netip.Addr, error) {
 	if ip, ok := a.byUser[owner]; ok {
 		return ip, nil
 	}
 	ip := a.next
 	for range a.Total() {
-		if ip.Compare(a.last()) > 0 || !a.cidr.Contains(ip) {
-			ip = first(a.cidr)
-		}
 		if _, used := a.owners[ip]; !used {
 			a.owners[ip], a.byUser[owner] = owner, ip
-			a.next = ip.Next()
+			a.next = a.after(ip)
 			return ip, nil
 		}
-		ip = ip.Next()
+		ip = a.after(ip)
 	}
 	return netip.Addr{}, fmt.Errorf("%w: all %d addresses of %v are in use", ErrExhausted, a.Total(), a.cidr)
+}
+
+// after is the allocatable address after ip, the first one after the last.
+func (a *Allocator) after(ip netip.Addr) netip.Addr {
+	if ip.Compare(a.last()) >= 0 {
+		return first(a.cidr)
+	}
+	return ip.Next()
+}
+
+// Next is where the next allocation's scan starts: after the last address handed
+// out. Kept with the allocations (SetNext), it keeps reuse round-robin across restarts.
+func (a *Allocator) Next() netip.Addr { return a.next }
+
+// SetNext makes the next scan start at ip, as a stored pool says; an address the
+// allocator never hands out is an error, changing nothing.
+func (a *Allocator) SetNext(ip netip.Addr) error {
+	if !a.allocatable(ip) {
+		return fmt.Errorf("scan position %v is outside the allocatable range of %v", ip, a.cidr)
+	}
+	a.next = ip
+	return nil
+}
+
+func (a *Allocator) allocatable(ip netip.Addr) bool {
+	return a.cidr.Contains(ip) && ip.Compare(first(a.cidr)) >= 0 && ip.Compare(a.last()) <= 0
 }
 
 // Restore records an allocation read back from disk. An address held by another
 // owner, or a second address for owner, is an error: each address has one owner and
 // each owner one address.
 func (a *Allocator) Restore(ip netip.Addr, owner string) error {
-	if !a.cidr.Contains(ip) || ip.Compare(first(a.cidr)) < 0 || ip.Compare(a.last()) > 0 {
+	if !a.allocatable(ip) {
 		return fmt.Errorf("address %v of %s is outside the allocatable range of %v", ip, owner, a.cidr)
 	}
 	if prev, ok := a.owners[ip]; ok && prev != owner {

@@ -3,7 +3,10 @@ package ipam
 import (
 	"errors"
 	"net/netip"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -71,5 +74,74 @@ func TestPoolPersists(t *testing.T) {
 	}
 	if _, err := OpenPool(path, netip.MustParsePrefix("10.244.2.0/24")); err == nil {
 		t.Error("opening the pool with another PodCIDR succeeded")
+	}
+}
+
+// The scan position survives a restart: an address released just before it is not
+// the first one handed out after it (peers may still hold connection, conntrack and
+// policy state for the deleted pod that had it).
+func TestPoolKeepsItsScanPositionAcrossRestarts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ipam.json")
+	cidr := netip.MustParsePrefix("10.244.1.0/29")
+	p, err := OpenPool(path, cidr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, owner := range []string{"a", "b", "c"} { // .2, .3, .4
+		if _, err := p.Allocate(owner); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Release("b"); err != nil { // .3 free, the scan at .5
+		t.Fatal(err)
+	}
+	p, err = OpenPool(path, cidr) // the agent restarted
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, owner := range []string{"d", "e", "f"} {
+		ip, err := p.Allocate(owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ip.String())
+	}
+	if want := []string{"10.244.1.5", "10.244.1.6", "10.244.1.3"}; !slices.Equal(got, want) {
+		t.Errorf("allocations after the restart: %v, want %v (the released .3 last)", got, want)
+	}
+}
+
+// A pool file without a scan position (written before it was kept) loads whole and
+// scans from the start; one with a position outside the range loads too, says so,
+// and scans from the start.
+func TestOpenPoolReadsFilesWithoutAScanPosition(t *testing.T) {
+	cidr := netip.MustParsePrefix("10.244.1.0/29")
+	for _, c := range []struct {
+		name, next string
+		damaged    bool
+	}{
+		{"no position", "", false},
+		{"position outside the range", `,"next":"10.244.1.7"`, true},
+		{"position not an address", `,"next":"ten"`, true},
+	} {
+		path := filepath.Join(t.TempDir(), "ipam.json")
+		file := `{"cidr":"10.244.1.0/29","allocations":{"a":"10.244.1.4"}` + c.next + `}`
+		if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p, err := OpenPool(path, cidr)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if d := p.Damaged(); (d != nil) != c.damaged || c.damaged && !strings.Contains(d.Error(), "scan") {
+			t.Errorf("%s: Damaged() = %v, want damaged %v naming the scan position", c.name, d, c.damaged)
+		}
+		if ip, ok := p.Lookup("a"); !ok || ip.String() != "10.244.1.4" {
+			t.Errorf("%s: a = %v %v, want 10.244.1.4", c.name, ip, ok)
+		}
+		if ip, err := p.Allocate("b"); err != nil || ip.String() != "10.244.1.2" {
+			t.Errorf("%s: first allocation %v %v, want the range's first 10.244.1.2", c.name, ip, err)
+		}
 	}
 }

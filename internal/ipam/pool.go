@@ -23,6 +23,9 @@ type Pool struct {
 type poolFile struct {
 	CIDR        string            `json:"cidr"`
 	Allocations map[string]string `json:"allocations"` // owner -> IP
+	// Next is where the next allocation's scan starts (Allocator.Next); absent in
+	// files of agents before it was kept, whose pools then scan from the start.
+	Next string `json:"next,omitempty"`
 }
 
 // OpenPool opens the pool stored at path for cidr, creating it if absent. A stored pool
@@ -31,7 +34,8 @@ type poolFile struct {
 // A damaged file does not stop the agent: one that can't be parsed is moved aside to
 // path+".corrupt" and the pool starts empty, and an entry with a bad address, outside
 // the range, or on an address another entry holds too is left out (all claimants of a
-// doubled address). Damaged says what was left out. The endpoints recorded on the node
+// doubled address), as is a scan position outside the range (the scan starts over).
+// Damaged says what was left out. The endpoints recorded on the node
 // claim their addresses back when they are restored (endpoint.Manager.Restore), before
 // any ADD is served, so what is lost is only the allocations of ADDs that had not
 // registered: those fail and the runtime retries them.
@@ -62,11 +66,31 @@ func OpenPool(path string, cidr netip.Prefix) (*Pool, error) {
 		return nil, fmt.Errorf("IPAM state %s is for %s but the node's PodCIDR is %v; the PodCIDR must not change while pods run: drain the node and remove the file",
 			path, f.CIDR, cidr)
 	}
+	var damage []error
 	if err := p.restore(f.Allocations); err != nil {
-		p.damaged = fmt.Errorf("IPAM state %s: %w; left out, the recorded endpoints claim their addresses back", path, err)
+		damage = append(damage, fmt.Errorf("%w; left out, the recorded endpoints claim their addresses back", err))
+	}
+	if err := p.restoreNext(f.Next); err != nil {
+		damage = append(damage, fmt.Errorf("%w; the next allocation scans from the range's start", err))
+	}
+	if len(damage) > 0 {
+		p.damaged = fmt.Errorf("IPAM state %s: %w", path, errors.Join(damage...))
 		return p, p.save()
 	}
 	return p, nil
+}
+
+// restoreNext makes the allocator's scan start where the stored pool's left off
+// (stored: the file's "next"; empty in files written before it was kept).
+func (p *Pool) restoreNext(stored string) error {
+	if stored == "" {
+		return nil
+	}
+	ip, err := netip.ParseAddr(stored)
+	if err != nil {
+		return fmt.Errorf("bad scan position %q", stored)
+	}
+	return p.alloc.SetNext(ip)
 }
 
 // restore adopts the stored allocations (owner to address) that are valid and
@@ -99,7 +123,7 @@ func (p *Pool) restore(stored map[string]string) error {
 func (p *Pool) Damaged() error { return p.damaged }
 
 func (p *Pool) save() error {
-	f := poolFile{CIDR: p.alloc.CIDR().String(), Allocations: map[string]string{}}
+	f := poolFile{CIDR: p.alloc.CIDR().String(), Allocations: map[string]string{}, Next: p.alloc.Next().String()}
 	for owner, ip := range p.alloc.Owners() {
 		f.Allocations[owner] = ip.String()
 	}

@@ -66,6 +66,9 @@ func checkConserved(t *testing.T, a *Allocator, held map[string]netip.Addr) {
 			t.Fatalf("%v of %s is outside the allocatable range", ip, owner)
 		}
 	}
+	if !a.allocatable(a.Next()) {
+		t.Fatalf("the scan starts at %v, outside the allocatable range", a.Next())
+	}
 	got := a.Owners()
 	if len(got) != len(held) || a.Used() != len(held) || len(a.owners) != len(held) {
 		t.Fatalf("allocator holds %v (%d used, %d addresses), want %v", got, a.Used(), len(a.owners), held)
