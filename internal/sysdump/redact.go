@@ -1,6 +1,7 @@
 package sysdump
 
 import (
+	"bytes"
 	"regexp"
 	"strings"
 )
@@ -13,8 +14,13 @@ var (
 	// ends where its base64 and headers (Proc-Type: 4,ENCRYPTED) do; certificates are
 	// public and kept.
 	pemKey = regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----|(?:[A-Za-z0-9+/=:,\s-]|\\n|\\r)*)`)
-	// JSON Web Tokens (ServiceAccount tokens): three base64url parts, the first {"alg".
-	jwt = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}`)
+	// JSON Web Tokens (ServiceAccount tokens): three base64url parts, the first {"alg";
+	// also unsigned ones (alg none: an empty signature after a {"claims" part).
+	jwt = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{8,}\.(?:eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*|[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})`)
+	// Tokens that say what they are by their prefix, also with no name beside them:
+	// GitHub (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_), GitLab (glpat-), EKS
+	// (k8s-aws-v1.), Google OAuth access tokens (ya29., GKE) and Slack (xoxb- ...).
+	prefixedToken = regexp.MustCompile(`\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|glpat-[A-Za-z0-9_-]{20,}|k8s-aws-v1\.[A-Za-z0-9_-]{20,}|ya29\.[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,})`)
 	// Bootstrap tokens (kubeadm join --token): a 6-character id, a dot, 16 characters.
 	bootstrapToken = regexp.MustCompile(`\b[a-z0-9]{6}\.[a-z0-9]{16}\b`)
 	// Authorization headers in text (Basic, Bearer, Digest ...): the scheme is kept.
@@ -25,15 +31,16 @@ var (
 	bearer = regexp.MustCompile(`(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]+`)
 	// Passwords in URLs: scheme://user:password@host.
 	urlUserinfo = regexp.MustCompile(`(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@"'\\]+:)[^/\s@"'\\]+@`)
-	// Every JSON string field; secretName decides.
-	jsonField = regexp.MustCompile(`("((?:[^"\\]|\\.)*)"\s*:\s*)"(?:[^"\\]|\\.)*"`)
-	// JSON string fields inside a JSON string (an annotation holding a document).
-	escapedField = regexp.MustCompile(`(\\"([A-Za-z0-9_.-]*)\\"\s*:\s*)\\"(?:[^\\]|\\[^"])*?\\"`)
+	// Every JSON string or number field; secretName decides.
+	jsonField = regexp.MustCompile(`("((?:[^"\\]|\\.)*)"\s*:\s*)(?:"(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*)`)
+	// JSON string and number fields inside a JSON string (an annotation holding a
+	// document).
+	escapedField = regexp.MustCompile(`(\\"([A-Za-z0-9_.-]*)\\"\s*:\s*)(?:\\"(?:[^\\]|\\[^"])*?\\"|-?[0-9][0-9.eE+-]*)`)
 	// JSON objects without nested objects: env entries {"name": ..., "value": ...} and
 	// key/value entries {"key": ..., "value": ...} (the agent's configuration view).
 	flatObject = regexp.MustCompile(`\{[^{}]*\}`)
 	envName    = regexp.MustCompile(`"(?:name|key)"\s*:\s*"((?:[^"\\]|\\.)*)"`)
-	envValue   = regexp.MustCompile(`("value"\s*:\s*)"(?:[^"\\]|\\.)*"`)
+	envValue   = regexp.MustCompile(`("value"\s*:\s*)(?:"(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*)`)
 	// The same inside a JSON string (a last-applied annotation): quotes escaped.
 	envNameEscaped  = regexp.MustCompile(`\\+"(?:name|key)\\+"\s*:\s*\\+"([A-Za-z0-9_.-]*)\\+"`)
 	envValueEscaped = regexp.MustCompile(`(\\+"value\\+"\s*:\s*)(\\+")(?:[^"\\]|\\[^"])*\\+"`)
@@ -47,6 +54,9 @@ var (
 	// Command-line flags and their value as the next argument: --token VALUE, also in a
 	// JSON list ["--token", "VALUE"]; a value is no flag.
 	flagValue = regexp.MustCompile(`(?m)((?:^|[\s"'\[,])--?([A-Za-z][A-Za-z0-9_.-]*)(?:[ \t]+|"\s*,\s*"|'\s*,\s*'))([^\s"',\[\]\\-][^\s"',\]\\]*)`)
+	// curl's user:password (-u, --user, --proxy-user, -U), the password after the
+	// first colon: -u user:pw, -uuser:pw, --user=user:pw, ["-u", "user:pw"].
+	userFlag = regexp.MustCompile(`((?:^|[\s"'\[,])(?:-[uU](?:[ \t]+|=|"\s*,\s*"|'\s*,\s*')?|--(?:proxy-)?user(?:[ \t]+|=|"\s*,\s*"|'\s*,\s*'))["']?[^\s"':\\]*:)([^\s"'\\]+)`)
 	// Environment-style NAME=value pairs (command lines, logs, --flag=value), the value
 	// quoted (also with escaped quotes inside a JSON string) or not.
 	envPairQuoted = regexp.MustCompile(`\b(([A-Za-z0-9_.-]+)=)(\\?"(?:[^"\\]|\\[^"])*\\?"|'[^'\r\n]*')`)
@@ -56,8 +66,8 @@ var (
 )
 
 // secretName says whether a field or variable name says its value is secret: it
-// contains token, password, passwd, secret, apikey, credential, key-data, client-key,
-// access-key or dockerconfig/dockercfg, or has a word pass, pwd, auth, authorization or
+// contains token, password, passwd, secret, apikey, privatekey, credential, key-data,
+// client-key, access-key, certificate-key (kubeadm's) or dockerconfig/dockercfg, or has a word pass, pwd, auth, authorization or
 // cookie; unless its last word is name, file, path or dir (secretName: hubble-tls,
 // token-file: /var/run/...: what they name is not the secret). It errs on the side of
 // yes.
@@ -72,7 +82,7 @@ func secretName(name string) bool {
 		}
 	}
 	joined := strings.Join(words, "")
-	for _, s := range []string{"token", "password", "passwd", "secret", "apikey", "privatekey", "credential", "keydata", "clientkey", "accesskey", "dockerconfig", "dockercfg"} {
+	for _, s := range []string{"token", "password", "passwd", "secret", "apikey", "privatekey", "credential", "keydata", "clientkey", "accesskey", "certificatekey", "dockerconfig", "dockercfg"} {
 		if strings.Contains(joined, s) {
 			return true
 		}
@@ -86,16 +96,44 @@ func secretName(name string) bool {
 	return false
 }
 
+// secretWords are what every name secretName says yes to contains, ignoring case:
+// what it looks for with its separators (api_key, client-key) and camelCase
+// (apiKey) still in.
+var secretWords = []string{"token", "pass", "pwd", "secret", "key", "credential", "docker", "auth", "cookie"}
+
+// mayNameSecret says whether b may hold a name secretName says yes to: it holds one of
+// secretWords.
+func mayNameSecret(b []byte) bool {
+	lower := bytes.ToLower(b)
+	for _, w := range secretWords {
+		if bytes.Contains(lower, []byte(w)) {
+			return true
+		}
+	}
+	return false
+}
+
 // redactNamed replaces the value (what follows group 1) of a match of re whose group 2
-// is a secret name, unless it was redacted already.
+// is a secret name, unless it was redacted already or is a boolean or null (a switch,
+// automountServiceAccountToken: false, not a secret).
 func redactNamed(b []byte, re *regexp.Regexp, quoted string) []byte {
 	return re.ReplaceAllFunc(b, func(m []byte) []byte {
 		g := re.FindSubmatch(m)
-		if !secretName(string(g[2])) || strings.Contains(string(m[len(g[1]):]), Redacted) {
+		v := string(m[len(g[1]):])
+		if !secretName(string(g[2])) || strings.Contains(v, Redacted) || notSecretValue(v) {
 			return m
 		}
 		return append(append([]byte(nil), g[1]...), quoted+Redacted+quoted...)
 	})
+}
+
+// notSecretValue says whether an unquoted value is a YAML or JSON boolean or null.
+func notSecretValue(v string) bool {
+	switch strings.ToLower(strings.TrimSpace(strings.TrimSuffix(v, ","))) {
+	case "true", "false", "null":
+		return true
+	}
+	return false
 }
 
 // Redact returns b with every value that looks like a token, key or password replaced
@@ -106,6 +144,7 @@ func Redact(b []byte) []byte { return redact(b, 0) }
 func redact(b []byte, depth int) []byte {
 	b = pemKey.ReplaceAll(b, []byte(Redacted))
 	b = jwt.ReplaceAll(b, []byte(Redacted))
+	b = prefixedToken.ReplaceAll(b, []byte(Redacted))
 	if depth < maxDecodeDepth {
 		b = redactBase64(b, depth)
 	}
@@ -115,6 +154,13 @@ func redact(b []byte, depth int) []byte {
 	b = authHeader.ReplaceAll(b, []byte("${1}"+Redacted))
 	b = bearer.ReplaceAll(b, []byte("${1}"+Redacted))
 	b = urlUserinfo.ReplaceAll(b, []byte("${1}"+Redacted+"@"))
+	b = userFlag.ReplaceAllFunc(b, func(m []byte) []byte {
+		if bytes.Contains(m, []byte(Redacted)) {
+			return m
+		}
+		return append(userFlag.ReplaceAll(m, []byte("${1}")), Redacted...)
+	})
+	b = redactJSONStrings(b, depth)
 	b = redactNamed(b, jsonField, `"`)
 	b = redactNamed(b, escapedField, `\"`)
 	b = flatObject.ReplaceAllFunc(b, func(m []byte) []byte {
@@ -148,7 +194,7 @@ func redactInline(b []byte) []byte {
 		if !secretName(string(g[2])) {
 			return append(append([]byte(nil), g[1]...), redactInline(g[3])...)
 		}
-		if strings.Contains(string(g[3]), Redacted) {
+		if strings.Contains(string(g[3]), Redacted) || notSecretValue(string(g[3])) {
 			return m
 		}
 		return append(append([]byte(nil), g[1]...), Redacted...)

@@ -13,17 +13,23 @@ var (
 	// The line before an env entry's value: "- name: X".
 	yamlEnvNameLine = regexp.MustCompile(`^[ \t]*-?[ \t]*name:[ \t]*["']?([A-Za-z0-9_.-]+)["']?[ \t]*\r?$`)
 	// YAML env entries written value first: "- value: ..." then "name: X".
+	// A Secret's data or stringData in flow style, {key: value, ...}, also over lines.
+	yamlFlowData      = regexp.MustCompile(`(?m)^([ \t]*(?:-[ \t]+)?["']?(?:data|stringData)["']?:[ \t]*)\{[^{}]*\}`)
 	yamlEnvValueFirst = regexp.MustCompile(`(?m)^([ \t]*-?[ \t]*value:[ \t]*)(\S.*)(\r?\n[ \t]*name:[ \t]*["']?([A-Za-z0-9_.-]+)["']?[ \t]*)$`)
 )
 
 // redactYAMLBlocks replaces the lines of a block scalar (key: | or >) whose key says
 // secret, or that is the value of an env entry whose name does, and, in a Secret, the
-// data and stringData mappings, by "key: [REDACTED]".
+// data and stringData mappings (also in flow style, {key: value}), by
+// "key: [REDACTED]".
 func redactYAMLBlocks(b []byte) []byte {
 	if !bytes.Contains(b, []byte(":")) {
 		return b
 	}
 	secret := secretKindYAML.Match(b)
+	if secret {
+		b = yamlFlowData.ReplaceAll(b, []byte("${1}"+Redacted))
+	}
 	lines := strings.SplitAfter(string(b), "\n")
 	var out strings.Builder
 	for i := 0; i < len(lines); i++ {
