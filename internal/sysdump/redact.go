@@ -21,8 +21,8 @@ var (
 	// GitHub (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_), GitLab (glpat-), EKS
 	// (k8s-aws-v1.), Google OAuth access tokens (ya29., GKE) and Slack (xoxb- ...).
 	prefixedToken = regexp.MustCompile(`\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|glpat-[A-Za-z0-9_-]{20,}|k8s-aws-v1\.[A-Za-z0-9_-]{20,}|ya29\.[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,})`)
-	// Bootstrap tokens (kubeadm join --token): a 6-character id, a dot, 16 characters.
-	bootstrapToken = regexp.MustCompile(`\b[a-z0-9]{6}\.[a-z0-9]{16}\b`)
+	// Bootstrap tokens (kubeadm join --token): a 6-character id, a dot, 16
+	// characters, \b[a-z0-9]{6}\.[a-z0-9]{16}\b (redactBootstrapTokens).
 	// Authorization headers in text (Basic, Bearer, Digest ...): the scheme is kept.
 	authHeader = regexp.MustCompile(`(?i)(\b(?:proxy-)?authorization\s*[:=]\s*(?:(?:basic|bearer|digest|negotiate|token)\s+)?)[^\s"\\][^\r\n"\\]*`)
 	// Digest credentials: every key=value parameter after the scheme.
@@ -36,11 +36,11 @@ var (
 	// JSON string and number fields inside a JSON string (an annotation holding a
 	// document).
 	escapedField = regexp.MustCompile(`(\\"([A-Za-z0-9_.-]*)\\"\s*:\s*)(?:\\"(?:[^\\]|\\[^"])*?\\"|-?[0-9][0-9.eE+-]*)`)
-	// JSON objects without nested objects: env entries {"name": ..., "value": ...} and
-	// key/value entries {"key": ..., "value": ...} (the agent's configuration view).
-	flatObject = regexp.MustCompile(`\{[^{}]*\}`)
-	envName    = regexp.MustCompile(`"(?:name|key)"\s*:\s*"((?:[^"\\]|\\.)*)"`)
-	envValue   = regexp.MustCompile(`("value"\s*:\s*)(?:"(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*)`)
+	// In JSON objects without nested objects: env entries {"name": ..., "value": ...}
+	// and key/value entries {"key": ..., "value": ...} (the agent's configuration
+	// view).
+	envName  = regexp.MustCompile(`"(?:name|key)"\s*:\s*"((?:[^"\\]|\\.)*)"`)
+	envValue = regexp.MustCompile(`("value"\s*:\s*)(?:"(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*)`)
 	// The same inside a JSON string (a last-applied annotation): quotes escaped.
 	envNameEscaped  = regexp.MustCompile(`\\+"(?:name|key)\\+"\s*:\s*\\+"([A-Za-z0-9_.-]*)\\+"`)
 	envValueEscaped = regexp.MustCompile(`(\\+"value\\+"\s*:\s*)(\\+")(?:[^"\\]|\\[^"])*\\+"`)
@@ -96,23 +96,6 @@ func secretName(name string) bool {
 	return false
 }
 
-// secretWords are what every name secretName says yes to contains, ignoring case:
-// what it looks for with its separators (api_key, client-key) and camelCase
-// (apiKey) still in.
-var secretWords = []string{"token", "pass", "pwd", "secret", "key", "credential", "docker", "auth", "cookie"}
-
-// mayNameSecret says whether b may hold a name secretName says yes to: it holds one of
-// secretWords.
-func mayNameSecret(b []byte) bool {
-	lower := bytes.ToLower(b)
-	for _, w := range secretWords {
-		if bytes.Contains(lower, []byte(w)) {
-			return true
-		}
-	}
-	return false
-}
-
 // redactNamed replaces the value (what follows group 1) of a match of re whose group 2
 // is a secret name, unless it was redacted already or is a boolean or null (a switch,
 // automountServiceAccountToken: false, not a secret).
@@ -140,39 +123,147 @@ func notSecretValue(v string) bool {
 // by Redacted. It errs on the side of removing: a bug report never needs them.
 func Redact(b []byte) []byte { return redact(b, 0) }
 
-// redact is Redact of text found depth base64 decodings deep.
+// redact is Redact of text found depth base64 decodings deep. The rules whose
+// regexp starts with no literal run only on the lines holding a word their matches
+// hold (hotWords), and the lines around them a match may span (onHotLines).
 func redact(b []byte, depth int) []byte {
 	b = pemKey.ReplaceAll(b, []byte(Redacted))
 	b = jwt.ReplaceAll(b, []byte(Redacted))
-	b = prefixedToken.ReplaceAll(b, []byte(Redacted))
 	if depth < maxDecodeDepth {
 		b = redactBase64(b, depth)
 	}
 	b = redactSecretData(b)
-	b = bootstrapToken.ReplaceAll(b, []byte(Redacted))
+	b = redactBootstrapTokens(b)
+	b = redactFlatObjects(b)
+	b = redactYAMLBlocks(b)
+	// What the rules below match spans at most a line before the one holding the word
+	// (an env entry's value before its name) and two after (a flag's value on the
+	// next line of an indented JSON list); a NAME="value" quoted over more lines is
+	// not seen.
+	return onHotLines(b, hotWords, 1, 2, func(l []byte) []byte {
+		l = prefixedToken.ReplaceAll(l, []byte(Redacted))
+		l = redactHeaders(l)
+		l = urlUserinfo.ReplaceAll(l, []byte("${1}"+Redacted+"@"))
+		l = redactUserFlag(l)
+		l = redactJSONStrings(l, depth)
+		return redactNames(l)
+	})
+}
+
+// hotWords are, lowercase, what every match of the rules redact runs on hot lines
+// holds: the first letters of a prefixedToken, digest, authorization or bearer, the
+// @ of a URL's userinfo, curl's -u, --user or -U, and secretWords.
+var hotWords = append([]string{"gh", "glpat-", "k8s-aws-v1.", "ya29.", "xox", "digest", "bearer", "@", "-u"}, secretWords...)
+
+// redactBootstrapTokens replaces what bootstrapToken matches, found by its dot.
+func redactBootstrapTokens(b []byte) []byte {
+	var out []byte
+	last := 0
+	for i := 0; ; {
+		dot := bytes.IndexByte(b[i:], '.')
+		if dot < 0 {
+			break
+		}
+		dot += i
+		i = dot + 1
+		start, end := dot-6, dot+17
+		if start < last || end > len(b) || !lowerAlnum(b[start:dot]) || !lowerAlnum(b[dot+1:end]) ||
+			start > 0 && wordByte(b[start-1]) || end < len(b) && wordByte(b[end]) {
+			continue
+		}
+		out = append(append(out, b[last:start]...), Redacted...)
+		last, i = end, end
+	}
+	if last == 0 {
+		return b
+	}
+	return append(out, b[last:]...)
+}
+
+func lowerAlnum(b []byte) bool {
+	for _, c := range b {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// wordByte says whether c is a word character to \b.
+func wordByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_'
+}
+
+// redactHeaders redacts Digest parameters, Authorization headers and bearer tokens.
+func redactHeaders(b []byte) []byte {
 	b = digest.ReplaceAll(b, []byte("${1}"+Redacted))
 	b = authHeader.ReplaceAll(b, []byte("${1}"+Redacted))
-	b = bearer.ReplaceAll(b, []byte("${1}"+Redacted))
-	b = urlUserinfo.ReplaceAll(b, []byte("${1}"+Redacted+"@"))
-	b = userFlag.ReplaceAllFunc(b, func(m []byte) []byte {
+	return bearer.ReplaceAll(b, []byte("${1}"+Redacted))
+}
+
+// redactUserFlag redacts the password of curl's -u user:password.
+func redactUserFlag(b []byte) []byte {
+	return userFlag.ReplaceAllFunc(b, func(m []byte) []byte {
 		if bytes.Contains(m, []byte(Redacted)) {
 			return m
 		}
 		return append(userFlag.ReplaceAll(m, []byte("${1}")), Redacted...)
 	})
-	b = redactJSONStrings(b, depth)
+}
+
+// redactFlatObjects redacts the value of env entries and key/value entries whose name
+// says secret, also inside a JSON string: every JSON object without nested objects
+// that holds a secret word.
+func redactFlatObjects(b []byte) []byte {
+	var out []byte
+	last := 0
+	for i := 0; ; {
+		open := bytes.IndexByte(b[i:], '{')
+		if open < 0 {
+			break
+		}
+		open += i
+		end := bytes.IndexAny(b[open+1:], "{}")
+		if end < 0 {
+			break
+		}
+		end += open + 1
+		if b[end] == '{' {
+			i = end
+			continue
+		}
+		i = end + 1
+		obj := b[open:i]
+		if !mayNameSecret(obj) {
+			continue
+		}
+		if r := redactFlatObject(obj); !bytes.Equal(r, obj) {
+			out = append(append(out, b[last:open]...), r...)
+			last = i
+		}
+	}
+	if last == 0 {
+		return b
+	}
+	return append(out, b[last:]...)
+}
+
+// redactFlatObject redacts one object of redactFlatObjects.
+func redactFlatObject(m []byte) []byte {
+	if n := envName.FindSubmatch(m); n != nil && secretName(string(n[1])) {
+		return envValue.ReplaceAll(m, []byte(`${1}"`+Redacted+`"`))
+	}
+	if n := envNameEscaped.FindSubmatch(m); n != nil && secretName(string(n[1])) {
+		return envValueEscaped.ReplaceAll(m, []byte(`${1}${2}`+Redacted+`${2}`))
+	}
+	return m
+}
+
+// redactNames redacts the value of every field, entry, flag and pair whose name says
+// secret.
+func redactNames(b []byte) []byte {
 	b = redactNamed(b, jsonField, `"`)
 	b = redactNamed(b, escapedField, `\"`)
-	b = flatObject.ReplaceAllFunc(b, func(m []byte) []byte {
-		if n := envName.FindSubmatch(m); n != nil && secretName(string(n[1])) {
-			return envValue.ReplaceAll(m, []byte(`${1}"`+Redacted+`"`))
-		}
-		if n := envNameEscaped.FindSubmatch(m); n != nil && secretName(string(n[1])) {
-			return envValueEscaped.ReplaceAll(m, []byte(`${1}${2}`+Redacted+`${2}`))
-		}
-		return m
-	})
-	b = redactYAMLBlocks(b)
 	b = redactYAMLEnvValueFirst(b)
 	b = redactNamed(b, yamlEnv, "")
 	b = redactNamed(b, yamlField, "")

@@ -3,7 +3,6 @@ package sysdump
 import (
 	"bytes"
 	"regexp"
-	"strings"
 )
 
 var (
@@ -26,41 +25,64 @@ func redactYAMLBlocks(b []byte) []byte {
 	if !bytes.Contains(b, []byte(":")) {
 		return b
 	}
-	secret := secretKindYAML.Match(b)
+	secret := bytes.Contains(b, []byte("Secret")) && secretKindYAML.Match(b)
 	if secret {
 		b = yamlFlowData.ReplaceAll(b, []byte("${1}"+Redacted))
 	}
-	lines := strings.SplitAfter(string(b), "\n")
-	var out strings.Builder
+	lines := bytes.SplitAfter(b, []byte("\n"))
+	var out []byte
 	for i := 0; i < len(lines); i++ {
 		line, last := redactYAMLHead(lines, i, secret)
-		out.WriteString(line)
+		if last == i && out == nil {
+			continue
+		}
+		if out == nil {
+			out = bytes.Join(lines[:i], nil)
+		}
+		out = append(out, line...)
 		i = last
 	}
-	return []byte(out.String())
+	if out == nil {
+		return b
+	}
+	return out
 }
 
 // redactYAMLHead returns line i and i, or, when line i opens a block to redact, its
 // key with [REDACTED] and the block's last line.
-func redactYAMLHead(lines []string, i int, secret bool) (string, int) {
-	g := yamlBlockHead.FindStringSubmatch(strings.TrimSuffix(lines[i], "\n"))
-	if g == nil || !redactYAMLBlock(lines, i, g[2], g[3], secret) {
+func redactYAMLHead(lines [][]byte, i int, secret bool) ([]byte, int) {
+	if !mayOpenBlock(lines[i]) {
+		return lines[i], i
+	}
+	g := yamlBlockHead.FindSubmatch(bytes.TrimSuffix(lines[i], []byte("\n")))
+	if g == nil || !redactYAMLBlock(lines, i, string(g[2]), string(g[3]), secret) {
 		return lines[i], i
 	}
 	column := len(g[1])
 	j := i + 1
 	for ; j < len(lines); j++ {
-		rest := strings.TrimLeft(lines[j], " \t")
-		if strings.TrimSpace(rest) != "" && len(lines[j])-len(rest) <= column {
+		rest := bytes.TrimLeft(lines[j], " \t")
+		if len(bytes.TrimSpace(rest)) != 0 && len(lines[j])-len(rest) <= column {
 			break
 		}
 	}
-	return g[1] + g[2] + ": " + Redacted + "\n", j - 1
+	return []byte(string(g[1]) + string(g[2]) + ": " + Redacted + "\n"), j - 1
+}
+
+// mayOpenBlock says whether line may match yamlBlockHead: what follows its last
+// colon is empty or a block indicator.
+func mayOpenBlock(line []byte) bool {
+	colon := bytes.LastIndexByte(line, ':')
+	if colon < 0 {
+		return false
+	}
+	rest := bytes.TrimSpace(line[colon+1:])
+	return len(rest) == 0 || rest[0] == '|' || rest[0] == '>'
 }
 
 // redactYAMLBlock says whether the block under key (with block indicator ind, "" for
 // a mapping) is secret.
-func redactYAMLBlock(lines []string, i int, key, ind string, secret bool) bool {
+func redactYAMLBlock(lines [][]byte, i int, key, ind string, secret bool) bool {
 	if ind == "" {
 		return secret && (key == "data" || key == "stringData")
 	}
@@ -68,8 +90,8 @@ func redactYAMLBlock(lines []string, i int, key, ind string, secret bool) bool {
 		return true
 	}
 	if key == "value" && i > 0 {
-		n := yamlEnvNameLine.FindStringSubmatch(strings.TrimSuffix(lines[i-1], "\n"))
-		return n != nil && secretName(n[1])
+		n := yamlEnvNameLine.FindSubmatch(bytes.TrimSuffix(lines[i-1], []byte("\n")))
+		return n != nil && secretName(string(n[1]))
 	}
 	return false
 }
