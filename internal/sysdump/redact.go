@@ -31,6 +31,9 @@ var (
 	bearer = regexp.MustCompile(`(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]+`)
 	// Passwords in URLs: scheme://user:password@host.
 	urlUserinfo = regexp.MustCompile(`(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@"'\\]+:)[^/\s@"'\\]+@`)
+	// A token as a URL's user (git over https: https://TOKEN@github.com): a user of 20
+	// characters or more.
+	urlToken = regexp.MustCompile(`(\b[A-Za-z][A-Za-z0-9+.-]*://)[A-Za-z0-9_.~-]{20,}@`)
 	// Every JSON string or number field; secretName decides.
 	jsonField = regexp.MustCompile(`("((?:[^"\\]|\\.)*)"\s*:\s*)(?:"(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*)`)
 	// JSON string and number fields inside a JSON string (an annotation holding a
@@ -144,6 +147,7 @@ func redact(b []byte, depth int) []byte {
 		l = prefixedToken.ReplaceAll(l, []byte(Redacted))
 		l = redactHeaders(l)
 		l = urlUserinfo.ReplaceAll(l, []byte("${1}"+Redacted+"@"))
+		l = urlToken.ReplaceAll(l, []byte("${1}"+Redacted+"@"))
 		l = redactUserFlag(l)
 		l = redactJSONStrings(l, depth)
 		return redactNames(l)
