@@ -21,8 +21,6 @@ var (
 	// GitHub (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_), GitLab (glpat-), EKS
 	// (k8s-aws-v1.), Google OAuth access tokens (ya29., GKE) and Slack (xoxb- ...).
 	prefixedToken = regexp.MustCompile(`\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|glpat-[A-Za-z0-9_-]{20,}|k8s-aws-v1\.[A-Za-z0-9_-]{20,}|ya29\.[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,})`)
-	// Bootstrap tokens (kubeadm join --token): a 6-character id, a dot, 16
-	// characters, \b[a-z0-9]{6}\.[a-z0-9]{16}\b (redactBootstrapTokens).
 	// Authorization headers in text (Basic, Bearer, Digest ...): the scheme is kept.
 	authHeader = regexp.MustCompile(`(?i)(\b(?:proxy-)?authorization\s*[:=]\s*(?:(?:basic|bearer|digest|negotiate|token)\s+)?)[^\s"\\][^\r\n"\\]*`)
 	// Digest credentials: every key=value parameter after the scheme.
@@ -159,45 +157,6 @@ func redact(b []byte, depth int) []byte {
 // @ of a URL's userinfo, curl's -u, --user or -U, and secretWords.
 var hotWords = append([]string{"gh", "glpat-", "k8s-aws-v1.", "ya29.", "xox", "digest", "bearer", "@", "-u"}, secretWords...)
 
-// redactBootstrapTokens replaces what bootstrapToken matches, found by its dot.
-func redactBootstrapTokens(b []byte) []byte {
-	var out []byte
-	last := 0
-	for i := 0; ; {
-		dot := bytes.IndexByte(b[i:], '.')
-		if dot < 0 {
-			break
-		}
-		dot += i
-		i = dot + 1
-		start, end := dot-6, dot+17
-		if start < last || end > len(b) || !lowerAlnum(b[start:dot]) || !lowerAlnum(b[dot+1:end]) ||
-			start > 0 && wordByte(b[start-1]) || end < len(b) && wordByte(b[end]) {
-			continue
-		}
-		out = append(append(out, b[last:start]...), Redacted...)
-		last, i = end, end
-	}
-	if last == 0 {
-		return b
-	}
-	return append(out, b[last:]...)
-}
-
-func lowerAlnum(b []byte) bool {
-	for _, c := range b {
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
-			return false
-		}
-	}
-	return true
-}
-
-// wordByte says whether c is a word character to \b.
-func wordByte(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_'
-}
-
 // redactHeaders redacts Digest parameters, Authorization headers and bearer tokens.
 func redactHeaders(b []byte) []byte {
 	b = digest.ReplaceAll(b, []byte("${1}"+Redacted))
@@ -213,54 +172,6 @@ func redactUserFlag(b []byte) []byte {
 		}
 		return append(userFlag.ReplaceAll(m, []byte("${1}")), Redacted...)
 	})
-}
-
-// redactFlatObjects redacts the value of env entries and key/value entries whose name
-// says secret, also inside a JSON string: every JSON object without nested objects
-// that holds a secret word.
-func redactFlatObjects(b []byte) []byte {
-	var out []byte
-	last := 0
-	for i := 0; ; {
-		open := bytes.IndexByte(b[i:], '{')
-		if open < 0 {
-			break
-		}
-		open += i
-		end := bytes.IndexAny(b[open+1:], "{}")
-		if end < 0 {
-			break
-		}
-		end += open + 1
-		if b[end] == '{' {
-			i = end
-			continue
-		}
-		i = end + 1
-		obj := b[open:i]
-		if !mayNameSecret(obj) {
-			continue
-		}
-		if r := redactFlatObject(obj); !bytes.Equal(r, obj) {
-			out = append(append(out, b[last:open]...), r...)
-			last = i
-		}
-	}
-	if last == 0 {
-		return b
-	}
-	return append(out, b[last:]...)
-}
-
-// redactFlatObject redacts one object of redactFlatObjects.
-func redactFlatObject(m []byte) []byte {
-	if n := envName.FindSubmatch(m); n != nil && secretName(string(n[1])) {
-		return envValue.ReplaceAll(m, []byte(`${1}"`+Redacted+`"`))
-	}
-	if n := envNameEscaped.FindSubmatch(m); n != nil && secretName(string(n[1])) {
-		return envValueEscaped.ReplaceAll(m, []byte(`${1}${2}`+Redacted+`${2}`))
-	}
-	return m
 }
 
 // redactNames redacts the value of every field, entry, flag and pair whose name says
