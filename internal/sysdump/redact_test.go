@@ -68,6 +68,11 @@ func TestRedact(t *testing.T) {
 		{"Google access token", "ya29.a0AfB_byC0123456789abcdefghijklmnop", []string{"a0AfB_byC0123456789"}, nil},
 		{"kubeadm certificate key", "kubeadm join 10.0.0.1:6443 --control-plane --certificate-key 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
 			[]string{"0123456789abcdef0123456789abcdef"}, []string{"--control-plane"}},
+		{"key names in any spelling", `{"api_key":"s3cr3t1"}` + "\napiKey: s3cr3t2\n" + `msg="GET /x X-API-Key: s3cr3t3"` + "\n" + `{"keyData":"s3cr3t4","certificateKey":"s3cr3t5"}`,
+			[]string{"s3cr3t1", "s3cr3t2", "s3cr3t3", "s3cr3t4", "s3cr3t5"}, nil},
+		{"map dump keys kept", `{"key": ["0x0a", "0x00"], "value": ["0x01"]}` + "\nkey=3 keys=4", nil, []string{`"value": ["0x01"]`, "key=3"}},
+		{"two bootstrap tokens, one too long", "a abcdef.0123456789abcdef b 123456.abcdefabcdefabcd c abcdef.0123456789abcdefg x_abcdef.0123456789abcdef",
+			[]string{"0123456789abcdef ", "abcdefabcdefabcd"}, []string{"abcdef.0123456789abcdefg", "x_abcdef.0123456789abcdef"}},
 		{"ids and digests kept", "containerID=containerd://0b9e4c1a5c1e4f3b9d7a2f1e6c3b8a900b9e4c1a5c1e4f3b9d7a2f1e6c3b8a90 image=nginx@sha256:0b9e4c1a5c1e4f3b9d7a2f1e6c3b8a900b9e4c1a5c1e4f3b9d7a2f1e6c3b8a90 uid=0b9e4c1a-5c1e-4f3b-9d7a-2f1e6c3b8a90",
 			nil, []string{"containerd://0b9e4c1a5c1e4f3b9d7a2f1e6c3b8a900b9e4c1a5c1e4f3b9d7a2f1e6c3b8a90", "sha256:0b9e4c1a5c1e4f3b9d7a2f1e6c3b8a900b9e4c1a5c1e4f3b9d7a2f1e6c3b8a90", "0b9e4c1a-5c1e-4f3b-9d7a-2f1e6c3b8a90"}},
 	})
