@@ -3,6 +3,7 @@ package sysdump
 import (
 	"bytes"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -141,21 +142,31 @@ func redact(b []byte, depth int) []byte {
 	// (an env entry's value before its name) and two after (a flag's value on the
 	// next line of an indented JSON list); a NAME="value" quoted over more lines is
 	// not seen.
+	// Each rule runs on the lines holding its own words, inside those holding any
+	// rule's.
 	return onHotLines(b, hotWords, 1, 2, func(l []byte) []byte {
-		l = prefixedToken.ReplaceAll(l, []byte(Redacted))
-		l = redactHeaders(l)
-		l = urlUserinfo.ReplaceAll(l, []byte("${1}"+Redacted+"@"))
-		l = urlToken.ReplaceAll(l, []byte("${1}"+Redacted+"@"))
-		l = redactUserFlag(l)
-		l = redactJSONStrings(l, depth)
-		return redactNames(l)
+		l = onHotLines(l, tokenPrefixes, 0, 0, func(l []byte) []byte { return prefixedToken.ReplaceAll(l, []byte(Redacted)) })
+		l = onHotLines(l, headerWords, 0, 1, redactHeaders)
+		l = onHotLines(l, []string{"@"}, 0, 0, redactURLUsers)
+		l = onHotLines(l, []string{"-u"}, 0, 1, redactUserFlag)
+		return onHotLines(l, secretWords, 1, 2, func(l []byte) []byte { return redactNames(redactJSONStrings(l, depth)) })
 	})
 }
 
-// hotWords are, lowercase, what every match of the rules redact runs on hot lines
-// holds: the first letters of a prefixedToken, digest, authorization or bearer, the
-// @ of a URL's userinfo, curl's -u, --user or -U, and secretWords.
-var hotWords = append([]string{"gh", "glpat-", "k8s-aws-v1.", "ya29.", "xox", "digest", "bearer", "@", "-u"}, secretWords...)
+// What the matches of the rules redact runs on hot lines hold, lowercase: the first
+// letters of a prefixedToken, digest, authorization or bearer, the @ of a URL's
+// userinfo, curl's -u, --user or -U, and secretWords.
+var (
+	tokenPrefixes = []string{"gh", "glpat-", "k8s-aws-v1.", "ya29.", "xox"}
+	headerWords   = []string{"digest", "authorization", "bearer"}
+	hotWords      = slices.Concat(tokenPrefixes, headerWords, []string{"@", "-u"}, secretWords)
+)
+
+// redactURLUsers redacts passwords in URLs and tokens as their user.
+func redactURLUsers(b []byte) []byte {
+	b = urlUserinfo.ReplaceAll(b, []byte("${1}"+Redacted+"@"))
+	return urlToken.ReplaceAll(b, []byte("${1}"+Redacted+"@"))
+}
 
 // redactHeaders redacts Digest parameters, Authorization headers and bearer tokens.
 func redactHeaders(b []byte) []byte {
