@@ -84,19 +84,25 @@ func secretName(name string) bool {
 		}
 	}
 	joined := strings.Join(words, "")
-	for _, s := range []string{"token", "password", "passwd", "secret", "apikey", "privatekey", "credential", "keydata", "clientkey", "accesskey", "certificatekey", "dockerconfig", "dockercfg"} {
+	for _, s := range secretParts {
 		if strings.Contains(joined, s) {
 			return true
 		}
 	}
 	for _, w := range words {
-		switch w {
-		case "pass", "pwd", "auth", "authorization", "cookie":
+		if slices.Contains(secretNameWords, w) {
 			return true
 		}
 	}
 	return false
 }
+
+// What a name says secret with (secretName; hotSpans' secretWords must find every
+// one, in any spelling): a part of its words joined, or one of its words.
+var (
+	secretParts     = []string{"token", "password", "passwd", "secret", "apikey", "privatekey", "credential", "keydata", "clientkey", "accesskey", "certificatekey", "dockerconfig", "dockercfg"}
+	secretNameWords = []string{"pass", "pwd", "auth", "authorization", "cookie"}
+)
 
 // redactNamed replaces the value (what follows group 1) of a match of re whose group 2
 // is a secret name, unless it was redacted already or is a boolean or null (a switch,
@@ -138,12 +144,11 @@ func redact(b []byte, depth int) []byte {
 	b = redactBootstrapTokens(b)
 	b = redactFlatObjects(b)
 	b = redactYAMLBlocks(b)
-	// What the rules below match spans at most a line before the one holding the word
-	// (an env entry's value before its name) and two after (a flag's value on the
+	// Each rule below runs on the lines holding its own words, inside those holding
+	// any rule's. What it matches spans at most a line before the one holding the
+	// word (an env entry's value before its name) and two after (a flag's value on the
 	// next line of an indented JSON list); a NAME="value" quoted over more lines is
 	// not seen.
-	// Each rule runs on the lines holding its own words, inside those holding any
-	// rule's.
 	return onHotLines(b, hotWords, 1, 2, func(l []byte) []byte {
 		l = onHotLines(l, tokenPrefixes, 0, 0, func(l []byte) []byte { return prefixedToken.ReplaceAll(l, []byte(Redacted)) })
 		l = onHotLines(l, headerWords, 0, 1, redactHeaders)

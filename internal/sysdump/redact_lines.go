@@ -15,7 +15,8 @@ import (
 // private, client, access or certificate or before data (keyHot).
 var secretWords = []string{"token", "pass", "pwd", "secret", "key", "credential", "docker", "auth", "cookie"}
 
-// keyWords are the words "key" makes a secret name with: before it, and after it.
+// keyBefore and keyAfter are the words "key" makes a secret name with (secretParts),
+// before it and after it.
 var (
 	keyBefore = []string{"api", "private", "client", "access", "certificate"}
 	keyAfter  = []string{"data"}

@@ -182,3 +182,34 @@ func TestRedactInstall(t *testing.T) {
 			nil, []string{"/etc/myelin/hubble-tls/tls.key", "/var/run/secrets/token"}},
 	})
 }
+
+// The words Redact looks for before it runs the rules matched by a name find every
+// name secretName says yes to, in the spellings names have; a part or word added
+// to secretName needs its spellings here.
+func TestSecretWordsFindSecretNames(t *testing.T) {
+	spellings := map[string][]string{
+		"token": {"token", "API_TOKEN", "authToken"}, "password": {"password", "DB_PASSWORD", "dbPassword"},
+		"passwd": {"passwd", "PASSWD"}, "secret": {"client-secret", "clientSecret", "SECRET"},
+		"apikey": {"api_key", "apiKey", "X-API-Key", "APIKEY"}, "privatekey": {"private_key", "privateKey", "PRIVATE-KEY"},
+		"credential": {"credentials", "awsCredentials"}, "keydata": {"client-key-data", "keyData", "KEY_DATA"},
+		"clientkey": {"client-key", "clientKey"}, "accesskey": {"access_key", "AccessKey", "AWS_ACCESS_KEY_ID"},
+		"certificatekey": {"certificate-key", "certificateKey"}, "dockerconfig": {".dockerconfigjson", "docker-config", "DockerConfig"},
+		"dockercfg": {".dockercfg", "docker_cfg"},
+		"pass":      {"DB_PASS", "pass"}, "pwd": {"PWD", "db-pwd"}, "auth": {"X-Auth", "auth"},
+		"authorization": {"Authorization", "proxy-authorization"}, "cookie": {"Cookie", "set-cookie"},
+	}
+	for _, part := range append(append([]string(nil), secretParts...), secretNameWords...) {
+		names, ok := spellings[part]
+		if !ok {
+			t.Errorf("no spellings of %q", part)
+		}
+		for _, name := range names {
+			if !secretName(name) {
+				t.Errorf("secretName(%q) = false: not a spelling of %q", name, part)
+			}
+			if !mayNameSecret([]byte(`"` + name + `": x`)) {
+				t.Errorf("secretWords miss %q", name)
+			}
+		}
+	}
+}
