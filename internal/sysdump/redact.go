@@ -35,6 +35,8 @@ var (
 	urlToken = regexp.MustCompile(`(\b[A-Za-z][A-Za-z0-9+.-]*://)[A-Za-z0-9_.~-]{20,}@`)
 	// Every JSON string or number field; secretName decides.
 	jsonField = regexp.MustCompile(`("((?:[^"\\]|\\.)*)"\s*:\s*)(?:"(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*)`)
+	// JSON lists of strings or numbers ("tokens": ["abc", "def"]).
+	jsonList = regexp.MustCompile(`("((?:[^"\\]|\\.)*)"\s*:\s*)\[\s*(?:(?:"(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*)\s*,?\s*)+\]`)
 	// JSON string and number fields inside a JSON string (an annotation holding a
 	// document).
 	escapedField = regexp.MustCompile(`(\\"([A-Za-z0-9_.-]*)\\"\s*:\s*)(?:\\"(?:[^\\]|\\[^"])*?\\"|-?[0-9][0-9.eE+-]*)`)
@@ -194,6 +196,7 @@ func redactUserFlag(b []byte) []byte {
 // secret.
 func redactNames(b []byte) []byte {
 	b = redactNamed(b, jsonField, `"`)
+	b = redactNamed(b, jsonList, `"`)
 	b = redactNamed(b, escapedField, `\"`)
 	b = redactYAMLEnvValueFirst(b)
 	b = redactNamed(b, yamlEnv, "")

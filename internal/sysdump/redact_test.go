@@ -73,6 +73,10 @@ func TestRedact(t *testing.T) {
 		{"map dump keys kept", `{"key": ["0x0a", "0x00"], "value": ["0x01"]}` + "\nkey=3 keys=4", nil, []string{`"value": ["0x01"]`, "key=3"}},
 		{"two bootstrap tokens, one too long", "a abcdef.0123456789abcdef b 123456.abcdefabcdefabcd c abcdef.0123456789abcdefg x_abcdef.0123456789abcdef",
 			[]string{"0123456789abcdef ", "abcdefabcdefabcd"}, []string{"abcdef.0123456789abcdefg", "x_abcdef.0123456789abcdef"}},
+		{"YAML list of tokens", "tokens:\n- s3cr3t1\n- s3cr3t2\nother:\n  passwords:\n    - \"s3cr3t3\"\n  mode: x\n", []string{"s3cr3t1", "s3cr3t2", "s3cr3t3"}, []string{"other:", "mode: x"}},
+		{"JSON list of tokens", `{"tokens": ["s3cr3t1", "s3cr3t2"], "ports": [80, 443]}`, []string{"s3cr3t1", "s3cr3t2"}, []string{`"ports": [80, 443]`}},
+		{"lists of references kept", "imagePullSecrets:\n- name: regcred\nsecrets:\n  - name: sa-token-x\nenv:\n- name: DB_URL\n  valueFrom:\n    secretKeyRef:\n      name: db\n      key: url\n",
+			nil, []string{"name: regcred", "name: sa-token-x", "name: db", "key: url"}},
 		{"ids and digests kept", "containerID=containerd://0b9e4c1a5c1e4f3b9d7a2f1e6c3b8a900b9e4c1a5c1e4f3b9d7a2f1e6c3b8a90 image=nginx@sha256:0b9e4c1a5c1e4f3b9d7a2f1e6c3b8a900b9e4c1a5c1e4f3b9d7a2f1e6c3b8a90 uid=0b9e4c1a-5c1e-4f3b-9d7a-2f1e6c3b8a90",
 			nil, []string{"containerd://0b9e4c1a5c1e4f3b9d7a2f1e6c3b8a900b9e4c1a5c1e4f3b9d7a2f1e6c3b8a90", "sha256:0b9e4c1a5c1e4f3b9d7a2f1e6c3b8a900b9e4c1a5c1e4f3b9d7a2f1e6c3b8a90", "0b9e4c1a-5c1e-4f3b-9d7a-2f1e6c3b8a90"}},
 	})

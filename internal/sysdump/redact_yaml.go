@@ -17,10 +17,10 @@ var (
 	yamlEnvValueFirst = regexp.MustCompile(`(?m)^([ \t]*-?[ \t]*value:[ \t]*)(\S.*)(\r?\n[ \t]*name:[ \t]*["']?([A-Za-z0-9_.-]+)["']?[ \t]*)$`)
 )
 
-// redactYAMLBlocks replaces the lines of a block scalar (key: | or >) whose key says
-// secret, or that is the value of an env entry whose name does, and, in a Secret, the
-// data and stringData mappings (also in flow style, {key: value}), by
-// "key: [REDACTED]".
+// redactYAMLBlocks replaces the lines of a block scalar (key: | or >) or a list of
+// scalars whose key says secret, or that is the value of an env entry whose name
+// does, and, in a Secret, the data and stringData mappings (also in flow style,
+// {key: value}), by "key: [REDACTED]".
 func redactYAMLBlocks(b []byte) []byte {
 	if !bytes.Contains(b, []byte(":")) {
 		return b
@@ -55,10 +55,18 @@ func redactYAMLHead(lines [][]byte, i int, secret bool) ([]byte, int) {
 		return lines[i], i
 	}
 	g := yamlBlockHead.FindSubmatch(bytes.TrimSuffix(lines[i], []byte("\n")))
-	if g == nil || !redactYAMLBlock(lines, i, string(g[2]), string(g[3]), secret) {
+	if g == nil {
 		return lines[i], i
 	}
 	column := len(g[1])
+	if g[3] == nil && secretName(string(g[2])) {
+		if end := yamlScalarList(lines, i, column); end > i {
+			return []byte(string(g[1]) + string(g[2]) + ": " + Redacted + "\n"), end
+		}
+	}
+	if !redactYAMLBlock(lines, i, string(g[2]), string(g[3]), secret) {
+		return lines[i], i
+	}
 	j := i + 1
 	for ; j < len(lines); j++ {
 		rest := bytes.TrimLeft(lines[j], " \t")
@@ -67,6 +75,29 @@ func redactYAMLHead(lines [][]byte, i int, secret bool) ([]byte, int) {
 		}
 	}
 	return []byte(string(g[1]) + string(g[2]) + ": " + Redacted + "\n"), j - 1
+}
+
+// yamlScalarList returns the last line of the list of scalars under the key on line
+// i at column ("tokens:" then "- abc", the items indented or not), or i when what
+// follows is no such list (a mapping, a list of mappings: secretKeyRef's name and key,
+// imagePullSecrets' names, stay).
+func yamlScalarList(lines [][]byte, i, column int) int {
+	last := i
+	for j := i + 1; j < len(lines); j++ {
+		rest := bytes.TrimLeft(lines[j], " \t")
+		if len(bytes.TrimSpace(rest)) == 0 {
+			continue
+		}
+		item, ok := bytes.CutPrefix(rest, []byte("- "))
+		if indent := len(lines[j]) - len(rest); indent < column || !ok && indent <= column {
+			break
+		}
+		if !ok || bytes.Contains(item, []byte(": ")) || bytes.HasSuffix(bytes.TrimSpace(item), []byte(":")) {
+			return i
+		}
+		last = j
+	}
+	return last
 }
 
 // mayOpenBlock says whether line may match yamlBlockHead: what follows its last
