@@ -24,7 +24,7 @@ type hubbleTLS struct {
 	secretJSON   string
 }
 
-func newHubbleTLS(t *testing.T) hubbleTLS {
+func newHubbleTLS(t testing.TB) hubbleTLS {
 	t.Helper()
 	p := testpki.New(t)
 	p.Issue(t, "tls", &x509.Certificate{DNSNames: []string{"hubble.myelin.local"},

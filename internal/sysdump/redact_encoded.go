@@ -3,6 +3,7 @@ package sysdump
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"regexp"
 	"unicode/utf8"
 )
@@ -13,36 +14,121 @@ const maxDecodeDepth = 2
 
 var (
 	// Runs of base64 long enough to hold a key or a token, also wrapped over lines (a
-	// YAML block, a PEM body) or over \n escapes (inside a JSON string).
-	base64Run = regexp.MustCompile(`(?m)[A-Za-z0-9+/]{40,}={0,2}(?:\r?\n[ \t]*[A-Za-z0-9+/]+={0,2}$|\\[rn][A-Za-z0-9+/]+={0,2})*`)
+	// YAML block, a PEM body; \n or \r\n) or over \n or \r\n escapes (inside a JSON
+	// string). A run may end in the \r of its last line.
+	base64Run = regexp.MustCompile(`(?m)\A[A-Za-z0-9+/]{40,}={0,2}(?:\r?\n[ \t]*[A-Za-z0-9+/]+={0,2}\r?$|(?:\\r\\n|\\[rn])[A-Za-z0-9+/]+={0,2})*`)
 	base64Gap = regexp.MustCompile(`\s+|\\[rn]|=+`)
 	// A Secret, in JSON (also escaped inside a JSON string) or YAML.
 	secretKindJSON = regexp.MustCompile(`\\*"kind\\*"\s*:\s*\\*"Secret\\*"`)
-	secretKindYAML = regexp.MustCompile(`(?m)^[ \t]*kind:[ \t]*["']?Secret["']?[ \t]*\r?$`)
+	secretKindYAML = regexp.MustCompile(`(?m)^[ \t]*(?:-[ \t]+)?kind:[ \t]*["']?Secret["']?[ \t]*\r?$`)
 	// A Secret's data or stringData object (no nested objects), its quotes as escaped
 	// as they are.
 	secretDataJSON = regexp.MustCompile(`(\\*")(data|stringData)\\*"\s*:\s*\{[^{}]*\}`)
+	// A JSON string on one line.
+	jsonString = regexp.MustCompile(`"(?:[^"\\\r\n]|\\.)*"`)
 )
 
 // redactBase64 replaces every base64 run that decodes to a private key or to text
-// Redact would change (a token, a kubeconfig, image pull credentials).
+// Redact would change (a token, a kubeconfig, image pull credentials). A run starts
+// where 40 base64 characters follow one another (base64RunStart).
 func redactBase64(b []byte, depth int) []byte {
-	return base64Run.ReplaceAllFunc(b, func(m []byte) []byte {
-		clean := base64Gap.ReplaceAll(m, nil)
-		if len(clean)%4 == 1 {
-			clean = clean[:len(clean)-1] // cut off: decode what is whole
+	var out []byte
+	last := 0
+	for i := 0; ; {
+		start := base64RunStart(b, i)
+		if start < 0 {
+			break
 		}
-		dec, err := base64.RawStdEncoding.DecodeString(string(clean))
-		if err != nil {
+		end := start + base64Run.FindIndex(base64Window(b[start:]))[1]
+		i = end
+		if r := redactBase64Run(b[start:end], depth); r != nil {
+			out = append(append(out, b[last:start]...), r...)
+			last = end
+		}
+	}
+	if last == 0 {
+		return b
+	}
+	return append(out, b[last:]...)
+}
+
+// base64Window is the start of b a base64Run match from b's start may cover: the
+// characters it may hold and the one after them (where $ would not match).
+func base64Window(b []byte) []byte {
+	for i, c := range b {
+		if !isBase64[c] && !bytes.ContainsRune([]byte("=\r\n \t\\"), rune(c)) {
+			return b[:i+1]
+		}
+	}
+	return b
+}
+
+// base64RunStart returns where the first run of 40 or more base64 characters from
+// b[i:] starts, or -1.
+func base64RunStart(b []byte, i int) int {
+	n := 0
+	for ; i < len(b); i++ {
+		if !isBase64[b[i]] {
+			n = 0
+			continue
+		}
+		if n++; n == 40 {
+			return i - 39
+		}
+	}
+	return -1
+}
+
+var isBase64 = func() (t [256]bool) {
+	for _, c := range []byte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/") {
+		t[c] = true
+	}
+	return t
+}()
+
+// redactBase64Run returns what replaces the base64 run m, or nil when m stays.
+func redactBase64Run(m []byte, depth int) []byte {
+	clean := base64Gap.ReplaceAll(m, nil)
+	if len(clean)%4 == 1 {
+		clean = clean[:len(clean)-1] // cut off: decode what is whole
+	}
+	dec, err := base64.RawStdEncoding.DecodeString(string(clean))
+	if err != nil {
+		return nil
+	}
+	if !bytes.Contains(dec, []byte("PRIVATE KEY")) && (!utf8.Valid(dec) || bytes.Equal(redact(dec, depth+1), dec)) {
+		return nil
+	}
+	if bytes.HasSuffix(m, []byte("\r")) {
+		return []byte(Redacted + "\r")
+	}
+	return []byte(Redacted)
+}
+
+// redactJSONStrings redacts the text inside JSON strings that hold a document or
+// lines (escaped quotes or newlines: JSON inside JSON, escaped twice or more, YAML
+// in a ConfigMap's value) and a word a secret's name has: decoded, redacted as a file
+// of its own would be, and encoded again when that changed it.
+func redactJSONStrings(b []byte, depth int) []byte {
+	return jsonString.ReplaceAllFunc(b, func(m []byte) []byte {
+		if !bytes.Contains(m, []byte(`\"`)) && !bytes.Contains(m, []byte(`\n`)) || !mayNameSecret(m) {
 			return m
 		}
-		if bytes.Contains(dec, []byte("PRIVATE KEY")) {
-			return []byte(Redacted)
+		var s string
+		if json.Unmarshal(m, &s) != nil {
+			return m
 		}
-		if utf8.Valid(dec) && !bytes.Equal(redact(dec, depth+1), dec) {
-			return []byte(Redacted)
+		r := redact([]byte(s), depth)
+		if bytes.Equal(r, []byte(s)) {
+			return m
 		}
-		return m
+		var out bytes.Buffer
+		enc := json.NewEncoder(&out)
+		enc.SetEscapeHTML(false)
+		if enc.Encode(string(r)) != nil {
+			return m
+		}
+		return bytes.TrimSuffix(out.Bytes(), []byte("\n"))
 	})
 }
 
@@ -50,7 +136,7 @@ func redactBase64(b []byte, depth int) []byte {
 // its keys: a Secret's values are secret by definition); the YAML form is
 // redactYAMLBlocks'.
 func redactSecretData(b []byte) []byte {
-	if !secretKindJSON.Match(b) {
+	if !bytes.Contains(b, []byte(`"Secret`)) || !secretKindJSON.Match(b) {
 		return b
 	}
 	return secretDataJSON.ReplaceAllFunc(b, func(m []byte) []byte {

@@ -2,6 +2,7 @@ package sysdump
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -36,6 +37,48 @@ func TestRedact(t *testing.T) {
 		{"digest in json string", `{"msg":"Authorization: Digest username=\"u\", response=\"6629fae4\"","level":"info"}`, []string{"6629fae4"}, []string{`"level":"info"`}},
 		{"not secret names kept", `{"name":"PASSTHROUGH","value":"on"} sessionAffinity: ClientIP` + "\nlevel=info msg=started node=n1 key=3", nil, []string{`"value":"on"`, "ClientIP", "node=n1", "key=3"}},
 		{"ordinary status", `{"mode": "native", "hostRouting": "bpf", "keys": 3}`, nil, []string{`"mode": "native"`, `"keys": 3`}},
+		{"json number secret", `{"password": 123456, "node": "n1"}`, []string{"123456"}, []string{`"node": "n1"`, `"password": "[REDACTED]"`}},
+		{"json number token", `{"token":98765432,"x":1}`, []string{"98765432"}, []string{`"x":1`}},
+		{"escaped json number", `{"a":"{\"password\":123456,\"x\":1}"}`, []string{"123456"}, []string{`\"x\":1`}},
+		{"key/value entry with a number", `{"key":"api-token","value":12345678}`, []string{"12345678"}, []string{`"key":"api-token"`}},
+		{"yaml number", "password: 123456\nport: 8080\n", []string{"123456"}, []string{"port: 8080"}},
+		{"booleans kept", "automountServiceAccountToken: false\nenableTokenAuth: true\n" + `{"automountServiceAccountToken": false}`, nil,
+			[]string{"automountServiceAccountToken: false", "enableTokenAuth: true", `"automountServiceAccountToken": false`}},
+		{"curl -u", "root 1 0 curl -sk -u admin:hunter2 https://10.0.0.1/x", []string{"hunter2"}, []string{"curl -sk -u admin:", "https://10.0.0.1/x"}},
+		{"curl --user", `msg="exec: curl --user admin:hunter2 https://x"`, []string{"hunter2"}, []string{"--user admin:", "https://x"}},
+		{"curl -u=", "curl -u=admin:hunter2 x", []string{"hunter2"}, []string{"-u=admin:"}},
+		{"curl --user=", "curl --user=admin:hunter2 x", []string{"hunter2"}, []string{"--user=admin:"}},
+		{"curl -u attached", "curl -uadmin:hunter2 x", []string{"hunter2"}, []string{"-uadmin:"}},
+		{"curl -u quoted", `curl -u 'admin:hunter2' x`, []string{"hunter2"}, []string{"-u 'admin:"}},
+		{"curl --proxy-user", "curl --proxy-user proxy:hunter2 x", []string{"hunter2"}, []string{"--proxy-user proxy:"}},
+		{"curl -u in an args list", `"args": ["-u", "admin:hunter2", "https://x"]`, []string{"hunter2"}, []string{`"https://x"`}},
+		{"token as a URL's user", "git clone https://0123456789abcdef0123456789abcdef01234567@github.com/o/r.git", []string{"0123456789abcdef"},
+			[]string{"https://[REDACTED]@github.com/o/r.git"}},
+		{"short URL user kept", "ssh://git@github.com/o/r.git", nil, []string{"ssh://git@github.com/o/r.git"}},
+		{"url userinfo in a log", `level=error msg="clone https://oauth2:glsecret99@gitlab.example/x.git failed"`, []string{"glsecret99"}, []string{"gitlab.example/x.git"}},
+		{"YAML in a JSON string", `{"data":{"config.yaml":"mode: x\npass: hunter2\n"}}`, []string{"hunter2"}, []string{"mode: x"}},
+		{"JSON escaped twice", `{"a":"{\"b\":\"{\\\"password\\\":\\\"hunter7\\\",\\\"x\\\":1}\"}"}`, []string{"hunter7"}, []string{`x\\\":1`}},
+		{"JSON number escaped twice", `{"a":"{\"b\":\"{\\\"token\\\":98765432}\"}"}`, []string{"98765432"}, nil},
+		{"unsigned JWT", "eyJhbGciOiJub25lIn0.eyJzdWIiOiJzeXN0ZW06YWRtaW4ifQ.\n", []string{"eyJzdWIiOiJzeXN0ZW06YWRtaW4ifQ"}, nil},
+		{"JWT alone on a line", "\n" + jwtTok + "\n", []string{jwtTok[40:]}, nil},
+		{"GitHub token alone", "ghp_0123456789abcdefABCDEF0123456789abcd\n", []string{"0123456789abcdefABCDEF"}, nil},
+		{"GitHub fine-grained token", "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUV01234", []string{"abcdefghijklmnopqrstuvwxyz"}, nil},
+		{"GitLab token in a URL", "https://glpat-0123456789abcdefghij@gitlab.example/x.git", []string{"0123456789abcdefghij"}, []string{"gitlab.example/x.git"}},
+		{"EKS token", "k8s-aws-v1.aHR0cHM6Ly9zdHMuYW1hem9uYXdzLmNvbS8_QWN0aW9uPUdldENhbGxlcklkZW50aXR5", []string{"aHR0cHM6Ly9zdHMuYW1hem9u"}, nil},
+		{"Google access token", "ya29.a0AfB_byC0123456789abcdefghijklmnop", []string{"a0AfB_byC0123456789"}, nil},
+		{"kubeadm certificate key", "kubeadm join 10.0.0.1:6443 --control-plane --certificate-key 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+			[]string{"0123456789abcdef0123456789abcdef"}, []string{"--control-plane"}},
+		{"key names in any spelling", `{"api_key":"s3cr3t1"}` + "\napiKey: s3cr3t2\n" + `msg="GET /x X-API-Key: s3cr3t3"` + "\n" + `{"keyData":"s3cr3t4","certificateKey":"s3cr3t5"}`,
+			[]string{"s3cr3t1", "s3cr3t2", "s3cr3t3", "s3cr3t4", "s3cr3t5"}, nil},
+		{"map dump keys kept", `{"key": ["0x0a", "0x00"], "value": ["0x01"]}` + "\nkey=3 keys=4", nil, []string{`"value": ["0x01"]`, "key=3"}},
+		{"two bootstrap tokens, one too long", "a abcdef.0123456789abcdef b 123456.abcdefabcdefabcd c abcdef.0123456789abcdefg x_abcdef.0123456789abcdef",
+			[]string{"0123456789abcdef ", "abcdefabcdefabcd"}, []string{"abcdef.0123456789abcdefg", "x_abcdef.0123456789abcdef"}},
+		{"YAML list of tokens", "tokens:\n- s3cr3t1\n- s3cr3t2\nother:\n  passwords:\n    - \"s3cr3t3\"\n  mode: x\n", []string{"s3cr3t1", "s3cr3t2", "s3cr3t3"}, []string{"other:", "mode: x"}},
+		{"JSON list of tokens", `{"tokens": ["s3cr3t1", "s3cr3t2"], "ports": [80, 443]}`, []string{"s3cr3t1", "s3cr3t2"}, []string{`"ports": [80, 443]`}},
+		{"lists of references kept", "imagePullSecrets:\n- name: regcred\nsecrets:\n  - name: sa-token-x\nenv:\n- name: DB_URL\n  valueFrom:\n    secretKeyRef:\n      name: db\n      key: url\n",
+			nil, []string{"name: regcred", "name: sa-token-x", "name: db", "key: url"}},
+		{"ids and digests kept", "containerID=containerd://0b9e4c1a5c1e4f3b9d7a2f1e6c3b8a900b9e4c1a5c1e4f3b9d7a2f1e6c3b8a90 image=nginx@sha256:0b9e4c1a5c1e4f3b9d7a2f1e6c3b8a900b9e4c1a5c1e4f3b9d7a2f1e6c3b8a90 uid=0b9e4c1a-5c1e-4f3b-9d7a-2f1e6c3b8a90",
+			nil, []string{"containerd://0b9e4c1a5c1e4f3b9d7a2f1e6c3b8a900b9e4c1a5c1e4f3b9d7a2f1e6c3b8a90", "sha256:0b9e4c1a5c1e4f3b9d7a2f1e6c3b8a900b9e4c1a5c1e4f3b9d7a2f1e6c3b8a90", "0b9e4c1a-5c1e-4f3b-9d7a-2f1e6c3b8a90"}},
 	})
 }
 
@@ -53,6 +96,8 @@ func TestRedactPrivateKeys(t *testing.T) {
 		for i := 0; i < len(enc); i += 76 {
 			wrapped += "  " + enc[i:min(i+76, len(enc))] + "\n"
 		}
+		lastLine := enc[(len(enc)-1)/76*76:]
+		wrappedJSON, _ := json.Marshal(map[string]string{"blob": strings.ReplaceAll(strings.TrimSpace(wrapped[len("tls.key: |\n"):]), "\n  ", "\r\n"), "note": "kept-note"})
 		cases = append(cases,
 			redactCase{kind + " PEM", "x\n" + key + "y", []string{body}, []string{"x\n", "\ny"}},
 			redactCase{kind + " PEM in JSON", string(inJSON), []string{body}, []string{"kept-note"}},
@@ -62,6 +107,10 @@ func TestRedactPrivateKeys(t *testing.T) {
 			redactCase{kind + " base64 JSON", `{"data":{"key.pem":"` + enc + `"},"kind":"ConfigMap"}`, []string{enc[80:120]}, []string{`"kind":"ConfigMap"`}},
 			redactCase{kind + " base64 wrapped", wrapped + "mode: x\n", []string{enc[80:120], enc[len(enc)-30:]}, []string{"mode: x"}},
 			redactCase{kind + " base64 cut off", "log: " + enc[:len(enc)/2], []string{enc[80:120]}, nil},
+			redactCase{kind + " PEM CRLF", "x\r\n" + strings.ReplaceAll(key, "\n", "\r\n") + "y", []string{body}, []string{"x\r\n", "\r\ny"}},
+			redactCase{kind + " base64 wrapped CRLF", strings.ReplaceAll(wrapped, "\n", "\r\n") + "mode: x\r\n", []string{enc[80:120], lastLine},
+				[]string{"mode: x\r\n"}},
+			redactCase{kind + " base64 wrapped CRLF in JSON", string(wrappedJSON), []string{enc[80:120], lastLine}, []string{"kept-note"}},
 		)
 	}
 	h := newHubbleTLS(t)
@@ -78,6 +127,12 @@ func TestRedactPrivateKeys(t *testing.T) {
 func TestRedactInstall(t *testing.T) {
 	h := newHubbleTLS(t)
 	key := b64(h.key)
+	// An object with a last-applied Secret, logged as a string in a JSON log line:
+	// the Secret's JSON is escaped twice.
+	appliedSecret, _ := json.Marshal(map[string]any{"kind": "Secret", "metadata": map[string]string{"name": "db"},
+		"stringData": map[string]string{"password": "hunter8"}, "data": map[string]string{"tls.key": key}})
+	appliedObject, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{lastApplied: string(appliedSecret)}}})
+	loggedLastApplied, _ := json.Marshal(map[string]string{"msg": "applied", "object": string(appliedObject)})
 	lastApplied, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
 		"kubectl.kubernetes.io/last-applied-configuration": h.secretJSON}}})
 	const saJWT = "eyJhbGciOiJSUzI1NiIsImtpZCI6IjEifQ.eyJpc3MiOiJrdWJlcm5ldGVzL3NlcnZpY2VhY2NvdW50In0.c2lnbmF0dXJlLXZhbHVlLWhlcmU"
@@ -118,9 +173,47 @@ func TestRedactInstall(t *testing.T) {
 		{"config view entry", `{"node":"n1","effective":[{"key":"api-token","value":"s3cr3tv4lue","source":"ConfigMap kube-system/myelin-config"},` +
 			`{"key":"hubble-tls-key-file","value":"/etc/myelin/hubble-tls/tls.key","source":"ConfigMap kube-system/myelin-config"}]}`,
 			[]string{"s3cr3tv4lue"}, []string{`"key":"api-token"`, "/etc/myelin/hubble-tls/tls.key"}},
+		{"Secret data in flow style", "apiVersion: v1\nkind: Secret\ndata: {tls.key: LS0tLS1CRUdJTi, password: cGFzcw==}\ntype: Opaque\n",
+			[]string{"LS0tLS1CRUdJTi", "cGFzcw"}, []string{"kind: Secret", "type: Opaque"}},
+		{"Secret stringData in flow style over lines", "kind: Secret\nstringData: {url: postgres-db-7,\n  seed: s33d-v4lue}\nmetadata:\n  name: db\n",
+			[]string{"postgres-db-7", "s33d-v4lue"}, []string{"name: db"}},
+		{"Secret in a YAML list", "kind: List\nitems:\n- kind: Secret\n  data:\n    hmac: c2VjcmV0LWJ5dGVz\n  metadata:\n    name: webhook\n",
+			[]string{"c2VjcmV0LWJ5dGVz"}, []string{"name: webhook"}},
+		{"last-applied Secret in a JSON log line", string(loggedLastApplied), []string{"hunter8", key[40:80]}, []string{"applied"}},
 		{"Secret references kept", `{"secret":{"secretName":"hubble-tls","defaultMode":256},"secretKeyRef":{"name":"db","key":"url"}}`,
 			nil, []string{`"secretName":"hubble-tls"`, `"name":"db"`}},
 		{"file paths kept", `{"hubble-tls-key-file":"/etc/myelin/hubble-tls/tls.key","token-file":"/var/run/secrets/token"}`,
 			nil, []string{"/etc/myelin/hubble-tls/tls.key", "/var/run/secrets/token"}},
 	})
+}
+
+// The words Redact looks for before it runs the rules matched by a name find every
+// name secretName says yes to, in the spellings names have; a part or word added
+// to secretName needs its spellings here.
+func TestSecretWordsFindSecretNames(t *testing.T) {
+	spellings := map[string][]string{
+		"token": {"token", "API_TOKEN", "authToken"}, "password": {"password", "DB_PASSWORD", "dbPassword"},
+		"passwd": {"passwd", "PASSWD"}, "secret": {"client-secret", "clientSecret", "SECRET"},
+		"apikey": {"api_key", "apiKey", "X-API-Key", "APIKEY"}, "privatekey": {"private_key", "privateKey", "PRIVATE-KEY"},
+		"credential": {"credentials", "awsCredentials"}, "keydata": {"client-key-data", "keyData", "KEY_DATA"},
+		"clientkey": {"client-key", "clientKey"}, "accesskey": {"access_key", "AccessKey", "AWS_ACCESS_KEY_ID"},
+		"certificatekey": {"certificate-key", "certificateKey"}, "dockerconfig": {".dockerconfigjson", "docker-config", "DockerConfig"},
+		"dockercfg": {".dockercfg", "docker_cfg"},
+		"pass":      {"DB_PASS", "pass"}, "pwd": {"PWD", "db-pwd"}, "auth": {"X-Auth", "auth"},
+		"authorization": {"Authorization", "proxy-authorization"}, "cookie": {"Cookie", "set-cookie"},
+	}
+	for _, part := range append(append([]string(nil), secretParts...), secretNameWords...) {
+		names, ok := spellings[part]
+		if !ok {
+			t.Errorf("no spellings of %q", part)
+		}
+		for _, name := range names {
+			if !secretName(name) {
+				t.Errorf("secretName(%q) = false: not a spelling of %q", name, part)
+			}
+			if !mayNameSecret([]byte(`"` + name + `": x`)) {
+				t.Errorf("secretWords miss %q", name)
+			}
+		}
+	}
 }
