@@ -122,15 +122,19 @@ func (s *startup) loadDatapath() (*datapath.Datapath, netlink.Link, error) {
 	s.log.Info("datapath loaded", "took", time.Since(start).Round(time.Millisecond))
 	for _, r := range dp.ReplacedMaps() {
 		if !r.Carrying() {
-			s.log.Warn("pinned BPF map replaced: its layout changed (an upgrade); it starts empty until the agent has synced it",
-				"map", r.Name, "change", r.Reason)
+			s.log.Warn("pinned BPF map replaced: its layout changed (an upgrade) and its entries could not be converted; it starts empty until the agent has synced it",
+				"map", r.Name, "change", r.Reason, "why", r.ConvertErr)
 			continue
 		}
 		level := slog.LevelInfo
 		if r.Lost > 0 || r.CarryErr != "" {
 			level = slog.LevelWarn
 		}
-		s.log.Log(context.Background(), level, "pinned BPF map replaced: its size changed (a table size in the configuration, or an upgrade); its entries were carried over",
+		msg := "pinned BPF map replaced: its size changed (a table size in the configuration, or an upgrade); its entries were carried over"
+		if r.Converted() {
+			msg = "pinned BPF map replaced: its layout changed (an upgrade); its entries were converted into the new layout by field name"
+		}
+		s.log.Log(context.Background(), level, msg,
 			"map", r.Name, "change", r.Reason, "carried", r.Carried, "lost", r.Lost, "err", r.CarryErr)
 	}
 	return dp, overlay, nil

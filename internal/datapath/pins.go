@@ -57,7 +57,8 @@ func loadPinned(spec *ebpf.CollectionSpec, pinDir string, objs *myelinObjects) (
 // carryEntries copies the entries of the pinned map at path into to, its
 // replacement, and returns r with what was carried and what did not fit. The
 // pinned map still serves the programs attached: an entry they write or delete
-// meanwhile may be missed (a flow's next packet creates it again). Only the
+// meanwhile may be missed (a flow's next packet creates it again). Entries of a
+// changed layout are converted by field name (r.conv). Only the
 // endpoints map must arrive whole (checkPinned refused a size below its
 // entries); any other is copied up to its new size, the rest counted as lost.
 func carryEntries(r MapReplacement, path string, to *ebpf.Map) (MapReplacement, error) {
@@ -73,7 +74,11 @@ func carryEntries(r MapReplacement, path string, to *ebpf.Map) (MapReplacement, 
 			r.Lost++
 			continue
 		}
-		if err := to.Update(key, value, ebpf.UpdateAny); err != nil {
+		k, v := key, value
+		if r.conv != nil {
+			k, v = r.conv.convert(key, value)
+		}
+		if err := to.Update(k, v, ebpf.UpdateAny); err != nil {
 			if r.Name == "myelin_endpoints" {
 				return r, fmt.Errorf("carry endpoint %x into the replacement of %s: %w", key, path, err)
 			}
@@ -176,9 +181,10 @@ func findIncompatiblePins(spec *ebpf.CollectionSpec, pinDir string) (created []s
 
 // checkPinned says what differs between the pinned m and ms (an empty Reason: m
 // is reused) and whether m's entries can be carried into the replacement: those
-// of a hash, LRU hash, LPM trie or array whose key and value sizes are
-// unchanged (what differs is its size or flags, or hash against LRU hash).
-// Per-CPU counters, ring buffers and maps of maps are not carried. It fails for
+// of a hash, LRU hash, LPM trie or array, as they are when their layout is
+// unchanged (what differs is its size or flags, or hash against LRU hash), else
+// converted by field name (carryPlan). Per-CPU counters, ring buffers and maps of
+// maps are not carried. It fails for
 // an endpoints map that holds more endpoints than its replacement would: they
 // would be lost for good.
 func checkPinned(ms *ebpf.MapSpec, m *ebpf.Map, name string) (MapReplacement, error) {
@@ -187,7 +193,7 @@ func checkPinned(ms *ebpf.MapSpec, m *ebpf.Map, name string) (MapReplacement, er
 		return MapReplacement{}, nil
 	}
 	r := MapReplacement{Name: name, Reason: strings.TrimSuffix(incompatible.Error(), ": "+ebpf.ErrMapIncompatible.Error())}
-	r.carry = carriable(ms.Type, m.Type()) && m.KeySize() == ms.KeySize && m.ValueSize() == ms.ValueSize
+	r.carry, r.conv, r.ConvertErr = carryPlan(ms, m)
 	if name != "myelin_endpoints" || !r.carry {
 		return r, nil
 	}
@@ -204,6 +210,32 @@ func checkPinned(ms *ebpf.MapSpec, m *ebpf.Map, name string) (MapReplacement, er
 			n, ms.MaxEntries, r.Reason, n)
 	}
 	return r, nil
+}
+
+// carryPlan says whether m's entries can be carried into a map of ms, and how:
+// as they are when their layout is the same (by BTF; without BTF, when the key and
+// value sizes are), else converted by field name (pinconvert.go; conv). why: the
+// layout changed and can't be converted.
+func carryPlan(ms *ebpf.MapSpec, m *ebpf.Map) (carry bool, conv *layoutConv, why string) {
+	if !carriable(ms.Type, m.Type()) {
+		return false, nil, ""
+	}
+	sameSizes := m.KeySize() == ms.KeySize && m.ValueSize() == ms.ValueSize
+	key, value, err := pinnedTypes(m)
+	if err != nil {
+		if sameSizes {
+			return true, nil, ""
+		}
+		return false, nil, err.Error()
+	}
+	conv, identity, err := planLayout(key, value, ms)
+	switch {
+	case err != nil:
+		return false, nil, err.Error()
+	case identity && sameSizes:
+		return true, nil, ""
+	}
+	return true, conv, ""
 }
 
 // carriable says whether entries of a map of type from can be written, as they
@@ -276,8 +308,15 @@ type MapReplacement struct {
 	// CarryErr, when set, stopped the copy early (the pinned map changed too
 	// fast to walk): what was copied before stays.
 	CarryErr string
-	carry    bool // the entries' layout is unchanged: copy them
+	// ConvertErr says why entries whose layout changed could not be converted
+	// into the new one (pinconvert.go): the map starts empty.
+	ConvertErr string
+	carry      bool        // copy the entries
+	conv       *layoutConv // converting them into the new layout; nil: as they are
 }
 
 // Carrying says whether the entries were copied into the new map.
 func (r MapReplacement) Carrying() bool { return r.carry }
+
+// Converted says whether the entries were rewritten into a changed layout.
+func (r MapReplacement) Converted() bool { return r.conv != nil }

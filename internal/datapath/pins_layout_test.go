@@ -43,7 +43,9 @@ func TestPinnedMapLayouts(t *testing.T) {
 	}
 	if got != string(want) {
 		t.Errorf("layouts of pinned maps changed (%s): a map whose key and value sizes stay the same is reused by Load with the "+
-			"old entries, so rename it or change its size; if the bytes keep their meaning, accept with MYELIN_UPDATE_LAYOUTS=1.\n"+
+			"old entries, so rename it or change its size; a replaced map's entries are converted by field name (pinconvert.go), "+
+			"so a field whose meaning changes needs a new name, and a new field must mean nothing at zero; "+
+			"if so, accept with MYELIN_UPDATE_LAYOUTS=1.\n"+
 			"got:\n%s\nwant:\n%s", pinnedLayoutsFile, got, want)
 	}
 }

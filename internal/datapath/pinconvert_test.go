@@ -1,0 +1,113 @@
+package datapath
+
+import (
+	"bytes"
+	"encoding/binary"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+)
+
+var (
+	u16 = &btf.Int{Name: "__u16", Size: 2}
+	u32 = &btf.Int{Name: "__u32", Size: 4}
+	u64 = &btf.Int{Name: "__u64", Size: 8}
+)
+
+// member is a named member at byte offset off.
+func member(name string, typ btf.Type, off int) btf.Member {
+	return btf.Member{Name: name, Type: typ, Offset: btf.Bits(off * 8)}
+}
+
+func le32(vs ...uint32) []byte {
+	b := make([]byte, 4*len(vs))
+	for i, v := range vs {
+		binary.LittleEndian.PutUint32(b[4*i:], v)
+	}
+	return b
+}
+
+// Entries move by field name: a kept field keeps its bytes wherever it now is, a new
+// one is zero, a dropped one is left behind; layouts that can't be mapped by name are
+// refused with what changed.
+func TestPlanType(t *testing.T) {
+	old := &btf.Struct{Name: "entry", Size: 12, Members: []btf.Member{member("fin_hi", u32, 0), member("ends", u32, 4), member("gone", u32, 8)}}
+	now := &btf.Struct{Name: "entry", Size: 16, Members: []btf.Member{member("ends", u32, 0), member("closing", u32, 4), member("fin_lo", u32, 8), member("fin_hi", u32, 12)}}
+	plan, identity, err := planType(old, now)
+	if err != nil || identity {
+		t.Fatalf("reordered struct: identity %v, err %v; want a conversion", identity, err)
+	}
+	if got, want := applyCopies(plan, le32(7, 3, 9), 16), le32(3, 0, 0, 7); !bytes.Equal(got, want) {
+		t.Errorf("converted %x, want %x (ends and fin_hi kept, closing and fin_lo zero, gone dropped)", got, want)
+	}
+	if _, identity, err := planType(now, now); err != nil || !identity {
+		t.Errorf("same struct: identity %v, err %v; want identity", identity, err)
+	}
+	if _, identity, err := planType(&btf.Typedef{Name: "k", Type: u32}, u32); err != nil || !identity {
+		t.Errorf("typedef of the same int: identity %v, err %v; want identity", identity, err)
+	}
+	for _, c := range []struct {
+		from, to btf.Type
+		want     string
+	}{
+		{&btf.Struct{Name: "e", Size: 4, Members: []btf.Member{member("ends", u32, 0)}},
+			&btf.Struct{Name: "e", Size: 8, Members: []btf.Member{member("ends", u64, 0)}}, "field e.ends changed size (4 to 8 bytes)"},
+		{u32, u64, "__u32 (4 bytes) became __u64 (8 bytes)"},
+		{u32, &btf.Struct{Name: "e", Size: 4, Members: []btf.Member{member("a", u32, 0)}}, "became e"},
+		{&btf.Struct{Name: "e", Size: 4, Members: []btf.Member{{Name: "a", Type: u32, BitfieldSize: 3}}}, now, "field e.a is a bit field"},
+		{&btf.Struct{Name: "e", Size: 4, Members: []btf.Member{member("", &btf.Union{Size: 4, Members: []btf.Member{member("x", u32, 0)}}, 0)}}, now, "anonymous member"},
+	} {
+		if _, _, err := planType(c.from, c.to); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("planType(%v, %v): err %v, want %q", c.from, c.to, err, c.want)
+		}
+	}
+}
+
+// A pinned map whose value layout changed (a release reordered, added and dropped
+// fields) is replaced with its entries converted by field name, so connections it
+// tracked stay tracked; the key, whose layout is the same, is copied as it is.
+func TestPrivilegedLoadConvertsAChangedLayout(t *testing.T) {
+	requirePrivileged(t)
+	dir := testPinDirReady(t)
+	defer Unpin(dir)
+	spec, err := loadMyelin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := spec.Maps["myelin_policy_ct"]
+	oldValue := &btf.Struct{Name: "policy_ct_entry", Size: 12, Members: []btf.Member{
+		member("fin_hi", u32, 0), member("ends", u32, 4), member("dropped", u32, 8)}}
+	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: "myelin_policy_ct", Type: ebpf.LRUHash, KeySize: ms.KeySize, ValueSize: 12,
+		MaxEntries: 64, Key: ms.Key, Value: oldValue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	key := myelinPolicyCtKey{AddrLo: 0x0a000001, AddrHi: 0x0a000002, PortLo: 80, PortHi: 3003, Proto: protoTCP}
+	if err := old.Update(&key, le32(7, 3, 99), ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Pin(filepath.Join(dir, "myelin_policy_ct")); err != nil {
+		t.Fatal(err)
+	}
+
+	d, err := Load(Config{PinDir: dir, HostRouting: HostRoutingBPF})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	r := d.ReplacedMaps()
+	if len(r) != 1 || r[0].Name != "myelin_policy_ct" || !r[0].Converted() || r[0].Carried != 1 || r[0].Lost != 0 {
+		t.Fatalf("load over a myelin_policy_ct of another value layout: replaced %+v, want it converted, 1 carried", r)
+	}
+	var got myelinPolicyCtEntry
+	if err := d.objs.MyelinPolicyCt.Lookup(&key, &got); err != nil {
+		t.Fatalf("the tracked connection after the conversion: %v", err)
+	}
+	if want := (myelinPolicyCtEntry{Ends: 3, FinHi: 7}); got != want {
+		t.Errorf("converted entry %+v, want %+v (ends and fin_hi kept, closing and fin_lo zero)", got, want)
+	}
+}
