@@ -111,3 +111,27 @@ func TestPrivilegedLoadConvertsAChangedLayout(t *testing.T) {
 		t.Errorf("converted entry %+v, want %+v (ends and fin_hi kept, closing and fin_lo zero)", got, want)
 	}
 }
+
+// Every pinned map's key and value map onto themselves by field name: a size change
+// (a table size in the configuration) copies their entries as they are, and a later
+// release's layout change can be converted.
+func TestPinnedMapsPlanByName(t *testing.T) {
+	tc, err := loadMyelin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock, err := loadSock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, spec := range []*ebpf.CollectionSpec{tc, sock} {
+		for name, ms := range spec.Maps {
+			if ms.Pinning != ebpf.PinByName || ms.Key == nil || ms.Value == nil {
+				continue
+			}
+			if _, identity, err := planLayout(ms.Key, ms.Value, ms); err != nil || !identity {
+				t.Errorf("%s onto itself: identity %v, err %v", name, identity, err)
+			}
+		}
+	}
+}
