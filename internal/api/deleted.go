@@ -63,13 +63,19 @@ func CheckContainerID(id string) error {
 	return nil
 }
 
-// DeletedPath is the file of containerID's record in dir: a hash of the id, so that
+// RecordFileName is the name of the file of a record kept per container (a
+// recorded delete, an endpoint record): the hex sha256 of the id and ".json", so that
 // every id the CNI spec allows (it sets no length limit) makes a file name that fits
-// the file system's 255 bytes with statefile's ".tmp"; the record itself names the
+// the file system's 255 bytes with statefile's ".tmp". The record itself names the
 // container.
-func DeletedPath(dir, containerID string) string {
+func RecordFileName(containerID string) string {
 	sum := sha256.Sum256([]byte(containerID))
-	return filepath.Join(dir, hex.EncodeToString(sum[:])+".json")
+	return hex.EncodeToString(sum[:]) + ".json"
+}
+
+// DeletedPath is the file of containerID's record in dir (RecordFileName).
+func DeletedPath(dir, containerID string) string {
+	return filepath.Join(dir, RecordFileName(containerID))
 }
 
 // legacyDeletedPath is where plugins before DeletedPath recorded containerID: under

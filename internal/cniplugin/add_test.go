@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/ipam"
@@ -15,18 +18,16 @@ import (
 	"github.com/myelin-net/myelin/internal/testenv"
 )
 
-// ipamAgent serves the agent's IPAM calls from pool on a unix socket; registering an
-// endpoint is refused (an ADD that gets there has nothing to build on).
-func ipamAgent(t *testing.T, pool *ipam.Pool) string {
+// ipamAgentWith serves the agent's IPAM calls from pool on a unix socket, and answers
+// the endpoint PUT with put.
+func ipamAgentWith(t *testing.T, pool *ipam.Pool, put http.HandlerFunc) string {
 	t.Helper()
-	return ipamAgentWith(t, pool, func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusConflict)
-		_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: "unexpected register"})
-	})
+	return ipamAgentHooked(t, pool, func() {}, put)
 }
 
-// ipamAgentWith is ipamAgent with put answering the endpoint PUT.
-func ipamAgentWith(t *testing.T, pool *ipam.Pool, put http.HandlerFunc) string {
+// ipamAgentHooked is ipamAgentWith that runs allocated after each allocation, before
+// it answers.
+func ipamAgentHooked(t *testing.T, pool *ipam.Pool, allocated func(), put http.HandlerFunc) string {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/ipam/{id}", func(w http.ResponseWriter, r *http.Request) {
@@ -36,6 +37,7 @@ func ipamAgentWith(t *testing.T, pool *ipam.Pool, put http.HandlerFunc) string {
 			_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: err.Error()})
 			return
 		}
+		allocated()
 		_ = json.NewEncoder(w).Encode(api.Allocation{IP: ip.String(), Gateway: api.PodGateway, MTU: 1500, RouteMTU: 1500,
 			HostIfName: api.HostIfName(r.PathValue("id"))})
 	})
@@ -50,23 +52,48 @@ func ipamAgentWith(t *testing.T, pool *ipam.Pool, put http.HandlerFunc) string {
 	return testenv.ServeUnixHTTP(t, mux.ServeHTTP)
 }
 
-// An ADD whose pod netns is gone by the time the plugin builds the veth (the sandbox
-// was torn down mid-way) fails and gives its IP back: nothing leaks.
-func TestAddForAVanishedNetnsReleasesTheIP(t *testing.T) {
+// An ADD whose pod netns vanishes after the agent allocated its IP and before the
+// plugin builds the veth (the sandbox was torn down mid-way; here the agent removes
+// the netns as it answers the allocation) fails and gives its IP back, with no host
+// veth left: nothing leaks. (A netns already gone when ADD starts is refused before
+// the agent is asked: TestAddCheckRefuseBadNetNS.)
+func TestPrivilegedAddForAVanishedNetnsReleasesTheIP(t *testing.T) {
+	requireRoot(t)
 	pool, err := ipam.OpenPool(filepath.Join(t.TempDir(), "ipam.json"), netip.MustParsePrefix("10.244.9.0/29"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := ipamAgent(t, pool)
-	args := cniArgs(sock, "ctr-vanished", filepath.Join(t.TempDir(), "netns-gone"))
-	if err := cmdAdd(args); err == nil {
-		t.Fatal("ADD into a netns that does not exist succeeded")
+	host, pod := throwawayNetNS(t, "host"), throwawayNetNS(t, "pod")
+	allocated := make(chan struct{})
+	sock := ipamAgentHooked(t, pool, func() {
+		close(allocated)
+		if out, err := exec.Command("ip", "netns", "del", filepath.Base(pod)).CombinedOutput(); err != nil {
+			t.Errorf("remove the pod netns after the allocation: %v %s", err, out)
+		}
+	}, func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusConflict)
+		_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: "unexpected register: the pod netns is gone"})
+	})
+	const id = "ctr-vanished"
+	err = netns.Do(host, func() error {
+		if err := cmdAdd(cniArgs(sock, id, pod)); err == nil {
+			return fmt.Errorf("ADD into a netns removed after its allocation succeeded")
+		}
+		if l, err := netlink.LinkByName(api.HostIfName(id)); err == nil {
+			return fmt.Errorf("host veth %s (index %d) left by the failed ADD", l.Attrs().Name, l.Attrs().Index)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if ip, ok := pool.Lookup("ctr-vanished"); ok {
+	select {
+	case <-allocated:
+	default:
+		t.Fatal("the ADD failed before the agent allocated: the netns did not vanish after the allocation")
+	}
+	if ip, ok := pool.Lookup(id); ok {
 		t.Errorf("the failed ADD still holds %v", ip)
-	}
-	if _, used, _ := pool.Usage(); used != 0 {
-		t.Errorf("%d IPs allocated after the failed ADD", used)
 	}
 }
 

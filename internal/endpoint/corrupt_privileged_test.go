@@ -32,15 +32,15 @@ func TestPrivilegedRestartWithACorruptRecord(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		record := filepath.Join(n.dir, "endpoints", "ctr-bad.json")
+		record := filepath.Join(n.dir, "endpoints", api.RecordFileName("ctr-bad"))
 		if err := os.WriteFile(record, []byte(`{"containerID":"ctr-bad","ip":"10.2`), 0o600); err != nil {
 			return err
 		}
 
 		m2 := n.manager() // the agent restarted
 		adopted, removed, err := m2.Restore()
-		if adopted != 1 || removed != 0 || err == nil || !strings.Contains(err.Error(), "ctr-bad.json") {
-			t.Errorf("Restore = %d adopted, %d removed, %v; want 1, 0 and an error naming ctr-bad.json", adopted, removed, err)
+		if adopted != 1 || removed != 0 || err == nil || !strings.Contains(err.Error(), record) {
+			t.Errorf("Restore = %d adopted, %d removed, %v; want 1, 0 and an error naming %s", adopted, removed, err, record)
 		}
 		if got, ok := m2.Get(good.ContainerID); !ok || got.HostIfIndex != good.HostIfIndex {
 			t.Errorf("the good endpoint after restart: %+v %v", got, ok)

@@ -78,9 +78,10 @@ type Manager struct {
 	// progress, or one that died): GC leaves them allocationGrace, so it can't take
 	// an ADD's IP and veth from under it.
 	pending map[string]pendingADD
-	// unreadable are the containers whose endpoint record Restore could not read:
-	// they keep their IP, map entry and route until DEL or GC, which find them by
-	// the address the pool holds for the container (unprogramUnreadable).
+	// unreadable are the file names of the endpoint records Restore could not read
+	// (recordUnreadable finds a container's): their containers keep their IP, map
+	// entry and route until DEL or GC, which find them by the address the pool holds
+	// for the container (unprogramUnreadable).
 	unreadable map[string]bool
 	now        func() time.Time
 }
@@ -190,7 +191,7 @@ func (m *Manager) Put(ep api.Endpoint) (api.Endpoint, error) {
 	}
 	m.eps[ep.ContainerID] = &ep
 	delete(m.pending, ep.ContainerID)
-	delete(m.unreadable, ep.ContainerID) // its record is whole again
+	m.forgetUnreadable(ep.ContainerID) // its record is whole again
 	return ep, nil
 }
 
@@ -300,10 +301,10 @@ func (m *Manager) deleteLocked(containerID string) error {
 		ip, _ := netip.ParseAddr(ep.IP)
 		errs = append(errs, m.unprogram(ep, ip))
 		delete(m.eps, containerID)
-	case m.unreadable[containerID]:
+	case m.recordUnreadable(containerID):
 		errs = append(errs, m.unprogramUnreadable(containerID))
 	}
-	delete(m.unreadable, containerID)
+	m.forgetUnreadable(containerID)
 	delete(m.pending, containerID)
 	errs = append(errs,
 		m.retireHostLink(containerID, ep),

@@ -49,7 +49,7 @@ func (m *Manager) DeleteRecorded(d api.DeletedEndpoint) (bool, error) {
 		if p, ok := m.pending[d.ContainerID]; ok && !p.restored && p.since.After(d.Deleted) {
 			return false, nil
 		}
-		if m.unreadable[d.ContainerID] {
+		if m.recordUnreadable(d.ContainerID) {
 			if err := m.deleteLocked(d.ContainerID); err != nil {
 				return false, err
 			}

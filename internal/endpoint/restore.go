@@ -27,8 +27,8 @@ func (m *Manager) Restore() (adopted, removed int, err error) {
 	defer m.mu.Unlock()
 	records, unreadable, err := readRecords(m.cfg.Dir)
 	errs := []error{err}
-	for _, id := range unreadable {
-		m.unreadable[id] = true
+	for _, name := range unreadable {
+		m.unreadable[name] = true
 	}
 	for _, ep := range records {
 		m.eps[ep.ContainerID] = ep
@@ -58,8 +58,22 @@ func (m *Manager) Restore() (adopted, removed int, err error) {
 			m.pending[id] = pendingADD{since: m.now(), restored: true}
 		}
 	}
-	errs = append(errs, m.retireStrays(), m.removeStrayEntries(unreadable))
+	errs = append(errs, m.retireStrays(), m.removeStrayEntries())
 	return adopted, removed, errors.Join(errs...)
+}
+
+// recordUnreadable reports whether Restore could not read containerID's endpoint
+// record, in either file format (recordPath, legacyRecordName): a record that can't
+// be read is known by its file's name only.
+func (m *Manager) recordUnreadable(containerID string) bool {
+	return m.unreadable[api.RecordFileName(containerID)] || m.unreadable[legacyRecordName(containerID)]
+}
+
+// forgetUnreadable drops containerID from the containers whose record Restore could
+// not read: its record was written again or removed.
+func (m *Manager) forgetUnreadable(containerID string) {
+	delete(m.unreadable, api.RecordFileName(containerID))
+	delete(m.unreadable, legacyRecordName(containerID))
 }
 
 // claimAddress makes sure the pool holds ip for ep's container, as its record says.
@@ -75,8 +89,8 @@ func (m *Manager) claimAddress(ep *api.Endpoint, ip netip.Addr) error {
 
 // removeStrayEntries removes the BPF endpoints map entries no endpoint claims,
 // except those of the addresses allocated to the containers whose records could not
-// be read (unreadable): those pods keep their traffic.
-func (m *Manager) removeStrayEntries(unreadable []string) error {
+// be read (recordUnreadable): those pods keep their traffic.
+func (m *Manager) removeStrayEntries() error {
 	inMap, err := m.dp.Endpoints()
 	if err != nil {
 		return err
@@ -87,8 +101,8 @@ func (m *Manager) removeStrayEntries(unreadable []string) error {
 			known[ip] = true
 		}
 	}
-	for _, id := range unreadable {
-		if ip, ok := m.pool.Lookup(id); ok {
+	for id, ip := range m.pool.Owners() {
+		if m.recordUnreadable(id) {
 			known[ip] = true
 		}
 	}

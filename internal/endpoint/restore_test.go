@@ -2,11 +2,13 @@ package endpoint
 
 import (
 	"encoding/json"
+	"errors"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,8 +33,46 @@ func restartFixture(t *testing.T) (*fixture, map[string]api.Endpoint, func() *fi
 
 func (f *fixture) writeRaw(t *testing.T, id string, b []byte) {
 	t.Helper()
-	if err := os.WriteFile(recordPath(filepath.Join(f.dir, "endpoints"), id), b, 0o600); err != nil {
+	f.writeRawAs(t, currentFormat, id, b)
+}
+
+// recordFormat is a file name a record can have: the current one (recordPath) or the
+// former one (legacyRecordName).
+type recordFormat struct {
+	name string
+	path func(dir, containerID string) string
+}
+
+var (
+	currentFormat = recordFormat{"current format", recordPath}
+	formerFormat  = recordFormat{"former format", func(dir, id string) string { return filepath.Join(dir, legacyRecordName(id)) }}
+)
+
+func (f *fixture) recordFile(format recordFormat, id string) string {
+	return format.path(filepath.Join(f.dir, "endpoints"), id)
+}
+
+// writeRawAs writes b as id's record in format, in place of the one there.
+func (f *fixture) writeRawAs(t *testing.T, format recordFormat, id string, b []byte) {
+	t.Helper()
+	for _, other := range []recordFormat{currentFormat, formerFormat} {
+		if err := os.Remove(f.recordFile(other, id)); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(f.recordFile(format, id), b, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// noRecordOf fails t if id has a record file in either format (an id too long to be
+// a file name has none in the former).
+func (f *fixture) noRecordOf(t *testing.T, when, id string) {
+	t.Helper()
+	for _, format := range []recordFormat{currentFormat, formerFormat} {
+		if _, err := os.Stat(f.recordFile(format, id)); !os.IsNotExist(err) && !errors.Is(err, syscall.ENAMETOOLONG) {
+			t.Errorf("%s: %s has a record in the %s: %v", when, id, format.name, err)
+		}
 	}
 }
 
@@ -45,42 +85,44 @@ func (f *fixture) forge(t *testing.T, ep api.Endpoint) {
 	f.writeRaw(t, ep.ContainerID, b)
 }
 
-// A truncated record costs only its own endpoint: the others are adopted, its
-// container keeps its IP (no new pod gets it) and its map entry, and the error names
-// the file.
+// A truncated record, in either file format, costs only its own endpoint: the others
+// are adopted, its container keeps its IP (no new pod gets it) and its map entry, and
+// the error names the file.
 func TestRestoreSurvivesACorruptRecord(t *testing.T) {
-	f, eps, restart := restartFixture(t)
-	f.writeRaw(t, "b", []byte(`{"containerID": "b", "ip": "10.2`))
-	f2 := restart()
-	adopted, removed, err := f2.m.Restore()
-	if adopted != 2 || removed != 0 || err == nil || !strings.Contains(err.Error(), "b.json") {
-		t.Fatalf("Restore = %d adopted, %d removed, %v; want 2, 0 and an error naming b.json", adopted, removed, err)
-	}
-	for _, id := range []string{"a", "c"} {
-		if got, ok := f2.m.Get(id); !ok || got.IP != eps[id].IP {
-			t.Errorf("%s after restore: %+v %v", id, got, ok)
-		}
-	}
-	bIP := netip.MustParseAddr(eps["b"].IP)
-	if ip, ok := f2.pool.Lookup("b"); !ok || ip != bIP {
-		t.Errorf("b's IP after restore: %v %v, want %v kept", ip, ok, bIP)
-	}
-	if f2.dp.eps[bIP].IfIndex != 2 {
-		t.Errorf("b's map entry after restore: %+v, want it kept", f2.dp.eps[bIP])
-	}
-	// DEL of b still works and removes the corrupt record with it.
-	if err := f2.m.DeleteOwned("b", 2); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(recordPath(filepath.Join(f.dir, "endpoints"), "b")); !os.IsNotExist(err) {
-		t.Errorf("b's corrupt record after DEL: %v", err)
+	for _, format := range []recordFormat{currentFormat, formerFormat} {
+		t.Run(format.name, func(t *testing.T) {
+			f, eps, restart := restartFixture(t)
+			f.writeRawAs(t, format, "b", []byte(`{"containerID": "b", "ip": "10.2`))
+			f2 := restart()
+			adopted, removed, err := f2.m.Restore()
+			if file := f.recordFile(format, "b"); adopted != 2 || removed != 0 || err == nil || !strings.Contains(err.Error(), file) {
+				t.Fatalf("Restore = %d adopted, %d removed, %v; want 2, 0 and an error naming %s", adopted, removed, err, file)
+			}
+			for _, id := range []string{"a", "c"} {
+				if got, ok := f2.m.Get(id); !ok || got.IP != eps[id].IP {
+					t.Errorf("%s after restore: %+v %v", id, got, ok)
+				}
+			}
+			bIP := netip.MustParseAddr(eps["b"].IP)
+			if ip, ok := f2.pool.Lookup("b"); !ok || ip != bIP {
+				t.Errorf("b's IP after restore: %v %v, want %v kept", ip, ok, bIP)
+			}
+			if f2.dp.eps[bIP].IfIndex != 2 {
+				t.Errorf("b's map entry after restore: %+v, want it kept", f2.dp.eps[bIP])
+			}
+			// DEL of b still works and removes the corrupt record with it.
+			if err := f2.m.DeleteOwned("b", 2); err != nil {
+				t.Fatal(err)
+			}
+			f.noRecordOf(t, "after b's DEL", "b")
+		})
 	}
 }
 
 // A record claiming the address of another live pod (forged or corrupt) is not
 // adopted, whichever record is read first, and the live pod keeps everything.
 func TestRestoreRefusesARecordForAnotherPodsIP(t *testing.T) {
-	for _, owner := range []string{"a", "c"} { // records are read in name order: b between a and c
+	for _, owner := range []string{"a", "c"} { // records are read in container id order: b between a and c
 		f, eps, restart := restartFixture(t)
 		forged := eps["b"]
 		forged.IP = eps[owner].IP
@@ -122,19 +164,53 @@ func TestRestoreRefusesARecordOutsideThePodCIDR(t *testing.T) {
 	}
 }
 
-// A record whose file names another container is treated as unreadable.
+// A record in the file of another container, in either format, is treated as
+// unreadable.
 func TestRestoreRefusesARecordUnderAnotherName(t *testing.T) {
+	for _, format := range []recordFormat{currentFormat, formerFormat} {
+		t.Run(format.name, func(t *testing.T) {
+			f, eps, restart := restartFixture(t)
+			other := eps["a"]
+			b, _ := json.Marshal(other)
+			f.writeRawAs(t, format, "b", b) // b's file holds a's record
+			f2 := restart()
+			adopted, _, err := f2.m.Restore()
+			if adopted != 2 || err == nil || !strings.Contains(err.Error(), `names container "a"`) {
+				t.Fatalf("Restore = %d adopted, %v; want 2 and an error naming the mismatch", adopted, err)
+			}
+			if _, ok := f2.pool.Lookup("b"); !ok {
+				t.Error("b lost its IP")
+			}
+		})
+	}
+}
+
+// A record naming an id that is not a CNI container id ("../victim", which the
+// removal of its record would turn into a path out of the records directory) is not
+// read, even in the file of that id.
+func TestRestoreRefusesARecordOfAForgedContainerID(t *testing.T) {
 	f, eps, restart := restartFixture(t)
-	other := eps["a"]
-	b, _ := json.Marshal(other)
-	f.writeRaw(t, "b", b) // b.json holds a's record
+	victim := filepath.Join(f.dir, "victim.json") // what endpoints/../victim.json names
+	if err := os.WriteFile(victim, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	forged := eps["b"]
+	forged.ContainerID = "../victim"
+	forged.HostIfName = HostIfName(forged.ContainerID)
+	b, _ := json.Marshal(forged)
+	if err := os.WriteFile(f.recordFile(currentFormat, forged.ContainerID), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	f2 := restart()
 	adopted, _, err := f2.m.Restore()
-	if adopted != 2 || err == nil || !strings.Contains(err.Error(), `names container "a"`) {
-		t.Fatalf("Restore = %d adopted, %v; want 2 and an error naming the mismatch", adopted, err)
+	if adopted != 3 || err == nil || !strings.Contains(err.Error(), "not a CNI container id") {
+		t.Fatalf("Restore = %d adopted, %v; want 3 and an error naming the id", adopted, err)
 	}
-	if _, ok := f2.pool.Lookup("b"); !ok {
-		t.Error("b lost its IP")
+	if _, ok := f2.m.Get(forged.ContainerID); ok {
+		t.Error("the forged record was adopted")
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Errorf("a file outside the records directory was touched: %v", err)
 	}
 }
 
@@ -293,32 +369,38 @@ func TestDeleteOfAContainerWithACorruptRecord(t *testing.T) {
 			}
 		}},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			f, eps, restart := restartFixture(t)
-			f.writeRaw(t, "b", []byte(`{"containerID": "b", "ip": "10.2`))
-			f2 := restart()
-			if _, _, err := f2.m.Restore(); err == nil {
-				t.Fatal("Restore over a corrupt record reported nothing")
-			}
-			bIP := netip.MustParseAddr(eps["b"].IP)
-			if _, ok := f2.dp.eps[bIP]; !ok {
-				t.Fatal("b's map entry was not kept at restore")
-			}
-			c.del(t, f2, eps["b"])
-			if info, ok := f2.dp.eps[bIP]; ok {
-				t.Errorf("b's map entry after its %s: %+v, want it removed", c.name, info)
-			}
-			if idx, ok := f2.links.routes[bIP]; ok {
-				t.Errorf("b's route after its %s: via %d, want it removed", c.name, idx)
-			}
-			if ip, ok := f2.pool.Lookup("b"); ok {
-				t.Errorf("b's IP %v after its %s, want it released", ip, c.name)
-			}
-			if _, err := os.Stat(recordPath(filepath.Join(f.dir, "endpoints"), "b")); !os.IsNotExist(err) {
-				t.Errorf("b's corrupt record after its %s: %v, want it removed", c.name, err)
-			}
-			f2.intact(t, "after b's "+c.name, eps["a"])
-			f2.intact(t, "after b's "+c.name, eps["c"])
-		})
+		for _, format := range []recordFormat{currentFormat, formerFormat} {
+			t.Run(c.name+" "+format.name, func(t *testing.T) {
+				deleteWithACorruptRecord(t, format, c.name, c.del)
+			})
+		}
 	}
+}
+
+// deleteWithACorruptRecord is TestDeleteOfAContainerWithACorruptRecord with b's
+// record in format, removed by del (named name).
+func deleteWithACorruptRecord(t *testing.T, format recordFormat, name string, del func(t *testing.T, f *fixture, b api.Endpoint)) {
+	f, eps, restart := restartFixture(t)
+	f.writeRawAs(t, format, "b", []byte(`{"containerID": "b", "ip": "10.2`))
+	f2 := restart()
+	if _, _, err := f2.m.Restore(); err == nil {
+		t.Fatal("Restore over a corrupt record reported nothing")
+	}
+	bIP := netip.MustParseAddr(eps["b"].IP)
+	if _, ok := f2.dp.eps[bIP]; !ok {
+		t.Fatal("b's map entry was not kept at restore")
+	}
+	del(t, f2, eps["b"])
+	if info, ok := f2.dp.eps[bIP]; ok {
+		t.Errorf("b's map entry after its %s: %+v, want it removed", name, info)
+	}
+	if idx, ok := f2.links.routes[bIP]; ok {
+		t.Errorf("b's route after its %s: via %d, want it removed", name, idx)
+	}
+	if ip, ok := f2.pool.Lookup("b"); ok {
+		t.Errorf("b's IP %v after its %s, want it released", ip, name)
+	}
+	f.noRecordOf(t, "after b's "+name, "b")
+	f2.intact(t, "after b's "+name, eps["a"])
+	f2.intact(t, "after b's "+name, eps["c"])
 }
