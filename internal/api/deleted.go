@@ -64,29 +64,30 @@ func CheckContainerID(id string) error {
 }
 
 // RecordFileName is the name of the file of a record kept per container (a
-// recorded delete, an endpoint record): the hex sha256 of the id and ".json", so that
-// every id the CNI spec allows (it sets no length limit) makes a file name that fits
-// the file system's 255 bytes with statefile's ".tmp". The record itself names the
-// container.
+// recorded delete, an endpoint record): the id and ".json", as every version wrote
+// it, so an agent rolled back to an older version still reads its records; an id
+// too long for that (the CNI spec sets no length limit, the file system takes 255
+// bytes, with statefile's ".tmp") is named by its hex sha256 instead, which no older
+// version could record anyway. The record itself names the container.
 func RecordFileName(containerID string) string {
+	if len(containerID)+len(".json.tmp") <= maxFileName {
+		return containerID + ".json"
+	}
 	sum := sha256.Sum256([]byte(containerID))
 	return hex.EncodeToString(sum[:]) + ".json"
 }
+
+// maxFileName is the longest file name Linux file systems take (NAME_MAX).
+const maxFileName = 255
 
 // DeletedPath is the file of containerID's record in dir (RecordFileName).
 func DeletedPath(dir, containerID string) string {
 	return filepath.Join(dir, RecordFileName(containerID))
 }
 
-// legacyDeletedPath is where plugins before DeletedPath recorded containerID: under
-// the id itself (which an id over 246 bytes could not be). ReadDeleted reads both.
-func legacyDeletedPath(dir, containerID string) string {
-	return filepath.Join(dir, containerID+".json")
-}
-
 // WriteDeleted records d in dir (atomically: a reader never sees half a record). A
-// repeated DEL, which finds no veth (HostIfIndex 0), keeps the record of the first,
-// in either file format; otherwise the new record replaces it.
+// repeated DEL, which finds no veth (HostIfIndex 0), keeps the record of the first;
+// otherwise the new record replaces it.
 func WriteDeleted(dir string, d DeletedEndpoint) error {
 	if err := CheckContainerID(d.ContainerID); err != nil {
 		return fmt.Errorf("record deleted endpoint: %w", err)
@@ -98,29 +99,18 @@ func WriteDeleted(dir string, d DeletedEndpoint) error {
 	if err != nil {
 		return err
 	}
-	path, legacy := DeletedPath(dir, d.ContainerID), legacyDeletedPath(dir, d.ContainerID)
-	if d.HostIfIndex == 0 && (exists(path) || exists(legacy)) {
+	path := DeletedPath(dir, d.ContainerID)
+	if _, err := os.Lstat(path); err == nil && d.HostIfIndex == 0 {
 		return nil
 	}
 	if err := statefile.Write(path, b, 0o600); err != nil {
 		return fmt.Errorf("record deleted endpoint: %w", err)
 	}
-	// One record per container: the agent would otherwise carry out the replaced one too.
-	if err := os.Remove(legacy); err != nil && exists(legacy) {
-		return fmt.Errorf("record deleted endpoint: replace the record in the former format: %w", err)
-	}
 	return nil
 }
 
-// exists reports whether path is there; a name too long to be (a legacy path of a long
-// id) is not.
-func exists(path string) bool {
-	_, err := os.Lstat(path)
-	return err == nil
-}
-
 // ReadDeleted returns the records in dir with their paths, whatever their file's name
-// (DeletedPath or legacyDeletedPath); none if dir does not exist. A record that can't
+// (the record names its container); none if dir does not exist. A record that can't
 // be parsed is returned as an error naming its file.
 func ReadDeleted(dir string) (map[string]DeletedEndpoint, error) {
 	entries, err := os.ReadDir(dir)

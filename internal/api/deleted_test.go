@@ -69,30 +69,15 @@ func TestDeletedRecordOfALongContainerID(t *testing.T) {
 	}
 }
 
-// Records in the former format (the file named by the container id) are still read
-// and carried out; a repeated DEL keeps such a record, a new one replaces it.
-func TestDeletedRecordsInTheFormerFormat(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "cni-deleted")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
+// A record of an id that fits a file name is <id>.json, as every version named it
+// (an agent rolled back reads it); a longer id's is named by its hash.
+func TestRecordFileName(t *testing.T) {
+	short := "c" + strings.Repeat("0123456789abcdef", 16)[:245] // 246 bytes: 255 with ".json.tmp"
+	if got := RecordFileName(short); got != short+".json" {
+		t.Errorf("RecordFileName of a %d-byte id = %q, want the id and .json", len(short), got)
 	}
-	legacy := filepath.Join(dir, "abc-2.json")
-	if err := os.WriteFile(legacy, []byte(`{"containerID":"abc-2","hostIfName":"myl0123456789a","hostIfIndex":7}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if recs, err := ReadDeleted(dir); err != nil || len(recs) != 1 || recs[legacy].HostIfIndex != 7 {
-		t.Fatalf("records = %+v, %v; want the former-format one with index 7", recs, err)
-	}
-	if err := WriteDeleted(dir, DeletedEndpoint{ContainerID: "abc-2", HostIfName: "myl0123456789a"}); err != nil {
-		t.Fatal(err)
-	}
-	if recs, err := ReadDeleted(dir); err != nil || len(recs) != 1 || recs[legacy].HostIfIndex != 7 {
-		t.Errorf("after a repeated DEL: %+v, %v; want the former-format record kept alone", recs, err)
-	}
-	if err := WriteDeleted(dir, DeletedEndpoint{ContainerID: "abc-2", HostIfName: "myl0123456789a", HostIfIndex: 8}); err != nil {
-		t.Fatal(err)
-	}
-	if recs, err := ReadDeleted(dir); err != nil || len(recs) != 1 || recs[DeletedPath(dir, "abc-2")].HostIfIndex != 8 {
-		t.Errorf("after a DEL of a new attachment: %+v, %v; want only its record, index 8", recs, err)
+	long := short + "0"
+	if got := RecordFileName(long); len(got) != 64+len(".json") || strings.HasPrefix(got, "c0123") {
+		t.Errorf("RecordFileName of a %d-byte id = %q, want its sha256 and .json", len(long), got)
 	}
 }

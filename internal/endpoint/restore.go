@@ -63,17 +63,15 @@ func (m *Manager) Restore() (adopted, removed int, err error) {
 }
 
 // recordUnreadable reports whether Restore could not read containerID's endpoint
-// record, in either file format (recordPath, legacyRecordName): a record that can't
-// be read is known by its file's name only.
+// record: a record that can't be read is known by its file's name only.
 func (m *Manager) recordUnreadable(containerID string) bool {
-	return m.unreadable[api.RecordFileName(containerID)] || m.unreadable[legacyRecordName(containerID)]
+	return m.unreadable[api.RecordFileName(containerID)]
 }
 
 // forgetUnreadable drops containerID from the containers whose record Restore could
 // not read: its record was written again or removed.
 func (m *Manager) forgetUnreadable(containerID string) {
 	delete(m.unreadable, api.RecordFileName(containerID))
-	delete(m.unreadable, legacyRecordName(containerID))
 }
 
 // claimAddress makes sure the pool holds ip for ep's container, as its record says.

@@ -36,17 +36,14 @@ func (f *fixture) writeRaw(t *testing.T, id string, b []byte) {
 	f.writeRawAs(t, currentFormat, id, b)
 }
 
-// recordFormat is a file name a record can have: the current one (recordPath) or the
-// former one (legacyRecordName).
+// recordFormat is a file name a record can have (recordPath: the id, or the hash
+// of a long one).
 type recordFormat struct {
 	name string
 	path func(dir, containerID string) string
 }
 
-var (
-	currentFormat = recordFormat{"current format", recordPath}
-	formerFormat  = recordFormat{"former format", func(dir, id string) string { return filepath.Join(dir, legacyRecordName(id)) }}
-)
+var currentFormat = recordFormat{"current format", recordPath}
 
 func (f *fixture) recordFile(format recordFormat, id string) string {
 	return format.path(filepath.Join(f.dir, "endpoints"), id)
@@ -55,7 +52,7 @@ func (f *fixture) recordFile(format recordFormat, id string) string {
 // writeRawAs writes b as id's record in format, in place of the one there.
 func (f *fixture) writeRawAs(t *testing.T, format recordFormat, id string, b []byte) {
 	t.Helper()
-	for _, other := range []recordFormat{currentFormat, formerFormat} {
+	for _, other := range []recordFormat{currentFormat} {
 		if err := os.Remove(f.recordFile(other, id)); err != nil && !os.IsNotExist(err) {
 			t.Fatal(err)
 		}
@@ -65,11 +62,10 @@ func (f *fixture) writeRawAs(t *testing.T, format recordFormat, id string, b []b
 	}
 }
 
-// noRecordOf fails t if id has a record file in either format (an id too long to be
-// a file name has none in the former).
+// noRecordOf fails t if id has a record file.
 func (f *fixture) noRecordOf(t *testing.T, when, id string) {
 	t.Helper()
-	for _, format := range []recordFormat{currentFormat, formerFormat} {
+	for _, format := range []recordFormat{currentFormat} {
 		if _, err := os.Stat(f.recordFile(format, id)); !os.IsNotExist(err) && !errors.Is(err, syscall.ENAMETOOLONG) {
 			t.Errorf("%s: %s has a record in the %s: %v", when, id, format.name, err)
 		}
@@ -85,11 +81,11 @@ func (f *fixture) forge(t *testing.T, ep api.Endpoint) {
 	f.writeRaw(t, ep.ContainerID, b)
 }
 
-// A truncated record, in either file format, costs only its own endpoint: the others
+// A truncated record costs only its own endpoint: the others
 // are adopted, its container keeps its IP (no new pod gets it) and its map entry, and
 // the error names the file.
 func TestRestoreSurvivesACorruptRecord(t *testing.T) {
-	for _, format := range []recordFormat{currentFormat, formerFormat} {
+	for _, format := range []recordFormat{currentFormat} {
 		t.Run(format.name, func(t *testing.T) {
 			f, eps, restart := restartFixture(t)
 			f.writeRawAs(t, format, "b", []byte(`{"containerID": "b", "ip": "10.2`))
@@ -164,10 +160,9 @@ func TestRestoreRefusesARecordOutsideThePodCIDR(t *testing.T) {
 	}
 }
 
-// A record in the file of another container, in either format, is treated as
-// unreadable.
+// A record in the file of another container is treated as unreadable.
 func TestRestoreRefusesARecordUnderAnotherName(t *testing.T) {
-	for _, format := range []recordFormat{currentFormat, formerFormat} {
+	for _, format := range []recordFormat{currentFormat} {
 		t.Run(format.name, func(t *testing.T) {
 			f, eps, restart := restartFixture(t)
 			other := eps["a"]
@@ -187,7 +182,7 @@ func TestRestoreRefusesARecordUnderAnotherName(t *testing.T) {
 
 // A record naming an id that is not a CNI container id ("../victim", which the
 // removal of its record would turn into a path out of the records directory) is not
-// read, even in the file of that id.
+// read.
 func TestRestoreRefusesARecordOfAForgedContainerID(t *testing.T) {
 	f, eps, restart := restartFixture(t)
 	victim := filepath.Join(f.dir, "victim.json") // what endpoints/../victim.json names
@@ -198,7 +193,7 @@ func TestRestoreRefusesARecordOfAForgedContainerID(t *testing.T) {
 	forged.ContainerID = "../victim"
 	forged.HostIfName = HostIfName(forged.ContainerID)
 	b, _ := json.Marshal(forged)
-	if err := os.WriteFile(f.recordFile(currentFormat, forged.ContainerID), b, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(f.dir, "endpoints", "victim.json"), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	f2 := restart()
@@ -369,7 +364,7 @@ func TestDeleteOfAContainerWithACorruptRecord(t *testing.T) {
 			}
 		}},
 	} {
-		for _, format := range []recordFormat{currentFormat, formerFormat} {
+		for _, format := range []recordFormat{currentFormat} {
 			t.Run(c.name+" "+format.name, func(t *testing.T) {
 				deleteWithACorruptRecord(t, format, c.name, c.del)
 			})
