@@ -121,6 +121,11 @@ func (s *startup) loadDatapath() (*datapath.Datapath, netlink.Link, error) {
 	// Most of an agent's start (docs/scale.md, "Services after a restart").
 	s.log.Info("datapath loaded", "took", time.Since(start).Round(time.Millisecond))
 	for _, r := range dp.ReplacedMaps() {
+		if !r.Carrying() && r.ConvertErr == "" {
+			s.log.Info("pinned BPF map replaced: a kind of map whose entries are not carried (counters, rings, maps of maps); it starts empty",
+				"map", r.Name, "change", r.Reason)
+			continue
+		}
 		if !r.Carrying() {
 			s.log.Warn("pinned BPF map replaced: its layout changed (an upgrade) and its entries could not be converted; it starts empty until the agent has synced it",
 				"map", r.Name, "change", r.Reason, "why", r.ConvertErr)

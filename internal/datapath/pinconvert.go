@@ -10,14 +10,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A pinned map whose key or value layout changed (a release added, removed or moved
-// a field) is replaced by Load. Its entries are converted into the new layout by
-// field name, as the pinned map's BTF and the new object's describe them: a field
-// of the same name and size keeps its bytes, a new field starts zero, a dropped one
-// is left behind. A field whose meaning changes must get a new name
-// (TestPinnedMapLayouts says so when a layout changes). Layouts this can't map (a
-// field that changed size, bit fields, anonymous members, a map without BTF) leave
-// the replacement empty, as before.
+// A pinned map whose value layout changed (a release added, removed or moved a
+// field) is replaced by Load. Its entries are converted into the new layout by field
+// name, as the pinned map's BTF and the new object's describe them: a field of the
+// same name and type keeps its bytes, a new field starts zero, a dropped one is left
+// behind. A field whose meaning changes must get a new name (TestPinnedMapLayouts
+// says so when a layout changes). Keys are never converted: a moved key field would
+// change what an LPM trie's prefix covers, a dropped one would merge entries. Layouts
+// this can't map (a changed key, a field whose type changed, nested types that
+// differ, bit fields, anonymous members, a map without BTF) leave the replacement
+// empty, as before.
 
 // fieldCopy copies n bytes at from in an entry of the old layout to to in the new.
 type fieldCopy struct{ from, to, n int }
@@ -51,6 +53,9 @@ func planLayout(fromKey, fromValue btf.Type, ms *ebpf.MapSpec) (conv *layoutConv
 		return nil, false, fmt.Errorf("the new object has no BTF for its key and value")
 	}
 	key, keyID, err := planType(fromKey, ms.Key)
+	if err == nil && !keyID {
+		err = fmt.Errorf("its layout changed; keys are not converted")
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("key: %w", err)
 	}
@@ -76,7 +81,7 @@ func planType(from, to btf.Type) (plan []fieldCopy, identity bool, err error) {
 	fs, fok := from.(*btf.Struct)
 	ts, tok := to.(*btf.Struct)
 	if !fok || !tok {
-		if fok != tok || fromSize != toSize {
+		if fok != tok || fromSize != toSize || !sameShape(from, to) {
 			return nil, false, fmt.Errorf("%s (%d bytes) became %s (%d bytes)", from.TypeName(), fromSize, to.TypeName(), toSize)
 		}
 		return []fieldCopy{{0, 0, toSize}}, true, nil
@@ -105,12 +110,58 @@ func planType(from, to btf.Type) (plan []fieldCopy, identity bool, err error) {
 		if on, err := btf.Sizeof(o.Type); err != nil || on != n {
 			return nil, false, fmt.Errorf("field %s.%s changed size (%d to %d bytes): give it a new name", ts.Name, m.Name, on, n)
 		}
+		if !sameShape(o.Type, m.Type) {
+			return nil, false, fmt.Errorf("field %s.%s changed type (%s to %s): give it a new name", ts.Name, m.Name, o.Type.TypeName(), m.Type.TypeName())
+		}
 		if o.Offset != m.Offset {
 			identity = false
 		}
 		plan = append(plan, fieldCopy{from: int(o.Offset.Bytes()), to: int(m.Offset.Bytes()), n: n})
 	}
 	return plan, identity, nil
+}
+
+// sameShape says whether a and b lay their bytes out alike: the same kind and size,
+// arrays of as many elements alike, structs and unions whose members have the same
+// names, offsets and shapes. A field whose type is a struct is copied whole, so a
+// change inside it must not go unnoticed.
+func sameShape(a, b btf.Type) bool {
+	a, b = btf.UnderlyingType(a), btf.UnderlyingType(b)
+	as, aerr := btf.Sizeof(a)
+	bs, berr := btf.Sizeof(b)
+	if aerr != nil || berr != nil || as != bs {
+		return false
+	}
+	switch a := a.(type) {
+	case *btf.Int:
+		b, ok := b.(*btf.Int)
+		return ok && a.Encoding == b.Encoding
+	case *btf.Enum:
+		_, ok := b.(*btf.Enum)
+		return ok
+	case *btf.Array:
+		b, ok := b.(*btf.Array)
+		return ok && a.Nelems == b.Nelems && sameShape(a.Type, b.Type)
+	case *btf.Struct:
+		b, ok := b.(*btf.Struct)
+		return ok && sameMembers(a.Members, b.Members)
+	case *btf.Union:
+		b, ok := b.(*btf.Union)
+		return ok && sameMembers(a.Members, b.Members)
+	}
+	return false
+}
+
+func sameMembers(a, b []btf.Member) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || a[i].Offset != b[i].Offset || a[i].BitfieldSize != b[i].BitfieldSize || !sameShape(a[i].Type, b[i].Type) {
+			return false
+		}
+	}
+	return true
 }
 
 // plainMember refuses the members planType can't map by name.

@@ -59,10 +59,36 @@ func TestPlanType(t *testing.T) {
 		{u32, &btf.Struct{Name: "e", Size: 4, Members: []btf.Member{member("a", u32, 0)}}, "became e"},
 		{&btf.Struct{Name: "e", Size: 4, Members: []btf.Member{{Name: "a", Type: u32, BitfieldSize: 3}}}, now, "field e.a is a bit field"},
 		{&btf.Struct{Name: "e", Size: 4, Members: []btf.Member{member("", &btf.Union{Size: 4, Members: []btf.Member{member("x", u32, 0)}}, 0)}}, now, "anonymous member"},
+		{&btf.Struct{Name: "e", Size: 4, Members: []btf.Member{member("a", u32, 0)}},
+			&btf.Struct{Name: "e", Size: 4, Members: []btf.Member{member("a", &btf.Array{Type: u16, Index: u32, Nelems: 2}, 0)}}, "field e.a changed type"},
+		{&btf.Struct{Name: "e", Size: 8, Members: []btf.Member{member("fe", pair("x", "y"), 0)}},
+			&btf.Struct{Name: "e", Size: 8, Members: []btf.Member{member("fe", pair("y", "x"), 0)}}, "field e.fe changed type"},
 	} {
 		if _, _, err := planType(c.from, c.to); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("planType(%v, %v): err %v, want %q", c.from, c.to, err, c.want)
 		}
+	}
+}
+
+// pair is a struct of two __u32 named first and second.
+func pair(first, second string) *btf.Struct {
+	return &btf.Struct{Name: "pair", Size: 8, Members: []btf.Member{member(first, u32, 0), member(second, u32, 4)}}
+}
+
+// Keys are never converted: a key whose layout changed (here an LPM key's address
+// moved behind a new field, which would change what its prefix covers) refuses the
+// whole map; values are.
+func TestPlanLayoutKeepsKeys(t *testing.T) {
+	lpm := &btf.Struct{Name: "k", Size: 8, Members: []btf.Member{member("prefixlen", u32, 0), member("addr", u32, 4)}}
+	moved := &btf.Struct{Name: "k", Size: 12, Members: []btf.Member{member("prefixlen", u32, 0), member("zone", u32, 4), member("addr", u32, 8)}}
+	value := pair("a", "b")
+	ms := &ebpf.MapSpec{KeySize: 12, ValueSize: 8, Key: moved, Value: value}
+	if _, _, err := planLayout(lpm, value, ms); err == nil || !strings.Contains(err.Error(), "keys are not converted") {
+		t.Errorf("a changed key: err %v, want it refused", err)
+	}
+	ms = &ebpf.MapSpec{KeySize: 8, ValueSize: 8, Key: lpm, Value: pair("b", "a")}
+	if conv, identity, err := planLayout(lpm, value, ms); err != nil || identity || conv == nil {
+		t.Errorf("the same key, a changed value: conv %v, identity %v, err %v; want a conversion", conv, identity, err)
 	}
 }
 

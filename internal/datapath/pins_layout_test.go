@@ -21,8 +21,10 @@ const pinnedLayoutsFile = "testdata/pinned-layouts.txt"
 // or value struct changed without changing its size would have an upgraded node's
 // programs read the old entries as the new layout. When this fails, either rename
 // the map (or change its size) so Load replaces it, or, if every byte keeps its
-// meaning (a renamed field), accept the change: MYELIN_UPDATE_LAYOUTS=1 go test
-// -run TestPinnedMapLayouts ./internal/datapath/.
+// meaning, accept the change: MYELIN_UPDATE_LAYOUTS=1 go test -run
+// TestPinnedMapLayouts ./internal/datapath/. A replaced map's values are converted
+// by field name (pinconvert.go): a renamed field starts at zero there, so rename a
+// field only when zero is a safe start for it (or its meaning changed too).
 func TestPinnedMapLayouts(t *testing.T) {
 	got, err := pinnedLayouts()
 	if err != nil {
