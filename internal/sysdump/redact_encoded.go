@@ -53,10 +53,23 @@ func redactBase64(b []byte, depth int) []byte {
 }
 
 // base64Window is the start of b a base64Run match from b's start may cover: the
-// characters it may hold and the one after them (where $ would not match).
+// characters it may hold and the one after them (where $ would not match). A space
+// or tab ends it unless it indents a line: the match goes on only through whole
+// lines, so the window of a run followed by other words on its line stays short
+// (it once ran to the end of such text for every run: quadratic).
 func base64Window(b []byte) []byte {
+	indent := false // in the spaces and tabs that start a line
 	for i, c := range b {
-		if !isBase64[c] && !bytes.ContainsRune([]byte("=\r\n \t\\"), rune(c)) {
+		switch {
+		case c == '\n':
+			indent = true
+		case c == ' ' || c == '\t':
+			if !indent {
+				return b[:i+1]
+			}
+		case isBase64[c] || c == '=' || c == '\r' || c == '\\':
+			indent = false
+		default:
 			return b[:i+1]
 		}
 	}
