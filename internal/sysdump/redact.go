@@ -148,9 +148,10 @@ func redact(b []byte, depth int) []byte {
 	b = redactYAMLBlocks(b)
 	// Each rule below runs on the lines holding its own words, inside those holding
 	// any rule's. What it matches spans at most a line before the one holding the
-	// word (an env entry's value before its name) and two after (a flag's value on the
-	// next line of an indented JSON list); a NAME="value" quoted over more lines is
-	// not seen.
+	// word (an env entry's value before its name) and two after, blank lines not
+	// counted (a flag's value on the next line of an indented JSON list), and up to
+	// the end of a quote or a JSON list the word's lines leave open (at most 256
+	// lines further: closeOpen).
 	return onHotLines(b, hotWords, 1, 2, func(l []byte) []byte {
 		l = onHotLines(l, tokenPrefixes, 0, 0, func(l []byte) []byte { return prefixedToken.ReplaceAll(l, []byte(Redacted)) })
 		l = onHotLines(l, headerWords, 0, 1, redactHeaders)

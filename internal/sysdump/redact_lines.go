@@ -50,6 +50,7 @@ func hotSpans(b []byte, words []string, before, after int) [][2]int {
 	lower := asciiLower(b)
 	var spans [][2]int
 	for _, w := range words {
+		covered := 0 // where the last span closeOpen extended ends
 		for i := 0; ; {
 			j := bytes.Index(lower[i:], []byte(w))
 			if j < 0 {
@@ -65,8 +66,18 @@ func hotSpans(b []byte, words []string, before, after int) [][2]int {
 			for n := 0; n < before && start > 0; n++ {
 				start = bytes.LastIndexByte(b[:start-1], '\n') + 1
 			}
-			for n := 0; n < after && end < len(b); n++ {
-				end = lineAfter(b, end)
+			for n := 0; n < after && end < len(b); {
+				next := lineAfter(b, end)
+				if len(bytes.TrimSpace(b[end:next])) > 0 { // blank lines don't count
+					n++
+				}
+				end = next
+			}
+			if end < covered {
+				end = covered // inside a span already closed: scanned once
+			} else {
+				end = closeOpen(b, start, end)
+				covered = end
 			}
 			spans = append(spans, [2]int{start, end})
 		}
@@ -82,6 +93,51 @@ func hotSpans(b []byte, words []string, before, after int) [][2]int {
 	}
 	return merged
 }
+
+// maxOpenLines bounds how far closeOpen extends a span.
+const maxOpenLines = 256
+
+// closeOpen returns where the span b[start:end] ends once what it opens is closed: a
+// JSON list ("tokens": [ with its items on the lines below, as sysdump's own indented
+// JSON writes it) up to its ], a quoted value (NAME="line1\nline2...") up to its
+// closing quote, at most maxOpenLines lines further. Each byte is scanned once.
+func closeOpen(b []byte, start, end int) int {
+	var o openScan
+	o.scan(b[start:end])
+	for n := 0; n < maxOpenLines && end < len(b) && o.open(); n++ {
+		next := lineAfter(b, end)
+		o.scan(b[end:next])
+		end = next
+	}
+	return end
+}
+
+// openScan follows, across the chunks it is given, whether a double quote (not
+// escaped) or a [ outside quotes is left open.
+type openScan struct {
+	quoted, escaped bool
+	depth           int
+}
+
+func (o *openScan) scan(s []byte) {
+	for _, c := range s {
+		switch {
+		case o.escaped:
+			o.escaped = false
+		case c == '\\':
+			o.escaped = true
+		case c == '"':
+			o.quoted = !o.quoted
+		case o.quoted:
+		case c == '[':
+			o.depth++
+		case c == ']':
+			o.depth--
+		}
+	}
+}
+
+func (o *openScan) open() bool { return o.quoted || o.depth > 0 }
 
 // lineAfter returns where the line holding b[at] ends, past its newline.
 func lineAfter(b []byte, at int) int {

@@ -75,6 +75,15 @@ func TestRedact(t *testing.T) {
 			[]string{"0123456789abcdef ", "abcdefabcdefabcd"}, []string{"abcdef.0123456789abcdefg", "x_abcdef.0123456789abcdef"}},
 		{"YAML list of tokens", "tokens:\n- s3cr3t1\n- s3cr3t2\nother:\n  passwords:\n    - \"s3cr3t3\"\n  mode: x\n", []string{"s3cr3t1", "s3cr3t2", "s3cr3t3"}, []string{"other:", "mode: x"}},
 		{"JSON list of tokens", `{"tokens": ["s3cr3t1", "s3cr3t2"], "ports": [80, 443]}`, []string{"s3cr3t1", "s3cr3t2"}, []string{`"ports": [80, 443]`}},
+		// What sysdump's own indented JSON writes, and values a few lines below their
+		// names: the hot lines reach the list's ] and the value's closing quote, and
+		// blank lines don't count in their window.
+		{"indented JSON list of tokens", "{\n  \"tokens\": [\n    \"s3cr3t1\",\n    \"s3cr3t2\",\n    \"s3cr3t3\"\n  ],\n  \"ports\": [\n    80\n  ]\n}",
+			[]string{"s3cr3t1", "s3cr3t2", "s3cr3t3"}, []string{`"ports"`, "80"}},
+		{"quoted value over lines", "export PASSWORD=\"line1\nline2\nline3\nline4\nline5s3cr3t\"\nexport MODE=fast\n", []string{"line5s3cr3t"}, []string{"MODE=fast"}},
+		{"JSON value below blank lines", "{\"password\":\n\n\n\n  \"s3cr3tP\", \"mode\": \"fast\"}", []string{"s3cr3tP"}, []string{`"mode": "fast"`}},
+		{"env value below blank lines", "  - name: DB_TOKEN\n\n\n\n    value: s3cr3t9\n  - name: MODE\n    value: fast\n", []string{"s3cr3t9"}, []string{"value: fast"}},
+		{"bearer below blank lines", "bearer\n\n\nabcdef0123456789tok\n", []string{"abcdef0123456789tok"}, nil},
 		{"lists of references kept", "imagePullSecrets:\n- name: regcred\nsecrets:\n  - name: sa-token-x\nenv:\n- name: DB_URL\n  valueFrom:\n    secretKeyRef:\n      name: db\n      key: url\n",
 			nil, []string{"name: regcred", "name: sa-token-x", "name: db", "key: url"}},
 		{"ids and digests kept", "containerID=containerd://0b9e4c1a5c1e4f3b9d7a2f1e6c3b8a900b9e4c1a5c1e4f3b9d7a2f1e6c3b8a90 image=nginx@sha256:0b9e4c1a5c1e4f3b9d7a2f1e6c3b8a900b9e4c1a5c1e4f3b9d7a2f1e6c3b8a90 uid=0b9e4c1a-5c1e-4f3b-9d7a-2f1e6c3b8a90",
