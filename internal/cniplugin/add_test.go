@@ -13,43 +13,24 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/endpoint"
 	"github.com/myelin-net/myelin/internal/ipam"
 	"github.com/myelin-net/myelin/internal/netns"
-	"github.com/myelin-net/myelin/internal/testenv"
 )
 
-// ipamAgentWith serves the agent's IPAM calls from pool on a unix socket, and answers
-// the endpoint PUT with put.
+// ipamAgentWith serves the agent's IPAM calls from pool on a unix socket, as the
+// agent's endpoint manager does, and answers the endpoint PUT with put.
 func ipamAgentWith(t *testing.T, pool *ipam.Pool, put http.HandlerFunc) string {
 	t.Helper()
 	return ipamAgentHooked(t, pool, func() {}, put)
 }
 
 // ipamAgentHooked is ipamAgentWith that runs allocated after each allocation, before
-// it answers.
+// it answers. The manager's Allocate and Release touch neither datapath nor links.
 func ipamAgentHooked(t *testing.T, pool *ipam.Pool, allocated func(), put http.HandlerFunc) string {
 	t.Helper()
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/ipam/{id}", func(w http.ResponseWriter, r *http.Request) {
-		ip, err := pool.Allocate(r.PathValue("id"))
-		if err != nil {
-			w.WriteHeader(http.StatusConflict)
-			_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: err.Error()})
-			return
-		}
-		allocated()
-		_ = json.NewEncoder(w).Encode(api.Allocation{IP: ip.String(), Gateway: api.PodGateway, MTU: 1500, RouteMTU: 1500,
-			HostIfName: api.HostIfName(r.PathValue("id"))})
-	})
-	mux.HandleFunc("DELETE /v1/ipam/{id}", func(w http.ResponseWriter, r *http.Request) {
-		if err := pool.Release(r.PathValue("id")); err != nil {
-			w.WriteHeader(http.StatusInternalServerError)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
-	mux.HandleFunc("PUT /v1/endpoints/{id}", put)
-	return testenv.ServeUnixHTTP(t, mux.ServeHTTP)
+	m := endpoint.NewManager(endpoint.Config{Dir: t.TempDir(), Node: "n1", MTU: 1500}, nil, nil, pool)
+	return managerAgent(t, m, allocated, put)
 }
 
 // An ADD whose pod netns vanishes after the agent allocated its IP and before the

@@ -19,8 +19,9 @@ import (
 )
 
 // managerAgent serves the agent's IPAM calls (allocate, a failed ADD's release) from
-// m as the agent's API does, and answers the endpoint PUT with put.
-func managerAgent(t *testing.T, m *endpoint.Manager, put http.HandlerFunc) string {
+// m as the agent's API does, running allocated after each allocation before it
+// answers, and answers the endpoint PUT with put.
+func managerAgent(t *testing.T, m *endpoint.Manager, allocated func(), put http.HandlerFunc) string {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/ipam/{id}", func(w http.ResponseWriter, r *http.Request) {
@@ -33,6 +34,7 @@ func managerAgent(t *testing.T, m *endpoint.Manager, put http.HandlerFunc) strin
 			_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: err.Error()})
 			return
 		}
+		allocated()
 		_ = json.NewEncoder(w).Encode(alloc)
 	})
 	mux.HandleFunc("DELETE /v1/ipam/{id}", func(w http.ResponseWriter, r *http.Request) {
@@ -62,7 +64,7 @@ func TestPrivilegedSecondADDWhileTheFirstIsInFlight(t *testing.T) {
 	// registering: Allocate and Release touch neither the datapath nor the links.
 	m := endpoint.NewManager(endpoint.Config{Dir: t.TempDir(), Node: "n1", MTU: 1500}, nil, nil, pool)
 	inPut, goOn := make(chan struct{}), make(chan struct{})
-	sock := managerAgent(t, m, func(w http.ResponseWriter, r *http.Request) {
+	sock := managerAgent(t, m, func() {}, func(w http.ResponseWriter, r *http.Request) {
 		var ep api.Endpoint
 		_ = json.NewDecoder(r.Body).Decode(&ep)
 		close(inPut) // only the first ADD gets here: the second finds the veth taken

@@ -3,7 +3,6 @@ package datapath
 import (
 	"bytes"
 	"encoding/binary"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -113,17 +112,7 @@ func TestPrivilegedLoadConvertsAChangedLayout(t *testing.T) {
 	}
 	defer old.Close()
 	key := myelinPolicyCtKey{AddrLo: 0x0a000001, AddrHi: 0x0a000002, PortLo: 80, PortHi: 3003, Proto: protoTCP}
-	if err := old.Update(&key, le32(7, 3, 99), ebpf.UpdateAny); err != nil {
-		t.Fatal(err)
-	}
-	if err := old.Pin(filepath.Join(dir, "myelin_policy_ct")); err != nil {
-		t.Fatal(err)
-	}
-
-	d, err := Load(Config{PinDir: dir, HostRouting: HostRoutingBPF})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := loadOverPinned(t, dir, "myelin_policy_ct", old, &key, le32(7, 3, 99))
 	defer d.Close()
 	r := d.ReplacedMaps()
 	if len(r) != 1 || r[0].Name != "myelin_policy_ct" || !r[0].Converted() || r[0].Carried != 1 || r[0].Lost != 0 {

@@ -160,17 +160,7 @@ func TestPrivilegedLoadDoesNotCarryChangedLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer old.Close()
-	if err := old.Update(make([]byte, 16), make([]byte, 8), ebpf.UpdateAny); err != nil {
-		t.Fatal(err)
-	}
-	if err := old.Pin(filepath.Join(dir, "myelin_policy_ct")); err != nil {
-		t.Fatal(err)
-	}
-
-	d, err := Load(Config{PinDir: dir, HostRouting: HostRoutingBPF})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := loadOverPinned(t, dir, "myelin_policy_ct", old, make([]byte, 16), make([]byte, 8))
 	defer d.Close()
 	r := d.ReplacedMaps()
 	if len(r) != 1 || r[0].Name != "myelin_policy_ct" || r[0].Carrying() || r[0].Carried != 0 {
@@ -180,4 +170,21 @@ func TestPrivilegedLoadDoesNotCarryChangedLayout(t *testing.T) {
 	if err != nil || n != 0 {
 		t.Errorf("replacement of a changed layout: %d entries (err %v), want an empty map", n, err)
 	}
+}
+
+// loadOverPinned puts key and value into old, pins it in dir as name, and loads the
+// datapath over it.
+func loadOverPinned(t *testing.T, dir, name string, old *ebpf.Map, key, value any) *Datapath {
+	t.Helper()
+	if err := old.Update(key, value, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Pin(filepath.Join(dir, name)); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Load(Config{PinDir: dir, HostRouting: HostRoutingBPF})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
