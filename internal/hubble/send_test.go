@@ -2,6 +2,8 @@ package hubble
 
 import (
 	"context"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -142,4 +144,55 @@ func TestServerEndsFollowersNobodyReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "a new follower", func() bool { return store.Stats().Followers == 1 })
+}
+
+// activeSource counts the requests its store got and those it is serving.
+type activeSource struct {
+	*flowstore.Store
+	got, active atomic.Int32
+}
+
+func (s *activeSource) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Flow) error {
+	s.got.Add(1)
+	s.active.Add(1)
+	defer s.active.Add(-1)
+	return s.Store.Flows(ctx, req, out)
+}
+
+// Clients that take every stored-flow reader slot of a node and never read lose them
+// after SendTimeout: each stream is ended with DeadlineExceeded and the next reader
+// is answered.
+func TestServerEndsReadersNobodyReads(t *testing.T) {
+	src := &activeSource{Store: flowstore.New(4095)}
+	for i := range 4095 { // more than a client's windows and the server's buffers hold
+		src.Add(&flow.Flow{Time: t0.Add(time.Duration(i)), Node: "n1", Type: flow.TypeL3L4, Verdict: flow.Forwarded,
+			Protocol: "TCP", SrcPort: uint16(i), Service: "default/" + strings.Repeat("s", 100)})
+	}
+	srv := NewServer(Config{Source: src, SendTimeout: testSendTimeout})
+	stalled := observerpb.NewObserverClient(dialServer(t, srv, notReading...))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var streams []observerpb.Observer_GetFlowsClient
+	for range flowstore.MaxHistoryReaders {
+		st, err := stalled.GetFlows(ctx, &observerpb.GetFlowsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, st)
+	}
+	waitFor(t, "the node to end the readers nobody reads", func() bool {
+		return src.got.Load() == flowstore.MaxHistoryReaders && src.active.Load() == 0
+	})
+	for i, st := range streams {
+		if code := endsWith(st); code != codes.DeadlineExceeded {
+			t.Errorf("reader %d, never read: ended with %v, want DeadlineExceeded", i, code)
+		}
+	}
+	st, err := observerpb.NewObserverClient(dialServer(t, srv)).GetFlows(ctx, &observerpb.GetFlowsRequest{Number: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := recvAll(st); err != nil || len(got) != 3 {
+		t.Errorf("a reading client after the stalled ones: %d responses, %v; want 3", len(got), err)
+	}
 }
