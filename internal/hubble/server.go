@@ -34,6 +34,10 @@ type Config struct {
 	Source  flow.Source      // the node's flow store
 	Stats   func() Stats     // the store's counts; nil reports zeros
 	Now     func() time.Time // clock for uptime; nil is time.Now
+	// SendTimeout ends a GetFlows stream whose client has taken no response for this
+	// long, freeing its follower or reader slot in the store. 0 means
+	// DefaultSendTimeout (30s).
+	SendTimeout time.Duration
 }
 
 // Server is a node's Hubble Observer: GetFlows, ServerStatus and GetNodes over its
@@ -52,6 +56,9 @@ func NewServer(cfg Config) *Server {
 	if cfg.Stats == nil {
 		cfg.Stats = func() Stats { return Stats{} }
 	}
+	if cfg.SendTimeout == 0 {
+		cfg.SendTimeout = DefaultSendTimeout
+	}
 	return &Server{cfg: cfg, start: cfg.Now()}
 }
 
@@ -67,13 +74,16 @@ func Register(g *grpc.Server, obs observerpb.ObserverServer) {
 	healthpb.RegisterHealthServer(g, h)
 }
 
-// GetFlows streams the flows the request selects.
+// GetFlows streams the flows the request selects. A client that takes no response for
+// SendTimeout gets DeadlineExceeded: returning ends the stream and stops the source.
 func (s *Server) GetFlows(req *observerpb.GetFlowsRequest, stream observerpb.Observer_GetFlowsServer) error {
 	r, err := Request(req)
 	if err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
-	return Stream(stream.Context(), s.cfg.Source, r, stream.Send)
+	out := NewTimedSender(s.cfg.SendTimeout, stream.Send)
+	defer out.Close()
+	return Stream(stream.Context(), s.cfg.Source, r, out.Send)
 }
 
 // Stream runs src.Flows for r and hands each flow to send as a GetFlowsResponse, until

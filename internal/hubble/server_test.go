@@ -42,16 +42,18 @@ func (s *fakeSource) Flows(ctx context.Context, req flow.Request, out chan<- *fl
 	return nil
 }
 
-// dialServer starts srv on an in-memory listener and returns a client connection.
-func dialServer(t *testing.T, srv observerpb.ObserverServer) *grpc.ClientConn {
+// dialServer starts srv on an in-memory listener and returns a client connection
+// (with opts).
+func dialServer(t *testing.T, srv observerpb.ObserverServer, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	g := grpc.NewServer()
 	Register(g, srv)
 	go g.Serve(lis)
 	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient("passthrough:///bufnet", grpc.WithTransportCredentials(insecure.NewCredentials()),
+	opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
+	conn, err := grpc.NewClient("passthrough:///bufnet", opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

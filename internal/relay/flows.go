@@ -124,6 +124,7 @@ func brokenStatus(ctx context.Context, e peerDone) *observerpb.GetFlowsResponse 
 
 // collect answers a request without --follow: every peer's answer, sorted by time,
 // the newest last ones (at most MaxLast, also when last is 0), held in a bounded heap.
+// A client that takes no response for SendTimeout gets DeadlineExceeded.
 func (r *Relay) collect(ctx context.Context, stream observerpb.Observer_GetFlowsServer, first []*observerpb.GetFlowsResponse,
 	peers int, last uint64, in <-chan *observerpb.GetFlowsResponse, ends <-chan peerDone) error {
 	keep := newNewest(last)
@@ -146,8 +147,10 @@ func (r *Relay) collect(ctx context.Context, stream observerpb.Observer_GetFlows
 	for len(in) > 0 {
 		keep.add(<-in)
 	}
+	out := hubble.NewTimedSender(r.cfg.SendTimeout, stream.Send)
+	defer out.Close()
 	for _, resp := range keep.sorted() {
-		if err := stream.Send(resp); err != nil {
+		if err := out.Send(resp); err != nil {
 			return err
 		}
 	}
@@ -155,11 +158,13 @@ func (r *Relay) collect(ctx context.Context, stream observerpb.Observer_GetFlows
 }
 
 // follow merges the peers' streams through the ordering window until the client goes
-// away (or every peer's stream ended). The first flush keeps the newest last flows of
-// the peers' histories.
+// away, takes nothing for SendTimeout, or every peer's stream ended. The first flush
+// keeps the newest last flows of the peers' histories.
 func (r *Relay) follow(ctx context.Context, stream observerpb.Observer_GetFlowsServer, first []*observerpb.GetFlowsResponse,
 	peers int, last uint64, in <-chan *observerpb.GetFlowsResponse, ends <-chan peerDone) error {
-	out := newSender(r.cfg.ClientBuffer, stream.Send)
+	timed := hubble.NewTimedSender(r.cfg.SendTimeout, stream.Send)
+	defer timed.Close()
+	out := newSender(r.cfg.ClientBuffer, timed.Send)
 	defer out.finish()
 	for _, s := range first {
 		out.offer(s)

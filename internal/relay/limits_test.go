@@ -3,9 +3,12 @@ package relay
 import (
 	"context"
 	"testing"
+	"time"
 
 	observerpb "github.com/cilium/cilium/api/v1/observer"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/myelin-net/myelin/internal/flow"
@@ -65,5 +68,126 @@ func TestRelayBoundsRequestsWithoutFollow(t *testing.T) {
 				t.Fatalf("after a client went away: %v, want admitted or ResourceExhausted", err)
 			}
 		}
+	}
+}
+
+// endingSource says when a request to it ended.
+type endingSource struct {
+	flow.Source
+	ended chan struct{}
+}
+
+func (s endingSource) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Flow) error {
+	defer func() { s.ended <- struct{}{} }()
+	return s.Source.Flows(ctx, req, out)
+}
+
+// testSendTimeout is how long the relay waits for a client that reads nothing in the
+// tests of it; their clients provably never read, so only how long they run depends
+// on it, never what they see.
+const testSendTimeout = 50 * time.Millisecond
+
+// manyFlows is more history than a client's flow-control window holds: a relay that
+// sends it to a client that never reads is blocked in Send.
+func manyFlows(node string) []*flow.Flow {
+	var fs []*flow.Flow
+	for i := range 5000 {
+		fs = append(fs, at(node, i))
+	}
+	return fs
+}
+
+// dialNotReading dials addr with fixed 64 KiB flow-control windows (gRPC otherwise
+// grows them up to 16 MiB as data arrives, whether or not the client reads), so a
+// client that does not read takes at most that much.
+func dialNotReading(t *testing.T, addr string) observerpb.ObserverClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(1<<16), grpc.WithInitialConnWindowSize(1<<16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return observerpb.NewObserverClient(conn)
+}
+
+// waitFor polls cond until it holds, failing after a minute (far beyond the
+// timeouts it waits for: only a relay that never gets there fails).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited a minute for %s", what)
+		}
+	}
+}
+
+// endsWith reads st to its end and returns the status that ended it.
+func endsWith(st observerpb.Observer_GetFlowsClient) codes.Code {
+	for {
+		if _, err := st.Recv(); err != nil {
+			return status.Code(err)
+		}
+	}
+}
+
+// Clients that open MaxCollecting requests without --follow and never read them
+// hold every slot only for SendTimeout: each such stream is ended with
+// DeadlineExceeded, and the next client is answered.
+func TestRelayEndsRequestsNobodyReads(t *testing.T) {
+	reqs := make(chan flow.Request)
+	node := startNode(t, "a", &nodeSource{history: manyFlows("a"), reqs: reqs})
+	r := New(Config{Discover: Static([]Peer{node}), Version: "test", Window: testWindow, Timeout: testPeerTimeout,
+		SendTimeout: testSendTimeout})
+	addr := serveRelay(t, r)
+	stalled := dialNotReading(t, addr)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var streams []observerpb.Observer_GetFlowsClient
+	for range MaxCollecting {
+		st, err := stalled.GetFlows(ctx, &observerpb.GetFlowsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, st)
+		<-reqs // admitted: the relay asked the node
+	}
+	waitFor(t, "the relay to end the streams nobody reads", func() bool { return len(r.collecting) == 0 })
+	for i, st := range streams {
+		if code := endsWith(st); code != codes.DeadlineExceeded {
+			t.Errorf("stream %d, never read: ended with %v, want DeadlineExceeded", i, code)
+		}
+	}
+	go func() { <-reqs }()
+	st, err := dialRelay(t, addr).GetFlows(ctx, &observerpb.GetFlowsRequest{Number: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := recvAll(t, st); len(got) != 3 {
+		t.Errorf("a reading client after the stalled ones: %d responses %v, want 3", len(got), got)
+	}
+}
+
+// A follow through the relay whose client never reads is ended with
+// DeadlineExceeded, which ends its follow on every node (a node's follower slot).
+func TestRelayEndsFollowNobodyReads(t *testing.T) {
+	src := endingSource{Source: &nodeSource{history: manyFlows("a"), live: make(chan *flow.Flow)}, ended: make(chan struct{})}
+	node := startNode(t, "a", src)
+	addr := serveRelay(t, New(Config{Discover: Static([]Peer{node}), Version: "test", Window: testWindow,
+		Timeout: testPeerTimeout, SendTimeout: testSendTimeout}))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := dialNotReading(t, addr).GetFlows(ctx, &observerpb.GetFlowsRequest{Follow: true, Number: 5000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-src.ended:
+	case <-time.After(time.Minute):
+		t.Fatal("the node's follow for a client that never reads was not ended in a minute")
+	}
+	// Read only now: the status waits behind what the relay had sent.
+	if code := endsWith(st); code != codes.DeadlineExceeded {
+		t.Errorf("follow never read: ended with %v, want DeadlineExceeded", code)
 	}
 }

@@ -34,6 +34,10 @@ type Config struct {
 	// ClientBuffer is how many merged flows wait for a slow following client before the
 	// relay drops them (and says how many). 0 means 4096.
 	ClientBuffer int
+	// SendTimeout ends a GetFlows stream whose client has taken no response for this
+	// long (DeadlineExceeded), freeing its MaxCollecting slot or, for a follow, its
+	// follower slot on every node. 0 means hubble.DefaultSendTimeout (30s).
+	SendTimeout time.Duration
 	// Refresh is how long a discovered peer list is reused. 0 means 10s.
 	Refresh time.Duration
 	// PeerCreds secure the connections to the agents; nil is plaintext.
@@ -66,7 +70,8 @@ type Relay struct {
 // MaxCollecting is how many requests without --follow the relay answers at once:
 // each gathers up to MaxLast responses from the nodes before it sends any and holds
 // them until its client has read them, so clients that never read could otherwise
-// grow the relay's memory without bound. One more is refused (ResourceExhausted).
+// grow the relay's memory without bound. One more is refused (ResourceExhausted). A
+// client that reads nothing for Config.SendTimeout loses its slot (DeadlineExceeded).
 const MaxCollecting = 16
 
 // New returns a relay; Close releases its peer connections.
@@ -79,6 +84,9 @@ func New(cfg Config) *Relay {
 	}
 	if cfg.ClientBuffer == 0 {
 		cfg.ClientBuffer = 4096
+	}
+	if cfg.SendTimeout == 0 {
+		cfg.SendTimeout = hubble.DefaultSendTimeout
 	}
 	if cfg.Refresh == 0 {
 		cfg.Refresh = 10 * time.Second

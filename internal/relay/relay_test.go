@@ -44,7 +44,11 @@ func (s *nodeSource) Flows(ctx context.Context, req flow.Request, out chan<- *fl
 		h = h[len(h)-req.Last:]
 	}
 	for _, f := range h {
-		out <- f
+		select {
+		case out <- f:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	for req.Follow {
 		select {
