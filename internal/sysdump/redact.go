@@ -26,8 +26,9 @@ var (
 	authHeader = regexp.MustCompile(`(?i)(\b(?:proxy-)?authorization\s*[:=]\s*(?:(?:basic|bearer|digest|negotiate|token)\s+)?)[^\s"\\][^\r\n"\\]*`)
 	// Digest credentials: every key=value parameter after the scheme.
 	digest = regexp.MustCompile(`(?i)(\bdigest\s+)(?:[a-z]+=(?:\\?"[^"\\\r\n]*\\?"|[^\s,"\\]+)(?:[ \t]*,[ \t]*)?)+`)
-	// Bearer tokens anywhere.
-	bearer = regexp.MustCompile(`(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]+`)
+	// Bearer tokens anywhere: on the line of "bearer" or the next (a word followed by
+	// a colon there is a key, whose value the name rules judge: redactBearer).
+	bearer = regexp.MustCompile(`(?i)(\bbearer(?:[ \t]+|[ \t]*\r?\n[ \t]*))[A-Za-z0-9._~+/=-]+`)
 	// Passwords in URLs: scheme://user:password@host.
 	urlUserinfo = regexp.MustCompile(`(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@"'\\]+:)[^/\s@"'\\]+@`)
 	// A token as a URL's user (git over https: https://TOKEN@github.com): a user of 20
@@ -180,7 +181,26 @@ func redactURLUsers(b []byte) []byte {
 func redactHeaders(b []byte) []byte {
 	b = digest.ReplaceAll(b, []byte("${1}"+Redacted))
 	b = authHeader.ReplaceAll(b, []byte("${1}"+Redacted))
-	return bearer.ReplaceAll(b, []byte("${1}"+Redacted))
+	return redactBearer(b)
+}
+
+// redactBearer replaces the token after each "bearer", unless what follows it is a
+// key (a colon: "type: bearer" then "token: abc" on the next line), whose value the
+// name rules redact; replaced, the key's name would hide the value from them.
+func redactBearer(b []byte) []byte {
+	var out []byte
+	last := 0
+	for _, m := range bearer.FindAllSubmatchIndex(b, -1) {
+		if m[1] < len(b) && b[m[1]] == ':' {
+			continue
+		}
+		out = append(append(out, b[last:m[3]]...), Redacted...)
+		last = m[1]
+	}
+	if last == 0 {
+		return b
+	}
+	return append(out, b[last:]...)
 }
 
 // redactUserFlag redacts the password of curl's -u user:password.

@@ -83,7 +83,13 @@ func TestRedact(t *testing.T) {
 		{"quoted value over lines", "export PASSWORD=\"line1\nline2\nline3\nline4\nline5s3cr3t\"\nexport MODE=fast\n", []string{"line5s3cr3t"}, []string{"MODE=fast"}},
 		{"JSON value below blank lines", "{\"password\":\n\n\n\n  \"s3cr3tP\", \"mode\": \"fast\"}", []string{"s3cr3tP"}, []string{`"mode": "fast"`}},
 		{"env value below blank lines", "  - name: DB_TOKEN\n\n\n\n    value: s3cr3t9\n  - name: MODE\n    value: fast\n", []string{"s3cr3t9"}, []string{"value: fast"}},
-		{"bearer below blank lines", "bearer\n\n\nabcdef0123456789tok\n", []string{"abcdef0123456789tok"}, nil},
+		{"bearer token on the next line", "Authorization: Bearer\n  abcdef0123456789tok\n", []string{"abcdef0123456789tok"}, nil},
+		// A key after "bearer" (a scheme's name, then a secret's) is judged by the name
+		// rules, not taken for the token: its name stays, its value goes.
+		{"bearer then a token key", "auth:\n  type: bearer\n\n  token: abc123\n", []string{"abc123"}, []string{"token:"}},
+		{"bearer then a client_secret key", "scheme: Bearer\n\n\nclient_secret: hunter2\n", []string{"hunter2"}, []string{"client_secret:"}},
+		{"bearer then an apiKey key", "type: bearer\n\n  apiKey: hunter2\n", []string{"hunter2"}, []string{"apiKey:"}},
+		{"bearer then a password key", "auth: bearer\n\npassword: hunter2\n", []string{"hunter2"}, []string{"password:"}},
 		{"lists of references kept", "imagePullSecrets:\n- name: regcred\nsecrets:\n  - name: sa-token-x\nenv:\n- name: DB_URL\n  valueFrom:\n    secretKeyRef:\n      name: db\n      key: url\n",
 			nil, []string{"name: regcred", "name: sa-token-x", "name: db", "key: url"}},
 		{"ids and digests kept", "containerID=containerd://0b9e4c1a5c1e4f3b9d7a2f1e6c3b8a900b9e4c1a5c1e4f3b9d7a2f1e6c3b8a90 image=nginx@sha256:0b9e4c1a5c1e4f3b9d7a2f1e6c3b8a900b9e4c1a5c1e4f3b9d7a2f1e6c3b8a90 uid=0b9e4c1a-5c1e-4f3b-9d7a-2f1e6c3b8a90",
