@@ -127,7 +127,7 @@ func (s *startup) loadDatapath() (*datapath.Datapath, netlink.Link, error) {
 			continue
 		}
 		if !r.Carrying() {
-			s.log.Warn("pinned BPF map replaced: its layout changed (an upgrade) and its entries could not be converted; it starts empty until the agent has synced it",
+			s.log.Warn("pinned BPF map replaced: its layout or type changed (an upgrade) and its entries could not be converted; it starts empty until the agent has synced it",
 				"map", r.Name, "change", r.Reason, "why", r.ConvertErr)
 			continue
 		}

@@ -3,6 +3,7 @@ package datapath
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -52,7 +53,7 @@ func planLayout(fromKey, fromValue btf.Type, ms *ebpf.MapSpec) (conv *layoutConv
 	if ms.Key == nil || ms.Value == nil {
 		return nil, false, fmt.Errorf("the new object has no BTF for its key and value")
 	}
-	key, keyID, err := planType(fromKey, ms.Key)
+	_, keyID, err := planType(fromKey, ms.Key)
 	if err == nil && !keyID {
 		err = fmt.Errorf("its layout changed; keys are not converted")
 	}
@@ -63,7 +64,9 @@ func planLayout(fromKey, fromValue btf.Type, ms *ebpf.MapSpec) (conv *layoutConv
 	if err != nil {
 		return nil, false, fmt.Errorf("value: %w", err)
 	}
-	return &layoutConv{key: key, value: value, keySize: int(ms.KeySize), valueSize: int(ms.ValueSize)}, keyID && valueID, nil
+	// The key is copied whole, padding included: a lookup must find the same bytes.
+	key := []fieldCopy{{0, 0, int(ms.KeySize)}}
+	return &layoutConv{key: key, value: value, keySize: int(ms.KeySize), valueSize: int(ms.ValueSize)}, valueID, nil
 }
 
 // planType maps a type of the old layout onto the new: struct members by name, any
@@ -137,8 +140,8 @@ func sameShape(a, b btf.Type) bool {
 		b, ok := b.(*btf.Int)
 		return ok && a.Encoding == b.Encoding
 	case *btf.Enum:
-		_, ok := b.(*btf.Enum)
-		return ok
+		b, ok := b.(*btf.Enum)
+		return ok && a.Signed == b.Signed && slices.Equal(a.Values, b.Values)
 	case *btf.Array:
 		b, ok := b.(*btf.Array)
 		return ok && a.Nelems == b.Nelems && sameShape(a.Type, b.Type)

@@ -62,6 +62,8 @@ func TestPlanType(t *testing.T) {
 			&btf.Struct{Name: "e", Size: 4, Members: []btf.Member{member("a", &btf.Array{Type: u16, Index: u32, Nelems: 2}, 0)}}, "field e.a changed type"},
 		{&btf.Struct{Name: "e", Size: 8, Members: []btf.Member{member("fe", pair("x", "y"), 0)}},
 			&btf.Struct{Name: "e", Size: 8, Members: []btf.Member{member("fe", pair("y", "x"), 0)}}, "field e.fe changed type"},
+		{&btf.Struct{Name: "e", Size: 4, Members: []btf.Member{member("st", &btf.Enum{Name: "st", Size: 4, Values: []btf.EnumValue{{Name: "OPEN", Value: 1}}}, 0)}},
+			&btf.Struct{Name: "e", Size: 4, Members: []btf.Member{member("st", &btf.Enum{Name: "st", Size: 4, Values: []btf.EnumValue{{Name: "OPEN", Value: 2}}}, 0)}}, "field e.st changed type"},
 	} {
 		if _, _, err := planType(c.from, c.to); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("planType(%v, %v): err %v, want %q", c.from, c.to, err, c.want)
@@ -85,9 +87,16 @@ func TestPlanLayoutKeepsKeys(t *testing.T) {
 	if _, _, err := planLayout(lpm, value, ms); err == nil || !strings.Contains(err.Error(), "keys are not converted") {
 		t.Errorf("a changed key: err %v, want it refused", err)
 	}
-	ms = &ebpf.MapSpec{KeySize: 8, ValueSize: 8, Key: lpm, Value: pair("b", "a")}
-	if conv, identity, err := planLayout(lpm, value, ms); err != nil || identity || conv == nil {
-		t.Errorf("the same key, a changed value: conv %v, identity %v, err %v; want a conversion", conv, identity, err)
+	padded := &btf.Struct{Name: "k", Size: 8, Members: []btf.Member{member("port", u16, 0), member("addr", u32, 4)}}
+	ms = &ebpf.MapSpec{KeySize: 8, ValueSize: 8, Key: padded, Value: pair("b", "a")}
+	conv, identity, err := planLayout(padded, value, ms)
+	if err != nil || identity || conv == nil {
+		t.Fatalf("the same key, a changed value: conv %v, identity %v, err %v; want a conversion", conv, identity, err)
+	}
+	// The key is copied whole, its padding too: the programs look it up by its bytes.
+	key := []byte{1, 2, 0xee, 0xee, 3, 4, 5, 6}
+	if got, _ := conv.convert(key, le32(7, 8)); !bytes.Equal(got, key) {
+		t.Errorf("key converted to %x, want %x as it was", got, key)
 	}
 }
 
@@ -148,5 +157,34 @@ func TestPinnedMapsPlanByName(t *testing.T) {
 				t.Errorf("%s onto itself: identity %v, err %v", name, identity, err)
 			}
 		}
+	}
+}
+
+// A change the BTF shows and the conversion can't follow leaves the replacement empty
+// even with the same sizes (here a key whose fields moved: copied as it was, its
+// entries would be looked up under other tuples).
+func TestPrivilegedLoadRefusesAMovedKey(t *testing.T) {
+	requirePrivileged(t)
+	dir := testPinDirReady(t)
+	defer Unpin(dir)
+	spec, err := loadMyelin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := spec.Maps["myelin_policy_ct"]
+	nk := btf.UnderlyingType(ms.Key).(*btf.Struct)
+	moved := &btf.Struct{Name: nk.Name, Size: nk.Size, Members: append([]btf.Member(nil), nk.Members...)}
+	moved.Members[0].Name, moved.Members[1].Name = moved.Members[1].Name, moved.Members[0].Name // addr_lo, addr_hi swapped
+	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: "myelin_policy_ct", Type: ebpf.LRUHash, KeySize: ms.KeySize, ValueSize: ms.ValueSize,
+		MaxEntries: 64, Key: moved, Value: ms.Value})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	d := loadOverPinned(t, dir, "myelin_policy_ct", old, make([]byte, ms.KeySize), make([]byte, ms.ValueSize))
+	defer d.Close()
+	r := d.ReplacedMaps()
+	if len(r) != 1 || r[0].Carrying() || !strings.Contains(r[0].ConvertErr, "keys are not converted") {
+		t.Errorf("load over a myelin_policy_ct whose key fields moved: replaced %+v, want nothing carried, the key named", r)
 	}
 }

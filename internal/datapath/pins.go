@@ -212,26 +212,32 @@ func checkPinned(ms *ebpf.MapSpec, m *ebpf.Map, name string) (MapReplacement, er
 	return r, nil
 }
 
-// carryPlan says whether m's entries can be carried into a map of ms, and how:
-// as they are when their layout is the same (by BTF; without BTF, when the key and
-// value sizes are), else converted by field name (pinconvert.go; conv). why: the
-// layout changed and can't be converted.
+// carryPlan says whether m's entries can be carried into a map of ms, and how: as
+// they are when their layout is the same by BTF, converted by field name when only
+// the values' changed (pinconvert.go; conv), not at all when the BTF shows a change
+// that can't be converted (why). Without BTF to compare, same key and value sizes
+// carry as they are (TestPinnedMapLayouts keeps such layouts' meaning). why also
+// names a changed map type.
 func carryPlan(ms *ebpf.MapSpec, m *ebpf.Map) (carry bool, conv *layoutConv, why string) {
 	if !carriable(ms.Type, m.Type()) {
-		return false, nil, ""
+		if ms.Type != m.Type() {
+			return false, nil, fmt.Sprintf("its type changed (%s to %s)", m.Type(), ms.Type)
+		}
+		return false, nil, "" // counters, rings, maps of maps: the programs refill them
 	}
 	sameSizes := m.KeySize() == ms.KeySize && m.ValueSize() == ms.ValueSize
 	key, value, err := pinnedTypes(m)
-	if err != nil {
-		if sameSizes {
+	if err != nil || ms.Key == nil || ms.Value == nil {
+		if sameSizes { // no BTF to compare: same sizes, same meaning (TestPinnedMapLayouts)
 			return true, nil, ""
+		}
+		if err == nil {
+			err = errors.New("the new object has no BTF for its key and value")
 		}
 		return false, nil, err.Error()
 	}
 	conv, identity, err := planLayout(key, value, ms)
 	switch {
-	case err != nil && sameSizes:
-		return true, nil, "" // as before conversions: same sizes, same meaning (TestPinnedMapLayouts)
 	case err != nil:
 		return false, nil, err.Error()
 	case identity && sameSizes:
