@@ -25,17 +25,17 @@ import (
 // fieldCopy copies n bytes at from in an entry of the old layout to to in the new.
 type fieldCopy struct{ from, to, n int }
 
-// layoutConv rewrites a pinned map's keys and values into the replacement's layout.
+// layoutConv rewrites a pinned map's values into the replacement's layout; keys,
+// unchanged (planLayout), pass as they are.
 type layoutConv struct {
-	key, value []fieldCopy
-	keySize    int // the new layout's sizes
-	valueSize  int
+	value     []fieldCopy
+	valueSize int // the new layout's
 }
 
-// convert writes the key and value of the old layout into newly allocated slices of
-// the new one.
+// convert returns the key as it is, padding included (a lookup must find the same
+// bytes), and the value of the old layout in a newly allocated slice of the new one.
 func (c *layoutConv) convert(key, value []byte) ([]byte, []byte) {
-	return applyCopies(c.key, key, c.keySize), applyCopies(c.value, value, c.valueSize)
+	return key, applyCopies(c.value, value, c.valueSize)
 }
 
 func applyCopies(plan []fieldCopy, from []byte, size int) []byte {
@@ -49,24 +49,16 @@ func applyCopies(plan []fieldCopy, from []byte, size int) []byte {
 // planLayout says how entries of the pinned map's types (fromKey, fromValue) become
 // entries of ms's, or why they can't. identity: nothing moves, the bytes are copied
 // as they are.
+// ms must have BTF for its key and value (carryPlan checks).
 func planLayout(fromKey, fromValue btf.Type, ms *ebpf.MapSpec) (conv *layoutConv, identity bool, err error) {
-	if ms.Key == nil || ms.Value == nil {
-		return nil, false, fmt.Errorf("the new object has no BTF for its key and value")
-	}
-	_, keyID, err := planType(fromKey, ms.Key)
-	if err == nil && !keyID {
-		err = fmt.Errorf("its layout changed; keys are not converted")
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("key: %w", err)
+	if !sameShape(fromKey, ms.Key) {
+		return nil, false, fmt.Errorf("key: its layout changed (%s to %s); keys are not converted", fromKey.TypeName(), ms.Key.TypeName())
 	}
 	value, valueID, err := planType(fromValue, ms.Value)
 	if err != nil {
 		return nil, false, fmt.Errorf("value: %w", err)
 	}
-	// The key is copied whole, padding included: a lookup must find the same bytes.
-	key := []fieldCopy{{0, 0, int(ms.KeySize)}}
-	return &layoutConv{key: key, value: value, keySize: int(ms.KeySize), valueSize: int(ms.ValueSize)}, valueID, nil
+	return &layoutConv{value: value, valueSize: int(ms.ValueSize)}, valueID, nil
 }
 
 // planType maps a type of the old layout onto the new: struct members by name, any

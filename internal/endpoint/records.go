@@ -1,13 +1,11 @@
 package endpoint
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/statefile"
@@ -41,8 +39,8 @@ func removeRecord(dir, containerID string) error {
 	return nil
 }
 
-// readRecords reads the endpoint records in dir and returns them in container id
-// order. A record that can't be read or parsed, or that is not in its container's
+// readRecords reads the endpoint records in dir, in the order of their files'
+// names. A record that can't be read or parsed, or that is not in its container's
 // file, or that names another veth than its container's (which a delete would
 // detach), does not stop the others: its file's name is in unreadable
 // (Manager.recordUnreadable finds its container) and the error names the file.
@@ -67,7 +65,6 @@ func readRecords(dir string) (records []*api.Endpoint, unreadable []string, err 
 		}
 		records = append(records, ep)
 	}
-	slices.SortFunc(records, func(a, b *api.Endpoint) int { return cmp.Compare(a.ContainerID, b.ContainerID) })
 	return records, unreadable, errors.Join(errs...)
 }
 

@@ -118,7 +118,7 @@ func TestRestoreSurvivesACorruptRecord(t *testing.T) {
 // A record claiming the address of another live pod (forged or corrupt) is not
 // adopted, whichever record is read first, and the live pod keeps everything.
 func TestRestoreRefusesARecordForAnotherPodsIP(t *testing.T) {
-	for _, owner := range []string{"a", "c"} { // records are read in container id order: b between a and c
+	for _, owner := range []string{"a", "c"} { // records are read in file-name order: b between a and c
 		f, eps, restart := restartFixture(t)
 		forged := eps["b"]
 		forged.IP = eps[owner].IP
