@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/testenv"
 )
 
 // privilegedPinDir mounts a private bpffs for the test and returns a pin dir on it.
@@ -60,7 +61,7 @@ func TestPrivilegedCollectorRunsBeforeLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.use(dp)
-	waitFor(t, "GC through the loaded datapath", func() bool { return gcRoundsOK(l) })
+	testenv.WaitFor(t, "GC through the loaded datapath", func() bool { return gcRoundsOK(l) })
 	cancel()
 	c.wait()
 	dp.Close() // the agent exits; the pins stay
@@ -71,20 +72,7 @@ func TestPrivilegedCollectorRunsBeforeLoad(t *testing.T) {
 	c2 := &collector{pinDir: dir, interval: 20 * time.Millisecond, log: log, loops: l2,
 		loaded: make(chan *datapath.Datapath, 1), done: make(chan struct{})}
 	go c2.run(ctx2)
-	waitFor(t, "GC on the adopted pins", func() bool { return gcRoundsOK(l2) })
+	testenv.WaitFor(t, "GC on the adopted pins", func() bool { return gcRoundsOK(l2) })
 	cancel2()
 	c2.wait()
-}
-
-// waitFor polls cond for up to a minute: a bound for a hang, which a round of
-// collection on a loaded machine under -race never comes near.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	const limit = time.Minute
-	for end := time.Now().Add(limit); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("%s: not within %v", what, limit)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/myelin-net/myelin/internal/flow"
 	"github.com/myelin-net/myelin/internal/flowstore"
+	"github.com/myelin-net/myelin/internal/testenv"
 )
 
 // testSendTimeout is how long servers wait for a client that reads nothing in these
@@ -24,17 +25,6 @@ const testSendTimeout = 50 * time.Millisecond
 // grows them up to 16 MiB as data arrives, whether or not the client reads): a
 // client that does not read takes at most that much.
 var notReading = []grpc.DialOption{grpc.WithInitialWindowSize(1 << 16), grpc.WithInitialConnWindowSize(1 << 16)}
-
-// waitFor polls cond until it holds, failing after a minute (far beyond the timeouts
-// it waits for: only a server that never gets there fails).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited a minute for %s", what)
-		}
-	}
-}
 
 // endsWith reads st to its end and returns the status that ended it.
 func endsWith(st observerpb.Observer_GetFlowsClient) codes.Code {
@@ -116,7 +106,7 @@ func TestServerEndsFollowersNobodyReads(t *testing.T) {
 		}
 		streams = append(streams, st)
 	}
-	waitFor(t, "every follower to be admitted", func() bool { return store.Stats().Followers == flowstore.MaxFollowers })
+	testenv.WaitFor(t, "every follower to be admitted", func() bool { return store.Stats().Followers == flowstore.MaxFollowers })
 	st, err := c.GetFlows(ctx, &observerpb.GetFlowsRequest{Follow: true})
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +121,7 @@ func TestServerEndsFollowersNobodyReads(t *testing.T) {
 	}
 	// Flows keep coming (more than the windows and buffers hold) until the followers,
 	// blocked in Send, are ended.
-	waitFor(t, "the node to end the followers nobody reads", func() bool {
+	testenv.WaitFor(t, "the node to end the followers nobody reads", func() bool {
 		store.AddBatch(batch)
 		return store.Stats().Followers == 0
 	})
@@ -143,7 +133,7 @@ func TestServerEndsFollowersNobodyReads(t *testing.T) {
 	if _, err := c.GetFlows(ctx, &observerpb.GetFlowsRequest{Follow: true}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a new follower", func() bool { return store.Stats().Followers == 1 })
+	testenv.WaitFor(t, "a new follower", func() bool { return store.Stats().Followers == 1 })
 }
 
 // activeSource counts the requests its store got and those it is serving.
@@ -180,7 +170,7 @@ func TestServerEndsReadersNobodyReads(t *testing.T) {
 		}
 		streams = append(streams, st)
 	}
-	waitFor(t, "the node to end the readers nobody reads", func() bool {
+	testenv.WaitFor(t, "the node to end the readers nobody reads", func() bool {
 		return src.got.Load() == flowstore.MaxHistoryReaders && src.active.Load() == 0
 	})
 	for i, st := range streams {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/myelin-net/myelin/internal/flow"
+	"github.com/myelin-net/myelin/internal/testenv"
 )
 
 // stalledSource answers no request: each waits for its client to go away, after
@@ -111,17 +112,6 @@ func dialNotReading(t *testing.T, addr string) observerpb.ObserverClient {
 	return observerpb.NewObserverClient(conn)
 }
 
-// waitFor polls cond until it holds, failing after a minute (far beyond the
-// timeouts it waits for: only a relay that never gets there fails).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited a minute for %s", what)
-		}
-	}
-}
-
 // endsWith reads st to its end and returns the status that ended it.
 func endsWith(st observerpb.Observer_GetFlowsClient) codes.Code {
 	for {
@@ -152,7 +142,7 @@ func TestRelayEndsRequestsNobodyReads(t *testing.T) {
 		streams = append(streams, st)
 		<-reqs // admitted: the relay asked the node
 	}
-	waitFor(t, "the relay to end the streams nobody reads", func() bool { return len(r.collecting) == 0 })
+	testenv.WaitFor(t, "the relay to end the streams nobody reads", func() bool { return len(r.collecting) == 0 })
 	for i, st := range streams {
 		if code := endsWith(st); code != codes.DeadlineExceeded {
 			t.Errorf("stream %d, never read: ended with %v, want DeadlineExceeded", i, code)

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/myelin-net/myelin/internal/helmtool"
 )
@@ -93,4 +94,16 @@ func ServeUnixHTTP(t testing.TB, handler http.HandlerFunc) string {
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return sock
+}
+
+// WaitFor polls cond until it holds, failing t after a minute: a bound for a hang,
+// far beyond anything the tests wait for on a loaded machine under -race.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	const limit = time.Minute
+	for end := time.Now().Add(limit); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within %v", what, limit)
+		}
+	}
 }
