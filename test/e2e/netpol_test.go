@@ -128,7 +128,7 @@ func (l *netpolLab) runCase(c conformance.Case) error {
 				return fmt.Errorf("step %d: %w", i, err)
 			}
 		}
-		l.waitApplied(since)
+		applied := l.waitApplied(since) // the probes judge; this only explains them
 		for _, p := range s.Probes {
 			var bad []string
 			for attempt := 0; attempt < 5; attempt++ {
@@ -138,8 +138,8 @@ func (l *netpolLab) runCase(c conformance.Case) error {
 				time.Sleep(time.Second)
 			}
 			if len(bad) > 0 {
-				return fmt.Errorf("step %d, %d/%s: %d of 72 connections differ from the truth table: %s",
-					i, p.Port, p.Proto, len(bad), strings.Join(bad, ", "))
+				return fmt.Errorf("step %d, %d/%s: %d of 72 connections differ from the truth table: %s (applied: %v)",
+					i, p.Port, p.Proto, len(bad), strings.Join(bad, ", "), applied)
 			}
 		}
 	}
@@ -247,24 +247,41 @@ func (l *netpolLab) reset(t *testing.T) {
 			}
 		}
 	}
-	l.waitApplied(since)
+	if err := l.waitApplied(since); err != nil {
+		t.Fatal(err)
+	}
 }
 
-// waitApplied waits (up to 10 s) until every agent applied a computation
-// that started after since (after the changes made since then).
-func (l *netpolLab) waitApplied(since time.Time) {
-	deadline := time.Now().Add(10 * time.Second)
+// waitApplied waits (up to 30 s) until every agent applied a computation
+// that started after since (after the changes made since then) and that
+// counted as many NetworkPolicies as the API holds now: a computation that
+// a change made before since triggered can start after since and still miss
+// a policy its informer had not yet seen. The error says which agent lags;
+// callers whose probes retry anyway may ignore it.
+func (l *netpolLab) waitApplied(since time.Time) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nps, err := l.cs.NetworkingV1().NetworkPolicies("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
 	for _, n := range l.nodes {
-		for time.Now().Before(deadline) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		var last string
+		for {
 			st, err := api.NewClient(api.NodeSocket(n)).Policy(ctx)
-			cancel()
-			if err == nil && st.Synced && st.Started.After(since) {
+			if err == nil && st.Synced && st.Started.After(since) && st.Policies == len(nps.Items) {
 				break
 			}
-			time.Sleep(100 * time.Millisecond)
+			last = fmt.Sprintf("synced=%v started=%s policies=%d (the API holds %d) err=%v",
+				st.Synced, st.Started.Format(time.StampMilli), st.Policies, len(nps.Items), err)
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("agent on %s has not applied the changes made since %s: %s", n, since.Format(time.StampMilli), last)
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 	}
+	return nil
 }
 
 // mismatches probes all 72 pairs in parallel and lists those that differ from p.
@@ -338,7 +355,9 @@ func (l *netpolLab) isolatedFromStart(t *testing.T) {
 	if _, err := l.cs.NetworkingV1().NetworkPolicies("x").Create(ctx, deny, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	l.waitApplied(since)
+	if err := l.waitApplied(since); err != nil {
+		t.Fatal(err)
+	}
 	target := "http://" + net.JoinHostPort(l.pods[conformance.PodRef{NS: "y", Pod: "a"}].Status.PodIP, "80") + "/"
 	dir := t.TempDir()
 	want := map[string]string{"fresh-1": "refused", "fresh-2": "refused", "open-1": "reached"}
@@ -389,7 +408,9 @@ func (l *netpolLab) operatorView(t *testing.T) {
 	if _, err := l.cs.NetworkingV1().NetworkPolicies("x").Create(context.Background(), np, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	l.waitApplied(since)
+	if err := l.waitApplied(since); err != nil {
+		t.Fatal(err)
+	}
 	node := l.pods[conformance.PodRef{NS: "x", Pod: "a"}].Spec.NodeName
 	out, err := myelin("endpoints", "--node", node)
 	if err != nil || !regexpMatch(`(?m)^x/a\s+\S+\s+\d+\s+on\s+off\s+x/x-a-allows-x-b`, out) {
