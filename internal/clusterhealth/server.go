@@ -11,6 +11,8 @@ import (
 	"net/netip"
 	"strconv"
 	"time"
+
+	"github.com/myelin-net/myelin/internal/connlimit"
 )
 
 // Server answers other agents' probes: GET HelloPath with this node's name, on each
@@ -38,7 +40,7 @@ func Serve(node string, addrs []netip.Addr, port int, log *slog.Logger) (*Server
 			}
 			return nil, fmt.Errorf("listen on %s for node health probes: %w; choose another port with cluster-health-port (chart value clusterHealthPort), or 0 to turn probing off", addr, err)
 		}
-		ls = append(ls, l)
+		ls = append(ls, connlimit.Wrap(l, "node health probes (cluster-health-port)", log))
 	}
 	for _, l := range ls {
 		go func() {

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/myelin-net/myelin/internal/connlimit"
 )
 
 // ProxyMode is what GET /proxyMode answers: kube-proxy names its mode there
@@ -84,6 +86,7 @@ func (k KubeProxy) listen(pending map[string]*http.Server) map[string]*http.Serv
 			continue
 		}
 		k.Log.Info("serving kube-proxy's endpoints", "addr", addr)
+		ln = connlimit.Wrap(ln, "kube-proxy's "+addr, k.Log)
 		go func() { _ = srv.Serve(ln) }()
 	}
 	if len(errs) > 0 {

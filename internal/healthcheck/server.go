@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/connlimit"
 	"github.com/myelin-net/myelin/internal/service"
 )
 
@@ -122,6 +123,7 @@ func (s *Server) reconcile() (changed bool, err error) {
 			errs = append(errs, fmt.Errorf("listen on healthCheckNodePort %d of Service %s: %w", port, key, err))
 			continue
 		}
+		l = connlimit.Wrap(l, fmt.Sprintf("healthCheckNodePort %d (Service %s)", port, key), s.log)
 		srv := &http.Server{Handler: s.handler(port), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
 		s.listeners[port] = srv
 		go func() { _ = srv.Serve(l) }()

@@ -30,10 +30,15 @@ const (
 	KeepaliveMinTime = 5 * time.Second
 )
 
+// HandshakeTimeout bounds a new connection's TLS handshake and HTTP/2 preface: a
+// client that stalls there holds a connection slot (connlimit) for this long.
+const HandshakeTimeout = 10 * time.Second
+
 // ServerOptions are the limits every Hubble gRPC server (the agent's and the relay's)
-// runs with.
+// runs with; their listeners are bounded by connlimit.
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
+		grpc.ConnectionTimeout(HandshakeTimeout),
 		grpc.MaxConcurrentStreams(MaxStreams),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveMinTime, PermitWithoutStream: true}),

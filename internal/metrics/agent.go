@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/myelin-net/myelin/internal/clusterhealth"
+	"github.com/myelin-net/myelin/internal/connlimit"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -37,7 +38,11 @@ func NewAgent() *Agent {
 		Namespace: Namespace, Name: "bpf_load_errors_total",
 		Help: "BPF datapath loads that failed in this agent process (a failed load stops the agent; see its log and Node events).",
 	})
-	a.reg.MustRegister(a.syncLatency, a.loadErrors, &snapshotCollector{a: a},
+	refused := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "server_connections_refused_total",
+		Help: "TCP connections to the agent's servers (metrics, Hubble, node health, health check ports) closed at once because their source, or all sources together, held the most the agent keeps open (connlimit).",
+	}, func() float64 { return float64(connlimit.Refused()) })
+	a.reg.MustRegister(a.syncLatency, a.loadErrors, refused, &snapshotCollector{a: a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return a
 }

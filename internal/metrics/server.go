@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/myelin-net/myelin/internal/connlimit"
 )
 
 // Serve serves g's metrics on addr ("host:port" or ":port") at /metrics until
@@ -20,6 +22,7 @@ func Serve(addr, what string, g prometheus.Gatherer, log *slog.Logger) (*http.Se
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s %q: %w (set %s to a free address, or \"\" to turn it off)", what, addr, err, what)
 	}
+	ln = connlimit.Wrap(ln, "metrics ("+what+")", log)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/connlimit"
 	"github.com/myelin-net/myelin/internal/hubble"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -50,6 +51,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s (--listen): %w", o.Listen, err)
 	}
+	lis = connlimit.Wrap(lis, "hubble relay (--listen)", log)
 	r := New(cfg)
 	defer r.Close()
 	log.Info("hubble relay", "listen", lis.Addr().String(), "peers", peersText(o), "tls", o.TLS.Enabled(),

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/myelin-net/myelin/internal/connlimit"
+	"github.com/myelin-net/myelin/internal/k8s"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
+	"github.com/myelin-net/myelin/internal/netns"
 	"github.com/myelin-net/myelin/internal/promtool"
 	"github.com/myelin-net/myelin/internal/testenv"
 )
@@ -67,6 +71,59 @@ func TestLabMyelinMetrics(t *testing.T) {
 
 	checkAgentMetrics(t, cs, bin, n1, n2)
 	checkFlowMetrics(t, bin, n1, n2)
+	checkConnectionFlood(t, cs, bin, n1, runningPods(t, cs, "app=m-client", 1)[0])
+}
+
+// checkConnectionFlood has a pod open 400 connections to its node's metrics port
+// and hold them, idle, as an attacker would to exhaust the agent's descriptors:
+// the agent keeps at most connlimit.PerSource of them (its open descriptors grow by
+// no more), closes the rest at once and counts them, says so in its log, and a
+// scrape from the node keeps working meanwhile.
+func checkConnectionFlood(t *testing.T, cs kubernetes.Interface, bin, node string, client corev1.Pod) {
+	t.Helper()
+	const flood = 400
+	n, err := cs.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := net.JoinHostPort(k8s.NodeInternalIP(n).String(), "9962")
+	before := scrape(t, bin, node, 9962)
+	if _, ok := before["myelin_server_connections_refused_total"]; !ok {
+		t.Fatalf("%s serves no myelin_server_connections_refused_total", node)
+	}
+	fds0, refused0 := sumOf(before, "process_open_fds", nil), sumOf(before, "myelin_server_connections_refused_total", nil)
+	var conns []net.Conn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	if err := netns.Do(podNetNS(client), func() error {
+		for range flood {
+			c, err := net.DialTimeout("tcp", target, 5*time.Second)
+			if err != nil {
+				return err
+			}
+			conns = append(conns, c)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("connect %d times from %s to %s: %v", flood, client.Name, target, err)
+	}
+	var m map[string]*dto.MetricFamily
+	eventually(t, 30*time.Second, fmt.Sprintf("%s refusing the flood beyond %d connections", node, connlimit.PerSource), func(context.Context) (bool, string) {
+		m = scrape(t, bin, node, 9962)
+		refused := sumOf(m, "myelin_server_connections_refused_total", nil) - refused0
+		return refused >= flood-connlimit.PerSource, fmt.Sprintf("%v refused", refused)
+	})
+	if grown := sumOf(m, "process_open_fds", nil) - fds0; grown > connlimit.PerSource+16 {
+		t.Errorf("the agent's open descriptors grew by %v under a flood of %d connections from one pod, want at most %d (+16)", grown, flood, connlimit.PerSource)
+	}
+	if log := agentLog(t, node); !strings.Contains(log, "refusing connections over the servers' bound") || !strings.Contains(log, client.Status.PodIP) {
+		t.Errorf("%s's log does not name the refused source %s", node, client.Status.PodIP)
+	}
+	t.Logf("%s under a flood of %d connections from %s: %v refused, open descriptors %v -> %v",
+		node, flood, client.Name, sumOf(m, "myelin_server_connections_refused_total", nil)-refused0, fds0, sumOf(m, "process_open_fds", nil))
 }
 
 // checkAgentMetrics: each node's endpoints gauge is its pods, node 2 (the server's,
