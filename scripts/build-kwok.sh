@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build-kwok.sh builds the pinned kwok (Kubernetes WithOut Kubelet: it simulates nodes and
-# their pods against a real apiserver, the scale simulation of `myelin bench --cases
-# 'kwok-scale/*'` and its e2e test) with `go install sigs.k8s.io/kwok/cmd/kwok@<version>`
+# their pods against a real apiserver, the scale simulation of `myelin scale` and its
+# e2e test) with `go install sigs.k8s.io/kwok/cmd/kwok@<version>`
 # from the Go module proxy into "$MYELIN_CACHE/kwok/<version>/bin". The version must be
 # internal/kwok.Version's (a test checks they agree). A binary already built is reused;
 # safe to run twice.

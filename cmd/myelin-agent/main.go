@@ -36,7 +36,7 @@ func main() {
 	flag.BoolVar(&cfg.MountBPFFS, "mount-bpffs", true, "mount a bpffs at the parent of --bpffs-dir when none is there; false in a pod (the chart), where a mount would not reach the node and a missing bpffs stops the agent with what to do")
 	logFormat := flag.String("log-format", "text", "log format on stdout: text or json")
 	installPlugin := flag.Bool("install-cni-plugin", false, "only copy --cni-plugin (and --portmap-plugin) into --cni-bin-dir and exit (the chart's init container)")
-	cleanup := flag.Bool("cleanup", false, "remove everything myelin put on this node (conflist, plugin, pod veths, VXLAN device, routes, iptables chains, pins, state) and exit; for uninstalling")
+	cleanup := flag.Bool("cleanup", false, "remove everything myelin put on this node (conflist, plugins, pod veths, VXLAN device, health address, routes, iptables chains, pins, state) and exit; for uninstalling")
 	hold := flag.Bool("hold", false, "with --cleanup: then wait for SIGTERM instead of exiting (the chart's cleanup DaemonSet)")
 	doneFile := flag.String("cleanup-done-file", "", "with --cleanup: write this file once the node is clean (the chart's cleanup pods turn ready on it)")
 	flag.Parse()

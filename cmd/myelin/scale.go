@@ -20,7 +20,7 @@ the lab's node: a restart until it has programmed every Service and backend (tim
 CPU, RSS), C pods replaced (deleted and created again: 2C events) until it is idle
 again (CPU, peak RSS), and its writes to the apiserver throughout (counted by API
 Priority and Fairness FlowSchemas matching the agent's user). It writes
-kwok-scale.json and kwok.log into --out and brings the lab down. Run as root;
+kwok-scale.json, kwok.log and sample-pod.json into --out and brings the lab down. Run as root;
 docs/scale.md explains the figures.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -33,6 +33,6 @@ docs/scale.md explains the figures.`,
 	f.IntVar(&o.Shape.Pods, "pods", o.Shape.Pods, "simulated pods (round-robin over the nodes)")
 	f.IntVar(&o.Shape.Services, "services", o.Shape.Services, "ClusterIP Services (pod i is in Service i mod S)")
 	f.IntVar(&o.Churn, "churn", o.Churn, "pods to replace for the churn figure (0: none)")
-	f.StringVar(&o.OutDir, "out", o.OutDir, "directory for kwok-scale.json and kwok.log")
+	f.StringVar(&o.OutDir, "out", o.OutDir, "directory for kwok-scale.json, kwok.log and sample-pod.json")
 	return cmd
 }
