@@ -347,3 +347,75 @@ func TestHelmRefusesValuesThatBreakTheManifests(t *testing.T) {
 		t.Errorf("podLabels.team=net renders team=%q on the agent pods", got)
 	}
 }
+
+// Every integer the schema admits for a value that renders a configuration key is one
+// the agent accepts: else helm install passes and the first agent of the rollout
+// stops on its configuration. Checked at each bound of the schema and one past it
+// (an mtu of 1279, a NodePort table of 15 entries): where the schema admits the
+// value, the rendered myelin-config must resolve.
+func TestHelmSchemaIntegerBoundsAreTheAgents(t *testing.T) {
+	var schema map[string]any
+	b, err := os.ReadFile(filepath.Join(chartDir(), "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &schema); err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for key, path := range typedKeys(t) {
+		prop := schema
+		for _, name := range strings.Split(path, ".") {
+			props, _ := prop["properties"].(map[string]any)
+			prop, _ = props[name].(map[string]any)
+		}
+		branches := []any{prop}
+		if anyOf, ok := prop["anyOf"].([]any); ok {
+			branches = anyOf
+		}
+		var candidates []int64
+		for _, br := range branches {
+			br, _ := br.(map[string]any)
+			if br["type"] != "integer" {
+				continue
+			}
+			for _, bound := range []string{"minimum", "maximum", "const"} {
+				if v, ok := br[bound].(float64); ok {
+					candidates = append(candidates, int64(v)-1, int64(v), int64(v)+1)
+				}
+			}
+		}
+		for _, v := range candidates {
+			set := fmt.Sprintf("%s=%d", path, v)
+			out, failed := helmTemplate(t, "--set", set)
+			if failed {
+				continue // the schema refuses it
+			}
+			checked++
+			cm := find(t, objects(t, out), "ConfigMap", config.ConfigMapName)
+			data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+			if _, err := config.Resolve(config.Source{Name: "chart", Values: data}); err != nil {
+				t.Errorf("the schema admits --set %s but the agent refuses %s: %v", set, key, err)
+			}
+		}
+	}
+	if checked < 20 {
+		t.Errorf("only %d integer values checked at the schema's bounds; want the ports, sizes and mtu", checked)
+	}
+}
+
+// maglev.tableSize must be a prime, which the schema cannot say: the chart fails
+// the install on a composite size, naming a divisor, exactly where the agent would
+// refuse it.
+func TestHelmRefusesACompositeMaglevTableSize(t *testing.T) {
+	for _, n := range []int{251, 252, 253, 257, 361, 16381, 16383, 65521, 65535, 131071} {
+		out, failed := helmTemplate(t, "--set", fmt.Sprintf("maglev.tableSize=%d", n))
+		_, err := config.Resolve(config.Source{Name: "test", Values: map[string]string{"maglev-table-size": fmt.Sprint(n)}})
+		if failed != (err != nil) {
+			t.Errorf("maglev.tableSize=%d: helm template failed=%v, the agent's error %v; want both to refuse it or both to take it\n%s", n, failed, err, out)
+		}
+		if failed && !strings.Contains(out, fmt.Sprintf("maglev.tableSize %d is not a prime", n)) {
+			t.Errorf("maglev.tableSize=%d: helm's error does not name the value:\n%s", n, out)
+		}
+	}
+}

@@ -2,6 +2,7 @@
 {{- define "myelin.config" -}}
 {{- $v := .Values -}}
 {{- include "myelin.checkExtraConfig" . -}}
+{{- include "myelin.checkMaglevTableSize" $v.maglev.tableSize -}}
 {{- with $v.clusterCIDR }}
 cluster-cidr: {{ . | quote }}
 {{- end }}
@@ -101,6 +102,16 @@ cluster-health-port: clusterHealthPort
 {{- range $k, $_ := .Values.extraConfig -}}
 {{- with get $typed $k -}}
 {{- fail (printf "extraConfig.%s: the chart renders key %q from the value %s; set %s instead of extraConfig.%s" $k $k . . $k) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The agent takes only a prime maglev-table-size, which the schema cannot say. */}}
+{{- define "myelin.checkMaglevTableSize" -}}
+{{- $n := . | int64 -}}
+{{- range $d := untilStep 2 363 1 -}}
+{{- if and (le (mul $d $d) $n) (eq (mod $n $d) 0) -}}
+{{- fail (printf "maglev.tableSize %d is not a prime (%d divides it) and the agent refuses it: use a prime between 251 and 131071, e.g. 16381 or 65521" $n $d) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
