@@ -97,7 +97,7 @@ var (
 	ctrlRunsDesc     = desc("controller_runs_total", "Runs of an agent control loop (GC, Services, routes, guard ...).", "controller")
 	ctrlErrsDesc     = desc("controller_errors_total", "Runs of an agent control loop that ended in an error.", "controller")
 	ctrlFailDesc     = desc("controller_failing", "1 when the last run of an agent control loop ended in an error.", "controller")
-	gcRunsDesc       = desc("datapath_gc_runs_total", "Garbage collection passes over a datapath table (nat: masquerade, nodeport-nat: NodePort SNAT, service-ct: Service conntrack).", "table")
+	gcRunsDesc       = desc("datapath_gc_runs_total", "Garbage collection passes over a datapath table (nat: masquerade, nodeport-nat: NodePort SNAT, service-ct: Service conntrack, policy-ct: NetworkPolicy connections).", "table")
 	gcRemovedDesc    = desc("datapath_gc_entries_removed_total", "Entries garbage collection removed from a datapath table.", "table")
 	// The node health matrix (internal/clusterhealth names them): one series per
 	// peer node and path, (nodes - 1) x 3 per agent.
