@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,12 +96,15 @@ func (w *nodeWatch) follow(ctx context.Context, changed <-chan struct{}, name st
 	}
 }
 
-// clusterNodes is what route and tunnel planning need of each Node.
+// clusterNodes is what route and tunnel planning need of each Node. The creation
+// time is in UTC, without a monotonic reading, so that two conversions of one Node
+// compare equal (nodeUpdateMatters).
 func clusterNodes(nodes []*corev1.Node) []routing.Node {
 	out := make([]routing.Node, 0, len(nodes))
 	for _, n := range nodes {
 		cidr, _ := netip.ParsePrefix(n.Spec.PodCIDR)
-		out = append(out, routing.Node{Name: n.Name, IP: k8s.NodeInternalIP(n), PodCIDR: cidr})
+		out = append(out, routing.Node{Name: n.Name, IP: k8s.NodeInternalIP(n), PodCIDR: cidr.Masked(),
+			Created: n.CreationTimestamp.UTC()})
 	}
 	return out
 }
@@ -112,7 +116,18 @@ type routeStatus struct {
 	unroutable atomic.Pointer[[]string]
 }
 
-func (r *routeStatus) set(routes int, unroutable []string) {
+// set records a sync's routes (or tunnels) and the nodes without one, and logs each
+// such node when the list has changed since the last sync (not on every resync).
+func (r *routeStatus) set(routes int, skipped []routing.Unroutable, log *slog.Logger) {
+	unroutable := make([]string, 0, len(skipped))
+	for _, s := range skipped {
+		unroutable = append(unroutable, s.Node+": "+s.Reason)
+	}
+	if last := r.unroutable.Load(); last == nil || !slices.Equal(*last, unroutable) {
+		for _, s := range skipped {
+			log.Warn("no route to node", "node", s.Node, "reason", s.Reason)
+		}
+	}
 	r.unroutable.Store(&unroutable)
 	r.routes.Store(int32(routes))
 }
