@@ -61,24 +61,26 @@ func TestSlimNode(t *testing.T) {
 }
 
 // The refused and unroutable nodes reach status as "node: reason", and the log names
-// each once per change, not on every resync.
+// each once, not on every resync nor again when another node joins the list.
 func TestRouteStatusSet(t *testing.T) {
 	var logged bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logged, nil))
 	var r routeStatus
-	x := []routing.Unroutable{{Node: "x", Reason: "refused: PodCIDR 10.244.1.128/25 of node x overlaps 10.244.1.0/24 of node n2"}}
-	r.set(2, x, log)
-	r.set(2, x, log)
+	x := routing.Unroutable{Node: "x", Reason: "refused: PodCIDR 10.244.1.128/25 of node x overlaps 10.244.1.0/24 of node n2"}
+	y := routing.Unroutable{Node: "y", Reason: "refused: node IP 198.18.0.11 is this node's (n1) own"}
+	r.set(2, []routing.Unroutable{x}, log)
+	r.set(2, []routing.Unroutable{x}, log)
 	var st api.Status
 	r.fillStatus(&st)
-	if st.Routing.Routes != 2 || len(st.Routing.Unroutable) != 1 || st.Routing.Unroutable[0] != "x: "+x[0].Reason {
+	if st.Routing.Routes != 2 || len(st.Routing.Unroutable) != 1 || st.Routing.Unroutable[0] != "x: "+x.Reason {
 		t.Errorf("status routing %+v, want 2 routes and x with its reason", st.Routing)
 	}
-	if n := strings.Count(logged.String(), "no route to node"); n != 1 {
-		t.Errorf("logged %d times for one change, want once:\n%s", n, logged.String())
+	r.set(2, []routing.Unroutable{x, y}, log)
+	if nx, ny := strings.Count(logged.String(), "node=x"), strings.Count(logged.String(), "node=y"); nx != 1 || ny != 1 {
+		t.Errorf("logged x %d and y %d times, want once each:\n%s", nx, ny, logged.String())
 	}
 	r.set(3, nil, log)
 	if r.fillStatus(&st); len(st.Routing.Unroutable) != 0 || st.Routing.Routes != 3 {
-		t.Errorf("after x is gone: %+v", st.Routing)
+		t.Errorf("after x and y are gone: %+v", st.Routing)
 	}
 }

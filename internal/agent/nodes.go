@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,14 +116,20 @@ type routeStatus struct {
 }
 
 // set records a sync's routes (or tunnels) and the nodes without one, and logs each
-// such node when the list has changed since the last sync (not on every resync).
+// such node (or new reason) once, not on every resync: with many Nodes refused, a
+// log of the whole list on each change would grow with the square of the Nodes.
 func (r *routeStatus) set(routes int, skipped []routing.Unroutable, log *slog.Logger) {
+	logged := map[string]bool{}
+	if last := r.unroutable.Load(); last != nil {
+		for _, line := range *last {
+			logged[line] = true
+		}
+	}
 	unroutable := make([]string, 0, len(skipped))
 	for _, s := range skipped {
-		unroutable = append(unroutable, s.Node+": "+s.Reason)
-	}
-	if last := r.unroutable.Load(); last == nil || !slices.Equal(*last, unroutable) {
-		for _, s := range skipped {
+		line := s.Node + ": " + s.Reason
+		unroutable = append(unroutable, line)
+		if !logged[line] {
 			log.Warn("no route to node", "node", s.Node, "reason", s.Reason)
 		}
 	}

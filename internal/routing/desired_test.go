@@ -40,6 +40,10 @@ var lyingNodes = []struct {
 		[]string{"n2", "n3"}, map[string][]string{"x": {"10.244.1.128/25 of node x overlaps 10.244.1.0/24 of node n2"}}},
 	{"prefix containing another's", []Node{{"x", a("198.18.0.20"), p("10.244.2.0/23"), at(5)}},
 		[]string{"n2", "n3"}, map[string][]string{"x": {"10.244.2.0/23 of node x overlaps 10.244.2.0/24 of node n3"}}},
+	{"prefix holding another's past its first address; neighbours untouched", []Node{
+		{"n4", a("198.18.0.14"), p("10.244.7.0/24"), at(3)}, {"x", a("198.18.0.20"), p("10.244.4.0/22"), at(5)},
+		{"y", a("198.18.0.21"), p("10.244.8.0/24"), at(6)}, {"z", a("198.18.0.22"), p("10.244.3.0/24"), at(7)}},
+		[]string{"n2", "n3", "n4", "y", "z"}, map[string][]string{"x": {"10.244.4.0/22 of node x overlaps 10.244.7.0/24 of node n4"}}},
 	{"created first keeps the prefix", []Node{{"x", a("198.18.0.20"), p("10.244.1.0/24"), at(-1)}},
 		[]string{"n3", "x"}, map[string][]string{"n2": {"10.244.1.0/24 of node n2 overlaps 10.244.1.0/24 of node x"}}},
 	{"same creation time: the lower name keeps it", []Node{
