@@ -22,7 +22,7 @@ type NodeRoute struct {
 	Via  netip.Addr
 }
 
-// Unroutable is a node that gets no direct route, and why.
+// Unroutable is a node that gets no route or tunnel, and why.
 type Unroutable struct {
 	Node   string
 	Reason string
