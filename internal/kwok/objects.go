@@ -98,10 +98,8 @@ func NodePodCIDR(clusterCIDR netip.Prefix, i int) netip.Prefix {
 }
 
 // NodeIP is node i's InternalIP: one of 150 addresses of the lab's segment A (a /24)
-// that no lab host uses, shared by several simulated nodes beyond 150. The real agent
-// routes a node's PodCIDR via it, on-link, and nothing answers there: no packet leaves
-// the lab. Of the nodes sharing an address it routes only the first-created
-// (routing.Peers refuses a Node claiming another's IP).
+// that no lab host uses, shared by several simulated nodes. The real agent routes each
+// node's PodCIDR via it, on-link, and nothing answers there: no packet leaves the lab.
 func NodeIP(segmentA netip.Prefix, i int) netip.Addr {
 	a := segmentA.Masked().Addr().As4()
 	a[3] = byte(nodeIPFirst + i%nodeIPCount)

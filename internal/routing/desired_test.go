@@ -65,14 +65,14 @@ var lyingNodes = []struct {
 		[]string{"n2", "n3"}, map[string][]string{"x": {"node IP 10.244.1.7 is inside cluster-cidr 10.244.0.0/16"}}},
 	{"IP is loopback", []Node{{"x", a("127.0.0.1"), p("10.244.5.0/24"), at(5)}},
 		[]string{"n2", "n3"}, map[string][]string{"x": {"node IP 127.0.0.1 is not a unicast IPv4 address"}}},
-	{"IP is another node's", []Node{{"x", a("198.18.0.12"), p("10.244.5.0/24"), at(5)}},
-		[]string{"n2", "n3"}, map[string][]string{"x": {"node IP 198.18.0.12 of node x is also node n2's", "created first"}}},
+	{"IP shared with another node: both routed", []Node{{"x", a("198.18.0.12"), p("10.244.5.0/24"), at(5)}},
+		[]string{"n2", "n3", "x"}, nil},
 	{"a refused node keeps its PodCIDR from later ones", []Node{
 		{"o", a("10.244.9.9"), p("10.244.5.0/24"), at(3)}, {"x", a("198.18.0.20"), p("10.244.5.0/24"), at(5)}},
 		[]string{"n2", "n3"}, map[string][]string{"o": {"inside cluster-cidr"}, "x": {"of node x overlaps 10.244.5.0/24 of node o"}}},
-	{"a node without a PodCIDR yet keeps its IP", []Node{
+	{"a node without a PodCIDR yet is neither routed nor reported", []Node{
 		{"o", a("198.18.0.30"), netip.Prefix{}, at(3)}, {"x", a("198.18.0.30"), p("10.244.5.0/24"), at(5)}},
-		[]string{"n2", "n3"}, map[string][]string{"x": {"node IP 198.18.0.30 of node x is also node o's"}}},
+		[]string{"n2", "n3", "x"}, nil},
 	{"an outside PodCIDR claims nothing", []Node{
 		{"o", a("198.18.0.30"), p("10.0.0.0/8"), at(3)}, {"x", a("198.18.0.20"), p("10.244.5.0/24"), at(5)}},
 		[]string{"n2", "n3", "x"}, map[string][]string{"o": {"not inside cluster-cidr"}}},

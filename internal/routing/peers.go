@@ -30,14 +30,16 @@ func Within(outer, inner netip.Prefix) bool {
 //   - its PodCIDR is not IPv4 inside cluster-cidr, or overlaps this node's own;
 //   - its IP is not a unicast IPv4 address, is this node's own, or lies in
 //     cluster-cidr (a pod's address as next hop or tunnel endpoint);
-//   - its PodCIDR overlaps (equals, contains or lies in) another Node's, or its IP
-//     equals another Node's, and that Node was created first (creationTimestamp, then
-//     name): the first keeps the prefix or address, every later one is refused.
+//   - its PodCIDR overlaps (equals, contains or lies in) another Node's and that
+//     Node was created first (creationTimestamp, then name): the first keeps the
+//     prefix, every later one is refused.
 //
-// A Node still claims a PodCIDR or IP that passed the checks on their own when the
-// other is refused, so that a later Node cannot take it. Nodes without a PodCIDR or
-// IP yet are neither returned nor reported. Peers is pure; the refused are sorted by
-// name.
+// A Node still claims a PodCIDR that passed the checks on its own when its IP is
+// refused, so that a later Node cannot take it. Two Nodes may share an IP (a lie
+// about one's own IP only misroutes that Node's pods' traffic, to a node that
+// drops it; refusing the later one would let an older compromised Node deny a
+// younger one). Nodes without a PodCIDR or IP yet are neither returned nor
+// reported. Peers is pure; the refused are sorted by name.
 func Peers(local Local, nodes []Node) ([]Node, []Unroutable) {
 	others := make([]Node, 0, len(nodes))
 	for _, n := range nodes {
@@ -49,7 +51,6 @@ func Peers(local Local, nodes []Node) ([]Node, []Unroutable) {
 	var ok []Node
 	var refused []Unroutable
 	var prefixOwners claims
-	ipOwners := map[netip.Addr]string{}
 	for i, n := range others {
 		var why []string
 		if n.PodCIDR.IsValid() {
@@ -64,11 +65,6 @@ func Peers(local Local, nodes []Node) ([]Node, []Unroutable) {
 		if n.IP.IsValid() {
 			if r := local.checkIP(n.IP); r != "" {
 				why = append(why, r)
-			} else if o, found := ipOwners[n.IP]; found {
-				why = append(why, fmt.Sprintf("node IP %v of node %s is also node %s's, which was created first (creationTimestamp, then name) and keeps it",
-					n.IP, n.Name, o))
-			} else {
-				ipOwners[n.IP] = n.Name
 			}
 		}
 		switch {

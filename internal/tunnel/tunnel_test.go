@@ -62,8 +62,6 @@ func TestDesiredTunnelsRefusesLies(t *testing.T) {
 			[]Tunnel{n2}, "this node's (n1) own"},
 		{"IP is a pod's", Node{Name: "x", IP: a("10.244.0.9"), PodCIDR: p("10.244.5.0/24"), Created: at(5)},
 			[]Tunnel{n2}, "inside cluster-cidr"},
-		{"IP is another node's", Node{Name: "x", IP: a("198.18.1.12"), PodCIDR: p("10.244.5.0/24"), Created: at(5)},
-			[]Tunnel{n2}, "is also node n2's"},
 	} {
 		got, refused := DesiredTunnels(local, append(slices.Clone(honest), c.liar))
 		if !slices.Equal(got, c.want) {
