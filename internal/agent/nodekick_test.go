@@ -1,10 +1,16 @@
 package agent
 
 import (
+	"bytes"
+	"log/slog"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/routing"
 )
 
 func TestNodeUpdateMatters(t *testing.T) {
@@ -33,9 +39,11 @@ func TestNodeUpdateMatters(t *testing.T) {
 	}
 }
 
-// The slimmed Node gives the node loops the same node, without its images.
+// The slimmed Node gives the node loops the same node (its creation time included:
+// the first Node to claim a PodCIDR or IP keeps it), without its images.
 func TestSlimNode(t *testing.T) {
-	full := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2", Annotations: map[string]string{"a": "b"}},
+	full := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2", Annotations: map[string]string{"a": "b"},
+		CreationTimestamp: metav1.Unix(1_790_000_000, 0)},
 		Spec: corev1.NodeSpec{PodCIDR: "10.244.1.0/24", PodCIDRs: []string{"10.244.1.0/24"}},
 		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "198.18.0.12"}},
 			Images: []corev1.ContainerImage{{Names: []string{"registry/app:1"}, SizeBytes: 1 << 20}}}}
@@ -49,5 +57,30 @@ func TestSlimNode(t *testing.T) {
 	}
 	if slim.Status.Images != nil || slim.Annotations != nil {
 		t.Errorf("slim node keeps what no loop reads: %+v", slim)
+	}
+}
+
+// The refused and unroutable nodes reach status as "node: reason", and the log names
+// each once, not on every resync nor again when another node joins the list.
+func TestRouteStatusSet(t *testing.T) {
+	var logged bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	var r routeStatus
+	x := routing.Unroutable{Node: "x", Reason: "refused: PodCIDR 10.244.1.128/25 of node x overlaps 10.244.1.0/24 of node n2"}
+	y := routing.Unroutable{Node: "y", Reason: "refused: node IP 198.18.0.11 is this node's (n1) own"}
+	r.set(2, []routing.Unroutable{x}, log)
+	r.set(2, []routing.Unroutable{x}, log)
+	var st api.Status
+	r.fillStatus(&st)
+	if st.Routing.Routes != 2 || len(st.Routing.Unroutable) != 1 || st.Routing.Unroutable[0] != "x: "+x.Reason {
+		t.Errorf("status routing %+v, want 2 routes and x with its reason", st.Routing)
+	}
+	r.set(2, []routing.Unroutable{x, y}, log)
+	if nx, ny := strings.Count(logged.String(), "node=x"), strings.Count(logged.String(), "node=y"); nx != 1 || ny != 1 {
+		t.Errorf("logged x %d and y %d times, want once each:\n%s", nx, ny, logged.String())
+	}
+	r.set(3, nil, log)
+	if r.fillStatus(&st); len(st.Routing.Unroutable) != 0 || st.Routing.Routes != 3 {
+		t.Errorf("after x and y are gone: %+v", st.Routing)
 	}
 }

@@ -12,17 +12,19 @@ import (
 // nodeRoutesLoop keeps the routes to other nodes' PodCIDRs in step with the Node
 // objects in native routing (auto-direct-node-routes; none when it is off).
 type nodeRoutesLoop struct {
-	self, uplink string
-	auto         bool // auto-direct-node-routes
-	nodes        *nodeWatch
-	changed      <-chan struct{}
-	status       *routeStatus
-	loops        *loops
-	log          *slog.Logger
+	local   routing.Local
+	uplink  string
+	auto    bool // auto-direct-node-routes
+	nodes   *nodeWatch
+	changed <-chan struct{}
+	status  *routeStatus
+	loops   *loops
+	log     *slog.Logger
 }
 
-func newNodeRoutesLoop(p nodePlan, uplink string, nodes *nodeWatch, status *routeStatus, l *loops, log *slog.Logger) *nodeRoutesLoop {
-	return &nodeRoutesLoop{self: p.Node, uplink: uplink, auto: p.AutoDirectNodeRoutes, nodes: nodes,
+func newNodeRoutesLoop(p nodePlan, local routing.Local, uplink string, nodes *nodeWatch, status *routeStatus, l *loops,
+	log *slog.Logger) *nodeRoutesLoop {
+	return &nodeRoutesLoop{local: local, uplink: uplink, auto: p.AutoDirectNodeRoutes, nodes: nodes,
 		changed: nodes.subscribe(), status: status, loops: l, log: log}
 }
 
@@ -34,19 +36,14 @@ func (r *nodeRoutesLoop) Run(ctx context.Context) {
 func (r *nodeRoutesLoop) sync(nodes []*corev1.Node) error {
 	r.status.nodesKnown.Store(int32(len(nodes)))
 	var want []routing.NodeRoute
-	var unroutable []string
+	var skipped []routing.Unroutable
 	if r.auto {
 		connected, err := routing.ConnectedPrefixes(r.uplink)
 		if err != nil {
 			return err
 		}
-		var skipped []routing.Unroutable
-		want, skipped = routing.DesiredNodeRoutes(r.self, clusterNodes(nodes), connected)
-		for _, s := range skipped {
-			unroutable = append(unroutable, s.Node+": "+s.Reason)
-			r.log.Warn("no direct route to node", "node", s.Node, "reason", s.Reason)
-		}
+		want, skipped = routing.DesiredNodeRoutes(r.local, clusterNodes(nodes), connected)
 	}
-	r.status.set(len(want), unroutable)
+	r.status.set(len(want), skipped, r.log)
 	return routing.Kernel{}.SyncNodeRoutes(want)
 }

@@ -95,12 +95,15 @@ func (w *nodeWatch) follow(ctx context.Context, changed <-chan struct{}, name st
 	}
 }
 
-// clusterNodes is what route and tunnel planning need of each Node.
+// clusterNodes is what route and tunnel planning need of each Node. The creation
+// time is in UTC, without a monotonic reading, so that two conversions of one Node
+// compare equal (nodeUpdateMatters).
 func clusterNodes(nodes []*corev1.Node) []routing.Node {
 	out := make([]routing.Node, 0, len(nodes))
 	for _, n := range nodes {
 		cidr, _ := netip.ParsePrefix(n.Spec.PodCIDR)
-		out = append(out, routing.Node{Name: n.Name, IP: k8s.NodeInternalIP(n), PodCIDR: cidr})
+		out = append(out, routing.Node{Name: n.Name, IP: k8s.NodeInternalIP(n), PodCIDR: cidr.Masked(),
+			Created: n.CreationTimestamp.UTC()})
 	}
 	return out
 }
@@ -112,7 +115,24 @@ type routeStatus struct {
 	unroutable atomic.Pointer[[]string]
 }
 
-func (r *routeStatus) set(routes int, unroutable []string) {
+// set records a sync's routes (or tunnels) and the nodes without one, and logs each
+// such node (or new reason) once, not on every resync: with many Nodes refused, a
+// log of the whole list on each change would grow with the square of the Nodes.
+func (r *routeStatus) set(routes int, skipped []routing.Unroutable, log *slog.Logger) {
+	logged := map[string]bool{}
+	if last := r.unroutable.Load(); last != nil {
+		for _, line := range *last {
+			logged[line] = true
+		}
+	}
+	unroutable := make([]string, 0, len(skipped))
+	for _, s := range skipped {
+		line := s.Node + ": " + s.Reason
+		unroutable = append(unroutable, line)
+		if !logged[line] {
+			log.Warn("no route to node", "node", s.Node, "reason", s.Reason)
+		}
+	}
 	r.unroutable.Store(&unroutable)
 	r.routes.Store(int32(routes))
 }

@@ -223,9 +223,9 @@ func (s *startup) loopsFor(nodes *nodeWatch, node *nodeDatapath, svc *serviceLoo
 	srv.views.add(routes, kube)
 	rs := []runner{nodes, node.masq}
 	if s.plan.Tunnel {
-		rs = append(rs, newTunnelLoop(s.plan, node.dp, node.overlay, nodes, routes, s.loops, s.log))
+		rs = append(rs, newTunnelLoop(s.plan, s.local(), node.dp, node.overlay, nodes, routes, s.loops, s.log))
 	} else {
-		rs = append(rs, newNodeRoutesLoop(s.plan, s.cfg.Uplink, nodes, routes, s.loops, s.log))
+		rs = append(rs, newNodeRoutesLoop(s.plan, s.local(), s.cfg.Uplink, nodes, routes, s.loops, s.log))
 	}
 	rs = append(rs, kube, newGuardLoop(s.guard, s.plan, s.nodeUID, s.cs, s.loops, s.log), deleted, srv.monitor,
 		vethReaper{reaper: node.eps.Reaper(), loops: s.loops, log: s.log})

@@ -24,6 +24,7 @@ import (
 	"github.com/myelin-net/myelin/internal/k8s"
 	"github.com/myelin-net/myelin/internal/kube"
 	"github.com/myelin-net/myelin/internal/memlimit"
+	"github.com/myelin-net/myelin/internal/routing"
 )
 
 // startup is what the agent knows once it has read its Node and configuration and
@@ -107,12 +108,18 @@ func prepare(ctx context.Context, cfg Config, loops *loops, log *slog.Logger) (*
 // it would be masqueraded towards other pods and looked up as Services.
 func checkPodCIDR(node string, podCIDR netip.Prefix, c config.Config) error {
 	cluster := c.ClusterCIDR.Masked()
-	if podCIDR.Bits() >= cluster.Bits() && cluster.Contains(podCIDR.Masked().Addr()) {
+	if routing.Within(cluster, podCIDR) {
 		return nil
 	}
 	return fmt.Errorf("node %s has PodCIDR %v, which is not inside cluster-cidr %v (set by %s): "+
 		"set cluster-cidr to the range the PodCIDRs come from (kube-controller-manager --cluster-cidr)",
 		node, podCIDR, cluster, c.Source("cluster-cidr"))
+}
+
+// local is this node as route and tunnel planning check the other Nodes against
+// (routing.Peers).
+func (s *startup) local() routing.Local {
+	return routing.Local{Name: s.plan.Node, IP: s.plan.NodeIP, PodCIDR: s.podCIDR, ClusterCIDR: s.plan.ClusterCIDR}
 }
 
 // planNode gathers what decidePlan needs to know of the node besides its uplink's

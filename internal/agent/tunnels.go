@@ -17,7 +17,7 @@ import (
 // map (for BPF host routing) and the encap routes (for the node's own traffic and
 // legacy host routing), and removes any direct node routes left from native routing.
 type tunnelLoop struct {
-	self     string
+	local    routing.Local
 	tunnels  tunnel.Map
 	overlay  netlink.Link
 	routeMTU int
@@ -28,9 +28,9 @@ type tunnelLoop struct {
 	log      *slog.Logger
 }
 
-func newTunnelLoop(p nodePlan, tunnels tunnel.Map, overlay netlink.Link, nodes *nodeWatch, status *routeStatus,
-	l *loops, log *slog.Logger) *tunnelLoop {
-	return &tunnelLoop{self: p.Node, tunnels: tunnels, overlay: overlay, routeMTU: p.RouteMTU, nodes: nodes,
+func newTunnelLoop(p nodePlan, local routing.Local, tunnels tunnel.Map, overlay netlink.Link, nodes *nodeWatch,
+	status *routeStatus, l *loops, log *slog.Logger) *tunnelLoop {
+	return &tunnelLoop{local: local, tunnels: tunnels, overlay: overlay, routeMTU: p.RouteMTU, nodes: nodes,
 		changed: nodes.subscribe(), status: status, loops: l, log: log}
 }
 
@@ -41,8 +41,8 @@ func (t *tunnelLoop) Run(ctx context.Context) {
 
 func (t *tunnelLoop) sync(nodes []*corev1.Node) error {
 	t.status.nodesKnown.Store(int32(len(nodes)))
-	want := tunnel.DesiredTunnels(t.self, clusterNodes(nodes))
-	t.status.set(len(want), []string{})
+	want, refused := tunnel.DesiredTunnels(t.local, clusterNodes(nodes))
+	t.status.set(len(want), refused, t.log)
 	return errors.Join(tunnel.SyncMap(t.tunnels, want),
 		tunnel.SyncRoutes(t.overlay, want, t.routeMTU, datapath.OverlayMAC), routing.Kernel{}.SyncNodeRoutes(nil))
 }

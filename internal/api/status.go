@@ -66,9 +66,12 @@ type RoutingInfo struct {
 	// Tunnel, in tunnel mode, is who encapsulates and decapsulates pods' VXLAN:
 	// "BPF" (the programs, myelin_vxlan only for what they leave to it) or
 	// "myelin_vxlan", with TunnelReason.
-	Tunnel       string   `json:"tunnel,omitempty"`
-	TunnelReason string   `json:"tunnelReason,omitempty"`
-	Unroutable   []string `json:"unroutable,omitempty"` // nodes not on this node's L2 segment
+	Tunnel       string `json:"tunnel,omitempty"`
+	TunnelReason string `json:"tunnelReason,omitempty"`
+	// Unroutable are the nodes without a route or tunnel, "node: reason": not on this
+	// node's L2 segment, or refused for a PodCIDR or IP that another Node (or this
+	// one) holds or that cannot be a node's (routing.Peers).
+	Unroutable []string `json:"unroutable,omitempty"`
 }
 
 // MTUInfo is the device MTU and the MTU on pod routes.

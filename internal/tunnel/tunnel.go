@@ -26,18 +26,18 @@ type Tunnel struct {
 	NodeIP  netip.Addr
 }
 
-// DesiredTunnels returns a tunnel to every other node that has a PodCIDR and an IP;
-// unlike direct routes, a tunnel works whatever segment the other node is on.
-func DesiredTunnels(self string, nodes []Node) []Tunnel {
-	var out []Tunnel
-	for _, n := range nodes {
-		if n.Name == self || !n.PodCIDR.IsValid() || !n.IP.IsValid() {
-			continue
-		}
+// DesiredTunnels returns a tunnel to every other node that has a PodCIDR and an IP
+// and that routing.Peers accepts, and the nodes it refuses; unlike direct routes, a
+// tunnel works whatever segment the other node is on. The tunnel map this fills also
+// decides which outer source the datapath accepts VXLAN from for a PodCIDR.
+func DesiredTunnels(local routing.Local, nodes []Node) ([]Tunnel, []routing.Unroutable) {
+	peers, refused := routing.Peers(local, nodes)
+	out := make([]Tunnel, 0, len(peers))
+	for _, n := range peers {
 		out = append(out, Tunnel{Node: n.Name, PodCIDR: n.PodCIDR, NodeIP: n.IP})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].PodCIDR.Addr().Less(out[j].PodCIDR.Addr()) })
-	return out
+	return out, refused
 }
 
 // Map is the datapath's tunnel table (datapath.Datapath on a node).

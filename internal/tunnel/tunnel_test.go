@@ -3,20 +3,73 @@ package tunnel
 import (
 	"net"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/myelin-net/myelin/internal/routing"
 )
 
+var (
+	p, a = netip.MustParsePrefix, netip.MustParseAddr
+	// local is node n1 of a cluster 10.244.0.0/16.
+	local = routing.Local{Name: "n1", IP: a("198.18.0.11"), PodCIDR: p("10.244.0.0/24"), ClusterCIDR: p("10.244.0.0/16")}
+)
+
+// at is a creation time, in minutes after an epoch.
+func at(min int) time.Time {
+	return time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(min) * time.Minute)
+}
+
 func TestDesiredTunnels(t *testing.T) {
-	p, a := netip.MustParsePrefix, netip.MustParseAddr
-	got := DesiredTunnels("n1", []Node{
+	got, refused := DesiredTunnels(local, []Node{
 		{Name: "n3", IP: a("198.18.0.13"), PodCIDR: p("10.244.2.0/24")},
 		{Name: "n1", IP: a("198.18.0.11"), PodCIDR: p("10.244.0.0/24")},
 		{Name: "n2", IP: a("198.18.1.12"), PodCIDR: p("10.244.1.0/24")}, // other segment: a tunnel still works
 		{Name: "n4", IP: a("198.18.0.14"), PodCIDR: netip.Prefix{}},
 	})
 	want := []Tunnel{{"n2", p("10.244.1.0/24"), a("198.18.1.12")}, {"n3", p("10.244.2.0/24"), a("198.18.0.13")}}
-	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
-		t.Errorf("DesiredTunnels = %+v, want %+v", got, want)
+	if !slices.Equal(got, want) || len(refused) != 0 {
+		t.Errorf("DesiredTunnels = %+v, %+v; want %+v and none refused", got, refused, want)
+	}
+}
+
+// A Node that lies about its PodCIDR or IP gets no tunnel: the tunnel map also decides
+// which outer sources the decapsulating programs accept for a PodCIDR.
+// routing.TestDesiredNodeRoutesRefusesLies has every rule; these are one of each.
+func TestDesiredTunnelsRefusesLies(t *testing.T) {
+	honest := []Node{
+		{Name: "n1", IP: a("198.18.0.11"), PodCIDR: p("10.244.0.0/24"), Created: at(0)},
+		{Name: "n2", IP: a("198.18.1.12"), PodCIDR: p("10.244.1.0/24"), Created: at(1)},
+	}
+	n2 := Tunnel{"n2", p("10.244.1.0/24"), a("198.18.1.12")}
+	for _, c := range []struct {
+		name    string
+		liar    Node
+		want    []Tunnel
+		because string
+	}{
+		{"more specific prefix inside another's", Node{Name: "x", IP: a("198.18.2.20"), PodCIDR: p("10.244.1.0/25"), Created: at(5)},
+			[]Tunnel{n2}, "10.244.1.0/25 of node x overlaps 10.244.1.0/24 of node n2"},
+		{"created first keeps the prefix", Node{Name: "x", IP: a("198.18.2.20"), PodCIDR: p("10.244.1.0/24"), Created: at(-1)},
+			[]Tunnel{{"x", p("10.244.1.0/24"), a("198.18.2.20")}}, "10.244.1.0/24 of node n2 overlaps 10.244.1.0/24 of node x"},
+		{"overlaps this node's PodCIDR", Node{Name: "x", IP: a("198.18.2.20"), PodCIDR: p("10.244.0.0/23"), Created: at(-5)},
+			[]Tunnel{n2}, "overlaps this node's (n1) PodCIDR 10.244.0.0/24"},
+		{"PodCIDR outside cluster-cidr", Node{Name: "x", IP: a("198.18.2.20"), PodCIDR: p("192.168.0.0/24"), Created: at(5)},
+			[]Tunnel{n2}, "not inside cluster-cidr 10.244.0.0/16"},
+		{"IP is this node's", Node{Name: "x", IP: a("198.18.0.11"), PodCIDR: p("10.244.5.0/24"), Created: at(5)},
+			[]Tunnel{n2}, "this node's (n1) own"},
+		{"IP is a pod's", Node{Name: "x", IP: a("10.244.0.9"), PodCIDR: p("10.244.5.0/24"), Created: at(5)},
+			[]Tunnel{n2}, "inside cluster-cidr"},
+	} {
+		got, refused := DesiredTunnels(local, append(slices.Clone(honest), c.liar))
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: tunnels %+v, want %+v", c.name, got, c.want)
+		}
+		if len(refused) != 1 || !strings.Contains(refused[0].Reason, c.because) {
+			t.Errorf("%s: refused %+v, want one saying %q", c.name, refused, c.because)
+		}
 	}
 }
 
@@ -39,7 +92,6 @@ func (f fakeMap) DeleteTunnel(p netip.Prefix) error                { delete(f, p
 func (f fakeMap) Tunnels() (map[netip.Prefix]netip.Addr, error)    { return f, nil }
 
 func TestSyncMap(t *testing.T) {
-	p, a := netip.MustParsePrefix, netip.MustParseAddr
 	m := fakeMap{p("10.244.9.0/24"): a("198.18.0.19"), p("10.244.1.0/24"): a("198.18.0.99")}
 	want := []Tunnel{{"n2", p("10.244.1.0/24"), a("198.18.1.12")}, {"n3", p("10.244.2.0/24"), a("198.18.0.13")}}
 	if err := SyncMap(m, want); err != nil {

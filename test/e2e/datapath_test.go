@@ -147,7 +147,8 @@ func expectHostRouting(t *testing.T, node, mode, reason string) {
 
 // TestLabMyelinBPF: three nodes in native routing with BPF host routing; ICMP, TCP and
 // UDP on one node and across nodes, pod to node and node to pod; thirty pods all
-// reachable from one client; status and a drop seen by the monitor with its reason.
+// reachable from one client; status and a drop seen by the monitor with its reason;
+// no route to a Node that claims half of node-2's PodCIDR.
 func TestLabMyelinBPF(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "3", "--cni", "myelin", "--profile", "native")
@@ -164,6 +165,7 @@ func TestLabMyelinBPF(t *testing.T) {
 	thirtyPods(t, cs)
 	monitorShowsDrop(t)
 	statusCLI(t)
+	lyingNodeRefused(t, cs) // lyingnode_test.go
 	nodeRouteFollowsNodes(t, cs)
 	labDown(t)
 }
