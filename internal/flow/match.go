@@ -5,13 +5,70 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Match reports whether f selects fl: every non-empty field must match (AND), and
-// within a field any one value (OR).
-func (f Filter) Match(fl *Flow) bool {
-	return matchAny(f.SourcePod, func(p string) bool { return podMatch(p, fl.Source) }) &&
-		matchAny(f.DestinationPod, func(p string) bool { return podMatch(p, fl.Destination) }) &&
+// within a field any one value (OR). A request's filters are compiled once
+// (Request.Matcher); this compiles f for one flow.
+func (f Filter) Match(fl *Flow) bool { return compile(f).match(fl) }
+
+// Match reports whether r selects fl, as r.Matcher().Match(fl) does; compile the
+// Matcher once to match many flows.
+func (r Request) Match(fl *Flow) bool { return r.Matcher().Match(fl) }
+
+// Matcher is a Request compiled for matching many flows: its pod values are parsed
+// once and indexed by namespace, so a flow's pod is compared with the values of its
+// own namespace only (a follower's filters run on every flow the node adds).
+type Matcher struct {
+	since, until         time.Time
+	whitelist, blacklist []compiled
+}
+
+// Matcher compiles r.
+func (r Request) Matcher() *Matcher {
+	m := &Matcher{since: r.Since, until: r.Until}
+	for _, f := range r.Whitelist {
+		m.whitelist = append(m.whitelist, compile(f))
+	}
+	for _, f := range r.Blacklist {
+		m.blacklist = append(m.blacklist, compile(f))
+	}
+	return m
+}
+
+// Match reports whether the request selects fl: inside [Since, Until], matching any
+// of the whitelist (or the whitelist is empty), and none of the blacklist. TypeLost
+// records always match: a reader must learn that it missed flows.
+func (m *Matcher) Match(fl *Flow) bool {
+	if fl.Type == TypeLost {
+		return true
+	}
+	if !m.since.IsZero() && fl.Time.Before(m.since) {
+		return false
+	}
+	if !m.until.IsZero() && fl.Time.After(m.until) {
+		return false
+	}
+	if len(m.whitelist) > 0 && !slices.ContainsFunc(m.whitelist, func(c compiled) bool { return c.match(fl) }) {
+		return false
+	}
+	return !slices.ContainsFunc(m.blacklist, func(c compiled) bool { return c.match(fl) })
+}
+
+// compiled is a Filter with its pod values indexed.
+type compiled struct {
+	Filter
+	sourcePods, destinationPods podSet
+}
+
+func compile(f Filter) compiled {
+	return compiled{Filter: f, sourcePods: newPodSet(f.SourcePod), destinationPods: newPodSet(f.DestinationPod)}
+}
+
+func (f compiled) match(fl *Flow) bool {
+	return (len(f.SourcePod) == 0 || f.sourcePods.match(fl.Source)) &&
+		(len(f.DestinationPod) == 0 || f.destinationPods.match(fl.Destination)) &&
 		ipMatch(f.SourceIP, fl.Source.IP) &&
 		ipMatch(f.DestinationIP, fl.Destination.IP) &&
 		matchAny(f.SourceService, noSourceService) &&
@@ -24,25 +81,6 @@ func (f Filter) Match(fl *Flow) bool {
 		matchAny(f.Direction, func(d Direction) bool { return strings.EqualFold(string(d), string(fl.Direction)) })
 }
 
-// Match reports whether r selects fl: inside [Since, Until], matching any of the
-// whitelist (or the whitelist is empty), and none of the blacklist. TypeLost records
-// always match: a reader must learn that it missed flows.
-func (r Request) Match(fl *Flow) bool {
-	if fl.Type == TypeLost {
-		return true
-	}
-	if !r.Since.IsZero() && fl.Time.Before(r.Since) {
-		return false
-	}
-	if !r.Until.IsZero() && fl.Time.After(r.Until) {
-		return false
-	}
-	if len(r.Whitelist) > 0 && !slices.ContainsFunc(r.Whitelist, func(f Filter) bool { return f.Match(fl) }) {
-		return false
-	}
-	return !slices.ContainsFunc(r.Blacklist, func(f Filter) bool { return f.Match(fl) })
-}
-
 func matchAny[T any](vals []T, match func(T) bool) bool {
 	return len(vals) == 0 || slices.ContainsFunc(vals, match)
 }
@@ -51,20 +89,32 @@ func matchAny[T any](vals []T, match func(T) bool) bool {
 // Service filter selects nothing rather than everything.
 func noSourceService(string) bool { return false }
 
-// podMatch matches "namespace/name-prefix" or "namespace/" (the whole namespace);
-// as in Hubble, a value without a slash names a pod in the default namespace.
-func podMatch(want string, ep Endpoint) bool {
+// podSet holds pod filter values, "namespace/name-prefix" or "namespace/" (the
+// whole namespace), by namespace; as in Hubble, a value without a slash names a pod
+// in the default namespace.
+type podSet map[string][]string
+
+func newPodSet(vals []string) podSet {
+	if len(vals) == 0 {
+		return nil
+	}
+	s := podSet{}
+	for _, v := range vals {
+		ns, name, ok := strings.Cut(v, "/")
+		if !ok {
+			ns, name = "default", v
+		}
+		s[ns] = append(s[ns], name)
+	}
+	return s
+}
+
+// match reports whether ep is a pod that one of s's values names.
+func (s podSet) match(ep Endpoint) bool {
 	if ep.Pod == "" {
 		return false
 	}
-	ns, name, ok := strings.Cut(want, "/")
-	if !ok {
-		ns, name = "default", want
-	}
-	if ns != ep.Namespace {
-		return false
-	}
-	return name == "" || strings.HasPrefix(ep.Pod, name)
+	return slices.ContainsFunc(s[ep.Namespace], func(name string) bool { return strings.HasPrefix(ep.Pod, name) })
 }
 
 // ipMatch reports whether ip (a flow's address) is in any of want (all when empty).

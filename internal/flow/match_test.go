@@ -40,6 +40,8 @@ func TestFilterMatch(t *testing.T) {
 		{"source pod prefix", Filter{SourcePod: []string{"x/client"}}, true},
 		{"source namespace", Filter{SourcePod: []string{"x/"}}, true},
 		{"source pod other namespace", Filter{SourcePod: []string{"y/client"}}, false},
+		{"source pod, the second value of its namespace", Filter{SourcePod: []string{"y/client", "x/other", "x/client", "z/"}}, true},
+		{"source pod, no value of its namespace matches", Filter{SourcePod: []string{"x/other", "x/client-abcd", "y/client-abc"}}, false},
 		{"pod without namespace is default", Filter{SourcePod: []string{"client"}}, false},
 		{"destination pod OR", Filter{DestinationPod: []string{"z/", "y/web-1"}}, true},
 		{"source CIDR", Filter{SourceIP: prefixes("10.244.1.0/24")}, true},

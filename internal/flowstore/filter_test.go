@@ -150,30 +150,47 @@ func BenchmarkCopyChunk(b *testing.B) {
 
 // BenchmarkBatchToMaxFilterFollowers is a Feed batch (feedBatch flows) added with
 // MaxFollowers followers, each with the largest filters allowed: the most the
-// followers' filters can add to the adding goroutine's work per batch.
+// followers' filters can add to the adding goroutine's work per batch. The flows'
+// source pods are in ns-007, a namespace the filters name (spread: 253 namespaces,
+// one value each) or the only one they name (one-namespace: 253 name prefixes there,
+// none the pods'), so every value of that namespace is compared.
 func BenchmarkBatchToMaxFilterFollowers(b *testing.B) {
-	s := New(DefaultCapacity)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	req := maxFilterRequest(b)
-	req.Follow = true
-	for range MaxFollowers {
-		out := make(chan *flow.Flow)
-		go func() { _ = s.Flows(ctx, req, out) }()
-		go func() {
-			for range out {
+	for _, c := range []struct {
+		name  string
+		oneNS bool
+	}{{"spread", false}, {"one-namespace", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			s := New(DefaultCapacity)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			req := maxFilterRequest(b)
+			if c.oneNS {
+				for i, p := range req.Blacklist[0].SourcePod {
+					_, name, _ := strings.Cut(p, "/")
+					req.Blacklist[0].SourcePod[i] = "ns-007/" + name[:len(name)-len("ns-007")]
+				}
 			}
-		}()
-	}
-	for s.Stats().Followers != MaxFollowers {
-		runtime.Gosched()
-	}
-	batch := make([]flow.Flow, feedBatch)
-	for i := range batch {
-		batch[i] = *mkFlow(i, "TCP")
-	}
-	for b.Loop() {
-		s.AddBatch(batch)
+			req.Follow = true
+			for range MaxFollowers {
+				out := make(chan *flow.Flow)
+				go func() { _ = s.Flows(ctx, req, out) }()
+				go func() {
+					for range out {
+					}
+				}()
+			}
+			for s.Stats().Followers != MaxFollowers {
+				runtime.Gosched()
+			}
+			batch := make([]flow.Flow, feedBatch)
+			for i := range batch {
+				batch[i] = *mkFlow(i, "TCP")
+				batch[i].Source = flow.Endpoint{Namespace: "ns-007", Pod: fmt.Sprintf("client-%d", i)}
+			}
+			for b.Loop() {
+				s.AddBatch(batch)
+			}
+		})
 	}
 }
 

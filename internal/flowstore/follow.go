@@ -16,8 +16,8 @@ const lostReport = time.Second
 // when its buffer is full the flow is counted as lost, and the reader gets a
 // TypeLost record with the count before its next flow, or within its lostReport.
 type follower struct {
-	req flow.Request
-	ch  chan *flow.Flow
+	match *flow.Matcher // its request's
+	ch    chan *flow.Flow
 	// lostReport is the constant lostReport but in tests, which shorten their own
 	// follower's (a package variable changed by one test raced with the followers
 	// of the others still running).

@@ -163,7 +163,7 @@ func (s *Store) commit(n int) {
 		f := &fs[i]
 		var shared *flow.Flow
 		for _, fo := range followers {
-			if !fo.req.Match(f) {
+			if !fo.match.Match(f) {
 				continue
 			}
 			if shared == nil {
@@ -230,7 +230,7 @@ func (s *Store) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Fl
 			return fmt.Errorf("follow flows: %w: this node serves at most %d at once; stop another `hubble observe --follow` or use the relay",
 				ErrTooManyFollowers, MaxFollowers)
 		}
-		fo = &follower{req: req, ch: make(chan *flow.Flow, followBuffer), lostReport: lostReport}
+		fo = &follower{match: req.Matcher(), ch: make(chan *flow.Flow, followBuffer), lostReport: lostReport}
 		s.followers = append(slices.Clip(s.followers), fo)
 	}
 	if history {
@@ -289,7 +289,7 @@ func (s *Store) unfollow(fo *follower) {
 // matches (the ring is full and adders go on) are not returned. Last 0 is every
 // matching one (Flows calls it only for requests that read stored flows).
 func (s *Store) lastMatching(req flow.Request, end uint64) []*flow.Flow {
-	limit := req.Last
+	limit, m := req.Last, req.Matcher()
 	var matched []flow.Flow // newest first
 	chunk := make([]flow.Flow, 0, historyChunk)
 	for hi := end; limit == 0 || len(matched) < limit; {
@@ -302,7 +302,7 @@ func (s *Store) lastMatching(req flow.Request, end uint64) []*flow.Flow {
 			s.chunkCopied()
 		}
 		for i := range chunk {
-			if f := &chunk[i]; f.Type != flow.TypeLost && req.Match(f) {
+			if f := &chunk[i]; f.Type != flow.TypeLost && m.Match(f) {
 				matched = append(matched, *f)
 				if len(matched) == limit {
 					break
