@@ -13,15 +13,18 @@ import (
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/clusterhealth"
 	"github.com/myelin-net/myelin/internal/k8s"
+	"github.com/myelin-net/myelin/internal/routing"
 )
 
 // peerHealthLoop is node health probing (internal/clusterhealth, docs/health.md): it
 // puts the node's health address on lo (clusterhealth.AddressLabel), answers the other
 // agents' probes on the node IP and that address at cluster-health-port, and probes
-// every other node the Node informer knows. Its view answers GET /v1/health and
+// every other node the Node informer knows but those routing.Peers refuses (a Node
+// lying about its PodCIDR or IP would have another node answer for it). Its view answers GET /v1/health and
 // the status summary.
 type peerHealthLoop struct {
 	node     string
+	local    routing.Local
 	port     int
 	nodeIP   netip.Addr
 	healthIP netip.Addr
@@ -39,7 +42,7 @@ func (s *startup) newPeerHealth(nodes *nodeWatch) *peerHealthLoop {
 	if s.conf.ClusterHealthPort == 0 {
 		return nil
 	}
-	h := &peerHealthLoop{node: s.cfg.Node, port: s.conf.ClusterHealthPort, nodeIP: s.plan.NodeIP,
+	h := &peerHealthLoop{node: s.cfg.Node, local: s.local(), port: s.conf.ClusterHealthPort, nodeIP: s.plan.NodeIP,
 		healthIP: clusterhealth.HealthAddr(s.podCIDR), nodes: nodes, loops: s.loops, log: s.log}
 	h.prober = &clusterhealth.Prober{Port: h.port, HealthIP: h.healthIP, Peers: h.peers, Matrix: clusterhealth.NewMatrix()}
 	return h
@@ -67,17 +70,23 @@ func (h *peerHealthLoop) serve() (*clusterhealth.Server, error) {
 	return clusterhealth.Serve(h.node, []netip.Addr{h.nodeIP, h.healthIP}, h.port, h.log)
 }
 
-// peers are the other Nodes with an InternalIP, and their health addresses.
+// peers are the other Nodes with an InternalIP that routing.Peers does not refuse,
+// and their health addresses.
 func (h *peerHealthLoop) peers() []clusterhealth.Peer {
 	nodes, err := h.nodes.lister.List(labels.Everything())
 	if err != nil {
 		h.log.Error("node health: list Nodes", "err", err)
 		return nil
 	}
+	_, refused := routing.Peers(h.local, clusterNodes(nodes))
+	liars := map[string]bool{}
+	for _, r := range refused {
+		liars[r.Node] = true
+	}
 	var out []clusterhealth.Peer
 	for _, n := range nodes {
 		ip := k8s.NodeInternalIP(n)
-		if n.Name == h.node || !ip.IsValid() {
+		if n.Name == h.node || !ip.IsValid() || liars[n.Name] {
 			continue
 		}
 		cidr, _ := netip.ParsePrefix(n.Spec.PodCIDR)
