@@ -74,7 +74,7 @@ func serveHubble(ctx context.Context, cfg Config, hl hubbleListen, store *flowst
 			return fmt.Errorf("listen for the hubble relay on %s (hubble-listen-address): %w", hl.Addr, err)
 		}
 		addr = tcp.Addr()
-		tcp = connlimit.Wrap(tcp, "hubble api (hubble-listen-address)", log)
+		tcp = connlimit.Clients.Wrap(tcp, "hubble api (hubble-listen-address)", log)
 	}
 	obs := hubble.NewServer(hubble.Config{
 		Node: cfg.Node, Address: hubble.NodeAddress(addr, hl.NodeIP), Version: version.Version, Source: store,

@@ -40,7 +40,7 @@ func Serve(node string, addrs []netip.Addr, port int, log *slog.Logger) (*Server
 			}
 			return nil, fmt.Errorf("listen on %s for node health probes: %w; choose another port with cluster-health-port (chart value clusterHealthPort), or 0 to turn probing off", addr, err)
 		}
-		ls = append(ls, connlimit.Wrap(l, "node health probes (cluster-health-port)", log))
+		ls = append(ls, connlimit.Shared.Wrap(l, "node health probes (cluster-health-port)", log))
 	}
 	for _, l := range ls {
 		go func() {

@@ -18,14 +18,23 @@ import (
 	"time"
 )
 
-// The bounds of the process's servers together (Wrap): a Prometheus server, a
-// relay or a peer node needs a handful of connections; a source behind one NAT
-// address (a load balancer's health checker, several users of the relay) a few
-// dozen. One pod cannot hold more than PerSource of the agent's connections, over
-// all its ports.
-const (
-	PerSource = 64
-	Total     = 1024
+// Two bounds, by who connects. Each is per source address (an IPv6 source per /64:
+// one host holds a whole /64) and in all; the totals are a memory backstop (an idle
+// connection costs a server ~10 KB) high enough that filling one takes hundreds of
+// pods, the per-source bounds are what stops one pod.
+//
+// Clients: metrics scrapers, the relay, Hubble and node-local CLIs need a handful of
+// connections each, so one pod holds at most 64 of the agent's servers' connections,
+// over all their ports.
+//
+// Shared: the addresses many clients come from. A cloud load balancer checks every
+// health check port and kube-proxy's healthz from one prober address, peer agents
+// probe node health, viewers of the service map may come through one ingress. They
+// get a bound of their own, so a pod flooding the metrics or Hubble ports never takes
+// a load balancer's slot.
+var (
+	Clients = New(64, 16384)
+	Shared  = New(512, 16384)
 )
 
 // logEvery is how often refusals are logged at most (with their count since).
@@ -50,22 +59,18 @@ func New(perSource, total int) *Bound {
 	return &Bound{perSource: perSource, total: total, bySource: map[netip.Addr]int{}}
 }
 
-// process bounds every server of this process together.
-var process = New(PerSource, Total)
-
-// Wrap bounds l with the process's other servers to PerSource connections from one
-// source address and Total in all.
-func Wrap(l net.Listener, what string, log *slog.Logger) *Listener { return process.Wrap(l, what, log) }
-
 // Refused is how many connections the process's servers closed for being over
-// the bounds (myelin_server_connections_refused_total).
-func Refused() uint64 { return process.Refused() }
+// Clients' or Shared's bounds (myelin_server_connections_refused_total).
+func Refused() uint64 { return Clients.Refused() + Shared.Refused() }
 
 // Wrap returns l with b's bounds: what names the server in the log line that
 // reports refusals ("metrics (prometheus-serve-addr)"); log may be nil.
 func (b *Bound) Wrap(l net.Listener, what string, log *slog.Logger) *Listener {
 	return &Listener{Listener: l, b: b, what: what, log: log}
 }
+
+// PerSource is how many connections b lets one source address hold.
+func (b *Bound) PerSource() int { return b.perSource }
 
 // Refused is how many connections were closed for being over a bound.
 func (b *Bound) Refused() uint64 { return b.refused.Load() }
@@ -94,13 +99,19 @@ func (l *Listener) Accept() (net.Conn, error) {
 	}
 }
 
-// sourceOf is c's remote address; connections that have none (unix sockets) share
-// the zero address.
+// sourceOf is what c's remote address counts as: an IPv4 address, or an IPv6
+// address's /64; connections that have none (unix sockets) share the zero address.
 func sourceOf(c net.Conn) netip.Addr {
-	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
-		return ap.Addr().Unmap()
+	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
+	if err != nil {
+		return netip.Addr{}
 	}
-	return netip.Addr{}
+	a := ap.Addr().Unmap().WithZone("")
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.Addr()
+	}
+	return a
 }
 
 func (b *Bound) admit(src netip.Addr, what string, log *slog.Logger) bool {
@@ -131,7 +142,9 @@ func (b *Bound) release(src netip.Addr) {
 	}
 }
 
-// conn gives its slot back when closed, once.
+// conn gives its slot back when closed, once. It is not a *net.TCPConn: servers
+// that set socket options only on that type (gRPC's TCP_USER_TIMEOUT from its
+// keepalive) skip them; gRPC's keepalive pings still end a dead peer's connection.
 type conn struct {
 	net.Conn
 	b    *Bound

@@ -145,3 +145,29 @@ func TestHTTPServedUnderFlood(t *testing.T) {
 		t.Errorf("Refused = 0 after 50 connections from one source with a bound of 8")
 	}
 }
+
+// An IPv6 source counts per /64: a host rotating addresses in its /64 is one source.
+func TestIPv6SourcePer64(t *testing.T) {
+	for _, c := range []struct{ remote, want string }{
+		{"[2001:db8:1:2:aaaa::1]:80", "2001:db8:1:2::"},
+		{"[2001:db8:1:2:bbbb::7%eth0]:80", "2001:db8:1:2::"},
+		{"[::ffff:10.0.0.1]:80", "10.0.0.1"},
+		{"10.0.0.1:80", "10.0.0.1"},
+	} {
+		if got := sourceOf(fakeConn{remote: c.remote}); got.String() != c.want {
+			t.Errorf("source of %s = %s, want %s", c.remote, got, c.want)
+		}
+	}
+}
+
+type fakeConn struct {
+	net.Conn
+	remote string
+}
+
+func (c fakeConn) RemoteAddr() net.Addr { return addrString(c.remote) }
+
+type addrString string
+
+func (a addrString) Network() string { return "tcp" }
+func (a addrString) String() string  { return string(a) }

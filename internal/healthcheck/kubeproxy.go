@@ -86,7 +86,7 @@ func (k KubeProxy) listen(pending map[string]*http.Server) map[string]*http.Serv
 			continue
 		}
 		k.Log.Info("serving kube-proxy's endpoints", "addr", addr)
-		ln = connlimit.Wrap(ln, "kube-proxy's "+addr, k.Log)
+		ln = connlimit.Shared.Wrap(ln, "kube-proxy's "+addr, k.Log)
 		go func() { _ = srv.Serve(ln) }()
 	}
 	if len(errs) > 0 {

@@ -123,7 +123,7 @@ func (s *Server) reconcile() (changed bool, err error) {
 			errs = append(errs, fmt.Errorf("listen on healthCheckNodePort %d of Service %s: %w", port, key, err))
 			continue
 		}
-		l = connlimit.Wrap(l, fmt.Sprintf("healthCheckNodePort %d (Service %s)", port, key), s.log)
+		l = connlimit.Shared.Wrap(l, fmt.Sprintf("healthCheckNodePort %d (Service %s)", port, key), s.log)
 		srv := &http.Server{Handler: s.handler(port), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
 		s.listeners[port] = srv
 		go func() { _ = srv.Serve(l) }()

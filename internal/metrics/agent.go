@@ -40,7 +40,7 @@ func NewAgent() *Agent {
 	})
 	refused := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "server_connections_refused_total",
-		Help: "TCP connections to the agent's servers (metrics, Hubble, node health, health check ports) closed at once because their source, or all sources together, held the most the agent keeps open (connlimit).",
+		Help: "TCP connections to the agent's servers (metrics, Hubble, node health, health check ports) closed at once because their source address, or all sources together, held the most the agent keeps open (internal/connlimit).",
 	}, func() float64 { return float64(connlimit.Refused()) })
 	a.reg.MustRegister(a.syncLatency, a.loadErrors, refused, &snapshotCollector{a: a},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -22,7 +22,7 @@ func Serve(addr, what string, g prometheus.Gatherer, log *slog.Logger) (*http.Se
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s %q: %w (set %s to a free address, or \"\" to turn it off)", what, addr, err, what)
 	}
-	ln = connlimit.Wrap(ln, "metrics ("+what+")", log)
+	ln = connlimit.Clients.Wrap(ln, "metrics ("+what+")", log)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}

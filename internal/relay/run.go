@@ -51,7 +51,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s (--listen): %w", o.Listen, err)
 	}
-	lis = connlimit.Wrap(lis, "hubble relay (--listen)", log)
+	lis = connlimit.Clients.Wrap(lis, "hubble relay (--listen)", log)
 	r := New(cfg)
 	defer r.Close()
 	log.Info("hubble relay", "listen", lis.Addr().String(), "peers", peersText(o), "tls", o.TLS.Enabled(),

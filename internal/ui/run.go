@@ -21,7 +21,7 @@ func Run(ctx context.Context, listen string, src flow.Source, out io.Writer, all
 	if err != nil {
 		return fmt.Errorf("listen on --listen %q: %w (use a free host:port, e.g. 127.0.0.1:12000)", listen, err)
 	}
-	ln = connlimit.Wrap(ln, "service map (--listen)", nil)
+	ln = connlimit.Shared.Wrap(ln, "service map (--listen)", nil)
 	// Requests live in ctx, so open flow streams end with it and Shutdown is quick.
 	h := New(src)
 	h.AllowHosts(append([]string{listen, ln.Addr().String()}, allowedHosts...)...)

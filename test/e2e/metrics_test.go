@@ -75,10 +75,10 @@ func TestLabMyelinMetrics(t *testing.T) {
 }
 
 // checkConnectionFlood has a pod open 400 connections to its node's metrics port
-// and hold them, idle, as an attacker would to exhaust the agent's descriptors:
-// the agent keeps at most connlimit.PerSource of them (its open descriptors grow by
-// no more), closes the rest at once and counts them, says so in its log, and a
-// scrape from the node keeps working meanwhile.
+// and hold them, idle, as an attacker would to exhaust the agent's descriptors: the
+// agent keeps at most connlimit.Clients.PerSource() of them (its open descriptors
+// grow by no more, give or take the agent's own), closes the rest at once and
+// counts them, says so in its log, and a scrape from the node keeps working.
 func checkConnectionFlood(t *testing.T, cs kubernetes.Interface, bin, node string, client corev1.Pod) {
 	t.Helper()
 	const flood = 400
@@ -111,13 +111,14 @@ func checkConnectionFlood(t *testing.T, cs kubernetes.Interface, bin, node strin
 		t.Fatalf("connect %d times from %s to %s: %v", flood, client.Name, target, err)
 	}
 	var m map[string]*dto.MetricFamily
-	eventually(t, 30*time.Second, fmt.Sprintf("%s refusing the flood beyond %d connections", node, connlimit.PerSource), func(context.Context) (bool, string) {
+	perSource := float64(connlimit.Clients.PerSource())
+	eventually(t, 30*time.Second, fmt.Sprintf("%s refusing the flood beyond %v connections", node, perSource), func(context.Context) (bool, string) {
 		m = scrape(t, bin, node, 9962)
 		refused := sumOf(m, "myelin_server_connections_refused_total", nil) - refused0
-		return refused >= flood-connlimit.PerSource, fmt.Sprintf("%v refused", refused)
+		return refused >= flood-perSource, fmt.Sprintf("%v refused", refused)
 	})
-	if grown := sumOf(m, "process_open_fds", nil) - fds0; grown > connlimit.PerSource+16 {
-		t.Errorf("the agent's open descriptors grew by %v under a flood of %d connections from one pod, want at most %d (+16)", grown, flood, connlimit.PerSource)
+	if grown := sumOf(m, "process_open_fds", nil) - fds0; grown > perSource+16 {
+		t.Errorf("the agent's open descriptors grew by %v under a flood of %d connections from one pod, want at most %v (+16)", grown, flood, perSource)
 	}
 	if log := agentLog(t, node); !strings.Contains(log, "refusing connections over the servers' bound") || !strings.Contains(log, client.Status.PodIP) {
 		t.Errorf("%s's log does not name the refused source %s", node, client.Status.PodIP)
