@@ -69,8 +69,9 @@ type RoutingInfo struct {
 	Tunnel       string `json:"tunnel,omitempty"`
 	TunnelReason string `json:"tunnelReason,omitempty"`
 	// Unroutable are the nodes without a route or tunnel, "node: reason": not on this
-	// node's L2 segment, or refused for a PodCIDR or IP that another Node (or this
-	// one) holds or that cannot be a node's (routing.Peers).
+	// node's L2 segment, or refused for a PodCIDR another Node (or this one) holds, an
+	// IP that is this node's or a pod's, or addresses that cannot be a node's
+	// (routing.Peers).
 	Unroutable []string `json:"unroutable,omitempty"`
 }
 

@@ -12,7 +12,7 @@ type Node struct {
 	Name    string
 	IP      netip.Addr   // InternalIP
 	PodCIDR netip.Prefix // invalid until allocated
-	Created time.Time    // creationTimestamp: who came first keeps a contested PodCIDR or IP
+	Created time.Time    // creationTimestamp: who came first keeps a contested PodCIDR
 }
 
 // NodeRoute is a route to another node's PodCIDR via that node's IP.

@@ -28,8 +28,9 @@ func Within(outer, inner netip.Prefix) bool {
 // or loop other pods' traffic. A Node is refused when:
 //
 //   - its PodCIDR is not IPv4 inside cluster-cidr, or overlaps this node's own;
-//   - its IP is not a unicast IPv4 address, is this node's own, or lies in
-//     cluster-cidr (a pod's address as next hop or tunnel endpoint);
+//   - its IP is not a unicast IPv4 address, is this node's own, or lies in a PodCIDR
+//     this node or another Node holds (a pod's address as next hop or tunnel
+//     endpoint; node IPs elsewhere in cluster-cidr are fine);
 //   - its PodCIDR overlaps (equals, contains or lies in) another Node's and that
 //     Node was created first (creationTimestamp, then name): the first keeps the
 //     prefix, every later one is refused.
@@ -51,27 +52,32 @@ func Peers(local Local, nodes []Node) ([]Node, []Unroutable) {
 	var ok []Node
 	var refused []Unroutable
 	var prefixOwners claims
-	for i, n := range others {
-		var why []string
-		if n.PodCIDR.IsValid() {
-			if r := local.checkPodCIDR(n); r != "" {
-				why = append(why, r)
-			} else if h, found := prefixOwners.claim(n.PodCIDR, i); found {
-				o := others[h]
-				why = append(why, fmt.Sprintf("PodCIDR %v of node %s overlaps %v of node %s, which was created first (creationTimestamp, then name) and keeps it",
-					n.PodCIDR, n.Name, o.PodCIDR, o.Name))
-			}
+	why := make([][]string, len(others))
+	for i, n := range others { // PodCIDRs first: an IP is checked against all of them
+		if !n.PodCIDR.IsValid() {
+			continue
 		}
+		if r := local.checkPodCIDR(n); r != "" {
+			why[i] = append(why[i], r)
+		} else if h, found := prefixOwners.claim(n.PodCIDR, i); found {
+			o := others[h]
+			why[i] = append(why[i], fmt.Sprintf("PodCIDR %v of node %s overlaps %v of node %s, which was created first (creationTimestamp, then name) and keeps it",
+				n.PodCIDR, n.Name, o.PodCIDR, o.Name))
+		}
+	}
+	for i, n := range others {
 		if n.IP.IsValid() {
 			if r := local.checkIP(n.IP); r != "" {
-				why = append(why, r)
+				why[i] = append(why[i], r)
+			} else if h, found := prefixOwners.holderOf(n.IP); found {
+				why[i] = append(why[i], fmt.Sprintf("node IP %v is inside node %s's PodCIDR %v (a pod's address)", n.IP, others[h].Name, others[h].PodCIDR))
 			}
 		}
 		switch {
 		case !n.PodCIDR.IsValid() || !n.IP.IsValid():
-		case len(why) > 0:
-			refused = append(refused, Unroutable{n.Name, "refused: " + strings.Join(why, "; ") +
-				" (a Node's PodCIDR and IP must be its own: correct or delete the wrong Node)"})
+		case len(why[i]) > 0:
+			refused = append(refused, Unroutable{n.Name, "refused: " + strings.Join(why[i], "; ") +
+				" (a Node's PodCIDR and IP must be its own: correct the Node's addresses, or delete it)"})
 		default:
 			ok = append(ok, n)
 		}
@@ -105,8 +111,8 @@ func (l Local) checkIP(ip netip.Addr) string {
 		return fmt.Sprintf("node IP %v is not a unicast IPv4 address", ip)
 	case ip == l.IP:
 		return fmt.Sprintf("node IP %v is this node's (%s) own", ip, l.Name)
-	case l.ClusterCIDR.Contains(ip):
-		return fmt.Sprintf("node IP %v is inside cluster-cidr %v (a pod's address)", ip, l.ClusterCIDR)
+	case l.PodCIDR.Contains(ip):
+		return fmt.Sprintf("node IP %v is inside this node's (%s) PodCIDR %v (a pod's address)", ip, l.Name, l.PodCIDR)
 	}
 	return ""
 }
@@ -134,6 +140,20 @@ func (c *claims) claim(p netip.Prefix, holder int) (int, bool) {
 		return (*c)[i-1].holder, true
 	}
 	*c = slices.Insert(*c, i, claim{first, last, holder})
+	return 0, false
+}
+
+// holderOf returns the holder of the PodCIDR that holds ip, if any.
+func (c claims) holderOf(ip netip.Addr) (int, bool) {
+	if !ip.Is4() {
+		return 0, false
+	}
+	a := ip.As4()
+	v := binary.BigEndian.Uint32(a[:])
+	i := sort.Search(len(c), func(i int) bool { return c[i].first > v }) // the first starting past ip
+	if i > 0 && c[i-1].last >= v {
+		return c[i-1].holder, true
+	}
 	return 0, false
 }
 

@@ -61,13 +61,19 @@ func TestDesiredTunnelsRefusesLies(t *testing.T) {
 		{"IP is this node's", Node{Name: "x", IP: a("198.18.0.11"), PodCIDR: p("10.244.5.0/24"), Created: at(5)},
 			[]Tunnel{n2}, "this node's (n1) own"},
 		{"IP is a pod's", Node{Name: "x", IP: a("10.244.0.9"), PodCIDR: p("10.244.5.0/24"), Created: at(5)},
-			[]Tunnel{n2}, "inside cluster-cidr"},
+			[]Tunnel{n2}, "inside this node's (n1) PodCIDR"},
+		// Node IPs inside cluster-cidr but outside every PodCIDR are a cluster's choice.
+		{"IP in cluster-cidr, in no PodCIDR", Node{Name: "x", IP: a("10.244.200.7"), PodCIDR: p("10.244.5.0/24"), Created: at(5)},
+			[]Tunnel{n2, {"x", p("10.244.5.0/24"), a("10.244.200.7")}}, ""},
 	} {
 		got, refused := DesiredTunnels(local, append(slices.Clone(honest), c.liar))
 		if !slices.Equal(got, c.want) {
 			t.Errorf("%s: tunnels %+v, want %+v", c.name, got, c.want)
 		}
-		if len(refused) != 1 || !strings.Contains(refused[0].Reason, c.because) {
+		if c.because == "" && len(refused) > 0 {
+			t.Errorf("%s: refused %+v, want none", c.name, refused)
+		}
+		if c.because != "" && (len(refused) != 1 || !strings.Contains(refused[0].Reason, c.because)) {
 			t.Errorf("%s: refused %+v, want one saying %q", c.name, refused, c.because)
 		}
 	}
