@@ -171,7 +171,8 @@ func (l *netpolLab) do(a conformance.Action) error {
 		_, err = l.cs.NetworkingV1().NetworkPolicies(np.Namespace).Update(ctx, cur, metav1.UpdateOptions{})
 		return err
 	case a.DeleteAll:
-		return l.deletePolicies()
+		_, err := l.deletePolicies()
+		return err
 	case a.LabelNamespace != "":
 		ns, err := l.cs.CoreV1().Namespaces().Get(ctx, a.LabelNamespace, metav1.GetOptions{})
 		if err != nil {
@@ -213,26 +214,45 @@ func (l *netpolLab) labelPod(r conformance.PodRef, labels map[string]string, res
 	return err
 }
 
-func (l *netpolLab) deletePolicies() error {
+// deletePolicies deletes every policy of the model's namespaces and says how many
+// there were.
+func (l *netpolLab) deletePolicies() (int, error) {
+	n := 0
 	for _, ns := range conformance.Namespaces {
-		err := l.cs.NetworkingV1().NetworkPolicies(ns).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
+		list, err := l.cs.NetworkingV1().NetworkPolicies(ns).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
-			return err
+			return n, err
+		}
+		n += len(list.Items)
+		err = l.cs.NetworkingV1().NetworkPolicies(ns).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
+		if err != nil {
+			return n, err
 		}
 	}
-	return nil
+	return n, nil
 }
 
-// reset removes every policy and label change a case made.
+// reset removes every policy and label change a case made and, when there was any,
+// waits until the agents applied its removal (a case that failed before changing
+// anything leaves nothing for them to apply).
 func (l *netpolLab) reset(t *testing.T) {
 	t.Helper()
 	since := time.Now()
-	if err := l.deletePolicies(); err != nil {
+	deleted, err := l.deletePolicies()
+	if err != nil {
 		t.Fatal(err)
 	}
+	changed := deleted > 0
 	for _, r := range conformance.AllPods() {
-		if err := l.labelPod(r, map[string]string{"pod": r.Pod}, true); err != nil {
+		p, err := l.cs.CoreV1().Pods(r.NS).Get(context.Background(), r.Pod, metav1.GetOptions{})
+		if err != nil {
 			t.Fatal(err)
+		}
+		if want := map[string]string{"pod": r.Pod}; !maps.Equal(p.Labels, want) {
+			changed = true
+			if err := l.labelPod(r, want, true); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	for _, name := range conformance.Namespaces {
@@ -241,11 +261,15 @@ func (l *netpolLab) reset(t *testing.T) {
 			t.Fatal(err)
 		}
 		if _, ok := ns.Labels["ns2"]; ok {
+			changed = true
 			delete(ns.Labels, "ns2")
 			if _, err := l.cs.CoreV1().Namespaces().Update(context.Background(), ns, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}
+	}
+	if !changed {
+		return
 	}
 	if err := l.waitApplied(since); err != nil {
 		t.Fatal(err)
