@@ -20,7 +20,7 @@ help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: setup
-setup: ## Install apt packages, build the pinned Kubernetes binaries and Flannel (cached; minutes the first time)
+setup: ## Install apt packages, build the pinned Kubernetes binaries, etcd, Flannel, Helm, the hubble CLI, promtool, kwok, portmap and the image bases (cached; minutes the first time)
 	@scripts/setup.sh
 
 .PHONY: build
