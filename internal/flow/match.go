@@ -8,15 +8,6 @@ import (
 	"time"
 )
 
-// Match reports whether f selects fl: every non-empty field must match (AND), and
-// within a field any one value (OR). A request's filters are compiled once
-// (Request.Matcher); this compiles f for one flow.
-func (f Filter) Match(fl *Flow) bool { return compile(f).match(fl) }
-
-// Match reports whether r selects fl, as r.Matcher().Match(fl) does; compile the
-// Matcher once to match many flows.
-func (r Request) Match(fl *Flow) bool { return r.Matcher().Match(fl) }
-
 // Matcher is a Request compiled for matching many flows: its pod values are parsed
 // once and indexed by namespace, so a flow's pod is compared with the values of its
 // own namespace only (a follower's filters run on every flow the node adds).
@@ -56,7 +47,8 @@ func (m *Matcher) Match(fl *Flow) bool {
 	return !slices.ContainsFunc(m.blacklist, func(c compiled) bool { return c.match(fl) })
 }
 
-// compiled is a Filter with its pod values indexed.
+// compiled is a Filter with its pod values indexed. It selects a flow when every
+// non-empty field matches (AND), and within a field any one value (OR).
 type compiled struct {
 	Filter
 	sourcePods, destinationPods podSet

@@ -68,7 +68,7 @@ func TestFilterMatch(t *testing.T) {
 		{"fields AND", Filter{Verdict: []Verdict{Dropped}, Protocol: []string{"udp"}}, false},
 	}
 	for _, c := range cases {
-		if got := c.f.Match(fl); got != c.want {
+		if got := compile(c.f).match(fl); got != c.want {
 			t.Errorf("%s: Match = %v, want %v", c.name, got, c.want)
 		}
 	}
@@ -91,11 +91,11 @@ func TestRequestMatch(t *testing.T) {
 		{"in range", Request{Since: time.Unix(100, 0), Until: time.Unix(100, 0)}, true},
 	}
 	for _, c := range cases {
-		if got := c.r.Match(fl); got != c.want {
+		if got := c.r.Matcher().Match(fl); got != c.want {
 			t.Errorf("%s: Match = %v, want %v", c.name, got, c.want)
 		}
 	}
-	if !(Request{Whitelist: []Filter{{Protocol: []string{"tcp"}}}, Since: time.Unix(50, 0)}).Match(lost) {
+	if !(Request{Whitelist: []Filter{{Protocol: []string{"tcp"}}}, Since: time.Unix(50, 0)}).Matcher().Match(lost) {
 		t.Error("a TypeLost record must always match")
 	}
 }
@@ -129,11 +129,11 @@ func TestParsedIPFilters(t *testing.T) {
 		t.Fatal(err)
 	}
 	fl := &Flow{Type: TypeL3L4, Source: Endpoint{IP: "10.244.1.5"}, Destination: Endpoint{IP: "10.244.2.7"}}
-	if !r.Match(fl) {
+	if !r.Matcher().Match(fl) {
 		t.Errorf("%+v does not match %+v", r, fl)
 	}
 	fl.Destination.IP = "10.244.2.8"
-	if r.Match(fl) {
+	if r.Matcher().Match(fl) {
 		t.Errorf("%+v matches %+v", r, fl)
 	}
 	b, err := json.Marshal(r)

@@ -34,9 +34,10 @@ func (s *nodeSource) Flows(ctx context.Context, req flow.Request, out chan<- *fl
 	if s.reqs != nil {
 		s.reqs <- req
 	}
+	m := req.Matcher()
 	var h []*flow.Flow
 	for _, f := range s.history {
-		if req.Match(f) {
+		if m.Match(f) {
 			h = append(h, f)
 		}
 	}
@@ -53,7 +54,7 @@ func (s *nodeSource) Flows(ctx context.Context, req flow.Request, out chan<- *fl
 	for req.Follow {
 		select {
 		case f := <-s.live:
-			if req.Match(f) {
+			if m.Match(f) {
 				out <- f
 			}
 		case <-ctx.Done():
