@@ -189,21 +189,23 @@ func (l *netpolLab) do(a conformance.Action) error {
 	return errors.New("empty action")
 }
 
-// addPodLabels adds labels to a pod (upstream's AddPodLabels); with reset,
-// the pod's labels become exactly labels.
+// addPodLabels adds labels to a pod (upstream's AddPodLabels).
 func (l *netpolLab) addPodLabels(r conformance.PodRef, labels map[string]string) error {
-	return l.labelPod(r, labels, false)
+	_, err := l.labelPod(r, labels, false)
+	return err
 }
 
-func (l *netpolLab) labelPod(r conformance.PodRef, labels map[string]string, reset bool) error {
+// labelPod adds labels to the pod, or with reset makes them its only labels, and
+// says whether it changed the pod.
+func (l *netpolLab) labelPod(r conformance.PodRef, labels map[string]string, reset bool) (bool, error) {
 	ctx := context.Background()
 	p, err := l.cs.CoreV1().Pods(r.NS).Get(ctx, r.Pod, metav1.GetOptions{})
 	if err != nil {
-		return err
+		return false, err
 	}
 	if reset {
 		if maps.Equal(p.Labels, labels) {
-			return nil
+			return false, nil
 		}
 		p.Labels = map[string]string{}
 	}
@@ -211,7 +213,7 @@ func (l *netpolLab) labelPod(r conformance.PodRef, labels map[string]string, res
 		p.Labels[k] = v
 	}
 	_, err = l.cs.CoreV1().Pods(r.NS).Update(ctx, p, metav1.UpdateOptions{})
-	return err
+	return err == nil, err
 }
 
 // deletePolicies deletes every policy of the model's namespaces and says how many
@@ -244,16 +246,11 @@ func (l *netpolLab) reset(t *testing.T) {
 	}
 	changed := deleted > 0
 	for _, r := range conformance.AllPods() {
-		p, err := l.cs.CoreV1().Pods(r.NS).Get(context.Background(), r.Pod, metav1.GetOptions{})
+		relabelled, err := l.labelPod(r, map[string]string{"pod": r.Pod}, true)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := map[string]string{"pod": r.Pod}; !maps.Equal(p.Labels, want) {
-			changed = true
-			if err := l.labelPod(r, want, true); err != nil {
-				t.Fatal(err)
-			}
-		}
+		changed = changed || relabelled
 	}
 	for _, name := range conformance.Namespaces {
 		ns, err := l.cs.CoreV1().Namespaces().Get(context.Background(), name, metav1.GetOptions{})
