@@ -147,7 +147,7 @@ func programMetrics(rounds map[int]Sample) []string {
 // measures nothing.
 type bpfMeter struct {
 	start      bpfTotals
-	agentStart float64
+	agentStart map[int]float64
 }
 
 // startBPFMeter starts measuring when on (statistics enabled for the run).
@@ -177,16 +177,14 @@ func (m *bpfMeter) addTo(s Sample, transactions float64) error {
 	for name, ns := range byName {
 		s[ProgramMetric(name)] = ns / transactions
 	}
-	s[MetricAgentCPU] = (agentsCPU() - m.agentStart) * 1e6 / transactions
+	s[MetricAgentCPU] = agentsCPUSince(m.agentStart, agentsCPU()) * 1e6 / transactions
 	return nil
 }
 
-// agentsCPU is the CPU seconds of every myelin-agent process on the machine (an agent
-// that exits between two readings makes the difference low, never wrong by a restart's
-// count: the bench does not restart agents while a case runs).
-func agentsCPU() float64 {
+// agentsCPU is the CPU seconds of each myelin-agent process on the machine, by pid.
+func agentsCPU() map[int]float64 {
 	dirs, _ := os.ReadDir("/proc")
-	total := 0.0
+	total := map[int]float64{}
 	for _, d := range dirs {
 		pid, err := strconv.Atoi(d.Name())
 		if err != nil {
@@ -197,12 +195,24 @@ func agentsCPU() float64 {
 			continue
 		}
 		if cpu, err := processRunTime(pid); err == nil {
-			total += cpu
+			total[pid] = cpu
 		} else if u, err := readUsage(pid); err == nil {
-			total += u.cpu
+			total[pid] = u.cpu
 		}
 	}
 	return total
+}
+
+// agentsCPUSince is the CPU seconds the agents spent between two agentsCPU readings:
+// per pid, so that an agent exiting in between (another agent's test, a restart) makes
+// the figure low, never negative; an agent that started in between counts whole, and a
+// pid's threads that exited take their time with them (its difference counts as 0).
+func agentsCPUSince(start, end map[int]float64) float64 {
+	spent := 0.0
+	for pid, cpu := range end {
+		spent += max(cpu-start[pid], 0)
+	}
+	return spent
 }
 
 // processRunTime is the seconds pid's threads have spent on a CPU, summed from

@@ -75,3 +75,24 @@ func TestProcessRunTime(t *testing.T) {
 		t.Errorf("run time %v s after computing (%d), %v s before: want more", after, x, before)
 	}
 }
+
+// TestAgentsCPUSince: agents that exit between the readings (a test stopping its
+// agent while a bench case runs) lower the figure, never make it negative; one that
+// started in between counts whole.
+func TestAgentsCPUSince(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		start, end map[int]float64
+		want       float64
+	}{
+		{"the same agents", map[int]float64{10: 1, 20: 2}, map[int]float64{10: 1.5, 20: 2.25}, 0.75},
+		{"one exited", map[int]float64{10: 1, 20: 50}, map[int]float64{10: 1.5}, 0.5},
+		{"one started", map[int]float64{10: 1}, map[int]float64{10: 1.5, 30: 0.25}, 0.75},
+		{"threads exited", map[int]float64{10: 3}, map[int]float64{10: 2}, 0},
+		{"none", nil, nil, 0},
+	} {
+		if got := agentsCPUSince(tc.start, tc.end); got != tc.want {
+			t.Errorf("%s: agentsCPUSince(%v, %v) = %v, want %v", tc.name, tc.start, tc.end, got, tc.want)
+		}
+	}
+}

@@ -179,7 +179,7 @@ func testCgroup(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(root, "myelin-dptest-"+randomSuffix())
+	dir := filepath.Join(root, "dptest-"+randomSuffix()) // not myelin-*: the lab owns that prefix
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatalf("create cgroup: %v", err)
 	}

@@ -20,7 +20,9 @@ func TestPrivilegedScan(t *testing.T) {
 	testenv.RequireTools(t, "ip", "iptables", "ip6tables", "nft")
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	name := "myelin-guardtest-" + hex.EncodeToString(b)
+	// guardtest-*, not myelin-*: the lab's leftover checks own that prefix, and
+	// test/install runs them in parallel with this package.
+	name := "guardtest-" + hex.EncodeToString(b)
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v: %s", err, out)
 	}

@@ -68,13 +68,23 @@ func myelin(args ...string) (string, error) {
 	return out.String(), err
 }
 
+// requireNoLab fails the test when a lab runs or its network namespaces are left over,
+// naming them.
+func requireNoLab(t *testing.T) {
+	t.Helper()
+	if lab.Running(paths) {
+		t.Fatal("a lab is already running on this machine; run myelin lab down before the e2e tests")
+	}
+	if left := lab.LeftoverNetNS(); len(left) > 0 {
+		t.Fatalf("network namespaces %v are left over on this machine; run myelin lab down before the e2e tests", left)
+	}
+}
+
 // labUp brings up a lab and registers its teardown, which also checks that nothing
 // named myelin-* is left. On failure the lab's logs are copied into the test output.
 func labUp(t *testing.T, args ...string) kubernetes.Interface {
 	t.Helper()
-	if lab.Running(paths) || len(lab.LeftoverNetNS()) > 0 {
-		t.Fatalf("a lab is already running or left over on this machine; run myelin lab down before the e2e tests")
-	}
+	requireNoLab(t)
 	t.Cleanup(func() {
 		if t.Failed() {
 			dumpLogs(t)

@@ -246,9 +246,7 @@ func TestLabKubeletFailures(t *testing.T) {
 // and leave nothing behind.
 func TestLabBadInput(t *testing.T) {
 	requireRoot(t)
-	if lab.Running(paths) || len(lab.LeftoverNetNS()) > 0 {
-		t.Fatalf("a lab is already running or left over on this machine; run myelin lab down before the e2e tests")
-	}
+	requireNoLab(t)
 	expectFailure := func(t *testing.T, want string, argv ...string) {
 		t.Helper()
 		out, err := myelin(argv...)

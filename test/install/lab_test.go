@@ -36,8 +36,11 @@ func labUp(t *testing.T) (labplan.Paths, string) {
 	testenv.RequireRoot(t, "run a lab (network namespaces, a real control plane)")
 	testenv.LockLab(t) // test/e2e brings up labs too, in parallel with this package
 	paths := labplan.Paths{Dir: labplan.DefaultDir}
-	if lab.Running(paths) || len(lab.LeftoverNetNS()) > 0 {
-		t.Fatal("a lab is already running or left over on this machine; run myelin lab down first")
+	if lab.Running(paths) {
+		t.Fatal("a lab is already running on this machine; run myelin lab down first")
+	}
+	if left := lab.LeftoverNetNS(); len(left) > 0 {
+		t.Fatalf("network namespaces %v are left over on this machine (the lab owns the %s prefix); run myelin lab down first", left, labplan.NamePrefix)
 	}
 	bin := t.TempDir()
 	if out, err := run(t, nil, "go", "build", "-tags", version.BuildTags, "-o", bin+"/", "github.com/myelin-net/myelin/cmd/..."); err != nil {
