@@ -33,15 +33,50 @@ func TestPeerHealthSkipsLyingNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h := &peerHealthLoop{node: "n1", nodes: &nodeWatch{lister: corelisters.NewNodeLister(idx)},
+	w := &nodeWatch{lister: corelisters.NewNodeLister(idx)}
+	h := &peerHealthLoop{node: "n1", nodes: w, changed: w.subscribe(),
 		local: routing.Local{Name: "n1", IP: netip.MustParseAddr("198.18.0.11"), PodCIDR: netip.MustParsePrefix("10.244.0.0/24"),
 			ClusterCIDR: netip.MustParsePrefix("10.244.0.0/16")}}
-	var names []string
-	for _, p := range h.peers() {
-		names = append(names, p.Name)
+	probed := func() []string {
+		var names []string
+		for _, p := range h.peers() {
+			names = append(names, p.Name)
+		}
+		slices.Sort(names)
+		return names
 	}
-	slices.Sort(names)
-	if !slices.Equal(names, []string{"n2", "n3"}) {
-		t.Errorf("probed %v, want n2 and n3 (not the Node claiming half of n2's PodCIDR)", names)
+	if got := probed(); !slices.Equal(got, []string{"n2", "n3"}) {
+		t.Errorf("probed %v, want n2 and n3 (not the Node claiming half of n2's PodCIDR)", got)
+	}
+
+	// The peers are kept between rounds and computed again after a change: n3 got its
+	// PodCIDR, the liar left, n4 joined.
+	if err := idx.Update(node("n3", "198.18.0.13", "10.244.2.0/24", 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := idx.Delete(node("liar", "", "", 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := idx.Add(node("n4", "198.18.0.14", "10.244.3.0/24", 4)); err != nil {
+		t.Fatal(err)
+	}
+	w.kick()
+	if got := probed(); !slices.Equal(got, []string{"n2", "n3", "n4"}) {
+		t.Errorf("after the Nodes changed, probed %v, want n2, n3 and n4", got)
+	}
+	for _, p := range h.peers() {
+		if p.Name == "n3" && p.HealthIP != netip.MustParseAddr("10.244.2.1") {
+			t.Errorf("n3's health address %v after it got 10.244.2.0/24", p.HealthIP)
+		}
+	}
+	// With every other Node gone, no peers is an answer too (not "compute again").
+	for _, n := range []string{"n2", "n3", "n4"} {
+		if err := idx.Delete(node(n, "", "", 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.kick()
+	if got := probed(); len(got) != 0 {
+		t.Errorf("with no other Node, probed %v", got)
 	}
 }
