@@ -23,7 +23,7 @@ func preflight(paths labplan.Paths, plan labplan.Plan) error {
 	if err := checkTools(plan); err != nil {
 		return err
 	}
-	if err := checkStale(paths); err != nil {
+	if err := CheckStale(paths); err != nil {
 		return err
 	}
 	if err := checkKernel(); err != nil {
@@ -54,7 +54,10 @@ func checkTools(plan labplan.Plan) error {
 	return nil
 }
 
-func checkStale(paths labplan.Paths) error {
+// CheckStale fails, naming what it found, when a lab's directory, network namespaces
+// or root links are on the machine with no lab running: lab up refuses to build over
+// them, and tests check for them before they start.
+func CheckStale(paths labplan.Paths) error {
 	var found []string
 	if _, err := os.Stat(paths.Dir); err == nil {
 		found = append(found, paths.Dir)

@@ -68,15 +68,15 @@ func myelin(args ...string) (string, error) {
 	return out.String(), err
 }
 
-// requireNoLab fails the test when a lab runs or its network namespaces are left over,
-// naming them.
+// requireNoLab fails the test when a lab runs or one's leftovers are in the way
+// (lab.CheckStale names them).
 func requireNoLab(t *testing.T) {
 	t.Helper()
 	if lab.Running(paths) {
 		t.Fatal("a lab is already running on this machine; run myelin lab down before the e2e tests")
 	}
-	if left := lab.LeftoverNetNS(); len(left) > 0 {
-		t.Fatalf("network namespaces %v are left over on this machine; run myelin lab down before the e2e tests", left)
+	if err := lab.CheckStale(paths); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -39,8 +39,8 @@ func labUp(t *testing.T) (labplan.Paths, string) {
 	if lab.Running(paths) {
 		t.Fatal("a lab is already running on this machine; run myelin lab down first")
 	}
-	if left := lab.LeftoverNetNS(); len(left) > 0 {
-		t.Fatalf("network namespaces %v are left over on this machine (the lab owns the %s prefix); run myelin lab down first", left, labplan.NamePrefix)
+	if err := lab.CheckStale(paths); err != nil {
+		t.Fatal(err)
 	}
 	bin := t.TempDir()
 	if out, err := run(t, nil, "go", "build", "-tags", version.BuildTags, "-o", bin+"/", "github.com/myelin-net/myelin/cmd/..."); err != nil {
