@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"os/exec"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -29,6 +30,11 @@ func TestPrivilegedScan(t *testing.T) {
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
 	run := func(args ...string) {
 		t.Helper()
+		if args[0] == "iptables" || args[0] == "ip6tables" {
+			// -w: wait for the xtables lock (iptables-legacy shares it
+			// machine-wide with whatever else runs iptables) instead of failing.
+			args = slices.Insert(args, 1, "-w")
+		}
 		if out, err := exec.Command("ip", append([]string{"netns", "exec", name}, args...)...).CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
 		}
