@@ -49,8 +49,20 @@ func TestPeerHealthSkipsLyingNodes(t *testing.T) {
 		t.Errorf("probed %v, want n2 and n3 (not the Node claiming half of n2's PodCIDR)", got)
 	}
 
-	// The peers are kept between rounds and computed again after a change: n3 got its
-	// PodCIDR, the liar left, n4 joined.
+	// The peers are kept between rounds: a Node the informer has but the watch has
+	// not announced yet is not probed.
+	if err := idx.Add(node("n5", "198.18.0.15", "10.244.4.0/24", 5)); err != nil {
+		t.Fatal(err)
+	}
+	if got := probed(); !slices.Equal(got, []string{"n2", "n3"}) {
+		t.Errorf("before the watch said anything changed, probed %v, want the kept n2 and n3", got)
+	}
+
+	// They are computed again after a change: n3 got its PodCIDR, the liar and n5
+	// left, n4 joined.
+	if err := idx.Delete(node("n5", "", "", 0)); err != nil {
+		t.Fatal(err)
+	}
 	if err := idx.Update(node("n3", "198.18.0.13", "10.244.2.0/24", 3)); err != nil {
 		t.Fatal(err)
 	}
