@@ -71,10 +71,14 @@ func (w *nodeWatch) kick() {
 
 // follow runs sync with every Node once the informer has synced, then again on every
 // change (changed, from subscribe) and every nodeResync, reporting each run as the
-// loop name, until ctx ends.
+// loop name, until ctx ends. An agent stopped before the informer synced never runs
+// sync: with the cache still empty it would delete every other node's route, tunnel
+// and no-masquerade entry on its way out.
 func (w *nodeWatch) follow(ctx context.Context, changed <-chan struct{}, name string, l *loops, log *slog.Logger,
 	sync func([]*corev1.Node) error) {
-	cache.WaitForCacheSync(ctx.Done(), w.informer.HasSynced)
+	if !cache.WaitForCacheSync(ctx.Done(), w.informer.HasSynced) {
+		return
+	}
 	ticker := time.NewTicker(nodeResync)
 	defer ticker.Stop()
 	for {

@@ -63,8 +63,9 @@ func (h *peerHealthLoop) Run(ctx context.Context) {
 	} else {
 		defer srv.Close()
 	}
-	cache.WaitForCacheSync(ctx.Done(), h.nodes.informer.HasSynced)
-	h.prober.Run(ctx)
+	if cache.WaitForCacheSync(ctx.Done(), h.nodes.informer.HasSynced) {
+		h.prober.Run(ctx)
+	}
 }
 
 func (h *peerHealthLoop) serve() (*clusterhealth.Server, error) {
