@@ -50,6 +50,7 @@ type policyView struct {
 type policyLoop struct {
 	node    string
 	maps    *ipcacheMirror // the datapath's policy maps (policymirror.go)
+	purges  *purgeJournal  // tracked connections still to forget (policypurge.go)
 	idsPath string
 	ids     *policy.Identities
 	cs      kube.Client
@@ -74,7 +75,8 @@ func newPolicyLoop(node, stateDir string, maps policyMaps, cs kube.Client, endpo
 	if err != nil {
 		return nil, err
 	}
-	return &policyLoop{node: node, maps: &ipcacheMirror{policyMaps: maps}, idsPath: path, ids: ids, cs: cs, loops: l, log: log,
+	return &policyLoop{node: node, maps: &ipcacheMirror{policyMaps: maps},
+		purges: &purgeJournal{path: filepath.Join(stateDir, "policy-purge.json")}, idsPath: path, ids: ids, cs: cs, loops: l, log: log,
 		events: newPolicyEvents(cs, node, log), changed: make(chan struct{}, 1),
 		endpoints: endpoints, urgent: make(chan struct{}, 1), applied: make(chan struct{})}, nil
 }
@@ -152,7 +154,7 @@ func (p *policyLoop) sync(ctx context.Context, in policy.Input) error {
 	if err := p.ids.Save(p.idsPath); err != nil {
 		return err
 	}
-	res, err := applyPolicy(p.maps, st)
+	res, err := applyPolicy(p.maps, p.purges, st)
 	st.Problems = append(st.Problems, applyProblems(st, res)...)
 	v := &policyView{input: in, state: st, started: start, applied: time.Now(), duration: time.Since(start), writes: res.writes, err: err}
 	p.view.Store(v)

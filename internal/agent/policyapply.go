@@ -36,11 +36,13 @@ type policyApplied struct {
 
 // applyPolicy makes the maps hold st, in the order that never denies what
 // both the old and the new state allow (docs/policy.md): entries, then the
-// ipcache, then flags, then removals. A pod becoming isolated first loses
-// stale entries (of a pod that had its address before). An entry or prefix
-// that can't be written makes its pod's direction incomplete (fail closed);
-// the other writes go on.
-func applyPolicy(m policyMaps, st policy.State) (policyApplied, error) {
+// ipcache, then flags, then removals, then the tracked connections the change
+// may no longer allow are forgotten (with those an earlier apply left in the
+// journal j, which holds them from before the first write until they are
+// forgotten). A pod becoming isolated first loses stale entries (of a pod that
+// had its address before). An entry or prefix that can't be written makes its
+// pod's direction incomplete (fail closed); the other writes go on.
+func applyPolicy(m policyMaps, j *purgeJournal, st policy.State) (policyApplied, error) {
 	res := policyApplied{failed: map[netip.Addr][]string{}}
 	curFlags, err := m.PolicyFlagsAll()
 	if err != nil {
@@ -56,7 +58,13 @@ func applyPolicy(m policyMaps, st policy.State) (policyApplied, error) {
 	}
 	want := desiredEntries(st)
 	purge := policyCTPurge(st, want, curEntries, curFlags, curCache)
-	var errs []error
+	pending, err := j.pending()
+	errs := []error{err}
+	if purge = mergePurges(purge, pending); !pending.Empty() || !purge.Empty() {
+		// A journal that can't be written still lets the policy change: it only
+		// matters if the agent also dies before step 5.
+		errs = append(errs, j.record(purge))
+	}
 	fail := func(ip netip.Addr, egress bool, err error) {
 		res.failed[ip] = append(res.failed[ip], err.Error())
 		ep := st.Endpoints[ip]
@@ -77,7 +85,9 @@ func applyPolicy(m policyMaps, st policy.State) (policyApplied, error) {
 	n, err := m.PurgePolicyCT(purge)
 	res.purged = n
 	if err != nil {
-		errs = append(errs, err)
+		errs = append(errs, err) // still in the journal: the next apply tries again
+	} else {
+		errs = append(errs, j.done())
 	}
 	return res, errors.Join(errs...)
 }
