@@ -154,7 +154,7 @@ func (p *policyLoop) sync(ctx context.Context, in policy.Input) error {
 	if err := p.ids.Save(p.idsPath); err != nil {
 		return err
 	}
-	res, err := applyPolicy(p.maps, p.purges, st)
+	res, err := applyPolicy(p.maps, p.purges, st, orphanEndpoints(p.node, p.endpoints(), in.Pods))
 	st.Problems = append(st.Problems, applyProblems(st, res)...)
 	v := &policyView{input: in, state: st, started: start, applied: time.Now(), duration: time.Since(start), writes: res.writes, err: err}
 	p.view.Store(v)
@@ -168,6 +168,33 @@ func (p *policyLoop) sync(ctx context.Context, in policy.Input) error {
 		return fmt.Errorf("apply network policy: %w", err)
 	}
 	return nil
+}
+
+// orphanEndpoints are the addresses of this node's endpoints (eps) that no pod of
+// the node among pods has, each with its pod's namespace/name: their Pod object is
+// gone (or finished) while CNI DEL has not removed them yet (keepOrphans).
+func orphanEndpoints(node string, eps []api.Endpoint, pods []policy.Pod) map[netip.Addr]string {
+	if len(eps) == 0 {
+		return nil
+	}
+	seen := make(map[netip.Addr]bool, len(eps))
+	for _, pod := range pods {
+		if pod.Node == node && pod.IP.IsValid() {
+			seen[pod.IP] = true
+		}
+	}
+	var out map[netip.Addr]string
+	for _, ep := range eps {
+		ip, err := netip.ParseAddr(ep.IP)
+		if err != nil || seen[ip] {
+			continue
+		}
+		if out == nil {
+			out = map[netip.Addr]string{}
+		}
+		out[ip] = ep.Namespace + "/" + ep.Pod
+	}
+	return out
 }
 
 // applyProblems turns entries the apply could not write (a full map) into

@@ -41,8 +41,10 @@ type policyApplied struct {
 // journal j, which holds them from before the first write until they are
 // forgotten). A pod becoming isolated first loses stale entries (of a pod that
 // had its address before). An entry or prefix that can't be written makes its
-// pod's direction incomplete (fail closed); the other writes go on.
-func applyPolicy(m policyMaps, j *purgeJournal, st policy.State) (policyApplied, error) {
+// pod's direction incomplete (fail closed); the other writes go on. orphans
+// (address → namespace/name) are this node's endpoints that st has no pod for:
+// what the maps hold for them is kept (keepOrphans).
+func applyPolicy(m policyMaps, j *purgeJournal, st policy.State, orphans map[netip.Addr]string) (policyApplied, error) {
 	res := policyApplied{failed: map[netip.Addr][]string{}}
 	curFlags, err := m.PolicyFlagsAll()
 	if err != nil {
@@ -56,6 +58,7 @@ func applyPolicy(m policyMaps, j *purgeJournal, st policy.State) (policyApplied,
 	if err != nil {
 		return res, err
 	}
+	keepOrphans(st, orphans, curFlags, curEntries)
 	want := desiredEntries(st)
 	purge := policyCTPurge(st, want, curEntries, curFlags, curCache)
 	pending, err := j.pending()
@@ -285,6 +288,41 @@ func incomplete(egress bool) datapath.PolicyFlags {
 }
 
 // desiredEntries flattens st's entries into map keys.
+// orphanProblem is what `myelin endpoints` says of an endpoint keepOrphans kept.
+const orphanProblem = "its Pod is gone from the API while its sandbox is still on this node: " +
+	"the policy it had last is kept until CNI DEL removes the endpoint"
+
+// keepOrphans adds to st the isolated endpoints among orphans as the maps hold
+// them (flags and entries): a pod force-deleted from the API (kubectl delete
+// --force) runs on until the kubelet kills it, and for as long as the kubelet
+// is down or cut off; without its Pod the computation does not see it, and
+// writing st as computed would lift its isolation both ways. So would an agent
+// that restarted after the deletion. Peers that appear later are not added to
+// its entries (fail closed); CNI DEL ends it.
+func keepOrphans(st policy.State, orphans map[netip.Addr]string, curFlags map[netip.Addr]datapath.PolicyFlags,
+	curEntries map[datapath.PolicyKey][]datapath.PolicyPort) {
+	var kept map[netip.Addr]*policy.Endpoint
+	for ip, ref := range orphans {
+		if _, ok := st.Endpoints[ip]; ok || curFlags[ip] == 0 {
+			continue
+		}
+		if kept == nil {
+			kept = map[netip.Addr]*policy.Endpoint{}
+		}
+		kept[ip] = &policy.Endpoint{Pod: ref, IP: ip, Flags: curFlags[ip], Entries: map[policy.Key][]datapath.PolicyPort{},
+			Problems: []string{orphanProblem}}
+		st.Endpoints[ip] = kept[ip]
+	}
+	if kept == nil {
+		return
+	}
+	for k, ports := range curEntries {
+		if ep := kept[k.Endpoint]; ep != nil {
+			ep.Entries[policy.Key{Identity: k.Identity, Egress: k.Egress}] = ports
+		}
+	}
+}
+
 func desiredEntries(st policy.State) map[datapath.PolicyKey][]datapath.PolicyPort {
 	out := map[datapath.PolicyKey][]datapath.PolicyPort{}
 	for ip, ep := range st.Endpoints {

@@ -134,7 +134,7 @@ var tcp80Only = []datapath.PolicyPort{{Proto: policy.ProtoTCP, Lo: 80, Hi: 80}}
 func TestApplyPolicyNoDenyWindow(t *testing.T) {
 	m := newFakePolicyMaps()
 	old := serverState(map[netip.Addr]uint32{podX: 300, podY: 301}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
-	if _, err := applyPolicy(m, &purgeJournal{}, old); err != nil {
+	if _, err := applyPolicy(m, &purgeJournal{}, old, nil); err != nil {
 		t.Fatal(err)
 	}
 	if !m.allows(podY, podX, 80) || m.allows(podY, podX, 81) {
@@ -147,7 +147,7 @@ func TestApplyPolicyNoDenyWindow(t *testing.T) {
 		return nil
 	}
 	next := serverState(map[netip.Addr]uint32{podX: 300, podY: 302}, map[uint32][]datapath.PolicyPort{302: tcp80Only})
-	res, err := applyPolicy(m, &purgeJournal{}, next)
+	res, err := applyPolicy(m, &purgeJournal{}, next, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestApplyPolicyNoDenyWindow(t *testing.T) {
 		t.Errorf("entries %v after %d writes: want the old identity's entry gone", m.entries, res.writes)
 	}
 	// Applying the same state again writes nothing (a restarted agent).
-	if res, err := applyPolicy(m, &purgeJournal{}, next); err != nil || res.writes != 0 {
+	if res, err := applyPolicy(m, &purgeJournal{}, next, nil); err != nil || res.writes != 0 {
 		t.Errorf("re-apply: %d writes, %v; want none", res.writes, err)
 	}
 }
@@ -178,7 +178,7 @@ func TestApplyPolicyNewlyIsolated(t *testing.T) {
 		return nil
 	}
 	st := serverState(map[netip.Addr]uint32{podX: 300, podY: 301}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
-	if _, err := applyPolicy(m, &purgeJournal{}, st); err != nil {
+	if _, err := applyPolicy(m, &purgeJournal{}, st, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range m.errs {
@@ -196,7 +196,7 @@ func TestApplyPolicyMapFullFailsClosed(t *testing.T) {
 	m.max = 1
 	st := serverState(map[netip.Addr]uint32{podX: 300, podY: 301},
 		map[uint32][]datapath.PolicyPort{301: tcp80Only, 302: tcp80Only})
-	res, _ := applyPolicy(m, &purgeJournal{}, st)
+	res, _ := applyPolicy(m, &purgeJournal{}, st, nil)
 	if m.flags[podX] != datapath.PolicyIngress|datapath.PolicyIngressIncomplete {
 		t.Errorf("flags %v, want ingress isolated and incomplete", m.flags)
 	}
@@ -204,7 +204,7 @@ func TestApplyPolicyMapFullFailsClosed(t *testing.T) {
 		t.Errorf("failed %v problems %v: want the full map reported once", res.failed, st.Endpoints[podX].Problems)
 	}
 	// A pod no longer isolated loses its flags and entries.
-	if _, err := applyPolicy(m, &purgeJournal{}, policy.State{IPCache: st.IPCache}); err != nil {
+	if _, err := applyPolicy(m, &purgeJournal{}, policy.State{IPCache: st.IPCache}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if len(m.flags) != 0 || len(m.entries) != 0 {
@@ -219,7 +219,7 @@ func TestApplyProblemsNamePolicies(t *testing.T) {
 	st := serverState(map[netip.Addr]uint32{podX: 300, podY: 301},
 		map[uint32][]datapath.PolicyPort{301: tcp80Only, 302: tcp80Only})
 	st.Endpoints[podX].IngressPolicies = []string{"x/one", "x/two"}
-	res, _ := applyPolicy(m, &purgeJournal{}, st)
+	res, _ := applyPolicy(m, &purgeJournal{}, st, nil)
 	got := applyProblems(st, res)
 	if len(got) != 2 || got[0].Policy != "x/one" || got[1].Policy != "x/two" {
 		t.Errorf("problems %v, want one for x/one and one for x/two", got)
@@ -233,27 +233,27 @@ func TestApplyPolicyPurgesTrackedConnections(t *testing.T) {
 	podZ := netip.MustParseAddr("10.244.1.11")
 	m := newFakePolicyMaps()
 	base := serverState(map[netip.Addr]uint32{podX: 300, podY: 301, podZ: 303}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
-	if _, err := applyPolicy(m, &purgeJournal{}, base); err != nil {
+	if _, err := applyPolicy(m, &purgeJournal{}, base, nil); err != nil {
 		t.Fatal(err)
 	}
 	m.purges = nil
 	wider := serverState(map[netip.Addr]uint32{podX: 300, podY: 301, podZ: 303},
 		map[uint32][]datapath.PolicyPort{301: tcp80Only, 303: tcp80Only})
-	if _, err := applyPolicy(m, &purgeJournal{}, wider); err != nil || len(m.purges) != 0 {
+	if _, err := applyPolicy(m, &purgeJournal{}, wider, nil); err != nil || len(m.purges) != 0 {
 		t.Fatalf("widening: purges %v, err %v; want none", m.purges, err)
 	}
-	if _, err := applyPolicy(m, &purgeJournal{}, base); err != nil || len(m.purges) != 1 || !m.purges[0].Endpoints[podX] {
+	if _, err := applyPolicy(m, &purgeJournal{}, base, nil); err != nil || len(m.purges) != 1 || !m.purges[0].Endpoints[podX] {
 		t.Fatalf("narrowing: purges %v, err %v; want x's connections forgotten", m.purges, err)
 	}
 	m.purges = nil
 	gone := serverState(map[netip.Addr]uint32{podX: 300, podZ: 303}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
-	if _, err := applyPolicy(m, &purgeJournal{}, gone); err != nil || len(m.purges) != 1 || !m.purges[0].Peers[podY] || m.purges[0].Endpoints[podX] {
+	if _, err := applyPolicy(m, &purgeJournal{}, gone, nil); err != nil || len(m.purges) != 1 || !m.purges[0].Peers[podY] || m.purges[0].Endpoints[podX] {
 		t.Fatalf("peer removed: purges %v, err %v; want y's connections forgotten, x's policy unchanged", m.purges, err)
 	}
 	m.purges = nil
 	cidr := netip.MustParsePrefix("203.0.113.0/28")
 	gone.IPCache[cidr] = 304
-	if _, err := applyPolicy(m, &purgeJournal{}, gone); err != nil || len(m.purges) != 1 || !slices.Contains(m.purges[0].Prefixes, cidr) {
+	if _, err := applyPolicy(m, &purgeJournal{}, gone, nil); err != nil || len(m.purges) != 1 || !slices.Contains(m.purges[0].Prefixes, cidr) {
 		t.Fatalf("new CIDR: purges %v, err %v; want its addresses' connections forgotten", m.purges, err)
 	}
 }
@@ -267,7 +267,7 @@ func TestApplyPolicyIPCacheFailureFailsClosed(t *testing.T) {
 	m.failCache = map[netip.Prefix]bool{except: true}
 	st := serverState(map[netip.Addr]uint32{podX: 300}, map[uint32][]datapath.PolicyPort{310: tcp80Only})
 	st.IPCache[cidr], st.IPCache[except] = 310, 311
-	_, err := applyPolicy(m, &purgeJournal{}, st)
+	_, err := applyPolicy(m, &purgeJournal{}, st, nil)
 	if _, ok := m.cache[cidr]; ok || err == nil {
 		t.Fatalf("cache %v, err %v: want the CIDR holding the failed except removed and an error", m.cache, err)
 	}
@@ -275,7 +275,7 @@ func TestApplyPolicyIPCacheFailureFailsClosed(t *testing.T) {
 		t.Errorf("cache %v: prefixes not holding the failed one stay written", m.cache)
 	}
 	m.failCache = nil
-	if _, err := applyPolicy(m, &purgeJournal{}, st); err != nil || m.cache[cidr] != 310 || m.cache[except] != 311 {
+	if _, err := applyPolicy(m, &purgeJournal{}, st, nil); err != nil || m.cache[cidr] != 310 || m.cache[except] != 311 {
 		t.Errorf("cache %v, err %v: want both written once the map has room", m.cache, err)
 	}
 }

@@ -26,7 +26,7 @@ func TestPolicyPurgeSurvivesARestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "policy-purge.json")
 	m := newFakePolicyMaps()
 	wide := serverState(map[netip.Addr]uint32{podX: 300, podY: 301}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
-	if _, err := applyPolicy(m, &purgeJournal{path: path}, wide); err != nil {
+	if _, err := applyPolicy(m, &purgeJournal{path: path}, wide, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
@@ -34,12 +34,12 @@ func TestPolicyPurgeSurvivesARestart(t *testing.T) {
 	}
 	m.purges = nil
 	narrow := serverState(map[netip.Addr]uint32{podX: 300, podY: 301}, nil) // y is no longer allowed into x
-	if _, err := applyPolicy(diesBeforePurge{m}, &purgeJournal{path: path}, narrow); err == nil {
+	if _, err := applyPolicy(diesBeforePurge{m}, &purgeJournal{path: path}, narrow, nil); err == nil {
 		t.Fatal("the dying apply reported no error")
 	}
 
 	restarted := &purgeJournal{path: path}
-	if _, err := applyPolicy(m, restarted, narrow); err != nil {
+	if _, err := applyPolicy(m, restarted, narrow, nil); err != nil {
 		t.Fatal(err)
 	}
 	if len(m.purges) != 1 || !m.purges[0].Endpoints[podX] {
@@ -49,7 +49,7 @@ func TestPolicyPurgeSurvivesARestart(t *testing.T) {
 		t.Errorf("journal after its purge ran: %v, want it removed", err)
 	}
 	m.purges = nil
-	if _, err := applyPolicy(m, restarted, narrow); err != nil || len(m.purges) != 0 {
+	if _, err := applyPolicy(m, restarted, narrow, nil); err != nil || len(m.purges) != 0 {
 		t.Errorf("the next apply purged %v (err %v), want nothing", m.purges, err)
 	}
 }
@@ -65,7 +65,7 @@ func TestPolicyPurgeUnreadableJournal(t *testing.T) {
 	m := newFakePolicyMaps()
 	st := serverState(map[netip.Addr]uint32{podX: 300}, nil)
 	j := &purgeJournal{path: path}
-	_, err := applyPolicy(m, j, st)
+	_, err := applyPolicy(m, j, st, nil)
 	if err == nil {
 		t.Error("an unreadable journal reported no error")
 	}
@@ -74,7 +74,7 @@ func TestPolicyPurgeUnreadableJournal(t *testing.T) {
 		t.Errorf("purges %v, want every connection (%v)", m.purges, all)
 	}
 	m.purges = nil
-	if _, err := applyPolicy(m, j, st); err != nil || len(m.purges) != 0 {
+	if _, err := applyPolicy(m, j, st, nil); err != nil || len(m.purges) != 0 {
 		t.Errorf("after the purge: purges %v, err %v; want none", m.purges, err)
 	}
 }
