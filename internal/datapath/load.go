@@ -206,6 +206,10 @@ func Load(cfg Config) (*Datapath, error) {
 		return nil, err
 	}
 	d.replaced = replaced
+	if err := d.restorePolicyFlags(); err != nil {
+		d.objs.Close()
+		return nil, err
+	}
 	if cfg.LoadBalancing {
 		if err := d.seedPortBitmaps(created); err != nil {
 			d.objs.Close()

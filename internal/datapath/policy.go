@@ -149,6 +149,43 @@ func (d *Datapath) SetPolicyFlags(ip netip.Addr, flags PolicyFlags) error {
 	return d.mirrorPolicyFlags(key, ip, flags)
 }
 
+// restorePolicyFlags writes into myelin_policy_eps the isolation flags of every
+// endpoint that holds some there is no entry for. Load calls it: an upgrade that
+// replaced myelin_policy_eps empty (a layout it could not convert) while the
+// endpoints map kept its entries would otherwise open every isolated pod, since
+// UpsertEndpoint, which the agent's restore calls for each, takes the flags from
+// myelin_policy_eps. The same mends an agent that died inside SetPolicyFlags(ip,
+// 0). Either way the pod stays isolated (fail closed) until the policy loop
+// writes what applies now.
+func (d *Datapath) restorePolicyFlags() error {
+	d.policyMu.Lock()
+	defer d.policyMu.Unlock()
+	var lost [][4]byte
+	var flags []PolicyFlags
+	err := dumpEntries(d.objs.MyelinEndpoints, func(key [4]byte, v myelinEndpointInfo) {
+		if v.Flags != 0 {
+			lost, flags = append(lost, key), append(flags, PolicyFlags(v.Flags))
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("restore policy flags from the endpoints: %w", err)
+	}
+	for i, key := range lost {
+		var v myelinPolicyEp
+		err := d.objs.MyelinPolicyEps.Lookup(key, &v)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("restore policy flags: %w", err)
+		}
+		if err := d.setPolicyEps(key, netip.AddrFrom4(key), flags[i]); err != nil {
+			return fmt.Errorf("restore policy flags: %w", err)
+		}
+	}
+	return nil
+}
+
 // mirrorPolicyFlags writes flags into the endpoint entry of key, if any.
 func (d *Datapath) mirrorPolicyFlags(key [4]byte, ip netip.Addr, flags PolicyFlags) error {
 	var v myelinEndpointInfo

@@ -118,3 +118,55 @@ func TestPolicyCTMatchesEnds(t *testing.T) {
 		}
 	}
 }
+
+// An upgrade that replaced myelin_policy_eps empty (a layout it could not convert)
+// while the endpoints map kept its entries must not open the isolated pods: Load
+// writes their flags back, so the agent's restore (UpsertEndpoint, which takes the
+// flags from myelin_policy_eps) keeps them isolated.
+func TestPrivilegedLoadRestoresPolicyFlags(t *testing.T) {
+	requirePrivileged(t)
+	dir := testPinDir(t)
+	defer Unpin(dir)
+	cfg := Config{PinDir: dir, HostRouting: HostRoutingBPF, NodeIP: testNodeIP}
+	isolated, open := mustAddr("10.1.0.77"), mustAddr("10.1.0.78")
+	d, err := Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ip := range []netip.Addr{isolated, open} {
+		if err := d.UpsertEndpoint(ip, podB); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.SetPolicyFlags(isolated, PolicyIngress|PolicyEgress); err != nil {
+		t.Fatal(err)
+	}
+	// What a replaced, empty myelin_policy_eps holds.
+	if err := d.objs.MyelinPolicyEps.Delete(isolated.As4()); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+
+	d, err = Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	all, err := d.PolicyFlagsAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all[isolated] != PolicyIngress|PolicyEgress || all[open] != 0 {
+		t.Errorf("myelin_policy_eps after Load: %v, want %v isolated both ways and %v absent", all, isolated, open)
+	}
+	if err := d.UpsertEndpoint(isolated, podB); err != nil { // the agent's restore
+		t.Fatal(err)
+	}
+	var v myelinEndpointInfo
+	if err := d.objs.MyelinEndpoints.Lookup(isolated.As4(), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Flags != uint32(PolicyIngress|PolicyEgress) {
+		t.Errorf("endpoint flags after restore: %#x, want %#x", v.Flags, PolicyIngress|PolicyEgress)
+	}
+}
