@@ -40,6 +40,8 @@ type policyView struct {
 	duration time.Duration // compute and apply
 	writes   int
 	err      error
+	// unflagged are the local pods whose isolation flags the apply could not write.
+	unflagged map[netip.Addr]bool
 }
 
 // policyLoop enforces NetworkPolicy on this node (docs/policy.md): it watches
@@ -156,7 +158,8 @@ func (p *policyLoop) sync(ctx context.Context, in policy.Input) error {
 	}
 	res, err := applyPolicy(p.maps, p.purges, st, orphanEndpoints(p.node, p.endpoints(), in.Pods))
 	st.Problems = append(st.Problems, applyProblems(st, res)...)
-	v := &policyView{input: in, state: st, started: start, applied: time.Now(), duration: time.Since(start), writes: res.writes, err: err}
+	v := &policyView{input: in, state: st, started: start, applied: time.Now(), duration: time.Since(start), writes: res.writes, err: err,
+		unflagged: res.unflagged}
 	p.view.Store(v)
 	p.published()
 	if res.writes > 0 {

@@ -81,10 +81,12 @@ func (p *policyLoop) admit(ctx context.Context, ep api.Endpoint) error {
 			return p.admitError(ref, true, ctx.Err())
 		case <-done:
 		}
-		if v := p.view.Load(); v != nil && !v.started.Before(asked) && v.includes(ref, ip) {
+		if v := p.view.Load(); v != nil && !v.started.Before(asked) && v.includes(ref, ip) && !v.unflagged[ip] {
 			return nil
 		}
-		select { // a computation that began before the request, or without the pod: again
+		// A computation that began before the request, without the pod, or that could
+		// not write its flags: again.
+		select {
 		case <-ctx.Done():
 			return p.admitError(ref, true, ctx.Err())
 		case <-time.After(policyAdmitRetry):

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/netip"
 	"strings"
@@ -72,6 +73,7 @@ func TestPolicyAdmit(t *testing.T) {
 type lockedPolicyMaps struct {
 	mu sync.Mutex
 	*fakePolicyMaps
+	refuse netip.Addr // SetPolicyFlags of this address fails
 }
 
 func (l *lockedPolicyMaps) flagsOf(ip string) datapath.PolicyFlags {
@@ -83,5 +85,51 @@ func (l *lockedPolicyMaps) flagsOf(ip string) datapath.PolicyFlags {
 func (l *lockedPolicyMaps) SetPolicyFlags(ip netip.Addr, fl datapath.PolicyFlags) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.refuse == ip {
+		return errors.New("the map refuses the write")
+	}
 	return l.fakePolicyMaps.SetPolicyFlags(ip, fl)
+}
+
+// refuseFlags makes SetPolicyFlags of ip fail (the zero address: none).
+func (l *lockedPolicyMaps) refuseFlags(ip netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refuse = ip
+}
+
+// A pod whose isolation flags could not be written is not admitted: it would run
+// unisolated. Once a later apply writes them, it is.
+func TestPolicyAdmitWaitsForTheFlags(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "new"},
+		Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	denyAll := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "deny-all"},
+		Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}}}
+	cs := fake.NewSimpleClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, denyAll, pod)
+	ep := api.Endpoint{PodRef: api.PodRef{Namespace: "shop", Pod: "new"}, IP: "10.244.1.7"}
+	maps := &lockedPolicyMaps{fakePolicyMaps: newFakePolicyMaps()}
+	maps.refuseFlags(netip.MustParseAddr(ep.IP))
+	p, err := newPolicyLoop("n1", t.TempDir(), maps, kubefake.Wrap(cs), func() []api.Endpoint { return []api.Endpoint{ep} },
+		newLoops(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { p.Run(ctx); close(ran) }()
+	defer func() { cancel(); <-ran }()
+
+	short, stop := context.WithTimeout(ctx, 500*time.Millisecond)
+	err = p.admit(short, ep)
+	stop()
+	if err == nil || !strings.Contains(err.Error(), "not in place") {
+		t.Errorf("admit while the flags can't be written = %v, want a refusal", err)
+	}
+	maps.refuseFlags(netip.Addr{})
+	if err := p.admit(ctx, ep); err != nil {
+		t.Errorf("admit once the flags can be written: %v", err)
+	}
+	if fl := maps.flagsOf(ep.IP); fl&datapath.PolicyIngress == 0 {
+		t.Errorf("flags when admit returned = %v, want ingress isolation", fl)
+	}
 }

@@ -32,6 +32,9 @@ type policyApplied struct {
 	// failed are the local pods whose entries could not all be written
 	// (they fail closed: their direction is marked incomplete).
 	failed map[netip.Addr][]string
+	// unflagged are the local pods whose isolation flags could not be written:
+	// they are not enforcing what st says (admission waits for a later apply).
+	unflagged map[netip.Addr]bool
 }
 
 // applyPolicy makes the maps hold st, in the order that never denies what
@@ -45,7 +48,7 @@ type policyApplied struct {
 // (address → namespace/name) are this node's endpoints that st has no pod for:
 // what the maps hold for them is kept (keepOrphans).
 func applyPolicy(m policyMaps, j *purgeJournal, st policy.State, orphans map[netip.Addr]string) (policyApplied, error) {
-	res := policyApplied{failed: map[netip.Addr][]string{}}
+	res := policyApplied{failed: map[netip.Addr][]string{}, unflagged: map[netip.Addr]bool{}}
 	curFlags, err := m.PolicyFlagsAll()
 	if err != nil {
 		return res, err
@@ -199,6 +202,7 @@ func setPolicyFlags(m policyMaps, st policy.State, cur map[netip.Addr]datapath.P
 		res.writes++
 		if err := m.SetPolicyFlags(ip, ep.Flags); err != nil {
 			errs = append(errs, err)
+			res.unflagged[ip] = true
 		}
 	}
 	for ip := range cur {
