@@ -84,6 +84,12 @@ int myelin_from_netdev(struct __sk_buff *skb)
 	/* This node's own address never arrives from outside: spoofed (docs/policy.md). */
 	if (info.saddr == node_ip)
 		return verdict_drop(skb, &info, DIR_FROM_NETDEV, DROP_SPOOFED_SOURCE);
+	/* In tunnel mode pods reach pods of other nodes only encapsulated (their
+	 * sources checked by the peer rule): a plain packet from a pod address to
+	 * one came from the underlay with a forged source. Two compares, no lookup. */
+	if (routing_tunnel && cluster_cidr_mask && cluster_contains(info.saddr) &&
+	    cluster_contains(info.daddr))
+		return verdict_drop(skb, &info, DIR_FROM_NETDEV, DROP_SPOOFED_SOURCE);
 	if (routing_tunnel && host_routing_bpf && info.proto == IPPROTO_UDP &&
 	    info.daddr == node_ip) {
 		reason = from_netdev_decap(skb, &info);

@@ -81,8 +81,11 @@ static __always_inline struct iphdr *ipv4_header_pull(struct __sk_buff *skb)
 }
 
 /*
- * ipv4_parse validates the IPv4 header behind the Ethernet header the way
- * ip_rcv does (version, IHL, total length within the packet) and fills info.
+ * ipv4_parse validates the IPv4 header behind the Ethernet header as ip_rcv
+ * does (version, IHL, total length within the packet), but not its checksum,
+ * and fills info. So state a packet's addresses and ports key (conntrack,
+ * NAT, policy tracking) may change for a packet the receiving stack then drops
+ * for a bad checksum: what the sender could change with a valid one as well.
  * A TCP GSO packet with total length 0 is BIG TCP (GRO or the stack built a
  * packet beyond 64 KiB): its length is the skb's, as iph_totlen says.
  * Returns 0, or -1 for a malformed or truncated packet. Packets too short

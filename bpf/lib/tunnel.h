@@ -95,7 +95,13 @@ static __always_inline int tunnel_peer_ok(__u32 inner_src, __u32 outer_src)
  * tunnel_peer_check returns 0 when a packet myelin_vxlan decapsulated passes
  * the peer rule (tunnel_peer_ok) with the outer source the device recorded in
  * the tunnel metadata, else DROP_UNKNOWN_TUNNEL_PEER; a packet without tunnel
- * metadata is dropped too. Cost: one helper call more.
+ * metadata is dropped too, and so is one whose outer destination was not this
+ * node's address: peers send there (myelin_tunnel holds the nodes' addresses),
+ * while the device's socket takes the tunnel port on every address of the
+ * node. VXLAN a pod sends to another address of a node (a VIP, a second
+ * network) leaves the pod's node masqueraded to that node's address, and
+ * would pass the peer rule with any inner source of that node: another of its
+ * pods, or the node itself. Cost: one helper call more.
  */
 static __always_inline int tunnel_peer_check(struct __sk_buff *skb, const struct ipv4_info *info)
 {
@@ -104,6 +110,8 @@ static __always_inline int tunnel_peer_check(struct __sk_buff *skb, const struct
 	if (bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0) < 0)
 		return DROP_UNKNOWN_TUNNEL_PEER;
 	/* The helper gives host order. */
+	if (bpf_htonl(key.local_ipv4) != node_ip)
+		return DROP_UNKNOWN_TUNNEL_PEER;
 	return tunnel_peer_ok(info->saddr, bpf_htonl(key.remote_ipv4)) ? 0
 								       : DROP_UNKNOWN_TUNNEL_PEER;
 }

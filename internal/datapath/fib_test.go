@@ -101,7 +101,11 @@ func TestPrivilegedBPFFromPodFIB(t *testing.T) {
 			name = "tunnel"
 		}
 		t.Run(name, func(t *testing.T) {
-			d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, Tunnel: tunnel, OverlayIfIndex: testOverlayIfIndex, OverlayMAC: testOverlayMAC})
+			cfg := Config{HostRouting: HostRoutingBPF}
+			if tunnel {
+				cfg.Tunnel, cfg.OverlayIfIndex, cfg.OverlayMAC, cfg.NodeIP = true, testOverlayIfIndex, testOverlayMAC, testNodeIP
+			}
+			d := loadTestConfig(t, cfg)
 			fromPodFIB(t, d)
 		})
 	}

@@ -95,12 +95,14 @@ type Config struct {
 	Masquerade bool
 	// NodeIP is this node's IPv4: the translated source address of
 	// masquerade and of NodePort traffic to other nodes, and the NodePort
-	// frontend address; NetworkPolicy lets it in. Required with Masquerade
-	// or LoadBalancing.
+	// frontend address; NetworkPolicy lets it in; in tunnel mode the only
+	// outer destination tunnelled packets are accepted at. Required with
+	// Masquerade, LoadBalancing or Tunnel.
 	NodeIP netip.Addr
 	// ClusterCIDR holds the pod addresses: the sources that are
-	// masqueraded, and destinations that are never services. Required with
-	// Masquerade or LoadBalancing.
+	// masqueraded, destinations that are never services, and in tunnel
+	// mode the sources that never arrive unencapsulated on the uplink.
+	// Required with Masquerade or LoadBalancing.
 	ClusterCIDR netip.Prefix
 	// NoSourceVerification turns the check of what pods send off
 	// (enable-source-ip-verification: false): then myelin_from_pod no longer
@@ -182,6 +184,9 @@ func Load(cfg Config) (*Datapath, error) {
 	}
 	if cfg.Tunnel && (cfg.OverlayIfIndex <= 0 || cfg.OverlayIfIndex > math.MaxInt32) {
 		return nil, fmt.Errorf("load datapath: tunnel mode with overlay ifindex %d: set Config.OverlayIfIndex to the ifindex of the VXLAN device myelin_vxlan", cfg.OverlayIfIndex)
+	}
+	if cfg.Tunnel && !cfg.NodeIP.Is4() {
+		return nil, fmt.Errorf("load datapath: tunnel mode with node IP %q: set Config.NodeIP to this node's IPv4, the address its peers tunnel to", cfg.NodeIP)
 	}
 	if err := checkMasquerade(cfg); err != nil {
 		return nil, err

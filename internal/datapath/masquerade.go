@@ -28,8 +28,8 @@ func checkMasquerade(cfg Config) error {
 }
 
 // configureMasquerade writes the masquerade constants and the node IP and
-// cluster CIDR that load balancing shares; all zero when both are off
-// (the node IP is set whenever Config.NodeIP is IPv4).
+// cluster CIDR that load balancing and the tunnel's source checks share; the
+// node IP and cluster CIDR are set whenever Config has them (IPv4).
 func configureMasquerade(specs *myelinSpecs, cfg Config) error {
 	var (
 		enabled          uint8
@@ -43,7 +43,7 @@ func configureMasquerade(specs *myelinSpecs, cfg Config) error {
 	if cfg.NodeIP.Is4() {
 		nodeIP = networkUint32(cfg.NodeIP)
 	}
-	if cfg.Masquerade || cfg.LoadBalancing {
+	if cfg.ClusterCIDR.IsValid() && cfg.ClusterCIDR.Addr().Is4() {
 		cidr = networkUint32(cfg.ClusterCIDR.Masked().Addr())
 		mk = binary.NativeEndian.Uint32(net.CIDRMask(cfg.ClusterCIDR.Bits(), 32))
 	}

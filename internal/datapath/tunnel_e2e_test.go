@@ -44,7 +44,7 @@ type tunnelNode struct {
 	hostIdx       int
 	hostMAC, pMAC net.HardwareAddr
 	d             *Datapath
-	decap         bool // the programs encapsulate and decapsulate (NodeIP and TunnelPort set)
+	decap         bool // the programs encapsulate and decapsulate (TunnelPort set)
 }
 
 // The real proof of tunnel mode: pod A pings pod B across the overlay. Both
@@ -76,7 +76,7 @@ func TestPrivilegedTunnelEndToEnd(t *testing.T) {
 }
 
 // tunnelEndToEnd runs the lab; the calling thread is in node A's netns nameA.
-// decap configures the nodes for encapsulation and decapsulation in BPF.
+// decap configures the nodes for encapsulation and decapsulation in BPF (TunnelPort).
 func tunnelEndToEnd(t *testing.T, nameA, pinA, pinB string, decap bool) error {
 	a := &tunnelNode{podNSName: nameA + "-pod", underlayIP: mustAddr("198.51.100.1"),
 		podCIDR: netip.MustParsePrefix("10.1.0.0/24"), podIP: mustAddr("10.1.0.10"), hostVeth: "dpvetha", decap: decap}
@@ -182,9 +182,10 @@ func setupTunnelNode(n *tunnelNode, pinDir string, peer *tunnelNode) error {
 	if err := addTestPod(n); err != nil {
 		return err
 	}
-	cfg := Config{PinDir: pinDir, HostRouting: HostRoutingBPF, Tunnel: true, OverlayIfIndex: n.vx, OverlayMAC: OverlayMAC(n.underlayIP)}
+	cfg := Config{PinDir: pinDir, HostRouting: HostRoutingBPF, Tunnel: true, OverlayIfIndex: n.vx, OverlayMAC: OverlayMAC(n.underlayIP),
+		NodeIP: n.underlayIP}
 	if n.decap {
-		cfg.NodeIP, cfg.TunnelPort = n.underlayIP, tunnelPort
+		cfg.TunnelPort = tunnelPort
 		// The FIB routes the outer packet for forwarding interfaces only (a
 		// node forwards its pods' traffic: Kubernetes nodes have it on).
 		if err := setForwarding(true); err != nil {

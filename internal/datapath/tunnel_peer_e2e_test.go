@@ -17,15 +17,21 @@ import (
 
 // strangerIP is an underlay address of no node, podOfAIP one in node A's
 // PodCIDR: node A's netns gets them as more addresses to send from.
+// otherOfBIP is a second address of node B's (a VIP, a second network): no peer
+// sends VXLAN to it, but a pod's datagram masqueraded on its way there arrives
+// from its node's address.
 const (
 	strangerIP = "198.51.100.99"
 	podOfAIP   = "10.1.0.77"
+	otherOfBIP = "198.51.100.200"
 )
 
-// vxlanProbe is one hand-made VXLAN frame to node B's tunnel port.
+// vxlanProbe is one hand-made VXLAN frame to node B's tunnel port, at its
+// address (outerDst "") or another of its addresses.
 type vxlanProbe struct {
 	outerSrc, innerSrc string
 	deliver            bool // else dropped as DROP_UNKNOWN_TUNNEL_PEER
+	outerDst           string
 }
 
 // injectVXLAN sends VXLAN frames to node B's tunnel port from node A's
@@ -33,19 +39,39 @@ type vxlanProbe struct {
 // source in A's PodCIDR or A's own address (delivered), from a stranger on
 // the underlay, from node A with an inner source in a PodCIDR that is not
 // A's, or pod B's own, and from a pod of node A's with its own address as both
-// sources (dropped). Pod B's socket must get exactly the first two.
+// sources (dropped), and from node A to another address of node B's (dropped:
+// peers send to a node's address). Pod B's socket must get exactly the first two.
 func injectVXLAN(a, b *tunnelNode) error {
 	probes := []vxlanProbe{
-		{strangerIP, a.podIP.String(), false},
-		{a.underlayIP.String(), "10.3.0.7", false},
-		{a.underlayIP.String(), b.podIP.String(), false},
-		{podOfAIP, podOfAIP, false},    // a pod's own address: its packets would skip its egress policy
-		{strangerIP, strangerIP, true}, // its own address: what it could send natively too
-		{a.underlayIP.String(), a.podIP.String(), true},
-		{a.underlayIP.String(), a.underlayIP.String(), true},
+		{outerSrc: strangerIP, innerSrc: a.podIP.String()},
+		{outerSrc: a.underlayIP.String(), innerSrc: "10.3.0.7"},
+		{outerSrc: a.underlayIP.String(), innerSrc: b.podIP.String()},
+		// A pod's own address: its packets would skip its egress policy.
+		{outerSrc: podOfAIP, innerSrc: podOfAIP},
+		// From node A's address, as a pod of A's masqueraded to B's other address:
+		// any inner source of A's PodCIDR would pass the peer rule.
+		{outerSrc: a.underlayIP.String(), innerSrc: podOfAIP, outerDst: otherOfBIP},
+		// Its own address: what it could send natively too.
+		{outerSrc: strangerIP, innerSrc: strangerIP, deliver: true},
+		{outerSrc: a.underlayIP.String(), innerSrc: a.podIP.String(), deliver: true},
+		{outerSrc: a.underlayIP.String(), innerSrc: a.underlayIP.String(), deliver: true},
+	}
+	err := inNode(b.ns, func() error {
+		ul, err := netlink.LinkByName(underlayDev)
+		if err != nil {
+			return err
+		}
+		addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(otherOfBIP).To4(), Mask: net.CIDRMask(32, 32)}}
+		if err := netlink.AddrAdd(ul, addr); err != nil {
+			return fmt.Errorf("add %s to node B: %w", otherOfBIP, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	var podFD int
-	err := inNode(b.podNS, func() (err error) {
+	err = inNode(b.podNS, func() (err error) {
 		podFD, err = udpSocket(netip.AddrPortFrom(b.podIP, 9999))
 		return err
 	})
@@ -123,7 +149,11 @@ func sendProbes(probes []vxlanProbe, b *tunnelNode) error {
 				withMACs(mac("02:aa:00:00:00:05"), OverlayMAC(b.underlayIP))
 			inner.payload = []byte(probeName(i, p))
 			frame := vxlanPayload(0, inner.build())
-			if err := sendVXLAN(mustAddr(p.outerSrc), netip.AddrPortFrom(b.underlayIP, tunnelPort), frame, b.decap); err != nil {
+			dst := b.underlayIP
+			if p.outerDst != "" {
+				dst = mustAddr(p.outerDst)
+			}
+			if err := sendVXLAN(mustAddr(p.outerSrc), netip.AddrPortFrom(dst, tunnelPort), frame, b.decap); err != nil {
 				return err
 			}
 		}

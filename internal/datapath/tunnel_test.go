@@ -24,7 +24,8 @@ var seedTunnelB = map[string]string{"10.2.0.0/24": "198.51.100.2"}
 // loadTunnelTest loads a tunnel-mode datapath.
 func loadTunnelTest(t *testing.T, routing HostRouting) *Datapath {
 	t.Helper()
-	return loadTestConfig(t, Config{HostRouting: routing, Tunnel: true, OverlayIfIndex: testOverlayIfIndex, OverlayMAC: testOverlayMAC})
+	return loadTestConfig(t, Config{HostRouting: routing, Tunnel: true, OverlayIfIndex: testOverlayIfIndex, OverlayMAC: testOverlayMAC,
+		NodeIP: mustAddr("198.51.100.1")})
 }
 
 // From_pod in tunnel mode. Without a test-run context the FIB lookup fails
@@ -188,6 +189,52 @@ func TestPrivilegedBPFFromNetdevDecap(t *testing.T) {
 	})
 }
 
+// In tunnel mode pods of other nodes arrive encapsulated: a plain packet on the
+// uplink from a pod address to a local pod is an underlay host forging a pod's
+// source (it would be judged by the policy as that pod), in both host routing
+// modes; to the node's address (a NodePort, the kubelet) it is what a remote pod
+// sends, and from outside the cluster CIDR the policy judges it. Native routing
+// takes pod sources from the uplink, as routed.
+func TestPrivilegedBPFFromNetdevTunnelPlainPodSource(t *testing.T) {
+	requirePrivileged(t)
+	fromUplink := &skbCtx{IngressIfindex: 2}
+	remotePod := ipv4(protoTCP, "10.2.0.5", podBIP).withDst(podBIP, 8080)
+	for _, routing := range []HostRouting{HostRoutingBPF, HostRoutingLegacy} {
+		for _, tunnel := range []bool{true, false} {
+			name := routing.String() + "/native"
+			cfg := Config{HostRouting: routing, NodeIP: testNodeIP, ClusterCIDR: lbClusterCIDR}
+			if tunnel {
+				name = routing.String() + "/tunnel"
+				cfg.Tunnel, cfg.OverlayIfIndex, cfg.OverlayMAC = true, testOverlayIfIndex, testOverlayMAC
+			}
+			t.Run(name, func(t *testing.T) {
+				d := loadTestConfig(t, cfg)
+				reached := progCase{verdict: tcActOK, reason: "PASS_STACK"}
+				if routing == HostRoutingBPF {
+					reached = progCase{verdict: tcActRedirect, out: delivered(remotePod), reason: "FORWARDED"}
+				}
+				fromPod := reached
+				fromPod.name, fromPod.in = "a remote pod's address to a local pod", remotePod.build()
+				if tunnel {
+					fromPod.verdict, fromPod.out, fromPod.reason = tcActShot, nil, "DROP_SPOOFED_SOURCE"
+				}
+				outside := reached
+				outside.name, outside.in = "an outside address to a local pod", remotePod.withSrc("203.0.113.9", 40000).build()
+				if routing == HostRoutingBPF {
+					outside.out = delivered(remotePod.withSrc("203.0.113.9", 40000))
+				}
+				toNode := progCase{name: "a remote pod's address to the node", verdict: tcActOK, reason: "PASS_STACK",
+					in: remotePod.withDst(nodeIP, 30080).build()}
+				cases := []progCase{fromPod, outside, toNode}
+				for i := range cases {
+					cases[i].endpoints, cases[i].ctx = seedB, fromUplink
+				}
+				runCases(t, d, d.objs.MyelinFromNetdev, "from-netdev", cases)
+			})
+		}
+	}
+}
+
 func TestPrivilegedTunnelAPI(t *testing.T) {
 	requirePrivileged(t)
 	d := loadTunnelTest(t, HostRoutingBPF)
@@ -248,6 +295,10 @@ func TestLoadTunnelNeedsOverlay(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "OverlayIfIndex") {
 			t.Errorf("Load with Tunnel and OverlayIfIndex %d: err = %v, want one naming OverlayIfIndex", idx, err)
 		}
+	}
+	_, err := Load(Config{PinDir: "/nonexistent", Tunnel: true, OverlayIfIndex: testOverlayIfIndex, OverlayMAC: testOverlayMAC})
+	if err == nil || !strings.Contains(err.Error(), "NodeIP") {
+		t.Errorf("Load with Tunnel and no NodeIP: err = %v, want one naming NodeIP", err)
 	}
 }
 
