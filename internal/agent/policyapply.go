@@ -66,7 +66,7 @@ func applyPolicy(m policyMaps, j *purgeJournal, st policy.State, orphans map[net
 	purge := policyCTPurge(st, want, curEntries, curFlags, curCache)
 	pending, err := j.pending()
 	errs := []error{err}
-	if purge = mergePurges(purge, pending); !pending.Empty() || !purge.Empty() {
+	if purge = mergePurges(purge, pending); !purge.Empty() {
 		// A journal that can't be written still lets the policy change: it only
 		// matters if the agent also dies before step 5.
 		errs = append(errs, j.record(purge))
