@@ -57,13 +57,17 @@ __noinline int from_pod_reject(struct __sk_buff *skb, struct ipv4_info *info)
 	return lb_reject(skb, info, DIR_FROM_POD);
 }
 
-/* from_pod_policy: 0 when the isolated pod may send the packet, else why not. */
+/*
+ * from_pod_policy: 0 when the isolated pod may send the packet, else why
+ * not. A NodePort flow's reply the Service stage translated back (route
+ * LB_ROUTE_OUT) is judged on the destination the pod sent it to.
+ */
 __noinline int from_pod_policy(struct __sk_buff *skb, struct ipv4_info *info,
-			       struct policy_tuple *pt)
+			       struct policy_tuple *pt, int route)
 {
 	if (!info || !pt)
 		return DROP_INVALID_PACKET;
-	return policy_egress(skb, info, pt);
+	return policy_egress(skb, info, pt, route == LB_ROUTE_OUT);
 }
 
 /* from_pod_deliver sends the packet on as route and host routing say. */
@@ -128,7 +132,7 @@ int myelin_from_pod(struct __sk_buff *skb)
 	if (reason)
 		return verdict_drop(skb, &info, DIR_FROM_POD, reason);
 	if (isolated) {
-		reason = from_pod_policy(skb, &info, &pt);
+		reason = from_pod_policy(skb, &info, &pt, route);
 		if (reason)
 			return verdict_drop(skb, &info, DIR_FROM_POD, reason);
 	}

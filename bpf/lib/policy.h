@@ -227,7 +227,8 @@ static __always_inline int policy_ingress(struct __sk_buff *skb, struct ipv4_inf
 /*
  * policy_egress_begin notes what the egress check needs from a pod's packet
  * before the Service stage may translate it: the pod's isolation state
- * (ep: its endpoint entry, or NULL), its own address and source port. It
+ * (ep: its endpoint entry, or NULL), its own address and source port, and
+ * the destination it sent the packet to (policy_egress's as_sent). It
  * returns 0 when the pod is not isolated (no egress check).
  */
 static __always_inline int policy_egress_begin(struct __sk_buff *skb, const struct ipv4_info *info,
@@ -244,13 +245,20 @@ static __always_inline int policy_egress_begin(struct __sk_buff *skb, const stru
 			     info->proto == IPPROTO_SCTP))
 		policy_l4_load(skb, info, &h, 4);
 	t->sport = h.sport;
+	t->daddr = info->daddr;
+	t->dport = h.dport;
 	return 1;
 }
 
 /*
  * policy_egress is the egress check after the Service stage: the pod's own
  * source (noted by policy_egress_begin) towards the translated destination
- * (a Service's backend). 0 to go on, or the drop reason. When the packet
+ * (a Service's backend). 0 to go on, or the drop reason. as_sent: the
+ * Service stage translated a NodePort flow's reply back (LB_ROUTE_OUT), so
+ * the check keeps the destination the pod sent it to: for a flow SNATed to
+ * the node IP and a NAT port (np_reply), the connection as the pod's
+ * ingress check tracked it, not the client np_reply turned it towards
+ * (other replies keep their destination anyway). When the packet
  * still carries that source and its connection is tracked at the other end
  * as well (both pods of this node), info->policy_rx_tracked tells the
  * ingress check of this same packet (endpoint_deliver) to pass it without
@@ -264,7 +272,7 @@ static __always_inline int policy_egress_begin(struct __sk_buff *skb, const stru
  * alone defers (the receiver's check then sees the same tuple).
  */
 static __always_inline int policy_egress(struct __sk_buff *skb, struct ipv4_info *info,
-					 struct policy_tuple *t)
+					 struct policy_tuple *t, int as_sent)
 {
 	struct policy_tuple now = {};
 	struct policy_ct_seen seen = {};
@@ -272,9 +280,11 @@ static __always_inline int policy_egress(struct __sk_buff *skb, struct ipv4_info
 	int reason, same;
 
 	policy_l4(skb, info, &now);
-	t->daddr = info->daddr;
+	if (!as_sent) {
+		t->daddr = info->daddr;
+		t->dport = now.dport;
+	}
 	t->proto = info->proto;
-	t->dport = now.dport;
 	t->syn = now.syn;
 	t->tcp_flags = now.tcp_flags;
 	t->ack = now.ack;
