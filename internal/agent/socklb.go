@@ -3,10 +3,10 @@ package agent
 import (
 	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/datapath"
-	"github.com/myelin-net/myelin/internal/netns"
 )
 
 // socketLBView is what status shows of socket-level load balancing (bpf-lb-sock):
@@ -69,9 +69,13 @@ func socketLBCgroup(root string, hostNetns func() bool) (string, error) {
 	return mnt, nil
 }
 
-// isHostNetns reports whether the agent runs in the machine's network namespace
-// (netns.IsMachine; false where that can't be told).
+// isHostNetns reports whether the agent runs in the network namespace of PID 1:
+// the agent's pod has hostNetwork but not hostPID, so the PID 1 it sees (in its
+// own PID namespace) is in the host network namespace too. Not netns.IsMachine, which needs the
+// machine's PID namespace on kernels that give the initial network namespace no
+// fixed inode number.
 func isHostNetns() bool {
-	machine, err := netns.IsMachine()
-	return err == nil && machine
+	self, err1 := os.Readlink("/proc/self/ns/net")
+	init, err2 := os.Readlink("/proc/1/ns/net")
+	return err1 == nil && err2 == nil && self == init
 }
