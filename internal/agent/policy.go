@@ -40,7 +40,9 @@ type policyView struct {
 	duration time.Duration // compute and apply
 	writes   int
 	err      error
-	// unflagged are the local pods whose isolation flags the apply could not write.
+	// flagsDone and unflagged: the apply reached its flags step, and the local
+	// pods whose isolation flags it could not write there (policyApplied).
+	flagsDone bool
 	unflagged map[netip.Addr]bool
 }
 
@@ -159,7 +161,7 @@ func (p *policyLoop) sync(ctx context.Context, in policy.Input) error {
 	res, err := applyPolicy(p.maps, p.purges, st, orphanEndpoints(p.node, p.endpoints(), in.Pods))
 	st.Problems = append(st.Problems, applyProblems(st, res)...)
 	v := &policyView{input: in, state: st, started: start, applied: time.Now(), duration: time.Since(start), writes: res.writes, err: err,
-		unflagged: res.unflagged}
+		flagsDone: res.flagsDone, unflagged: res.unflagged}
 	p.view.Store(v)
 	p.published()
 	if res.writes > 0 {

@@ -81,11 +81,11 @@ func (p *policyLoop) admit(ctx context.Context, ep api.Endpoint) error {
 			return p.admitError(ref, true, ctx.Err())
 		case <-done:
 		}
-		if v := p.view.Load(); v != nil && !v.started.Before(asked) && v.includes(ref, ip) && !v.unflagged[ip] {
+		if v := p.view.Load(); v != nil && !v.started.Before(asked) && v.includes(ref, ip) && v.flagsDone && !v.unflagged[ip] {
 			return nil
 		}
-		// A computation that began before the request, without the pod, or that could
-		// not write its flags: again.
+		// A computation that began before the request, without the pod, or whose
+		// apply did not write the pod's flags: again.
 		select {
 		case <-ctx.Done():
 			return p.admitError(ref, true, ctx.Err())

@@ -73,7 +73,17 @@ func TestPolicyAdmit(t *testing.T) {
 type lockedPolicyMaps struct {
 	mu sync.Mutex
 	*fakePolicyMaps
-	refuse netip.Addr // SetPolicyFlags of this address fails
+	refuse     netip.Addr // SetPolicyFlags of this address fails
+	unreadable bool       // PolicyFlagsAll fails
+}
+
+func (l *lockedPolicyMaps) PolicyFlagsAll() (map[netip.Addr]datapath.PolicyFlags, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.unreadable {
+		return nil, errors.New("the map can't be read")
+	}
+	return l.fakePolicyMaps.PolicyFlagsAll()
 }
 
 func (l *lockedPolicyMaps) flagsOf(ip string) datapath.PolicyFlags {
@@ -91,15 +101,17 @@ func (l *lockedPolicyMaps) SetPolicyFlags(ip netip.Addr, fl datapath.PolicyFlags
 	return l.fakePolicyMaps.SetPolicyFlags(ip, fl)
 }
 
-// refuseFlags makes SetPolicyFlags of ip fail (the zero address: none).
-func (l *lockedPolicyMaps) refuseFlags(ip netip.Addr) {
+// refuseFlags makes SetPolicyFlags of ip fail (the zero address: none) and
+// PolicyFlagsAll fail when unreadable.
+func (l *lockedPolicyMaps) refuseFlags(ip netip.Addr, unreadable bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.refuse = ip
+	l.refuse, l.unreadable = ip, unreadable
 }
 
 // A pod whose isolation flags could not be written is not admitted: it would run
-// unisolated. Once a later apply writes them, it is.
+// unisolated; nor when the apply could not read the maps (it wrote nothing). Once
+// a later apply writes them, it is.
 func TestPolicyAdmitWaitsForTheFlags(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "new"},
 		Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
@@ -108,7 +120,7 @@ func TestPolicyAdmitWaitsForTheFlags(t *testing.T) {
 	cs := fake.NewSimpleClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, denyAll, pod)
 	ep := api.Endpoint{PodRef: api.PodRef{Namespace: "shop", Pod: "new"}, IP: "10.244.1.7"}
 	maps := &lockedPolicyMaps{fakePolicyMaps: newFakePolicyMaps()}
-	maps.refuseFlags(netip.MustParseAddr(ep.IP))
+	maps.refuseFlags(netip.Addr{}, true)
 	p, err := newPolicyLoop("n1", t.TempDir(), maps, kubefake.Wrap(cs), func() []api.Endpoint { return []api.Endpoint{ep} },
 		newLoops(), slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -119,13 +131,23 @@ func TestPolicyAdmitWaitsForTheFlags(t *testing.T) {
 	go func() { p.Run(ctx); close(ran) }()
 	defer func() { cancel(); <-ran }()
 
-	short, stop := context.WithTimeout(ctx, 500*time.Millisecond)
-	err = p.admit(short, ep)
-	stop()
-	if err == nil || !strings.Contains(err.Error(), "not in place") {
-		t.Errorf("admit while the flags can't be written = %v, want a refusal", err)
+	for _, c := range []struct {
+		name       string
+		refuse     netip.Addr
+		unreadable bool
+	}{
+		{"while the maps can't be read", netip.Addr{}, true},
+		{"while the flags can't be written", netip.MustParseAddr(ep.IP), false},
+	} {
+		maps.refuseFlags(c.refuse, c.unreadable)
+		short, stop := context.WithTimeout(ctx, 500*time.Millisecond)
+		err = p.admit(short, ep)
+		stop()
+		if err == nil || !strings.Contains(err.Error(), "not in place") {
+			t.Errorf("admit %s = %v, want a refusal", c.name, err)
+		}
 	}
-	maps.refuseFlags(netip.Addr{})
+	maps.refuseFlags(netip.Addr{}, false)
 	if err := p.admit(ctx, ep); err != nil {
 		t.Errorf("admit once the flags can be written: %v", err)
 	}

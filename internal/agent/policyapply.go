@@ -32,8 +32,11 @@ type policyApplied struct {
 	// failed are the local pods whose entries could not all be written
 	// (they fail closed: their direction is marked incomplete).
 	failed map[netip.Addr][]string
-	// unflagged are the local pods whose isolation flags could not be written:
-	// they are not enforcing what st says (admission waits for a later apply).
+	// flagsDone says the apply reached its flags step (it stops before writing
+	// anything when it can't read the maps); unflagged are the local pods
+	// whose isolation flags could not be written there. Either way those pods
+	// are not enforcing what st says (admission waits for a later apply).
+	flagsDone bool
 	unflagged map[netip.Addr]bool
 }
 
@@ -85,6 +88,7 @@ func applyPolicy(m policyMaps, j *purgeJournal, st policy.State, orphans map[net
 	errs = append(errs, setIPCache(m, st.IPCache, curCache, &res)...)
 	// 3. Flags.
 	errs = append(errs, setPolicyFlags(m, st, curFlags, &res)...)
+	res.flagsDone = true
 	// 4. Removals.
 	errs = append(errs, removeStale(m, st.IPCache, want, curEntries, curCache, &res)...)
 	// 5. Tracked connections the change may no longer allow.
@@ -291,7 +295,6 @@ func incomplete(egress bool) datapath.PolicyFlags {
 	return datapath.PolicyIngressIncomplete
 }
 
-// desiredEntries flattens st's entries into map keys.
 // orphanProblem is what `myelin endpoints` says of an endpoint keepOrphans kept.
 const orphanProblem = "its Pod is gone from the API while its sandbox is still on this node: " +
 	"the policy it had last is kept until CNI DEL removes the endpoint"
@@ -327,6 +330,7 @@ func keepOrphans(st policy.State, orphans map[netip.Addr]string, curFlags map[ne
 	}
 }
 
+// desiredEntries flattens st's entries into map keys.
 func desiredEntries(st policy.State) map[datapath.PolicyKey][]datapath.PolicyPort {
 	out := map[datapath.PolicyKey][]datapath.PolicyPort{}
 	for ip, ep := range st.Endpoints {

@@ -135,7 +135,9 @@ func (d *Datapath) Policies() (map[PolicyKey][]PolicyPort, error) {
 // SetPolicyFlags writes the isolation state of local pod ip; flags 0
 // removes it (not isolated). The flags go to myelin_policy_eps and into the
 // pod's myelin_endpoints entry if it has one (the datapath reads them there
-// first); UpsertEndpoint carries them into a new entry.
+// first); UpsertEndpoint carries them into a new entry. When the endpoint's
+// copy can't be written, myelin_policy_eps is put back as it was, so
+// PolicyFlagsAll never reports flags the programs don't enforce.
 func (d *Datapath) SetPolicyFlags(ip netip.Addr, flags PolicyFlags) error {
 	key, err := endpointKey(ip)
 	if err != nil {
@@ -143,10 +145,23 @@ func (d *Datapath) SetPolicyFlags(ip netip.Addr, flags PolicyFlags) error {
 	}
 	d.policyMu.Lock()
 	defer d.policyMu.Unlock()
+	prev, err := d.policyFlagsOf(key)
+	if err != nil {
+		return fmt.Errorf("set policy flags of %s: %w", ip, err)
+	}
 	if err := d.setPolicyEps(key, ip, flags); err != nil {
 		return err
 	}
-	return d.mirrorPolicyFlags(key, ip, flags)
+	if err := d.mirrorPolicyFlags(key, ip, flags); err != nil {
+		// The programs read the endpoint's copy. Put myelin_policy_eps back, so
+		// the next apply, which compares with it, sees the difference and
+		// writes again instead of taking the flags for set.
+		if rerr := d.setPolicyEps(key, ip, prev); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return err
+	}
+	return nil
 }
 
 // restorePolicyFlags writes into myelin_policy_eps the isolation flags of every
