@@ -47,14 +47,18 @@ volatile const __u8 masq_enabled = 0;
  * node_ip: this node's IPv4, network order: the masquerade source address,
  * and with load balancing the NodePort frontend address and the source of
  * NodePort traffic forwarded to a backend on another node; NetworkPolicy
- * always lets it in (the node's own traffic, kubelet probes).
+ * always lets it in (the node's own traffic, kubelet probes); in tunnel mode
+ * the only outer destination tunnelled packets are taken at.
  */
 volatile const __u32 node_ip = 0;
 
 /*
- * cluster_cidr_addr/_mask: the pod addresses, network order: the sources
- * that are masqueraded, and with load balancing the destinations that are
- * never a service (pod to pod skips every service lookup).
+ * cluster_cidr_addr/_mask: the pod addresses, network order (both 0 when
+ * unknown: then every address counts as one): the sources that are
+ * masqueraded, with load balancing the destinations that are never a service
+ * (pod to pod skips every service lookup), the destinations worth an endpoint
+ * lookup, and in tunnel mode the addresses that are never their own tunnel
+ * peer nor arrive unencapsulated from a pod address on the uplink.
  */
 volatile const __u32 cluster_cidr_addr = 0;
 volatile const __u32 cluster_cidr_mask = 0;
