@@ -37,14 +37,7 @@ func TestPolicyAdmit(t *testing.T) {
 	newEp := api.Endpoint{PodRef: api.PodRef{Namespace: "shop", Pod: "new"}, IP: "10.244.1.7"}
 	freeEp := api.Endpoint{PodRef: api.PodRef{Namespace: "open", Pod: "free"}, IP: "10.244.1.8"}
 	maps := &lockedPolicyMaps{fakePolicyMaps: newFakePolicyMaps()}
-	p, err := newPolicyLoop("n1", t.TempDir(), maps, kubefake.Wrap(cs), func() []api.Endpoint { return []api.Endpoint{newEp, freeEp} },
-		newLoops(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan struct{})
-	go func() { p.Run(ctx); close(ran) }()
+	p, ctx := startPolicyLoop(t, cs, maps, newEp, freeEp)
 
 	if err := p.admit(ctx, newEp); err != nil {
 		t.Errorf("admit shop/new: %v", err)
@@ -56,16 +49,30 @@ func TestPolicyAdmit(t *testing.T) {
 		t.Errorf("admit open/free: %v", err)
 	}
 	short, stop := context.WithTimeout(ctx, 200*time.Millisecond)
-	err = p.admit(short, api.Endpoint{PodRef: api.PodRef{Namespace: "shop", Pod: "ghost"}, IP: "10.244.1.9"})
+	err := p.admit(short, api.Endpoint{PodRef: api.PodRef{Namespace: "shop", Pod: "ghost"}, IP: "10.244.1.9"})
 	stop()
 	if err == nil || !strings.Contains(err.Error(), "shop/ghost") || !strings.Contains(err.Error(), "not in place") {
 		t.Errorf("admit of a pod the caches don't have = %v, want a refusal naming it", err)
 	}
-	cancel()
-	<-ran
 	if fl := maps.flagsOf("10.244.1.8"); fl != 0 {
 		t.Errorf("open/free is isolated (%v) with no policy in its namespace", fl)
 	}
+}
+
+// startPolicyLoop runs a policy loop of node n1 over cs and maps, with eps as the
+// node's endpoints, until the test ends; ctx ends with it.
+func startPolicyLoop(t *testing.T, cs *fake.Clientset, maps policyMaps, eps ...api.Endpoint) (*policyLoop, context.Context) {
+	t.Helper()
+	p, err := newPolicyLoop("n1", t.TempDir(), maps, kubefake.Wrap(cs), func() []api.Endpoint { return eps },
+		newLoops(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { p.Run(ctx); close(ran) }()
+	t.Cleanup(func() { cancel(); <-ran })
+	return p, ctx
 }
 
 // lockedPolicyMaps lets a test read the endpoint flags while the policy loop writes
@@ -121,15 +128,7 @@ func TestPolicyAdmitWaitsForTheFlags(t *testing.T) {
 	ep := api.Endpoint{PodRef: api.PodRef{Namespace: "shop", Pod: "new"}, IP: "10.244.1.7"}
 	maps := &lockedPolicyMaps{fakePolicyMaps: newFakePolicyMaps()}
 	maps.refuseFlags(netip.Addr{}, true)
-	p, err := newPolicyLoop("n1", t.TempDir(), maps, kubefake.Wrap(cs), func() []api.Endpoint { return []api.Endpoint{ep} },
-		newLoops(), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan struct{})
-	go func() { p.Run(ctx); close(ran) }()
-	defer func() { cancel(); <-ran }()
+	p, ctx := startPolicyLoop(t, cs, maps, ep)
 
 	for _, c := range []struct {
 		name       string
@@ -141,7 +140,7 @@ func TestPolicyAdmitWaitsForTheFlags(t *testing.T) {
 	} {
 		maps.refuseFlags(c.refuse, c.unreadable)
 		short, stop := context.WithTimeout(ctx, 500*time.Millisecond)
-		err = p.admit(short, ep)
+		err := p.admit(short, ep)
 		stop()
 		if err == nil || !strings.Contains(err.Error(), "not in place") {
 			t.Errorf("admit %s = %v, want a refusal", c.name, err)
