@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"errors"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -216,6 +218,23 @@ func TestIdentitiesStable(t *testing.T) {
 	again := Compute(in, loaded)
 	if !reflect.DeepEqual(first.IPCache, again.IPCache) {
 		t.Errorf("ipcache changed after a restart:\n%v\n%v", first.IPCache, again.IPCache)
+	}
+	// An unchanged allocator is not written again; a changed one is.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := loaded.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("unchanged identities saved again (stat: %v)", err)
+	}
+	Compute(Input{Node: "n1", Pods: allPods[:1], Namespaces: nsLabels}, loaded) // releases the others
+	if err := loaded.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("changed identities not saved: %v", err)
 	}
 	if idOf(first, xa) == idOf(first, xb) || idOf(first, xa) == idOf(first, ya) {
 		t.Errorf("different label sets share an identity: %v", first.IPCache)

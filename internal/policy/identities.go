@@ -21,11 +21,14 @@ const worldKey = "cidr"
 type Identities struct {
 	ids  map[string]uint32
 	next uint32
+	// changed says the allocator differs from what Save wrote (or Load read)
+	// last: every computation saves it, and most change nothing.
+	changed bool
 }
 
 // NewIdentities returns an empty allocator.
 func NewIdentities() *Identities {
-	return &Identities{ids: map[string]uint32{worldKey: 2}, next: firstIdentity}
+	return &Identities{ids: map[string]uint32{worldKey: 2}, next: firstIdentity, changed: true}
 }
 
 func (s *Identities) get(key string) uint32 {
@@ -35,6 +38,7 @@ func (s *Identities) get(key string) uint32 {
 	id := s.next
 	s.next++
 	s.ids[key] = id
+	s.changed = true
 	return id
 }
 
@@ -45,6 +49,7 @@ func (s *Identities) release(used map[string]bool) {
 	for k := range s.ids {
 		if k != worldKey && !used[k] {
 			delete(s.ids, k)
+			s.changed = true
 		}
 	}
 }
@@ -81,11 +86,16 @@ func LoadIdentities(path string) (*Identities, error) {
 	if f.Next > s.next {
 		s.next = f.Next
 	}
+	s.changed = false
 	return s, nil
 }
 
-// Save writes the allocator to path atomically (rename).
+// Save writes the allocator to path atomically (rename), unless nothing changed
+// since it was last saved or loaded.
 func (s *Identities) Save(path string) error {
+	if !s.changed {
+		return nil
+	}
 	b, err := json.Marshal(identitiesFile{Next: s.next, IDs: s.ids})
 	if err != nil {
 		return fmt.Errorf("encode policy identities: %w", err)
@@ -97,5 +107,6 @@ func (s *Identities) Save(path string) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("write policy identities: %w", err)
 	}
+	s.changed = false
 	return nil
 }
