@@ -175,26 +175,24 @@ func (d *Datapath) SetPolicyFlags(ip netip.Addr, flags PolicyFlags) error {
 func (d *Datapath) restorePolicyFlags() error {
 	d.policyMu.Lock()
 	defer d.policyMu.Unlock()
-	var lost [][4]byte
-	var flags []PolicyFlags
+	held := map[[4]byte]PolicyFlags{}
 	err := dumpEntries(d.objs.MyelinEndpoints, func(key [4]byte, v myelinEndpointInfo) {
 		if v.Flags != 0 {
-			lost, flags = append(lost, key), append(flags, PolicyFlags(v.Flags))
+			held[key] = PolicyFlags(v.Flags)
 		}
 	})
 	if err != nil {
 		return fmt.Errorf("restore policy flags from the endpoints: %w", err)
 	}
-	for i, key := range lost {
-		var v myelinPolicyEp
-		err := d.objs.MyelinPolicyEps.Lookup(key, &v)
-		if err == nil {
-			continue
-		}
-		if !errors.Is(err, ebpf.ErrKeyNotExist) {
+	for key, flags := range held {
+		cur, err := d.policyFlagsOf(key) // 0: no entry (setPolicyEps never writes 0)
+		if err != nil {
 			return fmt.Errorf("restore policy flags: %w", err)
 		}
-		if err := d.setPolicyEps(key, netip.AddrFrom4(key), flags[i]); err != nil {
+		if cur != 0 {
+			continue
+		}
+		if err := d.setPolicyEps(key, netip.AddrFrom4(key), flags); err != nil {
 			return fmt.Errorf("restore policy flags: %w", err)
 		}
 	}
