@@ -118,12 +118,14 @@ func (p *policyLoop) Run(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		// The pod cache holds policyCachedPods (podslim.go), not Pods: no pod lister.
+		// One list of the node's endpoints serves the pods' addresses and the orphans.
+		eps := p.endpoints()
 		podList := func() []policy.Pod {
-			return cachedPolicyPods(pods.GetStore().List(), p.node, endpointIPs(p.endpoints()))
+			return cachedPolicyPods(pods.GetStore().List(), p.node, endpointIPs(eps))
 		}
 		in, err := policyInput(p.node, podList, nsLister.List, npLister.List)
 		if err == nil {
-			err = p.sync(ctx, in)
+			err = p.sync(ctx, in, eps)
 		}
 		p.loops.report("policy", err)
 		if err != nil {
@@ -150,15 +152,16 @@ func (p *policyLoop) Run(ctx context.Context) {
 	}
 }
 
-// sync computes in, applies it and publishes the view.
-func (p *policyLoop) sync(ctx context.Context, in policy.Input) error {
+// sync computes in, applies it and publishes the view; eps are the node's
+// endpoints in was made with.
+func (p *policyLoop) sync(ctx context.Context, in policy.Input, eps []api.Endpoint) error {
 	start := time.Now()
 	st := policy.Compute(in, p.ids)
 	// The numbers are on disk before any map holds them.
 	if err := p.ids.Save(p.idsPath); err != nil {
 		return err
 	}
-	res, err := applyPolicy(p.maps, p.purges, st, orphanEndpoints(p.node, p.endpoints(), in.Pods))
+	res, err := applyPolicy(p.maps, p.purges, st, orphanEndpoints(p.node, eps, in.Pods))
 	st.Problems = append(st.Problems, applyProblems(st, res)...)
 	v := &policyView{input: in, state: st, started: start, applied: time.Now(), duration: time.Since(start), writes: res.writes, err: err,
 		flagsDone: res.flagsDone, unflagged: res.unflagged}
