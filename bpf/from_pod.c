@@ -131,7 +131,12 @@ int myelin_from_pod(struct __sk_buff *skb)
 		return from_pod_reject(skb, &info);
 	if (reason)
 		return verdict_drop(skb, &info, DIR_FROM_POD, reason);
-	if (isolated) {
+	/* A hairpin flow (route LB_ROUTE_LOCAL: a pod reaching itself through
+	 * a Service, both ways) goes back into its sender, which no policy
+	 * isolates from itself: as over the pod's loopback with socket-LB. */
+	if (isolated && route == LB_ROUTE_LOCAL && info.daddr == pt.saddr)
+		info.policy_rx_tracked = POLICY_RX_SELF;
+	else if (isolated) {
 		reason = from_pod_policy(skb, &info, &pt, route);
 		if (reason)
 			return verdict_drop(skb, &info, DIR_FROM_POD, reason);

@@ -34,7 +34,8 @@ struct ipv4_info {
 	/* lib/policy.h: the egress check found the packet's connection tracked
 	 * at its receiving end too (a pod of this node), so the ingress check of
 	 * the same packet, unchanged, needs no lookup of its own
-	 * (enum policy_rx; POLICY_RX_CLOSING: policy_ct is what it found). */
+	 * (enum policy_rx; POLICY_RX_CLOSING: policy_ct is what it found;
+	 * POLICY_RX_SELF: a hairpin packet, which no check judges). */
 	__u8 policy_rx_tracked;
 	/* lib/policy.h: the egress check of this packet, a SYN, allowed it with
 	 * this end bit and left the write of its fresh entry to whoever delivers

@@ -65,6 +65,7 @@ enum policy_rx {
 	POLICY_RX_TRACKED = 1, /* the receiver's end is tracked: pass, no lookup */
 	POLICY_RX_CLOSING = 2, /* tracked, and the packet is part of the close: follow
 				* it on info->policy_ct, no lookup */
+	POLICY_RX_SELF = 3,    /* the sender's own packet back into it (hairpin): pass */
 };
 
 #define POLICY_F_ISOLATED (POLICY_F_INGRESS | POLICY_F_EGRESS)
@@ -208,7 +209,7 @@ static __always_inline int policy_ingress(struct __sk_buff *skb, struct ipv4_inf
 	const struct policy_ct_entry *known = NULL;
 	struct policy_ct_seen seen = {};
 
-	if (info->policy_rx_tracked == POLICY_RX_TRACKED)
+	if (info->policy_rx_tracked == POLICY_RX_TRACKED || info->policy_rx_tracked == POLICY_RX_SELF)
 		return 0;
 	t.flags = policy_ep_flags(ep, info->daddr);
 	if (!(t.flags & POLICY_F_ISOLATED)) {

@@ -174,6 +174,46 @@ func TestPrivilegedLBHairpin(t *testing.T) {
 	}
 }
 
+// A pod reaching its own Service whose policy allows nothing, not even
+// itself: the hairpin request and its reply pass, as they do with socket-LB
+// (over the pod's loopback, where no check runs), while the same pod's own
+// connection to another pod stays denied. UDP too: no TCP state involved.
+func TestPrivilegedLBHairpinIsolatedPod(t *testing.T) {
+	requirePrivileged(t)
+	isolated := &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress | PolicyEgress}}
+	req := fromPodB(ipv4(protoTCP, podBIP, vip).withDst(vip, 80))
+	reply := fromPodB(ipv4(protoTCP, podBIP, hairpin).withSrc(podBIP, 8080).withDst(hairpin, 40000).withTCPFlags(0x12))
+	udpReq := fromPodB(ipv4(protoUDP, podBIP, vip).withDst(vip, 53))
+	udpReply := fromPodB(ipv4(protoUDP, podBIP, hairpin).withSrc(podBIP, 8080).withDst(hairpin, 40000))
+	direct := fromPodB(ipv4(protoTCP, podBIP, podA).withDst(podA, 8080))
+	for _, routing := range []HostRouting{HostRoutingBPF, HostRoutingLegacy} {
+		t.Run(routing.String(), func(t *testing.T) {
+			d := loadLB(t, routing, 0)
+			if err := seedLB(d, lbState{backends: lbBackends, services: map[Frontend]Service{
+				feTCP: {ID: 1, Backends: []uint32{1}}, feUDP: {ID: 2, Backends: []uint32{1}}}}); err != nil {
+				t.Fatal(err)
+			}
+			rows := []policyRow{
+				{seed: isolated, prog: d.objs.MyelinFromPod, counterDir: "from-pod", progCase: progCase{
+					name: "TCP request through the ClusterIP to itself", endpoints: seedB, in: req.build(), verdict: tcActRedirect,
+					out: delivered(req.withSrc(hairpin, 40000).withDst(podBIP, 8080)), reason: "FORWARDED"}},
+				{prog: d.objs.MyelinFromPod, counterDir: "from-pod", progCase: progCase{
+					name: "its reply, from the ClusterIP", endpoints: seedB, in: reply.build(), verdict: tcActRedirect,
+					out: delivered(reply.withSrc(vip, 80).withDst(podBIP, 40000)), reason: "FORWARDED"}},
+				{prog: d.objs.MyelinFromPod, counterDir: "from-pod", progCase: progCase{
+					name: "UDP request through the ClusterIP to itself", endpoints: seedB, in: udpReq.build(), verdict: tcActRedirect,
+					out: delivered(udpReq.withSrc(hairpin, 40000).withDst(podBIP, 8080)), reason: "FORWARDED"}},
+				{prog: d.objs.MyelinFromPod, counterDir: "from-pod", progCase: progCase{
+					name: "its UDP reply", endpoints: seedB, in: udpReply.build(), verdict: tcActRedirect,
+					out: delivered(udpReply.withSrc(vip, 53).withDst(podBIP, 40000)), reason: "FORWARDED"}},
+				{prog: d.objs.MyelinFromPod, counterDir: "from-pod", progCase: progCase{
+					name: "its own SYN to another pod: denied", in: direct.build(), verdict: tcActShot, reason: "DROP_POLICY_DENIED"}},
+			}
+			runPolicyRows(t, d, rows)
+		})
+	}
+}
+
 // A service without ready backends answers with ICMP port unreachable back
 // into the pod, counted and evented as DROP_SVC_NO_BACKEND.
 func TestPrivilegedLBNoBackend(t *testing.T) {
