@@ -12,8 +12,11 @@
  * same directory); this is a separate object so a kernel or cgroup setup
  * that can't load or attach it leaves the tc datapath whole.
  *
- * A frontend without a ready backend, or any failure here, leaves the
- * address untouched: the tc path then answers as before.
+ * A frontend without a ready backend, or any failure here, leaves a pod's
+ * address untouched: the tc path then answers as before (an ICMP reject,
+ * ECONNREFUSED). The node's own sockets (host_netns_cookie) have no tc
+ * path before the uplink: theirs is refused at connect()/sendmsg() (EPERM),
+ * or the packet to the Service address would leave the node and hang.
  */
 #include <linux/bpf.h>
 #include <linux/in.h>
@@ -24,12 +27,23 @@
 #include "lib/sock.h"
 
 /*
- * sock_backend chooses a backend for ctx's destination if it is a Service
- * frontend of protocol proto; NULL if it is none or has no ready backend.
+ * host_netns_cookie: the cookie of the node's network namespace (the
+ * agent's, set at attach), 0 when unknown (then nothing is refused).
  */
-static __always_inline const struct lb_backend *sock_backend(struct bpf_sock_addr *ctx, __u8 proto)
+volatile const __u64 host_netns_cookie = 0;
+
+/*
+ * sock_backend chooses a backend for ctx's destination if it is a Service
+ * frontend of protocol proto; NULL if it is none or has no ready backend,
+ * and then *refuse says the socket must not send there untranslated: a
+ * frontend without a backend, asked by the node's own socket.
+ */
+static __always_inline const struct lb_backend *sock_backend(struct bpf_sock_addr *ctx, __u8 proto,
+							     int *refuse)
 {
+	const struct lb_backend *b;
 	__u32 daddr = ctx->user_ip4;
+	__u64 netns;
 	__u16 dport = (__u16)ctx->user_port;
 	const struct lb_svc *svc;
 	struct ct_key t = {};
@@ -45,13 +59,17 @@ static __always_inline const struct lb_backend *sock_backend(struct bpf_sock_add
 	 * socket (its cookie where the tc path has the source port, unknown
 	 * before connect): with the namespace alone, every connection of a
 	 * client to a Maglev Service went to one backend. */
-	t.saddr = (__u32)bpf_get_netns_cookie(ctx);
+	netns = bpf_get_netns_cookie(ctx);
+	t.saddr = (__u32)netns;
 	t.daddr = daddr;
 	t.sport = (__u16)bpf_get_socket_cookie(ctx);
 	t.dport = dport;
 	t.proto = proto;
 	id = lb_select(svc, &t, &index, LB_CLIENT_NODE);
-	return id ? lb_backend_lookup(id) : NULL;
+	b = id ? lb_backend_lookup(id) : NULL;
+	if (!b && host_netns_cookie && netns == host_netns_cookie)
+		*refuse = 1;
+	return b;
 }
 
 /*
@@ -90,13 +108,14 @@ int myelin_sock_connect4(struct bpf_sock_addr *ctx)
 	__u8 proto = sock_proto(ctx);
 	const struct lb_backend *b;
 	struct lb_sock_peer *p;
+	int refuse = 0;
 
 	if (!proto)
 		return 1;
-	b = sock_backend(ctx, proto);
+	b = sock_backend(ctx, proto, &refuse);
 	if (!b) {
 		bpf_sk_storage_delete(&myelin_lb_sock_peer, ctx->sk);
-		return 1;
+		return !refuse;
 	}
 	p = bpf_sk_storage_get(&myelin_lb_sock_peer, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (p) {
@@ -117,12 +136,13 @@ int myelin_sock_sendmsg4(struct bpf_sock_addr *ctx)
 	struct lb_sock_rev_key rk = {};
 	struct lb_sock_rev rv = {};
 	const struct lb_backend *b;
+	int refuse = 0;
 
 	if (ctx->protocol != IPPROTO_UDP)
 		return 1;
-	b = sock_backend(ctx, IPPROTO_UDP);
+	b = sock_backend(ctx, IPPROTO_UDP, &refuse);
 	if (!b)
-		return 1;
+		return !refuse;
 	rk.cookie = bpf_get_socket_cookie(ctx);
 	rk.addr = b->addr;
 	rk.port = b->port;

@@ -374,6 +374,7 @@ type sockMapSpecs struct {
 type sockVariableSpecs struct {
 	ClusterCidrAddr   *ebpf.VariableSpec `ebpf:"cluster_cidr_addr"`
 	ClusterCidrMask   *ebpf.VariableSpec `ebpf:"cluster_cidr_mask"`
+	HostNetnsCookie   *ebpf.VariableSpec `ebpf:"host_netns_cookie"`
 	HostRoutingBpf    *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
 	LbEnabled         *ebpf.VariableSpec `ebpf:"lb_enabled"`
 	MaglevTableSize   *ebpf.VariableSpec `ebpf:"maglev_table_size"`
@@ -481,6 +482,7 @@ func (m *sockMaps) Close() error {
 type sockVariables struct {
 	ClusterCidrAddr   *ebpf.Variable `ebpf:"cluster_cidr_addr"`
 	ClusterCidrMask   *ebpf.Variable `ebpf:"cluster_cidr_mask"`
+	HostNetnsCookie   *ebpf.Variable `ebpf:"host_netns_cookie"`
 	HostRoutingBpf    *ebpf.Variable `ebpf:"host_routing_bpf"`
 	LbEnabled         *ebpf.Variable `ebpf:"lb_enabled"`
 	MaglevTableSize   *ebpf.Variable `ebpf:"maglev_table_size"`

@@ -58,6 +58,10 @@ var sockHooks = []sockHook{
 // Config.LoadBalancing (the service maps). On any error nothing of socket-LB
 // stays attached and the tc path serves Services as before; the error says why.
 //
+// Sockets in the caller's network namespace (the node's, for the agent) are
+// refused a Service without a ready backend (EPERM at connect or sendmsg); other
+// namespaces' (pods') go on to the tc path, which rejects with ICMP.
+//
 // Never attach it to a cgroup holding processes of other nodes or of the machine
 // (in the lab, the machine's root cgroup): it translates for all of them.
 func (d *Datapath) AttachSocketLB(cgroup string) (err error) {
@@ -114,6 +118,9 @@ func (d *Datapath) loadSock(objs *sockObjectsLoaded) error {
 	}
 	cidr := d.cfg.ClusterCIDR.Masked()
 	mask := binary.NativeEndian.Uint32(net.CIDRMask(cidr.Bits(), 32))
+	// 0 (a kernel before 5.14 has no SO_NETNS_COOKIE): node sockets are not
+	// refused a Service without backends; their packets leave untranslated.
+	host, _ := netnsCookie()
 	for _, v := range []struct {
 		name string
 		spec *ebpf.VariableSpec
@@ -124,6 +131,7 @@ func (d *Datapath) loadSock(objs *sockObjectsLoaded) error {
 		{"node_ip", specs.NodeIp, networkUint32(d.cfg.NodeIP)},
 		{"cluster_cidr_addr", specs.ClusterCidrAddr, networkUint32(cidr.Addr())},
 		{"cluster_cidr_mask", specs.ClusterCidrMask, mask},
+		{"host_netns_cookie", specs.HostNetnsCookie, host},
 	} {
 		if err := v.spec.Set(v.val); err != nil {
 			return fmt.Errorf("set socket-LB %s: %w", v.name, err)
@@ -136,6 +144,19 @@ func (d *Datapath) loadSock(objs *sockObjectsLoaded) error {
 		return fmt.Errorf("load socket-LB programs: %w", err)
 	}
 	return nil
+}
+
+// netnsCookie is the cookie of the network namespace the calling thread is in:
+// the node's, for the agent (host network). Socket-LB refuses sockets there a
+// Service without a ready backend (bpf/sock.c): nothing else would stop their
+// packets to the Service address before the uplink.
+func netnsCookie() (uint64, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	return unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
 }
 
 // attachSockHook attaches prog to h's hook of cgroup through the link pinned as

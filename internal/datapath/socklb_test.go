@@ -384,6 +384,42 @@ func TestPrivilegedSocketLBAffinity(t *testing.T) {
 	}
 }
 
+// TestPrivilegedSocketLBNoBackendNode: a Service without a ready backend is
+// refused (EPERM) to the sockets of the network namespace socket-LB was attached
+// from (the node's), TCP and UDP, where nothing else would keep their packets to
+// the Service address from leaving the node; other namespaces' sockets (pods')
+// go on untranslated to the tc path (here: no route). With a backend the node's
+// sockets are translated as ever.
+func TestPrivilegedSocketLBNoBackendNode(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingLegacy, 0)
+	cg := attachSockLB(t, d, Service{ID: 1}) // from the machine's netns: the test netns is a pod's
+	inBackendsNetns(t, func(nsName string, ns netns.NsHandle) {
+		for _, mode := range []string{"tcp", "udp"} {
+			if out, _ := runSockClient(t, nsName, cg, mode, sockSvcAddr); !strings.Contains(out, "network is unreachable") {
+				t.Errorf("%s from a pod's netns to a Service without backends: got %q, want it untranslated (network is unreachable)", mode, out)
+			}
+		}
+		// Attached again from a thread in the test netns: now it is the node's.
+		if err := inNetnsThread(ns, func() error { return d.AttachSocketLB(cg) }); err != nil {
+			t.Fatalf("attach socket-LB from the test netns: %v", err)
+		}
+		for _, mode := range []string{"tcp", "udp"} {
+			if out, _ := runSockClient(t, nsName, cg, mode, sockSvcAddr); !strings.Contains(out, "operation not permitted") {
+				t.Errorf("%s from the node's netns to a Service without backends: got %q, want it refused (operation not permitted)", mode, out)
+			}
+		}
+		if err := seedLB(d, sockLBState(Service{ID: 1, Backends: []uint32{1}})); err != nil {
+			t.Fatal(err)
+		}
+		for _, mode := range []string{"tcp", "udp"} {
+			if out, err := runSockClient(t, nsName, cg, mode, sockSvcAddr); err != nil || out != "peer="+sockSvcAddr+" backend=10.1.0.20" {
+				t.Errorf("%s from the node's netns to a Service with a backend: got %q (%v), want it translated", mode, out, err)
+			}
+		}
+	})
+}
+
 // TestPrivilegedSocketLBBadCgroup: a directory that is not cgroup v2 is refused
 // with its name, and nothing stays attached.
 func TestPrivilegedSocketLBBadCgroup(t *testing.T) {
