@@ -25,7 +25,9 @@
  * A forwarded packet is reported where it leaves a pod (from_pod) and where
  * it enters one: to_pod, or from_netdev/from_overlay when BPF delivers it to
  * a local endpoint; the uplink's egress and the node's own traffic are not.
- * A full ring counts REASON_FLOWS_LOST and never changes the packet's fate.
+ * A full ring counts REASON_FLOWS_LOST and never changes the packet's fate;
+ * UDP, ICMP and other flows' records leave its last quarter to drops
+ * (flows_room).
  * A record names the Service a packet went through: the frontend the tc path
  * translated, or, for a connection socket-LB translated before tc saw it, the
  * one its socket was translated from (flows_sock_service).
@@ -53,6 +55,7 @@ volatile __u32 flows_enabled = 0;
 #define FLOW_TCP_SYNACK	   0x12
 #define FLOW_DNS_PORT	   bpf_htons(53)
 #define FLOWS_WAKEUP_BYTES (FLOWS_RINGBUF_SIZE / 4)
+#define FLOWS_FORWARD_MAX  (FLOWS_RINGBUF_SIZE / 4 * 3) /* flows_room */
 #define FLOW_UDP_HLEN	   8
 
 #define FLOW_LIMIT_WINDOW_SHIFT 30 /* 1.07 s */
@@ -144,6 +147,22 @@ static __always_inline __u64 flows_wakeup(void)
 	return BPF_RB_NO_WAKEUP;
 }
 
+/*
+ * flows_room says whether the record of a new UDP, ICMP or other flow
+ * (FLOW_NEW; not noted then, so its next packet tries again) or a DNS
+ * record may take ring space: the last quarter
+ * (above FLOWS_FORWARD_MAX) is kept for drops, so a flood of new flows,
+ * which have no budget, can't take the ring from the drops and policy
+ * denials of every pod while the agent catches up; the records it can't
+ * write count as lost. TCP records don't ask: the check kept their flags
+ * in a stack slot the deepest call chain (myelin_from_pod,
+ * from_pod_deliver, flows_forward) doesn't have (it is at 512 bytes).
+ */
+static __always_inline int flows_room(void)
+{
+	return bpf_ringbuf_query(&myelin_flows, BPF_RB_AVAIL_DATA) < FLOWS_FORWARD_MAX;
+}
+
 static __always_inline void flows_lost(struct __sk_buff *skb, __u8 dir)
 {
 	metrics_add(dir, REASON_FLOWS_LOST, skb->len);
@@ -211,6 +230,10 @@ static __always_inline void flows_dns(struct __sk_buff *skb, const struct ipv4_i
 
 	if (!flows_allow(skb, info, FLOW_DNS, dir, REASON_FORWARDED, FLOW_DNS_BUDGET))
 		return;
+	if (!flows_room()) {
+		flows_lost(skb, dir);
+		return;
+	}
 	d = bpf_ringbuf_reserve(&myelin_flows, sizeof(*d), 0);
 	if (!d) {
 		flows_lost(skb, dir);
@@ -254,6 +277,10 @@ static __always_inline void flows_aggregate(struct __sk_buff *skb, const struct 
 	}
 	st = bpf_map_lookup_elem(&myelin_flow_state, &k);
 	if (!st) {
+		if (!flows_room()) {
+			flows_lost(skb, dir);
+			return;
+		}
 		fresh.last = now;
 		bpf_map_update_elem(&myelin_flow_state, &k, &fresh, BPF_ANY);
 		flows_emit(skb, info, FLOW_NEW, dir, REASON_FORWARDED, 0, NULL);

@@ -114,3 +114,63 @@ func TestPrivilegedBPFFlowsLimit(t *testing.T) {
 		t.Errorf("FLOWS_LOST = %d, want 0: the budgets keep the ring from filling", lost.Packets)
 	}
 }
+
+// TestPrivilegedBPFFlowsDropReserve: pod A floods new UDP flows (no budget) while
+// nobody reads the ring; once three quarters of it are used its records are lost
+// (FLOWS_LOST), and pod B's drop after that still makes its record: the last
+// quarter is kept for drops.
+func TestPrivilegedBPFFlowsDropReserve(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTest(t, HostRoutingBPF)
+	if err := seedEndpoints(d, seedAB); err != nil {
+		t.Fatal(err)
+	}
+	r, err := d.NewFlowReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := d.SetFlows(true); err != nil {
+		t.Fatal(err)
+	}
+	run := func(in []byte, ctx *skbCtx) {
+		t.Helper()
+		if _, err := d.objs.MyelinFromPod.Run(&ebpf.RunOptions{Data: in, Context: *ctx}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A 1 MiB ring holds fewer than 64,000 records (myelin_flow_state holds
+	// 65,536 flows); ports from 1024 (53 would make DNS records).
+	lostCount := func() uint64 {
+		t.Helper()
+		c, err := counter(d, "from-pod", "FLOWS_LOST")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Packets
+	}
+	flood := 0
+	for sport := uint16(1024); sport < 65024 && (flood%64 != 0 || lostCount() == 0); sport++ {
+		run(ipv4(protoUDP, podA, podBIP).withSrc(podA, sport).withDst(podBIP, 9).build(), ctxPodA)
+		flood++
+	}
+	lost := lostCount()
+	badB := fromPodB(ipv4(protoUDP, podBIP, podA).withSrc(podBIP, 40001)).build()
+	run(badB[:len(badB)-4], &skbCtx{IngressIfindex: uint32(podB.IfIndex)})
+
+	var newA, dropB int
+	for _, fr := range drainFlows(t, r) {
+		switch {
+		case fr.Kind == FlowNew && fr.Src == mustAddr(podA):
+			newA++
+		case fr.Kind == FlowDrop && fr.Src == mustAddr(podBIP) && fr.Reason == "DROP_INVALID_PACKET":
+			dropB++
+		}
+	}
+	if lost == 0 || uint64(newA)+lost != uint64(flood) {
+		t.Errorf("pod A's %d new flows: %d records, %d lost; want some lost and the rest recorded", flood, newA, lost)
+	}
+	if dropB != 1 || lostCount() != lost {
+		t.Errorf("pod B's drop after the flood: %d records, FLOWS_LOST %d -> %d; want 1 record, none lost (the ring's last quarter is for drops)", dropB, lost, lostCount())
+	}
+}
