@@ -209,7 +209,8 @@ static __always_inline int policy_ingress(struct __sk_buff *skb, struct ipv4_inf
 	const struct policy_ct_entry *known = NULL;
 	struct policy_ct_seen seen = {};
 
-	if (info->policy_rx_tracked == POLICY_RX_TRACKED || info->policy_rx_tracked == POLICY_RX_SELF)
+	if (info->policy_rx_tracked == POLICY_RX_TRACKED ||
+	    info->policy_rx_tracked == POLICY_RX_SELF)
 		return 0;
 	t.flags = policy_ep_flags(ep, info->daddr);
 	if (!(t.flags & POLICY_F_ISOLATED)) {
