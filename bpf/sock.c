@@ -170,17 +170,19 @@ int myelin_sock_getpeername4(struct bpf_sock_addr *ctx)
 }
 
 /*
- * Closing UDP sockets to a backend that went away, or that left one
+ * Closing UDP sockets to backends that went away, or that left one
  * frontend: an iter/udp program the agent runs in each network namespace
  * (the iterator sees the sockets of the namespace it is opened in) after
- * sock_destroy_target is set. Every connected IPv4 UDP socket that
- * socket-LB connected to the target's backend (its storage in
+ * filling myelin_sock_destroy_targets. Every connected IPv4 UDP socket that
+ * socket-LB connected to a target's backend (its storage in
  * myelin_lb_sock_peer names it), from the target's frontend unless that is
- * 0.0.0.0 (any frontend), is closed with
- * bpf_sock_destroy (its next send or receive fails with ECONNABORTED), so a
- * client does not keep sending to a dead backend; one byte of output per
- * socket closed. The kernel types are declared with only the fields used,
- * relocated against the kernel's BTF (CO-RE).
+ * 0.0.0.0 (any frontend), is closed with bpf_sock_destroy (its next send or
+ * receive fails with ECONNABORTED), so a client does not keep sending to a
+ * dead backend; one byte of output per socket closed. One run serves every
+ * backend removed meanwhile: a run per backend and namespace let anyone who
+ * churns Endpoints queue more runs than the agent could make. The kernel
+ * types are declared with only the fields used, relocated against the
+ * kernel's BTF (CO-RE).
  */
 struct sock_common {
 	__u32 skc_daddr;
@@ -203,32 +205,41 @@ struct bpf_iter__udp {
 extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
 
 /*
- * sock_destroy_target is the backend whose sockets to close and the frontend
- * they were translated from, address 0 for any (network order).
+ * myelin_sock_destroy_targets: the backends whose sockets to close, each with
+ * the frontend they were translated from or 0.0.0.0:0 for any (network
+ * order; pads 0). Not pinned: the agent sizes and fills it for each run.
  */
-struct lb_sock_peer sock_destroy_target;
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lb_sock_peer);
+	__type(value, __u8);
+	__uint(max_entries, 1);
+} myelin_sock_destroy_targets SEC(".maps");
 
 SEC("iter/udp")
 int myelin_sock_destroy_udp(struct bpf_iter__udp *ctx)
 {
 	struct sock_common *sk = (struct sock_common *)ctx->udp_sk;
+	struct lb_sock_peer k = {};
 	const struct lb_sock_peer *p;
 	char one = 1;
 
 	if (!sk || sk->skc_family != SOCK_AF_INET)
 		return 0;
-	if (sk->skc_daddr != sock_destroy_target.backend_addr ||
-	    sk->skc_dport != sock_destroy_target.backend_port)
-		return 0;
-	/* Only a socket socket-LB connected to the backend: one a client connected
-	 * to that address by itself is none of the Service's business. */
+	/* Only a socket socket-LB connected to the backend it is still connected
+	 * to: one a client connected to that address by itself is none of the
+	 * Service's business. */
 	p = bpf_sk_storage_get(&myelin_lb_sock_peer, sk, 0, 0);
 	if (!p || p->backend_addr != sk->skc_daddr || p->backend_port != sk->skc_dport)
 		return 0;
-	if (sock_destroy_target.frontend.addr &&
-	    (p->frontend.addr != sock_destroy_target.frontend.addr ||
-	     p->frontend.port != sock_destroy_target.frontend.port))
-		return 0;
+	k.backend_addr = p->backend_addr;
+	k.backend_port = p->backend_port;
+	if (!bpf_map_lookup_elem(&myelin_sock_destroy_targets, &k)) {
+		k.frontend.addr = p->frontend.addr;
+		k.frontend.port = p->frontend.port;
+		if (!bpf_map_lookup_elem(&myelin_sock_destroy_targets, &k))
+			return 0;
+	}
 	if (bpf_sock_destroy(sk) == 0)
 		bpf_seq_write(ctx->meta->seq, &one, sizeof(one));
 	return 0;

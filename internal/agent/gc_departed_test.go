@@ -100,7 +100,7 @@ func TestCollectorEndsDepartedFlows(t *testing.T) {
 // The UDP socket closer queues the sockets of a departure from a UDP frontend only
 // (TCP connections are left, as when a backend is deleted), through that frontend.
 func TestUDPCloserDeparted(t *testing.T) {
-	u := &udpCloser{queue: make(chan udpTarget, 4), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	u := &udpCloser{queue: make(chan datapath.UDPSocketTarget, 4), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	x := datapath.Backend{Addr: netip.MustParseAddr("10.244.1.5"), Port: 53}
 	udp := datapath.Frontend{Addr: netip.MustParseAddr("10.96.0.10"), Port: 53, Proto: unix.IPPROTO_UDP}
 	tcp := udp
@@ -113,5 +113,31 @@ func TestUDPCloserDeparted(t *testing.T) {
 	}
 	if want := []string{"10.244.1.5:53 from 10.96.0.10:53/udp"}; !slices.Equal(got, want) {
 		t.Errorf("queued %v, want %v", got, want)
+	}
+}
+
+// The closer takes every target queued behind the first into one pass, each once:
+// a burst of removed backends (or one flapping) costs one run per namespace.
+func TestUDPCloserBatch(t *testing.T) {
+	u := &udpCloser{queue: make(chan datapath.UDPSocketTarget, 8), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	b := func(last byte) datapath.UDPSocketTarget {
+		return datapath.UDPSocketTarget{Backend: datapath.Backend{Addr: netip.AddrFrom4([4]byte{10, 244, 1, last}), Port: 53}}
+	}
+	udp := datapath.Frontend{Addr: netip.MustParseAddr("10.96.0.10"), Port: 53, Proto: unix.IPPROTO_UDP}
+	via := b(5)
+	via.Via = &udp
+	for _, t := range []datapath.UDPSocketTarget{b(6), b(5), via, b(6), b(7)} {
+		u.enqueue(t)
+	}
+	var got []string
+	for _, t := range u.batch(b(5)) {
+		got = append(got, t.String())
+	}
+	want := []string{"10.244.1.5:53", "10.244.1.6:53", "10.244.1.5:53 from 10.96.0.10:53/udp", "10.244.1.7:53"}
+	if !slices.Equal(got, want) {
+		t.Errorf("batch %v, want %v", got, want)
+	}
+	if len(u.queue) != 0 {
+		t.Errorf("%d targets left queued, want none", len(u.queue))
 	}
 }

@@ -20,22 +20,8 @@ import (
 type udpCloser struct {
 	*datapath.Datapath
 	eps   *endpoint.Manager
-	queue chan udpTarget
+	queue chan datapath.UDPSocketTarget
 	log   *slog.Logger
-}
-
-// udpTarget is a backend whose sockets to close: every one, or with via those
-// socket-LB connected through frontend via only.
-type udpTarget struct {
-	backend datapath.Backend
-	via     *datapath.Frontend
-}
-
-func (t udpTarget) String() string {
-	if t.via == nil {
-		return t.backend.String()
-	}
-	return t.backend.String() + " from " + t.via.String()
 }
 
 // udpCloserQueue bounds the backends waiting to have their sockets closed; beyond it
@@ -43,7 +29,7 @@ func (t udpTarget) String() string {
 const udpCloserQueue = 4096
 
 func newUDPCloser(dp *datapath.Datapath, eps *endpoint.Manager, log *slog.Logger) *udpCloser {
-	return &udpCloser{Datapath: dp, eps: eps, queue: make(chan udpTarget, udpCloserQueue), log: log}
+	return &udpCloser{Datapath: dp, eps: eps, queue: make(chan datapath.UDPSocketTarget, udpCloserQueue), log: log}
 }
 
 // departed queues the closing of the sockets connected through d's frontend to its
@@ -54,10 +40,10 @@ func (u *udpCloser) departed(d service.Departure) {
 		return
 	}
 	fe := d.Frontend
-	u.enqueue(udpTarget{backend: d.Backend, via: &fe})
+	u.enqueue(datapath.UDPSocketTarget{Backend: d.Backend, Via: &fe})
 }
 
-func (u *udpCloser) enqueue(t udpTarget) {
+func (u *udpCloser) enqueue(t datapath.UDPSocketTarget) {
 	select {
 	case u.queue <- t:
 	default:
@@ -74,42 +60,54 @@ func (u *udpCloser) DeleteBackend(id uint32) error {
 	if lerr != nil || !found {
 		return nil
 	}
-	u.enqueue(udpTarget{backend: b})
+	u.enqueue(datapath.UDPSocketTarget{Backend: b})
 	return nil
 }
 
 // Run closes the queued backends' sockets in the agent's network namespace (the
-// node's processes) and in every pod's, until ctx ends.
+// node's processes) and in every pod's, until ctx ends: all those queued by then in
+// one pass over the namespaces, so backends removed in a burst cost one pass.
 func (u *udpCloser) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case t := <-u.queue:
-			u.close(t)
+			u.close(u.batch(t))
 		}
 	}
 }
 
-// close closes t's sockets in the agent's network namespace and every pod's.
-func (u *udpCloser) close(t udpTarget) {
+// batch is first and every target queued behind it, each once.
+func (u *udpCloser) batch(first datapath.UDPSocketTarget) []datapath.UDPSocketTarget {
+	seen := map[string]bool{first.String(): true}
+	out := []datapath.UDPSocketTarget{first}
+	for {
+		select {
+		case t := <-u.queue:
+			if !seen[t.String()] {
+				seen[t.String()] = true
+				out = append(out, t)
+			}
+		default:
+			return out
+		}
+	}
+}
+
+// close closes the targets' sockets in the agent's network namespace and every pod's.
+func (u *udpCloser) close(targets []datapath.UDPSocketTarget) {
 	netns := []string{""}
 	for _, ep := range u.eps.List() {
 		if ep.NetNS != "" {
 			netns = append(netns, ep.NetNS)
 		}
 	}
-	var n int
-	var err error
-	if t.via == nil {
-		n, err = u.DestroyUDPSockets(t.backend, netns)
-	} else {
-		n, err = u.DestroyFrontendUDPSockets(*t.via, t.backend, netns)
-	}
+	n, err := u.DestroyUDPSocketsOf(targets, netns)
 	if err != nil {
-		u.log.Warn("close UDP sockets to a removed backend", "backend", t.String(), "err", err)
+		u.log.Warn("close UDP sockets to removed backends", "backends", len(targets), "first", targets[0].String(), "err", err)
 	}
 	if n > 0 {
-		u.log.Info("closed UDP sockets connected to a removed backend", "backend", t.String(), "sockets", n)
+		u.log.Info("closed UDP sockets connected to removed backends", "backends", len(targets), "first", targets[0].String(), "sockets", n)
 	}
 }

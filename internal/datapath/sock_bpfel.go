@@ -337,58 +337,58 @@ type sockProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sockMapSpecs struct {
-	MyelinEndpoints     *ebpf.MapSpec `ebpf:"myelin_endpoints"`
-	MyelinEvents        *ebpf.MapSpec `ebpf:"myelin_events"`
-	MyelinFlowLimit     *ebpf.MapSpec `ebpf:"myelin_flow_limit"`
-	MyelinFlowState     *ebpf.MapSpec `ebpf:"myelin_flow_state"`
-	MyelinFlows         *ebpf.MapSpec `ebpf:"myelin_flows"`
-	MyelinFrags         *ebpf.MapSpec `ebpf:"myelin_frags"`
-	MyelinIcmpRate      *ebpf.MapSpec `ebpf:"myelin_icmp_rate"`
-	MyelinIpcache       *ebpf.MapSpec `ebpf:"myelin_ipcache"`
-	MyelinLbAffinity    *ebpf.MapSpec `ebpf:"myelin_lb_affinity"`
-	MyelinLbBackends    *ebpf.MapSpec `ebpf:"myelin_lb_backends"`
-	MyelinLbCt          *ebpf.MapSpec `ebpf:"myelin_lb_ct"`
-	MyelinLbCtNodeport  *ebpf.MapSpec `ebpf:"myelin_lb_ct_nodeport"`
-	MyelinLbMaglev      *ebpf.MapSpec `ebpf:"myelin_lb_maglev"`
-	MyelinLbNodeports   *ebpf.MapSpec `ebpf:"myelin_lb_nodeports"`
-	MyelinLbPorts       *ebpf.MapSpec `ebpf:"myelin_lb_ports"`
-	MyelinLbServices    *ebpf.MapSpec `ebpf:"myelin_lb_services"`
-	MyelinLbSlots       *ebpf.MapSpec `ebpf:"myelin_lb_slots"`
-	MyelinLbSockPeer    *ebpf.MapSpec `ebpf:"myelin_lb_sock_peer"`
-	MyelinLbSockRev     *ebpf.MapSpec `ebpf:"myelin_lb_sock_rev"`
-	MyelinMetrics       *ebpf.MapSpec `ebpf:"myelin_metrics"`
-	MyelinNodeportNat   *ebpf.MapSpec `ebpf:"myelin_nodeport_nat"`
-	MyelinNodeportStats *ebpf.MapSpec `ebpf:"myelin_nodeport_stats"`
-	MyelinNodeportSyn   *ebpf.MapSpec `ebpf:"myelin_nodeport_syn"`
-	MyelinNomasq        *ebpf.MapSpec `ebpf:"myelin_nomasq"`
-	MyelinPolicy        *ebpf.MapSpec `ebpf:"myelin_policy"`
-	MyelinPolicyCt      *ebpf.MapSpec `ebpf:"myelin_policy_ct"`
-	MyelinPolicyEps     *ebpf.MapSpec `ebpf:"myelin_policy_eps"`
-	MyelinSnat          *ebpf.MapSpec `ebpf:"myelin_snat"`
-	MyelinTunnel        *ebpf.MapSpec `ebpf:"myelin_tunnel"`
+	MyelinEndpoints          *ebpf.MapSpec `ebpf:"myelin_endpoints"`
+	MyelinEvents             *ebpf.MapSpec `ebpf:"myelin_events"`
+	MyelinFlowLimit          *ebpf.MapSpec `ebpf:"myelin_flow_limit"`
+	MyelinFlowState          *ebpf.MapSpec `ebpf:"myelin_flow_state"`
+	MyelinFlows              *ebpf.MapSpec `ebpf:"myelin_flows"`
+	MyelinFrags              *ebpf.MapSpec `ebpf:"myelin_frags"`
+	MyelinIcmpRate           *ebpf.MapSpec `ebpf:"myelin_icmp_rate"`
+	MyelinIpcache            *ebpf.MapSpec `ebpf:"myelin_ipcache"`
+	MyelinLbAffinity         *ebpf.MapSpec `ebpf:"myelin_lb_affinity"`
+	MyelinLbBackends         *ebpf.MapSpec `ebpf:"myelin_lb_backends"`
+	MyelinLbCt               *ebpf.MapSpec `ebpf:"myelin_lb_ct"`
+	MyelinLbCtNodeport       *ebpf.MapSpec `ebpf:"myelin_lb_ct_nodeport"`
+	MyelinLbMaglev           *ebpf.MapSpec `ebpf:"myelin_lb_maglev"`
+	MyelinLbNodeports        *ebpf.MapSpec `ebpf:"myelin_lb_nodeports"`
+	MyelinLbPorts            *ebpf.MapSpec `ebpf:"myelin_lb_ports"`
+	MyelinLbServices         *ebpf.MapSpec `ebpf:"myelin_lb_services"`
+	MyelinLbSlots            *ebpf.MapSpec `ebpf:"myelin_lb_slots"`
+	MyelinLbSockPeer         *ebpf.MapSpec `ebpf:"myelin_lb_sock_peer"`
+	MyelinLbSockRev          *ebpf.MapSpec `ebpf:"myelin_lb_sock_rev"`
+	MyelinMetrics            *ebpf.MapSpec `ebpf:"myelin_metrics"`
+	MyelinNodeportNat        *ebpf.MapSpec `ebpf:"myelin_nodeport_nat"`
+	MyelinNodeportStats      *ebpf.MapSpec `ebpf:"myelin_nodeport_stats"`
+	MyelinNodeportSyn        *ebpf.MapSpec `ebpf:"myelin_nodeport_syn"`
+	MyelinNomasq             *ebpf.MapSpec `ebpf:"myelin_nomasq"`
+	MyelinPolicy             *ebpf.MapSpec `ebpf:"myelin_policy"`
+	MyelinPolicyCt           *ebpf.MapSpec `ebpf:"myelin_policy_ct"`
+	MyelinPolicyEps          *ebpf.MapSpec `ebpf:"myelin_policy_eps"`
+	MyelinSnat               *ebpf.MapSpec `ebpf:"myelin_snat"`
+	MyelinSockDestroyTargets *ebpf.MapSpec `ebpf:"myelin_sock_destroy_targets"`
+	MyelinTunnel             *ebpf.MapSpec `ebpf:"myelin_tunnel"`
 }
 
 // sockVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sockVariableSpecs struct {
-	ClusterCidrAddr   *ebpf.VariableSpec `ebpf:"cluster_cidr_addr"`
-	ClusterCidrMask   *ebpf.VariableSpec `ebpf:"cluster_cidr_mask"`
-	HostNetnsCookie   *ebpf.VariableSpec `ebpf:"host_netns_cookie"`
-	HostRoutingBpf    *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
-	LbEnabled         *ebpf.VariableSpec `ebpf:"lb_enabled"`
-	MaglevTableSize   *ebpf.VariableSpec `ebpf:"maglev_table_size"`
-	MasqEnabled       *ebpf.VariableSpec `ebpf:"masq_enabled"`
-	NatPortMax        *ebpf.VariableSpec `ebpf:"nat_port_max"`
-	NatPortMin        *ebpf.VariableSpec `ebpf:"nat_port_min"`
-	NodeIp            *ebpf.VariableSpec `ebpf:"node_ip"`
-	OverlayIfindex    *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
-	OverlayMac        *ebpf.VariableSpec `ebpf:"overlay_mac"`
-	RoutingTunnel     *ebpf.VariableSpec `ebpf:"routing_tunnel"`
-	SockDestroyTarget *ebpf.VariableSpec `ebpf:"sock_destroy_target"`
-	SockLb            *ebpf.VariableSpec `ebpf:"sock_lb"`
-	SourceVerify      *ebpf.VariableSpec `ebpf:"source_verify"`
-	TunnelPort        *ebpf.VariableSpec `ebpf:"tunnel_port"`
+	ClusterCidrAddr *ebpf.VariableSpec `ebpf:"cluster_cidr_addr"`
+	ClusterCidrMask *ebpf.VariableSpec `ebpf:"cluster_cidr_mask"`
+	HostNetnsCookie *ebpf.VariableSpec `ebpf:"host_netns_cookie"`
+	HostRoutingBpf  *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
+	LbEnabled       *ebpf.VariableSpec `ebpf:"lb_enabled"`
+	MaglevTableSize *ebpf.VariableSpec `ebpf:"maglev_table_size"`
+	MasqEnabled     *ebpf.VariableSpec `ebpf:"masq_enabled"`
+	NatPortMax      *ebpf.VariableSpec `ebpf:"nat_port_max"`
+	NatPortMin      *ebpf.VariableSpec `ebpf:"nat_port_min"`
+	NodeIp          *ebpf.VariableSpec `ebpf:"node_ip"`
+	OverlayIfindex  *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
+	OverlayMac      *ebpf.VariableSpec `ebpf:"overlay_mac"`
+	RoutingTunnel   *ebpf.VariableSpec `ebpf:"routing_tunnel"`
+	SockLb          *ebpf.VariableSpec `ebpf:"sock_lb"`
+	SourceVerify    *ebpf.VariableSpec `ebpf:"source_verify"`
+	TunnelPort      *ebpf.VariableSpec `ebpf:"tunnel_port"`
 }
 
 // sockObjects contains all objects after they have been loaded into the kernel.
@@ -411,35 +411,36 @@ func (o *sockObjects) Close() error {
 //
 // It can be passed to loadSockObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sockMaps struct {
-	MyelinEndpoints     *ebpf.Map `ebpf:"myelin_endpoints"`
-	MyelinEvents        *ebpf.Map `ebpf:"myelin_events"`
-	MyelinFlowLimit     *ebpf.Map `ebpf:"myelin_flow_limit"`
-	MyelinFlowState     *ebpf.Map `ebpf:"myelin_flow_state"`
-	MyelinFlows         *ebpf.Map `ebpf:"myelin_flows"`
-	MyelinFrags         *ebpf.Map `ebpf:"myelin_frags"`
-	MyelinIcmpRate      *ebpf.Map `ebpf:"myelin_icmp_rate"`
-	MyelinIpcache       *ebpf.Map `ebpf:"myelin_ipcache"`
-	MyelinLbAffinity    *ebpf.Map `ebpf:"myelin_lb_affinity"`
-	MyelinLbBackends    *ebpf.Map `ebpf:"myelin_lb_backends"`
-	MyelinLbCt          *ebpf.Map `ebpf:"myelin_lb_ct"`
-	MyelinLbCtNodeport  *ebpf.Map `ebpf:"myelin_lb_ct_nodeport"`
-	MyelinLbMaglev      *ebpf.Map `ebpf:"myelin_lb_maglev"`
-	MyelinLbNodeports   *ebpf.Map `ebpf:"myelin_lb_nodeports"`
-	MyelinLbPorts       *ebpf.Map `ebpf:"myelin_lb_ports"`
-	MyelinLbServices    *ebpf.Map `ebpf:"myelin_lb_services"`
-	MyelinLbSlots       *ebpf.Map `ebpf:"myelin_lb_slots"`
-	MyelinLbSockPeer    *ebpf.Map `ebpf:"myelin_lb_sock_peer"`
-	MyelinLbSockRev     *ebpf.Map `ebpf:"myelin_lb_sock_rev"`
-	MyelinMetrics       *ebpf.Map `ebpf:"myelin_metrics"`
-	MyelinNodeportNat   *ebpf.Map `ebpf:"myelin_nodeport_nat"`
-	MyelinNodeportStats *ebpf.Map `ebpf:"myelin_nodeport_stats"`
-	MyelinNodeportSyn   *ebpf.Map `ebpf:"myelin_nodeport_syn"`
-	MyelinNomasq        *ebpf.Map `ebpf:"myelin_nomasq"`
-	MyelinPolicy        *ebpf.Map `ebpf:"myelin_policy"`
-	MyelinPolicyCt      *ebpf.Map `ebpf:"myelin_policy_ct"`
-	MyelinPolicyEps     *ebpf.Map `ebpf:"myelin_policy_eps"`
-	MyelinSnat          *ebpf.Map `ebpf:"myelin_snat"`
-	MyelinTunnel        *ebpf.Map `ebpf:"myelin_tunnel"`
+	MyelinEndpoints          *ebpf.Map `ebpf:"myelin_endpoints"`
+	MyelinEvents             *ebpf.Map `ebpf:"myelin_events"`
+	MyelinFlowLimit          *ebpf.Map `ebpf:"myelin_flow_limit"`
+	MyelinFlowState          *ebpf.Map `ebpf:"myelin_flow_state"`
+	MyelinFlows              *ebpf.Map `ebpf:"myelin_flows"`
+	MyelinFrags              *ebpf.Map `ebpf:"myelin_frags"`
+	MyelinIcmpRate           *ebpf.Map `ebpf:"myelin_icmp_rate"`
+	MyelinIpcache            *ebpf.Map `ebpf:"myelin_ipcache"`
+	MyelinLbAffinity         *ebpf.Map `ebpf:"myelin_lb_affinity"`
+	MyelinLbBackends         *ebpf.Map `ebpf:"myelin_lb_backends"`
+	MyelinLbCt               *ebpf.Map `ebpf:"myelin_lb_ct"`
+	MyelinLbCtNodeport       *ebpf.Map `ebpf:"myelin_lb_ct_nodeport"`
+	MyelinLbMaglev           *ebpf.Map `ebpf:"myelin_lb_maglev"`
+	MyelinLbNodeports        *ebpf.Map `ebpf:"myelin_lb_nodeports"`
+	MyelinLbPorts            *ebpf.Map `ebpf:"myelin_lb_ports"`
+	MyelinLbServices         *ebpf.Map `ebpf:"myelin_lb_services"`
+	MyelinLbSlots            *ebpf.Map `ebpf:"myelin_lb_slots"`
+	MyelinLbSockPeer         *ebpf.Map `ebpf:"myelin_lb_sock_peer"`
+	MyelinLbSockRev          *ebpf.Map `ebpf:"myelin_lb_sock_rev"`
+	MyelinMetrics            *ebpf.Map `ebpf:"myelin_metrics"`
+	MyelinNodeportNat        *ebpf.Map `ebpf:"myelin_nodeport_nat"`
+	MyelinNodeportStats      *ebpf.Map `ebpf:"myelin_nodeport_stats"`
+	MyelinNodeportSyn        *ebpf.Map `ebpf:"myelin_nodeport_syn"`
+	MyelinNomasq             *ebpf.Map `ebpf:"myelin_nomasq"`
+	MyelinPolicy             *ebpf.Map `ebpf:"myelin_policy"`
+	MyelinPolicyCt           *ebpf.Map `ebpf:"myelin_policy_ct"`
+	MyelinPolicyEps          *ebpf.Map `ebpf:"myelin_policy_eps"`
+	MyelinSnat               *ebpf.Map `ebpf:"myelin_snat"`
+	MyelinSockDestroyTargets *ebpf.Map `ebpf:"myelin_sock_destroy_targets"`
+	MyelinTunnel             *ebpf.Map `ebpf:"myelin_tunnel"`
 }
 
 func (m *sockMaps) Close() error {
@@ -472,6 +473,7 @@ func (m *sockMaps) Close() error {
 		m.MyelinPolicyCt,
 		m.MyelinPolicyEps,
 		m.MyelinSnat,
+		m.MyelinSockDestroyTargets,
 		m.MyelinTunnel,
 	)
 }
@@ -480,23 +482,22 @@ func (m *sockMaps) Close() error {
 //
 // It can be passed to loadSockObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sockVariables struct {
-	ClusterCidrAddr   *ebpf.Variable `ebpf:"cluster_cidr_addr"`
-	ClusterCidrMask   *ebpf.Variable `ebpf:"cluster_cidr_mask"`
-	HostNetnsCookie   *ebpf.Variable `ebpf:"host_netns_cookie"`
-	HostRoutingBpf    *ebpf.Variable `ebpf:"host_routing_bpf"`
-	LbEnabled         *ebpf.Variable `ebpf:"lb_enabled"`
-	MaglevTableSize   *ebpf.Variable `ebpf:"maglev_table_size"`
-	MasqEnabled       *ebpf.Variable `ebpf:"masq_enabled"`
-	NatPortMax        *ebpf.Variable `ebpf:"nat_port_max"`
-	NatPortMin        *ebpf.Variable `ebpf:"nat_port_min"`
-	NodeIp            *ebpf.Variable `ebpf:"node_ip"`
-	OverlayIfindex    *ebpf.Variable `ebpf:"overlay_ifindex"`
-	OverlayMac        *ebpf.Variable `ebpf:"overlay_mac"`
-	RoutingTunnel     *ebpf.Variable `ebpf:"routing_tunnel"`
-	SockDestroyTarget *ebpf.Variable `ebpf:"sock_destroy_target"`
-	SockLb            *ebpf.Variable `ebpf:"sock_lb"`
-	SourceVerify      *ebpf.Variable `ebpf:"source_verify"`
-	TunnelPort        *ebpf.Variable `ebpf:"tunnel_port"`
+	ClusterCidrAddr *ebpf.Variable `ebpf:"cluster_cidr_addr"`
+	ClusterCidrMask *ebpf.Variable `ebpf:"cluster_cidr_mask"`
+	HostNetnsCookie *ebpf.Variable `ebpf:"host_netns_cookie"`
+	HostRoutingBpf  *ebpf.Variable `ebpf:"host_routing_bpf"`
+	LbEnabled       *ebpf.Variable `ebpf:"lb_enabled"`
+	MaglevTableSize *ebpf.Variable `ebpf:"maglev_table_size"`
+	MasqEnabled     *ebpf.Variable `ebpf:"masq_enabled"`
+	NatPortMax      *ebpf.Variable `ebpf:"nat_port_max"`
+	NatPortMin      *ebpf.Variable `ebpf:"nat_port_min"`
+	NodeIp          *ebpf.Variable `ebpf:"node_ip"`
+	OverlayIfindex  *ebpf.Variable `ebpf:"overlay_ifindex"`
+	OverlayMac      *ebpf.Variable `ebpf:"overlay_mac"`
+	RoutingTunnel   *ebpf.Variable `ebpf:"routing_tunnel"`
+	SockLb          *ebpf.Variable `ebpf:"sock_lb"`
+	SourceVerify    *ebpf.Variable `ebpf:"source_verify"`
+	TunnelPort      *ebpf.Variable `ebpf:"tunnel_port"`
 }
 
 // sockPrograms contains all programs after they have been loaded into the kernel.

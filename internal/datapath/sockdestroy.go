@@ -14,41 +14,81 @@ import (
 )
 
 // sockDestroyObjects is the iter/udp program of bpf/sock.c that closes UDP sockets
-// socket-LB connected as sock_destroy_target says.
+// socket-LB connected as myelin_sock_destroy_targets says.
 type sockDestroyObjects struct {
-	Prog   *ebpf.Program  `ebpf:"myelin_sock_destroy_udp"`
-	Target *ebpf.Variable `ebpf:"sock_destroy_target"`
+	Prog    *ebpf.Program `ebpf:"myelin_sock_destroy_udp"`
+	Targets *ebpf.Map     `ebpf:"myelin_sock_destroy_targets"`
+}
+
+// UDPSocketTarget names the connected UDP sockets socket-LB translated to Backend
+// to close: all of them, or, with Via, those translated from frontend Via only (the
+// backend left Via's Service but stays another frontend's).
+type UDPSocketTarget struct {
+	Backend Backend
+	Via     *Frontend
+}
+
+func (t UDPSocketTarget) String() string {
+	if t.Via == nil {
+		return t.Backend.String()
+	}
+	return t.Backend.String() + " from " + t.Via.String()
+}
+
+// key is t as myelin_sock_destroy_targets holds it.
+func (t UDPSocketTarget) key() (sockLbSockPeer, error) {
+	if !t.Backend.Addr.Is4() {
+		return sockLbSockPeer{}, fmt.Errorf("destroy UDP sockets to %s: not an IPv4 backend", t)
+	}
+	k := sockLbSockPeer{BackendAddr: networkUint32(t.Backend.Addr), BackendPort: htons(t.Backend.Port)}
+	if t.Via != nil {
+		fe := *t.Via
+		if !fe.Addr.Is4() || fe.Addr.IsUnspecified() || fe.Proto != unix.IPPROTO_UDP {
+			return sockLbSockPeer{}, fmt.Errorf("destroy UDP sockets to %s: not an IPv4 UDP frontend", t)
+		}
+		k.Frontend = sockLbSockRev{Addr: networkUint32(fe.Addr), Port: htons(fe.Port)}
+	}
+	return k, nil
 }
 
 // DestroyUDPSockets closes every connected IPv4 UDP socket socket-LB connected to b
 // (its storage in myelin_lb_sock_peer names b; a socket a client connected to b's
-// address by itself stays open) in each network namespace of netns (paths such as /proc/<pid>/ns/net or /run/netns/<name>;
-// "" is the caller's own) with bpf_sock_destroy, so clients get ECONNABORTED instead
-// of sending on to a backend that went away; it returns how many it closed. A
-// namespace that is gone is skipped. The program is loaded for the call and
-// released after it: backends leave seldom, and nothing stays pinned.
+// address by itself stays open) in each network namespace of netns (paths such as
+// /proc/<pid>/ns/net or /run/netns/<name>; "" is the caller's own) with
+// bpf_sock_destroy, so clients get ECONNABORTED instead of sending on to a backend
+// that went away; it returns how many it closed. A namespace that is gone is
+// skipped.
 func (d *Datapath) DestroyUDPSockets(b Backend, netns []string) (int, error) {
-	if !b.Addr.Is4() {
-		return 0, fmt.Errorf("destroy UDP sockets to %s: not an IPv4 backend", b)
-	}
-	return d.destroyUDPSockets(sockLbSockPeer{BackendAddr: networkUint32(b.Addr), BackendPort: htons(b.Port)}, b.String(), netns)
+	return d.DestroyUDPSocketsOf([]UDPSocketTarget{{Backend: b}}, netns)
 }
 
 // DestroyFrontendUDPSockets is DestroyUDPSockets for the sockets socket-LB connected
 // to b from frontend fe only (their storage names both): b left fe (its Service's
 // endpoints) but stays another frontend's backend, whose sockets stay open.
 func (d *Datapath) DestroyFrontendUDPSockets(fe Frontend, b Backend, netns []string) (int, error) {
-	if !b.Addr.Is4() || !fe.Addr.Is4() || fe.Addr.IsUnspecified() || fe.Proto != unix.IPPROTO_UDP {
-		return 0, fmt.Errorf("destroy UDP sockets to %s from %s: not an IPv4 UDP frontend and backend", b, fe)
-	}
-	target := sockLbSockPeer{Frontend: sockLbSockRev{Addr: networkUint32(fe.Addr), Port: htons(fe.Port)},
-		BackendAddr: networkUint32(b.Addr), BackendPort: htons(b.Port)}
-	return d.destroyUDPSockets(target, b.String()+" from "+fe.String(), netns)
+	return d.DestroyUDPSocketsOf([]UDPSocketTarget{{Backend: b, Via: &fe}}, netns)
 }
 
-// destroyUDPSockets closes the sockets of target (sock_destroy_target of bpf/sock.c),
-// named what in errors, in each namespace of netns.
-func (d *Datapath) destroyUDPSockets(target sockLbSockPeer, what string, netns []string) (int, error) {
+// DestroyUDPSocketsOf closes the sockets of every target (as DestroyUDPSockets and
+// DestroyFrontendUDPSockets say) with one run of the iterator per namespace of
+// netns, however many targets there are. The program is loaded for the call and
+// released after it: backends leave seldom, and nothing stays pinned.
+func (d *Datapath) DestroyUDPSocketsOf(targets []UDPSocketTarget, netns []string) (int, error) {
+	keys := make([]sockLbSockPeer, 0, len(targets))
+	for _, t := range targets {
+		k, err := t.key()
+		if err != nil {
+			return 0, err
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	what := targets[0].String()
+	if len(targets) > 1 {
+		what = fmt.Sprintf("%d backends (%s, ...)", len(targets), what)
+	}
 	spec, err := loadSock()
 	if err != nil {
 		return 0, fmt.Errorf("load socket-LB spec: %w", err)
@@ -61,13 +101,17 @@ func (d *Datapath) destroyUDPSockets(target sockLbSockPeer, what string, netns [
 		return 0, fmt.Errorf("open the socket-LB socket storage map: %w", err)
 	}
 	defer peer.Close()
+	spec.Maps["myelin_sock_destroy_targets"].MaxEntries = uint32(len(keys))
 	var objs sockDestroyObjects
 	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{"myelin_lb_sock_peer": peer}}); err != nil {
 		return 0, fmt.Errorf("load the UDP socket destroyer (iter/udp, bpf_sock_destroy): %w", err)
 	}
 	defer objs.Prog.Close()
-	if err := objs.Target.Set(target); err != nil {
-		return 0, fmt.Errorf("set sock_destroy_target: %w", err)
+	defer objs.Targets.Close()
+	for _, k := range keys {
+		if err := objs.Targets.Update(k, uint8(1), ebpf.UpdateAny); err != nil {
+			return 0, fmt.Errorf("destroy UDP sockets to %s: write the targets: %w", what, err)
+		}
 	}
 	it, err := link.AttachIter(link.IterOptions{Program: objs.Prog})
 	if err != nil {

@@ -496,6 +496,20 @@ func TestPrivilegedDestroyUDPSockets(t *testing.T) {
 		if n, err := d.DestroyUDPSockets(sockBackends[1], []string{"/run/netns/myelin-dptest-gone"}); err != nil || n != 0 {
 			t.Errorf("a namespace that is gone: %d, %v; want 0 and no error", n, err)
 		}
+		// One pass for several targets: backend 1 again (nothing left) and 2.
+		other := sockFrontend
+		other.Port++
+		batch := []UDPSocketTarget{{Backend: sockBackends[1]}, {Backend: sockBackends[2], Via: &other}, {Backend: sockBackends[2]}}
+		if n, err := d.DestroyUDPSocketsOf(batch, []string{"/run/netns/" + nsName}); err != nil || n != 1 {
+			t.Errorf("DestroyUDPSocketsOf(%v) = %d, %v; want 1 closed (backend 2's)", batch, n, err)
+		}
+		_ = conns[2].SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := conns[2].Read(make([]byte, 8)); !errors.Is(err, unix.ECONNABORTED) {
+			t.Errorf("read on the socket-LB socket to backend 2 after the batch: %v, want ECONNABORTED", err)
+		}
+		if _, err := direct.Write([]byte("hi\n")); err != nil {
+			t.Errorf("a client's own socket to backend 1's address was closed by the batch: write: %v", err)
+		}
 	})
 }
 
