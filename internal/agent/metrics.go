@@ -21,12 +21,13 @@ type agentMetrics struct {
 	flows   *flowmetrics.Sink // nil when the flow metrics are off
 	servers []*http.Server
 	health  atomic.Pointer[peerHealthLoop] // set once node health probing runs
+	log     *slog.Logger
 }
 
 // startMetrics starts the endpoints the configuration asks for; a port in use is
 // an error naming the key.
 func startMetrics(conf config.Config, log *slog.Logger) (*agentMetrics, error) {
-	m := &agentMetrics{agent: metrics.NewAgent()}
+	m := &agentMetrics{agent: metrics.NewAgent(), log: log}
 	if conf.PrometheusServeAddr != "" {
 		srv, err := metrics.Serve(conf.PrometheusServeAddr, "prometheus-serve-addr", m.agent.Registry(), log)
 		if err != nil {
@@ -53,10 +54,12 @@ func (m *agentMetrics) close() {
 }
 
 // use makes the agent endpoint report the loaded datapath and the parts around it
-// from now on (every scrape reads them afresh), and the flow store feed the flow
+// from now on (every scrape reads them afresh, but for the map fills: one count
+// answers scrapes for metrics.MapStatsMaxAge), and the flow store feed the flow
 // metrics.
 func (m *agentMetrics) use(st *startup, node *nodeDatapath, svc *serviceLoop, gc *collector) {
 	plan := st.plan
+	maps := metrics.NewMapCache(node.dp.MapStats, metrics.MapStatsMaxAge, m.log)
 	m.agent.Use(func() metrics.Snapshot {
 		s := metrics.Snapshot{Datapath: true, Endpoints: len(node.eps.List()), RetiredVeths: node.eps.Reaper().Len(),
 			RoutingMode: plan.RoutingMode(), HostRouting: plan.HostRouting.Mode(), HostRoutingReason: plan.HostRouting.Reason,
@@ -66,9 +69,10 @@ func (m *agentMetrics) use(st *startup, node *nodeDatapath, svc *serviceLoop, gc
 			n, fe, be := svc.manager.Counts()
 			s.Services = &metrics.ServiceCounts{Services: n, Frontends: fe, Backends: be}
 		}
-		// A map or counter that cannot be read is left out of this scrape (and
-		// the read error shows in myelin status, which reads the same maps).
-		s.Maps, _ = node.dp.MapStats()
+		// A map that cannot be counted keeps its last count (MapCache); counters
+		// that cannot be read are left out of this scrape (and the read error
+		// shows in myelin status, which reads the same map).
+		s.Maps = maps.Samples()
 		s.Counters, _ = node.dp.Metrics()
 		s.ICMPRejectsSuppressed, _ = node.dp.ICMPRejectsSuppressed()
 		if ph := m.health.Load(); ph != nil {

@@ -48,11 +48,7 @@ func deliveredFrags(p pkt, id uint16) (first, later []byte) {
 // fragCount requires myelin_frags to hold n entries.
 func fragCount(n int) func(*Datapath) error {
 	return func(d *Datapath) error {
-		var (
-			k myelinFragKey
-			v myelinFragEntry
-		)
-		got, err := countEntries(d.objs.MyelinFrags, &k, &v)
+		got, err := countEntries(d.objs.MyelinFrags)
 		if err != nil {
 			return err
 		}

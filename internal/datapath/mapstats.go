@@ -24,14 +24,18 @@ type MapStat struct {
 	Kind    string // a MapKind* constant
 	Entries int
 	Max     int
+	// Err is why counting the map failed; Entries are then those counted
+	// before the failure (see countEntries).
+	Err error
 }
 
 // MapStats counts the entries of every map that can run full: endpoints,
 // routing, NAT, conntrack, policy, fragments, flow state and, with load balancing, the
 // Service maps. Arrays (always full by construction), per-CPU counters and the
-// ring buffer are left out. It walks each map, so call it for a scrape or a
-// status, not per packet.
-func (d *Datapath) MapStats() ([]MapStat, error) {
+// ring buffer are left out. It reads each map (countEntries: a syscall per 4,096
+// entries of a hash map), so call it for a scrape or a status, not per packet. A
+// map that cannot be counted has its Err set; the others are counted all the same.
+func (d *Datapath) MapStats() []MapStat {
 	o := &d.objs
 	maps := []struct {
 		name, kind string
@@ -65,14 +69,13 @@ func (d *Datapath) MapStats() ([]MapStat, error) {
 	}
 	out := make([]MapStat, 0, len(maps))
 	for _, m := range maps {
-		var key, value []byte
-		n, err := countEntries(m.m, &key, &value)
+		n, err := countEntries(m.m)
 		if err != nil {
-			return nil, fmt.Errorf("count %s: %w", m.name, err)
+			err = fmt.Errorf("count %s: %w", m.name, err)
 		}
-		out = append(out, MapStat{Name: m.name, Kind: m.kind, Entries: n, Max: int(m.m.MaxEntries())})
+		out = append(out, MapStat{Name: m.name, Kind: m.kind, Entries: n, Max: int(m.m.MaxEntries()), Err: err})
 	}
-	return out, nil
+	return out
 }
 
 // AttachErrors counts the program attachments (uplink, VXLAN device, pod veths)

@@ -62,25 +62,19 @@ type MapFill struct {
 // packet.
 func (d *Datapath) MapFill() ([]MapFill, error) {
 	var (
-		epKey     [4]byte
-		epValue   myelinEndpointInfo
-		tunKey    myelinTunnelLpmKey
-		tunValue  myelinTunnelEndpoint
-		natKey    myelinNatKey
-		natValue  myelinNatEntry
 		endpoints = d.objs.MyelinEndpoints
 		tunnels   = d.objs.MyelinTunnel
 		nat       = d.objs.MyelinSnat
 	)
-	nEndpoints, err := countEntries(endpoints, &epKey, &epValue)
+	nEndpoints, err := countEntries(endpoints)
 	if err != nil {
 		return nil, fmt.Errorf("count myelin_endpoints: %w", err)
 	}
-	nTunnels, err := countEntries(tunnels, &tunKey, &tunValue)
+	nTunnels, err := countEntries(tunnels)
 	if err != nil {
 		return nil, fmt.Errorf("count myelin_tunnel: %w", err)
 	}
-	nNAT, err := countEntries(nat, &natKey, &natValue)
+	nNAT, err := countEntries(nat)
 	if err != nil {
 		return nil, fmt.Errorf("count myelin_snat: %w", err)
 	}
@@ -96,21 +90,11 @@ func (d *Datapath) MapFill() ([]MapFill, error) {
 		name string
 		m    *ebpf.Map
 	}{{"myelin_nodeport_syn", d.objs.MyelinNodeportSyn}, {"myelin_nodeport_nat", d.objs.MyelinNodeportNat}} {
-		n, err := countEntries(m.m, &natKey, new(myelinNpEntry))
+		n, err := countEntries(m.m)
 		if err != nil {
 			return nil, fmt.Errorf("count %s: %w", m.name, err)
 		}
 		fills = append(fills, MapFill{Name: m.name, Entries: n, Max: int(m.m.MaxEntries())})
 	}
 	return fills, nil
-}
-
-// countEntries walks m, decoding into key and value, and counts the entries.
-func countEntries(m *ebpf.Map, key, value any) (int, error) {
-	n := 0
-	it := m.Iterate()
-	for it.Next(key, value) {
-		n++
-	}
-	return n, it.Err()
 }

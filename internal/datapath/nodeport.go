@@ -88,11 +88,7 @@ func (d *Datapath) NodePortStats() (NodePortStats, error) {
 			*dst += v
 		}
 	}
-	var (
-		k myelinNatKey
-		v myelinNpEntry
-	)
-	n, err := countEntries(d.objs.MyelinNodeportSyn, &k, &v)
+	n, err := countEntries(d.objs.MyelinNodeportSyn)
 	if err != nil {
 		return st, fmt.Errorf("count myelin_nodeport_syn: %w", err)
 	}

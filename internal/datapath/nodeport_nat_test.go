@@ -25,8 +25,7 @@ func checkNodePortFlows(d *Datapath, want []NodePortFlow) error {
 
 // checkEmpty fails unless m has no entries.
 func checkEmpty(m *ebpf.Map) error {
-	var k, v []byte
-	if n, err := countEntries(m, &k, &v); err != nil || n != 0 {
+	if n, err := countEntries(m); err != nil || n != 0 {
 		return fmt.Errorf("%v holds %d entries (%v), want none", m, n, err)
 	}
 	return nil

@@ -166,7 +166,7 @@ func TestPrivilegedLoadDoesNotCarryChangedLayout(t *testing.T) {
 	if len(r) != 1 || r[0].Name != "myelin_policy_ct" || r[0].Carrying() || r[0].Carried != 0 {
 		t.Errorf("load over a myelin_policy_ct of another value size: replaced %+v, want it replaced, nothing carried", r)
 	}
-	n, err := countEntries(d.objs.MyelinPolicyCt, new(myelinPolicyCtKey), new(myelinPolicyCtEntry))
+	n, err := countEntries(d.objs.MyelinPolicyCt)
 	if err != nil || n != 0 {
 		t.Errorf("replacement of a changed layout: %d entries (err %v), want an empty map", n, err)
 	}

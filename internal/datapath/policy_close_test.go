@@ -14,11 +14,7 @@ var testPayloadLen = uint32(len(ipv4(protoTCP, podA, podBIP).payload))
 // policyCTCount requires myelin_policy_ct to hold n entries.
 func policyCTCount(n int) func(*Datapath) error {
 	return func(d *Datapath) error {
-		var (
-			k myelinPolicyCtKey
-			v myelinPolicyCtEntry
-		)
-		got, err := countEntries(d.objs.MyelinPolicyCt, &k, &v)
+		got, err := countEntries(d.objs.MyelinPolicyCt)
 		if err != nil {
 			return err
 		}

@@ -29,7 +29,7 @@ func TestPrivilegedPolicyCTMax(t *testing.T) {
 	}
 	tracked := func(d *Datapath) int {
 		t.Helper()
-		n, err := countEntries(d.objs.MyelinPolicyCt, new(myelinPolicyCtKey), new(myelinPolicyCtEntry))
+		n, err := countEntries(d.objs.MyelinPolicyCt)
 		if err != nil {
 			t.Fatalf("count tracked connections: %v", err)
 		}

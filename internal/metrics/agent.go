@@ -77,9 +77,11 @@ var (
 	servicesDesc     = desc("services", "Kubernetes Services programmed in the datapath (kube-proxy replacement).")
 	frontendsDesc    = desc("service_frontends", "Service frontends (address, port, protocol) programmed in the datapath.")
 	backendsDesc     = desc("service_backends", "Service backends programmed in the datapath.")
-	mapEntriesDesc   = desc("bpf_map_entries", "Entries in a BPF map the agent owns.", "map", "kind")
+	mapEntriesDesc   = desc("bpf_map_entries", "Entries in a BPF map the agent owns, counted at most 5 s before the scrape.", "map", "kind")
 	mapCapDesc       = desc("bpf_map_capacity", "Maximum entries of a BPF map the agent owns.", "map", "kind")
 	mapPressureDesc  = desc("bpf_map_pressure", "Fill ratio (entries / capacity, 0..1) of a BPF map the agent owns; near 1 new entries fail or evict others.", "map", "kind")
+	mapErrorsDesc    = desc("bpf_map_read_errors_total", "Counts of a BPF map the agent owns that failed (agent log); its bpf_map_* series keep the last full count.", "map", "kind")
+	mapFailingDesc   = desc("bpf_map_read_failing", "1 when the last count of a BPF map the agent owns failed: its bpf_map_entries is the last full count, or before any, a partial count.", "map", "kind")
 	ctEntriesDesc    = desc("conntrack_entries", "Connection tracking entries, by table (BPF map).", "table")
 	natEntriesDesc   = desc("nat_entries", "NAT entries (two per translated flow), by table (BPF map).", "table")
 	dropPktsDesc     = desc("drop_count_total", "Packets the datapath dropped, by reason and direction (the program that dropped them).", "reason", "direction")
@@ -106,7 +108,7 @@ var (
 )
 
 var allDescs = []*prometheus.Desc{endpointsDesc, retiredDesc, ipamUsedDesc, ipamTotalDesc, servicesDesc, frontendsDesc,
-	backendsDesc, mapEntriesDesc, mapCapDesc, mapPressureDesc, ctEntriesDesc, natEntriesDesc, dropPktsDesc,
+	backendsDesc, mapEntriesDesc, mapCapDesc, mapPressureDesc, mapErrorsDesc, mapFailingDesc, ctEntriesDesc, natEntriesDesc, dropPktsDesc,
 	dropBytesDesc, fwdPktsDesc, fwdBytesDesc, eventsLostDesc, flowsLostDesc, flowsLimitedDesc, icmpSuppDesc, attachErrDesc, loadedDesc,
 	hostRoutingDesc, routingDesc, ctrlRunsDesc, ctrlErrsDesc, ctrlFailDesc, gcRunsDesc, gcRemovedDesc,
 	healthStatusDesc, healthLatencyDesc}

@@ -8,12 +8,14 @@ import (
 	"github.com/myelin-net/myelin/internal/datapath"
 )
 
-// collectMaps reports every map's fill, and the conntrack and NAT tables again
-// under their own names.
+// collectMaps reports every map's fill and failed counts, and the conntrack and
+// NAT tables again under their own names.
 func collectMaps(ch chan<- prometheus.Metric, s Snapshot) {
 	for _, m := range s.Maps {
 		ch <- gauge(mapEntriesDesc, float64(m.Entries), m.Name, m.Kind)
 		ch <- gauge(mapCapDesc, float64(m.Max), m.Name, m.Kind)
+		ch <- counter(mapErrorsDesc, m.ReadErrors, m.Name, m.Kind)
+		ch <- gauge(mapFailingDesc, boolValue(m.Failing), m.Name, m.Kind)
 		pressure := 0.0
 		if m.Max > 0 {
 			pressure = float64(m.Entries) / float64(m.Max)

@@ -15,10 +15,10 @@ func knownSnapshot() Snapshot {
 	return Snapshot{
 		Datapath: true, Endpoints: 3, RetiredVeths: 2, IPAMUsed: 3, IPAMTotal: 254,
 		Services: &ServiceCounts{Services: 2, Frontends: 4, Backends: 5},
-		Maps: []datapath.MapStat{
-			{Name: "myelin_endpoints", Kind: datapath.MapKindEndpoints, Entries: 3, Max: 1024},
-			{Name: "myelin_snat", Kind: datapath.MapKindNAT, Entries: 512, Max: 1024},
-			{Name: "myelin_lb_ct", Kind: datapath.MapKindConntrack, Entries: 10, Max: 0},
+		Maps: []MapSample{
+			{MapStat: datapath.MapStat{Name: "myelin_endpoints", Kind: datapath.MapKindEndpoints, Entries: 3, Max: 1024}},
+			{MapStat: datapath.MapStat{Name: "myelin_snat", Kind: datapath.MapKindNAT, Entries: 512, Max: 1024}, ReadErrors: 2, Failing: true},
+			{MapStat: datapath.MapStat{Name: "myelin_lb_ct", Kind: datapath.MapKindConntrack, Entries: 10, Max: 0}},
 		},
 		Counters: []datapath.Metric{
 			{Direction: "from-pod", Reason: "FORWARDED", Packets: 10, Bytes: 1000},
@@ -58,6 +58,16 @@ myelin_service_backends 5
 myelin_bpf_map_pressure{kind="conntrack",map="myelin_lb_ct"} 0
 myelin_bpf_map_pressure{kind="endpoints",map="myelin_endpoints"} 0.0029296875
 myelin_bpf_map_pressure{kind="nat",map="myelin_snat"} 0.5
+# HELP myelin_bpf_map_read_errors_total Counts of a BPF map the agent owns that failed (agent log); its bpf_map_* series keep the last full count.
+# TYPE myelin_bpf_map_read_errors_total counter
+myelin_bpf_map_read_errors_total{kind="conntrack",map="myelin_lb_ct"} 0
+myelin_bpf_map_read_errors_total{kind="endpoints",map="myelin_endpoints"} 0
+myelin_bpf_map_read_errors_total{kind="nat",map="myelin_snat"} 2
+# HELP myelin_bpf_map_read_failing 1 when the last count of a BPF map the agent owns failed: its bpf_map_entries is the last full count, or before any, a partial count.
+# TYPE myelin_bpf_map_read_failing gauge
+myelin_bpf_map_read_failing{kind="conntrack",map="myelin_lb_ct"} 0
+myelin_bpf_map_read_failing{kind="endpoints",map="myelin_endpoints"} 0
+myelin_bpf_map_read_failing{kind="nat",map="myelin_snat"} 1
 # HELP myelin_nat_entries NAT entries (two per translated flow), by table (BPF map).
 # TYPE myelin_nat_entries gauge
 myelin_nat_entries{table="myelin_snat"} 512
@@ -88,7 +98,8 @@ myelin_controller_errors_total{controller="services"} 1
 # TYPE myelin_datapath_gc_entries_removed_total counter
 myelin_datapath_gc_entries_removed_total{table="nat"} 9
 `
-	names := []string{"myelin_endpoints", "myelin_retired_veths", "myelin_service_backends", "myelin_bpf_map_pressure", "myelin_nat_entries",
+	names := []string{"myelin_endpoints", "myelin_retired_veths", "myelin_service_backends", "myelin_bpf_map_pressure",
+		"myelin_bpf_map_read_errors_total", "myelin_bpf_map_read_failing", "myelin_nat_entries",
 		"myelin_conntrack_entries", "myelin_drop_count_total", "myelin_forward_bytes_total", "myelin_datapath_events_lost_total",
 		"myelin_flows_lost_total", "myelin_host_routing_mode", "myelin_controller_errors_total", "myelin_datapath_gc_entries_removed_total"}
 	if err := testutil.GatherAndCompare(a.Registry(), strings.NewReader(want), names...); err != nil {

@@ -16,8 +16,8 @@ type Snapshot struct {
 	RetiredVeths int
 	// Services is nil unless myelin serves Services (kube-proxy-replacement).
 	Services *ServiceCounts
-	// Maps are the datapath's fillable maps (datapath.MapStats).
-	Maps []datapath.MapStat
+	// Maps are the datapath's fillable maps (MapCache.Samples).
+	Maps []MapSample
 	// Counters are the datapath's packet and byte counters (datapath.Metrics).
 	Counters []datapath.Metric
 	// ICMPRejectsSuppressed counts Service rejects left unanswered over the ICMP rate.
