@@ -6,7 +6,8 @@
 // after seconds. Without a bound, one pod opening tens of thousands of idle
 // connections would exhaust the agent's descriptors or memory. A connection over a
 // bound is closed as soon as it is accepted (the peer sees it end before any
-// answer), so other sources keep being served.
+// answer), so other sources keep being served. Bound.Take applies the same bounds
+// to what a server holds per request (the service map's flow streams).
 package connlimit
 
 import (
@@ -99,10 +100,14 @@ func (l *Listener) Accept() (net.Conn, error) {
 	}
 }
 
-// sourceOf is what c's remote address counts as: an IPv4 address, or an IPv6
-// address's /64; connections that have none (unix sockets) share the zero address.
-func sourceOf(c net.Conn) netip.Addr {
-	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
+// sourceOf is what c's remote address counts as (sourceOfAddr).
+func sourceOf(c net.Conn) netip.Addr { return sourceOfAddr(c.RemoteAddr().String()) }
+
+// sourceOfAddr is what a remote address (ip:port) counts as: an IPv4 address, or
+// an IPv6 address's /64; addresses that are none (unix sockets) share the zero
+// address.
+func sourceOfAddr(remote string) netip.Addr {
+	ap, err := netip.ParseAddrPort(remote)
 	if err != nil {
 		return netip.Addr{}
 	}
@@ -112,6 +117,20 @@ func sourceOf(c net.Conn) netip.Addr {
 		return p.Addr()
 	}
 	return a
+}
+
+// Take takes one of b's slots for remote (an http.Request's RemoteAddr), for what a
+// server holds per request rather than per connection (a long stream, which one
+// connection after another can open); ok is false when remote's source, or all
+// sources together, already hold b's bound (the refusal is counted, not logged: the
+// caller answers it). release gives the slot back; calls after the first do nothing.
+func (b *Bound) Take(remote string) (release func(), ok bool) {
+	src := sourceOfAddr(remote)
+	if !b.admit(src, "", nil) {
+		return nil, false
+	}
+	var once sync.Once
+	return func() { once.Do(func() { b.release(src) }) }, true
 }
 
 func (b *Bound) admit(src netip.Addr, what string, log *slog.Logger) bool {

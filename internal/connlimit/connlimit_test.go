@@ -171,3 +171,34 @@ type addrString string
 
 func (a addrString) Network() string { return "tcp" }
 func (a addrString) String() string  { return string(a) }
+
+// Take bounds what requests hold (streams) per source and in all, like connections;
+// a released slot is free again, and releasing twice frees it once.
+func TestTake(t *testing.T) {
+	b := New(2, 3)
+	r1, ok1 := b.Take("10.0.0.1:40000")
+	_, ok2 := b.Take("10.0.0.1:40001")
+	if !ok1 || !ok2 {
+		t.Fatal("the first two streams of a source were refused")
+	}
+	if _, ok := b.Take("10.0.0.1:40002"); ok {
+		t.Error("a third stream of a source with a bound of 2 was taken")
+	}
+	if _, ok := b.Take("[2001:db8:1::1]:40000"); !ok {
+		t.Error("another source's first stream was refused")
+	}
+	if _, ok := b.Take("[2001:db8:2::1]:40000"); ok {
+		t.Error("a stream over the total bound of 3 was taken")
+	}
+	r1()
+	r1()
+	if _, ok := b.Take("[2001:db8:2::1]:40000"); !ok {
+		t.Error("a stream after one was released was refused")
+	}
+	if _, ok := b.Take("10.0.0.9:40000"); ok {
+		t.Error("releasing a slot twice freed two")
+	}
+	if b.Refused() != 3 {
+		t.Errorf("refused %d, want 3", b.Refused())
+	}
+}

@@ -4,6 +4,7 @@
 // below that follows live. The page (HTML, CSS, vanilla JavaScript, embedded with
 // go:embed) fetches nothing from the internet; it reads the flows as server-sent
 // events from api/flows. The server keeps nothing per page but the stream it is
-// writing; the page keeps its last `keep` flows and draws the graph from those within
+// writing, ends a stream whose client takes no write for 30 s, and holds 16 streams
+// per source address (64 in all); the page keeps its last `keep` flows and draws the graph from those within
 // `window`. `myelin ui` serves it (Run).
 package ui

@@ -4,7 +4,9 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"time"
 
+	"github.com/myelin-net/myelin/internal/connlimit"
 	"github.com/myelin-net/myelin/internal/flow"
 )
 
@@ -18,9 +20,12 @@ var web embed.FS
 //	/api/flows   the page's flows as server-sent events (same query)
 //	/healthz     "ok" (a probe's target)
 type Handler struct {
-	src   flow.Source
-	mux   *http.ServeMux
-	hosts *hostCheck
+	src     flow.Source
+	mux     *http.ServeMux
+	hosts   *hostCheck
+	streams *connlimit.Bound // open /api/flows streams
+	// stallTimeout ends a stream whose page takes no write for this long.
+	stallTimeout time.Duration
 }
 
 // AllowHosts adds the host names ("name", any port) or host:port values the page may
@@ -31,7 +36,8 @@ func (h *Handler) AllowHosts(hosts ...string) { h.hosts.add(hosts...) }
 // New returns the handler for src. It answers only requests whose Host is a loopback
 // name or one given to AllowHosts.
 func New(src flow.Source) *Handler {
-	h := &Handler{src: src, mux: http.NewServeMux(), hosts: newHostCheck()}
+	h := &Handler{src: src, mux: http.NewServeMux(), hosts: newHostCheck(),
+		streams: connlimit.New(streamsPerSource, streamsInAll), stallTimeout: stallTimeout}
 	static, err := fs.Sub(web, "web")
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time

@@ -20,6 +20,22 @@ const streamBuffer = 256
 // and a closed page is noticed.
 const keepAlive = 15 * time.Second
 
+// stallTimeout is how long a stream waits for the page's connection to take one
+// write (an event, a keep-alive, a flush) before it ends the stream: a client that
+// stops reading at the TCP level would otherwise hold the handler, its Source
+// stream and up to streamBuffer flows for ever. Keep-alives every keepAlive make
+// any live page take a write well within it.
+const stallTimeout = 30 * time.Second
+
+// Streams per source address, and in all (connlimit.Bound): each holds a stream of
+// the Source (a follower of every node, through the relay, whose nodes serve
+// flowstore.MaxFollowers = 64 each) and up to streamBuffer flows. Viewers behind
+// one ingress or port-forward share a source; 16 is 16 open pages.
+const (
+	streamsPerSource = 16
+	streamsInAll     = 64
+)
+
 // hello is the stream's first event: what the page should keep and draw, and the
 // server's clock, against which the page measures the window.
 type hello struct {
@@ -39,16 +55,28 @@ func (h *Handler) flows(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
-	rc := http.NewResponseController(w)
+	out := stallWriter{w: w, rc: http.NewResponseController(w), timeout: h.stallTimeout}
+	defer out.extend() // the response's last chunk gets the same bound
+	release, ok := h.streams.Take(r.RemoteAddr)
+	if !ok {
+		// A failure event, not an error status: the page's EventSource retries
+		// after a stream ends, never after a status other than 200.
+		fmt.Fprint(out, "retry: 3000\n\n")
+		writeEvent(out, "failure", map[string]string{"error": fmt.Sprintf(
+			"this address has %d flow streams open already (or the server %d in all): close a page", streamsPerSource, streamsInAll)})
+		out.Flush()
+		return
+	}
+	defer release()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	ch := make(chan *flow.Flow, streamBuffer)
 	errc := make(chan error, 1)
 	go func() { errc <- h.src.Flows(ctx, p.Request(), ch) }()
 
-	fmt.Fprint(w, "retry: 3000\n\n")
+	fmt.Fprint(out, "retry: 3000\n\n")
 	first := hello{ServerTime: time.Now(), Keep: p.Keep, WindowSeconds: p.Window.Seconds(), Namespaces: p.Namespaces}
-	if writeEvent(w, "hello", first) != nil || rc.Flush() != nil {
+	if writeEvent(out, "hello", first) != nil || out.Flush() != nil {
 		return
 	}
 	tick := time.NewTicker(keepAlive)
@@ -57,24 +85,48 @@ func (h *Handler) flows(w http.ResponseWriter, r *http.Request) {
 		var err error
 		select {
 		case f := <-ch:
-			err = writeEvent(w, "flow", f)
+			err = writeEvent(out, "flow", f)
 		case err := <-errc:
-			drain(w, ch)
+			drain(out, ch)
 			if err != nil && ctx.Err() == nil {
-				writeEvent(w, "failure", map[string]string{"error": err.Error()})
-				rc.Flush()
+				writeEvent(out, "failure", map[string]string{"error": err.Error()})
+				out.Flush()
 			}
 			return
 		case <-tick.C:
-			_, err = io.WriteString(w, ": keep-alive\n\n")
+			_, err = io.WriteString(out, ": keep-alive\n\n")
 		case <-ctx.Done():
 			return
 		}
-		if err != nil || (len(ch) == 0 && rc.Flush() != nil) {
-			return // the page went away
+		if err != nil || (len(ch) == 0 && out.Flush() != nil) {
+			return // the page went away, or stopped reading for stallTimeout
 		}
 	}
 }
+
+// stallWriter writes a response with a deadline of timeout from each write: a
+// write or flush that a client does not take in time fails (and so does every
+// later one), however long the stream has been open.
+type stallWriter struct {
+	w       io.Writer
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (s stallWriter) Write(b []byte) (int, error) {
+	s.extend()
+	return s.w.Write(b)
+}
+
+// Flush sends what is buffered, within timeout.
+func (s stallWriter) Flush() error {
+	s.extend()
+	return s.rc.Flush()
+}
+
+// extend moves the deadline to timeout from now. A ResponseWriter that has no
+// deadlines (http.ErrNotSupported) writes without one.
+func (s stallWriter) extend() { _ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout)) }
 
 // drain writes what the Source sent before it returned.
 func drain(w io.Writer, ch <-chan *flow.Flow) {
