@@ -43,7 +43,9 @@ func UI(ctx context.Context, out io.Writer, o UIOptions) error {
 		if err != nil {
 			return err
 		}
-		return ui.Run(ctx, o.Listen, hubble.NewClientSource(o.Server, creds), out, o.AllowedHosts...)
+		src := hubble.NewClientSource(o.Server, creds)
+		defer src.Close()
+		return ui.Run(ctx, o.Listen, src, out, o.AllowedHosts...)
 	}
 	if o.ServerTLS.Enabled() {
 		given := o.ServerTLS.Given(uiTLSFlags)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"sync"
 
 	flowpb "github.com/cilium/cilium/api/v1/flow"
 	observerpb "github.com/cilium/cilium/api/v1/observer"
@@ -19,11 +20,20 @@ import (
 )
 
 // ClientSource is a flow.Source that reads a Hubble Observer API (a node's server or
-// the relay) over gRPC: what `myelin ui --server` reads.
+// the relay) over gRPC: what `myelin ui --server` reads. Its requests share one
+// connection (HTTP/2 streams; a server serves MaxStreams of them per connection, the
+// service map opens at most 64), opened by the first and kept until Close.
 type ClientSource struct {
 	addr string
 	opts []grpc.DialOption
+
+	once sync.Once
+	conn *grpc.ClientConn
+	err  error // why conn is nil
 }
+
+// errSourceClosed is what Flows returns after Close.
+var errSourceClosed = errors.New("the hubble client is closed")
 
 // NewClientSource returns a Source reading the Observer at addr (host:port) over creds
 // (ClientTLS.Credentials); nil is plaintext.
@@ -31,18 +41,20 @@ func NewClientSource(addr string, creds credentials.TransportCredentials) *Clien
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
-	return &ClientSource{addr: addr, opts: []grpc.DialOption{grpc.WithTransportCredentials(creds)}}
+	// The connection lives as long as the service map: a relay that restarts is
+	// dialled again within seconds, one that stops answering is noticed by pings.
+	return &ClientSource{addr: addr, opts: []grpc.DialOption{grpc.WithTransportCredentials(creds),
+		grpc.WithConnectParams(ClientConnectParams), grpc.WithKeepaliveParams(ClientKeepalive)}}
 }
 
 // Flows asks the server for req's flows and sends them to out, lost events as TypeLost
 // records, until the server ends the stream or ctx ends.
 func (c *ClientSource) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Flow) error {
-	conn, err := grpc.NewClient(c.addr, c.opts...)
-	if err != nil {
-		return fmt.Errorf("connect to the hubble server %q: %w (give host:port, e.g. myelin-relay:4245)", c.addr, err)
+	c.once.Do(func() { c.conn, c.err = grpc.NewClient(c.addr, c.opts...) })
+	if c.err != nil {
+		return fmt.Errorf("connect to the hubble server %q: %w (give host:port, e.g. myelin-relay:4245)", c.addr, c.err)
 	}
-	defer conn.Close()
-	stream, err := observerpb.NewObserverClient(conn).GetFlows(ctx, ProtoRequest(req))
+	stream, err := observerpb.NewObserverClient(c.conn).GetFlows(ctx, ProtoRequest(req))
 	if err != nil {
 		return fmt.Errorf("get flows from the hubble server %s: %w", c.addr, err)
 	}
@@ -64,6 +76,15 @@ func (c *ClientSource) Flows(ctx context.Context, req flow.Request, out chan<- *
 			return nil
 		}
 	}
+}
+
+// Close closes the connection; Flows fail after it.
+func (c *ClientSource) Close() error {
+	c.once.Do(func() { c.err = errSourceClosed })
+	if c.conn == nil {
+		return nil
+	}
+	return c.conn.Close()
 }
 
 // ProtoRequest is the GetFlowsRequest for a flow.Request (the inverse of Request).

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,5 +133,46 @@ func TestClientSourceErrors(t *testing.T) {
 	err = NewClientSource(addr, nil).Flows(context.Background(), flow.Request{}, make(chan *flow.Flow, 1))
 	if err == nil || !strings.Contains(err.Error(), addr) {
 		t.Fatalf("Flows from a closed port: %v, want an error naming %s", err, addr)
+	}
+}
+
+// countingListener counts the connections it accepted.
+type countingListener struct {
+	net.Listener
+	n atomic.Int32
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
+
+// TestClientSourceSharesAConnection: the service map's requests (one per open page)
+// share one connection to the server; after Close they fail.
+func TestClientSourceSharesAConnection(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis := &countingListener{Listener: raw}
+	g := grpc.NewServer()
+	Register(g, NewServer(Config{Node: "myelin-node-1", Source: &fakeSource{flows: roundTripFlows()}}))
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	src := NewClientSource(raw.Addr().String(), nil)
+	for i := range 3 {
+		if err := src.Flows(context.Background(), flow.Request{}, make(chan *flow.Flow, 100)); err != nil {
+			t.Fatalf("request %d: %v", i+1, err)
+		}
+	}
+	if n := lis.n.Load(); n != 1 {
+		t.Errorf("3 requests opened %d connections, want 1", n)
+	}
+	src.Close()
+	if err := src.Flows(context.Background(), flow.Request{}, make(chan *flow.Flow, 100)); err == nil {
+		t.Error("Flows after Close succeeded")
 	}
 }

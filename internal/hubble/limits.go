@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
@@ -45,10 +46,19 @@ func ServerOptions() []grpc.ServerOption {
 	}
 }
 
-// ClientKeepalive is what the relay's connections to the agents use: a peer that
-// stops answering pings (powered off, cable pulled) is noticed within about 15s and
-// its streams break, so it is reported NODE_UNAVAILABLE.
+// ClientKeepalive is what the relay's connections to the agents (and the service
+// map's to the relay) use: a peer that stops answering pings (powered off, cable
+// pulled) is noticed within about 15s and its streams break, so it is reported
+// NODE_UNAVAILABLE.
 var ClientKeepalive = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}
+
+// ClientConnectParams retry a server that went away every few seconds at most (gRPC's
+// default backoff grows to two minutes): the relay's connections to the agents, so a
+// restarted agent is back in `hubble status` soon, and the service map's to the relay.
+var ClientConnectParams = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second},
+	MinConnectTimeout: 3 * time.Second,
+}
 
 // sourceStatus maps a Source's error to a gRPC status.
 func sourceStatus(err error) error {

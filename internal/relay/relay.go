@@ -10,7 +10,6 @@ import (
 	observerpb "github.com/cilium/cilium/api/v1/observer"
 	relaypb "github.com/cilium/cilium/api/v1/relay"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -126,13 +125,6 @@ func (r *Relay) Close() {
 	}
 }
 
-// connectParams retry a peer that went away every few seconds at most (gRPC's default
-// backoff grows to two minutes), so a restarted agent is back in `hubble status` soon.
-var connectParams = grpc.ConnectParams{
-	Backoff:           backoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second},
-	MinConnectTimeout: 3 * time.Second,
-}
-
 // peerConn is a peer and the connection to it.
 type peerConn struct {
 	Peer
@@ -159,7 +151,7 @@ func (r *Relay) current(ctx context.Context) ([]peerConn, error) {
 		if !ok {
 			var err error
 			c, err = grpc.NewClient(p.Address, grpc.WithTransportCredentials(r.cfg.PeerCreds),
-				grpc.WithConnectParams(connectParams), grpc.WithKeepaliveParams(hubble.ClientKeepalive))
+				grpc.WithConnectParams(hubble.ClientConnectParams), grpc.WithKeepaliveParams(hubble.ClientKeepalive))
 			if err != nil {
 				return nil, fmt.Errorf("connect to hubble peer %s (%s): %w", p.Name, p.Address, err)
 			}
