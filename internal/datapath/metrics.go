@@ -58,8 +58,8 @@ type MapFill struct {
 // room) and, with load balancing, the NodePort SNAT tables
 // myelin_nodeport_syn (an LRU: full, new flows evict embryonic ones) and
 // myelin_nodeport_nat (full: DROP_NODEPORT_NAT_FULL until GCNodePortNAT
-// frees room). Counting walks the maps, so call it for status, not per
-// packet.
+// frees room). Counting reads the maps (countEntries), so call it for
+// status, not per packet.
 func (d *Datapath) MapFill() ([]MapFill, error) {
 	var (
 		endpoints = d.objs.MyelinEndpoints

@@ -18,6 +18,12 @@ const MapStatsMaxAge = 5 * time.Second
 // mapLogEvery is how often a map that keeps failing to be counted is logged at most.
 const mapLogEvery = time.Minute
 
+// The log messages of a map's count failing and working again.
+const (
+	mapFailedMsg    = "count a BPF map: its metrics keep the last full count"
+	mapRecoveredMsg = "counting a BPF map works again"
+)
+
 // MapSample is one map's fill as a scrape reports it.
 type MapSample struct {
 	// MapStat is the map's last full count, or while it has never had one, the
@@ -112,7 +118,7 @@ func (c *MapCache) merge(stats []datapath.MapStat) []MapSample {
 func (c *MapCache) record(r *mapRecord, s datapath.MapStat) {
 	if s.Err == nil {
 		if r.failing && c.log != nil {
-			c.log.Info("counting a BPF map works again", "map", s.Name, "failures", r.errors)
+			c.log.Info(mapRecoveredMsg, "map", s.Name, "failures", r.errors)
 		}
 		r.good, r.failing, r.last = true, false, s
 		return
@@ -126,7 +132,7 @@ func (c *MapCache) record(r *mapRecord, s datapath.MapStat) {
 	r.last.Err = s.Err
 	now := c.now()
 	if c.log != nil && (!r.failing || now.Sub(r.logged) >= mapLogEvery) {
-		c.log.Warn("count a BPF map: its metrics keep the last full count", "map", s.Name, "err", s.Err,
+		c.log.Warn(mapFailedMsg, "map", s.Name, "err", s.Err,
 			"failures", r.errors, "reported", r.last.Entries, "fullCount", r.good)
 		r.logged = now
 	}

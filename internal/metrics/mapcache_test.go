@@ -1,8 +1,11 @@
 package metrics
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -134,5 +137,40 @@ func TestMapCacheKeepsLastGoodCount(t *testing.T) {
 					i+1, g.Name, g.Entries, g.ReadErrors, g.Failing, g.Err, w.Entries, w.ReadErrors, w.Failing)
 			}
 		}
+	}
+}
+
+// logLines records the messages logged to it.
+type logLines struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logLines) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logLines) WithGroup(string) slog.Handler            { return l }
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, r.Level.String()+" "+r.Message)
+	return nil
+}
+
+// A map that keeps failing is logged when it starts failing, then once a minute
+// at most (not once a count), and once when it works again.
+func TestMapCacheLogsFailuresRateLimited(t *testing.T) {
+	failed := []datapath.MapStat{stat("myelin_snat", 1, errors.New("iteration aborted"))}
+	f := &fakeCounter{results: [][]datapath.MapStat{failed, failed, failed, failed, failed, {stat("myelin_snat", 2, nil)}}}
+	logs := &logLines{}
+	c, clock := newTestCache(f)
+	c.log = slog.New(logs)
+	for range 5 { // 5 failed counts over 4 × 20 s
+		c.Samples()
+		clock.add(20 * time.Second)
+	}
+	c.Samples()
+	want := []string{"WARN " + mapFailedMsg, "WARN " + mapFailedMsg, "INFO " + mapRecoveredMsg}
+	if !slices.Equal(logs.msgs, want) {
+		t.Errorf("logged %q, want %q", logs.msgs, want)
 	}
 }
