@@ -24,7 +24,8 @@ const keyWalkAttempts = 3
 // count past the capacity (cilium/ebpf's MapIterator then ends in
 // ErrIterationAborted); countKeys tries again a few times. Key walks are for the
 // LPM tries, which only the agent writes. On an error the count is those entries
-// counted before it.
+// counted before it. Not for per-CPU maps, whose batch values are not one buffer
+// of ValueSize per entry.
 func countEntries(m *ebpf.Map) (int, error) {
 	n, err := batchCount(m)
 	if !errors.Is(err, ebpf.ErrNotSupported) {
