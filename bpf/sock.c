@@ -135,6 +135,7 @@ int myelin_sock_sendmsg4(struct bpf_sock_addr *ctx)
 {
 	struct lb_sock_rev_key rk = {};
 	struct lb_sock_rev rv = {};
+	const struct lb_sock_rev *cur;
 	const struct lb_backend *b;
 	int refuse = 0;
 
@@ -148,8 +149,12 @@ int myelin_sock_sendmsg4(struct bpf_sock_addr *ctx)
 	rk.port = b->port;
 	rv.addr = ctx->user_ip4;
 	rv.port = (__u16)ctx->user_port;
-	/* LRU: a failed insert only leaves the backend's address visible. */
-	bpf_map_update_elem(&myelin_lb_sock_rev, &rk, &rv, BPF_ANY);
+	/* LRU: a failed insert only leaves the backend's address visible. A
+	 * socket sending to the same frontend again finds its entry (the lookup
+	 * marks it used) and writes nothing. */
+	cur = bpf_map_lookup_elem(&myelin_lb_sock_rev, &rk);
+	if (!cur || cur->addr != rv.addr || cur->port != rv.port)
+		bpf_map_update_elem(&myelin_lb_sock_rev, &rk, &rv, BPF_ANY);
 	ctx->user_ip4 = b->addr;
 	ctx->user_port = (__u32)b->port;
 	return 1;
