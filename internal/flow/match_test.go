@@ -68,7 +68,8 @@ func TestFilterMatch(t *testing.T) {
 		{"fields AND", Filter{Verdict: []Verdict{Dropped}, Protocol: []string{"udp"}}, false},
 	}
 	for _, c := range cases {
-		if got := compile(c.f).match(fl); got != c.want {
+		c2 := compile(c.f)
+		if got := c2.match(fl, AddrsOf(fl)); got != c.want {
 			t.Errorf("%s: Match = %v, want %v", c.name, got, c.want)
 		}
 	}
@@ -181,6 +182,30 @@ func TestRequestValidate(t *testing.T) {
 		}
 		if !errors.Is(err, ErrInvalidFilter) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err %v, want ErrInvalidFilter saying %q", c.name, err, c.want)
+		}
+	}
+}
+
+// An IP filter's compiled values select the addresses netip.Prefix.Contains says
+// they hold: IPv4 prefixes of any length, host bits set or not, IPv6 ones, an
+// IPv4-mapped address only in IPv6 prefixes, a zoned or unset address in none.
+func TestIPSetAsContains(t *testing.T) {
+	ps := prefixes("0.0.0.0/0", "10.244.0.0/16", "10.244.1.9/24", "10.244.2.7", "192.168.0.0/31", "fd00::/64", "::ffff:10.0.0.0/104", "::/0")
+	addrs := []netip.Addr{{}}
+	for _, s := range []string{"10.244.1.5", "10.244.2.7", "10.244.2.8", "10.245.0.1", "192.168.0.1", "192.168.0.2", "1.2.3.4",
+		"fd00::1", "fd01::1", "::ffff:10.244.1.5", "::ffff:11.0.0.1", "fe80::1%eth0"} {
+		addrs = append(addrs, netip.MustParseAddr(s))
+	}
+	for i := range ps {
+		for j := i; j <= len(ps); j++ {
+			want := ps[i:j]
+			s := newIPSet(want)
+			for _, a := range addrs {
+				contains := slices.ContainsFunc(want, func(p netip.Prefix) bool { return p.Contains(a) })
+				if got := s.match(a); got != contains {
+					t.Errorf("%v holds %v: %v, want %v as Contains says", want, a, got, contains)
+				}
+			}
 		}
 	}
 }

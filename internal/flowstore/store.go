@@ -158,12 +158,14 @@ func (s *Store) commit(n int) {
 	if len(followers) == 0 {
 		return
 	}
-	// The slots stay as they are while fanMu is held: only adders write them.
+	// The slots stay as they are while fanMu is held: only adders write them. A
+	// flow's addresses are parsed once for all the followers' IP filters.
 	for i := range fs {
 		f := &fs[i]
+		addrs := flow.AddrsOf(f)
 		var shared *flow.Flow
 		for _, fo := range followers {
-			if !fo.match.Match(f) {
+			if !fo.match.MatchAddrs(f, addrs) {
 				continue
 			}
 			if shared == nil {
