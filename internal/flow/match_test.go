@@ -169,6 +169,9 @@ func TestRequestValidate(t *testing.T) {
 		{"oversized node", Request{Blacklist: []Filter{{}, {Node: []string{long}}}}, "blacklist filter 1: node"},
 		{"oversized type", Request{Whitelist: []Filter{{Type: []Type{Type(long)}}}}, "type"},
 		{"too many values", Request{Whitelist: []Filter{{SourcePod: many}}}, "at most 256"},
+		{"most filters", Request{Whitelist: make([]Filter, MaxFilters), Blacklist: make([]Filter, MaxFilters)}, ""},
+		{"too many whitelist filters", Request{Whitelist: make([]Filter, MaxFilters+1)}, "the whitelist has 17 filters, at most 16 are allowed: put the values in fewer filters"},
+		{"too many blacklist filters", Request{Blacklist: make([]Filter, MaxFilters+1)}, "the blacklist has 17 filters, at most 16"},
 		{"too many bytes", Request{Whitelist: []Filter{{SourcePod: many[:60]}, {Node: slices.Repeat([]string{strings.Repeat("n", 300)}, 60)}}}, "bytes"},
 		{"unset IP", Request{Whitelist: []Filter{{SourceIP: []netip.Prefix{{}}}}}, "sourceIP"},
 	}

@@ -13,6 +13,11 @@ import (
 // reader can make every flow cost, so every entry point (the Hubble API, GET
 // /v1/flows, the store itself) refuses a request beyond these limits.
 const (
+	// MaxFilters bounds how many filters a request's whitelist holds, and its
+	// blacklist: every filter is tried on every flow, whatever its values. `hubble
+	// observe` sends one or two per list (a --pod or --ip flag is the source in one
+	// and the destination in the other), `myelin observe` one or two.
+	MaxFilters = 16
 	// MaxFilterValues bounds how many values a request's filters hold: every filter
 	// counts one, and every value of every field in it (a pod, an IP, a port, ...).
 	MaxFilterValues = 256
@@ -95,10 +100,13 @@ func parseIPs(field string, vals []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// Validate checks r's filters against MaxFilterValues, MaxFilterValueLen and
-// MaxFilterBytes, and that its IP values are set; the error wraps ErrInvalidFilter
-// and names the filter, the field and the value.
+// Validate checks r's filters against MaxFilters, MaxFilterValues,
+// MaxFilterValueLen and MaxFilterBytes, and that its IP values are set; the error
+// wraps ErrInvalidFilter and names the list, or the filter, the field and the value.
 func (r Request) Validate() error {
+	if err := CheckFilterCount(len(r.Whitelist), len(r.Blacklist)); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidFilter, err)
+	}
 	var sz filterSize
 	for i, f := range r.Whitelist {
 		if err := f.validate(&sz); err != nil {
@@ -117,6 +125,22 @@ func (r Request) Validate() error {
 	if sz.bytes > MaxFilterBytes {
 		return fmt.Errorf("%w: the filters' values have %d bytes, at most %d are allowed: split the query or filter with fewer values",
 			ErrInvalidFilter, sz.bytes, MaxFilterBytes)
+	}
+	return nil
+}
+
+// CheckFilterCount refuses a whitelist or blacklist of more than MaxFilters filters,
+// naming the list, its count and the limit: the Hubble API checks the FlowFilters
+// it gets before converting them, Validate a Request's.
+func CheckFilterCount(whitelist, blacklist int) error {
+	for _, l := range []struct {
+		name string
+		n    int
+	}{{"whitelist", whitelist}, {"blacklist", blacklist}} {
+		if l.n > MaxFilters {
+			return fmt.Errorf("the %s has %d filters, at most %d are allowed: put the values in fewer filters (the values of one field are ORed) or split the query",
+				l.name, l.n, MaxFilters)
+		}
 	}
 	return nil
 }

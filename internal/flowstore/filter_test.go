@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"runtime"
 	"slices"
 	"strings"
@@ -153,44 +154,85 @@ func BenchmarkCopyChunk(b *testing.B) {
 // followers' filters can add to the adding goroutine's work per batch. The flows'
 // source pods are in ns-007, a namespace the filters name (spread: 253 namespaces,
 // one value each) or the only one they name (one-namespace: 253 name prefixes there,
-// none the pods'), so every value of that namespace is compared.
+// none the pods'), so every value of that namespace is compared. many-filters is
+// the most filters allowed, their values IPs (ipFiltersRequest): every filter of
+// both lists is tried on every flow.
 func BenchmarkBatchToMaxFilterFollowers(b *testing.B) {
 	for _, c := range []struct {
-		name  string
-		oneNS bool
-	}{{"spread", false}, {"one-namespace", true}} {
+		name string
+		req  func(testing.TB) flow.Request
+	}{
+		{"spread", maxFilterRequest},
+		{"one-namespace", oneNamespaceRequest},
+		{"many-filters", ipFiltersRequest},
+	} {
 		b.Run(c.name, func(b *testing.B) {
-			s := New(DefaultCapacity)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			req := maxFilterRequest(b)
-			if c.oneNS {
-				for i, p := range req.Blacklist[0].SourcePod {
-					_, name, _ := strings.Cut(p, "/")
-					req.Blacklist[0].SourcePod[i] = "ns-007/" + name[:len(name)-len("ns-007")]
-				}
-			}
-			req.Follow = true
-			for range MaxFollowers {
-				out := make(chan *flow.Flow)
-				go func() { _ = s.Flows(ctx, req, out) }()
-				go func() {
-					for range out {
-					}
-				}()
-			}
-			for s.Stats().Followers != MaxFollowers {
-				runtime.Gosched()
-			}
-			batch := make([]flow.Flow, feedBatch)
-			for i := range batch {
-				batch[i] = *mkFlow(i, "TCP")
-				batch[i].Source = flow.Endpoint{Namespace: "ns-007", Pod: fmt.Sprintf("client-%d", i)}
-			}
-			for b.Loop() {
-				s.AddBatch(batch)
-			}
+			benchmarkFollowers(b, c.req(b))
 		})
+	}
+}
+
+// oneNamespaceRequest is maxFilterRequest with every pod value in ns-007.
+func oneNamespaceRequest(t testing.TB) flow.Request {
+	req := maxFilterRequest(t)
+	for i, p := range req.Blacklist[0].SourcePod {
+		_, name, _ := strings.Cut(p, "/")
+		req.Blacklist[0].SourcePod[i] = "ns-007/" + name[:len(name)-len("ns-007")]
+	}
+	return req
+}
+
+// ipFiltersRequest is a request at flow's limits of filters and values, made of IP
+// filters: flow.MaxFilters whitelist filters of destination IPs, the flows' matched
+// by the last value of the last one, and as many blacklist filters of source IPs
+// none of the flows has, so that every value of every filter is compared.
+func ipFiltersRequest(t testing.TB) flow.Request {
+	const lists = 2
+	perFilter := (flow.MaxFilterValues - lists*flow.MaxFilters) / (lists * flow.MaxFilters)
+	var req flow.Request
+	for i := range flow.MaxFilters {
+		var wl, bl flow.Filter
+		for j := range perFilter {
+			wl.DestinationIP = append(wl.DestinationIP, netip.MustParsePrefix(fmt.Sprintf("10.1.%d.%d/32", i, j)))
+			bl.SourceIP = append(bl.SourceIP, netip.MustParsePrefix(fmt.Sprintf("10.2.%d.%d/32", i, j)))
+		}
+		req.Whitelist, req.Blacklist = append(req.Whitelist, wl), append(req.Blacklist, bl)
+	}
+	last := &req.Whitelist[flow.MaxFilters-1]
+	last.DestinationIP[perFilter-1] = netip.MustParsePrefix("10.244.0.0/16")
+	if err := req.Validate(); err != nil {
+		t.Fatalf("the largest request allowed is refused: %v", err)
+	}
+	return req
+}
+
+// benchmarkFollowers adds batches of feedBatch TCP flows from pods of ns-007 in
+// 10.244.0.0/16 with MaxFollowers followers of req.
+func benchmarkFollowers(b *testing.B, req flow.Request) {
+	s := New(DefaultCapacity)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req.Follow = true
+	for range MaxFollowers {
+		out := make(chan *flow.Flow)
+		go func() { _ = s.Flows(ctx, req, out) }()
+		go func() {
+			for range out {
+			}
+		}()
+	}
+	for s.Stats().Followers != MaxFollowers {
+		runtime.Gosched()
+	}
+	batch := make([]flow.Flow, feedBatch)
+	for i := range batch {
+		batch[i] = *mkFlow(i, "TCP")
+		batch[i].Source = flow.Endpoint{Namespace: "ns-007", Pod: fmt.Sprintf("client-%d", i), IP: fmt.Sprintf("10.244.1.%d", i)}
+		batch[i].Destination = flow.Endpoint{IP: fmt.Sprintf("10.244.2.%d", i)}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		s.AddBatch(batch)
 	}
 }
 

@@ -89,10 +89,14 @@ func checkSize(lists ...[]*flowpb.FlowFilter) error {
 
 // Request turns a Hubble GetFlowsRequest into the flow.Request a Source answers. A
 // filter field myelin cannot answer, a malformed value (an IP or CIDR is parsed
-// here, once), or filters beyond flow's limits are an error naming them.
+// here, once), or filters beyond flow's limits (more than flow.MaxFilters per list,
+// too many values) are an error naming them.
 func Request(req *observerpb.GetFlowsRequest) (flow.Request, error) {
 	if req.GetFirst() {
 		return flow.Request{}, fmt.Errorf("get flows: --first is not supported by myelin: use --last N or --since")
+	}
+	if err := flow.CheckFilterCount(len(req.GetWhitelist()), len(req.GetBlacklist())); err != nil {
+		return flow.Request{}, fmt.Errorf("get flows: %w", err)
 	}
 	if err := checkSize(req.GetWhitelist(), req.GetBlacklist()); err != nil {
 		return flow.Request{}, err

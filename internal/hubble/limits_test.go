@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/myelin-net/myelin/internal/flow"
 	"github.com/myelin-net/myelin/internal/flowstore"
 )
 
@@ -28,6 +29,23 @@ func TestRequestCapsFilterValues(t *testing.T) {
 	}
 	if _, err := Request(&observerpb.GetFlowsRequest{Whitelist: []*flowpb.FlowFilter{{SourcePod: pods[:MaxFilterValues-1]}}}); err != nil {
 		t.Errorf("Request with %d values (at the limit): %v", MaxFilterValues, err)
+	}
+}
+
+// Every filter is tried on every flow, whatever its values: a list of more than
+// flow.MaxFilters is refused before any is converted, naming the list and the limit
+// (hubble observe sends one or two).
+func TestRequestCapsFilters(t *testing.T) {
+	ffs := make([]*flowpb.FlowFilter, flow.MaxFilters+1)
+	for i := range ffs {
+		ffs[i] = &flowpb.FlowFilter{DestinationIp: []string{"10.0.0." + strconv.Itoa(i)}}
+	}
+	_, err := Request(&observerpb.GetFlowsRequest{Blacklist: ffs})
+	if err == nil || !strings.Contains(err.Error(), "the blacklist has 17 filters, at most 16 are allowed") {
+		t.Errorf("Request with %d blacklist filters: err %v, want one naming the list and the limit", len(ffs), err)
+	}
+	if _, err := Request(&observerpb.GetFlowsRequest{Whitelist: ffs[:flow.MaxFilters], Blacklist: ffs[1:]}); err != nil {
+		t.Errorf("Request with %d filters in each list (at the limit): %v", flow.MaxFilters, err)
 	}
 }
 
