@@ -31,9 +31,10 @@ func serverView(name string, port int32) *policyView {
 			}},
 		},
 	}
+	in := policy.Input{Node: "n1", Pods: []policy.Pod{client, server}, Namespaces: map[string]map[string]string{"x": {}},
+		Policies: []*networkingv1.NetworkPolicy{np}}
 	return &policyView{
-		input: policy.Input{Node: "n1", Pods: []policy.Pod{client, server}, Namespaces: map[string]map[string]string{"x": {}},
-			Policies: []*networkingv1.NetworkPolicy{np}},
+		input: in, tracer: policy.NewTracer(in),
 		state: policy.State{Endpoints: map[netip.Addr]*policy.Endpoint{
 			server.IP: {Pod: "x/server", IP: server.IP, IngressPolicies: []string{"x/" + name}},
 		}},

@@ -24,9 +24,10 @@ func TestFlowPolicyVerdict(t *testing.T) {
 		},
 	}
 	pol := &policyLoop{}
+	in := policy.Input{Node: "n1", Pods: []policy.Pod{client, server}, Namespaces: map[string]map[string]string{"x": {}},
+		Policies: []*networkingv1.NetworkPolicy{allow}}
 	pol.view.Store(&policyView{
-		input: policy.Input{Node: "n1", Pods: []policy.Pod{client, server}, Namespaces: map[string]map[string]string{"x": {}},
-			Policies: []*networkingv1.NetworkPolicy{allow}},
+		input: in, tracer: policy.NewTracer(in),
 		state: policy.State{Endpoints: map[netip.Addr]*policy.Endpoint{
 			server.IP: {Pod: "x/server", IP: server.IP, IngressPolicies: []string{"x/allow-client"}},
 		}},

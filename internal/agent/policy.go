@@ -33,8 +33,11 @@ const policyDebounce = 50 * time.Millisecond
 
 // policyView is one computation and what its apply did, for the API.
 type policyView struct {
-	input    policy.Input
-	state    policy.State
+	input policy.Input
+	state policy.State
+	// tracer answers the flow reader's policy verdicts about input: compiled here,
+	// on the policy loop, once per view, not on the flow reader's goroutine.
+	tracer   *policy.Tracer
 	started  time.Time // when the computation began: it saw every change made before
 	applied  time.Time
 	duration time.Duration // compute and apply
@@ -163,7 +166,7 @@ func (p *policyLoop) sync(ctx context.Context, in policy.Input, eps []api.Endpoi
 	}
 	res, err := applyPolicy(p.maps, p.purges, st, orphanEndpoints(p.node, eps, in.Pods))
 	st.Problems = append(st.Problems, applyProblems(st, res)...)
-	v := &policyView{input: in, state: st, started: start, applied: time.Now(), duration: time.Since(start), writes: res.writes, err: err,
+	v := &policyView{input: in, state: st, tracer: policy.NewTracer(in), started: start, applied: time.Now(), duration: time.Since(start), writes: res.writes, err: err,
 		flagsDone: res.flagsDone, unflagged: res.unflagged}
 	p.view.Store(v)
 	p.published()

@@ -27,12 +27,40 @@ type TraceResult struct {
 func (r TraceResult) Allowed() bool { return r.Egress.Allowed && r.Ingress.Allowed }
 
 // Trace evaluates a new connection from pod from to pod to on proto/port
-// with the rules Compute enforces (the same peer and port matching).
+// with the rules Compute enforces (the same peer and port matching). It compiles
+// in's policies for the one question: to ask many, keep a Tracer.
 func Trace(in Input, from, to Pod, proto uint8, port uint16) TraceResult {
-	cidrs := newCIDRSet(in.Policies)
-	src, dst := podPeer(from, in.Namespaces, cidrs), podPeer(to, in.Namespaces, cidrs)
+	return NewTracer(in).Trace(from, to, proto, port)
+}
+
+// Tracer answers Trace's questions about one Input with what depends on the Input
+// only computed once: the ipBlocks compiled and admitted within CIDRBudget (a
+// newCIDRSet over every policy, ~90% of a Trace at 1,000 policies) and the
+// policies by namespace (a policy selects pods of its own namespace only). The
+// flow reader asks one per new connection of a policy view. Safe for concurrent
+// use; in must not change while t is used.
+type Tracer struct {
+	in    Input
+	cidrs *cidrSet
+	// byNamespace are in.Policies by namespace, in in.Policies' order.
+	byNamespace map[string][]*networkingv1.NetworkPolicy
+}
+
+// NewTracer compiles in's policies for Trace.
+func NewTracer(in Input) *Tracer {
+	t := &Tracer{in: in, cidrs: newCIDRSet(in.Policies), byNamespace: map[string][]*networkingv1.NetworkPolicy{}}
+	for _, np := range in.Policies {
+		t.byNamespace[np.Namespace] = append(t.byNamespace[np.Namespace], np)
+	}
+	return t
+}
+
+// Trace is the package's Trace on t's Input.
+func (t *Tracer) Trace(from, to Pod, proto uint8, port uint16) TraceResult {
+	cidrs := t.cidrs
+	src, dst := podPeer(from, t.in.Namespaces, cidrs), podPeer(to, t.in.Namespaces, cidrs)
 	var r TraceResult
-	r.Egress = verdict(in.Policies, from, true, func(np *networkingv1.NetworkPolicy) bool {
+	r.Egress = verdict(t.byNamespace[from.Namespace], from, true, func(np *networkingv1.NetworkPolicy) bool {
 		for _, rule := range np.Spec.Egress {
 			if anyPeerMatches(np, rule.To, dst, cidrs) && rulePortAllows(rule.Ports, dst, proto, port) {
 				return true
@@ -40,7 +68,7 @@ func Trace(in Input, from, to Pod, proto uint8, port uint16) TraceResult {
 		}
 		return false
 	})
-	r.Ingress = verdict(in.Policies, to, false, func(np *networkingv1.NetworkPolicy) bool {
+	r.Ingress = verdict(t.byNamespace[to.Namespace], to, false, func(np *networkingv1.NetworkPolicy) bool {
 		for _, rule := range np.Spec.Ingress {
 			if anyPeerMatches(np, rule.From, src, cidrs) && rulePortAllows(rule.Ports, dst, proto, port) {
 				return true
