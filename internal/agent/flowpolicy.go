@@ -2,6 +2,7 @@ package agent
 
 import (
 	"net/netip"
+	"time"
 
 	"github.com/myelin-net/myelin/internal/flow"
 	"github.com/myelin-net/myelin/internal/policy"
@@ -56,14 +57,18 @@ func policyRelevant(f *flow.Flow) bool {
 }
 
 // allowingPolicies names the policies that allow f in its direction, when both ends
-// are pods of view v: pods found in the loop's index, the answer in its cache.
+// are pods of view v: pods found in the loop's index, the answer in its cache. None
+// when the cache's traceBudget is spent.
 func (l *flowLoop) allowingPolicies(v *policyView, f *flow.Flow, egress bool) []string {
 	src, okS := podOf(&l.pods, v, f.Source.IP)
 	dst, okD := podOf(&l.pods, v, f.Destination.IP)
 	if !okS || !okD {
 		return nil
 	}
-	r := l.verdicts.trace(v, verdictKey{src: src, dst: dst, proto: protocolNumber(f.Protocol), port: f.DstPort})
+	r, ok := l.verdicts.trace(v, verdictKey{src: src, dst: dst, proto: protocolNumber(f.Protocol), port: f.DstPort})
+	if !ok {
+		return nil
+	}
 	if egress {
 		return r.Egress.By
 	}
@@ -104,27 +109,59 @@ type verdictKey struct {
 	port     uint16
 }
 
+// traceBudget is how long per second the flow reader may spend on policy verdicts
+// its cache does not hold: past it, until the second ends, a FORWARDED verdict goes
+// out without its policies list (verdictCache.skipped counts them). A question not
+// cached evaluates the policies of its two pods' namespaces, ~10 µs at 1,000
+// policies in 20 namespaces but more when one namespace holds most of them, and a
+// pod can ask a new one per connection (a new port): without a bound it could make
+// the reader too slow for the flow ring, and every flow of the node be lost.
+const traceBudget = 50 * time.Millisecond
+
 // verdictCache keeps the answers of a policy view's Tracer, so the flow reader
 // evaluates the policies once per pod pair and port, not once per new connection.
 // A new view (any policy, pod or namespace change) empties it. A question not
 // cached costs the policies of its pods' namespaces: the view's policies were
-// compiled for it when the view was made (a compilation per question was 4.8 ms at
-// 1,000 policies).
+// compiled for it when the view was made (a compilation per question was 2.5 ms at
+// 1,000 policies); all questions not cached together cost at most traceBudget a
+// second.
 type verdictCache struct {
-	view   *policyView
-	m      map[verdictKey]policy.TraceResult
-	traces int // Tracer.Trace calls, for tests
+	view *policyView
+	m    map[verdictKey]policy.TraceResult
+	// window is when the current second of traceBudget began; spent is the time
+	// traced in it.
+	window time.Time
+	spent  time.Duration
+	now    func() time.Time // time.Now but in tests
+	// traces are the Tracer.Trace calls, skipped the questions not traced because
+	// traceBudget was spent (tests).
+	traces, skipped int
 }
 
-func (c *verdictCache) trace(v *policyView, k verdictKey) policy.TraceResult {
+// trace answers k about v from the cache or v's Tracer; false when it is not
+// cached and traceBudget is spent for this second.
+func (c *verdictCache) trace(v *policyView, k verdictKey) (policy.TraceResult, bool) {
 	if c.view != v || len(c.m) >= verdictCacheMax {
 		c.view, c.m = v, make(map[verdictKey]policy.TraceResult)
 	}
 	if r, ok := c.m[k]; ok {
-		return r
+		return r, true
+	}
+	clock := c.now
+	if clock == nil {
+		clock = time.Now
+	}
+	start := clock()
+	if start.Sub(c.window) >= time.Second {
+		c.window, c.spent = start, 0
+	}
+	if c.spent >= traceBudget {
+		c.skipped++
+		return policy.TraceResult{}, false
 	}
 	c.traces++
 	r := v.tracer.Trace(*k.src, *k.dst, k.proto, k.port)
+	c.spent += clock().Sub(start)
 	c.m[k] = r
-	return r
+	return r, true
 }

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -105,6 +106,38 @@ func TestPodIndexFollowsView(t *testing.T) {
 	}
 	if p, ok := x.in(v2, ip); ok {
 		t.Errorf("view 2 without the server: %v, want none", p)
+	}
+}
+
+// The reader traces at most traceBudget a second: past it, a connection the cache
+// does not answer gets its verdict without the policies, until the second ends.
+func TestFlowPolicyVerdictBudget(t *testing.T) {
+	pol := &policyLoop{}
+	pol.view.Store(serverView("allow-80", 80))
+	l := &flowLoop{}
+	l.pol.Store(pol)
+	now := time.Unix(1000, 0)
+	l.verdicts.now = func() time.Time { // every reading 20 ms later: a trace takes 20 ms
+		now = now.Add(20 * time.Millisecond)
+		return now
+	}
+	policies := func(dport uint16) []string {
+		t.Helper()
+		var pv flow.Flow
+		if !l.PolicyVerdict(synTo("10.244.1.5", 40000, dport), &pv) || pv.Type != flow.TypePolicyVerdict {
+			t.Fatalf("port %d: %+v, want a policy verdict", dport, pv)
+		}
+		return pv.Policies
+	}
+	for dport := range uint16(3) { // 3 traces of 20 ms: the budget of 50 ms is spent
+		policies(1000 + dport)
+	}
+	if got := policies(80); len(got) != 0 || l.verdicts.traces != 3 || l.verdicts.skipped != 1 {
+		t.Errorf("port 80 past the budget: policies %v, %d traces, %d skipped; want none, 3 and 1", got, l.verdicts.traces, l.verdicts.skipped)
+	}
+	now = now.Add(time.Second)
+	if got := policies(80); !slices.Equal(got, []string{"x/allow-80"}) || l.verdicts.traces != 4 {
+		t.Errorf("port 80 in the next second: policies %v, %d traces; want [x/allow-80] and 4", got, l.verdicts.traces)
 	}
 }
 
