@@ -44,7 +44,10 @@ func startSocketLB(p nodePlan, dp socketLBAttacher, log *slog.Logger) socketLBVi
 		err = dp.AttachSocketLB(root)
 	}
 	if err != nil {
-		_ = dp.DetachSocketLB()
+		if derr := dp.DetachSocketLB(); derr != nil {
+			// Some hooks may still translate, with maps this agent keeps updating.
+			err = fmt.Errorf("%w; detaching what was attached failed too: %v", err, derr)
+		}
 		log.Warn("socket-LB is not active, Services are served by the tc path", "key", "bpf-lb-sock", "reason", err)
 		return socketLBView{text: fmt.Sprintf("fallback to the tc path: %v", err)}
 	}

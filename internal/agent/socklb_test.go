@@ -9,9 +9,9 @@ import (
 )
 
 type fakeSockLB struct {
-	attachErr          error
-	attached, detached int
-	cgroup             string
+	attachErr, detachErr error
+	attached, detached   int
+	cgroup               string
 }
 
 func (f *fakeSockLB) AttachSocketLB(cg string) error {
@@ -20,7 +20,7 @@ func (f *fakeSockLB) AttachSocketLB(cg string) error {
 	return f.attachErr
 }
 
-func (f *fakeSockLB) DetachSocketLB() error { f.detached++; return nil }
+func (f *fakeSockLB) DetachSocketLB() error { f.detached++; return f.detachErr }
 
 // TestStartSocketLB: active names the cgroup; an attach failure falls back to the
 // tc path with the reason and leaves nothing attached; off (bpf-lb-sock or
@@ -39,6 +39,13 @@ func TestStartSocketLB(t *testing.T) {
 	v = startSocketLB(p, f, log)
 	if !strings.Contains(v.text, "fallback to the tc path: attach sock-connect4") || f.detached == 0 {
 		t.Errorf("fallback: status %q, detached %d times", v.text, f.detached)
+	}
+
+	// A detach that fails after a failed attach: hooks may stay, and the status says so.
+	f = &fakeSockLB{attachErr: errors.New("attach sock-sendmsg4: operation not permitted"), detachErr: errors.New("unpin sock-connect4: busy")}
+	v = startSocketLB(p, f, log)
+	if !strings.Contains(v.text, "fallback to the tc path: attach sock-sendmsg4") || !strings.Contains(v.text, "detaching what was attached failed too: unpin sock-connect4") {
+		t.Errorf("fallback with a failed detach: status %q", v.text)
 	}
 
 	p.SocketLB = false
