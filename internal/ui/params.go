@@ -89,12 +89,17 @@ func parseNamespaces(vals []string) ([]string, error) {
 
 // Request is what the page's stream asks of the Source: the newest Keep flows, then
 // new ones, where either side is in one of the namespaces (all when none).
+// Two filters whatever the number of namespaces (the values of one field are
+// ORed): a filter per namespace and side passed flow.MaxFilters at 9 namespaces.
 func (p Params) Request() flow.Request {
 	req := flow.Request{Last: p.Keep, Follow: true}
-	for _, ns := range p.Namespaces {
-		req.Whitelist = append(req.Whitelist,
-			flow.Filter{SourcePod: []string{ns + "/"}},
-			flow.Filter{DestinationPod: []string{ns + "/"}})
+	if len(p.Namespaces) == 0 {
+		return req
 	}
+	pods := make([]string, 0, len(p.Namespaces))
+	for _, ns := range p.Namespaces {
+		pods = append(pods, ns+"/")
+	}
+	req.Whitelist = []flow.Filter{{SourcePod: pods}, {DestinationPod: pods}}
 	return req
 }

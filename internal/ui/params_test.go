@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"fmt"
 	"net/url"
 	"reflect"
 	"strings"
@@ -53,11 +54,18 @@ func TestParseParams(t *testing.T) {
 func TestParamsRequest(t *testing.T) {
 	got := Params{Keep: 7, Namespaces: []string{"shop", "db"}}.Request()
 	want := flow.Request{Last: 7, Follow: true, Whitelist: []flow.Filter{
-		{SourcePod: []string{"shop/"}}, {DestinationPod: []string{"shop/"}},
-		{SourcePod: []string{"db/"}}, {DestinationPod: []string{"db/"}},
+		{SourcePod: []string{"shop/", "db/"}}, {DestinationPod: []string{"shop/", "db/"}},
 	}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Request = %+v, want %+v", got, want)
+	}
+	// Many namespaces stay a valid request (two filters, not two per namespace).
+	many := Params{Keep: 7}
+	for i := range 20 {
+		many.Namespaces = append(many.Namespaces, fmt.Sprintf("ns-%d", i))
+	}
+	if err := many.Request().Validate(); err != nil {
+		t.Errorf("Request with %d namespaces: %v", len(many.Namespaces), err)
 	}
 	if all := (Params{Keep: 3}).Request(); all.Whitelist != nil {
 		t.Errorf("Request without namespaces has a whitelist %+v: want every flow", all.Whitelist)
