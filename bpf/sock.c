@@ -15,8 +15,9 @@
  * A frontend without a ready backend, or any failure here, leaves a pod's
  * address untouched: the tc path then answers as before (an ICMP reject,
  * ECONNREFUSED). The node's own sockets (host_netns_cookie) have no tc
- * path before the uplink: theirs is refused at connect()/sendmsg() (EPERM),
- * or the packet to the Service address would leave the node and hang.
+ * path before the uplink: theirs to a ClusterIP is refused at
+ * connect()/sendmsg() (EPERM), or the packet to the Service address would
+ * leave the node and hang.
  */
 #include <linux/bpf.h>
 #include <linux/in.h>
@@ -36,7 +37,7 @@ volatile const __u64 host_netns_cookie = 0;
  * sock_backend chooses a backend for ctx's destination if it is a Service
  * frontend of protocol proto; NULL if it is none or has no ready backend,
  * and then *refuse says the socket must not send there untranslated: a
- * frontend without a backend, asked by the node's own socket.
+ * ClusterIP frontend without a backend, asked by the node's own socket.
  */
 static __always_inline const struct lb_backend *sock_backend(struct bpf_sock_addr *ctx, __u8 proto,
 							     int *refuse)
@@ -67,7 +68,12 @@ static __always_inline const struct lb_backend *sock_backend(struct bpf_sock_add
 	t.proto = proto;
 	id = lb_select(svc, &t, &index, LB_CLIENT_NODE);
 	b = id ? lb_backend_lookup(id) : NULL;
-	if (!b && host_netns_cookie && netns == host_netns_cookie)
+	/* Only a ClusterIP: a NodePort on the node's address gets the stack's
+	 * RST, and an external IP may be a real address outside the node, which
+	 * kube-proxy too leaves the node's own traffic to when it has no
+	 * endpoint. */
+	if (!b && host_netns_cookie && netns == host_netns_cookie &&
+	    !(svc->flags & (LB_SVC_F_NODEPORT | LB_SVC_F_EXTERNAL_IP)))
 		*refuse = 1;
 	return b;
 }

@@ -120,10 +120,11 @@ struct lb_svc_key {
 
 /* lb_svc_flags are the bits of lb_svc.flags; all but MAGLEV are datapath.ServiceFlags. */
 enum lb_svc_flags {
-	LB_SVC_F_NODEPORT = 1,	/* frontend is node_ip:nodePort, served on the uplink */
-	LB_SVC_F_AFFINITY = 2,	/* sessionAffinity ClientIP (myelin_lb_affinity) */
-	LB_SVC_F_MAGLEV = 4,	/* the service has a table in myelin_lb_maglev */
-	LB_SVC_F_EXT_LOCAL = 8, /* externalTrafficPolicy Local: see lb_svc.local_count */
+	LB_SVC_F_NODEPORT = 1,	   /* frontend is node_ip:nodePort, served on the uplink */
+	LB_SVC_F_AFFINITY = 2,	   /* sessionAffinity ClientIP (myelin_lb_affinity) */
+	LB_SVC_F_MAGLEV = 4,	   /* the service has a table in myelin_lb_maglev */
+	LB_SVC_F_EXT_LOCAL = 8,	   /* externalTrafficPolicy Local: see lb_svc.local_count */
+	LB_SVC_F_EXTERNAL_IP = 16, /* frontend is one of spec.externalIPs (bpf/sock.c) */
 };
 
 /*

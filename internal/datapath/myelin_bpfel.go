@@ -276,10 +276,11 @@ type myelinLbSvc struct {
 type myelinLbSvcFlags uint32
 
 const (
-	myelinLbSvcFlagsLB_SVC_F_NODEPORT  myelinLbSvcFlags = 1
-	myelinLbSvcFlagsLB_SVC_F_AFFINITY  myelinLbSvcFlags = 2
-	myelinLbSvcFlagsLB_SVC_F_MAGLEV    myelinLbSvcFlags = 4
-	myelinLbSvcFlagsLB_SVC_F_EXT_LOCAL myelinLbSvcFlags = 8
+	myelinLbSvcFlagsLB_SVC_F_NODEPORT    myelinLbSvcFlags = 1
+	myelinLbSvcFlagsLB_SVC_F_AFFINITY    myelinLbSvcFlags = 2
+	myelinLbSvcFlagsLB_SVC_F_MAGLEV      myelinLbSvcFlags = 4
+	myelinLbSvcFlagsLB_SVC_F_EXT_LOCAL   myelinLbSvcFlags = 8
+	myelinLbSvcFlagsLB_SVC_F_EXTERNAL_IP myelinLbSvcFlags = 16
 )
 
 type myelinLbSvcKey struct {

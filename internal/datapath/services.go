@@ -68,10 +68,15 @@ const (
 	// all Backends at random, as kube-proxy short-circuits local traffic.
 	// (The datapath keeps bit 4 for itself: the service has a Maglev table.)
 	ServiceExternalLocal ServiceFlags = 8
+	// ServiceExternalIP: the frontend is one of spec.externalIPs. With
+	// socket-LB, the node's own sockets to it are left alone when it has no
+	// ready backend (a ClusterIP's are refused: nothing else would stop them
+	// from leaving the node), as kube-proxy leaves them.
+	ServiceExternalIP ServiceFlags = 16
 )
 
 // serviceFlagsKnown are the ServiceFlags Service.Flags may hold.
-const serviceFlagsKnown = ServiceNodePort | ServiceAffinity | ServiceExternalLocal
+const serviceFlagsKnown = ServiceNodePort | ServiceAffinity | ServiceExternalLocal | ServiceExternalIP
 
 // Service is what a frontend is translated to.
 type Service struct {

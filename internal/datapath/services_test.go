@@ -12,10 +12,11 @@ import (
 // The Go flags are the C ones.
 func TestServiceFlagsMatchC(t *testing.T) {
 	if uint8(ServiceNodePort) != uint8(myelinLbSvcFlagsLB_SVC_F_NODEPORT) || uint8(ServiceAffinity) != uint8(myelinLbSvcFlagsLB_SVC_F_AFFINITY) ||
-		uint8(ServiceExternalLocal) != uint8(myelinLbSvcFlagsLB_SVC_F_EXT_LOCAL) {
-		t.Errorf("ServiceNodePort %d, ServiceAffinity %d, ServiceExternalLocal %d differ from the C flags %d, %d, %d",
-			ServiceNodePort, ServiceAffinity, ServiceExternalLocal,
-			myelinLbSvcFlagsLB_SVC_F_NODEPORT, myelinLbSvcFlagsLB_SVC_F_AFFINITY, myelinLbSvcFlagsLB_SVC_F_EXT_LOCAL)
+		uint8(ServiceExternalLocal) != uint8(myelinLbSvcFlagsLB_SVC_F_EXT_LOCAL) ||
+		uint8(ServiceExternalIP) != uint8(myelinLbSvcFlagsLB_SVC_F_EXTERNAL_IP) {
+		t.Errorf("ServiceNodePort %d, ServiceAffinity %d, ServiceExternalLocal %d, ServiceExternalIP %d differ from the C flags %d, %d, %d, %d",
+			ServiceNodePort, ServiceAffinity, ServiceExternalLocal, ServiceExternalIP,
+			myelinLbSvcFlagsLB_SVC_F_NODEPORT, myelinLbSvcFlagsLB_SVC_F_AFFINITY, myelinLbSvcFlagsLB_SVC_F_EXT_LOCAL, myelinLbSvcFlagsLB_SVC_F_EXTERNAL_IP)
 	}
 	if serviceFlagsKnown&ServiceFlags(myelinLbSvcFlagsLB_SVC_F_MAGLEV) != 0 {
 		t.Errorf("a Go service flag is the datapath's own Maglev bit %d", myelinLbSvcFlagsLB_SVC_F_MAGLEV)
@@ -46,7 +47,7 @@ func TestServiceValue(t *testing.T) {
 		want string
 	}{
 		{"id 0", Service{Backends: []uint32{1}}, 0, "service id 0"},
-		{"unknown flag", Service{ID: 1, Flags: 16}, 0, "unknown service flags"},
+		{"unknown flag", Service{ID: 1, Flags: 32}, 0, "unknown service flags"},
 		{"the Maglev bit", Service{ID: 1, Flags: 4}, 0, "unknown service flags"},
 		{"local pool without the flag", Service{ID: 1, Backends: []uint32{1}, LocalBackends: 1}, 0, "without ServiceExternalLocal"},
 		{"local pool beyond the backends", Service{ID: 1, Flags: ServiceExternalLocal, Backends: []uint32{1}, LocalBackends: 2}, 0, "2 local backends of 1"},

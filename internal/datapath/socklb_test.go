@@ -384,16 +384,21 @@ func TestPrivilegedSocketLBAffinity(t *testing.T) {
 	}
 }
 
-// TestPrivilegedSocketLBNoBackendNode: a Service without a ready backend is
+// TestPrivilegedSocketLBNoBackendNode: a ClusterIP without a ready backend is
 // refused (EPERM) to the sockets of the network namespace socket-LB was attached
 // from (the node's), TCP and UDP, where nothing else would keep their packets to
 // the Service address from leaving the node; other namespaces' sockets (pods')
-// go on untranslated to the tc path (here: no route). With a backend the node's
-// sockets are translated as ever.
+// go on untranslated to the tc path (here: no route), and so do the node's to an
+// external IP without a backend (which may be a real address outside, as
+// kube-proxy leaves it). With a backend the node's sockets are translated as ever.
 func TestPrivilegedSocketLBNoBackendNode(t *testing.T) {
 	requirePrivileged(t)
 	d := loadLB(t, HostRoutingLegacy, 0)
 	cg := attachSockLB(t, d, Service{ID: 1}) // from the machine's netns: the test netns is a pod's
+	const externalIP = "10.97.0.10:80"
+	if err := d.UpsertService(Frontend{Addr: mustAddr("10.97.0.10"), Port: 80, Proto: protoTCP}, Service{ID: 9, Flags: ServiceExternalIP}); err != nil {
+		t.Fatal(err)
+	}
 	inBackendsNetns(t, func(nsName string, ns netns.NsHandle) {
 		for _, mode := range []string{"tcp", "udp"} {
 			if out, _ := runSockClient(t, nsName, cg, mode, sockSvcAddr); !strings.Contains(out, "network is unreachable") {
@@ -408,6 +413,9 @@ func TestPrivilegedSocketLBNoBackendNode(t *testing.T) {
 			if out, _ := runSockClient(t, nsName, cg, mode, sockSvcAddr); !strings.Contains(out, "operation not permitted") {
 				t.Errorf("%s from the node's netns to a Service without backends: got %q, want it refused (operation not permitted)", mode, out)
 			}
+		}
+		if out, _ := runSockClient(t, nsName, cg, "tcp", externalIP); !strings.Contains(out, "network is unreachable") {
+			t.Errorf("tcp from the node's netns to an external IP without backends: got %q, want it untranslated (network is unreachable)", out)
 		}
 		if err := seedLB(d, sockLBState(Service{ID: 1, Backends: []uint32{1}})); err != nil {
 			t.Fatal(err)

@@ -287,8 +287,11 @@ func (m *Manager) applyFrontend(fe Frontend) (*Applied, error) {
 // the caller sets the id.
 func (m *Manager) serviceOf(fe Frontend, active []uint32) (datapath.Service, error) {
 	svc := datapath.Service{Backends: active, AffinityTimeout: fe.Affinity}
-	if fe.Type == NodePort {
+	switch fe.Type {
+	case NodePort:
 		svc.Flags |= datapath.ServiceNodePort
+	case ExternalIP:
+		svc.Flags |= datapath.ServiceExternalIP
 	}
 	if fe.Affinity > 0 {
 		svc.Flags |= datapath.ServiceAffinity

@@ -229,6 +229,30 @@ func TestManagerMaglev(t *testing.T) {
 	}
 }
 
+// Each frontend type gets its flag: NodePort and ExternalIP frontends are marked
+// (socket-LB refuses the node's own sockets only a ClusterIP without backends), a
+// ClusterIP is not.
+func TestManagerFrontendTypeFlags(t *testing.T) {
+	dp := newFake()
+	m, _ := NewManager(dp, 0)
+	cip := frontend("10.96.0.10", 80)
+	np := frontend("198.18.0.11", 30080)
+	np.Type = NodePort
+	ext := frontend("203.0.113.250", 80)
+	ext.Type = ExternalIP
+	if err := m.Apply("default/web", []Frontend{cip, np, ext}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		fe   Frontend
+		want datapath.ServiceFlags
+	}{{cip, 0}, {np, datapath.ServiceNodePort}, {ext, datapath.ServiceExternalIP}} {
+		if got := dp.services[c.fe.Key].Flags; got != c.want {
+			t.Errorf("%s frontend %v: flags %#x, want %#x", c.fe.Type, c.fe.Key, got, c.want)
+		}
+	}
+}
+
 // An externalTrafficPolicy: Local frontend gets its local pool and a Maglev table over
 // it only (outside clients get the node's own backends, the node's clients all), and a
 // change of the local count alone is written again.
