@@ -149,8 +149,9 @@ static __always_inline __u64 flows_wakeup(void)
 
 /*
  * flows_room says whether the record of a new UDP, ICMP or other flow
- * (FLOW_NEW; not noted then, so its next packet tries again) or a DNS
- * record may take ring space: the last quarter
+ * (FLOW_NEW; the flow is noted all the same, so its record is lost once and
+ * its packets show in its first summary) or a DNS record (before its budget
+ * is spent) may take ring space: the last quarter
  * (above FLOWS_FORWARD_MAX) is kept for drops, so a flood of new flows,
  * which have no budget, can't take the ring from the drops and policy
  * denials of every pod while the agent catches up; the records it can't
@@ -228,12 +229,12 @@ static __always_inline void flows_dns(struct __sk_buff *skb, const struct ipv4_i
 	__u32 off = info->l4_off + FLOW_UDP_HLEN, n;
 	struct flow_dns_record *d;
 
-	if (!flows_allow(skb, info, FLOW_DNS, dir, REASON_FORWARDED, FLOW_DNS_BUDGET))
-		return;
 	if (!flows_room()) {
 		flows_lost(skb, dir);
 		return;
 	}
+	if (!flows_allow(skb, info, FLOW_DNS, dir, REASON_FORWARDED, FLOW_DNS_BUDGET))
+		return;
 	d = bpf_ringbuf_reserve(&myelin_flows, sizeof(*d), 0);
 	if (!d) {
 		flows_lost(skb, dir);
@@ -277,12 +278,12 @@ static __always_inline void flows_aggregate(struct __sk_buff *skb, const struct 
 	}
 	st = bpf_map_lookup_elem(&myelin_flow_state, &k);
 	if (!st) {
+		fresh.last = now;
+		bpf_map_update_elem(&myelin_flow_state, &k, &fresh, BPF_ANY);
 		if (!flows_room()) {
 			flows_lost(skb, dir);
 			return;
 		}
-		fresh.last = now;
-		bpf_map_update_elem(&myelin_flow_state, &k, &fresh, BPF_ANY);
 		flows_emit(skb, info, FLOW_NEW, dir, REASON_FORWARDED, 0, NULL);
 		return;
 	}
