@@ -78,11 +78,12 @@ func (u *udpCloser) Run(ctx context.Context) {
 	}
 }
 
-// batch is first and every target queued behind it, each once.
+// batch is first and the targets queued behind it, each once, at most a queue's
+// worth (producers that keep up with it don't hold the pass back).
 func (u *udpCloser) batch(first datapath.UDPSocketTarget) []datapath.UDPSocketTarget {
 	seen := map[string]bool{first.String(): true}
 	out := []datapath.UDPSocketTarget{first}
-	for {
+	for range udpCloserQueue {
 		select {
 		case t := <-u.queue:
 			if !seen[t.String()] {
@@ -93,6 +94,7 @@ func (u *udpCloser) batch(first datapath.UDPSocketTarget) []datapath.UDPSocketTa
 			return out
 		}
 	}
+	return out
 }
 
 // close closes the targets' sockets in the agent's network namespace and every pod's.

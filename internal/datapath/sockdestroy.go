@@ -71,19 +71,22 @@ func (d *Datapath) DestroyFrontendUDPSockets(fe Frontend, b Backend, netns []str
 
 // DestroyUDPSocketsOf closes the sockets of every target (as DestroyUDPSockets and
 // DestroyFrontendUDPSockets say) with one run of the iterator per namespace of
-// netns, however many targets there are. The program is loaded for the call and
+// netns, however many targets there are. A target that is not IPv4 (or whose Via
+// is not an IPv4 UDP frontend) is reported in the error; the others are closed. The program is loaded for the call and
 // released after it: backends leave seldom, and nothing stays pinned.
 func (d *Datapath) DestroyUDPSocketsOf(targets []UDPSocketTarget, netns []string) (int, error) {
 	keys := make([]sockLbSockPeer, 0, len(targets))
+	var errs []error // a target that can't be one leaves the others to close
 	for _, t := range targets {
 		k, err := t.key()
 		if err != nil {
-			return 0, err
+			errs = append(errs, err)
+			continue
 		}
 		keys = append(keys, k)
 	}
 	if len(keys) == 0 {
-		return 0, nil
+		return 0, errors.Join(errs...)
 	}
 	what := targets[0].String()
 	if len(targets) > 1 {
@@ -119,7 +122,6 @@ func (d *Datapath) DestroyUDPSocketsOf(targets []UDPSocketTarget, netns []string
 	}
 	defer it.Close()
 	closed := 0
-	var errs []error
 	for _, ns := range netns {
 		n, err := iterateIn(it, ns)
 		closed += n

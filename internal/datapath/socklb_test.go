@@ -504,12 +504,14 @@ func TestPrivilegedDestroyUDPSockets(t *testing.T) {
 		if n, err := d.DestroyUDPSockets(sockBackends[1], []string{"/run/netns/myelin-dptest-gone"}); err != nil || n != 0 {
 			t.Errorf("a namespace that is gone: %d, %v; want 0 and no error", n, err)
 		}
-		// One pass for several targets: backend 1 again (nothing left) and 2.
+		// One pass for several targets: backend 1 again (nothing left), 2, and
+		// one that can't be a target (reported; the others still closed).
 		other := sockFrontend
 		other.Port++
-		batch := []UDPSocketTarget{{Backend: sockBackends[1]}, {Backend: sockBackends[2], Via: &other}, {Backend: sockBackends[2]}}
-		if n, err := d.DestroyUDPSocketsOf(batch, []string{"/run/netns/" + nsName}); err != nil || n != 1 {
-			t.Errorf("DestroyUDPSocketsOf(%v) = %d, %v; want 1 closed (backend 2's)", batch, n, err)
+		bad := Backend{Addr: mustAddr("fd00::1"), Port: 8080}
+		batch := []UDPSocketTarget{{Backend: sockBackends[1]}, {Backend: bad}, {Backend: sockBackends[2], Via: &other}, {Backend: sockBackends[2]}}
+		if n, err := d.DestroyUDPSocketsOf(batch, []string{"/run/netns/" + nsName}); n != 1 || err == nil || !strings.Contains(err.Error(), "fd00::1") {
+			t.Errorf("DestroyUDPSocketsOf(%v) = %d, %v; want 1 closed (backend 2's) and an error naming fd00::1", batch, n, err)
 		}
 		_ = conns[2].SetReadDeadline(time.Now().Add(2 * time.Second))
 		if _, err := conns[2].Read(make([]byte, 8)); !errors.Is(err, unix.ECONNABORTED) {
