@@ -42,11 +42,10 @@ func drainFlows(t *testing.T, r *FlowReader) []FlowRecord {
 	}
 }
 
-// TestPrivilegedBPFFlowsLimit: a flood of forged DNS packets (UDP from source port
-// 53) and of drops from pod A makes at most one budget of records per window it
-// spans, the rest counted as FLOWS_LIMITED, while pod B's DNS packet and drop that
-// follow still make their records.
-func TestPrivilegedBPFFlowsLimit(t *testing.T) {
+// flowsOn loads a datapath (BPF host routing) with pods A and B and flows on, and
+// opens its flow reader, closed at cleanup. Nobody reads the ring until the test does.
+func flowsOn(t *testing.T) (*Datapath, *FlowReader) {
+	t.Helper()
 	requirePrivileged(t)
 	d := loadTest(t, HostRoutingBPF)
 	if err := seedEndpoints(d, seedAB); err != nil {
@@ -56,17 +55,29 @@ func TestPrivilegedBPFFlowsLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	t.Cleanup(func() { r.Close() })
 	if err := d.SetFlows(true); err != nil {
 		t.Fatal(err)
 	}
-	ctxPodB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
-	run := func(in []byte, ctx *skbCtx) {
-		t.Helper()
-		if _, err := d.objs.MyelinFromPod.Run(&ebpf.RunOptions{Data: in, Context: *ctx}); err != nil {
-			t.Fatal(err)
-		}
+	return d, r
+}
+
+// runFromPod runs myelin_from_pod on packet in as ctx says.
+func runFromPod(t *testing.T, d *Datapath, in []byte, ctx *skbCtx) {
+	t.Helper()
+	if _, err := d.objs.MyelinFromPod.Run(&ebpf.RunOptions{Data: in, Context: *ctx}); err != nil {
+		t.Fatal(err)
 	}
+}
+
+// TestPrivilegedBPFFlowsLimit: a flood of forged DNS packets (UDP from source port
+// 53) and of drops from pod A makes at most one budget of records per window it
+// spans, the rest counted as FLOWS_LIMITED, while pod B's DNS packet and drop that
+// follow still make their records.
+func TestPrivilegedBPFFlowsLimit(t *testing.T) {
+	d, r := flowsOn(t)
+	ctxPodB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
+	run := func(in []byte, ctx *skbCtx) { t.Helper(); runFromPod(t, d, in, ctx) }
 	forged := ipv4(protoUDP, podA, podBIP).withSrc(podA, 53).withDst(podBIP, 40000).build()
 	bad := ipv4(protoUDP, podA, podBIP).build()
 	bad = bad[:len(bad)-4] // truncated: DROP_INVALID_PACKET
@@ -120,25 +131,8 @@ func TestPrivilegedBPFFlowsLimit(t *testing.T) {
 // (FLOWS_LOST), and pod B's drop after that still makes its record: the last
 // quarter is kept for drops.
 func TestPrivilegedBPFFlowsDropReserve(t *testing.T) {
-	requirePrivileged(t)
-	d := loadTest(t, HostRoutingBPF)
-	if err := seedEndpoints(d, seedAB); err != nil {
-		t.Fatal(err)
-	}
-	r, err := d.NewFlowReader()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if err := d.SetFlows(true); err != nil {
-		t.Fatal(err)
-	}
-	run := func(in []byte, ctx *skbCtx) {
-		t.Helper()
-		if _, err := d.objs.MyelinFromPod.Run(&ebpf.RunOptions{Data: in, Context: *ctx}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	d, r := flowsOn(t)
+	run := func(in []byte, ctx *skbCtx) { t.Helper(); runFromPod(t, d, in, ctx) }
 	// A 1 MiB ring holds fewer than 64,000 records (myelin_flow_state holds
 	// 65,536 flows); ports from 1024 (53 would make DNS records).
 	lostCount := func() uint64 {
