@@ -26,8 +26,8 @@
  * it enters one: to_pod, or from_netdev/from_overlay when BPF delivers it to
  * a local endpoint; the uplink's egress and the node's own traffic are not.
  * A full ring counts REASON_FLOWS_LOST and never changes the packet's fate;
- * UDP, ICMP and other flows' records leave its last quarter to drops
- * (flows_room).
+ * the records of new UDP, ICMP and other flows and of DNS leave its last
+ * quarter to drops (flows_room).
  * A record names the Service a packet went through: the frontend the tc path
  * translated, or, for a connection socket-LB translated before tc saw it, the
  * one its socket was translated from (flows_sock_service).
