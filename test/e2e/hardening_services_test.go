@@ -174,6 +174,6 @@ func nodePortReused(t *testing.T, cs kubernetes.Interface, n1 string) {
 		t.Errorf("frontend %s after a's leftovers were deleted: owner %q, want default/np-b", frontend, owner)
 	}
 	run := func(argv ...string) (string, error) { return inNode(labplan.ExtNS, argv...) }
-	seen := servers(t, "reused NodePort from the external host", run, fmt.Sprintf("http://198.18.0.11:%d/", n), 8, "")
+	seen := serversOfAll(t, "reused NodePort from the external host", run, fmt.Sprintf("http://198.18.0.11:%d/", n), "", podNames(web)...)
 	expectServers(t, "reused NodePort from the external host", seen, podNames(web)...)
 }

@@ -58,11 +58,11 @@ func checkKubeProxyServices(t *testing.T, mode string) {
 		return done, lastLines(out, 3)
 	})
 	run := func(argv ...string) (string, error) { return inPod("client", argv...) }
-	seen := servers(t, "ClusterIP via kube-proxy", run, "http://"+svc.Spec.ClusterIP+"/", 16, c.Status.PodIP)
+	seen := serversOfAll(t, "ClusterIP via kube-proxy", run, "http://"+svc.Spec.ClusterIP+"/", c.Status.PodIP, podNames(web)...)
 	expectServers(t, "ClusterIP via kube-proxy", seen, podNames(web)...)
 
 	ext := func(argv ...string) (string, error) { return inNode(labplan.ExtNS, argv...) }
-	seen = servers(t, "NodePort via kube-proxy", ext, fmt.Sprintf("http://198.18.0.11:%d/", svc.Spec.Ports[0].NodePort), 16, "")
+	seen = serversOfAll(t, "NodePort via kube-proxy", ext, fmt.Sprintf("http://198.18.0.11:%d/", svc.Spec.Ports[0].NodePort), "", podNames(web)...)
 	expectServers(t, "NodePort via kube-proxy", seen, podNames(web)...)
 	labDown(t)
 }

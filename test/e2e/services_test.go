@@ -64,8 +64,34 @@ func createService(t *testing.T, cs kubernetes.Interface, name, app string, mut 
 // answer must come from one of want (pod names) and show clientIP (when not empty).
 func servers(t *testing.T, what string, run func(...string) (string, error), url string, n int, clientIP string) map[string]int {
 	t.Helper()
+	return serversUntil(t, what, run, url, n, clientIP, nil)
+}
+
+// allServersMax bounds serversOfAll: 64 requests miss one of 2 backends chosen at
+// random with a chance of 2^-63, one of 3 with 3·(2/3)^64 ≈ 2·10^-11.
+const allServersMax = 64
+
+// serversOfAll is servers until every one of want has answered, at most
+// allServersMax requests: backends are chosen at random (or by a hash of the
+// connection), so a fixed handful of requests can miss one by chance (8 requests
+// over 2 backends did, 1 time in 128). Pass the result to expectServers.
+func serversOfAll(t *testing.T, what string, run func(...string) (string, error), url, clientIP string, want ...string) map[string]int {
+	t.Helper()
+	return serversUntil(t, what, run, url, allServersMax, clientIP, func(seen map[string]int) bool {
+		for _, w := range want {
+			if seen[w] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// serversUntil is servers stopping early once done (nil: never) says so.
+func serversUntil(t *testing.T, what string, run func(...string) (string, error), url string, n int, clientIP string, done func(map[string]int) bool) map[string]int {
+	t.Helper()
 	seen := map[string]int{}
-	for i := 0; i < n; i++ {
+	for i := 0; i < n && (done == nil || !done(seen)); i++ {
 		out, err := run("curl", "-sS", "-m", "5", url)
 		if err != nil {
 			t.Errorf("%s: request %d to %s: %v %q", what, i, url, err, out)
@@ -215,7 +241,7 @@ func TestLabMyelinServices(t *testing.T) {
 	t.Run("ClusterIP TCP from both nodes", func(t *testing.T) {
 		for _, c := range []corev1.Pod{c1, c2} {
 			run := func(argv ...string) (string, error) { return inPod(c.Name, argv...) }
-			seen := servers(t, "ClusterIP from "+c.Spec.NodeName, run, "http://"+cip+"/", 16, c.Status.PodIP)
+			seen := serversOfAll(t, "ClusterIP from "+c.Spec.NodeName, run, "http://"+cip+"/", c.Status.PodIP, podNames(web)...)
 			expectServers(t, "ClusterIP from "+c.Spec.NodeName, seen, podNames(web)...)
 		}
 	})
@@ -243,7 +269,7 @@ func TestLabMyelinServices(t *testing.T) {
 		for i, node := range []string{n1, n2} {
 			nodeIP := fmt.Sprintf("198.18.0.1%d", i+1)
 			url := fmt.Sprintf("http://%s:%d/", nodeIP, np.Spec.Ports[0].NodePort)
-			seen := servers(t, "NodePort on "+node, run, url, 16, "")
+			seen := serversOfAll(t, "NodePort on "+node, run, url, "", podNames(web)...)
 			expectServers(t, "NodePort on "+node, seen, podNames(web)...)
 			// The local backend sees the external client; the remote one the node IP.
 			localWeb, remoteWeb := webOn[node][0].Name, webOn[map[string]string{n1: n2, n2: n1}[node]][0].Name
@@ -327,7 +353,7 @@ func TestLabMyelinServices(t *testing.T) {
 		// Flows spread over both backends. (That a flow hashes to the same backend on
 		// every node is checked by the Maglev unit tests and the datapath's packet tests.)
 		run := func(argv ...string) (string, error) { return inPod("client", argv...) }
-		seen := servers(t, "maglev, many flows", run, "http://"+cip+"/", 16, c1.Status.PodIP)
+		seen := serversOfAll(t, "maglev, many flows", run, "http://"+cip+"/", c1.Status.PodIP, podNames(web)...)
 		expectServers(t, "maglev, many flows", seen, podNames(web)...)
 	})
 	labDown(t)

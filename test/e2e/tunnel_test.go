@@ -82,7 +82,7 @@ func TestLabMyelinTunnel(t *testing.T) {
 	web := runningPods(t, cs, "app=web", 3)
 	client := runningPods(t, cs, "app=client", 1)[0]
 	run := func(argv ...string) (string, error) { return inPod("client", argv...) }
-	seen := servers(t, "ClusterIP in tunnel mode", run, "http://"+svc.Spec.ClusterIP+"/", 40, client.Status.PodIP)
+	seen := serversOfAll(t, "ClusterIP in tunnel mode", run, "http://"+svc.Spec.ClusterIP+"/", client.Status.PodIP, podNames(web)...)
 	expectServers(t, "ClusterIP in tunnel mode", seen, podNames(web)...)
 	labDown(t)
 }
