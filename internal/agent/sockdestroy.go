@@ -25,7 +25,8 @@ type udpCloser struct {
 }
 
 // udpCloserQueue bounds the backends waiting to have their sockets closed; beyond it
-// a backend's sockets are left (logged), as they would be without socket-LB.
+// a backend's sockets are left open (logged), and their clients keep sending to its
+// address (socket-LB fixed it at connect(); the tc path would have moved them).
 const udpCloserQueue = 4096
 
 func newUDPCloser(dp *datapath.Datapath, eps *endpoint.Manager, log *slog.Logger) *udpCloser {
@@ -86,8 +87,8 @@ func (u *udpCloser) batch(first datapath.UDPSocketTarget) []datapath.UDPSocketTa
 	for range udpCloserQueue {
 		select {
 		case t := <-u.queue:
-			if !seen[t.String()] {
-				seen[t.String()] = true
+			if k := t.String(); !seen[k] {
+				seen[k] = true
 				out = append(out, t)
 			}
 		default:
@@ -105,7 +106,7 @@ func (u *udpCloser) close(targets []datapath.UDPSocketTarget) {
 			netns = append(netns, ep.NetNS)
 		}
 	}
-	n, err := u.DestroyUDPSocketsOf(targets, netns)
+	n, err := u.DestroyUDPSockets(targets, netns)
 	if err != nil {
 		u.log.Warn("close UDP sockets to removed backends", "backends", len(targets), "first", targets[0].String(), "err", err)
 	}

@@ -51,30 +51,19 @@ func (t UDPSocketTarget) key() (sockLbSockPeer, error) {
 	return k, nil
 }
 
-// DestroyUDPSockets closes every connected IPv4 UDP socket socket-LB connected to b
-// (its storage in myelin_lb_sock_peer names b; a socket a client connected to b's
-// address by itself stays open) in each network namespace of netns (paths such as
-// /proc/<pid>/ns/net or /run/netns/<name>; "" is the caller's own) with
-// bpf_sock_destroy, so clients get ECONNABORTED instead of sending on to a backend
-// that went away; it returns how many it closed. A namespace that is gone is
-// skipped.
-func (d *Datapath) DestroyUDPSockets(b Backend, netns []string) (int, error) {
-	return d.DestroyUDPSocketsOf([]UDPSocketTarget{{Backend: b}}, netns)
-}
-
-// DestroyFrontendUDPSockets is DestroyUDPSockets for the sockets socket-LB connected
-// to b from frontend fe only (their storage names both): b left fe (its Service's
-// endpoints) but stays another frontend's backend, whose sockets stay open.
-func (d *Datapath) DestroyFrontendUDPSockets(fe Frontend, b Backend, netns []string) (int, error) {
-	return d.DestroyUDPSocketsOf([]UDPSocketTarget{{Backend: b, Via: &fe}}, netns)
-}
-
-// DestroyUDPSocketsOf closes the sockets of every target (as DestroyUDPSockets and
-// DestroyFrontendUDPSockets say) with one run of the iterator per namespace of
-// netns, however many targets there are. A target that is not IPv4 (or whose Via
-// is not an IPv4 UDP frontend) is reported in the error; the others are closed. The program is loaded for the call and
-// released after it: backends leave seldom, and nothing stays pinned.
-func (d *Datapath) DestroyUDPSocketsOf(targets []UDPSocketTarget, netns []string) (int, error) {
+// DestroyUDPSockets closes, with bpf_sock_destroy, the connected IPv4 UDP sockets
+// socket-LB translated to each target's backend (their storage in
+// myelin_lb_sock_peer names it; a socket a client connected to the backend's
+// address by itself stays open), from the target's Via only when it has one, so
+// clients get ECONNABORTED instead of sending on to a backend that went away. It
+// runs the iterator once in each network namespace of netns (paths such as
+// /proc/<pid>/ns/net or /run/netns/<name>; "" is the caller's own), however many
+// targets there are, and returns how many sockets it closed. A namespace that is
+// gone is skipped. A target that is not IPv4 (or whose Via is not an IPv4 UDP
+// frontend) is reported in the error; the others are closed. The program is loaded
+// for the call and released after it: backends leave seldom, and nothing stays
+// pinned.
+func (d *Datapath) DestroyUDPSockets(targets []UDPSocketTarget, netns []string) (int, error) {
 	keys := make([]sockLbSockPeer, 0, len(targets))
 	var errs []error // a target that can't be one leaves the others to close
 	for _, t := range targets {

@@ -59,8 +59,9 @@ var sockHooks = []sockHook{
 // stays attached and the tc path serves Services as before; the error says why.
 //
 // Sockets in the caller's network namespace (the node's, for the agent) are
-// refused a Service without a ready backend (EPERM at connect or sendmsg); other
-// namespaces' (pods') go on to the tc path, which rejects with ICMP.
+// refused a ClusterIP without a ready backend (EPERM at connect or sendmsg); other
+// namespaces' (pods') go on to the tc path, which rejects with ICMP, and so do all
+// sockets to a NodePort or external IP without one.
 //
 // Never attach it to a cgroup holding processes of other nodes or of the machine
 // (in the lab, the machine's root cgroup): it translates for all of them.

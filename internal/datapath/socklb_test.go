@@ -448,7 +448,7 @@ func TestPrivilegedSocketLBBadCgroup(t *testing.T) {
 func TestPrivilegedDestroyUDPSockets(t *testing.T) {
 	requirePrivileged(t)
 	d := loadLB(t, HostRoutingLegacy, 0)
-	if n, err := d.DestroyUDPSockets(sockBackends[1], []string{""}); err != nil || n != 0 {
+	if n, err := d.DestroyUDPSockets([]UDPSocketTarget{{Backend: sockBackends[1]}}, []string{""}); err != nil || n != 0 {
 		t.Errorf("before socket-LB ever ran (no reverse map): %d, %v; want 0 and no error", n, err)
 	}
 	var objs sockObjectsLoaded // pins myelin_lb_sock_peer, as AttachSocketLB does
@@ -487,7 +487,7 @@ func TestPrivilegedDestroyUDPSockets(t *testing.T) {
 				}
 			}
 		}()
-		n, err := d.DestroyUDPSockets(sockBackends[1], []string{"/run/netns/" + nsName})
+		n, err := d.DestroyUDPSockets([]UDPSocketTarget{{Backend: sockBackends[1]}}, []string{"/run/netns/" + nsName})
 		if err != nil || n != 1 {
 			t.Errorf("DestroyUDPSockets(%s) = %d, %v; want 1 closed", sockBackends[1], n, err)
 		}
@@ -501,7 +501,7 @@ func TestPrivilegedDestroyUDPSockets(t *testing.T) {
 		if _, err := direct.Write([]byte("hi\n")); err != nil {
 			t.Errorf("a client's own socket to the removed backend's address was closed: write: %v", err)
 		}
-		if n, err := d.DestroyUDPSockets(sockBackends[1], []string{"/run/netns/myelin-dptest-gone"}); err != nil || n != 0 {
+		if n, err := d.DestroyUDPSockets([]UDPSocketTarget{{Backend: sockBackends[1]}}, []string{"/run/netns/myelin-dptest-gone"}); err != nil || n != 0 {
 			t.Errorf("a namespace that is gone: %d, %v; want 0 and no error", n, err)
 		}
 		// One pass for several targets: backend 1 again (nothing left), 2, and
@@ -510,8 +510,8 @@ func TestPrivilegedDestroyUDPSockets(t *testing.T) {
 		other.Port++
 		bad := Backend{Addr: mustAddr("fd00::1"), Port: 8080}
 		batch := []UDPSocketTarget{{Backend: sockBackends[1]}, {Backend: bad}, {Backend: sockBackends[2], Via: &other}, {Backend: sockBackends[2]}}
-		if n, err := d.DestroyUDPSocketsOf(batch, []string{"/run/netns/" + nsName}); n != 1 || err == nil || !strings.Contains(err.Error(), "fd00::1") {
-			t.Errorf("DestroyUDPSocketsOf(%v) = %d, %v; want 1 closed (backend 2's) and an error naming fd00::1", batch, n, err)
+		if n, err := d.DestroyUDPSockets(batch, []string{"/run/netns/" + nsName}); n != 1 || err == nil || !strings.Contains(err.Error(), "fd00::1") {
+			t.Errorf("DestroyUDPSockets(%v) = %d, %v; want 1 closed (backend 2's) and an error naming fd00::1", batch, n, err)
 		}
 		_ = conns[2].SetReadDeadline(time.Now().Add(2 * time.Second))
 		if _, err := conns[2].Read(make([]byte, 8)); !errors.Is(err, unix.ECONNABORTED) {
@@ -564,9 +564,9 @@ func TestPrivilegedDestroyFrontendUDPSockets(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		n, err := d.DestroyFrontendUDPSockets(left, b, []string{"/run/netns/" + nsName})
+		n, err := d.DestroyUDPSockets([]UDPSocketTarget{{Backend: b, Via: &left}}, []string{"/run/netns/" + nsName})
 		if err != nil || n != 1 {
-			t.Errorf("DestroyFrontendUDPSockets(%s, %s) = %d, %v; want 1 closed", left, b, n, err)
+			t.Errorf("DestroyUDPSockets(%s from %s) = %d, %v; want 1 closed", b, left, n, err)
 		}
 		_ = conns[left].SetReadDeadline(time.Now().Add(2 * time.Second))
 		if _, err := conns[left].Read(make([]byte, 8)); !errors.Is(err, unix.ECONNABORTED) {
@@ -576,7 +576,7 @@ func TestPrivilegedDestroyFrontendUDPSockets(t *testing.T) {
 			t.Errorf("the socket connected through the other frontend: write: %v", err)
 		}
 	})
-	if _, err := d.DestroyFrontendUDPSockets(Frontend{Addr: left.Addr, Port: 80, Proto: protoTCP}, b, nil); err == nil {
+	if _, err := d.DestroyUDPSockets([]UDPSocketTarget{{Backend: b, Via: &Frontend{Addr: left.Addr, Port: 80, Proto: protoTCP}}}, nil); err == nil {
 		t.Error("a TCP frontend was taken")
 	}
 }
