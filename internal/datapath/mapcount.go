@@ -41,19 +41,9 @@ func countEntries(m *ebpf.Map) (int, error) {
 // entries are only counted, never decoded). ebpf.ErrNotSupported when the
 // kernel or map type has none, before anything was counted.
 func batchCount(m *ebpf.Map) (int, error) {
-	var cursor ebpf.MapBatchCursor
-	keys, values := rawEntries(m.KeySize()), rawEntries(m.ValueSize())
 	n := 0
-	for {
-		got, err := m.BatchLookup(&cursor, keys, values, nil)
-		n += got
-		switch {
-		case errors.Is(err, ebpf.ErrKeyNotExist):
-			return n, nil // that was the last chunk
-		case err != nil:
-			return n, err
-		}
-	}
+	err := batchRead(m, rawEntries(m.KeySize()), rawEntries(m.ValueSize()), func(got int) { n += got })
+	return n, err
 }
 
 // rawEntries is a buffer of dumpChunk entries of size bytes each, as a slice

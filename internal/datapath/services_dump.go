@@ -18,13 +18,22 @@ const dumpChunk = 4096
 // where Iterate makes two per entry. ebpf.ErrNotSupported when the kernel
 // or map type has no batch lookup (before anything was passed to fn).
 func batchDump[K, V any](m *ebpf.Map, fn func(K, V)) error {
-	var cursor ebpf.MapBatchCursor
 	keys, values := make([]K, dumpChunk), make([]V, dumpChunk)
-	for {
-		n, err := m.BatchLookup(&cursor, keys, values, nil)
-		for i := 0; i < n; i++ {
+	return batchRead(m, keys, values, func(n int) {
+		for i := range n {
 			fn(keys[i], values[i])
 		}
+	})
+}
+
+// batchRead reads m into keys and values (slices of dumpChunk entries) one chunk
+// at a time with BPF_MAP_LOOKUP_BATCH, calling got with each chunk's count.
+// ebpf.ErrNotSupported as batchDump says.
+func batchRead(m *ebpf.Map, keys, values any, got func(n int)) error {
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := m.BatchLookup(&cursor, keys, values, nil)
+		got(n)
 		switch {
 		case errors.Is(err, ebpf.ErrKeyNotExist):
 			return nil // that was the last chunk
