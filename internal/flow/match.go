@@ -39,11 +39,15 @@ func (r Request) Matcher() *Matcher {
 // parsed once, and only when the request has IP filters.
 func (m *Matcher) Match(fl *Flow) bool {
 	var a Addrs
-	if m.ips {
+	if m.NeedsAddrs() {
 		a = AddrsOf(fl)
 	}
 	return m.MatchAddrs(fl, a)
 }
+
+// NeedsAddrs says whether the request has IP filters, which compare a flow's
+// addresses parsed (MatchAddrs): without, the zero Addrs do.
+func (m *Matcher) NeedsAddrs() bool { return m.ips }
 
 // MatchAddrs is Match with fl's addresses parsed by the caller (AddrsOf): the flow
 // store parses a new flow's once for all its followers.

@@ -159,10 +159,15 @@ func (s *Store) commit(n int) {
 		return
 	}
 	// The slots stay as they are while fanMu is held: only adders write them. A
-	// flow's addresses are parsed once for all the followers' IP filters.
+	// flow's addresses are parsed once for all the followers' IP filters, and
+	// only when one has some.
+	needAddrs := slices.ContainsFunc(followers, func(fo *follower) bool { return fo.match.NeedsAddrs() })
 	for i := range fs {
 		f := &fs[i]
-		addrs := flow.AddrsOf(f)
+		var addrs flow.Addrs
+		if needAddrs {
+			addrs = flow.AddrsOf(f)
+		}
 		var shared *flow.Flow
 		for _, fo := range followers {
 			if !fo.match.MatchAddrs(f, addrs) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -112,6 +113,38 @@ func TestStoreFollowStoredThenNew(t *testing.T) {
 		t.Errorf("follow ended with %v, want nil", err)
 	}
 	waitFollowers(t, s, 0)
+}
+
+// Followers with and without IP filters side by side: the store parses a flow's
+// addresses for the one that has them, and each gets what its request selects.
+func TestStoreFollowIPFilters(t *testing.T) {
+	s := New(10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	byIP, all := make(chan *flow.Flow, 10), make(chan *flow.Flow, 10)
+	go func() {
+		_ = s.Flows(ctx, flow.Request{Follow: true, Whitelist: []flow.Filter{{SourceIP: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}}}}, byIP)
+	}()
+	go func() { _ = s.Flows(ctx, flow.Request{Follow: true}, all) }()
+	waitFollowers(t, s, 2)
+	for i, ip := range []string{"10.244.2.5", "10.244.1.5"} {
+		f := mkFlow(i+1, "TCP")
+		f.Source.IP = ip
+		s.Add(f)
+	}
+	for _, want := range []string{"10.244.2.5", "10.244.1.5"} {
+		if f := <-all; f.Source.IP != want {
+			t.Errorf("the follower without filters got a flow from %s, want %s (every flow, in order)", f.Source.IP, want)
+		}
+	}
+	select { // each follower delivers from its own goroutine
+	case f := <-byIP:
+		if f.Source.IP != "10.244.1.5" {
+			t.Errorf("the IP filter's follower got a flow from %s, want only 10.244.1.5's", f.Source.IP)
+		}
+	case <-time.After(30 * time.Second): // a hang guard, not a timing assertion
+		t.Fatal("the IP filter's follower got no flow, want 10.244.1.5's")
+	}
 }
 
 // A follower that does not read loses flows beyond its buffer and is told how many.
