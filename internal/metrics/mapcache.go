@@ -54,11 +54,10 @@ type MapCache struct {
 
 // mapRecord is what MapCache keeps of one map between counts.
 type mapRecord struct {
-	good    bool             // last is a full count
-	last    datapath.MapStat // the last full count, else the last partial one
-	errors  uint64           // failed counts
-	failing bool             // the last count failed
-	logged  time.Time        // the last failure log
+	good   bool             // last is a full count
+	last   datapath.MapStat // the last full count, else the last partial one; Err: the last count failed
+	errors uint64           // failed counts
+	logged time.Time        // the last failure log
 }
 
 // NewMapCache returns a cache over count (datapath.MapStats), whose counts
@@ -108,7 +107,7 @@ func (c *MapCache) merge(stats []datapath.MapStat) []MapSample {
 			c.byName[s.Name] = r
 		}
 		c.record(r, s)
-		out = append(out, MapSample{MapStat: r.last, ReadErrors: r.errors, Failing: r.failing})
+		out = append(out, MapSample{MapStat: r.last, ReadErrors: r.errors, Failing: r.last.Err != nil})
 	}
 	return out
 }
@@ -117,13 +116,14 @@ func (c *MapCache) merge(stats []datapath.MapStat) []MapSample {
 // every mapLogEvery while it lasts, and the recovery.
 func (c *MapCache) record(r *mapRecord, s datapath.MapStat) {
 	if s.Err == nil {
-		if r.failing && c.log != nil {
+		if r.last.Err != nil && c.log != nil {
 			c.log.Info(mapRecoveredMsg, "map", s.Name, "failures", r.errors)
 		}
-		r.good, r.failing, r.last = true, false, s
+		r.good, r.last = true, s
 		return
 	}
 	r.errors++
+	failing := r.last.Err != nil // already before this count
 	if !r.good {
 		r.last = s // no full count yet: report the partial one
 	} else {
@@ -131,10 +131,9 @@ func (c *MapCache) record(r *mapRecord, s datapath.MapStat) {
 	}
 	r.last.Err = s.Err
 	now := c.now()
-	if c.log != nil && (!r.failing || now.Sub(r.logged) >= mapLogEvery) {
+	if c.log != nil && (!failing || now.Sub(r.logged) >= mapLogEvery) {
 		c.log.Warn(mapFailedMsg, "map", s.Name, "err", s.Err,
 			"failures", r.errors, "reported", r.last.Entries, "fullCount", r.good)
 		r.logged = now
 	}
-	r.failing = true
 }
