@@ -90,7 +90,7 @@ func (a *server) handlePolicyTrace(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Errorf("trace: no pod %q with an IPv4 address (want namespace/name of a running pod)", to))
 		return
 	}
-	res := policy.Trace(v.input, src, dst, proto, num)
+	res := v.tracer.Trace(src, dst, proto, num)
 	writeJSON(w, http.StatusOK, api.PolicyTrace{From: from, To: to, Port: port, Allowed: res.Allowed(),
 		Egress: api.PolicyVerdict(res.Egress), Ingress: api.PolicyVerdict(res.Ingress)})
 }

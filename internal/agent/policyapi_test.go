@@ -43,7 +43,7 @@ func TestHandlePolicyTrace(t *testing.T) {
 	in := policy.Input{Node: "n1", Pods: []policy.Pod{a, b}, Policies: []*networkingv1.NetworkPolicy{np}}
 	srv := &server{cfg: Config{Node: "n1"}}
 	pl := &policyLoop{}
-	pl.view.Store(&policyView{input: in, state: policy.Compute(in, policy.NewIdentities())})
+	pl.view.Store(&policyView{input: in, state: policy.Compute(in, policy.NewIdentities()), tracer: policy.NewTracer(in)})
 	srv.views.add(pl)
 	get := func(q string) (int, api.PolicyTrace) {
 		rec := httptest.NewRecorder()
