@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * Flow records for the agent's flow store (docs/observability.md), written
- * to myelin_flows while the agent has flows_enabled set. Called from the
+ * while the agent has flows_enabled set: drops to myelin_flow_drops, the
+ * rest to myelin_flows. Called from the
  * verdict helpers (lib/verdict.h), so every program reports through one place:
  *
  *   - every drop, with its reason (FLOW_DROP);
@@ -25,9 +26,10 @@
  * A forwarded packet is reported where it leaves a pod (from_pod) and where
  * it enters one: to_pod, or from_netdev/from_overlay when BPF delivers it to
  * a local endpoint; the uplink's egress and the node's own traffic are not.
- * A full ring counts REASON_FLOWS_LOST and never changes the packet's fate;
- * the records of new UDP, ICMP and other flows and of DNS leave its last
- * quarter to drops (flows_room).
+ * A full ring counts REASON_FLOWS_LOST and never changes the packet's fate.
+ * Drops have a ring of their own, so no flood of forwarded records (TCP
+ * connections and new UDP flows have no budget) can hide the drops and
+ * policy denials of every pod while the agent catches up.
  * A record names the Service a packet went through: the frontend the tc path
  * translated, or, for a connection socket-LB translated before tc saw it, the
  * one its socket was translated from (flows_sock_service).
@@ -54,8 +56,6 @@ volatile __u32 flows_enabled = 0;
 #define FLOW_TCP_REPORTED  0x07 /* FIN, SYN, RST */
 #define FLOW_TCP_SYNACK	   0x12
 #define FLOW_DNS_PORT	   bpf_htons(53)
-#define FLOWS_WAKEUP_BYTES (FLOWS_RINGBUF_SIZE / 4)
-#define FLOWS_FORWARD_MAX  (FLOWS_RINGBUF_SIZE / 4 * 3) /* flows_room */
 #define FLOW_UDP_HLEN	   8
 
 #define FLOW_LIMIT_WINDOW_SHIFT 30 /* 1.07 s */
@@ -140,28 +140,11 @@ static __always_inline void flows_fill(struct __sk_buff *skb, const struct ipv4_
  * used; it reads the rest every 100 ms (datapath.FlowReader). A wakeup per
  * record would cost a context switch per new connection.
  */
-static __always_inline __u64 flows_wakeup(void)
+static __always_inline __u64 flows_wakeup(void *ring, __u64 size)
 {
-	if (bpf_ringbuf_query(&myelin_flows, BPF_RB_AVAIL_DATA) >= FLOWS_WAKEUP_BYTES)
+	if (bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >= size / 4)
 		return BPF_RB_FORCE_WAKEUP;
 	return BPF_RB_NO_WAKEUP;
-}
-
-/*
- * flows_room says whether the record of a new UDP, ICMP or other flow
- * (FLOW_NEW; the flow is noted all the same, so its record is lost once and
- * its packets show in its first summary) or a DNS record (before its budget
- * is spent) may take ring space: the last quarter
- * (above FLOWS_FORWARD_MAX) is kept for drops, so a flood of new flows,
- * which have no budget, can't take the ring from the drops and policy
- * denials of every pod while the agent catches up; the records it can't
- * write count as lost. TCP records don't ask: the check kept their flags
- * in a stack slot the deepest call chain (myelin_from_pod,
- * from_pod_deliver, flows_forward) doesn't have (it is at 512 bytes).
- */
-static __always_inline int flows_room(void)
-{
-	return bpf_ringbuf_query(&myelin_flows, BPF_RB_AVAIL_DATA) < FLOWS_FORWARD_MAX;
 }
 
 static __always_inline void flows_lost(struct __sk_buff *skb, __u8 dir)
@@ -201,14 +184,19 @@ static __always_inline int flows_allow(struct __sk_buff *skb, const struct ipv4_
 	return 0;
 }
 
-/* flows_emit writes one fixed-size record, in place in the ring (no stack copy). */
+/*
+ * flows_emit writes one fixed-size record, in place in the ring (no stack
+ * copy): a drop's to myelin_flow_drops, any other to myelin_flows.
+ */
 static __always_inline void flows_emit(struct __sk_buff *skb, const struct ipv4_info *info,
 				       __u8 kind, __u8 dir, __u8 reason, __u8 tcp_flags,
 				       const struct flow_state *st)
 {
+	void *ring = kind == FLOW_DROP ? (void *)&myelin_flow_drops : (void *)&myelin_flows;
+	__u64 size = kind == FLOW_DROP ? DROPS_RINGBUF_SIZE : FLOWS_RINGBUF_SIZE;
 	struct flow_record *r;
 
-	r = bpf_ringbuf_reserve(&myelin_flows, sizeof(*r), 0);
+	r = bpf_ringbuf_reserve(ring, sizeof(*r), 0);
 	if (!r) {
 		flows_lost(skb, dir);
 		return;
@@ -220,7 +208,7 @@ static __always_inline void flows_emit(struct __sk_buff *skb, const struct ipv4_
 		r->packets = st->packets;
 		r->bytes = st->bytes;
 	}
-	bpf_ringbuf_submit(r, flows_wakeup());
+	bpf_ringbuf_submit(r, flows_wakeup(ring, size));
 }
 
 /* flows_dns writes a UDP/53 packet's record with the start of its payload. */
@@ -229,10 +217,6 @@ static __always_inline void flows_dns(struct __sk_buff *skb, const struct ipv4_i
 	__u32 off = info->l4_off + FLOW_UDP_HLEN, n;
 	struct flow_dns_record *d;
 
-	if (!flows_room()) {
-		flows_lost(skb, dir);
-		return;
-	}
 	if (!flows_allow(skb, info, FLOW_DNS, dir, REASON_FORWARDED, FLOW_DNS_BUDGET))
 		return;
 	d = bpf_ringbuf_reserve(&myelin_flows, sizeof(*d), 0);
@@ -248,7 +232,7 @@ static __always_inline void flows_dns(struct __sk_buff *skb, const struct ipv4_i
 	if (n == 0 || bpf_skb_load_bytes(skb, off, d->payload, n) < 0)
 		n = 0;
 	d->hdr.payload_len = n;
-	bpf_ringbuf_submit(d, flows_wakeup());
+	bpf_ringbuf_submit(d, flows_wakeup(&myelin_flows, FLOWS_RINGBUF_SIZE));
 }
 
 /* flows_is_dns: a UDP packet to or from port 53. */
@@ -280,10 +264,6 @@ static __always_inline void flows_aggregate(struct __sk_buff *skb, const struct 
 	if (!st) {
 		fresh.last = now;
 		bpf_map_update_elem(&myelin_flow_state, &k, &fresh, BPF_ANY);
-		if (!flows_room()) {
-			flows_lost(skb, dir);
-			return;
-		}
 		flows_emit(skb, info, FLOW_NEW, dir, REASON_FORWARDED, 0, NULL);
 		return;
 	}

@@ -16,6 +16,7 @@
 #define ENDPOINTS_MAX_DEFAULT 1024 /* ~1000 pods per node */
 #define EVENTS_RINGBUF_SIZE   (256 * 1024)
 #define FLOWS_RINGBUF_SIZE    (1024 * 1024)
+#define DROPS_RINGBUF_SIZE    (256 * 1024)
 #define FLOW_STATE_MAX	      65536 /* UDP/ICMP flows tracked for aggregation (LRU) */
 #define FLOW_LIMIT_MAX	      16384 /* DNS and drop record budgets (LRU, lib/flows.h) */
 #define METRICS_MAX_ENTRIES   (METRIC_DIRS * METRIC_REASONS)
@@ -347,6 +348,17 @@ struct {
 	__uint(max_entries, FLOWS_RINGBUF_SIZE);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_flows SEC(".maps");
+
+/*
+ * myelin_flow_drops: drop records (lib/flows.h), apart from the others, which
+ * have no budget: however many connections pods open, their drops and policy
+ * denials still find room. The agent reads both rings.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, DROPS_RINGBUF_SIZE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_flow_drops SEC(".maps");
 
 /*
  * myelin_flow_state: UDP/ICMP flows seen recently, so only their first

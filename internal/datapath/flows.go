@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -57,8 +58,8 @@ func (d *Datapath) SetFlows(on bool) error {
 	return setFlag(d.objs.FlowsEnabled, "flows_enabled", on)
 }
 
-// flowPoll is how often the reader looks at the ring: the datapath wakes it only once
-// a quarter of the ring is used (bpf/lib/flows.h), so a record waits at most this long.
+// flowPoll is how often the reader looks at the rings: the datapath wakes it only once
+// a quarter of a ring is used (bpf/lib/flows.h), so a record waits at most this long.
 const flowPoll = 100 * time.Millisecond
 
 // bootRefresh is how old the reader's reading of the boot time may get. bootTime is
@@ -85,15 +86,18 @@ func (c *bootClock) get(now time.Time) time.Time {
 	return c.t
 }
 
-// FlowReader reads the flow ring buffer. One reader per datapath.
+// FlowReader reads the flow ring buffers: drop records come through a ring of their
+// own (myelin_flow_drops), the others through myelin_flows (bpf/lib/flows.h). One
+// reader per datapath.
 type FlowReader struct {
-	rb   *flowRing // the ring's pages: records are decoded where they lie
-	boot bootClock
-	// ring is the ring's map (a duplicate descriptor) in Go's network poller, where
-	// the reader waits between drains (wait).
-	ring     *os.File
-	ringConn syscall.RawConn
-	// mu is held while the reader reads the ring's pages (drain), so that Close,
+	// rings are the rings' pages, drops first: records are decoded where they lie.
+	rings [2]*flowRing
+	boot  bootClock
+	// ready is an epoll instance watching both rings' maps, in Go's network poller,
+	// where the reader waits between drains (wait).
+	ready     *os.File
+	readyConn syscall.RawConn
+	// mu is held while the reader reads the rings' pages (drain), so that Close,
 	// from another goroutine, unmaps them only after that.
 	mu     sync.Mutex
 	closed atomic.Bool // set under mu
@@ -102,38 +106,66 @@ type FlowReader struct {
 	bad error
 }
 
-// NewFlowReader opens a reader on the flow ring buffer.
+// NewFlowReader opens a reader on the flow ring buffers.
 func (d *Datapath) NewFlowReader() (*FlowReader, error) {
-	m := d.objs.MyelinFlows
-	rb, err := newFlowRing(m.FD(), int(m.MaxEntries()))
+	r := &FlowReader{boot: bootClock{read: bootTime}}
+	maps := [2]*ebpf.Map{d.objs.MyelinFlowDrops, d.objs.MyelinFlows}
+	fds := make([]int, 0, len(maps))
+	for i, m := range maps {
+		rb, err := newFlowRing(m.FD(), int(m.MaxEntries()))
+		if err != nil {
+			r.closeRings()
+			return nil, fmt.Errorf("open flows reader: %w", err)
+		}
+		r.rings[i] = rb
+		fds = append(fds, m.FD())
+	}
+	ready, conn, err := pollableSet(fds, "flow rings")
 	if err != nil {
+		r.closeRings()
 		return nil, fmt.Errorf("open flows reader: %w", err)
 	}
-	ring, conn, err := pollable(m.FD(), "myelin_flows")
-	if err != nil {
-		rb.close()
-		return nil, fmt.Errorf("open flows reader: %w", err)
-	}
-	return &FlowReader{rb: rb, ring: ring, ringConn: conn, boot: bootClock{read: bootTime}}, nil
+	r.ready, r.readyConn = ready, conn
+	return r, nil
 }
 
-// pollable returns a non-blocking duplicate of fd in Go's network poller.
-func pollable(fd int, name string) (*os.File, syscall.RawConn, error) {
-	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+// pollableSet returns an epoll instance watching fds for input, non-blocking, in Go's
+// network poller: it is readable once any of them is.
+func pollableSet(fds []int, name string) (*os.File, syscall.RawConn, error) {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
-		return nil, nil, fmt.Errorf("duplicate %s: %w", name, err)
+		return nil, nil, fmt.Errorf("%s: epoll: %w", name, err)
 	}
-	if err := unix.SetNonblock(dup, true); err != nil {
-		unix.Close(dup)
+	for _, fd := range fds {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			unix.Close(ep)
+			return nil, nil, fmt.Errorf("%s: epoll: %w", name, err)
+		}
+	}
+	if err := unix.SetNonblock(ep, true); err != nil {
+		unix.Close(ep)
 		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
-	f := os.NewFile(uintptr(dup), name)
+	f := os.NewFile(uintptr(ep), name)
 	conn, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
 		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return f, conn, nil
+}
+
+// closeRings unmaps the rings' pages.
+func (r *FlowReader) closeRings() error {
+	var errs []error
+	for i, rb := range r.rings {
+		if rb != nil {
+			errs = append(errs, rb.close())
+			r.rings[i] = nil
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Read blocks until the next record. After Close it returns an error wrapping
@@ -167,32 +199,37 @@ func (r *FlowReader) ReadBatch(recs []FlowRecord) (int, error) {
 	}
 }
 
-// drain fills recs with the records the ring holds now (at most len(recs)) and
-// returns how many, decoded where they lie in the ring's pages; the consumer
-// position moves once for all of them (flowRing). It makes no system call: after a
-// quiet spell one would wake sysmon (see wait).
+// drain fills recs with the records the rings hold now (at most len(recs)), drops
+// first, and returns how many, decoded where they lie in the rings' pages; each
+// ring's consumer position moves once for all of them (flowRing). It makes no system
+// call: after a quiet spell one would wake sysmon (see wait).
 func (r *FlowReader) drain(recs []FlowRecord) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed.Load() {
 		return 0, fmt.Errorf("read flow record: %w", os.ErrClosed)
 	}
-	if r.rb.available() == 0 {
+	if r.rings[0].available() == 0 && r.rings[1].available() == 0 {
 		return 0, nil
 	}
 	boot := r.boot.get(time.Now())
 	n := 0
 	var bad error
-	r.rb.consume(len(recs), func(sample []byte) bool {
-		fr, err := DecodeFlowRecord(sample, boot)
-		if err != nil {
-			bad = fmt.Errorf("read flow record: %w: %w", ErrFlowRecord, err)
-			return false
+	for _, rb := range r.rings {
+		if bad != nil || n == len(recs) {
+			break
 		}
-		recs[n] = fr
-		n++
-		return true
-	})
+		rb.consume(len(recs)-n, func(sample []byte) bool {
+			fr, err := DecodeFlowRecord(sample, boot)
+			if err != nil {
+				bad = fmt.Errorf("read flow record: %w: %w", ErrFlowRecord, err)
+				return false
+			}
+			recs[n] = fr
+			n++
+			return true
+		})
+	}
 	if bad != nil {
 		if n == 0 {
 			return 0, bad
@@ -202,22 +239,21 @@ func (r *FlowReader) drain(recs []FlowRecord) (int, error) {
 	return n, nil
 }
 
-// wait returns once the datapath wakes readers (a quarter of the ring is used,
+// wait returns once the datapath wakes readers (a quarter of a ring is used,
 // bpf/lib/flows.h) or after flowPoll. It waits in Go's network poller, not in a
 // blocking epoll_wait as the ringbuf package's reader does: a goroutine blocked in a
 // system call holds its P, the runtime's sysmon takes it back after 10 ms and then
 // polls every 20 µs again, which under a TCP_CRR load cost the agent half as much
 // CPU as its reading (docs/observability.md).
 func (r *FlowReader) wait() error {
-	full := uint64(r.rb.size() / 4)
 	waited := false
-	err := r.ring.SetReadDeadline(time.Now().Add(flowPoll))
+	err := r.ready.SetReadDeadline(time.Now().Add(flowPoll))
 	if err == nil {
-		err = r.ringConn.Read(func(uintptr) bool {
-			// Runs only while r.ring is open: Close closes it (and waits for this)
-			// before it unmaps the ring. Checked before each wait: a wakeup that
+		err = r.readyConn.Read(func(uintptr) bool {
+			// Runs only while r.ready is open: Close closes it (and waits for this)
+			// before it unmaps the rings. Checked before each wait: a wakeup that
 			// came while the reader was draining was cleared when this Read began.
-			if waited || r.rb.available() >= full {
+			if waited || r.quarterFull() {
 				return true
 			}
 			waited = true
@@ -233,6 +269,17 @@ func (r *FlowReader) wait() error {
 	return fmt.Errorf("read flow record: %w", err)
 }
 
+// quarterFull says whether a ring holds a quarter of its size, when the datapath
+// wakes the reader.
+func (r *FlowReader) quarterFull() bool {
+	for _, rb := range r.rings {
+		if rb.available() >= uint64(rb.size()/4) {
+			return true
+		}
+	}
+	return false
+}
+
 // Close stops the reader and unblocks Read. It may run while another goroutine
 // reads; a second Close does nothing.
 func (r *FlowReader) Close() error {
@@ -242,7 +289,7 @@ func (r *FlowReader) Close() error {
 	if closed {
 		return nil
 	}
-	err := errors.Join(r.ring.Close(), r.rb.close()) // in this order: see wait
+	err := errors.Join(r.ready.Close(), r.closeRings()) // in this order: see wait
 	if err != nil {
 		return fmt.Errorf("close flows reader: %w", err)
 	}

@@ -126,11 +126,15 @@ func TestPrivilegedBPFFlowsLimit(t *testing.T) {
 	}
 }
 
-// TestPrivilegedBPFFlowsDropReserve: pod A floods new UDP flows (no budget) while
-// nobody reads the ring; once three quarters of it are used its records are lost
-// (FLOWS_LOST), and pod B's drop after that still makes its record: the last
-// quarter is kept for drops.
-func TestPrivilegedBPFFlowsDropReserve(t *testing.T) {
+// TestPrivilegedBPFFlowsDropRing: pod A floods new UDP flows, then TCP SYNs (neither
+// has a budget) while nobody reads the rings, until records are lost (FLOWS_LOST);
+// pod B's drop after that still makes its record: drops have a ring of their own.
+func TestPrivilegedBPFFlowsDropRing(t *testing.T) {
+	t.Run("udp", func(t *testing.T) { testFlowsDropRing(t, protoUDP) })
+	t.Run("tcp", func(t *testing.T) { testFlowsDropRing(t, protoTCP) })
+}
+
+func testFlowsDropRing(t *testing.T, proto uint8) {
 	d, r := flowsOn(t)
 	run := func(in []byte, ctx *skbCtx) { t.Helper(); runFromPod(t, d, in, ctx) }
 	// A 1 MiB ring holds fewer than 64,000 records (myelin_flow_state holds
@@ -146,32 +150,38 @@ func TestPrivilegedBPFFlowsDropReserve(t *testing.T) {
 	flood := 0
 	var last []byte
 	for sport := uint16(1024); sport < 65024 && (flood%64 != 0 || lostCount() == 0); sport++ {
-		last = ipv4(protoUDP, podA, podBIP).withSrc(podA, sport).withDst(podBIP, 9).build()
+		p := ipv4(proto, podA, podBIP).withSrc(podA, sport).withDst(podBIP, 9)
+		if proto == protoTCP {
+			p = p.withTCPFlags(tcpSYN)
+		}
+		last = p.build()
 		run(last, ctxPodA)
 		flood++
 	}
 	lost := lostCount()
-	// A flow whose record was lost is noted all the same: its next packets lose nothing more.
-	run(last, ctxPodA)
-	if again := lostCount(); again != lost {
-		t.Errorf("a lost flow's next packet: FLOWS_LOST %d -> %d, want it counted once per flow", lost, again)
+	if proto == protoUDP {
+		// A flow whose record was lost is noted all the same: its next packets lose nothing more.
+		run(last, ctxPodA)
+		if again := lostCount(); again != lost {
+			t.Errorf("a lost flow's next packet: FLOWS_LOST %d -> %d, want it counted once per flow", lost, again)
+		}
 	}
 	badB := fromPodB(ipv4(protoUDP, podBIP, podA).withSrc(podBIP, 40001)).build()
 	run(badB[:len(badB)-4], &skbCtx{IngressIfindex: uint32(podB.IfIndex)})
 
-	var newA, dropB int
+	var floodA, dropB int
 	for _, fr := range drainFlows(t, r) {
 		switch {
-		case fr.Kind == FlowNew && fr.Src == mustAddr(podA):
-			newA++
+		case (fr.Kind == FlowNew || fr.Kind == FlowTCP) && fr.Src == mustAddr(podA):
+			floodA++
 		case fr.Kind == FlowDrop && fr.Src == mustAddr(podBIP) && fr.Reason == "DROP_INVALID_PACKET":
 			dropB++
 		}
 	}
-	if lost == 0 || uint64(newA)+lost != uint64(flood) {
-		t.Errorf("pod A's %d new flows: %d records, %d lost; want some lost and the rest recorded", flood, newA, lost)
+	if lost == 0 || uint64(floodA)+lost != uint64(flood) {
+		t.Errorf("pod A's %d new flows: %d records, %d lost; want some lost and the rest recorded", flood, floodA, lost)
 	}
 	if dropB != 1 || lostCount() != lost {
-		t.Errorf("pod B's drop after the flood: %d records, FLOWS_LOST %d -> %d; want 1 record, none lost (the ring's last quarter is for drops)", dropB, lost, lostCount())
+		t.Errorf("pod B's drop after the flood: %d records, FLOWS_LOST %d -> %d; want 1 record, none lost (drops have their own ring)", dropB, lost, lostCount())
 	}
 }

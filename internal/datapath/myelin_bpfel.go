@@ -530,6 +530,7 @@ type myelinProgramSpecs struct {
 type myelinMapSpecs struct {
 	MyelinEndpoints     *ebpf.MapSpec `ebpf:"myelin_endpoints"`
 	MyelinEvents        *ebpf.MapSpec `ebpf:"myelin_events"`
+	MyelinFlowDrops     *ebpf.MapSpec `ebpf:"myelin_flow_drops"`
 	MyelinFlowLimit     *ebpf.MapSpec `ebpf:"myelin_flow_limit"`
 	MyelinFlowState     *ebpf.MapSpec `ebpf:"myelin_flow_state"`
 	MyelinFlows         *ebpf.MapSpec `ebpf:"myelin_flows"`
@@ -628,6 +629,7 @@ func (o *myelinObjects) Close() error {
 type myelinMaps struct {
 	MyelinEndpoints     *ebpf.Map `ebpf:"myelin_endpoints"`
 	MyelinEvents        *ebpf.Map `ebpf:"myelin_events"`
+	MyelinFlowDrops     *ebpf.Map `ebpf:"myelin_flow_drops"`
 	MyelinFlowLimit     *ebpf.Map `ebpf:"myelin_flow_limit"`
 	MyelinFlowState     *ebpf.Map `ebpf:"myelin_flow_state"`
 	MyelinFlows         *ebpf.Map `ebpf:"myelin_flows"`
@@ -661,6 +663,7 @@ func (m *myelinMaps) Close() error {
 	return _MyelinClose(
 		m.MyelinEndpoints,
 		m.MyelinEvents,
+		m.MyelinFlowDrops,
 		m.MyelinFlowLimit,
 		m.MyelinFlowState,
 		m.MyelinFlows,

@@ -339,6 +339,7 @@ type sockProgramSpecs struct {
 type sockMapSpecs struct {
 	MyelinEndpoints          *ebpf.MapSpec `ebpf:"myelin_endpoints"`
 	MyelinEvents             *ebpf.MapSpec `ebpf:"myelin_events"`
+	MyelinFlowDrops          *ebpf.MapSpec `ebpf:"myelin_flow_drops"`
 	MyelinFlowLimit          *ebpf.MapSpec `ebpf:"myelin_flow_limit"`
 	MyelinFlowState          *ebpf.MapSpec `ebpf:"myelin_flow_state"`
 	MyelinFlows              *ebpf.MapSpec `ebpf:"myelin_flows"`
@@ -413,6 +414,7 @@ func (o *sockObjects) Close() error {
 type sockMaps struct {
 	MyelinEndpoints          *ebpf.Map `ebpf:"myelin_endpoints"`
 	MyelinEvents             *ebpf.Map `ebpf:"myelin_events"`
+	MyelinFlowDrops          *ebpf.Map `ebpf:"myelin_flow_drops"`
 	MyelinFlowLimit          *ebpf.Map `ebpf:"myelin_flow_limit"`
 	MyelinFlowState          *ebpf.Map `ebpf:"myelin_flow_state"`
 	MyelinFlows              *ebpf.Map `ebpf:"myelin_flows"`
@@ -447,6 +449,7 @@ func (m *sockMaps) Close() error {
 	return _SockClose(
 		m.MyelinEndpoints,
 		m.MyelinEvents,
+		m.MyelinFlowDrops,
 		m.MyelinFlowLimit,
 		m.MyelinFlowState,
 		m.MyelinFlows,
