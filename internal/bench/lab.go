@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/config"
 	"github.com/myelin-net/myelin/internal/lab"
 	"github.com/myelin-net/myelin/internal/lab/cni/myelin"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
@@ -222,7 +223,7 @@ func (c *Cluster) up(ctx context.Context) error {
 // override applies one NodeConfig and restarts the agents of its nodes so that they
 // read it.
 func (c *Cluster) override(ctx context.Context, o NodeOverride) error {
-	if err := c.kube.CreateNodeConfig(ctx, benchNamespace, "myelin-bench-"+o.Name,
+	if err := c.kube.CreateNodeConfig(ctx, config.ConfigMapNamespace, "myelin-bench-"+o.Name,
 		labdriver.HostnameSelector(o.Nodes...), o.Settings); err != nil {
 		return err
 	}

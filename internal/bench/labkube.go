@@ -16,7 +16,8 @@ import (
 	"github.com/myelin-net/myelin/internal/labdriver"
 )
 
-// benchNamespace holds the bench's pods and NodeConfig in a lab.
+// benchNamespace holds the bench's pods in a lab; its NodeConfigs are in
+// config.ConfigMapNamespace, the only namespace agents read them from.
 const benchNamespace = "default"
 
 // kubeClients talk to a lab's API server.

@@ -25,8 +25,10 @@ var NodeConfigResource = schema.GroupVersionResource{Group: "myelin.io", Version
 // MissingConfigMapSource is the source of defaulted keys when the ConfigMap does not exist.
 var MissingConfigMapSource = fmt.Sprintf("%s (no ConfigMap %s/%s)", DefaultSourceName, ConfigMapNamespace, ConfigMapName)
 
-// Load reads the myelin-config ConfigMap and the NodeConfigs that select a node with
-// nodeLabels, and resolves the node's configuration. A ConfigMap that does not exist
+// Load reads the myelin-config ConfigMap and the NodeConfigs of its namespace that
+// select a node with nodeLabels, and resolves the node's configuration. NodeConfigs in
+// other namespaces are not read: whoever may write one there (a tenant with a
+// namespace's admin role) must not configure nodes. A ConfigMap that does not exist
 // (NotFound) means built-in defaults, said in Config.ConfigMapMissing and as the source
 // of every defaulted key; any other failure to read it (forbidden, unreachable) is an
 // error, never a silent default. A missing NodeConfig CRD means no NodeConfigs.
@@ -45,7 +47,7 @@ func Load(ctx context.Context, cs kube.Client, dyn dynamic.Interface, nodeLabels
 	default:
 		sources = append(sources, Source{Name: fmt.Sprintf("ConfigMap %s/%s", ConfigMapNamespace, ConfigMapName), Values: cm.Data})
 	}
-	ncs, err := listNodeConfigs(ctx, dyn)
+	ncs, err := listNodeConfigs(ctx, dyn, ConfigMapNamespace)
 	if err != nil {
 		return Config{}, err
 	}
@@ -75,13 +77,17 @@ type nodeConfigObject struct {
 	} `json:"spec"`
 }
 
-func listNodeConfigs(ctx context.Context, dyn dynamic.Interface) ([]NodeConfig, error) {
-	list, err := dyn.Resource(NodeConfigResource).List(ctx, metav1.ListOptions{})
-	if apierrors.IsNotFound(err) {
+// listNodeConfigs lists the NodeConfigs of namespace.
+func listNodeConfigs(ctx context.Context, dyn dynamic.Interface, namespace string) ([]NodeConfig, error) {
+	list, err := dyn.Resource(NodeConfigResource).Namespace(namespace).List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
 		return nil, nil // the CRD is not installed: no NodeConfigs
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list NodeConfigs: %w", err)
+	case apierrors.IsForbidden(err):
+		return nil, fmt.Errorf("list NodeConfigs in %s: %w; grant the agent list on nodeconfigs (Role myelin-agent in %s)",
+			namespace, err, namespace)
+	case err != nil:
+		return nil, fmt.Errorf("list NodeConfigs in %s: %w", namespace, err)
 	}
 	var out []NodeConfig
 	for _, item := range list.Items {

@@ -123,3 +123,27 @@ func TestLoadKeepsNodeConfigUID(t *testing.T) {
 		t.Errorf("SourceUIDs = %v, want NodeConfig kube-system/legacy: uid-nc", c.SourceUIDs)
 	}
 }
+
+// Only NodeConfigs in kube-system configure nodes: one in a tenant's namespace, named
+// to sort last and selecting every node, changes nothing.
+func TestLoadIgnoresNodeConfigsOutsideKubeSystem(t *testing.T) {
+	nodeConfig := func(ns, name, value string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "myelin.io/v1alpha1", "kind": "NodeConfig",
+			"metadata": map[string]any{"namespace": ns, "name": name},
+			"spec": map[string]any{"nodeSelector": map[string]any{},
+				"defaults": map[string]any{"enable-source-ip-verification": value}},
+		}}
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{NodeConfigResource: "NodeConfigList"},
+		nodeConfig("kube-system", "admin", "true"), nodeConfig("tenant-a", "zzz", "false"))
+	c, err := Load(context.Background(), kubefake.Wrap(fake.NewSimpleClientset()), dyn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src := c.Source("enable-source-ip-verification"); !c.EnableSourceIPVerification || src != "NodeConfig kube-system/admin" {
+		t.Errorf("enable-source-ip-verification = %t from %q, want true from NodeConfig kube-system/admin (tenant-a/zzz is not read)",
+			c.EnableSourceIPVerification, src)
+	}
+}

@@ -12,24 +12,25 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/myelin-net/myelin/internal/config"
 	"github.com/myelin-net/myelin/internal/lab"
 	labmyelin "github.com/myelin-net/myelin/internal/lab/cni/myelin"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
-// createNodeConfig creates the NodeConfig default/name for the nodes with the labels of
-// selector.
+// createNodeConfig creates the NodeConfig kube-system/name (agents read no other
+// namespace's) for the nodes with the labels of selector.
 func createNodeConfig(t *testing.T, name string, selector map[string]string, defaults map[string]string) {
 	t.Helper()
 	sel := metav1.LabelSelector{MatchLabels: selector}
-	if err := driver(t).CreateNodeConfig(context.Background(), "default", name, sel, defaults); err != nil {
+	if err := driver(t).CreateNodeConfig(context.Background(), config.ConfigMapNamespace, name, sel, defaults); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func deleteNodeConfig(t *testing.T, name string) {
 	t.Helper()
-	if err := driver(t).DeleteNodeConfig(context.Background(), "default", name); err != nil {
+	if err := driver(t).DeleteNodeConfig(context.Background(), config.ConfigMapNamespace, name); err != nil {
 		t.Fatal(err)
 	}
 }

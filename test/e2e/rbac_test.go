@@ -47,7 +47,9 @@ func checkAgentRBAC(t *testing.T, cs kubernetes.Interface, nodes ...string) {
 		{"watch", "", "nodes", "", "", true},
 		{"watch", "", "services", "", "", true},
 		{"watch", "discovery.k8s.io", "endpointslices", "", "", true},
-		{"list", "myelin.io", "nodeconfigs", "", "", true},
+		{"list", "myelin.io", "nodeconfigs", "kube-system", "", true},
+		{"list", "myelin.io", "nodeconfigs", "", "", false}, // a tenant's NodeConfig configures no node
+		{"list", "myelin.io", "nodeconfigs", "default", "", false},
 		{"create", "", "events", "default", "", true},
 	} {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{

@@ -18,9 +18,9 @@ const agentRBACName = "myelin-agent"
 // agentRBAC is the agent's least privilege: what its code reads and writes, nothing
 // more. Cluster-wide: Nodes (its own at start, the others for routes and tunnels;
 // list for the no-masquerade set), Services and EndpointSlices (the Service watcher's
-// informers: list and watch only), NodeConfigs (listed at start) and creating Events
-// (on its Node). Its ConfigMap is one named object in kube-system: a Role with
-// resourceNames, not a ClusterRole rule, so the agent can read no other ConfigMap.
+// informers: list and watch only) and creating Events (on its Node). In kube-system: its
+// ConfigMap, one named object (a Role with resourceNames, so the agent can read no other
+// ConfigMap), and the NodeConfigs, listed at start (none from other namespaces).
 type agentRBAC struct {
 	ClusterRole        *rbacv1.ClusterRole
 	ClusterRoleBinding *rbacv1.ClusterRoleBinding
@@ -38,7 +38,6 @@ func newAgentRBAC() agentRBAC {
 				{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"list", "watch"}},
 				{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
 				{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}},
-				{APIGroups: []string{"myelin.io"}, Resources: []string{"nodeconfigs"}, Verbs: []string{"list"}},
 				// NetworkPolicy enforcement: the policies, every pod (peers by
 				// labels and address) and the namespaces' labels.
 				{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"list", "watch"}},
@@ -54,6 +53,8 @@ func newAgentRBAC() agentRBAC {
 			ObjectMeta: metav1.ObjectMeta{Name: agentRBACName, Namespace: config.ConfigMapNamespace},
 			Rules: []rbacv1.PolicyRule{
 				{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{config.ConfigMapName}, Verbs: []string{"get"}},
+				// NodeConfigs are read from kube-system only (config.Load).
+				{APIGroups: []string{"myelin.io"}, Resources: []string{"nodeconfigs"}, Verbs: []string{"list"}},
 			},
 		},
 		RoleBinding: &rbacv1.RoleBinding{
