@@ -34,13 +34,11 @@ const (
 // BinDir is where scripts/build-kwok.sh puts kwok.
 func BinDir() string { return filepath.Join(cni.ToolCache(), "kwok", Version, "bin") }
 
-// Bin is the pinned kwok, else one on PATH; "" when neither exists (run make setup).
+// Bin is the pinned kwok; "" when it is not built (run make setup). A kwok on PATH is
+// not used: the lab runs it as root, and another version simulates differently.
 func Bin() string {
 	p := filepath.Join(BinDir(), "kwok")
 	if _, err := exec.LookPath(p); err == nil {
-		return p
-	}
-	if p, err := exec.LookPath("kwok"); err == nil {
 		return p
 	}
 	return ""

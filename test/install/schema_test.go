@@ -419,3 +419,31 @@ func TestHelmRefusesACompositeMaglevTableSize(t *testing.T) {
 		}
 	}
 }
+
+// runPath must be a directory of the agent's own (cleanup empties it: /run would take
+// the node's containerd and kubelet files with it), and hubble.listenAddress a port
+// the agent can listen on: both fail at install, naming the value.
+func TestHelmSchemaRefusesSharedRunPathAndBadPorts(t *testing.T) {
+	for _, tc := range []struct {
+		set, path string
+		refused   bool
+	}{
+		{"runPath=/run", "/runPath", true},
+		{"runPath=/", "/runPath", true},
+		{"runPath=/run/myelin/", "/runPath", true},
+		{"runPath=/var/lib/kubelet", "/runPath", true},
+		{"runPath=/run/myelin", "/runPath", false},
+		{"runPath=/var/run/myelin-state", "/runPath", false},
+		{"hubble.listenAddress=:0", "/hubble/listenAddress", true},
+		{"hubble.listenAddress=:99999", "/hubble/listenAddress", true},
+		{"hubble.listenAddress=:65535", "/hubble/listenAddress", false},
+		{"hubble.listenAddress=0.0.0.0:4244", "/hubble/listenAddress", false},
+	} {
+		out, failed := helmTemplate(t, "--set", tc.set)
+		value := tc.set[strings.Index(tc.set, "=")+1:]
+		refused := failed && strings.Contains(out, fmt.Sprintf("at '%s': '%s' does not match pattern", tc.path, value))
+		if refused != tc.refused {
+			t.Errorf("helm template --set %s: refused %v, want %v\n%s", tc.set, refused, tc.refused, out)
+		}
+	}
+}
