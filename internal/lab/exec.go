@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/myelin-net/myelin/internal/lab/labplan"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -26,7 +27,8 @@ func execTarget(ctx context.Context, paths labplan.Paths, namespace, pod string,
 	if len(argv) == 0 {
 		return nil, "", fmt.Errorf("no command given; usage: myelin lab exec POD [-n NAMESPACE] -- COMMAND [ARGS...]")
 	}
-	if _, err := LoadPlan(paths); err != nil {
+	plan, err := LoadPlan(paths)
+	if err != nil {
 		return nil, "", err
 	}
 	cs, err := Client(paths.Kubeconfig())
@@ -40,15 +42,30 @@ func execTarget(ctx context.Context, paths labplan.Paths, namespace, pod string,
 	if err != nil {
 		return nil, "", fmt.Errorf("get pod %s/%s: %w", namespace, pod, err)
 	}
-	ns := labplan.PodNetNS(string(p.UID))
-	if p.Spec.HostNetwork {
-		ns = p.Spec.NodeName
+	ns, err := podNetNS(plan, p)
+	if err != nil {
+		return nil, "", err
 	}
 	if _, err := os.Stat(labplan.NetNSPath(ns)); err != nil {
 		return nil, "", fmt.Errorf("pod %s/%s has no network namespace yet (phase %s); wait until it is Running",
 			namespace, pod, p.Status.Phase)
 	}
 	return append([]string{"nsenter", "--net=" + labplan.NetNSPath(ns), "--"}, argv...), p.Spec.NodeName, nil
+}
+
+// podNetNS names the network namespace of pod p: its own, or for a hostNetwork pod its
+// node's, which must be a node of the plan. spec.nodeName is whatever the pod's author
+// wrote (a pod may be bound to any name), so it never picks a namespace the lab did not
+// make (another tool's on this machine) for the operator's command.
+func podNetNS(plan labplan.Plan, p *corev1.Pod) (string, error) {
+	if !p.Spec.HostNetwork {
+		return labplan.PodNetNS(string(p.UID)), nil
+	}
+	if _, ok := plan.Node(p.Spec.NodeName); !ok {
+		return "", fmt.Errorf("pod %s/%s is a hostNetwork pod on %q, which is not a node of this lab; lab exec runs only in the lab's namespaces",
+			p.Namespace, p.Name, p.Spec.NodeName)
+	}
+	return p.Spec.NodeName, nil
 }
 
 // Exec replaces the current process with argv run inside a Pod's network namespace,
