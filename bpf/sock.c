@@ -191,7 +191,12 @@ int myelin_sock_getpeername4(struct bpf_sock_addr *ctx)
  * receive fails with ECONNABORTED), so a client does not keep sending to a
  * dead backend; one byte of output per socket closed. One run serves every
  * backend removed meanwhile: a run per backend and namespace let anyone who
- * churns Endpoints queue more runs than the agent could make. The kernel
+ * churns Endpoints queue more runs than the agent could make. A sweep
+ * (sock_destroy_sweep set at load) turns the map around: it holds every
+ * backend still programmed (frontend 0.0.0.0:0), and a socket connected to
+ * any other backend is closed; the agent sweeps once after its first Service
+ * sync, for the backends that left while it was down or whose close was
+ * queued when it stopped. The kernel
  * types are declared with only the fields used, relocated against the
  * kernel's BTF (CO-RE).
  */
@@ -215,10 +220,14 @@ struct bpf_iter__udp {
 
 extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
 
+/* sock_destroy_sweep: myelin_sock_destroy_targets holds the backends to keep (.rodata). */
+volatile const __u8 sock_destroy_sweep = 0;
+
 /*
  * myelin_sock_destroy_targets: the backends whose sockets to close, each with
  * the frontend they were translated from or 0.0.0.0:0 for any (network
- * order; pads 0). Not pinned: the agent sizes and fills it for each run.
+ * order; pads 0); in a sweep the backends whose sockets to keep. Not pinned:
+ * the agent sizes and fills it for each run.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -245,7 +254,10 @@ int myelin_sock_destroy_udp(struct bpf_iter__udp *ctx)
 		return 0;
 	k.backend_addr = p->backend_addr;
 	k.backend_port = p->backend_port;
-	if (!bpf_map_lookup_elem(&myelin_sock_destroy_targets, &k)) {
+	if (sock_destroy_sweep) {
+		if (bpf_map_lookup_elem(&myelin_sock_destroy_targets, &k))
+			return 0;
+	} else if (!bpf_map_lookup_elem(&myelin_sock_destroy_targets, &k)) {
 		k.frontend.addr = p->frontend.addr;
 		k.frontend.port = p->frontend.port;
 		if (!bpf_map_lookup_elem(&myelin_sock_destroy_targets, &k))

@@ -170,6 +170,10 @@ func (st *startup) startLoops(ctx context.Context, p parts) (*serviceLoop, error
 		p.gc.useServices(svc.manager)
 		if closer != nil {
 			svc.manager.OnDeparture(closer.departed)
+			// Backends deleted while no agent ran, or whose closing was still
+			// queued when the last one stopped: one sweep once the maps say
+			// exactly what the cluster does.
+			svc.watcher.OnPruned(closer.sweep)
 		}
 	}
 	pol, err := newPolicyLoop(st.cfg.Node, st.cfg.StateDir, p.node.dp, st.cs, p.node.eps.List, st.loops, st.log)

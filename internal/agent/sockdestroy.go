@@ -98,15 +98,34 @@ func (u *udpCloser) batch(first datapath.UDPSocketTarget) []datapath.UDPSocketTa
 	return out
 }
 
-// close closes the targets' sockets in the agent's network namespace and every pod's.
-func (u *udpCloser) close(targets []datapath.UDPSocketTarget) {
-	netns := []string{""}
+// netns lists the agent's network namespace ("") and every pod's.
+func (u *udpCloser) netns() []string {
+	out := []string{""}
 	for _, ep := range u.eps.List() {
 		if ep.NetNS != "" {
-			netns = append(netns, ep.NetNS)
+			out = append(out, ep.NetNS)
 		}
 	}
-	n, err := u.DestroyUDPSockets(targets, netns)
+	return out
+}
+
+// sweep closes, in the agent's network namespace and every pod's, the UDP sockets
+// socket-LB connected to a backend no longer programmed (datapath.SweepUDPSockets): the
+// Service watcher runs it once, after its first pass and before any other change,
+// for what the queue can't know after a restart.
+func (u *udpCloser) sweep() {
+	n, err := u.SweepUDPSockets(u.netns())
+	if err != nil {
+		u.log.Warn("close UDP sockets to backends removed before this start", "err", err)
+	}
+	if n > 0 {
+		u.log.Info("closed UDP sockets connected to backends removed before this start", "sockets", n)
+	}
+}
+
+// close closes the targets' sockets in the agent's network namespace and every pod's.
+func (u *udpCloser) close(targets []datapath.UDPSocketTarget) {
+	n, err := u.DestroyUDPSockets(targets, u.netns())
 	if err != nil {
 		u.log.Warn("close UDP sockets to removed backends", "backends", len(targets), "first", targets[0].String(), "err", err)
 	}

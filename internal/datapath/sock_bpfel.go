@@ -374,22 +374,23 @@ type sockMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sockVariableSpecs struct {
-	ClusterCidrAddr *ebpf.VariableSpec `ebpf:"cluster_cidr_addr"`
-	ClusterCidrMask *ebpf.VariableSpec `ebpf:"cluster_cidr_mask"`
-	HostNetnsCookie *ebpf.VariableSpec `ebpf:"host_netns_cookie"`
-	HostRoutingBpf  *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
-	LbEnabled       *ebpf.VariableSpec `ebpf:"lb_enabled"`
-	MaglevTableSize *ebpf.VariableSpec `ebpf:"maglev_table_size"`
-	MasqEnabled     *ebpf.VariableSpec `ebpf:"masq_enabled"`
-	NatPortMax      *ebpf.VariableSpec `ebpf:"nat_port_max"`
-	NatPortMin      *ebpf.VariableSpec `ebpf:"nat_port_min"`
-	NodeIp          *ebpf.VariableSpec `ebpf:"node_ip"`
-	OverlayIfindex  *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
-	OverlayMac      *ebpf.VariableSpec `ebpf:"overlay_mac"`
-	RoutingTunnel   *ebpf.VariableSpec `ebpf:"routing_tunnel"`
-	SockLb          *ebpf.VariableSpec `ebpf:"sock_lb"`
-	SourceVerify    *ebpf.VariableSpec `ebpf:"source_verify"`
-	TunnelPort      *ebpf.VariableSpec `ebpf:"tunnel_port"`
+	ClusterCidrAddr  *ebpf.VariableSpec `ebpf:"cluster_cidr_addr"`
+	ClusterCidrMask  *ebpf.VariableSpec `ebpf:"cluster_cidr_mask"`
+	HostNetnsCookie  *ebpf.VariableSpec `ebpf:"host_netns_cookie"`
+	HostRoutingBpf   *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
+	LbEnabled        *ebpf.VariableSpec `ebpf:"lb_enabled"`
+	MaglevTableSize  *ebpf.VariableSpec `ebpf:"maglev_table_size"`
+	MasqEnabled      *ebpf.VariableSpec `ebpf:"masq_enabled"`
+	NatPortMax       *ebpf.VariableSpec `ebpf:"nat_port_max"`
+	NatPortMin       *ebpf.VariableSpec `ebpf:"nat_port_min"`
+	NodeIp           *ebpf.VariableSpec `ebpf:"node_ip"`
+	OverlayIfindex   *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
+	OverlayMac       *ebpf.VariableSpec `ebpf:"overlay_mac"`
+	RoutingTunnel    *ebpf.VariableSpec `ebpf:"routing_tunnel"`
+	SockDestroySweep *ebpf.VariableSpec `ebpf:"sock_destroy_sweep"`
+	SockLb           *ebpf.VariableSpec `ebpf:"sock_lb"`
+	SourceVerify     *ebpf.VariableSpec `ebpf:"source_verify"`
+	TunnelPort       *ebpf.VariableSpec `ebpf:"tunnel_port"`
 }
 
 // sockObjects contains all objects after they have been loaded into the kernel.
@@ -485,22 +486,23 @@ func (m *sockMaps) Close() error {
 //
 // It can be passed to loadSockObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sockVariables struct {
-	ClusterCidrAddr *ebpf.Variable `ebpf:"cluster_cidr_addr"`
-	ClusterCidrMask *ebpf.Variable `ebpf:"cluster_cidr_mask"`
-	HostNetnsCookie *ebpf.Variable `ebpf:"host_netns_cookie"`
-	HostRoutingBpf  *ebpf.Variable `ebpf:"host_routing_bpf"`
-	LbEnabled       *ebpf.Variable `ebpf:"lb_enabled"`
-	MaglevTableSize *ebpf.Variable `ebpf:"maglev_table_size"`
-	MasqEnabled     *ebpf.Variable `ebpf:"masq_enabled"`
-	NatPortMax      *ebpf.Variable `ebpf:"nat_port_max"`
-	NatPortMin      *ebpf.Variable `ebpf:"nat_port_min"`
-	NodeIp          *ebpf.Variable `ebpf:"node_ip"`
-	OverlayIfindex  *ebpf.Variable `ebpf:"overlay_ifindex"`
-	OverlayMac      *ebpf.Variable `ebpf:"overlay_mac"`
-	RoutingTunnel   *ebpf.Variable `ebpf:"routing_tunnel"`
-	SockLb          *ebpf.Variable `ebpf:"sock_lb"`
-	SourceVerify    *ebpf.Variable `ebpf:"source_verify"`
-	TunnelPort      *ebpf.Variable `ebpf:"tunnel_port"`
+	ClusterCidrAddr  *ebpf.Variable `ebpf:"cluster_cidr_addr"`
+	ClusterCidrMask  *ebpf.Variable `ebpf:"cluster_cidr_mask"`
+	HostNetnsCookie  *ebpf.Variable `ebpf:"host_netns_cookie"`
+	HostRoutingBpf   *ebpf.Variable `ebpf:"host_routing_bpf"`
+	LbEnabled        *ebpf.Variable `ebpf:"lb_enabled"`
+	MaglevTableSize  *ebpf.Variable `ebpf:"maglev_table_size"`
+	MasqEnabled      *ebpf.Variable `ebpf:"masq_enabled"`
+	NatPortMax       *ebpf.Variable `ebpf:"nat_port_max"`
+	NatPortMin       *ebpf.Variable `ebpf:"nat_port_min"`
+	NodeIp           *ebpf.Variable `ebpf:"node_ip"`
+	OverlayIfindex   *ebpf.Variable `ebpf:"overlay_ifindex"`
+	OverlayMac       *ebpf.Variable `ebpf:"overlay_mac"`
+	RoutingTunnel    *ebpf.Variable `ebpf:"routing_tunnel"`
+	SockDestroySweep *ebpf.Variable `ebpf:"sock_destroy_sweep"`
+	SockLb           *ebpf.Variable `ebpf:"sock_lb"`
+	SourceVerify     *ebpf.Variable `ebpf:"source_verify"`
+	TunnelPort       *ebpf.Variable `ebpf:"tunnel_port"`
 }
 
 // sockPrograms contains all programs after they have been loaded into the kernel.

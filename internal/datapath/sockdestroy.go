@@ -81,6 +81,35 @@ func (d *Datapath) DestroyUDPSockets(targets []UDPSocketTarget, netns []string) 
 	if len(targets) > 1 {
 		what = fmt.Sprintf("%d backends (%s, ...)", len(targets), what)
 	}
+	closed, err := d.runSockDestroy(keys, false, netns, "close UDP sockets to "+what)
+	return closed, errors.Join(append(errs, err)...)
+}
+
+// SweepUDPSockets closes, as DestroyUDPSockets does, the connected IPv4 UDP sockets
+// socket-LB translated to a backend that is no longer programmed (not in
+// myelin_lb_backends), in each network namespace of netns: those of backends deleted
+// while the agent was down, or whose closing was queued when it stopped. A socket
+// connected meanwhile to a backend added after the backends were read would be closed
+// too: call it while no Service is being written (the agent: after its first Service
+// sync, before it applies any other change).
+func (d *Datapath) SweepUDPSockets(netns []string) (int, error) {
+	var keys []sockLbSockPeer
+	var id uint32
+	var v myelinLbBackend
+	it := d.objs.MyelinLbBackends.Iterate()
+	for it.Next(&id, &v) {
+		keys = append(keys, sockLbSockPeer{BackendAddr: v.Addr, BackendPort: v.Port})
+	}
+	if err := it.Err(); err != nil {
+		return 0, fmt.Errorf("sweep UDP sockets: read the backends: %w", err)
+	}
+	return d.runSockDestroy(keys, true, netns, "sweep UDP sockets of removed backends")
+}
+
+// runSockDestroy loads the iter/udp program with keys in its targets map (sweep:
+// the backends to keep, else the targets to close) and runs it once in each network
+// namespace of netns; what names the run in errors.
+func (d *Datapath) runSockDestroy(keys []sockLbSockPeer, sweep bool, netns []string, what string) (int, error) {
 	spec, err := loadSock()
 	if err != nil {
 		return 0, fmt.Errorf("load socket-LB spec: %w", err)
@@ -93,7 +122,14 @@ func (d *Datapath) DestroyUDPSockets(targets []UDPSocketTarget, netns []string) 
 		return 0, fmt.Errorf("open the socket-LB socket storage map: %w", err)
 	}
 	defer peer.Close()
-	spec.Maps["myelin_sock_destroy_targets"].MaxEntries = uint32(len(keys))
+	var sweepVal uint8
+	if sweep {
+		sweepVal = 1
+	}
+	if err := spec.Variables["sock_destroy_sweep"].Set(sweepVal); err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	spec.Maps["myelin_sock_destroy_targets"].MaxEntries = uint32(max(len(keys), 1))
 	var objs sockDestroyObjects
 	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{"myelin_lb_sock_peer": peer}}); err != nil {
 		return 0, fmt.Errorf("load the UDP socket destroyer (iter/udp, bpf_sock_destroy): %w", err)
@@ -102,7 +138,7 @@ func (d *Datapath) DestroyUDPSockets(targets []UDPSocketTarget, netns []string) 
 	defer objs.Targets.Close()
 	for _, k := range keys {
 		if err := objs.Targets.Update(k, uint8(1), ebpf.UpdateAny); err != nil {
-			return 0, fmt.Errorf("destroy UDP sockets to %s: write the targets: %w", what, err)
+			return 0, fmt.Errorf("%s: write the targets: %w", what, err)
 		}
 	}
 	it, err := link.AttachIter(link.IterOptions{Program: objs.Prog})
@@ -111,11 +147,12 @@ func (d *Datapath) DestroyUDPSockets(targets []UDPSocketTarget, netns []string) 
 	}
 	defer it.Close()
 	closed := 0
+	var errs []error
 	for _, ns := range netns {
 		n, err := iterateIn(it, ns)
 		closed += n
 		if err != nil && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("close UDP sockets to %s in %s: %w", what, nsName(ns), err))
+			errs = append(errs, fmt.Errorf("%s in %s: %w", what, nsName(ns), err))
 		}
 	}
 	return closed, errors.Join(errs...)

@@ -523,6 +523,67 @@ func TestPrivilegedDestroyUDPSockets(t *testing.T) {
 	})
 }
 
+// TestPrivilegedSweepUDPSockets: a sweep closes the socket-LB sockets to a backend
+// that is no longer programmed (deleted while no agent ran) and keeps those to a
+// programmed one and a client's own socket to the deleted backend's address.
+func TestPrivilegedSweepUDPSockets(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingLegacy, 0)
+	var objs sockObjectsLoaded // pins myelin_lb_sock_peer, as AttachSocketLB does
+	if err := d.loadSock(&objs); err != nil {
+		t.Fatal(err)
+	}
+	defer objs.close()
+	kept, gone := sockBackends[2], sockBackends[1]
+	if err := d.UpsertBackend(2, kept); err != nil {
+		t.Fatal(err)
+	}
+	inBackendsNetns(t, func(nsName string, ns netns.NsHandle) {
+		conns := map[uint32]net.Conn{}
+		var direct net.Conn
+		err := inNetnsThread(ns, func() error {
+			for id, b := range sockBackends {
+				c, err := net.Dial("udp4", netip.AddrPortFrom(b.Addr, b.Port).String())
+				if err != nil {
+					return err
+				}
+				conns[id] = c
+				if err := writeSockPeer(objs.Peer, c, sockFrontend, b); err != nil {
+					return err
+				}
+			}
+			var err error
+			direct, err = net.Dial("udp4", netip.AddrPortFrom(gone.Addr, gone.Port).String())
+			return err
+		})
+		defer func() {
+			for _, c := range append([]net.Conn{direct}, conns[1], conns[2]) {
+				if c != nil {
+					c.Close()
+				}
+			}
+		}()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		n, err := d.SweepUDPSockets([]string{"/run/netns/" + nsName})
+		if err != nil || n != 1 {
+			t.Errorf("SweepUDPSockets with backend %s programmed = %d, %v; want 1 closed (the socket to %s)", kept, n, err, gone)
+		}
+		_ = conns[1].SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := conns[1].Read(make([]byte, 8)); !errors.Is(err, unix.ECONNABORTED) {
+			t.Errorf("read on the socket-LB socket to the backend no longer programmed: %v, want ECONNABORTED", err)
+		}
+		if _, err := conns[2].Write([]byte("hi\n")); err != nil {
+			t.Errorf("the socket to the programmed backend: write: %v", err)
+		}
+		if _, err := direct.Write([]byte("hi\n")); err != nil {
+			t.Errorf("a client's own socket to the deleted backend's address was closed: write: %v", err)
+		}
+	})
+}
+
 // sockFrontend is the frontend the sockets of the destroy tests were translated from.
 var sockFrontend = Frontend{Addr: mustAddr("10.96.0.50"), Port: 80, Proto: protoUDP}
 

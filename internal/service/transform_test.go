@@ -106,3 +106,37 @@ func TestCachedSliceOtherAddressType(t *testing.T) {
 		t.Errorf("an IPv6 slice gave %+v, want one frontend without backends", got)
 	}
 }
+
+// OnPruned runs once, when the first pass has programmed every Service and before
+// Synced closes (nothing else is applied meanwhile).
+func TestWatcherOnPrunedAfterFirstPass(t *testing.T) {
+	cs := fake.NewSimpleClientset(svcWith(nil), slice(8080, "http", ep{ip: "10.244.1.5", node: "node-1"}))
+	m, err := NewManager(newFake(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := NewWatcher(kubefake.Wrap(cs), m, nodeOpts, func(error) {}, slog.New(slog.DiscardHandler))
+	calls := 0
+	w.OnPruned(func() {
+		calls++
+		if applied, _ := m.Snapshot(); len(applied) != 1 || applied[0].Service != "default/web" {
+			t.Errorf("OnPruned ran with %+v programmed, want default/web", applied)
+		}
+		select {
+		case <-w.Synced():
+			t.Error("OnPruned ran after Synced closed")
+		default:
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	select {
+	case <-w.Synced():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the watcher never synced")
+	}
+	if calls != 1 {
+		t.Errorf("OnPruned ran %d times, want once", calls)
+	}
+}

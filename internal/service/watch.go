@@ -29,6 +29,7 @@ type Watcher struct {
 	report func(error) // called after every sync of a Service, for the agent's loop status
 	synced chan struct{}
 	health func(key string, hc *HealthCheck) // nil: no health checks served
+	pruned func()                            // nil: nothing runs after the first Prune
 	// latency, when set (OnSyncLatency), gets the time from a Service's first
 	// queued event to its frontends written; pending holds those first event times.
 	latency   func(time.Duration)
@@ -47,6 +48,11 @@ type Watcher struct {
 func NewWatcher(cs kube.Client, m *Manager, o Options, report func(error), log *slog.Logger) *Watcher {
 	return &Watcher{cs: cs, m: m, o: o, log: log, report: report, synced: make(chan struct{})}
 }
+
+// OnPruned has f run once, after the first pass has programmed every Service and
+// pruned what none claims, before the watcher applies any other change: the Service
+// maps then hold exactly what the cluster says. Call before Run.
+func (w *Watcher) OnPruned(f func()) { w.pruned = f }
 
 // OnHealthCheck makes every sync of a Service also hand f the Service's health check
 // on this node (nil when it needs none or is gone), computed from the same objects
@@ -220,6 +226,9 @@ func (w *Watcher) firstPass(c serviceCaches, listed time.Duration) {
 	if err := w.m.Prune(); err != nil {
 		w.log.Error("prune services", "err", err)
 		w.report(err)
+	}
+	if w.pruned != nil {
+		w.pruned()
 	}
 	_, frontends, backends := w.m.Counts()
 	w.log.Info("services programmed", "services", len(all), "frontends", frontends, "backends", backends,
