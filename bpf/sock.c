@@ -195,8 +195,8 @@ int myelin_sock_getpeername4(struct bpf_sock_addr *ctx)
  * (sock_destroy_sweep set at load) turns the map around: it holds every
  * backend still programmed (frontend 0.0.0.0:0), and a socket connected to
  * any other backend is closed; the agent sweeps once after its first Service
- * sync, for the backends that left while it was down or whose close was
- * queued when it stopped. The kernel
+ * sync, for closes no queue remembers (still queued when the last agent
+ * stopped, past the queue's bound). The kernel
  * types are declared with only the fields used, relocated against the
  * kernel's BTF (CO-RE).
  */

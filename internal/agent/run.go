@@ -170,9 +170,9 @@ func (st *startup) startLoops(ctx context.Context, p parts) (*serviceLoop, error
 		p.gc.useServices(svc.manager)
 		if closer != nil {
 			svc.manager.OnDeparture(closer.departed)
-			// Backends deleted while no agent ran, or whose closing was still
-			// queued when the last one stopped: one sweep once the maps say
-			// exactly what the cluster does.
+			// Closes no queue remembers (still queued when the last agent
+			// stopped, past its bound): one sweep once the maps say exactly
+			// what the cluster does.
 			svc.watcher.OnPruned(closer.sweep)
 		}
 	}

@@ -112,14 +112,14 @@ func (u *udpCloser) netns() []string {
 // sweep closes, in the agent's network namespace and every pod's, the UDP sockets
 // socket-LB connected to a backend no longer programmed (datapath.SweepUDPSockets): the
 // Service watcher runs it once, after its first pass and before any other change,
-// for what the queue can't know after a restart.
+// for the closes the queue lost (queued when the last agent stopped, past its bound).
 func (u *udpCloser) sweep() {
 	n, err := u.SweepUDPSockets(u.netns())
 	if err != nil {
-		u.log.Warn("close UDP sockets to backends removed before this start", "err", err)
+		u.log.Warn("close UDP sockets to backends no longer programmed", "err", err)
 	}
 	if n > 0 {
-		u.log.Info("closed UDP sockets connected to backends removed before this start", "sockets", n)
+		u.log.Info("closed UDP sockets connected to backends no longer programmed", "sockets", n)
 	}
 }
 

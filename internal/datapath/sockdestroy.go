@@ -87,8 +87,8 @@ func (d *Datapath) DestroyUDPSockets(targets []UDPSocketTarget, netns []string) 
 
 // SweepUDPSockets closes, as DestroyUDPSockets does, the connected IPv4 UDP sockets
 // socket-LB translated to a backend that is no longer programmed (not in
-// myelin_lb_backends), in each network namespace of netns: those of backends deleted
-// while the agent was down, or whose closing was queued when it stopped. A socket
+// myelin_lb_backends), in each network namespace of netns: those whose closing no
+// queue remembers (queued when the agent stopped, past the queue's bound). A socket
 // connected meanwhile to a backend added after the backends were read would be closed
 // too: call it while no Service is being written (the agent: after its first Service
 // sync, before it applies any other change).
