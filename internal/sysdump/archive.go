@@ -8,6 +8,7 @@ import (
 	"io"
 	"path"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -27,10 +28,16 @@ func newArchive(w io.Writer, top string, now time.Time) *archive {
 	return &archive{top: top, gz: gz, tw: tar.NewWriter(gz), now: now, errors: map[string]string{}}
 }
 
-// add writes one file (name relative to the top directory), redacted.
+// add writes one file (name relative to the top directory), redacted. A name that
+// would leave the top directory (parts of names come from agents) is refused: whoever
+// unpacks the archive must get nothing outside it.
 func (a *archive) add(name string, data []byte) error {
+	full := path.Join(a.top, name)
+	if !strings.HasPrefix(full, a.top+"/") || strings.ContainsAny(name, "\\\x00") {
+		return fmt.Errorf("write %q to the archive: the name leaves the archive's directory", name)
+	}
 	data = Redact(data)
-	hdr := &tar.Header{Name: path.Join(a.top, name), Mode: 0o600, Size: int64(len(data)), ModTime: a.now, Typeflag: tar.TypeReg}
+	hdr := &tar.Header{Name: full, Mode: 0o600, Size: int64(len(data)), ModTime: a.now, Typeflag: tar.TypeReg}
 	if err := a.tw.WriteHeader(hdr); err != nil {
 		return fmt.Errorf("write %s to the archive: %w", name, err)
 	}
@@ -48,6 +55,15 @@ func (a *archive) addJSON(name string, v any) error {
 		return fmt.Errorf("encode %s: %w", name, err)
 	}
 	return a.add(name, append(b, '\n'))
+}
+
+// checkName is nil when name (a node's or a map's, told by an agent) can be one path
+// element of an archive entry: not empty, no separator, no "..", no NUL.
+func checkName(name string) error {
+	if name == "" || strings.ContainsAny(name, "/\\\x00") || strings.Contains(name, "..") {
+		return fmt.Errorf("name %q is not a plain file name (empty, or holds /, \\, .. or NUL): left out", name)
+	}
+	return nil
 }
 
 // failed records what could not be collected; it goes into the manifest.

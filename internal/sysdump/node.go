@@ -33,8 +33,8 @@ type bpfLister interface {
 var AgentViews = []string{"status", "config", "services", "endpoints", "policy"}
 
 // collectNode writes nodes/<name>/... for one node; what fails is recorded, not fatal.
-func collectNode(ctx context.Context, a *archive, n Node, o Options) {
-	dir := "nodes/" + n.Name() + "/"
+func collectNode(ctx context.Context, a *archive, n Node, name string, o Options) {
+	dir := "nodes/" + name + "/"
 	for _, view := range AgentViews {
 		v, err := n.Agent(ctx, view)
 		if err != nil {
@@ -66,7 +66,13 @@ func collectNode(ctx context.Context, a *archive, n Node, o Options) {
 		return
 	}
 	for name, m := range maps {
-		_ = a.addJSON(dir+"maps/"+name+".json", m)
+		if err := checkName(name); err != nil {
+			a.failed(fmt.Sprintf("%smaps/%q", dir, name), err) // the agent chose the name: never a path
+			continue
+		}
+		if err := a.addJSON(dir+"maps/"+name+".json", m); err != nil {
+			a.failed(dir+"maps/"+name+".json", err)
+		}
 	}
 }
 

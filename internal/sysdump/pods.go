@@ -27,6 +27,9 @@ type PodNode struct {
 	Exec     podexec.API
 	Pod      corev1.Pod
 	DropsFor time.Duration
+	// Shared says another running agent pod is on the node too (a rollout's old
+	// and new pod): the node's files are named after the pod as well.
+	Shared bool
 }
 
 // PodNodes lists the running agent pods of the chart's DaemonSet, one per node.
@@ -36,17 +39,28 @@ func PodNodes(ctx context.Context, cs kubernetes.Interface, ex podexec.API, drop
 		return nil, fmt.Errorf("list myelin agent pods (kube-system, %s): %w", AgentSelector, err)
 	}
 	ex.Container = "agent"
-	var out []Node
+	var running []corev1.Pod
+	perNode := map[string]int{}
 	for _, p := range list.Items {
 		if p.Status.Phase == corev1.PodRunning {
-			out = append(out, PodNode{Client: cs, Exec: ex, Pod: p, DropsFor: dropsFor})
+			running = append(running, p)
+			perNode[p.Spec.NodeName]++
 		}
+	}
+	var out []Node
+	for _, p := range running {
+		out = append(out, PodNode{Client: cs, Exec: ex, Pod: p, DropsFor: dropsFor, Shared: perNode[p.Spec.NodeName] > 1})
 	}
 	return out, nil
 }
 
-// Name is the node the agent pod runs on.
-func (n PodNode) Name() string { return n.Pod.Spec.NodeName }
+// Name is the node the agent pod runs on, and the pod's name when Shared.
+func (n PodNode) Name() string {
+	if n.Shared {
+		return n.Pod.Spec.NodeName + "-" + n.Pod.Name
+	}
+	return n.Pod.Spec.NodeName
+}
 
 // myelin runs `myelin sysdump ARGS` in the agent's container.
 func (n PodNode) myelin(ctx context.Context, args ...string) ([]byte, error) {

@@ -50,9 +50,15 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 	} else {
 		a.failed("cluster/", fmt.Errorf("no cluster: no kubeconfig found"))
 	}
+	taken := map[string]bool{}
 	for _, n := range o.Nodes {
-		fmt.Fprintf(out, "Collecting from node %s...\n", n.Name())
-		collectNode(ctx, a, n, o)
+		if err := checkName(n.Name()); err != nil {
+			a.failed(fmt.Sprintf("nodes/%q", n.Name()), err)
+			continue
+		}
+		name := uniqueName(n.Name(), taken)
+		fmt.Fprintf(out, "Collecting from node %s...\n", name)
+		collectNode(ctx, a, n, name, o)
 	}
 	if len(o.Nodes) == 0 {
 		a.failed("nodes/", fmt.Errorf("no myelin agent found on this machine"))
@@ -72,6 +78,17 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 		fmt.Fprintf(out, "  not collected: %s: %s\n", name, Redact([]byte(e)))
 	}
 	return nil
+}
+
+// uniqueName is name, or name-2, name-3... when taken already holds it (two agents
+// answering for one node must not write each other's files), and marks it taken.
+func uniqueName(name string, taken map[string]bool) string {
+	u := name
+	for i := 2; taken[u]; i++ {
+		u = fmt.Sprintf("%s-%d", name, i)
+	}
+	taken[u] = true
+	return u
 }
 
 // createPrivate creates a new file, readable by its owner only, next to path, for the
