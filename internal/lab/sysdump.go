@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/capbuf"
 	"github.com/myelin-net/myelin/internal/lab/cni/myelin"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/nodelayout"
@@ -59,14 +60,45 @@ func (n SysdumpNode) Drops(ctx context.Context) ([]byte, error) {
 	return sysdump.AgentDrops(ctx, n.client(), n.DropsFor)
 }
 
-// Run runs argv in the node's network namespace.
-func (n SysdumpNode) Run(ctx context.Context, argv ...string) ([]byte, error) {
+// runTimeout bounds one command run on a node; runOutput what is kept of its output
+// and mapDumpBytes what is read of one map's dump: a hung or endless command must not
+// hold the dump or fill memory.
+const (
+	runTimeout   = time.Minute
+	runOutput    = 16 << 20
+	mapDumpBytes = 64 << 20
+)
+
+// command is argv in the node's network namespace, killed at ctx's end.
+func (n SysdumpNode) command(ctx context.Context, argv []string) *exec.Cmd {
 	full := append([]string{"nsenter", "--net=" + labplan.NetNSPath(n.Node), "--"}, argv...)
-	out, err := exec.CommandContext(ctx, full[0], full[1:]...).CombinedOutput()
-	if err != nil {
-		return out, fmt.Errorf("%v: %w: %s", argv, err, firstLineOf(out))
+	return exec.CommandContext(ctx, full[0], full[1:]...)
+}
+
+// Run runs argv in the node's network namespace: at most runTimeout, the first
+// runOutput bytes of its output kept (then it is stopped).
+func (n SysdumpNode) Run(ctx context.Context, argv ...string) ([]byte, error) {
+	rctx, cancel := context.WithTimeout(ctx, runTimeout)
+	defer cancel()
+	cmd := n.command(rctx, argv)
+	out := capbuf.New(runOutput, cancel)
+	cmd.Stdout, cmd.Stderr = out, out
+	err := cmd.Run()
+	return out.Bytes(), n.runError(ctx, rctx, argv, err, out)
+}
+
+// runError says why a command failed: its output was cut, it ran out of time, or
+// its own error and first line.
+func (n SysdumpNode) runError(ctx, rctx context.Context, argv []string, err error, out *capbuf.Buffer) error {
+	switch {
+	case out.Err() != nil:
+		return fmt.Errorf("%v on node %s: %w", argv, n.Node, out.Err())
+	case err != nil && ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("%v on node %s: no answer in %v, stopped", argv, n.Node, runTimeout)
+	case err != nil:
+		return fmt.Errorf("%v on node %s: %w: %s", argv, n.Node, err, firstLineOf(out.Bytes()))
 	}
-	return out, nil
+	return nil
 }
 
 func firstLineOf(b []byte) string {
@@ -106,15 +138,40 @@ func (n SysdumpNode) Maps(ctx context.Context, max int) (map[string]any, error) 
 		if e.IsDir() {
 			continue
 		}
-		dump, err := n.Run(ctx, "bpftool", "-j", "map", "dump", "pinned", filepath.Join(dir, e.Name()))
-		if err != nil {
-			out[e.Name()] = map[string]string{"error": err.Error()}
-			continue
-		}
-		out[e.Name()] = sysdump.BoundEntries(dump, max)
+		out[e.Name()] = n.dumpMap(ctx, filepath.Join(dir, e.Name()), max)
 	}
 	if len(out) == 0 {
 		return nil, errors.New("no pinned maps in " + dir)
 	}
 	return out, nil
+}
+
+// dumpMap reads one pinned map's bpftool dump as bpftool writes it, keeping max
+// entries and reading at most mapDumpBytes; bpftool is stopped where the read stops.
+func (n SysdumpNode) dumpMap(ctx context.Context, pin string, max int) sysdump.MapDump {
+	rctx, cancel := context.WithTimeout(ctx, runTimeout)
+	defer cancel()
+	argv := []string{"bpftool", "-j", "map", "dump", "pinned", pin}
+	cmd := n.command(rctx, argv)
+	stderr := capbuf.New(4096, nil)
+	cmd.Stderr = stderr
+	stdout, err := cmd.StdoutPipe()
+	if err == nil {
+		err = cmd.Start()
+	}
+	if err != nil {
+		return sysdump.MapDump{Error: fmt.Sprintf("%v on node %s: %v", argv, n.Node, err)}
+	}
+	d := sysdump.ReadEntries(stdout, max, mapDumpBytes)
+	if d.Error != "" {
+		cancel() // the rest is not read: stop bpftool rather than wait for it
+	}
+	err = cmd.Wait()
+	switch {
+	case ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded):
+		d.Error = fmt.Sprintf("%v on node %s: no answer in %v, stopped (total counts the entries before)", argv, n.Node, runTimeout)
+	case err != nil && d.Error == "":
+		d.Error = fmt.Sprintf("%v on node %s: %v: %s", argv, n.Node, err, firstLineOf(stderr.Bytes()))
+	}
+	return d
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 )
 
 // Node is where one node's part of the dump comes from: its agent's API, commands
@@ -96,15 +97,38 @@ type MapDump struct {
 	Error string `json:"error,omitempty"`
 }
 
-// BoundEntries keeps the first max entries of bpftool's JSON map dump.
-func BoundEntries(out []byte, max int) any {
-	var entries []json.RawMessage
-	if err := json.Unmarshal(out, &entries); err != nil {
-		return map[string]string{"error": fmt.Sprintf("bpftool output is not a JSON list: %v", err)}
+// ReadEntries reads bpftool's JSON map dump (one list) from r as it comes: the first
+// max entries are kept, the rest only counted, and at most limit bytes are read (a
+// conntrack map pods filled is hundreds of MB of JSON); Error says where the read
+// stopped early, Total then counts the entries read until there.
+func ReadEntries(r io.Reader, max int, limit int64) MapDump {
+	lr := &io.LimitedReader{R: r, N: limit}
+	dec := json.NewDecoder(lr)
+	var d MapDump
+	fail := func(err error) MapDump {
+		if lr.N <= 0 {
+			d.Error = fmt.Sprintf("bpftool output truncated at %d bytes: total counts the entries before", limit)
+		} else {
+			d.Error = fmt.Sprintf("bpftool output is not a JSON list: %v", err)
+		}
+		d.Shown = len(d.Entries)
+		return d
 	}
-	d := MapDump{Total: len(entries), Entries: entries}
-	if max >= 0 && len(entries) > max {
-		d.Entries = entries[:max]
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return fail(fmt.Errorf("starts with %v (%v)", tok, err))
+	}
+	for dec.More() {
+		var e json.RawMessage
+		if err := dec.Decode(&e); err != nil {
+			return fail(err)
+		}
+		d.Total++
+		if len(d.Entries) < max {
+			d.Entries = append(d.Entries, e)
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return fail(err)
 	}
 	d.Shown = len(d.Entries)
 	return d

@@ -3,6 +3,7 @@ package sysdump
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -24,13 +25,24 @@ const AgentSelector = "app.kubernetes.io/name=myelin"
 // which has the node's host network) and the pod's log.
 type PodNode struct {
 	Client   kubernetes.Interface
-	Exec     podexec.API
+	Exec     Executor
 	Pod      corev1.Pod
 	DropsFor time.Duration
 	// Shared says another running agent pod is on the node too (a rollout's old
 	// and new pod): the node's files are named after the pod as well.
 	Shared bool
+	// timeout bounds one command (0 = execTimeout).
+	timeout time.Duration
 }
+
+// Executor runs a command in a pod and returns its output (podexec.API).
+type Executor interface {
+	Exec(ctx context.Context, namespace, pod string, argv []string) (string, error)
+}
+
+// execTimeout bounds one command in an agent's container beyond the time it is asked
+// to wait (drops' --for): a hung ip, bpftool or agent must not hold the dump forever.
+const execTimeout = time.Minute
 
 // PodNodes lists the running agent pods of the chart's DaemonSet, one per node.
 func PodNodes(ctx context.Context, cs kubernetes.Interface, ex podexec.API, dropsFor time.Duration) ([]Node, error) {
@@ -76,9 +88,9 @@ const execTries = 10
 // once is sometimes lost on its way back through pods/exec.
 func (n PodNode) output(ctx context.Context, argv []string) ([]byte, error) {
 	for try := 0; ; try++ {
-		out, err := n.Exec.Exec(ctx, n.Pod.Namespace, n.Pod.Name, argv)
+		out, err := n.exec(ctx, argv, 0)
 		if err != nil {
-			return []byte(out), fmt.Errorf("exec %s in %s/%s: %w", strings.Join(argv, " "), n.Pod.Namespace, n.Pod.Name, err)
+			return []byte(out), err
 		}
 		if strings.TrimSpace(out) != "" {
 			return []byte(out), nil
@@ -88,6 +100,27 @@ func (n PodNode) output(ctx context.Context, argv []string) ([]byte, error) {
 		}
 		time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
 	}
+}
+
+// exec runs argv in the agent's container with a deadline of wait (how long the
+// command itself waits) plus the timeout; its errors name the command, pod and node.
+func (n PodNode) exec(ctx context.Context, argv []string, wait time.Duration) (string, error) {
+	limit := n.timeout
+	if limit == 0 {
+		limit = execTimeout
+	}
+	limit += wait
+	ectx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	out, err := n.Exec.Exec(ectx, n.Pod.Namespace, n.Pod.Name, argv)
+	where := fmt.Sprintf("%s in %s/%s (node %s)", strings.Join(argv, " "), n.Pod.Namespace, n.Pod.Name, n.Pod.Spec.NodeName)
+	switch {
+	case err != nil && ctx.Err() == nil && errors.Is(ectx.Err(), context.DeadlineExceeded):
+		return out, fmt.Errorf("exec %s: no answer in %v, stopped", where, limit)
+	case err != nil:
+		return out, fmt.Errorf("exec %s: %w", where, err)
+	}
+	return out, nil
 }
 
 // Agent asks the pod's agent for one view.
@@ -124,11 +157,8 @@ func (n PodNode) wholeJSON(ctx context.Context, args ...string) ([]byte, error) 
 
 // Drops streams the agent's drops for DropsFor inside the pod.
 func (n PodNode) Drops(ctx context.Context) ([]byte, error) {
-	out, err := n.Exec.Exec(ctx, n.Pod.Namespace, n.Pod.Name, []string{"myelin", "sysdump", "drops", "--for", n.DropsFor.String()})
-	if err != nil {
-		return nil, fmt.Errorf("exec in %s/%s: %w", n.Pod.Namespace, n.Pod.Name, err)
-	}
-	return []byte(out), nil
+	out, err := n.exec(ctx, []string{"myelin", "sysdump", "drops", "--for", n.DropsFor.String()}, n.DropsFor)
+	return []byte(out), err
 }
 
 // Run runs argv in the agent's container (the node's network namespace).

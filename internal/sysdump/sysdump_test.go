@@ -30,7 +30,7 @@ func (f fakeNode) Log(context.Context, int) ([]byte, error) {
 	return []byte("level=info msg=started Authorization: Bearer 0123456789abcdef\n"), nil
 }
 func (f fakeNode) Maps(_ context.Context, max int) (map[string]any, error) {
-	return map[string]any{"myelin_endpoints": BoundEntries([]byte(`[{"key":1},{"key":2},{"key":3},{"key":4},{"key":5}]`), max)}, nil
+	return map[string]any{"myelin_endpoints": ReadEntries(strings.NewReader(`[{"key":1},{"key":2},{"key":3},{"key":4},{"key":5}]`), max, 1<<20)}, nil
 }
 
 func readArchive(t *testing.T, path string) map[string]string {
