@@ -44,9 +44,10 @@ see docs/operations.md.`,
 	f := cmd.Flags()
 	f.StringVarP(&o.Output, "output", "o", "", "archive to write (default: myelin-sysdump-<UTC time>.tar.gz here)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default: $KUBECONFIG, the running lab's, ~/.kube/config)")
-	f.IntVar(&o.MapEntries, "map-entries", 100, "entries kept of each BPF map")
-	f.IntVar(&o.LogBytes, "log-bytes", 1<<20, "bytes kept of the end of each agent log")
-	f.DurationVar(&dropsFor, "drops-for", 3*time.Second, "how long to collect drop events from each agent")
+	f.IntVar(&o.MapEntries, "map-entries", sysdump.DefaultMapEntries, "entries kept of each BPF map (0: only how many it holds)")
+	f.IntVar(&o.LogBytes, "log-bytes", sysdump.DefaultLogBytes, "bytes kept of the end of each agent log (1 or more)")
+	f.DurationVar(&dropsFor, "drops-for", sysdump.DefaultDropsFor,
+		fmt.Sprintf("how long to collect drop events from each agent, in turn (at most %v)", sysdump.MaxDropsFor))
 	cmd.AddCommand(sysdumpAgentCommands()...)
 	return cmd
 }
@@ -54,6 +55,9 @@ see docs/operations.md.`,
 // runSysdump picks the nodes: the running lab's agent processes (--cni myelin), else
 // the chart's agent pods through pods/exec.
 func runSysdump(cmd *cobra.Command, kubeconfig string, dropsFor time.Duration, o sysdump.Options) error {
+	if err := sysdump.CheckFlags(o.MapEntries, o.LogBytes, dropsFor); err != nil {
+		return err
+	}
 	paths := labplan.Paths{Dir: labplan.DefaultDir}
 	if lab.Running(paths) {
 		nodes, err := lab.SysdumpNodes(paths, dropsFor)
@@ -126,7 +130,7 @@ func sysdumpAgentCommands() []*cobra.Command {
 		},
 	}
 	maps.Flags().StringVar(&dir, "dir", "", "pin directory (default: the agent's --bpffs-dir)")
-	maps.Flags().IntVar(&maxEntries, "max", 100, "entries kept of each map")
+	maps.Flags().IntVar(&maxEntries, "max", sysdump.DefaultMapEntries, "entries kept of each map")
 	bpf := &cobra.Command{
 		Use: "bpf", Hidden: true, Args: cobra.NoArgs, Short: "Print the kernel's myelin BPF programs and its BPF links as JSON",
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -21,8 +21,31 @@ type Options struct {
 	Nodes []Node
 	// Output is the archive's path ("" = myelin-sysdump-<time>.tar.gz here).
 	Output string
-	// MapEntries bounds each map's dump; LogBytes each agent log.
+	// MapEntries bounds each map's dump (0: only how many entries it holds); LogBytes
+	// each agent log (0: DefaultLogBytes).
 	MapEntries, LogBytes int
+}
+
+// The defaults and bounds of the flags of `myelin sysdump`.
+const (
+	DefaultMapEntries = 100
+	DefaultLogBytes   = 1 << 20
+	DefaultDropsFor   = 3 * time.Second
+	// MaxDropsFor bounds --drops-for: it is waited on every node in turn.
+	MaxDropsFor = 5 * time.Minute
+)
+
+// CheckFlags says what is wrong with --map-entries, --log-bytes or --drops-for.
+func CheckFlags(mapEntries, logBytes int, dropsFor time.Duration) error {
+	switch {
+	case mapEntries < 0:
+		return fmt.Errorf("--map-entries %d: use 0 (only each map's size) or more", mapEntries)
+	case logBytes < 1:
+		return fmt.Errorf("--log-bytes %d: use 1 or more", logBytes)
+	case dropsFor <= 0 || dropsFor > MaxDropsFor:
+		return fmt.Errorf("--drops-for %v: use a duration above 0 and at most %v (it is waited on every node in turn)", dropsFor, MaxDropsFor)
+	}
+	return nil
 }
 
 // Run writes the archive and prints its path and what could not be collected.
@@ -32,11 +55,8 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 	if o.Output == "" {
 		o.Output = top + ".tar.gz"
 	}
-	if o.MapEntries == 0 {
-		o.MapEntries = 100
-	}
 	if o.LogBytes == 0 {
-		o.LogBytes = 1 << 20
+		o.LogBytes = DefaultLogBytes
 	}
 	f, err := createPrivate(o.Output)
 	if err != nil {
