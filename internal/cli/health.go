@@ -33,7 +33,7 @@ func Health(ctx context.Context, out io.Writer, o HealthOptions) error {
 	for _, s := range socks {
 		m, err := healthMatrix(ctx, s)
 		if err != nil {
-			failed = append(failed, err.Error())
+			failed = append(failed, printable(err.Error()))
 			continue
 		}
 		all = append(all, m)
@@ -65,7 +65,7 @@ func healthMatrix(ctx context.Context, socket string) (api.HealthMatrix, error) 
 // PrintHealth prints one node's matrix as a table, a peer a row; times are relative
 // to now.
 func PrintHealth(out io.Writer, m api.HealthMatrix, now time.Time) {
-	fmt.Fprintf(out, "Node %s: health address %s, port %d, every peer probed every %s\n", m.Node, m.HealthIP, m.Port, m.Interval)
+	fmt.Fprintf(out, "Node %s: health address %s, port %d, every peer probed every %s\n", printable(m.Node), printable(m.HealthIP), m.Port, printable(m.Interval))
 	if len(m.Peers) == 0 {
 		fmt.Fprintln(out, "no other nodes")
 		return
@@ -73,8 +73,8 @@ func PrintHealth(out io.Writer, m api.HealthMatrix, now time.Time) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PEER\tNODE IP\tVIA NODE\tICMP\tHTTP\tVIA POD NETWORK\tHTTP\tSINCE\tLAST FAILURE")
 	for _, p := range m.Peers {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.NodeIP, p.ViaNode(), latency(p.ICMP), latency(p.NodeHTTP),
-			p.ViaPod(), latency(p.PodHTTP), ago(since(p), now), lastFailure(p, now))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", printable(p.Name), printable(p.NodeIP), printable(p.ViaNode()),
+			latency(p.ICMP), latency(p.NodeHTTP), printable(p.ViaPod()), latency(p.PodHTTP), ago(since(p), now), lastFailure(p, now))
 	}
 	tw.Flush()
 }
@@ -123,7 +123,7 @@ func lastFailure(p api.PeerHealth, now time.Time) string {
 	if last.LastFailure.IsZero() {
 		return "-"
 	}
-	return fmt.Sprintf("%s ago (%s): %s", ago(last.LastFailure, now), path, last.LastError)
+	return fmt.Sprintf("%s ago (%s): %s", ago(last.LastFailure, now), path, printable(last.LastError))
 }
 
 func ago(t, now time.Time) string {

@@ -3,9 +3,8 @@ package cli
 import (
 	"encoding/json"
 	"io"
-	"strconv"
-	"strings"
-	"unicode"
+
+	"github.com/myelin-net/myelin/internal/termtext"
 )
 
 // printJSON writes v as indented JSON: what every command prints with -o json.
@@ -24,13 +23,14 @@ func oneOrAll[T any](answers []T, all bool) any {
 	return answers
 }
 
-// printable is s for a table cell: s itself when every rune is printable, else s
-// quoted with Go's escapes (strconv.Quote), so text from outside the agent (a DNS
-// name a pod chose, say) can never write a control sequence, a line break or an
-// invalid byte to the terminal.
-func printable(s string) string {
-	if strings.ContainsFunc(s, func(r rune) bool { return r == unicode.ReplacementChar || !unicode.IsPrint(r) }) {
-		return strconv.Quote(s)
-	}
-	return s
-}
+// printable is s for a table cell, escaped when it holds anything a terminal would
+// act on (termtext.Printable): text from outside the CLI (a DNS name a pod chose, an
+// agent's error) never writes a control sequence or a line break.
+func printable(s string) string { return termtext.Printable(s) }
+
+// escapedError is an agent's error (its message is the agent's text) printed through
+// printable; errors.Is still sees the error.
+type escapedError struct{ err error }
+
+func (e escapedError) Error() string { return printable(e.err.Error()) }
+func (e escapedError) Unwrap() error { return e.err }

@@ -32,7 +32,7 @@ func Endpoints(ctx context.Context, out io.Writer, o PolicyOptions) error {
 	for _, s := range socks {
 		st, err := api.NewClient(s).Policy(ctx)
 		if err != nil {
-			return err
+			return escapedError{err}
 		}
 		all = append(all, st)
 	}
@@ -47,22 +47,22 @@ func Endpoints(ctx context.Context, out io.Writer, o PolicyOptions) error {
 
 func writePolicyStatus(out io.Writer, st api.PolicyStatus) {
 	if !st.Synced {
-		fmt.Fprintf(out, "Node %s: NetworkPolicy not computed yet (informers syncing); the pinned state enforces meanwhile\n\n", st.Node)
+		fmt.Fprintf(out, "Node %s: NetworkPolicy not computed yet (informers syncing); the pinned state enforces meanwhile\n\n", printable(st.Node))
 		return
 	}
 	fmt.Fprintf(out, "Node %s: %d NetworkPolicies, %d identities, %d ipcache prefixes; last apply %s (%s, %d map writes)\n",
-		st.Node, st.Policies, st.Identities, st.IPCache, st.Applied.Format(time.TimeOnly), st.Took, st.Writes)
+		printable(st.Node), st.Policies, st.Identities, st.IPCache, st.Applied.Format(time.TimeOnly), printable(st.Took), st.Writes)
 	if st.Error != "" {
-		fmt.Fprintf(out, "WARNING: last apply failed: %s\n", st.Error)
+		fmt.Fprintf(out, "WARNING: last apply failed: %s\n", printable(st.Error))
 	}
 	for _, p := range st.Problems {
-		fmt.Fprintf(out, "WARNING: %s\n", p)
+		fmt.Fprintf(out, "WARNING: %s\n", printable(p))
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POD\tIP\tIDENTITY\tINGRESS\tEGRESS\tPOLICIES")
 	for _, ep := range st.Endpoints {
-		pols := strings.Join(uniq(append(append([]string{}, ep.IngressPolicies...), ep.EgressPolicies...)), ",")
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", ep.Pod, ep.IP, ep.Identity, ep.Ingress, ep.Egress, orDash(pols))
+		pols := printable(strings.Join(uniq(append(append([]string{}, ep.IngressPolicies...), ep.EgressPolicies...)), ","))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", printable(ep.Pod), printable(ep.IP), ep.Identity, printable(ep.Ingress), printable(ep.Egress), orDash(pols))
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(out)
@@ -94,19 +94,24 @@ func PolicyTrace(ctx context.Context, out io.Writer, o PolicyOptions) error {
 	defer cancel()
 	tr, err := api.NewClient(socks[0]).PolicyTrace(ctx, o.From, o.To, o.Port)
 	if err != nil {
-		return err
+		return escapedError{err}
 	}
 	if o.Output == "json" {
 		return printJSON(out, tr)
 	}
+	writePolicyTrace(out, tr)
+	return nil
+}
+
+func writePolicyTrace(out io.Writer, tr api.PolicyTrace) {
 	verdict := "DENIED"
 	if tr.Allowed {
 		verdict = "ALLOWED"
 	}
-	fmt.Fprintf(out, "%s -> %s %s: %s\n", tr.From, tr.To, tr.Port, verdict)
-	fmt.Fprintf(out, "  egress of %s: %s\n", tr.From, verdictText(tr.Egress))
-	fmt.Fprintf(out, "  ingress of %s: %s\n", tr.To, verdictText(tr.Ingress))
-	return nil
+	from, to := printable(tr.From), printable(tr.To)
+	fmt.Fprintf(out, "%s -> %s %s: %s\n", from, to, printable(tr.Port), verdict)
+	fmt.Fprintf(out, "  egress of %s: %s\n", from, verdictText(tr.Egress))
+	fmt.Fprintf(out, "  ingress of %s: %s\n", to, verdictText(tr.Ingress))
 }
 
 func verdictText(v api.PolicyVerdict) string {
@@ -114,7 +119,7 @@ func verdictText(v api.PolicyVerdict) string {
 	case !v.Isolated:
 		return "allowed (no policy isolates the pod)"
 	case v.Allowed:
-		return "allowed by " + strings.Join(v.By, ", ")
+		return "allowed by " + printableList(v.By)
 	}
-	return "denied: isolated by " + strings.Join(v.Isolating, ", ") + ", no rule allows it"
+	return "denied: isolated by " + printableList(v.Isolating) + ", no rule allows it"
 }

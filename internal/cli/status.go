@@ -35,14 +35,14 @@ func Status(ctx context.Context, out io.Writer, o StatusOptions) error {
 		st, err := api.NewClient(s).Status(sctx)
 		cancel()
 		if err != nil {
-			failed = append(failed, err.Error())
+			failed = append(failed, printable(err.Error()))
 			continue
 		}
 		all = append(all, st)
 		if o.Health {
 			m, err := healthMatrix(ctx, s)
 			if err != nil {
-				failed = append(failed, err.Error())
+				failed = append(failed, printable(err.Error()))
 			} else {
 				matrices[st.Node] = m
 			}
@@ -97,9 +97,9 @@ func bigTCPRow(b api.BIGTCPInfo) string {
 	case !b.Enabled:
 		return "off (enable-ipv4-big-tcp is false)"
 	case b.Size == 0:
-		return "off: " + b.Reason
+		return "off: " + printable(b.Reason)
 	}
-	return fmt.Sprintf("IPv4 %d KiB on %s and new pods' veths", b.Size/1024, strings.Join(b.Devices, ", "))
+	return fmt.Sprintf("IPv4 %d KiB on %s and new pods' veths", b.Size/1024, printableList(b.Devices))
 }
 
 // policy is the NetworkPolicy row and its warnings.
@@ -117,8 +117,24 @@ func (r statusRows) policy(s api.Status) {
 // statusRows prints the rows of printStatus.
 type statusRows struct{ out io.Writer }
 
+// row prints "k: value". The agent's text comes in as a's strings (and k), escaped
+// here; a value that mixes it with ours is built from printable pieces.
 func (r statusRows) row(k, format string, a ...any) {
-	fmt.Fprintf(r.out, "%-22s "+format+"\n", append([]any{k + ":"}, a...)...)
+	for i, v := range a {
+		if s, ok := v.(string); ok {
+			a[i] = printable(s)
+		}
+	}
+	fmt.Fprintf(r.out, "%-22s "+format+"\n", append([]any{printable(k) + ":"}, a...)...)
+}
+
+// printableList is ss, each escaped, joined by commas.
+func printableList(ss []string) string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = printable(s)
+	}
+	return strings.Join(out, ", ")
 }
 
 // node prints the agent, its configuration, the apiserver and the datapath.
@@ -129,11 +145,11 @@ func (r statusRows) node(s api.Status) {
 	} else {
 		r.row("Configuration", "%s", s.Config.Sources)
 	}
-	k8s := "Disconnected: " + s.Kubernetes.Error
 	if s.Kubernetes.Connected {
-		k8s = "Ok, " + s.Kubernetes.Version
+		r.row("Kubernetes", "Ok, %s", s.Kubernetes.Version)
+	} else {
+		r.row("Kubernetes", "Disconnected: %s", s.Kubernetes.Error)
 	}
-	r.row("Kubernetes", "%s", k8s)
 	r.row("Datapath", "%s, %s attach, uplink %s", s.Datapath.Device, s.Datapath.AttachMode, s.Datapath.Uplink)
 }
 
@@ -160,9 +176,9 @@ func (r statusRows) protection(s api.Status) {
 		r.row("Source validation", "OFF")
 		r.row("  WARNING", "%s", s.SourceCheck.Warning)
 	}
-	guardText := s.Guard.Setting
+	guardText := printable(s.Guard.Setting)
 	if len(s.Guard.Found) > 0 {
-		guardText += "; user rules in " + strings.Join(s.Guard.Found, ", ")
+		guardText += "; user rules in " + printableList(s.Guard.Found)
 	}
 	r.row("User firewall guard", "%s", guardText)
 	if s.Guard.Warning != "" {
@@ -174,7 +190,7 @@ func (r statusRows) protection(s api.Status) {
 func (r statusRows) maps(s api.Status) {
 	var maps []string
 	for _, m := range s.Maps {
-		maps = append(maps, fmt.Sprintf("%s %d/%d", m.Name, m.Entries, m.Max))
+		maps = append(maps, fmt.Sprintf("%s %d/%d", printable(m.Name), m.Entries, m.Max))
 	}
 	r.row("BPF maps", "%s", strings.Join(maps, ", "))
 	if s.NAT.Ports != "" {
@@ -197,9 +213,9 @@ func (r statusRows) loops(s api.Status) {
 	for _, l := range s.Loops {
 		state := "ok"
 		if l.LastError != "" {
-			state = fmt.Sprintf("last error %v ago: %s", time.Since(l.ErrorTime).Round(time.Second), l.LastError)
+			state = fmt.Sprintf("last error %v ago: %s", time.Since(l.ErrorTime).Round(time.Second), printable(l.LastError))
 		}
-		r.row("Loop "+l.Name, "%s", state)
+		r.row("Loop "+printable(l.Name), "%s", state)
 	}
 }
 

@@ -6,10 +6,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"time"
 
 	"k8s.io/client-go/dynamic"
 
+	"github.com/myelin-net/myelin/internal/termtext"
 	"github.com/myelin-net/myelin/internal/version"
 )
 
@@ -77,7 +79,7 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 			continue
 		}
 		name := uniqueName(n.Name(), taken)
-		fmt.Fprintf(out, "Collecting from node %s...\n", name)
+		fmt.Fprintf(out, "Collecting from node %s...\n", termtext.Printable(name))
 		collectNode(ctx, a, n, name, o)
 	}
 	if len(o.Nodes) == 0 {
@@ -94,8 +96,15 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 	}
 	abs, _ := filepath.Abs(o.Output)
 	fmt.Fprintf(out, "Wrote %s: %d files, %d not collected (see manifest.json)\n", abs, len(a.files), len(a.errors))
-	for name, e := range a.errors {
-		fmt.Fprintf(out, "  not collected: %s: %s\n", name, Redact([]byte(e)))
+	names := make([]string, 0, len(a.errors))
+	for name := range a.errors {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		// errors quote what nodes answered: escaped, they can't drive the terminal
+		e := string(Redact([]byte(a.errors[name])))
+		fmt.Fprintf(out, "  not collected: %s: %s\n", termtext.Printable(name), termtext.Printable(e))
 	}
 	return nil
 }

@@ -187,3 +187,26 @@ type failingNode struct{ fakeNode }
 func (failingNode) Drops(context.Context) ([]byte, error) {
 	return nil, errors.New("monitor: request with Authorization: Bearer 0123456789abcdef refused")
 }
+
+// What could not be collected quotes what a node answered; printed, it is escaped so
+// it can't move the cursor, clear the screen or forge lines.
+func TestNotCollectedEscaped(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "dump.tar.gz")
+	var log strings.Builder
+	if err := Run(context.Background(), &log, Options{Nodes: []Node{hostileNode{fakeNode{"n1"}}}, Output: out}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsAny(log.String(), "\x1b\r") || strings.Contains(log.String(), "\nnot collected: forged") {
+		t.Errorf("output holds control characters or a forged line:\n%q", log.String())
+	}
+	if !strings.Contains(log.String(), `\x1b[2J`) {
+		t.Errorf("output does not show the escaped sequence:\n%q", log.String())
+	}
+}
+
+// hostileNode's commands fail with output that would drive a terminal.
+type hostileNode struct{ fakeNode }
+
+func (hostileNode) Run(context.Context, ...string) ([]byte, error) {
+	return nil, errors.New("bpftool: \x1b[2J\x1b[Hall good\r\nnot collected: forged")
+}

@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/myelin-net/myelin/internal/api"
+)
+
+// hostile is agent text that would recolour the terminal, return the cursor and
+// forge a line of its own if printed raw.
+const hostile = "x\x1b[31m\r\nforged"
+
+// fillStrings sets every string reachable in v (fields, list items, pointed-to
+// structs, which it allocates) to hostile, and every list to one item.
+func fillStrings(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(hostile)
+	case reflect.Struct:
+		if v.Type() == reflect.TypeOf(time.Time{}) {
+			return
+		}
+		for i := 0; i < v.NumField(); i++ {
+			if v.Type().Field(i).IsExported() {
+				fillStrings(v.Field(i))
+			}
+		}
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fillStrings(v.Elem())
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+		fillStrings(v.Index(0))
+	}
+}
+
+func checkEscaped(t *testing.T, what, out string) {
+	t.Helper()
+	if strings.ContainsAny(out, "\x1b\r") {
+		t.Errorf("%s prints a control character:\n%q", what, out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "forged") {
+			t.Errorf("%s prints a line the agent forged:\n%q", what, out)
+		}
+	}
+	if !strings.Contains(out, `\x1b[31m`) {
+		t.Errorf("%s does not show the agent's text escaped:\n%q", what, out)
+	}
+}
+
+// Everything an agent tells status, policy and health is printed escaped.
+func TestAgentTextEscaped(t *testing.T) {
+	var st api.Status
+	fillStrings(reflect.ValueOf(&st).Elem())
+	st.BIGTCP.Enabled, st.BIGTCP.Size = true, 0
+	var b bytes.Buffer
+	printStatus(&b, st)
+	checkEscaped(t, "status", b.String())
+	st.BIGTCP.Size, st.Kubernetes.Connected = 65536, true
+	b.Reset()
+	printStatus(&b, st)
+	checkEscaped(t, "status (BIG TCP on, connected)", b.String())
+
+	var ps api.PolicyStatus
+	fillStrings(reflect.ValueOf(&ps).Elem())
+	for _, synced := range []bool{true, false} {
+		ps.Synced = synced
+		b.Reset()
+		writePolicyStatus(&b, ps)
+		checkEscaped(t, "endpoints", b.String())
+	}
+
+	var tr api.PolicyTrace
+	fillStrings(reflect.ValueOf(&tr).Elem())
+	for _, v := range []api.PolicyVerdict{{Isolated: true, Allowed: true, By: []string{hostile}}, {Isolated: true, Isolating: []string{hostile}}} {
+		tr.Egress = v
+		b.Reset()
+		writePolicyTrace(&b, tr)
+		checkEscaped(t, "policy trace", b.String())
+	}
+
+	var m api.HealthMatrix
+	fillStrings(reflect.ValueOf(&m).Elem())
+	now := time.Now()
+	m.Peers[0].PodHTTP.LastFailure = now.Add(-time.Second)
+	b.Reset()
+	PrintHealth(&b, m, now)
+	checkEscaped(t, "health", b.String())
+}
+
+// An agent's error message is printed escaped; errors.Is still sees the error.
+func TestAgentErrorEscaped(t *testing.T) {
+	err := escapedError{errors.Join(api.ErrNotFound, errors.New(hostile))}
+	checkEscaped(t, "error", err.Error())
+	if !errors.Is(err, api.ErrNotFound) {
+		t.Error("errors.Is no longer sees the agent's error")
+	}
+}
