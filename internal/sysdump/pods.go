@@ -164,8 +164,10 @@ func (n PodNode) Drops(ctx context.Context) ([]byte, error) {
 // Run runs argv in the agent's container (the node's network namespace).
 func (n PodNode) Run(ctx context.Context, argv ...string) ([]byte, error) { return n.output(ctx, argv) }
 
-// Log returns the end of the agent container's log.
+// Log returns the end of the agent container's log, within execTimeout.
 func (n PodNode) Log(ctx context.Context, max int) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, execTimeout)
+	defer cancel()
 	req := n.Client.CoreV1().Pods(n.Pod.Namespace).GetLogs(n.Pod.Name, &corev1.PodLogOptions{
 		Container: "agent", TailLines: ptr.To[int64](20000), LimitBytes: ptr.To(int64(max)),
 	})
