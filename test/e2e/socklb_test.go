@@ -8,8 +8,10 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -27,7 +29,8 @@ import (
 // with externalTrafficPolicy Local on the client's node answers the node's own pods and
 // processes from every backend (kube-proxy's short-circuit; outside clients get the
 // node's own, TestLabMyelinServices). Turned off again, status says the tc path serves
-// Services and they still work.
+// Services and they still work; a UDP socket socket-LB connected to a backend removed
+// while it was off is closed once it is back on (the agent's sweep at start).
 func TestLabSocketLB(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native")
@@ -133,7 +136,11 @@ func TestLabSocketLB(t *testing.T) {
 	t.Run("UDP socket to a removed backend is closed", func(t *testing.T) {
 		udpClosedOnBackendRemoval(t, cs, cip+":80")
 	})
-	t.Run("off again", func(t *testing.T) {
+	t.Run("off again, then on: a UDP socket to a backend removed meanwhile is closed", func(t *testing.T) {
+		// Socket-LB connected this socket; with it off nobody closes sockets, so
+		// the one to a backend removed meanwhile stays until it is back on: the
+		// agent's sweep after its first Service sync closes it.
+		p := startUntilClosed(t, cip+":80")
 		setConfig(t, cs, "bpf-lb-sock", "false")
 		restartAgent(t, n1)
 		if st := agentStatus(t, n1).SocketLB; !strings.HasPrefix(st, "off (bpf-lb-sock is false)") {
@@ -142,6 +149,83 @@ func TestLabSocketLB(t *testing.T) {
 		if r := peer(t, "client", cip+":80", "tcp"); !strings.HasPrefix(r.Answer, "server=web-") {
 			t.Errorf("ClusterIP through the tc path: answer %q", r.Answer)
 		}
+		deletePodAndWait(t, cs, p.server)
+		select {
+		case <-p.done:
+			t.Fatalf("the UDP socket to %s ended while socket-LB was off: %s", p.server, p.last)
+		default:
+		}
+		setConfig(t, cs, "bpf-lb-sock", "true")
+		restartAgent(t, n1)
+		p.expectAborted(t)
+	})
+}
+
+// untilClosed is a `lab peer --until-closed` running in the client pod: the backend
+// (server) its connected UDP socket reached, and its last line once done is closed.
+type untilClosed struct {
+	addr, server string
+	cmd          *exec.Cmd
+	stderr       *strings.Builder
+	done         chan struct{}
+	last         string
+}
+
+// startUntilClosed keeps a connected UDP socket from the client pod to the Service at
+// addr (at most 4 minutes) and returns once it had its first answer.
+func startUntilClosed(t *testing.T, addr string) *untilClosed {
+	t.Helper()
+	cmd := exec.Command(myelinBin, "lab", "exec", "client", "--", myelinBin, "lab", "peer", "--to", addr,
+		"--proto", "udp-connected", "--until-closed", "4m")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &untilClosed{addr: addr, cmd: cmd, stderr: &strings.Builder{}, done: make(chan struct{})}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	sc := bufio.NewScanner(stdout)
+	if !sc.Scan() {
+		_ = cmd.Wait()
+		t.Fatalf("lab peer --until-closed printed nothing: %s", p.stderr.String())
+	}
+	first := sc.Text() // "answered peer=IP:PORT server=NAME client=..."
+	p.server = serverOf(first[strings.Index(first, "server="):])
+	go func() {
+		for sc.Scan() {
+			p.last = sc.Text()
+		}
+		close(p.done)
+	}()
+	return p
+}
+
+// expectAborted waits for the peer to end and expects its socket closed under it
+// (ECONNABORTED), as socket-LB closes sockets to a backend that went away.
+func (p *untilClosed) expectAborted(t *testing.T) {
+	t.Helper()
+	<-p.done
+	if err := p.cmd.Wait(); err != nil {
+		t.Fatalf("the UDP socket to %s (backend %s, removed) stayed open: %v: %s %s", p.addr, p.server, err, p.last, p.stderr.String())
+	}
+	var r labtools.PeerResult
+	if err := json.Unmarshal([]byte(p.last), &r); err != nil || r.Closed != "connection aborted" {
+		t.Errorf("after removing backend %s: %q (%v), want the socket closed with ECONNABORTED", p.server, p.last, err)
+	}
+}
+
+// deletePodAndWait deletes pod default/name and waits until it is gone.
+func deletePodAndWait(t *testing.T, cs kubernetes.Interface, name string) {
+	t.Helper()
+	if err := cs.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete pod %s: %v", name, err)
+	}
+	eventually(t, 2*time.Minute, "pod "+name+" gone", func(ctx context.Context) (bool, string) {
+		_, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 }
 
@@ -176,36 +260,9 @@ func serverOf(answer string) string {
 // the client (ECONNABORTED) once the agent removed that backend.
 func udpClosedOnBackendRemoval(t *testing.T, cs kubernetes.Interface, addr string) {
 	t.Helper()
-	cmd := exec.Command(myelinBin, "lab", "exec", "client", "--", myelinBin, "lab", "peer", "--to", addr,
-		"--proto", "udp-connected", "--until-closed", "2m")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	p := startUntilClosed(t, addr)
+	if err := cs.CoreV1().Pods("default").Delete(context.Background(), p.server, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete backend pod %s: %v", p.server, err)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(stdout)
-	if !sc.Scan() {
-		_ = cmd.Wait()
-		t.Fatalf("lab peer --until-closed printed nothing: %s", stderr.String())
-	}
-	first := sc.Text() // "answered peer=IP:PORT server=NAME client=..."
-	server := serverOf(first[strings.Index(first, "server="):])
-	if err := cs.CoreV1().Pods("default").Delete(context.Background(), server, metav1.DeleteOptions{}); err != nil {
-		t.Fatalf("delete backend pod %s: %v", server, err)
-	}
-	var last string
-	for sc.Scan() {
-		last = sc.Text()
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("the UDP socket to %s (backend %s, deleted) stayed open: %v: %s %s", addr, server, err, last, stderr.String())
-	}
-	var r labtools.PeerResult
-	if err := json.Unmarshal([]byte(last), &r); err != nil || r.Closed != "connection aborted" {
-		t.Errorf("after deleting backend %s: %q (%v), want the socket closed with ECONNABORTED", server, last, err)
-	}
+	p.expectAborted(t)
 }
