@@ -30,8 +30,20 @@ func labCommand() *cobra.Command {
 (myelin-node-N) on an underlay bridge in myelin-lab-net; myelin-lab-ext is an external
 host serving HTTP on 203.0.113.10:80. Everything it creates is named myelin-*.`,
 	}
-	cmd.PersistentFlags().StringVar(&dir, "dir", labplan.DefaultDir, "lab directory (state, certificates, logs)")
-	paths := func() labplan.Paths { return labplan.Paths{Dir: dir} }
+	cmd.PersistentFlags().StringVar(&dir, "dir", labplan.DefaultDir,
+		"lab directory (state, certificates, logs; lab down removes it): made absolute; not /, a top-level directory such as /tmp, or your home")
+	// --dir is checked once, here, before any lab command runs: lab down removes the
+	// directory and what runs from it (labplan.CheckDir says which are refused).
+	var checked labplan.Paths
+	cmd.PersistentPreRunE = func(*cobra.Command, []string) error {
+		p, err := labplan.NewPaths(dir)
+		if err != nil {
+			return fmt.Errorf("--dir %q: %w", dir, err)
+		}
+		checked = p
+		return nil
+	}
+	paths := func() labplan.Paths { return checked }
 	cmd.AddCommand(labUpCommand(paths), labDownCommand(paths), labStatusCommand(paths),
 		labExecCommand(paths), labRestartCommand(paths), labServeCommand(), labUDPFlowsCommand(), labBigUDPCommand(), labHTTPSessionCommand(), labSYNFloodCommand(), labDNSToolCommand(), labPeerCommand(), labSuperviseCommand(paths), labKubeletCommand(paths), labNodeNetworkCommand(paths))
 	cmd.AddCommand(labDNSCommand(paths), labImportCommand(paths))
