@@ -32,12 +32,18 @@ const podDeleteTimeout = time.Minute
 // network namespaces (and with them every link inside), the root netns link, the
 // containerd runtime's mounts, shim sockets, container log links and cgroups, the
 // machine's sysctls as they were, bpffs pins (and the bpffs, when lab up mounted it), per-node state and the lab directory. It finds leftovers by name, so it works after a crash or an interrupted
-// up, and does nothing (successfully) when nothing is there.
+// up, and does nothing (successfully) when nothing is there. A lab directory that
+// holds files but not lab up's marker (labplan.MarkerFile) is not a lab's: Down then
+// removes only what it finds by name (namespaces, links, cgroups, node directories),
+// leaves the directory and what runs from it alone, and says so in its error.
 func Down(paths labplan.Paths, out io.Writer) error {
 	var problems []string
 	note := func(format string, a ...any) { fmt.Fprintf(out, format+"\n", a...) }
 
-	if plan, err := LoadPlan(paths); err == nil && plan.Options.Runtime == labplan.RuntimeContainerd && Running(paths) {
+	// What is found through the lab directory (the plan, processes and mounts in it,
+	// what its records say the lab created) is acted on only when it is a lab's.
+	own := labDirState(paths) != dirForeign
+	if plan, err := LoadPlan(paths); own && err == nil && plan.Options.Runtime == labplan.RuntimeContainerd && Running(paths) {
 		if err := deletePods(paths, podDeleteTimeout); err != nil {
 			note("deleting the pods before stopping the kubelets: %v (continuing)", err)
 		}
@@ -45,10 +51,10 @@ func Down(paths labplan.Paths, out io.Writer) error {
 	if stopSupervisor(paths) {
 		note("stopped the lab supervisor")
 	}
-	if n := killLabProcesses(paths); n > 0 {
+	if n := killLabProcesses(paths, own); n > 0 {
 		note("killed %d leftover lab processes", n)
 	}
-	problems = append(problems, downRuntime(paths, note)...)
+	problems = append(problems, downRuntime(paths, own, note)...)
 	for _, ns := range LeftoverNetNS() {
 		if err := run("ip", "netns", "del", ns); err != nil {
 			problems = append(problems, err.Error())
@@ -67,18 +73,19 @@ func Down(paths labplan.Paths, out io.Writer) error {
 		note("removed link %s", link)
 	}
 	problems = append(problems, removeNodeDirs(note)...)
-	if err := unmountBPFFS(paths.BPFFSMounted(), note); err != nil { // bpffs.go
-		problems = append(problems, err.Error())
-	}
-	if _, err := os.Stat(paths.Dir); err == nil && len(problems) > 0 {
-		// It holds the sysctls as they were: the next lab down needs them.
-		note("kept %s for the next lab down", paths.Dir)
-	} else if err == nil {
-		if err := os.RemoveAll(paths.Dir); err != nil {
+	if own {
+		if err := unmountBPFFS(paths.BPFFSMounted(), note); err != nil { // bpffs.go
 			problems = append(problems, err.Error())
-		} else {
-			note("removed %s", paths.Dir)
 		}
+	}
+	if err := removeLabDir(paths, len(problems) > 0, note); err != nil { // labdir.go
+		if !own {
+			if len(problems) == 0 {
+				return err
+			}
+			return fmt.Errorf("%w; and lab down left things behind: %s", err, strings.Join(problems, "; "))
+		}
+		problems = append(problems, err.Error())
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("lab down left things behind: %s; run myelin lab down again, or remove them by hand",
@@ -129,24 +136,26 @@ func processAlive(pid int) bool {
 	return len(fields) > 0 && fields[0] != "Z"
 }
 
-// killLabProcesses kills every process that lives in a lab netns or runs from the lab
-// directory: pods' commands, kubelets, the control plane after a supervisor crash.
-func killLabProcesses(paths labplan.Paths) int {
+// killLabProcesses kills every process that lives in a lab netns, is the lab's
+// supervisor or, when own (the lab directory is a lab's), has an argument in the lab
+// directory: pods' commands, kubelets, the control plane after a supervisor crash. It
+// spares itself and its ancestors (the sudo or shell that ran lab down --dir DIR).
+func killLabProcesses(paths labplan.Paths, own bool) int {
 	labNS := map[uint64]bool{}
 	for _, ns := range LeftoverNetNS() {
 		if ino, ok := inode(netns.Path(ns)); ok {
 			labNS[ino] = true
 		}
 	}
-	self := os.Getpid()
+	spare := ancestors(os.Getpid())
 	killed := 0
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
+		if err != nil || spare[pid] {
 			continue
 		}
-		if !isLabProcess(pid, paths, labNS) {
+		if !isLabProcess(pid, paths, own, labNS) {
 			continue
 		}
 		if syscall.Kill(pid, syscall.SIGKILL) == nil {
@@ -156,12 +165,56 @@ func killLabProcesses(paths labplan.Paths) int {
 	return killed
 }
 
-func isLabProcess(pid int, paths labplan.Paths, labNS map[uint64]bool) bool {
+func isLabProcess(pid int, paths labplan.Paths, own bool, labNS map[uint64]bool) bool {
 	if ino, ok := inode(fmt.Sprintf("/proc/%d/ns/net", pid)); ok && labNS[ino] {
 		return true
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return err == nil && (bytes.Contains(cmdline, []byte(paths.Dir+"/")) || isSupervisorOf(cmdline, paths.Dir))
+	return err == nil && ((own && hasArgIn(cmdline, paths.Dir)) || isSupervisorOf(cmdline, paths.Dir))
+}
+
+// hasArgIn says whether cmdline (NUL-separated, from /proc) has an argument that is
+// dir or a path below it, alone or as a flag's value (--data-dir=DIR/etcd): a whole
+// argument, not a substring of one (/backup/run/myelin-lab/x, sh -c "… DIR/x"). dir is
+// absolute and clean (labplan.CheckDir).
+func hasArgIn(cmdline []byte, dir string) bool {
+	for _, a := range strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00") {
+		if strings.HasPrefix(a, "-") {
+			_, a, _ = strings.Cut(a, "=")
+		}
+		if !filepath.IsAbs(a) {
+			continue
+		}
+		if a = filepath.Clean(a); a == dir || strings.HasPrefix(a, dir+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// ancestors returns pid and the processes it descends from.
+func ancestors(pid int) map[int]bool {
+	out := map[int]bool{}
+	for pid > 0 && !out[pid] {
+		out[pid] = true
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			break
+		}
+		pid = parentPID(b)
+	}
+	return out
+}
+
+// parentPID reads the parent's pid from a /proc/PID/stat line (0 if it cannot).
+func parentPID(stat []byte) int {
+	// "pid (comm) state ppid …": comm may hold spaces and parentheses.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(fields) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(fields[1])
+	return ppid
 }
 
 // isSupervisorOf says whether cmdline (NUL-separated, from /proc) is the lab

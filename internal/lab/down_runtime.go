@@ -136,12 +136,35 @@ func leftoverContainerLogs(paths labplan.Paths) []string {
 
 // downRuntime removes what the containerd runtime leaves outside the lab's processes
 // and namespaces, once they are gone: mounts, shim sockets, container log links,
-// cgroups, and it puts the machine's sysctls back. It returns what it could not remove.
-func downRuntime(paths labplan.Paths, note func(string, ...any)) []string {
+// cgroups, and it puts the machine's sysctls back. What only the lab directory tells
+// (mounts in it, its records of sysctls and created directories) it acts on only when
+// own, the directory being a lab's. It returns what it could not remove.
+func downRuntime(paths labplan.Paths, own bool, note func(string, ...any)) []string {
 	var problems []string
 	if n := killCgroupProcesses(); n > 0 {
 		note("killed %d leftover container processes", n)
 	}
+	if own {
+		problems = append(problems, downRuntimeDir(paths, note)...)
+	}
+	// Empty once the lab's shims are gone; a running containerd's would not be.
+	for _, dir := range []string{shimSocketDir, filepath.Dir(shimSocketDir)} {
+		_ = syscall.Rmdir(dir)
+	}
+	problems = append(problems, removeCNIResults(paths, own, note)...)
+	for _, cg := range leftoverCgroups() {
+		if err := removeCgroupRetrying(cg); err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		note("removed cgroup %s", cg)
+	}
+	return problems
+}
+
+// downRuntimeDir is the part of downRuntime that the lab directory leads to.
+func downRuntimeDir(paths labplan.Paths, note func(string, ...any)) []string {
+	var problems []string
 	if err := restoreSysctls(paths.Sysctls()); err != nil {
 		problems = append(problems, err.Error())
 	}
@@ -157,24 +180,12 @@ func downRuntime(paths labplan.Paths, note func(string, ...any)) []string {
 		}
 		note("removed %s", f)
 	}
-	// Empty once the lab's shims are gone; a running containerd's would not be.
-	for _, dir := range []string{shimSocketDir, filepath.Dir(shimSocketDir)} {
-		_ = syscall.Rmdir(dir)
-	}
 	if exists(paths.KubeletSharedDirCreated()) && exists(labplan.KubeletSharedDir) {
 		if err := os.RemoveAll(labplan.KubeletSharedDir); err != nil {
 			problems = append(problems, err.Error())
 		} else {
 			note("removed %s (the kubelets' device-plugin dir)", labplan.KubeletSharedDir)
 		}
-	}
-	problems = append(problems, removeCNIResults(paths, note)...)
-	for _, cg := range leftoverCgroups() {
-		if err := removeCgroupRetrying(cg); err != nil {
-			problems = append(problems, err.Error())
-			continue
-		}
-		note("removed cgroup %s", cg)
 	}
 	return problems
 }
@@ -222,9 +233,9 @@ func cniResultsIn(dir string) []string {
 }
 
 // removeCNIResults removes the lab's cached CNI results, or the whole cache when
-// the lab created it.
-func removeCNIResults(paths labplan.Paths, note func(string, ...any)) []string {
-	if exists(paths.CNICacheDirCreated()) && exists(labplan.CNICacheDir) {
+// the lab created it (as its own directory, own, records).
+func removeCNIResults(paths labplan.Paths, own bool, note func(string, ...any)) []string {
+	if own && exists(paths.CNICacheDirCreated()) && exists(labplan.CNICacheDir) {
 		if err := os.RemoveAll(labplan.CNICacheDir); err != nil {
 			return []string{err.Error()}
 		}

@@ -56,10 +56,16 @@ func checkTools(plan labplan.Plan) error {
 
 // CheckStale fails, naming what it found, when a lab's directory, network namespaces
 // or root links are on the machine with no lab running: lab up refuses to build over
-// them, and tests check for them before they start.
+// them, and tests check for them before they start. A directory at paths that holds
+// files but no lab marker is not a stale lab: it is refused as a --dir lab up cannot
+// use. An empty one is fine (lab up marks it and builds there).
 func CheckStale(paths labplan.Paths) error {
 	var found []string
-	if _, err := os.Stat(paths.Dir); err == nil {
+	switch labDirState(paths) {
+	case dirForeign:
+		return fmt.Errorf("--dir %s: the directory exists, holds files and is not a lab directory (no %s marker); "+
+			"lab up builds a lab only in a new or empty directory: pass another --dir", paths.Dir, labplan.MarkerFile)
+	case dirMarked:
 		found = append(found, paths.Dir)
 	}
 	found = append(found, LeftoverNetNS()...)
@@ -70,8 +76,8 @@ func CheckStale(paths labplan.Paths) error {
 	if len(found) > 4 {
 		found = append(found[:4], fmt.Sprintf("and %d more", len(found)-4))
 	}
-	return fmt.Errorf("a stale lab is in the way (%s), left by a crashed or interrupted run; remove it with: myelin lab down",
-		strings.Join(found, ", "))
+	return fmt.Errorf("a stale lab is in the way (%s), left by a crashed or interrupted run; remove it with: myelin lab down --dir %s",
+		strings.Join(found, ", "), paths.Dir)
 }
 
 // checkKernel builds a bridge and a veth pair in a throwaway netns.

@@ -44,7 +44,10 @@ func Up(ctx context.Context, paths labplan.Paths, plan labplan.Plan, out io.Writ
 	}()
 
 	fmt.Fprintf(out, "building the lab network: %d nodes on a %s underlay\n", len(plan.Nodes), plan.Options.Underlay)
-	for _, dir := range []string{paths.Dir, paths.Logs(), paths.Etcd()} {
+	if err := makeLabDir(paths); err != nil { // labdir.go: the marker first
+		return err
+	}
+	for _, dir := range []string{paths.Logs(), paths.Etcd()} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
