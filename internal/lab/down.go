@@ -110,24 +110,32 @@ func stopSupervisor(paths labplan.Paths) bool {
 }
 
 // supervisorPID returns the pid of the running supervisor of paths, or 0.
-func supervisorPID(paths labplan.Paths) int {
+func supervisorPID(paths labplan.Paths) int { return supervisorPIDIn("/proc", paths) }
+
+// supervisorPIDIn is supervisorPID with the proc filesystem at proc. The pid file's
+// process counts only when it is this lab's supervisor by its arguments
+// (isSupervisorOf): after a crash the pid may be another program's now (supervisord,
+// s6-supervise), which lab down must not stop.
+func supervisorPIDIn(proc string, paths labplan.Paths) int {
 	b, err := os.ReadFile(paths.SupervisorPID())
 	if err != nil {
 		return 0
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || !processAlive(pid) {
+	if err != nil || pid <= 0 || !processAliveIn(proc, pid) {
 		return 0
 	}
-	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if !bytes.Contains(cmdline, []byte("supervise")) {
+	cmdline, _ := os.ReadFile(filepath.Join(proc, strconv.Itoa(pid), "cmdline"))
+	if !isSupervisorOf(cmdline, paths.Dir) {
 		return 0 // a reused pid, not ours
 	}
 	return pid
 }
 
-func processAlive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+func processAlive(pid int) bool { return processAliveIn("/proc", pid) }
+
+func processAliveIn(proc string, pid int) bool {
+	b, err := os.ReadFile(filepath.Join(proc, strconv.Itoa(pid), "stat"))
 	if err != nil {
 		return false
 	}

@@ -1,8 +1,12 @@
 package lab
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // lab down finds the supervisor by its arguments as lab up starts it, for its own
@@ -24,6 +28,46 @@ func TestIsSupervisorOf(t *testing.T) {
 	} {
 		if got := isSupervisorOf(cmdline(c.args...), dir); got != c.want {
 			t.Errorf("isSupervisorOf(%q) = %v, want %v", c.args, got, c.want)
+		}
+	}
+}
+
+// The supervisor's pid file counts only while its pid is this lab's supervisor: after
+// a crash the pid may be reused by the machine's supervisord, which must be left be.
+func TestSupervisorPIDChecksArguments(t *testing.T) {
+	proc := t.TempDir()
+	paths := labplan.Paths{Dir: t.TempDir()}
+	if err := os.WriteFile(paths.SupervisorPID(), []byte("4242\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	process := func(state string, args ...string) {
+		t.Helper()
+		dir := filepath.Join(proc, "4242")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		stat := "4242 (x) " + state + " 1 4242 4242 0"
+		if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(stat), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cmdline"), []byte(strings.Join(args, "\x00")+"\x00"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		state string
+		args  []string
+		want  int
+	}{
+		{"S", []string{"/usr/bin/myelin", "lab", "supervise", "--dir", paths.Dir}, 4242},
+		{"Z", []string{"/usr/bin/myelin", "lab", "supervise", "--dir", paths.Dir}, 0},
+		{"S", []string{"/usr/bin/python3", "/usr/bin/supervisord", "-n", "-c", "/etc/supervisor/supervisord.conf"}, 0},
+		{"S", []string{"s6-supervise", "getty"}, 0},
+		{"S", []string{"/usr/bin/myelin", "lab", "supervise", "--dir", "/run/other-lab"}, 0},
+	} {
+		process(c.state, c.args...)
+		if got := supervisorPIDIn(proc, paths); got != c.want {
+			t.Errorf("pid 4242 %s %q: supervisorPID = %d, want %d", c.state, c.args, got, c.want)
 		}
 	}
 }
