@@ -36,7 +36,19 @@ const podDeleteTimeout = time.Minute
 // holds files but not lab up's marker (labplan.MarkerFile) is not a lab's: Down then
 // removes only what it finds by name (namespaces, links, cgroups, node directories),
 // leaves the directory and what runs from it alone, and says so in its error.
+// It holds the lab's lock (lock.go) while it runs, and fails at once with ErrBusy
+// while another lab up, down or restart holds it.
 func Down(paths labplan.Paths, out io.Writer) error {
+	l, err := lockLab(paths)
+	if err != nil {
+		return err
+	}
+	defer l.release(true)
+	return down(paths, out)
+}
+
+// down is Down without the lock (lab up's cleanup runs it holding up's).
+func down(paths labplan.Paths, out io.Writer) error {
 	var problems []string
 	note := func(format string, a ...any) { fmt.Fprintf(out, format+"\n", a...) }
 

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -14,12 +15,12 @@ import (
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
+var errNotRoot = errors.New("myelin lab up must run as root: it creates network namespaces and links; run it with sudo")
+
 // preflight checks everything `lab up` needs before it changes anything, and returns
-// one error naming the first problem and its fix.
+// one error naming the first problem and its fix (Up checks for root, errNotRoot,
+// before it takes the lab's lock).
 func preflight(paths labplan.Paths, plan labplan.Plan) error {
-	if os.Geteuid() != 0 {
-		return fmt.Errorf("myelin lab up must run as root: it creates network namespaces and links; run it with sudo")
-	}
 	if err := checkTools(plan); err != nil {
 		return err
 	}

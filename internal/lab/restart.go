@@ -10,9 +10,18 @@ import (
 
 // Restart stops one supervised process (SIGTERM, or SIGKILL with kill) and waits until
 // the supervisor has started it again, e.g. to make an agent read a changed
-// configuration.
+// configuration. It holds the lab's lock (lock.go) while it runs, and fails at once
+// with ErrBusy while another lab up, down or restart holds it.
 func Restart(paths labplan.Paths, name string, kill bool) error {
 	if !Running(paths) {
+		return ErrNoLab
+	}
+	l, err := lockLab(paths)
+	if err != nil {
+		return err
+	}
+	defer l.release(false)
+	if !Running(paths) { // stopped meanwhile by a down that held the lock
 		return ErrNoLab
 	}
 	pid := 0

@@ -26,8 +26,18 @@ func Running(paths labplan.Paths) bool { return supervisorPID(paths) != 0 }
 // running lab of the same options it says so and changes nothing (so `up` is safe to
 // repeat); a running lab of other options is an error, so that nobody measures or
 // tears down a lab that is not the one they asked for. Any failure (or ctx ending)
-// tears down what was built, so no half-built lab is left behind.
+// tears down what was built, so no half-built lab is left behind. It holds the lab's
+// lock (lock.go) while it runs, and fails at once with ErrBusy while another lab up,
+// down or restart holds it.
 func Up(ctx context.Context, paths labplan.Paths, plan labplan.Plan, out io.Writer) (err error) {
+	if os.Geteuid() != 0 {
+		return errNotRoot
+	}
+	l, err := lockLab(paths)
+	if err != nil {
+		return err
+	}
+	defer func() { l.release(err != nil) }()
 	if Running(paths) {
 		return alreadyRunning(paths, plan, out)
 	}
@@ -37,7 +47,7 @@ func Up(ctx context.Context, paths labplan.Paths, plan labplan.Plan, out io.Writ
 	defer func() {
 		if err != nil {
 			fmt.Fprintf(out, "lab up failed; removing what it built\n")
-			if derr := Down(paths, io.Discard); derr != nil {
+			if derr := down(paths, io.Discard); derr != nil {
 				err = fmt.Errorf("%w (and %v)", err, derr)
 			}
 		}

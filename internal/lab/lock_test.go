@@ -1,0 +1,42 @@
+package lab
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/myelin-net/myelin/internal/lab/labplan"
+)
+
+// A second lab up, down or restart on the same lab fails at once, saying which lab;
+// the lock is free again once released, also after down removed its file.
+func TestLockLab(t *testing.T) {
+	paths := labplan.Paths{Dir: filepath.Join(t.TempDir(), "lab")}
+	first, err := lockLab(paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Dir(paths.Lock()) == paths.Dir {
+		t.Errorf("lock %s is inside the lab directory", paths.Lock())
+	}
+	_, err = lockLab(paths)
+	if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), paths.Dir) {
+		t.Fatalf("second lock: %v; want ErrBusy naming %s", err, paths.Dir)
+	}
+	other, err := lockLab(labplan.Paths{Dir: paths.Dir + "2"})
+	if err != nil {
+		t.Fatalf("another lab's lock: %v", err)
+	}
+	other.release(true)
+	first.release(true)
+	if _, err := os.Stat(paths.Lock()); !os.IsNotExist(err) {
+		t.Errorf("lock file after release(true): %v; want it gone", err)
+	}
+	again, err := lockLab(paths)
+	if err != nil {
+		t.Fatalf("lock after release: %v", err)
+	}
+	again.release(false)
+}
