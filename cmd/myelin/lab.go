@@ -50,19 +50,24 @@ host serving HTTP on 203.0.113.10:80. Everything it creates is named myelin-*.`,
 	return cmd
 }
 
-// labTrafficTool refuses to run a lab traffic generator (serve, udp-flows, udp-big,
-// http-session, syn-flood, peer) in the machine's own network namespace: there its
-// packets would follow the machine's routes off the machine. They run inside the
-// lab's namespaces (myelin lab exec, ip netns exec myelin-…), where only the lab is.
+// labTrafficTool refuses to run a lab traffic tool (serve, udp-flows, udp-big,
+// http-session, syn-flood, dnstool serve and query, peer) in the machine's own network
+// namespace: there its packets would follow the machine's routes off the machine, and
+// its servers would answer the machine's networks. They run inside the lab's
+// namespaces (myelin lab exec, ip netns exec myelin-…), where only the lab is.
 func labTrafficTool(cmd *cobra.Command, _ []string) error {
+	name := cmd.Name()
+	if p := cmd.Parent(); p != nil && p.Name() != "lab" {
+		name = p.Name() + " " + name // dnstool serve
+	}
 	machine, err := netns.IsMachine()
 	if err != nil {
-		return fmt.Errorf("myelin lab %s: %w; it runs only inside the lab's network namespaces", cmd.Name(), err)
+		return fmt.Errorf("myelin lab %s: %w; it runs only inside the lab's network namespaces", name, err)
 	}
 	if machine {
 		return fmt.Errorf("myelin lab %s: refused in the machine's network namespace, where its packets could leave the machine; "+
 			"run it in a lab namespace: myelin lab exec POD -- myelin lab %s …, or ip netns exec %s myelin lab %s …",
-			cmd.Name(), cmd.Name(), labplan.ExtNS, cmd.Name())
+			name, name, labplan.ExtNS, name)
 	}
 	return nil
 }
@@ -164,9 +169,10 @@ func labServeCommand() *cobra.Command {
 	var listen, name string
 	var drain time.Duration
 	cmd := &cobra.Command{
-		Use:   "serve",
-		Short: "Serve HTTP, answering with the server's name and the client address it saw",
-		Args:  cobra.NoArgs,
+		Use:     "serve",
+		Short:   "Serve HTTP, answering with the server's name and the client address it saw (in a lab namespace only)",
+		Args:    cobra.NoArgs,
+		PreRunE: labTrafficTool,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if name == "" {
 				name = os.Getenv("POD_NAME")

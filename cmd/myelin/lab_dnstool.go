@@ -15,13 +15,14 @@ import (
 func labDNSToolCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dnstool",
-		Short: "A tiny DNS responder and client for lab tests (DNS flows)",
+		Short: "A tiny DNS responder and client for lab tests (DNS flows; in a lab namespace only)",
 	}
 	var listen, answer string
 	serve := &cobra.Command{
-		Use:   "serve [--listen :53] [--answer IP]",
-		Short: "Answer every A question with --answer, others with NXDOMAIN",
-		Args:  cobra.NoArgs,
+		Use:     "serve [--listen :53] [--answer IP]",
+		Short:   "Answer every A question with --answer, others with NXDOMAIN",
+		Args:    cobra.NoArgs,
+		PreRunE: labTrafficTool,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			a, err := netip.ParseAddr(answer)
 			if err != nil {
@@ -35,9 +36,10 @@ func labDNSToolCommand() *cobra.Command {
 	var server string
 	var timeout time.Duration
 	query := &cobra.Command{
-		Use:   "query --server IP:PORT NAME",
-		Short: "Ask --server for the A records of NAME and print them",
-		Args:  cobra.ExactArgs(1),
+		Use:     "query --server IP:PORT NAME",
+		Short:   "Ask --server for the A records of NAME and print them",
+		Args:    cobra.ExactArgs(1),
+		PreRunE: labTrafficTool,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ips, err := labtools.QueryDNS(cmd.Context(), server, args[0], timeout)
 			if err != nil {

@@ -20,3 +20,22 @@ func TestLabRefusesSharedDir(t *testing.T) {
 		}
 	}
 }
+
+// Every lab traffic tool (a server or a client of lab addresses) checks that it runs
+// in a lab namespace, not the machine's (labTrafficTool).
+func TestLabTrafficToolsCheckNamespace(t *testing.T) {
+	lab := labCommand()
+	for _, path := range [][]string{
+		{"serve"}, {"udp-flows"}, {"udp-big"}, {"http-session"}, {"syn-flood"}, {"peer"},
+		{"dnstool", "serve"}, {"dnstool", "query"},
+	} {
+		cmd, _, err := lab.Find(path)
+		if err != nil || cmd.Name() != path[len(path)-1] {
+			t.Errorf("lab %v: not found (%v)", path, err)
+			continue
+		}
+		if cmd.PreRunE == nil {
+			t.Errorf("lab %v: no namespace check (PreRunE labTrafficTool)", path)
+		}
+	}
+}
