@@ -45,7 +45,7 @@ host serving HTTP on 203.0.113.10:80. Everything it creates is named myelin-*.`,
 	}
 	paths := func() labplan.Paths { return checked }
 	cmd.AddCommand(labUpCommand(paths), labDownCommand(paths), labStatusCommand(paths),
-		labExecCommand(paths), labRestartCommand(paths), labServeCommand(), labUDPFlowsCommand(), labBigUDPCommand(), labHTTPSessionCommand(), labSYNFloodCommand(), labDNSToolCommand(), labPeerCommand(), labSuperviseCommand(paths), labKubeletCommand(paths), labNodeNetworkCommand(paths))
+		labExecCommand(paths), labRestartCommand(paths), labServeCommand(), labUDPFlowsCommand(), labBigUDPCommand(), labHTTPSessionCommand(), labSYNFloodCommand(paths), labDNSToolCommand(), labPeerCommand(), labSuperviseCommand(paths), labKubeletCommand(paths), labNodeNetworkCommand(paths))
 	cmd.AddCommand(labDNSCommand(paths), labImportCommand(paths))
 	return cmd
 }
@@ -278,12 +278,12 @@ func labHTTPSessionCommand() *cobra.Command {
 	return cmd
 }
 
-func labSYNFloodCommand() *cobra.Command {
+func labSYNFloodCommand(paths func() labplan.Paths) *cobra.Command {
 	var to, from string
 	var count, rate int
 	cmd := &cobra.Command{
 		Use:     "syn-flood --to IP:PORT --from CIDR [--count N] [--rate PPS]",
-		Short:   "Send N TCP SYNs from forged sources of CIDR to a lab address (the attacker of the NodePort flood test; lab addresses only)",
+		Short:   "Send N TCP SYNs from forged sources of CIDR to a lab node or pod (the attacker of the NodePort flood test; the running lab's node and pod addresses only)",
 		Args:    cobra.NoArgs,
 		PreRunE: labTrafficTool,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -295,14 +295,18 @@ func labSYNFloodCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--from %q: want a CIDR", from)
 			}
-			res, err := labtools.SYNFlood(target, src, count, rate)
+			plan, err := lab.LoadPlan(paths())
+			if err != nil {
+				return fmt.Errorf("syn-flood: read the lab's plan for its node and pod addresses: %w", err)
+			}
+			res, err := labtools.SYNFlood(target, src, count, rate, plan.FloodTargets())
 			if err != nil {
 				return err
 			}
 			return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
 		},
 	}
-	cmd.Flags().StringVar(&to, "to", "", "target IP:PORT inside the lab underlay (198.18.0.0/15)")
+	cmd.Flags().StringVar(&to, "to", "", "target IP:PORT: a node's address or a pod's of the running lab (not the machine's 198.18.0.2, the control plane or the router)")
 	cmd.Flags().StringVar(&from, "from", "203.0.113.0/24", "forged sources: a CIDR inside 203.0.113.0/24")
 	cmd.Flags().IntVar(&count, "count", 50000, fmt.Sprintf("SYNs to send (at most %d)", labtools.SYNFloodMax))
 	cmd.Flags().IntVar(&rate, "rate", 0, "packets per second (0: as fast as possible)")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -21,16 +22,16 @@ type SYNFloodResult struct {
 
 // SYNFlood sends count TCP SYNs to target from forged sources: addresses of
 // from other than the lab's external server, random source ports. It is
-// the lab's attacker: it refuses targets outside the lab underlay
-// (198.18.0.0/15) and sources outside the lab's external range
-// (203.0.113.0/24), and stops by itself after count packets, sent at about
-// rate packets a second (0: as fast as it can). It needs a raw socket
-// (CAP_NET_RAW) and runs in the external host's netns.
-func SYNFlood(target netip.AddrPort, from netip.Prefix, count, rate int) (SYNFloodResult, error) {
+// the lab's attacker: it refuses targets outside targets (the lab's nodes and
+// pods: labplan.Plan.FloodTargets, never the machine's own lab address) and
+// sources outside the lab's external range (203.0.113.0/24), and stops by itself
+// after count packets, sent at about rate packets a second (0: as fast as it can).
+// It needs a raw socket (CAP_NET_RAW) and runs in the external host's netns.
+func SYNFlood(target netip.AddrPort, from netip.Prefix, count, rate int, targets []netip.Prefix) (SYNFloodResult, error) {
 	var res SYNFloodResult
-	underlay, external := netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("203.0.113.0/24")
-	if !underlay.Contains(target.Addr()) {
-		return res, fmt.Errorf("syn-flood to %v: only lab underlay addresses (%v) may be flooded", target, underlay)
+	external := netip.MustParsePrefix("203.0.113.0/24")
+	if !slices.ContainsFunc(targets, func(p netip.Prefix) bool { return p.Contains(target.Addr()) }) {
+		return res, fmt.Errorf("syn-flood to %v: only the lab's node and pod addresses (%v) may be flooded", target, targets)
 	}
 	if !from.Addr().Is4() || from.Bits() < external.Bits() || !external.Contains(from.Addr()) || from.Bits() > 30 {
 		return res, fmt.Errorf("syn-flood from %v: sources must be a /24 to /30 inside the lab's external range %v", from, external)

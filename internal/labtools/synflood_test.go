@@ -27,16 +27,22 @@ func TestSYNPacketChecksum(t *testing.T) {
 }
 
 func TestSYNFloodRefusesNonLab(t *testing.T) {
+	// labplan.Plan.FloodTargets of a 2-node lab.
+	targets := []netip.Prefix{netip.MustParsePrefix("198.18.0.11/32"), netip.MustParsePrefix("198.18.0.12/32"), netip.MustParsePrefix("10.244.0.0/16")}
 	for _, c := range []struct {
 		to, from string
 		count    int
 		want     string
 	}{
-		{"192.0.2.1:80", "203.0.113.0/24", 10, "only lab underlay"},
+		{"192.0.2.1:80", "203.0.113.0/24", 10, "only the lab's node and pod"},
+		{"198.18.0.2:80", "203.0.113.0/24", 10, "only the lab's node and pod"}, // the machine's own lab address
+		{"198.18.0.1:6443", "203.0.113.0/24", 10, "only the lab's node and pod"},
+		{"198.18.0.11:80", "203.0.113.0/24", 0, "must be between"}, // a node: refused only for its count
+		{"10.244.1.9:80", "203.0.113.0/24", 0, "must be between"},  // a pod
 		{"198.18.0.11:80", "10.0.0.0/24", 10, "inside the lab's external range"},
 		{"198.18.0.11:80", "203.0.113.0/24", SYNFloodMax + 1, "must be between"},
 	} {
-		_, err := SYNFlood(netip.MustParseAddrPort(c.to), netip.MustParsePrefix(c.from), c.count, 0)
+		_, err := SYNFlood(netip.MustParseAddrPort(c.to), netip.MustParsePrefix(c.from), c.count, 0, targets)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("SYNFlood(%s, %s, %d) = %v, want %q", c.to, c.from, c.count, err, c.want)
 		}

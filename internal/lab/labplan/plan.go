@@ -177,3 +177,15 @@ func (p Plan) Node(name string) (Node, bool) {
 	}
 	return Node{}, false
 }
+
+// FloodTargets are the addresses the lab's attacker (lab syn-flood) may send forged
+// SYNs to: the nodes' addresses and the pod range, what a NodePort or a pod serves on.
+// Never the machine's own lab address (HostIP, on ControlPlaneLink in the root netns),
+// the control plane's or the router's.
+func (p Plan) FloodTargets() []netip.Prefix {
+	var out []netip.Prefix
+	for _, n := range p.Nodes {
+		out = append(out, netip.PrefixFrom(n.IP, 32))
+	}
+	return append(out, p.Addressing.ClusterCIDR)
+}

@@ -180,3 +180,34 @@ func TestNetNSPathMatchesNetns(t *testing.T) {
 		t.Errorf("NetNSPath = %s, want %s (internal/netns)", got, want)
 	}
 }
+
+// lab syn-flood may flood the nodes and pods, never the machine's own lab address,
+// the control plane or the router.
+func TestFloodTargets(t *testing.T) {
+	o := DefaultOptions()
+	o.Nodes, o.Underlay = 2, UnderlayL3
+	plan, err := NewPlan(o, DefaultAddressing())
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := func(a netip.Addr) bool {
+		for _, p := range plan.FloodTargets() {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	a := plan.Addressing
+	for _, addr := range []netip.Addr{plan.Nodes[0].IP, plan.Nodes[1].IP, netip.MustParseAddr("10.244.1.7")} {
+		if !allowed(addr) {
+			t.Errorf("%v (a node or pod): refused", addr)
+		}
+	}
+	for _, addr := range []netip.Addr{a.HostIP(), a.ControlPlaneIP(), a.RouterIP(a.SegmentA), a.RouterIP(a.SegmentB),
+		a.ExternalServerIP(), netip.MustParseAddr("198.18.0.13"), a.APIServerServiceIP()} {
+		if allowed(addr) {
+			t.Errorf("%v: allowed, want only the nodes' and pods' addresses", addr)
+		}
+	}
+}
