@@ -96,6 +96,10 @@ func TestLabBridgeCNI(t *testing.T) {
 			t.Errorf("%s disable_ipv6 = %q (%v), want 1", labplan.ControlPlaneLink, b, err)
 		}
 	}
+	// Nor does the machine forward what the lab sends to it, even where ip_forward is 1.
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/conf/" + labplan.ControlPlaneLink + "/forwarding"); err != nil || strings.TrimSpace(string(b)) != "0" {
+		t.Errorf("%s forwarding = %q (%v), want 0", labplan.ControlPlaneLink, b, err)
+	}
 
 	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -9,9 +9,16 @@ import (
 // unit-tested without root.
 type Step []string
 
-// ControlPlaneLinkNoIPv6 turns IPv6 off on ControlPlaneLink, the one setting the lab
-// makes in the root netns (hostSteps).
+// ControlPlaneLinkNoIPv6 turns IPv6 off on ControlPlaneLink; with
+// ControlPlaneLinkNoForwarding, the only settings the lab makes in the root netns
+// (hostSteps), both the link's own.
 var ControlPlaneLinkNoIPv6 = Step{"sysctl", "-eqw", "net.ipv6.conf." + ControlPlaneLink + ".disable_ipv6=1"}
+
+// ControlPlaneLinkNoForwarding keeps the machine from forwarding what arrives on
+// ControlPlaneLink: a new link takes its forwarding from the machine's ip_forward, and
+// on a machine that forwards, a lab namespace's route via HostIP would otherwise send
+// lab traffic off the machine.
+var ControlPlaneLinkNoForwarding = Step{"sysctl", "-qw", "net.ipv4.conf." + ControlPlaneLink + ".forwarding=0"}
 
 // InNS runs a non-iproute2 command inside a named netns without a new mount namespace.
 func InNS(ns string, argv ...string) Step {
@@ -104,13 +111,17 @@ func (p Plan) controlPlaneSteps() []Step {
 // hostSteps connect the developer's machine: the only thing in the root netns, one
 // address on segment A. IPv6 is off on that link before it comes up: a process in a
 // lab namespace (a pod) could otherwise send a router advertisement that installs a
-// default route in the root netns. The setting is the link's own (-e: a kernel
-// without IPv6 has none) and leaves with it.
+// default route in the root netns. Forwarding is off on it too, so that the machine
+// never routes what a lab namespace sends to HostIP onwards (off the machine). Both
+// settings are the link's own (-e: a kernel without IPv6 has none) and leave with it;
+// a later write of the machine's ip_forward (net.ipv4.conf.all.forwarding) sets every
+// link's again, this one's included.
 func (p Plan) hostSteps() []Step {
 	a := p.Addressing
 	return []Step{
 		{"ip", "link", "add", ControlPlaneLink, "type", "veth", "peer", "name", "host0", "netns", NetNS},
 		ControlPlaneLinkNoIPv6,
+		ControlPlaneLinkNoForwarding,
 		{"ip", "addr", "add", prefixOf(a.HostIP(), a.SegmentA), "dev", ControlPlaneLink},
 		{"ip", "link", "set", ControlPlaneLink, "up"},
 		ipIn(NetNS, "link", "set", "host0", "master", "br0", "up"),

@@ -139,8 +139,8 @@ func TestNetworkStepsKeepRootNetnsClean(t *testing.T) {
 				if !strings.HasPrefix(s[1], "--net=/run/netns/"+NamePrefix) {
 					t.Errorf("%s: not confined to a lab netns", cmd)
 				}
-			case slices.Equal(s, ControlPlaneLinkNoIPv6):
-				// root netns: the control-plane link's own setting, gone with the link
+			case slices.Equal(s, ControlPlaneLinkNoIPv6), slices.Equal(s, ControlPlaneLinkNoForwarding):
+				// root netns: the control-plane link's own settings, gone with the link
 			case s[0] == "ip":
 				// root netns: only the control-plane link, its address and its state
 				if !strings.Contains(cmd, " "+ControlPlaneLink+" ") && !strings.HasSuffix(cmd, " "+ControlPlaneLink) {
@@ -158,6 +158,10 @@ func TestNetworkStepsKeepRootNetnsClean(t *testing.T) {
 		up := slices.IndexFunc(steps, func(s Step) bool { return slices.Equal(s, Step{"ip", "link", "set", ControlPlaneLink, "up"}) })
 		if noV6 < 0 || up < 0 || noV6 > up {
 			t.Errorf("%s: IPv6 off on %s at step %d, the link up at step %d: want it off before the link is up", underlay, ControlPlaneLink, noV6, up)
+		}
+		noFwd := slices.IndexFunc(steps, func(s Step) bool { return slices.Equal(s, ControlPlaneLinkNoForwarding) })
+		if noFwd < 0 || noFwd > up {
+			t.Errorf("%s: forwarding off on %s at step %d, the link up at step %d: want it off before the link is up", underlay, ControlPlaneLink, noFwd, up)
 		}
 		if want := 3 + o.Nodes; namespaces != want { // router, external host, control plane, nodes
 			t.Errorf("%s: %d namespaces, want %d", underlay, namespaces, want)
