@@ -28,7 +28,13 @@ func labCommand() *cobra.Command {
 		Long: `The lab runs etcd, kube-apiserver, kube-controller-manager and kube-scheduler
 (built by make setup) and one lab kubelet per node. Each node is a network namespace
 (myelin-node-N) on an underlay bridge in myelin-lab-net; myelin-lab-ext is an external
-host serving HTTP on 203.0.113.10:80. Everything it creates is named myelin-*.`,
+host serving HTTP on 203.0.113.10:80. Everything it creates is named myelin-*.
+
+--dir is the lab's own directory: lab up marks it (.myelin-lab) and lab down removes
+it. It is made absolute; /, a top-level directory (/tmp, /run, /home, …), /var/lib,
+/var/tmp, /var/log, /var/run, /usr/local, /run/user and your home (or a directory
+above it) are refused. lab up, down and restart hold <dir>.lock while they run: a
+second one fails at once.`,
 	}
 	cmd.PersistentFlags().StringVar(&dir, "dir", labplan.DefaultDir,
 		"lab directory (state, certificates, logs; lab down removes it): made absolute; not /, a top-level directory such as /tmp, or your home")
@@ -112,7 +118,12 @@ func labDownCommand(paths func() labplan.Paths) *cobra.Command {
 	return &cobra.Command{
 		Use:   "down",
 		Short: "Remove everything the lab made (processes, namespaces, links, pins, files); safe to repeat",
-		Args:  cobra.NoArgs,
+		Long: `Remove everything the lab made (processes, namespaces, links, pins, files); safe to
+repeat, and after a crash. It removes --dir only when lab up marked it (.myelin-lab) or
+it is empty; a directory with other files is left alone, with what runs from it, and
+lab down removes only what it finds by name (myelin-* namespaces and links, the nodes'
+cgroups) and says why.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Geteuid() != 0 {
 				return fmt.Errorf("myelin lab down must run as root; run it with sudo")
