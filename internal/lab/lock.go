@@ -24,8 +24,13 @@ type labLock struct {
 }
 
 // lockLab takes the lock of the lab in paths without waiting: beside the lab directory
-// (labplan.Paths.Lock), so down can remove the directory while holding it.
+// (labplan.Paths.Lock), so down can remove the directory while holding it. It first
+// refuses a directory labplan.CheckDir would not have returned (empty, relative, /,
+// shared): the commands it guards remove what they find there.
 func lockLab(paths labplan.Paths) (*labLock, error) {
+	if dir, err := labplan.CheckDir(paths.Dir, ""); err != nil || dir != paths.Dir {
+		return nil, fmt.Errorf("lab directory %q: not an absolute, clean directory of the lab's own (%v); make it with labplan.NewPaths", paths.Dir, err)
+	}
 	path := paths.Lock()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("lock the lab: %w", err)

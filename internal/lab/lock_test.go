@@ -39,4 +39,15 @@ func TestLockLab(t *testing.T) {
 		t.Fatalf("lock after release: %v", err)
 	}
 	again.release(false)
+
+	// Up, Down and Restart refuse a directory the --dir check would have refused, also
+	// from callers that built their Paths by hand.
+	for _, dir := range []string{"", "/", "/tmp", "lab", paths.Dir + "/"} {
+		if l, err := lockLab(labplan.Paths{Dir: dir}); err == nil || errors.Is(err, ErrBusy) {
+			if l != nil {
+				l.release(true)
+			}
+			t.Errorf("lockLab(%q): %v; want it refused", dir, err)
+		}
+	}
 }
