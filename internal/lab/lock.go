@@ -44,11 +44,14 @@ func lockLab(paths labplan.Paths) (*labLock, error) {
 			return nil, fmt.Errorf("lock the lab: %w", err)
 		}
 		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			holder, _ := os.ReadFile(path)
+			pid, _ := os.ReadFile(path)
 			f.Close()
 			if errors.Is(err, unix.EWOULDBLOCK) {
-				return nil, fmt.Errorf("%w on the lab in %s (pid %s holds %s); wait for it to finish, then try again",
-					ErrBusy, paths.Dir, strings.TrimSpace(string(holder)), path)
+				holder := "something holds " + path
+				if pid := strings.TrimSpace(string(pid)); pid != "" {
+					holder = "pid " + pid + " holds " + path
+				}
+				return nil, fmt.Errorf("%w on the lab in %s (%s); wait for it to finish, then try again", ErrBusy, paths.Dir, holder)
 			}
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}

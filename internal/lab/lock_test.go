@@ -2,6 +2,7 @@ package lab
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,8 +23,8 @@ func TestLockLab(t *testing.T) {
 		t.Errorf("lock %s is inside the lab directory", paths.Lock())
 	}
 	_, err = lockLab(paths)
-	if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), paths.Dir) {
-		t.Fatalf("second lock: %v; want ErrBusy naming %s", err, paths.Dir)
+	if pid := fmt.Sprintf("pid %d holds", os.Getpid()); !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), paths.Dir) || !strings.Contains(err.Error(), pid) {
+		t.Fatalf("second lock: %v; want ErrBusy naming %s and %q", err, paths.Dir, pid)
 	}
 	other, err := lockLab(labplan.Paths{Dir: paths.Dir + "2"})
 	if err != nil {
