@@ -136,8 +136,9 @@ static __always_inline void flows_fill(struct __sk_buff *skb, const struct ipv4_
 }
 
 /*
- * flows_wakeup: records wake the agent only once a quarter of the ring is
- * used; it reads the rest every 100 ms (datapath.FlowReader). A wakeup per
+ * flows_wakeup: records wake the agent only once a quarter of their ring
+ * (of size bytes) is used; it reads both rings every 100 ms
+ * (datapath.FlowReader). A wakeup per
  * record would cost a context switch per new connection.
  */
 static __always_inline __u64 flows_wakeup(void *ring, __u64 size)

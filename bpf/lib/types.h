@@ -417,8 +417,8 @@ struct policy_ct_entry {
 
 /*
  * Flow records (lib/flows.h, docs/observability.md): what leaves the kernel
- * through myelin_flows for the agent's flow store. Addresses and ports in
- * network order.
+ * through myelin_flows (drops: myelin_flow_drops) for the agent's flow
+ * store. Addresses and ports in network order.
  */
 enum flow_kind {
 	FLOW_TCP = 1, /* a TCP packet with SYN, FIN or RST: a new connection or a state change */

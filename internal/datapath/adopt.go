@@ -56,16 +56,19 @@ func OpenPinned(pinDir string) (*Datapath, error) {
 
 // optionalPins are the maps an adopted datapath does without when they are not
 // pinned: the socket programs' reverse maps, which Load pins only with
-// Config.SocketLB (configureLoadBalancing), and myelin_lb_nodeports, which a node
-// upgraded from a build without it has not pinned yet (its GC never reads it).
-var optionalPins = map[string]bool{"myelin_lb_sock_rev": true, "myelin_lb_sock_peer": true, "myelin_lb_nodeports": true}
+// Config.SocketLB (configureLoadBalancing), and those a node upgraded from a build
+// without them has not pinned yet (its GC never reads them): myelin_lb_nodeports,
+// myelin_flow_drops.
+var optionalPins = map[string]bool{"myelin_lb_sock_rev": true, "myelin_lb_sock_peer": true, "myelin_lb_nodeports": true,
+	"myelin_flow_drops": true}
 
 // privateStub makes ms an unpinned map of one entry (socket storage has no size:
-// it holds nothing until a program stores into a socket): what a load without
-// socket-LB holds of its reverse maps (configureLoadBalancing).
+// it holds nothing until a program stores into a socket; a ring buffer keeps its
+// size, a power of two of pages): what a load without socket-LB holds of its
+// reverse maps (configureLoadBalancing).
 func privateStub(ms *ebpf.MapSpec) {
 	ms.Pinning = ebpf.PinNone
-	if ms.Type != ebpf.SkStorage {
+	if ms.Type != ebpf.SkStorage && ms.Type != ebpf.RingBuf {
 		ms.MaxEntries = 1
 	}
 }

@@ -47,13 +47,16 @@ func TestPrivilegedOpenPinnedCollectsNAT(t *testing.T) {
 		t.Errorf("the loaded datapath's map after the adopted GC: %v", err)
 	}
 
-	// A node upgraded from a build without myelin_lb_nodeports: adopted all the same.
-	if err := os.Remove(filepath.Join(d.cfg.PinDir, "myelin_lb_nodeports")); err != nil {
-		t.Fatal(err)
+	// A node upgraded from a build without myelin_lb_nodeports or
+	// myelin_flow_drops: adopted all the same.
+	for _, name := range []string{"myelin_lb_nodeports", "myelin_flow_drops"} {
+		if err := os.Remove(filepath.Join(d.cfg.PinDir, name)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	upgraded, err := OpenPinned(d.cfg.PinDir)
 	if err != nil {
-		t.Errorf("OpenPinned without myelin_lb_nodeports (an upgrade): %v", err)
+		t.Errorf("OpenPinned without myelin_lb_nodeports and myelin_flow_drops (an upgrade): %v", err)
 	} else {
 		upgraded.Close()
 	}

@@ -71,11 +71,11 @@ func TestLabMyelinMigration(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	labelNode(t, cs, n2, "myelin.io/host-routing", "bpf")
 	restartAgent(t, n2)
-	expectHostRouting(t, n2, "BPF", "host-routing is bpf (NodeConfig default/bpf-nodes)")
+	expectHostRouting(t, n2, "BPF", "host-routing is bpf (NodeConfig kube-system/bpf-nodes)")
 	expectHostRouting(t, n1, "Legacy", "")
 	out, err := myelin("config", "--node", n2)
-	if err != nil || !strings.Contains(out, "NodeConfig default/bpf-nodes") {
-		t.Errorf("myelin config --node %s: %v\n%s; want host-routing from NodeConfig default/bpf-nodes", n2, err, out)
+	if err != nil || !strings.Contains(out, "NodeConfig kube-system/bpf-nodes") {
+		t.Errorf("myelin config --node %s: %v\n%s; want host-routing from NodeConfig kube-system/bpf-nodes", n2, err, out)
 	}
 	time.Sleep(3 * time.Second)
 
@@ -89,7 +89,7 @@ func TestLabMyelinMigration(t *testing.T) {
 	signalAgent(t, n2)
 	eventually(t, time.Minute, "agent log names the bad NodeConfig", func(context.Context) (bool, string) {
 		b, _ := os.ReadFile(paths.Log(labmyelin.AgentProcess(n2)))
-		return strings.Contains(string(b), `NodeConfig default/broken: key \"host-routing\" value \"turbo\": must be one of auto, bpf, legacy`),
+		return strings.Contains(string(b), `NodeConfig kube-system/broken: key \"host-routing\" value \"turbo\": must be one of auto, bpf, legacy`),
 			lastLines(string(b), 2)
 	})
 	time.Sleep(2 * time.Second) // requests keep flowing with no agent on node-2

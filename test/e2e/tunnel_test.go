@@ -58,7 +58,7 @@ func TestLabMyelinTunnel(t *testing.T) {
 
 	createNodeConfig(t, "legacy", map[string]string{"kubernetes.io/hostname": labplan.NodeName(2)}, map[string]string{"host-routing": "legacy"})
 	restartAgent(t, labplan.NodeName(2))
-	expectHostRouting(t, labplan.NodeName(2), "Legacy", "NodeConfig default/legacy")
+	expectHostRouting(t, labplan.NodeName(2), "Legacy", "NodeConfig kube-system/legacy")
 	expectHostRouting(t, labplan.NodeName(1), "BPF", "")
 	// node-3 leaves its VXLAN to the device (enable-bpf-tunnel false): it still talks
 	// to node-1, which encapsulates and decapsulates in BPF, and to legacy node-2.
@@ -70,7 +70,7 @@ func TestLabMyelinTunnel(t *testing.T) {
 			t.Errorf("%s: VXLAN encapsulated by %q (%s), want %s", node, st.Routing.Tunnel, st.Routing.TunnelReason, want)
 		}
 	}
-	if st := agentStatus(t, labplan.NodeName(3)); !strings.Contains(st.Routing.TunnelReason, "enable-bpf-tunnel is false (NodeConfig default/device-tunnel)") {
+	if st := agentStatus(t, labplan.NodeName(3)); !strings.Contains(st.Routing.TunnelReason, "enable-bpf-tunnel is false (NodeConfig kube-system/device-tunnel)") {
 		t.Errorf("%s: tunnel reason %q, want it to name enable-bpf-tunnel and the NodeConfig", labplan.NodeName(3), st.Routing.TunnelReason)
 	}
 	checkConnectivity(t, cs, 3)
