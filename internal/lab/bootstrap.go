@@ -23,5 +23,5 @@ func bootstrapCluster(ctx context.Context, paths labplan.Paths, plan labplan.Pla
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	return FlavourOf(plan.Options.CNI).Bootstrap(ctx, cni.Cluster{Plan: plan, Kube: cs, Dynamic: dyn})
+	return FlavourOf(plan.Options.CNI).Bootstrap(ctx, cni.Cluster{Plan: plan, Paths: paths, Kube: cs, Dynamic: dyn})
 }

@@ -54,13 +54,16 @@ type keyPair struct {
 }
 
 // writePKI creates the lab CA, the apiserver's serving certificate, one client
-// certificate per identity, and the service-account signing key.
+// certificate per identity, the service-account signing key and etcd's certificates.
 func writePKI(paths labplan.Paths, plan labplan.Plan) error {
 	dir := paths.PKI()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	ca, err := newCA()
+	if err := writeEtcdPKI(paths, plan.Addressing); err != nil {
+		return err
+	}
+	ca, err := newCA("myelin-lab-ca")
 	if err != nil {
 		return err
 	}
@@ -104,14 +107,47 @@ func writePKI(paths labplan.Paths, plan labplan.Plan) error {
 	return os.WriteFile(filepath.Join(dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600)
 }
 
-func newCA() (keyPair, error) {
+// writeEtcdPKI creates etcd's own CA, etcd's serving certificate for the control-plane
+// address and the one etcd client certificate (labplan.Paths.EtcdClientTLS). etcd
+// trusts this CA alone, so the lab CA's many client certificates do not open it, and
+// the CA's key is dropped once both are issued.
+func writeEtcdPKI(paths labplan.Paths, a labplan.Addressing) error {
+	ca, err := newCA("myelin-lab-etcd-ca")
+	if err != nil {
+		return err
+	}
+	client := paths.EtcdClientTLS()
+	if err := writeCert(client.CA, ca); err != nil {
+		return err
+	}
+	server, err := ca.issue(pkix.Name{CommonName: "myelin-lab-etcd"}, true, nil, []net.IP{net.IP(a.ControlPlaneIP().AsSlice())})
+	if err != nil {
+		return err
+	}
+	if err := writeCert(paths.EtcdServerCert(), server); err != nil {
+		return err
+	}
+	if err := writeKey(paths.EtcdServerKey(), server.key); err != nil {
+		return err
+	}
+	kp, err := ca.issue(pkix.Name{CommonName: "myelin-lab-etcd-client"}, false, nil, nil)
+	if err != nil {
+		return err
+	}
+	if err := writeCert(client.Cert, kp); err != nil {
+		return err
+	}
+	return writeKey(client.Key, kp.key)
+}
+
+func newCA(cn string) (keyPair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return keyPair{}, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "myelin-lab-ca"},
+		Subject:               pkix.Name{CommonName: cn},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
@@ -120,7 +156,7 @@ func newCA() (keyPair, error) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return keyPair{}, fmt.Errorf("create lab CA: %w", err)
+		return keyPair{}, fmt.Errorf("create CA %s: %w", cn, err)
 	}
 	cert, err := x509.ParseCertificate(der)
 	return keyPair{cert, key}, err
@@ -158,11 +194,14 @@ func (ca keyPair) issue(subject pkix.Name, server bool, dns []string, ips []net.
 }
 
 func writePair(dir, name string, kp keyPair) error {
-	crt := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: kp.cert.Raw})
-	if err := os.WriteFile(filepath.Join(dir, name+".crt"), crt, 0o644); err != nil {
+	if err := writeCert(filepath.Join(dir, name+".crt"), kp); err != nil {
 		return err
 	}
 	return writeKey(filepath.Join(dir, name+".key"), kp.key)
+}
+
+func writeCert(path string, kp keyPair) error {
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: kp.cert.Raw}), 0o644)
 }
 
 func writeKey(path string, key crypto.Signer) error {

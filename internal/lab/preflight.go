@@ -31,7 +31,7 @@ func preflight(paths labplan.Paths, plan labplan.Plan) error {
 		return err
 	}
 	return checkPorts(plan.Addressing.ControlPlaneIP(),
-		[]int{labplan.EtcdClientPort, labplan.EtcdPeerPort, labplan.APIServerPort, labplan.ControllerManagerPort, labplan.SchedulerPort})
+		[]int{labplan.EtcdClientPort, labplan.APIServerPort, labplan.ControllerManagerPort, labplan.SchedulerPort})
 }
 
 func checkTools(plan labplan.Plan) error {

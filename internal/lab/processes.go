@@ -61,21 +61,19 @@ func controlPlaneURL(p labplan.Plan, scheme string, port int, path string) strin
 func etcdAndAPIServer(p labplan.Plan, paths labplan.Paths, kubeBin string) []labplan.Process {
 	ip := p.Addressing.ControlPlaneIP().String()
 	pki := func(f string) string { return filepath.Join(paths.PKI(), f) }
-	etcdClient := controlPlaneURL(p, "http", labplan.EtcdClientPort, "")
-	etcdPeer := controlPlaneURL(p, "http", labplan.EtcdPeerPort, "")
+	etcdTLS := paths.EtcdClientTLS()
 	return []labplan.Process{
 		{
-			Name: "etcd",
-			Argv: labplan.InNS(labplan.CPNS, EtcdBin(), "--name", "myelin-lab", "--data-dir", paths.Etcd(),
-				"--listen-client-urls", etcdClient, "--advertise-client-urls", etcdClient,
-				"--listen-peer-urls", etcdPeer, "--initial-advertise-peer-urls", etcdPeer,
-				"--initial-cluster", "myelin-lab="+etcdPeer, "--log-level", "warn"),
-			Health: etcdClient + "/health",
+			Name:      "etcd",
+			Argv:      labplan.InNS(labplan.CPNS, etcdArgv(p, paths)...),
+			Health:    p.Addressing.EtcdURL() + "/health",
+			HealthTLS: &etcdTLS,
 		},
 		{
 			Name: "kube-apiserver",
 			Argv: labplan.InNS(labplan.CPNS, filepath.Join(kubeBin, "kube-apiserver"),
-				"--etcd-servers", etcdClient,
+				"--etcd-servers", p.Addressing.EtcdURL(),
+				"--etcd-cafile", etcdTLS.CA, "--etcd-certfile", etcdTLS.Cert, "--etcd-keyfile", etcdTLS.Key,
 				"--bind-address", ip, "--advertise-address", ip, "--secure-port", strconv.Itoa(labplan.APIServerPort),
 				"--tls-cert-file", pki("apiserver.crt"), "--tls-private-key-file", pki("apiserver.key"),
 				"--client-ca-file", pki("ca.crt"),
@@ -92,6 +90,22 @@ func etcdAndAPIServer(p labplan.Plan, paths labplan.Paths, kubeBin string) []lab
 			Health: controlPlaneURL(p, "https", labplan.APIServerPort, "/readyz"),
 		},
 	}
+}
+
+// etcdArgv runs etcd. The control-plane address is reachable from the root
+// netns and from pods, and whoever writes to etcd writes Pods the lab kubelets run as
+// root, so its client URL takes TLS only, from clients with a certificate of the etcd
+// CA (Paths.EtcdClientTLS). A one-member cluster talks to no peer: its peer URL stays on
+// loopback in CPNS.
+func etcdArgv(p labplan.Plan, paths labplan.Paths) []string {
+	client := p.Addressing.EtcdURL()
+	peer := fmt.Sprintf("http://127.0.0.1:%d", labplan.EtcdPeerPort)
+	return []string{EtcdBin(), "--name", "myelin-lab", "--data-dir", paths.Etcd(),
+		"--listen-client-urls", client, "--advertise-client-urls", client,
+		"--cert-file", paths.EtcdServerCert(), "--key-file", paths.EtcdServerKey(),
+		"--client-cert-auth", "--trusted-ca-file", paths.EtcdClientTLS().CA,
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+		"--initial-cluster", "myelin-lab=" + peer, "--log-level", "warn"}
 }
 
 // controllers are kube-controller-manager and kube-scheduler.

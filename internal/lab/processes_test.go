@@ -77,7 +77,8 @@ func TestFlannelProcesses(t *testing.T) {
 	argv := strings.Join(flanneld[1].Argv, " ")
 	for _, want := range []string{
 		"nsenter --net=/run/netns/myelin-node-2 -- " + flannel.Binary(),
-		"--etcd-endpoints http://198.18.0.1:2379", "--etcd-prefix /coreos.com/network", "--iface eth0",
+		"--etcd-endpoints https://198.18.0.1:2379", "--etcd-prefix /coreos.com/network", "--iface eth0",
+		"--etcd-cafile /run/myelin-lab/pki/etcd-ca.crt --etcd-certfile /run/myelin-lab/pki/etcd-client.crt --etcd-keyfile /run/myelin-lab/pki/etcd-client.key",
 		"--subnet-file /run/myelin-lab/nodes/myelin-node-2/flannel/subnet.env", "--ip-masq",
 	} {
 		if !strings.Contains(argv, want) {
@@ -86,6 +87,46 @@ func TestFlannelProcesses(t *testing.T) {
 	}
 	if strings.Contains(argv, "kube-subnet-mgr") || strings.Contains(argv, "/run/flannel") {
 		t.Errorf("flanneld argv %q uses the Kubernetes subnet manager or the shared /run/flannel", argv)
+	}
+}
+
+// TestEtcdTakesCertifiedClientsOnly: the control-plane address is reachable from the
+// root netns and from pods, so etcd serves it over TLS to clients with a certificate of
+// the etcd CA only, keeps its peer URL on loopback, and its two clients in the control
+// plane (kube-apiserver and the supervisor's probe) present the etcd client certificate.
+func TestEtcdTakesCertifiedClientsOnly(t *testing.T) {
+	paths := labplan.Paths{Dir: "/run/myelin-lab"}
+	p, err := labplan.NewPlan(labplan.DefaultOptions(), labplan.DefaultAddressing())
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := map[string]labplan.Process{}
+	for _, proc := range Processes(p, paths, "/bin/myelin", "/kube") {
+		procs[proc.Name] = proc
+	}
+	etcd := procs["etcd"]
+	argv := strings.Join(etcd.Argv, " ")
+	for _, want := range []string{
+		"--listen-client-urls https://198.18.0.1:2379 --advertise-client-urls https://198.18.0.1:2379",
+		"--cert-file /run/myelin-lab/pki/etcd-server.crt --key-file /run/myelin-lab/pki/etcd-server.key",
+		"--client-cert-auth --trusted-ca-file /run/myelin-lab/pki/etcd-ca.crt",
+		"--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380",
+	} {
+		if !strings.Contains(argv, want) {
+			t.Errorf("etcd argv %q lacks %q", argv, want)
+		}
+	}
+	if strings.Contains(argv, "http://198.18.0.1") {
+		t.Errorf("etcd argv %q serves plain HTTP on the control-plane address", argv)
+	}
+	client := paths.EtcdClientTLS()
+	if etcd.Health != "https://198.18.0.1:2379/health" || etcd.HealthTLS == nil || *etcd.HealthTLS != client {
+		t.Errorf("etcd probe = %s with %+v, want https://198.18.0.1:2379/health with %+v", etcd.Health, etcd.HealthTLS, client)
+	}
+	api := strings.Join(procs["kube-apiserver"].Argv, " ")
+	want := "--etcd-servers https://198.18.0.1:2379 --etcd-cafile " + client.CA + " --etcd-certfile " + client.Cert + " --etcd-keyfile " + client.Key
+	if !strings.Contains(api, want) {
+		t.Errorf("kube-apiserver argv %q lacks %q", api, want)
 	}
 }
 

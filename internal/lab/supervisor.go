@@ -2,7 +2,6 @@ package lab
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
@@ -209,11 +208,11 @@ func exitText(err error) string {
 // waitReady waits until c answers its health URL (or has simply stayed up when it has
 // none). A process that keeps exiting fails at once with its last words.
 func (s *supervisor) waitReady(ctx context.Context, c *child) error {
-	client := &http.Client{
-		Timeout: 2 * time.Second,
-		// Health probes only: the serving certificates are the lab's own.
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
+	client, err := healthClient(c.proc.HealthTLS)
+	if err != nil {
+		return fmt.Errorf("probe %s: %w", c.proc.Name, err)
 	}
+	defer client.CloseIdleConnections()
 	deadline := time.Now().Add(processReadyTimeout)
 	for time.Now().Before(deadline) {
 		s.mu.Lock()

@@ -37,10 +37,11 @@ type Tool struct {
 	Fix  string // what the user runs to install it
 }
 
-// Cluster is what a flavour's bootstrap may use: the plan and the administrator's
-// clients of the lab's apiserver.
+// Cluster is what a flavour's bootstrap may use: the plan, the lab directory (its
+// certificates) and the administrator's clients of the lab's apiserver.
 type Cluster struct {
 	Plan    labplan.Plan
+	Paths   labplan.Paths
 	Kube    kubernetes.Interface
 	Dynamic dynamic.Interface
 }

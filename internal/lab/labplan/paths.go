@@ -27,6 +27,20 @@ func (p Paths) SupervisorPID() string { return p.join("supervisor.pid") }
 // PKI is the directory of the lab's CA, certificates and keys.
 func (p Paths) PKI() string { return p.join("pki") }
 
+// EtcdServerCert and EtcdServerKey are etcd's serving certificate and key in PKI(),
+// issued by the etcd CA (EtcdClientTLS's CA) for the control-plane address.
+func (p Paths) EtcdServerCert() string { return p.join("pki", "etcd-server.crt") }
+func (p Paths) EtcdServerKey() string  { return p.join("pki", "etcd-server.key") }
+
+// EtcdClientTLS is what a client of the lab's etcd uses: the etcd CA, which etcd also
+// trusts for client certificates, and the one client certificate that CA issued
+// (kube-apiserver, the supervisor's health probe, flanneld and etcdctl present it).
+// The etcd CA is not the lab CA, so no other lab certificate (a node's, the agent's)
+// opens etcd, and its key is never written, so no more can be issued.
+func (p Paths) EtcdClientTLS() TLSClient {
+	return TLSClient{CA: p.join("pki", "etcd-ca.crt"), Cert: p.join("pki", "etcd-client.crt"), Key: p.join("pki", "etcd-client.key")}
+}
+
 // Logs is the directory of the processes' logs.
 func (p Paths) Logs() string { return p.join("logs") }
 

@@ -16,7 +16,8 @@ const (
 	NodeNSPrefix     = "myelin-node-"   // node network namespaces: myelin-node-N
 )
 
-// Ports of the control plane, all bound to the control-plane address only.
+// Ports of the control plane, all bound to the control-plane address only, except
+// etcd's peer port: a one-member etcd has no peers, so it listens on 127.0.0.1 in CPNS.
 const (
 	EtcdClientPort        = 2379
 	EtcdPeerPort          = 2380
@@ -100,6 +101,13 @@ func hostAddr(p netip.Prefix, n int) netip.Addr {
 
 // ControlPlaneIP is the control plane's address (apiserver, etcd), in netns CPNS.
 func (a Addressing) ControlPlaneIP() netip.Addr { return hostAddr(a.SegmentA, 1) }
+
+// EtcdURL is the lab etcd's client URL. etcd serves it over TLS and accepts only
+// clients presenting the etcd client certificate (Paths.EtcdClientTLS): the control-plane
+// address is reachable from the root netns and from pods.
+func (a Addressing) EtcdURL() string {
+	return fmt.Sprintf("https://%s:%d", a.ControlPlaneIP(), EtcdClientPort)
+}
 
 // HostIP is the root netns's address on segment A (link ControlPlaneLink): the
 // developer's tools reach the control plane and the nodes' segment-A addresses from it.

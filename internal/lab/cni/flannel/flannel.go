@@ -77,30 +77,29 @@ func NetConfig(p labplan.Plan) []byte {
 	return b
 }
 
-// etcdEndpoint is the lab's etcd as flanneld and etcdctl reach it.
-func etcdEndpoint(p labplan.Plan) string {
-	return fmt.Sprintf("http://%s:%d", p.Addressing.ControlPlaneIP(), labplan.EtcdClientPort)
-}
-
 // configCommand is the etcdctl (v3 API) command that stores the network
-// configuration where flanneld looks for it.
-func configCommand(p labplan.Plan) []string {
-	return []string{"etcdctl", "--endpoints", etcdEndpoint(p), "--command-timeout=10s",
+// configuration where flanneld looks for it, as the lab's etcd client.
+func configCommand(p labplan.Plan, paths labplan.Paths) []string {
+	etcd := paths.EtcdClientTLS()
+	return []string{"etcdctl", "--endpoints", p.Addressing.EtcdURL(),
+		"--cacert", etcd.CA, "--cert", etcd.Cert, "--key", etcd.Key, "--command-timeout=10s",
 		"put", path.Join(EtcdPrefix, "config"), string(NetConfig(p))}
 }
 
 // Processes are the lab's flanneld, one per node inside the node's netns. Each
-// talks to the lab's etcd, uses the node's eth0 between nodes, masquerades traffic that
+// talks to the lab's etcd (over TLS, with the etcd client certificate), uses the node's eth0 between nodes, masquerades traffic that
 // leaves the pod network (--ip-masq, as kube-flannel runs it) and writes its own subnet
 // file. Its iptables rules, routes, devices (flannel.1) and sysctls stay in the node's
 // netns.
 func (Flavour) Processes(p labplan.Plan, paths labplan.Paths, _ string) []labplan.Process {
 	var procs []labplan.Process
+	etcd := paths.EtcdClientTLS()
 	for _, n := range p.Nodes {
 		procs = append(procs, labplan.Process{
 			Name: "flanneld-" + n.Name,
 			Argv: labplan.InNS(n.Name, Binary(),
-				"--etcd-endpoints", etcdEndpoint(p), "--etcd-prefix", EtcdPrefix,
+				"--etcd-endpoints", p.Addressing.EtcdURL(), "--etcd-prefix", EtcdPrefix,
+				"--etcd-cafile", etcd.CA, "--etcd-certfile", etcd.Cert, "--etcd-keyfile", etcd.Key,
 				"--iface", "eth0", "--subnet-file", paths.FlannelSubnetFile(n.Name),
 				"--ip-masq", "--healthz-port", "0"),
 		})
@@ -112,7 +111,7 @@ func (Flavour) Processes(p labplan.Plan, paths labplan.Paths, _ string) []labpla
 // and before any flanneld starts). A put overwrites, so a restarted supervisor may run
 // it again.
 func (Flavour) Bootstrap(ctx context.Context, c cni.Cluster) error {
-	argv := configCommand(c.Plan)
+	argv := configCommand(c.Plan, c.Paths)
 	var err error
 	for range 10 {
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)

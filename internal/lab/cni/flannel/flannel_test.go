@@ -36,8 +36,11 @@ func TestFlannelNetConfig(t *testing.T) {
 		if got := string(NetConfig(p)); got != want {
 			t.Errorf("%s: NetConfig() = %s, want %s", backend, got, want)
 		}
-		cmd := configCommand(p)
-		wantCmd := []string{"etcdctl", "--endpoints", "http://198.18.0.1:2379", "--command-timeout=10s", "put", "/coreos.com/network/config", want}
+		cmd := configCommand(p, labplan.Paths{Dir: "/run/myelin-lab"})
+		wantCmd := []string{"etcdctl", "--endpoints", "https://198.18.0.1:2379",
+			"--cacert", "/run/myelin-lab/pki/etcd-ca.crt", "--cert", "/run/myelin-lab/pki/etcd-client.crt",
+			"--key", "/run/myelin-lab/pki/etcd-client.key", "--command-timeout=10s",
+			"put", "/coreos.com/network/config", want}
 		if !slices.Equal(cmd, wantCmd) {
 			t.Errorf("%s: config command = %q, want %q", backend, cmd, wantCmd)
 		}
