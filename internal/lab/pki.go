@@ -71,7 +71,7 @@ func writePKI(paths labplan.Paths, plan labplan.Plan) error {
 		return err
 	}
 	a := plan.Addressing
-	serving, err := ca.issue(pkix.Name{CommonName: "kube-apiserver"}, true,
+	serving, err := ca.issue(pkix.Name{CommonName: "kube-apiserver"}, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		[]string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost"},
 		[]net.IP{net.IP(a.ControlPlaneIP().AsSlice()), net.IP(a.APIServerServiceIP().AsSlice()), net.IPv4(127, 0, 0, 1)})
 	if err != nil {
@@ -85,7 +85,7 @@ func writePKI(paths labplan.Paths, plan labplan.Plan) error {
 		if id.org != "" {
 			name.Organization = []string{id.org}
 		}
-		kp, err := ca.issue(name, false, nil, nil)
+		kp, err := ca.issue(name, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil, nil)
 		if err != nil {
 			return err
 		}
@@ -120,7 +120,10 @@ func writeEtcdPKI(paths labplan.Paths, a labplan.Addressing) error {
 	if err := writeCert(client.CA, ca); err != nil {
 		return err
 	}
-	server, err := ca.issue(pkix.Name{CommonName: "myelin-lab-etcd"}, true, nil, []net.IP{net.IP(a.ControlPlaneIP().AsSlice())})
+	// Client use too: etcd's gRPC gateway (its JSON API) dials etcd's own client URL
+	// presenting this certificate, which --client-cert-auth otherwise refuses.
+	server, err := ca.issue(pkix.Name{CommonName: "myelin-lab-etcd"}, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		nil, []net.IP{net.IP(a.ControlPlaneIP().AsSlice())})
 	if err != nil {
 		return err
 	}
@@ -130,7 +133,7 @@ func writeEtcdPKI(paths labplan.Paths, a labplan.Addressing) error {
 	if err := writeKey(paths.EtcdServerKey(), server.key); err != nil {
 		return err
 	}
-	kp, err := ca.issue(pkix.Name{CommonName: "myelin-lab-etcd-client"}, false, nil, nil)
+	kp, err := ca.issue(pkix.Name{CommonName: "myelin-lab-etcd-client"}, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -162,7 +165,7 @@ func newCA(cn string) (keyPair, error) {
 	return keyPair{cert, key}, err
 }
 
-func (ca keyPair) issue(subject pkix.Name, server bool, dns []string, ips []net.IP) (keyPair, error) {
+func (ca keyPair) issue(subject pkix.Name, usages []x509.ExtKeyUsage, dns []string, ips []net.IP) (keyPair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return keyPair{}, err
@@ -171,17 +174,13 @@ func (ca keyPair) issue(subject pkix.Name, server bool, dns []string, ips []net.
 	if err != nil {
 		return keyPair{}, err
 	}
-	usage := x509.ExtKeyUsageClientAuth
-	if server {
-		usage = x509.ExtKeyUsageServerAuth
-	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
 		Subject:      subject,
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(365 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		ExtKeyUsage:  usages,
 		DNSNames:     dns,
 		IPAddresses:  ips,
 	}

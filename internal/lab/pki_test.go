@@ -37,10 +37,11 @@ func poolOf(certs ...*x509.Certificate) *x509.CertPool {
 	return pool
 }
 
-// TestEtcdPKI: etcd's serving certificate is for the control-plane address, its one
-// client certificate is a client's, both chain to an etcd CA that signed none of the
-// lab's other certificates (a node's or the agent's do not open etcd) and whose key is
-// not kept; the keys are the owner's only, in a directory only the owner enters.
+// TestEtcdPKI: etcd's serving certificate is for the control-plane address (and a
+// client's, for etcd's own gateway), its one client certificate is a client's, both
+// chain to an etcd CA that signed none of the lab's other certificates (a node's or the
+// agent's do not open etcd) and whose key is not kept; the keys are the owner's only,
+// in a directory only the owner enters.
 func TestEtcdPKI(t *testing.T) {
 	paths := labplan.Paths{Dir: t.TempDir()}
 	plan, err := labplan.NewPlan(labplan.DefaultOptions(), labplan.DefaultAddressing())
@@ -58,6 +59,10 @@ func TestEtcdPKI(t *testing.T) {
 	server := readCert(t, paths.EtcdServerCert())
 	if _, err := server.Verify(x509.VerifyOptions{Roots: poolOf(etcdCA), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
 		t.Errorf("etcd's serving certificate does not chain to the etcd CA as a server: %v", err)
+	}
+	// etcd's gRPC gateway dials etcd itself with this certificate.
+	if _, err := server.Verify(x509.VerifyOptions{Roots: poolOf(etcdCA), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("etcd's serving certificate is no client of etcd: %v", err)
 	}
 	if err := server.VerifyHostname(plan.Addressing.ControlPlaneIP().String()); err != nil {
 		t.Errorf("etcd's serving certificate: %v", err)

@@ -57,10 +57,12 @@ func Up(ctx context.Context, paths labplan.Paths, plan labplan.Plan, out io.Writ
 	if err := makeLabDir(paths); err != nil { // labdir.go: the marker first
 		return err
 	}
-	for _, dir := range []string{paths.Logs(), paths.Etcd()} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
+	if err := os.MkdirAll(paths.Logs(), 0o755); err != nil {
+		return err
+	}
+	// etcd's data holds every Secret: the owner's only, as etcd itself asks.
+	if err := os.MkdirAll(paths.Etcd(), 0o700); err != nil {
+		return err
 	}
 	if err := writeJSON(paths.PlanFile(), record{Plan: plan, Created: time.Now()}); err != nil {
 		return err
