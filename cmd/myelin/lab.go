@@ -33,8 +33,8 @@ host serving HTTP on 203.0.113.10:80. Everything it creates is named myelin-*.
 --dir is the lab's own directory: lab up marks it (.myelin-lab) and lab down removes
 it. It is made absolute; /, a top-level directory (/tmp, /run, /home, …), /var/lib,
 /var/tmp, /var/log, /var/run, /usr/local, /run/user and your home (or a directory
-above it) are refused. lab up, down and restart hold <dir>.lock while they run: a
-second one fails at once.`,
+above it) are refused. lab up, down and restart hold /run/myelin-lab.lock while they
+run, one lock for the machine whatever --dir says: a second one fails at once.`,
 	}
 	cmd.PersistentFlags().StringVar(&dir, "dir", labplan.DefaultDir,
 		"lab directory (state, certificates, logs; lab down removes it): made absolute; not /, a top-level directory such as /tmp, or your home")

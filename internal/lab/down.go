@@ -53,8 +53,11 @@ func down(paths labplan.Paths, out io.Writer) error {
 	note := func(format string, a ...any) { fmt.Fprintf(out, format+"\n", a...) }
 
 	// What is found through the lab directory (the plan, processes and mounts in it,
-	// what its records say the lab created) is acted on only when it is a lab's.
-	own := labDirState(paths) != dirForeign
+	// what its records say the lab created) is acted on only when it is a lab's
+	// (marked), or gone (processes a crashed lab left may still name it). An empty
+	// directory is only removed: it may be a mount point or another program's.
+	st := labDirState(paths)
+	own := st == dirMarked || st == dirAbsent
 	if plan, err := LoadPlan(paths); own && err == nil && plan.Options.Runtime == labplan.RuntimeContainerd && Running(paths) {
 		if err := deletePods(paths, podDeleteTimeout); err != nil {
 			note("deleting the pods before stopping the kubelets: %v (continuing)", err)

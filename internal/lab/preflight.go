@@ -65,7 +65,8 @@ func CheckStale(paths labplan.Paths) error {
 	switch labDirState(paths) {
 	case dirForeign:
 		return fmt.Errorf("--dir %s: the directory exists, holds files and is not a lab directory (no %s marker); "+
-			"lab up builds a lab only in a new or empty directory: pass another --dir", paths.Dir, labplan.MarkerFile)
+			"lab up builds a lab only in a new or empty directory: pass another --dir (if it is a lab's made before lab up "+
+			"wrote the marker: touch %s, then myelin lab down --dir %s)", paths.Dir, labplan.MarkerFile, paths.Marker(), paths.Dir)
 	case dirMarked:
 		found = append(found, paths.Dir)
 	}

@@ -60,6 +60,18 @@ func CheckDir(dir, home string) (string, error) {
 // Marker is the lab directory's marker file (MarkerFile).
 func (p Paths) Marker() string { return p.join(MarkerFile) }
 
-// Lock is the lock file lab up, down and restart hold while they run: beside the lab
-// directory, not in it, so that down can remove the directory while holding it.
-func (p Paths) Lock() string { return p.Dir + ".lock" }
+// MachineLock is the lock file lab up, down and restart hold while they run, one for
+// the machine whatever the lab directory: the lab's namespaces, links and cgroups have
+// fixed names (myelin-*), so a down of a lab in one directory removes a lab being
+// built from another. Outside every lab directory, so down can remove its own while
+// holding it.
+const MachineLock = "/run/myelin-lab.lock"
+
+// Lock is the lock file lab up, down and restart hold (MachineLock, or LockFile when
+// a test sets it).
+func (p Paths) Lock() string {
+	if p.LockFile != "" {
+		return p.LockFile
+	}
+	return MachineLock
+}

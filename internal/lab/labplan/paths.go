@@ -11,7 +11,11 @@ import (
 const DefaultDir = "/run/myelin-lab"
 
 // Paths lays out a lab directory.
-type Paths struct{ Dir string }
+type Paths struct {
+	Dir string
+	// LockFile replaces MachineLock in unit tests (Paths.Lock); empty everywhere else.
+	LockFile string
+}
 
 func (p Paths) join(elem ...string) string { return filepath.Join(append([]string{p.Dir}, elem...)...) }
 
