@@ -457,36 +457,10 @@ func TestPrivilegedDestroyUDPSockets(t *testing.T) {
 	}
 	defer objs.close()
 	inBackendsNetns(t, func(nsName string, ns netns.NsHandle) {
-		// conns went through socket-LB (their socket storage is written as
-		// connect4 writes it); direct is a client's own socket to backend 1.
-		conns := map[uint32]net.Conn{}
-		var direct net.Conn
-		var err error
-		err = inNetnsThread(ns, func() error {
-			for id, b := range sockBackends {
-				c, err := net.Dial("udp4", netip.AddrPortFrom(b.Addr, b.Port).String())
-				if err != nil {
-					return err
-				}
-				conns[id] = c
-				if err := writeSockPeer(objs.Peer, c, sockFrontend, b); err != nil {
-					return err
-				}
-			}
-			direct, err = net.Dial("udp4", netip.AddrPortFrom(sockBackends[1].Addr, sockBackends[1].Port).String())
-			return err
-		})
-		if err != nil {
-			t.Error(err)
+		conns, direct, ok := dialSockBackends(t, ns, objs.Peer)
+		if !ok {
 			return
 		}
-		defer func() {
-			for _, c := range append([]net.Conn{direct}, conns[1], conns[2]) {
-				if c != nil {
-					c.Close()
-				}
-			}
-		}()
 		n, err := d.DestroyUDPSockets([]UDPSocketTarget{{Backend: sockBackends[1]}}, []string{"/run/netns/" + nsName})
 		if err != nil || n != 1 {
 			t.Errorf("DestroyUDPSockets(%s) = %d, %v; want 1 closed", sockBackends[1], n, err)
@@ -539,32 +513,8 @@ func TestPrivilegedSweepUDPSockets(t *testing.T) {
 		t.Fatal(err)
 	}
 	inBackendsNetns(t, func(nsName string, ns netns.NsHandle) {
-		conns := map[uint32]net.Conn{}
-		var direct net.Conn
-		err := inNetnsThread(ns, func() error {
-			for id, b := range sockBackends {
-				c, err := net.Dial("udp4", netip.AddrPortFrom(b.Addr, b.Port).String())
-				if err != nil {
-					return err
-				}
-				conns[id] = c
-				if err := writeSockPeer(objs.Peer, c, sockFrontend, b); err != nil {
-					return err
-				}
-			}
-			var err error
-			direct, err = net.Dial("udp4", netip.AddrPortFrom(gone.Addr, gone.Port).String())
-			return err
-		})
-		defer func() {
-			for _, c := range append([]net.Conn{direct}, conns[1], conns[2]) {
-				if c != nil {
-					c.Close()
-				}
-			}
-		}()
-		if err != nil {
-			t.Error(err)
+		conns, direct, ok := dialSockBackends(t, ns, objs.Peer)
+		if !ok {
 			return
 		}
 		n, err := d.SweepUDPSockets([]string{"/run/netns/" + nsName})
@@ -582,6 +532,43 @@ func TestPrivilegedSweepUDPSockets(t *testing.T) {
 			t.Errorf("a client's own socket to the deleted backend's address was closed: write: %v", err)
 		}
 	})
+}
+
+// dialSockBackends connects, in ns, a UDP socket to each of sockBackends as if
+// socket-LB had translated it from sockFrontend (its storage in peer written as
+// connect4 writes it), and direct, a client's own socket to backend 1; all are
+// closed at the test's end. false (reported) when one could not be made.
+func dialSockBackends(t *testing.T, ns netns.NsHandle, peer *ebpf.Map) (map[uint32]net.Conn, net.Conn, bool) {
+	t.Helper()
+	conns := map[uint32]net.Conn{}
+	var direct net.Conn
+	err := inNetnsThread(ns, func() error {
+		for id, b := range sockBackends {
+			c, err := net.Dial("udp4", netip.AddrPortFrom(b.Addr, b.Port).String())
+			if err != nil {
+				return err
+			}
+			conns[id] = c
+			if err := writeSockPeer(peer, c, sockFrontend, b); err != nil {
+				return err
+			}
+		}
+		var err error
+		direct, err = net.Dial("udp4", netip.AddrPortFrom(sockBackends[1].Addr, sockBackends[1].Port).String())
+		return err
+	})
+	t.Cleanup(func() {
+		for _, c := range append([]net.Conn{direct}, conns[1], conns[2]) {
+			if c != nil {
+				c.Close()
+			}
+		}
+	})
+	if err != nil {
+		t.Error(err)
+		return nil, nil, false
+	}
+	return conns, direct, true
 }
 
 // sockFrontend is the frontend the sockets of the destroy tests were translated from.
