@@ -82,8 +82,43 @@ func labTrafficTool(cmd *cobra.Command, _ []string) error {
 const labToolTimeoutMax = 5 * time.Minute
 
 func checkToolTimeout(timeout time.Duration) error {
-	if timeout <= 0 || timeout > labToolTimeoutMax {
-		return fmt.Errorf("--timeout %v: must be above 0 and at most %v", timeout, labToolTimeoutMax)
+	return checkToolDuration("--timeout", timeout)
+}
+
+// checkToolDuration refuses a traffic tool's flag that would keep it running past
+// labToolTimeoutMax (or not at all).
+func checkToolDuration(flag string, d time.Duration) error {
+	if d <= 0 || d > labToolTimeoutMax {
+		return fmt.Errorf("%s %v: must be above 0 and at most %v (lab traffic tools stop by themselves)", flag, d, labToolTimeoutMax)
+	}
+	return nil
+}
+
+// checkSession refuses an http-session that would run past labtools.SessionMax:
+// --count requests --interval apart (--count 0 stops at SessionMax by itself).
+func checkSession(count int, interval time.Duration) error {
+	if count < 0 || count > 10000 {
+		return fmt.Errorf("--count %d: must be between 1 and 10000, or 0 to send until stopped", count)
+	}
+	if interval < 0 || interval > labtools.SessionMax {
+		return fmt.Errorf("--interval %v: must be between 0 and %v", interval, labtools.SessionMax)
+	}
+	if total := time.Duration(count) * interval; total > labtools.SessionMax {
+		return fmt.Errorf("--count %d --interval %v: would send for %v, at most %v (lab traffic tools stop by themselves)",
+			count, interval, total, labtools.SessionMax)
+	}
+	return nil
+}
+
+// checkSYNFlood refuses a --rate that is negative or that would stretch --count SYNs
+// past labToolTimeoutMax.
+func checkSYNFlood(count, rate int) error {
+	if rate < 0 {
+		return fmt.Errorf("--rate %d: must be 0 (as fast as possible) or a number of packets per second", rate)
+	}
+	if rate > 0 && time.Duration(count)*time.Second/time.Duration(rate) > labToolTimeoutMax {
+		return fmt.Errorf("--count %d --rate %d: would flood for %v, at most %v (lab traffic tools stop by themselves)",
+			count, rate, time.Duration(count)*time.Second/time.Duration(rate), labToolTimeoutMax)
 	}
 	return nil
 }
@@ -268,8 +303,8 @@ func labHTTPSessionCommand() *cobra.Command {
 		Args:    cobra.NoArgs,
 		PreRunE: labTrafficTool,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if count < 0 || count > 10000 {
-				return fmt.Errorf("--count %d: must be between 1 and 10000, or 0 to send until stopped", count)
+			if err := checkSession(count, interval); err != nil {
+				return err
 			}
 			res := labtools.HTTPSession(cmd.Context(), to, localPort, count, interval)
 			if err := json.NewEncoder(cmd.OutOrStdout()).Encode(res); err != nil {
@@ -284,7 +319,7 @@ func labHTTPSessionCommand() *cobra.Command {
 	cmd.Flags().StringVar(&to, "to", "", "target IP:PORT (a myelin lab serve endpoint)")
 	cmd.Flags().IntVar(&localPort, "local-port", 0, "bind this local port (0: the kernel picks one)")
 	cmd.Flags().IntVar(&count, "count", 5, "requests to send (0: until SIGTERM/SIGINT, at most 10 minutes)")
-	cmd.Flags().DurationVar(&interval, "interval", 500*time.Millisecond, "pause between requests")
+	cmd.Flags().DurationVar(&interval, "interval", 500*time.Millisecond, "pause between requests (count × interval at most 10 minutes)")
 	_ = cmd.MarkFlagRequired("to")
 	return cmd
 }
@@ -306,6 +341,9 @@ func labSYNFloodCommand(paths func() labplan.Paths) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--from %q: want a CIDR", from)
 			}
+			if err := checkSYNFlood(count, rate); err != nil {
+				return err
+			}
 			plan, err := lab.LoadPlan(paths())
 			if err != nil {
 				return fmt.Errorf("syn-flood: read the lab's plan for its node and pod addresses: %w", err)
@@ -320,7 +358,7 @@ func labSYNFloodCommand(paths func() labplan.Paths) *cobra.Command {
 	cmd.Flags().StringVar(&to, "to", "", "target IP:PORT: a node's address or a pod's of the running lab (not the machine's 198.18.0.2, the control plane or the router)")
 	cmd.Flags().StringVar(&from, "from", "203.0.113.0/24", "forged sources: a CIDR inside 203.0.113.0/24")
 	cmd.Flags().IntVar(&count, "count", 50000, fmt.Sprintf("SYNs to send (at most %d)", labtools.SYNFloodMax))
-	cmd.Flags().IntVar(&rate, "rate", 0, "packets per second (0: as fast as possible)")
+	cmd.Flags().IntVar(&rate, "rate", 0, "packets per second (0: as fast as possible; count/rate at most 5 minutes)")
 	_ = cmd.MarkFlagRequired("to")
 	return cmd
 }

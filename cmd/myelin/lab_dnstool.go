@@ -41,6 +41,9 @@ func labDNSToolCommand() *cobra.Command {
 		Args:    cobra.ExactArgs(1),
 		PreRunE: labTrafficTool,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkToolTimeout(timeout); err != nil {
+				return err
+			}
 			ips, err := labtools.QueryDNS(cmd.Context(), server, args[0], timeout)
 			if err != nil {
 				return err

@@ -19,6 +19,17 @@ func labPeerCommand() *cobra.Command {
 		Args:    cobra.NoArgs,
 		PreRunE: labTrafficTool,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkToolTimeout(timeout); err != nil {
+				return err
+			}
+			if untilClosed != 0 {
+				if proto != "udp-connected" {
+					return fmt.Errorf("--until-closed with --proto %s: it keeps a connected UDP socket; use --proto udp-connected", proto)
+				}
+				if err := checkToolDuration("--until-closed", untilClosed); err != nil {
+					return err
+				}
+			}
 			var res labtools.PeerResult
 			var err error
 			if untilClosed == 0 {
@@ -37,7 +48,7 @@ func labPeerCommand() *cobra.Command {
 	cmd.Flags().StringVar(&to, "to", "", "target IP:PORT (a myelin lab serve endpoint, or a Service in front of some)")
 	cmd.Flags().StringVar(&proto, "proto", "tcp", "tcp, udp-connected (connect() then send) or udp (sendto/recvfrom)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "how long to wait for the answer")
-	cmd.Flags().DurationVar(&untilClosed, "until-closed", 0, "over connected UDP: then keep the socket until the kernel closes it (ECONNABORTED), at most this long (a backend that went away, with socket-LB)")
+	cmd.Flags().DurationVar(&untilClosed, "until-closed", 0, "over connected UDP: then keep the socket until the kernel closes it (ECONNABORTED), at most this long, 5 minutes or less (a backend that went away, with socket-LB)")
 	_ = cmd.MarkFlagRequired("to")
 	return cmd
 }

@@ -4,6 +4,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Every lab command checks --dir before it runs: status, harmless, stands for them
@@ -36,6 +37,36 @@ func TestLabTrafficToolsCheckNamespace(t *testing.T) {
 		}
 		if cmd.PreRunE == nil {
 			t.Errorf("lab %v: no namespace check (PreRunE labTrafficTool)", path)
+		}
+	}
+}
+
+// Traffic tools refuse flags that would keep them running past their bound (load
+// generators stop by themselves), naming the flags; what the tests and the bench use
+// passes.
+func TestLabToolsBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string // "" for no error
+	}{
+		{"session 24 x 500ms", checkSession(24, 500*time.Millisecond), ""},
+		{"session until stopped", checkSession(0, 100*time.Millisecond), ""},
+		{"session 10000 x 1m", checkSession(10000, time.Minute), "--count 10000 --interval 1m0s: would send for"},
+		{"session negative interval", checkSession(5, -time.Second), "--interval -1s"},
+		{"flood 50000 at 10000/s", checkSYNFlood(50000, 10000), ""},
+		{"flood as fast as possible", checkSYNFlood(50000, 0), ""},
+		{"flood 200000 at 1/s", checkSYNFlood(200000, 1), "--count 200000 --rate 1: would flood for"},
+		{"flood negative rate", checkSYNFlood(10, -1), "--rate -1"},
+		{"until-closed 4m", checkToolDuration("--until-closed", 4*time.Minute), ""},
+		{"until-closed 1h", checkToolDuration("--until-closed", time.Hour), "--until-closed 1h0m0s: must be above 0 and at most 5m0s"},
+		{"timeout 0", checkToolTimeout(0), "--timeout 0s"},
+	} {
+		switch {
+		case tc.want == "" && tc.err != nil:
+			t.Errorf("%s: %v, want no error", tc.name, tc.err)
+		case tc.want != "" && (tc.err == nil || !strings.Contains(tc.err.Error(), tc.want)):
+			t.Errorf("%s: %v, want an error saying %q", tc.name, tc.err, tc.want)
 		}
 	}
 }
