@@ -232,8 +232,36 @@ func cniResultsIn(dir string) []string {
 	return out
 }
 
-// removeCNIResults removes the lab's cached CNI results, or the whole cache when
-// the lab created it (as its own directory, own, records).
+// labSandboxes are the pod sandboxes the lab's containerds made (their CRI sandbox
+// directories under each node's containerd root in the lab directory).
+func labSandboxes(paths labplan.Paths) map[string]bool {
+	out := map[string]bool{}
+	nodes, _ := os.ReadDir(filepath.Join(paths.Dir, "nodes"))
+	for _, n := range nodes {
+		ids, _ := os.ReadDir(filepath.Join(paths.ContainerdRoot(n.Name()), "io.containerd.grpc.v1.cri", "sandboxes"))
+		for _, id := range ids {
+			out[id.Name()] = true
+		}
+	}
+	return out
+}
+
+// ownCNIResults keeps of results (cached result files) those of sandboxes: a machine
+// whose own containerd runs pods on networks named as the lab's (flannel's cbr0) keeps
+// their results.
+func ownCNIResults(results []string, sandboxes map[string]bool) []string {
+	var out []string
+	for _, f := range results {
+		if m := cniResult.FindStringSubmatch(filepath.Base(f)); m != nil && sandboxes[m[2]] {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// removeCNIResults removes the lab's cached CNI results (those of the sandboxes its
+// containerds made), or the whole cache when the lab created it (as its own directory,
+// own, records).
 func removeCNIResults(paths labplan.Paths, own bool, note func(string, ...any)) []string {
 	if own && exists(paths.CNICacheDirCreated()) && exists(labplan.CNICacheDir) {
 		if err := os.RemoveAll(labplan.CNICacheDir); err != nil {
@@ -242,8 +270,11 @@ func removeCNIResults(paths labplan.Paths, own bool, note func(string, ...any)) 
 		note("removed %s (containerd's CNI result cache)", labplan.CNICacheDir)
 		return nil
 	}
+	if !own {
+		return nil
+	}
 	var problems []string
-	results := LeftoverCNIResults()
+	results := ownCNIResults(LeftoverCNIResults(), labSandboxes(paths))
 	for _, f := range results {
 		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
 			problems = append(problems, err.Error())

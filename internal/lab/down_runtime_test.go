@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
 // The lab's cached CNI results are those of its networks and the loopback results
@@ -34,5 +36,22 @@ func TestCNIResultsOfTheLab(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("lab CNI results:\n got %v\nwant %v", got, want)
+	}
+}
+
+// Of the cached results of the lab's network names, lab down removes only those of
+// sandboxes the lab's containerds made: the machine's own pods on a network named
+// cbr0 keep theirs.
+func TestOwnCNIResults(t *testing.T) {
+	paths := labplan.Paths{Dir: t.TempDir()}
+	lab, other := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	if err := os.MkdirAll(filepath.Join(paths.ContainerdRoot(labplan.NodeName(1)), "io.containerd.grpc.v1.cri", "sandboxes", lab), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	results := []string{"/var/lib/cni/results/cbr0-" + lab + "-eth0", "/var/lib/cni/results/cni-loopback-" + lab + "-lo",
+		"/var/lib/cni/results/cbr0-" + other + "-eth0", "/var/lib/cni/results/cni-loopback-" + other + "-lo"}
+	got := ownCNIResults(results, labSandboxes(paths))
+	if want := results[:2]; !slices.Equal(got, want) {
+		t.Errorf("own results %v, want %v (the lab's sandbox only)", got, want)
 	}
 }
