@@ -12,12 +12,13 @@ import (
 	"github.com/myelin-net/myelin/internal/images"
 	"github.com/myelin-net/myelin/internal/lab"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
+	"github.com/myelin-net/myelin/internal/labtools"
 	"github.com/myelin-net/myelin/internal/version"
 )
 
 func connectivityCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "connectivity", Short: "Check a cluster's networking end to end with test pods"}
-	cmd.AddCommand(connectivityTestCommand(), connectivityProbeCommand())
+	cmd.AddCommand(connectivityTestCommand(), connectivityProbeCommand(), connectivityServeCommand())
 	return cmd
 }
 
@@ -85,6 +86,26 @@ func connectivityTarget(kubeconfig string, o *connectivity.Options) error {
 	}
 	o.Client, o.REST = cs, cfg
 	return nil
+}
+
+// connectivityServeCommand is the server connectivity test's pods run: lab serve's
+// HTTP and UDP answers, without its check that it runs in a lab namespace (the test's
+// host pod runs in a real node's network namespace, its purpose).
+func connectivityServeCommand() *cobra.Command {
+	var listen, name string
+	cmd := &cobra.Command{
+		Use:    "serve --listen ADDR --name NAME",
+		Short:  "Serve the test pods' HTTP and UDP answers (what connectivity test runs in its pods)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return labtools.Serve(cmd.Context(), listen, name, 0)
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", ":8080", "address to listen on")
+	cmd.Flags().StringVar(&name, "name", "", "name to answer with")
+	_ = cmd.MarkFlagRequired("name")
+	return cmd
 }
 
 func connectivityProbeCommand() *cobra.Command {

@@ -284,7 +284,7 @@ func labBigUDPCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&to, "to", "", "target IP:PORT (a myelin lab serve endpoint)")
 	cmd.Flags().IntVar(&send, "send", 3000, "bytes of the request datagram (larger than the MTU: sent as fragments)")
-	cmd.Flags().IntVar(&reply, "reply", 6000, "bytes of the reply datagram to ask for")
+	cmd.Flags().IntVar(&reply, "reply", 6000, "bytes of the reply datagram to ask for (at most twice --send: servers don't amplify)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 6*time.Second, "how long to wait for the reply")
 	_ = cmd.MarkFlagRequired("to")
 	return cmd

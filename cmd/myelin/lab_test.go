@@ -70,3 +70,18 @@ func TestLabToolsBounded(t *testing.T) {
 		}
 	}
 }
+
+// connectivity test's pods run `connectivity serve`, which (unlike lab serve) has no
+// lab-namespace check: its host pod runs in a real node's network namespace.
+func TestConnectivityServeRunsOnNodes(t *testing.T) {
+	serve, _, err := connectivityCommand().Find([]string{"serve"})
+	if err != nil || serve.Name() != "serve" {
+		t.Fatalf("connectivity serve: %v", err)
+	}
+	if serve.PreRunE != nil {
+		t.Error("connectivity serve has a PreRunE: the host pod's node namespace must not be refused")
+	}
+	if serve.Flags().Lookup("listen") == nil || serve.Flags().Lookup("name") == nil {
+		t.Error("connectivity serve lacks --listen or --name, which the test's pods pass")
+	}
+}

@@ -79,7 +79,7 @@ func readNodes(ctx context.Context, o Options) ([]node, error) {
 	return out, nil
 }
 
-// podSpec is one test pod: `myelin lab serve` on listen, named after the pod.
+// podSpec is one test pod: `myelin connectivity serve` on listen, named after the pod.
 func podSpec(o Options, name, role, nodeName string, hostNetwork bool, listen string) *corev1.Pod {
 	labels := map[string]string{labelTest: "true", labelRole: role, labelPod: name}
 	if name == podClient {
@@ -94,7 +94,8 @@ func podSpec(o Options, name, role, nodeName string, hostNetwork bool, listen st
 			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			Containers: []corev1.Container{{
 				Name: "probe", Image: o.Image, ImagePullPolicy: corev1.PullIfNotPresent,
-				Command: []string{o.Myelin, "lab", "serve", "--listen", listen, "--name", name},
+				// Not `lab serve`: that refuses the host pod's node network namespace.
+				Command: []string{o.Myelin, "connectivity", "serve", "--listen", listen, "--name", name},
 				SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{
 					Add: []corev1.Capability{"NET_RAW"}}},
 			}},

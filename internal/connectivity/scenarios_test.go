@@ -97,3 +97,16 @@ func TestReport(t *testing.T) {
 		t.Error("summary without failures is an error")
 	}
 }
+
+// Every test pod, the host-network one included, runs `myelin connectivity serve`:
+// `lab serve` refuses a node's own network namespace.
+func TestPodsRunConnectivityServe(t *testing.T) {
+	o := Options{Myelin: "/usr/bin/myelin", Image: "img"}
+	for _, host := range []bool{false, true} {
+		p := podSpec(o, "host", "host", "node-1", host, ":8080")
+		cmd := p.Spec.Containers[0].Command
+		if len(cmd) < 3 || cmd[1] != "connectivity" || cmd[2] != "serve" {
+			t.Errorf("hostNetwork %v: pod command %v, want myelin connectivity serve", host, cmd)
+		}
+	}
+}

@@ -51,6 +51,10 @@ func BigUDP(ctx context.Context, target string, send, reply int, timeout time.Du
 	if send < len(head) || send > bigUDPMax || reply < 1 || reply > bigUDPMax {
 		return res, fmt.Errorf("big UDP request of %d bytes with a reply of %d: both must be between %d and %d bytes", send, reply, len(head), bigUDPMax)
 	}
+	if reply > bigUDPAmplification*send {
+		return res, fmt.Errorf("big UDP request of %d bytes with a reply of %d: the reply may be at most %d times the request (servers refuse to amplify)",
+			send, reply, bigUDPAmplification)
+	}
 	req := make([]byte, send)
 	copy(req, head)
 	bigFill(req[len(head):], len(head))
@@ -106,15 +110,21 @@ func checkBigReply(res *BigUDPResult, b []byte, want int, sha string) {
 	res.ReplyIntact = len(b) == want && bytes.Equal(b[len(line)+1:], fill)
 }
 
+// bigUDPAmplification bounds a BigUDP reply to this many times its request: a
+// server on a node's host network (connectivity test's host pod) must not answer a
+// small forged datagram with 65,000 bytes to its spoofed source.
+const bigUDPAmplification = 2
+
 // bigUDPAnswer is the server's reply to a BigUDP request req from addr, or nil when
-// req is not one.
+// req is not one or asks for more than bigUDPAmplification times its own size.
 func bigUDPAnswer(req []byte, name string, addr net.Addr) []byte {
 	if !bytes.HasPrefix(req, []byte(bigUDPMagic+" ")) {
 		return nil
 	}
 	var size int
 	line, _, _ := bytes.Cut(req, []byte("\n"))
-	if _, err := fmt.Sscanf(string(line), bigUDPMagic+" reply=%d", &size); err != nil || size < 1 || size > bigUDPMax {
+	if _, err := fmt.Sscanf(string(line), bigUDPMagic+" reply=%d", &size); err != nil || size < 1 || size > bigUDPMax ||
+		size > bigUDPAmplification*len(req) {
 		return nil
 	}
 	sum := sha256.Sum256(req)

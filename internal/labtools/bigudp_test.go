@@ -27,7 +27,7 @@ func TestBigUDPLoopback(t *testing.T) {
 // A reply cut short or changed is not intact.
 func TestBigUDPReplyCheck(t *testing.T) {
 	addr := &net.UDPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 1}
-	req := make([]byte, 100)
+	req := make([]byte, 250)
 	copy(req, bigUDPMagic+" reply=500\n")
 	bigFill(req[len(bigUDPMagic+" reply=500\n"):], len(bigUDPMagic+" reply=500\n"))
 	good := bigUDPAnswer(req, "s", addr)
@@ -43,5 +43,10 @@ func TestBigUDPReplyCheck(t *testing.T) {
 	}
 	if bigUDPAnswer([]byte("hello"), "s", addr) != nil {
 		t.Error("a plain datagram got a big answer")
+	}
+	// A small request asking for a big reply (an amplifier's use) gets none.
+	if b := bigUDPAnswer([]byte(bigUDPMagic+" reply=65000\n"), "s", addr); b != nil {
+		t.Errorf("a %d-byte request got a %d-byte answer; want none over %d times its size",
+			len(bigUDPMagic+" reply=65000\n"), len(b), bigUDPAmplification)
 	}
 }
