@@ -35,6 +35,14 @@ apt_packages=(
 enable_non_free() {
 	local src=/etc/apt/sources.list.d/myelin-non-free.sources
 	if [ -f "$src" ]; then return 1; fi
+	# The source names bookworm's suites: on another release it would mix releases (or,
+	# on Ubuntu, break apt update for the machine). Leave netperf to the owner there.
+	local codename
+	codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+	if [ "$codename" != bookworm ]; then
+		say "not Debian bookworm (VERSION_CODENAME=${codename:-unknown} in /etc/os-release): not adding bookworm's non-free source; install netperf yourself if apt cannot"
+		return 1
+	fi
 	say "enabling Debian's non-free component for netperf ($src)"
 	cat >"$src" <<'SRC'
 # Added by myelin's scripts/setup.sh: netperf is in Debian's non-free component.
@@ -50,6 +58,11 @@ SRC
 missing_packages() {
 	local p
 	for p in "${apt_packages[@]}"; do
+		case "$p" in
+		# Docker's containerd.io provides both binaries and conflicts with Debian's
+		# packages: installing them would remove it (and docker-ce with it).
+		containerd | runc) command -v "$p" >/dev/null && continue ;;
+		esac
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || echo "$p"
 	done
 }
@@ -64,7 +77,11 @@ install_packages() {
 	fi
 	say "installing apt packages: ${missing[*]}"
 	[ "$updated" -eq 1 ] || apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	# --no-remove: setup installs, it never removes a package of the machine's to make room.
+	if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends --no-remove "${missing[@]}" >/dev/null; then
+		say "apt-get install ${missing[*]} failed (above); if apt wanted to remove packages to install them, setup refused: install those packages yourself, resolving the conflict, and run again"
+		exit 1
+	fi
 	# containerd's package starts a system containerd; each lab node runs its own. Only
 	# the one this run just installed is stopped: a containerd that was there before
 	# (Docker's, k3s's) is the machine owner's and stays as it is.
