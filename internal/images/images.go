@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -150,6 +151,23 @@ func configure(img v1.Image, s spec) (v1.Image, error) {
 	return mutate.CreatedAt(img, v1.Time{Time: Epoch})
 }
 
+// onlyArchives says whether dir holds nothing but Build's archives (agent.tar,
+// pause.tar, test.tar, and their .tmp while written): what Prune may remove. A
+// directory of anything else under the cache is not a version of ours.
+func onlyArchives(dir string) bool {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		name := strings.TrimSuffix(e.Name(), ".tmp")
+		if !e.Type().IsRegular() || (name != Agent+".tar" && name != Pause+".tar" && name != Test+".tar") {
+			return false
+		}
+	}
+	return true
+}
+
 // KeepVersions is how many versions' archives Prune keeps besides the one just built.
 const KeepVersions = 3
 
@@ -174,6 +192,10 @@ func Prune(cache, current string, out io.Writer) error {
 	var old []version
 	for _, d := range dirs {
 		if !d.IsDir() || d.Name() == current || d.Name() == "base" || d.Name() == "e2e" {
+			continue
+		}
+		if !onlyArchives(filepath.Join(root, d.Name())) {
+			fmt.Fprintf(out, "images: left %s: it holds more than myelin's image archives (a --cache of your own?)\n", filepath.Join(root, d.Name()))
 			continue
 		}
 		info, err := d.Info()

@@ -165,6 +165,18 @@ func TestPruneKeepsCurrentNewestBaseAndE2E(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Not a version of ours: a user's folder under a --cache of their own.
+	holiday := filepath.Join(cache, "images", "holiday-2019")
+	if err := os.MkdirAll(holiday, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(holiday, "beach.jpg"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Unix(10, 0)
+	if err := os.Chtimes(holiday, old, old); err != nil {
+		t.Fatal(err)
+	}
 	var out strings.Builder
 	if err := Prune(cache, "current", &out); err != nil {
 		t.Fatal(err)
@@ -177,7 +189,7 @@ func TestPruneKeepsCurrentNewestBaseAndE2E(t *testing.T) {
 	for _, d := range left {
 		got = append(got, d.Name())
 	}
-	if want := "base current e2e v3 v4 v5"; strings.Join(got, " ") != want {
+	if want := "base current e2e holiday-2019 v3 v4 v5"; strings.Join(got, " ") != want {
 		t.Errorf("after Prune: %v, want %s (output %q)", got, want, out.String())
 	}
 	if !strings.Contains(out.String(), "removed the archives of version v1") {
