@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -79,6 +80,19 @@ func readNodes(ctx context.Context, o Options) ([]node, error) {
 	return out, nil
 }
 
+// pullPolicy is Never for an image named without a registry host (the default
+// myelin/test:<version>, imported on the nodes): containerd would pull such a name from
+// Docker Hub, where anyone may hold it, into a host-network pod with NET_RAW.
+func pullPolicy(image string) corev1.PullPolicy {
+	first, _, _ := strings.Cut(image, "/")
+	if strings.ContainsAny(first, ".:") || first == "localhost" {
+		if strings.Contains(image, "/") {
+			return corev1.PullIfNotPresent
+		}
+	}
+	return corev1.PullNever
+}
+
 // podSpec is one test pod: `myelin connectivity serve` on listen, named after the pod.
 func podSpec(o Options, name, role, nodeName string, hostNetwork bool, listen string) *corev1.Pod {
 	labels := map[string]string{labelTest: "true", labelRole: role, labelPod: name}
@@ -93,7 +107,7 @@ func podSpec(o Options, name, role, nodeName string, hostNetwork bool, listen st
 			TerminationGracePeriodSeconds: ptr.To[int64](1),
 			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			Containers: []corev1.Container{{
-				Name: "probe", Image: o.Image, ImagePullPolicy: corev1.PullIfNotPresent,
+				Name: "probe", Image: o.Image, ImagePullPolicy: pullPolicy(o.Image),
 				// Not `lab serve`: that refuses the host pod's node network namespace.
 				Command: []string{o.Myelin, "connectivity", "serve", "--listen", listen, "--name", name},
 				SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{

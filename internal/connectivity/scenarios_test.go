@@ -110,3 +110,15 @@ func TestPodsRunConnectivityServe(t *testing.T) {
 		}
 	}
 }
+
+// The default image (no registry host) is never pulled; a registry's image may be.
+func TestPodPullPolicy(t *testing.T) {
+	for image, want := range map[string]corev1.PullPolicy{
+		"myelin/test:v1": corev1.PullNever, "busybox": corev1.PullNever, "docker.io": corev1.PullNever,
+		"registry.internal/myelin/test:v1": corev1.PullIfNotPresent, "localhost:5000/test:v1": corev1.PullIfNotPresent,
+	} {
+		if got := pullPolicy(image); got != want {
+			t.Errorf("pullPolicy(%q) = %s, want %s", image, got, want)
+		}
+	}
+}

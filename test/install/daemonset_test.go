@@ -83,8 +83,8 @@ func TestChartAgentPod(t *testing.T) {
 	if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxUnavailable.IntValue() != 1 {
 		t.Errorf("updateStrategy %+v, want RollingUpdate maxUnavailable 1", ds.Spec.UpdateStrategy)
 	}
-	if agent.Image != "myelin/agent:v0.0.0-test" || agent.ImagePullPolicy != corev1.PullIfNotPresent {
-		t.Errorf("image %s %s, want myelin/agent:v0.0.0-test IfNotPresent", agent.Image, agent.ImagePullPolicy)
+	if agent.Image != "myelin/agent:v0.0.0-test" || agent.ImagePullPolicy != corev1.PullNever {
+		t.Errorf("image %s %s, want myelin/agent:v0.0.0-test Never (no registry host: never pulled)", agent.Image, agent.ImagePullPolicy)
 	}
 	envs := map[string]string{}
 	for _, e := range agent.Env {

@@ -447,3 +447,18 @@ func TestHelmSchemaRefusesSharedRunPathAndBadPorts(t *testing.T) {
 		}
 	}
 }
+
+// An image name without a registry host is never pulled (containerd would fetch it from
+// Docker Hub, where anyone may hold the name): the default is Never, and asking to pull
+// such a name fails the install naming it; a registry's name may be pulled.
+func TestChartRefusesPullingUnqualifiedImages(t *testing.T) {
+	out, failed := helmTemplate(t, "--set", "image.pullPolicy=IfNotPresent")
+	if !failed || !strings.Contains(out, `image.repository "myelin/agent" names no registry host`) {
+		t.Errorf("pullPolicy IfNotPresent with myelin/agent: failed %v\n%s\nwant a refusal naming the repository", failed, out)
+	}
+	for _, repo := range []string{"localhost:5000/myelin/agent", "registry.internal/myelin/agent"} {
+		if out, failed := helmTemplate(t, "--set", "image.pullPolicy=IfNotPresent", "--set", "image.repository="+repo); failed {
+			t.Errorf("pullPolicy IfNotPresent with %s: %s", repo, out)
+		}
+	}
+}

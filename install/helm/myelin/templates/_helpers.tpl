@@ -1,5 +1,13 @@
-{{/* The image reference: tag "" means the chart's appVersion. */}}
+{{/* The image reference: tag "" means the chart's appVersion. A repository without a
+registry host (its first path part has no "." or ":" and is not localhost) is pulled
+from Docker Hub by containerd: whoever holds that name there would run the agent, with
+its capabilities, on every node that lacks the image. Such a name must not be pulled. */}}
 {{- define "myelin.image" -}}
+{{- $first := index (splitList "/" .Values.image.repository) 0 -}}
+{{- $host := or (contains "." $first) (contains ":" $first) (eq $first "localhost") -}}
+{{- if and (not $host) (ne .Values.image.pullPolicy "Never") -}}
+{{- fail (printf "image.repository %q names no registry host, so a node without the image would pull it from Docker Hub: import the image on every node (myelin images build, then ctr -n k8s.io images import) and keep image.pullPolicy=Never, or push it to your registry and set image.repository to registry.host/path" .Values.image.repository) -}}
+{{- end -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
