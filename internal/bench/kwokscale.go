@@ -18,6 +18,7 @@ import (
 	"github.com/myelin-net/myelin/internal/lab"
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labdriver"
+	"github.com/myelin-net/myelin/internal/statefile"
 )
 
 // KwokScaleJSON is the file RunKwokScale writes its result to, in the output directory.
@@ -108,8 +109,8 @@ func RunKwokScale(ctx context.Context, w io.Writer, o KwokScaleOptions) (KwokSca
 	if kwok.Bin() == "" {
 		return res, fmt.Errorf("kwok %s is not built (%s): run make setup", kwok.Version, kwok.BinDir())
 	}
-	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
-		return res, fmt.Errorf("create output directory: %w", err)
+	if err := statefile.OutDir(o.OutDir); err != nil {
+		return res, err
 	}
 	cl := NewCluster(LabSpec{Nodes: 1, CNI: string(labplan.CNIMyelin), Profile: "native"})
 	cl.Myelin = o.Myelin

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/myelin-net/myelin/internal/statefile"
 )
 
 // Report file names in the output directory.
@@ -20,8 +22,8 @@ const (
 // WriteReport writes report.md, results.json and the charts into dir (created if
 // missing) and returns the paths written.
 func WriteReport(dir string, res *Results) ([]string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create report directory: %w", err)
+	if err := statefile.OutDir(dir); err != nil {
+		return nil, err
 	}
 	charts, err := WriteCharts(dir, res)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/myelin-net/myelin/internal/images"
+	"github.com/myelin-net/myelin/internal/statefile"
 )
 
 // FullFocus is what `make conformance` runs (docs/conformance.md): every [sig-network]
@@ -67,7 +68,7 @@ type Run struct {
 // suite's own output is in OutDir/e2e.log). It fails only when the suite could not run
 // or wrote no report; failed tests are in the Result.
 func (s Suite) Run(ctx context.Context, r Run, progress io.Writer) (Result, error) {
-	if err := os.MkdirAll(r.OutDir, 0o755); err != nil {
+	if err := statefile.OutDir(r.OutDir); err != nil {
 		return Result{}, err
 	}
 	repoList := filepath.Join(r.OutDir, "repo-list.yaml")

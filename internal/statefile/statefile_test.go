@@ -3,6 +3,7 @@ package statefile
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -41,5 +42,24 @@ func TestWriteFailureKeepsTheOldFile(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(path); string(b) != "old" {
 		t.Errorf("after the failed write the file holds %q, want old", b)
+	}
+}
+
+// OutDir makes a missing directory and refuses one others may write in.
+func TestOutDir(t *testing.T) {
+	base := t.TempDir()
+	mine := filepath.Join(base, "a", "results")
+	if err := OutDir(mine); err != nil {
+		t.Fatalf("a new directory: %v", err)
+	}
+	shared := filepath.Join(base, "shared")
+	if err := os.Mkdir(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(shared, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	if err := OutDir(shared); err == nil || !strings.Contains(err.Error(), "writable by others") {
+		t.Errorf("a world-writable directory: %v, want a refusal", err)
 	}
 }
