@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -206,5 +207,26 @@ func TestStagePlansGrowServiceLab(t *testing.T) {
 	}
 	if got := fillerCost(1000, 10000); got < 160*time.Second || got > 190*time.Second {
 		t.Errorf("fillerCost(1000, 10000) = %s, want about the 176 s measured", got)
+	}
+}
+
+// Run's flags are checked, each refusal naming its flag; a negative budget is no
+// unbounded run.
+func TestCheckRunFlags(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Rounds: 5, Duration: 3 * time.Second}, ""},
+		{Config{Rounds: 5, Budget: 30 * time.Minute}, ""},
+		{Config{Rounds: 0, Duration: time.Second}, "--rounds 0"},
+		{Config{Rounds: 5, Duration: 3 * time.Second, Budget: -time.Minute}, "--budget -1m0s"},
+		{Config{Rounds: 5, Duration: time.Hour}, "--duration 1h0m0s"},
+		{Config{Rounds: 5}, "--duration 0 without --budget"},
+	} {
+		err := checkRunFlags(tc.cfg)
+		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("checkRunFlags(%+v) = %v, want %q", tc.cfg, err, tc.want)
+		}
 	}
 }

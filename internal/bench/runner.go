@@ -52,8 +52,8 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	if err := Validate(cfg.Cases); err != nil {
 		return nil, err
 	}
-	if cfg.Rounds < 1 || cfg.Duration < 0 || (cfg.Duration == 0 && cfg.Budget <= 0) {
-		return nil, fmt.Errorf("bench needs at least 1 round of a positive duration, got %d rounds of %s", cfg.Rounds, cfg.Duration)
+	if err := checkRunFlags(cfg); err != nil {
+		return nil, err
 	}
 	res := &Results{Machine: DescribeMachine(), Command: cfg.Command, Started: time.Now(),
 		Rounds: cfg.Rounds, DurationSeconds: cfg.Duration.Seconds(), Runs: []RunRecord{}}
@@ -331,4 +331,22 @@ func describeCase(c Case, unavailable error) CaseInfo {
 		info.Unavailable = unavailable.Error()
 	}
 	return info
+}
+
+// MaxDuration bounds one run's --duration: the load generators stop by themselves.
+const MaxDuration = 5 * time.Minute
+
+// checkRunFlags refuses rounds, duration and budget a run can't use, naming the flag.
+func checkRunFlags(cfg Config) error {
+	switch {
+	case cfg.Rounds < 1:
+		return fmt.Errorf("--rounds %d: must be at least 1", cfg.Rounds)
+	case cfg.Budget < 0:
+		return fmt.Errorf("--budget %s: must be positive, or 0 for no budget", cfg.Budget)
+	case cfg.Duration < 0 || cfg.Duration > MaxDuration:
+		return fmt.Errorf("--duration %s: must be between 0 and %s (0 only with --budget, which picks it)", cfg.Duration, MaxDuration)
+	case cfg.Duration == 0 && cfg.Budget == 0:
+		return fmt.Errorf("--duration 0 without --budget: give each run a duration (e.g. 3s) or a --budget to plan one")
+	}
+	return nil
 }
