@@ -36,6 +36,7 @@ func relayCommand() *cobra.Command {
 	f.StringVar(&o.TLS.CertFile, "tls-cert-file", "", "PEM certificate: serve --listen over TLS 1.3 (with --tls-key-file; hubble observe --tls --tls-ca-cert-files ...)")
 	f.StringVar(&o.TLS.KeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
 	f.StringSliceVar(&o.TLS.ClientCAFiles, "tls-client-ca-files", nil, "PEM CA files: accept only clients with a certificate they signed (mutual TLS; without, any client reads the flows over TLS, and the startup line says client-certificates=\"not required\")")
+	f.StringSliceVar(&o.TLS.ClientNames, "tls-client-names", nil, "accept only client certificates whose DNS name (or common name, without one) is one of these (needs --tls-client-ca-files; default: any certificate those CAs signed)")
 	f.StringVar(&o.PeerTLS.CAFile, "peer-tls-ca-file", "", "PEM CA that signed the agents' certificates: connect to the agents over TLS (their hubble-tls-cert-file)")
 	f.StringVar(&o.PeerTLS.CertFile, "peer-tls-cert-file", "", "PEM client certificate for agents that require one (hubble-tls-client-ca-files; needs --peer-tls-ca-file and --peer-tls-key-file)")
 	f.StringVar(&o.PeerTLS.KeyFile, "peer-tls-key-file", "", "PEM private key of --peer-tls-cert-file")

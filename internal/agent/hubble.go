@@ -30,7 +30,7 @@ type hubbleListen struct {
 
 // hubbleTLSKeys name the hubble-tls-* configuration keys in errors.
 var hubbleTLSKeys = hubble.ServerTLSNames{CertFile: "hubble-tls-cert-file", KeyFile: "hubble-tls-key-file",
-	ClientCAFiles: "hubble-tls-client-ca-files"}
+	ClientCAFiles: "hubble-tls-client-ca-files", ClientNames: "hubble-tls-client-names"}
 
 // creds are the TCP listener's TLS credentials, nil for plaintext. TLS settings without
 // a TCP listener are an error: they would protect nothing (the socket stays plain).
@@ -95,7 +95,7 @@ func serveHubble(ctx context.Context, cfg Config, hl hubbleListen, store *flowst
 		serveGRPC(ctx, gt, tcp, log)
 	}
 	log.Info("hubble api", "socket", sock, "listen", hl.Addr, "tls", creds != nil,
-		"client-certificates", hl.TLS.ClientCertificates())
+		"client-certificates", hl.TLS.ClientCertificates(), "client-names", hl.TLS.ClientNamesText())
 	return nil
 }
 

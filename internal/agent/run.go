@@ -133,7 +133,7 @@ func (st *startup) serveAPI(ctx context.Context, node *nodeDatapath, gc *collect
 func (st *startup) hubbleListen() hubbleListen {
 	return hubbleListen{Addr: st.conf.HubbleListenAddress, NodeIP: st.plan.NodeIP,
 		TLS: hubble.ServerTLS{CertFile: st.conf.HubbleTLSCertFile, KeyFile: st.conf.HubbleTLSKeyFile,
-			ClientCAFiles: st.conf.HubbleTLSClientCAFiles}}
+			ClientCAFiles: st.conf.HubbleTLSClientCAFiles, ClientNames: st.conf.HubbleTLSClientNames}}
 }
 
 // parts are what Run has started by the time the control loops start.

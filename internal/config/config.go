@@ -92,9 +92,12 @@ type Config struct {
 	// HubbleTLSCertFile and HubbleTLSKeyFile (hubble-tls-cert-file, hubble-tls-key-file)
 	// turn on TLS for HubbleListenAddress (not the local socket); with
 	// HubbleTLSClientCAFiles (hubble-tls-client-ca-files) only clients with a
-	// certificate those CAs signed may connect.
+	// certificate those CAs signed may connect, and with HubbleTLSClientNames
+	// (hubble-tls-client-names) only those whose certificate carries one of these names
+	// (the relay's; empty: any the CAs signed).
 	HubbleTLSCertFile, HubbleTLSKeyFile string
 	HubbleTLSClientCAFiles              []string
+	HubbleTLSClientNames                []string
 	// NATPortRange is nat-port-range: the ports masquerade and NodePort SNAT
 	// translate to; zero means auto (above the node's ephemeral ports).
 	NATPortRange PortRange

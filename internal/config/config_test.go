@@ -185,3 +185,18 @@ func TestPolicyCTMaxKey(t *testing.T) {
 		t.Errorf("policy-ct-max 1048576: got %d (%v)", c.PolicyCTMax, err)
 	}
 }
+
+// hubble-tls-client-names is a comma-separated list; empty is none (any client the CAs
+// signed).
+func TestHubbleTLSClientNamesKey(t *testing.T) {
+	c, err := Resolve(Source{Name: "test", Values: map[string]string{"hubble-tls-client-names": " relay.hubble.myelin.local, ,other.test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(c.HubbleTLSClientNames, "|"); got != "relay.hubble.myelin.local|other.test" {
+		t.Errorf("hubble-tls-client-names = %q", got)
+	}
+	if c, err = Resolve(); err != nil || c.HubbleTLSClientNames != nil {
+		t.Errorf("default hubble-tls-client-names = %q, %v; want none", c.HubbleTLSClientNames, err)
+	}
+}

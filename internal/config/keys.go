@@ -165,12 +165,11 @@ var keys = []key{
 		return nil
 	}},
 	{"hubble-tls-client-ca-files", "", func(c *Config, v string) error {
-		c.HubbleTLSClientCAFiles = nil
-		for _, f := range strings.Split(v, ",") {
-			if f = strings.TrimSpace(f); f != "" {
-				c.HubbleTLSClientCAFiles = append(c.HubbleTLSClientCAFiles, f)
-			}
-		}
+		c.HubbleTLSClientCAFiles = commaList(v)
+		return nil
+	}},
+	{"hubble-tls-client-names", "", func(c *Config, v string) error {
+		c.HubbleTLSClientNames = commaList(v)
 		return nil
 	}},
 	{"nat-port-range", "auto", func(c *Config, v string) (err error) {
@@ -313,4 +312,15 @@ func parseListenAddr(v, example string) (string, error) {
 		}
 	}
 	return v, nil
+}
+
+// commaList splits a comma-separated list, dropping spaces around items and empty items.
+func commaList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }

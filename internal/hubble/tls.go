@@ -13,21 +13,35 @@ import (
 // ServerTLS is where a Hubble server's TLS files are (PEM). With ClientCAFiles the
 // server accepts only clients with a certificate they signed (mutual TLS); without
 // them it serves TLS to anyone (encryption, no client authentication), which is allowed
-// and said in its startup line (ClientCertificates).
+// and said in its startup line (ClientCertificates). With ClientNames as well, a
+// client's certificate must also carry one of these names (ClientNameAllowed): a CA
+// that signs certificates for several roles (agents, relay, UI) then admits only the
+// role meant to read this server.
 type ServerTLS struct {
 	CertFile, KeyFile string
 	ClientCAFiles     []string
+	ClientNames       []string
 }
 
 // ServerTLSNames are what the user calls a ServerTLS's settings (flags or config
 // keys), so that errors name what to change.
 type ServerTLSNames struct {
-	CertFile, KeyFile, ClientCAFiles string
+	CertFile, KeyFile, ClientCAFiles, ClientNames string
 }
 
 // Enabled says whether any TLS setting is given.
 func (c ServerTLS) Enabled() bool {
-	return c.CertFile != "" || c.KeyFile != "" || len(c.ClientCAFiles) > 0
+	return c.CertFile != "" || c.KeyFile != "" || len(c.ClientCAFiles) > 0 || len(c.ClientNames) > 0
+}
+
+// ClientNamesText says for a startup log line which client names are accepted: the
+// names, or "any" (any certificate the client CAs signed, or no check at all without
+// them).
+func (c ServerTLS) ClientNamesText() string {
+	if len(c.ClientNames) == 0 {
+		return "any"
+	}
+	return strings.Join(c.ClientNames, ",")
 }
 
 // ClientCertificates says for a startup log line whether clients must present a
@@ -52,8 +66,18 @@ func (c ServerTLS) Credentials(n ServerTLSNames) (credentials.TransportCredentia
 		if len(c.ClientCAFiles) > 0 {
 			given = append(given, n.ClientCAFiles)
 		}
+		if len(c.ClientNames) > 0 {
+			given = append(given, n.ClientNames)
+		}
 		return nil, fmt.Errorf("hubble TLS: %s given without %s: serving TLS needs the server's certificate and its private key; add %s, or drop %s to serve plaintext",
 			and(given), and(missing), and(missing), and(given))
+	}
+	if len(c.ClientNames) > 0 && len(c.ClientCAFiles) == 0 {
+		return nil, fmt.Errorf("hubble TLS: %s given without %s: client names are checked in the client certificates those CAs signed; add %s, or drop %s to accept any client",
+			n.ClientNames, n.ClientCAFiles, n.ClientCAFiles, n.ClientNames)
+	}
+	if err := checkClientNames(c.ClientNames, n.ClientNames); err != nil {
+		return nil, err
 	}
 	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 	if err != nil {
@@ -65,8 +89,69 @@ func (c ServerTLS) Credentials(n ServerTLSNames) (credentials.TransportCredentia
 			return nil, err
 		}
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		if len(c.ClientNames) > 0 {
+			cfg.VerifyConnection = verifyClientName(c.ClientNames)
+		}
 	}
 	return credentials.NewTLS(cfg), nil
+}
+
+// verifyClientName refuses a client whose certificate (already verified against the
+// client CAs) carries none of names. It runs as VerifyConnection, which, unlike
+// VerifyPeerCertificate, also runs for resumed sessions.
+func verifyClientName(names []string) func(tls.ConnectionState) error {
+	return func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return fmt.Errorf("hubble TLS: the client presented no certificate")
+		}
+		cert := cs.PeerCertificates[0]
+		if ClientNameAllowed(cert, names) {
+			return nil
+		}
+		return fmt.Errorf("hubble TLS: client certificate %s is not among the allowed client names %s",
+			certNames(cert), strings.Join(names, ", "))
+	}
+}
+
+// ClientNameAllowed says whether cert names one of names: one of its DNS SANs, or its
+// subject's common name when it has no DNS SAN (names compare case-insensitively, as
+// DNS names do; no wildcards).
+func ClientNameAllowed(cert *x509.Certificate, names []string) bool {
+	own := cert.DNSNames
+	if len(own) == 0 && cert.Subject.CommonName != "" {
+		own = []string{cert.Subject.CommonName}
+	}
+	for _, o := range own {
+		for _, n := range names {
+			if strings.EqualFold(o, n) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// certNames describes a certificate's names for an error.
+func certNames(cert *x509.Certificate) string {
+	if len(cert.DNSNames) > 0 {
+		return "with DNS names " + strings.Join(cert.DNSNames, ", ")
+	}
+	if cert.Subject.CommonName != "" {
+		return "with common name " + cert.Subject.CommonName + " (no DNS name)"
+	}
+	return "without a DNS name or common name"
+}
+
+// checkClientNames refuses names that no certificate could match exactly: empty ones,
+// ones with spaces or commas (a list written wrong), wildcards (compared literally,
+// they would admit only a wildcard certificate, not the names it covers).
+func checkClientNames(names []string, setting string) error {
+	for _, n := range names {
+		if n == "" || strings.ContainsAny(n, " \t,*") {
+			return fmt.Errorf("hubble TLS: %s: %q is not a client name: give the exact DNS names (or common names) of the client certificates to accept, without spaces or wildcards", setting, n)
+		}
+	}
+	return nil
 }
 
 // ClientTLS is how a client (the relay to the agents, `myelin ui` to the relay)

@@ -27,8 +27,9 @@ type Options struct {
 
 // serverTLSFlags and peerTLSFlags name the --tls-* and --peer-tls-* flags in errors.
 var (
-	serverTLSFlags = hubble.ServerTLSNames{CertFile: "--tls-cert-file", KeyFile: "--tls-key-file", ClientCAFiles: "--tls-client-ca-files"}
-	peerTLSFlags   = hubble.ClientTLSNames{CAFile: "--peer-tls-ca-file", CertFile: "--peer-tls-cert-file",
+	serverTLSFlags = hubble.ServerTLSNames{CertFile: "--tls-cert-file", KeyFile: "--tls-key-file", ClientCAFiles: "--tls-client-ca-files",
+		ClientNames: "--tls-client-names"}
+	peerTLSFlags = hubble.ClientTLSNames{CAFile: "--peer-tls-ca-file", CertFile: "--peer-tls-cert-file",
 		KeyFile: "--peer-tls-key-file", ServerName: "--peer-tls-server-name", Server: "the agents"}
 )
 
@@ -55,7 +56,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	r := New(cfg)
 	defer r.Close()
 	log.Info("hubble relay", "listen", lis.Addr().String(), "peers", peersText(o), "tls", o.TLS.Enabled(),
-		"client-certificates", o.TLS.ClientCertificates(), "peer-tls", o.PeerTLS.Enabled())
+		"client-certificates", o.TLS.ClientCertificates(), "client-names", o.TLS.ClientNamesText(), "peer-tls", o.PeerTLS.Enabled())
 	return r.Serve(ctx, lis)
 }
 

@@ -116,6 +116,8 @@ func TestRunRefusesIncompleteTLS(t *testing.T) {
 			want: []string{"--tls-cert-file given without --tls-key-file", "add --tls-key-file"}},
 		{name: "client CAs without certificate", tls: hubble.ServerTLS{ClientCAFiles: []string{"ca.crt"}},
 			want: []string{"--tls-client-ca-files given without --tls-cert-file and --tls-key-file", "add --tls-cert-file and --tls-key-file"}},
+		{name: "client names without client CAs", tls: hubble.ServerTLS{CertFile: "x.crt", KeyFile: "x.key", ClientNames: []string{"ui.test"}},
+			want: []string{"--tls-client-names given without --tls-client-ca-files", "add --tls-client-ca-files"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// ctx is already over: a relay that (wrongly) starts stops at once.
@@ -153,7 +155,9 @@ func TestRunLogsClientCertificates(t *testing.T) {
 		{"TLS without client CAs", hubble.ServerTLS{CertFile: pki.File("relay.crt"), KeyFile: pki.File("relay.key")},
 			`tls=true client-certificates="not required"`},
 		{"mutual TLS", hubble.ServerTLS{CertFile: pki.File("relay.crt"), KeyFile: pki.File("relay.key"), ClientCAFiles: []string{pki.File("ca.crt")}},
-			`tls=true client-certificates=required`},
+			`tls=true client-certificates=required client-names=any`},
+		{"mutual TLS with client names", hubble.ServerTLS{CertFile: pki.File("relay.crt"), KeyFile: pki.File("relay.key"), ClientCAFiles: []string{pki.File("ca.crt")},
+			ClientNames: []string{"ui.hubble.test"}}, `tls=true client-certificates=required client-names=ui.hubble.test`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
@@ -217,5 +221,47 @@ func TestRelayTLSWithHubbleCLI(t *testing.T) {
 	}
 	if out, err := exec.Command(bin, tlsArgs...).CombinedOutput(); err == nil {
 		t.Errorf("hubble status without a client certificate succeeded:\n%s", out)
+	}
+}
+
+// With --tls-client-names the relay's API admits only the named client (the UI), not
+// another certificate from the same CA (an agent's).
+func TestRelayTLSClientNames(t *testing.T) {
+	pki := testpki.New(t)
+	pki.Issue(t, "relay", &x509.Certificate{DNSNames: []string{"relay.hubble.test"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	pki.Issue(t, "ui", &x509.Certificate{DNSNames: []string{"ui.hubble.test"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	pki.Issue(t, "agent", &x509.Certificate{DNSNames: []string{"hubble.test"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	serverCreds, err := hubble.ServerTLS{CertFile: pki.File("relay.crt"), KeyFile: pki.File("relay.key"),
+		ClientCAFiles: []string{pki.File("ca.crt")}, ClientNames: []string{"ui.hubble.test"}}.Credentials(serverTLSFlags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(Config{Discover: Static(nil), ServerCreds: serverCreds, Timeout: testPeerTimeout})
+	rl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go r.Serve(ctx, rl)
+	t.Cleanup(func() { cancel(); r.Close() })
+	status := func(client string) error {
+		creds, err := hubble.ClientTLS{CAFile: pki.File("ca.crt"), CertFile: pki.File(client + ".crt"), KeyFile: pki.File(client + ".key"),
+			ServerName: "relay.hubble.test"}.Credentials(peerTLSFlags)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := grpc.NewClient(rl.Addr().String(), grpc.WithTransportCredentials(creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_, err = observerpb.NewObserverClient(conn).ServerStatus(context.Background(), &observerpb.ServerStatusRequest{})
+		return err
+	}
+	if err := status("ui"); err != nil {
+		t.Errorf("the UI's certificate: %v; want the relay's status", err)
+	}
+	if err := status("agent"); err == nil {
+		t.Error("an agent's certificate from the same CA got the relay's status; want it refused (not in --tls-client-names)")
 	}
 }
