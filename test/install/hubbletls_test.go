@@ -1,6 +1,7 @@
 package install
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/myelin-net/myelin/internal/config"
+	"github.com/myelin-net/myelin/internal/hubble"
 )
 
 // hubble.tls.enabled mounts the Secret into the agents and the relay, gives the agents
@@ -30,6 +32,9 @@ func TestChartHubbleTLS(t *testing.T) {
 	if c.HubbleTLSCertFile != "/etc/myelin/hubble-tls/tls.crt" || c.HubbleTLSKeyFile != "/etc/myelin/hubble-tls/tls.key" ||
 		len(c.HubbleTLSClientCAFiles) != 1 || c.HubbleTLSClientCAFiles[0] != "/etc/myelin/hubble-tls/ca.crt" {
 		t.Errorf("agent TLS config %q %q %q: want the files of /etc/myelin/hubble-tls", c.HubbleTLSCertFile, c.HubbleTLSKeyFile, c.HubbleTLSClientCAFiles)
+	}
+	if len(c.HubbleTLSClientNames) != 0 {
+		t.Errorf("with the user's Secret (one pair for every role) the agents check client names %q, want none", c.HubbleTLSClientNames)
 	}
 	ds := daemonSet(t, sets...)
 	checkTLSVolume(t, "agent", ds.Spec.Template.Spec, "agent", 0o400)
@@ -55,6 +60,9 @@ func TestChartHubbleTLS(t *testing.T) {
 			t.Errorf("relay %s=%q, want %q", flag, got, want)
 		}
 	}
+	if got := arg(rc, "--tls-client-names"); got != "" {
+		t.Errorf("with the user's Secret the relay has --tls-client-names=%s, want none (the UI presents the same pair)", got)
+	}
 	plain := find(t, objects(t, template(t)), "ConfigMap", config.ConfigMapName)
 	if d, _, _ := unstructured.NestedStringMap(plain.Object, "data"); d["hubble-tls-cert-file"] != "" {
 		t.Errorf("default values set hubble-tls-cert-file %q: TLS is off unless hubble.tls.enabled", d["hubble-tls-cert-file"])
@@ -66,37 +74,123 @@ func TestChartHubbleTLS(t *testing.T) {
 	}
 }
 
-// hubble.tls.enabled without secretName generates Secret myelin-hubble-tls (before,
-// the install failed and the user had to make a CA): a CA and a certificate it signed
-// for serverName, good for both serverAuth (agents, relay) and clientAuth (relay, UI,
-// hubble CLI), whose key matches, mounted by the agents, the relay and the UI. A
-// helm template has no cluster to look up, so each render generates new files; the
-// reuse of an installed Secret's files is TestLabHelmInstall's (checkHubbleTLSKept).
+// hubble.tls.enabled without secretName generates a CA and one certificate per role
+// (before, one certificate that every agent, the relay and the UI held, so root on
+// any node read every node's flows with its agent's key), each in its own Secret
+// mounted only into its role's pods: myelin-hubble-tls the agents' (for serverName),
+// myelin-hubble-relay-tls the relay's (relay.<serverName>), myelin-hubble-ui-tls the
+// UI's (ui.<serverName>). The agents admit only the relay's name, the relay only the
+// UI's, so an agent's certificate opens neither. A helm template has no cluster to
+// look up, so each render generates new files; the reuse of installed Secrets' files
+// is TestLabHelmInstall's (checkHubbleTLSKept).
 func TestChartHubbleTLSGenerated(t *testing.T) {
 	sets := []string{"hubble.relay.enabled=true", "hubble.ui.enabled=true", "hubble.tls.enabled=true", "hubble.tls.serverName=agents.example"}
 	objs := objects(t, template(t, sets...))
-	var sec corev1.Secret
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(t, objs, "Secret", "myelin-hubble-tls").Object, &sec); err != nil {
-		t.Fatal(err)
+	certs := map[string]*x509.Certificate{} // role → its certificate
+	var ca []byte
+	for _, r := range generatedTLSRoles("agents.example") {
+		var sec corev1.Secret
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(t, objs, "Secret", r.secret).Object, &sec); err != nil {
+			t.Fatal(err)
+		}
+		files := secretFiles(t, sec)
+		certs[r.role] = checkHubbleTLSFiles(t, files, r.name)
+		if ca == nil {
+			ca = files["ca.crt"]
+		} else if !bytes.Equal(ca, files["ca.crt"]) {
+			t.Errorf("Secret %s has another ca.crt than myelin-hubble-tls: the roles could not verify each other", r.secret)
+		}
+		for _, o := range generatedTLSRoles("agents.example") {
+			if o.role != r.role && certs[r.role].VerifyHostname(o.name) == nil {
+				t.Errorf("the %s certificate also carries %s, the %s's name", r.role, o.name, o.role)
+			}
+		}
+		if got := sec.Annotations["myelin.io/hubble-server-name"]; got != "agents.example" {
+			t.Errorf("generated Secret %s annotated with server name %q, want agents.example (an upgrade compares it)", r.secret, got)
+		}
 	}
-	checkHubbleTLSFiles(t, secretFiles(t, sec), "agents.example")
-	if n := notes(t, sets...); !strings.Contains(n, "generated Secret kube-system/myelin-hubble-tls") {
-		t.Errorf("NOTES with a generated Hubble TLS Secret do not say where it is:\n%s", n)
+	if n := notes(t, sets...); !strings.Contains(n, "generated Secrets kube-system/myelin-hubble-tls") || !strings.Contains(n, "--tls-server-name relay.agents.example") {
+		t.Errorf("NOTES with generated Hubble TLS Secrets do not say where they are and how to reach the relay:\n%s", n)
 	}
 	if n := notes(t, append(sets, "hubble.tls.secretName=mine")...); strings.Contains(n, "myelin-hubble-tls") {
 		t.Errorf("NOTES with the user's Secret name a generated one:\n%s", n)
 	}
-	if got := sec.Annotations["myelin.io/hubble-server-name"]; got != "agents.example" {
-		t.Errorf("generated Secret annotated with server name %q, want agents.example (an upgrade compares it)", got)
-	}
+
+	// Each pod mounts its role's Secret and no other.
 	ds := daemonSet(t, sets...)
 	checkTLSVolumeOf(t, "agent", ds.Spec.Template.Spec, "agent", 0o400, "myelin-hubble-tls")
-	for _, name := range []string{"hubble-relay", "hubble-ui"} {
+	checkOnlySecret(t, "agent", ds.Spec.Template.Spec, "myelin-hubble-tls")
+	deps := map[string]appsv1.Deployment{}
+	for _, r := range generatedTLSRoles("agents.example")[1:] {
 		var dep appsv1.Deployment
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(t, objs, "Deployment", name).Object, &dep); err != nil {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(t, objs, "Deployment", r.pod).Object, &dep); err != nil {
 			t.Fatal(err)
 		}
-		checkTLSVolumeOf(t, name, dep.Spec.Template.Spec, name, 0o440, "myelin-hubble-tls")
+		checkTLSVolumeOf(t, r.pod, dep.Spec.Template.Spec, r.pod, 0o440, r.secret)
+		checkOnlySecret(t, r.pod, dep.Spec.Template.Spec, r.secret)
+		deps[r.role] = dep
+	}
+
+	// The agents admit only the relay's certificate, the relay only the UI's.
+	cm := find(t, objs, "ConfigMap", config.ConfigMapName)
+	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+	c, err := config.Resolve(config.Source{Name: "chart", Values: data})
+	if err != nil {
+		t.Fatalf("the TLS ConfigMap is refused by the agent: %v", err)
+	}
+	rc := deps["relay"].Spec.Template.Spec.Containers[0]
+	relayNames := strings.Split(arg(rc, "--tls-client-names"), ",")
+	for _, check := range []struct {
+		server string
+		names  []string
+		admits string
+	}{
+		{"agents (hubble-tls-client-names)", c.HubbleTLSClientNames, "relay"},
+		{"relay (--tls-client-names)", relayNames, "ui"},
+	} {
+		for role, cert := range certs {
+			if got := hubble.ClientNameAllowed(cert, check.names); got != (role == check.admits) {
+				t.Errorf("%s with client names %q: admits the %s certificate %v, want %v", check.server, check.names, role, got, role == check.admits)
+			}
+		}
+	}
+	// The UI checks the relay's certificate for its name.
+	if got := arg(deps["ui"].Spec.Template.Spec.Containers[0], "--tls-server-name"); got != "relay.agents.example" {
+		t.Errorf("ui --tls-server-name=%q, want relay.agents.example (the relay's certificate)", got)
+	}
+	if got := arg(rc, "--peer-tls-server-name"); got != "agents.example" {
+		t.Errorf("relay --peer-tls-server-name=%q, want agents.example (the agents' certificate)", got)
+	}
+
+	if out, failed := helmTemplate(t, "--set", strings.Join(append(sets, "hubble.tls.serverName=*.agents.example"), ",")); !failed ||
+		!strings.Contains(out, "not wildcards") {
+		t.Errorf("a wildcard serverName with generated certificates rendered, or failed without saying why:\n%s", out)
+	}
+}
+
+// tlsRole is one role's generated certificate: the Secret, the name it carries, the
+// Deployment (relay, UI) or DaemonSet that mounts it.
+type tlsRole struct{ role, secret, name, pod string }
+
+// generatedTLSRoles are the generated Secrets for serverName, the agents' first.
+func generatedTLSRoles(server string) []tlsRole {
+	return []tlsRole{
+		{"agent", "myelin-hubble-tls", server, "myelin"},
+		{"relay", "myelin-hubble-relay-tls", "relay." + server, "hubble-relay"},
+		{"ui", "myelin-hubble-ui-tls", "ui." + server, "hubble-ui"},
+	}
+}
+
+// checkOnlySecret: the pod mounts Secret secret and no other Secret.
+func checkOnlySecret(t *testing.T, what string, pod corev1.PodSpec, secret string) {
+	t.Helper()
+	for _, v := range pod.Volumes {
+		if v.Secret != nil && v.Secret.SecretName != secret {
+			t.Errorf("%s pod mounts Secret %s: want only its own, %s", what, v.Secret.SecretName, secret)
+		}
+		if v.Projected != nil {
+			t.Errorf("%s pod has projected volume %s: want only Secret %s", what, v.Name, secret)
+		}
 	}
 }
 
@@ -114,12 +208,12 @@ func secretFiles(t *testing.T, sec corev1.Secret) map[string][]byte {
 	return files
 }
 
-// checkHubbleTLSFiles: tls.crt is signed by ca.crt for server, usable as a server and
-// as a client certificate, and tls.key is its key.
-func checkHubbleTLSFiles(t *testing.T, files map[string][]byte, server string) {
+// checkHubbleTLSFiles: tls.crt is signed by ca.crt for name, usable as a server and
+// as a client certificate, and tls.key is its key; it returns the certificate.
+func checkHubbleTLSFiles(t *testing.T, files map[string][]byte, name string) *x509.Certificate {
 	t.Helper()
 	if _, err := tls.X509KeyPair(files["tls.crt"], files["tls.key"]); err != nil {
-		t.Errorf("tls.crt and tls.key are not a pair: %v", err)
+		t.Errorf("tls.crt and tls.key for %s are not a pair: %v", name, err)
 	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(files["ca.crt"]) {
@@ -127,17 +221,18 @@ func checkHubbleTLSFiles(t *testing.T, files map[string][]byte, server string) {
 	}
 	block, _ := pem.Decode(files["tls.crt"])
 	if block == nil {
-		t.Fatalf("tls.crt holds no PEM block")
+		t.Fatalf("tls.crt for %s holds no PEM block", name)
 	}
 	cert, err := x509.ParseCertificate(block.Bytes)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, usage := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
-		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: server, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
-			t.Errorf("tls.crt for %s, usage %v: %v", server, usage, err)
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: name, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+			t.Errorf("tls.crt for %s, usage %v: %v", name, usage, err)
 		}
 	}
+	return cert
 }
 
 // checkTLSVolume: the pod mounts Secret my-hubble-tls read-only at /etc/myelin/hubble-tls

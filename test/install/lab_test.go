@@ -108,7 +108,7 @@ func TestLabHelmInstall(t *testing.T) {
 	if out, err := run(t, nil, helmBin, "uninstall", "myelin", "-n", "kube-system", "--wait"); err != nil {
 		t.Fatalf("helm uninstall: %v\n%s", err, out)
 	}
-	for _, obj := range []string{"daemonset/myelin", "serviceaccount/myelin", "configmap/myelin-config", "secret/myelin-hubble-tls", "role/myelin-agent",
+	for _, obj := range []string{"daemonset/myelin", "serviceaccount/myelin", "configmap/myelin-config", "secret/myelin-hubble-tls", "secret/myelin-hubble-relay-tls", "secret/myelin-hubble-ui-tls", "role/myelin-agent",
 		"rolebinding/myelin-agent", "clusterrole/myelin-agent", "clusterrolebinding/myelin-agent"} {
 		if out, err := run(t, nil, kubectl, "get", "-n", "kube-system", obj); err == nil {
 			t.Errorf("%s still exists after helm uninstall:\n%s", obj, out)
@@ -117,12 +117,14 @@ func TestLabHelmInstall(t *testing.T) {
 }
 
 // checkHubbleTLSKept: an upgrade turning hubble.tls.enabled on without a secretName
-// installs a generated Secret myelin-hubble-tls; a second upgrade keeps its files (the
-// chart looks the Secret up: new ones would split agents still on the old CA from the
-// relay during the rollout), and one with another serverName replaces them.
+// installs the generated Secrets (myelin-hubble-tls, -relay-tls, -ui-tls); a second
+// upgrade keeps their files (the chart looks them up: new ones would split agents still
+// on the old CA from the relay during the rollout), one with another serverName
+// replaces them, and so does one finding only myelin-hubble-tls (an install from a
+// chart before the per-role certificates: the CA's key is not kept, so all are new).
 func checkHubbleTLSKept(t *testing.T, helmBin, kubectl string, setArgs func(...string) []string) {
 	t.Helper()
-	upgrade := func(sets ...string) map[string][]byte {
+	upgrade := func(server string, sets ...string) map[string][]byte {
 		t.Helper()
 		args := setArgs("upgrade", "myelin", chartDir(), "-n", "kube-system", "--set", "hubble.tls.enabled=true")
 		for _, s := range sets {
@@ -131,25 +133,38 @@ func checkHubbleTLSKept(t *testing.T, helmBin, kubectl string, setArgs func(...s
 		if out, err := run(t, nil, helmBin, args...); err != nil {
 			t.Fatalf("helm upgrade with hubble.tls.enabled %v: %v\n%s", sets, err, out)
 		}
-		out, err := run(t, nil, kubectl, "get", "-n", "kube-system", "secret", "myelin-hubble-tls", "-o", "json")
-		if err != nil {
-			t.Fatalf("get the generated Secret: %v\n%s", err, out)
+		all := map[string][]byte{} // "<secret>/<file>"
+		for _, r := range generatedTLSRoles(server) {
+			out, err := run(t, nil, kubectl, "get", "-n", "kube-system", "secret", r.secret, "-o", "json")
+			if err != nil {
+				t.Fatalf("get the generated Secret %s: %v\n%s", r.secret, err, out)
+			}
+			var sec corev1.Secret
+			if err := json.Unmarshal([]byte(out), &sec); err != nil {
+				t.Fatal(err)
+			}
+			files := secretFiles(t, sec)
+			checkHubbleTLSFiles(t, files, r.name)
+			for k, v := range files {
+				all[r.secret+"/"+k] = v
+			}
 		}
-		var sec corev1.Secret
-		if err := json.Unmarshal([]byte(out), &sec); err != nil {
-			t.Fatal(err)
-		}
-		return secretFiles(t, sec)
+		return all
 	}
-	first := upgrade()
-	checkHubbleTLSFiles(t, first, "hubble.myelin.local")
-	if again := upgrade(); !maps.EqualFunc(first, again, bytes.Equal) {
+	first := upgrade("hubble.myelin.local")
+	if again := upgrade("hubble.myelin.local"); !maps.EqualFunc(first, again, bytes.Equal) {
 		t.Errorf("a second upgrade replaced the generated Hubble TLS files: the agents still on the old CA could not reach the relay")
 	}
-	renamed := upgrade("hubble.tls.serverName=agents.example")
-	checkHubbleTLSFiles(t, renamed, "agents.example")
-	if bytes.Equal(renamed["tls.crt"], first["tls.crt"]) {
+	renamed := upgrade("agents.example", "hubble.tls.serverName=agents.example")
+	if bytes.Equal(renamed["myelin-hubble-tls/tls.crt"], first["myelin-hubble-tls/tls.crt"]) {
 		t.Errorf("an upgrade with another hubble.tls.serverName kept the certificate for the old name")
+	}
+	// The layout of a chart before the per-role certificates: only myelin-hubble-tls.
+	if out, err := run(t, nil, kubectl, "delete", "-n", "kube-system", "secret", "myelin-hubble-relay-tls", "myelin-hubble-ui-tls"); err != nil {
+		t.Fatalf("delete the relay's and the UI's Secrets: %v\n%s", err, out)
+	}
+	if old := upgrade("agents.example", "hubble.tls.serverName=agents.example"); bytes.Equal(old["myelin-hubble-tls/ca.crt"], renamed["myelin-hubble-tls/ca.crt"]) {
+		t.Errorf("an upgrade finding only myelin-hubble-tls kept its CA: the relay's and the UI's certificates must come from a new CA, as its key is not kept")
 	}
 }
 

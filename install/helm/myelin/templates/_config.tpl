@@ -48,6 +48,9 @@ hubble-listen-address: {{ include "myelin.hubbleListenAddress" . | quote }}
 hubble-tls-cert-file: "/etc/myelin/hubble-tls/tls.crt"
 hubble-tls-key-file: "/etc/myelin/hubble-tls/tls.key"
 hubble-tls-client-ca-files: "/etc/myelin/hubble-tls/ca.crt"
+{{- if not $v.hubble.tls.secretName }}
+hubble-tls-client-names: {{ include "myelin.hubbleRelayTLSName" . | quote }}
+{{- end }}
 {{- end }}
 cluster-health-port: {{ $v.clusterHealthPort | int64 | quote }}
 {{- range $k, $val := $v.extraConfig }}
@@ -94,6 +97,7 @@ hubble-event-buffer-capacity: hubble.eventBufferCapacity
 hubble-tls-cert-file: hubble.tls.enabled
 hubble-tls-key-file: hubble.tls.enabled
 hubble-tls-client-ca-files: hubble.tls.enabled
+hubble-tls-client-names: hubble.tls.enabled
 cluster-health-port: clusterHealthPort
 {{- end -}}
 

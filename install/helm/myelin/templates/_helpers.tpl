@@ -90,10 +90,30 @@ only the node's socket) otherwise. */}}
 {{- if $h.listenAddress }}{{ $h.listenAddress }}{{ else if or $h.relay.enabled $h.tls.enabled }}:4244{{ end }}
 {{- end -}}
 
-{{/* The Secret with the Hubble TLS files: hubble.tls.secretName, or the one the chart
-generates when that is empty (hubble-tls-secret.yaml). */}}
+{{/* The Secret with one role's Hubble TLS files (ca.crt, tls.crt, tls.key), from a
+dict with the chart's context (ctx) and the role ("agent", "relay" or "ui"):
+hubble.tls.secretName for every role (one pair), or, when that is empty, the role's
+own one the chart generates (hubble-tls-secret.yaml): myelin-hubble-tls (the agents';
+its name from before the per-role Secrets), myelin-hubble-relay-tls, myelin-hubble-ui-tls. */}}
 {{- define "myelin.hubbleTLSSecret" -}}
-{{- .Values.hubble.tls.secretName | default "myelin-hubble-tls" -}}
+{{- if .ctx.Values.hubble.tls.secretName -}}
+{{ .ctx.Values.hubble.tls.secretName }}
+{{- else if eq .role "agent" -}}
+myelin-hubble-tls
+{{- else -}}
+myelin-hubble-{{ .role }}-tls
+{{- end -}}
+{{- end -}}
+
+{{/* The names of the relay's and the UI's certificates the chart generates:
+relay.<serverName> and ui.<serverName>, never the agents' serverName, so the agents can
+admit only the relay (hubble-tls-client-names) and the relay only the UI
+(--tls-client-names). */}}
+{{- define "myelin.hubbleRelayTLSName" -}}
+relay.{{ .Values.hubble.tls.serverName }}
+{{- end -}}
+{{- define "myelin.hubbleUITLSName" -}}
+ui.{{ .Values.hubble.tls.serverName }}
 {{- end -}}
 
 {{/* The pod securityContext of the relay and the UI from their podSecurityContext
