@@ -1,21 +1,28 @@
 package e2e
 
 import (
-	"crypto/x509"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/hubbletool"
+	"github.com/myelin-net/myelin/internal/lab"
 	"github.com/myelin-net/myelin/internal/testenv"
-	"github.com/myelin-net/myelin/internal/testpki"
 )
 
 // TestLabConnectivityHelm runs both commands as on a real cluster: kubelet +
 // containerd nodes with myelin installed by the Helm chart (native routing). The
 // connectivity test's pods run the myelin/test image and are probed through pods/exec;
 // the sysdump reads every node from the chart's agent pods through pods/exec. The
-// chart's relay and UI run too, with hubble.tls (hubblePodsReadTheirKey).
+// chart's relay and UI run too, with hubble.tls and the chart's generated certificates,
+// one per role (hubblePodsReadTheirKey, relayServesOnlyItsClients).
 func TestLabConnectivityHelm(t *testing.T) {
 	requireRoot(t)
 	requireContainerd(t)
@@ -25,14 +32,14 @@ func TestLabConnectivityHelm(t *testing.T) {
 	sets := append(append([]string{"image.tag=" + version}, helmLabSets...), helmModeSets["native"]...)
 	// --wait returns once the relay and the UI are ready too: both read their key
 	// before they listen, as non-root through the pod's fsGroup.
-	sets = append(sets, "hubble.relay.enabled=true", "hubble.ui.enabled=true", "hubble.tls.enabled=true",
-		"hubble.tls.secretName="+hubbleTLSSecret(t))
+	sets = append(sets, "hubble.relay.enabled=true", "hubble.ui.enabled=true", "hubble.tls.enabled=true")
 	args := append([]string{"install", "myelin", chartDir, "-n", "kube-system", "--wait", "--timeout", "5m"}, setFlags(sets)...)
 	if out, err := helmRun(helm, args...); err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
 	}
 	waitAgentsReady(t, cs, 2, "myelin/agent:"+version)
 	hubblePodsReadTheirKey(t)
+	relayServesOnlyItsClients(t)
 
 	start := time.Now()
 	out, err := myelin("connectivity", "test")
@@ -82,21 +89,6 @@ func TestLabConnectivityHelm(t *testing.T) {
 	}
 }
 
-// hubbleTLSSecret creates Secret kube-system/hubble-tls as docs/hubble.md ("TLS") asks:
-// ca.crt, and tls.crt/tls.key for the chart's default hubble.tls.serverName with
-// serverAuth and clientAuth, from a throwaway CA.
-func hubbleTLSSecret(t *testing.T) string {
-	t.Helper()
-	pki := testpki.New(t)
-	pki.Issue(t, "hubble", &x509.Certificate{DNSNames: []string{"hubble.myelin.local"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}})
-	if out, err := kubectl("-n", "kube-system", "create", "secret", "generic", "hubble-tls", "--from-file=tls.crt="+pki.File("hubble.crt"),
-		"--from-file=tls.key="+pki.File("hubble.key"), "--from-file=ca.crt="+pki.File("ca.crt")); err != nil {
-		t.Fatalf("create Secret hubble-tls: %v\n%s", err, out)
-	}
-	return "hubble-tls"
-}
-
 // hubblePodsReadTheirKey: the relay serves mutual TLS, and in the relay's and the UI's
 // pods (ready, so they have read the key) the process is user 65534, the key is root's
 // with group 65534 (the pod's fsGroup) and mode 0440, and the root filesystem refuses
@@ -114,5 +106,51 @@ func hubblePodsReadTheirKey(t *testing.T) {
 	out, err := kubectl("-n", "kube-system", "logs", "deploy/hubble-relay")
 	if err != nil || !strings.Contains(out, "tls=true") || !strings.Contains(out, "client-certificates=required") {
 		t.Errorf("relay log: %v\n%s\nwant its startup line with tls=true client-certificates=required", err, out)
+	}
+}
+
+// relayServesOnlyItsClients: with the chart's generated per-role certificates the relay
+// reaches both agents with its own (hubble status through it, presenting the UI's
+// certificate, counts 2 of 2 nodes), and an agent's certificate, which root on any node
+// can read, does not open the relay (docs/hubble.md, "TLS").
+func relayServesOnlyItsClients(t *testing.T) {
+	t.Helper()
+	dir := t.TempDir()
+	files := func(secret, role string) []string {
+		var out []string
+		for _, key := range []string{"ca.crt", "tls.crt", "tls.key"} {
+			b64, err := kubectl("-n", "kube-system", "get", "secret", secret, "-o", "jsonpath={.data."+strings.ReplaceAll(key, ".", `\.`)+"}")
+			b, derr := base64.StdEncoding.DecodeString(strings.TrimSpace(b64))
+			if err != nil || derr != nil || len(b) == 0 {
+				t.Fatalf("Secret %s key %s: %v %v %q", secret, key, err, derr, b64)
+			}
+			f := filepath.Join(dir, role+"-"+key)
+			if err := os.WriteFile(f, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, f)
+		}
+		return out
+	}
+	ui, agent := files("myelin-hubble-ui-tls", "ui"), files("myelin-hubble-tls", "agent")
+	fwd := exec.Command(filepath.Join(lab.KubeBinDir(), "kubectl"), "--kubeconfig", paths.Kubeconfig(),
+		"-n", "kube-system", "port-forward", "deploy/hubble-relay", "14245:4245")
+	if err := fwd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = fwd.Process.Kill(); _ = fwd.Wait() }()
+	status := func(creds []string) (string, error) {
+		cmd := exec.Command(hubbletool.Bin(), "status", "--server", "localhost:14245", "--tls",
+			"--tls-server-name", "relay.hubble.myelin.local", "--tls-ca-cert-files", creds[0],
+			"--tls-client-cert-file", creds[1], "--tls-client-key-file", creds[2], "--timeout", "5s")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	eventually(t, 2*time.Minute, "hubble status through the relay with the UI's certificate: both nodes", func(context.Context) (bool, string) {
+		out, err := status(ui)
+		return err == nil && strings.Contains(out, "Connected Nodes: 2/2"), fmt.Sprintf("%v: %s", err, out)
+	})
+	if out, err := status(agent); err == nil {
+		t.Errorf("hubble status through the relay with an agent's certificate succeeded: %s", out)
 	}
 }
