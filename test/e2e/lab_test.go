@@ -278,7 +278,11 @@ func TestLabBadInput(t *testing.T) {
 		}
 	})
 	t.Run("stale directory", func(t *testing.T) {
+		// A lab's directory (marked by lab up) left by a crash is in the way.
 		if err := os.MkdirAll(paths.Dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(paths.Marker(), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		out, err := myelin("lab", "up", "--cni", "bridge")
@@ -287,6 +291,28 @@ func TestLabBadInput(t *testing.T) {
 		}
 		if _, err := myelin("lab", "down"); err != nil {
 			t.Fatal(err)
+		}
+	})
+	t.Run("foreign directory", func(t *testing.T) {
+		// A directory with files and no marker is no lab's: up refuses it, down leaves it.
+		if err := os.MkdirAll(paths.Dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		keep := filepath.Join(paths.Dir, "notes.txt")
+		if err := os.WriteFile(keep, []byte("mine"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(paths.Dir)
+		out, err := myelin("lab", "up", "--cni", "bridge")
+		if err == nil || !strings.Contains(out, "is not a lab directory") {
+			t.Errorf("lab up over a foreign directory: %v %q", err, out)
+		}
+		out, err = myelin("lab", "down")
+		if err == nil || !strings.Contains(out, "not a lab directory") {
+			t.Errorf("lab down of a foreign directory: %v %q; want it left with an error", err, out)
+		}
+		if _, err := os.Stat(keep); err != nil {
+			t.Errorf("lab down removed a file of a foreign directory: %v", err)
 		}
 	})
 	t.Run("port in use", func(t *testing.T) {
