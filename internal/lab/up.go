@@ -54,17 +54,7 @@ func Up(ctx context.Context, paths labplan.Paths, plan labplan.Plan, out io.Writ
 	}()
 
 	fmt.Fprintf(out, "building the lab network: %d nodes on a %s underlay\n", len(plan.Nodes), plan.Options.Underlay)
-	if err := makeLabDir(paths); err != nil { // labdir.go: the marker first
-		return err
-	}
-	if err := os.MkdirAll(paths.Logs(), 0o755); err != nil {
-		return err
-	}
-	// etcd's data holds every Secret: the owner's only, as etcd itself asks.
-	if err := os.MkdirAll(paths.Etcd(), 0o700); err != nil {
-		return err
-	}
-	if err := writeJSON(paths.PlanFile(), record{Plan: plan, Created: time.Now()}); err != nil {
+	if err := writeLabDir(paths, plan); err != nil {
 		return err
 	}
 	if err := mountBPFFS(paths.BPFFSMounted()); err != nil { // bpffs.go
@@ -93,6 +83,22 @@ func Up(ctx context.Context, paths labplan.Paths, plan labplan.Plan, out io.Writ
 	}
 	printUsage(out, paths, plan)
 	return nil
+}
+
+// writeLabDir makes the lab directory, marked before anything else is written in it
+// (labdir.go), its logs and etcd's data directories, and records the plan.
+func writeLabDir(paths labplan.Paths, plan labplan.Plan) error {
+	if err := makeLabDir(paths); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(paths.Logs(), 0o755); err != nil {
+		return err
+	}
+	// etcd's data holds every Secret: the owner's only, as etcd itself asks.
+	if err := os.MkdirAll(paths.Etcd(), 0o700); err != nil {
+		return err
+	}
+	return writeJSON(paths.PlanFile(), record{Plan: plan, Created: time.Now()})
 }
 
 // buildNetwork builds the lab's namespaces, links and routes (the plan's steps) and
