@@ -465,10 +465,7 @@ func TestPrivilegedDestroyUDPSockets(t *testing.T) {
 		if err != nil || n != 1 {
 			t.Errorf("DestroyUDPSockets(%s) = %d, %v; want 1 closed", sockBackends[1], n, err)
 		}
-		_ = conns[1].SetReadDeadline(time.Now().Add(2 * time.Second))
-		if _, err := conns[1].Read(make([]byte, 8)); !errors.Is(err, unix.ECONNABORTED) {
-			t.Errorf("read on the socket-LB socket to the removed backend: %v, want ECONNABORTED", err)
-		}
+		expectAborted(t, conns[1], "read on the socket-LB socket to the removed backend")
 		if _, err := conns[2].Write([]byte("hi\n")); err != nil {
 			t.Errorf("the socket to the other backend: write: %v", err)
 		}
@@ -487,10 +484,7 @@ func TestPrivilegedDestroyUDPSockets(t *testing.T) {
 		if n, err := d.DestroyUDPSockets(batch, []string{"/run/netns/" + nsName}); n != 1 || err == nil || !strings.Contains(err.Error(), "fd00::1") {
 			t.Errorf("DestroyUDPSockets(%v) = %d, %v; want 1 closed (backend 2's) and an error naming fd00::1", batch, n, err)
 		}
-		_ = conns[2].SetReadDeadline(time.Now().Add(2 * time.Second))
-		if _, err := conns[2].Read(make([]byte, 8)); !errors.Is(err, unix.ECONNABORTED) {
-			t.Errorf("read on the socket-LB socket to backend 2 after the batch: %v, want ECONNABORTED", err)
-		}
+		expectAborted(t, conns[2], "read on the socket-LB socket to backend 2 after the batch")
 		if _, err := direct.Write([]byte("hi\n")); err != nil {
 			t.Errorf("a client's own socket to backend 1's address was closed by the batch: write: %v", err)
 		}
@@ -521,10 +515,7 @@ func TestPrivilegedSweepUDPSockets(t *testing.T) {
 		if err != nil || n != 1 {
 			t.Errorf("SweepUDPSockets with backend %s programmed = %d, %v; want 1 closed (the socket to %s)", kept, n, err, gone)
 		}
-		_ = conns[1].SetReadDeadline(time.Now().Add(2 * time.Second))
-		if _, err := conns[1].Read(make([]byte, 8)); !errors.Is(err, unix.ECONNABORTED) {
-			t.Errorf("read on the socket-LB socket to the backend no longer programmed: %v, want ECONNABORTED", err)
-		}
+		expectAborted(t, conns[1], "read on the socket-LB socket to the backend no longer programmed")
 		if _, err := conns[2].Write([]byte("hi\n")); err != nil {
 			t.Errorf("the socket to the programmed backend: write: %v", err)
 		}
@@ -569,6 +560,16 @@ func dialSockBackends(t *testing.T, ns netns.NsHandle, peer *ebpf.Map) (map[uint
 		return nil, nil, false
 	}
 	return conns, direct, true
+}
+
+// expectAborted fails the test unless a read on c (waiting at most 2 s) ends with
+// ECONNABORTED, as on a socket bpf_sock_destroy closed; what names c.
+func expectAborted(t *testing.T, c net.Conn, what string) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Read(make([]byte, 8)); !errors.Is(err, unix.ECONNABORTED) {
+		t.Errorf("%s: %v, want ECONNABORTED", what, err)
+	}
 }
 
 // sockFrontend is the frontend the sockets of the destroy tests were translated from.
@@ -616,10 +617,7 @@ func TestPrivilegedDestroyFrontendUDPSockets(t *testing.T) {
 		if err != nil || n != 1 {
 			t.Errorf("DestroyUDPSockets(%s from %s) = %d, %v; want 1 closed", b, left, n, err)
 		}
-		_ = conns[left].SetReadDeadline(time.Now().Add(2 * time.Second))
-		if _, err := conns[left].Read(make([]byte, 8)); !errors.Is(err, unix.ECONNABORTED) {
-			t.Errorf("read on the socket connected through the frontend the backend left: %v, want ECONNABORTED", err)
-		}
+		expectAborted(t, conns[left], "read on the socket connected through the frontend the backend left")
 		if _, err := conns[kept].Write([]byte("hi\n")); err != nil {
 			t.Errorf("the socket connected through the other frontend: write: %v", err)
 		}
