@@ -84,11 +84,9 @@ func readNodes(ctx context.Context, o Options) ([]node, error) {
 // myelin/test:<version>, imported on the nodes): containerd would pull such a name from
 // Docker Hub, where anyone may hold it, into a host-network pod with NET_RAW.
 func pullPolicy(image string) corev1.PullPolicy {
-	first, _, _ := strings.Cut(image, "/")
-	if strings.ContainsAny(first, ".:") || first == "localhost" {
-		if strings.Contains(image, "/") {
-			return corev1.PullIfNotPresent
-		}
+	first, _, path := strings.Cut(image, "/")
+	if path && (strings.ContainsAny(first, ".:") || first == "localhost") {
+		return corev1.PullIfNotPresent
 	}
 	return corev1.PullNever
 }
