@@ -126,19 +126,26 @@ func checkSYNFlood(count, rate int) error {
 func labUpCommand(paths func() labplan.Paths) *cobra.Command {
 	o := labplan.DefaultOptions()
 	var cni, underlay, runtime string
+	var fresh bool
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Build the lab and wait until every node is Ready (does nothing if the same lab is running; refuses if another one is)",
-		Args:  cobra.NoArgs,
+		Long: `Build the lab and wait until every node is Ready. On a running lab of the same
+options it does nothing (safe to repeat); a running lab of other options is refused.
+--new refuses any running lab: for scripts that take the lab down when they finish.
+Exit status 3 means lab up refused before building anything (not root, another lab
+up, down or restart running, a lab running, a failed check): nothing to remove.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.CNI, o.Underlay, o.Runtime = labplan.CNI(cni), labplan.Underlay(underlay), labplan.Runtime(runtime)
 			plan, err := labplan.NewPlan(o, labplan.DefaultAddressing())
 			if err != nil {
 				return err
 			}
-			return lab.Up(cmd.Context(), paths(), plan, cmd.OutOrStdout())
+			return lab.Up(cmd.Context(), paths(), plan, fresh, cmd.OutOrStdout())
 		},
 	}
+	cmd.Flags().BoolVar(&fresh, "new", false, "refuse a running lab of any options instead of using it (for scripts that take down what they bring up)")
 	cmd.Flags().IntVar(&o.Nodes, "nodes", o.Nodes, fmt.Sprintf("number of nodes (1-%d)", labplan.MaxNodes))
 	cmd.Flags().StringVar(&cni, "cni", string(o.CNI), "network plugin: myelin, bridge (Debian's reference bridge + host-local), flannel (Flannel "+flannel.Version+" with etcd, and bridge + host-local) or none (with --runtime containerd: nodes stay NotReady until a CNI is installed, e.g. by Helm)")
 	cmd.Flags().StringVar(&runtime, "runtime", string(labplan.RuntimeLab), "what runs the pods: lab (the lab kubelet: pods are processes; fast) or containerd (kubelet "+lab.KubeVersion+" with containerd + runc: pods are containers from the images of make images)")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/myelin-net/myelin/internal/lab"
 	"github.com/myelin-net/myelin/internal/version"
 )
 
@@ -31,6 +32,9 @@ func main() {
 	root.AddCommand(scaleCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "myelin: %v\n", err)
+		if lab.Refused(err) {
+			os.Exit(lab.ExitRefused)
+		}
 		os.Exit(1)
 	}
 }

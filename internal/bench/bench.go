@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -56,6 +57,13 @@ func Bench(ctx context.Context, out io.Writer, o Options) error {
 	cases, err := Select(all, patterns)
 	if err != nil {
 		return err
+	}
+	if os.Geteuid() == 0 { // without root no case builds anything (each says why)
+		unlock, err := lockRun(lockDir, prefix)
+		if err != nil {
+			return err
+		}
+		defer unlock()
 	}
 	cfg := Config{Cases: cases, Rounds: o.Rounds, Duration: o.Duration, Command: o.Command, Log: out, Budget: o.Budget, BPFStats: o.BPFStats}
 	if cfg.Rounds == 0 {

@@ -49,7 +49,7 @@ type NodeOverride struct {
 
 // upArgs is the command line of `myelin lab up` for the spec.
 func (s LabSpec) upArgs() []string {
-	args := []string{"lab", "up", "--nodes", strconv.Itoa(s.Nodes), "--cni", s.CNI}
+	args := []string{"lab", "up", "--new", "--nodes", strconv.Itoa(s.Nodes), "--cni", s.CNI}
 	if s.Profile != "" {
 		args = append(args, "--profile", s.Profile)
 	}
@@ -199,6 +199,10 @@ func (c *Cluster) up(ctx context.Context) error {
 	upCtx, cancel := context.WithTimeout(ctx, labUpTimeout)
 	defer cancel()
 	if err := c.myelin(upCtx, c.Spec.upArgs()...); err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && exit.ExitCode() == lab.ExitRefused {
+			return err // it built nothing: what runs there (a lab, a lab command) is another's
+		}
 		// A failed lab up removes what it built; whatever it still left (it was
 		// killed) is this cluster's to remove, and nothing else is.
 		_, planErr := lab.LoadPlan(c.Paths)

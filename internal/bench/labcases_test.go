@@ -116,9 +116,9 @@ func TestLabSpecArgs(t *testing.T) {
 		spec LabSpec
 		want string
 	}{
-		{LabSpec{Nodes: 4, CNI: "myelin", Profile: "tunnel"}, "lab up --nodes 4 --cni myelin --profile tunnel"},
-		{LabSpec{Nodes: 2, CNI: "bridge"}, "lab up --nodes 2 --cni bridge"},
-		{LabSpec{Nodes: 2, CNI: string(labplan.CNIFlannel), FlannelBackend: "host-gw"}, "lab up --nodes 2 --cni flannel --flannel-backend host-gw"},
+		{LabSpec{Nodes: 4, CNI: "myelin", Profile: "tunnel"}, "lab up --new --nodes 4 --cni myelin --profile tunnel"},
+		{LabSpec{Nodes: 2, CNI: "bridge"}, "lab up --new --nodes 2 --cni bridge"},
+		{LabSpec{Nodes: 2, CNI: string(labplan.CNIFlannel), FlannelBackend: "host-gw"}, "lab up --new --nodes 2 --cni flannel --flannel-backend host-gw"},
 	} {
 		if got := strings.Join(tc.spec.upArgs(), " "); got != tc.want {
 			t.Errorf("%+v: %q, want %q", tc.spec, got, tc.want)

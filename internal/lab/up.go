@@ -18,6 +18,21 @@ import (
 // upTimeout bounds how long `lab up` waits for the supervisor to report the lab ready.
 const upTimeout = 5 * time.Minute
 
+// ExitRefused is the exit status of `myelin lab up` when it refused before building
+// anything (no root, another lab command holds the lock, a lab runs, a check failed):
+// a caller that tears down the lab it brings up (myelin bench) then knows there is
+// nothing of its own to remove.
+const ExitRefused = 3
+
+// refused is an error of Up returned before it built anything.
+type refused struct{ err error }
+
+func (r refused) Error() string { return r.err.Error() }
+func (r refused) Unwrap() error { return r.err }
+
+// Refused reports whether err is Up's, returned before it built anything.
+func Refused(err error) bool { return errors.As(err, new(refused)) }
+
 // Running reports whether a lab's supervisor is alive in paths.
 func Running(paths labplan.Paths) bool { return supervisorPID(paths) != 0 }
 
@@ -28,21 +43,29 @@ func Running(paths labplan.Paths) bool { return supervisorPID(paths) != 0 }
 // tears down a lab that is not the one they asked for. Any failure (or ctx ending)
 // tears down what was built, so no half-built lab is left behind. It holds the lab's
 // lock (lock.go) while it runs, and fails at once with ErrBusy while another lab up,
-// down or restart holds it.
-func Up(ctx context.Context, paths labplan.Paths, plan labplan.Plan, out io.Writer) (err error) {
+// down or restart holds it. fresh refuses a running lab of any options: the caller
+// tears down what it brings up, so it must build its own. An error returned before
+// anything was built satisfies Refused.
+func Up(ctx context.Context, paths labplan.Paths, plan labplan.Plan, fresh bool, out io.Writer) (err error) {
 	if os.Geteuid() != 0 {
-		return errNotRoot
+		return refused{errNotRoot}
 	}
 	l, err := lockLab(paths)
 	if err != nil {
-		return err
+		return refused{err}
 	}
 	defer func() { l.release(err != nil) }()
 	if Running(paths) {
-		return alreadyRunning(paths, plan, out)
+		if fresh {
+			return refused{fmt.Errorf("a lab is already running in %s and --new asks for one of its own; run myelin lab down first", paths.Dir)}
+		}
+		if err := alreadyRunning(paths, plan, out); err != nil {
+			return refused{err}
+		}
+		return nil
 	}
 	if err := preflight(paths, plan); err != nil {
-		return err
+		return refused{err}
 	}
 	defer func() {
 		if err != nil {

@@ -85,6 +85,12 @@ func TestLabBridgeCNI(t *testing.T) {
 	if err == nil || !strings.Contains(out, "already running (--nodes 2 --cni bridge") || !strings.Contains(out, "myelin lab down first") {
 		t.Errorf("lab up with other options on a running lab: %v\n%s; want a refusal naming the running lab and the fix", err, out)
 	}
+	// --new (myelin bench) refuses any running lab, with the status that says nothing
+	// was built: the caller must not take down a lab that is not its own.
+	out, err = myelin("lab", "up", "--new", "--nodes", "2", "--cni", "bridge")
+	if exit, ok := err.(*exec.ExitError); !ok || exit.ExitCode() != lab.ExitRefused || !strings.Contains(out, "--new asks for one of its own") {
+		t.Errorf("lab up --new on a running lab: %v\n%s; want exit status %d and the reason", err, out, lab.ExitRefused)
+	}
 	if len(lab.LeftoverNetNS()) != 3+2 { // myelin-lab-{net,ext,cp} and the two nodes
 		t.Errorf("lab up on a running lab changed the namespaces: %v", lab.LeftoverNetNS())
 	}
