@@ -39,7 +39,7 @@ and the probes enter the pods' network namespaces (run as root); elsewhere the p
 --image and the probes use pods/exec.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := connectivityTarget(kubeconfig, &o); err != nil {
+			if err := connectivityTarget(kubeconfig, cmd.Flags().Changed("external"), &o); err != nil {
 				return err
 			}
 			return connectivity.Run(cmd.Context(), cmd.OutOrStdout(), o)
@@ -47,7 +47,7 @@ and the probes enter the pods' network namespaces (run as root); elsewhere the p
 	}
 	f := cmd.Flags()
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default: $KUBECONFIG, the running lab's, ~/.kube/config)")
-	f.StringVar(&o.External, "external", connectivity.DefaultExternal, "IP:PORT of an HTTP server outside the cluster for pod-to-outside (\"\" skips it); the default is the lab's external host")
+	f.StringVar(&o.External, "external", "", "IP:PORT of an HTTP server outside the cluster for pod-to-outside (\"\" skips it); default: the lab's external host "+connectivity.DefaultExternal+" on the running lab, skipped on other clusters")
 	f.StringVar(&o.Image, "image", "", "the pods' image, holding busybox and myelin (default: myelin/test:<version>)")
 	f.StringVar(&o.Myelin, "myelin-path", "/usr/bin/myelin", "the myelin binary's path inside --image")
 	f.StringVar(&o.Namespace, "namespace", "", "test namespace to create; must not exist (default: myelin-connectivity-<random>)")
@@ -60,14 +60,18 @@ and the probes enter the pods' network namespaces (run as root); elsewhere the p
 }
 
 // connectivityTarget picks the cluster and how pods run and are probed: the running
-// lab (lab.ConnectivityTarget) unless a kubeconfig is named.
-func connectivityTarget(kubeconfig string, o *connectivity.Options) error {
+// lab (lab.ConnectivityTarget) unless a kubeconfig is named. Pod-to-outside goes to
+// the lab's external host on the lab unless externalSet (the user named one, or "").
+func connectivityTarget(kubeconfig string, externalSet bool, o *connectivity.Options) error {
 	image, myelinPath := o.Image, o.Myelin
 	paths := labplan.Paths{Dir: labplan.DefaultDir}
 	if kubeconfig == "" && os.Getenv("KUBECONFIG") == "" && lab.Running(paths) {
 		kubeconfig = paths.Kubeconfig()
 		if err := lab.ConnectivityTarget(paths, o); err != nil {
 			return err
+		}
+		if !externalSet {
+			o.External = connectivity.DefaultExternal
 		}
 	}
 	if image != "" {

@@ -106,7 +106,7 @@ func (e *env) nodeIP(name string) string {
 func (e *env) externalScenario(o Options) scenario {
 	sc := e.httpTo("pod-to-outside", podClient, o.External, "outside host", "")
 	if o.External == "" {
-		sc.to, sc.skip = "outside host", "no --external host given"
+		sc.to, sc.skip = "outside host", "no --external host given (the lab's is used only on the running lab)"
 	}
 	return sc
 }
