@@ -189,7 +189,7 @@ func (e *env) readiness(ctx context.Context, o Options, want int) string {
 		return err.Error()
 	}
 	for _, p := range list.Items {
-		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" || !podReady(&p) {
 			return fmt.Sprintf("pod %s is %s on %s", p.Name, podState(&p), p.Spec.NodeName)
 		}
 		e.pods[p.Name] = pod{p.Name, p.Spec.NodeName, p.Status.PodIP}
@@ -218,11 +218,28 @@ func (e *env) readiness(ctx context.Context, o Options, want int) string {
 	return ""
 }
 
+// podReady: the kubelet says the pod is Ready (its container runs; a crash-looping one
+// is Running but not Ready, and its probes would fail as exec errors).
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 func podState(p *corev1.Pod) string {
 	for _, c := range p.Status.ContainerStatuses {
 		if w := c.State.Waiting; w != nil {
-			return fmt.Sprintf("%s (%s: %s)", p.Status.Phase, w.Reason, w.Message)
+			return fmt.Sprintf("%s (%s: %s; restarts %d)", p.Status.Phase, w.Reason, w.Message, c.RestartCount)
 		}
+		if t := c.LastTerminationState.Terminated; t != nil && !c.Ready {
+			return fmt.Sprintf("%s, not ready (last exit %d: %s; restarts %d)", p.Status.Phase, t.ExitCode, t.Reason, c.RestartCount)
+		}
+	}
+	if p.Status.Phase == corev1.PodRunning && !podReady(p) {
+		return "Running, not ready"
 	}
 	return string(p.Status.Phase)
 }
