@@ -67,6 +67,9 @@ type policyLoop struct {
 	changed chan struct{}
 	view    atomic.Pointer[policyView]
 
+	// ranges checks other nodes' pods' addresses (policyranges.go); nil: unchecked.
+	ranges *podRanges
+
 	// Admission of new endpoints (policyadmit.go).
 	endpoints func() []api.Endpoint        // this node's endpoints: their pods' addresses before their status has them
 	urgent    chan struct{}                // compute now, without gathering changes first
@@ -111,7 +114,21 @@ func (p *policyLoop) Run(ctx context.Context) {
 	for _, inf := range []cache.SharedIndexInformer{pods, nss, nps} {
 		go inf.Run(ctx.Done())
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, nss.HasSynced, nps.HasSynced) {
+	synced := []cache.InformerSynced{pods.HasSynced, nss.HasSynced, nps.HasSynced}
+	if p.ranges != nil {
+		synced = append(synced, p.ranges.nodes.informer.HasSynced)
+		go func() { // a Node's PodCIDR decides which pods' addresses are theirs
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-p.ranges.kicks:
+					p.poke()
+				}
+			}
+		}()
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return
 	}
 	nsLister, npLister := corelisters.NewNamespaceLister(nss.GetIndexer()), networkinglisters.NewNetworkPolicyLister(nps.GetIndexer())
@@ -127,6 +144,9 @@ func (p *policyLoop) Run(ctx context.Context) {
 			return cachedPolicyPods(pods.GetStore().List(), p.node, endpointIPs(eps))
 		}
 		in, err := policyInput(p.node, podList, nsLister.List, npLister.List)
+		if err == nil && p.ranges != nil {
+			in.Pods = p.ranges.check(in.Pods)
+		}
 		if err == nil {
 			err = p.sync(ctx, in, eps)
 		}

@@ -180,6 +180,7 @@ func (st *startup) startLoops(ctx context.Context, p parts) (*serviceLoop, error
 	if err != nil {
 		return nil, err
 	}
+	pol.ranges = newPodRanges(p.nodes, st.local(), st.log)
 	p.srv.views.add(pol) // /v1/policy answers from here on
 	names := pol.podName
 	p.srv.monitor.names.Store(&names) // pods of other nodes in drop events

@@ -220,3 +220,22 @@ func (p peer) namedPort(name string, proto uint8) (uint16, bool) {
 	}
 	return 0, false
 }
+
+// OwnAddresses keeps the pods of node (their addresses are the ones this node's CNI
+// gave them) and the pods whose address lies in their own node's PodCIDR (podCIDRs:
+// by node name, the ranges routing accepts, routing.Peers), and returns the others as
+// refused: a node's kubelet writes its pods' status, so a compromised node could give
+// one of its pods another node's pod's address, or an outside address, and with it
+// that pod's identity in every node's policy. A refused pod is no peer: its address
+// is what it would be without it (world, or another pod's). kept reuses pods' array.
+func OwnAddresses(pods []Pod, node string, podCIDRs map[string]netip.Prefix) (kept, refused []Pod) {
+	kept = pods[:0]
+	for _, p := range pods {
+		if cidr, ok := podCIDRs[p.Node]; p.Node == node || ok && cidr.Contains(p.IP) {
+			kept = append(kept, p)
+		} else {
+			refused = append(refused, p)
+		}
+	}
+	return kept, refused
+}
