@@ -15,6 +15,7 @@ import (
 	"github.com/myelin-net/myelin/internal/endpoint"
 	"github.com/myelin-net/myelin/internal/flow"
 	"github.com/myelin-net/myelin/internal/flowstore"
+	"github.com/myelin-net/myelin/internal/hubble"
 	"github.com/myelin-net/myelin/internal/policy"
 )
 
@@ -53,7 +54,7 @@ type podIndex struct {
 // follower's JSON line (1 MiB) and what the relay may hold, so one tenant's pod could
 // break its node's flow streams. A pod with more keeps its first flowLabelsMax labels
 // by key in flows (policy selectors see them all).
-const flowLabelsMax = 64
+const flowLabelsMax = hubble.FlowLabelsMax
 
 // flowLabels are pod p's labels as flows carry them: all of them, or the first
 // flowLabelsMax by key (made once per view, shared by its flows).

@@ -44,7 +44,7 @@ func NewClientSource(addr string, creds credentials.TransportCredentials) *Clien
 	// The connection lives as long as the service map: a relay that restarts is
 	// dialled again within seconds, one that stops answering is noticed by pings.
 	return &ClientSource{addr: addr, opts: []grpc.DialOption{grpc.WithTransportCredentials(creds),
-		grpc.WithConnectParams(ClientConnectParams), grpc.WithKeepaliveParams(ClientKeepalive)}}
+		grpc.WithConnectParams(ClientConnectParams), grpc.WithKeepaliveParams(ClientKeepalive), ClientCallOptions}}
 }
 
 // Flows asks the server for req's flows and sends them to out, lost events as TypeLost

@@ -2,6 +2,8 @@ package hubble
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"reflect"
@@ -11,6 +13,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/myelin-net/myelin/internal/flow"
 )
@@ -174,5 +178,35 @@ func TestClientSourceSharesAConnection(t *testing.T) {
 	src.Close()
 	if err := src.Flows(context.Background(), flow.Request{}, make(chan *flow.Flow, 100)); err == nil {
 		t.Error("Flows after Close succeeded")
+	}
+}
+
+// TestClientSourceBoundsAHostileServer: a server (a relay, or what answers in its
+// place) can't make the UI or `myelin observe` decode more than an agent sends: a
+// flow's labels past FlowLabelsMax are not read, and a message over ClientMaxRecv ends
+// the stream with an error.
+func TestClientSourceBoundsAHostileServer(t *testing.T) {
+	many := flow.Flow{Node: "n", Type: flow.TypeL3L4, Verdict: flow.Forwarded, Source: flow.Endpoint{Labels: map[string]string{}}}
+	for i := range 5 * FlowLabelsMax {
+		many.Source.Labels[fmt.Sprintf("k%04d", i)] = "v"
+	}
+	huge := many
+	huge.Source.Labels = map[string]string{}
+	for i := range 2000 {
+		huge.Source.Labels[fmt.Sprintf("k%04d", i)] = strings.Repeat("v", 200) // ~430 KB
+	}
+	addr := serveLoopback(t, &fakeSource{flows: []*flow.Flow{&many, &huge}})
+	out := make(chan *flow.Flow, 4)
+	err := NewClientSource(addr, nil).Flows(context.Background(), flow.Request{}, out)
+	close(out)
+	if status.Code(errors.Unwrap(err)) != codes.ResourceExhausted {
+		t.Errorf("Flows with a %d-byte message: %v, want a ResourceExhausted error", ClientMaxRecv, err)
+	}
+	first, ok := <-out
+	if !ok || len(first.Source.Labels) != FlowLabelsMax {
+		t.Fatalf("the first flow (%d labels sent): got %v, want it with %d labels", 5*FlowLabelsMax, first, FlowLabelsMax)
+	}
+	if f, ok := <-out; ok {
+		t.Errorf("the oversized flow came through with %d labels", len(f.Source.Labels))
 	}
 }

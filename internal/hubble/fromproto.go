@@ -97,7 +97,7 @@ func dropReasonFrom(p *flowpb.Flow) string {
 
 func endpointFrom(e *flowpb.Endpoint, ip string) flow.Endpoint {
 	out := flow.Endpoint{IP: ip, Namespace: e.GetNamespace(), Pod: e.GetPodName(), Identity: e.GetIdentity()}
-	for _, l := range e.GetLabels() {
+	for _, l := range e.GetLabels()[:min(len(e.GetLabels()), FlowLabelsMax)] { // a hostile server's million
 		k, v, _ := strings.Cut(strings.TrimPrefix(l, "k8s:"), "=")
 		if out.Labels == nil {
 			out.Labels = map[string]string{}

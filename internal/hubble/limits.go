@@ -46,6 +46,21 @@ func ServerOptions() []grpc.ServerOption {
 	}
 }
 
+// FlowLabelsMax bounds the labels of each end of a flow: an agent sends at most this
+// many of a pod (the first by key), and the relay and the clients drop a flow with
+// more (a hostile server's flow of a million labels).
+const FlowLabelsMax = 64
+
+// ClientMaxRecv bounds one message a Hubble client accepts (the relay reading the
+// agents, the UI and `myelin observe` reading the relay): a flow is at most ~50 KB
+// (FlowLabelsMax labels of the longest key and value at each end), where gRPC's
+// default is 4 MiB, and a hostile server's 4 MiB messages, held by the thousand in the
+// relay's windows, would exhaust its memory.
+const ClientMaxRecv = 256 << 10
+
+// ClientCallOptions are the call options of every Hubble client connection.
+var ClientCallOptions = grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(ClientMaxRecv))
+
 // ClientKeepalive is what the relay's connections to the agents (and the service
 // map's to the relay) use: a peer that stops answering pings (powered off, cable
 // pulled) is noticed within about 15s and its streams break, so it is reported

@@ -151,7 +151,8 @@ func (r *Relay) current(ctx context.Context) ([]peerConn, error) {
 		if !ok {
 			var err error
 			c, err = grpc.NewClient(p.Address, grpc.WithTransportCredentials(r.cfg.PeerCreds),
-				grpc.WithConnectParams(hubble.ClientConnectParams), grpc.WithKeepaliveParams(hubble.ClientKeepalive))
+				grpc.WithConnectParams(hubble.ClientConnectParams), grpc.WithKeepaliveParams(hubble.ClientKeepalive),
+				hubble.ClientCallOptions)
 			if err != nil {
 				return nil, fmt.Errorf("connect to hubble peer %s (%s): %w", p.Name, p.Address, err)
 			}

@@ -1,0 +1,57 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	observerpb "github.com/cilium/cilium/api/v1/observer"
+
+	"github.com/myelin-net/myelin/internal/flow"
+	"github.com/myelin-net/myelin/internal/hubble"
+)
+
+// labelled is flow at(node, sec) with n labels of size bytes each at its source.
+func labelled(node string, sec, n, size int) *flow.Flow {
+	f := at(node, sec)
+	f.Source.Labels = map[string]string{}
+	for i := range n {
+		f.Source.Labels[fmt.Sprintf("k%06d", i)] = strings.Repeat("v", size)
+	}
+	return f
+}
+
+// A hostile node (root on it serves :4244 with the agent's key) can't make the relay
+// hold what no agent sends: a flow with more labels than an agent puts in one is
+// dropped, and a message over hubble.ClientMaxRecv ends that node's stream (the
+// relay says so), while the other nodes' flows go on.
+func TestRelayDropsWhatNoAgentSends(t *testing.T) {
+	a := startNode(t, "a", &nodeSource{history: []*flow.Flow{
+		labelled("a", 1, hubble.FlowLabelsMax, 8),   // as much as an agent sends: passes
+		labelled("a", 2, hubble.FlowLabelsMax+1, 8), // one more: dropped
+		at("a", 3),
+	}})
+	huge := labelled("b", 5, 2000, 200) // ~430 KB in one message
+	b := startNode(t, "b", &nodeSource{history: []*flow.Flow{at("b", 4), huge, at("b", 6)}})
+	c := startNode(t, "c", &nodeSource{history: []*flow.Flow{at("c", 7)}})
+	st, err := startRelay(t, a, b, c).GetFlows(context.Background(), &observerpb.GetFlowsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := recvAll(t, st)
+	for _, want := range []string{"a:1", "a:3", "b:4", "c:7"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("relay answered %v, want %s among them", got, want)
+		}
+	}
+	for _, bad := range []string{"a:2", "b:5"} {
+		if slices.Contains(got, bad) {
+			t.Errorf("relay answered %v, with %s, which no agent sends", got, bad)
+		}
+	}
+	if !slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "unavailable:") && strings.Contains(s, "b") }) {
+		t.Errorf("relay answered %v, want node b reported unavailable after its oversized message", got)
+	}
+}
