@@ -65,7 +65,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
 		var eb ErrorBody
-		if json.NewDecoder(resp.Body).Decode(&eb) != nil || eb.Error == "" {
+		if json.NewDecoder(io.LimitReader(resp.Body, errorBodyMax)).Decode(&eb) != nil || eb.Error == "" {
 			eb.Error = fmt.Sprintf("%s %s: %s, without the agent's error message (is it the myelin agent on %s?)", method, path, resp.Status, c.socket)
 		}
 		if resp.StatusCode == http.StatusServiceUnavailable {
@@ -90,6 +90,10 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	}
 	return nil
 }
+
+// errorBodyMax bounds the agent's error answer read: what answers on the socket is
+// not trusted to end it (a line for the terminal, not a megabyte).
+const errorBodyMax = 64 << 10
 
 // ErrNotFound is returned for an endpoint the agent does not know.
 var ErrNotFound = errors.New("not found")
@@ -239,7 +243,7 @@ func (c *Client) stream(ctx context.Context, path string) (*http.Response, error
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
 		var eb ErrorBody
-		if json.NewDecoder(resp.Body).Decode(&eb) != nil || eb.Error == "" {
+		if json.NewDecoder(io.LimitReader(resp.Body, errorBodyMax)).Decode(&eb) != nil || eb.Error == "" {
 			eb.Error = fmt.Sprintf("%s: %s", req.URL.Path, resp.Status) // no error body from the agent
 		}
 		return nil, errors.New(eb.Error)

@@ -2,9 +2,15 @@ package cli
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
+	"net"
+	"net/http"
+	"path/filepath"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,5 +106,36 @@ func TestAgentErrorEscaped(t *testing.T) {
 	checkEscaped(t, "error", err.Error())
 	if !errors.Is(err, api.ErrNotFound) {
 		t.Error("errors.Is no longer sees the agent's error")
+	}
+}
+
+// An agent socket that answers flows with an error makes observe print that error
+// escaped, on stderr and as its result; an error answer past 64 KiB is not read.
+func TestObserveAgentErrorEscaped(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body atomic.Value // the handler runs on the server's goroutines
+	body.Store(hostile)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: body.Load().(string)})
+	})}
+	go srv.Serve(lis)
+	t.Cleanup(func() { srv.Close() })
+	observe := func() string {
+		var stdout, stderr bytes.Buffer
+		err := Observe(context.Background(), &stdout, ObserveOptions{Socket: sock, Stderr: &stderr, Last: 1})
+		if err == nil {
+			t.Fatalf("observe of a failing agent succeeded; stderr %q", stderr.String())
+		}
+		return stderr.String() + err.Error()
+	}
+	checkEscaped(t, "observe's error", observe())
+	body.Store(strings.Repeat("y", 1<<20))
+	if out := observe(); len(out) > 4096 || !strings.Contains(out, "500 Internal Server Error") {
+		t.Errorf("observe of an agent answering a 1 MiB error: %d bytes printed (%.200q); want the status only", len(out), out)
 	}
 }

@@ -44,7 +44,9 @@ func Observe(ctx context.Context, out io.Writer, o ObserveOptions) error {
 	}
 	src := flowclient.NewAgentsSource(socks)
 	if o.Stderr != nil {
-		src.OnError = func(sock string, err error) { fmt.Fprintf(o.Stderr, "myelin observe: %s: %v\n", sock, err) }
+		src.OnError = func(sock string, err error) {
+			fmt.Fprintf(o.Stderr, "myelin observe: %s: %s\n", sock, printable(err.Error()))
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -69,7 +71,10 @@ func Observe(ctx context.Context, out io.Writer, o ObserveOptions) error {
 			cancel()
 		}
 	}
-	return <-errc
+	if err := <-errc; err != nil {
+		return escapedError{err} // the agents' text
+	}
+	return nil
 }
 
 const observeHeader = "TIME          NODE            SOURCE                                   DESTINATION                              TYPE           VERDICT    SUMMARY"

@@ -71,7 +71,9 @@ func (a agentsSource) Flows(ctx context.Context, req flow.Request, out chan<- *f
 	}
 	src := flowclient.NewAgentsSource(socks)
 	if a.stderr != nil {
-		src.OnError = func(sock string, err error) { fmt.Fprintf(a.stderr, "myelin ui: %s: %v\n", sock, err) }
+		src.OnError = func(sock string, err error) {
+			fmt.Fprintf(a.stderr, "myelin ui: %s: %s\n", sock, printable(err.Error()))
+		}
 	}
 	return src.Flows(ctx, req, out)
 }
