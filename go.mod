@@ -17,6 +17,7 @@ require (
 	github.com/vishvananda/netns v0.0.5
 	golang.org/x/net v0.46.0
 	golang.org/x/sys v0.37.0
+	golang.org/x/time v0.13.0
 	gonum.org/v1/plot v0.16.0
 	google.golang.org/grpc v1.75.1
 	google.golang.org/protobuf v1.36.12
@@ -83,7 +84,6 @@ require (
 	golang.org/x/sync v0.17.0 // indirect
 	golang.org/x/term v0.36.0 // indirect
 	golang.org/x/text v0.30.0 // indirect
-	golang.org/x/time v0.13.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20250922171735-9219d122eba9 // indirect
 	gopkg.in/evanphx/json-patch.v4 v4.12.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect

@@ -98,6 +98,7 @@ func (p *policyLoop) poke() {
 
 // Run watches and applies until ctx ends (loop "policy").
 func (p *policyLoop) Run(ctx context.Context) {
+	go p.events.run(ctx)
 	pods := kube.NewInformer(p.cs, kube.Pods, slimPod)
 	nss, nps := kube.NewInformer(p.cs, kube.Namespaces, nil), kube.NewInformer(p.cs, kube.NetworkPolicies, nil)
 	h := cache.ResourceEventHandlerFuncs{
@@ -192,7 +193,7 @@ func (p *policyLoop) sync(ctx context.Context, in policy.Input, eps []api.Endpoi
 		p.log.Info("policy applied", "endpoints", len(st.Endpoints), "identities", st.Identities,
 			"writes", res.writes, "forgotten connections", res.purged, "took", v.duration)
 	}
-	p.events.report(ctx, in.Policies, st)
+	p.events.report(in.Policies, st) // queues, never waits (policyevents.go)
 	if err != nil {
 		return fmt.Errorf("apply network policy: %w", err)
 	}

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,12 +21,44 @@ import (
 // was gone). What it keeps is bounded by the policies that have problems now:
 // a policy that is gone or fixed is forgotten, so churning policy names can't
 // grow it.
+//
+// report runs on the policy loop, which CNI ADD waits for (policyadmit.go), so
+// it never calls the apiserver: it hands the Events to run through a bounded
+// queue, and run posts them at policyEventRate. A tenant with hundreds of
+// broken policies, or flipping policies between valid and invalid, once held
+// every node's loop for a CreateEvent each, behind client-go's rate limit.
 type policyEvents struct {
-	cs       kube.Client
-	node     string
-	log      *slog.Logger
-	reported map[string]string // policy -> message reported
+	cs   kube.Client
+	node string
+	log  *slog.Logger
+	// reported (report's alone) holds each policy's message once its Event is
+	// queued: a queued Event that run then fails to post is not retried until
+	// the message changes, the policy is fixed or gone, or the agent restarts.
+	// Retrying failures would have every node repeat the same Events to an
+	// apiserver that refuses them (429, 403); `myelin endpoints` lists every
+	// problem meanwhile. An Event that could not be queued (perRound reached, a
+	// full queue) is not reported: the next computation queues it.
+	reported map[string]string
+	queue    chan *corev1.Event
+	perRound int           // new Events one report queues at most
+	limit    *rate.Limiter // run's posts
+	waitLog  rate.Sometimes
+	failLog  rate.Sometimes
 }
+
+// The Events' pace. One node posts at most policyEventRate a second after a
+// burst of policyEventBurst: a handful of broken policies are reported at once,
+// hundreds over minutes; a flood beyond the queue waits, and is logged once a
+// policyEventLogEvery. policyEventsPerRound, below the queue's size, leaves
+// room for the next computation's Events while run works through a burst.
+const (
+	policyEventQueue     = 64
+	policyEventsPerRound = 32
+	policyEventRate      = 1
+	policyEventBurst     = 10
+	policyEventTimeout   = 10 * time.Second // one CreateEvent
+	policyEventLogEvery  = time.Minute
+)
 
 // Bounds of one Event's message: the first policyEventProblems problems of a
 // policy, each cut at policyEventProblemLen bytes, and how many more there are.
@@ -37,7 +71,10 @@ const (
 )
 
 func newPolicyEvents(cs kube.Client, node string, log *slog.Logger) *policyEvents {
-	return &policyEvents{cs: cs, node: node, log: log, reported: map[string]string{}}
+	return &policyEvents{cs: cs, node: node, log: log, reported: map[string]string{},
+		queue: make(chan *corev1.Event, policyEventQueue), perRound: policyEventsPerRound,
+		limit:   rate.NewLimiter(policyEventRate, policyEventBurst),
+		waitLog: rate.Sometimes{Interval: policyEventLogEvery}, failLog: rate.Sometimes{Interval: policyEventLogEvery}}
 }
 
 // policyEventMessages joins each policy's problems into its Event message, within the
@@ -72,30 +109,80 @@ func policyEventMessages(problems []policy.Problem, node string) map[string]stri
 	return msgs
 }
 
-func (e *policyEvents) report(ctx context.Context, nps []*networkingv1.NetworkPolicy, st policy.State) {
+// report queues an Event for each policy of nps whose problems in st are new
+// (perRound at most), without waiting: what does not fit waits for the next call.
+func (e *policyEvents) report(nps []*networkingv1.NetworkPolicy, st policy.State) {
 	msgs := policyEventMessages(st.Problems, e.node)
 	for name := range e.reported {
 		if _, ok := msgs[name]; !ok {
 			delete(e.reported, name) // gone or fixed: report it afresh if it comes back
 		}
 	}
+	queued, waiting, full := 0, 0, false
 	for _, np := range nps {
 		name := np.Namespace + "/" + np.Name
 		msg, ok := msgs[name]
 		if !ok || e.reported[name] == msg {
 			continue
 		}
-		ev := &corev1.Event{
-			ObjectMeta:     metav1.ObjectMeta{GenerateName: np.Name + ".", Namespace: np.Namespace},
-			InvolvedObject: corev1.ObjectReference{Kind: "NetworkPolicy", APIVersion: "networking.k8s.io/v1", Namespace: np.Namespace, Name: np.Name, UID: np.UID},
-			Reason:         "PolicyNotEnforced", Message: fmt.Sprintf("node %s: %s", e.node, msg), Type: corev1.EventTypeWarning,
-			Source:         corev1.EventSource{Component: "myelin-agent", Host: e.node},
-			FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1,
-		}
-		if err := e.cs.CreateEvent(ctx, ev); err != nil {
-			e.log.Warn("policy: create event", "policy", name, "err", err)
+		if full || queued == e.perRound {
+			waiting++
 			continue
 		}
-		e.reported[name] = msg
+		select {
+		case e.queue <- e.event(np, msg):
+			e.reported[name] = msg
+			queued++
+		default:
+			full = true
+			waiting++
+		}
+	}
+	if waiting > 0 {
+		e.waitLog.Do(func() {
+			e.log.Warn("policy: Events wait for later computations", "waiting", waiting, "queued now", queued,
+				"rate per second", policyEventRate)
+		})
+	}
+}
+
+// event is the Warning Event saying node cannot enforce np as written.
+func (e *policyEvents) event(np *networkingv1.NetworkPolicy, msg string) *corev1.Event {
+	now := metav1.Now()
+	return &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: np.Name + ".", Namespace: np.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "NetworkPolicy", APIVersion: "networking.k8s.io/v1", Namespace: np.Namespace, Name: np.Name, UID: np.UID},
+		Reason:         "PolicyNotEnforced", Message: fmt.Sprintf("node %s: %s", e.node, msg), Type: corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: "myelin-agent", Host: e.node},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+}
+
+// run posts the queued Events, within limit and policyEventTimeout each, until
+// ctx ends. A failure is logged (once a policyEventLogEvery, with the count) and
+// not retried (see reported).
+func (e *policyEvents) run(ctx context.Context) {
+	failures := 0
+	for {
+		var ev *corev1.Event
+		select {
+		case <-ctx.Done():
+			return
+		case ev = <-e.queue:
+		}
+		if e.limit.Wait(ctx) != nil {
+			return // ctx ended
+		}
+		cctx, cancel := context.WithTimeout(ctx, policyEventTimeout)
+		err := e.cs.CreateEvent(cctx, ev)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			failures++
+			e.failLog.Do(func() {
+				e.log.Warn("policy: create event", "policy", ev.Namespace+"/"+ev.InvolvedObject.Name, "err", err,
+					"failures", failures)
+				failures = 0
+			})
+		}
 	}
 }

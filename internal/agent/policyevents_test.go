@@ -2,12 +2,15 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,19 +19,72 @@ import (
 	"github.com/myelin-net/myelin/internal/policy"
 )
 
-// eventRecorder is a kube.Client that only records the Events created.
+// eventRecorder is a kube.Client that only records the Events created. With
+// release set, each CreateEvent first waits for it to be closed (or for its
+// context to end); with fail set, it records the Event and fails.
 type eventRecorder struct {
 	kube.Client
-	events []*corev1.Event
+	events  chan *corev1.Event
+	release chan struct{}
+	fail    error
 }
 
-func (r *eventRecorder) CreateEvent(_ context.Context, ev *corev1.Event) error {
-	r.events = append(r.events, ev)
-	return nil
+func newEventRecorder() *eventRecorder {
+	return &eventRecorder{events: make(chan *corev1.Event, 1000)}
+}
+
+func (r *eventRecorder) CreateEvent(ctx context.Context, ev *corev1.Event) error {
+	if r.release != nil {
+		select {
+		case <-r.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	r.events <- ev
+	return r.fail
+}
+
+// receive returns the next n Events created, failing t if they don't come (a
+// guard against a hang, not a measure).
+func (r *eventRecorder) receive(t *testing.T, n int) []*corev1.Event {
+	t.Helper()
+	var out []*corev1.Event
+	guard := time.After(time.Minute)
+	for len(out) < n {
+		select {
+		case ev := <-r.events:
+			out = append(out, ev)
+		case <-guard:
+			t.Fatalf("%d Events created, want %d", len(out), n)
+		}
+	}
+	return out
 }
 
 func testPolicy(name string) *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
+}
+
+// testPolicyEvents is policyEvents over cs without a rate limit and with a
+// queue of size queue; its sender is not running.
+func testPolicyEvents(cs kube.Client, queue int) *policyEvents {
+	e := newPolicyEvents(cs, "n1", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	e.queue = make(chan *corev1.Event, queue)
+	e.limit = rate.NewLimiter(rate.Inf, 1)
+	return e
+}
+
+// problemPolicies are n policies, each with one problem.
+func problemPolicies(n int) ([]*networkingv1.NetworkPolicy, policy.State) {
+	var nps []*networkingv1.NetworkPolicy
+	var st policy.State
+	for i := range n {
+		np := testPolicy(fmt.Sprintf("p%d", i))
+		nps = append(nps, np)
+		st.Problems = append(st.Problems, policy.Problem{Policy: "ns/" + np.Name, Message: "ipBlock fd00::/64: IPv6 is not enforced"})
+	}
+	return nps, st
 }
 
 // A policy's problem is reported once; what policyEvents keeps is only the
@@ -36,27 +92,123 @@ func testPolicy(name string) *networkingv1.NetworkPolicy {
 // leaves nothing behind, and one whose problem goes and comes back is reported
 // again.
 func TestPolicyEventsForgetGonePolicies(t *testing.T) {
-	rec := &eventRecorder{}
-	e := newPolicyEvents(rec, "n1", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	ctx := context.Background()
+	e := testPolicyEvents(nil, 200) // what is queued is what run would post
 	for i := range 100 {
 		np := testPolicy(fmt.Sprintf("p%d", i))
 		st := policy.State{Problems: []policy.Problem{{Policy: "ns/" + np.Name, Message: "ipBlock fd00::/64: IPv6 is not enforced"}}}
-		e.report(ctx, []*networkingv1.NetworkPolicy{np}, st)
-		e.report(ctx, []*networkingv1.NetworkPolicy{np}, st) // unchanged: no second Event
-		e.report(ctx, nil, policy.State{})                   // deleted
+		e.report([]*networkingv1.NetworkPolicy{np}, st)
+		e.report([]*networkingv1.NetworkPolicy{np}, st) // unchanged: no second Event
+		e.report(nil, policy.State{})                   // deleted
 	}
-	if len(rec.events) != 100 || len(e.reported) != 0 {
-		t.Fatalf("%d events, %d policies remembered; want 100 and 0", len(rec.events), len(e.reported))
+	if len(e.queue) != 100 || len(e.reported) != 0 {
+		t.Fatalf("%d events, %d policies remembered; want 100 and 0", len(e.queue), len(e.reported))
 	}
 	np := testPolicy("back")
 	bad := policy.State{Problems: []policy.Problem{{Policy: "ns/back", Message: "m"}}}
 	for _, st := range []policy.State{bad, {}, bad} {
-		e.report(ctx, []*networkingv1.NetworkPolicy{np}, st)
+		e.report([]*networkingv1.NetworkPolicy{np}, st)
 	}
-	if len(rec.events) != 102 {
-		t.Errorf("a problem that came back: %d events in all, want 102", len(rec.events))
+	if len(e.queue) != 102 {
+		t.Errorf("a problem that came back: %d events in all, want 102", len(e.queue))
 	}
+}
+
+// The policy loop does not wait for the apiserver: with CreateEvent stuck,
+// report of 300 broken policies returns having queued one round's worth; once
+// CreateEvent answers, the queued Events are posted, and later rounds post the
+// rest, each policy's once. The sender stops with its context.
+func TestPolicyEventsDoNotBlockTheLoop(t *testing.T) {
+	rec := newEventRecorder()
+	rec.release = make(chan struct{})
+	e := testPolicyEvents(rec, policyEventQueue)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { e.run(ctx); close(stopped) }()
+	const n = 300
+	nps, st := problemPolicies(n)
+
+	done := make(chan struct{})
+	go func() { e.report(nps, st); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute): // a guard against a hang, not a measure
+		t.Fatal("report waits for CreateEvent")
+	}
+	if len(e.reported) != e.perRound {
+		t.Fatalf("%d Events queued in one round, want %d", len(e.reported), e.perRound)
+	}
+
+	close(rec.release)
+	posted := map[string]int{}
+	for _, ev := range rec.receive(t, e.perRound) {
+		posted[ev.InvolvedObject.Name]++
+	}
+	for rounds := 0; len(e.reported) < n; rounds++ {
+		if rounds > n {
+			t.Fatalf("%d of %d policies reported after %d rounds", len(e.reported), n, rounds)
+		}
+		before := len(e.reported)
+		e.report(nps, st)
+		for _, ev := range rec.receive(t, len(e.reported)-before) {
+			posted[ev.InvolvedObject.Name]++
+		}
+	}
+	e.report(nps, st) // all reported: nothing more
+	if len(posted) != n || len(e.queue) != 0 {
+		t.Errorf("%d policies posted, %d Events queued after all were reported; want %d and 0", len(posted), len(e.queue), n)
+	}
+	for name, c := range posted {
+		if c != 1 {
+			t.Errorf("policy %s: %d Events, want 1", name, c)
+		}
+	}
+	cancel()
+	<-stopped
+}
+
+// A full queue neither blocks report nor loses what did not fit: those
+// policies are not marked reported, and a later round queues them.
+func TestPolicyEventsFullQueueWaits(t *testing.T) {
+	e := testPolicyEvents(nil, 4) // no sender: the queue stays full
+	nps, st := problemPolicies(50)
+	e.report(nps, st)
+	if len(e.queue) != 4 || len(e.reported) != 4 {
+		t.Fatalf("%d queued, %d reported; want 4 and 4", len(e.queue), len(e.reported))
+	}
+	first := map[string]bool{}
+	for range 4 {
+		first[(<-e.queue).InvolvedObject.Name] = true
+	}
+	e.report(nps, st)
+	if len(e.queue) != 4 || len(e.reported) != 8 {
+		t.Fatalf("second round: %d queued, %d reported; want 4 and 8", len(e.queue), len(e.reported))
+	}
+	for range 4 {
+		if name := (<-e.queue).InvolvedObject.Name; first[name] {
+			t.Errorf("policy %s queued twice", name)
+		}
+	}
+}
+
+// An Event the apiserver refuses is not retried while the policy's message
+// stays the same (no hammering); a new message is reported.
+func TestPolicyEventsFailureNotRetried(t *testing.T) {
+	rec := newEventRecorder()
+	rec.fail = errors.New("429 Too Many Requests")
+	e := testPolicyEvents(rec, policyEventQueue)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.run(ctx)
+	nps, st := problemPolicies(1)
+	e.report(nps, st)
+	rec.receive(t, 1)
+	e.report(nps, st)
+	if len(e.queue) != 0 {
+		t.Errorf("a failed Event with an unchanged message was queued again")
+	}
+	st.Problems[0].Message = "another problem"
+	e.report(nps, st)
+	rec.receive(t, 1)
 }
 
 // An Event names a bounded number of problems, each cut, and how many more
