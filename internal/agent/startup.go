@@ -149,6 +149,16 @@ func kubeClients(kubeconfig string) (kube.Client, dynamic.Interface, error) {
 		return nil, nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
 	rc.UserAgent = "myelin-agent"
+	if rc.QPS == 0 && rc.RateLimiter == nil {
+		// Unset, client-go allows 5 requests a second (burst 10) to each API group's
+		// client, shared by the informers' lists and watches (re-opened every few
+		// minutes, and all at once after an apiserver restart), the Node and
+		// configuration reads and the Events (policyEventRate of them for policies).
+		// 20/40 leaves those their headroom without queueing one behind another,
+		// well under a kubelet's 50/100; the apiserver's priority and fairness
+		// bounds what all nodes send together.
+		rc.QPS, rc.Burst = 20, 40
+	}
 	// Protobuf decodes the initial lists of 10,000 Services and EndpointSlices several
 	// times faster than JSON and with less garbage; the dynamic client (CRDs, which
 	// have no protobuf) sets JSON for itself.
