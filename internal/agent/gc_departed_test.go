@@ -38,6 +38,7 @@ func (f *fakeServiceDP) Backends() (map[uint32]datapath.Backend, error) {
 	return map[uint32]datapath.Backend{}, nil
 }
 func (f *fakeServiceDP) ConntrackIDs() (services, backends []uint32, err error) { return nil, nil, nil }
+func (f *fakeServiceDP) ServiceCapacity() (frontends, slots int)                { return 0, 0 }
 func (f *fakeServiceDP) EndServiceFlows(pairs map[datapath.ServiceBackend]bool) (int, error) {
 	f.ended = append(f.ended, maps.Clone(pairs))
 	return 2 * len(pairs), f.endErr

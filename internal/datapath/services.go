@@ -160,6 +160,13 @@ func (d *Datapath) Backends() (map[uint32]Backend, error) {
 	return out, nil
 }
 
+// ServiceCapacity returns how many frontends (myelin_lb_services) and backend
+// slots (myelin_lb_slots: one per backend of every frontend, all Services
+// together) the loaded Service maps hold; 1 each without Config.LoadBalancing.
+func (d *Datapath) ServiceCapacity() (frontends, slots int) {
+	return int(d.objs.MyelinLbServices.MaxEntries()), int(d.objs.MyelinLbSlots.MaxEntries())
+}
+
 // UpsertService creates or replaces the service of fe, in an order that
 // never lets a packet see a half-written service: the new slots and Maglev
 // table first, then the service entry, then the slots beyond the new

@@ -2,6 +2,10 @@ package service
 
 import (
 	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -59,15 +63,25 @@ type Frontend struct {
 type Options struct {
 	NodeName string
 	NodeIP   netip.Addr // the NodePort frontend address; no NodePort frontends when invalid
+	// MaxFrontends and MaxSlots are what the datapath's frontend and backend slot
+	// maps hold (Datapath.ServiceCapacity): a Service that needs more than either,
+	// with the maps otherwise empty, is refused whole (ErrServiceTooLarge) before
+	// any of it is built. Zero bounds nothing. The Watcher takes them from its Manager.
+	MaxFrontends, MaxSlots int
 }
+
+// ErrServiceTooLarge is why Desired refuses a Service whose frontends, or the
+// backends they hold together, would not fit in the datapath's maps even alone.
+var ErrServiceTooLarge = errors.New("too large for the datapath's Service maps")
 
 // Desired returns the frontends of svc on this node, with backends from slices (the
 // Service's EndpointSlices). Headless and ExternalName Services, non-IPv4 cluster IPs
 // and protocols other than TCP and UDP have none. externalTrafficPolicy: Local limits
 // what clients from outside the node get on NodePort frontends, and
-// internalTrafficPolicy: Local ClusterIP frontends, to this node's endpoints. The
+// internalTrafficPolicy: Local ClusterIP frontends, to this node's endpoints. A
+// Service larger than o allows has none and an error wrapping ErrServiceTooLarge. The
 // watcher computes the same from its cache records (desired).
-func Desired(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, o Options) []Frontend {
+func Desired(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, o Options) ([]Frontend, error) {
 	return desired(newCachedService(svc), cachedSlices(slices, o.NodeName), o)
 }
 
@@ -81,44 +95,132 @@ func cachedSlices(slices []*discoveryv1.EndpointSlice, node string) []*cachedSli
 }
 
 // desired is Desired over cache records; their endpoints' on-node flags must be
-// relative to o.NodeName.
-func desired(svc *cachedService, slices []*cachedSlice, o Options) []Frontend {
+// relative to o.NodeName. The backends of a port are collected once and shared by
+// its frontends (nothing downstream changes them): a Service's memory here is its
+// frontends and its endpoints, not their product.
+func desired(svc *cachedService, slices []*cachedSlice, o Options) ([]Frontend, error) {
 	if svc.unproxied {
-		return nil
+		return nil, nil
 	}
 	name := svc.namespace + "/" + svc.name
-	var out []Frontend
+	n, err := checkSize(name, svc, slices, o)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Frontend, 0, n)
 	for _, sp := range svc.ports {
-		if sp.proto == 0 {
+		if sp.proto == 0 || len(svc.clusterIPs)+len(svc.externalIPs) == 0 && !hasNodePort(svc, sp, o) {
 			continue
 		}
+		// Every endpoint for external IPs, as kube-proxy gives pods for them whatever
+		// the externalTrafficPolicy (it is about clients outside the cluster).
+		active, terminating := backendsOf(slices, sp, false)
 		fe := Frontend{Service: name, PortName: sp.name, Affinity: svc.affinity}
-		for _, ip := range svc.clusterIPs {
-			fe.Key = datapath.Frontend{Addr: ip, Port: sp.port, Proto: sp.proto}
+		if len(svc.clusterIPs) > 0 {
 			fe.Type = ClusterIP
-			fe.Active, fe.Terminating = backendsOf(slices, sp, svc.internalLocal)
-			out = append(out, fe)
+			fe.Active, fe.Terminating = active, terminating
+			if svc.internalLocal {
+				fe.Active, fe.Terminating = backendsOf(slices, sp, true)
+			}
+			for _, ip := range svc.clusterIPs {
+				fe.Key = datapath.Frontend{Addr: ip, Port: sp.port, Proto: sp.proto}
+				out = append(out, fe)
+			}
 		}
+		fe.Type = ExternalIP
+		fe.Active, fe.Terminating = active, terminating
 		for _, ip := range svc.externalIPs {
-			// Every endpoint, as kube-proxy gives pods for external IPs whatever the
-			// externalTrafficPolicy (it is about clients outside the cluster).
 			fe.Key = datapath.Frontend{Addr: ip, Port: sp.port, Proto: sp.proto}
-			fe.Type = ExternalIP
-			fe.Active, fe.Terminating = backendsOf(slices, sp, false)
 			out = append(out, fe)
 		}
-		if sp.nodePort != 0 && o.NodeIP.Is4() && svc.nodePorts {
+		if hasNodePort(svc, sp, o) {
 			fe.Key = datapath.Frontend{Addr: o.NodeIP, Port: sp.nodePort, Proto: sp.proto}
 			fe.Type = NodePort
-			fe.Active, fe.Terminating = backendsOf(slices, sp, false)
 			if svc.externalLocal {
 				fe.ExternalLocal = true
-				fe.Active, fe.Terminating, fe.Local = localFirst(slices, sp, fe.Active, fe.Terminating)
+				fe.Active, fe.Terminating, fe.Local = localFirst(slices, sp, active, terminating)
 			}
 			out = append(out, fe)
 		}
 	}
+	return out, nil
+}
+
+// hasNodePort reports whether service port sp has a NodePort frontend on this node.
+func hasNodePort(svc *cachedService, sp cachedServicePort, o Options) bool {
+	return sp.nodePort != 0 && o.NodeIP.Is4() && svc.nodePorts
+}
+
+// checkSize returns how many frontends svc has, or an error when they, or the
+// backend slots they would take together, outnumber o.MaxFrontends or o.MaxSlots:
+// such a Service could never be programmed whole, and building it would exhaust the
+// agent's memory first (100 ports × 1,000 externalIPs × 1,000 endpoints are 100
+// million backends). It counts before building anything, each frontend of a port as
+// taking every endpoint of the slices that serve the port (at most what it takes).
+func checkSize(name string, svc *cachedService, slices []*cachedSlice, o Options) (int, error) {
+	endpoints := endpointsByPort(slices)
+	frontends, slots := 0, uint64(0)
+	for _, sp := range svc.ports {
+		if sp.proto == 0 {
+			continue
+		}
+		n := len(svc.clusterIPs) + len(svc.externalIPs)
+		if hasNodePort(svc, sp, o) {
+			n++
+		}
+		frontends += n
+		slots = addProduct(slots, n, endpoints[slicePortKey{sp.name, sp.proto}])
+	}
+	if o.MaxFrontends > 0 && frontends > o.MaxFrontends {
+		return 0, fmt.Errorf("service %s: %w: it has %d frontends (ports × cluster, external and node IPs), "+
+			"the node's myelin_lb_services map holds %d; nothing of it is programmed: reduce ports × externalIPs",
+			name, ErrServiceTooLarge, frontends, o.MaxFrontends)
+	}
+	if o.MaxSlots > 0 && slots > uint64(o.MaxSlots) {
+		return 0, fmt.Errorf("service %s: %w: its frontends need up to %d backend slots (each port's frontends × its endpoints), "+
+			"the node's myelin_lb_slots map holds %d; nothing of it is programmed: reduce ports × externalIPs × endpoints",
+			name, ErrServiceTooLarge, slots, o.MaxSlots)
+	}
+	return frontends, nil
+}
+
+// slicePortKey is what matches a Service port to an EndpointSlice port (slicePort).
+type slicePortKey struct {
+	name  string
+	proto uint8
+}
+
+// endpointsByPort counts, for each port name and protocol, the endpoints of the
+// slices that serve it (slicePort), duplicates and all.
+func endpointsByPort(records []*cachedSlice) map[slicePortKey]int {
+	type count struct{ endpoints, slice int }
+	counts := map[slicePortKey]count{}
+	for i, s := range records {
+		if !s.ipv4 {
+			continue
+		}
+		for _, p := range s.ports {
+			k := slicePortKey{p.name, p.proto}
+			if c, ok := counts[k]; p.port != 0 && (!ok || c.slice != i) {
+				counts[k] = count{c.endpoints + len(s.endpoints), i}
+			}
+		}
+	}
+	out := make(map[slicePortKey]int, len(counts))
+	for k, c := range counts {
+		out[k] = c.endpoints
+	}
 	return out
+}
+
+// addProduct returns sum + a×b, saturated at the largest uint64.
+func addProduct(sum uint64, a, b int) uint64 {
+	hi, p := bits.Mul64(uint64(a), uint64(b))
+	s, carry := bits.Add64(sum, p, 0)
+	if hi != 0 || carry != 0 {
+		return math.MaxUint64
+	}
+	return s
 }
 
 // backendsOf collects the endpoints of service port sp from slices: the ready ones
@@ -162,10 +264,12 @@ func backendsOf(records []*cachedSlice, sp cachedServicePort, local bool) (activ
 	sortBackends(ready)
 	sortBackends(serving)
 	sortBackends(closing)
+	// Clipped: the lists are shared by a port's frontends, and an append to one
+	// must copy rather than write into another's.
 	if len(ready) == 0 {
-		return serving, closing
+		return slices.Clip(serving), slices.Clip(closing)
 	}
-	return ready, slices.Concat(serving, closing) // nil when both are
+	return slices.Clip(ready), slices.Clip(slices.Concat(serving, closing)) // nil when both are
 }
 
 // localFirst orders the backends of an externalTrafficPolicy: Local frontend: the

@@ -184,7 +184,10 @@ func TestDesired(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Desired(tc.svc, tc.slices, nodeOpts)
+			got, err := Desired(tc.svc, tc.slices, nodeOpts)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if !slices.EqualFunc(got, tc.want, func(a, b Frontend) bool {
 				return a.Key == b.Key && a.Service == b.Service && a.PortName == b.PortName && a.Type == b.Type &&
 					a.Affinity == b.Affinity && slices.Equal(a.Active, b.Active) && slices.Equal(a.Terminating, b.Terminating) &&
@@ -197,8 +200,8 @@ func TestDesired(t *testing.T) {
 }
 
 func TestDesiredDefaultAffinityTimeout(t *testing.T) {
-	got := Desired(svcWith(func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP }), nil, nodeOpts)
-	if len(got) != 1 || got[0].Affinity != 3*time.Hour {
-		t.Fatalf("got %+v, want one frontend with the 10800 s default affinity", got)
+	got, err := Desired(svcWith(func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP }), nil, nodeOpts)
+	if err != nil || len(got) != 1 || got[0].Affinity != 3*time.Hour {
+		t.Fatalf("got %+v, %v; want one frontend with the 10800 s default affinity", got, err)
 	}
 }

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -20,6 +19,8 @@ type Datapath interface {
 	Backends() (map[uint32]datapath.Backend, error)
 	// ConntrackIDs returns the service and backend ids Service conntrack entries name.
 	ConntrackIDs() (services, backends []uint32, err error)
+	// ServiceCapacity returns how many frontends and backend slots the maps hold.
+	ServiceCapacity() (frontends, slots int)
 }
 
 // Applied is one programmed frontend, as `myelin services` shows it: what its
@@ -54,6 +55,9 @@ type Applied struct {
 type Manager struct {
 	dp         Datapath
 	maglevSize int // 0: random selection
+	// maxFrontends and maxSlots are dp's capacity: one Service needing more is
+	// refused before it is built (Options).
+	maxFrontends, maxSlots int
 
 	mu        sync.Mutex
 	byService map[string][]datapath.Frontend
@@ -89,6 +93,7 @@ func NewManager(dp Datapath, maglevSize int) (*Manager, error) {
 		frontends: map[datapath.Frontend]*Applied{}, backends: map[Backend]uint32{}, byID: map[uint32]Backend{}, refs: map[uint32]int{},
 		tables: map[string][]int32{}, adopted: adoptedState{}, contested: map[datapath.Frontend][]string{},
 		departed: map[datapath.ServiceBackend]Departure{}, feIDs: newIDSet(datapath.ServiceCTMaxTimeout), beIDs: newIDSet(datapath.ServiceCTMaxTimeout)}
+	m.maxFrontends, m.maxSlots = dp.ServiceCapacity()
 	bes, err := dp.Backends()
 	if err != nil {
 		return nil, fmt.Errorf("read programmed backends: %w", err)
@@ -144,7 +149,7 @@ func (m *Manager) Apply(service string, fes []Frontend) error {
 	start := time.Now()
 	defer func() { m.lastApply = time.Since(start) }()
 
-	var errs []error
+	var errs errList
 	keep := map[datapath.Frontend]bool{}
 	var released []uint32
 	var left []Departure
@@ -153,7 +158,7 @@ func (m *Manager) Apply(service string, fes []Frontend) error {
 		keep[fe.Key] = true
 		prev, err := m.applyFrontend(fe)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("service %s frontend %s: %w", service, FrontendString(fe.Key), err))
+			errs.add(fmt.Errorf("service %s frontend %s: %w", service, FrontendString(fe.Key), err))
 			m.claimAdopted(fe.Key, service)
 			continue
 		}
@@ -171,7 +176,7 @@ func (m *Manager) Apply(service string, fes []Frontend) error {
 		}
 		removed, err := m.removeFrontend(key)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("service %s: remove frontend %s: %w", service, FrontendString(key), err))
+			errs.add(fmt.Errorf("service %s: remove frontend %s: %w", service, FrontendString(key), err))
 			keep[key] = true // still programmed: try again next time
 			continue
 		}
@@ -188,9 +193,9 @@ func (m *Manager) Apply(service string, fes []Frontend) error {
 	if len(m.byService[service]) == 0 {
 		delete(m.byService, service)
 	}
-	errs = append(errs, m.release(released))
+	errs.add(m.release(released))
 	m.recordDepartures(left)
-	return errors.Join(errs...)
+	return errs.err()
 }
 
 // claimAdopted marks the adopted frontend key, if it is one, as service's although
@@ -376,15 +381,15 @@ func (m *Manager) acquire(b Backend) (uint32, error) {
 
 // release drops one reference per id and deletes backends nothing refers to.
 func (m *Manager) release(ids []uint32) error {
-	var errs []error
+	var errs errList
 	for _, id := range ids {
 		m.refs[id]--
 		if m.refs[id] > 0 {
 			continue
 		}
-		errs = append(errs, m.deleteBackend(id))
+		errs.add(m.deleteBackend(id))
 	}
-	return errors.Join(errs...)
+	return errs.err()
 }
 
 func (m *Manager) deleteBackend(id uint32) error {
@@ -408,7 +413,7 @@ func (m *Manager) Prune() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.adopted = nil // what no Service claimed is removed below; the rest was applied
-	var errs []error
+	var errs errList
 	var released []uint32
 	var left []Departure
 	for key, a := range m.frontends {
@@ -417,19 +422,19 @@ func (m *Manager) Prune() error {
 		}
 		removed, err := m.removeFrontend(key)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("remove stale frontend %s: %w", FrontendString(key), err))
+			errs.add(fmt.Errorf("remove stale frontend %s: %w", FrontendString(key), err))
 		}
 		if removed != nil {
 			released = append(released, removed.backendIDs()...)
 			left = append(left, m.leaving(removed, nil)...)
 		}
 	}
-	errs = append(errs, m.release(released))
+	errs.add(m.release(released))
 	m.recordDepartures(left)
 	for id, n := range m.refs {
 		if n <= 0 {
-			errs = append(errs, m.deleteBackend(id))
+			errs.add(m.deleteBackend(id))
 		}
 	}
-	return errors.Join(errs...)
+	return errs.err()
 }

@@ -17,6 +17,8 @@ type fakeDatapath struct {
 	backends map[uint32]datapath.Backend
 	// ctServices and ctBackends are the ids conntrack entries name.
 	ctServices, ctBackends []uint32
+	// maxFrontends and maxSlots are what ServiceCapacity says; 0 bounds nothing.
+	maxFrontends, maxSlots int
 }
 
 func newFake() *fakeDatapath {
@@ -67,6 +69,8 @@ func (f *fakeDatapath) Backends() (map[uint32]datapath.Backend, error) {
 func (f *fakeDatapath) ConntrackIDs() (services, backends []uint32, err error) {
 	return f.ctServices, f.ctBackends, nil
 }
+
+func (f *fakeDatapath) ServiceCapacity() (frontends, slots int) { return f.maxFrontends, f.maxSlots }
 
 // backendsOf returns the addr:port of every backend a frontend selects from.
 func (f *fakeDatapath) active(t *testing.T, fe datapath.Frontend) []string {

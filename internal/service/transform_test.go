@@ -102,7 +102,7 @@ func TestWatcherProgramsFromRecords(t *testing.T) {
 func TestCachedSliceOtherAddressType(t *testing.T) {
 	es := slice(8080, "http", ep{ip: "10.244.1.5", node: "node-1"})
 	es.AddressType = discoveryv1.AddressTypeIPv6
-	if got := Desired(svcWith(nil), []*discoveryv1.EndpointSlice{es}, nodeOpts); len(got) != 1 || len(got[0].Active) != 0 {
+	if got, err := Desired(svcWith(nil), []*discoveryv1.EndpointSlice{es}, nodeOpts); err != nil || len(got) != 1 || len(got[0].Active) != 0 {
 		t.Errorf("an IPv6 slice gave %+v, want one frontend without backends", got)
 	}
 }

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -188,7 +189,10 @@ func (w *Watcher) startCaches(ctx context.Context, queue workqueue.TypedRateLimi
 }
 
 // sync applies the Service key as the caches have it: deleted, or its desired
-// frontends from the Service and its EndpointSlices.
+// frontends from the Service and its EndpointSlices. A Service too large for the
+// datapath's maps (ErrServiceTooLarge) is refused whole: whatever of it was
+// programmed is removed, nothing else is, and the error says so (then, as any
+// failed sync, it is logged, reported and retried with backoff).
 func (w *Watcher) sync(c serviceCaches, key string) error {
 	svc := c.service(key)
 	if svc == nil {
@@ -205,8 +209,15 @@ func (w *Watcher) sync(c serviceCaches, key string) error {
 			slices = append(slices, s)
 		}
 	}
+	o := w.o
+	o.MaxFrontends, o.MaxSlots = w.m.maxFrontends, w.m.maxSlots
+	fes, err := desired(svc, slices, o)
+	if err != nil {
+		w.syncHealth(key, nil, nil) // nothing of it is served here
+		return errors.Join(err, w.m.Apply(key, nil))
+	}
 	w.syncHealth(key, svc, slices)
-	return w.m.Apply(key, desired(svc, slices, w.o))
+	return w.m.Apply(key, fes)
 }
 
 // firstPass syncs every Service synchronously, so Prune knows every Service has
