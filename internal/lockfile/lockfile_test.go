@@ -1,0 +1,35 @@
+package lockfile
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+)
+
+// A second TryLock fails at once naming the holder's pid; after a Release that
+// removed the file the lock is free again, and on the path's new file.
+func TestTryLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	first, err := TryLock(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held *HeldError
+	if _, err := TryLock(path); !errors.Is(err, ErrHeld) || !errors.As(err, &held) || held.PID != strconv.Itoa(os.Getpid()) {
+		t.Fatalf("second lock: %v; want ErrHeld naming pid %d", err, os.Getpid())
+	}
+	first.Release(true)
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lock file after Release(true): %v; want it gone", err)
+	}
+	again, err := TryLock(path)
+	if err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+	defer again.Release(false)
+	if _, err := TryLock(path); !errors.Is(err, ErrHeld) {
+		t.Errorf("lock on the new file not held: %v", err)
+	}
+}
