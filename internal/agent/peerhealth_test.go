@@ -18,16 +18,11 @@ import (
 // half of another's PodCIDR would have that node's health address answer for it.
 func TestPeerHealthSkipsLyingNodes(t *testing.T) {
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	node := func(name, ip, cidr string, created int64) *corev1.Node {
-		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.Unix(created, 0)},
-			Spec:   corev1.NodeSpec{PodCIDR: cidr},
-			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}}}
-	}
 	for _, n := range []*corev1.Node{
-		node("n1", "198.18.0.11", "10.244.0.0/24", 1),
-		node("n2", "198.18.0.12", "10.244.1.0/24", 2),
-		node("n3", "198.18.0.13", "", 3), // no PodCIDR yet: probed on its node IP
-		node("liar", "198.18.0.250", "10.244.1.0/25", time.Now().Unix()),
+		testNode("n1", "198.18.0.11", "10.244.0.0/24", 1),
+		testNode("n2", "198.18.0.12", "10.244.1.0/24", 2),
+		testNode("n3", "198.18.0.13", "", 3), // no PodCIDR yet: probed on its node IP
+		testNode("liar", "198.18.0.250", "10.244.1.0/25", time.Now().Unix()),
 	} {
 		if err := idx.Add(n); err != nil {
 			t.Fatal(err)
@@ -51,7 +46,7 @@ func TestPeerHealthSkipsLyingNodes(t *testing.T) {
 
 	// The peers are kept between rounds: a Node the informer has but the watch has
 	// not announced yet is not probed.
-	if err := idx.Add(node("n5", "198.18.0.15", "10.244.4.0/24", 5)); err != nil {
+	if err := idx.Add(testNode("n5", "198.18.0.15", "10.244.4.0/24", 5)); err != nil {
 		t.Fatal(err)
 	}
 	if got := probed(); !slices.Equal(got, []string{"n2", "n3"}) {
@@ -60,16 +55,16 @@ func TestPeerHealthSkipsLyingNodes(t *testing.T) {
 
 	// They are computed again after a change: n3 got its PodCIDR, the liar and n5
 	// left, n4 joined.
-	if err := idx.Delete(node("n5", "", "", 0)); err != nil {
+	if err := idx.Delete(testNode("n5", "", "", 0)); err != nil {
 		t.Fatal(err)
 	}
-	if err := idx.Update(node("n3", "198.18.0.13", "10.244.2.0/24", 3)); err != nil {
+	if err := idx.Update(testNode("n3", "198.18.0.13", "10.244.2.0/24", 3)); err != nil {
 		t.Fatal(err)
 	}
-	if err := idx.Delete(node("liar", "", "", 0)); err != nil {
+	if err := idx.Delete(testNode("liar", "", "", 0)); err != nil {
 		t.Fatal(err)
 	}
-	if err := idx.Add(node("n4", "198.18.0.14", "10.244.3.0/24", 4)); err != nil {
+	if err := idx.Add(testNode("n4", "198.18.0.14", "10.244.3.0/24", 4)); err != nil {
 		t.Fatal(err)
 	}
 	w.kick()
@@ -83,7 +78,7 @@ func TestPeerHealthSkipsLyingNodes(t *testing.T) {
 	}
 	// With every other Node gone, no peers is an answer too (not "compute again").
 	for _, n := range []string{"n2", "n3", "n4"} {
-		if err := idx.Delete(node(n, "", "", 0)); err != nil {
+		if err := idx.Delete(testNode(n, "", "", 0)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -91,4 +86,12 @@ func TestPeerHealthSkipsLyingNodes(t *testing.T) {
 	if got := probed(); len(got) != 0 {
 		t.Errorf("with no other Node, probed %v", got)
 	}
+}
+
+// testNode is a Node as the agent's Node informer keeps it: name, creation time (Unix
+// seconds), PodCIDR and InternalIP.
+func testNode(name, ip, cidr string, created int64) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.Unix(created, 0)},
+		Spec:   corev1.NodeSpec{PodCIDR: cidr},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}}}
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -24,15 +23,10 @@ import (
 // are. A Node's change is seen at the next computation, and each refusal logged once.
 func TestPolicyRefusesPodsOutsideTheirNodesRange(t *testing.T) {
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	node := func(name, ip, cidr string, created int64) *corev1.Node {
-		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.Unix(created, 0)},
-			Spec:   corev1.NodeSpec{PodCIDR: cidr},
-			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}}}
-	}
 	for _, n := range []*corev1.Node{
-		node("n1", "198.18.0.11", "10.244.0.0/24", 1),
-		node("n2", "198.18.0.12", "10.244.1.0/24", 2),
-		node("liar", "198.18.0.250", "10.244.1.0/25", time.Now().Unix()),
+		testNode("n1", "198.18.0.11", "10.244.0.0/24", 1),
+		testNode("n2", "198.18.0.12", "10.244.1.0/24", 2),
+		testNode("liar", "198.18.0.250", "10.244.1.0/25", time.Now().Unix()),
 	} {
 		if err := idx.Add(n); err != nil {
 			t.Fatal(err)
@@ -77,7 +71,7 @@ func TestPolicyRefusesPodsOutsideTheirNodesRange(t *testing.T) {
 	if logs.Len() != 0 {
 		t.Errorf("the same refusals logged again:\n%s", logs.String())
 	}
-	if err := idx.Add(node("n3", "198.18.0.13", "10.244.3.0/24", 3)); err != nil {
+	if err := idx.Add(testNode("n3", "198.18.0.13", "10.244.3.0/24", 3)); err != nil {
 		t.Fatal(err)
 	}
 	w.kick()
