@@ -28,6 +28,10 @@ type podRanges struct {
 	logged map[string]bool // refusals already logged: each once, not every computation
 }
 
+// podRangesLogMax bounds the refusals one computation logs by name (a migration
+// from a CNI with other addresses would otherwise log every pod); the rest are counted.
+const podRangesLogMax = 16
+
 func newPodRanges(nodes *nodeWatch, local routing.Local, log *slog.Logger) *podRanges {
 	return &podRanges{nodes: nodes, local: local, changed: nodes.subscribe(), kicks: nodes.subscribe(), log: log,
 		logged: map[string]bool{}}
@@ -68,14 +72,23 @@ func (r *podRanges) check(pods []policy.Pod) []policy.Pod {
 	kept, refused := policy.OwnAddresses(pods, r.local.Name, ranges)
 	now := make(map[string]bool, len(refused))
 	sort.Slice(refused, func(i, j int) bool { return refused[i].Ref() < refused[j].Ref() })
+	logged, more := 0, 0
 	for _, p := range refused {
 		key := p.Ref() + " " + p.IP.String()
 		now[key] = true
-		if !r.logged[key] {
+		switch {
+		case r.logged[key]:
+		case logged == podRangesLogMax:
+			more++
+		default:
+			logged++
 			cidr, ok := ranges[p.Node]
 			r.log.Warn("policy: a pod's address is not inside its node's PodCIDR: it is no peer in policy (its node wrote a status this cluster's addressing refuses)",
 				"pod", p.Ref(), "ip", p.IP, "node", p.Node, "nodePodCIDR", rangeText(cidr, ok))
 		}
+	}
+	if more > 0 {
+		r.log.Warn("policy: more pods' addresses are not inside their nodes' PodCIDRs", "pods", more, "refused in all", len(refused))
 	}
 	r.logged = now
 	return kept

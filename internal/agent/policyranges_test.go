@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -77,5 +78,16 @@ func TestPolicyRefusesPodsOutsideTheirNodesRange(t *testing.T) {
 	w.kick()
 	if got := names(r.check(pods())); !slices.Contains(got, "n3-early") {
 		t.Errorf("after n3 got its PodCIDR: kept %v, want n3-early among them", got)
+	}
+	// A flood of refusals (a migration from a CNI with other addresses) logs a few by
+	// name and counts the rest.
+	logs.Reset()
+	var flood []policy.Pod
+	for i := range 3 * podRangesLogMax {
+		flood = append(flood, pod(fmt.Sprintf("other-%02d", i), "n2", fmt.Sprintf("192.168.7.%d", i)))
+	}
+	r.check(flood)
+	if n := strings.Count(logs.String(), "is no peer in policy"); n != podRangesLogMax || !strings.Contains(logs.String(), "pods=32") {
+		t.Errorf("%d refusals logged by name, want %d and the other 32 counted:\n%s", n, podRangesLogMax, logs.String())
 	}
 }
