@@ -22,6 +22,7 @@ import (
 var freeFormValues = map[string]bool{
 	"nodeSelector": true, "podAnnotations": true, "podLabels": true, "prometheus.serviceMonitor.labels": true,
 	"resources.requests": true, "hubble.relay.resources.requests": true, "hubble.ui.resources.requests": true,
+	"hubble.relay.nodeSelector": true, "hubble.ui.nodeSelector": true,
 }
 
 // optionalValues are the values the templates read as empty when they are missing
@@ -37,6 +38,8 @@ var optionalValues = []string{
 	"hubble.metrics.enabled", "prometheus.serviceMonitor.interval", "prometheus.serviceMonitor.labels",
 	"resources.requests", "hubble.relay.resources.requests", "hubble.ui.resources.requests",
 	"updateStrategy.rollingUpdate", "updateStrategy.rollingUpdate.maxUnavailable",
+	"hubble.relay.nodeSelector", "hubble.relay.tolerations", "hubble.relay.affinity",
+	"hubble.ui.nodeSelector", "hubble.ui.tolerations", "hubble.ui.affinity",
 }
 
 // chartValue is one value of values.yaml: its dotted path and its default.
