@@ -156,7 +156,9 @@ func hasNodePort(svc *cachedService, sp cachedServicePort, o Options) bool {
 // such a Service could never be programmed whole, and building it would exhaust the
 // agent's memory first (100 ports × 1,000 externalIPs × 1,000 endpoints are 100
 // million backends). It counts before building anything, each frontend of a port as
-// taking every endpoint of the slices that serve the port (at most what it takes).
+// taking every endpoint backendsOf may give it (ready, serving or terminating; for
+// internalTrafficPolicy: Local ClusterIPs, this node's only) of the slices that serve
+// the port, duplicates and all: at most what it takes.
 func checkSize(name string, svc *cachedService, slices []*cachedSlice, o Options) (int, error) {
 	endpoints := endpointsByPort(slices)
 	frontends, slots := 0, uint64(0)
@@ -164,12 +166,17 @@ func checkSize(name string, svc *cachedService, slices []*cachedSlice, o Options
 		if sp.proto == 0 {
 			continue
 		}
-		n := len(svc.clusterIPs) + len(svc.externalIPs)
+		eps := endpoints[slicePortKey{sp.name, sp.proto}]
+		others := len(svc.externalIPs)
 		if hasNodePort(svc, sp, o) {
-			n++
+			others++
 		}
-		frontends += n
-		slots = addProduct(slots, n, endpoints[slicePortKey{sp.name, sp.proto}])
+		frontends += len(svc.clusterIPs) + others
+		clusterEPs := eps.all
+		if svc.internalLocal {
+			clusterEPs = eps.local
+		}
+		slots = addProduct(addProduct(slots, len(svc.clusterIPs), clusterEPs), others, eps.all)
 	}
 	if o.MaxFrontends > 0 && frontends > o.MaxFrontends {
 		return 0, fmt.Errorf("service %s: %w: it has %d frontends (ports × cluster, external and node IPs), "+
@@ -190,25 +197,42 @@ type slicePortKey struct {
 	proto uint8
 }
 
+// portEndpoints counts the endpoints backendsOf may take for one port: all of them,
+// and those on this node.
+type portEndpoints struct{ all, local int }
+
 // endpointsByPort counts, for each port name and protocol, the endpoints of the
-// slices that serve it (slicePort), duplicates and all.
-func endpointsByPort(records []*cachedSlice) map[slicePortKey]int {
-	type count struct{ endpoints, slice int }
+// slices that serve it (slicePort) that backendsOf may take (ready, serving or
+// terminating), duplicates and all.
+func endpointsByPort(records []*cachedSlice) map[slicePortKey]portEndpoints {
+	type count struct {
+		portEndpoints
+		slice int
+	}
 	counts := map[slicePortKey]count{}
 	for i, s := range records {
 		if !s.ipv4 {
 			continue
 		}
+		var usable portEndpoints
+		for _, ep := range s.endpoints {
+			if ep.has(epReady) || ep.has(epServing) || ep.has(epTerminating) {
+				usable.all++
+				if ep.has(epOnNode) {
+					usable.local++
+				}
+			}
+		}
 		for _, p := range s.ports {
 			k := slicePortKey{p.name, p.proto}
 			if c, ok := counts[k]; p.port != 0 && (!ok || c.slice != i) {
-				counts[k] = count{c.endpoints + len(s.endpoints), i}
+				counts[k] = count{portEndpoints{c.all + usable.all, c.local + usable.local}, i}
 			}
 		}
 	}
-	out := make(map[slicePortKey]int, len(counts))
+	out := make(map[slicePortKey]portEndpoints, len(counts))
 	for k, c := range counts {
-		out[k] = c.endpoints
+		out[k] = c.portEndpoints
 	}
 	return out
 }

@@ -253,3 +253,29 @@ func TestWatcherRefusesServiceTooLarge(t *testing.T) {
 		}
 	}
 }
+
+// The size check counts what backendsOf may give: an internalTrafficPolicy: Local
+// ClusterIP takes this node's endpoints only, and endpoints neither ready, serving
+// nor terminating (starting pods) none. 50 ports × 3,000 endpoints on other nodes (a
+// DaemonSet's, 150,000 by a count of all) fit; the same with every endpoint counted
+// is refused.
+func TestDesiredSizeCountsWhatFrontendsTake(t *testing.T) {
+	local := newCachedService(bigService("ds", 50, 0, func(s *corev1.Service) {
+		s.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
+	}))
+	records := cachedSlices([]*discoveryv1.EndpointSlice{bigSlice("ds", 50, 3000)}, mapsOpts.NodeName)
+	if fes, err := desired(local, records, mapsOpts); err != nil || len(fes) != 50 {
+		t.Errorf("internalTrafficPolicy: Local over 3,000 remote endpoints: %d frontends, %v; want 50 and no error", len(fes), err)
+	}
+	starting := bigSlice("ds", 50, 3000)
+	for i := range starting.Endpoints {
+		starting.Endpoints[i].Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false)}
+	}
+	cluster := newCachedService(bigService("ds", 50, 0, nil))
+	if fes, err := desired(cluster, cachedSlices([]*discoveryv1.EndpointSlice{starting}, mapsOpts.NodeName), mapsOpts); err != nil || len(fes) != 50 {
+		t.Errorf("3,000 starting endpoints: %d frontends, %v; want 50 and no error", len(fes), err)
+	}
+	if _, err := desired(cluster, records, mapsOpts); !errors.Is(err, ErrServiceTooLarge) {
+		t.Errorf("50 ports × 3,000 ready endpoints (150,000 slots): %v; want ErrServiceTooLarge", err)
+	}
+}
