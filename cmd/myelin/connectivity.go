@@ -47,7 +47,7 @@ and the probes enter the pods' network namespaces (run as root); elsewhere the p
 	}
 	f := cmd.Flags()
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default: $KUBECONFIG, the running lab's, ~/.kube/config)")
-	f.StringVar(&o.External, "external", "", "IP:PORT of an HTTP server outside the cluster for pod-to-outside (\"\" skips it); default: the lab's external host "+connectivity.DefaultExternal+" on the running lab, skipped on other clusters")
+	f.StringVar(&o.External, "external", "", "IP:PORT of an HTTP server outside the cluster for pod-to-outside (\"\" skips it); default: the lab's external host "+connectivity.DefaultExternal+" when the running lab is tested by default (no --kubeconfig or $KUBECONFIG), else skipped")
 	f.StringVar(&o.Image, "image", "", "the pods' image, holding busybox and myelin (default: myelin/test:<version>)")
 	f.StringVar(&o.Myelin, "myelin-path", "/usr/bin/myelin", "the myelin binary's path inside --image")
 	f.StringVar(&o.Namespace, "namespace", "", "test namespace to create; must not exist (default: myelin-connectivity-<random>)")

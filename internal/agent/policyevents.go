@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/myelin-net/myelin/internal/kube"
@@ -32,14 +34,18 @@ type policyEvents struct {
 	node string
 	log  *slog.Logger
 	// reported (report's alone) holds each policy's message once its Event is
-	// queued: a queued Event that run then fails to post is not retried until
-	// the message changes, the policy is fixed or gone, or the agent restarts.
-	// Retrying failures would have every node repeat the same Events to an
-	// apiserver that refuses them (429, 403); `myelin endpoints` lists every
-	// problem meanwhile. An Event that could not be queued (perRound reached, a
-	// full queue) is not reported: the next computation queues it.
+	// queued: a queued Event the apiserver then refuses (4xx) is not retried
+	// until the message changes, the policy is fixed or gone, or the agent
+	// restarts. Retrying refusals would have every node repeat the same Events
+	// to an apiserver that refuses them (429, 403); `myelin endpoints` lists
+	// every problem meanwhile. One that failed otherwise (a timeout, a 5xx) comes
+	// back through retry and is queued again by the next computation. An Event
+	// that could not be queued (perRound reached, a full queue) is not reported:
+	// the next computation queues it.
 	reported map[string]string
 	queue    chan *corev1.Event
+	retry    chan string   // policies whose Event post failed without a refusal
+	failures int           // post's, since its last log line
 	perRound int           // new Events one report queues at most
 	limit    *rate.Limiter // run's posts
 	waitLog  rate.Sometimes
@@ -72,7 +78,7 @@ const (
 
 func newPolicyEvents(cs kube.Client, node string, log *slog.Logger) *policyEvents {
 	return &policyEvents{cs: cs, node: node, log: log, reported: map[string]string{},
-		queue: make(chan *corev1.Event, policyEventQueue), perRound: policyEventsPerRound,
+		queue: make(chan *corev1.Event, policyEventQueue), retry: make(chan string, policyEventQueue), perRound: policyEventsPerRound,
 		limit:   rate.NewLimiter(policyEventRate, policyEventBurst),
 		waitLog: rate.Sometimes{Interval: policyEventLogEvery}, failLog: rate.Sometimes{Interval: policyEventLogEvery}}
 }
@@ -113,6 +119,14 @@ func policyEventMessages(problems []policy.Problem, node string) map[string]stri
 // (perRound at most), without waiting: what does not fit waits for the next call.
 func (e *policyEvents) report(nps []*networkingv1.NetworkPolicy, st policy.State) {
 	msgs := policyEventMessages(st.Problems, e.node)
+	for retried := true; retried; {
+		select {
+		case name := <-e.retry:
+			delete(e.reported, name) // its post failed: queue it again
+		default:
+			retried = false
+		}
+	}
 	for name := range e.reported {
 		if _, ok := msgs[name]; !ok {
 			delete(e.reported, name) // gone or fixed: report it afresh if it comes back
@@ -158,31 +172,47 @@ func (e *policyEvents) event(np *networkingv1.NetworkPolicy, msg string) *corev1
 	}
 }
 
-// run posts the queued Events, within limit and policyEventTimeout each, until
-// ctx ends. A failure is logged (once a policyEventLogEvery, with the count) and
-// not retried (see reported).
+// run posts the queued Events until ctx ends (post).
 func (e *policyEvents) run(ctx context.Context) {
-	failures := 0
 	for {
-		var ev *corev1.Event
 		select {
 		case <-ctx.Done():
 			return
-		case ev = <-e.queue:
-		}
-		if e.limit.Wait(ctx) != nil {
-			return // ctx ended
-		}
-		cctx, cancel := context.WithTimeout(ctx, policyEventTimeout)
-		err := e.cs.CreateEvent(cctx, ev)
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			failures++
-			e.failLog.Do(func() {
-				e.log.Warn("policy: create event", "policy", ev.Namespace+"/"+ev.InvolvedObject.Name, "err", err,
-					"failures", failures)
-				failures = 0
-			})
+		case ev := <-e.queue:
+			if !e.post(ctx, ev) {
+				return
+			}
 		}
 	}
+}
+
+// post posts one Event within limit and policyEventTimeout; false when ctx ended. A
+// failure is logged (once a policyEventLogEvery, with the count); one the apiserver
+// did not refuse (a timeout, a 5xx, no connection) hands the policy back to report
+// through retry, so the next computation queues it again; a refusal (4xx: 429, 403,
+// a namespace gone) is not retried (see reported).
+func (e *policyEvents) post(ctx context.Context, ev *corev1.Event) bool {
+	if e.limit.Wait(ctx) != nil {
+		return false
+	}
+	cctx, cancel := context.WithTimeout(ctx, policyEventTimeout)
+	err := e.cs.CreateEvent(cctx, ev)
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		return ctx.Err() == nil
+	}
+	e.failures++
+	e.failLog.Do(func() {
+		e.log.Warn("policy: create event", "policy", ev.Namespace+"/"+ev.InvolvedObject.Name, "err", err,
+			"failures", e.failures)
+		e.failures = 0
+	})
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) || st.Status().Code >= 500 {
+		select {
+		case e.retry <- ev.Namespace + "/" + ev.InvolvedObject.Name:
+		default: // report has not caught up: the policy keeps its reported message
+		}
+	}
+	return true
 }

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/myelin-net/myelin/internal/kube"
@@ -194,21 +194,39 @@ func TestPolicyEventsFullQueueWaits(t *testing.T) {
 // stays the same (no hammering); a new message is reported.
 func TestPolicyEventsFailureNotRetried(t *testing.T) {
 	rec := newEventRecorder()
-	rec.fail = errors.New("429 Too Many Requests")
+	rec.fail = apierrors.NewTooManyRequests("slow down", 1)
 	e := testPolicyEvents(rec, policyEventQueue)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go e.run(ctx)
 	nps, st := problemPolicies(1)
 	e.report(nps, st)
+	e.post(context.Background(), <-e.queue)
 	rec.receive(t, 1)
 	e.report(nps, st)
 	if len(e.queue) != 0 {
-		t.Errorf("a failed Event with an unchanged message was queued again")
+		t.Errorf("an Event the apiserver refused (429) was queued again with an unchanged message")
 	}
 	st.Problems[0].Message = "another problem"
 	e.report(nps, st)
-	rec.receive(t, 1)
+	if len(e.queue) != 1 {
+		t.Errorf("%d Events queued for a changed message, want 1", len(e.queue))
+	}
+}
+
+// An Event whose post failed without a refusal (the apiserver unavailable, a
+// timeout) is queued again by the next computation.
+func TestPolicyEventsTransientFailureRetried(t *testing.T) {
+	for _, fail := range []error{apierrors.NewServiceUnavailable("restarting"), context.DeadlineExceeded} {
+		rec := newEventRecorder()
+		rec.fail = fail
+		e := testPolicyEvents(rec, policyEventQueue)
+		nps, st := problemPolicies(1)
+		e.report(nps, st)
+		e.post(context.Background(), <-e.queue)
+		rec.receive(t, 1)
+		e.report(nps, st)
+		if len(e.queue) != 1 {
+			t.Errorf("after %v: %d Events queued again, want 1", fail, len(e.queue))
+		}
+	}
 }
 
 // An Event names a bounded number of problems, each cut, and how many more

@@ -47,8 +47,8 @@ func ServerOptions() []grpc.ServerOption {
 }
 
 // FlowLabelsMax bounds the labels of each end of a flow: an agent sends at most this
-// many of a pod (the first by key), and the relay and the clients drop a flow with
-// more (a hostile server's flow of a million labels).
+// many of a pod (the first by key), the relay drops a flow with more and a client
+// reads no more (a hostile server's flow of a million labels).
 const FlowLabelsMax = 64
 
 // ClientMaxRecv bounds one message a Hubble client accepts (the relay reading the
