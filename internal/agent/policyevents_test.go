@@ -190,16 +190,24 @@ func TestPolicyEventsFullQueueWaits(t *testing.T) {
 	}
 }
 
-// An Event the apiserver refuses is not retried while the policy's message
-// stays the same (no hammering); a new message is reported.
-func TestPolicyEventsFailureNotRetried(t *testing.T) {
+// failedPost is policyEvents whose one problem policy's Event was queued and
+// failed to post with fail, and that policy and its state.
+func failedPost(t *testing.T, fail error) (*policyEvents, []*networkingv1.NetworkPolicy, policy.State) {
+	t.Helper()
 	rec := newEventRecorder()
-	rec.fail = apierrors.NewTooManyRequests("slow down", 1)
+	rec.fail = fail
 	e := testPolicyEvents(rec, policyEventQueue)
 	nps, st := problemPolicies(1)
 	e.report(nps, st)
 	e.post(context.Background(), <-e.queue)
 	rec.receive(t, 1)
+	return e, nps, st
+}
+
+// An Event the apiserver refuses is not retried while the policy's message
+// stays the same (no hammering); a new message is reported.
+func TestPolicyEventsFailureNotRetried(t *testing.T) {
+	e, nps, st := failedPost(t, apierrors.NewTooManyRequests("slow down", 1))
 	e.report(nps, st)
 	if len(e.queue) != 0 {
 		t.Errorf("an Event the apiserver refused (429) was queued again with an unchanged message")
@@ -215,13 +223,7 @@ func TestPolicyEventsFailureNotRetried(t *testing.T) {
 // timeout) is queued again by the next computation.
 func TestPolicyEventsTransientFailureRetried(t *testing.T) {
 	for _, fail := range []error{apierrors.NewServiceUnavailable("restarting"), context.DeadlineExceeded} {
-		rec := newEventRecorder()
-		rec.fail = fail
-		e := testPolicyEvents(rec, policyEventQueue)
-		nps, st := problemPolicies(1)
-		e.report(nps, st)
-		e.post(context.Background(), <-e.queue)
-		rec.receive(t, 1)
+		e, nps, st := failedPost(t, fail)
 		e.report(nps, st)
 		if len(e.queue) != 1 {
 			t.Errorf("after %v: %d Events queued again, want 1", fail, len(e.queue))
