@@ -158,15 +158,24 @@ func hasNodePort(svc *cachedService, sp cachedServicePort, o Options) bool {
 // million backends). It counts before building anything, each frontend of a port as
 // taking every endpoint backendsOf may give it (ready, serving or terminating; for
 // internalTrafficPolicy: Local ClusterIPs, this node's only) of the slices that serve
-// the port, duplicates and all: at most what it takes.
+// the port (slicePort), duplicates and all: at most what it takes.
 func checkSize(name string, svc *cachedService, slices []*cachedSlice, o Options) (int, error) {
-	endpoints := endpointsByPort(slices)
+	usable := make([]portEndpoints, len(slices))
+	for i, s := range slices {
+		usable[i] = usableEndpoints(s)
+	}
 	frontends, slots := 0, uint64(0)
 	for _, sp := range svc.ports {
 		if sp.proto == 0 {
 			continue
 		}
-		eps := endpoints[slicePortKey{sp.name, sp.proto}]
+		var eps portEndpoints
+		for i, s := range slices {
+			if _, ok := slicePort(s, sp); ok {
+				eps.all += usable[i].all
+				eps.local += usable[i].local
+			}
+		}
 		others := len(svc.externalIPs)
 		if hasNodePort(svc, sp, o) {
 			others++
@@ -191,50 +200,23 @@ func checkSize(name string, svc *cachedService, slices []*cachedSlice, o Options
 	return frontends, nil
 }
 
-// slicePortKey is what matches a Service port to an EndpointSlice port (slicePort).
-type slicePortKey struct {
-	name  string
-	proto uint8
-}
-
-// portEndpoints counts the endpoints backendsOf may take for one port: all of them,
-// and those on this node.
+// portEndpoints counts endpoints backendsOf may take: all of them, and those on this
+// node.
 type portEndpoints struct{ all, local int }
 
-// endpointsByPort counts, for each port name and protocol, the endpoints of the
-// slices that serve it (slicePort) that backendsOf may take (ready, serving or
-// terminating), duplicates and all.
-func endpointsByPort(records []*cachedSlice) map[slicePortKey]portEndpoints {
-	type count struct {
-		portEndpoints
-		slice int
-	}
-	counts := map[slicePortKey]count{}
-	for i, s := range records {
-		if !s.ipv4 {
-			continue
-		}
-		var usable portEndpoints
-		for _, ep := range s.endpoints {
-			if ep.has(epReady) || ep.has(epServing) || ep.has(epTerminating) {
-				usable.all++
-				if ep.has(epOnNode) {
-					usable.local++
-				}
-			}
-		}
-		for _, p := range s.ports {
-			k := slicePortKey{p.name, p.proto}
-			if c, ok := counts[k]; p.port != 0 && (!ok || c.slice != i) {
-				counts[k] = count{portEndpoints{c.all + usable.all, c.local + usable.local}, i}
+// usableEndpoints counts the endpoints of s backendsOf may take (ready, serving or
+// terminating; starting pods are left out).
+func usableEndpoints(s *cachedSlice) portEndpoints {
+	var n portEndpoints
+	for _, ep := range s.endpoints {
+		if ep.has(epReady | epServing | epTerminating) {
+			n.all++
+			if ep.has(epOnNode) {
+				n.local++
 			}
 		}
 	}
-	out := make(map[slicePortKey]portEndpoints, len(counts))
-	for k, c := range counts {
-		out[k] = c.portEndpoints
-	}
-	return out
+	return n
 }
 
 // addProduct returns sum + a×b, saturated at the largest uint64.
