@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 
-	"k8s.io/apimachinery/pkg/labels"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/myelin-net/myelin/internal/api"
@@ -29,13 +29,10 @@ type peerHealthLoop struct {
 	nodeIP   netip.Addr
 	healthIP netip.Addr
 	nodes    *nodeWatch
-	changed  <-chan struct{} // nodes.subscribe: a Node that matters changed
-	// known is the peers as of the last change (nil: none computed yet); only the
-	// prober's goroutine reads and writes it.
-	known  []clusterhealth.Peer
-	prober *clusterhealth.Prober
-	loops  *loops
-	log    *slog.Logger
+	known    *nodesDerived[[]clusterhealth.Peer] // healthPeers; the prober's goroutine's
+	prober   *clusterhealth.Prober
+	loops    *loops
+	log      *slog.Logger
 }
 
 // peerHealthLoopName is the loop's name in status.
@@ -47,7 +44,8 @@ func (s *startup) newPeerHealth(nodes *nodeWatch) *peerHealthLoop {
 		return nil
 	}
 	h := &peerHealthLoop{node: s.cfg.Node, local: s.local(), port: s.conf.ClusterHealthPort, nodeIP: s.plan.NodeIP,
-		healthIP: clusterhealth.HealthAddr(s.podCIDR), nodes: nodes, changed: nodes.subscribe(), loops: s.loops, log: s.log}
+		healthIP: clusterhealth.HealthAddr(s.podCIDR), nodes: nodes, loops: s.loops, log: s.log}
+	h.known = newNodesDerived(nodes, func(ns []*corev1.Node) []clusterhealth.Peer { return healthPeers(h.node, h.local, ns) })
 	h.prober = &clusterhealth.Prober{Port: h.port, HealthIP: h.healthIP, Peers: h.peers, Matrix: clusterhealth.NewMatrix()}
 	return h
 }
@@ -76,29 +74,20 @@ func (h *peerHealthLoop) serve() (*clusterhealth.Server, error) {
 }
 
 // peers are the other Nodes with an InternalIP that routing.Peers does not refuse,
-// and their health addresses. They are computed again only after a Node changed
-// (routing.Peers compares every Node with every other's range: ~10 ms at 5,000 Nodes,
-// each probe round otherwise); the kick is taken before the list, so a change during
-// the computation is seen in the next round.
+// and their health addresses, as of the last Node change (nodesDerived).
 func (h *peerHealthLoop) peers() []clusterhealth.Peer {
-	select {
-	case <-h.changed:
-	default:
-		if h.known != nil {
-			return h.known
-		}
-	}
-	h.known = h.listPeers()
-	return h.known
-}
-
-func (h *peerHealthLoop) listPeers() []clusterhealth.Peer {
-	nodes, err := h.nodes.lister.List(labels.Everything())
+	ps, err := h.known.get()
 	if err != nil {
 		h.log.Error("node health: list Nodes", "err", err)
 		return nil // computed again next round
 	}
-	_, refused := routing.Peers(h.local, clusterNodes(nodes))
+	return ps
+}
+
+// healthPeers are the Nodes of nodes but node itself, those without an InternalIP
+// and those routing.Peers refuses (against local), as the prober probes them.
+func healthPeers(node string, local routing.Local, nodes []*corev1.Node) []clusterhealth.Peer {
+	_, refused := routing.Peers(local, clusterNodes(nodes))
 	liars := map[string]bool{}
 	for _, r := range refused {
 		liars[r.Node] = true
@@ -106,7 +95,7 @@ func (h *peerHealthLoop) listPeers() []clusterhealth.Peer {
 	out := []clusterhealth.Peer{} // not nil: none is an answer too
 	for _, n := range nodes {
 		ip := k8s.NodeInternalIP(n)
-		if n.Name == h.node || !ip.IsValid() || liars[n.Name] {
+		if n.Name == node || !ip.IsValid() || liars[n.Name] {
 			continue
 		}
 		cidr, _ := netip.ParsePrefix(n.Spec.PodCIDR)

@@ -11,6 +11,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/myelin-net/myelin/internal/clusterhealth"
 	"github.com/myelin-net/myelin/internal/routing"
 )
 
@@ -29,9 +30,10 @@ func TestPeerHealthSkipsLyingNodes(t *testing.T) {
 		}
 	}
 	w := &nodeWatch{lister: corelisters.NewNodeLister(idx)}
-	h := &peerHealthLoop{node: "n1", nodes: w, changed: w.subscribe(),
-		local: routing.Local{Name: "n1", IP: netip.MustParseAddr("198.18.0.11"), PodCIDR: netip.MustParsePrefix("10.244.0.0/24"),
-			ClusterCIDR: netip.MustParsePrefix("10.244.0.0/16")}}
+	local := routing.Local{Name: "n1", IP: netip.MustParseAddr("198.18.0.11"), PodCIDR: netip.MustParsePrefix("10.244.0.0/24"),
+		ClusterCIDR: netip.MustParsePrefix("10.244.0.0/16")}
+	h := &peerHealthLoop{node: "n1", nodes: w, local: local,
+		known: newNodesDerived(w, func(ns []*corev1.Node) []clusterhealth.Peer { return healthPeers("n1", local, ns) })}
 	probed := func() []string {
 		var names []string
 		for _, p := range h.peers() {

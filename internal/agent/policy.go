@@ -99,35 +99,8 @@ func (p *policyLoop) poke() {
 // Run watches and applies until ctx ends (loop "policy").
 func (p *policyLoop) Run(ctx context.Context) {
 	go p.events.run(ctx)
-	pods := kube.NewInformer(p.cs, kube.Pods, slimPod)
-	nss, nps := kube.NewInformer(p.cs, kube.Namespaces, nil), kube.NewInformer(p.cs, kube.NetworkPolicies, nil)
-	h := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { p.poke() },
-		UpdateFunc: func(any, any) { p.poke() },
-		DeleteFunc: func(any) { p.poke() },
-	}
-	_, _ = pods.AddEventHandler(podPolicyHandler(p.poke)) // policykick.go
-	for _, inf := range []cache.SharedIndexInformer{nss, nps} {
-		_, _ = inf.AddEventHandler(h)
-	}
-	for _, inf := range []cache.SharedIndexInformer{pods, nss, nps} {
-		go inf.Run(ctx.Done())
-	}
-	synced := []cache.InformerSynced{pods.HasSynced, nss.HasSynced, nps.HasSynced}
-	if p.ranges != nil {
-		synced = append(synced, p.ranges.nodes.informer.HasSynced)
-		go func() { // a Node's PodCIDR decides which pods' addresses are theirs
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-p.ranges.kicks:
-					p.poke()
-				}
-			}
-		}()
-	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+	pods, nss, nps, ok := p.startInformers(ctx)
+	if !ok {
 		return
 	}
 	nsLister, npLister := corelisters.NewNamespaceLister(nss.GetIndexer()), networkinglisters.NewNetworkPolicyLister(nps.GetIndexer())
@@ -136,23 +109,7 @@ func (p *policyLoop) Run(ctx context.Context) {
 	tick := time.NewTicker(policyResync)
 	defer tick.Stop()
 	for {
-		// The pod cache holds policyCachedPods (podslim.go), not Pods: no pod lister.
-		// One list of the node's endpoints serves the pods' addresses and the orphans.
-		eps := p.endpoints()
-		podList := func() []policy.Pod {
-			return cachedPolicyPods(pods.GetStore().List(), p.node, endpointIPs(eps))
-		}
-		in, err := policyInput(p.node, podList, nsLister.List, npLister.List)
-		if err == nil && p.ranges != nil {
-			in.Pods = p.ranges.check(in.Pods)
-		}
-		if err == nil {
-			err = p.sync(ctx, in, eps)
-		}
-		p.loops.report("policy", err)
-		if err != nil {
-			p.log.Error("policy", "err", err)
-		}
+		p.compute(ctx, pods.GetStore(), nsLister, npLister)
 		select {
 		case <-ctx.Done():
 			return
@@ -171,6 +128,54 @@ func (p *policyLoop) Run(ctx context.Context) {
 		case <-tick.C:
 			p.maps.forget() // the resync reads the ipcache map itself
 		}
+	}
+}
+
+// startInformers runs the pod, namespace and policy informers, each change poking
+// the loop (and, with ranges, every Node change), and waits until they (and the Node
+// informer) synced; false when ctx ended first.
+func (p *policyLoop) startInformers(ctx context.Context) (pods, nss, nps cache.SharedIndexInformer, ok bool) {
+	pods = kube.NewInformer(p.cs, kube.Pods, slimPod)
+	nss, nps = kube.NewInformer(p.cs, kube.Namespaces, nil), kube.NewInformer(p.cs, kube.NetworkPolicies, nil)
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { p.poke() },
+		UpdateFunc: func(any, any) { p.poke() },
+		DeleteFunc: func(any) { p.poke() },
+	}
+	_, _ = pods.AddEventHandler(podPolicyHandler(p.poke)) // policykick.go
+	for _, inf := range []cache.SharedIndexInformer{nss, nps} {
+		_, _ = inf.AddEventHandler(h)
+	}
+	for _, inf := range []cache.SharedIndexInformer{pods, nss, nps} {
+		go inf.Run(ctx.Done())
+	}
+	synced := []cache.InformerSynced{pods.HasSynced, nss.HasSynced, nps.HasSynced}
+	if p.ranges != nil { // a Node's PodCIDR decides which pods' addresses are theirs
+		synced = append(synced, p.ranges.nodes.informer.HasSynced)
+		go p.ranges.follow(ctx, p.poke)
+	}
+	return pods, nss, nps, cache.WaitForCacheSync(ctx.Done(), synced...)
+}
+
+// compute runs one computation from the caches and reports its outcome.
+func (p *policyLoop) compute(ctx context.Context, pods cache.Store, nsLister corelisters.NamespaceLister,
+	npLister networkinglisters.NetworkPolicyLister) {
+	// The pod cache holds policyCachedPods (podslim.go), not Pods: no pod lister.
+	// One list of the node's endpoints serves the pods' addresses and the orphans.
+	eps := p.endpoints()
+	podList := func() []policy.Pod {
+		return cachedPolicyPods(pods.List(), p.node, endpointIPs(eps))
+	}
+	in, err := policyInput(p.node, podList, nsLister.List, npLister.List)
+	if err == nil && p.ranges != nil {
+		in.Pods = p.ranges.check(in.Pods)
+	}
+	if err == nil {
+		err = p.sync(ctx, in, eps)
+	}
+	p.loops.report("policy", err)
+	if err != nil {
+		p.log.Error("policy", "err", err)
 	}
 }
 

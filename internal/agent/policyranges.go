@@ -1,11 +1,12 @@
 package agent
 
 import (
+	"context"
 	"log/slog"
 	"net/netip"
 	"sort"
 
-	"k8s.io/apimachinery/pkg/labels"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/myelin-net/myelin/internal/policy"
 	"github.com/myelin-net/myelin/internal/routing"
@@ -13,18 +14,14 @@ import (
 
 // podRanges are the PodCIDRs a pod's address must lie in to be that pod in policy
 // (policy.OwnAddresses): this node's and those of the Nodes routing.Peers accepts (a
-// Node's PodCIDR is what its kubelet wrote; overlapping claims go to the first). They
-// are computed again only after a Node changed (routing.Peers is ~10 ms at 5,000
-// Nodes); the kick is taken before the list, so a change meanwhile is seen next time.
-// Only the policy loop uses it.
+// Node's PodCIDR is what its kubelet wrote; overlapping claims go to the first), as of
+// the last Node change (nodesDerived). Only the policy loop uses it.
 type podRanges struct {
-	nodes   *nodeWatch
-	local   routing.Local
-	changed <-chan struct{} // drops known
-	kicks   <-chan struct{} // the policy loop computes again
-	log     *slog.Logger
-
-	known  map[string]netip.Prefix
+	nodes  *nodeWatch
+	local  routing.Local
+	known  *nodesDerived[map[string]netip.Prefix]
+	kicks  <-chan struct{} // the policy loop computes again
+	log    *slog.Logger
 	logged map[string]bool // refusals already logged: each once, not every computation
 }
 
@@ -33,40 +30,40 @@ type podRanges struct {
 const podRangesLogMax = 16
 
 func newPodRanges(nodes *nodeWatch, local routing.Local, log *slog.Logger) *podRanges {
-	return &podRanges{nodes: nodes, local: local, changed: nodes.subscribe(), kicks: nodes.subscribe(), log: log,
-		logged: map[string]bool{}}
+	return &podRanges{nodes: nodes, local: local, log: log, logged: map[string]bool{}, kicks: nodes.subscribe(),
+		known: newNodesDerived(nodes, func(ns []*corev1.Node) map[string]netip.Prefix { return acceptedRanges(local, ns) })}
 }
 
-// get returns the ranges by node name; nil when the Nodes can't be listed (the
-// caller then leaves the pods unchecked this once and logs nothing new).
-func (r *podRanges) get() map[string]netip.Prefix {
-	select {
-	case <-r.changed:
-	default:
-		if r.known != nil {
-			return r.known
+// acceptedRanges are the PodCIDRs of local and of the nodes routing.Peers accepts, by
+// node name.
+func acceptedRanges(local routing.Local, nodes []*corev1.Node) map[string]netip.Prefix {
+	ok, _ := routing.Peers(local, clusterNodes(nodes))
+	out := make(map[string]netip.Prefix, len(ok)+1)
+	for _, n := range ok {
+		out[n.Name] = n.PodCIDR
+	}
+	out[local.Name] = local.PodCIDR
+	return out
+}
+
+// follow pokes the policy loop after every Node change, until ctx ends.
+func (r *podRanges) follow(ctx context.Context, poke func()) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kicks:
+			poke()
 		}
 	}
-	nodes, err := r.nodes.lister.List(labels.Everything())
-	if err != nil {
-		r.log.Error("policy: list Nodes for their PodCIDRs", "err", err)
-		return nil
-	}
-	ok, _ := routing.Peers(r.local, clusterNodes(nodes))
-	known := make(map[string]netip.Prefix, len(ok)+1)
-	for _, n := range ok {
-		known[n.Name] = n.PodCIDR
-	}
-	known[r.local.Name] = r.local.PodCIDR
-	r.known = known
-	return known
 }
 
 // check keeps the pods whose addresses are their own and logs each refused pod
 // (and address) once.
 func (r *podRanges) check(pods []policy.Pod) []policy.Pod {
-	ranges := r.get()
-	if ranges == nil {
+	ranges, err := r.known.get()
+	if err != nil { // unchecked this once
+		r.log.Error("policy: list Nodes for their PodCIDRs", "err", err)
 		return pods
 	}
 	kept, refused := policy.OwnAddresses(pods, r.local.Name, ranges)
