@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/myelin-net/myelin/internal/k8s"
 )
 
 // The test's pods, Services and port; names are fixed inside the test namespace.
@@ -189,7 +191,7 @@ func (e *env) readiness(ctx context.Context, o Options, want int) string {
 		return err.Error()
 	}
 	for _, p := range list.Items {
-		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" || !podReady(&p) {
+		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" || !k8s.PodReady(&p) {
 			return fmt.Sprintf("pod %s is %s on %s", p.Name, podState(&p), p.Spec.NodeName)
 		}
 		e.pods[p.Name] = pod{p.Name, p.Spec.NodeName, p.Status.PodIP}
@@ -218,17 +220,6 @@ func (e *env) readiness(ctx context.Context, o Options, want int) string {
 	return ""
 }
 
-// podReady: the kubelet says the pod is Ready (its container runs; a crash-looping one
-// is Running but not Ready, and its probes would fail as exec errors).
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 func podState(p *corev1.Pod) string {
 	for _, c := range p.Status.ContainerStatuses {
 		if w := c.State.Waiting; w != nil {
@@ -238,7 +229,7 @@ func podState(p *corev1.Pod) string {
 			return fmt.Sprintf("%s, not ready (last exit %d: %s; restarts %d)", p.Status.Phase, t.ExitCode, t.Reason, c.RestartCount)
 		}
 	}
-	if p.Status.Phase == corev1.PodRunning && !podReady(p) {
+	if p.Status.Phase == corev1.PodRunning && !k8s.PodReady(p) {
 		return "Running, not ready"
 	}
 	return string(p.Status.Phase)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/myelin-net/myelin/internal/k8s"
 )
 
 func TestVersionMatchesScript(t *testing.T) {
@@ -121,10 +123,10 @@ func TestReadyPatch(t *testing.T) {
 		t.Errorf("%s: conditions missing: %v", b, want)
 	}
 	pod := &corev1.Pod{Status: p.Status}
-	if !podReady(pod) {
+	if !k8s.PodReady(pod) {
 		t.Errorf("podReady is false after the patch's conditions")
 	}
-	if podReady(&corev1.Pod{}) {
+	if k8s.PodReady(&corev1.Pod{}) {
 		t.Errorf("podReady is true for a pod without conditions")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/myelin-net/myelin/internal/k8s"
 	"github.com/myelin-net/myelin/internal/parallel"
 )
 
@@ -30,7 +31,7 @@ func ReadyAgain(ctx context.Context, cs kubernetes.Interface) (int, error) {
 	}
 	var unready []types.NamespacedName
 	for _, p := range list.Items {
-		if !podReady(&p) && p.DeletionTimestamp == nil {
+		if !k8s.PodReady(&p) && p.DeletionTimestamp == nil {
 			unready = append(unready, types.NamespacedName{Namespace: p.Namespace, Name: p.Name})
 		}
 	}
@@ -50,15 +51,6 @@ func ReadyAgain(ctx context.Context, cs kubernetes.Interface) (int, error) {
 		return nil
 	})
 	return len(unready), err
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // readyPatch sets the Ready and ContainersReady conditions (merged by type) to True.
