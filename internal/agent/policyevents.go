@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/myelin-net/myelin/internal/kube"
+	"github.com/myelin-net/myelin/internal/metrics"
 	"github.com/myelin-net/myelin/internal/policy"
 )
 
@@ -50,6 +52,11 @@ type policyEvents struct {
 	limit    *rate.Limiter // run's posts
 	waitLog  rate.Sometimes
 	failLog  rate.Sometimes
+
+	// What the metrics read (counts): Events posted, refused, failed otherwise,
+	// and those the last report could not queue.
+	posted, refused, failed atomic.Uint64
+	waiting                 atomic.Int64
 }
 
 // The Events' pace. One node posts at most policyEventRate a second after a
@@ -152,6 +159,7 @@ func (e *policyEvents) report(nps []*networkingv1.NetworkPolicy, st policy.State
 			waiting++
 		}
 	}
+	e.waiting.Store(int64(waiting))
 	if waiting > 0 {
 		e.waitLog.Do(func() {
 			e.log.Warn("policy: Events wait for later computations", "waiting", waiting, "queued now", queued,
@@ -198,8 +206,12 @@ func (e *policyEvents) post(ctx context.Context, ev *corev1.Event) bool {
 	cctx, cancel := context.WithTimeout(ctx, policyEventTimeout)
 	err := e.cs.CreateEvent(cctx, ev)
 	cancel()
-	if err == nil || ctx.Err() != nil {
-		return ctx.Err() == nil
+	if err == nil {
+		e.posted.Add(1)
+		return true
+	}
+	if ctx.Err() != nil {
+		return false
 	}
 	e.failures++
 	e.failLog.Do(func() {
@@ -208,11 +220,20 @@ func (e *policyEvents) post(ctx context.Context, ev *corev1.Event) bool {
 		e.failures = 0
 	})
 	var st apierrors.APIStatus
-	if !errors.As(err, &st) || st.Status().Code >= 500 {
+	if errors.As(err, &st) && st.Status().Code < 500 {
+		e.refused.Add(1)
+	} else {
+		e.failed.Add(1)
 		select {
 		case e.retry <- ev.Namespace + "/" + ev.InvolvedObject.Name:
 		default: // report has not caught up: the policy keeps its reported message
 		}
 	}
 	return true
+}
+
+// counts are the Events' metrics (myelin_policy_events_*), safe from any goroutine.
+func (e *policyEvents) counts() *metrics.PolicyEventCounts {
+	return &metrics.PolicyEventCounts{Posted: e.posted.Load(), Refused: e.refused.Load(), Failed: e.failed.Load(),
+		Waiting: int(e.waiting.Load())}
 }

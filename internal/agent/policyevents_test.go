@@ -162,6 +162,9 @@ func TestPolicyEventsDoNotBlockTheLoop(t *testing.T) {
 			t.Errorf("policy %s: %d Events, want 1", name, c)
 		}
 	}
+	if c := e.counts(); c.Posted != n || c.Refused+c.Failed != 0 || c.Waiting != 0 {
+		t.Errorf("metrics after all were posted: %+v, want %d posted, none refused, failed or waiting", *c, n)
+	}
 	cancel()
 	<-stopped
 }
@@ -174,6 +177,9 @@ func TestPolicyEventsFullQueueWaits(t *testing.T) {
 	e.report(nps, st)
 	if len(e.queue) != 4 || len(e.reported) != 4 {
 		t.Fatalf("%d queued, %d reported; want 4 and 4", len(e.queue), len(e.reported))
+	}
+	if w := e.counts().Waiting; w != 46 {
+		t.Errorf("myelin_policy_events_waiting %d, want 46", w)
 	}
 	first := map[string]bool{}
 	for range 4 {
@@ -212,6 +218,9 @@ func TestPolicyEventsFailureNotRetried(t *testing.T) {
 	if len(e.queue) != 0 {
 		t.Errorf("an Event the apiserver refused (429) was queued again with an unchanged message")
 	}
+	if c := e.counts(); c.Refused != 1 || c.Failed+c.Posted != 0 {
+		t.Errorf("metrics after a refusal: %+v, want 1 refused", *c)
+	}
 	st.Problems[0].Message = "another problem"
 	e.report(nps, st)
 	if len(e.queue) != 1 {
@@ -227,6 +236,9 @@ func TestPolicyEventsTransientFailureRetried(t *testing.T) {
 		e.report(nps, st)
 		if len(e.queue) != 1 {
 			t.Errorf("after %v: %d Events queued again, want 1", fail, len(e.queue))
+		}
+		if c := e.counts(); c.Failed != 1 || c.Refused+c.Posted != 0 {
+			t.Errorf("metrics after %v: %+v, want 1 failed", fail, *c)
 		}
 	}
 }

@@ -101,6 +101,8 @@ var (
 	ctrlFailDesc     = desc("controller_failing", "1 when the last run of an agent control loop ended in an error.", "controller")
 	gcRunsDesc       = desc("datapath_gc_runs_total", "Garbage collection passes over a datapath table (nat: masquerade, nodeport-nat: NodePort SNAT, service-ct: Service conntrack, policy-ct: NetworkPolicy connections).", "table")
 	gcRemovedDesc    = desc("datapath_gc_entries_removed_total", "Entries garbage collection removed from a datapath table.", "table")
+	polEventsDesc    = desc("policy_events_total", "PolicyNotEnforced Events this agent sent about NetworkPolicies it cannot enforce as written, by result (posted; refused: the apiserver said no, not retried; failed: a timeout or server error, queued again).", "result")
+	polWaitingDesc   = desc("policy_events_waiting", "PolicyNotEnforced Events the last policy computation could not queue (a flood of broken policies; posted at 1/s); they wait for a later computation.")
 	// The node health matrix (internal/clusterhealth names them): one series per
 	// peer node and path, (nodes - 1) x 3 per agent.
 	healthStatusDesc  = prometheus.NewDesc(clusterhealth.StatusMetric, clusterhealth.StatusMetricHelp, clusterhealth.MetricLabels, nil)
@@ -111,7 +113,7 @@ var allDescs = []*prometheus.Desc{endpointsDesc, retiredDesc, ipamUsedDesc, ipam
 	backendsDesc, mapEntriesDesc, mapCapDesc, mapPressureDesc, mapErrorsDesc, mapFailingDesc, ctEntriesDesc, natEntriesDesc, dropPktsDesc,
 	dropBytesDesc, fwdPktsDesc, fwdBytesDesc, eventsLostDesc, flowsLostDesc, flowsLimitedDesc, icmpSuppDesc, attachErrDesc, loadedDesc,
 	hostRoutingDesc, routingDesc, ctrlRunsDesc, ctrlErrsDesc, ctrlFailDesc, gcRunsDesc, gcRemovedDesc,
-	healthStatusDesc, healthLatencyDesc}
+	polEventsDesc, polWaitingDesc, healthStatusDesc, healthLatencyDesc}
 
 // snapshotCollector turns the Snapshot of each scrape into metrics.
 type snapshotCollector struct{ a *Agent }
@@ -184,5 +186,11 @@ func collectState(ch chan<- prometheus.Metric, s Snapshot) {
 		ch <- gauge(servicesDesc, float64(s.Services.Services))
 		ch <- gauge(frontendsDesc, float64(s.Services.Frontends))
 		ch <- gauge(backendsDesc, float64(s.Services.Backends))
+	}
+	if e := s.PolicyEvents; e != nil {
+		ch <- counter(polEventsDesc, e.Posted, "posted")
+		ch <- counter(polEventsDesc, e.Refused, "refused")
+		ch <- counter(polEventsDesc, e.Failed, "failed")
+		ch <- gauge(polWaitingDesc, float64(e.Waiting))
 	}
 }

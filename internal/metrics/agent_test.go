@@ -30,8 +30,9 @@ func knownSnapshot() Snapshot {
 			{Direction: "from-pod", Reason: "FLOWS_LIMITED", Packets: 7},
 		},
 		RoutingMode: "native", HostRouting: "BPF",
-		Controllers: []Controller{{Name: "services", Runs: 7, Errors: 1, Failing: true}},
-		GC:          []GCStat{{Table: "nat", Runs: 3, Removed: 9}},
+		Controllers:  []Controller{{Name: "services", Runs: 7, Errors: 1, Failing: true}},
+		GC:           []GCStat{{Table: "nat", Runs: 3, Removed: 9}},
+		PolicyEvents: &PolicyEventCounts{Posted: 6, Refused: 2, Failed: 1, Waiting: 40},
 		NodeHealth: []clusterhealth.Sample{
 			{Metric: clusterhealth.StatusMetric, Peer: "node-2", Path: "icmp", Value: 1},
 			{Metric: clusterhealth.LatencyMetric, Peer: "node-2", Path: "icmp", Value: 0.0004},
@@ -97,11 +98,20 @@ myelin_controller_errors_total{controller="services"} 1
 # HELP myelin_datapath_gc_entries_removed_total Entries garbage collection removed from a datapath table.
 # TYPE myelin_datapath_gc_entries_removed_total counter
 myelin_datapath_gc_entries_removed_total{table="nat"} 9
+# HELP myelin_policy_events_total PolicyNotEnforced Events this agent sent about NetworkPolicies it cannot enforce as written, by result (posted; refused: the apiserver said no, not retried; failed: a timeout or server error, queued again).
+# TYPE myelin_policy_events_total counter
+myelin_policy_events_total{result="failed"} 1
+myelin_policy_events_total{result="posted"} 6
+myelin_policy_events_total{result="refused"} 2
+# HELP myelin_policy_events_waiting PolicyNotEnforced Events the last policy computation could not queue (a flood of broken policies; posted at 1/s); they wait for a later computation.
+# TYPE myelin_policy_events_waiting gauge
+myelin_policy_events_waiting 40
 `
 	names := []string{"myelin_endpoints", "myelin_retired_veths", "myelin_service_backends", "myelin_bpf_map_pressure",
 		"myelin_bpf_map_read_errors_total", "myelin_bpf_map_read_failing", "myelin_nat_entries",
 		"myelin_conntrack_entries", "myelin_drop_count_total", "myelin_forward_bytes_total", "myelin_datapath_events_lost_total",
-		"myelin_flows_lost_total", "myelin_host_routing_mode", "myelin_controller_errors_total", "myelin_datapath_gc_entries_removed_total"}
+		"myelin_flows_lost_total", "myelin_host_routing_mode", "myelin_controller_errors_total", "myelin_datapath_gc_entries_removed_total",
+		"myelin_policy_events_total", "myelin_policy_events_waiting"}
 	if err := testutil.GatherAndCompare(a.Registry(), strings.NewReader(want), names...); err != nil {
 		t.Error(err)
 	}

@@ -33,6 +33,16 @@ type Snapshot struct {
 	GC                                          []GCStat
 	// NodeHealth are the node health matrix's series (nil with probing off).
 	NodeHealth []clusterhealth.Sample
+	// PolicyEvents is nil until the policy loop runs.
+	PolicyEvents *PolicyEventCounts
+}
+
+// PolicyEventCounts are the policy loop's PolicyNotEnforced Events: those posted,
+// refused by the apiserver (4xx, not retried), failed otherwise (queued again),
+// and those the last computation could not queue (they wait for a later one).
+type PolicyEventCounts struct {
+	Posted, Refused, Failed uint64
+	Waiting                 int
 }
 
 // ServiceCounts is what the Service loop has programmed.
