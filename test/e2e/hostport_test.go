@@ -25,7 +25,10 @@ const hostPort = 18080
 // from its own node, from the other node and from a pod on the other node; the
 // DNAT rules are in the node's netns and none in the machine's. In the same lab, the
 // controller-manager writes the Service's v1 Endpoints, through which the apiserver's
-// services/proxy reaches the pod (what the conformance suite's Proxy tests use).
+// services/proxy reaches the pod (what the conformance suite's Proxy tests use). A pod
+// asking for the agent's cluster health port as its hostPort is refused by the
+// kubelet (the chart declares the agent's ports), so it cannot take the other nodes'
+// probes.
 func TestLabHelmHostPort(t *testing.T) {
 	requireRoot(t)
 	requireContainerd(t)
@@ -42,7 +45,7 @@ func TestLabHelmHostPort(t *testing.T) {
 
 	image := images.Ref(images.Test, version)
 	node1, node2 := labplan.NodeName(1), labplan.NodeName(2)
-	hostPortPod(t, cs, "hp", node1, image)
+	hostPortPod(t, cs, "hp", node1, image, hostPort)
 	containerPod(t, cs, "hp-client", node2, image, nil, "sh", "-c", "exec sleep 3600")
 	pods := waitContainersRunning(t, cs, "hp", "hp-client")
 	addr := fmt.Sprintf("%s:%d", pods["hp"].Status.HostIP, hostPort)
@@ -64,10 +67,23 @@ func TestLabHelmHostPort(t *testing.T) {
 		t.Errorf("the machine's nat table changed while the lab ran (hostPort rules must stay in the node's netns):\nbefore:\n%s\nafter:\n%s", rootNAT, after)
 	}
 	serviceProxy(t, cs)
+
+	hostPortPod(t, cs, "hp-health", node1, image, 4240) // the chart's clusterHealthPort
+	eventually(t, time.Minute, "the kubelet refuses hostPort 4240 (the agent's)", func(ctx context.Context) (bool, string) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, "hp-health", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.Phase == corev1.PodFailed && strings.Contains(p.Status.Message, "NodePorts"),
+			fmt.Sprintf("phase %s, reason %q, message %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
+	})
+	if out, err := inNode(node1, "curl", "-sS", "-m", "5", "http://"+pods["hp"].Status.HostIP+":4240/hello"); err == nil && strings.HasPrefix(out, "server=") {
+		t.Errorf("the cluster health port answers as a pod: %q", out)
+	}
 }
 
-// hostPortPod runs the lab's HTTP server on 8080 with ports[].hostPort = hostPort.
-func hostPortPod(t *testing.T, cs kubernetes.Interface, name, node, image string) {
+// hostPortPod runs the lab's HTTP server on 8080 with ports[].hostPort = port.
+func hostPortPod(t *testing.T, cs kubernetes.Interface, name, node, image string, port int32) {
 	t.Helper()
 	grace := int64(1)
 	pod := &corev1.Pod{
@@ -78,7 +94,7 @@ func hostPortPod(t *testing.T, cs kubernetes.Interface, name, node, image string
 			Containers: []corev1.Container{{
 				Name: name, Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
 				Command: []string{"myelin", "lab", "serve", "--listen", ":8080", "--name", name},
-				Ports:   []corev1.ContainerPort{{ContainerPort: 8080, HostPort: hostPort, Protocol: corev1.ProtocolTCP}},
+				Ports:   []corev1.ContainerPort{{ContainerPort: 8080, HostPort: port, Protocol: corev1.ProtocolTCP}},
 			}},
 		},
 	}

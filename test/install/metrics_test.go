@@ -36,8 +36,8 @@ func TestChartMetrics(t *testing.T) {
 	}
 	ds := daemonSet(t)
 	agent := ds.Spec.Template.Spec.Containers[0]
-	if got := portList(agent); got != "prometheus=9962,hubble-metrics=9965" {
-		t.Errorf("default container ports %s, want prometheus=9962,hubble-metrics=9965", got)
+	if got := portList(agent); !strings.HasPrefix(got, "prometheus=9962,hubble-metrics=9965,") {
+		t.Errorf("default container ports %s, want prometheus=9962,hubble-metrics=9965 first", got)
 	}
 	if _, ok := ds.Spec.Template.Annotations["prometheus.io/scrape"]; ok {
 		t.Error("prometheus.io annotations rendered by default; they are opt-in")
@@ -77,8 +77,8 @@ func TestChartMetrics(t *testing.T) {
 	if got := metricsConfig(t, off...); got["prometheus-serve-addr"] != "" || got["hubble-metrics-server"] != "" {
 		t.Errorf("--set %v: metric keys %v, want both endpoints off", off, got)
 	}
-	if got := portList(daemonSet(t, off...).Spec.Template.Spec.Containers[0]); got != "" {
-		t.Errorf("--set %v: container ports %s, want none", off, got)
+	if got := portList(daemonSet(t, off...).Spec.Template.Spec.Containers[0]); strings.Contains(got, "metrics") || strings.Contains(got, "prometheus") {
+		t.Errorf("--set %v: container ports %s, want no metric port", off, got)
 	}
 }
 
@@ -99,9 +99,37 @@ func TestHelmSchemaRefusesBadMetricValues(t *testing.T) {
 func portList(c corev1.Container) string {
 	var out []string
 	for _, p := range c.Ports {
-		out = append(out, p.Name+"="+strconv.Itoa(int(p.ContainerPort)))
+		port := p.Name + "=" + strconv.Itoa(int(p.ContainerPort))
+		if p.Protocol != corev1.ProtocolTCP {
+			port += "/" + string(p.Protocol)
+		}
+		out = append(out, port)
 	}
 	return strings.Join(out, ",")
+}
+
+// The agent declares every port it serves on the node (hostNetwork: each is a
+// hostPort), so the scheduler and the kubelet refuse a pod whose hostPort would
+// take one of them through portmap's DNAT: the relay's connections (Hubble), the
+// other nodes' health probes, the load balancers' kube-proxy probes, the scrapes,
+// the tunnel. Each follows the value that turns it on and sets its port.
+func TestChartDeclaresAgentPorts(t *testing.T) {
+	for _, c := range []struct {
+		sets []string
+		want string
+	}{
+		{nil, "prometheus=9962,hubble-metrics=9965,cluster-health=4240,health=9879,kubeproxy-hz=10256,kubeproxy-mx=10249,tunnel=8472/UDP"},
+		{[]string{"routingMode=native", "hubble.relay.enabled=true", "clusterHealthPort=4300", "healthPort=9000",
+			"kubeProxyReplacementHealthzBindAddr=[::]:10300", "kubeProxyReplacementMetricsBindAddr=",
+			"prometheus.enabled=false", "hubble.metrics.enabled=null"},
+			"hubble-peer=4244,cluster-health=4300,health=9000,kubeproxy-hz=10300"},
+		{[]string{"hubble.listenAddress=10.0.0.1:4999", "clusterHealthPort=0", "kubeProxyReplacement=false", "tunnelPort=9999"},
+			"prometheus=9962,hubble-metrics=9965,hubble-peer=4999,health=9879,tunnel=9999/UDP"},
+	} {
+		if got := portList(daemonSet(t, c.sets...).Spec.Template.Spec.Containers[0]); got != c.want {
+			t.Errorf("--set %v: agent ports %s, want %s", c.sets, got, c.want)
+		}
+	}
 }
 
 func mapsEqual(a, b map[string]string) bool {

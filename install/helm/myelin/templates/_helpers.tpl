@@ -127,3 +127,26 @@ fsGroup: {{ .fsGroup }}
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
+
+{{/* The agent container's ports: every port it serves on the node, by the values
+that turn each on ("" when none). The address values are "[ip]:port"; the port is
+what follows the last colon. */}}
+{{- define "myelin.agentPorts" -}}
+{{- $v := .Values -}}
+{{- $ports := list -}}
+{{- if $v.prometheus.enabled }}{{ $ports = append $ports (list "prometheus" $v.prometheus.port "TCP") }}{{ end -}}
+{{- if $v.hubble.metrics.enabled }}{{ $ports = append $ports (list "hubble-metrics" $v.hubble.metrics.port "TCP") }}{{ end -}}
+{{- with include "myelin.hubbleListenAddress" . }}{{ $ports = append $ports (list "hubble-peer" (regexReplaceAll "^.*:" . "") "TCP") }}{{ end -}}
+{{- if $v.clusterHealthPort }}{{ $ports = append $ports (list "cluster-health" $v.clusterHealthPort "TCP") }}{{ end -}}
+{{- $ports = append $ports (list "health" $v.healthPort "TCP") -}}
+{{- if $v.kubeProxyReplacement -}}
+{{- with $v.kubeProxyReplacementHealthzBindAddr }}{{ $ports = append $ports (list "kubeproxy-hz" (regexReplaceAll "^.*:" . "") "TCP") }}{{ end -}}
+{{- with $v.kubeProxyReplacementMetricsBindAddr }}{{ $ports = append $ports (list "kubeproxy-mx" (regexReplaceAll "^.*:" . "") "TCP") }}{{ end -}}
+{{- end -}}
+{{- if eq $v.routingMode "tunnel" }}{{ $ports = append $ports (list "tunnel" $v.tunnelPort "UDP") }}{{ end -}}
+{{- range $ports }}
+- name: {{ index . 0 }}
+  containerPort: {{ index . 1 | int64 }}
+  protocol: {{ index . 2 }}
+{{- end -}}
+{{- end -}}
