@@ -39,7 +39,7 @@ func (f *fakeNode) DeleteEndpointOf(ip netip.Addr, ifindex int) error {
 }
 func (f *fakeNode) Endpoints() (map[netip.Addr]datapath.EndpointInfo, error) { return f.entries, nil }
 func (f *fakeNode) AttachEndpoint(int, string) error                         { return nil }
-func (f *fakeNode) DetachEndpoint(string) error                              { return nil }
+func (f *fakeNode) DetachEndpoint(int, string) error                         { return nil }
 func (f *fakeNode) IfIndex(name string) (int, error) {
 	if i, ok := f.links[name]; ok {
 		return i, nil

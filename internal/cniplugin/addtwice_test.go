@@ -130,3 +130,70 @@ func discardStdout(t *testing.T) {
 		_ = null.Close()
 	})
 }
+
+// TestPrivilegedStaleADDLeavesTheNewVeth: an ADD waits in its endpoint PUT while the
+// runtime deletes the container's attachment and attaches it again (here: the veth
+// deleted and one of the same name made). The old ADD's PUT then fails; its cleanup
+// removes its own veth only, by index, so the new attachment keeps its veth. Before,
+// it deleted whatever link had the name: the new attachment's.
+func TestPrivilegedStaleADDLeavesTheNewVeth(t *testing.T) {
+	requireRoot(t)
+	pool, err := ipam.OpenPool(filepath.Join(t.TempDir(), "ipam.json"), netip.MustParsePrefix("10.244.9.0/29"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := endpoint.NewManager(endpoint.Config{Dir: t.TempDir(), Node: "n1", MTU: 1500}, nil, nil, pool)
+	inPut, goOn := make(chan api.Endpoint, 1), make(chan struct{})
+	sock := managerAgent(t, m, func() {}, func(w http.ResponseWriter, r *http.Request) {
+		var ep api.Endpoint
+		_ = json.NewDecoder(r.Body).Decode(&ep)
+		inPut <- ep
+		<-goOn
+		w.WriteHeader(http.StatusConflict)
+		_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: fmt.Sprintf("host veth %s has another index than %d", ep.HostIfName, ep.HostIfIndex)})
+	})
+	host, pod := throwawayNetNS(t, "host"), throwawayNetNS(t, "pod")
+	const id = "ctr-stale"
+	stale := make(chan error, 1)
+	go func() { stale <- netns.Do(host, func() error { return cmdAdd(cniArgs(sock, id, pod)) }) }()
+	ep := <-inPut
+	newIndex := 0
+	err = netns.Do(host, func() error {
+		old, err := netlink.LinkByIndex(ep.HostIfIndex)
+		if err != nil {
+			return fmt.Errorf("the stale ADD's veth: %w", err)
+		}
+		if err := netlink.LinkDel(old); err != nil {
+			return err
+		}
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: ep.HostIfName}, PeerName: "cnitestpeer"}); err != nil {
+			return fmt.Errorf("the new attachment's veth: %w", err)
+		}
+		l, err := netlink.LinkByName(ep.HostIfName)
+		if err != nil {
+			return err
+		}
+		newIndex = l.Attrs().Index
+		return nil
+	})
+	close(goOn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stale; err == nil {
+		t.Fatal("the stale ADD succeeded, want its PUT's refusal")
+	}
+	err = netns.Do(host, func() error {
+		l, err := netlink.LinkByName(ep.HostIfName)
+		if err != nil {
+			return fmt.Errorf("the new attachment's veth %s after the stale ADD's cleanup: %w", ep.HostIfName, err)
+		}
+		if l.Attrs().Index != newIndex {
+			return fmt.Errorf("veth %s is at index %d, want the new attachment's %d", ep.HostIfName, l.Attrs().Index, newIndex)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}

@@ -146,7 +146,9 @@ func addEndpoint(ctx context.Context, client *api.Client, ref api.PodRef, alloc 
 		HostMAC: pl.HostMAC.String(), PodMAC: pl.PodMAC.String(),
 	})
 	if err != nil {
-		_ = link.DeleteByName(alloc.HostIfName)
+		// By index: a DEL and a new ADD of the container may have replaced the veth
+		// while this PUT waited; theirs stays.
+		_ = link.DeleteAt(pl.HostIndex, alloc.HostIfName)
 		return api.Endpoint{}, err
 	}
 	return ep, nil
@@ -229,12 +231,12 @@ func cmdDel(args *skel.CmdArgs) error {
 const delTimeout = 10 * time.Second
 
 // deleteWithoutAgent removes what the node has of the pod without the agent: its host
-// veth (deleting the pair, the /32 route through it and its TCX programs), then
-// records the delete in api.DeletedDir for the agent to release the IP and remove the
+// veth, the one DEL found at ifindex (deleting the pair, the /32 route through it and
+// its programs), then records the delete in api.DeletedDir for the agent to release the IP and remove the
 // endpoint's map entry. Until then the map entry leads to a veth that no longer
 // exists, so packets to the address are dropped, as they should be.
 func deleteWithoutAgent(conf *NetConf, ref api.PodRef, hostIf string, ifindex int) error {
-	if err := link.DeleteByName(hostIf); err != nil {
+	if err := link.DeleteAt(ifindex, hostIf); err != nil {
 		return fmt.Errorf("delete host veth %s: %w", hostIf, err)
 	}
 	rec := api.DeletedEndpoint{ContainerID: ref.ContainerID, Namespace: ref.Namespace, Pod: ref.Pod,

@@ -28,8 +28,9 @@ type podLink struct {
 // permanent neighbour entry for it, and the default route via it. The host side
 // gets IPv6 off (hardenHostVeth) before it goes up. A gso above 0 is the IPv4 GSO
 // and GRO size of both ends (BIG TCP, bigTCPAttrs); 0 leaves the kernel's 64 KiB.
-// On failure it deletes the pair if it created it; a name that exists already (a
-// second ADD without DEL) is another attachment's, left as it is.
+// On failure it deletes the pair if it created it, by the host side's index and
+// name (link.DeleteAt): a name that exists already (a second ADD without DEL), or
+// that another attachment of the container took meanwhile, is left as it is.
 func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU, gso int, ip, gw netip.Addr) (podLink, error) {
 	var out podLink
 	hostNS, err := vnetns.Get()
@@ -43,7 +44,8 @@ func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU, gso int, ip, gw 
 	}
 	defer host.Close()
 
-	created := false // only a pair this call created is deleted on failure
+	// out.HostIndex, set once the pair exists, is what failure deletes: only the
+	// pair this call created, never a later one of the same name.
 	err = netns.Do(netnsPath, func() error {
 		veth := &netlink.Veth{
 			LinkAttrs:     bigTCPAttrs(netlink.LinkAttrs{Name: ifName, MTU: mtu}, gso),
@@ -56,9 +58,9 @@ func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU, gso int, ip, gw 
 			// pair: it stays as it is.
 			return vethExists(err, ifName, hostIf, host)
 		}
-		created = true
 		hostLink, err := host.LinkByName(hostIf)
 		if err != nil {
+			// Gone as soon as made (a DEL of the container): nothing of ours to remove.
 			return fmt.Errorf("find host veth %s: %w", hostIf, err)
 		}
 		out.HostIndex, out.HostMAC = hostLink.Attrs().Index, hostLink.Attrs().HardwareAddr
@@ -70,12 +72,15 @@ func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU, gso int, ip, gw 
 		return configurePod(pod, ip, gw, out.HostMAC, routeMTU)
 	})
 	if err != nil {
-		if created {
-			_ = link.DeleteByName(hostIf)
+		if out.HostIndex != 0 {
+			_ = link.DeleteAt(out.HostIndex, hostIf)
 		}
 		return podLink{}, err
 	}
-	hostLink, err := host.LinkByName(hostIf)
+	hostLink, err := host.LinkByIndex(out.HostIndex)
+	if err == nil && hostLink.Attrs().Name != hostIf {
+		err = fmt.Errorf("the link at index %d is %s now", out.HostIndex, hostLink.Attrs().Name)
+	}
 	if err == nil && gso > 0 {
 		err = link.SetIPv4GSOGRO(host, hostLink, gso)
 	}
@@ -86,7 +91,7 @@ func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU, gso int, ip, gw 
 		err = host.LinkSetUp(hostLink)
 	}
 	if err != nil {
-		_ = link.DeleteByName(hostIf)
+		_ = link.DeleteAt(out.HostIndex, hostIf)
 		return podLink{}, fmt.Errorf("bring up host veth %s: %w", hostIf, err)
 	}
 	return out, nil

@@ -113,7 +113,7 @@ func TestPrivilegedEndpointProgramsAttached(t *testing.T) {
 		if from, to, err := d.EndpointProgramsAttached(veth); err != nil || !from || !to {
 			t.Errorf("attached: %v, %v, %v; want true, true", from, to, err)
 		}
-		if err := d.DetachEndpoint("myl00000000aa"); err != nil {
+		if err := d.DetachEndpoint(0, "myl00000000aa"); err != nil {
 			t.Error(err)
 		}
 		if from, to, err := d.EndpointProgramsAttached(veth); err != nil || from || to {

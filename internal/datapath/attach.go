@@ -73,13 +73,18 @@ func (d *Datapath) AttachOverlay(ifindex int, name string) error {
 	return d.attach(d.objs.MyelinToOverlay, ebpf.AttachTCXEgress, ifindex, "to-overlay-", name)
 }
 
-// DetachEndpoint removes both programs from the host-side veth name (in
-// the caller's network namespace) and any TCX links an older agent pinned
-// for it. No error if there are none or the veth is gone: deleting the veth
-// removes its filters too.
-func (d *Datapath) DetachEndpoint(name string) error {
+// DetachEndpoint removes both programs from the host-side veth name at
+// ifindex (in the caller's network namespace; ifindex 0: whichever link is
+// called name) and any TCX links an older agent pinned for it. No error if
+// there are none or the veth is gone: deleting the veth removes its filters
+// too. A veth of that name at another index is another attachment of the
+// container (a DEL and a new ADD raced an older call): it is left alone.
+func (d *Datapath) DetachEndpoint(ifindex int, name string) error {
 	if l, err := netlink.LinkByName(name); err == nil {
 		idx := l.Attrs().Index
+		if ifindex != 0 && idx != ifindex {
+			return nil
+		}
 		if err := errors.Join(detachClsBPF(idx, netlink.HANDLE_MIN_INGRESS),
 			detachClsBPF(idx, netlink.HANDLE_MIN_EGRESS)); err != nil {
 			return fmt.Errorf("detach the programs of %s: %w", name, err)

@@ -198,7 +198,9 @@ func attachScenario(dir string) error {
 }
 
 // recreatedVeth replaces the pod veth (new ifindex, same name): the new one
-// gets the programs; then DetachEndpoint removes them, twice harmlessly.
+// gets the programs, which a detach naming the old index leaves (a stale call
+// of the container's earlier attachment); then DetachEndpoint removes them,
+// twice harmlessly.
 func recreatedVeth(d *Datapath, oldIndex int) error {
 	old, err := netlink.LinkByIndex(oldIndex)
 	if err != nil {
@@ -217,8 +219,14 @@ func recreatedVeth(d *Datapath, oldIndex int) error {
 	if err := expectPodFilters(veth, d); err != nil {
 		return fmt.Errorf("recreated veth: %w", err)
 	}
+	if err := d.DetachEndpoint(oldIndex, "myl0123abcd"); err != nil {
+		return fmt.Errorf("detach the old index: %w", err)
+	}
+	if err := expectPodFilters(veth, d); err != nil {
+		return fmt.Errorf("recreated veth after a detach of the old index %d: %w", oldIndex, err)
+	}
 	for i := 0; i < 2; i++ {
-		if err := d.DetachEndpoint("myl0123abcd"); err != nil {
+		if err := d.DetachEndpoint(veth, "myl0123abcd"); err != nil {
 			return fmt.Errorf("detach #%d: %w", i+1, err)
 		}
 	}

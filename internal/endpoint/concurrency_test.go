@@ -43,10 +43,10 @@ func (l *lockedDatapath) AttachEndpoint(ifindex int, name string) error {
 	defer l.mu.Unlock()
 	return l.f.AttachEndpoint(ifindex, name)
 }
-func (l *lockedDatapath) DetachEndpoint(name string) error {
+func (l *lockedDatapath) DetachEndpoint(ifindex int, name string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.f.DetachEndpoint(name)
+	return l.f.DetachEndpoint(ifindex, name)
 }
 
 type lockedLinks struct {

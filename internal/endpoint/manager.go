@@ -23,7 +23,9 @@ type Datapath interface {
 	DeleteEndpointOf(ip netip.Addr, ifindex int) error
 	Endpoints() (map[netip.Addr]datapath.EndpointInfo, error)
 	AttachEndpoint(ifindex int, name string) error
-	DetachEndpoint(name string) error
+	// DetachEndpoint detaches from the link name at ifindex (0: any index); a link
+	// of that name at another index is left alone.
+	DetachEndpoint(ifindex int, name string) error
 }
 
 // Links is what the manager needs of the node's network stack (netlink in the agent,
@@ -226,7 +228,7 @@ func (m *Manager) program(ep *api.Endpoint, ip netip.Addr) error {
 // by the address (map entry, /32 route) is removed only while it is ep's: never when
 // another endpoint claims the address or the map entry points at another veth.
 func (m *Manager) unprogram(ep *api.Endpoint, ip netip.Addr) error {
-	detach := m.dp.DetachEndpoint(ep.HostIfName)
+	detach := m.dp.DetachEndpoint(ep.HostIfIndex, ep.HostIfName)
 	if m.ipClaimedByOther(ep.ContainerID, ip) {
 		return detach
 	}
@@ -243,7 +245,7 @@ func (m *Manager) unprogram(ep *api.Endpoint, ip netip.Addr) error {
 // container's whatever veth it points at: no other container can register an address
 // allocated to this one.
 func (m *Manager) unprogramUnreadable(containerID string) error {
-	detach := m.dp.DetachEndpoint(HostIfName(containerID))
+	detach := m.dp.DetachEndpoint(0, HostIfName(containerID))
 	ip, ok := m.pool.Lookup(containerID)
 	if !ok || m.ipClaimedByOther(containerID, ip) {
 		return detach

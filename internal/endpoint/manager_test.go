@@ -42,7 +42,13 @@ func (f *fakeDatapath) AttachEndpoint(ifindex int, name string) error {
 	f.attached[name] = ifindex
 	return nil
 }
-func (f *fakeDatapath) DetachEndpoint(name string) error { delete(f.attached, name); return nil }
+func (f *fakeDatapath) DetachEndpoint(ifindex int, name string) error {
+	if cur, ok := f.attached[name]; ok && ifindex != 0 && cur != ifindex {
+		return nil // another attachment's veth of the name
+	}
+	delete(f.attached, name)
+	return nil
+}
 
 type fakeLinks struct {
 	links  map[string]int
@@ -315,5 +321,26 @@ func TestManagerReleaseKeepsLiveEndpoints(t *testing.T) {
 	}
 	if _, ok := f.pool.Lookup("ctr-failed"); ok {
 		t.Error("a failed ADD's IP is still allocated after Release")
+	}
+}
+
+// A stale PUT: an ADD registers its veth (index 7) only after a DEL and a new ADD of
+// the container replaced it with a veth of the same name (index 8). The stale PUT is
+// refused, and its undoing leaves the live attachment programmed: its programs stay
+// on the veth (a pod whose from_pod program is gone is not checked at all), its map
+// entry and its route.
+func TestManagerStalePutLeavesTheNewAttachment(t *testing.T) {
+	f := newFixture(t, t.TempDir(), &fakeDatapath{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}},
+		newFakeLinks())
+	live := f.add(t, "ctr-s", 8)
+	ip := netip.MustParseAddr(live.IP)
+	stale := live
+	stale.HostIfIndex = 7
+	if _, err := f.m.Put(stale); err == nil || !strings.Contains(err.Error(), "index 8, not 7") {
+		t.Fatalf("the stale PUT (index 7, the veth is at 8) = %v, want refused naming both indexes", err)
+	}
+	if f.dp.attached[live.HostIfName] != 8 || f.dp.eps[ip].IfIndex != 8 || f.links.routes[ip] != 8 {
+		t.Errorf("after the stale PUT: attached %v map %+v routes %v, want the live veth (index 8) programmed",
+			f.dp.attached, f.dp.eps, f.links.routes)
 	}
 }

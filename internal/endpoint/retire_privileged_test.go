@@ -32,7 +32,7 @@ func (nullDatapath) Endpoints() (map[netip.Addr]datapath.EndpointInfo, error) {
 	return nil, nil
 }
 func (nullDatapath) AttachEndpoint(int, string) error { return nil }
-func (nullDatapath) DetachEndpoint(string) error      { return nil }
+func (nullDatapath) DetachEndpoint(int, string) error { return nil }
 
 // scratchNetNS makes a named netns (eptest-*: not myelin-*, which the lab owns) and
 // removes it when the test ends.

@@ -52,25 +52,8 @@ func (Kernel) SetLinkDown(index int) error {
 	return err
 }
 
-// DeleteLinkAt deletes the link at index if it is still named name; a link that is
-// gone, or another link that got the index, is left.
-func (Kernel) DeleteLinkAt(index int, name string) error {
-	l, err := netlink.LinkByIndex(index)
-	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
-			return nil
-		}
-		return err
-	}
-	if l.Attrs().Name != name {
-		return nil
-	}
-	if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
-		return fmt.Errorf("delete %s: %w", name, err)
-	}
-	return nil
-}
+// DeleteLinkAt deletes the link at index if it is still named name (link.DeleteAt).
+func (Kernel) DeleteLinkAt(index int, name string) error { return link.DeleteAt(index, name) }
 
 // DownPodVeths returns the veths named like a pod's host side that are down.
 func (Kernel) DownPodVeths() (map[string]int, error) {
