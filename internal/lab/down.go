@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/myelin-net/myelin/internal/lab/labplan"
+	"github.com/myelin-net/myelin/internal/lockfile"
 	"github.com/myelin-net/myelin/internal/netns"
 	"github.com/myelin-net/myelin/internal/nodelayout"
 )
@@ -88,6 +89,7 @@ func down(paths labplan.Paths, out io.Writer) error {
 		note("removed link %s", link)
 	}
 	problems = append(problems, removeNodeDirs(note)...)
+	problems = append(problems, removeBenchLocks(note)...)
 	if own {
 		if err := unmountBPFFS(paths.BPFFSMounted(), note); err != nil { // bpffs.go
 			problems = append(problems, err.Error())
@@ -279,6 +281,23 @@ func leftoverRootLinks() []string {
 		}
 	}
 	return out
+}
+
+// removeBenchLocks removes the lock files killed bench runs left (labplan.BenchLocks);
+// a running bench's stays.
+func removeBenchLocks(note func(string, ...any)) []string {
+	var problems []string
+	paths, _ := filepath.Glob(labplan.BenchLocks)
+	for _, path := range paths {
+		removed, err := lockfile.RemoveIfFree(path)
+		switch {
+		case err != nil:
+			problems = append(problems, fmt.Sprintf("remove the bench lock %s: %v", path, err))
+		case removed:
+			note("removed %s, left by a bench run that ended without removing it", path)
+		}
+	}
+	return problems
 }
 
 // removeNodeDirs removes the lab nodes' pin and state directories, then each base

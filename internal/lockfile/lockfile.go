@@ -71,3 +71,20 @@ func (l *Lock) Release(remove bool) {
 	}
 	_ = l.f.Close()
 }
+
+// RemoveIfFree removes the lock file at path if no one holds its lock (what a killed
+// holder left), and reports whether it did. A missing file is no error.
+func RemoveIfFree(path string) (bool, error) {
+	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	l, err := TryLock(path)
+	switch {
+	case errors.Is(err, ErrHeld):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	l.Release(true)
+	return true, nil
+}

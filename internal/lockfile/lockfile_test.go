@@ -33,3 +33,31 @@ func TestTryLock(t *testing.T) {
 		t.Errorf("lock on the new file not held: %v", err)
 	}
 }
+
+// RemoveIfFree leaves a held lock's file and removes one its holder left behind.
+func TestRemoveIfFree(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	if removed, err := RemoveIfFree(path); removed || err != nil {
+		t.Fatalf("RemoveIfFree of no file = %v, %v; want false, nil", removed, err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("RemoveIfFree of no file made one: %v", err)
+	}
+	held, err := TryLock(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := RemoveIfFree(path); removed || err != nil {
+		t.Fatalf("RemoveIfFree of a held lock = %v, %v; want false, nil", removed, err)
+	}
+	if _, err := TryLock(path); !errors.Is(err, ErrHeld) {
+		t.Fatalf("the lock after RemoveIfFree of it while held: %v, want still held", err)
+	}
+	held.Release(false) // what a killed holder leaves: the file, unlocked
+	if removed, err := RemoveIfFree(path); !removed || err != nil {
+		t.Fatalf("RemoveIfFree of a left lock file = %v, %v; want true, nil", removed, err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the left lock file after RemoveIfFree: %v, want gone", err)
+	}
+}

@@ -67,6 +67,11 @@ func (p Paths) Marker() string { return p.join(MarkerFile) }
 // holding it.
 const MachineLock = "/run/myelin-lab.lock"
 
+// BenchLocks matches the lock files of myelin bench runs (one per product prefix,
+// /run/<prefix>.lock; bench.lockRun): a killed run leaves its file, which lab down
+// removes when no run holds it (lockfile.RemoveIfFree).
+const BenchLocks = "/run/myelin-bench*.lock"
+
 // Lock is the lock file lab up, down and restart hold (MachineLock, or LockFile when
 // a test sets it).
 func (p Paths) Lock() string {
