@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 
 	"google.golang.org/grpc"
@@ -59,12 +58,9 @@ func serveHubble(ctx context.Context, cfg Config, hl hubbleListen, store *flowst
 		return err
 	}
 	sock := HubbleSocket(cfg.StateDir)
-	if err := os.Remove(sock); err != nil && !os.IsNotExist(err) {
-		return fmt.Errorf("remove stale hubble socket %s: %w", sock, err)
-	}
-	l, err := net.Listen("unix", sock)
+	l, err := listenUnixPrivate(sock)
 	if err != nil {
-		return fmt.Errorf("listen on hubble socket %s: %w", sock, err)
+		return fmt.Errorf("hubble: %w", err)
 	}
 	addr := l.Addr()
 	var tcp net.Listener

@@ -9,8 +9,10 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/myelin-net/myelin/internal/api"
@@ -75,6 +77,21 @@ func serveTest(t *testing.T) (*server, *fakeNode) {
 	}
 	t.Cleanup(func() { srv.Close() })
 	return a, node
+}
+
+// The API's socket is root's alone (0600) whatever the umask: a local user of the
+// node must not allocate, register or delete pods' endpoints.
+func TestAPISocketIsRootsAlone(t *testing.T) {
+	old := syscall.Umask(0)
+	t.Cleanup(func() { syscall.Umask(old) })
+	a, _ := serveTest(t)
+	fi, err := os.Stat(a.cfg.socket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm != 0o600 {
+		t.Errorf("API socket %s has mode %v with umask 0, want 0600", a.cfg.socket(), perm)
+	}
 }
 
 // The agent's DELETE refuses a caller that names another host veth than the record's
