@@ -38,7 +38,7 @@ type Options struct {
 	// Timeout bounds the wait for the pods to run and Services to have endpoints.
 	Timeout time.Duration
 	// CheckMyelin fails when the cluster runs no myelin agents (nil: look for the
-	// chart's DaemonSet).
+	// chart's DaemonSet, kube-system/myelin, with a ready agent).
 	CheckMyelin func(ctx context.Context) error
 	// Only, if not empty, runs only scenarios whose name contains one of these.
 	Only []string

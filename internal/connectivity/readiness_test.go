@@ -5,8 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // TestReadinessWaitsForReadyPods: a test pod that is Running with an IP but not Ready
@@ -35,5 +37,35 @@ func TestReadinessWaitsForReadyPods(t *testing.T) {
 	}
 	if got := e.readiness(context.Background(), o, 1); got != "" {
 		t.Fatalf("ready pod: readiness %q, want ready", got)
+	}
+}
+
+// TestCheckDaemonSetWantsTheChartsAgents: only kube-system/myelin with a ready agent
+// counts; a tenant's DaemonSet named myelin with the chart's labels in its own namespace,
+// however ready, does not make the check pass.
+func TestCheckDaemonSetWantsTheChartsAgents(t *testing.T) {
+	ds := func(ns string, ready int32) *appsv1.DaemonSet {
+		return &appsv1.DaemonSet{
+			ObjectMeta: metav1.ObjectMeta{Name: "myelin", Namespace: ns, Labels: map[string]string{"app.kubernetes.io/name": "myelin"}},
+			Status:     appsv1.DaemonSetStatus{NumberReady: ready},
+		}
+	}
+	for _, c := range []struct {
+		name string
+		objs []runtime.Object
+		want string // "" for a pass
+	}{
+		{"none", nil, "no myelin agents found"},
+		{"tenant's", []runtime.Object{ds("tenant", 3)}, "no myelin agents found"},
+		{"none ready", []runtime.Object{ds("tenant", 3), ds("kube-system", 0)}, "no agent is ready"},
+		{"ready", []runtime.Object{ds("kube-system", 1)}, ""},
+	} {
+		err := checkDaemonSet(context.Background(), Options{Client: fakeCluster(c.objs...)})
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v, want a pass", c.name, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
+		}
 	}
 }

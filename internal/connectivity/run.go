@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/config"
 	"github.com/myelin-net/myelin/internal/podexec"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -149,23 +150,27 @@ func oneLine(out string, err error) string {
 	return err.Error()
 }
 
-// checkDaemonSet finds the chart's agent DaemonSet (label app.kubernetes.io/name=myelin).
+// checkDaemonSet finds the chart's agent DaemonSet, kube-system/myelin (the chart
+// installs nowhere else), and wants one agent ready. A DaemonSet of that name in
+// another namespace, or one with the chart's labels anywhere, is not myelin's: a tenant
+// could make either, and the check would pass on a cluster myelin does not run.
 func checkDaemonSet(ctx context.Context, o Options) error {
-	list, err := o.Client.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=myelin"})
-	if apierrors.IsForbidden(err) {
-		return fmt.Errorf("cannot look for the myelin agent DaemonSet: this user may not list daemonsets (kubectl auth can-i list daemonsets -A)")
+	ds, err := o.Client.AppsV1().DaemonSets(config.ConfigMapNamespace).Get(ctx, agentDaemonSet, metav1.GetOptions{})
+	switch {
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("cannot look for the myelin agent DaemonSet: this user may not get daemonsets in %s (kubectl auth can-i get daemonsets -n %s)",
+			config.ConfigMapNamespace, config.ConfigMapNamespace)
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("no myelin agents found: this cluster has no DaemonSet %s/%s; install myelin first (docs/install.md)",
+			config.ConfigMapNamespace, agentDaemonSet)
+	case err != nil:
+		return fmt.Errorf("get daemonset %s/%s: %w", config.ConfigMapNamespace, agentDaemonSet, err)
+	case ds.Status.NumberReady == 0:
+		return fmt.Errorf("myelin is installed but no agent is ready (daemonset %s/%s: 0 ready); check kubectl -n %s get pods -l app.kubernetes.io/name=myelin",
+			ds.Namespace, ds.Name, ds.Namespace)
 	}
-	if err != nil {
-		return fmt.Errorf("list daemonsets: %w", err)
-	}
-	for _, ds := range list.Items {
-		if ds.Status.NumberReady > 0 {
-			return nil
-		}
-	}
-	if len(list.Items) > 0 {
-		return fmt.Errorf("myelin is installed but no agent is ready (daemonset %s/%s: 0 ready); check kubectl -n %s get pods",
-			list.Items[0].Namespace, list.Items[0].Name, list.Items[0].Namespace)
-	}
-	return fmt.Errorf("no myelin agents found: this cluster has no myelin DaemonSet (app.kubernetes.io/name=myelin); install myelin first (docs/install.md)")
+	return nil
 }
+
+// agentDaemonSet is the chart's agent DaemonSet's name, in config.ConfigMapNamespace.
+const agentDaemonSet = "myelin"
