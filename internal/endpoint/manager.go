@@ -178,23 +178,38 @@ func (m *Manager) Put(ep api.Endpoint) (api.Endpoint, error) {
 	if ep.HostIfName != HostIfName(ep.ContainerID) {
 		return api.Endpoint{}, fmt.Errorf("endpoint %s: host interface %q is not the one allocated (%s)", ep.ContainerID, ep.HostIfName, HostIfName(ep.ContainerID))
 	}
-	if old, ok := m.eps[ep.ContainerID]; ok {
+	old := m.eps[ep.ContainerID]
+	if old != nil {
 		ep.ID, ep.Created = old.ID, old.Created
 	} else {
 		ep.ID, ep.Created = m.freeID(), time.Now()
 	}
 	if err := m.program(&ep, ip); err != nil {
-		m.unprogram(&ep, ip)
-		return api.Endpoint{}, err
+		return api.Endpoint{}, errors.Join(err, m.undoPut(&ep, ip, old))
 	}
 	if err := writeRecord(m.cfg.Dir, &ep); err != nil {
-		m.unprogram(&ep, ip)
-		return api.Endpoint{}, err
+		return api.Endpoint{}, errors.Join(err, m.undoPut(&ep, ip, old))
 	}
 	m.eps[ep.ContainerID] = &ep
 	delete(m.pending, ep.ContainerID)
 	m.forgetUnreadable(ep.ContainerID) // its record is whole again
 	return ep, nil
+}
+
+// undoPut takes back what a failed Put of ep programmed. When the container's
+// endpoint was registered before at the same veth and address (a PUT the plugin
+// retried after losing the answer), that endpoint stays registered, so the datapath
+// must keep delivering to it: it is programmed again, not removed (which would leave
+// the live pod without its map entry, route and source check while the agent lists it).
+func (m *Manager) undoPut(ep *api.Endpoint, ip netip.Addr, old *api.Endpoint) error {
+	if old != nil && old.HostIfIndex == ep.HostIfIndex && old.IP == ep.IP {
+		if err := m.program(old, ip); err != nil {
+			return fmt.Errorf("restore the registered endpoint: %w", err)
+		}
+		return nil
+	}
+	_ = m.unprogram(ep, ip) // each step is best effort; ep was never registered
+	return nil
 }
 
 // program makes the datapath deliver to ep: map entry, TCX program, route.

@@ -344,3 +344,35 @@ func TestManagerStalePutLeavesTheNewAttachment(t *testing.T) {
 			f.dp.attached, f.dp.eps, f.links.routes)
 	}
 }
+
+// failingAttach is a datapath whose attach fails (after it has written the map entry).
+type failingAttach struct{ *fakeDatapath }
+
+func (failingAttach) AttachEndpoint(int, string) error { return errors.New("fake: attach failed") }
+
+// TestManagerFailedRePutKeepsTheLiveEndpoint: a PUT retried for a registered endpoint
+// (same veth, same address) that fails midway leaves that endpoint programmed as
+// registered (map entry with its MACs, program, route), never removed while the agent
+// still lists it.
+func TestManagerFailedRePutKeepsTheLiveEndpoint(t *testing.T) {
+	f := newFixture(t, t.TempDir(), &fakeDatapath{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}},
+		newFakeLinks())
+	live := f.add(t, "ctr-r", 8)
+	ip := netip.MustParseAddr(live.IP)
+	f.m.dp = failingAttach{f.dp}
+	again := live
+	again.PodMAC = "02:00:00:00:00:99"
+	if _, err := f.m.Put(again); err == nil || !strings.Contains(err.Error(), "attach failed") {
+		t.Fatalf("re-PUT with a failing attach = %v, want the attach error", err)
+	}
+	if f.dp.attached[live.HostIfName] != 8 || f.dp.eps[ip].IfIndex != 8 || f.links.routes[ip] != 8 {
+		t.Errorf("after the failed re-PUT: attached %v map %+v routes %v, want the live veth (index 8) programmed",
+			f.dp.attached, f.dp.eps, f.links.routes)
+	}
+	if got := f.dp.eps[ip].PodMAC.String(); got != live.PodMAC {
+		t.Errorf("map entry's pod MAC %s after the failed re-PUT, want the registered %s", got, live.PodMAC)
+	}
+	if _, ok := f.m.Get("ctr-r"); !ok {
+		t.Errorf("the endpoint is no longer registered after a failed re-PUT")
+	}
+}
