@@ -132,6 +132,26 @@ func TestChartDeclaresAgentPorts(t *testing.T) {
 	}
 }
 
+// TestChartRefusesAgentPortCollisions: two values giving the agent one port (same
+// protocol) fail the render naming both; a UDP and a TCP port of one number do not.
+func TestChartRefusesAgentPortCollisions(t *testing.T) {
+	for _, c := range []struct {
+		set, want string
+	}{
+		{"healthPort=9962", "prometheus.port and healthPort both give port 9962/TCP"},
+		{"hubble.listenAddress=:9879", "hubble.listenAddress and healthPort both give port 9879/TCP"},
+		{"kubeProxyReplacementHealthzBindAddr=0.0.0.0:4240", "clusterHealthPort and kubeProxyReplacementHealthzBindAddr both give port 4240/TCP"},
+	} {
+		out, err := run(t, nil, helm(t), "template", "myelin", chartDir(), "--namespace", "kube-system", "--set", c.set)
+		if err == nil || !strings.Contains(out, c.want) {
+			t.Errorf("--set %s: err %v, output %q; want a failure saying %q", c.set, err, out, c.want)
+		}
+	}
+	if got := portList(daemonSet(t, "tunnelPort=9962").Spec.Template.Spec.Containers[0]); !strings.Contains(got, "tunnel=9962/UDP") {
+		t.Errorf("tunnelPort=9962 (UDP beside prometheus' TCP 9962): agent ports %s, want it rendered", got)
+	}
+}
+
 func mapsEqual(a, b map[string]string) bool {
 	if len(a) != len(b) {
 		return false

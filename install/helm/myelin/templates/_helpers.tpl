@@ -134,16 +134,24 @@ what follows the last colon. */}}
 {{- define "myelin.agentPorts" -}}
 {{- $v := .Values -}}
 {{- $ports := list -}}
-{{- if $v.prometheus.enabled }}{{ $ports = append $ports (list "prometheus" $v.prometheus.port "TCP") }}{{ end -}}
-{{- if $v.hubble.metrics.enabled }}{{ $ports = append $ports (list "hubble-metrics" $v.hubble.metrics.port "TCP") }}{{ end -}}
-{{- with include "myelin.hubbleListenAddress" . }}{{ $ports = append $ports (list "hubble-peer" (regexReplaceAll "^.*:" . "") "TCP") }}{{ end -}}
-{{- if $v.clusterHealthPort }}{{ $ports = append $ports (list "cluster-health" $v.clusterHealthPort "TCP") }}{{ end -}}
-{{- $ports = append $ports (list "health" $v.healthPort "TCP") -}}
+{{- if $v.prometheus.enabled }}{{ $ports = append $ports (list "prometheus" $v.prometheus.port "TCP" "prometheus.port") }}{{ end -}}
+{{- if $v.hubble.metrics.enabled }}{{ $ports = append $ports (list "hubble-metrics" $v.hubble.metrics.port "TCP" "hubble.metrics.port") }}{{ end -}}
+{{- with include "myelin.hubbleListenAddress" . }}{{ $ports = append $ports (list "hubble-peer" (regexReplaceAll "^.*:" . "") "TCP" "hubble.listenAddress") }}{{ end -}}
+{{- if $v.clusterHealthPort }}{{ $ports = append $ports (list "cluster-health" $v.clusterHealthPort "TCP" "clusterHealthPort") }}{{ end -}}
+{{- $ports = append $ports (list "health" $v.healthPort "TCP" "healthPort") -}}
 {{- if $v.kubeProxyReplacement -}}
-{{- with $v.kubeProxyReplacementHealthzBindAddr }}{{ $ports = append $ports (list "kubeproxy-hz" (regexReplaceAll "^.*:" . "") "TCP") }}{{ end -}}
-{{- with $v.kubeProxyReplacementMetricsBindAddr }}{{ $ports = append $ports (list "kubeproxy-mx" (regexReplaceAll "^.*:" . "") "TCP") }}{{ end -}}
+{{- with $v.kubeProxyReplacementHealthzBindAddr }}{{ $ports = append $ports (list "kubeproxy-hz" (regexReplaceAll "^.*:" . "") "TCP" "kubeProxyReplacementHealthzBindAddr") }}{{ end -}}
+{{- with $v.kubeProxyReplacementMetricsBindAddr }}{{ $ports = append $ports (list "kubeproxy-mx" (regexReplaceAll "^.*:" . "") "TCP" "kubeProxyReplacementMetricsBindAddr") }}{{ end -}}
 {{- end -}}
-{{- if eq $v.routingMode "tunnel" }}{{ $ports = append $ports (list "tunnel" $v.tunnelPort "UDP") }}{{ end -}}
+{{- if eq $v.routingMode "tunnel" }}{{ $ports = append $ports (list "tunnel" $v.tunnelPort "UDP" "tunnelPort") }}{{ end -}}
+{{- $taken := dict -}}
+{{- range $ports }}
+{{- $at := printf "%d/%s" (index . 1 | int64) (index . 2) -}}
+{{- if hasKey $taken $at -}}
+{{- fail (printf "%s and %s both give port %s: the agent serves each on the node's network, where two cannot share a port (the second fails with address already in use on every node); give one of them another port" (get $taken $at) (index . 3) $at) -}}
+{{- end -}}
+{{- $_ := set $taken $at (index . 3) -}}
+{{- end -}}
 {{- range $ports }}
 - name: {{ index . 0 }}
   containerPort: {{ index . 1 | int64 }}
