@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"slices"
 	"strings"
 	"testing"
 
@@ -116,12 +117,26 @@ func TestChartHubbleTLSGenerated(t *testing.T) {
 		t.Errorf("NOTES with the user's Secret name a generated one:\n%s", n)
 	}
 
+	checkRoleTLS(t, sets, objs, generatedTLSRoles("agents.example"), certs)
+
+	if out, failed := helmTemplate(t, "--set", strings.Join(append(sets, "hubble.tls.serverName=*.agents.example"), ",")); !failed ||
+		!strings.Contains(out, "not wildcards") {
+		t.Errorf("a wildcard serverName with generated certificates rendered, or failed without saying why:\n%s", out)
+	}
+}
+
+// checkRoleTLS checks a render (objs, of sets) with one Secret per role: each pod
+// mounts its role's Secret (roles[i].secret) and no other, the agents admit only the
+// relay's certificate and the relay only the UI's (certs: each role's), the UI checks
+// the relay's name and the relay the agents'.
+func checkRoleTLS(t *testing.T, sets []string, objs []*unstructured.Unstructured, roles []tlsRole, certs map[string]*x509.Certificate) {
+	t.Helper()
 	// Each pod mounts its role's Secret and no other.
 	ds := daemonSet(t, sets...)
-	checkTLSVolumeOf(t, "agent", ds.Spec.Template.Spec, "agent", 0o400, "myelin-hubble-tls")
-	checkOnlySecret(t, "agent", ds.Spec.Template.Spec, "myelin-hubble-tls")
+	checkTLSVolumeOf(t, "agent", ds.Spec.Template.Spec, "agent", 0o400, roles[0].secret)
+	checkOnlySecret(t, "agent", ds.Spec.Template.Spec, roles[0].secret)
 	deps := map[string]appsv1.Deployment{}
-	for _, r := range generatedTLSRoles("agents.example")[1:] {
+	for _, r := range roles[1:] {
 		var dep appsv1.Deployment
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(t, objs, "Deployment", r.pod).Object, &dep); err != nil {
 			t.Fatal(err)
@@ -155,16 +170,55 @@ func TestChartHubbleTLSGenerated(t *testing.T) {
 		}
 	}
 	// The UI checks the relay's certificate for its name.
-	if got := arg(deps["ui"].Spec.Template.Spec.Containers[0], "--tls-server-name"); got != "relay.agents.example" {
-		t.Errorf("ui --tls-server-name=%q, want relay.agents.example (the relay's certificate)", got)
+	if got := arg(deps["ui"].Spec.Template.Spec.Containers[0], "--tls-server-name"); got != roles[1].name {
+		t.Errorf("ui --tls-server-name=%q, want %s (the relay's certificate)", got, roles[1].name)
 	}
-	if got := arg(rc, "--peer-tls-server-name"); got != "agents.example" {
-		t.Errorf("relay --peer-tls-server-name=%q, want agents.example (the agents' certificate)", got)
+	if got := arg(rc, "--peer-tls-server-name"); got != roles[0].name {
+		t.Errorf("relay --peer-tls-server-name=%q, want %s (the agents' certificate)", got, roles[0].name)
+	}
+}
+
+// hubble.tls.roleSecrets: the user's own Secret per role (here holding what the
+// chart generated, as cert-manager would issue them for those names). The chart
+// generates no Secret, each pod mounts its role's, and the client names are checked
+// as with the generated ones. All three or none, never beside secretName.
+func TestChartHubbleTLSRoleSecrets(t *testing.T) {
+	base := []string{"hubble.relay.enabled=true", "hubble.ui.enabled=true", "hubble.tls.enabled=true", "hubble.tls.serverName=agents.example"}
+	certs := map[string]*x509.Certificate{}
+	generated := objects(t, template(t, base...))
+	roles := generatedTLSRoles("agents.example")
+	sets := slices.Clone(base)
+	for i, r := range roles {
+		var sec corev1.Secret
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(t, generated, "Secret", r.secret).Object, &sec); err != nil {
+			t.Fatal(err)
+		}
+		certs[r.role] = checkHubbleTLSFiles(t, secretFiles(t, sec), r.name)
+		roles[i].secret = "mine-" + r.role
+		sets = append(sets, "hubble.tls.roleSecrets."+r.role+"=mine-"+r.role)
+	}
+	objs := objects(t, template(t, sets...))
+	for _, o := range objs {
+		if o.GetKind() == "Secret" {
+			t.Errorf("with hubble.tls.roleSecrets the chart renders Secret %s: the user's are used, none generated", o.GetName())
+		}
+	}
+	checkRoleTLS(t, sets, objs, roles, certs)
+	if n := notes(t, sets...); !strings.Contains(n, "kube-system/mine-agent") || strings.Contains(n, "myelin-hubble-tls") {
+		t.Errorf("NOTES with hubble.tls.roleSecrets do not name the user's Secrets, or name a generated one:\n%s", n)
 	}
 
-	if out, failed := helmTemplate(t, "--set", strings.Join(append(sets, "hubble.tls.serverName=*.agents.example"), ",")); !failed ||
-		!strings.Contains(out, "not wildcards") {
-		t.Errorf("a wildcard serverName with generated certificates rendered, or failed without saying why:\n%s", out)
+	for _, c := range []struct {
+		sets []string
+		want string
+	}{
+		{append(slices.Clone(base), "hubble.tls.roleSecrets.agent=a", "hubble.tls.roleSecrets.ui=u"), "hubble.tls.roleSecrets sets agent, ui only"},
+		{append(slices.Clone(sets), "hubble.tls.secretName=one"), "hubble.tls.secretName and hubble.tls.roleSecrets are both set"},
+		{append(slices.Clone(sets), "hubble.tls.serverName=*.agents.example"), "not wildcards"},
+	} {
+		if out, failed := helmTemplate(t, "--set", strings.Join(c.sets, ",")); !failed || !strings.Contains(out, c.want) {
+			t.Errorf("--set %v rendered, or failed without saying %q:\n%s", c.sets, c.want, out)
+		}
 	}
 }
 

@@ -92,12 +92,15 @@ only the node's socket) otherwise. */}}
 
 {{/* The Secret with one role's Hubble TLS files (ca.crt, tls.crt, tls.key), from a
 dict with the chart's context (ctx) and the role ("agent", "relay" or "ui"):
-hubble.tls.secretName for every role (one pair), or, when that is empty, the role's
-own one the chart generates (hubble-tls-secret.yaml): myelin-hubble-tls (the agents';
-its name from before the per-role Secrets), myelin-hubble-relay-tls, myelin-hubble-ui-tls. */}}
+hubble.tls.secretName for every role (one pair); else the user's per-role Secret of
+hubble.tls.roleSecrets; else the role's own one the chart generates
+(hubble-tls-secret.yaml): myelin-hubble-tls (the agents'; its name from before the
+per-role Secrets), myelin-hubble-relay-tls, myelin-hubble-ui-tls. */}}
 {{- define "myelin.hubbleTLSSecret" -}}
 {{- if .ctx.Values.hubble.tls.secretName -}}
 {{ .ctx.Values.hubble.tls.secretName }}
+{{- else if .ctx.Values.hubble.tls.roleSecrets.agent -}}
+{{ get .ctx.Values.hubble.tls.roleSecrets .role }}
 {{- else if eq .role "agent" -}}
 myelin-hubble-tls
 {{- else -}}
