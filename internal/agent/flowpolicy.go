@@ -2,6 +2,7 @@ package agent
 
 import (
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/myelin-net/myelin/internal/flow"
@@ -133,9 +134,11 @@ type verdictCache struct {
 	window time.Time
 	spent  time.Duration
 	now    func() time.Time // time.Now but in tests
-	// traces are the Tracer.Trace calls, skipped the questions not traced because
-	// traceBudget was spent (tests).
-	traces, skipped int
+	// traces are the Tracer.Trace calls (tests); skipped the questions not traced
+	// because traceBudget was spent (myelin_flow_policy_verdicts_skipped_total: read
+	// by scrapes, hence atomic).
+	traces  int
+	skipped atomic.Uint64
 }
 
 // trace answers k about v from the cache or v's Tracer; false when it is not
@@ -156,7 +159,7 @@ func (c *verdictCache) trace(v *policyView, k verdictKey) (policy.TraceResult, b
 		c.window, c.spent = start, 0
 	}
 	if c.spent >= traceBudget {
-		c.skipped++
+		c.skipped.Add(1)
 		return policy.TraceResult{}, false
 	}
 	c.traces++

@@ -132,8 +132,8 @@ func TestFlowPolicyVerdictBudget(t *testing.T) {
 	for dport := range uint16(3) { // 3 traces of 20 ms: the budget of 50 ms is spent
 		policies(1000 + dport)
 	}
-	if got := policies(80); len(got) != 0 || l.verdicts.traces != 3 || l.verdicts.skipped != 1 {
-		t.Errorf("port 80 past the budget: policies %v, %d traces, %d skipped; want none, 3 and 1", got, l.verdicts.traces, l.verdicts.skipped)
+	if got := policies(80); len(got) != 0 || l.verdicts.traces != 3 || l.verdicts.skipped.Load() != 1 {
+		t.Errorf("port 80 past the budget: policies %v, %d traces, %d skipped; want none, 3 and 1", got, l.verdicts.traces, l.verdicts.skipped.Load())
 	}
 	now = now.Add(time.Second)
 	if got := policies(80); !slices.Equal(got, []string{"x/allow-80"}) || l.verdicts.traces != 4 {

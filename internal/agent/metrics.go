@@ -57,14 +57,14 @@ func (m *agentMetrics) close() {
 // (the Service and policy loops among them) from now on (every scrape reads them afresh, but for the map fills: one count
 // answers scrapes for metrics.MapStatsMaxAge), and the flow store feed the flow
 // metrics.
-func (m *agentMetrics) use(st *startup, node *nodeDatapath, svc *serviceLoop, pol *policyLoop, gc *collector) {
+func (m *agentMetrics) use(st *startup, node *nodeDatapath, svc *serviceLoop, pol *policyLoop, gc *collector, flows *flowLoop) {
 	plan := st.plan
 	maps := metrics.NewMapCache(node.dp.MapStats, metrics.MapStatsMaxAge, m.log)
 	m.agent.Use(func() metrics.Snapshot {
 		s := metrics.Snapshot{Datapath: true, Endpoints: len(node.eps.List()), RetiredVeths: node.eps.Reaper().Len(),
 			RoutingMode: plan.RoutingMode(), HostRouting: plan.HostRouting.Mode(), HostRoutingReason: plan.HostRouting.Reason,
 			AttachErrors: node.dp.AttachErrors(), Controllers: st.loops.controllers(), GC: gc.stats.snapshot(),
-			PolicyEvents: pol.events.counts()}
+			PolicyEvents: pol.events.counts(), FlowVerdictsSkipped: flows.verdicts.skipped.Load()}
 		_, s.IPAMUsed, s.IPAMTotal = node.pool.Usage()
 		if svc != nil {
 			n, fe, be := svc.manager.Counts()

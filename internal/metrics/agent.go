@@ -102,6 +102,7 @@ var (
 	gcRunsDesc       = desc("datapath_gc_runs_total", "Garbage collection passes over a datapath table (nat: masquerade, nodeport-nat: NodePort SNAT, service-ct: Service conntrack, policy-ct: NetworkPolicy connections).", "table")
 	gcRemovedDesc    = desc("datapath_gc_entries_removed_total", "Entries garbage collection removed from a datapath table.", "table")
 	polEventsDesc    = desc("policy_events_total", "PolicyNotEnforced Events this agent sent about NetworkPolicies it cannot enforce as written, by result (posted; refused: the apiserver said no, not retried; failed: a timeout or server error, queued again).", "result")
+	verdictSkipDesc  = desc("flow_policy_verdicts_skipped_total", "FORWARDED policy verdict flows sent without the policies that allow them: the agent's budget for policy evaluations (50 ms a second) was spent, as when a pod opens connections to ever new ports.")
 	polWaitingDesc   = desc("policy_events_waiting", "PolicyNotEnforced Events the last policy computation could not queue (a flood of broken policies; posted at 1/s); they wait for a later computation.")
 	// The node health matrix (internal/clusterhealth names them): one series per
 	// peer node and path, (nodes - 1) x 3 per agent.
@@ -113,7 +114,7 @@ var allDescs = []*prometheus.Desc{endpointsDesc, retiredDesc, ipamUsedDesc, ipam
 	backendsDesc, mapEntriesDesc, mapCapDesc, mapPressureDesc, mapErrorsDesc, mapFailingDesc, ctEntriesDesc, natEntriesDesc, dropPktsDesc,
 	dropBytesDesc, fwdPktsDesc, fwdBytesDesc, eventsLostDesc, flowsLostDesc, flowsLimitedDesc, icmpSuppDesc, attachErrDesc, loadedDesc,
 	hostRoutingDesc, routingDesc, ctrlRunsDesc, ctrlErrsDesc, ctrlFailDesc, gcRunsDesc, gcRemovedDesc,
-	polEventsDesc, polWaitingDesc, healthStatusDesc, healthLatencyDesc}
+	polEventsDesc, polWaitingDesc, verdictSkipDesc, healthStatusDesc, healthLatencyDesc}
 
 // snapshotCollector turns the Snapshot of each scrape into metrics.
 type snapshotCollector struct{ a *Agent }
@@ -182,6 +183,7 @@ func collectState(ch chan<- prometheus.Metric, s Snapshot) {
 	ch <- gauge(ipamTotalDesc, float64(s.IPAMTotal))
 	ch <- counter(attachErrDesc, s.AttachErrors)
 	ch <- counter(icmpSuppDesc, s.ICMPRejectsSuppressed)
+	ch <- counter(verdictSkipDesc, s.FlowVerdictsSkipped)
 	if s.Services != nil {
 		ch <- gauge(servicesDesc, float64(s.Services.Services))
 		ch <- gauge(frontendsDesc, float64(s.Services.Frontends))

@@ -35,6 +35,9 @@ type Snapshot struct {
 	NodeHealth []clusterhealth.Sample
 	// PolicyEvents is nil until the policy loop runs.
 	PolicyEvents *PolicyEventCounts
+	// FlowVerdictsSkipped counts policy verdict flows sent without their policies
+	// list: the flow reader's budget for policy evaluations was spent.
+	FlowVerdictsSkipped uint64
 }
 
 // PolicyEventCounts are the policy loop's PolicyNotEnforced Events: those posted,
