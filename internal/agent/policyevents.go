@@ -53,10 +53,16 @@ type policyEvents struct {
 	waitLog  rate.Sometimes
 	failLog  rate.Sometimes
 
+	// current is the last report's message of each policy with problems: post drops
+	// a queued Event whose policy was fixed, or whose message changed, meanwhile (a
+	// flip-flopping policy would otherwise have its stale Events posted, the queue
+	// at 1/s behind it).
+	current atomic.Pointer[map[string]string]
+
 	// What the metrics read (counts): Events posted, refused, failed otherwise,
-	// and those the last report could not queue.
-	posted, refused, failed atomic.Uint64
-	waiting                 atomic.Int64
+	// superseded before their turn, and those the last report could not queue.
+	posted, refused, failed, superseded atomic.Uint64
+	waiting                             atomic.Int64
 }
 
 // The Events' pace. One node posts at most policyEventRate a second after a
@@ -126,6 +132,7 @@ func policyEventMessages(problems []policy.Problem, node string) map[string]stri
 // (perRound at most), without waiting: what does not fit waits for the next call.
 func (e *policyEvents) report(nps []*networkingv1.NetworkPolicy, st policy.State) {
 	msgs := policyEventMessages(st.Problems, e.node)
+	e.current.Store(&msgs)
 	for retried := true; retried; {
 		select {
 		case name := <-e.retry:
@@ -174,10 +181,18 @@ func (e *policyEvents) event(np *networkingv1.NetworkPolicy, msg string) *corev1
 	return &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{GenerateName: np.Name + ".", Namespace: np.Namespace},
 		InvolvedObject: corev1.ObjectReference{Kind: "NetworkPolicy", APIVersion: "networking.k8s.io/v1", Namespace: np.Namespace, Name: np.Name, UID: np.UID},
-		Reason:         "PolicyNotEnforced", Message: fmt.Sprintf("node %s: %s", e.node, msg), Type: corev1.EventTypeWarning,
+		Reason:         "PolicyNotEnforced", Message: e.message(msg), Type: corev1.EventTypeWarning,
 		Source:         corev1.EventSource{Component: "myelin-agent", Host: e.node},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
+}
+
+// message is the Event message of a policy's problems msg ("" for none).
+func (e *policyEvents) message(msg string) string {
+	if msg == "" {
+		return ""
+	}
+	return fmt.Sprintf("node %s: %s", e.node, msg)
 }
 
 // run posts the queued Events until ctx ends (post).
@@ -200,6 +215,10 @@ func (e *policyEvents) run(ctx context.Context) {
 // through retry, so the next computation queues it again; a refusal (4xx: 429, 403,
 // a namespace gone) is not retried (see reported).
 func (e *policyEvents) post(ctx context.Context, ev *corev1.Event) bool {
+	if cur := e.current.Load(); cur != nil && e.message((*cur)[ev.Namespace+"/"+ev.InvolvedObject.Name]) != ev.Message {
+		e.superseded.Add(1) // fixed, gone or changed since it was queued
+		return true
+	}
 	if e.limit.Wait(ctx) != nil {
 		return false
 	}
@@ -235,5 +254,5 @@ func (e *policyEvents) post(ctx context.Context, ev *corev1.Event) bool {
 // counts are the Events' metrics (myelin_policy_events_*), safe from any goroutine.
 func (e *policyEvents) counts() *metrics.PolicyEventCounts {
 	return &metrics.PolicyEventCounts{Posted: e.posted.Load(), Refused: e.refused.Load(), Failed: e.failed.Load(),
-		Waiting: int(e.waiting.Load())}
+		Superseded: e.superseded.Load(), Waiting: int(e.waiting.Load())}
 }

@@ -263,3 +263,26 @@ func TestPolicyEventMessageBounded(t *testing.T) {
 		t.Errorf("message names more than %d problems", policyEventProblems)
 	}
 }
+
+// A queued Event whose policy is fixed (or whose problem changes) before its turn is
+// not posted: the next report supersedes it, and the metric counts it.
+func TestPolicyEventsSupersededNotPosted(t *testing.T) {
+	rec := newEventRecorder()
+	e := testPolicyEvents(rec, 8)
+	nps, bad := problemPolicies(2)
+	e.report(nps, bad)
+	changed := policy.State{Problems: []policy.Problem{{Policy: "ns/p1", Message: "another problem"}}}
+	e.report(nps, changed) // p0 fixed, p1's problem changed: its new Event is queued too
+	for len(e.queue) > 0 {
+		if !e.post(context.Background(), <-e.queue) {
+			t.Fatal("post stopped")
+		}
+	}
+	got := rec.receive(t, 1)
+	if len(rec.events) != 0 || !strings.HasSuffix(got[0].Message, "another problem") {
+		t.Errorf("posted %q and %d more, want only p1's current problem", got[0].Message, len(rec.events))
+	}
+	if c := e.counts(); c.Superseded != 2 || c.Posted != 1 {
+		t.Errorf("metrics %+v, want 2 superseded and 1 posted", *c)
+	}
+}

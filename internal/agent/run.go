@@ -183,7 +183,7 @@ func (st *startup) startLoops(ctx context.Context, p parts) (*serviceLoop, error
 	pol.ranges = newPodRanges(p.nodes, st.local(), st.log)
 	p.srv.views.add(pol) // /v1/policy answers from here on
 	names := pol.podName
-	p.srv.monitor.names.Store(&names)      // pods of other nodes in drop events
+	p.srv.monitor.names.Store(&names)               // pods of other nodes in drop events
 	p.mets.use(st, p.node, svc, pol, p.gc, p.flows) // before the Service watcher runs
 	p.flows.resolveWith(pol, svc)
 	supervise(ctx, append(st.loopsFor(p.nodes, p.node, svc, p.srv, p.deleted), pol, p.flows)...)

@@ -32,7 +32,7 @@ func knownSnapshot() Snapshot {
 		RoutingMode: "native", HostRouting: "BPF",
 		Controllers:         []Controller{{Name: "services", Runs: 7, Errors: 1, Failing: true}},
 		GC:                  []GCStat{{Table: "nat", Runs: 3, Removed: 9}},
-		PolicyEvents:        &PolicyEventCounts{Posted: 6, Refused: 2, Failed: 1, Waiting: 40},
+		PolicyEvents:        &PolicyEventCounts{Posted: 6, Refused: 2, Failed: 1, Superseded: 3, Waiting: 40},
 		FlowVerdictsSkipped: 11,
 		NodeHealth: []clusterhealth.Sample{
 			{Metric: clusterhealth.StatusMetric, Peer: "node-2", Path: "icmp", Value: 1},
@@ -99,11 +99,12 @@ myelin_controller_errors_total{controller="services"} 1
 # HELP myelin_datapath_gc_entries_removed_total Entries garbage collection removed from a datapath table.
 # TYPE myelin_datapath_gc_entries_removed_total counter
 myelin_datapath_gc_entries_removed_total{table="nat"} 9
-# HELP myelin_policy_events_total PolicyNotEnforced Events this agent sent about NetworkPolicies it cannot enforce as written, by result (posted; refused: the apiserver said no, not retried; failed: a timeout or server error, queued again).
+# HELP myelin_policy_events_total PolicyNotEnforced Events this agent sent about NetworkPolicies it cannot enforce as written, by result (posted; refused: the apiserver said no, not retried; failed: a timeout or server error, queued again; superseded: not posted, the policy was fixed or changed while it waited).
 # TYPE myelin_policy_events_total counter
 myelin_policy_events_total{result="failed"} 1
 myelin_policy_events_total{result="posted"} 6
 myelin_policy_events_total{result="refused"} 2
+myelin_policy_events_total{result="superseded"} 3
 # HELP myelin_policy_events_waiting PolicyNotEnforced Events the last policy computation could not queue (a flood of broken policies; posted at 1/s); they wait for a later computation.
 # TYPE myelin_policy_events_waiting gauge
 myelin_policy_events_waiting 40

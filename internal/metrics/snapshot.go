@@ -44,8 +44,8 @@ type Snapshot struct {
 // refused by the apiserver (4xx, not retried), failed otherwise (queued again),
 // and those the last computation could not queue (they wait for a later one).
 type PolicyEventCounts struct {
-	Posted, Refused, Failed uint64
-	Waiting                 int
+	Posted, Refused, Failed, Superseded uint64
+	Waiting                             int
 }
 
 // ServiceCounts is what the Service loop has programmed.
