@@ -2,6 +2,7 @@ package sysdump
 
 import (
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"fmt"
@@ -48,8 +49,18 @@ func (a *archive) add(name string, data []byte) error {
 	return nil
 }
 
-// addJSON writes v as indented JSON.
+// addJSON writes v as JSON: an agent's answer (json.RawMessage) compacted, never
+// re-indented, as indenting JSON nested n levels deep writes about n² bytes (a few KB
+// of [[[...]]] from a broken or hostile agent would become MBs); our own values
+// indented.
 func (a *archive) addJSON(name string, v any) error {
+	if raw, ok := v.(json.RawMessage); ok {
+		var b bytes.Buffer
+		if err := json.Compact(&b, raw); err != nil {
+			return fmt.Errorf("encode %s: the agent's answer is not JSON: %w", name, err)
+		}
+		return a.add(name, append(b.Bytes(), '\n'))
+	}
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", name, err)
