@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -164,14 +165,29 @@ func (n PodNode) Drops(ctx context.Context) ([]byte, error) {
 // Run runs argv in the agent's container (the node's network namespace).
 func (n PodNode) Run(ctx context.Context, argv ...string) ([]byte, error) { return n.output(ctx, argv) }
 
-// Log returns the end of the agent container's log, within execTimeout.
+// Log returns the end of the agent container's log, at most max bytes, within
+// execTimeout. limitBytes only asks the apiserver (or a proxy before it) for max
+// bytes: what comes beyond is not read, and the cut is said in the error.
 func (n PodNode) Log(ctx context.Context, max int) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, execTimeout)
 	defer cancel()
 	req := n.Client.CoreV1().Pods(n.Pod.Namespace).GetLogs(n.Pod.Name, &corev1.PodLogOptions{
 		Container: "agent", TailLines: ptr.To[int64](20000), LimitBytes: ptr.To(int64(max)),
 	})
-	return req.DoRaw(ctx)
+	where := fmt.Sprintf("log of %s/%s (node %s)", n.Pod.Namespace, n.Pod.Name, n.Pod.Spec.NodeName)
+	body, err := req.Stream(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the %s: %w", where, err)
+	}
+	defer body.Close()
+	out, err := io.ReadAll(io.LimitReader(body, int64(max)+1))
+	switch {
+	case len(out) > max:
+		return out[:max], fmt.Errorf("read the %s: the apiserver sent more than the %d bytes asked (limitBytes): truncated at %d bytes", where, max, max)
+	case err != nil:
+		return out, fmt.Errorf("read the %s: %w", where, err)
+	}
+	return out, nil
 }
 
 // Maps dumps the pinned maps inside the pod (hex keys and values: no bpftool there).
