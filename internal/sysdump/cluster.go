@@ -2,8 +2,11 @@ package sysdump
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 )
@@ -43,23 +46,91 @@ func ListKinds() map[schema.GroupVersionResource]string {
 	return out
 }
 
-// collectCluster writes cluster/<kind>.json, scrubbed; what cannot be read is recorded.
-func collectCluster(ctx context.Context, a *archive, dyn dynamic.Interface) {
+// listPage is how many objects one list request asks for; clusterFileBytes bounds
+// the objects (their compact JSON) kept in one cluster/<kind>.json: a cluster of 100k
+// Pods or a storm of Events must not fill the memory of the machine running the dump.
+const (
+	listPage         = 500
+	clusterFileBytes = 64 << 20
+)
+
+// collectCluster writes cluster/<kind>.json, scrubbed, each holding at most budget
+// bytes of objects; what cannot be read, or was cut, is recorded.
+func collectCluster(ctx context.Context, a *archive, dyn dynamic.Interface, budget int) {
 	for _, c := range clusterObjects {
 		name := "cluster/" + c.file
 		res := dyn.Resource(c.gvr).Namespace(c.namespace)
-		var v any
-		var err error
 		if c.name != "" {
-			v, err = res.Get(ctx, c.name, metav1.GetOptions{})
-		} else {
-			v, err = res.List(ctx, metav1.ListOptions{})
+			obj, err := res.Get(ctx, c.name, metav1.GetOptions{})
+			if err != nil {
+				a.failed(name, err)
+				continue
+			}
+			scrub(obj)
+			_ = a.addJSON(name, obj)
+			continue
+		}
+		list, err := listBounded(ctx, res, c, budget)
+		if list != nil {
+			_ = a.addJSON(name, list)
 		}
 		if err != nil {
 			a.failed(name, err)
-			continue
 		}
-		scrub(v)
-		_ = a.addJSON(name, v)
 	}
+}
+
+// listBounded lists c a page at a time, each object scrubbed, until the end or until
+// the objects' JSON would pass budget bytes: then it returns the objects before and an
+// error saying the list was cut after how many. A page that fails after the first
+// also returns what came before.
+func listBounded(ctx context.Context, res dynamic.ResourceInterface, c clusterObject, budget int) (*unstructured.UnstructuredList, error) {
+	var out *unstructured.UnstructuredList
+	end := func(err error) (*unstructured.UnstructuredList, error) {
+		out.SetContinue("") // the list written is whole or says where it was cut
+		out.SetRemainingItemCount(nil)
+		return out, err
+	}
+	size := 0
+	opts := metav1.ListOptions{Limit: listPage}
+	for {
+		page, err := res.List(ctx, opts)
+		if err != nil && out == nil {
+			return nil, err
+		}
+		if err != nil {
+			return end(fmt.Errorf("list %s: kept the first %d, then: %w", c.gvr.Resource, len(out.Items), err))
+		}
+		if out == nil {
+			out = &unstructured.UnstructuredList{Object: page.Object}
+		}
+		for _, item := range page.Items {
+			scrubObject(item.Object)
+			b, err := json.Marshal(item.Object)
+			if err != nil {
+				return end(fmt.Errorf("list %s: encode %s/%s: %w", c.gvr.Resource, item.GetNamespace(), item.GetName(), err))
+			}
+			if size += len(b); size > budget {
+				return end(fmt.Errorf("list %s: cut at %d bytes of JSON (the bound of one file): kept the first %d, left out the rest; get them all with `%s`",
+					c.gvr.Resource, budget, len(out.Items), kubectlGet(c)))
+			}
+			out.Items = append(out.Items, item)
+		}
+		opts.Continue = page.GetContinue()
+		if opts.Continue == "" {
+			return end(nil)
+		}
+	}
+}
+
+// kubectlGet is the kubectl command that lists all of c.
+func kubectlGet(c clusterObject) string {
+	kind := c.gvr.Resource
+	if c.gvr.Group != "" {
+		kind += "." + c.gvr.Group
+	}
+	if c.namespace != "" {
+		return fmt.Sprintf("kubectl get %s -n %s -o json", kind, c.namespace)
+	}
+	return fmt.Sprintf("kubectl get %s -A -o json", kind)
 }

@@ -26,6 +26,10 @@ type Options struct {
 	// MapEntries bounds each map's dump (0: only how many entries it holds); LogBytes
 	// each agent log (0: DefaultLogBytes).
 	MapEntries, LogBytes int
+
+	// clusterFileBytes bounds one cluster/<kind>.json (0: clusterFileBytes); tests
+	// make it small.
+	clusterFileBytes int
 }
 
 // The defaults and bounds of the flags of `myelin sysdump`.
@@ -68,7 +72,11 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 	defer f.Close()
 	a := newArchive(f, top, now)
 	if o.Dynamic != nil {
-		collectCluster(ctx, a, o.Dynamic)
+		budget := o.clusterFileBytes
+		if budget == 0 {
+			budget = clusterFileBytes
+		}
+		collectCluster(ctx, a, o.Dynamic, budget)
 	} else {
 		a.failed("cluster/", fmt.Errorf("no cluster: no kubeconfig found"))
 	}
