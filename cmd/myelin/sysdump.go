@@ -22,7 +22,6 @@ import (
 func sysdumpCommand() *cobra.Command {
 	var o sysdump.Options
 	var kubeconfig string
-	var dropsFor time.Duration
 	cmd := &cobra.Command{
 		Use:   "sysdump [--output FILE] [--kubeconfig FILE]",
 		Short: "Collect everything a bug report needs (every node's status, config, maps, programs, logs, drops; the cluster objects myelin reads) into one .tar.gz, secrets redacted",
@@ -38,7 +37,7 @@ agents (run as root), or on a cluster from the chart's agent pods through pods/e
 see docs/operations.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runSysdump(cmd, kubeconfig, dropsFor, o)
+			return runSysdump(cmd, kubeconfig, o)
 		},
 	}
 	f := cmd.Flags()
@@ -46,7 +45,7 @@ see docs/operations.md.`,
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default: $KUBECONFIG, the running lab's, ~/.kube/config)")
 	f.IntVar(&o.MapEntries, "map-entries", sysdump.DefaultMapEntries, "entries kept of each BPF map (0: only how many it holds)")
 	f.IntVar(&o.LogBytes, "log-bytes", sysdump.DefaultLogBytes, "bytes kept of the end of each agent log (1 or more)")
-	f.DurationVar(&dropsFor, "drops-for", sysdump.DefaultDropsFor,
+	f.DurationVar(&o.DropsFor, "drops-for", sysdump.DefaultDropsFor,
 		fmt.Sprintf("how long to collect drop events from each agent, in turn (at most %v)", sysdump.MaxDropsFor))
 	cmd.AddCommand(sysdumpAgentCommands()...)
 	return cmd
@@ -54,13 +53,13 @@ see docs/operations.md.`,
 
 // runSysdump picks the nodes: the running lab's agent processes (--cni myelin), else
 // the chart's agent pods through pods/exec.
-func runSysdump(cmd *cobra.Command, kubeconfig string, dropsFor time.Duration, o sysdump.Options) error {
-	if err := sysdump.CheckFlags(o.MapEntries, o.LogBytes, dropsFor); err != nil {
+func runSysdump(cmd *cobra.Command, kubeconfig string, o sysdump.Options) error {
+	if err := sysdump.CheckFlags(o.MapEntries, o.LogBytes, o.DropsFor); err != nil {
 		return err
 	}
 	paths := labplan.Paths{Dir: labplan.DefaultDir}
 	if lab.Running(paths) {
-		nodes, err := lab.SysdumpNodes(paths, dropsFor)
+		nodes, err := lab.SysdumpNodes(paths, o.DropsFor)
 		if err != nil {
 			return err
 		}
@@ -82,7 +81,7 @@ func runSysdump(cmd *cobra.Command, kubeconfig string, dropsFor time.Duration, o
 		if err != nil {
 			return fmt.Errorf("make client: %w", err)
 		}
-		o.Nodes, err = sysdump.PodNodes(cmd.Context(), cs, podexec.API{Client: cs, Config: cfg}, dropsFor)
+		o.Nodes, err = sysdump.PodNodes(cmd.Context(), cs, podexec.API{Client: cs, Config: cfg}, o.DropsFor)
 		if err != nil {
 			fmt.Fprintf(cmd.ErrOrStderr(), "WARNING: no node data: %v\n", err)
 		}

@@ -46,13 +46,8 @@ func ListKinds() map[schema.GroupVersionResource]string {
 	return out
 }
 
-// listPage is how many objects one list request asks for; clusterFileBytes bounds
-// the objects (their compact JSON) kept in one cluster/<kind>.json: a cluster of 100k
-// Pods or a storm of Events must not fill the memory of the machine running the dump.
-const (
-	listPage         = 500
-	clusterFileBytes = 64 << 20
-)
+// listPage is how many objects one list request asks for.
+const listPage = 500
 
 // collectCluster writes cluster/<kind>.json, scrubbed, each holding at most budget
 // bytes of objects; what cannot be read, or was cut, is recorded.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"time"
 )
 
 // Node is where one node's part of the dump comes from: its agent's API, commands
@@ -33,35 +34,62 @@ type bpfLister interface {
 // AgentViews are the agent's views a dump holds, one file each.
 var AgentViews = []string{"status", "config", "services", "endpoints", "policy"}
 
-// collectNode writes nodes/<name>/... for one node; what fails is recorded, not fatal.
-func collectNode(ctx context.Context, a *archive, n Node, name string, o Options) {
+// collectNode writes nodes/<name>/... for one node, within limit in all: what fails
+// is recorded, not fatal, and a node that hangs is left at limit with what it gave
+// until then.
+func collectNode(ctx context.Context, a *archive, n Node, name string, limit time.Duration, o Options) {
 	dir := "nodes/" + name + "/"
+	nctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for _, step := range nodeSteps(n, dir, o) {
+		step(nctx, a)
+		if nctx.Err() != nil {
+			if ctx.Err() == nil {
+				a.failed(dir, fmt.Errorf("node %s: stopped after %v, the bound of one node's collection: "+
+					"the files before are kept, the rest left out; see why its agent or commands hang (its agent's log, `myelin status` on it)", name, limit))
+			}
+			return
+		}
+	}
+}
+
+// nodeStep collects one part of a node's dump into the archive.
+type nodeStep func(ctx context.Context, a *archive)
+
+// nodeSteps are the parts of n's dump in the order they are collected.
+func nodeSteps(n Node, dir string, o Options) []nodeStep {
+	var steps []nodeStep
 	for _, view := range AgentViews {
-		v, err := n.Agent(ctx, view)
-		if err != nil {
-			a.failed(dir+view+".json", err)
-			continue
-		}
-		if err := a.addJSON(dir+view+".json", v); err != nil {
-			a.failed(dir+view+".json", err) // e.g. an answer cut short: recorded, never silently left out
-		}
+		steps = append(steps, func(ctx context.Context, a *archive) {
+			v, err := n.Agent(ctx, view)
+			if err == nil {
+				err = a.addJSON(dir+view+".json", v) // e.g. an answer cut short: recorded, never silently left out
+			}
+			if err != nil {
+				a.failed(dir+view+".json", err)
+			}
+		})
 	}
-	addOutput(a, dir+"drops.txt", func() ([]byte, error) { return n.Drops(ctx) })
-	addOutput(a, dir+"agent.log", func() ([]byte, error) { return n.Log(ctx, o.LogBytes) })
-	commands := map[string][]string{
-		"ip-addr.txt":  {"ip", "-d", "addr", "show"},
-		"ip-route.txt": {"ip", "route", "show", "table", "all"},
-	}
+	steps = append(steps,
+		outputStep(dir+"drops.txt", n.Drops),
+		outputStep(dir+"agent.log", func(ctx context.Context) ([]byte, error) { return n.Log(ctx, o.LogBytes) }))
 	if b, ok := n.(bpfLister); ok {
-		addOutput(a, dir+"bpf-objects.json", func() ([]byte, error) { return b.BPF(ctx) })
+		steps = append(steps, outputStep(dir+"bpf-objects.json", b.BPF))
 	} else {
-		commands["bpf-net.json"] = []string{"bpftool", "-j", "net", "show"}
-		commands["bpf-links.json"] = []string{"bpftool", "-j", "link", "show"}
+		steps = append(steps,
+			runStep(n, dir+"bpf-net.json", "bpftool", "-j", "net", "show"),
+			runStep(n, dir+"bpf-links.json", "bpftool", "-j", "link", "show"))
 	}
-	for file, argv := range commands {
-		addOutput(a, dir+file, func() ([]byte, error) { return n.Run(ctx, argv...) })
-	}
-	maps, err := n.Maps(ctx, o.MapEntries)
+	steps = append(steps,
+		runStep(n, dir+"ip-addr.txt", "ip", "-d", "addr", "show"),
+		runStep(n, dir+"ip-route.txt", "ip", "route", "show", "table", "all"),
+		func(ctx context.Context, a *archive) { addMaps(ctx, a, n, dir, o.MapEntries) })
+	return steps
+}
+
+// addMaps writes each of the node's pinned maps, max entries at most, in maps/.
+func addMaps(ctx context.Context, a *archive, n Node, dir string, max int) {
+	maps, err := n.Maps(ctx, max)
 	if err != nil {
 		a.failed(dir+"maps/", err)
 		return
@@ -77,13 +105,22 @@ func collectNode(ctx context.Context, a *archive, n Node, name string, o Options
 	}
 }
 
-func addOutput(a *archive, name string, get func() ([]byte, error)) {
-	out, err := get()
-	if err != nil {
-		a.failed(name, err)
-	}
-	if len(out) > 0 {
-		_ = a.add(name, out)
+// runStep writes the output of argv run on the node into name.
+func runStep(n Node, name string, argv ...string) nodeStep {
+	return outputStep(name, func(ctx context.Context) ([]byte, error) { return n.Run(ctx, argv...) })
+}
+
+// outputStep writes what get returns into name; what it returned with an error (an
+// output cut short) is kept too.
+func outputStep(name string, get func(context.Context) ([]byte, error)) nodeStep {
+	return func(ctx context.Context, a *archive) {
+		out, err := get(ctx)
+		if err != nil {
+			a.failed(name, err)
+		}
+		if len(out) > 0 {
+			_ = a.add(name, out)
+		}
 	}
 }
 

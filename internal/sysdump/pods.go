@@ -3,7 +3,6 @@ package sysdump
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -80,31 +79,55 @@ func (n PodNode) myelin(ctx context.Context, args ...string) ([]byte, error) {
 	return n.output(ctx, append([]string{"myelin", "sysdump"}, args...))
 }
 
-// execTries bounds the retries of an exec whose output was lost; they back off
-// 0.2 s more each time (9 s in all), as a loaded node loses outputs in runs.
-const execTries = 10
+// execTries bounds the tries of a command whose output was lost or cut short; they
+// back off 0.2 s more each time (9 s in all), as a loaded node loses outputs in runs.
+// Only a try that came back within quickTry is repeated: a lost output comes back at
+// once, while a command that was slow to answer nothing would be as slow again.
+const (
+	execTries = 10
+	quickTry  = 10 * time.Second
+)
 
 // output runs argv, whose output is never empty, in the agent's container; an empty
 // one is retried: with the lab's containerd 1.6 the output of a process that exits at
 // once is sometimes lost on its way back through pods/exec.
 func (n PodNode) output(ctx context.Context, argv []string) ([]byte, error) {
-	for try := 0; ; try++ {
+	out, err := n.retried(ctx, argv, "no output", func(out string) bool { return strings.TrimSpace(out) != "" })
+	return []byte(out), err
+}
+
+// retried runs argv until whole accepts its output, at most execTries times; a try
+// that failed, ran out of time or was slower than quickTry is not repeated. Its
+// error says what was missing (lacking) and after how many tries.
+func (n PodNode) retried(ctx context.Context, argv []string, lacking string, whole func(string) bool) (string, error) {
+	for try := 1; ; try++ {
+		start := time.Now()
 		out, err := n.exec(ctx, argv, 0)
-		if err != nil {
-			return []byte(out), err
+		if err != nil || whole(out) {
+			return out, err
 		}
-		if strings.TrimSpace(out) != "" {
-			return []byte(out), nil
+		took := time.Since(start)
+		if try == execTries || took > quickTry {
+			return out, fmt.Errorf("exec %s: %s after %d tries, the last one %d bytes in %v (only answers quicker than %v are asked for again): try it with kubectl exec",
+				n.where(argv), lacking, try, len(out), took.Round(time.Millisecond), quickTry)
 		}
-		if try == execTries-1 {
-			return nil, fmt.Errorf("exec %s in %s/%s: no output in %d tries", strings.Join(argv, " "), n.Pod.Namespace, n.Pod.Name, execTries)
+		select {
+		case <-ctx.Done():
+			return out, fmt.Errorf("exec %s: %s after %d tries, then stopped: %w", n.where(argv), lacking, try, ctx.Err())
+		case <-time.After(time.Duration(try) * 200 * time.Millisecond):
 		}
-		time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
 	}
+}
+
+// where names a command run in the agent's container, the pod and the node.
+func (n PodNode) where(argv []string) string {
+	return fmt.Sprintf("%s in %s/%s (node %s)", strings.Join(argv, " "), n.Pod.Namespace, n.Pod.Name, n.Pod.Spec.NodeName)
 }
 
 // exec runs argv in the agent's container with a deadline of wait (how long the
 // command itself waits) plus the timeout; its errors name the command, pod and node.
+// A command whose context ended failed, whatever the executor said: what it returned
+// is kept, never taken for a whole answer or asked for again.
 func (n PodNode) exec(ctx context.Context, argv []string, wait time.Duration) (string, error) {
 	limit := n.timeout
 	if limit == 0 {
@@ -114,12 +137,13 @@ func (n PodNode) exec(ctx context.Context, argv []string, wait time.Duration) (s
 	ectx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	out, err := n.Exec.Exec(ectx, n.Pod.Namespace, n.Pod.Name, argv)
-	where := fmt.Sprintf("%s in %s/%s (node %s)", strings.Join(argv, " "), n.Pod.Namespace, n.Pod.Name, n.Pod.Spec.NodeName)
 	switch {
-	case err != nil && ctx.Err() == nil && errors.Is(ectx.Err(), context.DeadlineExceeded):
-		return out, fmt.Errorf("exec %s: no answer in %v, stopped", where, limit)
+	case ectx.Err() != nil && ctx.Err() == nil:
+		return out, fmt.Errorf("exec %s: no answer in %v, stopped", n.where(argv), limit)
+	case ectx.Err() != nil:
+		return out, fmt.Errorf("exec %s: stopped: %w", n.where(argv), ctx.Err())
 	case err != nil:
-		return out, fmt.Errorf("exec %s: %w", where, err)
+		return out, fmt.Errorf("exec %s: %w", n.where(argv), err)
 	}
 	return out, nil
 }
@@ -133,27 +157,16 @@ func (n PodNode) Agent(ctx context.Context, view string) (any, error) {
 	return json.RawMessage(out), nil
 }
 
-// jsonTries bounds the retries of an answer that came back cut short.
-const jsonTries = 5
-
 // wholeJSON runs `myelin sysdump ARGS`, whose answer is one JSON document, and asks
 // again when what came back is not whole JSON: pods/exec through the lab's containerd
-// 1.6 cuts outputs short or pads them with NUL bytes on a loaded node, as it loses them.
+// 1.6 loses outputs, cuts them short or pads them with NUL bytes on a loaded node.
 func (n PodNode) wholeJSON(ctx context.Context, args ...string) ([]byte, error) {
-	for try := 0; ; try++ {
-		out, err := n.myelin(ctx, args...)
-		if err != nil {
-			return nil, err
-		}
-		if json.Valid(out) {
-			return out, nil
-		}
-		if try == jsonTries-1 {
-			return nil, fmt.Errorf("myelin sysdump %s in %s/%s: no whole JSON answer in %d tries (last %d bytes)",
-				strings.Join(args, " "), n.Pod.Namespace, n.Pod.Name, jsonTries, len(out))
-		}
-		time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
+	argv := append([]string{"myelin", "sysdump"}, args...)
+	out, err := n.retried(ctx, argv, "no whole JSON answer", func(out string) bool { return json.Valid([]byte(out)) })
+	if err != nil {
+		return nil, err
 	}
+	return []byte(out), nil
 }
 
 // Drops streams the agent's drops for DropsFor inside the pod.

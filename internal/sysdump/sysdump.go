@@ -1,6 +1,7 @@
 package sysdump
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -21,13 +22,19 @@ type Options struct {
 	Dynamic dynamic.Interface
 	// Nodes are the nodes to collect from.
 	Nodes []Node
+	// DropsFor is how long each node's drops are collected (the nodes are told it):
+	// a node's collection is bounded to NodeTimeout beyond it.
+	DropsFor time.Duration
 	// Output is the archive's path ("" = myelin-sysdump-<time>.tar.gz here).
 	Output string
 	// MapEntries bounds each map's dump (0: only how many entries it holds); LogBytes
 	// each agent log (0: DefaultLogBytes).
 	MapEntries, LogBytes int
 
-	// clusterFileBytes bounds one cluster/<kind>.json (0: clusterFileBytes); tests
+	// nodeTimeout bounds one node's collection beyond DropsFor (0: NodeTimeout);
+	// tests make it small.
+	nodeTimeout time.Duration
+	// clusterFileBytes bounds one cluster/<kind>.json (0: ClusterFileBytes); tests
 	// make it small.
 	clusterFileBytes int
 }
@@ -39,6 +46,13 @@ const (
 	DefaultDropsFor   = 3 * time.Second
 	// MaxDropsFor bounds --drops-for: it is waited on every node in turn.
 	MaxDropsFor = 5 * time.Minute
+	// NodeTimeout bounds the collection of one node beyond --drops-for: a node whose
+	// agent or commands hang (each command is stopped after a minute) costs no more.
+	NodeTimeout = 3 * time.Minute
+	// ClusterFileBytes bounds the objects (their compact JSON) kept in one
+	// cluster/<kind>.json: a cluster of 100k Pods or a storm of Events must not fill
+	// the memory of the machine running the dump.
+	ClusterFileBytes = 64 << 20
 )
 
 // CheckFlags says what is wrong with --map-entries, --log-bytes or --drops-for.
@@ -72,11 +86,7 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 	defer f.Close()
 	a := newArchive(f, top, now)
 	if o.Dynamic != nil {
-		budget := o.clusterFileBytes
-		if budget == 0 {
-			budget = clusterFileBytes
-		}
-		collectCluster(ctx, a, o.Dynamic, budget)
+		collectCluster(ctx, a, o.Dynamic, cmp.Or(o.clusterFileBytes, ClusterFileBytes))
 	} else {
 		a.failed("cluster/", fmt.Errorf("no cluster: no kubeconfig found"))
 	}
@@ -88,7 +98,7 @@ func Run(ctx context.Context, out io.Writer, o Options) error {
 		}
 		name := uniqueName(n.Name(), taken)
 		fmt.Fprintf(out, "Collecting from node %s...\n", termtext.Printable(name))
-		collectNode(ctx, a, n, name, o)
+		collectNode(ctx, a, n, name, cmp.Or(o.nodeTimeout, NodeTimeout)+o.DropsFor, o)
 	}
 	if len(o.Nodes) == 0 {
 		a.failed("nodes/", fmt.Errorf("no myelin agent found on this machine"))
