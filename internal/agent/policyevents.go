@@ -35,8 +35,8 @@ type policyEvents struct {
 	cs   kube.Client
 	node string
 	log  *slog.Logger
-	// reported (report's alone) holds each policy's message once its Event is
-	// queued: a queued Event the apiserver then refuses (4xx) is not retried
+	// reported (report's alone) holds each policy's message and Event once the
+	// Event is queued: a queued Event the apiserver then refuses (4xx) is not retried
 	// until the message changes, the policy is fixed or gone, or the agent
 	// restarts. Retrying refusals would have every node repeat the same Events
 	// to an apiserver that refuses them (429, 403); `myelin endpoints` lists
@@ -44,7 +44,7 @@ type policyEvents struct {
 	// back through retry and is queued again by the next computation. An Event
 	// that could not be queued (perRound reached, a full queue) is not reported:
 	// the next computation queues it.
-	reported map[string]string
+	reported map[string]queuedEvent
 	queue    chan *corev1.Event
 	retry    chan string   // policies whose Event post failed without a refusal
 	failures int           // post's, since its last log line
@@ -53,16 +53,24 @@ type policyEvents struct {
 	waitLog  rate.Sometimes
 	failLog  rate.Sometimes
 
-	// current is the last report's message of each policy with problems: post drops
-	// a queued Event whose policy was fixed, or whose message changed, meanwhile (a
-	// flip-flopping policy would otherwise have its stale Events posted, the queue
-	// at 1/s behind it).
-	current atomic.Pointer[map[string]string]
+	// current is, after the last report, the Event queued for each policy's present
+	// problems: post drops a queued Event that is not its policy's current one: the
+	// policy was fixed or its message changed meanwhile, or it was fixed and broke
+	// again the same way, which queued a second Event saying the same (a
+	// flip-flopping policy would otherwise have its stale or repeated Events posted,
+	// the queue at 1/s behind it).
+	current atomic.Pointer[map[string]*corev1.Event]
 
 	// What the metrics read (counts): Events posted, refused, failed otherwise,
 	// superseded before their turn, and those the last report could not queue.
 	posted, refused, failed, superseded atomic.Uint64
 	waiting                             atomic.Int64
+}
+
+// queuedEvent is the Event queued for a policy's problems, and their message.
+type queuedEvent struct {
+	msg string
+	ev  *corev1.Event
 }
 
 // The Events' pace. One node posts at most policyEventRate a second after a
@@ -90,7 +98,7 @@ const (
 )
 
 func newPolicyEvents(cs kube.Client, node string, log *slog.Logger) *policyEvents {
-	return &policyEvents{cs: cs, node: node, log: log, reported: map[string]string{},
+	return &policyEvents{cs: cs, node: node, log: log, reported: map[string]queuedEvent{},
 		queue: make(chan *corev1.Event, policyEventQueue), retry: make(chan string, policyEventQueue), perRound: policyEventsPerRound,
 		limit:   rate.NewLimiter(policyEventRate, policyEventBurst),
 		waitLog: rate.Sometimes{Interval: policyEventLogEvery}, failLog: rate.Sometimes{Interval: policyEventLogEvery}}
@@ -132,7 +140,6 @@ func policyEventMessages(problems []policy.Problem, node string) map[string]stri
 // (perRound at most), without waiting: what does not fit waits for the next call.
 func (e *policyEvents) report(nps []*networkingv1.NetworkPolicy, st policy.State) {
 	msgs := policyEventMessages(st.Problems, e.node)
-	e.current.Store(&msgs)
 	for retried := true; retried; {
 		select {
 		case name := <-e.retry:
@@ -150,22 +157,30 @@ func (e *policyEvents) report(nps []*networkingv1.NetworkPolicy, st policy.State
 	for _, np := range nps {
 		name := np.Namespace + "/" + np.Name
 		msg, ok := msgs[name]
-		if !ok || e.reported[name] == msg {
+		if !ok || e.reported[name].msg == msg {
 			continue
 		}
 		if full || queued == e.perRound {
 			waiting++
 			continue
 		}
+		ev := e.event(np, msg)
 		select {
-		case e.queue <- e.event(np, msg):
-			e.reported[name] = msg
+		case e.queue <- ev:
+			e.reported[name] = queuedEvent{msg: msg, ev: ev}
 			queued++
 		default:
 			full = true
 			waiting++
 		}
 	}
+	current := make(map[string]*corev1.Event, len(msgs))
+	for name, msg := range msgs {
+		if r, ok := e.reported[name]; ok && r.msg == msg {
+			current[name] = r.ev
+		}
+	}
+	e.current.Store(&current)
 	e.waiting.Store(int64(waiting))
 	if waiting > 0 {
 		e.waitLog.Do(func() {
@@ -181,18 +196,10 @@ func (e *policyEvents) event(np *networkingv1.NetworkPolicy, msg string) *corev1
 	return &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{GenerateName: np.Name + ".", Namespace: np.Namespace},
 		InvolvedObject: corev1.ObjectReference{Kind: "NetworkPolicy", APIVersion: "networking.k8s.io/v1", Namespace: np.Namespace, Name: np.Name, UID: np.UID},
-		Reason:         "PolicyNotEnforced", Message: e.message(msg), Type: corev1.EventTypeWarning,
+		Reason:         "PolicyNotEnforced", Message: fmt.Sprintf("node %s: %s", e.node, msg), Type: corev1.EventTypeWarning,
 		Source:         corev1.EventSource{Component: "myelin-agent", Host: e.node},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
-}
-
-// message is the Event message of a policy's problems msg ("" for none).
-func (e *policyEvents) message(msg string) string {
-	if msg == "" {
-		return ""
-	}
-	return fmt.Sprintf("node %s: %s", e.node, msg)
 }
 
 // run posts the queued Events until ctx ends (post).
@@ -215,8 +222,8 @@ func (e *policyEvents) run(ctx context.Context) {
 // through retry, so the next computation queues it again; a refusal (4xx: 429, 403,
 // a namespace gone) is not retried (see reported).
 func (e *policyEvents) post(ctx context.Context, ev *corev1.Event) bool {
-	if cur := e.current.Load(); cur != nil && e.message((*cur)[ev.Namespace+"/"+ev.InvolvedObject.Name]) != ev.Message {
-		e.superseded.Add(1) // fixed, gone or changed since it was queued
+	if cur := e.current.Load(); cur != nil && (*cur)[ev.Namespace+"/"+ev.InvolvedObject.Name] != ev {
+		e.superseded.Add(1) // fixed, gone, changed or queued again since
 		return true
 	}
 	if e.limit.Wait(ctx) != nil {

@@ -286,3 +286,30 @@ func TestPolicyEventsSupersededNotPosted(t *testing.T) {
 		t.Errorf("metrics %+v, want 2 superseded and 1 posted", *c)
 	}
 }
+
+func TestPolicyEventsRepeatedProblemPostedOnce(t *testing.T) {
+	rec := newEventRecorder()
+	e := testPolicyEvents(rec, 8)
+	nps, bad := problemPolicies(1)
+	e.report(nps, bad)
+	e.report(nps, policy.State{}) // fixed, then broken again the same way before run's turn
+	e.report(nps, bad)
+	for len(e.queue) > 0 {
+		if !e.post(context.Background(), <-e.queue) {
+			t.Fatal("post stopped")
+		}
+	}
+	rec.receive(t, 1)
+	if len(rec.events) != 0 {
+		t.Errorf("posted %d more Events saying the same, want one", len(rec.events))
+	}
+	if c := e.counts(); c.Superseded != 1 || c.Posted != 1 {
+		t.Errorf("metrics %+v, want 1 superseded and 1 posted", *c)
+	}
+	e.report(nps, policy.State{}) // fixed after its Event was posted, then broken again: reported afresh
+	e.report(nps, bad)
+	if !e.post(context.Background(), <-e.queue) {
+		t.Fatal("post stopped")
+	}
+	rec.receive(t, 1)
+}

@@ -101,7 +101,7 @@ var (
 	ctrlFailDesc     = desc("controller_failing", "1 when the last run of an agent control loop ended in an error.", "controller")
 	gcRunsDesc       = desc("datapath_gc_runs_total", "Garbage collection passes over a datapath table (nat: masquerade, nodeport-nat: NodePort SNAT, service-ct: Service conntrack, policy-ct: NetworkPolicy connections).", "table")
 	gcRemovedDesc    = desc("datapath_gc_entries_removed_total", "Entries garbage collection removed from a datapath table.", "table")
-	polEventsDesc    = desc("policy_events_total", "PolicyNotEnforced Events this agent sent about NetworkPolicies it cannot enforce as written, by result (posted; refused: the apiserver said no, not retried; failed: a timeout or server error, queued again; superseded: not posted, the policy was fixed or changed while it waited).", "result")
+	polEventsDesc    = desc("policy_events_total", "PolicyNotEnforced Events this agent sent about NetworkPolicies it cannot enforce as written, by result (posted; refused: the apiserver said no, not retried; failed: a timeout or server error, queued again; superseded: not posted, the policy was fixed or changed while it waited, or queued again).", "result")
 	verdictSkipDesc  = desc("flow_policy_verdicts_skipped_total", "FORWARDED policy verdict flows sent without the policies that allow them: the agent's budget for policy evaluations (50 ms a second) was spent, as when a pod opens connections to ever new ports.")
 	polWaitingDesc   = desc("policy_events_waiting", "PolicyNotEnforced Events the last policy computation could not queue (a flood of broken policies; posted at 1/s); they wait for a later computation.")
 	// The node health matrix (internal/clusterhealth names them): one series per

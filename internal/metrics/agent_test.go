@@ -99,7 +99,7 @@ myelin_controller_errors_total{controller="services"} 1
 # HELP myelin_datapath_gc_entries_removed_total Entries garbage collection removed from a datapath table.
 # TYPE myelin_datapath_gc_entries_removed_total counter
 myelin_datapath_gc_entries_removed_total{table="nat"} 9
-# HELP myelin_policy_events_total PolicyNotEnforced Events this agent sent about NetworkPolicies it cannot enforce as written, by result (posted; refused: the apiserver said no, not retried; failed: a timeout or server error, queued again; superseded: not posted, the policy was fixed or changed while it waited).
+# HELP myelin_policy_events_total PolicyNotEnforced Events this agent sent about NetworkPolicies it cannot enforce as written, by result (posted; refused: the apiserver said no, not retried; failed: a timeout or server error, queued again; superseded: not posted, the policy was fixed or changed while it waited, or queued again).
 # TYPE myelin_policy_events_total counter
 myelin_policy_events_total{result="failed"} 1
 myelin_policy_events_total{result="posted"} 6
