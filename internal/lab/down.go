@@ -164,7 +164,8 @@ func processAliveIn(proc string, pid int) bool {
 // killLabProcesses kills every process that lives in a lab netns, is the lab's
 // supervisor or, when own (the lab directory is a lab's), has an argument in the lab
 // directory: pods' commands, kubelets, the control plane after a supervisor crash. It
-// spares itself and its ancestors (the sudo or shell that ran lab down --dir DIR).
+// spares itself and its ancestors (the sudo or shell that ran lab down --dir DIR), and
+// a `myelin lab status` beside it (isLabStatus).
 func killLabProcesses(paths labplan.Paths, own bool) int {
 	labNS := map[uint64]bool{}
 	for _, ns := range LeftoverNetNS() {
@@ -195,7 +196,16 @@ func isLabProcess(pid int, paths labplan.Paths, own bool, labNS map[uint64]bool)
 		return true
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return err == nil && ((own && hasArgIn(cmdline, paths.Dir)) || isSupervisorOf(cmdline, paths.Dir))
+	return err == nil && ((own && hasArgIn(cmdline, paths.Dir) && !isLabStatus(cmdline)) || isSupervisorOf(cmdline, paths.Dir))
+}
+
+// isLabStatus says whether cmdline (NUL-separated, from /proc) is `myelin lab status`:
+// it names the lab directory but only reads it, and an operator watching the lab go
+// down should see it go rather than have the command killed.
+func isLabStatus(cmdline []byte) bool {
+	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	lab := slices.Index(args, "lab")
+	return filepath.Base(args[0]) == "myelin" && lab > 0 && lab+1 < len(args) && args[lab+1] == "status"
 }
 
 // hasArgIn says whether cmdline (NUL-separated, from /proc) has an argument that is

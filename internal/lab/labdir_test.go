@@ -92,6 +92,27 @@ func TestHasArgIn(t *testing.T) {
 	}
 }
 
+// lab down leaves a concurrent `myelin lab status --dir DIR` running: it only reads.
+func TestIsLabStatus(t *testing.T) {
+	cmdline := func(args ...string) []byte { return []byte(strings.Join(args, "\x00") + "\x00") }
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"myelin", "lab", "status", "--dir", "/run/myelin-lab"}, true},
+		{[]string{"/usr/local/bin/myelin", "lab", "status", "--dir=/run/myelin-lab"}, true},
+		{[]string{"myelin", "lab", "up", "--dir", "/run/myelin-lab"}, false},
+		{[]string{"myelin", "lab", "supervise", "--dir", "/run/myelin-lab"}, false},
+		{[]string{"kubelet", "lab", "status"}, false},
+		{[]string{"myelin", "lab"}, false},
+		{[]string{"myelin", "status"}, false},
+	} {
+		if got := isLabStatus(cmdline(c.args...)); got != c.want {
+			t.Errorf("isLabStatus(%q) = %v, want %v", c.args, got, c.want)
+		}
+	}
+}
+
 // lab down spares the processes it runs under (sudo myelin lab down --dir DIR has DIR
 // as an argument).
 func TestAncestors(t *testing.T) {
