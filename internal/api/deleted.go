@@ -58,7 +58,7 @@ var containerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]*$`)
 // files by container id, so an id such as "../x" must never reach it.
 func CheckContainerID(id string) error {
 	if !containerIDPattern.MatchString(id) {
-		return fmt.Errorf("container id %q is not a CNI container id (letters, digits, '_', '.', '-', starting with a letter or digit)", id)
+		return fmt.Errorf("container id %s is not a CNI container id (letters, digits, '_', '.', '-', starting with a letter or digit)", clipQuote(id))
 	}
 	return nil
 }

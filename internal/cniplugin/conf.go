@@ -10,6 +10,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"golang.org/x/sys/unix"
+
+	"github.com/myelin-net/myelin/internal/api"
 )
 
 // NetConf is myelin-cni's network configuration.
@@ -187,6 +189,18 @@ func checkPodIdentity(a k8sArgs) error {
 	}
 	return types.NewError(types.ErrInvalidEnvironmentVariables, "invalid CNI_ARGS",
 		fmt.Sprintf("CNI_ARGS has %s but no %s; a Kubernetes runtime passes both, other runtimes neither", has, lacks))
+}
+
+// checkPodNames checks the pod's identity as the agent does (api.CheckPodNames): a
+// Kubernetes runtime passes names, and a value that is none (too long, a newline) is
+// refused here, before anything is built, with an error naming the key.
+func checkPodNames(a k8sArgs) error {
+	err := api.CheckPodNames(string(a.K8S_POD_NAMESPACE), string(a.K8S_POD_NAME), string(a.K8S_POD_UID))
+	if err == nil {
+		return nil
+	}
+	return types.NewError(types.ErrInvalidEnvironmentVariables, "invalid CNI_ARGS",
+		fmt.Sprintf("CNI_ARGS: %v; check the runtime's CNI invocation", err))
 }
 
 // quote quotes an input for an error message, cut to maxQuoted bytes.

@@ -90,6 +90,31 @@ func TestCheckPodIdentity(t *testing.T) {
 	}
 }
 
+// The pod's identity in CNI_ARGS must be names, as the agent checks: a value with a
+// newline or longer than Kubernetes allows is refused with an error naming the key.
+func TestCheckPodNames(t *testing.T) {
+	for _, tt := range []struct {
+		args string
+		want string // "" = accepted
+	}{
+		{"K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=coredns-5d78c9869d-abcde;K8S_POD_UID=2f4c7c1e-8b1a-4f7e-9a51-3c1d2e4f5a6b", ""},
+		{"", ""},
+		{"K8S_POD_NAMESPACE=ns\nx;K8S_POD_NAME=p", "K8S_POD_NAMESPACE"},
+		{"K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p\nlevel=ERROR", "K8S_POD_NAME"},
+		{"K8S_POD_NAMESPACE=ns;K8S_POD_NAME=" + strings.Repeat("p", 254), "K8S_POD_NAME"},
+		{"K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p;K8S_POD_UID=a b", "K8S_POD_UID"},
+	} {
+		a, err := parseK8sArgs(tt.args)
+		if err == nil {
+			err = checkPodNames(a)
+		}
+		var ce *types.Error
+		if (tt.want == "") != (err == nil) || err != nil && (!errors.As(err, &ce) || !strings.Contains(ce.Details, tt.want) || len(ce.Details) > 1024) {
+			t.Errorf("CNI_ARGS %.80q: %v, want %q", tt.args, err, tt.want)
+		}
+	}
+}
+
 // GC keeps the attachments the runtime lists and removes every other endpoint: a GC
 // without the list is refused, an empty or null list keeps nothing.
 func TestGCKeep(t *testing.T) {

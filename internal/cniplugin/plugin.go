@@ -55,8 +55,9 @@ func agentError(op string, socket string, err error) error {
 	return types.NewError(types.ErrInternal, op+" failed", err.Error())
 }
 
-// setup reads the network configuration and the pod's identity (CNI_ARGS) for cmd;
-// ADD also checks the identity is whole (checkPodIdentity). DEL takes CNI_ARGS it
+// setup reads the network configuration and the pod's identity (CNI_ARGS) for cmd,
+// whose values must be names (checkPodNames); ADD also checks the identity is whole
+// (checkPodIdentity). DEL takes CNI_ARGS it
 // cannot read as no identity (which only names the pod in its records): an ADD with
 // them failed before it asked for anything, and a DEL that fails keeps the runtime
 // from removing the sandbox.
@@ -68,6 +69,9 @@ func setup(cmd string, args *skel.CmdArgs) (*NetConf, *api.Client, api.PodRef, e
 	k, err := parseK8sArgs(args.Args)
 	if err == nil && cmd == "ADD" {
 		err = checkPodIdentity(k)
+	}
+	if err == nil {
+		err = checkPodNames(k)
 	}
 	if err != nil {
 		if cmd != "DEL" {

@@ -174,3 +174,38 @@ func TestManagerRefusesForgedContainerIDs(t *testing.T) {
 		t.Errorf("%d IPs allocated to forged ids", used)
 	}
 }
+
+// The agent records only names and paths (api.CheckPodRef), whoever reaches its
+// socket: an ADD whose pod reference holds a newline or is too long holds no IP and
+// writes nothing, and no endpoint is registered with one.
+func TestManagerRefusesOddPodRefs(t *testing.T) {
+	f := smallFixture(t)
+	for _, ref := range []api.PodRef{
+		{ContainerID: "odd-ns", Namespace: "web\nlevel=ERROR", Pod: "web-0"},
+		{ContainerID: "long-pod", Namespace: "web", Pod: strings.Repeat("p", 60<<10)},
+		{ContainerID: "odd-netns", Namespace: "web", Pod: "web-0", NetNS: "/run/netns/x\x00y"},
+	} {
+		if _, err := f.m.Allocate(ref); err == nil {
+			t.Errorf("Allocate(%.60q) succeeded", ref)
+		}
+		if _, ok := f.pool.Lookup(ref.ContainerID); ok {
+			t.Errorf("refused ADD %s holds an IP", ref.ContainerID)
+		}
+	}
+	good := api.PodRef{ContainerID: "ok", Namespace: "web", Pod: "web-0"}
+	alloc, err := f.m.Allocate(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.links.links[alloc.HostIfName] = 9
+	bad := good
+	bad.Pod = "web-0\n"
+	_, err = f.m.Put(api.Endpoint{PodRef: bad, IP: alloc.IP, HostIfName: alloc.HostIfName, HostIfIndex: 9,
+		HostMAC: "02:00:00:00:00:01", PodMAC: "02:00:00:00:00:02"})
+	if err == nil || !strings.Contains(err.Error(), "pod name") {
+		t.Errorf("Put with a pod name holding a newline: %v; want it refused naming the pod name", err)
+	}
+	if _, ok := f.m.Get("ok"); ok {
+		t.Error("the refused endpoint is registered")
+	}
+}

@@ -121,7 +121,7 @@ func (m *Manager) Reaper() *Reaper { return m.reaper }
 // plugin can create the pair again, also into the same pod netns. Each call is an
 // attempt of its own (api.Allocation.Attempt), which a failed ADD's Release names.
 func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
-	if err := api.CheckContainerID(ref.ContainerID); err != nil {
+	if err := api.CheckPodRef(ref); err != nil {
 		return api.Allocation{}, fmt.Errorf("allocate: %w", err)
 	}
 	if err := m.reaper.finish(HostIfName(ref.ContainerID)); err != nil {
@@ -165,6 +165,9 @@ func (m *Manager) markPending(containerID, attempt string) {
 // Put registers an endpoint whose veth the plugin has built, and programs the
 // datapath: endpoints map entry, program on the host veth, /32 route.
 func (m *Manager) Put(ep api.Endpoint) (api.Endpoint, error) {
+	if err := api.CheckPodRef(ep.PodRef); err != nil {
+		return api.Endpoint{}, fmt.Errorf("register endpoint: %w", err)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ip, err := netip.ParseAddr(ep.IP)

@@ -117,12 +117,13 @@ func newFixture(t *testing.T, dir string, dp *fakeDatapath, links *fakeLinks) *f
 // add runs what the plugin does: allocate, build the veth (a fake link), register.
 func (f *fixture) add(t *testing.T, id string, ifindex int) api.Endpoint {
 	t.Helper()
-	alloc, err := f.m.Allocate(api.PodRef{ContainerID: id, Namespace: "default", Pod: id})
+	ref := api.PodRef{ContainerID: id, Namespace: "default", Pod: id[:min(len(id), api.MaxPodName)]}
+	alloc, err := f.m.Allocate(ref)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.links.links[alloc.HostIfName] = ifindex
-	ep, err := f.m.Put(api.Endpoint{PodRef: api.PodRef{ContainerID: id, Namespace: "default", Pod: id},
+	ep, err := f.m.Put(api.Endpoint{PodRef: ref,
 		IP: alloc.IP, HostIfName: alloc.HostIfName, HostIfIndex: ifindex,
 		HostMAC: "02:00:00:00:00:01", PodMAC: "02:00:00:00:00:02"})
 	if err != nil {
