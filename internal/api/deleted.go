@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
+	"syscall"
 	"time"
 
 	"github.com/myelin-net/myelin/internal/statefile"
@@ -92,7 +94,7 @@ func WriteDeleted(dir string, d DeletedEndpoint) error {
 	if err := CheckContainerID(d.ContainerID); err != nil {
 		return fmt.Errorf("record deleted endpoint: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := statefile.PrivateDir(dir); err != nil {
 		return fmt.Errorf("record deleted endpoint: %w", err)
 	}
 	b, err := json.Marshal(d)
@@ -127,7 +129,15 @@ func ReadDeleted(dir string) (map[string]DeletedEndpoint, error) {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
-		b, err := os.ReadFile(path)
+		if !e.Type().IsRegular() {
+			errs = append(errs, setAsideDeleted(path, fmt.Errorf("a %v, not a file the plugin wrote", e.Type())))
+			continue
+		}
+		b, err := readRecord(path)
+		if errors.Is(err, errRecordSize) {
+			errs = append(errs, setAsideDeleted(path, err))
+			continue
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -144,6 +154,28 @@ func ReadDeleted(dir string) (map[string]DeletedEndpoint, error) {
 		out[path] = d
 	}
 	return out, errors.Join(errs...)
+}
+
+// maxDeletedRecord bounds what ReadDeleted reads of a record: the plugin's are a few
+// hundred bytes, and a container id, the one field without a bound of its own, comes
+// in an environment variable (at most 128 KiB on Linux).
+const maxDeletedRecord = 1 << 20
+
+var errRecordSize = fmt.Errorf("larger than %d bytes, more than any record the plugin writes", maxDeletedRecord)
+
+// readRecord reads a record file without following a symlink (one planted in its
+// place since the directory was listed) and at most maxDeletedRecord bytes of it.
+func readRecord(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxDeletedRecord+1))
+	if err == nil && len(b) > maxDeletedRecord {
+		err = errRecordSize
+	}
+	return b, err
 }
 
 // setAsideDeleted moves a deleted-endpoint record that can't be carried out to

@@ -81,3 +81,54 @@ func TestRecordFileName(t *testing.T) {
 		t.Errorf("RecordFileName of a %d-byte id = %q, want its sha256 and .json", len(long), got)
 	}
 }
+
+// The plugin runs as root: a cni-deleted directory that is a symlink (planted to have
+// root write elsewhere) is refused, nothing is written where it points. The agent
+// reads no record through a symlink and none without bound; either is moved aside.
+func TestDeletedRecordsPlantedFiles(t *testing.T) {
+	base := t.TempDir()
+	elsewhere := t.TempDir()
+	dir := filepath.Join(base, "cni-deleted")
+	if err := os.Symlink(elsewhere, dir); err != nil {
+		t.Fatal(err)
+	}
+	rec := DeletedEndpoint{ContainerID: "abc-1", HostIfName: HostIfName("abc-1"), HostIfIndex: 7}
+	if err := WriteDeleted(dir, rec); err == nil {
+		t.Error("WriteDeleted into a symlinked directory succeeded")
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Errorf("WriteDeleted wrote %d files where the symlink points", len(entries))
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteDeleted(dir, rec); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(elsewhere, "secret.json")
+	if err := os.WriteFile(secret, []byte(`{"containerID":"from-elsewhere","hostIfName":"x"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, filepath.Join(dir, "linked.json")); err != nil {
+		t.Fatal(err)
+	}
+	big := `{"containerID":"big","pod":"` + strings.Repeat("p", maxDeletedRecord) + `"}`
+	if err := os.WriteFile(filepath.Join(dir, "big.json"), []byte(big), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := ReadDeleted(dir)
+	if len(recs) != 1 || recs[DeletedPath(dir, "abc-1")].HostIfIndex != 7 {
+		t.Errorf("read %d records, want abc-1's alone", len(recs))
+	}
+	for _, name := range []string{"linked.json", "big.json"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("ReadDeleted error %v does not name %s", err, name)
+		}
+		if _, serr := os.Lstat(filepath.Join(dir, name+".corrupt")); serr != nil {
+			t.Errorf("%s was not moved aside: %v", name, serr)
+		}
+	}
+	if b, _ := os.ReadFile(secret); !strings.Contains(string(b), "from-elsewhere") {
+		t.Errorf("the symlink's target changed: %q", b)
+	}
+}

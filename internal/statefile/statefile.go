@@ -1,7 +1,7 @@
 // Package statefile writes the agent's state files (IPAM allocations, endpoint
 // records, recorded CNI deletes) so that a crash or power loss leaves either the old
-// file or the new one whole, never a truncated one; and checks the output directories
-// of the tools that run as root (OutDir).
+// file or the new one whole, never a truncated one; and checks the directories root
+// writes in (PrivateDir, OutDir).
 package statefile
 
 import (
@@ -9,10 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 )
 
-// Write replaces path with b: it writes and syncs path+".tmp", renames it over path
-// and syncs the directory, so the rename itself survives a power loss. Without the
+// Write replaces path with b: it writes and syncs path+".tmp" (created anew, never
+// through a symlink: writeSynced), renames it over path (which replaces a symlink at
+// path rather than following it) and syncs the directory, so the rename itself
+// survives a power loss. Without the
 // syncs a file system may persist the rename before the data, leaving an empty file
 // that the next start can't read. On failure path is unchanged.
 func Write(path string, b []byte, mode os.FileMode) error {
@@ -28,8 +31,15 @@ func Write(path string, b []byte, mode os.FileMode) error {
 	return syncDir(filepath.Dir(path))
 }
 
+// writeSynced creates path anew: whatever is there (a crash's leftover, or a symlink
+// someone planted to have root write where it points) is removed first, and the file
+// is created exclusively without following a symlink, so b lands in a new file of
+// mode, never in another.
 func writeSynced(path string, b []byte, mode os.FileMode) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("write %s: remove what is there: %w", path, err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
@@ -54,6 +64,29 @@ func syncDir(dir string) error {
 	defer d.Close()
 	if err := d.Sync(); err != nil {
 		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// PrivateDir makes dir (0700, parents too) for state files and refuses one that
+// someone else could plant files in, as OutDir does, and one that is a symlink: root
+// writing there would write where it points.
+func PrivateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create state directory %s: %w", dir, err)
+	}
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("state directory %s: %w", dir, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("state directory %s is a %v, not a directory: remove it (the agent's state directory holds only what the agent and its CNI plugin made)", dir, st.Mode().Type())
+	}
+	if st.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("state directory %s is writable by others (mode %v): files planted there could redirect what is written; make it 0700", dir, st.Mode().Perm())
+	}
+	if owner, ok := fileOwner(st); ok && owner != os.Geteuid() {
+		return fmt.Errorf("state directory %s belongs to uid %d, not to uid %d, which writes it: remove it", dir, owner, os.Geteuid())
 	}
 	return nil
 }

@@ -34,7 +34,8 @@ func TestWriteFailureKeepsTheOldFile(t *testing.T) {
 	if err := Write(path, []byte("old"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Mkdir(path+".tmp", 0o700); err != nil { // the temporary file can't be created
+	// The temporary file can't be created: a directory that is not empty is there.
+	if err := os.MkdirAll(filepath.Join(path+".tmp", "x"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := Write(path, []byte("new"), 0o600); err == nil {
@@ -61,5 +62,57 @@ func TestOutDir(t *testing.T) {
 	}
 	if err := OutDir(shared); err == nil || !strings.Contains(err.Error(), "writable by others") {
 		t.Errorf("a world-writable directory: %v, want a refusal", err)
+	}
+}
+
+// A symlink planted where Write puts its temporary file or the file itself is
+// replaced, never written through: root's write must not land where it points.
+func TestWriteDoesNotFollowSymlinks(t *testing.T) {
+	dir, elsewhere := t.TempDir(), t.TempDir()
+	for _, planted := range []string{"state.json.tmp", "state.json"} {
+		target := filepath.Join(elsewhere, planted+".target")
+		if err := os.WriteFile(target, []byte("precious"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, "state.json")
+		if err := os.Symlink(target, filepath.Join(dir, planted)); err != nil {
+			t.Fatal(err)
+		}
+		if err := Write(path, []byte(`{"a":1}`), 0o600); err != nil {
+			t.Fatalf("Write with a symlink at %s: %v", planted, err)
+		}
+		if b, err := os.ReadFile(target); err != nil || string(b) != "precious" {
+			t.Errorf("with a symlink at %s, its target now holds %q (%v); want it untouched", planted, b, err)
+		}
+		if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
+			t.Errorf("with a symlink at %s: %s is %v (%v), want a regular file of mode 0600", planted, path, fi.Mode(), err)
+		}
+		os.Remove(path)
+	}
+}
+
+// PrivateDir makes a 0700 directory and refuses a symlink or one others could write.
+func TestPrivateDir(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "made", "here")
+	if err := PrivateDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("made %s with mode %v (%v), want 0700", dir, fi.Mode().Perm(), err)
+	}
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(t.TempDir(), link); err != nil {
+		t.Fatal(err)
+	}
+	if err := PrivateDir(link); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("PrivateDir of a symlink: %v, want it refused", err)
+	}
+	open := filepath.Join(base, "open")
+	if err := os.Mkdir(open, 0o700); err != nil || os.Chmod(open, 0o777) != nil {
+		t.Fatal(err)
+	}
+	if err := PrivateDir(open); err == nil || !strings.Contains(err.Error(), "writable by others") {
+		t.Errorf("PrivateDir of a 0777 directory: %v, want it refused", err)
 	}
 }
