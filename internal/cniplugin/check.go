@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/link"
@@ -19,7 +20,7 @@ import (
 
 // cmdCheck verifies that the pod's network is as the prevResult (its ADD's result)
 // describes it and as the agent recorded it: the interfaces with their MACs, the
-// addresses, the routes, the host veth, the gateway route; and that the datapath
+// addresses, the routes, the host veth, the gateway route and neighbour entry; and that the datapath
 // serves it (map entry and programs, checked by the agent). A failure names the pod,
 // what differs and what to do.
 func cmdCheck(args *skel.CmdArgs) error {
@@ -108,14 +109,49 @@ func agentProblems(ep api.Endpoint, ifName string, podNet netState) []string {
 	if !found {
 		problems = append(problems, fmt.Sprintf("interface %s has no default route via %s", ifName, api.PodGateway))
 	}
+	if p := gatewayNeighProblem(ep, ifName, podNet); p != "" {
+		problems = append(problems, p)
+	}
 	return problems
 }
 
-// netState is what CHECK reads of a network namespace: its links by name and its
-// main table's routes.
+// gatewayNeighProblem says how the gateway's neighbour entry on ifName differs from
+// the one ADD made: permanent, at the host veth's MAC. Without it the pod asks for
+// the gateway by ARP, which nothing answers (the address is on no link).
+func gatewayNeighProblem(ep api.Endpoint, ifName string, podNet netState) string {
+	gw := netip.MustParseAddr(api.PodGateway)
+	for _, n := range podNet.neighs {
+		if n.ip != gw || n.dev != ifName {
+			continue
+		}
+		if n.permanent && n.mac.String() == ep.HostMAC {
+			return ""
+		}
+		state := "not permanent"
+		if n.permanent {
+			state = "permanent"
+		}
+		return fmt.Sprintf("interface %s has neighbour %s at %s (%s), ADD made it permanent at the host veth's MAC %s",
+			ifName, api.PodGateway, n.mac, state, ep.HostMAC)
+	}
+	return fmt.Sprintf("interface %s has no neighbour entry for its gateway %s, ADD made one (permanent, at the host veth's MAC %s)",
+		ifName, api.PodGateway, ep.HostMAC)
+}
+
+// netState is what CHECK reads of a network namespace: its links by name, its
+// main table's routes and its IPv4 neighbour entries.
 type netState struct {
 	links  map[string]linkState
 	routes []routeState
+	neighs []neighState
+}
+
+// neighState is an IPv4 neighbour entry on the link dev.
+type neighState struct {
+	ip        netip.Addr
+	dev       string
+	mac       net.HardwareAddr
+	permanent bool
 }
 
 type linkState struct {
@@ -150,6 +186,10 @@ func readNetState() (netState, error) {
 	if err != nil {
 		return netState{}, fmt.Errorf("list routes: %w", err)
 	}
+	neighs, err := link.Dump("neighbours", func() ([]netlink.Neigh, error) { return netlink.NeighList(0, unix.AF_INET) })
+	if err != nil {
+		return netState{}, fmt.Errorf("list neighbours: %w", err)
+	}
 	s := netState{links: map[string]linkState{}}
 	names := map[int]string{}
 	for _, l := range links {
@@ -165,6 +205,12 @@ func readNetState() (netState, error) {
 	}
 	for _, r := range routes {
 		s.routes = append(s.routes, routeStates(r, names)...)
+	}
+	for _, n := range neighs {
+		if ip, ok := netip.AddrFromSlice(n.IP); ok {
+			s.neighs = append(s.neighs, neighState{ip: ip.Unmap(), dev: names[n.LinkIndex], mac: n.HardwareAddr,
+				permanent: n.State&netlink.NUD_PERMANENT != 0})
+		}
 	}
 	return s, nil
 }

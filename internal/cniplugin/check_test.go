@@ -13,6 +13,8 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/netns"
@@ -90,17 +92,19 @@ func TestParsePrevResult(t *testing.T) {
 // podNetOf is the pod namespace ep's ADD leaves.
 func podNetOf(ep api.Endpoint) netState {
 	mac, _ := net.ParseMAC(ep.PodMAC)
+	hostMAC, _ := net.ParseMAC(ep.HostMAC)
 	return netState{
 		links: map[string]linkState{"lo": {}, "eth0": {mac: mac, addrs: []netip.Prefix{netip.MustParsePrefix(ep.IP + "/32")}}},
 		routes: []routeState{
 			{dst: netip.MustParsePrefix(api.PodGateway + "/32"), dev: "eth0"},
 			{dst: netip.MustParsePrefix("0.0.0.0/0"), gw: netip.MustParseAddr(api.PodGateway), dev: "eth0"},
 		},
+		neighs: []neighState{{ip: netip.MustParseAddr(api.PodGateway), dev: "eth0", mac: hostMAC, permanent: true}},
 	}
 }
 
 // Each way the pod's network can differ from prevResult and the agent's record is
-// named: interface, MAC, address, route, host veth.
+// named: interface, MAC, address, route, gateway neighbour, host veth.
 func TestPodProblems(t *testing.T) {
 	ep := checkEndpoint()
 	hostMAC, _ := net.ParseMAC(ep.HostMAC)
@@ -132,6 +136,11 @@ func TestPodProblems(t *testing.T) {
 			s.links["eth0"] = linkState{mac: mac, addrs: s.links["eth0"].addrs}
 		}, prev: func(r *types100.Result) { r.Interfaces[1].Mac = "02:00:00:00:00:ee" },
 			want: []string{"interface eth0 has MAC 02:00:00:00:00:ee, the agent recorded 02:00:00:00:00:bb"}},
+		{name: "the gateway's neighbour entry is gone", podNet: func(s *netState) { s.neighs = nil },
+			want: []string{"interface eth0 has no neighbour entry for its gateway 169.254.1.1, ADD made one (permanent, at the host veth's MAC 02:00:00:00:00:aa)"}},
+		{name: "the gateway's neighbour entry points elsewhere", podNet: func(s *netState) {
+			s.neighs[0].mac, s.neighs[0].permanent = net.HardwareAddr{2, 0, 0, 0, 0, 0xcc}, false
+		}, want: []string{"interface eth0 has neighbour 169.254.1.1 at 02:00:00:00:00:cc (not permanent), ADD made it permanent at the host veth's MAC 02:00:00:00:00:aa"}},
 		{name: "the pod interface is gone", podNet: func(s *netState) { delete(s.links, "eth0") },
 			want: []string{"interface eth0 is not in the pod's network namespace /run/netns/cni-check"}},
 	} {
@@ -228,6 +237,83 @@ func TestPrivilegedCheckComparesPrevResult(t *testing.T) {
 				t.Errorf("CHECK with prevResult of %s = %v, want code %d saying %q", c.name, err, c.code, c.want)
 			case c.code == types.ErrInternal && !strings.Contains(ce.Details, "pod default/"+id):
 				t.Errorf("CHECK error %q does not name the pod", ce.Details)
+			}
+		})
+	}
+}
+
+// What a pod with NET_ADMIN can change in its own namespace after ADD, CHECK reports
+// (code 999, naming it): its MAC, its address, its interface's name, its default
+// route, its gateway's neighbour entry. Before, a deleted or changed neighbour entry
+// (which cuts the pod off: nothing answers ARP for the gateway) passed.
+func TestPrivilegedCheckSeesPodChanges(t *testing.T) {
+	requireRoot(t)
+	gw := net.ParseIP(api.PodGateway)
+	for _, c := range []struct {
+		name   string
+		change func(l netlink.Link) error
+		want   string
+	}{
+		{"MAC", func(l netlink.Link) error {
+			return netlink.LinkSetHardwareAddr(l, net.HardwareAddr{2, 0, 0, 0, 0, 0x77})
+		},
+			"interface eth0 has MAC 02:00:00:00:00:77"},
+		{"address", func(l netlink.Link) error {
+			return netlink.AddrDel(l, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP("10.244.7.9"), Mask: net.CIDRMask(32, 32)}})
+		}, "interface eth0 lacks its address 10.244.7.9/32"},
+		{"name", func(l netlink.Link) error {
+			if err := netlink.LinkSetDown(l); err != nil {
+				return err
+			}
+			return netlink.LinkSetName(l, "eth1")
+		}, "interface eth0 is not in the pod's network namespace"},
+		{"default route", func(l netlink.Link) error {
+			return netlink.RouteDel(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: gw})
+		},
+			"interface eth0 has no default route via 169.254.1.1"},
+		{"gateway neighbour gone", func(l netlink.Link) error {
+			return netlink.NeighDel(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: unix.AF_INET, IP: gw})
+		}, "interface eth0 has no neighbour entry for its gateway 169.254.1.1"},
+		{"gateway neighbour elsewhere", func(l netlink.Link) error {
+			return netlink.NeighSet(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: unix.AF_INET, State: netlink.NUD_PERMANENT,
+				IP: gw, HardwareAddr: net.HardwareAddr{2, 0, 0, 0, 0, 0x66}})
+		}, "interface eth0 has neighbour 169.254.1.1 at 02:00:00:00:00:66 (permanent)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			host, pod := throwawayNetNS(t, "host"), throwawayNetNS(t, "pod")
+			const id = "ctr-changed"
+			ip := netip.MustParseAddr("10.244.7.9")
+			var ep api.Endpoint
+			err := netns.Do(host, func() error {
+				l, err := setupVeth(pod, "eth0", api.HostIfName(id), 1500, 1500, 0, ip, netip.MustParseAddr(api.PodGateway))
+				ep = apiEndpoint(ip, l)
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ep.PodRef = api.PodRef{ContainerID: id, IfName: "eth0", NetNS: pod, Namespace: "default", Pod: id}
+			ep.HostIfName = api.HostIfName(id)
+			socket := checkAgent(t, ep)
+			args := cniArgs(socket, id, pod)
+			args.StdinData = checkStdin(t, socket, ResultOf(ep))
+			if err := netns.Do(host, func() error { return cmdCheck(args) }); err != nil {
+				t.Fatalf("CHECK as ADD left the pod: %v", err)
+			}
+			err = netns.Do(pod, func() error {
+				l, err := netlink.LinkByName("eth0")
+				if err != nil {
+					return err
+				}
+				return c.change(l)
+			})
+			if err != nil {
+				t.Fatalf("change the pod's %s: %v", c.name, err)
+			}
+			err = netns.Do(host, func() error { return cmdCheck(args) })
+			var ce *types.Error
+			if !errors.As(err, &ce) || ce.Code != types.ErrInternal || !strings.Contains(ce.Details, c.want) {
+				t.Errorf("CHECK after the pod changed its %s = %v, want code 999 saying %q", c.name, err, c.want)
 			}
 		})
 	}
