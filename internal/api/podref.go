@@ -8,14 +8,18 @@ import (
 	"github.com/containernetworking/cni/pkg/utils"
 )
 
-// The longest values CheckPodRef takes: Kubernetes' own bounds on a namespace (a DNS
-// label) and a pod name (a DNS subdomain), room for any UID format, and PATH_MAX
-// less its NUL for the netns path.
+// The longest values CheckPodRef takes: for the pod, Kubernetes' own bounds on a
+// namespace (a DNS label) and a pod name (a DNS subdomain), and room for any UID
+// format; PATH_MAX less its NUL for the netns path.
 const (
-	MaxNamespace = 63
-	MaxPodName   = 253
-	MaxPodUID    = 128
-	MaxNetNSPath = 4095
+	// MaxContainerID bounds the container id of a new attachment: runtimes use 64
+	// hex digits; the CNI spec sets no bound, but the agent keeps each allocation's id
+	// in ipam.json, which it rewrites whole on every change.
+	MaxContainerID = 1024
+	MaxNamespace   = 63
+	MaxPodName     = 253
+	MaxPodUID      = 128
+	MaxNetNSPath   = 4095
 )
 
 // nameChars is what a pod's namespace, name and UID may hold: every Kubernetes
@@ -24,7 +28,7 @@ const (
 var nameChars = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]*$`)
 
 // CheckPodRef returns an error for a pod reference the agent must not record: a
-// container id that is no CNI container id, or a namespace, pod name, UID, interface
+// container id that is no CNI container id or longer than MaxContainerID, or a namespace, pod name, UID, interface
 // name or netns path that is too long or holds characters none of them has (a
 // newline, a NUL, a '/'). Each field but the container id may be empty (DEL and
 // runtimes outside Kubernetes pass less). The agent keeps what it takes in its state
@@ -32,6 +36,9 @@ var nameChars = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]*$`)
 func CheckPodRef(ref PodRef) error {
 	if err := CheckContainerID(ref.ContainerID); err != nil {
 		return err
+	}
+	if len(ref.ContainerID) > MaxContainerID {
+		return fmt.Errorf("container id %s is %d bytes long, at most %d (runtimes use 64)", clipQuote(ref.ContainerID), len(ref.ContainerID), MaxContainerID)
 	}
 	if err := CheckPodNames(ref.Namespace, ref.Pod, ref.PodUID); err != nil {
 		return fmt.Errorf("container %s: %w", clipQuote(ref.ContainerID), err)

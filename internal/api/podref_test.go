@@ -34,6 +34,7 @@ func TestCheckPodRef(t *testing.T) {
 		{"netns with a newline", func(r *PodRef) { r.NetNS = "/run/netns/x\ny" }, "netns path"},
 		{"netns too long", func(r *PodRef) { r.NetNS = "/" + strings.Repeat("n", MaxNetNSPath) }, "netns path"},
 		{"container id", func(r *PodRef) { r.ContainerID = "../x" }, "container id"},
+		{"container id too long", func(r *PodRef) { r.ContainerID = strings.Repeat("c", MaxContainerID+1) }, "at most 1024"},
 	} {
 		ref := good
 		tt.edit(&ref)
