@@ -130,9 +130,16 @@ func (a *server) ifReady(h http.HandlerFunc) http.HandlerFunc {
 // a few hundred bytes), so no client can make a handler read without end.
 const maxRequestBody = 64 << 10
 
-func decode(r *http.Request, v any) error {
-	if err := json.NewDecoder(io.LimitReader(r.Body, maxRequestBody)).Decode(v); err != nil {
-		return fmt.Errorf("bad request body (a JSON object of at most %d bytes): %w", maxRequestBody, err)
+// maxGCBody bounds a CNI GC's body, the container ids of every attachment the runtime
+// keeps: ~70 bytes each, so 64 KiB would refuse a node past ~900 pods, and the GC
+// would never run there.
+const maxGCBody = 8 << 20
+
+func decode(r *http.Request, v any) error { return decodeAtMost(r, v, maxRequestBody) }
+
+func decodeAtMost(r *http.Request, v any, limit int64) error {
+	if err := json.NewDecoder(io.LimitReader(r.Body, limit)).Decode(v); err != nil {
+		return fmt.Errorf("bad request body (a JSON object of at most %d bytes): %w", limit, err)
 	}
 	return nil
 }
@@ -260,7 +267,7 @@ func (a *server) handleDeleteEndpoint(w http.ResponseWriter, r *http.Request) {
 
 func (a *server) handleGC(w http.ResponseWriter, r *http.Request) {
 	var req api.GCRequest
-	if err := decode(r, &req); err != nil {
+	if err := decodeAtMost(r, &req, maxGCBody); err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}

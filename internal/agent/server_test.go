@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -224,5 +225,36 @@ func TestAPIRefusesForgedContainerIDs(t *testing.T) {
 		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), "not a CNI container id") {
 			t.Errorf("%s %s: %d %s; want 400 saying it is not a CNI container id", c.method, c.path, resp.StatusCode, msg)
 		}
+	}
+}
+
+// A runtime's GC lists every attachment it keeps: a node with thousands of pods
+// sends more than maxRequestBody, and its GC is served all the same (it was refused
+// as an oversized body, so no GC ever ran there); it keeps what it lists.
+func TestGCOfManyAttachments(t *testing.T) {
+	a, node := serveTest(t)
+	a.ready.Store(true)
+	alloc, err := a.eps.Allocate(api.PodRef{ContainerID: "kept"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.links[alloc.HostIfName] = 7
+	if _, err := a.eps.Put(api.Endpoint{PodRef: api.PodRef{ContainerID: "kept"}, IP: alloc.IP, HostIfName: alloc.HostIfName,
+		HostIfIndex: 7, HostMAC: "02:00:00:00:00:01", PodMAC: "02:00:00:00:00:02"}); err != nil {
+		t.Fatal(err)
+	}
+	keep := []string{"kept"}
+	for i := range 2000 {
+		keep = append(keep, fmt.Sprintf("%064x", i))
+	}
+	if b, _ := json.Marshal(api.GCRequest{Keep: keep}); len(b) <= maxRequestBody {
+		t.Fatalf("the GC body is %d bytes, want more than %d", len(b), maxRequestBody)
+	}
+	res, err := api.NewClient(a.cfg.socket()).GC(context.Background(), keep)
+	if err != nil || len(res.Removed) != 0 {
+		t.Fatalf("GC keeping 2001 attachments = %v, %v; want served, nothing removed", res.Removed, err)
+	}
+	if _, ok := a.eps.Get("kept"); !ok {
+		t.Error("GC removed an endpoint it was told to keep")
 	}
 }
