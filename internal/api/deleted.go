@@ -87,10 +87,21 @@ func DeletedPath(dir, containerID string) string {
 	return filepath.Join(dir, RecordFileName(containerID))
 }
 
+// MaxDeletedRecords bounds the records in DeletedDir: while no agent carries them
+// out, each DEL of a new container id (a runtime's DEL of every sandbox whose ADD
+// failed, the agent being down) leaves one, in the node's memory (/run is a tmpfs).
+// Hours of an agent down on a busy node leave a few thousand.
+const MaxDeletedRecords = 65536
+
 // WriteDeleted records d in dir (atomically: a reader never sees half a record). A
 // repeated DEL, which finds no veth (HostIfIndex 0), keeps the record of the first;
-// otherwise the new record replaces it.
+// otherwise the new record replaces it. A new record past MaxDeletedRecords is
+// refused, which fails the DEL: the runtime retries it, until an agent answers.
 func WriteDeleted(dir string, d DeletedEndpoint) error {
+	return writeDeleted(dir, d, MaxDeletedRecords)
+}
+
+func writeDeleted(dir string, d DeletedEndpoint, max int) error {
 	if err := CheckContainerID(d.ContainerID); err != nil {
 		return fmt.Errorf("record deleted endpoint: %w", err)
 	}
@@ -102,13 +113,48 @@ func WriteDeleted(dir string, d DeletedEndpoint) error {
 		return err
 	}
 	path := DeletedPath(dir, d.ContainerID)
-	if _, err := os.Lstat(path); err == nil && d.HostIfIndex == 0 {
+	_, err = os.Lstat(path)
+	if err == nil && d.HostIfIndex == 0 {
 		return nil
+	}
+	if os.IsNotExist(err) {
+		n, err := countRecords(dir)
+		if err != nil {
+			return fmt.Errorf("record deleted endpoint: count the records: %w", err)
+		}
+		if n >= max {
+			return fmt.Errorf("record deleted endpoint %s: %s holds %d records, at most %d: start the myelin agent, "+
+				"which carries them out, or remove the records of containers the runtime no longer has", d.ContainerID, dir, n, max)
+		}
 	}
 	if err := statefile.Write(path, b, 0o600); err != nil {
 		return fmt.Errorf("record deleted endpoint: %w", err)
 	}
 	return nil
+}
+
+// countRecords is how many records dir holds, up to one past MaxDeletedRecords.
+func countRecords(dir string) (int, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	n := 0
+	for {
+		names, err := f.Readdirnames(1024)
+		for _, name := range names {
+			if filepath.Ext(name) == ".json" {
+				n++
+			}
+		}
+		if err == io.EOF || n > MaxDeletedRecords {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
 }
 
 // ReadDeleted returns the records in dir with their paths, whatever their file's name

@@ -132,3 +132,25 @@ func TestDeletedRecordsPlantedFiles(t *testing.T) {
 		t.Errorf("the symlink's target changed: %q", b)
 	}
 }
+
+// Records of new containers stop at the bound (the DEL fails, and the runtime retries
+// it), so DELs while no agent answers can't fill the node's memory; a record that
+// replaces one already there is still written.
+func TestDeletedRecordsBounded(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cni-deleted")
+	for _, id := range []string{"a", "b", "c"} {
+		if err := writeDeleted(dir, DeletedEndpoint{ContainerID: id, HostIfIndex: 1}, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := writeDeleted(dir, DeletedEndpoint{ContainerID: "d", HostIfIndex: 1}, 3)
+	if err == nil || !strings.Contains(err.Error(), "at most 3") || !strings.Contains(err.Error(), "start the myelin agent") {
+		t.Errorf("a 4th record with a bound of 3: %v, want refused naming the bound and the fix", err)
+	}
+	if err := writeDeleted(dir, DeletedEndpoint{ContainerID: "b", HostIfIndex: 2}, 3); err != nil {
+		t.Errorf("replacing b's record at the bound: %v", err)
+	}
+	if recs, err := ReadDeleted(dir); err != nil || len(recs) != 3 || recs[DeletedPath(dir, "b")].HostIfIndex != 2 {
+		t.Errorf("records = %v, %v; want a, b (index 2), c", recs, err)
+	}
+}
