@@ -193,21 +193,8 @@ func checkAgent(t *testing.T, ep api.Endpoint) string {
 // Before, CHECK ignored prevResult and passed them all.
 func TestPrivilegedCheckComparesPrevResult(t *testing.T) {
 	requireRoot(t)
-	host, pod := throwawayNetNS(t, "host"), throwawayNetNS(t, "pod")
 	const id = "ctr-check"
-	ip := netip.MustParseAddr("10.244.7.9")
-	var ep api.Endpoint
-	err := netns.Do(host, func() error {
-		l, err := setupVeth(pod, "eth0", api.HostIfName(id), 1500, 1500, 0, ip, netip.MustParseAddr(api.PodGateway))
-		ep = apiEndpoint(ip, l)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep.PodRef = api.PodRef{ContainerID: id, IfName: "eth0", NetNS: pod, Namespace: "default", Pod: id}
-	ep.HostIfName = api.HostIfName(id)
-	socket := checkAgent(t, ep)
+	host, pod, ep, socket := checkedPod(t, id)
 	for _, c := range []struct {
 		name   string
 		change func(r *types100.Result) *types100.Result
@@ -280,27 +267,14 @@ func TestPrivilegedCheckSeesPodChanges(t *testing.T) {
 		}, "interface eth0 has neighbour 169.254.1.1 at 02:00:00:00:00:66 (permanent)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			host, pod := throwawayNetNS(t, "host"), throwawayNetNS(t, "pod")
 			const id = "ctr-changed"
-			ip := netip.MustParseAddr("10.244.7.9")
-			var ep api.Endpoint
-			err := netns.Do(host, func() error {
-				l, err := setupVeth(pod, "eth0", api.HostIfName(id), 1500, 1500, 0, ip, netip.MustParseAddr(api.PodGateway))
-				ep = apiEndpoint(ip, l)
-				return err
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ep.PodRef = api.PodRef{ContainerID: id, IfName: "eth0", NetNS: pod, Namespace: "default", Pod: id}
-			ep.HostIfName = api.HostIfName(id)
-			socket := checkAgent(t, ep)
+			host, pod, ep, socket := checkedPod(t, id)
 			args := cniArgs(socket, id, pod)
 			args.StdinData = checkStdin(t, socket, ResultOf(ep))
 			if err := netns.Do(host, func() error { return cmdCheck(args) }); err != nil {
 				t.Fatalf("CHECK as ADD left the pod: %v", err)
 			}
-			err = netns.Do(pod, func() error {
+			err := netns.Do(pod, func() error {
 				l, err := netlink.LinkByName("eth0")
 				if err != nil {
 					return err
@@ -317,4 +291,24 @@ func TestPrivilegedCheckSeesPodChanges(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkedPod builds pod id's veth between two throwaway namespaces as ADD does and
+// serves its endpoint from a test agent: the host and pod namespaces, the endpoint and
+// the agent's socket.
+func checkedPod(t *testing.T, id string) (host, pod string, ep api.Endpoint, socket string) {
+	t.Helper()
+	host, pod = throwawayNetNS(t, "host"), throwawayNetNS(t, "pod")
+	ip := netip.MustParseAddr("10.244.7.9")
+	err := netns.Do(host, func() error {
+		l, err := setupVeth(pod, "eth0", api.HostIfName(id), 1500, 1500, 0, ip, netip.MustParseAddr(api.PodGateway))
+		ep = apiEndpoint(ip, l)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep.PodRef = api.PodRef{ContainerID: id, IfName: "eth0", NetNS: pod, Namespace: "default", Pod: id}
+	ep.HostIfName = api.HostIfName(id)
+	return host, pod, ep, checkAgent(t, ep)
 }
