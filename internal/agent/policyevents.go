@@ -153,26 +153,25 @@ func (e *policyEvents) report(nps []*networkingv1.NetworkPolicy, st policy.State
 			delete(e.reported, name) // gone or fixed: report it afresh if it comes back
 		}
 	}
-	queued, waiting, full := 0, 0, false
+	// The Events to queue are made first and published in current before any is
+	// queued: run may post one the moment it is queued, and must find it current.
+	type pending struct {
+		name, msg string
+		ev        *corev1.Event
+	}
+	var next []pending
+	waiting := 0
 	for _, np := range nps {
 		name := np.Namespace + "/" + np.Name
 		msg, ok := msgs[name]
 		if !ok || e.reported[name].msg == msg {
 			continue
 		}
-		if full || queued == e.perRound {
+		if len(next) == e.perRound {
 			waiting++
 			continue
 		}
-		ev := e.event(np, msg)
-		select {
-		case e.queue <- ev:
-			e.reported[name] = queuedEvent{msg: msg, ev: ev}
-			queued++
-		default:
-			full = true
-			waiting++
-		}
+		next = append(next, pending{name, msg, e.event(np, msg)})
 	}
 	current := make(map[string]*corev1.Event, len(msgs))
 	for name, msg := range msgs {
@@ -180,7 +179,22 @@ func (e *policyEvents) report(nps []*networkingv1.NetworkPolicy, st policy.State
 			current[name] = r.ev
 		}
 	}
+	for _, p := range next {
+		current[p.name] = p.ev
+	}
 	e.current.Store(&current)
+	queued := 0
+	for _, p := range next {
+		select {
+		case e.queue <- p.ev:
+			e.reported[p.name] = queuedEvent{msg: p.msg, ev: p.ev}
+			queued++
+			continue
+		default: // full: this and the rest wait for the next computation
+		}
+		waiting += len(next) - queued
+		break
+	}
 	e.waiting.Store(int64(waiting))
 	if waiting > 0 {
 		e.waitLog.Do(func() {
