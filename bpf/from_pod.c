@@ -11,6 +11,9 @@
  * through the VXLAN device, and to everything else via FIB +
  * bpf_redirect_neigh; legacy mode hands packets to the kernel stack (which,
  * in tunnel mode, encapsulates by the agent's encap routes).
+ *
+ * A pod's IPIP, 6in4 and GRE packets to cluster addresses are dropped with
+ * the source checks: their inner source is not checked (source_check_tunnel).
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -123,6 +126,8 @@ int myelin_from_pod(struct __sk_buff *skb)
 	if (ipv4_parse(skb, &info) < 0)
 		return verdict_drop(skb, &info, DIR_FROM_POD, DROP_INVALID_PACKET);
 	reason = source_check_ipv4(skb, &info, &src_ep);
+	if (!reason)
+		reason = source_check_tunnel(&info);
 	if (reason)
 		return verdict_drop(skb, &info, DIR_FROM_POD, reason);
 	isolated = policy_egress_begin(skb, &info, src_ep, &pt);

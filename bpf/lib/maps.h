@@ -116,8 +116,9 @@ struct {
 
 /*
  * myelin_nomasq: destinations never masqueraded (cluster CIDR, native
- * routing CIDR, non-masquerade CIDRs, node IPs), fed by the agent. The value
- * is unused (1).
+ * routing CIDR, non-masquerade CIDRs, node IPs), fed by the agent in every
+ * masquerade mode: they are also the cluster addresses a pod may send no
+ * IPIP, 6in4 or GRE to (lib/source.h). The value is unused (1).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);

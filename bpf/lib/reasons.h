@@ -59,10 +59,17 @@ enum reason {
 	/* A later IPv4 fragment whose first fragment (carrying the ports) was not seen. */
 	DROP_FRAG_NO_FLOW = 13,
 	/*
+	 * A pod sent an IPIP, IPv6-in-IPv4 or GRE packet to a cluster address
+	 * (a pod, a node, ipv4-native-routing-cidr, non-masquerade-cidrs): a
+	 * decapsulating device on a node would deliver its inner packet, whose
+	 * source nothing checked (lib/source.h, source_check_tunnel).
+	 */
+	DROP_POD_TUNNEL = 14,
+	/*
 	 * Service load balancing: the conntrack table of the flow's kind
 	 * (myelin_lb_ct for pods' flows, myelin_lb_ct_nodeport for NodePort
 	 * clients) is full, the new flow's entries can't be created. 20, not
-	 * 14: numbers 14-19 are left to the other hardening changes.
+	 * 15: numbers 15-19 are left to the other hardening changes.
 	 */
 	DROP_SVC_CT_FULL = 20,
 	/*

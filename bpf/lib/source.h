@@ -6,10 +6,16 @@
  * IPv4 must come from that address and MAC, ARP must announce them; anything
  * else (IPv6, router advertisements included, other ethertypes) is dropped.
  *
+ * A pod's IPIP, 6in4 or GRE packet to a cluster address is dropped too:
+ * a decapsulating device on a node that myelin did not make (tunl0, sit0,
+ * gre0) would unwrap it and route its inner packet, from any source, to the
+ * node's pods (source_check_tunnel).
+ *
  * Cost: one myelin_endpoints lookup per IPv4 packet (keyed by the source
- * address), a compare of the ingress ifindex and of the Ethernet source.
- * With source_verify 0 (enable-source-ip-verification: false) the IPv4 and
- * ARP checks are pruned at load; the non-IPv4 drop stays.
+ * address), a compare of the ingress ifindex and of the Ethernet source, a
+ * test of the IP protocol (a myelin_nomasq lookup only for those three
+ * protocols). With source_verify 0 (enable-source-ip-verification: false)
+ * the IPv4 and ARP checks are pruned at load; the non-IPv4 drop stays.
  */
 #ifndef MYELIN_LIB_SOURCE_H
 #define MYELIN_LIB_SOURCE_H
@@ -22,6 +28,7 @@
 #include "config.h"
 #include "endpoint.h"
 #include "ipv4.h"
+#include "maps.h"
 #include "reasons.h"
 
 #define ARP_HRD_ETHER 1
@@ -88,6 +95,32 @@ static __always_inline int source_check_ipv4(struct __sk_buff *skb, const struct
 	*ep = source_owner(skb, info->saddr, src);
 	if (!*ep)
 		return DROP_SPOOFED_SOURCE;
+	return 0;
+}
+
+/*
+ * source_check_tunnel returns DROP_POD_TUNNEL for an IPIP, IPv6-in-IPv4 or
+ * GRE packet (its outer source already checked) to an address inside the
+ * cluster: a pod (cluster_contains), this node, or another destination of
+ * myelin_nomasq (every node's IP, ipv4-native-routing-cidr,
+ * non-masquerade-cidrs; the agent writes it whatever the masquerade mode).
+ * Its inner packet may carry any source, and a node's decapsulating device
+ * myelin did not make would deliver it as if from there. Tunnels to other
+ * destinations (a pod running a VPN) pass. TCP and UDP pay one test of the
+ * protocol number.
+ */
+static __always_inline int source_check_tunnel(const struct ipv4_info *info)
+{
+	struct nomasq_key key = {.prefixlen = 32, .addr = info->daddr};
+
+	if (!source_verify)
+		return 0;
+	if (info->proto != IPPROTO_IPIP && info->proto != IPPROTO_IPV6 &&
+	    info->proto != IPPROTO_GRE)
+		return 0;
+	if (cluster_contains(info->daddr) || info->daddr == node_ip ||
+	    bpf_map_lookup_elem(&myelin_nomasq, &key))
+		return DROP_POD_TUNNEL;
 	return 0;
 }
 

@@ -19,8 +19,9 @@ type noMasqueradeSet interface {
 	SetNoMasquerade([]netip.Prefix) error
 }
 
-// masqueradeLoop owns the masquerading of pod traffic: the no-masquerade set (BPF
-// masquerade) or the nat chain (iptables masquerade), and removing the other. It is
+// masqueradeLoop owns the masquerading of pod traffic: the no-masquerade set (written
+// in every mode, it is also the cluster addresses pods may not tunnel to) and the nat
+// chain (iptables masquerade; removed in the other modes). It is
 // their only writer: first once at start-up, before the egress program is attached,
 // then from Run as the Nodes change.
 type masqueradeLoop struct {
@@ -76,12 +77,14 @@ func (m *masqueradeLoop) sync(nodes []*corev1.Node) error {
 	return nil
 }
 
+// apply writes the no-masquerade set in every mode: myelin_from_pod drops a pod's
+// IPIP, 6in4 and GRE packets to its addresses (bpf/lib/source.h), masquerade or not.
 func (m *masqueradeLoop) apply(keep []netip.Prefix) error {
+	if err := m.set.SetNoMasquerade(keep); err != nil {
+		return fmt.Errorf("write the no-masquerade set: %w", err)
+	}
 	switch m.mode {
 	case masqueradeBPF:
-		if err := m.set.SetNoMasquerade(keep); err != nil {
-			return fmt.Errorf("write the no-masquerade set: %w", err)
-		}
 		return iptables.RemoveMasquerade()
 	case masqueradeIPTables:
 		return iptables.SyncMasquerade(m.cluster, keep)

@@ -454,6 +454,7 @@ const (
 	myelinReasonDROP_UNKNOWN_TUNNEL_PEER myelinReason = 11
 	myelinReasonDROP_NODEPORT_NAT_FULL   myelinReason = 12
 	myelinReasonDROP_FRAG_NO_FLOW        myelinReason = 13
+	myelinReasonDROP_POD_TUNNEL          myelinReason = 14
 	myelinReasonDROP_SVC_CT_FULL         myelinReason = 20
 	myelinReasonDROP_POLICY_DENIED       myelinReason = 21
 	myelinReasonDROP_POLICY_MAP_FULL     myelinReason = 22

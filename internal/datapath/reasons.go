@@ -19,6 +19,7 @@ var reasonNames = map[myelinReason]string{
 	myelinReasonDROP_UNKNOWN_TUNNEL_PEER: "DROP_UNKNOWN_TUNNEL_PEER",
 	myelinReasonDROP_NODEPORT_NAT_FULL:   "DROP_NODEPORT_NAT_FULL",
 	myelinReasonDROP_FRAG_NO_FLOW:        "DROP_FRAG_NO_FLOW",
+	myelinReasonDROP_POD_TUNNEL:          "DROP_POD_TUNNEL",
 	myelinReasonDROP_SVC_CT_FULL:         "DROP_SVC_CT_FULL",
 	myelinReasonDROP_POLICY_DENIED:       "DROP_POLICY_DENIED",
 	myelinReasonDROP_POLICY_MAP_FULL:     "DROP_POLICY_MAP_FULL",

@@ -23,6 +23,7 @@ func TestReasonName(t *testing.T) {
 		{6, "DROP_NAT_FULL"},
 		{7, "DROP_NAT_NO_PORT"},
 		{8, "DROP_SVC_NO_BACKEND"},
+		{14, "DROP_POD_TUNNEL"},
 		{21, "DROP_POLICY_DENIED"},
 		{22, "DROP_POLICY_MAP_FULL"},
 		{61, "FLOWS_LIMITED"},
