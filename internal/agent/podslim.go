@@ -159,8 +159,16 @@ func policyPodOf(p *corev1.Pod) (policy.Pod, bool) {
 // cachedPolicyPods are the pods policy takes among the cache's objects: those with an
 // address, where this node's pods have their endpoint's (endpointIPs, "namespace/name"
 // → the address CNI ADD gave the pod's sandbox): before their status has one (see
-// policyadmit.go), and when the status still names an old sandbox's.
+// policyadmit.go), and when the status still names an old sandbox's. An address this
+// node's endpoint holds is that endpoint's pod's alone: another pod whose status still
+// names it (finished or terminating, its sandbox gone and the address given again)
+// is left out, or whichever of the two the cache listed last would decide the
+// address's identity and the new pod's isolation.
 func cachedPolicyPods(objs []any, node string, endpointIPs map[string]netip.Addr) []policy.Pod {
+	owner := make(map[netip.Addr]string, len(endpointIPs))
+	for ref, ip := range endpointIPs {
+		owner[ip] = ref
+	}
 	out := make([]policy.Pod, 0, len(objs))
 	for _, o := range objs {
 		if c, ok := o.(*policyCachedPod); ok && (c.Taken || c.Pending) && c.Pod.Node == node {
@@ -172,6 +180,9 @@ func cachedPolicyPods(objs []any, node string, endpointIPs map[string]netip.Addr
 			}
 		}
 		if pp, ok := podPolicyView(o); ok {
+			if ref, held := owner[pp.IP]; held && ref != pp.Ref() {
+				continue // a stale status: this node gave the address to ref
+			}
 			out = append(out, pp)
 		}
 	}

@@ -81,7 +81,8 @@ func TestCachedPolicyPodsEndpointAddress(t *testing.T) {
 		{PodRef: api.PodRef{Namespace: "shop", Pod: "moved"}, IP: "10.244.1.3", Created: time.Unix(100, 0)},
 	})
 	objs := []any{mk("new", "n1", ""), mk("moved", "n1", "10.244.1.3"), mk("remote", "n2", ""),
-		mk("no-endpoint", "n1", ""), mk("running", "n2", "10.244.2.9")}
+		mk("no-endpoint", "n1", ""), mk("running", "n2", "10.244.2.9"),
+		mk("stale", "n1", "10.244.1.7")} // its status names the address CNI gave "new" since
 	got := map[string]string{}
 	for _, p := range cachedPolicyPods(objs, "n1", eps) {
 		got[p.Name] = p.IP.String()
