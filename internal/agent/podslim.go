@@ -53,7 +53,7 @@ func slimPod(obj any) (any, error) {
 	}
 	ns := unique.Make(p.Namespace).Value()
 	c := &policyCachedPod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: ns,
-		ResourceVersion: p.ResourceVersion}}
+		ResourceVersion: p.ResourceVersion, UID: p.UID}}
 	c.Pod, c.Taken = policyPodOf(p)
 	if !c.Taken && p.Status.PodIP == "" && !p.Spec.HostNetwork && p.Spec.NodeName != "" && !finished(p) {
 		c.Pod, c.Pending = policy.PodWithoutIP(p), true
@@ -159,22 +159,25 @@ func policyPodOf(p *corev1.Pod) (policy.Pod, bool) {
 // cachedPolicyPods are the pods policy takes among the cache's objects: those with an
 // address, where this node's pods have their endpoint's (endpointIPs, "namespace/name"
 // → the address CNI ADD gave the pod's sandbox): before their status has one (see
-// policyadmit.go), and when the status still names an old sandbox's. An address this
+// policyadmit.go), and when the status still names an old sandbox's. The endpoint's
+// address goes only to the Pod of its UID: a pod recreated under its name (a
+// StatefulSet's) whose new Pod the cache does not hold yet must not be computed with
+// the old Pod's labels; it waits for its own (admission waits with it). An address this
 // node's endpoint holds is that endpoint's pod's alone: another pod whose status still
 // names it (finished or terminating, its sandbox gone and the address given again)
 // is left out, or whichever of the two the cache listed last would decide the
 // address's identity and the new pod's isolation.
-func cachedPolicyPods(objs []any, node string, endpointIPs map[string]netip.Addr) []policy.Pod {
+func cachedPolicyPods(objs []any, node string, endpointIPs map[string]endpointAddr) []policy.Pod {
 	owner := make(map[netip.Addr]string, len(endpointIPs))
-	for ref, ip := range endpointIPs {
-		owner[ip] = ref
+	for ref, ep := range endpointIPs {
+		owner[ep.ip] = ref
 	}
 	out := make([]policy.Pod, 0, len(objs))
 	for _, o := range objs {
 		if c, ok := o.(*policyCachedPod); ok && (c.Taken || c.Pending) && c.Pod.Node == node {
-			if ip, ok := endpointIPs[c.Pod.Ref()]; ok {
+			if ep, ok := endpointIPs[c.Pod.Ref()]; ok && ep.isOf(c.UID) {
 				pp := c.Pod
-				pp.IP = ip
+				pp.IP = ep.ip
 				out = append(out, pp)
 				continue
 			}

@@ -96,6 +96,31 @@ func TestCachedPolicyPodsEndpointAddress(t *testing.T) {
 	}
 }
 
+// A pod recreated under its name (a StatefulSet's) while the cache still holds the old
+// Pod: the new sandbox's endpoint address is not computed with the old Pod's labels
+// (by UID); the old Pod stays at the address its status names.
+func TestCachedPolicyPodsEndpointOfAnotherUID(t *testing.T) {
+	old, _ := slimPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-0", Namespace: "shop", UID: "uid-old",
+		Labels: map[string]string{"role": "old"}}, Spec: corev1.PodSpec{NodeName: "n1"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.1.3"}})
+	for _, c := range []struct {
+		uid, want string
+	}{
+		{"uid-new", "10.244.1.3"}, // another Pod's sandbox: the old Pod keeps its own address only
+		{"uid-old", "10.244.1.9"}, // its own sandbox: the endpoint's address
+		{"", "10.244.1.9"},        // a runtime without K8S_POD_UID: by name, as before
+	} {
+		eps := endpointIPs([]api.Endpoint{{PodRef: api.PodRef{Namespace: "shop", Pod: "db-0", PodUID: c.uid}, IP: "10.244.1.9"}})
+		var got []string
+		for _, p := range cachedPolicyPods([]any{old}, "n1", eps) {
+			got = append(got, p.IP.String())
+		}
+		if len(got) != 1 || got[0] != c.want {
+			t.Errorf("endpoint of UID %q: the old Pod computed at %v, want [%s]", c.uid, got, c.want)
+		}
+	}
+}
+
 // A pod as kwok runs it (testdata/kwok-pod.json: what the apiserver returned in
 // `myelin scale`, managed fields and status included) takes a third or less of its
 // heap once cached for policy: what the policy loop's cache holds per pod of the

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -131,10 +132,23 @@ func (v *policyView) includes(ref string, ip netip.Addr) bool {
 	return false
 }
 
+// endpointAddr is the address CNI ADD gave a pod's sandbox, and the pod's UID as the
+// runtime passed it (K8S_POD_UID; "" when it passed none).
+type endpointAddr struct {
+	ip  netip.Addr
+	uid string
+}
+
+// isOf says whether the endpoint is the Pod of uid's: its UID is that one, or either is
+// unknown (a runtime without K8S_POD_UID, an endpoint recorded before UIDs were).
+func (e endpointAddr) isOf(uid types.UID) bool {
+	return e.uid == "" || uid == "" || e.uid == string(uid)
+}
+
 // endpointIPs maps "namespace/name" to the address of each of this node's endpoints;
 // of a pod with two (an old sandbox not yet deleted), the newer one's.
-func endpointIPs(eps []api.Endpoint) map[string]netip.Addr {
-	out := make(map[string]netip.Addr, len(eps))
+func endpointIPs(eps []api.Endpoint) map[string]endpointAddr {
+	out := make(map[string]endpointAddr, len(eps))
 	created := make(map[string]time.Time, len(eps))
 	for _, ep := range eps {
 		ip, err := netip.ParseAddr(ep.IP)
@@ -142,7 +156,7 @@ func endpointIPs(eps []api.Endpoint) map[string]netip.Addr {
 		if err != nil || ep.Created.Before(created[ref]) {
 			continue
 		}
-		out[ref], created[ref] = ip, ep.Created
+		out[ref], created[ref] = endpointAddr{ip: ip, uid: ep.PodUID}, ep.Created
 	}
 	return out
 }
