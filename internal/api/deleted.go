@@ -52,7 +52,8 @@ type DeletedEndpoint struct {
 func DeletedDir(socket string) string { return filepath.Join(filepath.Dir(socket), "cni-deleted") }
 
 // containerIDPattern is what CNI allows in a container id; it also keeps ids safe as
-// file names.
+// file names. A pod's namespace, name and UID are of it too (CheckPodNames): none can
+// break a log line, a file name or a metric label.
 var containerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]*$`)
 
 // CheckContainerID returns an error for an id that is not a CNI container id
@@ -118,7 +119,7 @@ func writeDeleted(dir string, d DeletedEndpoint, max int) error {
 		return nil
 	}
 	if os.IsNotExist(err) {
-		n, err := countRecords(dir)
+		n, err := countRecords(dir, max)
 		if err != nil {
 			return fmt.Errorf("record deleted endpoint: count the records: %w", err)
 		}
@@ -133,8 +134,8 @@ func writeDeleted(dir string, d DeletedEndpoint, max int) error {
 	return nil
 }
 
-// countRecords is how many records dir holds, up to one past MaxDeletedRecords.
-func countRecords(dir string) (int, error) {
+// countRecords is how many records dir holds, counted up to max.
+func countRecords(dir string, max int) (int, error) {
 	f, err := os.Open(dir)
 	if err != nil {
 		return 0, err
@@ -148,7 +149,7 @@ func countRecords(dir string) (int, error) {
 				n++
 			}
 		}
-		if err == io.EOF || n > MaxDeletedRecords {
+		if err == io.EOF || n >= max {
 			return n, nil
 		}
 		if err != nil {

@@ -2,7 +2,6 @@ package api
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/utils"
@@ -21,11 +20,6 @@ const (
 	MaxPodUID      = 128
 	MaxNetNSPath   = 4095
 )
-
-// nameChars is what a pod's namespace, name and UID may hold: every Kubernetes
-// namespace, pod name and UID is of it, and none can break a log line, a file name
-// or a metric label.
-var nameChars = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.\-]*$`)
 
 // CheckPodRef returns an error for a pod reference the agent must not record: a
 // container id that is no CNI container id or longer than MaxContainerID, or a namespace, pod name, UID, interface
@@ -79,7 +73,7 @@ func checkName(what, v string, max int) error {
 		return nil
 	case len(v) > max:
 		return fmt.Errorf("%s is %d bytes long, at most %d: %s", what, len(v), max, clipQuote(v))
-	case !nameChars.MatchString(v):
+	case !containerIDPattern.MatchString(v):
 		return fmt.Errorf("%s %s is not a Kubernetes name (letters, digits, '_', '.', '-', starting with a letter or digit)", what, clipQuote(v))
 	}
 	return nil
@@ -101,8 +95,11 @@ func checkNetNSPath(p string) error {
 }
 
 // clipQuote quotes a value for an error, cut to 64 bytes so a huge one gives a short error.
-func clipQuote(s string) string {
-	const max = 64
+func clipQuote(s string) string { return QuoteClipped(s, 64) }
+
+// QuoteClipped quotes s for an error message, cut to max bytes with its length said,
+// so a huge input gives a short error.
+func QuoteClipped(s string, max int) string {
 	if len(s) <= max {
 		return fmt.Sprintf("%q", s)
 	}

@@ -204,12 +204,7 @@ func checkPodNames(a k8sArgs) error {
 }
 
 // quote quotes an input for an error message, cut to maxQuoted bytes.
-func quote(s string) string {
-	if len(s) <= maxQuoted {
-		return fmt.Sprintf("%q", s)
-	}
-	return fmt.Sprintf("%q... (%d bytes)", s[:maxQuoted], len(s))
-}
+func quote(s string) string { return api.QuoteClipped(s, maxQuoted) }
 
 // clip cuts an error text that may quote a huge input.
 func clip(s string) string {
