@@ -153,41 +153,13 @@ func (e *policyEvents) report(nps []*networkingv1.NetworkPolicy, st policy.State
 			delete(e.reported, name) // gone or fixed: report it afresh if it comes back
 		}
 	}
-	// The Events to queue are made first and published in current before any is
-	// queued: run may post one the moment it is queued, and must find it current.
-	type pending struct {
-		name, msg string
-		ev        *corev1.Event
-	}
-	var next []pending
-	waiting := 0
-	for _, np := range nps {
-		name := np.Namespace + "/" + np.Name
-		msg, ok := msgs[name]
-		if !ok || e.reported[name].msg == msg {
-			continue
-		}
-		if len(next) == e.perRound {
-			waiting++
-			continue
-		}
-		next = append(next, pending{name, msg, e.event(np, msg)})
-	}
-	current := make(map[string]*corev1.Event, len(msgs))
-	for name, msg := range msgs {
-		if r, ok := e.reported[name]; ok && r.msg == msg {
-			current[name] = r.ev
-		}
-	}
-	for _, p := range next {
-		current[p.name] = p.ev
-	}
-	e.current.Store(&current)
+	next, waiting := e.newEvents(nps, msgs)
+	e.publish(msgs, next)
 	queued := 0
 	for _, p := range next {
 		select {
 		case e.queue <- p.ev:
-			e.reported[p.name] = queuedEvent{msg: p.msg, ev: p.ev}
+			e.reported[p.name] = p.queuedEvent
 			queued++
 			continue
 		default: // full: this and the rest wait for the next computation
@@ -202,6 +174,46 @@ func (e *policyEvents) report(nps []*networkingv1.NetworkPolicy, st policy.State
 				"rate per second", policyEventRate)
 		})
 	}
+}
+
+// pendingEvent is an Event report is about to queue for the policy name.
+type pendingEvent struct {
+	name string
+	queuedEvent
+}
+
+// newEvents makes the Events of the policies whose problems msgs has not reported yet,
+// perRound at most, and counts those beyond it.
+func (e *policyEvents) newEvents(nps []*networkingv1.NetworkPolicy, msgs map[string]string) (next []pendingEvent, waiting int) {
+	for _, np := range nps {
+		name := np.Namespace + "/" + np.Name
+		msg, ok := msgs[name]
+		if !ok || e.reported[name].msg == msg {
+			continue
+		}
+		if len(next) == e.perRound {
+			waiting++
+			continue
+		}
+		next = append(next, pendingEvent{name, queuedEvent{msg: msg, ev: e.event(np, msg)}})
+	}
+	return next, waiting
+}
+
+// publish stores in current the Event of each policy's present problems: the one
+// queued before, or the one about to be. It runs before report queues any: run may
+// post one the moment it is queued, and must find it current.
+func (e *policyEvents) publish(msgs map[string]string, next []pendingEvent) {
+	current := make(map[string]*corev1.Event, len(msgs))
+	for name, msg := range msgs {
+		if r, ok := e.reported[name]; ok && r.msg == msg {
+			current[name] = r.ev
+		}
+	}
+	for _, p := range next {
+		current[p.name] = p.ev
+	}
+	e.current.Store(&current)
 }
 
 // event is the Warning Event saying node cannot enforce np as written.
