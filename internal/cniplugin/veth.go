@@ -77,24 +77,33 @@ func setupVeth(netnsPath, ifName, hostIf string, mtu, routeMTU, gso int, ip, gw 
 		}
 		return podLink{}, err
 	}
-	hostLink, err := host.LinkByIndex(out.HostIndex)
-	if err == nil && hostLink.Attrs().Name != hostIf {
-		err = fmt.Errorf("the link at index %d is %s now", out.HostIndex, hostLink.Attrs().Name)
-	}
-	if err == nil && gso > 0 {
-		err = link.SetIPv4GSOGRO(host, hostLink, gso)
-	}
-	if err == nil {
-		err = hardenHostVeth(hostIf)
-	}
-	if err == nil {
-		err = host.LinkSetUp(hostLink)
-	}
-	if err != nil {
+	if err := bringUpHostVeth(host, out.HostIndex, hostIf, gso); err != nil {
 		_ = link.DeleteAt(out.HostIndex, hostIf)
 		return podLink{}, fmt.Errorf("bring up host veth %s: %w", hostIf, err)
 	}
 	return out, nil
+}
+
+// bringUpHostVeth readies the host side of the pair setupVeth made, at index: still
+// named hostIf (not another link that took the index's place), its GSO/GRO size (gso
+// above 0), IPv6 off (hardenHostVeth), then up.
+func bringUpHostVeth(host *netlink.Handle, index int, hostIf string, gso int) error {
+	hostLink, err := host.LinkByIndex(index)
+	if err != nil {
+		return err
+	}
+	if name := hostLink.Attrs().Name; name != hostIf {
+		return fmt.Errorf("the link at index %d is %s now", index, name)
+	}
+	if gso > 0 {
+		if err := link.SetIPv4GSOGRO(host, hostLink, gso); err != nil {
+			return err
+		}
+	}
+	if err := hardenHostVeth(hostIf); err != nil {
+		return err
+	}
+	return host.LinkSetUp(hostLink)
 }
 
 // vethExists says which name of a veth pair that could not be created exists
