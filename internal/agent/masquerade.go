@@ -19,6 +19,21 @@ type noMasqueradeSet interface {
 	SetNoMasquerade([]netip.Prefix) error
 }
 
+// natChain is the iptables masquerade chain (internal/iptables); a field of
+// masqueradeLoop so a unit test can see what each mode writes.
+type natChain interface {
+	Sync(cluster netip.Prefix, keep []netip.Prefix) error
+	Remove() error
+}
+
+// iptablesNAT is the real natChain.
+type iptablesNAT struct{}
+
+func (iptablesNAT) Sync(cluster netip.Prefix, keep []netip.Prefix) error {
+	return iptables.SyncMasquerade(cluster, keep)
+}
+func (iptablesNAT) Remove() error { return iptables.RemoveMasquerade() }
+
 // masqueradeLoop owns the masquerading of pod traffic: the no-masquerade set (written
 // in every mode, it is also the cluster addresses pods may not tunnel to) and the nat
 // chain (iptables masquerade; removed in the other modes). It is
@@ -29,6 +44,7 @@ type masqueradeLoop struct {
 	cluster netip.Prefix
 	base    []netip.Prefix // noMasqueradeBase
 	set     noMasqueradeSet
+	nat     natChain
 	nodes   *nodeWatch
 	changed <-chan struct{}
 	loops   *loops
@@ -39,7 +55,7 @@ type masqueradeLoop struct {
 
 func newMasqueradeLoop(p nodePlan, set noMasqueradeSet, nodes *nodeWatch, l *loops, log *slog.Logger) *masqueradeLoop {
 	return &masqueradeLoop{mode: p.Masquerade, cluster: p.ClusterCIDR, base: p.NoMasqueradeBase, set: set,
-		nodes: nodes, changed: nodes.subscribe(), loops: l, log: log}
+		nat: iptablesNAT{}, nodes: nodes, changed: nodes.subscribe(), loops: l, log: log}
 }
 
 // first writes the set from the Nodes the apiserver lists now, before anything is
@@ -83,14 +99,10 @@ func (m *masqueradeLoop) apply(keep []netip.Prefix) error {
 	if err := m.set.SetNoMasquerade(keep); err != nil {
 		return fmt.Errorf("write the no-masquerade set: %w", err)
 	}
-	switch m.mode {
-	case masqueradeBPF:
-		return iptables.RemoveMasquerade()
-	case masqueradeIPTables:
-		return iptables.SyncMasquerade(m.cluster, keep)
-	default:
-		return iptables.RemoveMasquerade()
+	if m.mode == masqueradeIPTables {
+		return m.nat.Sync(m.cluster, keep)
 	}
+	return m.nat.Remove() // masqueradeBPF, masqueradeOff
 }
 
 // noMasquerade is the set of destinations pod traffic keeps its source for: base
