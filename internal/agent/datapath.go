@@ -37,10 +37,38 @@ type nodeDatapath struct {
 	flows *flowstore.Store
 }
 
+// ownStateDir makes the agent's state directory and keeps it root's alone (0700): its
+// file names are container ids, its records pods' addresses and identities. The
+// chart's hostPath and an older agent made it 0755, so an existing directory is
+// tightened too; a symlink is refused, since the agent empties the directory on
+// cleanup and would follow it.
+func ownStateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("state directory (--state-dir): %w", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("state directory (--state-dir): %w", err)
+	}
+	if !fi.IsDir() {
+		what := "not a directory"
+		if fi.Mode()&os.ModeSymlink != 0 {
+			what = "a symlink"
+		}
+		return fmt.Errorf("state directory %s (--state-dir) is %s; remove it or point --state-dir at a directory of its own", dir, what)
+	}
+	if fi.Mode().Perm() != 0o700 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("state directory %s (--state-dir): make it 0700: %w", dir, err)
+		}
+	}
+	return nil
+}
+
 // startDatapath opens IPAM, loads and attaches BPF, sets up or removes legacy
 // forwarding as the plan says, and adopts existing endpoints.
 func (s *startup) startDatapath(ctx context.Context, nodes *nodeWatch) (*nodeDatapath, error) {
-	if err := os.MkdirAll(s.cfg.StateDir, 0o700); err != nil {
+	if err := ownStateDir(s.cfg.StateDir); err != nil {
 		return nil, err
 	}
 	if err := ensureBPFFS(s.cfg.BPFFSDir, s.cfg.MountBPFFS); err != nil {

@@ -1,0 +1,49 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestOwnStateDir: the state directory ends 0700 whether new or left 0755 by the
+// chart's hostPath; a symlink or a file in its place is refused, named.
+func TestOwnStateDir(t *testing.T) {
+	base := t.TempDir()
+	fresh := filepath.Join(base, "fresh", "myelin")
+	open := filepath.Join(base, "open")
+	if err := os.Mkdir(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o755); err != nil { // past the umask
+		t.Fatal(err)
+	}
+	for _, dir := range []string{fresh, open} {
+		if err := ownStateDir(dir); err != nil {
+			t.Fatalf("ownStateDir(%s): %v", dir, err)
+		}
+		fi, err := os.Stat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s is %v, want 0700", dir, fi.Mode().Perm())
+		}
+	}
+
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(open, link); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(base, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{link, file} {
+		err := ownStateDir(bad)
+		if err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "--state-dir") {
+			t.Errorf("ownStateDir(%s) = %v, want an error naming it and --state-dir", bad, err)
+		}
+	}
+}
