@@ -127,7 +127,7 @@ int myelin_from_pod(struct __sk_buff *skb)
 		return verdict_drop(skb, &info, DIR_FROM_POD, DROP_INVALID_PACKET);
 	reason = source_check_ipv4(skb, &info, &src_ep);
 	if (!reason)
-		reason = source_check_tunnel(&info);
+		reason = source_check_tunnel(skb, &info);
 	if (reason)
 		return verdict_drop(skb, &info, DIR_FROM_POD, reason);
 	isolated = policy_egress_begin(skb, &info, src_ep, &pt);

@@ -6,16 +6,16 @@
  * IPv4 must come from that address and MAC, ARP must announce them; anything
  * else (IPv6, router advertisements included, other ethertypes) is dropped.
  *
- * A pod's IPIP, 6in4 or GRE packet to a cluster address is dropped too:
- * a decapsulating device on a node that myelin did not make (tunl0, sit0,
- * gre0) would unwrap it and route its inner packet, from any source, to the
- * node's pods (source_check_tunnel).
+ * A pod's IPIP, 6in4 or GRE packet to a cluster address or to any address of
+ * this node is dropped too: a decapsulating device on a node that myelin did
+ * not make (tunl0, sit0, gre0) would unwrap it and route its inner packet,
+ * from any source, to the node's pods (source_check_tunnel).
  *
  * Cost: one myelin_endpoints lookup per IPv4 packet (keyed by the source
  * address), a compare of the ingress ifindex and of the Ethernet source, a
- * test of the IP protocol (a myelin_nomasq lookup only for those three
- * protocols). With source_verify 0 (enable-source-ip-verification: false)
- * the IPv4 and ARP checks are pruned at load; the non-IPv4 drop stays.
+ * test of the IP protocol (a myelin_nomasq lookup and a FIB lookup only for
+ * those three protocols). With source_verify 0
+ * (enable-source-ip-verification: false) the IPv4 and ARP checks are pruned at load; the non-IPv4 drop stays.
  */
 #ifndef MYELIN_LIB_SOURCE_H
 #define MYELIN_LIB_SOURCE_H
@@ -32,6 +32,10 @@
 #include "reasons.h"
 
 #define ARP_HRD_ETHER 1
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
 
 /* arp_eth_ipv4 is an Ethernet/IPv4 ARP packet (RFC 826) as on the wire. */
 struct arp_eth_ipv4 {
@@ -99,17 +103,42 @@ static __always_inline int source_check_ipv4(struct __sk_buff *skb, const struct
 }
 
 /*
+ * tunnel_dst_local tells whether this node would take a packet to info->daddr
+ * for itself: the FIB answers NOT_FWDED for a local, broadcast or multicast
+ * destination (any address of the node: a second uplink's, a loopback's, not
+ * only node_ip), and FWD_DISABLED when the pod's veth does not forward, where
+ * delivering locally is all the stack could do with it. A function of its
+ * own (not inlined): its lookup's stack is not added to myelin_from_pod's
+ * deepest call chain.
+ */
+static __noinline int tunnel_dst_local(struct __sk_buff *skb, const struct ipv4_info *info)
+{
+	struct bpf_fib_lookup fib = {
+		.family = AF_INET,
+		.tos = info->tos,
+		.l4_protocol = info->proto,
+		.ipv4_src = info->saddr,
+		.ipv4_dst = info->daddr,
+		.ifindex = skb->ingress_ifindex,
+	};
+	long rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
+
+	return rc == BPF_FIB_LKUP_RET_NOT_FWDED || rc == BPF_FIB_LKUP_RET_FWD_DISABLED;
+}
+
+/*
  * source_check_tunnel returns DROP_POD_TUNNEL for an IPIP, IPv6-in-IPv4 or
  * GRE packet (its outer source already checked) to an address inside the
- * cluster: a pod (cluster_contains), this node, or another destination of
+ * cluster: a pod (cluster_contains), this node (node_ip, or any address the
+ * FIB says is this node's: tunnel_dst_local), or another destination of
  * myelin_nomasq (every node's IP, ipv4-native-routing-cidr,
  * non-masquerade-cidrs; the agent writes it whatever the masquerade mode).
  * Its inner packet may carry any source, and a node's decapsulating device
  * myelin did not make would deliver it as if from there. Tunnels to other
  * destinations (a pod running a VPN) pass. TCP and UDP pay one test of the
- * protocol number.
+ * protocol number; only these three protocols pay the lookups.
  */
-static __always_inline int source_check_tunnel(const struct ipv4_info *info)
+static __always_inline int source_check_tunnel(struct __sk_buff *skb, const struct ipv4_info *info)
 {
 	struct nomasq_key key = {.prefixlen = 32, .addr = info->daddr};
 
@@ -119,7 +148,7 @@ static __always_inline int source_check_tunnel(const struct ipv4_info *info)
 	    info->proto != IPPROTO_GRE)
 		return 0;
 	if (cluster_contains(info->daddr) || info->daddr == node_ip ||
-	    bpf_map_lookup_elem(&myelin_nomasq, &key))
+	    bpf_map_lookup_elem(&myelin_nomasq, &key) || tunnel_dst_local(skb, info))
 		return DROP_POD_TUNNEL;
 	return 0;
 }

@@ -1,8 +1,12 @@
 package datapath
 
 import (
+	"fmt"
+	"net"
 	"net/netip"
 	"testing"
+
+	"github.com/vishvananda/netlink"
 )
 
 // IP protocols that carry a whole packet: a node's decapsulating device
@@ -103,5 +107,58 @@ func TestPrivilegedBPFSourceTunnelOff(t *testing.T) {
 		NodeIP: testNodeIP, ClusterCIDR: testClusterCIDR})
 	runCases(t, d, d.objs.MyelinFromPod, "from-pod", []progCase{
 		{name: "IPIP to the node passes", endpoints: seedAB, in: tunnelled(protoIPIP, nodeIP).build(), verdict: tcActOK, reason: "PASS_STACK"},
+	})
+}
+
+// A pod's tunnel packet to any address of its node is dropped, not only to
+// node_ip: here 192.168.77.1, the FIB lab's second uplink, which no map names.
+// With forwarding off on the pod's veth the node could only take it for
+// itself, so it is dropped too; beyond the lab's gateway it is forwarded.
+func TestPrivilegedBPFSourceTunnelLocalAddress(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, NodeIP: testNodeIP, ClusterCIDR: testClusterCIDR})
+	if err := d.SetNoMasquerade(tunnelNoMasq); err != nil {
+		t.Fatal(err)
+	}
+	inNetns(t, func(string) {
+		lab, err := setupFIBLab()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		// A VPN peer outside the cluster (testClusterCIDR is 10/8).
+		if err := netlink.RouteAdd(&netlink.Route{Dst: cidr("203.0.113.0/24"), Gw: net.ParseIP("192.168.77.2"), LinkIndex: lab.out}); err != nil {
+			t.Errorf("add route: %v", err)
+			return
+		}
+		ctx := &skbCtx{IngressIfindex: uint32(lab.in), Ifindex: uint32(lab.in)}
+		sender := podASender
+		sender.IfIndex = lab.in
+		seed := map[string]EndpointInfo{podA: sender, podBIP: podB}
+		row := func(name string, p pkt, verdict uint32, out []byte, reason string) progCase {
+			return progCase{name: name, endpoints: seed, in: p.build(), ctx: ctx, verdict: verdict, out: out, reason: reason}
+		}
+		for _, forwarding := range []bool{true, false} {
+			if err := setForwarding(forwarding); err != nil {
+				t.Errorf("set forwarding: %v", err)
+				return
+			}
+			for _, proto := range []uint8{protoIPIP, protoIPv6, protoGRE} {
+				local := tunnelled(proto, "192.168.77.1")
+				outside := tunnelled(proto, "203.0.113.5")
+				cases := []progCase{row(fmt.Sprintf("proto %d to a second uplink's address", proto), local, tcActShot, nil, "DROP_POD_TUNNEL")}
+				if forwarding {
+					cases = append(cases, row(fmt.Sprintf("proto %d beyond the gateway", proto), outside, tcActRedirect,
+						outside.withTTL(outside.ttl-1).build(), "FORWARDED"))
+				} else {
+					cases = append(cases, row(fmt.Sprintf("proto %d, forwarding off", proto), outside, tcActShot, nil, "DROP_POD_TUNNEL"))
+				}
+				for _, c := range cases {
+					if err := checkCase(d, d.objs.MyelinFromPod, "from-pod", c); err != nil {
+						t.Errorf("forwarding %v: %v", forwarding, err)
+					}
+				}
+			}
+		}
 	})
 }
