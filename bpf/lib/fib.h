@@ -36,6 +36,25 @@ static __always_inline int fib_redirect_neigh(struct __sk_buff *skb, const struc
 }
 
 /*
+ * fib_lookup_ingress asks the FIB where the stack would route the parsed
+ * packet that came in on skb's ingress device (the bpf_fib_lookup return
+ * code; fib gets the answer). BPF_FIB_LOOKUP_SKIP_NEIGH: see fib_forward.
+ */
+static __always_inline long fib_lookup_ingress(struct __sk_buff *skb, const struct ipv4_info *info,
+					       struct bpf_fib_lookup *fib)
+{
+	*fib = (struct bpf_fib_lookup){
+		.family = AF_INET,
+		.tos = info->tos,
+		.l4_protocol = info->proto,
+		.ipv4_src = info->saddr,
+		.ipv4_dst = info->daddr,
+		.ifindex = skb->ingress_ifindex,
+	};
+	return bpf_fib_lookup(skb, fib, sizeof(*fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
+}
+
+/*
  * fib_forward routes by the kernel FIB. tot_len is left 0 on purpose: the
  * kernel then checks the skb itself against the egress MTU, which is right
  * for GSO packets whose IP total length exceeds the MTU.
@@ -51,15 +70,8 @@ static __always_inline int fib_redirect_neigh(struct __sk_buff *skb, const struc
 static __always_inline int fib_forward(struct __sk_buff *skb, const struct ipv4_info *info,
 				       __u8 dir)
 {
-	struct bpf_fib_lookup fib = {
-		.family = AF_INET,
-		.tos = info->tos,
-		.l4_protocol = info->proto,
-		.ipv4_src = info->saddr,
-		.ipv4_dst = info->daddr,
-		.ifindex = skb->ingress_ifindex,
-	};
-	long rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
+	struct bpf_fib_lookup fib;
+	long rc = fib_lookup_ingress(skb, info, &fib);
 
 	switch (rc) {
 	case BPF_FIB_LKUP_RET_SUCCESS:

@@ -27,15 +27,12 @@
 
 #include "config.h"
 #include "endpoint.h"
+#include "fib.h"
 #include "ipv4.h"
 #include "maps.h"
 #include "reasons.h"
 
 #define ARP_HRD_ETHER 1
-
-#ifndef AF_INET
-#define AF_INET 2
-#endif
 
 /* arp_eth_ipv4 is an Ethernet/IPv4 ARP packet (RFC 826) as on the wire. */
 struct arp_eth_ipv4 {
@@ -113,15 +110,8 @@ static __always_inline int source_check_ipv4(struct __sk_buff *skb, const struct
  */
 static __noinline int tunnel_dst_local(struct __sk_buff *skb, const struct ipv4_info *info)
 {
-	struct bpf_fib_lookup fib = {
-		.family = AF_INET,
-		.tos = info->tos,
-		.l4_protocol = info->proto,
-		.ipv4_src = info->saddr,
-		.ipv4_dst = info->daddr,
-		.ifindex = skb->ingress_ifindex,
-	};
-	long rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
+	struct bpf_fib_lookup fib;
+	long rc = fib_lookup_ingress(skb, info, &fib);
 
 	return rc == BPF_FIB_LKUP_RET_NOT_FWDED || rc == BPF_FIB_LKUP_RET_FWD_DISABLED;
 }
