@@ -132,7 +132,7 @@ func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
 	// The allocation and its pending mark are one step: a GC between them would take
 	// the allocation of an ADD in flight.
 	m.mu.Lock()
-	ip, err := m.pool.Allocate(ref.ContainerID)
+	ip, err := m.pool.Allocate(ref.ContainerID, nil)
 	if err == nil {
 		// A container with a registered endpoint records no attempt: its IP is the
 		// endpoint's, which Release never frees.

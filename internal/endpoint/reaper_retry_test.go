@@ -183,7 +183,7 @@ func TestReaperKeepsAVethSomeoneOwns(t *testing.T) {
 	if as, _ := reapDue(f); len(as) != 1 || as[0].Outcome != Failed {
 		t.Fatalf("attempt on a veth no one owns: %+v, want the fake's failure", as)
 	}
-	if _, err := f.pool.Allocate("b"); err != nil { // an IP for b, as the previous agent gave it
+	if _, err := f.pool.Allocate("b", nil); err != nil { // an IP for b, as the previous agent gave it
 		t.Fatal(err)
 	}
 	clock.advance(retryFirst)

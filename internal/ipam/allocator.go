@@ -9,6 +9,10 @@ import (
 // ErrExhausted is returned when every address of the range is in use.
 var ErrExhausted = errors.New("pod IP range exhausted")
 
+// ErrClaimed is returned when the range's free addresses are all claimed (Claimed)
+// by Pods being deleted; it wraps ErrExhausted. It passes once those Pods are gone.
+var ErrClaimed = fmt.Errorf("%w for now", ErrExhausted)
+
 // Allocator hands out the addresses of one IPv4 range to owners (CNI container ids).
 // Allocation for an owner that already has an address returns that address, so a
 // retried CNI ADD does not leak. Not safe for concurrent use; Pool locks it.
@@ -48,21 +52,38 @@ func (a *Allocator) Total() int { return 1<<(32-a.cidr.Bits()) - 3 }
 // Used is how many addresses are handed out.
 func (a *Allocator) Used() int { return len(a.owners) }
 
+// Claimed says whether a free address is still claimed elsewhere: a Pod object
+// whose status lists it while it is being deleted (its sandbox gone, its address
+// released). Other nodes map the address to that Pod's identity until their watch
+// sees it end, so a new pod given the address would be taken for the old one there.
+// A nil Claimed claims nothing.
+type Claimed func(netip.Addr) bool
+
 // Allocate returns owner's address, choosing a free one if it has none. It scans from
 // after the last allocation (Next), wrapping around, so a released address is not
-// reused at once: the others come first.
-func (a *Allocator) Allocate(owner string) (netip.Addr, error) {
+// reused at once: the others come first. It passes over free addresses claimed says
+// are claimed; an owner's existing address is returned even if claimed (a retried
+// ADD keeps what it has). When every free address is claimed the error wraps both
+// ErrExhausted and ErrClaimed.
+func (a *Allocator) Allocate(owner string, claimed Claimed) (netip.Addr, error) {
 	if ip, ok := a.byUser[owner]; ok {
 		return ip, nil
 	}
-	ip := a.next
+	ip, held := a.next, 0
 	for range a.Total() {
 		if _, used := a.owners[ip]; !used {
-			a.owners[ip], a.byUser[owner] = owner, ip
-			a.next = a.after(ip)
-			return ip, nil
+			if claimed == nil || !claimed(ip) {
+				a.owners[ip], a.byUser[owner] = owner, ip
+				a.next = a.after(ip)
+				return ip, nil
+			}
+			held++
 		}
 		ip = a.after(ip)
+	}
+	if held > 0 {
+		return netip.Addr{}, fmt.Errorf("%w: %d of the %d addresses of %v are in use and %d more are free but still listed by Pods being deleted "+
+			"(other nodes take them for those Pods until they are gone); retry once those Pods are gone", ErrClaimed, a.Total()-held, a.Total(), a.cidr, held)
 	}
 	return netip.Addr{}, fmt.Errorf("%w: all %d addresses of %v are in use", ErrExhausted, a.Total(), a.cidr)
 }

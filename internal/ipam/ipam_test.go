@@ -20,7 +20,7 @@ func TestAllocatorExhaustsAndReuses(t *testing.T) {
 	}
 	got := map[netip.Addr]bool{}
 	for i := range 5 {
-		ip, err := a.Allocate(string(rune('a' + i)))
+		ip, err := a.Allocate(string(rune('a'+i)), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -29,10 +29,10 @@ func TestAllocatorExhaustsAndReuses(t *testing.T) {
 		}
 		got[ip] = true
 	}
-	if again, _ := a.Allocate("a"); again.String() != "10.0.0.2" {
+	if again, _ := a.Allocate("a", nil); again.String() != "10.0.0.2" {
 		t.Errorf("re-allocating for the same owner gave %v, want its address 10.0.0.2", again)
 	}
-	if _, err := a.Allocate("z"); !errors.Is(err, ErrExhausted) {
+	if _, err := a.Allocate("z", nil); !errors.Is(err, ErrExhausted) {
 		t.Fatalf("allocation past the end: %v, want ErrExhausted", err)
 	}
 	ip, ok := a.Release("c")
@@ -42,7 +42,7 @@ func TestAllocatorExhaustsAndReuses(t *testing.T) {
 	if _, ok := a.Release("c"); ok {
 		t.Error("second release reported an address")
 	}
-	if ip, err := a.Allocate("z"); err != nil || ip.String() != "10.0.0.4" {
+	if ip, err := a.Allocate("z", nil); err != nil || ip.String() != "10.0.0.4" {
 		t.Errorf("allocation after release = %v %v, want the freed 10.0.0.4", ip, err)
 	}
 }
@@ -54,8 +54,8 @@ func TestPoolPersists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, _ := p.Allocate("ctr-a")
-	b, _ := p.Allocate("ctr-b")
+	a, _ := p.Allocate("ctr-a", nil)
+	b, _ := p.Allocate("ctr-b", nil)
 	if err := p.Release("ctr-a"); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestPoolKeepsItsScanPositionAcrossRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, owner := range []string{"a", "b", "c"} { // .2, .3, .4
-		if _, err := p.Allocate(owner); err != nil {
+		if _, err := p.Allocate(owner, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -101,7 +101,7 @@ func TestPoolKeepsItsScanPositionAcrossRestarts(t *testing.T) {
 	}
 	var got []string
 	for _, owner := range []string{"d", "e", "f"} {
-		ip, err := p.Allocate(owner)
+		ip, err := p.Allocate(owner, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,8 +140,57 @@ func TestOpenPoolReadsFilesWithoutAScanPosition(t *testing.T) {
 		if ip, ok := p.Lookup("a"); !ok || ip.String() != "10.244.1.4" {
 			t.Errorf("%s: a = %v %v, want 10.244.1.4", c.name, ip, ok)
 		}
-		if ip, err := p.Allocate("b"); err != nil || ip.String() != "10.244.1.2" {
+		if ip, err := p.Allocate("b", nil); err != nil || ip.String() != "10.244.1.2" {
 			t.Errorf("%s: first allocation %v %v, want the range's first 10.244.1.2", c.name, ip, err)
 		}
+	}
+}
+
+// A pool whose only free address is claimed refuses a new owner, naming the range and
+// why, without losing its state; the owner whose Pod claims it (a retried ADD) keeps
+// it; once the claim is gone the address is handed out, and the round-robin goes on
+// from there.
+func TestPoolPassesOverClaimedAddresses(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ipam.json")
+	cidr := netip.MustParsePrefix("10.244.1.0/29") // .2 to .6
+	p, err := OpenPool(path, cidr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, owner := range []string{"a", "b", "c", "d"} { // .2 to .5
+		if _, err := p.Allocate(owner, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Release("b"); err != nil { // .3 free, the scan at .6
+		t.Fatal(err)
+	}
+	terminating := map[netip.Addr]bool{netip.MustParseAddr("10.244.1.3"): true, netip.MustParseAddr("10.244.1.6"): true}
+	claimed := func(ip netip.Addr) bool { return terminating[ip] }
+	_, err = p.Allocate("e", claimed)
+	if !errors.Is(err, ErrClaimed) || !errors.Is(err, ErrExhausted) {
+		t.Fatalf("allocation with every free address claimed: %v, want ErrClaimed and ErrExhausted", err)
+	}
+	for _, want := range []string{"10.244.1.0/29", "3 of the 5", "2 more", "being deleted", "retry"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if _, ok := p.Lookup("e"); ok {
+		t.Error("a refused allocation is kept")
+	}
+	if ip, err := p.Allocate("a", claimed); err != nil || ip.String() != "10.244.1.2" {
+		t.Errorf("a's retried allocation = %v %v, want its 10.244.1.2", ip, err)
+	}
+	delete(terminating, netip.MustParseAddr("10.244.1.3")) // that Pod is gone
+	if ip, err := p.Allocate("e", claimed); err != nil || ip.String() != "10.244.1.3" {
+		t.Fatalf("allocation once .3's Pod is gone = %v %v, want 10.244.1.3", ip, err)
+	}
+	if err := p.Release("c"); err != nil { // .4 free, the scan at .4
+		t.Fatal(err)
+	}
+	delete(terminating, netip.MustParseAddr("10.244.1.6"))
+	if ip, err := p.Allocate("f", claimed); err != nil || ip.String() != "10.244.1.4" {
+		t.Errorf("next allocation = %v %v, want 10.244.1.4 (the scan goes on after .3)", ip, err)
 	}
 }

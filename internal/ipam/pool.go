@@ -134,16 +134,18 @@ func (p *Pool) save() error {
 	return statefile.Write(p.path, b, 0o600)
 }
 
-// Allocate returns owner's address (existing or new) and persists a new one. An
+// Allocate returns owner's address (existing or new) and persists a new one; a new
+// one is none that claimed says is claimed (Allocator.Allocate; nil: none is). An
 // existing address (a retried ADD) needs no write, and a failed write never takes it
 // away: its endpoint may hold it, and the next allocation would hand it out again.
-func (p *Pool) Allocate(owner string) (netip.Addr, error) {
+// claimed is called with the pool locked: it must be cheap and must not call the pool.
+func (p *Pool) Allocate(owner string, claimed Claimed) (netip.Addr, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if ip, ok := p.alloc.byUser[owner]; ok {
 		return ip, nil
 	}
-	ip, err := p.alloc.Allocate(owner)
+	ip, err := p.alloc.Allocate(owner, claimed)
 	if err != nil {
 		return ip, err
 	}

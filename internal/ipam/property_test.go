@@ -33,7 +33,7 @@ func TestAllocatorRandomSequences(t *testing.T) {
 				}
 				delete(held, owner)
 			} else {
-				ip, err := a.Allocate(owner)
+				ip, err := a.Allocate(owner, nil)
 				switch want, had := held[owner]; {
 				case had && (err != nil || ip != want):
 					t.Fatalf("seed %d step %d: retried Allocate(%s) = %v %v, want its %v", seed, step, owner, ip, err, want)
@@ -122,8 +122,8 @@ func TestPoolConcurrentAllocateRelease(t *testing.T) {
 			defer wg.Done()
 			owner := fmt.Sprintf("ctr-%d", w)
 			for range 5 {
-				ip, err := p.Allocate(owner)
-				again, err2 := p.Allocate(owner) // the runtime retries ADD
+				ip, err := p.Allocate(owner, nil)
+				again, err2 := p.Allocate(owner, nil) // the runtime retries ADD
 				if err != nil || err2 != nil || again != ip {
 					errs <- fmt.Errorf("%s: allocate %v %v, retry %v %v", owner, ip, err, again, err2)
 					return
@@ -167,20 +167,20 @@ func TestPoolFailedSaveKeepsAnExistingAllocation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ip, err := p.Allocate("live")
+	ip, err := p.Allocate("live", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.RemoveAll(dir); err != nil { // every save fails from now on
 		t.Fatal(err)
 	}
-	if _, err := p.Allocate("live"); err == nil {
+	if _, err := p.Allocate("live", nil); err == nil {
 		t.Log("the retried allocation needed no write")
 	}
 	if got, ok := p.Lookup("live"); !ok || got != ip {
 		t.Fatalf("after a failed retried allocation live holds %v %v, want %v", got, ok, ip)
 	}
-	if _, err := p.Allocate("new"); err == nil {
+	if _, err := p.Allocate("new", nil); err == nil {
 		t.Fatal("an allocation whose save failed succeeded")
 	}
 	if _, ok := p.Lookup("new"); ok {
@@ -230,4 +230,75 @@ func TestOpenPoolRecoversADamagedFile(t *testing.T) {
 	if p2, err := OpenPool(path, cidr); err != nil || p2.Damaged() != nil || len(p2.Owners()) != 1 {
 		t.Errorf("reopened after the repair: %v %v %v, want whole with good", err, p2.Damaged(), p2.Owners())
 	}
+}
+
+// TestAllocatorPassesOverClaimedAddresses runs random allocate/release sequences while
+// addresses are claimed and unclaimed (Pods being deleted that still list them) and
+// checks after every step: a new allocation is never a claimed address; it succeeds
+// exactly when an address is free and unclaimed (so one whose claim went away is
+// handed out again); an owner keeps its address even once it is claimed; and a range
+// whose free addresses are all claimed says so (ErrClaimed, naming the range).
+func TestAllocatorPassesOverClaimedAddresses(t *testing.T) {
+	cidr := netip.MustParsePrefix("10.9.0.0/28")
+	for seed := range uint64(200) {
+		rng := rand.New(rand.NewPCG(seed, 2))
+		a, err := NewAllocator(cidr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := map[string]netip.Addr{}
+		claims := map[netip.Addr]bool{}
+		claimed := func(ip netip.Addr) bool { return claims[ip] }
+		for step := range 400 {
+			owner := fmt.Sprintf("c%d", rng.IntN(20))
+			switch rng.IntN(4) {
+			case 0:
+				a.Release(owner)
+				delete(held, owner)
+			case 1: // a Pod starts or stops listing a random address of the range
+				ip := first(cidr)
+				for range rng.IntN(a.Total()) {
+					ip = ip.Next()
+				}
+				claims[ip] = !claims[ip]
+			default:
+				free, freeClaimed := freeAddresses(a, claims)
+				ip, err := a.Allocate(owner, claimed)
+				switch want, had := held[owner]; {
+				case had:
+					if err != nil || ip != want {
+						t.Fatalf("seed %d step %d: retried Allocate(%s) = %v %v, want its %v (claimed: %v)", seed, step, owner, ip, err, want, claims[want])
+					}
+				case free == freeClaimed:
+					if !errors.Is(err, ErrExhausted) || errors.Is(err, ErrClaimed) != (freeClaimed > 0) {
+						t.Fatalf("seed %d step %d: Allocate with %d free, all claimed = %v %v, want ErrExhausted (ErrClaimed: %v)",
+							seed, step, free, ip, err, freeClaimed > 0)
+					}
+					if freeClaimed > 0 && (!strings.Contains(err.Error(), cidr.String()) || !strings.Contains(err.Error(), "being deleted")) {
+						t.Fatalf("seed %d step %d: error %q does not name the range and the Pods being deleted", seed, step, err)
+					}
+				case err != nil:
+					t.Fatalf("seed %d step %d: Allocate(%s) with %d free addresses, %d claimed: %v", seed, step, owner, free, freeClaimed, err)
+				case claims[ip]:
+					t.Fatalf("seed %d step %d: Allocate(%s) handed out the claimed %v", seed, step, owner, ip)
+				default:
+					held[owner] = ip
+				}
+			}
+			checkConserved(t, a, held)
+		}
+	}
+}
+
+// freeAddresses counts the addresses a holds for no one, and those of them claims has.
+func freeAddresses(a *Allocator, claims map[netip.Addr]bool) (free, claimed int) {
+	for ip := first(a.cidr); ip.Compare(a.last()) <= 0; ip = ip.Next() {
+		if _, used := a.owners[ip]; !used {
+			free++
+			if claims[ip] {
+				claimed++
+			}
+		}
+	}
+	return free, claimed
 }
