@@ -67,6 +67,8 @@ type policyLoop struct {
 
 	// ranges checks other nodes' pods' addresses (policyranges.go); nil: unchecked.
 	ranges *podRanges
+	// claims answers IPAM which addresses this node's Pods still claim (podclaims.go).
+	claims podClaims
 
 	// Admission of new endpoints (policyadmit.go).
 	endpoints func() []api.Endpoint        // this node's endpoints: their pods' addresses before their status has them
@@ -136,6 +138,11 @@ func (p *policyLoop) Run(ctx context.Context) {
 // informer) synced; false when ctx ended first.
 func (p *policyLoop) startInformers(ctx context.Context) (pods, nss, nps cache.SharedIndexInformer, ok bool) {
 	pods = kube.NewInformer(p.cs, kube.Pods, slimPod)
+	if err := pods.AddIndexers(localPodIPIndexers(p.node)); err != nil { // fails only once the informer runs
+		p.log.Error("policy: index pods by address; IPAM may give a new pod an address a Pod being deleted still lists", "err", err)
+	} else {
+		p.claims.use(pods.GetIndexer()) // also before the informer synced: what it holds is claimed
+	}
 	nss, nps = kube.NewInformer(p.cs, kube.Namespaces, nil), kube.NewInformer(p.cs, kube.NetworkPolicies, nil)
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { p.poke() },

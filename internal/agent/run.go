@@ -181,6 +181,8 @@ func (st *startup) startLoops(ctx context.Context, p parts) (*serviceLoop, error
 		return nil, err
 	}
 	pol.ranges = newPodRanges(p.nodes, st.local(), st.log)
+	// IPAM passes over the addresses Pods being deleted still list (podclaims.go).
+	p.node.eps.UseAddressClaims(pol.claims.claimed)
 	p.srv.views.add(pol) // /v1/policy answers from here on
 	names := pol.podName
 	p.srv.monitor.names.Store(&names)               // pods of other nodes in drop events

@@ -86,6 +86,23 @@ type Manager struct {
 	// for the container (unprogramUnreadable).
 	unreadable map[string]bool
 	now        func() time.Time
+	// claims says which free addresses another pod still claims (UseAddressClaims);
+	// nil: none.
+	claims AddressClaims
+}
+
+// AddressClaims says whether a Pod other than the one of UID podUID still claims ip:
+// its status lists ip while it is being deleted (its sandbox gone, ip released), so
+// other nodes still take ip for that Pod. It is called on CNI ADD's path with the
+// manager locked: it must be cheap and must not call the manager.
+type AddressClaims func(ip netip.Addr, podUID string) bool
+
+// UseAddressClaims makes Allocate pass over the free addresses claims says another
+// pod still claims (ipam.Claimed); until then none is.
+func (m *Manager) UseAddressClaims(claims AddressClaims) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.claims = claims
 }
 
 // pendingADD is an allocation whose endpoint is not registered yet.
@@ -132,7 +149,7 @@ func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
 	// The allocation and its pending mark are one step: a GC between them would take
 	// the allocation of an ADD in flight.
 	m.mu.Lock()
-	ip, err := m.pool.Allocate(ref.ContainerID, nil)
+	ip, err := m.pool.Allocate(ref.ContainerID, m.claimedFor(ref.PodUID))
 	if err == nil {
 		// A container with a registered endpoint records no attempt: its IP is the
 		// endpoint's, which Release never frees.
@@ -142,6 +159,9 @@ func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
 	}
 	m.mu.Unlock()
 	if err != nil {
+		if errors.Is(err, ipam.ErrClaimed) { // the runtime retries the ADD
+			return api.Allocation{}, fmt.Errorf("no free pod IP on node %s for %s/%s yet: %w", m.cfg.Node, ref.Namespace, ref.Pod, err)
+		}
 		if errors.Is(err, ipam.ErrExhausted) {
 			return api.Allocation{}, fmt.Errorf("no free pod IP on node %s for %s/%s: %w; delete pods on this node or give it a larger PodCIDR",
 				m.cfg.Node, ref.Namespace, ref.Pod, err)
@@ -150,6 +170,17 @@ func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
 	}
 	return api.Allocation{IP: ip.String(), Gateway: api.PodGateway, MTU: m.cfg.MTU, RouteMTU: m.cfg.RouteMTU,
 		HostIfName: HostIfName(ref.ContainerID), GSOIPv4MaxSize: m.cfg.GSOIPv4MaxSize, Attempt: attempt}, nil
+}
+
+// claimedFor is what the pool passes over for the pod of UID podUID: addresses
+// another pod still claims; the pod's own claim (its status still lists the address
+// of its previous sandbox) does not keep the address from it. m.mu is held.
+func (m *Manager) claimedFor(podUID string) ipam.Claimed {
+	claims := m.claims
+	if claims == nil {
+		return nil
+	}
+	return func(ip netip.Addr) bool { return claims(ip, podUID) }
 }
 
 // markPending records attempt as an ADD of containerID in flight, beside the others.

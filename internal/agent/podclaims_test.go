@@ -1,0 +1,131 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/endpoint"
+	"github.com/myelin-net/myelin/internal/ipam"
+)
+
+// claimPod is a pod of node with ip in its status and phase, being deleted.
+func claimPod(name, uid, node, ip string, phase corev1.PodPhase) *corev1.Pod {
+	deleted := metav1.Now()
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, UID: types.UID(uid), DeletionTimestamp: &deleted,
+		Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: phase, PodIP: ip}}
+}
+
+// An address is claimed by a pod of this node whose status lists it and that has not
+// finished, for every pod but itself; not by a finished pod (no node takes its
+// address for it), nor by another node's pod.
+func TestPodClaims(t *testing.T) {
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, localPodIPIndexers("n1"))
+	for _, p := range []*corev1.Pod{
+		claimPod("old", "u-old", "n1", "10.244.0.2", corev1.PodRunning),
+		claimPod("done", "u-done", "n1", "10.244.0.3", corev1.PodSucceeded),
+		claimPod("away", "u-away", "n2", "10.244.0.4", corev1.PodRunning),
+	} {
+		c, _ := slimPod(p)
+		if err := idx.Add(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var claims podClaims
+	if claims.claimed(netip.MustParseAddr("10.244.0.2"), "u-new") {
+		t.Error("an address is claimed before the pod cache is used")
+	}
+	claims.use(idx)
+	for _, c := range []struct {
+		ip, uid string
+		want    bool
+	}{
+		{"10.244.0.2", "u-new", true},
+		{"10.244.0.2", "", true},
+		{"10.244.0.2", "u-old", false}, // the pod's own address: a new sandbox of it
+		{"10.244.0.3", "u-new", false},
+		{"10.244.0.4", "u-new", false},
+		{"10.244.0.5", "u-new", false},
+	} {
+		if got := claims.claimed(netip.MustParseAddr(c.ip), c.uid); got != c.want {
+			t.Errorf("claimed(%s) for pod %q = %v, want %v", c.ip, c.uid, got, c.want)
+		}
+	}
+	c, _ := slimPod(claimPod("old", "u-old", "n1", "10.244.0.2", corev1.PodFailed)) // the kubelet reports it finished
+	if err := idx.Update(c); err != nil {
+		t.Fatal(err)
+	}
+	if claims.claimed(netip.MustParseAddr("10.244.0.2"), "u-new") {
+		t.Error("10.244.0.2 is still claimed once its pod finished")
+	}
+}
+
+// The agent's IPAM, wired to the policy loop's Pod cache, does not give a new pod the
+// address a pod being deleted still lists (ADD fails, saying why, while it is the only
+// one), gives it to that pod's own new sandbox, and to the new pod once the old one
+// finished.
+func TestAllocatePassesOverAddressesOfPodsBeingDeleted(t *testing.T) {
+	cs := fake.NewSimpleClientset(claimPod("old", "u-old", "n1", "10.244.0.2", corev1.PodRunning))
+	pol, ctx := startPolicyLoop(t, cs, &lockedPolicyMaps{fakePolicyMaps: newFakePolicyMaps()})
+	dir := t.TempDir()
+	pool, err := ipam.OpenPool(filepath.Join(dir, "ipam.json"), netip.MustParsePrefix("10.244.0.0/30")) // 10.244.0.2 only
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &fakeNode{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}}
+	eps := endpoint.NewManager(endpoint.Config{Dir: filepath.Join(dir, "endpoints"), Node: "n1"}, node, node, pool)
+	eps.UseAddressClaims(pol.claims.claimed)
+	waitFor(t, "the policy loop's caches", func() bool { return pol.caches.Load() != nil })
+
+	newPod := api.PodRef{ContainerID: "new", Namespace: "shop", Pod: "new", PodUID: "u-new"}
+	_, err = eps.Allocate(newPod)
+	if !errors.Is(err, ipam.ErrClaimed) || !strings.Contains(err.Error(), "shop/new") || !strings.Contains(err.Error(), "10.244.0.0/30") {
+		t.Fatalf("allocation for shop/new while shop/old being deleted lists 10.244.0.2: %v, want ErrClaimed naming the pod and the range", err)
+	}
+	again, err := eps.Allocate(api.PodRef{ContainerID: "old-again", Namespace: "shop", Pod: "old", PodUID: "u-old"})
+	if err != nil || again.IP != "10.244.0.2" {
+		t.Fatalf("allocation for shop/old's own new sandbox = %+v %v, want 10.244.0.2", again, err)
+	}
+	if err := eps.Release("old-again", again.Attempt); err != nil {
+		t.Fatal(err)
+	}
+
+	finished := claimPod("old", "u-old", "n1", "10.244.0.2", corev1.PodFailed)
+	if _, err := cs.CoreV1().Pods("shop").UpdateStatus(ctx, finished, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "shop/old finished in the cache", func() bool {
+		return !pol.claims.claimed(netip.MustParseAddr("10.244.0.2"), "u-new")
+	})
+	if alloc, err := eps.Allocate(newPod); err != nil || alloc.IP != "10.244.0.2" {
+		t.Errorf("allocation for shop/new once shop/old finished = %+v %v, want 10.244.0.2", alloc, err)
+	}
+}
+
+// waitFor waits until cond holds, failing the test (naming what) if it does not
+// within a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
