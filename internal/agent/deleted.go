@@ -28,10 +28,12 @@ type deletedLoop struct {
 
 // processDeleted carries out the deletes CNI DEL recorded in api.DeletedDir: the pod's
 // veth is gone already; its endpoint is removed and its IP released, if the record is
-// still the attachment DEL saw (endpoint.Manager.DeleteRecorded). A record is kept for
+// still the attachment DEL saw (endpoint.Manager.DeleteRecorded). Each record is
+// claimed before it is read (api.ClaimDeleted), so a new record the plugin writes for
+// the same container meanwhile is not removed with it. A claimed record is kept for
 // the next round only when carrying it out failed.
 func (d *deletedLoop) processDeleted() error {
-	recs, err := api.ReadDeleted(api.DeletedDir(d.socket))
+	recs, err := api.ClaimDeleted(api.DeletedDir(d.socket))
 	errs := []error{err}
 	for path, rec := range recs {
 		removed, err := d.eps.DeleteRecorded(rec)

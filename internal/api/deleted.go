@@ -115,7 +115,7 @@ func writeDeleted(dir string, d DeletedEndpoint, max int) error {
 	}
 	path := DeletedPath(dir, d.ContainerID)
 	_, err = os.Lstat(path)
-	if err == nil && d.HostIfIndex == 0 {
+	if d.HostIfIndex == 0 && (err == nil || claimed(path)) {
 		return nil
 	}
 	if os.IsNotExist(err) {
@@ -145,7 +145,7 @@ func countRecords(dir string, max int) (int, error) {
 	for {
 		names, err := f.Readdirnames(1024)
 		for _, name := range names {
-			if filepath.Ext(name) == ".json" {
+			if ext := filepath.Ext(name); ext == ".json" || ext == claimedExt {
 				n++
 			}
 		}
@@ -158,10 +158,60 @@ func countRecords(dir string, max int) (int, error) {
 	}
 }
 
+// claimedExt ends the name of a record the agent has claimed (ClaimDeleted): the
+// plugin never writes a file of that name, so it can't replace a record the agent
+// is carrying out.
+const claimedExt = ".claimed"
+
+// claimed reports whether the record at path is claimed by the agent.
+func claimed(path string) bool {
+	_, err := os.Lstat(path + claimedExt)
+	return err == nil
+}
+
 // ReadDeleted returns the records in dir with their paths, whatever their file's name
 // (the record names its container); none if dir does not exist. A record that can't
 // be parsed is returned as an error naming its file.
 func ReadDeleted(dir string) (map[string]DeletedEndpoint, error) {
+	return readDeleted(dir, ".json")
+}
+
+// ClaimDeleted claims the records in dir for the agent, which carries them out and
+// then removes their claimed files: it renames each <name>.json to
+// <name>.json.claimed and returns the claimed records with their paths, those of
+// earlier rounds too (a failed carry-out or a crash left them). Claiming first means
+// a record the plugin writes while the agent carries out an earlier one of the same
+// container lands in a new <name>.json, read the next round, instead of being removed
+// with the earlier one. A <name>.json whose earlier claim is still there waits for
+// the round after that claim is carried out. Records that can't be parsed are handled
+// as ReadDeleted does. The agent must be the only claimer.
+func ClaimDeleted(dir string) (map[string]DeletedEndpoint, error) {
+	entries, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, e := range entries {
+		if e.IsDir() || filepath.Ext(e.Name()) != ".json" {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		if claimed(path) {
+			continue
+		}
+		if err := os.Rename(path, path+claimedExt); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, fmt.Errorf("claim deleted-endpoint record %s: %w", path, err))
+		}
+	}
+	recs, err := readDeleted(dir, claimedExt)
+	return recs, errors.Join(append(errs, err)...)
+}
+
+// readDeleted returns the records in dir of the files whose names end in ext.
+func readDeleted(dir, ext string) (map[string]DeletedEndpoint, error) {
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
 		return nil, nil
@@ -172,7 +222,7 @@ func ReadDeleted(dir string) (map[string]DeletedEndpoint, error) {
 	out := map[string]DeletedEndpoint{}
 	var errs []error
 	for _, e := range entries {
-		if e.IsDir() || filepath.Ext(e.Name()) != ".json" {
+		if e.IsDir() || filepath.Ext(e.Name()) != ext {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())

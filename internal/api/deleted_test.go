@@ -154,3 +154,53 @@ func TestDeletedRecordsBounded(t *testing.T) {
 		t.Errorf("records = %v, %v; want a, b (index 2), c", recs, err)
 	}
 }
+
+// ClaimDeleted renames records to their claimed name before reading them; a claim a
+// crash left is returned again; a record of a container whose claim is still there
+// waits for the next round; a garbled record is moved aside, claimed or not; a
+// repeated DEL (no veth) keeps a claimed record as it keeps an unclaimed one.
+func TestClaimDeleted(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cni-deleted")
+	if recs, err := ClaimDeleted(dir); err != nil || len(recs) != 0 {
+		t.Fatalf("ClaimDeleted of a missing dir = %v, %v", recs, err)
+	}
+	if err := WriteDeleted(dir, DeletedEndpoint{ContainerID: "a", HostIfIndex: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "junk.json"), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := ClaimDeleted(dir)
+	claimedA := DeletedPath(dir, "a") + ".claimed"
+	if len(recs) != 1 || recs[claimedA].HostIfIndex != 7 || err == nil || !strings.Contains(err.Error(), "junk.json") {
+		t.Errorf("first claim = %+v, %v; want a's record at %s and an error naming junk.json", recs, err, claimedA)
+	}
+	if _, err := os.Lstat(DeletedPath(dir, "a")); !os.IsNotExist(err) {
+		t.Errorf("a.json is still there after its claim: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "junk.json.claimed.corrupt")); err != nil {
+		t.Errorf("the garbled record was not moved aside: %v", err)
+	}
+	if err := WriteDeleted(dir, DeletedEndpoint{ContainerID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(DeletedPath(dir, "a")); !os.IsNotExist(err) {
+		t.Errorf("a repeated DEL (no veth) wrote a record beside a's claimed one: %v", err)
+	}
+	if err := WriteDeleted(dir, DeletedEndpoint{ContainerID: "a", HostIfIndex: 9}); err != nil {
+		t.Fatal(err)
+	}
+	// The agent crashed before it removed the claim: the claim is carried out again,
+	// the newer record waits for it.
+	recs, err = ClaimDeleted(dir)
+	if err != nil || len(recs) != 1 || recs[claimedA].HostIfIndex != 7 {
+		t.Errorf("claim after a crash = %+v, %v; want a's claimed record (index 7) alone", recs, err)
+	}
+	if err := os.Remove(claimedA); err != nil {
+		t.Fatal(err)
+	}
+	recs, err = ClaimDeleted(dir)
+	if err != nil || len(recs) != 1 || recs[claimedA].HostIfIndex != 9 {
+		t.Errorf("claim after the first was carried out = %+v, %v; want the newer record (index 9)", recs, err)
+	}
+}
