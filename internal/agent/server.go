@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -46,25 +44,6 @@ func newServer(cfg Config, node *nodeDatapath, log *slog.Logger) *server {
 		s.flows = node.flows
 	}
 	return s
-}
-
-// listenUnixPrivate listens on the unix socket sock (replacing a stale one) that only
-// root can connect to (0600), whatever the state directory's mode and the umask the
-// agent inherited: the API allocates, registers and deletes pods' endpoints, and the
-// Hubble socket serves every flow of the node.
-func listenUnixPrivate(sock string) (net.Listener, error) {
-	if err := os.Remove(sock); err != nil && !os.IsNotExist(err) {
-		return nil, fmt.Errorf("remove stale socket %s: %w", sock, err)
-	}
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", sock, err)
-	}
-	if err := os.Chmod(sock, 0o600); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("make socket %s root's alone: %w", sock, err)
-	}
-	return l, nil
 }
 
 // serve starts the local API on the agent's unix socket.
