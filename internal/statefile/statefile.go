@@ -5,7 +5,9 @@
 package statefile
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -70,10 +72,17 @@ func syncDir(dir string) error {
 
 // PrivateDir makes dir (0700, parents too) for state files and refuses one that
 // someone else could plant files in, as OutDir does, and one that is a symlink: root
-// writing there would write where it points.
+// writing there would write where it points. It refuses dir's parent too where someone
+// else could swap dir for a symlink (checkParent).
 func PrivateDir(dir string) error {
+	if err := checkParent(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create state directory %s: %w", dir, err)
+	}
+	if err := checkParent(dir); err != nil {
+		return err
 	}
 	st, err := os.Lstat(dir)
 	if err != nil {
@@ -87,6 +96,37 @@ func PrivateDir(dir string) error {
 	}
 	if owner, ok := fileOwner(st); ok && owner != os.Geteuid() {
 		return fmt.Errorf("state directory %s belongs to uid %d, not to uid %d, which writes it: remove it", dir, owner, os.Geteuid())
+	}
+	return nil
+}
+
+// checkParent refuses a parent of the state directory dir through which someone else
+// could have root write elsewhere: a symlink (dir would be where it points); a
+// directory of a user other than root and the caller, or one writable by others
+// without the sticky bit (/tmp has it): its owner, or anyone, could rename dir away
+// and put a symlink in its place. Each error names the parent and what to do.
+func checkParent(dir string) error {
+	parent := filepath.Dir(dir)
+	st, err := os.Lstat(parent)
+	if err != nil {
+		return fmt.Errorf("state directory %s: its parent: %w", dir, err)
+	}
+	const fix = "keep the state directory in a directory only root can write " +
+		"(for the CNI plugin: its conf's \"socket\", by default /run/myelin/agent.sock)"
+	if st.Mode()&os.ModeSymlink != 0 {
+		to, _ := os.Readlink(parent)
+		return fmt.Errorf("state directory %s: its parent %s is a symlink (to %s), which could redirect what root writes: "+
+			"name the directory it points to instead, or %s", dir, parent, to, fix)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("state directory %s: its parent %s is a %v, not a directory: %s", dir, parent, st.Mode().Type(), fix)
+	}
+	if owner, ok := fileOwner(st); ok && owner != 0 && owner != os.Geteuid() {
+		return fmt.Errorf("state directory %s: its parent %s belongs to uid %d, who could replace it with a symlink: %s", dir, parent, owner, fix)
+	}
+	if st.Mode().Perm()&0o022 != 0 && st.Mode()&os.ModeSticky == 0 {
+		return fmt.Errorf("state directory %s: its parent %s is writable by others (mode %v) without the sticky bit, so anyone could replace it with a symlink: %s",
+			dir, parent, st.Mode().Perm(), fix)
 	}
 	return nil
 }

@@ -116,3 +116,48 @@ func TestPrivateDir(t *testing.T) {
 		t.Errorf("PrivateDir of a 0777 directory: %v, want it refused", err)
 	}
 }
+
+// A state directory's parent through which someone else could have root write
+// elsewhere is refused, naming the parent: a symlink (nothing is made where it
+// points) and a directory writable by others without the sticky bit. A sticky one writable by all (/tmp) and the caller's own are fine.
+func TestPrivateDirParent(t *testing.T) {
+	base := t.TempDir()
+	elsewhere := t.TempDir()
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(elsewhere, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := PrivateDir(filepath.Join(link, "cni-deleted")); err == nil || !strings.Contains(err.Error(), link+" is a symlink") {
+		t.Errorf("PrivateDir under a symlinked parent: %v, want it refused naming %s", err, link)
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Errorf("PrivateDir made %d entries where the parent symlink points", len(entries))
+	}
+	open := filepath.Join(base, "open")
+	if err := os.Mkdir(open, 0o700); err != nil || os.Chmod(open, 0o777) != nil {
+		t.Fatal(err)
+	}
+	if err := PrivateDir(filepath.Join(open, "cni-deleted")); err == nil || !strings.Contains(err.Error(), open+" is writable by others") {
+		t.Errorf("PrivateDir under a 0777 parent: %v, want it refused naming %s", err, open)
+	}
+	if err := os.Chmod(open, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	if err := PrivateDir(filepath.Join(open, "cni-deleted")); err != nil {
+		t.Errorf("PrivateDir under a sticky 1777 parent: %v", err)
+	}
+}
+
+// As root: a state directory's parent of another user (but root) is refused.
+func TestPrivilegedPrivateDirParentOfAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chown takes root")
+	}
+	theirs := filepath.Join(t.TempDir(), "theirs")
+	if err := os.Mkdir(theirs, 0o755); err != nil || os.Chown(theirs, 65534, 65534) != nil {
+		t.Fatal(err)
+	}
+	if err := PrivateDir(filepath.Join(theirs, "cni-deleted")); err == nil || !strings.Contains(err.Error(), "belongs to uid 65534") {
+		t.Errorf("PrivateDir under a parent of uid 65534: %v, want it refused", err)
+	}
+}
