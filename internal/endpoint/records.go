@@ -40,7 +40,8 @@ func removeRecord(dir, containerID string) error {
 }
 
 // readRecords reads the endpoint records in dir, in the order of their files'
-// names. A record that can't be read or parsed, or that is not in its container's
+// names. A record that can't be read or parsed, whose pod reference api.CheckPodRef
+// refuses (an older version's), or that is not in its container's
 // file, or that names another veth than its container's (which a delete would
 // detach), does not stop the others: its file's name is in unreadable
 // (Manager.recordUnreadable finds its container) and the error names the file.
@@ -78,7 +79,9 @@ func readRecord(path string) (*api.Endpoint, error) {
 	if err := json.Unmarshal(b, &ep); err != nil {
 		return nil, fmt.Errorf("endpoint record %s is corrupt (%w); its container keeps its IP until CNI DEL or GC removes it", path, err)
 	}
-	if err := api.CheckContainerID(ep.ContainerID); err != nil {
+	// The pod reference as the API checks it now: a record an older version wrote
+	// may hold a name that would break the log lines, Events and files it goes into.
+	if err := api.CheckPodRef(ep.PodRef); err != nil {
 		return nil, fmt.Errorf("endpoint record %s: %w; its container keeps its IP until CNI DEL or GC removes it", path, err)
 	}
 	if name := filepath.Base(path); name != api.RecordFileName(ep.ContainerID) {

@@ -209,6 +209,32 @@ func TestRestoreRefusesARecordOfAForgedContainerID(t *testing.T) {
 	}
 }
 
+// A record whose pod reference the API refuses now (an older version wrote it: here
+// a namespace with a newline, which would forge log lines) is not loaded: the error
+// names its file, its container keeps its IP, and its DEL removes it.
+func TestRestoreRefusesARecordOfAnInvalidPodRef(t *testing.T) {
+	f, eps, restart := restartFixture(t)
+	forged := eps["b"]
+	forged.Namespace = "default\nlevel=ERROR msg=forged"
+	f.forge(t, forged)
+	f2 := restart()
+	adopted, _, err := f2.m.Restore()
+	if file := f.recordFile(currentFormat, "b"); adopted != 2 || err == nil || !strings.Contains(err.Error(), file) ||
+		!strings.Contains(err.Error(), "not a Kubernetes name") {
+		t.Fatalf("Restore = %d adopted, %v; want 2 and an error naming %s and the namespace", adopted, err, file)
+	}
+	if got, ok := f2.m.Get("b"); ok {
+		t.Errorf("the record with an invalid namespace was loaded: %+v", got)
+	}
+	if ip, ok := f2.pool.Lookup("b"); !ok || ip.String() != eps["b"].IP {
+		t.Errorf("b's IP after restore: %v %v, want %s kept", ip, ok, eps["b"].IP)
+	}
+	if err := f2.m.DeleteOwned("b", 2); err != nil {
+		t.Fatal(err)
+	}
+	f.noRecordOf(t, "after b's DEL", "b")
+}
+
 // With the IPAM state lost (moved away after it was corrupt) the records claim
 // their addresses back: no new pod gets a live pod's address.
 func TestRestoreClaimsAddressesBackIntoALostPool(t *testing.T) {
