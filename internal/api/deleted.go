@@ -70,8 +70,9 @@ func CheckContainerID(id string) error {
 // recorded delete, an endpoint record): the id and ".json", as every version wrote
 // it, so an agent rolled back to an older version still reads its records; an id
 // too long for that (the CNI spec sets no length limit, the file system takes 255
-// bytes, with statefile's ".tmp") is named by its hex sha256 instead, which no older
-// version could record anyway. The record itself names the container.
+// bytes, and older versions' statefile added ".tmp") is named by its hex sha256
+// instead, which no older version could record anyway. The record itself names the
+// container.
 func RecordFileName(containerID string) string {
 	if len(containerID)+len(".json.tmp") <= maxFileName {
 		return containerID + ".json"

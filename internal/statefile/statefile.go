@@ -5,6 +5,8 @@
 package statefile
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,17 +16,18 @@ import (
 	"syscall"
 )
 
-// Write replaces path with b: it writes and syncs path+".tmp" (created anew, never
-// through a symlink: writeSynced), renames it over path (which replaces a symlink at
-// path rather than following it) and syncs the directory, so the rename itself
-// survives a power loss. Without the
+// Write replaces path with b: it writes and syncs a new temporary file next to it
+// (of a name of its own, created exclusively, never through a symlink: writeTemp),
+// renames it over path (which replaces a symlink at path rather than following it)
+// and syncs the directory, so the rename itself survives a power loss. Without the
 // syncs a file system may persist the rename before the data, leaving an empty file
-// that the next start can't read. On failure path is unchanged.
+// that the next start can't read. On failure path is unchanged and the temporary file
+// removed. Writers of one path at once each rename a whole file of their own; the
+// last rename wins.
 func Write(path string, b []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := writeSynced(tmp, b, mode); err != nil {
-		os.Remove(tmp)
-		return err
+	tmp, err := writeTemp(filepath.Dir(path), b, mode)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
@@ -33,19 +36,35 @@ func Write(path string, b []byte, mode os.FileMode) error {
 	return syncDir(filepath.Dir(path))
 }
 
-// writeSynced creates path anew: whatever is there (a crash's leftover, or a symlink
-// someone planted to have root write where it points) is removed first, and the file
-// is created exclusively without following a symlink, so b lands in a new file of
-// mode, never in another.
-func writeSynced(path string, b []byte, mode os.FileMode) error {
-	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
-		return fmt.Errorf("write %s: remove what is there: %w", path, err)
+// tempPrefix starts the name of Write's temporary files: "." and a name no reader of
+// a state directory takes for a record (theirs end in .json, .conflist...). The name
+// does not grow with the target's, so a target of any name the file system takes has
+// one.
+const tempPrefix = ".tmp-"
+
+// writeTemp writes b to a new file of mode in dir, named tempPrefix and 16 random
+// hex digits, created exclusively and without following a symlink (one planted there
+// fails the create: root's write never lands where it points), and synced. It returns
+// the file's path; on error nothing is left.
+func writeTemp(dir string, b []byte, mode os.FileMode) (string, error) {
+	var f *os.File
+	var path string
+	for tries := 0; ; tries++ {
+		var r [8]byte
+		if _, err := rand.Read(r[:]); err != nil {
+			return "", err
+		}
+		path = filepath.Join(dir, tempPrefix+hex.EncodeToString(r[:]))
+		var err error
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrExist) || tries == 3 {
+			return "", err
+		}
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	_, err = f.Write(b)
+	_, err := f.Write(b)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -53,9 +72,10 @@ func writeSynced(path string, b []byte, mode os.FileMode) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		os.Remove(path)
+		return "", fmt.Errorf("temporary file %s: %w", path, err)
 	}
-	return nil
+	return path, nil
 }
 
 func syncDir(dir string) error {

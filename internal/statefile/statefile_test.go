@@ -1,9 +1,11 @@
 package statefile
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -22,27 +24,67 @@ func TestWriteReplacesWhole(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("mode %v %v, want 0600", fi.Mode(), err)
 	}
-	if _, err := os.Stat(path + ".tmp"); !os.IsNotExist(err) {
-		t.Errorf("temporary file left: %v", err)
+	if entries, _ := os.ReadDir(filepath.Dir(path)); len(entries) != 1 {
+		t.Errorf("%d files next to %s, want it alone (no temporary file left)", len(entries), path)
 	}
 }
 
-// A write that fails leaves the old file as it was and no temporary file.
+// A write that fails leaves what is at path as it was and no temporary file.
 func TestWriteFailureKeepsTheOldFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "state.json")
-	if err := Write(path, []byte("old"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// The temporary file can't be created: a directory that is not empty is there.
-	if err := os.MkdirAll(filepath.Join(path+".tmp", "x"), 0o700); err != nil {
+	// The rename can't replace it: a directory that is not empty is there.
+	if err := os.MkdirAll(filepath.Join(path, "x"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := Write(path, []byte("new"), 0o600); err == nil {
-		t.Fatal("Write over a blocked temporary file succeeded")
+		t.Fatal("Write over a directory succeeded")
 	}
-	if b, _ := os.ReadFile(path); string(b) != "old" {
-		t.Errorf("after the failed write the file holds %q, want old", b)
+	if _, err := os.Stat(filepath.Join(path, "x")); err != nil {
+		t.Errorf("after the failed write: %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("after the failed write %s holds %d entries, want state.json alone", dir, len(entries))
+	}
+}
+
+// Writers of one file at once each put a whole file of their own in place: the file
+// ends up one writer's whole content, and none fails or leaves a temporary file.
+func TestWriteConcurrentWritersOfOneFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	contents := map[string]bool{}
+	var writers []string
+	for i := range 4 {
+		c := strings.Repeat(string(rune('a'+i)), 64<<10)
+		contents[c] = true
+		writers = append(writers, c)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(writers))
+	for _, c := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				if err := Write(path, []byte(c), 0o600); err != nil {
+					errs <- err
+					return
+				}
+				if b, err := os.ReadFile(path); err != nil || !contents[string(b)] {
+					errs <- fmt.Errorf("%s holds %d bytes starting %.8q, no writer's whole content (%v)", path, len(b), b, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("%s holds %d entries after the writes, want state.json alone", dir, len(entries))
 	}
 }
 
@@ -65,8 +107,9 @@ func TestOutDir(t *testing.T) {
 	}
 }
 
-// A symlink planted where Write puts its temporary file or the file itself is
-// replaced, never written through: root's write must not land where it points.
+// A symlink planted at the file is replaced, and one where Write put its temporary
+// file before it named them at random is left alone; neither is written through:
+// root's write must not land where it points.
 func TestWriteDoesNotFollowSymlinks(t *testing.T) {
 	dir, elsewhere := t.TempDir(), t.TempDir()
 	for _, planted := range []string{"state.json.tmp", "state.json"} {
