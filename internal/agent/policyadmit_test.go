@@ -154,3 +154,39 @@ func TestPolicyAdmitWaitsForTheFlags(t *testing.T) {
 		t.Errorf("flags when admit returned = %v, want ingress isolation", fl)
 	}
 }
+
+// PUT of an endpoint before the policy loop is registered is refused as the agent
+// not being ready (503: retry), naming the pod, and registers nothing: the pod would
+// run unisolated. Once the loop is registered, the same PUT is admitted.
+func TestPutEndpointWaitsForThePolicyLoop(t *testing.T) {
+	a, node := serveTest(t)
+	a.ready.Store(true)
+	c, ctx := api.NewClient(a.cfg.socket()), context.Background()
+	ref := api.PodRef{ContainerID: "c1", Namespace: "open", Pod: "free"}
+	alloc, err := c.Allocate(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.links[alloc.HostIfName] = 7
+	ep := api.Endpoint{PodRef: ref, IP: alloc.IP, HostIfName: alloc.HostIfName, HostIfIndex: 7,
+		HostMAC: "02:00:00:00:00:01", PodMAC: "02:00:00:00:00:02"}
+	_, err = c.PutEndpoint(ctx, ep)
+	if !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "open/free") || !strings.Contains(err.Error(), "retry") {
+		t.Errorf("PUT before the policy loop = %v, want unavailable naming open/free and to retry", err)
+	}
+	if got, ok := a.eps.Get("c1"); ok {
+		t.Errorf("the refused PUT registered %+v", got)
+	}
+
+	cs := fake.NewSimpleClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "open"}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "open", Name: "free"},
+			Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodPending}})
+	p, _ := startPolicyLoop(t, cs, &lockedPolicyMaps{fakePolicyMaps: newFakePolicyMaps()}, ep)
+	a.views.add(p)
+	if _, err := c.PutEndpoint(ctx, ep); err != nil {
+		t.Errorf("PUT with the policy loop registered = %v", err)
+	}
+	if _, ok := a.eps.Get("c1"); !ok {
+		t.Error("the admitted endpoint is not registered")
+	}
+}

@@ -196,21 +196,28 @@ func (a *server) handlePutEndpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ep.ContainerID = id
+	// The pod runs once ADD returns: its NetworkPolicy first (policyadmit.go). The
+	// agent always enforces NetworkPolicy, and its policy loop is registered before
+	// it is ready; without it a pod would run unisolated, so it is refused (503: the
+	// plugin's ADD fails with "try again later") rather than admitted.
+	pol, ok := findView[*policyLoop](&a.views)
+	if !ok {
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("pod %s/%s (container %s): the agent on node %s has not started "+
+			"NetworkPolicy enforcement yet, so the pod's policy can't be put in place; retry", ep.Namespace, ep.Pod, id, a.cfg.Node))
+		return
+	}
 	out, err := a.eps.Put(ep)
 	if err != nil {
 		writeError(w, http.StatusConflict, err)
 		return
 	}
-	// The pod runs once ADD returns: its NetworkPolicy first (policyadmit.go).
-	if pol, ok := findView[*policyLoop](&a.views); ok {
-		if err := pol.admit(r.Context(), out); err != nil {
-			if derr := a.eps.DeleteOwned(out.ContainerID, out.HostIfIndex); derr != nil {
-				err = fmt.Errorf("%w (and removing the endpoint again failed: %v)", err, derr)
-			}
-			a.log.Error("endpoint not admitted", "pod", ep.Namespace+"/"+ep.Pod, "ip", ep.IP, "err", err)
-			writeError(w, http.StatusGatewayTimeout, err) // api.ErrNotAdmitted: the agent is up
-			return
+	if err := pol.admit(r.Context(), out); err != nil {
+		if derr := a.eps.DeleteOwned(out.ContainerID, out.HostIfIndex); derr != nil {
+			err = fmt.Errorf("%w (and removing the endpoint again failed: %v)", err, derr)
 		}
+		a.log.Error("endpoint not admitted", "pod", ep.Namespace+"/"+ep.Pod, "ip", ep.IP, "err", err)
+		writeError(w, http.StatusGatewayTimeout, err) // api.ErrNotAdmitted: the agent is up
+		return
 	}
 	a.log.Info("endpoint added", "pod", ep.Namespace+"/"+ep.Pod, "ip", ep.IP, "veth", ep.HostIfName)
 	writeJSON(w, http.StatusOK, out)
