@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/statefile"
 )
 
 // Restore adopts the endpoints recorded on disk after an agent restart: an endpoint
@@ -20,13 +21,16 @@ import (
 // beside the address's owner. A record that can't be read costs only its own
 // endpoint: the others are adopted, its container keeps its IP and map entry until
 // CNI DEL or GC (which remove them by the address the pool holds for it), and the
-// error names the file. Allocations without an endpoint (an
-// ADD in flight across the restart) get GC's grace period from now.
+// error names the file. Temporary files a crash mid-write left are removed.
+// Allocations without an endpoint (an ADD in flight across the restart) get GC's
+// grace period from now.
 func (m *Manager) Restore() (adopted, removed int, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	// Nothing writes records before Restore: what a crash mid-write left goes.
+	errs := []error{statefile.RemoveTemporary(m.cfg.Dir)}
 	records, unreadable, err := readRecords(m.cfg.Dir)
-	errs := []error{err}
+	errs = append(errs, err)
 	for _, name := range unreadable {
 		m.unreadable[name] = true
 	}

@@ -235,6 +235,28 @@ func TestRestoreRefusesARecordOfAnInvalidPodRef(t *testing.T) {
 	f.noRecordOf(t, "after b's DEL", "b")
 }
 
+// Temporary files a crash mid-write left among the records are removed at restart;
+// the records are adopted.
+func TestRestoreRemovesTemporaryFiles(t *testing.T) {
+	f, _, restart := restartFixture(t)
+	records := filepath.Join(f.dir, "endpoints")
+	for _, name := range []string{".tmp-0123456789abcdef", "b.json.tmp"} {
+		if err := os.WriteFile(filepath.Join(records, name), []byte("{"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f2 := restart()
+	if adopted, _, err := f2.m.Restore(); adopted != 3 || err != nil {
+		t.Fatalf("Restore = %d adopted, %v; want 3 and no error", adopted, err)
+	}
+	entries, _ := os.ReadDir(records)
+	for _, e := range entries {
+		if filepath.Ext(e.Name()) != ".json" {
+			t.Errorf("%s is still in %s after the restart", e.Name(), records)
+		}
+	}
+}
+
 // With the IPAM state lost (moved away after it was corrupt) the records claim
 // their addresses back: no new pod gets a live pod's address.
 func TestRestoreClaimsAddressesBackIntoALostPool(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -76,6 +77,31 @@ func writeTemp(dir string, b []byte, mode os.FileMode) (string, error) {
 		return "", fmt.Errorf("temporary file %s: %w", path, err)
 	}
 	return path, nil
+}
+
+// RemoveTemporary removes the temporary files interrupted Writes left in dir (a crash
+// mid-write): this version's tempPrefix ones and older versions' <name>.tmp. Call it
+// only while no Write into dir can be under way: it would remove that Write's file.
+// A missing dir is no error.
+func RemoveTemporary(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove temporary files in %s: %w", dir, err)
+	}
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() || !strings.HasPrefix(name, tempPrefix) && filepath.Ext(name) != ".tmp" {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove temporary file: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func syncDir(dir string) error {

@@ -204,3 +204,28 @@ func TestPrivilegedPrivateDirParentOfAnotherUser(t *testing.T) {
 		t.Errorf("PrivateDir under a parent of uid 65534: %v, want it refused", err)
 	}
 }
+
+// RemoveTemporary removes what interrupted Writes left, of this version and of older
+// ones, and nothing else.
+func TestRemoveTemporary(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{".tmp-0123456789abcdef", "a.json.tmp", "a.json", "b.json.corrupt"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := RemoveTemporary(dir); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if strings.Join(left, " ") != "a.json b.json.corrupt" {
+		t.Errorf("after RemoveTemporary %s holds %v, want a.json and b.json.corrupt", dir, left)
+	}
+	if err := RemoveTemporary(filepath.Join(dir, "missing")); err != nil {
+		t.Errorf("RemoveTemporary of a missing directory: %v", err)
+	}
+}
