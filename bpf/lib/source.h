@@ -15,7 +15,8 @@
  * address), a compare of the ingress ifindex and of the Ethernet source, a
  * test of the IP protocol (a myelin_nomasq lookup and a FIB lookup only for
  * those three protocols). With source_verify 0
- * (enable-source-ip-verification: false) the IPv4 and ARP checks are pruned at load; the non-IPv4 drop stays.
+ * (enable-source-ip-verification: false) the IPv4 and ARP checks are
+ * pruned at load; the non-IPv4 drop stays.
  */
 #ifndef MYELIN_LIB_SOURCE_H
 #define MYELIN_LIB_SOURCE_H
