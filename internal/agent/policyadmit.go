@@ -50,23 +50,24 @@ func (p *policyLoop) admit(ctx context.Context, ep api.Endpoint) error {
 	ctx, cancel := context.WithTimeout(ctx, policyAdmitTimeout)
 	defer cancel()
 	for {
-		c := p.caches.Load()
-		if c != nil {
-			nps, err := c.policies.NetworkPolicies(ep.Namespace).List(labels.Everything())
-			if err != nil {
-				return fmt.Errorf("list NetworkPolicies of %s: %w", ep.Namespace, err)
-			}
-			if len(nps) == 0 {
-				return nil
-			}
-			if _, cached, _ := c.pods.GetByKey(ref); cached {
-				break
-			}
+		c, err := p.awaitSynced(ctx)
+		if err != nil {
+			return p.admitError(ref, false, err)
 		}
-		// Not synced yet, or the pod not cached yet: look again shortly.
+		nps, err := c.policies.NetworkPolicies(ep.Namespace).List(labels.Everything())
+		if err != nil {
+			return fmt.Errorf("list NetworkPolicies of %s: %w", ep.Namespace, err)
+		}
+		if len(nps) == 0 {
+			return nil
+		}
+		if _, cached, _ := c.pods.GetByKey(ref); cached {
+			break
+		}
+		// The pod not cached yet: look again shortly.
 		select {
 		case <-ctx.Done():
-			return p.admitError(ref, c != nil, ctx.Err())
+			return p.admitError(ref, true, ctx.Err())
 		case <-time.After(policyAdmitRetry):
 		}
 	}
@@ -93,6 +94,39 @@ func (p *policyLoop) admit(ctx context.Context, ep api.Endpoint) error {
 		case <-time.After(policyAdmitRetry):
 		}
 	}
+}
+
+// awaitSynced returns the loop's caches once its informers synced, or ctx's error.
+// Allocation waits for it too (awaitAllocatable): until then the Pod cache may lack a
+// Pod being deleted that still lists a free address (podclaims.go).
+func (p *policyLoop) awaitSynced(ctx context.Context) (*policyCaches, error) {
+	for {
+		if c := p.caches.Load(); c != nil {
+			return c, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(policyAdmitRetry):
+		}
+	}
+}
+
+// awaitAllocatable returns once IPAM may hand out an address: the claims of Pods being
+// deleted are known (awaitSynced), within policyAdmitTimeout; else an error for the
+// ADD, which the kubelet retries.
+func (p *policyLoop) awaitAllocatable(ctx context.Context, ref api.PodRef) error {
+	ctx, cancel := context.WithTimeout(ctx, policyAdmitTimeout)
+	defer cancel()
+	if _, err := p.awaitSynced(ctx); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("waited %s", policyAdmitTimeout)
+		}
+		return fmt.Errorf("no pod IP for %s/%s yet: the agent's Pod cache has not synced with the apiserver (%w), "+
+			"so it can't tell which free addresses Pods being deleted still hold; the kubelet retries; "+
+			"see the agent's policy loop in myelin status", ref.Namespace, ref.Pod, err)
+	}
+	return nil
 }
 
 func (p *policyLoop) admitError(ref string, synced bool, err error) error {

@@ -190,3 +190,49 @@ func TestPutEndpointWaitsForThePolicyLoop(t *testing.T) {
 		t.Error("the admitted endpoint is not registered")
 	}
 }
+
+// An allocation waits for the policy loop's caches: before they synced, IPAM can't
+// tell which free addresses Pods being deleted still hold (podclaims.go). So an
+// allocation whose wait ends first allocates nothing, and one made once the loop runs
+// gets its address; awaitAllocatable's refusal names the pod and says the kubelet retries.
+func TestAllocateWaitsForThePolicyCaches(t *testing.T) {
+	a, _ := serveTest(t)
+	a.ready.Store(true)
+	cs := fake.NewSimpleClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "open"}})
+	p, err := newPolicyLoop("n1", t.TempDir(), &lockedPolicyMaps{fakePolicyMaps: newFakePolicyMaps()}, kubefake.Wrap(cs),
+		func() []api.Endpoint { return nil }, newLoops(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.views.add(p) // registered, not running: its caches never sync
+	c := api.NewClient(a.cfg.socket())
+	ref := api.PodRef{ContainerID: "c1", Namespace: "open", Pod: "free", PodUID: "u1"}
+
+	short, stop := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, err = c.Allocate(short, ref)
+	stop()
+	if err == nil {
+		t.Fatal("allocation before the policy caches synced succeeded")
+	}
+	if ip, ok := a.pool.Lookup("c1"); ok {
+		t.Errorf("the allocation that waited for the caches took %s", ip)
+	}
+	short, stop = context.WithTimeout(context.Background(), 300*time.Millisecond)
+	err = p.awaitAllocatable(short, ref)
+	stop()
+	if err == nil || !strings.Contains(err.Error(), "open/free") || !strings.Contains(err.Error(), "retries") {
+		t.Errorf("awaitAllocatable before the caches synced = %v, want a refusal naming open/free", err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { p.Run(ctx); close(ran) }()
+	t.Cleanup(func() { cancel(); <-ran })
+	alloc, err := c.Allocate(ctx, ref)
+	if err != nil {
+		t.Fatalf("allocation once the policy loop runs: %v", err)
+	}
+	if ip, ok := a.pool.Lookup("c1"); !ok || ip.String() != alloc.IP {
+		t.Errorf("pool holds %s (%v) for c1, want the allocated %s", ip, ok, alloc.IP)
+	}
+}

@@ -145,6 +145,14 @@ func (a *server) handleAllocate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ref.ContainerID = id
+	// IPAM passes over addresses Pods being deleted still list, known once the policy
+	// loop's Pod cache synced (podclaims.go); the PUT that follows waits for it anyway.
+	if pol, ok := findView[*policyLoop](&a.views); ok {
+		if err := pol.awaitAllocatable(r.Context(), ref); err != nil {
+			writeError(w, http.StatusServiceUnavailable, err)
+			return
+		}
+	}
 	alloc, err := a.eps.Allocate(ref)
 	if err != nil {
 		writeError(w, http.StatusConflict, err)
