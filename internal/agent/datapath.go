@@ -17,6 +17,7 @@ import (
 	"github.com/myelin-net/myelin/internal/ipam"
 	"github.com/myelin-net/myelin/internal/iptables"
 	"github.com/myelin-net/myelin/internal/routing"
+	"github.com/myelin-net/myelin/internal/statefile"
 	"github.com/myelin-net/myelin/internal/tunnel"
 )
 
@@ -70,6 +71,11 @@ func ownStateDir(dir string) error {
 func (s *startup) startDatapath(ctx context.Context, nodes *nodeWatch) (*nodeDatapath, error) {
 	if err := ownStateDir(s.cfg.StateDir); err != nil {
 		return nil, err
+	}
+	// Only the agent writes files there (ipam.json, the policy files), none before
+	// this: a temporary file is what a crash mid-write left.
+	if err := statefile.RemoveTemporary(s.cfg.StateDir); err != nil {
+		s.log.Warn("remove temporary files a crash left in the state directory", "err", err)
 	}
 	if err := ensureBPFFS(s.cfg.BPFFSDir, s.cfg.MountBPFFS); err != nil {
 		return nil, err
