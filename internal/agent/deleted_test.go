@@ -39,15 +39,7 @@ func TestDeletedRecordWrittenWhileCarriedOutSurvives(t *testing.T) {
 	}
 	node := &duringLookup{fakeNode: &fakeNode{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}}}
 	eps := endpoint.NewManager(endpoint.Config{Dir: filepath.Join(dir, "endpoints"), Node: "n1"}, node, node, pool)
-	alloc, err := eps.Allocate(api.PodRef{ContainerID: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node.links[alloc.HostIfName] = 7
-	if _, err := eps.Put(api.Endpoint{PodRef: api.PodRef{ContainerID: "a"}, IP: alloc.IP, HostIfName: alloc.HostIfName,
-		HostIfIndex: 7, HostMAC: "02:00:00:00:00:01", PodMAC: "02:00:00:00:00:02"}); err != nil {
-		t.Fatal(err)
-	}
+	alloc := registerTestEndpoint(t, eps, node.links, "a")
 	delete(node.links, alloc.HostIfName) // CNI DEL removed the veth, the agent away
 	socket := filepath.Join(dir, "myelin.sock")
 	deleted := api.DeletedDir(socket)

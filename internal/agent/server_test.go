@@ -95,20 +95,28 @@ func TestAPISocketIsRootsAlone(t *testing.T) {
 	}
 }
 
+// registerTestEndpoint allocates an address for container id and registers its
+// endpoint on a host veth of index 7 (links: the fake node's veths).
+func registerTestEndpoint(t *testing.T, eps *endpoint.Manager, links map[string]int, id string) api.Allocation {
+	t.Helper()
+	alloc, err := eps.Allocate(api.PodRef{ContainerID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	links[alloc.HostIfName] = 7
+	if _, err := eps.Put(api.Endpoint{PodRef: api.PodRef{ContainerID: id}, IP: alloc.IP, HostIfName: alloc.HostIfName,
+		HostIfIndex: 7, HostMAC: "02:00:00:00:00:01", PodMAC: "02:00:00:00:00:02"}); err != nil {
+		t.Fatal(err)
+	}
+	return alloc
+}
+
 // The agent's DELETE refuses a caller that names another host veth than the record's
 // (412, api.ErrNotOwner through the client), and deletes for the owner.
 func TestDeleteEndpointOnlyByOwner(t *testing.T) {
 	a, node := serveTest(t)
 	eps, pool := a.eps, a.pool
-	alloc, err := eps.Allocate(api.PodRef{ContainerID: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node.links[alloc.HostIfName] = 7
-	if _, err := eps.Put(api.Endpoint{PodRef: api.PodRef{ContainerID: "a"}, IP: alloc.IP, HostIfName: alloc.HostIfName,
-		HostIfIndex: 7, HostMAC: "02:00:00:00:00:01", PodMAC: "02:00:00:00:00:02"}); err != nil {
-		t.Fatal(err)
-	}
+	alloc := registerTestEndpoint(t, eps, node.links, "a")
 
 	c := api.NewClient(a.cfg.socket())
 	ctx := context.Background()
@@ -153,15 +161,7 @@ func TestAPIRefusesOversizedBodyAndLiveRelease(t *testing.T) {
 		t.Errorf("oversized allocate body: %d %s; want 400 naming the limit", resp.StatusCode, msg)
 	}
 
-	alloc, err := a.eps.Allocate(api.PodRef{ContainerID: "live"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node.links[alloc.HostIfName] = 7
-	if _, err := a.eps.Put(api.Endpoint{PodRef: api.PodRef{ContainerID: "live"}, IP: alloc.IP, HostIfName: alloc.HostIfName,
-		HostIfIndex: 7, HostMAC: "02:00:00:00:00:01", PodMAC: "02:00:00:00:00:02"}); err != nil {
-		t.Fatal(err)
-	}
+	alloc := registerTestEndpoint(t, a.eps, node.links, "live")
 	err = api.NewClient(a.cfg.socket()).Release(context.Background(), "live", "")
 	if err == nil || !strings.Contains(err.Error(), "CNI DEL") {
 		t.Errorf("release of a live endpoint's IP = %v, want refused naming CNI DEL", err)
@@ -234,15 +234,7 @@ func TestAPIRefusesForgedContainerIDs(t *testing.T) {
 func TestGCOfManyAttachments(t *testing.T) {
 	a, node := serveTest(t)
 	a.ready.Store(true)
-	alloc, err := a.eps.Allocate(api.PodRef{ContainerID: "kept"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node.links[alloc.HostIfName] = 7
-	if _, err := a.eps.Put(api.Endpoint{PodRef: api.PodRef{ContainerID: "kept"}, IP: alloc.IP, HostIfName: alloc.HostIfName,
-		HostIfIndex: 7, HostMAC: "02:00:00:00:00:01", PodMAC: "02:00:00:00:00:02"}); err != nil {
-		t.Fatal(err)
-	}
+	registerTestEndpoint(t, a.eps, node.links, "kept")
 	keep := []string{"kept"}
 	for i := range 2000 {
 		keep = append(keep, fmt.Sprintf("%064x", i))
