@@ -9,12 +9,17 @@ import (
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/endpoint"
+	"github.com/myelin-net/myelin/internal/statefile"
 )
 
 // deletedInterval is how often the agent looks for deletes CNI DEL recorded while it
 // could not reach the agent (down, hung or starting). Reading an empty directory is
 // all it costs.
 const deletedInterval = 5 * time.Second
+
+// deletedTempAge is the age past which a temporary file in the recorded-deletes
+// directory is a crashed plugin's (statefile.Write's take milliseconds).
+const deletedTempAge = 5 * time.Minute
 
 // deletedLoop carries out the deletes CNI DEL recorded while no agent answered: once
 // at start-up, before anything new is added, then every deletedInterval (loop
@@ -33,8 +38,10 @@ type deletedLoop struct {
 // the same container meanwhile is not removed with it. A claimed record is kept for
 // the next round only when carrying it out failed.
 func (d *deletedLoop) processDeleted() error {
-	recs, err := api.ClaimDeleted(api.DeletedDir(d.socket))
-	errs := []error{err}
+	dir := api.DeletedDir(d.socket)
+	recs, err := api.ClaimDeleted(dir)
+	// The plugin may be writing a record now: only a crash's leftovers go.
+	errs := []error{err, statefile.RemoveTemporaryOlder(dir, deletedTempAge)}
 	for path, rec := range recs {
 		removed, err := d.eps.DeleteRecorded(rec)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -69,5 +70,43 @@ func TestDeletedRecordWrittenWhileCarriedOutSurvives(t *testing.T) {
 	}
 	if recs, err := api.ReadDeleted(deleted); err != nil || len(recs) != 0 {
 		t.Errorf("records after the next round = %+v, %v; want none", recs, err)
+	}
+}
+
+// A round of recorded deletes removes the temporary files a plugin killed mid-write
+// left in their directory, once they are older than deletedTempAge; a recent one may
+// be a DEL's write under way and stays.
+func TestDeletedRoundRemovesCrashLeftovers(t *testing.T) {
+	dir := t.TempDir()
+	socket := filepath.Join(dir, "myelin.sock")
+	deleted := api.DeletedDir(socket)
+	if err := os.MkdirAll(deleted, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old, fresh := filepath.Join(deleted, ".tmp-00000000000000aa"), filepath.Join(deleted, ".tmp-00000000000000bb")
+	for _, p := range []string{old, fresh} {
+		if err := os.WriteFile(p, []byte("{"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := time.Now().Add(-2 * deletedTempAge)
+	if err := os.Chtimes(old, long, long); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := ipam.OpenPool(filepath.Join(dir, "ipam.json"), netip.MustParsePrefix("10.244.0.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &fakeNode{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}}
+	eps := endpoint.NewManager(endpoint.Config{Dir: filepath.Join(dir, "endpoints"), Node: "n1"}, node, node, pool)
+	d := &deletedLoop{socket: socket, eps: eps, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := d.processDeleted(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Errorf("the crashed write's %s is still there (%v)", old, err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("the recent %s, a write perhaps under way, was removed: %v", fresh, err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Write replaces path with b: it writes and syncs a new temporary file next to it
@@ -83,7 +84,12 @@ func writeTemp(dir string, b []byte, mode os.FileMode) (string, error) {
 // mid-write): this version's tempPrefix ones and older versions' <name>.tmp. Call it
 // only while no Write into dir can be under way: it would remove that Write's file.
 // A missing dir is no error.
-func RemoveTemporary(dir string) error {
+func RemoveTemporary(dir string) error { return RemoveTemporaryOlder(dir, 0) }
+
+// RemoveTemporaryOlder is RemoveTemporary for a dir others may be writing to: it
+// removes only temporary files last modified more than age ago, which no Write (a few
+// milliseconds) is still using.
+func RemoveTemporaryOlder(dir string, age time.Duration) error {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -96,6 +102,12 @@ func RemoveTemporary(dir string) error {
 		name := e.Name()
 		if !e.Type().IsRegular() || !strings.HasPrefix(name, tempPrefix) && filepath.Ext(name) != ".tmp" {
 			continue
+		}
+		if age > 0 {
+			fi, err := e.Info()
+			if err != nil || time.Since(fi.ModTime()) <= age {
+				continue // gone meanwhile, or a Write may still be under way
+			}
 		}
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("remove temporary file: %w", err))

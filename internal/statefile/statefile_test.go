@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestWriteReplacesWhole(t *testing.T) {
@@ -227,5 +228,30 @@ func TestRemoveTemporary(t *testing.T) {
 	}
 	if err := RemoveTemporary(filepath.Join(dir, "missing")); err != nil {
 		t.Errorf("RemoveTemporary of a missing directory: %v", err)
+	}
+}
+
+// RemoveTemporaryOlder leaves a temporary file a Write may still be using (recent)
+// and removes one older than the age.
+func TestRemoveTemporaryOlder(t *testing.T) {
+	dir := t.TempDir()
+	old, fresh := filepath.Join(dir, ".tmp-00000000000000aa"), filepath.Join(dir, ".tmp-00000000000000bb")
+	for _, p := range []string{old, fresh} {
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(old, long, long); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveTemporaryOlder(dir, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Errorf("the hour-old %s is still there (%v)", old, err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("the fresh %s, which a Write may be using, was removed: %v", fresh, err)
 	}
 }
