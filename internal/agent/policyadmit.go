@@ -119,12 +119,9 @@ func (p *policyLoop) awaitAllocatable(ctx context.Context, ref api.PodRef) error
 	ctx, cancel := context.WithTimeout(ctx, policyAdmitTimeout)
 	defer cancel()
 	if _, err := p.awaitSynced(ctx); err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("waited %s", policyAdmitTimeout)
-		}
 		return fmt.Errorf("no pod IP for %s/%s yet: the agent's Pod cache has not synced with the apiserver (%w), "+
 			"so it can't tell which free addresses Pods being deleted still hold; the kubelet retries; "+
-			"see the agent's policy loop in myelin status", ref.Namespace, ref.Pod, err)
+			"see the agent's policy loop in myelin status", ref.Namespace, ref.Pod, waited(err))
 	}
 	return nil
 }
@@ -134,11 +131,17 @@ func (p *policyLoop) admitError(ref string, synced bool, err error) error {
 	if synced {
 		what = fmt.Sprintf("no policy computation included pod %s at its address", ref)
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		err = fmt.Errorf("waited %s", policyAdmitTimeout)
-	}
 	return fmt.Errorf("NetworkPolicy for pod %s is not in place: %s (%w); the pod must not run unisolated, "+
-		"so its network is removed and the kubelet retries; see the agent's policy loop in myelin status", ref, what, err)
+		"so its network is removed and the kubelet retries; see the agent's policy loop in myelin status", ref, what, waited(err))
+}
+
+// waited says how long a wait bounded by policyAdmitTimeout took when that bound ended
+// it, rather than "context deadline exceeded"; other errors stay as they are.
+func waited(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("waited %s", policyAdmitTimeout)
+	}
+	return err
 }
 
 // awaitPublished returns a channel closed when the next computation is published.
