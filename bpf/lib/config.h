@@ -93,6 +93,14 @@ volatile const __u32 maglev_table_size = 0;
 volatile const __u8 source_verify = 1;
 
 /*
+ * policy_ct_budget: 1 = a pod the agent found holding more than its share
+ * of myelin_policy_ct (policy-ct-pod-max, datapath.GCPolicyCT) is listed in
+ * myelin_policy_ct_over, and a connection that would need a new entry for
+ * it is dropped (DROP_POLICY_CT_BUDGET); 0 = no budget, and no lookup.
+ */
+volatile const __u8 policy_ct_budget = 1;
+
+/*
  * nat_port_min/_max: the ports masquerade and NodePort SNAT translate to,
  * host order, inclusive. The agent picks them outside the node's ephemeral
  * ports (net.ipv4.ip_local_port_range), so a translated flow never takes a

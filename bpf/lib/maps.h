@@ -343,6 +343,21 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_policy_ct SEC(".maps");
 
+/*
+ * myelin_policy_ct_over: local pods holding more myelin_policy_ct entries
+ * than their budget at the agent's last count (datapath.GCPolicyCT) -> that
+ * count. Looked up only when a connection of the pod needs a new entry
+ * (lib/policy_ct.h, policy_ct_over_budget): one pod opening connections
+ * faster than they end can't evict every other pod's.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, ENDPOINTS_MAX_DEFAULT);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_policy_ct_over SEC(".maps");
+
 /* myelin_flows: flow records for the agent's flow store (lib/flows.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);

@@ -177,7 +177,10 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 	if ((t->flags & on) && !(dir == POLICY_DIR_INGRESS && t->from_host && peer == node_ip) &&
 	    !policy_allows(local, peer, t, dir))
 		return (t->flags & incomplete) ? DROP_POLICY_MAP_FULL : DROP_POLICY_DENIED;
-	/* Allowed (or this direction is open): track it, and its replies. */
+	/* Allowed (or this direction is open): track it, and its replies; a new
+	 * entry only for a pod within its budget. */
+	if (!v && policy_ct_over_budget(local))
+		return DROP_POLICY_CT_BUDGET;
 	fresh = t->syn && fresh_also != POLICY_CT_MERGE;
 	if (fresh)
 		seen->fresh = bit;

@@ -14,6 +14,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
+#include "config.h"
 #include "ipv4.h"
 #include "l4.h"
 #include "maps.h"
@@ -66,6 +67,17 @@ static __always_inline void policy_ct_refresh(struct policy_ct_entry *at, __u32 
 
 	if (at && seen != now)
 		at->fin_lo = now;
+}
+
+/*
+ * policy_ct_over_budget says whether local pod addr may not get another
+ * entry: it held more than its budget at the agent's last count. Only a
+ * connection that would create an entry asks (no lookup for a tracked one),
+ * and with policy_ct_budget off, nothing does.
+ */
+static __always_inline int policy_ct_over_budget(__u32 addr)
+{
+	return policy_ct_budget && bpf_map_lookup_elem(&myelin_policy_ct_over, &addr);
 }
 
 /*

@@ -85,6 +85,13 @@ enum reason {
 	 */
 	DROP_POLICY_MAP_FULL = 22,
 	/*
+	 * NetworkPolicy: the connection would need a new myelin_policy_ct entry
+	 * for a pod that holds more than its budget of them (policy-ct-pod-max,
+	 * myelin_policy_ct_over): it is not tracked and not let through, so its
+	 * flood can't evict the other pods' connections.
+	 */
+	DROP_POLICY_CT_BUDGET = 23,
+	/*
 	 * Not a verdict: a DNS or drop flow record was not written, its budget
 	 * (lib/flows.h, flows_allow) was spent for this window.
 	 */

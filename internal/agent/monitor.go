@@ -102,13 +102,14 @@ func (m *monitor) podName(ip netip.Addr) string {
 // policyDirection is the side of a NetworkPolicy drop: egress drops are
 // counted from-pod, ingress drops to-pod (bpf/lib/reasons.h).
 func policyDirection(ev datapath.Event) string {
-	if ev.Reason != "DROP_POLICY_DENIED" && ev.Reason != "DROP_POLICY_MAP_FULL" {
-		return ""
+	switch ev.Reason {
+	case "DROP_POLICY_DENIED", "DROP_POLICY_MAP_FULL", "DROP_POLICY_CT_BUDGET":
+		if ev.Direction == "from-pod" {
+			return "egress"
+		}
+		return "ingress"
 	}
-	if ev.Direction == "from-pod" {
-		return "egress"
-	}
-	return "ingress"
+	return ""
 }
 
 func (m *monitor) publish(ev api.Event) {

@@ -108,6 +108,10 @@ type Config struct {
 	// PolicyCTMax sizes the NetworkPolicy connection table (policy-ct-max), one
 	// entry per tracked connection.
 	PolicyCTMax int
+	// PolicyCTPodMax is policy-ct-pod-max: the most of those entries one pod may
+	// hold before its new connections are dropped (DROP_POLICY_CT_BUDGET); 0 is
+	// no budget, PolicyCTPodMaxAuto a quarter of PolicyCTMax (PolicyCTPodBudget).
+	PolicyCTPodMax int
 	// PrometheusServeAddr is where the agent serves its myelin_ metrics
 	// (prometheus-serve-addr); "" turns them off.
 	PrometheusServeAddr string
@@ -238,6 +242,18 @@ func Resolve(sources ...Source) (Config, error) {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// PolicyCTPodMaxAuto is policy-ct-pod-max's "auto": a quarter of policy-ct-max.
+const PolicyCTPodMaxAuto = -1
+
+// PolicyCTPodBudget is the number of policy-ct-pod-max: the entries of the
+// NetworkPolicy connection table one pod may hold, 0 for no budget.
+func (c Config) PolicyCTPodBudget() int {
+	if c.PolicyCTPodMax == PolicyCTPodMaxAuto {
+		return c.PolicyCTMax / 4
+	}
+	return c.PolicyCTPodMax
 }
 
 // validate checks rules that span keys.

@@ -186,6 +186,31 @@ func TestPolicyCTMaxKey(t *testing.T) {
 	}
 }
 
+// policy-ct-pod-max: auto follows policy-ct-max (from any source), 0 is no budget.
+func TestPolicyCTPodMaxKey(t *testing.T) {
+	for _, c := range []struct {
+		values map[string]string
+		want   int
+	}{
+		{nil, 131072 / 4},
+		{map[string]string{"policy-ct-max": "8192"}, 2048},
+		{map[string]string{"policy-ct-pod-max": "0"}, 0},
+		{map[string]string{"policy-ct-pod-max": "500", "policy-ct-max": "8192"}, 500},
+	} {
+		got, err := Resolve(Source{Name: "nc", PerNode: true, Values: c.values})
+		if err != nil || got.PolicyCTPodBudget() != c.want {
+			t.Errorf("%v: budget %d (%v), want %d", c.values, got.PolicyCTPodBudget(), err, c.want)
+		}
+	}
+	for _, v := range []string{"-1", "many", "4194305"} {
+		_, err := Resolve(Source{Name: "nc", Values: map[string]string{"policy-ct-pod-max": v}})
+		want := `key "policy-ct-pod-max" value "` + v + `": must be "auto"`
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("policy-ct-pod-max %q: %v, want %s", v, err, want)
+		}
+	}
+}
+
 // hubble-tls-client-names is a comma-separated list; empty is none (any client the CAs
 // signed).
 func TestHubbleTLSClientNamesKey(t *testing.T) {

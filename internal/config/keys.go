@@ -188,6 +188,18 @@ var keys = []key{
 		c.PolicyCTMax, err = parseTableSize(v, 1024, 1<<22)
 		return err
 	}},
+	{"policy-ct-pod-max", "auto", func(c *Config, v string) (err error) {
+		if v == "auto" {
+			c.PolicyCTPodMax = PolicyCTPodMaxAuto
+			return nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 1<<22 {
+			return fmt.Errorf(`must be "auto" (a quarter of policy-ct-max), 0 (no budget) or a number of entries up to %d`, 1<<22)
+		}
+		c.PolicyCTPodMax = n
+		return nil
+	}},
 	{"prometheus-serve-addr", ":9962", func(c *Config, v string) (err error) {
 		c.PrometheusServeAddr, err = parseListenAddr(v, ":9962")
 		return err

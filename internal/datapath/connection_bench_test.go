@@ -20,22 +20,17 @@ import (
 // ways and allowing each other (the bench's policy cases: 100 NetworkPolicies
 // select client and server). The differences are each feature's cost per
 // connection in the programs without the lab's noise (docs/performance.md);
+// policy-nobudget is policy on a datapath loaded without policy-ct-pod-max (the
+// budget's lookup when a connection's entry is created, against none);
 // ns/conn sums the kernel's measure of each run, ns/<segment> is each packet's.
 // Run as root:
 // go test -run '^$' -bench 'Connection$' -count 5 ./internal/datapath/
 func BenchmarkConnection(b *testing.B) {
 	testenv.RequireRoot(b, "load BPF")
-	d := loadTestConfig(b, agentDefaultConfig())
-	if err := seedEndpoints(d, seedAB); err != nil {
-		b.Fatal(err)
-	}
-	// An ipcache as a cluster's: a /32 per pod of 1,000, and the fixtures' CIDRs.
-	for i := range 1000 {
-		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 9, byte(i >> 8), byte(i)}), 32)
-		if err := d.SetIPCache(p, uint32(1000+i)); err != nil {
-			b.Fatal(err)
-		}
-	}
+	d := connectionBenchDatapath(b, agentDefaultConfig())
+	noBudget := agentDefaultConfig()
+	noBudget.PolicyCTPodMax = 0
+	dNoBudget := connectionBenchDatapath(b, noBudget)
 	ports := []PolicyPort{tcpPort(80), tcpPort(443), tcpPort(9090), {Proto: protoTCP, Lo: 12000, Hi: 12100}, tcpPort(8080)}
 	isolated := policyState{
 		flags: map[string]PolicyFlags{podA: PolicyIngress | PolicyEgress, podBIP: PolicyIngress | PolicyEgress},
@@ -53,10 +48,15 @@ func BenchmarkConnection(b *testing.B) {
 	ctxB := skbCtx{IngressIfindex: uint32(podB.IfIndex)}
 	for _, c := range []struct {
 		name   string
+		d      *Datapath
 		flows  bool
 		policy policyState
-	}{{"off", false, policyState{}}, {"flows", true, policyState{}}, {"policy", false, isolated}} {
+	}{
+		{"off", d, false, policyState{}}, {"flows", d, true, policyState{}}, {"policy", d, false, isolated},
+		{"policy-nobudget", dNoBudget, false, isolated},
+	} {
 		b.Run(c.name, func(b *testing.B) {
+			d := c.d
 			if err := seedPolicy(d, c.policy); err != nil {
 				b.Fatal(err)
 			}
@@ -96,6 +96,22 @@ func BenchmarkConnection(b *testing.B) {
 			}
 		})
 	}
+}
+
+// connectionBenchDatapath loads cfg with pods A and B and an ipcache as a
+// cluster's: a /32 per pod of 1,000, and the fixtures' CIDRs.
+func connectionBenchDatapath(b *testing.B, cfg Config) *Datapath {
+	d := loadTestConfig(b, cfg)
+	if err := seedEndpoints(d, seedAB); err != nil {
+		b.Fatal(err)
+	}
+	for i := range 1000 {
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 9, byte(i >> 8), byte(i)}), 32)
+		if err := d.SetIPCache(p, uint32(1000+i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return d
 }
 
 // segment is one packet of a connection and the veth it leaves its pod on.

@@ -65,7 +65,8 @@ func loadTest(t *testing.T, routing HostRouting) *Datapath {
 // balancing, masquerade, native routing), without a pin dir.
 func agentDefaultConfig() Config {
 	return Config{HostRouting: HostRoutingBPF, LoadBalancing: true, Masquerade: true, NodeIP: testNodeIP,
-		ClusterCIDR: lbClusterCIDR, MaglevTableSize: 16381, NATPortMin: 61000, NATPortMax: 65535}
+		ClusterCIDR: lbClusterCIDR, MaglevTableSize: 16381, NATPortMin: 61000, NATPortMax: 65535,
+		PolicyCTPodMax: 131072 / 4}
 }
 
 // loadTestConfig is loadTest with cfg; its PinDir is set to a fresh pin dir.

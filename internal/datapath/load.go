@@ -137,6 +137,12 @@ type Config struct {
 	// copied over (beyond a smaller size they are judged again by their next
 	// packet).
 	PolicyCTMax uint32
+	// PolicyCTPodMax is the most myelin_policy_ct entries one pod of this node
+	// may hold (policy-ct-pod-max): GCPolicyCT lists a pod holding more in
+	// myelin_policy_ct_over, and until a later round finds it within the
+	// budget, its connections that would need a new entry are dropped
+	// (DROP_POLICY_CT_BUDGET). 0: no budget, and the datapath looks nothing up.
+	PolicyCTPodMax uint32
 }
 
 // Datapath is the loaded datapath of one node: its programs and maps.
@@ -267,6 +273,13 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 	if err := specs.SourceVerify.Set(verify); err != nil {
 		return fmt.Errorf("set source_verify: %w", err)
 	}
+	var budget uint8
+	if cfg.PolicyCTPodMax != 0 {
+		budget = 1
+	}
+	if err := specs.PolicyCtBudget.Set(budget); err != nil {
+		return fmt.Errorf("set policy_ct_budget: %w", err)
+	}
 	if err := configureMasquerade(&specs, cfg); err != nil {
 		return err
 	}
@@ -277,6 +290,7 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 	if cfg.EndpointsMax != 0 {
 		specs.MyelinEndpoints.MaxEntries = cfg.EndpointsMax
 		specs.MyelinPolicyEps.MaxEntries = cfg.EndpointsMax
+		specs.MyelinPolicyCtOver.MaxEntries = cfg.EndpointsMax
 	}
 	// Fragments are translated only by masquerade and load balancing.
 	if !cfg.Masquerade && !cfg.LoadBalancing {

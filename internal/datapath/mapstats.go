@@ -49,6 +49,7 @@ func (d *Datapath) MapStats() []MapStat {
 		{"myelin_policy_eps", MapKindPolicy, o.MyelinPolicyEps},
 		{"myelin_policy", MapKindPolicy, o.MyelinPolicy},
 		{"myelin_policy_ct", MapKindConntrack, o.MyelinPolicyCt},
+		{"myelin_policy_ct_over", MapKindPolicy, o.MyelinPolicyCtOver},
 		{"myelin_frags", MapKindFragments, o.MyelinFrags},
 		{"myelin_flow_state", MapKindFlows, o.MyelinFlowState},
 	}

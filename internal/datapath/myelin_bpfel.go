@@ -458,6 +458,7 @@ const (
 	myelinReasonDROP_SVC_CT_FULL         myelinReason = 20
 	myelinReasonDROP_POLICY_DENIED       myelinReason = 21
 	myelinReasonDROP_POLICY_MAP_FULL     myelinReason = 22
+	myelinReasonDROP_POLICY_CT_BUDGET    myelinReason = 23
 	myelinReasonREASON_FLOWS_LIMITED     myelinReason = 61
 	myelinReasonREASON_FLOWS_LOST        myelinReason = 62
 	myelinReasonREASON_EVENTS_LOST       myelinReason = 63
@@ -556,6 +557,7 @@ type myelinMapSpecs struct {
 	MyelinNomasq        *ebpf.MapSpec `ebpf:"myelin_nomasq"`
 	MyelinPolicy        *ebpf.MapSpec `ebpf:"myelin_policy"`
 	MyelinPolicyCt      *ebpf.MapSpec `ebpf:"myelin_policy_ct"`
+	MyelinPolicyCtOver  *ebpf.MapSpec `ebpf:"myelin_policy_ct_over"`
 	MyelinPolicyEps     *ebpf.MapSpec `ebpf:"myelin_policy_eps"`
 	MyelinSnat          *ebpf.MapSpec `ebpf:"myelin_snat"`
 	MyelinTunnel        *ebpf.MapSpec `ebpf:"myelin_tunnel"`
@@ -601,6 +603,7 @@ type myelinVariableSpecs struct {
 	NodeIp                   *ebpf.VariableSpec `ebpf:"node_ip"`
 	OverlayIfindex           *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
 	OverlayMac               *ebpf.VariableSpec `ebpf:"overlay_mac"`
+	PolicyCtBudget           *ebpf.VariableSpec `ebpf:"policy_ct_budget"`
 	RoutingTunnel            *ebpf.VariableSpec `ebpf:"routing_tunnel"`
 	SockLb                   *ebpf.VariableSpec `ebpf:"sock_lb"`
 	SourceVerify             *ebpf.VariableSpec `ebpf:"source_verify"`
@@ -655,6 +658,7 @@ type myelinMaps struct {
 	MyelinNomasq        *ebpf.Map `ebpf:"myelin_nomasq"`
 	MyelinPolicy        *ebpf.Map `ebpf:"myelin_policy"`
 	MyelinPolicyCt      *ebpf.Map `ebpf:"myelin_policy_ct"`
+	MyelinPolicyCtOver  *ebpf.Map `ebpf:"myelin_policy_ct_over"`
 	MyelinPolicyEps     *ebpf.Map `ebpf:"myelin_policy_eps"`
 	MyelinSnat          *ebpf.Map `ebpf:"myelin_snat"`
 	MyelinTunnel        *ebpf.Map `ebpf:"myelin_tunnel"`
@@ -689,6 +693,7 @@ func (m *myelinMaps) Close() error {
 		m.MyelinNomasq,
 		m.MyelinPolicy,
 		m.MyelinPolicyCt,
+		m.MyelinPolicyCtOver,
 		m.MyelinPolicyEps,
 		m.MyelinSnat,
 		m.MyelinTunnel,
@@ -735,6 +740,7 @@ type myelinVariables struct {
 	NodeIp                   *ebpf.Variable `ebpf:"node_ip"`
 	OverlayIfindex           *ebpf.Variable `ebpf:"overlay_ifindex"`
 	OverlayMac               *ebpf.Variable `ebpf:"overlay_mac"`
+	PolicyCtBudget           *ebpf.Variable `ebpf:"policy_ct_budget"`
 	RoutingTunnel            *ebpf.Variable `ebpf:"routing_tunnel"`
 	SockLb                   *ebpf.Variable `ebpf:"sock_lb"`
 	SourceVerify             *ebpf.Variable `ebpf:"source_verify"`

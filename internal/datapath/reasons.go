@@ -23,6 +23,7 @@ var reasonNames = map[myelinReason]string{
 	myelinReasonDROP_SVC_CT_FULL:         "DROP_SVC_CT_FULL",
 	myelinReasonDROP_POLICY_DENIED:       "DROP_POLICY_DENIED",
 	myelinReasonDROP_POLICY_MAP_FULL:     "DROP_POLICY_MAP_FULL",
+	myelinReasonDROP_POLICY_CT_BUDGET:    "DROP_POLICY_CT_BUDGET",
 	myelinReasonREASON_FLOWS_LOST:        "FLOWS_LOST",
 	myelinReasonREASON_FLOWS_LIMITED:     "FLOWS_LIMITED",
 	myelinReasonREASON_EVENTS_LOST:       "EVENTS_LOST",

@@ -364,6 +364,7 @@ type sockMapSpecs struct {
 	MyelinNomasq             *ebpf.MapSpec `ebpf:"myelin_nomasq"`
 	MyelinPolicy             *ebpf.MapSpec `ebpf:"myelin_policy"`
 	MyelinPolicyCt           *ebpf.MapSpec `ebpf:"myelin_policy_ct"`
+	MyelinPolicyCtOver       *ebpf.MapSpec `ebpf:"myelin_policy_ct_over"`
 	MyelinPolicyEps          *ebpf.MapSpec `ebpf:"myelin_policy_eps"`
 	MyelinSnat               *ebpf.MapSpec `ebpf:"myelin_snat"`
 	MyelinSockDestroyTargets *ebpf.MapSpec `ebpf:"myelin_sock_destroy_targets"`
@@ -386,6 +387,7 @@ type sockVariableSpecs struct {
 	NodeIp           *ebpf.VariableSpec `ebpf:"node_ip"`
 	OverlayIfindex   *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
 	OverlayMac       *ebpf.VariableSpec `ebpf:"overlay_mac"`
+	PolicyCtBudget   *ebpf.VariableSpec `ebpf:"policy_ct_budget"`
 	RoutingTunnel    *ebpf.VariableSpec `ebpf:"routing_tunnel"`
 	SockDestroySweep *ebpf.VariableSpec `ebpf:"sock_destroy_sweep"`
 	SockLb           *ebpf.VariableSpec `ebpf:"sock_lb"`
@@ -440,6 +442,7 @@ type sockMaps struct {
 	MyelinNomasq             *ebpf.Map `ebpf:"myelin_nomasq"`
 	MyelinPolicy             *ebpf.Map `ebpf:"myelin_policy"`
 	MyelinPolicyCt           *ebpf.Map `ebpf:"myelin_policy_ct"`
+	MyelinPolicyCtOver       *ebpf.Map `ebpf:"myelin_policy_ct_over"`
 	MyelinPolicyEps          *ebpf.Map `ebpf:"myelin_policy_eps"`
 	MyelinSnat               *ebpf.Map `ebpf:"myelin_snat"`
 	MyelinSockDestroyTargets *ebpf.Map `ebpf:"myelin_sock_destroy_targets"`
@@ -475,6 +478,7 @@ func (m *sockMaps) Close() error {
 		m.MyelinNomasq,
 		m.MyelinPolicy,
 		m.MyelinPolicyCt,
+		m.MyelinPolicyCtOver,
 		m.MyelinPolicyEps,
 		m.MyelinSnat,
 		m.MyelinSockDestroyTargets,
@@ -498,6 +502,7 @@ type sockVariables struct {
 	NodeIp           *ebpf.Variable `ebpf:"node_ip"`
 	OverlayIfindex   *ebpf.Variable `ebpf:"overlay_ifindex"`
 	OverlayMac       *ebpf.Variable `ebpf:"overlay_mac"`
+	PolicyCtBudget   *ebpf.Variable `ebpf:"policy_ct_budget"`
 	RoutingTunnel    *ebpf.Variable `ebpf:"routing_tunnel"`
 	SockDestroySweep *ebpf.Variable `ebpf:"sock_destroy_sweep"`
 	SockLb           *ebpf.Variable `ebpf:"sock_lb"`

@@ -34,6 +34,7 @@ kube-proxy-replacement-metrics-bind-address: {{ $v.kubeProxyReplacementMetricsBi
 nodeport-nat-syn-max: {{ $v.nodePort.natSynMax | int64 | quote }}
 nodeport-nat-max: {{ $v.nodePort.natMax | int64 | quote }}
 policy-ct-max: {{ $v.networkPolicy.ctMax | int64 | quote }}
+policy-ct-pod-max: {{ $v.networkPolicy.ctPodMax | toString | quote }}
 prometheus-serve-addr: {{ if $v.prometheus.enabled }}{{ printf ":%d" ($v.prometheus.port | int64) | quote }}{{ else }}""{{ end }}
 {{- if $v.hubble.metrics.enabled }}
 hubble-metrics-server: {{ printf ":%d" ($v.hubble.metrics.port | int64) | quote }}
@@ -88,6 +89,7 @@ cgroup-root: socketLB.cgroupRoot
 nodeport-nat-syn-max: nodePort.natSynMax
 nodeport-nat-max: nodePort.natMax
 policy-ct-max: networkPolicy.ctMax
+policy-ct-pod-max: networkPolicy.ctPodMax
 prometheus-serve-addr: prometheus.port
 hubble-metrics-server: hubble.metrics.port
 hubble-metrics: hubble.metrics.enabled

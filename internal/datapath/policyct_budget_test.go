@@ -1,0 +1,124 @@
+package datapath
+
+import (
+	"fmt"
+	"maps"
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+// budgetStep is a policy step of pod src's packet p: ok passes to the stack,
+// else it is dropped as DROP_POLICY_CT_BUDGET.
+func budgetStep(name string, prog *ebpf.Program, dir string, p pkt, ctx *skbCtx, ok bool) policyStep {
+	s := verdictStep(name, prog, dir, p, ctx, true)
+	if !ok {
+		s.verdict, s.reason = tcActShot, "DROP_POLICY_CT_BUDGET"
+	}
+	return s
+}
+
+// overListed returns a step change that fails unless myelin_policy_ct_over lists
+// exactly want (pod address: its count of entries).
+func overListed(want map[string]uint32) func(*Datapath) error {
+	return func(d *Datapath) error {
+		got := map[string]uint32{}
+		err := dumpEntries(d.objs.MyelinPolicyCtOver, func(addr, n uint32) { got[addrFromNetwork(addr).String()] = n })
+		if err == nil && !maps.Equal(got, want) {
+			err = fmt.Errorf("myelin_policy_ct_over lists %v, want %v", got, want)
+		}
+		return err
+	}
+}
+
+// forgetPolicyCTOf deletes the tracked UDP connections of pod A's source ports,
+// as their idle timeout would.
+func forgetPolicyCTOf(sports ...uint16) func(*Datapath) error {
+	return func(d *Datapath) error {
+		a := networkUint32(mustAddr(podA))
+		for _, sport := range sports {
+			var doomed []myelinPolicyCtKey
+			err := dumpEntries(d.objs.MyelinPolicyCt, func(k myelinPolicyCtKey, _ myelinPolicyCtEntry) {
+				if (k.AddrLo == a && k.PortLo == htons(sport)) || (k.AddrHi == a && k.PortHi == htons(sport)) {
+					doomed = append(doomed, k)
+				}
+			})
+			if err == nil && len(doomed) != 1 {
+				err = fmt.Errorf("A's connections from port %d: %d tracked, want 1", sport, len(doomed))
+			}
+			if err == nil {
+				err = d.objs.MyelinPolicyCt.Delete(&doomed[0])
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// One pod opening connections faster than they end can't evict every other pod's
+// (policy-ct-pod-max): GCPolicyCT lists a pod holding more entries than its budget,
+// and the datapath drops that pod's connections that would need a new entry, in
+// either direction, while its tracked ones and the other pods' new ones go on;
+// once it holds no more than its budget, it opens connections again.
+func TestPrivilegedBPFPolicyCTBudget(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP, PolicyCTPodMax: 3})
+	fromPod, toPod := d.objs.MyelinFromPod, d.objs.MyelinToPod
+	dns := PolicyPort{Proto: protoUDP, Lo: 53, Hi: 53}
+	// A and B may query the remote pod's port 53, and B takes TCP 8080 from it.
+	st := &policyState{flags: map[string]PolicyFlags{podA: PolicyEgress, podBIP: PolicyIngress | PolicyEgress},
+		entries: map[PolicyKey][]PolicyPort{egressOf(podA, idRemote): {dns}, egressOf(podBIP, idRemote): {dns},
+			ingressOf(podBIP, idRemote): {tcpPort(8080)}}}
+	queryA := func(sport uint16) pkt {
+		return ipv4(protoUDP, podA, remoteIP).withSrc(podA, sport).withDst(remoteIP, 53)
+	}
+	ctxB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
+	queryB := func(sport uint16) pkt {
+		return ipv4(protoUDP, podBIP, remoteIP).withSrc(podBIP, sport).withDst(remoteIP, 53).withMACs(podBMAC, hostBMAC)
+	}
+	synToB := func(sport uint16) pkt {
+		return ipv4(protoTCP, remoteIP, podBIP).withSrc(remoteIP, sport).withDst(podBIP, 8080).withTCPFlags(tcpSYN)
+	}
+	first := budgetStep("A's first query (tracked)", fromPod, "from-pod", queryA(5001), ctxPodA, true)
+	first.seed = st
+	runPolicySteps(t, d, []policyStep{
+		first,
+		budgetStep("A's second query", fromPod, "from-pod", queryA(5002), ctxPodA, true),
+		budgetStep("A's third query", fromPod, "from-pod", queryA(5003), ctxPodA, true),
+		budgetStep("A's fourth query: not yet counted, tracked", fromPod, "from-pod", queryA(5004), ctxPodA, true),
+		budgetStep("B's query", fromPod, "from-pod", queryB(6001), ctxB, true),
+		after(budgetStep("counted: A holds 4 > 3, its next new query is dropped", fromPod, "from-pod", queryA(5005), ctxPodA, false),
+			gcPolicyCTAt(0, 0), overListed(map[string]uint32{podA: 4})),
+		budgetStep("A's tracked connection goes on", fromPod, "from-pod", queryA(5001), ctxPodA, true),
+		budgetStep("B, within its budget, opens another", fromPod, "from-pod", queryB(6002), ctxB, true),
+		budgetStep("a connection into B too", toPod, "to-pod", synToB(7001), nil, true),
+		budgetStep("and another", toPod, "to-pod", synToB(7002), nil, true),
+		after(budgetStep("counted: B holds 4 > 3, a new connection into B is dropped", toPod, "to-pod", synToB(7003), nil, false),
+			gcPolicyCTAt(0, 0), overListed(map[string]uint32{podA: 4, podBIP: 4})),
+		after(budgetStep("two of A's connections ended: A holds 2, opens again", fromPod, "from-pod", queryA(5006), ctxPodA, true),
+			forgetPolicyCTOf(5002, 5003), gcPolicyCTAt(0, 0), overListed(map[string]uint32{podBIP: 4})),
+	})
+}
+
+// policy-ct-pod-max 0 is no budget: the datapath reads no list, so even a pod the
+// list names opens connections.
+func TestPrivilegedBPFPolicyCTNoBudget(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP})
+	st := &policyState{flags: map[string]PolicyFlags{podA: PolicyEgress},
+		entries: map[PolicyKey][]PolicyPort{egressOf(podA, idRemote): {{Proto: protoUDP, Lo: 53, Hi: 53}}}}
+	listA := func(d *Datapath) error {
+		addr, n := networkUint32(mustAddr(podA)), uint32(1000)
+		return d.objs.MyelinPolicyCtOver.Put(&addr, &n)
+	}
+	q := ipv4(protoUDP, podA, remoteIP).withSrc(podA, 5001).withDst(remoteIP, 53)
+	s := after(budgetStep("A, listed, opens a connection", d.objs.MyelinFromPod, "from-pod", q, ctxPodA, true), listA)
+	s.seed = st
+	runPolicySteps(t, d, []policyStep{
+		s,
+		after(budgetStep("GC without a budget leaves the list alone", d.objs.MyelinFromPod, "from-pod", q.withSrc(podA, 5002), ctxPodA, true),
+			gcPolicyCTAt(0, 0), overListed(map[string]uint32{podA: 1000})),
+	})
+}
