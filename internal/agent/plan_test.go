@@ -63,6 +63,13 @@ func TestDecidePlan(t *testing.T) {
 		{"maglev", map[string]string{"lb-algorithm": "maglev"}, in, func(p nodePlan) bool {
 			return p.MaglevTableSize > 0 && p.datapathConfig("/pins").MaglevTableSize == uint32(p.MaglevTableSize)
 		}, ""},
+		{"policy connection budget: auto", map[string]string{"policy-ct-max": "8192"}, in, func(p nodePlan) bool {
+			d := p.datapathConfig("/pins")
+			return d.PolicyCTMax == 8192 && d.PolicyCTPodMax == 2048
+		}, ""},
+		{"policy connection budget off", map[string]string{"policy-ct-pod-max": "0"}, in, func(p nodePlan) bool {
+			return p.datapathConfig("/pins").PolicyCTPodMax == 0
+		}, ""},
 		{"random has no Maglev table", nil, in, func(p nodePlan) bool { return p.MaglevTableSize == 0 }, ""},
 		{"explicit MTU", map[string]string{"mtu": "1400"}, in, func(p nodePlan) bool { return p.MTU == 1400 }, ""},
 		{"tc attach", nil, noTCX, func(p nodePlan) bool { return p.AttachMode == "tc" && !p.HostRouting.BPF }, ""},

@@ -69,6 +69,9 @@ type policyLoop struct {
 	ranges *podRanges
 	// claims answers IPAM which addresses this node's Pods still claim (podclaims.go).
 	claims podClaims
+	// overBudget lists the local pods over their share of the connection table
+	// (datapath.PolicyCTOverBudget), for status; nil: not shown.
+	overBudget func() (map[netip.Addr]int, int, error)
 
 	// Admission of new endpoints (policyadmit.go).
 	endpoints func() []api.Endpoint        // this node's endpoints: their pods' addresses before their status has them

@@ -3,8 +3,10 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,11 +28,31 @@ func (a *server) handlePolicy(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
-	writeJSON(w, http.StatusOK, policyStatus(a.cfg.Node, v))
+	writeJSON(w, http.StatusOK, policyStatus(a.cfg.Node, v, p.budgetProblems()))
 }
 
-// policyStatus is the API view of one computation.
-func policyStatus(node string, v *policyView) api.PolicyStatus {
+// budgetProblems says, for each local pod over its share of the connection table,
+// why its new connections are dropped; a failed read is one problem under the
+// invalid address.
+func (p *policyLoop) budgetProblems() map[netip.Addr]string {
+	if p.overBudget == nil {
+		return nil
+	}
+	over, budget, err := p.overBudget()
+	if err != nil {
+		return map[netip.Addr]string{{}: err.Error()}
+	}
+	out := make(map[netip.Addr]string, len(over))
+	for ip, n := range over {
+		out[ip] = fmt.Sprintf("held %d tracked connections, over policy-ct-pod-max %d: its new connections are dropped (DROP_POLICY_CT_BUDGET) until it holds fewer",
+			n, budget)
+	}
+	return out
+}
+
+// policyStatus is the API view of one computation, with the pods over their
+// connection budget (budgetProblems).
+func policyStatus(node string, v *policyView, overBudget map[netip.Addr]string) api.PolicyStatus {
 	out := api.PolicyStatus{Node: node, Synced: true, Started: v.started, Applied: v.applied, Took: v.duration.String(), Writes: v.writes,
 		Identities: v.state.Identities, IPCache: len(v.state.IPCache), Policies: len(v.input.Policies),
 		Endpoints: []api.PolicyEndpoint{}}
@@ -40,12 +62,19 @@ func policyStatus(node string, v *policyView) api.PolicyStatus {
 	for _, pr := range v.state.Problems {
 		out.Problems = append(out.Problems, pr.String())
 	}
+	if msg, ok := overBudget[netip.Addr{}]; ok {
+		out.Problems = append(out.Problems, msg)
+	}
 	for ip, ep := range v.state.Endpoints {
+		problems := ep.Problems
+		if msg, ok := overBudget[ip]; ok {
+			problems = append(slices.Clip(problems), msg)
+		}
 		out.Endpoints = append(out.Endpoints, api.PolicyEndpoint{Pod: ep.Pod, IP: ip.String(),
 			Identity:        v.state.IPCache[netip.PrefixFrom(ip, 32)],
 			Ingress:         enforcement(ep.Flags, datapath.PolicyIngress, datapath.PolicyIngressIncomplete),
 			Egress:          enforcement(ep.Flags, datapath.PolicyEgress, datapath.PolicyEgressIncomplete),
-			IngressPolicies: ep.IngressPolicies, EgressPolicies: ep.EgressPolicies, Entries: len(ep.Entries), Problems: ep.Problems})
+			IngressPolicies: ep.IngressPolicies, EgressPolicies: ep.EgressPolicies, Entries: len(ep.Entries), Problems: problems})
 	}
 	sort.Slice(out.Endpoints, func(i, j int) bool { return out.Endpoints[i].Pod < out.Endpoints[j].Pod })
 	return out
@@ -130,6 +159,17 @@ func (p *policyLoop) fillStatus(s *api.Status) {
 	}
 	if v.err != nil {
 		sum.Warnings = append(sum.Warnings, "apply: "+v.err.Error())
+	}
+	over := p.budgetProblems()
+	for _, ip := range slices.SortedFunc(maps.Keys(over), netip.Addr.Compare) {
+		msg, who := over[ip], "connection budget"
+		if ip.IsValid() {
+			who = "pod " + ip.String()
+			if ep, ok := v.state.Endpoints[ip]; ok {
+				who = "pod " + ep.Pod
+			}
+		}
+		sum.Warnings = append(sum.Warnings, who+": "+msg)
 	}
 	s.Policy = sum
 }

@@ -2,9 +2,11 @@ package agent
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"testing"
 
 	networkingv1 "k8s.io/api/networking/v1"
@@ -69,5 +71,39 @@ func TestHandlePolicyTrace(t *testing.T) {
 	var st api.PolicyStatus
 	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || len(st.Endpoints) != 2 || st.Endpoints[0].Pod != "x/a" || st.Endpoints[0].Ingress != "on" {
 		t.Errorf("/v1/policy = %+v %v, want x/a ingress on", st, err)
+	}
+}
+
+// A pod over its share of the connection table is named, with the reason its new
+// connections drop, in /v1/policy (its endpoint) and in the status warnings.
+func TestPolicyStatusShowsPodsOverBudget(t *testing.T) {
+	a := policy.Pod{Namespace: "x", Name: "a", Labels: map[string]string{"pod": "a"}, IP: netip.MustParseAddr("10.244.0.10"), Node: "n1"}
+	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "deny"},
+		Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}}}
+	in := policy.Input{Node: "n1", Pods: []policy.Pod{a}, Policies: []*networkingv1.NetworkPolicy{np}}
+	srv := &server{cfg: Config{Node: "n1"}}
+	pl := &policyLoop{overBudget: func() (map[netip.Addr]int, int, error) {
+		return map[netip.Addr]int{a.IP: 40000, netip.MustParseAddr("10.244.0.99"): 33000}, 32768, nil
+	}}
+	pl.view.Store(&policyView{input: in, state: policy.Compute(in, policy.NewIdentities()), tracer: policy.NewTracer(in)})
+	srv.views.add(pl)
+	want := "held 40000 tracked connections, over policy-ct-pod-max 32768: its new connections are dropped (DROP_POLICY_CT_BUDGET)"
+	rec := httptest.NewRecorder()
+	srv.handlePolicy(rec, httptest.NewRequest(http.MethodGet, "/v1/policy", nil))
+	var st api.PolicyStatus
+	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || len(st.Endpoints) != 1 ||
+		len(st.Endpoints[0].Problems) != 1 || !strings.Contains(st.Endpoints[0].Problems[0], want) {
+		t.Errorf("/v1/policy = %+v %v, want x/a's problem %q", st, err, want)
+	}
+	var s api.Status
+	pl.fillStatus(&s)
+	if s.Policy == nil || len(s.Policy.Warnings) != 2 || !strings.HasPrefix(s.Policy.Warnings[0], "pod x/a: "+want) ||
+		!strings.HasPrefix(s.Policy.Warnings[1], "pod 10.244.0.99: held 33000") {
+		t.Errorf("status policy = %+v, want both pods' warnings, x/a by name", s.Policy)
+	}
+	pl.overBudget = func() (map[netip.Addr]int, int, error) { return nil, 0, errors.New("list pods: boom") }
+	s = api.Status{}
+	if pl.fillStatus(&s); s.Policy == nil || len(s.Policy.Warnings) != 1 || s.Policy.Warnings[0] != "connection budget: list pods: boom" {
+		t.Errorf("status policy with a failed read = %+v", s.Policy)
 	}
 }

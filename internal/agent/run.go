@@ -181,6 +181,7 @@ func (st *startup) startLoops(ctx context.Context, p parts) (*serviceLoop, error
 		return nil, err
 	}
 	pol.ranges = newPodRanges(p.nodes, st.local(), st.log)
+	pol.overBudget = p.node.dp.PolicyCTOverBudget
 	// IPAM passes over the addresses Pods being deleted still list (podclaims.go).
 	p.node.eps.UseAddressClaims(pol.claims.claimed)
 	p.srv.views.add(pol) // /v1/policy answers from here on

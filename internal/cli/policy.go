@@ -65,6 +65,11 @@ func writePolicyStatus(out io.Writer, st api.PolicyStatus) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", printable(ep.Pod), printable(ep.IP), ep.Identity, printable(ep.Ingress), printable(ep.Egress), orDash(pols))
 	}
 	_ = tw.Flush()
+	for _, ep := range st.Endpoints {
+		for _, p := range ep.Problems {
+			fmt.Fprintf(out, "WARNING: %s: %s\n", printable(ep.Pod), printable(p))
+		}
+	}
 	fmt.Fprintln(out)
 }
 

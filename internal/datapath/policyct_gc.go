@@ -3,6 +3,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -124,6 +125,18 @@ func (h policyCTHeld) over(budget uint32) map[uint32]uint32 {
 		}
 	}
 	return out
+}
+
+// PolicyCTOverBudget returns the pods myelin_policy_ct_over lists (their
+// connections that would need a new entry are dropped) with the count of entries
+// each held at the last GC round, and the budget (PolicyCTPodMax, 0: none).
+func (d *Datapath) PolicyCTOverBudget() (map[netip.Addr]int, int, error) {
+	over := map[netip.Addr]int{}
+	err := dumpEntries(d.objs.MyelinPolicyCtOver, func(addr, n uint32) { over[addrFromNetwork(addr)] = int(n) })
+	if err != nil {
+		return nil, 0, fmt.Errorf("list pods over their policy connection budget: %w", err)
+	}
+	return over, int(d.cfg.PolicyCTPodMax), nil
 }
 
 // budgetPolicyCT makes myelin_policy_ct_over list exactly the pods of held over
