@@ -20,6 +20,6 @@ func TestWritePolicyStatusShowsEndpointProblems(t *testing.T) {
 	writePolicyStatus(&b, st)
 	want := "WARNING: x/flood: held 40000 tracked connections, over policy-ct-pod-max 32768\n"
 	if !strings.Contains(b.String(), want) || strings.Count(b.String(), "WARNING") != 1 {
-		t.Errorf("myelin policy printed\n%s\nwant one warning %q", b.String(), want)
+		t.Errorf("myelin endpoints printed\n%s\nwant one warning %q", b.String(), want)
 	}
 }
