@@ -70,14 +70,23 @@ static __always_inline void policy_ct_refresh(struct policy_ct_entry *at, __u32 
 }
 
 /*
+ * policy_ct_any_over is set by the agent while myelin_policy_ct_over lists a
+ * pod (datapath.GCPolicyCT; .bss: a runtime switch), so a new connection
+ * costs one load, not a hash lookup, while no pod is over its budget.
+ */
+volatile __u32 policy_ct_any_over = 0;
+
+/*
  * policy_ct_over_budget says whether local pod addr may not get another
  * entry: it held more than its budget at the agent's last count. Only a
  * connection that would create an entry asks (no lookup for a tracked one),
- * and with policy_ct_budget off, nothing does.
+ * it looks the list up only while the list has a pod, and with
+ * policy_ct_budget off nothing is asked.
  */
 static __always_inline int policy_ct_over_budget(__u32 addr)
 {
-	return policy_ct_budget && bpf_map_lookup_elem(&myelin_policy_ct_over, &addr);
+	return policy_ct_budget && policy_ct_any_over &&
+	       bpf_map_lookup_elem(&myelin_policy_ct_over, &addr);
 }
 
 /*

@@ -221,6 +221,10 @@ func Load(cfg Config) (*Datapath, error) {
 		d.objs.Close()
 		return nil, err
 	}
+	if err := d.restorePolicyCTAnyOver(); err != nil {
+		d.objs.Close()
+		return nil, err
+	}
 	if cfg.LoadBalancing {
 		if err := d.seedPortBitmaps(created); err != nil {
 			d.objs.Close()

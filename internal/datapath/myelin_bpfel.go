@@ -603,6 +603,7 @@ type myelinVariableSpecs struct {
 	NodeIp                   *ebpf.VariableSpec `ebpf:"node_ip"`
 	OverlayIfindex           *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
 	OverlayMac               *ebpf.VariableSpec `ebpf:"overlay_mac"`
+	PolicyCtAnyOver          *ebpf.VariableSpec `ebpf:"policy_ct_any_over"`
 	PolicyCtBudget           *ebpf.VariableSpec `ebpf:"policy_ct_budget"`
 	RoutingTunnel            *ebpf.VariableSpec `ebpf:"routing_tunnel"`
 	SockLb                   *ebpf.VariableSpec `ebpf:"sock_lb"`
@@ -740,6 +741,7 @@ type myelinVariables struct {
 	NodeIp                   *ebpf.Variable `ebpf:"node_ip"`
 	OverlayIfindex           *ebpf.Variable `ebpf:"overlay_ifindex"`
 	OverlayMac               *ebpf.Variable `ebpf:"overlay_mac"`
+	PolicyCtAnyOver          *ebpf.Variable `ebpf:"policy_ct_any_over"`
 	PolicyCtBudget           *ebpf.Variable `ebpf:"policy_ct_budget"`
 	RoutingTunnel            *ebpf.Variable `ebpf:"routing_tunnel"`
 	SockLb                   *ebpf.Variable `ebpf:"sock_lb"`

@@ -100,6 +100,18 @@ func TestPrivilegedBPFPolicyCTBudget(t *testing.T) {
 		after(budgetStep("two of A's connections ended: A holds 2, opens again", fromPod, "from-pod", queryA(5006), ctxPodA, true),
 			forgetPolicyCTOf(5002, 5003), gcPolicyCTAt(0, 0), overListed(map[string]uint32{podBIP: 4})),
 	})
+
+	// A restarted agent's datapath keeps the budget from the pinned list before its
+	// first GC round.
+	again, err := Load(Config{PinDir: d.cfg.PinDir, HostRouting: HostRoutingLegacy, NodeIP: testNodeIP, PolicyCTPodMax: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	runPolicySteps(t, again, []policyStep{
+		budgetStep("after a restart, a new connection into B is still dropped", again.objs.MyelinToPod, "to-pod", synToB(7004), nil, false),
+		budgetStep("and A still opens", again.objs.MyelinFromPod, "from-pod", queryA(5007), ctxPodA, true),
+	})
 }
 
 // policy-ct-pod-max 0 is no budget: the datapath reads no list, so even a pod the

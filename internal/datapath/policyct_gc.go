@@ -127,6 +127,29 @@ func (h policyCTHeld) over(budget uint32) map[uint32]uint32 {
 	return out
 }
 
+// setPolicyCTAnyOver says whether myelin_policy_ct_over lists a pod: only then
+// does a new connection look the list up (policy_ct_any_over).
+func (d *Datapath) setPolicyCTAnyOver(on bool) error {
+	return setFlag(d.objs.PolicyCtAnyOver, "policy_ct_any_over", on)
+}
+
+// restorePolicyCTAnyOver sets policy_ct_any_over at Load when the pinned list a
+// previous agent wrote holds a pod (the flag, in .bss, starts off), so a restart
+// does not lift the budget until the first GC round.
+func (d *Datapath) restorePolicyCTAnyOver() error {
+	if d.cfg.PolicyCTPodMax == 0 {
+		return nil
+	}
+	var k uint32
+	if err := d.objs.MyelinPolicyCtOver.NextKey(nil, &k); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		return fmt.Errorf("read the pods over their policy connection budget: %w", err)
+	}
+	return d.setPolicyCTAnyOver(true)
+}
+
 // PolicyCTOverBudget returns the pods myelin_policy_ct_over lists (their
 // connections that would need a new entry are dropped) with the count of entries
 // each held at the last GC round, and the budget (PolicyCTPodMax, 0: none).
@@ -140,13 +163,14 @@ func (d *Datapath) PolicyCTOverBudget() (map[netip.Addr]int, int, error) {
 }
 
 // budgetPolicyCT makes myelin_policy_ct_over list exactly the pods of held over
-// PolicyCTPodMax. Without one (a datapath adopted before Load, or
+// PolicyCTPodMax, and policy_ct_any_over say whether it lists any. The datapath
+// drops their connections that would need a new entry (DROP_POLICY_CT_BUDGET), so
+// one pod opening connections faster than they end can fill the table only until
+// this round, not evict every other pod's connections for as long as it goes on.
+// The pod's tracked connections go on; once it holds no more than its budget, it
+// may open new ones. Without a budget (a datapath adopted before Load, or
 // policy-ct-pod-max 0, which keeps the datapath from reading the list) it leaves
-// the list alone; the first round of an agent with a budget rewrites it. The datapath drops their connections that
-// would need a new entry (DROP_POLICY_CT_BUDGET), so one pod opening connections
-// faster than they end can fill the table only until this round, not evict
-// every other pod's connections for as long as it goes on. The pod's tracked
-// connections go on; once it holds no more than its budget, it may open new ones.
+// the list alone; the first round of an agent with a budget rewrites it.
 func (d *Datapath) budgetPolicyCT(held policyCTHeld) error {
 	if d.cfg.PolicyCTPodMax == 0 {
 		return nil
@@ -171,5 +195,5 @@ func (d *Datapath) budgetPolicyCT(held policyCTHeld) error {
 				addrFromNetwork(addr), n, d.cfg.PolicyCTPodMax, err)
 		}
 	}
-	return nil
+	return d.setPolicyCTAnyOver(len(over) != 0)
 }
