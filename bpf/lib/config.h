@@ -101,6 +101,14 @@ volatile const __u8 source_verify = 1;
 volatile const __u8 policy_ct_budget = 1;
 
 /*
+ * nat_budget: 1 = a pod the agent found holding more masqueraded flows than
+ * its share of myelin_snat (nat-pod-max, datapath.GCNAT) is listed in
+ * myelin_snat_over, and its new flows to outside the cluster are dropped
+ * (DROP_NAT_BUDGET); 0 = no budget, and no lookup.
+ */
+volatile const __u8 nat_budget = 1;
+
+/*
  * nat_port_min/_max: the ports masquerade and NodePort SNAT translate to,
  * host order, inclusive. The agent picks them outside the node's ephemeral
  * ports (net.ipv4.ip_local_port_range), so a translated flow never takes a

@@ -344,6 +344,21 @@ struct {
 } myelin_policy_ct SEC(".maps");
 
 /*
+ * myelin_snat_over: local pods holding more masqueraded flows than their
+ * budget at the agent's last count (datapath.GCNAT) -> that count. Looked up
+ * only when a pod's flow needs new NAT entries, and only while it lists a pod
+ * (lib/nat.h, nat_over_budget): one pod opening flows faster than they idle
+ * out can't take every other pod's way out of the cluster.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, ENDPOINTS_MAX_DEFAULT);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_snat_over SEC(".maps");
+
+/*
  * myelin_policy_ct_over: local pods holding more myelin_policy_ct entries
  * than their budget at the agent's last count (datapath.GCPolicyCT) -> that
  * count. Looked up only when a connection of the pod needs a new entry

@@ -128,9 +128,23 @@ static __always_inline int nat_pick_port(struct nat_key *rev, const struct nat_e
 }
 
 /*
+ * nat_any_over is set by the agent while myelin_snat_over lists a pod
+ * (datapath.GCNAT; .bss: a runtime switch): a new flow costs one load, not a
+ * hash lookup, while no pod is over its budget.
+ */
+volatile __u32 nat_any_over = 0;
+
+/* nat_over_budget says whether pod addr may not open another masqueraded flow. */
+static __always_inline int nat_over_budget(__u32 addr)
+{
+	return nat_budget && nat_any_over && bpf_map_lookup_elem(&myelin_snat_over, &addr);
+}
+
+/*
  * nat_create creates both entries of the new flow fwd (its original tuple)
  * translated to source nat_addr, and returns 0 with the NAT port in *port,
- * or a DROP_* reason. The reverse entry is claimed first, so the port is
+ * or a DROP_* reason (DROP_NAT_BUDGET, creating nothing, for a pod over its
+ * budget). The reverse entry is claimed first, so the port is
  * taken atomically (BPF_NOEXIST); a forward insert that fails undoes it. Two
  * CPUs creating the same flow at once both succeed: the later forward entry
  * wins and the other reverse entry ages out.
@@ -155,6 +169,8 @@ static __always_inline int nat_create(const struct nat_key *fwd, __be32 nat_addr
 	struct nat_entry xlat = {.last_seen = now, .addr = nat_addr, .flags = flags};
 	int reason;
 
+	if (nat_over_budget(fwd->saddr))
+		return DROP_NAT_BUDGET;
 	reason = nat_pick_port(&rev, &orig);
 	if (reason)
 		return reason;

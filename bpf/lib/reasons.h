@@ -92,6 +92,12 @@ enum reason {
 	 */
 	DROP_POLICY_CT_BUDGET = 23,
 	/*
+	 * Masquerade: the pod's new flow would need NAT entries while it holds
+	 * more masqueraded flows than its budget (nat-pod-max,
+	 * myelin_snat_over), so its flood can't fill myelin_snat for every pod.
+	 */
+	DROP_NAT_BUDGET = 24,
+	/*
 	 * Not a verdict: a DNS or drop flow record was not written, its budget
 	 * (lib/flows.h, flows_allow) was spent for this window.
 	 */

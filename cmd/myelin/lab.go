@@ -241,10 +241,10 @@ func labServeCommand() *cobra.Command {
 
 func labUDPFlowsCommand() *cobra.Command {
 	var to string
-	var flows int
+	var flows, firstPort int
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:     "udp-flows --to IP:PORT [--flows N]",
+		Use:     "udp-flows --to IP:PORT [--flows N] [--first-port PORT]",
 		Short:   "Open N concurrent UDP flows to a lab serve endpoint and report replies and the sources it saw (JSON)",
 		Args:    cobra.NoArgs,
 		PreRunE: labTrafficTool,
@@ -252,10 +252,14 @@ func labUDPFlowsCommand() *cobra.Command {
 			if flows < 1 || flows > 20000 {
 				return fmt.Errorf("--flows %d: must be between 1 and 20000", flows)
 			}
+			if firstPort != 0 && (firstPort < 1024 || firstPort+flows-1 > 65535) {
+				return fmt.Errorf("--first-port %d: the flows' ports %d-%d must be within 1024-65535 (0: the kernel picks them)",
+					firstPort, firstPort, firstPort+flows-1)
+			}
 			if err := checkToolTimeout(timeout); err != nil {
 				return err
 			}
-			res, err := labtools.UDPFlows(cmd.Context(), to, flows, timeout)
+			res, err := labtools.UDPFlows(cmd.Context(), to, flows, firstPort, timeout)
 			if err != nil {
 				return err
 			}
@@ -264,6 +268,7 @@ func labUDPFlowsCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&to, "to", "", "target IP:PORT (a myelin lab serve endpoint)")
 	cmd.Flags().IntVar(&flows, "flows", 1000, "number of concurrent flows")
+	cmd.Flags().IntVar(&firstPort, "first-port", 0, "local port of the first flow, the others' follow it (0: the kernel picks them)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Second, "how long to wait for replies")
 	_ = cmd.MarkFlagRequired("to")
 	return cmd

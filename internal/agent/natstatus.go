@@ -2,6 +2,9 @@ package agent
 
 import (
 	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,6 +19,7 @@ const natFullPercent = 90
 // SNAT counters and warnings for full NAT tables (fills from MapFill).
 func (v datapathView) natStatus(fills []datapath.MapFill) api.NATInfo {
 	info := api.NATInfo{Ports: v.plan.NATPorts.String(), Warnings: natWarnings(fills)}
+	info.Warnings = append(info.Warnings, v.natBudgetWarnings()...)
 	if !v.plan.KubeProxyReplacement {
 		return info
 	}
@@ -27,6 +31,25 @@ func (v datapathView) natStatus(fills []datapath.MapFill) api.NATInfo {
 		}
 	}
 	return info
+}
+
+// natBudgetWarnings names each pod over its share of myelin_snat (nat-pod-max)
+// and what that does to its new flows.
+func (v datapathView) natBudgetWarnings() []string {
+	over, err := v.dp.PodsOverBudget()
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	for _, ip := range slices.SortedFunc(maps.Keys(over.NAT), netip.Addr.Compare) {
+		who := ip.String()
+		if v.names != nil && v.names(ip) != "" {
+			who = v.names(ip)
+		}
+		out = append(out, fmt.Sprintf("pod %s held %d masqueraded flows, over nat-pod-max %d: its new flows out of the cluster are dropped (DROP_NAT_BUDGET) until it holds fewer",
+			who, over.NAT[ip], over.NATMax))
+	}
+	return out
 }
 
 // evictionWindow is how far back status looks for embryonic NodePort evictions.

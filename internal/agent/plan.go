@@ -49,6 +49,7 @@ type nodePlan struct {
 	NodePortNATMax    int
 	PolicyCTMax       int
 	PolicyCTPodMax    int // resolved: 0 is no budget
+	NATPodMax         int // resolved: 0 is no budget
 
 	AttachMode string // "tcx" or "tc", as the kernel offers
 
@@ -99,8 +100,8 @@ func decidePlan(c config.Config, in planInputs) (nodePlan, error) {
 		KubeProxyHealthz: c.KubeProxyHealthzAddr, KubeProxyMetrics: c.KubeProxyMetricsAddr,
 		MTU: c.MTU, NATPorts: ports,
 		NodePortNATSynMax: c.NodePortNATSynMax, NodePortNATMax: c.NodePortNATMax, PolicyCTMax: c.PolicyCTMax,
-		PolicyCTPodMax: c.PolicyCTPodBudget(),
-		AttachMode:     "tcx", BIGTCP: bigTCPState{Enabled: c.EnableIPv4BIGTCP},
+		PolicyCTPodMax: c.PolicyCTPodBudget(), NATPodMax: c.NATPodBudget(),
+		AttachMode: "tcx", BIGTCP: bigTCPState{Enabled: c.EnableIPv4BIGTCP},
 	}
 	switch {
 	case !c.EnableIPv4Masquerade:
@@ -171,7 +172,8 @@ func (p nodePlan) datapathConfig(pinDir string) datapath.Config {
 		NATPortMin: p.NATPorts.Min, NATPortMax: p.NATPorts.Max,
 		MaglevTableSize: uint32(p.MaglevTableSize),
 		NodePortSynMax:  uint32(p.NodePortNATSynMax), NodePortNATMax: uint32(p.NodePortNATMax),
-		PolicyCTMax: uint32(p.PolicyCTMax), PolicyCTPodMax: uint32(p.PolicyCTPodMax)}
+		PolicyCTMax: uint32(p.PolicyCTMax), PolicyCTPodMax: uint32(p.PolicyCTPodMax),
+		NATPodMax: uint32(p.NATPodMax)}
 }
 
 // noMasqueradeBase is the cluster CIDR, ipv4-native-routing-cidr and every

@@ -65,10 +65,13 @@ func TestDecidePlan(t *testing.T) {
 		}, ""},
 		{"policy connection budget: auto", map[string]string{"policy-ct-max": "8192"}, in, func(p nodePlan) bool {
 			d := p.datapathConfig("/pins")
-			return d.PolicyCTMax == 8192 && d.PolicyCTPodMax == 2048
+			return d.PolicyCTMax == 8192 && d.PolicyCTPodMax == 2048 && d.NATPodMax == 8192
 		}, ""},
 		{"policy connection budget off", map[string]string{"policy-ct-pod-max": "0"}, in, func(p nodePlan) bool {
 			return p.datapathConfig("/pins").PolicyCTPodMax == 0
+		}, ""},
+		{"masquerade budget: auto and set", map[string]string{"nat-pod-max": "100"}, in, func(p nodePlan) bool {
+			return p.datapathConfig("/pins").NATPodMax == 100
 		}, ""},
 		{"random has no Maglev table", nil, in, func(p nodePlan) bool { return p.MaglevTableSize == 0 }, ""},
 		{"explicit MTU", map[string]string{"mtu": "1400"}, in, func(p nodePlan) bool { return p.MTU == 1400 }, ""},

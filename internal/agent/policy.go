@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/kube"
 	"github.com/myelin-net/myelin/internal/policy"
 )
@@ -69,9 +70,10 @@ type policyLoop struct {
 	ranges *podRanges
 	// claims answers IPAM which addresses this node's Pods still claim (podclaims.go).
 	claims podClaims
-	// overBudget lists the local pods over their share of the connection table
-	// (datapath.PolicyCTOverBudget), for status; nil: not shown.
-	overBudget func() (map[netip.Addr]int, int, error)
+	// overBudget lists the local pods over their share of the node's tables
+	// (datapath.PodsOverBudget; this loop shows the connection table's), for
+	// status; nil: not shown.
+	overBudget func() (datapath.PodsOverBudget, error)
 
 	// Admission of new endpoints (policyadmit.go).
 	endpoints func() []api.Endpoint        // this node's endpoints: their pods' addresses before their status has them

@@ -38,14 +38,14 @@ func (p *policyLoop) budgetProblems() map[netip.Addr]string {
 	if p.overBudget == nil {
 		return nil
 	}
-	over, budget, err := p.overBudget()
+	over, err := p.overBudget()
 	if err != nil {
 		return map[netip.Addr]string{{}: err.Error()}
 	}
-	out := make(map[netip.Addr]string, len(over))
-	for ip, n := range over {
+	out := make(map[netip.Addr]string, len(over.PolicyCT))
+	for ip, n := range over.PolicyCT {
 		out[ip] = fmt.Sprintf("held %d tracked connections, over policy-ct-pod-max %d: its new connections are dropped (DROP_POLICY_CT_BUDGET) until it holds fewer",
-			n, budget)
+			n, over.PolicyCTMax)
 	}
 	return out
 }

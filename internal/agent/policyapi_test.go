@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/policy"
 )
 
@@ -82,8 +83,9 @@ func TestPolicyStatusShowsPodsOverBudget(t *testing.T) {
 		Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}}}
 	in := policy.Input{Node: "n1", Pods: []policy.Pod{a}, Policies: []*networkingv1.NetworkPolicy{np}}
 	srv := &server{cfg: Config{Node: "n1"}}
-	pl := &policyLoop{overBudget: func() (map[netip.Addr]int, int, error) {
-		return map[netip.Addr]int{a.IP: 40000, netip.MustParseAddr("10.244.0.99"): 33000}, 32768, nil
+	pl := &policyLoop{overBudget: func() (datapath.PodsOverBudget, error) {
+		return datapath.PodsOverBudget{PolicyCT: map[netip.Addr]int{a.IP: 40000, netip.MustParseAddr("10.244.0.99"): 33000},
+			PolicyCTMax: 32768, NAT: map[netip.Addr]int{a.IP: 9000}, NATMax: 8192}, nil
 	}}
 	pl.view.Store(&policyView{input: in, state: policy.Compute(in, policy.NewIdentities()), tracer: policy.NewTracer(in)})
 	srv.views.add(pl)
@@ -101,7 +103,9 @@ func TestPolicyStatusShowsPodsOverBudget(t *testing.T) {
 		!strings.HasPrefix(s.Policy.Warnings[1], "pod 10.244.0.99: held 33000") {
 		t.Errorf("status policy = %+v, want both pods' warnings, x/a by name", s.Policy)
 	}
-	pl.overBudget = func() (map[netip.Addr]int, int, error) { return nil, 0, errors.New("list pods: boom") }
+	pl.overBudget = func() (datapath.PodsOverBudget, error) {
+		return datapath.PodsOverBudget{}, errors.New("list pods: boom")
+	}
 	s = api.Status{}
 	if pl.fillStatus(&s); s.Policy == nil || len(s.Policy.Warnings) != 1 || s.Policy.Warnings[0] != "connection budget: list pods: boom" {
 		t.Errorf("status policy with a failed read = %+v", s.Policy)

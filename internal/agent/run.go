@@ -181,7 +181,7 @@ func (st *startup) startLoops(ctx context.Context, p parts) (*serviceLoop, error
 		return nil, err
 	}
 	pol.ranges = newPodRanges(p.nodes, st.local(), st.log)
-	pol.overBudget = p.node.dp.PolicyCTOverBudget
+	pol.overBudget = p.node.dp.PodsOverBudget
 	// IPAM passes over the addresses Pods being deleted still list (podclaims.go).
 	p.node.eps.UseAddressClaims(pol.claims.claimed)
 	p.srv.views.add(pol) // /v1/policy answers from here on
@@ -213,7 +213,7 @@ func supervise(ctx context.Context, rs ...runner) {
 // Services, that.
 func (s *startup) views(node *nodeDatapath, gc *collector) []view {
 	vs := []view{nodeView{node: s.cfg.Node, uplink: s.cfg.Uplink, conf: s.conf, plan: s.plan, started: s.started},
-		s.loops, s.guard, datapathView{dp: node.dp, plan: s.plan, gc: gc}, node.socketLB}
+		s.loops, s.guard, datapathView{dp: node.dp, plan: s.plan, gc: gc, names: node.eps.PodByIP}, node.socketLB}
 	if !s.plan.KubeProxyReplacement {
 		vs = append(vs, kubeProxyServices{node: s.cfg.Node})
 	}

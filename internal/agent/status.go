@@ -3,6 +3,7 @@ package agent
 import (
 	"io"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/myelin-net/myelin/internal/api"
@@ -99,6 +100,9 @@ type datapathView struct {
 	dp   *datapath.Datapath
 	plan nodePlan
 	gc   *collector // its eviction samples
+	// names names a local pod by address (the endpoints), for the NAT budget's
+	// warnings; nil or "" shows the address.
+	names func(netip.Addr) string
 }
 
 func (v datapathView) fillStatus(s *api.Status) {

@@ -112,6 +112,10 @@ type Config struct {
 	// hold before its new connections are dropped (DROP_POLICY_CT_BUDGET); 0 is
 	// no budget, PolicyCTPodMaxAuto a quarter of PolicyCTMax (PolicyCTPodBudget).
 	PolicyCTPodMax int
+	// NATPodMax is nat-pod-max: the most masqueraded flows one pod may hold before
+	// its new flows out of the cluster are dropped (DROP_NAT_BUDGET); 0 is no
+	// budget, NATPodMaxAuto a quarter of the node's table (NATPodBudget).
+	NATPodMax int
 	// PrometheusServeAddr is where the agent serves its myelin_ metrics
 	// (prometheus-serve-addr); "" turns them off.
 	PrometheusServeAddr string
@@ -254,6 +258,19 @@ func (c Config) PolicyCTPodBudget() int {
 		return c.PolicyCTMax / 4
 	}
 	return c.PolicyCTPodMax
+}
+
+// NATPodMaxAuto is nat-pod-max's "auto": a quarter of the masquerade table's
+// 32,768 flows (myelin_snat, two entries each).
+const NATPodMaxAuto = -1
+
+// NATPodBudget is the number of nat-pod-max: the masqueraded flows one pod may
+// hold, 0 for no budget.
+func (c Config) NATPodBudget() int {
+	if c.NATPodMax == NATPodMaxAuto {
+		return 32768 / 4
+	}
+	return c.NATPodMax
 }
 
 // validate checks rules that span keys.

@@ -211,6 +211,20 @@ func TestPolicyCTPodMaxKey(t *testing.T) {
 	}
 }
 
+// nat-pod-max: auto is a quarter of the masquerade table's flows, 0 is no budget.
+func TestNATPodMaxKey(t *testing.T) {
+	for v, want := range map[string]int{"auto": 8192, "0": 0, "100": 100} {
+		got, err := Resolve(Source{Name: "nc", Values: map[string]string{"nat-pod-max": v}})
+		if err != nil || got.NATPodBudget() != want {
+			t.Errorf("nat-pod-max %q: budget %d (%v), want %d", v, got.NATPodBudget(), err, want)
+		}
+	}
+	_, err := Resolve(Source{Name: "nc", Values: map[string]string{"nat-pod-max": "-5"}})
+	if want := `key "nat-pod-max" value "-5": must be "auto" (8192, a quarter of the masquerade table), 0 (no budget) or a number of flows`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("nat-pod-max -5: %v, want %s", err, want)
+	}
+}
+
 // hubble-tls-client-names is a comma-separated list; empty is none (any client the CAs
 // signed).
 func TestHubbleTLSClientNamesKey(t *testing.T) {

@@ -189,16 +189,12 @@ var keys = []key{
 		return err
 	}},
 	{"policy-ct-pod-max", "auto", func(c *Config, v string) (err error) {
-		if v == "auto" {
-			c.PolicyCTPodMax = PolicyCTPodMaxAuto
-			return nil
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 1<<22 {
-			return fmt.Errorf(`must be "auto" (a quarter of policy-ct-max), 0 (no budget) or a number of entries up to %d`, 1<<22)
-		}
-		c.PolicyCTPodMax = n
-		return nil
+		c.PolicyCTPodMax, err = parsePodBudget(v, PolicyCTPodMaxAuto, "a quarter of policy-ct-max", "entries")
+		return err
+	}},
+	{"nat-pod-max", "auto", func(c *Config, v string) (err error) {
+		c.NATPodMax, err = parsePodBudget(v, NATPodMaxAuto, "8192, a quarter of the masquerade table", "flows")
+		return err
 	}},
 	{"prometheus-serve-addr", ":9962", func(c *Config, v string) (err error) {
 		c.PrometheusServeAddr, err = parseListenAddr(v, ":9962")
@@ -303,6 +299,19 @@ func parseTableSize(v string, min, max int) (int, error) {
 	n, err := strconv.Atoi(v)
 	if err != nil || n < min || n > max {
 		return 0, fmt.Errorf("must be a number of entries between %d and %d", min, max)
+	}
+	return n, nil
+}
+
+// parsePodBudget parses a per-pod budget of a shared table: "auto" (auto), 0 (no
+// budget) or a number of what up to 2^22.
+func parsePodBudget(v string, auto int, autoMeans, what string) (int, error) {
+	if v == "auto" {
+		return auto, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > 1<<22 {
+		return 0, fmt.Errorf(`must be "auto" (%s), 0 (no budget) or a number of %s up to %d`, autoMeans, what, 1<<22)
 	}
 	return n, nil
 }

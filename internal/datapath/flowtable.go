@@ -82,8 +82,17 @@ func (t flowTable[K, V, ID]) read() (map[ID]*pairedFlow[K, V], error) {
 // entries it removed. A flow is re-read just before deletion, so one that saw a
 // packet during the walk is kept.
 func (t flowTable[K, V, ID]) gc(now time.Duration) (int, error) {
+	return t.gcKeeping(now, func(ID) {})
+}
+
+// gcKeeping is gc, with keep called for every flow it leaves.
+func (t flowTable[K, V, ID]) gcKeeping(now time.Duration, keep func(ID)) (int, error) {
 	return t.deleteWhere(func(id ID, f *pairedFlow[K, V]) bool {
-		return t.idle(id, f.lastSeen, f.flags, now) && t.stillIdle(id, f, now)
+		if t.idle(id, f.lastSeen, f.flags, now) && t.stillIdle(id, f, now) {
+			return true
+		}
+		keep(id)
+		return false
 	})
 }
 

@@ -143,6 +143,11 @@ type Config struct {
 	// budget, its connections that would need a new entry are dropped
 	// (DROP_POLICY_CT_BUDGET). 0: no budget, and the datapath looks nothing up.
 	PolicyCTPodMax uint32
+	// NATPodMax is the most masqueraded flows one pod of this node may hold
+	// (nat-pod-max): GCNAT lists a pod holding more in myelin_snat_over, and
+	// until a later round finds it within the budget, its new flows to outside
+	// the cluster are dropped (DROP_NAT_BUDGET). 0: no budget, no lookup.
+	NATPodMax uint32
 }
 
 // Datapath is the loaded datapath of one node: its programs and maps.
@@ -221,7 +226,7 @@ func Load(cfg Config) (*Datapath, error) {
 		d.objs.Close()
 		return nil, err
 	}
-	if err := d.restorePolicyCTAnyOver(); err != nil {
+	if err := errors.Join(d.policyCTBudget().restore(), d.natBudget().restore()); err != nil {
 		d.objs.Close()
 		return nil, err
 	}
@@ -284,6 +289,13 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 	if err := specs.PolicyCtBudget.Set(budget); err != nil {
 		return fmt.Errorf("set policy_ct_budget: %w", err)
 	}
+	var natBudget uint8
+	if cfg.NATPodMax != 0 {
+		natBudget = 1
+	}
+	if err := specs.NatBudget.Set(natBudget); err != nil {
+		return fmt.Errorf("set nat_budget: %w", err)
+	}
 	if err := configureMasquerade(&specs, cfg); err != nil {
 		return err
 	}
@@ -295,6 +307,7 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 		specs.MyelinEndpoints.MaxEntries = cfg.EndpointsMax
 		specs.MyelinPolicyEps.MaxEntries = cfg.EndpointsMax
 		specs.MyelinPolicyCtOver.MaxEntries = cfg.EndpointsMax
+		specs.MyelinSnatOver.MaxEntries = cfg.EndpointsMax
 	}
 	// Fragments are translated only by masquerade and load balancing.
 	if !cfg.Masquerade && !cfg.LoadBalancing {

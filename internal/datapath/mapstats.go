@@ -45,6 +45,7 @@ func (d *Datapath) MapStats() []MapStat {
 		{"myelin_tunnel", MapKindRouting, o.MyelinTunnel},
 		{"myelin_nomasq", MapKindRouting, o.MyelinNomasq},
 		{"myelin_snat", MapKindNAT, o.MyelinSnat},
+		{"myelin_snat_over", MapKindNAT, o.MyelinSnatOver},
 		{"myelin_ipcache", MapKindPolicy, o.MyelinIpcache},
 		{"myelin_policy_eps", MapKindPolicy, o.MyelinPolicyEps},
 		{"myelin_policy", MapKindPolicy, o.MyelinPolicy},

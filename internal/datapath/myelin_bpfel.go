@@ -459,6 +459,7 @@ const (
 	myelinReasonDROP_POLICY_DENIED       myelinReason = 21
 	myelinReasonDROP_POLICY_MAP_FULL     myelinReason = 22
 	myelinReasonDROP_POLICY_CT_BUDGET    myelinReason = 23
+	myelinReasonDROP_NAT_BUDGET          myelinReason = 24
 	myelinReasonREASON_FLOWS_LIMITED     myelinReason = 61
 	myelinReasonREASON_FLOWS_LOST        myelinReason = 62
 	myelinReasonREASON_EVENTS_LOST       myelinReason = 63
@@ -560,6 +561,7 @@ type myelinMapSpecs struct {
 	MyelinPolicyCtOver  *ebpf.MapSpec `ebpf:"myelin_policy_ct_over"`
 	MyelinPolicyEps     *ebpf.MapSpec `ebpf:"myelin_policy_eps"`
 	MyelinSnat          *ebpf.MapSpec `ebpf:"myelin_snat"`
+	MyelinSnatOver      *ebpf.MapSpec `ebpf:"myelin_snat_over"`
 	MyelinTunnel        *ebpf.MapSpec `ebpf:"myelin_tunnel"`
 }
 
@@ -598,6 +600,8 @@ type myelinVariableSpecs struct {
 	LbHostReplies            *ebpf.VariableSpec `ebpf:"lb_host_replies"`
 	MaglevTableSize          *ebpf.VariableSpec `ebpf:"maglev_table_size"`
 	MasqEnabled              *ebpf.VariableSpec `ebpf:"masq_enabled"`
+	NatAnyOver               *ebpf.VariableSpec `ebpf:"nat_any_over"`
+	NatBudget                *ebpf.VariableSpec `ebpf:"nat_budget"`
 	NatPortMax               *ebpf.VariableSpec `ebpf:"nat_port_max"`
 	NatPortMin               *ebpf.VariableSpec `ebpf:"nat_port_min"`
 	NodeIp                   *ebpf.VariableSpec `ebpf:"node_ip"`
@@ -662,6 +666,7 @@ type myelinMaps struct {
 	MyelinPolicyCtOver  *ebpf.Map `ebpf:"myelin_policy_ct_over"`
 	MyelinPolicyEps     *ebpf.Map `ebpf:"myelin_policy_eps"`
 	MyelinSnat          *ebpf.Map `ebpf:"myelin_snat"`
+	MyelinSnatOver      *ebpf.Map `ebpf:"myelin_snat_over"`
 	MyelinTunnel        *ebpf.Map `ebpf:"myelin_tunnel"`
 }
 
@@ -697,6 +702,7 @@ func (m *myelinMaps) Close() error {
 		m.MyelinPolicyCtOver,
 		m.MyelinPolicyEps,
 		m.MyelinSnat,
+		m.MyelinSnatOver,
 		m.MyelinTunnel,
 	)
 }
@@ -736,6 +742,8 @@ type myelinVariables struct {
 	LbHostReplies            *ebpf.Variable `ebpf:"lb_host_replies"`
 	MaglevTableSize          *ebpf.Variable `ebpf:"maglev_table_size"`
 	MasqEnabled              *ebpf.Variable `ebpf:"masq_enabled"`
+	NatAnyOver               *ebpf.Variable `ebpf:"nat_any_over"`
+	NatBudget                *ebpf.Variable `ebpf:"nat_budget"`
 	NatPortMax               *ebpf.Variable `ebpf:"nat_port_max"`
 	NatPortMin               *ebpf.Variable `ebpf:"nat_port_min"`
 	NodeIp                   *ebpf.Variable `ebpf:"node_ip"`

@@ -72,8 +72,15 @@ func compareNATEntries(a, b NATEntry) int {
 // and returns how many map entries it removed. The agent runs it
 // periodically; it is what frees room in a full NAT map. A flow is re-read
 // just before deletion, so one that saw a packet during the walk is kept.
+// With a NATPodMax it then lists the pods holding more flows than that in
+// myelin_snat_over (natBudget, budget.go).
 func (d *Datapath) GCNAT(now time.Duration) (int, error) {
-	return d.natTable().gc(now)
+	held := podCounts{}
+	n, err := d.natTable().gcKeeping(now, func(id natFlowID) { held[networkUint32(id.pod)]++ })
+	if err != nil {
+		return n, err
+	}
+	return n, d.natBudget().sync(held)
 }
 
 // natTable is myelin_snat as a flow table.

@@ -21,14 +21,17 @@ func budgetStep(name string, prog *ebpf.Program, dir string, p pkt, ctx *skbCtx,
 // overListed returns a step change that fails unless myelin_policy_ct_over lists
 // exactly want (pod address: its count of entries).
 func overListed(want map[string]uint32) func(*Datapath) error {
-	return func(d *Datapath) error {
-		got := map[string]uint32{}
-		err := dumpEntries(d.objs.MyelinPolicyCtOver, func(addr, n uint32) { got[addrFromNetwork(addr).String()] = n })
-		if err == nil && !maps.Equal(got, want) {
-			err = fmt.Errorf("myelin_policy_ct_over lists %v, want %v", got, want)
-		}
-		return err
+	return func(d *Datapath) error { return listed(d.objs.MyelinPolicyCtOver, want) }
+}
+
+// listed fails unless a budget's list holds exactly want (pod address: its count).
+func listed(list *ebpf.Map, want map[string]uint32) error {
+	got := map[string]uint32{}
+	err := dumpEntries(list, func(addr, n uint32) { got[addrFromNetwork(addr).String()] = n })
+	if err == nil && !maps.Equal(got, want) {
+		err = fmt.Errorf("%s lists %v, want %v", list, got, want)
 	}
+	return err
 }
 
 // forgetPolicyCTOf deletes the tracked UDP connections of pod A's source ports,

@@ -3,7 +3,6 @@ package datapath
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -49,7 +48,7 @@ func policyCTResetMarked(k myelinPolicyCtKey, v myelinPolicyCtEntry) bool {
 
 // GCPolicyCT deletes the myelin_policy_ct entries nothing else frees and returns how
 // many, and with a PolicyCTPodMax, lists the pods holding more entries than that in
-// myelin_policy_ct_over (budgetPolicyCT). Deleted: connections of other protocols than TCP idle longer than
+// myelin_policy_ct_over (policyCTBudget, budget.go). Deleted: connections of other protocols than TCP idle longer than
 // PolicyCTTimeoutOther, and TCP connections an RST ended: marked reset both at this
 // round and at the one before (a grace of one GC interval: segments still in flight
 // pass, and an RST the receiver ignored is unmarked by the connection's next
@@ -66,7 +65,7 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 	}
 	var doomed []myelinPolicyCtKey
 	resets := map[myelinPolicyCtKey]bool{}
-	held := policyCTHeld{}
+	held := podCounts{}
 	err := dumpEntries(d.objs.MyelinPolicyCt, func(k myelinPolicyCtKey, v myelinPolicyCtEntry) {
 		if policyCTResetMarked(k, v) {
 			resets[k] = true
@@ -74,7 +73,7 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 		if due(k, v) {
 			doomed = append(doomed, k)
 		} else {
-			held.add(k, v)
+			policyCTHeld(held, k, v)
 		}
 	})
 	if err != nil {
@@ -98,102 +97,17 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 			removed++
 		}
 	}
-	return removed, d.budgetPolicyCT(held)
+	return removed, d.policyCTBudget().sync(held)
 }
 
-// policyCTHeld counts the myelin_policy_ct entries each local pod holds, by its
-// address as the datapath keys it (network order): an entry is held by each end
-// whose bit it carries, the ends on this node that accepted the connection
-// (policy_ct_key_of: the lo bit is addr_lo's).
-type policyCTHeld map[uint32]uint32
-
-func (h policyCTHeld) add(k myelinPolicyCtKey, v myelinPolicyCtEntry) {
+// policyCTHeld counts entry k, v for each end whose bit it carries: the pods of
+// this node that accepted the connection (policy_ct_key_of: the lo bit is
+// addr_lo's).
+func policyCTHeld(h podCounts, k myelinPolicyCtKey, v myelinPolicyCtEntry) {
 	if v.Ends&uint32(myelinPolicyCtEndsPOLICY_CT_END_LO) != 0 {
 		h[k.AddrLo]++
 	}
 	if v.Ends&uint32(myelinPolicyCtEndsPOLICY_CT_END_HI) != 0 {
 		h[k.AddrHi]++
 	}
-}
-
-// over returns the pods holding more than budget entries, with their counts.
-func (h policyCTHeld) over(budget uint32) map[uint32]uint32 {
-	out := map[uint32]uint32{}
-	for addr, n := range h {
-		if n > budget {
-			out[addr] = n
-		}
-	}
-	return out
-}
-
-// setPolicyCTAnyOver says whether myelin_policy_ct_over lists a pod: only then
-// does a new connection look the list up (policy_ct_any_over).
-func (d *Datapath) setPolicyCTAnyOver(on bool) error {
-	return setFlag(d.objs.PolicyCtAnyOver, "policy_ct_any_over", on)
-}
-
-// restorePolicyCTAnyOver sets policy_ct_any_over at Load when the pinned list a
-// previous agent wrote holds a pod (the flag, in .bss, starts off), so a restart
-// does not lift the budget until the first GC round.
-func (d *Datapath) restorePolicyCTAnyOver() error {
-	if d.cfg.PolicyCTPodMax == 0 {
-		return nil
-	}
-	var k uint32
-	if err := d.objs.MyelinPolicyCtOver.NextKey(nil, &k); err != nil {
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return nil
-		}
-		return fmt.Errorf("read the pods over their policy connection budget: %w", err)
-	}
-	return d.setPolicyCTAnyOver(true)
-}
-
-// PolicyCTOverBudget returns the pods myelin_policy_ct_over lists (their
-// connections that would need a new entry are dropped) with the count of entries
-// each held at the last GC round, and the budget (PolicyCTPodMax, 0: none).
-func (d *Datapath) PolicyCTOverBudget() (map[netip.Addr]int, int, error) {
-	over := map[netip.Addr]int{}
-	err := dumpEntries(d.objs.MyelinPolicyCtOver, func(addr, n uint32) { over[addrFromNetwork(addr)] = int(n) })
-	if err != nil {
-		return nil, 0, fmt.Errorf("list pods over their policy connection budget: %w", err)
-	}
-	return over, int(d.cfg.PolicyCTPodMax), nil
-}
-
-// budgetPolicyCT makes myelin_policy_ct_over list exactly the pods of held over
-// PolicyCTPodMax, and policy_ct_any_over say whether it lists any. The datapath
-// drops their connections that would need a new entry (DROP_POLICY_CT_BUDGET), so
-// one pod opening connections faster than they end can fill the table only until
-// this round, not evict every other pod's connections for as long as it goes on.
-// The pod's tracked connections go on; once it holds no more than its budget, it
-// may open new ones. Without a budget (a datapath adopted before Load, or
-// policy-ct-pod-max 0, which keeps the datapath from reading the list) it leaves
-// the list alone; the first round of an agent with a budget rewrites it.
-func (d *Datapath) budgetPolicyCT(held policyCTHeld) error {
-	if d.cfg.PolicyCTPodMax == 0 {
-		return nil
-	}
-	over, m := held.over(d.cfg.PolicyCTPodMax), d.objs.MyelinPolicyCtOver
-	var listed []uint32
-	err := dumpEntries(m, func(addr, _ uint32) { listed = append(listed, addr) })
-	if err != nil {
-		return fmt.Errorf("list pods over their policy connection budget: %w", err)
-	}
-	for _, addr := range listed {
-		if _, ok := over[addr]; ok {
-			continue
-		}
-		if err := m.Delete(&addr); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("unlist pod %s within its policy connection budget: %w", addrFromNetwork(addr), err)
-		}
-	}
-	for addr, n := range over {
-		if err := m.Put(&addr, &n); err != nil {
-			return fmt.Errorf("list pod %s over its policy connection budget (%d entries, policy-ct-pod-max %d): %w",
-				addrFromNetwork(addr), n, d.cfg.PolicyCTPodMax, err)
-		}
-	}
-	return d.setPolicyCTAnyOver(len(over) != 0)
 }

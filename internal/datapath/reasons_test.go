@@ -27,6 +27,7 @@ func TestReasonName(t *testing.T) {
 		{21, "DROP_POLICY_DENIED"},
 		{22, "DROP_POLICY_MAP_FULL"},
 		{23, "DROP_POLICY_CT_BUDGET"},
+		{24, "DROP_NAT_BUDGET"},
 		{61, "FLOWS_LIMITED"},
 		{63, "EVENTS_LOST"},
 		{42, "REASON_42"},

@@ -367,6 +367,7 @@ type sockMapSpecs struct {
 	MyelinPolicyCtOver       *ebpf.MapSpec `ebpf:"myelin_policy_ct_over"`
 	MyelinPolicyEps          *ebpf.MapSpec `ebpf:"myelin_policy_eps"`
 	MyelinSnat               *ebpf.MapSpec `ebpf:"myelin_snat"`
+	MyelinSnatOver           *ebpf.MapSpec `ebpf:"myelin_snat_over"`
 	MyelinSockDestroyTargets *ebpf.MapSpec `ebpf:"myelin_sock_destroy_targets"`
 	MyelinTunnel             *ebpf.MapSpec `ebpf:"myelin_tunnel"`
 }
@@ -382,6 +383,7 @@ type sockVariableSpecs struct {
 	LbEnabled        *ebpf.VariableSpec `ebpf:"lb_enabled"`
 	MaglevTableSize  *ebpf.VariableSpec `ebpf:"maglev_table_size"`
 	MasqEnabled      *ebpf.VariableSpec `ebpf:"masq_enabled"`
+	NatBudget        *ebpf.VariableSpec `ebpf:"nat_budget"`
 	NatPortMax       *ebpf.VariableSpec `ebpf:"nat_port_max"`
 	NatPortMin       *ebpf.VariableSpec `ebpf:"nat_port_min"`
 	NodeIp           *ebpf.VariableSpec `ebpf:"node_ip"`
@@ -445,6 +447,7 @@ type sockMaps struct {
 	MyelinPolicyCtOver       *ebpf.Map `ebpf:"myelin_policy_ct_over"`
 	MyelinPolicyEps          *ebpf.Map `ebpf:"myelin_policy_eps"`
 	MyelinSnat               *ebpf.Map `ebpf:"myelin_snat"`
+	MyelinSnatOver           *ebpf.Map `ebpf:"myelin_snat_over"`
 	MyelinSockDestroyTargets *ebpf.Map `ebpf:"myelin_sock_destroy_targets"`
 	MyelinTunnel             *ebpf.Map `ebpf:"myelin_tunnel"`
 }
@@ -481,6 +484,7 @@ func (m *sockMaps) Close() error {
 		m.MyelinPolicyCtOver,
 		m.MyelinPolicyEps,
 		m.MyelinSnat,
+		m.MyelinSnatOver,
 		m.MyelinSockDestroyTargets,
 		m.MyelinTunnel,
 	)
@@ -497,6 +501,7 @@ type sockVariables struct {
 	LbEnabled        *ebpf.Variable `ebpf:"lb_enabled"`
 	MaglevTableSize  *ebpf.Variable `ebpf:"maglev_table_size"`
 	MasqEnabled      *ebpf.Variable `ebpf:"masq_enabled"`
+	NatBudget        *ebpf.Variable `ebpf:"nat_budget"`
 	NatPortMax       *ebpf.Variable `ebpf:"nat_port_max"`
 	NatPortMin       *ebpf.Variable `ebpf:"nat_port_min"`
 	NodeIp           *ebpf.Variable `ebpf:"node_ip"`

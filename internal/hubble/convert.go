@@ -39,6 +39,7 @@ var dropReasons = map[string]flowpb.DropReason{
 	"DROP_POLICY_DENIED":       flowpb.DropReason_POLICY_DENIED,
 	"DROP_POLICY_MAP_FULL":     flowpb.DropReason_NO_CONFIGURATION_AVAILABLE_TO_PERFORM_POLICY_DECISION,
 	"DROP_POLICY_CT_BUDGET":    flowpb.DropReason_CT_MAP_INSERTION_FAILED,
+	"DROP_NAT_BUDGET":          flowpb.DropReason_NO_MAPPING_FOR_NAT_MASQUERADE,
 	"DROP_UNSUPPORTED_L3":      flowpb.DropReason_UNSUPPORTED_L3_PROTOCOL,
 	"DROP_POD_TUNNEL":          flowpb.DropReason_ENCAPSULATION_TRAFFIC_IS_PROHIBITED,
 }

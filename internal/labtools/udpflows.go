@@ -26,8 +26,10 @@ type UDPFlowsResult struct {
 // UDPFlows opens n UDP sockets at once, sends a datagram from each to target (a
 // `lab serve` UDP endpoint; retried twice without a reply), and collects the replies,
 // each naming the source the server saw. It answers how many flows got a reply and through how many distinct
-// translated sources: the check of masquerading many concurrent flows.
-func UDPFlows(ctx context.Context, target string, n int, timeout time.Duration) (UDPFlowsResult, error) {
+// translated sources: the check of masquerading many concurrent flows. firstPort,
+// unless 0, is the local port of the first flow, the next flows' follow it (the
+// kernel picks them otherwise), so two runs can be told apart by their tuples.
+func UDPFlows(ctx context.Context, target string, n, firstPort int, timeout time.Duration) (UDPFlowsResult, error) {
 	raiseFileLimit(n + 64)
 	conns := make([]net.Conn, 0, n)
 	defer func() {
@@ -36,7 +38,11 @@ func UDPFlows(ctx context.Context, target string, n int, timeout time.Duration) 
 		}
 	}()
 	for i := 0; i < n; i++ {
-		c, err := net.Dial("udp", target)
+		var d net.Dialer
+		if firstPort != 0 {
+			d.LocalAddr = &net.UDPAddr{Port: firstPort + i}
+		}
+		c, err := d.DialContext(ctx, "udp", target)
 		if err != nil {
 			return UDPFlowsResult{Flows: n}, fmt.Errorf("open flow %d: %w", i, err)
 		}

@@ -28,6 +28,7 @@ mtu: {{ $v.MTU | int64 | quote }}
 enable-source-ip-verification: {{ $v.enableSourceIPVerification | quote }}
 enable-ipv4-big-tcp: {{ $v.enableIPv4BIGTCP | quote }}
 nat-port-range: {{ $v.natPortRange | quote }}
+nat-pod-max: {{ $v.natPodMax | toString | quote }}
 bpf-lb-sock: {{ $v.socketLB.enabled | quote }}
 kube-proxy-replacement-healthz-bind-address: {{ $v.kubeProxyReplacementHealthzBindAddr | quote }}
 kube-proxy-replacement-metrics-bind-address: {{ $v.kubeProxyReplacementMetricsBindAddr | quote }}
@@ -82,6 +83,7 @@ mtu: MTU
 enable-source-ip-verification: enableSourceIPVerification
 enable-ipv4-big-tcp: enableIPv4BIGTCP
 nat-port-range: natPortRange
+nat-pod-max: natPodMax
 bpf-lb-sock: socketLB.enabled
 kube-proxy-replacement-healthz-bind-address: kubeProxyReplacementHealthzBindAddr
 kube-proxy-replacement-metrics-bind-address: kubeProxyReplacementMetricsBindAddr

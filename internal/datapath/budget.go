@@ -1,0 +1,129 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+)
+
+// Per-pod budgets of the node's shared tables (docs/policy.md, "What eviction
+// costs"; docs/datapath.md, "Masquerade"): a table one pod can fill for every
+// other pod of the node (the NetworkPolicy connections an LRU evicts, the
+// masquerade flows whose insert fails when full) has a list of the pods holding
+// more than their share at the agent's last GC round. The datapath drops a listed
+// pod's packets that would need a new entry, with the table's own reason, so one
+// pod's flood fills the table for one round at most. The list is pinned; a .bss
+// flag says whether it holds a pod, so a new entry costs one load while none is.
+
+// podCounts counts a table's entries (or flows) by the local pod holding them, by
+// its address as the datapath keys it (network order).
+type podCounts map[uint32]uint32
+
+// over returns the pods holding more than budget, with their counts.
+func (h podCounts) over(budget uint32) map[uint32]uint32 {
+	out := map[uint32]uint32{}
+	for addr, n := range h {
+		if n > budget {
+			out[addr] = n
+		}
+	}
+	return out
+}
+
+// podBudget is one table's budget: its list of pods over it and the flag that
+// says the list holds one.
+type podBudget struct {
+	what     string // what a pod holds, for errors: "policy connections"
+	key      string // the configuration key of the budget
+	max      uint32 // the budget; 0: none (the datapath reads no list)
+	list     *ebpf.Map
+	flag     *ebpf.Variable // nil on a datapath adopted before Load
+	flagName string
+}
+
+// sync makes the list hold exactly the pods of held over the budget and the flag
+// say whether it holds any. Without a budget, or on an adopted datapath, it leaves
+// both alone: the first round of an agent with a budget rewrites them.
+func (b podBudget) sync(held podCounts) error {
+	if b.max == 0 || b.flag == nil {
+		return nil
+	}
+	over := held.over(b.max)
+	var listed []uint32
+	if err := dumpEntries(b.list, func(addr, _ uint32) { listed = append(listed, addr) }); err != nil {
+		return fmt.Errorf("list pods over their budget of %s: %w", b.what, err)
+	}
+	for _, addr := range listed {
+		if _, ok := over[addr]; ok {
+			continue
+		}
+		if err := b.list.Delete(&addr); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("unlist pod %s within its budget of %s: %w", addrFromNetwork(addr), b.what, err)
+		}
+	}
+	for addr, n := range over {
+		if err := b.list.Put(&addr, &n); err != nil {
+			return fmt.Errorf("list pod %s over its budget of %s (%d, %s %d): %w",
+				addrFromNetwork(addr), b.what, n, b.key, b.max, err)
+		}
+	}
+	return setFlag(b.flag, b.flagName, len(over) != 0)
+}
+
+// restore sets the flag at Load when the pinned list a previous agent wrote holds
+// a pod (the flag, in .bss, starts off), so a restart does not lift the budget
+// until the first GC round.
+func (b podBudget) restore() error {
+	if b.max == 0 {
+		return nil
+	}
+	var k uint32
+	if err := b.list.NextKey(nil, &k); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		return fmt.Errorf("read the pods over their budget of %s: %w", b.what, err)
+	}
+	return setFlag(b.flag, b.flagName, true)
+}
+
+// listed returns the pods the list holds with the count each had at the last
+// round.
+func (b podBudget) listed() (map[netip.Addr]int, error) {
+	over := map[netip.Addr]int{}
+	err := dumpEntries(b.list, func(addr, n uint32) { over[addrFromNetwork(addr)] = int(n) })
+	if err != nil {
+		return nil, fmt.Errorf("list pods over their budget of %s: %w", b.what, err)
+	}
+	return over, nil
+}
+
+// policyCTBudget is the budget of myelin_policy_ct (policy-ct-pod-max).
+func (d *Datapath) policyCTBudget() podBudget {
+	return podBudget{what: "policy connections", key: "policy-ct-pod-max", max: d.cfg.PolicyCTPodMax,
+		list: d.objs.MyelinPolicyCtOver, flag: d.objs.PolicyCtAnyOver, flagName: "policy_ct_any_over"}
+}
+
+// natBudget is the budget of myelin_snat in flows (nat-pod-max).
+func (d *Datapath) natBudget() podBudget {
+	return podBudget{what: "masqueraded flows", key: "nat-pod-max", max: d.cfg.NATPodMax,
+		list: d.objs.MyelinSnatOver, flag: d.objs.NatAnyOver, flagName: "nat_any_over"}
+}
+
+// PodsOverBudget are the pods over their share of the node's shared tables, with
+// what each held at the last GC round, and the budgets (0: none).
+type PodsOverBudget struct {
+	PolicyCT, NAT       map[netip.Addr]int
+	PolicyCTMax, NATMax int
+}
+
+// PodsOverBudget returns the pods the budgets' lists hold.
+func (d *Datapath) PodsOverBudget() (PodsOverBudget, error) {
+	out := PodsOverBudget{PolicyCTMax: int(d.cfg.PolicyCTPodMax), NATMax: int(d.cfg.NATPodMax)}
+	var err, nerr error
+	out.PolicyCT, err = d.policyCTBudget().listed()
+	out.NAT, nerr = d.natBudget().listed()
+	return out, errors.Join(err, nerr)
+}

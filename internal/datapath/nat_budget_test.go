@@ -1,0 +1,85 @@
+package datapath
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+)
+
+// One pod opening flows out of the cluster faster than they idle out can't take
+// every other pod's way out (nat-pod-max): GCNAT lists a pod holding more
+// masqueraded flows than its budget, and the datapath drops that pod's new flows as
+// DROP_NAT_BUDGET, creating no entries, while its open flows and the other pods' new
+// ones are translated; once it holds no more than its budget, it opens flows again.
+func TestPrivilegedBPFNATBudget(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, Masquerade: true, NodeIP: testNodeIP,
+		ClusterCIDR: testClusterCIDR, NATPortMin: testNATPort, NATPortMax: testNATPort, NATPodMax: 2})
+	if err := d.SetNoMasquerade(testNoMasq); err != nil {
+		t.Fatal(err)
+	}
+	const other = "10.1.0.98"
+	open := []NATEntry{
+		flow(protoUDP, podA, 5001, testNATPort, extHost, 53, "udp"),
+		flow(protoUDP, podA, 5002, testNATPort, extHost, 54, "udp"),
+		flow(protoUDP, podA, 5003, testNATPort, extHost, 55, "udp"),
+		flow(protoUDP, other, 6001, testNATPort, extHost, 56, "udp"),
+	}
+	if err := seedNAT(d, open, 0); err != nil {
+		t.Fatal(err)
+	}
+	newFlow := ipv4(protoTCP, podA, extHost) // 40000 -> 8080
+	drop := progCase{name: "A holds 3 > 2: its new flow is dropped", in: newFlow.build(), verdict: tcActShot, reason: "DROP_NAT_BUDGET"}
+	udpA := ipv4(protoUDP, podA, extHost).withSrc(podA, 5001).withDst(extHost, 53)
+	openA := progCase{name: "A's open flow is translated", in: udpA.build(), verdict: tcActOK,
+		out: udpA.withSrc(nodeIP, testNATPort).build(), reason: "PASS_STACK"}
+	tcpOther := ipv4(protoTCP, other, extHost)
+	newOther := progCase{name: "another pod's new flow is translated", in: tcpOther.build(), verdict: tcActOK,
+		out: tcpOther.withSrc(nodeIP, testNATPort).build(), reason: "PASS_STACK"}
+	steps := []struct {
+		before func() error
+		c      progCase
+		want   []NATEntry
+	}{
+		{func() error { return gcNATListing(d, map[string]uint32{podA: 3}) }, drop, open},
+		{nil, openA, open},
+		{nil, newOther, append(append([]NATEntry{}, open...), flow(protoTCP, other, 40000, testNATPort, extHost, 8080, "tcp-syn"))},
+		{func() error { // two of A's flows idled out: A holds 1
+			if err := seedNAT(d, []NATEntry{open[0], open[3]}, 0); err != nil {
+				return err
+			}
+			return gcNATListing(d, map[string]uint32{})
+		}, progCase{name: "A within its budget again: its new flow is translated", in: newFlow.build(), verdict: tcActOK,
+			out: newFlow.withSrc(nodeIP, testNATPort).build(), reason: "PASS_STACK"},
+			[]NATEntry{open[0], open[3], flow(protoTCP, podA, 40000, testNATPort, extHost, 8080, "tcp-syn")}},
+	}
+	for _, s := range steps {
+		t.Run(s.c.name, func(t *testing.T) {
+			if s.before != nil {
+				if err := s.before(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := checkCase(d, d.objs.MyelinToNetdev, "to-netdev", s.c); err != nil {
+				t.Error(err)
+			}
+			want := slices.SortedFunc(slices.Values(s.want), compareNATEntries)
+			if err := checkNAT(d, want); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// gcNATListing runs GCNAT (removing nothing) and fails unless myelin_snat_over then
+// lists exactly want.
+func gcNATListing(d *Datapath, want map[string]uint32) error {
+	n, err := d.GCNAT(MonotonicNow())
+	if err == nil && n != 0 {
+		err = fmt.Errorf("GCNAT removed %d entries, want none", n)
+	}
+	if err != nil {
+		return err
+	}
+	return listed(d.objs.MyelinSnatOver, want)
+}

@@ -1,0 +1,131 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/myelin-net/myelin/internal/lab/labplan"
+	"github.com/myelin-net/myelin/internal/labtools"
+)
+
+// udpFlowsFrom opens n UDP flows from a pod to target, from local ports firstPort
+// on (0: the kernel's choice), and returns how many were answered.
+func udpFlowsFrom(t *testing.T, pod, target string, n, firstPort int) int {
+	t.Helper()
+	out, err := inPod(pod, myelinBin, "lab", "udp-flows", "--to", target, "--flows", fmt.Sprint(n),
+		"--first-port", fmt.Sprint(firstPort), "--timeout", "3s")
+	var res labtools.UDPFlowsResult
+	if err != nil || json.Unmarshal([]byte(out), &res) != nil || res.Flows != n {
+		t.Fatalf("udp-flows from %s to %s: %v %q", pod, target, err, out)
+	}
+	return res.Replies
+}
+
+// allowEgressTo isolates the pods labelled app=from for egress, allowing only the
+// pods labelled app=to.
+func allowEgressTo(t *testing.T, cs kubernetes.Interface, from, to string) {
+	t.Helper()
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: from + "-to-" + to},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": from}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+			Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{
+				{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": to}}}}}},
+		},
+	}
+	if _, err := cs.NetworkingV1().NetworkPolicies("default").Create(context.Background(), np, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLabMyelinPodTableFloods: one pod floods each of node-1's shared tables a pod
+// can fill for the others, far beyond its share (by a NodeConfig: policy-ct-max
+// 1024, policy-ct-pod-max 100, nat-pod-max 100). A pod whose egress policy allows a
+// server opens 600 UDP flows to it; a pod without policy opens 600 to the external
+// host (masqueraded). Within a GC round the agent names each in `myelin status` (and
+// the first in `myelin endpoints`); from then on their new flows (from other source
+// ports) are dropped, DROP_POLICY_CT_BUDGET and DROP_NAT_BUDGET, none answered, while
+// another pod of the node still opens the same flows.
+func TestLabMyelinPodTableFloods(t *testing.T) {
+	requireRoot(t)
+	cs := labUp(t, "--nodes", "1", "--cni", "myelin", "--profile", "native")
+	n1 := labplan.NodeName(1)
+	createNodeConfig(t, "small-policy-ct", map[string]string{"kubernetes.io/hostname": n1},
+		map[string]string{"policy-ct-max": "1024", "policy-ct-pod-max": "100", "nat-pod-max": "100"})
+	restartAgent(t, n1)
+	createPod(t, cs, "web", n1, map[string]string{"app": "web"}, myelinBin, "lab", "serve", "--listen", ":8080", "--name", "web")
+	createPod(t, cs, "flood", n1, map[string]string{"app": "flood"}, "sleep", "infinity")
+	createPod(t, cs, "client", n1, map[string]string{"app": "client"}, "sleep", "infinity")
+	createPod(t, cs, "natflood", n1, map[string]string{"app": "natflood"}, "sleep", "infinity")
+	createPod(t, cs, "other", n1, map[string]string{"app": "other"}, "sleep", "infinity")
+	target := runningPods(t, cs, "app=web", 1)[0].Status.PodIP + ":8080"
+	for _, app := range []string{"flood", "client", "natflood", "other"} {
+		runningPods(t, cs, "app="+app, 1)
+	}
+	allowEgressTo(t, cs, "flood", "web")
+	allowEgressTo(t, cs, "client", "web")
+	eventually(t, 30*time.Second, "both pods egress-isolated", func(context.Context) (bool, string) {
+		out, err := myelin("endpoints", "--node", n1)
+		return err == nil && strings.Count(out, " on ") >= 2, out
+	})
+
+	// The floods' later flows leave from other ports: none is one of their open flows.
+	if got := udpFlowsFrom(t, "flood", target, 600, 20000); got != 600 {
+		t.Fatalf("flood's first 600 flows: %d answered, want all (its policy allows them)", got)
+	}
+	eventually(t, 30*time.Second, "flood named over its budget in myelin status", func(context.Context) (bool, string) {
+		out, err := myelin("status", "--node", n1)
+		return err == nil && strings.Contains(out, "pod default/flood: held ") && strings.Contains(out, "over policy-ct-pod-max 100"), out
+	})
+	if out, err := myelin("endpoints", "--node", n1); err != nil || !strings.Contains(out, "WARNING: default/flood: held ") {
+		t.Errorf("myelin endpoints: %v\n%s\nwant a warning naming default/flood", err, out)
+	}
+	if got := udpFlowsFrom(t, "flood", target, 50, 30000); got != 0 {
+		t.Errorf("flood over its budget: %d of 50 new flows answered, want none", got)
+	}
+	if got := udpFlowsFrom(t, "client", target, 50, 30000); got != 50 {
+		t.Errorf("client within its budget: %d of 50 new flows answered, want all", got)
+	}
+
+	external := labplan.DefaultAddressing().ExternalServerIP().String() + ":80"
+	if got := udpFlowsFrom(t, "natflood", external, 600, 20000); got != 600 {
+		t.Fatalf("natflood's first 600 flows out: %d answered, want all", got)
+	}
+	eventually(t, 30*time.Second, "natflood named over its budget in myelin status", func(context.Context) (bool, string) {
+		out, err := myelin("status", "--node", n1)
+		return err == nil && strings.Contains(out, "pod default/natflood held ") && strings.Contains(out, "over nat-pod-max 100"), out
+	})
+	if got := udpFlowsFrom(t, "natflood", external, 50, 30000); got != 0 {
+		t.Errorf("natflood over its budget: %d of 50 new flows out answered, want none", got)
+	}
+	if got := udpFlowsFrom(t, "other", external, 50, 30000); got != 50 {
+		t.Errorf("another pod: %d of 50 new flows out answered, want all", got)
+	}
+	for reason, want := range map[string]uint64{"DROP_POLICY_CT_BUDGET": 50, "DROP_NAT_BUDGET": 50} {
+		if got := countedDrops(t, n1, reason); got < want {
+			t.Errorf("node-1 counted %d %s packets, want at least the 50 flows' first datagrams", got, reason)
+		}
+	}
+	labDown(t)
+}
+
+// countedDrops sums a node's datapath counters of reason over every direction.
+func countedDrops(t *testing.T, node, reason string) uint64 {
+	t.Helper()
+	var n uint64
+	for _, c := range agentStatus(t, node).Counters {
+		if c.Reason == reason {
+			n += c.Packets
+		}
+	}
+	return n
+}
