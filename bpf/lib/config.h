@@ -109,6 +109,14 @@ volatile const __u8 policy_ct_budget = 1;
 volatile const __u8 nat_budget = 1;
 
 /*
+ * lb_ct_budget: 1 = a pod the agent found holding more Service flows than its
+ * share of myelin_lb_ct (lb-ct-pod-max, datapath.GCServiceCT) is listed in
+ * myelin_lb_ct_over, and its new Service flows are dropped
+ * (DROP_SVC_CT_BUDGET); 0 = no budget, and no lookup.
+ */
+volatile const __u8 lb_ct_budget = 1;
+
+/*
  * nat_port_min/_max: the ports masquerade and NodePort SNAT translate to,
  * host order, inclusive. The agent picks them outside the node's ephemeral
  * ports (net.ipv4.ip_local_port_range), so a translated flow never takes a

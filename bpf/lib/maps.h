@@ -344,6 +344,21 @@ struct {
 } myelin_policy_ct SEC(".maps");
 
 /*
+ * myelin_lb_ct_over: local pods holding more load-balanced flows in
+ * myelin_lb_ct than their budget at the agent's last count
+ * (datapath.GCServiceCT) -> that count. Looked up only when a pod's Service
+ * flow needs new entries, and only while it lists a pod (lib/service.h,
+ * lb_ct_over_budget).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, ENDPOINTS_MAX_DEFAULT);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_lb_ct_over SEC(".maps");
+
+/*
  * myelin_snat_over: local pods holding more masqueraded flows than their
  * budget at the agent's last count (datapath.GCNAT) -> that count. Looked up
  * only when a pod's flow needs new NAT entries, and only while it lists a pod

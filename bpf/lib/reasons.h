@@ -98,6 +98,13 @@ enum reason {
 	 */
 	DROP_NAT_BUDGET = 24,
 	/*
+	 * Service load balancing: the pod's new Service flow would need
+	 * myelin_lb_ct entries while it holds more than its budget of them
+	 * (lb-ct-pod-max, myelin_lb_ct_over), so its flood can't fill the table
+	 * for every pod.
+	 */
+	DROP_SVC_CT_BUDGET = 25,
+	/*
 	 * Not a verdict: a DNS or drop flow record was not written, its budget
 	 * (lib/flows.h, flows_allow) was spent for this window.
 	 */

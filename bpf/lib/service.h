@@ -156,6 +156,19 @@ static __always_inline int lb_dnat(struct __sk_buff *skb, struct ipv4_info *info
 }
 
 /*
+ * lb_ct_any_over is set by the agent while myelin_lb_ct_over lists a pod
+ * (datapath.GCServiceCT; .bss: a runtime switch): a new Service flow costs one
+ * load, not a hash lookup, while no pod is over its budget.
+ */
+volatile __u32 lb_ct_any_over = 0;
+
+/* lb_ct_over_budget says whether pod addr may not open another Service flow. */
+static __always_inline int lb_ct_over_budget(__u32 addr)
+{
+	return lb_ct_budget && lb_ct_any_over && bpf_map_lookup_elem(&myelin_lb_ct_over, &addr);
+}
+
+/*
  * lb_pod_service translates a pod's packet to frontend svc: DNAT to the
  * flow's backend and, when that is the pod itself, SNAT to LB_HAIRPIN_ADDR
  * (the client port stays) with delivery straight back into the pod.
@@ -170,6 +183,8 @@ static __always_inline int lb_pod_service(struct __sk_buff *skb, struct ipv4_inf
 	ct_key_of(&fwd, info, l4, CT_DIR_FORWARD);
 	if (!lb_flow_backend(&myelin_lb_ct, &fwd, svc, l4, &f, LB_CLIENT_NODE))
 		return DROP_SVC_NO_BACKEND;
+	if (!f.ct && lb_ct_over_budget(info->saddr))
+		return DROP_SVC_CT_BUDGET;
 	hairpin = f.be.addr == info->saddr;
 	/* A SYN writes both entries again: a direct connection on the same ports
 	 * may have cleared the reverse one (ct_forget_stale_reply). */

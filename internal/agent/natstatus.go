@@ -33,8 +33,18 @@ func (v datapathView) natStatus(fills []datapath.MapFill) api.NATInfo {
 	return info
 }
 
+// podName names a local pod by address, or shows the address.
+func (v datapathView) podName(ip netip.Addr) string {
+	if v.names != nil {
+		if name := v.names(ip); name != "" {
+			return name
+		}
+	}
+	return ip.String()
+}
+
 // natBudgetWarnings names each pod over its share of myelin_snat (nat-pod-max)
-// and what that does to its new flows.
+// or myelin_lb_ct (lb-ct-pod-max) and what that does to its new flows.
 func (v datapathView) natBudgetWarnings() []string {
 	over, err := v.dp.PodsOverBudget()
 	if err != nil {
@@ -42,12 +52,12 @@ func (v datapathView) natBudgetWarnings() []string {
 	}
 	var out []string
 	for _, ip := range slices.SortedFunc(maps.Keys(over.NAT), netip.Addr.Compare) {
-		who := ip.String()
-		if v.names != nil && v.names(ip) != "" {
-			who = v.names(ip)
-		}
 		out = append(out, fmt.Sprintf("pod %s held %d masqueraded flows, over nat-pod-max %d: its new flows out of the cluster are dropped (DROP_NAT_BUDGET) until it holds fewer",
-			who, over.NAT[ip], over.NATMax))
+			v.podName(ip), over.NAT[ip], over.NATMax))
+	}
+	for _, ip := range slices.SortedFunc(maps.Keys(over.ServiceCT), netip.Addr.Compare) {
+		out = append(out, fmt.Sprintf("pod %s held %d Service flows, over lb-ct-pod-max %d: its new Service flows are dropped (DROP_SVC_CT_BUDGET) until it holds fewer",
+			v.podName(ip), over.ServiceCT[ip], over.ServiceCTMax))
 	}
 	return out
 }

@@ -50,6 +50,7 @@ type nodePlan struct {
 	PolicyCTMax       int
 	PolicyCTPodMax    int // resolved: 0 is no budget
 	NATPodMax         int // resolved: 0 is no budget
+	LBCTPodMax        int // resolved: 0 is no budget
 
 	AttachMode string // "tcx" or "tc", as the kernel offers
 
@@ -100,7 +101,7 @@ func decidePlan(c config.Config, in planInputs) (nodePlan, error) {
 		KubeProxyHealthz: c.KubeProxyHealthzAddr, KubeProxyMetrics: c.KubeProxyMetricsAddr,
 		MTU: c.MTU, NATPorts: ports,
 		NodePortNATSynMax: c.NodePortNATSynMax, NodePortNATMax: c.NodePortNATMax, PolicyCTMax: c.PolicyCTMax,
-		PolicyCTPodMax: c.PolicyCTPodBudget(), NATPodMax: c.NATPodBudget(),
+		PolicyCTPodMax: c.PolicyCTPodBudget(), NATPodMax: c.NATPodBudget(), LBCTPodMax: c.LBCTPodBudget(),
 		AttachMode: "tcx", BIGTCP: bigTCPState{Enabled: c.EnableIPv4BIGTCP},
 	}
 	switch {
@@ -173,7 +174,7 @@ func (p nodePlan) datapathConfig(pinDir string) datapath.Config {
 		MaglevTableSize: uint32(p.MaglevTableSize),
 		NodePortSynMax:  uint32(p.NodePortNATSynMax), NodePortNATMax: uint32(p.NodePortNATMax),
 		PolicyCTMax: uint32(p.PolicyCTMax), PolicyCTPodMax: uint32(p.PolicyCTPodMax),
-		NATPodMax: uint32(p.NATPodMax)}
+		NATPodMax: uint32(p.NATPodMax), LBCTPodMax: uint32(p.LBCTPodMax)}
 }
 
 // noMasqueradeBase is the cluster CIDR, ipv4-native-routing-cidr and every

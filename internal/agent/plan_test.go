@@ -65,7 +65,7 @@ func TestDecidePlan(t *testing.T) {
 		}, ""},
 		{"policy connection budget: auto", map[string]string{"policy-ct-max": "8192"}, in, func(p nodePlan) bool {
 			d := p.datapathConfig("/pins")
-			return d.PolicyCTMax == 8192 && d.PolicyCTPodMax == 2048 && d.NATPodMax == 8192
+			return d.PolicyCTMax == 8192 && d.PolicyCTPodMax == 2048 && d.NATPodMax == 8192 && d.LBCTPodMax == 32768
 		}, ""},
 		{"policy connection budget off", map[string]string{"policy-ct-pod-max": "0"}, in, func(p nodePlan) bool {
 			return p.datapathConfig("/pins").PolicyCTPodMax == 0

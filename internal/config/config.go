@@ -116,6 +116,11 @@ type Config struct {
 	// its new flows out of the cluster are dropped (DROP_NAT_BUDGET); 0 is no
 	// budget, NATPodMaxAuto a quarter of the node's table (NATPodBudget).
 	NATPodMax int
+	// LBCTPodMax is lb-ct-pod-max: the most load-balanced flows one pod may hold in
+	// the Service conntrack table before its new Service flows are dropped
+	// (DROP_SVC_CT_BUDGET); 0 is no budget, LBCTPodMaxAuto a quarter of the table
+	// (LBCTPodBudget).
+	LBCTPodMax int
 	// PrometheusServeAddr is where the agent serves its myelin_ metrics
 	// (prometheus-serve-addr); "" turns them off.
 	PrometheusServeAddr string
@@ -271,6 +276,19 @@ func (c Config) NATPodBudget() int {
 		return 32768 / 4
 	}
 	return c.NATPodMax
+}
+
+// LBCTPodMaxAuto is lb-ct-pod-max's "auto": a quarter of the Service conntrack
+// table's 131,072 flows (myelin_lb_ct, two entries each).
+const LBCTPodMaxAuto = -1
+
+// LBCTPodBudget is the number of lb-ct-pod-max: the Service flows one pod may hold,
+// 0 for no budget.
+func (c Config) LBCTPodBudget() int {
+	if c.LBCTPodMax == LBCTPodMaxAuto {
+		return 131072 / 4
+	}
+	return c.LBCTPodMax
 }
 
 // validate checks rules that span keys.

@@ -211,12 +211,19 @@ func TestPolicyCTPodMaxKey(t *testing.T) {
 	}
 }
 
-// nat-pod-max: auto is a quarter of the masquerade table's flows, 0 is no budget.
+// nat-pod-max and lb-ct-pod-max: auto is a quarter of the table's flows, 0 is no
+// budget.
 func TestNATPodMaxKey(t *testing.T) {
 	for v, want := range map[string]int{"auto": 8192, "0": 0, "100": 100} {
-		got, err := Resolve(Source{Name: "nc", Values: map[string]string{"nat-pod-max": v}})
+		got, err := Resolve(Source{Name: "nc", Values: map[string]string{"nat-pod-max": v, "lb-ct-pod-max": v}})
 		if err != nil || got.NATPodBudget() != want {
 			t.Errorf("nat-pod-max %q: budget %d (%v), want %d", v, got.NATPodBudget(), err, want)
+		}
+		if want == 8192 {
+			want = 32768
+		}
+		if got.LBCTPodBudget() != want {
+			t.Errorf("lb-ct-pod-max %q: budget %d, want %d", v, got.LBCTPodBudget(), want)
 		}
 	}
 	_, err := Resolve(Source{Name: "nc", Values: map[string]string{"nat-pod-max": "-5"}})

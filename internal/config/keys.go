@@ -196,6 +196,10 @@ var keys = []key{
 		c.NATPodMax, err = parsePodBudget(v, NATPodMaxAuto, "8192, a quarter of the masquerade table", "flows")
 		return err
 	}},
+	{"lb-ct-pod-max", "auto", func(c *Config, v string) (err error) {
+		c.LBCTPodMax, err = parsePodBudget(v, LBCTPodMaxAuto, "32768, a quarter of the Service conntrack table", "flows")
+		return err
+	}},
 	{"prometheus-serve-addr", ":9962", func(c *Config, v string) (err error) {
 		c.PrometheusServeAddr, err = parseListenAddr(v, ":9962")
 		return err

@@ -60,7 +60,8 @@ func OpenPinned(pinDir string) (*Datapath, error) {
 // without them has not pinned yet (its GC never reads them): myelin_lb_nodeports,
 // myelin_flow_drops, the budgets' lists (an adopted datapath has no budget).
 var optionalPins = map[string]bool{"myelin_lb_sock_rev": true, "myelin_lb_sock_peer": true, "myelin_lb_nodeports": true,
-	"myelin_flow_drops": true, "myelin_policy_ct_over": true, "myelin_snat_over": true}
+	"myelin_flow_drops": true, "myelin_policy_ct_over": true, "myelin_snat_over": true,
+	"myelin_lb_ct_over": true}
 
 // privateStub makes ms an unpinned map of one entry (socket storage has no size:
 // it holds nothing until a program stores into a socket; a ring buffer keeps its

@@ -9,9 +9,9 @@ import (
 )
 
 // Per-pod budgets of the node's shared tables (docs/policy.md, "What eviction
-// costs"; docs/datapath.md, "Masquerade"): a table one pod can fill for every
-// other pod of the node (the NetworkPolicy connections an LRU evicts, the
-// masquerade flows whose insert fails when full) has a list of the pods holding
+// costs"; docs/datapath.md, "Masquerade" and "Service load balancing"): a table
+// one pod can fill for every other pod of the node (the NetworkPolicy connections
+// an LRU evicts, the masquerade and Service flows whose insert fails when full) has a list of the pods holding
 // more than their share at the agent's last GC round. The datapath drops a listed
 // pod's packets that would need a new entry, with the table's own reason, so one
 // pod's flood fills the table for one round at most. The list is pinned; a .bss
@@ -20,6 +20,13 @@ import (
 // podCounts counts a table's entries (or flows) by the local pod holding them, by
 // its address as the datapath keys it (network order).
 type podCounts map[uint32]uint32
+
+// add counts one for pod (nothing for an address that is no IPv4 one).
+func (h podCounts) add(pod netip.Addr) {
+	if pod.Is4() {
+		h[networkUint32(pod)]++
+	}
+}
 
 // over returns the pods holding more than budget, with their counts.
 func (h podCounts) over(budget uint32) map[uint32]uint32 {
@@ -112,18 +119,25 @@ func (d *Datapath) natBudget() podBudget {
 		list: d.objs.MyelinSnatOver, flag: d.objs.NatAnyOver, flagName: "nat_any_over"}
 }
 
+// lbCTBudget is the budget of myelin_lb_ct in flows (lb-ct-pod-max).
+func (d *Datapath) lbCTBudget() podBudget {
+	return podBudget{what: "Service flows", key: "lb-ct-pod-max", max: d.cfg.LBCTPodMax,
+		list: d.objs.MyelinLbCtOver, flag: d.objs.LbCtAnyOver, flagName: "lb_ct_any_over"}
+}
+
 // PodsOverBudget are the pods over their share of the node's shared tables, with
 // what each held at the last GC round, and the budgets (0: none).
 type PodsOverBudget struct {
-	PolicyCT, NAT       map[netip.Addr]int
-	PolicyCTMax, NATMax int
+	PolicyCT, NAT, ServiceCT          map[netip.Addr]int
+	PolicyCTMax, NATMax, ServiceCTMax int
 }
 
 // PodsOverBudget returns the pods the budgets' lists hold.
 func (d *Datapath) PodsOverBudget() (PodsOverBudget, error) {
-	out := PodsOverBudget{PolicyCTMax: int(d.cfg.PolicyCTPodMax), NATMax: int(d.cfg.NATPodMax)}
-	var err, nerr error
-	out.PolicyCT, err = d.policyCTBudget().listed()
-	out.NAT, nerr = d.natBudget().listed()
-	return out, errors.Join(err, nerr)
+	out := PodsOverBudget{PolicyCTMax: int(d.cfg.PolicyCTPodMax), NATMax: int(d.cfg.NATPodMax), ServiceCTMax: int(d.cfg.LBCTPodMax)}
+	var errs [3]error
+	out.PolicyCT, errs[0] = d.policyCTBudget().listed()
+	out.NAT, errs[1] = d.natBudget().listed()
+	out.ServiceCT, errs[2] = d.lbCTBudget().listed()
+	return out, errors.Join(errs[:]...)
 }

@@ -45,8 +45,20 @@ type ctFlowID struct {
 // returns how many map entries it removed. The agent runs it periodically
 // next to GCNAT; it is what frees room in a full table. A flow is re-read
 // just before deletion, so one that saw a packet during the walk is kept.
+// With an LBCTPodMax it then lists the pods holding more flows than that in
+// myelin_lb_ct in myelin_lb_ct_over (lbCTBudget, budget.go).
 func (d *Datapath) GCServiceCT(now time.Duration) (int, error) {
-	return d.eachServiceCT(func(t flowTable[myelinCtKey, myelinCtEntry, ctFlowID]) (int, error) { return t.gc(now) })
+	held := podCounts{}
+	n, err := d.eachServiceCT(func(t flowTable[myelinCtKey, myelinCtEntry, ctFlowID]) (int, error) {
+		if t.m != d.objs.MyelinLbCt { // NodePort clients are no pods of this node
+			return t.gc(now)
+		}
+		return t.gcKeeping(now, func(id ctFlowID) { held.add(id.client) })
+	})
+	if err != nil {
+		return n, err
+	}
+	return n, d.lbCTBudget().sync(held)
 }
 
 // ServiceBackend is a backend (its id) of a frontend (its Service.ID), as a

@@ -148,6 +148,12 @@ type Config struct {
 	// until a later round finds it within the budget, its new flows to outside
 	// the cluster are dropped (DROP_NAT_BUDGET). 0: no budget, no lookup.
 	NATPodMax uint32
+	// LBCTPodMax is the most load-balanced flows one pod of this node may hold
+	// in myelin_lb_ct (lb-ct-pod-max): GCServiceCT lists a pod holding more in
+	// myelin_lb_ct_over, and until a later round finds it within the budget, its
+	// new Service flows are dropped (DROP_SVC_CT_BUDGET). 0: no budget, no lookup.
+	// Used with LoadBalancing.
+	LBCTPodMax uint32
 }
 
 // Datapath is the loaded datapath of one node: its programs and maps.
@@ -226,7 +232,7 @@ func Load(cfg Config) (*Datapath, error) {
 		d.objs.Close()
 		return nil, err
 	}
-	if err := errors.Join(d.policyCTBudget().restore(), d.natBudget().restore()); err != nil {
+	if err := errors.Join(d.policyCTBudget().restore(), d.natBudget().restore(), d.lbCTBudget().restore()); err != nil {
 		d.objs.Close()
 		return nil, err
 	}
@@ -296,6 +302,13 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 	if err := specs.NatBudget.Set(natBudget); err != nil {
 		return fmt.Errorf("set nat_budget: %w", err)
 	}
+	var lbCTBudget uint8
+	if cfg.LBCTPodMax != 0 {
+		lbCTBudget = 1
+	}
+	if err := specs.LbCtBudget.Set(lbCTBudget); err != nil {
+		return fmt.Errorf("set lb_ct_budget: %w", err)
+	}
 	if err := configureMasquerade(&specs, cfg); err != nil {
 		return err
 	}
@@ -308,6 +321,7 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 		specs.MyelinPolicyEps.MaxEntries = cfg.EndpointsMax
 		specs.MyelinPolicyCtOver.MaxEntries = cfg.EndpointsMax
 		specs.MyelinSnatOver.MaxEntries = cfg.EndpointsMax
+		specs.MyelinLbCtOver.MaxEntries = cfg.EndpointsMax
 	}
 	// Fragments are translated only by masquerade and load balancing.
 	if !cfg.Masquerade && !cfg.LoadBalancing {

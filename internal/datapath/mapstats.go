@@ -66,6 +66,7 @@ func (d *Datapath) MapStats() []MapStat {
 			{"myelin_lb_slots", MapKindServices, o.MyelinLbSlots},
 			{"myelin_lb_affinity", MapKindServices, o.MyelinLbAffinity},
 			{"myelin_lb_ct", MapKindConntrack, o.MyelinLbCt},
+			{"myelin_lb_ct_over", MapKindConntrack, o.MyelinLbCtOver},
 			{"myelin_lb_ct_nodeport", MapKindConntrack, o.MyelinLbCtNodeport},
 		}...)
 	}

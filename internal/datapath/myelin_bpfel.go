@@ -460,6 +460,7 @@ const (
 	myelinReasonDROP_POLICY_MAP_FULL     myelinReason = 22
 	myelinReasonDROP_POLICY_CT_BUDGET    myelinReason = 23
 	myelinReasonDROP_NAT_BUDGET          myelinReason = 24
+	myelinReasonDROP_SVC_CT_BUDGET       myelinReason = 25
 	myelinReasonREASON_FLOWS_LIMITED     myelinReason = 61
 	myelinReasonREASON_FLOWS_LOST        myelinReason = 62
 	myelinReasonREASON_EVENTS_LOST       myelinReason = 63
@@ -544,6 +545,7 @@ type myelinMapSpecs struct {
 	MyelinLbBackends    *ebpf.MapSpec `ebpf:"myelin_lb_backends"`
 	MyelinLbCt          *ebpf.MapSpec `ebpf:"myelin_lb_ct"`
 	MyelinLbCtNodeport  *ebpf.MapSpec `ebpf:"myelin_lb_ct_nodeport"`
+	MyelinLbCtOver      *ebpf.MapSpec `ebpf:"myelin_lb_ct_over"`
 	MyelinLbMaglev      *ebpf.MapSpec `ebpf:"myelin_lb_maglev"`
 	MyelinLbNodeports   *ebpf.MapSpec `ebpf:"myelin_lb_nodeports"`
 	MyelinLbPorts       *ebpf.MapSpec `ebpf:"myelin_lb_ports"`
@@ -596,6 +598,8 @@ type myelinVariableSpecs struct {
 	DropEventsEnabled        *ebpf.VariableSpec `ebpf:"drop_events_enabled"`
 	FlowsEnabled             *ebpf.VariableSpec `ebpf:"flows_enabled"`
 	HostRoutingBpf           *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
+	LbCtAnyOver              *ebpf.VariableSpec `ebpf:"lb_ct_any_over"`
+	LbCtBudget               *ebpf.VariableSpec `ebpf:"lb_ct_budget"`
 	LbEnabled                *ebpf.VariableSpec `ebpf:"lb_enabled"`
 	LbHostReplies            *ebpf.VariableSpec `ebpf:"lb_host_replies"`
 	MaglevTableSize          *ebpf.VariableSpec `ebpf:"maglev_table_size"`
@@ -649,6 +653,7 @@ type myelinMaps struct {
 	MyelinLbBackends    *ebpf.Map `ebpf:"myelin_lb_backends"`
 	MyelinLbCt          *ebpf.Map `ebpf:"myelin_lb_ct"`
 	MyelinLbCtNodeport  *ebpf.Map `ebpf:"myelin_lb_ct_nodeport"`
+	MyelinLbCtOver      *ebpf.Map `ebpf:"myelin_lb_ct_over"`
 	MyelinLbMaglev      *ebpf.Map `ebpf:"myelin_lb_maglev"`
 	MyelinLbNodeports   *ebpf.Map `ebpf:"myelin_lb_nodeports"`
 	MyelinLbPorts       *ebpf.Map `ebpf:"myelin_lb_ports"`
@@ -685,6 +690,7 @@ func (m *myelinMaps) Close() error {
 		m.MyelinLbBackends,
 		m.MyelinLbCt,
 		m.MyelinLbCtNodeport,
+		m.MyelinLbCtOver,
 		m.MyelinLbMaglev,
 		m.MyelinLbNodeports,
 		m.MyelinLbPorts,
@@ -738,6 +744,8 @@ type myelinVariables struct {
 	DropEventsEnabled        *ebpf.Variable `ebpf:"drop_events_enabled"`
 	FlowsEnabled             *ebpf.Variable `ebpf:"flows_enabled"`
 	HostRoutingBpf           *ebpf.Variable `ebpf:"host_routing_bpf"`
+	LbCtAnyOver              *ebpf.Variable `ebpf:"lb_ct_any_over"`
+	LbCtBudget               *ebpf.Variable `ebpf:"lb_ct_budget"`
 	LbEnabled                *ebpf.Variable `ebpf:"lb_enabled"`
 	LbHostReplies            *ebpf.Variable `ebpf:"lb_host_replies"`
 	MaglevTableSize          *ebpf.Variable `ebpf:"maglev_table_size"`

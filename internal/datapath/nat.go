@@ -76,7 +76,7 @@ func compareNATEntries(a, b NATEntry) int {
 // myelin_snat_over (natBudget, budget.go).
 func (d *Datapath) GCNAT(now time.Duration) (int, error) {
 	held := podCounts{}
-	n, err := d.natTable().gcKeeping(now, func(id natFlowID) { held[networkUint32(id.pod)]++ })
+	n, err := d.natTable().gcKeeping(now, func(id natFlowID) { held.add(id.pod) })
 	if err != nil {
 		return n, err
 	}

@@ -25,6 +25,7 @@ var reasonNames = map[myelinReason]string{
 	myelinReasonDROP_POLICY_MAP_FULL:     "DROP_POLICY_MAP_FULL",
 	myelinReasonDROP_POLICY_CT_BUDGET:    "DROP_POLICY_CT_BUDGET",
 	myelinReasonDROP_NAT_BUDGET:          "DROP_NAT_BUDGET",
+	myelinReasonDROP_SVC_CT_BUDGET:       "DROP_SVC_CT_BUDGET",
 	myelinReasonREASON_FLOWS_LOST:        "FLOWS_LOST",
 	myelinReasonREASON_FLOWS_LIMITED:     "FLOWS_LIMITED",
 	myelinReasonREASON_EVENTS_LOST:       "EVENTS_LOST",

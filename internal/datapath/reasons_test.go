@@ -28,6 +28,7 @@ func TestReasonName(t *testing.T) {
 		{22, "DROP_POLICY_MAP_FULL"},
 		{23, "DROP_POLICY_CT_BUDGET"},
 		{24, "DROP_NAT_BUDGET"},
+		{25, "DROP_SVC_CT_BUDGET"},
 		{61, "FLOWS_LIMITED"},
 		{63, "EVENTS_LOST"},
 		{42, "REASON_42"},

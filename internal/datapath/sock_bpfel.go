@@ -350,6 +350,7 @@ type sockMapSpecs struct {
 	MyelinLbBackends         *ebpf.MapSpec `ebpf:"myelin_lb_backends"`
 	MyelinLbCt               *ebpf.MapSpec `ebpf:"myelin_lb_ct"`
 	MyelinLbCtNodeport       *ebpf.MapSpec `ebpf:"myelin_lb_ct_nodeport"`
+	MyelinLbCtOver           *ebpf.MapSpec `ebpf:"myelin_lb_ct_over"`
 	MyelinLbMaglev           *ebpf.MapSpec `ebpf:"myelin_lb_maglev"`
 	MyelinLbNodeports        *ebpf.MapSpec `ebpf:"myelin_lb_nodeports"`
 	MyelinLbPorts            *ebpf.MapSpec `ebpf:"myelin_lb_ports"`
@@ -380,6 +381,7 @@ type sockVariableSpecs struct {
 	ClusterCidrMask  *ebpf.VariableSpec `ebpf:"cluster_cidr_mask"`
 	HostNetnsCookie  *ebpf.VariableSpec `ebpf:"host_netns_cookie"`
 	HostRoutingBpf   *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
+	LbCtBudget       *ebpf.VariableSpec `ebpf:"lb_ct_budget"`
 	LbEnabled        *ebpf.VariableSpec `ebpf:"lb_enabled"`
 	MaglevTableSize  *ebpf.VariableSpec `ebpf:"maglev_table_size"`
 	MasqEnabled      *ebpf.VariableSpec `ebpf:"masq_enabled"`
@@ -430,6 +432,7 @@ type sockMaps struct {
 	MyelinLbBackends         *ebpf.Map `ebpf:"myelin_lb_backends"`
 	MyelinLbCt               *ebpf.Map `ebpf:"myelin_lb_ct"`
 	MyelinLbCtNodeport       *ebpf.Map `ebpf:"myelin_lb_ct_nodeport"`
+	MyelinLbCtOver           *ebpf.Map `ebpf:"myelin_lb_ct_over"`
 	MyelinLbMaglev           *ebpf.Map `ebpf:"myelin_lb_maglev"`
 	MyelinLbNodeports        *ebpf.Map `ebpf:"myelin_lb_nodeports"`
 	MyelinLbPorts            *ebpf.Map `ebpf:"myelin_lb_ports"`
@@ -467,6 +470,7 @@ func (m *sockMaps) Close() error {
 		m.MyelinLbBackends,
 		m.MyelinLbCt,
 		m.MyelinLbCtNodeport,
+		m.MyelinLbCtOver,
 		m.MyelinLbMaglev,
 		m.MyelinLbNodeports,
 		m.MyelinLbPorts,
@@ -498,6 +502,7 @@ type sockVariables struct {
 	ClusterCidrMask  *ebpf.Variable `ebpf:"cluster_cidr_mask"`
 	HostNetnsCookie  *ebpf.Variable `ebpf:"host_netns_cookie"`
 	HostRoutingBpf   *ebpf.Variable `ebpf:"host_routing_bpf"`
+	LbCtBudget       *ebpf.Variable `ebpf:"lb_ct_budget"`
 	LbEnabled        *ebpf.Variable `ebpf:"lb_enabled"`
 	MaglevTableSize  *ebpf.Variable `ebpf:"maglev_table_size"`
 	MasqEnabled      *ebpf.Variable `ebpf:"masq_enabled"`

@@ -49,26 +49,30 @@ func allowEgressTo(t *testing.T, cs kubernetes.Interface, from, to string) {
 
 // TestLabMyelinPodTableFloods: one pod floods each of node-1's shared tables a pod
 // can fill for the others, far beyond its share (by a NodeConfig: policy-ct-max
-// 1024, policy-ct-pod-max 100, nat-pod-max 100). A pod whose egress policy allows a
-// server opens 600 UDP flows to it; a pod without policy opens 600 to the external
-// host (masqueraded). Within a GC round the agent names each in `myelin status` (and
-// the first in `myelin endpoints`); from then on their new flows (from other source
-// ports) are dropped, DROP_POLICY_CT_BUDGET and DROP_NAT_BUDGET, none answered, while
-// another pod of the node still opens the same flows.
+// 1024, policy-ct-pod-max 100, nat-pod-max 100, lb-ct-pod-max 100, socket-LB off). A
+// pod whose egress policy allows a server opens 600 UDP flows to it; a pod without
+// policy opens 600 to the external host (masqueraded), another 600 to the server's
+// ClusterIP. Within a GC round the agent names each in `myelin status` (and the first
+// in `myelin endpoints`); from then on their new flows (from other source ports) are
+// dropped, DROP_POLICY_CT_BUDGET, DROP_NAT_BUDGET and DROP_SVC_CT_BUDGET, none
+// answered, while another pod of the node still opens the same flows.
 func TestLabMyelinPodTableFloods(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "1", "--cni", "myelin", "--profile", "native")
 	n1 := labplan.NodeName(1)
 	createNodeConfig(t, "small-policy-ct", map[string]string{"kubernetes.io/hostname": n1},
-		map[string]string{"policy-ct-max": "1024", "policy-ct-pod-max": "100", "nat-pod-max": "100"})
+		map[string]string{"policy-ct-max": "1024", "policy-ct-pod-max": "100", "nat-pod-max": "100", "lb-ct-pod-max": "100",
+			"bpf-lb-sock": "false"}) // pods' Service flows take the tc path and its table
 	restartAgent(t, n1)
 	createPod(t, cs, "web", n1, map[string]string{"app": "web"}, myelinBin, "lab", "serve", "--listen", ":8080", "--name", "web")
 	createPod(t, cs, "flood", n1, map[string]string{"app": "flood"}, "sleep", "infinity")
 	createPod(t, cs, "client", n1, map[string]string{"app": "client"}, "sleep", "infinity")
 	createPod(t, cs, "natflood", n1, map[string]string{"app": "natflood"}, "sleep", "infinity")
 	createPod(t, cs, "other", n1, map[string]string{"app": "other"}, "sleep", "infinity")
+	createPod(t, cs, "svcflood", n1, map[string]string{"app": "svcflood"}, "sleep", "infinity")
+	svc := createService(t, cs, "web", "web", nil)
 	target := runningPods(t, cs, "app=web", 1)[0].Status.PodIP + ":8080"
-	for _, app := range []string{"flood", "client", "natflood", "other"} {
+	for _, app := range []string{"flood", "client", "natflood", "other", "svcflood"} {
 		runningPods(t, cs, "app="+app, 1)
 	}
 	allowEgressTo(t, cs, "flood", "web")
@@ -110,7 +114,23 @@ func TestLabMyelinPodTableFloods(t *testing.T) {
 	if got := udpFlowsFrom(t, "other", external, 50, 30000); got != 50 {
 		t.Errorf("another pod: %d of 50 new flows out answered, want all", got)
 	}
-	for reason, want := range map[string]uint64{"DROP_POLICY_CT_BUDGET": 50, "DROP_NAT_BUDGET": 50} {
+
+	clusterIP := svc.Spec.ClusterIP + ":80"
+	waitProgrammed(t, n1, clusterIP+"/UDP", 1)
+	if got := udpFlowsFrom(t, "svcflood", clusterIP, 600, 20000); got != 600 {
+		t.Fatalf("svcflood's first 600 Service flows: %d answered, want all", got)
+	}
+	eventually(t, 30*time.Second, "svcflood named over its budget in myelin status", func(context.Context) (bool, string) {
+		out, err := myelin("status", "--node", n1)
+		return err == nil && strings.Contains(out, "pod default/svcflood held ") && strings.Contains(out, "over lb-ct-pod-max 100"), out
+	})
+	if got := udpFlowsFrom(t, "svcflood", clusterIP, 50, 30000); got != 0 {
+		t.Errorf("svcflood over its budget: %d of 50 new Service flows answered, want none", got)
+	}
+	if got := udpFlowsFrom(t, "other", clusterIP, 50, 30000); got != 50 {
+		t.Errorf("another pod: %d of 50 new Service flows answered, want all", got)
+	}
+	for reason, want := range map[string]uint64{"DROP_POLICY_CT_BUDGET": 50, "DROP_NAT_BUDGET": 50, "DROP_SVC_CT_BUDGET": 50} {
 		if got := countedDrops(t, n1, reason); got < want {
 			t.Errorf("node-1 counted %d %s packets, want at least the 50 flows' first datagrams", got, reason)
 		}

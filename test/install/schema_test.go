@@ -149,7 +149,7 @@ func (v chartValue) wrongTyped() []string {
 	case bool, float64, []any:
 		return []string{"--set-string", v.path + "=zz"}
 	case string:
-		if v.path == "k8sServicePort" || v.path == "networkPolicy.ctPodMax" || v.path == "natPodMax" { // a string or a number
+		if v.path == "k8sServicePort" || v.path == "networkPolicy.ctPodMax" || v.path == "natPodMax" || v.path == "loadBalancer.ctPodMax" { // a string or a number
 			return []string{"--set", v.path + "=true"}
 		}
 		return []string{"--set", v.path + "=12345"}

@@ -23,6 +23,7 @@ non-masquerade-cidrs: {{ join "," . | quote }}
 user-iptables-guard: {{ $v.userIptablesGuard | quote }}
 kube-proxy-replacement: {{ $v.kubeProxyReplacement | quote }}
 lb-algorithm: {{ $v.loadBalancer.algorithm | quote }}
+lb-ct-pod-max: {{ $v.loadBalancer.ctPodMax | toString | quote }}
 maglev-table-size: {{ $v.maglev.tableSize | int64 | quote }}
 mtu: {{ $v.MTU | int64 | quote }}
 enable-source-ip-verification: {{ $v.enableSourceIPVerification | quote }}
@@ -78,6 +79,7 @@ non-masquerade-cidrs: nonMasqueradeCIDRs
 user-iptables-guard: userIptablesGuard
 kube-proxy-replacement: kubeProxyReplacement
 lb-algorithm: loadBalancer.algorithm
+lb-ct-pod-max: loadBalancer.ctPodMax
 maglev-table-size: maglev.tableSize
 mtu: MTU
 enable-source-ip-verification: enableSourceIPVerification
