@@ -20,8 +20,8 @@ import (
 // ways and allowing each other (the bench's policy cases: 100 NetworkPolicies
 // select client and server). The differences are each feature's cost per
 // connection in the programs without the lab's noise (docs/performance.md);
-// policy-nobudget is policy on a datapath loaded without policy-ct-pod-max (the
-// budget's lookup when a connection's entry is created, against none);
+// policy-nobudget is policy on a datapath loaded without the per-pod budgets (the
+// budget's test when a connection's entry is created, against none);
 // ns/conn sums the kernel's measure of each run, ns/<segment> is each packet's.
 // Run as root:
 // go test -run '^$' -bench 'Connection$' -count 5 ./internal/datapath/
@@ -29,7 +29,7 @@ func BenchmarkConnection(b *testing.B) {
 	testenv.RequireRoot(b, "load BPF")
 	d := connectionBenchDatapath(b, agentDefaultConfig())
 	noBudget := agentDefaultConfig()
-	noBudget.PolicyCTPodMax = 0
+	noBudget.PolicyCTPodMax, noBudget.NATPodMax, noBudget.LBCTPodMax = 0, 0, 0
 	dNoBudget := connectionBenchDatapath(b, noBudget)
 	ports := []PolicyPort{tcpPort(80), tcpPort(443), tcpPort(9090), {Proto: protoTCP, Lo: 12000, Hi: 12100}, tcpPort(8080)}
 	isolated := policyState{

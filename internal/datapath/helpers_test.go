@@ -66,7 +66,7 @@ func loadTest(t *testing.T, routing HostRouting) *Datapath {
 func agentDefaultConfig() Config {
 	return Config{HostRouting: HostRoutingBPF, LoadBalancing: true, Masquerade: true, NodeIP: testNodeIP,
 		ClusterCIDR: lbClusterCIDR, MaglevTableSize: 16381, NATPortMin: 61000, NATPortMax: 65535,
-		PolicyCTPodMax: 131072 / 4}
+		PolicyCTPodMax: 131072 / 4, NATPodMax: 8192, LBCTPodMax: 32768}
 }
 
 // loadTestConfig is loadTest with cfg; its PinDir is set to a fresh pin dir.
