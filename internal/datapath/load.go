@@ -288,26 +288,8 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 	if err := specs.SourceVerify.Set(verify); err != nil {
 		return fmt.Errorf("set source_verify: %w", err)
 	}
-	var budget uint8
-	if cfg.PolicyCTPodMax != 0 {
-		budget = 1
-	}
-	if err := specs.PolicyCtBudget.Set(budget); err != nil {
-		return fmt.Errorf("set policy_ct_budget: %w", err)
-	}
-	var natBudget uint8
-	if cfg.NATPodMax != 0 {
-		natBudget = 1
-	}
-	if err := specs.NatBudget.Set(natBudget); err != nil {
-		return fmt.Errorf("set nat_budget: %w", err)
-	}
-	var lbCTBudget uint8
-	if cfg.LBCTPodMax != 0 {
-		lbCTBudget = 1
-	}
-	if err := specs.LbCtBudget.Set(lbCTBudget); err != nil {
-		return fmt.Errorf("set lb_ct_budget: %w", err)
+	if err := configureBudgets(&specs, cfg); err != nil {
+		return err
 	}
 	if err := configureMasquerade(&specs, cfg); err != nil {
 		return err
@@ -332,6 +314,29 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 	}
 	if cfg.PolicyCTMax != 0 {
 		specs.MyelinPolicyCt.MaxEntries = cfg.PolicyCTMax
+	}
+	return nil
+}
+
+// configureBudgets writes which per-pod budgets are on (budget.go): off, the
+// datapath reads no list.
+func configureBudgets(specs *myelinSpecs, cfg Config) error {
+	for _, b := range []struct {
+		v    *ebpf.VariableSpec
+		name string
+		max  uint32
+	}{
+		{specs.PolicyCtBudget, "policy_ct_budget", cfg.PolicyCTPodMax},
+		{specs.NatBudget, "nat_budget", cfg.NATPodMax},
+		{specs.LbCtBudget, "lb_ct_budget", cfg.LBCTPodMax},
+	} {
+		var on uint8
+		if b.max != 0 {
+			on = 1
+		}
+		if err := b.v.Set(on); err != nil {
+			return fmt.Errorf("set %s: %w", b.name, err)
+		}
 	}
 	return nil
 }

@@ -82,60 +82,47 @@ func TestLabMyelinPodTableFloods(t *testing.T) {
 		return err == nil && strings.Count(out, " on ") >= 2, out
 	})
 
-	// The floods' later flows leave from other ports: none is one of their open flows.
-	if got := udpFlowsFrom(t, "flood", target, 600, 20000); got != 600 {
-		t.Fatalf("flood's first 600 flows: %d answered, want all (its policy allows them)", got)
-	}
-	eventually(t, 30*time.Second, "flood named over its budget in myelin status", func(context.Context) (bool, string) {
-		out, err := myelin("status", "--node", n1)
-		return err == nil && strings.Contains(out, "pod default/flood: held ") && strings.Contains(out, "over policy-ct-pod-max 100"), out
-	})
+	floodPastBudget(t, n1, "flood", "client", target, "pod default/flood: held ", "over policy-ct-pod-max 100")
 	if out, err := myelin("endpoints", "--node", n1); err != nil || !strings.Contains(out, "WARNING: default/flood: held ") {
 		t.Errorf("myelin endpoints: %v\n%s\nwant a warning naming default/flood", err, out)
 	}
-	if got := udpFlowsFrom(t, "flood", target, 50, 30000); got != 0 {
-		t.Errorf("flood over its budget: %d of 50 new flows answered, want none", got)
-	}
-	if got := udpFlowsFrom(t, "client", target, 50, 30000); got != 50 {
-		t.Errorf("client within its budget: %d of 50 new flows answered, want all", got)
-	}
-
 	external := labplan.DefaultAddressing().ExternalServerIP().String() + ":80"
-	if got := udpFlowsFrom(t, "natflood", external, 600, 20000); got != 600 {
-		t.Fatalf("natflood's first 600 flows out: %d answered, want all", got)
-	}
-	eventually(t, 30*time.Second, "natflood named over its budget in myelin status", func(context.Context) (bool, string) {
-		out, err := myelin("status", "--node", n1)
-		return err == nil && strings.Contains(out, "pod default/natflood held ") && strings.Contains(out, "over nat-pod-max 100"), out
-	})
-	if got := udpFlowsFrom(t, "natflood", external, 50, 30000); got != 0 {
-		t.Errorf("natflood over its budget: %d of 50 new flows out answered, want none", got)
-	}
-	if got := udpFlowsFrom(t, "other", external, 50, 30000); got != 50 {
-		t.Errorf("another pod: %d of 50 new flows out answered, want all", got)
-	}
-
+	floodPastBudget(t, n1, "natflood", "other", external, "pod default/natflood held ", "over nat-pod-max 100")
 	clusterIP := svc.Spec.ClusterIP + ":80"
 	waitProgrammed(t, n1, clusterIP+"/UDP", 1)
-	if got := udpFlowsFrom(t, "svcflood", clusterIP, 600, 20000); got != 600 {
-		t.Fatalf("svcflood's first 600 Service flows: %d answered, want all", got)
-	}
-	eventually(t, 30*time.Second, "svcflood named over its budget in myelin status", func(context.Context) (bool, string) {
-		out, err := myelin("status", "--node", n1)
-		return err == nil && strings.Contains(out, "pod default/svcflood held ") && strings.Contains(out, "over lb-ct-pod-max 100"), out
-	})
-	if got := udpFlowsFrom(t, "svcflood", clusterIP, 50, 30000); got != 0 {
-		t.Errorf("svcflood over its budget: %d of 50 new Service flows answered, want none", got)
-	}
-	if got := udpFlowsFrom(t, "other", clusterIP, 50, 30000); got != 50 {
-		t.Errorf("another pod: %d of 50 new Service flows answered, want all", got)
-	}
+	floodPastBudget(t, n1, "svcflood", "other", clusterIP, "pod default/svcflood held ", "over lb-ct-pod-max 100")
 	for reason, want := range map[string]uint64{"DROP_POLICY_CT_BUDGET": 50, "DROP_NAT_BUDGET": 50, "DROP_SVC_CT_BUDGET": 50} {
 		if got := countedDrops(t, n1, reason); got < want {
 			t.Errorf("node-1 counted %d %s packets, want at least the 50 flows' first datagrams", got, reason)
 		}
 	}
 	labDown(t)
+}
+
+// floodPastBudget has pod flood open 600 UDP flows to target, waits until `myelin
+// status` on node shows every one of named (the pod over its budget), and then
+// requires 50 new flows of flood (from other ports: none is one of its open flows)
+// unanswered and the same 50 of pod control answered.
+func floodPastBudget(t *testing.T, node, flood, control, target string, named ...string) {
+	t.Helper()
+	if got := udpFlowsFrom(t, flood, target, 600, 20000); got != 600 {
+		t.Fatalf("%s's first 600 flows to %s: %d answered, want all", flood, target, got)
+	}
+	eventually(t, 30*time.Second, flood+" named over its budget in myelin status", func(context.Context) (bool, string) {
+		out, err := myelin("status", "--node", node)
+		for _, n := range named {
+			if err != nil || !strings.Contains(out, n) {
+				return false, out
+			}
+		}
+		return true, ""
+	})
+	if got := udpFlowsFrom(t, flood, target, 50, 30000); got != 0 {
+		t.Errorf("%s over its budget: %d of 50 new flows to %s answered, want none", flood, got, target)
+	}
+	if got := udpFlowsFrom(t, control, target, 50, 30000); got != 50 {
+		t.Errorf("%s within its budget: %d of 50 new flows to %s answered, want all", control, got, target)
+	}
 }
 
 // countedDrops sums a node's datapath counters of reason over every direction.
