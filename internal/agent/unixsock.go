@@ -5,7 +5,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"time"
 )
 
 // listenUnixPrivate listens on the unix socket sock (replacing a stale one) that only
@@ -16,6 +18,7 @@ import (
 // moment at which another user can connect to it; the rename also replaces a stale
 // socket without a moment with none. Close removes sock.
 func listenUnixPrivate(sock string) (net.Listener, error) {
+	removeStaleHidden(filepath.Dir(sock), time.Now())
 	l, hidden, err := listenHidden(sock)
 	if err != nil {
 		return nil, err
@@ -59,6 +62,35 @@ func listenHidden(sock string) (*net.UnixListener, string, error) {
 		return nil, "", fmt.Errorf("make socket %s root's alone: %w", sock, err)
 	}
 	return l, hidden, nil
+}
+
+// staleHiddenAge is how old a private socket directory must be for removeStaleHidden:
+// a listen in progress holds its own for well under a millisecond.
+const staleHiddenAge = time.Minute
+
+// removeStaleHidden removes from dir the private directories of listenHidden
+// (".<digits>", holding at most the socket "s") that a crash between their making and
+// the rename left behind, once older than staleHiddenAge at now (another listener of
+// this agent may be between the two steps). Anything else is left alone; failures
+// only leave a directory behind, as before.
+func removeStaleHidden(dir string, now time.Time) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !e.IsDir() || len(name) < 2 || name[0] != '.' || strings.Trim(name[1:], "0123456789") != "" {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || now.Sub(fi.ModTime()) < staleHiddenAge {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		os.Remove(filepath.Join(path, "s"))
+		os.Remove(path) // fails, leaving it, if it holds anything else
+	}
 }
 
 // placedListener is a unix listener whose socket was renamed to path: it reports

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // With umask 0 in a 0755 directory (as /run/myelin), the agent's socket is 0600 in a
@@ -59,5 +60,41 @@ func TestUnixSocketNeverReachableByOthers(t *testing.T) {
 	pl.Close()
 	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
 		t.Errorf("the socket is still there after Close: %v", err)
+	}
+}
+
+// A private socket directory a crash left (".<digits>", older than a minute) is
+// removed when the agent listens again; a fresh one (another listen under way),
+// one holding more than the socket, and other dot directories stay.
+func TestListenRemovesStaleHiddenDirs(t *testing.T) {
+	dir := t.TempDir()
+	old := time.Now().Add(-2 * staleHiddenAge)
+	mk := func(name string, files ...string) string {
+		p := filepath.Join(dir, name)
+		if err := os.Mkdir(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if err := os.WriteFile(filepath.Join(p, f), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return p
+	}
+	stale, empty, fresh, busy, other := mk(".1234", "s"), mk(".5678"), mk(".4321", "s"), mk(".8765", "s", "x"), mk(".cache", "s")
+	for _, p := range []string{stale, empty, busy, other} {
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := listenUnixPrivate(filepath.Join(dir, "api.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for p, want := range map[string]bool{stale: false, empty: false, fresh: true, busy: true, other: true} {
+		if _, err := os.Stat(p); (err == nil) != want {
+			t.Errorf("%s after listening: exists %v, want %v", filepath.Base(p), err == nil, want)
+		}
 	}
 }
