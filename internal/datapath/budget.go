@@ -54,7 +54,7 @@ type podBudget struct {
 // say whether it holds any. Without a budget, or on an adopted datapath, it leaves
 // both alone: the first round of an agent with a budget rewrites them.
 func (b podBudget) sync(held podCounts) error {
-	if b.max == 0 || b.flag == nil {
+	if b.active() == 0 {
 		return nil
 	}
 	over := held.over(b.max)
@@ -77,6 +77,15 @@ func (b podBudget) sync(held podCounts) error {
 		}
 	}
 	return setFlag(b.flag, b.flagName, len(over) != 0)
+}
+
+// active is the budget where the GC may act on it: 0 on a datapath adopted before
+// Load (no flag, and no configuration: its budget is not known).
+func (b podBudget) active() uint32 {
+	if b.flag == nil {
+		return 0
+	}
+	return b.max
 }
 
 // restore sets the flag at Load when the pinned list a previous agent wrote holds

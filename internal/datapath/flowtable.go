@@ -1,8 +1,11 @@
 package datapath
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -82,18 +85,71 @@ func (t flowTable[K, V, ID]) read() (map[ID]*pairedFlow[K, V], error) {
 // entries it removed. A flow is re-read just before deletion, so one that saw a
 // packet during the walk is kept.
 func (t flowTable[K, V, ID]) gc(now time.Duration) (int, error) {
-	return t.gcKeeping(now, func(ID) {})
+	return t.gcKeeping(now, func(ID, *pairedFlow[K, V]) {})
 }
 
 // gcKeeping is gc, with keep called for every flow it leaves.
-func (t flowTable[K, V, ID]) gcKeeping(now time.Duration, keep func(ID)) (int, error) {
+func (t flowTable[K, V, ID]) gcKeeping(now time.Duration, keep func(ID, *pairedFlow[K, V])) (int, error) {
 	return t.deleteWhere(func(id ID, f *pairedFlow[K, V]) bool {
 		if t.idle(id, f.lastSeen, f.flags, now) && t.stillIdle(id, f, now) {
 			return true
 		}
-		keep(id)
+		keep(id, f)
 		return false
 	})
+}
+
+// trimFullPercent is how full a flow table must be after a GC round for
+// gcBudget to end the flows of pods over their budget.
+const trimFullPercent = 90
+
+// gcBudget is gc with a per-pod budget (budget.go): it returns the flows each pod
+// (pod names the one holding flow id) holds after the round, and when the table is
+// still at least trimFullPercent full, it ends the flows of every pod holding more
+// than budget beyond it, the least recently seen first. The table is a plain hash:
+// a pod's flood that filled it within one round would otherwise keep every pod's
+// new flows out until the flood's flows idle out. The counts are those before the
+// trim, so such a pod is listed over its budget. budget 0: no budget, no trim.
+func (t flowTable[K, V, ID]) gcBudget(now time.Duration, pod func(ID) netip.Addr, budget uint32) (int, podCounts, error) {
+	held, entries := podCounts{}, 0
+	byPod := map[netip.Addr][]*pairedFlow[K, V]{}
+	ids := map[*pairedFlow[K, V]]ID{}
+	removed, err := t.gcKeeping(now, func(id ID, f *pairedFlow[K, V]) {
+		p := pod(id)
+		held.add(p)
+		byPod[p] = append(byPod[p], f)
+		ids[f] = id
+		entries += pairedEntries(f)
+	})
+	if err != nil || budget == 0 || uint64(entries)*100 < uint64(t.m.MaxEntries())*trimFullPercent {
+		return removed, held, err
+	}
+	for _, flows := range byPod {
+		if uint32(len(flows)) <= budget {
+			continue
+		}
+		slices.SortFunc(flows, func(a, b *pairedFlow[K, V]) int { return cmp.Compare(a.lastSeen, b.lastSeen) })
+		for _, f := range flows[:uint32(len(flows))-budget] {
+			n, err := t.delete(ids[f], f)
+			removed += n
+			if err != nil {
+				return removed, held, err
+			}
+		}
+	}
+	return removed, held, nil
+}
+
+// pairedEntries is how many of its two entries flow f has.
+func pairedEntries[K, V any](f *pairedFlow[K, V]) int {
+	n := 0
+	if f.fwd != nil {
+		n++
+	}
+	if f.rev != nil {
+		n++
+	}
+	return n
 }
 
 // deleteFlows deletes the entries (both directions) of every flow whose forward

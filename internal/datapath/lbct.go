@@ -46,14 +46,17 @@ type ctFlowID struct {
 // next to GCNAT; it is what frees room in a full table. A flow is re-read
 // just before deletion, so one that saw a packet during the walk is kept.
 // With an LBCTPodMax it then lists the pods holding more flows than that in
-// myelin_lb_ct in myelin_lb_ct_over (lbCTBudget, budget.go).
+// myelin_lb_ct in myelin_lb_ct_over (lbCTBudget, budget.go), and when that table is
+// still nearly full, ends their flows beyond it (flowTable.gcBudget).
 func (d *Datapath) GCServiceCT(now time.Duration) (int, error) {
 	held := podCounts{}
 	n, err := d.eachServiceCT(func(t flowTable[myelinCtKey, myelinCtEntry, ctFlowID]) (int, error) {
 		if t.m != d.objs.MyelinLbCt { // NodePort clients are no pods of this node
 			return t.gc(now)
 		}
-		return t.gcKeeping(now, func(id ctFlowID) { held.add(id.client) })
+		n, counts, err := t.gcBudget(now, func(id ctFlowID) netip.Addr { return id.client }, d.lbCTBudget().active())
+		held = counts
+		return n, err
 	})
 	if err != nil {
 		return n, err

@@ -73,10 +73,10 @@ func compareNATEntries(a, b NATEntry) int {
 // periodically; it is what frees room in a full NAT map. A flow is re-read
 // just before deletion, so one that saw a packet during the walk is kept.
 // With a NATPodMax it then lists the pods holding more flows than that in
-// myelin_snat_over (natBudget, budget.go).
+// myelin_snat_over (natBudget, budget.go), and when the table is still nearly
+// full, ends their flows beyond it (flowTable.gcBudget).
 func (d *Datapath) GCNAT(now time.Duration) (int, error) {
-	held := podCounts{}
-	n, err := d.natTable().gcKeeping(now, func(id natFlowID) { held.add(id.pod) })
+	n, held, err := d.natTable().gcBudget(now, func(id natFlowID) netip.Addr { return id.pod }, d.natBudget().active())
 	if err != nil {
 		return n, err
 	}

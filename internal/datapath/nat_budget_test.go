@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
 )
 
 // One pod opening flows out of the cluster faster than they idle out can't take
@@ -82,4 +85,56 @@ func gcNATListing(d *Datapath, want map[string]uint32) error {
 		return err
 	}
 	return listed(d.objs.MyelinSnatOver, want)
+}
+
+// A pod whose flood filled the table within one GC round (a plain hash: every pod's
+// new flow out would be DROP_NAT_FULL until the flood idles out) loses its flows
+// beyond its budget at the round, the least recently seen first, so another pod's
+// new flow finds room at once; the pod is listed and keeps its freshest flow.
+func TestPrivilegedBPFNATBudgetTrimsAFullTable(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, Masquerade: true, NodeIP: testNodeIP,
+		ClusterCIDR: testClusterCIDR, NATMax: 8, NATPortMin: testNATPort, NATPortMax: testNATPort, NATPodMax: 1})
+	if err := d.SetNoMasquerade(testNoMasq); err != nil {
+		t.Fatal(err)
+	}
+	if err := clearNAT(d); err != nil {
+		t.Fatal(err)
+	}
+	now := MonotonicNow()
+	var flows []NATEntry
+	for i := range 4 { // 8 entries: the table is full; port 5004 was seen last
+		f := flow(protoUDP, podA, uint16(5001+i), testNATPort, extHost, uint16(53+i), "udp")
+		fk, fv, rk, rv := natEntriesOf(f, testNodeIP, now-time.Duration(4-i)*time.Second)
+		for _, kv := range []struct {
+			k myelinNatKey
+			v myelinNatEntry
+		}{{fk, fv}, {rk, rv}} {
+			if err := d.objs.MyelinSnat.Update(kv.k, kv.v, ebpf.UpdateAny); err != nil {
+				t.Fatal(err)
+			}
+		}
+		flows = append(flows, f)
+	}
+	tcpOther := ipv4(protoTCP, "10.1.0.98", extHost)
+	newOther := progCase{name: "full: another pod's new flow", in: tcpOther.build(), verdict: tcActShot, reason: "DROP_NAT_FULL"}
+	if err := checkCase(d, d.objs.MyelinToNetdev, "to-netdev", newOther); err != nil {
+		t.Fatal(err)
+	}
+	n, err := d.GCNAT(MonotonicNow())
+	if err != nil || n != 6 {
+		t.Fatalf("GCNAT: removed %d entries (%v), want 6: A's three least recently seen flows", n, err)
+	}
+	if err := listed(d.objs.MyelinSnatOver, map[string]uint32{podA: 4}); err != nil {
+		t.Error(err)
+	}
+	newOther.name, newOther.verdict, newOther.out, newOther.reason = "trimmed: another pod's new flow is translated", tcActOK,
+		tcpOther.withSrc(nodeIP, testNATPort).build(), "PASS_STACK"
+	if err := checkCase(d, d.objs.MyelinToNetdev, "to-netdev", newOther); err != nil {
+		t.Error(err)
+	}
+	want := []NATEntry{flows[3], flow(protoTCP, "10.1.0.98", 40000, testNATPort, extHost, 8080, "tcp-syn")}
+	if err := checkNAT(d, slices.SortedFunc(slices.Values(want), compareNATEntries)); err != nil {
+		t.Error(err)
+	}
 }
