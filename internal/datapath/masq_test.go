@@ -88,13 +88,21 @@ func seedNAT(d *Datapath, flows []NATEntry, lastSeen time.Duration) error {
 		lastSeen = MonotonicNow()
 	}
 	for _, f := range flows {
-		fk, fv, rk, rv := natEntriesOf(f, testNodeIP, lastSeen)
-		if err := d.objs.MyelinSnat.Update(fk, fv, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("seed %+v: %w", f, err)
+		if err := putNATFlow(d, f, lastSeen); err != nil {
+			return err
 		}
-		if err := d.objs.MyelinSnat.Update(rk, rv, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("seed %+v: %w", f, err)
-		}
+	}
+	return nil
+}
+
+// putNATFlow writes both entries of flow f, last seen at lastSeen.
+func putNATFlow(d *Datapath, f NATEntry, lastSeen time.Duration) error {
+	fk, fv, rk, rv := natEntriesOf(f, testNodeIP, lastSeen)
+	if err := d.objs.MyelinSnat.Update(fk, fv, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("seed %+v: %w", f, err)
+	}
+	if err := d.objs.MyelinSnat.Update(rk, rv, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("seed %+v: %w", f, err)
 	}
 	return nil
 }

@@ -5,8 +5,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/cilium/ebpf"
 )
 
 // One pod opening flows out of the cluster faster than they idle out can't take
@@ -105,14 +103,8 @@ func TestPrivilegedBPFNATBudgetTrimsAFullTable(t *testing.T) {
 	var flows []NATEntry
 	for i := range 4 { // 8 entries: the table is full; port 5004 was seen last
 		f := flow(protoUDP, podA, uint16(5001+i), testNATPort, extHost, uint16(53+i), "udp")
-		fk, fv, rk, rv := natEntriesOf(f, testNodeIP, now-time.Duration(4-i)*time.Second)
-		for _, kv := range []struct {
-			k myelinNatKey
-			v myelinNatEntry
-		}{{fk, fv}, {rk, rv}} {
-			if err := d.objs.MyelinSnat.Update(kv.k, kv.v, ebpf.UpdateAny); err != nil {
-				t.Fatal(err)
-			}
+		if err := putNATFlow(d, f, now-time.Duration(4-i)*time.Second); err != nil {
+			t.Fatal(err)
 		}
 		flows = append(flows, f)
 	}
