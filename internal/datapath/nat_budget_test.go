@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
 )
 
 // One pod opening flows out of the cluster faster than they idle out can't take
@@ -128,5 +130,47 @@ func TestPrivilegedBPFNATBudgetTrimsAFullTable(t *testing.T) {
 	want := []NATEntry{flows[3], flow(protoTCP, "10.1.0.98", 40000, testNATPort, extHost, 8080, "tcp-syn")}
 	if err := checkNAT(d, slices.SortedFunc(slices.Values(want), compareNATEntries)); err != nil {
 		t.Error(err)
+	}
+}
+
+// The masquerade and Service budgets' lists are pinned and a new Load sets their
+// flags from them (the flags, in .bss, start off): a restarted agent keeps a pod that
+// was over its budget out before its first GC round.
+func TestPrivilegedBPFBudgetsSurviveALoad(t *testing.T) {
+	requirePrivileged(t)
+	cfg := Config{HostRouting: HostRoutingBPF, Masquerade: true, LoadBalancing: true, NodeIP: testNodeIP,
+		ClusterCIDR: lbClusterCIDR, NATPortMin: testNATPort, NATPortMax: testNATPort, NATPodMax: 5, LBCTPodMax: 5}
+	d := loadTestConfig(t, cfg)
+	a, n := networkUint32(mustAddr(podA)), uint32(9)
+	for _, m := range []*ebpf.Map{d.objs.MyelinSnatOver, d.objs.MyelinLbCtOver} {
+		if err := m.Put(&a, &n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg.PinDir = d.cfg.PinDir
+	again, err := Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if err := again.SetNoMasquerade(testNoMasq); err != nil {
+		t.Fatal(err)
+	}
+	if err := seedLB(again, *oneService(feTCP, Service{ID: 1, Backends: []uint32{1}})); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		prog *ebpf.Program
+		dir  string
+		c    progCase
+	}{
+		{again.objs.MyelinToNetdev, "to-netdev", progCase{name: "A's new flow out", in: ipv4(protoTCP, podA, extHost).build(),
+			verdict: tcActShot, reason: "DROP_NAT_BUDGET"}},
+		{again.objs.MyelinFromPod, "from-pod", progCase{name: "A's new Service flow", endpoints: seedB,
+			in: ipv4(protoTCP, podA, vip).withDst(vip, 80).build(), verdict: tcActShot, reason: "DROP_SVC_CT_BUDGET"}},
+	} {
+		if err := checkCase(again, c.prog, c.dir, c.c); err != nil {
+			t.Errorf("%s after a new Load: %v", c.c.name, err)
+		}
 	}
 }
