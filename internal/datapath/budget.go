@@ -23,9 +23,17 @@ type podCounts map[uint32]uint32
 
 // add counts one for pod (nothing for an address that is no IPv4 one).
 func (h podCounts) add(pod netip.Addr) {
-	if pod.Is4() {
-		h[networkUint32(pod)]++
+	if k, ok := podKey(pod); ok {
+		h[k]++
 	}
+}
+
+// podKey is pod's address as the datapath keys it, if it is an IPv4 one.
+func podKey(pod netip.Addr) (uint32, bool) {
+	if !pod.Is4() {
+		return 0, false
+	}
+	return networkUint32(pod), true
 }
 
 // over returns the pods holding more than budget, with their counts.

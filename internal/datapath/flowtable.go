@@ -109,32 +109,41 @@ const trimFullPercent = 90
 // than budget beyond it, the least recently seen first. The table is a plain hash:
 // a pod's flood that filled it within one round would otherwise keep every pod's
 // new flows out until the flood's flows idle out. The counts are those before the
-// trim, so such a pod is listed over its budget. budget 0: no budget, no trim.
+// trim, so such a pod is listed over its budget. budget 0: gc alone, no counts.
 func (t flowTable[K, V, ID]) gcBudget(now time.Duration, pod func(ID) netip.Addr, budget uint32) (int, podCounts, error) {
+	if budget == 0 {
+		n, err := t.gc(now)
+		return n, nil, err
+	}
+	type keptFlow struct {
+		id ID
+		f  *pairedFlow[K, V]
+	}
 	held, entries := podCounts{}, 0
-	byPod := map[netip.Addr][]*pairedFlow[K, V]{}
-	ids := map[*pairedFlow[K, V]]ID{}
+	var kept []keptFlow
 	removed, err := t.gcKeeping(now, func(id ID, f *pairedFlow[K, V]) {
-		p := pod(id)
-		held.add(p)
-		byPod[p] = append(byPod[p], f)
-		ids[f] = id
+		held.add(pod(id))
 		entries += pairedEntries(f)
+		kept = append(kept, keptFlow{id, f})
 	})
-	if err != nil || budget == 0 || uint64(entries)*100 < uint64(t.m.MaxEntries())*trimFullPercent {
+	if err != nil || uint64(entries)*100 < uint64(t.m.MaxEntries())*trimFullPercent {
 		return removed, held, err
 	}
-	for _, flows := range byPod {
-		if uint32(len(flows)) <= budget {
+	excess := held.over(budget)
+	for addr, n := range excess {
+		excess[addr] = n - budget
+	}
+	slices.SortFunc(kept, func(a, b keptFlow) int { return cmp.Compare(a.f.lastSeen, b.f.lastSeen) })
+	for _, k := range kept {
+		addr, ok := podKey(pod(k.id))
+		if !ok || excess[addr] == 0 {
 			continue
 		}
-		slices.SortFunc(flows, func(a, b *pairedFlow[K, V]) int { return cmp.Compare(a.lastSeen, b.lastSeen) })
-		for _, f := range flows[:uint32(len(flows))-budget] {
-			n, err := t.delete(ids[f], f)
-			removed += n
-			if err != nil {
-				return removed, held, err
-			}
+		excess[addr]--
+		n, err := t.delete(k.id, k.f)
+		removed += n
+		if err != nil {
+			return removed, held, err
 		}
 	}
 	return removed, held, nil

@@ -49,19 +49,15 @@ type ctFlowID struct {
 // myelin_lb_ct in myelin_lb_ct_over (lbCTBudget, budget.go), and when that table is
 // still nearly full, ends their flows beyond it (flowTable.gcBudget).
 func (d *Datapath) GCServiceCT(now time.Duration) (int, error) {
-	held := podCounts{}
-	n, err := d.eachServiceCT(func(t flowTable[myelinCtKey, myelinCtEntry, ctFlowID]) (int, error) {
-		if t.m != d.objs.MyelinLbCt { // NodePort clients are no pods of this node
-			return t.gc(now)
-		}
-		n, counts, err := t.gcBudget(now, func(id ctFlowID) netip.Addr { return id.client }, d.lbCTBudget().active())
-		held = counts
-		return n, err
-	})
-	if err != nil {
-		return n, err
+	budget := d.lbCTBudget()
+	n, held, err := ctTable("myelin_lb_ct", d.objs.MyelinLbCt).gcBudget(now,
+		func(id ctFlowID) netip.Addr { return id.client }, budget.active())
+	// NodePort clients are no pods of this node: that table has no budget.
+	np, nerr := ctTable("myelin_lb_ct_nodeport", d.objs.MyelinLbCtNodeport).gc(now)
+	if err = errors.Join(err, nerr); err != nil {
+		return n + np, err
 	}
-	return n, d.lbCTBudget().sync(held)
+	return n + np, budget.sync(held)
 }
 
 // ServiceBackend is a backend (its id) of a frontend (its Service.ID), as a

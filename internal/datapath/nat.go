@@ -76,11 +76,12 @@ func compareNATEntries(a, b NATEntry) int {
 // myelin_snat_over (natBudget, budget.go), and when the table is still nearly
 // full, ends their flows beyond it (flowTable.gcBudget).
 func (d *Datapath) GCNAT(now time.Duration) (int, error) {
-	n, held, err := d.natTable().gcBudget(now, func(id natFlowID) netip.Addr { return id.pod }, d.natBudget().active())
+	budget := d.natBudget()
+	n, held, err := d.natTable().gcBudget(now, func(id natFlowID) netip.Addr { return id.pod }, budget.active())
 	if err != nil {
 		return n, err
 	}
-	return n, d.natBudget().sync(held)
+	return n, budget.sync(held)
 }
 
 // natTable is myelin_snat as a flow table.

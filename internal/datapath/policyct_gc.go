@@ -65,6 +65,7 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 	}
 	var doomed []myelinPolicyCtKey
 	resets := map[myelinPolicyCtKey]bool{}
+	budget := d.policyCTBudget()
 	held := podCounts{}
 	err := dumpEntries(d.objs.MyelinPolicyCt, func(k myelinPolicyCtKey, v myelinPolicyCtEntry) {
 		if policyCTResetMarked(k, v) {
@@ -72,7 +73,7 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 		}
 		if due(k, v) {
 			doomed = append(doomed, k)
-		} else {
+		} else if budget.active() != 0 {
 			policyCTHeld(held, k, v)
 		}
 	})
@@ -97,7 +98,7 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 			removed++
 		}
 	}
-	return removed, d.policyCTBudget().sync(held)
+	return removed, budget.sync(held)
 }
 
 // policyCTHeld counts entry k, v for each end whose bit it carries: the pods of
