@@ -110,15 +110,15 @@ type Config struct {
 	PolicyCTMax int
 	// PolicyCTPodMax is policy-ct-pod-max: the most of those entries one pod may
 	// hold before its new connections are dropped (DROP_POLICY_CT_BUDGET); 0 is
-	// no budget, PolicyCTPodMaxAuto a quarter of PolicyCTMax (PolicyCTPodBudget).
+	// no budget, PodMaxAuto a quarter of PolicyCTMax (PolicyCTPodBudget).
 	PolicyCTPodMax int
 	// NATPodMax is nat-pod-max: the most masqueraded flows one pod may hold before
 	// its new flows out of the cluster are dropped (DROP_NAT_BUDGET); 0 is no
-	// budget, NATPodMaxAuto a quarter of the node's table (NATPodBudget).
+	// budget, PodMaxAuto a quarter of the node's table (NATPodBudget).
 	NATPodMax int
 	// LBCTPodMax is lb-ct-pod-max: the most load-balanced flows one pod may hold in
 	// the Service conntrack table before its new Service flows are dropped
-	// (DROP_SVC_CT_BUDGET); 0 is no budget, LBCTPodMaxAuto a quarter of the table
+	// (DROP_SVC_CT_BUDGET); 0 is no budget, PodMaxAuto a quarter of the table
 	// (LBCTPodBudget).
 	LBCTPodMax int
 	// PrometheusServeAddr is where the agent serves its myelin_ metrics
@@ -253,43 +253,31 @@ func Resolve(sources ...Source) (Config, error) {
 	return c, nil
 }
 
-// PolicyCTPodMaxAuto is policy-ct-pod-max's "auto": a quarter of policy-ct-max.
-const PolicyCTPodMaxAuto = -1
+// PodMaxAuto is "auto" of a per-pod budget key (policy-ct-pod-max, nat-pod-max,
+// lb-ct-pod-max): a quarter of the table.
+const PodMaxAuto = -1
+
+// quarterIfAuto resolves a per-pod budget: a quarter of whole for PodMaxAuto.
+func quarterIfAuto(budget, whole int) int {
+	if budget == PodMaxAuto {
+		return whole / 4
+	}
+	return budget
+}
 
 // PolicyCTPodBudget is the number of policy-ct-pod-max: the entries of the
 // NetworkPolicy connection table one pod may hold, 0 for no budget.
-func (c Config) PolicyCTPodBudget() int {
-	if c.PolicyCTPodMax == PolicyCTPodMaxAuto {
-		return c.PolicyCTMax / 4
-	}
-	return c.PolicyCTPodMax
-}
-
-// NATPodMaxAuto is nat-pod-max's "auto": a quarter of the masquerade table's
-// 32,768 flows (myelin_snat, two entries each).
-const NATPodMaxAuto = -1
+func (c Config) PolicyCTPodBudget() int { return quarterIfAuto(c.PolicyCTPodMax, c.PolicyCTMax) }
 
 // NATPodBudget is the number of nat-pod-max: the masqueraded flows one pod may
-// hold, 0 for no budget.
-func (c Config) NATPodBudget() int {
-	if c.NATPodMax == NATPodMaxAuto {
-		return 32768 / 4
-	}
-	return c.NATPodMax
-}
-
-// LBCTPodMaxAuto is lb-ct-pod-max's "auto": a quarter of the Service conntrack
-// table's 131,072 flows (myelin_lb_ct, two entries each).
-const LBCTPodMaxAuto = -1
+// hold, 0 for no budget; auto, a quarter of the masquerade table's 32,768 flows
+// (myelin_snat, two entries each).
+func (c Config) NATPodBudget() int { return quarterIfAuto(c.NATPodMax, 32768) }
 
 // LBCTPodBudget is the number of lb-ct-pod-max: the Service flows one pod may hold,
-// 0 for no budget.
-func (c Config) LBCTPodBudget() int {
-	if c.LBCTPodMax == LBCTPodMaxAuto {
-		return 131072 / 4
-	}
-	return c.LBCTPodMax
-}
+// 0 for no budget; auto, a quarter of the Service conntrack table's 131,072 flows
+// (myelin_lb_ct, two entries each).
+func (c Config) LBCTPodBudget() int { return quarterIfAuto(c.LBCTPodMax, 131072) }
 
 // validate checks rules that span keys.
 func (c Config) validate() error {

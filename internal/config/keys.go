@@ -189,15 +189,15 @@ var keys = []key{
 		return err
 	}},
 	{"policy-ct-pod-max", "auto", func(c *Config, v string) (err error) {
-		c.PolicyCTPodMax, err = parsePodBudget(v, PolicyCTPodMaxAuto, "a quarter of policy-ct-max", "entries")
+		c.PolicyCTPodMax, err = parsePodBudget(v, "a quarter of policy-ct-max", "entries")
 		return err
 	}},
 	{"nat-pod-max", "auto", func(c *Config, v string) (err error) {
-		c.NATPodMax, err = parsePodBudget(v, NATPodMaxAuto, "8192, a quarter of the masquerade table", "flows")
+		c.NATPodMax, err = parsePodBudget(v, "8192, a quarter of the masquerade table", "flows")
 		return err
 	}},
 	{"lb-ct-pod-max", "auto", func(c *Config, v string) (err error) {
-		c.LBCTPodMax, err = parsePodBudget(v, LBCTPodMaxAuto, "32768, a quarter of the Service conntrack table", "flows")
+		c.LBCTPodMax, err = parsePodBudget(v, "32768, a quarter of the Service conntrack table", "flows")
 		return err
 	}},
 	{"prometheus-serve-addr", ":9962", func(c *Config, v string) (err error) {
@@ -307,11 +307,11 @@ func parseTableSize(v string, min, max int) (int, error) {
 	return n, nil
 }
 
-// parsePodBudget parses a per-pod budget of a shared table: "auto" (auto), 0 (no
-// budget) or a number of what up to 2^22.
-func parsePodBudget(v string, auto int, autoMeans, what string) (int, error) {
+// parsePodBudget parses a per-pod budget of a shared table: "auto" (PodMaxAuto), 0
+// (no budget) or a number of what up to 2^22.
+func parsePodBudget(v string, autoMeans, what string) (int, error) {
 	if v == "auto" {
-		return auto, nil
+		return PodMaxAuto, nil
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 || n > 1<<22 {
