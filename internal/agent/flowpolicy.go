@@ -10,92 +10,77 @@ import (
 )
 
 // PolicyVerdict implements flowstore.PolicyVerdicter: a new connection of a pod that
-// NetworkPolicy isolates in the flow's direction gets a POLICY_VERDICT flow, FORWARDED
-// with the policies that allow it, or DROPPED (for a DROP_POLICY_DENIED drop), written
-// to pv. Only new connections (a SYN without ACK, the first packet of a UDP/ICMP flow)
-// and policy drops are looked at; false for everything else. It runs for every flow
-// record, so it allocates nothing: pv is the caller's, reused.
-func (l *flowLoop) PolicyVerdict(f, pv *flow.Flow) bool {
+// NetworkPolicy isolates in the record's direction gets a POLICY_VERDICT record,
+// FORWARDED with the policies that allow it, or DROPPED (for a DROP_POLICY_DENIED
+// drop), written to pv. Only new connections (a SYN without ACK, the first packet of
+// a UDP/ICMP flow) and policy drops are looked at; false for everything else. It
+// runs for every flow record, so it allocates nothing: pv is the caller's, reused.
+func (l *flowLoop) PolicyVerdict(r, pv *flow.Record) bool {
 	pol := l.pol.Load()
-	if pol == nil || !policyRelevant(f) {
+	if pol == nil || !policyRelevant(r) {
 		return false
 	}
 	v := pol.view.Load()
 	if v == nil {
 		return false
 	}
-	local, egress := f.Destination.IP, false
-	if f.Direction == flow.Egress {
-		local, egress = f.Source.IP, true
+	local, egress := r.DstIP, false
+	if r.Direction == flow.Egress {
+		local, egress = r.SrcIP, true
 	}
-	ip, err := netip.ParseAddr(local)
-	if err != nil {
-		return false
-	}
-	ep := v.state.Endpoints[ip]
+	ep := v.state.Endpoints[netip.AddrFrom4(local)]
 	if ep == nil || (egress && len(ep.EgressPolicies) == 0) || (!egress && len(ep.IngressPolicies) == 0) {
 		return false
 	}
-	*pv = *f
+	*pv = *r
 	pv.Type = flow.TypePolicyVerdict
-	if f.Verdict == flow.Forwarded {
-		pv.Policies = l.allowingPolicies(v, f, egress)
+	if r.Verdict() == flow.Forwarded {
+		pv.Policies = l.allowingPolicies(v, r, egress)
 	}
 	return true
 }
 
 // policyRelevant: a new connection, or a drop by policy.
-func policyRelevant(f *flow.Flow) bool {
+func policyRelevant(r *flow.Record) bool {
 	switch {
-	case f.Type == flow.TypeDrop:
-		return f.DropReason == "DROP_POLICY_DENIED"
-	case f.Type != flow.TypeL3L4 && f.Type != flow.TypeDNS:
+	case r.Full != nil:
+		return false // made whole elsewhere: no datapath record
+	case r.Type == flow.TypeDrop:
+		return r.DropReason == "DROP_POLICY_DENIED"
+	case r.Type != flow.TypeL3L4 && r.Type != flow.TypeDNS:
 		return false
-	case f.TCPFlags != nil:
-		return f.TCPFlags.SYN && !f.TCPFlags.ACK
+	case r.Proto == policy.ProtoTCP:
+		return r.TCPFlags&(flow.TCPFlagSYN|flow.TCPFlagACK) == flow.TCPFlagSYN
 	}
-	return f.Packets == 0 && !f.IsReply // a summary carries packets
+	return r.Packets == 0 && !r.IsReply() // a summary carries packets
 }
 
-// allowingPolicies names the policies that allow f in its direction, when both ends
+// allowingPolicies names the policies that allow r in its direction, when both ends
 // are pods of view v: pods found in the loop's index, the answer in its cache. None
 // when the cache's traceBudget is spent.
-func (l *flowLoop) allowingPolicies(v *policyView, f *flow.Flow, egress bool) []string {
-	src, okS := podOf(&l.pods, v, f.Source.IP)
-	dst, okD := podOf(&l.pods, v, f.Destination.IP)
+func (l *flowLoop) allowingPolicies(v *policyView, r *flow.Record, egress bool) []string {
+	src, okS := l.pods.in(v, netip.AddrFrom4(r.SrcIP))
+	dst, okD := l.pods.in(v, netip.AddrFrom4(r.DstIP))
 	if !okS || !okD {
 		return nil
 	}
-	r, ok := l.verdicts.trace(v, verdictKey{src: src, dst: dst, proto: protocolNumber(f.Protocol), port: f.DstPort})
+	res, ok := l.verdicts.trace(v, verdictKey{src: src, dst: dst, proto: policyProto(r.Proto), port: r.DstPort})
 	if !ok {
 		return nil
 	}
 	if egress {
-		return r.Egress.By
+		return res.Egress.By
 	}
-	return r.Ingress.By
+	return res.Ingress.By
 }
 
-// protocolNumber is the IP protocol number of a flow's Protocol name, 0 for the
-// protocols NetworkPolicy has no ports for.
-func protocolNumber(name string) uint8 {
-	switch name {
-	case "TCP":
-		return policy.ProtoTCP
-	case "UDP":
-		return policy.ProtoUDP
-	case "SCTP":
-		return policy.ProtoSCTP
+// policyProto is the protocol number NetworkPolicy has ports for, 0 for the others.
+func policyProto(p uint8) uint8 {
+	switch p {
+	case policy.ProtoTCP, policy.ProtoUDP, policy.ProtoSCTP:
+		return p
 	}
 	return 0
-}
-
-func podOf(x *podIndex, v *policyView, ip string) (*policy.Pod, bool) {
-	a, err := netip.ParseAddr(ip)
-	if err != nil {
-		return nil, false
-	}
-	return x.in(v, a)
 }
 
 // verdictCacheMax bounds the cache: past it, it starts over.

@@ -42,10 +42,9 @@ func serverView(name string, port int32) *policyView {
 	}
 }
 
-func synTo(src string, sport, dport uint16) *flow.Flow {
-	return &flow.Flow{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Direction: flow.Ingress, Protocol: "TCP",
-		SrcPort: sport, DstPort: dport, Source: flow.Endpoint{IP: src}, Destination: flow.Endpoint{IP: "10.244.1.6"},
-		TCPFlags: &flow.TCPFlags{SYN: true}}
+func synTo(src string, sport, dport uint16) *flow.Record {
+	return &flow.Record{Type: flow.TypeL3L4, Direction: flow.Ingress, Proto: 6, SrcPort: sport, DstPort: dport,
+		SrcIP: netip.MustParseAddr(src).As4(), DstIP: [4]byte{10, 244, 1, 6}, TCPFlags: flow.TCPFlagSYN}
 }
 
 // TestFlowPolicyVerdictCache: new connections between the same pods on the same
@@ -57,9 +56,9 @@ func TestFlowPolicyVerdictCache(t *testing.T) {
 	pol.view.Store(serverView("allow-80", 80))
 	l := &flowLoop{}
 	l.pol.Store(pol)
-	policies := func(f *flow.Flow) []string {
+	policies := func(f *flow.Record) []string {
 		t.Helper()
-		var pv flow.Flow
+		var pv flow.Record
 		if !l.PolicyVerdict(f, &pv) {
 			t.Fatalf("%+v: no policy verdict", f)
 		}
@@ -123,7 +122,7 @@ func TestFlowPolicyVerdictBudget(t *testing.T) {
 	}
 	policies := func(dport uint16) []string {
 		t.Helper()
-		var pv flow.Flow
+		var pv flow.Record
 		if !l.PolicyVerdict(synTo("10.244.1.5", 40000, dport), &pv) || pv.Type != flow.TypePolicyVerdict {
 			t.Fatalf("port %d: %+v, want a policy verdict", dport, pv)
 		}
@@ -150,7 +149,7 @@ func BenchmarkPolicyVerdict(b *testing.B) {
 	l := &flowLoop{}
 	l.pol.Store(pol)
 	syn := synTo("10.244.1.5", 40000, 80)
-	var pv flow.Flow
+	var pv flow.Record
 	b.ReportAllocs()
 	for b.Loop() {
 		if !l.PolicyVerdict(syn, &pv) {

@@ -34,14 +34,14 @@ func TestFlowPolicyVerdict(t *testing.T) {
 	})
 	l := &flowLoop{}
 	l.pol.Store(pol)
-	syn := &flow.Flow{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Direction: flow.Ingress, Protocol: "TCP", DstPort: 80,
-		Source: flow.Endpoint{IP: "10.244.1.5"}, Destination: flow.Endpoint{IP: "10.244.1.6"}, TCPFlags: &flow.TCPFlags{SYN: true}}
-	var pv flow.Flow
-	if !l.PolicyVerdict(syn, &pv) || pv.Type != flow.TypePolicyVerdict || pv.Verdict != flow.Forwarded || len(pv.Policies) != 1 || pv.Policies[0] != "x/allow-client" {
+	syn := &flow.Record{Type: flow.TypeL3L4, Direction: flow.Ingress, Proto: 6, DstPort: 80,
+		SrcIP: [4]byte{10, 244, 1, 5}, DstIP: [4]byte{10, 244, 1, 6}, TCPFlags: flow.TCPFlagSYN}
+	var pv flow.Record
+	if !l.PolicyVerdict(syn, &pv) || pv.Type != flow.TypePolicyVerdict || pv.Verdict() != flow.Forwarded || len(pv.Policies) != 1 || pv.Policies[0] != "x/allow-client" {
 		t.Errorf("SYN into an isolated pod: %+v, want a FORWARDED policy verdict by x/allow-client", pv)
 	}
 	ack := *syn
-	ack.TCPFlags = &flow.TCPFlags{SYN: true, ACK: true}
+	ack.TCPFlags = flow.TCPFlagSYN | flow.TCPFlagACK
 	if l.PolicyVerdict(&ack, &pv) {
 		t.Errorf("SYN-ACK: %+v, want none", pv)
 	}
@@ -51,8 +51,8 @@ func TestFlowPolicyVerdict(t *testing.T) {
 		t.Errorf("egress of a pod no policy isolates: %+v, want none", pv)
 	}
 	drop := *syn
-	drop.Type, drop.Verdict, drop.DropReason = flow.TypeDrop, flow.Dropped, "DROP_POLICY_DENIED"
-	if pv = (flow.Flow{}); !l.PolicyVerdict(&drop, &pv) || pv.Verdict != flow.Dropped || len(pv.Policies) != 0 {
+	drop.Type, drop.DropReason = flow.TypeDrop, "DROP_POLICY_DENIED"
+	if pv = (flow.Record{}); !l.PolicyVerdict(&drop, &pv) || pv.Verdict() != flow.Dropped || len(pv.Policies) != 0 {
 		t.Errorf("policy drop: %+v, want a DROPPED policy verdict without policies", pv)
 	}
 }

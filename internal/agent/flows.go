@@ -46,6 +46,9 @@ type podIndex struct {
 	// capped holds the flow labels (flowLabels) of the view's pods with more than
 	// flowLabelsMax labels, made once per view.
 	capped map[*policy.Pod]map[string]string
+	// endpoints are the flow Endpoints of the view's pods flows named, made once per
+	// view and shared by their flows (flowstore.Resolver).
+	endpoints map[uint32]*flow.Endpoint
 }
 
 // flowLabelsMax bounds the labels a flow carries of each pod: Kubernetes bounds a
@@ -77,18 +80,10 @@ func (x *podIndex) flowLabels(p *policy.Pod) map[string]string {
 	return m
 }
 
-func (x *podIndex) lookup(pol *policyLoop, ip netip.Addr) (*policy.Pod, bool) {
-	v := pol.view.Load()
-	if v == nil {
-		return nil, false
-	}
-	return x.in(v, ip)
-}
-
 // in looks ip up among the pods of view v.
 func (x *podIndex) in(v *policyView, ip netip.Addr) (*policy.Pod, bool) {
 	if v != x.view {
-		x.view, x.byIP, x.capped = v, make(map[uint32]*policy.Pod, len(v.input.Pods)), nil
+		x.view, x.byIP, x.capped, x.endpoints = v, make(map[uint32]*policy.Pod, len(v.input.Pods)), nil, nil
 		for i := range v.input.Pods {
 			if ip := v.input.Pods[i].IP; ip.Is4() {
 				x.byIP[ipv4Key(ip)] = &v.input.Pods[i]
@@ -190,17 +185,41 @@ func (l *flowLoop) kernelLost() uint64 {
 }
 
 // Endpoint implements flowstore.Resolver: the cluster's pod with ip.
-func (l *flowLoop) Endpoint(ip netip.Addr) flow.Endpoint {
+func (l *flowLoop) Endpoint(ip netip.Addr) *flow.Endpoint {
 	if pol := l.pol.Load(); pol != nil {
-		if p, ok := l.pods.lookup(pol, ip); ok {
-			return flow.Endpoint{Namespace: p.Namespace, Pod: p.Name, Labels: l.pods.flowLabels(p), Node: p.Node}
+		if ep := l.pods.endpoint(pol, ip); ep != nil {
+			return ep
 		}
 	}
 	if name := l.eps.PodByIP(ip); name != "" { // a local pod the policy loop has not seen yet
 		ns, pod, _ := strings.Cut(name, "/")
-		return flow.Endpoint{Namespace: ns, Pod: pod, Node: l.origin.Node}
+		return &flow.Endpoint{IP: ip.String(), Namespace: ns, Pod: pod, Node: l.origin.Node}
 	}
-	return flow.Endpoint{}
+	return nil
+}
+
+// endpoint is the flow Endpoint of the pod with ip in pol's view, nil if none: made
+// the first time a flow names it in this view, then shared.
+func (x *podIndex) endpoint(pol *policyLoop, ip netip.Addr) *flow.Endpoint {
+	v := pol.view.Load()
+	if v == nil || !ip.Is4() {
+		return nil
+	}
+	if v == x.view {
+		if ep, ok := x.endpoints[ipv4Key(ip)]; ok {
+			return ep
+		}
+	}
+	p, ok := x.in(v, ip)
+	if !ok {
+		return nil
+	}
+	ep := &flow.Endpoint{IP: ip.String(), Namespace: p.Namespace, Pod: p.Name, Labels: x.flowLabels(p), Node: p.Node}
+	if x.endpoints == nil {
+		x.endpoints = map[uint32]*flow.Endpoint{}
+	}
+	x.endpoints[ipv4Key(ip)] = ep
+	return ep
 }
 
 // Service implements flowstore.Resolver.

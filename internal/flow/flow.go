@@ -148,8 +148,8 @@ type Source interface {
 }
 
 // Sink sees every flow a node produces, in order, as it is stored: a batch at a time
-// (what the node's reader found in the datapath's ring at once). Observe must not
-// block or keep fs (flow metrics are a Sink).
+// (what the node's reader found in the datapath's ring at once), as Records. Observe
+// must not block or keep rs (flow metrics are a Sink).
 type Sink interface {
-	Observe(fs []Flow)
+	Observe(rs []Record)
 }

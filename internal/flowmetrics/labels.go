@@ -36,6 +36,21 @@ func dropReason(r string) string {
 // knownProtocols are the protocol label's values; any other protocol is "other".
 var knownProtocols = []string{"TCP", "UDP", "ICMP", "SCTP"}
 
+// protocolOf is protocol of an IP protocol number.
+func protocolOf(p uint8) string {
+	switch p {
+	case 1:
+		return "ICMP"
+	case 6:
+		return "TCP"
+	case 17:
+		return "UDP"
+	case 132:
+		return "SCTP"
+	}
+	return "other"
+}
+
 func protocol(p string) string {
 	if !slices.Contains(knownProtocols, p) { // flow.ProtocolName's are upper case already
 		p = strings.ToUpper(p)
@@ -125,15 +140,8 @@ func newPortSet(max int) *portSet {
 	return &portSet{max: max, seen: map[uint32]bool{}}
 }
 
-// other reports whether port's label is "other" (not well-known, not tracked, and no
-// room to track it), without formatting anything: the flows of a client's ephemeral
-// ports (a server's FIN goes to one) are mostly such, one per connection.
-func (p *portSet) other(proto string, port uint16) bool {
-	if port < 1024 || len(p.seen) < p.max {
-		return false
-	}
-	return !p.seen[portKey(proto, port)]
-}
+// full: no room to track another port; a port not tracked yet is "other".
+func (p *portSet) full() bool { return len(p.seen) >= p.max }
 
 func (p *portSet) label(proto string, port uint16) string {
 	v := strconv.Itoa(int(port))

@@ -17,20 +17,30 @@ const hubbleNamespace = "hubble"
 // increments counters (no I/O, nothing kept of the flows) and is safe for
 // concurrent use.
 type Sink struct {
-	// mu is taken once per batch of flows (Observe); it guards counters, portSet and
-	// flags, which count a batch in plain integers and add them to the Prometheus
-	// counters when the batch is done: no lock and no atomic add per flow.
+	// mu is taken once per batch of flows (Observe); it guards the tallies, portSet
+	// and flags, which count a batch in plain integers and add them to the
+	// Prometheus counters when the batch is done: no lock and no atomic add, and no
+	// label hashing, per flow.
 	mu       sync.Mutex
 	reg      *prometheus.Registry
 	flows    *prometheus.CounterVec // type, subtype, verdict
 	drops    *prometheus.CounterVec // reason, protocol
 	tcpFlags *prometheus.CounterVec // flag, family
 	icmp     *prometheus.CounterVec // family, type
-	ports    *prometheus.CounterVec // protocol, port
+	portDist *prometheus.CounterVec // protocol, port
 	queries  *prometheus.CounterVec // rcode, qtypes, ips_returned
 	replies  *prometheus.CounterVec // rcode, qtypes, ips_returned
 	portSet  *portSet
-	counters counterCache
+	// processed are flows' series by type and verdict, and ports the port
+	// distribution's series of the ports with their own label (well-known and
+	// tracked), otherPorts the "other" one per protocol: what each record counts,
+	// by a map lookup of a number at most.
+	processed  [len(tallyTypes)][2]tally
+	dropped    map[[2]string]*tally // by reason and protocol (both bounded enums)
+	ports      map[uint32]*tally
+	otherPorts [5]tally // knownProtocols' four, then "other"
+	// dirty are the tallies counted in this batch (tally.add), flushed at its end.
+	dirty []*tally
 	// flags are tcpFlags' four series (tcpFlagNames), each made when it is first
 	// counted (a series appears with its first flow), and the batch's counts: a TCP
 	// connection makes several flows, each counted here, without the cache's lookup.
@@ -55,7 +65,8 @@ var _ flow.Sink = (*Sink)(nil)
 // New returns a Sink counting the families named (see ParseFamilies); its
 // Registry holds exactly those families.
 func New(families []string, opts Options) *Sink {
-	s := &Sink{reg: prometheus.NewRegistry(), portSet: newPortSet(opts.PortsMax)}
+	s := &Sink{reg: prometheus.NewRegistry(), portSet: newPortSet(opts.PortsMax),
+		dropped: map[[2]string]*tally{}, ports: map[uint32]*tally{}}
 	on := func(f string) bool { return slices.Contains(families, f) }
 	vec := func(name, help string, labels ...string) *prometheus.CounterVec {
 		v := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: hubbleNamespace, Name: name, Help: help}, labels)
@@ -75,7 +86,7 @@ func New(families []string, opts Options) *Sink {
 		s.icmp = vec("icmp_total", "ICMP flows by IP family and ICMP type.", "family", "type")
 	}
 	if on(FamilyPortDistribution) {
-		s.ports = vec("port_distribution_total", "Forwarded flows to a destination port, by protocol and port; ports beyond the first tracked ones are counted as port \"other\".", "protocol", "port")
+		s.portDist = vec("port_distribution_total", "Forwarded flows to a destination port, by protocol and port; ports beyond the first tracked ones are counted as port \"other\".", "protocol", "port")
 	}
 	if on(FamilyDNS) {
 		s.queries = vec("dns_queries_total", "DNS queries seen on UDP/53, by rcode (empty), query type and answers returned (0).", "rcode", "qtypes", "ips_returned")
@@ -94,15 +105,20 @@ type Options struct {
 // Registry is what the HTTP handler serves.
 func (s *Sink) Registry() *prometheus.Registry { return s.reg }
 
-// Observe counts each flow of fs in every enabled family it belongs to.
-func (s *Sink) Observe(fs []flow.Flow) {
+// Observe counts each record of rs in every enabled family it belongs to: a whole
+// flow by its fields, a compact one by its numbers, without making a Flow of it.
+func (s *Sink) Observe(rs []flow.Record) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i := range fs {
-		s.observe(&fs[i])
+	for i := range rs {
+		if f := rs[i].Full; f != nil {
+			s.observe(f)
+		} else {
+			s.observeRecord(&rs[i])
+		}
 	}
-	s.counters.flush()
 	s.flushFlags()
+	s.flushTallies()
 }
 
 func (s *Sink) observe(f *flow.Flow) {
@@ -110,19 +126,18 @@ func (s *Sink) observe(f *flow.Flow) {
 		return // a reader's gap, not a flow
 	}
 	if s.flows != nil {
-		typ, subtype := eventType(f.Type)
-		s.counters.inc(s.flows, typ, subtype, string(f.Verdict))
+		s.countProcessed(f.Type, f.Verdict)
 	}
 	if s.drops != nil && f.Verdict == flow.Dropped {
-		s.counters.inc(s.drops, dropReason(f.DropReason), protocol(f.Protocol))
+		s.countDrop(dropReason(f.DropReason), protocol(f.Protocol))
 	}
 	if s.tcpFlags != nil && f.TCPFlags != nil && f.Verdict == flow.Forwarded {
-		s.countTCPFlags(f.TCPFlags)
+		s.countTCPFlags(f.TCPFlags.SYN, f.TCPFlags.ACK, f.TCPFlags.FIN, f.TCPFlags.RST)
 	}
 	if s.icmp != nil && strings.EqualFold(f.Protocol, "ICMP") {
 		s.icmp.WithLabelValues("IPv4", icmpTypeName(f.ICMPType, f.ICMPCode)).Inc()
 	}
-	if s.ports != nil && f.Verdict == flow.Forwarded && !f.IsReply && f.DstPort != 0 && f.Type != flow.TypeDNS {
+	if s.portDist != nil && f.Verdict == flow.Forwarded && !f.IsReply && f.DstPort != 0 && f.Type != flow.TypeDNS {
 		s.countPort(protocol(f.Protocol), f.DstPort)
 	}
 	if s.queries != nil && f.Type == flow.TypeDNS && f.DNS != nil {
@@ -130,32 +145,125 @@ func (s *Sink) observe(f *flow.Flow) {
 	}
 }
 
-// countPort counts a flow to port. Ports labelled "other" share one cached series:
-// cached per port, a server's FIN to each client's ephemeral port filled the counter
-// cache, and every later label set paid the vector's label hashing.
-func (s *Sink) countPort(proto string, port uint16) {
-	if s.portSet.other(proto, port) {
-		s.counters.inc(s.ports, proto, "other")
+// observeRecord is observe of the Flow r stands for (Record.Into), read from r's
+// numbers: what the agent counts for every datapath record.
+func (s *Sink) observeRecord(r *flow.Record) {
+	verdict := r.Verdict()
+	if s.flows != nil {
+		s.countProcessed(r.Type, verdict)
+	}
+	proto := protocolOf(r.Proto)
+	if s.drops != nil && verdict == flow.Dropped {
+		s.countDrop(dropReason(r.DropReason), proto)
+	}
+	const syn, ack, fin, rst = flow.TCPFlagSYN, flow.TCPFlagACK, flow.TCPFlagFIN, flow.TCPFlagRST
+	if s.tcpFlags != nil && r.Proto == 6 && verdict == flow.Forwarded {
+		s.countTCPFlags(r.TCPFlags&syn != 0, r.TCPFlags&ack != 0, r.TCPFlags&fin != 0, r.TCPFlags&rst != 0)
+	}
+	if r.Proto == 1 { // ICMP: type and code where the ports would be
+		if s.icmp != nil {
+			s.icmp.WithLabelValues("IPv4", icmpTypeName(uint8(r.SrcPort>>8), uint8(r.SrcPort))).Inc()
+		}
 		return
 	}
-	s.counters.count(counterKey{vec: s.ports, a: proto, port: port}, func() prometheus.Counter {
-		return s.ports.WithLabelValues(proto, s.portSet.label(proto, port)) // decided once per port
-	})
+	if s.portDist != nil && verdict == flow.Forwarded && !r.IsReply() && r.DstPort != 0 && r.Type != flow.TypeDNS {
+		s.countPort(proto, r.DstPort)
+	}
+	if s.queries != nil && r.Type == flow.TypeDNS && r.DNS != nil {
+		s.countDNS(r.DNS)
+	}
 }
 
-func (s *Sink) countTCPFlags(fl *flow.TCPFlags) {
+// countPort counts a flow to port: a port with its own label has its tally in
+// s.ports; any other shares its protocol's "other" tally without an entry, so a
+// server's FIN to each client's ephemeral port adds nothing to keep.
+func (s *Sink) countPort(proto string, port uint16) {
+	k := portKey(proto, port)
+	t := s.ports[k]
+	if t == nil {
+		if port >= 1024 && s.portSet.full() {
+			t = &s.otherPorts[slices.Index(knownProtocols, proto)+1]
+			if t.ctr == nil {
+				t.ctr = s.portDist.WithLabelValues(proto, "other")
+			}
+		} else {
+			t = &tally{ctr: s.portDist.WithLabelValues(proto, s.portSet.label(proto, port))}
+			s.ports[k] = t
+		}
+	}
+	s.count(t)
+}
+
+// countProcessed counts a flow of type t with verdict v in flows_processed.
+func (s *Sink) countProcessed(t flow.Type, v flow.Verdict) {
+	i, j := slices.Index(tallyTypes[:], t), 0
+	if v == flow.Dropped {
+		j = 1
+	}
+	if i < 0 || (v != flow.Forwarded && v != flow.Dropped) { // a trace, on request only
+		typ, subtype := eventType(t)
+		s.flows.WithLabelValues(typ, subtype, string(v)).Inc()
+		return
+	}
+	tl := &s.processed[i][j]
+	if tl.ctr == nil {
+		typ, subtype := eventType(t)
+		tl.ctr = s.flows.WithLabelValues(typ, subtype, string(v))
+	}
+	s.count(tl)
+}
+
+// tallyTypes are the flow types counted in s.processed (the ones datapath records
+// and their verdicts have).
+var tallyTypes = [...]flow.Type{flow.TypeL3L4, flow.TypeDrop, flow.TypePolicyVerdict, flow.TypeDNS}
+
+// countDrop counts a drop by reason and protocol.
+func (s *Sink) countDrop(reason, proto string) {
+	k := [2]string{reason, proto}
+	t := s.dropped[k]
+	if t == nil {
+		t = &tally{ctr: s.drops.WithLabelValues(reason, proto)}
+		s.dropped[k] = t
+	}
+	s.count(t)
+}
+
+// tally is a series and what the batch counted for it.
+type tally struct {
+	ctr prometheus.Counter
+	n   uint64
+}
+
+// count counts one for t in this batch.
+func (s *Sink) count(t *tally) {
+	if t.n == 0 {
+		s.dirty = append(s.dirty, t)
+	}
+	t.n++
+}
+
+// flushTallies adds the batch's tallies to their series.
+func (s *Sink) flushTallies() {
+	for _, t := range s.dirty {
+		t.ctr.Add(float64(t.n))
+		t.n = 0
+	}
+	s.dirty = s.dirty[:0]
+}
+
+func (s *Sink) countTCPFlags(syn, ack, fin, rst bool) {
 	// Hubble's flags: SYN and SYN-ACK apart, then FIN and RST.
-	if fl.SYN {
-		if fl.ACK {
+	if syn {
+		if ack {
 			s.flags[tcpFlagSYNACK].n++
 		} else {
 			s.flags[tcpFlagSYN].n++
 		}
 	}
-	if fl.FIN {
+	if fin {
 		s.flags[tcpFlagFIN].n++
 	}
-	if fl.RST {
+	if rst {
 		s.flags[tcpFlagRST].n++
 	}
 }

@@ -10,50 +10,65 @@ import (
 	"github.com/myelin-net/myelin/internal/flow"
 )
 
-// knownFlows is a small day on a node: a TCP connection to a web pod (SYN, SYN-ACK
-// reply, FIN), a policy drop, a NodePort flow, a ping, a DNS query and its answer,
-// and a reader's gap that is no flow.
-func knownFlows() []*flow.Flow {
-	fwd := func(proto string, dport uint16, fl *flow.TCPFlags, reply bool) *flow.Flow {
-		return &flow.Flow{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: proto, SrcPort: 40000, DstPort: dport, TCPFlags: fl, IsReply: reply}
+// knownRecords is a small day on a node, as the agent stores it: a TCP connection
+// to a web pod (SYN, SYN-ACK reply, FIN), a policy drop, a NodePort flow, a ping, a
+// DNS query and its answer, and a reader's gap that is no flow (a whole Flow).
+func knownRecords() []flow.Record {
+	tcp := func(dport uint16, flags uint8) flow.Record {
+		return flow.Record{Type: flow.TypeL3L4, Proto: 6, SrcPort: 40000, DstPort: dport, TCPFlags: flags}
 	}
-	return []*flow.Flow{
-		fwd("TCP", 80, &flow.TCPFlags{SYN: true}, false),
-		fwd("TCP", 40000, &flow.TCPFlags{SYN: true, ACK: true}, true),
-		fwd("TCP", 80, &flow.TCPFlags{FIN: true, ACK: true}, false),
-		fwd("TCP", 30080, &flow.TCPFlags{SYN: true}, false),
-		{Type: flow.TypeDrop, Verdict: flow.Dropped, DropReason: "DROP_POLICY_DENIED", Protocol: "TCP", DstPort: 8080, TCPFlags: &flow.TCPFlags{SYN: true}},
-		{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "ICMP", ICMPType: 8},
-		{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "ICMP", ICMPType: 0, IsReply: true},
-		{Type: flow.TypeDNS, Verdict: flow.Forwarded, Protocol: "UDP", DstPort: 53, DNS: &flow.DNS{Query: "web.x.svc.cluster.local.", QType: "A"}},
-		{Type: flow.TypeDNS, Verdict: flow.Forwarded, Protocol: "UDP", SrcPort: 53, IsReply: true,
+	const syn, ack, fin = flow.TCPFlagSYN, flow.TCPFlagACK, flow.TCPFlagFIN
+	return []flow.Record{
+		tcp(80, syn),
+		tcp(40000, syn|ack),
+		tcp(80, fin|ack),
+		tcp(30080, syn),
+		{Type: flow.TypeDrop, DropReason: "DROP_POLICY_DENIED", Proto: 6, DstPort: 8080, TCPFlags: syn},
+		{Type: flow.TypeL3L4, Proto: 1, SrcPort: 8 << 8},
+		{Type: flow.TypeL3L4, Proto: 1},
+		{Type: flow.TypeDNS, Proto: 17, DstPort: 53, DNS: &flow.DNS{Query: "web.x.svc.cluster.local.", QType: "A"}},
+		{Type: flow.TypeDNS, Proto: 17, SrcPort: 53,
 			DNS: &flow.DNS{Query: "web.x.svc.cluster.local.", QType: "A", Response: true, RCode: "NOERROR", IPs: []string{"10.96.0.10"}}},
-		{Type: flow.TypeLost, Lost: 3},
+		flow.Whole(&flow.Flow{Type: flow.TypeLost, Lost: 3}),
 	}
 }
 
-// observeEach counts each flow as a batch of its own.
-func observeEach(s *Sink, fs []*flow.Flow) {
-	for _, f := range fs {
-		s.Observe([]flow.Flow{*f})
+// observeEach counts each record as a batch of its own.
+func observeEach(s *Sink, rs []flow.Record) {
+	for i := range rs {
+		s.Observe(rs[i : i+1])
 	}
 }
 
-// batchOf is fs as one batch.
-func batchOf(fs []*flow.Flow) []flow.Flow {
-	out := make([]flow.Flow, len(fs))
-	for i, f := range fs {
-		out[i] = *f
+// asFlows are rs made whole Flows (Record.Into), as a Flow added to the store is kept.
+func asFlows(rs []flow.Record) []flow.Record {
+	out := make([]flow.Record, len(rs))
+	for i := range rs {
+		f := new(flow.Flow)
+		rs[i].Into(f, "n1", "bpf")
+		out[i] = flow.Whole(f)
 	}
 	return out
 }
 
-// TestSinkCountsKnownFlows: the same counts whether the flows come one by one or as
-// one batch (counted in the batch, added to the series when it is done).
+// wholes are fs as whole Records.
+func wholes(fs []flow.Flow) []flow.Record {
+	out := make([]flow.Record, len(fs))
+	for i := range fs {
+		out[i] = flow.Whole(&fs[i])
+	}
+	return out
+}
+
+// TestSinkCountsKnownFlows: the same counts whether the records come one by one or
+// as one batch (counted in the batch, added to the series when it is done), and
+// whether they are counted as the agent stores them (by their numbers) or as the
+// Flows they stand for.
 func TestSinkCountsKnownFlows(t *testing.T) {
-	one, batch := New(Families, Options{}), New(Families, Options{})
-	observeEach(one, knownFlows())
-	batch.Observe(batchOf(knownFlows()))
+	one, batch, flows := New(Families, Options{}), New(Families, Options{}), New(Families, Options{})
+	observeEach(one, knownRecords())
+	batch.Observe(knownRecords())
+	flows.Observe(asFlows(knownRecords()))
 	want := `
 # HELP hubble_flows_processed_total Flows processed, by event type (Trace, Drop, PolicyVerdict, L7), subtype (DNS for L7) and verdict.
 # TYPE hubble_flows_processed_total counter
@@ -83,7 +98,7 @@ hubble_dns_queries_total{ips_returned="0",qtypes="A",rcode=""} 1
 # TYPE hubble_dns_responses_total counter
 hubble_dns_responses_total{ips_returned="1",qtypes="A",rcode="NOERROR"} 1
 `
-	for name, s := range map[string]*Sink{"one by one": one, "one batch": batch} {
+	for name, s := range map[string]*Sink{"one by one": one, "one batch": batch, "as flows": flows} {
 		if err := testutil.GatherAndCompare(s.Registry(), strings.NewReader(want)); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
@@ -99,7 +114,7 @@ hubble_dns_responses_total{ips_returned="1",qtypes="A",rcode="NOERROR"} 1
 
 func TestSinkOnlyEnabledFamilies(t *testing.T) {
 	s := New([]string{FamilyDrop}, Options{})
-	s.Observe(batchOf(knownFlows()))
+	s.Observe(knownRecords())
 	names, err := familyNames(s)
 	if err != nil {
 		t.Fatal(err)
@@ -126,12 +141,12 @@ func TestSinkPortsBounded(t *testing.T) {
 	for port := uint16(20000); port < 20010; port++ {
 		fs = append(fs, flow.Flow{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "TCP", DstPort: port})
 	}
-	s.Observe(fs[:4])
-	s.Observe(fs[4:])
-	s.Observe([]flow.Flow{
+	s.Observe(wholes(fs[:4]))
+	s.Observe(wholes(fs[4:]))
+	s.Observe(wholes([]flow.Flow{
 		{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "TCP", DstPort: 20000},
 		{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "UDP", DstPort: 443},
-	})
+	}))
 	want := `
 # HELP hubble_port_distribution_total Forwarded flows to a destination port, by protocol and port; ports beyond the first tracked ones are counted as port "other".
 # TYPE hubble_port_distribution_total counter
@@ -168,31 +183,30 @@ func TestParseFamilies(t *testing.T) {
 }
 
 // Flows to ever new ephemeral ports (a server's FIN to each client port) share the
-// "other" series without a counter cache entry each, so the cache keeps room for the
-// other families' label sets.
-func TestSinkOtherPortsShareOneCacheEntry(t *testing.T) {
+// "other" series without keeping anything per port.
+func TestSinkOtherPortsKeepNothingEach(t *testing.T) {
 	s := New([]string{FamilyPortDistribution, FamilyFlow}, Options{PortsMax: 3})
-	var fs []flow.Flow
+	var rs []flow.Record
 	for port := 20000; port < 30000; port++ {
-		fs = append(fs, flow.Flow{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "TCP", DstPort: uint16(port)})
+		rs = append(rs, flow.Record{Type: flow.TypeL3L4, Proto: 6, DstPort: uint16(port)})
 	}
-	s.Observe(fs)
-	if n := len(s.counters.m); n > 3+2 {
-		t.Errorf("counter cache holds %d label sets after 10,000 ports, want the 3 tracked ports, \"other\" and the flows series", n)
+	s.Observe(rs)
+	if n := len(s.ports); n != 3 {
+		t.Errorf("%d ports kept after 10,000 ports, want the 3 tracked", n)
 	}
-	if got := testutil.ToFloat64(s.ports.WithLabelValues("TCP", "other")); got != 10000-3 {
+	if got := testutil.ToFloat64(s.portDist.WithLabelValues("TCP", "other")); got != 10000-3 {
 		t.Errorf("other = %v, want %d", got, 10000-3)
 	}
 }
 
 func BenchmarkSinkEphemeralPorts(b *testing.B) {
 	s := New([]string{FamilyPortDistribution}, Options{})
-	fs := []flow.Flow{{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "TCP"}}
+	rs := []flow.Record{{Type: flow.TypeL3L4, Proto: 6}}
 	b.ReportAllocs()
 	port := 0
 	for b.Loop() {
-		fs[0].DstPort = uint16(1024 + port%60000)
+		rs[0].DstPort = uint16(1024 + port%60000)
 		port++
-		s.Observe(fs)
+		s.Observe(rs)
 	}
 }

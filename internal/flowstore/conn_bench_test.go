@@ -28,10 +28,10 @@ func connRecords(clientPort uint16) [4][]byte {
 	}
 	c, s := [4]byte{10, 244, 1, 5}, [4]byte{10, 244, 1, 7}
 	return [4][]byte{
-		rec(c, s, clientPort, 12866, tcpSYN),
-		rec(s, c, 12866, clientPort, tcpSYN|tcpACK),
-		rec(c, s, clientPort, 12866, tcpFIN|tcpACK),
-		rec(s, c, 12866, clientPort, tcpFIN|tcpACK),
+		rec(c, s, clientPort, 12866, flow.TCPFlagSYN),
+		rec(s, c, 12866, clientPort, flow.TCPFlagSYN|flow.TCPFlagACK),
+		rec(c, s, clientPort, 12866, flow.TCPFlagFIN|flow.TCPFlagACK),
+		rec(s, c, 12866, clientPort, flow.TCPFlagFIN|flow.TCPFlagACK),
 	}
 }
 
@@ -64,15 +64,22 @@ func (r *connReader) ReadBatch(recs []datapath.FlowRecord) (int, error) {
 
 func (r *connReader) Close() error { return nil }
 
-// podResolver names both pods, sharing their labels as the agent's resolver does.
-type podResolver struct{ labels map[string]string }
+// podResolver names both pods, one shared Endpoint each, as the agent's resolver does.
+type podResolver struct{ client, server *flow.Endpoint }
 
-func (p podResolver) Endpoint(ip netip.Addr) flow.Endpoint {
-	pod := "server"
-	if ip == netip.AddrFrom4([4]byte{10, 244, 1, 5}) {
-		pod = "client"
+func newPodResolver() podResolver {
+	labels := map[string]string{"app": "netperf"}
+	return podResolver{
+		client: &flow.Endpoint{IP: "10.244.1.5", Namespace: "bench", Pod: "client", Labels: labels, Node: "n1"},
+		server: &flow.Endpoint{IP: "10.244.1.7", Namespace: "bench", Pod: "server", Labels: labels, Node: "n1"},
 	}
-	return flow.Endpoint{Namespace: "bench", Pod: pod, Labels: p.labels, Node: "n1"}
+}
+
+func (p podResolver) Endpoint(ip netip.Addr) *flow.Endpoint {
+	if ip == netip.AddrFrom4([4]byte{10, 244, 1, 5}) {
+		return p.client
+	}
+	return p.server
 }
 
 func (podResolver) Service(netip.AddrPort, uint8) string { return "" }
@@ -85,7 +92,7 @@ func BenchmarkConnectionRecords(b *testing.B) {
 	s := New(4095)
 	s.AddSink(flowmetrics.New([]string{"dns", "drop", "tcp", "flow", "icmp", "port-distribution"}, flowmetrics.Options{}))
 	r := &connReader{n: b.N, boot: time.Now()}
-	res := podResolver{labels: map[string]string{"app": "netperf"}}
+	res := newPodResolver()
 	b.ReportAllocs()
 	b.ResetTimer()
 	s.Feed(context.Background(), r, Origin{Node: "n1", HostRouting: "bpf"}, res, slog.New(slog.NewTextHandler(io.Discard, nil)))

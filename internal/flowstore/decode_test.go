@@ -17,11 +17,14 @@ type fakeResolver struct{}
 // clientLabels are shared, as the agent's resolver shares a pod's labels.
 var clientLabels = map[string]string{"app": "client"}
 
-func (fakeResolver) Endpoint(ip netip.Addr) flow.Endpoint {
-	if ip == netip.MustParseAddr("10.244.1.5") {
-		return flow.Endpoint{Namespace: "x", Pod: "client", Labels: clientLabels, Node: "n1"}
+// fakeClient is the one pod fakeResolver knows, shared by its flows.
+var fakeClient = &flow.Endpoint{IP: "10.244.1.5", Namespace: "x", Pod: "client", Labels: clientLabels, Node: "n1"}
+
+func (fakeResolver) Endpoint(ip netip.Addr) *flow.Endpoint {
+	if ip == netip.AddrFrom4([4]byte{10, 244, 1, 5}) {
+		return fakeClient
 	}
-	return flow.Endpoint{}
+	return nil
 }
 
 func (fakeResolver) Service(fe netip.AddrPort, proto uint8) string {

@@ -143,9 +143,9 @@ func BenchmarkFilteredRead(b *testing.B) {
 // BenchmarkCopyChunk is the longest a reader holds the store's lock: one chunk copied.
 func BenchmarkCopyChunk(b *testing.B) {
 	s := fullStore()
-	chunk := make([]flow.Flow, 0, historyChunk)
+	chunk := make([]flow.Record, 0, historyChunk)
 	for b.Loop() {
-		chunk = s.copyStored(chunk[:0], s.added)
+		chunk, _ = s.copyStored(chunk[:0], s.added)
 	}
 }
 

@@ -30,14 +30,14 @@ func rawTCP() []byte {
 // (feedBatch) reserved at a time and committed when full.
 type batcher struct {
 	s    *Store
-	dst  []flow.Flow
+	dst  []flow.Record
 	used int
 }
 
 func newBatcher(s *Store) *batcher { return &batcher{s: s} }
 
 // next is the next slot to convert into.
-func (b *batcher) next() *flow.Flow {
+func (b *batcher) next() *flow.Record {
 	if b.used == len(b.dst) {
 		if b.dst != nil {
 			b.s.commit(b.used)
@@ -62,8 +62,6 @@ func BenchmarkRecordPipeline(b *testing.B) {
 	raw, boot := rawTCP(), time.Now()
 	s := New(4095)
 	s.AddSink(flowmetrics.New([]string{"dns", "drop", "tcp", "flow", "icmp", "port-distribution"}, flowmetrics.Options{}))
-	o := Origin{Node: "n1", HostRouting: "bpf"}
-	var names addrNames
 	bt := newBatcher(s)
 	defer bt.done()
 	b.ReportAllocs()
@@ -72,7 +70,7 @@ func BenchmarkRecordPipeline(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		convertInto(bt.next(), rec, o, fakeResolver{}, &names)
+		recordInto(bt.next(), rec, fakeResolver{})
 	}
 }
 
@@ -87,9 +85,9 @@ func BenchmarkDecode(b *testing.B) {
 }
 
 // podsResolver resolves the addresses of n pods from a map, as the agent's pod index does.
-type podsResolver map[netip.Addr]flow.Endpoint
+type podsResolver map[netip.Addr]*flow.Endpoint
 
-func (r podsResolver) Endpoint(ip netip.Addr) flow.Endpoint { return r[ip] }
+func (r podsResolver) Endpoint(ip netip.Addr) *flow.Endpoint { return r[ip] }
 
 func (podsResolver) Service(netip.AddrPort, uint8) string { return "" }
 
@@ -116,7 +114,8 @@ func benchmarkVaried(b *testing.B, batch int) {
 	podAddr := func(i int) [4]byte { i %= pods; return [4]byte{10, 244, byte(1 + i/100), byte(2 + i%100)} }
 	res := podsResolver{}
 	for i := range pods {
-		res[netip.AddrFrom4(podAddr(i))] = flow.Endpoint{Namespace: "ns" + strconv.Itoa(i%20), Pod: "pod-" + strconv.Itoa(i), Labels: map[string]string{"app": strconv.Itoa(i % 10)}, Node: "n1"}
+		ip := netip.AddrFrom4(podAddr(i))
+		res[ip] = &flow.Endpoint{IP: ip.String(), Namespace: "ns" + strconv.Itoa(i%20), Pod: "pod-" + strconv.Itoa(i), Labels: map[string]string{"app": strconv.Itoa(i % 10)}, Node: "n1"}
 	}
 	raws := make([][]byte, records)
 	for i := range raws {
@@ -134,8 +133,6 @@ func benchmarkVaried(b *testing.B, batch int) {
 	boot := time.Now()
 	s := New(DefaultCapacity)
 	s.AddSink(flowmetrics.New([]string{"dns", "drop", "tcp", "flow", "icmp", "port-distribution"}, flowmetrics.Options{}))
-	o := Origin{Node: "n1", HostRouting: "bpf"}
-	var names addrNames
 	bt := newBatcher(s)
 	defer bt.done()
 	b.ReportAllocs()
@@ -152,7 +149,7 @@ func benchmarkVaried(b *testing.B, batch int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		convertInto(bt.next(), rec, o, res, &names)
+		recordInto(bt.next(), rec, res)
 		i++
 	}
 }

@@ -25,22 +25,24 @@ type RecordReader interface {
 const feedBatch = 128
 
 // PolicyVerdicter is a Resolver that also knows NetworkPolicy: PolicyVerdict writes
-// the POLICY_VERDICT flow that goes with f to pv (all of it: pv holds an older flow)
-// and returns true, or returns false.
+// the POLICY_VERDICT record that goes with r to pv (all of it: pv holds an older
+// record) and returns true, or returns false.
 type PolicyVerdicter interface {
-	PolicyVerdict(f, pv *flow.Flow) bool
+	PolicyVerdict(r, pv *flow.Record) bool
 }
 
-// Feed reads records from r, converts them and adds them to s until ctx ends or r
-// fails. It closes r.
+// Feed reads records from r, converts them and adds them to s, as flows observed at
+// o, until ctx ends or r fails. It closes r.
 func (s *Store) Feed(ctx context.Context, r RecordReader, o Origin, res Resolver, log *slog.Logger) {
 	go func() {
 		<-ctx.Done()
 		r.Close()
 	}()
-	var names addrNames
+	s.mu.Lock()
+	s.origin = o
+	s.mu.Unlock()
 	recs := make([]datapath.FlowRecord, feedBatch)
-	var verdict flow.Flow // a record's POLICY_VERDICT flow, until it has a slot
+	var verdict flow.Record // a record's POLICY_VERDICT, until it has a slot
 	verdicter, _ := res.(PolicyVerdicter)
 	for {
 		n, err := r.ReadBatch(recs)
@@ -54,7 +56,7 @@ func (s *Store) Feed(ctx context.Context, r RecordReader, o Origin, res Resolver
 			}
 			return
 		}
-		// Convert straight into the store's slots (reserve), a verdict flow after its
+		// Convert straight into the store's slots (reserve), a verdict after its
 		// record; at the end of the ring the rest go into the next slots from its start.
 		pending := false
 		for i := 0; i < n || pending; {
@@ -66,10 +68,10 @@ func (s *Store) Feed(ctx context.Context, r RecordReader, o Origin, res Resolver
 					used++
 					continue
 				}
-				f := &dst[used]
-				convertInto(f, recs[i], o, res, &names)
+				rec := &dst[used]
+				recordInto(rec, recs[i], res)
 				used, i = used+1, i+1
-				pending = verdicter != nil && verdicter.PolicyVerdict(f, &verdict)
+				pending = verdicter != nil && verdicter.PolicyVerdict(rec, &verdict)
 			}
 			s.commit(used)
 		}

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/flow"
@@ -43,11 +46,11 @@ func (r *fakeReader) Close() error { return nil }
 // verdicter adds a policy verdict to every drop.
 type verdicter struct{ fakeResolver }
 
-func (verdicter) PolicyVerdict(f, pv *flow.Flow) bool {
-	if f.Type != flow.TypeDrop {
+func (verdicter) PolicyVerdict(r, pv *flow.Record) bool {
+	if r.Type != flow.TypeDrop {
 		return false
 	}
-	*pv = *f
+	*pv = *r
 	pv.Type = flow.TypePolicyVerdict
 	return true
 }
@@ -100,5 +103,59 @@ func TestFeedAcrossTheRingsEnd(t *testing.T) {
 	}
 	if st := s.Stats(); st.Stored != 5 || st.Added != 7 {
 		t.Errorf("stats %+v, want 5 stored of 7 added", st)
+	}
+}
+
+// TestFeedReadsBackAsConverted: what Feed stores compactly reads back, from the
+// history and to a follower, as the Flow Convert makes of the same datapath record:
+// pods resolved, node and host routing added, a Service named, a DNS message parsed.
+func TestFeedReadsBackAsConverted(t *testing.T) {
+	now := time.Unix(100, 5)
+	client, backend := netip.MustParseAddr("10.244.1.5"), netip.MustParseAddr("10.244.2.7")
+	recs := []datapath.FlowRecord{
+		{Time: now, Kind: datapath.FlowTCP, Direction: "from-pod", Src: client, Dst: backend, Proto: 6, SrcPort: 40000, DstPort: 8080,
+			TCPFlags: 0x02, Service: netip.MustParseAddrPort("10.96.0.20:80")},
+		{Time: now, Kind: datapath.FlowTCP, Direction: "to-pod", Src: backend, Dst: client, Proto: 6, SrcPort: 8080, DstPort: 40000, TCPFlags: 0x12},
+		{Time: now, Kind: datapath.FlowDrop, Reason: "DROP_POLICY_DENIED", Direction: "to-pod", Src: client, Dst: backend, Proto: 17, SrcPort: 5, DstPort: 6},
+		{Time: now, Kind: datapath.FlowNew, Direction: "from-pod", Src: client, Dst: backend, Proto: 1, SrcPort: 8 << 8},
+		{Time: now, Kind: datapath.FlowSummary, Direction: "from-pod", Src: client, Dst: backend, Proto: 17, Packets: 9, Bytes: 900},
+		{Time: now, Kind: datapath.FlowDNS, Direction: "from-pod", Src: client, Dst: backend, Proto: 17, DstPort: 53, Payload: dnsQuery(t)},
+		{Time: now, Kind: datapath.FlowDrop, Reason: "DROP_INVALID_SOURCE", Direction: "from-pod"}, // no addresses read
+	}
+	o := Origin{Node: "n1", HostRouting: "bpf"}
+	s := New(100)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	followed := make(chan *flow.Flow, 100)
+	go s.Flows(ctx, flow.Request{Follow: true}, followed) //nolint:errcheck // ends with ctx
+	for s.Stats().Followers == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	in := make([]any, len(recs))
+	for i := range recs {
+		in[i] = recs[i]
+	}
+	s.Feed(context.Background(), &fakeReader{recs: in}, o, fakeResolver{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	stored := collect(t, s, flow.Request{})
+	if len(stored) != len(recs) {
+		t.Fatalf("%d flows stored, want %d", len(stored), len(recs))
+	}
+	for i, rec := range recs {
+		want := Convert(rec, o, fakeResolver{})
+		if !reflect.DeepEqual(stored[i], want) {
+			t.Errorf("record %d from the history:\n got %+v\nwant %+v", i, stored[i], want)
+		}
+		if got := <-followed; !reflect.DeepEqual(got, want) {
+			t.Errorf("record %d to a follower:\n got %+v\nwant %+v", i, got, want)
+		}
+	}
+	if f := stored[0]; f.Source.Pod != "client" || f.Service != "y/web" || f.Node != "n1" || f.HostRouting != "bpf" || !f.Time.Equal(now) {
+		t.Errorf("first flow %+v: want the client pod, Service y/web, node n1, bpf, time %v", f, now)
+	}
+	if f := stored[5]; f.Type != flow.TypeDNS || f.DNS == nil || f.DNS.Query != "web.y.svc.cluster.local." {
+		t.Errorf("DNS flow %+v: want its query parsed", f)
+	}
+	if f := stored[6]; f.Source.IP != "" || f.Destination.IP != "" {
+		t.Errorf("drop without addresses: %+v, want no endpoints", f)
 	}
 }

@@ -53,7 +53,7 @@ type Store struct {
 	// Stats and new followers never wait for either.
 	fanMu    sync.Mutex
 	mu       sync.Mutex
-	ring     []flow.Flow // values, grown up to capacity; next is the oldest once full
+	ring     []flow.Record // values, grown up to capacity; next is the oldest once full
 	capacity int
 	next     int
 	full     bool
@@ -69,6 +69,8 @@ type Store struct {
 	// added counts the flows committed: the flow added n-th (from 0) is at ring
 	// index n % capacity, the stored ones are added-storedLen() to added-1.
 	added uint64
+	// origin is what Feed's records add when they are read as flows (Record.Into).
+	origin Origin
 	// chunkCopied, when set (tests only), runs after a reader copied a chunk of the
 	// stored flows and released s.mu, before their filters run.
 	chunkCopied func()
@@ -96,15 +98,20 @@ func (s *Store) Add(f *flow.Flow) {
 	s.AddBatch([]flow.Flow{*f})
 }
 
-// AddBatch stores copies of fs in order, hands them to the sinks and each flow to
-// every follower that keeps up (followers get one shared heap copy, made only when
-// one wants it). The caller keeps fs. The agent's Feed converts records straight
-// into the store's slots instead (reserve, commit).
+// AddBatch stores copies of fs in order (each a whole Record), hands them to the
+// sinks and each flow to every follower that keeps up. The caller keeps fs. The
+// agent's Feed converts datapath records straight into the store's slots instead
+// (reserve, commit), as compact Records.
 func (s *Store) AddBatch(fs []flow.Flow) {
-	for len(fs) > 0 {
-		n := copy(s.reserve(len(fs)), fs)
-		s.commit(n)
-		fs = fs[n:]
+	whole := make([]flow.Flow, len(fs))
+	copy(whole, fs)
+	for len(whole) > 0 {
+		dst := s.reserve(len(whole))
+		for i := range dst {
+			dst[i] = flow.Whole(&whole[i])
+		}
+		s.commit(len(dst))
+		whole = whole[len(dst):]
 	}
 }
 
@@ -116,14 +123,14 @@ func (s *Store) AddBatch(fs []flow.Flow) {
 // (a batch's conversion, ~0.1 ms) and readers don't. A record stored this way costs
 // no allocation and no copy: the agent converts the datapath's records straight into
 // the slots (docs/bench/2026-11-30/agent-profile: the copy was 12% of its flow work).
-func (s *Store) reserve(n int) []flow.Flow {
+func (s *Store) reserve(n int) []flow.Record {
 	s.fanMu.Lock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := min(max(n, 1), s.capacity-s.next)
 	if !s.full { // not full yet: len(s.ring) is next; grown as flows come, up to capacity
 		if s.next+k > cap(s.ring) {
-			grown := make([]flow.Flow, s.next, min(s.capacity, max(2*cap(s.ring), s.next+k, 64)))
+			grown := make([]flow.Record, s.next, min(s.capacity, max(2*cap(s.ring), s.next+k, 64)))
 			copy(grown, s.ring)
 			s.ring = grown
 		}
@@ -149,32 +156,34 @@ func (s *Store) commit(n int) {
 	}
 	s.writing = 0
 	s.added += uint64(n)
-	fs := s.ring[start : start+n]
+	rs := s.ring[start : start+n]
 	for _, sink := range s.sinks {
-		sink.Observe(fs)
+		sink.Observe(rs)
 	}
-	followers := s.followers
+	followers, o := s.followers, s.origin
 	s.mu.Unlock()
 	if len(followers) == 0 {
 		return
 	}
-	// The slots stay as they are while fanMu is held: only adders write them. A
-	// flow's addresses are parsed once for all the followers' IP filters, and
-	// only when one has some.
+	// The slots stay as they are while fanMu is held: only adders write them. Each
+	// record is made a Flow once for all the followers (only while there are
+	// some), its addresses parsed once for their IP filters, and only when one has
+	// some.
 	needAddrs := slices.ContainsFunc(followers, func(fo *follower) bool { return fo.match.NeedsAddrs() })
-	for i := range fs {
-		f := &fs[i]
+	var f flow.Flow
+	for i := range rs {
+		rs[i].Into(&f, o.Node, o.HostRouting)
 		var addrs flow.Addrs
 		if needAddrs {
-			addrs = flow.AddrsOf(f)
+			addrs = flow.AddrsOf(&f)
 		}
 		var shared *flow.Flow
 		for _, fo := range followers {
-			if !fo.match.MatchAddrs(f, addrs) {
+			if !fo.match.MatchAddrs(&f, addrs) {
 				continue
 			}
 			if shared == nil {
-				c := *f
+				c := f
 				shared = &c
 			}
 			fo.offer(shared)
@@ -203,7 +212,7 @@ func (s *Store) Stats() Stats {
 func (s *Store) storedLen() int { return len(s.ring) - s.writing }
 
 // stored returns the i-th newest stored flow (0: the newest), i < s.storedLen().
-func (s *Store) stored(i int) *flow.Flow {
+func (s *Store) stored(i int) *flow.Record {
 	j := s.next - 1 - i
 	if j < 0 {
 		j += len(s.ring)
@@ -298,9 +307,11 @@ func (s *Store) unfollow(fo *follower) {
 func (s *Store) lastMatching(req flow.Request, end uint64) []*flow.Flow {
 	limit, m := req.Last, req.Matcher()
 	var matched []flow.Flow // newest first
-	chunk := make([]flow.Flow, 0, historyChunk)
+	var f flow.Flow
+	chunk := make([]flow.Record, 0, historyChunk)
 	for hi := end; limit == 0 || len(matched) < limit; {
-		chunk = s.copyStored(chunk[:0], hi)
+		var o Origin
+		chunk, o = s.copyStored(chunk[:0], hi)
 		if len(chunk) == 0 {
 			break
 		}
@@ -309,8 +320,9 @@ func (s *Store) lastMatching(req flow.Request, end uint64) []*flow.Flow {
 			s.chunkCopied()
 		}
 		for i := range chunk {
-			if f := &chunk[i]; f.Type != flow.TypeLost && m.Match(f) {
-				matched = append(matched, *f)
+			chunk[i].Into(&f, o.Node, o.HostRouting)
+			if f.Type != flow.TypeLost && m.Match(&f) {
+				matched = append(matched, f)
 				if len(matched) == limit {
 					break
 				}
@@ -325,13 +337,14 @@ func (s *Store) lastMatching(req flow.Request, end uint64) []*flow.Flow {
 }
 
 // copyStored appends to dst copies of the stored flows added before hi, newest
-// first, up to cap(dst): none when they have all left the ring.
-func (s *Store) copyStored(dst []flow.Flow, hi uint64) []flow.Flow {
+// first, up to cap(dst): none when they have all left the ring. It returns the
+// store's Origin with them.
+func (s *Store) copyStored(dst []flow.Record, hi uint64) ([]flow.Record, Origin) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	oldest := s.added - uint64(s.storedLen())
 	for n := hi; n > oldest && len(dst) < cap(dst); n-- {
 		dst = append(dst, *s.stored(int(s.added - n))) // the flow added (n-1)-th
 	}
-	return dst
+	return dst, s.origin
 }

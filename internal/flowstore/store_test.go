@@ -78,7 +78,7 @@ func TestStoreLastCountsMatchingFlows(t *testing.T) {
 
 type countSink struct{ n int }
 
-func (c *countSink) Observe(fs []flow.Flow) { c.n += len(fs) }
+func (c *countSink) Observe(rs []flow.Record) { c.n += len(rs) }
 
 func TestStoreSinksSeeEveryFlow(t *testing.T) {
 	s := New(2)
@@ -297,7 +297,7 @@ func TestStoreReservedSlotsHidden(t *testing.T) {
 	if st := s.Stats(); st.Stored != 1 {
 		t.Errorf("while reserved, Stats says %d stored, want 1", st.Stored)
 	}
-	dst[0] = *mkFlow(4, "TCP")
+	dst[0] = flow.Whole(mkFlow(4, "TCP"))
 	s.commit(1)
 	if got := ports(collect(t, s, flow.Request{})); fmt.Sprint(got) != "[1 2 3 4]" {
 		t.Errorf("after committing one, ports %v, want [1 2 3 4]", got)
@@ -306,7 +306,7 @@ func TestStoreReservedSlotsHidden(t *testing.T) {
 	s = New(4)
 	s.Add(mkFlow(0, "TCP"))
 	dst = s.reserve(3)
-	dst[0] = *mkFlow(1, "TCP")
+	dst[0] = flow.Whole(mkFlow(1, "TCP"))
 	s.commit(1)
 	if got := ports(collect(t, s, flow.Request{})); fmt.Sprint(got) != "[0 1]" {
 		t.Errorf("not full, ports %v, want [0 1]", got)

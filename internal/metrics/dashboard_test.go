@@ -31,12 +31,12 @@ func exportedFamilies(t *testing.T) []string {
 	a.ObserveSync("services", 1)
 	a.LoadFailed()
 	s := flowmetrics.New(flowmetrics.Families, flowmetrics.Options{})
-	s.Observe([]flow.Flow{
-		{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "TCP", DstPort: 80, TCPFlags: &flow.TCPFlags{SYN: true}},
-		{Type: flow.TypeDrop, Verdict: flow.Dropped, DropReason: "DROP_POLICY_DENIED", Protocol: "TCP"},
-		{Type: flow.TypeL3L4, Verdict: flow.Forwarded, Protocol: "ICMP", ICMPType: 8},
-		{Type: flow.TypeDNS, Verdict: flow.Forwarded, Protocol: "UDP", DNS: &flow.DNS{QType: "A"}},
-		{Type: flow.TypeDNS, Verdict: flow.Forwarded, Protocol: "UDP", DNS: &flow.DNS{QType: "A", Response: true, RCode: "NOERROR"}},
+	s.Observe([]flow.Record{
+		{Type: flow.TypeL3L4, Proto: 6, DstPort: 80, TCPFlags: flow.TCPFlagSYN},
+		{Type: flow.TypeDrop, DropReason: "DROP_POLICY_DENIED", Proto: 6},
+		{Type: flow.TypeL3L4, Proto: 1, SrcPort: 8 << 8},
+		{Type: flow.TypeDNS, Proto: 17, DNS: &flow.DNS{QType: "A"}},
+		{Type: flow.TypeDNS, Proto: 17, DNS: &flow.DNS{QType: "A", Response: true, RCode: "NOERROR"}},
 	})
 	var names []string
 	for _, reg := range []prometheus.Gatherer{a.Registry(), s.Registry()} {
