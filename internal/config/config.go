@@ -271,7 +271,8 @@ func (c Config) PolicyCTPodBudget() int { return quarterIfAuto(c.PolicyCTPodMax,
 
 // NATPodBudget is the number of nat-pod-max: the masqueraded flows one pod may
 // hold, 0 for no budget; auto, a quarter of the masquerade table's 32,768 flows
-// (myelin_snat, two entries each).
+// (myelin_snat, two entries each; datapath's TestAutoPodBudgetsAreAQuarterOfTheTables
+// checks the number against the programs).
 func (c Config) NATPodBudget() int { return quarterIfAuto(c.NATPodMax, 32768) }
 
 // LBCTPodBudget is the number of lb-ct-pod-max: the Service flows one pod may hold,
