@@ -31,23 +31,19 @@ type Sink struct {
 	queries  *prometheus.CounterVec // rcode, qtypes, ips_returned
 	replies  *prometheus.CounterVec // rcode, qtypes, ips_returned
 	portSet  *portSet
-	// processed are flows' series by type and verdict, and ports the port
-	// distribution's series of the ports with their own label (well-known and
-	// tracked), otherPorts the "other" one per protocol: what each record counts,
-	// by a map lookup of a number at most.
+	// The tallies of the series a record counts in, each made when it is first
+	// counted (a series appears with its first flow), found by an array index or a
+	// map lookup of a number, never by hashing labels: processed by type and verdict,
+	// flags by tcpFlagNames, ports those with their own label (well-known and
+	// tracked), otherPorts the "other" one per protocol ("other", then
+	// knownProtocols' four), dropped by reason and protocol (both bounded enums).
 	processed  [len(tallyTypes)][2]tally
-	dropped    map[[2]string]*tally // by reason and protocol (both bounded enums)
+	flags      [len(tcpFlagNames)]tally
 	ports      map[uint32]*tally
-	otherPorts [5]tally // knownProtocols' four, then "other"
-	// dirty are the tallies counted in this batch (tally.add), flushed at its end.
+	otherPorts [5]tally
+	dropped    map[[2]string]*tally
+	// dirty are the tallies counted in this batch (count), flushed at its end.
 	dirty []*tally
-	// flags are tcpFlags' four series (tcpFlagNames), each made when it is first
-	// counted (a series appears with its first flow), and the batch's counts: a TCP
-	// connection makes several flows, each counted here, without the cache's lookup.
-	flags [len(tcpFlagNames)]struct {
-		ctr prometheus.Counter
-		n   uint64
-	}
 }
 
 // tcpFlagNames are Hubble's flag labels, indexed by the tcpFlag* constants.
@@ -117,7 +113,6 @@ func (s *Sink) Observe(rs []flow.Record) {
 			s.observeRecord(&rs[i])
 		}
 	}
-	s.flushFlags()
 	s.flushTallies()
 }
 
@@ -255,32 +250,25 @@ func (s *Sink) countTCPFlags(syn, ack, fin, rst bool) {
 	// Hubble's flags: SYN and SYN-ACK apart, then FIN and RST.
 	if syn {
 		if ack {
-			s.flags[tcpFlagSYNACK].n++
+			s.countFlag(tcpFlagSYNACK)
 		} else {
-			s.flags[tcpFlagSYN].n++
+			s.countFlag(tcpFlagSYN)
 		}
 	}
 	if fin {
-		s.flags[tcpFlagFIN].n++
+		s.countFlag(tcpFlagFIN)
 	}
 	if rst {
-		s.flags[tcpFlagRST].n++
+		s.countFlag(tcpFlagRST)
 	}
 }
 
-// flushFlags adds the batch's flag counts to their series, made on first use.
-func (s *Sink) flushFlags() {
-	for i := range s.flags {
-		fl := &s.flags[i]
-		if fl.n == 0 {
-			continue
-		}
-		if fl.ctr == nil {
-			fl.ctr = s.tcpFlags.WithLabelValues(tcpFlagNames[i], "IPv4")
-		}
-		fl.ctr.Add(float64(fl.n))
-		fl.n = 0
+func (s *Sink) countFlag(i int) {
+	t := &s.flags[i]
+	if t.ctr == nil {
+		t.ctr = s.tcpFlags.WithLabelValues(tcpFlagNames[i], "IPv4")
 	}
+	s.count(t)
 }
 
 func (s *Sink) countDNS(d *flow.DNS) {
