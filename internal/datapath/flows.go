@@ -220,12 +220,10 @@ func (r *FlowReader) drain(recs []FlowRecord) (int, error) {
 			break
 		}
 		rb.consume(len(recs)-n, func(sample []byte) bool {
-			fr, err := DecodeFlowRecord(sample, boot)
-			if err != nil {
+			if err := recs[n].Decode(sample, boot); err != nil {
 				bad = fmt.Errorf("read flow record: %w: %w", ErrFlowRecord, err)
 				return false
 			}
-			recs[n] = fr
 			n++
 			return true
 		})
@@ -319,15 +317,28 @@ var flowKindByCode = byCode(flowKinds)
 // struct by a test): the agent decodes a record per new connection and side, and
 // reflection (binary.Read) cost as much as the rest of the pipeline.
 func DecodeFlowRecord(raw []byte, boot time.Time) (FlowRecord, error) {
+	var fr FlowRecord
+	if err := fr.Decode(raw, boot); err != nil {
+		return FlowRecord{}, err
+	}
+	return fr, nil
+}
+
+// Decode is DecodeFlowRecord into fr (overwritten whole, also on an error): the
+// reader decodes into its caller's batch, not into a value it copies there (a
+// FlowRecord is ~200 bytes, copied per record).
+func (fr *FlowRecord) Decode(raw []byte, boot time.Time) error {
 	if len(raw) < flowRecordSize {
-		return FlowRecord{}, fmt.Errorf("decode flow record: %d bytes, want at least %d", len(raw), flowRecordSize)
+		*fr = FlowRecord{}
+		return fmt.Errorf("decode flow record: %d bytes, want at least %d", len(raw), flowRecordSize)
 	}
 	o, ne := &flowRecordOffsets, binary.NativeEndian
 	kind := flowKindByCode[raw[o.kind]]
 	if kind == "" {
-		return FlowRecord{}, fmt.Errorf("decode flow record: unknown kind %d", raw[o.kind])
+		*fr = FlowRecord{}
+		return fmt.Errorf("decode flow record: unknown kind %d", raw[o.kind])
 	}
-	fr := FlowRecord{
+	*fr = FlowRecord{
 		Time: boot.Add(time.Duration(ne.Uint64(raw[o.ktime:]))), Kind: kind,
 		Reason: ReasonName(raw[o.reason]), Direction: DirectionName(raw[o.dir]), IfIndex: int(ne.Uint32(raw[o.ifindex:])),
 		Proto: raw[o.proto], SrcPort: binary.BigEndian.Uint16(raw[o.sport:]), DstPort: binary.BigEndian.Uint16(raw[o.dport:]),
@@ -343,11 +354,12 @@ func DecodeFlowRecord(raw []byte, boot time.Time) (FlowRecord, error) {
 	if kind == FlowDNS {
 		n := int(ne.Uint16(raw[o.payloadLen:]))
 		if flowRecordSize+n > len(raw) {
-			return FlowRecord{}, fmt.Errorf("decode flow record: dns payload of %d bytes in a %d byte record", n, len(raw))
+			*fr = FlowRecord{}
+			return fmt.Errorf("decode flow record: dns payload of %d bytes in a %d byte record", n, len(raw))
 		}
 		fr.Payload = append([]byte(nil), raw[flowRecordSize:flowRecordSize+n]...)
 	}
-	return fr, nil
+	return nil
 }
 
 // flowRecordSize is struct flow_record's size: a FLOW_DNS payload starts there.

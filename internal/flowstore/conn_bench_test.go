@@ -52,11 +52,9 @@ func (r *connReader) ReadBatch(recs []datapath.FlowRecord) (int, error) {
 		if r.i%4 == 0 {
 			r.recs = connRecords(uint16(32768 + (r.i/4)%28000)) // ephemeral client ports
 		}
-		rec, err := datapath.DecodeFlowRecord(r.recs[r.i%4], r.boot)
-		if err != nil {
+		if err := recs[n].Decode(r.recs[r.i%4], r.boot); err != nil {
 			return 0, err
 		}
-		recs[n] = rec
 		r.i++
 	}
 	return n, nil

@@ -26,7 +26,7 @@ type Origin struct {
 // Convert turns a datapath flow record into a Flow, resolving its addresses with res.
 func Convert(rec datapath.FlowRecord, o Origin, res Resolver) *flow.Flow {
 	var r flow.Record
-	recordInto(&r, rec, res)
+	recordInto(&r, &rec, res)
 	f := new(flow.Flow)
 	r.Into(f, o.Node, o.HostRouting)
 	return f
@@ -34,7 +34,7 @@ func Convert(rec datapath.FlowRecord, o Origin, res Resolver) *flow.Flow {
 
 // recordInto turns a datapath flow record into r (overwritten whole), resolving its
 // addresses with res: Feed writes straight into the store's slots.
-func recordInto(r *flow.Record, rec datapath.FlowRecord, res Resolver) {
+func recordInto(r *flow.Record, rec *datapath.FlowRecord, res Resolver) {
 	*r = flow.Record{
 		Time: rec.Time.UnixNano(), Type: flow.TypeL3L4, Direction: direction(rec.Direction),
 		Proto: rec.Proto, SrcPort: rec.SrcPort, DstPort: rec.DstPort, TCPFlags: rec.TCPFlags,

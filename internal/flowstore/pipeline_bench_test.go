@@ -64,13 +64,13 @@ func BenchmarkRecordPipeline(b *testing.B) {
 	s.AddSink(flowmetrics.New([]string{"dns", "drop", "tcp", "flow", "icmp", "port-distribution"}, flowmetrics.Options{}))
 	bt := newBatcher(s)
 	defer bt.done()
+	var rec datapath.FlowRecord
 	b.ReportAllocs()
 	for b.Loop() {
-		rec, err := datapath.DecodeFlowRecord(raw, boot)
-		if err != nil {
+		if err := rec.Decode(raw, boot); err != nil {
 			b.Fatal(err)
 		}
-		recordInto(bt.next(), rec, fakeResolver{})
+		recordInto(bt.next(), &rec, fakeResolver{})
 	}
 }
 
@@ -135,6 +135,7 @@ func benchmarkVaried(b *testing.B, batch int) {
 	s.AddSink(flowmetrics.New([]string{"dns", "drop", "tcp", "flow", "icmp", "port-distribution"}, flowmetrics.Options{}))
 	bt := newBatcher(s)
 	defer bt.done()
+	var rec datapath.FlowRecord
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -145,11 +146,10 @@ func benchmarkVaried(b *testing.B, batch int) {
 			}
 			b.StartTimer()
 		}
-		rec, err := datapath.DecodeFlowRecord(raws[i%records], boot)
-		if err != nil {
+		if err := rec.Decode(raws[i%records], boot); err != nil {
 			b.Fatal(err)
 		}
-		recordInto(bt.next(), rec, res)
+		recordInto(bt.next(), &rec, res)
 		i++
 	}
 }

@@ -69,7 +69,7 @@ func (s *Store) Feed(ctx context.Context, r RecordReader, o Origin, res Resolver
 					continue
 				}
 				rec := &dst[used]
-				recordInto(rec, recs[i], res)
+				recordInto(rec, &recs[i], res)
 				used, i = used+1, i+1
 				pending = verdicter != nil && verdicter.PolicyVerdict(rec, &verdict)
 			}
