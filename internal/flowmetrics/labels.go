@@ -39,14 +39,8 @@ var knownProtocols = []string{"TCP", "UDP", "ICMP", "SCTP"}
 // protocolOf is protocol of an IP protocol number.
 func protocolOf(p uint8) string {
 	switch p {
-	case 1:
-		return "ICMP"
-	case 6:
-		return "TCP"
-	case 17:
-		return "UDP"
-	case 132:
-		return "SCTP"
+	case 1, 6, 17, 132: // knownProtocols
+		return flow.ProtocolName(p)
 	}
 	return "other"
 }
