@@ -7,7 +7,9 @@
  *
  *   - every drop, with its reason (FLOW_DROP);
  *   - TCP packets with SYN, FIN or RST (FLOW_TCP): new connections and their
- *     state changes. Any other TCP packet costs one flags load, no map lookup;
+ *     state changes. Any other TCP packet costs one read of its header's
+ *     start (straight from the linear data, policy_l4_load), no map lookup;
+ *     a reported one takes its ports from the same read;
  *   - UDP/ICMP/other: the first packet of a flow (FLOW_NEW), then at most one
  *     summary with its packets and bytes every FLOW_SUMMARY_NS (FLOW_SUMMARY),
  *     aggregated in myelin_flow_state;
@@ -46,6 +48,7 @@
 #include "ipv4.h"
 #include "maps.h"
 #include "metrics.h"
+#include "policy_l4.h"
 #include "sock.h"
 
 /* flows_enabled is set by the agent with enable-hubble (.bss: runtime switch). */
@@ -106,11 +109,13 @@ static __always_inline int flows_from_local_socket(const struct ipv4_info *info,
 }
 
 /*
- * flows_fill sets the record's common fields and ports (ICMP: type and code);
+ * flows_fill sets the record's common fields and, unless ports_set (the
+ * caller read them with the TCP flags), its ports (ICMP: type and code);
  * r->tcp_flags is set before it.
  */
 static __always_inline void flows_fill(struct __sk_buff *skb, const struct ipv4_info *info,
-				       struct flow_record *r, __u8 kind, __u8 dir, __u8 reason)
+				       struct flow_record *r, __u8 kind, __u8 dir, __u8 reason,
+				       int ports_set)
 {
 	r->ktime = bpf_ktime_get_ns();
 	r->kind = kind;
@@ -123,7 +128,7 @@ static __always_inline void flows_fill(struct __sk_buff *skb, const struct ipv4_
 	r->daddr = info->daddr;
 	r->svc_addr = info->svc_addr;
 	r->svc_port = info->svc_port;
-	if (info->l4_off) {
+	if (info->l4_off && !ports_set) {
 		__be16 ports[2] = {};
 
 		if (bpf_skb_load_bytes(skb, info->l4_off, ports, sizeof(ports)) == 0) {
@@ -187,11 +192,12 @@ static __always_inline int flows_allow(struct __sk_buff *skb, const struct ipv4_
 
 /*
  * flows_emit writes one fixed-size record, in place in the ring (no stack
- * copy): a drop's to myelin_flow_drops, any other to myelin_flows.
+ * copy): a drop's to myelin_flow_drops, any other to myelin_flows. tcp, when
+ * set, is the TCP header's start the caller read (its ports).
  */
 static __always_inline void flows_emit(struct __sk_buff *skb, const struct ipv4_info *info,
 				       __u8 kind, __u8 dir, __u8 reason, __u8 tcp_flags,
-				       const struct flow_state *st)
+				       const struct flow_state *st, const struct policy_l4_hdr *tcp)
 {
 	void *ring = kind == FLOW_DROP ? (void *)&myelin_flow_drops : (void *)&myelin_flows;
 	__u64 size = kind == FLOW_DROP ? DROPS_RINGBUF_SIZE : FLOWS_RINGBUF_SIZE;
@@ -204,7 +210,11 @@ static __always_inline void flows_emit(struct __sk_buff *skb, const struct ipv4_
 	}
 	__builtin_memset(r, 0, sizeof(*r));
 	r->tcp_flags = tcp_flags;
-	flows_fill(skb, info, r, kind, dir, reason);
+	if (tcp) {
+		r->sport = tcp->sport;
+		r->dport = tcp->dport;
+	}
+	flows_fill(skb, info, r, kind, dir, reason, tcp != NULL);
 	if (st) {
 		r->packets = st->packets;
 		r->bytes = st->bytes;
@@ -226,7 +236,7 @@ static __always_inline void flows_dns(struct __sk_buff *skb, const struct ipv4_i
 		return;
 	}
 	__builtin_memset(d, 0, sizeof(*d)); /* no stale ring bytes past the payload */
-	flows_fill(skb, info, &d->hdr, FLOW_DNS, dir, REASON_FORWARDED);
+	flows_fill(skb, info, &d->hdr, FLOW_DNS, dir, REASON_FORWARDED, 0);
 	n = skb->len > off ? skb->len - off : 0;
 	if (n > FLOW_DNS_CAPTURE)
 		n = FLOW_DNS_CAPTURE;
@@ -265,7 +275,7 @@ static __always_inline void flows_aggregate(struct __sk_buff *skb, const struct 
 	if (!st) {
 		fresh.last = now;
 		bpf_map_update_elem(&myelin_flow_state, &k, &fresh, BPF_ANY);
-		flows_emit(skb, info, FLOW_NEW, dir, REASON_FORWARDED, 0, NULL);
+		flows_emit(skb, info, FLOW_NEW, dir, REASON_FORWARDED, 0, NULL, NULL);
 		return;
 	}
 	__sync_fetch_and_add(&st->packets, 1);
@@ -277,7 +287,7 @@ static __always_inline void flows_aggregate(struct __sk_buff *skb, const struct 
 	fresh.bytes = st->bytes;
 	st->packets = 0;
 	st->bytes = 0;
-	flows_emit(skb, info, FLOW_SUMMARY, dir, REASON_FORWARDED, 0, &fresh);
+	flows_emit(skb, info, FLOW_SUMMARY, dir, REASON_FORWARDED, 0, &fresh, NULL);
 }
 
 /* flows_tcp_flags loads the TCP flags byte; 0 when it can't. */
@@ -313,15 +323,17 @@ static __always_inline int flows_reported_dir(const struct ipv4_info *info, __u8
 static __noinline void flows_forward(struct __sk_buff *skb, const struct ipv4_info *info, __u8 dir,
 				     __u8 reason)
 {
-	__u8 flags;
+	struct policy_l4_hdr tcp;
 
 	if (!info->l4_off) /* not IPv4, or a later fragment */
 		return;
 	if (info->proto == IPPROTO_TCP) {
-		flags = flows_tcp_flags(skb, info);
-		if (!(flags & FLOW_TCP_REPORTED) || !flows_reported_dir(info, dir, reason))
+		/* Flags and ports in one read, from the linear data when they lie there. */
+		if (policy_l4_load(skb, info, &tcp, POLICY_TCP_HDR_LOAD) < 0)
 			return;
-		flows_emit(skb, info, FLOW_TCP, dir, reason, flags, NULL);
+		if (!(tcp.flags & FLOW_TCP_REPORTED) || !flows_reported_dir(info, dir, reason))
+			return;
+		flows_emit(skb, info, FLOW_TCP, dir, reason, tcp.flags, NULL, &tcp);
 		return;
 	}
 	if (!flows_reported_dir(info, dir, reason))
@@ -343,7 +355,7 @@ static __noinline void flows_drop(struct __sk_buff *skb, const struct ipv4_info 
 		return;
 	if (info->l4_off && info->proto == IPPROTO_TCP)
 		flags = flows_tcp_flags(skb, info);
-	flows_emit(skb, info, FLOW_DROP, dir, reason, flags, NULL);
+	flows_emit(skb, info, FLOW_DROP, dir, reason, flags, NULL, NULL);
 }
 
 #endif /* MYELIN_LIB_FLOWS_H */
