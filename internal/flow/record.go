@@ -93,7 +93,7 @@ func (r *Record) Into(f *Flow, node, hostRouting string) {
 		Source: r.endpoint(r.Src, r.SrcIP), Destination: r.endpoint(r.Dst, r.DstIP),
 		Protocol: ProtocolName(r.Proto), SrcPort: r.SrcPort, DstPort: r.DstPort,
 		Service: r.Service, Policies: r.Policies, Packets: r.Packets, Bytes: r.Bytes,
-		DNS: r.DNS, IsReply: r.DNS != nil && r.DNS.Response,
+		DNS: r.DNS, IsReply: r.IsReply(),
 	}
 	switch r.Proto {
 	case 1: // ICMP: type and code where the ports would be
@@ -101,7 +101,6 @@ func (r *Record) Into(f *Flow, node, hostRouting string) {
 		f.SrcPort, f.DstPort = 0, 0
 	case 6:
 		f.TCPFlags = &tcpFlagSets[r.TCPFlags&tcpFlagBits]
-		f.IsReply = r.IsReply()
 	}
 }
 
