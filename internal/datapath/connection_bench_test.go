@@ -11,14 +11,20 @@ import (
 	"github.com/myelin-net/myelin/internal/testenv"
 )
 
-// BenchmarkConnection is the kernel's run time of myelin_from_pod for every
-// segment of one TCP connection between pods A and B of the node (SYN, SYN-ACK,
-// ACK, a request, a response, both FINs, the last ACK: what a TCP_CRR transaction
-// sends), delivered with bpf_redirect_peer, with what an agent loads by default
-// and each packet-path feature on against off: flow records (drained after each
-// connection, as the agent would), and NetworkPolicy with both pods isolated both
-// ways and allowing each other (the bench's policy cases: 100 NetworkPolicies
-// select client and server). The differences are each feature's cost per
+// BenchmarkConnection is the kernel's run time of myelin's programs for every
+// segment of one TCP connection (SYN, SYN-ACK, ACK, a request, a response, both
+// FINs, the last ACK: what a TCP_CRR transaction sends), with what an agent loads
+// by default and each packet-path feature on against off: flow records (drained
+// after each connection, as the agent would), and NetworkPolicy with both pods
+// isolated both ways and allowing each other (the bench's policy cases: 100
+// NetworkPolicies select client and server). Between pods A and B of the node
+// (off, flows, policy, policy-nobudget) every segment goes through
+// myelin_from_pod, delivered with bpf_redirect_peer; cross-node-* runs what both
+// nodes of a connection between pods of two nodes run, as two connections on
+// this one: A as the client of a pod of another node (its segments through
+// myelin_from_pod to the stack, the replies through myelin_from_netdev,
+// delivered) and B as the server of one (the other way round), each segment's
+// figure the sum of both nodes'. The differences are each feature's cost per
 // connection in the programs without the lab's noise (docs/performance.md);
 // policy-nobudget is policy on a datapath loaded without the per-pod budgets (the
 // budget's test when a connection's entry is created, against none);
@@ -37,6 +43,7 @@ func BenchmarkConnection(b *testing.B) {
 		entries: map[PolicyKey][]PolicyPort{
 			egressOf(podA, idCIDR): ports, ingressOf(podBIP, idCIDR): ports,
 			egressOf(podA, idB): ports, ingressOf(podBIP, idA): ports,
+			egressOf(podA, idRemote): ports, ingressOf(podBIP, idRemote): ports,
 		},
 	}
 	r, err := d.NewFlowReader()
@@ -45,15 +52,17 @@ func BenchmarkConnection(b *testing.B) {
 	}
 	defer r.Close()
 	recs := make([]FlowRecord, 128)
-	ctxB := skbCtx{IngressIfindex: uint32(podB.IfIndex)}
 	for _, c := range []struct {
 		name   string
 		d      *Datapath
 		flows  bool
 		policy policyState
+		conns  func(d *Datapath, sport uint16) [][]segment
 	}{
-		{"off", d, false, policyState{}}, {"flows", d, true, policyState{}}, {"policy", d, false, isolated},
-		{"policy-nobudget", dNoBudget, false, isolated},
+		{"off", d, false, policyState{}, sameNodeConn}, {"flows", d, true, policyState{}, sameNodeConn},
+		{"policy", d, false, isolated, sameNodeConn}, {"policy-nobudget", dNoBudget, false, isolated, sameNodeConn},
+		{"cross-node-off", d, false, policyState{}, crossNodeConns},
+		{"cross-node-policy", d, false, isolated, crossNodeConns},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			d := c.d
@@ -71,8 +80,10 @@ func BenchmarkConnection(b *testing.B) {
 				if sport == 0 {
 					sport = 20000
 				}
-				for i, s := range connectionSegments(sport, ctxB) {
-					ns[i] += uint64(runSegment(b, d.objs.MyelinFromPod, s))
+				for _, conn := range c.conns(d, sport) {
+					for i, s := range conn {
+						ns[i] += uint64(runSegment(b, s))
+					}
 				}
 				if c.flows {
 					n, err := r.ReadBatch(recs)
@@ -98,6 +109,30 @@ func BenchmarkConnection(b *testing.B) {
 	}
 }
 
+// sameNodeConn is the connection from A:sport to B:8080, both pods of the node.
+func sameNodeConn(d *Datapath, sport uint16) [][]segment {
+	return [][]segment{connectionSegments(
+		connEnd{addr: podA, port: sport, prog: d.objs.MyelinFromPod, ctx: *ctxPodA},
+		connEnd{addr: podBIP, port: 8080, prog: d.objs.MyelinFromPod, ctx: skbCtx{IngressIfindex: uint32(podB.IfIndex)}, macs: fromPodB})}
+}
+
+// crossNodeConns are a connection's two ends on two nodes, both run here: pod A
+// the client of a pod of another node (remoteIP:8080), and pod B the server of one
+// (remoteIP:sport). A pod's segments to the other node go to the stack (the test
+// netns has no route for them); the other node's are delivered.
+func crossNodeConns(d *Datapath, sport uint16) [][]segment {
+	uplink := skbCtx{IngressIfindex: 2}
+	return [][]segment{
+		connectionSegments(
+			connEnd{addr: podA, port: sport, prog: d.objs.MyelinFromPod, ctx: *ctxPodA, toStack: true},
+			connEnd{addr: remoteIP, port: 8080, prog: d.objs.MyelinFromNetdev, ctx: uplink}),
+		connectionSegments(
+			connEnd{addr: remoteIP, port: sport, prog: d.objs.MyelinFromNetdev, ctx: uplink},
+			connEnd{addr: podBIP, port: 8080, prog: d.objs.MyelinFromPod, ctx: skbCtx{IngressIfindex: uint32(podB.IfIndex)},
+				macs: fromPodB, toStack: true}),
+	}
+}
+
 // connectionBenchDatapath loads cfg with pods A and B and an ipcache as a
 // cluster's: a /32 per pod of 1,000, and the fixtures' CIDRs.
 func connectionBenchDatapath(b *testing.B, cfg Config) *Datapath {
@@ -114,10 +149,11 @@ func connectionBenchDatapath(b *testing.B, cfg Config) *Datapath {
 	return d
 }
 
-// segment is one packet of a connection and the veth it leaves its pod on.
+// segment is one packet of a connection, the program it enters and its context.
 type segment struct {
-	in  []byte
-	ctx skbCtx
+	in   []byte
+	prog *ebpf.Program
+	ctx  skbCtx
 	// toStack: the program hands it to the stack (TC_ACT_OK), not a redirect.
 	toStack bool
 }
@@ -125,53 +161,71 @@ type segment struct {
 // segmentNames name connectionSegments' packets in the benchmark's figures.
 var segmentNames = [...]string{"syn", "synack", "ack", "request", "response", "fin-a", "fin-b", "last-ack"}
 
-// connectionSegments are the packets of one connection from A:sport to B:8080,
-// with sequence numbers that close it (its policy entry is deleted at the last ACK).
-func connectionSegments(sport uint16, ctxB skbCtx) []segment {
-	ab := ipv4(protoTCP, podA, podBIP).withSrc(podA, sport).withDst(podBIP, 8080)
-	ba := fromPodB(ipv4(protoTCP, podBIP, podA).withSrc(podBIP, 8080).withDst(podA, sport))
+// connEnd is one end of a benchmark connection: its address and port, and how its
+// packets enter the programs (the program, its context, a redirect or the stack).
+type connEnd struct {
+	addr    string
+	port    uint16
+	prog    *ebpf.Program
+	ctx     skbCtx
+	macs    func(pkt) pkt // the packet as the end's device sends it; nil: as built
+	toStack bool
+}
+
+// connectionSegments are the packets of one TCP connection from client to server
+// (client.port is the source port), with sequence numbers that close it (its
+// policy entry is deleted at the last ACK).
+func connectionSegments(client, server connEnd) []segment {
+	ab := ipv4(protoTCP, client.addr, server.addr).withSrc(client.addr, client.port).withDst(server.addr, server.port)
+	ba := ipv4(protoTCP, server.addr, client.addr).withSrc(server.addr, server.port).withDst(client.addr, client.port)
+	if client.macs != nil {
+		ab = client.macs(ab)
+	}
+	if server.macs != nil {
+		ba = server.macs(ba)
+	}
 	n := testPayloadLen
 	finA, finB := 1000+n+1, 5000+n+1
 	ps := []struct {
-		p   pkt
-		ctx skbCtx
+		p  pkt
+		by *connEnd
 	}{
-		{ab.withTCPFlags(0x02).withSeq(999, 0), *ctxPodA},
-		{ba.withTCPFlags(tcpSYNACK).withSeq(4999, 1000), ctxB},
-		{ab.withTCPFlags(tcpACK).withSeq(1000, 5000), *ctxPodA},
-		{ab.withTCPFlags(tcpACK|0x08).withSeq(1000, 5000), *ctxPodA},
-		{ba.withTCPFlags(tcpACK|0x08).withSeq(5000, 1000+n), ctxB},
-		{ab.withTCPFlags(tcpFINACK).withSeq(1000, 5000), *ctxPodA},
-		{ba.withTCPFlags(tcpFINACK).withSeq(5000, finA), ctxB},
-		{ab.withTCPFlags(tcpACK).withSeq(finA, finB), *ctxPodA},
+		{ab.withTCPFlags(0x02).withSeq(999, 0), &client},
+		{ba.withTCPFlags(tcpSYNACK).withSeq(4999, 1000), &server},
+		{ab.withTCPFlags(tcpACK).withSeq(1000, 5000), &client},
+		{ab.withTCPFlags(tcpACK|0x08).withSeq(1000, 5000), &client},
+		{ba.withTCPFlags(tcpACK|0x08).withSeq(5000, 1000+n), &server},
+		{ab.withTCPFlags(tcpFINACK).withSeq(1000, 5000), &client},
+		{ba.withTCPFlags(tcpFINACK).withSeq(5000, finA), &server},
+		{ab.withTCPFlags(tcpACK).withSeq(finA, finB), &client},
 	}
 	segs := make([]segment, len(ps))
 	for i, p := range ps {
-		segs[i] = segment{in: p.p.build(), ctx: p.ctx}
+		segs[i] = segment{in: p.p.build(), prog: p.by.prog, ctx: p.by.ctx, toStack: p.by.toStack}
 	}
 	return segs
 }
 
-// runSegment runs one segment through prog: its run time in ns; a verdict other
-// than a redirect (TC_ACT_OK for a segment toStack) fails the benchmark. Call it
-// on the benchmark's goroutine; elsewhere, use testRunSegment.
-func runSegment(b *testing.B, prog *ebpf.Program, s segment) uint32 {
-	took, err := testRunSegment(prog, s)
+// runSegment runs one segment through its program: its run time in ns; a verdict
+// other than a redirect (TC_ACT_OK for a segment toStack) fails the benchmark. Call
+// it on the benchmark's goroutine; elsewhere, use testRunSegment.
+func runSegment(b *testing.B, s segment) uint32 {
+	took, err := testRunSegment(s)
 	if err != nil {
 		b.Fatal(err)
 	}
 	return took
 }
 
-// testRunSegment runs one segment through prog: its run time in ns, or an error
-// for a failed run or a verdict other than the segment's.
-func testRunSegment(prog *ebpf.Program, s segment) (uint32, error) {
+// testRunSegment runs one segment through its program: its run time in ns, or an
+// error for a failed run or a verdict other than the segment's.
+func testRunSegment(s segment) (uint32, error) {
 	ctx, err := binary.Append(nil, binary.LittleEndian, s.ctx)
 	if err != nil {
 		return 0, err
 	}
 	out := make([]byte, len(s.in)+256)
-	ret, took, err := testRun(prog.FD(), s.in, out, ctx)
+	ret, took, err := testRun(s.prog.FD(), s.in, out, ctx)
 	want := uint32(tcActRedirect)
 	if s.toStack {
 		want = tcActOK
@@ -200,9 +254,10 @@ func BenchmarkPolicyDatagram(b *testing.B) {
 		flags:   map[string]PolicyFlags{podA: PolicyIngress | PolicyEgress, podBIP: PolicyIngress | PolicyEgress},
 		entries: map[PolicyKey][]PolicyPort{egressOf(podA, idB): dns, ingressOf(podBIP, idA): dns},
 	}
-	query := segment{in: ipv4(protoUDP, podA, podBIP).withSrc(podA, 5353).withDst(podBIP, 53).build(), ctx: *ctxPodA}
+	query := segment{in: ipv4(protoUDP, podA, podBIP).withSrc(podA, 5353).withDst(podBIP, 53).build(),
+		prog: d.objs.MyelinFromPod, ctx: *ctxPodA}
 	answer := segment{in: fromPodB(ipv4(protoUDP, podBIP, podA).withSrc(podBIP, 53).withDst(podA, 5353)).build(),
-		ctx: skbCtx{IngressIfindex: uint32(podB.IfIndex)}}
+		prog: d.objs.MyelinFromPod, ctx: skbCtx{IngressIfindex: uint32(podB.IfIndex)}}
 	for _, c := range []struct {
 		name   string
 		policy policyState
@@ -213,8 +268,8 @@ func BenchmarkPolicyDatagram(b *testing.B) {
 			}
 			var q, a uint64
 			for b.Loop() {
-				q += uint64(runSegment(b, d.objs.MyelinFromPod, query))
-				a += uint64(runSegment(b, d.objs.MyelinFromPod, answer))
+				q += uint64(runSegment(b, query))
+				a += uint64(runSegment(b, answer))
 			}
 			b.ReportMetric(float64(q)/float64(b.N), "ns/query")
 			b.ReportMetric(float64(a)/float64(b.N), "ns/answer")

@@ -43,10 +43,10 @@ func BenchmarkProgramRun(b *testing.B) {
 		{"from-netdev-host", d.objs.MyelinFromNetdev, ipv4(protoTCP, remoteIP, nodeIP).withDst(nodeIP, 10250), skbCtx{}, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			s := segment{in: c.in.withTCPFlags(tcpACK).build(), ctx: c.ctx, toStack: c.toStack}
+			s := segment{in: c.in.withTCPFlags(tcpACK).build(), prog: c.prog, ctx: c.ctx, toStack: c.toStack}
 			var ns uint64
 			for b.Loop() {
-				ns += uint64(runSegment(b, c.prog, s))
+				ns += uint64(runSegment(b, s))
 			}
 			b.ReportMetric(float64(ns)/float64(b.N), "ns/packet")
 		})
@@ -72,12 +72,12 @@ func benchFIBForward(b *testing.B, d *Datapath) {
 		b.Error(err)
 		return
 	}
-	s := segment{in: ipv4(protoTCP, podA, "10.200.0.5").withTCPFlags(tcpACK).build(),
+	s := segment{in: ipv4(protoTCP, podA, "10.200.0.5").withTCPFlags(tcpACK).build(), prog: d.objs.MyelinFromPod,
 		ctx: skbCtx{IngressIfindex: uint32(lab.in), Ifindex: uint32(lab.in)}}
 	var ns uint64
 	for b.Loop() {
 		// Not runSegment: this is inNetns's goroutine, where b.Fatal may not be called.
-		took, err := testRunSegment(d.objs.MyelinFromPod, s)
+		took, err := testRunSegment(s)
 		if err != nil {
 			b.Error(err)
 			return
