@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/myelin-net/myelin/internal/nodelayout"
 	"github.com/myelin-net/myelin/internal/statefile"
@@ -31,8 +32,18 @@ func installCNI(cfg Config) error {
 	if err := os.MkdirAll(cfg.CNIConfDir, 0o755); err != nil {
 		return err
 	}
+	// A crash mid-write (an earlier start's) left its temporary file: runtimes ignore
+	// it, but it would stay for good. Others' files live here too: only ours go.
+	if err := statefile.RemoveOwnTemporaryOlder(cfg.CNIConfDir, cniConfTempAge); err != nil {
+		return err
+	}
 	return statefile.Write(filepath.Join(cfg.CNIConfDir, nodelayout.CNIConfFile), b, 0o644)
 }
+
+// cniConfTempAge is the age past which a temporary file of ours in the CNI conf dir is
+// an interrupted write's: another agent of the node (an upgrade's overlap) may be
+// writing the conflist right now, for milliseconds.
+const cniConfTempAge = time.Minute
 
 // PortmapPlugin is the name the upstream portmap plugin is installed under in the CNI
 // bin dir: a name of our own, so a portmap another CNI installed is neither replaced nor

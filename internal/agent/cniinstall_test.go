@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -101,5 +102,36 @@ func TestInstallCNIChainsPortmap(t *testing.T) {
 	missing := Config{CNIBinDir: t.TempDir(), CNIPluginSource: plugin, PortmapSource: filepath.Join(src, "nope")}
 	if err := InstallPlugin(missing); err == nil || !strings.Contains(err.Error(), "nope") {
 		t.Errorf("InstallPlugin with a missing portmap: %v, want an error naming it", err)
+	}
+}
+
+// installCNI removes the temporary file an earlier start's interrupted conflist write
+// left in the CNI conf dir once it is older than cniConfTempAge, and nothing of other
+// tools' there (their *.tmp files, conflists).
+func TestInstallCNIRemovesItsOldTemporaryFile(t *testing.T) {
+	src := t.TempDir()
+	plugin := filepath.Join(src, "myelin-cni")
+	if err := os.WriteFile(plugin, []byte("#!/bin/true\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{CNIBinDir: t.TempDir(), CNIConfDir: t.TempDir(), StateDir: "/run/myelin", CNIPluginSource: plugin}
+	ours, others := filepath.Join(cfg.CNIConfDir, ".tmp-0123456789abcdef"), filepath.Join(cfg.CNIConfDir, "10-other.conflist.tmp")
+	old := time.Now().Add(-2 * cniConfTempAge)
+	for _, f := range []string{ours, others} {
+		if err := os.WriteFile(f, []byte("{"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(f, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := installCNI(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(ours); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the interrupted write's %s is still there (stat: %v)", ours, err)
+	}
+	if _, err := os.Stat(others); err != nil {
+		t.Errorf("another tool's %s was removed: %v", others, err)
 	}
 }

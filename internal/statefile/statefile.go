@@ -90,6 +90,32 @@ func RemoveTemporary(dir string) error { return RemoveTemporaryOlder(dir, 0) }
 // removes only temporary files last modified more than age ago, which no Write (a few
 // milliseconds) is still using.
 func RemoveTemporaryOlder(dir string, age time.Duration) error {
+	return removeTemporary(dir, age, func(name string) bool {
+		return strings.HasPrefix(name, tempPrefix) || filepath.Ext(name) == ".tmp"
+	})
+}
+
+// RemoveOwnTemporaryOlder is RemoveTemporaryOlder for a dir other programs keep files
+// in (the node's CNI configuration dir): it removes only files named as this
+// version's Write names its own (tempPrefix and 16 hex digits), never another tool's
+// *.tmp.
+func RemoveOwnTemporaryOlder(dir string, age time.Duration) error {
+	return removeTemporary(dir, age, isOwnTemporary)
+}
+
+// isOwnTemporary says whether name is one writeTemp makes.
+func isOwnTemporary(name string) bool {
+	digits, ok := strings.CutPrefix(name, tempPrefix)
+	if !ok || len(digits) != 16 {
+		return false
+	}
+	_, err := hex.DecodeString(digits)
+	return err == nil && strings.ToLower(digits) == digits
+}
+
+// removeTemporary removes the regular files in dir whose names match and that were
+// last modified more than age ago (0: any).
+func removeTemporary(dir string, age time.Duration, match func(name string) bool) error {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -100,7 +126,7 @@ func RemoveTemporaryOlder(dir string, age time.Duration) error {
 	var errs []error
 	for _, e := range entries {
 		name := e.Name()
-		if !e.Type().IsRegular() || !strings.HasPrefix(name, tempPrefix) && filepath.Ext(name) != ".tmp" {
+		if !e.Type().IsRegular() || !match(name) {
 			continue
 		}
 		if age > 0 {

@@ -255,3 +255,36 @@ func TestRemoveTemporaryOlder(t *testing.T) {
 		t.Errorf("the fresh %s, which a Write may be using, was removed: %v", fresh, err)
 	}
 }
+
+// RemoveOwnTemporaryOlder, for a directory other tools write in too, removes only
+// Write's own old temporary files: not another tool's *.tmp or .tmp-something, not
+// a fresh one of its own.
+func TestRemoveOwnTemporaryOlder(t *testing.T) {
+	dir := t.TempDir()
+	names := []string{".tmp-00000000000000aa", ".tmp-00000000000000bb", "10-other.conflist.tmp",
+		".tmp-other", ".tmp-00000000000000AA", ".tmp-00000000000000aa0", "10-myelin.conflist"}
+	long := time.Now().Add(-time.Hour)
+	for i, name := range names {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if i != 1 { // .tmp-…bb stays fresh
+			if err := os.Chtimes(p, long, long); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := RemoveOwnTemporaryOlder(dir, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	want := ".tmp-00000000000000AA .tmp-00000000000000aa0 .tmp-00000000000000bb .tmp-other 10-myelin.conflist 10-other.conflist.tmp"
+	if strings.Join(left, " ") != want {
+		t.Errorf("after RemoveOwnTemporaryOlder %s holds %v, want %s", dir, left, want)
+	}
+}
