@@ -157,15 +157,22 @@ func syncDir(dir string) error {
 // PrivateDir makes dir (0700, parents too) for state files and refuses one that
 // someone else could plant files in, as OutDir does, and one that is a symlink: root
 // writing there would write where it points. It refuses dir's parent too where someone
-// else could swap dir for a symlink (checkParent).
+// else could swap dir for a symlink (checkParent), and every directory above it
+// (checkAncestors).
 func PrivateDir(dir string) error {
 	if err := checkParent(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := checkAncestors(dir); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create state directory %s: %w", dir, err)
 	}
 	if err := checkParent(dir); err != nil {
+		return err
+	}
+	if err := checkAncestors(dir); err != nil {
 		return err
 	}
 	st, err := os.Lstat(dir)
@@ -211,6 +218,66 @@ func checkParent(dir string) error {
 	if st.Mode().Perm()&0o022 != 0 && st.Mode()&os.ModeSticky == 0 {
 		return fmt.Errorf("state directory %s: its parent %s is writable by others (mode %v) without the sticky bit, so anyone could replace it with a symlink: %s",
 			dir, parent, st.Mode().Perm(), fix)
+	}
+	return nil
+}
+
+// checkAncestors refuses, as checkParent does its parent, the directories above the
+// state directory dir's parent, up to the root, on the path as given and as its
+// symlinks resolve: whoever can write one of them can rename the entry below it away
+// and put a symlink (or a directory of their own) in its place. A directory of a user
+// other than root and the caller is refused, and one writable by others unless it has
+// the sticky bit and the entry below it belongs to root or the caller (/tmp/x of
+// root's). Symlinks on the way are followed, so /var/run -> /run is checked as /run;
+// a directory not there yet is skipped (PrivateDir checks again once it made them).
+func checkAncestors(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("state directory %s: %w", dir, err)
+	}
+	paths := []string{filepath.Dir(abs)}
+	if real, err := filepath.EvalSymlinks(paths[0]); err == nil && real != paths[0] {
+		paths = append(paths, real)
+	}
+	for _, p := range paths {
+		for below, a := p, filepath.Dir(p); below != a; below, a = a, filepath.Dir(a) {
+			if err := checkAncestor(dir, a, below); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkAncestor checks directory a above the state directory dir, which holds below.
+func checkAncestor(dir, a, below string) error {
+	const fix = "keep the state directory under directories only root can write"
+	st, err := os.Stat(a)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("state directory %s: %s above it: %w", dir, a, err)
+	}
+	if owner, ok := fileOwner(st); ok && owner != 0 && owner != os.Geteuid() {
+		return fmt.Errorf("state directory %s: %s above it belongs to uid %d, who could replace %s with a symlink: %s", dir, a, owner, below, fix)
+	}
+	if st.Mode().Perm()&0o022 == 0 {
+		return nil
+	}
+	if st.Mode()&os.ModeSticky == 0 {
+		return fmt.Errorf("state directory %s: %s above it is writable by others (mode %v) without the sticky bit, so anyone could replace %s with a symlink: %s",
+			dir, a, st.Mode().Perm(), below, fix)
+	}
+	bst, err := os.Lstat(below)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("state directory %s: %w", dir, err)
+	}
+	if owner, ok := fileOwner(bst); ok && owner != 0 && owner != os.Geteuid() {
+		return fmt.Errorf("state directory %s: %s in the sticky, world-writable %s belongs to uid %d, who could replace it with a symlink: %s", dir, below, a, owner, fix)
 	}
 	return nil
 }

@@ -192,6 +192,68 @@ func TestPrivateDirParent(t *testing.T) {
 	}
 }
 
+// The directories above a state directory's parent are held to what its parent is:
+// one writable by others without the sticky bit is refused, naming it, also when the
+// path reaches it through a symlink; with the sticky bit, and the entry below it the
+// caller's, it is fine.
+func TestPrivateDirAncestors(t *testing.T) {
+	base := t.TempDir()
+	open := filepath.Join(base, "open")
+	if err := os.MkdirAll(filepath.Join(open, "safe"), 0o755); err != nil || os.Chmod(open, 0o777) != nil {
+		t.Fatal(err)
+	}
+	deep := filepath.Join(open, "safe", "state", "cni-deleted")
+	if err := PrivateDir(deep); err == nil || !strings.Contains(err.Error(), open+" above it is writable by others") {
+		t.Errorf("PrivateDir two levels under a 0777 directory: %v, want it refused naming %s", err, open)
+	}
+	if _, err := os.Stat(filepath.Join(open, "safe", "state")); !os.IsNotExist(err) {
+		t.Errorf("PrivateDir made directories under the 0777 %s before refusing it (stat: %v)", open, err)
+	}
+	// Through a link in a safe directory: checked where it leads.
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(filepath.Join(open, "safe"), link); err != nil {
+		t.Fatal(err)
+	}
+	if err := PrivateDir(filepath.Join(link, "state", "cni-deleted")); err == nil || !strings.Contains(err.Error(), open+" above it") {
+		t.Errorf("PrivateDir through a symlink into the 0777 %s: %v, want it refused naming it", open, err)
+	}
+	if err := os.Chmod(open, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	if err := PrivateDir(deep); err != nil {
+		t.Errorf("PrivateDir under a sticky 1777 directory, the entry in it the caller's: %v", err)
+	}
+}
+
+// As root: a directory above a state directory's parent that belongs to another user
+// (but root) is refused, and so is another user's entry (a symlink) in a sticky
+// world-writable one.
+func TestPrivilegedPrivateDirAncestorsOfAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chown takes root")
+	}
+	theirs := filepath.Join(t.TempDir(), "theirs")
+	if err := os.MkdirAll(filepath.Join(theirs, "mine"), 0o755); err != nil || os.Chown(theirs, 65534, 65534) != nil {
+		t.Fatal(err)
+	}
+	if err := PrivateDir(filepath.Join(theirs, "mine", "state", "cni-deleted")); err == nil || !strings.Contains(err.Error(), theirs+" above it belongs to uid 65534") {
+		t.Errorf("PrivateDir two levels under a directory of uid 65534: %v, want it refused naming it", err)
+	}
+	tmp := filepath.Join(t.TempDir(), "tmp")
+	if err := os.Mkdir(tmp, 0o755); err != nil || os.Chmod(tmp, 0o777|os.ModeSticky) != nil {
+		t.Fatal(err)
+	}
+	// A symlink another user planted there, to a directory of root's: it is theirs to
+	// point elsewhere.
+	planted := filepath.Join(tmp, "planted")
+	if err := os.Symlink(t.TempDir(), planted); err != nil || os.Lchown(planted, 65534, 65534) != nil {
+		t.Fatal(err)
+	}
+	if err := PrivateDir(filepath.Join(planted, "state", "cni-deleted")); err == nil || !strings.Contains(err.Error(), planted+" in the sticky") {
+		t.Errorf("PrivateDir through uid 65534's symlink in a sticky 1777 directory: %v, want it refused naming it", err)
+	}
+}
+
 // As root: a state directory's parent of another user (but root) is refused.
 func TestPrivilegedPrivateDirParentOfAnotherUser(t *testing.T) {
 	if os.Geteuid() != 0 {
