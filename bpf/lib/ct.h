@@ -176,7 +176,9 @@ static __always_inline int ct_from_backend_port(__be16 port)
  * that held it towards another destination (the frontend) is gone. Left in
  * place it would turn this connection's replies into packets from the
  * frontend, which the client's socket refuses. The common case costs one
- * byte read (the TCP flags); a SYN pays a bit test (a reverse entry's
+ * read of the header's start, straight from the linear data (l4_load_head:
+ * a helper call each for the flags and the ports cost ~20 ns a packet more,
+ * BenchmarkProgramRun); a SYN pays a bit test (a reverse entry's
  * source port is its backend's, marked in myelin_lb_ports before the
  * backend is written), a SYN to a port some backend uses a lookup, and a
  * map delete only when there is such an entry: a delete takes the bucket's
@@ -192,8 +194,7 @@ static __always_inline int ct_from_backend_port(__be16 port)
 static __always_inline void ct_forget_stale_reply(struct __sk_buff *skb,
 						  const struct ipv4_info *info)
 {
-	__u8 flags;
-	__be16 ports[2];
+	struct l4_head h = {};
 	struct ct_key rev = {.saddr = info->daddr,
 			     .daddr = info->saddr,
 			     .proto = IPPROTO_TCP,
@@ -201,16 +202,14 @@ static __always_inline void ct_forget_stale_reply(struct __sk_buff *skb,
 
 	if (info->proto != IPPROTO_TCP || !info->l4_off)
 		return;
-	if (bpf_skb_load_bytes(skb, info->l4_off + TCP_FLAGS_OFF, &flags, sizeof(flags)) < 0)
+	if (l4_load_head(skb, info, &h, L4_TCP_HEAD_LOAD) < 0)
 		return;
-	if ((flags & (TCP_FLAGS_SYN | TCP_FLAGS_ACK)) != TCP_FLAGS_SYN)
+	if ((h.flags & (TCP_FLAGS_SYN | TCP_FLAGS_ACK)) != TCP_FLAGS_SYN)
 		return;
-	if (bpf_skb_load_bytes(skb, info->l4_off, ports, sizeof(ports)) < 0)
+	if (!ct_from_backend_port(h.dport))
 		return;
-	if (!ct_from_backend_port(ports[1]))
-		return;
-	rev.sport = ports[1];
-	rev.dport = ports[0];
+	rev.sport = h.dport;
+	rev.dport = h.sport;
 	if (bpf_map_lookup_elem(&myelin_lb_ct, &rev))
 		bpf_map_delete_elem(&myelin_lb_ct, &rev);
 }
@@ -329,7 +328,8 @@ static __always_inline int ct_icmp_reply(void *map, struct __sk_buff *skb, struc
  * ct_reply_to_pod is ct_reply_xlate for a packet about to enter a pod, only
  * with load balancing on: a conntrack lookup for a TCP or UDP packet from a
  * port a backend may use (ct_from_backend_port; other whole datagrams cost
- * a bit test), for every fragment of a fragmented one. ICMP errors about
+ * a read of the source port from the linear data and a bit test, the header
+ * parsed only for a marked port), for every fragment of a fragmented one. ICMP errors about
  * service flows are translated too (ct_icmp_reply), and later fragments
  * follow their first (frag.h). Returns 0 or a DROP_* reason.
  */
@@ -346,10 +346,17 @@ static __always_inline int ct_reply_to_pod(struct __sk_buff *skb, struct ipv4_in
 		return frag_follow(skb, info, FRAG_STAGE_TO_POD, &route, &hit);
 	if (info->proto == IPPROTO_ICMP)
 		return ct_icmp_reply(&myelin_lb_ct, skb, info, &flags);
-	if (ct_l4_parse(skb, info, &l4) < 0)
+	if (info->proto != IPPROTO_TCP && info->proto != IPPROTO_UDP)
 		return 0;
 	/* A first fragment goes on: its note clears a stale one (frag_note). */
-	if (!info->frag && !ct_from_backend_port(l4.sport))
+	if (!info->frag) {
+		struct l4_head h = {};
+
+		if (!info->l4_off || l4_load_head(skb, info, &h, 4) < 0 ||
+		    !ct_from_backend_port(h.sport))
+			return 0;
+	}
+	if (ct_l4_parse(skb, info, &l4) < 0)
 		return 0;
 	reason = ct_reply_xlate(&myelin_lb_ct, skb, info, &l4, &flags);
 	if (!reason)

@@ -8,7 +8,7 @@
  *   - every drop, with its reason (FLOW_DROP);
  *   - TCP packets with SYN, FIN or RST (FLOW_TCP): new connections and their
  *     state changes. Any other TCP packet costs one read of its header's
- *     start (straight from the linear data, policy_l4_load), no map lookup;
+ *     start (straight from the linear data, l4_load_head), no map lookup;
  *     a reported one takes its ports from the same read;
  *   - UDP/ICMP/other: the first packet of a flow (FLOW_NEW), then at most one
  *     summary with its packets and bytes every FLOW_SUMMARY_NS (FLOW_SUMMARY),
@@ -197,7 +197,7 @@ static __always_inline int flows_allow(struct __sk_buff *skb, const struct ipv4_
  */
 static __always_inline void flows_emit(struct __sk_buff *skb, const struct ipv4_info *info,
 				       __u8 kind, __u8 dir, __u8 reason, __u8 tcp_flags,
-				       const struct flow_state *st, const struct policy_l4_hdr *tcp)
+				       const struct flow_state *st, const struct l4_head *tcp)
 {
 	void *ring = kind == FLOW_DROP ? (void *)&myelin_flow_drops : (void *)&myelin_flows;
 	__u64 size = kind == FLOW_DROP ? DROPS_RINGBUF_SIZE : FLOWS_RINGBUF_SIZE;
@@ -323,13 +323,13 @@ static __always_inline int flows_reported_dir(const struct ipv4_info *info, __u8
 static __noinline void flows_forward(struct __sk_buff *skb, const struct ipv4_info *info, __u8 dir,
 				     __u8 reason)
 {
-	struct policy_l4_hdr tcp;
+	struct l4_head tcp;
 
 	if (!info->l4_off) /* not IPv4, or a later fragment */
 		return;
 	if (info->proto == IPPROTO_TCP) {
 		/* Flags and ports in one read, from the linear data when they lie there. */
-		if (policy_l4_load(skb, info, &tcp, POLICY_TCP_HDR_LOAD) < 0)
+		if (l4_load_head(skb, info, &tcp, L4_TCP_HEAD_LOAD) < 0)
 			return;
 		if (!(tcp.flags & FLOW_TCP_REPORTED) || !flows_reported_dir(info, dir, reason))
 			return;

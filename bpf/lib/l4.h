@@ -61,6 +61,52 @@ struct l4_info {
 	__u8 pseudo_hdr;  /* the L4 checksum covers the IPv4 addresses (TCP, UDP) */
 };
 
+/* l4_head is the start of a TCP header up to its flags (UDP and SCTP: the ports). */
+struct l4_head {
+	__be16 sport;
+	__be16 dport;
+	__be32 seq;
+	__be32 ack;
+	__u8 doff; /* data offset in 4-byte words, upper nibble */
+	__u8 flags;
+};
+
+#define L4_TCP_HEAD_LOAD (TCP_FLAGS_OFF + 1) /* bytes of l4_head a TCP packet loads */
+#define L4_OFF_MAX	 (ETH_HLEN + 60)     /* the farthest an L4 header starts (IHL 15) */
+
+/*
+ * l4_load_head copies the first n bytes of the L4 header at info->l4_off
+ * into h: straight from the packet when they lie in its linear data (the
+ * usual case: no helper call), else through bpf_skb_load_bytes. Returns 0,
+ * or a negative value when the packet is too short.
+ */
+static __always_inline int l4_load_head(struct __sk_buff *skb, const struct ipv4_info *info,
+					struct l4_head *h, __u32 n)
+{
+	/* Fresh (volatile) reads: reusing an earlier load of skb->data, clang may
+	 * zero-extend it with a 32-bit move, after which the verifier sees a
+	 * number instead of a packet pointer (it did after a decapsulation). */
+	void *data_end = (void *)(long)*(volatile __u32 *)&skb->data_end;
+	__u32 off = info->l4_off;
+	__u8 *p;
+
+	if (off <= L4_OFF_MAX) {
+		p = (void *)(long)*(volatile __u32 *)&skb->data + off;
+		if ((void *)(p + L4_TCP_HEAD_LOAD) <= data_end) {
+			const struct l4_head *ph = (const void *)p;
+
+			h->sport = ph->sport;
+			h->dport = ph->dport;
+			h->seq = ph->seq;
+			h->ack = ph->ack;
+			h->doff = ph->doff;
+			h->flags = ph->flags;
+			return 0;
+		}
+	}
+	return bpf_skb_load_bytes(skb, off, h, n);
+}
+
 /*
  * l4_parse reads the TCP, UDP or ICMP header at info->l4_off into l4.
  * Returns 0, or -1 for other protocols, later fragments and headers cut

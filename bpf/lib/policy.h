@@ -240,7 +240,7 @@ static __always_inline int policy_egress_begin(struct __sk_buff *skb, const stru
 					       const struct endpoint_info *ep,
 					       struct policy_tuple *t)
 {
-	struct policy_l4_hdr h = {};
+	struct l4_head h = {};
 
 	t->flags = policy_ep_flags(ep, info->saddr);
 	if (!(t->flags & POLICY_F_ISOLATED))
@@ -248,7 +248,7 @@ static __always_inline int policy_egress_begin(struct __sk_buff *skb, const stru
 	t->saddr = info->saddr;
 	if (info->l4_off && (info->proto == IPPROTO_TCP || info->proto == IPPROTO_UDP ||
 			     info->proto == IPPROTO_SCTP))
-		policy_l4_load(skb, info, &h, 4);
+		l4_load_head(skb, info, &h, 4);
 	t->sport = h.sport;
 	t->daddr = info->daddr;
 	t->dport = h.dport;

@@ -34,19 +34,6 @@ struct policy_tuple {
 	__u32 fin_end;	/* TCP FIN: the acknowledgment number that covers it (host order) */
 };
 
-/* policy_l4_hdr is the start of a TCP header up to its flags (UDP and SCTP: the ports). */
-struct policy_l4_hdr {
-	__be16 sport;
-	__be16 dport;
-	__be32 seq;
-	__be32 ack;
-	__u8 doff; /* data offset in 4-byte words, upper nibble */
-	__u8 flags;
-};
-
-#define POLICY_TCP_HDR_LOAD (TCP_FLAGS_OFF + 1) /* bytes of policy_l4_hdr a TCP packet loads */
-#define POLICY_L4_OFF_MAX   (ETH_HLEN + 60)	/* the farthest an L4 header starts (IHL 15) */
-
 /*
  * policy_fin_end is the acknowledgment number that covers the FIN of TCP
  * header h: its sequence number plus its payload (by the IPv4 total length,
@@ -54,7 +41,7 @@ struct policy_l4_hdr {
  * whose total length is 0) plus one for the FIN.
  */
 static __always_inline __u32 policy_fin_end(struct __sk_buff *skb, const struct ipv4_info *info,
-					    const struct policy_l4_hdr *h)
+					    const struct l4_head *h)
 {
 	__be16 tot_len = 0;
 	__u32 payload, len;
@@ -68,39 +55,6 @@ static __always_inline __u32 policy_fin_end(struct __sk_buff *skb, const struct 
 }
 
 /*
- * policy_l4_load copies the first n bytes of the L4 header at info->l4_off
- * into h: straight from the packet when they lie in its linear data (the
- * usual case: no helper call), else through bpf_skb_load_bytes. Returns 0,
- * or a negative value when the packet is too short.
- */
-static __always_inline int policy_l4_load(struct __sk_buff *skb, const struct ipv4_info *info,
-					  struct policy_l4_hdr *h, __u32 n)
-{
-	/* Fresh (volatile) reads: reusing an earlier load of skb->data, clang may
-	 * zero-extend it with a 32-bit move, after which the verifier sees a
-	 * number instead of a packet pointer (it did after a decapsulation). */
-	void *data_end = (void *)(long)*(volatile __u32 *)&skb->data_end;
-	__u32 off = info->l4_off;
-	__u8 *p;
-
-	if (off <= POLICY_L4_OFF_MAX) {
-		p = (void *)(long)*(volatile __u32 *)&skb->data + off;
-		if ((void *)(p + POLICY_TCP_HDR_LOAD) <= data_end) {
-			const struct policy_l4_hdr *ph = (const void *)p;
-
-			h->sport = ph->sport;
-			h->dport = ph->dport;
-			h->seq = ph->seq;
-			h->ack = ph->ack;
-			h->doff = ph->doff;
-			h->flags = ph->flags;
-			return 0;
-		}
-	}
-	return bpf_skb_load_bytes(skb, off, h, n);
-}
-
-/*
  * policy_l4 reads the ports of TCP, UDP and SCTP and whether a TCP packet
  * is a SYN without ACK (opens a connection), in one load, with the TCP
  * flags and acknowledgment number the close tracking needs (and, for a FIN,
@@ -110,12 +64,12 @@ static __always_inline int policy_l4_load(struct __sk_buff *skb, const struct ip
 static __always_inline void policy_l4(struct __sk_buff *skb, const struct ipv4_info *info,
 				      struct policy_tuple *t)
 {
-	struct policy_l4_hdr h = {};
+	struct l4_head h = {};
 
 	if (!info->l4_off)
 		return;
 	if (info->proto == IPPROTO_TCP) {
-		if (policy_l4_load(skb, info, &h, POLICY_TCP_HDR_LOAD) < 0)
+		if (l4_load_head(skb, info, &h, L4_TCP_HEAD_LOAD) < 0)
 			return;
 		t->syn = (h.flags & (TCP_FLAGS_SYN | TCP_FLAGS_ACK)) == TCP_FLAGS_SYN;
 		t->tcp_flags = h.flags;
@@ -123,7 +77,7 @@ static __always_inline void policy_l4(struct __sk_buff *skb, const struct ipv4_i
 		if (h.flags & POLICY_TCP_FIN)
 			t->fin_end = policy_fin_end(skb, info, &h);
 	} else if (info->proto == IPPROTO_UDP || info->proto == IPPROTO_SCTP) {
-		if (policy_l4_load(skb, info, &h, 4) < 0)
+		if (l4_load_head(skb, info, &h, 4) < 0)
 			return;
 	}
 	t->sport = h.sport;
