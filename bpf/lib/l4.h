@@ -2,10 +2,13 @@
 /*
  * L4 header access for address translation: the ports of TCP and UDP, the
  * type and id of ICMP, and rewrites of addresses and ports that keep the IPv4
- * and L4 checksums right. Everything goes through bpf_skb_load_bytes and
+ * and L4 checksums right. These go through bpf_skb_load_bytes and
  * bpf_skb_store_bytes: the L4 offset depends on the IPv4 options, and helper
  * copies need no packet pointers, so nothing here goes stale after the
- * checksum helpers (which invalidate every packet pointer).
+ * checksum helpers (which invalidate every packet pointer). The one direct
+ * read, l4_load_head, is for the tests most packets pay (NetworkPolicy,
+ * flows, a Service reply's port bit): it copies a header's start out of the
+ * linear data into the caller's struct, so no packet pointer outlives it.
  */
 #ifndef MYELIN_LIB_L4_H
 #define MYELIN_LIB_L4_H
