@@ -46,20 +46,19 @@
 
 #include "config.h"
 #include "ipv4.h"
+#include "l4.h"
 #include "maps.h"
 #include "metrics.h"
-#include "policy_l4.h"
 #include "sock.h"
 
 /* flows_enabled is set by the agent with enable-hubble (.bss: runtime switch). */
 volatile __u32 flows_enabled = 0;
 
-#define FLOW_SUMMARY_NS	   (30ULL * 1000 * 1000 * 1000)
-#define FLOW_TCP_FLAGS_OFF 13
-#define FLOW_TCP_REPORTED  0x07 /* FIN, SYN, RST */
-#define FLOW_TCP_SYNACK	   0x12
-#define FLOW_DNS_PORT	   bpf_htons(53)
-#define FLOW_UDP_HLEN	   8
+#define FLOW_SUMMARY_NS	  (30ULL * 1000 * 1000 * 1000)
+#define FLOW_TCP_REPORTED 0x07 /* FIN, SYN, RST */
+#define FLOW_TCP_SYNACK	  0x12
+#define FLOW_DNS_PORT	  bpf_htons(53)
+#define FLOW_UDP_HLEN	  8
 
 #define FLOW_LIMIT_WINDOW_SHIFT 30 /* 1.07 s */
 #define FLOW_DNS_BUDGET		128
@@ -290,16 +289,6 @@ static __always_inline void flows_aggregate(struct __sk_buff *skb, const struct 
 	flows_emit(skb, info, FLOW_SUMMARY, dir, REASON_FORWARDED, 0, &fresh, NULL);
 }
 
-/* flows_tcp_flags loads the TCP flags byte; 0 when it can't. */
-static __always_inline __u8 flows_tcp_flags(struct __sk_buff *skb, const struct ipv4_info *info)
-{
-	__u8 flags = 0;
-
-	if (bpf_skb_load_bytes(skb, info->l4_off + FLOW_TCP_FLAGS_OFF, &flags, 1) < 0)
-		return 0;
-	return flags;
-}
-
 /*
  * flows_reported_dir: packets leaving or entering a pod; from the uplink or
  * the overlay only those BPF forwards to a local pod (the rest is the node's
@@ -349,13 +338,17 @@ static __noinline void flows_forward(struct __sk_buff *skb, const struct ipv4_in
 static __noinline void flows_drop(struct __sk_buff *skb, const struct ipv4_info *info, __u8 dir,
 				  __u8 reason)
 {
-	__u8 flags = 0;
+	struct l4_head tcp;
 
 	if (!flows_allow(skb, info, FLOW_DROP, dir, reason, FLOW_DROP_BUDGET))
 		return;
-	if (info->l4_off && info->proto == IPPROTO_TCP)
-		flags = flows_tcp_flags(skb, info);
-	flows_emit(skb, info, FLOW_DROP, dir, reason, flags, NULL, NULL);
+	/* A TCP header cut short: no flags, and flows_fill reads what ports it can. */
+	if (info->l4_off && info->proto == IPPROTO_TCP &&
+	    l4_load_head(skb, info, &tcp, L4_TCP_HEAD_LOAD) == 0) {
+		flows_emit(skb, info, FLOW_DROP, dir, reason, tcp.flags, NULL, &tcp);
+		return;
+	}
+	flows_emit(skb, info, FLOW_DROP, dir, reason, 0, NULL, NULL);
 }
 
 #endif /* MYELIN_LIB_FLOWS_H */
