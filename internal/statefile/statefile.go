@@ -212,14 +212,25 @@ func checkParent(dir string) error {
 	if !st.IsDir() {
 		return fmt.Errorf("state directory %s: its parent %s is a %v, not a directory: %s", dir, parent, st.Mode().Type(), fix)
 	}
-	if owner, ok := fileOwner(st); ok && owner != 0 && owner != os.Geteuid() {
-		return fmt.Errorf("state directory %s: its parent %s belongs to uid %d, who could replace it with a symlink: %s", dir, parent, owner, fix)
-	}
-	if st.Mode().Perm()&0o022 != 0 && st.Mode()&os.ModeSticky == 0 {
-		return fmt.Errorf("state directory %s: its parent %s is writable by others (mode %v) without the sticky bit, so anyone could replace it with a symlink: %s",
-			dir, parent, st.Mode().Perm(), fix)
+	if who := othersReplace(st); who != "" {
+		return fmt.Errorf("state directory %s: its parent %s %s could replace it with a symlink: %s", dir, parent, who, fix)
 	}
 	return nil
+}
+
+// othersReplace says who besides root and the caller could replace the entries of
+// directory st (rename one away and put a symlink in its place): its owner when that
+// is another user ("belongs to uid N, who"), anyone when others may write it without
+// the sticky bit ("is writable by others (mode M) without the sticky bit, so
+// anyone"); "" for nobody. With the sticky bit, only an entry's own owner can.
+func othersReplace(st os.FileInfo) string {
+	if owner, ok := fileOwner(st); ok && owner != 0 && owner != os.Geteuid() {
+		return fmt.Sprintf("belongs to uid %d, who", owner)
+	}
+	if st.Mode().Perm()&0o022 != 0 && st.Mode()&os.ModeSticky == 0 {
+		return fmt.Sprintf("is writable by others (mode %v) without the sticky bit, so anyone", st.Mode().Perm())
+	}
+	return ""
 }
 
 // checkAncestors refuses, as checkParent does its parent, the directories above the
@@ -259,16 +270,13 @@ func checkAncestor(dir, a, below string) error {
 	if err != nil {
 		return fmt.Errorf("state directory %s: %s above it: %w", dir, a, err)
 	}
-	if owner, ok := fileOwner(st); ok && owner != 0 && owner != os.Geteuid() {
-		return fmt.Errorf("state directory %s: %s above it belongs to uid %d, who could replace %s with a symlink: %s", dir, a, owner, below, fix)
+	if who := othersReplace(st); who != "" {
+		return fmt.Errorf("state directory %s: %s above it %s could replace %s with a symlink: %s", dir, a, who, below, fix)
 	}
 	if st.Mode().Perm()&0o022 == 0 {
 		return nil
 	}
-	if st.Mode()&os.ModeSticky == 0 {
-		return fmt.Errorf("state directory %s: %s above it is writable by others (mode %v) without the sticky bit, so anyone could replace %s with a symlink: %s",
-			dir, a, st.Mode().Perm(), below, fix)
-	}
+	// Sticky and writable by others: below's owner could still replace it.
 	bst, err := os.Lstat(below)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
