@@ -328,10 +328,10 @@ static __always_inline int ct_icmp_reply(void *map, struct __sk_buff *skb, struc
  * ct_reply_to_pod is ct_reply_xlate for a packet about to enter a pod, only
  * with load balancing on: a conntrack lookup for a TCP or UDP packet from a
  * port a backend may use (ct_from_backend_port; other whole datagrams cost
- * a read of the source port from the linear data and a bit test, the header
- * parsed only for a marked port), for every fragment of a fragmented one. ICMP errors about
- * service flows are translated too (ct_icmp_reply), and later fragments
- * follow their first (frag.h). Returns 0 or a DROP_* reason.
+ * a read of their header from the linear data and a bit test), for every
+ * fragment of a fragmented one. ICMP errors about service flows are
+ * translated too (ct_icmp_reply), and later fragments follow their first
+ * (frag.h). Returns 0 or a DROP_* reason.
  */
 static __always_inline int ct_reply_to_pod(struct __sk_buff *skb, struct ipv4_info *info)
 {
@@ -346,17 +346,10 @@ static __always_inline int ct_reply_to_pod(struct __sk_buff *skb, struct ipv4_in
 		return frag_follow(skb, info, FRAG_STAGE_TO_POD, &route, &hit);
 	if (info->proto == IPPROTO_ICMP)
 		return ct_icmp_reply(&myelin_lb_ct, skb, info, &flags);
-	if (info->proto != IPPROTO_TCP && info->proto != IPPROTO_UDP)
+	if (ct_l4_parse(skb, info, &l4) < 0)
 		return 0;
 	/* A first fragment goes on: its note clears a stale one (frag_note). */
-	if (!info->frag) {
-		struct l4_head h = {};
-
-		if (!info->l4_off || l4_load_head(skb, info, &h, 4) < 0 ||
-		    !ct_from_backend_port(h.sport))
-			return 0;
-	}
-	if (ct_l4_parse(skb, info, &l4) < 0)
+	if (!info->frag && !ct_from_backend_port(l4.sport))
 		return 0;
 	reason = ct_reply_xlate(&myelin_lb_ct, skb, info, &l4, &flags);
 	if (!reason)

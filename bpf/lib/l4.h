@@ -2,13 +2,11 @@
 /*
  * L4 header access for address translation: the ports of TCP and UDP, the
  * type and id of ICMP, and rewrites of addresses and ports that keep the IPv4
- * and L4 checksums right. These go through bpf_skb_load_bytes and
- * bpf_skb_store_bytes: the L4 offset depends on the IPv4 options, and helper
- * copies need no packet pointers, so nothing here goes stale after the
- * checksum helpers (which invalidate every packet pointer). The one direct
- * read, l4_load_head, is for the tests most packets pay (NetworkPolicy,
- * flows, a Service reply's port bit): it copies a header's start out of the
- * linear data into the caller's struct, so no packet pointer outlives it.
+ * and L4 checksums right. Reads copy a header out of the packet's linear
+ * data into the caller's struct (l4_linear; bpf_skb_load_bytes only when the
+ * header is not all there), so no packet pointer outlives a read; writes go
+ * through bpf_skb_store_bytes and the checksum helpers (which invalidate
+ * every packet pointer). The L4 offset depends on the IPv4 options.
  */
 #ifndef MYELIN_LIB_L4_H
 #define MYELIN_LIB_L4_H
@@ -78,6 +76,28 @@ struct l4_head {
 #define L4_OFF_MAX	 (ETH_HLEN + 60)     /* the farthest an L4 header starts (IHL 15) */
 
 /*
+ * l4_linear returns the n bytes at packet offset off (an L4 header's start)
+ * when they all lie in the packet's linear data, else NULL. n must be a
+ * constant. The pointer is good until the next helper call that may change
+ * the packet: callers copy what they need at once.
+ */
+static __always_inline const void *l4_linear(struct __sk_buff *skb, __u32 off, __u32 n)
+{
+	/* Fresh (volatile) reads: reusing an earlier load of skb->data, clang may
+	 * zero-extend it with a 32-bit move, after which the verifier sees a
+	 * number instead of a packet pointer (it did after a decapsulation). */
+	void *data_end = (void *)(long)*(volatile __u32 *)&skb->data_end;
+	__u8 *p;
+
+	if (off > L4_OFF_MAX)
+		return NULL;
+	p = (void *)(long)*(volatile __u32 *)&skb->data + off;
+	if ((void *)(p + n) > data_end)
+		return NULL;
+	return p;
+}
+
+/*
  * l4_load_head copies the first n bytes of the L4 header at info->l4_off
  * into h: straight from the packet when they lie in its linear data (the
  * usual case: no helper call), else through bpf_skb_load_bytes. Returns 0,
@@ -86,32 +106,22 @@ struct l4_head {
 static __always_inline int l4_load_head(struct __sk_buff *skb, const struct ipv4_info *info,
 					struct l4_head *h, __u32 n)
 {
-	/* Fresh (volatile) reads: reusing an earlier load of skb->data, clang may
-	 * zero-extend it with a 32-bit move, after which the verifier sees a
-	 * number instead of a packet pointer (it did after a decapsulation). */
-	void *data_end = (void *)(long)*(volatile __u32 *)&skb->data_end;
-	__u32 off = info->l4_off;
-	__u8 *p;
+	const struct l4_head *ph = l4_linear(skb, info->l4_off, L4_TCP_HEAD_LOAD);
 
-	if (off <= L4_OFF_MAX) {
-		p = (void *)(long)*(volatile __u32 *)&skb->data + off;
-		if ((void *)(p + L4_TCP_HEAD_LOAD) <= data_end) {
-			const struct l4_head *ph = (const void *)p;
-
-			h->sport = ph->sport;
-			h->dport = ph->dport;
-			h->seq = ph->seq;
-			h->ack = ph->ack;
-			h->doff = ph->doff;
-			h->flags = ph->flags;
-			return 0;
-		}
-	}
-	return bpf_skb_load_bytes(skb, off, h, n);
+	if (!ph)
+		return bpf_skb_load_bytes(skb, info->l4_off, h, n);
+	h->sport = ph->sport;
+	h->dport = ph->dport;
+	h->seq = ph->seq;
+	h->ack = ph->ack;
+	h->doff = ph->doff;
+	h->flags = ph->flags;
+	return 0;
 }
 
 /*
- * l4_parse reads the TCP, UDP or ICMP header at info->l4_off into l4.
+ * l4_parse reads the TCP, UDP or ICMP header at info->l4_off into l4, from
+ * the linear data when the whole header (20, 8 or 8 bytes) is there.
  * Returns 0, or -1 for other protocols, later fragments and headers cut
  * short. ICMP echo fills the id in sport (request) or dport (reply); other
  * ICMP types leave both 0.
@@ -125,9 +135,12 @@ static __always_inline int l4_parse(struct __sk_buff *skb, const struct ipv4_inf
 		return -1;
 	switch (info->proto) {
 	case IPPROTO_TCP: {
+		const struct tcphdr *p = l4_linear(skb, off, sizeof(*p));
 		struct tcphdr th;
 
-		if (bpf_skb_load_bytes(skb, off, &th, sizeof(th)) < 0)
+		if (p)
+			th = *p;
+		else if (bpf_skb_load_bytes(skb, off, &th, sizeof(th)) < 0)
 			return -1;
 		l4->sport = th.source;
 		l4->dport = th.dest;
@@ -140,9 +153,12 @@ static __always_inline int l4_parse(struct __sk_buff *skb, const struct ipv4_inf
 		return 0;
 	}
 	case IPPROTO_UDP: {
+		const struct udphdr *p = l4_linear(skb, off, sizeof(*p));
 		struct udphdr uh;
 
-		if (bpf_skb_load_bytes(skb, off, &uh, sizeof(uh)) < 0)
+		if (p)
+			uh = *p;
+		else if (bpf_skb_load_bytes(skb, off, &uh, sizeof(uh)) < 0)
 			return -1;
 		l4->sport = uh.source;
 		l4->dport = uh.dest;
@@ -155,9 +171,12 @@ static __always_inline int l4_parse(struct __sk_buff *skb, const struct ipv4_inf
 		return 0;
 	}
 	case IPPROTO_ICMP: {
+		const struct icmp_echo_hdr *p = l4_linear(skb, off, sizeof(*p));
 		struct icmp_echo_hdr ih;
 
-		if (bpf_skb_load_bytes(skb, off, &ih, sizeof(ih)) < 0)
+		if (p)
+			ih = *p;
+		else if (bpf_skb_load_bytes(skb, off, &ih, sizeof(ih)) < 0)
 			return -1;
 		l4->icmp_type = ih.type;
 		if (ih.type == ICMP_ECHO)

@@ -87,6 +87,13 @@ func TestPrivilegedLBClusterIP(t *testing.T) {
 			endpoints: seedB, in: ipv4(protoTCP, podA, podBIP).build(), verdict: tcActRedirect, out: delivered(ipv4(protoTCP, podA, podBIP)), reason: "FORWARDED"}},
 		{seed: toB, prog: fromPod, dir: "from-pod", progCase: progCase{name: "other port of the ClusterIP: untouched",
 			endpoints: seedB, in: tcp.withDst(vip, 81).build(), verdict: tcActOK, reason: "PASS_STACK"}},
+		// A header cut short is not parsed (20 bytes TCP, 8 UDP), though its ports are there.
+		{seed: toB, prog: fromPod, dir: "from-pod", progCase: progCase{name: "TCP header cut to 14 bytes: untouched",
+			endpoints: seedB, in: tcp.withL4Cut(14).build(), verdict: tcActOK, reason: "PASS_STACK"}},
+		{seed: udpToB, prog: fromPod, dir: "from-pod", progCase: progCase{name: "UDP header cut to 6 bytes: untouched",
+			endpoints: seedB, in: udp.withL4Cut(6).build(), verdict: tcActOK, reason: "PASS_STACK"}},
+		{prog: toPod, dir: "to-pod", progCase: progCase{name: "reply with a TCP header cut to 14 bytes: untouched",
+			in: reply.withL4Cut(14).build(), verdict: tcActOK, reason: "PASS_STACK"}},
 		{seed: toB, prog: fromPod, dir: "from-pod", progCase: progCase{name: "ICMP to the ClusterIP: untouched",
 			endpoints: seedB, in: ipv4(protoICMP, podA, vip).build(), verdict: tcActOK, reason: "PASS_STACK"}},
 		{seed: toB, prog: fromPod, dir: "from-pod", progCase: progCase{name: "later fragment: untouched",

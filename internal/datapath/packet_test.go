@@ -33,6 +33,7 @@ type pkt struct {
 	tcpFlags       uint8  // 0: SYN
 	seq, ack       uint32 // TCP sequence and acknowledgment numbers
 	udpNoCsum      bool   // UDP checksum 0 ("none")
+	l4Cut          int    // > 0: the L4 header and payload cut to this many bytes
 	icmpSet        bool   // icmpType, icmpCode, icmpRest set; otherwise echo request id 7 seq 1
 	icmpType       uint8
 	icmpCode       uint8
@@ -94,6 +95,10 @@ func (p pkt) withSeq(seq, ack uint32) pkt { p.seq, p.ack = seq, ack; return p }
 
 func (p pkt) withoutUDPChecksum() pkt { p.udpNoCsum = true; return p }
 
+// withL4Cut cuts the L4 header (and payload) to its first n bytes; the IPv4
+// total length says so, so only the L4 header is short.
+func (p pkt) withL4Cut(n int) pkt { p.l4Cut = n; return p }
+
 // withFragOffset makes p a later fragment (offset in 8-byte units).
 func (p pkt) withFragOffset(off uint16) pkt { p.fragOff = off; return p }
 
@@ -116,6 +121,9 @@ func (p pkt) withICMPError(typ, code uint8, mtu uint16, quoted []byte) pkt {
 // build renders the frame with correct IPv4 and L4 checksums.
 func (p pkt) build() []byte {
 	l4 := p.l4()
+	if p.l4Cut > 0 {
+		l4 = l4[:p.l4Cut]
+	}
 	hlen := 20 + len(p.options)
 	ip := make([]byte, hlen, hlen+len(l4))
 	ip[0] = 0x40 | byte(hlen/4)
