@@ -6,7 +6,9 @@
  * (hostNetwork backends) get the NodePort frontend back as their source
  * (lb_host_reply, lib/service.h). With masquerading on, pod traffic to
  * destinations outside the cluster leaves with the node's IP as its source
- * (lib/masq.h). Everything else passes untouched.
+ * (lib/masq.h). What the node's own stack built may not carry a pod's
+ * source nor be VXLAN that myelin_vxlan did not encapsulate
+ * (lib/host_source.h). Everything else passes untouched.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -14,6 +16,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "lib/config.h"
+#include "lib/host_source.h"
 #include "lib/ipv4.h"
 #include "lib/masq.h"
 #include "lib/service.h"
@@ -25,7 +28,8 @@ int myelin_to_netdev(struct __sk_buff *skb)
 	struct ipv4_info info = {};
 	int reason;
 
-	if ((!masq_enabled && !lb_host_replies) || skb->protocol != bpf_htons(ETH_P_IP))
+	if ((!masq_enabled && !lb_host_replies && !host_built(skb)) ||
+	    skb->protocol != bpf_htons(ETH_P_IP))
 		return verdict_pass(skb, &info, DIR_TO_NETDEV);
 	/*
 	 * The node's stack built or routed what it sends: a header we can't
@@ -34,7 +38,9 @@ int myelin_to_netdev(struct __sk_buff *skb)
 	 */
 	if (ipv4_parse(skb, &info) < 0)
 		return verdict_pass(skb, &info, DIR_TO_NETDEV);
-	reason = lb_host_reply(skb, &info);
+	reason = host_built(skb) ? host_source_check(skb, &info, routing_tunnel) : 0;
+	if (!reason)
+		reason = lb_host_reply(skb, &info);
 	if (!reason)
 		reason = masq_egress(skb, &info);
 	if (reason)

@@ -47,7 +47,9 @@ enum reason {
 	 * endpoint's own (the endpoint owning the veth it came in on): a forged
 	 * pod, node, service or outside address. Also a packet from this node's
 	 * own address arriving on the uplink or out of the overlay (forged: it
-	 * would pass as the node's own traffic, docs/policy.md).
+	 * would pass as the node's own traffic, docs/policy.md). And what the
+	 * node's own stack sends from a pod address, or as VXLAN myelin_vxlan
+	 * did not encapsulate (lib/host_source.h).
 	 */
 	DROP_SPOOFED_SOURCE = 9,
 	/* A pod sent something other than IPv4 or ARP (IPv6 is not supported yet). */

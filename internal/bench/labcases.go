@@ -69,31 +69,37 @@ func (s *stageBuilder) add(env Environment, group string, baseline Environment) 
 	}
 }
 
-// pods adds two pod environments: <kind>-cross-node (a pod on node a to one on node b)
-// compared to node-to-node, and <kind>-same-node (both on node a) compared to the veth
-// pair, which it returns.
-func (s *stageBuilder) pods(kind, group string, a, b int, hostRouting string) Environment {
+// pods adds two pod environments and returns them: <kind>-cross-node (a pod on node a
+// to one on node b) compared to node-to-node, and <kind>-same-node (both on node a)
+// compared to the veth pair.
+func (s *stageBuilder) pods(kind, group string, a, b int, hostRouting string) (cross, same Environment) {
 	var encap string // who must encapsulate: only BPF host routing's nodes are checked
 	if hostRouting == hostRoutingBPF {
 		encap = s.tunnel
 	}
-	cross := s.env(kind+"-cross-node", podPair{client: labplan.NodeName(a), server: labplan.NodeName(b), hostRouting: hostRouting, tunnel: encap})
-	same := s.env(kind+"-same-node", podPair{client: labplan.NodeName(a), server: labplan.NodeName(a), hostRouting: hostRouting, tunnel: encap})
+	cross = s.env(kind+"-cross-node", podPair{client: labplan.NodeName(a), server: labplan.NodeName(b), hostRouting: hostRouting, tunnel: encap})
+	same = s.env(kind+"-same-node", podPair{client: labplan.NodeName(a), server: labplan.NodeName(a), hostRouting: hostRouting, tunnel: encap})
 	s.add(cross, group, s.nodeToNode)
 	s.add(same, group, s.veth)
-	return same
+	return cross, same
 }
 
-// sourceCheckOff adds bpf-nocheck-same-node: two pods on node n, whose agent runs
-// with enable-source-ip-verification false, compared to withCheck (the same BPF
-// path with the check): what source validation costs. TCP_RR only, in both
-// placements: request/response is where one more lookup per packet would show.
-func (s *stageBuilder) sourceCheckOff(n int, withCheck Environment) {
-	node := labplan.NodeName(n)
-	off := s.env("bpf-nocheck-same-node", podPair{client: node, server: node, hostRouting: hostRoutingBPF, sourceCheckOff: true})
-	for _, c := range Matrix(off, GroupMyelin, withCheck, []Workload{TCPRR()}, Placements()) {
-		c.Stage = s.stage
-		s.cases = append(s.cases, c)
+// sourceCheckOff adds bpf-nocheck-same-node (two pods on node a) and
+// bpf-nocheck-cross-node (a pod on node a to one on node b), whose agents run
+// with enable-source-ip-verification false, compared to withCheckSame and
+// withCheckCross (the same BPF paths with the checks): what source validation
+// costs, the pods' (myelin_from_pod) and the node's own packets'
+// (myelin_to_netdev, which every packet leaving a node passes). TCP_RR only, in
+// both placements: request/response is where one more lookup per packet would
+// show.
+func (s *stageBuilder) sourceCheckOff(a, b int, withCheckSame, withCheckCross Environment) {
+	same := s.env("bpf-nocheck-same-node", podPair{client: labplan.NodeName(a), server: labplan.NodeName(a), hostRouting: hostRoutingBPF, sourceCheckOff: true})
+	cross := s.env("bpf-nocheck-cross-node", podPair{client: labplan.NodeName(a), server: labplan.NodeName(b), hostRouting: hostRoutingBPF, sourceCheckOff: true})
+	for _, pair := range [][2]Environment{{same, withCheckSame}, {cross, withCheckCross}} {
+		for _, c := range Matrix(pair[0], GroupMyelin, pair[1], []Workload{TCPRR()}, Placements()) {
+			c.Stage = s.stage
+			s.cases = append(s.cases, c)
+		}
 	}
 }
 
@@ -111,21 +117,21 @@ func (s *stageBuilder) deviceTunnel(a, b int) {
 }
 
 // myelinStage is a myelin lab in profile: nodes 1-2 with BPF host routing, nodes 3-4
-// moved to legacy host routing by a NodeConfig. The native stage has a fifth node,
-// BPF with source validation off, for what the check costs, and a sixth, BPF with
-// flows off, for what flow records cost; the tunnel stage has a fifth and a sixth
-// with the tunnel left to the device, for what the tunnel in BPF gains.
+// moved to legacy host routing by a NodeConfig. The native stage has a fifth and a
+// seventh node, BPF with source validation off, for what the checks cost, and a
+// sixth, BPF with flows off, for what flow records cost; the tunnel stage has a fifth
+// and a sixth with the tunnel left to the device, for what the tunnel in BPF gains.
 func myelinStage(profile, prefix string) []Case {
 	spec := LabSpec{Nodes: 4, CNI: string(labplan.CNIMyelin), Profile: profile, Overrides: []NodeOverride{
 		{Name: "legacy", Nodes: []string{labplan.NodeName(3), labplan.NodeName(4)}, Settings: map[string]string{"host-routing": "legacy"}},
 	}}
 	switch profile {
 	case StageNative:
-		spec.Nodes = 6
+		spec.Nodes = 7
 		spec.Overrides = append(spec.Overrides, NodeOverride{Name: "no-flows",
 			Nodes: []string{labplan.NodeName(6)}, Settings: map[string]string{flowsKey: "false"}})
 		spec.Overrides = append(spec.Overrides, NodeOverride{Name: "no-source-check",
-			Nodes: []string{labplan.NodeName(5)}, Settings: map[string]string{sourceValidationKey: "false"}})
+			Nodes: []string{labplan.NodeName(5), labplan.NodeName(7)}, Settings: map[string]string{sourceValidationKey: "false"}})
 	case StageTunnel:
 		spec.Nodes = 6
 		spec.Overrides = append(spec.Overrides, NodeOverride{Name: "device-tunnel",
@@ -135,11 +141,11 @@ func myelinStage(profile, prefix string) []Case {
 	if profile == StageTunnel {
 		s.tunnel = "BPF"
 	}
-	bpfSame := s.pods("bpf", GroupMyelin, 1, 2, hostRoutingBPF)
+	bpfCross, bpfSame := s.pods("bpf", GroupMyelin, 1, 2, hostRoutingBPF)
 	s.pods("legacy", GroupMyelin, 3, 4, hostRoutingLegacy)
 	switch profile {
 	case StageNative:
-		s.sourceCheckOff(5, bpfSame)
+		s.sourceCheckOff(5, 7, bpfSame, bpfCross)
 		s.flowsOff(6, 1, bpfSame) // flowcases.go
 		s.policyCases(1, 2)       // policycases.go
 	case StageTunnel:

@@ -74,15 +74,21 @@ func TestLabCases(t *testing.T) {
 		flowsOnNode: labplan.NodeName(1)}) || c.Baseline != "native/bpf-same-node/tcp-stream/same-vcpu" {
 		t.Errorf("native flows off: pods %+v, compared to %s; want both pods on node 6, compared to native/bpf-same-node/tcp-stream/same-vcpu", c.Env.(*LabEnv).part, c.Baseline)
 	}
-	// Source validation off on a fifth native node, and only there.
+	// Source validation off on a fifth and a seventh native node, and only there.
 	if _, ok := byName["tunnel/bpf-nocheck-same-node/tcp-rr/same-vcpu"]; ok {
 		t.Error("the tunnel stage measures source validation off; only native should")
 	}
 	if c, ok := byName["native/bpf-nocheck-same-node/tcp-rr/cross-vcpu"]; !ok {
 		t.Error("no case native/bpf-nocheck-same-node/tcp-rr/cross-vcpu")
-	} else if spec := c.Env.(*LabEnv).cluster.Spec; spec.Nodes != 6 || !reflect.DeepEqual(spec.Overrides[len(spec.Overrides)-1], NodeOverride{Name: "no-source-check", Nodes: []string{labplan.NodeName(5)}, Settings: map[string]string{sourceValidationKey: "false"}}) ||
+	} else if spec := c.Env.(*LabEnv).cluster.Spec; spec.Nodes != 7 || !reflect.DeepEqual(spec.Overrides[len(spec.Overrides)-1], NodeOverride{Name: "no-source-check", Nodes: []string{labplan.NodeName(5), labplan.NodeName(7)}, Settings: map[string]string{sourceValidationKey: "false"}}) ||
 		c.Env.(*LabEnv).part != (podPair{client: labplan.NodeName(5), server: labplan.NodeName(5), hostRouting: hostRoutingBPF, sourceCheckOff: true}) {
-		t.Errorf("native source check off: lab %+v, pods %+v; want node 5 of 5 off, both pods there", spec, c.Env.(*LabEnv).part)
+		t.Errorf("native source check off: lab %+v, pods %+v; want nodes 5 and 7 of 7 off, both pods on 5", spec, c.Env.(*LabEnv).part)
+	}
+	if c, ok := byName["native/bpf-nocheck-cross-node/tcp-rr/same-vcpu"]; !ok {
+		t.Error("no case native/bpf-nocheck-cross-node/tcp-rr/same-vcpu")
+	} else if c.Env.(*LabEnv).part != (podPair{client: labplan.NodeName(5), server: labplan.NodeName(7), hostRouting: hostRoutingBPF, sourceCheckOff: true}) ||
+		c.Baseline != "native/bpf-cross-node/tcp-rr/same-vcpu" {
+		t.Errorf("native source check off across nodes: pods %+v, compared to %s; want node 5 to node 7, compared to native/bpf-cross-node/tcp-rr/same-vcpu", c.Env.(*LabEnv).part, c.Baseline)
 	}
 	// The tunnel in BPF against the device, both compared to node-to-node in one lab:
 	// nodes 5-6 with enable-bpf-tunnel false; the BPF pairs must report "BPF".

@@ -76,7 +76,8 @@ type Config struct {
 	MaglevTableSize      int
 	MTU                  int // 0 = detect from the uplink
 	// EnableSourceIPVerification: pods may send only from their own IPv4 address
-	// and MAC (enable-source-ip-verification). Off only to measure its cost.
+	// and MAC, the node not from a pod's (enable-source-ip-verification). Off
+	// only to measure its cost.
 	EnableSourceIPVerification bool
 	// EnableIPv4BIGTCP: pod devices, the uplink and the overlay device carry IPv4
 	// GSO/GRO packets up to 192 KiB when the node's devices can (enable-ipv4-big-tcp).

@@ -92,7 +92,7 @@ func TestPrivilegedLBReplyPorts(t *testing.T) {
 	}
 	reply := ipv4(protoTCP, remoteIP, podA).withSrc(remoteIP, 9090).withDst(podA, 40000).withTCPFlags(0x12)
 	restored := reply.withSrc(vip, 80).build()
-	wantRun(t, d.objs.MyelinToPod, reply, nil, tcActOK, restored, "reply from the backend's port")
+	wantRun(t, d.objs.MyelinToPod, reply, ctxForwarded, tcActOK, restored, "reply from the backend's port")
 
 	// The same flow's reverse entry under a port no backend has: not looked up.
 	k := myelinCtKey{Saddr: networkUint32(reply.src), Daddr: networkUint32(reply.dst), Sport: htons(9090),
@@ -106,7 +106,7 @@ func TestPrivilegedLBReplyPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := reply.withSrc(remoteIP, 9999)
-	wantRun(t, d.objs.MyelinToPod, other, nil, tcActOK, other.build(), "reply from an unmarked port")
+	wantRun(t, d.objs.MyelinToPod, other, ctxForwarded, tcActOK, other.build(), "reply from an unmarked port")
 
 	// An upgrade: the service and its backend are gone, the flow is not, and the
 	// datapath that left it had no bitmap.
@@ -129,7 +129,7 @@ func TestPrivilegedLBReplyPorts(t *testing.T) {
 		t.Errorf("seeded from conntrack: 9090 %v, 9999 %v, 8080 %v; want 9090 and 9999 only",
 			portMarked(t, d, 9090), portMarked(t, d, 9999), portMarked(t, d, 8080))
 	}
-	wantRun(t, d.objs.MyelinToPod, reply, nil, tcActOK, restored, "after the upgrade, reply from the gone backend's port")
+	wantRun(t, d.objs.MyelinToPod, reply, ctxForwarded, tcActOK, restored, "after the upgrade, reply from the gone backend's port")
 
 	// A rollback rolled forward: an older agent wrote a backend without marking
 	// its port; the next load marks it (the bitmap stays pinned meanwhile).

@@ -101,13 +101,16 @@ type Config struct {
 	NodeIP netip.Addr
 	// ClusterCIDR holds the pod addresses: the sources that are
 	// masqueraded, destinations that are never services, and in tunnel
-	// mode the sources that never arrive unencapsulated on the uplink.
+	// mode the sources that never arrive unencapsulated on the uplink, and
+	// the sources the node's own stack may not send from.
 	// Required with Masquerade or LoadBalancing.
 	ClusterCIDR netip.Prefix
 	// NoSourceVerification turns the check of what pods send off
 	// (enable-source-ip-verification: false): then myelin_from_pod no longer
 	// drops IPv4 or ARP whose source address or MAC is not the sending
-	// endpoint's own (DROP_SPOOFED_SOURCE). The zero value verifies; only
+	// endpoint's own (DROP_SPOOFED_SOURCE), nor do myelin_to_netdev,
+	// myelin_to_pod and myelin_to_overlay drop what the node's own stack sends
+	// from a pod address or as VXLAN of its own. The zero value verifies; only
 	// benchmarks comparing the check's cost should turn it off. Non-IPv4,
 	// non-ARP frames from pods are dropped either way.
 	NoSourceVerification bool

@@ -252,9 +252,10 @@ func TestPrivilegedBPFToNetdevPortCollision(t *testing.T) {
 			if err := seedNAT(d, []NATEntry{c.other}, 0); err != nil {
 				t.Fatal(err)
 			}
-			out := make([]byte, 1500)
 			in := c.in.build()
-			ret, err := d.objs.MyelinToNetdev.Run(&ebpf.RunOptions{Data: in, DataOut: out})
+			opts := forwardedRun(d, d.objs.MyelinToNetdev, in)
+			ret, err := d.objs.MyelinToNetdev.Run(opts)
+			out := opts.DataOut
 			if err != nil {
 				t.Fatal(err)
 			}

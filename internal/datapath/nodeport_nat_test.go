@@ -201,7 +201,7 @@ func TestPrivilegedNodePortSNATPortsDisjoint(t *testing.T) {
 	client := ipv4(protoTCP, "198.18.5.5", nodeIP).withDst(nodeIP, nodePort)
 	pod := ipv4(protoTCP, "10.1.0.10", extHost)
 	run := func(p *ebpf.Program, in pkt) {
-		if _, err := p.Run(&ebpf.RunOptions{Data: in.build(), DataOut: make([]byte, 1500)}); err != nil {
+		if _, err := p.Run(forwardedRun(d, p, in.build())); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -242,12 +242,12 @@ func TestPrivilegedNodePortSNATFlood(t *testing.T) {
 	natMin, natMax := testObjectNATPorts(t)
 	d := loadNodePortNAT(t, 64, 64, natMin, natMax)
 	run := func(p *ebpf.Program, in pkt) []byte {
-		out := make([]byte, 1500)
-		ret, err := p.Run(&ebpf.RunOptions{Data: in.build(), DataOut: out})
+		opts := forwardedRun(d, p, in.build())
+		ret, err := p.Run(opts)
 		if err != nil || ret != tcActOK {
 			t.Fatalf("run %v: verdict %d, %v", in, ret, err)
 		}
-		return out
+		return opts.DataOut
 	}
 	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort)
 	natPort := binary.BigEndian.Uint16(run(d.objs.MyelinFromNetdev, req)[34:])

@@ -68,6 +68,9 @@ func checkCase(d *Datapath, prog *ebpf.Program, dir string, c progCase) error {
 	if dir == "from-pod" && c.ctx == nil {
 		c = withSender(c)
 	}
+	if (dir == "to-pod" || dir == "to-netdev") && c.ctx == nil {
+		c = withForwarder(c)
+	}
 	if err := seedEndpoints(d, c.endpoints); err != nil {
 		return err
 	}

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
 )
 
 // Source validation fixtures: pod A (10.1.0.10) sends from its host veth,
@@ -36,6 +38,23 @@ func withSender(c progCase) progCase {
 		if ep, ok := eps[src.String()]; ok {
 			c.ctx = &skbCtx{IngressIfindex: uint32(ep.IfIndex)}
 		}
+	}
+	return c
+}
+
+// ctxForwarded is the context of a packet the stack forwards to an egress
+// program: received on a device (ifindex 2 stands for the uplink), not built
+// by the node itself.
+var ctxForwarded = &skbCtx{IngressIfindex: 2}
+
+// withForwarder gives a to-pod or to-netdev row without a context whose
+// source is a pod address ctxForwarded: such a packet came in on some device
+// (a pod's veth, the uplink). With ingress_ifindex 0 the node's own stack
+// would have built it from a pod's address, which host_source_check drops;
+// rows about that set their context.
+func withForwarder(c progCase) progCase {
+	if src, ok := frameSource(c.in); ok && testClusterCIDR.Contains(src) {
+		c.ctx = ctxForwarded
 	}
 	return c
 }
@@ -219,4 +238,16 @@ func TestPrivilegedBPFSpoofedSourceEvent(t *testing.T) {
 			t.Errorf("event = %+v (%v), want %+v", ev, ok, c.want)
 		}
 	}
+}
+
+// forwardedRun runs in through p with the context of a forwarded packet
+// (ctxForwarded) when p is an egress program, whose pod-sourced packets
+// would otherwise be the node's own (withForwarder); ingress programs get
+// none.
+func forwardedRun(d *Datapath, p *ebpf.Program, in []byte) *ebpf.RunOptions {
+	opts := &ebpf.RunOptions{Data: in, DataOut: make([]byte, 1500)}
+	if p == d.objs.MyelinToNetdev || p == d.objs.MyelinToPod || p == d.objs.MyelinToOverlay {
+		opts.Context = *ctxForwarded
+	}
+	return opts
 }

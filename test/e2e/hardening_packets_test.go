@@ -146,17 +146,27 @@ func sendTagged(eth0 netlink.Link, own, dst netip.Addr) error {
 	if err != nil {
 		return err
 	}
-	udp := []byte{0x9c, 0x40, byte(taggedPort >> 8), byte(taggedPort & 0xff), 0, 12, 0, 0, 't', 'a', 'g', '!'}
+	frame := append(append([]byte{}, gw...), eth0.Attrs().HardwareAddr...)
+	frame = append(frame, 0x81, 0x00, 0x00, 0x05, 0x08, 0x00)
+	frame = append(frame, ipv4UDP(own, dst, taggedPort, []byte("tag!"))...)
+	return sendFrame(eth0, unix.ETH_P_8021Q, frame)
+}
+
+// ipv4UDP is an IPv4 packet (TTL 64) carrying a UDP datagram from src:40000
+// to dst:port, without a UDP checksum (0: none).
+func ipv4UDP(src, dst netip.Addr, port uint16, payload []byte) []byte {
+	udp := make([]byte, 8, 8+len(payload))
+	binary.BigEndian.PutUint16(udp[0:], 40000)
+	binary.BigEndian.PutUint16(udp[2:], port)
+	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(payload)))
+	udp = append(udp, payload...)
 	ip := make([]byte, 20, 20+len(udp))
 	ip[0], ip[8], ip[9] = 0x45, 64, unix.IPPROTO_UDP
 	binary.BigEndian.PutUint16(ip[2:], uint16(20+len(udp)))
-	copy(ip[12:], own.AsSlice())
+	copy(ip[12:], src.AsSlice())
 	copy(ip[16:], dst.AsSlice())
 	binary.BigEndian.PutUint16(ip[10:], checksum(ip))
-	frame := append(append([]byte{}, gw...), eth0.Attrs().HardwareAddr...)
-	frame = append(frame, 0x81, 0x00, 0x00, 0x05, 0x08, 0x00)
-	frame = append(append(frame, ip...), udp...)
-	return sendFrame(eth0, unix.ETH_P_8021Q, frame)
+	return append(ip, udp...)
 }
 
 // gatewayMAC is the MAC of the pod's gateway neighbour (its host veth).

@@ -23,7 +23,8 @@ import (
 // see none of them (its genuine packets arrive), and node-1 counts
 // DROP_SPOOFED_SOURCE. Then it sends IPv6 router
 // advertisements: node-1 gets no new IPv6 address or route, and counts
-// DROP_UNSUPPORTED_L3.
+// DROP_UNSUPPORTED_L3. Last, node-1's own namespace (a hostNetwork pod)
+// sends raw packets from a pod of node-1 to both targets: neither arrives.
 func TestLabMyelinSpoofing(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin")
@@ -47,6 +48,8 @@ func TestLabMyelinSpoofing(t *testing.T) {
 		"198.18.0.11", "198.18.0.12", kube.Spec.ClusterIP, "203.0.113.10"}
 	spoofFromPod(t, n1, pods, forged)
 	advertiseFromPod(t, n1, pods["attacker"])
+	// A hostNetwork process of node-1 with CAP_NET_RAW forges a pod of its node.
+	forgeRawFromHost(t, cs, n1, pods["neighbour"], pods["near"], pods["far"])
 	labDown(t)
 }
 

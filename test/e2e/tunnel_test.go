@@ -55,11 +55,18 @@ func TestLabMyelinTunnel(t *testing.T) {
 	connectivity(t, cs, 3)
 	checkMTU(t, cs, 1450)
 	checkBIGTCP(t, cs, false, "myelin_vxlan") // on in the profile, but the VXLAN device can't
+	// A hostNetwork process of node-1 (BPF host routing) forges pods' packets:
+	// VXLAN of its own to node-2, raw packets into the overlay and into a pod.
+	webOn := podsByNode(runningPods(t, cs, "app=web", 3))
+	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
+	forgeVXLANFromHost(t, cs, n1, webOn[n1], webOn[n2])
+	forgeRawFromHost(t, cs, n1, runningPods(t, cs, "app=client", 1)[0], webOn[n1], webOn[n2])
 
 	createNodeConfig(t, "legacy", map[string]string{"kubernetes.io/hostname": labplan.NodeName(2)}, map[string]string{"host-routing": "legacy"})
 	restartAgent(t, labplan.NodeName(2))
 	expectHostRouting(t, labplan.NodeName(2), "Legacy", "NodeConfig kube-system/legacy")
 	expectHostRouting(t, labplan.NodeName(1), "BPF", "")
+	forgeVXLANFromHost(t, cs, n2, webOn[n2], webOn[n1]) // node-2's stack encapsulates now
 	// node-3 leaves its VXLAN to the device (enable-bpf-tunnel false): it still talks
 	// to node-1, which encapsulates and decapsulates in BPF, and to legacy node-2.
 	createNodeConfig(t, "device-tunnel", map[string]string{"kubernetes.io/hostname": labplan.NodeName(3)}, map[string]string{"enable-bpf-tunnel": "false"})
