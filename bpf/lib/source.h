@@ -28,6 +28,7 @@
 
 #include "config.h"
 #include "endpoint.h"
+#include "eth.h"
 #include "fib.h"
 #include "ipv4.h"
 #include "maps.h"
@@ -86,15 +87,15 @@ static __always_inline const struct endpoint_info *source_owner(struct __sk_buff
 static __always_inline int source_check_ipv4(struct __sk_buff *skb, const struct ipv4_info *info,
 					     const struct endpoint_info **ep)
 {
-	__u8 src[ETH_ALEN];
+	const struct ethhdr *eth;
 
 	if (!source_verify)
 		return 0;
-	/* A copy, not a packet pointer: clang keeps skb->data in a 32-bit
-	 * register here, which the verifier no longer takes for a pointer. */
-	if (bpf_skb_load_bytes(skb, ETH_ALEN, src, sizeof(src)) < 0)
+	/* ipv4_parse left the Ethernet and IPv4 headers linear. */
+	eth = eth_header(skb);
+	if (!eth)
 		return DROP_INVALID_PACKET;
-	*ep = source_owner(skb, info->saddr, src);
+	*ep = source_owner(skb, info->saddr, eth->h_source);
 	if (!*ep)
 		return DROP_SPOOFED_SOURCE;
 	return 0;
