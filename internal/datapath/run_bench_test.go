@@ -20,9 +20,10 @@ import (
 // netperf cases, with what an agent loads by default (load balancing, masquerade,
 // BPF host routing) and flows off. from-pod-fib is pod A's segment to an address
 // beyond the node in native routing: bpf_fib_lookup against a real FIB (fibLab, in
-// a netns of its own) and bpf_redirect_neigh. ns/packet is the kernel's measure
-// of each test run (one run per call: the program rewrites the packet, so a
-// repeated run would see its own output). Run as root:
+// a netns of its own) and bpf_redirect_neigh. to-netdev and to-netdev-host are
+// what myelin_to_netdev costs a forwarded packet and one the node sent. ns/packet
+// is the kernel's measure of each test run (one run per call: the program
+// rewrites the packet, so a repeated run would see its own output). Run as root:
 // go test -run '^$' -bench ProgramRun -count 5 ./internal/datapath/
 func BenchmarkProgramRun(b *testing.B) {
 	testenv.RequireRoot(b, "load BPF")
@@ -41,6 +42,11 @@ func BenchmarkProgramRun(b *testing.B) {
 		{"from-netdev", d.objs.MyelinFromNetdev, ipv4(protoTCP, remoteIP, podBIP), skbCtx{}, false},
 		// The node's own traffic (kubelet's port): to the stack.
 		{"from-netdev-host", d.objs.MyelinFromNetdev, ipv4(protoTCP, remoteIP, nodeIP).withDst(nodeIP, 10250), skbCtx{}, true},
+		// Leaving the uplink: pod A's segment to a pod of another node, as the
+		// stack forwards it, and one the node's own stack built (kubelet to
+		// the apiserver), which the host source check parses.
+		{"to-netdev", d.objs.MyelinToNetdev, ipv4(protoTCP, podA, remoteIP), *ctxForwarded, true},
+		{"to-netdev-host", d.objs.MyelinToNetdev, ipv4(protoTCP, nodeIP, "192.168.0.1").withDst("192.168.0.1", 6443), skbCtx{}, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			s := segment{in: c.in.withTCPFlags(tcpACK).build(), prog: c.prog, ctx: c.ctx, toStack: c.toStack}
