@@ -178,13 +178,14 @@ func TestPrivilegedLBNodePortHostReplyOverlay(t *testing.T) {
 			for _, c := range []struct {
 				name    string
 				in, out []byte
+				ctx     *skbCtx
 			}{
-				{"the host's reply: source back to the NodePort", reply.build(), reply.withSrc(nodeIP, nodePort).build()},
-				{"the host's other packet: untouched", reply.withDst(remoteIP, 40003).build(), reply.withDst(remoteIP, 40003).build()},
+				{"the host's reply: source back to the NodePort", reply.build(), reply.withSrc(nodeIP, nodePort).build(), nil},
+				{"the host's other packet: untouched", reply.withDst(remoteIP, 40003).build(), reply.withDst(remoteIP, 40003).build(), nil},
 				{"a pod's packet: untouched", ipv4(protoTCP, podBIP, remoteIP).withSrc(podBIP, hostPort).withDst(remoteIP, 40002).build(),
-					ipv4(protoTCP, podBIP, remoteIP).withSrc(podBIP, hostPort).withDst(remoteIP, 40002).build()},
+					ipv4(protoTCP, podBIP, remoteIP).withSrc(podBIP, hostPort).withDst(remoteIP, 40002).build(), ctxForwarded},
 			} {
-				ret, out, err := runPacket(d.objs.MyelinToOverlay, c.in, nil)
+				ret, out, err := runPacket(d.objs.MyelinToOverlay, c.in, c.ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
