@@ -4,7 +4,7 @@
  * inner frame of what the node tunnels to another node, before the kernel
  * encapsulates it (BPF host routing's redirects and the stack's encap routes
  * alike). What the node's own stack built may not carry a pod's source
- * (lib/host_source.h); everything else gets HOST_SOURCE_OVERLAY in tc_index,
+ * (lib/host_source.h); everything else gets HOST_SOURCE_OVERLAY in its mark,
  * which lets its encapsulation through myelin_to_netdev. The replies of
  * NodePort flows this node's own host serves (hostNetwork backends,
  * lib/service.h lb_nodeport) to a pod of another node get the NodePort
@@ -38,6 +38,7 @@ int myelin_to_overlay(struct __sk_buff *skb)
 		if (reason)
 			return verdict_drop(skb, &info, DIR_TO_NETDEV, reason);
 	}
-	skb->tc_index |= HOST_SOURCE_OVERLAY;
+	if (host_source_on())
+		skb->mark |= HOST_SOURCE_OVERLAY;
 	return TC_ACT_OK;
 }

@@ -37,6 +37,21 @@ volatile const __u8 overlay_mac[6] = {};
 volatile const __be16 tunnel_port = 0;
 
 /*
+ * overlay_port: myelin_vxlan's UDP port (network order) in tunnel mode,
+ * whoever encapsulates (tunnel_port only when BPF does); 0 in native routing.
+ * UDP to it that the node's own stack sends must be the device's
+ * (lib/host_source.h).
+ */
+volatile const __be16 overlay_port = 0;
+
+/*
+ * node_health_ip: this node's health address (the first host address of its
+ * PodCIDR, network order; 0 when unknown): the one address in the cluster
+ * CIDR the node's own stack sends from (lib/host_source.h).
+ */
+volatile const __u32 node_health_ip = 0;
+
+/*
  * masq_enabled: 1 = BPF masquerade. Packets from cluster_cidr to destinations
  * outside myelin_nomasq leave the uplink with node_ip as their source, and
  * replies are translated back on the way in.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/myelin-net/myelin/internal/clusterhealth"
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/endpoint"
 	"github.com/myelin-net/myelin/internal/flowstore"
@@ -132,6 +133,7 @@ var errBPFLoad = errors.New("load the BPF datapath")
 // objects as the plan says, reusing pinned maps.
 func (s *startup) loadDatapath() (*datapath.Datapath, netlink.Link, error) {
 	dpCfg := s.plan.datapathConfig(s.cfg.BPFFSDir)
+	dpCfg.HealthIP = clusterhealth.HealthAddr(s.podCIDR)
 	if !s.plan.SourceValidation {
 		s.log.Warn("source IP verification is OFF: pods can send from any address and MAC, other pods', nodes' and Services' included; "+
 			"turn it off only to measure its cost", "key", "enable-source-ip-verification", "source", s.conf.Source("enable-source-ip-verification"))
@@ -144,6 +146,7 @@ func (s *startup) loadDatapath() (*datapath.Datapath, netlink.Link, error) {
 		}
 		overlay, dpCfg.Tunnel, dpCfg.OverlayIfIndex = dev, true, dev.Attrs().Index
 		dpCfg.OverlayMAC = datapath.OverlayMAC(s.plan.NodeIP)
+		dpCfg.OverlayPort = s.plan.TunnelPort
 	} else if err := tunnel.RemoveDevice(); err != nil {
 		return nil, nil, fmt.Errorf("remove %s (native routing needs none): %w", tunnel.DeviceName, err)
 	}

@@ -9,25 +9,36 @@ import (
 // hostNetwork pod's.
 var ctxHostBuilt = &skbCtx{}
 
+// hostSourceOverlayMark is HOST_SOURCE_OVERLAY (bpf/lib/host_source.h), the
+// mark bit myelin_to_overlay sets on what myelin_vxlan encapsulates.
+const hostSourceOverlayMark = 0x00200000
+
+// testHealthIP is the node's health address in these tests: in the cluster
+// CIDR, and the node's own.
+const testHealthIP = "10.1.0.1"
+
 // What the node's own stack builds may not carry a pod's source, in both
 // routing modes and wherever it leaves: the uplink (myelin_to_netdev), a pod
 // of this node (myelin_to_pod), the VXLAN device (myelin_to_overlay). The
 // same packets forwarded (received on a device) pass, as does what the node
-// sends from its own address.
+// sends from its own address or its health address.
 func TestPrivilegedHostSourceCheck(t *testing.T) {
 	requirePrivileged(t)
 	for _, tunnel := range []bool{false, true} {
 		name := "native"
-		cfg := Config{HostRouting: HostRoutingBPF, NodeIP: testNodeIP, ClusterCIDR: testClusterCIDR}
+		cfg := Config{HostRouting: HostRoutingBPF, NodeIP: testNodeIP, ClusterCIDR: testClusterCIDR, HealthIP: mustAddr(testHealthIP)}
 		if tunnel {
 			name = "tunnel"
-			cfg.Tunnel, cfg.OverlayIfIndex, cfg.OverlayMAC, cfg.TunnelPort = true, testOverlayIfIndex, testOverlayMAC, tunnelPort
+			cfg.Tunnel, cfg.OverlayIfIndex, cfg.OverlayMAC, cfg.OverlayPort = true, testOverlayIfIndex, testOverlayMAC, tunnelPort
 		}
 		t.Run(name, func(t *testing.T) {
 			d := loadTestConfig(t, cfg)
 			forged := ipv4(protoUDP, podA, remoteIP)
 			own := ipv4(protoUDP, nodeIP, remoteIP)
+			health := ipv4(protoTCP, testHealthIP, remoteIP)
 			cases := []progCase{
+				{name: "host-built from the node's health address: passes", in: health.build(), ctx: ctxHostBuilt,
+					verdict: tcActOK, reason: "PASS_STACK"},
 				{name: "host-built from a pod address: dropped", in: forged.build(), ctx: ctxHostBuilt,
 					verdict: tcActShot, reason: "DROP_SPOOFED_SOURCE"},
 				{name: "host-built from the node's address: passes", in: own.build(), ctx: ctxHostBuilt,
@@ -54,6 +65,7 @@ func TestPrivilegedHostSourceCheck(t *testing.T) {
 			})
 			// What myelin_to_overlay passes is counted where it came from, not there.
 			wantRun(t, d.objs.MyelinToOverlay, own, ctxHostBuilt, tcActOK, own.build(), "host-built into the overlay from the node's address")
+			wantRun(t, d.objs.MyelinToOverlay, health, ctxHostBuilt, tcActOK, health.build(), "host-built into the overlay from the health address")
 			wantRun(t, d.objs.MyelinToOverlay, forged, ctxForwarded, tcActOK, forged.build(), "forwarded into the overlay from a pod address")
 			// VXLAN the node's stack built itself (a UDP socket to another node's
 			// tunnel port) with an inner source of this node's pod: the other node's
@@ -65,6 +77,8 @@ func TestPrivilegedHostSourceCheck(t *testing.T) {
 			runCases(t, d, d.objs.MyelinToNetdev, "to-netdev", []progCase{
 				{name: "host-built UDP to the tunnel port: dropped", in: vxlan.build(), ctx: ctxHostBuilt,
 					verdict: tcActShot, reason: "DROP_SPOOFED_SOURCE"},
+				{name: "host-built UDP to the tunnel port that myelin_to_overlay marked (the device's): passes", in: vxlan.build(),
+					ctx: &skbCtx{Mark: hostSourceOverlayMark}, verdict: tcActOK, reason: "PASS_STACK"},
 				{name: "host-built UDP to another port: passes", in: other.build(), ctx: ctxHostBuilt,
 					verdict: tcActOK, reason: "PASS_STACK"},
 				{name: "VXLAN encapsulated in BPF (received on a pod's veth): passes", in: vxlan.build(), ctx: ctxForwarded,
@@ -79,7 +93,7 @@ func TestPrivilegedHostSourceCheck(t *testing.T) {
 func TestPrivilegedHostSourceCheckOff(t *testing.T) {
 	requirePrivileged(t)
 	d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, NodeIP: testNodeIP, ClusterCIDR: testClusterCIDR,
-		Tunnel: true, OverlayIfIndex: testOverlayIfIndex, OverlayMAC: testOverlayMAC, TunnelPort: tunnelPort,
+		Tunnel: true, OverlayIfIndex: testOverlayIfIndex, OverlayMAC: testOverlayMAC, OverlayPort: tunnelPort,
 		NoSourceVerification: true})
 	vxlan := ipv4(protoUDP, nodeIP, "192.168.0.12").withDst("192.168.0.12", tunnelPort)
 	runCases(t, d, d.objs.MyelinToNetdev, "to-netdev", []progCase{

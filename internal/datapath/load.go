@@ -67,6 +67,15 @@ type Config struct {
 	// through it as before; docs/datapath.md, "Tunnel mode"); 0 leaves all
 	// VXLAN to the device.
 	TunnelPort uint16
+	// OverlayPort is myelin_vxlan's UDP port (tunnel-port) whoever
+	// encapsulates: with Tunnel, UDP to it that the node's own stack sends and
+	// the device did not encapsulate is dropped (docs/datapath.md, "What the
+	// node itself sends"); 0 leaves that check off.
+	OverlayPort uint16
+	// HealthIP is this node's health address (clusterhealth.HealthAddr of its
+	// PodCIDR): the one address of ClusterCIDR the node's own stack may send
+	// from. Invalid: none.
+	HealthIP netip.Addr
 	// LoadBalancing turns service load balancing on (kube-proxy
 	// replacement): pods' packets to service frontends are translated to a
 	// backend and back, and NodePort requests on the uplink too; see
@@ -349,14 +358,17 @@ func configureBudgets(specs *myelinSpecs, cfg Config) error {
 func configureTunnel(specs *myelinSpecs, cfg Config) error {
 	var tunnel uint8
 	var overlay uint32
-	var port uint16 // network order, as the packet has it
+	var port, overlayPort uint16 // network order, as the packet has it
 	var mac [6]byte
 	if cfg.Tunnel {
 		if len(cfg.OverlayMAC) != len(mac) {
 			return fmt.Errorf("tunnel mode needs Config.OverlayMAC, the 6-byte MAC of myelin_vxlan (got %q)", cfg.OverlayMAC)
 		}
-		tunnel, overlay, port = 1, uint32(cfg.OverlayIfIndex), htons(cfg.TunnelPort)
+		tunnel, overlay, port, overlayPort = 1, uint32(cfg.OverlayIfIndex), htons(cfg.TunnelPort), htons(cfg.OverlayPort)
 		copy(mac[:], cfg.OverlayMAC)
+	}
+	if err := specs.OverlayPort.Set(overlayPort); err != nil {
+		return fmt.Errorf("set overlay_port: %w", err)
 	}
 	if err := specs.RoutingTunnel.Set(tunnel); err != nil {
 		return fmt.Errorf("set routing_tunnel: %w", err)

@@ -29,11 +29,12 @@ func checkMasquerade(cfg Config) error {
 
 // configureMasquerade writes the masquerade constants and the node IP and
 // cluster CIDR that load balancing and the tunnel's source checks share; the
-// node IP and cluster CIDR are set whenever Config has them (IPv4).
+// node IP and cluster CIDR are set whenever Config has them (IPv4), as is the
+// health address the host source check lets the node send from.
 func configureMasquerade(specs *myelinSpecs, cfg Config) error {
 	var (
-		enabled          uint8
-		nodeIP, cidr, mk uint32
+		enabled                  uint8
+		nodeIP, health, cidr, mk uint32
 	)
 	if cfg.Masquerade {
 		enabled = 1
@@ -42,6 +43,9 @@ func configureMasquerade(specs *myelinSpecs, cfg Config) error {
 	// node IP is set whenever known.
 	if cfg.NodeIP.Is4() {
 		nodeIP = networkUint32(cfg.NodeIP)
+	}
+	if cfg.HealthIP.Is4() {
+		health = networkUint32(cfg.HealthIP)
 	}
 	if cfg.ClusterCIDR.IsValid() && cfg.ClusterCIDR.Addr().Is4() {
 		cidr = networkUint32(cfg.ClusterCIDR.Masked().Addr())
@@ -54,6 +58,7 @@ func configureMasquerade(specs *myelinSpecs, cfg Config) error {
 	}{
 		{"masq_enabled", specs.MasqEnabled, enabled},
 		{"node_ip", specs.NodeIp, nodeIP},
+		{"node_health_ip", specs.NodeHealthIp, health},
 		{"cluster_cidr_addr", specs.ClusterCidrAddr, cidr},
 		{"cluster_cidr_mask", specs.ClusterCidrMask, mk},
 	} {

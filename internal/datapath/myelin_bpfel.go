@@ -608,9 +608,11 @@ type myelinVariableSpecs struct {
 	NatBudget                *ebpf.VariableSpec `ebpf:"nat_budget"`
 	NatPortMax               *ebpf.VariableSpec `ebpf:"nat_port_max"`
 	NatPortMin               *ebpf.VariableSpec `ebpf:"nat_port_min"`
+	NodeHealthIp             *ebpf.VariableSpec `ebpf:"node_health_ip"`
 	NodeIp                   *ebpf.VariableSpec `ebpf:"node_ip"`
 	OverlayIfindex           *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
 	OverlayMac               *ebpf.VariableSpec `ebpf:"overlay_mac"`
+	OverlayPort              *ebpf.VariableSpec `ebpf:"overlay_port"`
 	PolicyCtAnyOver          *ebpf.VariableSpec `ebpf:"policy_ct_any_over"`
 	PolicyCtBudget           *ebpf.VariableSpec `ebpf:"policy_ct_budget"`
 	RoutingTunnel            *ebpf.VariableSpec `ebpf:"routing_tunnel"`
@@ -754,9 +756,11 @@ type myelinVariables struct {
 	NatBudget                *ebpf.Variable `ebpf:"nat_budget"`
 	NatPortMax               *ebpf.Variable `ebpf:"nat_port_max"`
 	NatPortMin               *ebpf.Variable `ebpf:"nat_port_min"`
+	NodeHealthIp             *ebpf.Variable `ebpf:"node_health_ip"`
 	NodeIp                   *ebpf.Variable `ebpf:"node_ip"`
 	OverlayIfindex           *ebpf.Variable `ebpf:"overlay_ifindex"`
 	OverlayMac               *ebpf.Variable `ebpf:"overlay_mac"`
+	OverlayPort              *ebpf.Variable `ebpf:"overlay_port"`
 	PolicyCtAnyOver          *ebpf.Variable `ebpf:"policy_ct_any_over"`
 	PolicyCtBudget           *ebpf.Variable `ebpf:"policy_ct_budget"`
 	RoutingTunnel            *ebpf.Variable `ebpf:"routing_tunnel"`

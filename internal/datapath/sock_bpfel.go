@@ -388,9 +388,11 @@ type sockVariableSpecs struct {
 	NatBudget        *ebpf.VariableSpec `ebpf:"nat_budget"`
 	NatPortMax       *ebpf.VariableSpec `ebpf:"nat_port_max"`
 	NatPortMin       *ebpf.VariableSpec `ebpf:"nat_port_min"`
+	NodeHealthIp     *ebpf.VariableSpec `ebpf:"node_health_ip"`
 	NodeIp           *ebpf.VariableSpec `ebpf:"node_ip"`
 	OverlayIfindex   *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
 	OverlayMac       *ebpf.VariableSpec `ebpf:"overlay_mac"`
+	OverlayPort      *ebpf.VariableSpec `ebpf:"overlay_port"`
 	PolicyCtBudget   *ebpf.VariableSpec `ebpf:"policy_ct_budget"`
 	RoutingTunnel    *ebpf.VariableSpec `ebpf:"routing_tunnel"`
 	SockDestroySweep *ebpf.VariableSpec `ebpf:"sock_destroy_sweep"`
@@ -509,9 +511,11 @@ type sockVariables struct {
 	NatBudget        *ebpf.Variable `ebpf:"nat_budget"`
 	NatPortMax       *ebpf.Variable `ebpf:"nat_port_max"`
 	NatPortMin       *ebpf.Variable `ebpf:"nat_port_min"`
+	NodeHealthIp     *ebpf.Variable `ebpf:"node_health_ip"`
 	NodeIp           *ebpf.Variable `ebpf:"node_ip"`
 	OverlayIfindex   *ebpf.Variable `ebpf:"overlay_ifindex"`
 	OverlayMac       *ebpf.Variable `ebpf:"overlay_mac"`
+	OverlayPort      *ebpf.Variable `ebpf:"overlay_port"`
 	PolicyCtBudget   *ebpf.Variable `ebpf:"policy_ct_budget"`
 	RoutingTunnel    *ebpf.Variable `ebpf:"routing_tunnel"`
 	SockDestroySweep *ebpf.Variable `ebpf:"sock_destroy_sweep"`

@@ -21,8 +21,8 @@ import (
 
 // Attacks from a node's own network namespace, as a hostNetwork pod would
 // make them: packets with a pod's address as their source. Each attack is
-// followed by the same packet from the node's own address, which must
-// arrive (the tool works, only the forged source is refused).
+// followed by a control, the same packet from an address allowed to send it,
+// which must arrive (the tool works, only the forgery is refused).
 
 // forgedPort is the UDP port of the host forgeries' datagrams.
 const forgedPort = 9997
@@ -71,30 +71,30 @@ func forgeRawFromHost(t *testing.T, cs kubernetes.Interface, node string, impers
 // forgeVXLANFromHost sends, from node's namespace through a plain UDP
 // socket (no capability at all), a VXLAN frame to the tunnel port of
 // target's node whose inner packet comes from the pod impersonated (of
-// node), then one whose inner packet comes from node's own address: target
-// sees only the latter (the receiving node's peer rule accepts both, the
-// outer source being node's), and node counts to-netdev DROP_SPOOFED_SOURCE.
+// node): target's node would accept it (the outer source is the node owning
+// the inner one), so node's to-netdev must drop it, and does for any UDP to
+// that port its stack builds (DROP_SPOOFED_SOURCE). The control is the same
+// frame from the lab's outside host with its own address inside, which the
+// peer rule lets through: target sees only that one.
 func forgeVXLANFromHost(t *testing.T, cs kubernetes.Interface, node string, impersonated, target corev1.Pod) {
 	t.Helper()
-	own, peer := nodeIP(t, cs, node), nodeIP(t, cs, target.Spec.NodeName)
+	peer := nodeIP(t, cs, target.Spec.NodeName)
 	forged := netip.MustParseAddr(impersonated.Status.PodIP)
+	outside := labplan.DefaultAddressing().ExternalServerIP()
 	dst := netip.MustParseAddr(target.Status.PodIP)
 	caps := captureIn(t, []corev1.Pod{target})
 	before := hostSpoofDrops(t, node)
-	err := netns.Do(labplan.NetNSPath(node), func() error {
-		for _, src := range []netip.Addr{forged, own} {
-			frame := append(append(append([]byte{}, datapath.OverlayMAC(peer)...), datapath.OverlayMAC(own)...), 0x08, 0x00)
-			frame = append(frame, ipv4UDP(src, dst, forgedPort, []byte("forged from the host"))...)
-			if err := sendVXLAN(peer, frame); err != nil {
-				return err
-			}
+	for _, send := range []struct {
+		ns  string
+		src netip.Addr
+	}{{node, forged}, {labplan.ExtNS, outside}} {
+		frame := append(append(append([]byte{}, datapath.OverlayMAC(peer)...), 0x02, 0, 0, 0, 0, 1), 0x08, 0x00)
+		frame = append(frame, ipv4UDP(send.src, dst, forgedPort, []byte("forged VXLAN"))...)
+		if err := netns.Do(labplan.NetNSPath(send.ns), func() error { return sendVXLAN(peer, frame) }); err != nil {
+			t.Fatalf("send from %s's namespace: %v", send.ns, err)
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("send from %s's namespace: %v", node, err)
 	}
-	expectOnly(t, caps, []corev1.Pod{target}, own, forged)
+	expectOnly(t, caps, []corev1.Pod{target}, outside, forged)
 	if got := hostSpoofDrops(t, node)["to-netdev"] - before["to-netdev"]; got < 1 {
 		t.Errorf("%s to-netdev/DROP_SPOOFED_SOURCE grew by %d, want >= 1 (the VXLAN frame)", node, got)
 	}
@@ -116,7 +116,7 @@ func captureIn(t *testing.T, pods []corev1.Pod) []*capture {
 }
 
 // expectOnly checks that every capture saw a datagram to forgedPort from
-// own and none from forged.
+// own (the control) and none from forged.
 func expectOnly(t *testing.T, caps []*capture, pods []corev1.Pod, own, forged netip.Addr) {
 	t.Helper()
 	for i, c := range caps {
@@ -134,7 +134,7 @@ func expectOnly(t *testing.T, caps []*capture, pods []corev1.Pod, own, forged ne
 			t.Errorf("%s (%s) received a packet from %s sent by a node's own stack", pods[i].Name, pods[i].Spec.NodeName, forged)
 		}
 		if !slices.Contains(from, own) {
-			t.Errorf("%s saw no packet from the node's own address %s (frames seen: %v): the capture proves nothing", pods[i].Name, own, got)
+			t.Errorf("%s saw no packet from the control's address %s (frames seen: %v): the capture proves nothing", pods[i].Name, own, got)
 		}
 	}
 }
