@@ -26,7 +26,8 @@
  *   came from, so it is not the stack's.
  *
  * The node's health address (node_health_ip, in its PodCIDR) is the node's
- * own: its probes and answers leave from it.
+ * own: its probes and answers leave from it; so is its IP (node_ip), which may
+ * lie in the cluster CIDR outside every PodCIDR (routing.Peers allows it).
  *
  * Both are DROP_SPOOFED_SOURCE in the direction of the program. Not covered:
  * a packet socket with PACKET_QDISC_BYPASS (CAP_NET_RAW again) hands frames
@@ -79,7 +80,8 @@ static __always_inline int host_source_check(struct __sk_buff *skb, const struct
 {
 	struct l4_head h = {};
 
-	if (cluster_contains(info->saddr) && info->saddr != node_health_ip)
+	if (cluster_contains(info->saddr) && info->saddr != node_ip &&
+	    info->saddr != node_health_ip)
 		return DROP_SPOOFED_SOURCE;
 	if (!tunnel || !overlay_port || info->proto != IPPROTO_UDP || !info->l4_off)
 		return 0;

@@ -13,6 +13,10 @@ var ctxHostBuilt = &skbCtx{}
 // mark bit myelin_to_overlay sets on what myelin_vxlan encapsulates.
 const hostSourceOverlayMark = 0x00200000
 
+// testNodeIPInCluster is the node's IP in these tests: inside the cluster
+// CIDR, outside every PodCIDR, as routing.Peers allows.
+const testNodeIPInCluster = "10.250.0.11"
+
 // testHealthIP is the node's health address in these tests: in the cluster
 // CIDR, and the node's own.
 const testHealthIP = "10.1.0.1"
@@ -21,12 +25,13 @@ const testHealthIP = "10.1.0.1"
 // routing modes and wherever it leaves: the uplink (myelin_to_netdev), a pod
 // of this node (myelin_to_pod), the VXLAN device (myelin_to_overlay). The
 // same packets forwarded (received on a device) pass, as does what the node
-// sends from its own address or its health address.
+// sends from its own address (here inside the cluster CIDR) or its health
+// address.
 func TestPrivilegedHostSourceCheck(t *testing.T) {
 	requirePrivileged(t)
 	for _, tunnel := range []bool{false, true} {
 		name := "native"
-		cfg := Config{HostRouting: HostRoutingBPF, NodeIP: testNodeIP, ClusterCIDR: testClusterCIDR, HealthIP: mustAddr(testHealthIP)}
+		cfg := Config{HostRouting: HostRoutingBPF, NodeIP: mustAddr(testNodeIPInCluster), ClusterCIDR: testClusterCIDR, HealthIP: mustAddr(testHealthIP)}
 		if tunnel {
 			name = "tunnel"
 			cfg.Tunnel, cfg.OverlayIfIndex, cfg.OverlayMAC, cfg.OverlayPort = true, testOverlayIfIndex, testOverlayMAC, tunnelPort
@@ -34,7 +39,7 @@ func TestPrivilegedHostSourceCheck(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			d := loadTestConfig(t, cfg)
 			forged := ipv4(protoUDP, podA, remoteIP)
-			own := ipv4(protoUDP, nodeIP, remoteIP)
+			own := ipv4(protoUDP, testNodeIPInCluster, remoteIP)
 			health := ipv4(protoTCP, testHealthIP, remoteIP)
 			cases := []progCase{
 				{name: "host-built from the node's health address: passes", in: health.build(), ctx: ctxHostBuilt,
@@ -50,7 +55,7 @@ func TestPrivilegedHostSourceCheck(t *testing.T) {
 			toPod := []progCase{
 				{name: "host-built into a pod from a pod address: dropped", in: ipv4(protoTCP, podBIP, podA).build(), ctx: ctxHostBuilt,
 					verdict: tcActShot, reason: "DROP_SPOOFED_SOURCE"},
-				{name: "host-built into a pod from the node's address (a probe): passes", in: ipv4(protoTCP, nodeIP, podA).build(), ctx: ctxHostBuilt,
+				{name: "host-built into a pod from the node's address (a probe): passes", in: ipv4(protoTCP, testNodeIPInCluster, podA).build(), ctx: ctxHostBuilt,
 					verdict: tcActOK, reason: "PASS_STACK"},
 				{name: "forwarded into a pod from a pod address: passes", in: ipv4(protoTCP, podBIP, podA).build(), ctx: ctxForwarded,
 					verdict: tcActOK, reason: "PASS_STACK"},
