@@ -38,7 +38,7 @@ int myelin_to_netdev(struct __sk_buff *skb)
 	 */
 	if (ipv4_parse(skb, &info) < 0)
 		return verdict_pass(skb, &info, DIR_TO_NETDEV);
-	reason = host_built(skb) ? host_source_check(skb, &info, routing_tunnel) : 0;
+	reason = host_source_check(skb, &info, routing_tunnel);
 	if (!reason)
 		reason = lb_host_reply(skb, &info);
 	if (!reason)

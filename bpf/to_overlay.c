@@ -32,7 +32,7 @@ int myelin_to_overlay(struct __sk_buff *skb)
 
 	if ((lb_host_replies || host_built(skb)) && skb->protocol == bpf_htons(ETH_P_IP) &&
 	    ipv4_parse(skb, &info) == 0) {
-		reason = host_built(skb) ? host_source_check(skb, &info, 0) : 0;
+		reason = host_source_check(skb, &info, 0);
 		if (!reason)
 			reason = lb_host_reply(skb, &info);
 		if (reason)

@@ -30,7 +30,7 @@ int myelin_to_pod(struct __sk_buff *skb)
 
 	if (skb->protocol != bpf_htons(ETH_P_IP) || ipv4_parse(skb, &info) < 0)
 		return verdict_pass(skb, &info, DIR_TO_POD);
-	reason = host_built(skb) ? host_source_check(skb, &info, 0) : 0;
+	reason = host_source_check(skb, &info, 0);
 	if (reason)
 		return verdict_drop(skb, &info, DIR_TO_POD, reason);
 	/* ingress_ifindex 0: the host's own stack built the packet (kubelet probes). */

@@ -70,16 +70,18 @@ static __always_inline int host_built(const struct __sk_buff *skb)
 }
 
 /*
- * host_source_check checks a packet the stack built (host_built) for a pod
- * source and, when tunnel is set, for UDP to the tunnel port myelin_vxlan did
- * not encapsulate (clearing the device's mark). Returns 0 or
- * DROP_SPOOFED_SOURCE.
+ * host_source_check checks a packet the stack built (host_built; anything
+ * else passes) for a pod source and, when tunnel is set, for UDP to the
+ * tunnel port myelin_vxlan did not encapsulate (clearing the device's mark).
+ * Returns 0 or DROP_SPOOFED_SOURCE.
  */
 static __always_inline int host_source_check(struct __sk_buff *skb, const struct ipv4_info *info,
 					     int tunnel)
 {
 	struct l4_head h = {};
 
+	if (!host_built(skb))
+		return 0;
 	if (cluster_contains(info->saddr) && info->saddr != node_ip &&
 	    info->saddr != node_health_ip)
 		return DROP_SPOOFED_SOURCE;

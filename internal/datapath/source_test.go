@@ -245,9 +245,8 @@ func TestPrivilegedBPFSpoofedSourceEvent(t *testing.T) {
 // would otherwise be the node's own (withForwarder); ingress programs get
 // none.
 func forwardedRun(d *Datapath, p *ebpf.Program, in []byte) *ebpf.RunOptions {
-	opts := &ebpf.RunOptions{Data: in, DataOut: make([]byte, 1500)}
 	if p == d.objs.MyelinToNetdev || p == d.objs.MyelinToPod || p == d.objs.MyelinToOverlay {
-		opts.Context = *ctxForwarded
+		return runOptions(in, *ctxForwarded)
 	}
-	return opts
+	return runOptions(in, nil)
 }

@@ -58,15 +58,7 @@ func TestLabMyelinSpoofing(t *testing.T) {
 func spoofFromPod(t *testing.T, node string, pods map[string]corev1.Pod, forged []string) {
 	t.Helper()
 	targets := []corev1.Pod{pods["near"], pods["far"]}
-	var caps []*capture
-	for _, p := range targets {
-		c, err := openPodCapture(podNetNS(p))
-		if err != nil {
-			t.Fatalf("capture in %s: %v", p.Name, err)
-		}
-		defer c.close()
-		caps = append(caps, c)
-	}
+	caps := captureIn(t, targets)
 	before := dropCount(t, node, "DROP_SPOOFED_SOURCE")
 	var dsts []netip.Addr
 	for _, p := range targets {
