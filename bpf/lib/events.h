@@ -12,6 +12,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "ipv4.h"
+#include "l4.h"
 #include "maps.h"
 #include "metrics.h"
 
@@ -32,15 +33,15 @@ volatile __u32 drop_events_enabled = 0;
 static __always_inline void events_ports(struct __sk_buff *skb, const struct ipv4_info *info,
 					 struct event *ev)
 {
-	__be16 ports[2];
+	struct l4_head h;
 
 	if (!info->l4_off || (info->proto != IPPROTO_TCP && info->proto != IPPROTO_UDP))
 		return;
-	/* A helper copy: safe whatever packet pointers earlier helpers invalidated. */
-	if (bpf_skb_load_bytes(skb, info->l4_off, ports, sizeof(ports)) < 0)
+	/* A fresh read of the packet: safe whatever pointers earlier helpers invalidated. */
+	if (l4_load_head(skb, info, &h, 4) < 0)
 		return;
-	ev->sport = ports[0];
-	ev->dport = ports[1];
+	ev->sport = h.sport;
+	ev->dport = h.dport;
 }
 
 /* events_emit writes one event; a full buffer is counted as REASON_EVENTS_LOST. */

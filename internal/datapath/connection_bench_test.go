@@ -276,3 +276,66 @@ func BenchmarkPolicyDatagram(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFlowsDatagram is the kernel's run time of myelin_from_pod for a UDP
+// request from pod A to B:5201 and B's answer, delivered with bpf_redirect_peer,
+// with flows off and on: the per-datagram cost of the flow aggregation (one read
+// of the ports and a lookup in myelin_flow_state; a summary record every
+// FLOW_SUMMARY_NS). Run as root:
+// go test -run '^$' -bench 'FlowsDatagram' -count 5 ./internal/datapath/
+func BenchmarkFlowsDatagram(b *testing.B) {
+	testenv.RequireRoot(b, "load BPF")
+	d := loadTestConfig(b, agentDefaultConfig())
+	if err := seedEndpoints(d, seedAB); err != nil {
+		b.Fatal(err)
+	}
+	r, err := d.NewFlowReader()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	recs := make([]FlowRecord, 16)
+	request := segment{in: ipv4(protoUDP, podA, podBIP).withSrc(podA, 40000).withDst(podBIP, 5201).build(),
+		prog: d.objs.MyelinFromPod, ctx: *ctxPodA}
+	answer := segment{in: fromPodB(ipv4(protoUDP, podBIP, podA).withSrc(podBIP, 5201).withDst(podA, 40000)).build(),
+		prog: d.objs.MyelinFromPod, ctx: skbCtx{IngressIfindex: uint32(podB.IfIndex)}}
+	for _, flows := range []bool{false, true} {
+		name := "off"
+		if flows {
+			name = "flows"
+		}
+		b.Run(name, func(b *testing.B) {
+			// A new flow each run: its first datagram each way is a FLOW_NEW.
+			if err := clearMap(d.objs.MyelinFlowState); err != nil {
+				b.Fatal(err)
+			}
+			if err := d.SetFlows(flows); err != nil {
+				b.Fatal(err)
+			}
+			var q, a uint64
+			records := 0
+			for b.Loop() {
+				q += uint64(runSegment(b, request))
+				a += uint64(runSegment(b, answer))
+			}
+			for {
+				n, err := r.drain(recs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n == 0 {
+					break
+				}
+				records += n
+			}
+			if flows && records < 2 {
+				b.Errorf("flows on: %d records, want the FLOW_NEW of both directions at least", records)
+			}
+			if !flows && records != 0 {
+				b.Errorf("flows off: %d records, want none", records)
+			}
+			b.ReportMetric(float64(q)/float64(b.N), "ns/request")
+			b.ReportMetric(float64(a)/float64(b.N), "ns/answer")
+		})
+	}
+}

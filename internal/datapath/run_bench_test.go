@@ -21,7 +21,10 @@ import (
 // BPF host routing) and flows off. from-pod-fib is pod A's segment to an address
 // beyond the node in native routing: bpf_fib_lookup against a real FIB (fibLab, in
 // a netns of its own) and bpf_redirect_neigh. to-netdev and to-netdev-host are
-// what myelin_to_netdev costs a forwarded packet and one the node sent. ns/packet
+// what myelin_to_netdev costs a forwarded packet and one the node sent.
+// from-netdev-vxlan is a segment from a pod of another node in tunnel mode,
+// VXLAN on the uplink, which myelin_from_netdev decapsulates and delivers
+// itself (tunnel_decap_deliver). ns/packet
 // is the kernel's measure of each test run (one run per call: the program
 // rewrites the packet, so a repeated run would see its own output). Run as root:
 // go test -run '^$' -bench ProgramRun -count 5 ./internal/datapath/
@@ -60,6 +63,29 @@ func BenchmarkProgramRun(b *testing.B) {
 	b.Run("from-pod-fib", func(b *testing.B) {
 		inNetns(b, func(string) { benchFIBForward(b, d) })
 	})
+	b.Run("from-netdev-vxlan", benchDecapDeliver)
+}
+
+// benchDecapDeliver times myelin_from_netdev decapsulating a VXLAN packet from
+// node B (a TCP segment of its pod to pod B of this node, node A) and
+// delivering it, on a tunnel-mode datapath of its own.
+func benchDecapDeliver(b *testing.B) {
+	d := loadTestConfig(b, Config{HostRouting: HostRoutingBPF, Tunnel: true, OverlayIfIndex: testOverlayIfIndex,
+		OverlayMAC: testOverlayMAC, NodeIP: mustAddr("198.51.100.1"), TunnelPort: tunnelPort})
+	if err := seedEndpoints(d, seedB); err != nil {
+		b.Fatal(err)
+	}
+	if err := seedTunnels(d, seedTunnelB); err != nil {
+		b.Fatal(err)
+	}
+	inner := ipv4(protoTCP, "10.2.0.5", "10.1.0.20").withTCPFlags(tcpACK).
+		withMACs(OverlayMAC(mustAddr("198.51.100.2")), testOverlayMAC)
+	s := segment{in: vxlanToA("198.51.100.2", 0, inner.build()).build(), prog: d.objs.MyelinFromNetdev}
+	var ns uint64
+	for b.Loop() {
+		ns += uint64(runSegment(b, s))
+	}
+	b.ReportMetric(float64(ns)/float64(b.N), "ns/packet")
 }
 
 // benchFIBForward times from_pod forwarding pod A's segments by the FIB of the
