@@ -19,6 +19,7 @@
 #include "endpoint.h"
 #include "eth.h"
 #include "ipv4.h"
+#include "l4.h"
 #include "maps.h"
 #include "verdict.h"
 
@@ -259,7 +260,10 @@ static __always_inline int tunnel_encap_redirect(struct __sk_buff *skb,
 
 /*
  * What follows the outer IPv4 header of a VXLAN packet (RFC 7348), read at
- * once: UDP, the VXLAN header, the inner Ethernet and IPv4 headers.
+ * once: UDP, the VXLAN header, the inner Ethernet and IPv4 headers. Aligned
+ * as it lies in a packet (4 bytes past NET_IP_ALIGN, after a 20-byte outer
+ * header), so a copy moves words, not bytes; VXLAN_FRAME_LEN leaves out the
+ * padding that adds.
  */
 struct vxlan_frame {
 	struct udphdr udp;
@@ -267,7 +271,9 @@ struct vxlan_frame {
 	__be32 vx_vni;	 /* VNI << 8 */
 	struct ethhdr eth;
 	struct iphdr ip;
-} __attribute__((packed));
+} __attribute__((packed, aligned(4)));
+
+#define VXLAN_FRAME_LEN (offsetof(struct vxlan_frame, ip) + sizeof(struct iphdr))
 
 #define TUNNEL_DECAP_NONE (-1)
 
@@ -298,6 +304,7 @@ static __always_inline int tunnel_decap_deliver(struct __sk_buff *skb,
 						const struct ipv4_info *outer)
 {
 	const struct endpoint_info *ep;
+	const struct vxlan_frame *p;
 	struct ipv4_info info = {};
 	struct vxlan_frame f;
 
@@ -305,7 +312,11 @@ static __always_inline int tunnel_decap_deliver(struct __sk_buff *skb,
 	    outer->l4_off != ETH_HLEN + sizeof(struct iphdr) ||
 	    (outer->tos & IPV4_ECN_MASK) == IPV4_ECN_CE)
 		return TUNNEL_DECAP_NONE;
-	if (bpf_skb_load_bytes(skb, outer->l4_off, &f, sizeof(f)) < 0)
+	/* From the linear data when it is all there (no helper call). */
+	p = l4_linear(skb, outer->l4_off, VXLAN_FRAME_LEN);
+	if (p)
+		__builtin_memcpy(&f, p, VXLAN_FRAME_LEN);
+	else if (bpf_skb_load_bytes(skb, outer->l4_off, &f, VXLAN_FRAME_LEN) < 0)
 		return TUNNEL_DECAP_NONE;
 	if (f.udp.dest != tunnel_port || f.udp.check ||
 	    skb->len != outer->l4_off + bpf_ntohs(f.udp.len) || f.vx_flags != VXLAN_FLAGS_VNI ||
