@@ -22,6 +22,11 @@ import (
 // beyond the node in native routing: bpf_fib_lookup against a real FIB (fibLab, in
 // a netns of its own) and bpf_redirect_neigh. to-netdev and to-netdev-host are
 // what myelin_to_netdev costs a forwarded packet and one the node sent.
+// from-pod-service is pod A's segment of an established connection to a
+// ClusterIP whose backend is pod B (the tc path's translation: a conntrack
+// lookup and its refresh), to-netdev-masq one to an address outside the
+// cluster leaving the uplink, masqueraded to the node's (a NAT lookup and its
+// refresh); a SYN opens each connection first.
 // from-netdev-vxlan is a segment from a pod of another node in tunnel mode,
 // VXLAN on the uplink, which myelin_from_netdev decapsulates and delivers
 // itself (tunnel_decap_deliver). ns/packet
@@ -34,25 +39,37 @@ func BenchmarkProgramRun(b *testing.B) {
 	if err := seedEndpoints(d, seedAB); err != nil {
 		b.Fatal(err)
 	}
+	if err := seedLB(d, lbState{backends: map[uint32]Backend{1: backendB},
+		services: map[Frontend]Service{feTCP: {ID: 1, Backends: []uint32{1}}}}); err != nil {
+		b.Fatal(err)
+	}
 	for _, c := range []struct {
 		name    string
 		prog    *ebpf.Program
 		in      pkt
 		ctx     skbCtx
 		toStack bool
+		open    bool // a SYN opens the connection first
 	}{
-		{"from-pod", d.objs.MyelinFromPod, ipv4(protoTCP, podA, podBIP), *ctxPodA, false},
-		{"from-netdev", d.objs.MyelinFromNetdev, ipv4(protoTCP, remoteIP, podBIP), skbCtx{}, false},
+		{"from-pod", d.objs.MyelinFromPod, ipv4(protoTCP, podA, podBIP), *ctxPodA, false, false},
+		{"from-netdev", d.objs.MyelinFromNetdev, ipv4(protoTCP, remoteIP, podBIP), skbCtx{}, false, false},
 		// The node's own traffic (kubelet's port): to the stack.
-		{"from-netdev-host", d.objs.MyelinFromNetdev, ipv4(protoTCP, remoteIP, nodeIP).withDst(nodeIP, 10250), skbCtx{}, true},
+		{"from-netdev-host", d.objs.MyelinFromNetdev, ipv4(protoTCP, remoteIP, nodeIP).withDst(nodeIP, 10250), skbCtx{}, true, false},
 		// Leaving the uplink: pod A's segment to a pod of another node, as the
 		// stack forwards it, and one the node's own stack built (kubelet to
 		// the apiserver), which the host source check parses.
-		{"to-netdev", d.objs.MyelinToNetdev, ipv4(protoTCP, podA, remoteIP), *ctxForwarded, true},
-		{"to-netdev-host", d.objs.MyelinToNetdev, ipv4(protoTCP, nodeIP, "192.168.0.1").withDst("192.168.0.1", 6443), skbCtx{}, true},
+		{"to-netdev", d.objs.MyelinToNetdev, ipv4(protoTCP, podA, remoteIP), *ctxForwarded, true, false},
+		{"to-netdev-host", d.objs.MyelinToNetdev, ipv4(protoTCP, nodeIP, "192.168.0.1").withDst("192.168.0.1", 6443), skbCtx{}, true, false},
+		{"from-pod-service", d.objs.MyelinFromPod, ipv4(protoTCP, podA, vip).withDst(vip, 80), *ctxPodA, false, true},
+		{"to-netdev-masq", d.objs.MyelinToNetdev, ipv4(protoTCP, podA, "203.0.113.10").withDst("203.0.113.10", 443), *ctxForwarded, true, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			s := segment{in: c.in.withTCPFlags(tcpACK).build(), prog: c.prog, ctx: c.ctx, toStack: c.toStack}
+			if c.open {
+				syn := s
+				syn.in = c.in.withTCPFlags(tcpSYN).build()
+				runSegment(b, syn)
+			}
 			var ns uint64
 			for b.Loop() {
 				ns += uint64(runSegment(b, s))
