@@ -17,6 +17,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#include "clock.h"
 #include "config.h"
 #include "frag.h"
 #include "icmp.h"
@@ -126,7 +127,7 @@ static __always_inline __u16 ct_state_of(__u8 proto, const struct l4_info *l4, _
  */
 static __always_inline int ct_touch(struct ct_entry *e, __u16 state)
 {
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = clock_coarse_ns();
 
 	if ((e->flags & state) != state)
 		e->flags |= state;

@@ -45,6 +45,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#include "clock.h"
 #include "config.h"
 #include "ipv4.h"
 #include "l4.h"
@@ -161,7 +162,7 @@ static __always_inline int flows_allow(struct __sk_buff *skb, const struct ipv4_
 {
 	struct flow_limit_key k = {
 		.ifindex = skb->ifindex, .kind = kind, .reason = reason, .dir = dir};
-	__u64 window = bpf_ktime_get_ns() >> FLOW_LIMIT_WINDOW_SHIFT;
+	__u64 window = clock_coarse_ns() >> FLOW_LIMIT_WINDOW_SHIFT;
 	struct flow_limit fresh = {.window = window, .records = 1}, *l;
 
 	if (dir == DIR_FROM_POD) /* the veth it entered on, as the source check uses */
@@ -271,7 +272,7 @@ static __always_inline void flows_aggregate(struct __sk_buff *skb, const struct 
 	struct flow_key k = {
 		.saddr = info->saddr, .daddr = info->daddr, .proto = info->proto, .dir = dir};
 	struct flow_state fresh = {}, *st;
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = clock_coarse_ns();
 
 	if (info->proto != IPPROTO_ICMP) {
 		k.sport = head->sport;

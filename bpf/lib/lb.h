@@ -12,6 +12,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
+#include "clock.h"
 #include "config.h"
 #include "maps.h"
 
@@ -180,7 +181,7 @@ static __always_inline __u32 lb_affinity_get(const struct lb_svc *svc, __be32 cl
 {
 	struct lb_affinity_key key = {.svc_id = svc->id, .client = client};
 	struct lb_affinity *a = bpf_map_lookup_elem(&myelin_lb_affinity, &key);
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = clock_coarse_ns();
 
 	if (!a || now - a->last_used > (__u64)svc->affinity_timeout * NSEC_PER_SEC)
 		return 0;
@@ -197,7 +198,7 @@ static __always_inline void lb_affinity_put(const struct lb_svc *svc, __be32 cli
 					    __u32 index)
 {
 	struct lb_affinity_key key = {.svc_id = svc->id, .client = client};
-	struct lb_affinity a = {.last_used = bpf_ktime_get_ns(), .backend_id = id, .index = index};
+	struct lb_affinity a = {.last_used = clock_coarse_ns(), .backend_id = id, .index = index};
 
 	/* LRU: a failed insert only loses the stickiness of this client. */
 	bpf_map_update_elem(&myelin_lb_affinity, &key, &a, BPF_ANY);

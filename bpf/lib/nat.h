@@ -12,6 +12,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#include "clock.h"
 #include "config.h"
 #include "l4.h"
 #include "maps.h"
@@ -49,7 +50,7 @@ static __always_inline struct nat_entry *nat_lookup(const struct nat_key *key)
  */
 static __always_inline void nat_touch(struct nat_entry *e, __u16 flags)
 {
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = clock_coarse_ns();
 
 	if (now - e->last_seen > NAT_REFRESH_NS)
 		e->last_seen = now;
@@ -152,7 +153,7 @@ static __always_inline int nat_over_budget(__u32 addr)
 static __always_inline int nat_create(const struct nat_key *fwd, __be32 nat_addr, __u16 flags,
 				      __be16 *port)
 {
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = clock_coarse_ns();
 	struct nat_key rev = {
 		.saddr = fwd->daddr,
 		.daddr = nat_addr,

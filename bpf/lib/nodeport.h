@@ -28,6 +28,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#include "clock.h"
 #include "config.h"
 #include "l4.h"
 #include "maps.h"
@@ -58,7 +59,7 @@ static __always_inline void np_count(__u32 i)
 /* np_touch records a packet of e's flow, like nat_touch. */
 static __always_inline void np_touch(struct np_entry *e, __u16 flags)
 {
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = clock_coarse_ns();
 
 	if (now - e->last_seen > NAT_REFRESH_NS)
 		e->last_seen = now;
@@ -95,7 +96,7 @@ static __always_inline int np_reclaim(const struct nat_key *rev)
 	const struct np_entry *e = bpf_map_lookup_elem(&myelin_nodeport_syn, rev);
 	struct nat_key fwd;
 
-	if (!e || bpf_ktime_get_ns() - e->last_seen < NP_SYN_RECLAIM_NS)
+	if (!e || clock_coarse_ns() - e->last_seen < NP_SYN_RECLAIM_NS)
 		return 0;
 	np_pair_key(&fwd, rev, e, NAT_DIR_EGRESS);
 	bpf_map_delete_elem(&myelin_nodeport_syn, &fwd);
@@ -136,7 +137,7 @@ static __always_inline int np_claim(struct nat_key *rev, const struct np_entry *
 static __always_inline int np_create(const struct nat_key *fwd, __u32 id,
 				     const struct lb_backend *be, __u16 flags, struct np_entry *fv)
 {
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = clock_coarse_ns();
 	struct nat_key rev = {
 		.saddr = be->addr,
 		.daddr = node_ip,

@@ -14,6 +14,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
+#include "clock.h"
 #include "config.h"
 #include "ipv4.h"
 #include "l4.h"
@@ -44,11 +45,12 @@ static __always_inline __u32 policy_ct_key_of(struct policy_ct_key *k, const str
 
 /*
  * policy_ct_now is the time kept as a non-TCP entry's last seen (fin_lo):
- * CLOCK_MONOTONIC_COARSE, which the agent reads too, in ~1 s units.
+ * the flow tables' clock (lib/clock.h), which the agent reads too, in ~1 s
+ * units.
  */
 static __always_inline __u32 policy_ct_now(void)
 {
-	return (__u32)(bpf_ktime_get_coarse_ns() >> POLICY_CT_TIME_SHIFT);
+	return (__u32)(clock_coarse_ns() >> POLICY_CT_TIME_SHIFT);
 }
 
 /*

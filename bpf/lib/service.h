@@ -26,6 +26,7 @@
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 
+#include "clock.h"
 #include "config.h"
 #include "ct.h"
 #include "endpoint.h"
@@ -127,7 +128,7 @@ static __always_inline int lb_flow_commit(void *map, const struct ct_key *fwd,
 	struct ct_entry fv = {
 		.backend_id = f->id,
 		.flags = flags,
-		.last_seen = bpf_ktime_get_ns(),
+		.last_seen = clock_coarse_ns(),
 		.svc_id = svc->id,
 		.be_addr = f->be.addr,
 		.be_port = f->be.port,

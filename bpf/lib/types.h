@@ -57,7 +57,7 @@ struct nat_key {
  * directions of a flow together.
  */
 struct nat_entry {
-	__u64 last_seen; /* bpf_ktime_get_ns of a recent packet, refreshed at most once a second */
+	__u64 last_seen; /* clock_coarse_ns of a recent packet, refreshed at most once a second */
 	__u32 addr;	 /* network order */
 	__u16 port;	 /* network order; the ICMP echo id for ICMP */
 	__u16 flags;	 /* enum nat_flags */
@@ -82,7 +82,7 @@ enum nat_flags {
  * NAT_DIR_INGRESS the backend's reply to node IP:NAT port.
  */
 struct np_entry {
-	__u64 last_seen;  /* bpf_ktime_get_ns, refreshed at most once a second */
+	__u64 last_seen;  /* clock_coarse_ns, refreshed at most once a second */
 	__u32 addr;	  /* egress: the backend; ingress: the client (network order) */
 	__u32 backend_id; /* egress: the backend's id */
 	__u32 reply_seq;  /* egress, TCP: the backend's SYN-ACK sequence number + 1 (host order) */
@@ -168,7 +168,7 @@ struct lb_affinity_key {
  * service's, and ready, while that place still holds backend_id.
  */
 struct lb_affinity {
-	__u64 last_used; /* bpf_ktime_get_ns of the client's last new connection */
+	__u64 last_used; /* clock_coarse_ns of the client's last new connection */
 	__u32 backend_id;
 	__u32 index;
 };
@@ -223,12 +223,12 @@ struct ct_entry {
 	__u32 client_addr; /* reverse: the client, network order */
 	__u16 front_port;  /* reverse: frontend port, network order */
 	__u16 flags;	   /* enum ct_flags */
-	__u64 last_seen; /* bpf_ktime_get_ns of a recent packet, refreshed at most once a second */
-	__u32 svc_id;	 /* forward: the service (lb_svc.id) the backend was chosen for */
-	__u32 be_addr;	 /* forward: the backend's address, network order */
-	__u16 be_port;	 /* forward: the backend's port, network order */
-	__u16 pad;	 /* explicit padding, 0 */
-	__u32 index;	 /* forward: where the backend was found (slot or Maglev entry) */
+	__u64 last_seen;   /* clock_coarse_ns of a recent packet, refreshed at most once a second */
+	__u32 svc_id;	   /* forward: the service (lb_svc.id) the backend was chosen for */
+	__u32 be_addr;	   /* forward: the backend's address, network order */
+	__u16 be_port;	   /* forward: the backend's port, network order */
+	__u16 pad;	   /* explicit padding, 0 */
+	__u32 index;	   /* forward: where the backend was found (slot or Maglev entry) */
 };
 
 /*
@@ -490,7 +490,7 @@ struct flow_limit {
 
 /* flow_state is what a flow accumulated since its last record. */
 struct flow_state {
-	__u64 last; /* ktime of its last record */
+	__u64 last; /* clock_coarse_ns of its last record */
 	__u64 packets;
 	__u64 bytes;
 };

@@ -92,7 +92,9 @@ func (d *Datapath) natTable() flowTable[myelinNatKey, myelinNatEntry, natFlowID]
 }
 
 // MonotonicNow is the current time on the clock of the datapath's
-// timestamps (CLOCK_MONOTONIC, bpf_ktime_get_ns): the now to pass to GCNAT.
+// timestamps: the now to pass to GCNAT. CLOCK_MONOTONIC; the programs write
+// CLOCK_MONOTONIC_COARSE (bpf/lib/clock.h), which trails it by at most a
+// tick, so an entry's age is never negative here.
 func MonotonicNow() time.Duration {
 	var ts unix.Timespec
 	// CLOCK_MONOTONIC can't fail on Linux.
