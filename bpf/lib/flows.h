@@ -324,15 +324,18 @@ static __noinline void flows_forward(struct __sk_buff *skb, const struct ipv4_in
 
 	if (!info->l4_off) /* not IPv4, or a later fragment */
 		return;
-	/* Flags and ports in one read, from the linear data when they lie there. */
-	if (flows_head(skb, info, &h)) {
-		if (!(h.flags & FLOW_TCP_REPORTED) || !flows_reported_dir(info, dir, reason))
+	if (info->proto == IPPROTO_TCP) {
+		/* Flags and ports in one read, from the linear data when they lie
+		 * there; a header cut short has nothing to report. */
+		if (!flows_head(skb, info, &h) || !(h.flags & FLOW_TCP_REPORTED) ||
+		    !flows_reported_dir(info, dir, reason))
 			return;
 		flows_emit(skb, info, FLOW_TCP, dir, reason, h.flags, NULL, &h);
 		return;
 	}
-	if (info->proto == IPPROTO_TCP || !flows_reported_dir(info, dir, reason))
-		return; /* a TCP header cut short: nothing to report */
+	if (!flows_reported_dir(info, dir, reason))
+		return;
+	flows_head(skb, info, &h);
 	if (flows_is_dns(info, &h)) {
 		flows_dns(skb, info, dir, &h);
 		return;
