@@ -12,7 +12,6 @@
 #include <bpf/bpf_helpers.h>
 
 #include "ipv4.h"
-#include "l4.h"
 #include "maps.h"
 #include "metrics.h"
 
@@ -33,15 +32,15 @@ volatile __u32 drop_events_enabled = 0;
 static __always_inline void events_ports(struct __sk_buff *skb, const struct ipv4_info *info,
 					 struct event *ev)
 {
-	struct l4_head h;
+	__be16 ports[2];
 
 	if (!info->l4_off || (info->proto != IPPROTO_TCP && info->proto != IPPROTO_UDP))
 		return;
-	/* A fresh read of the packet: safe whatever pointers earlier helpers invalidated. */
-	if (l4_load_head(skb, info, &h, 4) < 0)
+	/* A helper copy: safe whatever packet pointers earlier helpers invalidated. */
+	if (bpf_skb_load_bytes(skb, info->l4_off, ports, sizeof(ports)) < 0)
 		return;
-	ev->sport = h.sport;
-	ev->dport = h.dport;
+	ev->sport = ports[0];
+	ev->dport = ports[1];
 }
 
 /* events_emit writes one event; a full buffer is counted as REASON_EVENTS_LOST. */

@@ -12,8 +12,8 @@
  *     a reported one takes its ports from the same read;
  *   - UDP/ICMP/other: the first packet of a flow (FLOW_NEW), then at most one
  *     summary with its packets and bytes every FLOW_SUMMARY_NS (FLOW_SUMMARY),
- *     aggregated in myelin_flow_state: one read of the ports (l4_load_head
- *     too) and one lookup per packet;
+ *     aggregated in myelin_flow_state: the ports read in place (flows_ports)
+ *     and one lookup per packet;
  *   - UDP to or from port 53 (FLOW_DNS): every packet, with up to
  *     FLOW_DNS_CAPTURE bytes of its payload.
  *
@@ -110,13 +110,33 @@ static __always_inline int flows_from_local_socket(const struct ipv4_info *info,
 }
 
 /*
- * flows_fill sets the record's common fields and its ports from head, the L4
- * header's start the caller read (ICMP: type and code in sport); zero when
- * the packet has none. r->tcp_flags is set before it.
+ * flows_ports reads the first four bytes of the L4 header at info->l4_off
+ * (TCP/UDP ports; ICMP type, code and checksum) into ports: straight from
+ * the linear data when they lie there (no helper call), else through
+ * bpf_skb_load_bytes. Returns 0, or a negative value when the packet ends
+ * first. Four bytes, not an l4_head: the programs' call chains through
+ * flows_forward are at the 512-byte stack limit.
+ */
+static __always_inline int flows_ports(struct __sk_buff *skb, const struct ipv4_info *info,
+				       __be16 ports[2])
+{
+	const __be16 *p = l4_linear(skb, info->l4_off, 2 * sizeof(__be16));
+
+	if (!p)
+		return bpf_skb_load_bytes(skb, info->l4_off, ports, 2 * sizeof(__be16));
+	ports[0] = p[0];
+	ports[1] = p[1];
+	return 0;
+}
+
+/*
+ * flows_fill sets the record's common fields and, unless ports_set (the
+ * caller read them with the TCP flags), its ports (ICMP: type and code);
+ * r->tcp_flags is set before it.
  */
 static __always_inline void flows_fill(struct __sk_buff *skb, const struct ipv4_info *info,
 				       struct flow_record *r, __u8 kind, __u8 dir, __u8 reason,
-				       const struct l4_head *head)
+				       int ports_set)
 {
 	r->ktime = bpf_ktime_get_ns();
 	r->kind = kind;
@@ -129,8 +149,14 @@ static __always_inline void flows_fill(struct __sk_buff *skb, const struct ipv4_
 	r->daddr = info->daddr;
 	r->svc_addr = info->svc_addr;
 	r->svc_port = info->svc_port;
-	r->sport = head->sport;
-	r->dport = head->dport;
+	if (info->l4_off && !ports_set) {
+		__be16 ports[2] = {};
+
+		if (flows_ports(skb, info, ports) == 0) {
+			r->sport = ports[0];
+			r->dport = ports[1];
+		}
+	}
 	if (lb_enabled && sock_lb && flows_from_local_socket(info, r))
 		flows_sock_service(skb, r);
 }
@@ -187,12 +213,12 @@ static __always_inline int flows_allow(struct __sk_buff *skb, const struct ipv4_
 
 /*
  * flows_emit writes one fixed-size record, in place in the ring (no stack
- * copy): a drop's to myelin_flow_drops, any other to myelin_flows. head is
- * the L4 header's start the caller read (flows_head).
+ * copy): a drop's to myelin_flow_drops, any other to myelin_flows. tcp, when
+ * set, is the TCP header's start the caller read (its ports).
  */
 static __always_inline void flows_emit(struct __sk_buff *skb, const struct ipv4_info *info,
 				       __u8 kind, __u8 dir, __u8 reason, __u8 tcp_flags,
-				       const struct flow_state *st, const struct l4_head *head)
+				       const struct flow_state *st, const struct l4_head *tcp)
 {
 	void *ring = kind == FLOW_DROP ? (void *)&myelin_flow_drops : (void *)&myelin_flows;
 	__u64 size = kind == FLOW_DROP ? DROPS_RINGBUF_SIZE : FLOWS_RINGBUF_SIZE;
@@ -205,7 +231,11 @@ static __always_inline void flows_emit(struct __sk_buff *skb, const struct ipv4_
 	}
 	__builtin_memset(r, 0, sizeof(*r));
 	r->tcp_flags = tcp_flags;
-	flows_fill(skb, info, r, kind, dir, reason, head);
+	if (tcp) {
+		r->sport = tcp->sport;
+		r->dport = tcp->dport;
+	}
+	flows_fill(skb, info, r, kind, dir, reason, tcp != NULL);
 	if (st) {
 		r->packets = st->packets;
 		r->bytes = st->bytes;
@@ -214,8 +244,7 @@ static __always_inline void flows_emit(struct __sk_buff *skb, const struct ipv4_
 }
 
 /* flows_dns writes a UDP/53 packet's record with the start of its payload. */
-static __always_inline void flows_dns(struct __sk_buff *skb, const struct ipv4_info *info, __u8 dir,
-				      const struct l4_head *head)
+static __always_inline void flows_dns(struct __sk_buff *skb, const struct ipv4_info *info, __u8 dir)
 {
 	__u32 off = info->l4_off + FLOW_UDP_HLEN, n;
 	struct flow_dns_record *d;
@@ -228,7 +257,7 @@ static __always_inline void flows_dns(struct __sk_buff *skb, const struct ipv4_i
 		return;
 	}
 	__builtin_memset(d, 0, sizeof(*d)); /* no stale ring bytes past the payload */
-	flows_fill(skb, info, &d->hdr, FLOW_DNS, dir, REASON_FORWARDED, head);
+	flows_fill(skb, info, &d->hdr, FLOW_DNS, dir, REASON_FORWARDED, 0);
 	n = skb->len > off ? skb->len - off : 0;
 	if (n > FLOW_DNS_CAPTURE)
 		n = FLOW_DNS_CAPTURE;
@@ -238,51 +267,35 @@ static __always_inline void flows_dns(struct __sk_buff *skb, const struct ipv4_i
 	bpf_ringbuf_submit(d, flows_wakeup(&myelin_flows, FLOWS_RINGBUF_SIZE));
 }
 
-/*
- * flows_head reads the L4 header's start into h, which the caller zeroed: a
- * TCP header through its flags, else (or a TCP header cut short) the first
- * four bytes, the ports (ICMP: type, code, checksum). Both from the linear
- * data when they lie there (l4_load_head). Returns 1 when it read TCP flags;
- * else only h's ports mean anything. They stay zero when the packet has no
- * L4 header or ends before four bytes of it (bpf_skb_load_bytes zeroes its
- * buffer when it fails).
- */
-static __always_inline int flows_head(struct __sk_buff *skb, const struct ipv4_info *info,
-				      struct l4_head *h)
-{
-	if (!info->l4_off) /* not IPv4, or a later fragment */
-		return 0;
-	if (info->proto == IPPROTO_TCP && l4_load_head(skb, info, h, L4_TCP_HEAD_LOAD) == 0)
-		return 1;
-	l4_load_head(skb, info, h, 4);
-	return 0;
-}
-
 /* flows_is_dns: a UDP packet to or from port 53. */
-static __always_inline int flows_is_dns(const struct ipv4_info *info, const struct l4_head *head)
+static __always_inline int flows_is_dns(struct __sk_buff *skb, const struct ipv4_info *info)
 {
-	return info->proto == IPPROTO_UDP &&
-	       (head->sport == FLOW_DNS_PORT || head->dport == FLOW_DNS_PORT);
+	__be16 ports[2];
+
+	if (flows_ports(skb, info, ports) < 0)
+		return 0;
+	return ports[0] == FLOW_DNS_PORT || ports[1] == FLOW_DNS_PORT;
 }
 
 /* flows_aggregate reports a UDP/ICMP/other packet: new flows and periodic summaries. */
 static __always_inline void flows_aggregate(struct __sk_buff *skb, const struct ipv4_info *info,
-					    __u8 dir, const struct l4_head *head)
+					    __u8 dir)
 {
 	struct flow_key k = {
 		.saddr = info->saddr, .daddr = info->daddr, .proto = info->proto, .dir = dir};
 	struct flow_state fresh = {}, *st;
 	__u64 now = clock_coarse_ns();
+	__be16 ports[2] = {};
 
-	if (info->proto != IPPROTO_ICMP) {
-		k.sport = head->sport;
-		k.dport = head->dport;
+	if (flows_ports(skb, info, ports) == 0 && info->proto != IPPROTO_ICMP) {
+		k.sport = ports[0];
+		k.dport = ports[1];
 	}
 	st = bpf_map_lookup_elem(&myelin_flow_state, &k);
 	if (!st) {
 		fresh.last = now;
 		bpf_map_update_elem(&myelin_flow_state, &k, &fresh, BPF_ANY);
-		flows_emit(skb, info, FLOW_NEW, dir, REASON_FORWARDED, 0, NULL, head);
+		flows_emit(skb, info, FLOW_NEW, dir, REASON_FORWARDED, 0, NULL, NULL);
 		return;
 	}
 	__sync_fetch_and_add(&st->packets, 1);
@@ -294,7 +307,7 @@ static __always_inline void flows_aggregate(struct __sk_buff *skb, const struct 
 	fresh.bytes = st->bytes;
 	st->packets = 0;
 	st->bytes = 0;
-	flows_emit(skb, info, FLOW_SUMMARY, dir, REASON_FORWARDED, 0, &fresh, head);
+	flows_emit(skb, info, FLOW_SUMMARY, dir, REASON_FORWARDED, 0, &fresh, NULL);
 }
 
 /*
@@ -320,42 +333,43 @@ static __always_inline int flows_reported_dir(const struct ipv4_info *info, __u8
 static __noinline void flows_forward(struct __sk_buff *skb, const struct ipv4_info *info, __u8 dir,
 				     __u8 reason)
 {
-	struct l4_head h = {};
+	struct l4_head tcp;
 
 	if (!info->l4_off) /* not IPv4, or a later fragment */
 		return;
 	if (info->proto == IPPROTO_TCP) {
-		/* Flags and ports in one read, from the linear data when they lie
-		 * there; a header cut short has nothing to report. */
-		if (!flows_head(skb, info, &h) || !(h.flags & FLOW_TCP_REPORTED) ||
-		    !flows_reported_dir(info, dir, reason))
+		/* Flags and ports in one read, from the linear data when they lie there. */
+		if (l4_load_head(skb, info, &tcp, L4_TCP_HEAD_LOAD) < 0)
 			return;
-		flows_emit(skb, info, FLOW_TCP, dir, reason, h.flags, NULL, &h);
+		if (!(tcp.flags & FLOW_TCP_REPORTED) || !flows_reported_dir(info, dir, reason))
+			return;
+		flows_emit(skb, info, FLOW_TCP, dir, reason, tcp.flags, NULL, &tcp);
 		return;
 	}
 	if (!flows_reported_dir(info, dir, reason))
 		return;
-	flows_head(skb, info, &h);
-	if (flows_is_dns(info, &h)) {
-		flows_dns(skb, info, dir, &h);
+	if (info->proto == IPPROTO_UDP && flows_is_dns(skb, info)) {
+		flows_dns(skb, info, dir);
 		return;
 	}
-	flows_aggregate(skb, info, dir, &h);
+	flows_aggregate(skb, info, dir);
 }
 
 /* flows_drop reports a dropped packet (not inlined, as flows_forward). */
 static __noinline void flows_drop(struct __sk_buff *skb, const struct ipv4_info *info, __u8 dir,
 				  __u8 reason)
 {
-	struct l4_head h = {};
+	struct l4_head tcp;
 
 	if (!flows_allow(skb, info, FLOW_DROP, dir, reason, FLOW_DROP_BUDGET))
 		return;
-	/* A TCP header cut short: no flags, and what ports it has. */
-	if (flows_head(skb, info, &h))
-		flows_emit(skb, info, FLOW_DROP, dir, reason, h.flags, NULL, &h);
-	else
-		flows_emit(skb, info, FLOW_DROP, dir, reason, 0, NULL, &h);
+	/* A TCP header cut short: no flags, and flows_fill reads what ports it can. */
+	if (info->l4_off && info->proto == IPPROTO_TCP &&
+	    l4_load_head(skb, info, &tcp, L4_TCP_HEAD_LOAD) == 0) {
+		flows_emit(skb, info, FLOW_DROP, dir, reason, tcp.flags, NULL, &tcp);
+		return;
+	}
+	flows_emit(skb, info, FLOW_DROP, dir, reason, 0, NULL, NULL);
 }
 
 #endif /* MYELIN_LIB_FLOWS_H */
