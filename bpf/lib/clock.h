@@ -21,4 +21,17 @@ static __always_inline __u64 clock_coarse_ns(void)
 	return bpf_ktime_get_coarse_ns();
 }
 
+/*
+ * clock_age_ns is how long before now a timestamp was written: 0 for one
+ * ahead of now, which another CPU's refresh after this program read the
+ * clock can write, as can programs of an older version on the precise clock
+ * (pinned maps outlive an upgrade). Unsigned, it would wrap and make a fresh
+ * entry look ancient where an age decides something (a NodePort port's
+ * reclaim, an affinity's expiry).
+ */
+static __always_inline __u64 clock_age_ns(__u64 now, __u64 then)
+{
+	return (__s64)(now - then) < 0 ? 0 : now - then;
+}
+
 #endif /* MYELIN_LIB_CLOCK_H */

@@ -183,7 +183,7 @@ static __always_inline __u32 lb_affinity_get(const struct lb_svc *svc, __be32 cl
 	struct lb_affinity *a = bpf_map_lookup_elem(&myelin_lb_affinity, &key);
 	__u64 now = clock_coarse_ns();
 
-	if (!a || now - a->last_used > (__u64)svc->affinity_timeout * NSEC_PER_SEC)
+	if (!a || clock_age_ns(now, a->last_used) > (__u64)svc->affinity_timeout * NSEC_PER_SEC)
 		return 0;
 	if (lb_index_lookup(svc, a->index, kind) != a->backend_id)
 		return 0;

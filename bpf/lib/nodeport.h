@@ -96,7 +96,7 @@ static __always_inline int np_reclaim(const struct nat_key *rev)
 	const struct np_entry *e = bpf_map_lookup_elem(&myelin_nodeport_syn, rev);
 	struct nat_key fwd;
 
-	if (!e || clock_coarse_ns() - e->last_seen < NP_SYN_RECLAIM_NS)
+	if (!e || clock_age_ns(clock_coarse_ns(), e->last_seen) < NP_SYN_RECLAIM_NS)
 		return 0;
 	np_pair_key(&fwd, rev, e, NAT_DIR_EGRESS);
 	bpf_map_delete_elem(&myelin_nodeport_syn, &fwd);

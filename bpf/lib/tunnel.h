@@ -261,9 +261,10 @@ static __always_inline int tunnel_encap_redirect(struct __sk_buff *skb,
 /*
  * What follows the outer IPv4 header of a VXLAN packet (RFC 7348), read at
  * once: UDP, the VXLAN header, the inner Ethernet and IPv4 headers. Aligned
- * as it lies in a packet (4 bytes past NET_IP_ALIGN, after a 20-byte outer
- * header), so a copy moves words, not bytes; VXLAN_FRAME_LEN leaves out the
- * padding that adds.
+ * to 4, so a copy moves words, not bytes: the verifier's strict alignment
+ * (NET_IP_ALIGN 2) finds the UDP header at offset 36; where NET_IP_ALIGN is
+ * 0 (x86) the words are unaligned, which x86 and arm64 load at no cost.
+ * VXLAN_FRAME_LEN leaves out the padding the alignment adds.
  */
 struct vxlan_frame {
 	struct udphdr udp;

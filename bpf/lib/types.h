@@ -482,7 +482,8 @@ struct flow_limit_key {
 	__u8 pad;
 };
 
-/* flow_limit is a budget's current window (ktime >> FLOW_LIMIT_WINDOW_SHIFT) and its records. */
+/* flow_limit is a budget's current window (clock_coarse_ns >> FLOW_LIMIT_WINDOW_SHIFT) and its
+ * records. */
 struct flow_limit {
 	__u64 window;
 	__u64 records;

@@ -347,13 +347,17 @@ func TestPrivilegedNodePortSNATReclaim(t *testing.T) {
 		}
 	}
 	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort)
-	seed(time.Second)
-	c := progCase{name: "port held by a fresh embryonic flow", endpoints: seedB, in: req.build(), verdict: tcActShot, reason: "DROP_NAT_NO_PORT"}
-	if err := checkCase(d, d.objs.MyelinFromNetdev, "from-netdev", c); err != nil {
-		t.Error(err)
+	// A stamp ahead of the programs' clock read (bpf/lib/clock.h) is fresh too.
+	for _, age := range []time.Duration{time.Second, -time.Hour} {
+		seed(age)
+		c := progCase{name: fmt.Sprintf("port held by a fresh embryonic flow (age %v)", age), endpoints: seedB,
+			in: req.build(), verdict: tcActShot, reason: "DROP_NAT_NO_PORT"}
+		if err := checkCase(d, d.objs.MyelinFromNetdev, "from-netdev", c); err != nil {
+			t.Error(err)
+		}
 	}
 	seed(6 * time.Second)
-	c = progCase{name: "port held by an idle embryonic flow", endpoints: seedB, in: req.build(), verdict: tcActOK,
+	c := progCase{name: "port held by an idle embryonic flow", endpoints: seedB, in: req.build(), verdict: tcActOK,
 		out: req.withSrc(nodeIP, testNATPort).withDst(remoteIP, 8080).build(), reason: "PASS_STACK"}
 	if err := checkCase(d, d.objs.MyelinFromNetdev, "from-netdev", c); err != nil {
 		t.Error(err)

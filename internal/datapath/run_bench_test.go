@@ -24,9 +24,10 @@ import (
 // what myelin_to_netdev costs a forwarded packet and one the node sent.
 // from-pod-service is pod A's segment of an established connection to a
 // ClusterIP whose backend is pod B (the tc path's translation: a conntrack
-// lookup and its refresh), to-netdev-masq one to an address outside the
-// cluster leaving the uplink, masqueraded to the node's (a NAT lookup and its
-// refresh); a SYN opens each connection first.
+// lookup and the clock read that decides its refresh, at most once a second),
+// to-netdev-masq one to an address outside the cluster leaving the uplink,
+// masqueraded to the node's (a NAT lookup and the same clock read); a SYN
+// opens each connection first.
 // from-netdev-vxlan is a segment from a pod of another node in tunnel mode,
 // VXLAN on the uplink, which myelin_from_netdev decapsulates and delivers
 // itself (tunnel_decap_deliver). ns/packet
