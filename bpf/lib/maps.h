@@ -330,16 +330,23 @@ struct {
 } myelin_policy SEC(".maps");
 
 /*
- * myelin_policy_ct: connections isolated pods accepted, one entry each
- * (both directions, both local ends).
- * LRU: an evicted entry only makes the next packet be evaluated again,
- * never allows anything by itself.
+ * myelin_policy_ct: connections isolated pods accepted, one slot each (both
+ * directions, both local ends), in buckets of POLICY_CT_WAYS slots
+ * (lib/policy_ct.h): an array, so a lookup is a few instructions the
+ * verifier inlines, with no bucket lock and no element to allocate. A full
+ * bucket's oldest slot makes room for a new connection: that only makes its
+ * connection's next packet be evaluated again, never allows anything. The
+ * element after the last bucket is the agent's: the first 8 bytes hold the
+ * hash's seed (policy_ct_seed), kept with the table across restarts; no
+ * program reads it. Mappable: the agent reads and writes slots under their
+ * sequence counts, as the programs do (datapath.policyCTTable).
  */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__type(key, struct policy_ct_key);
-	__type(value, struct policy_ct_entry);
-	__uint(max_entries, POLICY_CT_MAX);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct policy_ct_bucket);
+	__uint(max_entries, POLICY_CT_MAX / POLICY_CT_WAYS + 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_policy_ct SEC(".maps");
 

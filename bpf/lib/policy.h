@@ -136,7 +136,8 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 					  struct policy_ct_seen *seen)
 {
 	const struct policy_ct_entry *v = NULL;
-	struct policy_ct_entry cur = {}, *at = NULL;
+	struct policy_ct_entry cur = {};
+	struct policy_ct_slot *at = NULL;
 	struct policy_ct_key k = {};
 	__u8 on, incomplete;
 	__u32 peer, bit;
@@ -144,13 +145,12 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 
 	bit = policy_ct_key_of(&k, t, dir);
 	if (!t->syn) {
-		if (known)
-			v = known;
-		else
-			v = at = bpf_map_lookup_elem(&myelin_policy_ct, &k);
-		if (v) {
-			cur = *v; /* one copy, right after the lookup: see policy_ct_track */
+		if (known) {
+			cur = *known;
 			v = &cur;
+		} else {
+			at = policy_ct_find(&k, &cur);
+			v = at ? &cur : NULL;
 		}
 		if (v && (cur.ends & bit)) {
 			seen->ends = cur.ends;

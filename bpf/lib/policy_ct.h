@@ -54,6 +54,181 @@ static __always_inline __u32 policy_ct_now(void)
 }
 
 /*
+ * The table (maps.h myelin_policy_ct): an array of slots in buckets of
+ * POLICY_CT_WAYS, a connection's bucket a hash of its key under the agent's
+ * random policy_ct_seed (so a pod can't choose tuples that share another
+ * connection's bucket and push it out). A slot is written whole under its
+ * sequence count (struct policy_ct_slot): a writer takes it by moving an even
+ * count to odd with a compare-and-swap (another writer at it: the write is
+ * given up, as if evicted: that connection's next packet is judged again),
+ * writes, and moves it on to even. A reader copies the slot between two reads
+ * of the count and takes a change or an odd count as a miss, which is judged
+ * by the policy again and never allows by itself. The reads rely on loads not
+ * being reordered with loads (x86; another architecture would need
+ * load-acquire); the writer's atomics order its stores.
+ * The close state (policy_ct_close) and a non-TCP entry's last seen
+ * (policy_ct_refresh) are written in place without the count: a reader sees
+ * the old or the new value of each, and neither touches the ends.
+ */
+/* policy_ct_seed: the key of the bucket hash; the agent picks it at random
+ * and keeps it with the table (datapath.Load). */
+volatile const __u64 policy_ct_seed = 0;
+
+/* policy_ct_buckets: myelin_policy_ct's buckets (datapath.Load sets the table's size). */
+volatile const __u32 policy_ct_buckets = POLICY_CT_MAX / POLICY_CT_WAYS;
+
+#define POLICY_CT_MUL 0x9e3779b97f4a7c15ULL
+
+/* policy_ct_read32 reads a slot word once, as it is in memory now. */
+#define policy_ct_read32(p) (*(volatile __u32 *)(p))
+
+/* policy_ct_bucket_of is k's bucket, its index in *i (NULL only if the table
+ * has fewer than policy_ct_buckets). */
+static __always_inline struct policy_ct_bucket *policy_ct_bucket_of(const struct policy_ct_key *k,
+								    __u32 *i)
+{
+	const __u32 *w = (const __u32 *)k;
+	__u64 h = policy_ct_seed;
+
+	h = (h ^ w[0]) * POLICY_CT_MUL;
+	h = (h ^ w[1]) * POLICY_CT_MUL;
+	h = (h ^ w[2]) * POLICY_CT_MUL;
+	h = (h ^ w[3]) * POLICY_CT_MUL;
+	h ^= h >> 32;
+	*i = ((h & 0xffffffff) * policy_ct_buckets) >> 32;
+	return bpf_map_lookup_elem(&myelin_policy_ct, i);
+}
+
+/* policy_ct_key_is says whether slot key a is k (word by word: k is on the stack). */
+static __always_inline int policy_ct_key_is(const struct policy_ct_key *a,
+					    const struct policy_ct_key *k)
+{
+	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)k;
+
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3];
+}
+
+/*
+ * policy_ct_find_at looks connection k up: the index of its slot (bucket *
+ * POLICY_CT_WAYS + way), with a whole copy of its entry in *out (out NULL:
+ * the slot only, for the in-place writes), or -1 (not tracked, or a writer
+ * was at its slot). A global function: the verifier checks it once, not at
+ * every call with every caller's state.
+ */
+__noinline int policy_ct_find_at(const struct policy_ct_key *k, struct policy_ct_entry *out)
+{
+	struct policy_ct_bucket *b;
+	__u32 i;
+
+	if (!k)
+		return -1;
+	b = policy_ct_bucket_of(k, &i);
+	if (!b)
+		return -1;
+	for (__u32 w = 0; w < POLICY_CT_WAYS; w++) {
+		struct policy_ct_slot *s = &b->way[w];
+		__u32 seq = policy_ct_read32(&s->seq);
+
+		if (!policy_ct_key_is(&s->key, k))
+			continue;
+		if (out) {
+			*out = s->entry;
+			asm volatile("" ::: "memory"); /* the copy before the second read */
+			if ((seq & 1) || policy_ct_read32(&s->seq) != seq)
+				return -1;
+		}
+		return i * POLICY_CT_WAYS + w;
+	}
+	return -1;
+}
+
+/* policy_ct_find is policy_ct_find_at's slot: NULL when it found none. Not
+ * inlined: its lookup key would add to its callers' stack frames, and
+ * myelin_from_pod's deepest chain is at the limit (docs/datapath.md). */
+static __noinline struct policy_ct_slot *policy_ct_find(const struct policy_ct_key *k,
+							struct policy_ct_entry *out)
+{
+	int at = policy_ct_find_at(k, out);
+	__u32 i = (__u32)at / POLICY_CT_WAYS;
+	struct policy_ct_bucket *b;
+
+	if (at < 0)
+		return NULL;
+	b = bpf_map_lookup_elem(&myelin_policy_ct, &i);
+	return b ? &b->way[at & (POLICY_CT_WAYS - 1)] : NULL;
+}
+
+/*
+ * policy_ct_write writes slot s whole (k and ce, or empty for k NULL) if its
+ * count is still seq; another writer got there first: the write is given up.
+ */
+static __always_inline void policy_ct_write(struct policy_ct_slot *s, __u32 seq,
+					    const struct policy_ct_key *k,
+					    const struct policy_ct_entry *ce)
+{
+	if ((seq & 1) || __sync_val_compare_and_swap(&s->seq, seq, seq + 1) != seq)
+		return;
+	if (k) {
+		s->key = *k;
+		s->entry = *ce;
+		s->born = policy_ct_now();
+	} else {
+		__builtin_memset(&s->key, 0, sizeof(s->key));
+		__builtin_memset(&s->entry, 0, sizeof(s->entry));
+	}
+	__sync_fetch_and_add(&s->seq, 1);
+}
+
+/*
+ * policy_ct_put writes connection k's entry ce: into its slot, else an empty
+ * one of its bucket, else the bucket's oldest. A global function: the
+ * verifier checks it once, not at every call with every caller's state.
+ */
+__noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_ct_entry *ce)
+{
+	struct policy_ct_bucket *b;
+	__u32 pick_seq = 0, pick_age = 0, now = policy_ct_now(), i;
+	struct policy_ct_slot *pick = NULL;
+	int rank = 3; /* of pick: 0 k's own, 1 empty, 2 oldest */
+
+	if (!k || !ce)
+		return 0;
+	b = policy_ct_bucket_of(k, &i);
+	if (!b)
+		return 0;
+	for (__u32 w = 0; w < POLICY_CT_WAYS; w++) {
+		struct policy_ct_slot *s = &b->way[w];
+		__u32 seq = policy_ct_read32(&s->seq), age;
+
+		if (policy_ct_key_is(&s->key, k)) {
+			pick = s, pick_seq = seq, rank = 0;
+			break;
+		}
+		if (!s->key.proto) {
+			if (rank > 1)
+				pick = s, pick_seq = seq, rank = 1;
+			continue;
+		}
+		age = now - s->born;
+		if (rank > 2 || (rank == 2 && age > pick_age))
+			pick = s, pick_seq = seq, pick_age = age, rank = 2;
+	}
+	if (pick)
+		policy_ct_write(pick, pick_seq, k, ce);
+	return 0;
+}
+
+/* policy_ct_del empties connection k's slot s (nothing if it holds another since). */
+static __always_inline void policy_ct_del(struct policy_ct_slot *s, const struct policy_ct_key *k)
+{
+	__u32 seq = policy_ct_read32(&s->seq);
+
+	asm volatile("" ::: "memory"); /* the key read after the count */
+	if (policy_ct_key_is(&s->key, k))
+		policy_ct_write(s, seq, NULL, NULL);
+}
+
+/*
  * policy_ct_refresh notes that a tracked packet of a connection without
  * close tracking (not TCP) passed: its entry's last seen, written only when
  * it changes (at most once a second per connection), in place through the
@@ -63,12 +238,12 @@ static __always_inline __u32 policy_ct_now(void)
  * can only delete its entry early or leave it to the LRU); no end's bit is
  * touched.
  */
-static __always_inline void policy_ct_refresh(struct policy_ct_entry *at, __u32 seen)
+static __always_inline void policy_ct_refresh(struct policy_ct_slot *at, __u32 seen)
 {
 	__u32 now = policy_ct_now();
 
 	if (at && seen != now)
-		at->fin_lo = now;
+		at->entry.fin_lo = now;
 }
 
 /*
@@ -114,28 +289,25 @@ static __always_inline void policy_ct_track(const struct policy_ct_key *k,
 					    __u32 also, int fresh, int syn)
 {
 	struct policy_ct_entry ce = {.ends = bit | also};
-	const struct policy_ct_entry *v;
 
 	if (!fresh) {
-		if (!cur) {
-			v = bpf_map_lookup_elem(&myelin_policy_ct, k);
-			if (v)
-				ce = *v; /* copied at once: see above */
-			cur = v ? &ce : NULL;
-		} else {
+		if (!cur)
+			cur = policy_ct_find(k, &ce) ? &ce : NULL;
+		else
 			ce = *cur;
-		}
 		if (cur) {
 			if ((ce.ends & bit) && !(syn && ce.closing))
 				return;
 			ce.ends |= bit;
 			if (syn)
 				ce.closing = 0;
+		} else {
+			ce = (struct policy_ct_entry){.ends = bit | also};
 		}
 	}
 	if (k->proto != IPPROTO_TCP)
 		ce.fin_lo = policy_ct_now();
-	bpf_map_update_elem(&myelin_policy_ct, k, &ce, BPF_ANY);
+	policy_ct_put(k, &ce);
 }
 
 /*
@@ -164,8 +336,8 @@ static __always_inline void policy_ct_track(const struct policy_ct_key *k,
  */
 static __always_inline void policy_ct_close(const struct policy_ct_key *k,
 					    const struct policy_ct_entry *cur,
-					    struct policy_ct_entry *at,
-					    const struct policy_tuple *t, int src_lo)
+					    struct policy_ct_slot *at, const struct policy_tuple *t,
+					    int src_lo)
 {
 	__u32 fin = src_lo ? POLICY_CT_FIN_LO : POLICY_CT_FIN_HI;
 	__u32 closing = cur->closing, add = 0, clear = 0;
@@ -188,23 +360,23 @@ static __always_inline void policy_ct_close(const struct policy_ct_key *k,
 	if (!add && !clear)
 		return;
 	if (!at)
-		at = bpf_map_lookup_elem(&myelin_policy_ct, k);
+		at = policy_ct_find(k, NULL);
 	if (!at)
 		return; /* deleted meanwhile: it stays deleted */
 	if (clear)
-		__sync_fetch_and_and(&at->closing, ~clear);
+		__sync_fetch_and_and(&at->entry.closing, ~clear);
 	if (!add)
 		return;
 	if (add & fin) { /* the number first, then the bit that says it is there */
 		if (src_lo)
-			at->fin_lo = t->fin_end;
+			at->entry.fin_lo = t->fin_end;
 		else
-			at->fin_hi = t->fin_end;
+			at->entry.fin_hi = t->fin_end;
 	}
-	closing = __sync_fetch_and_or(&at->closing, add) | add;
+	closing = __sync_fetch_and_or(&at->entry.closing, add) | add;
 	if ((closing & (POLICY_CT_ACKED_LO | POLICY_CT_ACKED_HI)) ==
 	    (POLICY_CT_ACKED_LO | POLICY_CT_ACKED_HI))
-		bpf_map_delete_elem(&myelin_policy_ct, k);
+		policy_ct_del(at, k);
 }
 
 /*
@@ -229,7 +401,7 @@ static __always_inline void policy_tx_commit(struct ipv4_info *info)
 	if (info->proto != IPPROTO_TCP)
 		ce.fin_lo = policy_ct_now();
 	policy_ct_key_of(&k, &t, POLICY_DIR_EGRESS);
-	bpf_map_update_elem(&myelin_policy_ct, &k, &ce, BPF_ANY);
+	policy_ct_put(&k, &ce);
 	info->policy_tx_fresh = 0;
 }
 

@@ -416,6 +416,30 @@ struct policy_ct_entry {
 };
 
 /*
+ * policy_ct_slot is one way of a myelin_policy_ct bucket (lib/policy_ct.h):
+ * a connection's key and entry, empty while the key is zero (a real key has
+ * a protocol). seq is the slot's sequence count: odd while a writer is at
+ * it, and every write moves it on, so a reader that saw the same even count
+ * before and after its copy has a whole slot. born: when the key was written
+ * (policy_ct_now), which way of a full bucket a new connection replaces.
+ */
+struct policy_ct_slot {
+	struct policy_ct_key key;
+	struct policy_ct_entry entry;
+	__u32 seq;
+	__u32 born;
+};
+
+/* POLICY_CT_WAYS: the slots of a myelin_policy_ct bucket. */
+#define POLICY_CT_WAYS 4
+
+/* policy_ct_bucket is one element of myelin_policy_ct: the slots of the
+ * connections whose keys hash to it (lib/policy_ct.h). */
+struct policy_ct_bucket {
+	struct policy_ct_slot way[POLICY_CT_WAYS];
+};
+
+/*
  * Flow records (lib/flows.h, docs/observability.md): what leaves the kernel
  * through myelin_flows (drops: myelin_flow_drops) for the agent's flow
  * store. Addresses and ports in network order.

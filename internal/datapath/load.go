@@ -184,9 +184,16 @@ type Datapath struct {
 	// policyMu serializes writes of endpoints and of their policy flags,
 	// which both maps hold (SetPolicyFlags, UpsertEndpoint).
 	policyMu sync.Mutex
+	// policyCT is myelin_policy_ct mapped into memory, its buckets hashed
+	// with policyCTSeed (policyct_table.go).
+	policyCT     *policyCTTable
+	policyCTSeed uint64
 	// policyCTResets are the TCP entries GCPolicyCT found marked reset at its
 	// last round (its own: the GC loop's goroutine only).
 	policyCTResets map[myelinPolicyCtKey]bool
+	// policyCTStuck are the slots GCPolicyCT found in a write (odd count) at
+	// its last round, with that count: one still at it now lost its writer.
+	policyCTStuck map[int]uint32
 	// replaced are the pinned maps Load replaced (ReplacedMaps).
 	replaced []MapReplacement
 }
@@ -234,23 +241,37 @@ func Load(cfg Config) (*Datapath, error) {
 	if err := configure(spec, cfg); err != nil {
 		return nil, err
 	}
-	d := &Datapath{cfg: cfg}
+	seed, err := pinnedPolicyCTSeed(cfg.PinDir, spec.Maps["myelin_policy_ct"].MaxEntries-1)
+	if err != nil {
+		return nil, err
+	}
+	if err := spec.Variables["policy_ct_seed"].Set(seed); err != nil {
+		return nil, fmt.Errorf("set policy_ct_seed: %w", err)
+	}
+	d := &Datapath{cfg: cfg, policyCTSeed: seed}
 	created, replaced, err := loadPinned(spec, cfg.PinDir, &d.objs)
 	if err != nil {
 		return nil, err
 	}
 	d.replaced = replaced
+	if d.policyCT, err = mapPolicyCT(d.objs.MyelinPolicyCt); err == nil {
+		err = d.policyCT.keepPolicyCTSeed(seed)
+	}
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
 	if err := d.restorePolicyFlags(); err != nil {
-		d.objs.Close()
+		d.Close()
 		return nil, err
 	}
 	if err := errors.Join(d.policyCTBudget().restore(), d.natBudget().restore(), d.lbCTBudget().restore()); err != nil {
-		d.objs.Close()
+		d.Close()
 		return nil, err
 	}
 	if cfg.LoadBalancing {
 		if err := d.seedPortBitmaps(created); err != nil {
-			d.objs.Close()
+			d.Close()
 			return nil, err
 		}
 	}
@@ -325,7 +346,10 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 		specs.MyelinSnat.MaxEntries = cfg.NATMax
 	}
 	if cfg.PolicyCTMax != 0 {
-		specs.MyelinPolicyCt.MaxEntries = cfg.PolicyCTMax
+		specs.MyelinPolicyCt.MaxEntries = policyCTBuckets(cfg.PolicyCTMax) + 1 // and the header
+	}
+	if err := specs.PolicyCtBuckets.Set(specs.MyelinPolicyCt.MaxEntries - 1); err != nil {
+		return fmt.Errorf("set policy_ct_buckets: %w", err)
 	}
 	return nil
 }
@@ -430,7 +454,7 @@ func setFlag(v *ebpf.Variable, name string, on bool) error {
 // so the datapath keeps forwarding after the agent exits.
 func (d *Datapath) Close() error {
 	d.maglev.close()
-	if err := d.objs.Close(); err != nil {
+	if err := errors.Join(d.policyCT.close(), d.objs.Close()); err != nil {
 		return fmt.Errorf("close datapath: %w", err)
 	}
 	return nil

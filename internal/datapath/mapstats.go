@@ -31,8 +31,8 @@ type MapStat struct {
 
 // MapStats counts the entries of every map that can run full: endpoints,
 // routing, NAT, conntrack, policy, fragments, flow state and, with load balancing, the
-// Service maps. Arrays (always full by construction), per-CPU counters and the
-// ring buffer are left out. It reads each map (countEntries: a syscall per 4,096
+// Service maps. Arrays (always full by construction; myelin_policy_ct counts
+// its slots in use), per-CPU counters and the ring buffer are left out. It reads each map (countEntries: a syscall per 4,096
 // entries of a hash map), so call it for a scrape or a status, not per packet. A
 // map that cannot be counted has its Err set; the others are counted all the same.
 func (d *Datapath) MapStats() []MapStat {
@@ -49,7 +49,6 @@ func (d *Datapath) MapStats() []MapStat {
 		{"myelin_ipcache", MapKindPolicy, o.MyelinIpcache},
 		{"myelin_policy_eps", MapKindPolicy, o.MyelinPolicyEps},
 		{"myelin_policy", MapKindPolicy, o.MyelinPolicy},
-		{"myelin_policy_ct", MapKindConntrack, o.MyelinPolicyCt},
 		{"myelin_policy_ct_over", MapKindPolicy, o.MyelinPolicyCtOver},
 		{"myelin_frags", MapKindFragments, o.MyelinFrags},
 		{"myelin_flow_state", MapKindFlows, o.MyelinFlowState},
@@ -70,7 +69,10 @@ func (d *Datapath) MapStats() []MapStat {
 			{"myelin_lb_ct_nodeport", MapKindConntrack, o.MyelinLbCtNodeport},
 		}...)
 	}
-	out := make([]MapStat, 0, len(maps))
+	out := make([]MapStat, 0, len(maps)+1)
+	// myelin_policy_ct is an array of connection slots: its entries are the
+	// slots in use.
+	out = append(out, MapStat{Name: "myelin_policy_ct", Kind: MapKindConntrack, Entries: d.policyCT.used(), Max: d.policyCT.slots()})
 	for _, m := range maps {
 		n, err := countEntries(m.m)
 		if err != nil {

@@ -357,6 +357,11 @@ const (
 	myelinNpStatNP_STAT_MAX         myelinNpStat = 3
 )
 
+type myelinPolicyCtBucket struct {
+	_   structs.HostLayout
+	Way [4]myelinPolicyCtSlot
+}
+
 type myelinPolicyCtClosing uint32
 
 const (
@@ -390,6 +395,14 @@ type myelinPolicyCtKey struct {
 	PortHi uint16
 	Proto  uint8
 	Pad    [3]uint8
+}
+
+type myelinPolicyCtSlot struct {
+	_     structs.HostLayout
+	Key   myelinPolicyCtKey
+	Entry myelinPolicyCtEntry
+	Seq   uint32
+	Born  uint32
 }
 
 type myelinPolicyDir uint32
@@ -614,7 +627,9 @@ type myelinVariableSpecs struct {
 	OverlayMac               *ebpf.VariableSpec `ebpf:"overlay_mac"`
 	OverlayPort              *ebpf.VariableSpec `ebpf:"overlay_port"`
 	PolicyCtAnyOver          *ebpf.VariableSpec `ebpf:"policy_ct_any_over"`
+	PolicyCtBuckets          *ebpf.VariableSpec `ebpf:"policy_ct_buckets"`
 	PolicyCtBudget           *ebpf.VariableSpec `ebpf:"policy_ct_budget"`
+	PolicyCtSeed             *ebpf.VariableSpec `ebpf:"policy_ct_seed"`
 	RoutingTunnel            *ebpf.VariableSpec `ebpf:"routing_tunnel"`
 	SockLb                   *ebpf.VariableSpec `ebpf:"sock_lb"`
 	SourceVerify             *ebpf.VariableSpec `ebpf:"source_verify"`
@@ -762,7 +777,9 @@ type myelinVariables struct {
 	OverlayMac               *ebpf.Variable `ebpf:"overlay_mac"`
 	OverlayPort              *ebpf.Variable `ebpf:"overlay_port"`
 	PolicyCtAnyOver          *ebpf.Variable `ebpf:"policy_ct_any_over"`
+	PolicyCtBuckets          *ebpf.Variable `ebpf:"policy_ct_buckets"`
 	PolicyCtBudget           *ebpf.Variable `ebpf:"policy_ct_budget"`
+	PolicyCtSeed             *ebpf.Variable `ebpf:"policy_ct_seed"`
 	RoutingTunnel            *ebpf.Variable `ebpf:"routing_tunnel"`
 	SockLb                   *ebpf.Variable `ebpf:"sock_lb"`
 	SourceVerify             *ebpf.Variable `ebpf:"source_verify"`

@@ -3,6 +3,7 @@ package datapath
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"strings"
 	"testing"
 
@@ -102,7 +103,9 @@ func TestPlanLayoutKeepsKeys(t *testing.T) {
 
 // A pinned map whose value layout changed (a release reordered, added and dropped
 // fields) is replaced with its entries converted by field name, so connections it
-// tracked stay tracked; the key, whose layout is the same, is copied as it is.
+// tracked stay tracked; the key, whose layout is the same, is copied as it is. Here
+// the connection table of a release before 2026-12-05, an LRU hash, whose
+// connections are placed into the buckets of today's table.
 func TestPrivilegedLoadConvertsAChangedLayout(t *testing.T) {
 	requirePrivileged(t)
 	dir := testPinDirReady(t)
@@ -111,11 +114,14 @@ func TestPrivilegedLoadConvertsAChangedLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms := spec.Maps["myelin_policy_ct"]
+	var keyType *btf.Struct
+	if err := spec.Types.TypeByName("policy_ct_key", &keyType); err != nil {
+		t.Fatal(err)
+	}
 	oldValue := &btf.Struct{Name: "policy_ct_entry", Size: 12, Members: []btf.Member{
 		member("fin_hi", u32, 0), member("ends", u32, 4), member("dropped", u32, 8)}}
-	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: "myelin_policy_ct", Type: ebpf.LRUHash, KeySize: ms.KeySize, ValueSize: 12,
-		MaxEntries: 64, Key: ms.Key, Value: oldValue})
+	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: "myelin_policy_ct", Type: ebpf.LRUHash, KeySize: keyType.Size, ValueSize: 12,
+		MaxEntries: 64, Key: keyType, Value: oldValue})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,9 +133,9 @@ func TestPrivilegedLoadConvertsAChangedLayout(t *testing.T) {
 	if len(r) != 1 || r[0].Name != "myelin_policy_ct" || !r[0].Converted() || r[0].Carried != 1 || r[0].Lost != 0 {
 		t.Fatalf("load over a myelin_policy_ct of another value layout: replaced %+v, want it converted, 1 carried", r)
 	}
-	var got myelinPolicyCtEntry
-	if err := d.objs.MyelinPolicyCt.Lookup(&key, &got); err != nil {
-		t.Fatalf("the tracked connection after the conversion: %v", err)
+	got, ok := policyCTGet(d, key)
+	if !ok {
+		t.Fatal("the tracked connection is not tracked after the conversion")
 	}
 	if want := (myelinPolicyCtEntry{Ends: 3, FinHi: 7}); got != want {
 		t.Errorf("converted entry %+v, want %+v (ends and fin_hi kept, closing and fin_lo zero)", got, want)
@@ -171,17 +177,20 @@ func TestPrivilegedLoadRefusesAMovedKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms := spec.Maps["myelin_policy_ct"]
-	nk := btf.UnderlyingType(ms.Key).(*btf.Struct)
+	var nk, entry *btf.Struct // the hash table's key and value before 2026-12-05
+	if err := errors.Join(spec.Types.TypeByName("policy_ct_key", &nk), spec.Types.TypeByName("policy_ct_entry", &entry)); err != nil {
+		t.Fatal(err)
+	}
 	moved := &btf.Struct{Name: nk.Name, Size: nk.Size, Members: append([]btf.Member(nil), nk.Members...)}
 	moved.Members[0].Name, moved.Members[1].Name = moved.Members[1].Name, moved.Members[0].Name // addr_lo, addr_hi swapped
-	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: "myelin_policy_ct", Type: ebpf.LRUHash, KeySize: ms.KeySize, ValueSize: ms.ValueSize,
-		MaxEntries: 64, Key: moved, Value: ms.Value})
+	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: "myelin_policy_ct", Type: ebpf.LRUHash, KeySize: nk.Size, ValueSize: entry.Size,
+		MaxEntries: 64, Key: moved, Value: entry})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer old.Close()
-	d := loadOverPinned(t, dir, "myelin_policy_ct", old, make([]byte, ms.KeySize), make([]byte, ms.ValueSize))
+	key := myelinPolicyCtKey{AddrLo: 0x0a000001, AddrHi: 0x0a000002, PortLo: 80, PortHi: 3003, Proto: protoTCP}
+	d := loadOverPinned(t, dir, "myelin_policy_ct", old, &key, &myelinPolicyCtEntry{Ends: 1})
 	defer d.Close()
 	r := d.ReplacedMaps()
 	if len(r) != 1 || r[0].Carrying() || !strings.Contains(r[0].ConvertErr, "keys are not converted") {

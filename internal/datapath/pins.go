@@ -37,7 +37,17 @@ func loadPinned(spec *ebpf.CollectionSpec, pinDir string, objs *myelinObjects) (
 		if !r.carry {
 			continue
 		}
-		if replaced[i], err = carryEntries(r, filepath.Join(pinDir, r.Name), coll.Maps[r.Name]); err != nil {
+		carry := carryEntries
+		if r.Name == "myelin_policy_ct" {
+			carry = func(r MapReplacement, path string, to *ebpf.Map) (MapReplacement, error) {
+				var seed uint64
+				if err := spec.Variables["policy_ct_seed"].Get(&seed); err != nil {
+					return r, fmt.Errorf("read policy_ct_seed: %w", err)
+				}
+				return policyCTCarry(r, path, to, seed)
+			}
+		}
+		if replaced[i], err = carry(r, filepath.Join(pinDir, r.Name), coll.Maps[r.Name]); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -193,6 +203,10 @@ func checkPinned(ms *ebpf.MapSpec, m *ebpf.Map, name string) (MapReplacement, er
 		return MapReplacement{}, nil
 	}
 	r := MapReplacement{Name: name, Reason: strings.TrimSuffix(incompatible.Error(), ": "+ebpf.ErrMapIncompatible.Error())}
+	if name == "myelin_policy_ct" { // a connection's slot follows from the table's size and seed
+		r.carry, r.conv, r.ConvertErr = policyCTCarryPlan(ms, m)
+		return r, nil
+	}
 	r.carry, r.conv, r.ConvertErr = carryPlan(ms, m)
 	if name != "myelin_endpoints" || !r.carry {
 		return r, nil

@@ -24,7 +24,7 @@ func TestPrivilegedLoadReportsReplacedMaps(t *testing.T) {
 	}{
 		{ctMax: 2048},
 		{ctMax: 2048},
-		{ctMax: 4096, want: "myelin_policy_ct", reason: "MaxEntries: 2048 changed to 4096"},
+		{ctMax: 4096, want: "myelin_policy_ct", reason: "MaxEntries: 513 changed to 1025"}, // buckets of 4 and the header
 	} {
 		d, err := Load(Config{PinDir: dir, HostRouting: HostRoutingBPF, PolicyCTMax: c.ctMax})
 		if err != nil {
@@ -166,9 +166,8 @@ func TestPrivilegedLoadDoesNotCarryChangedLayout(t *testing.T) {
 	if len(r) != 1 || r[0].Name != "myelin_policy_ct" || r[0].Carrying() || r[0].Carried != 0 {
 		t.Errorf("load over a myelin_policy_ct of another value size: replaced %+v, want it replaced, nothing carried", r)
 	}
-	n, err := countEntries(d.objs.MyelinPolicyCt)
-	if err != nil || n != 0 {
-		t.Errorf("replacement of a changed layout: %d entries (err %v), want an empty map", n, err)
+	if n := len(policyCTEntries(d)); n != 0 {
+		t.Errorf("replacement of a changed layout: %d entries, want an empty table", n)
 	}
 }
 

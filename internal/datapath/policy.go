@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 )
 
 // PolicyFlags is the isolation state of one local pod (myelin_policy_eps).
@@ -328,30 +328,19 @@ func (p PolicyCTPurge) Empty() bool {
 }
 
 // PurgePolicyCT forgets the myelin_policy_ct entries p names (one pass
-// over the map): an entry both of whose noted ends p names is deleted, one
+// over the table): an entry both of whose noted ends p names is emptied, one
 // with only one of them loses that end's bit. Their next packet is judged
-// by the policy again at that end. It returns how many entries it changed.
+// by the policy again at that end. Each slot is changed only if nothing wrote
+// it since it was read (policyCTTable.write), so a bit the datapath cleared
+// or an entry a SYN restarted is never brought back; a slot written meanwhile
+// is read and judged again. It returns how many entries it changed.
 func (d *Datapath) PurgePolicyCT(p PolicyCTPurge) (int, error) {
 	if p.Empty() {
 		return 0, nil
 	}
-	var (
-		key   myelinPolicyCtKey
-		v     myelinPolicyCtEntry
-		named []myelinPolicyCtKey
-	)
-	it := d.objs.MyelinPolicyCt.Iterate()
-	for it.Next(&key, &v) {
-		if policyCTMatches(key, v.Ends, p) != 0 {
-			named = append(named, key)
-		}
-	}
-	if err := it.Err(); err != nil {
-		return 0, fmt.Errorf("list tracked policy connections: %w", err)
-	}
 	n := 0
-	for _, k := range named {
-		changed, err := d.forgetPolicyCTEnds(k, p)
+	for i := range d.policyCT.slots() {
+		changed, err := d.purgePolicyCTSlot(i, p)
 		if err != nil {
 			return n, err
 		}
@@ -362,33 +351,33 @@ func (d *Datapath) PurgePolicyCT(p PolicyCTPurge) (int, error) {
 	return n, nil
 }
 
-// forgetPolicyCTEnds drops the ends of entry k that p names without ever
-// bringing back a bit the datapath has since cleared: the entry is taken
-// out atomically (a SYN may have restarted it since the map was listed, so
-// what was listed is not trusted) and the ends p does not name are put back
-// only if the datapath has not created the entry again meanwhile. Losing a
-// race only makes an end judge its next packet again.
-func (d *Datapath) forgetPolicyCTEnds(k myelinPolicyCtKey, p PolicyCTPurge) (bool, error) {
-	var v myelinPolicyCtEntry
-	err := d.objs.MyelinPolicyCt.LookupAndDelete(&k, &v)
-	if errors.Is(err, ebpf.ErrKeyNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("forget tracked policy connection: %w", err)
-	}
-	gone := policyCTMatches(k, v.Ends, p)
-	if kept := v.Ends &^ gone; kept != 0 {
-		back := myelinPolicyCtEntry{Ends: kept}
-		if k.Proto != unix.IPPROTO_TCP {
-			back.FinLo = v.FinLo // its last seen (GCPolicyCT)
+// policyCTTries bounds how often a slot is read again because a program wrote
+// it meanwhile: each write takes nanoseconds, so only a slot left odd for good
+// (a writer that died holding it, which no program reads) runs out of them.
+const policyCTTries = 1000
+
+// purgePolicyCTSlot drops the ends of slot i that p names, reading it again
+// while programs write it.
+func (d *Datapath) purgePolicyCTSlot(i int, p PolicyCTPurge) (bool, error) {
+	for range policyCTTries {
+		k, v, seq, busy := d.policyCT.read(i)
+		if busy {
+			runtime.Gosched()
+			continue
 		}
-		err = d.objs.MyelinPolicyCt.Update(&k, back, ebpf.UpdateNoExist)
-		if err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
-			return true, fmt.Errorf("keep tracked policy connection: %w", err)
+		gone := policyCTMatches(k, v.Ends, p)
+		if gone == 0 {
+			return false, nil
+		}
+		if d.policyCT.write(i, seq, func(s *myelinPolicyCtSlot) {
+			if s.Entry.Ends &^= gone; s.Entry.Ends == 0 {
+				s.Key, s.Entry = myelinPolicyCtKey{}, myelinPolicyCtEntry{}
+			}
+		}) {
+			return true, nil
 		}
 	}
-	return gone != 0, nil
+	return false, fmt.Errorf("forget tracked policy connections: slot %d of myelin_policy_ct stays in a write (a writer died holding it: it allows nothing; GCPolicyCT frees it)", i)
 }
 
 // The end bits of a tracked connection (enum policy_ct_ends).

@@ -14,11 +14,7 @@ var testPayloadLen = uint32(len(ipv4(protoTCP, podA, podBIP).payload))
 // policyCTCount requires myelin_policy_ct to hold n entries.
 func policyCTCount(n int) func(*Datapath) error {
 	return func(d *Datapath) error {
-		got, err := countEntries(d.objs.MyelinPolicyCt)
-		if err != nil {
-			return err
-		}
-		if got != n {
+		if got := len(policyCTEntries(d)); got != n {
 			return fmt.Errorf("myelin_policy_ct holds %d entries, want %d", got, n)
 		}
 		return nil

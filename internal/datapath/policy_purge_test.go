@@ -1,20 +1,16 @@
 package datapath
 
 import (
-	"errors"
 	"net/netip"
 	"testing"
-
-	"github.com/cilium/ebpf"
 )
 
 // Forgetting one end of a tracked connection never brings back a bit the
-// datapath has cleared since the map was listed: when a SYN from the low
-// end restarted the entry (only its own bit) after the agent listed it with
-// both bits, purging the low end leaves no bit at all, not the high end's
-// old one (which would let the high end pass the new connection's
-// established packets without judging them). Without such a race, only
-// the named end's bit goes; an entry already gone stays gone.
+// datapath has cleared since the agent read the slot: a write with the count
+// the agent read is refused once a program wrote the slot (a SYN of the low
+// end restarting the entry with only its own bit), and the pass then judges
+// what the slot holds now. Without such a race, only the named end's bit goes;
+// an entry gone stays gone.
 func TestPrivilegedPolicyCTPurgeNoStaleBit(t *testing.T) {
 	requirePrivileged(t)
 	d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, NodeIP: testNodeIP})
@@ -24,78 +20,86 @@ func TestPrivilegedPolicyCTPurgeNoStaleBit(t *testing.T) {
 	both := policyCTEndLo | policyCTEndHi
 	for _, c := range []struct {
 		name        string
-		listed, now uint32 // 0: no entry
+		now         uint32 // 0: no entry
 		want        uint32 // 0: no entry
 		wantChanged bool
 	}{
-		{"both ends noted, low end purged: the high end's bit stays", both, both, policyCTEndHi, true},
-		{"restarted by a SYN of the low end after listing: no stale high bit", both, policyCTEndLo, 0, true},
-		{"restarted by a SYN of the high end after listing: its new bit stays", both, policyCTEndHi, policyCTEndHi, false},
-		{"gone after listing: stays gone", both, 0, 0, false},
+		{"both ends noted, low end purged: the high end's bit stays", both, policyCTEndHi, true},
+		{"only the low end: the entry goes", policyCTEndLo, 0, true},
+		{"only the high end: it stays", policyCTEndHi, policyCTEndHi, false},
+		{"gone: stays gone", 0, 0, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if policyCTMatches(k, c.listed, purgeLo) == 0 {
-				t.Fatalf("listed ends %#x do not match the purge", c.listed)
-			}
-			_ = d.objs.MyelinPolicyCt.Delete(&k)
+			policyCTDelete(d, k)
 			if c.now != 0 {
-				if err := d.objs.MyelinPolicyCt.Put(&k, myelinPolicyCtEntry{Ends: c.now}); err != nil {
+				if err := policyCTPut(d, k, myelinPolicyCtEntry{Ends: c.now}); err != nil {
 					t.Fatal(err)
 				}
 			}
-			changed, err := d.forgetPolicyCTEnds(k, purgeLo)
+			n, err := d.PurgePolicyCT(purgeLo)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if changed != c.wantChanged {
-				t.Errorf("changed = %v, want %v", changed, c.wantChanged)
+			if (n == 1) != c.wantChanged || n > 1 {
+				t.Errorf("changed %d entries, want changed %v", n, c.wantChanged)
 			}
-			var v myelinPolicyCtEntry
-			err = d.objs.MyelinPolicyCt.Lookup(&k, &v)
+			v, ok := policyCTGet(d, k)
 			switch {
-			case c.want == 0 && !errors.Is(err, ebpf.ErrKeyNotExist):
-				t.Errorf("entry has ends %#x (lookup: %v), want no entry", v.Ends, err)
-			case c.want != 0 && (err != nil || v.Ends != c.want):
-				t.Errorf("entry ends %#x (lookup: %v), want %#x", v.Ends, err, c.want)
+			case c.want == 0 && ok:
+				t.Errorf("entry has ends %#x, want no entry", v.Ends)
+			case c.want != 0 && (!ok || v.Ends != c.want):
+				t.Errorf("entry ends %#x (tracked %v), want %#x", v.Ends, ok, c.want)
 			}
 		})
 	}
-	// Through the whole pass: a listed entry with both bits loses only the named one.
-	if err := d.objs.MyelinPolicyCt.Put(&k, myelinPolicyCtEntry{Ends: both}); err != nil {
+	// The race: the agent read both bits, then a SYN of the low end restarted
+	// the entry with only its bit. The agent's write with the old count is
+	// refused; the pass reads the slot again and drops the low bit: no entry,
+	// not the high end's old bit.
+	policyCTDelete(d, k)
+	if err := policyCTPut(d, k, myelinPolicyCtEntry{Ends: both}); err != nil {
 		t.Fatal(err)
+	}
+	i, _, listed, ok := d.policyCT.find(d.policyCTSeed, k)
+	if !ok {
+		t.Fatal("entry just written not found")
+	}
+	if err := policyCTPut(d, k, myelinPolicyCtEntry{Ends: policyCTEndLo}); err != nil {
+		t.Fatal(err)
+	}
+	if d.policyCT.write(i, listed, func(s *myelinPolicyCtSlot) { s.Entry.Ends = policyCTEndHi }) {
+		t.Fatal("a write with the count read before the SYN's write was taken")
 	}
 	if n, err := d.PurgePolicyCT(purgeLo); err != nil || n != 1 {
 		t.Fatalf("PurgePolicyCT = %d, %v; want 1 entry changed", n, err)
 	}
-	var v myelinPolicyCtEntry
-	if err := d.objs.MyelinPolicyCt.Lookup(&k, &v); err != nil || v.Ends != policyCTEndHi {
-		t.Errorf("after the pass: ends %#x (lookup: %v), want the high end's %#x", v.Ends, err, policyCTEndHi)
+	if v, ok := policyCTGet(d, k); ok {
+		t.Errorf("after the restarted entry's purge: ends %#x, want no entry", v.Ends)
 	}
 }
 
-// A UDP connection that keeps one end after a purge keeps its last seen, which
-// GCPolicyCT reads (a last seen of 0 would never be collected); a TCP connection's
-// kept end starts its close afresh.
+// A connection that keeps one end after a purge keeps the rest of its entry:
+// a UDP connection its last seen, which GCPolicyCT reads (a last seen of 0
+// would never be collected); a TCP connection its close state.
 func TestPrivilegedPolicyCTPurgeKeepsLastSeen(t *testing.T) {
 	requirePrivileged(t)
 	d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, NodeIP: testNodeIP})
 	lo, hi := mustAddr("10.1.0.10"), mustAddr("10.1.0.20")
 	purgeLo := PolicyCTPurge{Endpoints: map[netip.Addr]bool{lo: true}}
 	const seen = 12345
-	for _, c := range []struct {
-		proto uint8
-		want  uint32
-	}{{protoUDP, seen}, {protoTCP, 0}} {
-		k := myelinPolicyCtKey{AddrLo: addrU32(lo.As4()), AddrHi: addrU32(hi.As4()), PortLo: 5353, PortHi: 53, Proto: c.proto}
-		if err := d.objs.MyelinPolicyCt.Put(&k, myelinPolicyCtEntry{Ends: policyCTEndLo | policyCTEndHi, FinLo: seen}); err != nil {
+	for _, proto := range []uint8{protoUDP, protoTCP} {
+		k := myelinPolicyCtKey{AddrLo: addrU32(lo.As4()), AddrHi: addrU32(hi.As4()), PortLo: 5353, PortHi: 53, Proto: proto}
+		in := myelinPolicyCtEntry{Ends: policyCTEndLo | policyCTEndHi, Closing: 1, FinLo: seen}
+		if err := policyCTPut(d, k, in); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := d.forgetPolicyCTEnds(k, purgeLo); err != nil {
+		if _, err := d.PurgePolicyCT(purgeLo); err != nil {
 			t.Fatal(err)
 		}
-		var v myelinPolicyCtEntry
-		if err := d.objs.MyelinPolicyCt.Lookup(&k, &v); err != nil || v.Ends != policyCTEndHi || v.FinLo != c.want {
-			t.Errorf("proto %d after the low end's purge: entry %+v (lookup: %v), want the high end with fin_lo %d", c.proto, v, err, c.want)
+		want := in
+		want.Ends = policyCTEndHi
+		if v, ok := policyCTGet(d, k); !ok || v != want {
+			t.Errorf("proto %d after the low end's purge: entry %+v (tracked %v), want %+v", proto, v, ok, want)
 		}
 	}
 }

@@ -69,20 +69,6 @@ func seedPolicy(d *Datapath, st policyState) error {
 	return err
 }
 
-// clearPolicyCT deletes every tracked connection (as seedPolicy starts, or as an
-// eviction would) and returns how many there were.
-func clearPolicyCT(d *Datapath) (int, error) {
-	n := 0
-	var k myelinPolicyCtKey
-	for d.objs.MyelinPolicyCt.NextKey(nil, &k) == nil {
-		if err := d.objs.MyelinPolicyCt.Delete(k); err != nil {
-			return n, err
-		}
-		n++
-	}
-	return n, nil
-}
-
 // policyRow is a program row run after the policy state is reset to seed
 // (nil: the previous row's state is kept, tracked connections included);
 // counterDir is the direction the reason is counted under.

@@ -37,18 +37,14 @@ func TestPrivilegedBPFPolicySharedTracking(t *testing.T) {
 		verdict: tcActShot, reason: "DROP_POLICY_DENIED"}}, change: tightenB}
 	runPolicySteps(t, d, []policyStep{first, fwd("established segment: tracked at both ends", ack), denied})
 
-	var (
-		k myelinPolicyCtKey
-		v myelinPolicyCtEntry
-	)
-	n := 0
-	for it := d.objs.MyelinPolicyCt.Iterate(); it.Next(&k, &v); n++ {
+	entries := policyCTEntries(d)
+	for k, v := range entries {
 		if want := policyCTEndLo; u32Addr(k.AddrLo) != mustAddr(podA) || v.Ends != want { // podA < podB
 			t.Errorf("tracked entry %+v ends %#x after B's end was forgotten, want A's end (lo) %#x only", k, v.Ends, want)
 		}
 	}
-	if n != 1 {
-		t.Errorf("%d tracked entries for one connection, want 1", n)
+	if len(entries) != 1 {
+		t.Errorf("%d tracked entries for one connection, want 1", len(entries))
 	}
 }
 

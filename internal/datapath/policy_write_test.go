@@ -45,7 +45,7 @@ func TestPrivilegedBPFPolicySYNWritesWhole(t *testing.T) {
 		t.Fatalf("after the SYN the entry holds ends %#x, want B's %#x", v.Ends, bBit)
 	}
 	stale := myelinPolicyCtEntry{Ends: bBit ^ (policyCTEndLo | policyCTEndHi), Closing: 0xf, FinLo: 7, FinHi: 9}
-	if err := d.objs.MyelinPolicyCt.Update(&k, &stale, 0); err != nil {
+	if err := policyCTPut(d, k, stale); err != nil {
 		t.Fatal(err)
 	}
 	uplink.name = "the SYN again, the entry holding another end and a close state"
@@ -54,7 +54,7 @@ func TestPrivilegedBPFPolicySYNWritesWhole(t *testing.T) {
 		t.Errorf("BPF-delivered SYN left %+v, want only B's end %#x and no close state", v, bBit)
 	}
 
-	if err := d.objs.MyelinPolicyCt.Update(&k, &stale, 0); err != nil {
+	if err := policyCTPut(d, k, stale); err != nil {
 		t.Fatal(err)
 	}
 	runPolicyRows(t, d, []policyRow{{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{

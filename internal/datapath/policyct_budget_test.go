@@ -41,19 +41,16 @@ func forgetPolicyCTOf(sports ...uint16) func(*Datapath) error {
 		a := networkUint32(mustAddr(podA))
 		for _, sport := range sports {
 			var doomed []myelinPolicyCtKey
-			err := dumpEntries(d.objs.MyelinPolicyCt, func(k myelinPolicyCtKey, _ myelinPolicyCtEntry) {
+			for k := range policyCTEntries(d) {
 				if (k.AddrLo == a && k.PortLo == htons(sport)) || (k.AddrHi == a && k.PortHi == htons(sport)) {
 					doomed = append(doomed, k)
 				}
-			})
-			if err == nil && len(doomed) != 1 {
-				err = fmt.Errorf("A's connections from port %d: %d tracked, want 1", sport, len(doomed))
 			}
-			if err == nil {
-				err = d.objs.MyelinPolicyCt.Delete(&doomed[0])
+			if len(doomed) != 1 {
+				return fmt.Errorf("A's connections from port %d: %d tracked, want 1", sport, len(doomed))
 			}
-			if err != nil {
-				return err
+			if !policyCTDelete(d, doomed[0]) {
+				return fmt.Errorf("A's connection from port %d: not deleted", sport)
 			}
 		}
 		return nil

@@ -1,11 +1,8 @@
 package datapath
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,49 +52,46 @@ func policyCTResetMarked(k myelinPolicyCtKey, v myelinPolicyCtEntry) bool {
 // segment). at is a time on the MonotonicNow clock. Without it, a table full of such
 // entries made every new connection evict one, and the LRU evicts the least recently
 // used: the idle long-lived connections, whose next reply an egress-isolated server
-// may not send. Each entry is re-read just before deletion, so one that saw a packet
-// during the walk is kept.
+// may not send. A slot is emptied only if nothing wrote it since it was read
+// (policyCTTable.write); a packet's in-place refresh of its last seen between the
+// read and the deletion is lost with it (its next packet is judged again).
 func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 	now, marked := policyCTUnits(at), d.policyCTResets
 	// due: idle past the timeout, or marked reset at the last round and still now.
 	due := func(k myelinPolicyCtKey, v myelinPolicyCtEntry) bool {
 		return policyCTIdle(k, v, now) || (policyCTResetMarked(k, v) && marked[k])
 	}
-	var doomed []myelinPolicyCtKey
 	resets := map[myelinPolicyCtKey]bool{}
 	budget := d.policyCTBudget()
 	held := podCounts{}
-	err := dumpEntries(d.objs.MyelinPolicyCt, func(k myelinPolicyCtKey, v myelinPolicyCtEntry) {
-		if policyCTResetMarked(k, v) {
-			resets[k] = true
-		}
-		if due(k, v) {
-			doomed = append(doomed, k)
-		} else if budget.active() != 0 {
-			policyCTHeld(held, k, v)
-		}
-	})
-	if err != nil {
-		return 0, fmt.Errorf("list tracked policy connections: %w", err)
-	}
-	d.policyCTResets = resets
+	stuck, wasStuck := map[int]uint32{}, d.policyCTStuck
 	removed := 0
-	for _, k := range doomed {
-		var v myelinPolicyCtEntry
-		if err := d.objs.MyelinPolicyCt.Lookup(&k, &v); err != nil {
-			continue // gone meanwhile
-		}
-		if !due(k, v) {
-			continue // it saw a packet during the walk
-		}
-		err := d.objs.MyelinPolicyCt.Delete(&k)
-		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return removed, fmt.Errorf("delete tracked policy connection %+v: %w", k, err)
-		}
-		if err == nil {
-			removed++
+	for i := range d.policyCT.slots() {
+		k, v, seq, busy := d.policyCT.read(i)
+		switch {
+		case busy && seq&1 != 0 && wasStuck[i] == seq:
+			if d.policyCT.unstick(i, seq) {
+				removed++
+			}
+		case busy:
+			if seq&1 != 0 {
+				stuck[i] = seq
+			}
+		case k.Proto == 0:
+		case due(k, v):
+			if d.policyCT.empty(i, seq) {
+				removed++
+			}
+		default:
+			if policyCTResetMarked(k, v) {
+				resets[k] = true
+			}
+			if budget.active() != 0 {
+				policyCTHeld(held, k, v)
+			}
 		}
 	}
+	d.policyCTResets, d.policyCTStuck = resets, stuck
 	return removed, budget.sync(held)
 }
 

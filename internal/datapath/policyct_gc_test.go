@@ -11,22 +11,14 @@ import (
 // trackedOne returns the one tracked connection's entry (an error unless there is
 // exactly one).
 func trackedOne(d *Datapath) (myelinPolicyCtKey, myelinPolicyCtEntry, error) {
-	var (
-		k, key myelinPolicyCtKey
-		v, val myelinPolicyCtEntry
-	)
-	n := 0
-	it := d.objs.MyelinPolicyCt.Iterate()
-	for ; it.Next(&k, &v); n++ {
-		key, val = k, v
+	all := policyCTEntries(d)
+	if len(all) != 1 {
+		return myelinPolicyCtKey{}, myelinPolicyCtEntry{}, fmt.Errorf("myelin_policy_ct holds %d entries, want 1", len(all))
 	}
-	if err := it.Err(); err != nil {
-		return key, val, err
+	for k, v := range all {
+		return k, v, nil
 	}
-	if n != 1 {
-		return key, val, fmt.Errorf("myelin_policy_ct holds %d entries, want 1", n)
-	}
-	return key, val, nil
+	panic("unreachable")
 }
 
 // gcPolicyCTAt returns a step change that runs GCPolicyCT at later past the
@@ -109,7 +101,7 @@ func TestPrivilegedBPFPolicyCTGCIdleUDP(t *testing.T) {
 			return err
 		}
 		v.FinLo = policyCTUnits(MonotonicNow() - 10*time.Minute)
-		return d.objs.MyelinPolicyCt.Update(&k, &v, ebpf.UpdateExist)
+		return policyCTPut(d, k, v)
 	}
 	first := verdictStep("A's query enters B (allowed: tracked)", toPod, "to-pod", query, nil, true)
 	first.seed = st

@@ -228,22 +228,29 @@ type sockNpEntry struct {
 	Pad       [3]uint16
 }
 
-type sockPolicyCtEntry struct {
-	_       structs.HostLayout
-	Ends    uint32
-	Closing uint32
-	FinLo   uint32
-	FinHi   uint32
-}
-
-type sockPolicyCtKey struct {
-	_      structs.HostLayout
-	AddrLo uint32
-	AddrHi uint32
-	PortLo uint16
-	PortHi uint16
-	Proto  uint8
-	Pad    [3]uint8
+type sockPolicyCtBucket struct {
+	_   structs.HostLayout
+	Way [4]struct {
+		_   structs.HostLayout
+		Key struct {
+			_      structs.HostLayout
+			AddrLo uint32
+			AddrHi uint32
+			PortLo uint16
+			PortHi uint16
+			Proto  uint8
+			Pad    [3]uint8
+		}
+		Entry struct {
+			_       structs.HostLayout
+			Ends    uint32
+			Closing uint32
+			FinLo   uint32
+			FinHi   uint32
+		}
+		Seq  uint32
+		Born uint32
+	}
 }
 
 type sockPolicyEp struct {

@@ -1,0 +1,324 @@
+package datapath
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"golang.org/x/sys/unix"
+)
+
+// myelin_policy_ct's layout (bpf/lib/types.h, lib/policy_ct.h): an array of
+// buckets of policyCTWays slots, and one more element whose first 8 bytes hold
+// the bucket hash's seed.
+const (
+	policyCTWays       = 4 // POLICY_CT_WAYS
+	policyCTSlotSize   = int(unsafe.Sizeof(myelinPolicyCtSlot{}))
+	policyCTBucketSize = policyCTSlotSize * policyCTWays
+	policyCTHashMul    = 0x9e3779b97f4a7c15 // POLICY_CT_MUL
+)
+
+// policyCTBuckets is the number of buckets of a table of max connections.
+func policyCTBuckets(max uint32) uint32 { return max / policyCTWays }
+
+// policyCTBucketOf is policy_ct_bucket_of's index: the bucket of key k in a
+// table of buckets buckets hashed with seed.
+func policyCTBucketOf(seed uint64, buckets uint32, k myelinPolicyCtKey) uint32 {
+	var w [4]uint32
+	*(*myelinPolicyCtKey)(unsafe.Pointer(&w)) = k
+	h := seed
+	for _, x := range w {
+		h = (h ^ uint64(x)) * policyCTHashMul
+	}
+	h ^= h >> 32
+	return uint32(((h & 0xffffffff) * uint64(buckets)) >> 32)
+}
+
+// policyCTTable is the agent's view of myelin_policy_ct, mapped into its
+// memory (BPF_F_MMAPABLE): slots are read and written under their sequence
+// counts exactly as the programs do (lib/policy_ct.h), so a reader never takes
+// half of one write for a whole slot, and the agent never writes over a slot a
+// program wrote since the agent read it.
+type policyCTTable struct {
+	mem     []byte
+	buckets uint32
+}
+
+// mapPolicyCT maps m, a myelin_policy_ct of buckets buckets and its header.
+func mapPolicyCT(m *ebpf.Map) (*policyCTTable, error) {
+	if m.MaxEntries() < 2 || int(m.ValueSize()) != policyCTBucketSize {
+		return nil, fmt.Errorf("map myelin_policy_ct: %d elements of %d bytes, want buckets of %d bytes and a header", m.MaxEntries(), m.ValueSize(), policyCTBucketSize)
+	}
+	page := os.Getpagesize()
+	size := (int(m.MaxEntries())*policyCTBucketSize + page - 1) / page * page
+	mem, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map myelin_policy_ct into memory: %w", err)
+	}
+	return &policyCTTable{mem: mem, buckets: m.MaxEntries() - 1}, nil
+}
+
+// close unmaps the table.
+func (t *policyCTTable) close() error {
+	if t == nil || t.mem == nil {
+		return nil
+	}
+	err := unix.Munmap(t.mem)
+	t.mem = nil
+	return err
+}
+
+// slots is the number of connection slots.
+func (t *policyCTTable) slots() int { return int(t.buckets) * policyCTWays }
+
+// slot is slot i (0 <= i < slots()).
+func (t *policyCTTable) slot(i int) *myelinPolicyCtSlot {
+	return (*myelinPolicyCtSlot)(unsafe.Pointer(&t.mem[i*policyCTSlotSize]))
+}
+
+// seed is the header's seed word.
+func (t *policyCTTable) seed() *uint64 {
+	return (*uint64)(unsafe.Pointer(&t.mem[int(t.buckets)*policyCTBucketSize]))
+}
+
+// read copies slot i whole, with the count it had: busy when a writer was at
+// it (read it again later). An empty slot has a zero key.
+func (t *policyCTTable) read(i int) (k myelinPolicyCtKey, v myelinPolicyCtEntry, seq uint32, busy bool) {
+	s := t.slot(i)
+	seq = atomic.LoadUint32(&s.Seq)
+	k, v = s.Key, s.Entry
+	return k, v, seq, seq&1 != 0 || atomic.LoadUint32(&s.Seq) != seq
+}
+
+// write changes slot i with fn if its count is still seq (nothing wrote it
+// since it was read with that count) and says whether it did. fn may only
+// write the key and the entry; the program's in-place writes of a connection's
+// close state and last seen may still land meanwhile (lib/policy_ct.h).
+func (t *policyCTTable) write(i int, seq uint32, fn func(*myelinPolicyCtSlot)) bool {
+	s := t.slot(i)
+	if seq&1 != 0 || !atomic.CompareAndSwapUint32(&s.Seq, seq, seq+1) {
+		return false
+	}
+	fn(s)
+	atomic.AddUint32(&s.Seq, 1)
+	return true
+}
+
+// unstick takes over slot i when a writer died holding it at count seq (the
+// count was odd at two GC rounds in a row): the count moves on to even, and
+// the slot, half written, is emptied. No program reads or writes a slot with
+// an odd count, so until then it allowed nothing and held nothing.
+func (t *policyCTTable) unstick(i int, seq uint32) bool {
+	return atomic.CompareAndSwapUint32(&t.slot(i).Seq, seq, seq+1) && t.empty(i, seq+1)
+}
+
+// empty empties slot i if its count is still seq.
+func (t *policyCTTable) empty(i int, seq uint32) bool {
+	return t.write(i, seq, func(s *myelinPolicyCtSlot) {
+		s.Key, s.Entry = myelinPolicyCtKey{}, myelinPolicyCtEntry{}
+	})
+}
+
+// each calls fn with every tracked connection whose slot it could read whole
+// (a slot being written at that moment is passed over: it is this instant's
+// connection, not one to collect or count).
+func (t *policyCTTable) each(fn func(i int, k myelinPolicyCtKey, v myelinPolicyCtEntry, seq uint32)) {
+	for i := range t.slots() {
+		if k, v, seq, busy := t.read(i); !busy && k.Proto != 0 {
+			fn(i, k, v, seq)
+		}
+	}
+}
+
+// used counts the slots that hold a connection.
+func (t *policyCTTable) used() int {
+	n := 0
+	for i := range t.slots() {
+		if atomic.LoadUint32(&t.slot(i).Seq)&1 != 0 || t.slot(i).Key.Proto != 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// find is the slot of connection k, as policy_ct_find looks it up with seed.
+func (t *policyCTTable) find(seed uint64, k myelinPolicyCtKey) (i int, v myelinPolicyCtEntry, seq uint32, ok bool) {
+	first := int(policyCTBucketOf(seed, t.buckets, k)) * policyCTWays
+	for i := first; i < first+policyCTWays; i++ {
+		if sk, sv, sseq, busy := t.read(i); !busy && sk == k {
+			return i, sv, sseq, true
+		}
+	}
+	return 0, myelinPolicyCtEntry{}, 0, false
+}
+
+// pinnedPolicyCTSeed is the seed kept in the header of the myelin_policy_ct
+// pinned in pinDir when that table has buckets buckets (Load then reuses it,
+// and its programs must hash as the ones attached did), else a new random one.
+func pinnedPolicyCTSeed(pinDir string, buckets uint32) (uint64, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, "myelin_policy_ct"), nil)
+	if err == nil {
+		defer m.Close()
+		var head myelinPolicyCtBucket
+		if m.Type() == ebpf.Array && m.MaxEntries() == buckets+1 && int(m.ValueSize()) == policyCTBucketSize &&
+			m.Lookup(buckets, &head) == nil {
+			if seed := binary.NativeEndian.Uint64(unsafe.Slice((*byte)(unsafe.Pointer(&head)), 8)); seed != 0 {
+				return seed, nil
+			}
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return 0, fmt.Errorf("open pinned myelin_policy_ct: %w", err)
+	}
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			return 0, fmt.Errorf("pick the policy table's hash seed: %w", err)
+		}
+		if seed := binary.NativeEndian.Uint64(b[:]); seed != 0 {
+			return seed, nil
+		}
+	}
+}
+
+// keepPolicyCTSeed writes seed into the loaded table's header, or checks that
+// the header already holds it (the pinned table Load reused).
+func (t *policyCTTable) keepPolicyCTSeed(seed uint64) error {
+	if atomic.CompareAndSwapUint64(t.seed(), 0, seed) {
+		return nil
+	}
+	if got := atomic.LoadUint64(t.seed()); got != seed {
+		return fmt.Errorf("myelin_policy_ct: its header holds seed %#x, the programs were loaded with %#x: remove the pinned map and restart the agent", got, seed)
+	}
+	return nil
+}
+
+// policyCTCarryPlan says whether the connections of m, the pinned
+// myelin_policy_ct that ms replaces, can be carried into the new table, and
+// how: a table of buckets of the same layout slot by slot; a hash table (the
+// layout before 2026-12-05: key policy_ct_key, value policy_ct_entry) entry
+// by entry, its values converted by field name when their layout changed.
+// Either way each connection is placed anew (its bucket depends on the
+// table's size and seed: policyCTCarry).
+func policyCTCarryPlan(ms *ebpf.MapSpec, m *ebpf.Map) (carry bool, conv *layoutConv, why string) {
+	buckets, ok := btf.UnderlyingType(ms.Value).(*btf.Struct)
+	if !ok || len(buckets.Members) != 1 {
+		return false, nil, "the new object has no BTF for its buckets"
+	}
+	ways, ok := btf.UnderlyingType(buckets.Members[0].Type).(*btf.Array)
+	if !ok {
+		return false, nil, "the new object has no BTF for its slots"
+	}
+	slot, ok := btf.UnderlyingType(ways.Type).(*btf.Struct)
+	if !ok || len(slot.Members) < 2 {
+		return false, nil, "the new object has no BTF for its slots"
+	}
+	switch {
+	case m.Type() == ebpf.Array:
+		if _, value, err := pinnedTypes(m); err != nil || !sameShape(value, ms.Value) {
+			return false, nil, "its buckets' layout changed"
+		}
+		return true, nil, ""
+	case m.Type() == ebpf.Hash || m.Type() == ebpf.LRUHash:
+		entry := &ebpf.MapSpec{KeySize: uint32(policyCTKeySize), ValueSize: uint32(policyCTEntrySize),
+			Key: slot.Members[0].Type, Value: slot.Members[1].Type}
+		if m.KeySize() != entry.KeySize {
+			return false, nil, fmt.Sprintf("its keys have %d bytes, not %d", m.KeySize(), entry.KeySize)
+		}
+		key, value, err := pinnedTypes(m)
+		if err != nil {
+			if m.ValueSize() == entry.ValueSize {
+				return true, nil, "" // no BTF to compare: same sizes, same meaning
+			}
+			return false, nil, err.Error()
+		}
+		conv, identity, err := planLayout(key, value, entry)
+		if err != nil {
+			return false, nil, err.Error()
+		}
+		if identity && m.ValueSize() == entry.ValueSize {
+			conv = nil
+		}
+		return true, conv, ""
+	}
+	return false, nil, fmt.Sprintf("its type changed (%s to %s)", m.Type(), ms.Type)
+}
+
+const (
+	policyCTKeySize   = int(unsafe.Sizeof(myelinPolicyCtKey{}))
+	policyCTEntrySize = int(unsafe.Sizeof(myelinPolicyCtEntry{}))
+)
+
+// policyCTCarry places the connections of the pinned table at path in to, its
+// replacement of buckets hashed with seed, each in an empty slot of its bucket
+// (a full bucket: counted lost), and returns r with what was carried.
+func policyCTCarry(r MapReplacement, path string, to *ebpf.Map, seed uint64) (MapReplacement, error) {
+	from, err := ebpf.LoadPinnedMap(path, nil)
+	if err != nil {
+		return r, fmt.Errorf("open pinned map %s to carry its entries: %w", path, err)
+	}
+	defer from.Close()
+	t, err := mapPolicyCT(to)
+	if err != nil {
+		return r, err
+	}
+	defer t.close()
+	place := func(k myelinPolicyCtKey, v myelinPolicyCtEntry) {
+		if k.Proto == 0 || v.Ends == 0 {
+			return
+		}
+		if t.place(seed, k, v) {
+			r.Carried++
+		} else {
+			r.Lost++
+		}
+	}
+	if from.Type() == ebpf.Array {
+		var b myelinPolicyCtBucket
+		for i := range from.MaxEntries() - 1 { // the last is the header
+			if err := from.Lookup(i, &b); err != nil {
+				r.CarryErr = err.Error()
+				break
+			}
+			for _, s := range b.Way {
+				place(s.Key, s.Entry)
+			}
+		}
+		return r, nil
+	}
+	key, value := make([]byte, from.KeySize()), make([]byte, from.ValueSize())
+	it := from.Iterate()
+	for it.Next(key, value) {
+		v := value
+		if r.conv != nil {
+			_, v = r.conv.convert(key, value)
+		}
+		if len(v) < policyCTEntrySize {
+			v = append(v, make([]byte, policyCTEntrySize-len(v))...)
+		}
+		place(*(*myelinPolicyCtKey)(unsafe.Pointer(&key[0])), *(*myelinPolicyCtEntry)(unsafe.Pointer(&v[0])))
+	}
+	if err := it.Err(); err != nil {
+		r.CarryErr = err.Error() // what was copied stays
+	}
+	return r, nil
+}
+
+// place writes connection k's entry v into an empty slot of its bucket (as
+// hashed with seed) and says whether there was one. For a table no program
+// uses yet (a replacement being filled).
+func (t *policyCTTable) place(seed uint64, k myelinPolicyCtKey, v myelinPolicyCtEntry) bool {
+	first := int(policyCTBucketOf(seed, t.buckets, k)) * policyCTWays
+	for i := first; i < first+policyCTWays; i++ {
+		if sk, _, seq, busy := t.read(i); !busy && sk.Proto == 0 {
+			return t.write(i, seq, func(s *myelinPolicyCtSlot) { s.Key, s.Entry = k, v })
+		}
+	}
+	return false
+}

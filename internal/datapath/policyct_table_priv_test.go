@@ -1,0 +1,182 @@
+package datapath
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+// policyCTTableDatapath loads a datapath whose pod B (ingress-isolated)
+// allows pod A in on port 8080 only, with a table of 1,024 slots.
+func policyCTTableDatapath(t *testing.T) *Datapath {
+	t.Helper()
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP, PolicyCTMax: 1024})
+	st := policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
+		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {tcpPort(8080)}}}
+	if err := seedPolicy(d, st); err != nil {
+		t.Fatal(err)
+	}
+	if err := seedEndpoints(d, seedAB); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// toB runs an ACK (or with syn, a SYN) from A's port sport to B's port dport
+// through myelin_to_pod and says whether it passed.
+func toB(t *testing.T, d *Datapath, sport, dport uint16, syn bool) bool {
+	t.Helper()
+	p := ipv4(protoTCP, podA, podBIP).withSrc(podA, sport).withDst(podBIP, dport)
+	if !syn {
+		p = p.withTCPFlags(0x10)
+	}
+	ret, err := d.objs.MyelinToPod.Run(&ebpf.RunOptions{Data: p.build()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ret == tcActOK
+}
+
+// abKey is the tracked key of A:sport ↔ B:dport (A's address is the lower).
+func abKey(sport, dport uint16) myelinPolicyCtKey {
+	return myelinPolicyCtKey{AddrLo: networkUint32(mustAddr(podA)), AddrHi: networkUint32(mustAddr(podBIP)),
+		PortLo: htons(sport), PortHi: htons(dport), Proto: protoTCP}
+}
+
+// The agent and the programs hash a connection to the same bucket: a slot the
+// agent places is what the programs find (B's end lets an ACK to a port its
+// policy does not allow pass), and one the programs write is what the agent
+// finds. A slot whose count is odd (a writer at it) is a miss, judged by the
+// policy again; one left odd (its writer died) is emptied at the second GC round
+// that finds it so, after which it is usable again.
+func TestPrivilegedPolicyCTTableShared(t *testing.T) {
+	requirePrivileged(t)
+	d := policyCTTableDatapath(t)
+	if d.policyCTSeed == 0 || *d.policyCT.seed() != d.policyCTSeed {
+		t.Fatalf("seed %#x, the table's header holds %#x: want the same, not 0", d.policyCTSeed, *d.policyCT.seed())
+	}
+	if toB(t, d, 5000, 9090, false) {
+		t.Fatal("ACK to a port B does not allow, untracked: passed")
+	}
+	k := abKey(5000, 9090)
+	if err := policyCTPut(d, k, myelinPolicyCtEntry{Ends: policyCTEndHi}); err != nil {
+		t.Fatal(err)
+	}
+	if !toB(t, d, 5000, 9090, false) {
+		t.Fatal("ACK of a connection the agent placed with B's end: denied, want tracked")
+	}
+	if !toB(t, d, 5001, 8080, true) {
+		t.Fatal("allowed SYN: denied")
+	}
+	if v, ok := policyCTGet(d, abKey(5001, 8080)); !ok || v.Ends != policyCTEndHi {
+		t.Fatalf("the programs' entry of the allowed SYN, as the agent finds it: %+v (found %v), want B's end", v, ok)
+	}
+
+	i, _, seq, ok := d.policyCT.find(d.policyCTSeed, k)
+	if !ok {
+		t.Fatal("placed slot not found")
+	}
+	s := d.policyCT.slot(i)
+	s.Seq = seq + 1 // a writer took it and died
+	if toB(t, d, 5000, 9090, false) {
+		t.Error("ACK whose slot is in a write: passed, want judged again (denied)")
+	}
+	for round, want := range []int{0, 1} {
+		if n, err := d.GCPolicyCT(MonotonicNow()); err != nil || n != want {
+			t.Fatalf("GC round %d with a slot left in a write: removed %d (%v), want %d", round, n, err, want)
+		}
+	}
+	if s.Seq&1 != 0 || s.Key != (myelinPolicyCtKey{}) {
+		t.Fatalf("slot left in a write after two GC rounds: count %d, key %+v; want even and empty", s.Seq, s.Key)
+	}
+	if err := policyCTPut(d, k, myelinPolicyCtEntry{Ends: policyCTEndHi}); err != nil {
+		t.Fatal(err)
+	}
+	if !toB(t, d, 5000, 9090, false) {
+		t.Error("ACK of a connection placed again in the freed slot: denied, want tracked")
+	}
+}
+
+// A new connection whose bucket is full takes the slot of the bucket's oldest
+// connection (the earliest written): that one's next packet is judged by the
+// policy again; the other three stay tracked.
+func TestPrivilegedPolicyCTFullBucket(t *testing.T) {
+	requirePrivileged(t)
+	d := policyCTTableDatapath(t)
+	newcomer := abKey(6000, 8080)
+	bucket := policyCTBucketOf(d.policyCTSeed, d.policyCT.buckets, newcomer)
+	// Four connections of A to B's port 9090 (which B's policy does not
+	// allow: only their tracking lets them pass) in the newcomer's bucket,
+	// written 40 s, 30 s, 20 s and 10 s ago.
+	var held []uint16
+	for sport := uint16(7000); len(held) < policyCTWays; sport++ {
+		if policyCTBucketOf(d.policyCTSeed, d.policyCT.buckets, abKey(sport, 9090)) == bucket {
+			held = append(held, sport)
+		}
+	}
+	now := policyCTUnits(MonotonicNow())
+	for w, sport := range held {
+		i := int(bucket)*policyCTWays + w
+		_, _, seq, _ := d.policyCT.read(i)
+		if !d.policyCT.write(i, seq, func(s *myelinPolicyCtSlot) {
+			s.Key, s.Entry, s.Born = abKey(sport, 9090), myelinPolicyCtEntry{Ends: policyCTEndHi}, now-uint32(40-10*w)
+		}) {
+			t.Fatal("seed slot: written meanwhile")
+		}
+	}
+	if !toB(t, d, 6000, 8080, true) {
+		t.Fatal("allowed SYN into a full bucket: denied")
+	}
+	if _, ok := policyCTGet(d, newcomer); !ok {
+		t.Fatal("allowed SYN into a full bucket: not tracked")
+	}
+	for w, sport := range held {
+		tracked := toB(t, d, sport, 9090, false)
+		if want := w != 0; tracked != want {
+			t.Errorf("connection written %d s ago after the newcomer: passes %v, want %v (only the oldest gives its slot)",
+				40-10*w, tracked, want)
+		}
+	}
+}
+
+// The hash seed lives with the table: a reload over the pinned table hashes as
+// the programs before it did (their connections stay tracked), and a table of
+// another size gets a new seed, its connections placed anew.
+func TestPrivilegedPolicyCTSeedKept(t *testing.T) {
+	requirePrivileged(t)
+	dir := testPinDir(t)
+	defer Unpin(dir)
+	load := func(max uint32) *Datapath {
+		t.Helper()
+		d, err := Load(Config{PinDir: dir, HostRouting: HostRoutingLegacy, NodeIP: testNodeIP, PolicyCTMax: max})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	d := load(1024)
+	seed := d.policyCTSeed
+	k := abKey(5000, 9090)
+	if err := policyCTPut(d, k, myelinPolicyCtEntry{Ends: policyCTEndHi}); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	d = load(1024)
+	if d.policyCTSeed != seed {
+		t.Errorf("reload over the pinned table: seed %#x, want its %#x", d.policyCTSeed, seed)
+	}
+	if _, ok := policyCTGet(d, k); !ok {
+		t.Error("reload over the pinned table: its connection is not found")
+	}
+	d.Close()
+	d = load(2048)
+	defer d.Close()
+	if d.policyCTSeed == seed || binary.NativeEndian.Uint64(d.policyCT.mem[int(d.policyCT.buckets)*policyCTBucketSize:]) != d.policyCTSeed {
+		t.Errorf("table of another size: seed %#x (before %#x), header %#x: want a new seed in the header",
+			d.policyCTSeed, seed, *d.policyCT.seed())
+	}
+	if _, ok := policyCTGet(d, k); !ok {
+		t.Error("table of another size: the connection was not placed anew")
+	}
+}

@@ -1,0 +1,60 @@
+package datapath
+
+import (
+	"fmt"
+)
+
+// policyCTGet is connection k's entry in myelin_policy_ct, as the programs
+// find it.
+func policyCTGet(d *Datapath, k myelinPolicyCtKey) (myelinPolicyCtEntry, bool) {
+	_, v, _, ok := d.policyCT.find(d.policyCTSeed, k)
+	return v, ok
+}
+
+// policyCTPut writes connection k's entry v as the programs would (its own
+// slot, else an empty one of its bucket); an error when the bucket is full.
+func policyCTPut(d *Datapath, k myelinPolicyCtKey, v myelinPolicyCtEntry) error {
+	first := int(policyCTBucketOf(d.policyCTSeed, d.policyCT.buckets, k)) * policyCTWays
+	pick := -1
+	for i := first; i < first+policyCTWays; i++ {
+		sk, _, _, busy := d.policyCT.read(i)
+		if !busy && (sk == k || (sk.Proto == 0 && pick < 0)) {
+			pick = i
+		}
+	}
+	if pick < 0 {
+		return fmt.Errorf("policy table: bucket of %+v full", k)
+	}
+	_, _, seq, _ := d.policyCT.read(pick)
+	if !d.policyCT.write(pick, seq, func(s *myelinPolicyCtSlot) { s.Key, s.Entry = k, v }) {
+		return fmt.Errorf("policy table: slot %d written meanwhile", pick)
+	}
+	return nil
+}
+
+// policyCTDelete empties connection k's slot; false when it is not tracked.
+func policyCTDelete(d *Datapath, k myelinPolicyCtKey) bool {
+	i, _, seq, ok := d.policyCT.find(d.policyCTSeed, k)
+	return ok && d.policyCT.empty(i, seq)
+}
+
+// policyCTEntries are the tracked connections.
+func policyCTEntries(d *Datapath) map[myelinPolicyCtKey]myelinPolicyCtEntry {
+	out := map[myelinPolicyCtKey]myelinPolicyCtEntry{}
+	d.policyCT.each(func(_ int, k myelinPolicyCtKey, v myelinPolicyCtEntry, _ uint32) { out[k] = v })
+	return out
+}
+
+// clearPolicyCT empties every slot (as seedPolicy starts, or as an eviction
+// would) and returns how many connections there were.
+func clearPolicyCT(d *Datapath) (int, error) {
+	n := 0
+	var err error
+	d.policyCT.each(func(i int, k myelinPolicyCtKey, _ myelinPolicyCtEntry, seq uint32) {
+		if !d.policyCT.empty(i, seq) && err == nil {
+			err = fmt.Errorf("policy table: slot %d of %+v written meanwhile", i, k)
+		}
+		n++
+	})
+	return n, err
+}
