@@ -112,8 +112,8 @@ static __always_inline int policy_ct_key_is(const struct policy_ct_key *a,
  * policy_ct_find_at looks connection k up: the index of its slot (bucket *
  * POLICY_CT_WAYS + way), with a whole copy of its entry in *out (out NULL:
  * the slot only, for the in-place writes), or -1 (not tracked, or a writer
- * was at its slot). A global function: the verifier checks it once, not at
- * every call with every caller's state.
+ * was at its slot). A slot found is marked in use (policy_ct_put). A global function: the verifier
+ * checks it once, not at every call with every caller's state.
  */
 __noinline int policy_ct_find_at(const struct policy_ct_key *k, struct policy_ct_entry *out)
 {
@@ -131,6 +131,8 @@ __noinline int policy_ct_find_at(const struct policy_ct_key *k, struct policy_ct
 
 		if (!policy_ct_key_is(&s->key, k))
 			continue;
+		if (!s->ref) /* in use (policy_ct_put); in place, like the close state */
+			s->ref = 1;
 		if (out) {
 			*out = s->entry;
 			asm volatile("" ::: "memory"); /* the copy before the second read */
@@ -172,6 +174,7 @@ static __always_inline void policy_ct_write(struct policy_ct_slot *s, __u32 seq,
 		s->key = *k;
 		s->entry = *ce;
 		s->born = policy_ct_now();
+		s->ref = 0;
 	} else {
 		__builtin_memset(&s->key, 0, sizeof(s->key));
 		__builtin_memset(&s->entry, 0, sizeof(s->entry));
@@ -181,15 +184,19 @@ static __always_inline void policy_ct_write(struct policy_ct_slot *s, __u32 seq,
 
 /*
  * policy_ct_put writes connection k's entry ce: into its slot, else an empty
- * one of its bucket, else the bucket's oldest. A global function: the
- * verifier checks it once, not at every call with every caller's state.
+ * one of its bucket, else the oldest one no lookup found since the bucket
+ * last made room (policy_ct_find_at marks them), else the oldest. A second
+ * chance, as the kernel's LRU lists give: a connection in use keeps its slot
+ * over one that saw no packet since (a flood's one-off datagrams). A global
+ * function: the verifier checks it once, not at every call with every
+ * caller's state.
  */
 __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_ct_entry *ce)
 {
 	struct policy_ct_bucket *b;
-	__u32 pick_seq = 0, pick_age = 0, now = policy_ct_now(), i;
+	__u32 pick_seq = 0, pick_age = 0, now = policy_ct_now(), i, score;
 	struct policy_ct_slot *pick = NULL;
-	int rank = 3; /* of pick: 0 k's own, 1 empty, 2 oldest */
+	int rank = 4; /* of pick: 0 k's own, 1 empty, 2 unreferenced, 3 referenced */
 
 	if (!k || !ce)
 		return 0;
@@ -210,11 +217,18 @@ __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_
 			continue;
 		}
 		age = now - s->born;
-		if (rank > 2 || (rank == 2 && age > pick_age))
-			pick = s, pick_seq = seq, pick_age = age, rank = 2;
+		score = s->ref ? 3 : 2;
+		if (rank > score || (rank == score && age > pick_age))
+			pick = s, pick_seq = seq, pick_age = age, rank = score;
 	}
-	if (pick)
-		policy_ct_write(pick, pick_seq, k, ce);
+	if (!pick)
+		return 0;
+	/* Every way referenced: the oldest goes, the others lose their mark, so
+	 * the next connection here replaces one that saw no packet since. */
+	if (rank == 3)
+		for (__u32 w = 0; w < POLICY_CT_WAYS; w++)
+			b->way[w].ref = 0;
+	policy_ct_write(pick, pick_seq, k, ce);
 	return 0;
 }
 

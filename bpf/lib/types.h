@@ -420,14 +420,16 @@ struct policy_ct_entry {
  * a connection's key and entry, empty while the key is zero (a real key has
  * a protocol). seq is the slot's sequence count: odd while a writer is at
  * it, and every write moves it on, so a reader that saw the same even count
- * before and after its copy has a whole slot. born: when the key was written
- * (policy_ct_now), which way of a full bucket a new connection replaces.
+ * before and after its copy has a whole slot. born (when the key was
+ * written, policy_ct_now) and ref (a tracked packet passed since the bucket
+ * last made room) say which way of a full bucket a new connection replaces.
  */
 struct policy_ct_slot {
 	struct policy_ct_key key;
 	struct policy_ct_entry entry;
 	__u32 seq;
 	__u32 born;
+	__u32 ref;
 };
 
 /* POLICY_CT_WAYS: the slots of a myelin_policy_ct bucket. */

@@ -403,6 +403,7 @@ type myelinPolicyCtSlot struct {
 	Entry myelinPolicyCtEntry
 	Seq   uint32
 	Born  uint32
+	Ref   uint32
 }
 
 type myelinPolicyDir uint32

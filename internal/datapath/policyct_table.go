@@ -269,11 +269,12 @@ func policyCTCarry(r MapReplacement, path string, to *ebpf.Map, seed uint64) (Ma
 		return r, err
 	}
 	defer t.close()
+	born := policyCTUnits(MonotonicNow()) // carried as new: their age is not known
 	place := func(k myelinPolicyCtKey, v myelinPolicyCtEntry) {
 		if k.Proto == 0 || v.Ends == 0 {
 			return
 		}
-		if t.place(seed, k, v) {
+		if t.place(seed, k, v, born) {
 			r.Carried++
 		} else {
 			r.Lost++
@@ -310,14 +311,14 @@ func policyCTCarry(r MapReplacement, path string, to *ebpf.Map, seed uint64) (Ma
 	return r, nil
 }
 
-// place writes connection k's entry v into an empty slot of its bucket (as
-// hashed with seed) and says whether there was one. For a table no program
-// uses yet (a replacement being filled).
-func (t *policyCTTable) place(seed uint64, k myelinPolicyCtKey, v myelinPolicyCtEntry) bool {
+// place writes connection k's entry v, born then (policyCTUnits), into an
+// empty slot of its bucket (as hashed with seed) and says whether there was
+// one. For a table no program uses yet (a replacement being filled).
+func (t *policyCTTable) place(seed uint64, k myelinPolicyCtKey, v myelinPolicyCtEntry, born uint32) bool {
 	first := int(policyCTBucketOf(seed, t.buckets, k)) * policyCTWays
 	for i := first; i < first+policyCTWays; i++ {
 		if sk, _, seq, busy := t.read(i); !busy && sk.Proto == 0 {
-			return t.write(i, seq, func(s *myelinPolicyCtSlot) { s.Key, s.Entry = k, v })
+			return t.write(i, seq, func(s *myelinPolicyCtSlot) { s.Key, s.Entry, s.Born, s.Ref = k, v, born, 0 })
 		}
 	}
 	return false

@@ -99,44 +99,65 @@ func TestPrivilegedPolicyCTTableShared(t *testing.T) {
 }
 
 // A new connection whose bucket is full takes the slot of the bucket's oldest
-// connection (the earliest written): that one's next packet is judged by the
-// policy again; the other three stay tracked.
+// connection no lookup found since the bucket last made room; when every one was
+// found, the oldest, and the others lose their mark (a second chance, as an LRU
+// gives). The connection pushed out has its next packet judged by the policy
+// again; the others stay tracked.
 func TestPrivilegedPolicyCTFullBucket(t *testing.T) {
 	requirePrivileged(t)
-	d := policyCTTableDatapath(t)
-	newcomer := abKey(6000, 8080)
-	bucket := policyCTBucketOf(d.policyCTSeed, d.policyCT.buckets, newcomer)
-	// Four connections of A to B's port 9090 (which B's policy does not
-	// allow: only their tracking lets them pass) in the newcomer's bucket,
-	// written 40 s, 30 s, 20 s and 10 s ago.
-	var held []uint16
-	for sport := uint16(7000); len(held) < policyCTWays; sport++ {
-		if policyCTBucketOf(d.policyCTSeed, d.policyCT.buckets, abKey(sport, 9090)) == bucket {
-			held = append(held, sport)
-		}
-	}
-	now := policyCTUnits(MonotonicNow())
-	for w, sport := range held {
-		i := int(bucket)*policyCTWays + w
-		_, _, seq, _ := d.policyCT.read(i)
-		if !d.policyCT.write(i, seq, func(s *myelinPolicyCtSlot) {
-			s.Key, s.Entry, s.Born = abKey(sport, 9090), myelinPolicyCtEntry{Ends: policyCTEndHi}, now-uint32(40-10*w)
-		}) {
-			t.Fatal("seed slot: written meanwhile")
-		}
-	}
-	if !toB(t, d, 6000, 8080, true) {
-		t.Fatal("allowed SYN into a full bucket: denied")
-	}
-	if _, ok := policyCTGet(d, newcomer); !ok {
-		t.Fatal("allowed SYN into a full bucket: not tracked")
-	}
-	for w, sport := range held {
-		tracked := toB(t, d, sport, 9090, false)
-		if want := w != 0; tracked != want {
-			t.Errorf("connection written %d s ago after the newcomer: passes %v, want %v (only the oldest gives its slot)",
-				40-10*w, tracked, want)
-		}
+	for _, c := range []struct {
+		name     string
+		ref      [policyCTWays]uint32 // of the connections written 40, 30, 20 and 10 s ago
+		evicted  int                  // which of them the newcomer replaces
+		refAfter [policyCTWays]uint32
+	}{
+		{"none in use: the oldest", [policyCTWays]uint32{}, 0, [policyCTWays]uint32{}},
+		{"the oldest in use: the oldest of the others", [policyCTWays]uint32{1, 0, 0, 0}, 1, [policyCTWays]uint32{1, 0, 0, 0}},
+		{"all in use: the oldest, the others' marks cleared", [policyCTWays]uint32{1, 1, 1, 1}, 0, [policyCTWays]uint32{0, 0, 0, 0}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := policyCTTableDatapath(t)
+			newcomer := abKey(6000, 8080)
+			bucket := policyCTBucketOf(d.policyCTSeed, d.policyCT.buckets, newcomer)
+			// Four connections of A to B's port 9090 (which B's policy does
+			// not allow: only their tracking lets them pass) in the
+			// newcomer's bucket.
+			var held []uint16
+			for sport := uint16(7000); len(held) < policyCTWays; sport++ {
+				if policyCTBucketOf(d.policyCTSeed, d.policyCT.buckets, abKey(sport, 9090)) == bucket {
+					held = append(held, sport)
+				}
+			}
+			now := policyCTUnits(MonotonicNow())
+			slots := make([]*myelinPolicyCtSlot, len(held))
+			for w, sport := range held {
+				i := int(bucket)*policyCTWays + w
+				slots[w] = d.policyCT.slot(i)
+				_, _, seq, _ := d.policyCT.read(i)
+				if !d.policyCT.write(i, seq, func(s *myelinPolicyCtSlot) {
+					s.Key, s.Entry = abKey(sport, 9090), myelinPolicyCtEntry{Ends: policyCTEndHi}
+					s.Born, s.Ref = now-uint32(40-10*w), c.ref[w]
+				}) {
+					t.Fatal("seed slot: written meanwhile")
+				}
+			}
+			if !toB(t, d, 6000, 8080, true) {
+				t.Fatal("allowed SYN into a full bucket: denied")
+			}
+			if _, ok := policyCTGet(d, newcomer); !ok {
+				t.Fatal("allowed SYN into a full bucket: not tracked")
+			}
+			for w := range held {
+				if w != c.evicted && slots[w].Ref != c.refAfter[w] {
+					t.Errorf("connection written %d s ago: in-use mark %d after the newcomer, want %d", 40-10*w, slots[w].Ref, c.refAfter[w])
+				}
+			}
+			for w, sport := range held {
+				if tracked := toB(t, d, sport, 9090, false); tracked != (w != c.evicted) {
+					t.Errorf("connection written %d s ago after the newcomer: passes %v, want %v", 40-10*w, tracked, w != c.evicted)
+				}
+			}
+		})
 	}
 }
 

@@ -26,7 +26,8 @@ func policyCTPut(d *Datapath, k myelinPolicyCtKey, v myelinPolicyCtEntry) error 
 		return fmt.Errorf("policy table: bucket of %+v full", k)
 	}
 	_, _, seq, _ := d.policyCT.read(pick)
-	if !d.policyCT.write(pick, seq, func(s *myelinPolicyCtSlot) { s.Key, s.Entry = k, v }) {
+	born := policyCTUnits(MonotonicNow())
+	if !d.policyCT.write(pick, seq, func(s *myelinPolicyCtSlot) { s.Key, s.Entry, s.Born, s.Ref = k, v, born, 0 }) {
 		return fmt.Errorf("policy table: slot %d written meanwhile", pick)
 	}
 	return nil

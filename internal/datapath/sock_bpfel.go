@@ -250,6 +250,7 @@ type sockPolicyCtBucket struct {
 		}
 		Seq  uint32
 		Born uint32
+		Ref  uint32
 	}
 }
 
