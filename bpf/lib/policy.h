@@ -21,7 +21,7 @@
  * deletes the entries of changed endpoints and removed peers for the other
  * protocols. A TCP connection's entry is deleted once both ends' FINs are
  * acknowledged (policy_ct_close), so closed connections give their entries
- * back instead of making every new connection evict one from the full LRU;
+ * back instead of making every new connection push one out of a full table;
  * the agent deletes those of other protocols once idle, and TCP connections
  * that an RST ended (lib/policy_ct.h).
  * Traffic the host itself sends from this node's own address

@@ -246,10 +246,10 @@ static __always_inline void policy_ct_del(struct policy_ct_slot *s, const struct
  * policy_ct_refresh notes that a tracked packet of a connection without
  * close tracking (not TCP) passed: its entry's last seen, written only when
  * it changes (at most once a second per connection), in place through the
- * looked-up pointer at (NULL: nothing to refresh) like policy_ct_close's
- * close state: an element deleted and reused for another connection
- * meanwhile only gets a later time (or, for TCP, a wrong FIN number, which
- * can only delete its entry early or leave it to the LRU); no end's bit is
+ * looked-up slot at (NULL: nothing to refresh) like policy_ct_close's
+ * close state: a slot emptied and reused for another connection meanwhile
+ * only gets a later time (or, for TCP, a wrong FIN number, which can only
+ * delete its entry early or leave it to be replaced); no end's bit is
  * touched.
  */
 static __always_inline void policy_ct_refresh(struct policy_ct_slot *at, __u32 seen)
@@ -291,12 +291,12 @@ static __always_inline int policy_ct_over_budget(__u32 addr)
  * SYN the stack delivers) the end's bit is added to what the entry holds
  * (cur: the entry as the caller read it, or NULL to look it up); a SYN
  * clears an old close state.
- * Entries are only ever written whole, through bpf_map_update_elem under
- * their own key, never through a looked-up pointer: a preallocated element
- * that another CPU deleted meanwhile may already hold another connection,
- * and a write through the pointer would give that connection an end it
- * never accepted (policy_ct_close's close state is the one exception: it
- * can only lead to a deletion).
+ * Entries are only ever written whole, by policy_ct_put under the slot's
+ * count, never through a looked-up slot: one that another CPU emptied
+ * meanwhile may already hold another connection, and a write through it
+ * would give that connection an end it never accepted (policy_ct_close's
+ * close state is the exception that matters: it can only lead to a
+ * deletion).
  */
 static __always_inline void policy_ct_track(const struct policy_ct_key *k,
 					    const struct policy_ct_entry *cur, __u32 bit,
@@ -336,11 +336,10 @@ static __always_inline void policy_ct_track(const struct policy_ct_key *k,
  * policy like any untracked packet. It only ever deletes: a packet it sees
  * can make no end pass.
  * The close state is written in place (an atomic OR of its bits, the FIN's
- * number), not through bpf_map_update_elem: an LRU map's update takes a
- * fresh element and frees the old one, two list operations under locks,
- * for each of a connection's close segments. This is the one write through
- * a looked-up pointer (policy_ct_track says why entries are otherwise only
- * written whole): an element deleted and reused for another connection
+ * number), not whole under the slot's count, which would cost two more
+ * atomics for each of a connection's close segments. It is written through
+ * the looked-up slot (policy_ct_track says why entries are otherwise only
+ * written whole): a slot emptied and reused for another connection
  * meanwhile gets close bits it never saw, which can only delete that
  * connection's entry early, after which its packets are judged by the
  * policy again; no write here touches the ends that let packets pass.

@@ -107,7 +107,7 @@ type Config struct {
 	NodePortNATSynMax int
 	NodePortNATMax    int
 	// PolicyCTMax sizes the NetworkPolicy connection table (policy-ct-max), one
-	// entry per tracked connection.
+	// slot per tracked connection, in buckets of four.
 	PolicyCTMax int
 	// PolicyCTPodMax is policy-ct-pod-max: the most of those entries one pod may
 	// hold before its new connections are dropped (DROP_POLICY_CT_BUDGET); 0 is

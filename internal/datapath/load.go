@@ -143,11 +143,11 @@ type Config struct {
 	// flows to other nodes' backends (two entries per flow); 0 keeps the
 	// object's size (NODEPORT_NAT_MAX). Used with LoadBalancing.
 	NodePortNATMax uint32
-	// PolicyCTMax sizes the LRU myelin_policy_ct, the connections NetworkPolicy
-	// tracks (one entry each); 0 keeps the object's size (POLICY_CT_MAX). A
-	// changed size replaces the pinned map, with the tracked connections
-	// copied over (beyond a smaller size they are judged again by their next
-	// packet).
+	// PolicyCTMax sizes myelin_policy_ct, the connections NetworkPolicy tracks
+	// (one slot each, in buckets of four: rounded down to a multiple of 4); 0
+	// keeps the object's size (POLICY_CT_MAX). A changed size replaces the
+	// pinned map, with the tracked connections placed into the new one (those
+	// that find their bucket full are judged again by their next packet).
 	PolicyCTMax uint32
 	// PolicyCTPodMax is the most myelin_policy_ct entries one pod of this node
 	// may hold (policy-ct-pod-max): GCPolicyCT lists a pod holding more in
