@@ -18,10 +18,7 @@ func TestPrivilegedPolicyCTMax(t *testing.T) {
 	defer Unpin(dir)
 	load := func(max uint32) *Datapath {
 		t.Helper()
-		d, err := Load(Config{PinDir: dir, HostRouting: HostRoutingLegacy, NodeIP: testNodeIP, PolicyCTMax: max})
-		if err != nil {
-			t.Fatalf("load with PolicyCTMax %d: %v", max, err)
-		}
+		d := loadPolicyCTMax(t, dir, max)
 		if max != 0 && d.policyCT.slots() != int(max) {
 			t.Errorf("PolicyCTMax %d: myelin_policy_ct holds %d slots", max, d.policyCT.slots())
 		}
@@ -79,4 +76,15 @@ func TestPrivilegedPolicyCTMax(t *testing.T) {
 	if n := tracked(d); n == 0 || n > 16 {
 		t.Errorf("reload shrunk to 16: %d tracked connections, want 1-16", n)
 	}
+}
+
+// loadPolicyCTMax loads a datapath pinned in dir whose policy table holds max
+// connections (0: the object's size).
+func loadPolicyCTMax(t *testing.T, dir string, max uint32) *Datapath {
+	t.Helper()
+	d, err := Load(Config{PinDir: dir, HostRouting: HostRoutingLegacy, NodeIP: testNodeIP, PolicyCTMax: max})
+	if err != nil {
+		t.Fatalf("load with PolicyCTMax %d: %v", max, err)
+	}
+	return d
 }

@@ -168,14 +168,7 @@ func TestPrivilegedPolicyCTSeedKept(t *testing.T) {
 	requirePrivileged(t)
 	dir := testPinDir(t)
 	defer Unpin(dir)
-	load := func(max uint32) *Datapath {
-		t.Helper()
-		d, err := Load(Config{PinDir: dir, HostRouting: HostRoutingLegacy, NodeIP: testNodeIP, PolicyCTMax: max})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
+	load := func(max uint32) *Datapath { t.Helper(); return loadPolicyCTMax(t, dir, max) }
 	d := load(1024)
 	seed := d.policyCTSeed
 	k := abKey(5000, 9090)
