@@ -32,6 +32,15 @@ type policyState struct {
 // seedPolicy makes the policy maps hold exactly st (plus policyIPCache),
 // with no tracked connections.
 func seedPolicy(d *Datapath, st policyState) error {
+	if err := seedPolicyKeepingCT(d, st); err != nil {
+		return err
+	}
+	_, err := clearPolicyCT(d)
+	return err
+}
+
+// seedPolicyKeepingCT is seedPolicy leaving the tracked connections as they are.
+func seedPolicyKeepingCT(d *Datapath, st policyState) error {
 	for p, id := range policyIPCache {
 		if err := d.SetIPCache(netip.MustParsePrefix(p), id); err != nil {
 			return err
@@ -65,8 +74,7 @@ func seedPolicy(d *Datapath, st policyState) error {
 			return err
 		}
 	}
-	_, err = clearPolicyCT(d)
-	return err
+	return nil
 }
 
 // policyRow is a program row run after the policy state is reset to seed

@@ -2,9 +2,11 @@ package datapath
 
 import (
 	"encoding/binary"
+	"errors"
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 )
 
 // policyCTTableDatapath loads a datapath whose pod B (ingress-isolated)
@@ -192,5 +194,46 @@ func TestPrivilegedPolicyCTSeedKept(t *testing.T) {
 	}
 	if _, ok := policyCTGet(d, k); !ok {
 		t.Error("table of another size: the connection was not placed anew")
+	}
+}
+
+// An agent upgraded from a release whose table was an LRU hash (key
+// policy_ct_key, value policy_ct_entry) keeps every connection it tracked: Load
+// replaces the pinned map and places each entry into its bucket of the new table,
+// where the programs find it (an ACK its policy alone would deny passes).
+func TestPrivilegedPolicyCTFromTheLRUTable(t *testing.T) {
+	requirePrivileged(t)
+	dir := testPinDirReady(t)
+	defer Unpin(dir)
+	spec, err := loadMyelin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key, entry *btf.Struct
+	if err := errors.Join(spec.Types.TypeByName("policy_ct_key", &key), spec.Types.TypeByName("policy_ct_entry", &entry)); err != nil {
+		t.Fatal(err)
+	}
+	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: "myelin_policy_ct", Type: ebpf.LRUHash, KeySize: key.Size, ValueSize: entry.Size,
+		MaxEntries: 131072, Key: key, Value: entry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	k, v := abKey(5000, 9090), myelinPolicyCtEntry{Ends: policyCTEndHi, Closing: 1, FinLo: 77}
+	d := loadOverPinned(t, dir, "myelin_policy_ct", old, &k, &v)
+	defer d.Close()
+	if r := d.ReplacedMaps(); len(r) != 1 || r[0].Name != "myelin_policy_ct" || r[0].Converted() || r[0].Carried != 1 || r[0].Lost != 0 {
+		t.Fatalf("load over the LRU table: replaced %+v, want myelin_policy_ct, 1 carried as it was", r)
+	}
+	if got, ok := policyCTGet(d, k); !ok || got != v {
+		t.Fatalf("the carried connection: %+v (found %v), want %+v", got, ok, v)
+	}
+	st := policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
+		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {tcpPort(8080)}}}
+	if err := errors.Join(seedPolicyKeepingCT(d, st), seedEndpoints(d, seedAB)); err != nil {
+		t.Fatal(err)
+	}
+	if !toB(t, d, 5000, 9090, false) {
+		t.Error("ACK of the carried connection to a port B's policy denies: denied, want tracked")
 	}
 }
