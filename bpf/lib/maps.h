@@ -333,9 +333,10 @@ struct {
  * myelin_policy_ct: connections isolated pods accepted, one slot each (both
  * directions, both local ends), in buckets of POLICY_CT_WAYS slots
  * (lib/policy_ct.h): an array, so a lookup is a few instructions the
- * verifier inlines, with no bucket lock and no element to allocate. A full
- * bucket's oldest slot makes room for a new connection: that only makes its
- * connection's next packet be evaluated again, never allows anything. The
+ * verifier inlines, with no bucket lock and no element to allocate. A
+ * connection whose two buckets are full takes the slot of an old one: that
+ * only makes the old one's next packet be evaluated again, never allows
+ * anything. The
  * element after the last bucket is the agent's: the first 8 bytes hold the
  * hash's seed (policy_ct_seed), kept with the table across restarts; no
  * program reads it. Mappable: the agent reads and writes slots under their

@@ -55,9 +55,9 @@ static __always_inline __u32 policy_ct_now(void)
 
 /*
  * The table (maps.h myelin_policy_ct): an array of slots in buckets of
- * POLICY_CT_WAYS, a connection's bucket a hash of its key under the agent's
- * random policy_ct_seed (so a pod can't choose tuples that share another
- * connection's bucket and push it out). A slot is written whole under its
+ * POLICY_CT_WAYS, a connection's two buckets a hash of its key under the
+ * agent's random policy_ct_seed (so a pod can't choose tuples that share
+ * another connection's buckets and push it out). A slot is written whole under its
  * sequence count (struct policy_ct_slot): a writer takes it by moving an even
  * count to odd with a compare-and-swap (another writer at it: the write is
  * given up, as if evicted: that connection's next packet is judged again),
@@ -82,10 +82,14 @@ volatile const __u32 policy_ct_buckets = POLICY_CT_MAX / POLICY_CT_WAYS;
 /* policy_ct_read32 reads a slot word once, as it is in memory now. */
 #define policy_ct_read32(p) (*(volatile __u32 *)(p))
 
-/* policy_ct_bucket_of is k's bucket, its index in *i (NULL only if the table
- * has fewer than policy_ct_buckets). */
-static __always_inline struct policy_ct_bucket *policy_ct_bucket_of(const struct policy_ct_key *k,
-								    __u32 *i)
+/*
+ * policy_ct_buckets_of sets the indexes of k's two buckets: a connection
+ * lives in the first unless it was full when the connection was written
+ * (policy_ct_put), so a lookup of a sparse table reads one bucket, and a
+ * bucket overflows only when both are full.
+ */
+static __always_inline void policy_ct_buckets_of(const struct policy_ct_key *k, __u32 *first,
+						 __u32 *second)
 {
 	const __u32 *w = (const __u32 *)k;
 	__u64 h = policy_ct_seed;
@@ -94,9 +98,8 @@ static __always_inline struct policy_ct_bucket *policy_ct_bucket_of(const struct
 	h = (h ^ w[1]) * POLICY_CT_MUL;
 	h = (h ^ w[2]) * POLICY_CT_MUL;
 	h = (h ^ w[3]) * POLICY_CT_MUL;
-	h ^= h >> 32;
-	*i = ((h & 0xffffffff) * policy_ct_buckets) >> 32;
-	return bpf_map_lookup_elem(&myelin_policy_ct, i);
+	*first = ((h & 0xffffffff) * policy_ct_buckets) >> 32;
+	*second = ((h >> 32) * policy_ct_buckets) >> 32;
 }
 
 /* policy_ct_key_is says whether slot key a is k (word by word: k is on the stack). */
@@ -117,29 +120,34 @@ static __always_inline int policy_ct_key_is(const struct policy_ct_key *a,
  */
 __noinline int policy_ct_find_at(const struct policy_ct_key *k, struct policy_ct_entry *out)
 {
-	struct policy_ct_bucket *b;
-	__u32 i;
+	__u32 i[2];
 
 	if (!k)
 		return -1;
-	b = policy_ct_bucket_of(k, &i);
-	if (!b)
-		return -1;
-	for (__u32 w = 0; w < POLICY_CT_WAYS; w++) {
-		struct policy_ct_slot *s = &b->way[w];
-		__u32 seq = policy_ct_read32(&s->seq);
+	policy_ct_buckets_of(k, &i[0], &i[1]);
+	for (int c = 0; c < 2; c++) {
+		struct policy_ct_bucket *b = bpf_map_lookup_elem(&myelin_policy_ct, &i[c]);
 
-		if (!policy_ct_key_is(&s->key, k))
-			continue;
-		if (!s->ref) /* in use (policy_ct_put); in place, like the close state */
-			s->ref = 1;
-		if (out) {
-			*out = s->entry;
-			asm volatile("" ::: "memory"); /* the copy before the second read */
-			if ((seq & 1) || policy_ct_read32(&s->seq) != seq)
-				return -1;
+		if (!b)
+			return -1;
+		for (__u32 w = 0; w < POLICY_CT_WAYS; w++) {
+			struct policy_ct_slot *s = &b->way[w];
+			__u32 seq = policy_ct_read32(&s->seq);
+
+			if (!policy_ct_key_is(&s->key, k))
+				continue;
+			if (!s->ref) /* in use (policy_ct_put); in place, like the close state */
+				s->ref = 1;
+			if (out) {
+				*out = s->entry;
+				asm volatile("" ::: "memory"); /* the copy before the second read */
+				if ((seq & 1) || policy_ct_read32(&s->seq) != seq)
+					return -1;
+			}
+			return i[c] * POLICY_CT_WAYS + w;
 		}
-		return i * POLICY_CT_WAYS + w;
+		if (i[1] == i[0])
+			break;
 	}
 	return -1;
 }
@@ -184,50 +192,56 @@ static __always_inline void policy_ct_write(struct policy_ct_slot *s, __u32 seq,
 
 /*
  * policy_ct_put writes connection k's entry ce: into its slot, else an empty
- * one of its bucket, else the oldest one no lookup found since the bucket
- * last made room (policy_ct_find_at marks them), else the oldest. A second
- * chance, as the kernel's LRU lists give: a connection in use keeps its slot
- * over one that saw no packet since (a flood's one-off datagrams). A global
- * function: the verifier checks it once, not at every call with every
- * caller's state.
+ * one of its first bucket, else of its second, else the oldest slot of the
+ * two no lookup found since they last made room (policy_ct_find_at marks
+ * them), else the oldest. A second chance, as the kernel's LRU lists give: a
+ * connection in use keeps its slot over one that saw no packet since (a
+ * flood's one-off datagrams). A global function: the verifier checks it
+ * once, not at every call with every caller's state.
  */
 __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_ct_entry *ce)
 {
-	struct policy_ct_bucket *b;
-	__u32 pick_seq = 0, pick_age = 0, now = policy_ct_now(), i, score;
+	__u32 pick_seq = 0, pick_age = 0, now = policy_ct_now(), i[2], score;
+	struct policy_ct_bucket *b[2] = {};
 	struct policy_ct_slot *pick = NULL;
 	int rank = 4; /* of pick: 0 k's own, 1 empty, 2 unreferenced, 3 referenced */
 
 	if (!k || !ce)
 		return 0;
-	b = policy_ct_bucket_of(k, &i);
-	if (!b)
-		return 0;
-	for (__u32 w = 0; w < POLICY_CT_WAYS; w++) {
-		struct policy_ct_slot *s = &b->way[w];
-		__u32 seq = policy_ct_read32(&s->seq), age;
+	policy_ct_buckets_of(k, &i[0], &i[1]);
+	for (int c = 0; c < 2 && rank; c++) {
+		b[c] = bpf_map_lookup_elem(&myelin_policy_ct, &i[c]);
+		if (!b[c])
+			return 0;
+		for (__u32 w = 0; w < POLICY_CT_WAYS; w++) {
+			struct policy_ct_slot *s = &b[c]->way[w];
+			__u32 seq = policy_ct_read32(&s->seq), age;
 
-		if (policy_ct_key_is(&s->key, k)) {
-			pick = s, pick_seq = seq, rank = 0;
+			if (policy_ct_key_is(&s->key, k)) {
+				pick = s, pick_seq = seq, rank = 0;
+				break;
+			}
+			if (!s->key.proto) {
+				if (rank > 1)
+					pick = s, pick_seq = seq, rank = 1;
+				continue;
+			}
+			age = now - s->born;
+			score = s->ref ? 3 : 2;
+			if (rank > score || (rank == score && age > pick_age))
+				pick = s, pick_seq = seq, pick_age = age, rank = score;
+		}
+		if (i[1] == i[0])
 			break;
-		}
-		if (!s->key.proto) {
-			if (rank > 1)
-				pick = s, pick_seq = seq, rank = 1;
-			continue;
-		}
-		age = now - s->born;
-		score = s->ref ? 3 : 2;
-		if (rank > score || (rank == score && age > pick_age))
-			pick = s, pick_seq = seq, pick_age = age, rank = score;
 	}
 	if (!pick)
 		return 0;
-	/* Every way referenced: the oldest goes, the others lose their mark, so
+	/* Every slot referenced: the oldest goes, the others lose their mark, so
 	 * the next connection here replaces one that saw no packet since. */
 	if (rank == 3)
-		for (__u32 w = 0; w < POLICY_CT_WAYS; w++)
-			b->way[w].ref = 0;
+		for (int c = 0; c < 2; c++)
+			for (__u32 w = 0; w < POLICY_CT_WAYS && b[c]; w++)
+				b[c]->way[w].ref = 0;
 	policy_ct_write(pick, pick_seq, k, ce);
 	return 0;
 }

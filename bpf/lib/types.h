@@ -422,7 +422,8 @@ struct policy_ct_entry {
  * it, and every write moves it on, so a reader that saw the same even count
  * before and after its copy has a whole slot. born (when the key was
  * written, policy_ct_now) and ref (a tracked packet passed since the bucket
- * last made room) say which way of a full bucket a new connection replaces.
+ * last made room) say which slot of two full buckets a new connection
+ * replaces.
  */
 struct policy_ct_slot {
 	struct policy_ct_key key;

@@ -147,7 +147,7 @@ type Config struct {
 	// (one slot each, in buckets of four: rounded down to a multiple of 4); 0
 	// keeps the object's size (POLICY_CT_MAX). A changed size replaces the
 	// pinned map, with the tracked connections placed into the new one (those
-	// that find their bucket full are judged again by their next packet).
+	// that find their buckets full are judged again by their next packet).
 	PolicyCTMax uint32
 	// PolicyCTPodMax is the most myelin_policy_ct entries one pod of this node
 	// may hold (policy-ct-pod-max): GCPolicyCT lists a pod holding more in

@@ -28,17 +28,32 @@ const (
 // policyCTBuckets is the number of buckets of a table of max connections.
 func policyCTBuckets(max uint32) uint32 { return max / policyCTWays }
 
-// policyCTBucketOf is policy_ct_bucket_of's index: the bucket of key k in a
-// table of buckets buckets hashed with seed.
-func policyCTBucketOf(seed uint64, buckets uint32, k myelinPolicyCtKey) uint32 {
+// policyCTBucketsOf is policy_ct_buckets_of: the two buckets of key k in a
+// table of buckets buckets hashed with seed (the same one twice, at times).
+func policyCTBucketsOf(seed uint64, buckets uint32, k myelinPolicyCtKey) [2]uint32 {
 	var w [4]uint32
 	*(*myelinPolicyCtKey)(unsafe.Pointer(&w)) = k
 	h := seed
 	for _, x := range w {
 		h = (h ^ uint64(x)) * policyCTHashMul
 	}
-	h ^= h >> 32
-	return uint32(((h & 0xffffffff) * uint64(buckets)) >> 32)
+	return [2]uint32{uint32(((h & 0xffffffff) * uint64(buckets)) >> 32), uint32(((h >> 32) * uint64(buckets)) >> 32)}
+}
+
+// slotsOf are the indexes of the slots where connection k may live:
+// its first bucket's, then its second's.
+func (t *policyCTTable) slotsOf(seed uint64, k myelinPolicyCtKey) []int {
+	b := policyCTBucketsOf(seed, t.buckets, k)
+	out := make([]int, 0, 2*policyCTWays)
+	for c, bucket := range b {
+		if c == 1 && bucket == b[0] {
+			break
+		}
+		for w := range policyCTWays {
+			out = append(out, int(bucket)*policyCTWays+w)
+		}
+	}
+	return out
 }
 
 // policyCTTable is the agent's view of myelin_policy_ct, mapped into its
@@ -150,8 +165,7 @@ func (t *policyCTTable) used() int {
 
 // find is the slot of connection k, as policy_ct_find looks it up with seed.
 func (t *policyCTTable) find(seed uint64, k myelinPolicyCtKey) (i int, v myelinPolicyCtEntry, seq uint32, ok bool) {
-	first := int(policyCTBucketOf(seed, t.buckets, k)) * policyCTWays
-	for i := first; i < first+policyCTWays; i++ {
+	for _, i := range t.slotsOf(seed, k) {
 		if sk, sv, sseq, busy := t.read(i); !busy && sk == k {
 			return i, sv, sseq, true
 		}
@@ -256,8 +270,8 @@ const (
 )
 
 // policyCTCarry places the connections of the pinned table at path in to, its
-// replacement of buckets hashed with seed, each in an empty slot of its bucket
-// (a full bucket: counted lost), and returns r with what was carried.
+// replacement of buckets hashed with seed, each in an empty slot of its buckets
+// (both full: counted lost), and returns r with what was carried.
 func policyCTCarry(r MapReplacement, path string, to *ebpf.Map, seed uint64) (MapReplacement, error) {
 	from, err := ebpf.LoadPinnedMap(path, nil)
 	if err != nil {
@@ -312,11 +326,11 @@ func policyCTCarry(r MapReplacement, path string, to *ebpf.Map, seed uint64) (Ma
 }
 
 // place writes connection k's entry v, born then (policyCTUnits), into an
-// empty slot of its bucket (as hashed with seed) and says whether there was
-// one. For a table no program uses yet (a replacement being filled).
+// empty slot of its buckets (as hashed with seed; the first's before the
+// second's) and says whether there was one. For a table no program uses yet
+// (a replacement being filled).
 func (t *policyCTTable) place(seed uint64, k myelinPolicyCtKey, v myelinPolicyCtEntry, born uint32) bool {
-	first := int(policyCTBucketOf(seed, t.buckets, k)) * policyCTWays
-	for i := first; i < first+policyCTWays; i++ {
+	for _, i := range t.slotsOf(seed, k) {
 		if sk, _, seq, busy := t.read(i); !busy && sk.Proto == 0 {
 			return t.write(i, seq, func(s *myelinPolicyCtSlot) { s.Key, s.Entry, s.Born, s.Ref = k, v, born, 0 })
 		}

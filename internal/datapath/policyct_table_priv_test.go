@@ -100,63 +100,72 @@ func TestPrivilegedPolicyCTTableShared(t *testing.T) {
 	}
 }
 
-// A new connection whose bucket is full takes the slot of the bucket's oldest
-// connection no lookup found since the bucket last made room; when every one was
+// A new connection whose two buckets are full takes the slot of their oldest
+// connection no lookup found since they last made room; when every one was
 // found, the oldest, and the others lose their mark (a second chance, as an LRU
 // gives). The connection pushed out has its next packet judged by the policy
 // again; the others stay tracked.
 func TestPrivilegedPolicyCTFullBucket(t *testing.T) {
 	requirePrivileged(t)
+	const held = 2 * policyCTWays
 	for _, c := range []struct {
-		name     string
-		ref      [policyCTWays]uint32 // of the connections written 40, 30, 20 and 10 s ago
-		evicted  int                  // which of them the newcomer replaces
-		refAfter [policyCTWays]uint32
+		name    string
+		ref     [held]uint32 // of the connections written 80, 70, ... 10 s ago
+		evicted int          // which of them the newcomer replaces
 	}{
-		{"none in use: the oldest", [policyCTWays]uint32{}, 0, [policyCTWays]uint32{}},
-		{"the oldest in use: the oldest of the others", [policyCTWays]uint32{1, 0, 0, 0}, 1, [policyCTWays]uint32{1, 0, 0, 0}},
-		{"all in use: the oldest, the others' marks cleared", [policyCTWays]uint32{1, 1, 1, 1}, 0, [policyCTWays]uint32{0, 0, 0, 0}},
+		{"none in use: the oldest", [held]uint32{}, 0},
+		{"the oldest in use: the oldest of the others", [held]uint32{1}, 1},
+		{"all in use: the oldest, the others' marks cleared", [held]uint32{1, 1, 1, 1, 1, 1, 1, 1}, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := policyCTTableDatapath(t)
-			newcomer := abKey(6000, 8080)
-			bucket := policyCTBucketOf(d.policyCTSeed, d.policyCT.buckets, newcomer)
-			// Four connections of A to B's port 9090 (which B's policy does
-			// not allow: only their tracking lets them pass) in the
-			// newcomer's bucket.
-			var held []uint16
-			for sport := uint16(7000); len(held) < policyCTWays; sport++ {
-				if policyCTBucketOf(d.policyCTSeed, d.policyCT.buckets, abKey(sport, 9090)) == bucket {
-					held = append(held, sport)
+			sport := uint16(6000)
+			for ; ; sport++ { // a newcomer with two distinct buckets
+				if b := policyCTBucketsOf(d.policyCTSeed, d.policyCT.buckets, abKey(sport, 8080)); b[0] != b[1] {
+					break
 				}
 			}
+			newcomer := abKey(sport, 8080)
+			slots := d.policyCT.slotsOf(d.policyCTSeed, newcomer)
+			// Connections of A to B's port 9090 (which B's policy does not
+			// allow: only their tracking lets them pass) filling both of the
+			// newcomer's buckets, each in its own first bucket.
 			now := policyCTUnits(MonotonicNow())
-			slots := make([]*myelinPolicyCtSlot, len(held))
-			for w, sport := range held {
-				i := int(bucket)*policyCTWays + w
-				slots[w] = d.policyCT.slot(i)
+			var sports []uint16
+			for n, p := 0, uint16(7000); n < held; p++ {
+				i := slots[n]
+				if policyCTBucketsOf(d.policyCTSeed, d.policyCT.buckets, abKey(p, 9090))[0] != uint32(i/policyCTWays) {
+					continue
+				}
 				_, _, seq, _ := d.policyCT.read(i)
 				if !d.policyCT.write(i, seq, func(s *myelinPolicyCtSlot) {
-					s.Key, s.Entry = abKey(sport, 9090), myelinPolicyCtEntry{Ends: policyCTEndHi}
-					s.Born, s.Ref = now-uint32(40-10*w), c.ref[w]
+					s.Key, s.Entry = abKey(p, 9090), myelinPolicyCtEntry{Ends: policyCTEndHi}
+					s.Born, s.Ref = now-uint32(80-10*n), c.ref[n]
 				}) {
 					t.Fatal("seed slot: written meanwhile")
 				}
+				sports = append(sports, p)
+				n++
 			}
-			if !toB(t, d, 6000, 8080, true) {
-				t.Fatal("allowed SYN into a full bucket: denied")
+			if !toB(t, d, sport, 8080, true) {
+				t.Fatal("allowed SYN into two full buckets: denied")
 			}
 			if _, ok := policyCTGet(d, newcomer); !ok {
-				t.Fatal("allowed SYN into a full bucket: not tracked")
+				t.Fatal("allowed SYN into two full buckets: not tracked")
 			}
-			for w := range held {
-				if w != c.evicted && slots[w].Ref != c.refAfter[w] {
-					t.Errorf("connection written %d s ago: in-use mark %d after the newcomer, want %d", 40-10*w, slots[w].Ref, c.refAfter[w])
+			allInUse := c.ref == [held]uint32{1, 1, 1, 1, 1, 1, 1, 1}
+			for n, i := range slots {
+				want := c.ref[n]
+				if allInUse {
+					want = 0
+				}
+				if s := d.policyCT.slot(i); n != c.evicted && s.Ref != want {
+					t.Errorf("connection written %d s ago: in-use mark %d after the newcomer, want %d", 80-10*n, s.Ref, want)
 				}
 			}
-			for w, sport := range held {
-				if tracked := toB(t, d, sport, 9090, false); tracked != (w != c.evicted) {
-					t.Errorf("connection written %d s ago after the newcomer: passes %v, want %v", 40-10*w, tracked, w != c.evicted)
+			for n, p := range sports {
+				if tracked := toB(t, d, p, 9090, false); tracked != (n != c.evicted) {
+					t.Errorf("connection written %d s ago after the newcomer: passes %v, want %v", 80-10*n, tracked, n != c.evicted)
 				}
 			}
 		})

@@ -14,9 +14,8 @@ func policyCTGet(d *Datapath, k myelinPolicyCtKey) (myelinPolicyCtEntry, bool) {
 // policyCTPut writes connection k's entry v as the programs would (its own
 // slot, else an empty one of its bucket); an error when the bucket is full.
 func policyCTPut(d *Datapath, k myelinPolicyCtKey, v myelinPolicyCtEntry) error {
-	first := int(policyCTBucketOf(d.policyCTSeed, d.policyCT.buckets, k)) * policyCTWays
 	pick := -1
-	for i := first; i < first+policyCTWays; i++ {
+	for _, i := range d.policyCT.slotsOf(d.policyCTSeed, k) {
 		sk, _, _, busy := d.policyCT.read(i)
 		if !busy && (sk == k || (sk.Proto == 0 && pick < 0)) {
 			pick = i
