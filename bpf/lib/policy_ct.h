@@ -57,18 +57,19 @@ static __always_inline __u32 policy_ct_now(void)
  * The table (maps.h myelin_policy_ct): an array of slots in buckets of
  * POLICY_CT_WAYS, a connection's two buckets a hash of its key under the
  * agent's random policy_ct_seed (so a pod can't choose tuples that share
- * another connection's buckets and push it out). A slot is written whole under its
- * sequence count (struct policy_ct_slot): a writer takes it by moving an even
- * count to odd with a compare-and-swap (another writer at it: the write is
- * given up, as if evicted: that connection's next packet is judged again),
- * writes, and moves it on to even. A reader copies the slot between two reads
+ * another connection's buckets and push it out). A slot is written whole
+ * under its sequence count (struct policy_ct_slot): a writer takes it by
+ * moving an even count to odd with a compare-and-swap (another writer at
+ * it: the write is given up, as if evicted: that connection's next packet
+ * is judged again), writes, and moves it on to even. A reader copies the slot between two reads
  * of the count and takes a change or an odd count as a miss, which is judged
  * by the policy again and never allows by itself. The reads rely on loads not
  * being reordered with loads (x86; another architecture would need
  * load-acquire); the writer's atomics order its stores.
- * The close state (policy_ct_close) and a non-TCP entry's last seen
- * (policy_ct_refresh) are written in place without the count: a reader sees
- * the old or the new value of each, and neither touches the ends.
+ * The close state (policy_ct_close), a non-TCP entry's last seen
+ * (policy_ct_refresh) and a slot's in-use mark are written in place without
+ * the count: a reader sees the old or the new value of each, and none
+ * touches the ends.
  */
 /* policy_ct_seed: the key of the bucket hash; the agent picks it at random
  * and keeps it with the table (datapath.Load). */
@@ -115,8 +116,9 @@ static __always_inline int policy_ct_key_is(const struct policy_ct_key *a,
  * policy_ct_find_at looks connection k up: the index of its slot (bucket *
  * POLICY_CT_WAYS + way), with a whole copy of its entry in *out (out NULL:
  * the slot only, for the in-place writes), or -1 (not tracked, or a writer
- * was at its slot). A slot found is marked in use (policy_ct_put). A global function: the verifier
- * checks it once, not at every call with every caller's state.
+ * was at its slot). A slot found is marked in use (policy_ct_put). A global
+ * function: the verifier checks it once, not at every call with every
+ * caller's state.
  */
 __noinline int policy_ct_find_at(const struct policy_ct_key *k, struct policy_ct_entry *out)
 {
