@@ -51,6 +51,13 @@ func OpenPinned(pinDir string) (*Datapath, error) {
 	if err := coll.Assign(&d.objs.myelinMaps); err != nil {
 		return nil, fmt.Errorf("adopt pinned maps in %s: %w", pinDir, err)
 	}
+	// The policy table is read and written through its mapping (GCPolicyCT),
+	// hashed with the seed its header keeps.
+	if d.policyCT, err = mapPolicyCT(d.objs.MyelinPolicyCt); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("adopt pinned maps in %s: %w", pinDir, err)
+	}
+	d.policyCTSeed = *d.policyCT.seed()
 	return d, nil
 }
 

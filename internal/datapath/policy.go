@@ -338,6 +338,9 @@ func (d *Datapath) PurgePolicyCT(p PolicyCTPurge) (int, error) {
 	if p.Empty() {
 		return 0, nil
 	}
+	if d.policyCT == nil {
+		return 0, errNoPolicyCT
+	}
 	n := 0
 	for i := range d.policyCT.slots() {
 		changed, err := d.purgePolicyCTSlot(i, p)

@@ -56,6 +56,9 @@ func policyCTResetMarked(k myelinPolicyCtKey, v myelinPolicyCtEntry) bool {
 // (policyCTTable.write); a packet's in-place refresh of its last seen between the
 // read and the deletion is lost with it (its next packet is judged again).
 func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
+	if d.policyCT == nil {
+		return 0, errNoPolicyCT
+	}
 	now, marked := policyCTUnits(at), d.policyCTResets
 	// due: idle past the timeout, or marked reset at the last round and still now.
 	due := func(k myelinPolicyCtKey, v myelinPolicyCtEntry) bool {

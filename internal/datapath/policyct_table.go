@@ -25,6 +25,10 @@ const (
 	policyCTHashMul    = 0x9e3779b97f4a7c15 // POLICY_CT_MUL
 )
 
+// errNoPolicyCT is what the policy table's walkers return on a Datapath that
+// neither Load nor OpenPinned made (a programming error, not a node's state).
+var errNoPolicyCT = errors.New("myelin_policy_ct is not mapped: use a Datapath from Load or OpenPinned")
+
 // policyCTBuckets is the number of buckets of a table of max connections.
 func policyCTBuckets(max uint32) uint32 { return max / policyCTWays }
 
