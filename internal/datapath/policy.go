@@ -341,15 +341,18 @@ func (d *Datapath) PurgePolicyCT(p PolicyCTPurge) (int, error) {
 	if d.policyCT == nil {
 		return 0, errNoPolicyCT
 	}
-	n := 0
+	n, stuck := 0, 0
 	for i := range d.policyCT.slots() {
-		changed, err := d.purgePolicyCTSlot(i, p)
-		if err != nil {
-			return n, err
+		changed, ok := d.purgePolicyCTSlot(i, p)
+		if !ok {
+			stuck++
 		}
 		if changed {
 			n++
 		}
+	}
+	if stuck != 0 {
+		return n, fmt.Errorf("forget tracked policy connections: %d slots of myelin_policy_ct stay in a write (a writer died holding them: they allow nothing; GCPolicyCT frees them)", stuck)
 	}
 	return n, nil
 }
@@ -360,8 +363,9 @@ func (d *Datapath) PurgePolicyCT(p PolicyCTPurge) (int, error) {
 const policyCTTries = 1000
 
 // purgePolicyCTSlot drops the ends of slot i that p names, reading it again
-// while programs write it.
-func (d *Datapath) purgePolicyCTSlot(i int, p PolicyCTPurge) (bool, error) {
+// while programs write it; ok is false for a slot that stayed in a write
+// (passed over: the rest of the pass goes on).
+func (d *Datapath) purgePolicyCTSlot(i int, p PolicyCTPurge) (changed, ok bool) {
 	for range policyCTTries {
 		k, v, seq, busy := d.policyCT.read(i)
 		if busy {
@@ -370,17 +374,17 @@ func (d *Datapath) purgePolicyCTSlot(i int, p PolicyCTPurge) (bool, error) {
 		}
 		gone := policyCTMatches(k, v.Ends, p)
 		if gone == 0 {
-			return false, nil
+			return false, true
 		}
 		if d.policyCT.write(i, seq, func(s *myelinPolicyCtSlot) {
 			if s.Entry.Ends &^= gone; s.Entry.Ends == 0 {
 				s.Key, s.Entry = myelinPolicyCtKey{}, myelinPolicyCtEntry{}
 			}
 		}) {
-			return true, nil
+			return true, true
 		}
 	}
-	return false, fmt.Errorf("forget tracked policy connections: slot %d of myelin_policy_ct stays in a write (a writer died holding it: it allows nothing; GCPolicyCT frees it)", i)
+	return false, false
 }
 
 // The end bits of a tracked connection (enum policy_ct_ends).
