@@ -241,12 +241,9 @@ func Load(cfg Config) (*Datapath, error) {
 	if err := configure(spec, cfg); err != nil {
 		return nil, err
 	}
-	seed, err := pinnedPolicyCTSeed(cfg.PinDir, spec.Maps["myelin_policy_ct"].MaxEntries-1)
+	seed, err := configurePolicyCTSeed(spec, cfg.PinDir)
 	if err != nil {
 		return nil, err
-	}
-	if err := spec.Variables["policy_ct_seed"].Set(seed); err != nil {
-		return nil, fmt.Errorf("set policy_ct_seed: %w", err)
 	}
 	d := &Datapath{cfg: cfg, policyCTSeed: seed}
 	created, replaced, err := loadPinned(spec, cfg.PinDir, &d.objs)
@@ -254,14 +251,7 @@ func Load(cfg Config) (*Datapath, error) {
 		return nil, err
 	}
 	d.replaced = replaced
-	if d.policyCT, err = mapPolicyCT(d.objs.MyelinPolicyCt); err == nil {
-		err = d.policyCT.keepPolicyCTSeed(seed)
-	}
-	if err != nil {
-		d.Close()
-		return nil, err
-	}
-	if err := d.restorePolicyFlags(); err != nil {
+	if err := errors.Join(d.openPolicyCT(), d.restorePolicyFlags()); err != nil {
 		d.Close()
 		return nil, err
 	}

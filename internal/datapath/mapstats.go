@@ -30,11 +30,13 @@ type MapStat struct {
 }
 
 // MapStats counts the entries of every map that can run full: endpoints,
-// routing, NAT, conntrack, policy, fragments, flow state and, with load balancing, the
-// Service maps. Arrays (always full by construction; myelin_policy_ct counts
-// its slots in use), per-CPU counters and the ring buffer are left out. It reads each map (countEntries: a syscall per 4,096
-// entries of a hash map), so call it for a scrape or a status, not per packet. A
-// map that cannot be counted has its Err set; the others are counted all the same.
+// routing, NAT, conntrack, policy, fragments, flow state and, with load
+// balancing, the Service maps. Arrays (always full by construction;
+// myelin_policy_ct counts its slots in use), per-CPU counters and the ring
+// buffer are left out. It reads each map (countEntries: a syscall per 4,096
+// entries of a hash map), so call it for a scrape or a status, not per packet.
+// A map that cannot be counted has its Err set; the others are counted all the
+// same.
 func (d *Datapath) MapStats() []MapStat {
 	o := &d.objs
 	maps := []struct {

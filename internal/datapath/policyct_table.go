@@ -205,6 +205,31 @@ func pinnedPolicyCTSeed(pinDir string, buckets uint32) (uint64, error) {
 	}
 }
 
+// configurePolicyCTSeed sets the programs' policy_ct_seed in spec (sized by
+// configure) to the seed of the table pinned in pinDir, or a new one, and
+// returns it.
+func configurePolicyCTSeed(spec *ebpf.CollectionSpec, pinDir string) (uint64, error) {
+	seed, err := pinnedPolicyCTSeed(pinDir, spec.Maps["myelin_policy_ct"].MaxEntries-1)
+	if err != nil {
+		return 0, err
+	}
+	if err := spec.Variables["policy_ct_seed"].Set(seed); err != nil {
+		return 0, fmt.Errorf("set policy_ct_seed: %w", err)
+	}
+	return seed, nil
+}
+
+// openPolicyCT maps the loaded myelin_policy_ct and keeps d.policyCTSeed in its
+// header (or checks that the pinned table Load reused holds it).
+func (d *Datapath) openPolicyCT() error {
+	t, err := mapPolicyCT(d.objs.MyelinPolicyCt)
+	if err != nil {
+		return err
+	}
+	d.policyCT = t
+	return t.keepPolicyCTSeed(d.policyCTSeed)
+}
+
 // keepPolicyCTSeed writes seed into the loaded table's header, or checks that
 // the header already holds it (the pinned table Load reused).
 func (t *policyCTTable) keepPolicyCTSeed(seed uint64) error {
@@ -299,16 +324,13 @@ func policyCTCarry(r MapReplacement, path string, to *ebpf.Map, seed uint64) (Ma
 		}
 	}
 	if from.Type() == ebpf.Array {
-		var b myelinPolicyCtBucket
-		for i := range from.MaxEntries() - 1 { // the last is the header
-			if err := from.Lookup(i, &b); err != nil {
-				r.CarryErr = err.Error()
-				break
-			}
-			for _, s := range b.Way {
-				place(s.Key, s.Entry)
-			}
+		old, err := mapPolicyCT(from)
+		if err != nil {
+			r.CarryErr = err.Error()
+			return r, nil
 		}
+		defer old.close()
+		old.each(func(_ int, k myelinPolicyCtKey, v myelinPolicyCtEntry, _ uint32) { place(k, v) })
 		return r, nil
 	}
 	key, value := make([]byte, from.KeySize()), make([]byte, from.ValueSize())
