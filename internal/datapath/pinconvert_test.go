@@ -3,7 +3,6 @@ package datapath
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"strings"
 	"testing"
 
@@ -110,14 +109,7 @@ func TestPrivilegedLoadConvertsAChangedLayout(t *testing.T) {
 	requirePrivileged(t)
 	dir := testPinDirReady(t)
 	defer Unpin(dir)
-	spec, err := loadMyelin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var keyType *btf.Struct
-	if err := spec.Types.TypeByName("policy_ct_key", &keyType); err != nil {
-		t.Fatal(err)
-	}
+	keyType, _ := lruPolicyCTTypes(t)
 	oldValue := &btf.Struct{Name: "policy_ct_entry", Size: 12, Members: []btf.Member{
 		member("fin_hi", u32, 0), member("ends", u32, 4), member("dropped", u32, 8)}}
 	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: "myelin_policy_ct", Type: ebpf.LRUHash, KeySize: keyType.Size, ValueSize: 12,
@@ -173,14 +165,7 @@ func TestPrivilegedLoadRefusesAMovedKey(t *testing.T) {
 	requirePrivileged(t)
 	dir := testPinDirReady(t)
 	defer Unpin(dir)
-	spec, err := loadMyelin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var nk, entry *btf.Struct // the hash table's key and value before 2026-12-05
-	if err := errors.Join(spec.Types.TypeByName("policy_ct_key", &nk), spec.Types.TypeByName("policy_ct_entry", &entry)); err != nil {
-		t.Fatal(err)
-	}
+	nk, entry := lruPolicyCTTypes(t)
 	moved := &btf.Struct{Name: nk.Name, Size: nk.Size, Members: append([]btf.Member(nil), nk.Members...)}
 	moved.Members[0].Name, moved.Members[1].Name = moved.Members[1].Name, moved.Members[0].Name // addr_lo, addr_hi swapped
 	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: "myelin_policy_ct", Type: ebpf.LRUHash, KeySize: nk.Size, ValueSize: entry.Size,

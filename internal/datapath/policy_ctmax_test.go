@@ -32,14 +32,7 @@ func TestPrivilegedPolicyCTMax(t *testing.T) {
 	d.Close()
 
 	d = load(4096)
-	st := policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
-		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {tcpPort(8080)}}}
-	if err := seedPolicy(d, st); err != nil {
-		t.Fatal(err)
-	}
-	if err := seedEndpoints(d, seedAB); err != nil {
-		t.Fatal(err)
-	}
+	seedBAllowsA8080(t, d)
 	syn := ipv4(protoTCP, podA, podBIP).withSrc(podA, 3003).withDst(podBIP, 8080).withTCPFlags(0x02)
 	if ret, err := d.objs.MyelinToPod.Run(&ebpf.RunOptions{Data: syn.build()}); err != nil || ret != tcActOK {
 		t.Fatalf("allowed SYN: verdict %d, err %v", ret, err)

@@ -9,20 +9,41 @@ import (
 	"github.com/cilium/ebpf/btf"
 )
 
-// policyCTTableDatapath loads a datapath whose pod B (ingress-isolated)
-// allows pod A in on port 8080 only, with a table of 1,024 slots.
+// bAllowsA8080 is pod B ingress-isolated, allowing pod A in on port 8080 only.
+var bAllowsA8080 = policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
+	entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {tcpPort(8080)}}}
+
+// seedBAllowsA8080 seeds d with bAllowsA8080 (no tracked connections) and pods
+// A and B.
+func seedBAllowsA8080(t *testing.T, d *Datapath) {
+	t.Helper()
+	if err := errors.Join(seedPolicy(d, bAllowsA8080), seedEndpoints(d, seedAB)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// policyCTTableDatapath loads a datapath seeded by seedBAllowsA8080, with a
+// table of 1,024 slots.
 func policyCTTableDatapath(t *testing.T) *Datapath {
 	t.Helper()
 	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP, PolicyCTMax: 1024})
-	st := policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
-		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {tcpPort(8080)}}}
-	if err := seedPolicy(d, st); err != nil {
-		t.Fatal(err)
-	}
-	if err := seedEndpoints(d, seedAB); err != nil {
-		t.Fatal(err)
-	}
+	seedBAllowsA8080(t, d)
 	return d
+}
+
+// lruPolicyCTTypes are the key and value types of the connection table before
+// 2026-12-05, an LRU hash of policy_ct_key to policy_ct_entry (this build's BTF
+// of both).
+func lruPolicyCTTypes(t *testing.T) (key, entry *btf.Struct) {
+	t.Helper()
+	spec, err := loadMyelin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(spec.Types.TypeByName("policy_ct_key", &key), spec.Types.TypeByName("policy_ct_entry", &entry)); err != nil {
+		t.Fatal(err)
+	}
+	return key, entry
 }
 
 // toB runs an ACK (or with syn, a SYN) from A's port sport to B's port dport
@@ -214,14 +235,7 @@ func TestPrivilegedPolicyCTFromTheLRUTable(t *testing.T) {
 	requirePrivileged(t)
 	dir := testPinDirReady(t)
 	defer Unpin(dir)
-	spec, err := loadMyelin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var key, entry *btf.Struct
-	if err := errors.Join(spec.Types.TypeByName("policy_ct_key", &key), spec.Types.TypeByName("policy_ct_entry", &entry)); err != nil {
-		t.Fatal(err)
-	}
+	key, entry := lruPolicyCTTypes(t)
 	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: "myelin_policy_ct", Type: ebpf.LRUHash, KeySize: key.Size, ValueSize: entry.Size,
 		MaxEntries: 131072, Key: key, Value: entry})
 	if err != nil {
@@ -237,9 +251,7 @@ func TestPrivilegedPolicyCTFromTheLRUTable(t *testing.T) {
 	if got, ok := policyCTGet(d, k); !ok || got != v {
 		t.Fatalf("the carried connection: %+v (found %v), want %+v", got, ok, v)
 	}
-	st := policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
-		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {tcpPort(8080)}}}
-	if err := errors.Join(seedPolicyKeepingCT(d, st), seedEndpoints(d, seedAB)); err != nil {
+	if err := errors.Join(seedPolicyKeepingCT(d, bAllowsA8080), seedEndpoints(d, seedAB)); err != nil {
 		t.Fatal(err)
 	}
 	if !toB(t, d, 5000, 9090, false) {
