@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The NetworkPolicy types shared with the agent (lib/types.h says how):
+ * isolation flags, allow entries, the ipcache, and the connection table's
+ * slots and buckets. Included by lib/types.h only.
+ */
+#ifndef MYELIN_LIB_TYPES_POLICY_H
+#define MYELIN_LIB_TYPES_POLICY_H
+
+#include <linux/types.h>
+
+/*
+ * NetworkPolicy (lib/policy.h, docs/policy.md). policy_ep is the value of
+ * myelin_policy_eps (key: local pod IPv4, network order): which directions
+ * of the pod are isolated, and which could not be written in full.
+ */
+enum policy_flags {
+	POLICY_F_INGRESS = 1, /* ingress isolated: only allowed peers get in */
+	POLICY_F_EGRESS = 2,  /* egress isolated: only allowed peers are reached */
+	POLICY_F_INGRESS_INCOMPLETE =
+		4, /* some ingress allows are missing: misses are DROP_POLICY_MAP_FULL */
+	POLICY_F_EGRESS_INCOMPLETE = 8, /* the same for egress */
+};
+
+/* policy_dir is the direction of a policy entry or tracked tuple, seen from the local pod. */
+enum policy_dir {
+	POLICY_DIR_INGRESS = 0,
+	POLICY_DIR_EGRESS = 1,
+};
+
+struct policy_ep {
+	__u8 flags; /* enum policy_flags */
+	__u8 pad[3];
+};
+
+/* policy_key: what a local pod allows from or to one peer identity (0: any peer). */
+struct policy_key {
+	__u32 ep_addr;	/* the local pod's IPv4, network order */
+	__u32 identity; /* the peer's identity (myelin_ipcache), 0 = any peer */
+	__u8 dir;	/* enum policy_dir */
+	__u8 pad[3];
+};
+
+#define POLICY_PORTS_MAX 16
+
+/*
+ * policy_port is one allowed range: proto 0 allows every protocol and port;
+ * lo 0 takes in the port-less later fragments of an all-ports rule.
+ */
+struct policy_port {
+	__u8 proto; /* IPPROTO_TCP, IPPROTO_UDP, IPPROTO_SCTP, or 0 = anything */
+	__u8 pad;
+	__u16 lo; /* host order, inclusive */
+	__u16 hi;
+};
+
+struct policy_value {
+	__u8 count; /* used entries of ports */
+	__u8 pad[3];
+	struct policy_port ports[POLICY_PORTS_MAX];
+};
+
+/* ipcache_key is the key of myelin_ipcache: a pod /32 or a policy CIDR. */
+struct ipcache_key {
+	__u32 prefixlen;
+	__u32 addr; /* network order */
+};
+
+struct ipcache_value {
+	__u32 identity;
+};
+
+/*
+ * policy_ct_key is one connection isolated pods of this node accepted, one
+ * entry for both its directions and both its ends: the tuple with the lower
+ * (address, port) end first (addresses and ports network order; 0 ports for
+ * protocols without them).
+ */
+struct policy_ct_key {
+	__u32 addr_lo;
+	__u32 addr_hi;
+	__u16 port_lo;
+	__u16 port_hi;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+/* policy_ct_ends are the ends of a tracked connection whose check accepted it. */
+enum policy_ct_ends {
+	POLICY_CT_END_LO = 1, /* the local pod at addr_lo/port_lo */
+	POLICY_CT_END_HI = 2, /* the local pod at addr_hi/port_hi */
+};
+
+/*
+ * policy_ct_closing is how far a tracked TCP connection has closed: which
+ * end sent its FIN, and which FIN the other end acknowledged. When both
+ * are, the entry is deleted (lib/policy_ct.h), so closed connections free
+ * their entries instead of waiting for the LRU to evict them. An RST marks
+ * the entry reset; the agent deletes one still marked after a grace period
+ * (datapath.GCPolicyCT), and the connection's next other segment unmarks
+ * it (an RST the receiver ignored, outside its window, must not end the
+ * tracking).
+ */
+enum policy_ct_closing {
+	POLICY_CT_FIN_LO = 1,	/* the lo end sent its FIN (fin_lo) */
+	POLICY_CT_FIN_HI = 2,	/* the hi end sent its FIN (fin_hi) */
+	POLICY_CT_ACKED_LO = 4, /* the hi end acknowledged the lo end's FIN */
+	POLICY_CT_ACKED_HI = 8, /* the lo end acknowledged the hi end's FIN */
+	POLICY_CT_RESET = 16,	/* an RST was seen, and no other segment since */
+};
+
+/*
+ * policy_ct_entry: a TCP connection's fin_lo and fin_hi follow its close;
+ * a connection of another protocol, which has no close to follow, keeps in
+ * fin_lo when it was last seen (policy_ct_now), and the agent deletes it
+ * once idle past its timeout (datapath.GCPolicyCT).
+ */
+struct policy_ct_entry {
+	__u32 ends;    /* enum policy_ct_ends */
+	__u32 closing; /* enum policy_ct_closing */
+	__u32 fin_lo;  /* TCP: the acknowledgment number that covers the lo end's FIN (host
+			* order); other protocols: last seen (policy_ct_now) */
+	__u32 fin_hi;  /* TCP: the same for the hi end's FIN */
+};
+
+/*
+ * policy_ct_slot is one way of a myelin_policy_ct bucket (lib/policy_ct.h):
+ * a connection's key and entry, empty while the key is zero (a real key has
+ * a protocol). seq is the slot's sequence count: odd while a writer is at
+ * it, and every write moves it on, so a reader that saw the same even count
+ * before and after its copy has a whole slot. born (when the key was
+ * written, policy_ct_now) and ref (a tracked packet passed since the bucket
+ * last made room) say which slot of two full buckets a new connection
+ * replaces.
+ */
+struct policy_ct_slot {
+	struct policy_ct_key key;
+	struct policy_ct_entry entry;
+	__u32 seq;
+	__u32 born;
+	__u32 ref;
+};
+
+/* POLICY_CT_WAYS: the slots of a myelin_policy_ct bucket. */
+#define POLICY_CT_WAYS 4
+
+/* policy_ct_bucket is one element of myelin_policy_ct: the slots of the
+ * connections whose keys hash to it (lib/policy_ct.h). */
+struct policy_ct_bucket {
+	struct policy_ct_slot way[POLICY_CT_WAYS];
+};
+
+#endif /* MYELIN_LIB_TYPES_POLICY_H */
