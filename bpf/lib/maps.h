@@ -351,6 +351,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_policy_ct SEC(".maps");
 
+/* myelin_policy_ct_stats: enum policy_ct_stat -> count, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, POLICY_CT_STAT_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_policy_ct_stats SEC(".maps");
+
 /*
  * myelin_lb_ct_over: local pods holding more load-balanced flows in
  * myelin_lb_ct than their budget at the agent's last count

@@ -198,8 +198,9 @@ static __always_inline void policy_ct_write(struct policy_ct_slot *s, __u32 seq,
  * two no lookup found since they last made room (policy_ct_find_at marks
  * them), else the oldest. A second chance, as the kernel's LRU lists give: a
  * connection in use keeps its slot over one that saw no packet since (a
- * flood's one-off datagrams). A global function: the verifier checks it
- * once, not at every call with every caller's state.
+ * flood's one-off datagrams). Either replacement is counted in
+ * myelin_policy_ct_stats. A global function: the verifier checks it once,
+ * not at every call with every caller's state.
  */
 __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_ct_entry *ce)
 {
@@ -244,6 +245,16 @@ __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_
 		for (int c = 0; c < 2; c++)
 			for (__u32 w = 0; w < POLICY_CT_WAYS && b[c]; w++)
 				b[c]->way[w].ref = 0;
+	if (rank >= 2) {
+		/* A connection pushed out: counted (the agent's status warns of
+		 * live ones). i[0] is done with: its stack slot is the key. */
+		__u64 *n;
+
+		i[0] = rank == 3 ? POLICY_CT_STAT_EVICTED_IN_USE : POLICY_CT_STAT_EVICTED_IDLE;
+		n = bpf_map_lookup_elem(&myelin_policy_ct_stats, &i[0]);
+		if (n)
+			*n += 1; /* per CPU: no other writer */
+	}
 	policy_ct_write(pick, pick_seq, k, ce);
 	return 0;
 }

@@ -150,4 +150,15 @@ struct policy_ct_bucket {
 	struct policy_ct_slot way[POLICY_CT_WAYS];
 };
 
+/*
+ * policy_ct_stat indexes myelin_policy_ct_stats, per-CPU counts of the
+ * connections a new one pushed out of two full buckets (policy_ct_put).
+ */
+enum policy_ct_stat {
+	POLICY_CT_STAT_EVICTED_IDLE = 0, /* no packet since its buckets last made room */
+	POLICY_CT_STAT_EVICTED_IN_USE =
+		1, /* every slot of both buckets saw one: a live connection */
+	POLICY_CT_STAT_MAX = 2,
+};
+
 #endif /* MYELIN_LIB_TYPES_POLICY_H */

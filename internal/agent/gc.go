@@ -33,6 +33,9 @@ type collector struct {
 	waited   bool // "waits for the load" said once
 	// npEvictions samples the embryonic NodePort evictions each round, for status.
 	npEvictions evictionSamples
+	// policyCTEvictions samples the live connections pushed out of the policy
+	// table each round, for status.
+	policyCTEvictions evictionSamples
 	// stats counts each table's rounds and removed entries, for metrics.
 	stats gcStats
 	// services, once the Service manager runs, names the backends that left a
@@ -87,6 +90,7 @@ func (c *collector) run(ctx context.Context) {
 			// A baseline for status's eviction window: a flood before the first
 			// round must show as evictions since this sample, not as the first one.
 			c.sampleEvictions(dp)
+			c.samplePolicyCTEvictions(dp)
 		case <-ticker.C:
 			if dp != nil {
 				c.collect(dp)
@@ -127,6 +131,26 @@ func (c *collector) collect(dp *datapath.Datapath) {
 	// NetworkPolicy's tracked connections that no close frees: idle UDP and other
 	// non-TCP connections, TCP connections an RST ended.
 	c.round("policy-ct-gc", "policy-ct", "NetworkPolicy connection entries", dp.GCPolicyCT)
+	c.samplePolicyCTEvictions(dp)
+}
+
+// samplePolicyCTEvictions records the live connections pushed out of
+// myelin_policy_ct so far, for status.
+func (c *collector) samplePolicyCTEvictions(dp *datapath.Datapath) {
+	if ev, err := dp.PolicyCTEvictions(); err == nil {
+		c.policyCTEvictions.add(time.Now(), ev.InUse)
+	}
+}
+
+// policyCTEvicted is how many live connections were pushed out of
+// myelin_policy_ct in the last evictionWindow (dp's count now against the
+// samples).
+func (c *collector) policyCTEvicted(dp *datapath.Datapath) (uint64, error) {
+	ev, err := dp.PolicyCTEvictions()
+	if err != nil {
+		return 0, err
+	}
+	return c.policyCTEvictions.since(time.Now(), ev.InUse), nil
 }
 
 // serviceFlowEnder is the part of *datapath.Datapath endDeparted uses.

@@ -76,6 +76,9 @@ func (m *agentMetrics) use(st *startup, node *nodeDatapath, svc *serviceLoop, po
 		s.Maps = maps.Samples()
 		s.Counters, _ = node.dp.Metrics()
 		s.ICMPRejectsSuppressed, _ = node.dp.ICMPRejectsSuppressed()
+		if ev, err := node.dp.PolicyCTEvictions(); err == nil {
+			s.PolicyCTEvictions = &ev
+		}
 		if ph := m.health.Load(); ph != nil {
 			s.NodeHealth = clusterhealth.Samples(ph.prober.Matrix.Peers())
 		}

@@ -74,6 +74,10 @@ type policyLoop struct {
 	// (datapath.PodsOverBudget; this loop shows the connection table's), for
 	// status; nil: not shown.
 	overBudget func() (datapath.PodsOverBudget, error)
+	// evicted is how many live connections were pushed out of the connection
+	// table in the last minute (collector.policyCTEvicted), for status; nil:
+	// not shown.
+	evicted func() (uint64, error)
 
 	// Admission of new endpoints (policyadmit.go).
 	endpoints func() []api.Endpoint        // this node's endpoints: their pods' addresses before their status has them

@@ -171,5 +171,24 @@ func (p *policyLoop) fillStatus(s *api.Status) {
 		}
 		sum.Warnings = append(sum.Warnings, who+": "+msg)
 	}
+	if w := p.evictionWarning(); w != "" {
+		sum.Warnings = append(sum.Warnings, w)
+	}
 	s.Policy = sum
+}
+
+// evictionWarning says how many live connections new ones pushed out of the
+// connection table in the last minute, and what that does, or "" for none.
+func (p *policyLoop) evictionWarning() string {
+	if p.evicted == nil {
+		return ""
+	}
+	n, err := p.evicted()
+	if err != nil {
+		return "connection table: " + err.Error()
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("myelin_policy_ct pushed out %d connections in use in the last minute (both of their buckets were full): their next packets are judged by the policy again, and a reply the receiving pod's policy does not allow is dropped as DROP_POLICY_DENIED; raise policy-ct-max, or lower policy-ct-pod-max if one pod floods", n)
 }

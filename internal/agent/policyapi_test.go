@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -109,5 +110,35 @@ func TestPolicyStatusShowsPodsOverBudget(t *testing.T) {
 	s = api.Status{}
 	if pl.fillStatus(&s); s.Policy == nil || len(s.Policy.Warnings) != 1 || s.Policy.Warnings[0] != "connection budget: list pods: boom" {
 		t.Errorf("status policy with a failed read = %+v", s.Policy)
+	}
+}
+
+// Status warns of live connections pushed out of the connection table while the
+// GC's samples show some in the last minute, and of a count it could not read.
+func TestPolicyEvictionWarning(t *testing.T) {
+	in := policy.Input{Node: "n1"}
+	var samples evictionSamples
+	inUse, readErr := uint64(40), error(nil) // the datapath's count since the table was made
+	pl := &policyLoop{evicted: func() (uint64, error) { return samples.since(time.Now(), inUse), readErr }}
+	pl.view.Store(&policyView{input: in, state: policy.Compute(in, policy.NewIdentities()), tracer: policy.NewTracer(in)})
+	warnings := func() []string {
+		var s api.Status
+		if pl.fillStatus(&s); s.Policy == nil {
+			t.Fatal("no policy summary")
+		}
+		return s.Policy.Warnings
+	}
+	samples.add(time.Now(), inUse) // the GC round's sample: nothing since
+	if w := warnings(); len(w) != 0 {
+		t.Errorf("no evictions since the last sample: warnings %q", w)
+	}
+	inUse += 7
+	if w := warnings(); len(w) != 1 || !strings.HasPrefix(w[0], "myelin_policy_ct pushed out 7 connections in use in the last minute") ||
+		!strings.Contains(w[0], "raise policy-ct-max") {
+		t.Errorf("7 evictions since the last sample: warnings %q, want one naming 7 and the remedy", w)
+	}
+	readErr = errors.New("read myelin_policy_ct_stats: boom")
+	if w := warnings(); len(w) != 1 || w[0] != "connection table: read myelin_policy_ct_stats: boom" {
+		t.Errorf("a failed read: warnings %q", w)
 	}
 }

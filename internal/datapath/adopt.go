@@ -65,10 +65,11 @@ func OpenPinned(pinDir string) (*Datapath, error) {
 // pinned: the socket programs' reverse maps, which Load pins only with
 // Config.SocketLB (configureLoadBalancing), and those a node upgraded from a build
 // without them has not pinned yet (its GC never reads them): myelin_lb_nodeports,
-// myelin_flow_drops, the budgets' lists (an adopted datapath has no budget).
+// myelin_flow_drops, the budgets' lists (an adopted datapath has no budget),
+// myelin_policy_ct_stats (its evictions then read as an error until the load).
 var optionalPins = map[string]bool{"myelin_lb_sock_rev": true, "myelin_lb_sock_peer": true, "myelin_lb_nodeports": true,
 	"myelin_flow_drops": true, "myelin_policy_ct_over": true, "myelin_snat_over": true,
-	"myelin_lb_ct_over": true}
+	"myelin_lb_ct_over": true, "myelin_policy_ct_stats": true}
 
 // privateStub makes ms an unpinned map of one entry (socket storage has no size:
 // it holds nothing until a program stores into a socket; a ring buffer keeps its

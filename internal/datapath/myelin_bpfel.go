@@ -406,6 +406,14 @@ type myelinPolicyCtSlot struct {
 	Ref   uint32
 }
 
+type myelinPolicyCtStat uint32
+
+const (
+	myelinPolicyCtStatPOLICY_CT_STAT_EVICTED_IDLE   myelinPolicyCtStat = 0
+	myelinPolicyCtStatPOLICY_CT_STAT_EVICTED_IN_USE myelinPolicyCtStat = 1
+	myelinPolicyCtStatPOLICY_CT_STAT_MAX            myelinPolicyCtStat = 2
+)
+
 type myelinPolicyDir uint32
 
 const (
@@ -575,6 +583,7 @@ type myelinMapSpecs struct {
 	MyelinPolicy        *ebpf.MapSpec `ebpf:"myelin_policy"`
 	MyelinPolicyCt      *ebpf.MapSpec `ebpf:"myelin_policy_ct"`
 	MyelinPolicyCtOver  *ebpf.MapSpec `ebpf:"myelin_policy_ct_over"`
+	MyelinPolicyCtStats *ebpf.MapSpec `ebpf:"myelin_policy_ct_stats"`
 	MyelinPolicyEps     *ebpf.MapSpec `ebpf:"myelin_policy_eps"`
 	MyelinSnat          *ebpf.MapSpec `ebpf:"myelin_snat"`
 	MyelinSnatOver      *ebpf.MapSpec `ebpf:"myelin_snat_over"`
@@ -604,6 +613,7 @@ type myelinVariableSpecs struct {
 	BtfAnchorPolicyCtClosing *ebpf.VariableSpec `ebpf:"btf_anchor_policy_ct_closing"`
 	BtfAnchorPolicyCtEnds    *ebpf.VariableSpec `ebpf:"btf_anchor_policy_ct_ends"`
 	BtfAnchorPolicyCtEntry   *ebpf.VariableSpec `ebpf:"btf_anchor_policy_ct_entry"`
+	BtfAnchorPolicyCtStat    *ebpf.VariableSpec `ebpf:"btf_anchor_policy_ct_stat"`
 	BtfAnchorPolicyDir       *ebpf.VariableSpec `ebpf:"btf_anchor_policy_dir"`
 	BtfAnchorPolicyFlags     *ebpf.VariableSpec `ebpf:"btf_anchor_policy_flags"`
 	BtfAnchorReason          *ebpf.VariableSpec `ebpf:"btf_anchor_reason"`
@@ -687,6 +697,7 @@ type myelinMaps struct {
 	MyelinPolicy        *ebpf.Map `ebpf:"myelin_policy"`
 	MyelinPolicyCt      *ebpf.Map `ebpf:"myelin_policy_ct"`
 	MyelinPolicyCtOver  *ebpf.Map `ebpf:"myelin_policy_ct_over"`
+	MyelinPolicyCtStats *ebpf.Map `ebpf:"myelin_policy_ct_stats"`
 	MyelinPolicyEps     *ebpf.Map `ebpf:"myelin_policy_eps"`
 	MyelinSnat          *ebpf.Map `ebpf:"myelin_snat"`
 	MyelinSnatOver      *ebpf.Map `ebpf:"myelin_snat_over"`
@@ -724,6 +735,7 @@ func (m *myelinMaps) Close() error {
 		m.MyelinPolicy,
 		m.MyelinPolicyCt,
 		m.MyelinPolicyCtOver,
+		m.MyelinPolicyCtStats,
 		m.MyelinPolicyEps,
 		m.MyelinSnat,
 		m.MyelinSnatOver,
@@ -754,6 +766,7 @@ type myelinVariables struct {
 	BtfAnchorPolicyCtClosing *ebpf.Variable `ebpf:"btf_anchor_policy_ct_closing"`
 	BtfAnchorPolicyCtEnds    *ebpf.Variable `ebpf:"btf_anchor_policy_ct_ends"`
 	BtfAnchorPolicyCtEntry   *ebpf.Variable `ebpf:"btf_anchor_policy_ct_entry"`
+	BtfAnchorPolicyCtStat    *ebpf.Variable `ebpf:"btf_anchor_policy_ct_stat"`
 	BtfAnchorPolicyDir       *ebpf.Variable `ebpf:"btf_anchor_policy_dir"`
 	BtfAnchorPolicyFlags     *ebpf.Variable `ebpf:"btf_anchor_policy_flags"`
 	BtfAnchorReason          *ebpf.Variable `ebpf:"btf_anchor_reason"`

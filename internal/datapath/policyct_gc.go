@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"fmt"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -108,4 +109,36 @@ func policyCTHeld(h podCounts, k myelinPolicyCtKey, v myelinPolicyCtEntry) {
 	if v.Ends&uint32(myelinPolicyCtEndsPOLICY_CT_END_HI) != 0 {
 		h[k.AddrHi]++
 	}
+}
+
+// PolicyCTEvictions are the connections new ones pushed out of myelin_policy_ct
+// since the table was made (its two buckets full: lib/policy_ct.h,
+// policy_ct_put), summed over CPUs. The next packet of a connection pushed out
+// is judged by the policy again: allowed, it is tracked again; a reply the
+// receiving pod's own policy doesn't allow is dropped as POLICY_DENIED.
+type PolicyCTEvictions struct {
+	// Idle had seen no packet since their buckets last made room: a flood's
+	// one-off datagrams, connections gone quiet.
+	Idle uint64
+	// InUse had seen one (every slot of both buckets had): live connections;
+	// any at all means policy-ct-max is too small for the node's connections.
+	InUse uint64
+}
+
+// PolicyCTEvictions reads myelin_policy_ct_stats.
+func (d *Datapath) PolicyCTEvictions() (PolicyCTEvictions, error) {
+	var ev PolicyCTEvictions
+	for i, dst := range map[myelinPolicyCtStat]*uint64{
+		myelinPolicyCtStatPOLICY_CT_STAT_EVICTED_IDLE:   &ev.Idle,
+		myelinPolicyCtStatPOLICY_CT_STAT_EVICTED_IN_USE: &ev.InUse,
+	} {
+		var perCPU []uint64
+		if err := d.objs.MyelinPolicyCtStats.Lookup(uint32(i), &perCPU); err != nil {
+			return PolicyCTEvictions{}, fmt.Errorf("read myelin_policy_ct_stats: %w", err)
+		}
+		for _, v := range perCPU {
+			*dst += v
+		}
+	}
+	return ev, nil
 }

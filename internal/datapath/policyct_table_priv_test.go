@@ -168,6 +168,9 @@ func TestPrivilegedPolicyCTFullBucket(t *testing.T) {
 				sports = append(sports, p)
 				n++
 			}
+			if ev, err := d.PolicyCTEvictions(); err != nil || ev != (PolicyCTEvictions{}) {
+				t.Fatalf("evictions before the newcomer = %+v, %v; want none", ev, err)
+			}
 			if !toB(t, d, sport, 8080, true) {
 				t.Fatal("allowed SYN into two full buckets: denied")
 			}
@@ -175,6 +178,13 @@ func TestPrivilegedPolicyCTFullBucket(t *testing.T) {
 				t.Fatal("allowed SYN into two full buckets: not tracked")
 			}
 			allInUse := c.ref == [held]uint32{1, 1, 1, 1, 1, 1, 1, 1}
+			want := PolicyCTEvictions{Idle: 1}
+			if allInUse {
+				want = PolicyCTEvictions{InUse: 1}
+			}
+			if ev, err := d.PolicyCTEvictions(); err != nil || ev != want {
+				t.Errorf("evictions after the newcomer = %+v, %v; want %+v", ev, err, want)
+			}
 			for n, i := range slots {
 				want := c.ref[n]
 				if allInUse {

@@ -374,6 +374,7 @@ type sockMapSpecs struct {
 	MyelinPolicy             *ebpf.MapSpec `ebpf:"myelin_policy"`
 	MyelinPolicyCt           *ebpf.MapSpec `ebpf:"myelin_policy_ct"`
 	MyelinPolicyCtOver       *ebpf.MapSpec `ebpf:"myelin_policy_ct_over"`
+	MyelinPolicyCtStats      *ebpf.MapSpec `ebpf:"myelin_policy_ct_stats"`
 	MyelinPolicyEps          *ebpf.MapSpec `ebpf:"myelin_policy_eps"`
 	MyelinSnat               *ebpf.MapSpec `ebpf:"myelin_snat"`
 	MyelinSnatOver           *ebpf.MapSpec `ebpf:"myelin_snat_over"`
@@ -458,6 +459,7 @@ type sockMaps struct {
 	MyelinPolicy             *ebpf.Map `ebpf:"myelin_policy"`
 	MyelinPolicyCt           *ebpf.Map `ebpf:"myelin_policy_ct"`
 	MyelinPolicyCtOver       *ebpf.Map `ebpf:"myelin_policy_ct_over"`
+	MyelinPolicyCtStats      *ebpf.Map `ebpf:"myelin_policy_ct_stats"`
 	MyelinPolicyEps          *ebpf.Map `ebpf:"myelin_policy_eps"`
 	MyelinSnat               *ebpf.Map `ebpf:"myelin_snat"`
 	MyelinSnatOver           *ebpf.Map `ebpf:"myelin_snat_over"`
@@ -496,6 +498,7 @@ func (m *sockMaps) Close() error {
 		m.MyelinPolicy,
 		m.MyelinPolicyCt,
 		m.MyelinPolicyCtOver,
+		m.MyelinPolicyCtStats,
 		m.MyelinPolicyEps,
 		m.MyelinSnat,
 		m.MyelinSnatOver,

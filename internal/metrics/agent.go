@@ -91,6 +91,7 @@ var (
 	eventsLostDesc   = desc("datapath_events_lost_total", "Datapath events (drops, traces) lost because the ring buffer was full, by direction.", "direction")
 	flowsLostDesc    = desc("flows_lost_total", "Flow records lost because the flow ring buffer was full (the packets went on), by direction.", "direction")
 	flowsLimitedDesc = desc("flows_limited_total", "Flow records (DNS, drops) not written because the pod's per-window budget was used up (a flood; the packets went on), by direction.", "direction")
+	pctEvictDesc     = desc("policy_ct_evictions_total", "NetworkPolicy connections a new one pushed out of myelin_policy_ct (both of its buckets full), by kind (idle: no packet since their buckets last made room; in-use: live connections, whose next packets are judged again).", "kind")
 	icmpSuppDesc     = desc("icmp_rejects_suppressed_total", "Service rejects (no backend) left unanswered because the ICMP rate limit was reached.")
 	attachErrDesc    = desc("bpf_attach_errors_total", "BPF program attachments (uplink, VXLAN device, pod veths) that failed since the datapath loaded.")
 	loadedDesc       = desc("datapath_loaded", "1 once the BPF datapath is loaded and attached to the uplink, else 0.")
@@ -112,7 +113,7 @@ var (
 
 var allDescs = []*prometheus.Desc{endpointsDesc, retiredDesc, ipamUsedDesc, ipamTotalDesc, servicesDesc, frontendsDesc,
 	backendsDesc, mapEntriesDesc, mapCapDesc, mapPressureDesc, mapErrorsDesc, mapFailingDesc, ctEntriesDesc, natEntriesDesc, dropPktsDesc,
-	dropBytesDesc, fwdPktsDesc, fwdBytesDesc, eventsLostDesc, flowsLostDesc, flowsLimitedDesc, icmpSuppDesc, attachErrDesc, loadedDesc,
+	dropBytesDesc, fwdPktsDesc, fwdBytesDesc, eventsLostDesc, flowsLostDesc, flowsLimitedDesc, pctEvictDesc, icmpSuppDesc, attachErrDesc, loadedDesc,
 	hostRoutingDesc, routingDesc, ctrlRunsDesc, ctrlErrsDesc, ctrlFailDesc, gcRunsDesc, gcRemovedDesc,
 	polEventsDesc, polWaitingDesc, verdictSkipDesc, healthStatusDesc, healthLatencyDesc}
 
@@ -183,6 +184,10 @@ func collectState(ch chan<- prometheus.Metric, s Snapshot) {
 	ch <- gauge(ipamTotalDesc, float64(s.IPAMTotal))
 	ch <- counter(attachErrDesc, s.AttachErrors)
 	ch <- counter(icmpSuppDesc, s.ICMPRejectsSuppressed)
+	if e := s.PolicyCTEvictions; e != nil {
+		ch <- counter(pctEvictDesc, e.Idle, "idle")
+		ch <- counter(pctEvictDesc, e.InUse, "in-use")
+	}
 	ch <- counter(verdictSkipDesc, s.FlowVerdictsSkipped)
 	if s.Services != nil {
 		ch <- gauge(servicesDesc, float64(s.Services.Services))

@@ -34,6 +34,7 @@ func knownSnapshot() Snapshot {
 		GC:                  []GCStat{{Table: "nat", Runs: 3, Removed: 9}},
 		PolicyEvents:        &PolicyEventCounts{Posted: 6, Refused: 2, Failed: 1, Superseded: 3, Waiting: 40},
 		FlowVerdictsSkipped: 11,
+		PolicyCTEvictions:   &datapath.PolicyCTEvictions{Idle: 12, InUse: 3},
 		NodeHealth: []clusterhealth.Sample{
 			{Metric: clusterhealth.StatusMetric, Peer: "node-2", Path: "icmp", Value: 1},
 			{Metric: clusterhealth.LatencyMetric, Peer: "node-2", Path: "icmp", Value: 0.0004},
@@ -111,12 +112,17 @@ myelin_policy_events_waiting 40
 # HELP myelin_flow_policy_verdicts_skipped_total FORWARDED policy verdict flows sent without the policies that allow them: the agent's budget for policy evaluations (50 ms a second) was spent, as when a pod opens connections to ever new ports.
 # TYPE myelin_flow_policy_verdicts_skipped_total counter
 myelin_flow_policy_verdicts_skipped_total 11
+# HELP myelin_policy_ct_evictions_total NetworkPolicy connections a new one pushed out of myelin_policy_ct (both of its buckets full), by kind (idle: no packet since their buckets last made room; in-use: live connections, whose next packets are judged again).
+# TYPE myelin_policy_ct_evictions_total counter
+myelin_policy_ct_evictions_total{kind="idle"} 12
+myelin_policy_ct_evictions_total{kind="in-use"} 3
 `
 	names := []string{"myelin_endpoints", "myelin_retired_veths", "myelin_service_backends", "myelin_bpf_map_pressure",
 		"myelin_bpf_map_read_errors_total", "myelin_bpf_map_read_failing", "myelin_nat_entries",
 		"myelin_conntrack_entries", "myelin_drop_count_total", "myelin_forward_bytes_total", "myelin_datapath_events_lost_total",
 		"myelin_flows_lost_total", "myelin_host_routing_mode", "myelin_controller_errors_total", "myelin_datapath_gc_entries_removed_total",
-		"myelin_policy_events_total", "myelin_policy_events_waiting", "myelin_flow_policy_verdicts_skipped_total"}
+		"myelin_policy_events_total", "myelin_policy_events_waiting", "myelin_flow_policy_verdicts_skipped_total",
+		"myelin_policy_ct_evictions_total"}
 	if err := testutil.GatherAndCompare(a.Registry(), strings.NewReader(want), names...); err != nil {
 		t.Error(err)
 	}

@@ -22,6 +22,9 @@ type Snapshot struct {
 	Counters []datapath.Metric
 	// ICMPRejectsSuppressed counts Service rejects left unanswered over the ICMP rate.
 	ICMPRejectsSuppressed uint64
+	// PolicyCTEvictions are the connections pushed out of the NetworkPolicy
+	// connection table; nil when they could not be read.
+	PolicyCTEvictions *datapath.PolicyCTEvictions
 	// AttachErrors counts failed program attachments since the datapath loaded.
 	AttachErrors uint64
 	// Datapath is set once the datapath is loaded.
