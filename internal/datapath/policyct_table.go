@@ -29,8 +29,9 @@ const (
 // neither Load nor OpenPinned made (a programming error, not a node's state).
 var errNoPolicyCT = errors.New("myelin_policy_ct is not mapped: use a Datapath from Load or OpenPinned")
 
-// policyCTBuckets is the number of buckets of a table of max connections.
-func policyCTBuckets(max uint32) uint32 { return max / policyCTWays }
+// policyCTBuckets is the number of buckets of a table of max connections: max
+// rounded up to whole buckets, so the table never holds fewer than asked.
+func policyCTBuckets(max uint32) uint32 { return (max + policyCTWays - 1) / policyCTWays }
 
 // policyCTBucketsOf is policy_ct_buckets_of: the two buckets of key k in a
 // table of buckets buckets hashed with seed (the same one twice, at times).

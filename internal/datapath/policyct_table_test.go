@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"fmt"
+	"testing"
 )
 
 // policyCTGet is connection k's entry in myelin_policy_ct, as the programs
@@ -57,4 +58,14 @@ func clearPolicyCT(d *Datapath) (int, error) {
 		n++
 	})
 	return n, err
+}
+
+// policy-ct-max is rounded up to whole buckets: the table never holds fewer
+// connections than the operator asked for.
+func TestPolicyCTBucketsHoldAtLeastMax(t *testing.T) {
+	for _, c := range []struct{ max, buckets uint32 }{{1024, 256}, {1025, 257}, {1027, 257}, {1028, 257}, {131072, 32768}, {1 << 22, 1 << 20}} {
+		if got := policyCTBuckets(c.max); got != c.buckets || got*policyCTWays < c.max {
+			t.Errorf("policyCTBuckets(%d) = %d, want %d (%d slots at least)", c.max, got, c.buckets, c.max)
+		}
+	}
 }
