@@ -144,7 +144,7 @@ type Config struct {
 	// object's size (NODEPORT_NAT_MAX). Used with LoadBalancing.
 	NodePortNATMax uint32
 	// PolicyCTMax sizes myelin_policy_ct, the connections NetworkPolicy tracks
-	// (one slot each, in buckets of four: rounded down to a multiple of 4); 0
+	// (one slot each, in buckets of four: rounded up to a multiple of 4); 0
 	// keeps the object's size (POLICY_CT_MAX). A changed size replaces the
 	// pinned map, with the tracked connections placed into the new one (those
 	// that find their buckets full are judged again by their next packet).
