@@ -14,6 +14,8 @@ import (
 
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labtools"
+	"github.com/myelin-net/myelin/internal/promtool"
+	"github.com/myelin-net/myelin/internal/testenv"
 )
 
 // udpFlowsFrom opens n UDP flows from a pod to target, from local ports firstPort
@@ -135,4 +137,52 @@ func countedDrops(t *testing.T, node, reason string) uint64 {
 		}
 	}
 	return n
+}
+
+// TestLabMyelinPolicyCTEvictions: a pod whose egress policy allows a server opens
+// twice as many UDP flows as node-1's connection table holds (policy-ct-max 1024,
+// no per-pod budget). Every flow is still answered (a flow pushed out of the table
+// is judged again by its next datagram, and the policy allows it), and the agent
+// says what happened: `myelin status` warns of connections in use pushed out, and
+// myelin_policy_ct_evictions_total{kind="in-use"} counts them (a scrape promtool
+// passes).
+func TestLabMyelinPolicyCTEvictions(t *testing.T) {
+	requireRoot(t)
+	bin := promtool.Bin()
+	if bin == "" {
+		testenv.Skipf(t, "needs promtool %s (make setup builds it into %s)", promtool.Version, promtool.BinDir())
+	}
+	cs := labUp(t, "--nodes", "1", "--cni", "myelin", "--profile", "native")
+	n1 := labplan.NodeName(1)
+	createNodeConfig(t, "tiny-policy-ct", map[string]string{"kubernetes.io/hostname": n1},
+		map[string]string{"policy-ct-max": "1024", "policy-ct-pod-max": "0"})
+	restartAgent(t, n1)
+	createPod(t, cs, "web", n1, map[string]string{"app": "web"}, myelinBin, "lab", "serve", "--listen", ":8080", "--name", "web")
+	createPod(t, cs, "flood", n1, map[string]string{"app": "flood"}, "sleep", "infinity")
+	target := runningPods(t, cs, "app=web", 1)[0].Status.PodIP + ":8080"
+	runningPods(t, cs, "app=flood", 1)
+	allowEgressTo(t, cs, "flood", "web")
+	eventually(t, 30*time.Second, "flood egress-isolated", func(context.Context) (bool, string) {
+		out, err := myelin("endpoints", "--node", n1)
+		return err == nil && strings.Count(out, " on ") >= 1, out
+	})
+	if out, err := myelin("status", "--node", n1); err != nil || strings.Contains(out, "pushed out") {
+		t.Fatalf("myelin status before the flood: %v\n%s\nwant no eviction warning", err, out)
+	}
+
+	if got := udpFlowsFrom(t, "flood", target, 2048, 20000); got != 2048 {
+		t.Errorf("2048 allowed flows through a table of 1024: %d answered, want all", got)
+	}
+	eventually(t, 30*time.Second, "the eviction warning in myelin status", func(context.Context) (bool, string) {
+		out, err := myelin("status", "--node", n1)
+		return err == nil && strings.Contains(out, "connections in use in the last minute") && strings.Contains(out, "raise policy-ct-max"), out
+	})
+	m := scrape(t, bin, n1, 9962)
+	t.Logf("myelin_policy_ct_evictions_total: idle %v, in-use %v",
+		sumOf(m, "myelin_policy_ct_evictions_total", map[string]string{"kind": "idle"}),
+		sumOf(m, "myelin_policy_ct_evictions_total", map[string]string{"kind": "in-use"}))
+	if got := sumOf(m, "myelin_policy_ct_evictions_total", map[string]string{"kind": "in-use"}); got < 1 {
+		t.Errorf("myelin_policy_ct_evictions_total{kind=\"in-use\"} = %v after 2048 answered flows through 1024 slots, want > 0", got)
+	}
+	labDown(t)
 }
