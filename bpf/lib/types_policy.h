@@ -155,9 +155,8 @@ struct policy_ct_bucket {
  * connections a new one pushed out of two full buckets (policy_ct_put).
  */
 enum policy_ct_stat {
-	POLICY_CT_STAT_EVICTED_IDLE = 0, /* no packet since its buckets last made room */
-	POLICY_CT_STAT_EVICTED_IN_USE =
-		1, /* every slot of both buckets saw one: a live connection */
+	POLICY_CT_STAT_EVICTED_IDLE = 0,   /* no packet since its buckets last made room */
+	POLICY_CT_STAT_EVICTED_IN_USE = 1, /* all 8 slots had seen one: a live connection */
 	POLICY_CT_STAT_MAX = 2,
 };
 

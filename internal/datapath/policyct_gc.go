@@ -112,8 +112,9 @@ func policyCTHeld(h podCounts, k myelinPolicyCtKey, v myelinPolicyCtEntry) {
 }
 
 // PolicyCTEvictions are the connections new ones pushed out of myelin_policy_ct
-// since the table was made (its two buckets full: lib/policy_ct.h,
-// policy_ct_put), summed over CPUs. The next packet of a connection pushed out
+// (their two buckets full: lib/policy_ct.h, policy_ct_put), summed over CPUs,
+// since the node first loaded a datapath with myelin_policy_ct_stats (a pinned
+// map: agent restarts and table resizes keep the counts). The next packet of a connection pushed out
 // is judged by the policy again: allowed, it is tracked again; a reply the
 // receiving pod's own policy doesn't allow is dropped as POLICY_DENIED.
 type PolicyCTEvictions struct {
