@@ -81,3 +81,18 @@ func walkKeys(first, next func() error, capacity int) (int, error) {
 	}
 	return n, fmt.Errorf("walk keys: %w", err)
 }
+
+// sumPerCPU reads the per-CPU uint64 counters 0, 1, ... of m, the map named name,
+// into dsts in that order, each summed over CPUs.
+func sumPerCPU(m *ebpf.Map, name string, dsts ...*uint64) error {
+	for i, dst := range dsts {
+		var perCPU []uint64
+		if err := m.Lookup(uint32(i), &perCPU); err != nil {
+			return fmt.Errorf("read %s: %w", name, err)
+		}
+		for _, v := range perCPU {
+			*dst += v
+		}
+	}
+	return nil
+}

@@ -79,14 +79,9 @@ func (d *Datapath) GCNodePortNAT(now time.Duration) (int, error) {
 // NodePortStats reads the NodePort SNAT counters.
 func (d *Datapath) NodePortStats() (NodePortStats, error) {
 	var st NodePortStats
-	for i, dst := range []*uint64{&st.Created, &st.Promoted, &st.RepliesLost} {
-		var perCPU []uint64
-		if err := d.objs.MyelinNodeportStats.Lookup(uint32(i), &perCPU); err != nil {
-			return st, fmt.Errorf("read myelin_nodeport_stats: %w", err)
-		}
-		for _, v := range perCPU {
-			*dst += v
-		}
+	// In enum np_stat's order.
+	if err := sumPerCPU(d.objs.MyelinNodeportStats, "myelin_nodeport_stats", &st.Created, &st.Promoted, &st.RepliesLost); err != nil {
+		return st, err
 	}
 	n, err := countEntries(d.objs.MyelinNodeportSyn)
 	if err != nil {

@@ -1,7 +1,6 @@
 package datapath
 
 import (
-	"fmt"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -114,9 +113,10 @@ func policyCTHeld(h podCounts, k myelinPolicyCtKey, v myelinPolicyCtEntry) {
 // PolicyCTEvictions are the connections new ones pushed out of myelin_policy_ct
 // (their two buckets full: lib/policy_ct.h, policy_ct_put), summed over CPUs,
 // since the node first loaded a datapath with myelin_policy_ct_stats (a pinned
-// map: agent restarts and table resizes keep the counts). The next packet of a connection pushed out
-// is judged by the policy again: allowed, it is tracked again; a reply the
-// receiving pod's own policy doesn't allow is dropped as POLICY_DENIED.
+// map: agent restarts and table resizes keep the counts). The next packet of a
+// connection pushed out is judged by the policy again: allowed, it is tracked
+// again; a reply the receiving pod's own policy doesn't allow is dropped as
+// POLICY_DENIED.
 type PolicyCTEvictions struct {
 	// Idle had seen no packet since their buckets last made room: a flood's
 	// one-off datagrams, connections gone quiet.
@@ -129,17 +129,12 @@ type PolicyCTEvictions struct {
 // PolicyCTEvictions reads myelin_policy_ct_stats.
 func (d *Datapath) PolicyCTEvictions() (PolicyCTEvictions, error) {
 	var ev PolicyCTEvictions
-	for i, dst := range map[myelinPolicyCtStat]*uint64{
+	dsts := [myelinPolicyCtStatPOLICY_CT_STAT_MAX]*uint64{
 		myelinPolicyCtStatPOLICY_CT_STAT_EVICTED_IDLE:   &ev.Idle,
 		myelinPolicyCtStatPOLICY_CT_STAT_EVICTED_IN_USE: &ev.InUse,
-	} {
-		var perCPU []uint64
-		if err := d.objs.MyelinPolicyCtStats.Lookup(uint32(i), &perCPU); err != nil {
-			return PolicyCTEvictions{}, fmt.Errorf("read myelin_policy_ct_stats: %w", err)
-		}
-		for _, v := range perCPU {
-			*dst += v
-		}
+	}
+	if err := sumPerCPU(d.objs.MyelinPolicyCtStats, "myelin_policy_ct_stats", dsts[:]...); err != nil {
+		return PolicyCTEvictions{}, err
 	}
 	return ev, nil
 }
