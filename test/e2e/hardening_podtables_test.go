@@ -14,8 +14,6 @@ import (
 
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labtools"
-	"github.com/myelin-net/myelin/internal/promtool"
-	"github.com/myelin-net/myelin/internal/testenv"
 )
 
 // udpFlowsFrom opens n UDP flows from a pod to target, from local ports firstPort
@@ -148,10 +146,7 @@ func countedDrops(t *testing.T, node, reason string) uint64 {
 // passes).
 func TestLabMyelinPolicyCTEvictions(t *testing.T) {
 	requireRoot(t)
-	bin := promtool.Bin()
-	if bin == "" {
-		testenv.Skipf(t, "needs promtool %s (make setup builds it into %s)", promtool.Version, promtool.BinDir())
-	}
+	bin := promtoolBin(t)
 	cs := labUp(t, "--nodes", "1", "--cni", "myelin", "--profile", "native")
 	n1 := labplan.NodeName(1)
 	createNodeConfig(t, "tiny-policy-ct", map[string]string{"kubernetes.io/hostname": n1},
@@ -178,11 +173,11 @@ func TestLabMyelinPolicyCTEvictions(t *testing.T) {
 		return err == nil && strings.Contains(out, "connections in use in the last minute") && strings.Contains(out, "raise policy-ct-max"), out
 	})
 	m := scrape(t, bin, n1, 9962)
-	t.Logf("myelin_policy_ct_evictions_total: idle %v, in-use %v",
-		sumOf(m, "myelin_policy_ct_evictions_total", map[string]string{"kind": "idle"}),
-		sumOf(m, "myelin_policy_ct_evictions_total", map[string]string{"kind": "in-use"}))
-	if got := sumOf(m, "myelin_policy_ct_evictions_total", map[string]string{"kind": "in-use"}); got < 1 {
-		t.Errorf("myelin_policy_ct_evictions_total{kind=\"in-use\"} = %v after 2048 answered flows through 1024 slots, want > 0", got)
+	idle := sumOf(m, "myelin_policy_ct_evictions_total", map[string]string{"kind": "idle"})
+	inUse := sumOf(m, "myelin_policy_ct_evictions_total", map[string]string{"kind": "in-use"})
+	t.Logf("myelin_policy_ct_evictions_total: idle %v, in-use %v", idle, inUse)
+	if inUse < 1 {
+		t.Errorf("myelin_policy_ct_evictions_total{kind=\"in-use\"} = %v after 2048 answered flows through 1024 slots, want > 0", inUse)
 	}
 	labDown(t)
 }

@@ -32,10 +32,7 @@ import (
 // families of the flows).
 func TestLabMyelinMetrics(t *testing.T) {
 	requireRoot(t)
-	bin := promtool.Bin()
-	if bin == "" {
-		testenv.Skipf(t, "needs promtool %s (make setup builds it into %s)", promtool.Version, promtool.BinDir())
-	}
+	bin := promtoolBin(t)
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "native")
 	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
 	createPod(t, cs, "m-client", n1, map[string]string{"app": "m-client"}, "sleep", "infinity")
@@ -210,6 +207,17 @@ func checkFlowMetrics(t *testing.T, bin, n1, n2 string) {
 		}
 		return len(bad) == 0, strings.Join(bad, "; ")
 	})
+}
+
+// promtoolBin is promtool's path for scrape; the test is skipped without it
+// (make setup builds it).
+func promtoolBin(t *testing.T) string {
+	t.Helper()
+	bin := promtool.Bin()
+	if bin == "" {
+		testenv.Skipf(t, "needs promtool %s (make setup builds it into %s)", promtool.Version, promtool.BinDir())
+	}
+	return bin
 }
 
 // scrape fetches a node agent's metrics on port from inside the node's netns (the
