@@ -315,10 +315,14 @@ func rxBytes(t *testing.T, pod string) int64 {
 }
 
 // stopSession stops the HTTP session (SIGTERM to its process) and checks that it
-// answered every request it sent over its one connection.
+// answered every request it sent over its one connection. The session exits at
+// once, and the runtime then kills what still runs in its container: the exec'd
+// kill itself, if it has not exited yet (exit code 137). That is the signal
+// delivered, not a failure; whether the session ended well is what its pod's phase
+// and its last log line say.
 func stopSession(t *testing.T, cs kubernetes.Interface) {
 	t.Helper()
-	if out, err := kubectl("exec", "session", "--", "kill", "-TERM", "1"); err != nil {
+	if out, err := kubectl("exec", "session", "--", "kill", "-TERM", "1"); err != nil && !strings.Contains(out, "exit code 137") {
 		t.Fatalf("stop the session: %v %s", err, out)
 	}
 	eventually(t, 30*time.Second, "session pod finished", func(ctx context.Context) (bool, string) {
