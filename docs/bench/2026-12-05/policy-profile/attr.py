@@ -4,8 +4,9 @@
 Each bench line "round R/N CASE: rate X" ends a 3 s run of CASE; the samples of
 that window (less 50 ms at either end) are counted per (vCPU, symbol) and turned
 into microseconds per connection (samples / 1999 Hz / connections in the window).
-For each policy case and its baseline it prints the medians over the rounds of the
-busy vCPU's total and the symbols whose cost grew or shrank most.
+For each policy case and its baseline it prints, as differences of the two cases'
+medians over the rounds, each vCPU's total (idle included), the agents' own code and
+the symbols whose cost grew or shrank most.
 """
 import collections
 import re
