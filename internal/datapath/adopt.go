@@ -53,11 +53,10 @@ func OpenPinned(pinDir string) (*Datapath, error) {
 	}
 	// The policy table is read and written through its mapping (GCPolicyCT),
 	// hashed with the seed its header keeps.
-	if d.policyCT, err = mapPolicyCT(d.objs.MyelinPolicyCt); err != nil {
+	if err := d.withPolicyCT(func(t *policyCTTable) error { d.policyCTSeed = *t.seed(); return nil }); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("adopt pinned maps in %s: %w", pinDir, err)
 	}
-	d.policyCTSeed = *d.policyCT.seed()
 	return d, nil
 }
 

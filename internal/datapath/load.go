@@ -184,9 +184,7 @@ type Datapath struct {
 	// policyMu serializes writes of endpoints and of their policy flags,
 	// which both maps hold (SetPolicyFlags, UpsertEndpoint).
 	policyMu sync.Mutex
-	// policyCT is myelin_policy_ct mapped into memory, its buckets hashed
-	// with policyCTSeed (policyct_table.go).
-	policyCT     *policyCTTable
+	// policyCTSeed hashes myelin_policy_ct's buckets (policyct_table.go).
 	policyCTSeed uint64
 	// policyCTResets are the TCP entries GCPolicyCT found marked reset at its
 	// last round (its own: the GC loop's goroutine only).
@@ -444,7 +442,7 @@ func setFlag(v *ebpf.Variable, name string, on bool) error {
 // so the datapath keeps forwarding after the agent exits.
 func (d *Datapath) Close() error {
 	d.maglev.close()
-	if err := errors.Join(d.policyCT.close(), d.objs.Close()); err != nil {
+	if err := d.objs.Close(); err != nil {
 		return fmt.Errorf("close datapath: %w", err)
 	}
 	return nil

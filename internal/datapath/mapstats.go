@@ -74,10 +74,11 @@ func (d *Datapath) MapStats() []MapStat {
 	out := make([]MapStat, 0, len(maps)+1)
 	// myelin_policy_ct is an array of connection slots: its entries are the
 	// slots in use.
-	ct := MapStat{Name: "myelin_policy_ct", Kind: MapKindConntrack, Err: errNoPolicyCT}
-	if d.policyCT != nil {
-		ct.Entries, ct.Max, ct.Err = d.policyCT.used(), d.policyCT.slots(), nil
-	}
+	ct := MapStat{Name: "myelin_policy_ct", Kind: MapKindConntrack}
+	ct.Err = d.withPolicyCT(func(t *policyCTTable) error {
+		ct.Entries, ct.Max = t.used(), t.slots()
+		return nil
+	})
 	out = append(out, ct)
 	for _, m := range maps {
 		n, err := countEntries(m.m)

@@ -338,18 +338,21 @@ func (d *Datapath) PurgePolicyCT(p PolicyCTPurge) (int, error) {
 	if p.Empty() {
 		return 0, nil
 	}
-	if d.policyCT == nil {
-		return 0, errNoPolicyCT
-	}
 	n, stuck := 0, 0
-	for i := range d.policyCT.slots() {
-		changed, ok := d.purgePolicyCTSlot(i, p)
-		if !ok {
-			stuck++
+	err := d.withPolicyCT(func(t *policyCTTable) error {
+		for i := range t.slots() {
+			changed, ok := purgePolicyCTSlot(t, i, p)
+			if !ok {
+				stuck++
+			}
+			if changed {
+				n++
+			}
 		}
-		if changed {
-			n++
-		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
 	if stuck != 0 {
 		return n, fmt.Errorf("forget tracked policy connections: %d slots of myelin_policy_ct stay in a write (a writer died holding them: they allow nothing; GCPolicyCT frees them)", stuck)
@@ -365,9 +368,9 @@ const policyCTTries = 1000
 // purgePolicyCTSlot drops the ends of slot i that p names, reading it again
 // while programs write it; ok is false for a slot that stayed in a write
 // (passed over: the rest of the pass goes on).
-func (d *Datapath) purgePolicyCTSlot(i int, p PolicyCTPurge) (changed, ok bool) {
+func purgePolicyCTSlot(t *policyCTTable, i int, p PolicyCTPurge) (changed, ok bool) {
 	for range policyCTTries {
-		k, v, seq, busy := d.policyCT.read(i)
+		k, v, seq, busy := t.read(i)
 		if busy {
 			runtime.Gosched()
 			continue
@@ -376,7 +379,7 @@ func (d *Datapath) purgePolicyCTSlot(i int, p PolicyCTPurge) (changed, ok bool) 
 		if gone == 0 {
 			return false, true
 		}
-		if d.policyCT.write(i, seq, func(s *myelinPolicyCtSlot) {
+		if t.write(i, seq, func(s *myelinPolicyCtSlot) {
 			if s.Entry.Ends &^= gone; s.Entry.Ends == 0 {
 				s.Key, s.Entry = myelinPolicyCtKey{}, myelinPolicyCtEntry{}
 			}

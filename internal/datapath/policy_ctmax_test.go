@@ -19,8 +19,8 @@ func TestPrivilegedPolicyCTMax(t *testing.T) {
 	load := func(max uint32) *Datapath {
 		t.Helper()
 		d := loadPolicyCTMax(t, dir, max)
-		if max != 0 && d.policyCT.slots() != int(max) {
-			t.Errorf("PolicyCTMax %d: myelin_policy_ct holds %d slots", max, d.policyCT.slots())
+		if slots := int(d.objs.MyelinPolicyCt.MaxEntries()-1) * policyCTWays; max != 0 && slots != int(max) {
+			t.Errorf("PolicyCTMax %d: myelin_policy_ct holds %d slots", max, slots)
 		}
 		return d
 	}

@@ -60,14 +60,15 @@ func TestPrivilegedPolicyCTPurgeNoStaleBit(t *testing.T) {
 	if err := policyCTPut(d, k, myelinPolicyCtEntry{Ends: both}); err != nil {
 		t.Fatal(err)
 	}
-	i, _, listed, ok := d.policyCT.find(d.policyCTSeed, k)
+	ct := mappedPolicyCT(t, d)
+	i, _, listed, ok := ct.find(d.policyCTSeed, k)
 	if !ok {
 		t.Fatal("entry just written not found")
 	}
 	if err := policyCTPut(d, k, myelinPolicyCtEntry{Ends: policyCTEndLo}); err != nil {
 		t.Fatal(err)
 	}
-	if d.policyCT.write(i, listed, func(s *myelinPolicyCtSlot) { s.Entry.Ends = policyCTEndHi }) {
+	if ct.write(i, listed, func(s *myelinPolicyCtSlot) { s.Entry.Ends = policyCTEndHi }) {
 		t.Fatal("a write with the count read before the SYN's write was taken")
 	}
 	if n, err := d.PurgePolicyCT(purgeLo); err != nil || n != 1 {

@@ -56,9 +56,6 @@ func policyCTResetMarked(k myelinPolicyCtKey, v myelinPolicyCtEntry) bool {
 // (policyCTTable.write); a packet's in-place refresh of its last seen between the
 // read and the deletion is lost with it (its next packet is judged again).
 func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
-	if d.policyCT == nil {
-		return 0, errNoPolicyCT
-	}
 	now, marked := policyCTUnits(at), d.policyCTResets
 	// due: idle past the timeout, or marked reset at the last round and still now.
 	due := func(k myelinPolicyCtKey, v myelinPolicyCtEntry) bool {
@@ -69,30 +66,36 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 	held := podCounts{}
 	stuck, wasStuck := map[int]uint32{}, d.policyCTStuck
 	removed := 0
-	for i := range d.policyCT.slots() {
-		k, v, seq, busy := d.policyCT.read(i)
-		switch {
-		case busy && seq&1 != 0 && wasStuck[i] == seq:
-			if d.policyCT.unstick(i, seq) {
-				removed++
-			}
-		case busy:
-			if seq&1 != 0 {
-				stuck[i] = seq
-			}
-		case k.Proto == 0:
-		case due(k, v):
-			if d.policyCT.empty(i, seq) {
-				removed++
-			}
-		default:
-			if policyCTResetMarked(k, v) {
-				resets[k] = true
-			}
-			if budget.active() != 0 {
-				policyCTHeld(held, k, v)
+	err := d.withPolicyCT(func(t *policyCTTable) error {
+		for i := range t.slots() {
+			k, v, seq, busy := t.read(i)
+			switch {
+			case busy && seq&1 != 0 && wasStuck[i] == seq:
+				if t.unstick(i, seq) {
+					removed++
+				}
+			case busy:
+				if seq&1 != 0 {
+					stuck[i] = seq
+				}
+			case k.Proto == 0:
+			case due(k, v):
+				if t.empty(i, seq) {
+					removed++
+				}
+			default:
+				if policyCTResetMarked(k, v) {
+					resets[k] = true
+				}
+				if budget.active() != 0 {
+					policyCTHeld(held, k, v)
+				}
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
 	d.policyCTResets, d.policyCTStuck = resets, stuck
 	return removed, budget.sync(held)

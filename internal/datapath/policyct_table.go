@@ -27,7 +27,7 @@ const (
 
 // errNoPolicyCT is what the policy table's walkers return on a Datapath that
 // neither Load nor OpenPinned made (a programming error, not a node's state).
-var errNoPolicyCT = errors.New("myelin_policy_ct is not mapped: use a Datapath from Load or OpenPinned")
+var errNoPolicyCT = errors.New("myelin_policy_ct is not open: use a Datapath from Load or OpenPinned")
 
 // policyCTBuckets is the number of buckets of a table of max connections: max
 // rounded up to whole buckets, so the table never holds fewer than asked.
@@ -62,10 +62,11 @@ func (t *policyCTTable) slotsOf(seed uint64, k myelinPolicyCtKey) []int {
 }
 
 // policyCTTable is the agent's view of myelin_policy_ct, mapped into its
-// memory (BPF_F_MMAPABLE): slots are read and written under their sequence
-// counts exactly as the programs do (lib/policy_ct.h), so a reader never takes
-// half of one write for a whole slot, and the agent never writes over a slot a
-// program wrote since the agent read it.
+// memory (BPF_F_MMAPABLE) for one walk (Datapath.withPolicyCT): slots are
+// read and written under their sequence counts exactly as the programs do
+// (lib/policy_ct.h), so a reader never takes half of one write for a whole
+// slot, and the agent never writes over a slot a program wrote since the
+// agent read it.
 type policyCTTable struct {
 	mem     []byte
 	buckets uint32
@@ -220,15 +221,26 @@ func configurePolicyCTSeed(spec *ebpf.CollectionSpec, pinDir string) (uint64, er
 	return seed, nil
 }
 
-// openPolicyCT maps the loaded myelin_policy_ct and keeps d.policyCTSeed in its
-// header (or checks that the pinned table Load reused holds it).
-func (d *Datapath) openPolicyCT() error {
+// withPolicyCT calls fn with d's myelin_policy_ct mapped into memory and
+// unmaps it after. The kernel maps all of an array map's pages at once, so a
+// mapping makes the whole table (5.5 MiB at the default policy-ct-max) part of
+// the agent's resident memory for as long as it lasts: the agent maps it only
+// while it walks it (a GC round, a purge, a count for the metrics).
+func (d *Datapath) withPolicyCT(fn func(t *policyCTTable) error) error {
+	if d.objs.MyelinPolicyCt == nil {
+		return errNoPolicyCT
+	}
 	t, err := mapPolicyCT(d.objs.MyelinPolicyCt)
 	if err != nil {
 		return err
 	}
-	d.policyCT = t
-	return t.keepPolicyCTSeed(d.policyCTSeed)
+	return errors.Join(fn(t), t.close())
+}
+
+// openPolicyCT keeps d.policyCTSeed in the loaded myelin_policy_ct's header
+// (or checks that the pinned table Load reused holds it).
+func (d *Datapath) openPolicyCT() error {
+	return d.withPolicyCT(func(t *policyCTTable) error { return t.keepPolicyCTSeed(d.policyCTSeed) })
 }
 
 // keepPolicyCTSeed writes seed into the loaded table's header, or checks that

@@ -3,6 +3,10 @@ package datapath
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -76,8 +80,9 @@ func abKey(sport, dport uint16) myelinPolicyCtKey {
 func TestPrivilegedPolicyCTTableShared(t *testing.T) {
 	requirePrivileged(t)
 	d := policyCTTableDatapath(t)
-	if d.policyCTSeed == 0 || *d.policyCT.seed() != d.policyCTSeed {
-		t.Fatalf("seed %#x, the table's header holds %#x: want the same, not 0", d.policyCTSeed, *d.policyCT.seed())
+	ct := mappedPolicyCT(t, d)
+	if d.policyCTSeed == 0 || *ct.seed() != d.policyCTSeed {
+		t.Fatalf("seed %#x, the table's header holds %#x: want the same, not 0", d.policyCTSeed, *ct.seed())
 	}
 	if toB(t, d, 5000, 9090, false) {
 		t.Fatal("ACK to a port B does not allow, untracked: passed")
@@ -96,11 +101,11 @@ func TestPrivilegedPolicyCTTableShared(t *testing.T) {
 		t.Fatalf("the programs' entry of the allowed SYN, as the agent finds it: %+v (found %v), want B's end", v, ok)
 	}
 
-	i, _, seq, ok := d.policyCT.find(d.policyCTSeed, k)
+	i, _, seq, ok := ct.find(d.policyCTSeed, k)
 	if !ok {
 		t.Fatal("placed slot not found")
 	}
-	s := d.policyCT.slot(i)
+	s := ct.slot(i)
 	s.Seq = seq + 1 // a writer took it and died
 	if toB(t, d, 5000, 9090, false) {
 		t.Error("ACK whose slot is in a write: passed, want judged again (denied)")
@@ -140,14 +145,15 @@ func TestPrivilegedPolicyCTFullBucket(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := policyCTTableDatapath(t)
+			ct := mappedPolicyCT(t, d)
 			sport := uint16(6000)
 			for ; ; sport++ { // a newcomer with two distinct buckets
-				if b := policyCTBucketsOf(d.policyCTSeed, d.policyCT.buckets, abKey(sport, 8080)); b[0] != b[1] {
+				if b := policyCTBucketsOf(d.policyCTSeed, ct.buckets, abKey(sport, 8080)); b[0] != b[1] {
 					break
 				}
 			}
 			newcomer := abKey(sport, 8080)
-			slots := d.policyCT.slotsOf(d.policyCTSeed, newcomer)
+			slots := ct.slotsOf(d.policyCTSeed, newcomer)
 			// Connections of A to B's port 9090 (which B's policy does not
 			// allow: only their tracking lets them pass) filling both of the
 			// newcomer's buckets, each in its own first bucket.
@@ -155,11 +161,11 @@ func TestPrivilegedPolicyCTFullBucket(t *testing.T) {
 			var sports []uint16
 			for n, p := 0, uint16(7000); n < held; p++ {
 				i := slots[n]
-				if policyCTBucketsOf(d.policyCTSeed, d.policyCT.buckets, abKey(p, 9090))[0] != uint32(i/policyCTWays) {
+				if policyCTBucketsOf(d.policyCTSeed, ct.buckets, abKey(p, 9090))[0] != uint32(i/policyCTWays) {
 					continue
 				}
-				_, _, seq, _ := d.policyCT.read(i)
-				if !d.policyCT.write(i, seq, func(s *myelinPolicyCtSlot) {
+				_, _, seq, _ := ct.read(i)
+				if !ct.write(i, seq, func(s *myelinPolicyCtSlot) {
 					s.Key, s.Entry = abKey(p, 9090), myelinPolicyCtEntry{Ends: policyCTEndHi}
 					s.Born, s.Ref = now-uint32(80-10*n), c.ref[n]
 				}) {
@@ -190,7 +196,7 @@ func TestPrivilegedPolicyCTFullBucket(t *testing.T) {
 				if allInUse {
 					want = 0
 				}
-				if s := d.policyCT.slot(i); n != c.evicted && s.Ref != want {
+				if s := ct.slot(i); n != c.evicted && s.Ref != want {
 					t.Errorf("connection written %d s ago: in-use mark %d after the newcomer, want %d", 80-10*n, s.Ref, want)
 				}
 			}
@@ -228,9 +234,10 @@ func TestPrivilegedPolicyCTSeedKept(t *testing.T) {
 	d.Close()
 	d = load(2048)
 	defer d.Close()
-	if d.policyCTSeed == seed || binary.NativeEndian.Uint64(d.policyCT.mem[int(d.policyCT.buckets)*policyCTBucketSize:]) != d.policyCTSeed {
+	ct := mappedPolicyCT(t, d)
+	if d.policyCTSeed == seed || binary.NativeEndian.Uint64(ct.mem[int(ct.buckets)*policyCTBucketSize:]) != d.policyCTSeed {
 		t.Errorf("table of another size: seed %#x (before %#x), header %#x: want a new seed in the header",
-			d.policyCTSeed, seed, *d.policyCT.seed())
+			d.policyCTSeed, seed, *ct.seed())
 	}
 	if _, ok := policyCTGet(d, k); !ok {
 		t.Error("table of another size: the connection was not placed anew")
@@ -266,5 +273,56 @@ func TestPrivilegedPolicyCTFromTheLRUTable(t *testing.T) {
 	}
 	if !toB(t, d, 5000, 9090, false) {
 		t.Error("ACK of the carried connection to a port B's policy denies: denied, want tracked")
+	}
+}
+
+// The agent maps myelin_policy_ct only while it walks it: the kernel maps all
+// of an array map's pages at once, so a mapping kept open would add the whole
+// table (5.5 MiB at the default size) to the agent's resident memory. After a
+// load, a GC round, a purge and a count, no mapping of the table is left.
+func TestPrivilegedPolicyCTNotKeptMapped(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, agentDefaultConfig())
+	page := os.Getpagesize()
+	size := (int(d.objs.MyelinPolicyCt.MaxEntries())*policyCTBucketSize + page - 1) / page * page
+	// mappings counts this process's mappings of a BPF map of the table's size.
+	mappings := func() int {
+		t.Helper()
+		maps, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, line := range strings.Split(string(maps), "\n") {
+			var start, end uint64
+			if strings.HasSuffix(line, "anon_inode:bpf-map") {
+				if _, err := fmt.Sscanf(line, "%x-%x", &start, &end); err == nil && int(end-start) == size {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	if err := d.withPolicyCT(func(*policyCTTable) error {
+		if n := mappings(); n != 1 {
+			t.Errorf("while walked: %d mappings of %d bytes, want 1", n, size)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.GCPolicyCT(MonotonicNow()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.PurgePolicyCT(PolicyCTPurge{Peers: map[netip.Addr]bool{netip.MustParseAddr("10.244.9.9"): true}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range d.MapStats() {
+		if s.Name == "myelin_policy_ct" && (s.Err != nil || s.Max != int(d.objs.MyelinPolicyCt.MaxEntries()-1)*policyCTWays) {
+			t.Errorf("MapStats of myelin_policy_ct: %+v", s)
+		}
+	}
+	if n := mappings(); n != 0 {
+		t.Errorf("after a load, a GC round, a purge and a count: %d mappings of myelin_policy_ct (%d bytes) left, want 0", n, size)
 	}
 }
