@@ -40,4 +40,5 @@ const enum policy_dir *btf_anchor_policy_dir __attribute__((unused));
 const enum policy_ct_ends *btf_anchor_policy_ct_ends __attribute__((unused));
 const enum policy_ct_closing *btf_anchor_policy_ct_closing __attribute__((unused));
 const enum policy_ct_stat *btf_anchor_policy_ct_stat __attribute__((unused));
+const enum policy_ct_ref *btf_anchor_policy_ct_ref __attribute__((unused));
 const struct policy_ct_entry *btf_anchor_policy_ct_entry __attribute__((unused));

@@ -138,8 +138,11 @@ __noinline int policy_ct_find_at(const struct policy_ct_key *k, struct policy_ct
 
 			if (!policy_ct_key_is(&s->key, k))
 				continue;
-			if (!s->ref) /* in use (policy_ct_put); in place, like the close state */
-				s->ref = 1;
+			/* In use and seen (enum policy_ct_ref), in place like the close
+			 * state: written once per bucket eviction or GC round. */
+			if ((s->ref & (POLICY_CT_REF_IN_USE | POLICY_CT_REF_SEEN)) !=
+			    (POLICY_CT_REF_IN_USE | POLICY_CT_REF_SEEN))
+				s->ref |= POLICY_CT_REF_IN_USE | POLICY_CT_REF_SEEN;
 			if (out) {
 				*out = s->entry;
 				asm volatile("" ::: "memory"); /* the copy before the second read */
@@ -172,14 +175,15 @@ static __noinline struct policy_ct_slot *policy_ct_find(const struct policy_ct_k
 
 /*
  * policy_ct_write writes slot s whole (k and ce, or empty for k NULL) if its
- * count is still seq; another writer got there first: the write is given up.
+ * count is still seq, and says whether it did; another writer got there
+ * first: the write is given up.
  */
-static __always_inline void policy_ct_write(struct policy_ct_slot *s, __u32 seq,
-					    const struct policy_ct_key *k,
-					    const struct policy_ct_entry *ce)
+static __always_inline int policy_ct_write(struct policy_ct_slot *s, __u32 seq,
+					   const struct policy_ct_key *k,
+					   const struct policy_ct_entry *ce)
 {
 	if ((seq & 1) || __sync_val_compare_and_swap(&s->seq, seq, seq + 1) != seq)
-		return;
+		return 0;
 	if (k) {
 		s->key = *k;
 		s->entry = *ce;
@@ -190,6 +194,7 @@ static __always_inline void policy_ct_write(struct policy_ct_slot *s, __u32 seq,
 		__builtin_memset(&s->entry, 0, sizeof(s->entry));
 	}
 	__sync_fetch_and_add(&s->seq, 1);
+	return 1;
 }
 
 /*
@@ -198,9 +203,12 @@ static __always_inline void policy_ct_write(struct policy_ct_slot *s, __u32 seq,
  * two no lookup found since they last made room (policy_ct_find_at marks
  * them), else the oldest. A second chance, as the kernel's LRU lists give: a
  * connection in use keeps its slot over one that saw no packet since (a
- * flood's one-off datagrams). Either replacement is counted in
- * myelin_policy_ct_stats. A global function: the verifier checks it once,
- * not at every call with every caller's state.
+ * flood's one-off datagrams). Oldest is by born, which the agent's GC rounds
+ * move on while a connection carries traffic (a born ahead of this clock,
+ * written by an agent whose clock read a tick later, is age 0). Either
+ * replacement, once written, is counted in myelin_policy_ct_stats. A global
+ * function: the verifier checks it once, not at every call with every
+ * caller's state.
  */
 __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_ct_entry *ce)
 {
@@ -208,6 +216,7 @@ __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_
 	struct policy_ct_bucket *b[2] = {};
 	struct policy_ct_slot *pick = NULL;
 	int rank = 4; /* of pick: 0 k's own, 1 empty, 2 unreferenced, 3 referenced */
+	__u64 *stat;
 
 	if (!k || !ce)
 		return 0;
@@ -229,8 +238,8 @@ __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_
 					pick = s, pick_seq = seq, rank = 1;
 				continue;
 			}
-			age = now - s->born;
-			score = s->ref ? 3 : 2;
+			age = (__s32)(now - s->born) > 0 ? now - s->born : 0;
+			score = (s->ref & POLICY_CT_REF_IN_USE) ? 3 : 2;
 			if (rank > score || (rank == score && age > pick_age))
 				pick = s, pick_seq = seq, pick_age = age, rank = score;
 		}
@@ -239,23 +248,21 @@ __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_
 	}
 	if (!pick)
 		return 0;
-	/* Every slot referenced: the oldest goes, the others lose their mark, so
-	 * the next connection here replaces one that saw no packet since. */
+	if (!policy_ct_write(pick, pick_seq, k, ce) || rank < 2)
+		return 0;
+	/* Every slot referenced: the oldest went, the others lose their in-use
+	 * mark, so the next connection here replaces one that saw no packet
+	 * since. */
 	if (rank == 3)
 		for (int c = 0; c < 2; c++)
 			for (__u32 w = 0; w < POLICY_CT_WAYS && b[c]; w++)
-				b[c]->way[w].ref = 0;
-	if (rank >= 2) {
-		/* A connection pushed out: counted (the agent's status warns of
-		 * live ones). i[0] is done with: its stack slot is the key. */
-		__u64 *n;
-
-		i[0] = rank == 3 ? POLICY_CT_STAT_EVICTED_IN_USE : POLICY_CT_STAT_EVICTED_IDLE;
-		n = bpf_map_lookup_elem(&myelin_policy_ct_stats, &i[0]);
-		if (n)
-			*n += 1; /* per CPU: no other writer */
-	}
-	policy_ct_write(pick, pick_seq, k, ce);
+				b[c]->way[w].ref &= ~POLICY_CT_REF_IN_USE;
+	/* A connection pushed out: counted (the agent's status warns of live
+	 * ones). i[0] is done with: its stack slot is the key. */
+	i[0] = rank == 3 ? POLICY_CT_STAT_EVICTED_IN_USE : POLICY_CT_STAT_EVICTED_IDLE;
+	stat = bpf_map_lookup_elem(&myelin_policy_ct_stats, &i[0]);
+	if (stat)
+		*stat += 1; /* per CPU: no other writer */
 	return 0;
 }
 

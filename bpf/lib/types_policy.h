@@ -124,14 +124,29 @@ struct policy_ct_entry {
 };
 
 /*
+ * enum policy_ct_ref: the bits of a slot's ref. A lookup that finds the slot
+ * sets IN_USE and SEEN (policy_ct_find_at); a write of the whole slot clears
+ * them all. IN_USE: a tracked packet passed since the bucket last made room
+ * (policy_ct_put clears it when it replaces a slot in use). SEEN: one passed
+ * since the agent's last GC round, which clears it, sets ROUND (the connection
+ * carried traffic after its write) and moves born on to that round's time
+ * (datapath.GCPolicyCT, which deletes a TCP entry idle past its timeout).
+ */
+enum policy_ct_ref {
+	POLICY_CT_REF_IN_USE = 1,
+	POLICY_CT_REF_SEEN = 2,
+	POLICY_CT_REF_ROUND = 4,
+};
+
+/*
  * policy_ct_slot is one way of a myelin_policy_ct bucket (lib/policy_ct.h):
  * a connection's key and entry, empty while the key is zero (a real key has
  * a protocol). seq is the slot's sequence count: odd while a writer is at
  * it, and every write moves it on, so a reader that saw the same even count
- * before and after its copy has a whole slot. born (when the key was
- * written, policy_ct_now) and ref (a tracked packet passed since the bucket
- * last made room) say which slot of two full buckets a new connection
- * replaces.
+ * before and after its copy has a whole slot. born (policy_ct_now when the
+ * key was written, moved on by the agent's GC rounds that found it seen) and
+ * ref (enum policy_ct_ref) say which slot of two full buckets a new
+ * connection replaces, and when the agent deletes an idle one.
  */
 struct policy_ct_slot {
 	struct policy_ct_key key;

@@ -397,6 +397,14 @@ type myelinPolicyCtKey struct {
 	Pad    [3]uint8
 }
 
+type myelinPolicyCtRef uint32
+
+const (
+	myelinPolicyCtRefPOLICY_CT_REF_IN_USE myelinPolicyCtRef = 1
+	myelinPolicyCtRefPOLICY_CT_REF_SEEN   myelinPolicyCtRef = 2
+	myelinPolicyCtRefPOLICY_CT_REF_ROUND  myelinPolicyCtRef = 4
+)
+
 type myelinPolicyCtSlot struct {
 	_     structs.HostLayout
 	Key   myelinPolicyCtKey
@@ -613,6 +621,7 @@ type myelinVariableSpecs struct {
 	BtfAnchorPolicyCtClosing *ebpf.VariableSpec `ebpf:"btf_anchor_policy_ct_closing"`
 	BtfAnchorPolicyCtEnds    *ebpf.VariableSpec `ebpf:"btf_anchor_policy_ct_ends"`
 	BtfAnchorPolicyCtEntry   *ebpf.VariableSpec `ebpf:"btf_anchor_policy_ct_entry"`
+	BtfAnchorPolicyCtRef     *ebpf.VariableSpec `ebpf:"btf_anchor_policy_ct_ref"`
 	BtfAnchorPolicyCtStat    *ebpf.VariableSpec `ebpf:"btf_anchor_policy_ct_stat"`
 	BtfAnchorPolicyDir       *ebpf.VariableSpec `ebpf:"btf_anchor_policy_dir"`
 	BtfAnchorPolicyFlags     *ebpf.VariableSpec `ebpf:"btf_anchor_policy_flags"`
@@ -766,6 +775,7 @@ type myelinVariables struct {
 	BtfAnchorPolicyCtClosing *ebpf.Variable `ebpf:"btf_anchor_policy_ct_closing"`
 	BtfAnchorPolicyCtEnds    *ebpf.Variable `ebpf:"btf_anchor_policy_ct_ends"`
 	BtfAnchorPolicyCtEntry   *ebpf.Variable `ebpf:"btf_anchor_policy_ct_entry"`
+	BtfAnchorPolicyCtRef     *ebpf.Variable `ebpf:"btf_anchor_policy_ct_ref"`
 	BtfAnchorPolicyCtStat    *ebpf.Variable `ebpf:"btf_anchor_policy_ct_stat"`
 	BtfAnchorPolicyDir       *ebpf.Variable `ebpf:"btf_anchor_policy_dir"`
 	BtfAnchorPolicyFlags     *ebpf.Variable `ebpf:"btf_anchor_policy_flags"`

@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -12,6 +13,28 @@ import (
 // by the policy again (and tracked again if allowed), as after an eviction. TCP
 // connections give their entries back when both FINs are acknowledged.
 const PolicyCTTimeoutOther = 60 * time.Second
+
+// PolicyCTTimeoutTCP is how long NetworkPolicy keeps tracking a TCP connection
+// that carried traffic after its entry was written (a lookup found it) but
+// passed no tracked packet since: the established timeout of the Service
+// conntrack. PolicyCTTimeoutTCPUnseen is for a TCP entry no lookup found after
+// its write: a handshake never completed (a client gone, a SYN flood), a stray
+// segment. GCPolicyCT then deletes the entry; a connection that does send again
+// is judged by the policy again, as after an eviction. Without them, an entry
+// whose FINs never came stayed for good and counted against its pod's
+// policy-ct-pod-max: enough of them (a peer the pod allows can send them) and
+// every new connection of the pod was dropped.
+const (
+	PolicyCTTimeoutTCP       = time.Hour
+	PolicyCTTimeoutTCPUnseen = 60 * time.Second
+)
+
+// The bits of a slot's ref (enum policy_ct_ref).
+const (
+	policyCTRefInUse = uint32(myelinPolicyCtRefPOLICY_CT_REF_IN_USE)
+	policyCTRefSeen  = uint32(myelinPolicyCtRefPOLICY_CT_REF_SEEN)
+	policyCTRefRound = uint32(myelinPolicyCtRefPOLICY_CT_REF_ROUND)
+)
 
 // policyCTTimeShift is the datapath's unit of a non-TCP entry's last seen
 // (POLICY_CT_TIME_SHIFT, lib/policy_ct.h): 2^30 ns of CLOCK_MONOTONIC_COARSE.
@@ -38,6 +61,43 @@ func policyCTIdle(k myelinPolicyCtKey, v myelinPolicyCtEntry, now uint32) bool {
 	return time.Duration(uint64(now-v.FinLo)<<policyCTTimeShift) > PolicyCTTimeoutOther
 }
 
+// policyCTIdleTCP says whether TCP entry k, with ref and born as its slot holds
+// them, is to be deleted at now (policyCTUnits): idle since born (its write, or
+// the last GC round that found it seen) past PolicyCTTimeoutTCP when it carried
+// traffic after its write, else past PolicyCTTimeoutTCPUnseen. A born ahead of
+// now (the datapath's coarse clock against the GC's) is not idle.
+func policyCTIdleTCP(k myelinPolicyCtKey, ref, born, now uint32) bool {
+	if k.Proto != unix.IPPROTO_TCP || int32(now-born) <= 0 {
+		return false
+	}
+	timeout := PolicyCTTimeoutTCPUnseen
+	if ref&(policyCTRefInUse|policyCTRefRound) != 0 {
+		timeout = PolicyCTTimeoutTCP
+	}
+	return time.Duration(uint64(now-born)<<policyCTTimeShift) > timeout
+}
+
+// noteSeen restarts slot i's idle clock (born) at now when a lookup found it
+// since the last GC round (ref's SEEN, which it clears, setting ROUND), and at
+// the agent's first round (first: whatever happened before it is not known;
+// ROUND then only for a slot in use). A lookup that marks the slot meanwhile
+// wins: the next round sees it.
+func (t *policyCTTable) noteSeen(i int, now uint32, first bool) {
+	s := t.slot(i)
+	ref := atomic.LoadUint32(&s.Ref)
+	seen := ref&policyCTRefSeen != 0
+	if !seen && !first {
+		return
+	}
+	next := ref &^ policyCTRefSeen
+	if seen || ref&policyCTRefInUse != 0 {
+		next |= policyCTRefRound
+	}
+	if atomic.CompareAndSwapUint32(&s.Ref, ref, next) {
+		atomic.StoreUint32(&s.Born, now)
+	}
+}
+
 // policyCTResetMarked says whether TCP entry v carries an RST's mark.
 func policyCTResetMarked(k myelinPolicyCtKey, v myelinPolicyCtEntry) bool {
 	return k.Proto == unix.IPPROTO_TCP && v.Closing&policyCTReset != 0
@@ -57,10 +117,12 @@ func policyCTResetMarked(k myelinPolicyCtKey, v myelinPolicyCtEntry) bool {
 // read and the deletion is lost with it (its next packet is judged again).
 func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 	now, marked := policyCTUnits(at), d.policyCTResets
-	// due: idle past the timeout, or marked reset at the last round and still now.
-	due := func(k myelinPolicyCtKey, v myelinPolicyCtEntry) bool {
-		return policyCTIdle(k, v, now) || (policyCTResetMarked(k, v) && marked[k])
+	// due: idle past its timeout, or marked reset at the last round and still now.
+	due := func(k myelinPolicyCtKey, v myelinPolicyCtEntry, s *myelinPolicyCtSlot) bool {
+		return policyCTIdle(k, v, now) || policyCTIdleTCP(k, atomic.LoadUint32(&s.Ref), atomic.LoadUint32(&s.Born), now) ||
+			(policyCTResetMarked(k, v) && marked[k])
 	}
+	first := !d.policyCTRounds
 	resets := map[myelinPolicyCtKey]bool{}
 	budget := d.policyCTBudget()
 	held := podCounts{}
@@ -79,11 +141,14 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 					stuck[i] = seq
 				}
 			case k.Proto == 0:
-			case due(k, v):
-				if t.empty(i, seq) {
-					removed++
-				}
 			default:
+				t.noteSeen(i, now, first)
+				if due(k, v, t.slot(i)) {
+					if t.empty(i, seq) {
+						removed++
+					}
+					continue
+				}
 				if policyCTResetMarked(k, v) {
 					resets[k] = true
 				}
@@ -97,7 +162,7 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	d.policyCTResets, d.policyCTStuck = resets, stuck
+	d.policyCTResets, d.policyCTStuck, d.policyCTRounds = resets, stuck, true
 	return removed, budget.sync(held)
 }
 

@@ -123,7 +123,7 @@ func TestPrivilegedBPFPolicyCTGCIdleUDP(t *testing.T) {
 // A TCP connection an RST ended has no FINs to follow: the RST marks its entry and
 // GCPolicyCT deletes it when the mark is still there at its next round. An RST the
 // connection outlives (one the receiver ignored) is unmarked by its next segment, and
-// an established connection is never collected, however long idle.
+// an established connection idle for less than PolicyCTTimeoutTCP is kept.
 func TestPrivilegedBPFPolicyCTGCReset(t *testing.T) {
 	requirePrivileged(t)
 	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP})
@@ -144,8 +144,9 @@ func TestPrivilegedBPFPolicyCTGCReset(t *testing.T) {
 	first.seed = st
 	runPolicySteps(t, d, []policyStep{
 		first,
-		after(verdictStep("idle a day, established: GC keeps it, B replies", fromPod, "from-pod", reply, ctxB, true),
-			gcPolicyCTAt(24*time.Hour, 0), gcPolicyCTAt(24*time.Hour, 0)),
+		verdictStep("B replies (tracked)", fromPod, "from-pod", reply, ctxB, true),
+		after(verdictStep("idle 50 minutes after a reply: GC keeps it, B replies", fromPod, "from-pod", reply, ctxB, true),
+			gcPolicyCTAt(0, 0), gcPolicyCTAt(50*time.Minute, 0)),
 		verdictStep("A's RST enters B (tracked: marks it reset)", toPod, "to-pod", seg.withTCPFlags(0x14), nil, true),
 		after(verdictStep("B's next segment passes and unmarks it", fromPod, "from-pod", reply, ctxB, true),
 			marked(true), gcPolicyCTAt(0, 0)),
@@ -155,6 +156,67 @@ func TestPrivilegedBPFPolicyCTGCReset(t *testing.T) {
 		after(verdictStep("marked at two GC rounds: deleted, B's segment is denied", fromPod, "from-pod", reply, ctxB, false),
 			marked(true), gcPolicyCTAt(0, 0), gcPolicyCTAt(0, 1)),
 	})
+}
+
+// A TCP connection whose FINs never come (a client gone, a handshake a SYN flood
+// never completed) gives its entry back once idle: after PolicyCTTimeoutTCPUnseen
+// when no lookup found it after its write, after PolicyCTTimeoutTCP when one did.
+// Each GC round that finds it seen (a tracked packet passed since the last round)
+// restarts its idle clock. Before, such entries stayed for good and counted against
+// the pod's policy-ct-pod-max until every new connection of the pod was dropped.
+func TestPrivilegedBPFPolicyCTGCIdleTCP(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP})
+	fromPod, toPod := d.objs.MyelinFromPod, d.objs.MyelinToPod
+	st := isolatedB(tcpPort(8080))
+	seg, reply := abSegments(3003)
+	stray, strayReply := abSegments(3004)
+	ctxB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
+	first := verdictStep("A's segment enters B (allowed: tracked)", toPod, "to-pod", seg, nil, true)
+	first.seed = st
+	runPolicySteps(t, d, []policyStep{
+		first,
+		after(verdictStep("the GC's first round and 59 s later keep it, B replies", fromPod, "from-pod", reply, ctxB, true),
+			gcPolicyCTAt(0, 0), gcPolicyCTAt(59*time.Second, 0)),
+		verdictStep("A's segment from another port enters B (tracked)", toPod, "to-pod", stray, nil, true),
+		after(verdictStep("never looked up, 65 s later deleted: B's reply on it is denied", fromPod, "from-pod", strayReply, ctxB, false),
+			gcPolicyCTAt(65*time.Second, 1)),
+		after(verdictStep("the replied connection, idle 30 minutes: kept, B replies", fromPod, "from-pod", reply, ctxB, true),
+			gcPolicyCTAt(30*time.Minute, 0)),
+		after(verdictStep("seen at 31 min, idle 59 min since: kept, B replies", fromPod, "from-pod", reply, ctxB, true),
+			gcPolicyCTAt(31*time.Minute, 0), gcPolicyCTAt(90*time.Minute, 0)),
+		after(verdictStep("seen at 91 min, idle 61 min since: deleted, B's reply is denied", fromPod, "from-pod", reply, ctxB, false),
+			gcPolicyCTAt(91*time.Minute, 0), gcPolicyCTAt(152*time.Minute, 1)),
+		verdictStep("A's next segment enters B (tracked again)", toPod, "to-pod", seg, nil, true),
+		verdictStep("B replies again", fromPod, "from-pod", reply, ctxB, true),
+	})
+}
+
+// policyCTIdleTCP's boundaries: TCP only, from born, by whether the entry carried
+// traffic after its write.
+func TestPolicyCTIdleTCP(t *testing.T) {
+	now := policyCTUnits(3 * time.Hour)
+	udp, tcp := myelinPolicyCtKey{Proto: protoUDP}, myelinPolicyCtKey{Proto: protoTCP}
+	for _, c := range []struct {
+		name string
+		k    myelinPolicyCtKey
+		ref  uint32
+		born uint32
+		want bool
+	}{
+		{"unseen, just past its timeout", tcp, 0, now - policyCTUnits(PolicyCTTimeoutTCPUnseen) - 1, true},
+		{"unseen, within its timeout", tcp, 0, now - policyCTUnits(PolicyCTTimeoutTCPUnseen), false},
+		{"seen at a round, past the unseen timeout", tcp, policyCTRefRound, now - policyCTUnits(10*time.Minute), false},
+		{"seen at a round, just past its timeout", tcp, policyCTRefRound, now - policyCTUnits(PolicyCTTimeoutTCP) - 1, true},
+		{"in use (a lookup before the agent's first round), within an hour", tcp, policyCTRefInUse, now - policyCTUnits(10*time.Minute), false},
+		{"seen since the last round only (not noted yet), past the unseen timeout", tcp, policyCTRefSeen, now - policyCTUnits(2*time.Minute), true},
+		{"born ahead of now (the GC's clock read first)", tcp, 0, now + 1, false},
+		{"UDP (its own last seen decides)", udp, 0, now - policyCTUnits(2*time.Hour), false},
+	} {
+		if got := policyCTIdleTCP(c.k, c.ref, c.born, now); got != c.want {
+			t.Errorf("%s: idle %v, want %v", c.name, got, c.want)
+		}
+	}
 }
 
 // policyCTIdle's boundaries: only non-TCP entries with a last seen, past the timeout.

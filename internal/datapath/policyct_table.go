@@ -133,11 +133,19 @@ func (t *policyCTTable) write(i int, seq uint32, fn func(*myelinPolicyCtSlot)) b
 }
 
 // unstick takes over slot i when a writer died holding it at count seq (the
-// count was odd at two GC rounds in a row): the count moves on to even, and
-// the slot, half written, is emptied. No program reads or writes a slot with
-// an odd count, so until then it allowed nothing and held nothing.
+// count was odd at two GC rounds in a row): the count moves on to the next odd
+// one (the slot is the agent's now), the slot, half written, is emptied, and
+// the count moves on to even. No program reads or writes a slot with an odd
+// count, so it allowed nothing and held nothing until it was empty: the dead
+// writer's half is never read as a whole slot.
 func (t *policyCTTable) unstick(i int, seq uint32) bool {
-	return atomic.CompareAndSwapUint32(&t.slot(i).Seq, seq, seq+1) && t.empty(i, seq+1)
+	s := t.slot(i)
+	if seq&1 == 0 || !atomic.CompareAndSwapUint32(&s.Seq, seq, seq+2) {
+		return false
+	}
+	s.Key, s.Entry = myelinPolicyCtKey{}, myelinPolicyCtEntry{}
+	atomic.AddUint32(&s.Seq, 1)
+	return true
 }
 
 // empty empties slot i if its count is still seq.
@@ -325,6 +333,12 @@ func policyCTCarry(r MapReplacement, path string, to *ebpf.Map, seed uint64) (Ma
 		return r, err
 	}
 	defer t.close()
+	// The seed goes into the header before the table is pinned: an agent that
+	// dies before it opens the table finds the seed its connections were
+	// placed with, not a header of 0 that would make it pick another.
+	if err := t.keepPolicyCTSeed(seed); err != nil {
+		return r, err
+	}
 	born := policyCTUnits(MonotonicNow()) // carried as new: their age is not known
 	place := func(k myelinPolicyCtKey, v myelinPolicyCtEntry) {
 		if k.Proto == 0 || v.Ends == 0 {
@@ -367,11 +381,13 @@ func policyCTCarry(r MapReplacement, path string, to *ebpf.Map, seed uint64) (Ma
 // place writes connection k's entry v, born then (policyCTUnits), into an
 // empty slot of its buckets (as hashed with seed; the first's before the
 // second's) and says whether there was one. For a table no program uses yet
-// (a replacement being filled).
+// (a replacement being filled): the connection is marked as one that carried
+// traffic (its idle timeout is PolicyCTTimeoutTCP: what the old table knew of
+// it is not kept).
 func (t *policyCTTable) place(seed uint64, k myelinPolicyCtKey, v myelinPolicyCtEntry, born uint32) bool {
 	for _, i := range t.slotsOf(seed, k) {
 		if sk, _, seq, busy := t.read(i); !busy && sk.Proto == 0 {
-			return t.write(i, seq, func(s *myelinPolicyCtSlot) { s.Key, s.Entry, s.Born, s.Ref = k, v, born, 0 })
+			return t.write(i, seq, func(s *myelinPolicyCtSlot) { s.Key, s.Entry, s.Born, s.Ref = k, v, born, policyCTRefRound })
 		}
 	}
 	return false

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
@@ -324,5 +325,83 @@ func TestPrivilegedPolicyCTNotKeptMapped(t *testing.T) {
 	}
 	if n := mappings(); n != 0 {
 		t.Errorf("after a load, a GC round, a purge and a count: %d mappings of myelin_policy_ct (%d bytes) left, want 0", n, size)
+	}
+}
+
+// A table replaced for its size holds the seed its connections were placed with
+// in its header as soon as they are carried, before it is pinned: an agent that
+// died between the carry and opening the table used to find a header of 0 and
+// pick another seed, and every carried connection was lost to its lookups.
+func TestPrivilegedPolicyCTCarryKeepsSeed(t *testing.T) {
+	requirePrivileged(t)
+	dir := testPinDir(t)
+	defer Unpin(dir)
+	d := loadPolicyCTMax(t, dir, 1024)
+	k := abKey(5000, 9090)
+	if err := policyCTPut(d, k, myelinPolicyCtEntry{Ends: policyCTEndHi}); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	spec, err := loadMyelin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := spec.Maps["myelin_policy_ct"].Copy()
+	ms.Pinning, ms.MaxEntries = ebpf.PinNone, policyCTBuckets(2048)+1
+	to, err := ebpf.NewMap(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer to.Close()
+	const seed = 0x5eed5eed5eed
+	r, err := policyCTCarry(MapReplacement{Name: "myelin_policy_ct"}, dir+"/myelin_policy_ct", to, seed)
+	if err != nil || r.Carried != 1 {
+		t.Fatalf("carry = %+v, %v; want 1 connection carried", r, err)
+	}
+	ct, err := mapPolicyCT(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ct.close()
+	if got := *ct.seed(); got != seed {
+		t.Errorf("header of the carried table: seed %#x, want %#x", got, seed)
+	}
+	if _, _, _, ok := ct.find(seed, k); !ok {
+		t.Error("carried connection not found with the header's seed")
+	}
+}
+
+// An agent's first GC round restarts every entry's idle clock: what happened
+// before it (an agent down, an upgrade from programs that did not mark lookups
+// for the GC) is not known. A TCP entry a lookup found before gets the timeout
+// of one that carried traffic, from that round on.
+func TestPrivilegedPolicyCTFirstRound(t *testing.T) {
+	requirePrivileged(t)
+	d := policyCTTableDatapath(t)
+	ct := mappedPolicyCT(t, d)
+	now := MonotonicNow()
+	for _, c := range []struct {
+		port uint16
+		ref  uint32
+	}{{5000, policyCTRefInUse}, {5001, 0}} {
+		k := abKey(c.port, 9090)
+		if err := policyCTPut(d, k, myelinPolicyCtEntry{Ends: policyCTEndHi}); err != nil {
+			t.Fatal(err)
+		}
+		i, _, _, _ := ct.find(d.policyCTSeed, k)
+		ct.slot(i).Born, ct.slot(i).Ref = policyCTUnits(now-2*time.Hour), c.ref
+	}
+	for _, r := range []struct {
+		at   time.Duration
+		want int
+		why  string
+	}{
+		{0, 0, "first round: both written 2 h ago, kept"},
+		{59 * time.Minute, 1, "59 min later: the one no lookup found is deleted"},
+		{62 * time.Minute, 1, "62 min later: the one in use is deleted"},
+	} {
+		if n, err := d.GCPolicyCT(now + r.at); err != nil || n != r.want {
+			t.Errorf("%s: removed %d (%v), want %d", r.why, n, err, r.want)
+		}
 	}
 }
