@@ -52,14 +52,24 @@ const policyCTReset = uint32(myelinPolicyCtClosingPOLICY_CT_RESET)
 
 // policyCTIdle says whether entry v of key k is to be deleted at now
 // (policyCTUnits): a non-TCP connection last seen more than PolicyCTTimeoutOther
-// ago. A last seen of 0 (an entry written before entries had one) is never idle: the
-// LRU evicts it as before.
+// ago, or whose last seen is more than policyCTAheadMax ahead of now. The
+// datapath's clock trails the GC's by a tick at most, so such a time is none it
+// wrote: a TCP close state's FIN number, written in place through a slot that
+// was emptied and reused meanwhile (lib/policy_ct.h, policy_ct_close), which a
+// peer chooses and which would otherwise keep the entry for good.
 func policyCTIdle(k myelinPolicyCtKey, v myelinPolicyCtEntry, now uint32) bool {
-	if k.Proto == unix.IPPROTO_TCP || v.FinLo == 0 || now <= v.FinLo {
+	if k.Proto == unix.IPPROTO_TCP {
 		return false
+	}
+	if ahead := int32(v.FinLo - now); ahead >= 0 {
+		return ahead > policyCTAheadMax
 	}
 	return time.Duration(uint64(now-v.FinLo)<<policyCTTimeShift) > PolicyCTTimeoutOther
 }
+
+// policyCTAheadMax is how far, in policyCTUnits, an entry's last seen may lie
+// ahead of the GC's now: the datapath's coarse clock trails it, never leads.
+const policyCTAheadMax = 2
 
 // policyCTIdleTCP says whether TCP entry k, with ref and born as its slot holds
 // them, is to be deleted at now (policyCTUnits): idle since born (its write, or

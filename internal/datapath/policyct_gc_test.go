@@ -219,7 +219,8 @@ func TestPolicyCTIdleTCP(t *testing.T) {
 	}
 }
 
-// policyCTIdle's boundaries: only non-TCP entries with a last seen, past the timeout.
+// policyCTIdle's boundaries: only non-TCP entries, past the timeout or with a last seen
+// no datapath clock wrote.
 func TestPolicyCTIdle(t *testing.T) {
 	now := policyCTUnits(time.Hour)
 	udp, tcp := myelinPolicyCtKey{Proto: protoUDP}, myelinPolicyCtKey{Proto: protoTCP}
@@ -234,7 +235,10 @@ func TestPolicyCTIdle(t *testing.T) {
 		{"UDP seen within the timeout", udp, now - policyCTUnits(PolicyCTTimeoutOther), false},
 		{"UDP seen now", udp, now, false},
 		{"UDP seen later than now (the GC's clock read first)", udp, now + 1, false},
-		{"UDP without a last seen (written before entries had one)", udp, 0, false},
+		{"UDP seen two units ahead of now (the GC's clock read first)", udp, now + 2, false},
+		{"UDP seen three units ahead (no time the datapath wrote)", udp, now + 3, true},
+		{"UDP seen far ahead (a FIN number written into a reused slot)", udp, now + 1<<31 - 1, true},
+		{"UDP with a last seen of 0", udp, 0, true},
 		{"TCP (its FIN number, not a time)", tcp, now - policyCTUnits(10*time.Minute), false},
 	} {
 		if got := policyCTIdle(c.k, myelinPolicyCtEntry{Ends: policyCTEndLo, FinLo: c.seen}, now); got != c.want {
