@@ -77,13 +77,18 @@ func mapPolicyCT(m *ebpf.Map) (*policyCTTable, error) {
 	if m.MaxEntries() < 2 || int(m.ValueSize()) != policyCTBucketSize {
 		return nil, fmt.Errorf("map myelin_policy_ct: %d elements of %d bytes, want buckets of %d bytes and a header", m.MaxEntries(), m.ValueSize(), policyCTBucketSize)
 	}
-	page := os.Getpagesize()
-	size := (int(m.MaxEntries())*policyCTBucketSize + page - 1) / page * page
-	mem, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	mem, err := unix.Mmap(m.FD(), 0, policyCTMappedSize(m), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("map myelin_policy_ct into memory: %w", err)
 	}
 	return &policyCTTable{mem: mem, buckets: m.MaxEntries() - 1}, nil
+}
+
+// policyCTMappedSize is the length of a mapping of m, a myelin_policy_ct:
+// its buckets and header, in whole pages.
+func policyCTMappedSize(m *ebpf.Map) int {
+	page := os.Getpagesize()
+	return (int(m.MaxEntries())*policyCTBucketSize + page - 1) / page * page
 }
 
 // close unmaps the table.

@@ -284,8 +284,7 @@ func TestPrivilegedPolicyCTFromTheLRUTable(t *testing.T) {
 func TestPrivilegedPolicyCTNotKeptMapped(t *testing.T) {
 	requirePrivileged(t)
 	d := loadTestConfig(t, agentDefaultConfig())
-	page := os.Getpagesize()
-	size := (int(d.objs.MyelinPolicyCt.MaxEntries())*policyCTBucketSize + page - 1) / page * page
+	size := policyCTMappedSize(d.objs.MyelinPolicyCt)
 	// mappings counts this process's mappings of a BPF map of the table's size.
 	mappings := func() int {
 		t.Helper()
