@@ -338,8 +338,9 @@ struct {
  * only makes the old one's next packet be evaluated again, never allows
  * anything. The
  * element after the last bucket is the agent's: the first 8 bytes hold the
- * hash's seed (policy_ct_seed), kept with the table across restarts; no
- * program reads it. Mappable: the agent reads and writes slots under their
+ * hash's seed (policy_ct_seed), kept with the table across restarts, the
+ * next 4 whether the agent's GC rounds keep the slots' idle clocks
+ * (datapath.GCPolicyCT); no program reads it. Mappable: the agent reads and writes slots under their
  * sequence counts, as the programs do (datapath.policyCTTable).
  */
 struct {

@@ -189,9 +189,6 @@ type Datapath struct {
 	// policyCTResets are the TCP entries GCPolicyCT found marked reset at its
 	// last round (its own: the GC loop's goroutine only).
 	policyCTResets map[myelinPolicyCtKey]bool
-	// policyCTRounds says GCPolicyCT has run a round (its first restarts
-	// every entry's idle clock: the GC loop's goroutine only).
-	policyCTRounds bool
 	// policyCTStuck are the slots GCPolicyCT found in a write (odd count) at
 	// its last round, with that count: one still at it now lost its writer.
 	policyCTStuck map[int]uint32

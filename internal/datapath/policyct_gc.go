@@ -87,11 +87,20 @@ func policyCTIdleTCP(k myelinPolicyCtKey, ref, born, now uint32) bool {
 	return time.Duration(uint64(now-born)<<policyCTTimeShift) > timeout
 }
 
+// policyCTClocksKept in the table's header (policyCTTable.clocks) says GC rounds
+// of this kind walked it: its slots' born and ROUND are what noteSeen made
+// them. A table without it (programs before 2026-12-05 marked no lookups for
+// the GC, and born was the write's time for good) gets every clock restarted at
+// its first round. Kept in the pinned table, not the agent: an agent that
+// restarts, even in a loop faster than PolicyCTTimeoutTCPUnseen, goes on with
+// the clocks as they are, so what a flood left is deleted on time.
+const policyCTClocksKept = 1
+
 // noteSeen restarts slot i's idle clock (born) at now when a lookup found it
 // since the last GC round (ref's SEEN, which it clears, setting ROUND), and at
-// the agent's first round (first: whatever happened before it is not known;
-// ROUND then only for a slot in use). A lookup that marks the slot meanwhile
-// wins: the next round sees it.
+// the first round on a table whose header does not say its clocks are kept
+// (first: whatever happened before it is not known; ROUND then only for a slot
+// in use). A lookup that marks the slot meanwhile wins: the next round sees it.
 func (t *policyCTTable) noteSeen(i int, now uint32, first bool) {
 	s := t.slot(i)
 	ref := atomic.LoadUint32(&s.Ref)
@@ -132,13 +141,13 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 		return policyCTIdle(k, v, now) || policyCTIdleTCP(k, atomic.LoadUint32(&s.Ref), atomic.LoadUint32(&s.Born), now) ||
 			(policyCTResetMarked(k, v) && marked[k])
 	}
-	first := !d.policyCTRounds
 	resets := map[myelinPolicyCtKey]bool{}
 	budget := d.policyCTBudget()
 	held := podCounts{}
 	stuck, wasStuck := map[int]uint32{}, d.policyCTStuck
 	removed := 0
 	err := d.withPolicyCT(func(t *policyCTTable) error {
+		first := atomic.LoadUint32(t.clocks()) != policyCTClocksKept
 		for i := range t.slots() {
 			k, v, seq, busy := t.read(i)
 			switch {
@@ -167,12 +176,13 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 				}
 			}
 		}
+		atomic.StoreUint32(t.clocks(), policyCTClocksKept)
 		return nil
 	})
 	if err != nil {
 		return 0, err
 	}
-	d.policyCTResets, d.policyCTStuck, d.policyCTRounds = resets, stuck, true
+	d.policyCTResets, d.policyCTStuck = resets, stuck
 	return removed, budget.sync(held)
 }
 

@@ -16,8 +16,9 @@ import (
 )
 
 // myelin_policy_ct's layout (bpf/lib/types.h, lib/policy_ct.h): an array of
-// buckets of policyCTWays slots, and one more element whose first 8 bytes hold
-// the bucket hash's seed.
+// buckets of policyCTWays slots, and one more element, the header: its first 8
+// bytes hold the bucket hash's seed, the next 4 policyCTClocksKept once a GC
+// round kept the slots' idle clocks (GCPolicyCT).
 const (
 	policyCTWays       = 4 // POLICY_CT_WAYS
 	policyCTSlotSize   = int(unsafe.Sizeof(myelinPolicyCtSlot{}))
@@ -112,6 +113,13 @@ func (t *policyCTTable) slot(i int) *myelinPolicyCtSlot {
 // seed is the header's seed word.
 func (t *policyCTTable) seed() *uint64 {
 	return (*uint64)(unsafe.Pointer(&t.mem[int(t.buckets)*policyCTBucketSize]))
+}
+
+// clocks is the header's word that says the slots' idle clocks (born, ref's
+// ROUND) are kept by GC rounds: policyCTClocksKept, or 0 in a table no GC round
+// of this kind walked yet.
+func (t *policyCTTable) clocks() *uint32 {
+	return (*uint32)(unsafe.Pointer(&t.mem[int(t.buckets)*policyCTBucketSize+8]))
 }
 
 // read copies slot i whole, with the count it had: busy when a writer was at

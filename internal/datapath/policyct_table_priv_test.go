@@ -370,10 +370,12 @@ func TestPrivilegedPolicyCTCarryKeepsSeed(t *testing.T) {
 	}
 }
 
-// An agent's first GC round restarts every entry's idle clock: what happened
-// before it (an agent down, an upgrade from programs that did not mark lookups
-// for the GC) is not known. A TCP entry a lookup found before gets the timeout
-// of one that carried traffic, from that round on.
+// The first GC round on a table whose header does not say its clocks are kept
+// (programs before 2026-12-05 did not mark lookups for the GC) restarts every
+// entry's idle clock; a TCP entry a lookup found before gets the timeout of one
+// that carried traffic, from that round on. An agent that restarts on a table
+// whose clocks are kept goes on with them: a crash loop faster than
+// PolicyCTTimeoutTCPUnseen still deletes what a flood left.
 func TestPrivilegedPolicyCTFirstRound(t *testing.T) {
 	requirePrivileged(t)
 	d := policyCTTableDatapath(t)
@@ -402,5 +404,25 @@ func TestPrivilegedPolicyCTFirstRound(t *testing.T) {
 		if n, err := d.GCPolicyCT(now + r.at); err != nil || n != r.want {
 			t.Errorf("%s: removed %d (%v), want %d", r.why, n, err, r.want)
 		}
+	}
+	if got := *ct.clocks(); got != policyCTClocksKept {
+		t.Fatalf("header after a GC round: clocks word %d, want %d", got, policyCTClocksKept)
+	}
+
+	// The agent restarts: its GC's first round runs on the pinned maps.
+	restarted, err := OpenPinned(d.cfg.PinDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restarted.Close()
+	k := abKey(5002, 9090)
+	if err := policyCTPut(d, k, myelinPolicyCtEntry{Ends: policyCTEndHi}); err != nil {
+		t.Fatal(err)
+	}
+	i, _, _, _ := ct.find(d.policyCTSeed, k)
+	at := now + 62*time.Minute
+	ct.slot(i).Born = policyCTUnits(at - 2*time.Minute)
+	if n, err := restarted.GCPolicyCT(at); err != nil || n != 1 {
+		t.Errorf("restarted agent's first round: removed %d (%v), want the entry no lookup found for 2 min", n, err)
 	}
 }
