@@ -340,8 +340,8 @@ struct {
  * element after the last bucket is the agent's: the first 8 bytes hold the
  * hash's seed (policy_ct_seed), kept with the table across restarts, the
  * next 4 whether the agent's GC rounds keep the slots' idle clocks
- * (datapath.GCPolicyCT); no program reads it. Mappable: the agent reads and writes slots under their
- * sequence counts, as the programs do (datapath.policyCTTable).
+ * (datapath.GCPolicyCT); no program reads it. Mappable: the agent reads and writes slots under
+ * their sequence counts, as the programs do (datapath.policyCTTable).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -392,11 +392,13 @@ struct {
 } myelin_snat_over SEC(".maps");
 
 /*
- * myelin_policy_ct_over: local pods holding more myelin_policy_ct entries
- * than their budget at the agent's last count (datapath.GCPolicyCT) -> that
- * count. Looked up only when a connection of the pod needs a new entry
- * (lib/policy_ct.h, policy_ct_over_budget): one pod opening connections
- * faster than they end can't evict every other pod's.
+ * myelin_policy_ct_over: pods holding more myelin_policy_ct entries than
+ * their budget at the agent's last count (datapath.GCPolicyCT) -> that count:
+ * an entry counts against the pod that opened its connection, local or not,
+ * or the local pod a sender outside the cluster reached (policy_ct_payer).
+ * Looked up only when a connection needs a new entry (lib/policy_ct.h,
+ * policy_ct_over_budget): one pod opening connections faster than they end
+ * can't evict every other pod's, nor take a pod it floods off the network.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -178,15 +178,16 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 	    !policy_allows(local, peer, t, dir))
 		return (t->flags & incomplete) ? DROP_POLICY_MAP_FULL : DROP_POLICY_DENIED;
 	/* Allowed (or this direction is open): track it, and its replies; a new
-	 * entry only for a pod within its budget. */
-	if (!v && policy_ct_over_budget(local))
+	 * entry only for a sender (or local pod) within its budget. */
+	if (!v && policy_ct_over_budget(local, t->saddr))
 		return DROP_POLICY_CT_BUDGET;
 	fresh = t->syn && fresh_also != POLICY_CT_MERGE;
 	if (fresh)
 		seen->fresh = bit;
 	if (fresh && fresh_also == POLICY_CT_DEFER)
 		return 0;
-	policy_ct_track(&k, v, bit, fresh ? fresh_also : 0, fresh, t->syn);
+	policy_ct_track(&k, v, bit, (fresh ? fresh_also : 0) | policy_ct_opened(bit, dir), fresh,
+			t->syn);
 	return 0;
 }
 

@@ -110,8 +110,10 @@ type Config struct {
 	// slot per tracked connection, in buckets of four.
 	PolicyCTMax int
 	// PolicyCTPodMax is policy-ct-pod-max: the most of those entries one pod may
-	// hold before its new connections are dropped (DROP_POLICY_CT_BUDGET); 0 is
-	// no budget, PodMaxAuto a quarter of PolicyCTMax (PolicyCTPodBudget).
+	// hold (an entry counts against the pod that opened the connection, or the
+	// local pod a sender outside the cluster reached) before its new connections
+	// are dropped (DROP_POLICY_CT_BUDGET); 0 is no budget, PodMaxAuto a quarter
+	// of PolicyCTMax (PolicyCTPodBudget).
 	PolicyCTPodMax int
 	// NATPodMax is nat-pod-max: the most masqueraded flows one pod may hold before
 	// its new flows out of the cluster are dropped (DROP_NAT_BUDGET); 0 is no

@@ -375,8 +375,10 @@ const (
 type myelinPolicyCtEnds uint32
 
 const (
-	myelinPolicyCtEndsPOLICY_CT_END_LO myelinPolicyCtEnds = 1
-	myelinPolicyCtEndsPOLICY_CT_END_HI myelinPolicyCtEnds = 2
+	myelinPolicyCtEndsPOLICY_CT_END_LO    myelinPolicyCtEnds = 1
+	myelinPolicyCtEndsPOLICY_CT_END_HI    myelinPolicyCtEnds = 2
+	myelinPolicyCtEndsPOLICY_CT_OPENED_LO myelinPolicyCtEnds = 4
+	myelinPolicyCtEndsPOLICY_CT_OPENED_HI myelinPolicyCtEnds = 8
 )
 
 type myelinPolicyCtEntry struct {

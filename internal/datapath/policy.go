@@ -380,7 +380,7 @@ func purgePolicyCTSlot(t *policyCTTable, i int, p PolicyCTPurge) (changed, ok bo
 			return false, true
 		}
 		if t.write(i, seq, func(s *myelinPolicyCtSlot) {
-			if s.Entry.Ends &^= gone; s.Entry.Ends == 0 {
+			if s.Entry.Ends &^= gone; s.Entry.Ends&policyCTEnds == 0 {
 				s.Key, s.Entry = myelinPolicyCtKey{}, myelinPolicyCtEntry{}
 			}
 		}) {
@@ -390,10 +390,13 @@ func purgePolicyCTSlot(t *policyCTTable, i int, p PolicyCTPurge) (changed, ok bo
 	return false, false
 }
 
-// The end bits of a tracked connection (enum policy_ct_ends).
+// The end bits of a tracked connection, and its opener's (enum policy_ct_ends).
 const (
-	policyCTEndLo = uint32(myelinPolicyCtEndsPOLICY_CT_END_LO)
-	policyCTEndHi = uint32(myelinPolicyCtEndsPOLICY_CT_END_HI)
+	policyCTEndLo    = uint32(myelinPolicyCtEndsPOLICY_CT_END_LO)
+	policyCTEndHi    = uint32(myelinPolicyCtEndsPOLICY_CT_END_HI)
+	policyCTEnds     = policyCTEndLo | policyCTEndHi
+	policyCTOpenedLo = uint32(myelinPolicyCtEndsPOLICY_CT_OPENED_LO)
+	policyCTOpenedHi = uint32(myelinPolicyCtEndsPOLICY_CT_OPENED_HI)
 )
 
 // policyCTMatches returns the noted ends of entry k that p names: the local

@@ -39,8 +39,8 @@ func TestPrivilegedBPFPolicySharedTracking(t *testing.T) {
 
 	entries := policyCTEntries(d)
 	for k, v := range entries {
-		if want := policyCTEndLo; u32Addr(k.AddrLo) != mustAddr(podA) || v.Ends != want { // podA < podB
-			t.Errorf("tracked entry %+v ends %#x after B's end was forgotten, want A's end (lo) %#x only", k, v.Ends, want)
+		if want := policyCTEndLo | policyCTOpenedLo; u32Addr(k.AddrLo) != mustAddr(podA) || v.Ends != want { // podA < podB
+			t.Errorf("tracked entry %+v ends %#x after B's end was forgotten, want A's end (lo) and A the opener, %#x", k, v.Ends, want)
 		}
 	}
 	if len(entries) != 1 {

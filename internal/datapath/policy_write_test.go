@@ -19,6 +19,14 @@ func policyCTOnly(t *testing.T, d *Datapath, ip string) (myelinPolicyCtKey, myel
 	return only, val, bit
 }
 
+// openedBy is the opener's bit (enum policy_ct_ends) of the end whose end bit is end.
+func openedBy(end uint32) uint32 {
+	if end == policyCTEndLo {
+		return policyCTOpenedLo
+	}
+	return policyCTOpenedHi
+}
+
 // A SYN's tracked entry is written whole: where BPF delivers it (from the
 // uplink, or from a pod of this node) it starts afresh without a lookup, so
 // whatever the tuple's entry held before (another end's bit, an old close
@@ -41,8 +49,9 @@ func TestPrivilegedBPFPolicySYNWritesWhole(t *testing.T) {
 		verdict: tcActRedirect, out: delivered(syn), reason: "FORWARDED"}}
 	runPolicyRows(t, d, []policyRow{uplink})
 	k, v, bBit := policyCTOnly(t, d, podBIP)
-	if v.Ends != bBit {
-		t.Fatalf("after the SYN the entry holds ends %#x, want B's %#x", v.Ends, bBit)
+	byRemote := openedBy(bBit ^ policyCTEnds)
+	if v.Ends != bBit|byRemote {
+		t.Fatalf("after the SYN the entry holds ends %#x, want B's %#x, opened by the remote pod", v.Ends, bBit|byRemote)
 	}
 	stale := myelinPolicyCtEntry{Ends: bBit ^ (policyCTEndLo | policyCTEndHi), Closing: 0xf, FinLo: 7, FinHi: 9}
 	if err := policyCTPut(d, k, stale); err != nil {
@@ -50,8 +59,8 @@ func TestPrivilegedBPFPolicySYNWritesWhole(t *testing.T) {
 	}
 	uplink.name = "the SYN again, the entry holding another end and a close state"
 	runPolicyRows(t, d, []policyRow{uplink})
-	if _, v, _ = policyCTOnly(t, d, podBIP); v != (myelinPolicyCtEntry{Ends: bBit}) {
-		t.Errorf("BPF-delivered SYN left %+v, want only B's end %#x and no close state", v, bBit)
+	if _, v, _ = policyCTOnly(t, d, podBIP); v != (myelinPolicyCtEntry{Ends: bBit | byRemote}) {
+		t.Errorf("BPF-delivered SYN left %+v, want only B's end %#x (opened by the remote pod) and no close state", v, bBit)
 	}
 
 	if err := policyCTPut(d, k, stale); err != nil {
@@ -60,15 +69,15 @@ func TestPrivilegedBPFPolicySYNWritesWhole(t *testing.T) {
 	runPolicyRows(t, d, []policyRow{{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
 		name: "the SYN as the stack delivers it", in: syn.build(), ctx: &skbCtx{IngressIfindex: 2},
 		verdict: tcActOK, reason: "PASS_STACK"}}})
-	if _, v, _ = policyCTOnly(t, d, podBIP); v.Ends != policyCTEndLo|policyCTEndHi || v.Closing != 0 {
-		t.Errorf("stack-delivered SYN left %+v, want both ends (the noted one kept) and no close state", v)
+	if _, v, _ = policyCTOnly(t, d, podBIP); v.Ends != policyCTEnds|byRemote || v.Closing != 0 {
+		t.Errorf("stack-delivered SYN left %+v, want both ends (the noted one kept), opened by the remote pod, and no close state", v)
 	}
 
 	local := ipv4(protoTCP, podA, podBIP).withSrc(podA, 6001).withDst(podBIP, 8080)
 	runPolicyRows(t, d, []policyRow{{seed: state, prog: d.objs.MyelinFromPod, counterDir: "from-pod", progCase: progCase{
 		name: "SYN A→B on one node: judged at both ends", in: local.build(), ctx: ctxPodA,
 		verdict: tcActRedirect, out: delivered(local), reason: "FORWARDED"}}})
-	if _, v, _ = policyCTOnly(t, d, podBIP); v != (myelinPolicyCtEntry{Ends: policyCTEndLo | policyCTEndHi}) {
-		t.Errorf("same-node SYN left %+v, want both ends and no close state", v)
+	if _, v, aBit := policyCTOnly(t, d, podA); v != (myelinPolicyCtEntry{Ends: policyCTEnds | openedBy(aBit)}) {
+		t.Errorf("same-node SYN left %+v, want both ends, opened by A, and no close state", v)
 	}
 }

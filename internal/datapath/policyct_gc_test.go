@@ -2,6 +2,8 @@ package datapath
 
 import (
 	"fmt"
+	"maps"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -243,6 +245,40 @@ func TestPolicyCTIdle(t *testing.T) {
 	} {
 		if got := policyCTIdle(c.k, myelinPolicyCtEntry{Ends: policyCTEndLo, FinLo: c.seen}, now); got != c.want {
 			t.Errorf("%s: idle %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// An entry counts against its opener when the opener is a pod of the cluster,
+// else against each local end it carries (the world, the node's health address,
+// an entry written before the opener was noted, a cluster CIDR not known).
+func TestPolicyCTPayers(t *testing.T) {
+	cluster := policyCTPayers{cluster: netip.MustParsePrefix("10.0.0.0/8"), health: mustAddr("10.1.0.1")}
+	key := func(lo, hi string) myelinPolicyCtKey {
+		return myelinPolicyCtKey{AddrLo: networkUint32(mustAddr(lo)), AddrHi: networkUint32(mustAddr(hi)), Proto: protoTCP}
+	}
+	for _, c := range []struct {
+		name  string
+		p     policyCTPayers
+		k     myelinPolicyCtKey
+		ends  uint32
+		payer []string
+	}{
+		{"a pod opened it (lo): it alone, whatever ends accepted", cluster, key("10.1.0.10", "10.1.0.20"), policyCTEnds | policyCTOpenedLo, []string{"10.1.0.10"}},
+		{"a remote pod opened it (hi), the local end lo accepted", cluster, key("10.1.0.10", "10.2.0.33"), policyCTEndLo | policyCTOpenedHi, []string{"10.2.0.33"}},
+		{"the world opened it: the local end", cluster, key("10.1.0.20", "203.0.113.5"), policyCTEndLo | policyCTOpenedHi, []string{"10.1.0.20"}},
+		{"the node's health address opened it: the local end", cluster, key("10.1.0.1", "10.1.0.20"), policyCTEndHi | policyCTOpenedLo, []string{"10.1.0.20"}},
+		{"no opener noted: each local end", cluster, key("10.1.0.10", "10.1.0.20"), policyCTEnds, []string{"10.1.0.10", "10.1.0.20"}},
+		{"cluster CIDR not known: each local end", policyCTPayers{}, key("10.1.0.10", "10.2.0.33"), policyCTEndLo | policyCTOpenedHi, []string{"10.1.0.10"}},
+	} {
+		h := podCounts{}
+		c.p.count(h, c.k, myelinPolicyCtEntry{Ends: c.ends})
+		want := podCounts{}
+		for _, a := range c.payer {
+			want.add(mustAddr(a))
+		}
+		if !maps.Equal(h, want) {
+			t.Errorf("%s: counted %v, want %v", c.name, h, want)
 		}
 	}
 }
