@@ -34,7 +34,7 @@ int myelin_to_pod(struct __sk_buff *skb)
 	if (reason)
 		return verdict_drop(skb, &info, DIR_TO_POD, reason);
 	/* ingress_ifindex 0: the host's own stack built the packet (kubelet probes). */
-	reason = policy_ingress(skb, &info, NULL, skb->ingress_ifindex == 0, 0);
+	reason = policy_ingress(skb, &info, NULL, skb->ingress_ifindex == 0, 0, 0);
 	if (reason)
 		return verdict_drop(skb, &info, DIR_TO_POD, reason);
 	if (!lb_enabled)

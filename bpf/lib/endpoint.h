@@ -39,7 +39,7 @@ static __always_inline int endpoint_deliver(struct __sk_buff *skb, struct ipv4_i
 		return verdict_pass(skb, info, dir);
 	}
 	/* BPF delivers from pods, the uplink or the overlay: node_ip is never exempt here. */
-	reason = policy_ingress(skb, info, ep, 0, 1);
+	reason = policy_ingress(skb, info, ep, 0, 1, dir == DIR_FROM_POD);
 	if (reason)
 		return verdict_drop(skb, info, DIR_TO_POD, reason);
 	reason = ct_reply_to_pod(skb, info);

@@ -392,13 +392,14 @@ struct {
 } myelin_snat_over SEC(".maps");
 
 /*
- * myelin_policy_ct_over: pods holding more myelin_policy_ct entries than
- * their budget at the agent's last count (datapath.GCPolicyCT) -> that count:
- * an entry counts against the pod that opened its connection, local or not,
- * or the local pod a sender outside the cluster reached (policy_ct_payer).
- * Looked up only when a connection needs a new entry (lib/policy_ct.h,
- * policy_ct_over_budget): one pod opening connections faster than they end
- * can't evict every other pod's, nor take a pod it floods off the network.
+ * myelin_policy_ct_over: local pods holding more myelin_policy_ct entries
+ * than their budget at the agent's last count (datapath.GCPolicyCT) -> that
+ * count: an entry counts against the pod of this node that opened its
+ * connection, or for another sender against the local pods that accepted it
+ * (lib/policy_ct.h, policy_ct_opener). Looked up only when a connection needs
+ * a new entry (policy_ct_over_budget): one pod opening connections faster
+ * than they end can't evict every other pod's, nor cut a pod of its node
+ * that it floods off the network.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -41,14 +41,24 @@ static __always_inline __u32 policy_ct_key_of(struct policy_ct_key *k, const str
 }
 
 /*
- * policy_ct_opened is the opener's bit (enum policy_ct_ends) of an entry the
- * check of direction dir at the local end bit writes: the packet's sender
- * opened it, the local end when the check is its egress one.
+ * policy_ct_opener is the opener's bit (enum policy_ct_ends) of an entry the
+ * check of direction dir at the local end bit writes, when the packet's sender
+ * is a pod of this node whose source address myelin_from_pod checked: the
+ * local end at its egress check, the sender at an ingress check of what BPF
+ * delivers from a pod (from_pod). 0 for any other sender (another node's pod,
+ * the node's own stack, the world: what arrives from the uplink or the overlay
+ * may carry any source address in native routing), and with source_verify
+ * off: such an entry is counted against its local ends.
  */
-static __always_inline __u32 policy_ct_opened(__u32 bit, __u8 dir)
+static __always_inline __u32 policy_ct_opener(__u32 bit, __u8 dir, __u8 from_pod)
 {
-	if (dir != POLICY_DIR_EGRESS)
+	if (!source_verify)
+		return 0;
+	if (dir != POLICY_DIR_EGRESS) {
+		if (!from_pod)
+			return 0;
 		bit ^= POLICY_CT_END_LO | POLICY_CT_END_HI;
+	}
 	return bit == POLICY_CT_END_LO ? POLICY_CT_OPENED_LO : POLICY_CT_OPENED_HI;
 }
 
@@ -314,43 +324,24 @@ static __always_inline void policy_ct_refresh(struct policy_ct_slot *at, __u32 s
 volatile __u32 policy_ct_any_over = 0;
 
 /*
- * policy_ct_payer is who pays for a new entry of local pod local whose packet
- * sender sent (datapath.GCPolicyCT counts the same way): a sender with a pod
- * address (source validation on every node keeps pods from forging one) opens
- * the connection and pays, so a peer flooding a pod its policy admits fills
- * its own budget, not the pod's; for another sender (the node's own stack,
- * another node's, the world, whose addresses may be forged) the local pod.
- * Without a known cluster CIDR, the local pod.
+ * policy_ct_over_budget says whether a new entry paid for by pod addr may not
+ * be written: addr held more than its budget at the agent's last count
+ * (datapath.GCPolicyCT). The payer is the entry's opener when policy_ct_opener
+ * names one (a pod of this node), else the local pod of the check. Only a
+ * connection that would create an entry asks (no lookup for a tracked one),
+ * it looks the list up only while the list has a pod, and with
+ * policy_ct_budget off nothing is asked.
  */
-static __always_inline __u32 policy_ct_payer(__u32 local, __u32 sender)
+static __always_inline int policy_ct_over_budget(__u32 addr)
 {
-	if (cluster_cidr_mask && cluster_contains(sender) && sender != node_health_ip)
-		return sender;
-	return local;
-}
-
-/*
- * policy_ct_over_budget says whether a new entry of local pod local for a
- * packet of sender may not be written: its payer (policy_ct_payer) held more
- * than its budget at the agent's last count. Only a connection that would
- * create an entry asks (no lookup for a tracked one), it looks the list up
- * only while the list has an address, and with policy_ct_budget off nothing
- * is asked.
- */
-static __always_inline int policy_ct_over_budget(__u32 local, __u32 sender)
-{
-	__u32 payer;
-
-	if (!policy_ct_budget || !policy_ct_any_over)
-		return 0;
-	payer = policy_ct_payer(local, sender);
-	return bpf_map_lookup_elem(&myelin_policy_ct_over, &payer) != NULL;
+	return policy_ct_budget && policy_ct_any_over &&
+	       bpf_map_lookup_elem(&myelin_policy_ct_over, &addr);
 }
 
 /*
  * policy_ct_track notes that the local end (bit) accepted the connection of
  * k: its replies and later packets pass this end without a policy lookup.
- * also holds the packet's opener bit (policy_ct_opened) and, for a fresh
+ * also holds the packet's opener bit (policy_ct_opener) and, for a fresh
  * entry, the other end's bit when the egress check of this same packet, on
  * this node, allowed it and left the write to this check (a SYN between two
  * pods of the node). fresh: the packet is a SYN whose entry starts afresh,
@@ -358,7 +349,7 @@ static __always_inline int policy_ct_over_budget(__u32 local, __u32 sender)
  * found no bit of this end, or a SYN the stack delivers) the end's bit is
  * added to what the entry holds (cur: the entry as the caller read it, or
  * NULL to look it up; a new entry gets also too); a SYN clears an old close
- * state and names its sender the opener.
+ * state and, when this check knows its sender (also), names it the opener.
  * Entries are only ever written whole, by policy_ct_put under the slot's
  * count, never through a looked-up slot: one that another CPU emptied
  * meanwhile may already hold another connection, and a write through it
@@ -381,8 +372,9 @@ static __always_inline void policy_ct_track(const struct policy_ct_key *k,
 			if ((ce.ends & bit) && !(syn && ce.closing))
 				return;
 			ce.ends |= bit;
-			if (syn) {
+			if (syn)
 				ce.closing = 0;
+			if (syn && also) {
 				ce.ends &= ~(POLICY_CT_OPENED_LO | POLICY_CT_OPENED_HI);
 				ce.ends |= also;
 			}
@@ -484,7 +476,8 @@ static __always_inline void policy_tx_commit(struct ipv4_info *info)
 		return;
 	if (info->proto != IPPROTO_TCP)
 		ce.fin_lo = policy_ct_now();
-	ce.ends |= policy_ct_opened(policy_ct_key_of(&k, &t, POLICY_DIR_EGRESS), POLICY_DIR_EGRESS);
+	ce.ends |=
+		policy_ct_opener(policy_ct_key_of(&k, &t, POLICY_DIR_EGRESS), POLICY_DIR_EGRESS, 0);
 	policy_ct_put(&k, &ce);
 	info->policy_tx_fresh = 0;
 }

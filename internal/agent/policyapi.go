@@ -31,8 +31,7 @@ func (a *server) handlePolicy(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, policyStatus(a.cfg.Node, v, p.budgetProblems()))
 }
 
-// budgetProblems says, for each pod over its share of the connection table (a
-// local one, or a peer pod that opened its connections into this node's pods),
+// budgetProblems says, for each local pod over its share of the connection table,
 // why its new connections are dropped; a failed read is one problem under the
 // invalid address.
 func (p *policyLoop) budgetProblems() map[netip.Addr]string {
@@ -45,7 +44,7 @@ func (p *policyLoop) budgetProblems() map[netip.Addr]string {
 	}
 	out := make(map[netip.Addr]string, len(over.PolicyCT))
 	for ip, n := range over.PolicyCT {
-		out[ip] = fmt.Sprintf("held %d tracked connections, over policy-ct-pod-max %d: its new connections are dropped (DROP_POLICY_CT_BUDGET) until it holds fewer (a connection counts against the pod that opened it, or the pod a peer outside the cluster reached)",
+		out[ip] = fmt.Sprintf("held %d tracked connections, over policy-ct-pod-max %d: its new connections are dropped (DROP_POLICY_CT_BUDGET) until it holds fewer (a connection counts against the pod of this node that opened it, else against the pods that accepted it)",
 			n, over.PolicyCTMax)
 	}
 	return out
@@ -65,12 +64,6 @@ func policyStatus(node string, v *policyView, overBudget map[netip.Addr]string) 
 	}
 	if msg, ok := overBudget[netip.Addr{}]; ok {
 		out.Problems = append(out.Problems, msg)
-	}
-	// A peer pod of another node over its share: it opened the connections.
-	for _, ip := range slices.SortedFunc(maps.Keys(overBudget), netip.Addr.Compare) {
-		if _, local := v.state.Endpoints[ip]; ip.IsValid() && !local {
-			out.Problems = append(out.Problems, "peer pod "+ip.String()+": "+overBudget[ip])
-		}
 	}
 	for ip, ep := range v.state.Endpoints {
 		problems := ep.Problems

@@ -77,9 +77,7 @@ func TestHandlePolicyTrace(t *testing.T) {
 }
 
 // A pod over its share of the connection table is named, with the reason its new
-// connections drop, in /v1/policy (its endpoint; a peer pod of another node, which
-// opened its connections into this node's pods, in the problems) and in the
-// status warnings.
+// connections drop, in /v1/policy (its endpoint) and in the status warnings.
 func TestPolicyStatusShowsPodsOverBudget(t *testing.T) {
 	a := policy.Pod{Namespace: "x", Name: "a", Labels: map[string]string{"pod": "a"}, IP: netip.MustParseAddr("10.244.0.10"), Node: "n1"}
 	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "deny"},
@@ -99,9 +97,6 @@ func TestPolicyStatusShowsPodsOverBudget(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || len(st.Endpoints) != 1 ||
 		len(st.Endpoints[0].Problems) != 1 || !strings.Contains(st.Endpoints[0].Problems[0], want) {
 		t.Errorf("/v1/policy = %+v %v, want x/a's problem %q", st, err, want)
-	}
-	if len(st.Problems) != 1 || !strings.HasPrefix(st.Problems[0], "peer pod 10.244.0.99: held 33000") {
-		t.Errorf("/v1/policy problems = %q, want the peer pod over its budget (it opened its connections into this node)", st.Problems)
 	}
 	var s api.Status
 	pl.fillStatus(&s)

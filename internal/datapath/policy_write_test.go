@@ -49,9 +49,8 @@ func TestPrivilegedBPFPolicySYNWritesWhole(t *testing.T) {
 		verdict: tcActRedirect, out: delivered(syn), reason: "FORWARDED"}}
 	runPolicyRows(t, d, []policyRow{uplink})
 	k, v, bBit := policyCTOnly(t, d, podBIP)
-	byRemote := openedBy(bBit ^ policyCTEnds)
-	if v.Ends != bBit|byRemote {
-		t.Fatalf("after the SYN the entry holds ends %#x, want B's %#x, opened by the remote pod", v.Ends, bBit|byRemote)
+	if v.Ends != bBit { // no opener: what the uplink brings names no pod to blame
+		t.Fatalf("after the SYN the entry holds ends %#x, want B's %#x and no opener", v.Ends, bBit)
 	}
 	stale := myelinPolicyCtEntry{Ends: bBit ^ (policyCTEndLo | policyCTEndHi), Closing: 0xf, FinLo: 7, FinHi: 9}
 	if err := policyCTPut(d, k, stale); err != nil {
@@ -59,8 +58,8 @@ func TestPrivilegedBPFPolicySYNWritesWhole(t *testing.T) {
 	}
 	uplink.name = "the SYN again, the entry holding another end and a close state"
 	runPolicyRows(t, d, []policyRow{uplink})
-	if _, v, _ = policyCTOnly(t, d, podBIP); v != (myelinPolicyCtEntry{Ends: bBit | byRemote}) {
-		t.Errorf("BPF-delivered SYN left %+v, want only B's end %#x (opened by the remote pod) and no close state", v, bBit)
+	if _, v, _ = policyCTOnly(t, d, podBIP); v != (myelinPolicyCtEntry{Ends: bBit}) {
+		t.Errorf("BPF-delivered SYN left %+v, want only B's end %#x and no close state", v, bBit)
 	}
 
 	if err := policyCTPut(d, k, stale); err != nil {
@@ -69,8 +68,8 @@ func TestPrivilegedBPFPolicySYNWritesWhole(t *testing.T) {
 	runPolicyRows(t, d, []policyRow{{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
 		name: "the SYN as the stack delivers it", in: syn.build(), ctx: &skbCtx{IngressIfindex: 2},
 		verdict: tcActOK, reason: "PASS_STACK"}}})
-	if _, v, _ = policyCTOnly(t, d, podBIP); v.Ends != policyCTEnds|byRemote || v.Closing != 0 {
-		t.Errorf("stack-delivered SYN left %+v, want both ends (the noted one kept), opened by the remote pod, and no close state", v)
+	if _, v, _ = policyCTOnly(t, d, podBIP); v.Ends != policyCTEnds || v.Closing != 0 {
+		t.Errorf("stack-delivered SYN left %+v, want both ends (the noted one kept) and no close state", v)
 	}
 
 	local := ipv4(protoTCP, podA, podBIP).withSrc(podA, 6001).withDst(podBIP, 8080)

@@ -3,7 +3,6 @@ package datapath
 import (
 	"fmt"
 	"maps"
-	"net/netip"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -136,44 +135,54 @@ func TestPrivilegedBPFPolicyCTNoBudget(t *testing.T) {
 	})
 }
 
-// Who opens a connection pays for its entry: with the cluster's pod addresses
-// known, a peer pod that floods B (whose policy admits it) fills its own budget,
-// not B's: its new connections into the node are dropped, while B's own and other
-// peers' go on. A sender that is no pod (the world, whose addresses can be
-// forged) is counted against the pod it reached, as every entry was before.
+// Who opens a connection pays for its entry when the datapath knows the opener:
+// a pod of this node (its source checked by myelin_from_pod) that floods pod B,
+// whose policy admits it, fills its own budget, not B's: its new connections are
+// dropped, B's own go on. A sender the datapath can't vouch for (a pod of another
+// node, the world: what the uplink brings may carry any source address) is
+// counted against the pod it reached, as every entry was before.
 func TestPrivilegedBPFPolicyCTBudgetOpenerPays(t *testing.T) {
 	requirePrivileged(t)
-	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP,
-		ClusterCIDR: netip.MustParsePrefix("10.0.0.0/8"), PolicyCTPodMax: 3})
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, NodeIP: testNodeIP, PolicyCTPodMax: 3})
 	fromPod, toPod := d.objs.MyelinFromPod, d.objs.MyelinToPod
 	dns := PolicyPort{Proto: protoUDP, Lo: 53, Hi: 53}
-	// B takes TCP 8080 from the remote pod and from 203.0.113.0/24 (no pods),
-	// and may query the remote pod's port 53.
+	// B takes TCP 8080 from A and from the remote pod, and may query the remote
+	// pod's port 53; A is not isolated.
 	st := &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress | PolicyEgress},
 		entries: map[PolicyKey][]PolicyPort{egressOf(podBIP, idRemote): {dns},
-			ingressOf(podBIP, idRemote): {tcpPort(8080)}, ingressOf(podBIP, idCIDR): {tcpPort(8080)}}}
-	synToB := func(from string, sport uint16) pkt {
-		return ipv4(protoTCP, from, podBIP).withSrc(from, sport).withDst(podBIP, 8080).withTCPFlags(tcpSYN)
+			ingressOf(podBIP, idA): {tcpPort(8080)}, ingressOf(podBIP, idRemote): {tcpPort(8080)}}}
+	synAB := func(sport uint16) pkt {
+		return ipv4(protoTCP, podA, podBIP).withSrc(podA, sport).withDst(podBIP, 8080).withTCPFlags(tcpSYN)
+	}
+	fromA := func(name string, sport uint16, ok bool) policyStep {
+		p := synAB(sport)
+		c, dir := progCase{name: name, in: p.build(), ctx: ctxPodA, verdict: tcActRedirect, out: delivered(p), reason: "FORWARDED"}, "from-pod"
+		if !ok { // B's ingress check drops it
+			c, dir = progCase{name: name, in: p.build(), ctx: ctxPodA, verdict: tcActShot, reason: "DROP_POLICY_CT_BUDGET"}, "to-pod"
+		}
+		return policyStep{policyRow: policyRow{prog: fromPod, counterDir: dir, progCase: c}}
+	}
+	synFromRemote := func(sport uint16) pkt {
+		return ipv4(protoTCP, remoteIP, podBIP).withSrc(remoteIP, sport).withDst(podBIP, 8080).withTCPFlags(tcpSYN)
 	}
 	ctxB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
 	queryB := func(sport uint16) pkt {
 		return ipv4(protoUDP, podBIP, remoteIP).withSrc(podBIP, sport).withDst(remoteIP, 53).withMACs(podBMAC, hostBMAC)
 	}
-	const world = "203.0.113.5"
-	first := budgetStep("the remote pod's SYN into B (tracked)", toPod, "to-pod", synToB(remoteIP, 7001), nil, true)
+	first := fromA("A's SYN into B, BPF delivers it (tracked, A the opener)", 7001, true)
 	first.seed = st
 	runPolicySteps(t, d, []policyStep{
 		first,
-		budgetStep("its second", toPod, "to-pod", synToB(remoteIP, 7002), nil, true),
-		budgetStep("its third", toPod, "to-pod", synToB(remoteIP, 7003), nil, true),
-		budgetStep("its fourth: not yet counted, tracked", toPod, "to-pod", synToB(remoteIP, 7004), nil, true),
-		after(budgetStep("counted against the remote pod (4 > 3), not B: its next SYN into B is dropped", toPod, "to-pod", synToB(remoteIP, 7005), nil, false),
-			gcPolicyCTAt(0, 0), overListed(map[string]uint32{remoteIP: 4})),
+		fromA("its second", 7002, true),
+		fromA("its third", 7003, true),
+		fromA("its fourth: not yet counted, tracked", 7004, true),
+		after(fromA("counted against A (4 > 3), not B: A's next SYN into B is dropped", 7005, false),
+			gcPolicyCTAt(0, 0), overListed(map[string]uint32{podA: 4})),
 		budgetStep("B opens a connection of its own", fromPod, "from-pod", queryB(6001), ctxB, true),
-		budgetStep("a peer outside the cluster connects to B", toPod, "to-pod", synToB(world, 8001), nil, true),
-		budgetStep("again", toPod, "to-pod", synToB(world, 8002), nil, true),
-		budgetStep("and again: B holds 4 now, not yet counted", toPod, "to-pod", synToB(world, 8003), nil, true),
-		after(budgetStep("counted against B (its query and the three from outside): B's next query is dropped", fromPod, "from-pod", queryB(6002), ctxB, false),
-			gcPolicyCTAt(0, 0), overListed(map[string]uint32{remoteIP: 4, podBIP: 4})),
+		budgetStep("the remote pod connects to B (counted against B)", toPod, "to-pod", synFromRemote(8001), nil, true),
+		budgetStep("again", toPod, "to-pod", synFromRemote(8002), nil, true),
+		budgetStep("and again: B holds 4 now, not yet counted", toPod, "to-pod", synFromRemote(8003), nil, true),
+		after(budgetStep("counted against B (its query and the remote pod's three): B's next query is dropped", fromPod, "from-pod", queryB(6002), ctxB, false),
+			gcPolicyCTAt(0, 0), overListed(map[string]uint32{podA: 4, podBIP: 4})),
 	})
 }

@@ -1,7 +1,6 @@
 package datapath
 
 import (
-	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -143,7 +142,7 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 			(policyCTResetMarked(k, v) && marked[k])
 	}
 	resets := map[myelinPolicyCtKey]bool{}
-	budget, payers := d.policyCTBudget(), d.policyCTPayers()
+	budget := d.policyCTBudget()
 	held := podCounts{}
 	stuck, wasStuck := map[int]uint32{}, d.policyCTStuck
 	removed := 0
@@ -173,7 +172,7 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 					resets[k] = true
 				}
 				if budget.active() != 0 {
-					payers.count(held, k, v)
+					policyCTHeld(held, k, v)
 				}
 			}
 		}
@@ -187,50 +186,26 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 	return removed, budget.sync(held)
 }
 
-// policyCTPayers says who an entry of myelin_policy_ct is counted against
-// (policy-ct-pod-max), as the datapath does when it writes one
-// (lib/policy_ct.h, policy_ct_payer): the end that opened it when that is a pod
-// address of the cluster (pods can't forge one), else each local pod whose end
-// bit it carries. So a peer that floods a pod its policy admits fills its own
-// budget, not the pod's.
-type policyCTPayers struct {
-	cluster netip.Prefix // invalid: not known, every entry counts for its local ends
-	health  netip.Addr   // the node's health address: the node's own stack, not a pod
-}
-
-// policyCTPayers is d's rule for who pays.
-func (d *Datapath) policyCTPayers() policyCTPayers {
-	p := policyCTPayers{health: d.cfg.HealthIP}
-	if c := d.cfg.ClusterCIDR; c.IsValid() && c.Addr().Is4() && c.Bits() > 0 {
-		p.cluster = c.Masked()
-	}
-	return p
-}
-
-// pod says whether addr (network order) pays for the connections it opens.
-func (p policyCTPayers) pod(addr uint32) bool {
-	a := addrFromNetwork(addr)
-	return p.cluster.IsValid() && p.cluster.Contains(a) && a != p.health
-}
-
-// count counts entry k, v in h for its payer: the opener the entry names
-// (enum policy_ct_ends) if it is a pod, else for each end whose bit it carries
-// (the pods of this node that accepted the connection; policy_ct_key_of: the
-// lo bit is addr_lo's; entries written before 2026-12-05 name no opener).
-func (p policyCTPayers) count(h podCounts, k myelinPolicyCtKey, v myelinPolicyCtEntry) {
+// policyCTHeld counts entry k, v against the pod that pays for it, as the
+// datapath asks when it writes one (lib/policy_ct.h, policy_ct_opener): the end
+// the entry names as its opener (a pod of this node whose source the datapath
+// checked), else each end whose bit it carries (the pods of this node that
+// accepted the connection; policy_ct_key_of: the lo bit is addr_lo's). So a pod
+// that floods another pod of its node its policy admits fills its own budget,
+// not the target's.
+func policyCTHeld(h podCounts, k myelinPolicyCtKey, v myelinPolicyCtEntry) {
 	switch {
-	case v.Ends&policyCTOpenedLo != 0 && p.pod(k.AddrLo):
+	case v.Ends&policyCTOpenedLo != 0:
 		h[k.AddrLo]++
-		return
-	case v.Ends&policyCTOpenedHi != 0 && p.pod(k.AddrHi):
+	case v.Ends&policyCTOpenedHi != 0:
 		h[k.AddrHi]++
-		return
-	}
-	if v.Ends&policyCTEndLo != 0 {
-		h[k.AddrLo]++
-	}
-	if v.Ends&policyCTEndHi != 0 {
-		h[k.AddrHi]++
+	default:
+		if v.Ends&policyCTEndLo != 0 {
+			h[k.AddrLo]++
+		}
+		if v.Ends&policyCTEndHi != 0 {
+			h[k.AddrHi]++
+		}
 	}
 }
 

@@ -3,7 +3,6 @@ package datapath
 import (
 	"fmt"
 	"maps"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -249,31 +248,26 @@ func TestPolicyCTIdle(t *testing.T) {
 	}
 }
 
-// An entry counts against its opener when the opener is a pod of the cluster,
-// else against each local end it carries (the world, the node's health address,
-// an entry written before the opener was noted, a cluster CIDR not known).
-func TestPolicyCTPayers(t *testing.T) {
-	cluster := policyCTPayers{cluster: netip.MustParsePrefix("10.0.0.0/8"), health: mustAddr("10.1.0.1")}
-	key := func(lo, hi string) myelinPolicyCtKey {
-		return myelinPolicyCtKey{AddrLo: networkUint32(mustAddr(lo)), AddrHi: networkUint32(mustAddr(hi)), Proto: protoTCP}
-	}
+// An entry counts against the opener it names (a pod of this node whose source
+// the datapath checked), else against each local end it carries (another
+// node's pod, the world, the node's own stack; an entry written before the
+// opener was noted).
+func TestPolicyCTHeld(t *testing.T) {
+	const lo, hi = "10.1.0.10", "10.1.0.20"
+	k := myelinPolicyCtKey{AddrLo: networkUint32(mustAddr(lo)), AddrHi: networkUint32(mustAddr(hi)), Proto: protoTCP}
 	for _, c := range []struct {
 		name  string
-		p     policyCTPayers
-		k     myelinPolicyCtKey
 		ends  uint32
 		payer []string
 	}{
-		{"a pod opened it (lo): it alone, whatever ends accepted", cluster, key("10.1.0.10", "10.1.0.20"), policyCTEnds | policyCTOpenedLo, []string{"10.1.0.10"}},
-		{"a remote pod opened it (hi), the local end lo accepted", cluster, key("10.1.0.10", "10.2.0.33"), policyCTEndLo | policyCTOpenedHi, []string{"10.2.0.33"}},
-		{"the world opened it: the local end", cluster, key("10.1.0.20", "203.0.113.5"), policyCTEndLo | policyCTOpenedHi, []string{"10.1.0.20"}},
-		{"the node's health address opened it: the local end", cluster, key("10.1.0.1", "10.1.0.20"), policyCTEndHi | policyCTOpenedLo, []string{"10.1.0.20"}},
-		{"no opener noted: each local end", cluster, key("10.1.0.10", "10.1.0.20"), policyCTEnds, []string{"10.1.0.10", "10.1.0.20"}},
-		{"cluster CIDR not known: each local end", policyCTPayers{}, key("10.1.0.10", "10.2.0.33"), policyCTEndLo | policyCTOpenedHi, []string{"10.1.0.10"}},
+		{"lo opened it: lo alone, though both ends accepted it", policyCTEnds | policyCTOpenedLo, []string{lo}},
+		{"hi opened it, lo accepted it", policyCTEndLo | policyCTOpenedHi, []string{hi}},
+		{"lo opened it, only hi is a tracked end", policyCTEndHi | policyCTOpenedLo, []string{lo}},
+		{"no opener (a sender of another node): each local end", policyCTEnds, []string{lo, hi}},
+		{"no opener, one local end", policyCTEndHi, []string{hi}},
 	} {
-		h := podCounts{}
-		c.p.count(h, c.k, myelinPolicyCtEntry{Ends: c.ends})
-		want := podCounts{}
+		h, want := podCounts{}, podCounts{}
+		policyCTHeld(h, k, myelinPolicyCtEntry{Ends: c.ends})
 		for _, a := range c.payer {
 			want.add(mustAddr(a))
 		}

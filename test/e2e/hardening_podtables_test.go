@@ -47,10 +47,33 @@ func allowEgressTo(t *testing.T, cs kubernetes.Interface, from, to string) {
 	}
 }
 
+// allowIngressFrom isolates the pods labelled app=to for ingress, allowing only the
+// pods labelled with one of the apps from.
+func allowIngressFrom(t *testing.T, cs kubernetes.Interface, to string, from ...string) {
+	t.Helper()
+	var peers []networkingv1.NetworkPolicyPeer
+	for _, f := range from {
+		peers = append(peers, networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": f}}})
+	}
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: to + "-from-" + strings.Join(from, "-")},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": to}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: peers}},
+		},
+	}
+	if _, err := cs.NetworkingV1().NetworkPolicies("default").Create(context.Background(), np, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestLabMyelinPodTableFloods: one pod floods each of node-1's shared tables a pod
 // can fill for the others, far beyond its share (by a NodeConfig: policy-ct-max
 // 1024, policy-ct-pod-max 100, nat-pod-max 100, lb-ct-pod-max 100, socket-LB off). A
-// pod whose egress policy allows a server opens 600 UDP flows to it; a pod without
+// pod whose egress policy allows a server (whose ingress policy admits it) opens 600
+// UDP flows to it: they count against the pod that opened them, so the server,
+// flooded, still opens flows of its own; a pod without
 // policy opens 600 to the external host (masqueraded), another 600 to the server's
 // ClusterIP. Within a GC round the agent names each in `myelin status` (and the first
 // in `myelin endpoints`); from then on their new flows (from other source ports) are
@@ -65,28 +88,40 @@ func TestLabMyelinPodTableFloods(t *testing.T) {
 			"bpf-lb-sock": "false"}) // pods' Service flows take the tc path and its table
 	restartAgent(t, n1)
 	createPod(t, cs, "web", n1, map[string]string{"app": "web"}, myelinBin, "lab", "serve", "--listen", ":8080", "--name", "web")
+	createPod(t, cs, "guarded", n1, map[string]string{"app": "guarded"}, myelinBin, "lab", "serve", "--listen", ":8080", "--name", "guarded")
 	createPod(t, cs, "flood", n1, map[string]string{"app": "flood"}, "sleep", "infinity")
 	createPod(t, cs, "client", n1, map[string]string{"app": "client"}, "sleep", "infinity")
 	createPod(t, cs, "natflood", n1, map[string]string{"app": "natflood"}, "sleep", "infinity")
 	createPod(t, cs, "other", n1, map[string]string{"app": "other"}, "sleep", "infinity")
 	createPod(t, cs, "svcflood", n1, map[string]string{"app": "svcflood"}, "sleep", "infinity")
 	svc := createService(t, cs, "web", "web", nil)
-	target := runningPods(t, cs, "app=web", 1)[0].Status.PodIP + ":8080"
+	runningPods(t, cs, "app=web", 1)
+	target := runningPods(t, cs, "app=guarded", 1)[0].Status.PodIP + ":8080"
 	for _, app := range []string{"flood", "client", "natflood", "other", "svcflood"} {
 		runningPods(t, cs, "app="+app, 1)
 	}
-	allowEgressTo(t, cs, "flood", "web")
-	allowEgressTo(t, cs, "client", "web")
-	eventually(t, 30*time.Second, "both pods egress-isolated", func(context.Context) (bool, string) {
+	allowEgressTo(t, cs, "flood", "guarded")
+	allowEgressTo(t, cs, "client", "guarded")
+	allowIngressFrom(t, cs, "guarded", "flood", "client")
+	eventually(t, 30*time.Second, "both pods egress-isolated, guarded ingress-isolated", func(context.Context) (bool, string) {
 		out, err := myelin("endpoints", "--node", n1)
-		return err == nil && strings.Count(out, " on ") >= 2, out
+		return err == nil && strings.Count(out, " on ") >= 3, out
 	})
 
 	floodPastBudget(t, n1, "flood", "client", target, "pod default/flood: held ", "over policy-ct-pod-max 100")
 	if out, err := myelin("endpoints", "--node", n1); err != nil || !strings.Contains(out, "WARNING: default/flood: held ") {
 		t.Errorf("myelin endpoints: %v\n%s\nwant a warning naming default/flood", err, out)
 	}
+	// guarded accepted all 600 (its ingress check tracked them too) but opened
+	// none: it is not over its budget, and its own new flows (tracked for their
+	// replies, which its ingress policy would not admit) go on.
 	external := labplan.DefaultAddressing().ExternalServerIP().String() + ":80"
+	if out, err := myelin("status", "--node", n1); err != nil || strings.Contains(out, "pod default/guarded") {
+		t.Errorf("myelin status after flood's 600 flows into guarded: %v\n%s\nwant guarded not named over its budget", err, out)
+	}
+	if got := udpFlowsFrom(t, "guarded", external, 50, 30000); got != 50 {
+		t.Errorf("guarded, flooded by a pod of its node that its policy admits: %d of 50 new flows of its own to %s answered, want all", got, external)
+	}
 	floodPastBudget(t, n1, "natflood", "other", external, "pod default/natflood held ", "over nat-pod-max 100")
 	clusterIP := svc.Spec.ClusterIP + ":80"
 	waitProgrammed(t, n1, clusterIP+"/UDP", 1)
