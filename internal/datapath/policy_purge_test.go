@@ -26,6 +26,8 @@ func TestPrivilegedPolicyCTPurgeNoStaleBit(t *testing.T) {
 	}{
 		{"both ends noted, low end purged: the high end's bit stays", both, policyCTEndHi, true},
 		{"only the low end: the entry goes", policyCTEndLo, 0, true},
+		{"only the low end, which opened it: the entry goes (an opener alone tracks nothing)", policyCTEndLo | policyCTOpenedLo, 0, true},
+		{"both ends, the low one opened it: the high end's bit and the opener stay", both | policyCTOpenedLo, policyCTEndHi | policyCTOpenedLo, true},
 		{"only the high end: it stays", policyCTEndHi, policyCTEndHi, false},
 		{"gone: stays gone", 0, 0, false},
 	} {
