@@ -339,8 +339,8 @@ struct {
  * anything. The
  * element after the last bucket is the agent's: the first 8 bytes hold the
  * hash's seed (policy_ct_seed), kept with the table across restarts, the
- * next 4 whether the agent's GC rounds keep the slots' idle clocks
- * (datapath.GCPolicyCT); no program reads it. Mappable: the agent reads and writes slots under
+ * next 4 when an agent's GC round that keeps the slots' idle clocks walked it
+ * last (datapath.GCPolicyCT); no program reads it. Mappable: the agent reads and writes slots under
  * their sequence counts, as the programs do (datapath.policyCTTable).
  */
 struct {

@@ -87,20 +87,28 @@ func policyCTIdleTCP(k myelinPolicyCtKey, ref, born, now uint32) bool {
 	return time.Duration(uint64(now-born)<<policyCTTimeShift) > timeout
 }
 
-// policyCTClocksKept in the table's header (policyCTTable.clocks) says GC rounds
-// of this kind walked it: its slots' born and ROUND are what noteSeen made
-// them. A table without it (programs before 2026-12-05 marked no lookups for
-// the GC, and born was the write's time for good) gets every clock restarted at
-// its first round. Kept in the pinned table, not the agent: an agent that
-// restarts, even in a loop faster than PolicyCTTimeoutTCPUnseen, goes on with
-// the clocks as they are, so what a flood left is deleted on time.
-const policyCTClocksKept = 1
+// policyCTClocksFresh says whether a GC round at now (policyCTUnits) may go on
+// with the slots' idle clocks as they are: the table's header says a GC round
+// that keeps them (this kind: noteSeen) walked it at last, less than
+// PolicyCTTimeoutTCPUnseen ago. Otherwise the round restarts every clock: a
+// table no such round walked (programs before 2026-12-05 marked no lookups for
+// the GC, and born was the write's time for good), one an older agent (after a
+// downgrade) or no agent looked after for a while: whatever happened meanwhile
+// is not known. Kept in the pinned table, not the agent: an agent that restarts,
+// even in a loop, goes on with the clocks, so what a flood left is deleted on
+// time.
+func policyCTClocksFresh(last, now uint32) bool {
+	if last == 0 {
+		return false
+	}
+	ago := int32(now - last)
+	return ago >= 0 && time.Duration(uint64(ago)<<policyCTTimeShift) < PolicyCTTimeoutTCPUnseen
+}
 
 // noteSeen restarts slot i's idle clock (born) at now when a lookup found it
 // since the last GC round (ref's SEEN, which it clears, setting ROUND), and at
-// the first round on a table whose header does not say its clocks are kept
-// (first: whatever happened before it is not known; ROUND then only for a slot
-// in use). A lookup that marks the slot meanwhile wins: the next round sees it.
+// a round whose table's clocks are not fresh (first: policyCTClocksFresh;
+// ROUND then only for a slot in use). A lookup that marks the slot meanwhile wins: the next round sees it.
 func (t *policyCTTable) noteSeen(i int, now uint32, first bool) {
 	s := t.slot(i)
 	ref := atomic.LoadUint32(&s.Ref)
@@ -147,7 +155,7 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 	stuck, wasStuck := map[int]uint32{}, d.policyCTStuck
 	removed := 0
 	err := d.withPolicyCT(func(t *policyCTTable) error {
-		first := atomic.LoadUint32(t.clocks()) != policyCTClocksKept
+		first := !policyCTClocksFresh(atomic.LoadUint32(t.clocks()), now)
 		for i := range t.slots() {
 			k, v, seq, busy := t.read(i)
 			switch {
@@ -176,7 +184,7 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 				}
 			}
 		}
-		atomic.StoreUint32(t.clocks(), policyCTClocksKept)
+		atomic.StoreUint32(t.clocks(), max(now, 1))
 		return nil
 	})
 	if err != nil {

@@ -26,12 +26,28 @@ func trackedOne(d *Datapath) (myelinPolicyCtKey, myelinPolicyCtEntry, error) {
 // monotonic clock's now and fails unless it removed want entries.
 func gcPolicyCTAt(later time.Duration, want int) func(*Datapath) error {
 	return func(d *Datapath) error {
-		n, err := d.GCPolicyCT(MonotonicNow() + later)
+		at := MonotonicNow() + later
+		if err := roundsRanUntil(d, at); err != nil {
+			return err
+		}
+		n, err := d.GCPolicyCT(at)
 		if err == nil && n != want {
 			err = fmt.Errorf("GCPolicyCT %v from now removed %d entries, want %d", later, n, want)
 		}
 		return err
 	}
+}
+
+// roundsRanUntil makes d's table look as if, once a GC round walked it, the
+// agent's rounds had gone on every 10 s until just before at and found nothing
+// to do: a test's jump in time is no agent down (policyCTClocksFresh).
+func roundsRanUntil(d *Datapath, at time.Duration) error {
+	return d.withPolicyCT(func(t *policyCTTable) error {
+		if last := t.clocks(); *last != 0 {
+			*last = policyCTUnits(at - 10*time.Second)
+		}
+		return nil
+	})
 }
 
 // verdictStep is a policy step with the stack's delivery: ok passes (to the stack),
@@ -273,6 +289,29 @@ func TestPolicyCTHeld(t *testing.T) {
 		}
 		if !maps.Equal(h, want) {
 			t.Errorf("%s: counted %v, want %v", c.name, h, want)
+		}
+	}
+}
+
+// The clocks are fresh while the header's last round is less than
+// PolicyCTTimeoutTCPUnseen ago: never walked, too long ago and a time ahead of now
+// (a header written in another boot's clock) are not.
+func TestPolicyCTClocksFresh(t *testing.T) {
+	now := policyCTUnits(10 * time.Hour)
+	for _, c := range []struct {
+		name string
+		last uint32
+		want bool
+	}{
+		{"never walked", 0, false},
+		{"walked this round's unit", now, true},
+		{"walked 50 s ago", now - policyCTUnits(50*time.Second), true},
+		{"walked 70 s ago", now - policyCTUnits(70*time.Second), false},
+		{"walked an hour ago", now - policyCTUnits(time.Hour), false},
+		{"a time ahead of now", now + 5, false},
+	} {
+		if got := policyCTClocksFresh(c.last, now); got != c.want {
+			t.Errorf("%s: fresh %v, want %v", c.name, got, c.want)
 		}
 	}
 }

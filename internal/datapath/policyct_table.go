@@ -17,8 +17,8 @@ import (
 
 // myelin_policy_ct's layout (bpf/lib/types.h, lib/policy_ct.h): an array of
 // buckets of policyCTWays slots, and one more element, the header: its first 8
-// bytes hold the bucket hash's seed, the next 4 policyCTClocksKept once a GC
-// round kept the slots' idle clocks (GCPolicyCT).
+// bytes hold the bucket hash's seed, the next 4 when a GC round that keeps the
+// slots' idle clocks walked it last (policyCTClocksFresh).
 const (
 	policyCTWays       = 4 // POLICY_CT_WAYS
 	policyCTSlotSize   = int(unsafe.Sizeof(myelinPolicyCtSlot{}))
@@ -115,9 +115,9 @@ func (t *policyCTTable) seed() *uint64 {
 	return (*uint64)(unsafe.Pointer(&t.mem[int(t.buckets)*policyCTBucketSize]))
 }
 
-// clocks is the header's word that says the slots' idle clocks (born, ref's
-// ROUND) are kept by GC rounds: policyCTClocksKept, or 0 in a table no GC round
-// of this kind walked yet.
+// clocks is the header's word that says when a GC round that keeps the slots'
+// idle clocks (born, ref's ROUND) walked the table last, in policyCTUnits; 0 in
+// a table no such round walked yet.
 func (t *policyCTTable) clocks() *uint32 {
 	return (*uint32)(unsafe.Pointer(&t.mem[int(t.buckets)*policyCTBucketSize+8]))
 }

@@ -370,12 +370,13 @@ func TestPrivilegedPolicyCTCarryKeepsSeed(t *testing.T) {
 	}
 }
 
-// The first GC round on a table whose header does not say its clocks are kept
-// (programs before 2026-12-05 did not mark lookups for the GC) restarts every
-// entry's idle clock; a TCP entry a lookup found before gets the timeout of one
-// that carried traffic, from that round on. An agent that restarts on a table
-// whose clocks are kept goes on with them: a crash loop faster than
-// PolicyCTTimeoutTCPUnseen still deletes what a flood left.
+// A GC round on a table whose header does not say a round of this kind walked
+// it less than PolicyCTTimeoutTCPUnseen ago (programs before 2026-12-05 did not
+// mark lookups for the GC; an agent down, an older one after a downgrade)
+// restarts every entry's idle clock; a TCP entry a lookup found before gets the
+// timeout of one that carried traffic, from that round on. An agent that
+// restarts at once goes on with the clocks: a crash loop still deletes what a
+// flood left.
 func TestPrivilegedPolicyCTFirstRound(t *testing.T) {
 	requirePrivileged(t)
 	d := policyCTTableDatapath(t)
@@ -401,12 +402,15 @@ func TestPrivilegedPolicyCTFirstRound(t *testing.T) {
 		{59 * time.Minute, 1, "59 min later: the one no lookup found is deleted"},
 		{62 * time.Minute, 1, "62 min later: the one in use is deleted"},
 	} {
+		if err := roundsRanUntil(d, now+r.at); err != nil {
+			t.Fatal(err)
+		}
 		if n, err := d.GCPolicyCT(now + r.at); err != nil || n != r.want {
 			t.Errorf("%s: removed %d (%v), want %d", r.why, n, err, r.want)
 		}
 	}
-	if got := *ct.clocks(); got != policyCTClocksKept {
-		t.Fatalf("header after a GC round: clocks word %d, want %d", got, policyCTClocksKept)
+	if got, want := *ct.clocks(), policyCTUnits(now+62*time.Minute); got != want {
+		t.Fatalf("header after a GC round: clocks word %d, want the round's time %d", got, want)
 	}
 
 	// The agent restarts: its GC's first round runs on the pinned maps.
@@ -424,5 +428,18 @@ func TestPrivilegedPolicyCTFirstRound(t *testing.T) {
 	ct.slot(i).Born = policyCTUnits(at - 2*time.Minute)
 	if n, err := restarted.GCPolicyCT(at); err != nil || n != 1 {
 		t.Errorf("restarted agent's first round: removed %d (%v), want the entry no lookup found for 2 min", n, err)
+	}
+
+	// No round of this kind walked the table for 2 min (the agent was down, or
+	// an older one ran): the next round restarts the clocks, as what happened
+	// meanwhile is not known; an entry written at the last round is kept.
+	k = abKey(5003, 9090)
+	if err := policyCTPut(d, k, myelinPolicyCtEntry{Ends: policyCTEndHi}); err != nil {
+		t.Fatal(err)
+	}
+	i, _, _, _ = ct.find(d.policyCTSeed, k)
+	ct.slot(i).Born = policyCTUnits(at)
+	if n, err := restarted.GCPolicyCT(at + 2*time.Minute); err != nil || n != 0 {
+		t.Errorf("a round 2 min after the last: removed %d (%v), want the clocks restarted, nothing removed", n, err)
 	}
 }
