@@ -52,7 +52,8 @@ func TestPrivilegedBPFPolicySYNWritesWhole(t *testing.T) {
 	if v.Ends != bBit { // no opener: what the uplink brings names no pod to blame
 		t.Fatalf("after the SYN the entry holds ends %#x, want B's %#x and no opener", v.Ends, bBit)
 	}
-	stale := myelinPolicyCtEntry{Ends: bBit ^ (policyCTEndLo | policyCTEndHi), Closing: 0xf, FinLo: 7, FinHi: 9}
+	// The other end's bit, an opener (a check of this node named it) and a close state.
+	stale := myelinPolicyCtEntry{Ends: bBit ^ policyCTEnds | openedBy(bBit), Closing: 0xf, FinLo: 7, FinHi: 9}
 	if err := policyCTPut(d, k, stale); err != nil {
 		t.Fatal(err)
 	}
@@ -68,8 +69,8 @@ func TestPrivilegedBPFPolicySYNWritesWhole(t *testing.T) {
 	runPolicyRows(t, d, []policyRow{{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
 		name: "the SYN as the stack delivers it", in: syn.build(), ctx: &skbCtx{IngressIfindex: 2},
 		verdict: tcActOK, reason: "PASS_STACK"}}})
-	if _, v, _ = policyCTOnly(t, d, podBIP); v.Ends != policyCTEnds || v.Closing != 0 {
-		t.Errorf("stack-delivered SYN left %+v, want both ends (the noted one kept) and no close state", v)
+	if _, v, _ = policyCTOnly(t, d, podBIP); v.Ends != policyCTEnds|openedBy(bBit) || v.Closing != 0 {
+		t.Errorf("stack-delivered SYN left %+v, want both ends and the opener (the noted ones kept: this check can't vouch for the sender) and no close state", v)
 	}
 
 	local := ipv4(protoTCP, podA, podBIP).withSrc(podA, 6001).withDst(podBIP, 8080)

@@ -186,3 +186,45 @@ func TestPrivilegedBPFPolicyCTBudgetOpenerPays(t *testing.T) {
 			gcPolicyCTAt(0, 0), overListed(map[string]uint32{podA: 4, podBIP: 4})),
 	})
 }
+
+// An entry names its opener only for a packet that opens the connection, sent by
+// a pod of this node whose source was checked: pod A's SYN into B, which BPF
+// delivers, names A; A's segment that writes the entry again after it was
+// deleted names no one (it might be a reply: the pod it reached would pay for a
+// connection it did not open), nor does A's SYN with source verification off.
+func TestPrivilegedBPFPolicyCTOpener(t *testing.T) {
+	requirePrivileged(t)
+	st := &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
+		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {tcpPort(8080)}}}
+	seg := func(sport uint16, flags uint8) policyRow {
+		p := ipv4(protoTCP, podA, podBIP).withSrc(podA, sport).withDst(podBIP, 8080).withTCPFlags(flags)
+		return policyRow{seed: st, prog: nil, counterDir: "from-pod", progCase: progCase{
+			name: "A's segment into B, BPF delivers it", in: p.build(), ctx: ctxPodA,
+			verdict: tcActRedirect, out: delivered(p), reason: "FORWARDED"}}
+	}
+	for _, c := range []struct {
+		name     string
+		noVerify bool
+		flags    uint8
+		opened   bool
+	}{
+		{"A's SYN: A opened it", false, tcpSYN, true},
+		{"A's ACK writing the entry again: no opener", false, tcpACK, false},
+		{"A's SYN, source verification off: no opener", true, tcpSYN, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, NodeIP: testNodeIP, NoSourceVerification: c.noVerify})
+			row := seg(7101, c.flags)
+			row.prog = d.objs.MyelinFromPod
+			runPolicyRows(t, d, []policyRow{row})
+			_, v, bBit := policyCTOnly(t, d, podBIP)
+			want := bBit
+			if c.opened {
+				want |= openedBy(bBit ^ policyCTEnds)
+			}
+			if v.Ends != want {
+				t.Errorf("entry ends %#x, want %#x", v.Ends, want)
+			}
+		})
+	}
+}

@@ -89,21 +89,31 @@ func policyCTIdleTCP(k myelinPolicyCtKey, ref, born, now uint32) bool {
 
 // policyCTClocksFresh says whether a GC round at now (policyCTUnits) may go on
 // with the slots' idle clocks as they are: the table's header says a GC round
-// that keeps them (this kind: noteSeen) walked it at last, less than
-// PolicyCTTimeoutTCPUnseen ago. Otherwise the round restarts every clock: a
-// table no such round walked (programs before 2026-12-05 marked no lookups for
-// the GC, and born was the write's time for good), one an older agent (after a
-// downgrade) or no agent looked after for a while: whatever happened meanwhile
-// is not known. Kept in the pinned table, not the agent: an agent that restarts,
-// even in a loop, goes on with the clocks, so what a flood left is deleted on
-// time.
+// that keeps them (this kind: noteSeen) walked it last less than
+// policyCTClocksStale ago (or up to policyCTAheadMax ahead: another agent's round
+// that read its clock later and stored first). Otherwise the round restarts
+// every clock: a table no such round walked (programs before 2026-12-05 marked
+// no lookups for the GC, and born was the write's time for good), one an older
+// agent (after a downgrade) or no agent looked after for a while: whatever
+// happened meanwhile is not known. Kept in the pinned table, not the agent: an
+// agent that restarts, even in a loop, goes on with the clocks, so what a flood
+// left is deleted on time.
 func policyCTClocksFresh(last, now uint32) bool {
 	if last == 0 {
 		return false
 	}
 	ago := int32(now - last)
-	return ago >= 0 && time.Duration(uint64(ago)<<policyCTTimeShift) < PolicyCTTimeoutTCPUnseen
+	if ago < 0 {
+		return -ago <= policyCTAheadMax
+	}
+	return time.Duration(uint64(ago)<<policyCTTimeShift) < policyCTClocksStale
 }
+
+// policyCTClocksStale is how long after the last round that kept the idle clocks
+// a round restarts them: far more than the GC's interval (10 s; a slow round of
+// the other tables before it), far less than a rollout that downgrades and
+// upgrades again, whose older programs mark no lookups (policyCTClocksFresh).
+const policyCTClocksStale = 5 * time.Minute
 
 // noteSeen restarts slot i's idle clock (born) at now when a lookup found it
 // since the last GC round (ref's SEEN, which it clears, setting ROUND), and at

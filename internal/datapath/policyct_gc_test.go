@@ -294,8 +294,8 @@ func TestPolicyCTHeld(t *testing.T) {
 }
 
 // The clocks are fresh while the header's last round is less than
-// PolicyCTTimeoutTCPUnseen ago: never walked, too long ago and a time ahead of now
-// (a header written in another boot's clock) are not.
+// policyCTClocksStale ago, or a little ahead (another agent's round stored
+// later): never walked, too long ago and far ahead are not.
 func TestPolicyCTClocksFresh(t *testing.T) {
 	now := policyCTUnits(10 * time.Hour)
 	for _, c := range []struct {
@@ -305,10 +305,12 @@ func TestPolicyCTClocksFresh(t *testing.T) {
 	}{
 		{"never walked", 0, false},
 		{"walked this round's unit", now, true},
-		{"walked 50 s ago", now - policyCTUnits(50*time.Second), true},
-		{"walked 70 s ago", now - policyCTUnits(70*time.Second), false},
+		{"walked 70 s ago (rounds slowed down)", now - policyCTUnits(70*time.Second), true},
+		{"walked 4 min ago", now - policyCTUnits(4*time.Minute), true},
+		{"walked 6 min ago", now - policyCTUnits(6*time.Minute), false},
 		{"walked an hour ago", now - policyCTUnits(time.Hour), false},
-		{"a time ahead of now", now + 5, false},
+		{"two units ahead (another agent's round)", now + 2, true},
+		{"far ahead", now + 5, false},
 	} {
 		if got := policyCTClocksFresh(c.last, now); got != c.want {
 			t.Errorf("%s: fresh %v, want %v", c.name, got, c.want)
