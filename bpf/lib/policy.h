@@ -179,7 +179,7 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 		return (t->flags & incomplete) ? DROP_POLICY_MAP_FULL : DROP_POLICY_DENIED;
 	/* Allowed (or this direction is open): track it, and its replies; a new
 	 * entry only within its payer's budget. */
-	opened = policy_ct_opener(bit, dir, t->from_pod, t->syn || t->proto != IPPROTO_TCP);
+	opened = policy_ct_opener(bit, dir, t->from_pod);
 	if (!v && policy_ct_over_budget(opened ? t->saddr : local))
 		return DROP_POLICY_CT_BUDGET;
 	fresh = t->syn && fresh_also != POLICY_CT_MERGE;

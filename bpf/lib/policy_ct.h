@@ -42,21 +42,20 @@ static __always_inline __u32 policy_ct_key_of(struct policy_ct_key *k, const str
 
 /*
  * policy_ct_opener is the opener's bit (enum policy_ct_ends) of an entry the
- * check of direction dir at the local end bit writes for a packet that opens
- * a connection (opens: a TCP SYN, any packet of another protocol, which has no
- * opening one), when the packet's sender is a pod of this node whose source
- * address myelin_from_pod checked: the local end at its egress check, the
- * sender at an ingress check of what BPF delivers from a pod (from_pod). 0
- * otherwise: a TCP segment that writes an entry again (after an eviction, an
- * idle deletion, a purge) may be the other end's reply; another node's pod,
- * the node's own stack and the world are not vouched for (what arrives from
- * the uplink or the overlay may carry any source address in native routing);
- * nor is anything with source_verify off. Such an entry is counted against
- * its local ends.
+ * check of direction dir at the local end bit writes, when the packet's sender
+ * is a pod of this node whose source address myelin_from_pod checked: the
+ * local end at its egress check, the sender at an ingress check of what BPF
+ * delivers from a pod (from_pod). Any packet that writes the entry names its
+ * sender (a SYN, a first datagram, a bare segment of a flood: whoever makes the
+ * entry pays for it; the other end's packet that writes it again after an
+ * eviction names that end). 0 for any other sender (another node's pod, the
+ * node's own stack, the world: what arrives from the uplink or the overlay
+ * may carry any source address in native routing), and with source_verify
+ * off: such an entry is counted against its local ends.
  */
-static __always_inline __u32 policy_ct_opener(__u32 bit, __u8 dir, __u8 from_pod, int opens)
+static __always_inline __u32 policy_ct_opener(__u32 bit, __u8 dir, __u8 from_pod)
 {
-	if (!source_verify || !opens)
+	if (!source_verify)
 		return 0;
 	if (dir != POLICY_DIR_EGRESS) {
 		if (!from_pod)
@@ -481,8 +480,8 @@ static __always_inline void policy_tx_commit(struct ipv4_info *info)
 	if (info->proto != IPPROTO_TCP)
 		ce.fin_lo = policy_ct_now();
 	/* The SYN (or first datagram) of a pod of this node, from its egress check. */
-	ce.ends |= policy_ct_opener(policy_ct_key_of(&k, &t, POLICY_DIR_EGRESS), POLICY_DIR_EGRESS,
-				    0, 1);
+	ce.ends |=
+		policy_ct_opener(policy_ct_key_of(&k, &t, POLICY_DIR_EGRESS), POLICY_DIR_EGRESS, 0);
 	policy_ct_put(&k, &ce);
 	info->policy_tx_fresh = 0;
 }

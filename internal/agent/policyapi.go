@@ -44,7 +44,7 @@ func (p *policyLoop) budgetProblems() map[netip.Addr]string {
 	}
 	out := make(map[netip.Addr]string, len(over.PolicyCT))
 	for ip, n := range over.PolicyCT {
-		out[ip] = fmt.Sprintf("held %d tracked connections, over policy-ct-pod-max %d: its new connections are dropped (DROP_POLICY_CT_BUDGET) until it holds fewer (a connection counts against the pod of this node that opened it, else against the pods that accepted it)",
+		out[ip] = fmt.Sprintf("held %d tracked connections, over policy-ct-pod-max %d: its new connections are dropped (DROP_POLICY_CT_BUDGET) until it holds fewer (a connection counts against the pod of this node that sent the packet that made its entry, else against the pods that accepted it)",
 			n, over.PolicyCTMax)
 	}
 	return out

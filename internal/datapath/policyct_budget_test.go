@@ -187,11 +187,10 @@ func TestPrivilegedBPFPolicyCTBudgetOpenerPays(t *testing.T) {
 	})
 }
 
-// An entry names its opener only for a packet that opens the connection, sent by
-// a pod of this node whose source was checked: pod A's SYN into B, which BPF
-// delivers, names A; A's segment that writes the entry again after it was
-// deleted names no one (it might be a reply: the pod it reached would pay for a
-// connection it did not open), nor does A's SYN with source verification off.
+// An entry names the sender of the packet that wrote it when that is a pod of this
+// node whose source was checked: pod A's SYN into B, which BPF delivers, names A,
+// and so does a bare ACK of A's (a flood of such segments pays like one of SYNs);
+// with source verification off no one is named.
 func TestPrivilegedBPFPolicyCTOpener(t *testing.T) {
 	requirePrivileged(t)
 	st := &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
@@ -209,7 +208,7 @@ func TestPrivilegedBPFPolicyCTOpener(t *testing.T) {
 		opened   bool
 	}{
 		{"A's SYN: A opened it", false, tcpSYN, true},
-		{"A's ACK writing the entry again: no opener", false, tcpACK, false},
+		{"A's bare ACK: A wrote it", false, tcpACK, true},
 		{"A's SYN, source verification off: no opener", true, tcpSYN, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -102,11 +102,11 @@ func policyCTClocksFresh(last, now uint32) bool {
 	if last == 0 {
 		return false
 	}
-	ago := int32(now - last)
-	if ago < 0 {
-		return -ago <= policyCTAheadMax
+	if ahead := last - now; ahead <= policyCTAheadMax {
+		return true
 	}
-	return time.Duration(uint64(ago)<<policyCTTimeShift) < policyCTClocksStale
+	ago := int32(now - last)
+	return ago > 0 && time.Duration(uint64(ago)<<policyCTTimeShift) < policyCTClocksStale
 }
 
 // policyCTClocksStale is how long after the last round that kept the idle clocks

@@ -310,7 +310,8 @@ func TestPolicyCTClocksFresh(t *testing.T) {
 		{"walked 6 min ago", now - policyCTUnits(6*time.Minute), false},
 		{"walked an hour ago", now - policyCTUnits(time.Hour), false},
 		{"two units ahead (another agent's round)", now + 2, true},
-		{"far ahead", now + 5, false},
+		{"three units ahead", now + 3, false},
+		{"half the clock's range ahead", now + 1<<31, false},
 	} {
 		if got := policyCTClocksFresh(c.last, now); got != c.want {
 			t.Errorf("%s: fresh %v, want %v", c.name, got, c.want)
