@@ -118,7 +118,8 @@ const policyCTClocksStale = 5 * time.Minute
 // noteSeen restarts slot i's idle clock (born) at now when a lookup found it
 // since the last GC round (ref's SEEN, which it clears, setting ROUND), and at
 // a round whose table's clocks are not fresh (first: policyCTClocksFresh;
-// ROUND then only for a slot in use). A lookup that marks the slot meanwhile wins: the next round sees it.
+// ROUND then only for a slot in use). A lookup that marks the slot meanwhile
+// wins: the next round sees it.
 func (t *policyCTTable) noteSeen(i int, now uint32, first bool) {
 	s := t.slot(i)
 	ref := atomic.LoadUint32(&s.Ref)
