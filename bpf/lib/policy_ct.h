@@ -479,7 +479,7 @@ static __always_inline void policy_tx_commit(struct ipv4_info *info)
 		return;
 	if (info->proto != IPPROTO_TCP)
 		ce.fin_lo = policy_ct_now();
-	/* The SYN (or first datagram) of a pod of this node, from its egress check. */
+	/* A SYN of a pod of this node, which its egress check saw: the pod opened it. */
 	ce.ends |=
 		policy_ct_opener(policy_ct_key_of(&k, &t, POLICY_DIR_EGRESS), POLICY_DIR_EGRESS, 0);
 	policy_ct_put(&k, &ce);

@@ -158,7 +158,7 @@ func TestPrivilegedBPFPolicyCTBudgetOpenerPays(t *testing.T) {
 		p := synAB(sport)
 		c, dir := progCase{name: name, in: p.build(), ctx: ctxPodA, verdict: tcActRedirect, out: delivered(p), reason: "FORWARDED"}, "from-pod"
 		if !ok { // B's ingress check drops it
-			c, dir = progCase{name: name, in: p.build(), ctx: ctxPodA, verdict: tcActShot, reason: "DROP_POLICY_CT_BUDGET"}, "to-pod"
+			c.verdict, c.out, c.reason, dir = tcActShot, nil, "DROP_POLICY_CT_BUDGET", "to-pod"
 		}
 		return policyStep{policyRow: policyRow{prog: fromPod, counterDir: dir, progCase: c}}
 	}
@@ -195,9 +195,9 @@ func TestPrivilegedBPFPolicyCTOpener(t *testing.T) {
 	requirePrivileged(t)
 	st := &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
 		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {tcpPort(8080)}}}
-	seg := func(sport uint16, flags uint8) policyRow {
+	seg := func(prog *ebpf.Program, sport uint16, flags uint8) policyRow {
 		p := ipv4(protoTCP, podA, podBIP).withSrc(podA, sport).withDst(podBIP, 8080).withTCPFlags(flags)
-		return policyRow{seed: st, prog: nil, counterDir: "from-pod", progCase: progCase{
+		return policyRow{seed: st, prog: prog, counterDir: "from-pod", progCase: progCase{
 			name: "A's segment into B, BPF delivers it", in: p.build(), ctx: ctxPodA,
 			verdict: tcActRedirect, out: delivered(p), reason: "FORWARDED"}}
 	}
@@ -213,9 +213,7 @@ func TestPrivilegedBPFPolicyCTOpener(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, NodeIP: testNodeIP, NoSourceVerification: c.noVerify})
-			row := seg(7101, c.flags)
-			row.prog = d.objs.MyelinFromPod
-			runPolicyRows(t, d, []policyRow{row})
+			runPolicyRows(t, d, []policyRow{seg(d.objs.MyelinFromPod, 7101, c.flags)})
 			_, v, bBit := policyCTOnly(t, d, podBIP)
 			want := bBit
 			if c.opened {
