@@ -139,11 +139,16 @@ struct policy_ct_entry {
  * since the agent's last GC round, which clears it, sets ROUND (the connection
  * carried traffic after its write) and moves born on to that round's time
  * (datapath.GCPolicyCT, which deletes a TCP entry idle past its timeout).
+ * RESET: the agent's last GC round found the entry marked reset (enum
+ * policy_ct_closing); a round that finds it still marked a grace period later
+ * deletes it. Only the agent sets it, in the table, so a restarted agent goes
+ * on where the last one stopped.
  */
 enum policy_ct_ref {
 	POLICY_CT_REF_IN_USE = 1,
 	POLICY_CT_REF_SEEN = 2,
 	POLICY_CT_REF_ROUND = 4,
+	POLICY_CT_REF_RESET = 8,
 };
 
 /*

@@ -186,9 +186,6 @@ type Datapath struct {
 	policyMu sync.Mutex
 	// policyCTSeed hashes myelin_policy_ct's buckets (policyct_table.go).
 	policyCTSeed uint64
-	// policyCTResets are the TCP entries GCPolicyCT found marked reset at its
-	// last round (its own: the GC loop's goroutine only).
-	policyCTResets map[myelinPolicyCtKey]bool
 	// policyCTStuck are the slots GCPolicyCT found in a write (odd count) at
 	// its last round, with that count: one still at it now lost its writer.
 	policyCTStuck map[int]uint32

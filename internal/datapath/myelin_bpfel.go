@@ -405,6 +405,7 @@ const (
 	myelinPolicyCtRefPOLICY_CT_REF_IN_USE myelinPolicyCtRef = 1
 	myelinPolicyCtRefPOLICY_CT_REF_SEEN   myelinPolicyCtRef = 2
 	myelinPolicyCtRefPOLICY_CT_REF_ROUND  myelinPolicyCtRef = 4
+	myelinPolicyCtRefPOLICY_CT_REF_RESET  myelinPolicyCtRef = 8
 )
 
 type myelinPolicyCtSlot struct {

@@ -34,6 +34,7 @@ const (
 	policyCTRefInUse = uint32(myelinPolicyCtRefPOLICY_CT_REF_IN_USE)
 	policyCTRefSeen  = uint32(myelinPolicyCtRefPOLICY_CT_REF_SEEN)
 	policyCTRefRound = uint32(myelinPolicyCtRefPOLICY_CT_REF_ROUND)
+	policyCTRefReset = uint32(myelinPolicyCtRefPOLICY_CT_REF_RESET)
 )
 
 // policyCTTimeShift is the datapath's unit of a non-TCP entry's last seen
@@ -89,7 +90,7 @@ func policyCTIdleTCP(k myelinPolicyCtKey, ref, born, now uint32) bool {
 
 // policyCTClocksFresh says whether a GC round at now (policyCTUnits) may go on
 // with the slots' idle clocks as they are: the table's header says a GC round
-// that keeps them (this kind: noteSeen) walked it last less than
+// that keeps them (this kind: noteRound) walked it last less than
 // policyCTClocksStale ago (or up to policyCTAheadMax ahead: another agent's round
 // that read its clock later and stored first). Otherwise the round restarts
 // every clock: a table no such round walked (programs before 2026-12-05 marked
@@ -115,23 +116,29 @@ func policyCTClocksFresh(last, now uint32) bool {
 // upgrades again, whose older programs mark no lookups (policyCTClocksFresh).
 const policyCTClocksStale = 5 * time.Minute
 
-// noteSeen restarts slot i's idle clock (born) at now when a lookup found it
-// since the last GC round (ref's SEEN, which it clears, setting ROUND), and at
-// a round whose table's clocks are not fresh (first: policyCTClocksFresh;
-// ROUND then only for a slot in use). A lookup that marks the slot meanwhile
-// wins: the next round sees it.
-func (t *policyCTTable) noteSeen(i int, now uint32, first bool) {
+// noteRound notes GC round at now on slot i's ref. It restarts the slot's idle
+// clock (born) at now when a lookup found it since the last round (SEEN, which
+// it clears, setting ROUND), and at a round whose table's clocks are not fresh
+// (first: policyCTClocksFresh; ROUND then only for a slot in use). RESET says
+// whether the entry is marked reset now (reset). A lookup that marks the slot
+// meanwhile wins: the next round sees it (a lost RESET only delays a deletion
+// by a round).
+func (t *policyCTTable) noteRound(i int, now uint32, first, reset bool) {
 	s := t.slot(i)
 	ref := atomic.LoadUint32(&s.Ref)
 	seen := ref&policyCTRefSeen != 0
-	if !seen && !first {
-		return
-	}
-	next := ref &^ policyCTRefSeen
-	if seen || ref&policyCTRefInUse != 0 {
+	next := ref &^ (policyCTRefSeen | policyCTRefReset)
+	if seen || (first && ref&policyCTRefInUse != 0) {
 		next |= policyCTRefRound
 	}
-	if atomic.CompareAndSwapUint32(&s.Ref, ref, next) {
+	if reset {
+		next |= policyCTRefReset
+	}
+	restart := seen || first
+	if next == ref && !restart {
+		return
+	}
+	if atomic.CompareAndSwapUint32(&s.Ref, ref, next) && restart {
 		atomic.StoreUint32(&s.Born, now)
 	}
 }
@@ -143,30 +150,28 @@ func policyCTResetMarked(k myelinPolicyCtKey, v myelinPolicyCtEntry) bool {
 
 // GCPolicyCT deletes the myelin_policy_ct entries nothing else frees and returns how
 // many, and with a PolicyCTPodMax, lists the pods holding more entries than that in
-// myelin_policy_ct_over (policyCTBudget, budget.go). Deleted: connections of other protocols than TCP idle longer than
-// PolicyCTTimeoutOther, and TCP connections an RST ended: marked reset both at this
-// round and at the one before (a grace of one GC interval: segments still in flight
-// pass, and an RST the receiver ignored is unmarked by the connection's next
-// segment). at is a time on the MonotonicNow clock. Without it, a table full of such
-// entries made every new connection evict one, and the LRU evicts the least recently
-// used: the idle long-lived connections, whose next reply an egress-isolated server
-// may not send. A slot is emptied only if nothing wrote it since it was read
-// (policyCTTable.write); a packet's in-place refresh of its last seen between the
-// read and the deletion is lost with it (its next packet is judged again).
+// myelin_policy_ct_over (policyCTBudget, budget.go). Deleted: connections of other
+// protocols than TCP idle longer than PolicyCTTimeoutOther, TCP connections idle past
+// theirs (policyCTIdleTCP), and TCP connections an RST ended: marked reset at this
+// round and at an earlier one at least policyCTResetGrace ago (segments still in
+// flight pass, and an RST the receiver ignored is unmarked by the connection's next
+// segment). The earlier round's finding is kept in the slot (RESET of its ref), so an
+// agent that restarts goes on deleting them. at is a time on the MonotonicNow clock.
+// Without it, a table full of such entries made every new connection evict one, and
+// the LRU evicts the least recently used: the idle long-lived connections, whose next
+// reply an egress-isolated server may not send. A slot is emptied only if nothing
+// wrote it since it was read (policyCTTable.write); a packet's in-place refresh of its
+// last seen between the read and the deletion is lost with it (its next packet is
+// judged again).
 func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
-	now, marked := policyCTUnits(at), d.policyCTResets
-	// due: idle past its timeout, or marked reset at the last round and still now.
-	due := func(k myelinPolicyCtKey, v myelinPolicyCtEntry, s *myelinPolicyCtSlot) bool {
-		return policyCTIdle(k, v, now) || policyCTIdleTCP(k, atomic.LoadUint32(&s.Ref), atomic.LoadUint32(&s.Born), now) ||
-			(policyCTResetMarked(k, v) && marked[k])
-	}
-	resets := map[myelinPolicyCtKey]bool{}
+	now := policyCTUnits(at)
 	budget := d.policyCTBudget()
 	held := podCounts{}
 	stuck, wasStuck := map[int]uint32{}, d.policyCTStuck
 	removed := 0
 	err := d.withPolicyCT(func(t *policyCTTable) error {
-		first := !policyCTClocksFresh(atomic.LoadUint32(t.clocks()), now)
+		last := atomic.LoadUint32(t.clocks())
+		first, graceOver := !policyCTClocksFresh(last, now), policyCTResetGraceOver(last, now)
 		for i := range t.slots() {
 			k, v, seq, busy := t.read(i)
 			switch {
@@ -180,15 +185,15 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 				}
 			case k.Proto == 0:
 			default:
-				t.noteSeen(i, now, first)
-				if due(k, v, t.slot(i)) {
+				s, reset := t.slot(i), policyCTResetMarked(k, v)
+				noted := atomic.LoadUint32(&s.Ref)&policyCTRefReset != 0
+				t.noteRound(i, now, first, reset)
+				if policyCTIdle(k, v, now) || policyCTIdleTCP(k, atomic.LoadUint32(&s.Ref), atomic.LoadUint32(&s.Born), now) ||
+					(reset && noted && graceOver) {
 					if t.empty(i, seq) {
 						removed++
 					}
 					continue
-				}
-				if policyCTResetMarked(k, v) {
-					resets[k] = true
 				}
 				if budget.active() != 0 {
 					policyCTHeld(held, k, v)
@@ -201,8 +206,22 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	d.policyCTResets, d.policyCTStuck = resets, stuck
+	d.policyCTStuck = stuck
 	return removed, budget.sync(held)
+}
+
+// policyCTResetGrace is how long after a GC round that found a TCP entry marked
+// reset a round that finds it still marked deletes it: segments in flight pass
+// meanwhile. Less than the GC's interval (10 s), so the next round of a running
+// agent deletes it; an agent that restarts at once waits for it.
+const policyCTResetGrace = 5 * time.Second
+
+// policyCTResetGraceOver says whether a GC round at now (policyCTUnits) comes
+// policyCTResetGrace or more after the last round (the table header's last, 0:
+// none), which noted what it found marked reset (noteRound).
+func policyCTResetGraceOver(last, now uint32) bool {
+	ago := int32(now - last)
+	return last == 0 || (ago > 0 && time.Duration(uint64(ago)<<policyCTTimeShift) >= policyCTResetGrace)
 }
 
 // policyCTHeld counts entry k, v against the pod that pays for it, as the

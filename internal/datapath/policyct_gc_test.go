@@ -318,3 +318,24 @@ func TestPolicyCTClocksFresh(t *testing.T) {
 		}
 	}
 }
+
+// policyCTResetGraceOver's boundaries: a round with none before it, the grace
+// from the last round, a last round ahead of now.
+func TestPolicyCTResetGraceOver(t *testing.T) {
+	now := policyCTUnits(time.Hour)
+	for _, c := range []struct {
+		last uint32
+		want bool
+	}{
+		{0, true},
+		{now, false},
+		{now - policyCTUnits(policyCTResetGrace), false},
+		{now - policyCTUnits(policyCTResetGrace) - 1, true},
+		{now - 1000, true},
+		{now + 1, false},
+	} {
+		if got := policyCTResetGraceOver(c.last, now); got != c.want {
+			t.Errorf("policyCTResetGraceOver(last %d, now %d) = %v, want %v", c.last, now, got, c.want)
+		}
+	}
+}

@@ -443,3 +443,68 @@ func TestPrivilegedPolicyCTFirstRound(t *testing.T) {
 		t.Errorf("a round 10 min after the last: removed %d (%v), want the clocks restarted, nothing removed", n, err)
 	}
 }
+
+// An RST-ended TCP entry is deleted by the GC round that finds it still marked
+// policyCTResetGrace or more after a round found it marked, and that finding is
+// kept in the table (RESET of the slot's ref): agents restarting between the two
+// rounds, even every second, go on to delete it. Before, the finding lived in the
+// agent's memory, and an agent restarting faster than two rounds never deleted
+// one. A mark gone by the next round (the receiver ignored the RST, the
+// connection went on) keeps the entry and takes the note away.
+func TestPrivilegedPolicyCTResetAcrossRestarts(t *testing.T) {
+	requirePrivileged(t)
+	d := policyCTTableDatapath(t)
+	ct := mappedPolicyCT(t, d)
+	ended, ignored := abKey(5010, 9090), abKey(5011, 9090)
+	for _, k := range []myelinPolicyCtKey{ended, ignored} {
+		if err := policyCTPut(d, k, myelinPolicyCtEntry{Ends: policyCTEndHi, Closing: policyCTReset}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	noted := func(k myelinPolicyCtKey) (found, reset bool) {
+		i, _, _, ok := ct.find(d.policyCTSeed, k)
+		return ok, ok && ct.slot(i).Ref&policyCTRefReset != 0
+	}
+	now := MonotonicNow()
+	round := func(dp *Datapath, at time.Duration, want int, why string) {
+		t.Helper()
+		if n, err := dp.GCPolicyCT(now + at); err != nil || n != want {
+			t.Fatalf("%s: removed %d (%v), want %d", why, n, err, want)
+		}
+	}
+	round(d, 0, 0, "the first round finds both marked")
+	for _, k := range []myelinPolicyCtKey{ended, ignored} {
+		if found, reset := noted(k); !found || !reset {
+			t.Fatalf("after the first round: %v found %v, noted reset %v; want both", k, found, reset)
+		}
+	}
+	// The connection of ignored goes on: its next segment takes the mark away.
+	i, _, _, _ := ct.find(d.policyCTSeed, ignored)
+	ct.slot(i).Entry.Closing = 0
+
+	// The agent restarts every second; each restarted agent's first round comes
+	// within the grace of the last one: nothing is deleted yet.
+	for _, at := range []time.Duration{time.Second, 2 * time.Second} {
+		restarted, err := OpenPinned(d.cfg.PinDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		round(restarted, at, 0, fmt.Sprintf("a restarted agent's round %v after the first", at))
+		restarted.Close()
+	}
+	if found, reset := noted(ignored); !found || reset {
+		t.Fatalf("unmarked entry after the restarted rounds: found %v, noted reset %v; want found, not noted", found, reset)
+	}
+	restarted, err := OpenPinned(d.cfg.PinDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restarted.Close()
+	round(restarted, 2*time.Second+policyCTResetGrace+2*time.Second, 1, "a restarted agent's round past the grace")
+	if found, _ := noted(ended); found {
+		t.Error("the entry still marked reset was not the one deleted")
+	}
+	if found, _ := noted(ignored); !found {
+		t.Error("the entry whose mark went away was deleted")
+	}
+}
