@@ -157,9 +157,10 @@ func removeStale(m policyMaps, cache map[netip.Prefix]uint32, want, curEntries m
 // pods that lose or change an entry or change flags, and those of peers
 // whose identity may change (any ipcache prefix added, removed or changed
 // that covers them). Pure additions of entries only allow more: no purge.
+// A /32 removed from the ipcache is a pod gone: it pays for no entry any more.
 func policyCTPurge(st policy.State, want, curEntries map[datapath.PolicyKey][]datapath.PolicyPort,
 	curFlags map[netip.Addr]datapath.PolicyFlags, curCache map[netip.Prefix]uint32) datapath.PolicyCTPurge {
-	p := datapath.PolicyCTPurge{Endpoints: map[netip.Addr]bool{}, Peers: map[netip.Addr]bool{}}
+	p := datapath.PolicyCTPurge{Endpoints: map[netip.Addr]bool{}, Peers: map[netip.Addr]bool{}, Gone: map[netip.Addr]bool{}}
 	for k, cur := range curEntries {
 		if w, ok := want[k]; !ok || !slices.Equal(cur, w) {
 			p.Endpoints[k.Endpoint] = true
@@ -185,6 +186,9 @@ func policyCTPurge(st policy.State, want, curEntries map[datapath.PolicyKey][]da
 	for pfx, id := range curCache {
 		if w, ok := st.IPCache[pfx]; !ok || w != id {
 			changed(pfx)
+		}
+		if _, ok := st.IPCache[pfx]; !ok && pfx.Bits() == 32 {
+			p.Gone[pfx.Addr()] = true
 		}
 	}
 	for pfx := range st.IPCache {

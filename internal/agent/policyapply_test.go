@@ -250,7 +250,16 @@ func TestApplyPolicyPurgesTrackedConnections(t *testing.T) {
 	if _, err := applyPolicy(m, &purgeJournal{}, gone, nil); err != nil || len(m.purges) != 1 || !m.purges[0].Peers[podY] || m.purges[0].Endpoints[podX] {
 		t.Fatalf("peer removed: purges %v, err %v; want y's connections forgotten, x's policy unchanged", m.purges, err)
 	}
+	if want := map[netip.Addr]bool{podY: true}; !maps.Equal(m.purges[0].Gone, want) {
+		t.Errorf("peer removed: gone %v, want %v (y pays for no connection any more)", m.purges[0].Gone, want)
+	}
 	m.purges = nil
+	relabeled := serverState(map[netip.Addr]uint32{podX: 300, podZ: 305}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
+	if _, err := applyPolicy(m, &purgeJournal{}, relabeled, nil); err != nil || len(m.purges) != 1 || !m.purges[0].Peers[podZ] || len(m.purges[0].Gone) != 0 {
+		t.Fatalf("peer's identity changed: purges %v, err %v; want z's connections forgotten, z not gone", m.purges, err)
+	}
+	m.purges = nil
+	gone = relabeled
 	cidr := netip.MustParsePrefix("203.0.113.0/28")
 	gone.IPCache[cidr] = 304
 	if _, err := applyPolicy(m, &purgeJournal{}, gone, nil); err != nil || len(m.purges) != 1 || !slices.Contains(m.purges[0].Prefixes, cidr) {

@@ -34,6 +34,7 @@ type purgeFile struct {
 	Endpoints []netip.Addr   `json:"endpoints,omitempty"`
 	Peers     []netip.Addr   `json:"peers,omitempty"`
 	Prefixes  []netip.Prefix `json:"prefixes,omitempty"`
+	Gone      []netip.Addr   `json:"gone,omitempty"`
 }
 
 // purgeAll names every tracked connection: an unreadable journal may have
@@ -59,12 +60,15 @@ func (j *purgeJournal) pending() (datapath.PolicyCTPurge, error) {
 	if err != nil {
 		return purgeAll, fmt.Errorf("read the pending purge of tracked policy connections %s: %w (forgetting every tracked connection instead)", j.path, err)
 	}
-	p := datapath.PolicyCTPurge{Endpoints: map[netip.Addr]bool{}, Peers: map[netip.Addr]bool{}, Prefixes: f.Prefixes}
+	p := datapath.PolicyCTPurge{Endpoints: map[netip.Addr]bool{}, Peers: map[netip.Addr]bool{}, Prefixes: f.Prefixes, Gone: map[netip.Addr]bool{}}
 	for _, a := range f.Endpoints {
 		p.Endpoints[a] = true
 	}
 	for _, a := range f.Peers {
 		p.Peers[a] = true
+	}
+	for _, a := range f.Gone {
+		p.Gone[a] = true
 	}
 	return p, nil
 }
@@ -75,7 +79,8 @@ func (j *purgeJournal) record(p datapath.PolicyCTPurge) error {
 		return nil
 	}
 	f := purgeFile{Endpoints: slices.SortedFunc(maps.Keys(p.Endpoints), netip.Addr.Compare),
-		Peers: slices.SortedFunc(maps.Keys(p.Peers), netip.Addr.Compare), Prefixes: p.Prefixes}
+		Peers: slices.SortedFunc(maps.Keys(p.Peers), netip.Addr.Compare), Prefixes: p.Prefixes,
+		Gone: slices.SortedFunc(maps.Keys(p.Gone), netip.Addr.Compare)}
 	b, err := json.Marshal(f)
 	if err != nil {
 		return fmt.Errorf("encode the pending purge of tracked policy connections: %w", err)
@@ -116,15 +121,20 @@ func mergePurges(a, b datapath.PolicyCTPurge) datapath.PolicyCTPurge {
 	if a.Empty() {
 		return b
 	}
-	out := datapath.PolicyCTPurge{Endpoints: maps.Clone(a.Endpoints), Peers: maps.Clone(a.Peers), Prefixes: slices.Clone(a.Prefixes)}
+	out := datapath.PolicyCTPurge{Endpoints: maps.Clone(a.Endpoints), Peers: maps.Clone(a.Peers), Prefixes: slices.Clone(a.Prefixes),
+		Gone: maps.Clone(a.Gone)}
 	if out.Endpoints == nil {
 		out.Endpoints = map[netip.Addr]bool{}
 	}
 	if out.Peers == nil {
 		out.Peers = map[netip.Addr]bool{}
 	}
+	if out.Gone == nil {
+		out.Gone = map[netip.Addr]bool{}
+	}
 	maps.Copy(out.Endpoints, b.Endpoints)
 	maps.Copy(out.Peers, b.Peers)
+	maps.Copy(out.Gone, b.Gone)
 	for _, p := range b.Prefixes {
 		if !slices.Contains(out.Prefixes, p) {
 			out.Prefixes = append(out.Prefixes, p)

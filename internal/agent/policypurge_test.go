@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -76,5 +77,26 @@ func TestPolicyPurgeUnreadableJournal(t *testing.T) {
 	m.purges = nil
 	if _, err := applyPolicy(m, j, st, nil); err != nil || len(m.purges) != 0 {
 		t.Errorf("after the purge: purges %v, err %v; want none", m.purges, err)
+	}
+}
+
+// The journal keeps every part of a purge, the pods gone with it.
+func TestPolicyPurgeJournalRoundTrip(t *testing.T) {
+	j := &purgeJournal{path: filepath.Join(t.TempDir(), "policy-purge.json")}
+	want := datapath.PolicyCTPurge{Endpoints: map[netip.Addr]bool{podX: true}, Peers: map[netip.Addr]bool{podY: true},
+		Prefixes: []netip.Prefix{netip.MustParsePrefix("203.0.113.0/28")}, Gone: map[netip.Addr]bool{podY: true}}
+	if err := j.record(want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := (&purgeJournal{path: j.path}).pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(got.Endpoints, want.Endpoints) || !maps.Equal(got.Peers, want.Peers) ||
+		!slices.Equal(got.Prefixes, want.Prefixes) || !maps.Equal(got.Gone, want.Gone) {
+		t.Errorf("read back %+v, want %+v", got, want)
+	}
+	if merged := mergePurges(datapath.PolicyCTPurge{Peers: map[netip.Addr]bool{podX: true}}, got); !merged.Gone[podY] {
+		t.Errorf("merged with another purge: gone %v, want y", merged.Gone)
 	}
 }

@@ -315,25 +315,36 @@ func (d *Datapath) IPCache() (map[netip.Prefix]uint32, error) {
 // PolicyCTPurge names the tracked connections to forget: those of local
 // pods whose policy changed (Endpoints) and those with a peer whose identity
 // may have changed: its /32 was added, removed or changed in myelin_ipcache
-// (Peers), or it lies in a wider prefix that was (Prefixes).
+// (Peers), or it lies in a wider prefix that was (Prefixes). Gone are the
+// Peers whose /32 left myelin_ipcache (a pod deleted): no entry names them as
+// its opener any more.
 type PolicyCTPurge struct {
 	Endpoints map[netip.Addr]bool
 	Peers     map[netip.Addr]bool
 	Prefixes  []netip.Prefix
+	Gone      map[netip.Addr]bool
 }
 
 // Empty says there is nothing to purge.
 func (p PolicyCTPurge) Empty() bool {
-	return len(p.Endpoints) == 0 && len(p.Peers) == 0 && len(p.Prefixes) == 0
+	return len(p.Endpoints) == 0 && len(p.Peers) == 0 && len(p.Prefixes) == 0 && len(p.Gone) == 0
 }
 
 // PurgePolicyCT forgets the myelin_policy_ct entries p names (one pass
-// over the table): an entry both of whose noted ends p names is emptied, one
-// with only one of them loses that end's bit. Their next packet is judged
-// by the policy again at that end. Each slot is changed only if nothing wrote
-// it since it was read (policyCTTable.write), so a bit the datapath cleared
-// or an entry a SYN restarted is never brought back; a slot written meanwhile
-// is read and judged again. It returns how many entries it changed.
+// over the table): an entry loses the bits of the noted ends p names, and
+// their next packet is judged by the policy again at that end. An entry
+// keeps its opener (who pays for it: policyCTHeld) unless p names the opener
+// Gone, and is emptied once it holds neither an end nor an opener. So the
+// packet that tracks it again after the purge, whoever sends it (a server's
+// keepalive or push on a connection a client of this node opened), leaves the
+// opener paying for it, not that sender (lib/policy_ct.h, policy_ct_track:
+// only a SYN that starts a connection names a new opener). An entry left
+// with its opener alone allows nothing; it is written again, or deleted idle
+// (GCPolicyCT) like any connection gone quiet. Each slot is changed only if
+// nothing wrote it since it was read (policyCTTable.write), so a bit the
+// datapath cleared or an entry a SYN restarted is never brought back; a slot
+// written meanwhile is read and judged again. It returns how many entries it
+// changed.
 func (d *Datapath) PurgePolicyCT(p PolicyCTPurge) (int, error) {
 	if p.Empty() {
 		return 0, nil
@@ -375,12 +386,12 @@ func purgePolicyCTSlot(t *policyCTTable, i int, p PolicyCTPurge) (changed, ok bo
 			runtime.Gosched()
 			continue
 		}
-		gone := policyCTMatches(k, v.Ends, p)
+		gone := policyCTMatches(k, v.Ends, p) | policyCTOpenerGone(k, v.Ends, p.Gone)
 		if gone == 0 {
 			return false, true
 		}
 		if t.write(i, seq, func(s *myelinPolicyCtSlot) {
-			if s.Entry.Ends &^= gone; s.Entry.Ends&policyCTEnds == 0 {
+			if s.Entry.Ends &^= gone; s.Entry.Ends&(policyCTEnds|policyCTOpened) == 0 {
 				s.Key, s.Entry = myelinPolicyCtKey{}, myelinPolicyCtEntry{}
 			}
 		}) {
@@ -397,7 +408,20 @@ const (
 	policyCTEnds     = policyCTEndLo | policyCTEndHi
 	policyCTOpenedLo = uint32(myelinPolicyCtEndsPOLICY_CT_OPENED_LO)
 	policyCTOpenedHi = uint32(myelinPolicyCtEndsPOLICY_CT_OPENED_HI)
+	policyCTOpened   = policyCTOpenedLo | policyCTOpenedHi
 )
+
+// policyCTOpenerGone returns the opener bit of entry k (ends) when gone names
+// its address.
+func policyCTOpenerGone(k myelinPolicyCtKey, ends uint32, gone map[netip.Addr]bool) uint32 {
+	switch {
+	case ends&policyCTOpenedLo != 0 && gone[u32Addr(k.AddrLo)]:
+		return policyCTOpenedLo
+	case ends&policyCTOpenedHi != 0 && gone[u32Addr(k.AddrHi)]:
+		return policyCTOpenedHi
+	}
+	return 0
+}
 
 // policyCTMatches returns the noted ends of entry k that p names: the local
 // pod of the end is a purged endpoint, or either address is a purged peer,

@@ -5,8 +5,10 @@ import (
 	"testing"
 )
 
-// Forgetting one end of a tracked connection never brings back a bit the
-// datapath has cleared since the agent read the slot: a write with the count
+// Forgetting one end of a tracked connection drops that end's bit and keeps
+// the entry's opener, unless the opener's pod is gone; an entry with neither
+// is emptied. It never brings back a bit the datapath has cleared since the
+// agent read the slot: a write with the count
 // the agent read is refused once a program wrote the slot (a SYN of the low
 // end restarting the entry with only its own bit), and the pass then judges
 // what the slot holds now. Without such a race, only the named end's bit goes;
@@ -17,19 +19,26 @@ func TestPrivilegedPolicyCTPurgeNoStaleBit(t *testing.T) {
 	lo, hi := mustAddr("10.1.0.10"), mustAddr("10.1.0.20")
 	k := myelinPolicyCtKey{AddrLo: addrU32(lo.As4()), AddrHi: addrU32(hi.As4()), PortLo: 6001, PortHi: 8080, Proto: protoTCP}
 	purgeLo := PolicyCTPurge{Endpoints: map[netip.Addr]bool{lo: true}}
+	purgeGone := PolicyCTPurge{Peers: map[netip.Addr]bool{lo: true}, Gone: map[netip.Addr]bool{lo: true}}
 	both := policyCTEndLo | policyCTEndHi
 	for _, c := range []struct {
 		name        string
 		now         uint32 // 0: no entry
 		want        uint32 // 0: no entry
 		wantChanged bool
+		purge       PolicyCTPurge
 	}{
-		{"both ends noted, low end purged: the high end's bit stays", both, policyCTEndHi, true},
-		{"only the low end: the entry goes", policyCTEndLo, 0, true},
-		{"only the low end, which opened it: the entry goes (an opener alone tracks nothing)", policyCTEndLo | policyCTOpenedLo, 0, true},
-		{"both ends, the low one opened it: the high end's bit and the opener stay", both | policyCTOpenedLo, policyCTEndHi | policyCTOpenedLo, true},
-		{"only the high end: it stays", policyCTEndHi, policyCTEndHi, false},
-		{"gone: stays gone", 0, 0, false},
+		{"both ends noted, low end purged: the high end's bit stays", both, policyCTEndHi, true, purgeLo},
+		{"only the low end: the entry goes", policyCTEndLo, 0, true, purgeLo},
+		{"only the low end, which opened it: its opener stays (it goes on paying)", policyCTEndLo | policyCTOpenedLo, policyCTOpenedLo, true, purgeLo},
+		{"only the low end, the high one opened it: its opener stays", policyCTEndLo | policyCTOpenedHi, policyCTOpenedHi, true, purgeLo},
+		{"both ends, the low one opened it: the high end's bit and the opener stay", both | policyCTOpenedLo, policyCTEndHi | policyCTOpenedLo, true, purgeLo},
+		{"only the high end: it stays", policyCTEndHi, policyCTEndHi, false, purgeLo},
+		{"gone: stays gone", 0, 0, false, purgeLo},
+		// The low end's pod was deleted: its /32 left the ipcache.
+		{"pod gone, it opened it: the entry goes", policyCTEndLo | policyCTOpenedLo, 0, true, purgeGone},
+		{"pod gone, only its opener left: the entry goes", policyCTOpenedLo, 0, true, purgeGone},
+		{"pod gone, the high end opened it: both ends' bits go, the opener stays", both | policyCTOpenedHi, policyCTOpenedHi, true, purgeGone},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			policyCTDelete(d, k)
@@ -38,7 +47,7 @@ func TestPrivilegedPolicyCTPurgeNoStaleBit(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			n, err := d.PurgePolicyCT(purgeLo)
+			n, err := d.PurgePolicyCT(c.purge)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -3,6 +3,7 @@ package datapath
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -223,5 +224,59 @@ func TestPrivilegedBPFPolicyCTOpener(t *testing.T) {
 				t.Errorf("entry ends %#x, want %#x", v.Ends, want)
 			}
 		})
+	}
+}
+
+// A purge keeps who pays for an entry: pod A opened a connection to B, A's
+// labels change (its entries are forgotten at both ends), and B speaks first
+// on it (a push, a keepalive): B's packet tracks it again and A still pays,
+// not B. Before, the purge emptied the entry and B's packet wrote it anew
+// naming B: a pod could move the cost of its connections onto a server of its
+// node that pushes on them. Once A's pod is gone, the entry goes.
+func TestPrivilegedBPFPolicyCTPurgeKeepsOpener(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP})
+	// B takes 8080 from A; its egress is open.
+	st := &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
+		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {tcpPort(8080)}}}
+	_, push := abSegments(3003)
+	ctxB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
+	a := mustAddr(podA)
+	ends := func(want uint32, why string) func(*Datapath) error {
+		return func(d *Datapath) error {
+			_, v, err := trackedOne(d)
+			if err == nil && v.Ends != want {
+				err = fmt.Errorf("%s: entry ends %#x, want %#x", why, v.Ends, want)
+			}
+			return err
+		}
+	}
+	purge := func(p PolicyCTPurge) func(*Datapath) error {
+		return func(d *Datapath) error {
+			n, err := d.PurgePolicyCT(p)
+			if err == nil && n != 1 {
+				err = fmt.Errorf("purge changed %d entries, want 1", n)
+			}
+			return err
+		}
+	}
+	// As A's SYN into B, which BPF delivered, wrote it (TestPrivilegedBPFPolicyCTOpener).
+	opened := func(d *Datapath) error {
+		return policyCTPut(d, abKey(3003, 8080), myelinPolicyCtEntry{Ends: policyCTEndHi | policyCTOpenedLo}) // podA < podB
+	}
+	relabeled := PolicyCTPurge{Peers: map[netip.Addr]bool{a: true}}
+	first := after(verdictStep("A's labels changed: B's push is tracked again, A still pays", d.objs.MyelinFromPod, "from-pod", push, ctxB, true),
+		opened, purge(relabeled), ends(policyCTOpenedLo, "after the purge"))
+	first.seed = st
+	runPolicySteps(t, d, []policyStep{first})
+	if err := ends(policyCTEndHi|policyCTOpenedLo, "after B's push")(d); err != nil {
+		t.Error(err)
+	}
+	deleted := PolicyCTPurge{Peers: map[netip.Addr]bool{a: true}, Gone: map[netip.Addr]bool{a: true}}
+	if err := purge(deleted)(d); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(policyCTEntries(d)); n != 0 {
+		t.Errorf("A's pod gone: %d entries tracked, want none", n)
 	}
 }

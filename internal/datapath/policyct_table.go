@@ -354,7 +354,7 @@ func policyCTCarry(r MapReplacement, path string, to *ebpf.Map, seed uint64) (Ma
 	}
 	born := policyCTUnits(MonotonicNow()) // carried as new: their age is not known
 	place := func(k myelinPolicyCtKey, v myelinPolicyCtEntry) {
-		if k.Proto == 0 || v.Ends&policyCTEnds == 0 {
+		if k.Proto == 0 || v.Ends&(policyCTEnds|policyCTOpened) == 0 {
 			return
 		}
 		if t.place(seed, k, v, born) {
