@@ -164,10 +164,12 @@ __noinline int policy_ct_find_at(const struct policy_ct_key *k, struct policy_ct
 			if (!policy_ct_key_is(&s->key, k))
 				continue;
 			/* In use and seen (enum policy_ct_ref), in place like the close
-			 * state: written once per bucket eviction or GC round. */
+			 * state: written once per bucket eviction or GC round, atomically,
+			 * so the agent's bits of ref stay as the agent left them. */
 			if ((s->ref & (POLICY_CT_REF_IN_USE | POLICY_CT_REF_SEEN)) !=
 			    (POLICY_CT_REF_IN_USE | POLICY_CT_REF_SEEN))
-				s->ref |= POLICY_CT_REF_IN_USE | POLICY_CT_REF_SEEN;
+				__sync_fetch_and_or(&s->ref,
+						    POLICY_CT_REF_IN_USE | POLICY_CT_REF_SEEN);
 			if (out) {
 				*out = s->entry;
 				asm volatile("" ::: "memory"); /* the copy before the second read */
@@ -281,7 +283,7 @@ __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_
 	if (rank == 3)
 		for (int c = 0; c < 2; c++)
 			for (__u32 w = 0; w < POLICY_CT_WAYS && b[c]; w++)
-				b[c]->way[w].ref &= ~POLICY_CT_REF_IN_USE;
+				__sync_fetch_and_and(&b[c]->way[w].ref, ~POLICY_CT_REF_IN_USE);
 	/* A connection pushed out: counted (the agent's status warns of live
 	 * ones). i[0] is done with: its stack slot is the key. */
 	i[0] = rank == 3 ? POLICY_CT_STAT_EVICTED_IN_USE : POLICY_CT_STAT_EVICTED_IDLE;

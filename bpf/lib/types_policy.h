@@ -141,8 +141,9 @@ struct policy_ct_entry {
  * (datapath.GCPolicyCT, which deletes a TCP entry idle past its timeout).
  * RESET: the agent's last GC round found the entry marked reset (enum
  * policy_ct_closing); a round that finds it still marked a grace period later
- * deletes it. Only the agent sets it, in the table, so a restarted agent goes
- * on where the last one stopped.
+ * deletes it. Only the agent sets and clears it (the programs change the other
+ * bits atomically), in the table, so a restarted agent goes on where the last
+ * one stopped.
  */
 enum policy_ct_ref {
 	POLICY_CT_REF_IN_USE = 1,

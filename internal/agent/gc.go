@@ -14,8 +14,9 @@ import (
 )
 
 // gcInterval is how often the datapath's garbage is collected (idle NAT and
-// conntrack entries); it is also the grace GCPolicyCT gives a TCP connection an RST
-// ended.
+// conntrack entries); GCPolicyCT deletes a TCP connection an RST ended at the
+// round after the one that found it (datapath.policyCTResetGrace), so it is also
+// that connection's grace.
 const gcInterval = 10 * time.Second
 
 // collector runs the datapath's garbage collection from the first moment the agent

@@ -116,30 +116,45 @@ func policyCTClocksFresh(last, now uint32) bool {
 // upgrades again, whose older programs mark no lookups (policyCTClocksFresh).
 const policyCTClocksStale = 5 * time.Minute
 
-// noteRound notes GC round at now on slot i's ref. It restarts the slot's idle
-// clock (born) at now when a lookup found it since the last round (SEEN, which
-// it clears, setting ROUND), and at a round whose table's clocks are not fresh
-// (first: policyCTClocksFresh; ROUND then only for a slot in use). RESET says
-// whether the entry is marked reset now (reset). A lookup that marks the slot
-// meanwhile wins: the next round sees it (a lost RESET only delays a deletion
-// by a round).
-func (t *policyCTTable) noteRound(i int, now uint32, first, reset bool) {
+// noteRound notes GC round at now on slot i, which it read with count seq. It
+// restarts the slot's idle clock (born) at now when a lookup found it since the
+// last round (SEEN, which it clears, setting ROUND), and at a round whose
+// table's clocks are not fresh (first: policyCTClocksFresh; ROUND then only for
+// a slot in use). RESET says whether the entry is marked reset now (reset). The
+// programs only ever add IN_USE and SEEN or take IN_USE away, atomically, so a
+// compare-and-swap that lost to one is tried again; a SEEN set after it is seen
+// by the next round. A slot written whole since seq holds another entry, which
+// keeps no RESET of this one.
+func (t *policyCTTable) noteRound(i int, seq, now uint32, first, reset bool) {
 	s := t.slot(i)
-	ref := atomic.LoadUint32(&s.Ref)
-	seen := ref&policyCTRefSeen != 0
-	next := ref &^ (policyCTRefSeen | policyCTRefReset)
-	if seen || (first && ref&policyCTRefInUse != 0) {
-		next |= policyCTRefRound
+	for range policyCTTries {
+		ref := atomic.LoadUint32(&s.Ref)
+		seen := ref&policyCTRefSeen != 0
+		next := ref &^ (policyCTRefSeen | policyCTRefReset)
+		if seen || (first && ref&policyCTRefInUse != 0) {
+			next |= policyCTRefRound
+		}
+		if reset {
+			next |= policyCTRefReset
+		}
+		restart := seen || first
+		if next == ref && !restart {
+			break
+		}
+		if atomic.CompareAndSwapUint32(&s.Ref, ref, next) {
+			if restart {
+				atomic.StoreUint32(&s.Born, now)
+			}
+			break
+		}
 	}
-	if reset {
-		next |= policyCTRefReset
-	}
-	restart := seen || first
-	if next == ref && !restart {
-		return
-	}
-	if atomic.CompareAndSwapUint32(&s.Ref, ref, next) && restart {
-		atomic.StoreUint32(&s.Born, now)
+	if reset && atomic.LoadUint32(&s.Seq) != seq {
+		for range policyCTTries {
+			ref := atomic.LoadUint32(&s.Ref)
+			if ref&policyCTRefReset == 0 || atomic.CompareAndSwapUint32(&s.Ref, ref, ref&^policyCTRefReset) {
+				break
+			}
+		}
 	}
 }
 
@@ -153,9 +168,9 @@ func policyCTResetMarked(k myelinPolicyCtKey, v myelinPolicyCtEntry) bool {
 // myelin_policy_ct_over (policyCTBudget, budget.go). Deleted: connections of other
 // protocols than TCP idle longer than PolicyCTTimeoutOther, TCP connections idle past
 // theirs (policyCTIdleTCP), and TCP connections an RST ended: marked reset at this
-// round and at an earlier one at least policyCTResetGrace ago (segments still in
+// round and at the last one, at least policyCTResetGrace ago (segments still in
 // flight pass, and an RST the receiver ignored is unmarked by the connection's next
-// segment). The earlier round's finding is kept in the slot (RESET of its ref), so an
+// segment). The last round's finding is kept in the slot (RESET of its ref), so an
 // agent that restarts goes on deleting them. at is a time on the MonotonicNow clock.
 // Without it, a table full of such entries made every new connection evict one, and
 // the LRU evicts the least recently used: the idle long-lived connections, whose next
@@ -171,7 +186,10 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 	removed := 0
 	err := d.withPolicyCT(func(t *policyCTTable) error {
 		last := atomic.LoadUint32(t.clocks())
-		first, graceOver := !policyCTClocksFresh(last, now), policyCTResetGraceOver(last, now)
+		first := !policyCTClocksFresh(last, now)
+		// A RESET note counts when the last round kept them (set and cleared) and
+		// came a grace before this one.
+		notes := !first && atomic.LoadUint32(t.resets()) == last && policyCTResetGraceOver(last, now)
 		for i := range t.slots() {
 			k, v, seq, busy := t.read(i)
 			switch {
@@ -187,9 +205,9 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 			default:
 				s, reset := t.slot(i), policyCTResetMarked(k, v)
 				noted := atomic.LoadUint32(&s.Ref)&policyCTRefReset != 0
-				t.noteRound(i, now, first, reset)
+				t.noteRound(i, seq, now, first, reset)
 				if policyCTIdle(k, v, now) || policyCTIdleTCP(k, atomic.LoadUint32(&s.Ref), atomic.LoadUint32(&s.Born), now) ||
-					(reset && noted && graceOver) {
+					(reset && noted && notes) {
 					if t.empty(i, seq) {
 						removed++
 					}
@@ -200,6 +218,7 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 				}
 			}
 		}
+		atomic.StoreUint32(t.resets(), max(now, 1))
 		atomic.StoreUint32(t.clocks(), max(now, 1))
 		return nil
 	})
@@ -213,15 +232,17 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 // policyCTResetGrace is how long after a GC round that found a TCP entry marked
 // reset a round that finds it still marked deletes it: segments in flight pass
 // meanwhile. Less than the GC's interval (10 s), so the next round of a running
-// agent deletes it; an agent that restarts at once waits for it.
+// agent deletes it; a restarted agent's round that comes sooner waits for the
+// one after.
 const policyCTResetGrace = 5 * time.Second
 
-// policyCTResetGraceOver says whether a GC round at now (policyCTUnits) comes
-// policyCTResetGrace or more after the last round (the table header's last, 0:
-// none), which noted what it found marked reset (noteRound).
+// policyCTResetGraceOver says whether a GC round at now (policyCTUnits) comes at
+// least policyCTResetGrace after the last round, at last. Both are whole units
+// of a clock read later: the two times lie more than one unit less apart than
+// their units say.
 func policyCTResetGraceOver(last, now uint32) bool {
 	ago := int32(now - last)
-	return last == 0 || (ago > 0 && time.Duration(uint64(ago)<<policyCTTimeShift) >= policyCTResetGrace)
+	return ago > 1 && time.Duration(uint64(ago-1)<<policyCTTimeShift) >= policyCTResetGrace
 }
 
 // policyCTHeld counts entry k, v against the pod that pays for it, as the

@@ -45,6 +45,7 @@ func roundsRanUntil(d *Datapath, at time.Duration) error {
 	return d.withPolicyCT(func(t *policyCTTable) error {
 		if last := t.clocks(); *last != 0 {
 			*last = policyCTUnits(at - 10*time.Second)
+			*t.resets() = *last
 		}
 		return nil
 	})
@@ -319,18 +320,20 @@ func TestPolicyCTClocksFresh(t *testing.T) {
 	}
 }
 
-// policyCTResetGraceOver's boundaries: a round with none before it, the grace
-// from the last round, a last round ahead of now.
+// policyCTResetGraceOver's boundaries: the grace from the last round in whole
+// units of a clock read later, a last round ahead of now.
 func TestPolicyCTResetGraceOver(t *testing.T) {
 	now := policyCTUnits(time.Hour)
+	if policyCTUnits(policyCTResetGrace) != 4 {
+		t.Fatalf("the cases below assume a grace of 4 whole units, not %d", policyCTUnits(policyCTResetGrace))
+	}
 	for _, c := range []struct {
 		last uint32
 		want bool
 	}{
-		{0, true},
 		{now, false},
-		{now - policyCTUnits(policyCTResetGrace), false},
-		{now - policyCTUnits(policyCTResetGrace) - 1, true},
+		{now - 5, false}, // may be 4.3 s apart
+		{now - 6, true},  // at least 5.4 s apart
 		{now - 1000, true},
 		{now + 1, false},
 	} {

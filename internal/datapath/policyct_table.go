@@ -18,7 +18,8 @@ import (
 // myelin_policy_ct's layout (bpf/lib/types.h, lib/policy_ct.h): an array of
 // buckets of policyCTWays slots, and one more element, the header: its first 8
 // bytes hold the bucket hash's seed, the next 4 when a GC round that keeps the
-// slots' idle clocks walked it last (policyCTClocksFresh).
+// slots' idle clocks walked it last (policyCTClocksFresh), the next 4 when one
+// that keeps their RESET notes did (GCPolicyCT).
 const (
 	policyCTWays       = 4 // POLICY_CT_WAYS
 	policyCTSlotSize   = int(unsafe.Sizeof(myelinPolicyCtSlot{}))
@@ -120,6 +121,14 @@ func (t *policyCTTable) seed() *uint64 {
 // a table no such round walked yet.
 func (t *policyCTTable) clocks() *uint32 {
 	return (*uint32)(unsafe.Pointer(&t.mem[int(t.buckets)*policyCTBucketSize+8]))
+}
+
+// resets is the header's word that says when a GC round that keeps the slots'
+// RESET notes (sets and clears them: noteRound) walked the table last, in
+// policyCTUnits; 0 in a table no such round walked yet. Agents before
+// 2026-12-05 20:00 kept a note they did not know but never cleared it.
+func (t *policyCTTable) resets() *uint32 {
+	return (*uint32)(unsafe.Pointer(&t.mem[int(t.buckets)*policyCTBucketSize+12]))
 }
 
 // read copies slot i whole, with the count it had: busy when a writer was at

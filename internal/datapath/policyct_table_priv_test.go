@@ -507,4 +507,14 @@ func TestPrivilegedPolicyCTResetAcrossRestarts(t *testing.T) {
 	if found, _ := noted(ignored); !found {
 		t.Error("the entry whose mark went away was deleted")
 	}
+
+	// A round of an agent before RESET notes (a downgrade) kept the bit without
+	// clearing it: the next round trusts no note, notes again, and the one after
+	// deletes.
+	ct.slot(i).Entry.Closing = policyCTReset
+	at := 2*time.Second + policyCTResetGrace + 2*time.Second
+	round(restarted, at+10*time.Second, 0, "marked again: the round notes it")
+	*ct.clocks() = policyCTUnits(now + at + 20*time.Second) // the older agent's round
+	round(restarted, at+30*time.Second, 0, "after an older agent's round: its notes are not trusted")
+	round(restarted, at+40*time.Second, 1, "noted by this agent's last round: deleted")
 }
