@@ -20,6 +20,23 @@ static __always_inline const struct endpoint_info *endpoint_lookup(__u32 addr)
 }
 
 /*
+ * endpoint_vouched says whether the packet endpoint_deliver delivers (from
+ * dir) comes from a pod whose source address a node checked: one of this
+ * node's (myelin_from_pod validated it), or in tunnel mode one of another
+ * node's, which the peer rule let in only from the node owning its PodCIDR
+ * (tunnel_peer_ok: an address of the cluster CIDR passes it no other way) and
+ * which that node validated where it left the pod. Its connections' entries
+ * count against it (policy_ct_opener). Native routing's uplink vouches for
+ * nothing: any underlay host can send any pod address there.
+ */
+static __always_inline __u8 endpoint_vouched(const struct ipv4_info *info, __u8 dir)
+{
+	if (dir == DIR_FROM_POD)
+		return 1;
+	return dir == DIR_FROM_OVERLAY && cluster_cidr_mask && cluster_contains(info->saddr);
+}
+
+/*
  * endpoint_deliver routes the packet as one hop (MACs of the veth pair, TTL
  * decrement) straight into the pod's netns with bpf_redirect_peer, skipping
  * the host stack and the backlog queue. An expiring TTL goes to the stack,
@@ -39,7 +56,7 @@ static __always_inline int endpoint_deliver(struct __sk_buff *skb, struct ipv4_i
 		return verdict_pass(skb, info, dir);
 	}
 	/* BPF delivers from pods, the uplink or the overlay: node_ip is never exempt here. */
-	reason = policy_ingress(skb, info, ep, 0, 1, dir == DIR_FROM_POD);
+	reason = policy_ingress(skb, info, ep, 0, 1, endpoint_vouched(info, dir));
 	if (reason)
 		return verdict_drop(skb, info, DIR_TO_POD, reason);
 	reason = ct_reply_to_pod(skb, info);

@@ -392,10 +392,11 @@ struct {
 } myelin_snat_over SEC(".maps");
 
 /*
- * myelin_policy_ct_over: local pods holding more myelin_policy_ct entries
- * than their budget at the agent's last count (datapath.GCPolicyCT) -> that
- * count: an entry counts against the pod of this node that opened its
- * connection, or for another sender against the local pods that accepted it
+ * myelin_policy_ct_over: pods holding more myelin_policy_ct entries than
+ * their budget at the agent's last count (datapath.GCPolicyCT) -> that count:
+ * an entry counts against the pod that opened its connection when a node
+ * checked its source (a pod of this node; in tunnel mode one of another node),
+ * or for another sender against the local pods that accepted it
  * (lib/policy_ct.h, policy_ct_opener). Looked up only when a connection needs
  * a new entry (policy_ct_over_budget): one pod opening connections faster
  * than they end can't evict every other pod's, nor cut a pod of its node

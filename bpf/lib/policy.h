@@ -179,7 +179,7 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 		return (t->flags & incomplete) ? DROP_POLICY_MAP_FULL : DROP_POLICY_DENIED;
 	/* Allowed (or this direction is open): track it, and its replies; a new
 	 * entry only within its payer's budget. */
-	opened = policy_ct_opener(bit, dir, t->from_pod);
+	opened = policy_ct_opener(bit, dir, t->vouched);
 	if (!v && policy_ct_over_budget(opened ? t->saddr : local))
 		return DROP_POLICY_CT_BUDGET;
 	fresh = t->syn && fresh_also != POLICY_CT_MERGE;
@@ -195,8 +195,8 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
  * policy_ingress is the ingress check of the packet info describes, entering
  * the local pod info->daddr (ep: its endpoint entry, or NULL to look the
  * flags up): 0 to go on, or the drop reason. from_host says the host's own
- * stack sent it (only then is node_ip exempt). from_pod: the sender is a pod
- * of this node (BPF delivers it from myelin_from_pod). bpf_delivered: BPF delivers
+ * stack sent it (only then is node_ip exempt). vouched: the sender is a pod
+ * whose source address a node checked (endpoint_vouched). bpf_delivered: BPF delivers
  * the packet (endpoint_deliver), so a SYN's entry starts afresh here with no
  * lookup: the sender is a pod of another node, or a pod of this node whose
  * egress check of this same packet allowed it and left the write to this
@@ -208,7 +208,7 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
  */
 static __always_inline int policy_ingress(struct __sk_buff *skb, struct ipv4_info *info,
 					  const struct endpoint_info *ep, __u8 from_host,
-					  __u8 bpf_delivered, __u8 from_pod)
+					  __u8 bpf_delivered, __u8 vouched)
 {
 	struct policy_tuple t = {.saddr = info->saddr, .daddr = info->daddr, .proto = info->proto};
 	const struct policy_ct_entry *known = NULL;
@@ -223,7 +223,7 @@ static __always_inline int policy_ingress(struct __sk_buff *skb, struct ipv4_inf
 		return 0;
 	}
 	t.from_host = from_host;
-	t.from_pod = from_pod;
+	t.vouched = vouched;
 	policy_l4(skb, info, &t);
 	if (info->policy_rx_tracked == POLICY_RX_CLOSING)
 		known = &info->policy_ct;

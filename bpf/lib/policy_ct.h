@@ -43,22 +43,24 @@ static __always_inline __u32 policy_ct_key_of(struct policy_ct_key *k, const str
 /*
  * policy_ct_opener is the opener's bit (enum policy_ct_ends) of an entry the
  * check of direction dir at the local end bit writes, when the packet's sender
- * is a pod of this node whose source address myelin_from_pod checked: the
- * local end at its egress check, the sender at an ingress check of what BPF
- * delivers from a pod (from_pod). Any packet that writes the entry names its
- * sender (a SYN, a first datagram, a bare segment of a flood: whoever makes the
- * entry pays for it; the other end's packet that writes it again after an
- * eviction names that end). 0 for any other sender (another node's pod, the
- * node's own stack, the world: what arrives from the uplink or the overlay
- * may carry any source address in native routing), and with source_verify
- * off: such an entry is counted against its local ends.
+ * is a pod whose source address a node checked: the local end at its egress
+ * check (myelin_from_pod checked it), the sender at an ingress check of what
+ * BPF delivers from such a pod (vouched: endpoint_vouched; a pod of this node,
+ * or in tunnel mode a pod of another node, which its own node checked). Any
+ * packet that writes the entry names its sender (a SYN, a first datagram, a
+ * bare segment of a flood: whoever makes the entry pays for it; the other
+ * end's packet that writes it again after an eviction names that end). 0 for
+ * any other sender (the node's own stack, other nodes and the world, what
+ * native routing brings from the uplink, which may carry any source address;
+ * what the stack delivers), and with source_verify off: such an entry is
+ * counted against its local ends.
  */
-static __always_inline __u32 policy_ct_opener(__u32 bit, __u8 dir, __u8 from_pod)
+static __always_inline __u32 policy_ct_opener(__u32 bit, __u8 dir, __u8 vouched)
 {
 	if (!source_verify)
 		return 0;
 	if (dir != POLICY_DIR_EGRESS) {
-		if (!from_pod)
+		if (!vouched)
 			return 0;
 		bit ^= POLICY_CT_END_LO | POLICY_CT_END_HI;
 	}

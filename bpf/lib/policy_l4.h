@@ -30,7 +30,8 @@ struct policy_tuple {
 	__u8 from_host; /* sent by this host's stack: node_ip is exempt (kubelet probes) */
 	__u8 flags;	/* the local pod's enum policy_flags */
 	__u8 tcp_flags; /* TCP: the header's flags byte; 0 for other protocols */
-	__u8 from_pod;	/* ingress: BPF delivers it from a pod of this node (endpoint_deliver) */
+	__u8 vouched;	/* ingress: BPF delivers it from a pod whose source a node checked
+			   (endpoint_vouched) */
 	__u32 ack;	/* TCP: the acknowledgment number (host order) */
 	__u32 fin_end;	/* TCP FIN: the acknowledgment number that covers it (host order) */
 };

@@ -44,10 +44,37 @@ func (p *policyLoop) budgetProblems() map[netip.Addr]string {
 	}
 	out := make(map[netip.Addr]string, len(over.PolicyCT))
 	for ip, n := range over.PolicyCT {
-		out[ip] = fmt.Sprintf("held %d tracked connections, over policy-ct-pod-max %d: its new connections are dropped (DROP_POLICY_CT_BUDGET) until it holds fewer (a connection counts against the pod of this node that sent the packet that made its entry, else against the pods that accepted it)",
+		out[ip] = fmt.Sprintf("held %d tracked connections, over policy-ct-pod-max %d: its new connections are dropped (DROP_POLICY_CT_BUDGET) until it holds fewer (a connection counts against the pod that sent the packet that made its entry when a node checked that pod's source: a pod of this node, in tunnel mode also one of another node; else against the pods of this node that accepted it)",
 			n, over.PolicyCTMax)
 	}
 	return out
+}
+
+// remoteOverBudget is a problem for each listed sender that is no pod of this
+// node (in tunnel mode a pod of another node pays for the connections it opens
+// here; its endpoint is not in this view).
+func remoteOverBudget(v *policyView, overBudget map[netip.Addr]string) []string {
+	var out []string
+	for _, ip := range slices.SortedFunc(maps.Keys(overBudget), netip.Addr.Compare) {
+		if _, local := v.state.Endpoints[ip]; !local && ip.IsValid() {
+			out = append(out, overBudgetWho(v, ip)+": "+overBudget[ip])
+		}
+	}
+	return out
+}
+
+// overBudgetWho names the pod with address ip listed over its budget: a pod of
+// this node by name, one of another node by name, address and node.
+func overBudgetWho(v *policyView, ip netip.Addr) string {
+	if ep, ok := v.state.Endpoints[ip]; ok {
+		return "pod " + ep.Pod
+	}
+	for _, pod := range v.input.Pods {
+		if pod.IP == ip {
+			return fmt.Sprintf("pod %s (%s) of node %s", pod.Ref(), ip, pod.Node)
+		}
+	}
+	return "pod " + ip.String()
 }
 
 // policyStatus is the API view of one computation, with the pods over their
@@ -65,6 +92,7 @@ func policyStatus(node string, v *policyView, overBudget map[netip.Addr]string) 
 	if msg, ok := overBudget[netip.Addr{}]; ok {
 		out.Problems = append(out.Problems, msg)
 	}
+	out.Problems = append(out.Problems, remoteOverBudget(v, overBudget)...)
 	for ip, ep := range v.state.Endpoints {
 		problems := ep.Problems
 		if msg, ok := overBudget[ip]; ok {
@@ -164,10 +192,7 @@ func (p *policyLoop) fillStatus(s *api.Status) {
 	for _, ip := range slices.SortedFunc(maps.Keys(over), netip.Addr.Compare) {
 		msg, who := over[ip], "connection budget"
 		if ip.IsValid() {
-			who = "pod " + ip.String()
-			if ep, ok := v.state.Endpoints[ip]; ok {
-				who = "pod " + ep.Pod
-			}
+			who = overBudgetWho(v, ip)
 		}
 		sum.Warnings = append(sum.Warnings, who+": "+msg)
 	}

@@ -82,10 +82,12 @@ func TestPolicyStatusShowsPodsOverBudget(t *testing.T) {
 	a := policy.Pod{Namespace: "x", Name: "a", Labels: map[string]string{"pod": "a"}, IP: netip.MustParseAddr("10.244.0.10"), Node: "n1"}
 	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "deny"},
 		Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}}}
-	in := policy.Input{Node: "n1", Pods: []policy.Pod{a}, Policies: []*networkingv1.NetworkPolicy{np}}
+	// r is a pod of another node: in tunnel mode it pays for what it opens here.
+	r := policy.Pod{Namespace: "y", Name: "r", IP: netip.MustParseAddr("10.244.1.7"), Node: "n2"}
+	in := policy.Input{Node: "n1", Pods: []policy.Pod{a, r}, Policies: []*networkingv1.NetworkPolicy{np}}
 	srv := &server{cfg: Config{Node: "n1"}}
 	pl := &policyLoop{overBudget: func() (datapath.PodsOverBudget, error) {
-		return datapath.PodsOverBudget{PolicyCT: map[netip.Addr]int{a.IP: 40000, netip.MustParseAddr("10.244.0.99"): 33000},
+		return datapath.PodsOverBudget{PolicyCT: map[netip.Addr]int{a.IP: 40000, netip.MustParseAddr("10.244.0.99"): 33000, r.IP: 34000},
 			PolicyCTMax: 32768, NAT: map[netip.Addr]int{a.IP: 9000}, NATMax: 8192}, nil
 	}}
 	pl.view.Store(&policyView{input: in, state: policy.Compute(in, policy.NewIdentities()), tracer: policy.NewTracer(in)})
@@ -98,11 +100,16 @@ func TestPolicyStatusShowsPodsOverBudget(t *testing.T) {
 		len(st.Endpoints[0].Problems) != 1 || !strings.Contains(st.Endpoints[0].Problems[0], want) {
 		t.Errorf("/v1/policy = %+v %v, want x/a's problem %q", st, err, want)
 	}
+	if len(st.Problems) != 2 || !strings.HasPrefix(st.Problems[0], "pod 10.244.0.99: held 33000") ||
+		!strings.HasPrefix(st.Problems[1], "pod y/r (10.244.1.7) of node n2: held 34000") {
+		t.Errorf("/v1/policy problems = %q, want the two senders that are no pods of this node, y/r by name", st.Problems)
+	}
 	var s api.Status
 	pl.fillStatus(&s)
-	if s.Policy == nil || len(s.Policy.Warnings) != 2 || !strings.HasPrefix(s.Policy.Warnings[0], "pod x/a: "+want) ||
-		!strings.HasPrefix(s.Policy.Warnings[1], "pod 10.244.0.99: held 33000") {
-		t.Errorf("status policy = %+v, want both pods' warnings, x/a by name", s.Policy)
+	if s.Policy == nil || len(s.Policy.Warnings) != 3 || !strings.HasPrefix(s.Policy.Warnings[0], "pod x/a: "+want) ||
+		!strings.HasPrefix(s.Policy.Warnings[1], "pod 10.244.0.99: held 33000") ||
+		!strings.HasPrefix(s.Policy.Warnings[2], "pod y/r (10.244.1.7) of node n2: held 34000") {
+		t.Errorf("status policy = %+v, want the three pods' warnings, x/a and y/r by name", s.Policy)
 	}
 	pl.overBudget = func() (datapath.PodsOverBudget, error) {
 		return datapath.PodsOverBudget{}, errors.New("list pods: boom")

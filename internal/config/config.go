@@ -110,8 +110,9 @@ type Config struct {
 	// slot per tracked connection, in buckets of four.
 	PolicyCTMax int
 	// PolicyCTPodMax is policy-ct-pod-max: the most of those entries one pod may
-	// hold (an entry counts against the pod of the node that opened the
-	// connection, else against the pods that accepted it) before its new connections
+	// hold (an entry counts against the pod that opened the connection when a
+	// node validated its source, else against the local pods that accepted it;
+	// docs/policy.md) before its new connections
 	// are dropped (DROP_POLICY_CT_BUDGET); 0 is no budget, PodMaxAuto a quarter
 	// of PolicyCTMax (PolicyCTPodBudget).
 	PolicyCTPodMax int

@@ -280,3 +280,47 @@ func TestPrivilegedBPFPolicyCTPurgeKeepsOpener(t *testing.T) {
 		t.Errorf("A's pod gone: %d entries tracked, want none", n)
 	}
 }
+
+// In tunnel mode a pod of another node that floods a pod of this node pays for
+// the flood itself: the peer rule lets a cluster address in only from the node
+// owning its PodCIDR, which checked it where it left the pod, so its entries
+// name it; it is listed and its next new connection into this node is dropped,
+// while B is not listed. Native routing's uplink vouches for nothing (any
+// underlay host can send a pod's address there): the same flood counts against
+// B (TestPrivilegedBPFPolicyCTBudgetOpenerPays).
+func TestPrivilegedBPFPolicyCTBudgetTunnelOpenerPays(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, Tunnel: true, OverlayIfIndex: testOverlayIfIndex,
+		OverlayMAC: testOverlayMAC, NodeIP: mustAddr("198.51.100.1"), TunnelPort: tunnelPort, ClusterCIDR: testClusterCIDR,
+		PolicyCTPodMax: 3})
+	st := &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
+		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idRemote): {tcpPort(8080)}}}
+	fromRemote := func(name string, sport uint16, ok bool) policyStep {
+		inner := ipv4(protoTCP, remoteIP, podBIP).withSrc(remoteIP, sport).withDst(podBIP, 8080).withTCPFlags(tcpSYN).
+			withMACs(OverlayMAC(mustAddr("198.51.100.2")), testOverlayMAC)
+		c := progCase{name: name, endpoints: seedB, tunnels: seedTunnelB, in: vxlanToA("198.51.100.2", 0, inner.build()).build(),
+			verdict: tcActRedirect, out: delivered(inner), reason: "FORWARDED", countDir: "from-overlay", countLen: true}
+		if !ok { // decapsulated, then B's ingress check drops it
+			c.verdict, c.reason, c.countDir = tcActShot, "DROP_POLICY_CT_BUDGET", "to-pod"
+			c.out = inner.withMACs(mac("02:00:00:00:00:02"), mac("00:00:00:00:00:00")).build()
+		}
+		return policyStep{policyRow: policyRow{prog: d.objs.MyelinFromNetdev, counterDir: "from-netdev", progCase: c}}
+	}
+	opener := func(d *Datapath) error {
+		_, v, err := trackedOne(d)
+		if want := policyCTEndLo | policyCTOpenedHi; err == nil && v.Ends != want { // podB 10.1.0.20 < remote 10.2.0.33
+			err = fmt.Errorf("the remote pod's entry: ends %#x, want %#x (B accepted it, the remote pod opened it)", v.Ends, want)
+		}
+		return err
+	}
+	first := fromRemote("the remote pod's SYN into B, decapsulated and delivered (tracked)", 7001, true)
+	first.seed = st
+	runPolicySteps(t, d, []policyStep{
+		first,
+		after(fromRemote("its second", 7002, true), opener),
+		fromRemote("its third", 7003, true),
+		fromRemote("its fourth: not yet counted, tracked", 7004, true),
+		after(fromRemote("counted against the remote pod (4 > 3), not B: its next SYN into B is dropped", 7005, false),
+			gcPolicyCTAt(0, 0), overListed(map[string]uint32{remoteIP: 4})),
+	})
+}

@@ -247,11 +247,11 @@ func policyCTResetGraceOver(last, now uint32) bool {
 
 // policyCTHeld counts entry k, v against the pod that pays for it, as the
 // datapath asks when it writes one (lib/policy_ct.h, policy_ct_opener): the end
-// the entry names as its opener (a pod of this node whose source the datapath
-// checked), else each end whose bit it carries (the pods of this node that
-// accepted the connection; policy_ct_key_of: the lo bit is addr_lo's). So a pod
-// that floods another pod of its node its policy admits fills its own budget,
-// not the target's.
+// the entry names as its opener (a pod whose source a node checked: one of this
+// node, in tunnel mode one of another node), else each end whose bit it carries
+// (the pods of this node that accepted the connection; policy_ct_key_of: the lo
+// bit is addr_lo's). So a pod that floods a pod of this node its policy admits
+// fills its own budget, not the target's.
 func policyCTHeld(h podCounts, k myelinPolicyCtKey, v myelinPolicyCtEntry) {
 	switch {
 	case v.Ends&policyCTOpenedLo != 0:
