@@ -316,8 +316,8 @@ func (d *Datapath) IPCache() (map[netip.Prefix]uint32, error) {
 // pods whose policy changed (Endpoints) and those with a peer whose identity
 // may have changed: its /32 was added, removed or changed in myelin_ipcache
 // (Peers), or it lies in a wider prefix that was (Prefixes). Gone are the
-// Peers whose /32 left myelin_ipcache (a pod deleted): no entry names them as
-// its opener any more.
+// Peers whose /32 left myelin_ipcache (a pod deleted): an entry with an end at
+// one of them is emptied, opener and all, as nobody sends on it any more.
 type PolicyCTPurge struct {
 	Endpoints map[netip.Addr]bool
 	Peers     map[netip.Addr]bool
@@ -333,26 +333,26 @@ func (p PolicyCTPurge) Empty() bool {
 // PurgePolicyCT forgets the myelin_policy_ct entries p names (one pass
 // over the table): an entry loses the bits of the noted ends p names, and
 // their next packet is judged by the policy again at that end. An entry
-// keeps its opener (who pays for it: policyCTHeld) unless p names the opener
-// Gone, and is emptied once it holds neither an end nor an opener. So the
-// packet that tracks it again after the purge, whoever sends it (a server's
-// keepalive or push on a connection a client of this node opened), leaves the
-// opener paying for it, not that sender (lib/policy_ct.h, policy_ct_track:
-// only a SYN that starts a connection names a new opener). An entry left
-// with its opener alone allows nothing; it is written again, or deleted idle
-// (GCPolicyCT) like any connection gone quiet. Each slot is changed only if
-// nothing wrote it since it was read (policyCTTable.write), so a bit the
-// datapath cleared or an entry a SYN restarted is never brought back; a slot
-// written meanwhile is read and judged again. It returns how many entries it
-// changed.
+// left without an end's bit keeps its opener (who pays for it: policyCTHeld)
+// for PolicyCTTimeoutOpenerOnly, so the packet the policy allows that tracks
+// it again meanwhile, whoever sends it (a server's push or keepalive on a
+// connection a client of this node opened), leaves the opener paying for it,
+// not that sender (lib/policy_ct.h, policy_ct_track: only a SYN that starts
+// a connection names a new opener); such an entry allows nothing. An entry
+// with an end p names Gone (its pod deleted: nobody sends on it any more), or
+// left with neither an end nor an opener, is emptied. Each slot is changed
+// only if nothing wrote it since it was read (policyCTTable.write), so a bit
+// the datapath cleared or an entry a SYN restarted is never brought back; a
+// slot written meanwhile is read and judged again. It returns how many
+// entries it changed.
 func (d *Datapath) PurgePolicyCT(p PolicyCTPurge) (int, error) {
 	if p.Empty() {
 		return 0, nil
 	}
-	n, stuck := 0, 0
+	n, stuck, now := 0, 0, policyCTUnits(MonotonicNow())
 	err := d.withPolicyCT(func(t *policyCTTable) error {
 		for i := range t.slots() {
-			changed, ok := purgePolicyCTSlot(t, i, p)
+			changed, ok := purgePolicyCTSlot(t, i, p, now)
 			if !ok {
 				stuck++
 			}
@@ -379,22 +379,21 @@ const policyCTTries = 1000
 // purgePolicyCTSlot drops the ends of slot i that p names, reading it again
 // while programs write it; ok is false for a slot that stayed in a write
 // (passed over: the rest of the pass goes on).
-func purgePolicyCTSlot(t *policyCTTable, i int, p PolicyCTPurge) (changed, ok bool) {
+func purgePolicyCTSlot(t *policyCTTable, i int, p PolicyCTPurge, now uint32) (changed, ok bool) {
 	for range policyCTTries {
 		k, v, seq, busy := t.read(i)
 		if busy {
 			runtime.Gosched()
 			continue
 		}
-		gone := policyCTMatches(k, v.Ends, p) | policyCTOpenerGone(k, v.Ends, p.Gone)
+		gone := policyCTMatches(k, v.Ends, p)
+		if p.Gone[u32Addr(k.AddrLo)] || p.Gone[u32Addr(k.AddrHi)] {
+			gone = policyCTEnds | policyCTOpened
+		}
 		if gone == 0 {
 			return false, true
 		}
-		if t.write(i, seq, func(s *myelinPolicyCtSlot) {
-			if s.Entry.Ends &^= gone; s.Entry.Ends&(policyCTEnds|policyCTOpened) == 0 {
-				s.Key, s.Entry = myelinPolicyCtKey{}, myelinPolicyCtEntry{}
-			}
-		}) {
+		if t.write(i, seq, func(s *myelinPolicyCtSlot) { policyCTStrip(s, gone, now) }) {
 			return true, true
 		}
 	}
@@ -410,18 +409,6 @@ const (
 	policyCTOpenedHi = uint32(myelinPolicyCtEndsPOLICY_CT_OPENED_HI)
 	policyCTOpened   = policyCTOpenedLo | policyCTOpenedHi
 )
-
-// policyCTOpenerGone returns the opener bit of entry k (ends) when gone names
-// its address.
-func policyCTOpenerGone(k myelinPolicyCtKey, ends uint32, gone map[netip.Addr]bool) uint32 {
-	switch {
-	case ends&policyCTOpenedLo != 0 && gone[u32Addr(k.AddrLo)]:
-		return policyCTOpenedLo
-	case ends&policyCTOpenedHi != 0 && gone[u32Addr(k.AddrHi)]:
-		return policyCTOpenedHi
-	}
-	return 0
-}
 
 // policyCTMatches returns the noted ends of entry k that p names: the local
 // pod of the end is a purged endpoint, or either address is a purged peer,

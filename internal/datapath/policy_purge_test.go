@@ -6,7 +6,7 @@ import (
 )
 
 // Forgetting one end of a tracked connection drops that end's bit and keeps
-// the entry's opener, unless the opener's pod is gone; an entry with neither
+// the entry's opener; an entry with neither, or with an end whose pod is gone,
 // is emptied. It never brings back a bit the datapath has cleared since the
 // agent read the slot: a write with the count
 // the agent read is refused once a program wrote the slot (a SYN of the low
@@ -35,10 +35,11 @@ func TestPrivilegedPolicyCTPurgeNoStaleBit(t *testing.T) {
 		{"both ends, the low one opened it: the high end's bit and the opener stay", both | policyCTOpenedLo, policyCTEndHi | policyCTOpenedLo, true, purgeLo},
 		{"only the high end: it stays", policyCTEndHi, policyCTEndHi, false, purgeLo},
 		{"gone: stays gone", 0, 0, false, purgeLo},
-		// The low end's pod was deleted: its /32 left the ipcache.
+		// The low end's pod was deleted: its /32 left the ipcache. Nobody sends on
+		// its connections any more: their entries go, opener and all.
 		{"pod gone, it opened it: the entry goes", policyCTEndLo | policyCTOpenedLo, 0, true, purgeGone},
 		{"pod gone, only its opener left: the entry goes", policyCTOpenedLo, 0, true, purgeGone},
-		{"pod gone, the high end opened it: both ends' bits go, the opener stays", both | policyCTOpenedHi, policyCTOpenedHi, true, purgeGone},
+		{"pod gone, the other end opened it: the entry goes", both | policyCTOpenedHi, 0, true, purgeGone},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			policyCTDelete(d, k)

@@ -239,7 +239,7 @@ func TestPrivilegedBPFPolicyCTPurgeKeepsOpener(t *testing.T) {
 	// B takes 8080 from A; its egress is open.
 	st := &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
 		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {tcpPort(8080)}}}
-	_, push := abSegments(3003)
+	seg, push := abSegments(3003)
 	ctxB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
 	a := mustAddr(podA)
 	ends := func(want uint32, why string) func(*Datapath) error {
@@ -265,10 +265,18 @@ func TestPrivilegedBPFPolicyCTPurgeKeepsOpener(t *testing.T) {
 		return policyCTPut(d, abKey(3003, 8080), myelinPolicyCtEntry{Ends: policyCTEndHi | policyCTOpenedLo}) // podA < podB
 	}
 	relabeled := PolicyCTPurge{Peers: map[netip.Addr]bool{a: true}}
-	first := after(verdictStep("A's labels changed: B's push is tracked again, A still pays", d.objs.MyelinFromPod, "from-pod", push, ctxB, true),
-		opened, purge(relabeled), ends(policyCTOpenedLo, "after the purge"))
+	denyA := func(d *Datapath) error {
+		return seedPolicyKeepingCT(d, policyState{flags: st.flags})
+	}
+	allowA := func(d *Datapath) error { return seedPolicyKeepingCT(d, *st) }
+	first := after(verdictStep("A's labels changed and B no longer admits A: A's segment is denied, the entry allows nothing", d.objs.MyelinToPod, "to-pod", seg, nil, false),
+		opened, purge(relabeled), ends(policyCTOpenedLo, "after the purge"), denyA)
 	first.seed = st
-	runPolicySteps(t, d, []policyStep{first})
+	runPolicySteps(t, d, []policyStep{
+		first,
+		after(verdictStep("B admits A again: B's push is tracked again, A still pays", d.objs.MyelinFromPod, "from-pod", push, ctxB, true),
+			ends(policyCTOpenedLo, "after the denied segment"), allowA),
+	})
 	if err := ends(policyCTEndHi|policyCTOpenedLo, "after B's push")(d); err != nil {
 		t.Error(err)
 	}

@@ -29,6 +29,29 @@ const (
 	PolicyCTTimeoutTCPUnseen = 60 * time.Second
 )
 
+// PolicyCTTimeoutOpenerOnly is how long an entry that no end's bit is left in
+// keeps its opener (who pays for it: policyCTHeld) after the purge or the RST
+// that took the ends away (PurgePolicyCT; GCPolicyCT). It allows nothing; a
+// packet the policy allows meanwhile tracks the connection again with the same
+// opener (a server's push on a client's connection does not make the server
+// pay), and packets the policy denies don't keep it.
+const PolicyCTTimeoutOpenerOnly = 60 * time.Second
+
+// policyCTOpenerOnly says whether entry v holds its opener and no end's bit.
+func policyCTOpenerOnly(v myelinPolicyCtEntry) bool {
+	return v.Ends&policyCTEnds == 0 && v.Ends&policyCTOpened != 0
+}
+
+// policyCTOpenerOnlyIdle says whether entry v, with born as its slot holds it,
+// is an opener-only entry older than PolicyCTTimeoutOpenerOnly at now
+// (policyCTUnits). born is when the ends went (or the carry's time), and the
+// GC does not move it on for such an entry: a lookup by a denied packet marks
+// the slot seen.
+func policyCTOpenerOnlyIdle(v myelinPolicyCtEntry, born, now uint32) bool {
+	return policyCTOpenerOnly(v) && int32(now-born) > 0 &&
+		time.Duration(uint64(now-born)<<policyCTTimeShift) > PolicyCTTimeoutOpenerOnly
+}
+
 // The bits of a slot's ref (enum policy_ct_ref).
 const (
 	policyCTRefInUse = uint32(myelinPolicyCtRefPOLICY_CT_REF_IN_USE)
@@ -116,17 +139,18 @@ func policyCTClocksFresh(last, now uint32) bool {
 // upgrades again, whose older programs mark no lookups (policyCTClocksFresh).
 const policyCTClocksStale = 5 * time.Minute
 
-// noteRound notes GC round at now on slot i, which it read with count seq. It
-// restarts the slot's idle clock (born) at now when a lookup found it since the
-// last round (SEEN, which it clears, setting ROUND), and at a round whose
-// table's clocks are not fresh (first: policyCTClocksFresh; ROUND then only for
-// a slot in use). RESET says whether the entry is marked reset now (reset). The
+// noteRound notes GC round at now on slot i, which it read with count seq and
+// entry k, v. It restarts the slot's idle clock (born) at now when a lookup
+// found it since the last round (SEEN, which it clears, setting ROUND), and at a
+// round whose table's clocks are not fresh (first: policyCTClocksFresh; ROUND
+// then only for a slot in use); never for an opener-only entry, whose born is
+// when its ends went. RESET says whether the entry is marked reset now. The
 // programs only ever add IN_USE and SEEN or take IN_USE away, atomically, so a
 // compare-and-swap that lost to one is tried again; a SEEN set after it is seen
 // by the next round. A slot written whole since seq holds another entry, which
 // keeps no RESET of this one.
-func (t *policyCTTable) noteRound(i int, seq, now uint32, first, reset bool) {
-	s := t.slot(i)
+func (t *policyCTTable) noteRound(i int, seq, now uint32, first bool, k myelinPolicyCtKey, v myelinPolicyCtEntry) {
+	s, reset, keep := t.slot(i), policyCTResetMarked(k, v), policyCTOpenerOnly(v)
 	for range policyCTTries {
 		ref := atomic.LoadUint32(&s.Ref)
 		seen := ref&policyCTRefSeen != 0
@@ -137,7 +161,7 @@ func (t *policyCTTable) noteRound(i int, seq, now uint32, first, reset bool) {
 		if reset {
 			next |= policyCTRefReset
 		}
-		restart := seen || first
+		restart := (seen || first) && !keep
 		if next == ref && !restart {
 			break
 		}
@@ -167,11 +191,15 @@ func policyCTResetMarked(k myelinPolicyCtKey, v myelinPolicyCtEntry) bool {
 // many, and with a PolicyCTPodMax, lists the pods holding more entries than that in
 // myelin_policy_ct_over (policyCTBudget, budget.go). Deleted: connections of other
 // protocols than TCP idle longer than PolicyCTTimeoutOther, TCP connections idle past
-// theirs (policyCTIdleTCP), and TCP connections an RST ended: marked reset at this
+// theirs (policyCTIdleTCP), entries left with their opener alone older than
+// PolicyCTTimeoutOpenerOnly, and TCP connections an RST ended: marked reset at this
 // round and at the last one, at least policyCTResetGrace ago (segments still in
 // flight pass, and an RST the receiver ignored is unmarked by the connection's next
-// segment). The last round's finding is kept in the slot (RESET of its ref), so an
-// agent that restarts goes on deleting them. at is a time on the MonotonicNow clock.
+// segment). Such a connection's entry keeps its opener alone, as after a purge
+// (policyCTStrip): an RST the receiver ignored can't move the charge for the
+// connection onto the other end when its next segment tracks it again. The last
+// round's finding is kept in the slot (RESET of its ref), so an agent that restarts
+// goes on deleting them. at is a time on the MonotonicNow clock.
 // Without it, a table full of such entries made every new connection evict one, and
 // the LRU evicts the least recently used: the idle long-lived connections, whose next
 // reply an egress-isolated server may not send. A slot is emptied only if nothing
@@ -203,12 +231,19 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 				}
 			case k.Proto == 0:
 			default:
-				s, reset := t.slot(i), policyCTResetMarked(k, v)
+				s := t.slot(i)
 				noted := atomic.LoadUint32(&s.Ref)&policyCTRefReset != 0
-				t.noteRound(i, seq, now, first, reset)
-				if policyCTIdle(k, v, now) || policyCTIdleTCP(k, atomic.LoadUint32(&s.Ref), atomic.LoadUint32(&s.Born), now) ||
-					(reset && noted && notes) {
+				t.noteRound(i, seq, now, first, k, v)
+				born := atomic.LoadUint32(&s.Born)
+				if policyCTIdle(k, v, now) || policyCTIdleTCP(k, atomic.LoadUint32(&s.Ref), born, now) ||
+					policyCTOpenerOnlyIdle(v, born, now) {
 					if t.empty(i, seq) {
+						removed++
+					}
+					continue
+				}
+				if policyCTResetMarked(k, v) && noted && notes {
+					if t.write(i, seq, func(s *myelinPolicyCtSlot) { s.Entry.Closing = 0; policyCTStrip(s, policyCTEnds, now) }) {
 						removed++
 					}
 					continue
@@ -243,6 +278,23 @@ const policyCTResetGrace = 5 * time.Second
 func policyCTResetGraceOver(last, now uint32) bool {
 	ago := int32(now - last)
 	return ago > 1 && time.Duration(uint64(ago-1)<<policyCTTimeShift) >= policyCTResetGrace
+}
+
+// policyCTStrip takes the end bits gone away from slot s at now (policyCTUnits),
+// in a write under its count (policyCTTable.write). An entry left without an
+// end's bit keeps its opener, if it has one, with the rest of the entry, for
+// PolicyCTTimeoutOpenerOnly from now (born; ref's marks and notes start over),
+// else is emptied.
+func policyCTStrip(s *myelinPolicyCtSlot, gone, now uint32) {
+	if s.Entry.Ends &^= gone; s.Entry.Ends&policyCTEnds != 0 {
+		return
+	}
+	if s.Entry.Ends&policyCTOpened == 0 {
+		s.Key, s.Entry = myelinPolicyCtKey{}, myelinPolicyCtEntry{}
+		return
+	}
+	atomic.StoreUint32(&s.Born, now)
+	atomic.StoreUint32(&s.Ref, 0)
 }
 
 // policyCTHeld counts entry k, v against the pod that pays for it, as the

@@ -518,3 +518,75 @@ func TestPrivilegedPolicyCTResetAcrossRestarts(t *testing.T) {
 	round(restarted, at+30*time.Second, 0, "after an older agent's round: its notes are not trusted")
 	round(restarted, at+40*time.Second, 1, "noted by this agent's last round: deleted")
 }
+
+// An entry left with its opener alone (after a purge, or an RST that ended its
+// connection) keeps it for PolicyCTTimeoutOpenerOnly from the moment its ends
+// went, however old the connection, so the packet that tracks it again
+// meanwhile leaves the opener paying; packets the policy denies (lookups that
+// mark the slot seen) don't keep it longer. An RST-ended entry without an
+// opener is emptied as before.
+func TestPrivilegedPolicyCTOpenerOnly(t *testing.T) {
+	requirePrivileged(t)
+	d := policyCTTableDatapath(t)
+	ct := mappedPolicyCT(t, d)
+	now := MonotonicNow()
+	put := func(k myelinPolicyCtKey, v myelinPolicyCtEntry) {
+		t.Helper()
+		if err := policyCTPut(d, k, v); err != nil {
+			t.Fatal(err)
+		}
+		i, _, _, _ := ct.find(d.policyCTSeed, k)
+		ct.slot(i).Born, ct.slot(i).Ref = policyCTUnits(now-2*time.Hour), policyCTRefRound // long-lived, in use
+	}
+	get := func(k myelinPolicyCtKey) (myelinPolicyCtEntry, bool) {
+		_, v, _, ok := ct.find(d.policyCTSeed, k)
+		return v, ok
+	}
+	round := func(at time.Duration, want int, why string) {
+		t.Helper()
+		if err := roundsRanUntil(d, now+at); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := d.GCPolicyCT(now + at); err != nil || n != want {
+			t.Fatalf("%s: removed %d (%v), want %d", why, n, err, want)
+		}
+	}
+	purged, reset, resetNoOpener := abKey(5020, 9090), abKey(5021, 9090), abKey(5022, 9090)
+	// seen marks the slots as a denied packet's lookup would.
+	seen := func() {
+		for _, k := range []myelinPolicyCtKey{purged, reset} {
+			if i, _, _, ok := ct.find(d.policyCTSeed, k); ok {
+				ct.slot(i).Ref |= policyCTRefInUse | policyCTRefSeen
+			}
+		}
+	}
+
+	// A's connection into B, two hours old; B's policy narrows.
+	put(purged, myelinPolicyCtEntry{Ends: policyCTEndHi | policyCTOpenedLo})
+	if n, err := d.PurgePolicyCT(PolicyCTPurge{Endpoints: map[netip.Addr]bool{mustAddr(podBIP): true}}); err != nil || n != 1 {
+		t.Fatalf("purge of B: changed %d (%v), want 1", n, err)
+	}
+	if v, ok := get(purged); !ok || v.Ends != policyCTOpenedLo {
+		t.Fatalf("purged entry: %+v (found %v), want its opener alone", v, ok)
+	}
+	// Two connections an RST ended, one with an opener.
+	put(reset, myelinPolicyCtEntry{Ends: policyCTEndHi | policyCTOpenedLo, Closing: policyCTReset})
+	put(resetNoOpener, myelinPolicyCtEntry{Ends: policyCTEndHi, Closing: policyCTReset})
+	round(0, 0, "the first round notes the RST marks")
+	round(10*time.Second, 2, "10 s later: the RST-ended entries lose their ends")
+	if v, ok := get(reset); !ok || v.Ends != policyCTOpenedLo || v.Closing != 0 {
+		t.Errorf("RST-ended entry with an opener: %+v (found %v), want its opener alone, no close state", v, ok)
+	}
+	if _, ok := get(resetNoOpener); ok {
+		t.Error("RST-ended entry without an opener: still there, want it emptied")
+	}
+	seen()
+	round(40*time.Second, 0, "seen by denied packets, 40 s after the purge: both kept for the opener")
+	seen()
+	round(65*time.Second, 1, "65 s after the purge, seen again: the purged entry goes")
+	if _, ok := get(purged); ok {
+		t.Error("the purged entry was not the one deleted")
+	}
+	seen()
+	round(75*time.Second, 1, "65 s after the RST's round, seen again: that entry goes too")
+}
