@@ -134,6 +134,49 @@ func TestLabMyelinPodTableFloods(t *testing.T) {
 	labDown(t)
 }
 
+// TestLabMyelinPodTableFloodsTunnel: in tunnel mode a pod of another node that
+// floods a pod of node-1 pays for the flood itself (node-1: policy-ct-max 1024,
+// policy-ct-pod-max 100). flood, on node-2, opens 600 UDP flows to guarded on
+// node-1, whose ingress policy admits it: node-1's agent names flood with its node
+// in `myelin status`, its next 50 flows are dropped (DROP_POLICY_CT_BUDGET), while
+// client, another pod of node-2, still opens the same flows, guarded is not named,
+// and guarded's own 50 new flows to a server on node-2 are answered. The peer rule
+// vouches for the sender: an address of the cluster CIDR comes out of the tunnel
+// only from the node owning its PodCIDR, which checked it where it left the pod.
+func TestLabMyelinPodTableFloodsTunnel(t *testing.T) {
+	requireRoot(t)
+	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", "tunnel")
+	n1, n2 := labplan.NodeName(1), labplan.NodeName(2)
+	createNodeConfig(t, "small-policy-ct", map[string]string{"kubernetes.io/hostname": n1},
+		map[string]string{"policy-ct-max": "1024", "policy-ct-pod-max": "100"})
+	restartAgent(t, n1)
+	createPod(t, cs, "guarded", n1, map[string]string{"app": "guarded"}, myelinBin, "lab", "serve", "--listen", ":8080", "--name", "guarded")
+	createPod(t, cs, "web", n2, map[string]string{"app": "web"}, myelinBin, "lab", "serve", "--listen", ":8080", "--name", "web")
+	createPod(t, cs, "flood", n2, map[string]string{"app": "flood"}, "sleep", "infinity")
+	createPod(t, cs, "client", n2, map[string]string{"app": "client"}, "sleep", "infinity")
+	target := runningPods(t, cs, "app=guarded", 1)[0].Status.PodIP + ":8080"
+	web := runningPods(t, cs, "app=web", 1)[0].Status.PodIP + ":8080"
+	runningPods(t, cs, "app=flood", 1)
+	runningPods(t, cs, "app=client", 1)
+	allowIngressFrom(t, cs, "guarded", "flood", "client")
+	eventually(t, 30*time.Second, "guarded ingress-isolated", func(context.Context) (bool, string) {
+		out, err := myelin("endpoints", "--node", n1)
+		return err == nil && strings.Count(out, " on ") >= 1, out
+	})
+
+	floodPastBudget(t, n1, "flood", "client", target, "pod default/flood (", ") of node "+n2+": held ", "over policy-ct-pod-max 100")
+	if out, err := myelin("status", "--node", n1); err != nil || strings.Contains(out, "pod default/guarded") {
+		t.Errorf("myelin status after flood's 600 flows into guarded: %v\n%s\nwant guarded not named over its budget", err, out)
+	}
+	if got := udpFlowsFrom(t, "guarded", web, 50, 30000); got != 50 {
+		t.Errorf("guarded, flooded by a pod of another node that its policy admits: %d of 50 new flows of its own to %s answered, want all", got, web)
+	}
+	if got := countedDrops(t, n1, "DROP_POLICY_CT_BUDGET"); got < 50 {
+		t.Errorf("node-1 counted %d DROP_POLICY_CT_BUDGET packets, want at least flood's 50 flows' first datagrams", got)
+	}
+	labDown(t)
+}
+
 // floodPastBudget has pod flood open 600 UDP flows to target, waits until `myelin
 // status` on node shows every one of named (the pod over its budget), and then
 // requires 50 new flows of flood (from other ports: none is one of its open flows)
