@@ -235,11 +235,16 @@ static __always_inline int policy_ct_write(struct policy_ct_slot *s, __u32 seq,
  * flood's one-off datagrams). Oldest is by born, which the agent's GC rounds
  * move on while a connection carries traffic (a born ahead of this clock,
  * written by an agent whose clock read a tick later, is age 0). Either
- * replacement, once written, is counted in myelin_policy_ct_stats. A global
- * function: the verifier checks it once, not at every call with every
- * caller's state.
+ * replacement, once written, is counted in myelin_policy_ct_stats. was: the
+ * ends of the copy of k's entry that ce adds to (0: ce is whole by itself); the
+ * write is given up when k's entry holds other ends now or is gone, as when
+ * another writer is at the slot: the agent's purge took an end away since the
+ * caller's lookup (the copy would bring that end's allow back), or another
+ * check wrote it. The next packet is judged again. A global function: the
+ * verifier checks it once, not at every call with every caller's state.
  */
-__noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_ct_entry *ce)
+__noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_ct_entry *ce,
+			     __u32 was)
 {
 	__u32 pick_seq = 0, pick_age = 0, now = policy_ct_now(), i[2], score;
 	struct policy_ct_bucket *b[2] = {};
@@ -259,6 +264,8 @@ __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_
 			__u32 seq = policy_ct_read32(&s->seq), age;
 
 			if (policy_ct_key_is(&s->key, k)) {
+				if (was && policy_ct_read32(&s->entry.ends) != was)
+					return 0;
 				pick = s, pick_seq = seq, rank = 0;
 				break;
 			}
@@ -275,7 +282,7 @@ __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_
 		if (i[1] == i[0])
 			break;
 	}
-	if (!pick)
+	if (!pick || (was && rank))
 		return 0;
 	if (!policy_ct_write(pick, pick_seq, k, ce) || rank < 2)
 		return 0;
@@ -357,8 +364,10 @@ static __always_inline int policy_ct_over_budget(__u32 addr)
  * added to what the entry holds (cur: the entry as the caller read it, or
  * NULL to look it up; a new entry gets also too); a SYN clears an old close
  * state and, when this check knows its sender (also), names it the opener.
- * Entries are only ever written whole, by policy_ct_put under the slot's
- * count, never through a looked-up slot: one that another CPU emptied
+ * A write that adds to a copy happens only if the entry still holds the
+ * copy's ends (policy_ct_put's was): an end the agent purged meanwhile stays
+ * purged. Entries are only ever written whole, by policy_ct_put under the
+ * slot's count, never through a looked-up slot: one that another CPU emptied
  * meanwhile may already hold another connection, and a write through it
  * would give that connection an end it never accepted (policy_ct_close's
  * close state is the exception that matters: it can only lead to a
@@ -369,6 +378,7 @@ static __always_inline void policy_ct_track(const struct policy_ct_key *k,
 					    __u32 also, int fresh, int syn)
 {
 	struct policy_ct_entry ce = {.ends = bit | also};
+	__u32 was = 0;
 
 	if (!fresh) {
 		if (!cur)
@@ -376,6 +386,7 @@ static __always_inline void policy_ct_track(const struct policy_ct_key *k,
 		else
 			ce = *cur;
 		if (cur) {
+			was = ce.ends;
 			if ((ce.ends & bit) && !(syn && ce.closing))
 				return;
 			ce.ends |= bit;
@@ -391,7 +402,7 @@ static __always_inline void policy_ct_track(const struct policy_ct_key *k,
 	}
 	if (k->proto != IPPROTO_TCP)
 		ce.fin_lo = policy_ct_now();
-	policy_ct_put(k, &ce);
+	policy_ct_put(k, &ce, was);
 }
 
 /*
@@ -486,7 +497,7 @@ static __always_inline void policy_tx_commit(struct ipv4_info *info)
 	/* A SYN of a pod of this node, which its egress check saw: the pod opened it. */
 	ce.ends |=
 		policy_ct_opener(policy_ct_key_of(&k, &t, POLICY_DIR_EGRESS), POLICY_DIR_EGRESS, 0);
-	policy_ct_put(&k, &ce);
+	policy_ct_put(&k, &ce, 0);
 	info->policy_tx_fresh = 0;
 }
 

@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"net/netip"
+	"sync/atomic"
 	"testing"
 )
 
@@ -115,4 +116,73 @@ func TestPrivilegedPolicyCTPurgeKeepsLastSeen(t *testing.T) {
 			t.Errorf("proto %d after the low end's purge: entry %+v (tracked %v), want %+v", proto, v, ok, want)
 		}
 	}
+}
+
+// A check that adds its end's bit writes the whole entry as it read it plus
+// that bit: a purge that took another end's bit between the check's lookup and
+// its write must not get that bit back (that end's packets would pass
+// unjudged). policy_ct_put refuses a write when the entry's ends changed since
+// the caller's copy, or the entry went; the next packet is judged again. A race
+// of many rounds: B's segment (its egress check adds B's bit to an entry of A's)
+// against a purge of A's end landing at a random moment; A's bit never returns.
+func TestPrivilegedBPFPolicyCTPurgeRace(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP, PolicyCTMax: 1024})
+	st := policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
+		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {tcpPort(8080)}}}
+	if err := seedPolicy(d, st); err != nil {
+		t.Fatal(err)
+	}
+	if err := seedEndpoints(d, seedAB); err != nil {
+		t.Fatal(err)
+	}
+	_, push := abSegments(3003)
+	in, ctxB := push.build(), &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
+	k := abKey(3003, 8080)
+	ct := mappedPolicyCT(t, d)
+	purgeA := PolicyCTPurge{Endpoints: map[netip.Addr]bool{mustAddr(podA): true}}
+	rounds, restored, raced := 20000, 0, 0
+	for r := range rounds {
+		if err := policyCTPut(d, k, myelinPolicyCtEntry{Ends: policyCTEndLo}); err != nil {
+			t.Fatal(err)
+		}
+		i, _, _, _ := ct.find(d.policyCTSeed, k)
+		var armed, fire atomic.Bool
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			armed.Store(true)
+			for !fire.Load() { // both goroutines on a CPU: no wake-up latency between them
+			}
+			var spun atomic.Uint32
+			for spun.Add(1) < uint32(r%101*5) { // a moment that moves round by round
+			}
+			for {
+				if changed, ok := purgePolicyCTSlot(ct, i, purgeA, policyCTUnits(MonotonicNow())); changed || !ok {
+					return
+				}
+				if _, v, _, busy := ct.read(i); !busy && v.Ends&policyCTEndLo == 0 {
+					return
+				}
+			}
+		}()
+		for !armed.Load() {
+		}
+		fire.Store(true)
+		if _, err := d.objs.MyelinFromPod.Run(runOptions(in, ctxB)); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		v, ok := policyCTGet(d, k)
+		if ok && v.Ends&policyCTEndLo != 0 {
+			restored++
+		}
+		if !ok {
+			raced++ // B's write refused (the purge came between its lookup and its write) or given up (the purge was at the slot)
+		}
+	}
+	if restored > 0 {
+		t.Errorf("%d of %d rounds: A's end bit back after its purge", restored, rounds)
+	}
+	t.Logf("%d of %d rounds: no entry after the round (B's write refused or given up)", raced, rounds)
 }
