@@ -229,13 +229,16 @@ static __always_inline int policy_ct_write(struct policy_ct_slot *s, __u32 seq,
 /*
  * policy_ct_put writes connection k's entry ce: into its slot, else an empty
  * one of its first bucket, else of its second, else the oldest slot of the
- * two no lookup found since they last made room (policy_ct_find_at marks
- * them), else the oldest. A second chance, as the kernel's LRU lists give: a
+ * two that holds no end's bit (an opener kept alone after a purge or an RST:
+ * it allows nothing), else the oldest no lookup found since they last made
+ * room (policy_ct_find_at marks them), else the oldest. A second chance, as
+ * the kernel's LRU lists give: a
  * connection in use keeps its slot over one that saw no packet since (a
  * flood's one-off datagrams). Oldest is by born, which the agent's GC rounds
  * move on while a connection carries traffic (a born ahead of this clock,
- * written by an agent whose clock read a tick later, is age 0). Either
- * replacement, once written, is counted in myelin_policy_ct_stats. was: the
+ * written by an agent whose clock read a tick later, is age 0). A connection
+ * replaced, once written, is counted in myelin_policy_ct_stats (an opener
+ * alone is none). was: the
  * ends of the copy of k's entry that ce adds to (0: ce is whole by itself); the
  * write is given up when k's entry holds other ends now or is gone, as when
  * another writer is at the slot: the agent's purge took an end away since the
@@ -249,7 +252,8 @@ __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_
 	__u32 pick_seq = 0, pick_age = 0, now = policy_ct_now(), i[2], score;
 	struct policy_ct_bucket *b[2] = {};
 	struct policy_ct_slot *pick = NULL;
-	int rank = 4; /* of pick: 0 k's own, 1 empty, 2 unreferenced, 3 referenced */
+	/* of pick: 0 k's own, 1 empty, 2 no end left, 3 unreferenced, 4 referenced */
+	int rank = 5;
 	__u64 *stat;
 
 	if (!k || !ce)
@@ -275,7 +279,10 @@ __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_
 				continue;
 			}
 			age = (__s32)(now - s->born) > 0 ? now - s->born : 0;
-			score = (s->ref & POLICY_CT_REF_IN_USE) ? 3 : 2;
+			if (!(s->entry.ends & (POLICY_CT_END_LO | POLICY_CT_END_HI)))
+				score = 2; /* an opener alone: allows nothing */
+			else
+				score = (s->ref & POLICY_CT_REF_IN_USE) ? 4 : 3;
 			if (rank > score || (rank == score && age > pick_age))
 				pick = s, pick_seq = seq, pick_age = age, rank = score;
 		}
@@ -284,18 +291,18 @@ __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_
 	}
 	if (!pick || (was && rank))
 		return 0;
-	if (!policy_ct_write(pick, pick_seq, k, ce) || rank < 2)
+	if (!policy_ct_write(pick, pick_seq, k, ce) || rank < 3)
 		return 0;
 	/* Every slot referenced: the oldest went, the others lose their in-use
 	 * mark, so the next connection here replaces one that saw no packet
 	 * since. */
-	if (rank == 3)
+	if (rank == 4)
 		for (int c = 0; c < 2; c++)
 			for (__u32 w = 0; w < POLICY_CT_WAYS && b[c]; w++)
 				__sync_fetch_and_and(&b[c]->way[w].ref, ~POLICY_CT_REF_IN_USE);
 	/* A connection pushed out: counted (the agent's status warns of live
 	 * ones). i[0] is done with: its stack slot is the key. */
-	i[0] = rank == 3 ? POLICY_CT_STAT_EVICTED_IN_USE : POLICY_CT_STAT_EVICTED_IDLE;
+	i[0] = rank == 4 ? POLICY_CT_STAT_EVICTED_IN_USE : POLICY_CT_STAT_EVICTED_IDLE;
 	stat = bpf_map_lookup_elem(&myelin_policy_ct_stats, &i[0]);
 	if (stat)
 		*stat += 1; /* per CPU: no other writer */

@@ -44,7 +44,7 @@ func (p *policyLoop) budgetProblems() map[netip.Addr]string {
 	}
 	out := make(map[netip.Addr]string, len(over.PolicyCT))
 	for ip, n := range over.PolicyCT {
-		out[ip] = fmt.Sprintf("held %d tracked connections, over policy-ct-pod-max %d: its new connections are dropped (DROP_POLICY_CT_BUDGET) until it holds fewer (a connection counts against the pod that sent the packet that made its entry when a node checked that pod's source: a pod of this node, in tunnel mode also one of another node; else against the pods of this node that accepted it)",
+		out[ip] = fmt.Sprintf("held %d tracked connections, over policy-ct-pod-max %d: its new connections to or from this node's isolated pods are dropped (DROP_POLICY_CT_BUDGET) until it holds fewer (a connection counts against the pod that sent the packet that made its entry when a node checked that pod's source: a pod of this node, in tunnel mode also one of another node; else against the pods of this node that accepted it)",
 			n, over.PolicyCTMax)
 	}
 	return out
@@ -64,7 +64,8 @@ func remoteOverBudget(v *policyView, overBudget map[netip.Addr]string) []string 
 }
 
 // overBudgetWho names the pod with address ip listed over its budget: a pod of
-// this node by name, one of another node by name, address and node.
+// this node by name, one of another node by name, address and node; an address
+// no pod has (a node's health address, a pod gone since) as such.
 func overBudgetWho(v *policyView, ip netip.Addr) string {
 	if ep, ok := v.state.Endpoints[ip]; ok {
 		return "pod " + ep.Pod
@@ -74,7 +75,7 @@ func overBudgetWho(v *policyView, ip netip.Addr) string {
 			return fmt.Sprintf("pod %s (%s) of node %s", pod.Ref(), ip, pod.Node)
 		}
 	}
-	return "pod " + ip.String()
+	return "address " + ip.String() + " (no pod has it)"
 }
 
 // policyStatus is the API view of one computation, with the pods over their

@@ -92,7 +92,7 @@ func TestPolicyStatusShowsPodsOverBudget(t *testing.T) {
 	}}
 	pl.view.Store(&policyView{input: in, state: policy.Compute(in, policy.NewIdentities()), tracer: policy.NewTracer(in)})
 	srv.views.add(pl)
-	want := "held 40000 tracked connections, over policy-ct-pod-max 32768: its new connections are dropped (DROP_POLICY_CT_BUDGET)"
+	want := "held 40000 tracked connections, over policy-ct-pod-max 32768: its new connections to or from this node's isolated pods are dropped (DROP_POLICY_CT_BUDGET)"
 	rec := httptest.NewRecorder()
 	srv.handlePolicy(rec, httptest.NewRequest(http.MethodGet, "/v1/policy", nil))
 	var st api.PolicyStatus
@@ -100,14 +100,14 @@ func TestPolicyStatusShowsPodsOverBudget(t *testing.T) {
 		len(st.Endpoints[0].Problems) != 1 || !strings.Contains(st.Endpoints[0].Problems[0], want) {
 		t.Errorf("/v1/policy = %+v %v, want x/a's problem %q", st, err, want)
 	}
-	if len(st.Problems) != 2 || !strings.HasPrefix(st.Problems[0], "pod 10.244.0.99: held 33000") ||
+	if len(st.Problems) != 2 || !strings.HasPrefix(st.Problems[0], "address 10.244.0.99 (no pod has it): held 33000") ||
 		!strings.HasPrefix(st.Problems[1], "pod y/r (10.244.1.7) of node n2: held 34000") {
 		t.Errorf("/v1/policy problems = %q, want the two senders that are no pods of this node, y/r by name", st.Problems)
 	}
 	var s api.Status
 	pl.fillStatus(&s)
 	if s.Policy == nil || len(s.Policy.Warnings) != 3 || !strings.HasPrefix(s.Policy.Warnings[0], "pod x/a: "+want) ||
-		!strings.HasPrefix(s.Policy.Warnings[1], "pod 10.244.0.99: held 33000") ||
+		!strings.HasPrefix(s.Policy.Warnings[1], "address 10.244.0.99 (no pod has it): held 33000") ||
 		!strings.HasPrefix(s.Policy.Warnings[2], "pod y/r (10.244.1.7) of node n2: held 34000") {
 		t.Errorf("status policy = %+v, want the three pods' warnings, x/a and y/r by name", s.Policy)
 	}

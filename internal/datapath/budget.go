@@ -1,9 +1,12 @@
 package datapath
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 
 	"github.com/cilium/ebpf"
 )
@@ -78,13 +81,26 @@ func (b podBudget) sync(held podCounts) error {
 			return fmt.Errorf("unlist pod %s within its budget of %s: %w", addrFromNetwork(addr), b.what, err)
 		}
 	}
-	for addr, n := range over {
+	// The biggest holders first; one that does not fit (a full list: more pods
+	// over the budget than the list has room for, which a small budget and
+	// pods of other nodes can make) leaves the others listed and the flag set.
+	addrs := slices.SortedFunc(maps.Keys(over), func(a, b uint32) int { return cmp.Compare(over[b], over[a]) })
+	var first error
+	failed := 0
+	for _, addr := range addrs {
+		n := over[addr]
 		if err := b.list.Put(&addr, &n); err != nil {
-			return fmt.Errorf("list pod %s over its budget of %s (%d, %s %d): %w",
-				addrFromNetwork(addr), b.what, n, b.key, b.max, err)
+			if failed++; first == nil {
+				first = fmt.Errorf("pod %s holding %d: %w", addrFromNetwork(addr), n, err)
+			}
 		}
 	}
-	return setFlag(b.flag, b.flagName, len(over) != 0)
+	var unlisted error
+	if failed != 0 {
+		unlisted = fmt.Errorf("list pods over their budget of %s (%s %d): %d of %d not listed (a full list?), the first %w",
+			b.what, b.key, b.max, failed, len(addrs), first)
+	}
+	return errors.Join(unlisted, setFlag(b.flag, b.flagName, len(over) > failed))
 }
 
 // active is the budget where the GC may act on it: 0 on a datapath adopted before

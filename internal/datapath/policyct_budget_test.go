@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -331,4 +332,29 @@ func TestPrivilegedBPFPolicyCTBudgetTunnelOpenerPays(t *testing.T) {
 		after(fromRemote("counted against the remote pod (4 > 3), not B: its next SYN into B is dropped", 7005, false),
 			gcPolicyCTAt(0, 0), overListed(map[string]uint32{remoteIP: 4})),
 	})
+}
+
+// A list too small for every pod over the budget (a small budget, and pods of
+// other nodes that can be listed too in tunnel mode) still lists the biggest
+// holders and sets the flag the datapath reads, and the error says how many
+// did not fit. Before, the first pod that did not fit ended the round with
+// the flag as it was: off, nothing was enforced at all.
+func TestPrivilegedPodBudgetFullList(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP, PolicyCTPodMax: 3, EndpointsMax: 2})
+	held := podCounts{}
+	for addr, n := range map[string]uint32{"10.1.0.10": 10, "10.2.0.33": 20, "10.2.0.34": 30} {
+		held[networkUint32(mustAddr(addr))] = n
+	}
+	err := d.policyCTBudget().sync(held)
+	if err == nil || !strings.Contains(err.Error(), "1 of 3 not listed") || !strings.Contains(err.Error(), "10.1.0.10 holding 10") {
+		t.Errorf("sync into a list of 2: %v, want 1 of 3 not listed, 10.1.0.10", err)
+	}
+	if err := listed(d.objs.MyelinPolicyCtOver, map[string]uint32{"10.2.0.33": 20, "10.2.0.34": 30}); err != nil {
+		t.Error(err)
+	}
+	var on uint32
+	if err := d.objs.PolicyCtAnyOver.Get(&on); err != nil || on != 1 {
+		t.Errorf("policy_ct_any_over = %d, %v; want 1 (listed pods' new connections dropped)", on, err)
+	}
 }

@@ -242,10 +242,13 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 					}
 					continue
 				}
-				if policyCTResetMarked(k, v) && noted && notes {
-					if t.write(i, seq, func(s *myelinPolicyCtSlot) { s.Entry.Closing = 0; policyCTStrip(s, policyCTEnds, now) }) {
-						removed++
-					}
+				if policyCTResetMarked(k, v) && noted && notes && v.Ends&policyCTEnds != 0 {
+					t.write(i, seq, func(s *myelinPolicyCtSlot) {
+						s.Entry.Closing = 0
+						if policyCTStrip(s, policyCTEnds, now) {
+							removed++
+						}
+					})
 					continue
 				}
 				if budget.active() != 0 {
@@ -281,20 +284,21 @@ func policyCTResetGraceOver(last, now uint32) bool {
 }
 
 // policyCTStrip takes the end bits gone away from slot s at now (policyCTUnits),
-// in a write under its count (policyCTTable.write). An entry left without an
-// end's bit keeps its opener, if it has one, with the rest of the entry, for
-// PolicyCTTimeoutOpenerOnly from now (born; ref's marks and notes start over),
-// else is emptied.
-func policyCTStrip(s *myelinPolicyCtSlot, gone, now uint32) {
+// in a write under its count (policyCTTable.write), and says whether it emptied
+// the slot. An entry left without an end's bit keeps its opener, if it has one,
+// with the rest of the entry, for PolicyCTTimeoutOpenerOnly from now (born;
+// ref's marks and notes start over), else is emptied.
+func policyCTStrip(s *myelinPolicyCtSlot, gone, now uint32) bool {
 	if s.Entry.Ends &^= gone; s.Entry.Ends&policyCTEnds != 0 {
-		return
+		return false
 	}
 	if s.Entry.Ends&policyCTOpened == 0 {
 		s.Key, s.Entry = myelinPolicyCtKey{}, myelinPolicyCtEntry{}
-		return
+		return true
 	}
 	atomic.StoreUint32(&s.Born, now)
 	atomic.StoreUint32(&s.Ref, 0)
+	return false
 }
 
 // policyCTHeld counts entry k, v against the pod that pays for it, as the
@@ -303,9 +307,13 @@ func policyCTStrip(s *myelinPolicyCtSlot, gone, now uint32) {
 // node, in tunnel mode one of another node), else each end whose bit it carries
 // (the pods of this node that accepted the connection; policy_ct_key_of: the lo
 // bit is addr_lo's). So a pod that floods a pod of this node its policy admits
-// fills its own budget, not the target's.
+// fills its own budget, not the target's. An opener kept alone (after a purge or
+// an RST) counts against nobody: it tracks no connection, a new one replaces it
+// before any other (policy_ct_put), and it is gone within
+// PolicyCTTimeoutOpenerOnly unless the connection is tracked again, counted then.
 func policyCTHeld(h podCounts, k myelinPolicyCtKey, v myelinPolicyCtEntry) {
 	switch {
+	case v.Ends&policyCTEnds == 0:
 	case v.Ends&policyCTOpenedLo != 0:
 		h[k.AddrLo]++
 	case v.Ends&policyCTOpenedHi != 0:

@@ -282,7 +282,7 @@ func TestPolicyCTHeld(t *testing.T) {
 		{"lo opened it, only hi is a tracked end", policyCTEndHi | policyCTOpenedLo, []string{lo}},
 		{"no opener (a sender of another node): each local end", policyCTEnds, []string{lo, hi}},
 		{"no opener, one local end", policyCTEndHi, []string{hi}},
-		{"hi opened it, no end left (after a purge or an RST): hi still", policyCTOpenedHi, []string{hi}},
+		{"hi opened it, no end left (after a purge or an RST): nobody, it tracks nothing", policyCTOpenedHi, nil},
 	} {
 		h, want := podCounts{}, podCounts{}
 		policyCTHeld(h, k, myelinPolicyCtEntry{Ends: c.ends})

@@ -136,13 +136,15 @@ func TestPrivilegedPolicyCTFullBucket(t *testing.T) {
 	requirePrivileged(t)
 	const held = 2 * policyCTWays
 	for _, c := range []struct {
-		name    string
-		ref     [held]uint32 // of the connections written 80, 70, ... 10 s ago
-		evicted int          // which of them the newcomer replaces
+		name       string
+		ref        [held]uint32 // of the connections written 80, 70, ... 10 s ago
+		evicted    int          // which of them the newcomer replaces
+		openerOnly int          // which of them holds no end's bit (an opener alone), or -1
 	}{
-		{"none in use: the oldest", [held]uint32{}, 0},
-		{"the oldest in use: the oldest of the others", [held]uint32{1}, 1},
-		{"all in use: the oldest, the others' marks cleared", [held]uint32{1, 1, 1, 1, 1, 1, 1, 1}, 0},
+		{"none in use: the oldest", [held]uint32{}, 0, -1},
+		{"the oldest in use: the oldest of the others", [held]uint32{1}, 1, -1},
+		{"all in use: the oldest, the others' marks cleared", [held]uint32{1, 1, 1, 1, 1, 1, 1, 1}, 0, -1},
+		{"all in use, the youngest an opener alone: it, not counted", [held]uint32{1, 1, 1, 1, 1, 1, 1, 1}, held - 1, held - 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := policyCTTableDatapath(t)
@@ -168,6 +170,9 @@ func TestPrivilegedPolicyCTFullBucket(t *testing.T) {
 				_, _, seq, _ := ct.read(i)
 				if !ct.write(i, seq, func(s *myelinPolicyCtSlot) {
 					s.Key, s.Entry = abKey(p, 9090), myelinPolicyCtEntry{Ends: policyCTEndHi}
+					if n == c.openerOnly {
+						s.Entry.Ends = policyCTOpenedLo
+					}
 					s.Born, s.Ref = now-uint32(80-10*n), c.ref[n]
 				}) {
 					t.Fatal("seed slot: written meanwhile")
@@ -184,10 +189,13 @@ func TestPrivilegedPolicyCTFullBucket(t *testing.T) {
 			if _, ok := policyCTGet(d, newcomer); !ok {
 				t.Fatal("allowed SYN into two full buckets: not tracked")
 			}
-			allInUse := c.ref == [held]uint32{1, 1, 1, 1, 1, 1, 1, 1}
+			allInUse := c.ref == [held]uint32{1, 1, 1, 1, 1, 1, 1, 1} && c.openerOnly < 0
 			want := PolicyCTEvictions{Idle: 1}
-			if allInUse {
+			switch {
+			case allInUse:
 				want = PolicyCTEvictions{InUse: 1}
+			case c.openerOnly >= 0:
+				want = PolicyCTEvictions{}
 			}
 			if ev, err := d.PolicyCTEvictions(); err != nil || ev != want {
 				t.Errorf("evictions after the newcomer = %+v, %v; want %+v", ev, err, want)
@@ -523,8 +531,9 @@ func TestPrivilegedPolicyCTResetAcrossRestarts(t *testing.T) {
 // connection) keeps it for PolicyCTTimeoutOpenerOnly from the moment its ends
 // went, however old the connection, so the packet that tracks it again
 // meanwhile leaves the opener paying; packets the policy denies (lookups that
-// mark the slot seen) don't keep it longer. An RST-ended entry without an
-// opener is emptied as before.
+// mark the slot seen) and an RST mark don't keep it longer (it counts against
+// nobody meanwhile: TestPolicyCTHeld). An RST-ended entry without an opener is
+// emptied as before.
 func TestPrivilegedPolicyCTOpenerOnly(t *testing.T) {
 	requirePrivileged(t)
 	d := policyCTTableDatapath(t)
@@ -561,8 +570,9 @@ func TestPrivilegedPolicyCTOpenerOnly(t *testing.T) {
 		}
 	}
 
-	// A's connection into B, two hours old; B's policy narrows.
-	put(purged, myelinPolicyCtEntry{Ends: policyCTEndHi | policyCTOpenedLo})
+	// A's connection into B, two hours old, marked by an RST the receiver
+	// ignored; B's policy narrows.
+	put(purged, myelinPolicyCtEntry{Ends: policyCTEndHi | policyCTOpenedLo, Closing: policyCTReset})
 	if n, err := d.PurgePolicyCT(PolicyCTPurge{Endpoints: map[netip.Addr]bool{mustAddr(podBIP): true}}); err != nil || n != 1 {
 		t.Fatalf("purge of B: changed %d (%v), want 1", n, err)
 	}
@@ -573,7 +583,7 @@ func TestPrivilegedPolicyCTOpenerOnly(t *testing.T) {
 	put(reset, myelinPolicyCtEntry{Ends: policyCTEndHi | policyCTOpenedLo, Closing: policyCTReset})
 	put(resetNoOpener, myelinPolicyCtEntry{Ends: policyCTEndHi, Closing: policyCTReset})
 	round(0, 0, "the first round notes the RST marks")
-	round(10*time.Second, 2, "10 s later: the RST-ended entries lose their ends")
+	round(10*time.Second, 1, "10 s later: the RST-ended entries lose their ends (one emptied; the purged one, marked too, keeps its clock)")
 	if v, ok := get(reset); !ok || v.Ends != policyCTOpenedLo || v.Closing != 0 {
 		t.Errorf("RST-ended entry with an opener: %+v (found %v), want its opener alone, no close state", v, ok)
 	}
