@@ -69,25 +69,31 @@ func (b podBudget) sync(held podCounts) error {
 		return nil
 	}
 	over := held.over(b.max)
+	// The biggest holders, as many as the list has room for (more pods can be
+	// over a small budget than it holds, with pods of other nodes listable):
+	// the others are unlisted first, so a new big holder takes the place of a
+	// smaller one listed at an earlier round.
+	addrs := slices.SortedFunc(maps.Keys(over), func(a, b uint32) int { return cmp.Compare(over[b], over[a]) })
+	top := addrs[:min(len(addrs), int(b.list.MaxEntries()))]
 	var listed []uint32
 	if err := dumpEntries(b.list, func(addr, _ uint32) { listed = append(listed, addr) }); err != nil {
 		return fmt.Errorf("list pods over their budget of %s: %w", b.what, err)
 	}
+	inTop := make(map[uint32]bool, len(top))
+	for _, addr := range top {
+		inTop[addr] = true
+	}
 	for _, addr := range listed {
-		if _, ok := over[addr]; ok {
+		if inTop[addr] {
 			continue
 		}
 		if err := b.list.Delete(&addr); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("unlist pod %s within its budget of %s: %w", addrFromNetwork(addr), b.what, err)
+			return fmt.Errorf("unlist pod %s of %s: %w", addrFromNetwork(addr), b.what, err)
 		}
 	}
-	// The biggest holders first; one that does not fit (a full list: more pods
-	// over the budget than the list has room for, which a small budget and
-	// pods of other nodes can make) leaves the others listed and the flag set.
-	addrs := slices.SortedFunc(maps.Keys(over), func(a, b uint32) int { return cmp.Compare(over[b], over[a]) })
 	var first error
 	failed := 0
-	for _, addr := range addrs {
+	for _, addr := range top {
 		n := over[addr]
 		if err := b.list.Put(&addr, &n); err != nil {
 			if failed++; first == nil {
@@ -96,11 +102,15 @@ func (b podBudget) sync(held podCounts) error {
 		}
 	}
 	var unlisted error
-	if failed != 0 {
-		unlisted = fmt.Errorf("list pods over their budget of %s (%s %d): %d of %d not listed (a full list?), the first %w",
-			b.what, b.key, b.max, failed, len(addrs), first)
+	switch {
+	case failed != 0:
+		unlisted = fmt.Errorf("list pods over their budget of %s (%s %d): %d of %d not listed, the first %w",
+			b.what, b.key, b.max, failed+len(addrs)-len(top), len(addrs), first)
+	case len(top) < len(addrs):
+		unlisted = fmt.Errorf("list pods over their budget of %s (%s %d): %d of %d not listed (the list holds %d), the biggest pod %s holding %d",
+			b.what, b.key, b.max, len(addrs)-len(top), len(addrs), len(top), addrFromNetwork(addrs[len(top)]), over[addrs[len(top)]])
 	}
-	return errors.Join(unlisted, setFlag(b.flag, b.flagName, len(over) > failed))
+	return errors.Join(unlisted, setFlag(b.flag, b.flagName, len(top) > failed))
 }
 
 // active is the budget where the GC may act on it: 0 on a datapath adopted before

@@ -335,20 +335,25 @@ func TestPrivilegedBPFPolicyCTBudgetTunnelOpenerPays(t *testing.T) {
 }
 
 // A list too small for every pod over the budget (a small budget, and pods of
-// other nodes that can be listed too in tunnel mode) still lists the biggest
-// holders and sets the flag the datapath reads, and the error says how many
-// did not fit. Before, the first pod that did not fit ended the round with
-// the flag as it was: off, nothing was enforced at all.
+// other nodes that can be listed too in tunnel mode) holds the biggest holders,
+// a new big one taking the place of a smaller one listed before, and the flag
+// the datapath reads is set; the error says how many did not fit. Before, the
+// first pod that did not fit ended the round with the flag as it was: off,
+// nothing was enforced at all.
 func TestPrivilegedPodBudgetFullList(t *testing.T) {
 	requirePrivileged(t)
 	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP, PolicyCTPodMax: 3, EndpointsMax: 2})
 	held := podCounts{}
-	for addr, n := range map[string]uint32{"10.1.0.10": 10, "10.2.0.33": 20, "10.2.0.34": 30} {
+	for addr, n := range map[string]uint32{"10.1.0.10": 10, "10.2.0.33": 20} {
 		held[networkUint32(mustAddr(addr))] = n
 	}
+	if err := d.policyCTBudget().sync(held); err != nil {
+		t.Fatal(err)
+	}
+	held[networkUint32(mustAddr("10.2.0.34"))] = 30
 	err := d.policyCTBudget().sync(held)
 	if err == nil || !strings.Contains(err.Error(), "1 of 3 not listed") || !strings.Contains(err.Error(), "10.1.0.10 holding 10") {
-		t.Errorf("sync into a list of 2: %v, want 1 of 3 not listed, 10.1.0.10", err)
+		t.Errorf("sync of 3 into a list of 2: %v, want 1 of 3 not listed, 10.1.0.10", err)
 	}
 	if err := listed(d.objs.MyelinPolicyCtOver, map[string]uint32{"10.2.0.33": 20, "10.2.0.34": 30}); err != nil {
 		t.Error(err)
