@@ -179,7 +179,7 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 		return (t->flags & incomplete) ? DROP_POLICY_MAP_FULL : DROP_POLICY_DENIED;
 	/* Allowed (or this direction is open): track it, and its replies; a new
 	 * entry only within its payer's budget. */
-	opened = policy_ct_opener(bit, dir, t->vouched);
+	opened = policy_ct_opener(bit, dir, t);
 	if (!v && policy_ct_over_budget(opened ? t->saddr : local))
 		return DROP_POLICY_CT_BUDGET;
 	fresh = t->syn && fresh_also != POLICY_CT_MERGE;
@@ -224,6 +224,8 @@ static __always_inline int policy_ingress(struct __sk_buff *skb, struct ipv4_inf
 	}
 	t.from_host = from_host;
 	t.vouched = vouched;
+	if (!bpf_delivered && !from_host)
+		t.in_ifindex = skb->ingress_ifindex;
 	policy_l4(skb, info, &t);
 	if (info->policy_rx_tracked == POLICY_RX_CLOSING)
 		known = &info->policy_ct;

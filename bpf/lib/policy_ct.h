@@ -41,26 +41,45 @@ static __always_inline __u32 policy_ct_key_of(struct policy_ct_key *k, const str
 }
 
 /*
- * policy_ct_opener is the opener's bit (enum policy_ct_ends) of an entry the
- * check of direction dir at the local end bit writes, when the packet's sender
- * is a pod whose source address a node checked: the local end at its egress
- * check (myelin_from_pod checked it), the sender at an ingress check of what
- * BPF delivers from such a pod (vouched: endpoint_vouched; a pod of this node,
- * or in tunnel mode a pod of another node, which its own node checked). Any
- * packet that writes the entry names its sender (a SYN, a first datagram, a
- * bare segment of a flood: whoever makes the entry pays for it; the other
- * end's packet that writes it again after an eviction names that end). 0 for
- * any other sender (the node's own stack, other nodes and the world, what
- * native routing brings from the uplink, which may carry any source address;
- * what the stack delivers), and with source_verify off: such an entry is
- * counted against its local ends.
+ * policy_ct_sender_checked says whether what the stack delivers (t at an
+ * ingress check) comes from a pod of this node through its own veth, which
+ * myelin_from_pod checked it on: its source address is that pod's and it
+ * entered the node on the pod's host-side veth (in_ifindex). One endpoint
+ * lookup, made only where a packet creates an entry (policy_ct_opener).
  */
-static __always_inline __u32 policy_ct_opener(__u32 bit, __u8 dir, __u8 vouched)
+static __always_inline int policy_ct_sender_checked(const struct policy_tuple *t)
+{
+	const struct endpoint_info *ep;
+	__u32 saddr = t->saddr;
+
+	if (!t->in_ifindex)
+		return 0;
+	ep = bpf_map_lookup_elem(&myelin_endpoints, &saddr);
+	return ep && ep->ifindex == t->in_ifindex;
+}
+
+/*
+ * policy_ct_opener is the opener's bit (enum policy_ct_ends) of an entry the
+ * check of direction dir at the local end bit writes for tuple t, when the
+ * packet's sender is a pod whose source address a node checked: the local end
+ * at its egress check (myelin_from_pod checked it), the sender at an ingress
+ * check of what BPF delivers from such a pod (t->vouched: endpoint_vouched; a
+ * pod of this node, or in tunnel mode a pod of another node, which its own
+ * node checked) or of what the stack delivers from a pod of this node
+ * (policy_ct_sender_checked). Any packet that writes the entry names its
+ * sender (a SYN, a first datagram, a bare segment of a flood: whoever makes
+ * the entry pays for it; the other end's packet that writes it again after an
+ * eviction names that end). 0 for any other sender (the node's own stack,
+ * other nodes and the world, what native routing brings from the uplink,
+ * which may carry any source address), and with source_verify off: such an
+ * entry is counted against its local ends.
+ */
+static __always_inline __u32 policy_ct_opener(__u32 bit, __u8 dir, const struct policy_tuple *t)
 {
 	if (!source_verify)
 		return 0;
 	if (dir != POLICY_DIR_EGRESS) {
-		if (!vouched)
+		if (!t->vouched && !policy_ct_sender_checked(t))
 			return 0;
 		bit ^= POLICY_CT_END_LO | POLICY_CT_END_HI;
 	}
@@ -232,19 +251,18 @@ static __always_inline int policy_ct_write(struct policy_ct_slot *s, __u32 seq,
  * two that holds no end's bit (an opener kept alone after a purge or an RST:
  * it allows nothing), else the oldest no lookup found since they last made
  * room (policy_ct_find_at marks them), else the oldest. A second chance, as
- * the kernel's LRU lists give: a
- * connection in use keeps its slot over one that saw no packet since (a
- * flood's one-off datagrams). Oldest is by born, which the agent's GC rounds
- * move on while a connection carries traffic (a born ahead of this clock,
- * written by an agent whose clock read a tick later, is age 0). A connection
- * replaced, once written, is counted in myelin_policy_ct_stats (an opener
- * alone is none). was: the
- * ends of the copy of k's entry that ce adds to (0: ce is whole by itself); the
- * write is given up when k's entry holds other ends now or is gone, as when
- * another writer is at the slot: the agent's purge took an end away since the
- * caller's lookup (the copy would bring that end's allow back), or another
- * check wrote it. The next packet is judged again. A global function: the
- * verifier checks it once, not at every call with every caller's state.
+ * the kernel's LRU lists give: a connection in use keeps its slot over one
+ * that saw no packet since (a flood's one-off datagrams). Oldest is by born,
+ * which the agent's GC rounds move on while a connection carries traffic (a
+ * born ahead of this clock, written by an agent whose clock read a tick
+ * later, is age 0). A connection replaced, once written, is counted in
+ * myelin_policy_ct_stats (an opener alone is none). was: the ends of the copy
+ * of k's entry that ce adds to (0: ce is whole by itself); the write is given
+ * up when k's entry holds other ends now or is gone, as when another writer
+ * is at the slot: the agent's purge took an end away since the caller's
+ * lookup (the copy would bring that end's allow back), or another check
+ * wrote it. The next packet is judged again. A global function: the verifier
+ * checks it once, not at every call with every caller's state.
  */
 __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_ct_entry *ce,
 			     __u32 was)
@@ -502,8 +520,8 @@ static __always_inline void policy_tx_commit(struct ipv4_info *info)
 	if (info->proto != IPPROTO_TCP)
 		ce.fin_lo = policy_ct_now();
 	/* A SYN of a pod of this node, which its egress check saw: the pod opened it. */
-	ce.ends |=
-		policy_ct_opener(policy_ct_key_of(&k, &t, POLICY_DIR_EGRESS), POLICY_DIR_EGRESS, 0);
+	ce.ends |= policy_ct_opener(policy_ct_key_of(&k, &t, POLICY_DIR_EGRESS), POLICY_DIR_EGRESS,
+				    &t);
 	policy_ct_put(&k, &ce, 0);
 	info->policy_tx_fresh = 0;
 }

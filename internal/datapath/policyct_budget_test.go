@@ -363,3 +363,65 @@ func TestPrivilegedPodBudgetFullList(t *testing.T) {
 		t.Errorf("policy_ct_any_over = %d, %v; want 1 (listed pods' new connections dropped)", on, err)
 	}
 }
+
+// What the stack delivers (legacy host routing) from a pod of this node names
+// that pod the opener when it entered the node on the pod's own veth, where
+// myelin_from_pod checked its source: A, not isolated, floods B through the
+// stack and is listed itself. The same packet entering on another device (the
+// uplink: any host there can send A's address) names no one and counts
+// against B, as before.
+func TestPrivilegedBPFPolicyCTOpenerStackDelivered(t *testing.T) {
+	requirePrivileged(t)
+	st := &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
+		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {tcpPort(8080)}}}
+	synAB := func(sport uint16) pkt {
+		return ipv4(protoTCP, podA, podBIP).withSrc(podA, sport).withDst(podBIP, 8080).withTCPFlags(tcpSYN)
+	}
+	onVethA, onUplink := &skbCtx{IngressIfindex: uint32(podASender.IfIndex)}, &skbCtx{IngressIfindex: 2}
+	t.Run("from A's veth: A opened it, A pays", func(t *testing.T) {
+		d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP, PolicyCTPodMax: 3})
+		toPod := d.objs.MyelinToPod
+		first := budgetStep("A's SYN into B, through the stack (tracked, A the opener)", toPod, "to-pod", synAB(7001), onVethA, true)
+		first.seed = st
+		opened := func(d *Datapath) error {
+			_, v, err := trackedOne(d)
+			if want := policyCTEndHi | policyCTOpenedLo; err == nil && v.Ends != want { // podA < podB
+				err = fmt.Errorf("entry ends %#x, want %#x (B accepted it, A opened it)", v.Ends, want)
+			}
+			return err
+		}
+		runPolicySteps(t, d, []policyStep{
+			first,
+			after(budgetStep("its second", toPod, "to-pod", synAB(7002), onVethA, true), opened),
+			budgetStep("its third", toPod, "to-pod", synAB(7003), onVethA, true),
+			budgetStep("its fourth: not yet counted, tracked", toPod, "to-pod", synAB(7004), onVethA, true),
+			after(budgetStep("counted against A (4 > 3), not B: A's next SYN into B is dropped", toPod, "to-pod", synAB(7005), onVethA, false),
+				gcPolicyCTAt(0, 0), overListed(map[string]uint32{podA: 4})),
+		})
+	})
+	for _, c := range []struct {
+		name     string
+		ctx      *skbCtx
+		flags    uint8
+		noVerify bool
+		opened   bool
+	}{
+		{"A's bare ACK from A's veth: A wrote it", onVethA, tcpACK, false, true},
+		{"A's address from the uplink: no opener (any host there can send it)", onUplink, tcpSYN, false, false},
+		{"A's SYN from A's veth, source verification off: no opener", onVethA, tcpSYN, true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP, PolicyCTPodMax: 3, NoSourceVerification: c.noVerify})
+			first := budgetStep(c.name, d.objs.MyelinToPod, "to-pod", synAB(7001).withTCPFlags(c.flags), c.ctx, true)
+			first.seed = st
+			runPolicySteps(t, d, []policyStep{first})
+			want := policyCTEndHi
+			if c.opened {
+				want |= policyCTOpenedLo
+			}
+			if _, v, err := trackedOne(d); err != nil || v.Ends != want {
+				t.Errorf("entry ends %#x (%v), want %#x", v.Ends, err, want)
+			}
+		})
+	}
+}
