@@ -332,7 +332,7 @@ struct {
 /*
  * myelin_policy_ct: connections isolated pods accepted, one slot each (both
  * directions, both local ends), in buckets of POLICY_CT_WAYS slots
- * (lib/policy_ct.h): an array, so a lookup is a few instructions the
+ * (lib/policy_ct_table.h): an array, so a lookup is a few instructions the
  * verifier inlines, with no bucket lock and no element to allocate. A
  * connection whose two buckets are full takes the slot of an old one: that
  * only makes the old one's next packet be evaluated again, never allows

@@ -153,7 +153,7 @@ enum policy_ct_ref {
 };
 
 /*
- * policy_ct_slot is one way of a myelin_policy_ct bucket (lib/policy_ct.h):
+ * policy_ct_slot is one way of a myelin_policy_ct bucket (lib/policy_ct_table.h):
  * a connection's key and entry, empty while the key is zero (a real key has
  * a protocol). seq is the slot's sequence count: odd while a writer is at
  * it, and every write moves it on, so a reader that saw the same even count
@@ -174,7 +174,7 @@ struct policy_ct_slot {
 #define POLICY_CT_WAYS 4
 
 /* policy_ct_bucket is one element of myelin_policy_ct: the slots of the
- * connections whose keys hash to it (lib/policy_ct.h). */
+ * connections whose keys hash to it (lib/policy_ct_table.h). */
 struct policy_ct_bucket {
 	struct policy_ct_slot way[POLICY_CT_WAYS];
 };

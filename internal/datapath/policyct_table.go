@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// myelin_policy_ct's layout (bpf/lib/types.h, lib/policy_ct.h): an array of
+// myelin_policy_ct's layout (bpf/lib/types.h, lib/policy_ct_table.h): an array of
 // buckets of policyCTWays slots, and one more element, the header: its first 8
 // bytes hold the bucket hash's seed, the next 4 when a GC round that keeps the
 // slots' idle clocks walked it last (policyCTClocksFresh), the next 4 when one
@@ -66,7 +66,7 @@ func (t *policyCTTable) slotsOf(seed uint64, k myelinPolicyCtKey) []int {
 // policyCTTable is the agent's view of myelin_policy_ct, mapped into its
 // memory (BPF_F_MMAPABLE) for one walk (Datapath.withPolicyCT): slots are
 // read and written under their sequence counts exactly as the programs do
-// (lib/policy_ct.h), so a reader never takes half of one write for a whole
+// (lib/policy_ct_table.h), so a reader never takes half of one write for a whole
 // slot, and the agent never writes over a slot a program wrote since the
 // agent read it.
 type policyCTTable struct {

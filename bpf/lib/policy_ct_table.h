@@ -1,0 +1,287 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The table of NetworkPolicy's tracked connections (maps.h myelin_policy_ct;
+ * what an entry means is lib/policy_ct.h): buckets of slots each written
+ * whole under its sequence count, looked up, written, deleted and refreshed
+ * here. The agent walks the same table (internal/datapath/policyct_table.go).
+ */
+#ifndef MYELIN_LIB_POLICY_CT_TABLE_H
+#define MYELIN_LIB_POLICY_CT_TABLE_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#include "clock.h"
+#include "config.h"
+#include "maps.h"
+
+/* POLICY_CT_TIME_SHIFT: policy_ct_now counts units of 2^30 ns (~1.07 s). */
+#define POLICY_CT_TIME_SHIFT 30
+
+/*
+ * policy_ct_now is the time kept as a non-TCP entry's last seen (fin_lo):
+ * the flow tables' clock (lib/clock.h), which the agent reads too, in ~1 s
+ * units.
+ */
+static __always_inline __u32 policy_ct_now(void)
+{
+	return (__u32)(clock_coarse_ns() >> POLICY_CT_TIME_SHIFT);
+}
+
+/*
+ * The table (maps.h myelin_policy_ct): an array of slots in buckets of
+ * POLICY_CT_WAYS, a connection's two buckets a hash of its key under the
+ * agent's random policy_ct_seed (so a pod can't choose tuples that share
+ * another connection's buckets and push it out). A slot is written whole
+ * under its sequence count (struct policy_ct_slot): a writer takes it by
+ * moving an even count to odd with a compare-and-swap (another writer at
+ * it: the write is given up, as if evicted: that connection's next packet
+ * is judged again), writes, and moves it on to even. A reader copies the slot between two reads
+ * of the count and takes a change or an odd count as a miss, which is judged
+ * by the policy again and never allows by itself. The reads rely on loads not
+ * being reordered with loads (x86; another architecture would need
+ * load-acquire); the writer's atomics order its stores.
+ * The close state (policy_ct_close), a non-TCP entry's last seen
+ * (policy_ct_refresh) and a slot's in-use mark are written in place without
+ * the count: a reader sees the old or the new value of each, and none
+ * touches the ends.
+ */
+/* policy_ct_seed: the key of the bucket hash; the agent picks it at random
+ * and keeps it with the table (datapath.Load). */
+volatile const __u64 policy_ct_seed = 0;
+
+/* policy_ct_buckets: myelin_policy_ct's buckets (datapath.Load sets the table's size). */
+volatile const __u32 policy_ct_buckets = POLICY_CT_MAX / POLICY_CT_WAYS;
+
+#define POLICY_CT_MUL 0x9e3779b97f4a7c15ULL
+
+/* policy_ct_read32 reads a slot word once, as it is in memory now. */
+#define policy_ct_read32(p) (*(volatile __u32 *)(p))
+
+/*
+ * policy_ct_buckets_of sets the indexes of k's two buckets: a connection
+ * lives in the first unless it was full when the connection was written
+ * (policy_ct_put), so a lookup of a sparse table reads one bucket, and a
+ * bucket overflows only when both are full.
+ */
+static __always_inline void policy_ct_buckets_of(const struct policy_ct_key *k, __u32 *first,
+						 __u32 *second)
+{
+	const __u32 *w = (const __u32 *)k;
+	__u64 h = policy_ct_seed;
+
+	h = (h ^ w[0]) * POLICY_CT_MUL;
+	h = (h ^ w[1]) * POLICY_CT_MUL;
+	h = (h ^ w[2]) * POLICY_CT_MUL;
+	h = (h ^ w[3]) * POLICY_CT_MUL;
+	*first = ((h & 0xffffffff) * policy_ct_buckets) >> 32;
+	*second = ((h >> 32) * policy_ct_buckets) >> 32;
+}
+
+/* policy_ct_key_is says whether slot key a is k (word by word: k is on the stack). */
+static __always_inline int policy_ct_key_is(const struct policy_ct_key *a,
+					    const struct policy_ct_key *k)
+{
+	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)k;
+
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3];
+}
+
+/*
+ * policy_ct_find_at looks connection k up: the index of its slot (bucket *
+ * POLICY_CT_WAYS + way), with a whole copy of its entry in *out (out NULL:
+ * the slot only, for the in-place writes), or -1 (not tracked, or a writer
+ * was at its slot). A slot found is marked in use (policy_ct_put). A global
+ * function: the verifier checks it once, not at every call with every
+ * caller's state.
+ */
+__noinline int policy_ct_find_at(const struct policy_ct_key *k, struct policy_ct_entry *out)
+{
+	__u32 i[2];
+
+	if (!k)
+		return -1;
+	policy_ct_buckets_of(k, &i[0], &i[1]);
+	for (int c = 0; c < 2; c++) {
+		struct policy_ct_bucket *b = bpf_map_lookup_elem(&myelin_policy_ct, &i[c]);
+
+		if (!b)
+			return -1;
+		for (__u32 w = 0; w < POLICY_CT_WAYS; w++) {
+			struct policy_ct_slot *s = &b->way[w];
+			__u32 seq = policy_ct_read32(&s->seq);
+
+			if (!policy_ct_key_is(&s->key, k))
+				continue;
+			/* In use and seen (enum policy_ct_ref), in place like the close
+			 * state: written once per bucket eviction or GC round, atomically,
+			 * so the agent's bits of ref stay as the agent left them. */
+			if ((s->ref & (POLICY_CT_REF_IN_USE | POLICY_CT_REF_SEEN)) !=
+			    (POLICY_CT_REF_IN_USE | POLICY_CT_REF_SEEN))
+				__sync_fetch_and_or(&s->ref,
+						    POLICY_CT_REF_IN_USE | POLICY_CT_REF_SEEN);
+			if (out) {
+				*out = s->entry;
+				asm volatile("" ::: "memory"); /* the copy before the second read */
+				if ((seq & 1) || policy_ct_read32(&s->seq) != seq)
+					return -1;
+			}
+			return i[c] * POLICY_CT_WAYS + w;
+		}
+		if (i[1] == i[0])
+			break;
+	}
+	return -1;
+}
+
+/* policy_ct_find is policy_ct_find_at's slot: NULL when it found none. Not
+ * inlined: its lookup key would add to its callers' stack frames, and
+ * myelin_from_pod's deepest chain is at the limit (docs/datapath.md). */
+static __noinline struct policy_ct_slot *policy_ct_find(const struct policy_ct_key *k,
+							struct policy_ct_entry *out)
+{
+	int at = policy_ct_find_at(k, out);
+	__u32 i = (__u32)at / POLICY_CT_WAYS;
+	struct policy_ct_bucket *b;
+
+	if (at < 0)
+		return NULL;
+	b = bpf_map_lookup_elem(&myelin_policy_ct, &i);
+	return b ? &b->way[at & (POLICY_CT_WAYS - 1)] : NULL;
+}
+
+/*
+ * policy_ct_write writes slot s whole (k and ce, or empty for k NULL) if its
+ * count is still seq, and says whether it did; another writer got there
+ * first: the write is given up.
+ */
+static __always_inline int policy_ct_write(struct policy_ct_slot *s, __u32 seq,
+					   const struct policy_ct_key *k,
+					   const struct policy_ct_entry *ce)
+{
+	if ((seq & 1) || __sync_val_compare_and_swap(&s->seq, seq, seq + 1) != seq)
+		return 0;
+	if (k) {
+		s->key = *k;
+		s->entry = *ce;
+		s->born = policy_ct_now();
+		s->ref = 0;
+	} else {
+		__builtin_memset(&s->key, 0, sizeof(s->key));
+		__builtin_memset(&s->entry, 0, sizeof(s->entry));
+	}
+	__sync_fetch_and_add(&s->seq, 1);
+	return 1;
+}
+
+/*
+ * policy_ct_put writes connection k's entry ce: into its slot, else an empty
+ * one of its first bucket, else of its second, else the oldest slot of the
+ * two that holds no end's bit (an opener kept alone after a purge or an RST:
+ * it allows nothing), else the oldest no lookup found since they last made
+ * room (policy_ct_find_at marks them), else the oldest. A second chance, as
+ * the kernel's LRU lists give: a connection in use keeps its slot over one
+ * that saw no packet since (a flood's one-off datagrams). Oldest is by born,
+ * which the agent's GC rounds move on while a connection carries traffic (a
+ * born ahead of this clock, written by an agent whose clock read a tick
+ * later, is age 0). A connection replaced, once written, is counted in
+ * myelin_policy_ct_stats (an opener alone is none). was: the ends of the copy
+ * of k's entry that ce adds to (0: ce is whole by itself); the write is given
+ * up when k's entry holds other ends now or is gone, as when another writer
+ * is at the slot: the agent's purge took an end away since the caller's
+ * lookup (the copy would bring that end's allow back), or another check
+ * wrote it. The next packet is judged again. A global function: the verifier
+ * checks it once, not at every call with every caller's state.
+ */
+__noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_ct_entry *ce,
+			     __u32 was)
+{
+	__u32 pick_seq = 0, pick_age = 0, now = policy_ct_now(), i[2], score;
+	struct policy_ct_bucket *b[2] = {};
+	struct policy_ct_slot *pick = NULL;
+	/* of pick: 0 k's own, 1 empty, 2 no end left, 3 unreferenced, 4 referenced */
+	int rank = 5;
+	__u64 *stat;
+
+	if (!k || !ce)
+		return 0;
+	policy_ct_buckets_of(k, &i[0], &i[1]);
+	for (int c = 0; c < 2 && rank; c++) {
+		b[c] = bpf_map_lookup_elem(&myelin_policy_ct, &i[c]);
+		if (!b[c])
+			return 0;
+		for (__u32 w = 0; w < POLICY_CT_WAYS; w++) {
+			struct policy_ct_slot *s = &b[c]->way[w];
+			__u32 seq = policy_ct_read32(&s->seq), age;
+
+			if (policy_ct_key_is(&s->key, k)) {
+				if (was && policy_ct_read32(&s->entry.ends) != was)
+					return 0;
+				pick = s, pick_seq = seq, rank = 0;
+				break;
+			}
+			if (!s->key.proto) {
+				if (rank > 1)
+					pick = s, pick_seq = seq, rank = 1;
+				continue;
+			}
+			age = (__s32)(now - s->born) > 0 ? now - s->born : 0;
+			if (!(s->entry.ends & (POLICY_CT_END_LO | POLICY_CT_END_HI)))
+				score = 2; /* an opener alone: allows nothing */
+			else
+				score = (s->ref & POLICY_CT_REF_IN_USE) ? 4 : 3;
+			if (rank > score || (rank == score && age > pick_age))
+				pick = s, pick_seq = seq, pick_age = age, rank = score;
+		}
+		if (i[1] == i[0])
+			break;
+	}
+	if (!pick || (was && rank))
+		return 0;
+	if (!policy_ct_write(pick, pick_seq, k, ce) || rank < 3)
+		return 0;
+	/* Every slot referenced: the oldest went, the others lose their in-use
+	 * mark, so the next connection here replaces one that saw no packet
+	 * since. */
+	if (rank == 4)
+		for (int c = 0; c < 2; c++)
+			for (__u32 w = 0; w < POLICY_CT_WAYS && b[c]; w++)
+				__sync_fetch_and_and(&b[c]->way[w].ref, ~POLICY_CT_REF_IN_USE);
+	/* A connection pushed out: counted (the agent's status warns of live
+	 * ones). i[0] is done with: its stack slot is the key. */
+	i[0] = rank == 4 ? POLICY_CT_STAT_EVICTED_IN_USE : POLICY_CT_STAT_EVICTED_IDLE;
+	stat = bpf_map_lookup_elem(&myelin_policy_ct_stats, &i[0]);
+	if (stat)
+		*stat += 1; /* per CPU: no other writer */
+	return 0;
+}
+
+/* policy_ct_del empties connection k's slot s (nothing if it holds another since). */
+static __always_inline void policy_ct_del(struct policy_ct_slot *s, const struct policy_ct_key *k)
+{
+	__u32 seq = policy_ct_read32(&s->seq);
+
+	asm volatile("" ::: "memory"); /* the key read after the count */
+	if (policy_ct_key_is(&s->key, k))
+		policy_ct_write(s, seq, NULL, NULL);
+}
+
+/*
+ * policy_ct_refresh notes that a tracked packet of a connection without
+ * close tracking (not TCP) passed: its entry's last seen, written only when
+ * it changes (at most once a second per connection), in place through the
+ * looked-up slot at (NULL: nothing to refresh) like policy_ct_close's
+ * close state: a slot emptied and reused for another connection meanwhile
+ * only gets a later time (or, for TCP, a wrong FIN number, which can only
+ * delete its entry early or leave it to be replaced); no end's bit is
+ * touched.
+ */
+static __always_inline void policy_ct_refresh(struct policy_ct_slot *at, __u32 seen)
+{
+	__u32 now = policy_ct_now();
+
+	if (at && seen != now)
+		at->entry.fin_lo = now;
+}
+
+#endif /* MYELIN_LIB_POLICY_CT_TABLE_H */
