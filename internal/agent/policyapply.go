@@ -184,10 +184,11 @@ func policyCTPurge(st policy.State, want, curEntries map[datapath.PolicyKey][]da
 		}
 	}
 	for pfx, id := range curCache {
-		if w, ok := st.IPCache[pfx]; !ok || w != id {
+		w, ok := st.IPCache[pfx]
+		if !ok || w != id {
 			changed(pfx)
 		}
-		if _, ok := st.IPCache[pfx]; !ok && pfx.Bits() == 32 {
+		if !ok && pfx.Bits() == 32 {
 			p.Gone[pfx.Addr()] = true
 		}
 	}

@@ -20,6 +20,18 @@ func budgetStep(name string, prog *ebpf.Program, dir string, p pkt, ctx *skbCtx,
 	return s
 }
 
+// trackedEnds returns a step change that fails unless the one tracked entry's
+// ends are want; why says which entry, when.
+func trackedEnds(want uint32, why string) func(*Datapath) error {
+	return func(d *Datapath) error {
+		_, v, err := trackedOne(d)
+		if err == nil && v.Ends != want {
+			err = fmt.Errorf("%s: entry ends %#x, want %#x", why, v.Ends, want)
+		}
+		return err
+	}
+}
+
 // overListed returns a step change that fails unless myelin_policy_ct_over lists
 // exactly want (pod address: its count of entries).
 func overListed(want map[string]uint32) func(*Datapath) error {
@@ -243,15 +255,6 @@ func TestPrivilegedBPFPolicyCTPurgeKeepsOpener(t *testing.T) {
 	seg, push := abSegments(3003)
 	ctxB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
 	a := mustAddr(podA)
-	ends := func(want uint32, why string) func(*Datapath) error {
-		return func(d *Datapath) error {
-			_, v, err := trackedOne(d)
-			if err == nil && v.Ends != want {
-				err = fmt.Errorf("%s: entry ends %#x, want %#x", why, v.Ends, want)
-			}
-			return err
-		}
-	}
 	purge := func(p PolicyCTPurge) func(*Datapath) error {
 		return func(d *Datapath) error {
 			n, err := d.PurgePolicyCT(p)
@@ -271,14 +274,14 @@ func TestPrivilegedBPFPolicyCTPurgeKeepsOpener(t *testing.T) {
 	}
 	allowA := func(d *Datapath) error { return seedPolicyKeepingCT(d, *st) }
 	first := after(verdictStep("A's labels changed and B no longer admits A: A's segment is denied, the entry allows nothing", d.objs.MyelinToPod, "to-pod", seg, nil, false),
-		opened, purge(relabeled), ends(policyCTOpenedLo, "after the purge"), denyA)
+		opened, purge(relabeled), trackedEnds(policyCTOpenedLo, "after the purge"), denyA)
 	first.seed = st
 	runPolicySteps(t, d, []policyStep{
 		first,
 		after(verdictStep("B admits A again: B's push is tracked again, A still pays", d.objs.MyelinFromPod, "from-pod", push, ctxB, true),
-			ends(policyCTOpenedLo, "after the denied segment"), allowA),
+			trackedEnds(policyCTOpenedLo, "after the denied segment"), allowA),
 	})
-	if err := ends(policyCTEndHi|policyCTOpenedLo, "after B's push")(d); err != nil {
+	if err := trackedEnds(policyCTEndHi|policyCTOpenedLo, "after B's push")(d); err != nil {
 		t.Error(err)
 	}
 	deleted := PolicyCTPurge{Peers: map[netip.Addr]bool{a: true}, Gone: map[netip.Addr]bool{a: true}}
@@ -315,13 +318,8 @@ func TestPrivilegedBPFPolicyCTBudgetTunnelOpenerPays(t *testing.T) {
 		}
 		return policyStep{policyRow: policyRow{prog: d.objs.MyelinFromNetdev, counterDir: "from-netdev", progCase: c}}
 	}
-	opener := func(d *Datapath) error {
-		_, v, err := trackedOne(d)
-		if want := policyCTEndLo | policyCTOpenedHi; err == nil && v.Ends != want { // podB 10.1.0.20 < remote 10.2.0.33
-			err = fmt.Errorf("the remote pod's entry: ends %#x, want %#x (B accepted it, the remote pod opened it)", v.Ends, want)
-		}
-		return err
-	}
+	// podB 10.1.0.20 < remote 10.2.0.33
+	opener := trackedEnds(policyCTEndLo|policyCTOpenedHi, "the remote pod's entry (B accepted it, the remote pod opened it)")
 	first := fromRemote("the remote pod's SYN into B, decapsulated and delivered (tracked)", 7001, true)
 	first.seed = st
 	runPolicySteps(t, d, []policyStep{
@@ -383,13 +381,7 @@ func TestPrivilegedBPFPolicyCTOpenerStackDelivered(t *testing.T) {
 		toPod := d.objs.MyelinToPod
 		first := budgetStep("A's SYN into B, through the stack (tracked, A the opener)", toPod, "to-pod", synAB(7001), onVethA, true)
 		first.seed = st
-		opened := func(d *Datapath) error {
-			_, v, err := trackedOne(d)
-			if want := policyCTEndHi | policyCTOpenedLo; err == nil && v.Ends != want { // podA < podB
-				err = fmt.Errorf("entry ends %#x, want %#x (B accepted it, A opened it)", v.Ends, want)
-			}
-			return err
-		}
+		opened := trackedEnds(policyCTEndHi|policyCTOpenedLo, "A's entry (B accepted it, A opened it)") // podA < podB
 		runPolicySteps(t, d, []policyStep{
 			first,
 			after(budgetStep("its second", toPod, "to-pod", synAB(7002), onVethA, true), opened),
@@ -419,8 +411,8 @@ func TestPrivilegedBPFPolicyCTOpenerStackDelivered(t *testing.T) {
 			if c.opened {
 				want |= policyCTOpenedLo
 			}
-			if _, v, err := trackedOne(d); err != nil || v.Ends != want {
-				t.Errorf("entry ends %#x (%v), want %#x", v.Ends, err, want)
+			if err := trackedEnds(want, c.name)(d); err != nil {
+				t.Error(err)
 			}
 		})
 	}

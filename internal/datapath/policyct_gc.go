@@ -48,8 +48,7 @@ func policyCTOpenerOnly(v myelinPolicyCtEntry) bool {
 // GC does not move it on for such an entry: a lookup by a denied packet marks
 // the slot seen.
 func policyCTOpenerOnlyIdle(v myelinPolicyCtEntry, born, now uint32) bool {
-	return policyCTOpenerOnly(v) && int32(now-born) > 0 &&
-		time.Duration(uint64(now-born)<<policyCTTimeShift) > PolicyCTTimeoutOpenerOnly
+	return policyCTOpenerOnly(v) && policyCTSince(born, now) > PolicyCTTimeoutOpenerOnly
 }
 
 // The bits of a slot's ref (enum policy_ct_ref).
@@ -61,7 +60,7 @@ const (
 )
 
 // policyCTTimeShift is the datapath's unit of a non-TCP entry's last seen
-// (POLICY_CT_TIME_SHIFT, lib/policy_ct.h): 2^30 ns of CLOCK_MONOTONIC_COARSE.
+// (POLICY_CT_TIME_SHIFT, lib/policy_ct_table.h): 2^30 ns of CLOCK_MONOTONIC_COARSE.
 const policyCTTimeShift = 30
 
 // policyCTUnits is now, a time on the MonotonicNow clock, in the datapath's unit
@@ -69,6 +68,15 @@ const policyCTTimeShift = 30
 // CLOCK_MONOTONIC by at most a tick.
 func policyCTUnits(now time.Duration) uint32 {
 	return uint32(uint64(now) >> policyCTTimeShift)
+}
+
+// policyCTSince is how long before now (both policyCTUnits) then lies; 0 for a
+// then at or ahead of now (the datapath's coarse clock against the GC's).
+func policyCTSince(then, now uint32) time.Duration {
+	if int32(now-then) <= 0 {
+		return 0
+	}
+	return time.Duration(uint64(now-then) << policyCTTimeShift)
 }
 
 // policyCTReset is the close state an RST leaves on a TCP entry.
@@ -101,14 +109,14 @@ const policyCTAheadMax = 2
 // traffic after its write, else past PolicyCTTimeoutTCPUnseen. A born ahead of
 // now (the datapath's coarse clock against the GC's) is not idle.
 func policyCTIdleTCP(k myelinPolicyCtKey, ref, born, now uint32) bool {
-	if k.Proto != unix.IPPROTO_TCP || int32(now-born) <= 0 {
+	if k.Proto != unix.IPPROTO_TCP {
 		return false
 	}
 	timeout := PolicyCTTimeoutTCPUnseen
 	if ref&(policyCTRefInUse|policyCTRefRound) != 0 {
 		timeout = PolicyCTTimeoutTCP
 	}
-	return time.Duration(uint64(now-born)<<policyCTTimeShift) > timeout
+	return policyCTSince(born, now) > timeout
 }
 
 // policyCTClocksFresh says whether a GC round at now (policyCTUnits) may go on
@@ -279,8 +287,7 @@ const policyCTResetGrace = 5 * time.Second
 // of a clock read later: the two times lie more than one unit less apart than
 // their units say.
 func policyCTResetGraceOver(last, now uint32) bool {
-	ago := int32(now - last)
-	return ago > 1 && time.Duration(uint64(ago-1)<<policyCTTimeShift) >= policyCTResetGrace
+	return policyCTSince(last+1, now) >= policyCTResetGrace
 }
 
 // policyCTStrip takes the end bits gone away from slot s at now (policyCTUnits),
@@ -329,7 +336,7 @@ func policyCTHeld(h podCounts, k myelinPolicyCtKey, v myelinPolicyCtEntry) {
 }
 
 // PolicyCTEvictions are the connections new ones pushed out of myelin_policy_ct
-// (their two buckets full: lib/policy_ct.h, policy_ct_put), summed over CPUs,
+// (their two buckets full: lib/policy_ct_table.h, policy_ct_put), summed over CPUs,
 // since the node first loaded a datapath with myelin_policy_ct_stats (a pinned
 // map: agent restarts and table resizes keep the counts). The next packet of a
 // connection pushed out is judged by the policy again: allowed, it is tracked
