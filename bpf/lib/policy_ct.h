@@ -125,7 +125,9 @@ static __always_inline int policy_ct_over_budget(__u32 addr)
  * state and, when this check knows its sender (also), names it the opener.
  * A write that adds to a copy happens only if the entry still holds the
  * copy's ends (policy_ct_put's was): an end the agent purged meanwhile stays
- * purged. Entries are only ever written whole, by policy_ct_put under the
+ * purged; and it leaves a close state written meanwhile (a FIN or RST on
+ * another CPU) as it is, so the close is still followed to the deletion.
+ * Entries are only ever written whole, by policy_ct_put under the
  * slot's count, never through a looked-up slot: one that another CPU emptied
  * meanwhile may already hold another connection, and a write through it
  * would give that connection an end it never accepted (policy_ct_close's
@@ -137,7 +139,7 @@ static __always_inline void policy_ct_track(const struct policy_ct_key *k,
 					    __u32 also, int fresh, int syn)
 {
 	struct policy_ct_entry ce = {.ends = bit | also};
-	__u32 was = 0;
+	__u64 was = 0;
 
 	if (!fresh) {
 		if (!cur)
@@ -145,7 +147,7 @@ static __always_inline void policy_ct_track(const struct policy_ct_key *k,
 		else
 			ce = *cur;
 		if (cur) {
-			was = ce.ends;
+			was = policy_ct_was(&ce);
 			if ((ce.ends & bit) && !(syn && ce.closing))
 				return;
 			ce.ends |= bit;

@@ -153,15 +153,29 @@ static __noinline struct policy_ct_slot *policy_ct_find(const struct policy_ct_k
 /*
  * policy_ct_write writes slot s whole (k and ce, or empty for k NULL) if its
  * count is still seq, and says whether it did; another writer got there
- * first: the write is given up.
+ * first: the write is given up. was_closing: when ce adds to a copy of k's
+ * entry (policy_ct_put's was), the close state of that copy. The close state
+ * is written in place without the count (policy_ct_close), so a close segment
+ * on another CPU since the copy was read would be undone by writing the
+ * copy's: ce's goes in only if the slot still holds the copy's, else the
+ * slot's stays, and a TCP entry's FIN numbers, which only change with it,
+ * are left as they are.
  */
 static __always_inline int policy_ct_write(struct policy_ct_slot *s, __u32 seq,
 					   const struct policy_ct_key *k,
-					   const struct policy_ct_entry *ce)
+					   const struct policy_ct_entry *ce, int add,
+					   __u32 was_closing)
 {
 	if ((seq & 1) || __sync_val_compare_and_swap(&s->seq, seq, seq + 1) != seq)
 		return 0;
-	if (k) {
+	if (k && add) {
+		s->entry.ends = ce->ends;
+		if (k->proto != IPPROTO_TCP)
+			s->entry.fin_lo = ce->fin_lo;
+		__sync_val_compare_and_swap(&s->entry.closing, was_closing, ce->closing);
+		s->born = policy_ct_now();
+		s->ref = 0;
+	} else if (k) {
 		s->key = *k;
 		s->entry = *ce;
 		s->born = policy_ct_now();
@@ -172,6 +186,13 @@ static __always_inline int policy_ct_write(struct policy_ct_slot *s, __u32 seq,
 	}
 	__sync_fetch_and_add(&s->seq, 1);
 	return 1;
+}
+
+/* policy_ct_was is policy_ct_put's was for a copy ce of an entry: its ends
+ * and close state, never 0 (a tracked entry holds an end's or an opener's bit). */
+static __always_inline __u64 policy_ct_was(const struct policy_ct_entry *ce)
+{
+	return ce->ends | (__u64)ce->closing << 32;
 }
 
 /*
@@ -185,16 +206,17 @@ static __always_inline int policy_ct_write(struct policy_ct_slot *s, __u32 seq,
  * which the agent's GC rounds move on while a connection carries traffic (a
  * born ahead of this clock, written by an agent whose clock read a tick
  * later, is age 0). A connection replaced, once written, is counted in
- * myelin_policy_ct_stats (an opener alone is none). was: the ends of the copy
- * of k's entry that ce adds to (0: ce is whole by itself); the write is given
- * up when k's entry holds other ends now or is gone, as when another writer
- * is at the slot: the agent's purge took an end away since the caller's
- * lookup (the copy would bring that end's allow back), or another check
- * wrote it. The next packet is judged again. A global function: the verifier
+ * myelin_policy_ct_stats (an opener alone is none). was: the copy of k's
+ * entry that ce adds to (policy_ct_was; 0: ce is whole by itself); the write
+ * is given up when k's entry holds other ends now or is gone, as when another
+ * writer is at the slot: the agent's purge took an end away since the
+ * caller's lookup (the copy would bring that end's allow back), or another
+ * check wrote it. The next packet is judged again. The copy's close state
+ * gives way to the slot's (policy_ct_write). A global function: the verifier
  * checks it once, not at every call with every caller's state.
  */
 __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_ct_entry *ce,
-			     __u32 was)
+			     __u64 was)
 {
 	__u32 pick_seq = 0, pick_age = 0, now = policy_ct_now(), i[2], score;
 	struct policy_ct_bucket *b[2] = {};
@@ -215,7 +237,7 @@ __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_
 			__u32 seq = policy_ct_read32(&s->seq), age;
 
 			if (policy_ct_key_is(&s->key, k)) {
-				if (was && policy_ct_read32(&s->entry.ends) != was)
+				if (was && policy_ct_read32(&s->entry.ends) != (__u32)was)
 					return 0;
 				pick = s, pick_seq = seq, rank = 0;
 				break;
@@ -238,7 +260,7 @@ __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_
 	}
 	if (!pick || (was && rank))
 		return 0;
-	if (!policy_ct_write(pick, pick_seq, k, ce) || rank < 3)
+	if (!policy_ct_write(pick, pick_seq, k, ce, was != 0, was >> 32) || rank < 3)
 		return 0;
 	/* Every slot referenced: the oldest went, the others lose their in-use
 	 * mark, so the next connection here replaces one that saw no packet
@@ -263,7 +285,7 @@ static __always_inline void policy_ct_del(struct policy_ct_slot *s, const struct
 
 	asm volatile("" ::: "memory"); /* the key read after the count */
 	if (policy_ct_key_is(&s->key, k))
-		policy_ct_write(s, seq, NULL, NULL);
+		policy_ct_write(s, seq, NULL, NULL, 0, 0);
 }
 
 /*

@@ -127,18 +127,7 @@ func TestPrivilegedPolicyCTPurgeKeepsLastSeen(t *testing.T) {
 // against a purge of A's end landing at a random moment; A's bit never returns.
 func TestPrivilegedBPFPolicyCTPurgeRace(t *testing.T) {
 	requirePrivileged(t)
-	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP, PolicyCTMax: 1024})
-	st := policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
-		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {tcpPort(8080)}}}
-	if err := seedPolicy(d, st); err != nil {
-		t.Fatal(err)
-	}
-	if err := seedEndpoints(d, seedAB); err != nil {
-		t.Fatal(err)
-	}
-	_, push := abSegments(3003)
-	in, ctxB := push.build(), &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
-	k := abKey(3003, 8080)
+	d, k, run := addEndRace(t)
 	ct := mappedPolicyCT(t, d)
 	purgeA := PolicyCTPurge{Endpoints: map[netip.Addr]bool{mustAddr(podA): true}}
 	// A's entry alone goes with the purge (B's write finds no entry); one A
@@ -150,16 +139,7 @@ func TestPrivilegedBPFPolicyCTPurgeRace(t *testing.T) {
 				t.Fatal(err)
 			}
 			i, _, _, _ := ct.find(d.policyCTSeed, k)
-			var armed, fire atomic.Bool
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				armed.Store(true)
-				for !fire.Load() { // both goroutines on a CPU: no wake-up latency between them
-				}
-				var spun atomic.Uint32
-				for spun.Add(1) < uint32(r%101*5) { // a moment that moves round by round
-				}
+			err := race(r, func() {
 				for {
 					if changed, ok := purgePolicyCTSlot(ct, i, purgeA, policyCTUnits(MonotonicNow())); changed || !ok {
 						return
@@ -168,14 +148,10 @@ func TestPrivilegedBPFPolicyCTPurgeRace(t *testing.T) {
 						return
 					}
 				}
-			}()
-			for !armed.Load() {
-			}
-			fire.Store(true)
-			if _, err := d.objs.MyelinFromPod.Run(runOptions(in, ctxB)); err != nil {
+			}, run)
+			if err != nil {
 				t.Fatal(err)
 			}
-			<-done
 			v, ok := policyCTGet(d, k)
 			if ok && v.Ends&policyCTEndLo != 0 {
 				restored++
@@ -189,4 +165,92 @@ func TestPrivilegedBPFPolicyCTPurgeRace(t *testing.T) {
 		}
 		t.Logf("A's entry %#x: %d of %d rounds without B's bit after the round (B's write refused or given up)", seed, refused, rounds)
 	}
+}
+
+// The close state is written in place (policy_ct_close: an atomic OR from the
+// CPU that carries the close segment), not whole under the slot's count. A
+// check that adds its end's bit to a copy must not write the copy's close
+// state back over a FIN noted since its lookup: the entry would never see its
+// close through and would hold its payer's budget until the idle timeout. A
+// race of many rounds: B's segment adding B's bit against A's FIN noted in
+// place at a random moment; the FIN is never lost, whether B's bit went in or
+// not.
+func TestPrivilegedBPFPolicyCTCloseRace(t *testing.T) {
+	requirePrivileged(t)
+	d, k, run := addEndRace(t)
+	ct := mappedPolicyCT(t, d)
+	rounds, undone, both := 10000, 0, 0
+	for r := range rounds {
+		if err := policyCTPut(d, k, myelinPolicyCtEntry{Ends: policyCTEndLo | policyCTOpenedLo}); err != nil {
+			t.Fatal(err)
+		}
+		i, _, _, _ := ct.find(d.policyCTSeed, k)
+		closing := &ct.slot(i).Entry.Closing
+		if err := race(r, func() { atomic.OrUint32(closing, policyCTFinLo) }, run); err != nil {
+			t.Fatal(err)
+		}
+		v, ok := policyCTGet(d, k)
+		if !ok {
+			t.Fatalf("round %d: the entry is gone", r)
+		}
+		if v.Closing&policyCTFinLo == 0 {
+			undone++
+		} else if v.Ends&policyCTEndHi != 0 {
+			both++
+		}
+	}
+	if undone > 0 {
+		t.Errorf("%d of %d rounds: A's FIN noted in place was undone by B's write of its copy", undone, rounds)
+	}
+	t.Logf("%d of %d rounds with B's bit and A's FIN both in the entry", both, rounds)
+}
+
+// policyCTFinLo is the close state's bit for the lo end's FIN (enum policy_ct_closing).
+const policyCTFinLo = uint32(myelinPolicyCtClosingPOLICY_CT_FIN_LO)
+
+// addEndRace loads a datapath where pod B's segment to A (run) adds B's end to
+// a tracked entry k of A's (legacy host routing: B's egress check, B isolated
+// for ingress from A on port 8080).
+func addEndRace(t *testing.T) (d *Datapath, k myelinPolicyCtKey, run func() error) {
+	t.Helper()
+	d = loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP, PolicyCTMax: 1024})
+	st := policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
+		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {tcpPort(8080)}}}
+	if err := seedPolicy(d, st); err != nil {
+		t.Fatal(err)
+	}
+	if err := seedEndpoints(d, seedAB); err != nil {
+		t.Fatal(err)
+	}
+	_, push := abSegments(3003)
+	in, ctxB := push.build(), &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
+	return d, abKey(3003, 8080), func() error {
+		_, err := d.objs.MyelinFromPod.Run(runOptions(in, ctxB))
+		return err
+	}
+}
+
+// race runs act on another goroutine at a moment that moves with round r
+// while run runs on this one. Both goroutines busy-spin (no wake-up latency
+// between them), so act lands within the ~100 ns between a program's lookup
+// and its write in some of the rounds.
+func race(r int, act func(), run func() error) error {
+	var armed, fire atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		armed.Store(true)
+		for !fire.Load() {
+		}
+		var spun atomic.Uint32
+		for spun.Add(1) < uint32(r%101*5) {
+		}
+		act()
+	}()
+	for !armed.Load() {
+	}
+	fire.Store(true)
+	err := run()
+	<-done
+	return err
 }
