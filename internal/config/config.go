@@ -215,6 +215,7 @@ const DefaultSourceName = "default"
 // source, the key, the value and what is allowed.
 func Resolve(sources ...Source) (Config, error) {
 	values := map[string]Effective{}
+	perNode := map[string]string{} // key -> the per-node source that set it
 	for _, k := range keys {
 		values[k.name] = Effective{Key: k.name, Value: k.def, Source: DefaultSourceName}
 	}
@@ -232,6 +233,9 @@ func Resolve(sources ...Source) (Config, error) {
 				return Config{}, fmt.Errorf("%s: key %q value %q: %v", src.Name, name, v, err)
 			}
 			values[name] = Effective{Key: name, Value: v, Source: src.Name}
+			if src.PerNode {
+				perNode[name] = src.Name
+			}
 		}
 	}
 	var c Config
@@ -254,8 +258,20 @@ func Resolve(sources ...Source) (Config, error) {
 	if err := c.validate(); err != nil {
 		return Config{}, err
 	}
+	if name, ok := perNode[sourceVerificationKey]; ok && c.RoutingMode == RoutingTunnel {
+		return Config{}, fmt.Errorf("%s: key %q must be the same on every node in tunnel mode (each node trusts the others' check of the pod sources they tunnel to it); set it in the ConfigMap %s/%s instead",
+			name, sourceVerificationKey, ConfigMapNamespace, ConfigMapName)
+	}
 	return c, nil
 }
+
+// sourceVerificationKey may differ between nodes only in native routing: in tunnel
+// mode a node names a pod of another node as the payer of what it opens (its
+// NetworkPolicy connection budget) on the word of that node's source check, which a
+// node with the check off would not have made (lib/endpoint.h endpoint_vouched; the
+// programs vouch for nobody while their own node's check is off, so an equal
+// setting on every node is enough).
+const sourceVerificationKey = "enable-source-ip-verification"
 
 // PodMaxAuto is "auto" of a per-pod budget key (policy-ct-pod-max, nat-pod-max,
 // lb-ct-pod-max): a quarter of the table.

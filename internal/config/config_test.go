@@ -77,18 +77,36 @@ func TestResolveErrors(t *testing.T) {
 	}
 }
 
-// Source IP verification may be turned off per node (a NodeConfig), so a
-// benchmark can compare nodes with and without it in one cluster.
+// Source IP verification may be turned off per node (a NodeConfig) in native
+// routing, so a benchmark can compare nodes with and without it in one cluster.
+// In tunnel mode a node trusts the others' check of what they tunnel to it, so
+// there a NodeConfig may not set it (to either value), while the ConfigMap may.
 func TestSourceIPVerificationPerNode(t *testing.T) {
+	cm := func(mode string) Source {
+		return Source{Name: "ConfigMap kube-system/myelin-config", Values: map[string]string{"routing-mode": mode}}
+	}
 	node := Source{Name: "NodeConfig kube-system/no-source-check", PerNode: true,
 		Values: map[string]string{"enable-source-ip-verification": "false"}}
-	c, err := Resolve(node)
+	c, err := Resolve(cm("native"), node)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.EnableSourceIPVerification || c.Source("enable-source-ip-verification") != node.Name {
 		t.Errorf("enable-source-ip-verification = %v from %q, want false from %q",
 			c.EnableSourceIPVerification, c.Source("enable-source-ip-verification"), node.Name)
+	}
+	for _, v := range []string{"false", "true"} {
+		node.Values["enable-source-ip-verification"] = v
+		_, err := Resolve(cm("tunnel"), node)
+		want := `NodeConfig kube-system/no-source-check: key "enable-source-ip-verification" must be the same on every node in tunnel mode`
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "set it in the ConfigMap kube-system/myelin-config") {
+			t.Errorf("tunnel mode, NodeConfig sets %s: %v, want an error containing %q", v, err, want)
+		}
+	}
+	all := cm("tunnel")
+	all.Values["enable-source-ip-verification"] = "false"
+	if c, err := Resolve(all); err != nil || c.EnableSourceIPVerification {
+		t.Errorf("tunnel mode, ConfigMap sets false: verification %v, %v; want off, no error", c.EnableSourceIPVerification, err)
 	}
 }
 

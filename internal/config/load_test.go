@@ -132,18 +132,18 @@ func TestLoadIgnoresNodeConfigsOutsideKubeSystem(t *testing.T) {
 			"apiVersion": "myelin.io/v1alpha1", "kind": "NodeConfig",
 			"metadata": map[string]any{"namespace": ns, "name": name},
 			"spec": map[string]any{"nodeSelector": map[string]any{},
-				"defaults": map[string]any{"enable-source-ip-verification": value}},
+				"defaults": map[string]any{"host-routing": value}},
 		}}
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{NodeConfigResource: "NodeConfigList"},
-		nodeConfig("kube-system", "admin", "true"), nodeConfig("tenant-a", "zzz", "false"))
+		nodeConfig("kube-system", "admin", "legacy"), nodeConfig("tenant-a", "zzz", "bpf"))
 	c, err := Load(context.Background(), kubefake.Wrap(fake.NewSimpleClientset()), dyn, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if src := c.Source("enable-source-ip-verification"); !c.EnableSourceIPVerification || src != "NodeConfig kube-system/admin" {
-		t.Errorf("enable-source-ip-verification = %t from %q, want true from NodeConfig kube-system/admin (tenant-a/zzz is not read)",
-			c.EnableSourceIPVerification, src)
+	if src := c.Source("host-routing"); c.HostRouting != "legacy" || src != "NodeConfig kube-system/admin" {
+		t.Errorf("host-routing = %s from %q, want legacy from NodeConfig kube-system/admin (tenant-a/zzz is not read)",
+			c.HostRouting, src)
 	}
 }
