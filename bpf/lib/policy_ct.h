@@ -45,10 +45,14 @@ static __always_inline __u32 policy_ct_key_of(struct policy_ct_key *k, const str
 
 /*
  * policy_ct_sender_checked says whether what the stack delivers (t at an
- * ingress check) comes from a pod of this node through its own veth, which
- * myelin_from_pod checked it on: its source address is that pod's and it
- * entered the node on the pod's host-side veth (in_ifindex). One endpoint
- * lookup, made only where a packet creates an entry (policy_ct_opener).
+ * ingress check) comes from a pod whose source a node checked: a pod of this
+ * node through its own veth, which myelin_from_pod checked it on (its source
+ * address is that pod's and it entered the node on the pod's host-side veth,
+ * in_ifindex), or in tunnel mode a pod of another node through myelin_vxlan,
+ * whose myelin_from_overlay let an address of the cluster CIDR in only from
+ * the node owning its PodCIDR (tunnel_peer_check; endpoint_vouched says the
+ * same of what BPF delivers from there). One endpoint lookup for a packet
+ * from a veth, made only where a packet creates an entry (policy_ct_opener).
  */
 static __always_inline int policy_ct_sender_checked(const struct policy_tuple *t)
 {
@@ -57,6 +61,8 @@ static __always_inline int policy_ct_sender_checked(const struct policy_tuple *t
 
 	if (!t->in_ifindex)
 		return 0;
+	if (t->in_ifindex == overlay_ifindex)
+		return cluster_cidr_mask && cluster_contains(saddr);
 	ep = bpf_map_lookup_elem(&myelin_endpoints, &saddr);
 	return ep && ep->ifindex == t->in_ifindex;
 }
@@ -68,7 +74,7 @@ static __always_inline int policy_ct_sender_checked(const struct policy_tuple *t
  * at its egress check (myelin_from_pod checked it), the sender at an ingress
  * check of what BPF delivers from such a pod (t->vouched: endpoint_vouched; a
  * pod of this node, or in tunnel mode a pod of another node, which its own
- * node checked) or of what the stack delivers from a pod of this node
+ * node checked) or of what the stack delivers from such a pod
  * (policy_ct_sender_checked). Any packet that writes the entry names its
  * sender (a SYN, a first datagram, a bare segment of a flood: whoever makes
  * the entry pays for it; the other end's packet that writes it again after an

@@ -417,3 +417,42 @@ func TestPrivilegedBPFPolicyCTOpenerStackDelivered(t *testing.T) {
 		})
 	}
 }
+
+// In tunnel mode with legacy host routing the stack delivers what arrives from
+// other nodes: a pod of another node whose SYN entered through myelin_vxlan
+// (where myelin_from_overlay let its address in only from the node owning its
+// PodCIDR, which checked it) is named the opener and pays, as it does where BPF
+// delivers. The same address entering on the uplink, or with source
+// verification off, names no one and counts against B.
+func TestPrivilegedBPFPolicyCTOpenerOverlayStackDelivered(t *testing.T) {
+	requirePrivileged(t)
+	st := &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
+		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idRemote): {tcpPort(8080)}}}
+	syn := ipv4(protoTCP, remoteIP, podBIP).withSrc(remoteIP, 7001).withDst(podBIP, 8080).withTCPFlags(tcpSYN)
+	for _, c := range []struct {
+		name     string
+		ctx      *skbCtx
+		noVerify bool
+		opened   bool
+	}{
+		{"a remote pod's SYN from myelin_vxlan: it opened it", &skbCtx{IngressIfindex: testOverlayIfIndex}, false, true},
+		{"the same from the uplink: no opener", &skbCtx{IngressIfindex: 2}, false, false},
+		{"from myelin_vxlan, source verification off: no opener", &skbCtx{IngressIfindex: testOverlayIfIndex}, true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, Tunnel: true, OverlayIfIndex: testOverlayIfIndex,
+				OverlayMAC: testOverlayMAC, NodeIP: mustAddr("198.51.100.1"), TunnelPort: tunnelPort, ClusterCIDR: testClusterCIDR,
+				PolicyCTPodMax: 3, NoSourceVerification: c.noVerify})
+			first := budgetStep(c.name, d.objs.MyelinToPod, "to-pod", syn, c.ctx, true)
+			first.seed = st
+			runPolicySteps(t, d, []policyStep{first})
+			want := policyCTEndLo // podB 10.1.0.20 < the remote pod 10.2.0.33
+			if c.opened {
+				want |= policyCTOpenedHi
+			}
+			if err := trackedEnds(want, c.name)(d); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}

@@ -147,6 +147,14 @@ func TestLabMyelinPodTableFloodsTunnel(t *testing.T) {
 	floodGuarded(t, "tunnel", 2)
 }
 
+// TestLabMyelinPodTableFloodsTunnelLegacy: the same with legacy host routing,
+// where the kernel's VXLAN device decapsulates and the stack delivers: what
+// entered node-1 through myelin_vxlan passed the same peer rule there
+// (myelin_from_overlay), so flood pays as where BPF delivers.
+func TestLabMyelinPodTableFloodsTunnelLegacy(t *testing.T) {
+	floodGuarded(t, "tunnel-legacy", 2)
+}
+
 // TestLabMyelinPodTableFloodsLegacy: with legacy host routing the stack delivers
 // what flood, a pod of node-1 without any policy, sends to guarded; the packets
 // entered the node on flood's own veth, where myelin_from_pod checked their
