@@ -133,12 +133,13 @@ static __always_inline int policy_ct_over_budget(__u32 addr)
  * copy's ends (policy_ct_put's was): an end the agent purged meanwhile stays
  * purged; and it leaves a close state written meanwhile (a FIN or RST on
  * another CPU) as it is, so the close is still followed to the deletion.
- * Entries are only ever written whole, by policy_ct_put under the
- * slot's count, never through a looked-up slot: one that another CPU emptied
- * meanwhile may already hold another connection, and a write through it
- * would give that connection an end it never accepted (policy_ct_close's
- * close state is the exception that matters: it can only lead to a
- * deletion).
+ * A packet whose lookup found no entry writes one only if there is still
+ * none (POLICY_CT_PUT_NEW): one another CPU was writing, which made the
+ * lookup miss, keeps what it holds. Entries are only ever written by
+ * policy_ct_put under the slot's count, never through a looked-up slot: one that another CPU
+ * emptied meanwhile may already hold another connection, and a write through it would give that
+ * connection an end it never accepted (policy_ct_close's close state is the exception that matters:
+ * it can only lead to a deletion).
  */
 static __always_inline void policy_ct_track(const struct policy_ct_key *k,
 					    const struct policy_ct_entry *cur, __u32 bit,
@@ -165,6 +166,7 @@ static __always_inline void policy_ct_track(const struct policy_ct_key *k,
 			}
 		} else {
 			ce = (struct policy_ct_entry){.ends = bit | also};
+			was = POLICY_CT_PUT_NEW;
 		}
 	}
 	if (k->proto != IPPROTO_TCP)
@@ -187,7 +189,7 @@ static __always_inline void policy_ct_track(const struct policy_ct_key *k,
  * number), not whole under the slot's count, which would cost two more
  * atomics for each of a connection's close segments. It is written through
  * the looked-up slot (policy_ct_track says why entries are otherwise only
- * written whole): a slot emptied and reused for another connection
+ * written under the count): a slot emptied and reused for another connection
  * meanwhile gets close bits it never saw, which can only delete that
  * connection's entry early, after which its packets are judged by the
  * policy again; no write here touches the ends that let packets pass.

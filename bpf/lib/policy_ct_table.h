@@ -32,8 +32,8 @@ static __always_inline __u32 policy_ct_now(void)
  * The table (maps.h myelin_policy_ct): an array of slots in buckets of
  * POLICY_CT_WAYS, a connection's two buckets a hash of its key under the
  * agent's random policy_ct_seed (so a pod can't choose tuples that share
- * another connection's buckets and push it out). A slot is written whole
- * under its sequence count (struct policy_ct_slot): a writer takes it by
+ * another connection's buckets and push it out). A slot is written under
+ * its sequence count (struct policy_ct_slot): a writer takes it by
  * moving an even count to odd with a compare-and-swap (another writer at
  * it: the write is given up, as if evicted: that connection's next packet
  * is judged again), writes, and moves it on to even. A reader copies the slot between two reads
@@ -153,11 +153,13 @@ static __noinline struct policy_ct_slot *policy_ct_find(const struct policy_ct_k
 /*
  * policy_ct_write writes slot s whole (k and ce, or empty for k NULL) if its
  * count is still seq, and says whether it did; another writer got there
- * first: the write is given up. was_closing: when ce adds to a copy of k's
- * entry (policy_ct_put's was), the close state of that copy. The close state
- * is written in place without the count (policy_ct_close), so a close segment
- * on another CPU since the copy was read would be undone by writing the
- * copy's: ce's goes in only if the slot still holds the copy's, else the
+ * first: the write is given up. add: ce adds to a copy of the entry k's slot
+ * s holds (policy_ct_put's was), whose close state was_closing is: the ends
+ * (and a non-TCP entry's last seen) are written, the key stays. The close
+ * state is written in place without the count (policy_ct_close), so a close
+ * segment on another CPU since the copy was read would be undone by writing
+ * the copy's: ce's goes in only where it differs from the copy's (a SYN
+ * clearing an old close) and the slot still holds the copy's, else the
  * slot's stays, and a TCP entry's FIN numbers, which only change with it,
  * are left as they are.
  */
@@ -172,7 +174,8 @@ static __always_inline int policy_ct_write(struct policy_ct_slot *s, __u32 seq,
 		s->entry.ends = ce->ends;
 		if (k->proto != IPPROTO_TCP)
 			s->entry.fin_lo = ce->fin_lo;
-		__sync_val_compare_and_swap(&s->entry.closing, was_closing, ce->closing);
+		if (ce->closing != was_closing)
+			__sync_val_compare_and_swap(&s->entry.closing, was_closing, ce->closing);
 		s->born = policy_ct_now();
 		s->ref = 0;
 	} else if (k) {
@@ -187,6 +190,10 @@ static __always_inline int policy_ct_write(struct policy_ct_slot *s, __u32 seq,
 	__sync_fetch_and_add(&s->seq, 1);
 	return 1;
 }
+
+/* POLICY_CT_PUT_NEW is policy_ct_put's was for an entry the caller's lookup
+ * did not find: its ends (the low word) are 0, which no tracked entry's are. */
+#define POLICY_CT_PUT_NEW (1ULL << 63)
 
 /* policy_ct_was is policy_ct_put's was for a copy ce of an entry: its ends
  * and close state, never 0 (a tracked entry holds an end's or an opener's bit). */
@@ -207,13 +214,16 @@ static __always_inline __u64 policy_ct_was(const struct policy_ct_entry *ce)
  * born ahead of this clock, written by an agent whose clock read a tick
  * later, is age 0). A connection replaced, once written, is counted in
  * myelin_policy_ct_stats (an opener alone is none). was: the copy of k's
- * entry that ce adds to (policy_ct_was; 0: ce is whole by itself); the write
- * is given up when k's entry holds other ends now or is gone, as when another
- * writer is at the slot: the agent's purge took an end away since the
- * caller's lookup (the copy would bring that end's allow back), or another
- * check wrote it. The next packet is judged again. The copy's close state
- * gives way to the slot's (policy_ct_write). A global function: the verifier
- * checks it once, not at every call with every caller's state.
+ * entry that ce adds to (policy_ct_was; 0: ce is whole by itself, a fresh
+ * SYN's; POLICY_CT_PUT_NEW: the caller's lookup found no entry); the write
+ * is given up when k's entry holds other ends now or is gone (for NEW: when
+ * k has an entry now), as when another writer is at the slot: the agent's
+ * purge took an end away since the caller's lookup (the copy would bring
+ * that end's allow back), or another check wrote it (or was writing it, which
+ * made the lookup miss: its ends, opener and close state stay). The next
+ * packet is judged again. The copy's close state gives way to the slot's
+ * (policy_ct_write). A global function: the verifier checks it once, not at
+ * every call with every caller's state.
  */
 __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_ct_entry *ce,
 			     __u64 was)
@@ -236,6 +246,7 @@ __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_
 			struct policy_ct_slot *s = &b[c]->way[w];
 			__u32 seq = policy_ct_read32(&s->seq), age;
 
+			asm volatile("" ::: "memory"); /* the key read after the count */
 			if (policy_ct_key_is(&s->key, k)) {
 				if (was && policy_ct_read32(&s->entry.ends) != (__u32)was)
 					return 0;
@@ -258,9 +269,9 @@ __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_
 		if (i[1] == i[0])
 			break;
 	}
-	if (!pick || (was && rank))
+	if (!pick || (was && was != POLICY_CT_PUT_NEW && rank))
 		return 0;
-	if (!policy_ct_write(pick, pick_seq, k, ce, was != 0, was >> 32) || rank < 3)
+	if (!policy_ct_write(pick, pick_seq, k, ce, !rank && was, was >> 32) || rank < 3)
 		return 0;
 	/* Every slot referenced: the oldest went, the others lose their in-use
 	 * mark, so the next connection here replaces one that saw no packet

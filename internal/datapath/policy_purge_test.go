@@ -202,7 +202,58 @@ func TestPrivilegedBPFPolicyCTCloseRace(t *testing.T) {
 	if undone > 0 {
 		t.Errorf("%d of %d rounds: A's FIN noted in place was undone by B's write of its copy", undone, rounds)
 	}
+	if both == 0 {
+		t.Errorf("no round of %d has B's bit: B's write was never made", rounds)
+	}
 	t.Logf("%d of %d rounds with B's bit and A's FIN both in the entry", both, rounds)
+}
+
+// A lookup that meets a writer at the slot misses, and the check that then
+// allows the packet writes an entry of its own: only if there is still none
+// (POLICY_CT_PUT_NEW). Written whole over what the other writer left, it would
+// take away that entry's other end, opener and close state. A race of many
+// rounds: A's entry held by a writer (the count odd) that notes A's FIN and
+// lets go at a moving moment, against B's segment; A's end, opener and FIN are
+// never lost.
+func TestPrivilegedBPFPolicyCTMissRace(t *testing.T) {
+	requirePrivileged(t)
+	d, k, run := addEndRace(t)
+	ct := mappedPolicyCT(t, d)
+	a := policyCTEndLo | policyCTOpenedLo
+	rounds, lost, both := 10000, 0, 0
+	for r := range rounds {
+		if err := policyCTPut(d, k, myelinPolicyCtEntry{Ends: a}); err != nil {
+			t.Fatal(err)
+		}
+		i, _, seq, _ := ct.find(d.policyCTSeed, k)
+		s := ct.slot(i)
+		if !atomic.CompareAndSwapUint32(&s.Seq, seq, seq+1) {
+			t.Fatalf("round %d: the slot's count moved", r)
+		}
+		err := race(r, func() {
+			s.Entry.Closing |= policyCTFinLo
+			atomic.AddUint32(&s.Seq, 1)
+		}, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, ok := policyCTGet(d, k)
+		switch {
+		case !ok:
+			t.Fatalf("round %d: the entry is gone", r)
+		case v.Ends&a != a || v.Closing&policyCTFinLo == 0:
+			lost++
+		case v.Ends&policyCTEndHi != 0:
+			both++
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d of %d rounds: B's write over the entry another writer left took away A's end, opener or FIN", lost, rounds)
+	}
+	if both == 0 {
+		t.Errorf("no round of %d has B's bit: B's write was never made", rounds)
+	}
+	t.Logf("%d of %d rounds with B's bit added to A's entry; the others gave B's write up", both, rounds)
 }
 
 // policyCTFinLo is the close state's bit for the lo end's FIN (enum policy_ct_closing).
