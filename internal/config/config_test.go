@@ -98,7 +98,7 @@ func TestSourceIPVerificationPerNode(t *testing.T) {
 	for _, v := range []string{"false", "true"} {
 		node.Values["enable-source-ip-verification"] = v
 		_, err := Resolve(cm("tunnel"), node)
-		want := `NodeConfig kube-system/no-source-check: key "enable-source-ip-verification" must be the same on every node in tunnel mode`
+		want := `NodeConfig kube-system/no-source-check: key "enable-source-ip-verification" value "` + v + `": must be the same on every node in tunnel mode`
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "set it in the ConfigMap kube-system/myelin-config") {
 			t.Errorf("tunnel mode, NodeConfig sets %s: %v, want an error containing %q", v, err, want)
 		}
