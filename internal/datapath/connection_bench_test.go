@@ -28,6 +28,10 @@ import (
 // connection in the programs without the lab's noise (docs/performance.md);
 // policy-nobudget is policy on a datapath loaded without the per-pod budgets (the
 // budget's test when a connection's entry is created, against none);
+// legacy-* is the connection between A and B with legacy host routing: each
+// segment through the sender's myelin_from_pod to the stack, then the
+// receiver's myelin_to_pod (the stack's delivery, entering from the sender's
+// veth), each segment's figure the sum of both;
 // ns/conn sums the kernel's measure of each run, ns/<segment> is each packet's.
 // Run as root:
 // go test -run '^$' -bench 'Connection$' -count 5 ./internal/datapath/
@@ -37,6 +41,9 @@ func BenchmarkConnection(b *testing.B) {
 	noBudget := agentDefaultConfig()
 	noBudget.PolicyCTPodMax, noBudget.NATPodMax, noBudget.LBCTPodMax = 0, 0, 0
 	dNoBudget := connectionBenchDatapath(b, noBudget)
+	legacy := agentDefaultConfig()
+	legacy.HostRouting = HostRoutingLegacy
+	dLegacy := connectionBenchDatapath(b, legacy)
 	ports := []PolicyPort{tcpPort(80), tcpPort(443), tcpPort(9090), {Proto: protoTCP, Lo: 12000, Hi: 12100}, tcpPort(8080)}
 	isolated := policyState{
 		flags: map[string]PolicyFlags{podA: PolicyIngress | PolicyEgress, podBIP: PolicyIngress | PolicyEgress},
@@ -63,6 +70,8 @@ func BenchmarkConnection(b *testing.B) {
 		{"policy", d, false, isolated, sameNodeConn}, {"policy-nobudget", dNoBudget, false, isolated, sameNodeConn},
 		{"cross-node-off", d, false, policyState{}, crossNodeConns},
 		{"cross-node-policy", d, false, isolated, crossNodeConns},
+		{"legacy-off", dLegacy, false, policyState{}, legacySameNodeConn},
+		{"legacy-policy", dLegacy, false, isolated, legacySameNodeConn},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			d := c.d
@@ -116,6 +125,16 @@ func sameNodeConn(d *Datapath, sport uint16) [][]segment {
 		connEnd{addr: podBIP, port: 8080, prog: d.objs.MyelinFromPod, ctx: skbCtx{IngressIfindex: uint32(podB.IfIndex)}, macs: fromPodB})}
 }
 
+// legacySameNodeConn is sameNodeConn with legacy host routing: each segment
+// leaves its sender through myelin_from_pod to the stack and enters the
+// receiver through myelin_to_pod.
+func legacySameNodeConn(d *Datapath, sport uint16) [][]segment {
+	return [][]segment{connectionSegments(
+		connEnd{addr: podA, port: sport, prog: d.objs.MyelinFromPod, ctx: *ctxPodA, toStack: true, deliver: d.objs.MyelinToPod},
+		connEnd{addr: podBIP, port: 8080, prog: d.objs.MyelinFromPod, ctx: skbCtx{IngressIfindex: uint32(podB.IfIndex)},
+			macs: fromPodB, toStack: true, deliver: d.objs.MyelinToPod})}
+}
+
 // crossNodeConns are a connection's two ends on two nodes, both run here: pod A
 // the client of a pod of another node (remoteIP:8080), and pod B the server of one
 // (remoteIP:sport). A pod's segments to the other node go to the stack (the test
@@ -156,6 +175,10 @@ type segment struct {
 	ctx  skbCtx
 	// toStack: the program hands it to the stack (TC_ACT_OK), not a redirect.
 	toStack bool
+	// deliver, if set, is the program the stack then delivers it through
+	// (myelin_to_pod, which passes it), with deliverCtx.
+	deliver    *ebpf.Program
+	deliverCtx skbCtx
 }
 
 // segmentNames name connectionSegments' packets in the benchmark's figures.
@@ -170,6 +193,7 @@ type connEnd struct {
 	ctx     skbCtx
 	macs    func(pkt) pkt // the packet as the end's device sends it; nil: as built
 	toStack bool
+	deliver *ebpf.Program // the packets to this end: the program the stack delivers them through, or nil
 }
 
 // connectionSegments are the packets of one TCP connection from client to server
@@ -201,7 +225,12 @@ func connectionSegments(client, server connEnd) []segment {
 	}
 	segs := make([]segment, len(ps))
 	for i, p := range ps {
-		segs[i] = segment{in: p.p.build(), prog: p.by.prog, ctx: p.by.ctx, toStack: p.by.toStack}
+		to := &server
+		if p.by == &server {
+			to = &client
+		}
+		segs[i] = segment{in: p.p.build(), prog: p.by.prog, ctx: p.by.ctx, toStack: p.by.toStack,
+			deliver: to.deliver, deliverCtx: skbCtx{IngressIfindex: p.by.ctx.IngressIfindex}} // it entered on the sender's veth
 	}
 	return segs
 }
@@ -233,7 +262,18 @@ func testRunSegment(s segment) (uint32, error) {
 	if err != nil || ret != want {
 		return 0, fmt.Errorf("test-run: verdict %d, err %v; want %d", ret, err, want)
 	}
-	return took, nil
+	if s.deliver == nil {
+		return took, nil
+	}
+	dctx, err := binary.Append(nil, binary.LittleEndian, s.deliverCtx)
+	if err != nil {
+		return 0, err
+	}
+	ret, then, err := testRun(s.deliver.FD(), s.in, out, dctx)
+	if err != nil || ret != tcActOK {
+		return 0, fmt.Errorf("test-run of the delivery: verdict %d, err %v; want %d", ret, err, tcActOK)
+	}
+	return took + then, nil
 }
 
 // BenchmarkPolicyDatagram is the kernel's run time of myelin_from_pod for a UDP
