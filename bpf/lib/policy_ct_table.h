@@ -111,6 +111,7 @@ __noinline int policy_ct_find_at(const struct policy_ct_key *k, struct policy_ct
 			struct policy_ct_slot *s = &b->way[w];
 			__u32 seq = policy_ct_read32(&s->seq);
 
+			asm volatile("" ::: "memory"); /* the key read after the count */
 			if (!policy_ct_key_is(&s->key, k))
 				continue;
 			/* In use and seen (enum policy_ct_ref), in place like the close
@@ -248,7 +249,8 @@ __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_
 
 			asm volatile("" ::: "memory"); /* the key read after the count */
 			if (policy_ct_key_is(&s->key, k)) {
-				if (was && policy_ct_read32(&s->entry.ends) != (__u32)was)
+				if (was == POLICY_CT_PUT_NEW ||
+				    (was && policy_ct_read32(&s->entry.ends) != (__u32)was))
 					return 0;
 				pick = s, pick_seq = seq, rank = 0;
 				break;

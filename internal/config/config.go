@@ -215,7 +215,7 @@ const DefaultSourceName = "default"
 // source, the key, the value and what is allowed.
 func Resolve(sources ...Source) (Config, error) {
 	values := map[string]Effective{}
-	perNode := map[string][]string{} // key -> the per-node sources that set it
+	perNode := map[string][]string{} // key -> the per-node sources that set it, with their values
 	for _, k := range keys {
 		values[k.name] = Effective{Key: k.name, Value: k.def, Source: DefaultSourceName}
 	}
@@ -234,7 +234,7 @@ func Resolve(sources ...Source) (Config, error) {
 			}
 			values[name] = Effective{Key: name, Value: v, Source: src.Name}
 			if src.PerNode {
-				perNode[name] = append(perNode[name], src.Name)
+				perNode[name] = append(perNode[name], fmt.Sprintf("%s (value %q)", src.Name, v))
 			}
 		}
 	}
@@ -259,8 +259,8 @@ func Resolve(sources ...Source) (Config, error) {
 		return Config{}, err
 	}
 	if names := perNode[sourceVerificationKey]; len(names) > 0 && c.RoutingMode == RoutingTunnel {
-		return Config{}, fmt.Errorf("%s: key %q value %q: must be the same on every node in tunnel mode (each node trusts the others' check of the pod sources they tunnel to it); remove it there and set it in the ConfigMap %s/%s instead (or use routing-mode native)",
-			strings.Join(names, ", "), sourceVerificationKey, values[sourceVerificationKey].Value, ConfigMapNamespace, ConfigMapName)
+		return Config{}, fmt.Errorf("key %q is set by %s: it must be the same on every node in tunnel mode (each node trusts the others' check of the pod sources they tunnel to it); remove it there and set it in the ConfigMap %s/%s instead (or use routing-mode native)",
+			sourceVerificationKey, strings.Join(names, ", "), ConfigMapNamespace, ConfigMapName)
 	}
 	return c, nil
 }

@@ -98,10 +98,16 @@ func TestSourceIPVerificationPerNode(t *testing.T) {
 	for _, v := range []string{"false", "true"} {
 		node.Values["enable-source-ip-verification"] = v
 		_, err := Resolve(cm("tunnel"), node)
-		want := `NodeConfig kube-system/no-source-check: key "enable-source-ip-verification" value "` + v + `": must be the same on every node in tunnel mode`
+		want := `key "enable-source-ip-verification" is set by NodeConfig kube-system/no-source-check (value "` + v + `"): it must be the same on every node in tunnel mode`
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "set it in the ConfigMap kube-system/myelin-config") {
 			t.Errorf("tunnel mode, NodeConfig sets %s: %v, want an error containing %q", v, err, want)
 		}
+	}
+	other := Source{Name: "NodeConfig kube-system/other", PerNode: true, Values: map[string]string{"enable-source-ip-verification": "true"}}
+	node.Values["enable-source-ip-verification"] = "false"
+	_, err = Resolve(cm("tunnel"), node, other)
+	if want := `set by NodeConfig kube-system/no-source-check (value "false"), NodeConfig kube-system/other (value "true")`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("tunnel mode, two NodeConfigs: %v, want an error containing %q", err, want)
 	}
 	all := cm("tunnel")
 	all.Values["enable-source-ip-verification"] = "false"
