@@ -61,7 +61,7 @@ static __always_inline int policy_ct_sender_checked(const struct policy_tuple *t
 
 	if (!t->in_ifindex)
 		return 0;
-	if (t->in_ifindex == overlay_ifindex)
+	if (routing_tunnel && t->in_ifindex == overlay_ifindex)
 		return cluster_cidr_mask && cluster_contains(saddr);
 	ep = bpf_map_lookup_elem(&myelin_endpoints, &saddr);
 	return ep && ep->ifindex == t->in_ifindex;
@@ -106,7 +106,8 @@ volatile __u32 policy_ct_any_over = 0;
  * policy_ct_over_budget says whether a new entry paid for by pod addr may not
  * be written: addr held more than its budget at the agent's last count
  * (datapath.GCPolicyCT). The payer is the entry's opener when policy_ct_opener
- * names one (a pod of this node), else the local pod of the check. Only a
+ * names one (a pod whose source a node checked), else the local pod of the
+ * check. Only a
  * connection that would create an entry asks (no lookup for a tracked one),
  * it looks the list up only while the list has a pod, and with
  * policy_ct_budget off nothing is asked.
@@ -136,10 +137,11 @@ static __always_inline int policy_ct_over_budget(__u32 addr)
  * A packet whose lookup found no entry writes one only if there is still
  * none (POLICY_CT_PUT_NEW): one another CPU was writing, which made the
  * lookup miss, keeps what it holds. Entries are only ever written by
- * policy_ct_put under the slot's count, never through a looked-up slot: one that another CPU
- * emptied meanwhile may already hold another connection, and a write through it would give that
- * connection an end it never accepted (policy_ct_close's close state is the exception that matters:
- * it can only lead to a deletion).
+ * policy_ct_put under the slot's count, never through a looked-up slot: one
+ * that another CPU emptied meanwhile may already hold another connection,
+ * and a write through it would give that connection an end it never
+ * accepted (policy_ct_close's close state is the exception that matters: it
+ * can only lead to a deletion).
  */
 static __always_inline void policy_ct_track(const struct policy_ct_key *k,
 					    const struct policy_ct_entry *cur, __u32 bit,
