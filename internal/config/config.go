@@ -2,7 +2,9 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -215,7 +217,7 @@ const DefaultSourceName = "default"
 // source, the key, the value and what is allowed.
 func Resolve(sources ...Source) (Config, error) {
 	values := map[string]Effective{}
-	perNode := map[string][]string{} // key -> the per-node sources that set it, with their values
+	perNode := map[string][]string{} // a tunnelClusterWideKeys key -> the per-node sources that set it, with their values
 	for _, k := range keys {
 		values[k.name] = Effective{Key: k.name, Value: k.def, Source: DefaultSourceName}
 	}
@@ -233,7 +235,7 @@ func Resolve(sources ...Source) (Config, error) {
 				return Config{}, fmt.Errorf("%s: key %q value %q: %v", src.Name, name, v, err)
 			}
 			values[name] = Effective{Key: name, Value: v, Source: src.Name}
-			if src.PerNode {
+			if _, ok := tunnelClusterWideKeys[name]; ok && src.PerNode {
 				perNode[name] = append(perNode[name], fmt.Sprintf("%s (value %q)", src.Name, v))
 			}
 		}
@@ -258,20 +260,14 @@ func Resolve(sources ...Source) (Config, error) {
 	if err := c.validate(); err != nil {
 		return Config{}, err
 	}
-	if names := perNode[sourceVerificationKey]; len(names) > 0 && c.RoutingMode == RoutingTunnel {
-		return Config{}, fmt.Errorf("key %q is set by %s: it must be the same on every node in tunnel mode (each node trusts the others' check of the pod sources they tunnel to it); remove it there and set it in the ConfigMap %s/%s instead (or use routing-mode native)",
-			sourceVerificationKey, strings.Join(names, ", "), ConfigMapNamespace, ConfigMapName)
+	for _, name := range slices.Sorted(maps.Keys(perNode)) {
+		if c.RoutingMode == RoutingTunnel {
+			return Config{}, fmt.Errorf("key %q is set by %s: it must be the same on every node in tunnel mode (%s); remove it there and set it in the ConfigMap %s/%s instead (or use routing-mode native)",
+				name, strings.Join(perNode[name], ", "), tunnelClusterWideKeys[name], ConfigMapNamespace, ConfigMapName)
+		}
 	}
 	return c, nil
 }
-
-// sourceVerificationKey may differ between nodes only in native routing: in tunnel
-// mode a node names a pod of another node as the payer of what it opens (its
-// NetworkPolicy connection budget) on the word of that node's source check, which a
-// node with the check off would not have made (lib/endpoint.h endpoint_vouched; the
-// programs vouch for nobody while their own node's check is off, so an equal
-// setting on every node is enough).
-const sourceVerificationKey = "enable-source-ip-verification"
 
 // PodMaxAuto is "auto" of a per-pod budget key (policy-ct-pod-max, nat-pod-max,
 // lb-ct-pod-max): a quarter of the table.

@@ -31,6 +31,19 @@ var clusterWideKeys = map[string]bool{
 	"cluster-health-port": true,
 }
 
+// tunnelClusterWideKeys must be equal on every node in tunnel mode only (a NodeConfig
+// may set them with routing-mode native), each with the reason.
+// enable-source-ip-verification: in tunnel mode a node names a pod of another node as
+// the payer of what it opens (its NetworkPolicy connection budget), and lets pod
+// addresses in from the node owning their PodCIDR, on the word of that node's source
+// check, which a node with the check off would not have made (lib/endpoint.h
+// endpoint_vouched; the programs vouch for nobody while their own node's check is
+// off, so an equal setting on every node is enough). The bench compares nodes with
+// and without the check in native routing.
+var tunnelClusterWideKeys = map[string]string{
+	"enable-source-ip-verification": "each node trusts the others' check of the pod sources they tunnel to it",
+}
+
 var keys = []key{
 	{"cluster-cidr", "10.244.0.0/16", func(c *Config, v string) (err error) {
 		c.ClusterCIDR, err = parseCIDR(v)
