@@ -176,9 +176,11 @@ type segment struct {
 	// toStack: the program hands it to the stack (TC_ACT_OK), not a redirect.
 	toStack bool
 	// deliver, if set, is the program the stack then delivers it through
-	// (myelin_to_pod, which passes it), with deliverCtx.
-	deliver    *ebpf.Program
-	deliverCtx skbCtx
+	// (myelin_to_pod, which passes it), entering from the sender's device
+	// (ctx's ingress ifindex). It gets the packet as sent: myelin_to_pod reads
+	// its IPv4 and TCP headers, which the stack's forwarding leaves as they are
+	// but for the TTL.
+	deliver *ebpf.Program
 }
 
 // segmentNames name connectionSegments' packets in the benchmark's figures.
@@ -229,8 +231,7 @@ func connectionSegments(client, server connEnd) []segment {
 		if p.by == &server {
 			to = &client
 		}
-		segs[i] = segment{in: p.p.build(), prog: p.by.prog, ctx: p.by.ctx, toStack: p.by.toStack,
-			deliver: to.deliver, deliverCtx: skbCtx{IngressIfindex: p.by.ctx.IngressIfindex}} // it entered on the sender's veth
+		segs[i] = segment{in: p.p.build(), prog: p.by.prog, ctx: p.by.ctx, toStack: p.by.toStack, deliver: to.deliver}
 	}
 	return segs
 }
@@ -265,7 +266,7 @@ func testRunSegment(s segment) (uint32, error) {
 	if s.deliver == nil {
 		return took, nil
 	}
-	dctx, err := binary.Append(nil, binary.LittleEndian, s.deliverCtx)
+	dctx, err := binary.Append(nil, binary.LittleEndian, skbCtx{IngressIfindex: s.ctx.IngressIfindex})
 	if err != nil {
 		return 0, err
 	}

@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"net/netip"
+	"runtime"
 	"sync/atomic"
 	"testing"
 )
@@ -118,8 +119,8 @@ func TestPrivilegedPolicyCTPurgeKeepsLastSeen(t *testing.T) {
 	}
 }
 
-// A check that adds its end's bit writes the whole entry as it read it plus
-// that bit: a purge that took another end's bit between the check's lookup and
+// A check that adds its end's bit writes the ends it read plus that bit,
+// under the slot's count: a purge that took another end's bit between the check's lookup and
 // its write must not get that bit back (that end's packets would pass
 // unjudged). policy_ct_put refuses a write when the entry's ends changed since
 // the caller's copy, or the entry went; the next packet is judged again. A race
@@ -173,37 +174,15 @@ func TestPrivilegedBPFPolicyCTPurgeRace(t *testing.T) {
 // state back over a FIN noted since its lookup: the entry would never see its
 // close through and would hold its payer's budget until the idle timeout. A
 // race of many rounds: B's segment adding B's bit against A's FIN noted in
-// place at a random moment; the FIN is never lost, whether B's bit went in or
+// place at a moving moment; the FIN is never lost, whether B's bit went in or
 // not.
 func TestPrivilegedBPFPolicyCTCloseRace(t *testing.T) {
 	requirePrivileged(t)
-	d, k, run := addEndRace(t)
-	ct := mappedPolicyCT(t, d)
-	rounds, undone, both := 10000, 0, 0
-	for r := range rounds {
-		if err := policyCTPut(d, k, myelinPolicyCtEntry{Ends: policyCTEndLo | policyCTOpenedLo}); err != nil {
-			t.Fatal(err)
-		}
-		i, _, _, _ := ct.find(d.policyCTSeed, k)
-		closing := &ct.slot(i).Entry.Closing
-		if err := race(r, func() { atomic.OrUint32(closing, policyCTFinLo) }, run); err != nil {
-			t.Fatal(err)
-		}
-		v, ok := policyCTGet(d, k)
-		if !ok {
-			t.Fatalf("round %d: the entry is gone", r)
-		}
-		if v.Closing&policyCTFinLo == 0 {
-			undone++
-		} else if v.Ends&policyCTEndHi != 0 {
-			both++
-		}
-	}
+	rounds, undone, both := addEndRounds(t, func(s *myelinPolicyCtSlot, _ uint32) func() {
+		return func() { atomic.OrUint32(&s.Entry.Closing, policyCTFinLo) }
+	}, func(v myelinPolicyCtEntry) bool { return v.Closing&policyCTFinLo == 0 })
 	if undone > 0 {
 		t.Errorf("%d of %d rounds: A's FIN noted in place was undone by B's write of its copy", undone, rounds)
-	}
-	if both == 0 {
-		t.Errorf("no round of %d has B's bit: B's write was never made", rounds)
 	}
 	t.Logf("%d of %d rounds with B's bit and A's FIN both in the entry", both, rounds)
 }
@@ -217,43 +196,59 @@ func TestPrivilegedBPFPolicyCTCloseRace(t *testing.T) {
 // never lost.
 func TestPrivilegedBPFPolicyCTMissRace(t *testing.T) {
 	requirePrivileged(t)
+	rounds, lost, both := addEndRounds(t, func(s *myelinPolicyCtSlot, seq uint32) func() {
+		if !atomic.CompareAndSwapUint32(&s.Seq, seq, seq+1) {
+			t.Fatal("the slot's count moved")
+		}
+		return func() {
+			s.Entry.Closing |= policyCTFinLo
+			atomic.AddUint32(&s.Seq, 1)
+		}
+	}, func(v myelinPolicyCtEntry) bool {
+		return v.Ends&addEndA != addEndA || v.Closing&policyCTFinLo == 0
+	})
+	if lost > 0 {
+		t.Errorf("%d of %d rounds: B's write over the entry another writer left took away A's end, opener or FIN", lost, rounds)
+	}
+	t.Logf("%d of %d rounds with B's bit added to A's entry; the others gave B's write up", both, rounds)
+}
+
+// addEndA is the entry of A's that addEndRounds' rounds start from: A's end, A the opener.
+const addEndA = policyCTEndLo | policyCTOpenedLo
+
+// addEndRounds races B's segment adding B's bit (addEndRace) against another
+// writer 10,000 times: each round puts A's entry afresh, arm gets its slot and
+// count and returns the other writer's act, and lost judges the entry after the
+// round. It counts the rounds lost says lost what A held, and the others with
+// B's bit, which must be some: B's write is made.
+func addEndRounds(t *testing.T, arm func(s *myelinPolicyCtSlot, seq uint32) func(),
+	lost func(v myelinPolicyCtEntry) bool) (rounds, lostN, added int) {
+	t.Helper()
 	d, k, run := addEndRace(t)
 	ct := mappedPolicyCT(t, d)
-	a := policyCTEndLo | policyCTOpenedLo
-	rounds, lost, both := 10000, 0, 0
+	rounds = 10000
 	for r := range rounds {
-		if err := policyCTPut(d, k, myelinPolicyCtEntry{Ends: a}); err != nil {
+		if err := policyCTPut(d, k, myelinPolicyCtEntry{Ends: addEndA}); err != nil {
 			t.Fatal(err)
 		}
 		i, _, seq, _ := ct.find(d.policyCTSeed, k)
-		s := ct.slot(i)
-		if !atomic.CompareAndSwapUint32(&s.Seq, seq, seq+1) {
-			t.Fatalf("round %d: the slot's count moved", r)
-		}
-		err := race(r, func() {
-			s.Entry.Closing |= policyCTFinLo
-			atomic.AddUint32(&s.Seq, 1)
-		}, run)
-		if err != nil {
+		if err := race(r, arm(ct.slot(i), seq), run); err != nil {
 			t.Fatal(err)
 		}
 		v, ok := policyCTGet(d, k)
 		switch {
 		case !ok:
 			t.Fatalf("round %d: the entry is gone", r)
-		case v.Ends&a != a || v.Closing&policyCTFinLo == 0:
-			lost++
+		case lost(v):
+			lostN++
 		case v.Ends&policyCTEndHi != 0:
-			both++
+			added++
 		}
 	}
-	if lost > 0 {
-		t.Errorf("%d of %d rounds: B's write over the entry another writer left took away A's end, opener or FIN", lost, rounds)
-	}
-	if both == 0 {
+	if added == 0 {
 		t.Errorf("no round of %d has B's bit: B's write was never made", rounds)
 	}
-	t.Logf("%d of %d rounds with B's bit added to A's entry; the others gave B's write up", both, rounds)
+	return rounds, lostN, added
 }
 
 // policyCTFinLo is the close state's bit for the lo end's FIN (enum policy_ct_closing).
@@ -264,6 +259,9 @@ const policyCTFinLo = uint32(myelinPolicyCtClosingPOLICY_CT_FIN_LO)
 // for ingress from A on port 8080).
 func addEndRace(t *testing.T) (d *Datapath, k myelinPolicyCtKey, run func() error) {
 	t.Helper()
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("a race of two busy-spinning goroutines needs two CPUs (GOMAXPROCS)")
+	}
 	d = loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP, PolicyCTMax: 1024})
 	st := policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
 		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {tcpPort(8080)}}}
@@ -284,7 +282,8 @@ func addEndRace(t *testing.T) (d *Datapath, k myelinPolicyCtKey, run func() erro
 // race runs act on another goroutine at a moment that moves with round r
 // while run runs on this one. Both goroutines busy-spin (no wake-up latency
 // between them), so act lands within the ~100 ns between a program's lookup
-// and its write in some of the rounds.
+// and its write in some of the rounds; on one CPU they would take turns by
+// preemption (~10 ms a round), so addEndRace's tests need two.
 func race(r int, act func(), run func() error) error {
 	var armed, fire atomic.Bool
 	done := make(chan struct{})

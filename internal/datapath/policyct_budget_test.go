@@ -421,9 +421,10 @@ func TestPrivilegedBPFPolicyCTOpenerStackDelivered(t *testing.T) {
 // In tunnel mode with legacy host routing the stack delivers what arrives from
 // other nodes: a pod of another node whose SYN entered through myelin_vxlan
 // (where myelin_from_overlay let its address in only from the node owning its
-// PodCIDR, which checked it) is named the opener and pays, as it does where BPF
-// delivers. The same address entering on the uplink, or with source
-// verification off, names no one and counts against B.
+// PodCIDR, which checked it) is named the opener, as it is where BPF delivers
+// (the opener pays: TestPrivilegedBPFPolicyCTBudgetTunnelOpenerPays). The same
+// address entering on the uplink, or with source verification off, names no
+// one.
 func TestPrivilegedBPFPolicyCTOpenerOverlayStackDelivered(t *testing.T) {
 	requirePrivileged(t)
 	st := &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
@@ -442,7 +443,7 @@ func TestPrivilegedBPFPolicyCTOpenerOverlayStackDelivered(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, Tunnel: true, OverlayIfIndex: testOverlayIfIndex,
 				OverlayMAC: testOverlayMAC, NodeIP: mustAddr("198.51.100.1"), TunnelPort: tunnelPort, ClusterCIDR: testClusterCIDR,
-				PolicyCTPodMax: 3, NoSourceVerification: c.noVerify})
+				NoSourceVerification: c.noVerify})
 			first := budgetStep(c.name, d.objs.MyelinToPod, "to-pod", syn, c.ctx, true)
 			first.seed = st
 			runPolicySteps(t, d, []policyStep{first})
