@@ -107,9 +107,8 @@ volatile __u32 policy_ct_any_over = 0;
  * be written: addr held more than its budget at the agent's last count
  * (datapath.GCPolicyCT). The payer is the entry's opener when policy_ct_opener
  * names one (a pod whose source a node checked), else the local pod of the
- * check. Only a
- * connection that would create an entry asks (no lookup for a tracked one),
- * it looks the list up only while the list has a pod, and with
+ * check. Only a connection that would create an entry asks (no lookup for a
+ * tracked one), it looks the list up only while the list has a pod, and with
  * policy_ct_budget off nothing is asked.
  */
 static __always_inline int policy_ct_over_budget(__u32 addr)

@@ -2,8 +2,8 @@
 /*
  * The table of NetworkPolicy's tracked connections (maps.h myelin_policy_ct;
  * what an entry means is lib/policy_ct.h): buckets of slots each written
- * under its sequence count, looked up, written, deleted and refreshed here. The agent walks the
- * same table (internal/datapath/policyct_table.go).
+ * under its sequence count, looked up, written, deleted and refreshed here.
+ * The agent walks the same table (internal/datapath/policyct_table.go).
  */
 #ifndef MYELIN_LIB_POLICY_CT_TABLE_H
 #define MYELIN_LIB_POLICY_CT_TABLE_H
@@ -158,11 +158,10 @@ static __noinline struct policy_ct_slot *policy_ct_find(const struct policy_ct_k
  * s holds (policy_ct_put's was), whose close state was_closing is: the ends
  * (and a non-TCP entry's last seen) are written, the key stays, and born and
  * ref start again as for any write (the agent's notes in ref go: a new end
- * accepted the connection since). The close
- * state is written in place without the count (policy_ct_close), so a close
- * segment on another CPU since the copy was read would be undone by writing
- * the copy's: ce's goes in only where it differs from the copy's (a SYN
- * clearing an old close) and the slot still holds the copy's, else the
+ * accepted the connection since). The close state is written in place
+ * without the count (policy_ct_close), so a close segment on another CPU
+ * since the copy was read would be undone by writing the copy's: ce's goes in only where it differs
+ * from the copy's (a SYN clearing an old close) and the slot still holds the copy's, else the
  * slot's stays, and a TCP entry's FIN numbers, which only change with it,
  * are left as they are.
  */

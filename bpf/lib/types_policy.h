@@ -134,15 +134,16 @@ struct policy_ct_entry {
 /*
  * enum policy_ct_ref: the bits of a slot's ref. A lookup that finds the slot
  * sets IN_USE and SEEN (policy_ct_find_at); a write of the slot under its
- * count (policy_ct_write) clears them all. IN_USE: a tracked packet passed since the bucket last
- * made room (policy_ct_put clears it when it replaces a slot in use). SEEN: one passed since the
- * agent's last GC round, which clears it, sets ROUND (the connection carried traffic after its
- * write) and moves born on to that round's time (datapath.GCPolicyCT, which deletes a TCP entry
- * idle past its timeout). RESET: the agent's last GC round found the entry marked reset (enum
- * policy_ct_closing); a round that finds it still marked a grace period later
- * deletes it. Only the agent sets and clears it (the programs change the other
- * bits atomically), in the table, so a restarted agent goes on where the last
- * one stopped.
+ * count (policy_ct_write) clears them all. IN_USE: a tracked packet passed
+ * since the bucket last made room (policy_ct_put clears it when it replaces a
+ * slot in use). SEEN: one passed since the agent's last GC round, which
+ * clears it, sets ROUND (the connection carried traffic after its write) and
+ * moves born on to that round's time (datapath.GCPolicyCT, which deletes a
+ * TCP entry idle past its timeout). RESET: the agent's last GC round found
+ * the entry marked reset (enum policy_ct_closing); a round that finds it
+ * still marked a grace period later deletes it. Only the agent sets and
+ * clears it (the programs change the other bits atomically), in the table,
+ * so a restarted agent goes on where the last one stopped.
  */
 enum policy_ct_ref {
 	POLICY_CT_REF_IN_USE = 1,
