@@ -152,27 +152,28 @@ static __noinline struct policy_ct_slot *policy_ct_find(const struct policy_ct_k
 }
 
 /*
- * policy_ct_write writes slot s whole (k and ce, or empty for k NULL) if its
- * count is still seq, and says whether it did; another writer got there
- * first: the write is given up. add: ce adds to a copy of the entry k's slot
- * s holds (policy_ct_put's was), whose close state was_closing is: the ends
- * (and a non-TCP entry's last seen) are written, the key stays, and born and
- * ref start again as for any write (the agent's notes in ref go: a new end
- * accepted the connection since). The close state is written in place
- * without the count (policy_ct_close), so a close segment on another CPU
- * since the copy was read would be undone by writing the copy's: ce's goes in only where it differs
- * from the copy's (a SYN clearing an old close) and the slot still holds the copy's, else the
- * slot's stays, and a TCP entry's FIN numbers, which only change with it,
- * are left as they are.
+ * policy_ct_write writes slot s (k and ce, or empty for k NULL) if its count
+ * is still seq, and says whether it did; another writer got there first: the
+ * write is given up. was: 0, or the copy of the entry k's slot s holds that
+ * ce adds to (policy_ct_was): then only the ends (and a non-TCP entry's last
+ * seen) are written, the key stays, and born and ref start again as for any
+ * write (the agent's notes in ref go: a new end accepted the connection
+ * since). The close state is written in place without the count
+ * (policy_ct_close), so a close segment on another CPU since the copy was
+ * read would be undone by writing the copy's: ce's goes in only where it
+ * differs from the copy's (a SYN clearing an old close) and the slot still
+ * holds the copy's, else the slot's stays, and a TCP entry's FIN numbers,
+ * which only change with it, are left as they are.
  */
 static __always_inline int policy_ct_write(struct policy_ct_slot *s, __u32 seq,
 					   const struct policy_ct_key *k,
-					   const struct policy_ct_entry *ce, int add,
-					   __u32 was_closing)
+					   const struct policy_ct_entry *ce, __u64 was)
 {
 	if ((seq & 1) || __sync_val_compare_and_swap(&s->seq, seq, seq + 1) != seq)
 		return 0;
-	if (k && add) {
+	if (k && was) {
+		__u32 was_closing = was >> 32;
+
 		s->entry.ends = ce->ends;
 		if (k->proto != IPPROTO_TCP)
 			s->entry.fin_lo = ce->fin_lo;
@@ -274,7 +275,7 @@ __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_
 	}
 	if (!pick || (was && was != POLICY_CT_PUT_NEW && rank))
 		return 0;
-	if (!policy_ct_write(pick, pick_seq, k, ce, !rank && was, was >> 32) || rank < 3)
+	if (!policy_ct_write(pick, pick_seq, k, ce, rank ? 0 : was) || rank < 3)
 		return 0;
 	/* Every slot referenced: the oldest went, the others lose their in-use
 	 * mark, so the next connection here replaces one that saw no packet
@@ -299,7 +300,7 @@ static __always_inline void policy_ct_del(struct policy_ct_slot *s, const struct
 
 	asm volatile("" ::: "memory"); /* the key read after the count */
 	if (policy_ct_key_is(&s->key, k))
-		policy_ct_write(s, seq, NULL, NULL, 0, 0);
+		policy_ct_write(s, seq, NULL, NULL, 0);
 }
 
 /*

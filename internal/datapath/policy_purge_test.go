@@ -120,9 +120,9 @@ func TestPrivilegedPolicyCTPurgeKeepsLastSeen(t *testing.T) {
 }
 
 // A check that adds its end's bit writes the ends it read plus that bit,
-// under the slot's count: a purge that took another end's bit between the check's lookup and
-// its write must not get that bit back (that end's packets would pass
-// unjudged). policy_ct_put refuses a write when the entry's ends changed since
+// under the slot's count: a purge that took another end's bit between the
+// check's lookup and its write must not get that bit back (that end's packets
+// would pass unjudged). policy_ct_put refuses a write when the entry's ends changed since
 // the caller's copy, or the entry went; the next packet is judged again. A race
 // of many rounds: B's segment (its egress check adds B's bit to an entry of A's)
 // against a purge of A's end landing at a random moment; A's bit never returns.
