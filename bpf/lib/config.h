@@ -79,6 +79,17 @@ volatile const __u32 cluster_cidr_addr = 0;
 volatile const __u32 cluster_cidr_mask = 0;
 
 /*
+ * local_pod_cidr_addr/_mask: this node's PodCIDR, network order, where the
+ * agent found that no packet from it can come back on the uplink (source
+ * validation and masquerade on, no destination outside the cluster keeping a
+ * pod's address: docs/policy.md); both 0 otherwise. myelin_from_netdev drops
+ * a packet from it arriving there as DROP_SPOOFED_SOURCE: a host on the
+ * underlay posing as a pod of this node.
+ */
+volatile const __u32 local_pod_cidr_addr = 0;
+volatile const __u32 local_pod_cidr_mask = 0;
+
+/*
  * lb_enabled: 1 = service load balancing (kube-proxy replacement): pods'
  * packets to a service frontend are translated to a backend (lib/service.h),
  * NodePort requests on the uplink too, and replies are translated back

@@ -114,6 +114,13 @@ type Config struct {
 	// the sources the node's own stack may not send from.
 	// Required with Masquerade or LoadBalancing.
 	ClusterCIDR netip.Prefix
+	// LocalPodCIDR is this node's PodCIDR where no packet from it can come
+	// back on the uplink (the agent decides: source validation and masquerade
+	// on, and no destination outside the cluster CIDR that keeps a pod's
+	// address): myelin_from_netdev then drops a packet from it arriving there
+	// as DROP_SPOOFED_SOURCE, a host on the underlay posing as a pod of this
+	// node. The zero value checks nothing. IPv4 only.
+	LocalPodCIDR netip.Prefix
 	// NoSourceVerification turns the check of what pods send off
 	// (enable-source-ip-verification: false): then myelin_from_pod no longer
 	// drops IPv4 or ARP whose source address or MAC is not the sending

@@ -30,11 +30,12 @@ func checkMasquerade(cfg Config) error {
 // configureMasquerade writes the masquerade constants and the node IP and
 // cluster CIDR that load balancing and the tunnel's source checks share; the
 // node IP and cluster CIDR are set whenever Config has them (IPv4), as is the
-// health address the host source check lets the node send from.
+// health address the host source check lets the node send from, and this
+// node's PodCIDR that the uplink's ingress drops as spoofed (LocalPodCIDR).
 func configureMasquerade(specs *myelinSpecs, cfg Config) error {
 	var (
-		enabled                  uint8
-		nodeIP, health, cidr, mk uint32
+		enabled                           uint8
+		nodeIP, health, cidr, mk, pod, pm uint32
 	)
 	if cfg.Masquerade {
 		enabled = 1
@@ -51,6 +52,13 @@ func configureMasquerade(specs *myelinSpecs, cfg Config) error {
 		cidr = networkUint32(cfg.ClusterCIDR.Masked().Addr())
 		mk = binary.NativeEndian.Uint32(net.CIDRMask(cfg.ClusterCIDR.Bits(), 32))
 	}
+	if cfg.LocalPodCIDR.IsValid() {
+		if !cfg.LocalPodCIDR.Addr().Is4() || cfg.LocalPodCIDR.Bits() == 0 {
+			return fmt.Errorf("load datapath: local PodCIDR %v: set Config.LocalPodCIDR to this node's IPv4 PodCIDR, or leave it unset", cfg.LocalPodCIDR)
+		}
+		pod = networkUint32(cfg.LocalPodCIDR.Masked().Addr())
+		pm = binary.NativeEndian.Uint32(net.CIDRMask(cfg.LocalPodCIDR.Bits(), 32))
+	}
 	for _, v := range []struct {
 		name string
 		spec *ebpf.VariableSpec
@@ -61,6 +69,8 @@ func configureMasquerade(specs *myelinSpecs, cfg Config) error {
 		{"node_health_ip", specs.NodeHealthIp, health},
 		{"cluster_cidr_addr", specs.ClusterCidrAddr, cidr},
 		{"cluster_cidr_mask", specs.ClusterCidrMask, mk},
+		{"local_pod_cidr_addr", specs.LocalPodCidrAddr, pod},
+		{"local_pod_cidr_mask", specs.LocalPodCidrMask, pm},
 	} {
 		if err := v.spec.Set(v.val); err != nil {
 			return fmt.Errorf("set %s: %w", v.name, err)

@@ -638,6 +638,8 @@ type myelinVariableSpecs struct {
 	LbCtBudget               *ebpf.VariableSpec `ebpf:"lb_ct_budget"`
 	LbEnabled                *ebpf.VariableSpec `ebpf:"lb_enabled"`
 	LbHostReplies            *ebpf.VariableSpec `ebpf:"lb_host_replies"`
+	LocalPodCidrAddr         *ebpf.VariableSpec `ebpf:"local_pod_cidr_addr"`
+	LocalPodCidrMask         *ebpf.VariableSpec `ebpf:"local_pod_cidr_mask"`
 	MaglevTableSize          *ebpf.VariableSpec `ebpf:"maglev_table_size"`
 	MasqEnabled              *ebpf.VariableSpec `ebpf:"masq_enabled"`
 	NatAnyOver               *ebpf.VariableSpec `ebpf:"nat_any_over"`
@@ -792,6 +794,8 @@ type myelinVariables struct {
 	LbCtBudget               *ebpf.Variable `ebpf:"lb_ct_budget"`
 	LbEnabled                *ebpf.Variable `ebpf:"lb_enabled"`
 	LbHostReplies            *ebpf.Variable `ebpf:"lb_host_replies"`
+	LocalPodCidrAddr         *ebpf.Variable `ebpf:"local_pod_cidr_addr"`
+	LocalPodCidrMask         *ebpf.Variable `ebpf:"local_pod_cidr_mask"`
 	MaglevTableSize          *ebpf.Variable `ebpf:"maglev_table_size"`
 	MasqEnabled              *ebpf.Variable `ebpf:"masq_enabled"`
 	NatAnyOver               *ebpf.Variable `ebpf:"nat_any_over"`

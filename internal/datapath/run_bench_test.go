@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"net/netip"
 	"runtime"
 	"testing"
 	"unsafe"
@@ -30,7 +31,9 @@ import (
 // opens each connection first.
 // from-netdev-vxlan is a segment from a pod of another node in tunnel mode,
 // VXLAN on the uplink, which myelin_from_netdev decapsulates and delivers
-// itself (tunnel_decap_deliver). ns/packet
+// itself (tunnel_decap_deliver). from-netdev-uplink-pod-check is from-netdev
+// with this node's PodCIDR checked on the uplink (Config.LocalPodCIDR, on by
+// default in an agent; off in the others here). ns/packet
 // is the kernel's measure of each test run (one run per call: the program
 // rewrites the packet, so a repeated run would see its own output). Run as root:
 // go test -run '^$' -bench ProgramRun -count 5 ./internal/datapath/
@@ -82,6 +85,20 @@ func BenchmarkProgramRun(b *testing.B) {
 		inNetns(b, func(string) { benchFIBForward(b, d) })
 	})
 	b.Run("from-netdev-vxlan", benchDecapDeliver)
+	b.Run("from-netdev-uplink-pod-check", func(b *testing.B) {
+		cfg := agentDefaultConfig()
+		cfg.LocalPodCIDR = netip.MustParsePrefix("10.1.0.0/24")
+		d := loadTestConfig(b, cfg)
+		if err := seedEndpoints(d, seedAB); err != nil {
+			b.Fatal(err)
+		}
+		s := segment{in: ipv4(protoTCP, remoteIP, podBIP).withTCPFlags(tcpACK).build(), prog: d.objs.MyelinFromNetdev}
+		var ns uint64
+		for b.Loop() {
+			ns += uint64(runSegment(b, s))
+		}
+		b.ReportMetric(float64(ns)/float64(b.N), "ns/packet")
+	})
 }
 
 // benchDecapDeliver times myelin_from_netdev decapsulating a VXLAN packet from

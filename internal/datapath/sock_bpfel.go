@@ -392,6 +392,8 @@ type sockVariableSpecs struct {
 	HostRoutingBpf   *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
 	LbCtBudget       *ebpf.VariableSpec `ebpf:"lb_ct_budget"`
 	LbEnabled        *ebpf.VariableSpec `ebpf:"lb_enabled"`
+	LocalPodCidrAddr *ebpf.VariableSpec `ebpf:"local_pod_cidr_addr"`
+	LocalPodCidrMask *ebpf.VariableSpec `ebpf:"local_pod_cidr_mask"`
 	MaglevTableSize  *ebpf.VariableSpec `ebpf:"maglev_table_size"`
 	MasqEnabled      *ebpf.VariableSpec `ebpf:"masq_enabled"`
 	NatBudget        *ebpf.VariableSpec `ebpf:"nat_budget"`
@@ -517,6 +519,8 @@ type sockVariables struct {
 	HostRoutingBpf   *ebpf.Variable `ebpf:"host_routing_bpf"`
 	LbCtBudget       *ebpf.Variable `ebpf:"lb_ct_budget"`
 	LbEnabled        *ebpf.Variable `ebpf:"lb_enabled"`
+	LocalPodCidrAddr *ebpf.Variable `ebpf:"local_pod_cidr_addr"`
+	LocalPodCidrMask *ebpf.Variable `ebpf:"local_pod_cidr_mask"`
 	MaglevTableSize  *ebpf.Variable `ebpf:"maglev_table_size"`
 	MasqEnabled      *ebpf.Variable `ebpf:"masq_enabled"`
 	NatBudget        *ebpf.Variable `ebpf:"nat_budget"`

@@ -235,6 +235,73 @@ func TestPrivilegedBPFFromNetdevTunnelPlainPodSource(t *testing.T) {
 	}
 }
 
+// With this node's PodCIDR set (Config.LocalPodCIDR: the agent found that none of its
+// packets can come back), a packet from it arriving on the uplink is an underlay host
+// posing as a pod of this node, whatever its destination (a local pod, a NodePort),
+// the node's health address too: DROP_SPOOFED_SOURCE in both routing and both host
+// routing modes. Without it (and from a pod of another node in native routing) the
+// packet goes on as before, so the drop is the check's, not the packet's.
+func TestPrivilegedBPFFromNetdevLocalPodSource(t *testing.T) {
+	requirePrivileged(t)
+	fromUplink := &skbCtx{IngressIfindex: 2}
+	localPod := ipv4(protoTCP, podA, podBIP).withDst(podBIP, 8080)
+	spoofed := progCase{verdict: tcActShot, reason: "DROP_SPOOFED_SOURCE"}
+	for _, routing := range []HostRouting{HostRoutingBPF, HostRoutingLegacy} {
+		for _, tunnel := range []bool{true, false} {
+			for _, check := range []bool{true, false} {
+				cfg := Config{HostRouting: routing, NodeIP: testNodeIP, ClusterCIDR: lbClusterCIDR}
+				name := routing.String() + "/native"
+				if tunnel {
+					name = routing.String() + "/tunnel"
+					cfg.Tunnel, cfg.OverlayIfIndex, cfg.OverlayMAC = true, testOverlayIfIndex, testOverlayMAC
+				}
+				if check {
+					cfg.LocalPodCIDR = netip.MustParsePrefix("10.1.0.0/24")
+				} else {
+					name += "/unchecked"
+				}
+				t.Run(name, func(t *testing.T) {
+					d := loadTestConfig(t, cfg)
+					reached := progCase{verdict: tcActOK, reason: "PASS_STACK"}
+					if routing == HostRoutingBPF {
+						reached = progCase{verdict: tcActRedirect, out: delivered(localPod), reason: "FORWARDED"}
+					}
+					toNode := progCase{verdict: tcActOK, reason: "PASS_STACK"}
+					fromPod, toNodePort, health := reached, toNode, toNode
+					if check {
+						fromPod, toNodePort, health = spoofed, spoofed, spoofed
+					}
+					if tunnel { // plain pod to pod: tunnel mode's own rule
+						fromPod = spoofed
+					}
+					fromPod.name, fromPod.in = "a pod of this node to a local pod", localPod.build()
+					toNodePort.name, toNodePort.in = "a pod of this node to a NodePort", localPod.withDst(nodeIP, 30080).build()
+					health.name, health.in = "the health address to the node", localPod.withSrc("10.1.0.1", 4240).withDst(nodeIP, 30080).build()
+					remote := ipv4(protoTCP, "10.2.0.5", podBIP).withDst(podBIP, 8080)
+					other := progCase{name: "a pod of another node to a local pod", in: remote.build(), verdict: tcActOK, reason: "PASS_STACK"}
+					switch {
+					case tunnel:
+						other.verdict, other.reason = tcActShot, "DROP_SPOOFED_SOURCE"
+					case routing == HostRoutingBPF:
+						other.verdict, other.out, other.reason = tcActRedirect, delivered(remote), "FORWARDED"
+					}
+					cases := []progCase{fromPod, toNodePort, health, other}
+					for i := range cases {
+						cases[i].endpoints, cases[i].ctx = seedB, fromUplink
+					}
+					runCases(t, d, d.objs.MyelinFromNetdev, "from-netdev", cases)
+				})
+			}
+		}
+	}
+	t.Run("not IPv4", func(t *testing.T) {
+		_, err := Load(Config{PinDir: testPinDir(t), LocalPodCIDR: netip.MustParsePrefix("fd00:1::/64")})
+		if err == nil || !strings.Contains(err.Error(), "LocalPodCIDR") {
+			t.Errorf("Load with an IPv6 LocalPodCIDR: %v, want an error naming LocalPodCIDR", err)
+		}
+	})
+}
+
 func TestPrivilegedTunnelAPI(t *testing.T) {
 	requirePrivileged(t)
 	d := loadTunnelTest(t, HostRoutingBPF)
