@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/config"
 	"github.com/myelin-net/myelin/internal/datapath"
 )
@@ -13,7 +14,8 @@ import (
 // without touching the node.
 func TestDecidePlan(t *testing.T) {
 	all := datapath.Features{TCX: true, RedirectPeer: true, RedirectNeigh: true, FibLookup: true, RingBuf: true}
-	in := planInputs{Node: "n1", NodeIP: netip.MustParseAddr("198.18.0.11"), Features: all,
+	podCIDR := netip.MustParsePrefix("10.244.1.0/24")
+	in := planInputs{Node: "n1", NodeIP: netip.MustParseAddr("198.18.0.11"), PodCIDR: podCIDR, Features: all,
 		Ephemeral: config.PortRange{Min: 32768, Max: 60999}, UplinkMTU: 1500}
 	noIP, noTCX := in, in
 	noIP.NodeIP = netip.Addr{}
@@ -78,6 +80,25 @@ func TestDecidePlan(t *testing.T) {
 		{"tc attach", nil, noTCX, func(p nodePlan) bool { return p.AttachMode == "tc" && !p.HostRouting.BPF }, ""},
 		{"NAT ports overlap", map[string]string{"nat-port-range": "60000-65535"}, in, nil, "overlaps"},
 		{"bpf host routing refused", map[string]string{"host-routing": "bpf", "kube-proxy-replacement": "false"}, in, nil, "host-routing is bpf"},
+		// The uplink drops this node's pod addresses where none of its pods' packets can
+		// come back; each key that lets one leave with its address turns that off, named.
+		{"uplink pod check", nil, in, func(p nodePlan) bool {
+			return p.UplinkPodCheck && p.datapathConfig("/pins").LocalPodCIDR == podCIDR &&
+				sourceCheck(p, "default") == api.SourceCheckInfo{Enabled: true, UplinkPodCIDR: "10.244.1.0/24"}
+		}, ""},
+		{"uplink pod check: native CIDR the cluster's", map[string]string{"routing-mode": "native", "ipv4-native-routing-cidr": "10.244.0.0/16"}, in,
+			func(p nodePlan) bool { return p.UplinkPodCheck && p.datapathConfig("/pins").LocalPodCIDR == podCIDR }, ""},
+		{"uplink pod check off: masquerade", map[string]string{"enable-ipv4-masquerade": "false"}, in,
+			uplinkPodCheckOff("enable-ipv4-masquerade is false"), ""},
+		{"uplink pod check off: non-masquerade-cidrs", map[string]string{"non-masquerade-cidrs": "192.168.0.0/16"}, in,
+			uplinkPodCheckOff("non-masquerade-cidrs is set"), ""},
+		{"uplink pod check off: a wider native CIDR", map[string]string{"routing-mode": "native", "ipv4-native-routing-cidr": "10.0.0.0/8"}, in,
+			uplinkPodCheckOff("ipv4-native-routing-cidr is not inside cluster-cidr"), ""},
+		{"uplink pod check off: source validation", map[string]string{"enable-source-ip-verification": "false"}, in,
+			func(p nodePlan) bool {
+				return uplinkPodCheckOff("enable-source-ip-verification is false")(p) &&
+					sourceCheck(p, "ConfigMap").UplinkOff == "" // the warning says it all
+			}, ""},
 		{"datapath config", map[string]string{"enable-source-ip-verification": "false"}, in, func(p nodePlan) bool {
 			d := p.datapathConfig("/pins")
 			return d.PinDir == "/pins" && d.HostRouting == datapath.HostRoutingBPF && d.Masquerade && d.LoadBalancing &&
@@ -98,5 +119,15 @@ func TestDecidePlan(t *testing.T) {
 		if err != nil || !tt.check(p) {
 			t.Errorf("%s: plan = %+v, %v", tt.name, p, err)
 		}
+	}
+}
+
+// uplinkPodCheckOff checks that the plan leaves the uplink's pod address check off,
+// loads no PodCIDR for it, and says why (why).
+func uplinkPodCheckOff(why string) func(nodePlan) bool {
+	return func(p nodePlan) bool {
+		st := sourceCheck(p, "ConfigMap")
+		return !p.UplinkPodCheck && !p.datapathConfig("/pins").LocalPodCIDR.IsValid() && strings.HasPrefix(p.UplinkPodCheckOff, why) &&
+			st.UplinkPodCIDR == "" && (!p.SourceValidation || st.UplinkOff == p.UplinkPodCheckOff)
 	}
 }

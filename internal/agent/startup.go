@@ -88,7 +88,7 @@ func prepare(ctx context.Context, cfg Config, loops *loops, log *slog.Logger) (*
 	if s.uplink, err = netlink.LinkByName(cfg.Uplink); err != nil {
 		return nil, fmt.Errorf("uplink %q not found: %w; pass the node's uplink device with --uplink", cfg.Uplink, err)
 	}
-	if s.plan, err = planNode(cfg, s.conf, node, s.guard.atStart, s.uplink.Attrs().MTU); err != nil {
+	if s.plan, err = planNode(cfg, s.conf, node, s.podCIDR, s.guard.atStart, s.uplink.Attrs().MTU); err != nil {
 		return nil, err
 	}
 	log.Info("node plan decided", "routing", s.plan.RoutingMode(), "hostRouting", s.plan.HostRouting.Mode(),
@@ -124,12 +124,12 @@ func (s *startup) local() routing.Local {
 
 // planNode gathers what decidePlan needs to know of the node besides its uplink's
 // MTU (the kernel's features, its ephemeral ports) and decides the plan.
-func planNode(cfg Config, conf config.Config, node *corev1.Node, userRules []string, uplinkMTU int) (nodePlan, error) {
+func planNode(cfg Config, conf config.Config, node *corev1.Node, podCIDR netip.Prefix, userRules []string, uplinkMTU int) (nodePlan, error) {
 	ephemeral, err := readEphemeralPorts(ephemeralPortsFile)
 	if err != nil {
 		return nodePlan{}, err
 	}
-	p, err := decidePlan(conf, planInputs{Node: cfg.Node, NodeIP: k8s.NodeInternalIP(node), Features: datapath.Probe(),
+	p, err := decidePlan(conf, planInputs{Node: cfg.Node, NodeIP: k8s.NodeInternalIP(node), PodCIDR: podCIDR, Features: datapath.Probe(),
 		UserRules: userRules, Ephemeral: ephemeral, UplinkMTU: uplinkMTU})
 	if cfg.CgroupRoot != "" {
 		p.CgroupRoot = cfg.CgroupRoot

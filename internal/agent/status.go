@@ -41,7 +41,7 @@ func (v nodeView) fillStatus(s *api.Status) {
 	s.Routing.HostRouting, s.Routing.HostRoutingReason = p.HostRouting.Mode(), p.HostRouting.Reason
 	s.Routing.Tunnel, s.Routing.TunnelReason = p.tunnelDatapath(v.conf.Source("enable-bpf-tunnel"))
 	s.Masquerade = p.Masquerade.String()
-	s.SourceCheck = sourceCheck(p.SourceValidation, v.conf.Source("enable-source-ip-verification"))
+	s.SourceCheck = sourceCheck(p, v.conf.Source("enable-source-ip-verification"))
 	s.MTU = api.MTUInfo{Device: p.MTU, Route: p.RouteMTU}
 	s.BIGTCP = api.BIGTCPInfo{Enabled: p.BIGTCP.Enabled, Size: p.BIGTCP.Size, Devices: p.BIGTCP.Devices, Reason: p.BIGTCP.Reason}
 	if p.KubeProxyReplacement {
@@ -124,11 +124,14 @@ func (v datapathView) fillStatus(s *api.Status) {
 	}
 }
 
-// sourceCheck reports enable-source-ip-verification, loudly when it is off.
-// source names who set it.
-func sourceCheck(on bool, source string) api.SourceCheckInfo {
-	if on {
-		return api.SourceCheckInfo{Enabled: true}
+// sourceCheck reports enable-source-ip-verification, loudly when it is off, and
+// whether the uplink drops this node's pod addresses. source names who set the key.
+func sourceCheck(p nodePlan, source string) api.SourceCheckInfo {
+	if p.SourceValidation {
+		if p.UplinkPodCheck {
+			return api.SourceCheckInfo{Enabled: true, UplinkPodCIDR: p.PodCIDR.String()}
+		}
+		return api.SourceCheckInfo{Enabled: true, UplinkOff: p.UplinkPodCheckOff}
 	}
 	return api.SourceCheckInfo{Warning: "pods can send from any address and MAC (enable-source-ip-verification is false, set by " +
 		source + "); turn it off only to measure its cost"}

@@ -113,6 +113,11 @@ type MapFill struct {
 type SourceCheckInfo struct {
 	Enabled bool   `json:"enabled"`
 	Warning string `json:"warning,omitempty"`
+	// UplinkPodCIDR is this node's PodCIDR when a packet from it arriving on the
+	// uplink is dropped as spoofed (a host on the underlay posing as a pod of the
+	// node); empty when it is not, and UplinkOff says why.
+	UplinkPodCIDR string `json:"uplinkPodCIDR,omitempty"`
+	UplinkOff     string `json:"uplinkOff,omitempty"`
 }
 
 // NATInfo is the state of BPF NAT (masquerade and NodePort SNAT).

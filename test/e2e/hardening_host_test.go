@@ -131,7 +131,7 @@ func expectOnly(t *testing.T, caps []*capture, pods []corev1.Pod, own, forged ne
 			}
 		}
 		if slices.Contains(from, forged) {
-			t.Errorf("%s (%s) received a packet from %s sent by a node's own stack", pods[i].Name, pods[i].Spec.NodeName, forged)
+			t.Errorf("%s (%s) received the forged packet from %s", pods[i].Name, pods[i].Spec.NodeName, forged)
 		}
 		if !slices.Contains(from, own) {
 			t.Errorf("%s saw no packet from the control's address %s (frames seen: %v): the capture proves nothing", pods[i].Name, own, got)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/myelin-net/myelin/internal/lab/labplan"
+	"github.com/myelin-net/myelin/internal/netns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -23,8 +24,11 @@ import (
 // see none of them (its genuine packets arrive), and node-1 counts
 // DROP_SPOOFED_SOURCE. Then it sends IPv6 router
 // advertisements: node-1 gets no new IPv6 address or route, and counts
-// DROP_UNSUPPORTED_L3. Last, node-1's own namespace (a hostNetwork pod)
+// DROP_UNSUPPORTED_L3. Then node-1's own namespace (a hostNetwork pod)
 // sends raw packets from a pod of node-1 to both targets: neither arrives.
+// Last, the lab's outside host, on the underlay behind the router, sends
+// one as a pod of node-1 to another: node-1's uplink drops it (its status
+// names its PodCIDR as checked there).
 func TestLabMyelinSpoofing(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin")
@@ -50,6 +54,15 @@ func TestLabMyelinSpoofing(t *testing.T) {
 	advertiseFromPod(t, n1, pods["attacker"])
 	// A hostNetwork process of node-1 with CAP_NET_RAW forges a pod of its node.
 	forgeRawFromHost(t, cs, n1, pods["neighbour"], pods["near"], pods["far"])
+	// A host on the underlay forges a pod of node-1 to another.
+	node1, err := cs.CoreV1().Nodes().Get(context.Background(), n1, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := agentStatus(t, n1); st.SourceCheck.UplinkPodCIDR != node1.Spec.PodCIDR {
+		t.Errorf("node-1 checks %q from the uplink (%+v), want its PodCIDR %s", st.SourceCheck.UplinkPodCIDR, st.SourceCheck, node1.Spec.PodCIDR)
+	}
+	forgeFromOutside(t, pods["neighbour"], pods["near"])
 	labDown(t)
 }
 
@@ -96,6 +109,35 @@ func spoofFromPod(t *testing.T, node string, pods map[string]corev1.Pod, forged 
 	want := uint64(2 * len(srcs) * len(dsts)) // one UDP datagram and at least one SYN each
 	if got := dropCount(t, node, "DROP_SPOOFED_SOURCE") - before; got < want {
 		t.Errorf("%s DROP_SPOOFED_SOURCE grew by %d, want >= %d", node, got, want)
+	}
+}
+
+// forgeFromOutside sends, from the lab's outside host (behind the router, which
+// routes each PodCIDR to its node), raw UDP to target from the pod impersonated
+// (of target's node), then from its own address: target sees only the latter, and
+// its node's uplink counts the forgery (from-netdev DROP_SPOOFED_SOURCE): it arrived
+// there, so the drop is the check's, not the router's.
+func forgeFromOutside(t *testing.T, impersonated, target corev1.Pod) {
+	t.Helper()
+	node := target.Spec.NodeName
+	forged := netip.MustParseAddr(impersonated.Status.PodIP)
+	outside := labplan.DefaultAddressing().ExternalServerIP()
+	caps := captureIn(t, []corev1.Pod{target})
+	before := counter(t, node, "from-netdev", "DROP_SPOOFED_SOURCE")
+	err := netns.Do(labplan.NetNSPath(labplan.ExtNS), func() error {
+		for _, src := range []netip.Addr{forged, outside} {
+			if err := sendRawUDP(src, netip.MustParseAddr(target.Status.PodIP)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("send from %s: %v", labplan.ExtNS, err)
+	}
+	expectOnly(t, caps, []corev1.Pod{target}, outside, forged)
+	if got := counter(t, node, "from-netdev", "DROP_SPOOFED_SOURCE") - before; got < 1 {
+		t.Errorf("%s from-netdev/DROP_SPOOFED_SOURCE grew by %d, want >= 1 (the forged datagram)", node, got)
 	}
 }
 
