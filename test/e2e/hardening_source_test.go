@@ -26,7 +26,7 @@ import (
 // advertisements: node-1 gets no new IPv6 address or route, and counts
 // DROP_UNSUPPORTED_L3. Then node-1's own namespace (a hostNetwork pod)
 // sends raw packets from a pod of node-1 to both targets: neither arrives.
-// Last, the lab's outside host, on the underlay behind the router, sends
+// Last, the control plane's host, on the underlay beside the nodes, sends
 // one as a pod of node-1 to another: node-1's uplink drops it (its status
 // names its PodCIDR as checked there).
 func TestLabMyelinSpoofing(t *testing.T) {
@@ -62,7 +62,7 @@ func TestLabMyelinSpoofing(t *testing.T) {
 	if st := agentStatus(t, n1); st.SourceCheck.UplinkPodCIDR != node1.Spec.PodCIDR {
 		t.Errorf("node-1 checks %q from the uplink (%+v), want its PodCIDR %s", st.SourceCheck.UplinkPodCIDR, st.SourceCheck, node1.Spec.PodCIDR)
 	}
-	forgeFromOutside(t, pods["neighbour"], pods["near"])
+	forgeFromUnderlay(t, pods["neighbour"], pods["near"])
 	labDown(t)
 }
 
@@ -112,19 +112,19 @@ func spoofFromPod(t *testing.T, node string, pods map[string]corev1.Pod, forged 
 	}
 }
 
-// forgeFromOutside sends, from the lab's outside host (behind the router, which
-// routes each PodCIDR to its node), raw UDP to target from the pod impersonated
-// (of target's node), then from its own address: target sees only the latter, and
-// its node's uplink counts the forgery (from-netdev DROP_SPOOFED_SOURCE): it arrived
-// there, so the drop is the check's, not the router's.
-func forgeFromOutside(t *testing.T, impersonated, target corev1.Pod) {
+// forgeFromUnderlay sends, from the control plane's namespace (a host on the
+// underlay's segment, with a route to each PodCIDR through its node), raw UDP to
+// target from the pod impersonated (of target's node), then from its own address:
+// target sees only the latter, and its node's uplink counts the forgery (from-netdev
+// DROP_SPOOFED_SOURCE), so it arrived there and the drop is the check's.
+func forgeFromUnderlay(t *testing.T, impersonated, target corev1.Pod) {
 	t.Helper()
 	node := target.Spec.NodeName
 	forged := netip.MustParseAddr(impersonated.Status.PodIP)
-	outside := labplan.DefaultAddressing().ExternalServerIP()
+	outside := labplan.DefaultAddressing().ControlPlaneIP()
 	caps := captureIn(t, []corev1.Pod{target})
 	before := counter(t, node, "from-netdev", "DROP_SPOOFED_SOURCE")
-	err := netns.Do(labplan.NetNSPath(labplan.ExtNS), func() error {
+	err := netns.Do(labplan.NetNSPath(labplan.CPNS), func() error {
 		for _, src := range []netip.Addr{forged, outside} {
 			if err := sendRawUDP(src, netip.MustParseAddr(target.Status.PodIP)); err != nil {
 				return err
@@ -133,7 +133,7 @@ func forgeFromOutside(t *testing.T, impersonated, target corev1.Pod) {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("send from %s: %v", labplan.ExtNS, err)
+		t.Fatalf("send from %s: %v", labplan.CPNS, err)
 	}
 	expectOnly(t, caps, []corev1.Pod{target}, outside, forged)
 	if got := counter(t, node, "from-netdev", "DROP_SPOOFED_SOURCE") - before; got < 1 {
