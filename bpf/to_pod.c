@@ -6,9 +6,10 @@
  * balancing, a reply to a service client gets the frontend back as its source
  * (lib/ct.h), as endpoint_deliver does for what BPF delivers. The pod's
  * ingress NetworkPolicy is checked here for everything the stack delivers
- * (lib/policy.h), and what the node's own stack built may not carry a
- * pod's source (lib/host_source.h); everything else passes: the stack built
- * or routed it.
+ * (lib/policy.h), what the node's own stack built may not carry a pod's
+ * source (lib/host_source.h), and what another device brought in may not
+ * carry the source of a pod of this node (lib/source.h); everything else
+ * passes: the stack built or routed it.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -20,6 +21,7 @@
 #include "lib/host_source.h"
 #include "lib/ipv4.h"
 #include "lib/policy.h"
+#include "lib/source.h"
 #include "lib/verdict.h"
 
 SEC("tcx/egress")
@@ -31,6 +33,8 @@ int myelin_to_pod(struct __sk_buff *skb)
 	if (skb->protocol != bpf_htons(ETH_P_IP) || ipv4_parse(skb, &info) < 0)
 		return verdict_pass(skb, &info, DIR_TO_POD);
 	reason = host_source_check(skb, &info, 0);
+	if (!reason)
+		reason = source_check_to_pod(skb, &info);
 	if (reason)
 		return verdict_drop(skb, &info, DIR_TO_POD, reason);
 	/* ingress_ifindex 0: the host's own stack built the packet (kubelet probes). */

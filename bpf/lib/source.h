@@ -102,6 +102,35 @@ static __always_inline int source_check_ipv4(struct __sk_buff *skb, const struct
 }
 
 /*
+ * source_check_to_pod: what the stack delivers into a pod (myelin_to_pod)
+ * from this node's PodCIDR, where the agent set it (local_pod_cidr_addr,
+ * config.h), must have come in on the veth of the pod owning that address: a
+ * pod of this node reaches another through its own veth, so one that another
+ * device brought in (a second uplink, a foreign tunnel device) was forged by
+ * a host there, as one on the uplink is (myelin_from_netdev). What the node's
+ * stack built (ingress_ifindex 0: lib/host_source.h checks it) and its health
+ * address (the node's own, on lo: a masquerading stack may pick it as a
+ * source) are left alone. DROP_SPOOFED_SOURCE. Cost, with the check on: one
+ * myelin_endpoints lookup per packet from this node's PodCIDR that the stack
+ * forwards into a pod (legacy host routing between two pods of the node),
+ * none for other sources; pruned at load when off.
+ */
+static __always_inline int source_check_to_pod(struct __sk_buff *skb, const struct ipv4_info *info)
+{
+	const struct endpoint_info *ep;
+	__u32 in = skb->ingress_ifindex;
+
+	if (!local_pod_cidr_mask || !in ||
+	    (info->saddr & local_pod_cidr_mask) != local_pod_cidr_addr ||
+	    info->saddr == node_health_ip)
+		return 0;
+	ep = endpoint_lookup(info->saddr);
+	if (ep && ep->ifindex == in)
+		return 0;
+	return DROP_SPOOFED_SOURCE;
+}
+
+/*
  * tunnel_dst_local tells whether this node would take a packet to info->daddr
  * for itself: the FIB answers NOT_FWDED for a local, broadcast or multicast
  * destination (any address of the node: a second uplink's, a loopback's, not

@@ -19,7 +19,6 @@ type nodePlan struct {
 	Node        string
 	NodeIP      netip.Addr // this node's InternalIP (the tunnel endpoint, NodePort address)
 	ClusterCIDR netip.Prefix
-	PodCIDR     netip.Prefix // this node's
 
 	Tunnel     bool   // routing-mode tunnel: VXLAN to other nodes
 	TunnelPort uint16 // the VXLAN UDP port in tunnel mode
@@ -42,9 +41,10 @@ type nodePlan struct {
 	CgroupRoot           string // cgroup-root: where socket-LB attaches; "" the cgroup2 mount
 	MaglevTableSize      int    // 0 unless LBAlgorithm is maglev
 	SourceValidation     bool   // enable-source-ip-verification
-	// UplinkPodCheck: a packet from PodCIDR arriving on the uplink is dropped as
-	// spoofed (decideUplinkPodCheck); UplinkPodCheckOff says why not when it is false.
-	UplinkPodCheck    bool
+	// UplinkPodCIDR is this node's PodCIDR where a packet from it that another host
+	// sends is dropped as spoofed (decideUplinkPodCheck), unset where it is not, and
+	// UplinkPodCheckOff then says why.
+	UplinkPodCIDR     netip.Prefix
 	UplinkPodCheckOff string
 
 	MTU      int // pod devices
@@ -98,7 +98,7 @@ func decidePlan(c config.Config, in planInputs) (nodePlan, error) {
 		return nodePlan{}, err
 	}
 	p := nodePlan{
-		Node: in.Node, NodeIP: in.NodeIP, ClusterCIDR: c.ClusterCIDR, PodCIDR: in.PodCIDR,
+		Node: in.Node, NodeIP: in.NodeIP, ClusterCIDR: c.ClusterCIDR,
 		Tunnel: c.RoutingMode == config.RoutingTunnel, TunnelPort: c.TunnelPort,
 		AutoDirectNodeRoutes: c.AutoDirectNodeRoutes, HostRouting: hr,
 		NoMasqueradeBase:     noMasqueradeBase(c),
@@ -133,33 +133,37 @@ func decidePlan(c config.Config, in planInputs) (nodePlan, error) {
 		p.RouteMTU = p.MTU - tunnel.Overhead
 	}
 	p.BPFTunnel = p.Tunnel && hr.BPF && c.EnableBPFTunnel
-	p.UplinkPodCheck, p.UplinkPodCheckOff = decideUplinkPodCheck(c)
+	p.UplinkPodCIDR, p.UplinkPodCheckOff = decideUplinkPodCheck(p, in.PodCIDR)
 	if !in.Features.TCX {
 		p.AttachMode = "tc"
 	}
 	return p, nil
 }
 
-// decideUplinkPodCheck says whether a packet from this node's PodCIDR arriving on the
-// uplink can only be forged, so that myelin_from_netdev may drop it: a pod's packet
-// leaves the node either to the cluster's pods and nodes, which answer from their own
-// addresses, or masqueraded to the node's. A destination beyond them that keeps a
-// pod's address (masquerade off, non-masquerade-cidrs, a native routing CIDR beyond
-// the cluster's) may be a balancer that preserves its clients' addresses and
-// sends a pod's packet back to a pod of its node; there the check would cut that
-// path, so it stays off, and the reason says which key. Off with source validation.
-func decideUplinkPodCheck(c config.Config) (bool, string) {
+// decideUplinkPodCheck returns this node's PodCIDR where a packet from it that
+// another host sends (on the uplink, or any device but its pod's veth) can only be
+// forged, so that the programs may drop it; else no prefix and the reason. A pod's
+// packet comes back from another host only through a relay that keeps its source and
+// picks a pod of this node: then the reply goes from that pod straight to the client,
+// past the relay, so only one-way flows could work that way. The check stays off
+// where pods reach hosts beyond the cluster with their own addresses (masquerade off,
+// a no-masquerade destination outside cluster-cidr: ipv4-native-routing-cidr or
+// non-masquerade-cidrs), as such a relay may stand there; myelin's own NodePorts
+// translate a pod client's source, and other nodes answer from their own. Off with
+// source validation.
+func decideUplinkPodCheck(p nodePlan, podCIDR netip.Prefix) (netip.Prefix, string) {
 	switch {
-	case !c.EnableSourceIPVerification:
-		return false, "enable-source-ip-verification is false"
-	case !c.EnableIPv4Masquerade:
-		return false, "enable-ipv4-masquerade is false: pods reach outside hosts with their own addresses"
-	case len(c.NonMasqueradeCIDRs) > 0:
-		return false, "non-masquerade-cidrs is set: pods reach those hosts with their own addresses"
-	case c.IPv4NativeRoutingCIDR.IsValid() && !routing.Within(c.ClusterCIDR, c.IPv4NativeRoutingCIDR):
-		return false, "ipv4-native-routing-cidr is not inside cluster-cidr: pods reach hosts beyond the cluster CIDR with their own addresses"
+	case !p.SourceValidation:
+		return netip.Prefix{}, "enable-source-ip-verification is false"
+	case p.Masquerade == masqueradeOff:
+		return netip.Prefix{}, "enable-ipv4-masquerade is false: pods reach hosts beyond the cluster with their own addresses"
 	}
-	return true, ""
+	for _, d := range p.NoMasqueradeBase {
+		if !routing.Within(p.ClusterCIDR, d) {
+			return netip.Prefix{}, fmt.Sprintf("pods reach %s (ipv4-native-routing-cidr or non-masquerade-cidrs), beyond cluster-cidr %s, with their own addresses", d, p.ClusterCIDR)
+		}
+	}
+	return podCIDR, ""
 }
 
 // RoutingMode is "native" or "tunnel", as status shows it.
@@ -200,21 +204,12 @@ func (p nodePlan) datapathConfig(pinDir string) datapath.Config {
 	return datapath.Config{PinDir: pinDir, HostRouting: mode, TunnelPort: port,
 		Masquerade: p.Masquerade == masqueradeBPF, NodeIP: p.NodeIP, ClusterCIDR: p.ClusterCIDR,
 		LoadBalancing: p.KubeProxyReplacement, SocketLB: p.SocketLB, NoSourceVerification: !p.SourceValidation,
-		LocalPodCIDR: p.uplinkPodCIDR(),
+		LocalPodCIDR: p.UplinkPodCIDR,
 		NATPortMin:   p.NATPorts.Min, NATPortMax: p.NATPorts.Max,
 		MaglevTableSize: uint32(p.MaglevTableSize),
 		NodePortSynMax:  uint32(p.NodePortNATSynMax), NodePortNATMax: uint32(p.NodePortNATMax),
 		PolicyCTMax: uint32(p.PolicyCTMax), PolicyCTPodMax: uint32(p.PolicyCTPodMax),
 		NATPodMax: uint32(p.NATPodMax), LBCTPodMax: uint32(p.LBCTPodMax)}
-}
-
-// uplinkPodCIDR is the PodCIDR myelin_from_netdev drops as spoofed, unset without
-// the check.
-func (p nodePlan) uplinkPodCIDR() netip.Prefix {
-	if !p.UplinkPodCheck {
-		return netip.Prefix{}
-	}
-	return p.PodCIDR
 }
 
 // noMasqueradeBase is the cluster CIDR, ipv4-native-routing-cidr and every

@@ -83,17 +83,21 @@ func TestDecidePlan(t *testing.T) {
 		// The uplink drops this node's pod addresses where none of its pods' packets can
 		// come back; each key that lets one leave with its address turns that off, named.
 		{"uplink pod check", nil, in, func(p nodePlan) bool {
-			return p.UplinkPodCheck && p.datapathConfig("/pins").LocalPodCIDR == podCIDR &&
+			return p.UplinkPodCIDR == podCIDR && p.datapathConfig("/pins").LocalPodCIDR == podCIDR &&
 				sourceCheck(p, "default") == api.SourceCheckInfo{Enabled: true, UplinkPodCIDR: "10.244.1.0/24"}
 		}, ""},
 		{"uplink pod check: native CIDR the cluster's", map[string]string{"routing-mode": "native", "ipv4-native-routing-cidr": "10.244.0.0/16"}, in,
-			func(p nodePlan) bool { return p.UplinkPodCheck && p.datapathConfig("/pins").LocalPodCIDR == podCIDR }, ""},
+			func(p nodePlan) bool {
+				return p.datapathConfig("/pins").LocalPodCIDR == podCIDR && p.UplinkPodCheckOff == ""
+			}, ""},
+		{"uplink pod check: a non-masquerade CIDR inside the cluster's", map[string]string{"non-masquerade-cidrs": "10.244.8.0/21"}, in,
+			func(p nodePlan) bool { return p.datapathConfig("/pins").LocalPodCIDR == podCIDR }, ""},
 		{"uplink pod check off: masquerade", map[string]string{"enable-ipv4-masquerade": "false"}, in,
 			uplinkPodCheckOff("enable-ipv4-masquerade is false"), ""},
 		{"uplink pod check off: non-masquerade-cidrs", map[string]string{"non-masquerade-cidrs": "192.168.0.0/16"}, in,
-			uplinkPodCheckOff("non-masquerade-cidrs is set"), ""},
+			uplinkPodCheckOff("pods reach 192.168.0.0/16 (ipv4-native-routing-cidr or non-masquerade-cidrs), beyond cluster-cidr 10.244.0.0/16"), ""},
 		{"uplink pod check off: a wider native CIDR", map[string]string{"routing-mode": "native", "ipv4-native-routing-cidr": "10.0.0.0/8"}, in,
-			uplinkPodCheckOff("ipv4-native-routing-cidr is not inside cluster-cidr"), ""},
+			uplinkPodCheckOff("pods reach 10.0.0.0/8 (ipv4-native-routing-cidr"), ""},
 		{"uplink pod check off: source validation", map[string]string{"enable-source-ip-verification": "false"}, in,
 			func(p nodePlan) bool {
 				return uplinkPodCheckOff("enable-source-ip-verification is false")(p) &&
@@ -127,7 +131,7 @@ func TestDecidePlan(t *testing.T) {
 func uplinkPodCheckOff(why string) func(nodePlan) bool {
 	return func(p nodePlan) bool {
 		st := sourceCheck(p, "ConfigMap")
-		return !p.UplinkPodCheck && !p.datapathConfig("/pins").LocalPodCIDR.IsValid() && strings.HasPrefix(p.UplinkPodCheckOff, why) &&
+		return !p.UplinkPodCIDR.IsValid() && !p.datapathConfig("/pins").LocalPodCIDR.IsValid() && strings.HasPrefix(p.UplinkPodCheckOff, why) &&
 			st.UplinkPodCIDR == "" && (!p.SourceValidation || st.UplinkOff == p.UplinkPodCheckOff)
 	}
 }

@@ -128,8 +128,8 @@ func (v datapathView) fillStatus(s *api.Status) {
 // whether the uplink drops this node's pod addresses. source names who set the key.
 func sourceCheck(p nodePlan, source string) api.SourceCheckInfo {
 	if p.SourceValidation {
-		if p.UplinkPodCheck {
-			return api.SourceCheckInfo{Enabled: true, UplinkPodCIDR: p.PodCIDR.String()}
+		if p.UplinkPodCIDR.IsValid() {
+			return api.SourceCheckInfo{Enabled: true, UplinkPodCIDR: p.UplinkPodCIDR.String()}
 		}
 		return api.SourceCheckInfo{Enabled: true, UplinkOff: p.UplinkPodCheckOff}
 	}

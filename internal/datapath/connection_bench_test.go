@@ -31,7 +31,9 @@ import (
 // legacy-* is the connection between A and B with legacy host routing: each
 // segment through the sender's myelin_from_pod to the stack, then the
 // receiver's myelin_to_pod (the stack's delivery, entering from the sender's
-// veth), each segment's figure the sum of both;
+// veth), each segment's figure the sum of both; legacy-off-no-pod-check is
+// legacy-off without this node's PodCIDR checked where the stack delivers
+// (Config.LocalPodCIDR: one endpoint lookup per segment in myelin_to_pod);
 // ns/conn sums the kernel's measure of each run, ns/<segment> is each packet's.
 // Run as root:
 // go test -run '^$' -bench 'Connection$' -count 5 ./internal/datapath/
@@ -44,6 +46,8 @@ func BenchmarkConnection(b *testing.B) {
 	legacy := agentDefaultConfig()
 	legacy.HostRouting = HostRoutingLegacy
 	dLegacy := connectionBenchDatapath(b, legacy)
+	legacy.LocalPodCIDR = netip.Prefix{}
+	dLegacyUnchecked := connectionBenchDatapath(b, legacy)
 	ports := []PolicyPort{tcpPort(80), tcpPort(443), tcpPort(9090), {Proto: protoTCP, Lo: 12000, Hi: 12100}, tcpPort(8080)}
 	isolated := policyState{
 		flags: map[string]PolicyFlags{podA: PolicyIngress | PolicyEgress, podBIP: PolicyIngress | PolicyEgress},
@@ -71,6 +75,7 @@ func BenchmarkConnection(b *testing.B) {
 		{"cross-node-off", d, false, policyState{}, crossNodeConns},
 		{"cross-node-policy", d, false, isolated, crossNodeConns},
 		{"legacy-off", dLegacy, false, policyState{}, legacySameNodeConn},
+		{"legacy-off-no-pod-check", dLegacyUnchecked, false, policyState{}, legacySameNodeConn},
 		{"legacy-policy", dLegacy, false, isolated, legacySameNodeConn},
 	} {
 		b.Run(c.name, func(b *testing.B) {

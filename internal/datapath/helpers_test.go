@@ -62,12 +62,16 @@ func loadTest(t *testing.T, routing HostRouting) *Datapath {
 }
 
 // agentDefaultConfig is what an agent loads by default (BPF host routing, load
-// balancing, masquerade, native routing), without a pin dir.
+// balancing, masquerade, native routing, this node's PodCIDR checked where other
+// hosts' packets come in: pods A and B are in it), without a pin dir.
 func agentDefaultConfig() Config {
 	return Config{HostRouting: HostRoutingBPF, LoadBalancing: true, Masquerade: true, NodeIP: testNodeIP,
 		ClusterCIDR: lbClusterCIDR, MaglevTableSize: 16381, NATPortMin: 61000, NATPortMax: 65535,
-		PolicyCTPodMax: 131072 / 4, NATPodMax: 8192, LBCTPodMax: 32768}
+		PolicyCTPodMax: 131072 / 4, NATPodMax: 8192, LBCTPodMax: 32768, LocalPodCIDR: testLocalPodCIDR}
 }
+
+// testLocalPodCIDR is the test node's PodCIDR (pods A and B, the health address).
+var testLocalPodCIDR = netip.MustParsePrefix("10.1.0.0/24")
 
 // loadTestConfig is loadTest with cfg; its PinDir is set to a fresh pin dir.
 // Drop events are switched on.

@@ -114,12 +114,13 @@ type Config struct {
 	// the sources the node's own stack may not send from.
 	// Required with Masquerade or LoadBalancing.
 	ClusterCIDR netip.Prefix
-	// LocalPodCIDR is this node's PodCIDR where no packet from it can come
-	// back on the uplink (the agent decides: source validation and masquerade
-	// on, and no destination outside the cluster CIDR that keeps a pod's
-	// address): myelin_from_netdev then drops a packet from it arriving there
-	// as DROP_SPOOFED_SOURCE, a host on the underlay posing as a pod of this
-	// node. The zero value checks nothing. IPv4 only.
+	// LocalPodCIDR is this node's PodCIDR where no other host sends a packet
+	// from it (the agent decides: source validation and masquerade on, and no
+	// no-masquerade destination outside the cluster CIDR): myelin_from_netdev
+	// then drops a packet from it arriving on the uplink, and myelin_to_pod one
+	// that the stack forwards from any device but the owning pod's veth, as
+	// DROP_SPOOFED_SOURCE: a host on the underlay (or a second network) posing
+	// as a pod of this node. The zero value checks nothing. IPv4 only.
 	LocalPodCIDR netip.Prefix
 	// NoSourceVerification turns the check of what pods send off
 	// (enable-source-ip-verification: false): then myelin_from_pod no longer
@@ -229,6 +230,9 @@ func Load(cfg Config) (*Datapath, error) {
 	if err := checkMasquerade(cfg); err != nil {
 		return nil, err
 	}
+	if cfg.LocalPodCIDR.IsValid() && (!cfg.LocalPodCIDR.Addr().Is4() || cfg.LocalPodCIDR.Bits() == 0) {
+		return nil, fmt.Errorf("load datapath: local PodCIDR %v: set Config.LocalPodCIDR to this node's IPv4 PodCIDR, or leave it unset", cfg.LocalPodCIDR)
+	}
 	if err := checkLoadBalancing(cfg); err != nil {
 		return nil, err
 	}
@@ -316,7 +320,7 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 	if err := configureBudgets(&specs, cfg); err != nil {
 		return err
 	}
-	if err := configureMasquerade(&specs, cfg); err != nil {
+	if err := configureAddresses(&specs, cfg); err != nil {
 		return err
 	}
 	if err := configureLoadBalancing(&specs, cfg); err != nil {

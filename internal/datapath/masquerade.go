@@ -27,12 +27,12 @@ func checkMasquerade(cfg Config) error {
 	return nil
 }
 
-// configureMasquerade writes the masquerade constants and the node IP and
+// configureAddresses writes the masquerade constants and the node IP and
 // cluster CIDR that load balancing and the tunnel's source checks share; the
 // node IP and cluster CIDR are set whenever Config has them (IPv4), as is the
 // health address the host source check lets the node send from, and this
-// node's PodCIDR that the uplink's ingress drops as spoofed (LocalPodCIDR).
-func configureMasquerade(specs *myelinSpecs, cfg Config) error {
+// node's PodCIDR, which no other host may send from (LocalPodCIDR).
+func configureAddresses(specs *myelinSpecs, cfg Config) error {
 	var (
 		enabled                           uint8
 		nodeIP, health, cidr, mk, pod, pm uint32
@@ -52,10 +52,7 @@ func configureMasquerade(specs *myelinSpecs, cfg Config) error {
 		cidr = networkUint32(cfg.ClusterCIDR.Masked().Addr())
 		mk = binary.NativeEndian.Uint32(net.CIDRMask(cfg.ClusterCIDR.Bits(), 32))
 	}
-	if cfg.LocalPodCIDR.IsValid() {
-		if !cfg.LocalPodCIDR.Addr().Is4() || cfg.LocalPodCIDR.Bits() == 0 {
-			return fmt.Errorf("load datapath: local PodCIDR %v: set Config.LocalPodCIDR to this node's IPv4 PodCIDR, or leave it unset", cfg.LocalPodCIDR)
-		}
+	if cfg.LocalPodCIDR.IsValid() { // IPv4, checked by Load
 		pod = networkUint32(cfg.LocalPodCIDR.Masked().Addr())
 		pm = binary.NativeEndian.Uint32(net.CIDRMask(cfg.LocalPodCIDR.Bits(), 32))
 	}

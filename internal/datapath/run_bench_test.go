@@ -31,22 +31,18 @@ import (
 // opens each connection first.
 // from-netdev-vxlan is a segment from a pod of another node in tunnel mode,
 // VXLAN on the uplink, which myelin_from_netdev decapsulates and delivers
-// itself (tunnel_decap_deliver). from-netdev-uplink-pod-check is from-netdev
-// with this node's PodCIDR checked on the uplink (Config.LocalPodCIDR, on by
-// default in an agent; off in the others here). ns/packet
+// itself (tunnel_decap_deliver). from-netdev-no-pod-check is from-netdev
+// without this node's PodCIDR checked on the uplink (Config.LocalPodCIDR, which
+// an agent sets by default, as the others here do). ns/packet
 // is the kernel's measure of each test run (one run per call: the program
 // rewrites the packet, so a repeated run would see its own output). Run as root:
 // go test -run '^$' -bench ProgramRun -count 5 ./internal/datapath/
 func BenchmarkProgramRun(b *testing.B) {
 	testenv.RequireRoot(b, "load BPF")
-	d := loadTestConfig(b, agentDefaultConfig())
-	if err := seedEndpoints(d, seedAB); err != nil {
-		b.Fatal(err)
-	}
-	if err := seedLB(d, lbState{backends: map[uint32]Backend{1: backendB},
-		services: map[Frontend]Service{feTCP: {ID: 1, Backends: []uint32{1}}}}); err != nil {
-		b.Fatal(err)
-	}
+	d := programRunDatapath(b, agentDefaultConfig())
+	unchecked := agentDefaultConfig()
+	unchecked.LocalPodCIDR = netip.Prefix{}
+	dUnchecked := programRunDatapath(b, unchecked)
 	for _, c := range []struct {
 		name    string
 		prog    *ebpf.Program
@@ -57,6 +53,7 @@ func BenchmarkProgramRun(b *testing.B) {
 	}{
 		{"from-pod", d.objs.MyelinFromPod, ipv4(protoTCP, podA, podBIP), *ctxPodA, false, false},
 		{"from-netdev", d.objs.MyelinFromNetdev, ipv4(protoTCP, remoteIP, podBIP), skbCtx{}, false, false},
+		{"from-netdev-no-pod-check", dUnchecked.objs.MyelinFromNetdev, ipv4(protoTCP, remoteIP, podBIP), skbCtx{}, false, false},
 		// The node's own traffic (kubelet's port): to the stack.
 		{"from-netdev-host", d.objs.MyelinFromNetdev, ipv4(protoTCP, remoteIP, nodeIP).withDst(nodeIP, 10250), skbCtx{}, true, false},
 		// Leaving the uplink: pod A's segment to a pod of another node, as the
@@ -85,20 +82,20 @@ func BenchmarkProgramRun(b *testing.B) {
 		inNetns(b, func(string) { benchFIBForward(b, d) })
 	})
 	b.Run("from-netdev-vxlan", benchDecapDeliver)
-	b.Run("from-netdev-uplink-pod-check", func(b *testing.B) {
-		cfg := agentDefaultConfig()
-		cfg.LocalPodCIDR = netip.MustParsePrefix("10.1.0.0/24")
-		d := loadTestConfig(b, cfg)
-		if err := seedEndpoints(d, seedAB); err != nil {
-			b.Fatal(err)
-		}
-		s := segment{in: ipv4(protoTCP, remoteIP, podBIP).withTCPFlags(tcpACK).build(), prog: d.objs.MyelinFromNetdev}
-		var ns uint64
-		for b.Loop() {
-			ns += uint64(runSegment(b, s))
-		}
-		b.ReportMetric(float64(ns)/float64(b.N), "ns/packet")
-	})
+}
+
+// programRunDatapath is a datapath loaded with cfg, pods A and B its endpoints and
+// feTCP a Service of B.
+func programRunDatapath(b *testing.B, cfg Config) *Datapath {
+	d := loadTestConfig(b, cfg)
+	if err := seedEndpoints(d, seedAB); err != nil {
+		b.Fatal(err)
+	}
+	if err := seedLB(d, lbState{backends: map[uint32]Backend{1: backendB},
+		services: map[Frontend]Service{feTCP: {ID: 1, Backends: []uint32{1}}}}); err != nil {
+		b.Fatal(err)
+	}
+	return d
 }
 
 // benchDecapDeliver times myelin_from_netdev decapsulating a VXLAN packet from

@@ -235,12 +235,56 @@ func TestPrivilegedBPFFromNetdevTunnelPlainPodSource(t *testing.T) {
 	}
 }
 
-// With this node's PodCIDR set (Config.LocalPodCIDR: the agent found that none of its
-// packets can come back), a packet from it arriving on the uplink is an underlay host
-// posing as a pod of this node, whatever its destination (a local pod, a NodePort),
-// the node's health address too: DROP_SPOOFED_SOURCE in both routing and both host
-// routing modes. Without it (and from a pod of another node in native routing) the
-// packet goes on as before, so the drop is the check's, not the packet's.
+// The same check where the stack delivers (myelin_to_pod): from this node's PodCIDR,
+// only the owning pod's veth may have brought a packet in (legacy host routing
+// between two pods of the node); from another device (a second uplink, a foreign
+// tunnel device) it is forged, an address of the PodCIDR no pod has too. The node's
+// health address and pods of other nodes pass from anywhere, and without the PodCIDR
+// everything passes, as before.
+func TestPrivilegedBPFToPodLocalPodSource(t *testing.T) {
+	requirePrivileged(t)
+	fromDevice := &skbCtx{IngressIfindex: 2}
+	toA := func(src string) []byte { return ipv4(protoTCP, src, podA).withDst(podA, 8080).build() }
+	for _, check := range []bool{true, false} {
+		cfg := Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP, ClusterCIDR: lbClusterCIDR, HealthIP: mustAddr(testHealthIP)}
+		name := "unchecked"
+		if check {
+			cfg.LocalPodCIDR, name = testLocalPodCIDR, "checked"
+		}
+		t.Run(name, func(t *testing.T) {
+			d := loadTestConfig(t, cfg)
+			var cases []progCase
+			for _, c := range []struct {
+				name, src string
+				ctx       *skbCtx
+				forged    bool
+			}{
+				{"pod B from its own veth", podBIP, &skbCtx{IngressIfindex: uint32(podB.IfIndex)}, false},
+				{"pod B from another device", podBIP, fromDevice, true},
+				{"pod B from pod A's veth", podBIP, ctxPodA, true},
+				{"a PodCIDR address of no pod from another device", "10.1.0.77", fromDevice, true},
+				{"the health address from another device", testHealthIP, fromDevice, false},
+				{"a pod of another node from another device", "10.2.0.5", fromDevice, false},
+			} {
+				pc := progCase{name: c.name, endpoints: seedAB, in: toA(c.src), ctx: c.ctx, verdict: tcActOK, reason: "PASS_STACK"}
+				if check && c.forged {
+					pc.verdict, pc.reason = tcActShot, "DROP_SPOOFED_SOURCE"
+				}
+				cases = append(cases, pc)
+			}
+			runCases(t, d, d.objs.MyelinToPod, "to-pod", cases)
+		})
+	}
+}
+
+// With this node's PodCIDR set (Config.LocalPodCIDR: the agent found that no other
+// host sends from it), a packet from it arriving on the uplink is an underlay host
+// posing as a pod of this node, whatever its destination (a local pod, the node's
+// address), the node's health address too: DROP_SPOOFED_SOURCE in both routing and
+// both host routing modes. Without it (and from a pod of another node in native
+// routing) the packet goes on as before, so the drop is the check's. In tunnel mode
+// a plain packet from one pod to another is dropped by tunnel mode's own rule either
+// way (TestPrivilegedBPFFromNetdevTunnelPlainPodSource); the other rows tell.
 func TestPrivilegedBPFFromNetdevLocalPodSource(t *testing.T) {
 	requirePrivileged(t)
 	fromUplink := &skbCtx{IngressIfindex: 2}
@@ -256,7 +300,7 @@ func TestPrivilegedBPFFromNetdevLocalPodSource(t *testing.T) {
 					cfg.Tunnel, cfg.OverlayIfIndex, cfg.OverlayMAC = true, testOverlayIfIndex, testOverlayMAC
 				}
 				if check {
-					cfg.LocalPodCIDR = netip.MustParsePrefix("10.1.0.0/24")
+					cfg.LocalPodCIDR = testLocalPodCIDR
 				} else {
 					name += "/unchecked"
 				}
@@ -267,15 +311,15 @@ func TestPrivilegedBPFFromNetdevLocalPodSource(t *testing.T) {
 						reached = progCase{verdict: tcActRedirect, out: delivered(localPod), reason: "FORWARDED"}
 					}
 					toNode := progCase{verdict: tcActOK, reason: "PASS_STACK"}
-					fromPod, toNodePort, health := reached, toNode, toNode
+					fromPod, toNodeAddr, health := reached, toNode, toNode
 					if check {
-						fromPod, toNodePort, health = spoofed, spoofed, spoofed
+						fromPod, toNodeAddr, health = spoofed, spoofed, spoofed
 					}
-					if tunnel { // plain pod to pod: tunnel mode's own rule
+					if tunnel { // plain pod to pod: tunnel mode's own rule drops it too (same reason)
 						fromPod = spoofed
 					}
 					fromPod.name, fromPod.in = "a pod of this node to a local pod", localPod.build()
-					toNodePort.name, toNodePort.in = "a pod of this node to a NodePort", localPod.withDst(nodeIP, 30080).build()
+					toNodeAddr.name, toNodeAddr.in = "a pod of this node to the node's address", localPod.withDst(nodeIP, 30080).build()
 					health.name, health.in = "the health address to the node", localPod.withSrc("10.1.0.1", 4240).withDst(nodeIP, 30080).build()
 					remote := ipv4(protoTCP, "10.2.0.5", podBIP).withDst(podBIP, 8080)
 					other := progCase{name: "a pod of another node to a local pod", in: remote.build(), verdict: tcActOK, reason: "PASS_STACK"}
@@ -285,7 +329,7 @@ func TestPrivilegedBPFFromNetdevLocalPodSource(t *testing.T) {
 					case routing == HostRoutingBPF:
 						other.verdict, other.out, other.reason = tcActRedirect, delivered(remote), "FORWARDED"
 					}
-					cases := []progCase{fromPod, toNodePort, health, other}
+					cases := []progCase{fromPod, toNodeAddr, health, other}
 					for i := range cases {
 						cases[i].endpoints, cases[i].ctx = seedB, fromUplink
 					}
