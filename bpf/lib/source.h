@@ -108,9 +108,12 @@ static __always_inline int source_check_ipv4(struct __sk_buff *skb, const struct
  * pod of this node reaches another through its own veth, so one that another
  * device brought in (a second uplink, a foreign tunnel device) was forged by
  * a host there, as one on the uplink is (myelin_from_netdev). What the node's
- * stack built (ingress_ifindex 0: lib/host_source.h checks it) and its health
- * address (the node's own, on lo: a masquerading stack may pick it as a
- * source) are left alone. DROP_SPOOFED_SOURCE. Cost, with the check on: one
+ * stack built (ingress_ifindex 0) is lib/host_source.h's to check; the node's
+ * health address, a scope-host address on lo, is never forwarded (the stack
+ * drops it as a martian), so it needs no exception. DROP_SPOOFED_SOURCE.
+ * Where source validation is on, myelin_from_pod made the same lookup and
+ * compare for the packet as it left its pod (source_owner); this one catches
+ * what came in another way. Cost, with the check on: one
  * myelin_endpoints lookup per packet from this node's PodCIDR that the stack
  * forwards into a pod (legacy host routing between two pods of the node),
  * none for other sources; pruned at load when off.
@@ -121,8 +124,7 @@ static __always_inline int source_check_to_pod(struct __sk_buff *skb, const stru
 	__u32 in = skb->ingress_ifindex;
 
 	if (!local_pod_cidr_mask || !in ||
-	    (info->saddr & local_pod_cidr_mask) != local_pod_cidr_addr ||
-	    info->saddr == node_health_ip)
+	    (info->saddr & local_pod_cidr_mask) != local_pod_cidr_addr)
 		return 0;
 	ep = endpoint_lookup(info->saddr);
 	if (ep && ep->ifindex == in)

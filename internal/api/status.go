@@ -113,8 +113,9 @@ type MapFill struct {
 type SourceCheckInfo struct {
 	Enabled bool   `json:"enabled"`
 	Warning string `json:"warning,omitempty"`
-	// UplinkPodCIDR is this node's PodCIDR when a packet from it arriving on the
-	// uplink is dropped as spoofed (a host on the underlay posing as a pod of the
+	// UplinkPodCIDR is this node's PodCIDR when a packet from it that another host
+	// sends is dropped as spoofed (on the uplink, or delivered into a pod from any
+	// device but that pod's veth: a host on the underlay posing as a pod of the
 	// node); empty when it is not, and UplinkOff says why.
 	UplinkPodCIDR string `json:"uplinkPodCIDR,omitempty"`
 	UplinkOff     string `json:"uplinkOff,omitempty"`

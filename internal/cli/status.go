@@ -173,9 +173,9 @@ func (r statusRows) protection(s api.Status) {
 	if s.SourceCheck.Enabled {
 		r.row("Source validation", "on: pods send only from their own IPv4 and MAC")
 		if s.SourceCheck.UplinkPodCIDR != "" {
-			r.row("  from the uplink", "this node's PodCIDR %s is dropped as spoofed", s.SourceCheck.UplinkPodCIDR)
+			r.row("  from other hosts", "this node's PodCIDR %s is dropped as spoofed", s.SourceCheck.UplinkPodCIDR)
 		} else if s.SourceCheck.UplinkOff != "" {
-			r.row("  from the uplink", "this node's pod addresses are not checked: %s", s.SourceCheck.UplinkOff)
+			r.row("  from other hosts", "this node's pod addresses are not checked: %s", s.SourceCheck.UplinkOff)
 		}
 	} else {
 		r.row("Source validation", "OFF")

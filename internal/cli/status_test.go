@@ -27,7 +27,8 @@ func TestRoutingRows(t *testing.T) {
 	}
 }
 
-// Status says whether the uplink drops this node's pod addresses, or why not.
+// Status says whether this node's pod addresses are dropped when other hosts send
+// them, or why not.
 func TestStatusUplinkPodCheck(t *testing.T) {
 	for _, c := range []struct {
 		check api.SourceCheckInfo
@@ -38,7 +39,7 @@ func TestStatusUplinkPodCheck(t *testing.T) {
 	} {
 		var b strings.Builder
 		statusRows{&b}.protection(api.Status{SourceCheck: c.check})
-		if !strings.Contains(b.String(), "from the uplink:") || !strings.Contains(b.String(), c.want) {
+		if !strings.Contains(b.String(), "from other hosts:") || !strings.Contains(b.String(), c.want) {
 			t.Errorf("myelin status printed\n%s\nwant a row %q", b.String(), c.want)
 		}
 	}

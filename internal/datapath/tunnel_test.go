@@ -238,9 +238,11 @@ func TestPrivilegedBPFFromNetdevTunnelPlainPodSource(t *testing.T) {
 // The same check where the stack delivers (myelin_to_pod): from this node's PodCIDR,
 // only the owning pod's veth may have brought a packet in (legacy host routing
 // between two pods of the node); from another device (a second uplink, a foreign
-// tunnel device) it is forged, an address of the PodCIDR no pod has too. The node's
-// health address and pods of other nodes pass from anywhere, and without the PodCIDR
-// everything passes, as before.
+// tunnel device) it is forged, an address of the PodCIDR no pod has too, the node's
+// health address included (a scope-host address the stack never forwards). Pods of
+// other nodes pass from anywhere, and without the PodCIDR everything passes, as
+// before. (What the host built, ingress_ifindex 0, is host_source_check's: that
+// runs first in myelin_to_pod, TestPrivilegedHostSourceCheck.)
 func TestPrivilegedBPFToPodLocalPodSource(t *testing.T) {
 	requirePrivileged(t)
 	fromDevice := &skbCtx{IngressIfindex: 2}
@@ -263,7 +265,7 @@ func TestPrivilegedBPFToPodLocalPodSource(t *testing.T) {
 				{"pod B from another device", podBIP, fromDevice, true},
 				{"pod B from pod A's veth", podBIP, ctxPodA, true},
 				{"a PodCIDR address of no pod from another device", "10.1.0.77", fromDevice, true},
-				{"the health address from another device", testHealthIP, fromDevice, false},
+				{"the health address from another device", testHealthIP, fromDevice, true},
 				{"a pod of another node from another device", "10.2.0.5", fromDevice, false},
 			} {
 				pc := progCase{name: c.name, endpoints: seedAB, in: toA(c.src), ctx: c.ctx, verdict: tcActOK, reason: "PASS_STACK"}

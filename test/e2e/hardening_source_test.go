@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -26,9 +27,11 @@ import (
 // advertisements: node-1 gets no new IPv6 address or route, and counts
 // DROP_UNSUPPORTED_L3. Then node-1's own namespace (a hostNetwork pod)
 // sends raw packets from a pod of node-1 to both targets: neither arrives.
-// Last, the control plane's host, on the underlay beside the nodes, sends
+// Then the control plane's host, on the underlay beside the nodes, sends
 // one as a pod of node-1 to another: node-1's uplink drops it (its status
-// names its PodCIDR as checked there).
+// names its PodCIDR as checked). Last, a host on a second network of
+// node-1 (a device no myelin program is on) does the same through node-1's
+// stack: the drop is where the stack delivers into the pod.
 func TestLabMyelinSpoofing(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin")
@@ -63,6 +66,7 @@ func TestLabMyelinSpoofing(t *testing.T) {
 		t.Errorf("node-1 checks %q from the uplink (%+v), want its PodCIDR %s", st.SourceCheck.UplinkPodCIDR, st.SourceCheck, node1.Spec.PodCIDR)
 	}
 	forgeFromUnderlay(t, pods["neighbour"], pods["near"])
+	forgeFromSecondNetwork(t, n1, pods["neighbour"], pods["near"])
 	labDown(t)
 }
 
@@ -138,6 +142,51 @@ func forgeFromUnderlay(t *testing.T, impersonated, target corev1.Pod) {
 	expectOnly(t, caps, []corev1.Pod{target}, outside, forged)
 	if got := counter(t, node, "from-netdev", "DROP_SPOOFED_SOURCE") - before; got < 1 {
 		t.Errorf("%s from-netdev/DROP_SPOOFED_SOURCE grew by %d, want >= 1 (the forged datagram)", node, got)
+	}
+}
+
+// forgeFromSecondNetwork gives node a second network, a veth to a namespace of its own
+// (myelin-forger: lab down removes it with the lab's others), and sends from there,
+// routed by node's stack, raw UDP to target (a pod of node) from the pod impersonated
+// (of node too), then from the forger's own address: target sees only the latter, and
+// node counts the forgery where the stack delivered it (to-pod DROP_SPOOFED_SOURCE).
+func forgeFromSecondNetwork(t *testing.T, node string, impersonated, target corev1.Pod) {
+	t.Helper()
+	const ns, dev = "myelin-forger", "myelin-second"
+	forger := netip.MustParseAddr("192.0.2.2")
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	for _, argv := range [][]string{
+		{"ip", "netns", "add", ns},
+		{"ip", "-n", node, "link", "add", dev, "type", "veth", "peer", "name", "eth0", "netns", ns},
+		{"ip", "-n", node, "addr", "add", "192.0.2.1/24", "dev", dev},
+		{"ip", "netns", "exec", node, "sysctl", "-qw", "net.ipv4.conf." + dev + ".rp_filter=0"},
+		{"ip", "-n", node, "link", "set", dev, "up"},
+		{"ip", "-n", ns, "addr", "add", forger.String() + "/24", "dev", "eth0"},
+		{"ip", "-n", ns, "link", "set", "eth0", "up"},
+		{"ip", "-n", ns, "route", "add", target.Status.PodIP + "/32", "via", "192.0.2.1"},
+	} {
+		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v %s", strings.Join(argv, " "), err, out)
+		}
+	}
+	forged := netip.MustParseAddr(impersonated.Status.PodIP)
+	caps := captureIn(t, []corev1.Pod{target})
+	before := counter(t, node, "to-pod", "DROP_SPOOFED_SOURCE")
+	err := netns.Do(labplan.NetNSPath(ns), func() error {
+		for _, src := range []netip.Addr{forged, forger} {
+			if err := sendRawUDP(src, netip.MustParseAddr(target.Status.PodIP)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("send from %s: %v", ns, err)
+	}
+	expectOnly(t, caps, []corev1.Pod{target}, forger, forged)
+	if got := counter(t, node, "to-pod", "DROP_SPOOFED_SOURCE") - before; got < 1 {
+		t.Errorf("%s to-pod/DROP_SPOOFED_SOURCE grew by %d, want >= 1 (the forged datagram; if it never reached the pod's veth, "+
+			"check net.ipv4.conf.all.rp_filter in the node's namespace)", node, got)
 	}
 }
 
