@@ -125,7 +125,8 @@ func (v datapathView) fillStatus(s *api.Status) {
 }
 
 // sourceCheck reports enable-source-ip-verification, loudly when it is off, and
-// whether the uplink drops this node's pod addresses. source names who set the key.
+// whether this node's pod addresses are dropped when other hosts send them (on the
+// uplink, or into a pod from another device). source names who set the key.
 func sourceCheck(p nodePlan, source string) api.SourceCheckInfo {
 	if p.SourceValidation {
 		if p.UplinkPodCIDR.IsValid() {
