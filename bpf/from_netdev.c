@@ -84,9 +84,8 @@ int myelin_from_netdev(struct __sk_buff *skb)
 	/* This node's own address never arrives from outside: spoofed (docs/policy.md). */
 	if (info.saddr == node_ip)
 		return verdict_drop(skb, &info, DIR_FROM_NETDEV, DROP_SPOOFED_SOURCE);
-	/* Nor does a pod of this node, where the agent set its PodCIDR (lib/config.h):
-	 * without it the check is gone at load (a zero mask). */
-	if (local_pod_cidr_mask && (info.saddr & local_pod_cidr_mask) == local_pod_cidr_addr)
+	/* Nor does a pod of this node, where the agent set its PodCIDR (lib/config.h). */
+	if (local_pod_contains(info.saddr))
 		return verdict_drop(skb, &info, DIR_FROM_NETDEV, DROP_SPOOFED_SOURCE);
 	/* In tunnel mode pods reach pods of other nodes only encapsulated (their
 	 * sources checked by the peer rule): a plain packet from a pod address to

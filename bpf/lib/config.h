@@ -158,4 +158,14 @@ static __always_inline int cluster_contains(__u32 addr)
 	return (addr & cluster_cidr_mask) == cluster_cidr_addr;
 }
 
+/*
+ * local_pod_contains says whether addr (network order) is in this node's
+ * PodCIDR where the agent set it for the checks of what other hosts send
+ * (local_pod_cidr_addr above); always 0 otherwise, pruned at load.
+ */
+static __always_inline int local_pod_contains(__u32 addr)
+{
+	return local_pod_cidr_mask && (addr & local_pod_cidr_mask) == local_pod_cidr_addr;
+}
+
 #endif /* MYELIN_LIB_CONFIG_H */

@@ -123,8 +123,7 @@ static __always_inline int source_check_to_pod(struct __sk_buff *skb, const stru
 	const struct endpoint_info *ep;
 	__u32 in = skb->ingress_ifindex;
 
-	if (!local_pod_cidr_mask || !in ||
-	    (info->saddr & local_pod_cidr_mask) != local_pod_cidr_addr)
+	if (!in || !local_pod_contains(info->saddr))
 		return 0;
 	ep = endpoint_lookup(info->saddr);
 	if (ep && ep->ifindex == in)
