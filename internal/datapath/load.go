@@ -212,28 +212,7 @@ type Datapath struct {
 // Errors name the pin directory when it is not on bpffs; a verifier
 // rejection wraps *ebpf.VerifierError (print it with %+v for the log).
 func Load(cfg Config) (*Datapath, error) {
-	if cfg.PinDir == "" {
-		return nil, errors.New("load datapath: empty pin dir: set Config.PinDir to a bpffs directory such as /sys/fs/bpf/myelin/<node>")
-	}
-	if (cfg.NATPortMin == 0) != (cfg.NATPortMax == 0) || cfg.NATPortMin > cfg.NATPortMax {
-		return nil, fmt.Errorf("load datapath: NAT ports %d-%d: set Config.NATPortMin and NATPortMax to a range 1-65535 with min <= max", cfg.NATPortMin, cfg.NATPortMax)
-	}
-	if cfg.HostRouting != HostRoutingLegacy && cfg.HostRouting != HostRoutingBPF {
-		return nil, fmt.Errorf("load datapath: unknown host routing %d: use HostRoutingLegacy or HostRoutingBPF", int(cfg.HostRouting))
-	}
-	if cfg.Tunnel && (cfg.OverlayIfIndex <= 0 || cfg.OverlayIfIndex > math.MaxInt32) {
-		return nil, fmt.Errorf("load datapath: tunnel mode with overlay ifindex %d: set Config.OverlayIfIndex to the ifindex of the VXLAN device myelin_vxlan", cfg.OverlayIfIndex)
-	}
-	if cfg.Tunnel && !cfg.NodeIP.Is4() {
-		return nil, fmt.Errorf("load datapath: tunnel mode with node IP %q: set Config.NodeIP to this node's IPv4, the address its peers tunnel to", cfg.NodeIP)
-	}
-	if err := checkMasquerade(cfg); err != nil {
-		return nil, err
-	}
-	if cfg.LocalPodCIDR.IsValid() && (!cfg.LocalPodCIDR.Addr().Is4() || cfg.LocalPodCIDR.Bits() == 0) {
-		return nil, fmt.Errorf("load datapath: local PodCIDR %v: set Config.LocalPodCIDR to this node's IPv4 PodCIDR, or leave it unset", cfg.LocalPodCIDR)
-	}
-	if err := checkLoadBalancing(cfg); err != nil {
+	if err := checkConfig(cfg); err != nil {
 		return nil, err
 	}
 	if err := ensurePinDir(cfg.PinDir); err != nil {
@@ -272,6 +251,33 @@ func Load(cfg Config) (*Datapath, error) {
 		}
 	}
 	return d, nil
+}
+
+// checkConfig validates cfg before anything is loaded: each error names the field
+// and what to set it to.
+func checkConfig(cfg Config) error {
+	if cfg.PinDir == "" {
+		return errors.New("load datapath: empty pin dir: set Config.PinDir to a bpffs directory such as /sys/fs/bpf/myelin/<node>")
+	}
+	if (cfg.NATPortMin == 0) != (cfg.NATPortMax == 0) || cfg.NATPortMin > cfg.NATPortMax {
+		return fmt.Errorf("load datapath: NAT ports %d-%d: set Config.NATPortMin and NATPortMax to a range 1-65535 with min <= max", cfg.NATPortMin, cfg.NATPortMax)
+	}
+	if cfg.HostRouting != HostRoutingLegacy && cfg.HostRouting != HostRoutingBPF {
+		return fmt.Errorf("load datapath: unknown host routing %d: use HostRoutingLegacy or HostRoutingBPF", int(cfg.HostRouting))
+	}
+	if cfg.Tunnel && (cfg.OverlayIfIndex <= 0 || cfg.OverlayIfIndex > math.MaxInt32) {
+		return fmt.Errorf("load datapath: tunnel mode with overlay ifindex %d: set Config.OverlayIfIndex to the ifindex of the VXLAN device myelin_vxlan", cfg.OverlayIfIndex)
+	}
+	if cfg.Tunnel && !cfg.NodeIP.Is4() {
+		return fmt.Errorf("load datapath: tunnel mode with node IP %q: set Config.NodeIP to this node's IPv4, the address its peers tunnel to", cfg.NodeIP)
+	}
+	if err := checkMasquerade(cfg); err != nil {
+		return err
+	}
+	if cfg.LocalPodCIDR.IsValid() && (!cfg.LocalPodCIDR.Addr().Is4() || cfg.LocalPodCIDR.Bits() == 0) {
+		return fmt.Errorf("load datapath: local PodCIDR %v: set Config.LocalPodCIDR to this node's IPv4 PodCIDR, or leave it unset", cfg.LocalPodCIDR)
+	}
+	return checkLoadBalancing(cfg)
 }
 
 // objectNATPorts are the NAT ports a zero Config.NATPortMin and NATPortMax

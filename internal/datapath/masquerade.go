@@ -49,12 +49,10 @@ func configureAddresses(specs *myelinSpecs, cfg Config) error {
 		health = networkUint32(cfg.HealthIP)
 	}
 	if cfg.ClusterCIDR.IsValid() && cfg.ClusterCIDR.Addr().Is4() {
-		cidr = networkUint32(cfg.ClusterCIDR.Masked().Addr())
-		mk = binary.NativeEndian.Uint32(net.CIDRMask(cfg.ClusterCIDR.Bits(), 32))
+		cidr, mk = networkPrefix(cfg.ClusterCIDR)
 	}
 	if cfg.LocalPodCIDR.IsValid() { // IPv4, checked by Load
-		pod = networkUint32(cfg.LocalPodCIDR.Masked().Addr())
-		pm = binary.NativeEndian.Uint32(net.CIDRMask(cfg.LocalPodCIDR.Bits(), 32))
+		pod, pm = networkPrefix(cfg.LocalPodCIDR)
 	}
 	for _, v := range []struct {
 		name string
@@ -84,6 +82,12 @@ func configureAddresses(specs *myelinSpecs, cfg Config) error {
 		return fmt.Errorf("set nat_port_max: %w", err)
 	}
 	return nil
+}
+
+// networkPrefix is the IPv4 prefix p as the datapath's address and mask
+// constants hold it (networkUint32 of each).
+func networkPrefix(p netip.Prefix) (addr, mask uint32) {
+	return networkUint32(p.Masked().Addr()), binary.NativeEndian.Uint32(net.CIDRMask(p.Bits(), 32))
 }
 
 // networkUint32 is the IPv4 address a as the datapath stores it: its bytes
