@@ -123,13 +123,21 @@ func spoofFromPod(t *testing.T, node string, pods map[string]corev1.Pod, forged 
 // DROP_SPOOFED_SOURCE), so it arrived there and the drop is the check's.
 func forgeFromUnderlay(t *testing.T, impersonated, target corev1.Pod) {
 	t.Helper()
+	forgeFrom(t, labplan.CPNS, labplan.DefaultAddressing().ControlPlaneIP(), impersonated, target, "from-netdev", "")
+}
+
+// forgeFrom sends, from netns ns, raw UDP to target from the pod impersonated, then
+// from control (ns's own address): target sees only the latter, and target's node
+// counts the forgery under dir (DROP_SPOOFED_SOURCE grows by one at least; hint says
+// what to look at when it does not).
+func forgeFrom(t *testing.T, ns string, control netip.Addr, impersonated, target corev1.Pod, dir, hint string) {
+	t.Helper()
 	node := target.Spec.NodeName
 	forged := netip.MustParseAddr(impersonated.Status.PodIP)
-	outside := labplan.DefaultAddressing().ControlPlaneIP()
 	caps := captureIn(t, []corev1.Pod{target})
-	before := counter(t, node, "from-netdev", "DROP_SPOOFED_SOURCE")
-	err := netns.Do(labplan.NetNSPath(labplan.CPNS), func() error {
-		for _, src := range []netip.Addr{forged, outside} {
+	before := counter(t, node, dir, "DROP_SPOOFED_SOURCE")
+	err := netns.Do(labplan.NetNSPath(ns), func() error {
+		for _, src := range []netip.Addr{forged, control} {
 			if err := sendRawUDP(src, netip.MustParseAddr(target.Status.PodIP)); err != nil {
 				return err
 			}
@@ -137,11 +145,11 @@ func forgeFromUnderlay(t *testing.T, impersonated, target corev1.Pod) {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("send from %s: %v", labplan.CPNS, err)
+		t.Fatalf("send from %s: %v", ns, err)
 	}
-	expectOnly(t, caps, []corev1.Pod{target}, outside, forged)
-	if got := counter(t, node, "from-netdev", "DROP_SPOOFED_SOURCE") - before; got < 1 {
-		t.Errorf("%s from-netdev/DROP_SPOOFED_SOURCE grew by %d, want >= 1 (the forged datagram)", node, got)
+	expectOnly(t, caps, []corev1.Pod{target}, control, forged)
+	if got := counter(t, node, dir, "DROP_SPOOFED_SOURCE") - before; got < 1 {
+		t.Errorf("%s %s/DROP_SPOOFED_SOURCE grew by %d, want >= 1 (the forged datagram%s)", node, dir, got, hint)
 	}
 }
 
@@ -169,25 +177,8 @@ func forgeFromSecondNetwork(t *testing.T, node string, impersonated, target core
 			t.Fatalf("%s: %v %s", strings.Join(argv, " "), err, out)
 		}
 	}
-	forged := netip.MustParseAddr(impersonated.Status.PodIP)
-	caps := captureIn(t, []corev1.Pod{target})
-	before := counter(t, node, "to-pod", "DROP_SPOOFED_SOURCE")
-	err := netns.Do(labplan.NetNSPath(ns), func() error {
-		for _, src := range []netip.Addr{forged, forger} {
-			if err := sendRawUDP(src, netip.MustParseAddr(target.Status.PodIP)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("send from %s: %v", ns, err)
-	}
-	expectOnly(t, caps, []corev1.Pod{target}, forger, forged)
-	if got := counter(t, node, "to-pod", "DROP_SPOOFED_SOURCE") - before; got < 1 {
-		t.Errorf("%s to-pod/DROP_SPOOFED_SOURCE grew by %d, want >= 1 (the forged datagram; if it never reached the pod's veth, "+
-			"check net.ipv4.conf.all.rp_filter in the node's namespace)", node, got)
-	}
+	forgeFrom(t, ns, forger, impersonated, target, "to-pod",
+		"; if it never reached the pod's veth, check net.ipv4.conf.all.rp_filter in the node's namespace")
 }
 
 // advertiseFromPod sends IPv6 router advertisements (default router, an
