@@ -42,7 +42,8 @@ type nodePlan struct {
 	MaglevTableSize      int    // 0 unless LBAlgorithm is maglev
 	SourceValidation     bool   // enable-source-ip-verification
 	// UplinkPodCIDR is this node's PodCIDR where a packet from it that another host
-	// sends is dropped as spoofed (decideUplinkPodCheck), unset where it is not, and
+	// sends is dropped as spoofed (pod-source-from-hosts, decideUplinkPodCheck),
+	// unset where it is not, and
 	// UplinkPodCheckOff then says why.
 	UplinkPodCIDR     netip.Prefix
 	UplinkPodCheckOff string
@@ -133,7 +134,7 @@ func decidePlan(c config.Config, in planInputs) (nodePlan, error) {
 		p.RouteMTU = p.MTU - tunnel.Overhead
 	}
 	p.BPFTunnel = p.Tunnel && hr.BPF && c.EnableBPFTunnel
-	p.UplinkPodCIDR, p.UplinkPodCheckOff = decideUplinkPodCheck(p, in.PodCIDR)
+	p.UplinkPodCIDR, p.UplinkPodCheckOff = decideUplinkPodCheck(p, c.PodSourceFromHosts, in.PodCIDR)
 	if !in.Features.TCX {
 		p.AttachMode = "tc"
 	}
@@ -141,26 +142,32 @@ func decidePlan(c config.Config, in planInputs) (nodePlan, error) {
 }
 
 // decideUplinkPodCheck returns this node's PodCIDR where a packet from it that
-// another host sends (on the uplink, or any device but its pod's veth) can only be
-// forged, so that the programs may drop it; else no prefix and the reason. A pod's
-// packet comes back from another host only through a relay that keeps its source and
-// picks a pod of this node: then the reply goes from that pod straight to the client,
-// past the relay, so only one-way flows could work that way. The check stays off
-// where pods reach hosts beyond the cluster with their own addresses (masquerade off,
-// a no-masquerade destination outside cluster-cidr: ipv4-native-routing-cidr or
+// another host sends (on the uplink, or any device but its pod's veth) is dropped
+// as forged; else no prefix and the reason. pod-source-from-hosts drop and allow
+// decide it outright; auto decides it as follows. A pod's packet comes back from
+// another host only through a relay that keeps its source and picks a pod of this
+// node: then the reply goes from that pod straight to the client, past the relay,
+// so only one-way flows could work that way. auto leaves the check off where pods
+// reach hosts beyond the cluster with their own addresses (masquerade off, a
+// no-masquerade destination outside cluster-cidr: ipv4-native-routing-cidr or
 // non-masquerade-cidrs), as such a relay may stand there; myelin's own NodePorts
-// translate a pod client's source, and other nodes answer from their own. Off with
-// source validation.
-func decideUplinkPodCheck(p nodePlan, podCIDR netip.Prefix) (netip.Prefix, string) {
+// translate a pod client's source, and other nodes answer from their own. auto is
+// off with source validation.
+func decideUplinkPodCheck(p nodePlan, mode config.PodSourceFromHosts, podCIDR netip.Prefix) (netip.Prefix, string) {
+	const drop = " (pod-source-from-hosts: drop checks them anyway)"
 	switch {
+	case mode == config.PodSourceFromHostsDrop:
+		return podCIDR, ""
+	case mode == config.PodSourceFromHostsAllow:
+		return netip.Prefix{}, "pod-source-from-hosts is allow"
 	case !p.SourceValidation:
-		return netip.Prefix{}, "enable-source-ip-verification is false"
+		return netip.Prefix{}, "enable-source-ip-verification is false" + drop
 	case p.Masquerade == masqueradeOff:
-		return netip.Prefix{}, "enable-ipv4-masquerade is false: pods reach hosts beyond the cluster with their own addresses"
+		return netip.Prefix{}, "enable-ipv4-masquerade is false: pods reach hosts beyond the cluster with their own addresses" + drop
 	}
 	for _, d := range p.NoMasqueradeBase {
 		if !routing.Within(p.ClusterCIDR, d) {
-			return netip.Prefix{}, fmt.Sprintf("pods reach %s (ipv4-native-routing-cidr or non-masquerade-cidrs), beyond cluster-cidr %s, with their own addresses", d, p.ClusterCIDR)
+			return netip.Prefix{}, fmt.Sprintf("pods reach %s (ipv4-native-routing-cidr or non-masquerade-cidrs), beyond cluster-cidr %s, with their own addresses%s", d, p.ClusterCIDR, drop)
 		}
 	}
 	return podCIDR, ""

@@ -99,9 +99,15 @@ func TestDecidePlan(t *testing.T) {
 		{"uplink pod check off: a wider native CIDR", map[string]string{"routing-mode": "native", "ipv4-native-routing-cidr": "10.0.0.0/8"}, in,
 			uplinkPodCheckOff("pods reach 10.0.0.0/8 (ipv4-native-routing-cidr"), ""},
 		{"uplink pod check off: source validation", map[string]string{"enable-source-ip-verification": "false"}, in,
+			uplinkPodCheckOff("enable-source-ip-verification is false"), ""},
+		// pod-source-from-hosts decides it outright where the operator knows better.
+		{"uplink pod check off: allow", map[string]string{"pod-source-from-hosts": "allow"}, in,
+			uplinkPodCheckOff("pod-source-from-hosts is allow"), ""},
+		{"uplink pod check: drop with masquerade off", map[string]string{"pod-source-from-hosts": "drop", "enable-ipv4-masquerade": "false",
+			"routing-mode": "native", "ipv4-native-routing-cidr": "10.0.0.0/8"}, in, uplinkPodCheckOn(podCIDR), ""},
+		{"uplink pod check: drop with source validation off", map[string]string{"pod-source-from-hosts": "drop", "enable-source-ip-verification": "false"}, in,
 			func(p nodePlan) bool {
-				return uplinkPodCheckOff("enable-source-ip-verification is false")(p) &&
-					sourceCheck(p, "ConfigMap").UplinkOff == "" // the warning says it all
+				return uplinkPodCheckOn(podCIDR)(p) && sourceCheck(p, "ConfigMap").Warning != ""
 			}, ""},
 		{"datapath config", map[string]string{"enable-source-ip-verification": "false"}, in, func(p nodePlan) bool {
 			d := p.datapathConfig("/pins")
@@ -126,12 +132,22 @@ func TestDecidePlan(t *testing.T) {
 	}
 }
 
+// uplinkPodCheckOn checks that the plan loads podCIDR for the uplink's pod address
+// check, and status says so.
+func uplinkPodCheckOn(podCIDR netip.Prefix) func(nodePlan) bool {
+	return func(p nodePlan) bool {
+		st := sourceCheck(p, "ConfigMap")
+		return p.UplinkPodCIDR == podCIDR && p.datapathConfig("/pins").LocalPodCIDR == podCIDR && p.UplinkPodCheckOff == "" &&
+			st.UplinkPodCIDR == podCIDR.String() && st.UplinkOff == ""
+	}
+}
+
 // uplinkPodCheckOff checks that the plan leaves the uplink's pod address check off,
 // loads no PodCIDR for it, and says why (why).
 func uplinkPodCheckOff(why string) func(nodePlan) bool {
 	return func(p nodePlan) bool {
 		st := sourceCheck(p, "ConfigMap")
 		return !p.UplinkPodCIDR.IsValid() && !p.datapathConfig("/pins").LocalPodCIDR.IsValid() && strings.HasPrefix(p.UplinkPodCheckOff, why) &&
-			st.UplinkPodCIDR == "" && (!p.SourceValidation || st.UplinkOff == p.UplinkPodCheckOff)
+			st.UplinkPodCIDR == "" && st.UplinkOff == p.UplinkPodCheckOff
 	}
 }

@@ -128,14 +128,15 @@ func (v datapathView) fillStatus(s *api.Status) {
 // whether this node's pod addresses are dropped when other hosts send them (on the
 // uplink, or into a pod from another device). source names who set the key.
 func sourceCheck(p nodePlan, source string) api.SourceCheckInfo {
-	if p.SourceValidation {
-		if p.UplinkPodCIDR.IsValid() {
-			return api.SourceCheckInfo{Enabled: true, UplinkPodCIDR: p.UplinkPodCIDR.String()}
-		}
-		return api.SourceCheckInfo{Enabled: true, UplinkOff: p.UplinkPodCheckOff}
+	s := api.SourceCheckInfo{Enabled: p.SourceValidation, UplinkOff: p.UplinkPodCheckOff}
+	if p.UplinkPodCIDR.IsValid() {
+		s.UplinkPodCIDR = p.UplinkPodCIDR.String()
 	}
-	return api.SourceCheckInfo{Warning: "pods can send from any address and MAC (enable-source-ip-verification is false, set by " +
-		source + "); turn it off only to measure its cost"}
+	if !p.SourceValidation {
+		s.Warning = "pods can send from any address and MAC (enable-source-ip-verification is false, set by " +
+			source + "); turn it off only to measure its cost"
+	}
+	return s
 }
 
 // String is the masquerade mode as status shows it.

@@ -172,14 +172,14 @@ func (r statusRows) protection(s api.Status) {
 	r.row("Masquerading", "%s", s.Masquerade)
 	if s.SourceCheck.Enabled {
 		r.row("Source validation", "on: pods send only from their own IPv4 and MAC")
-		if s.SourceCheck.UplinkPodCIDR != "" {
-			r.row("  from other hosts", "this node's PodCIDR %s is dropped as spoofed", s.SourceCheck.UplinkPodCIDR)
-		} else if s.SourceCheck.UplinkOff != "" {
-			r.row("  from other hosts", "this node's pod addresses are not checked: %s", s.SourceCheck.UplinkOff)
-		}
 	} else {
 		r.row("Source validation", "OFF")
 		r.row("  WARNING", "%s", s.SourceCheck.Warning)
+	}
+	if s.SourceCheck.UplinkPodCIDR != "" {
+		r.row("  from other hosts", "this node's PodCIDR %s is dropped as spoofed", s.SourceCheck.UplinkPodCIDR)
+	} else if s.SourceCheck.UplinkOff != "" {
+		r.row("  from other hosts", "this node's pod addresses are not checked: %s", s.SourceCheck.UplinkOff)
 	}
 	guardText := printable(s.Guard.Setting)
 	if len(s.Guard.Found) > 0 {

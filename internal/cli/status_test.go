@@ -36,6 +36,8 @@ func TestStatusUplinkPodCheck(t *testing.T) {
 	}{
 		{api.SourceCheckInfo{Enabled: true, UplinkPodCIDR: "10.244.1.0/24"}, "this node's PodCIDR 10.244.1.0/24 is dropped as spoofed"},
 		{api.SourceCheckInfo{Enabled: true, UplinkOff: "non-masquerade-cidrs is set"}, "this node's pod addresses are not checked: non-masquerade-cidrs is set"},
+		// pod-source-from-hosts: drop keeps the check with source validation off.
+		{api.SourceCheckInfo{Warning: "pods can send from any address", UplinkPodCIDR: "10.244.1.0/24"}, "this node's PodCIDR 10.244.1.0/24 is dropped as spoofed"},
 	} {
 		var b strings.Builder
 		statusRows{&b}.protection(api.Status{SourceCheck: c.check})

@@ -29,6 +29,18 @@ const (
 	HostRoutingLegacy HostRouting = "legacy"
 )
 
+// PodSourceFromHosts is pod-source-from-hosts: what happens to a packet that another
+// host (the uplink, a second network) sends from this node's PodCIDR.
+type PodSourceFromHosts string
+
+const (
+	// PodSourceFromHostsAuto drops it where no legitimate packet can look like that:
+	// source validation and masquerade on, no no-masquerade CIDR beyond cluster-cidr.
+	PodSourceFromHostsAuto  PodSourceFromHosts = "auto"
+	PodSourceFromHostsDrop  PodSourceFromHosts = "drop"  // drop it whatever the other keys say
+	PodSourceFromHostsAllow PodSourceFromHosts = "allow" // never drop it
+)
+
 // LB algorithms (lb-algorithm): how a Service's backend is picked for a new flow.
 const (
 	LBRandom = "random"
@@ -81,6 +93,9 @@ type Config struct {
 	// and MAC, the node not from a pod's (enable-source-ip-verification). Off
 	// only to measure its cost.
 	EnableSourceIPVerification bool
+	// PodSourceFromHosts decides whether this node drops, as spoofed, packets from
+	// its PodCIDR that other hosts send (pod-source-from-hosts).
+	PodSourceFromHosts PodSourceFromHosts
 	// EnableIPv4BIGTCP: pod devices, the uplink and the overlay device carry IPv4
 	// GSO/GRO packets up to 192 KiB when the node's devices can (enable-ipv4-big-tcp).
 	EnableIPv4BIGTCP bool

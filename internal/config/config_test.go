@@ -54,6 +54,7 @@ func TestResolveErrors(t *testing.T) {
 		{map[string]string{"maglev-table-size": "16380"}, `must be a prime`},
 		{map[string]string{"enable-bpf-tunnel": "device"}, `key "enable-bpf-tunnel" value "device": must be true or false`},
 		{map[string]string{"enable-source-ip-verification": "off"}, `key "enable-source-ip-verification" value "off": must be true or false`},
+		{map[string]string{"pod-source-from-hosts": "on"}, `key "pod-source-from-hosts" value "on": must be one of auto, drop, allow`},
 		{map[string]string{"mtu": "500"}, `must be 0 (detect from the uplink) or between 1280 and 65535`},
 		{map[string]string{"non-masquerade-cidrs": "10.0.0.0/8,bad"}, `"bad": must be an IPv4 CIDR`},
 		{map[string]string{"ipv4-native-routing-cidr": "192.168.0.0/16"}, `does not contain the cluster CIDR`},

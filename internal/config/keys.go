@@ -149,6 +149,10 @@ var keys = []key{
 		c.EnableSourceIPVerification, err = parseBool(v)
 		return err
 	}},
+	{"pod-source-from-hosts", "auto", func(c *Config, v string) (err error) {
+		c.PodSourceFromHosts, err = oneOf(v, PodSourceFromHostsAuto, PodSourceFromHostsDrop, PodSourceFromHostsAllow)
+		return err
+	}},
 	{"enable-ipv4-big-tcp", "false", func(c *Config, v string) (err error) {
 		c.EnableIPv4BIGTCP, err = parseBool(v)
 		return err

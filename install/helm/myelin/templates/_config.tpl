@@ -27,6 +27,7 @@ lb-ct-pod-max: {{ $v.loadBalancer.ctPodMax | toString | quote }}
 maglev-table-size: {{ $v.maglev.tableSize | int64 | quote }}
 mtu: {{ $v.MTU | int64 | quote }}
 enable-source-ip-verification: {{ $v.enableSourceIPVerification | quote }}
+pod-source-from-hosts: {{ $v.podSourceFromHosts | quote }}
 enable-ipv4-big-tcp: {{ $v.enableIPv4BIGTCP | quote }}
 nat-port-range: {{ $v.natPortRange | quote }}
 nat-pod-max: {{ $v.natPodMax | toString | quote }}
@@ -83,6 +84,7 @@ lb-ct-pod-max: loadBalancer.ctPodMax
 maglev-table-size: maglev.tableSize
 mtu: MTU
 enable-source-ip-verification: enableSourceIPVerification
+pod-source-from-hosts: podSourceFromHosts
 enable-ipv4-big-tcp: enableIPv4BIGTCP
 nat-port-range: natPortRange
 nat-pod-max: natPodMax
