@@ -10,6 +10,10 @@
  * checksum (it sits in the first fragment, which the translation patched for
  * the whole datagram): only the IPv4 header checksum changes.
  *
+ * NetworkPolicy judges by ports too: its checks record under their own
+ * stages that they passed a first fragment (frag_mark), and pass its later
+ * fragments without judging them again (frag_marked).
+ *
  * Whole datagrams pay one test of ipv4_info.frag, no lookup. A later
  * fragment that overtakes its first fragment finds no entry and goes on as
  * it came (the receiver cannot reassemble it with the translated first
@@ -101,6 +105,38 @@ static __always_inline void frag_note(struct __sk_buff *skb, const struct ipv4_i
 	}
 	/* LRU: a failed insert loses this datagram's later fragments, nothing else. */
 	bpf_map_update_elem(&myelin_frags, &key, &e, BPF_ANY);
+}
+
+/*
+ * frag_mark records that stage passed a first fragment (pass), for its later
+ * fragments (frag_marked); a first fragment it stopped removes what an
+ * earlier datagram under the same key left (a source's IPv4 ids wrap).
+ * Anything but a first fragment: one test.
+ */
+static __always_inline void frag_mark(struct __sk_buff *skb, const struct ipv4_info *info,
+				      __u8 stage, int pass)
+{
+	struct frag_entry e = {.saddr = info->saddr, .daddr = info->daddr};
+	struct frag_key key = {};
+
+	if (!ipv4_first_frag(info) || frag_key_of(skb, info, stage, &key) < 0)
+		return;
+	if (!pass) {
+		bpf_map_delete_elem(&myelin_frags, &key);
+		return;
+	}
+	/* LRU: a failed insert loses this datagram's later fragments, nothing else. */
+	bpf_map_update_elem(&myelin_frags, &key, &e, BPF_ANY);
+}
+
+/* frag_marked says whether stage passed the first fragment of a later one (frag_mark). */
+static __always_inline int frag_marked(struct __sk_buff *skb, const struct ipv4_info *info,
+				       __u8 stage)
+{
+	struct frag_key key = {};
+
+	return frag_key_of(skb, info, stage, &key) == 0 &&
+	       bpf_map_lookup_elem(&myelin_frags, &key) != NULL;
 }
 
 #endif /* MYELIN_LIB_FRAG_H */

@@ -24,6 +24,10 @@
  * back instead of making every new connection push one out of a full table;
  * the agent deletes those of other protocols once idle, and TCP connections
  * that an RST ended (lib/policy_ct.h).
+ * A later IP fragment carries no ports: it passes a check that passed its
+ * datagram's first fragment (frag_mark, one myelin_frags lookup per later
+ * fragment, one write per first fragment in an isolated direction), else it
+ * is judged as a packet without ports (only an all-ports rule allows it).
  * Traffic the host itself sends from this node's own address
  * (kubelet probes: myelin_to_pod with ingress_ifindex 0) is allowed in; the
  * same source on a packet from the uplink or the overlay is never exempt
@@ -38,6 +42,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "config.h"
+#include "frag.h"
 #include "ipv4.h"
 #include "l4.h"
 #include "maps.h"
@@ -213,6 +218,7 @@ static __always_inline int policy_ingress(struct __sk_buff *skb, struct ipv4_inf
 	struct policy_tuple t = {.saddr = info->saddr, .daddr = info->daddr, .proto = info->proto};
 	const struct policy_ct_entry *known = NULL;
 	struct policy_ct_seen seen = {};
+	int reason;
 
 	if (info->policy_rx_tracked == POLICY_RX_TRACKED ||
 	    info->policy_rx_tracked == POLICY_RX_SELF)
@@ -222,6 +228,8 @@ static __always_inline int policy_ingress(struct __sk_buff *skb, struct ipv4_inf
 		policy_tx_commit(info);
 		return 0;
 	}
+	if (ipv4_later_frag(info) && frag_marked(skb, info, FRAG_STAGE_POLICY_INGRESS))
+		return 0;
 	t.from_host = from_host;
 	t.vouched = vouched;
 	if (!bpf_delivered && !from_host)
@@ -229,9 +237,12 @@ static __always_inline int policy_ingress(struct __sk_buff *skb, struct ipv4_inf
 	policy_l4(skb, info, &t);
 	if (info->policy_rx_tracked == POLICY_RX_CLOSING)
 		known = &info->policy_ct;
-	return policy_enforce(&t, info->daddr, POLICY_DIR_INGRESS,
-			      bpf_delivered ? info->policy_tx_fresh : POLICY_CT_MERGE, known,
-			      &seen);
+	reason = policy_enforce(&t, info->daddr, POLICY_DIR_INGRESS,
+				bpf_delivered ? info->policy_tx_fresh : POLICY_CT_MERGE, known,
+				&seen);
+	if (info->frag)
+		frag_mark(skb, info, FRAG_STAGE_POLICY_INGRESS, !reason);
+	return reason;
 }
 
 /*
@@ -289,6 +300,8 @@ static __always_inline int policy_egress(struct __sk_buff *skb, struct ipv4_info
 	__u32 rx_bit;
 	int reason, same;
 
+	if (ipv4_later_frag(info) && frag_marked(skb, info, FRAG_STAGE_POLICY_EGRESS))
+		return 0;
 	policy_l4(skb, info, &now);
 	if (!as_sent) {
 		t->daddr = info->daddr;
@@ -302,6 +315,8 @@ static __always_inline int policy_egress(struct __sk_buff *skb, struct ipv4_info
 	same = t->saddr != t->daddr && t->saddr == info->saddr && t->sport == now.sport;
 	reason = policy_enforce(t, t->saddr, POLICY_DIR_EGRESS, same ? POLICY_CT_DEFER : 0, NULL,
 				&seen);
+	if (info->frag)
+		frag_mark(skb, info, FRAG_STAGE_POLICY_EGRESS, !reason);
 	if (reason || !same)
 		return reason;
 	info->policy_tx_fresh = seen.fresh;

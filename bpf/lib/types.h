@@ -257,12 +257,14 @@ struct frag_entry {
 	__u8 pad[3]; /* explicit padding, 0 */
 };
 
-/* frag_stage is where a datagram was translated. */
+/* frag_stage is where a datagram was translated, or which policy check passed it. */
 enum frag_stage {
-	FRAG_STAGE_FROM_POD = 0,    /* lb_from_pod: service DNAT, hairpin, NodePort replies */
-	FRAG_STAGE_FROM_NETDEV = 1, /* masq_ingress and lb_from_netdev: replies, NodePort */
-	FRAG_STAGE_TO_NETDEV = 2,   /* masq_egress: masquerade */
-	FRAG_STAGE_TO_POD = 3,	    /* ct_reply_to_pod: replies entering a service client */
+	FRAG_STAGE_FROM_POD = 0,       /* lb_from_pod: service DNAT, hairpin, NodePort replies */
+	FRAG_STAGE_FROM_NETDEV = 1,    /* masq_ingress and lb_from_netdev: replies, NodePort */
+	FRAG_STAGE_TO_NETDEV = 2,      /* masq_egress: masquerade */
+	FRAG_STAGE_TO_POD = 3,	       /* ct_reply_to_pod: replies entering a service client */
+	FRAG_STAGE_POLICY_EGRESS = 4,  /* policy_egress passed the first fragment (frag_mark) */
+	FRAG_STAGE_POLICY_INGRESS = 5, /* policy_ingress passed the first fragment */
 };
 
 /*

@@ -340,10 +340,6 @@ func configure(spec *ebpf.CollectionSpec, cfg Config) error {
 		specs.MyelinSnatOver.MaxEntries = cfg.EndpointsMax
 		specs.MyelinLbCtOver.MaxEntries = cfg.EndpointsMax
 	}
-	// Fragments are translated only by masquerade and load balancing.
-	if !cfg.Masquerade && !cfg.LoadBalancing {
-		specs.MyelinFrags.MaxEntries = 1
-	}
 	if cfg.NATMax != 0 {
 		specs.MyelinSnat.MaxEntries = cfg.NATMax
 	}

@@ -190,10 +190,12 @@ type myelinFragKey struct {
 type myelinFragStage uint32
 
 const (
-	myelinFragStageFRAG_STAGE_FROM_POD    myelinFragStage = 0
-	myelinFragStageFRAG_STAGE_FROM_NETDEV myelinFragStage = 1
-	myelinFragStageFRAG_STAGE_TO_NETDEV   myelinFragStage = 2
-	myelinFragStageFRAG_STAGE_TO_POD      myelinFragStage = 3
+	myelinFragStageFRAG_STAGE_FROM_POD       myelinFragStage = 0
+	myelinFragStageFRAG_STAGE_FROM_NETDEV    myelinFragStage = 1
+	myelinFragStageFRAG_STAGE_TO_NETDEV      myelinFragStage = 2
+	myelinFragStageFRAG_STAGE_TO_POD         myelinFragStage = 3
+	myelinFragStageFRAG_STAGE_POLICY_EGRESS  myelinFragStage = 4
+	myelinFragStageFRAG_STAGE_POLICY_INGRESS myelinFragStage = 5
 )
 
 type myelinIcmpRate struct {

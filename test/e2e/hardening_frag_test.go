@@ -1,12 +1,19 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labtools"
@@ -15,7 +22,8 @@ import (
 // TestLabMyelinFragments: large UDP through a ClusterIP (a 3,000-byte request and a
 // 6,000-byte answer, both fragmented at the pods' MTU, as a big DNS answer is) arrives
 // whole, from a client on a node with BPF host routing (node-1) and one with legacy
-// host routing (node-2), to backends on both nodes; and a UDP datagram to a ClusterIP
+// host routing (node-2), to backends on both nodes, also once NetworkPolicies isolate
+// clients and servers with rules on the port; and a UDP datagram to a ClusterIP
 // whose backend listens on nothing comes back as ECONNREFUSED on the client's
 // connected socket: the backend's ICMP port unreachable was translated back to the
 // ClusterIP it was about. In native routing and in tunnel mode (pods' route MTU 1450,
@@ -24,6 +32,59 @@ func TestLabMyelinFragments(t *testing.T) {
 	requireRoot(t)
 	for _, profile := range []string{"native", "tunnel"} {
 		t.Run(profile, func(t *testing.T) { checkFragments(t, profile) })
+	}
+}
+
+// bigUDPBothWays sends 20 fragmented requests from each client to ClusterIP big and
+// requires each whole, and its fragmented reply whole, from both backends.
+func bigUDPBothWays(t *testing.T, big string) {
+	t.Helper()
+	for _, c := range []string{"client", "client2"} {
+		seen := map[string]int{}
+		// Each run is a new socket, so a new flow and a new backend choice.
+		for i := 0; i < 20; i++ {
+			res := bigUDP(t, c, big+":80")
+			if !res.RequestIntact || !res.ReplyIntact || res.Received != 6000 {
+				t.Fatalf("%s: udp-big to %s, try %d: %+v: want the 3,000-byte request and the 6,000-byte reply whole", c, big, i, res)
+			}
+			seen[res.Server]++
+		}
+		expectServers(t, "fragmented UDP from "+c, seen, "big-1", "big-2")
+	}
+}
+
+// bigUDP runs `lab udp-big` (3,000 bytes out, 6,000 asked back) in pod to target.
+func bigUDP(t *testing.T, pod, target string) labtools.BigUDPResult {
+	t.Helper()
+	out, err := inPod(pod, myelinBin, "lab", "udp-big", "--to", target, "--send", "3000", "--reply", "6000", "--timeout", "3s")
+	var res labtools.BigUDPResult
+	if err != nil || json.Unmarshal([]byte(out), &res) != nil {
+		t.Fatalf("%s: udp-big to %s: %v %s", pod, target, err, out)
+	}
+	return res
+}
+
+// isolateBigUDP isolates the servers (app=big) for ingress, admitting the clients on
+// UDP 8080, and the clients both ways, allowing them out to the servers' UDP 8080 and
+// nothing in but the replies.
+func isolateBigUDP(t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	udp := corev1.ProtocolUDP
+	port := []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &intstr.IntOrString{IntVal: 8080}}}
+	clients := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: "app", Operator: metav1.LabelSelectorOpIn, Values: []string{"client", "client2"}}}}
+	servers := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "big"}}
+	for _, np := range []*networkingv1.NetworkPolicy{
+		{ObjectMeta: metav1.ObjectMeta{Name: "big-from-clients"}, Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: *servers, PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{PodSelector: clients}}, Ports: port}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "clients-to-big"}, Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: *clients, PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{PodSelector: servers}}, Ports: port}}}},
+	} {
+		if _, err := cs.NetworkingV1().NetworkPolicies("default").Create(context.Background(), np, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -59,24 +120,7 @@ func checkFragments(t *testing.T, profile string) {
 		}
 	}
 
-	t.Run("fragmented UDP both ways through a ClusterIP", func(t *testing.T) {
-		for _, c := range []string{"client", "client2"} {
-			seen := map[string]int{}
-			// Each run is a new socket, so a new flow and a new backend choice.
-			for i := 0; i < 20; i++ {
-				out, err := inPod(c, myelinBin, "lab", "udp-big", "--to", big+":80", "--send", "3000", "--reply", "6000")
-				var res labtools.BigUDPResult
-				if err != nil || json.Unmarshal([]byte(out), &res) != nil {
-					t.Fatalf("%s: udp-big to %s: %v %s", c, big, err, out)
-				}
-				if !res.RequestIntact || !res.ReplyIntact || res.Received != 6000 {
-					t.Fatalf("%s: udp-big to %s, try %d: %+v: want the 3,000-byte request and the 6,000-byte reply whole", c, big, i, res)
-				}
-				seen[res.Server]++
-			}
-			expectServers(t, "fragmented UDP from "+c, seen, "big-1", "big-2")
-		}
-	})
+	t.Run("fragmented UDP both ways through a ClusterIP", func(t *testing.T) { bigUDPBothWays(t, big) })
 
 	t.Run("ICMP port unreachable from a backend reaches the client", func(t *testing.T) {
 		for _, c := range []corev1.Pod{runningPods(t, cs, "app=client", 1)[0], runningPods(t, cs, "app=client2", 1)[0]} {
@@ -95,5 +139,19 @@ func checkFragments(t *testing.T, profile string) {
 				t.Errorf("%s: DROP_SVC_NO_BACKEND grew from %d to %d: the service has a backend", node, rejects, got)
 			}
 		}
+	})
+
+	// Later fragments carry no ports: each policy check passes them where it passed
+	// their first fragment. The rules name the port, so an all-ports rule can't.
+	t.Run("fragmented UDP into and out of isolated pods", func(t *testing.T) {
+		isolateBigUDP(t, cs)
+		big1 := runningPods(t, cs, "app=big", 2)[0].Status.PodIP
+		eventually(t, 30*time.Second, "the policies enforced", func(context.Context) (bool, string) {
+			otherPort := bigUDP(t, "client", big1+":8081") // client's egress allows 8080 only
+			stranger := bigUDP(t, "deaf", big1+":8080")    // big's ingress admits the clients only
+			return !otherPort.Refused && otherPort.Received == 0 && stranger.Received == 0,
+				fmt.Sprintf("client to %s:8081 %+v, deaf to %s:8080 %+v: want no answer to either", big1, otherPort, big1, stranger)
+		})
+		bigUDPBothWays(t, big)
 	})
 }

@@ -1,0 +1,137 @@
+package datapath
+
+import "testing"
+
+// udpPorts is a PolicyPort of UDP lo to hi.
+func udpPorts(lo, hi uint16) PolicyPort { return PolicyPort{Proto: protoUDP, Lo: lo, Hi: hi} }
+
+// A later fragment carries no ports: an isolated direction passes it where it
+// passed its datagram's first fragment, at the same check, and judges it
+// without ports otherwise (denied unless the peer is allowed on all ports). A
+// denied first fragment clears what an earlier datagram with its id left.
+// Ingress as the stack delivers it (myelin_to_pod).
+func TestPrivilegedBPFPolicyFragmentsIngress(t *testing.T) {
+	requirePrivileged(t)
+	for _, routing := range []HostRouting{HostRoutingBPF, HostRoutingLegacy} {
+		t.Run(routing.String(), func(t *testing.T) {
+			d := loadTestConfig(t, Config{HostRouting: routing, NodeIP: testNodeIP})
+			toPod := d.objs.MyelinToPod
+			st := &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
+				entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {udpPorts(8000, 8000)}}}
+			toB := func(dport uint16) pkt {
+				p := ipv4(protoUDP, podA, podBIP).withSrc(podA, 4000).withDst(podBIP, dport)
+				p.payload = fragPayload
+				return p
+			}
+			first, later := toB(8000).fragments(0x0100)
+			_, orphan := toB(8000).fragments(0x0101)
+			deniedFirst, deniedLater := toB(9000).fragments(0x0100)
+			step := func(name string, in []byte, pass bool) policyStep {
+				s := policyStep{policyRow: policyRow{prog: toPod, counterDir: "to-pod",
+					progCase: progCase{name: name, in: in, verdict: tcActOK, reason: "PASS_STACK"}}}
+				if !pass {
+					s.verdict, s.reason = tcActShot, "DROP_POLICY_DENIED"
+				}
+				return s
+			}
+			whole := step("whole datagram to an allowed port: passes", toB(8000).build(), true)
+			whole.seed = st
+			firstStep := step("first fragment to an allowed port: passes", first, true)
+			firstStep.change = fragCount(0) // the whole datagram recorded nothing
+			laterStep := step("its later fragment: passes", later, true)
+			laterStep.change = fragCount(1)
+			deniedLaterStep := step("so its later fragment is judged without ports: denied", deniedLater, false)
+			deniedLaterStep.change = fragCount(0)
+			runPolicySteps(t, d, []policyStep{
+				whole, firstStep, laterStep,
+				step("a later fragment whose first was not seen: judged without ports, denied", orphan, false),
+				step("a first fragment to a denied port reusing the id: denied, its mark cleared", deniedFirst, false),
+				deniedLaterStep,
+			})
+		})
+	}
+}
+
+// The reply of an allowed request, fragmented (a large DNS answer), enters its
+// isolated client whole: the first fragment as a tracked reply, the later one
+// by the first's pass.
+func TestPrivilegedBPFPolicyFragmentedReply(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP})
+	fromPod, toPod := d.objs.MyelinFromPod, d.objs.MyelinToPod
+	// A is isolated for ingress and allows nothing in.
+	st := &policyState{flags: map[string]PolicyFlags{podA: PolicyIngress}}
+	req := ipv4(protoUDP, podA, podBIP).withSrc(podA, 4001).withDst(podBIP, 53)
+	reply := ipv4(protoUDP, podBIP, podA).withSrc(podBIP, 53).withDst(podA, 4001)
+	reply.payload = fragPayload
+	first, later := reply.fragments(0x0200)
+	stranger := ipv4(protoUDP, podBIP, podA).withSrc(podBIP, 54).withDst(podA, 4001)
+	stranger.payload = fragPayload
+	sFirst, sLater := stranger.fragments(0x0201)
+	pass := func(name string, prog string, in []byte) policyStep {
+		s := policyStep{policyRow: policyRow{prog: toPod, counterDir: prog,
+			progCase: progCase{name: name, in: in, verdict: tcActOK, reason: "PASS_STACK"}}}
+		if prog == "from-pod" {
+			s.prog, s.ctx = fromPod, ctxPodA
+		}
+		return s
+	}
+	deny := func(name string, in []byte) policyStep {
+		s := pass(name, "to-pod", in)
+		s.verdict, s.reason = tcActShot, "DROP_POLICY_DENIED"
+		return s
+	}
+	request := pass("A's request leaves A (tracked)", "from-pod", req.build())
+	request.seed = st
+	runPolicySteps(t, d, []policyStep{
+		request,
+		pass("the reply's first fragment enters A (a tracked reply)", "to-pod", first),
+		pass("the reply's later fragment enters A", "to-pod", later),
+		deny("another port's first fragment: a new flow, denied", sFirst),
+		deny("its later fragment: denied", sLater),
+	})
+}
+
+// Egress of A in myelin_from_pod, and B's ingress where BPF delivers it
+// (endpoint_deliver): each check passes the later fragment by its own mark.
+func TestPrivilegedBPFPolicyFragmentsEgress(t *testing.T) {
+	requirePrivileged(t)
+	for _, routing := range []HostRouting{HostRoutingBPF, HostRoutingLegacy} {
+		t.Run(routing.String(), func(t *testing.T) {
+			d := loadTestConfig(t, Config{HostRouting: routing, NodeIP: testNodeIP})
+			fromPod := d.objs.MyelinFromPod
+			st := &policyState{flags: map[string]PolicyFlags{podA: PolicyEgress, podBIP: PolicyIngress},
+				entries: map[PolicyKey][]PolicyPort{
+					egressOf(podA, idB):    {udpPorts(8000, 8000)},
+					ingressOf(podBIP, idA): {udpPorts(8000, 8000)},
+				}}
+			p := ipv4(protoUDP, podA, podBIP).withSrc(podA, 4002).withDst(podBIP, 8000)
+			p.payload = fragPayload
+			first, later := p.fragments(0x0300)
+			_, orphan := p.fragments(0x0301)
+			outFirst, outLater := deliveredFrags(p, 0x0300)
+			ok := func(name string, in, out []byte) policyStep {
+				s := policyStep{policyRow: policyRow{prog: fromPod, counterDir: "from-pod",
+					progCase: progCase{name: name, in: in, ctx: ctxPodA, verdict: tcActRedirect, out: out, reason: "FORWARDED"}}}
+				if routing == HostRoutingLegacy {
+					s.verdict, s.out, s.reason = tcActOK, nil, "PASS_STACK"
+				}
+				return s
+			}
+			firstStep := ok("first fragment: A's egress and B's ingress pass it", first, outFirst)
+			firstStep.seed = st
+			marks := 2 // egress and ingress
+			if routing == HostRoutingLegacy {
+				marks = 1 // B's ingress is myelin_to_pod's
+			}
+			laterStep := ok("later fragment: passes both", later, outLater)
+			laterStep.change = fragCount(marks)
+			runPolicySteps(t, d, []policyStep{
+				firstStep, laterStep,
+				{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{
+					name: "a later fragment whose first was not seen: A's egress denies", in: orphan, ctx: ctxPodA,
+					verdict: tcActShot, reason: "DROP_POLICY_DENIED"}}},
+			})
+		})
+	}
+}
