@@ -80,9 +80,9 @@ volatile const __u32 cluster_cidr_mask = 0;
 
 /*
  * local_pod_cidr_addr/_mask: this node's PodCIDR, network order, where the
- * agent found that no other host sends a packet from it (source validation
- * and masquerade on, no no-masquerade destination outside the cluster CIDR:
- * docs/datapath.md); both 0 otherwise. myelin_from_netdev drops a packet
+ * agent drops a packet from it that another host sends (pod-source-from-hosts:
+ * drop, or auto where none can be legitimate: docs/datapath.md); both 0
+ * otherwise. myelin_from_netdev drops a packet
  * from it arriving on the uplink as DROP_SPOOFED_SOURCE (a host on the
  * underlay posing as a pod of this node), myelin_to_pod one the stack
  * forwards from any device but the owning pod's veth (lib/source.h).

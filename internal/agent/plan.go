@@ -152,22 +152,22 @@ func decidePlan(c config.Config, in planInputs) (nodePlan, error) {
 // no-masquerade destination outside cluster-cidr: ipv4-native-routing-cidr or
 // non-masquerade-cidrs), as such a relay may stand there; myelin's own NodePorts
 // translate a pod client's source, and other nodes answer from their own. auto is
-// off with source validation.
+// off where source validation is.
 func decideUplinkPodCheck(p nodePlan, mode config.PodSourceFromHosts, podCIDR netip.Prefix) (netip.Prefix, string) {
-	const drop = " (pod-source-from-hosts: drop checks them anyway)"
+	const dropHint = " (pod-source-from-hosts: drop checks them anyway)"
 	switch {
 	case mode == config.PodSourceFromHostsDrop:
 		return podCIDR, ""
 	case mode == config.PodSourceFromHostsAllow:
 		return netip.Prefix{}, "pod-source-from-hosts is allow"
 	case !p.SourceValidation:
-		return netip.Prefix{}, "enable-source-ip-verification is false" + drop
+		return netip.Prefix{}, "enable-source-ip-verification is false" + dropHint
 	case p.Masquerade == masqueradeOff:
-		return netip.Prefix{}, "enable-ipv4-masquerade is false: pods reach hosts beyond the cluster with their own addresses" + drop
+		return netip.Prefix{}, "enable-ipv4-masquerade is false: pods reach hosts beyond the cluster with their own addresses" + dropHint
 	}
 	for _, d := range p.NoMasqueradeBase {
 		if !routing.Within(p.ClusterCIDR, d) {
-			return netip.Prefix{}, fmt.Sprintf("pods reach %s (ipv4-native-routing-cidr or non-masquerade-cidrs), beyond cluster-cidr %s, with their own addresses%s", d, p.ClusterCIDR, drop)
+			return netip.Prefix{}, fmt.Sprintf("pods reach %s (ipv4-native-routing-cidr or non-masquerade-cidrs), beyond cluster-cidr %s, with their own addresses%s", d, p.ClusterCIDR, dropHint)
 		}
 	}
 	return podCIDR, ""

@@ -109,7 +109,8 @@ type MapFill struct {
 	Max     int    `json:"max"`
 }
 
-// SourceCheckInfo is the state of enable-source-ip-verification.
+// SourceCheckInfo is the state of enable-source-ip-verification, and of
+// pod-source-from-hosts (UplinkPodCIDR, UplinkOff).
 type SourceCheckInfo struct {
 	Enabled bool   `json:"enabled"`
 	Warning string `json:"warning,omitempty"`

@@ -114,9 +114,10 @@ type Config struct {
 	// the sources the node's own stack may not send from.
 	// Required with Masquerade or LoadBalancing.
 	ClusterCIDR netip.Prefix
-	// LocalPodCIDR is this node's PodCIDR where no other host sends a packet
-	// from it (the agent decides: source validation and masquerade on, and no
-	// no-masquerade destination outside the cluster CIDR): myelin_from_netdev
+	// LocalPodCIDR is this node's PodCIDR where a packet from it that another
+	// host sends is forged (the agent decides: pod-source-from-hosts, by default
+	// where source validation and masquerade are on and no no-masquerade
+	// destination lies outside the cluster CIDR): myelin_from_netdev
 	// then drops a packet from it arriving on the uplink, and myelin_to_pod one
 	// that the stack forwards from any device but the owning pod's veth, as
 	// DROP_SPOOFED_SOURCE: a host on the underlay (or a second network) posing
