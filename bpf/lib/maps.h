@@ -259,7 +259,8 @@ struct {
 
 /*
  * myelin_frags: the translation of each fragmented datagram's first
- * fragment, for its later fragments (lib/frag.h). LRU: a datagram is
+ * fragment, and the NetworkPolicy checks that passed it, for its later
+ * fragments (lib/frag.h). LRU: a datagram is
  * complete within the reassembly timeout, so old entries are useless and
  * go first.
  */

@@ -24,10 +24,11 @@
  * back instead of making every new connection push one out of a full table;
  * the agent deletes those of other protocols once idle, and TCP connections
  * that an RST ended (lib/policy_ct.h).
- * A later IP fragment carries no ports: it passes a check that passed its
- * datagram's first fragment (frag_mark, one myelin_frags lookup per later
- * fragment, one write per first fragment in an isolated direction), else it
- * is judged as a packet without ports (only an all-ports rule allows it).
+ * A later IP fragment carries no ports: a UDP or SCTP one passes a check
+ * that passed its datagram's first fragment (policy_frag_passed: one
+ * myelin_frags lookup per later fragment, one write per first fragment at
+ * each check of an isolated pod), else it is judged as a packet without
+ * ports (only an all-ports rule allows it).
  * Traffic the host itself sends from this node's own address
  * (kubelet probes: myelin_to_pod with ingress_ifindex 0) is allowed in; the
  * same source on a packet from the uplink or the overlay is never exempt
@@ -127,6 +128,27 @@ static __always_inline int policy_allows(__u32 local, __u32 peer, const struct p
 }
 
 /*
+ * policy_frag_note records at a first fragment whether the check of stage
+ * passed it (frag_mark); policy_frag_passed says whether a later fragment's
+ * first passed it. Not for TCP: a later fragment could overlap the first's
+ * header (its flags) for a receiver that accepts overlapping fragments, and
+ * TCP sets DF and sizes its segments to the path, so its later fragments
+ * are judged without ports. Whole datagrams: one test.
+ */
+static __always_inline void policy_frag_note(struct __sk_buff *skb, const struct ipv4_info *info,
+					     __u8 stage, int pass)
+{
+	if (info->frag && info->proto != IPPROTO_TCP)
+		frag_mark(skb, info, stage, pass);
+}
+
+static __always_inline int policy_frag_passed(struct __sk_buff *skb, const struct ipv4_info *info,
+					      __u8 stage)
+{
+	return ipv4_later_frag(info) && info->proto != IPPROTO_TCP && frag_marked(skb, info, stage);
+}
+
+/*
  * policy_enforce checks tuple t at local pod's check of direction dir
  * (t->flags: its isolation state). It returns 0 to go on, or the drop
  * reason. *seen gets what the connection's entry said when it was tracked.
@@ -220,15 +242,19 @@ static __always_inline int policy_ingress(struct __sk_buff *skb, struct ipv4_inf
 	struct policy_ct_seen seen = {};
 	int reason;
 
-	if (info->policy_rx_tracked == POLICY_RX_TRACKED ||
-	    info->policy_rx_tracked == POLICY_RX_SELF)
+	if (info->policy_rx_tracked == POLICY_RX_SELF)
 		return 0;
+	if (info->policy_rx_tracked == POLICY_RX_TRACKED) {
+		/* Passed on the sender's lookup: so do its later fragments. */
+		policy_frag_note(skb, info, FRAG_STAGE_POLICY_INGRESS, 1);
+		return 0;
+	}
 	t.flags = policy_ep_flags(ep, info->daddr);
 	if (!(t.flags & POLICY_F_ISOLATED)) {
 		policy_tx_commit(info);
 		return 0;
 	}
-	if (ipv4_later_frag(info) && frag_marked(skb, info, FRAG_STAGE_POLICY_INGRESS))
+	if (policy_frag_passed(skb, info, FRAG_STAGE_POLICY_INGRESS))
 		return 0;
 	t.from_host = from_host;
 	t.vouched = vouched;
@@ -240,8 +266,7 @@ static __always_inline int policy_ingress(struct __sk_buff *skb, struct ipv4_inf
 	reason = policy_enforce(&t, info->daddr, POLICY_DIR_INGRESS,
 				bpf_delivered ? info->policy_tx_fresh : POLICY_CT_MERGE, known,
 				&seen);
-	if (info->frag)
-		frag_mark(skb, info, FRAG_STAGE_POLICY_INGRESS, !reason);
+	policy_frag_note(skb, info, FRAG_STAGE_POLICY_INGRESS, !reason);
 	return reason;
 }
 
@@ -300,7 +325,7 @@ static __always_inline int policy_egress(struct __sk_buff *skb, struct ipv4_info
 	__u32 rx_bit;
 	int reason, same;
 
-	if (ipv4_later_frag(info) && frag_marked(skb, info, FRAG_STAGE_POLICY_EGRESS))
+	if (policy_frag_passed(skb, info, FRAG_STAGE_POLICY_EGRESS))
 		return 0;
 	policy_l4(skb, info, &now);
 	if (!as_sent) {
@@ -315,8 +340,7 @@ static __always_inline int policy_egress(struct __sk_buff *skb, struct ipv4_info
 	same = t->saddr != t->daddr && t->saddr == info->saddr && t->sport == now.sport;
 	reason = policy_enforce(t, t->saddr, POLICY_DIR_EGRESS, same ? POLICY_CT_DEFER : 0, NULL,
 				&seen);
-	if (info->frag)
-		frag_mark(skb, info, FRAG_STAGE_POLICY_EGRESS, !reason);
+	policy_frag_note(skb, info, FRAG_STAGE_POLICY_EGRESS, !reason);
 	if (reason || !same)
 		return reason;
 	info->policy_tx_fresh = seen.fresh;

@@ -17,7 +17,10 @@ func TestPrivilegedBPFPolicyFragmentsIngress(t *testing.T) {
 			d := loadTestConfig(t, Config{HostRouting: routing, NodeIP: testNodeIP})
 			toPod := d.objs.MyelinToPod
 			st := &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
-				entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {udpPorts(8000, 8000)}}}
+				entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {udpPorts(8000, 8000), tcpPort(8080)}}}
+			tcp := ipv4(protoTCP, podA, podBIP).withSrc(podA, 4000).withDst(podBIP, 8080).withTCPFlags(tcpACK)
+			tcp.payload = fragPayload
+			tcpFirst, tcpLater := tcp.fragments(0x0102)
 			toB := func(dport uint16) pkt {
 				p := ipv4(protoUDP, podA, podBIP).withSrc(podA, 4000).withDst(podBIP, dport)
 				p.payload = fragPayload
@@ -47,6 +50,10 @@ func TestPrivilegedBPFPolicyFragmentsIngress(t *testing.T) {
 				step("a later fragment whose first was not seen: judged without ports, denied", orphan, false),
 				step("a first fragment to a denied port reusing the id: denied, its mark cleared", deniedFirst, false),
 				deniedLaterStep,
+				// TCP's later fragments are judged without ports: one could overlap the
+				// first's header for a receiver that takes overlapping fragments.
+				step("TCP: a first fragment to an allowed port passes", tcpFirst, true),
+				step("TCP: its later fragment is judged without ports: denied", tcpLater, false),
 			})
 		})
 	}
@@ -134,4 +141,40 @@ func TestPrivilegedBPFPolicyFragmentsEgress(t *testing.T) {
 			})
 		})
 	}
+}
+
+// With BPF host routing and both pods isolated, a reply whose receiving end the
+// sender's egress check found tracked skips the receiver's lookup
+// (POLICY_RX_TRACKED): its first fragment still leaves the receiver's mark, so the
+// later fragment of a fragmented reply (a big DNS answer from an isolated server)
+// enters its isolated client too.
+func TestPrivilegedBPFPolicyFragmentedReplySameNode(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, NodeIP: testNodeIP})
+	fromPod := d.objs.MyelinFromPod
+	st := &policyState{flags: map[string]PolicyFlags{podA: PolicyIngress | PolicyEgress, podBIP: PolicyIngress | PolicyEgress},
+		entries: map[PolicyKey][]PolicyPort{
+			egressOf(podA, idB):    {udpPorts(53, 53)},
+			ingressOf(podBIP, idA): {udpPorts(53, 53)},
+		}}
+	// Pod A gets pod B's veth fixture, so deliveredFrags() fits what enters it.
+	endpoints := map[string]EndpointInfo{podA: podB, podBIP: podB}
+	req := ipv4(protoUDP, podA, podBIP).withSrc(podA, 4003).withDst(podBIP, 53)
+	reply := ipv4(protoUDP, podBIP, podA).withSrc(podBIP, 53).withDst(podA, 4003)
+	reply.payload = fragPayload
+	first, later := fromPodB(reply).fragments(0x0400)
+	outFirst, outLater := deliveredFrags(reply, 0x0400)
+	ctxB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
+	step := func(name string, in, out []byte, ctx *skbCtx) policyStep {
+		return policyStep{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{
+			name: name, endpoints: endpoints, in: in, ctx: ctx, verdict: tcActRedirect, out: out, reason: "FORWARDED"}}}
+	}
+	request := step("A's request reaches B (both ends tracked)", req.build(), delivered(req), ctxPodA)
+	request.endpoints = seedAB
+	request.seed = st
+	runPolicySteps(t, d, []policyStep{
+		request,
+		step("B's reply's first fragment enters A (tracked at both ends)", first, outFirst, ctxB),
+		step("its later fragment enters A", later, outLater, ctxB),
+	})
 }

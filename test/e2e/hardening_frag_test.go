@@ -64,9 +64,10 @@ func bigUDP(t *testing.T, pod, target string) labtools.BigUDPResult {
 	return res
 }
 
-// isolateBigUDP isolates the servers (app=big) for ingress, admitting the clients on
-// UDP 8080, and the clients both ways, allowing them out to the servers' UDP 8080 and
-// nothing in but the replies.
+// isolateBigUDP isolates the servers (app=big) both ways, admitting the clients on UDP
+// 8080 and letting nothing out but the replies, and the clients both ways, allowing
+// them out to the servers' UDP 8080 and nothing in but the replies. With both ends
+// isolated on one node a reply passes the client's check on the server's lookup.
 func isolateBigUDP(t *testing.T, cs kubernetes.Interface) {
 	t.Helper()
 	udp := corev1.ProtocolUDP
@@ -76,7 +77,7 @@ func isolateBigUDP(t *testing.T, cs kubernetes.Interface) {
 	servers := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "big"}}
 	for _, np := range []*networkingv1.NetworkPolicy{
 		{ObjectMeta: metav1.ObjectMeta{Name: "big-from-clients"}, Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: *servers, PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			PodSelector: *servers, PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{PodSelector: clients}}, Ports: port}}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "clients-to-big"}, Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: *clients, PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
