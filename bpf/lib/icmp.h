@@ -162,6 +162,23 @@ static __always_inline int icmp_reject_allowed(void)
 }
 
 /*
+ * icmp_quote_ip reads the IPv4 header the ICMP message at info->l4_off
+ * quotes into ip, and returns the offset of the quoted L4 header, or 0 for
+ * a quote that names no ports: cut short, not IPv4, a later fragment.
+ */
+static __always_inline __u32 icmp_quote_ip(struct __sk_buff *skb, const struct ipv4_info *info,
+					   struct iphdr *ip)
+{
+	__u32 off = info->l4_off + sizeof(struct icmp_echo_hdr);
+
+	if (!info->l4_off || bpf_skb_load_bytes(skb, off, ip, sizeof(*ip)) < 0)
+		return 0;
+	if (ip->version != 4 || ip->ihl < 5 || (ip->frag_off & bpf_htons(IPV4_FRAG_OFFSET_MASK)))
+		return 0;
+	return off + ip->ihl * 4;
+}
+
+/*
  * icmp_quote_parse reads what the ICMP error at info->l4_off (destination
  * unreachable or time exceeded) quotes into q: a TCP or UDP header's ports,
  * or an ICMP echo request's id. Returns 0, or -1 for anything else: quoted
@@ -174,12 +191,9 @@ static __always_inline int icmp_quote_parse(struct __sk_buff *skb, const struct 
 	__u32 off;
 
 	q->ip_off = info->l4_off + sizeof(struct icmp_echo_hdr);
-	if (!info->l4_off || bpf_skb_load_bytes(skb, q->ip_off, &q->ip, sizeof(q->ip)) < 0)
+	off = icmp_quote_ip(skb, info, &q->ip);
+	if (!off)
 		return -1;
-	if (q->ip.version != 4 || q->ip.ihl < 5 ||
-	    (q->ip.frag_off & bpf_htons(IPV4_FRAG_OFFSET_MASK)))
-		return -1;
-	off = q->ip_off + q->ip.ihl * 4;
 	if (q->ip.protocol == IPPROTO_TCP || q->ip.protocol == IPPROTO_UDP) {
 		if (bpf_skb_load_bytes(skb, off, ports, sizeof(ports)) < 0)
 			return -1;

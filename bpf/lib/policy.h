@@ -29,6 +29,10 @@
  * myelin_frags lookup per later fragment, one write per first fragment at
  * each check of an isolated pod), else it is judged as a packet without
  * ports (only an all-ports rule allows it).
+ * An ICMP error (destination unreachable, time exceeded) about a TCP or
+ * UDP connection tracked for the pod passes as the connection's replies do
+ * (policy_icmp_related: path MTU discovery, port unreachable); other ICMP
+ * is judged by the rules for ICMP.
  * Traffic the host itself sends from this node's own address
  * (kubelet probes: myelin_to_pod with ingress_ifindex 0) is allowed in; the
  * same source on a packet from the uplink or the overlay is never exempt
@@ -44,6 +48,7 @@
 
 #include "config.h"
 #include "frag.h"
+#include "icmp.h"
 #include "ipv4.h"
 #include "l4.h"
 #include "maps.h"
@@ -219,6 +224,48 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 }
 
 /*
+ * policy_icmp_related says whether ICMP packet info, at local pod's check
+ * of direction dir, is an error about a TCP or UDP connection whose local
+ * end is tracked: quoting the pod's own packet (ingress: a router's
+ * fragmentation needed, a peer's port unreachable) or one the pod received
+ * (egress: the pod's port unreachable). Nothing is written; echo and other
+ * messages cost one byte's read, errors a quote parse and a lookup. A
+ * function of its own: its stack is not added to the deepest call chain.
+ */
+static __noinline int policy_icmp_related(struct __sk_buff *skb, const struct ipv4_info *info,
+					  __u32 local, __u8 dir)
+{
+	struct policy_ct_key k = {};
+	__u32 bit;
+
+	if (!info || !info->l4_off)
+		return 0;
+	{
+		struct iphdr ip = {};
+		__be16 ports[2];
+		__u8 type = 0;
+		__u32 off;
+
+		if (bpf_skb_load_bytes(skb, info->l4_off, &type, 1) < 0 ||
+		    (type != ICMP_DEST_UNREACH && type != ICMP_TIME_EXCEEDED))
+			return 0;
+		off = icmp_quote_ip(skb, info, &ip);
+		if (!off || (ip.protocol != IPPROTO_TCP && ip.protocol != IPPROTO_UDP) ||
+		    (dir == POLICY_DIR_INGRESS ? ip.saddr : ip.daddr) != local ||
+		    bpf_skb_load_bytes(skb, off, ports, sizeof(ports)) < 0)
+			return 0;
+		/* The quoted packet went the other way: from local at ingress. */
+		bit = policy_ct_key_set(&k, ip.saddr, ip.daddr, ports[0], ports[1], ip.protocol,
+					dir == POLICY_DIR_INGRESS);
+	}
+	{
+		struct policy_ct_entry cur = {};
+
+		return policy_ct_find_at(&k, &cur) >= 0 && (cur.ends & bit);
+	}
+}
+
+/*
  * policy_ingress is the ingress check of the packet info describes, entering
  * the local pod info->daddr (ep: its endpoint entry, or NULL to look the
  * flags up): 0 to go on, or the drop reason. from_host says the host's own
@@ -255,6 +302,9 @@ static __always_inline int policy_ingress(struct __sk_buff *skb, struct ipv4_inf
 		return 0;
 	}
 	if (policy_frag_passed(skb, info, FRAG_STAGE_POLICY_INGRESS))
+		return 0;
+	if (info->proto == IPPROTO_ICMP &&
+	    policy_icmp_related(skb, info, info->daddr, POLICY_DIR_INGRESS))
 		return 0;
 	t.from_host = from_host;
 	t.vouched = vouched;
@@ -326,6 +376,9 @@ static __always_inline int policy_egress(struct __sk_buff *skb, struct ipv4_info
 	int reason, same;
 
 	if (policy_frag_passed(skb, info, FRAG_STAGE_POLICY_EGRESS))
+		return 0;
+	if (info->proto == IPPROTO_ICMP &&
+	    policy_icmp_related(skb, info, t->saddr, POLICY_DIR_EGRESS))
 		return 0;
 	policy_l4(skb, info, &now);
 	if (!as_sent) {

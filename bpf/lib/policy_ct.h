@@ -25,22 +25,31 @@
 #include "policy_l4.h"
 
 /*
- * policy_ct_key_of fills the tracking key of tuple t (its lower address and
- * port end first, so both directions share it) and returns the bit of the
- * end whose check of direction dir this is.
+ * policy_ct_key_set fills the tracking key of a packet from saddr:sport to
+ * daddr:dport (its lower address and port end first, so both directions
+ * share it) and returns the bit of the local end: the source where
+ * local_src, else the destination.
  */
+static __always_inline __u32 policy_ct_key_set(struct policy_ct_key *k, __u32 saddr, __u32 daddr,
+					       __be16 sport, __be16 dport, __u8 proto,
+					       int local_src)
+{
+	int src_lo = saddr < daddr || (saddr == daddr && sport <= dport);
+
+	k->addr_lo = src_lo ? saddr : daddr;
+	k->addr_hi = src_lo ? daddr : saddr;
+	k->port_lo = src_lo ? sport : dport;
+	k->port_hi = src_lo ? dport : sport;
+	k->proto = proto;
+	return src_lo == local_src ? POLICY_CT_END_LO : POLICY_CT_END_HI;
+}
+
+/* policy_ct_key_of is policy_ct_key_set for tuple t at its check of direction dir. */
 static __always_inline __u32 policy_ct_key_of(struct policy_ct_key *k, const struct policy_tuple *t,
 					      __u8 dir)
 {
-	int src_lo = t->saddr < t->daddr || (t->saddr == t->daddr && t->sport <= t->dport);
-	int local_src = dir == POLICY_DIR_EGRESS;
-
-	k->addr_lo = src_lo ? t->saddr : t->daddr;
-	k->addr_hi = src_lo ? t->daddr : t->saddr;
-	k->port_lo = src_lo ? t->sport : t->dport;
-	k->port_hi = src_lo ? t->dport : t->sport;
-	k->proto = t->proto;
-	return src_lo == local_src ? POLICY_CT_END_LO : POLICY_CT_END_HI;
+	return policy_ct_key_set(k, t->saddr, t->daddr, t->sport, t->dport, t->proto,
+				 dir == POLICY_DIR_EGRESS);
 }
 
 /*

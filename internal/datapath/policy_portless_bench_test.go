@@ -6,12 +6,14 @@ import (
 	"github.com/myelin-net/myelin/internal/testenv"
 )
 
-// BenchmarkPolicyFragments times myelin_to_pod's ingress check of pod B (isolated,
-// admitting A on UDP 8000) for a whole datagram of a tracked flow, a first fragment
-// of the same flow (tracked, and its pass recorded in myelin_frags) and a later
-// fragment (passed by that record, no policy lookup). Root:
-// go test -run '^$' -bench PolicyFragments -count 5 ./internal/datapath/
-func BenchmarkPolicyFragments(b *testing.B) {
+// BenchmarkPolicyPortless times myelin_to_pod's ingress check of pod B (isolated,
+// admitting A on UDP 8000) for what carries no ports of its own, against a whole
+// datagram of a tracked flow: a first fragment of the same flow (tracked, and its
+// pass recorded in myelin_frags), a later fragment (passed by that record, no
+// policy lookup), and A's port unreachable about B's datagram to A (passed by B's
+// tracked connection: a quote parse and a lookup). Root:
+// go test -run '^$' -bench PolicyPortless -count 5 ./internal/datapath/
+func BenchmarkPolicyPortless(b *testing.B) {
 	testenv.RequireRoot(b, "load BPF")
 	d := loadTestConfig(b, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP})
 	if err := seedEndpoints(d, seedAB); err != nil {
@@ -24,6 +26,8 @@ func BenchmarkPolicyFragments(b *testing.B) {
 	p := ipv4(protoUDP, podA, podBIP).withSrc(podA, 4000).withDst(podBIP, 8000)
 	p.payload = fragPayload
 	first, later := p.fragments(0x0100)
+	fromB := ipv4(protoUDP, podBIP, podA).withSrc(podBIP, 8000).withDst(podA, 4000)
+	unreach := ipv4(protoICMP, podA, podBIP).withICMPError(3, 3, 0, quote(fromB))
 	for _, c := range []struct {
 		name string
 		in   []byte
@@ -31,6 +35,7 @@ func BenchmarkPolicyFragments(b *testing.B) {
 		{"whole-datagram", p.build()},
 		{"first-fragment", first},
 		{"later-fragment", later},
+		{"icmp-error", unreach.build()},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			s := segment{in: c.in, prog: d.objs.MyelinToPod, ctx: *ctxForwarded, toStack: true}

@@ -1,0 +1,78 @@
+package datapath
+
+import "testing"
+
+// An ICMP error about a TCP or UDP connection tracked for an isolated pod passes
+// as the connection's replies do, from the peer (port unreachable) or from a router
+// on the way (fragmentation needed, time exceeded); errors about connections not
+// tracked for it, errors quoting another's packet and other ICMP are judged by the
+// rules for ICMP (none here: denied). Ingress as the stack delivers it.
+func TestPrivilegedBPFPolicyICMPErrorsIngress(t *testing.T) {
+	requirePrivileged(t)
+	for _, routing := range []HostRouting{HostRoutingBPF, HostRoutingLegacy} {
+		t.Run(routing.String(), func(t *testing.T) {
+			d := loadTestConfig(t, Config{HostRouting: routing, NodeIP: testNodeIP})
+			fromPod, toPod := d.objs.MyelinFromPod, d.objs.MyelinToPod
+			// A is isolated for ingress and admits nothing.
+			st := &policyState{flags: map[string]PolicyFlags{podA: PolicyIngress}}
+			udp := ipv4(protoUDP, podA, remoteIP).withSrc(podA, 4001).withDst(remoteIP, 53)
+			tcp := ipv4(protoTCP, podA, remoteIP).withSrc(podA, 4002).withDst(remoteIP, 443).withTCPFlags(tcpACK)
+			untracked := udp.withSrc(podA, 4009)
+			notA := ipv4(protoUDP, podBIP, remoteIP).withSrc(podBIP, 4001).withDst(remoteIP, 53)
+			const router = "198.51.100.1"
+			out := func(name string, p pkt) policyStep {
+				return policyStep{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{
+					name: name, in: p.build(), ctx: ctxPodA, verdict: tcActOK, reason: "PASS_STACK"}}}
+			}
+			in := func(name string, p pkt, pass bool) policyStep {
+				s := policyStep{policyRow: policyRow{prog: toPod, counterDir: "to-pod", progCase: progCase{
+					name: name, in: p.build(), verdict: tcActOK, reason: "PASS_STACK"}}}
+				if !pass {
+					s.verdict, s.reason = tcActShot, "DROP_POLICY_DENIED"
+				}
+				return s
+			}
+			// No FIB in a test run: BPF routing hands it to the stack too.
+			first := out("A's UDP leaves A (its egress open: tracked)", udp)
+			first.seed = st
+			runPolicySteps(t, d, []policyStep{
+				first,
+				out("A's TCP segment leaves A (tracked)", tcp),
+				in("port unreachable from the peer, quoting A's datagram", ipv4(protoICMP, remoteIP, podA).withICMPError(3, 3, 0, quote(udp)), true),
+				in("fragmentation needed from a router, quoting A's segment", ipv4(protoICMP, router, podA).withICMPError(3, 4, 1400, quote(tcp)), true),
+				in("time exceeded from a router, quoting A's datagram", ipv4(protoICMP, router, podA).withICMPError(11, 0, 0, quote(udp)), true),
+				in("an error about a connection A has not opened: denied", ipv4(protoICMP, remoteIP, podA).withICMPError(3, 3, 0, quote(untracked)), false),
+				in("an error quoting another pod's packet: denied", ipv4(protoICMP, router, podA).withICMPError(3, 4, 1400, quote(notA)), false),
+				in("an echo request from the peer: denied", ipv4(protoICMP, remoteIP, podA).withEcho(8, 7), false),
+			})
+		})
+	}
+}
+
+// The same for an egress-isolated pod's own errors: its port unreachable about a
+// datagram it received passes out, one about a datagram it never received does not.
+func TestPrivilegedBPFPolicyICMPErrorsEgress(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP})
+	fromPod, toPod := d.objs.MyelinFromPod, d.objs.MyelinToPod
+	// A is isolated for egress and may send nothing.
+	st := &policyState{flags: map[string]PolicyFlags{podA: PolicyEgress}}
+	probe := ipv4(protoUDP, remoteIP, podA).withSrc(remoteIP, 5000).withDst(podA, 9)
+	never := probe.withSrc(remoteIP, 5001)
+	received := policyStep{policyRow: policyRow{prog: toPod, counterDir: "to-pod", progCase: progCase{
+		name: "a datagram to A's closed port enters A (its ingress open: tracked)", in: probe.build(), verdict: tcActOK, reason: "PASS_STACK"}}}
+	received.seed = st
+	out := func(name string, p pkt, pass bool) policyStep {
+		s := policyStep{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{
+			name: name, in: p.build(), ctx: ctxPodA, verdict: tcActOK, reason: "PASS_STACK"}}}
+		if !pass {
+			s.verdict, s.reason = tcActShot, "DROP_POLICY_DENIED"
+		}
+		return s
+	}
+	runPolicySteps(t, d, []policyStep{
+		received,
+		out("A's port unreachable about it leaves A", ipv4(protoICMP, podA, remoteIP).withICMPError(3, 3, 0, quote(probe)), true),
+		out("one about a datagram A never received: denied", ipv4(protoICMP, podA, remoteIP).withICMPError(3, 3, 0, quote(never)), false),
+	})
+}
