@@ -66,8 +66,9 @@ func bigUDP(t *testing.T, pod, target string) labtools.BigUDPResult {
 
 // isolateBigUDP isolates the servers (app=big) both ways, admitting the clients on UDP
 // 8080 and letting nothing out but the replies, and the clients both ways, allowing
-// them out to the servers' UDP 8080 and nothing in but the replies. With both ends
-// isolated on one node a reply passes the client's check on the server's lookup.
+// them out to UDP 8080 of the servers and of app=deaf, and nothing in but the replies.
+// With both ends isolated on one node a reply passes the client's check on the
+// server's lookup.
 func isolateBigUDP(t *testing.T, cs kubernetes.Interface) {
 	t.Helper()
 	udp := corev1.ProtocolUDP
@@ -75,13 +76,14 @@ func isolateBigUDP(t *testing.T, cs kubernetes.Interface) {
 	clients := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 		{Key: "app", Operator: metav1.LabelSelectorOpIn, Values: []string{"client", "client2"}}}}
 	servers := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "big"}}
+	deaf := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "deaf"}}
 	for _, np := range []*networkingv1.NetworkPolicy{
 		{ObjectMeta: metav1.ObjectMeta{Name: "big-from-clients"}, Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: *servers, PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{PodSelector: clients}}, Ports: port}}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "clients-to-big"}, Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: *clients, PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
-			Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{PodSelector: servers}}, Ports: port}}}},
+			Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{PodSelector: servers}, {PodSelector: deaf}}, Ports: port}}}},
 	} {
 		if _, err := cs.NetworkingV1().NetworkPolicies("default").Create(context.Background(), np, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -143,8 +145,9 @@ func checkFragments(t *testing.T, profile string) {
 	})
 
 	// Later fragments carry no ports: each policy check passes them where it passed
-	// their first fragment. The rules name the port, so an all-ports rule can't.
-	t.Run("fragmented UDP into and out of isolated pods", func(t *testing.T) {
+	// their first fragment. The rules name the port, so an all-ports rule can't. The
+	// backend's port unreachable enters its isolated client as a tracked reply would.
+	t.Run("fragmented UDP and ICMP errors into and out of isolated pods", func(t *testing.T) {
 		isolateBigUDP(t, cs)
 		big1 := runningPods(t, cs, "app=big", 2)[0].Status.PodIP
 		eventually(t, 30*time.Second, "the policies enforced", func(context.Context) (bool, string) {
@@ -154,5 +157,15 @@ func checkFragments(t *testing.T, profile string) {
 				fmt.Sprintf("client to %s:8081 %+v, deaf to %s:8080 %+v: want no answer to either", big1, otherPort, big1, stranger)
 		})
 		bigUDPBothWays(t, big)
+		for _, c := range []string{"client", "client2"} {
+			out, err := inPod(c, myelinBin, "lab", "udp-flows", "--to", deaf+":80", "--flows", "1", "--timeout", "6s")
+			var res labtools.UDPFlowsResult
+			if err != nil || json.Unmarshal([]byte(out), &res) != nil {
+				t.Fatalf("%s: udp-flows to %s: %v %s", c, deaf, err, out)
+			}
+			if res.Refused != 1 {
+				t.Errorf("%s (isolated): UDP to %s (backend with no listener): %+v, want ECONNREFUSED", c, deaf, res)
+			}
+		}
 	})
 }
