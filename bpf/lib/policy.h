@@ -24,7 +24,7 @@
  * back instead of making every new connection push one out of a full table;
  * the agent deletes those of other protocols once idle, and TCP connections
  * that an RST ended (lib/policy_ct.h).
- * A later IP fragment carries no ports: a UDP or SCTP one passes a check
+ * A later IP fragment carries no ports: one not of TCP passes a check
  * that passed its datagram's first fragment (policy_frag_passed: one
  * myelin_frags lookup per later fragment, one write per first fragment at
  * each check of an isolated pod), else it is judged as a packet without
@@ -55,7 +55,8 @@
 #include "policy_ct.h"
 #include "policy_l4.h"
 
-#define POLICY_IDENTITY_WORLD 2 /* an address myelin_ipcache does not cover */
+#define POLICY_IDENTITY_WORLD 2	  /* an address myelin_ipcache does not cover */
+#define POLICY_ICMP_ERROR_MAX 576 /* bytes of IPv4 an ICMP error may take (RFC 1812) */
 
 /* policy_ct_seen is what a check found in the connection's tracked entry. */
 struct policy_ct_seen {
@@ -227,10 +228,16 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
  * policy_icmp_related says whether ICMP packet info, at local pod's check
  * of direction dir, is an error about a TCP or UDP connection whose local
  * end is tracked: quoting the pod's own packet (ingress: a router's
- * fragmentation needed, a peer's port unreachable) or one the pod received
- * (egress: the pod's port unreachable). Nothing is written; echo and other
- * messages cost one byte's read, errors a quote parse and a lookup. A
- * function of its own: its stack is not added to the deepest call chain.
+ * fragmentation needed, a peer's port unreachable) or one the pod received,
+ * sent back to its sender (egress: the pod's port unreachable; to anyone
+ * else it would carry what the pod likes past its policy). At ingress a
+ * pod's error must come from the quoted packet's destination (pods are not
+ * routers: another pod would reach it past its policy, as the quote's
+ * payload is readable with IP_RECVERR). Nothing is written but the slot's
+ * in-use marks (policy_ct_find_at); echo and other messages cost one byte's
+ * read, errors a quote parse and a lookup. A function of its own: its stack
+ * is not added to the deepest call chain (from_pod's, through
+ * from_pod_deliver, is then at the 512-byte limit).
  */
 static __noinline int policy_icmp_related(struct __sk_buff *skb, const struct ipv4_info *info,
 					  __u32 local, __u8 dir)
@@ -238,20 +245,27 @@ static __noinline int policy_icmp_related(struct __sk_buff *skb, const struct ip
 	struct policy_ct_key k = {};
 	__u32 bit;
 
-	if (!info || !info->l4_off)
+	/* Errors are short (RFC 1812: at most 576 bytes) and not fragmented. */
+	if (!info || !info->l4_off || info->frag || skb->len > ETH_HLEN + POLICY_ICMP_ERROR_MAX)
 		return 0;
 	{
-		struct iphdr ip = {};
-		__be16 ports[2];
 		__u8 type = 0;
-		__u32 off;
 
 		if (bpf_skb_load_bytes(skb, info->l4_off, &type, 1) < 0 ||
 		    (type != ICMP_DEST_UNREACH && type != ICMP_TIME_EXCEEDED))
 			return 0;
+	}
+	{
+		struct iphdr ip = {};
+		__be16 ports[2];
+		__u32 off;
+
 		off = icmp_quote_ip(skb, info, &ip);
 		if (!off || (ip.protocol != IPPROTO_TCP && ip.protocol != IPPROTO_UDP) ||
 		    (dir == POLICY_DIR_INGRESS ? ip.saddr : ip.daddr) != local ||
+		    (dir == POLICY_DIR_EGRESS && ip.saddr != info->daddr) ||
+		    (dir == POLICY_DIR_INGRESS && ip.daddr != info->saddr && cluster_cidr_mask &&
+		     cluster_contains(info->saddr)) ||
 		    bpf_skb_load_bytes(skb, off, ports, sizeof(ports)) < 0)
 			return 0;
 		/* The quoted packet went the other way: from local at ingress. */

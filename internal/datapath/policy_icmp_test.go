@@ -11,7 +11,7 @@ func TestPrivilegedBPFPolicyICMPErrorsIngress(t *testing.T) {
 	requirePrivileged(t)
 	for _, routing := range []HostRouting{HostRoutingBPF, HostRoutingLegacy} {
 		t.Run(routing.String(), func(t *testing.T) {
-			d := loadTestConfig(t, Config{HostRouting: routing, NodeIP: testNodeIP})
+			d := loadTestConfig(t, Config{HostRouting: routing, NodeIP: testNodeIP, ClusterCIDR: testClusterCIDR})
 			fromPod, toPod := d.objs.MyelinFromPod, d.objs.MyelinToPod
 			// A is isolated for ingress and admits nothing.
 			st := &policyState{flags: map[string]PolicyFlags{podA: PolicyIngress}}
@@ -20,18 +20,21 @@ func TestPrivilegedBPFPolicyICMPErrorsIngress(t *testing.T) {
 			untracked := udp.withSrc(podA, 4009)
 			notA := ipv4(protoUDP, podBIP, remoteIP).withSrc(podBIP, 4001).withDst(remoteIP, 53)
 			const router = "198.51.100.1"
+			fragErr := ipv4(protoICMP, router, podA).withICMPError(3, 4, 1400, append(quote(udp), fragPayload...))
+			errFirst, _ := fragErr.fragments(0x0500)
 			out := func(name string, p pkt) policyStep {
 				return policyStep{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{
 					name: name, in: p.build(), ctx: ctxPodA, verdict: tcActOK, reason: "PASS_STACK"}}}
 			}
-			in := func(name string, p pkt, pass bool) policyStep {
+			inFrame := func(name string, frame []byte, pass bool) policyStep {
 				s := policyStep{policyRow: policyRow{prog: toPod, counterDir: "to-pod", progCase: progCase{
-					name: name, in: p.build(), verdict: tcActOK, reason: "PASS_STACK"}}}
+					name: name, in: frame, verdict: tcActOK, reason: "PASS_STACK"}}}
 				if !pass {
 					s.verdict, s.reason = tcActShot, "DROP_POLICY_DENIED"
 				}
 				return s
 			}
+			in := func(name string, p pkt, pass bool) policyStep { return inFrame(name, p.build(), pass) }
 			// No FIB in a test run: BPF routing hands it to the stack too.
 			first := out("A's UDP leaves A (its egress open: tracked)", udp)
 			first.seed = st
@@ -44,13 +47,19 @@ func TestPrivilegedBPFPolicyICMPErrorsIngress(t *testing.T) {
 				in("an error about a connection A has not opened: denied", ipv4(protoICMP, remoteIP, podA).withICMPError(3, 3, 0, quote(untracked)), false),
 				in("an error quoting another pod's packet: denied", ipv4(protoICMP, router, podA).withICMPError(3, 4, 1400, quote(notA)), false),
 				in("an echo request from the peer: denied", ipv4(protoICMP, remoteIP, podA).withEcho(8, 7), false),
+				// Pods are not routers: another pod quoting A's connection would reach A
+				// past its policy (IP_RECVERR reads the quote's payload).
+				in("an error from another pod, quoting A's datagram to the peer: denied", ipv4(protoICMP, podBIP, podA).withICMPError(3, 3, 0, quote(udp)), false),
+				in("an error over 576 bytes: denied", ipv4(protoICMP, router, podA).withICMPError(3, 4, 1400, append(quote(udp), make([]byte, 560)...)), false),
+				inFrame("the first fragment of an error: denied", errFirst, false),
 			})
 		})
 	}
 }
 
 // The same for an egress-isolated pod's own errors: its port unreachable about a
-// datagram it received passes out, one about a datagram it never received does not.
+// datagram it received passes out to the sender; one about a datagram it never
+// received, or sent to anyone else (a channel out past its policy), does not.
 func TestPrivilegedBPFPolicyICMPErrorsEgress(t *testing.T) {
 	requirePrivileged(t)
 	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP})
@@ -74,5 +83,6 @@ func TestPrivilegedBPFPolicyICMPErrorsEgress(t *testing.T) {
 		received,
 		out("A's port unreachable about it leaves A", ipv4(protoICMP, podA, remoteIP).withICMPError(3, 3, 0, quote(probe)), true),
 		out("one about a datagram A never received: denied", ipv4(protoICMP, podA, remoteIP).withICMPError(3, 3, 0, quote(never)), false),
+		out("one about the datagram it received, sent to a third host: denied", ipv4(protoICMP, podA, "198.51.100.9").withICMPError(3, 3, 0, quote(probe)), false),
 	})
 }
