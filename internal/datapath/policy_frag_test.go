@@ -30,12 +30,7 @@ func TestPrivilegedBPFPolicyFragmentsIngress(t *testing.T) {
 			_, orphan := toB(8000).fragments(0x0101)
 			deniedFirst, deniedLater := toB(9000).fragments(0x0100)
 			step := func(name string, in []byte, pass bool) policyStep {
-				s := policyStep{policyRow: policyRow{prog: toPod, counterDir: "to-pod",
-					progCase: progCase{name: name, in: in, verdict: tcActOK, reason: "PASS_STACK"}}}
-				if !pass {
-					s.verdict, s.reason = tcActShot, "DROP_POLICY_DENIED"
-				}
-				return s
+				return frameStep(name, toPod, "to-pod", in, nil, pass)
 			}
 			whole := step("whole datagram to an allowed port: passes", toB(8000).build(), true)
 			whole.seed = st
@@ -75,27 +70,14 @@ func TestPrivilegedBPFPolicyFragmentedReply(t *testing.T) {
 	stranger := ipv4(protoUDP, podBIP, podA).withSrc(podBIP, 54).withDst(podA, 4001)
 	stranger.payload = fragPayload
 	sFirst, sLater := stranger.fragments(0x0201)
-	pass := func(name string, prog string, in []byte) policyStep {
-		s := policyStep{policyRow: policyRow{prog: toPod, counterDir: prog,
-			progCase: progCase{name: name, in: in, verdict: tcActOK, reason: "PASS_STACK"}}}
-		if prog == "from-pod" {
-			s.prog, s.ctx = fromPod, ctxPodA
-		}
-		return s
-	}
-	deny := func(name string, in []byte) policyStep {
-		s := pass(name, "to-pod", in)
-		s.verdict, s.reason = tcActShot, "DROP_POLICY_DENIED"
-		return s
-	}
-	request := pass("A's request leaves A (tracked)", "from-pod", req.build())
+	request := verdictStep("A's request leaves A (tracked)", fromPod, "from-pod", req, ctxPodA, true)
 	request.seed = st
 	runPolicySteps(t, d, []policyStep{
 		request,
-		pass("the reply's first fragment enters A (a tracked reply)", "to-pod", first),
-		pass("the reply's later fragment enters A", "to-pod", later),
-		deny("another port's first fragment: a new flow, denied", sFirst),
-		deny("its later fragment: denied", sLater),
+		frameStep("the reply's first fragment enters A (a tracked reply)", toPod, "to-pod", first, nil, true),
+		frameStep("the reply's later fragment enters A", toPod, "to-pod", later, nil, true),
+		frameStep("another port's first fragment: a new flow, denied", toPod, "to-pod", sFirst, nil, false),
+		frameStep("its later fragment: denied", toPod, "to-pod", sLater, nil, false),
 	})
 }
 

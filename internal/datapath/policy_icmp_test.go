@@ -23,18 +23,11 @@ func TestPrivilegedBPFPolicyICMPErrorsIngress(t *testing.T) {
 			fragErr := ipv4(protoICMP, router, podA).withICMPError(3, 4, 1400, append(quote(udp), fragPayload...))
 			errFirst, _ := fragErr.fragments(0x0500)
 			out := func(name string, p pkt) policyStep {
-				return policyStep{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{
-					name: name, in: p.build(), ctx: ctxPodA, verdict: tcActOK, reason: "PASS_STACK"}}}
+				return verdictStep(name, fromPod, "from-pod", p, ctxPodA, true)
 			}
-			inFrame := func(name string, frame []byte, pass bool) policyStep {
-				s := policyStep{policyRow: policyRow{prog: toPod, counterDir: "to-pod", progCase: progCase{
-					name: name, in: frame, verdict: tcActOK, reason: "PASS_STACK"}}}
-				if !pass {
-					s.verdict, s.reason = tcActShot, "DROP_POLICY_DENIED"
-				}
-				return s
+			in := func(name string, p pkt, pass bool) policyStep {
+				return verdictStep(name, toPod, "to-pod", p, nil, pass)
 			}
-			in := func(name string, p pkt, pass bool) policyStep { return inFrame(name, p.build(), pass) }
 			// No FIB in a test run: BPF routing hands it to the stack too.
 			first := out("A's UDP leaves A (its egress open: tracked)", udp)
 			first.seed = st
@@ -51,7 +44,7 @@ func TestPrivilegedBPFPolicyICMPErrorsIngress(t *testing.T) {
 				// past its policy (IP_RECVERR reads the quote's payload).
 				in("an error from another pod, quoting A's datagram to the peer: denied", ipv4(protoICMP, podBIP, podA).withICMPError(3, 3, 0, quote(udp)), false),
 				in("an error over 576 bytes: denied", ipv4(protoICMP, router, podA).withICMPError(3, 4, 1400, append(quote(udp), make([]byte, 560)...)), false),
-				inFrame("the first fragment of an error: denied", errFirst, false),
+				frameStep("the first fragment of an error: denied", toPod, "to-pod", errFirst, nil, false),
 			})
 		})
 	}
@@ -68,16 +61,10 @@ func TestPrivilegedBPFPolicyICMPErrorsEgress(t *testing.T) {
 	st := &policyState{flags: map[string]PolicyFlags{podA: PolicyEgress}}
 	probe := ipv4(protoUDP, remoteIP, podA).withSrc(remoteIP, 5000).withDst(podA, 9)
 	never := probe.withSrc(remoteIP, 5001)
-	received := policyStep{policyRow: policyRow{prog: toPod, counterDir: "to-pod", progCase: progCase{
-		name: "a datagram to A's closed port enters A (its ingress open: tracked)", in: probe.build(), verdict: tcActOK, reason: "PASS_STACK"}}}
+	received := verdictStep("a datagram to A's closed port enters A (its ingress open: tracked)", toPod, "to-pod", probe, nil, true)
 	received.seed = st
 	out := func(name string, p pkt, pass bool) policyStep {
-		s := policyStep{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{
-			name: name, in: p.build(), ctx: ctxPodA, verdict: tcActOK, reason: "PASS_STACK"}}}
-		if !pass {
-			s.verdict, s.reason = tcActShot, "DROP_POLICY_DENIED"
-		}
-		return s
+		return verdictStep(name, fromPod, "from-pod", p, ctxPodA, pass)
 	}
 	runPolicySteps(t, d, []policyStep{
 		received,

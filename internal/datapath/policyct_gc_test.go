@@ -54,7 +54,12 @@ func roundsRanUntil(d *Datapath, at time.Duration) error {
 // verdictStep is a policy step with the stack's delivery: ok passes (to the stack),
 // else the policy denies.
 func verdictStep(name string, prog *ebpf.Program, dir string, p pkt, ctx *skbCtx, ok bool) policyStep {
-	c := progCase{name: name, in: p.build(), ctx: ctx, verdict: tcActShot, reason: "DROP_POLICY_DENIED"}
+	return frameStep(name, prog, dir, p.build(), ctx, ok)
+}
+
+// frameStep is verdictStep for a frame already rendered (a fragment).
+func frameStep(name string, prog *ebpf.Program, dir string, frame []byte, ctx *skbCtx, ok bool) policyStep {
+	c := progCase{name: name, in: frame, ctx: ctx, verdict: tcActShot, reason: "DROP_POLICY_DENIED"}
 	if ok {
 		c.verdict, c.reason = tcActOK, "PASS_STACK"
 	}
