@@ -73,3 +73,31 @@ func TestPrivilegedBPFPolicyICMPErrorsEgress(t *testing.T) {
 		out("one about the datagram it received, sent to a third host: denied", ipv4(protoICMP, podA, "198.51.100.9").withICMPError(3, 3, 0, quote(probe)), false),
 	})
 }
+
+// Where BPF delivers it (endpoint_deliver): pod B's port unreachable about A's
+// datagram enters A, isolated for ingress, from B's veth on the same node.
+func TestPrivilegedBPFPolicyICMPErrorDelivered(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, NodeIP: testNodeIP, ClusterCIDR: testClusterCIDR})
+	fromPod := d.objs.MyelinFromPod
+	st := &policyState{flags: map[string]PolicyFlags{podA: PolicyIngress}}
+	req := ipv4(protoUDP, podA, podBIP).withSrc(podA, 4004).withDst(podBIP, 9)
+	unreach := ipv4(protoICMP, podBIP, podA).withICMPError(3, 3, 0, quote(req.withTTL(63)))
+	other := ipv4(protoICMP, podBIP, podA).withICMPError(3, 3, 0, quote(req.withSrc(podA, 4005).withTTL(63)))
+	ctxB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
+	// Pod A gets pod B's veth fixture, so delivered() fits what enters it.
+	toA := map[string]EndpointInfo{podA: podB, podBIP: podB}
+	request := policyStep{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{
+		name: "A's datagram reaches B (A's egress open: tracked)", in: req.build(), ctx: ctxPodA,
+		verdict: tcActRedirect, out: delivered(req), reason: "FORWARDED"}}}
+	request.seed = st
+	runPolicySteps(t, d, []policyStep{
+		request,
+		{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{
+			name: "B's port unreachable about it enters A", endpoints: toA, in: fromPodB(unreach).build(), ctx: ctxB,
+			verdict: tcActRedirect, out: delivered(unreach), reason: "FORWARDED"}}},
+		{policyRow: policyRow{prog: fromPod, counterDir: "to-pod", progCase: progCase{
+			name: "one about a datagram A never sent: denied", endpoints: toA, in: fromPodB(other).build(), ctx: ctxB,
+			verdict: tcActShot, reason: "DROP_POLICY_DENIED"}}},
+	})
+}
