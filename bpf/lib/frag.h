@@ -14,10 +14,11 @@
  * stages that they passed a first fragment (frag_mark), and pass its later
  * fragments without judging them again (frag_marked).
  *
- * Whole datagrams pay one test of ipv4_info.frag, no lookup. A later
- * fragment that overtakes its first fragment finds no entry and goes on as
- * it came (the receiver cannot reassemble it with the translated first
- * fragment, so the datagram is lost, as it would be without translation).
+ * Whole datagrams pay a test of ipv4_info.frag at each stage, no lookup. A
+ * later fragment that overtakes its first fragment finds no entry: a
+ * translating stage lets it go on as it came (the receiver cannot reassemble
+ * it with the translated first fragment, so the datagram is lost, as it
+ * would be without translation); a policy check judges it without ports.
  */
 #ifndef MYELIN_LIB_FRAG_H
 #define MYELIN_LIB_FRAG_H
@@ -33,20 +34,31 @@
 #include "maps.h"
 #include "reasons.h"
 
-/* frag_key_of fills key with the packet's datagram (addresses as in info) at stage. */
-static __always_inline int frag_key_of(struct __sk_buff *skb, const struct ipv4_info *info,
-				       __u8 stage, struct frag_key *key)
+/* frag_key_of fills key with the packet's datagram from saddr to daddr at stage. */
+static __always_inline int frag_key_of(struct __sk_buff *skb, __be32 saddr, __be32 daddr,
+				       __u8 proto, __u8 stage, struct frag_key *key)
 {
 	__be16 id;
 
 	if (bpf_skb_load_bytes(skb, ETH_HLEN + offsetof(struct iphdr, id), &id, sizeof(id)) < 0)
 		return -1;
-	key->saddr = info->saddr;
-	key->daddr = info->daddr;
+	key->saddr = saddr;
+	key->daddr = daddr;
 	key->id = id;
-	key->proto = info->proto;
+	key->proto = proto;
 	key->stage = stage;
 	return 0;
+}
+
+/* frag_lookup is what stage recorded for the first fragment of later fragment info. */
+static __always_inline const struct frag_entry *
+frag_lookup(struct __sk_buff *skb, const struct ipv4_info *info, __u8 stage)
+{
+	struct frag_key key = {};
+
+	if (frag_key_of(skb, info->saddr, info->daddr, info->proto, stage, &key) < 0)
+		return NULL;
+	return bpf_map_lookup_elem(&myelin_frags, &key);
 }
 
 /*
@@ -59,13 +71,9 @@ static __always_inline int frag_follow(struct __sk_buff *skb, struct ipv4_info *
 				       int *route, int *hit)
 {
 	struct l4_info none = {}; /* no pseudo header: only the IPv4 checksum changes */
-	struct frag_key key = {};
-	const struct frag_entry *e;
+	const struct frag_entry *e = frag_lookup(skb, info, stage);
 	__be32 saddr, daddr;
 
-	if (frag_key_of(skb, info, stage, &key) < 0)
-		return 0;
-	e = bpf_map_lookup_elem(&myelin_frags, &key);
 	if (!e)
 		return 0;
 	saddr = e->saddr;
@@ -84,59 +92,56 @@ static __always_inline int frag_follow(struct __sk_buff *skb, struct ipv4_info *
 }
 
 /*
+ * frag_record keeps e for the later fragments of first fragment info, under
+ * its datagram as it arrived from saddr to daddr at stage; e NULL removes
+ * what an earlier datagram left under the same key (a source's IPv4 ids
+ * wrap), so its later fragments are not taken for this one's. Anything but
+ * a first fragment: one test.
+ */
+static __always_inline void frag_record(struct __sk_buff *skb, const struct ipv4_info *info,
+					__be32 saddr, __be32 daddr, __u8 stage,
+					const struct frag_entry *e)
+{
+	struct frag_key key = {};
+
+	if (!ipv4_first_frag(info) || frag_key_of(skb, saddr, daddr, info->proto, stage, &key) < 0)
+		return;
+	if (!e) {
+		bpf_map_delete_elem(&myelin_frags, &key);
+		return;
+	}
+	/* LRU: a failed insert loses this datagram's later fragments, nothing else. */
+	bpf_map_update_elem(&myelin_frags, &key, e, BPF_ANY);
+}
+
+/*
  * frag_note records what stage made of a first fragment that arrived from
- * saddr to daddr (info: as it leaves the stage), for its later fragments.
- * An untranslated first fragment removes an entry left under the same key
- * by an earlier datagram (a source's IPv4 ids wrap), so its later fragments
- * are not translated by mistake. Anything but a first fragment: one test.
+ * saddr to daddr (info: as it leaves the stage); an untranslated one
+ * removes an earlier datagram's entry (frag_record).
  */
 static __always_inline void frag_note(struct __sk_buff *skb, const struct ipv4_info *info,
 				      __be32 saddr, __be32 daddr, __u8 stage, int route)
 {
-	struct ipv4_info orig = {.saddr = saddr, .daddr = daddr, .proto = info->proto};
 	struct frag_entry e = {.saddr = info->saddr, .daddr = info->daddr, .route = route};
-	struct frag_key key = {};
+	int same = saddr == info->saddr && daddr == info->daddr;
 
-	if (!ipv4_first_frag(info) || frag_key_of(skb, &orig, stage, &key) < 0)
-		return;
-	if (saddr == info->saddr && daddr == info->daddr) {
-		bpf_map_delete_elem(&myelin_frags, &key);
-		return;
-	}
-	/* LRU: a failed insert loses this datagram's later fragments, nothing else. */
-	bpf_map_update_elem(&myelin_frags, &key, &e, BPF_ANY);
+	frag_record(skb, info, saddr, daddr, stage, same ? NULL : &e);
 }
 
-/*
- * frag_mark records that stage passed a first fragment (pass), for its later
- * fragments (frag_marked); a first fragment it stopped removes what an
- * earlier datagram under the same key left (a source's IPv4 ids wrap).
- * Anything but a first fragment: one test.
- */
+/* frag_mark records whether stage passed first fragment info (frag_marked). */
 static __always_inline void frag_mark(struct __sk_buff *skb, const struct ipv4_info *info,
 				      __u8 stage, int pass)
 {
 	struct frag_entry e = {.saddr = info->saddr, .daddr = info->daddr};
-	struct frag_key key = {};
 
-	if (!ipv4_first_frag(info) || frag_key_of(skb, info, stage, &key) < 0)
-		return;
-	if (!pass) {
-		bpf_map_delete_elem(&myelin_frags, &key);
-		return;
-	}
-	/* LRU: a failed insert loses this datagram's later fragments, nothing else. */
-	bpf_map_update_elem(&myelin_frags, &key, &e, BPF_ANY);
+	frag_record(skb, info, info->saddr, info->daddr, stage, pass ? &e : NULL);
 }
 
-/* frag_marked says whether stage passed the first fragment of a later one (frag_mark). */
+/* frag_marked says whether stage passed the first fragment of later fragment info. */
 static __always_inline int frag_marked(struct __sk_buff *skb, const struct ipv4_info *info,
 				       __u8 stage)
 {
-	struct frag_key key = {};
-
-	return frag_key_of(skb, info, stage, &key) == 0 &&
-	       bpf_map_lookup_elem(&myelin_frags, &key) != NULL;
+	return frag_lookup(skb, info, stage) != NULL;
 }
 
 #endif /* MYELIN_LIB_FRAG_H */

@@ -164,7 +164,8 @@ static __always_inline int icmp_reject_allowed(void)
 /*
  * icmp_quote_ip reads the IPv4 header the ICMP message at info->l4_off
  * quotes into ip, and returns the offset of the quoted L4 header, or 0 for
- * a quote that names no ports: cut short, not IPv4, a later fragment.
+ * a quote with no L4 header to read: cut short, not IPv4, a later fragment
+ * (the caller checks the protocol).
  */
 static __always_inline __u32 icmp_quote_ip(struct __sk_buff *skb, const struct ipv4_info *info,
 					   struct iphdr *ip)

@@ -139,7 +139,7 @@ static __always_inline int policy_allows(__u32 local, __u32 peer, const struct p
  * first passed it. Not for TCP: a later fragment could overlap the first's
  * header (its flags) for a receiver that accepts overlapping fragments, and
  * TCP sets DF and sizes its segments to the path, so its later fragments
- * are judged without ports. Whole datagrams: one test.
+ * are judged without ports. Whole datagrams: a test of info->frag each.
  */
 static __always_inline void policy_frag_note(struct __sk_buff *skb, const struct ipv4_info *info,
 					     __u8 stage, int pass)

@@ -154,23 +154,32 @@ func decidePlan(c config.Config, in planInputs) (nodePlan, error) {
 // translate a pod client's source, and other nodes answer from their own. auto is
 // off where source validation is.
 func decideUplinkPodCheck(p nodePlan, mode config.PodSourceFromHosts, podCIDR netip.Prefix) (netip.Prefix, string) {
-	const dropHint = " (pod-source-from-hosts: drop checks them anyway)"
-	switch {
-	case mode == config.PodSourceFromHostsDrop:
+	switch mode {
+	case config.PodSourceFromHostsDrop:
 		return podCIDR, ""
-	case mode == config.PodSourceFromHostsAllow:
+	case config.PodSourceFromHostsAllow:
 		return netip.Prefix{}, "pod-source-from-hosts is allow"
+	}
+	if why := uplinkPodCheckAutoOff(p); why != "" {
+		return netip.Prefix{}, why + " (pod-source-from-hosts: drop checks them anyway)"
+	}
+	return podCIDR, ""
+}
+
+// uplinkPodCheckAutoOff is why pod-source-from-hosts auto leaves the check off, or "".
+func uplinkPodCheckAutoOff(p nodePlan) string {
+	switch {
 	case !p.SourceValidation:
-		return netip.Prefix{}, "enable-source-ip-verification is false" + dropHint
+		return "enable-source-ip-verification is false"
 	case p.Masquerade == masqueradeOff:
-		return netip.Prefix{}, "enable-ipv4-masquerade is false: pods reach hosts beyond the cluster with their own addresses" + dropHint
+		return "enable-ipv4-masquerade is false: pods reach hosts beyond the cluster with their own addresses"
 	}
 	for _, d := range p.NoMasqueradeBase {
 		if !routing.Within(p.ClusterCIDR, d) {
-			return netip.Prefix{}, fmt.Sprintf("pods reach %s (ipv4-native-routing-cidr or non-masquerade-cidrs), beyond cluster-cidr %s, with their own addresses%s", d, p.ClusterCIDR, dropHint)
+			return fmt.Sprintf("pods reach %s (ipv4-native-routing-cidr or non-masquerade-cidrs), beyond cluster-cidr %s, with their own addresses", d, p.ClusterCIDR)
 		}
 	}
-	return podCIDR, ""
+	return ""
 }
 
 // RoutingMode is "native" or "tunnel", as status shows it.

@@ -111,7 +111,8 @@ type Config struct {
 	// ClusterCIDR holds the pod addresses: the sources that are
 	// masqueraded, destinations that are never services, and in tunnel
 	// mode the sources that never arrive unencapsulated on the uplink, and
-	// the sources the node's own stack may not send from.
+	// the sources the node's own stack may not send from, and the senders
+	// NetworkPolicy takes no ICMP error from but about their own packets.
 	// Required with Masquerade or LoadBalancing.
 	ClusterCIDR netip.Prefix
 	// LocalPodCIDR is this node's PodCIDR where a packet from it that another

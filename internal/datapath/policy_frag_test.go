@@ -2,8 +2,8 @@ package datapath
 
 import "testing"
 
-// udpPorts is a PolicyPort of UDP lo to hi.
-func udpPorts(lo, hi uint16) PolicyPort { return PolicyPort{Proto: protoUDP, Lo: lo, Hi: hi} }
+// udpPort is a PolicyPort of UDP port p.
+func udpPort(p uint16) PolicyPort { return PolicyPort{Proto: protoUDP, Lo: p, Hi: p} }
 
 // A later fragment carries no ports: an isolated direction passes it where it
 // passed its datagram's first fragment, at the same check, and judges it
@@ -17,7 +17,7 @@ func TestPrivilegedBPFPolicyFragmentsIngress(t *testing.T) {
 			d := loadTestConfig(t, Config{HostRouting: routing, NodeIP: testNodeIP})
 			toPod := d.objs.MyelinToPod
 			st := &policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
-				entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {udpPorts(8000, 8000), tcpPort(8080)}}}
+				entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idA): {udpPort(8000), tcpPort(8080)}}}
 			tcp := ipv4(protoTCP, podA, podBIP).withSrc(podA, 4000).withDst(podBIP, 8080).withTCPFlags(tcpACK)
 			tcp.payload = fragPayload
 			tcpFirst, tcpLater := tcp.fragments(0x0102)
@@ -91,8 +91,8 @@ func TestPrivilegedBPFPolicyFragmentsEgress(t *testing.T) {
 			fromPod := d.objs.MyelinFromPod
 			st := &policyState{flags: map[string]PolicyFlags{podA: PolicyEgress, podBIP: PolicyIngress},
 				entries: map[PolicyKey][]PolicyPort{
-					egressOf(podA, idB):    {udpPorts(8000, 8000)},
-					ingressOf(podBIP, idA): {udpPorts(8000, 8000)},
+					egressOf(podA, idB):    {udpPort(8000)},
+					ingressOf(podBIP, idA): {udpPort(8000)},
 				}}
 			p := ipv4(protoUDP, podA, podBIP).withSrc(podA, 4002).withDst(podBIP, 8000)
 			p.payload = fragPayload
@@ -136,8 +136,8 @@ func TestPrivilegedBPFPolicyFragmentedReplySameNode(t *testing.T) {
 	fromPod := d.objs.MyelinFromPod
 	st := &policyState{flags: map[string]PolicyFlags{podA: PolicyIngress | PolicyEgress, podBIP: PolicyIngress | PolicyEgress},
 		entries: map[PolicyKey][]PolicyPort{
-			egressOf(podA, idB):    {udpPorts(53, 53)},
-			ingressOf(podBIP, idA): {udpPorts(53, 53)},
+			egressOf(podA, idB):    {udpPort(53)},
+			ingressOf(podBIP, idA): {udpPort(53)},
 		}}
 	// Pod A gets pod B's veth fixture, so deliveredFrags() fits what enters it.
 	endpoints := map[string]EndpointInfo{podA: podB, podBIP: podB}

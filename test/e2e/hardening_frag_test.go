@@ -35,6 +35,54 @@ func TestLabMyelinFragments(t *testing.T) {
 	}
 }
 
+// isolatedFragments is TestLabMyelinFragments with clients and servers isolated by
+// rules on the port. Later fragments carry no ports: each policy check passes them
+// where it passed their first fragment (an all-ports rule can't be why). The deaf
+// backend's port unreachable enters its isolated client as a tracked reply would.
+// Each isolation is seen enforced first, on both nodes, so that nothing passes for
+// a policy not applied yet.
+func isolatedFragments(t *testing.T, cs kubernetes.Interface, big, deaf string) {
+	isolateBigUDP(t, cs)
+	ip := map[string]string{}
+	for sel, n := range map[string]int{"app=big": 2, "app=client": 1, "app=client2": 1, "app=deaf": 1} {
+		for _, p := range runningPods(t, cs, sel, n) {
+			ip[p.Name] = p.Status.PodIP
+		}
+	}
+	eventually(t, 90*time.Second, "the policies enforced", func(context.Context) (bool, string) {
+		var open []string
+		for _, probe := range [][2]string{
+			// Each would be answered (or refused) without its policy.
+			{"client", ip["big-1"] + ":8081"}, {"client2", ip["big-2"] + ":8081"}, // clients' egress: UDP 8080 only
+			{"deaf", ip["client"] + ":9"}, {"deaf", ip["client2"] + ":9"}, // clients' ingress: replies only
+			{"deaf", ip["big-1"] + ":8080"}, {"deaf", ip["big-2"] + ":8080"}, // servers' ingress: the clients only
+			{"big-1", ip["deaf"] + ":9"}, {"big-2", ip["deaf"] + ":9"}, // servers' egress: replies only
+		} {
+			if res := bigUDP(t, probe[0], probe[1]); res.Refused || res.Received != 0 {
+				open = append(open, fmt.Sprintf("%s to %s: %+v", probe[0], probe[1], res))
+			}
+		}
+		return len(open) == 0, "answered (want no answer): " + strings.Join(open, "; ")
+	})
+	bigUDPBothWays(t, big)
+	for _, c := range []string{"client", "client2"} {
+		if res := udpFlow(t, c, deaf+":80"); res.Refused != 1 {
+			t.Errorf("%s (isolated): UDP to %s (backend with no listener): %+v, want ECONNREFUSED", c, deaf, res)
+		}
+	}
+}
+
+// udpFlow runs `lab udp-flows` (one flow) in pod to target.
+func udpFlow(t *testing.T, pod, target string) labtools.UDPFlowsResult {
+	t.Helper()
+	out, err := inPod(pod, myelinBin, "lab", "udp-flows", "--to", target, "--flows", "1", "--timeout", "6s")
+	var res labtools.UDPFlowsResult
+	if err != nil || json.Unmarshal([]byte(out), &res) != nil {
+		t.Fatalf("%s: udp-flows to %s: %v %s", pod, target, err, out)
+	}
+	return res
+}
+
 // bigUDPBothWays sends 20 fragmented requests from each client to ClusterIP big and
 // requires each whole, and its fragmented reply whole, from both backends.
 func bigUDPBothWays(t *testing.T, big string) {
@@ -129,12 +177,7 @@ func checkFragments(t *testing.T, profile string) {
 		for _, c := range []corev1.Pod{runningPods(t, cs, "app=client", 1)[0], runningPods(t, cs, "app=client2", 1)[0]} {
 			node := c.Spec.NodeName
 			rejects := counter(t, node, "from-pod", "DROP_SVC_NO_BACKEND")
-			out, err := inPod(c.Name, myelinBin, "lab", "udp-flows", "--to", deaf+":80", "--flows", "1", "--timeout", "6s")
-			var res labtools.UDPFlowsResult
-			if err != nil || json.Unmarshal([]byte(out), &res) != nil {
-				t.Fatalf("%s: udp-flows to %s: %v %s", c.Name, deaf, err, out)
-			}
-			if res.Refused != 1 {
+			if res := udpFlow(t, c.Name, deaf+":80"); res.Refused != 1 {
 				t.Errorf("%s: UDP to %s (backend with no listener): %+v, want ECONNREFUSED", c.Name, deaf, res)
 			}
 			// The answer came from the backend's kernel, not from the datapath's reject.
@@ -144,28 +187,5 @@ func checkFragments(t *testing.T, profile string) {
 		}
 	})
 
-	// Later fragments carry no ports: each policy check passes them where it passed
-	// their first fragment. The rules name the port, so an all-ports rule can't. The
-	// backend's port unreachable enters its isolated client as a tracked reply would.
-	t.Run("fragmented UDP and ICMP errors into and out of isolated pods", func(t *testing.T) {
-		isolateBigUDP(t, cs)
-		big1 := runningPods(t, cs, "app=big", 2)[0].Status.PodIP
-		eventually(t, 30*time.Second, "the policies enforced", func(context.Context) (bool, string) {
-			otherPort := bigUDP(t, "client", big1+":8081") // client's egress allows 8080 only
-			stranger := bigUDP(t, "deaf", big1+":8080")    // big's ingress admits the clients only
-			return !otherPort.Refused && otherPort.Received == 0 && stranger.Received == 0,
-				fmt.Sprintf("client to %s:8081 %+v, deaf to %s:8080 %+v: want no answer to either", big1, otherPort, big1, stranger)
-		})
-		bigUDPBothWays(t, big)
-		for _, c := range []string{"client", "client2"} {
-			out, err := inPod(c, myelinBin, "lab", "udp-flows", "--to", deaf+":80", "--flows", "1", "--timeout", "6s")
-			var res labtools.UDPFlowsResult
-			if err != nil || json.Unmarshal([]byte(out), &res) != nil {
-				t.Fatalf("%s: udp-flows to %s: %v %s", c, deaf, err, out)
-			}
-			if res.Refused != 1 {
-				t.Errorf("%s (isolated): UDP to %s (backend with no listener): %+v, want ECONNREFUSED", c, deaf, res)
-			}
-		}
-	})
+	t.Run("fragmented UDP and ICMP errors through isolated pods", func(t *testing.T) { isolatedFragments(t, cs, big, deaf) })
 }
