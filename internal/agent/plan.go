@@ -43,8 +43,7 @@ type nodePlan struct {
 	SourceValidation     bool   // enable-source-ip-verification
 	// UplinkPodCIDR is this node's PodCIDR where a packet from it that another host
 	// sends is dropped as spoofed (pod-source-from-hosts, decideUplinkPodCheck),
-	// unset where it is not, and
-	// UplinkPodCheckOff then says why.
+	// unset where it is not, and UplinkPodCheckOff then says why.
 	UplinkPodCIDR     netip.Prefix
 	UplinkPodCheckOff string
 
