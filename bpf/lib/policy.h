@@ -220,7 +220,8 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 		seen->fresh = bit;
 	if (fresh && fresh_also == POLICY_CT_DEFER)
 		return 0;
-	policy_ct_track(&k, v, bit, (fresh ? fresh_also : 0) | opened, fresh, t->syn);
+	policy_ct_track(&k, v, bit, (fresh ? fresh_also : 0) | opened, policy_ct_first(bit, dir),
+			fresh, t->syn);
 	return 0;
 }
 

@@ -88,15 +88,21 @@ struct policy_ct_key {
 /*
  * policy_ct_ends are the ends of a tracked connection whose check accepted it,
  * and which end opened it: sent the packet whose check wrote the entry (a
- * SYN, a first datagram). The opener is what the agent counts the entry
- * against (policy-ct-pod-max, datapath.GCPolicyCT); entries written before
- * 2026-12-05 name none.
+ * SYN, a first datagram), when its source was checked. The opener is what
+ * the agent counts the entry against (policy-ct-pod-max,
+ * datapath.GCPolicyCT); entries written before 2026-12-05 name none. FIRST
+ * names the sender of that packet whoever it is: the direction the checks
+ * judged the connection in, in which the agent judges it again when a
+ * policy change would forget an end (datapath.PolicyCTPurge.Allowed);
+ * entries written before 2026-12-06 name none.
  */
 enum policy_ct_ends {
 	POLICY_CT_END_LO = 1,	 /* the local pod at addr_lo/port_lo */
 	POLICY_CT_END_HI = 2,	 /* the local pod at addr_hi/port_hi */
 	POLICY_CT_OPENED_LO = 4, /* addr_lo opened it */
 	POLICY_CT_OPENED_HI = 8, /* addr_hi opened it */
+	POLICY_CT_FIRST_LO = 16, /* addr_lo sent the packet that wrote it */
+	POLICY_CT_FIRST_HI = 32, /* addr_hi sent the packet that wrote it */
 };
 
 /*

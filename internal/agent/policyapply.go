@@ -83,15 +83,21 @@ func applyPolicy(m policyMaps, j *purgeJournal, st policy.State, orphans map[net
 		}
 	}
 	// 1. Stale entries of pods becoming isolated, then entries to add or change.
-	errs = append(errs, setPolicyEntries(m, want, curEntries, curFlags, fail, &res)...)
+	written := setPolicyEntries(m, want, curEntries, curFlags, fail, &res)
 	// 2. The ipcache: policy CIDRs before pod /32s (shortest prefixes first).
-	errs = append(errs, setIPCache(m, st.IPCache, curCache, &res)...)
+	written = append(written, setIPCache(m, st.IPCache, curCache, &res)...)
 	// 3. Flags.
-	errs = append(errs, setPolicyFlags(m, st, curFlags, &res)...)
+	written = append(written, setPolicyFlags(m, st, curFlags, &res)...)
 	res.flagsDone = true
 	// 4. Removals.
-	errs = append(errs, removeStale(m, st.IPCache, want, curEntries, curCache, &res)...)
-	// 5. Tracked connections the change may no longer allow.
+	written = append(written, removeStale(m, st.IPCache, want, curEntries, curCache, &res)...)
+	errs = append(errs, written...)
+	// 5. Tracked connections the change may no longer allow. When the maps
+	// hold st (every write went in), the ends it names for their pod's policy
+	// or a prefix are judged again: those st still allows keep passing.
+	if errors.Join(written...) == nil && len(res.failed) == 0 && len(res.unflagged) == 0 {
+		purge.Allowed = newPolicyJudge(st, want).allows
+	}
 	n, err := m.PurgePolicyCT(purge)
 	res.purged = n
 	if err != nil {

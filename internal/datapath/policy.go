@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"slices"
 
 	"github.com/cilium/ebpf"
 )
@@ -318,11 +319,33 @@ func (d *Datapath) IPCache() (map[netip.Prefix]uint32, error) {
 // (Peers), or it lies in a wider prefix that was (Prefixes). Gone are the
 // Peers whose /32 left myelin_ipcache (a pod deleted): an entry with an end at
 // one of them is emptied, opener and all, as nobody sends on it any more.
+//
+// Allowed, when set, judges again the ends named for their pod's policy
+// (Endpoints) or for a prefix holding the peer (Prefixes), as the maps now
+// are: an end whose first packet (enum policy_ct_ends, FIRST) it allows as a
+// new connection keeps its bit, so a connection the change still allows goes
+// on passing both ways (a server's push into an ingress-isolated client
+// after a rollout of an allowed peer changed the client's entries, a reply
+// out of a pod that just became egress-isolated). Ends named for an address
+// whose /32 changed (Peers: it may be another pod's now) and entries without
+// a FIRST bit (written before 2026-12-06) are forgotten whatever it says.
 type PolicyCTPurge struct {
 	Endpoints map[netip.Addr]bool
 	Peers     map[netip.Addr]bool
 	Prefixes  []netip.Prefix
 	Gone      map[netip.Addr]bool
+	Allowed   func(PolicyCTEnd) bool
+}
+
+// PolicyCTEnd is one end of a tracked connection as PolicyCTPurge.Allowed
+// is asked about it: would the check of local pod Local allow the packet
+// that wrote the entry (sent by Local when LocalFirst: its egress check; else
+// by Peer: its ingress check) as a new connection?
+type PolicyCTEnd struct {
+	Local, Peer         netip.Addr
+	LocalPort, PeerPort uint16 // host order; 0 for protocols without ports
+	Proto               uint8
+	LocalFirst          bool
 }
 
 // Empty says there is nothing to purge.
@@ -331,8 +354,9 @@ func (p PolicyCTPurge) Empty() bool {
 }
 
 // PurgePolicyCT forgets the myelin_policy_ct entries p names (one pass
-// over the table): an entry loses the bits of the noted ends p names, and
-// their next packet is judged by the policy again at that end. An entry
+// over the table): an entry loses the bits of the noted ends p names but
+// those p.Allowed allows again, and their next packet is judged by the
+// policy again at that end. An entry
 // left without an end's bit keeps its opener (who pays for it: policyCTHeld)
 // for PolicyCTTimeoutOpenerOnly, so the packet the policy allows that tracks
 // it again meanwhile, whoever sends it (a server's push or keepalive on a
@@ -386,10 +410,7 @@ func purgePolicyCTSlot(t *policyCTTable, i int, p PolicyCTPurge, now uint32) (ch
 			runtime.Gosched()
 			continue
 		}
-		gone := policyCTMatches(k, v.Ends, p)
-		if p.Gone[u32Addr(k.AddrLo)] || p.Gone[u32Addr(k.AddrHi)] {
-			gone = policyCTEnds | policyCTOpened
-		}
+		gone := policyCTForget(k, v.Ends, p)
 		if gone == 0 {
 			return false, true
 		}
@@ -408,33 +429,70 @@ const (
 	policyCTOpenedLo = uint32(myelinPolicyCtEndsPOLICY_CT_OPENED_LO)
 	policyCTOpenedHi = uint32(myelinPolicyCtEndsPOLICY_CT_OPENED_HI)
 	policyCTOpened   = policyCTOpenedLo | policyCTOpenedHi
+	policyCTFirstLo  = uint32(myelinPolicyCtEndsPOLICY_CT_FIRST_LO)
+	policyCTFirstHi  = uint32(myelinPolicyCtEndsPOLICY_CT_FIRST_HI)
 )
 
-// policyCTMatches returns the noted ends of entry k that p names: the local
-// pod of the end is a purged endpoint, or either address is a purged peer,
-// or the other end lies in a purged prefix.
-func policyCTMatches(k myelinPolicyCtKey, ends uint32, p PolicyCTPurge) uint32 {
-	lo, hi := u32Addr(k.AddrLo), u32Addr(k.AddrHi)
-	var gone uint32
-	for _, e := range []struct {
-		bit         uint32
-		local, peer netip.Addr
-	}{{policyCTEndLo, lo, hi}, {policyCTEndHi, hi, lo}} {
-		if ends&e.bit != 0 && policyCTEndMatches(e.local, e.peer, p) {
-			gone |= e.bit
+// policyCTForget returns the bits p takes from entry k, whose ends bits are
+// ends: every end and opener when an address of it is Gone, else the noted
+// ends p names (policyCTMatches) but those p.Allowed allows again.
+func policyCTForget(k myelinPolicyCtKey, ends uint32, p PolicyCTPurge) uint32 {
+	if p.Gone[u32Addr(k.AddrLo)] || p.Gone[u32Addr(k.AddrHi)] {
+		return policyCTEnds | policyCTOpened
+	}
+	sure, judge := policyCTMatches(k, ends, p)
+	for _, e := range policyCTEndsOf(k) {
+		if judge&e.bit != 0 && policyCTAllowedAgain(e, ends, p.Allowed) {
+			judge &^= e.bit
 		}
 	}
-	return gone
+	return sure | judge
 }
 
-func policyCTEndMatches(local, peer netip.Addr, p PolicyCTPurge) bool {
-	if p.Endpoints[local] || p.Peers[peer] || p.Peers[local] {
-		return true
+// policyCTEnd is one end of a tracked connection's key: its bit, its local
+// pod and port, its peer and port (host order).
+type policyCTEnd struct {
+	bit                 uint32
+	local, peer         netip.Addr
+	localPort, peerPort uint16
+	proto               uint8
+}
+
+func policyCTEndsOf(k myelinPolicyCtKey) [2]policyCTEnd {
+	lo, hi := u32Addr(k.AddrLo), u32Addr(k.AddrHi)
+	plo, phi := ntohs(k.PortLo), ntohs(k.PortHi)
+	return [2]policyCTEnd{
+		{policyCTEndLo, lo, hi, plo, phi, k.Proto},
+		{policyCTEndHi, hi, lo, phi, plo, k.Proto},
 	}
-	for _, pfx := range p.Prefixes {
-		if pfx.Contains(peer) {
-			return true
+}
+
+// policyCTMatches returns the noted ends of entry k that p names: sure, those
+// it forgets whatever the new state allows (the end's own address or its
+// peer's is a purged /32: it may be another pod's now), and judge, the others
+// it names (the end's pod is a purged endpoint, or its peer lies in a purged
+// prefix), which p.Allowed may keep.
+func policyCTMatches(k myelinPolicyCtKey, ends uint32, p PolicyCTPurge) (sure, judge uint32) {
+	for _, e := range policyCTEndsOf(k) {
+		switch {
+		case ends&e.bit == 0:
+		case p.Peers[e.peer] || p.Peers[e.local]:
+			sure |= e.bit
+		case p.Endpoints[e.local] || slices.ContainsFunc(p.Prefixes, func(pfx netip.Prefix) bool { return pfx.Contains(e.peer) }):
+			judge |= e.bit
 		}
 	}
-	return false
+	return sure, judge
+}
+
+// policyCTAllowedAgain asks allowed (nil: nothing is) about end e of an entry
+// whose ends bits are ends, in the direction of its first packet; an entry
+// that names no first sender is not asked.
+func policyCTAllowedAgain(e policyCTEnd, ends uint32, allowed func(PolicyCTEnd) bool) bool {
+	first := ends & (policyCTFirstLo | policyCTFirstHi)
+	if allowed == nil || (first != policyCTFirstLo && first != policyCTFirstHi) {
+		return false
+	}
+	return allowed(PolicyCTEnd{Local: e.local, Peer: e.peer, LocalPort: e.localPort, PeerPort: e.peerPort,
+		Proto: e.proto, LocalFirst: (first == policyCTFirstLo) == (e.bit == policyCTEndLo)})
 }

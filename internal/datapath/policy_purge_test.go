@@ -1,8 +1,10 @@
 package datapath
 
 import (
+	"fmt"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 )
@@ -303,4 +305,71 @@ func race(r int, act func(), run func() error) error {
 	err := run()
 	<-done
 	return err
+}
+
+// A purge judges again the ends it names for their pod's policy when the
+// agent gives it Allowed, in the direction of the connection's first packet,
+// which the entry names. B (isolated both ways, admitting A on TCP 8080)
+// keeps its end of A's connection when a change of B's policy still admits
+// it, so B's push to A passes before any segment of A's (a watch, a server
+// stream); a change that no longer admits A, or a purge without Allowed,
+// forgets B's end and B's push is denied until A's next segment tracks it
+// again. The same for UDP the other way: A (egress-isolated, allowed to ask
+// a pod of another node on port 53) keeps its end, so the answer passes.
+func TestPrivilegedBPFPolicyPurgeKeepsAllowed(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP})
+	fromPod, toPod := d.objs.MyelinFromPod, d.objs.MyelinToPod
+	a, b, remote := mustAddr(podA), mustAddr(podBIP), mustAddr(remoteIP)
+	syn := ipv4(protoTCP, podA, podBIP).withSrc(podA, 4001).withDst(podBIP, 8080).withTCPFlags(tcpSYN)
+	seg, push := abSegments(4001)
+	ctxB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
+
+	var asked []PolicyCTEnd
+	judge := func(allow bool) func(PolicyCTEnd) bool {
+		return func(e PolicyCTEnd) bool { asked = append(asked, e); return allow }
+	}
+	purge := func(ep netip.Addr, allowed func(PolicyCTEnd) bool, want ...PolicyCTEnd) func(*Datapath) error {
+		return func(d *Datapath) error {
+			asked = nil
+			if _, err := d.PurgePolicyCT(PolicyCTPurge{Endpoints: map[netip.Addr]bool{ep: true}, Allowed: allowed}); err != nil {
+				return err
+			}
+			if !slices.Equal(asked, want) {
+				return fmt.Errorf("the purge asked about %+v, want %+v", asked, want)
+			}
+			return nil
+		}
+	}
+	bEnd := PolicyCTEnd{Local: b, Peer: a, LocalPort: 8080, PeerPort: 4001, Proto: protoTCP} // A sent first
+	first := verdictStep("A's SYN enters B (allowed: tracked)", toPod, "to-pod", syn, nil, true)
+	first.seed = isolatedB(tcpPort(8080))
+	runPolicySteps(t, d, []policyStep{
+		first,
+		after(verdictStep("B's push leaves B (tracked)", fromPod, "from-pod", push, ctxB, true),
+			trackedEnds(policyCTEndHi|policyCTFirstLo, "after A's SYN (B's end, A sent first)")),
+		after(verdictStep("B's policy changed, still admitting A: B's end kept, its push passes", fromPod, "from-pod", push, ctxB, true),
+			purge(b, judge(true), bEnd), trackedEnds(policyCTEndHi|policyCTFirstLo, "after a purge that kept B's end")),
+		after(verdictStep("B's policy changed, no longer admitting A: B's end forgotten, its push is denied", fromPod, "from-pod", push, ctxB, false),
+			purge(b, judge(false), bEnd)),
+		verdictStep("A's next segment is judged and tracked again", toPod, "to-pod", seg, nil, true),
+		after(verdictStep("then B's push passes", fromPod, "from-pod", push, ctxB, true),
+			trackedEnds(policyCTEndHi|policyCTFirstLo, "after A's segment wrote it again (A sent first)")),
+		after(verdictStep("a purge without Allowed forgets B's end: B's push is denied", fromPod, "from-pod", push, ctxB, false),
+			purge(b, nil)),
+	})
+
+	query := ipv4(protoUDP, podA, remoteIP).withSrc(podA, 5001).withDst(remoteIP, 53)
+	answer := ipv4(protoUDP, remoteIP, podA).withSrc(remoteIP, 53).withDst(podA, 5001)
+	aEnd := PolicyCTEnd{Local: a, Peer: remote, LocalPort: 5001, PeerPort: 53, Proto: protoUDP, LocalFirst: true}
+	asks := verdictStep("A's query leaves A (allowed: tracked)", fromPod, "from-pod", query, ctxPodA, true)
+	asks.seed = &policyState{flags: map[string]PolicyFlags{podA: PolicyIngress | PolicyEgress},
+		entries: map[PolicyKey][]PolicyPort{egressOf(podA, idRemote): {{Proto: protoUDP, Lo: 53, Hi: 53}}}}
+	runPolicySteps(t, d, []policyStep{
+		asks,
+		after(verdictStep("A's policy changed, still allowing the query: the answer passes", toPod, "to-pod", answer, nil, true),
+			trackedEnds(policyCTEndLo|policyCTOpenedLo|policyCTFirstLo, "after A's query"), purge(a, judge(true), aEnd)),
+		after(verdictStep("no longer allowed: the answer is denied", toPod, "to-pod", answer, nil, false),
+			purge(a, judge(false), aEnd)),
+	})
 }

@@ -1,0 +1,82 @@
+package agent
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+
+	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/policy"
+)
+
+// policyJudge answers datapath.PolicyCTPurge.Allowed from a state the maps
+// hold (applyPolicy asks only after every write of the state went in): what
+// the datapath's check of the end's pod (bpf/lib/policy.h, policy_enforce and
+// policy_allows) decides for the connection's first packet as a new one. Its
+// egress check when the pod sent it, towards the peer's port; else its
+// ingress check, from the peer to the pod's port. The node's own address is
+// judged as any peer: the datapath exempts it only on packets the host sends
+// (kubelet probes), which the entry doesn't say.
+type policyJudge struct {
+	st      policy.State
+	entries map[datapath.PolicyKey][]datapath.PolicyPort
+	// wide are st.IPCache's prefixes shorter than /32, longest first: an
+	// address without a /32 has the identity of the first that holds it.
+	wide []netip.Prefix
+}
+
+func newPolicyJudge(st policy.State, entries map[datapath.PolicyKey][]datapath.PolicyPort) *policyJudge {
+	j := &policyJudge{st: st, entries: entries}
+	for p := range st.IPCache {
+		if p.Bits() < 32 {
+			j.wide = append(j.wide, p)
+		}
+	}
+	slices.SortFunc(j.wide, func(a, b netip.Prefix) int { return cmp.Compare(b.Bits(), a.Bits()) })
+	return j
+}
+
+func (j *policyJudge) allows(e datapath.PolicyCTEnd) bool {
+	var flags datapath.PolicyFlags
+	if ep := j.st.Endpoints[e.Local]; ep != nil {
+		flags = ep.Flags
+	}
+	on, port := datapath.PolicyIngress, e.LocalPort
+	if e.LocalFirst {
+		on, port = datapath.PolicyEgress, e.PeerPort
+	}
+	if flags&on == 0 {
+		return true
+	}
+	for _, id := range []uint32{j.identity(e.Peer), datapath.IdentityAny} {
+		k := datapath.PolicyKey{Endpoint: e.Local, Identity: id, Egress: e.LocalFirst}
+		if policyPortsAllow(j.entries[k], e.Proto, port) {
+			return true
+		}
+	}
+	return false
+}
+
+// identity is what myelin_ipcache's longest prefix holding addr says it is.
+func (j *policyJudge) identity(addr netip.Addr) uint32 {
+	if id, ok := j.st.IPCache[netip.PrefixFrom(addr, 32)]; ok {
+		return id
+	}
+	for _, p := range j.wide {
+		if p.Contains(addr) {
+			return j.st.IPCache[p]
+		}
+	}
+	return datapath.IdentityWorld
+}
+
+// policyPortsAllow is policy_port_allowed: a range of protocol 0 allows
+// everything, else the protocol and a port within the range.
+func policyPortsAllow(ports []datapath.PolicyPort, proto uint8, port uint16) bool {
+	for _, p := range ports {
+		if p.Proto == 0 || (p.Proto == proto && port >= p.Lo && port <= p.Hi) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,105 @@
+package agent
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/policy"
+)
+
+// The judge decides a tracked end as the datapath's check decides the
+// connection's first packet: at the pod's egress when it sent it, towards the
+// peer's port, else at its ingress, to its own port; by the longest ipcache
+// prefix holding the peer (world when none), the peer's identity entry then
+// the any-peer entry; a direction the pod is not isolated in allows all.
+func TestPolicyJudge(t *testing.T) {
+	x := netip.MustParseAddr("10.244.0.10")    // local, isolated both ways
+	open := netip.MustParseAddr("10.244.0.11") // local, ingress only
+	y, z := netip.MustParseAddr("10.244.1.10"), netip.MustParseAddr("10.244.1.11")
+	udp53 := []datapath.PolicyPort{{Proto: policy.ProtoUDP, Lo: 53, Hi: 53}}
+	st := policy.State{
+		IPCache: map[netip.Prefix]uint32{
+			netip.PrefixFrom(y, 32): 301, netip.PrefixFrom(z, 32): 303,
+			netip.MustParsePrefix("203.0.113.0/24"): 304, netip.MustParsePrefix("203.0.113.0/28"): 305,
+		},
+		Endpoints: map[netip.Addr]*policy.Endpoint{
+			x: {IP: x, Flags: datapath.PolicyIngress | datapath.PolicyEgress, Entries: map[policy.Key][]datapath.PolicyPort{
+				{Identity: 301}: {{Proto: policy.ProtoTCP, Lo: 80, Hi: 90}},
+				{Identity: datapath.IdentityAny, Egress: true}: udp53,
+				{Identity: 304, Egress: true}:                  {{}},
+			}},
+			open: {IP: open, Flags: datapath.PolicyIngress, Entries: map[policy.Key][]datapath.PolicyPort{}},
+		},
+	}
+	j := newPolicyJudge(st, desiredEntries(st))
+	in := func(peer netip.Addr, port uint16, proto uint8) datapath.PolicyCTEnd {
+		return datapath.PolicyCTEnd{Local: x, Peer: peer, LocalPort: port, PeerPort: 40000, Proto: proto}
+	}
+	out := func(peer netip.Addr, port uint16, proto uint8) datapath.PolicyCTEnd {
+		return datapath.PolicyCTEnd{Local: x, Peer: peer, LocalPort: 40000, PeerPort: port, Proto: proto, LocalFirst: true}
+	}
+	for _, c := range []struct {
+		name string
+		e    datapath.PolicyCTEnd
+		want bool
+	}{
+		{"y into x's port 80", in(y, 80, policy.ProtoTCP), true},
+		{"y into x's port 90 (the range's end)", in(y, 90, policy.ProtoTCP), true},
+		{"y into x's port 91", in(y, 91, policy.ProtoTCP), false},
+		{"y into x's port 80 over UDP", in(y, 80, policy.ProtoUDP), false},
+		{"z into x's port 80 (another identity)", in(z, 80, policy.ProtoTCP), false},
+		{"x to z's port 53 over UDP (any peer)", out(z, 53, policy.ProtoUDP), true},
+		{"x to z's port 53 over TCP", out(z, 53, policy.ProtoTCP), false},
+		{"x to an address of the /24, any port", out(netip.MustParseAddr("203.0.113.100"), 8443, policy.ProtoTCP), true},
+		{"x to an address of the longer /28 (another identity)", out(netip.MustParseAddr("203.0.113.5"), 8443, policy.ProtoTCP), false},
+		{"x to the world, UDP 53 (any peer)", out(netip.MustParseAddr("198.51.100.1"), 53, policy.ProtoUDP), true},
+		{"x to the world, TCP 443", out(netip.MustParseAddr("198.51.100.1"), 443, policy.ProtoTCP), false},
+		{"an ingress-only pod's own connection out", datapath.PolicyCTEnd{Local: open, Peer: z, LocalPort: 40000, PeerPort: 443, Proto: policy.ProtoTCP, LocalFirst: true}, true},
+		{"into an ingress-only pod with no entries", datapath.PolicyCTEnd{Local: open, Peer: y, LocalPort: 80, PeerPort: 40000, Proto: policy.ProtoTCP}, false},
+		{"a pod not isolated", datapath.PolicyCTEnd{Local: netip.MustParseAddr("10.244.0.12"), Peer: z, LocalPort: 80, Proto: policy.ProtoTCP}, true},
+	} {
+		if got := j.allows(c.e); got != c.want {
+			t.Errorf("%s: allows %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// An apply whose writes all went in lets the purge judge ends again by the new
+// state (a widened port list keeps the connections it still allows); one with a
+// failed write forgets every end it names, as the maps may not hold the state.
+func TestApplyPolicyPurgeJudgesAgain(t *testing.T) {
+	m := newFakePolicyMaps()
+	base := serverState(map[netip.Addr]uint32{podX: 300, podY: 301}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
+	if _, err := applyPolicy(m, &purgeJournal{}, base, nil); err != nil {
+		t.Fatal(err)
+	}
+	m.purges = nil
+	wider := serverState(map[netip.Addr]uint32{podX: 300, podY: 301},
+		map[uint32][]datapath.PolicyPort{301: {{Proto: policy.ProtoTCP, Lo: 80, Hi: 80}, {Proto: policy.ProtoTCP, Lo: 443, Hi: 443}}})
+	if _, err := applyPolicy(m, &purgeJournal{}, wider, nil); err != nil || len(m.purges) != 1 || !m.purges[0].Endpoints[podX] {
+		t.Fatalf("ports added to an entry: purges %v, err %v; want x's connections named", m.purges, err)
+	}
+	allowed := m.purges[0].Allowed
+	if allowed == nil {
+		t.Fatal("a clean apply's purge has no Allowed: every still-allowed connection of x would lose its end")
+	}
+	yTo := func(port uint16) datapath.PolicyCTEnd {
+		return datapath.PolicyCTEnd{Local: podX, Peer: podY, LocalPort: port, PeerPort: 40000, Proto: policy.ProtoTCP}
+	}
+	if !allowed(yTo(80)) || !allowed(yTo(443)) || allowed(yTo(8080)) {
+		t.Errorf("Allowed: y into x's 80 %v, 443 %v, 8080 %v; want true, true, false", allowed(yTo(80)), allowed(yTo(443)), allowed(yTo(8080)))
+	}
+
+	m.purges = nil
+	cidr := netip.MustParsePrefix("203.0.113.0/24")
+	m.failCache = map[netip.Prefix]bool{cidr: true}
+	failing := serverState(map[netip.Addr]uint32{podX: 300, podY: 301}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
+	failing.IPCache[cidr] = 310
+	if _, err := applyPolicy(m, &purgeJournal{}, failing, nil); err == nil || len(m.purges) != 1 {
+		t.Fatalf("narrowed with a failed ipcache write: purges %v, err %v; want one purge and the error", m.purges, err)
+	}
+	if m.purges[0].Allowed != nil {
+		t.Error("an apply with a failed write judges ends again: the maps may not hold what the judge reads")
+	}
+}
