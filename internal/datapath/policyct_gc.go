@@ -16,8 +16,11 @@ const PolicyCTTimeoutOther = 60 * time.Second
 
 // PolicyCTTimeoutTCP is how long NetworkPolicy keeps tracking a TCP connection
 // that carried traffic after its entry was written (a lookup found it) but
-// passed no tracked packet since: the established timeout of the Service
-// conntrack. PolicyCTTimeoutTCPUnseen is for a TCP entry no lookup found after
+// passed no tracked packet since: longer than Linux's default keepalive time
+// (net.ipv4.tcp_keepalive_time, 2 h) with a margin for its first probe, so an
+// idle connection with keepalive on keeps its entry; shorter than the Service
+// conntrack's established timeout (6 h), as silent connections hold their
+// payer's policy-ct-pod-max. PolicyCTTimeoutTCPUnseen is for a TCP entry no lookup found after
 // its write: a handshake never completed (a client gone, a SYN flood), a stray
 // segment. GCPolicyCT then deletes the entry; a connection that does send again
 // is judged by the policy again, as after an eviction. Without them, an entry
@@ -25,7 +28,7 @@ const PolicyCTTimeoutOther = 60 * time.Second
 // policy-ct-pod-max: enough of them (a peer the pod allows can send them) and
 // every new connection of the pod was dropped.
 const (
-	PolicyCTTimeoutTCP       = time.Hour
+	PolicyCTTimeoutTCP       = 2*time.Hour + 15*time.Minute
 	PolicyCTTimeoutTCPUnseen = 60 * time.Second
 )
 

@@ -195,6 +195,7 @@ func TestPrivilegedBPFPolicyCTGCIdleTCP(t *testing.T) {
 	seg, reply := abSegments(3003)
 	stray, strayReply := abSegments(3004)
 	ctxB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
+	const seenAt = 31 * time.Minute
 	first := verdictStep("A's segment enters B (allowed: tracked)", toPod, "to-pod", seg, nil, true)
 	first.seed = st
 	runPolicySteps(t, d, []policyStep{
@@ -206,10 +207,10 @@ func TestPrivilegedBPFPolicyCTGCIdleTCP(t *testing.T) {
 			gcPolicyCTAt(65*time.Second, 1)),
 		after(verdictStep("the replied connection, idle 30 minutes: kept, B replies", fromPod, "from-pod", reply, ctxB, true),
 			gcPolicyCTAt(30*time.Minute, 0)),
-		after(verdictStep("seen at 31 min, idle 59 min since: kept, B replies", fromPod, "from-pod", reply, ctxB, true),
-			gcPolicyCTAt(31*time.Minute, 0), gcPolicyCTAt(90*time.Minute, 0)),
-		after(verdictStep("seen at 91 min, idle 61 min since: deleted, B's reply is denied", fromPod, "from-pod", reply, ctxB, false),
-			gcPolicyCTAt(91*time.Minute, 0), gcPolicyCTAt(152*time.Minute, 1)),
+		after(verdictStep("seen at 31 min, idle a minute less than the timeout since: kept, B replies", fromPod, "from-pod", reply, ctxB, true),
+			gcPolicyCTAt(seenAt, 0), gcPolicyCTAt(seenAt+PolicyCTTimeoutTCP-time.Minute, 0)),
+		after(verdictStep("seen again, idle a minute past the timeout since: deleted, B's reply is denied", fromPod, "from-pod", reply, ctxB, false),
+			gcPolicyCTAt(seenAt+PolicyCTTimeoutTCP, 0), gcPolicyCTAt(seenAt+2*PolicyCTTimeoutTCP+time.Minute, 1)),
 		verdictStep("A's next segment enters B (tracked again)", toPod, "to-pod", seg, nil, true),
 		verdictStep("B replies again", fromPod, "from-pod", reply, ctxB, true),
 	})
