@@ -64,10 +64,19 @@ func PodOf(p *corev1.Pod) (Pod, bool) {
 }
 
 // PodWithoutIP is what policy reads of a pod but its address (the zero Addr): for a pod
-// whose status has none yet, to be completed with the address its node gave it.
+// whose status has none yet, to be completed with the address its node gave it. Its
+// named ports are its containers' and then its sidecars' (init containers with
+// restartPolicy Always, which run beside them), the order in which Kubernetes
+// resolves a Service's named targetPort (the first of a name wins).
 func PodWithoutIP(p *corev1.Pod) Pod {
 	out := Pod{Namespace: p.Namespace, Name: p.Name, Labels: p.Labels, Node: p.Spec.NodeName}
-	for _, c := range p.Spec.Containers {
+	containers := slices.Clip(p.Spec.Containers) // appending never writes the pod's array
+	for _, c := range p.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			containers = append(containers, c)
+		}
+	}
+	for _, c := range containers {
 		for _, cp := range c.Ports {
 			if cp.Name == "" {
 				continue
