@@ -18,8 +18,9 @@
  * tracked path and is
  * judged by the policy again (and tracked again if allowed), so a tightened
  * policy or a reused peer address never inherits an old entry; the agent
- * deletes the entries of changed endpoints and removed peers for the other
- * protocols. A TCP connection's entry is deleted once both ends' FINs are
+ * forgets the ends of changed endpoints and peers that the new state no
+ * longer allows (datapath.PurgePolicyCT), for established connections of
+ * every protocol. A TCP connection's entry is deleted once both ends' FINs are
  * acknowledged (policy_ct_close), so closed connections give their entries
  * back instead of making every new connection push one out of a full table;
  * the agent deletes those of other protocols once idle, and TCP connections
@@ -173,7 +174,7 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 	struct policy_ct_slot *at = NULL;
 	struct policy_ct_key k = {};
 	__u8 on, incomplete;
-	__u32 peer, bit, opened;
+	__u32 peer, bit, opened, out;
 	int fresh;
 
 	bit = policy_ct_key_of(&k, t, dir);
@@ -220,8 +221,12 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 		seen->fresh = bit;
 	if (fresh && fresh_also == POLICY_CT_DEFER)
 		return 0;
-	policy_ct_track(&k, v, bit, (fresh ? fresh_also : 0) | opened, policy_ct_first(bit, dir),
-			fresh, t->syn);
+	/* OUT: this end's bit from its egress check, and a deferred SYN's sender's
+	 * (fresh_also: its egress check accepted it). */
+	out = dir == POLICY_DIR_EGRESS ? policy_ct_out(bit) : 0;
+	if (fresh && fresh_also)
+		out |= policy_ct_out(fresh_also);
+	policy_ct_track(&k, v, bit, (fresh ? fresh_also : 0) | opened, out, fresh, t->syn);
 	return 0;
 }
 

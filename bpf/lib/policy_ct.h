@@ -104,16 +104,10 @@ static __always_inline __u32 policy_ct_opener(__u32 bit, __u8 dir, const struct 
 	return bit == POLICY_CT_END_LO ? POLICY_CT_OPENED_LO : POLICY_CT_OPENED_HI;
 }
 
-/*
- * policy_ct_first is the FIRST bit (enum policy_ct_ends) of the sender of a
- * packet at the check of direction dir whose local end is bit: the local
- * end at egress, the other end at ingress.
- */
-static __always_inline __u32 policy_ct_first(__u32 bit, __u8 dir)
+/* policy_ct_out is the OUT bit (enum policy_ct_ends) of end bit: set by its egress check. */
+static __always_inline __u32 policy_ct_out(__u32 bit)
 {
-	if (dir != POLICY_DIR_EGRESS)
-		bit ^= POLICY_CT_END_LO | POLICY_CT_END_HI;
-	return bit == POLICY_CT_END_LO ? POLICY_CT_FIRST_LO : POLICY_CT_FIRST_HI;
+	return bit == POLICY_CT_END_LO ? POLICY_CT_OUT_LO : POLICY_CT_OUT_HI;
 }
 
 /*
@@ -150,8 +144,9 @@ static __always_inline int policy_ct_over_budget(__u32 addr)
  * added to what the entry holds (cur: the entry as the caller read it, or
  * NULL to look it up; a new entry gets also too); a SYN clears an old close
  * state and, when this check knows its sender (also), names it the opener.
- * first is the FIRST bit of the packet's sender (policy_ct_first): a new
- * entry, a fresh one and a SYN's name it; other packets leave the entry's.
+ * out: the OUT bits of the ends this write sets at their egress check
+ * (policy_ct_out): written with them, and this end's cleared where its bit
+ * is added by its ingress check.
  * A write that adds to a copy happens only if the entry still holds the
  * copy's ends (policy_ct_put's was): an end the agent purged meanwhile stays
  * purged; and it leaves a close state written meanwhile (a FIN or RST on
@@ -167,9 +162,9 @@ static __always_inline int policy_ct_over_budget(__u32 addr)
  */
 static __always_inline void policy_ct_track(const struct policy_ct_key *k,
 					    const struct policy_ct_entry *cur, __u32 bit,
-					    __u32 also, __u32 first, int fresh, int syn)
+					    __u32 also, __u32 out, int fresh, int syn)
 {
-	struct policy_ct_entry ce = {.ends = bit | also | first};
+	struct policy_ct_entry ce = {.ends = bit | also | out};
 	__u64 was = 0;
 
 	if (!fresh) {
@@ -181,18 +176,15 @@ static __always_inline void policy_ct_track(const struct policy_ct_key *k,
 			was = policy_ct_was(&ce);
 			if ((ce.ends & bit) && !(syn && ce.closing))
 				return;
-			ce.ends |= bit;
-			if (syn) {
+			ce.ends = (ce.ends & ~policy_ct_out(bit)) | bit | out;
+			if (syn)
 				ce.closing = 0;
-				ce.ends &= ~(POLICY_CT_FIRST_LO | POLICY_CT_FIRST_HI);
-				ce.ends |= first;
-			}
 			if (syn && also) {
 				ce.ends &= ~(POLICY_CT_OPENED_LO | POLICY_CT_OPENED_HI);
 				ce.ends |= also;
 			}
 		} else {
-			ce = (struct policy_ct_entry){.ends = bit | also | first};
+			ce = (struct policy_ct_entry){.ends = bit | also | out};
 			was = POLICY_CT_PUT_NEW;
 		}
 	}
@@ -285,16 +277,16 @@ static __always_inline void policy_tx_commit(struct ipv4_info *info)
 				 .proto = info->proto};
 	struct policy_ct_entry ce = {.ends = info->policy_tx_fresh};
 	struct policy_ct_key k = {};
-	__u32 bit;
 
 	if (!info->policy_tx_fresh)
 		return;
 	if (info->proto != IPPROTO_TCP)
 		ce.fin_lo = policy_ct_now();
-	/* A SYN of a pod of this node, which its egress check saw: the pod opened it. */
-	bit = policy_ct_key_of(&k, &t, POLICY_DIR_EGRESS);
-	ce.ends |= policy_ct_opener(bit, POLICY_DIR_EGRESS, &t) |
-		   policy_ct_first(bit, POLICY_DIR_EGRESS);
+	/* A SYN of a pod of this node, which its egress check saw (and accepted:
+	 * OUT): the pod opened it. */
+	ce.ends |= policy_ct_out(info->policy_tx_fresh) |
+		   policy_ct_opener(policy_ct_key_of(&k, &t, POLICY_DIR_EGRESS), POLICY_DIR_EGRESS,
+				    &t);
 	policy_ct_put(&k, &ce, 0);
 	info->policy_tx_fresh = 0;
 }

@@ -90,19 +90,21 @@ struct policy_ct_key {
  * and which end opened it: sent the packet whose check wrote the entry (a
  * SYN, a first datagram), when its source was checked. The opener is what
  * the agent counts the entry against (policy-ct-pod-max,
- * datapath.GCPolicyCT); entries written before 2026-12-05 name none. FIRST
- * names the sender of that packet whoever it is: the direction the checks
- * judged the connection in, in which the agent judges it again when a
- * policy change would forget an end (datapath.PolicyCTPurge.Allowed);
- * entries written before 2026-12-06 name none.
+ * datapath.GCPolicyCT); entries written before 2026-12-05 name none. OUT
+ * says an end's bit was set by that end's egress check (the end sent the
+ * packet it accepted), not its ingress check: when a policy change would
+ * forget the end, the agent judges it again as a connection the end opens,
+ * not only as one its peer opens (datapath.PolicyCTPurge.Allowed). Each
+ * write of an end's bit sets or clears its OUT bit; entries written before
+ * 2026-12-06 have none (judged as opened by the peer only).
  */
 enum policy_ct_ends {
 	POLICY_CT_END_LO = 1,	 /* the local pod at addr_lo/port_lo */
 	POLICY_CT_END_HI = 2,	 /* the local pod at addr_hi/port_hi */
 	POLICY_CT_OPENED_LO = 4, /* addr_lo opened it */
 	POLICY_CT_OPENED_HI = 8, /* addr_hi opened it */
-	POLICY_CT_FIRST_LO = 16, /* addr_lo sent the packet that wrote it */
-	POLICY_CT_FIRST_HI = 32, /* addr_hi sent the packet that wrote it */
+	POLICY_CT_OUT_LO = 16,	 /* END_LO was set by addr_lo's egress check */
+	POLICY_CT_OUT_HI = 32,	 /* END_HI was set by addr_hi's egress check */
 };
 
 /*

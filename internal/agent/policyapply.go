@@ -67,8 +67,8 @@ func applyPolicy(m policyMaps, j *purgeJournal, st policy.State, orphans map[net
 	keepOrphans(st, orphans, curFlags, curEntries)
 	want := desiredEntries(st)
 	purge := policyCTPurge(st, want, curEntries, curFlags, curCache)
-	pending, err := j.pending()
-	errs := []error{err}
+	pending, journalErr := j.pending()
+	errs := []error{journalErr}
 	if purge = mergePurges(purge, pending); !purge.Empty() {
 		// A journal that can't be written still lets the policy change: it only
 		// matters if the agent also dies before step 5.
@@ -87,16 +87,22 @@ func applyPolicy(m policyMaps, j *purgeJournal, st policy.State, orphans map[net
 	// 2. The ipcache: policy CIDRs before pod /32s (shortest prefixes first).
 	written = append(written, setIPCache(m, st.IPCache, curCache, &res)...)
 	// 3. Flags.
-	written = append(written, setPolicyFlags(m, st, curFlags, &res)...)
+	flagErrs := setPolicyFlags(m, st, curFlags, &res)
 	res.flagsDone = true
 	// 4. Removals.
 	written = append(written, removeStale(m, st.IPCache, want, curEntries, curCache, &res)...)
-	errs = append(errs, written...)
-	// 5. Tracked connections the change may no longer allow. When the maps
-	// hold st (every write went in), the ends it names for their pod's policy
-	// or a prefix are judged again: those st still allows keep passing.
-	if errors.Join(written...) == nil && len(res.failed) == 0 && len(res.unflagged) == 0 {
-		purge.Allowed = newPolicyJudge(st, want).allows
+	errs = append(append(errs, written...), flagErrs...)
+	// 5. Tracked connections the change may no longer allow. Where the maps
+	// hold st, the ends it names for their pod's policy or a prefix are judged
+	// again, and those st still allows keep passing: not at all after a write
+	// that may have left any pod's peers or flags other than st says (or an
+	// unreadable journal: its purgeAll stands for /32 changes, which are never
+	// judged), and not for a pod whose entries or flags failed.
+	if journalErr == nil && errors.Join(written...) == nil && len(flagErrs) == len(res.unflagged) {
+		judge := newPolicyJudge(st, want)
+		purge.Allowed = func(e datapath.PolicyCTEnd) bool {
+			return res.failed[e.Local] == nil && !res.unflagged[e.Local] && judge.allows(e)
+		}
 	}
 	n, err := m.PurgePolicyCT(purge)
 	res.purged = n

@@ -19,9 +19,11 @@ type fakePolicyMaps struct {
 	flags   map[netip.Addr]datapath.PolicyFlags
 	cache   map[netip.Prefix]uint32
 	max     int // entries the policy map holds; 0 = no limit
-	check   func(*fakePolicyMaps) error
-	errs    []error
-	purges  []datapath.PolicyCTPurge // every non-empty purge asked for
+	// maxPorts is how many ranges an entry holds (0: no limit).
+	maxPorts int
+	check    func(*fakePolicyMaps) error
+	errs     []error
+	purges   []datapath.PolicyCTPurge // every non-empty purge asked for
 	// failCache are prefixes whose write fails (a full ipcache).
 	failCache map[netip.Prefix]bool
 }
@@ -42,6 +44,9 @@ func (f *fakePolicyMaps) after() {
 func (f *fakePolicyMaps) SetPolicy(k datapath.PolicyKey, p []datapath.PolicyPort) error {
 	if _, ok := f.entries[k]; !ok && f.max > 0 && len(f.entries) >= f.max {
 		return fmt.Errorf("set policy: %w", unix.E2BIG)
+	}
+	if f.maxPorts > 0 && len(p) > f.maxPorts {
+		return fmt.Errorf("set policy: %w", datapath.ErrPolicyPorts)
 	}
 	f.entries[k] = slices.Clone(p)
 	f.after()

@@ -10,13 +10,13 @@ import (
 )
 
 // policyJudge answers datapath.PolicyCTPurge.Allowed from a state the maps
-// hold (applyPolicy asks only after every write of the state went in): what
-// the datapath's check of the end's pod (bpf/lib/policy.h, policy_enforce and
-// policy_allows) decides for the connection's first packet as a new one. Its
-// egress check when the pod sent it, towards the peer's port; else its
-// ingress check, from the peer to the pod's port. The node's own address is
-// judged as any peer: the datapath exempts it only on packets the host sends
-// (kubelet probes), which the entry doesn't say.
+// hold (applyPolicy asks only where the apply's writes went in): what the
+// datapath's check of the end's pod (bpf/lib/policy.h, policy_enforce and
+// policy_allows) decides for a new connection: its egress check for one the
+// pod opens, towards the peer's port; else its ingress check, from the peer
+// to the pod's port. The node's own address is judged as any peer: the
+// datapath exempts it only on packets the host sends (kubelet probes), which
+// the entry doesn't say.
 type policyJudge struct {
 	st      policy.State
 	entries map[datapath.PolicyKey][]datapath.PolicyPort
@@ -42,19 +42,18 @@ func (j *policyJudge) allows(e datapath.PolicyCTEnd) bool {
 		flags = ep.Flags
 	}
 	on, port := datapath.PolicyIngress, e.LocalPort
-	if e.LocalFirst {
+	if e.Egress {
 		on, port = datapath.PolicyEgress, e.PeerPort
 	}
 	if flags&on == 0 {
 		return true
 	}
-	for _, id := range []uint32{j.identity(e.Peer), datapath.IdentityAny} {
-		k := datapath.PolicyKey{Endpoint: e.Local, Identity: id, Egress: e.LocalFirst}
-		if policyPortsAllow(j.entries[k], e.Proto, port) {
-			return true
-		}
+	k := datapath.PolicyKey{Endpoint: e.Local, Identity: j.identity(e.Peer), Egress: e.Egress}
+	if policyPortsAllow(j.entries[k], e.Proto, port) {
+		return true
 	}
-	return false
+	k.Identity = datapath.IdentityAny
+	return policyPortsAllow(j.entries[k], e.Proto, port)
 }
 
 // identity is what myelin_ipcache's longest prefix holding addr says it is.

@@ -8,9 +8,9 @@ import (
 	"github.com/myelin-net/myelin/internal/policy"
 )
 
-// The judge decides a tracked end as the datapath's check decides the
-// connection's first packet: at the pod's egress when it sent it, towards the
-// peer's port, else at its ingress, to its own port; by the longest ipcache
+// The judge decides a tracked end as the datapath's check decides a new
+// connection: at the pod's egress for one it opens, towards the peer's port,
+// else at its ingress, to its own port; by the longest ipcache
 // prefix holding the peer (world when none), the peer's identity entry then
 // the any-peer entry; a direction the pod is not isolated in allows all.
 func TestPolicyJudge(t *testing.T) {
@@ -37,7 +37,7 @@ func TestPolicyJudge(t *testing.T) {
 		return datapath.PolicyCTEnd{Local: x, Peer: peer, LocalPort: port, PeerPort: 40000, Proto: proto}
 	}
 	out := func(peer netip.Addr, port uint16, proto uint8) datapath.PolicyCTEnd {
-		return datapath.PolicyCTEnd{Local: x, Peer: peer, LocalPort: 40000, PeerPort: port, Proto: proto, LocalFirst: true}
+		return datapath.PolicyCTEnd{Local: x, Peer: peer, LocalPort: 40000, PeerPort: port, Proto: proto, Egress: true}
 	}
 	for _, c := range []struct {
 		name string
@@ -55,7 +55,7 @@ func TestPolicyJudge(t *testing.T) {
 		{"x to an address of the longer /28 (another identity)", out(netip.MustParseAddr("203.0.113.5"), 8443, policy.ProtoTCP), false},
 		{"x to the world, UDP 53 (any peer)", out(netip.MustParseAddr("198.51.100.1"), 53, policy.ProtoUDP), true},
 		{"x to the world, TCP 443", out(netip.MustParseAddr("198.51.100.1"), 443, policy.ProtoTCP), false},
-		{"an ingress-only pod's own connection out", datapath.PolicyCTEnd{Local: open, Peer: z, LocalPort: 40000, PeerPort: 443, Proto: policy.ProtoTCP, LocalFirst: true}, true},
+		{"an ingress-only pod's own connection out", datapath.PolicyCTEnd{Local: open, Peer: z, LocalPort: 40000, PeerPort: 443, Proto: policy.ProtoTCP, Egress: true}, true},
 		{"into an ingress-only pod with no entries", datapath.PolicyCTEnd{Local: open, Peer: y, LocalPort: 80, PeerPort: 40000, Proto: policy.ProtoTCP}, false},
 		{"a pod not isolated", datapath.PolicyCTEnd{Local: netip.MustParseAddr("10.244.0.12"), Peer: z, LocalPort: 80, Proto: policy.ProtoTCP}, true},
 	} {
@@ -90,6 +90,27 @@ func TestApplyPolicyPurgeJudgesAgain(t *testing.T) {
 	if !allowed(yTo(80)) || !allowed(yTo(443)) || allowed(yTo(8080)) {
 		t.Errorf("Allowed: y into x's 80 %v, 443 %v, 8080 %v; want true, true, false", allowed(yTo(80)), allowed(yTo(443)), allowed(yTo(8080)))
 	}
+
+	// A second isolated pod whose entry can't be written (more ranges than the
+	// map holds): its ends are not kept, x's are still judged.
+	m.purges = nil
+	podW := netip.MustParseAddr("10.244.0.20")
+	tooMany := make([]datapath.PolicyPort, datapath.PolicyPortsMax+1)
+	for i := range tooMany {
+		tooMany[i] = datapath.PolicyPort{Proto: policy.ProtoTCP, Lo: uint16(1000 + i), Hi: uint16(1000 + i)}
+	}
+	m.maxPorts = datapath.PolicyPortsMax
+	withW := serverState(map[netip.Addr]uint32{podX: 300, podY: 301}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
+	withW.Endpoints[podW] = &policy.Endpoint{Pod: "x/w", IP: podW, Flags: datapath.PolicyIngress,
+		Entries: map[policy.Key][]datapath.PolicyPort{{Identity: 301}: tooMany}}
+	if res, err := applyPolicy(m, &purgeJournal{}, withW, nil); err != nil || res.failed[podW] == nil || len(m.purges) != 1 || m.purges[0].Allowed == nil {
+		t.Fatalf("one pod's entry failed: purges %v, failed %v, err %v; want w failed, x's ends judged", m.purges, res.failed, err)
+	}
+	if allowed := m.purges[0].Allowed; !allowed(yTo(80)) ||
+		allowed(datapath.PolicyCTEnd{Local: podW, Peer: podY, LocalPort: 1000, PeerPort: 40000, Proto: policy.ProtoTCP}) {
+		t.Error("Allowed: want x's allowed end kept and none of w's (its entry is not in the map)")
+	}
+	m.maxPorts = 0
 
 	m.purges = nil
 	cidr := netip.MustParsePrefix("203.0.113.0/24")

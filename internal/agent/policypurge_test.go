@@ -73,6 +73,8 @@ func TestPolicyPurgeUnreadableJournal(t *testing.T) {
 	all := netip.MustParsePrefix("0.0.0.0/0")
 	if len(m.purges) != 1 || !slices.Contains(m.purges[0].Prefixes, all) {
 		t.Errorf("purges %v, want every connection (%v)", m.purges, all)
+	} else if m.purges[0].Allowed != nil {
+		t.Error("the purge standing for an unreadable journal judges ends again: it stands for /32 changes too, which are never kept")
 	}
 	m.purges = nil
 	if _, err := applyPolicy(m, j, st, nil); err != nil || len(m.purges) != 0 {

@@ -322,13 +322,16 @@ func (d *Datapath) IPCache() (map[netip.Prefix]uint32, error) {
 //
 // Allowed, when set, judges again the ends named for their pod's policy
 // (Endpoints) or for a prefix holding the peer (Prefixes), as the maps now
-// are: an end whose first packet (enum policy_ct_ends, FIRST) it allows as a
-// new connection keeps its bit, so a connection the change still allows goes
-// on passing both ways (a server's push into an ingress-isolated client
-// after a rollout of an allowed peer changed the client's entries, a reply
-// out of a pod that just became egress-isolated). Ends named for an address
-// whose /32 changed (Peers: it may be another pod's now) and entries without
-// a FIRST bit (written before 2026-12-06) are forgotten whatever it says.
+// are. An end keeps its bit if the new state allows its peer to open the
+// connection (the peer to the end's port: the peer could have the bit set
+// again by sending, so keeping it grants nothing more), or, when the end's
+// bit came from its own egress check (enum policy_ct_ends, OUT: it sent what
+// it accepted), if it allows the end to open it (the end to the peer's port).
+// So connections the change still allows go on passing both ways: a server's
+// push after a rollout of an allowed client changed the server's entries, a
+// stream into a client whose ingress entries changed, a reply out of a pod
+// that just became egress-isolated. Ends named for an address whose /32
+// changed (Peers: it may be another pod's now) are forgotten whatever it says.
 type PolicyCTPurge struct {
 	Endpoints map[netip.Addr]bool
 	Peers     map[netip.Addr]bool
@@ -338,14 +341,14 @@ type PolicyCTPurge struct {
 }
 
 // PolicyCTEnd is one end of a tracked connection as PolicyCTPurge.Allowed
-// is asked about it: would the check of local pod Local allow the packet
-// that wrote the entry (sent by Local when LocalFirst: its egress check; else
-// by Peer: its ingress check) as a new connection?
+// is asked about it: would the check of local pod Local allow a new
+// connection of it opened by Local (Egress: to PeerPort) or by Peer (to
+// LocalPort)?
 type PolicyCTEnd struct {
 	Local, Peer         netip.Addr
 	LocalPort, PeerPort uint16 // host order; 0 for protocols without ports
 	Proto               uint8
-	LocalFirst          bool
+	Egress              bool
 }
 
 // Empty says there is nothing to purge.
@@ -429,13 +432,25 @@ const (
 	policyCTOpenedLo = uint32(myelinPolicyCtEndsPOLICY_CT_OPENED_LO)
 	policyCTOpenedHi = uint32(myelinPolicyCtEndsPOLICY_CT_OPENED_HI)
 	policyCTOpened   = policyCTOpenedLo | policyCTOpenedHi
-	policyCTFirstLo  = uint32(myelinPolicyCtEndsPOLICY_CT_FIRST_LO)
-	policyCTFirstHi  = uint32(myelinPolicyCtEndsPOLICY_CT_FIRST_HI)
+	policyCTOutLo    = uint32(myelinPolicyCtEndsPOLICY_CT_OUT_LO)
+	policyCTOutHi    = uint32(myelinPolicyCtEndsPOLICY_CT_OUT_HI)
 )
 
-// policyCTForget returns the bits p takes from entry k, whose ends bits are
-// ends: every end and opener when an address of it is Gone, else the noted
-// ends p names (policyCTMatches) but those p.Allowed allows again.
+// policyCTOutOf is the OUT bits of the end bits in ends.
+func policyCTOutOf(ends uint32) uint32 {
+	var out uint32
+	if ends&policyCTEndLo != 0 {
+		out |= policyCTOutLo
+	}
+	if ends&policyCTEndHi != 0 {
+		out |= policyCTOutHi
+	}
+	return out
+}
+
+// policyCTForget returns the end bits p takes from entry k, whose ends bits
+// are ends: every end and the opener when an address of it is Gone, else the
+// noted ends p names (policyCTMatches) but those p.Allowed allows again.
 func policyCTForget(k myelinPolicyCtKey, ends uint32, p PolicyCTPurge) uint32 {
 	if p.Gone[u32Addr(k.AddrLo)] || p.Gone[u32Addr(k.AddrHi)] {
 		return policyCTEnds | policyCTOpened
@@ -485,14 +500,20 @@ func policyCTMatches(k myelinPolicyCtKey, ends uint32, p PolicyCTPurge) (sure, j
 	return sure, judge
 }
 
-// policyCTAllowedAgain asks allowed (nil: nothing is) about end e of an entry
-// whose ends bits are ends, in the direction of its first packet; an entry
-// that names no first sender is not asked.
+// policyCTAllowedAgain asks allowed (nil: nothing is) whether end e of an
+// entry whose ends bits are ends may stay: the peer may open the connection,
+// or the end's bit came from its egress check (OUT) and the end may open it.
 func policyCTAllowedAgain(e policyCTEnd, ends uint32, allowed func(PolicyCTEnd) bool) bool {
-	first := ends & (policyCTFirstLo | policyCTFirstHi)
-	if allowed == nil || (first != policyCTFirstLo && first != policyCTFirstHi) {
+	if allowed == nil {
 		return false
 	}
-	return allowed(PolicyCTEnd{Local: e.local, Peer: e.peer, LocalPort: e.localPort, PeerPort: e.peerPort,
-		Proto: e.proto, LocalFirst: (first == policyCTFirstLo) == (e.bit == policyCTEndLo)})
+	q := PolicyCTEnd{Local: e.local, Peer: e.peer, LocalPort: e.localPort, PeerPort: e.peerPort, Proto: e.proto}
+	if allowed(q) {
+		return true
+	}
+	if ends&policyCTOutOf(e.bit) == 0 {
+		return false
+	}
+	q.Egress = true
+	return allowed(q)
 }

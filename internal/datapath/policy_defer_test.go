@@ -38,14 +38,14 @@ func TestPrivilegedBPFPolicySYNDeferredWrite(t *testing.T) {
 	runPolicyRows(t, d, []policyRow{{seed: bOpen, prog: fromPod, counterDir: "from-pod", progCase: progCase{
 		name: "SYN A→B:8080, B not isolated", in: p.build(), ctx: ctxPodA,
 		verdict: tcActRedirect, out: delivered(p), reason: "FORWARDED"}}})
-	if _, v, aBit := policyCTOnly(t, d, podA); v != (myelinPolicyCtEntry{Ends: aBit | openedBy(aBit) | firstBy(aBit)}) {
-		t.Errorf("SYN to a pod that is not isolated left %+v, want A's end %#x alone, opened and sent first by A", v, aBit)
+	if _, v, aBit := policyCTOnly(t, d, podA); v != (myelinPolicyCtEntry{Ends: aBit | openedBy(aBit) | outOf(aBit)}) {
+		t.Errorf("SYN to a pod that is not isolated left %+v, want A's end %#x alone, from A's egress check (OUT), opened by A", v, aBit)
 	}
 
 	runPolicyRows(t, d, []policyRow{{seed: bOpen, prog: fromPod, counterDir: "from-pod", progCase: progCase{
 		name: "SYN A→remote pod:8080, leaves the node", in: toRemote.build(), ctx: ctxPodA,
 		verdict: tcActOK, reason: "PASS_STACK"}}})
-	if _, v, aBit := policyCTOnly(t, d, podA); v != (myelinPolicyCtEntry{Ends: aBit | openedBy(aBit) | firstBy(aBit)}) {
-		t.Errorf("SYN leaving the node left %+v, want A's end %#x alone, opened and sent first by A", v, aBit)
+	if _, v, aBit := policyCTOnly(t, d, podA); v != (myelinPolicyCtEntry{Ends: aBit | openedBy(aBit) | outOf(aBit)}) {
+		t.Errorf("SYN leaving the node left %+v, want A's end %#x alone, from A's egress check (OUT), opened by A", v, aBit)
 	}
 }

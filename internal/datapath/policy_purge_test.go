@@ -308,14 +308,18 @@ func race(r int, act func(), run func() error) error {
 }
 
 // A purge judges again the ends it names for their pod's policy when the
-// agent gives it Allowed, in the direction of the connection's first packet,
-// which the entry names. B (isolated both ways, admitting A on TCP 8080)
-// keeps its end of A's connection when a change of B's policy still admits
-// it, so B's push to A passes before any segment of A's (a watch, a server
-// stream); a change that no longer admits A, or a purge without Allowed,
-// forgets B's end and B's push is denied until A's next segment tracks it
-// again. The same for UDP the other way: A (egress-isolated, allowed to ask
-// a pod of another node on port 53) keeps its end, so the answer passes.
+// agent gives it Allowed: an end stays if its peer may open the connection to
+// it, or if the end's bit came from its own egress check (OUT) and the end may
+// open it. B (isolated both ways, admitting A on TCP 8080) keeps its end of
+// A's connection when a change of B's policy still admits A, so B's push to A
+// passes before any segment of A's (a watch, a server stream); a change that
+// no longer admits A, or a purge without Allowed, forgets B's end and B's push
+// is denied until A's next segment tracks it again. A (egress-isolated,
+// allowed to ask a pod of another node on UDP 53) keeps its end of its query,
+// whose bit its egress check set, so the answer passes. An end whose bit came
+// from its ingress check is never kept for its own egress being open: B's
+// datagram into A, admitted under the old policy, is denied once A no longer
+// admits B, although A may send to B.
 func TestPrivilegedBPFPolicyPurgeKeepsAllowed(t *testing.T) {
 	requirePrivileged(t)
 	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP})
@@ -326,9 +330,11 @@ func TestPrivilegedBPFPolicyPurgeKeepsAllowed(t *testing.T) {
 	ctxB := &skbCtx{IngressIfindex: uint32(podB.IfIndex)}
 
 	var asked []PolicyCTEnd
-	judge := func(allow bool) func(PolicyCTEnd) bool {
-		return func(e PolicyCTEnd) bool { asked = append(asked, e); return allow }
+	judge := func(allow func(PolicyCTEnd) bool) func(PolicyCTEnd) bool {
+		return func(e PolicyCTEnd) bool { asked = append(asked, e); return allow(e) }
 	}
+	yes, no := judge(func(PolicyCTEnd) bool { return true }), judge(func(PolicyCTEnd) bool { return false })
+	onlyOut := judge(func(e PolicyCTEnd) bool { return e.Egress })
 	purge := func(ep netip.Addr, allowed func(PolicyCTEnd) bool, want ...PolicyCTEnd) func(*Datapath) error {
 		return func(d *Datapath) error {
 			asked = nil
@@ -341,35 +347,51 @@ func TestPrivilegedBPFPolicyPurgeKeepsAllowed(t *testing.T) {
 			return nil
 		}
 	}
-	bEnd := PolicyCTEnd{Local: b, Peer: a, LocalPort: 8080, PeerPort: 4001, Proto: protoTCP} // A sent first
+	bIn := PolicyCTEnd{Local: b, Peer: a, LocalPort: 8080, PeerPort: 4001, Proto: protoTCP}
 	first := verdictStep("A's SYN enters B (allowed: tracked)", toPod, "to-pod", syn, nil, true)
 	first.seed = isolatedB(tcpPort(8080))
 	runPolicySteps(t, d, []policyStep{
 		first,
 		after(verdictStep("B's push leaves B (tracked)", fromPod, "from-pod", push, ctxB, true),
-			trackedEnds(policyCTEndHi|policyCTFirstLo, "after A's SYN (B's end, A sent first)")),
+			trackedEnds(policyCTEndHi, "after A's SYN (B's end from its ingress check)")),
 		after(verdictStep("B's policy changed, still admitting A: B's end kept, its push passes", fromPod, "from-pod", push, ctxB, true),
-			purge(b, judge(true), bEnd), trackedEnds(policyCTEndHi|policyCTFirstLo, "after a purge that kept B's end")),
+			purge(b, yes, bIn), trackedEnds(policyCTEndHi, "after a purge that kept B's end")),
 		after(verdictStep("B's policy changed, no longer admitting A: B's end forgotten, its push is denied", fromPod, "from-pod", push, ctxB, false),
-			purge(b, judge(false), bEnd)),
+			purge(b, no, bIn)),
 		verdictStep("A's next segment is judged and tracked again", toPod, "to-pod", seg, nil, true),
-		after(verdictStep("then B's push passes", fromPod, "from-pod", push, ctxB, true),
-			trackedEnds(policyCTEndHi|policyCTFirstLo, "after A's segment wrote it again (A sent first)")),
+		verdictStep("then B's push passes", fromPod, "from-pod", push, ctxB, true),
 		after(verdictStep("a purge without Allowed forgets B's end: B's push is denied", fromPod, "from-pod", push, ctxB, false),
 			purge(b, nil)),
 	})
 
 	query := ipv4(protoUDP, podA, remoteIP).withSrc(podA, 5001).withDst(remoteIP, 53)
 	answer := ipv4(protoUDP, remoteIP, podA).withSrc(remoteIP, 53).withDst(podA, 5001)
-	aEnd := PolicyCTEnd{Local: a, Peer: remote, LocalPort: 5001, PeerPort: 53, Proto: protoUDP, LocalFirst: true}
+	aIn := PolicyCTEnd{Local: a, Peer: remote, LocalPort: 5001, PeerPort: 53, Proto: protoUDP}
+	aOut := aIn
+	aOut.Egress = true
 	asks := verdictStep("A's query leaves A (allowed: tracked)", fromPod, "from-pod", query, ctxPodA, true)
 	asks.seed = &policyState{flags: map[string]PolicyFlags{podA: PolicyIngress | PolicyEgress},
 		entries: map[PolicyKey][]PolicyPort{egressOf(podA, idRemote): {{Proto: protoUDP, Lo: 53, Hi: 53}}}}
 	runPolicySteps(t, d, []policyStep{
 		asks,
-		after(verdictStep("A's policy changed, still allowing the query: the answer passes", toPod, "to-pod", answer, nil, true),
-			trackedEnds(policyCTEndLo|policyCTOpenedLo|policyCTFirstLo, "after A's query"), purge(a, judge(true), aEnd)),
+		after(verdictStep("A's policy changed, still allowing A's query: the answer passes", toPod, "to-pod", answer, nil, true),
+			trackedEnds(policyCTEndLo|policyCTOpenedLo|policyCTOutLo, "after A's query (A's end from its egress check)"),
+			purge(a, onlyOut, aIn, aOut)),
 		after(verdictStep("no longer allowed: the answer is denied", toPod, "to-pod", answer, nil, false),
-			purge(a, judge(false), aEnd)),
+			purge(a, no, aIn, aOut)),
+	})
+
+	fromB := ipv4(protoUDP, podBIP, podA).withSrc(podBIP, 6000).withDst(podA, 5000)
+	admitsB := verdictStep("B's datagram enters A (admitted: tracked)", toPod, "to-pod", fromB, nil, true)
+	admitsB.seed = &policyState{flags: map[string]PolicyFlags{podA: PolicyIngress},
+		entries: map[PolicyKey][]PolicyPort{ingressOf(podA, idB): {{Proto: protoUDP, Lo: 5000, Hi: 5000}}}}
+	tightened := func(d *Datapath) error {
+		return seedPolicyKeepingCT(d, policyState{flags: map[string]PolicyFlags{podA: PolicyIngress}})
+	}
+	runPolicySteps(t, d, []policyStep{
+		admitsB,
+		after(verdictStep("A no longer admits B, A's egress is open: A's end (from its ingress) is forgotten, B is denied", toPod, "to-pod", fromB, nil, false),
+			trackedEnds(policyCTEndLo, "after B's datagram (A's end from its ingress check)"), tightened,
+			purge(a, onlyOut, PolicyCTEnd{Local: a, Peer: b, LocalPort: 5000, PeerPort: 6000, Proto: protoUDP})),
 	})
 }

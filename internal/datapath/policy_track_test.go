@@ -40,8 +40,8 @@ func TestPrivilegedBPFPolicySharedTracking(t *testing.T) {
 
 	entries := policyCTEntries(d)
 	for k, v := range entries {
-		if want := policyCTEndLo | policyCTOpenedLo | policyCTFirstLo; u32Addr(k.AddrLo) != mustAddr(podA) || v.Ends != want { // podA < podB
-			t.Errorf("tracked entry %+v ends %#x after B's end was forgotten, want A's end (lo), A the opener and first sender, %#x", k, v.Ends, want)
+		if want := policyCTEndLo | policyCTOpenedLo | policyCTOutLo; u32Addr(k.AddrLo) != mustAddr(podA) || v.Ends != want { // podA < podB
+			t.Errorf("tracked entry %+v ends %#x after B's end was forgotten, want A's end (lo) from its egress check, A the opener, %#x", k, v.Ends, want)
 		}
 	}
 	if len(entries) != 1 {
@@ -93,9 +93,10 @@ func TestPrivilegedPolicyFlagsMirror(t *testing.T) {
 
 // A purge forgets only the ends it names: the end of a purged endpoint, the
 // ends whose peer is a purged address or lies in a purged prefix. Allowed
-// keeps the ends it allows again, asked in the direction of the entry's first
-// packet, but never an end named for a /32 (an address that may be another
-// pod's now), nor one of an entry that names no first sender.
+// keeps an end when the peer may open the connection to the end's port, or
+// when the end's bit came from its own egress check (OUT) and the end may open
+// it to the peer's port; never an end named for a /32 (an address that may be
+// another pod's now).
 func TestPolicyCTMatchesEnds(t *testing.T) {
 	a, b := mustAddr("10.1.0.10"), mustAddr("10.1.0.20")
 	k := myelinPolicyCtKey{AddrLo: addrU32(a.As4()), AddrHi: addrU32(b.As4()), PortLo: htons(40001), PortHi: htons(8080), Proto: protoTCP}
@@ -103,9 +104,11 @@ func TestPolicyCTMatchesEnds(t *testing.T) {
 	var asked []PolicyCTEnd
 	yes := func(e PolicyCTEnd) bool { asked = append(asked, e); return true }
 	no := func(e PolicyCTEnd) bool { asked = append(asked, e); return false }
-	// a (40001) opened a connection to b's port 8080.
-	aAsked := PolicyCTEnd{Local: a, Peer: b, LocalPort: 40001, PeerPort: 8080, Proto: protoTCP, LocalFirst: true}
-	bAsked := PolicyCTEnd{Local: b, Peer: a, LocalPort: 8080, PeerPort: 40001, Proto: protoTCP}
+	onlyOut := func(e PolicyCTEnd) bool { asked = append(asked, e); return e.Egress }
+	bIn := PolicyCTEnd{Local: b, Peer: a, LocalPort: 8080, PeerPort: 40001, Proto: protoTCP}
+	bOut := PolicyCTEnd{Local: b, Peer: a, LocalPort: 8080, PeerPort: 40001, Proto: protoTCP, Egress: true}
+	aIn := PolicyCTEnd{Local: a, Peer: b, LocalPort: 40001, PeerPort: 8080, Proto: protoTCP}
+	aOut := PolicyCTEnd{Local: a, Peer: b, LocalPort: 40001, PeerPort: 8080, Proto: protoTCP, Egress: true}
 	for _, c := range []struct {
 		name  string
 		ends  uint32
@@ -119,15 +122,14 @@ func TestPolicyCTMatchesEnds(t *testing.T) {
 		{"peer b gone: both ends", both, PolicyCTPurge{Peers: map[netip.Addr]bool{b: true}}, both, nil},
 		{"prefix holding a: b's end (a is its peer)", both, PolicyCTPurge{Prefixes: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/28")}}, policyCTEndHi, nil},
 		{"unrelated endpoint: nothing", both, PolicyCTPurge{Endpoints: map[netip.Addr]bool{mustAddr("10.1.0.30"): true}}, 0, nil},
-		{"endpoint b, allowed again: kept", both | policyCTFirstLo, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: yes}, 0, []PolicyCTEnd{bAsked}},
-		{"endpoint b, not allowed again: forgotten", both | policyCTFirstLo, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: no}, policyCTEndHi, []PolicyCTEnd{bAsked}},
-		{"endpoint a, allowed again: kept", both | policyCTFirstLo, PolicyCTPurge{Endpoints: map[netip.Addr]bool{a: true}, Allowed: yes}, 0, []PolicyCTEnd{aAsked}},
-		{"prefix holding a, allowed again: b's end kept", both | policyCTFirstLo, PolicyCTPurge{Prefixes: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/28")}, Allowed: yes}, 0, []PolicyCTEnd{bAsked}},
-		{"b sent first: b asked as the sender", both | policyCTFirstHi, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: no}, policyCTEndHi,
-			[]PolicyCTEnd{{Local: b, Peer: a, LocalPort: 8080, PeerPort: 40001, Proto: protoTCP, LocalFirst: true}}},
-		{"no first sender: not asked, forgotten", both, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: yes}, policyCTEndHi, nil},
-		{"peer b's /32 changed: not asked, forgotten", both | policyCTFirstLo, PolicyCTPurge{Peers: map[netip.Addr]bool{b: true}, Endpoints: map[netip.Addr]bool{a: true}, Allowed: yes}, both, nil},
-		{"gone: opener and all, not asked", both | policyCTOpenedLo | policyCTFirstLo, PolicyCTPurge{Peers: map[netip.Addr]bool{b: true}, Gone: map[netip.Addr]bool{b: true}, Allowed: yes}, both | policyCTOpened, nil},
+		{"endpoint b, a may open it to b: kept", both, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: yes}, 0, []PolicyCTEnd{bIn}},
+		{"endpoint b, a may not, b's bit from its ingress: forgotten, b's opening not asked", both | policyCTOutLo, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: onlyOut}, policyCTEndHi, []PolicyCTEnd{bIn}},
+		{"endpoint b, b's bit from its egress, b may open it: kept", both | policyCTOutHi, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: onlyOut}, 0, []PolicyCTEnd{bIn, bOut}},
+		{"endpoint b, b's bit from its egress, neither may: forgotten", both | policyCTOutHi, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: no}, policyCTEndHi, []PolicyCTEnd{bIn, bOut}},
+		{"endpoint a, a's bit from its egress, a may open it: kept", both | policyCTOutLo, PolicyCTPurge{Endpoints: map[netip.Addr]bool{a: true}, Allowed: onlyOut}, 0, []PolicyCTEnd{aIn, aOut}},
+		{"prefix holding a, a may open it to b: b's end kept", both, PolicyCTPurge{Prefixes: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/28")}, Allowed: yes}, 0, []PolicyCTEnd{bIn}},
+		{"peer b's /32 changed: not asked, forgotten", both | policyCTOutLo, PolicyCTPurge{Peers: map[netip.Addr]bool{b: true}, Endpoints: map[netip.Addr]bool{a: true}, Allowed: yes}, both, nil},
+		{"gone: opener and all, not asked", both | policyCTOpenedLo | policyCTOutLo, PolicyCTPurge{Peers: map[netip.Addr]bool{b: true}, Gone: map[netip.Addr]bool{b: true}, Allowed: yes}, both | policyCTOpened, nil},
 	} {
 		asked = nil
 		if got := policyCTForget(k, c.ends, c.p); got != c.want {

@@ -98,8 +98,8 @@ func TestPrivilegedPolicyCTTableShared(t *testing.T) {
 	if !toB(t, d, 5001, 8080, true) {
 		t.Fatal("allowed SYN: denied")
 	}
-	if v, ok := policyCTGet(d, abKey(5001, 8080)); !ok || v.Ends != policyCTEndHi|policyCTFirstLo {
-		t.Fatalf("the programs' entry of the allowed SYN, as the agent finds it: %+v (found %v), want B's end, A sent first", v, ok)
+	if v, ok := policyCTGet(d, abKey(5001, 8080)); !ok || v.Ends != policyCTEndHi {
+		t.Fatalf("the programs' entry of the allowed SYN, as the agent finds it: %+v (found %v), want B's end", v, ok)
 	}
 
 	i, _, seq, ok := ct.find(d.policyCTSeed, k)
@@ -390,6 +390,8 @@ func TestPrivilegedPolicyCTFirstRound(t *testing.T) {
 	d := policyCTTableDatapath(t)
 	ct := mappedPolicyCT(t, d)
 	now := MonotonicNow()
+	written := PolicyCTTimeoutTCP + time.Hour // ago: past any timeout
+	last := PolicyCTTimeoutTCP + 2*time.Minute
 	for _, c := range []struct {
 		port uint16
 		ref  uint32
@@ -399,16 +401,16 @@ func TestPrivilegedPolicyCTFirstRound(t *testing.T) {
 			t.Fatal(err)
 		}
 		i, _, _, _ := ct.find(d.policyCTSeed, k)
-		ct.slot(i).Born, ct.slot(i).Ref = policyCTUnits(now-2*time.Hour), c.ref
+		ct.slot(i).Born, ct.slot(i).Ref = policyCTUnits(now-written), c.ref
 	}
 	for _, r := range []struct {
 		at   time.Duration
 		want int
 		why  string
 	}{
-		{0, 0, "first round: both written 2 h ago, kept"},
+		{0, 0, "first round: both written past their timeouts, kept"},
 		{59 * time.Minute, 1, "59 min later: the one no lookup found is deleted"},
-		{62 * time.Minute, 1, "62 min later: the one in use is deleted"},
+		{last, 1, "the timeout and 2 min later: the one in use is deleted"},
 	} {
 		if err := roundsRanUntil(d, now+r.at); err != nil {
 			t.Fatal(err)
@@ -417,7 +419,7 @@ func TestPrivilegedPolicyCTFirstRound(t *testing.T) {
 			t.Errorf("%s: removed %d (%v), want %d", r.why, n, err, r.want)
 		}
 	}
-	if got, want := *ct.clocks(), policyCTUnits(now+62*time.Minute); got != want {
+	if got, want := *ct.clocks(), policyCTUnits(now+last); got != want {
 		t.Fatalf("header after a GC round: clocks word %d, want the round's time %d", got, want)
 	}
 
@@ -432,7 +434,7 @@ func TestPrivilegedPolicyCTFirstRound(t *testing.T) {
 		t.Fatal(err)
 	}
 	i, _, _, _ := ct.find(d.policyCTSeed, k)
-	at := now + 62*time.Minute
+	at := now + last
 	ct.slot(i).Born = policyCTUnits(at - 2*time.Minute)
 	if n, err := restarted.GCPolicyCT(at); err != nil || n != 1 {
 		t.Errorf("restarted agent's first round: removed %d (%v), want the entry no lookup found for 2 min", n, err)
