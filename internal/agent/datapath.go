@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -200,34 +199,12 @@ func attach(dp *datapath.Datapath, uplink, overlay netlink.Link) error {
 	return nil
 }
 
-// podRouteSource is the preferred source of the pods' routes
-// (routing.Kernel.PodRouteSrc): the node IP when it is an address of this
-// host, so the node's own connections to pods (kubelet probes) come from the
-// address NetworkPolicy exempts. Else none, with a warning: they leave from
-// whatever address the kernel picks, which isolated pods deny.
-func (s *startup) podRouteSource() netip.Addr {
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
-	if err != nil {
-		s.log.Warn("list the node's addresses: pods' routes get no source address; kubelet probes into NetworkPolicy-isolated pods may come from an address other than the node IP and be denied", "err", err)
-		return netip.Addr{}
-	}
-	for _, a := range addrs {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == s.plan.NodeIP {
-			return s.plan.NodeIP
-		}
-	}
-	s.log.Warn("the node IP is not an address of this host: the node's own connections to pods (kubelet probes) leave from another address, which NetworkPolicy-isolated pods deny; make the Node's InternalIP an address of this host",
-		"node-ip", s.plan.NodeIP)
-	return netip.Addr{}
-}
-
 // restoreEndpoints adopts the endpoints recorded on disk (map entries, programs,
 // routes); those whose veth vanished are removed. A failure, and a damaged IPAM
 // file (ipam.Pool.Damaged), is reported, not fatal.
 func (s *startup) restoreEndpoints(dp *datapath.Datapath, pool *ipam.Pool) *endpoint.Manager {
 	eps := endpoint.NewManager(endpoint.Config{Dir: filepath.Join(s.cfg.StateDir, "endpoints"), Node: s.cfg.Node,
-		MTU: s.plan.MTU, RouteMTU: s.plan.RouteMTU, GSOIPv4MaxSize: s.plan.BIGTCP.Size}, dp,
-		routing.Kernel{PodRouteSrc: s.podRouteSource()}, pool)
+		MTU: s.plan.MTU, RouteMTU: s.plan.RouteMTU, GSOIPv4MaxSize: s.plan.BIGTCP.Size}, dp, routing.Kernel{}, pool)
 	adopted, removed, err := eps.Restore()
 	if damaged := pool.Damaged(); damaged != nil { // ipam.json was damaged: the records gave the addresses back
 		// The error says what was left out and what stands in for it.

@@ -22,14 +22,7 @@ const (
 )
 
 // Kernel applies routes and link operations in the current network namespace.
-// PodRouteSrc, when valid, is the preferred source of the pods' /32 routes: the
-// node IP, the one address of the node's own traffic NetworkPolicy lets into
-// isolated pods (kubelet probes; docs/policy.md). Without it the kernel picks
-// the first address of any device, which on a node with a global address on
-// lo (a BGP or VIP loopback) or several NICs is not the node IP.
-type Kernel struct {
-	PodRouteSrc netip.Addr
-}
+type Kernel struct{}
 
 var _ endpoint.Links = Kernel{}
 
@@ -78,20 +71,11 @@ func (Kernel) DownPodVeths() (map[string]int, error) {
 	return out, nil
 }
 
-// ReplacePodRoute routes ip/32 to the pod's host-side veth, from PodRouteSrc
-// when set. An address the kernel refuses as the source (not one of the
-// node's any more) leaves it out: the pod stays reachable, and the agent's
-// start-up check (agent.podRouteSource) has said why probes may be denied.
-func (k Kernel) ReplacePodRoute(ip netip.Addr, ifindex int) error {
-	r := &netlink.Route{LinkIndex: ifindex, Dst: hostRoute(ip), Scope: netlink.SCOPE_LINK, Protocol: ProtoPod}
-	if k.PodRouteSrc.Is4() {
-		r.Src = k.PodRouteSrc.AsSlice()
-		if err := netlink.RouteReplace(r); !errors.Is(err, unix.EINVAL) {
-			return err
-		}
-		r.Src = nil
-	}
-	return netlink.RouteReplace(r)
+// ReplacePodRoute routes ip/32 to the pod's host-side veth.
+func (Kernel) ReplacePodRoute(ip netip.Addr, ifindex int) error {
+	return netlink.RouteReplace(&netlink.Route{
+		LinkIndex: ifindex, Dst: hostRoute(ip), Scope: netlink.SCOPE_LINK, Protocol: ProtoPod,
+	})
 }
 
 // DeletePodRoute removes ip/32 if myelin installed it.
