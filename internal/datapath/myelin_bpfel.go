@@ -381,8 +381,8 @@ const (
 	myelinPolicyCtEndsPOLICY_CT_END_HI    myelinPolicyCtEnds = 2
 	myelinPolicyCtEndsPOLICY_CT_OPENED_LO myelinPolicyCtEnds = 4
 	myelinPolicyCtEndsPOLICY_CT_OPENED_HI myelinPolicyCtEnds = 8
-	myelinPolicyCtEndsPOLICY_CT_OUT_LO    myelinPolicyCtEnds = 16
-	myelinPolicyCtEndsPOLICY_CT_OUT_HI    myelinPolicyCtEnds = 32
+	myelinPolicyCtEndsPOLICY_CT_OUT_LO    myelinPolicyCtEnds = 64
+	myelinPolicyCtEndsPOLICY_CT_OUT_HI    myelinPolicyCtEnds = 128
 )
 
 type myelinPolicyCtEntry struct {

@@ -322,11 +322,14 @@ func (d *Datapath) IPCache() (map[netip.Prefix]uint32, error) {
 //
 // Allowed, when set, judges again the ends named for their pod's policy
 // (Endpoints) or for a prefix holding the peer (Prefixes), as the maps now
-// are. An end keeps its bit if the new state allows its peer to open the
-// connection (the peer to the end's port: the peer could have the bit set
-// again by sending, so keeping it grants nothing more), or, when the end's
-// bit came from its own egress check (enum policy_ct_ends, OUT: it sent what
-// it accepted), if it allows the end to open it (the end to the peer's port).
+// are, in the direction the end's check accepted it: an end whose bit came
+// from its ingress check keeps it if the new state allows its peer to open
+// the connection (the peer to the end's port: the peer could have the bit set
+// again by sending, so keeping it grants nothing more); one whose bit came
+// from its egress check (enum policy_ct_ends, OUT: it sent what it accepted)
+// if the new state allows the end to open it (the end to the peer's port),
+// and only then: an egress rule tightened cuts what the pod sends on a
+// connection it opened even where its ingress is open.
 // So connections the change still allows go on passing both ways: a server's
 // push after a rollout of an allowed client changed the server's entries, a
 // stream into a client whose ingress entries changed, a reply out of a pod
@@ -501,19 +504,10 @@ func policyCTMatches(k myelinPolicyCtKey, ends uint32, p PolicyCTPurge) (sure, j
 }
 
 // policyCTAllowedAgain asks allowed (nil: nothing is) whether end e of an
-// entry whose ends bits are ends may stay: the peer may open the connection,
-// or the end's bit came from its egress check (OUT) and the end may open it.
+// entry whose ends bits are ends may stay, in the direction its check
+// accepted it: the end may open the connection if its bit came from its
+// egress check (OUT), else the peer may.
 func policyCTAllowedAgain(e policyCTEnd, ends uint32, allowed func(PolicyCTEnd) bool) bool {
-	if allowed == nil {
-		return false
-	}
-	q := PolicyCTEnd{Local: e.local, Peer: e.peer, LocalPort: e.localPort, PeerPort: e.peerPort, Proto: e.proto}
-	if allowed(q) {
-		return true
-	}
-	if ends&policyCTOutOf(e.bit) == 0 {
-		return false
-	}
-	q.Egress = true
-	return allowed(q)
+	return allowed != nil && allowed(PolicyCTEnd{Local: e.local, Peer: e.peer, LocalPort: e.localPort,
+		PeerPort: e.peerPort, Proto: e.proto, Egress: ends&policyCTOutOf(e.bit) != 0})
 }

@@ -308,18 +308,19 @@ func race(r int, act func(), run func() error) error {
 }
 
 // A purge judges again the ends it names for their pod's policy when the
-// agent gives it Allowed: an end stays if its peer may open the connection to
-// it, or if the end's bit came from its own egress check (OUT) and the end may
-// open it. B (isolated both ways, admitting A on TCP 8080) keeps its end of
+// agent gives it Allowed, in the direction the end's check accepted the
+// connection: an end whose bit came from its own egress check (OUT) stays if
+// the end may open it, any other if its peer may open it to the end. B (isolated both ways, admitting A on TCP 8080) keeps its end of
 // A's connection when a change of B's policy still admits A, so B's push to A
 // passes before any segment of A's (a watch, a server stream); a change that
 // no longer admits A, or a purge without Allowed, forgets B's end and B's push
 // is denied until A's next segment tracks it again. A (egress-isolated,
 // allowed to ask a pod of another node on UDP 53) keeps its end of its query,
-// whose bit its egress check set, so the answer passes. An end whose bit came
-// from its ingress check is never kept for its own egress being open: B's
-// datagram into A, admitted under the old policy, is denied once A no longer
-// admits B, although A may send to B.
+// whose bit its egress check set, so the answer passes. An end is judged only
+// in its own direction: B's datagram into A, admitted under the old policy, is
+// denied once A no longer admits B, although A may send to B; A's datagrams to
+// the remote pod, once A's egress no longer allows them, are denied although
+// A's ingress is open (the remote pod could open the same tuple to A).
 func TestPrivilegedBPFPolicyPurgeKeepsAllowed(t *testing.T) {
 	requirePrivileged(t)
 	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP})
@@ -335,6 +336,7 @@ func TestPrivilegedBPFPolicyPurgeKeepsAllowed(t *testing.T) {
 	}
 	yes, no := judge(func(PolicyCTEnd) bool { return true }), judge(func(PolicyCTEnd) bool { return false })
 	onlyOut := judge(func(e PolicyCTEnd) bool { return e.Egress })
+	onlyIn := judge(func(e PolicyCTEnd) bool { return !e.Egress })
 	purge := func(ep netip.Addr, allowed func(PolicyCTEnd) bool, want ...PolicyCTEnd) func(*Datapath) error {
 		return func(d *Datapath) error {
 			asked = nil
@@ -366,9 +368,7 @@ func TestPrivilegedBPFPolicyPurgeKeepsAllowed(t *testing.T) {
 
 	query := ipv4(protoUDP, podA, remoteIP).withSrc(podA, 5001).withDst(remoteIP, 53)
 	answer := ipv4(protoUDP, remoteIP, podA).withSrc(remoteIP, 53).withDst(podA, 5001)
-	aIn := PolicyCTEnd{Local: a, Peer: remote, LocalPort: 5001, PeerPort: 53, Proto: protoUDP}
-	aOut := aIn
-	aOut.Egress = true
+	aOut := PolicyCTEnd{Local: a, Peer: remote, LocalPort: 5001, PeerPort: 53, Proto: protoUDP, Egress: true}
 	asks := verdictStep("A's query leaves A (allowed: tracked)", fromPod, "from-pod", query, ctxPodA, true)
 	asks.seed = &policyState{flags: map[string]PolicyFlags{podA: PolicyIngress | PolicyEgress},
 		entries: map[PolicyKey][]PolicyPort{egressOf(podA, idRemote): {{Proto: protoUDP, Lo: 53, Hi: 53}}}}
@@ -376,9 +376,20 @@ func TestPrivilegedBPFPolicyPurgeKeepsAllowed(t *testing.T) {
 		asks,
 		after(verdictStep("A's policy changed, still allowing A's query: the answer passes", toPod, "to-pod", answer, nil, true),
 			trackedEnds(policyCTEndLo|policyCTOpenedLo|policyCTOutLo, "after A's query (A's end from its egress check)"),
-			purge(a, onlyOut, aIn, aOut)),
+			purge(a, onlyOut, aOut)),
 		after(verdictStep("no longer allowed: the answer is denied", toPod, "to-pod", answer, nil, false),
-			purge(a, no, aIn, aOut)),
+			purge(a, no, aOut)),
+	})
+
+	egressOnly := &policyState{flags: map[string]PolicyFlags{podA: PolicyEgress},
+		entries: map[PolicyKey][]PolicyPort{egressOf(podA, idRemote): {{Proto: protoUDP, Lo: 53, Hi: 53}}}}
+	asks = verdictStep("A (egress-isolated only) asks the remote pod (allowed: tracked)", fromPod, "from-pod", query, ctxPodA, true)
+	asks.seed = egressOnly
+	runPolicySteps(t, d, []policyStep{
+		asks,
+		after(verdictStep("A's egress no longer allows it, its ingress is open: A's next query is denied", fromPod, "from-pod", query, ctxPodA, false),
+			func(d *Datapath) error { return seedPolicyKeepingCT(d, policyState{flags: egressOnly.flags}) },
+			purge(a, onlyIn, aOut)),
 	})
 
 	fromB := ipv4(protoUDP, podBIP, podA).withSrc(podBIP, 6000).withDst(podA, 5000)

@@ -93,10 +93,10 @@ func TestPrivilegedPolicyFlagsMirror(t *testing.T) {
 
 // A purge forgets only the ends it names: the end of a purged endpoint, the
 // ends whose peer is a purged address or lies in a purged prefix. Allowed
-// keeps an end when the peer may open the connection to the end's port, or
-// when the end's bit came from its own egress check (OUT) and the end may open
-// it to the peer's port; never an end named for a /32 (an address that may be
-// another pod's now).
+// keeps an end when the connection may be opened in the direction the end's
+// check accepted it: by the end to the peer's port when its bit came from its
+// egress check (OUT), else by the peer to the end's port; never an end named
+// for a /32 (an address that may be another pod's now).
 func TestPolicyCTMatchesEnds(t *testing.T) {
 	a, b := mustAddr("10.1.0.10"), mustAddr("10.1.0.20")
 	k := myelinPolicyCtKey{AddrLo: addrU32(a.As4()), AddrHi: addrU32(b.As4()), PortLo: htons(40001), PortHi: htons(8080), Proto: protoTCP}
@@ -105,6 +105,7 @@ func TestPolicyCTMatchesEnds(t *testing.T) {
 	yes := func(e PolicyCTEnd) bool { asked = append(asked, e); return true }
 	no := func(e PolicyCTEnd) bool { asked = append(asked, e); return false }
 	onlyOut := func(e PolicyCTEnd) bool { asked = append(asked, e); return e.Egress }
+	onlyIn := func(e PolicyCTEnd) bool { asked = append(asked, e); return !e.Egress }
 	bIn := PolicyCTEnd{Local: b, Peer: a, LocalPort: 8080, PeerPort: 40001, Proto: protoTCP}
 	bOut := PolicyCTEnd{Local: b, Peer: a, LocalPort: 8080, PeerPort: 40001, Proto: protoTCP, Egress: true}
 	aIn := PolicyCTEnd{Local: a, Peer: b, LocalPort: 40001, PeerPort: 8080, Proto: protoTCP}
@@ -124,9 +125,11 @@ func TestPolicyCTMatchesEnds(t *testing.T) {
 		{"unrelated endpoint: nothing", both, PolicyCTPurge{Endpoints: map[netip.Addr]bool{mustAddr("10.1.0.30"): true}}, 0, nil},
 		{"endpoint b, a may open it to b: kept", both, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: yes}, 0, []PolicyCTEnd{bIn}},
 		{"endpoint b, a may not, b's bit from its ingress: forgotten, b's opening not asked", both | policyCTOutLo, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: onlyOut}, policyCTEndHi, []PolicyCTEnd{bIn}},
-		{"endpoint b, b's bit from its egress, b may open it: kept", both | policyCTOutHi, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: onlyOut}, 0, []PolicyCTEnd{bIn, bOut}},
-		{"endpoint b, b's bit from its egress, neither may: forgotten", both | policyCTOutHi, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: no}, policyCTEndHi, []PolicyCTEnd{bIn, bOut}},
-		{"endpoint a, a's bit from its egress, a may open it: kept", both | policyCTOutLo, PolicyCTPurge{Endpoints: map[netip.Addr]bool{a: true}, Allowed: onlyOut}, 0, []PolicyCTEnd{aIn, aOut}},
+		{"endpoint b, b's bit from its egress, b may open it: kept", both | policyCTOutHi, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: onlyOut}, 0, []PolicyCTEnd{bOut}},
+		{"endpoint b, b's bit from its egress, only a may open it: forgotten, a's opening not asked", both | policyCTOutHi, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: onlyIn}, policyCTEndHi, []PolicyCTEnd{bOut}},
+		{"endpoint a, a's bit from its egress, a may open it: kept", both | policyCTOutLo, PolicyCTPurge{Endpoints: map[netip.Addr]bool{a: true}, Allowed: onlyOut}, 0, []PolicyCTEnd{aOut}},
+		{"endpoint a, a's bit from its ingress, b may open it: kept", both, PolicyCTPurge{Endpoints: map[netip.Addr]bool{a: true}, Allowed: onlyIn}, 0, []PolicyCTEnd{aIn}},
+		{"endpoint a, a's bit from its egress, nothing allowed: forgotten", both | policyCTOutLo, PolicyCTPurge{Endpoints: map[netip.Addr]bool{a: true}, Allowed: no}, policyCTEndLo, []PolicyCTEnd{aOut}},
 		{"prefix holding a, a may open it to b: b's end kept", both, PolicyCTPurge{Prefixes: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/28")}, Allowed: yes}, 0, []PolicyCTEnd{bIn}},
 		{"peer b's /32 changed: not asked, forgotten", both | policyCTOutLo, PolicyCTPurge{Peers: map[netip.Addr]bool{b: true}, Endpoints: map[netip.Addr]bool{a: true}, Allowed: yes}, both, nil},
 		{"gone: opener and all, not asked", both | policyCTOpenedLo | policyCTOutLo, PolicyCTPurge{Peers: map[netip.Addr]bool{b: true}, Gone: map[netip.Addr]bool{b: true}, Allowed: yes}, both | policyCTOpened, nil},

@@ -70,6 +70,7 @@ func netpolConformance(t *testing.T, profile string) {
 		len(skipped), len(conformance.Cases()), strings.Join(skipped, "; "))
 	l.isolatedFromStart(t)
 	l.operatorView(t)
+	l.pushAcrossPolicyEdits(t)
 	labDown(t)
 }
 
@@ -464,6 +465,102 @@ func (l *netpolLab) nodeProbes(t *testing.T, node string) {
 			t.Errorf("node %s -> x/a:80 (on %s): allowed=%v, want %v (only x/a's own node is exempt)", n, node, got, want)
 		}
 	}
+}
+
+// pushAcrossPolicyEdits holds a connection from x/b to x/c:9100 (x/c isolated
+// both ways: admitting x/b on 9100, no egress) on which only the server sends,
+// as a watch or a server stream does. An edit of x/c's policy that still
+// admits x/b (a port added) must not cut the push: the agent's purge keeps the
+// ends the new state allows (before, x/c's next push was judged as a new
+// connection out of x/c, denied, and the stream stalled until the client
+// spoke). An edit that no longer admits x/b cuts it.
+func (l *netpolLab) pushAcrossPolicyEdits(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	xb, xc := l.pods[conformance.PodRef{NS: "x", Pod: "b"}], l.pods[conformance.PodRef{NS: "x", Pod: "c"}]
+	policyFor := func(from string, ports ...int32) *networkingv1.NetworkPolicy {
+		var ps []networkingv1.NetworkPolicyPort
+		for _, p := range ports {
+			port, tcp := intstr.FromInt32(p), corev1.ProtocolTCP
+			ps = append(ps, networkingv1.NetworkPolicyPort{Protocol: &tcp, Port: &port})
+		}
+		return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "x-c-push", Namespace: "x"},
+			Spec: networkingv1.NetworkPolicySpec{
+				PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pod": "c"}},
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{Ports: ps, From: []networkingv1.NetworkPolicyPeer{
+					{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pod": from}}}}}},
+			}}
+	}
+	apply := func(np *networkingv1.NetworkPolicy, create bool) {
+		t.Helper()
+		since := time.Now()
+		nps := l.cs.NetworkingV1().NetworkPolicies("x")
+		var err error
+		if create {
+			_, err = nps.Create(ctx, np, metav1.CreateOptions{})
+		} else if cur, getErr := nps.Get(ctx, np.Name, metav1.GetOptions{}); getErr != nil {
+			err = getErr
+		} else {
+			cur.Spec = np.Spec
+			_, err = nps.Update(ctx, cur, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.waitApplied(since); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(policyFor("b", 9100), true)
+	defer func() { _ = l.cs.NetworkingV1().NetworkPolicies("x").Delete(ctx, "x-c-push", metav1.DeleteOptions{}) }()
+
+	var ln net.Listener
+	if err := netns.Do(podNetNS(xc), func() (err error) { ln, err = net.Listen("tcp", ":9100"); return err }); err != nil {
+		t.Fatalf("listen in x/c: %v", err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c
+		}
+		close(accepted)
+	}()
+	var client net.Conn
+	if err := netns.Do(podNetNS(xb), func() (err error) {
+		client, err = net.DialTimeout("tcp", net.JoinHostPort(xc.Status.PodIP, "9100"), netpolProbeTimeout)
+		return err
+	}); err != nil {
+		t.Fatalf("x/b -> x/c:9100 (admitted): %v", err)
+	}
+	defer client.Close()
+	var server net.Conn
+	select {
+	case server = <-accepted:
+	case <-time.After(netpolProbeTimeout):
+	}
+	if server == nil {
+		t.Fatal("x/c accepted no connection from x/b")
+	}
+	defer server.Close()
+	push := func(what string, want bool) {
+		t.Helper()
+		if _, err := server.Write([]byte(what)); err != nil {
+			t.Fatalf("x/c's push %q: %v", what, err)
+		}
+		_ = client.SetReadDeadline(time.Now().Add(10 * time.Second))
+		buf := make([]byte, 64)
+		n, err := client.Read(buf)
+		if got := err == nil && string(buf[:n]) == what; got != want {
+			t.Errorf("x/c's push %q reached x/b: %v (read %q, %v), want %v", what, got, buf[:n], err, want)
+		}
+	}
+	push("before", true)
+	apply(policyFor("b", 9100, 9101), false)
+	push("after a port was added", true)
+	apply(policyFor("a", 9100, 9101), false)
+	push("after x/b is no longer admitted", false)
 }
 
 func policyXAFromXB() *networkingv1.NetworkPolicy {
