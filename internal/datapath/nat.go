@@ -12,9 +12,12 @@ import (
 // How long a masqueraded flow may stay idle, by state, before GCNAT removes
 // its NAT entries. A TCP flow is "syn" until a reply comes back, then
 // "established" until a FIN or RST in either direction makes it "closing".
+// Established: past Linux's default keepalive time (2 h) and its first probe,
+// so an idle connection with keepalive on keeps its port (after the entry
+// goes, the probe leaves with the pod's address and the connection hangs).
 const (
 	NATTimeoutTCPSyn         = 60 * time.Second
-	NATTimeoutTCPEstablished = time.Hour
+	NATTimeoutTCPEstablished = 2*time.Hour + 15*time.Minute
 	NATTimeoutTCPClosing     = 10 * time.Second
 	NATTimeoutUDP            = 60 * time.Second
 	NATTimeoutICMP           = 10 * time.Second

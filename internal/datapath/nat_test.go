@@ -44,8 +44,8 @@ func TestPrivilegedGCNAT(t *testing.T) {
 		keep bool
 	}
 	flows := []seeded{
-		{flow(protoTCP, podA, 1001, 1001, extHost, 443, "tcp-established"), 30 * time.Minute, true},
-		{flow(protoTCP, podA, 1002, 1002, extHost, 443, "tcp-established"), 61 * time.Minute, false},
+		{flow(protoTCP, podA, 1001, 1001, extHost, 443, "tcp-established"), 2*time.Hour + 5*time.Minute, true}, // past a keepalive's 2 h
+		{flow(protoTCP, podA, 1002, 1002, extHost, 443, "tcp-established"), NATTimeoutTCPEstablished + time.Minute, false},
 		{flow(protoTCP, podA, 1003, 1003, extHost, 443, "tcp-syn"), 59 * time.Second, true},
 		{flow(protoTCP, podA, 1004, 1004, extHost, 443, "tcp-syn"), 61 * time.Second, false},
 		{flow(protoTCP, podA, 1005, 1005, extHost, 443, "tcp-closing"), 11 * time.Second, false},
