@@ -168,7 +168,7 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 	struct policy_ct_slot *at = NULL;
 	struct policy_ct_key k = {};
 	__u8 on, incomplete;
-	__u32 peer, bit, opened, out;
+	__u32 peer, bit, opened, via;
 	int fresh;
 
 	bit = policy_ct_key_of(&k, t, dir);
@@ -215,12 +215,12 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 		seen->fresh = bit;
 	if (fresh && fresh_also == POLICY_CT_DEFER)
 		return 0;
-	/* OUT: this end's bit from its egress check, and a deferred SYN's sender's
+	/* Which check set this end's bit, and a deferred SYN's sender's
 	 * (fresh_also: its egress check accepted it). */
-	out = dir == POLICY_DIR_EGRESS ? policy_ct_out(bit) : 0;
+	via = policy_ct_via(bit, dir);
 	if (fresh && fresh_also)
-		out |= policy_ct_out(fresh_also);
-	policy_ct_track(&k, v, bit, (fresh ? fresh_also : 0) | opened, out, fresh, t->syn);
+		via |= policy_ct_via(fresh_also, POLICY_DIR_EGRESS);
+	policy_ct_track(&k, v, bit, (fresh ? fresh_also : 0) | opened, via, fresh, t->syn);
 	return 0;
 }
 

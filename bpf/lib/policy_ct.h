@@ -104,11 +104,19 @@ static __always_inline __u32 policy_ct_opener(__u32 bit, __u8 dir, const struct 
 	return bit == POLICY_CT_END_LO ? POLICY_CT_OPENED_LO : POLICY_CT_OPENED_HI;
 }
 
-/* policy_ct_out is the OUT bit (enum policy_ct_ends) of end bit: set by its egress check. */
-static __always_inline __u32 policy_ct_out(__u32 bit)
+/*
+ * policy_ct_via is the bit (enum policy_ct_ends) that says which check of end
+ * bit set it: OUT for its egress check (dir), IN for its ingress check.
+ */
+static __always_inline __u32 policy_ct_via(__u32 bit, __u8 dir)
 {
-	return bit == POLICY_CT_END_LO ? POLICY_CT_OUT_LO : POLICY_CT_OUT_HI;
+	if (dir == POLICY_DIR_EGRESS)
+		return bit == POLICY_CT_END_LO ? POLICY_CT_OUT_LO : POLICY_CT_OUT_HI;
+	return bit == POLICY_CT_END_LO ? POLICY_CT_IN_LO : POLICY_CT_IN_HI;
 }
+
+#define POLICY_CT_VIA_LO (POLICY_CT_OUT_LO | POLICY_CT_IN_LO)
+#define POLICY_CT_VIA_HI (POLICY_CT_OUT_HI | POLICY_CT_IN_HI)
 
 /*
  * policy_ct_any_over is set by the agent while myelin_policy_ct_over lists a
@@ -144,9 +152,8 @@ static __always_inline int policy_ct_over_budget(__u32 addr)
  * added to what the entry holds (cur: the entry as the caller read it, or
  * NULL to look it up; a new entry gets also too); a SYN clears an old close
  * state and, when this check knows its sender (also), names it the opener.
- * out: the OUT bits of the ends this write sets at their egress check
- * (policy_ct_out): written with them, and this end's cleared where its bit
- * is added by its ingress check.
+ * via: the OUT or IN bits (policy_ct_via) of the ends this write sets,
+ * written with them (an end's other one cleared).
  * A write that adds to a copy happens only if the entry still holds the
  * copy's ends (policy_ct_put's was): an end the agent purged meanwhile stays
  * purged; and it leaves a close state written meanwhile (a FIN or RST on
@@ -162,9 +169,9 @@ static __always_inline int policy_ct_over_budget(__u32 addr)
  */
 static __always_inline void policy_ct_track(const struct policy_ct_key *k,
 					    const struct policy_ct_entry *cur, __u32 bit,
-					    __u32 also, __u32 out, int fresh, int syn)
+					    __u32 also, __u32 via, int fresh, int syn)
 {
-	struct policy_ct_entry ce = {.ends = bit | also | out};
+	struct policy_ct_entry ce = {.ends = bit | also | via};
 	__u64 was = 0;
 
 	if (!fresh) {
@@ -176,7 +183,8 @@ static __always_inline void policy_ct_track(const struct policy_ct_key *k,
 			was = policy_ct_was(&ce);
 			if ((ce.ends & bit) && !(syn && ce.closing))
 				return;
-			ce.ends = (ce.ends & ~policy_ct_out(bit)) | bit | out;
+			ce.ends &= ~(bit == POLICY_CT_END_LO ? POLICY_CT_VIA_LO : POLICY_CT_VIA_HI);
+			ce.ends |= bit | via;
 			if (syn)
 				ce.closing = 0;
 			if (syn && also) {
@@ -184,7 +192,7 @@ static __always_inline void policy_ct_track(const struct policy_ct_key *k,
 				ce.ends |= also;
 			}
 		} else {
-			ce = (struct policy_ct_entry){.ends = bit | also | out};
+			ce = (struct policy_ct_entry){.ends = bit | also | via};
 			was = POLICY_CT_PUT_NEW;
 		}
 	}
@@ -284,7 +292,7 @@ static __always_inline void policy_tx_commit(struct ipv4_info *info)
 		ce.fin_lo = policy_ct_now();
 	/* A SYN of a pod of this node, which its egress check saw (and accepted:
 	 * OUT): the pod opened it. */
-	ce.ends |= policy_ct_out(info->policy_tx_fresh) |
+	ce.ends |= policy_ct_via(info->policy_tx_fresh, POLICY_DIR_EGRESS) |
 		   policy_ct_opener(policy_ct_key_of(&k, &t, POLICY_DIR_EGRESS), POLICY_DIR_EGRESS,
 				    &t);
 	policy_ct_put(&k, &ce, 0);

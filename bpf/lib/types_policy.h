@@ -91,22 +91,24 @@ struct policy_ct_key {
  * SYN, a first datagram), when its source was checked. The opener is what
  * the agent counts the entry against (policy-ct-pod-max,
  * datapath.GCPolicyCT); entries written before 2026-12-05 name none. OUT
- * says an end's bit was set by that end's egress check (the end sent the
- * packet it accepted), not its ingress check: when a policy change would
- * forget the end, the agent judges it again in that direction, as a
- * connection the end opens, else as one its peer opens
- * (datapath.PolicyCTPurge.Allowed). Each write of an end's bit sets or
- * clears its OUT bit; entries written before 2026-12-06 have none (judged
- * as opened by the peer).
+ * and IN say which check of an end set its bit: its egress check (the end
+ * sent the packet it accepted) or its ingress check. When a policy change
+ * would forget the end, the agent judges it again in that direction only, as
+ * a connection the end opens or one its peer opens
+ * (datapath.PolicyCTPurge.Allowed). Each write of an end's bit sets one and
+ * clears the other; an end with neither (written by older programs) is
+ * forgotten without a judgement.
  */
 enum policy_ct_ends {
 	POLICY_CT_END_LO = 1,	 /* the local pod at addr_lo/port_lo */
 	POLICY_CT_END_HI = 2,	 /* the local pod at addr_hi/port_hi */
 	POLICY_CT_OPENED_LO = 4, /* addr_lo opened it */
 	POLICY_CT_OPENED_HI = 8, /* addr_hi opened it */
-	/* 16 and 32 meant something else in a build of 2026-12-06: not reused */
+	/* 16 and 32 meant other things in two builds of 2026-12-06: not reused */
 	POLICY_CT_OUT_LO = 64,	/* END_LO was set by addr_lo's egress check */
 	POLICY_CT_OUT_HI = 128, /* END_HI was set by addr_hi's egress check */
+	POLICY_CT_IN_LO = 256,	/* END_LO was set by addr_lo's ingress check */
+	POLICY_CT_IN_HI = 512,	/* END_HI was set by addr_hi's ingress check */
 };
 
 /*

@@ -383,6 +383,8 @@ const (
 	myelinPolicyCtEndsPOLICY_CT_OPENED_HI myelinPolicyCtEnds = 8
 	myelinPolicyCtEndsPOLICY_CT_OUT_LO    myelinPolicyCtEnds = 64
 	myelinPolicyCtEndsPOLICY_CT_OUT_HI    myelinPolicyCtEnds = 128
+	myelinPolicyCtEndsPOLICY_CT_IN_LO     myelinPolicyCtEnds = 256
+	myelinPolicyCtEndsPOLICY_CT_IN_HI     myelinPolicyCtEnds = 512
 )
 
 type myelinPolicyCtEntry struct {

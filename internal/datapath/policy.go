@@ -322,14 +322,15 @@ func (d *Datapath) IPCache() (map[netip.Prefix]uint32, error) {
 //
 // Allowed, when set, judges again the ends named for their pod's policy
 // (Endpoints) or for a prefix holding the peer (Prefixes), as the maps now
-// are, in the direction the end's check accepted it: an end whose bit came
-// from its ingress check keeps it if the new state allows its peer to open
-// the connection (the peer to the end's port: the peer could have the bit set
-// again by sending, so keeping it grants nothing more); one whose bit came
-// from its egress check (enum policy_ct_ends, OUT: it sent what it accepted)
-// if the new state allows the end to open it (the end to the peer's port),
-// and only then: an egress rule tightened cuts what the pod sends on a
-// connection it opened even where its ingress is open.
+// are, in the direction the end's check accepted it (enum policy_ct_ends,
+// IN and OUT): an end whose bit came from its ingress check keeps it if the
+// new state allows its peer to open the connection (the peer to the end's
+// port: the peer could have the bit set again by sending, so keeping it
+// grants nothing more); one whose bit came from its egress check if the new
+// state allows the end to open it (the end to the peer's port), and only
+// then (an egress rule tightened cuts what a pod sends on a connection it
+// opened until its peer sends again, as before). An end with neither bit
+// (written by older programs) is forgotten.
 // So connections the change still allows go on passing both ways: a server's
 // push after a rollout of an allowed client changed the server's entries, a
 // stream into a client whose ingress entries changed, a reply out of a pod
@@ -437,16 +438,23 @@ const (
 	policyCTOpened   = policyCTOpenedLo | policyCTOpenedHi
 	policyCTOutLo    = uint32(myelinPolicyCtEndsPOLICY_CT_OUT_LO)
 	policyCTOutHi    = uint32(myelinPolicyCtEndsPOLICY_CT_OUT_HI)
+	policyCTInLo     = uint32(myelinPolicyCtEndsPOLICY_CT_IN_LO)
+	policyCTInHi     = uint32(myelinPolicyCtEndsPOLICY_CT_IN_HI)
 )
 
-// policyCTOutOf is the OUT bits of the end bits in ends.
-func policyCTOutOf(ends uint32) uint32 {
+// policyCTOutOf and policyCTInOf are the OUT and IN bits of the end bits in
+// ends; policyCTViaOf both.
+func policyCTOutOf(ends uint32) uint32 { return policyCTPerEnd(ends, policyCTOutLo, policyCTOutHi) }
+func policyCTInOf(ends uint32) uint32  { return policyCTPerEnd(ends, policyCTInLo, policyCTInHi) }
+func policyCTViaOf(ends uint32) uint32 { return policyCTOutOf(ends) | policyCTInOf(ends) }
+
+func policyCTPerEnd(ends, lo, hi uint32) uint32 {
 	var out uint32
 	if ends&policyCTEndLo != 0 {
-		out |= policyCTOutLo
+		out |= lo
 	}
 	if ends&policyCTEndHi != 0 {
-		out |= policyCTOutHi
+		out |= hi
 	}
 	return out
 }
@@ -506,8 +514,10 @@ func policyCTMatches(k myelinPolicyCtKey, ends uint32, p PolicyCTPurge) (sure, j
 // policyCTAllowedAgain asks allowed (nil: nothing is) whether end e of an
 // entry whose ends bits are ends may stay, in the direction its check
 // accepted it: the end may open the connection if its bit came from its
-// egress check (OUT), else the peer may.
+// egress check (OUT), the peer may if from its ingress check (IN). An end
+// with neither (written by older programs) is not asked.
 func policyCTAllowedAgain(e policyCTEnd, ends uint32, allowed func(PolicyCTEnd) bool) bool {
-	return allowed != nil && allowed(PolicyCTEnd{Local: e.local, Peer: e.peer, LocalPort: e.localPort,
-		PeerPort: e.peerPort, Proto: e.proto, Egress: ends&policyCTOutOf(e.bit) != 0})
+	out, in := ends&policyCTOutOf(e.bit) != 0, ends&policyCTInOf(e.bit) != 0
+	return allowed != nil && out != in && allowed(PolicyCTEnd{Local: e.local, Peer: e.peer,
+		LocalPort: e.localPort, PeerPort: e.peerPort, Proto: e.proto, Egress: out})
 }

@@ -355,9 +355,9 @@ func TestPrivilegedBPFPolicyPurgeKeepsAllowed(t *testing.T) {
 	runPolicySteps(t, d, []policyStep{
 		first,
 		after(verdictStep("B's push leaves B (tracked)", fromPod, "from-pod", push, ctxB, true),
-			trackedEnds(policyCTEndHi, "after A's SYN (B's end from its ingress check)")),
+			trackedEnds(policyCTEndHi|policyCTInHi, "after A's SYN (B's end from its ingress check)")),
 		after(verdictStep("B's policy changed, still admitting A: B's end kept, its push passes", fromPod, "from-pod", push, ctxB, true),
-			purge(b, yes, bIn), trackedEnds(policyCTEndHi, "after a purge that kept B's end")),
+			purge(b, yes, bIn), trackedEnds(policyCTEndHi|policyCTInHi, "after a purge that kept B's end")),
 		after(verdictStep("B's policy changed, no longer admitting A: B's end forgotten, its push is denied", fromPod, "from-pod", push, ctxB, false),
 			purge(b, no, bIn)),
 		verdictStep("A's next segment is judged and tracked again", toPod, "to-pod", seg, nil, true),
@@ -402,7 +402,7 @@ func TestPrivilegedBPFPolicyPurgeKeepsAllowed(t *testing.T) {
 	runPolicySteps(t, d, []policyStep{
 		admitsB,
 		after(verdictStep("A no longer admits B, A's egress is open: A's end (from its ingress) is forgotten, B is denied", toPod, "to-pod", fromB, nil, false),
-			trackedEnds(policyCTEndLo, "after B's datagram (A's end from its ingress check)"), tightened,
+			trackedEnds(policyCTEndLo|policyCTInLo, "after B's datagram (A's end from its ingress check)"), tightened,
 			purge(a, onlyOut, PolicyCTEnd{Local: a, Peer: b, LocalPort: 5000, PeerPort: 6000, Proto: protoUDP})),
 	})
 }

@@ -95,8 +95,9 @@ func TestPrivilegedPolicyFlagsMirror(t *testing.T) {
 // ends whose peer is a purged address or lies in a purged prefix. Allowed
 // keeps an end when the connection may be opened in the direction the end's
 // check accepted it: by the end to the peer's port when its bit came from its
-// egress check (OUT), else by the peer to the end's port; never an end named
-// for a /32 (an address that may be another pod's now).
+// egress check (OUT), by the peer to the end's port when from its ingress
+// check (IN); never an end with neither (older programs), nor one named for a
+// /32 (an address that may be another pod's now).
 func TestPolicyCTMatchesEnds(t *testing.T) {
 	a, b := mustAddr("10.1.0.10"), mustAddr("10.1.0.20")
 	k := myelinPolicyCtKey{AddrLo: addrU32(a.As4()), AddrHi: addrU32(b.As4()), PortLo: htons(40001), PortHi: htons(8080), Proto: protoTCP}
@@ -123,14 +124,15 @@ func TestPolicyCTMatchesEnds(t *testing.T) {
 		{"peer b gone: both ends", both, PolicyCTPurge{Peers: map[netip.Addr]bool{b: true}}, both, nil},
 		{"prefix holding a: b's end (a is its peer)", both, PolicyCTPurge{Prefixes: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/28")}}, policyCTEndHi, nil},
 		{"unrelated endpoint: nothing", both, PolicyCTPurge{Endpoints: map[netip.Addr]bool{mustAddr("10.1.0.30"): true}}, 0, nil},
-		{"endpoint b, a may open it to b: kept", both, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: yes}, 0, []PolicyCTEnd{bIn}},
-		{"endpoint b, a may not, b's bit from its ingress: forgotten, b's opening not asked", both | policyCTOutLo, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: onlyOut}, policyCTEndHi, []PolicyCTEnd{bIn}},
+		{"endpoint b, a may open it to b: kept", both | policyCTInHi, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: yes}, 0, []PolicyCTEnd{bIn}},
+		{"endpoint b, a may not, b's bit from its ingress: forgotten, b's opening not asked", both | policyCTOutLo | policyCTInHi, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: onlyOut}, policyCTEndHi, []PolicyCTEnd{bIn}},
 		{"endpoint b, b's bit from its egress, b may open it: kept", both | policyCTOutHi, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: onlyOut}, 0, []PolicyCTEnd{bOut}},
 		{"endpoint b, b's bit from its egress, only a may open it: forgotten, a's opening not asked", both | policyCTOutHi, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: onlyIn}, policyCTEndHi, []PolicyCTEnd{bOut}},
 		{"endpoint a, a's bit from its egress, a may open it: kept", both | policyCTOutLo, PolicyCTPurge{Endpoints: map[netip.Addr]bool{a: true}, Allowed: onlyOut}, 0, []PolicyCTEnd{aOut}},
-		{"endpoint a, a's bit from its ingress, b may open it: kept", both, PolicyCTPurge{Endpoints: map[netip.Addr]bool{a: true}, Allowed: onlyIn}, 0, []PolicyCTEnd{aIn}},
+		{"endpoint a, a's bit from its ingress, b may open it: kept", both | policyCTInLo, PolicyCTPurge{Endpoints: map[netip.Addr]bool{a: true}, Allowed: onlyIn}, 0, []PolicyCTEnd{aIn}},
 		{"endpoint a, a's bit from its egress, nothing allowed: forgotten", both | policyCTOutLo, PolicyCTPurge{Endpoints: map[netip.Addr]bool{a: true}, Allowed: no}, policyCTEndLo, []PolicyCTEnd{aOut}},
-		{"prefix holding a, a may open it to b: b's end kept", both, PolicyCTPurge{Prefixes: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/28")}, Allowed: yes}, 0, []PolicyCTEnd{bIn}},
+		{"prefix holding a, a may open it to b: b's end kept", both | policyCTInHi, PolicyCTPurge{Prefixes: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/28")}, Allowed: yes}, 0, []PolicyCTEnd{bIn}},
+		{"neither IN nor OUT (older programs): not asked, forgotten", both, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: yes}, policyCTEndHi, nil},
 		{"peer b's /32 changed: not asked, forgotten", both | policyCTOutLo, PolicyCTPurge{Peers: map[netip.Addr]bool{b: true}, Endpoints: map[netip.Addr]bool{a: true}, Allowed: yes}, both, nil},
 		{"gone: opener and all, not asked", both | policyCTOpenedLo | policyCTOutLo, PolicyCTPurge{Peers: map[netip.Addr]bool{b: true}, Gone: map[netip.Addr]bool{b: true}, Allowed: yes}, both | policyCTOpened, nil},
 	} {

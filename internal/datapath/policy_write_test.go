@@ -27,13 +27,10 @@ func openedBy(end uint32) uint32 {
 	return policyCTOpenedHi
 }
 
-// outOf is the OUT bit of the end whose bit is end: its egress check set it.
-func outOf(end uint32) uint32 {
-	if end == policyCTEndLo {
-		return policyCTOutLo
-	}
-	return policyCTOutHi
-}
+// outOf and inOf are the OUT and IN bits of the end whose bit is end: its
+// egress or its ingress check set it.
+func outOf(end uint32) uint32 { return policyCTOutOf(end) }
+func inOf(end uint32) uint32  { return policyCTInOf(end) }
 
 // A SYN's tracked entry is written whole: where BPF delivers it (from the
 // uplink, or from a pod of this node) it starts afresh without a lookup, so
@@ -57,7 +54,7 @@ func TestPrivilegedBPFPolicySYNWritesWhole(t *testing.T) {
 		verdict: tcActRedirect, out: delivered(syn), reason: "FORWARDED"}}
 	runPolicyRows(t, d, []policyRow{uplink})
 	k, v, bBit := policyCTOnly(t, d, podBIP)
-	if want := bBit; v.Ends != want { // no opener: what the uplink brings names no pod to blame; no OUT: B's ingress check set it
+	if want := bBit | inOf(bBit); v.Ends != want { // no opener: what the uplink brings names no pod to blame; IN: B's ingress check set it
 		t.Fatalf("after the SYN the entry holds ends %#x, want B's end alone, from its ingress check, no opener: %#x", v.Ends, want)
 	}
 	// The other end's bit, an opener (a check of this node named it), a stale
@@ -68,8 +65,8 @@ func TestPrivilegedBPFPolicySYNWritesWhole(t *testing.T) {
 	}
 	uplink.name = "the SYN again, the entry holding another end and a close state"
 	runPolicyRows(t, d, []policyRow{uplink})
-	if _, v, _ = policyCTOnly(t, d, podBIP); v != (myelinPolicyCtEntry{Ends: bBit}) {
-		t.Errorf("BPF-delivered SYN left %+v, want only B's end %#x and no close state", v, bBit)
+	if _, v, _ = policyCTOnly(t, d, podBIP); v != (myelinPolicyCtEntry{Ends: bBit | inOf(bBit)}) {
+		t.Errorf("BPF-delivered SYN left %+v, want only B's end %#x (from its ingress check) and no close state", v, bBit)
 	}
 
 	if err := policyCTPut(d, k, stale); err != nil {
@@ -78,15 +75,15 @@ func TestPrivilegedBPFPolicySYNWritesWhole(t *testing.T) {
 	runPolicyRows(t, d, []policyRow{{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
 		name: "the SYN as the stack delivers it", in: syn.build(), ctx: &skbCtx{IngressIfindex: 2},
 		verdict: tcActOK, reason: "PASS_STACK"}}})
-	if _, v, _ = policyCTOnly(t, d, podBIP); v.Ends != policyCTEnds|openedBy(bBit) || v.Closing != 0 {
-		t.Errorf("stack-delivered SYN left %+v, want both ends and the opener (the noted ones kept: this check can't vouch for the sender), B's stale OUT cleared (its ingress check set its bit), and no close state", v)
+	if _, v, _ = policyCTOnly(t, d, podBIP); v.Ends != policyCTEnds|openedBy(bBit)|inOf(bBit) || v.Closing != 0 {
+		t.Errorf("stack-delivered SYN left %+v, want both ends and the opener (the noted ones kept: this check can't vouch for the sender), B's stale OUT replaced by IN (its ingress check set its bit), and no close state", v)
 	}
 
 	local := ipv4(protoTCP, podA, podBIP).withSrc(podA, 6001).withDst(podBIP, 8080)
 	runPolicyRows(t, d, []policyRow{{seed: state, prog: d.objs.MyelinFromPod, counterDir: "from-pod", progCase: progCase{
 		name: "SYN A→B on one node: judged at both ends", in: local.build(), ctx: ctxPodA,
 		verdict: tcActRedirect, out: delivered(local), reason: "FORWARDED"}}})
-	if _, v, aBit := policyCTOnly(t, d, podA); v != (myelinPolicyCtEntry{Ends: policyCTEnds | openedBy(aBit) | outOf(aBit)}) {
-		t.Errorf("same-node SYN left %+v, want both ends, opened by A, A's from its egress check (OUT), and no close state", v)
+	if _, v, aBit := policyCTOnly(t, d, podA); v != (myelinPolicyCtEntry{Ends: policyCTEnds | openedBy(aBit) | outOf(aBit) | inOf(aBit^policyCTEnds)}) {
+		t.Errorf("same-node SYN left %+v, want both ends, opened by A, A's from its egress check (OUT), B's from its ingress (IN), and no close state", v)
 	}
 }

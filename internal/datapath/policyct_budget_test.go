@@ -229,7 +229,7 @@ func TestPrivilegedBPFPolicyCTOpener(t *testing.T) {
 			d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, NodeIP: testNodeIP, NoSourceVerification: c.noVerify})
 			runPolicyRows(t, d, []policyRow{seg(d.objs.MyelinFromPod, 7101, c.flags)})
 			_, v, bBit := policyCTOnly(t, d, podBIP)
-			want := bBit
+			want := bBit | inOf(bBit)
 			if c.opened {
 				want |= openedBy(bBit ^ policyCTEnds)
 			}
@@ -319,7 +319,7 @@ func TestPrivilegedBPFPolicyCTBudgetTunnelOpenerPays(t *testing.T) {
 		return policyStep{policyRow: policyRow{prog: d.objs.MyelinFromNetdev, counterDir: "from-netdev", progCase: c}}
 	}
 	// podB 10.1.0.20 < remote 10.2.0.33
-	opener := trackedEnds(policyCTEndLo|policyCTOpenedHi, "the remote pod's entry (B accepted it, the remote pod opened it)")
+	opener := trackedEnds(policyCTEndLo|policyCTOpenedHi|policyCTInLo, "the remote pod's entry (B accepted it, the remote pod opened it)")
 	first := fromRemote("the remote pod's SYN into B, decapsulated and delivered (tracked)", 7001, true)
 	first.seed = st
 	runPolicySteps(t, d, []policyStep{
@@ -381,7 +381,7 @@ func TestPrivilegedBPFPolicyCTOpenerStackDelivered(t *testing.T) {
 		toPod := d.objs.MyelinToPod
 		first := budgetStep("A's SYN into B, through the stack (tracked, A the opener)", toPod, "to-pod", synAB(7001), onVethA, true)
 		first.seed = st
-		opened := trackedEnds(policyCTEndHi|policyCTOpenedLo, "A's entry (B accepted it, A opened it)") // podA < podB
+		opened := trackedEnds(policyCTEndHi|policyCTOpenedLo|policyCTInHi, "A's entry (B accepted it, A opened it)") // podA < podB
 		runPolicySteps(t, d, []policyStep{
 			first,
 			after(budgetStep("its second", toPod, "to-pod", synAB(7002), onVethA, true), opened),
@@ -407,7 +407,7 @@ func TestPrivilegedBPFPolicyCTOpenerStackDelivered(t *testing.T) {
 			first := budgetStep(c.name, d.objs.MyelinToPod, "to-pod", synAB(7001).withTCPFlags(c.flags), c.ctx, true)
 			first.seed = st
 			runPolicySteps(t, d, []policyStep{first})
-			want := policyCTEndHi
+			want := policyCTEndHi | policyCTInHi
 			if c.opened {
 				want |= policyCTOpenedLo
 			}
@@ -447,7 +447,7 @@ func TestPrivilegedBPFPolicyCTOpenerOverlayStackDelivered(t *testing.T) {
 			first := budgetStep(c.name, d.objs.MyelinToPod, "to-pod", syn, c.ctx, true)
 			first.seed = st
 			runPolicySteps(t, d, []policyStep{first})
-			want := policyCTEndLo // podB 10.1.0.20 < the remote pod 10.2.0.33
+			want := policyCTEndLo | policyCTInLo // podB 10.1.0.20 < the remote pod 10.2.0.33
 			if c.opened {
 				want |= policyCTOpenedHi
 			}

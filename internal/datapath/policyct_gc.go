@@ -294,13 +294,13 @@ func policyCTResetGraceOver(last, now uint32) bool {
 }
 
 // policyCTStrip takes the end bits gone away from slot s at now (policyCTUnits),
-// with their OUT bits, in a write under its count (policyCTTable.write), and
+// with their OUT and IN bits, in a write under its count (policyCTTable.write), and
 // says whether it emptied the slot. An entry left without an end's bit keeps
 // its opener, if it has one, with the rest of the entry, for
 // PolicyCTTimeoutOpenerOnly from now (born; ref's marks and notes start over),
 // else is emptied.
 func policyCTStrip(s *myelinPolicyCtSlot, gone, now uint32) bool {
-	if s.Entry.Ends &^= gone | policyCTOutOf(gone); s.Entry.Ends&policyCTEnds != 0 {
+	if s.Entry.Ends &^= gone | policyCTViaOf(gone); s.Entry.Ends&policyCTEnds != 0 {
 		return false
 	}
 	if s.Entry.Ends&policyCTOpened == 0 {

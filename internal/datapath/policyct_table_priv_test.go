@@ -98,8 +98,8 @@ func TestPrivilegedPolicyCTTableShared(t *testing.T) {
 	if !toB(t, d, 5001, 8080, true) {
 		t.Fatal("allowed SYN: denied")
 	}
-	if v, ok := policyCTGet(d, abKey(5001, 8080)); !ok || v.Ends != policyCTEndHi {
-		t.Fatalf("the programs' entry of the allowed SYN, as the agent finds it: %+v (found %v), want B's end", v, ok)
+	if v, ok := policyCTGet(d, abKey(5001, 8080)); !ok || v.Ends != policyCTEndHi|policyCTInHi {
+		t.Fatalf("the programs' entry of the allowed SYN, as the agent finds it: %+v (found %v), want B's end, from its ingress check", v, ok)
 	}
 
 	i, _, seq, ok := ct.find(d.policyCTSeed, k)

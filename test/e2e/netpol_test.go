@@ -492,9 +492,12 @@ func (l *netpolLab) pushAcrossPolicyEdits(t *testing.T) {
 					{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pod": from}}}}}},
 			}}
 	}
-	apply := func(np *networkingv1.NetworkPolicy, create bool) {
+	// apply writes np and waits until x/c's agent traces port from x/b as
+	// verdict: the agent publishes what it traces once the apply that
+	// computed it (writes and purge) is done.
+	node := xc.Spec.NodeName
+	apply := func(np *networkingv1.NetworkPolicy, create bool, port, verdict string) {
 		t.Helper()
-		since := time.Now()
 		nps := l.cs.NetworkingV1().NetworkPolicies("x")
 		var err error
 		if create {
@@ -508,15 +511,22 @@ func (l *netpolLab) pushAcrossPolicyEdits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := l.waitApplied(since); err != nil {
-			t.Fatal(err)
-		}
+		want := "x/b -> x/c " + port + ": " + verdict
+		eventually(t, time.Minute, "x/c's agent tracing "+want, func(context.Context) (bool, string) {
+			out, err := myelin("policy", "trace", "--node", node, "--from", "x/b", "--to", "x/c", "--port", port)
+			return err == nil && strings.Contains(out, want), fmt.Sprintf("%v: %s", err, out)
+		})
 	}
-	apply(policyFor("b", 9100), true)
+	apply(policyFor("b", 9100), true, "9100/TCP", "ALLOWED")
 	defer func() { _ = l.cs.NetworkingV1().NetworkPolicies("x").Delete(ctx, "x-c-push", metav1.DeleteOptions{}) }()
 
+	// No keepalives: a probe of x/b's would track x/c's end again through its
+	// ingress, and the push would pass without the purge keeping it.
 	var ln net.Listener
-	if err := netns.Do(podNetNS(xc), func() (err error) { ln, err = net.Listen("tcp", ":9100"); return err }); err != nil {
+	if err := netns.Do(podNetNS(xc), func() (err error) {
+		ln, err = (&net.ListenConfig{KeepAlive: -1}).Listen(ctx, "tcp", ":9100")
+		return err
+	}); err != nil {
 		t.Fatalf("listen in x/c: %v", err)
 	}
 	defer ln.Close()
@@ -529,7 +539,7 @@ func (l *netpolLab) pushAcrossPolicyEdits(t *testing.T) {
 	}()
 	var client net.Conn
 	if err := netns.Do(podNetNS(xb), func() (err error) {
-		client, err = net.DialTimeout("tcp", net.JoinHostPort(xc.Status.PodIP, "9100"), netpolProbeTimeout)
+		client, err = (&net.Dialer{Timeout: netpolProbeTimeout, KeepAlive: -1}).Dial("tcp", net.JoinHostPort(xc.Status.PodIP, "9100"))
 		return err
 	}); err != nil {
 		t.Fatalf("x/b -> x/c:9100 (admitted): %v", err)
@@ -557,9 +567,9 @@ func (l *netpolLab) pushAcrossPolicyEdits(t *testing.T) {
 		}
 	}
 	push("before", true)
-	apply(policyFor("b", 9100, 9101), false)
+	apply(policyFor("b", 9100, 9101), false, "9101/TCP", "ALLOWED")
 	push("after a port was added", true)
-	apply(policyFor("a", 9100, 9101), false)
+	apply(policyFor("a", 9100, 9101), false, "9100/TCP", "DENIED")
 	push("after x/b is no longer admitted", false)
 }
 
