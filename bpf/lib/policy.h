@@ -17,21 +17,28 @@
  * replies pass. A TCP SYN without ACK opens a connection: it never takes the
  * tracked path and is judged by the policy again (and tracked again if
  * allowed), so a tightened policy or a reused peer address never inherits an
- * old entry; for established connections of every protocol the agent forgets
- * the ends of changed endpoints that the new state no longer allows, and
- * those of peers whose address changed (datapath.PurgePolicyCT). A TCP connection's entry is
- * deleted once both ends' FINs are acknowledged (policy_ct_close), so closed connections give their
- * entries back instead of making every new connection push one out of a full table; the agent
- * deletes those of other protocols once idle, and TCP connections that an RST ended
- * (lib/policy_ct.h). A later IP fragment carries no ports: one not of TCP passes a check that
- * passed its datagram's first fragment (policy_frag_passed: one myelin_frags lookup per later
- * fragment, one write per first fragment at each check of an isolated pod), else it is judged as a
- * packet without ports (only an all-ports rule allows it). An ICMP error (destination unreachable,
- * time exceeded) about a TCP or UDP connection tracked for the pod passes as the connection's
- * replies do (policy_icmp_related: path MTU discovery, port unreachable); other ICMP is judged by
- * the rules for ICMP. Traffic the host itself sends from this node's own address (kubelet probes:
- * myelin_to_pod with ingress_ifindex 0) is allowed in; the same source on a packet from the uplink
- * or the overlay is never exempt (those programs drop it as spoofed before it reaches a pod).
+ * old entry. For established connections of every protocol the agent forgets,
+ * after a policy change, the ends of changed endpoints (and of peers in a
+ * changed prefix) that the new state no longer allows in the direction their
+ * check accepted them (enum policy_ct_ends, IN/OUT), and those of peers whose
+ * address changed (datapath.PurgePolicyCT). A TCP connection's entry is
+ * deleted once both ends' FINs are acknowledged (policy_ct_close), so closed
+ * connections give their entries back instead of making every new connection
+ * push one out of a full table; the agent deletes those of other protocols
+ * once idle, and TCP connections that an RST ended (lib/policy_ct.h).
+ * A later IP fragment carries no ports: one not of TCP passes a check that
+ * passed its datagram's first fragment (policy_frag_passed: one myelin_frags
+ * lookup per later fragment, one write per first fragment at each check of an
+ * isolated pod), else it is judged as a packet without ports (only an
+ * all-ports rule allows it).
+ * An ICMP error (destination unreachable, time exceeded) about a TCP or UDP
+ * connection tracked for the pod passes as the connection's replies do
+ * (policy_icmp_related: path MTU discovery, port unreachable); other ICMP is
+ * judged by the rules for ICMP.
+ * Traffic the host itself sends from this node's own address (kubelet probes:
+ * myelin_to_pod with ingress_ifindex 0) is allowed in; the same source on a
+ * packet from the uplink or the overlay is never exempt (those programs drop
+ * it as spoofed before it reaches a pod).
  */
 #ifndef MYELIN_LIB_POLICY_H
 #define MYELIN_LIB_POLICY_H

@@ -21,9 +21,13 @@ type fakePolicyMaps struct {
 	max     int // entries the policy map holds; 0 = no limit
 	// maxPorts is how many ranges an entry holds (0: no limit).
 	maxPorts int
-	check    func(*fakePolicyMaps) error
-	errs     []error
-	purges   []datapath.PolicyCTPurge // every non-empty purge asked for
+	// failFlags are addresses whose flags write fails; failDelete fails every
+	// entry delete.
+	failFlags  map[netip.Addr]bool
+	failDelete bool
+	check      func(*fakePolicyMaps) error
+	errs       []error
+	purges     []datapath.PolicyCTPurge // every non-empty purge asked for
 	// failCache are prefixes whose write fails (a full ipcache).
 	failCache map[netip.Prefix]bool
 }
@@ -53,6 +57,9 @@ func (f *fakePolicyMaps) SetPolicy(k datapath.PolicyKey, p []datapath.PolicyPort
 	return nil
 }
 func (f *fakePolicyMaps) DeletePolicy(k datapath.PolicyKey) error {
+	if f.failDelete {
+		return fmt.Errorf("delete policy: %w", unix.EIO)
+	}
 	delete(f.entries, k)
 	f.after()
 	return nil
@@ -61,6 +68,9 @@ func (f *fakePolicyMaps) Policies() (map[datapath.PolicyKey][]datapath.PolicyPor
 	return maps.Clone(f.entries), nil
 }
 func (f *fakePolicyMaps) SetPolicyFlags(ip netip.Addr, fl datapath.PolicyFlags) error {
+	if f.failFlags[ip] {
+		return fmt.Errorf("set policy flags of %s: %w", ip, unix.EIO)
+	}
 	if fl == 0 {
 		delete(f.flags, ip)
 	} else {

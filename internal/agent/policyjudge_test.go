@@ -112,6 +112,58 @@ func TestApplyPolicyPurgeJudgesAgain(t *testing.T) {
 	}
 	m.maxPorts = 0
 
+	// x admits y on xPorts; w, if wFlags, admits y on wPorts.
+	state := func(xPorts []datapath.PolicyPort, wFlags datapath.PolicyFlags, wPorts []datapath.PolicyPort) policy.State {
+		st := serverState(map[netip.Addr]uint32{podX: 300, podY: 301, podW: 304}, map[uint32][]datapath.PolicyPort{301: xPorts})
+		if wFlags != 0 {
+			st.Endpoints[podW] = &policy.Endpoint{Pod: "x/w", IP: podW, Flags: wFlags,
+				Entries: map[policy.Key][]datapath.PolicyPort{{Identity: 301}: wPorts}}
+		}
+		return st
+	}
+	tcp8081 := []datapath.PolicyPort{{Proto: policy.ProtoTCP, Lo: 80, Hi: 81}}
+	wEnd := datapath.PolicyCTEnd{Local: podW, Peer: podY, LocalPort: 80, PeerPort: 40000, Proto: policy.ProtoTCP}
+	purgeOf := func(m *fakePolicyMaps, st policy.State) (datapath.PolicyCTPurge, policyApplied, error) {
+		t.Helper()
+		m.purges = nil
+		res, err := applyPolicy(m, &purgeJournal{}, st, nil)
+		if len(m.purges) != 1 {
+			t.Fatalf("purges %v, want one", m.purges)
+		}
+		return m.purges[0], res, err
+	}
+
+	// w's flags can't be written: its ends are not kept, x's still judged.
+	m = newFakePolicyMaps()
+	if _, err := applyPolicy(m, &purgeJournal{}, state(tcp80Only, datapath.PolicyIngress, tcp80Only), nil); err != nil {
+		t.Fatal(err)
+	}
+	m.failFlags = map[netip.Addr]bool{podW: true}
+	p, res, _ := purgeOf(m, state(tcp8081, datapath.PolicyIngress|datapath.PolicyEgress, tcp8081))
+	if !res.unflagged[podW] || p.Allowed == nil || !p.Allowed(yTo(80)) || p.Allowed(wEnd) {
+		t.Errorf("w's flags failed: unflagged %v, Allowed set %v; want w unflagged, x's allowed end kept, none of w's",
+			res.unflagged, p.Allowed != nil)
+	}
+
+	// Flags that can't be cleared (w no longer isolated): nothing is judged, as
+	// the map may still isolate a pod the state does not.
+	m = newFakePolicyMaps()
+	if _, err := applyPolicy(m, &purgeJournal{}, state(tcp80Only, datapath.PolicyIngress, tcp80Only), nil); err != nil {
+		t.Fatal(err)
+	}
+	m.failFlags = map[netip.Addr]bool{podW: true}
+	if p, _, err := purgeOf(m, state(tcp8081, 0, nil)); err == nil || p.Allowed != nil {
+		t.Errorf("w's flags not cleared: err %v, Allowed set %v; want the error and no Allowed", err, p.Allowed != nil)
+	}
+
+	// A stale entry of a pod becoming isolated that can't be deleted: nothing is judged.
+	m = newFakePolicyMaps()
+	m.entries[datapath.PolicyKey{Endpoint: podW, Identity: 303}] = tcp80Only
+	m.failDelete = true
+	if p, _, err := purgeOf(m, state(tcp80Only, datapath.PolicyIngress, tcp80Only)); err == nil || p.Allowed != nil {
+		t.Errorf("a stale entry not deleted: err %v, Allowed set %v; want the error and no Allowed", err, p.Allowed != nil)
+	}
+
 	m.purges = nil
 	cidr := netip.MustParsePrefix("203.0.113.0/24")
 	m.failCache = map[netip.Prefix]bool{cidr: true}

@@ -349,3 +349,18 @@ func TestPolicyCTResetGraceOver(t *testing.T) {
 		}
 	}
 }
+
+// Idle TCP connections with Linux's default keepalive (first probe after
+// net.ipv4.tcp_keepalive_time, 2 h, the next 75 s later) keep their
+// NetworkPolicy tracking and their NAT port: both timeouts outlast the first
+// probe and its retry, with a GC round (10 s) to spare.
+func TestTCPTimeoutsOutlastKeepalive(t *testing.T) {
+	const keepalive = 2*time.Hour + 75*time.Second + 10*time.Second
+	for name, d := range map[string]time.Duration{
+		"PolicyCTTimeoutTCP": PolicyCTTimeoutTCP, "NATTimeoutTCPEstablished": NATTimeoutTCPEstablished,
+	} {
+		if d <= keepalive {
+			t.Errorf("%s = %v: an idle connection with keepalive on loses its entry before its first probe (%v)", name, d, keepalive)
+		}
+	}
+}
