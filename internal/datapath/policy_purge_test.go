@@ -361,7 +361,8 @@ func TestPrivilegedBPFPolicyPurgeKeepsAllowed(t *testing.T) {
 		after(verdictStep("B's policy changed, no longer admitting A: B's end forgotten, its push is denied", fromPod, "from-pod", push, ctxB, false),
 			purge(b, no, bIn)),
 		verdictStep("A's next segment is judged and tracked again", toPod, "to-pod", seg, nil, true),
-		verdictStep("then B's push passes", fromPod, "from-pod", push, ctxB, true),
+		after(verdictStep("then B's push passes", fromPod, "from-pod", push, ctxB, true),
+			trackedEnds(policyCTEndHi|policyCTInHi, "after A's segment tracked it again (B's end from its ingress check)")),
 		after(verdictStep("a purge without Allowed forgets B's end: B's push is denied", fromPod, "from-pod", push, ctxB, false),
 			purge(b, nil)),
 	})

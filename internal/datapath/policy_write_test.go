@@ -78,6 +78,17 @@ func TestPrivilegedBPFPolicySYNWritesWhole(t *testing.T) {
 	if _, v, _ = policyCTOnly(t, d, podBIP); v.Ends != policyCTEnds|openedBy(bBit)|inOf(bBit) || v.Closing != 0 {
 		t.Errorf("stack-delivered SYN left %+v, want both ends and the opener (the noted ones kept: this check can't vouch for the sender), B's stale OUT replaced by IN (its ingress check set its bit), and no close state", v)
 	}
+	// B's own bit, set by its egress check, on a closing connection: the SYN
+	// reopening the tuple sets it again from B's ingress check.
+	if err := policyCTPut(d, k, myelinPolicyCtEntry{Ends: bBit | outOf(bBit), Closing: 0xf, FinLo: 7, FinHi: 9}); err != nil {
+		t.Fatal(err)
+	}
+	runPolicyRows(t, d, []policyRow{{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+		name: "the SYN as the stack delivers it, on B's closing connection", in: syn.build(), ctx: &skbCtx{IngressIfindex: 2},
+		verdict: tcActOK, reason: "PASS_STACK"}}})
+	if _, v, _ = policyCTOnly(t, d, podBIP); v.Ends != bBit|inOf(bBit) || v.Closing != 0 {
+		t.Errorf("stack-delivered SYN on a closing entry left %+v, want B's end from its ingress check (IN, OUT gone) and no close state", v)
+	}
 
 	local := ipv4(protoTCP, podA, podBIP).withSrc(podA, 6001).withDst(podBIP, 8080)
 	runPolicyRows(t, d, []policyRow{{seed: state, prog: d.objs.MyelinFromPod, counterDir: "from-pod", progCase: progCase{
