@@ -49,11 +49,11 @@ func (j *policyJudge) allows(e datapath.PolicyCTEnd) bool {
 		return true
 	}
 	k := datapath.PolicyKey{Endpoint: e.Local, Identity: j.identity(e.Peer), Egress: e.Egress}
-	if policyPortsAllow(j.entries[k], e.Proto, port) {
+	if policy.PortAllowed(j.entries[k], e.Proto, port) {
 		return true
 	}
 	k.Identity = datapath.IdentityAny
-	return policyPortsAllow(j.entries[k], e.Proto, port)
+	return policy.PortAllowed(j.entries[k], e.Proto, port)
 }
 
 // identity is what myelin_ipcache's longest prefix holding addr says it is.
@@ -67,15 +67,4 @@ func (j *policyJudge) identity(addr netip.Addr) uint32 {
 		}
 	}
 	return datapath.IdentityWorld
-}
-
-// policyPortsAllow is policy_port_allowed: a range of protocol 0 allows
-// everything, else the protocol and a port within the range.
-func policyPortsAllow(ports []datapath.PolicyPort, proto uint8, port uint16) bool {
-	for _, p := range ports {
-		if p.Proto == 0 || (p.Proto == proto && port >= p.Lo && port <= p.Hi) {
-			return true
-		}
-	}
-	return false
 }

@@ -463,11 +463,12 @@ func policyCTPerEnd(ends, lo, hi uint32) uint32 {
 // are ends: every end and the opener when an address of it is Gone, else the
 // noted ends p names (policyCTMatches) but those p.Allowed allows again.
 func policyCTForget(k myelinPolicyCtKey, ends uint32, p PolicyCTPurge) uint32 {
-	if p.Gone[u32Addr(k.AddrLo)] || p.Gone[u32Addr(k.AddrHi)] {
+	es := policyCTEndsOf(k)
+	if p.Gone[es[0].local] || p.Gone[es[1].local] {
 		return policyCTEnds | policyCTOpened
 	}
-	sure, judge := policyCTMatches(k, ends, p)
-	for _, e := range policyCTEndsOf(k) {
+	sure, judge := policyCTMatches(es, ends, p)
+	for _, e := range es {
 		if judge&e.bit != 0 && policyCTAllowedAgain(e, ends, p.Allowed) {
 			judge &^= e.bit
 		}
@@ -493,13 +494,13 @@ func policyCTEndsOf(k myelinPolicyCtKey) [2]policyCTEnd {
 	}
 }
 
-// policyCTMatches returns the noted ends of entry k that p names: sure, those
-// it forgets whatever the new state allows (the end's own address or its
-// peer's is a purged /32: it may be another pod's now), and judge, the others
-// it names (the end's pod is a purged endpoint, or its peer lies in a purged
-// prefix), which p.Allowed may keep.
-func policyCTMatches(k myelinPolicyCtKey, ends uint32, p PolicyCTPurge) (sure, judge uint32) {
-	for _, e := range policyCTEndsOf(k) {
+// policyCTMatches returns the noted ends (of an entry whose ends es are)
+// that p names: sure, those it forgets whatever the new state allows (the
+// end's own address or its peer's is a purged /32: it may be another pod's
+// now), and judge, the others it names (the end's pod is a purged endpoint,
+// or its peer lies in a purged prefix), which p.Allowed may keep.
+func policyCTMatches(es [2]policyCTEnd, ends uint32, p PolicyCTPurge) (sure, judge uint32) {
+	for _, e := range es {
 		switch {
 		case ends&e.bit == 0:
 		case p.Peers[e.peer] || p.Peers[e.local]:

@@ -158,8 +158,10 @@ func rulePorts(ports []networkingv1.NetworkPolicyPort, target peer, numeric, nam
 	return out, nil
 }
 
-// portAllowed says whether ranges allow proto/port.
-func portAllowed(ranges []datapath.PolicyPort, proto uint8, port uint16) bool {
+// PortAllowed says whether ranges allow proto/port, as the datapath's
+// policy_port_allowed does: a range of protocol 0 allows everything, else the
+// protocol and a port within the range.
+func PortAllowed(ranges []datapath.PolicyPort, proto uint8, port uint16) bool {
 	for _, r := range ranges {
 		if r.Proto == 0 || (r.Proto == proto && port >= r.Lo && port <= r.Hi) {
 			return true

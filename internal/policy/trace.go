@@ -103,7 +103,7 @@ func verdict(nps []*networkingv1.NetworkPolicy, pod Pod, egress bool, allows fun
 // rulePortAllows says whether a rule's ports (named ones resolved against target) allow proto/port.
 func rulePortAllows(ports []networkingv1.NetworkPolicyPort, target peer, proto uint8, port uint16) bool {
 	ranges, err := rulePorts(ports, target, true, true)
-	return err == nil && portAllowed(ranges, proto, port)
+	return err == nil && PortAllowed(ranges, proto, port)
 }
 
 // FindPod returns the pod namespace/name of pods.
