@@ -92,26 +92,24 @@ func applyPolicy(m policyMaps, j *purgeJournal, st policy.State, orphans map[net
 	// 4. Removals.
 	written = append(written, removeStale(m, st.IPCache, want, curEntries, curCache, &res)...)
 	errs = append(append(errs, written...), flagErrs...)
-	// 5. Tracked connections the change may no longer allow. Where the maps
-	// hold st, the ends it names for their pod's policy or a prefix are judged
-	// again, and those st still allows keep passing: not at all after a write
-	// that may have left any pod's peers or flags other than st says (or an
-	// unreadable journal: its purgeAll stands for /32 changes, which are never
-	// judged), and not for a pod whose entries or flags failed.
-	if journalErr == nil && errors.Join(written...) == nil && len(flagErrs) == len(res.unflagged) {
-		judge := newPolicyJudge(st, want)
-		purge.Allowed = func(e datapath.PolicyCTEnd) bool {
-			return res.failed[e.Local] == nil && !res.unflagged[e.Local] && judge.allows(e)
-		}
-	}
+	// 5. Tracked connections the change may no longer allow; those st still
+	// allows keep passing where the maps hold st: not after a write that may
+	// have left any pod's peers or flags other than st says (nor after an
+	// unreadable journal: its purgeAll stands for /32 changes, never judged).
+	held := journalErr == nil && errors.Join(written...) == nil && len(flagErrs) == len(res.unflagged)
+	purge.Allowed = purgeJudge(st, want, &res, held)
+	return res, errors.Join(append(errs, forgetTracked(m, j, purge, &res))...)
+}
+
+// forgetTracked is step 5 of applyPolicy: the purge, then the journal is done
+// with it. A purge that fails stays in the journal: the next apply tries again.
+func forgetTracked(m policyMaps, j *purgeJournal, purge datapath.PolicyCTPurge, res *policyApplied) error {
 	n, err := m.PurgePolicyCT(purge)
 	res.purged = n
 	if err != nil {
-		errs = append(errs, err) // still in the journal: the next apply tries again
-	} else {
-		errs = append(errs, j.done())
+		return err
 	}
-	return res, errors.Join(errs...)
+	return j.done()
 }
 
 // setPolicyEntries is step 1 of applyPolicy: it deletes the stale entries of pods

@@ -25,6 +25,19 @@ type policyJudge struct {
 	wide []netip.Prefix
 }
 
+// purgeJudge is the PolicyCTPurge.Allowed of an apply that wrote st with
+// outcome res: nil (every named end forgotten) unless held says the maps hold
+// st, and never allowing an end of a pod whose own entries or flags failed.
+func purgeJudge(st policy.State, want map[datapath.PolicyKey][]datapath.PolicyPort, res *policyApplied, held bool) func(datapath.PolicyCTEnd) bool {
+	if !held {
+		return nil
+	}
+	judge := newPolicyJudge(st, want)
+	return func(e datapath.PolicyCTEnd) bool {
+		return res.failed[e.Local] == nil && !res.unflagged[e.Local] && judge.allows(e)
+	}
+}
+
 func newPolicyJudge(st policy.State, entries map[datapath.PolicyKey][]datapath.PolicyPort) *policyJudge {
 	j := &policyJudge{st: st, entries: entries}
 	for p := range st.IPCache {
