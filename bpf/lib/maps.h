@@ -36,9 +36,10 @@
 #define LB_MAGLEV_SIZE	   16381  /* entries of a Maglev table; the agent sets maglev_table_size */
 #define FRAGS_MAX	   8192	  /* fragmented datagrams in flight (lib/frag.h) */
 /* NetworkPolicy (lib/policy.h, docs/policy.md). */
-#define IPCACHE_MAX   65536  /* every pod /32 of the cluster plus policy CIDRs */
-#define POLICY_MAX    65536  /* (local pod, peer identity, direction) allows */
-#define POLICY_CT_MAX 131072 /* one entry per connection isolated pods accepted */
+#define IPCACHE_MAX    65536  /* every pod /32 of the cluster plus policy CIDRs */
+#define HOST_ADDRS_MAX 1024   /* the node's own IPv4 addresses (lib/policy.h) */
+#define POLICY_MAX     65536  /* (local pod, peer identity, direction) allows */
+#define POLICY_CT_MAX  131072 /* one entry per connection isolated pods accepted */
 
 /* myelin_endpoints: local pod IPv4 (network order) -> endpoint_info. */
 struct {
@@ -306,6 +307,21 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_ipcache SEC(".maps");
+
+/*
+ * myelin_host_addrs: every IPv4 address of the node's own network namespace
+ * (the agent keeps it, datapath.SetHostAddresses) -> 1. What the host's
+ * stack sends from one of them is the node's own traffic, which NetworkPolicy
+ * lets into isolated pods (kubelet probes): read only for a new connection
+ * the host built from an address other than node_ip (lib/policy.h).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, __u8);
+	__uint(max_entries, HOST_ADDRS_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_host_addrs SEC(".maps");
 
 /*
  * myelin_policy_eps: local pod IPv4 -> its isolation flags; no entry: not

@@ -35,10 +35,12 @@
  * connection tracked for the pod passes as the connection's replies do
  * (policy_icmp_related: path MTU discovery, port unreachable); other ICMP is
  * judged by the rules for ICMP.
- * Traffic the host itself sends from this node's own address (kubelet probes:
- * myelin_to_pod with ingress_ifindex 0) is allowed in; the same source on a
- * packet from the uplink or the overlay is never exempt (those programs drop
- * it as spoofed before it reaches a pod).
+ * Traffic the host itself sends from one of this node's own addresses
+ * (kubelet probes: myelin_to_pod with ingress_ifindex 0; node_ip, or an
+ * address in myelin_host_addrs, looked up only for such a new connection)
+ * is allowed in; the node IP on a packet from the uplink or the overlay is
+ * never exempt (those programs drop it as spoofed before it reaches a pod),
+ * nor is any host address on a packet the stack forwards.
  */
 #ifndef MYELIN_LIB_POLICY_H
 #define MYELIN_LIB_POLICY_H
@@ -157,6 +159,18 @@ static __always_inline int policy_frag_passed(struct __sk_buff *skb, const struc
 }
 
 /*
+ * policy_host_address says whether addr is one of the node's own addresses
+ * the agent lists in myelin_host_addrs (a global address on lo, a second NIC:
+ * the kernel picks the first address it finds as the source of the host's
+ * connections to pods, which need not be node_ip). Not inlined: the lookup
+ * key stays out of the callers' frames (from_pod's chain is at its limit).
+ */
+static __noinline int policy_host_address(__u32 addr)
+{
+	return bpf_map_lookup_elem(&myelin_host_addrs, &addr) != NULL;
+}
+
+/*
  * policy_enforce checks tuple t at local pod's check of direction dir
  * (t->flags: its isolation state). It returns 0 to go on, or the drop
  * reason. *seen gets what the connection's entry said when it was tracked.
@@ -209,7 +223,9 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 	incomplete = dir == POLICY_DIR_INGRESS ? POLICY_F_INGRESS_INCOMPLETE
 					       : POLICY_F_EGRESS_INCOMPLETE;
 	peer = dir == POLICY_DIR_INGRESS ? t->saddr : t->daddr;
-	if ((t->flags & on) && !(dir == POLICY_DIR_INGRESS && t->from_host && peer == node_ip) &&
+	if ((t->flags & on) &&
+	    !(dir == POLICY_DIR_INGRESS && t->from_host &&
+	      (peer == node_ip || policy_host_address(peer))) &&
 	    !policy_allows(local, peer, t, dir))
 		return (t->flags & incomplete) ? DROP_POLICY_MAP_FULL : DROP_POLICY_DENIED;
 	/* Allowed (or this direction is open): track it, and its replies; a new
@@ -290,7 +306,7 @@ static __noinline int policy_icmp_related(struct __sk_buff *skb, const struct ip
  * policy_ingress is the ingress check of the packet info describes, entering
  * the local pod info->daddr (ep: its endpoint entry, or NULL to look the
  * flags up): 0 to go on, or the drop reason. from_host says the host's own
- * stack sent it (only then is node_ip exempt). vouched: the sender is a pod
+ * stack sent it (only then are the node's addresses exempt). vouched: the sender is a pod
  * whose source address a node checked (endpoint_vouched). bpf_delivered: BPF delivers
  * the packet (endpoint_deliver), so a SYN's entry starts afresh here with no
  * lookup: the sender is a pod of another node, or a pod of this node whose

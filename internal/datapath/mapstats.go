@@ -49,6 +49,7 @@ func (d *Datapath) MapStats() []MapStat {
 		{"myelin_snat", MapKindNAT, o.MyelinSnat},
 		{"myelin_snat_over", MapKindNAT, o.MyelinSnatOver},
 		{"myelin_ipcache", MapKindPolicy, o.MyelinIpcache},
+		{"myelin_host_addrs", MapKindPolicy, o.MyelinHostAddrs},
 		{"myelin_policy_eps", MapKindPolicy, o.MyelinPolicyEps},
 		{"myelin_policy", MapKindPolicy, o.MyelinPolicy},
 		{"myelin_policy_ct_over", MapKindPolicy, o.MyelinPolicyCtOver},

@@ -578,6 +578,7 @@ type myelinMapSpecs struct {
 	MyelinFlowState     *ebpf.MapSpec `ebpf:"myelin_flow_state"`
 	MyelinFlows         *ebpf.MapSpec `ebpf:"myelin_flows"`
 	MyelinFrags         *ebpf.MapSpec `ebpf:"myelin_frags"`
+	MyelinHostAddrs     *ebpf.MapSpec `ebpf:"myelin_host_addrs"`
 	MyelinIcmpRate      *ebpf.MapSpec `ebpf:"myelin_icmp_rate"`
 	MyelinIpcache       *ebpf.MapSpec `ebpf:"myelin_ipcache"`
 	MyelinLbAffinity    *ebpf.MapSpec `ebpf:"myelin_lb_affinity"`
@@ -695,6 +696,7 @@ type myelinMaps struct {
 	MyelinFlowState     *ebpf.Map `ebpf:"myelin_flow_state"`
 	MyelinFlows         *ebpf.Map `ebpf:"myelin_flows"`
 	MyelinFrags         *ebpf.Map `ebpf:"myelin_frags"`
+	MyelinHostAddrs     *ebpf.Map `ebpf:"myelin_host_addrs"`
 	MyelinIcmpRate      *ebpf.Map `ebpf:"myelin_icmp_rate"`
 	MyelinIpcache       *ebpf.Map `ebpf:"myelin_ipcache"`
 	MyelinLbAffinity    *ebpf.Map `ebpf:"myelin_lb_affinity"`
@@ -733,6 +735,7 @@ func (m *myelinMaps) Close() error {
 		m.MyelinFlowState,
 		m.MyelinFlows,
 		m.MyelinFrags,
+		m.MyelinHostAddrs,
 		m.MyelinIcmpRate,
 		m.MyelinIpcache,
 		m.MyelinLbAffinity,

@@ -113,7 +113,7 @@ func TestPrivilegedBPFPolicyRetrack(t *testing.T) {
 // the node's address arriving from the uplink or out of the tunnel is
 // dropped as spoofed before it reaches a pod, and a packet the stack
 // forwards into a pod (ingress_ifindex set) with that source is judged by
-// the policy.
+// the policy. The node's other addresses (myelin_host_addrs) likewise.
 func TestPrivilegedBPFPolicyNodeIPExemption(t *testing.T) {
 	requirePrivileged(t)
 	for _, routing := range []HostRouting{HostRoutingBPF, HostRoutingLegacy} {
@@ -147,6 +147,37 @@ func TestPrivilegedBPFPolicyNodeIPExemption(t *testing.T) {
 				rows[len(rows)-1].counterDir = "to-pod"
 			}
 			runPolicyRows(t, d, rows)
+
+			// The node's other addresses (a global address on lo, a second NIC)
+			// are exempt the same way once the agent lists them, and only
+			// while it does.
+			const other = "192.0.2.77"
+			if err := d.SetHostAddresses([]netip.Addr{mustAddr(other), mustAddr(nodeIP)}); err != nil {
+				t.Fatal(err)
+			}
+			fromOther := ipv4(protoTCP, other, podBIP).withDst(podBIP, 9999)
+			runPolicyRows(t, d, []policyRow{
+				{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+					name: "another host address, sent by the host: passes", in: fromOther.withSrc(other, 6001).build(),
+					verdict: tcActOK, reason: "PASS_STACK"}},
+				{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+					name: "another host address forwarded by the stack from a device: judged by the policy",
+					in:   fromOther.withSrc(other, 6002).build(), ctx: fromUplink, verdict: tcActShot, reason: "DROP_POLICY_DENIED"}},
+				{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+					name:    "an address the host does not have, sent by the host: judged by the policy",
+					in:      ipv4(protoTCP, "198.51.100.9", podBIP).withSrc("198.51.100.9", 6003).withDst(podBIP, 9999).build(),
+					verdict: tcActShot, reason: "DROP_POLICY_DENIED"}},
+			})
+			if err := d.SetHostAddresses([]netip.Addr{mustAddr(nodeIP)}); err != nil {
+				t.Fatal(err)
+			}
+			runPolicyRows(t, d, []policyRow{
+				{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+					name: "the address gone from the node: judged by the policy", in: fromOther.withSrc(other, 6004).build(),
+					verdict: tcActShot, reason: "DROP_POLICY_DENIED"}},
+				{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+					name: "the node IP needs no entry", in: probe.withSrc(nodeIP, 6005).build(), verdict: tcActOK, reason: "PASS_STACK"}},
+			})
 		})
 	}
 }

@@ -352,6 +352,7 @@ type sockMapSpecs struct {
 	MyelinFlowState          *ebpf.MapSpec `ebpf:"myelin_flow_state"`
 	MyelinFlows              *ebpf.MapSpec `ebpf:"myelin_flows"`
 	MyelinFrags              *ebpf.MapSpec `ebpf:"myelin_frags"`
+	MyelinHostAddrs          *ebpf.MapSpec `ebpf:"myelin_host_addrs"`
 	MyelinIcmpRate           *ebpf.MapSpec `ebpf:"myelin_icmp_rate"`
 	MyelinIpcache            *ebpf.MapSpec `ebpf:"myelin_ipcache"`
 	MyelinLbAffinity         *ebpf.MapSpec `ebpf:"myelin_lb_affinity"`
@@ -439,6 +440,7 @@ type sockMaps struct {
 	MyelinFlowState          *ebpf.Map `ebpf:"myelin_flow_state"`
 	MyelinFlows              *ebpf.Map `ebpf:"myelin_flows"`
 	MyelinFrags              *ebpf.Map `ebpf:"myelin_frags"`
+	MyelinHostAddrs          *ebpf.Map `ebpf:"myelin_host_addrs"`
 	MyelinIcmpRate           *ebpf.Map `ebpf:"myelin_icmp_rate"`
 	MyelinIpcache            *ebpf.Map `ebpf:"myelin_ipcache"`
 	MyelinLbAffinity         *ebpf.Map `ebpf:"myelin_lb_affinity"`
@@ -478,6 +480,7 @@ func (m *sockMaps) Close() error {
 		m.MyelinFlowState,
 		m.MyelinFlows,
 		m.MyelinFrags,
+		m.MyelinHostAddrs,
 		m.MyelinIcmpRate,
 		m.MyelinIpcache,
 		m.MyelinLbAffinity,
