@@ -24,11 +24,19 @@ func (a *server) handlePolicy(w http.ResponseWriter, _ *http.Request) {
 	if p != nil {
 		v = p.view.Load()
 	}
-	if v == nil {
-		writeJSON(w, http.StatusOK, out)
-		return
+	if v != nil {
+		out = policyStatus(a.cfg.Node, v, p.budgetProblems())
 	}
-	writeJSON(w, http.StatusOK, policyStatus(a.cfg.Node, v, p.budgetProblems()))
+	if a.dp != nil {
+		addrs, err := a.dp.HostAddresses()
+		for _, ip := range addrs {
+			out.HostAddresses = append(out.HostAddresses, ip.String())
+		}
+		if err != nil {
+			out.Problems = append(out.Problems, "host addresses: "+err.Error())
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // budgetProblems says, for each local pod over its share of the connection table,

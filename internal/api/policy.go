@@ -25,6 +25,10 @@ type PolicyStatus struct {
 	Policies   int              `json:"policies"`
 	Endpoints  []PolicyEndpoint `json:"endpoints"`
 	Problems   []string         `json:"problems,omitempty"`
+	// HostAddresses are the node's own addresses the datapath holds: what the
+	// host's stack sends into a pod from one of them (or from the node IP) is
+	// the node's traffic, which isolated pods let in (kubelet probes).
+	HostAddresses []string `json:"hostAddresses,omitempty"`
 }
 
 // PolicyEndpoint is one local pod's enforcement.

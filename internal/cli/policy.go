@@ -58,6 +58,9 @@ func writePolicyStatus(out io.Writer, st api.PolicyStatus) {
 	for _, p := range st.Problems {
 		fmt.Fprintf(out, "WARNING: %s\n", printable(p))
 	}
+	if len(st.HostAddresses) > 0 {
+		fmt.Fprintf(out, "The node's own traffic into isolated pods is allowed from: %s\n", printable(strings.Join(st.HostAddresses, ", ")))
+	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POD\tIP\tIDENTITY\tINGRESS\tEGRESS\tPOLICIES")
 	for _, ep := range st.Endpoints {

@@ -26,9 +26,9 @@ func EnsureAddress(addr netip.Addr) error {
 		return err
 	}
 	// Scope host: the kernel never picks it as the source of the node's own traffic
-	// (with scope global on lo it became the source of every host-to-pod packet, so
-	// kubelet probes lost the node-IP exemption of isolated pods); the prober binds to
-	// it explicitly, and packets to it are still delivered locally.
+	// (with scope global on lo it became the source of every host-to-pod packet, and
+	// kubelet probes left from a pod address); the prober binds to it explicitly, and
+	// packets to it are still delivered locally.
 	want := &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(32, 32)}, Label: AddressLabel,
 		Scope: unix.RT_SCOPE_HOST}
 	if err := netlink.AddrReplace(lo, want); err != nil {

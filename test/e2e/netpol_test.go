@@ -8,8 +8,10 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -455,16 +457,38 @@ func (l *netpolLab) operatorView(t *testing.T) {
 
 // nodeProbes connects to x/a:80 (isolated, allowing only x/b) from x/a's
 // node's own netns, as kubelet probes do: allowed (the host sent it). From
-// the other node's netns it is denied: another node is not this node.
+// the other node's netns it is denied: another node is not this node. Then
+// the same with a global address on each node's lo (a BGP or VIP loopback),
+// which the kernel picks as the source of the node's connections to pods
+// (the pods' routes name no source): the agent lists it among the node's
+// addresses, so x/a's node's probe still passes; the other node's, from
+// the same address or its own, is still denied (forwarded, not host-sent).
 func (l *netpolLab) nodeProbes(t *testing.T, node string) {
 	t.Helper()
 	target := net.JoinHostPort(l.pods[conformance.PodRef{NS: "x", Pod: "a"}].Status.PodIP, "80")
-	for _, n := range l.nodes {
-		got := probeConn(labplan.NetNSPath(n), corev1.ProtocolTCP, target)
-		if want := n == node; got != want {
-			t.Errorf("node %s -> x/a:80 (on %s): allowed=%v, want %v (only x/a's own node is exempt)", n, node, got, want)
+	probe := func(how string) {
+		for _, n := range l.nodes {
+			got := probeConn(labplan.NetNSPath(n), corev1.ProtocolTCP, target)
+			if want := n == node; got != want {
+				t.Errorf("node %s -> x/a:80 (on %s)%s: allowed=%v, want %v (only x/a's own node is exempt)", n, node, how, got, want)
+			}
 		}
 	}
+	probe("")
+	const loopback = "192.0.2.77"
+	for _, n := range l.nodes {
+		if out, err := exec.Command("ip", "-n", n, "addr", "add", loopback+"/32", "dev", "lo").CombinedOutput(); err != nil {
+			t.Fatalf("add %s to %s's lo: %v: %s", loopback, n, err, out)
+		}
+		defer func() { _ = exec.Command("ip", "-n", n, "addr", "del", loopback+"/32", "dev", "lo").Run() }()
+	}
+	for _, n := range l.nodes {
+		eventually(t, time.Minute, "agent on "+n+" lists "+loopback+" among the node's addresses", func(ctx context.Context) (bool, string) {
+			st, err := api.NewClient(api.NodeSocket(n)).Policy(ctx)
+			return err == nil && slices.Contains(st.HostAddresses, loopback), fmt.Sprintf("%v %v", st.HostAddresses, err)
+		})
+	}
+	probe(", with " + loopback + " on the nodes' lo")
 }
 
 // pushAcrossPolicyEdits holds a connection from x/b to x/c:9100 (x/c isolated
