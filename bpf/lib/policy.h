@@ -360,9 +360,11 @@ static __always_inline int policy_ingress(struct __sk_buff *skb, struct ipv4_inf
 /*
  * policy_egress_begin notes what the egress check needs from a pod's packet
  * before the Service stage may translate it: the pod's isolation state
- * (ep: its endpoint entry, or NULL), its own address and source port, and
- * the destination it sent the packet to (policy_egress's as_sent). It
- * returns 0 when the pod is not isolated (no egress check).
+ * (ep: its endpoint entry, or NULL), its own address and source port, the
+ * destination it sent the packet to (policy_egress's as_sent), and for ICMP
+ * whether it is an error about a connection tracked for the pod
+ * (policy_icmp_related, on the quote as the pod wrote it). It returns 0
+ * when the pod is not isolated (no egress check).
  */
 static __always_inline int policy_egress_begin(struct __sk_buff *skb, const struct ipv4_info *info,
 					       const struct endpoint_info *ep,
@@ -380,6 +382,10 @@ static __always_inline int policy_egress_begin(struct __sk_buff *skb, const stru
 	t->sport = h.sport;
 	t->daddr = info->daddr;
 	t->dport = h.dport;
+	/* Judged as the pod sent it: the Service stage may rewrite an error's
+	 * quote (a NodePort backend's, back to the frontend the client used). */
+	if (info->proto == IPPROTO_ICMP)
+		t->related = policy_icmp_related(skb, info, info->saddr, POLICY_DIR_EGRESS);
 	return 1;
 }
 
@@ -412,10 +418,7 @@ static __always_inline int policy_egress(struct __sk_buff *skb, struct ipv4_info
 	__u32 rx_bit;
 	int reason, same;
 
-	if (policy_frag_passed(skb, info, FRAG_STAGE_POLICY_EGRESS))
-		return 0;
-	if (info->proto == IPPROTO_ICMP &&
-	    policy_icmp_related(skb, info, t->saddr, POLICY_DIR_EGRESS))
+	if (t->related || policy_frag_passed(skb, info, FRAG_STAGE_POLICY_EGRESS))
 		return 0;
 	policy_l4(skb, info, &now);
 	if (!as_sent) {

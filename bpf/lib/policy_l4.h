@@ -32,6 +32,8 @@ struct policy_tuple {
 	__u8 tcp_flags;	  /* TCP: the header's flags byte; 0 for other protocols */
 	__u8 vouched;	  /* ingress: BPF delivers it from a pod whose source a node checked
 			     (endpoint_vouched) */
+	__u8 related;	  /* egress: an ICMP error about a connection tracked for the pod, as
+			     the pod sent it (policy_egress_begin) */
 	__u32 in_ifindex; /* ingress, what the stack delivers: the device it entered the
 			     node on (0: built by the node; policy_ct_sender_checked) */
 	__u32 ack;	  /* TCP: the acknowledgment number (host order) */

@@ -101,3 +101,40 @@ func TestPrivilegedBPFPolicyICMPErrorDelivered(t *testing.T) {
 			verdict: tcActShot, reason: "DROP_POLICY_DENIED"}}},
 	})
 }
+
+// A NodePort backend isolated for egress answers a request it received with a
+// port unreachable: the egress check judges the error by its quote as the
+// backend wrote it (the request it got, tracked at its ingress), and the
+// Service stage sends it back to the client from the NodePort. Before, the
+// check ran after the Service stage had rewritten the quote to the NodePort,
+// found no connection and judged the error as new ICMP: denied.
+func TestPrivilegedBPFPolicyICMPErrorNodePortBackend(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingBPF, 0)
+	fromPod, fromNetdev := d.objs.MyelinFromPod, d.objs.MyelinFromNetdev
+	feUDPNodePort := Frontend{Addr: testNodeIP, Port: nodePort, Proto: protoUDP}
+	np := oneService(feUDPNodePort, Service{ID: 4, Flags: ServiceNodePort, Backends: []uint32{1}})
+	req := ipv4(protoUDP, extHost, nodeIP).withDst(nodeIP, nodePort)
+	toLocal := req.withDst(podBIP, 8080)
+	clientQuote := func(q []byte) []byte {
+		return frontQuote(restoredQuote(q, mustAddr(extHost), 40000), testNodeIP, nodePort)
+	}
+	localErr := fromPodB(ipv4(protoICMP, podBIP, extHost).withICMPError(3, 3, 0, quote(toLocal.withTTL(63))))
+	localBack := fromPodB(ipv4(protoICMP, nodeIP, extHost).withICMPError(3, 3, 0, clientQuote(quote(toLocal.withTTL(63)))))
+	never := fromPodB(ipv4(protoICMP, podBIP, extHost).withICMPError(3, 3, 0, quote(toLocal.withSrc(extHost, 40001).withTTL(63))))
+
+	request := policyStep{policyRow: policyRow{prog: fromNetdev, counterDir: "from-netdev", progCase: progCase{
+		name: "a client's datagram to the NodePort reaches B (B's ingress open: tracked)", endpoints: seedB,
+		in: req.build(), verdict: tcActRedirect, out: delivered(toLocal), reason: "FORWARDED"}},
+		change: func(d *Datapath) error { return seedLB(d, *np) }}
+	request.seed = &policyState{flags: map[string]PolicyFlags{podBIP: PolicyEgress}}
+	runPolicySteps(t, d, []policyStep{
+		request,
+		{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{
+			name: "B's port unreachable about it leaves from the NodePort", endpoints: seedB,
+			in: localErr.build(), verdict: tcActOK, out: localBack.build(), reason: "PASS_STACK"}}},
+		{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{
+			name: "one about a datagram B never received: denied", endpoints: seedB,
+			in: never.build(), verdict: tcActShot, reason: "DROP_POLICY_DENIED"}}},
+	})
+}
