@@ -55,7 +55,7 @@ static __always_inline int endpoint_deliver(struct __sk_buff *skb, struct ipv4_i
 		policy_tx_commit(info); /* the stack answers it: no receiver check here */
 		return verdict_pass(skb, info, dir);
 	}
-	/* BPF delivers from pods, the uplink or the overlay: node_ip is never exempt here. */
+	/* BPF delivers from pods, the uplink or the overlay: no host address is exempt here. */
 	reason = policy_ingress(skb, info, ep, 0, 1, endpoint_vouched(info, dir));
 	if (reason)
 		return verdict_drop(skb, info, DIR_TO_POD, reason);

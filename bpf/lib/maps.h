@@ -37,7 +37,7 @@
 #define FRAGS_MAX	   8192	  /* fragmented datagrams in flight (lib/frag.h) */
 /* NetworkPolicy (lib/policy.h, docs/policy.md). */
 #define IPCACHE_MAX    65536  /* every pod /32 of the cluster plus policy CIDRs */
-#define HOST_ADDRS_MAX 1024   /* the node's own IPv4 addresses (lib/policy.h) */
+#define HOST_ADDRS_MAX 16384  /* the node's own IPv4 addresses (lib/policy.h) */
 #define POLICY_MAX     65536  /* (local pod, peer identity, direction) allows */
 #define POLICY_CT_MAX  131072 /* one entry per connection isolated pods accepted */
 
@@ -309,17 +309,21 @@ struct {
 } myelin_ipcache SEC(".maps");
 
 /*
- * myelin_host_addrs: every IPv4 address of the node's own network namespace
- * (the agent keeps it, datapath.SetHostAddresses) -> 1. What the host's
- * stack sends from one of them is the node's own traffic, which NetworkPolicy
- * lets into isolated pods (kubelet probes): read only for a new connection
- * the host built from an address other than node_ip (lib/policy.h).
+ * myelin_host_addrs: the IPv4 addresses of the node's own network namespace
+ * but loopback's 127/8 (the agent keeps it, datapath.SetHostAddresses) -> 1.
+ * What the host's stack sends from one of them is the node's own traffic,
+ * which NetworkPolicy lets into isolated pods (kubelet probes): read only
+ * for a packet the host built into an isolated pod from an address other
+ * than node_ip that no tracked connection passes (lib/policy.h). Not
+ * preallocated: a node with kube-proxy's IPVS holds every Service address,
+ * most nodes a handful.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, __u32);
 	__type(value, __u8);
 	__uint(max_entries, HOST_ADDRS_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_host_addrs SEC(".maps");
 

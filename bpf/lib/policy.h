@@ -162,8 +162,8 @@ static __always_inline int policy_frag_passed(struct __sk_buff *skb, const struc
  * policy_host_address says whether addr is one of the node's own addresses
  * the agent lists in myelin_host_addrs (a global address on lo, a second NIC:
  * the kernel picks the first address it finds as the source of the host's
- * connections to pods, which need not be node_ip). Not inlined: the lookup
- * key stays out of the callers' frames (from_pod's chain is at its limit).
+ * connections to pods, which need not be node_ip). Not inlined: its lookup
+ * key stays out of policy_enforce's frame, which every check inlines.
  */
 static __noinline int policy_host_address(__u32 addr)
 {
@@ -174,6 +174,9 @@ static __noinline int policy_host_address(__u32 addr)
  * policy_enforce checks tuple t at local pod's check of direction dir
  * (t->flags: its isolation state). It returns 0 to go on, or the drop
  * reason. *seen gets what the connection's entry said when it was tracked.
+ * from_host: the host's own stack built the packet (myelin_to_pod with
+ * ingress_ifindex 0): an ingress check lets it in from the node's addresses
+ * (a parameter, not a field of t, so the callers that pass 0 lose the code).
  * The close of a tracked TCP connection is followed (policy_ct_close) at the
  * packet's last check on this node: ingress, or egress when the receiving
  * end is not a tracked pod of this node. fresh_also: for a SYN whose entry
@@ -181,7 +184,8 @@ static __noinline int policy_host_address(__u32 addr)
  * POLICY_CT_MERGE: a SYN adds its bit to what the entry holds.
  */
 static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 local, __u8 dir,
-					  __u32 fresh_also, const struct policy_ct_entry *known,
+					  __u8 from_host, __u32 fresh_also,
+					  const struct policy_ct_entry *known,
 					  struct policy_ct_seen *seen)
 {
 	const struct policy_ct_entry *v = NULL;
@@ -201,7 +205,12 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 			at = policy_ct_find(&k, &cur);
 			v = at ? &cur : NULL;
 		}
-		if (v && (cur.ends & bit)) {
+		/* An entry the host's exemption made passes only what the host
+		 * sends into the pod: its address may be another machine's too
+		 * (an anycast VIP, an address moved since). */
+		if (v && (cur.ends & bit) &&
+		    !(dir == POLICY_DIR_INGRESS && (cur.ends & POLICY_CT_HOST_PEER) &&
+		      !from_host)) {
 			seen->ends = cur.ends;
 			if (t->proto != IPPROTO_TCP) {
 				policy_ct_refresh(at, cur.fin_lo);
@@ -223,10 +232,12 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 	incomplete = dir == POLICY_DIR_INGRESS ? POLICY_F_INGRESS_INCOMPLETE
 					       : POLICY_F_EGRESS_INCOMPLETE;
 	peer = dir == POLICY_DIR_INGRESS ? t->saddr : t->daddr;
-	if ((t->flags & on) &&
-	    !(dir == POLICY_DIR_INGRESS && t->from_host &&
-	      (peer == node_ip || policy_host_address(peer))) &&
-	    !policy_allows(local, peer, t, dir))
+	/* The node's own traffic into an isolated pod (kubelet probes). */
+	via = (t->flags & on) && dir == POLICY_DIR_INGRESS && from_host &&
+			      (peer == node_ip || policy_host_address(peer))
+		      ? POLICY_CT_HOST_PEER
+		      : 0;
+	if ((t->flags & on) && !via && !policy_allows(local, peer, t, dir))
 		return (t->flags & incomplete) ? DROP_POLICY_MAP_FULL : DROP_POLICY_DENIED;
 	/* Allowed (or this direction is open): track it, and its replies; a new
 	 * entry only within its payer's budget. */
@@ -240,7 +251,7 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
 		return 0;
 	/* Which check set this end's bit, and a deferred SYN's sender's
 	 * (fresh_also: its egress check accepted it). */
-	via = policy_ct_via(bit, dir);
+	via |= policy_ct_via(bit, dir);
 	if (fresh && fresh_also)
 		via |= policy_ct_via(fresh_also, POLICY_DIR_EGRESS);
 	policy_ct_track(&k, v, bit, (fresh ? fresh_also : 0) | opened, via, fresh, t->syn);
@@ -343,14 +354,13 @@ static __always_inline int policy_ingress(struct __sk_buff *skb, struct ipv4_inf
 	if (info->proto == IPPROTO_ICMP &&
 	    policy_icmp_related(skb, info, info->daddr, POLICY_DIR_INGRESS))
 		return 0;
-	t.from_host = from_host;
 	t.vouched = vouched;
 	if (!bpf_delivered && !from_host)
 		t.in_ifindex = skb->ingress_ifindex;
 	policy_l4(skb, info, &t);
 	if (info->policy_rx_tracked == POLICY_RX_CLOSING)
 		known = &info->policy_ct;
-	reason = policy_enforce(&t, info->daddr, POLICY_DIR_INGRESS,
+	reason = policy_enforce(&t, info->daddr, POLICY_DIR_INGRESS, from_host,
 				bpf_delivered ? info->policy_tx_fresh : POLICY_CT_MERGE, known,
 				&seen);
 	policy_frag_note(skb, info, FRAG_STAGE_POLICY_INGRESS, !reason);
@@ -431,7 +441,7 @@ static __always_inline int policy_egress(struct __sk_buff *skb, struct ipv4_info
 	t->ack = now.ack;
 	t->fin_end = now.fin_end;
 	same = t->saddr != t->daddr && t->saddr == info->saddr && t->sport == now.sport;
-	reason = policy_enforce(t, t->saddr, POLICY_DIR_EGRESS, same ? POLICY_CT_DEFER : 0, NULL,
+	reason = policy_enforce(t, t->saddr, POLICY_DIR_EGRESS, 0, same ? POLICY_CT_DEFER : 0, NULL,
 				&seen);
 	policy_frag_note(skb, info, FRAG_STAGE_POLICY_EGRESS, !reason);
 	if (reason || !same)

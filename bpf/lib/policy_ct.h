@@ -153,7 +153,8 @@ static __always_inline int policy_ct_over_budget(__u32 addr)
  * NULL to look it up; a new entry gets also too); a SYN clears an old close
  * state and, when this check knows its sender (also), names it the opener.
  * via: the OUT or IN bits (policy_ct_via) of the ends this write sets,
- * written with them (an end's other one cleared).
+ * written with them (an end's other one cleared), and POLICY_CT_HOST_PEER
+ * when the host's exemption let the packet in (kept until a fresh entry).
  * A write that adds to a copy happens only if the entry still holds the
  * copy's ends (policy_ct_put's was): an end the agent purged meanwhile stays
  * purged; and it leaves a close state written meanwhile (a FIN or RST on

@@ -27,7 +27,6 @@ struct policy_tuple {
 	__be16 dport;
 	__u8 proto;
 	__u8 syn;	  /* a TCP SYN without ACK: a new connection, never tracked-path */
-	__u8 from_host;	  /* sent by this host's stack: its addresses are exempt (kubelet probes) */
 	__u8 flags;	  /* the local pod's enum policy_flags */
 	__u8 tcp_flags;	  /* TCP: the header's flags byte; 0 for other protocols */
 	__u8 vouched;	  /* ingress: BPF delivers it from a pod whose source a node checked

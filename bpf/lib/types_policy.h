@@ -109,6 +109,9 @@ enum policy_ct_ends {
 	POLICY_CT_OUT_HI = 128, /* END_HI was set by addr_hi's egress check */
 	POLICY_CT_IN_LO = 256,	/* END_LO was set by addr_lo's ingress check */
 	POLICY_CT_IN_HI = 512,	/* END_HI was set by addr_hi's ingress check */
+	/* The peer is this node's host stack, let in as the node's own traffic
+	 * (lib/policy.h): only what the host sends passes on its behalf. */
+	POLICY_CT_HOST_PEER = 1024,
 };
 
 /*

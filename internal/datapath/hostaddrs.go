@@ -11,46 +11,50 @@ import (
 
 // HostAddressesMax is the size of myelin_host_addrs (HOST_ADDRS_MAX in
 // bpf/lib/maps.h).
-const HostAddressesMax = 1024
+const HostAddressesMax = 16384
 
 // SetHostAddresses replaces the node's own addresses in myelin_host_addrs
-// with addrs (IPv4; others are left out): what the host's stack sends into a
-// pod from one of them is the node's own traffic, which NetworkPolicy lets
-// into isolated pods (kubelet probes; the node IP is exempt without an
-// entry). Stale addresses go out first (they are no longer the node's, and
-// they make room); those in both sets stay throughout. More than
-// HostAddressesMax fit only in part: the first ones (sorted) are written and
-// the error says how many were left out, whose traffic isolated pods judge as
-// any other peer's.
+// with addrs: what the host's stack sends into a pod from one of them is the
+// node's own traffic, which NetworkPolicy lets into isolated pods (kubelet
+// probes; the node IP is exempt without an entry). IPv6 and loopback (127/8)
+// addresses are left out. Stale entries go first (they are no longer the
+// node's, and they make room), then the missing ones are added; addresses in
+// both sets stay throughout. addrs come in order of preference: past
+// HostAddressesMax the first ones are written and the error says how many
+// were left out (the host's traffic from those is judged like any peer's).
 func (d *Datapath) SetHostAddresses(addrs []netip.Addr) error {
 	want := make([]netip.Addr, 0, len(addrs))
+	keep := make(map[uint32]bool, len(addrs))
 	for _, a := range addrs {
-		if a = a.Unmap(); a.Is4() {
-			want = append(want, a)
+		a = a.Unmap()
+		if !a.Is4() || a.IsLoopback() || keep[networkUint32(a)] {
+			continue
 		}
+		keep[networkUint32(a)] = true
+		want = append(want, a)
 	}
-	slices.SortFunc(want, netip.Addr.Compare)
-	want = slices.Compact(want)
 	var over error
 	if len(want) > HostAddressesMax {
 		over = fmt.Errorf("set host addresses: the node has %d IPv4 addresses, myelin_host_addrs holds %d: "+
-			"the host's traffic from the other %d (from %v) is judged by NetworkPolicy like any peer's; remove addresses from the node",
+			"the host's traffic into isolated pods from the other %d (from %v on) is judged like any peer's; remove addresses from the node",
 			len(want), HostAddressesMax, len(want)-HostAddressesMax, want[HostAddressesMax])
+		for _, a := range want[HostAddressesMax:] {
+			delete(keep, networkUint32(a))
+		}
 		want = want[:HostAddressesMax]
 	}
 	m := d.objs.MyelinHostAddrs
-	keep := make(map[uint32]bool, len(want))
-	for _, a := range want {
-		keep[networkUint32(a)] = true
-	}
 	var (
 		k     uint32
 		v     uint8
 		stale []uint32
+		held  = make(map[uint32]bool)
 	)
 	it := m.Iterate()
 	for it.Next(&k, &v) {
-		if !keep[k] {
+		if keep[k] {
+			held[k] = true
+		} else {
 			stale = append(stale, k)
 		}
 	}
@@ -63,8 +67,10 @@ func (d *Datapath) SetHostAddresses(addrs []netip.Addr) error {
 		}
 	}
 	for _, a := range want {
-		if err := m.Update(networkUint32(a), uint8(1), ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("add host address %v: %w", a, err)
+		if k := networkUint32(a); !held[k] {
+			if err := m.Update(k, uint8(1), ebpf.UpdateAny); err != nil {
+				return fmt.Errorf("add host address %v: %w", a, err)
+			}
 		}
 	}
 	return over
@@ -85,5 +91,5 @@ func (d *Datapath) HostAddresses() ([]netip.Addr, error) {
 		return nil, fmt.Errorf("list host addresses: %w", err)
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
-	return out, nil
+	return slices.Compact(out), nil // an iteration beside a sync may see a key twice
 }

@@ -385,6 +385,7 @@ const (
 	myelinPolicyCtEndsPOLICY_CT_OUT_HI    myelinPolicyCtEnds = 128
 	myelinPolicyCtEndsPOLICY_CT_IN_LO     myelinPolicyCtEnds = 256
 	myelinPolicyCtEndsPOLICY_CT_IN_HI     myelinPolicyCtEnds = 512
+	myelinPolicyCtEndsPOLICY_CT_HOST_PEER myelinPolicyCtEnds = 1024
 )
 
 type myelinPolicyCtEntry struct {

@@ -168,6 +168,37 @@ func TestPrivilegedBPFPolicyNodeIPExemption(t *testing.T) {
 					in:      ipv4(protoTCP, "198.51.100.9", podBIP).withSrc("198.51.100.9", 6003).withDst(podBIP, 9999).build(),
 					verdict: tcActShot, reason: "DROP_POLICY_DENIED"}},
 			})
+			// What the exemption tracked passes only what the host sends: the
+			// same address may be another machine's too (an anycast VIP on
+			// several nodes' lo, an address moved away since).
+			hostFlow := ipv4(protoUDP, other, podBIP).withSrc(other, 7001).withDst(podBIP, 9999)
+			riding := policyRow{prog: d.objs.MyelinFromNetdev, counterDir: "to-pod", progCase: progCase{
+				name: "the tracked tuple arriving on the uplink: judged by the policy", in: hostFlow.build(),
+				ctx: fromUplink, verdict: tcActShot, reason: "DROP_POLICY_DENIED"}}
+			if routing == HostRoutingLegacy { // the stack delivers it: myelin_to_pod judges it
+				riding.prog = d.objs.MyelinToPod
+			}
+			runPolicyRows(t, d, []policyRow{
+				{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+					name: "a datagram the host sends from the other address: passes, tracked", in: hostFlow.build(),
+					verdict: tcActOK, reason: "PASS_STACK"}},
+				riding,
+				{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+					name: "the host's next datagram on it: passes", in: hostFlow.build(), verdict: tcActOK, reason: "PASS_STACK"}},
+			})
+			udp := 0
+			for k, v := range policyCTEntries(d) {
+				if k.Proto != protoUDP {
+					continue
+				}
+				udp++
+				if v.Ends&uint32(myelinPolicyCtEndsPOLICY_CT_HOST_PEER) == 0 {
+					t.Errorf("the host's datagram tracked as %+v ends %#x, want HOST_PEER", k, v.Ends)
+				}
+			}
+			if udp != 1 {
+				t.Errorf("%d UDP entries tracked, want the host's datagram's", udp)
+			}
 			if err := d.SetHostAddresses([]netip.Addr{mustAddr(nodeIP)}); err != nil {
 				t.Fatal(err)
 			}
