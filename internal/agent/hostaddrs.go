@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -13,10 +15,14 @@ import (
 	"github.com/myelin-net/myelin/internal/link"
 )
 
-// hostAddrResync is how often the host-addresses loop lists the node's addresses
-// again without being told of a change (a missed netlink message, a subscription
-// that failed).
-const hostAddrResync = 30 * time.Second
+const (
+	// hostAddrResync is how often the host-addresses loop lists the node's
+	// addresses again without being told of a change (a missed message).
+	hostAddrResync = 30 * time.Second
+	// hostAddrRetry is how long it waits before subscribing again after its
+	// subscription ended (the socket's buffer overran) or failed.
+	hostAddrRetry = time.Second
+)
 
 // hostAddrLoop keeps myelin_host_addrs equal to the IPv4 addresses of the node's
 // network namespace, as the loop "host-addresses": what the host's stack sends into
@@ -24,32 +30,41 @@ const hostAddrResync = 30 * time.Second
 // isolated pods (kubelet probes). The node IP is exempt without it; the others
 // matter where the kernel picks another address as the source of the host's
 // connections to pods (a global address on lo, a second NIC listed first). It
-// lists them at start, after each address change netlink reports, and every
+// lists them at start, after each IPv4 address message from netlink, and every
 // hostAddrResync; the map is pinned, so a restarted agent's first list only
 // corrects it.
 type hostAddrLoop struct {
 	// list returns the node's addresses (netlink), subscribe starts the address
-	// change messages (netlink.AddrSubscribeWithOptions: ch is closed when the
-	// subscription ends), set writes the map (Datapath.SetHostAddresses).
+	// messages (netlink.AddrSubscribeWithOptions: ch is closed when the
+	// subscription ends, onErr says why), set writes the map
+	// (Datapath.SetHostAddresses).
 	list      func() ([]netip.Addr, error)
-	subscribe func(ch chan<- netlink.AddrUpdate, done <-chan struct{}) error
+	subscribe func(ch chan<- netlink.AddrUpdate, done <-chan struct{}, onErr func(error)) error
 	set       func([]netip.Addr) error
 	every     time.Duration
+	retry     time.Duration
 	loops     *loops
 	log       *slog.Logger
 	last      []netip.Addr // what the last successful sync wrote
+	// subErr is why the loop has no subscription, reported with each sync until
+	// one works again.
+	subErr error
 }
 
 func newHostAddrLoop(set func([]netip.Addr) error, loops *loops, log *slog.Logger) *hostAddrLoop {
-	return &hostAddrLoop{list: listHostAddrs, subscribe: subscribeHostAddrs, set: set, every: hostAddrResync, loops: loops, log: log}
+	return &hostAddrLoop{list: listHostAddrs, subscribe: subscribeHostAddrs, set: set, every: hostAddrResync,
+		retry: hostAddrRetry, loops: loops, log: log}
 }
 
-// listHostAddrs is every IPv4 address of the current network namespace.
+// listHostAddrs is every IPv4 address of the current network namespace in the
+// order the kernel considers them as a source (by device, the lowest ifindex
+// first): SetHostAddresses keeps the first ones when there are more than fit.
 func listHostAddrs() ([]netip.Addr, error) {
 	addrs, err := link.Dump("addresses", func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return nil, fmt.Errorf("list the node's addresses: %w", err)
 	}
+	slices.SortStableFunc(addrs, func(a, b netlink.Addr) int { return cmp.Compare(a.LinkIndex, b.LinkIndex) })
 	out := make([]netip.Addr, 0, len(addrs))
 	for _, a := range addrs {
 		if ip, ok := netip.AddrFromSlice(a.IP); ok {
@@ -59,8 +74,8 @@ func listHostAddrs() ([]netip.Addr, error) {
 	return out, nil
 }
 
-func subscribeHostAddrs(ch chan<- netlink.AddrUpdate, done <-chan struct{}) error {
-	return netlink.AddrSubscribeWithOptions(ch, done, netlink.AddrSubscribeOptions{})
+func subscribeHostAddrs(ch chan<- netlink.AddrUpdate, done <-chan struct{}, onErr func(error)) error {
+	return netlink.AddrSubscribeWithOptions(ch, done, netlink.AddrSubscribeOptions{ErrorCallback: onErr})
 }
 
 // Run implements runner.
@@ -68,59 +83,99 @@ func (l *hostAddrLoop) Run(ctx context.Context) {
 	tick := time.NewTicker(l.every)
 	defer tick.Stop()
 	for ctx.Err() == nil {
-		updates := make(chan netlink.AddrUpdate, 64)
+		updates := make(chan netlink.AddrUpdate, 256)
 		done := make(chan struct{})
-		if err := l.subscribe(updates, done); err != nil {
-			l.loops.report("host-addresses", fmt.Errorf("subscribe to address changes (listing every %v instead): %w", l.every, err))
+		ended := make(chan error, 1)
+		l.subErr = l.subscribe(updates, done, func(err error) {
+			select {
+			case ended <- err:
+			default:
+			}
+		})
+		if l.subErr != nil {
+			l.subErr = fmt.Errorf("subscribe to address changes (listing every %v meanwhile): %w", l.every, l.subErr)
 			close(updates)
 		}
 		l.sync()
 		l.follow(ctx, updates, tick.C)
 		close(done)
+		go func() { // the subscription's sender must not block on a full channel
+			for range updates {
+			}
+		}()
+		if ctx.Err() != nil {
+			return
+		}
+		wait := l.every // subscribing failed: the tick lists meanwhile
+		if l.subErr == nil {
+			wait = l.retry
+			select {
+			case err := <-ended:
+				l.subErr = fmt.Errorf("address changes: subscription ended, subscribing again: %w", err)
+			default:
+				l.subErr = errors.New("address changes: subscription ended, subscribing again")
+			}
+			l.loops.report("host-addresses", l.subErr)
+		}
+		l.log.Warn("the node's address changes are not followed for a moment", "err", l.subErr, "retryIn", wait)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
 	}
 }
 
-// follow syncs after each batch of address changes and each tick, until ctx ends
-// or the subscription does (updates closed); then it waits for the next tick so a
-// failing subscription is not retried in a busy loop.
+// follow syncs after each batch of IPv4 address messages and each tick, until ctx
+// ends or the subscription does (updates closed).
 func (l *hostAddrLoop) follow(ctx context.Context, updates <-chan netlink.AddrUpdate, tick <-chan time.Time) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case _, ok := <-updates:
+		case u, ok := <-updates:
 			if !ok {
-				select {
-				case <-ctx.Done():
-				case <-tick:
-				}
 				return
 			}
-			for drained := false; !drained; { // one sync for a burst (an address flush)
-				select {
-				case _, ok = <-updates:
-					drained = !ok
-				default:
-					drained = true
-				}
+			v4, open := drainAddrUpdates(u, updates)
+			if !open {
+				return // a sync follows the new subscription
 			}
-			l.sync()
+			if v4 {
+				l.sync()
+			}
 		case <-tick:
 			l.sync()
 		}
 	}
 }
 
+// drainAddrUpdates takes the messages already queued after first (a burst, such
+// as an address flush, is one sync) and says whether any is about an IPv4 address
+// and whether the subscription is still open.
+func drainAddrUpdates(first netlink.AddrUpdate, updates <-chan netlink.AddrUpdate) (v4, open bool) {
+	v4 = first.LinkAddress.IP.To4() != nil
+	for {
+		select {
+		case u, ok := <-updates:
+			if !ok {
+				return v4, false
+			}
+			v4 = v4 || u.LinkAddress.IP.To4() != nil
+		default:
+			return v4, true
+		}
+	}
+}
+
 // sync writes the node's current addresses; a failure is the loop's error and the
-// map keeps what it held (addresses gone stay exempt until the next sync).
+// map keeps what it held (addresses gone stay exempt until the next sync). While
+// the loop has no subscription, that is its error too.
 func (l *hostAddrLoop) sync() {
 	addrs, err := l.list()
 	if err == nil {
-		slices.SortFunc(addrs, netip.Addr.Compare)
-		addrs = slices.Compact(addrs)
 		err = l.set(addrs)
 	}
-	l.loops.report("host-addresses", err)
+	l.loops.report("host-addresses", errors.Join(err, l.subErr))
 	if err != nil {
 		l.log.Error("write the node's addresses for NetworkPolicy's host exemption", "err", err)
 		return

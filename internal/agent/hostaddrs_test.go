@@ -5,8 +5,10 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,25 +21,38 @@ import (
 type fakeHost struct {
 	mu      sync.Mutex
 	addrs   []netip.Addr
+	lists   int
 	listErr error
 	subErr  error
 	subs    []chan<- netlink.AddrUpdate
+	onErr   func(error)
 	written chan []netip.Addr
+}
+
+func newFakeHost(a ...string) *fakeHost {
+	return &fakeHost{addrs: addrs(a...), written: make(chan []netip.Addr, 1000)}
+}
+
+func (f *fakeHost) loop(every, retry time.Duration) (*hostAddrLoop, *loops) {
+	lp := newLoops()
+	return &hostAddrLoop{list: f.list, subscribe: f.subscribe, set: f.set, every: every, retry: retry, loops: lp,
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))}, lp
 }
 
 func (f *fakeHost) list() ([]netip.Addr, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.lists++
 	return slices.Clone(f.addrs), f.listErr
 }
 
-func (f *fakeHost) subscribe(ch chan<- netlink.AddrUpdate, _ <-chan struct{}) error {
+func (f *fakeHost) subscribe(ch chan<- netlink.AddrUpdate, _ <-chan struct{}, onErr func(error)) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.subErr != nil {
 		return f.subErr
 	}
-	f.subs = append(f.subs, ch)
+	f.subs, f.onErr = append(f.subs, ch), onErr
 	return nil
 }
 
@@ -46,24 +61,39 @@ func (f *fakeHost) set(a []netip.Addr) error {
 	return nil
 }
 
-// change sets the node's addresses and tells the newest subscription; end
-// closes it as netlink does when its socket fails.
-func (f *fakeHost) change(addrs []netip.Addr, end bool) {
+// change sets the node's addresses and sends the newest subscription a message
+// about ip.
+func (f *fakeHost) change(to []netip.Addr, ip string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.addrs = addrs
-	ch := f.subs[len(f.subs)-1]
-	if end {
-		close(ch)
-		return
-	}
-	ch <- netlink.AddrUpdate{}
+	f.addrs = to
+	f.subs[len(f.subs)-1] <- netlink.AddrUpdate{LinkAddress: net.IPNet{IP: net.ParseIP(ip)}}
 }
 
-func (f *fakeHost) subscriptions() int {
+// end closes the newest subscription as netlink does when its socket fails.
+func (f *fakeHost) end(to []netip.Addr) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.subs)
+	f.addrs = to
+	f.onErr(errors.New("Receive failed: no buffer space available"))
+	close(f.subs[len(f.subs)-1])
+}
+
+func (f *fakeHost) counts() (lists, subs int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lists, len(f.subs)
+}
+
+func (f *fakeHost) next(t *testing.T, step string) []netip.Addr {
+	t.Helper()
+	select {
+	case got := <-f.written:
+		return got
+	case <-time.After(time.Minute):
+		t.Fatalf("%s: nothing written", step)
+		return nil
+	}
 }
 
 func addrs(s ...string) []netip.Addr {
@@ -74,83 +104,106 @@ func addrs(s ...string) []netip.Addr {
 	return out
 }
 
-// The loop writes the node's addresses (sorted, once each) at start and after
-// each change netlink reports; a subscription that ends is made again.
+// The loop writes the node's addresses at start and after an address message;
+// no tick in this test.
 func TestHostAddrLoopFollowsChanges(t *testing.T) {
-	f := &fakeHost{addrs: addrs("192.168.0.11", "192.0.2.77", "192.168.0.11"), written: make(chan []netip.Addr)}
-	l := &hostAddrLoop{list: f.list, subscribe: f.subscribe, set: f.set, every: time.Hour, loops: newLoops(),
-		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	f := newFakeHost("192.168.0.11", "192.0.2.77")
+	l, _ := f.loop(time.Hour, time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go l.Run(ctx)
 
-	next := func(step string, want []netip.Addr) {
-		t.Helper()
-		select {
-		case got := <-f.written:
-			if !slices.Equal(got, want) {
-				t.Fatalf("%s: wrote %v, want %v", step, got, want)
-			}
-		case <-time.After(time.Minute):
-			t.Fatalf("%s: nothing written", step)
-		}
+	if got := f.next(t, "start"); !slices.Equal(got, addrs("192.168.0.11", "192.0.2.77")) {
+		t.Fatalf("start: wrote %v", got)
 	}
-	next("start", addrs("192.0.2.77", "192.168.0.11"))
-	f.change(addrs("192.168.0.11"), false)
-	next("an address removed", addrs("192.168.0.11"))
-
+	f.change(addrs("192.168.0.11"), "192.0.2.77")
+	if got := f.next(t, "an address removed"); !slices.Equal(got, addrs("192.168.0.11")) {
+		t.Fatalf("an address removed: wrote %v", got)
+	}
 }
 
-// A subscription that ends (its socket failed) is made again at the next tick,
-// and what changed meanwhile is written.
+// A burst of messages is one sync, and only IPv4 addresses call for one.
+func TestDrainAddrUpdates(t *testing.T) {
+	msg := func(ip string) netlink.AddrUpdate {
+		return netlink.AddrUpdate{LinkAddress: net.IPNet{IP: net.ParseIP(ip)}}
+	}
+	queued := func(closed bool, ips ...string) chan netlink.AddrUpdate {
+		ch := make(chan netlink.AddrUpdate, len(ips))
+		for _, ip := range ips {
+			ch <- msg(ip)
+		}
+		if closed {
+			close(ch)
+		}
+		return ch
+	}
+	for _, c := range []struct {
+		name       string
+		first      string
+		ch         chan netlink.AddrUpdate
+		v4, open   bool
+		leftQueued int
+	}{
+		{"IPv6 alone", "fd00::1", queued(false), false, true, 0},
+		{"IPv6 twice", "fd00::1", queued(false, "fd00::2"), false, true, 0},
+		{"IPv6 then IPv4 queued", "fd00::1", queued(false, "fd00::2", "192.0.2.77"), true, true, 0},
+		{"IPv4 first", "192.0.2.77", queued(false, "fd00::2"), true, true, 0},
+		{"the subscription ended", "192.0.2.77", queued(true, "fd00::2"), true, false, 0},
+	} {
+		v4, open := drainAddrUpdates(msg(c.first), c.ch)
+		if v4 != c.v4 || open != c.open || len(c.ch) != c.leftQueued {
+			t.Errorf("%s: v4=%v open=%v %d left, want %v %v %d", c.name, v4, open, len(c.ch), c.v4, c.open, c.leftQueued)
+		}
+	}
+}
+
+// A subscription that ends (its socket's buffer overran) is made again at once,
+// and what changed meanwhile is written; the loop's status shows it ended.
 func TestHostAddrLoopResubscribes(t *testing.T) {
-	f := &fakeHost{addrs: addrs("192.168.0.11"), written: make(chan []netip.Addr)}
-	l := &hostAddrLoop{list: f.list, subscribe: f.subscribe, set: f.set, every: time.Millisecond, loops: newLoops(),
-		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	f := newFakeHost("192.168.0.11")
+	l, lp := f.loop(time.Hour, time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go l.Run(ctx)
-	<-f.written
-	f.change(addrs("192.168.0.11", "198.51.100.1"), true)
-	for got := range f.written {
-		if slices.Equal(got, addrs("192.168.0.11", "198.51.100.1")) && f.subscriptions() == 2 {
-			return
-		}
-		if n := f.subscriptions(); n > 2 {
-			t.Fatalf("%d subscriptions after one ended, want 2", n)
-		}
+	f.next(t, "start")
+	f.end(addrs("192.168.0.11", "198.51.100.1"))
+	if got := f.next(t, "after the subscription ended"); !slices.Equal(got, addrs("192.168.0.11", "198.51.100.1")) {
+		t.Fatalf("after the subscription ended: wrote %v", got)
+	}
+	if _, subs := f.counts(); subs != 2 {
+		t.Errorf("%d subscriptions, want 2", subs)
+	}
+	st := lp.snapshot()
+	if len(st) != 1 || !strings.Contains(st[0].LastError, "no buffer space") {
+		t.Errorf("loop status %+v, want the subscription's end as its last error", st)
 	}
 }
 
-// A failed subscription or list is the loop's error; the loop goes on listing
-// on its tick.
+// A subscription that can't be made is the loop's error at each sync (its
+// status stays failing), and the loop lists on its tick meanwhile; a failed
+// list is an error and writes nothing.
 func TestHostAddrLoopErrors(t *testing.T) {
-	f := &fakeHost{addrs: addrs("192.168.0.11"), subErr: errors.New("netlink: no socket"), written: make(chan []netip.Addr)}
-	lp := newLoops()
-	l := &hostAddrLoop{list: f.list, subscribe: f.subscribe, set: f.set, every: time.Millisecond, loops: lp,
-		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	f := newFakeHost("192.168.0.11")
+	f.subErr = errors.New("netlink: no socket")
+	l, lp := f.loop(time.Millisecond, time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go l.Run(ctx)
 	for i := range 3 { // listed again although no subscription works
-		select {
-		case got := <-f.written:
-			if !slices.Equal(got, addrs("192.168.0.11")) {
-				t.Fatalf("write %d: %v", i, got)
-			}
-		case <-time.After(time.Minute):
-			t.Fatalf("write %d: nothing written", i)
+		if got := f.next(t, "write"); !slices.Equal(got, addrs("192.168.0.11")) {
+			t.Fatalf("write %d: %v", i, got)
 		}
 	}
 	cancel()
+	ctrl := lp.controllers()
 	st := lp.snapshot()
-	if len(st) != 1 || st[0].Name != "host-addresses" || st[0].LastError == "" {
-		t.Fatalf("loop status %+v, want host-addresses with the subscription's error", st)
+	if len(st) != 1 || !strings.Contains(st[0].LastError, "no socket") || len(ctrl) != 1 || !ctrl[0].Failing {
+		t.Fatalf("loop status %+v %+v, want host-addresses failing with the subscription's error", st, ctrl)
 	}
 
-	f2 := &fakeHost{listErr: errors.New("dump interrupted"), written: make(chan []netip.Addr, 1)}
-	lp2 := newLoops()
-	l2 := &hostAddrLoop{list: f2.list, set: f2.set, loops: lp2, log: l.log}
+	f2 := newFakeHost()
+	f2.listErr = errors.New("dump interrupted")
+	l2, lp2 := f2.loop(time.Hour, time.Hour)
 	l2.sync()
 	if st := lp2.snapshot(); len(st) != 1 || st[0].LastError != "dump interrupted" {
 		t.Errorf("after a failed list: loop status %+v, want its error", st)

@@ -46,8 +46,15 @@ func Endpoints(ctx context.Context, out io.Writer, o PolicyOptions) error {
 }
 
 func writePolicyStatus(out io.Writer, st api.PolicyStatus) {
+	hosts := func() {
+		if len(st.HostAddresses) > 0 {
+			fmt.Fprintf(out, "The node's own traffic into isolated pods is allowed from: %s\n", printable(strings.Join(st.HostAddresses, ", ")))
+		}
+	}
 	if !st.Synced {
-		fmt.Fprintf(out, "Node %s: NetworkPolicy not computed yet (informers syncing); the pinned state enforces meanwhile\n\n", printable(st.Node))
+		fmt.Fprintf(out, "Node %s: NetworkPolicy not computed yet (informers syncing); the pinned state enforces meanwhile\n", printable(st.Node))
+		hosts()
+		fmt.Fprintln(out)
 		return
 	}
 	fmt.Fprintf(out, "Node %s: %d NetworkPolicies, %d identities, %d ipcache prefixes; last apply %s (%s, %d map writes)\n",
@@ -58,9 +65,7 @@ func writePolicyStatus(out io.Writer, st api.PolicyStatus) {
 	for _, p := range st.Problems {
 		fmt.Fprintf(out, "WARNING: %s\n", printable(p))
 	}
-	if len(st.HostAddresses) > 0 {
-		fmt.Fprintf(out, "The node's own traffic into isolated pods is allowed from: %s\n", printable(strings.Join(st.HostAddresses, ", ")))
-	}
+	hosts()
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POD\tIP\tIDENTITY\tINGRESS\tEGRESS\tPOLICIES")
 	for _, ep := range st.Endpoints {

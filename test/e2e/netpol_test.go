@@ -459,13 +459,14 @@ func (l *netpolLab) operatorView(t *testing.T) {
 // node's own netns, as kubelet probes do: allowed (the host sent it). From
 // the other node's netns it is denied: another node is not this node. Then
 // the same with a global address on each node's lo (a BGP or VIP loopback),
-// which the kernel picks as the source of the node's connections to pods
-// (the pods' routes name no source): the agent lists it among the node's
-// addresses, so x/a's node's probe still passes; the other node's, from
-// the same address or its own, is still denied (forwarded, not host-sent).
+// which the kernel picks as the source of x/a's node's connections to its
+// pods (their routes name no source; checked with ip route get): the agent
+// lists it among the node's addresses, so that node's probe still passes.
+// The other node's probe stays denied whatever source it leaves with.
 func (l *netpolLab) nodeProbes(t *testing.T, node string) {
 	t.Helper()
-	target := net.JoinHostPort(l.pods[conformance.PodRef{NS: "x", Pod: "a"}].Status.PodIP, "80")
+	podIP := l.pods[conformance.PodRef{NS: "x", Pod: "a"}].Status.PodIP
+	target := net.JoinHostPort(podIP, "80")
 	probe := func(how string) {
 		for _, n := range l.nodes {
 			got := probeConn(labplan.NetNSPath(n), corev1.ProtocolTCP, target)
@@ -475,12 +476,17 @@ func (l *netpolLab) nodeProbes(t *testing.T, node string) {
 		}
 	}
 	probe("")
-	const loopback = "192.0.2.77"
+	const loopback = "198.51.100.77"
 	for _, n := range l.nodes {
-		if out, err := exec.Command("ip", "-n", n, "addr", "add", loopback+"/32", "dev", "lo").CombinedOutput(); err != nil {
+		// replace: a run killed before its cleanup left it there
+		if out, err := exec.Command("ip", "-n", n, "addr", "replace", loopback+"/32", "dev", "lo").CombinedOutput(); err != nil {
 			t.Fatalf("add %s to %s's lo: %v: %s", loopback, n, err, out)
 		}
 		defer func() { _ = exec.Command("ip", "-n", n, "addr", "del", loopback+"/32", "dev", "lo").Run() }()
+	}
+	out, err := exec.Command("ip", "-n", node, "route", "get", podIP).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "src "+loopback+" ") {
+		t.Fatalf("%s's route to x/a: %v: %s; want the source %s (else this probe does not test the node's other addresses)", node, err, out, loopback)
 	}
 	for _, n := range l.nodes {
 		eventually(t, time.Minute, "agent on "+n+" lists "+loopback+" among the node's addresses", func(ctx context.Context) (bool, string) {
