@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * NetworkPolicy (docs/policy.md). Egress is checked where a pod's packet
- * leaves it (myelin_from_pod, after the Service stage), ingress where a
+ * leaves it (myelin_from_pod, after the Service stage; whether an ICMP error
+ * is about a tracked connection, before it), ingress where a
  * packet enters a pod (endpoint_deliver for what BPF delivers, myelin_to_pod
  * for what the stack delivers), in both host routing modes.
  *
@@ -267,14 +268,17 @@ static __always_inline int policy_enforce(const struct policy_tuple *t, __u32 lo
  * else it would carry what the pod likes past its policy). At ingress a
  * pod's error must come from the quoted packet's destination (pods are not
  * routers: another pod would reach it past its policy, as the quote's
- * payload is readable with IP_RECVERR). Nothing is written but the slot's
+ * payload is readable with IP_RECVERR). An error about a connection the
+ * host's exemption let in (POLICY_CT_HOST_PEER) enters only from the host's
+ * own stack (from_host): no router sits between the node and its pods, and
+ * what else sends from that address is not this node. Nothing is written but the slot's
  * in-use marks (policy_ct_find_at); echo and other messages cost one byte's
  * read, errors a quote parse and a lookup. A function of its own: its stack
  * is not added to the deepest call chain (from_pod's, through
  * from_pod_deliver, is then at the 512-byte limit).
  */
 static __noinline int policy_icmp_related(struct __sk_buff *skb, const struct ipv4_info *info,
-					  __u32 local, __u8 dir)
+					  __u32 local, __u8 dir, __u8 from_host)
 {
 	struct policy_ct_key k = {};
 	__u32 bit;
@@ -309,7 +313,8 @@ static __noinline int policy_icmp_related(struct __sk_buff *skb, const struct ip
 	{
 		struct policy_ct_entry cur = {};
 
-		return policy_ct_find_at(&k, &cur) >= 0 && (cur.ends & bit);
+		return policy_ct_find_at(&k, &cur) >= 0 && (cur.ends & bit) &&
+		       (dir == POLICY_DIR_EGRESS || from_host || !(cur.ends & POLICY_CT_HOST_PEER));
 	}
 }
 
@@ -352,7 +357,7 @@ static __always_inline int policy_ingress(struct __sk_buff *skb, struct ipv4_inf
 	if (policy_frag_passed(skb, info, FRAG_STAGE_POLICY_INGRESS))
 		return 0;
 	if (info->proto == IPPROTO_ICMP &&
-	    policy_icmp_related(skb, info, info->daddr, POLICY_DIR_INGRESS))
+	    policy_icmp_related(skb, info, info->daddr, POLICY_DIR_INGRESS, from_host))
 		return 0;
 	t.vouched = vouched;
 	if (!bpf_delivered && !from_host)
@@ -395,7 +400,7 @@ static __always_inline int policy_egress_begin(struct __sk_buff *skb, const stru
 	/* Judged as the pod sent it: the Service stage may rewrite an error's
 	 * quote (a NodePort backend's, back to the frontend the client used). */
 	if (info->proto == IPPROTO_ICMP)
-		t->related = policy_icmp_related(skb, info, info->saddr, POLICY_DIR_EGRESS);
+		t->related = policy_icmp_related(skb, info, info->saddr, POLICY_DIR_EGRESS, 0);
 	return 1;
 }
 

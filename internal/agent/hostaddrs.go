@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -83,39 +84,9 @@ func (l *hostAddrLoop) Run(ctx context.Context) {
 	tick := time.NewTicker(l.every)
 	defer tick.Stop()
 	for ctx.Err() == nil {
-		updates := make(chan netlink.AddrUpdate, 256)
-		done := make(chan struct{})
-		ended := make(chan error, 1)
-		l.subErr = l.subscribe(updates, done, func(err error) {
-			select {
-			case ended <- err:
-			default:
-			}
-		})
-		if l.subErr != nil {
-			l.subErr = fmt.Errorf("subscribe to address changes (listing every %v meanwhile): %w", l.every, l.subErr)
-			close(updates)
-		}
-		l.sync()
-		l.follow(ctx, updates, tick.C)
-		close(done)
-		go func() { // the subscription's sender must not block on a full channel
-			for range updates {
-			}
-		}()
+		wait := l.follow(ctx, tick.C)
 		if ctx.Err() != nil {
 			return
-		}
-		wait := l.every // subscribing failed: the tick lists meanwhile
-		if l.subErr == nil {
-			wait = l.retry
-			select {
-			case err := <-ended:
-				l.subErr = fmt.Errorf("address changes: subscription ended, subscribing again: %w", err)
-			default:
-				l.subErr = errors.New("address changes: subscription ended, subscribing again")
-			}
-			l.loops.report("host-addresses", l.subErr)
 		}
 		l.log.Warn("the node's address changes are not followed for a moment", "err", l.subErr, "retryIn", wait)
 		select {
@@ -125,20 +96,45 @@ func (l *hostAddrLoop) Run(ctx context.Context) {
 	}
 }
 
-// follow syncs after each batch of IPv4 address messages and each tick, until ctx
-// ends or the subscription does (updates closed).
-func (l *hostAddrLoop) follow(ctx context.Context, updates <-chan netlink.AddrUpdate, tick <-chan time.Time) {
+// follow subscribes to the address messages, syncs, and syncs again after each
+// batch of messages about IPv4 addresses and each tick, until ctx ends or the
+// subscription does. It returns how long to wait before subscribing again:
+// hostAddrRetry after a subscription ended (netlink's last error is the loop's),
+// the resync period after subscribing failed (the next try lists again).
+func (l *hostAddrLoop) follow(ctx context.Context, tick <-chan time.Time) time.Duration {
+	updates := make(chan netlink.AddrUpdate, 256)
+	done := make(chan struct{})
+	var lastErr atomic.Pointer[error] // netlink reports non-fatal trouble too: the last one ended it
+	l.subErr = l.subscribe(updates, done, func(err error) { lastErr.Store(&err) })
+	if l.subErr != nil {
+		l.subErr = fmt.Errorf("subscribe to address changes (listing every %v meanwhile): %w", l.every, l.subErr)
+		l.sync()
+		return l.every
+	}
+	defer func() {
+		close(done)
+		go func() { // the subscription's sender must not block on a full channel
+			for range updates {
+			}
+		}()
+	}()
+	l.sync()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return 0
 		case u, ok := <-updates:
-			if !ok {
-				return
+			v4 := false
+			if ok {
+				v4, ok = drainAddrUpdates(u, updates)
 			}
-			v4, open := drainAddrUpdates(u, updates)
-			if !open {
-				return // a sync follows the new subscription
+			if !ok {
+				l.subErr = errors.New("address changes: subscription ended, subscribing again")
+				if err := lastErr.Load(); err != nil {
+					l.subErr = fmt.Errorf("address changes: subscription ended, subscribing again: %w", *err)
+				}
+				l.loops.report("host-addresses", l.subErr)
+				return l.retry
 			}
 			if v4 {
 				l.sync()

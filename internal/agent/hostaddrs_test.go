@@ -180,7 +180,7 @@ func TestHostAddrLoopResubscribes(t *testing.T) {
 }
 
 // A subscription that can't be made is the loop's error at each sync (its
-// status stays failing), and the loop lists on its tick meanwhile; a failed
+// status stays failing), and the loop lists again at each try (every resync period); a failed
 // list is an error and writes nothing.
 func TestHostAddrLoopErrors(t *testing.T) {
 	f := newFakeHost("192.168.0.11")

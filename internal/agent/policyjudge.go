@@ -14,9 +14,10 @@ import (
 // datapath's check of the end's pod (bpf/lib/policy.h, policy_enforce and
 // policy_allows) decides for a new connection: its egress check for one the
 // pod opens, towards the peer's port; else its ingress check, from the peer
-// to the pod's port. The node's own address is judged as any peer: the
-// datapath exempts it only on packets the host sends (kubelet probes), which
-// the entry doesn't say.
+// to the pod's port. The node's own addresses are judged as any peer: the
+// datapath exempts them only on packets the host sends (kubelet probes), and
+// keeps the ends that exemption let in without asking (POLICY_CT_HOST_PEER,
+// datapath.policyCTAllowedAgain).
 type policyJudge struct {
 	st      policy.State
 	entries map[datapath.PolicyKey][]datapath.PolicyPort

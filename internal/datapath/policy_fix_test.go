@@ -186,6 +186,21 @@ func TestPrivilegedBPFPolicyNodeIPExemption(t *testing.T) {
 				{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
 					name: "the host's next datagram on it: passes", in: hostFlow.build(), verdict: tcActOK, reason: "PASS_STACK"}},
 			})
+			// Nor do errors about it from elsewhere: no router sits between the
+			// node and its pods.
+			bReply := ipv4(protoUDP, podBIP, other).withSrc(podBIP, 9999).withDst(other, 7001)
+			fromRouter := ipv4(protoICMP, "203.0.113.1", podBIP).withICMPError(3, 4, 1400, quote(bReply.withTTL(63)))
+			routerRow := policyRow{prog: d.objs.MyelinFromNetdev, counterDir: "to-pod", progCase: progCase{
+				name: "an error about it from a router on the uplink: judged as ICMP", in: fromRouter.build(),
+				ctx: fromUplink, verdict: tcActShot, reason: "DROP_POLICY_DENIED"}}
+			if routing == HostRoutingLegacy {
+				routerRow.prog = d.objs.MyelinToPod
+			}
+			runPolicyRows(t, d, []policyRow{routerRow,
+				{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+					name: "an error about it the host sends: passes",
+					in:   ipv4(protoICMP, other, podBIP).withICMPError(3, 3, 0, quote(bReply)).build(), verdict: tcActOK, reason: "PASS_STACK"}},
+			})
 			udp := 0
 			for k, v := range policyCTEntries(d) {
 				if k.Proto != protoUDP {

@@ -134,6 +134,7 @@ const (
 	policyCTOutHi    = uint32(myelinPolicyCtEndsPOLICY_CT_OUT_HI)
 	policyCTInLo     = uint32(myelinPolicyCtEndsPOLICY_CT_IN_LO)
 	policyCTInHi     = uint32(myelinPolicyCtEndsPOLICY_CT_IN_HI)
+	policyCTHostPeer = uint32(myelinPolicyCtEndsPOLICY_CT_HOST_PEER)
 )
 
 // policyCTOutOf and policyCTInOf are the OUT and IN bits of the end bits in
@@ -210,9 +211,16 @@ func policyCTMatches(es [2]policyCTEnd, ends uint32, p PolicyCTPurge) (sure, jud
 // entry whose ends bits are ends may stay, in the direction its check
 // accepted it: the end may open the connection if its bit came from its
 // egress check (OUT), the peer may if from its ingress check (IN). An end
-// with neither (written by older programs) is not asked.
+// with neither (written by older programs) is not asked. An IN end of a
+// connection the host's exemption let in (POLICY_CT_HOST_PEER: the peer is
+// this node's stack, exempt whatever the policy says) stays without asking
+// whenever allowed is set: the host's next packet would track it again, and
+// until then the pod's own packets on it would be judged as new.
 func policyCTAllowedAgain(e policyCTEnd, ends uint32, allowed func(PolicyCTEnd) bool) bool {
 	out, in := ends&policyCTOutOf(e.bit) != 0, ends&policyCTInOf(e.bit) != 0
-	return allowed != nil && out != in && allowed(PolicyCTEnd{Local: e.local, Peer: e.peer,
+	if allowed == nil || out == in {
+		return false
+	}
+	return (in && ends&policyCTHostPeer != 0) || allowed(PolicyCTEnd{Local: e.local, Peer: e.peer,
 		LocalPort: e.localPort, PeerPort: e.peerPort, Proto: e.proto, Egress: out})
 }

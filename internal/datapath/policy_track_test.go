@@ -133,6 +133,9 @@ func TestPolicyCTMatchesEnds(t *testing.T) {
 		{"endpoint a, a's bit from its egress, nothing allowed: forgotten", both | policyCTOutLo, PolicyCTPurge{Endpoints: map[netip.Addr]bool{a: true}, Allowed: no}, policyCTEndLo, []PolicyCTEnd{aOut}},
 		{"prefix holding a, a may open it to b: b's end kept", both | policyCTInHi, PolicyCTPurge{Prefixes: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/28")}, Allowed: yes}, 0, []PolicyCTEnd{bIn}},
 		{"neither IN nor OUT (older programs): not asked, forgotten", both, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: yes}, policyCTEndHi, nil},
+		{"endpoint b let in by the host's exemption: kept, not asked", policyCTEndHi | policyCTInHi | policyCTHostPeer, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: no}, 0, nil},
+		{"the same without a judge: forgotten", policyCTEndHi | policyCTInHi | policyCTHostPeer, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}}, policyCTEndHi, nil},
+		{"host peer, b's bit from its egress: asked", policyCTEndHi | policyCTOutHi | policyCTHostPeer, PolicyCTPurge{Endpoints: map[netip.Addr]bool{b: true}, Allowed: no}, policyCTEndHi, []PolicyCTEnd{bOut}},
 		{"peer b's /32 changed: not asked, forgotten", both | policyCTOutLo, PolicyCTPurge{Peers: map[netip.Addr]bool{b: true}, Endpoints: map[netip.Addr]bool{a: true}, Allowed: yes}, both, nil},
 		{"gone: opener and all, not asked", both | policyCTOpenedLo | policyCTOutLo, PolicyCTPurge{Peers: map[netip.Addr]bool{b: true}, Gone: map[netip.Addr]bool{b: true}, Allowed: yes}, both | policyCTOpened, nil},
 	} {
