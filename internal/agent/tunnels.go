@@ -44,5 +44,5 @@ func (t *tunnelLoop) sync(nodes []*corev1.Node) error {
 	want, refused := tunnel.DesiredTunnels(t.local, clusterNodes(nodes))
 	t.status.set(len(want), refused, t.log)
 	return errors.Join(tunnel.SyncMap(t.tunnels, want),
-		tunnel.SyncRoutes(t.overlay, want, t.routeMTU, datapath.OverlayMAC), routing.Kernel{}.SyncNodeRoutes(nil))
+		tunnel.SyncRoutes(t.overlay, want, t.routeMTU, t.local.IP, datapath.OverlayMAC), routing.Kernel{}.SyncNodeRoutes(nil))
 }

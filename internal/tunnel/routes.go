@@ -63,7 +63,15 @@ func (e *ipEncap) Equal(x netlink.Encap) bool {
 // permanent neighbour entry for its overlay MAC, since the device cannot ARP) and with
 // the remote node as encapsulation destination, at the tunnel's route MTU. Other
 // routes with ProtoTunnel, and neighbours of nodes that left, are removed.
-func SyncRoutes(dev netlink.Link, want []Tunnel, routeMTU int, macOf func(netip.Addr) net.HardwareAddr) error {
+// src (this node's IP) is each route's preferred source: the node's own traffic to
+// other nodes' pods must leave from it, the inner source the other node's tunnel
+// peer rule accepts from this node; without it the kernel takes the first global
+// address it finds (the VXLAN device has none), which on a node with an address on
+// lo is that one, and the other node drops the packets (DROP_UNKNOWN_TUNNEL_PEER).
+// The kernel deletes routes whose preferred source is removed from the node; the
+// next sync (every Node resync) puts them back. A src that is not an address of
+// this node is left out.
+func SyncRoutes(dev netlink.Link, want []Tunnel, routeMTU int, src netip.Addr, macOf func(netip.Addr) net.HardwareAddr) error {
 	have, err := link.Dump("tunnel routes", func() ([]netlink.Route, error) {
 		return netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Protocol: ProtoTunnel}, netlink.RT_FILTER_PROTOCOL)
 	})
@@ -77,7 +85,7 @@ func SyncRoutes(dev netlink.Link, want []Tunnel, routeMTU int, macOf func(netip.
 		err := netlink.NeighSet(&netlink.Neigh{LinkIndex: dev.Attrs().Index, Family: unix.AF_INET,
 			State: netlink.NUD_PERMANENT, IP: t.NodeIP.AsSlice(), HardwareAddr: macOf(t.NodeIP)})
 		if err == nil {
-			err = netlink.RouteReplace(&netlink.Route{
+			r := &netlink.Route{
 				LinkIndex: dev.Attrs().Index,
 				Dst:       &net.IPNet{IP: t.PodCIDR.Addr().AsSlice(), Mask: net.CIDRMask(t.PodCIDR.Bits(), 32)},
 				Gw:        t.NodeIP.AsSlice(),
@@ -85,7 +93,15 @@ func SyncRoutes(dev netlink.Link, want []Tunnel, routeMTU int, macOf func(netip.
 				Encap:     &ipEncap{dst: t.NodeIP.AsSlice()},
 				MTU:       routeMTU,
 				Protocol:  ProtoTunnel,
-			})
+			}
+			if src.Is4() {
+				r.Src = src.AsSlice()
+			}
+			err = netlink.RouteReplace(r)
+			if err != nil && r.Src != nil && errors.Is(err, unix.EINVAL) { // src is not this node's
+				r.Src = nil
+				err = netlink.RouteReplace(r)
+			}
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("tunnel route %v to node %s (%v): %w", t.PodCIDR, t.Node, t.NodeIP, err))

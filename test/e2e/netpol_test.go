@@ -462,7 +462,8 @@ func (l *netpolLab) operatorView(t *testing.T) {
 // which the kernel picks as the source of x/a's node's connections to its
 // pods (their routes name no source; checked with ip route get): the agent
 // lists it among the node's addresses, so that node's probe still passes.
-// The other node's probe stays denied whatever source it leaves with.
+// The other node's probe stays denied whatever source it leaves with, and
+// each node still reaches a pod of the other node that is not isolated.
 func (l *netpolLab) nodeProbes(t *testing.T, node string) {
 	t.Helper()
 	podIP := l.pods[conformance.PodRef{NS: "x", Pod: "a"}].Status.PodIP
@@ -495,6 +496,19 @@ func (l *netpolLab) nodeProbes(t *testing.T, node string) {
 		})
 	}
 	probe(", with " + loopback + " on the nodes' lo")
+	// The node's own traffic to another node's pod (not isolated) must still
+	// reach it: in tunnel mode the inner source must be the node IP, which
+	// the other node's tunnel peer rule accepts (the tunnel routes name it).
+	for _, n := range l.nodes {
+		for _, ref := range slices.SortedFunc(maps.Keys(l.pods), func(a, b conformance.PodRef) int { return strings.Compare(a.String(), b.String()) }) {
+			if pod := l.pods[ref]; pod.Spec.NodeName != n && ref != (conformance.PodRef{NS: "x", Pod: "a"}) {
+				if !probeConn(labplan.NetNSPath(n), corev1.ProtocolTCP, net.JoinHostPort(pod.Status.PodIP, "80")) {
+					t.Errorf("node %s -> %s:80 on node %s, with %s on the nodes' lo: not reached", n, ref, pod.Spec.NodeName, loopback)
+				}
+				break
+			}
+		}
+	}
 }
 
 // pushAcrossPolicyEdits holds a connection from x/b to x/c:9100 (x/c isolated
