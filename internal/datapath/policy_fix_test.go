@@ -148,82 +148,88 @@ func TestPrivilegedBPFPolicyNodeIPExemption(t *testing.T) {
 			}
 			runPolicyRows(t, d, rows)
 
-			// The node's other addresses (a global address on lo, a second NIC)
-			// are exempt the same way once the agent lists them, and only
-			// while it does.
-			const other = "192.0.2.77"
-			if err := d.SetHostAddresses([]netip.Addr{mustAddr(other), mustAddr(nodeIP)}); err != nil {
-				t.Fatal(err)
-			}
-			fromOther := ipv4(protoTCP, other, podBIP).withDst(podBIP, 9999)
-			runPolicyRows(t, d, []policyRow{
-				{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
-					name: "another host address, sent by the host: passes", in: fromOther.withSrc(other, 6001).build(),
-					verdict: tcActOK, reason: "PASS_STACK"}},
-				{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
-					name: "another host address forwarded by the stack from a device: judged by the policy",
-					in:   fromOther.withSrc(other, 6002).build(), ctx: fromUplink, verdict: tcActShot, reason: "DROP_POLICY_DENIED"}},
-				{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
-					name:    "an address the host does not have, sent by the host: judged by the policy",
-					in:      ipv4(protoTCP, "198.51.100.9", podBIP).withSrc("198.51.100.9", 6003).withDst(podBIP, 9999).build(),
-					verdict: tcActShot, reason: "DROP_POLICY_DENIED"}},
-			})
-			// What the exemption tracked passes only what the host sends: the
-			// same address may be another machine's too (an anycast VIP on
-			// several nodes' lo, an address moved away since).
-			hostFlow := ipv4(protoUDP, other, podBIP).withSrc(other, 7001).withDst(podBIP, 9999)
-			riding := policyRow{prog: d.objs.MyelinFromNetdev, counterDir: "to-pod", progCase: progCase{
-				name: "the tracked tuple arriving on the uplink: judged by the policy", in: hostFlow.build(),
-				ctx: fromUplink, verdict: tcActShot, reason: "DROP_POLICY_DENIED"}}
-			if routing == HostRoutingLegacy { // the stack delivers it: myelin_to_pod judges it
-				riding.prog = d.objs.MyelinToPod
-			}
-			runPolicyRows(t, d, []policyRow{
-				{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
-					name: "a datagram the host sends from the other address: passes, tracked", in: hostFlow.build(),
-					verdict: tcActOK, reason: "PASS_STACK"}},
-				riding,
-				{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
-					name: "the host's next datagram on it: passes", in: hostFlow.build(), verdict: tcActOK, reason: "PASS_STACK"}},
-			})
-			// Nor do errors about it from elsewhere: no router sits between the
-			// node and its pods.
-			bReply := ipv4(protoUDP, podBIP, other).withSrc(podBIP, 9999).withDst(other, 7001)
-			fromRouter := ipv4(protoICMP, "203.0.113.1", podBIP).withICMPError(3, 4, 1400, quote(bReply.withTTL(63)))
-			routerRow := policyRow{prog: d.objs.MyelinFromNetdev, counterDir: "to-pod", progCase: progCase{
-				name: "an error about it from a router on the uplink: judged as ICMP", in: fromRouter.build(),
-				ctx: fromUplink, verdict: tcActShot, reason: "DROP_POLICY_DENIED"}}
-			if routing == HostRoutingLegacy {
-				routerRow.prog = d.objs.MyelinToPod
-			}
-			runPolicyRows(t, d, []policyRow{routerRow,
-				{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
-					name: "an error about it the host sends: passes",
-					in:   ipv4(protoICMP, other, podBIP).withICMPError(3, 3, 0, quote(bReply)).build(), verdict: tcActOK, reason: "PASS_STACK"}},
-			})
-			udp := 0
-			for k, v := range policyCTEntries(d) {
-				if k.Proto != protoUDP {
-					continue
-				}
-				udp++
-				if v.Ends&uint32(myelinPolicyCtEndsPOLICY_CT_HOST_PEER) == 0 {
-					t.Errorf("the host's datagram tracked as %+v ends %#x, want HOST_PEER", k, v.Ends)
-				}
-			}
-			if udp != 1 {
-				t.Errorf("%d UDP entries tracked, want the host's datagram's", udp)
-			}
-			if err := d.SetHostAddresses([]netip.Addr{mustAddr(nodeIP)}); err != nil {
-				t.Fatal(err)
-			}
-			runPolicyRows(t, d, []policyRow{
-				{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
-					name: "the address gone from the node: judged by the policy", in: fromOther.withSrc(other, 6004).build(),
-					verdict: tcActShot, reason: "DROP_POLICY_DENIED"}},
-				{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
-					name: "the node IP needs no entry", in: probe.withSrc(nodeIP, 6005).build(), verdict: tcActOK, reason: "PASS_STACK"}},
-			})
+			hostAddressExemption(t, d, routing, fromUplink, probe)
 		})
 	}
+}
+
+// hostAddressExemption: the node's other addresses (a global address on lo, a
+// second NIC) are exempt like node_ip once the agent lists them, only while it
+// does, and what that exemption tracked passes only what the host sends.
+// TestPrivilegedBPFPolicyNodeIPExemption's pod B is isolated for ingress.
+func hostAddressExemption(t *testing.T, d *Datapath, routing HostRouting, fromUplink *skbCtx, probe pkt) {
+	t.Helper()
+	const other = "192.0.2.77"
+	if err := d.SetHostAddresses([]netip.Addr{mustAddr(other), mustAddr(nodeIP)}); err != nil {
+		t.Fatal(err)
+	}
+	fromOther := ipv4(protoTCP, other, podBIP).withDst(podBIP, 9999)
+	runPolicyRows(t, d, []policyRow{
+		{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+			name: "another host address, sent by the host: passes", in: fromOther.withSrc(other, 6001).build(),
+			verdict: tcActOK, reason: "PASS_STACK"}},
+		{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+			name: "another host address forwarded by the stack from a device: judged by the policy",
+			in:   fromOther.withSrc(other, 6002).build(), ctx: fromUplink, verdict: tcActShot, reason: "DROP_POLICY_DENIED"}},
+		{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+			name:    "an address the host does not have, sent by the host: judged by the policy",
+			in:      ipv4(protoTCP, "198.51.100.9", podBIP).withSrc("198.51.100.9", 6003).withDst(podBIP, 9999).build(),
+			verdict: tcActShot, reason: "DROP_POLICY_DENIED"}},
+	})
+	// What the exemption tracked passes only what the host sends: the
+	// same address may be another machine's too (an anycast VIP on
+	// several nodes' lo, an address moved away since).
+	hostFlow := ipv4(protoUDP, other, podBIP).withSrc(other, 7001).withDst(podBIP, 9999)
+	riding := policyRow{prog: d.objs.MyelinFromNetdev, counterDir: "to-pod", progCase: progCase{
+		name: "the tracked tuple arriving on the uplink: judged by the policy", in: hostFlow.build(),
+		ctx: fromUplink, verdict: tcActShot, reason: "DROP_POLICY_DENIED"}}
+	if routing == HostRoutingLegacy { // the stack delivers it: myelin_to_pod judges it
+		riding.prog = d.objs.MyelinToPod
+	}
+	runPolicyRows(t, d, []policyRow{
+		{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+			name: "a datagram the host sends from the other address: passes, tracked", in: hostFlow.build(),
+			verdict: tcActOK, reason: "PASS_STACK"}},
+		riding,
+		{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+			name: "the host's next datagram on it: passes", in: hostFlow.build(), verdict: tcActOK, reason: "PASS_STACK"}},
+	})
+	// Nor do errors about it from elsewhere: no router sits between the
+	// node and its pods.
+	bReply := ipv4(protoUDP, podBIP, other).withSrc(podBIP, 9999).withDst(other, 7001)
+	fromRouter := ipv4(protoICMP, "203.0.113.1", podBIP).withICMPError(3, 4, 1400, quote(bReply.withTTL(63)))
+	routerRow := policyRow{prog: d.objs.MyelinFromNetdev, counterDir: "to-pod", progCase: progCase{
+		name: "an error about it from a router on the uplink: judged as ICMP", in: fromRouter.build(),
+		ctx: fromUplink, verdict: tcActShot, reason: "DROP_POLICY_DENIED"}}
+	if routing == HostRoutingLegacy {
+		routerRow.prog = d.objs.MyelinToPod
+	}
+	runPolicyRows(t, d, []policyRow{routerRow,
+		{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+			name: "an error about it the host sends: passes",
+			in:   ipv4(protoICMP, other, podBIP).withICMPError(3, 3, 0, quote(bReply)).build(), verdict: tcActOK, reason: "PASS_STACK"}},
+	})
+	udp := 0
+	for k, v := range policyCTEntries(d) {
+		if k.Proto != protoUDP {
+			continue
+		}
+		udp++
+		if v.Ends&uint32(myelinPolicyCtEndsPOLICY_CT_HOST_PEER) == 0 {
+			t.Errorf("the host's datagram tracked as %+v ends %#x, want HOST_PEER", k, v.Ends)
+		}
+	}
+	if udp != 1 {
+		t.Errorf("%d UDP entries tracked, want the host's datagram's", udp)
+	}
+	if err := d.SetHostAddresses([]netip.Addr{mustAddr(nodeIP)}); err != nil {
+		t.Fatal(err)
+	}
+	runPolicyRows(t, d, []policyRow{
+		{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+			name: "the address gone from the node: judged by the policy", in: fromOther.withSrc(other, 6004).build(),
+			verdict: tcActShot, reason: "DROP_POLICY_DENIED"}},
+		{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+			name: "the node IP needs no entry", in: probe.withSrc(nodeIP, 6005).build(), verdict: tcActOK, reason: "PASS_STACK"}},
+	})
 }
