@@ -45,11 +45,20 @@ func Endpoints(ctx context.Context, out io.Writer, o PolicyOptions) error {
 	return nil
 }
 
+// policyHostAddressesShown is how many of the node's addresses myelin policy
+// prints; JSON has them all.
+const policyHostAddressesShown = 16
+
 func writePolicyStatus(out io.Writer, st api.PolicyStatus) {
 	hosts := func() {
-		if len(st.HostAddresses) > 0 {
-			fmt.Fprintf(out, "The node's own traffic into isolated pods is allowed from: %s\n", printable(strings.Join(st.HostAddresses, ", ")))
+		if len(st.HostAddresses) == 0 {
+			return
 		}
+		shown, more := st.HostAddresses, ""
+		if len(shown) > policyHostAddressesShown { // kube-proxy's IPVS puts every Service address on the node
+			shown, more = shown[:policyHostAddressesShown], fmt.Sprintf(" and %d more (-o json lists them)", len(st.HostAddresses)-policyHostAddressesShown)
+		}
+		fmt.Fprintf(out, "The node's own traffic into isolated pods is allowed from: %s%s\n", printable(strings.Join(shown, ", ")), more)
 	}
 	if !st.Synced {
 		fmt.Fprintf(out, "Node %s: NetworkPolicy not computed yet (informers syncing); the pinned state enforces meanwhile\n", printable(st.Node))
