@@ -24,13 +24,13 @@ const HostAddressesMax = 16384
 // were left out (the host's traffic from those is judged like any peer's).
 func (d *Datapath) SetHostAddresses(addrs []netip.Addr) error {
 	want := make([]netip.Addr, 0, len(addrs))
-	keep := make(map[uint32]bool, len(addrs))
+	keep := make(map[netip.Addr]bool, len(addrs))
 	for _, a := range addrs {
 		a = a.Unmap()
-		if !a.Is4() || a.IsLoopback() || keep[networkUint32(a)] {
+		if !a.Is4() || a.IsLoopback() || keep[a] {
 			continue
 		}
-		keep[networkUint32(a)] = true
+		keep[a] = true
 		want = append(want, a)
 	}
 	var over error
@@ -39,38 +39,29 @@ func (d *Datapath) SetHostAddresses(addrs []netip.Addr) error {
 			"the host's traffic into isolated pods from the other %d (from %v on) is judged like any peer's; remove addresses from the node",
 			len(want), HostAddressesMax, len(want)-HostAddressesMax, want[HostAddressesMax])
 		for _, a := range want[HostAddressesMax:] {
-			delete(keep, networkUint32(a))
+			delete(keep, a)
 		}
 		want = want[:HostAddressesMax]
 	}
+	have, err := d.HostAddresses()
+	if err != nil {
+		return err
+	}
 	m := d.objs.MyelinHostAddrs
-	var (
-		k     uint32
-		v     uint8
-		stale []uint32
-		held  = make(map[uint32]bool)
-	)
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		if keep[k] {
-			held[k] = true
-		} else {
-			stale = append(stale, k)
+	for _, a := range have {
+		if keep[a] {
+			continue
 		}
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("list host addresses: %w", err)
-	}
-	for _, k := range stale {
-		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("remove host address %v: %w", addrFromNetwork(k), err)
+		if err := m.Delete(networkUint32(a)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("remove host address %v: %w", a, err)
 		}
 	}
 	for _, a := range want {
-		if k := networkUint32(a); !held[k] {
-			if err := m.Update(k, uint8(1), ebpf.UpdateAny); err != nil {
-				return fmt.Errorf("add host address %v: %w", a, err)
-			}
+		if _, held := slices.BinarySearchFunc(have, a, netip.Addr.Compare); held {
+			continue
+		}
+		if err := m.Update(networkUint32(a), uint8(1), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("add host address %v: %w", a, err)
 		}
 	}
 	return over

@@ -20,7 +20,7 @@ func TestPrivilegedHostAddresses(t *testing.T) {
 	addrs := func(s ...string) []netip.Addr {
 		var out []netip.Addr
 		for _, a := range s {
-			out = append(out, netip.MustParseAddr(a))
+			out = append(out, mustAddr(a))
 		}
 		return out
 	}
