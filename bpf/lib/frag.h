@@ -128,20 +128,30 @@ static __always_inline void frag_note(struct __sk_buff *skb, const struct ipv4_i
 	frag_record(skb, info, saddr, daddr, stage, same ? NULL : &e);
 }
 
-/* frag_mark records whether stage passed first fragment info (frag_marked). */
+/*
+ * frag_mark records whether stage passed first fragment info (frag_marked);
+ * host: the host's own stack sent it, so only the host's later fragments
+ * ride the mark.
+ */
 static __always_inline void frag_mark(struct __sk_buff *skb, const struct ipv4_info *info,
-				      __u8 stage, int pass)
+				      __u8 stage, int pass, __u8 host)
 {
-	struct frag_entry e = {.saddr = info->saddr, .daddr = info->daddr};
+	struct frag_entry e = {.saddr = info->saddr, .daddr = info->daddr, .host = host};
 
 	frag_record(skb, info, info->saddr, info->daddr, stage, pass ? &e : NULL);
 }
 
-/* frag_marked says whether stage passed the first fragment of later fragment info. */
+/*
+ * frag_marked says whether stage passed the first fragment of later fragment
+ * info, sent by the host's own stack when from_host: a first fragment the
+ * host sent marks its datagram for the host's fragments only.
+ */
 static __always_inline int frag_marked(struct __sk_buff *skb, const struct ipv4_info *info,
-				       __u8 stage)
+				       __u8 stage, __u8 from_host)
 {
-	return frag_lookup(skb, info, stage) != NULL;
+	const struct frag_entry *e = frag_lookup(skb, info, stage);
+
+	return e && (!e->host || from_host);
 }
 
 #endif /* MYELIN_LIB_FRAG_H */

@@ -141,22 +141,27 @@ static __always_inline int policy_allows(__u32 local, __u32 peer, const struct p
 /*
  * policy_frag_note records at a first fragment whether the check of stage
  * passed it (frag_mark); policy_frag_passed says whether a later fragment's
- * first passed it. Not for TCP: a later fragment could overlap the first's
- * header (its flags) for a receiver that accepts overlapping fragments, and
- * TCP sets DF and sizes its segments to the path, so its later fragments
- * are judged without ports. Whole datagrams: a test of info->frag each.
+ * first passed it. from_host: the host's own stack sent the fragment (the
+ * ingress check's from_host); the host's first fragment passes only the
+ * host's later ones, as a host-exempt entry passes only the host's packets
+ * (POLICY_CT_HOST_PEER): its address may be another machine's too. Not for
+ * TCP: a later fragment could overlap the first's header (its flags) for a
+ * receiver that accepts overlapping fragments, and TCP sets DF and sizes its
+ * segments to the path, so its later fragments are judged without ports.
+ * Whole datagrams: a test of info->frag each.
  */
 static __always_inline void policy_frag_note(struct __sk_buff *skb, const struct ipv4_info *info,
-					     __u8 stage, int pass)
+					     __u8 stage, int pass, __u8 from_host)
 {
 	if (info->frag && info->proto != IPPROTO_TCP)
-		frag_mark(skb, info, stage, pass);
+		frag_mark(skb, info, stage, pass, from_host);
 }
 
 static __always_inline int policy_frag_passed(struct __sk_buff *skb, const struct ipv4_info *info,
-					      __u8 stage)
+					      __u8 stage, __u8 from_host)
 {
-	return ipv4_later_frag(info) && info->proto != IPPROTO_TCP && frag_marked(skb, info, stage);
+	return ipv4_later_frag(info) && info->proto != IPPROTO_TCP &&
+	       frag_marked(skb, info, stage, from_host);
 }
 
 /*
@@ -346,7 +351,7 @@ static __always_inline int policy_ingress(struct __sk_buff *skb, struct ipv4_inf
 		return 0;
 	if (info->policy_rx_tracked == POLICY_RX_TRACKED) {
 		/* Passed on the sender's lookup: so do its later fragments. */
-		policy_frag_note(skb, info, FRAG_STAGE_POLICY_INGRESS, 1);
+		policy_frag_note(skb, info, FRAG_STAGE_POLICY_INGRESS, 1, from_host);
 		return 0;
 	}
 	t.flags = policy_ep_flags(ep, info->daddr);
@@ -354,7 +359,7 @@ static __always_inline int policy_ingress(struct __sk_buff *skb, struct ipv4_inf
 		policy_tx_commit(info);
 		return 0;
 	}
-	if (policy_frag_passed(skb, info, FRAG_STAGE_POLICY_INGRESS))
+	if (policy_frag_passed(skb, info, FRAG_STAGE_POLICY_INGRESS, from_host))
 		return 0;
 	if (info->proto == IPPROTO_ICMP &&
 	    policy_icmp_related(skb, info, info->daddr, POLICY_DIR_INGRESS, from_host))
@@ -368,7 +373,7 @@ static __always_inline int policy_ingress(struct __sk_buff *skb, struct ipv4_inf
 	reason = policy_enforce(&t, info->daddr, POLICY_DIR_INGRESS, from_host,
 				bpf_delivered ? info->policy_tx_fresh : POLICY_CT_MERGE, known,
 				&seen);
-	policy_frag_note(skb, info, FRAG_STAGE_POLICY_INGRESS, !reason);
+	policy_frag_note(skb, info, FRAG_STAGE_POLICY_INGRESS, !reason, from_host);
 	return reason;
 }
 
@@ -433,7 +438,7 @@ static __always_inline int policy_egress(struct __sk_buff *skb, struct ipv4_info
 	__u32 rx_bit;
 	int reason, same;
 
-	if (t->related || policy_frag_passed(skb, info, FRAG_STAGE_POLICY_EGRESS))
+	if (t->related || policy_frag_passed(skb, info, FRAG_STAGE_POLICY_EGRESS, 0))
 		return 0;
 	policy_l4(skb, info, &now);
 	if (!as_sent) {
@@ -448,7 +453,7 @@ static __always_inline int policy_egress(struct __sk_buff *skb, struct ipv4_info
 	same = t->saddr != t->daddr && t->saddr == info->saddr && t->sport == now.sport;
 	reason = policy_enforce(t, t->saddr, POLICY_DIR_EGRESS, 0, same ? POLICY_CT_DEFER : 0, NULL,
 				&seen);
-	policy_frag_note(skb, info, FRAG_STAGE_POLICY_EGRESS, !reason);
+	policy_frag_note(skb, info, FRAG_STAGE_POLICY_EGRESS, !reason, 0);
 	if (reason || !same)
 		return reason;
 	info->policy_tx_fresh = seen.fresh;

@@ -254,7 +254,8 @@ struct frag_entry {
 	__u32 saddr;
 	__u32 daddr;
 	__u8 route;  /* enum lb_route of lib/service.h */
-	__u8 pad[3]; /* explicit padding, 0 */
+	__u8 host;   /* policy stages: the host's own stack sent the first fragment */
+	__u8 pad[2]; /* explicit padding, 0 */
 };
 
 /* frag_stage is where a datagram was translated, or which policy check passed it. */

@@ -175,7 +175,8 @@ type myelinFragEntry struct {
 	Saddr uint32
 	Daddr uint32
 	Route uint8
-	Pad   [3]uint8
+	Host  uint8
+	Pad   [2]uint8
 }
 
 type myelinFragKey struct {

@@ -222,6 +222,21 @@ func hostAddressExemption(t *testing.T, d *Datapath, routing HostRouting, fromUp
 	if udp != 1 {
 		t.Errorf("%d UDP entries tracked, want the host's datagram's", udp)
 	}
+	// Nor do later fragments of a datagram the host sent: the first
+	// fragment's mark passes only the host's.
+	hostFrag := ipv4(protoUDP, other, podBIP).withSrc(other, 7002).withDst(podBIP, 9999)
+	hostFrag.payload = fragPayload
+	fragFirst, fragLater := hostFrag.fragments(0x0500)
+	fragRiding := riding
+	fragRiding.name, fragRiding.in = "a later fragment of it arriving on the uplink: judged by the policy", fragLater
+	runPolicyRows(t, d, []policyRow{
+		{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+			name: "the first fragment of a datagram the host sends from the other address: passes",
+			in:   fragFirst, verdict: tcActOK, reason: "PASS_STACK"}},
+		fragRiding,
+		{prog: d.objs.MyelinToPod, counterDir: "to-pod", progCase: progCase{
+			name: "its later fragment the host sends: passes", in: fragLater, verdict: tcActOK, reason: "PASS_STACK"}},
+	})
 	if err := d.SetHostAddresses([]netip.Addr{mustAddr(nodeIP)}); err != nil {
 		t.Fatal(err)
 	}

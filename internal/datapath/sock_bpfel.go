@@ -88,7 +88,8 @@ type sockFragEntry struct {
 	Saddr uint32
 	Daddr uint32
 	Route uint8
-	Pad   [3]uint8
+	Host  uint8
+	Pad   [2]uint8
 }
 
 type sockFragKey struct {
