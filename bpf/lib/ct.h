@@ -326,6 +326,53 @@ static __always_inline int ct_icmp_reply(void *map, struct __sk_buff *skb, struc
 }
 
 /*
+ * ct_icmp_error_to_backend translates an ICMP error a client pod sends about
+ * a reply of its flow of map (l4: the error's ICMP header), whose quote is
+ * the reply as the client got it (frontend -> client), to the flow's
+ * backend: the error's destination and the quote's source address and port
+ * become the backend's, as the backend sent the reply. A UDP client's port
+ * unreachable (its socket closed before the answer came) then reaches the
+ * backend, not the frontend address, which nothing answers. Only the
+ * quote's destination may send it (a pod's source is checked: its own
+ * flows). Hairpin flows are left alone. Returns 0 (untouched when not
+ * about such a flow) or a DROP_* reason.
+ */
+static __always_inline int ct_icmp_error_to_backend(void *map, struct __sk_buff *skb,
+						    struct ipv4_info *info,
+						    const struct l4_info *l4)
+{
+	struct icmp_quote q = {};
+	struct ct_key key = {.dir = CT_DIR_FORWARD};
+	const struct ct_entry *e;
+	__be32 be;
+	__be16 port;
+
+	if (l4->icmp_type != ICMP_DEST_UNREACH && l4->icmp_type != ICMP_TIME_EXCEEDED)
+		return 0;
+	if (icmp_quote_parse(skb, info, &q) < 0 || q.ip.saddr != info->daddr ||
+	    q.ip.daddr != info->saddr ||
+	    (q.ip.protocol != IPPROTO_TCP && q.ip.protocol != IPPROTO_UDP))
+		return 0;
+	/* The flow's forward tuple: the client to the frontend. */
+	key.saddr = q.ip.daddr;
+	key.daddr = q.ip.saddr;
+	key.sport = q.dport;
+	key.dport = q.sport;
+	key.proto = q.ip.protocol;
+	e = ct_lookup(map, &key);
+	if (!e || (e->flags & CT_F_HAIRPIN))
+		return 0;
+	be = e->be_addr;
+	port = e->be_port;
+	if (l4_rewrite_addr(skb, l4, IPV4_DADDR_OFF, info->daddr, be) < 0 ||
+	    icmp_quote_set_addr(skb, &q, offsetof(struct iphdr, saddr), q.ip.saddr, be) < 0 ||
+	    l4_rewrite_port(skb, l4, q.sport_off, q.sport, port) < 0)
+		return DROP_INVALID_PACKET;
+	info->daddr = be;
+	return 0;
+}
+
+/*
  * ct_reply_to_pod is ct_reply_xlate for a packet about to enter a pod, only
  * with load balancing on: a conntrack lookup for a TCP or UDP packet from a
  * port a backend may use (ct_from_backend_port; other whole datagrams cost

@@ -440,6 +440,12 @@ static __always_inline int policy_egress(struct __sk_buff *skb, struct ipv4_info
 
 	if (t->related || policy_frag_passed(skb, info, FRAG_STAGE_POLICY_EGRESS, 0))
 		return 0;
+	/* An error the Service stage sent on to another destination (a
+	 * ClusterIP client's, about a reply, now to the flow's backend:
+	 * ct_icmp_error_to_backend) is about the connection as now quoted. */
+	if (info->proto == IPPROTO_ICMP && info->daddr != t->daddr &&
+	    policy_icmp_related(skb, info, t->saddr, POLICY_DIR_EGRESS, 0))
+		return 0;
 	policy_l4(skb, info, &now);
 	if (!as_sent) {
 		t->daddr = info->daddr;

@@ -204,17 +204,25 @@ static __always_inline int lb_pod_service(struct __sk_buff *skb, struct ipv4_inf
 /*
  * lb_icmp_reply translates an ICMP error about a service flow leaving here
  * (ct_icmp_error_xlate) and says how it goes on, as for the flow's replies.
+ * from_pod: a pod sent it, which may also be a client's error about a reply
+ * of its own ClusterIP flow (ct_icmp_error_to_backend).
  */
-static __always_inline int lb_icmp_reply(struct __sk_buff *skb, struct ipv4_info *info, int *route)
+static __always_inline int lb_icmp_reply(struct __sk_buff *skb, struct ipv4_info *info, int *route,
+					 __u8 from_pod)
 {
+	struct l4_info l4 = {};
 	__u16 flags = 0;
 	int reason;
 
+	if (l4_parse(skb, info, &l4) < 0)
+		return 0;
 	/* As for replies: hairpin flows are pods' own, the rest NodePort flows. */
 	if (info->daddr == LB_HAIRPIN_ADDR)
-		reason = ct_icmp_reply(&myelin_lb_ct, skb, info, &flags);
+		reason = ct_icmp_error_xlate(&myelin_lb_ct, skb, info, &l4, &flags);
 	else
-		reason = ct_icmp_reply(&myelin_lb_ct_nodeport, skb, info, &flags);
+		reason = ct_icmp_error_xlate(&myelin_lb_ct_nodeport, skb, info, &l4, &flags);
+	if (from_pod && !reason && !flags)
+		return ct_icmp_error_to_backend(&myelin_lb_ct, skb, info, &l4);
 	if (flags & CT_F_HAIRPIN)
 		*route = LB_ROUTE_LOCAL;
 	else if (flags & CT_F_NODEPORT)
@@ -245,7 +253,7 @@ static __always_inline int lb_from_pod(struct __sk_buff *skb, struct ipv4_info *
 		return 0;
 	}
 	if (info->proto == IPPROTO_ICMP)
-		return lb_icmp_reply(skb, info, route);
+		return lb_icmp_reply(skb, info, route, 1);
 	if (ct_l4_parse(skb, info, &l4) < 0)
 		return 0;
 	/* A local backend's reply to a NodePort SNAT flow (a client pod of
@@ -357,7 +365,7 @@ static __always_inline int lb_from_netdev(struct __sk_buff *skb, struct ipv4_inf
 		return 0;
 	if (info->proto == IPPROTO_ICMP) {
 		if (info->daddr != node_ip)
-			return lb_icmp_reply(skb, info, route);
+			return lb_icmp_reply(skb, info, route, 0);
 		/* Errors about NodePort SNAT flows go out to the client as their
 		 * replies do; the rest are the node's own (or masquerade's, done). */
 		reason = np_icmp_error(skb, info);

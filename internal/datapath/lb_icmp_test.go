@@ -49,6 +49,14 @@ func TestPrivilegedLBICMPErrors(t *testing.T) {
 	timeExceeded := ipv4(protoICMP, router, podA).withICMPError(11, 0, 0, udpQuote)
 	timeExceededBack := ipv4(protoICMP, router, podA).withICMPError(11, 0, 0, udpBack)
 	noFlow := ipv4(protoICMP, podBIP, podA).withICMPError(3, 3, 0, quote(udp.withSrc(podA, 40999).withDst(podBIP, 8080)))
+	// A's port unreachable about the reply it got from the ClusterIP (its
+	// socket closed before the answer came) goes to the backend, about
+	// the reply as the backend sent it.
+	replyGot := ipv4(protoUDP, vip, podA).withSrc(vip, 53).withDst(podA, 40000).withTTL(63)
+	clientErr := ipv4(protoICMP, podA, vip).withICMPError(3, 3, 0, quote(replyGot))
+	clientErrToB := ipv4(protoICMP, podA, podBIP).withICMPError(3, 3, 0,
+		restoredQuote(quote(replyGot), mustAddr(podBIP), 8080))
+	clientErrNoFlow := ipv4(protoICMP, podA, vip).withICMPError(3, 3, 0, quote(replyGot.withDst(podA, 40999)))
 	notToSource := ipv4(protoICMP, podBIP, "10.1.0.99").withICMPError(3, 3, 0, udpQuote)
 
 	// Pod B sends its error on its veth; pod A gets pod B's veth fixture, so delivered() fits it.
@@ -58,6 +66,10 @@ func TestPrivilegedLBICMPErrors(t *testing.T) {
 			endpoints: seedB, in: udp.build(), verdict: tcActRedirect, out: delivered(udp.withDst(podBIP, 8080)), reason: "FORWARDED"}},
 		{prog: fromPod, dir: "from-pod", progCase: progCase{name: "TCP to the ClusterIP: DNAT to the remote backend",
 			in: tcp.build(), verdict: tcActOK, out: tcp.withDst(remoteIP, 8080).build(), reason: "PASS_STACK"}},
+		{prog: fromPod, dir: "from-pod", progCase: progCase{name: "the client's port unreachable about the ClusterIP's reply: to the backend",
+			endpoints: seedB, in: clientErr.build(), verdict: tcActRedirect, out: delivered(clientErrToB), reason: "FORWARDED"}},
+		{prog: fromPod, dir: "from-pod", progCase: progCase{name: "the client's error about a reply of no flow: untouched",
+			endpoints: seedB, in: clientErrNoFlow.build(), verdict: tcActOK, reason: "PASS_STACK"}},
 		{prog: fromPod, dir: "from-pod", progCase: progCase{name: "port unreachable from the local backend: from the ClusterIP",
 			endpoints: seedReply, in: fromPodB(portUnreach).build(), verdict: tcActRedirect, out: delivered(portUnreachBack), reason: "FORWARDED"}},
 		{prog: toPod, dir: "to-pod", progCase: progCase{name: "port unreachable delivered by the stack",
@@ -71,7 +83,7 @@ func TestPrivilegedLBICMPErrors(t *testing.T) {
 		{prog: toPod, dir: "to-pod", progCase: progCase{name: "error not addressed to the quoted source: untouched",
 			in: notToSource.build(), verdict: tcActOK, reason: "PASS_STACK"}},
 	}
-	for _, p := range []pkt{portUnreachBack, fragNeededBack, timeExceededBack} {
+	for _, p := range []pkt{portUnreachBack, fragNeededBack, timeExceededBack, clientErrToB} {
 		if out := p.build(); !ipv4HeaderValid(out) || !l4ChecksumValid(out) || !ipv4HeaderValid(append(make([]byte, 14), p.payload...)) {
 			t.Fatalf("fixture %x has bad checksums", out)
 		}

@@ -138,3 +138,42 @@ func TestPrivilegedBPFPolicyICMPErrorNodePortBackend(t *testing.T) {
 			in: never.build(), verdict: tcActShot, reason: "DROP_POLICY_DENIED"}}},
 	})
 }
+
+// A ClusterIP client isolated for egress answers its backend's reply with a
+// port unreachable (its socket closed before the answer came): the Service
+// stage sends the error on to the backend, quoting the reply as the backend
+// sent it, and the egress check judges it by that quote (the connection A
+// opened to B); B's ingress check by the same. Before, the error went to the
+// ClusterIP untranslated and A's egress judged it as new ICMP: denied.
+func TestPrivilegedBPFPolicyICMPErrorClusterIPClient(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingBPF, 0)
+	fromPod := d.objs.MyelinFromPod
+	svc := oneService(feUDP, Service{ID: 3, Backends: []uint32{1}})
+	req := ipv4(protoUDP, podA, vip).withDst(vip, 53)
+	replyGot := ipv4(protoUDP, vip, podA).withSrc(vip, 53).withDst(podA, 40000).withTTL(63)
+	toB := ipv4(protoICMP, podA, podBIP).withICMPError(3, 3, 0,
+		restoredQuote(quote(replyGot), mustAddr(podBIP), 8080))
+	never := ipv4(protoICMP, podA, vip).withICMPError(3, 3, 0, quote(replyGot.withDst(podA, 40999)))
+	endpoints := map[string]EndpointInfo{podA: podASender, podBIP: podB}
+
+	request := policyStep{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{
+		name: "A's datagram to the ClusterIP reaches B (tracked at both ends)", endpoints: endpoints,
+		in: req.build(), verdict: tcActRedirect, out: delivered(req.withDst(podBIP, 8080)), reason: "FORWARDED"}},
+		change: func(d *Datapath) error { return seedLB(d, *svc) }}
+	request.seed = &policyState{flags: map[string]PolicyFlags{podA: PolicyEgress, podBIP: PolicyIngress},
+		entries: map[PolicyKey][]PolicyPort{
+			egressOf(podA, idB):    {udpPort(8080)},
+			ingressOf(podBIP, idA): {udpPort(8080)},
+		}}
+	runPolicySteps(t, d, []policyStep{
+		request,
+		{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{
+			name: "A's port unreachable about the reply: to B, past both checks", endpoints: endpoints,
+			in: ipv4(protoICMP, podA, vip).withICMPError(3, 3, 0, quote(replyGot)).build(),
+			verdict: tcActRedirect, out: delivered(toB), reason: "FORWARDED"}}},
+		{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{
+			name: "one about a reply A never got: judged as ICMP, denied", endpoints: endpoints,
+			in: never.build(), verdict: tcActShot, reason: "DROP_POLICY_DENIED"}}},
+	})
+}
