@@ -183,7 +183,8 @@ func (s *startup) loadDatapath() (*datapath.Datapath, netlink.Link, error) {
 }
 
 // attach puts myelin_from_netdev and myelin_to_netdev on the uplink and, in tunnel
-// mode, myelin_from_overlay and myelin_to_overlay on myelin_vxlan.
+// mode, myelin_from_overlay and myelin_to_overlay on myelin_vxlan, which it then
+// brings up.
 func attach(dp *datapath.Datapath, uplink, overlay netlink.Link) error {
 	if err := dp.AttachNetdev(uplink.Attrs().Index, uplink.Attrs().Name); err != nil {
 		return fmt.Errorf("attach to uplink %s: %w", uplink.Attrs().Name, err)
@@ -195,6 +196,8 @@ func attach(dp *datapath.Datapath, uplink, overlay netlink.Link) error {
 		if err := dp.AttachOverlay(overlay.Attrs().Index, tunnel.DeviceName); err != nil {
 			return fmt.Errorf("attach to %s: %w", tunnel.DeviceName, err)
 		}
+		// Only now: the device decapsulates as soon as it is up.
+		return tunnel.Up(overlay)
 	}
 	return nil
 }

@@ -7,14 +7,13 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/myelin-net/myelin/internal/testenv"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/myelin-net/myelin/internal/testenv"
 )
 
 // TC verdicts as returned by the programs.
@@ -197,30 +196,5 @@ func readEvent(t *testing.T, r *EventReader, timeout time.Duration) (Event, bool
 	return ev, true
 }
 
-// inNetns runs fn on a locked OS thread inside a new netns dptest-<random>,
-// deleted afterwards. The thread is never handed back to the Go scheduler:
-// its goroutine exits still locked, so the runtime discards the thread
-// instead of reusing it in the wrong namespace. fn must report failures with
-// t.Error (not t.Fatal: it runs off the test goroutine).
-func inNetns(t testing.TB, fn func(nsName string)) {
-	t.Helper()
-	name := "dptest-" + randomSuffix()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		ns, err := netns.NewNamed(name) // also moves this thread into it
-		if err != nil {
-			t.Errorf("create netns %s: %v", name, err)
-			return
-		}
-		defer func() {
-			ns.Close()
-			if err := netns.DeleteNamed(name); err != nil {
-				t.Errorf("delete netns %s: %v", name, err)
-			}
-		}()
-		fn(name)
-	}()
-	<-done
-}
+// inNetns runs fn inside a new netns dptest-<random> (testenv.InNetns).
+func inNetns(t testing.TB, fn func(nsName string)) { testenv.InNetns(t, "dptest-", fn) }

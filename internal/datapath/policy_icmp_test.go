@@ -170,7 +170,7 @@ func TestPrivilegedBPFPolicyICMPErrorClusterIPClient(t *testing.T) {
 		request,
 		{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{
 			name: "A's port unreachable about the reply: to B, past both checks", endpoints: endpoints,
-			in: ipv4(protoICMP, podA, vip).withICMPError(3, 3, 0, quote(replyGot)).build(),
+			in:      ipv4(protoICMP, podA, vip).withICMPError(3, 3, 0, quote(replyGot)).build(),
 			verdict: tcActRedirect, out: delivered(toB), reason: "FORWARDED"}}},
 		{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{
 			name: "one about a reply A never got: judged as ICMP, denied", endpoints: endpoints,

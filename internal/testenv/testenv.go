@@ -5,14 +5,19 @@
 package testenv
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netns"
 
 	"github.com/myelin-net/myelin/internal/helmtool"
 )
@@ -106,4 +111,34 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 			t.Fatalf("%s: not within %v", what, limit)
 		}
 	}
+}
+
+// InNetns runs fn on a locked OS thread inside a new network namespace named
+// prefix plus a random suffix, deleted afterwards. The thread is never handed
+// back to the Go scheduler: its goroutine exits still locked, so the runtime
+// discards the thread instead of reusing it in the wrong namespace. fn must
+// report failures with t.Error (not t.Fatal: it runs off the test goroutine).
+func InNetns(t testing.TB, prefix string, fn func(nsName string)) {
+	t.Helper()
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	name := prefix + hex.EncodeToString(suffix)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		ns, err := netns.NewNamed(name) // also moves this thread into it
+		if err != nil {
+			t.Errorf("create netns %s: %v", name, err)
+			return
+		}
+		defer func() {
+			ns.Close()
+			if err := netns.DeleteNamed(name); err != nil {
+				t.Errorf("delete netns %s: %v", name, err)
+			}
+		}()
+		fn(name)
+	}()
+	<-done
 }

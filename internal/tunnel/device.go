@@ -11,8 +11,12 @@ import (
 )
 
 // EnsureDevice creates (or keeps) the collect-metadata VXLAN device on UDP port with
-// the given MTU and MAC (datapath.OverlayMAC of the node's IP), up. A device with
-// another port, mode or MAC is replaced.
+// the given MTU and MAC (datapath.OverlayMAC of the node's IP). A device with another
+// port, mode or MAC is replaced. A new device stays down: the caller brings it up
+// (Up) once the overlay program is attached, since until then the kernel would
+// decapsulate VXLAN from anyone with no peer check (an inner source claiming another
+// node's pod). A kept device keeps its state: up only after an earlier start attached
+// the program, whose pinned link outlives the agent.
 func EnsureDevice(port, mtu int, mac net.HardwareAddr) (netlink.Link, error) {
 	if l, err := netlink.LinkByName(DeviceName); err == nil {
 		if v, ok := l.(*netlink.Vxlan); ok && v.FlowBased && v.Port == port && bytes.Equal(l.Attrs().HardwareAddr, mac) {
@@ -21,7 +25,7 @@ func EnsureDevice(port, mtu int, mac net.HardwareAddr) (netlink.Link, error) {
 					return nil, fmt.Errorf("set %s MTU %d: %w", DeviceName, mtu, err)
 				}
 			}
-			return l, netlink.LinkSetUp(l)
+			return l, nil
 		}
 		if err := netlink.LinkDel(l); err != nil {
 			return nil, fmt.Errorf("replace %s: %w", DeviceName, err)
@@ -31,11 +35,15 @@ func EnsureDevice(port, mtu int, mac net.HardwareAddr) (netlink.Link, error) {
 	if err := netlink.LinkAdd(dev); err != nil {
 		return nil, fmt.Errorf("create VXLAN device %s (UDP %d): %w", DeviceName, port, err)
 	}
-	l, err := netlink.LinkByName(DeviceName)
-	if err != nil {
-		return nil, err
+	return netlink.LinkByName(DeviceName)
+}
+
+// Up brings the VXLAN device l up: after its overlay program is attached (EnsureDevice).
+func Up(l netlink.Link) error {
+	if err := netlink.LinkSetUp(l); err != nil {
+		return fmt.Errorf("bring %s up: %w", DeviceName, err)
 	}
-	return l, netlink.LinkSetUp(l)
+	return nil
 }
 
 // RemoveDevice deletes the VXLAN device if it exists (native routing has none).
