@@ -8,8 +8,8 @@
  * ingress NetworkPolicy is checked here for everything the stack delivers
  * (lib/policy.h), what the node's own stack built may not carry a pod's
  * source (lib/host_source.h), and what another device brought in may not
- * carry the source of a pod of this node (lib/source.h); everything else
- * passes: the stack built or routed it.
+ * carry the source of a pod of this node (lib/source.h); a malformed IPv4
+ * header is dropped; everything else passes: the stack built or routed it.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -30,8 +30,11 @@ int myelin_to_pod(struct __sk_buff *skb)
 	struct ipv4_info info = {};
 	int reason;
 
-	if (skb->protocol != bpf_htons(ETH_P_IP) || ipv4_parse(skb, &info) < 0)
+	if (skb->protocol != bpf_htons(ETH_P_IP))
 		return verdict_pass(skb, &info, DIR_TO_POD);
+	/* Dropped as on every other hook: unparsed, it would pass unjudged. */
+	if (ipv4_parse(skb, &info) < 0)
+		return verdict_drop(skb, &info, DIR_TO_POD, DROP_INVALID_PACKET);
 	reason = host_source_check(skb, &info, 0);
 	if (!reason)
 		reason = source_check_to_pod(skb, &info);

@@ -467,3 +467,12 @@ func kernelConfig(t *testing.T, option string) string {
 	}
 	return ""
 }
+
+// What the stack delivers into a pod with an IPv4 header ipv4_parse rejects is
+// dropped, as on every other hook: passed unparsed, it would skip the pod's
+// NetworkPolicy and source checks.
+func TestPrivilegedBPFToPodMalformed(t *testing.T) {
+	requirePrivileged(t)
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingLegacy, NodeIP: testNodeIP})
+	runCases(t, d, d.objs.MyelinToPod, "to-pod", withDrop(invalidCases(), seedB))
+}
