@@ -7,7 +7,8 @@
  * are first translated to a backend, and replies of NodePort and hairpin
  * flows back to the frontend (lib/service.h). Then the pod's egress
  * NetworkPolicy (lib/policy.h) checks the translated packet (an ICMP error
- * by its quote as the pod wrote it). BPF host routing delivers to
+ * by its quote as the pod wrote it, or as the Service stage rewrote it for
+ * another destination). BPF host routing delivers to
  * local pods with bpf_redirect_peer, in tunnel mode to pods of other nodes
  * through the VXLAN device, and to everything else via FIB +
  * bpf_redirect_neigh; legacy mode hands packets to the kernel stack (which,

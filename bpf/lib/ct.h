@@ -254,6 +254,30 @@ static __always_inline int ct_reply_xlate(void *map, struct __sk_buff *skb, stru
 }
 
 /*
+ * ct_icmp_quote_key reads what ICMP error info (l4: its ICMP header) quotes
+ * into q and fills key (dir set by the caller) with the tuple going the
+ * other way: the quoted packet's reply. Returns 0 for destination
+ * unreachable or time exceeded, addressed to the quote's source, quoting
+ * TCP or UDP; else -1.
+ */
+static __always_inline int ct_icmp_quote_key(struct __sk_buff *skb, const struct ipv4_info *info,
+					     const struct l4_info *l4, struct icmp_quote *q,
+					     struct ct_key *key)
+{
+	if (l4->icmp_type != ICMP_DEST_UNREACH && l4->icmp_type != ICMP_TIME_EXCEEDED)
+		return -1;
+	if (icmp_quote_parse(skb, info, q) < 0 || q->ip.saddr != info->daddr ||
+	    (q->ip.protocol != IPPROTO_TCP && q->ip.protocol != IPPROTO_UDP))
+		return -1;
+	key->saddr = q->ip.daddr;
+	key->daddr = q->ip.saddr;
+	key->sport = q->dport;
+	key->dport = q->sport;
+	key->proto = q->ip.protocol;
+	return 0;
+}
+
+/*
  * ct_icmp_error_xlate translates an ICMP error (l4: its ICMP header, as
  * l4_parse filled it) about the forward packet of a load-balanced flow of
  * map (myelin_lb_ct or myelin_lb_ct_nodeport) back
@@ -276,17 +300,9 @@ static __always_inline int ct_icmp_error_xlate(void *map, struct __sk_buff *skb,
 	__be32 front, client;
 	__be16 port;
 
-	if (l4->icmp_type != ICMP_DEST_UNREACH && l4->icmp_type != ICMP_TIME_EXCEEDED)
-		return 0;
-	if (icmp_quote_parse(skb, info, &q) < 0 || q.ip.saddr != info->daddr ||
-	    (q.ip.protocol != IPPROTO_TCP && q.ip.protocol != IPPROTO_UDP))
-		return 0;
 	/* The reply tuple of the quoted packet names the flow. */
-	key.saddr = q.ip.daddr;
-	key.daddr = q.ip.saddr;
-	key.sport = q.dport;
-	key.dport = q.sport;
-	key.proto = q.ip.protocol;
+	if (ct_icmp_quote_key(skb, info, l4, &q, &key) < 0)
+		return 0;
 	e = ct_lookup(map, &key);
 	if (!e)
 		return 0;
@@ -344,31 +360,15 @@ static __always_inline int ct_icmp_error_to_backend(void *map, struct __sk_buff 
 	struct icmp_quote q = {};
 	struct ct_key key = {.dir = CT_DIR_FORWARD};
 	const struct ct_entry *e;
-	__be32 be;
-	__be16 port;
 
-	if (l4->icmp_type != ICMP_DEST_UNREACH && l4->icmp_type != ICMP_TIME_EXCEEDED)
+	/* The flow's forward tuple, the client to the frontend, from its sender. */
+	if (ct_icmp_quote_key(skb, info, l4, &q, &key) < 0 || q.ip.daddr != info->saddr)
 		return 0;
-	if (icmp_quote_parse(skb, info, &q) < 0 || q.ip.saddr != info->daddr ||
-	    q.ip.daddr != info->saddr ||
-	    (q.ip.protocol != IPPROTO_TCP && q.ip.protocol != IPPROTO_UDP))
-		return 0;
-	/* The flow's forward tuple: the client to the frontend. */
-	key.saddr = q.ip.daddr;
-	key.daddr = q.ip.saddr;
-	key.sport = q.dport;
-	key.dport = q.sport;
-	key.proto = q.ip.protocol;
 	e = ct_lookup(map, &key);
 	if (!e || (e->flags & CT_F_HAIRPIN))
 		return 0;
-	be = e->be_addr;
-	port = e->be_port;
-	if (l4_rewrite_addr(skb, l4, IPV4_DADDR_OFF, info->daddr, be) < 0 ||
-	    icmp_quote_set_addr(skb, &q, offsetof(struct iphdr, saddr), q.ip.saddr, be) < 0 ||
-	    l4_rewrite_port(skb, l4, q.sport_off, q.sport, port) < 0)
+	if (icmp_error_redirect(skb, info, l4, &q, e->be_addr, e->be_port) < 0)
 		return DROP_INVALID_PACKET;
-	info->daddr = be;
 	return 0;
 }
 

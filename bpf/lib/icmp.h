@@ -253,4 +253,25 @@ static __always_inline int icmp_quote_set_addr(struct __sk_buff *skb, const stru
 				   sizeof(addr));
 }
 
+/*
+ * icmp_error_redirect sends ICMP error info (l4: its ICMP header, quote q)
+ * to addr as the quoted packet's sender: the error's destination and the
+ * quote's source address and port become addr and port (an error about a
+ * translated packet, back to who sent it before the translation). Checksums:
+ * the outer IPv4 one for the address, the quoted one by icmp_quote_set_addr,
+ * the ICMP one only for the port (l4 is the ICMP header's: no pseudo
+ * header). Returns 0, or -1 when a rewrite failed.
+ */
+static __always_inline int icmp_error_redirect(struct __sk_buff *skb, struct ipv4_info *info,
+					       const struct l4_info *l4, const struct icmp_quote *q,
+					       __be32 addr, __be16 port)
+{
+	if (l4_rewrite_addr(skb, l4, IPV4_DADDR_OFF, info->daddr, addr) < 0 ||
+	    icmp_quote_set_addr(skb, q, offsetof(struct iphdr, saddr), q->ip.saddr, addr) < 0 ||
+	    l4_rewrite_port(skb, l4, q->sport_off, q->sport, port) < 0)
+		return -1;
+	info->daddr = addr;
+	return 0;
+}
+
 #endif /* MYELIN_LIB_ICMP_H */

@@ -117,16 +117,13 @@ static __always_inline int masq_egress(struct __sk_buff *skb, struct ipv4_info *
  * masq_icmp_error restores an ICMP error (destination unreachable, including
  * fragmentation needed, or time exceeded) about a translated packet: the
  * outer destination, the quoted header's source address and port (or echo
- * id) go back to the pod's. Checksums: the outer IPv4 one for the address;
- * the quoted one by icmp_quote_set_addr; the ICMP one only for the port.
+ * id) go back to the pod's (icmp_error_redirect).
  */
 static __always_inline int masq_icmp_error(struct __sk_buff *skb, struct ipv4_info *info,
 					   const struct l4_info *l4)
 {
 	struct icmp_quote q = {};
 	const struct nat_entry *e;
-	__be32 pod_addr;
-	__be16 pod_port;
 
 	if (icmp_quote_parse(skb, info, &q) < 0 || q.ip.saddr != info->daddr)
 		return 0;
@@ -138,14 +135,8 @@ static __always_inline int masq_icmp_error(struct __sk_buff *skb, struct ipv4_in
 	e = nat_lookup(&rev);
 	if (!e)
 		return 0;
-	pod_addr = e->addr;
-	pod_port = e->port;
-	/* l4 is the ICMP header's: no pseudo header, its checksum for the port. */
-	if (l4_rewrite_addr(skb, l4, IPV4_DADDR_OFF, info->daddr, pod_addr) < 0 ||
-	    icmp_quote_set_addr(skb, &q, offsetof(struct iphdr, saddr), q.ip.saddr, pod_addr) < 0 ||
-	    l4_rewrite_port(skb, l4, q.sport_off, q.sport, pod_port) < 0)
+	if (icmp_error_redirect(skb, info, l4, &q, e->addr, e->port) < 0)
 		return DROP_INVALID_PACKET;
-	info->daddr = pod_addr;
 	return 0;
 }
 

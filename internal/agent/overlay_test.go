@@ -75,5 +75,17 @@ func TestPrivilegedOverlayUpOnlyAttached(t *testing.T) {
 			t.Errorf("EnsureDevice with another port: %v", err)
 		}
 		up("replaced", false)
+		// A start that failed before attaching left it down: the next keeps it
+		// down and brings it up once attached.
+		kept, err := tunnel.EnsureDevice(4789, 1450, mac)
+		if err != nil {
+			t.Errorf("EnsureDevice after a failed start: %v", err)
+			return
+		}
+		up("kept down", false)
+		if err := attach(dp, uplinkLink, kept); err != nil {
+			t.Errorf("attach the kept device: %v", err)
+		}
+		up("kept, attached", true)
 	})
 }

@@ -57,6 +57,10 @@ func TestPrivilegedLBICMPErrors(t *testing.T) {
 	clientErrToB := ipv4(protoICMP, podA, podBIP).withICMPError(3, 3, 0,
 		restoredQuote(quote(replyGot), mustAddr(podBIP), 8080))
 	clientErrNoFlow := ipv4(protoICMP, podA, vip).withICMPError(3, 3, 0, quote(replyGot.withDst(podA, 40999)))
+	// B's TCP flow through the ClusterIP; A quotes B's reply: not A's flow to send on.
+	bTCP := ipv4(protoTCP, podBIP, vip).withSrc(podBIP, 40000).withDst(vip, 80)
+	bReplyGot := ipv4(protoTCP, vip, podBIP).withSrc(vip, 80).withDst(podBIP, 40000).withTTL(63)
+	othersErr := ipv4(protoICMP, podA, vip).withICMPError(3, 3, 0, quote(bReplyGot))
 	notToSource := ipv4(protoICMP, podBIP, "10.1.0.99").withICMPError(3, 3, 0, udpQuote)
 
 	// Pod B sends its error on its veth; pod A gets pod B's veth fixture, so delivered() fits it.
@@ -70,6 +74,10 @@ func TestPrivilegedLBICMPErrors(t *testing.T) {
 			endpoints: seedB, in: clientErr.build(), verdict: tcActRedirect, out: delivered(clientErrToB), reason: "FORWARDED"}},
 		{prog: fromPod, dir: "from-pod", progCase: progCase{name: "the client's error about a reply of no flow: untouched",
 			endpoints: seedB, in: clientErrNoFlow.build(), verdict: tcActOK, reason: "PASS_STACK"}},
+		{prog: fromPod, dir: "from-pod", progCase: progCase{name: "B's TCP to the ClusterIP: DNAT to the remote backend",
+			endpoints: seedB, in: fromPodB(bTCP).build(), verdict: tcActOK, out: fromPodB(bTCP.withDst(remoteIP, 8080)).build(), reason: "PASS_STACK"}},
+		{prog: fromPod, dir: "from-pod", progCase: progCase{name: "an error about B's reply from A: not A's flow, untouched",
+			endpoints: seedB, in: othersErr.build(), verdict: tcActOK, reason: "PASS_STACK"}},
 		{prog: fromPod, dir: "from-pod", progCase: progCase{name: "port unreachable from the local backend: from the ClusterIP",
 			endpoints: seedReply, in: fromPodB(portUnreach).build(), verdict: tcActRedirect, out: delivered(portUnreachBack), reason: "FORWARDED"}},
 		{prog: toPod, dir: "to-pod", progCase: progCase{name: "port unreachable delivered by the stack",

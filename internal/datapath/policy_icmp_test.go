@@ -155,19 +155,29 @@ func TestPrivilegedBPFPolicyICMPErrorClusterIPClient(t *testing.T) {
 	toB := ipv4(protoICMP, podA, podBIP).withICMPError(3, 3, 0,
 		restoredQuote(quote(replyGot), mustAddr(podBIP), 8080))
 	never := ipv4(protoICMP, podA, vip).withICMPError(3, 3, 0, quote(replyGot.withDst(podA, 40999)))
+	// A flow A opened before it was isolated: translated, but not tracked.
+	early := req.withSrc(podA, 40002)
+	untracked := ipv4(protoICMP, podA, vip).withICMPError(3, 3, 0, quote(replyGot.withDst(podA, 40002)))
+	untrackedToB := ipv4(protoICMP, podA, podBIP).withICMPError(3, 3, 0,
+		restoredQuote(quote(replyGot.withDst(podA, 40002)), mustAddr(podBIP), 8080))
 	endpoints := map[string]EndpointInfo{podA: podASender, podBIP: podB}
 
+	before := policyStep{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{
+		name: "A's datagram to the ClusterIP before A is isolated: reaches B, not tracked", endpoints: endpoints,
+		in: early.build(), verdict: tcActRedirect, out: delivered(early.withDst(podBIP, 8080)), reason: "FORWARDED"}},
+		change: func(d *Datapath) error { return seedLB(d, *svc) }}
+	before.seed = &policyState{}
 	request := policyStep{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{
 		name: "A's datagram to the ClusterIP reaches B (tracked at both ends)", endpoints: endpoints,
 		in: req.build(), verdict: tcActRedirect, out: delivered(req.withDst(podBIP, 8080)), reason: "FORWARDED"}},
-		change: func(d *Datapath) error { return seedLB(d, *svc) }}
+	}
 	request.seed = &policyState{flags: map[string]PolicyFlags{podA: PolicyEgress, podBIP: PolicyIngress},
 		entries: map[PolicyKey][]PolicyPort{
 			egressOf(podA, idB):    {udpPort(8080)},
 			ingressOf(podBIP, idA): {udpPort(8080)},
 		}}
 	runPolicySteps(t, d, []policyStep{
-		request,
+		before, request,
 		{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{
 			name: "A's port unreachable about the reply: to B, past both checks", endpoints: endpoints,
 			in:      ipv4(protoICMP, podA, vip).withICMPError(3, 3, 0, quote(replyGot)).build(),
@@ -175,5 +185,8 @@ func TestPrivilegedBPFPolicyICMPErrorClusterIPClient(t *testing.T) {
 		{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{
 			name: "one about a reply A never got: judged as ICMP, denied", endpoints: endpoints,
 			in: never.build(), verdict: tcActShot, reason: "DROP_POLICY_DENIED"}}},
+		{policyRow: policyRow{prog: fromPod, counterDir: "from-pod", progCase: progCase{
+			name: "one about the reply of the untracked flow: sent on to B, judged as ICMP, denied", endpoints: endpoints,
+			in: untracked.build(), out: untrackedToB.build(), verdict: tcActShot, reason: "DROP_POLICY_DENIED"}}},
 	})
 }

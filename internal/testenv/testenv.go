@@ -118,6 +118,7 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 // back to the Go scheduler: its goroutine exits still locked, so the runtime
 // discards the thread instead of reusing it in the wrong namespace. fn must
 // report failures with t.Error (not t.Fatal: it runs off the test goroutine).
+// For tests only: product code enters namespaces through internal/netns.
 func InNetns(t testing.TB, prefix string, fn func(nsName string)) {
 	t.Helper()
 	suffix := make([]byte, 4)

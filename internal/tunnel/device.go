@@ -15,8 +15,10 @@ import (
 // port, mode or MAC is replaced. A new device stays down: the caller brings it up
 // (Up) once the overlay program is attached, since until then the kernel would
 // decapsulate VXLAN from anyone with no peer check (an inner source claiming another
-// node's pod). A kept device keeps its state: up only after an earlier start attached
-// the program, whose pinned link outlives the agent.
+// node's pod). A kept device keeps its state, so an agent's restart stops no traffic:
+// up when an earlier start attached the program (its pinned link outlives the agent),
+// down when that start failed before. A device an agent older than this rule brought
+// up before failing to attach stays up, unchecked, until this start's attach.
 func EnsureDevice(port, mtu int, mac net.HardwareAddr) (netlink.Link, error) {
 	if l, err := netlink.LinkByName(DeviceName); err == nil {
 		if v, ok := l.(*netlink.Vxlan); ok && v.FlowBased && v.Port == port && bytes.Equal(l.Attrs().HardwareAddr, mac) {
