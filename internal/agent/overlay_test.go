@@ -75,6 +75,14 @@ func TestPrivilegedOverlayUpOnlyAttached(t *testing.T) {
 			t.Errorf("EnsureDevice with another port: %v", err)
 		}
 		up("replaced", false)
+		// The overlay program first, then up: an attach that fails there leaves
+		// it down (a link known by name only: LinkSetUp would find the device,
+		// the attach can't).
+		byName := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: tunnel.DeviceName}}
+		if err := attach(dp, uplinkLink, byName); err == nil {
+			t.Error("attach to an overlay of ifindex 0 succeeded")
+		}
+		up("after a failed overlay attach", false)
 		// A start that failed before attaching left it down: the next keeps it
 		// down and brings it up once attached.
 		kept, err := tunnel.EnsureDevice(4789, 1450, mac)
