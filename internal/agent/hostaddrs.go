@@ -42,6 +42,12 @@ type hostAddrLoop struct {
 	list      func() ([]netip.Addr, error)
 	subscribe func(ch chan<- netlink.AddrUpdate, done <-chan struct{}, onErr func(error)) error
 	set       func([]netip.Addr) error
+	// changed is called after a sync wrote a set of addresses other than the
+	// last: the node loops sync again (nodeWatch.kick), since the tunnel loop's
+	// encap routes name the node IP as their source and die with it (an address
+	// removed and added again, a DHCP renewal), which the 30 s Node resync would
+	// otherwise be the one to notice.
+	changed   func()
 	every     time.Duration
 	retry     time.Duration
 	loops     *loops
@@ -52,9 +58,9 @@ type hostAddrLoop struct {
 	subErr error
 }
 
-func newHostAddrLoop(set func([]netip.Addr) error, loops *loops, log *slog.Logger) *hostAddrLoop {
-	return &hostAddrLoop{list: listHostAddrs, subscribe: subscribeHostAddrs, set: set, every: hostAddrResync,
-		retry: hostAddrRetry, loops: loops, log: log}
+func newHostAddrLoop(set func([]netip.Addr) error, changed func(), loops *loops, log *slog.Logger) *hostAddrLoop {
+	return &hostAddrLoop{list: listHostAddrs, subscribe: subscribeHostAddrs, set: set, changed: changed,
+		every: hostAddrResync, retry: hostAddrRetry, loops: loops, log: log}
 }
 
 // listHostAddrs is every IPv4 address of the current network namespace in the
@@ -179,5 +185,8 @@ func (l *hostAddrLoop) sync() {
 	if !slices.Equal(addrs, l.last) {
 		l.log.Info("node addresses exempt from NetworkPolicy (the host's own traffic into pods)", "addresses", addrs)
 		l.last = addrs
+		if l.changed != nil {
+			l.changed()
+		}
 	}
 }

@@ -122,6 +122,38 @@ func TestHostAddrLoopFollowsChanges(t *testing.T) {
 	}
 }
 
+// A sync that wrote another set of addresses tells the node loops (changed);
+// one that found them as they were does not.
+func TestHostAddrLoopTellsChanges(t *testing.T) {
+	f := newFakeHost("192.168.0.11")
+	l, _ := f.loop(time.Hour, time.Hour)
+	events := make(chan string, 100)
+	set := l.set
+	l.set = func(a []netip.Addr) error { events <- "set"; return set(a) }
+	l.changed = func() { events <- "changed" }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go l.Run(ctx)
+
+	f.next(t, "start")
+	f.change(addrs("192.168.0.11"), "192.168.0.11") // a message, nothing changed
+	f.next(t, "the same addresses")
+	f.change(addrs("192.168.0.11", "192.0.2.77"), "192.0.2.77")
+	f.next(t, "an address added")
+	var got []string
+	for len(got) < 5 {
+		select {
+		case e := <-events:
+			got = append(got, e)
+		case <-time.After(time.Minute):
+			t.Fatalf("events %v, want 5", got)
+		}
+	}
+	if want := []string{"set", "changed", "set", "set", "changed"}; !slices.Equal(got, want) {
+		t.Errorf("events %v, want %v", got, want)
+	}
+}
+
 // A burst of messages is one sync, and only IPv4 addresses call for one.
 func TestDrainAddrUpdates(t *testing.T) {
 	msg := func(ip string) netlink.AddrUpdate {
