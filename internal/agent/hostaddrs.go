@@ -42,12 +42,14 @@ type hostAddrLoop struct {
 	list      func() ([]netip.Addr, error)
 	subscribe func(ch chan<- netlink.AddrUpdate, done <-chan struct{}, onErr func(error)) error
 	set       func([]netip.Addr) error
-	// changed is called after a sync wrote a set of addresses other than the
-	// last: the node loops sync again (nodeWatch.kick), since the tunnel loop's
-	// encap routes name the node IP as their source and die with it (an address
-	// removed and added again, a DHCP renewal), which the 30 s Node resync would
-	// otherwise be the one to notice.
+	// changed is called after a sync found nodeIP come or go: the node loops
+	// sync again (nodeWatch.kick), since the tunnel loop's encap routes name the
+	// node IP as their source and die with it (an address removed and added
+	// again, a DHCP renewal), which the 30 s Node resync would otherwise be the
+	// one to notice. Other addresses don't call it (kube-proxy's IPVS adds one
+	// per Service).
 	changed   func()
+	nodeIP    netip.Addr
 	every     time.Duration
 	retry     time.Duration
 	loops     *loops
@@ -58,9 +60,10 @@ type hostAddrLoop struct {
 	subErr error
 }
 
-func newHostAddrLoop(set func([]netip.Addr) error, changed func(), loops *loops, log *slog.Logger) *hostAddrLoop {
+func newHostAddrLoop(set func([]netip.Addr) error, nodeIP netip.Addr, changed func(), loops *loops,
+	log *slog.Logger) *hostAddrLoop {
 	return &hostAddrLoop{list: listHostAddrs, subscribe: subscribeHostAddrs, set: set, changed: changed,
-		every: hostAddrResync, retry: hostAddrRetry, loops: loops, log: log}
+		nodeIP: nodeIP, every: hostAddrResync, retry: hostAddrRetry, loops: loops, log: log}
 }
 
 // listHostAddrs is every IPv4 address of the current network namespace in the
@@ -182,11 +185,13 @@ func (l *hostAddrLoop) sync() {
 		l.log.Error("write the node's addresses for NetworkPolicy's host exemption", "err", err)
 		return
 	}
-	if !slices.Equal(addrs, l.last) {
-		l.log.Info("node addresses exempt from NetworkPolicy (the host's own traffic into pods)", "addresses", addrs)
-		l.last = addrs
-		if l.changed != nil {
-			l.changed()
-		}
+	if slices.Equal(addrs, l.last) {
+		return
+	}
+	l.log.Info("node addresses exempt from NetworkPolicy (the host's own traffic into pods)", "addresses", addrs)
+	toggled := slices.Contains(addrs, l.nodeIP) != slices.Contains(l.last, l.nodeIP)
+	l.last = addrs
+	if toggled && l.changed != nil {
+		l.changed()
 	}
 }

@@ -122,11 +122,12 @@ func TestHostAddrLoopFollowsChanges(t *testing.T) {
 	}
 }
 
-// A sync that wrote another set of addresses tells the node loops (changed);
-// one that found them as they were does not.
-func TestHostAddrLoopTellsChanges(t *testing.T) {
+// A sync that finds the node IP come or go tells the node loops (changed);
+// other addresses and unchanged syncs do not.
+func TestHostAddrLoopTellsNodeIPChanges(t *testing.T) {
 	f := newFakeHost("192.168.0.11")
 	l, _ := f.loop(time.Hour, time.Hour)
+	l.nodeIP = netip.MustParseAddr("192.0.2.77")
 	events := make(chan string, 100)
 	set := l.set
 	l.set = func(a []netip.Addr) error { events <- "set"; return set(a) }
@@ -136,20 +137,30 @@ func TestHostAddrLoopTellsChanges(t *testing.T) {
 	go l.Run(ctx)
 
 	f.next(t, "start")
-	f.change(addrs("192.168.0.11"), "192.168.0.11") // a message, nothing changed
-	f.next(t, "the same addresses")
-	f.change(addrs("192.168.0.11", "192.0.2.77"), "192.0.2.77")
-	f.next(t, "an address added")
+	for _, step := range []struct {
+		name string
+		to   []netip.Addr
+		ip   string
+	}{
+		{"a message, nothing changed", addrs("192.168.0.11"), "192.168.0.11"},
+		{"the node IP added", addrs("192.168.0.11", "192.0.2.77"), "192.0.2.77"},
+		{"another address added", addrs("192.168.0.11", "192.0.2.77", "198.51.100.9"), "198.51.100.9"},
+		{"the node IP removed", addrs("192.168.0.11", "198.51.100.9"), "192.0.2.77"},
+	} {
+		f.change(step.to, step.ip)
+		f.next(t, step.name)
+	}
+	want := []string{"set", "set", "set", "changed", "set", "set", "changed"}
 	var got []string
-	for len(got) < 5 {
+	for len(got) < len(want) {
 		select {
 		case e := <-events:
 			got = append(got, e)
 		case <-time.After(time.Minute):
-			t.Fatalf("events %v, want 5", got)
+			t.Fatalf("events %v, want %v", got, want)
 		}
 	}
-	if want := []string{"set", "changed", "set", "set", "changed"}; !slices.Equal(got, want) {
+	if !slices.Equal(got, want) {
 		t.Errorf("events %v, want %v", got, want)
 	}
 }

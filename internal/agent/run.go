@@ -238,7 +238,7 @@ func (s *startup) loopsFor(nodes *nodeWatch, node *nodeDatapath, svc *serviceLoo
 	}
 	rs = append(rs, kube, newGuardLoop(s.guard, s.plan, s.nodeUID, s.cs, s.loops, s.log), deleted, srv.monitor,
 		vethReaper{reaper: node.eps.Reaper(), loops: s.loops, log: s.log},
-		newHostAddrLoop(node.dp.SetHostAddresses, nodes.kick, s.loops, s.log))
+		newHostAddrLoop(node.dp.SetHostAddresses, s.plan.NodeIP, nodes.kick, s.loops, s.log))
 	if svc != nil {
 		rs = append(rs, svc)
 	}

@@ -69,8 +69,9 @@ func (e *ipEncap) Equal(x netlink.Encap) bool {
 // address it finds (the VXLAN device has none), which on a node with an address on
 // lo is that one, and the other node drops the packets (DROP_UNKNOWN_TUNNEL_PEER).
 // The kernel deletes routes whose preferred source is removed from the node; the
-// next sync (every Node resync) puts them back. A src that is not an address of
-// this node is left out.
+// next sync puts them back (the agent's host-addresses loop asks for one when the
+// node IP comes back; else the Node resync). A src that is not an address of this
+// node is left out.
 func SyncRoutes(dev netlink.Link, want []Tunnel, routeMTU int, src netip.Addr, macOf func(netip.Addr) net.HardwareAddr) error {
 	have, err := link.Dump("tunnel routes", func() ([]netlink.Route, error) {
 		return netlink.RouteListFiltered(unix.AF_INET, &netlink.Route{Protocol: ProtoTunnel}, netlink.RT_FILTER_PROTOCOL)
