@@ -462,7 +462,8 @@ func (l *netpolLab) operatorView(t *testing.T) {
 // which the kernel picks as the source of x/a's node's connections to its
 // pods (their routes name no source; checked with ip route get): the agent
 // lists it among the node's addresses, so that node's probe still passes.
-// The other node's probe stays denied whatever source it leaves with, and
+// The other node's probe stays denied whatever source it leaves with, also
+// on a UDP tuple x/a's node tracked from that address (hostTupleRiding), and
 // each node still reaches a pod of the other node that is not isolated.
 func (l *netpolLab) nodeProbes(t *testing.T, node string) {
 	t.Helper()
@@ -496,6 +497,11 @@ func (l *netpolLab) nodeProbes(t *testing.T, node string) {
 		})
 	}
 	probe(", with " + loopback + " on the nodes' lo")
+	for _, n := range l.nodes {
+		if n != node {
+			hostTupleRiding(t, node, n, netip.MustParseAddr(loopback), target)
+		}
+	}
 	// The node's own traffic to another node's pod (not isolated) must still
 	// reach it: in tunnel mode the inner source must be the node IP, which
 	// the other node's tunnel peer rule accepts (the tunnel routes name it).
