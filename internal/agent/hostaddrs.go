@@ -42,19 +42,20 @@ type hostAddrLoop struct {
 	list      func() ([]netip.Addr, error)
 	subscribe func(ch chan<- netlink.AddrUpdate, done <-chan struct{}, onErr func(error)) error
 	set       func([]netip.Addr) error
-	// changed is called after a sync found nodeIP come or go: the node loops
-	// sync again (nodeWatch.kick), since the tunnel loop's encap routes name the
-	// node IP as their source and die with it (an address removed and added
-	// again, a DHCP renewal), which the 30 s Node resync would otherwise be the
-	// one to notice. Other addresses don't call it (kube-proxy's IPVS adds one
-	// per Service).
-	changed   func()
-	nodeIP    netip.Addr
-	every     time.Duration
-	retry     time.Duration
-	loops     *loops
-	log       *slog.Logger
-	last      []netip.Addr // what the last successful sync wrote
+	// changed is called after a sync found nodeIP come or go, or a message named
+	// it: the node loops sync again (nodeWatch.kick), since the tunnel loop's
+	// encap routes name the node IP as their source and die with it (removed and
+	// added again by a network manager reconfiguring the uplink), which the 30 s
+	// Node resync would otherwise be the one to notice. Other addresses don't
+	// call it (kube-proxy's IPVS adds one per Service).
+	changed func()
+	nodeIP  netip.Addr
+	every   time.Duration
+	retry   time.Duration
+	loops   *loops
+	log     *slog.Logger
+	last    []netip.Addr // what the last successful sync wrote
+	synced  bool         // a sync succeeded: the Node loops' first syncs need no kick
 	// subErr is why the loop has no subscription, reported with each sync until
 	// one works again.
 	subErr error
@@ -117,7 +118,7 @@ func (l *hostAddrLoop) follow(ctx context.Context, tick <-chan time.Time) time.D
 	l.subErr = l.subscribe(updates, done, func(err error) { lastErr.Store(&err) })
 	if l.subErr != nil {
 		l.subErr = fmt.Errorf("subscribe to address changes (listing every %v meanwhile): %w", l.every, l.subErr)
-		l.sync()
+		l.sync(false)
 		return l.every
 	}
 	defer func() {
@@ -127,15 +128,15 @@ func (l *hostAddrLoop) follow(ctx context.Context, tick <-chan time.Time) time.D
 			}
 		}()
 	}()
-	l.sync()
+	l.sync(false)
 	for {
 		select {
 		case <-ctx.Done():
 			return 0
 		case u, ok := <-updates:
-			v4 := false
+			v4, named := false, false
 			if ok {
-				v4, ok = drainAddrUpdates(u, updates)
+				v4, named, ok = drainAddrUpdates(u, updates, l.nodeIP)
 			}
 			if !ok {
 				l.subErr = errors.New("address changes: subscription ended, subscribing again")
@@ -146,36 +147,46 @@ func (l *hostAddrLoop) follow(ctx context.Context, tick <-chan time.Time) time.D
 				return l.retry
 			}
 			if v4 {
-				l.sync()
+				l.sync(named)
 			}
 		case <-tick:
-			l.sync()
+			l.sync(false)
 		}
 	}
 }
 
 // drainAddrUpdates takes the messages already queued after first (a burst, such
-// as an address flush, is one sync) and says whether any is about an IPv4 address
-// and whether the subscription is still open.
-func drainAddrUpdates(first netlink.AddrUpdate, updates <-chan netlink.AddrUpdate) (v4, open bool) {
-	v4 = first.LinkAddress.IP.To4() != nil
+// as an address flush, is one sync) and says whether any is about an IPv4 address,
+// whether any names watch (the node IP: gone and back within one burst leaves the
+// list as it was, the routes that named it gone all the same), and whether the
+// subscription is still open.
+func drainAddrUpdates(first netlink.AddrUpdate, updates <-chan netlink.AddrUpdate,
+	watch netip.Addr) (v4, watched, open bool) {
+	take := func(u netlink.AddrUpdate) {
+		v4 = v4 || u.LinkAddress.IP.To4() != nil
+		ip, ok := netip.AddrFromSlice(u.LinkAddress.IP)
+		watched = watched || ok && ip.Unmap() == watch
+	}
+	take(first)
 	for {
 		select {
 		case u, ok := <-updates:
 			if !ok {
-				return v4, false
+				return v4, watched, false
 			}
-			v4 = v4 || u.LinkAddress.IP.To4() != nil
+			take(u)
 		default:
-			return v4, true
+			return v4, watched, true
 		}
 	}
 }
 
 // sync writes the node's current addresses; a failure is the loop's error and the
 // map keeps what it held (addresses gone stay exempt until the next sync). While
-// the loop has no subscription, that is its error too.
-func (l *hostAddrLoop) sync() {
+// the loop has no subscription, that is its error too. After the first sync it
+// calls changed when the node IP came or went, or nodeIPNamed says a message of
+// the burst named it (removed and added again since the last list).
+func (l *hostAddrLoop) sync(nodeIPNamed bool) {
 	addrs, err := l.list()
 	if err == nil {
 		err = l.set(addrs)
@@ -185,13 +196,14 @@ func (l *hostAddrLoop) sync() {
 		l.log.Error("write the node's addresses for NetworkPolicy's host exemption", "err", err)
 		return
 	}
-	if slices.Equal(addrs, l.last) {
-		return
-	}
-	l.log.Info("node addresses exempt from NetworkPolicy (the host's own traffic into pods)", "addresses", addrs)
 	toggled := slices.Contains(addrs, l.nodeIP) != slices.Contains(l.last, l.nodeIP)
-	l.last = addrs
-	if toggled && l.changed != nil {
+	if !slices.Equal(addrs, l.last) {
+		l.log.Info("node addresses exempt from NetworkPolicy (the host's own traffic into pods)", "addresses", addrs)
+		l.last = addrs
+	}
+	first := !l.synced
+	l.synced = true
+	if !first && (toggled || nodeIPNamed) && l.changed != nil {
 		l.changed()
 	}
 }

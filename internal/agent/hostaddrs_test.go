@@ -125,7 +125,7 @@ func TestHostAddrLoopFollowsChanges(t *testing.T) {
 // A sync that finds the node IP come or go tells the node loops (changed);
 // other addresses and unchanged syncs do not.
 func TestHostAddrLoopTellsNodeIPChanges(t *testing.T) {
-	f := newFakeHost("192.168.0.11")
+	f := newFakeHost("192.168.0.11", "192.0.2.77")
 	l, _ := f.loop(time.Hour, time.Hour)
 	l.nodeIP = netip.MustParseAddr("192.0.2.77")
 	events := make(chan string, 100)
@@ -136,21 +136,23 @@ func TestHostAddrLoopTellsNodeIPChanges(t *testing.T) {
 	defer cancel()
 	go l.Run(ctx)
 
-	f.next(t, "start")
+	f.next(t, "start") // the Node loops' own first syncs need no kick
 	for _, step := range []struct {
 		name string
 		to   []netip.Addr
 		ip   string
 	}{
-		{"a message, nothing changed", addrs("192.168.0.11"), "192.168.0.11"},
-		{"the node IP added", addrs("192.168.0.11", "192.0.2.77"), "192.0.2.77"},
-		{"another address added", addrs("192.168.0.11", "192.0.2.77", "198.51.100.9"), "198.51.100.9"},
-		{"the node IP removed", addrs("192.168.0.11", "198.51.100.9"), "192.0.2.77"},
+		{"a message, nothing changed", addrs("192.168.0.11", "192.0.2.77"), "192.168.0.11"},
+		{"the node IP removed", addrs("192.168.0.11"), "192.0.2.77"},
+		{"another address added", addrs("192.168.0.11", "198.51.100.9"), "198.51.100.9"},
+		{"the node IP back", addrs("192.168.0.11", "198.51.100.9", "192.0.2.77"), "192.0.2.77"},
+		// Removed and added again before the list: the list is as it was.
+		{"the node IP gone and back", addrs("192.168.0.11", "198.51.100.9", "192.0.2.77"), "192.0.2.77"},
 	} {
 		f.change(step.to, step.ip)
 		f.next(t, step.name)
 	}
-	want := []string{"set", "set", "set", "changed", "set", "set", "changed"}
+	want := []string{"set", "set", "set", "changed", "set", "set", "changed", "set", "changed"}
 	var got []string
 	for len(got) < len(want) {
 		select {
@@ -180,22 +182,26 @@ func TestDrainAddrUpdates(t *testing.T) {
 		}
 		return ch
 	}
+	nodeIP := netip.MustParseAddr("192.0.2.10")
 	for _, c := range []struct {
-		name       string
-		first      string
-		ch         chan netlink.AddrUpdate
-		v4, open   bool
-		leftQueued int
+		name                  string
+		first                 string
+		ch                    chan netlink.AddrUpdate
+		v4, nodeIPNamed, open bool
+		leftQueued            int
 	}{
-		{"IPv6 alone", "fd00::1", queued(false), false, true, 0},
-		{"IPv6 twice", "fd00::1", queued(false, "fd00::2"), false, true, 0},
-		{"IPv6 then IPv4 queued", "fd00::1", queued(false, "fd00::2", "192.0.2.77"), true, true, 0},
-		{"IPv4 first", "192.0.2.77", queued(false, "fd00::2"), true, true, 0},
-		{"the subscription ended", "192.0.2.77", queued(true, "fd00::2"), true, false, 0},
+		{"IPv6 alone", "fd00::1", queued(false), false, false, true, 0},
+		{"IPv6 twice", "fd00::1", queued(false, "fd00::2"), false, false, true, 0},
+		{"IPv6 then IPv4 queued", "fd00::1", queued(false, "fd00::2", "192.0.2.77"), true, false, true, 0},
+		{"IPv4 first", "192.0.2.77", queued(false, "fd00::2"), true, false, true, 0},
+		{"the node IP queued (gone, back)", "192.0.2.77", queued(false, "192.0.2.10", "192.0.2.10"), true, true, true, 0},
+		{"the node IP first", "192.0.2.10", queued(false), true, true, true, 0},
+		{"the subscription ended", "192.0.2.77", queued(true, "fd00::2"), true, false, false, 0},
 	} {
-		v4, open := drainAddrUpdates(msg(c.first), c.ch)
-		if v4 != c.v4 || open != c.open || len(c.ch) != c.leftQueued {
-			t.Errorf("%s: v4=%v open=%v %d left, want %v %v %d", c.name, v4, open, len(c.ch), c.v4, c.open, c.leftQueued)
+		v4, named, open := drainAddrUpdates(msg(c.first), c.ch, nodeIP)
+		if v4 != c.v4 || named != c.nodeIPNamed || open != c.open || len(c.ch) != c.leftQueued {
+			t.Errorf("%s: v4=%v nodeIPNamed=%v open=%v %d left, want %v %v %v %d", c.name, v4, named, open, len(c.ch),
+				c.v4, c.nodeIPNamed, c.open, c.leftQueued)
 		}
 	}
 }
@@ -247,7 +253,7 @@ func TestHostAddrLoopErrors(t *testing.T) {
 	f2 := newFakeHost()
 	f2.listErr = errors.New("dump interrupted")
 	l2, lp2 := f2.loop(time.Hour, time.Hour)
-	l2.sync()
+	l2.sync(false)
 	if st := lp2.snapshot(); len(st) != 1 || st[0].LastError != "dump interrupted" {
 		t.Errorf("after a failed list: loop status %+v, want its error", st)
 	}

@@ -251,6 +251,12 @@ func monitorShowsDrop(t *testing.T) {
 // the test after 30 s without one.
 func awaitDrop(t *testing.T, node, reason string, provoke func()) api.Event {
 	t.Helper()
+	return awaitDropMatching(t, node, reason, func(api.Event) bool { return true }, provoke)
+}
+
+// awaitDropMatching is awaitDrop for the first drop of reason that match accepts.
+func awaitDropMatching(t *testing.T, node, reason string, match func(api.Event) bool, provoke func()) api.Event {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	mon := exec.CommandContext(ctx, myelinBin, "monitor", "--node", node, "--type", "drop", "-o", "json")
@@ -267,7 +273,7 @@ func awaitDrop(t *testing.T, node, reason string, provoke func()) api.Event {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			var ev api.Event
-			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Reason == reason {
+			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Reason == reason && match(ev) {
 				found <- ev
 				return
 			}

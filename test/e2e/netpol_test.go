@@ -44,15 +44,17 @@ const netpolProbeTimeout = 1500 * time.Millisecond
 
 // netpolLab is the model deployed in a lab.
 type netpolLab struct {
-	cs    kubernetes.Interface
-	pods  map[conformance.PodRef]corev1.Pod
-	nodes []string
+	cs      kubernetes.Interface
+	pods    map[conformance.PodRef]corev1.Pod
+	nodes   []string
+	profile string // the lab's (myelin lab up --profile)
 }
 
 func netpolConformance(t *testing.T, profile string) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "2", "--cni", "myelin", "--profile", profile)
 	l := deployNetpolModel(t, cs)
+	l.profile = profile
 	passed, ran := 0, 0
 	var skipped []string
 	for _, c := range conformance.Cases() {
@@ -499,7 +501,7 @@ func (l *netpolLab) nodeProbes(t *testing.T, node string) {
 	probe(", with " + loopback + " on the nodes' lo")
 	for _, n := range l.nodes {
 		if n != node {
-			hostTupleRiding(t, node, n, netip.MustParseAddr(loopback), target)
+			hostTupleRiding(t, node, n, netip.MustParseAddr(loopback), target, l.profile == "native")
 		}
 	}
 	// The node's own traffic to another node's pod (not isolated) must still
