@@ -56,6 +56,9 @@ type hostAddrLoop struct {
 	log     *slog.Logger
 	last    []netip.Addr // what the last successful sync wrote
 	synced  bool         // a sync succeeded: the Node loops' first syncs need no kick
+	// kick says a burst named the node IP since the last successful sync: a
+	// failed sync keeps it for the next one.
+	kick bool
 	// subErr is why the loop has no subscription, reported with each sync until
 	// one works again.
 	subErr error
@@ -185,8 +188,10 @@ func drainAddrUpdates(first netlink.AddrUpdate, updates <-chan netlink.AddrUpdat
 // map keeps what it held (addresses gone stay exempt until the next sync). While
 // the loop has no subscription, that is its error too. After the first sync it
 // calls changed when the node IP came or went, or nodeIPNamed says a message of
-// the burst named it (removed and added again since the last list).
+// the burst named it (removed and added again since the last list), also when
+// that burst's own sync failed: the next successful one calls it.
 func (l *hostAddrLoop) sync(nodeIPNamed bool) {
+	l.kick = l.kick || nodeIPNamed
 	addrs, err := l.list()
 	if err == nil {
 		err = l.set(addrs)
@@ -203,7 +208,8 @@ func (l *hostAddrLoop) sync(nodeIPNamed bool) {
 	}
 	first := !l.synced
 	l.synced = true
-	if !first && (toggled || nodeIPNamed) && l.changed != nil {
+	if !first && (toggled || l.kick) && l.changed != nil {
 		l.changed()
 	}
+	l.kick = false
 }

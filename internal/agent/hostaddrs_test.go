@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,7 +131,14 @@ func TestHostAddrLoopTellsNodeIPChanges(t *testing.T) {
 	l.nodeIP = netip.MustParseAddr("192.0.2.77")
 	events := make(chan string, 100)
 	set := l.set
-	l.set = func(a []netip.Addr) error { events <- "set"; return set(a) }
+	var fail atomic.Bool
+	l.set = func(a []netip.Addr) error {
+		events <- "set"
+		if err := set(a); err != nil || !fail.Load() {
+			return err
+		}
+		return errors.New("map full")
+	}
 	l.changed = func() { events <- "changed" }
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -141,18 +149,26 @@ func TestHostAddrLoopTellsNodeIPChanges(t *testing.T) {
 		name string
 		to   []netip.Addr
 		ip   string
+		fail bool // the map write fails
 	}{
-		{"a message, nothing changed", addrs("192.168.0.11", "192.0.2.77"), "192.168.0.11"},
-		{"the node IP removed", addrs("192.168.0.11"), "192.0.2.77"},
-		{"another address added", addrs("192.168.0.11", "198.51.100.9"), "198.51.100.9"},
-		{"the node IP back", addrs("192.168.0.11", "198.51.100.9", "192.0.2.77"), "192.0.2.77"},
+		{"a message, nothing changed", addrs("192.168.0.11", "192.0.2.77"), "192.168.0.11", false},
+		{"the node IP removed", addrs("192.168.0.11"), "192.0.2.77", false},
+		{"another address added", addrs("192.168.0.11", "198.51.100.9"), "198.51.100.9", false},
+		{"the node IP back", addrs("192.168.0.11", "198.51.100.9", "192.0.2.77"), "192.0.2.77", false},
 		// Removed and added again before the list: the list is as it was.
-		{"the node IP gone and back", addrs("192.168.0.11", "198.51.100.9", "192.0.2.77"), "192.0.2.77"},
+		{"the node IP gone and back", addrs("192.168.0.11", "198.51.100.9", "192.0.2.77"), "192.0.2.77", false},
+		// The same, the write failing: the next sync that writes kicks.
+		{"the node IP gone and back, the write failing", addrs("192.168.0.11", "198.51.100.9", "192.0.2.77"),
+			"192.0.2.77", true},
+		{"another message", addrs("192.168.0.11", "198.51.100.9", "192.0.2.77"), "198.51.100.9", false},
+		{"a message after the kick", addrs("192.168.0.11", "198.51.100.9", "192.0.2.77"), "198.51.100.9", false},
 	} {
+		fail.Store(step.fail)
 		f.change(step.to, step.ip)
 		f.next(t, step.name)
 	}
-	want := []string{"set", "set", "set", "changed", "set", "set", "changed", "set", "changed"}
+	want := []string{"set", "set", "set", "changed", "set", "set", "changed", "set", "changed",
+		"set", "set", "changed", "set"}
 	var got []string
 	for len(got) < len(want) {
 		select {
