@@ -65,7 +65,7 @@ func TestLabMyelinSpoofing(t *testing.T) {
 	if st := agentStatus(t, n1); st.SourceCheck.UplinkPodCIDR != node1.Spec.PodCIDR {
 		t.Errorf("node-1 checks %q from the uplink (%+v), want its PodCIDR %s", st.SourceCheck.UplinkPodCIDR, st.SourceCheck, node1.Spec.PodCIDR)
 	}
-	forgeFromUnderlay(t, pods["neighbour"], pods["near"])
+	forgeFromUnderlay(t, pods["neighbour"], pods["near"], true)
 	forgeFromSecondNetwork(t, n1, pods["neighbour"], pods["near"])
 	labDown(t)
 }
@@ -120,16 +120,18 @@ func spoofFromPod(t *testing.T, node string, pods map[string]corev1.Pod, forged 
 // underlay's segment, with a route to each PodCIDR through its node), raw UDP to
 // target from the pod impersonated (of target's node), then from its own address:
 // target sees only the latter, and its node's uplink counts the forgery (from-netdev
-// DROP_SPOOFED_SOURCE), so it arrived there and the drop is the check's.
-func forgeFromUnderlay(t *testing.T, impersonated, target corev1.Pod) {
+// DROP_SPOOFED_SOURCE), so it arrived there and the drop is the check's. With
+// dropped false (the check off) target sees both and nothing is counted.
+func forgeFromUnderlay(t *testing.T, impersonated, target corev1.Pod, dropped bool) {
 	t.Helper()
-	forgeFrom(t, labplan.CPNS, labplan.DefaultAddressing().ControlPlaneIP(), impersonated, target, "from-netdev")
+	forgeFrom(t, labplan.CPNS, labplan.DefaultAddressing().ControlPlaneIP(), impersonated, target, "from-netdev", dropped)
 }
 
 // forgeFrom sends, from netns ns, raw UDP to target from the pod impersonated, then
 // from control (ns's own address): target sees only the latter, and target's node
-// counts the forgery under dir (DROP_SPOOFED_SOURCE grows by one at least).
-func forgeFrom(t *testing.T, ns string, control netip.Addr, impersonated, target corev1.Pod, dir string) {
+// counts the forgery under dir (DROP_SPOOFED_SOURCE grows by one at least); with
+// dropped false, target sees both and the count stays.
+func forgeFrom(t *testing.T, ns string, control netip.Addr, impersonated, target corev1.Pod, dir string, dropped bool) {
 	t.Helper()
 	node := target.Spec.NodeName
 	forged := netip.MustParseAddr(impersonated.Status.PodIP)
@@ -146,9 +148,35 @@ func forgeFrom(t *testing.T, ns string, control netip.Addr, impersonated, target
 	if err != nil {
 		t.Fatalf("send from %s: %v", ns, err)
 	}
+	if !dropped {
+		expectBoth(t, caps[0], target, control, forged)
+		if got := counter(t, node, dir, "DROP_SPOOFED_SOURCE") - before; got != 0 {
+			t.Errorf("%s %s/DROP_SPOOFED_SOURCE grew by %d with the check off, want 0", node, dir, got)
+		}
+		return
+	}
 	expectOnly(t, caps, []corev1.Pod{target}, control, forged)
 	if got := counter(t, node, dir, "DROP_SPOOFED_SOURCE") - before; got < 1 {
 		t.Errorf("%s %s/DROP_SPOOFED_SOURCE grew by %d, want >= 1 (the forged datagram)", node, dir, got)
+	}
+}
+
+// expectBoth checks that pod's capture saw the forged datagram and the control's.
+func expectBoth(t *testing.T, c *capture, pod corev1.Pod, control, forged netip.Addr) {
+	t.Helper()
+	got, err := c.sourcesUntil(control, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var from []netip.Addr
+	for _, f := range got {
+		if f.udpPort == forgedPort {
+			from = append(from, f.src)
+		}
+	}
+	if !slices.Contains(from, control) || !slices.Contains(from, forged) {
+		t.Errorf("%s (%s) saw datagrams from %v, want both %s (forged, the check off) and %s", pod.Name, pod.Spec.NodeName,
+			from, forged, control)
 	}
 }
 
@@ -179,7 +207,7 @@ func forgeFromSecondNetwork(t *testing.T, node string, impersonated, target core
 			t.Fatalf("%s: %v %s", strings.Join(argv, " "), err, out)
 		}
 	}
-	forgeFrom(t, ns, forger, impersonated, target, "to-pod")
+	forgeFrom(t, ns, forger, impersonated, target, "to-pod", true)
 }
 
 // advertiseFromPod sends IPv6 router advertisements (default router, an

@@ -1,12 +1,15 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 	"github.com/myelin-net/myelin/internal/labtools"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // curlExternal fetches the external host from a pod and returns the client address
@@ -66,6 +69,7 @@ func TestLabMyelinMasquerade(t *testing.T) {
 	if got := curlExternal(t, "client"); got != clientIP {
 		t.Errorf("external host in a non-masquerade CIDR saw %s, want the pod IP %s", got, clientIP)
 	}
+	podSourceFromHosts(t, cs, n1, clientIP)
 	setConfig(t, cs, "non-masquerade-cidrs", "")
 	restartAgent(t, n1)
 
@@ -78,4 +82,36 @@ func TestLabMyelinMasquerade(t *testing.T) {
 		t.Errorf("1,000 UDP flows: %+v; want 1000 replies from 1000 distinct node-IP sources", res)
 	}
 	labDown(t)
+}
+
+// podSourceFromHosts: with node's pods reaching a CIDR outside the cluster with
+// their own addresses, pod-source-from-hosts "auto" leaves the uplink's check of
+// the node's PodCIDR off (status names the key) and a host on the underlay posing
+// as the node's pod at clientIP reaches another pod of the node; "drop" turns the
+// check on there (status names the PodCIDR, the forgery is dropped on the
+// uplink) and the pod still reaches that CIDR with its own address.
+func podSourceFromHosts(t *testing.T, cs kubernetes.Interface, node, clientIP string) {
+	t.Helper()
+	createPod(t, cs, "near", node, map[string]string{"app": "near"}, "sleep", "infinity")
+	near := runningPods(t, cs, "app=near", 1)[0]
+	client := runningPods(t, cs, "app=client", 1)[0]
+	if st := agentStatus(t, node).SourceCheck; st.UplinkPodCIDR != "" || !strings.Contains(st.UplinkOff, "non-masquerade-cidrs") {
+		t.Errorf("%s source check %+v with a non-masquerade CIDR outside the cluster, want the uplink's off, naming non-masquerade-cidrs", node, st)
+	}
+	forgeFromUnderlay(t, client, near, false)
+
+	setConfig(t, cs, "pod-source-from-hosts", "drop")
+	restartAgent(t, node)
+	nodeObj, err := cs.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := agentStatus(t, node).SourceCheck; st.UplinkPodCIDR != nodeObj.Spec.PodCIDR {
+		t.Errorf("%s source check %+v with pod-source-from-hosts drop, want its PodCIDR %s checked", node, st, nodeObj.Spec.PodCIDR)
+	}
+	forgeFromUnderlay(t, client, near, true)
+	if got := curlExternal(t, "client"); got != clientIP {
+		t.Errorf("external host in a non-masquerade CIDR saw %s with the uplink check on, want the pod IP %s", got, clientIP)
+	}
+	setConfig(t, cs, "pod-source-from-hosts", "auto")
 }
