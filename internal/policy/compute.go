@@ -65,7 +65,8 @@ type identity struct {
 // identity numbers (and keeps them across calls); numbers of keys no
 // longer in use are released.
 func Compute(in Input, ids *Identities) State {
-	cidrs := newCIDRSet(in.Policies)
+	c := compile(in.Policies)
+	cidrs := c.cidrs
 	st := State{IPCache: map[netip.Prefix]uint32{}, Endpoints: map[netip.Addr]*Endpoint{}, Problems: cidrs.problems}
 	used := map[string]bool{}
 	byKey := map[string]*identity{}
@@ -99,10 +100,43 @@ func Compute(in Input, ids *Identities) State {
 	}
 	sort.Slice(all, func(a, b int) bool { return all[a].id < all[b].id })
 	st.Identities = len(all)
+	peers := &rulePeers{c: c, all: all, matched: map[ruleRef][]*identity{}}
 	for _, pod := range local {
-		st.Endpoints[pod.IP] = endpointState(pod, podPeer(pod, in.Namespaces, cidrs), in.Policies, cidrs, all, &st)
+		st.Endpoints[pod.IP] = endpointState(pod, podPeer(pod, in.Namespaces, cidrs), in.Policies, peers, &st)
 	}
 	return st
+}
+
+// ruleRef names one rule of a policy.
+type ruleRef struct {
+	np     *networkingv1.NetworkPolicy
+	egress bool
+	index  int
+}
+
+// rulePeers are the identities each rule's peers match, found once per
+// computation: which peers a rule admits does not depend on the local pod it
+// selects (its named ports do), so every pod a policy selects shares the answer
+// instead of matching every peer against every identity again.
+type rulePeers struct {
+	c       *compiled
+	all     []*identity // by number
+	matched map[ruleRef][]*identity
+}
+
+// of returns the identities that one of pps (the rule r, not empty) matches.
+func (rp *rulePeers) of(r ruleRef, pps []networkingv1.NetworkPolicyPeer) []*identity {
+	if ids, ok := rp.matched[r]; ok {
+		return ids
+	}
+	ids := []*identity{}
+	for _, i := range rp.all {
+		if anyPeerMatches(r.np, pps, i.peer, rp.c) {
+			ids = append(ids, i)
+		}
+	}
+	rp.matched[r] = ids
+	return ids
 }
 
 // podPeer is pod as a peer.
@@ -112,7 +146,7 @@ func podPeer(pod Pod, namespaces map[string]map[string]string, cidrs *cidrSet) p
 }
 
 // endpointState computes one local pod's flags and entries.
-func endpointState(pod Pod, self peer, nps []*networkingv1.NetworkPolicy, cidrs *cidrSet, all []*identity, st *State) *Endpoint {
+func endpointState(pod Pod, self peer, nps []*networkingv1.NetworkPolicy, peers *rulePeers, st *State) *Endpoint {
 	ep := &Endpoint{Pod: pod.Ref(), IP: pod.IP, Entries: map[Key][]datapath.PolicyPort{}}
 	add := func(k Key, ports []datapath.PolicyPort) {
 		if len(ports) > 0 {
@@ -128,13 +162,13 @@ func endpointState(pod Pod, self peer, nps []*networkingv1.NetworkPolicy, cidrs 
 	// A policy over the CIDR budget has its problem once (newCIDRSet); each pod it
 	// selects fails closed in the directions of its ipBlocks.
 	overBudget := func(np *networkingv1.NetworkPolicy, egress bool) {
-		if cidrs.overBudget(np, egress) {
+		if peers.c.cidrs.overBudget(np, egress) {
 			ep.Problems = append(ep.Problems, policyName(np)+": ipBlocks over the namespace's policy CIDR budget: not enforced")
 			ep.Flags |= incompleteFlag(egress)
 		}
 	}
 	for _, np := range nps {
-		if !selects(np, pod) {
+		if !selects(peers.c.selectors, np, pod) {
 			continue
 		}
 		ingress, egress := policyTypes(np)
@@ -142,8 +176,8 @@ func endpointState(pod Pod, self peer, nps []*networkingv1.NetworkPolicy, cidrs 
 			ep.Flags |= datapath.PolicyIngress
 			ep.IngressPolicies = append(ep.IngressPolicies, policyName(np))
 			overBudget(np, false)
-			for _, r := range np.Spec.Ingress {
-				if err := ingressRule(np, r, self, cidrs, all, add); err != nil {
+			for i, r := range np.Spec.Ingress {
+				if err := ingressRule(ruleRef{np: np, index: i}, r, self, peers, add); err != nil {
 					fail(np, false, err)
 				}
 			}
@@ -152,8 +186,8 @@ func endpointState(pod Pod, self peer, nps []*networkingv1.NetworkPolicy, cidrs 
 			ep.Flags |= datapath.PolicyEgress
 			ep.EgressPolicies = append(ep.EgressPolicies, policyName(np))
 			overBudget(np, true)
-			for _, r := range np.Spec.Egress {
-				if err := egressRule(np, r, cidrs, all, add); err != nil {
+			for i, r := range np.Spec.Egress {
+				if err := egressRule(ruleRef{np: np, egress: true, index: i}, r, peers, add); err != nil {
 					fail(np, true, err)
 				}
 			}
@@ -166,8 +200,8 @@ func endpointState(pod Pod, self peer, nps []*networkingv1.NetworkPolicy, cidrs 
 // ingressRule adds the entries of one ingress rule of the pod self: its ports (named
 // ones resolve against self, the same for every peer) for any peer or per peer
 // identity the rule admits.
-func ingressRule(np *networkingv1.NetworkPolicy, r networkingv1.NetworkPolicyIngressRule, self peer, cidrs *cidrSet,
-	all []*identity, add func(Key, []datapath.PolicyPort)) error {
+func ingressRule(ref ruleRef, r networkingv1.NetworkPolicyIngressRule, self peer, peers *rulePeers,
+	add func(Key, []datapath.PolicyPort)) error {
 	ports, err := rulePorts(r.Ports, self, true, true)
 	if err != nil {
 		return err
@@ -176,30 +210,28 @@ func ingressRule(np *networkingv1.NetworkPolicy, r networkingv1.NetworkPolicyIng
 		add(Key{Identity: datapath.IdentityAny}, ports)
 		return nil
 	}
-	for _, i := range all {
-		if anyPeerMatches(np, r.From, i.peer, cidrs) {
-			add(Key{Identity: i.id}, ports)
-		}
+	for _, i := range peers.of(ref, r.From) {
+		add(Key{Identity: i.id}, ports)
 	}
 	return nil
 }
 
 // egressRule adds the entries of one egress rule: numeric ports per peer
 // (or for any peer), named ports per peer identity, which fixes them.
-func egressRule(np *networkingv1.NetworkPolicy, r networkingv1.NetworkPolicyEgressRule, cidrs *cidrSet,
-	all []*identity, add func(Key, []datapath.PolicyPort)) error {
+func egressRule(ref ruleRef, r networkingv1.NetworkPolicyEgressRule, peers *rulePeers,
+	add func(Key, []datapath.PolicyPort)) error {
 	numeric, err := rulePorts(r.Ports, peer{}, true, false)
 	if err != nil {
 		return err
 	}
 	named := hasNamedPort(r.Ports)
+	targets := peers.all
 	if len(r.To) == 0 {
 		add(Key{Identity: datapath.IdentityAny, Egress: true}, numeric)
+	} else {
+		targets = peers.of(ref, r.To)
 	}
-	for _, i := range all {
-		if len(r.To) > 0 && !anyPeerMatches(np, r.To, i.peer, cidrs) {
-			continue
-		}
+	for _, i := range targets {
 		if len(r.To) > 0 {
 			add(Key{Identity: i.id, Egress: true}, numeric)
 		}

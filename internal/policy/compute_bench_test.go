@@ -76,3 +76,49 @@ func BenchmarkCompute1000Policies200Pods(b *testing.B) {
 		Compute(in, ids)
 	}
 }
+
+// expressionPeersInput is scaleInput with 1,000 more pods of distinct labels
+// elsewhere (~1,100 identities) and a tenant's namespace with pods on the node
+// and one policy of 2,000 peers, each a namespaceSelector of matchExpressions
+// (20 values that match nothing): a selector the API takes at any count, which
+// a computation matches against every identity for every rule.
+func expressionPeersInput(localPods int) Input {
+	in := scaleInput()
+	for i := 0; i < 1000; i++ {
+		in.Pods = append(in.Pods, Pod{Namespace: "ns0", Name: fmt.Sprintf("u%d", i), Node: "n2",
+			Labels: map[string]string{"app": fmt.Sprintf("unique%d", i)},
+			IP:     netip.AddrFrom4([4]byte{10, 245, byte(i / 250), byte(i % 250)})})
+	}
+	in.Namespaces["tenant"] = map[string]string{"team": "tenant"}
+	for i := 0; i < localPods; i++ {
+		in.Pods = append(in.Pods, Pod{Namespace: "tenant", Name: fmt.Sprintf("t%d", i), Node: "n1",
+			Labels: map[string]string{"app": "t"}, IP: netip.AddrFrom4([4]byte{10, 246, 0, byte(i + 1)})})
+	}
+	var peers []networkingv1.NetworkPolicyPeer
+	for i := 0; i < 2000; i++ {
+		values := make([]string, 20)
+		for v := range values {
+			values[v] = fmt.Sprintf("none-%d-%d", i, v)
+		}
+		peers = append(peers, networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{
+			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: metav1.LabelSelectorOpIn, Values: values}}}})
+	}
+	in.Policies = append(in.Policies, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "many-peers"},
+		Spec:       networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{From: peers}}}})
+	return in
+}
+
+// go test -run '^$' -bench ComputeExpressionPeers -benchtime 1x ./internal/policy/
+func BenchmarkComputeExpressionPeers(b *testing.B) {
+	for _, local := range []int{1, 3} {
+		b.Run(fmt.Sprintf("local-%d", local), func(b *testing.B) {
+			in := expressionPeersInput(local)
+			ids := NewIdentities()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				Compute(in, ids)
+			}
+		})
+	}
+}

@@ -291,3 +291,36 @@ func TestIdentityKeyFormat(t *testing.T) {
 		t.Errorf("cidr key = %q", got)
 	}
 }
+
+// Each rule keeps its own peers although a computation matches them once for
+// every pod a policy selects: two ingress rules and an egress rule of one policy
+// admit different pods (one by matchExpressions) on different ports, and both
+// local pods it selects get the same entries.
+func TestComputeRulesKeepTheirPeers(t *testing.T) {
+	in := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: "pod", Operator: metav1.LabelSelectorOpIn, Values: []string{"c"}}}}
+	st, ep := compute(t, netpol("rules", sel(), networkingv1.NetworkPolicySpec{
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+		Ingress: []networkingv1.NetworkPolicyIngressRule{
+			{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: sel("ns", "y"), PodSelector: sel("pod", "a")}},
+				Ports: []networkingv1.NetworkPolicyPort{tcp(80)}},
+			{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: sel(), PodSelector: in}},
+				Ports: []networkingv1.NetworkPolicyPort{tcp(81)}},
+		},
+		Egress: []networkingv1.NetworkPolicyEgressRule{
+			{To: []networkingv1.NetworkPolicyPeer{{PodSelector: sel("pod", "b")}}, Ports: []networkingv1.NetworkPolicyPort{tcp(82)}},
+		},
+	}))
+	port := func(p uint16) []datapath.PolicyPort { return []datapath.PolicyPort{{Proto: ProtoTCP, Lo: p, Hi: p}} }
+	want := map[Key][]datapath.PolicyPort{
+		ingress(idOf(st, ya)): port(80),
+		ingress(idOf(st, yc)): port(81),
+		egress(idOf(st, xb)):  port(82),
+	}
+	if !reflect.DeepEqual(ep.Entries, want) {
+		t.Errorf("x/a entries %v, want %v", ep.Entries, want)
+	}
+	if got := st.Endpoints[xb.IP].Entries; !reflect.DeepEqual(got, want) {
+		t.Errorf("x/b entries %v, want %v (the same rules)", got, want)
+	}
+}

@@ -6,42 +6,17 @@ import (
 	"github.com/myelin-net/myelin/internal/datapath"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 )
 
 // policyName is "namespace/name" of np.
 func policyName(np *networkingv1.NetworkPolicy) string { return np.Namespace + "/" + np.Name }
 
-// selectorMatches says whether sel (nil: nothing) matches set.
-func selectorMatches(sel *metav1.LabelSelector, set map[string]string) (bool, error) {
-	if sel == nil {
-		return false, nil
-	}
-	if len(sel.MatchExpressions) == 0 {
-		// matchLabels only, as most selectors are: a map lookup per label. The
-		// API validated the selector's and the pods' labels already; parsing
-		// (which validates again) was 3/4 of a computation's time.
-		for k, v := range sel.MatchLabels {
-			if got, ok := set[k]; !ok || got != v {
-				return false, nil
-			}
-		}
-		return true, nil
-	}
-	s, err := metav1.LabelSelectorAsSelector(sel)
-	if err != nil {
-		return false, fmt.Errorf("parse label selector: %w", err)
-	}
-	return s.Matches(labels.Set(set)), nil
-}
-
 // selects says whether np applies to pod (same namespace, podSelector matches).
-func selects(np *networkingv1.NetworkPolicy, pod Pod) bool {
+func selects(sels selectorSet, np *networkingv1.NetworkPolicy, pod Pod) bool {
 	if np.Namespace != pod.Namespace {
 		return false
 	}
-	ok, err := selectorMatches(&np.Spec.PodSelector, pod.Labels)
+	ok, err := sels.matches(&np.Spec.PodSelector, pod.Labels)
 	return err == nil && ok
 }
 
@@ -63,24 +38,24 @@ func policyTypes(np *networkingv1.NetworkPolicy) (ingress, egress bool) {
 	return ingress, egress
 }
 
-// peerMatches says whether the rule peer pp of np matches p; cidrs holds the
-// computation's compiled ipBlocks.
-func peerMatches(np *networkingv1.NetworkPolicy, pp networkingv1.NetworkPolicyPeer, p peer, cidrs *cidrSet) bool {
+// peerMatches says whether the rule peer pp of np matches p; c holds the
+// computation's compiled ipBlocks and selectors.
+func peerMatches(np *networkingv1.NetworkPolicy, pp networkingv1.NetworkPolicyPeer, p peer, c *compiled) bool {
 	if pp.IPBlock != nil {
-		return cidrs.matches(pp.IPBlock, p.atoms)
+		return c.cidrs.matches(pp.IPBlock, p.atoms)
 	}
 	if !p.pod || (pp.PodSelector == nil && pp.NamespaceSelector == nil) {
 		return false
 	}
 	if pp.NamespaceSelector != nil {
-		if ok, err := selectorMatches(pp.NamespaceSelector, p.nsLabels); err != nil || !ok {
+		if ok, err := c.selectors.matches(pp.NamespaceSelector, p.nsLabels); err != nil || !ok {
 			return false
 		}
 	} else if p.namespace != np.Namespace {
 		return false
 	}
 	if pp.PodSelector != nil {
-		if ok, err := selectorMatches(pp.PodSelector, p.labels); err != nil || !ok {
+		if ok, err := c.selectors.matches(pp.PodSelector, p.labels); err != nil || !ok {
 			return false
 		}
 	}
@@ -88,12 +63,12 @@ func peerMatches(np *networkingv1.NetworkPolicy, pp networkingv1.NetworkPolicyPe
 }
 
 // anyPeerMatches says whether a rule with peers pps allows p; no peers allow everyone.
-func anyPeerMatches(np *networkingv1.NetworkPolicy, pps []networkingv1.NetworkPolicyPeer, p peer, cidrs *cidrSet) bool {
+func anyPeerMatches(np *networkingv1.NetworkPolicy, pps []networkingv1.NetworkPolicyPeer, p peer, c *compiled) bool {
 	if len(pps) == 0 {
 		return true
 	}
 	for _, pp := range pps {
-		if peerMatches(np, pp, p, cidrs) {
+		if peerMatches(np, pp, p, c) {
 			return true
 		}
 	}

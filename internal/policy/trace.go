@@ -40,15 +40,15 @@ func Trace(in Input, from, to Pod, proto uint8, port uint16) TraceResult {
 // flow reader asks one per new connection of a policy view. Safe for concurrent
 // use; in must not change while t is used.
 type Tracer struct {
-	in    Input
-	cidrs *cidrSet
+	in Input
+	c  *compiled
 	// byNamespace are in.Policies by namespace, in in.Policies' order.
 	byNamespace map[string][]*networkingv1.NetworkPolicy
 }
 
 // NewTracer compiles in's policies for Trace.
 func NewTracer(in Input) *Tracer {
-	t := &Tracer{in: in, cidrs: newCIDRSet(in.Policies), byNamespace: map[string][]*networkingv1.NetworkPolicy{}}
+	t := &Tracer{in: in, c: compile(in.Policies), byNamespace: map[string][]*networkingv1.NetworkPolicy{}}
 	for _, np := range in.Policies {
 		t.byNamespace[np.Namespace] = append(t.byNamespace[np.Namespace], np)
 	}
@@ -57,20 +57,20 @@ func NewTracer(in Input) *Tracer {
 
 // Trace is the package's Trace on t's Input.
 func (t *Tracer) Trace(from, to Pod, proto uint8, port uint16) TraceResult {
-	cidrs := t.cidrs
-	src, dst := podPeer(from, t.in.Namespaces, cidrs), podPeer(to, t.in.Namespaces, cidrs)
+	c := t.c
+	src, dst := podPeer(from, t.in.Namespaces, c.cidrs), podPeer(to, t.in.Namespaces, c.cidrs)
 	var r TraceResult
-	r.Egress = verdict(t.byNamespace[from.Namespace], from, true, func(np *networkingv1.NetworkPolicy) bool {
+	r.Egress = verdict(c.selectors, t.byNamespace[from.Namespace], from, true, func(np *networkingv1.NetworkPolicy) bool {
 		for _, rule := range np.Spec.Egress {
-			if anyPeerMatches(np, rule.To, dst, cidrs) && rulePortAllows(rule.Ports, dst, proto, port) {
+			if anyPeerMatches(np, rule.To, dst, c) && rulePortAllows(rule.Ports, dst, proto, port) {
 				return true
 			}
 		}
 		return false
 	})
-	r.Ingress = verdict(t.byNamespace[to.Namespace], to, false, func(np *networkingv1.NetworkPolicy) bool {
+	r.Ingress = verdict(c.selectors, t.byNamespace[to.Namespace], to, false, func(np *networkingv1.NetworkPolicy) bool {
 		for _, rule := range np.Spec.Ingress {
-			if anyPeerMatches(np, rule.From, src, cidrs) && rulePortAllows(rule.Ports, dst, proto, port) {
+			if anyPeerMatches(np, rule.From, src, c) && rulePortAllows(rule.Ports, dst, proto, port) {
 				return true
 			}
 		}
@@ -80,10 +80,11 @@ func (t *Tracer) Trace(from, to Pod, proto uint8, port uint16) TraceResult {
 }
 
 // verdict evaluates the policies selecting pod in one direction.
-func verdict(nps []*networkingv1.NetworkPolicy, pod Pod, egress bool, allows func(*networkingv1.NetworkPolicy) bool) Verdict {
+func verdict(sels selectorSet, nps []*networkingv1.NetworkPolicy, pod Pod, egress bool,
+	allows func(*networkingv1.NetworkPolicy) bool) Verdict {
 	var v Verdict
 	for _, np := range nps {
-		if !selects(np, pod) {
+		if !selects(sels, np, pod) {
 			continue
 		}
 		ing, eg := policyTypes(np)
