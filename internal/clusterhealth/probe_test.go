@@ -2,8 +2,10 @@ package clusterhealth
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"strings"
 	"testing"
@@ -30,6 +32,14 @@ func TestHelloProbe(t *testing.T) {
 	defer cancel()
 	if lat, err := hello(ctx, lo, lo, port, "node-2"); err != nil || lat <= 0 {
 		t.Errorf("hello node-2 = %v, %v; want a latency", lat, err)
+	}
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, HelloPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if !resp.Close { // a peer's idle connections would count against connlimit.Probes
+		t.Errorf("the responder keeps the connection open after its answer, want it closed")
 	}
 	if _, err := hello(ctx, netip.Addr{}, lo, port, "node-3"); err == nil || !strings.Contains(err.Error(), `answered by node "node-2", not "node-3"`) {
 		t.Errorf("hello expecting node-3 = %v; want the mismatch named", err)

@@ -30,6 +30,7 @@ func Serve(node string, addrs []netip.Addr, port int, log *slog.Logger) (*Server
 		_ = json.NewEncoder(w).Encode(Hello{Node: node})
 	})
 	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: ProbeTimeout, IdleTimeout: time.Minute}}
+	s.srv.SetKeepAlivesEnabled(false) // a probe holds its connection only while it runs (connlimit.Probes)
 	var ls []net.Listener
 	for _, a := range addrs {
 		addr := net.JoinHostPort(a.String(), strconv.Itoa(port))
@@ -40,7 +41,7 @@ func Serve(node string, addrs []netip.Addr, port int, log *slog.Logger) (*Server
 			}
 			return nil, fmt.Errorf("listen on %s for node health probes: %w; choose another port with cluster-health-port (chart value clusterHealthPort), or 0 to turn probing off", addr, err)
 		}
-		ls = append(ls, connlimit.Shared.Wrap(l, "node health probes (cluster-health-port)", log))
+		ls = append(ls, connlimit.Probes.Wrap(l, "node health probes (cluster-health-port)", log))
 	}
 	for _, l := range ls {
 		go func() {

@@ -19,22 +19,31 @@ import (
 	"time"
 )
 
-// Two bounds, by who connects. Each is per source address (an IPv6 source per /64:
+// Three bounds, by who connects. Each is per source address (an IPv6 source per /64:
 // one host holds a whole /64) and in all; the totals are a memory backstop (an idle
-// connection costs a server ~10 KB) high enough that filling one takes hundreds of
-// pods, the per-source bounds are what stops one pod.
+// connection costs a server ~10 KB), the per-source bounds are what stops one pod,
+// and filling a total takes total/perSource sources (256 pods or addresses for
+// Clients and Probes).
 //
 // Clients: metrics scrapers, the relay, Hubble and node-local CLIs need a handful of
 // connections each, so one pod holds at most 64 of the agent's servers' connections,
 // over all their ports.
 //
-// Shared: the addresses many clients come from. A cloud load balancer checks every
-// health check port and kube-proxy's healthz from one prober address, peer agents
-// probe node health, viewers of the service map may come through one ingress. They
-// get a bound of their own, so a pod flooding the metrics or Hubble ports never takes
-// a load balancer's slot.
+// Probes: the health ports (Service health check ports, kube-proxy's healthz, node
+// health). A cloud load balancer probes every health check port and kube-proxy's
+// healthz from one prober address, peer agents probe node health; those servers keep
+// no idle connection (keep-alives off), so a prober holds one only while a probe is in
+// flight and 64 is a burst of 64 probes at once. With 512 per source and one bound
+// shared with the service map, 32 pods each holding 512 idle connections (a request
+// every minute) filled it and every load balancer's probe was refused (found by the
+// attacker review of 2026-12-06).
+//
+// Shared: the service map (myelin ui), whose viewers may come through one ingress:
+// its own bound, so neither a flood of it nor of the metrics ports takes a load
+// balancer's slot.
 var (
 	Clients = New(64, 16384)
+	Probes  = New(64, 16384)
 	Shared  = New(512, 16384)
 )
 
@@ -61,8 +70,8 @@ func New(perSource, total int) *Bound {
 }
 
 // Refused is how many connections the process's servers closed for being over
-// Clients' or Shared's bounds (myelin_server_connections_refused_total).
-func Refused() uint64 { return Clients.Refused() + Shared.Refused() }
+// Clients', Probes' or Shared's bounds (myelin_server_connections_refused_total).
+func Refused() uint64 { return Clients.Refused() + Probes.Refused() + Shared.Refused() }
 
 // Wrap returns l with b's bounds: what names the server in the log line that
 // reports refusals ("metrics (prometheus-serve-addr)"); log may be nil.

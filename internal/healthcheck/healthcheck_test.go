@@ -99,6 +99,9 @@ func (ts *testServer) get(t *testing.T, port uint16) (int, body) {
 				t.Fatal(err)
 			}
 			defer resp.Body.Close()
+			if !resp.Close { // a prober's idle connections would count against connlimit.Probes
+				t.Errorf("port %d keeps the connection open after its answer, want it closed", port)
+			}
 			var b body
 			if err := json.NewDecoder(resp.Body).Decode(&b); err != nil {
 				t.Fatalf("decode the answer of port %d: %v", port, err)

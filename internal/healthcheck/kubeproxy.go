@@ -53,6 +53,9 @@ func (k KubeProxy) Run(ctx context.Context) {
 	if len(servers) == 0 {
 		return
 	}
+	for _, srv := range servers {
+		srv.SetKeepAlivesEnabled(false) // a probe holds its connection only while it runs (connlimit.Probes)
+	}
 	pending := servers
 	for {
 		pending = k.listen(pending)
@@ -86,7 +89,7 @@ func (k KubeProxy) listen(pending map[string]*http.Server) map[string]*http.Serv
 			continue
 		}
 		k.Log.Info("serving kube-proxy's endpoints", "addr", addr)
-		ln = connlimit.Shared.Wrap(ln, "kube-proxy's "+addr, k.Log)
+		ln = connlimit.Probes.Wrap(ln, "kube-proxy's "+addr, k.Log)
 		go func() { _ = srv.Serve(ln) }()
 	}
 	if len(errs) > 0 {

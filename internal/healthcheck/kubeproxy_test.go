@@ -38,6 +38,9 @@ func get(t *testing.T, url string) (int, string) {
 		t.Fatalf("GET %s: %v", url, err)
 	}
 	defer resp.Body.Close()
+	if !resp.Close { // a prober's idle connections would count against connlimit.Probes
+		t.Errorf("%s keeps the connection open after its answer, want it closed", url)
+	}
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }

@@ -123,8 +123,9 @@ func (s *Server) reconcile() (changed bool, err error) {
 			errs = append(errs, fmt.Errorf("listen on healthCheckNodePort %d of Service %s: %w", port, key, err))
 			continue
 		}
-		l = connlimit.Shared.Wrap(l, fmt.Sprintf("healthCheckNodePort %d (Service %s)", port, key), s.log)
+		l = connlimit.Probes.Wrap(l, fmt.Sprintf("healthCheckNodePort %d (Service %s)", port, key), s.log)
 		srv := &http.Server{Handler: s.handler(port), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+		srv.SetKeepAlivesEnabled(false) // a probe holds its connection only while it runs (connlimit.Probes)
 		s.listeners[port] = srv
 		go func() { _ = srv.Serve(l) }()
 		s.log.Info("health check port open", "port", port, "service", key)
