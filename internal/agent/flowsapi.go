@@ -8,11 +8,12 @@ import (
 )
 
 // handleFlows serves GET /v1/flows from the node's flow store (flowclient.ServeFlows:
-// JSON lines, filters as query parameters, follow).
+// JSON lines, filters as query parameters, follow). The API is the node's own socket:
+// its follow streams have flowstore.LocalFollowers of their own.
 func (a *server) handleFlows(w http.ResponseWriter, r *http.Request) {
 	if a.flows == nil {
 		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("agent is starting"))
 		return
 	}
-	flowclient.ServeFlows(w, r, a.flows)
+	flowclient.ServeFlows(w, r, localSource{a.flows})
 }

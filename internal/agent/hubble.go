@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/myelin-net/myelin/internal/connlimit"
+	"github.com/myelin-net/myelin/internal/flow"
 	"github.com/myelin-net/myelin/internal/flowstore"
 	"github.com/myelin-net/myelin/internal/hubble"
 	"github.com/myelin-net/myelin/internal/version"
@@ -72,27 +73,38 @@ func serveHubble(ctx context.Context, cfg Config, hl hubbleListen, store *flowst
 		addr = tcp.Addr()
 		tcp = connlimit.Clients.Wrap(tcp, "hubble api (hubble-listen-address)", log)
 	}
-	obs := hubble.NewServer(hubble.Config{
-		Node: cfg.Node, Address: hubble.NodeAddress(addr, hl.NodeIP), Version: version.Version, Source: store,
-		Stats: func() hubble.Stats {
-			st := store.Stats()
-			return hubble.Stats{Stored: st.Stored, Capacity: st.Capacity, Seen: st.Added}
-		},
-	})
+	observer := func(src flow.Source) *hubble.Server {
+		return hubble.NewServer(hubble.Config{
+			Node: cfg.Node, Address: hubble.NodeAddress(addr, hl.NodeIP), Version: version.Version, Source: src,
+			Stats: func() hubble.Stats {
+				st := store.Stats()
+				return hubble.Stats{Stored: st.Stored, Capacity: st.Capacity, Seen: st.Added}
+			},
+		})
+	}
 	g := grpc.NewServer(hubble.ServerOptions()...)
-	hubble.Register(g, obs)
+	hubble.Register(g, observer(localSource{store}))
 	serveGRPC(ctx, g, l, log)
 	if tcp != nil {
-		gt := g
+		opts := hubble.ServerOptions()
 		if creds != nil {
-			gt = grpc.NewServer(append(hubble.ServerOptions(), creds)...)
-			hubble.Register(gt, obs)
+			opts = append(opts, creds)
 		}
+		gt := grpc.NewServer(opts...)
+		hubble.Register(gt, observer(store))
 		serveGRPC(ctx, gt, tcp, log)
 	}
 	log.Info("hubble api", "socket", sock, "listen", hl.Addr, "tls", creds != nil,
 		"client-certificates", hl.TLS.ClientCertificates(), "client-names", hl.TLS.ClientNamesText())
 	return nil
+}
+
+// localSource is a flow.Source whose requests come from the node's own sockets
+// (root only): their follow streams have flowstore.LocalFollowers of their own.
+type localSource struct{ flow.Source }
+
+func (l localSource) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Flow) error {
+	return l.Source.Flows(flowstore.Local(ctx), req, out)
 }
 
 // serveGRPC serves g on l until ctx ends.

@@ -7,7 +7,9 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/myelin-net/myelin/internal/flow"
 	"github.com/myelin-net/myelin/internal/flowstore"
 	"github.com/myelin-net/myelin/internal/hubble"
 	"github.com/myelin-net/myelin/internal/testpki"
@@ -60,5 +62,45 @@ func TestServeHubbleTLS(t *testing.T) {
 				t.Errorf("log %q: want %s", log.String(), tc.want)
 			}
 		})
+	}
+}
+
+// The node's hubble socket follows beyond the flowstore.MaxFollowers that streams over
+// the network (the TCP listener, the relay's) may hold: root on the node still sees
+// the flows while the network's streams hold them all.
+func TestServeHubbleSocketHasItsOwnFollowers(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, dir := flowstore.New(16), t.TempDir()
+	if err := serveHubble(ctx, Config{Node: "n1", StateDir: dir}, hubbleListen{Addr: addr}, store, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	follow := flow.Request{Follow: true}
+	for range flowstore.MaxFollowers {
+		go func() { _ = store.Flows(ctx, follow, make(chan *flow.Flow)) }()
+	}
+	waitStoreFollowers(t, store, flowstore.MaxFollowers)
+	err = hubble.NewClientSource(addr, nil).Flows(ctx, follow, make(chan *flow.Flow))
+	if err == nil || !strings.Contains(err.Error(), "too many follow streams") {
+		t.Errorf("a follow over TCP with %d followers: %v, want refused", flowstore.MaxFollowers, err)
+	}
+	go func() {
+		_ = hubble.NewClientSource("unix://"+HubbleSocket(dir), nil).Flows(ctx, follow, make(chan *flow.Flow))
+	}()
+	waitStoreFollowers(t, store, flowstore.MaxFollowers+1)
+}
+
+func waitStoreFollowers(t *testing.T, s *flowstore.Store, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); s.Stats().Followers != n; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) { // a hang guard, not a timing assertion
+			t.Fatalf("%d followers, want %d", s.Stats().Followers, n)
+		}
 	}
 }

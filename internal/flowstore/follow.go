@@ -22,6 +22,7 @@ type follower struct {
 	// follower's (a package variable changed by one test raced with the followers
 	// of the others still running).
 	lostReport time.Duration
+	local      bool // a request of the node's own sockets (Local)
 
 	mu       sync.Mutex
 	lost     uint64

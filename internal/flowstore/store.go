@@ -29,8 +29,24 @@ const historyChunk = 256
 const MaxFollowers = 64
 
 // ErrTooManyFollowers is what Flows returns (wrapped) for a follow request beyond
-// MaxFollowers.
+// MaxFollowers (LocalFollowers for the node's own sockets).
 var ErrTooManyFollowers = errors.New("too many follow streams")
+
+// LocalFollowers is how many follow streams a node serves to its own sockets (root's
+// `myelin observe --follow`, hubble on the node: requests whose context Local marks)
+// beside MaxFollowers: streams over the network (the relay, which the service map's
+// viewers reach unauthenticated, each a follower of every node) can take all of
+// MaxFollowers and hold them while their filters match nothing, and an operator on
+// the node must still see the flows during an incident (found by the attacker review
+// of 2026-12-06).
+const LocalFollowers = 8
+
+type localKey struct{}
+
+// Local returns ctx marked as a request of the node's own sockets (LocalFollowers).
+func Local(ctx context.Context) context.Context { return context.WithValue(ctx, localKey{}, true) }
+
+func isLocal(ctx context.Context) bool { return ctx.Value(localKey{}) != nil }
 
 // MaxHistoryReaders is how many requests a node serves its stored flows to at once
 // (hubble observe without --follow, the relay's, the stored part of a follow): each
@@ -63,6 +79,9 @@ type Store struct {
 	// followers is replaced, never changed in place, when one comes or goes, so Add
 	// takes it under mu and runs the filters on it after mu is released.
 	followers []*follower
+	// localFollowers are the followers of the node's own sockets (Local), counted
+	// against LocalFollowers; the others against MaxFollowers.
+	localFollowers int
 	// historyReaders are the requests sending stored flows now (MaxHistoryReaders).
 	historyReaders int
 	sinks          []flow.Sink
@@ -241,13 +260,21 @@ func (s *Store) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Fl
 	}
 	var fo *follower
 	if req.Follow { // registered under the same lock: no flow falls between the two parts
-		if len(s.followers) >= MaxFollowers {
+		local := isLocal(ctx)
+		limit, n := MaxFollowers, len(s.followers)-s.localFollowers
+		if local {
+			limit, n = LocalFollowers, s.localFollowers
+		}
+		if n >= limit {
 			s.mu.Unlock()
 			return fmt.Errorf("follow flows: %w: this node serves at most %d at once; stop another `hubble observe --follow` or use the relay",
-				ErrTooManyFollowers, MaxFollowers)
+				ErrTooManyFollowers, limit)
 		}
-		fo = &follower{match: req.Matcher(), ch: make(chan *flow.Flow, followBuffer), lostReport: lostReport}
+		fo = &follower{match: req.Matcher(), ch: make(chan *flow.Flow, followBuffer), lostReport: lostReport, local: local}
 		s.followers = append(slices.Clip(s.followers), fo)
+		if local {
+			s.localFollowers++
+		}
 	}
 	if history {
 		s.historyReaders++
@@ -297,6 +324,9 @@ func (s *Store) unfollow(fo *follower) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.followers = slices.DeleteFunc(slices.Clone(s.followers), func(f *follower) bool { return f == fo })
+	if fo.local {
+		s.localFollowers--
+	}
 }
 
 // lastMatching returns copies of the stored flows added before end that req asks

@@ -205,8 +205,8 @@ func TestFollowerReportsLostWithoutNextFlow(t *testing.T) {
 	}
 }
 
-// A node serves at most MaxFollowers follow streams; one more gets an error naming
-// the limit.
+// A node serves at most MaxFollowers follow streams, and LocalFollowers more to its
+// own sockets; one more gets an error naming the limit.
 func TestStoreCapsFollowers(t *testing.T) {
 	s := New(10)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -222,6 +222,29 @@ func TestStoreCapsFollowers(t *testing.T) {
 	if err := s.Flows(ctx, flow.Request{Last: 1}, make(chan *flow.Flow, 1)); err != nil {
 		t.Errorf("a non-follow read with %d followers: %v", MaxFollowers, err)
 	}
+
+	// The node's own sockets have LocalFollowers more, which network streams can't
+	// take, and a local stream that ends gives its slot back.
+	local := Local(ctx)
+	localCtx, endLocal := context.WithCancel(local)
+	done := make(chan error, 1)
+	go func() { done <- s.Flows(localCtx, flow.Request{Follow: true}, make(chan *flow.Flow)) }()
+	for i := 1; i < LocalFollowers; i++ {
+		go func() { _ = s.Flows(local, flow.Request{Follow: true}, make(chan *flow.Flow)) }()
+	}
+	waitFollowers(t, s, MaxFollowers+LocalFollowers)
+	err = s.Flows(local, flow.Request{Follow: true}, make(chan *flow.Flow))
+	if !errors.Is(err, ErrTooManyFollowers) || !strings.Contains(err.Error(), strconv.Itoa(LocalFollowers)) {
+		t.Errorf("local follower %d: err = %v, want ErrTooManyFollowers naming %d", LocalFollowers+1, err, LocalFollowers)
+	}
+	endLocal()
+	<-done
+	waitFollowers(t, s, MaxFollowers+LocalFollowers-1)
+	if err := s.Flows(ctx, flow.Request{Follow: true}, make(chan *flow.Flow)); !errors.Is(err, ErrTooManyFollowers) {
+		t.Errorf("a network follower in a local one's freed slot: err = %v, want ErrTooManyFollowers", err)
+	}
+	go func() { _ = s.Flows(local, flow.Request{Follow: true}, make(chan *flow.Flow)) }()
+	waitFollowers(t, s, MaxFollowers+LocalFollowers)
 }
 
 // Concurrent adders and followers: every follower sees every flow once, in the order

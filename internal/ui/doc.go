@@ -5,6 +5,6 @@
 // go:embed) fetches nothing from the internet; it reads the flows as server-sent
 // events from api/flows. The server keeps nothing per page but the stream it is
 // writing, ends a stream whose client takes no write for 30 s, and holds 16 streams
-// per source address (64 in all); the page keeps its last `keep` flows and draws the graph from those within
+// per source address (32 in all); the page keeps its last `keep` flows and draws the graph from those within
 // `window`. `myelin ui` serves it (Run).
 package ui

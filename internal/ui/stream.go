@@ -30,10 +30,13 @@ const stallTimeout = 30 * time.Second
 // Streams per source address, and in all (connlimit.Bound): each holds a stream of
 // the Source (a follower of every node, through the relay, whose nodes serve
 // flowstore.MaxFollowers = 64 each) and up to streamBuffer flows. Viewers behind
-// one ingress or port-forward share a source; 16 is 16 open pages.
+// one ingress or port-forward share a source; 16 is 16 open pages. In all half the
+// nodes' followers: the page is unauthenticated, and with 64 its viewers (or anyone
+// who reaches it, holding streams whose filters match nothing) took every node's
+// follow streams, so `hubble observe --follow` through the relay was refused.
 const (
 	streamsPerSource = 16
-	streamsInAll     = 64
+	streamsInAll     = 32
 )
 
 // hello is the stream's first event: what the page should keep and draw, and the
