@@ -2,7 +2,11 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"log/slog"
+	"os"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -22,6 +26,9 @@ type udpCloser struct {
 	eps   *endpoint.Manager
 	queue chan datapath.UDPSocketTarget
 	log   *slog.Logger
+	// hidden are the live pods' netns paths found missing (netns), logged once each.
+	mu     sync.Mutex
+	hidden map[string]bool
 }
 
 // udpCloserQueue bounds the backends waiting to have their sockets closed; beyond it
@@ -30,7 +37,8 @@ type udpCloser struct {
 const udpCloserQueue = 4096
 
 func newUDPCloser(dp *datapath.Datapath, eps *endpoint.Manager, log *slog.Logger) *udpCloser {
-	return &udpCloser{Datapath: dp, eps: eps, queue: make(chan datapath.UDPSocketTarget, udpCloserQueue), log: log}
+	return &udpCloser{Datapath: dp, eps: eps, queue: make(chan datapath.UDPSocketTarget, udpCloserQueue), log: log,
+		hidden: map[string]bool{}}
 }
 
 // departed queues the closing of the sockets connected through d's frontend to its
@@ -98,14 +106,31 @@ func (u *udpCloser) batch(first datapath.UDPSocketTarget) []datapath.UDPSocketTa
 	return out
 }
 
-// netns lists the agent's network namespace ("") and every pod's.
+// netns lists the agent's network namespace ("") and every pod's. A pod's path that
+// does not exist for the agent while its endpoint does (an agent in a container
+// without the runtime's netns directory: the chart's socketLB.netnsPath) is logged
+// once: its sockets are not closed, and the iterator would skip it without a word (a
+// namespace gone with its pod).
 func (u *udpCloser) netns() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
 	out := []string{""}
+	hidden := map[string]bool{} // the live ones only: pods come and go
 	for _, ep := range u.eps.List() {
-		if ep.NetNS != "" {
-			out = append(out, ep.NetNS)
+		if ep.NetNS == "" {
+			continue
 		}
+		if _, err := os.Stat(ep.NetNS); errors.Is(err, fs.ErrNotExist) {
+			if !u.hidden[ep.NetNS] {
+				u.log.Warn("a pod's network namespace is not visible to the agent: its UDP sockets connected to removed Service backends stay open; "+
+					"mount the runtime's netns directory into the agent (chart value socketLB.netnsPath)", "pod", ep.Namespace+"/"+ep.Pod, "netns", ep.NetNS)
+			}
+			hidden[ep.NetNS] = true
+			continue
+		}
+		out = append(out, ep.NetNS)
 	}
+	u.hidden = hidden
 	return out
 }
 

@@ -6,8 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/myelin-net/myelin/internal/images"
 	"github.com/myelin-net/myelin/internal/lab/cni"
@@ -71,6 +74,21 @@ func (containerdRuntime) Prepare(paths labplan.Paths, plan labplan.Plan) error {
 		if err := prepareNode(paths, plan, n); err != nil {
 			return fmt.Errorf("prepare node %s: %w", n.Name, err)
 		}
+	}
+	return sharedMount(paths, paths.NodesDir())
+}
+
+// sharedMount makes dir, in the lab directory, a shared mount of its own (a bind
+// mount on itself) unless it is a mount point already (lab up again). lab down
+// unmounts it with the lab's other mounts (labMounts).
+func sharedMount(paths labplan.Paths, dir string) error {
+	if !slices.Contains(labMounts(paths), dir) {
+		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind mount %s on itself: %w", dir, err)
+		}
+	}
+	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
+		return fmt.Errorf("make %s a shared mount: %w", dir, err)
 	}
 	return nil
 }

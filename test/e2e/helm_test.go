@@ -31,7 +31,8 @@ import (
 var (
 	chartDir    = filepath.Join("..", "..", "install", "helm", "myelin")
 	helmLabSets = []string{"perNodePaths=true", "bpf.mountPropagation=None", "cni.binPath=/run/myelin-lab/cni/bin", "cni.confPath=/run/myelin-lab/cni/net.d", "k8sServiceHost=198.18.0.1", "k8sServicePort=6443", "clusterCIDR=10.244.0.0/16",
-		"socketLB.cgroupRoot=" + labCgroup2()} // perNodePaths appends the node: its own cgroup
+		"socketLB.cgroupRoot=" + labCgroup2(),    // perNodePaths appends the node: its own cgroup
+		"socketLB.netnsPath=" + paths.NodesDir()} // the nodes' containerd mount pod netns below it
 	helmModeSets = map[string][]string{
 		"native": {"routingMode=native", "autoDirectNodeRoutes=true", "ipv4NativeRoutingCIDR=10.244.0.0/16"},
 		"tunnel": {"routingMode=tunnel", "autoDirectNodeRoutes=false"},
@@ -64,6 +65,7 @@ func TestLabHelmContainerd(t *testing.T) {
 		waitAgentsReady(t, cs, 2, "myelin/agent:"+version)
 		agentInPod(t, mode)
 		svc := podsTalk(t, cs, image, mode)
+		agentSeesPodNetns(t, cs)
 		if mode == "native" {
 			upgradeUnderTraffic(t, cs, helm, image, version, svc)
 		}
@@ -98,6 +100,43 @@ func agentInPod(t *testing.T, mode string) {
 			break
 		}
 	}
+}
+
+// agentSeesPodNetns checks that node-1's agent container sees the network namespaces
+// containerd made for pods started after it (podsTalk's), where it enters them to close
+// UDP sockets connected to a removed backend: the chart mounts the runtime's netns
+// directory (socketLB.netnsPath; the lab's nodes directory, a shared mount) with
+// HostToContainer propagation. Without the mount, or without propagation, the agent
+// sees no namespace made after it started.
+func agentSeesPodNetns(t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	pods, err := agentPods(context.Background(), cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		if p.Spec.NodeName != labplan.NodeName(1) {
+			continue
+		}
+		dir := filepath.Join(paths.ContainerdState(p.Spec.NodeName), "io.containerd.grpc.v1.cri", "netns") // the CRI plugin's state
+		// A namespace is a mount of nsfs on a file of that directory: without
+		// propagation the agent sees the file, not the mount, and can't enter it.
+		out, err := kubectl("-n", "kube-system", "exec", p.Name, "-c", "agent", "--", "cat", "/proc/self/mountinfo")
+		if err != nil {
+			t.Fatalf("the agent's mounts on %s: %v %s", p.Spec.NodeName, err, out)
+		}
+		var netns []string
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/cni-") && strings.Contains(line, " - nsfs ") {
+				netns = append(netns, f[4])
+			}
+		}
+		if len(netns) == 0 {
+			t.Errorf("the agent on %s has no pod network namespace mounted below %s, want those of the pods started after it", p.Spec.NodeName, dir)
+		}
+		return
+	}
+	t.Errorf("no agent pod on %s", labplan.NodeName(1))
 }
 
 func setFlags(sets []string) []string {

@@ -19,7 +19,7 @@ import (
 
 // labSets are the values a lab install passes (docs/install.md, "In the lab").
 var labSets = []string{"perNodePaths=true", "bpf.mountPropagation=None", "cni.binPath=/run/myelin-lab/cni/bin", "cni.confPath=/run/myelin-lab/cni/net.d",
-	"k8sServiceHost=198.18.0.1", "k8sServicePort=6443", "image.tag=v0.0.0-test"}
+	"k8sServiceHost=198.18.0.1", "k8sServicePort=6443", "image.tag=v0.0.0-test", "socketLB.netnsPath=/run/myelin-lab/nodes"}
 
 func TestHelmVersionPinned(t *testing.T) {
 	if got := versionsPin(t, "HELM_VERSION"); got != helmtool.Version {

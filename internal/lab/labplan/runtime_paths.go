@@ -5,6 +5,13 @@ import "os"
 // Per-node places of --runtime containerd, all under the node's directory
 // <dir>/nodes/<node>/ so that lab down removes them with the lab directory.
 
+// NodesDir holds every node's directory. On --runtime containerd it is a shared
+// mount of its own: the pods' network namespaces, which each node's containerd
+// mounts below it (netns_mounts_under_state_dir), reach an agent container that
+// mounts it with HostToContainer propagation (the chart's socketLB.netnsPath) after
+// the agent started.
+func (p Paths) NodesDir() string { return p.join("nodes") }
+
 // ContainerdDir holds a node's containerd: config.toml, root/ and state/.
 func (p Paths) ContainerdDir(node string) string { return p.join("nodes", node, "containerd") }
 

@@ -1,0 +1,54 @@
+package agent
+
+import (
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/datapath"
+	"github.com/myelin-net/myelin/internal/endpoint"
+	"github.com/myelin-net/myelin/internal/ipam"
+)
+
+// The closer enters the agent's namespace and every pod's it can see; a pod's netns
+// path the agent can't see (an agent container without the runtime's netns directory)
+// is left out and logged once while its pod lives, so the operator learns why its
+// sockets stay open.
+func TestUDPCloserNetnsNotVisible(t *testing.T) {
+	dir := t.TempDir()
+	pool, err := ipam.OpenPool(filepath.Join(dir, "ipam.json"), netip.MustParsePrefix("10.244.0.0/24"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &fakeNode{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}}
+	eps := endpoint.NewManager(endpoint.Config{Dir: filepath.Join(dir, "endpoints"), Node: "n1"}, node, node, pool)
+	put := func(id, netns string) {
+		alloc, err := eps.Allocate(api.PodRef{ContainerID: id, Namespace: "x", Pod: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.links[alloc.HostIfName] = 7
+		if _, err := eps.Put(api.Endpoint{PodRef: api.PodRef{ContainerID: id, Namespace: "x", Pod: id, NetNS: netns}, IP: alloc.IP,
+			HostIfName: alloc.HostIfName, HostIfIndex: 7, HostMAC: "02:00:00:00:00:01", PodMAC: "02:00:00:00:00:02"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	visible, hidden := "/proc/self/ns/net", filepath.Join(dir, "netns", "cni-hidden")
+	put("a", visible)
+	put("b", hidden)
+	var log strings.Builder
+	u := newUDPCloser(nil, eps, slog.New(slog.NewTextHandler(&log, nil)))
+	for range 2 {
+		if got := u.netns(); !slices.Equal(got, []string{"", visible}) {
+			t.Errorf("netns() = %q, want the agent's and a's", got)
+		}
+	}
+	if n := strings.Count(log.String(), "not visible to the agent"); n != 1 || !strings.Contains(log.String(), "pod=x/b") ||
+		!strings.Contains(log.String(), "socketLB.netnsPath") {
+		t.Errorf("log %q: want one warning naming x/b and socketLB.netnsPath", log.String())
+	}
+}
