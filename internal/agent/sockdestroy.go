@@ -2,10 +2,7 @@ package agent
 
 import (
 	"context"
-	"errors"
-	"io/fs"
 	"log/slog"
-	"os"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -107,23 +104,24 @@ func (u *udpCloser) batch(first datapath.UDPSocketTarget) []datapath.UDPSocketTa
 }
 
 // netns lists the agent's network namespace ("") and every pod's. A pod's path that
-// does not exist for the agent while its endpoint does (an agent in a container
-// without the runtime's netns directory: the chart's socketLB.netnsPath) is logged
-// once: its sockets are not closed, and the iterator would skip it without a word (a
-// namespace gone with its pod).
+// is no network namespace for the agent (missing, or a file the runtime's namespace
+// mount never reached: an agent in a container without the runtime's netns directory,
+// the chart's socketLB.netnsPath, or without its propagation) is left out and logged
+// once while its pod lives, in one line per pass: its sockets are not closed.
 func (u *udpCloser) netns() []string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	out := []string{""}
 	hidden := map[string]bool{} // the live ones only: pods come and go
+	var fresh []string
 	for _, ep := range u.eps.List() {
 		if ep.NetNS == "" {
 			continue
 		}
-		if _, err := os.Stat(ep.NetNS); errors.Is(err, fs.ErrNotExist) {
+		var st unix.Statfs_t
+		if err := unix.Statfs(ep.NetNS, &st); err != nil || st.Type != unix.NSFS_MAGIC {
 			if !u.hidden[ep.NetNS] {
-				u.log.Warn("a pod's network namespace is not visible to the agent: its UDP sockets connected to removed Service backends stay open; "+
-					"mount the runtime's netns directory into the agent (chart value socketLB.netnsPath)", "pod", ep.Namespace+"/"+ep.Pod, "netns", ep.NetNS)
+				fresh = append(fresh, ep.Namespace+"/"+ep.Pod+" ("+ep.NetNS+")")
 			}
 			hidden[ep.NetNS] = true
 			continue
@@ -131,6 +129,11 @@ func (u *udpCloser) netns() []string {
 		out = append(out, ep.NetNS)
 	}
 	u.hidden = hidden
+	if len(fresh) > 0 {
+		u.log.Warn("pods' network namespaces are not visible to the agent (or gone with their pods): their UDP sockets "+
+			"connected to removed Service backends stay open; mount the runtime's netns directory into the agent "+
+			"(chart value socketLB.netnsPath)", "pods", len(fresh), "first", fresh[0])
+	}
 	return out
 }
 

@@ -3,6 +3,7 @@ package agent
 import (
 	"log/slog"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,8 +16,9 @@ import (
 )
 
 // The closer enters the agent's namespace and every pod's it can see; a pod's netns
-// path the agent can't see (an agent container without the runtime's netns directory)
-// is left out and logged once while its pod lives, so the operator learns why its
+// path that is no namespace for the agent (missing: an agent container without the
+// runtime's netns directory; a plain file: the runtime's mount did not propagate) is
+// left out and logged once while its pod lives, so the operator learns why its
 // sockets stay open.
 func TestUDPCloserNetnsNotVisible(t *testing.T) {
 	dir := t.TempDir()
@@ -37,9 +39,14 @@ func TestUDPCloserNetnsNotVisible(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	visible, hidden := "/proc/self/ns/net", filepath.Join(dir, "netns", "cni-hidden")
+	visible, missing := "/proc/self/ns/net", filepath.Join(dir, "netns", "cni-missing")
+	unmounted := filepath.Join(dir, "cni-unmounted") // the file, without the runtime's mount on it
+	if err := os.WriteFile(unmounted, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	put("a", visible)
-	put("b", hidden)
+	put("b", missing)
+	put("c", unmounted)
 	var log strings.Builder
 	u := newUDPCloser(nil, eps, slog.New(slog.NewTextHandler(&log, nil)))
 	for range 2 {
@@ -47,8 +54,8 @@ func TestUDPCloserNetnsNotVisible(t *testing.T) {
 			t.Errorf("netns() = %q, want the agent's and a's", got)
 		}
 	}
-	if n := strings.Count(log.String(), "not visible to the agent"); n != 1 || !strings.Contains(log.String(), "pod=x/b") ||
+	if n := strings.Count(log.String(), "not visible to the agent"); n != 1 || !strings.Contains(log.String(), "pods=2") ||
 		!strings.Contains(log.String(), "socketLB.netnsPath") {
-		t.Errorf("log %q: want one warning naming x/b and socketLB.netnsPath", log.String())
+		t.Errorf("log %q: want one warning counting x/b and x/c, naming socketLB.netnsPath", log.String())
 	}
 }

@@ -124,3 +124,44 @@ func TestChartExtraEnv(t *testing.T) {
 		t.Errorf("extraEnv without a name: err %v, output %q; want the schema to refuse it", err, out)
 	}
 }
+
+// The runtime's netns directory reaches the agent with HostToContainer propagation at
+// the path the runtime names in CNI_NETNS; "" leaves it out (nodes whose mounts are
+// private, where the runtime would refuse the container), and so do cleanup mode and
+// socket-LB off, which don't close sockets.
+func TestChartPodNetnsMount(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		sets []string
+		want string // the mount's path, "" for none
+	}{
+		{"default", nil, "/run/netns"},
+		{"another path", []string{"socketLB.netnsPath=/var/lib/netns"}, "/var/lib/netns"},
+		{"left out", []string{"socketLB.netnsPath="}, ""},
+		{"cleanup", []string{"cleanup=true"}, ""},
+		{"socket-LB off", []string{"socketLB.enabled=false"}, ""},
+	} {
+		ds := daemonSet(t, c.sets...)
+		var got string
+		for _, v := range ds.Spec.Template.Spec.Volumes {
+			if v.Name == "pod-netns" && v.HostPath != nil {
+				got = v.HostPath.Path
+			}
+		}
+		var mount *corev1.VolumeMount
+		for _, m := range ds.Spec.Template.Spec.Containers[0].VolumeMounts {
+			if m.Name == "pod-netns" {
+				mount = &m
+			}
+		}
+		switch {
+		case got != c.want:
+			t.Errorf("%s: pod-netns volume %q, want %q", c.name, got, c.want)
+		case c.want == "" && mount != nil:
+			t.Errorf("%s: mount %+v without its volume", c.name, *mount)
+		case c.want != "" && (mount == nil || mount.MountPath != c.want || mount.MountPropagation == nil ||
+			*mount.MountPropagation != corev1.MountPropagationHostToContainer || !mount.ReadOnly):
+			t.Errorf("%s: mount %+v, want %s read-only with HostToContainer", c.name, mount, c.want)
+		}
+	}
+}
