@@ -55,9 +55,10 @@ type hostAddrLoop struct {
 	loops   *loops
 	log     *slog.Logger
 	last    []netip.Addr // what the last successful sync wrote
-	synced  bool         // a sync succeeded: the Node loops' first syncs need no kick
-	// kick says a burst named the node IP since the last successful sync: a
-	// failed sync keeps it for the next one.
+	listed  []netip.Addr // what the last successful list found
+	synced  bool         // a list succeeded: the Node loops' first syncs need no kick
+	// kick says a burst named the node IP since the last successful list: a failed
+	// list keeps it for the next one.
 	kick bool
 	// subErr is why the loop has no subscription, reported with each sync until
 	// one works again.
@@ -186,30 +187,29 @@ func drainAddrUpdates(first netlink.AddrUpdate, updates <-chan netlink.AddrUpdat
 
 // sync writes the node's current addresses; a failure is the loop's error and the
 // map keeps what it held (addresses gone stay exempt until the next sync). While
-// the loop has no subscription, that is its error too. After the first sync it
-// calls changed when the node IP came or went, or nodeIPNamed says a message of
-// the burst named it (removed and added again since the last list), also when
-// that burst's own sync failed: the next successful one calls it.
+// the loop has no subscription, that is its error too. After the first list it
+// calls changed when the node IP came or went since the last list, or nodeIPNamed
+// says a message of the burst named it (removed and added again since the last
+// list), whether or not the map write worked (the kick is for the tunnel routes);
+// when the list fails, the burst's mark waits for the next list.
 func (l *hostAddrLoop) sync(nodeIPNamed bool) {
 	l.kick = l.kick || nodeIPNamed
 	addrs, err := l.list()
 	if err == nil {
 		err = l.set(addrs)
+		toggled := slices.Contains(addrs, l.nodeIP) != slices.Contains(l.listed, l.nodeIP)
+		if l.synced && (toggled || l.kick) && l.changed != nil {
+			l.changed()
+		}
+		l.synced, l.kick, l.listed = true, false, addrs
 	}
 	l.loops.report("host-addresses", errors.Join(err, l.subErr))
 	if err != nil {
 		l.log.Error("write the node's addresses for NetworkPolicy's host exemption", "err", err)
 		return
 	}
-	toggled := slices.Contains(addrs, l.nodeIP) != slices.Contains(l.last, l.nodeIP)
 	if !slices.Equal(addrs, l.last) {
 		l.log.Info("node addresses exempt from NetworkPolicy (the host's own traffic into pods)", "addresses", addrs)
 		l.last = addrs
 	}
-	first := !l.synced
-	l.synced = true
-	if !first && (toggled || l.kick) && l.changed != nil {
-		l.changed()
-	}
-	l.kick = false
 }
