@@ -32,13 +32,14 @@ const MaxFollowers = 64
 // MaxFollowers (LocalFollowers for the node's own sockets).
 var ErrTooManyFollowers = errors.New("too many follow streams")
 
-// LocalFollowers is how many follow streams a node serves to its own sockets (root's
-// `myelin observe --follow`, hubble on the node: requests whose context Local marks)
-// beside MaxFollowers: streams over the network (the relay, which the service map's
-// viewers reach unauthenticated, each a follower of every node) can take all of
-// MaxFollowers and hold them while their filters match nothing, and an operator on
-// the node must still see the flows during an incident (found by the attacker review
-// of 2026-12-06).
+// LocalFollowers is how many follow streams a node keeps for its own sockets (root's
+// `myelin observe --follow`, hubble on the node, `myelin ui` reading the node:
+// requests whose context Local marks) beyond MaxFollowers: streams over the network
+// (the relay, which the service map's viewers reach unauthenticated, each a follower
+// of every node) can take MaxFollowers at most and hold them while their filters
+// match nothing, and an operator on the node must still see the flows during an
+// incident (found by the attacker review of 2026-12-06). Local streams take any of
+// the MaxFollowers+LocalFollowers slots, network ones MaxFollowers at most.
 const LocalFollowers = 8
 
 type localKey struct{}
@@ -261,14 +262,14 @@ func (s *Store) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Fl
 	var fo *follower
 	if req.Follow { // registered under the same lock: no flow falls between the two parts
 		local := isLocal(ctx)
-		limit, n := MaxFollowers, len(s.followers)-s.localFollowers
-		if local {
-			limit, n = LocalFollowers, s.localFollowers
-		}
-		if n >= limit {
+		if !s.followerAdmitted(local) {
 			s.mu.Unlock()
-			return fmt.Errorf("follow flows: %w: this node serves at most %d at once; stop another `hubble observe --follow` or use the relay",
-				ErrTooManyFollowers, limit)
+			if local {
+				return fmt.Errorf("follow flows: %w: this node serves at most %d at once, %d to its own sockets; stop another `myelin observe --follow` or service map page",
+					ErrTooManyFollowers, MaxFollowers+LocalFollowers, LocalFollowers)
+			}
+			return fmt.Errorf("follow flows: %w: this node serves at most %d at once over the network; stop another `hubble observe --follow` or service map page",
+				ErrTooManyFollowers, MaxFollowers)
 		}
 		fo = &follower{match: req.Matcher(), ch: make(chan *flow.Flow, followBuffer), lostReport: lostReport, local: local}
 		s.followers = append(slices.Clip(s.followers), fo)
@@ -318,6 +319,14 @@ func (s *Store) endErr(ctx context.Context, req flow.Request) error {
 		return nil
 	}
 	return ctx.Err()
+}
+
+// followerAdmitted says whether one more follower fits (s.mu held): any one in a free
+// slot of MaxFollowers+LocalFollowers, a network one also within MaxFollowers, so the
+// network's streams always leave LocalFollowers slots to local ones.
+func (s *Store) followerAdmitted(local bool) bool {
+	free := len(s.followers) < MaxFollowers+LocalFollowers
+	return free && (local || len(s.followers)-s.localFollowers < MaxFollowers)
 }
 
 func (s *Store) unfollow(fo *follower) {

@@ -234,8 +234,8 @@ func TestStoreCapsFollowers(t *testing.T) {
 	}
 	waitFollowers(t, s, MaxFollowers+LocalFollowers)
 	err = s.Flows(local, flow.Request{Follow: true}, make(chan *flow.Flow))
-	if !errors.Is(err, ErrTooManyFollowers) || !strings.Contains(err.Error(), strconv.Itoa(LocalFollowers)) {
-		t.Errorf("local follower %d: err = %v, want ErrTooManyFollowers naming %d", LocalFollowers+1, err, LocalFollowers)
+	if !errors.Is(err, ErrTooManyFollowers) || !strings.Contains(err.Error(), strconv.Itoa(MaxFollowers+LocalFollowers)) {
+		t.Errorf("local follower %d: err = %v, want ErrTooManyFollowers naming %d", LocalFollowers+1, err, MaxFollowers+LocalFollowers)
 	}
 	endLocal()
 	<-done
@@ -245,6 +245,28 @@ func TestStoreCapsFollowers(t *testing.T) {
 	}
 	go func() { _ = s.Flows(local, flow.Request{Follow: true}, make(chan *flow.Flow)) }()
 	waitFollowers(t, s, MaxFollowers+LocalFollowers)
+}
+
+// Local streams (the node's sockets: root's CLI, `myelin ui` reading the node) use the
+// shared slots too, and network ones never the LocalFollowers slots kept for them.
+func TestStoreLocalFollowersShareThePool(t *testing.T) {
+	s := New(10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	local := Local(ctx)
+	for range LocalFollowers + 4 { // more than the reserve, no network stream open
+		go func() { _ = s.Flows(local, flow.Request{Follow: true}, make(chan *flow.Flow)) }()
+	}
+	waitFollowers(t, s, LocalFollowers+4)
+	for range MaxFollowers - 4 {
+		go func() { _ = s.Flows(ctx, flow.Request{Follow: true}, make(chan *flow.Flow)) }()
+	}
+	waitFollowers(t, s, MaxFollowers+LocalFollowers)
+	for name, c := range map[string]context.Context{"network": ctx, "local": local} {
+		if err := s.Flows(c, flow.Request{Follow: true}, make(chan *flow.Flow)); !errors.Is(err, ErrTooManyFollowers) {
+			t.Errorf("a %s follower with every slot taken: err = %v, want ErrTooManyFollowers", name, err)
+		}
+	}
 }
 
 // Concurrent adders and followers: every follower sees every flow once, in the order
