@@ -29,7 +29,7 @@ func Serve(node string, addrs []netip.Addr, port int, log *slog.Logger) (*Server
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(Hello{Node: node})
 	})
-	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: ProbeTimeout, IdleTimeout: time.Minute}}
+	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: ProbeTimeout}}
 	s.srv.SetKeepAlivesEnabled(false) // a probe holds its connection only while it runs (connlimit.Probes)
 	var ls []net.Listener
 	for _, a := range addrs {

@@ -33,14 +33,15 @@ import (
 // health). A cloud load balancer probes every health check port and kube-proxy's
 // healthz from one prober address, peer agents probe node health; those servers keep
 // no idle connection (keep-alives off), so a prober holds one only while a probe is in
-// flight and 64 is a burst of 64 probes at once. With 512 per source and one bound
-// shared with the service map, 32 pods each holding 512 idle connections (a request
-// every minute) filled it and every load balancer's probe was refused (found by the
-// attacker review of 2026-12-06).
+// flight and 64 is a burst of 64 probes at once. With 512 per source and idle
+// connections kept a minute, 32 pods each holding 512 (a request every minute)
+// filled the total and every load balancer's probe was refused (found by the
+// attacker review of 2026-12-06). A connection that sends no request still holds
+// its slot until the server's header timeout (5 s, node health 2 s): 256 sources
+// reconnecting so can still fill it.
 //
-// Shared: the service map (myelin ui), whose viewers may come through one ingress:
-// its own bound, so neither a flood of it nor of the metrics ports takes a load
-// balancer's slot.
+// Shared: the service map's listener (myelin ui, a process of its own), whose
+// viewers may come through one ingress.
 var (
 	Clients = New(64, 16384)
 	Probes  = New(64, 16384)

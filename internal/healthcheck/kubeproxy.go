@@ -41,14 +41,14 @@ func (k KubeProxy) Run(ctx context.Context) {
 		mux := http.NewServeMux()
 		mux.HandleFunc("GET /healthz", k.healthz)
 		mux.HandleFunc("GET /livez", k.healthz)
-		servers[k.HealthzAddr] = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+		servers[k.HealthzAddr] = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	}
 	if k.MetricsAddr != "" {
 		mux := http.NewServeMux()
 		mux.HandleFunc("GET /proxyMode", func(w http.ResponseWriter, _ *http.Request) {
 			_, _ = fmt.Fprint(w, ProxyMode)
 		})
-		servers[k.MetricsAddr] = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+		servers[k.MetricsAddr] = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	}
 	if len(servers) == 0 {
 		return

@@ -124,7 +124,7 @@ func (s *Server) reconcile() (changed bool, err error) {
 			continue
 		}
 		l = connlimit.Probes.Wrap(l, fmt.Sprintf("healthCheckNodePort %d (Service %s)", port, key), s.log)
-		srv := &http.Server{Handler: s.handler(port), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+		srv := &http.Server{Handler: s.handler(port), ReadHeaderTimeout: 5 * time.Second}
 		srv.SetKeepAlivesEnabled(false) // a probe holds its connection only while it runs (connlimit.Probes)
 		s.listeners[port] = srv
 		go func() { _ = srv.Serve(l) }()
