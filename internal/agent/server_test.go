@@ -60,17 +60,24 @@ func (f *fakeNode) DownPodVeths() (map[string]int, error) { return nil, nil }
 func (f *fakeNode) ReplacePodRoute(netip.Addr, int) error { return nil }
 func (f *fakeNode) DeletePodRoute(netip.Addr) error       { return nil }
 
-// serveTest serves the API of node n1 on a socket in a temporary directory, with a
-// real endpoint.Manager and IPAM pool over a fakeNode, and no views registered.
-func serveTest(t *testing.T) (*server, *fakeNode) {
+// testEndpoints is node n1's endpoint.Manager, with its state and IPAM pool in dir,
+// over a fakeNode.
+func testEndpoints(t *testing.T, dir string) (*endpoint.Manager, *ipam.Pool, *fakeNode) {
 	t.Helper()
-	dir := t.TempDir()
 	pool, err := ipam.OpenPool(filepath.Join(dir, "ipam.json"), netip.MustParsePrefix("10.244.0.0/24"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	node := &fakeNode{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}}
-	eps := endpoint.NewManager(endpoint.Config{Dir: filepath.Join(dir, "endpoints"), Node: "n1"}, node, node, pool)
+	return endpoint.NewManager(endpoint.Config{Dir: filepath.Join(dir, "endpoints"), Node: "n1"}, node, node, pool), pool, node
+}
+
+// serveTest serves the API of node n1 on a socket in a temporary directory, with a
+// real endpoint.Manager and IPAM pool over a fakeNode, and no views registered.
+func serveTest(t *testing.T) (*server, *fakeNode) {
+	t.Helper()
+	dir := t.TempDir()
+	eps, pool, node := testEndpoints(t, dir)
 	a := &server{cfg: Config{Node: "n1", StateDir: dir}, eps: eps, pool: pool, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	srv, err := a.serve()
 	if err != nil {

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"log/slog"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,9 +9,6 @@ import (
 	"testing"
 
 	"github.com/myelin-net/myelin/internal/api"
-	"github.com/myelin-net/myelin/internal/datapath"
-	"github.com/myelin-net/myelin/internal/endpoint"
-	"github.com/myelin-net/myelin/internal/ipam"
 )
 
 // The closer enters the agent's namespace and every pod's it can see; a pod's netns
@@ -22,12 +18,7 @@ import (
 // sockets stay open.
 func TestUDPCloserNetnsNotVisible(t *testing.T) {
 	dir := t.TempDir()
-	pool, err := ipam.OpenPool(filepath.Join(dir, "ipam.json"), netip.MustParsePrefix("10.244.0.0/24"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := &fakeNode{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}}
-	eps := endpoint.NewManager(endpoint.Config{Dir: filepath.Join(dir, "endpoints"), Node: "n1"}, node, node, pool)
+	eps, _, node := testEndpoints(t, dir)
 	put := func(id, netns string) {
 		alloc, err := eps.Allocate(api.PodRef{ContainerID: id, Namespace: "x", Pod: id})
 		if err != nil {

@@ -120,16 +120,7 @@ func captureIn(t *testing.T, pods []corev1.Pod) []*capture {
 func expectOnly(t *testing.T, caps []*capture, pods []corev1.Pod, own, forged netip.Addr) {
 	t.Helper()
 	for i, c := range caps {
-		got, err := c.sourcesUntil(own, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var from []netip.Addr
-		for _, f := range got {
-			if f.udpPort == forgedPort {
-				from = append(from, f.src)
-			}
-		}
+		from, got := forgedPortSources(t, c, own)
 		if slices.Contains(from, forged) {
 			t.Errorf("%s (%s) received the forged packet from %s", pods[i].Name, pods[i].Spec.NodeName, forged)
 		}
@@ -137,6 +128,23 @@ func expectOnly(t *testing.T, caps []*capture, pods []corev1.Pod, own, forged ne
 			t.Errorf("%s saw no packet from the control's address %s (frames seen: %v): the capture proves nothing", pods[i].Name, own, got)
 		}
 	}
+}
+
+// forgedPortSources waits until c saw a frame from own and returns the sources of
+// the datagrams to forgedPort it saw, and every frame.
+func forgedPortSources(t *testing.T, c *capture, own netip.Addr) ([]netip.Addr, []captured) {
+	t.Helper()
+	got, err := c.sourcesUntil(own, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var from []netip.Addr
+	for _, f := range got {
+		if f.udpPort == forgedPort {
+			from = append(from, f.src)
+		}
+	}
+	return from, got
 }
 
 // hostSpoofDrops is node's DROP_SPOOFED_SOURCE packets by the directions

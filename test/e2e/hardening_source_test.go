@@ -164,16 +164,7 @@ func forgeFrom(t *testing.T, ns string, control netip.Addr, impersonated, target
 // expectBoth checks that pod's capture saw the forged datagram and the control's.
 func expectBoth(t *testing.T, c *capture, pod corev1.Pod, control, forged netip.Addr) {
 	t.Helper()
-	got, err := c.sourcesUntil(control, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var from []netip.Addr
-	for _, f := range got {
-		if f.udpPort == forgedPort {
-			from = append(from, f.src)
-		}
-	}
+	from, _ := forgedPortSources(t, c, control)
 	if !slices.Contains(from, control) || !slices.Contains(from, forged) {
 		t.Errorf("%s (%s) saw datagrams from %v, want both %s (forged, the check off) and %s", pod.Name, pod.Spec.NodeName,
 			from, forged, control)
