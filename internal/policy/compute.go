@@ -100,7 +100,7 @@ func Compute(in Input, ids *Identities) State {
 	}
 	sort.Slice(all, func(a, b int) bool { return all[a].id < all[b].id })
 	st.Identities = len(all)
-	peers := &rulePeers{c: c, all: all, matched: map[ruleRef][]*identity{}}
+	peers := newRulePeers(c, all)
 	for _, pod := range local {
 		st.Endpoints[pod.IP] = endpointState(pod, podPeer(pod, in.Namespaces, cidrs), in.Policies, peers, &st)
 	}
@@ -117,24 +117,61 @@ type ruleRef struct {
 // rulePeers are the identities each rule's peers match, found once per
 // computation: which peers a rule admits does not depend on the local pod it
 // selects (its named ports do), so every pod a policy selects shares the answer
-// instead of matching every peer against every identity again.
+// instead of matching every peer against every identity again. A selector peer is
+// matched against the pods of the namespaces it can select only: its policy's own,
+// or those its namespaceSelector matches (evaluated once per namespace); an ipBlock
+// peer against every identity.
 type rulePeers struct {
-	c       *compiled
-	all     []*identity // by number
-	matched map[ruleRef][]*identity
+	c   *compiled
+	all []*identity // by number
+	// byNamespace are the pods' identities by namespace, by number.
+	byNamespace map[string][]*identity
+	matched     map[ruleRef][]*identity
 }
 
-// of returns the identities that one of pps (the rule r, not empty) matches.
+func newRulePeers(c *compiled, all []*identity) *rulePeers {
+	rp := &rulePeers{c: c, all: all, byNamespace: map[string][]*identity{}, matched: map[ruleRef][]*identity{}}
+	for _, i := range all {
+		if i.pod {
+			rp.byNamespace[i.namespace] = append(rp.byNamespace[i.namespace], i)
+		}
+	}
+	return rp
+}
+
+// of returns the identities that one of pps (the rule r, not empty) matches, by number.
 func (rp *rulePeers) of(r ruleRef, pps []networkingv1.NetworkPolicyPeer) []*identity {
 	if ids, ok := rp.matched[r]; ok {
 		return ids
 	}
-	ids := []*identity{}
-	for _, i := range rp.all {
-		if anyPeerMatches(r.np, pps, i.peer, rp.c) {
-			ids = append(ids, i)
+	hit := map[*identity]bool{}
+	match := func(pp networkingv1.NetworkPolicyPeer, candidates []*identity) {
+		for _, i := range candidates {
+			if !hit[i] && peerMatches(r.np, pp, i.peer, rp.c) {
+				hit[i] = true
+			}
 		}
 	}
+	for _, pp := range pps {
+		switch {
+		case pp.IPBlock != nil:
+			match(pp, rp.all)
+		case pp.NamespaceSelector == nil:
+			match(pp, rp.byNamespace[r.np.Namespace]) // nothing when PodSelector is nil too
+		default:
+			for _, ids := range rp.byNamespace {
+				// A namespace's pods share its labels (podPeer).
+				if ok, err := rp.c.selectors.matches(pp.NamespaceSelector, ids[0].nsLabels); err == nil && ok {
+					match(pp, ids)
+				}
+			}
+		}
+	}
+	ids := make([]*identity, 0, len(hit))
+	for i := range hit {
+		ids = append(ids, i)
+	}
+	sort.Slice(ids, func(a, b int) bool { return ids[a].id < ids[b].id })
 	rp.matched[r] = ids
 	return ids
 }
