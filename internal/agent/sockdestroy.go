@@ -23,7 +23,8 @@ type udpCloser struct {
 	eps   *endpoint.Manager
 	queue chan datapath.UDPSocketTarget
 	log   *slog.Logger
-	// hidden are the live pods' netns paths found missing (netns), logged once each.
+	// hidden are the live pods' netns paths that are no namespace for the agent
+	// (netns), logged once each.
 	mu     sync.Mutex
 	hidden map[string]bool
 }

@@ -29,7 +29,7 @@ const historyChunk = 256
 const MaxFollowers = 64
 
 // ErrTooManyFollowers is what Flows returns (wrapped) for a follow request beyond
-// MaxFollowers (LocalFollowers for the node's own sockets).
+// MaxFollowers over the network, or MaxFollowers+LocalFollowers in all.
 var ErrTooManyFollowers = errors.New("too many follow streams")
 
 // LocalFollowers is how many follow streams a node keeps for its own sockets (root's
@@ -80,8 +80,8 @@ type Store struct {
 	// followers is replaced, never changed in place, when one comes or goes, so Add
 	// takes it under mu and runs the filters on it after mu is released.
 	followers []*follower
-	// localFollowers are the followers of the node's own sockets (Local), counted
-	// against LocalFollowers; the others against MaxFollowers.
+	// localFollowers are the followers of the node's own sockets (Local): the others
+	// are the network's (followerAdmitted).
 	localFollowers int
 	// historyReaders are the requests sending stored flows now (MaxHistoryReaders).
 	historyReaders int
