@@ -5,10 +5,12 @@ import (
 	"crypto/x509"
 	"log/slog"
 	"net"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/flow"
 	"github.com/myelin-net/myelin/internal/flowstore"
 	"github.com/myelin-net/myelin/internal/hubble"
@@ -103,4 +105,22 @@ func waitStoreFollowers(t *testing.T, s *flowstore.Store, n int) {
 			t.Fatalf("%d followers, want %d", s.Stats().Followers, n)
 		}
 	}
+}
+
+// The agent API's /v1/flows is the node's own socket too: its follow streams are
+// admitted while the network's hold flowstore.MaxFollowers.
+func TestFlowsAPIHasItsOwnFollowers(t *testing.T) {
+	a, _ := serveTest(t)
+	store := flowstore.New(16)
+	a.flows = store
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range flowstore.MaxFollowers {
+		go func() { _ = store.Flows(ctx, flow.Request{Follow: true}, make(chan *flow.Flow)) }()
+	}
+	waitStoreFollowers(t, store, flowstore.MaxFollowers)
+	go func() {
+		_ = api.NewClient(a.cfg.socket()).Flows(ctx, url.Values{"follow": {"true"}}, func(*flow.Flow) error { return nil })
+	}()
+	waitStoreFollowers(t, store, flowstore.MaxFollowers+1)
 }
