@@ -145,9 +145,9 @@ func (rp *rulePeers) of(r ruleRef, pps []networkingv1.NetworkPolicyPeer) []*iden
 		return ids
 	}
 	hit := map[*identity]bool{}
-	match := func(pp networkingv1.NetworkPolicyPeer, candidates []*identity) {
+	match := func(candidates []*identity, matches func(peer) bool) {
 		for _, i := range candidates {
-			if !hit[i] && peerMatches(r.np, pp, i.peer, rp.c) {
+			if !hit[i] && matches(i.peer) {
 				hit[i] = true
 			}
 		}
@@ -155,14 +155,16 @@ func (rp *rulePeers) of(r ruleRef, pps []networkingv1.NetworkPolicyPeer) []*iden
 	for _, pp := range pps {
 		switch {
 		case pp.IPBlock != nil:
-			match(pp, rp.all)
+			match(rp.all, func(p peer) bool { return peerMatches(r.np, pp, p, rp.c) })
 		case pp.NamespaceSelector == nil:
-			match(pp, rp.byNamespace[r.np.Namespace]) // nothing when PodSelector is nil too
+			// nothing when PodSelector is nil too
+			match(rp.byNamespace[r.np.Namespace], func(p peer) bool { return peerMatches(r.np, pp, p, rp.c) })
 		default:
 			for _, ids := range rp.byNamespace {
-				// A namespace's pods share its labels (podPeer).
+				// A namespace's pods share its labels (podPeer): its selector is
+				// evaluated once, then only the podSelector per pod.
 				if ok, err := rp.c.selectors.matches(pp.NamespaceSelector, ids[0].nsLabels); err == nil && ok {
-					match(pp, ids)
+					match(ids, func(p peer) bool { return podSelected(pp, p, rp.c) })
 				}
 			}
 		}

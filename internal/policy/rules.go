@@ -54,12 +54,17 @@ func peerMatches(np *networkingv1.NetworkPolicy, pp networkingv1.NetworkPolicyPe
 	} else if p.namespace != np.Namespace {
 		return false
 	}
-	if pp.PodSelector != nil {
-		if ok, err := c.selectors.matches(pp.PodSelector, p.labels); err != nil || !ok {
-			return false
-		}
+	return podSelected(pp, p, c)
+}
+
+// podSelected says whether the selector peer pp's podSelector (none: every pod)
+// matches the pod p, whose namespace pp admits.
+func podSelected(pp networkingv1.NetworkPolicyPeer, p peer, c *compiled) bool {
+	if pp.PodSelector == nil {
+		return true
 	}
-	return true
+	ok, err := c.selectors.matches(pp.PodSelector, p.labels)
+	return err == nil && ok
 }
 
 // anyPeerMatches says whether a rule with peers pps allows p; no peers allow everyone.

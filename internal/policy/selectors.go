@@ -34,20 +34,23 @@ type parsedSelector struct {
 	err error
 }
 
+func parseSelector(sel *metav1.LabelSelector) parsedSelector {
+	p, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		err = fmt.Errorf("parse label selector: %w", err)
+	}
+	return parsedSelector{sel: p, err: err}
+}
+
 func newSelectorSet(nps []*networkingv1.NetworkPolicy) selectorSet {
 	s := selectorSet{}
 	add := func(sel *metav1.LabelSelector) {
 		if sel == nil || len(sel.MatchExpressions) == 0 {
 			return
 		}
-		if _, ok := s[sel]; ok {
-			return
+		if _, ok := s[sel]; !ok {
+			s[sel] = parseSelector(sel)
 		}
-		p, err := metav1.LabelSelectorAsSelector(sel)
-		if err != nil {
-			err = fmt.Errorf("parse label selector: %w", err)
-		}
-		s[sel] = parsedSelector{sel: p, err: err}
 	}
 	peers := func(pps []networkingv1.NetworkPolicyPeer) {
 		for i := range pps {
@@ -85,10 +88,7 @@ func (s selectorSet) matches(sel *metav1.LabelSelector, set map[string]string) (
 	}
 	p, ok := s[sel]
 	if !ok { // not one of the policies' own selectors
-		p.sel, p.err = metav1.LabelSelectorAsSelector(sel)
-		if p.err != nil {
-			p.err = fmt.Errorf("parse label selector: %w", p.err)
-		}
+		p = parseSelector(sel)
 	}
 	if p.err != nil {
 		return false, p.err
