@@ -22,7 +22,13 @@ import (
 // (cachedPolicyPods), and the API's endpoint PUT (the last step of CNI ADD) returns
 // only once a computation that includes the pod at that address is applied, when a
 // NetworkPolicy exists in its namespace (policies select pods of their own namespace
-// only; elsewhere there is nothing to wait for and ADD costs nothing more).
+// only; elsewhere there is nothing to wait for and ADD costs nothing more), or when
+// the pod's address may still carry another pod's identity on this node
+// (addressStale): IPAM hands a deleted pod's address out again once its Pod is gone
+// from the cache, while this node's ipcache maps it to the deleted pod's identity
+// until the next computation is applied, and the new pod would meanwhile pass every
+// local policy that admits the old one (a tenant can steer round-robin IPAM onto a
+// victim's address).
 
 // policyAdmitTimeout bounds the wait: past it the endpoint is removed again and ADD
 // fails (the kubelet retries the sandbox), rather than the pod running unisolated.
@@ -38,8 +44,9 @@ type policyCaches struct {
 	policies networkinglisters.NetworkPolicyLister
 }
 
-// admit returns once ep's pod is isolated as its namespace's NetworkPolicies say, or
-// at once when the namespace has none; an error when that could not be done within
+// admit returns once ep's pod is isolated as its namespace's NetworkPolicies say and
+// its address carries its own identity, or at once when the namespace has none and
+// the address no other pod's; an error when that could not be done within
 // policyAdmitTimeout (or ctx).
 func (p *policyLoop) admit(ctx context.Context, ep api.Endpoint) error {
 	ip, err := netip.ParseAddr(ep.IP)
@@ -58,7 +65,7 @@ func (p *policyLoop) admit(ctx context.Context, ep api.Endpoint) error {
 		if err != nil {
 			return fmt.Errorf("list NetworkPolicies of %s: %w", ep.Namespace, err)
 		}
-		if len(nps) == 0 {
+		if len(nps) == 0 && !p.addressStale(ref, ip) {
 			return nil
 		}
 		if _, cached, _ := c.pods.GetByKey(ref); cached {
@@ -94,6 +101,21 @@ func (p *policyLoop) admit(ctx context.Context, ep api.Endpoint) error {
 		case <-time.After(policyAdmitRetry):
 		}
 	}
+}
+
+// addressStale says whether ip may still carry another pod's identity in this node's
+// ipcache, as far as the last applied computation tells: none applied since the agent
+// started (the pinned ipcache is the last agent's), or the last gave ip's /32 an
+// identity without ref's pod at ip in its input (a deleted pod's, or nobody's yet).
+func (p *policyLoop) addressStale(ref string, ip netip.Addr) bool {
+	v := p.view.Load()
+	if v == nil {
+		return true
+	}
+	if _, ok := v.state.IPCache[netip.PrefixFrom(ip, ip.BitLen())]; !ok {
+		return false
+	}
+	return !v.includes(ref, ip)
 }
 
 // awaitSynced returns the loop's caches once its informers synced, or ctx's error.

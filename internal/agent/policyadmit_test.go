@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -59,11 +60,87 @@ func TestPolicyAdmit(t *testing.T) {
 	}
 }
 
+// A deleted pod's address handed to a new pod in a namespace without NetworkPolicy
+// still maps to the deleted pod's identity in this node's ipcache until the next
+// computation is applied; the new pod would pass every local policy that admits the
+// old one. So admit returns only once the address carries the new pod's identity,
+// and, before any computation was applied since the agent started (the pinned
+// ipcache is the last agent's), waits for one; an address no pod held is admitted at
+// once as before.
+func TestPolicyAdmitWaitsForAReusedAddress(t *testing.T) {
+	pod := func(name string, phase corev1.PodPhase, ip string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "open", Name: name, Labels: map[string]string{"app": name}},
+			Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: phase, PodIP: ip}}
+	}
+	// A policy elsewhere that admits the old pod: its identity is worth stealing.
+	admitsOld := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "bank", Name: "from-old"},
+		Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{
+				NamespaceSelector: &metav1.LabelSelector{}, PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "old"}}}}}}}}
+	const reused = "10.244.1.8"
+	cs := fake.NewSimpleClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "open"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bank"}}, admitsOld,
+		pod("old", corev1.PodRunning, reused), pod("new", corev1.PodPending, ""), pod("fresh", corev1.PodPending, ""),
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "bank", Name: "vault"}, Spec: corev1.PodSpec{NodeName: "n1"},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.1.50"}})
+	vaultEp := api.Endpoint{PodRef: api.PodRef{Namespace: "bank", Pod: "vault"}, IP: "10.244.1.50"}
+	oldEp := api.Endpoint{PodRef: api.PodRef{Namespace: "open", Pod: "old"}, IP: reused}
+	newEp := api.Endpoint{PodRef: api.PodRef{Namespace: "open", Pod: "new"}, IP: reused}
+	freshEp := api.Endpoint{PodRef: api.PodRef{Namespace: "open", Pod: "fresh"}, IP: "10.244.1.9"}
+	maps := &lockedPolicyMaps{fakePolicyMaps: newFakePolicyMaps()}
+	var mu sync.Mutex
+	eps := []api.Endpoint{oldEp, vaultEp}
+	p, ctx := startPolicyLoopWith(t, cs, maps, func() []api.Endpoint { mu.Lock(); defer mu.Unlock(); return slices.Clone(eps) })
+
+	if !p.addressStale("open/old", netip.MustParseAddr(reused)) && p.view.Load() == nil {
+		t.Error("addressStale before any computation = false, want true (the pinned ipcache is the last agent's)")
+	}
+	short, stop := context.WithTimeout(ctx, 5*time.Second)
+	defer stop()
+	vault := netip.MustParseAddr(vaultEp.IP)
+	admitted := func() bool {
+		return maps.flagsOf(vaultEp.IP)&datapath.PolicyIngress != 0 && maps.cacheOf(reused) != 0 &&
+			maps.allowsNow(netip.MustParseAddr(reused), vault, 80)
+	}
+	for !admitted() && short.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	oldID := maps.cacheOf(reused)
+	if !admitted() {
+		t.Fatalf("open/old at %s never let into bank/vault before the test", reused)
+	}
+	// The old pod goes; its address is handed to the new one (its endpoint takes it).
+	if err := cs.CoreV1().Pods("open").Delete(ctx, "old", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	eps = []api.Endpoint{newEp, freshEp, vaultEp}
+	mu.Unlock()
+	if err := p.admit(ctx, newEp); err != nil {
+		t.Fatalf("admit open/new: %v", err)
+	}
+	if id := maps.cacheOf(reused); id == oldID || id == 0 {
+		t.Errorf("%s's identity when admit of open/new returned = %d, want the new pod's, not the deleted pod's %d", reused, id, oldID)
+	}
+	if maps.allowsNow(netip.MustParseAddr(reused), vault, 80) {
+		t.Errorf("open/new at %s is let into bank/vault, which admits only open/old", reused)
+	}
+	if p.addressStale("open/fresh", netip.MustParseAddr(freshEp.IP)) {
+		t.Errorf("addressStale of an address no pod held = true, want false (admitted at once)")
+	}
+}
+
 // startPolicyLoop runs a policy loop of node n1 over cs and maps, with eps as the
 // node's endpoints, until the test ends; ctx ends with it.
 func startPolicyLoop(t *testing.T, cs *fake.Clientset, maps policyMaps, eps ...api.Endpoint) (*policyLoop, context.Context) {
 	t.Helper()
-	p, err := newPolicyLoop("n1", t.TempDir(), maps, kubefake.Wrap(cs), func() []api.Endpoint { return eps },
+	return startPolicyLoopWith(t, cs, maps, func() []api.Endpoint { return eps })
+}
+
+// startPolicyLoopWith is startPolicyLoop with the node's endpoints from endpoints.
+func startPolicyLoopWith(t *testing.T, cs *fake.Clientset, maps policyMaps, endpoints func() []api.Endpoint) (*policyLoop, context.Context) {
+	t.Helper()
+	p, err := newPolicyLoop("n1", t.TempDir(), maps, kubefake.Wrap(cs), endpoints,
 		newLoops(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -97,6 +174,38 @@ func (l *lockedPolicyMaps) flagsOf(ip string) datapath.PolicyFlags {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.flags[netip.MustParseAddr(ip)]
+}
+
+func (l *lockedPolicyMaps) SetIPCache(p netip.Prefix, id uint32) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fakePolicyMaps.SetIPCache(p, id)
+}
+
+func (l *lockedPolicyMaps) DeleteIPCache(p netip.Prefix) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fakePolicyMaps.DeleteIPCache(p)
+}
+
+func (l *lockedPolicyMaps) IPCache() (map[netip.Prefix]uint32, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fakePolicyMaps.IPCache()
+}
+
+// allowsNow is fakePolicyMaps.allows while the loop writes.
+func (l *lockedPolicyMaps) allowsNow(src, dst netip.Addr, port uint16) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.allows(src, dst, port)
+}
+
+// cacheOf is ip's /32 identity in the ipcache, 0 for none.
+func (l *lockedPolicyMaps) cacheOf(ip string) uint32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cache[netip.PrefixFrom(netip.MustParseAddr(ip), 32)]
 }
 
 func (l *lockedPolicyMaps) SetPolicyFlags(ip netip.Addr, fl datapath.PolicyFlags) error {
