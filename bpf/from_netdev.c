@@ -52,22 +52,50 @@ __noinline int from_netdev_decap(struct __sk_buff *skb, struct ipv4_info *info)
 	return tunnel_decap_deliver(skb, info);
 }
 
-__noinline int from_netdev_deliver(struct __sk_buff *skb, struct ipv4_info *info, int route)
+/* from_netdev_deliver sends the packet on as route and host routing say;
+ * dir: DIR_FROM_NETDEV, or DIR_FROM_OVERLAY for what the overlay brought to
+ * node_ip (from_overlay.c). */
+__noinline int from_netdev_deliver(struct __sk_buff *skb, struct ipv4_info *info, int route,
+				   int dir)
 {
 	const struct endpoint_info *ep;
 
 	if (!info)
 		return TC_ACT_SHOT;
 	if (route == LB_ROUTE_OUT)
-		return lb_forward_out(skb, info, DIR_FROM_NETDEV);
+		return lb_forward_out(skb, info, dir);
 	/* The node's own address is no pod's, nor is one outside the cluster
 	 * CIDR: the stack takes them, no lookup. */
 	if (!host_routing_bpf || info->daddr == node_ip || !cluster_contains(info->daddr))
-		return verdict_pass(skb, info, DIR_FROM_NETDEV);
+		return verdict_pass(skb, info, dir);
 	ep = endpoint_lookup(info->daddr);
 	if (ep)
-		return endpoint_deliver(skb, info, DIR_FROM_NETDEV, ep);
-	return verdict_pass(skb, info, DIR_FROM_NETDEV);
+		return endpoint_deliver(skb, info, dir, ep);
+	return verdict_pass(skb, info, dir);
+}
+
+/*
+ * from_netdev_plain_pod is 0, or why a plain packet from a pod address on
+ * the uplink is dropped in tunnel mode: pods reach pods of other nodes only
+ * encapsulated (their sources checked by the peer rule), so one to a pod
+ * address came from the underlay with a forged source; so does one to this
+ * node's IP once every node encapsulates pod-to-node traffic too
+ * (tunnel-pod-to-node enforce). With encapsulate, such a packet to node_ip
+ * is counted (REASON_PLAIN_POD_TO_NODE, a node that still sends them) and
+ * goes on. A few compares, no lookup.
+ */
+static __always_inline int from_netdev_plain_pod(struct __sk_buff *skb, struct ipv4_info *info)
+{
+	if (!routing_tunnel || !cluster_cidr_mask || !cluster_contains(info->saddr))
+		return 0;
+	if (cluster_contains(info->daddr))
+		return DROP_SPOOFED_SOURCE;
+	if (info->daddr != node_ip || !tunnel_pod_to_node)
+		return 0;
+	if (tunnel_pod_to_node == TUNNEL_POD_TO_NODE_ENFORCE)
+		return DROP_SPOOFED_SOURCE;
+	metrics_add(DIR_FROM_NETDEV, REASON_PLAIN_POD_TO_NODE, skb->len);
+	return 0;
 }
 
 SEC("tcx/ingress")
@@ -87,12 +115,9 @@ int myelin_from_netdev(struct __sk_buff *skb)
 	/* Nor does a pod of this node, where the agent set its PodCIDR (lib/config.h). */
 	if (local_pod_contains(info.saddr))
 		return verdict_drop(skb, &info, DIR_FROM_NETDEV, DROP_SPOOFED_SOURCE);
-	/* In tunnel mode pods reach pods of other nodes only encapsulated (their
-	 * sources checked by the peer rule): a plain packet from a pod address to
-	 * one came from the underlay with a forged source. Two compares, no lookup. */
-	if (routing_tunnel && cluster_cidr_mask && cluster_contains(info.saddr) &&
-	    cluster_contains(info.daddr))
-		return verdict_drop(skb, &info, DIR_FROM_NETDEV, DROP_SPOOFED_SOURCE);
+	reason = from_netdev_plain_pod(skb, &info);
+	if (reason)
+		return verdict_drop(skb, &info, DIR_FROM_NETDEV, reason);
 	if (routing_tunnel && host_routing_bpf && info.proto == IPPROTO_UDP &&
 	    info.daddr == node_ip) {
 		reason = from_netdev_decap(skb, &info);
@@ -104,5 +129,5 @@ int myelin_from_netdev(struct __sk_buff *skb)
 		return from_netdev_reject(skb, &info);
 	if (reason)
 		return verdict_drop(skb, &info, DIR_FROM_NETDEV, reason);
-	return from_netdev_deliver(skb, &info, route);
+	return from_netdev_deliver(skb, &info, route, DIR_FROM_NETDEV);
 }

@@ -10,7 +10,8 @@
  * by its quote as the pod wrote it, or as the Service stage rewrote it for
  * another destination). BPF host routing delivers to
  * local pods with bpf_redirect_peer, in tunnel mode to pods of other nodes
- * through the VXLAN device, and to everything else via FIB +
+ * (and, with tunnel-pod-to-node, to other nodes' IPs) through the overlay,
+ * and to everything else via FIB +
  * bpf_redirect_neigh; legacy mode hands packets to the kernel stack (which,
  * in tunnel mode, encapsulates by the agent's encap routes).
  *
@@ -100,6 +101,8 @@ __noinline int from_pod_deliver(struct __sk_buff *skb, struct ipv4_info *info, i
 		return endpoint_deliver(skb, info, DIR_FROM_POD, ep);
 	if (routing_tunnel) {
 		te = tunnel_lookup(info->daddr);
+		if (!te && tunnel_pod_to_node)
+			te = tunnel_node_lookup(info->daddr);
 		if (te)
 			return tunnel_encap_redirect(skb, info, DIR_FROM_POD, te);
 	}

@@ -8,7 +8,9 @@
  * ingress NetworkPolicy is checked here for everything the stack delivers
  * (lib/policy.h), what the node's own stack built may not carry a pod's
  * source (lib/host_source.h), and what another device brought in may not
- * carry the source of a pod of this node (lib/source.h); a malformed IPv4
+ * carry the source of a pod of this node (lib/source.h), nor, with
+ * tunnel-pod-to-node enforce, anything but the overlay that of a pod of
+ * another node (lib/tunnel.h); a malformed IPv4
  * header is dropped; everything else passes: the stack built or routed it.
  */
 #include <linux/bpf.h>
@@ -22,6 +24,7 @@
 #include "lib/ipv4.h"
 #include "lib/policy.h"
 #include "lib/source.h"
+#include "lib/tunnel.h"
 #include "lib/verdict.h"
 
 SEC("tcx/egress")
@@ -38,6 +41,8 @@ int myelin_to_pod(struct __sk_buff *skb)
 	reason = host_source_check(skb, &info, 0);
 	if (!reason)
 		reason = source_check_to_pod(skb, &info);
+	if (!reason)
+		reason = tunnel_check_to_pod(skb, &info);
 	if (reason)
 		return verdict_drop(skb, &info, DIR_TO_POD, reason);
 	/* ingress_ifindex 0: the host's own stack built the packet (kubelet probes). */

@@ -37,6 +37,23 @@ volatile const __u8 overlay_mac[6] = {};
 volatile const __be16 tunnel_port = 0;
 
 /*
+ * tunnel_pod_to_node (tunnel-pod-to-node, tunnel mode with BPF host routing):
+ * how pods reach the InternalIP of another node (lib/tunnel.h,
+ * myelin_tunnel_nodes). TUNNEL_POD_TO_NODE_PLAIN sends such packets plain,
+ * as before; ENCAPSULATE sends them through the overlay, so the receiver sees
+ * their pod source vouched for by the tunnel peer rule; ENFORCE does too and
+ * drops, as forged, a plain packet from a pod address to this node's IP on
+ * the uplink and one from a pod of another node that anything but the
+ * overlay brought into a pod (docs/datapath.md, "Pods to other nodes").
+ */
+enum tunnel_pod_to_node_mode {
+	TUNNEL_POD_TO_NODE_PLAIN = 0,
+	TUNNEL_POD_TO_NODE_ENCAPSULATE = 1,
+	TUNNEL_POD_TO_NODE_ENFORCE = 2,
+};
+volatile const __u8 tunnel_pod_to_node = TUNNEL_POD_TO_NODE_PLAIN;
+
+/*
  * overlay_port: myelin_vxlan's UDP port (network order) in tunnel mode,
  * whoever encapsulates (tunnel_port only when BPF does); 0 in native routing.
  * UDP to it that the node's own stack sends must be the device's

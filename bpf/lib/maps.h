@@ -64,6 +64,20 @@ struct {
 } myelin_tunnel SEC(".maps");
 
 /*
+ * myelin_tunnel_nodes: the node IP of every node in myelin_tunnel -> itself
+ * (the tunnel's remote), for tunnel-pod-to-node (lib/tunnel.h,
+ * tunnel_node_lookup). Kept by the agent with myelin_tunnel in tunnel mode
+ * whatever the key says; read only when it is not plain.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32); /* node IP, network order */
+	__type(value, struct tunnel_endpoint);
+	__uint(max_entries, TUNNEL_MAX_ENTRIES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_tunnel_nodes SEC(".maps");
+
+/*
  * myelin_snat: both directions of every masqueraded flow (see struct
  * nat_key). A plain hash, not LRU: a full map must fail the insert, which the
  * datapath drops and counts as DROP_NAT_FULL, instead of silently evicting a

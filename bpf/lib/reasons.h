@@ -107,6 +107,13 @@ enum reason {
 	 */
 	DROP_SVC_CT_BUDGET = 25,
 	/*
+	 * Not a verdict: a plain packet from a pod address to this node's IP
+	 * arrived on the uplink while tunnel-pod-to-node is encapsulate (a
+	 * node that does not encapsulate them yet, or a forger); it goes on.
+	 * Before enforce drops them, this count should stay still.
+	 */
+	REASON_PLAIN_POD_TO_NODE = 60,
+	/*
 	 * Not a verdict: a DNS or drop flow record was not written, its budget
 	 * (lib/flows.h, flows_allow) was spent for this window.
 	 */

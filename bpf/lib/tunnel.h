@@ -67,6 +67,43 @@ static __always_inline const struct tunnel_endpoint *tunnel_lookup(__u32 addr)
 }
 
 /*
+ * tunnel_node_lookup returns the tunnel to the node whose IP is addr (network
+ * order), or NULL: with tunnel-pod-to-node other than plain, a pod's packets
+ * to another node's IP take the overlay as those to its pods do, so the
+ * receiver knows their pod source from the tunnel peer rule (a plain one on
+ * its uplink is then forged; docs/datapath.md, "Pods to other nodes").
+ * Only called when the key is on: one hash lookup per packet from a pod to
+ * an address outside every PodCIDR.
+ */
+static __always_inline const struct tunnel_endpoint *tunnel_node_lookup(__u32 addr)
+{
+	return bpf_map_lookup_elem(&myelin_tunnel_nodes, &addr);
+}
+
+/*
+ * tunnel_check_to_pod: with tunnel-pod-to-node enforce, a pod of another
+ * node (its address in a PodCIDR of myelin_tunnel) reaches this node only
+ * through the overlay: its pod traffic and its traffic to this node's IP are
+ * encapsulated, and what the uplink brings plain from it is dropped
+ * (myelin_from_netdev). So a packet from such an address that the stack
+ * delivers into a pod (myelin_to_pod) must have come in on myelin_vxlan; one
+ * another device brought (a second network's host, a foreign decapsulating
+ * device such as tunl0) was forged there: DROP_SPOOFED_SOURCE. What the
+ * node's own stack built (ingress_ifindex 0) is lib/host_source.h's.
+ * Pruned at load unless enforce; then one myelin_tunnel lookup per packet
+ * from a cluster address that the stack delivers into a pod.
+ */
+static __always_inline int tunnel_check_to_pod(struct __sk_buff *skb, const struct ipv4_info *info)
+{
+	__u32 in = skb->ingress_ifindex;
+
+	if (tunnel_pod_to_node != TUNNEL_POD_TO_NODE_ENFORCE || !in || in == overlay_ifindex ||
+	    !cluster_cidr_mask || !cluster_contains(info->saddr))
+		return 0;
+	return tunnel_lookup(info->saddr) ? DROP_SPOOFED_SOURCE : 0;
+}
+
+/*
  * tunnel_peer_ok says whether a tunnelled packet from inner_src may come from
  * the underlay address outer_src: the node whose PodCIDR holds the inner
  * source (myelin_tunnel), or, for an address that is no pod's, the inner

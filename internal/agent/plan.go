@@ -46,6 +46,9 @@ type nodePlan struct {
 	// unset where it is not, and UplinkPodCheckOff then says why.
 	UplinkPodCIDR     netip.Prefix
 	UplinkPodCheckOff string
+	// TunnelPodToNode is tunnel-pod-to-node (tunnel mode, BPF host routing): how
+	// pods reach other nodes' IPs, and whether plain ones arriving here are forged.
+	TunnelPodToNode config.TunnelPodToNode
 
 	MTU      int // pod devices
 	RouteMTU int // pod routes: MTU, less the tunnel overhead in tunnel mode
@@ -133,11 +136,36 @@ func decidePlan(c config.Config, in planInputs) (nodePlan, error) {
 		p.RouteMTU = p.MTU - tunnel.Overhead
 	}
 	p.BPFTunnel = p.Tunnel && hr.BPF && c.EnableBPFTunnel
+	if p.TunnelPodToNode, err = decideTunnelPodToNode(c, p); err != nil {
+		return nodePlan{}, err
+	}
 	p.UplinkPodCIDR, p.UplinkPodCheckOff = decideUplinkPodCheck(p, c.PodSourceFromHosts, in.PodCIDR)
 	if !in.Features.TCX {
 		p.AttachMode = "tc"
 	}
 	return p, nil
+}
+
+// decideTunnelPodToNode checks that tunnel-pod-to-node can be honoured: anything
+// but plain needs tunnel mode (an overlay to send through) and BPF host routing (the
+// programs encapsulate; with legacy host routing the stack routes pods' packets to
+// nodes plain). Refused rather than served plain: enforce on other nodes would drop
+// this node's pods' packets, and an operator who asked for it would believe in a
+// check that is not there.
+func decideTunnelPodToNode(c config.Config, p nodePlan) (config.TunnelPodToNode, error) {
+	mode := c.TunnelPodToNode
+	if mode == "" || mode == config.TunnelPodToNodePlain {
+		return config.TunnelPodToNodePlain, nil
+	}
+	src := c.Source("tunnel-pod-to-node")
+	switch {
+	case !p.Tunnel:
+		return "", fmt.Errorf("tunnel-pod-to-node is %s (%s) but routing-mode is native: there is no overlay to send through; set tunnel-pod-to-node to plain", mode, src)
+	case !p.HostRouting.BPF:
+		return "", fmt.Errorf("tunnel-pod-to-node is %s (%s) but this node runs legacy host routing (%s): the stack routes pods' packets to other nodes plain; set tunnel-pod-to-node to plain for this node (a NodeConfig), or make BPF host routing possible here",
+			mode, src, p.HostRouting.Reason)
+	}
+	return mode, nil
 }
 
 // decideUplinkPodCheck returns this node's PodCIDR where a packet from it that
@@ -219,12 +247,39 @@ func (p nodePlan) datapathConfig(pinDir string) datapath.Config {
 	return datapath.Config{PinDir: pinDir, HostRouting: mode, TunnelPort: port,
 		Masquerade: p.Masquerade == masqueradeBPF, NodeIP: p.NodeIP, ClusterCIDR: p.ClusterCIDR,
 		LoadBalancing: p.KubeProxyReplacement, SocketLB: p.SocketLB, NoSourceVerification: !p.SourceValidation,
-		LocalPodCIDR: p.UplinkPodCIDR,
-		NATPortMin:   p.NATPorts.Min, NATPortMax: p.NATPorts.Max,
+		LocalPodCIDR: p.UplinkPodCIDR, TunnelPodToNode: p.tunnelPodToNode(),
+		NATPortMin: p.NATPorts.Min, NATPortMax: p.NATPorts.Max,
 		MaglevTableSize: uint32(p.MaglevTableSize),
 		NodePortSynMax:  uint32(p.NodePortNATSynMax), NodePortNATMax: uint32(p.NodePortNATMax),
 		PolicyCTMax: uint32(p.PolicyCTMax), PolicyCTPodMax: uint32(p.PolicyCTPodMax),
 		NATPodMax: uint32(p.NATPodMax), LBCTPodMax: uint32(p.LBCTPodMax)}
+}
+
+// otherNodesPods says where, in tunnel mode, the sources of other nodes' pods are
+// checked, as status shows it ("" in native routing, where they arrive as routed);
+// source is where tunnel-pod-to-node came from.
+func (p nodePlan) otherNodesPods(source string) string {
+	if !p.Tunnel {
+		return ""
+	}
+	switch p.TunnelPodToNode {
+	case config.TunnelPodToNodeEncapsulate:
+		return "pods reach other nodes' IPs through the overlay; plain packets from pod addresses to this node's IP are counted (PLAIN_POD_TO_NODE), not dropped (tunnel-pod-to-node is encapsulate, " + source + ")"
+	case config.TunnelPodToNodeEnforce:
+		return "only through the overlay: plain packets from pod addresses to this node's IP, and those of other nodes' pods that another device brings in, are dropped as spoofed (tunnel-pod-to-node is enforce, " + source + ")"
+	}
+	return "checked where they reach pods (the tunnel peer rule); their plain packets to this node's IP are not (tunnel-pod-to-node is plain, " + source + ")"
+}
+
+// tunnelPodToNode is the plan's tunnel-pod-to-node as the programs take it.
+func (p nodePlan) tunnelPodToNode() datapath.TunnelPodToNode {
+	switch p.TunnelPodToNode {
+	case config.TunnelPodToNodeEncapsulate:
+		return datapath.TunnelPodToNodeEncapsulate
+	case config.TunnelPodToNodeEnforce:
+		return datapath.TunnelPodToNodeEnforce
+	}
+	return datapath.TunnelPodToNodePlain
 }
 
 // noMasqueradeBase is the cluster CIDR, ipv4-native-routing-cidr and every

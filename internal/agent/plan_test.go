@@ -56,6 +56,27 @@ func TestDecidePlan(t *testing.T) {
 			return !p.BPFTunnel && who == ""
 		}, ""},
 		{"tunnel without a node IP", map[string]string{"routing-mode": "tunnel"}, noIP, nil, "no IPv4 InternalIP"},
+		{"tunnel-pod-to-node plain by default", nil, in, func(p nodePlan) bool {
+			return p.TunnelPodToNode == config.TunnelPodToNodePlain && p.datapathConfig("/pins").TunnelPodToNode == datapath.TunnelPodToNodePlain &&
+				strings.Contains(p.otherNodesPods("default"), "their plain packets to this node's IP are not (tunnel-pod-to-node is plain, default)")
+		}, ""},
+		{"tunnel-pod-to-node encapsulate", map[string]string{"tunnel-pod-to-node": "encapsulate"}, in, func(p nodePlan) bool {
+			return p.datapathConfig("/pins").TunnelPodToNode == datapath.TunnelPodToNodeEncapsulate &&
+				strings.Contains(p.otherNodesPods("cm"), "are counted (PLAIN_POD_TO_NODE), not dropped (tunnel-pod-to-node is encapsulate, cm)")
+		}, ""},
+		{"tunnel-pod-to-node enforce with the device tunnelling", map[string]string{"tunnel-pod-to-node": "enforce", "enable-bpf-tunnel": "false"}, in, func(p nodePlan) bool {
+			return p.datapathConfig("/pins").TunnelPodToNode == datapath.TunnelPodToNodeEnforce &&
+				strings.HasPrefix(p.otherNodesPods("cm"), "only through the overlay")
+		}, ""},
+		{"native routing says nothing of other nodes' pods", map[string]string{"routing-mode": "native"}, in, func(p nodePlan) bool {
+			return p.otherNodesPods("default") == ""
+		}, ""},
+		{"tunnel-pod-to-node in native routing", map[string]string{"tunnel-pod-to-node": "encapsulate", "routing-mode": "native"}, in, nil,
+			"tunnel-pod-to-node is encapsulate (cm) but routing-mode is native"},
+		{"tunnel-pod-to-node with legacy host routing", map[string]string{"tunnel-pod-to-node": "enforce", "host-routing": "legacy"}, in, nil,
+			"tunnel-pod-to-node is enforce (cm) but this node runs legacy host routing (host-routing is legacy (cm))"},
+		{"tunnel-pod-to-node where host routing fell back", map[string]string{"tunnel-pod-to-node": "enforce", "enable-bpf-masquerade": "false"}, in, nil,
+			"set tunnel-pod-to-node to plain for this node"},
 		{"iptables masquerade", map[string]string{"enable-bpf-masquerade": "false"}, in, func(p nodePlan) bool {
 			return p.Masquerade == masqueradeIPTables && !p.HostRouting.BPF
 		}, ""},

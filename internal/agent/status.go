@@ -42,6 +42,7 @@ func (v nodeView) fillStatus(s *api.Status) {
 	s.Routing.Tunnel, s.Routing.TunnelReason = p.tunnelDatapath(v.conf.Source("enable-bpf-tunnel"))
 	s.Masquerade = p.Masquerade.String()
 	s.SourceCheck = sourceCheck(p, v.conf.Source("enable-source-ip-verification"))
+	s.SourceCheck.OtherNodesPods = p.otherNodesPods(v.conf.Source("tunnel-pod-to-node"))
 	s.MTU = api.MTUInfo{Device: p.MTU, Route: p.RouteMTU}
 	s.BIGTCP = api.BIGTCPInfo{Enabled: p.BIGTCP.Enabled, Size: p.BIGTCP.Size, Devices: p.BIGTCP.Devices, Reason: p.BIGTCP.Reason}
 	if p.KubeProxyReplacement {

@@ -120,6 +120,9 @@ type SourceCheckInfo struct {
 	// node); empty when it is not, and UplinkOff says why.
 	UplinkPodCIDR string `json:"uplinkPodCIDR,omitempty"`
 	UplinkOff     string `json:"uplinkOff,omitempty"`
+	// OtherNodesPods says, in tunnel mode, where the sources of other nodes' pods
+	// are checked (tunnel-pod-to-node); empty in native routing.
+	OtherNodesPods string `json:"otherNodesPods,omitempty"`
 }
 
 // NATInfo is the state of BPF NAT (masquerade and NodePort SNAT).

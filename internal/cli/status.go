@@ -181,6 +181,9 @@ func (r statusRows) protection(s api.Status) {
 	} else if s.SourceCheck.UplinkOff != "" {
 		r.row("  from other hosts", "this node's pod addresses are not checked: %s", s.SourceCheck.UplinkOff)
 	}
+	if s.SourceCheck.OtherNodesPods != "" {
+		r.row("  other nodes' pods", "%s", s.SourceCheck.OtherNodesPods)
+	}
 	guardText := printable(s.Guard.Setting)
 	if len(s.Guard.Found) > 0 {
 		guardText += "; user rules in " + printableList(s.Guard.Found)

@@ -46,3 +46,18 @@ func TestStatusUplinkPodCheck(t *testing.T) {
 		}
 	}
 }
+
+// The agent's word on other nodes' pods (tunnel mode) is a row of its own; without
+// it (native routing) there is no such row.
+func TestStatusOtherNodesPods(t *testing.T) {
+	var b strings.Builder
+	statusRows{&b}.protection(api.Status{SourceCheck: api.SourceCheckInfo{Enabled: true, OtherNodesPods: "only through the overlay"}})
+	if !strings.Contains(b.String(), "other nodes' pods:") || !strings.Contains(b.String(), "only through the overlay") {
+		t.Errorf("myelin status printed\n%s\nwant a row of other nodes' pods", b.String())
+	}
+	b.Reset()
+	statusRows{&b}.protection(api.Status{SourceCheck: api.SourceCheckInfo{Enabled: true}})
+	if strings.Contains(b.String(), "other nodes' pods") {
+		t.Errorf("native routing: myelin status printed\n%s\nwant no row of other nodes' pods", b.String())
+	}
+}

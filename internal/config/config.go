@@ -41,6 +41,23 @@ const (
 	PodSourceFromHostsAllow PodSourceFromHosts = "allow" // never drop it
 )
 
+// TunnelPodToNode is tunnel-pod-to-node: how, in tunnel mode, pods reach the
+// InternalIPs of other nodes (docs/datapath.md, "Pods to other nodes").
+type TunnelPodToNode string
+
+const (
+	// TunnelPodToNodePlain sends them plain, as routed; a plain packet from a pod
+	// address to this node's IP is then what a pod of another node sends.
+	TunnelPodToNodePlain TunnelPodToNode = "plain"
+	// TunnelPodToNodeEncapsulate sends them through the overlay, and counts the
+	// plain ones that still arrive here (nodes not encapsulating yet).
+	TunnelPodToNodeEncapsulate TunnelPodToNode = "encapsulate"
+	// TunnelPodToNodeEnforce encapsulates too, and drops as forged a plain packet
+	// from a pod address to this node's IP, and one from a pod of another node that
+	// anything but the overlay brings into a pod. Once every node encapsulates.
+	TunnelPodToNodeEnforce TunnelPodToNode = "enforce"
+)
+
 // LB algorithms (lb-algorithm): how a Service's backend is picked for a new flow.
 const (
 	LBRandom = "random"
@@ -96,6 +113,8 @@ type Config struct {
 	// PodSourceFromHosts decides whether this node drops, as spoofed, packets from
 	// its PodCIDR that other hosts send (pod-source-from-hosts).
 	PodSourceFromHosts PodSourceFromHosts
+	// TunnelPodToNode is tunnel-pod-to-node (tunnel mode with BPF host routing).
+	TunnelPodToNode TunnelPodToNode
 	// EnableIPv4BIGTCP: pod devices, the uplink and the overlay device carry IPv4
 	// GSO/GRO packets up to 192 KiB when the node's devices can (enable-ipv4-big-tcp).
 	EnableIPv4BIGTCP bool

@@ -153,6 +153,10 @@ var keys = []key{
 		c.PodSourceFromHosts, err = oneOf(v, PodSourceFromHostsAuto, PodSourceFromHostsDrop, PodSourceFromHostsAllow)
 		return err
 	}},
+	{"tunnel-pod-to-node", "plain", func(c *Config, v string) (err error) {
+		c.TunnelPodToNode, err = oneOf(v, TunnelPodToNodePlain, TunnelPodToNodeEncapsulate, TunnelPodToNodeEnforce)
+		return err
+	}},
 	{"enable-ipv4-big-tcp", "false", func(c *Config, v string) (err error) {
 		c.EnableIPv4BIGTCP, err = parseBool(v)
 		return err

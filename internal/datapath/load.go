@@ -67,6 +67,14 @@ type Config struct {
 	// through it as before; docs/datapath.md, "Tunnel mode"); 0 leaves all
 	// VXLAN to the device.
 	TunnelPort uint16
+	// TunnelPodToNode is tunnel-pod-to-node, used with Tunnel and BPF host
+	// routing: TunnelPodToNodeEncapsulate sends pods' packets to other nodes' IPs
+	// (the tunnel node map, kept with the tunnel map) through the overlay too;
+	// TunnelPodToNodeEnforce also drops, as DROP_SPOOFED_SOURCE, what arrives
+	// plain on the uplink from a pod address for NodeIP and what anything but
+	// the overlay brings into a pod from a pod of another node (docs/datapath.md,
+	// "Pods to other nodes"). The zero value sends them plain.
+	TunnelPodToNode TunnelPodToNode
 	// OverlayPort is myelin_vxlan's UDP port (tunnel-port) whoever
 	// encapsulates: with Tunnel, UDP to it that the node's own stack sends and
 	// the device did not encapsulate is dropped (docs/datapath.md, "What the
@@ -273,6 +281,12 @@ func checkConfig(cfg Config) error {
 	if cfg.Tunnel && !cfg.NodeIP.Is4() {
 		return fmt.Errorf("load datapath: tunnel mode with node IP %q: set Config.NodeIP to this node's IPv4, the address its peers tunnel to", cfg.NodeIP)
 	}
+	if cfg.TunnelPodToNode > TunnelPodToNodeEnforce {
+		return fmt.Errorf("load datapath: Config.TunnelPodToNode %d is none of plain (0), encapsulate (1), enforce (2)", cfg.TunnelPodToNode)
+	}
+	if cfg.TunnelPodToNode != TunnelPodToNodePlain && (!cfg.Tunnel || cfg.HostRouting != HostRoutingBPF) {
+		return errors.New("load datapath: Config.TunnelPodToNode needs tunnel mode with BPF host routing: with legacy host routing the stack routes pods' packets to nodes, in native routing there is no overlay")
+	}
 	if err := checkMasquerade(cfg); err != nil {
 		return err
 	}
@@ -377,10 +391,21 @@ func configureBudgets(specs *myelinSpecs, cfg Config) error {
 	return nil
 }
 
+// TunnelPodToNode is how pods reach other nodes' IPs in tunnel mode
+// (tunnel-pod-to-node; bpf/lib/config.h enum tunnel_pod_to_node_mode).
+type TunnelPodToNode uint8
+
+const (
+	TunnelPodToNodePlain       TunnelPodToNode = 0 // plain, as routed
+	TunnelPodToNodeEncapsulate TunnelPodToNode = 1 // through the overlay
+	TunnelPodToNodeEnforce     TunnelPodToNode = 2 // through the overlay, and plain ones dropped
+)
+
 // configureTunnel writes tunnel mode's constants: the overlay device, this
-// node's overlay MAC and the tunnel port; all zero without Tunnel.
+// node's overlay MAC, the tunnel port and tunnel-pod-to-node; all zero without
+// Tunnel.
 func configureTunnel(specs *myelinSpecs, cfg Config) error {
-	var tunnel uint8
+	var tunnel, podToNode uint8
 	var overlay uint32
 	var port, overlayPort uint16 // network order, as the packet has it
 	var mac [6]byte
@@ -390,6 +415,10 @@ func configureTunnel(specs *myelinSpecs, cfg Config) error {
 		}
 		tunnel, overlay, port, overlayPort = 1, uint32(cfg.OverlayIfIndex), htons(cfg.TunnelPort), htons(cfg.OverlayPort)
 		copy(mac[:], cfg.OverlayMAC)
+		podToNode = uint8(cfg.TunnelPodToNode) // checkConfig: only with BPF host routing
+	}
+	if err := specs.TunnelPodToNode.Set(podToNode); err != nil {
+		return fmt.Errorf("set tunnel_pod_to_node: %w", err)
 	}
 	if err := specs.OverlayPort.Set(overlayPort); err != nil {
 		return fmt.Errorf("set overlay_port: %w", err)

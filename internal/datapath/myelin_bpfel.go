@@ -502,6 +502,7 @@ const (
 	myelinReasonDROP_POLICY_CT_BUDGET    myelinReason = 23
 	myelinReasonDROP_NAT_BUDGET          myelinReason = 24
 	myelinReasonDROP_SVC_CT_BUDGET       myelinReason = 25
+	myelinReasonREASON_PLAIN_POD_TO_NODE myelinReason = 60
 	myelinReasonREASON_FLOWS_LIMITED     myelinReason = 61
 	myelinReasonREASON_FLOWS_LOST        myelinReason = 62
 	myelinReasonREASON_EVENTS_LOST       myelinReason = 63
@@ -608,6 +609,7 @@ type myelinMapSpecs struct {
 	MyelinSnat          *ebpf.MapSpec `ebpf:"myelin_snat"`
 	MyelinSnatOver      *ebpf.MapSpec `ebpf:"myelin_snat_over"`
 	MyelinTunnel        *ebpf.MapSpec `ebpf:"myelin_tunnel"`
+	MyelinTunnelNodes   *ebpf.MapSpec `ebpf:"myelin_tunnel_nodes"`
 }
 
 // myelinVariableSpecs contains global variables before they are loaded into the kernel.
@@ -668,6 +670,7 @@ type myelinVariableSpecs struct {
 	SockLb                   *ebpf.VariableSpec `ebpf:"sock_lb"`
 	SourceVerify             *ebpf.VariableSpec `ebpf:"source_verify"`
 	TraceEnabled             *ebpf.VariableSpec `ebpf:"trace_enabled"`
+	TunnelPodToNode          *ebpf.VariableSpec `ebpf:"tunnel_pod_to_node"`
 	TunnelPort               *ebpf.VariableSpec `ebpf:"tunnel_port"`
 }
 
@@ -726,6 +729,7 @@ type myelinMaps struct {
 	MyelinSnat          *ebpf.Map `ebpf:"myelin_snat"`
 	MyelinSnatOver      *ebpf.Map `ebpf:"myelin_snat_over"`
 	MyelinTunnel        *ebpf.Map `ebpf:"myelin_tunnel"`
+	MyelinTunnelNodes   *ebpf.Map `ebpf:"myelin_tunnel_nodes"`
 }
 
 func (m *myelinMaps) Close() error {
@@ -765,6 +769,7 @@ func (m *myelinMaps) Close() error {
 		m.MyelinSnat,
 		m.MyelinSnatOver,
 		m.MyelinTunnel,
+		m.MyelinTunnelNodes,
 	)
 }
 
@@ -826,6 +831,7 @@ type myelinVariables struct {
 	SockLb                   *ebpf.Variable `ebpf:"sock_lb"`
 	SourceVerify             *ebpf.Variable `ebpf:"source_verify"`
 	TraceEnabled             *ebpf.Variable `ebpf:"trace_enabled"`
+	TunnelPodToNode          *ebpf.Variable `ebpf:"tunnel_pod_to_node"`
 	TunnelPort               *ebpf.Variable `ebpf:"tunnel_port"`
 }
 

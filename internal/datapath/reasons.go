@@ -26,6 +26,7 @@ var reasonNames = map[myelinReason]string{
 	myelinReasonDROP_POLICY_CT_BUDGET:    "DROP_POLICY_CT_BUDGET",
 	myelinReasonDROP_NAT_BUDGET:          "DROP_NAT_BUDGET",
 	myelinReasonDROP_SVC_CT_BUDGET:       "DROP_SVC_CT_BUDGET",
+	myelinReasonREASON_PLAIN_POD_TO_NODE: "PLAIN_POD_TO_NODE",
 	myelinReasonREASON_FLOWS_LOST:        "FLOWS_LOST",
 	myelinReasonREASON_FLOWS_LIMITED:     "FLOWS_LIMITED",
 	myelinReasonREASON_EVENTS_LOST:       "EVENTS_LOST",
@@ -78,5 +79,5 @@ func DirectionName(d uint8) string {
 func isDrop(r myelinReason) bool {
 	return r != myelinReasonREASON_FORWARDED && r != myelinReasonREASON_PASS_STACK &&
 		r != myelinReasonREASON_EVENTS_LOST && r != myelinReasonREASON_FLOWS_LOST &&
-		r != myelinReasonREASON_FLOWS_LIMITED
+		r != myelinReasonREASON_FLOWS_LIMITED && r != myelinReasonREASON_PLAIN_POD_TO_NODE
 }

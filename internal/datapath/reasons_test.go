@@ -29,6 +29,7 @@ func TestReasonName(t *testing.T) {
 		{23, "DROP_POLICY_CT_BUDGET"},
 		{24, "DROP_NAT_BUDGET"},
 		{25, "DROP_SVC_CT_BUDGET"},
+		{60, "PLAIN_POD_TO_NODE"},
 		{61, "FLOWS_LIMITED"},
 		{63, "EVENTS_LOST"},
 		{42, "REASON_42"},

@@ -382,6 +382,7 @@ type sockMapSpecs struct {
 	MyelinSnatOver           *ebpf.MapSpec `ebpf:"myelin_snat_over"`
 	MyelinSockDestroyTargets *ebpf.MapSpec `ebpf:"myelin_sock_destroy_targets"`
 	MyelinTunnel             *ebpf.MapSpec `ebpf:"myelin_tunnel"`
+	MyelinTunnelNodes        *ebpf.MapSpec `ebpf:"myelin_tunnel_nodes"`
 }
 
 // sockVariableSpecs contains global variables before they are loaded into the kernel.
@@ -411,6 +412,7 @@ type sockVariableSpecs struct {
 	SockDestroySweep *ebpf.VariableSpec `ebpf:"sock_destroy_sweep"`
 	SockLb           *ebpf.VariableSpec `ebpf:"sock_lb"`
 	SourceVerify     *ebpf.VariableSpec `ebpf:"source_verify"`
+	TunnelPodToNode  *ebpf.VariableSpec `ebpf:"tunnel_pod_to_node"`
 	TunnelPort       *ebpf.VariableSpec `ebpf:"tunnel_port"`
 }
 
@@ -470,6 +472,7 @@ type sockMaps struct {
 	MyelinSnatOver           *ebpf.Map `ebpf:"myelin_snat_over"`
 	MyelinSockDestroyTargets *ebpf.Map `ebpf:"myelin_sock_destroy_targets"`
 	MyelinTunnel             *ebpf.Map `ebpf:"myelin_tunnel"`
+	MyelinTunnelNodes        *ebpf.Map `ebpf:"myelin_tunnel_nodes"`
 }
 
 func (m *sockMaps) Close() error {
@@ -510,6 +513,7 @@ func (m *sockMaps) Close() error {
 		m.MyelinSnatOver,
 		m.MyelinSockDestroyTargets,
 		m.MyelinTunnel,
+		m.MyelinTunnelNodes,
 	)
 }
 
@@ -540,6 +544,7 @@ type sockVariables struct {
 	SockDestroySweep *ebpf.Variable `ebpf:"sock_destroy_sweep"`
 	SockLb           *ebpf.Variable `ebpf:"sock_lb"`
 	SourceVerify     *ebpf.Variable `ebpf:"source_verify"`
+	TunnelPodToNode  *ebpf.Variable `ebpf:"tunnel_pod_to_node"`
 	TunnelPort       *ebpf.Variable `ebpf:"tunnel_port"`
 }
 

@@ -65,6 +65,55 @@ func (d *Datapath) Tunnels() (map[netip.Prefix]netip.Addr, error) {
 	return out, nil
 }
 
+// UpsertTunnelNode adds nodeIP, another node's InternalIP, to the tunnel node map:
+// with tunnel-pod-to-node on, from_pod sends pods' packets to it encapsulated to
+// nodeIP (Config.TunnelPodToNode). It fails with ebpf.ErrMapFull wrapped when the
+// map holds 1,024 nodes already.
+func (d *Datapath) UpsertTunnelNode(nodeIP netip.Addr) error {
+	node, err := endpointKey(nodeIP)
+	if err != nil {
+		return fmt.Errorf("upsert tunnel node: %w", err)
+	}
+	if !netip.AddrFrom4(node).IsGlobalUnicast() {
+		return fmt.Errorf("upsert tunnel node %s: not a unicast address", nodeIP)
+	}
+	ip := binary.NativeEndian.Uint32(node[:])
+	if err := d.objs.MyelinTunnelNodes.Update(ip, myelinTunnelEndpoint{NodeIp: ip}, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("upsert tunnel node %s: %w", nodeIP, err)
+	}
+	return nil
+}
+
+// DeleteTunnelNode removes nodeIP from the tunnel node map; no error if it is not there.
+func (d *Datapath) DeleteTunnelNode(nodeIP netip.Addr) error {
+	node, err := endpointKey(nodeIP)
+	if err != nil {
+		return fmt.Errorf("delete tunnel node: %w", err)
+	}
+	err = d.objs.MyelinTunnelNodes.Delete(binary.NativeEndian.Uint32(node[:]))
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete tunnel node %s: %w", nodeIP, err)
+	}
+	return nil
+}
+
+// TunnelNodes returns the node IPs of the tunnel node map.
+func (d *Datapath) TunnelNodes() ([]netip.Addr, error) {
+	var (
+		key   uint32
+		value myelinTunnelEndpoint
+		out   []netip.Addr
+	)
+	it := d.objs.MyelinTunnelNodes.Iterate()
+	for it.Next(&key, &value) {
+		out = append(out, addrFromNetwork(key))
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("list tunnel nodes: %w", err)
+	}
+	return out, nil
+}
+
 // tunnelKey is the LPM key of an IPv4 prefix: length, then the masked
 // address in network order.
 func tunnelKey(p netip.Prefix) (myelinTunnelLpmKey, error) {

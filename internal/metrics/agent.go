@@ -91,6 +91,7 @@ var (
 	eventsLostDesc   = desc("datapath_events_lost_total", "Datapath events (drops, traces) lost because the ring buffer was full, by direction.", "direction")
 	flowsLostDesc    = desc("flows_lost_total", "Flow records lost because the flow ring buffer was full (the packets went on), by direction.", "direction")
 	flowsLimitedDesc = desc("flows_limited_total", "Flow records (DNS, drops) not written because the pod's per-window budget was used up (a flood; the packets went on), by direction.", "direction")
+	plainPodDesc     = desc("tunnel_plain_pod_to_node_total", "Packets from a pod address to this node's IP that arrived plain on the uplink while tunnel-pod-to-node is encapsulate (a node that does not encapsulate them yet, or a forger); they went on. Zero on every node before enforce.")
 	pctEvictDesc     = desc("policy_ct_evictions_total", "NetworkPolicy connections a new one pushed out of myelin_policy_ct (both of its buckets full), by kind (idle: no packet since their buckets last made room; in-use: live connections, whose next packets are judged again).", "kind")
 	icmpSuppDesc     = desc("icmp_rejects_suppressed_total", "Service rejects (no backend) left unanswered because the ICMP rate limit was reached.")
 	attachErrDesc    = desc("bpf_attach_errors_total", "BPF program attachments (uplink, VXLAN device, pod veths) that failed since the datapath loaded.")
@@ -113,7 +114,7 @@ var (
 
 var allDescs = []*prometheus.Desc{endpointsDesc, retiredDesc, ipamUsedDesc, ipamTotalDesc, servicesDesc, frontendsDesc,
 	backendsDesc, mapEntriesDesc, mapCapDesc, mapPressureDesc, mapErrorsDesc, mapFailingDesc, ctEntriesDesc, natEntriesDesc, dropPktsDesc,
-	dropBytesDesc, fwdPktsDesc, fwdBytesDesc, eventsLostDesc, flowsLostDesc, flowsLimitedDesc, pctEvictDesc, icmpSuppDesc, attachErrDesc, loadedDesc,
+	dropBytesDesc, fwdPktsDesc, fwdBytesDesc, eventsLostDesc, flowsLostDesc, flowsLimitedDesc, plainPodDesc, pctEvictDesc, icmpSuppDesc, attachErrDesc, loadedDesc,
 	hostRoutingDesc, routingDesc, ctrlRunsDesc, ctrlErrsDesc, ctrlFailDesc, gcRunsDesc, gcRemovedDesc,
 	polEventsDesc, polWaitingDesc, verdictSkipDesc, healthStatusDesc, healthLatencyDesc}
 

@@ -31,7 +31,8 @@ func collectMaps(ch chan<- prometheus.Metric, s Snapshot) {
 }
 
 // collectCounters splits the datapath's counters into drops (every DROP_ reason,
-// and reasons this build has no name for), forwards, lost events and lost flows.
+// and reasons this build has no name for), forwards, lost events and lost flows, and
+// plain pod-to-node arrivals (tunnel-pod-to-node encapsulate).
 func collectCounters(ch chan<- prometheus.Metric, s Snapshot) {
 	for _, c := range s.Counters {
 		switch {
@@ -47,6 +48,8 @@ func collectCounters(ch chan<- prometheus.Metric, s Snapshot) {
 			ch <- counter(flowsLostDesc, c.Packets, c.Direction)
 		case c.Reason == "FLOWS_LIMITED":
 			ch <- counter(flowsLimitedDesc, c.Packets, c.Direction)
+		case c.Reason == "PLAIN_POD_TO_NODE":
+			ch <- counter(plainPodDesc, c.Packets)
 		default:
 			reason := c.Reason
 			if !strings.HasPrefix(reason, "DROP_") {

@@ -28,6 +28,7 @@ func knownSnapshot() Snapshot {
 			{Direction: "from-netdev", Reason: "EVENTS_LOST", Packets: 5},
 			{Direction: "to-pod", Reason: "FLOWS_LOST", Packets: 2},
 			{Direction: "from-pod", Reason: "FLOWS_LIMITED", Packets: 7},
+			{Direction: "from-netdev", Reason: "PLAIN_POD_TO_NODE", Packets: 3, Bytes: 180},
 		},
 		RoutingMode: "native", HostRouting: "BPF",
 		Controllers:         []Controller{{Name: "services", Runs: 7, Errors: 1, Failing: true}},
@@ -116,13 +117,16 @@ myelin_flow_policy_verdicts_skipped_total 11
 # TYPE myelin_policy_ct_evictions_total counter
 myelin_policy_ct_evictions_total{kind="idle"} 12
 myelin_policy_ct_evictions_total{kind="in-use"} 3
+# HELP myelin_tunnel_plain_pod_to_node_total Packets from a pod address to this node's IP that arrived plain on the uplink while tunnel-pod-to-node is encapsulate (a node that does not encapsulate them yet, or a forger); they went on. Zero on every node before enforce.
+# TYPE myelin_tunnel_plain_pod_to_node_total counter
+myelin_tunnel_plain_pod_to_node_total 3
 `
 	names := []string{"myelin_endpoints", "myelin_retired_veths", "myelin_service_backends", "myelin_bpf_map_pressure",
 		"myelin_bpf_map_read_errors_total", "myelin_bpf_map_read_failing", "myelin_nat_entries",
 		"myelin_conntrack_entries", "myelin_drop_count_total", "myelin_forward_bytes_total", "myelin_datapath_events_lost_total",
 		"myelin_flows_lost_total", "myelin_host_routing_mode", "myelin_controller_errors_total", "myelin_datapath_gc_entries_removed_total",
 		"myelin_policy_events_total", "myelin_policy_events_waiting", "myelin_flow_policy_verdicts_skipped_total",
-		"myelin_policy_ct_evictions_total"}
+		"myelin_policy_ct_evictions_total", "myelin_tunnel_plain_pod_to_node_total"}
 	if err := testutil.GatherAndCompare(a.Registry(), strings.NewReader(want), names...); err != nil {
 		t.Error(err)
 	}

@@ -40,20 +40,27 @@ func DesiredTunnels(local routing.Local, nodes []Node) ([]Tunnel, []routing.Unro
 	return out, refused
 }
 
-// Map is the datapath's tunnel table (datapath.Datapath on a node).
+// Map is the datapath's tunnel tables (datapath.Datapath on a node): PodCIDR to
+// node IP, and the set of node IPs (for tunnel-pod-to-node).
 type Map interface {
 	UpsertTunnel(podCIDR netip.Prefix, nodeIP netip.Addr) error
 	DeleteTunnel(podCIDR netip.Prefix) error
 	Tunnels() (map[netip.Prefix]netip.Addr, error)
+	UpsertTunnelNode(nodeIP netip.Addr) error
+	DeleteTunnelNode(nodeIP netip.Addr) error
+	TunnelNodes() ([]netip.Addr, error)
 }
 
 // SyncMap makes m hold exactly want: every wanted tunnel is written, every other
-// entry deleted. It goes on past a failed entry and returns every error.
+// entry deleted, and the node set is the wanted tunnels' node IPs. It goes on past
+// a failed entry and returns every error.
 func SyncMap(m Map, want []Tunnel) error {
 	var errs []error
 	keep := map[netip.Prefix]bool{}
+	nodes := map[netip.Addr]bool{}
 	for _, t := range want {
 		keep[t.PodCIDR] = true
+		nodes[t.NodeIP] = true
 		errs = append(errs, m.UpsertTunnel(t.PodCIDR, t.NodeIP))
 	}
 	have, err := m.Tunnels()
@@ -61,6 +68,16 @@ func SyncMap(m Map, want []Tunnel) error {
 	for cidr := range have {
 		if !keep[cidr] {
 			errs = append(errs, m.DeleteTunnel(cidr))
+		}
+	}
+	for ip := range nodes {
+		errs = append(errs, m.UpsertTunnelNode(ip))
+	}
+	haveNodes, err := m.TunnelNodes()
+	errs = append(errs, err)
+	for _, ip := range haveNodes {
+		if !nodes[ip] {
+			errs = append(errs, m.DeleteTunnelNode(ip))
 		}
 	}
 	return errors.Join(errs...)

@@ -1,6 +1,7 @@
 package tunnel
 
 import (
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -91,19 +92,34 @@ func TestIPEncapRoundTrip(t *testing.T) {
 	}
 }
 
-type fakeMap map[netip.Prefix]netip.Addr
+type fakeMap struct {
+	tunnels map[netip.Prefix]netip.Addr
+	nodes   map[netip.Addr]bool
+}
 
-func (f fakeMap) UpsertTunnel(p netip.Prefix, ip netip.Addr) error { f[p] = ip; return nil }
-func (f fakeMap) DeleteTunnel(p netip.Prefix) error                { delete(f, p); return nil }
-func (f fakeMap) Tunnels() (map[netip.Prefix]netip.Addr, error)    { return f, nil }
+func (f fakeMap) UpsertTunnel(p netip.Prefix, ip netip.Addr) error { f.tunnels[p] = ip; return nil }
+func (f fakeMap) DeleteTunnel(p netip.Prefix) error                { delete(f.tunnels, p); return nil }
+func (f fakeMap) Tunnels() (map[netip.Prefix]netip.Addr, error)    { return f.tunnels, nil }
+func (f fakeMap) UpsertTunnelNode(ip netip.Addr) error             { f.nodes[ip] = true; return nil }
+func (f fakeMap) DeleteTunnelNode(ip netip.Addr) error             { delete(f.nodes, ip); return nil }
+func (f fakeMap) TunnelNodes() ([]netip.Addr, error) {
+	return slices.Collect(maps.Keys(f.nodes)), nil
+}
 
 func TestSyncMap(t *testing.T) {
-	m := fakeMap{p("10.244.9.0/24"): a("198.18.0.19"), p("10.244.1.0/24"): a("198.18.0.99")}
+	m := fakeMap{
+		tunnels: map[netip.Prefix]netip.Addr{p("10.244.9.0/24"): a("198.18.0.19"), p("10.244.1.0/24"): a("198.18.0.99")},
+		nodes:   map[netip.Addr]bool{a("198.18.0.19"): true, a("198.18.0.99"): true},
+	}
 	want := []Tunnel{{"n2", p("10.244.1.0/24"), a("198.18.1.12")}, {"n3", p("10.244.2.0/24"), a("198.18.0.13")}}
 	if err := SyncMap(m, want); err != nil {
 		t.Fatal(err)
 	}
-	if len(m) != 2 || m[p("10.244.1.0/24")] != a("198.18.1.12") || m[p("10.244.2.0/24")] != a("198.18.0.13") {
-		t.Errorf("after SyncMap: %v, want exactly %+v", m, want)
+	if len(m.tunnels) != 2 || m.tunnels[p("10.244.1.0/24")] != a("198.18.1.12") || m.tunnels[p("10.244.2.0/24")] != a("198.18.0.13") {
+		t.Errorf("after SyncMap: %v, want exactly %+v", m.tunnels, want)
+	}
+	// The node set follows: the departed and the moved node's old IP go.
+	if len(m.nodes) != 2 || !m.nodes[a("198.18.1.12")] || !m.nodes[a("198.18.0.13")] {
+		t.Errorf("after SyncMap: nodes %v, want exactly 198.18.1.12 and 198.18.0.13", m.nodes)
 	}
 }

@@ -28,6 +28,7 @@ maglev-table-size: {{ $v.maglev.tableSize | int64 | quote }}
 mtu: {{ $v.MTU | int64 | quote }}
 enable-source-ip-verification: {{ $v.enableSourceIPVerification | quote }}
 pod-source-from-hosts: {{ $v.podSourceFromHosts | quote }}
+tunnel-pod-to-node: {{ $v.tunnelPodToNode | quote }}
 enable-ipv4-big-tcp: {{ $v.enableIPv4BIGTCP | quote }}
 nat-port-range: {{ $v.natPortRange | quote }}
 nat-pod-max: {{ $v.natPodMax | toString | quote }}
@@ -85,6 +86,7 @@ maglev-table-size: maglev.tableSize
 mtu: MTU
 enable-source-ip-verification: enableSourceIPVerification
 pod-source-from-hosts: podSourceFromHosts
+tunnel-pod-to-node: tunnelPodToNode
 enable-ipv4-big-tcp: enableIPv4BIGTCP
 nat-port-range: natPortRange
 nat-pod-max: natPodMax
