@@ -92,6 +92,11 @@ func (c *collector) run(ctx context.Context) {
 			// round must show as evictions since this sample, not as the first one.
 			c.sampleEvictions(dp)
 			c.samplePolicyCTEvictions(dp)
+			// A round at once: the adopted maps' rounds could not list the pods
+			// over their budgets (the configuration was not known), so a pod that
+			// filled a table while the agent was away or waiting for the apiserver
+			// is listed now, not a tick later.
+			c.collect(dp)
 		case <-ticker.C:
 			if dp != nil {
 				c.collect(dp)

@@ -66,6 +66,23 @@ func TestPrivilegedCollectorRunsBeforeLoad(t *testing.T) {
 	c.wait()
 	dp.Close() // the agent exits; the pins stay
 
+	// A Load hands over a round at once, not a tick later: budgets the adopted
+	// rounds could not apply are applied then.
+	l1 := newLoops()
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	c1 := &collector{pinDir: dir, interval: time.Hour, log: log, loops: l1,
+		loaded: make(chan *datapath.Datapath, 1), done: make(chan struct{})}
+	go c1.run(ctx1)
+	dp1, err := datapath.Load(datapath.Config{PinDir: dir, HostRouting: datapath.HostRoutingBPF})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1.use(dp1)
+	testenv.WaitFor(t, "a GC round as the datapath is handed over", func() bool { return gcRoundsOK(l1) })
+	cancel1()
+	c1.wait()
+	dp1.Close()
+
 	// The next agent, apiserver unreachable: GC runs on the adopted pins.
 	l2 := newLoops()
 	ctx2, cancel2 := context.WithCancel(context.Background())
