@@ -94,10 +94,39 @@ func newPolicyLoop(node, stateDir string, maps policyMaps, cs kube.Client, endpo
 	if err != nil {
 		return nil, err
 	}
+	if ids.Fresh() {
+		if err := numberAbovePinned(ids, maps); err != nil {
+			return nil, err
+		}
+	}
 	return &policyLoop{node: node, maps: &ipcacheMirror{policyMaps: maps},
 		purges: &purgeJournal{path: filepath.Join(stateDir, "policy-purge.json")}, idsPath: path, ids: ids, cs: cs, loops: l, log: log,
 		events: newPolicyEvents(cs, node, log), changed: make(chan struct{}, 1),
 		endpoints: endpoints, urgent: make(chan struct{}, 1), applied: make(chan struct{})}, nil
+}
+
+// numberAbovePinned makes a fresh allocator (its file missing: a first start, or
+// removed while the pins stayed) give numbers above every identity the pinned
+// policy maps hold: a previous agent's numbers there would otherwise mean another
+// key's allows between the apply's policy step and its ipcache step.
+func numberAbovePinned(ids *policy.Identities, maps policyMaps) error {
+	cache, err := maps.IPCache()
+	if err != nil {
+		return fmt.Errorf("read the pinned ipcache for the identities in use: %w", err)
+	}
+	entries, err := maps.Policies()
+	if err != nil {
+		return fmt.Errorf("read the pinned policy map for the identities in use: %w", err)
+	}
+	var top uint32
+	for _, id := range cache {
+		top = max(top, id)
+	}
+	for k := range entries {
+		top = max(top, k.Identity)
+	}
+	ids.Above(top)
+	return nil
 }
 
 func (p *policyLoop) poke() {

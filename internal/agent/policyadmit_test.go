@@ -19,6 +19,7 @@ import (
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/kube/kubefake"
+	"github.com/myelin-net/myelin/internal/policy"
 )
 
 // A new pod in a namespace with a NetworkPolicy is isolated when admit returns, while
@@ -127,6 +128,34 @@ func TestPolicyAdmitWaitsForAReusedAddress(t *testing.T) {
 	}
 	if p.addressStale("open/fresh", netip.MustParseAddr(freshEp.IP)) {
 		t.Errorf("addressStale of an address no pod held = true, want false (admitted at once)")
+	}
+}
+
+// A policy loop without its identities file (a first start, or the file removed
+// while the pins stayed) numbers new identities above every one the pinned maps
+// hold; with the file, the file's numbers stand.
+func TestPolicyLoopNumbersAbovePinned(t *testing.T) {
+	maps := newFakePolicyMaps()
+	maps.cache[netip.MustParsePrefix("10.244.0.5/32")] = 300
+	maps.entries[datapath.PolicyKey{Endpoint: netip.MustParseAddr("10.244.1.7"), Identity: 310}] = nil
+	dir := t.TempDir()
+	p, err := newPolicyLoop("n1", dir, maps, kubefake.Wrap(fake.NewSimpleClientset()), func() []api.Endpoint { return nil },
+		newLoops(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.ids.Next(); got != 311 {
+		t.Errorf("fresh allocator next to pinned identities up to 310: next %d, want 311", got)
+	}
+	if err := policy.NewIdentities().Save(p.idsPath); err != nil {
+		t.Fatal(err)
+	}
+	if p, err = newPolicyLoop("n1", dir, maps, kubefake.Wrap(fake.NewSimpleClientset()), func() []api.Endpoint { return nil },
+		newLoops(), slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.ids.Next(); got != 256 {
+		t.Errorf("allocator read from its file: next %d, want the file's 256", got)
 	}
 }
 

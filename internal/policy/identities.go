@@ -24,12 +24,32 @@ type Identities struct {
 	// changed says the allocator differs from what Save wrote (or Load read)
 	// last: every computation saves it, and most change nothing.
 	changed bool
+	// fresh says no saved allocator was read (NewIdentities, or no file).
+	fresh bool
 }
 
 // NewIdentities returns an empty allocator.
 func NewIdentities() *Identities {
-	return &Identities{ids: map[string]uint32{worldKey: 2}, next: firstIdentity, changed: true}
+	return &Identities{ids: map[string]uint32{worldKey: 2}, next: firstIdentity, changed: true, fresh: true}
 }
+
+// Fresh says the allocator was not read from a saved file: numbers a previous
+// agent gave may still be in the datapath's pinned maps (see Above).
+func (s *Identities) Fresh() bool { return s.fresh }
+
+// Above makes every number given from now on greater than n: a fresh allocator
+// next to pinned maps that hold numbers up to n must not give one of them to
+// another key, or the maps' old entries would mean that key's allows until the
+// apply rewrites them.
+func (s *Identities) Above(n uint32) {
+	if n >= s.next {
+		s.next = n + 1
+		s.changed = true
+	}
+}
+
+// Next is the number the next new key gets.
+func (s *Identities) Next() uint32 { return s.next }
 
 func (s *Identities) get(key string) uint32 {
 	if id, ok := s.ids[key]; ok {
@@ -86,7 +106,7 @@ func LoadIdentities(path string) (*Identities, error) {
 	if f.Next > s.next {
 		s.next = f.Next
 	}
-	s.changed = false
+	s.changed, s.fresh = false, false
 	return s, nil
 }
 
