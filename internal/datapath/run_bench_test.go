@@ -33,7 +33,10 @@ import (
 // VXLAN on the uplink, which myelin_from_netdev decapsulates and delivers
 // itself (tunnel_decap_deliver). from-netdev-no-pod-check is from-netdev
 // without this node's PodCIDR checked on the uplink (Config.LocalPodCIDR, which
-// an agent sets by default, as the others here do). ns/packet
+// an agent sets by default, as the others here do). from-pod-outside-tunnel-plain
+// and -encapsulate are pod A's segment to an address outside the cluster in
+// tunnel mode with tunnel-pod-to-node plain (the node map's lookup pruned) and
+// encapsulate (a miss in it): the key's cost. ns/packet
 // is the kernel's measure of each test run (one run per call: the program
 // rewrites the packet, so a repeated run would see its own output). Run as root:
 // go test -run '^$' -bench ProgramRun -count 5 ./internal/datapath/
@@ -82,6 +85,35 @@ func BenchmarkProgramRun(b *testing.B) {
 		inNetns(b, func(string) { benchFIBForward(b, d) })
 	})
 	b.Run("from-netdev-vxlan", benchDecapDeliver)
+	// tunnel-pod-to-node's cost where it costs: every packet from a pod to an
+	// address outside every PodCIDR looks the node map up (a miss here) unless
+	// the key is plain, which prunes the lookup.
+	for _, mode := range []TunnelPodToNode{TunnelPodToNodePlain, TunnelPodToNodeEncapsulate} {
+		b.Run("from-pod-outside-tunnel-"+mode.String(), func(b *testing.B) { benchTunnelOutside(b, mode) })
+	}
+}
+
+// benchTunnelOutside times myelin_from_pod for pod A's segment to an address
+// outside the cluster in tunnel mode with tunnel-pod-to-node mode (node B in the
+// node map), to the FIB, which test-run leaves to the stack.
+func benchTunnelOutside(b *testing.B, mode TunnelPodToNode) {
+	cfg := agentDefaultConfig()
+	cfg.Tunnel, cfg.OverlayIfIndex, cfg.OverlayMAC, cfg.TunnelPodToNode = true, testOverlayIfIndex, testOverlayMAC, mode
+	d := programRunDatapath(b, cfg)
+	if err := seedTunnels(d, seedTunnelB); err != nil {
+		b.Fatal(err)
+	}
+	if err := d.UpsertTunnelNode(mustAddr(tunnelNodeB)); err != nil {
+		b.Fatal(err)
+	}
+	out := ipv4(protoTCP, podA, "203.0.113.10").withDst("203.0.113.10", 443)
+	runSegment(b, segment{in: out.withTCPFlags(tcpSYN).build(), prog: d.objs.MyelinFromPod, ctx: *ctxPodA, toStack: true})
+	s := segment{in: out.withTCPFlags(tcpACK).build(), prog: d.objs.MyelinFromPod, ctx: *ctxPodA, toStack: true}
+	var ns uint64
+	for b.Loop() {
+		ns += uint64(runSegment(b, s))
+	}
+	b.ReportMetric(float64(ns)/float64(b.N), "ns/packet")
 }
 
 // programRunDatapath is a datapath loaded with cfg, pods A and B its endpoints and
