@@ -224,7 +224,8 @@ func (s *startup) views(node *nodeDatapath, gc *collector) []view {
 // loopsFor lists the control loops this node's plan needs: the Node informer and
 // what follows Nodes (masquerade, then node routes or tunnels), the apiserver's
 // reachability, the firewall guard, recorded CNI deletes, datapath events for
-// monitor clients, the deleted pods' veths, the node's addresses (NetworkPolicy's
+// monitor clients, the deleted pods' veths, the restored endpoints left to
+// program again, the node's addresses (NetworkPolicy's
 // host exemption), and the Services with kube-proxy-replacement. The loops that
 // report on themselves register their views with srv.
 func (s *startup) loopsFor(nodes *nodeWatch, node *nodeDatapath, svc *serviceLoop, srv *server, deleted *deletedLoop) []runner {
@@ -238,6 +239,7 @@ func (s *startup) loopsFor(nodes *nodeWatch, node *nodeDatapath, svc *serviceLoo
 	}
 	rs = append(rs, kube, newGuardLoop(s.guard, s.plan, s.nodeUID, s.cs, s.loops, s.log), deleted, srv.monitor,
 		vethReaper{reaper: node.eps.Reaper(), loops: s.loops, log: s.log},
+		adoptionLoop{eps: node.eps, interval: adoptionInterval, loops: s.loops, log: s.log},
 		newHostAddrLoop(node.dp.SetHostAddresses, s.plan.NodeIP, nodes.kick, s.loops, s.log))
 	if svc != nil {
 		rs = append(rs, svc)

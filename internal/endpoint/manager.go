@@ -85,7 +85,11 @@ type Manager struct {
 	// entry and route until DEL or GC, which find them by the address the pool holds
 	// for the container (unprogramUnreadable).
 	unreadable map[string]bool
-	now        func() time.Time
+	// unadopted are the containers whose endpoint Restore could not program again
+	// (RetryAdoption): their veths may still run the last agent's programs, which
+	// read maps a Load may have replaced.
+	unadopted map[string]bool
+	now       func() time.Time
 	// claims says which free addresses another pod still claims (UseAddressClaims);
 	// nil: none.
 	claims AddressClaims
@@ -124,7 +128,7 @@ const allocationGrace = 2 * api.DefaultTimeout
 // NewManager returns a manager; call Restore before serving requests.
 func NewManager(cfg Config, dp Datapath, links Links, pool *ipam.Pool) *Manager {
 	m := &Manager{cfg: cfg, dp: dp, links: links, pool: pool, eps: map[string]*api.Endpoint{},
-		pending: map[string]pendingADD{}, unreadable: map[string]bool{}, now: time.Now}
+		pending: map[string]pendingADD{}, unreadable: map[string]bool{}, unadopted: map[string]bool{}, now: time.Now}
 	m.reaper = newReaper(links, m.ownsVeth)
 	return m
 }
@@ -226,7 +230,8 @@ func (m *Manager) Put(ep api.Endpoint) (api.Endpoint, error) {
 	}
 	m.eps[ep.ContainerID] = &ep
 	delete(m.pending, ep.ContainerID)
-	m.forgetUnreadable(ep.ContainerID) // its record is whole again
+	delete(m.unadopted, ep.ContainerID) // programmed by this agent now
+	m.forgetUnreadable(ep.ContainerID)  // its record is whole again
 	return ep, nil
 }
 
@@ -357,6 +362,7 @@ func (m *Manager) deleteLocked(containerID string) error {
 	}
 	m.forgetUnreadable(containerID)
 	delete(m.pending, containerID)
+	delete(m.unadopted, containerID)
 	errs = append(errs,
 		m.retireHostLink(containerID, ep),
 		removeRecord(m.cfg.Dir, containerID),

@@ -53,6 +53,7 @@ func (m *Manager) Restore() (adopted, removed int, err error) {
 		}
 		if err := m.program(ep, ip); err != nil {
 			errs = append(errs, fmt.Errorf("adopt %s/%s: %w", ep.Namespace, ep.Pod, err))
+			m.unadopted[ep.ContainerID] = true
 			continue
 		}
 		adopted++
@@ -64,6 +65,43 @@ func (m *Manager) Restore() (adopted, removed int, err error) {
 	}
 	errs = append(errs, m.retireStrays(), m.removeStrayEntries())
 	return adopted, removed, errors.Join(errs...)
+}
+
+// RetryAdoption programs again the endpoints Restore could not (Unadopted): a veth
+// left with the last agent's programs reads maps this agent's Load may have
+// replaced, so its pod's policy and source checks would stay as they were. One whose
+// veth is gone or was replaced meanwhile is removed, as Restore removes it. It
+// returns how many are still not adopted, and their errors.
+func (m *Manager) RetryAdoption() (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var errs []error
+	for id := range m.unadopted {
+		ep, ok := m.eps[id]
+		if !ok {
+			delete(m.unadopted, id)
+			continue
+		}
+		ip, _ := netip.ParseAddr(ep.IP)
+		idx, lerr := m.links.IfIndex(ep.HostIfName)
+		if errors.Is(lerr, ErrLinkNotFound) || (lerr == nil && idx != ep.HostIfIndex) {
+			errs = append(errs, m.deleteLocked(id))
+			continue
+		}
+		if err := m.program(ep, ip); err != nil {
+			errs = append(errs, fmt.Errorf("adopt %s/%s: %w", ep.Namespace, ep.Pod, err))
+			continue
+		}
+		delete(m.unadopted, id)
+	}
+	return len(m.unadopted), errors.Join(errs...)
+}
+
+// Unadopted is how many restored endpoints are not programmed yet (RetryAdoption).
+func (m *Manager) Unadopted() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.unadopted)
 }
 
 // recordUnreadable reports whether Restore could not read containerID's endpoint

@@ -447,3 +447,43 @@ func deleteWithACorruptRecord(t *testing.T, format recordFormat, name string, de
 	f2.intact(t, "after b's "+name, eps["a"])
 	f2.intact(t, "after b's "+name, eps["c"])
 }
+
+// An endpoint Restore could not program again (its attach failed) stays registered
+// and counted as not adopted, so its veth is not left with the last agent's programs
+// for good: RetryAdoption programs it once the datapath takes it, and removes one
+// whose veth went away meanwhile, as Restore does.
+func TestRestoreRetriesAFailedAdoption(t *testing.T) {
+	dir := t.TempDir()
+	dp := &fakeDatapath{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}}
+	links := newFakeLinks()
+	f := newFixture(t, dir, dp, links)
+	stuck := f.add(t, "stuck", 10)
+	vanishing := f.add(t, "vanishing", 11)
+	dp.attached = map[string]int{} // a new agent process knows nothing
+
+	f2 := newFixture(t, dir, dp, links)
+	f2.m.dp = failingAttach{dp}
+	if adopted, _, err := f2.m.Restore(); adopted != 0 || err == nil || !strings.Contains(err.Error(), "attach failed") {
+		t.Fatalf("Restore with failing attaches = %d adopted, %v; want 0 and the attach errors", adopted, err)
+	}
+	if n := f2.m.Unadopted(); n != 2 {
+		t.Fatalf("Unadopted after the failed restore = %d, want 2", n)
+	}
+	if left, err := f2.m.RetryAdoption(); left != 2 || err == nil {
+		t.Errorf("RetryAdoption while attaches still fail = %d left, %v; want 2 and an error", left, err)
+	}
+	f2.m.dp = dp
+	delete(links.links, vanishing.HostIfName)
+	if left, err := f2.m.RetryAdoption(); left != 0 || err != nil {
+		t.Fatalf("RetryAdoption once attaches work = %d left, %v; want 0, nil", left, err)
+	}
+	if dp.attached[stuck.HostIfName] != 10 || f.links.routes[netip.MustParseAddr(stuck.IP)] != 10 {
+		t.Errorf("after the retry: attached %v routes %v, want %s programmed at index 10", dp.attached, f.links.routes, stuck.HostIfName)
+	}
+	if _, ok := f2.m.Get("vanishing"); ok {
+		t.Error("the endpoint whose veth vanished before the retry is still registered")
+	}
+	if _, ok := f2.pool.Lookup("vanishing"); ok {
+		t.Error("the IP of the endpoint whose veth vanished is still allocated")
+	}
+}
