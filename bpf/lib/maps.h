@@ -445,6 +445,32 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_policy_ct_over SEC(".maps");
 
+/*
+ * myelin_budgets: the per-pod budgets' state, by enum budget_table: any_over,
+ * set by the agent while the table's list (myelin_policy_ct_over,
+ * myelin_snat_over, myelin_lb_ct_over) holds a pod, so a new entry costs one
+ * array read, not a hash lookup, while no pod is over its budget; and max, the
+ * budget the agent counts against, which it wrote at its last load. Pinned,
+ * not .bss: an agent that adopts the pinned maps before it has read its
+ * configuration (restarting, the apiserver unreachable) applies the budgets
+ * with the running programs (datapath.OpenPinned).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct budget_state);
+	__uint(max_entries, BUDGET_TABLES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_budgets SEC(".maps");
+
+/* budget_any_over says whether table's list of pods over their budget holds one. */
+static __always_inline int budget_any_over(__u32 table)
+{
+	const struct budget_state *b = bpf_map_lookup_elem(&myelin_budgets, &table);
+
+	return b && b->any_over;
+}
+
 /* myelin_flows: flow records for the agent's flow store (lib/flows.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);

@@ -128,17 +128,12 @@ static __always_inline int nat_pick_port(struct nat_key *rev, const struct nat_e
 	return 0;
 }
 
-/*
- * nat_any_over is set by the agent while myelin_snat_over lists a pod
- * (datapath.GCNAT; .bss: a runtime switch): a new flow costs one load, not a
- * hash lookup, while no pod is over its budget.
- */
-volatile __u32 nat_any_over = 0;
-
-/* nat_over_budget says whether pod addr may not open another masqueraded flow. */
+/* nat_over_budget says whether pod addr may not open another masqueraded flow:
+ * the list is looked up only while it holds a pod (myelin_budgets). */
 static __always_inline int nat_over_budget(__u32 addr)
 {
-	return nat_budget && nat_any_over && bpf_map_lookup_elem(&myelin_snat_over, &addr);
+	return nat_budget && budget_any_over(BUDGET_NAT) &&
+	       bpf_map_lookup_elem(&myelin_snat_over, &addr);
 }
 
 /*

@@ -119,24 +119,18 @@ static __always_inline __u32 policy_ct_via(__u32 bit, __u8 dir)
 #define POLICY_CT_VIA_HI (POLICY_CT_OUT_HI | POLICY_CT_IN_HI)
 
 /*
- * policy_ct_any_over is set by the agent while myelin_policy_ct_over lists a
- * pod (datapath.GCPolicyCT; .bss: a runtime switch), so a new connection
- * costs one load, not a hash lookup, while no pod is over its budget.
- */
-volatile __u32 policy_ct_any_over = 0;
-
-/*
  * policy_ct_over_budget says whether a new entry paid for by pod addr may not
  * be written: addr held more than its budget at the agent's last count
  * (datapath.GCPolicyCT). The payer is the entry's opener when policy_ct_opener
  * names one (a pod whose source a node checked), else the local pod of the
  * check. Only a connection that would create an entry asks (no lookup for a
- * tracked one), it looks the list up only while the list has a pod, and with
+ * tracked one), it looks the list up only while the list has a pod
+ * (myelin_budgets), and with
  * policy_ct_budget off nothing is asked.
  */
 static __always_inline int policy_ct_over_budget(__u32 addr)
 {
-	return policy_ct_budget && policy_ct_any_over &&
+	return policy_ct_budget && budget_any_over(BUDGET_POLICY_CT) &&
 	       bpf_map_lookup_elem(&myelin_policy_ct_over, &addr);
 }
 

@@ -156,17 +156,12 @@ static __always_inline int lb_dnat(struct __sk_buff *skb, struct ipv4_info *info
 	return 0;
 }
 
-/*
- * lb_ct_any_over is set by the agent while myelin_lb_ct_over lists a pod
- * (datapath.GCServiceCT; .bss: a runtime switch): a new Service flow costs one
- * load, not a hash lookup, while no pod is over its budget.
- */
-volatile __u32 lb_ct_any_over = 0;
-
-/* lb_ct_over_budget says whether pod addr may not open another Service flow. */
+/* lb_ct_over_budget says whether pod addr may not open another Service flow:
+ * the list is looked up only while it holds a pod (myelin_budgets). */
 static __always_inline int lb_ct_over_budget(__u32 addr)
 {
-	return lb_ct_budget && lb_ct_any_over && bpf_map_lookup_elem(&myelin_lb_ct_over, &addr);
+	return lb_ct_budget && budget_any_over(BUDGET_LB_CT) &&
+	       bpf_map_lookup_elem(&myelin_lb_ct_over, &addr);
 }
 
 /*

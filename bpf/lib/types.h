@@ -29,6 +29,20 @@ struct tunnel_lpm_key {
 };
 
 /* tunnel_endpoint is where a PodCIDR's pods are: the VXLAN peer to send them to. */
+/* budget_table indexes myelin_budgets: one per table with a per-pod budget. */
+enum budget_table {
+	BUDGET_POLICY_CT = 0, /* myelin_policy_ct (policy-ct-pod-max) */
+	BUDGET_NAT = 1,	      /* myelin_snat (nat-pod-max) */
+	BUDGET_LB_CT = 2,     /* myelin_lb_ct (lb-ct-pod-max) */
+	BUDGET_TABLES = 3,
+};
+
+/* budget_state is one table's entry of myelin_budgets. */
+struct budget_state {
+	__u32 any_over; /* 1: the table's over list holds a pod */
+	__u32 max;	/* the budget (entries or flows per pod), 0 none */
+};
+
 struct tunnel_endpoint {
 	__u32 node_ip; /* underlay IPv4 of the node, network order */
 };

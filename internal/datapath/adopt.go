@@ -51,6 +51,9 @@ func OpenPinned(pinDir string) (*Datapath, error) {
 	if err := coll.Assign(&d.objs.myelinMaps); err != nil {
 		return nil, fmt.Errorf("adopt pinned maps in %s: %w", pinDir, err)
 	}
+	// The budgets the last Load configured: the GC applies them before this agent
+	// has its configuration (the programs that run read myelin_budgets too).
+	d.cfg.PolicyCTPodMax, d.cfg.NATPodMax, d.cfg.LBCTPodMax = pinnedBudgets(d.objs.MyelinBudgets)
 	// The policy table is read and written through its mapping (GCPolicyCT),
 	// hashed with the seed its header keeps.
 	if err := d.withPolicyCT(func(t *policyCTTable) error { d.policyCTSeed = *t.seed(); return nil }); err != nil {
@@ -64,11 +67,12 @@ func OpenPinned(pinDir string) (*Datapath, error) {
 // pinned: the socket programs' reverse maps, which Load pins only with
 // Config.SocketLB (configureLoadBalancing), and those a node upgraded from a build
 // without them has not pinned yet (its GC never reads them): myelin_lb_nodeports,
-// myelin_flow_drops, the budgets' lists (an adopted datapath has no budget),
-// myelin_policy_ct_stats (its evictions then read as an error until the load).
+// myelin_flow_drops, the budgets' lists and state (without myelin_budgets an
+// adopted datapath has no budget), myelin_policy_ct_stats (its evictions then read
+// as an error until the load), myelin_tunnel_nodes.
 var optionalPins = map[string]bool{"myelin_lb_sock_rev": true, "myelin_lb_sock_peer": true, "myelin_lb_nodeports": true,
 	"myelin_flow_drops": true, "myelin_policy_ct_over": true, "myelin_snat_over": true,
-	"myelin_lb_ct_over": true, "myelin_policy_ct_stats": true}
+	"myelin_lb_ct_over": true, "myelin_policy_ct_stats": true, "myelin_tunnel_nodes": true, "myelin_budgets": true}
 
 // privateStub makes ms an unpinned map of one entry (socket storage has no size:
 // it holds nothing until a program stores into a socket; a ring buffer keeps its

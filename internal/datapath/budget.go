@@ -17,8 +17,11 @@ import (
 // an LRU evicts, the masquerade and Service flows whose insert fails when full) has a list of the pods holding
 // more than their share at the agent's last GC round. The datapath drops a listed
 // pod's packets that would need a new entry, with the table's own reason, so one
-// pod's flood fills the table for one round at most. The list is pinned; a .bss
-// flag says whether it holds a pod, so a new entry costs one load while none is.
+// pod's flood fills the table for one round at most. The list is pinned, and so is
+// the table's entry of myelin_budgets: whether the list holds a pod (so a new entry
+// costs one array read while none is) and the budget the last Load configured, so an
+// agent that adopts the pinned maps before it has its configuration (OpenPinned)
+// applies the budgets with the programs that run.
 
 // podCounts counts a table's entries (or flows) by the local pod holding them, by
 // its address as the datapath keys it (network order).
@@ -50,20 +53,27 @@ func (h podCounts) over(budget uint32) map[uint32]uint32 {
 	return out
 }
 
-// podBudget is one table's budget: its list of pods over it and the flag that
-// says the list holds one.
+// The tables' entries of myelin_budgets (bpf/lib/types.h enum budget_table).
+const (
+	budgetPolicyCT uint32 = 0
+	budgetNAT      uint32 = 1
+	budgetLBCT     uint32 = 2
+)
+
+// podBudget is one table's budget: its list of pods over it and its entry of
+// myelin_budgets, whose any_over says the list holds one.
 type podBudget struct {
-	what     string // what a pod holds, for errors: "policy connections"
-	key      string // the configuration key of the budget
-	max      uint32 // the budget; 0: none (the datapath reads no list)
-	list     *ebpf.Map
-	flag     *ebpf.Variable // nil on a datapath adopted before Load
-	flagName string
+	what  string // what a pod holds, for errors: "policy connections"
+	key   string // the configuration key of the budget
+	max   uint32 // the budget; 0: none (the datapath reads no list)
+	list  *ebpf.Map
+	state *ebpf.Map // myelin_budgets
+	index uint32    // the table's entry of state
 }
 
-// sync makes the list hold exactly the pods of held over the budget and the flag
-// say whether it holds any. Without a budget, or on an adopted datapath, it leaves
-// both alone: the first round of an agent with a budget rewrites them.
+// sync makes the list hold exactly the pods of held over the budget and any_over
+// say whether it holds any. Without a budget it leaves both alone: the first round
+// of an agent with a budget rewrites them.
 func (b podBudget) sync(held podCounts) error {
 	if b.active() == 0 {
 		return nil
@@ -110,33 +120,53 @@ func (b podBudget) sync(held podCounts) error {
 		unlisted = fmt.Errorf("list pods over their budget of %s (%s %d): %d of %d not listed (the list holds %d), the biggest pod %s holding %d",
 			b.what, b.key, b.max, len(addrs)-len(top), len(addrs), len(top), addrFromNetwork(addrs[len(top)]), over[addrs[len(top)]])
 	}
-	return errors.Join(unlisted, setFlag(b.flag, b.flagName, len(top) > failed))
+	return errors.Join(unlisted, b.setState(len(top) > failed))
 }
 
-// active is the budget where the GC may act on it: 0 on a datapath adopted before
-// Load (no flag, and no configuration: its budget is not known).
-func (b podBudget) active() uint32 {
-	if b.flag == nil {
-		return 0
+// active is the budget where the GC may act on it: the configured one, or on a
+// datapath adopted before Load the one the last Load wrote (0 from a build
+// without myelin_budgets: not known).
+func (b podBudget) active() uint32 { return b.max }
+
+// setState writes the table's entry of myelin_budgets: its budget and whether the
+// list holds a pod.
+func (b podBudget) setState(anyOver bool) error {
+	st := myelinBudgetState{Max: b.max}
+	if anyOver {
+		st.AnyOver = 1
 	}
-	return b.max
+	if err := b.state.Put(b.index, st); err != nil {
+		return fmt.Errorf("write the budget state of %s: %w", b.what, err)
+	}
+	return nil
 }
 
-// restore sets the flag at Load when the pinned list a previous agent wrote holds
-// a pod (the flag, in .bss, starts off), so a restart does not lift the budget
-// until the first GC round.
+// restore writes the table's budget at Load, with any_over on when the pinned list
+// a previous agent wrote holds a pod, so a restart does not lift the budget until
+// the first GC round.
 func (b podBudget) restore() error {
 	if b.max == 0 {
-		return nil
+		return b.setState(false)
 	}
 	var k uint32
 	if err := b.list.NextKey(nil, &k); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return nil
+			return b.setState(false)
 		}
 		return fmt.Errorf("read the pods over their budget of %s: %w", b.what, err)
 	}
-	return setFlag(b.flag, b.flagName, true)
+	return b.setState(true)
+}
+
+// pinnedBudgets reads the budgets the last Load wrote into myelin_budgets: an
+// adopted datapath counts against them (OpenPinned). An entry that can't be read
+// is 0, no budget, as before.
+func pinnedBudgets(m *ebpf.Map) (policyCT, nat, lbCT uint32) {
+	var st [3]myelinBudgetState
+	for i := range st {
+		_ = m.Lookup(uint32(i), &st[i])
+	}
+	return st[budgetPolicyCT].Max, st[budgetNAT].Max, st[budgetLBCT].Max
 }
 
 // listed returns the pods the list holds with the count each had at the last
@@ -153,19 +183,19 @@ func (b podBudget) listed() (map[netip.Addr]int, error) {
 // policyCTBudget is the budget of myelin_policy_ct (policy-ct-pod-max).
 func (d *Datapath) policyCTBudget() podBudget {
 	return podBudget{what: "policy connections", key: "policy-ct-pod-max", max: d.cfg.PolicyCTPodMax,
-		list: d.objs.MyelinPolicyCtOver, flag: d.objs.PolicyCtAnyOver, flagName: "policy_ct_any_over"}
+		list: d.objs.MyelinPolicyCtOver, state: d.objs.MyelinBudgets, index: budgetPolicyCT}
 }
 
 // natBudget is the budget of myelin_snat in flows (nat-pod-max).
 func (d *Datapath) natBudget() podBudget {
 	return podBudget{what: "masqueraded flows", key: "nat-pod-max", max: d.cfg.NATPodMax,
-		list: d.objs.MyelinSnatOver, flag: d.objs.NatAnyOver, flagName: "nat_any_over"}
+		list: d.objs.MyelinSnatOver, state: d.objs.MyelinBudgets, index: budgetNAT}
 }
 
 // lbCTBudget is the budget of myelin_lb_ct in flows (lb-ct-pod-max).
 func (d *Datapath) lbCTBudget() podBudget {
 	return podBudget{what: "Service flows", key: "lb-ct-pod-max", max: d.cfg.LBCTPodMax,
-		list: d.objs.MyelinLbCtOver, flag: d.objs.LbCtAnyOver, flagName: "lb_ct_any_over"}
+		list: d.objs.MyelinLbCtOver, state: d.objs.MyelinBudgets, index: budgetLBCT}
 }
 
 // PodsOverBudget are the pods over their share of the node's shared tables, with

@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type myelinBudgetState struct {
+	_       structs.HostLayout
+	AnyOver uint32
+	Max     uint32
+}
+
 type myelinCtDir uint32
 
 const (
@@ -574,6 +580,7 @@ type myelinProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type myelinMapSpecs struct {
+	MyelinBudgets       *ebpf.MapSpec `ebpf:"myelin_budgets"`
 	MyelinEndpoints     *ebpf.MapSpec `ebpf:"myelin_endpoints"`
 	MyelinEvents        *ebpf.MapSpec `ebpf:"myelin_events"`
 	MyelinFlowDrops     *ebpf.MapSpec `ebpf:"myelin_flow_drops"`
@@ -645,7 +652,6 @@ type myelinVariableSpecs struct {
 	DropEventsEnabled        *ebpf.VariableSpec `ebpf:"drop_events_enabled"`
 	FlowsEnabled             *ebpf.VariableSpec `ebpf:"flows_enabled"`
 	HostRoutingBpf           *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
-	LbCtAnyOver              *ebpf.VariableSpec `ebpf:"lb_ct_any_over"`
 	LbCtBudget               *ebpf.VariableSpec `ebpf:"lb_ct_budget"`
 	LbEnabled                *ebpf.VariableSpec `ebpf:"lb_enabled"`
 	LbHostReplies            *ebpf.VariableSpec `ebpf:"lb_host_replies"`
@@ -653,7 +659,6 @@ type myelinVariableSpecs struct {
 	LocalPodCidrMask         *ebpf.VariableSpec `ebpf:"local_pod_cidr_mask"`
 	MaglevTableSize          *ebpf.VariableSpec `ebpf:"maglev_table_size"`
 	MasqEnabled              *ebpf.VariableSpec `ebpf:"masq_enabled"`
-	NatAnyOver               *ebpf.VariableSpec `ebpf:"nat_any_over"`
 	NatBudget                *ebpf.VariableSpec `ebpf:"nat_budget"`
 	NatPortMax               *ebpf.VariableSpec `ebpf:"nat_port_max"`
 	NatPortMin               *ebpf.VariableSpec `ebpf:"nat_port_min"`
@@ -662,7 +667,6 @@ type myelinVariableSpecs struct {
 	OverlayIfindex           *ebpf.VariableSpec `ebpf:"overlay_ifindex"`
 	OverlayMac               *ebpf.VariableSpec `ebpf:"overlay_mac"`
 	OverlayPort              *ebpf.VariableSpec `ebpf:"overlay_port"`
-	PolicyCtAnyOver          *ebpf.VariableSpec `ebpf:"policy_ct_any_over"`
 	PolicyCtBuckets          *ebpf.VariableSpec `ebpf:"policy_ct_buckets"`
 	PolicyCtBudget           *ebpf.VariableSpec `ebpf:"policy_ct_budget"`
 	PolicyCtSeed             *ebpf.VariableSpec `ebpf:"policy_ct_seed"`
@@ -694,6 +698,7 @@ func (o *myelinObjects) Close() error {
 //
 // It can be passed to loadMyelinObjects or ebpf.CollectionSpec.LoadAndAssign.
 type myelinMaps struct {
+	MyelinBudgets       *ebpf.Map `ebpf:"myelin_budgets"`
 	MyelinEndpoints     *ebpf.Map `ebpf:"myelin_endpoints"`
 	MyelinEvents        *ebpf.Map `ebpf:"myelin_events"`
 	MyelinFlowDrops     *ebpf.Map `ebpf:"myelin_flow_drops"`
@@ -734,6 +739,7 @@ type myelinMaps struct {
 
 func (m *myelinMaps) Close() error {
 	return _MyelinClose(
+		m.MyelinBudgets,
 		m.MyelinEndpoints,
 		m.MyelinEvents,
 		m.MyelinFlowDrops,
@@ -806,7 +812,6 @@ type myelinVariables struct {
 	DropEventsEnabled        *ebpf.Variable `ebpf:"drop_events_enabled"`
 	FlowsEnabled             *ebpf.Variable `ebpf:"flows_enabled"`
 	HostRoutingBpf           *ebpf.Variable `ebpf:"host_routing_bpf"`
-	LbCtAnyOver              *ebpf.Variable `ebpf:"lb_ct_any_over"`
 	LbCtBudget               *ebpf.Variable `ebpf:"lb_ct_budget"`
 	LbEnabled                *ebpf.Variable `ebpf:"lb_enabled"`
 	LbHostReplies            *ebpf.Variable `ebpf:"lb_host_replies"`
@@ -814,7 +819,6 @@ type myelinVariables struct {
 	LocalPodCidrMask         *ebpf.Variable `ebpf:"local_pod_cidr_mask"`
 	MaglevTableSize          *ebpf.Variable `ebpf:"maglev_table_size"`
 	MasqEnabled              *ebpf.Variable `ebpf:"masq_enabled"`
-	NatAnyOver               *ebpf.Variable `ebpf:"nat_any_over"`
 	NatBudget                *ebpf.Variable `ebpf:"nat_budget"`
 	NatPortMax               *ebpf.Variable `ebpf:"nat_port_max"`
 	NatPortMin               *ebpf.Variable `ebpf:"nat_port_min"`
@@ -823,7 +827,6 @@ type myelinVariables struct {
 	OverlayIfindex           *ebpf.Variable `ebpf:"overlay_ifindex"`
 	OverlayMac               *ebpf.Variable `ebpf:"overlay_mac"`
 	OverlayPort              *ebpf.Variable `ebpf:"overlay_port"`
-	PolicyCtAnyOver          *ebpf.Variable `ebpf:"policy_ct_any_over"`
 	PolicyCtBuckets          *ebpf.Variable `ebpf:"policy_ct_buckets"`
 	PolicyCtBudget           *ebpf.Variable `ebpf:"policy_ct_budget"`
 	PolicyCtSeed             *ebpf.Variable `ebpf:"policy_ct_seed"`

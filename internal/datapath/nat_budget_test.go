@@ -136,6 +136,48 @@ func TestPrivilegedBPFNATBudgetTrimsAFullTable(t *testing.T) {
 // The masquerade and Service budgets' lists are pinned and a new Load sets their
 // flags from them (the flags, in .bss, start off): a restarted agent keeps a pod that
 // was over its budget out before its first GC round.
+// An agent that adopts the pinned maps before it has its configuration (a restart,
+// the apiserver unreachable) counts against the budgets the last Load wrote, and what
+// its GC lists is applied by the programs that run: a pod that floods the masquerade
+// table meanwhile has its next new flow dropped, not only once the new agent loads.
+// An adopted datapath of a build without the budgets' state applies none.
+func TestPrivilegedAdoptedDatapathAppliesBudgets(t *testing.T) {
+	requirePrivileged(t)
+	cfg := Config{HostRouting: HostRoutingBPF, Masquerade: true, NodeIP: testNodeIP, ClusterCIDR: lbClusterCIDR,
+		NATPortMin: testNATPort, NATPortMax: testNATPort + 100, NATPodMax: 2, LBCTPodMax: 7, PolicyCTPodMax: 9}
+	running := loadTestConfig(t, cfg) // the last agent's programs, which stay attached
+	if err := running.SetNoMasquerade(testNoMasq); err != nil {
+		t.Fatal(err)
+	}
+	adopted, err := OpenPinned(running.cfg.PinDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adopted.Close()
+	if got := [3]uint32{adopted.cfg.NATPodMax, adopted.cfg.LBCTPodMax, adopted.cfg.PolicyCTPodMax}; got != [3]uint32{2, 7, 9} {
+		t.Fatalf("adopted budgets (nat, lb ct, policy ct) = %v, want the last Load's [2 7 9]", got)
+	}
+	// While the agent was away pod A opened three flows out: over its budget of 2.
+	if err := seedNAT(running, []NATEntry{
+		flow(protoUDP, podA, 5001, testNATPort, extHost, 53, "udp"),
+		flow(protoUDP, podA, 5002, testNATPort+1, extHost, 54, "udp"),
+		flow(protoUDP, podA, 5003, testNATPort+2, extHost, 55, "udp"),
+	}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adopted.GCNAT(MonotonicNow()); err != nil {
+		t.Fatal(err)
+	}
+	over, err := adopted.PodsOverBudget()
+	if err != nil || over.NAT[mustAddr(podA)] != 3 {
+		t.Fatalf("pods over their NAT budget after the adopted round = %+v, %v; want A holding 3", over.NAT, err)
+	}
+	if err := checkCase(running, running.objs.MyelinToNetdev, "to-netdev", progCase{name: "A's next new flow",
+		in: ipv4(protoTCP, podA, extHost).build(), verdict: tcActShot, reason: "DROP_NAT_BUDGET"}); err != nil {
+		t.Errorf("A's new flow after the adopted round: %v", err)
+	}
+}
+
 func TestPrivilegedBPFBudgetsSurviveALoad(t *testing.T) {
 	requirePrivileged(t)
 	cfg := Config{HostRouting: HostRoutingBPF, Masquerade: true, LoadBalancing: true, NodeIP: testNodeIP,

@@ -356,9 +356,9 @@ func TestPrivilegedPodBudgetFullList(t *testing.T) {
 	if err := listed(d.objs.MyelinPolicyCtOver, map[string]uint32{"10.2.0.33": 20, "10.2.0.34": 30}); err != nil {
 		t.Error(err)
 	}
-	var on uint32
-	if err := d.objs.PolicyCtAnyOver.Get(&on); err != nil || on != 1 {
-		t.Errorf("policy_ct_any_over = %d, %v; want 1 (listed pods' new connections dropped)", on, err)
+	var st myelinBudgetState
+	if err := d.objs.MyelinBudgets.Lookup(budgetPolicyCT, &st); err != nil || st.AnyOver != 1 || st.Max != 3 {
+		t.Errorf("myelin_budgets[policy ct] = %+v, %v; want any_over 1 (listed pods' new connections dropped), max 3", st, err)
 	}
 }
 

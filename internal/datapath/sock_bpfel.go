@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type sockBudgetState struct {
+	_       structs.HostLayout
+	AnyOver uint32
+	Max     uint32
+}
+
 type sockCtEntry struct {
 	_          structs.HostLayout
 	BackendId  uint32
@@ -346,6 +352,7 @@ type sockProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sockMapSpecs struct {
+	MyelinBudgets            *ebpf.MapSpec `ebpf:"myelin_budgets"`
 	MyelinEndpoints          *ebpf.MapSpec `ebpf:"myelin_endpoints"`
 	MyelinEvents             *ebpf.MapSpec `ebpf:"myelin_events"`
 	MyelinFlowDrops          *ebpf.MapSpec `ebpf:"myelin_flow_drops"`
@@ -436,6 +443,7 @@ func (o *sockObjects) Close() error {
 //
 // It can be passed to loadSockObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sockMaps struct {
+	MyelinBudgets            *ebpf.Map `ebpf:"myelin_budgets"`
 	MyelinEndpoints          *ebpf.Map `ebpf:"myelin_endpoints"`
 	MyelinEvents             *ebpf.Map `ebpf:"myelin_events"`
 	MyelinFlowDrops          *ebpf.Map `ebpf:"myelin_flow_drops"`
@@ -477,6 +485,7 @@ type sockMaps struct {
 
 func (m *sockMaps) Close() error {
 	return _SockClose(
+		m.MyelinBudgets,
 		m.MyelinEndpoints,
 		m.MyelinEvents,
 		m.MyelinFlowDrops,
