@@ -104,18 +104,23 @@ func (p *policyLoop) admit(ctx context.Context, ep api.Endpoint) error {
 }
 
 // addressStale says whether ip may still carry another pod's identity in this node's
-// ipcache, as far as the last applied computation tells: none applied since the agent
-// started (the pinned ipcache is the last agent's), or the last gave ip's /32 an
-// identity without ref's pod at ip in its input (a deleted pod's, or nobody's yet).
+// ipcache: no computation applied since the agent started (the pinned ipcache is the
+// last agent's), the last one's apply wrote nothing (it could not read the maps), or
+// its input has another pod at ip (a deleted pod whose address IPAM handed out again
+// before the computation dropping it). An address an ipBlock names is no pod's: it
+// does not make an ADD wait. (An apply that failed later, at one write, is not held
+// against every ADD of the node: the next one is tried at once.)
 func (p *policyLoop) addressStale(ref string, ip netip.Addr) bool {
 	v := p.view.Load()
-	if v == nil {
+	if v == nil || (v.err != nil && !v.flagsDone) {
 		return true
 	}
-	if _, ok := v.state.IPCache[netip.PrefixFrom(ip, ip.BitLen())]; !ok {
-		return false
+	for _, pod := range v.input.Pods {
+		if pod.IP == ip && pod.Ref() != ref {
+			return true
+		}
 	}
-	return !v.includes(ref, ip)
+	return false
 }
 
 // awaitSynced returns the loop's caches once its informers synced, or ctx's error.

@@ -93,9 +93,6 @@ func TestPolicyAdmitWaitsForAReusedAddress(t *testing.T) {
 	eps := []api.Endpoint{oldEp, vaultEp}
 	p, ctx := startPolicyLoopWith(t, cs, maps, func() []api.Endpoint { mu.Lock(); defer mu.Unlock(); return slices.Clone(eps) })
 
-	if !p.addressStale("open/old", netip.MustParseAddr(reused)) && p.view.Load() == nil {
-		t.Error("addressStale before any computation = false, want true (the pinned ipcache is the last agent's)")
-	}
 	short, stop := context.WithTimeout(ctx, 5*time.Second)
 	defer stop()
 	vault := netip.MustParseAddr(vaultEp.IP)
@@ -156,6 +153,42 @@ func TestPolicyLoopNumbersAbovePinned(t *testing.T) {
 	}
 	if got := p.ids.Next(); got != 256 {
 		t.Errorf("allocator read from its file: next %d, want the file's 256", got)
+	}
+}
+
+// addressStale, view by view: stale before any computation was applied, after one
+// whose apply wrote nothing, and while the last one has another pod at the address; not for
+// an address no pod of its input holds (an ipBlock /32 naming it included) or held by
+// the pod asking.
+func TestAddressStale(t *testing.T) {
+	ip := netip.MustParseAddr("10.244.1.8")
+	withPod := func(ref string) *policyView {
+		ns, name, _ := strings.Cut(ref, "/")
+		return &policyView{input: policy.Input{Pods: []policy.Pod{{Namespace: ns, Name: name, IP: ip}}}}
+	}
+	cidrOnly := &policyView{state: policy.State{IPCache: map[netip.Prefix]uint32{netip.PrefixFrom(ip, 32): 300}}}
+	failed := withPod("open/new")
+	failed.err = errors.New("apply: the map can't be read")
+	failedLate := withPod("open/new")
+	failedLate.err, failedLate.flagsDone = errors.New("apply: purge: busy"), true
+	p := &policyLoop{}
+	for _, c := range []struct {
+		name string
+		view *policyView
+		want bool
+	}{
+		{"no computation applied yet", nil, true},
+		{"the last apply wrote nothing", failed, true},
+		{"the last apply failed after its writes", failedLate, false},
+		{"another pod at the address", withPod("open/old"), true},
+		{"the pod itself at the address", withPod("open/new"), false},
+		{"an ipBlock /32 of the address, no pod", cidrOnly, false},
+		{"nobody at the address", &policyView{}, false},
+	} {
+		p.view.Store(c.view)
+		if got := p.addressStale("open/new", ip); got != c.want {
+			t.Errorf("%s: addressStale = %v, want %v", c.name, got, c.want)
+		}
 	}
 }
 
