@@ -33,20 +33,27 @@ type peerHealthLoop struct {
 	prober   *clusterhealth.Prober
 	loops    *loops
 	log      *slog.Logger
+	// overlayToNode is what this node answers of its datapath: in tunnel mode it
+	// takes pods' packets to its IP through the overlay (overlayReceivers).
+	overlayToNode bool
 }
 
 // peerHealthLoopName is the loop's name in status.
 const peerHealthLoopName = "node-health"
 
-// newPeerHealth returns the loop, or nil with cluster-health-port 0.
-func (s *startup) newPeerHealth(nodes *nodeWatch) *peerHealthLoop {
+// newPeerHealth returns the loop, or nil with cluster-health-port 0. The peers'
+// answers go to receivers (nil: nowhere).
+func (s *startup) newPeerHealth(nodes *nodeWatch, receivers *overlayReceivers) *peerHealthLoop {
 	if s.conf.ClusterHealthPort == 0 {
 		return nil
 	}
 	h := &peerHealthLoop{node: s.cfg.Node, local: s.local(), port: s.conf.ClusterHealthPort, nodeIP: s.plan.NodeIP,
-		healthIP: clusterhealth.HealthAddr(s.podCIDR), nodes: nodes, loops: s.loops, log: s.log}
+		healthIP: clusterhealth.HealthAddr(s.podCIDR), nodes: nodes, loops: s.loops, log: s.log, overlayToNode: s.plan.Tunnel}
 	h.known = newNodesDerived(nodes, func(ns []*corev1.Node) []clusterhealth.Peer { return healthPeers(h.node, h.local, ns) })
 	h.prober = &clusterhealth.Prober{Port: h.port, HealthIP: h.healthIP, Peers: h.peers, Matrix: clusterhealth.NewMatrix()}
+	if receivers != nil {
+		h.prober.OnHello = receivers.heard
+	}
 	return h
 }
 
@@ -70,7 +77,8 @@ func (h *peerHealthLoop) serve() (*clusterhealth.Server, error) {
 	if err := clusterhealth.EnsureAddress(h.healthIP); err != nil {
 		return nil, err
 	}
-	return clusterhealth.Serve(h.node, []netip.Addr{h.nodeIP, h.healthIP}, h.port, h.log)
+	return clusterhealth.Serve(clusterhealth.Hello{Node: h.node, OverlayToNode: h.overlayToNode},
+		[]netip.Addr{h.nodeIP, h.healthIP}, h.port, h.log)
 }
 
 // peers are the other Nodes with an InternalIP that routing.Peers does not refuse,

@@ -164,6 +164,8 @@ func decideTunnelPodToNode(c config.Config, p nodePlan) (config.TunnelPodToNode,
 	case !p.HostRouting.BPF:
 		return "", fmt.Errorf("tunnel-pod-to-node is %s (%s) but this node runs legacy host routing (%s): the stack routes pods' packets to other nodes plain; set tunnel-pod-to-node to plain for this node (a NodeConfig), or make BPF host routing possible here",
 			mode, src, p.HostRouting.Reason)
+	case c.ClusterHealthPort == 0:
+		return "", fmt.Errorf("tunnel-pod-to-node is %s (%s) but cluster-health-port is 0: a node learns which others take pods' packets to their IP through the overlay from their health responders; set cluster-health-port (default 4240) or tunnel-pod-to-node to plain", mode, src)
 	}
 	return mode, nil
 }

@@ -190,8 +190,9 @@ func (st *startup) startLoops(ctx context.Context, p parts) (*serviceLoop, error
 	p.srv.monitor.names.Store(&names)               // pods of other nodes in drop events
 	p.mets.use(st, p.node, svc, pol, p.gc, p.flows) // before the Service watcher runs
 	p.flows.resolveWith(pol, svc)
-	supervise(ctx, append(st.loopsFor(p.nodes, p.node, svc, p.srv, p.deleted), pol, p.flows)...)
-	if ph := st.newPeerHealth(p.nodes); ph != nil {
+	receivers := st.overlayReceivers(p.node.dp, p.nodes)
+	supervise(ctx, append(st.loopsFor(p.nodes, p.node, svc, p.srv, p.deleted, receivers), pol, p.flows)...)
+	if ph := st.newPeerHealth(p.nodes, receivers); ph != nil {
 		p.srv.views.add(ph) // /v1/health answers from here on
 		p.mets.health.Store(ph)
 		supervise(ctx, ph)
@@ -228,12 +229,13 @@ func (s *startup) views(node *nodeDatapath, gc *collector) []view {
 // program again, the node's addresses (NetworkPolicy's
 // host exemption), and the Services with kube-proxy-replacement. The loops that
 // report on themselves register their views with srv.
-func (s *startup) loopsFor(nodes *nodeWatch, node *nodeDatapath, svc *serviceLoop, srv *server, deleted *deletedLoop) []runner {
+func (s *startup) loopsFor(nodes *nodeWatch, node *nodeDatapath, svc *serviceLoop, srv *server, deleted *deletedLoop,
+	receivers *overlayReceivers) []runner {
 	routes, kube := &routeStatus{}, &kubeLoop{cs: s.cs, loops: s.loops}
 	srv.views.add(routes, kube)
 	rs := []runner{nodes, node.masq}
 	if s.plan.Tunnel {
-		rs = append(rs, newTunnelLoop(s.plan, s.local(), node.dp, node.overlay, nodes, routes, s.loops, s.log))
+		rs = append(rs, newTunnelLoop(s.plan, s.local(), node.dp, node.overlay, nodes, receivers, routes, s.loops, s.log))
 	} else {
 		rs = append(rs, newNodeRoutesLoop(s.plan, s.local(), s.cfg.Uplink, nodes, routes, s.loops, s.log))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/netip"
 
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
@@ -14,8 +15,9 @@ import (
 )
 
 // tunnelLoop keeps the tunnel table in step with the Nodes in tunnel mode: the BPF
-// map (for BPF host routing) and the encap routes (for the node's own traffic and
-// legacy host routing), and removes any direct node routes left from native routing.
+// maps (PodCIDRs for BPF host routing, the node IPs that take pods' packets through
+// the overlay for tunnel-pod-to-node) and the encap routes (for the node's own traffic
+// and legacy host routing), and removes any direct node routes left from native routing.
 type tunnelLoop struct {
 	local    routing.Local
 	tunnels  tunnel.Map
@@ -26,12 +28,15 @@ type tunnelLoop struct {
 	status   *routeStatus
 	loops    *loops
 	log      *slog.Logger
+	// receivers says which nodes take pods' packets to their IP through the
+	// overlay: the node map holds them (tunnel-pod-to-node); nil: none.
+	receivers *overlayReceivers
 }
 
 func newTunnelLoop(p nodePlan, local routing.Local, tunnels tunnel.Map, overlay netlink.Link, nodes *nodeWatch,
-	status *routeStatus, l *loops, log *slog.Logger) *tunnelLoop {
+	receivers *overlayReceivers, status *routeStatus, l *loops, log *slog.Logger) *tunnelLoop {
 	return &tunnelLoop{local: local, tunnels: tunnels, overlay: overlay, routeMTU: p.RouteMTU, nodes: nodes,
-		changed: nodes.subscribe(), status: status, loops: l, log: log}
+		changed: nodes.subscribe(), receivers: receivers, status: status, loops: l, log: log}
 }
 
 // Run follows the Nodes until ctx ends (loop "tunnels").
@@ -43,6 +48,12 @@ func (t *tunnelLoop) sync(nodes []*corev1.Node) error {
 	t.status.nodesKnown.Store(int32(len(nodes)))
 	want, refused := tunnel.DesiredTunnels(t.local, clusterNodes(nodes))
 	t.status.set(len(want), refused, t.log)
-	return errors.Join(tunnel.SyncMap(t.tunnels, want),
+	var receivers []netip.Addr
+	for _, tun := range want {
+		if t.receivers != nil && t.receivers.receives(tun.Node, tun.NodeIP) {
+			receivers = append(receivers, tun.NodeIP)
+		}
+	}
+	return errors.Join(tunnel.SyncMap(t.tunnels, want, receivers),
 		tunnel.SyncRoutes(t.overlay, want, t.routeMTU, t.local.IP, datapath.OverlayMAC), routing.Kernel{}.SyncNodeRoutes(nil))
 }

@@ -23,6 +23,10 @@ const HelloPath = "/hello"
 // Hello is the health server's answer.
 type Hello struct {
 	Node string `json:"node"`
+	// OverlayToNode says the node's datapath gives what the overlay brings to its IP
+	// the uplink's Service stage (tunnel mode, this version on): other nodes may send
+	// it their pods' packets to its IP encapsulated (tunnel-pod-to-node).
+	OverlayToNode bool `json:"overlayToNode,omitempty"`
 }
 
 // ping sends one ICMP echo to ip and waits for its reply (a raw socket: the agent
@@ -74,8 +78,8 @@ func isReply(b []byte, from net.Addr, ip netip.Addr, id, seq int, token []byte) 
 
 // hello GETs HelloPath of the health server at ip:port from the local address src
 // (invalid: the kernel picks) on a new connection, and checks that it is peer's. It
-// returns the time from connect to answer.
-func hello(ctx context.Context, src, ip netip.Addr, port int, peer string) (time.Duration, error) {
+// returns the time from connect to answer, and the answer.
+func hello(ctx context.Context, src, ip netip.Addr, port int, peer string) (time.Duration, Hello, error) {
 	d := &net.Dialer{}
 	if src.IsValid() {
 		d.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
@@ -85,20 +89,20 @@ func hello(ctx context.Context, src, ip netip.Addr, port int, peer string) (time
 	url := "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(port)) + HelloPath
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, err
+		return 0, Hello{}, err
 	}
 	start := time.Now()
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
-		return 0, fmt.Errorf("GET %s: %w", url, err)
+		return 0, Hello{}, fmt.Errorf("GET %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	var h Hello
 	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil || resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET %s: status %d, not a myelin health answer (%v)", url, resp.StatusCode, err)
+		return 0, Hello{}, fmt.Errorf("GET %s: status %d, not a myelin health answer (%v)", url, resp.StatusCode, err)
 	}
 	if h.Node != peer {
-		return 0, fmt.Errorf("GET %s: answered by node %q, not %q (two nodes share an address?)", url, h.Node, peer)
+		return 0, Hello{}, fmt.Errorf("GET %s: answered by node %q, not %q (two nodes share an address?)", url, h.Node, peer)
 	}
-	return time.Since(start), nil
+	return time.Since(start), h, nil
 }

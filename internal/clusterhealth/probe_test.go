@@ -22,7 +22,7 @@ func TestHelloProbe(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	lo := netip.MustParseAddr("127.0.0.1")
-	srv, err := Serve("node-2", []netip.Addr{lo}, port, slog.Default())
+	srv, err := Serve(Hello{Node: "node-2", OverlayToNode: true}, []netip.Addr{lo}, port, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,8 +30,8 @@ func TestHelloProbe(t *testing.T) {
 	// (-race, parallel packages) can take that long to run the responder's goroutine.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if lat, err := hello(ctx, lo, lo, port, "node-2"); err != nil || lat <= 0 {
-		t.Errorf("hello node-2 = %v, %v; want a latency", lat, err)
+	if lat, h, err := hello(ctx, lo, lo, port, "node-2"); err != nil || lat <= 0 || !h.OverlayToNode {
+		t.Errorf("hello node-2 = %v, %+v, %v; want a latency and its answer (overlay to node)", lat, h, err)
 	}
 	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, HelloPath))
 	if err != nil {
@@ -41,14 +41,14 @@ func TestHelloProbe(t *testing.T) {
 	if !resp.Close { // a peer's idle connections would count against connlimit.Probes
 		t.Errorf("the responder keeps the connection open after its answer, want it closed")
 	}
-	if _, err := hello(ctx, netip.Addr{}, lo, port, "node-3"); err == nil || !strings.Contains(err.Error(), `answered by node "node-2", not "node-3"`) {
+	if _, _, err := hello(ctx, netip.Addr{}, lo, port, "node-3"); err == nil || !strings.Contains(err.Error(), `answered by node "node-2", not "node-3"`) {
 		t.Errorf("hello expecting node-3 = %v; want the mismatch named", err)
 	}
-	if _, err := Serve("node-2", []netip.Addr{lo}, port, slog.Default()); err == nil || !strings.Contains(err.Error(), "cluster-health-port") {
+	if _, err := Serve(Hello{Node: "node-2"}, []netip.Addr{lo}, port, slog.Default()); err == nil || !strings.Contains(err.Error(), "cluster-health-port") {
 		t.Errorf("second Serve on a taken port = %v; want an error naming cluster-health-port", err)
 	}
 	srv.Close()
-	if _, err := hello(ctx, netip.Addr{}, lo, port, "node-2"); err == nil {
+	if _, _, err := hello(ctx, netip.Addr{}, lo, port, "node-2"); err == nil {
 		t.Errorf("hello after Close succeeded")
 	}
 }

@@ -18,6 +18,8 @@ type Prober struct {
 	// Peers lists the other nodes; it is called at the start of every round.
 	Peers  func() []Peer
 	Matrix *Matrix
+	// OnHello, when set, is told each answer of a peer to the node-network probe.
+	OnHello func(Peer, Hello)
 
 	interval atomic.Int64
 }
@@ -67,13 +69,18 @@ func (p *Prober) probe(ctx context.Context, peer Peer) {
 	wg.Add(3)
 	go run(pathICMP, func(ctx context.Context) (time.Duration, error) { return ping(ctx, peer.NodeIP) })
 	go run(pathNodeHTTP, func(ctx context.Context) (time.Duration, error) {
-		return hello(ctx, netip.Addr{}, peer.NodeIP, p.Port, peer.Name)
+		lat, h, err := hello(ctx, netip.Addr{}, peer.NodeIP, p.Port, peer.Name)
+		if err == nil && p.OnHello != nil {
+			p.OnHello(peer, h)
+		}
+		return lat, err
 	})
 	go run(pathPodHTTP, func(ctx context.Context) (time.Duration, error) {
 		if !peer.HealthIP.IsValid() {
 			return 0, errNoHealthIP
 		}
-		return hello(ctx, p.HealthIP, peer.HealthIP, p.Port, peer.Name)
+		lat, _, err := hello(ctx, p.HealthIP, peer.HealthIP, p.Port, peer.Name)
+		return lat, err
 	})
 	wg.Wait()
 }

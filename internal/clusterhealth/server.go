@@ -15,19 +15,19 @@ import (
 	"github.com/myelin-net/myelin/internal/connlimit"
 )
 
-// Server answers other agents' probes: GET HelloPath with this node's name, on each
+// Server answers other agents' probes: GET HelloPath with this node's Hello, on each
 // of its addresses (the node IP and the health address) at cluster-health-port.
 type Server struct {
 	srv *http.Server
 }
 
-// Serve listens on every address at port and answers until Close. A port that is
-// taken is an error naming it and the key that sets it.
-func Serve(node string, addrs []netip.Addr, port int, log *slog.Logger) (*Server, error) {
+// Serve listens on every address at port and answers me until Close. A port that
+// is taken is an error naming it and the key that sets it.
+func Serve(me Hello, addrs []netip.Addr, port int, log *slog.Logger) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+HelloPath, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(Hello{Node: node})
+		_ = json.NewEncoder(w).Encode(me)
 	})
 	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: ProbeTimeout}}
 	s.srv.SetKeepAlivesEnabled(false) // a probe holds its connection only while it runs (connlimit.Probes)

@@ -52,15 +52,18 @@ type Map interface {
 }
 
 // SyncMap makes m hold exactly want: every wanted tunnel is written, every other
-// entry deleted, and the node set is the wanted tunnels' node IPs. It goes on past
-// a failed entry and returns every error.
-func SyncMap(m Map, want []Tunnel) error {
+// entry deleted, and the node set is exactly receivers (the nodes that take pods'
+// packets to their IP through the overlay). It goes on past a failed entry and
+// returns every error.
+func SyncMap(m Map, want []Tunnel, receivers []netip.Addr) error {
 	var errs []error
 	keep := map[netip.Prefix]bool{}
 	nodes := map[netip.Addr]bool{}
+	for _, ip := range receivers {
+		nodes[ip] = true
+	}
 	for _, t := range want {
 		keep[t.PodCIDR] = true
-		nodes[t.NodeIP] = true
 		errs = append(errs, m.UpsertTunnel(t.PodCIDR, t.NodeIP))
 	}
 	have, err := m.Tunnels()

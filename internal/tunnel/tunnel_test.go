@@ -112,13 +112,13 @@ func TestSyncMap(t *testing.T) {
 		nodes:   map[netip.Addr]bool{a("198.18.0.19"): true, a("198.18.0.99"): true},
 	}
 	want := []Tunnel{{"n2", p("10.244.1.0/24"), a("198.18.1.12")}, {"n3", p("10.244.2.0/24"), a("198.18.0.13")}}
-	if err := SyncMap(m, want); err != nil {
+	if err := SyncMap(m, want, []netip.Addr{a("198.18.1.12"), a("198.18.0.13")}); err != nil {
 		t.Fatal(err)
 	}
 	if len(m.tunnels) != 2 || m.tunnels[p("10.244.1.0/24")] != a("198.18.1.12") || m.tunnels[p("10.244.2.0/24")] != a("198.18.0.13") {
 		t.Errorf("after SyncMap: %v, want exactly %+v", m.tunnels, want)
 	}
-	// The node set follows: the departed and the moved node's old IP go.
+	// The node set is the receivers given: the departed and the moved node's old IP go.
 	if len(m.nodes) != 2 || !m.nodes[a("198.18.1.12")] || !m.nodes[a("198.18.0.13")] {
 		t.Errorf("after SyncMap: nodes %v, want exactly 198.18.1.12 and 198.18.0.13", m.nodes)
 	}
