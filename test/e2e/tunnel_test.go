@@ -40,7 +40,8 @@ func checkMTU(t *testing.T, cs kubernetes.Interface, routeMTU int) {
 // TestLabMyelinTunnel: VXLAN tunnel mode with BPF host routing: status, connectivity,
 // MTU (devices keep 1500, pod routes carry 1450), then node-2 moved to legacy host
 // routing and node-3 to the tunnel by the device by NodeConfigs: the mixed cluster
-// keeps full connectivity.
+// keeps full connectivity, also once node-1 sends its pods' packets to the others'
+// IPs through the overlay (tunnel-pod-to-node encapsulate).
 func TestLabMyelinTunnel(t *testing.T) {
 	requireRoot(t)
 	cs := labUp(t, "--nodes", "3", "--cni", "myelin", "--profile", "tunnel")
@@ -81,6 +82,22 @@ func TestLabMyelinTunnel(t *testing.T) {
 		t.Errorf("%s: tunnel reason %q, want it to name enable-bpf-tunnel and the NodeConfig", labplan.NodeName(3), st.Routing.TunnelReason)
 	}
 	checkConnectivity(t, cs, 3)
+
+	// node-1 encapsulates its pods' packets to the other nodes' IPs
+	// (tunnel-pod-to-node): node-2 receives them with legacy host routing (the
+	// client reaches its host network and that NodePort), node-3 with the tunnel
+	// left to the device (where only they, of what node-1's client sends, pass from
+	// the overlay to the stack: pods' packets to its pods BPF delivers).
+	n3 := labplan.NodeName(3)
+	createNodeConfig(t, "pod-to-node", map[string]string{"kubernetes.io/hostname": n1},
+		map[string]string{"tunnel-pod-to-node": "encapsulate"})
+	restartAgent(t, n1)
+	expectOtherNodesPods(t, n1, "tunnel-pod-to-node is encapsulate")
+	overlay3 := counter(t, n3, "from-overlay", "PASS_STACK")
+	checkConnectivity(t, cs, 3)
+	if got := counter(t, n3, "from-overlay", "PASS_STACK") - overlay3; got == 0 {
+		t.Errorf("%s: from-overlay PASS_STACK did not grow while node-1's client pinged its IP, want node-1's pod-to-node packets out of the overlay", n3)
+	}
 
 	// A ClusterIP Service over the web servers of all three nodes: translated on the
 	// client's node, the backends on other nodes reached through the tunnel.
