@@ -37,7 +37,8 @@ volatile const __u8 overlay_mac[6] = {};
 volatile const __be16 tunnel_port = 0;
 
 /*
- * tunnel_pod_to_node (tunnel-pod-to-node, tunnel mode with BPF host routing):
+ * tunnel_pod_to_node (tunnel-pod-to-node, tunnel mode; with legacy host routing
+ * the stack encapsulates by the agent's routes and only the checks are here):
  * how pods reach the InternalIP of another node (lib/tunnel.h,
  * myelin_tunnel_nodes). TUNNEL_POD_TO_NODE_PLAIN sends such packets plain,
  * as before; ENCAPSULATE sends them through the overlay, so the receiver sees

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,7 +27,8 @@ const hostVethPrefix = "myl"
 // chart's cleanup mode, docs/install.md): the conflist first (the runtime stops
 // calling myelin-cni), the plugin, the pods' host veths (their pods lose their
 // network, which they have lost anyway without myelin) and with them the /32 routes
-// and the programs on them, the VXLAN device, the health address, myelin's node routes, the iptables
+// and the programs on them, the pod-to-node rule and table (tunnel-pod-to-node with
+// legacy host routing), the VXLAN device, the health address, myelin's node routes, the iptables
 // chains MYELIN-FORWARD and MYELIN-POSTROUTING, the BPF pins (unpinning the TCX links
 // detaches the uplink's programs; the maps go with their last reference) and the
 // state directory. What is already gone is no error; every failure is reported.
@@ -43,6 +45,7 @@ func Cleanup(cfg Config, log *slog.Logger) error {
 	step("CNI plugin", removeFile(filepath.Join(cfg.CNIBinDir, "myelin-cni")))
 	step("portmap plugin", removeFile(filepath.Join(cfg.CNIBinDir, PortmapPlugin)))
 	step("pod host veths", deleteHostVeths())
+	step("pod-to-node rule and table", tunnel.SyncPodToNode(nil, netip.Prefix{}, nil, 0, false))
 	step("VXLAN device "+tunnel.DeviceName, tunnel.RemoveDevice())
 	step("health address "+clusterhealth.AddressLabel, clusterhealth.RemoveAddress())
 	step("node routes", routing.Kernel{}.SyncNodeRoutes(nil))

@@ -46,8 +46,8 @@ type nodePlan struct {
 	// unset where it is not, and UplinkPodCheckOff then says why.
 	UplinkPodCIDR     netip.Prefix
 	UplinkPodCheckOff string
-	// TunnelPodToNode is tunnel-pod-to-node (tunnel mode, BPF host routing): how
-	// pods reach other nodes' IPs, and whether plain ones arriving here are forged.
+	// TunnelPodToNode is tunnel-pod-to-node (tunnel mode): how pods reach other
+	// nodes' IPs, and whether plain ones arriving here are forged.
 	TunnelPodToNode config.TunnelPodToNode
 
 	MTU      int // pod devices
@@ -147,11 +147,10 @@ func decidePlan(c config.Config, in planInputs) (nodePlan, error) {
 }
 
 // decideTunnelPodToNode checks that tunnel-pod-to-node can be honoured: anything
-// but plain needs tunnel mode (an overlay to send through) and BPF host routing (the
-// programs encapsulate; with legacy host routing the stack routes pods' packets to
-// nodes plain). Refused rather than served plain: enforce on other nodes would drop
-// this node's pods' packets, and an operator who asked for it would believe in a
-// check that is not there.
+// but plain needs tunnel mode (an overlay to send through) and the health probes
+// (which tell the nodes that receive). With BPF host routing the programs
+// encapsulate; with legacy host routing the stack, by a rule and a table of encap
+// routes (tunnel.SyncPodToNode).
 func decideTunnelPodToNode(c config.Config, p nodePlan) (config.TunnelPodToNode, error) {
 	mode := c.TunnelPodToNode
 	if mode == "" || mode == config.TunnelPodToNodePlain {
@@ -161,9 +160,6 @@ func decideTunnelPodToNode(c config.Config, p nodePlan) (config.TunnelPodToNode,
 	switch {
 	case !p.Tunnel:
 		return "", fmt.Errorf("tunnel-pod-to-node is %s (%s) but routing-mode is native: there is no overlay to send through; set tunnel-pod-to-node to plain", mode, src)
-	case !p.HostRouting.BPF:
-		return "", fmt.Errorf("tunnel-pod-to-node is %s (%s) but this node runs legacy host routing (%s): the stack routes pods' packets to other nodes plain; set tunnel-pod-to-node to plain for this node (a NodeConfig), or make BPF host routing possible here",
-			mode, src, p.HostRouting.Reason)
 	case c.ClusterHealthPort == 0:
 		return "", fmt.Errorf("tunnel-pod-to-node is %s (%s) but cluster-health-port is 0: a node learns which others take pods' packets to their IP through the overlay from their health responders; set cluster-health-port (default 4240) or tunnel-pod-to-node to plain", mode, src)
 	}

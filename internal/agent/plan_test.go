@@ -73,12 +73,11 @@ func TestDecidePlan(t *testing.T) {
 		}, ""},
 		{"tunnel-pod-to-node in native routing", map[string]string{"tunnel-pod-to-node": "encapsulate", "routing-mode": "native"}, in, nil,
 			"tunnel-pod-to-node is encapsulate (cm) but routing-mode is native"},
-		{"tunnel-pod-to-node with legacy host routing", map[string]string{"tunnel-pod-to-node": "enforce", "host-routing": "legacy"}, in, nil,
-			"tunnel-pod-to-node is enforce (cm) but this node runs legacy host routing (host-routing is legacy (cm))"},
+		{"tunnel-pod-to-node with legacy host routing", map[string]string{"tunnel-pod-to-node": "enforce", "host-routing": "legacy"}, in, func(p nodePlan) bool {
+			return !p.HostRouting.BPF && p.datapathConfig("/pins").TunnelPodToNode == datapath.TunnelPodToNodeEnforce
+		}, ""},
 		{"tunnel-pod-to-node without health probes", map[string]string{"tunnel-pod-to-node": "encapsulate", "cluster-health-port": "0"}, in, nil,
 			"tunnel-pod-to-node is encapsulate (cm) but cluster-health-port is 0"},
-		{"tunnel-pod-to-node where host routing fell back", map[string]string{"tunnel-pod-to-node": "enforce", "enable-bpf-masquerade": "false"}, in, nil,
-			"set tunnel-pod-to-node to plain for this node"},
 		{"iptables masquerade", map[string]string{"enable-bpf-masquerade": "false"}, in, func(p nodePlan) bool {
 			return p.Masquerade == masqueradeIPTables && !p.HostRouting.BPF
 		}, ""},

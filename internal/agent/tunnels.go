@@ -9,6 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/myelin-net/myelin/internal/config"
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/routing"
 	"github.com/myelin-net/myelin/internal/tunnel"
@@ -31,12 +32,17 @@ type tunnelLoop struct {
 	// receivers says which nodes take pods' packets to their IP through the
 	// overlay: the node map holds them (tunnel-pod-to-node); nil: none.
 	receivers *overlayReceivers
+	// stackPodToNode: legacy host routing with tunnel-pod-to-node on: the stack
+	// routes pods' packets, so a rule and a table of encap routes take those to the
+	// receivers into the overlay (tunnel.SyncPodToNode); off, both are removed.
+	stackPodToNode bool
 }
 
 func newTunnelLoop(p nodePlan, local routing.Local, tunnels tunnel.Map, overlay netlink.Link, nodes *nodeWatch,
 	receivers *overlayReceivers, status *routeStatus, l *loops, log *slog.Logger) *tunnelLoop {
 	return &tunnelLoop{local: local, tunnels: tunnels, overlay: overlay, routeMTU: p.RouteMTU, nodes: nodes,
-		changed: nodes.subscribe(), receivers: receivers, status: status, loops: l, log: log}
+		changed: nodes.subscribe(), receivers: receivers, status: status, loops: l, log: log,
+		stackPodToNode: !p.HostRouting.BPF && p.TunnelPodToNode != config.TunnelPodToNodePlain}
 }
 
 // Run follows the Nodes until ctx ends (loop "tunnels").
@@ -55,5 +61,6 @@ func (t *tunnelLoop) sync(nodes []*corev1.Node) error {
 		}
 	}
 	return errors.Join(tunnel.SyncMap(t.tunnels, want, receivers),
+		tunnel.SyncPodToNode(t.overlay, t.local.PodCIDR, receivers, t.routeMTU, t.stackPodToNode),
 		tunnel.SyncRoutes(t.overlay, want, t.routeMTU, t.local.IP, datapath.OverlayMAC), routing.Kernel{}.SyncNodeRoutes(nil))
 }

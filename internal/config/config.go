@@ -113,7 +113,7 @@ type Config struct {
 	// PodSourceFromHosts decides whether this node drops, as spoofed, packets from
 	// its PodCIDR that other hosts send (pod-source-from-hosts).
 	PodSourceFromHosts PodSourceFromHosts
-	// TunnelPodToNode is tunnel-pod-to-node (tunnel mode with BPF host routing).
+	// TunnelPodToNode is tunnel-pod-to-node (tunnel mode).
 	TunnelPodToNode TunnelPodToNode
 	// EnableIPv4BIGTCP: pod devices, the uplink and the overlay device carry IPv4
 	// GSO/GRO packets up to 192 KiB when the node's devices can (enable-ipv4-big-tcp).

@@ -67,9 +67,10 @@ type Config struct {
 	// through it as before; docs/datapath.md, "Tunnel mode"); 0 leaves all
 	// VXLAN to the device.
 	TunnelPort uint16
-	// TunnelPodToNode is tunnel-pod-to-node, used with Tunnel and BPF host
-	// routing: TunnelPodToNodeEncapsulate sends pods' packets to other nodes' IPs
-	// (the tunnel node map, kept with the tunnel map) through the overlay too;
+	// TunnelPodToNode is tunnel-pod-to-node, used with Tunnel: with BPF host
+	// routing TunnelPodToNodeEncapsulate sends pods' packets to other nodes' IPs
+	// (the tunnel node map) through the overlay too (with legacy host routing the
+	// stack does, by the agent's routes: the programs only check what arrives);
 	// TunnelPodToNodeEnforce also drops, as DROP_SPOOFED_SOURCE, what arrives
 	// plain on the uplink from a pod address for NodeIP and what anything but
 	// the overlay brings into a pod from a pod of another node (docs/datapath.md,
@@ -284,8 +285,8 @@ func checkConfig(cfg Config) error {
 	if cfg.TunnelPodToNode > TunnelPodToNodeEnforce {
 		return fmt.Errorf("load datapath: Config.TunnelPodToNode %d is none of plain (0), encapsulate (1), enforce (2)", cfg.TunnelPodToNode)
 	}
-	if cfg.TunnelPodToNode != TunnelPodToNodePlain && (!cfg.Tunnel || cfg.HostRouting != HostRoutingBPF) {
-		return errors.New("load datapath: Config.TunnelPodToNode needs tunnel mode with BPF host routing: with legacy host routing the stack routes pods' packets to nodes, in native routing there is no overlay")
+	if cfg.TunnelPodToNode != TunnelPodToNodePlain && !cfg.Tunnel {
+		return errors.New("load datapath: Config.TunnelPodToNode needs tunnel mode: in native routing there is no overlay")
 	}
 	if err := checkMasquerade(cfg); err != nil {
 		return err
@@ -415,7 +416,7 @@ func configureTunnel(specs *myelinSpecs, cfg Config) error {
 		}
 		tunnel, overlay, port, overlayPort = 1, uint32(cfg.OverlayIfIndex), htons(cfg.TunnelPort), htons(cfg.OverlayPort)
 		copy(mac[:], cfg.OverlayMAC)
-		podToNode = uint8(cfg.TunnelPodToNode) // checkConfig: only with BPF host routing
+		podToNode = uint8(cfg.TunnelPodToNode)
 	}
 	if err := specs.TunnelPodToNode.Set(podToNode); err != nil {
 		return fmt.Errorf("set tunnel_pod_to_node: %w", err)

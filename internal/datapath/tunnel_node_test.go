@@ -25,7 +25,13 @@ func (m TunnelPodToNode) String() string {
 // tunnel-pod-to-node mode, with node B in the tunnel node map.
 func loadTunnelPodToNode(t *testing.T, mode TunnelPodToNode) *Datapath {
 	t.Helper()
-	d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, Tunnel: true, OverlayIfIndex: testOverlayIfIndex,
+	return loadTunnelPodToNodeRouting(t, mode, HostRoutingBPF)
+}
+
+// loadTunnelPodToNodeRouting is loadTunnelPodToNode with host routing routing.
+func loadTunnelPodToNodeRouting(t *testing.T, mode TunnelPodToNode, routing HostRouting) *Datapath {
+	t.Helper()
+	d := loadTestConfig(t, Config{HostRouting: routing, Tunnel: true, OverlayIfIndex: testOverlayIfIndex,
 		OverlayMAC: testOverlayMAC, NodeIP: testNodeIP, ClusterCIDR: lbClusterCIDR, TunnelPodToNode: mode})
 	if err := d.UpsertTunnelNode(mustAddr(tunnelNodeB)); err != nil {
 		t.Fatal(err)
@@ -68,46 +74,52 @@ func TestPrivilegedBPFFromPodTunnelToNode(t *testing.T) {
 // pod of another node sends with the key plain; with encapsulate it goes on and
 // is counted (PLAIN_POD_TO_NODE: a node still sending them, before enforce);
 // with enforce it is forged: DROP_SPOOFED_SOURCE. The node's own traffic and an
-// outside client are never touched.
+// outside client are never touched. The same in both host routing modes: the
+// receiver's checks are the programs'.
 func TestPrivilegedBPFFromNetdevTunnelPodToNode(t *testing.T) {
 	requirePrivileged(t)
 	fromUplink := &skbCtx{IngressIfindex: 2}
-	for _, mode := range podToNodeModes {
-		t.Run(mode.String(), func(t *testing.T) {
-			d := loadTunnelPodToNode(t, mode)
-			for _, c := range []struct {
-				name, src string
-				pod       bool
-			}{
-				{"a pod of node B", "10.2.0.5", true},
-				{"a cluster address of no node's PodCIDR", "10.3.9.9", true},
-				{"node B itself", tunnelNodeB, false},
-				{"an outside client", "203.0.113.9", false},
-			} {
-				in := ipv4(protoTCP, c.src, nodeIP).withDst(nodeIP, 10250).build()
-				pc := progCase{name: c.name, endpoints: seedB, tunnels: seedTunnelB, ctx: fromUplink, in: in,
-					verdict: tcActOK, reason: "PASS_STACK"}
-				if c.pod && mode == TunnelPodToNodeEnforce {
-					pc.verdict, pc.reason = tcActShot, "DROP_SPOOFED_SOURCE"
-				}
-				before, err := counter(d, "from-netdev", "PLAIN_POD_TO_NODE")
-				if err != nil {
-					t.Fatal(err)
-				}
-				runCases(t, d, d.objs.MyelinFromNetdev, "from-netdev", []progCase{pc})
-				after, err := counter(d, "from-netdev", "PLAIN_POD_TO_NODE")
-				if err != nil {
-					t.Fatal(err)
-				}
-				var want uint64
-				if c.pod && mode == TunnelPodToNodeEncapsulate {
-					want = 1
-				}
-				if got := after.Packets - before.Packets; got != want {
-					t.Errorf("%s: PLAIN_POD_TO_NODE grew by %d, want %d", c.name, got, want)
-				}
-			}
-		})
+	for _, routing := range []HostRouting{HostRoutingBPF, HostRoutingLegacy} {
+		for _, mode := range podToNodeModes {
+			t.Run(routing.String()+"/"+mode.String(), func(t *testing.T) { fromNetdevPodToNode(t, routing, mode, fromUplink) })
+		}
+	}
+}
+
+// fromNetdevPodToNode is one host routing mode and key of TestPrivilegedBPFFromNetdevTunnelPodToNode.
+func fromNetdevPodToNode(t *testing.T, routing HostRouting, mode TunnelPodToNode, fromUplink *skbCtx) {
+	d := loadTunnelPodToNodeRouting(t, mode, routing)
+	for _, c := range []struct {
+		name, src string
+		pod       bool
+	}{
+		{"a pod of node B", "10.2.0.5", true},
+		{"a cluster address of no node's PodCIDR", "10.3.9.9", true},
+		{"node B itself", tunnelNodeB, false},
+		{"an outside client", "203.0.113.9", false},
+	} {
+		in := ipv4(protoTCP, c.src, nodeIP).withDst(nodeIP, 10250).build()
+		pc := progCase{name: c.name, endpoints: seedB, tunnels: seedTunnelB, ctx: fromUplink, in: in,
+			verdict: tcActOK, reason: "PASS_STACK"}
+		if c.pod && mode == TunnelPodToNodeEnforce {
+			pc.verdict, pc.reason = tcActShot, "DROP_SPOOFED_SOURCE"
+		}
+		before, err := counter(d, "from-netdev", "PLAIN_POD_TO_NODE")
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCases(t, d, d.objs.MyelinFromNetdev, "from-netdev", []progCase{pc})
+		after, err := counter(d, "from-netdev", "PLAIN_POD_TO_NODE")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want uint64
+		if c.pod && mode == TunnelPodToNodeEncapsulate {
+			want = 1
+		}
+		if got := after.Packets - before.Packets; got != want {
+			t.Errorf("%s: PLAIN_POD_TO_NODE grew by %d, want %d", c.name, got, want)
+		}
 	}
 }
 
@@ -115,15 +127,23 @@ func TestPrivilegedBPFFromNetdevTunnelPodToNode(t *testing.T) {
 // another node in only from the overlay: from any other device (a second
 // network, a foreign decapsulating device) it was forged. Cluster addresses of
 // no known PodCIDR, outside addresses and this node's pods are not this check's;
-// plain and encapsulate check nothing here.
+// plain and encapsulate check nothing here. Legacy host routing too (there the stack
+// delivers what the overlay brings, from myelin_vxlan).
 func TestPrivilegedBPFToPodTunnelEnforce(t *testing.T) {
 	requirePrivileged(t)
 	fromDevice := &skbCtx{IngressIfindex: 2}
 	fromOverlay := &skbCtx{IngressIfindex: testOverlayIfIndex}
 	toA := func(src string) []byte { return ipv4(protoTCP, src, podA).withDst(podA, 8080).build() }
-	for _, mode := range podToNodeModes {
-		t.Run(mode.String(), func(t *testing.T) {
-			d := loadTunnelPodToNode(t, mode)
+	for _, tc := range []struct {
+		routing HostRouting
+		mode    TunnelPodToNode
+	}{
+		{HostRoutingBPF, TunnelPodToNodePlain}, {HostRoutingBPF, TunnelPodToNodeEncapsulate}, {HostRoutingBPF, TunnelPodToNodeEnforce},
+		{HostRoutingLegacy, TunnelPodToNodeEnforce},
+	} {
+		mode := tc.mode
+		t.Run(tc.routing.String()+"/"+mode.String(), func(t *testing.T) {
+			d := loadTunnelPodToNodeRouting(t, mode, tc.routing)
 			var cases []progCase
 			for _, c := range []struct {
 				name, src string
@@ -174,16 +194,15 @@ func TestPrivilegedTunnelNodes(t *testing.T) {
 	}
 }
 
-// The key needs tunnel mode with BPF host routing: with legacy host routing the
-// stack routes pods' packets, which nothing would encapsulate; and only its three
-// values exist.
+// The key needs tunnel mode (in native routing there is no overlay), in either host
+// routing mode; and only its three values exist.
 func TestLoadTunnelPodToNodeRefused(t *testing.T) {
 	base := Config{PinDir: "/nonexistent", Tunnel: true, OverlayIfIndex: testOverlayIfIndex, OverlayMAC: testOverlayMAC,
 		NodeIP: testNodeIP, ClusterCIDR: lbClusterCIDR}
 	legacy := base
-	legacy.HostRouting, legacy.TunnelPodToNode = HostRoutingLegacy, TunnelPodToNodeEncapsulate
-	if _, err := Load(legacy); err == nil || !strings.Contains(err.Error(), "BPF host routing") {
-		t.Errorf("Load with legacy host routing and encapsulate: err = %v, want one naming BPF host routing", err)
+	legacy.HostRouting, legacy.TunnelPodToNode = HostRoutingLegacy, TunnelPodToNodeEnforce
+	if _, err := Load(legacy); err == nil || strings.Contains(err.Error(), "TunnelPodToNode") {
+		t.Errorf("Load with legacy host routing and enforce: err = %v, want it past the key's checks (to the pin dir)", err)
 	}
 	native := base
 	native.HostRouting, native.Tunnel, native.TunnelPodToNode = HostRoutingBPF, false, TunnelPodToNodeEnforce

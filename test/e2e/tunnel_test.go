@@ -98,6 +98,27 @@ func TestLabMyelinTunnel(t *testing.T) {
 	if got := counter(t, n3, "from-overlay", "PASS_STACK") - overlay3; got == 0 {
 		t.Errorf("%s: from-overlay PASS_STACK did not grow while node-1's client pinged its IP, want node-1's pod-to-node packets out of the overlay", n3)
 	}
+	// node-2, legacy host routing, sends its pods' packets to the others' IPs
+	// through the overlay by its stack (a rule to the encap routes of table 2030): a
+	// web pod there reaches node-3's health responder, whose packets come out of
+	// node-3's overlay.
+	createNodeConfig(t, "pod-to-node-2", map[string]string{"kubernetes.io/hostname": n2},
+		map[string]string{"tunnel-pod-to-node": "encapsulate", "host-routing": "legacy"})
+	deleteNodeConfig(t, "legacy")
+	restartAgent(t, n2)
+	expectHostRouting(t, n2, "Legacy", "NodeConfig kube-system/pod-to-node-2")
+	expectOtherNodesPods(t, n2, "tunnel-pod-to-node is encapsulate")
+	if out, err := inNode(n2, "ip", "rule", "show", "table", "2030"); err != nil || !strings.Contains(out, "lookup 2030") {
+		t.Errorf("%s: ip rule show table 2030: %v %q, want the rule from its PodCIDR", n2, err, out)
+	}
+	overlay3 = counter(t, n3, "from-overlay", "PASS_STACK")
+	url := "http://" + nodeIP(t, cs, n3).String() + ":4240/hello"
+	if out, err := inPod(webOn[n2].Name, "curl", "-sS", "-m", "5", url); err != nil || !strings.Contains(out, n3) {
+		t.Errorf("%s from %s (legacy, encapsulating): %v %q, want node-3's hello", url, webOn[n2].Name, err, out)
+	}
+	if got := counter(t, n3, "from-overlay", "PASS_STACK") - overlay3; got == 0 {
+		t.Errorf("%s: from-overlay PASS_STACK did not grow while a pod of legacy node-2 reached its IP, want it out of the overlay", n3)
+	}
 
 	// A ClusterIP Service over the web servers of all three nodes: translated on the
 	// client's node, the backends on other nodes reached through the tunnel.
