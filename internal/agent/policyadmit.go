@@ -56,17 +56,20 @@ func (p *policyLoop) admit(ctx context.Context, ep api.Endpoint) error {
 	ref := ep.Namespace + "/" + ep.Pod
 	ctx, cancel := context.WithTimeout(ctx, policyAdmitTimeout)
 	defer cancel()
+	stale := false // waiting for the address, not for a policy of the namespace
 	for {
 		c, err := p.awaitSynced(ctx)
 		if err != nil {
-			return p.admitError(ref, false, err)
+			return p.admitError(ref, false, err, false)
 		}
 		nps, err := c.policies.NetworkPolicies(ep.Namespace).List(labels.Everything())
 		if err != nil {
 			return fmt.Errorf("list NetworkPolicies of %s: %w", ep.Namespace, err)
 		}
-		if len(nps) == 0 && !p.addressStale(ref, ip) {
-			return nil
+		if len(nps) == 0 {
+			if stale = p.addressStale(ref, ip); !stale {
+				return nil
+			}
 		}
 		if _, cached, _ := c.pods.GetByKey(ref); cached {
 			break
@@ -74,7 +77,7 @@ func (p *policyLoop) admit(ctx context.Context, ep api.Endpoint) error {
 		// The pod not cached yet: look again shortly.
 		select {
 		case <-ctx.Done():
-			return p.admitError(ref, true, ctx.Err())
+			return p.admitError(ref, true, ctx.Err(), stale)
 		case <-time.After(policyAdmitRetry):
 		}
 	}
@@ -87,7 +90,7 @@ func (p *policyLoop) admit(ctx context.Context, ep api.Endpoint) error {
 		}
 		select {
 		case <-ctx.Done():
-			return p.admitError(ref, true, ctx.Err())
+			return p.admitError(ref, true, ctx.Err(), stale)
 		case <-done:
 		}
 		if v := p.view.Load(); v != nil && !v.started.Before(asked) && v.includes(ref, ip) && v.flagsDone && !v.unflagged[ip] {
@@ -97,7 +100,7 @@ func (p *policyLoop) admit(ctx context.Context, ep api.Endpoint) error {
 		// apply did not write the pod's flags: again.
 		select {
 		case <-ctx.Done():
-			return p.admitError(ref, true, ctx.Err())
+			return p.admitError(ref, true, ctx.Err(), stale)
 		case <-time.After(policyAdmitRetry):
 		}
 	}
@@ -153,9 +156,15 @@ func (p *policyLoop) awaitAllocatable(ctx context.Context, ref api.PodRef) error
 	return nil
 }
 
-func (p *policyLoop) admitError(ref string, synced bool, err error) error {
+// admitError is admit's refusal of ref; stale: it waited because ref's address may
+// still carry another pod's identity, not for a policy of its namespace.
+func (p *policyLoop) admitError(ref string, synced bool, err error, stale bool) error {
 	what := "the agent's Pod, Namespace and NetworkPolicy caches have not synced with the apiserver"
-	if synced {
+	switch {
+	case synced && stale:
+		what = fmt.Sprintf("its address may still carry another pod's identity on this node (a deleted pod's, or "+
+			"no policy computation applied since the agent started), and no computation included pod %s at it", ref)
+	case synced:
 		what = fmt.Sprintf("no policy computation included pod %s at its address", ref)
 	}
 	return fmt.Errorf("NetworkPolicy for pod %s is not in place: %s (%w); the pod must not run unisolated, "+

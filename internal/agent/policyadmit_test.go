@@ -15,6 +15,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/datapath"
@@ -189,6 +191,24 @@ func TestAddressStale(t *testing.T) {
 		if got := p.addressStale("open/new", ip); got != c.want {
 			t.Errorf("%s: addressStale = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// An ADD in a namespace without policy that waits for its address (no computation
+// applied since the agent started) and times out says why, not "no policy".
+func TestPolicyAdmitStaleAddressRefusal(t *testing.T) {
+	pods := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	if err := pods.Add(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "open", Name: "new"}}); err != nil {
+		t.Fatal(err)
+	}
+	p := &policyLoop{urgent: make(chan struct{}, 1), applied: make(chan struct{})}
+	p.caches.Store(&policyCaches{pods: pods,
+		policies: networkinglisters.NewNetworkPolicyLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}))})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err := p.admit(ctx, api.Endpoint{PodRef: api.PodRef{Namespace: "open", Pod: "new"}, IP: "10.244.1.8"})
+	if err == nil || !strings.Contains(err.Error(), "its address may still carry another pod's identity") || !strings.Contains(err.Error(), "open/new") {
+		t.Errorf("admit with no computation applied = %v, want a refusal naming the pod and its address's reason", err)
 	}
 }
 
