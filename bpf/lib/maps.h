@@ -64,10 +64,11 @@ struct {
 } myelin_tunnel SEC(".maps");
 
 /*
- * myelin_tunnel_nodes: the node IP of every node in myelin_tunnel -> itself
- * (the tunnel's remote), for tunnel-pod-to-node (lib/tunnel.h,
- * tunnel_node_lookup). Kept by the agent with myelin_tunnel in tunnel mode
- * whatever the key says; read only when it is not plain.
+ * myelin_tunnel_nodes: the IPs of the nodes of myelin_tunnel that take pods'
+ * packets to them through the overlay (their health responders say so) ->
+ * itself (the tunnel's remote), for tunnel-pod-to-node (lib/tunnel.h,
+ * tunnel_node_lookup). Kept by the agent's tunnel loop in tunnel mode whatever
+ * the key says; read only when it is not plain.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
