@@ -2,7 +2,9 @@ package agent
 
 import (
 	"net/netip"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/client-go/tools/cache"
 )
@@ -11,7 +13,8 @@ import (
 // released it, until the kubelet reports it finished or its Pod object is gone. Every
 // node's policy loop maps the address to that pod's identity until then
 // (cachedPolicyPods), so IPAM must not give it to a new pod meanwhile: the other nodes
-// would allow and deny the new pod as the old one. The policy loop's Pod cache, which
+// would allow and deny the new pod as the old one; nor for claimCooldown after, while
+// they apply the computation without it. The policy loop's Pod cache, which
 // holds every pod of the cluster, is indexed by the address of this node's pods that
 // policy takes, and IPAM asks the index (endpoint.Manager.UseAddressClaims).
 
@@ -31,22 +34,97 @@ func localPodIPIndexers(node string) cache.Indexers {
 	}}
 }
 
+// claimCooldown is how long an address stays claimed after the last Pod of this node
+// listing it stopped (deleted, finished, or given another address): every other node
+// maps it to that Pod's identity until its own computation without the Pod is applied
+// (its watch's delay, a pause of up to 2 s, the computation, which a tenant's
+// selector-heavy policies lengthen), and a new pod given it meanwhile would be that Pod
+// there. This node's own admission waits for its computation (addressStale).
+const claimCooldown = 10 * time.Second
+
 // podClaims answers which of this node's addresses a Pod still claims, from the
-// policy loop's Pod cache once the loop indexed it (use); before, none.
+// policy loop's Pod cache once the loop indexed it (use), and which a Pod claimed
+// less than claimCooldown ago (released); before use, none.
 type podClaims struct {
 	pods atomic.Pointer[cache.Indexer]
+	node string
+	mu   sync.Mutex
+	gone map[netip.Addr]time.Time // when a local Pod stopped claiming the address
+	now  func() time.Time         // nil: time.Now
+}
+
+// handler records, from the Pod informer's events, when a Pod of node stops claiming
+// its address (released).
+func (c *podClaims) handler(node string) cache.ResourceEventHandlerFuncs {
+	c.node = node
+	return cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, cur any) {
+			o, okOld := old.(*policyCachedPod)
+			n, okNew := cur.(*policyCachedPod)
+			if okOld && c.takes(o) && (!okNew || !c.takes(n) || n.Pod.IP != o.Pod.IP) {
+				c.released(o.Pod.IP)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if o, ok := obj.(*policyCachedPod); ok && c.takes(o) {
+				c.released(o.Pod.IP)
+			}
+		},
+	}
+}
+
+// takes says whether pod is one of this node's that claims its address.
+func (c *podClaims) takes(pod *policyCachedPod) bool { return pod.Taken && pod.Pod.Node == c.node }
+
+// released starts ip's cooldown.
+func (c *podClaims) released(ip netip.Addr) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gone == nil {
+		c.gone = map[netip.Addr]time.Time{}
+	}
+	c.gone[ip] = c.clock()
+}
+
+func (c *podClaims) clock() time.Time {
+	if c.now != nil {
+		return c.now()
+	}
+	return time.Now()
+}
+
+// cooling says whether ip's cooldown runs, forgetting it once it has passed.
+func (c *podClaims) cooling(ip netip.Addr) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.gone[ip]
+	if !ok {
+		return false
+	}
+	if c.clock().Sub(at) < claimCooldown {
+		return true
+	}
+	delete(c.gone, ip)
+	return false
 }
 
 // use makes claimed read pods, whose objects are indexed by localPodIPIndexers.
 func (c *podClaims) use(pods cache.Indexer) { c.pods.Store(&pods) }
 
 // claimed says whether a pod of this node other than the one of UID uid has ip in its
-// status and is not finished (endpoint.AddressClaims). One index lookup: it runs on
-// CNI ADD's path, once per free address the allocation looks at.
+// status and is not finished, or one stopped doing so less than claimCooldown ago
+// (endpoint.AddressClaims). One index lookup: it runs on CNI ADD's path, once per
+// free address the allocation looks at.
 func (c *podClaims) claimed(ip netip.Addr, uid string) bool {
 	pods := c.pods.Load()
 	if pods == nil {
 		return false
+	}
+	if c.cooling(ip) {
+		return true
 	}
 	objs, err := (*pods).ByIndex(localPodIPIndex, ip.String())
 	if err != nil {

@@ -129,3 +129,41 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// Once a Pod of this node stops claiming its address (deleted, finished, or given
+// another), the address stays claimed for claimCooldown: the other nodes still take
+// it for that Pod until their computation without it is applied. A Pod of another
+// node, or one that claimed nothing, starts no cooldown.
+func TestPodClaimsCooldown(t *testing.T) {
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, localPodIPIndexers("n1"))
+	now := time.Unix(1000, 0)
+	claims := podClaims{now: func() time.Time { return now }}
+	claims.use(idx)
+	h := claims.handler("n1")
+	slim := func(p *corev1.Pod) *policyCachedPod { c, _ := slimPod(p); return c.(*policyCachedPod) }
+	deleted := slim(claimPod("deleted", "u-1", "n1", "10.244.0.2", corev1.PodRunning))
+	running := slim(claimPod("finishing", "u-2", "n1", "10.244.0.3", corev1.PodRunning))
+	moved := slim(claimPod("moved", "u-3", "n1", "10.244.0.4", corev1.PodRunning))
+	h.DeleteFunc(cache.DeletedFinalStateUnknown{Key: "default/deleted", Obj: deleted})
+	h.UpdateFunc(running, slim(claimPod("finishing", "u-2", "n1", "10.244.0.3", corev1.PodSucceeded)))
+	h.UpdateFunc(moved, slim(claimPod("moved", "u-3", "n1", "10.244.0.9", corev1.PodRunning)))
+	h.DeleteFunc(slim(claimPod("away", "u-4", "n2", "10.244.0.5", corev1.PodRunning)))
+	steady := slim(claimPod("steady", "u-5", "n1", "10.244.0.6", corev1.PodRunning))
+	h.UpdateFunc(steady, steady) // a status change that keeps the address
+	for _, c := range []struct {
+		ip   string
+		want bool
+	}{
+		{"10.244.0.2", true}, {"10.244.0.3", true}, {"10.244.0.4", true}, {"10.244.0.5", false}, {"10.244.0.6", false},
+	} {
+		if got := claims.claimed(netip.MustParseAddr(c.ip), "u-new"); got != c.want {
+			t.Errorf("right after: claimed(%s) = %v, want %v", c.ip, got, c.want)
+		}
+	}
+	now = now.Add(claimCooldown)
+	for _, ip := range []string{"10.244.0.2", "10.244.0.3", "10.244.0.4"} {
+		if claims.claimed(netip.MustParseAddr(ip), "u-new") {
+			t.Errorf("after the cooldown: %s still claimed", ip)
+		}
+	}
+}

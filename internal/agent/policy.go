@@ -188,6 +188,7 @@ func (p *policyLoop) startInformers(ctx context.Context) (pods, nss, nps cache.S
 		DeleteFunc: func(any) { p.poke() },
 	}
 	_, _ = pods.AddEventHandler(podPolicyHandler(p.poke)) // policykick.go
+	_, _ = pods.AddEventHandler(p.claims.handler(p.node)) // the cooldown of released addresses
 	for _, inf := range []cache.SharedIndexInformer{nss, nps} {
 		_, _ = inf.AddEventHandler(h)
 	}

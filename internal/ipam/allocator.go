@@ -54,7 +54,7 @@ func (a *Allocator) Used() int { return len(a.owners) }
 
 // Claimed says whether a free address is still claimed elsewhere: a Pod object
 // whose status lists it while it is being deleted (its sandbox gone, its address
-// released). Other nodes map the address to that Pod's identity until their watch
+// released), or one that did until a few seconds ago. Other nodes map the address to that Pod's identity until their watch
 // sees it end, so a new pod given the address would be taken for the old one there.
 // A nil Claimed claims nothing.
 type Claimed func(netip.Addr) bool
@@ -82,8 +82,8 @@ func (a *Allocator) Allocate(owner string, claimed Claimed) (netip.Addr, error) 
 		ip = a.after(ip)
 	}
 	if held > 0 {
-		return netip.Addr{}, fmt.Errorf("%w: %d of the %d addresses of %v are in use and %d more are free but still listed by Pods being deleted "+
-			"(other nodes take them for those Pods until they are gone); retry once those Pods are gone", ErrClaimed, a.Total()-held, a.Total(), a.cidr, held)
+		return netip.Addr{}, fmt.Errorf("%w: %d of the %d addresses of %v are in use and %d more are free but still listed by Pods being deleted, "+
+			"or were released seconds ago (other nodes take them for those Pods until they have seen them gone); retry in a few seconds", ErrClaimed, a.Total()-held, a.Total(), a.cidr, held)
 	}
 	return netip.Addr{}, fmt.Errorf("%w: all %d addresses of %v are in use", ErrExhausted, a.Total(), a.cidr)
 }
