@@ -28,7 +28,6 @@ struct tunnel_lpm_key {
 	__u32 addr;	 /* network order */
 };
 
-/* tunnel_endpoint is where a PodCIDR's pods are: the VXLAN peer to send them to. */
 /* budget_table indexes myelin_budgets: one per table with a per-pod budget. */
 enum budget_table {
 	BUDGET_POLICY_CT = 0, /* myelin_policy_ct (policy-ct-pod-max) */
@@ -43,6 +42,7 @@ struct budget_state {
 	__u32 max;	/* the budget (entries or flows per pod), 0 none */
 };
 
+/* tunnel_endpoint is where a PodCIDR's pods are: the VXLAN peer to send them to. */
 struct tunnel_endpoint {
 	__u32 node_ip; /* underlay IPv4 of the node, network order */
 };

@@ -2,11 +2,14 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/myelin-net/myelin/internal/routing"
+	"github.com/myelin-net/myelin/internal/tunnel"
 )
 
 // nodeRoutesLoop keeps the routes to other nodes' PodCIDRs in step with the Node
@@ -45,5 +48,6 @@ func (r *nodeRoutesLoop) sync(nodes []*corev1.Node) error {
 		want, skipped = routing.DesiredNodeRoutes(r.local, clusterNodes(nodes), connected)
 	}
 	r.status.set(len(want), skipped, r.log)
-	return routing.Kernel{}.SyncNodeRoutes(want)
+	// No overlay in native routing: a pod-to-node rule left from tunnel mode goes.
+	return errors.Join(routing.Kernel{}.SyncNodeRoutes(want), tunnel.SyncPodToNode(nil, netip.Prefix{}, nil, 0, false))
 }

@@ -66,6 +66,7 @@ func (p *policyLoop) admit(ctx context.Context, ep api.Endpoint) error {
 		if err != nil {
 			return fmt.Errorf("list NetworkPolicies of %s: %w", ep.Namespace, err)
 		}
+		stale = false
 		if len(nps) == 0 {
 			if stale = p.addressStale(ref, ip); !stale {
 				return nil
@@ -162,8 +163,8 @@ func (p *policyLoop) admitError(ref string, synced bool, err error, stale bool) 
 	what := "the agent's Pod, Namespace and NetworkPolicy caches have not synced with the apiserver"
 	switch {
 	case synced && stale:
-		what = fmt.Sprintf("its address may still carry another pod's identity on this node (a deleted pod's, or "+
-			"no policy computation applied since the agent started), and no computation included pod %s at it", ref)
+		what = fmt.Sprintf("its address may still carry another pod's identity on this node (a deleted pod's; or no "+
+			"policy computation applied since the agent started, or the last one wrote nothing), and no computation included pod %s at it", ref)
 	case synced:
 		what = fmt.Sprintf("no policy computation included pod %s at its address", ref)
 	}

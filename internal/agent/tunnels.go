@@ -55,10 +55,8 @@ func (t *tunnelLoop) sync(nodes []*corev1.Node) error {
 	want, refused := tunnel.DesiredTunnels(t.local, clusterNodes(nodes))
 	t.status.set(len(want), refused, t.log)
 	var receivers []netip.Addr
-	for _, tun := range want {
-		if t.receivers != nil && t.receivers.receives(tun.Node, tun.NodeIP) {
-			receivers = append(receivers, tun.NodeIP)
-		}
+	if t.receivers != nil {
+		receivers = t.receivers.receivers(want)
 	}
 	return errors.Join(tunnel.SyncMap(t.tunnels, want, receivers),
 		tunnel.SyncPodToNode(t.overlay, t.local.PodCIDR, receivers, t.routeMTU, t.stackPodToNode),

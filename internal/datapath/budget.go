@@ -72,11 +72,13 @@ type podBudget struct {
 }
 
 // sync makes the list hold exactly the pods of held over the budget and any_over
-// say whether it holds any. Without a budget it leaves both alone: the first round
-// of an agent with a budget rewrites them.
+// say whether it holds any. Without a budget it leaves the list alone (the first
+// round of an agent with a budget rewrites it) and clears the table's entry: an
+// adopted round that ran while Load wrote it may have put the last budget back, which
+// a later adoption would apply.
 func (b podBudget) sync(held podCounts) error {
 	if b.active() == 0 {
-		return nil
+		return b.setState(false)
 	}
 	over := held.over(b.max)
 	// The biggest holders, as many as the list has room for (more pods can be

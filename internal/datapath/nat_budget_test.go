@@ -133,14 +133,12 @@ func TestPrivilegedBPFNATBudgetTrimsAFullTable(t *testing.T) {
 	}
 }
 
-// The masquerade and Service budgets' lists are pinned and a new Load sets their
-// flags from them (the flags, in .bss, start off): a restarted agent keeps a pod that
-// was over its budget out before its first GC round.
 // An agent that adopts the pinned maps before it has its configuration (a restart,
 // the apiserver unreachable) counts against the budgets the last Load wrote, and what
 // its GC lists is applied by the programs that run: a pod that floods the masquerade
 // table meanwhile has its next new flow dropped, not only once the new agent loads.
-// An adopted datapath of a build without the budgets' state applies none.
+// A budget turned off clears its entry at the next round, so a later adoption does
+// not apply the old one.
 func TestPrivilegedAdoptedDatapathAppliesBudgets(t *testing.T) {
 	requirePrivileged(t)
 	cfg := Config{HostRouting: HostRoutingBPF, Masquerade: true, NodeIP: testNodeIP, ClusterCIDR: lbClusterCIDR,
@@ -176,8 +174,33 @@ func TestPrivilegedAdoptedDatapathAppliesBudgets(t *testing.T) {
 		in: ipv4(protoTCP, podA, extHost).build(), verdict: tcActShot, reason: "DROP_NAT_BUDGET"}); err != nil {
 		t.Errorf("A's new flow after the adopted round: %v", err)
 	}
+	// The next agent turns the budget off, while an adopted round that ran during its
+	// Load wrote the old one back: the loaded datapath's round clears it.
+	cfg.PinDir, cfg.NATPodMax = running.cfg.PinDir, 0
+	off, err := Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Close()
+	if err := adopted.natBudget().setState(true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := off.GCNAT(MonotonicNow()); err != nil {
+		t.Fatal(err)
+	}
+	again, err := OpenPinned(running.cfg.PinDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if again.cfg.NATPodMax != 0 {
+		t.Errorf("a later adoption's NAT budget = %d after the budget was turned off, want 0", again.cfg.NATPodMax)
+	}
 }
 
+// The masquerade and Service budgets' lists are pinned and a new Load sets their
+// switches in myelin_budgets from them: a restarted agent keeps a pod that was over
+// its budget out before its first GC round.
 func TestPrivilegedBPFBudgetsSurviveALoad(t *testing.T) {
 	requirePrivileged(t)
 	cfg := Config{HostRouting: HostRoutingBPF, Masquerade: true, LoadBalancing: true, NodeIP: testNodeIP,
