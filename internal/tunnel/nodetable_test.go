@@ -80,6 +80,7 @@ func TestPrivilegedSyncPodToNode(t *testing.T) {
 		}
 		sync(podCIDR, true, n2, n3)
 		check("two receivers", "10.244.1.0/24", n2, n3)
+		routeGet(t, n3)
 		sync(podCIDR, true, n2, n3)
 		check("the same again", "10.244.1.0/24", n2, n3)
 		sync(podCIDR, true, n3)
@@ -88,5 +89,38 @@ func TestPrivilegedSyncPodToNode(t *testing.T) {
 		check("the PodCIDR changed", "10.244.7.0/24", n3)
 		sync(podCIDR, false, n3)
 		check("off", "")
+		sync(podCIDR, true, n3)
+		if err := SyncPodToNode(nil, netip.Prefix{}, nil, 0, false); err != nil { // as the agent's cleanup calls it
+			t.Fatal(err)
+		}
+		check("cleanup", "")
 	})
+}
+
+// routeGet checks the kernel's decisions with the rule in place: a pod's packet to
+// receiver ip, arriving on its veth, takes table 2030 into the overlay; the node's own
+// to ip (from the uplink's address) takes the main table.
+func routeGet(t *testing.T, ip netip.Addr) {
+	t.Helper()
+	for _, argv := range [][]string{
+		{"ip", "link", "add", "vpod0", "type", "veth", "peer", "name", "vpod1"},
+		{"ip", "link", "add", "vup0", "type", "veth", "peer", "name", "vup1"},
+		{"ip", "addr", "add", "198.18.0.11/24", "dev", "vup0"},
+		{"ip", "link", "set", "vpod0", "up"}, {"ip", "link", "set", "vup0", "up"},
+		{"ip", "route", "add", "10.244.1.5/32", "dev", "vpod0"},
+		{"sysctl", "-qw", "net.ipv4.conf.all.forwarding=1"}, {"sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0"},
+		{"sysctl", "-qw", "net.ipv4.conf.vpod0.rp_filter=0"},
+	} {
+		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v %s", strings.Join(argv, " "), err, out)
+		}
+	}
+	out, err := exec.Command("ip", "-o", "route", "get", ip.String(), "from", "10.244.1.5", "iif", "vpod0").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "dev "+DeviceName) || !strings.Contains(string(out), "table "+strconv.Itoa(NodeTable)) {
+		t.Errorf("ip route get %s from a pod: %v %q, want table %d into %s", ip, err, out, NodeTable, DeviceName)
+	}
+	out, err = exec.Command("ip", "-o", "route", "get", ip.String()).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "dev vup0") {
+		t.Errorf("ip route get %s from the node itself: %v %q, want the main table's route out of the uplink", ip, err, out)
+	}
 }
