@@ -63,9 +63,12 @@ const (
 // podBudget is one table's budget: its list of pods over it and its entry of
 // myelin_budgets, whose any_over says the list holds one.
 type podBudget struct {
-	what  string // what a pod holds, for errors: "policy connections"
-	key   string // the configuration key of the budget
-	max   uint32 // the budget; 0: none (the datapath reads no list)
+	what string // what a pod holds, for errors: "policy connections"
+	key  string // the configuration key of the budget
+	// max is the budget, 0 none (the datapath reads no list): the configured one,
+	// or on a datapath adopted before Load the one the last Load wrote (0 from a
+	// build without myelin_budgets: not known).
+	max   uint32
 	list  *ebpf.Map
 	state *ebpf.Map // myelin_budgets
 	index uint32    // the table's entry of state
@@ -77,7 +80,7 @@ type podBudget struct {
 // adopted round that ran while Load wrote it may have put the last budget back, which
 // a later adoption would apply.
 func (b podBudget) sync(held podCounts) error {
-	if b.active() == 0 {
+	if b.max == 0 {
 		return b.setState(false)
 	}
 	over := held.over(b.max)
@@ -124,11 +127,6 @@ func (b podBudget) sync(held podCounts) error {
 	}
 	return errors.Join(unlisted, b.setState(len(top) > failed))
 }
-
-// active is the budget where the GC may act on it: the configured one, or on a
-// datapath adopted before Load the one the last Load wrote (0 from a build
-// without myelin_budgets: not known).
-func (b podBudget) active() uint32 { return b.max }
 
 // setState writes the table's entry of myelin_budgets: its budget and whether the
 // list holds a pod.

@@ -51,7 +51,7 @@ type ctFlowID struct {
 func (d *Datapath) GCServiceCT(now time.Duration) (int, error) {
 	budget := d.lbCTBudget()
 	n, held, err := ctTable("myelin_lb_ct", d.objs.MyelinLbCt).gcBudget(now,
-		func(id ctFlowID) netip.Addr { return id.client }, budget.active())
+		func(id ctFlowID) netip.Addr { return id.client }, budget.max)
 	// NodePort clients are no pods of this node: that table has no budget.
 	np, nerr := ctTable("myelin_lb_ct_nodeport", d.objs.MyelinLbCtNodeport).gc(now)
 	if err = errors.Join(err, nerr); err != nil {

@@ -80,7 +80,7 @@ func compareNATEntries(a, b NATEntry) int {
 // full, ends their flows beyond it (flowTable.gcBudget).
 func (d *Datapath) GCNAT(now time.Duration) (int, error) {
 	budget := d.natBudget()
-	n, held, err := d.natTable().gcBudget(now, func(id natFlowID) netip.Addr { return id.pod }, budget.active())
+	n, held, err := d.natTable().gcBudget(now, func(id natFlowID) netip.Addr { return id.pod }, budget.max)
 	if err != nil {
 		return n, err
 	}

@@ -262,7 +262,7 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 					})
 					continue
 				}
-				if budget.active() != 0 {
+				if budget.max != 0 {
 					policyCTHeld(held, k, v)
 				}
 			}

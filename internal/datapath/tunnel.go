@@ -20,14 +20,11 @@ func (d *Datapath) UpsertTunnel(podCIDR netip.Prefix, nodeIP netip.Addr) error {
 	if err != nil {
 		return fmt.Errorf("upsert tunnel: %w", err)
 	}
-	node, err := endpointKey(nodeIP)
+	node, err := tunnelNodeIP(nodeIP)
 	if err != nil {
-		return fmt.Errorf("upsert tunnel %s: node IP: %w", podCIDR, err)
+		return fmt.Errorf("upsert tunnel %s: %w", podCIDR, err)
 	}
-	if !netip.AddrFrom4(node).IsGlobalUnicast() {
-		return fmt.Errorf("upsert tunnel %s: node IP %s is not a unicast address", podCIDR, nodeIP)
-	}
-	value := myelinTunnelEndpoint{NodeIp: binary.NativeEndian.Uint32(node[:])}
+	value := myelinTunnelEndpoint{NodeIp: node}
 	if err := d.objs.MyelinTunnel.Update(key, value, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("upsert tunnel %s via %s: %w", podCIDR, nodeIP, err)
 	}
@@ -70,14 +67,10 @@ func (d *Datapath) Tunnels() (map[netip.Prefix]netip.Addr, error) {
 // nodeIP (Config.TunnelPodToNode). It fails with ebpf.ErrMapFull wrapped when the
 // map holds 1,024 nodes already.
 func (d *Datapath) UpsertTunnelNode(nodeIP netip.Addr) error {
-	node, err := endpointKey(nodeIP)
+	ip, err := tunnelNodeIP(nodeIP)
 	if err != nil {
 		return fmt.Errorf("upsert tunnel node: %w", err)
 	}
-	if !netip.AddrFrom4(node).IsGlobalUnicast() {
-		return fmt.Errorf("upsert tunnel node %s: not a unicast address", nodeIP)
-	}
-	ip := binary.NativeEndian.Uint32(node[:])
 	if err := d.objs.MyelinTunnelNodes.Update(ip, myelinTunnelEndpoint{NodeIp: ip}, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("upsert tunnel node %s: %w", nodeIP, err)
 	}
@@ -112,6 +105,19 @@ func (d *Datapath) TunnelNodes() ([]netip.Addr, error) {
 		return nil, fmt.Errorf("list tunnel nodes: %w", err)
 	}
 	return out, nil
+}
+
+// tunnelNodeIP is a node IP as the tunnel maps hold it (network order), or why
+// it can't be one: not IPv4, or not a unicast address.
+func tunnelNodeIP(nodeIP netip.Addr) (uint32, error) {
+	node, err := endpointKey(nodeIP)
+	if err != nil {
+		return 0, fmt.Errorf("node IP: %w", err)
+	}
+	if !netip.AddrFrom4(node).IsGlobalUnicast() {
+		return 0, fmt.Errorf("node IP %s is not a unicast address", nodeIP)
+	}
+	return binary.NativeEndian.Uint32(node[:]), nil
 }
 
 // tunnelKey is the LPM key of an IPv4 prefix: length, then the masked
