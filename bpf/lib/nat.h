@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "config.h"
 #include "l4.h"
+#include "budget.h"
 #include "maps.h"
 #include "reasons.h"
 

@@ -20,6 +20,7 @@
 #include "config.h"
 #include "ipv4.h"
 #include "l4.h"
+#include "budget.h"
 #include "maps.h"
 #include "policy_ct_table.h"
 #include "policy_l4.h"

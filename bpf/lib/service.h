@@ -26,6 +26,7 @@
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 
+#include "budget.h"
 #include "clock.h"
 #include "config.h"
 #include "ct.h"

@@ -13,12 +13,6 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type sockBudgetState struct {
-	_       structs.HostLayout
-	AnyOver uint32
-	Max     uint32
-}
-
 type sockCtEntry struct {
 	_          structs.HostLayout
 	BackendId  uint32
@@ -352,7 +346,6 @@ type sockProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sockMapSpecs struct {
-	MyelinBudgets            *ebpf.MapSpec `ebpf:"myelin_budgets"`
 	MyelinEndpoints          *ebpf.MapSpec `ebpf:"myelin_endpoints"`
 	MyelinEvents             *ebpf.MapSpec `ebpf:"myelin_events"`
 	MyelinFlowDrops          *ebpf.MapSpec `ebpf:"myelin_flow_drops"`
@@ -367,7 +360,6 @@ type sockMapSpecs struct {
 	MyelinLbBackends         *ebpf.MapSpec `ebpf:"myelin_lb_backends"`
 	MyelinLbCt               *ebpf.MapSpec `ebpf:"myelin_lb_ct"`
 	MyelinLbCtNodeport       *ebpf.MapSpec `ebpf:"myelin_lb_ct_nodeport"`
-	MyelinLbCtOver           *ebpf.MapSpec `ebpf:"myelin_lb_ct_over"`
 	MyelinLbMaglev           *ebpf.MapSpec `ebpf:"myelin_lb_maglev"`
 	MyelinLbNodeports        *ebpf.MapSpec `ebpf:"myelin_lb_nodeports"`
 	MyelinLbPorts            *ebpf.MapSpec `ebpf:"myelin_lb_ports"`
@@ -382,11 +374,9 @@ type sockMapSpecs struct {
 	MyelinNomasq             *ebpf.MapSpec `ebpf:"myelin_nomasq"`
 	MyelinPolicy             *ebpf.MapSpec `ebpf:"myelin_policy"`
 	MyelinPolicyCt           *ebpf.MapSpec `ebpf:"myelin_policy_ct"`
-	MyelinPolicyCtOver       *ebpf.MapSpec `ebpf:"myelin_policy_ct_over"`
 	MyelinPolicyCtStats      *ebpf.MapSpec `ebpf:"myelin_policy_ct_stats"`
 	MyelinPolicyEps          *ebpf.MapSpec `ebpf:"myelin_policy_eps"`
 	MyelinSnat               *ebpf.MapSpec `ebpf:"myelin_snat"`
-	MyelinSnatOver           *ebpf.MapSpec `ebpf:"myelin_snat_over"`
 	MyelinSockDestroyTargets *ebpf.MapSpec `ebpf:"myelin_sock_destroy_targets"`
 	MyelinTunnel             *ebpf.MapSpec `ebpf:"myelin_tunnel"`
 	MyelinTunnelNodes        *ebpf.MapSpec `ebpf:"myelin_tunnel_nodes"`
@@ -443,7 +433,6 @@ func (o *sockObjects) Close() error {
 //
 // It can be passed to loadSockObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sockMaps struct {
-	MyelinBudgets            *ebpf.Map `ebpf:"myelin_budgets"`
 	MyelinEndpoints          *ebpf.Map `ebpf:"myelin_endpoints"`
 	MyelinEvents             *ebpf.Map `ebpf:"myelin_events"`
 	MyelinFlowDrops          *ebpf.Map `ebpf:"myelin_flow_drops"`
@@ -458,7 +447,6 @@ type sockMaps struct {
 	MyelinLbBackends         *ebpf.Map `ebpf:"myelin_lb_backends"`
 	MyelinLbCt               *ebpf.Map `ebpf:"myelin_lb_ct"`
 	MyelinLbCtNodeport       *ebpf.Map `ebpf:"myelin_lb_ct_nodeport"`
-	MyelinLbCtOver           *ebpf.Map `ebpf:"myelin_lb_ct_over"`
 	MyelinLbMaglev           *ebpf.Map `ebpf:"myelin_lb_maglev"`
 	MyelinLbNodeports        *ebpf.Map `ebpf:"myelin_lb_nodeports"`
 	MyelinLbPorts            *ebpf.Map `ebpf:"myelin_lb_ports"`
@@ -473,11 +461,9 @@ type sockMaps struct {
 	MyelinNomasq             *ebpf.Map `ebpf:"myelin_nomasq"`
 	MyelinPolicy             *ebpf.Map `ebpf:"myelin_policy"`
 	MyelinPolicyCt           *ebpf.Map `ebpf:"myelin_policy_ct"`
-	MyelinPolicyCtOver       *ebpf.Map `ebpf:"myelin_policy_ct_over"`
 	MyelinPolicyCtStats      *ebpf.Map `ebpf:"myelin_policy_ct_stats"`
 	MyelinPolicyEps          *ebpf.Map `ebpf:"myelin_policy_eps"`
 	MyelinSnat               *ebpf.Map `ebpf:"myelin_snat"`
-	MyelinSnatOver           *ebpf.Map `ebpf:"myelin_snat_over"`
 	MyelinSockDestroyTargets *ebpf.Map `ebpf:"myelin_sock_destroy_targets"`
 	MyelinTunnel             *ebpf.Map `ebpf:"myelin_tunnel"`
 	MyelinTunnelNodes        *ebpf.Map `ebpf:"myelin_tunnel_nodes"`
@@ -485,7 +471,6 @@ type sockMaps struct {
 
 func (m *sockMaps) Close() error {
 	return _SockClose(
-		m.MyelinBudgets,
 		m.MyelinEndpoints,
 		m.MyelinEvents,
 		m.MyelinFlowDrops,
@@ -500,7 +485,6 @@ func (m *sockMaps) Close() error {
 		m.MyelinLbBackends,
 		m.MyelinLbCt,
 		m.MyelinLbCtNodeport,
-		m.MyelinLbCtOver,
 		m.MyelinLbMaglev,
 		m.MyelinLbNodeports,
 		m.MyelinLbPorts,
@@ -515,11 +499,9 @@ func (m *sockMaps) Close() error {
 		m.MyelinNomasq,
 		m.MyelinPolicy,
 		m.MyelinPolicyCt,
-		m.MyelinPolicyCtOver,
 		m.MyelinPolicyCtStats,
 		m.MyelinPolicyEps,
 		m.MyelinSnat,
-		m.MyelinSnatOver,
 		m.MyelinSockDestroyTargets,
 		m.MyelinTunnel,
 		m.MyelinTunnelNodes,

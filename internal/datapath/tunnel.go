@@ -10,6 +10,53 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+// TunnelPodToNode is how pods reach other nodes' IPs in tunnel mode
+// (tunnel-pod-to-node; bpf/lib/config.h enum tunnel_pod_to_node_mode).
+type TunnelPodToNode uint8
+
+const (
+	TunnelPodToNodePlain       TunnelPodToNode = 0 // plain, as routed
+	TunnelPodToNodeEncapsulate TunnelPodToNode = 1 // through the overlay
+	TunnelPodToNodeEnforce     TunnelPodToNode = 2 // through the overlay, and plain ones dropped
+)
+
+// configureTunnel writes tunnel mode's constants: the overlay device, this
+// node's overlay MAC, the tunnel port and tunnel-pod-to-node; all zero without
+// Tunnel.
+func configureTunnel(specs *myelinSpecs, cfg Config) error {
+	var tunnel, podToNode uint8
+	var overlay uint32
+	var port, overlayPort uint16 // network order, as the packet has it
+	var mac [6]byte
+	if cfg.Tunnel {
+		if len(cfg.OverlayMAC) != len(mac) {
+			return fmt.Errorf("tunnel mode needs Config.OverlayMAC, the 6-byte MAC of myelin_vxlan (got %q)", cfg.OverlayMAC)
+		}
+		tunnel, overlay, port, overlayPort = 1, uint32(cfg.OverlayIfIndex), htons(cfg.TunnelPort), htons(cfg.OverlayPort)
+		copy(mac[:], cfg.OverlayMAC)
+		podToNode = uint8(cfg.TunnelPodToNode)
+	}
+	if err := specs.TunnelPodToNode.Set(podToNode); err != nil {
+		return fmt.Errorf("set tunnel_pod_to_node: %w", err)
+	}
+	if err := specs.OverlayPort.Set(overlayPort); err != nil {
+		return fmt.Errorf("set overlay_port: %w", err)
+	}
+	if err := specs.RoutingTunnel.Set(tunnel); err != nil {
+		return fmt.Errorf("set routing_tunnel: %w", err)
+	}
+	if err := specs.OverlayIfindex.Set(overlay); err != nil {
+		return fmt.Errorf("set overlay_ifindex: %w", err)
+	}
+	if err := specs.TunnelPort.Set(port); err != nil {
+		return fmt.Errorf("set tunnel_port: %w", err)
+	}
+	if err := specs.OverlayMac.Set(mac); err != nil {
+		return fmt.Errorf("set overlay_mac: %w", err)
+	}
+	return nil
+}
+
 // UpsertTunnel creates or replaces the tunnel entry of another node: in
 // tunnel mode, from_pod sends packets for podCIDR encapsulated to nodeIP.
 // Lookups are longest-prefix matches. Both must be IPv4 (podCIDR not
