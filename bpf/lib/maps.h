@@ -370,7 +370,7 @@ struct {
  * directions, both local ends), in buckets of POLICY_CT_WAYS slots
  * (lib/policy_ct_table.h): an array, so a lookup is a few instructions the
  * verifier inlines, with no bucket lock and no element to allocate. A
- * connection whose two buckets are full takes the slot of an old one: that
+ * connection whose three buckets are full takes the slot of an old one: that
  * only makes the old one's next packet be evaluated again, never allows
  * anything. The
  * element after the last bucket is the agent's: the first 8 bytes hold the

@@ -30,17 +30,20 @@ static __always_inline __u32 policy_ct_now(void)
 
 /*
  * The table (maps.h myelin_policy_ct): an array of slots in buckets of
- * POLICY_CT_WAYS, a connection's two buckets a hash of its key under the
+ * POLICY_CT_WAYS. A connection has three candidate buckets, hashes under the
  * agent's random policy_ct_seed (so a pod can't choose tuples that share
- * another connection's buckets and push it out). A slot is written under
- * its sequence count (struct policy_ct_slot): a writer takes it by
- * moving an even count to odd with a compare-and-swap (another writer at
- * it: the write is given up, as if evicted: that connection's next packet
- * is judged again), writes, and moves it on to even. A reader copies the slot between two reads
- * of the count and takes a change or an odd count as a miss, which is judged
- * by the policy again and never allows by itself. The reads rely on loads not
- * being reordered with loads (x86; another architecture would need
- * load-acquire); the writer's atomics order its stores.
+ * another connection's buckets and push it out): its pair's bucket, a hash of
+ * its two addresses alone, which all connections between the same two
+ * addresses share, and two of the whole key (policy_ct_buckets_of). A slot
+ * is written under its sequence count (struct policy_ct_slot): a writer takes
+ * it by moving an even count to odd with a compare-and-swap (another writer
+ * at it: the write is given up, as if evicted: that connection's next packet
+ * is judged again), writes, and moves it on to even. A reader copies the slot
+ * between two reads of the count and takes a change or an odd count as a
+ * miss, which is judged by the policy again and never allows by itself. The
+ * reads rely on loads not being reordered with loads (x86; another
+ * architecture would need load-acquire); the writer's atomics order its
+ * stores.
  * The close state (policy_ct_close), a non-TCP entry's last seen
  * (policy_ct_refresh) and a slot's in-use mark are written in place without
  * the count: a reader sees the old or the new value of each, and none
@@ -58,14 +61,32 @@ volatile const __u32 policy_ct_buckets = POLICY_CT_MAX / POLICY_CT_WAYS;
 /* policy_ct_read32 reads a slot word once, as it is in memory now. */
 #define policy_ct_read32(p) (*(volatile __u32 *)(p))
 
-/*
- * policy_ct_buckets_of sets the indexes of k's two buckets: a connection
- * lives in the first unless it was full when the connection was written
- * (policy_ct_put), so a lookup of a sparse table reads one bucket, and a
- * bucket overflows only when both are full.
- */
-static __always_inline void policy_ct_buckets_of(const struct policy_ct_key *k, __u32 *first,
-						 __u32 *second)
+/* POLICY_CT_PAIR: the pair bucket's hash starts from the seed xor this, so
+ * it is not the first step of the whole key's hash. */
+#define POLICY_CT_PAIR 0x5bd1e9955bd1e995ULL
+
+/* POLICY_CT_CANDIDATES: a connection's buckets (policy_ct_buckets_of). */
+#define POLICY_CT_CANDIDATES 3
+
+/* policy_ct_bucket_of is the bucket a 32-bit hash picks. */
+static __always_inline __u32 policy_ct_bucket_of(__u32 hash)
+{
+	return ((__u64)hash * policy_ct_buckets) >> 32;
+}
+
+/* policy_ct_pair_bucket is the index of k's pair's bucket. */
+static __always_inline __u32 policy_ct_pair_bucket(const struct policy_ct_key *k)
+{
+	const __u32 *w = (const __u32 *)k;
+	__u64 p = policy_ct_seed ^ POLICY_CT_PAIR;
+
+	p = (p ^ w[0]) * POLICY_CT_MUL;
+	p = (p ^ w[1]) * POLICY_CT_MUL;
+	return policy_ct_bucket_of(p >> 32);
+}
+
+/* policy_ct_hash is the hash of k whose halves give its own two buckets. */
+static __always_inline __u64 policy_ct_hash(const struct policy_ct_key *k)
 {
 	const __u32 *w = (const __u32 *)k;
 	__u64 h = policy_ct_seed;
@@ -74,8 +95,43 @@ static __always_inline void policy_ct_buckets_of(const struct policy_ct_key *k, 
 	h = (h ^ w[1]) * POLICY_CT_MUL;
 	h = (h ^ w[2]) * POLICY_CT_MUL;
 	h = (h ^ w[3]) * POLICY_CT_MUL;
-	*first = ((h & 0xffffffff) * policy_ct_buckets) >> 32;
-	*second = ((h >> 32) * policy_ct_buckets) >> 32;
+	return h;
+}
+
+/*
+ * policy_ct_buckets_of sets the indexes of k's three buckets: i[0] its
+ * pair's (of the two addresses alone), i[1] and i[2] its own two (of the
+ * whole key). A connection lives in its pair's bucket when that had room as
+ * it was written, else in one of its own two (policy_ct_put). A pair with
+ * few connections at a time (most: a client and a server) keeps them in one
+ * bucket, which stays in the cache while the pair talks, instead of a random
+ * one of the 5.8 MB table per connection (a cache miss per write and lookup:
+ * docs/bench/2026-12-05/policy-profile); a pair with more overflows into two
+ * random choices, so a bucket overflows only when both are full, as if there
+ * were no pair bucket. Indexes may repeat: policy_ct_candidate says which to
+ * read.
+ */
+static __always_inline void policy_ct_buckets_of(const struct policy_ct_key *k, __u32 *i)
+{
+	__u64 h = policy_ct_hash(k);
+
+	i[0] = policy_ct_pair_bucket(k);
+	i[1] = policy_ct_bucket_of(h);
+	i[2] = policy_ct_bucket_of(h >> 32);
+}
+
+/* policy_ct_candidate says whether bucket i[c] is one to read: not one of
+ * the buckets before it again. */
+static __always_inline int policy_ct_candidate(const __u32 *i, int c)
+{
+	return c == 0 || (i[c] != i[0] && (c == 1 || i[c] != i[1]));
+}
+
+/* policy_ct_evicts says whether policy_ct_put may push a connection out of
+ * bucket i[c] for k: one of k's own two; its pair's bucket only gives room. */
+static __always_inline int policy_ct_evicts(const __u32 *i, int c)
+{
+	return c > 0 || i[0] == i[1] || i[0] == i[2];
 }
 
 /* policy_ct_key_is says whether slot key a is k (word by word: k is on the stack). */
@@ -87,52 +143,80 @@ static __always_inline int policy_ct_key_is(const struct policy_ct_key *a,
 	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3];
 }
 
+/* POLICY_CT_ELSEWHERE: policy_ct_find_in found no slot of k in its bucket. */
+#define POLICY_CT_ELSEWHERE (-2)
+
+/*
+ * policy_ct_find_in is policy_ct_find_at in bucket *i (the lookup's key):
+ * k's slot, -1 (a writer was at it), or POLICY_CT_ELSEWHERE.
+ */
+static __always_inline int policy_ct_find_in(const struct policy_ct_key *k,
+					     struct policy_ct_entry *out, const __u32 *i)
+{
+	struct policy_ct_bucket *b = bpf_map_lookup_elem(&myelin_policy_ct, i);
+
+	if (!b)
+		return -1;
+	for (__u32 w = 0; w < POLICY_CT_WAYS; w++) {
+		struct policy_ct_slot *s = &b->way[w];
+		__u32 seq = policy_ct_read32(&s->seq);
+
+		asm volatile("" ::: "memory"); /* the key read after the count */
+		if (!policy_ct_key_is(&s->key, k))
+			continue;
+		/* In use and seen (enum policy_ct_ref), in place like the close
+		 * state: written once per bucket eviction or GC round, atomically,
+		 * so the agent's bits of ref stay as the agent left them. */
+		if ((s->ref & (POLICY_CT_REF_IN_USE | POLICY_CT_REF_SEEN)) !=
+		    (POLICY_CT_REF_IN_USE | POLICY_CT_REF_SEEN))
+			__sync_fetch_and_or(&s->ref, POLICY_CT_REF_IN_USE | POLICY_CT_REF_SEEN);
+		if (out) {
+			*out = s->entry;
+			asm volatile("" ::: "memory"); /* the copy before the second read */
+			if ((seq & 1) || policy_ct_read32(&s->seq) != seq)
+				return -1;
+		}
+		return *i * POLICY_CT_WAYS + w;
+	}
+	return POLICY_CT_ELSEWHERE;
+}
+
 /*
  * policy_ct_find_at looks connection k up: the index of its slot (bucket *
  * POLICY_CT_WAYS + way), with a whole copy of its entry in *out (out NULL:
  * the slot only, for the in-place writes), or -1 (not tracked, or a writer
- * was at its slot). A slot found is marked in use (policy_ct_put). A global
+ * was at its slot): the first copy in the order of its buckets
+ * (policy_ct_buckets_of; a copy behind it is an older connection of the same
+ * tuple: policy_ct_put; a bucket that is also an earlier one is read again
+ * on a miss, which is rare: no compare on the way of a hit). A slot found is
+ * marked in use (policy_ct_put). Three straight reads, not a loop over
+ * the buckets' indexes, so its frame holds a lookup key alone: a call
+ * chain through it is at the stack's limit (policy_icmp_related). A global
  * function: the verifier checks it once, not at every call with every
  * caller's state.
  */
 __noinline int policy_ct_find_at(const struct policy_ct_key *k, struct policy_ct_entry *out)
 {
-	__u32 i[2];
+	__u32 i;
+	__u64 h;
+	int at;
 
 	if (!k)
 		return -1;
-	policy_ct_buckets_of(k, &i[0], &i[1]);
-	for (int c = 0; c < 2; c++) {
-		struct policy_ct_bucket *b = bpf_map_lookup_elem(&myelin_policy_ct, &i[c]);
-
-		if (!b)
-			return -1;
-		for (__u32 w = 0; w < POLICY_CT_WAYS; w++) {
-			struct policy_ct_slot *s = &b->way[w];
-			__u32 seq = policy_ct_read32(&s->seq);
-
-			asm volatile("" ::: "memory"); /* the key read after the count */
-			if (!policy_ct_key_is(&s->key, k))
-				continue;
-			/* In use and seen (enum policy_ct_ref), in place like the close
-			 * state: written once per bucket eviction or GC round, atomically,
-			 * so the agent's bits of ref stay as the agent left them. */
-			if ((s->ref & (POLICY_CT_REF_IN_USE | POLICY_CT_REF_SEEN)) !=
-			    (POLICY_CT_REF_IN_USE | POLICY_CT_REF_SEEN))
-				__sync_fetch_and_or(&s->ref,
-						    POLICY_CT_REF_IN_USE | POLICY_CT_REF_SEEN);
-			if (out) {
-				*out = s->entry;
-				asm volatile("" ::: "memory"); /* the copy before the second read */
-				if ((seq & 1) || policy_ct_read32(&s->seq) != seq)
-					return -1;
-			}
-			return i[c] * POLICY_CT_WAYS + w;
-		}
-		if (i[1] == i[0])
-			break;
+	/* Both hashes now: the key's words are not kept for later (on the stack). */
+	h = policy_ct_hash(k);
+	asm volatile("" : "+r"(h));
+	i = policy_ct_pair_bucket(k);
+	at = policy_ct_find_in(k, out, &i);
+	if (at == POLICY_CT_ELSEWHERE) {
+		i = policy_ct_bucket_of(h);
+		at = policy_ct_find_in(k, out, &i);
 	}
-	return -1;
+	if (at == POLICY_CT_ELSEWHERE) {
+		i = policy_ct_bucket_of(h >> 32);
+		at = policy_ct_find_in(k, out, &i);
+	}
+	return at < 0 ? -1 : at;
 }
 
 /* policy_ct_find is policy_ct_find_at's slot: NULL when it found none. Not
@@ -205,88 +289,158 @@ static __always_inline __u64 policy_ct_was(const struct policy_ct_entry *ce)
 	return ce->ends | (__u64)ce->closing << 32;
 }
 
+/* policy_ct_pick_rank: how good policy_ct_put's pick of a slot is, best first. */
+enum policy_ct_pick_rank {
+	POLICY_CT_PICK_OWN,    /* k's own slot */
+	POLICY_CT_PICK_EMPTY,  /* an empty one */
+	POLICY_CT_PICK_OPENER, /* one whose entry holds no end's bit */
+	POLICY_CT_PICK_IDLE,   /* one no lookup found since its buckets made room */
+	POLICY_CT_PICK_IN_USE, /* the oldest of the rest */
+	POLICY_CT_PICK_NONE,   /* none yet */
+};
+
+/* policy_ct_pick is policy_ct_put's pick of a slot so far: its index (bucket
+ * * POLICY_CT_WAYS + way), count when read, age (of an entry to push out)
+ * and rank, and the time of the write. */
+struct policy_ct_pick {
+	__u32 at;
+	__u32 seq;
+	__u32 age;
+	__u32 rank;
+	__u32 now;
+};
+
+/*
+ * policy_ct_scan reads bucket i for policy_ct_put's pick p of a slot for
+ * connection k: k's own (and no other bucket needs reading), else the first
+ * empty one, else, where evict (one of k's own buckets), the better of p and
+ * this bucket's best connection to push out (policy_ct_put says which). -1:
+ * the write is given up, k's entry holds what was says it does not
+ * (policy_ct_put). A global function: the verifier checks it once, not in
+ * every state of its caller's loop.
+ */
+__noinline int policy_ct_scan(const struct policy_ct_key *k, __u32 i, int evict, __u64 was,
+			      struct policy_ct_pick *p)
+{
+	struct policy_ct_bucket *b;
+	__u32 score;
+
+	if (!k || !p)
+		return -1;
+	b = bpf_map_lookup_elem(&myelin_policy_ct, &i);
+	if (!b)
+		return -1;
+	for (__u32 w = 0; w < POLICY_CT_WAYS; w++) {
+		struct policy_ct_slot *s = &b->way[w];
+		__u32 seq = policy_ct_read32(&s->seq), age;
+
+		asm volatile("" ::: "memory"); /* the key read after the count */
+		if (policy_ct_key_is(&s->key, k)) {
+			if (was == POLICY_CT_PUT_NEW ||
+			    (was && policy_ct_read32(&s->entry.ends) != (__u32)was))
+				return -1;
+			p->at = i * POLICY_CT_WAYS + w, p->seq = seq, p->rank = POLICY_CT_PICK_OWN;
+			return 0;
+		}
+		if (!s->key.proto) {
+			if (p->rank > POLICY_CT_PICK_EMPTY)
+				p->at = i * POLICY_CT_WAYS + w, p->seq = seq,
+				p->rank = POLICY_CT_PICK_EMPTY;
+			continue;
+		}
+		if (!evict)
+			continue;
+		age = (__s32)(p->now - s->born) > 0 ? p->now - s->born : 0;
+		if (!(s->entry.ends & (POLICY_CT_END_LO | POLICY_CT_END_HI)))
+			score = POLICY_CT_PICK_OPENER; /* allows nothing */
+		else if (s->ref & POLICY_CT_REF_IN_USE)
+			score = POLICY_CT_PICK_IN_USE;
+		else
+			score = POLICY_CT_PICK_IDLE;
+		if (p->rank > score || (p->rank == score && age > p->age))
+			p->at = i * POLICY_CT_WAYS + w, p->seq = seq, p->age = age, p->rank = score;
+	}
+	return 0;
+}
+
 /*
  * policy_ct_put writes connection k's entry ce: into its slot, else an empty
- * one of its first bucket, else of its second, else the oldest slot of the
- * two that holds no end's bit (an opener kept alone after a purge or an RST:
- * it allows nothing), else the oldest no lookup found since they last made
- * room (policy_ct_find_at marks them), else the oldest. A second chance, as
- * the kernel's LRU lists give: a connection in use keeps its slot over one
- * that saw no packet since (a flood's one-off datagrams). Oldest is by born,
- * which the agent's GC rounds move on while a connection carries traffic (a
- * born ahead of this clock, written by an agent whose clock read a tick
- * later, is age 0). A connection replaced, once written, is counted in
- * myelin_policy_ct_stats (an opener alone is none). was: the copy of k's
- * entry that ce adds to (policy_ct_was; 0: ce is whole by itself, a fresh
- * SYN's; POLICY_CT_PUT_NEW: the caller's lookup found no entry); the write
- * is given up when k's entry holds other ends now or is gone (for NEW: when
- * k has an entry now), as when another writer is at the slot: the agent's
- * purge took an end away since the caller's lookup (the copy would bring
- * that end's allow back), or another check wrote it (or was writing it, which
- * made the lookup miss: its ends, opener and close state stay). The next
- * packet is judged again. The copy's close state gives way to the slot's
- * (policy_ct_write). A global function: the verifier checks it once, not at
- * every call with every caller's state.
+ * one of its buckets (its pair's first: policy_ct_buckets_of), else, in its
+ * own two buckets, the oldest slot that holds no end's bit (an opener kept
+ * alone after a purge or an RST: it allows nothing), else the oldest no
+ * lookup found since they last made room (policy_ct_find_at marks them), else
+ * the oldest. A second chance, as the kernel's LRU lists give: a connection
+ * in use keeps its slot over one that saw no packet since (a flood's one-off
+ * datagrams). The pair's bucket only takes what has room: a pair's
+ * connections never push one another out there, and another connection's
+ * write pushes them out only where the pair's bucket is one of its own two.
+ * Oldest is by born, which the agent's GC rounds move on while a connection
+ * carries traffic (a born ahead of this clock, written by an agent whose
+ * clock read a tick later, is age 0). A connection replaced, once written, is
+ * counted in myelin_policy_ct_stats (an opener alone is none). was: the copy
+ * of k's entry that ce adds to (policy_ct_was; 0: ce is whole by itself, a
+ * fresh SYN's; POLICY_CT_PUT_NEW: the caller's lookup found no entry); the
+ * write is given up when k's entry holds other ends now or is gone (for NEW:
+ * when k has an entry now), as when another writer is at the slot: the
+ * agent's purge took an end away since the caller's lookup (the copy would
+ * bring that end's allow back), or another check wrote it (or was writing it,
+ * which made the lookup miss: its ends, opener and close state stay). The
+ * next packet is judged again. The copy's close state gives way to the slot's
+ * (policy_ct_write). A fresh entry takes the first empty slot without reading
+ * the buckets behind it (the pair's bucket alone, for most connections: no
+ * cache miss): an older entry of its tuple there (a connection left without
+ * its close, whose tuple a SYN reuses) is behind it in every lookup, and the
+ * agent's next GC round empties it (GCPolicyCT). A global function: the
+ * verifier checks it once, not at every call with every caller's state.
  */
 __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_ct_entry *ce,
 			     __u64 was)
 {
-	__u32 pick_seq = 0, pick_age = 0, now = policy_ct_now(), i[2], score;
-	struct policy_ct_bucket *b[2] = {};
-	struct policy_ct_slot *pick = NULL;
-	/* of pick: 0 k's own, 1 empty, 2 no end left, 3 unreferenced, 4 referenced */
-	int rank = 5;
+	struct policy_ct_pick p = {.rank = POLICY_CT_PICK_NONE, .now = policy_ct_now()};
+	struct policy_ct_bucket *b;
+	__u32 i[POLICY_CT_CANDIDATES];
 	__u64 *stat;
 
 	if (!k || !ce)
 		return 0;
-	policy_ct_buckets_of(k, &i[0], &i[1]);
-	for (int c = 0; c < 2 && rank; c++) {
-		b[c] = bpf_map_lookup_elem(&myelin_policy_ct, &i[c]);
-		if (!b[c])
+	policy_ct_buckets_of(k, i);
+	for (int c = 0; c < POLICY_CT_CANDIDATES; c++) {
+		if (!policy_ct_candidate(i, c))
+			continue;
+		if (p.rank == POLICY_CT_PICK_EMPTY && !was)
+			break;
+		if (policy_ct_scan(k, i[c], policy_ct_evicts(i, c), was, &p) < 0)
 			return 0;
-		for (__u32 w = 0; w < POLICY_CT_WAYS; w++) {
-			struct policy_ct_slot *s = &b[c]->way[w];
-			__u32 seq = policy_ct_read32(&s->seq), age;
-
-			asm volatile("" ::: "memory"); /* the key read after the count */
-			if (policy_ct_key_is(&s->key, k)) {
-				if (was == POLICY_CT_PUT_NEW ||
-				    (was && policy_ct_read32(&s->entry.ends) != (__u32)was))
-					return 0;
-				pick = s, pick_seq = seq, rank = 0;
-				break;
-			}
-			if (!s->key.proto) {
-				if (rank > 1)
-					pick = s, pick_seq = seq, rank = 1;
-				continue;
-			}
-			age = (__s32)(now - s->born) > 0 ? now - s->born : 0;
-			if (!(s->entry.ends & (POLICY_CT_END_LO | POLICY_CT_END_HI)))
-				score = 2; /* an opener alone: allows nothing */
-			else
-				score = (s->ref & POLICY_CT_REF_IN_USE) ? 4 : 3;
-			if (rank > score || (rank == score && age > pick_age))
-				pick = s, pick_seq = seq, pick_age = age, rank = score;
-		}
-		if (i[1] == i[0])
+		if (p.rank == POLICY_CT_PICK_OWN)
 			break;
 	}
-	if (!pick || (was && was != POLICY_CT_PUT_NEW && rank))
+	if (p.rank == POLICY_CT_PICK_NONE ||
+	    (was && was != POLICY_CT_PUT_NEW && p.rank != POLICY_CT_PICK_OWN))
 		return 0;
-	if (!policy_ct_write(pick, pick_seq, k, ce, rank ? 0 : was) || rank < 3)
+	i[0] = p.at / POLICY_CT_WAYS;
+	b = bpf_map_lookup_elem(&myelin_policy_ct, &i[0]);
+	if (!b ||
+	    !policy_ct_write(&b->way[p.at & (POLICY_CT_WAYS - 1)], p.seq, k, ce,
+			     p.rank == POLICY_CT_PICK_OWN ? was : 0) ||
+	    p.rank < POLICY_CT_PICK_IDLE)
 		return 0;
-	/* Every slot referenced: the oldest went, the others lose their in-use
-	 * mark, so the next connection here replaces one that saw no packet
-	 * since. */
-	if (rank == 4)
-		for (int c = 0; c < 2; c++)
-			for (__u32 w = 0; w < POLICY_CT_WAYS && b[c]; w++)
-				__sync_fetch_and_and(&b[c]->way[w].ref, ~POLICY_CT_REF_IN_USE);
+	/* Every slot referenced: the oldest went, the others it was chosen from
+	 * lose their in-use mark, so the next connection here replaces one that
+	 * saw no packet since. */
+	if (p.rank == POLICY_CT_PICK_IN_USE) {
+		policy_ct_buckets_of(k, i);
+		for (int c = 0; c < POLICY_CT_CANDIDATES; c++) {
+			if (!policy_ct_candidate(i, c) || !policy_ct_evicts(i, c))
+				continue;
+			b = bpf_map_lookup_elem(&myelin_policy_ct, &i[c]);
+			for (__u32 w = 0; w < POLICY_CT_WAYS && b; w++)
+				__sync_fetch_and_and(&b->way[w].ref, ~POLICY_CT_REF_IN_USE);
+		}
+	}
 	/* A connection pushed out: counted (the agent's status warns of live
 	 * ones). i[0] is done with: its stack slot is the key. */
-	i[0] = rank == 4 ? POLICY_CT_STAT_EVICTED_IN_USE : POLICY_CT_STAT_EVICTED_IDLE;
+	i[0] = p.rank == POLICY_CT_PICK_IN_USE ? POLICY_CT_STAT_EVICTED_IN_USE
+					       : POLICY_CT_STAT_EVICTED_IDLE;
 	stat = bpf_map_lookup_elem(&myelin_policy_ct_stats, &i[0]);
 	if (stat)
 		*stat += 1; /* per CPU: no other writer */

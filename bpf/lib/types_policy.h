@@ -174,7 +174,7 @@ enum policy_ct_ref {
  * it, and every write moves it on, so a reader that saw the same even count
  * before and after its copy has a whole slot. born (policy_ct_now when the
  * key was written, moved on by the agent's GC rounds that found it seen) and
- * ref (enum policy_ct_ref) say which slot of two full buckets a new
+ * ref (enum policy_ct_ref) say which slot of its full buckets a new
  * connection replaces, and when the agent deletes an idle one.
  */
 struct policy_ct_slot {
@@ -196,7 +196,7 @@ struct policy_ct_bucket {
 
 /*
  * policy_ct_stat indexes myelin_policy_ct_stats, per-CPU counts of the
- * connections a new one pushed out of two full buckets (policy_ct_put).
+ * connections a new one pushed out of its full buckets (policy_ct_put).
  */
 enum policy_ct_stat {
 	POLICY_CT_STAT_EVICTED_IDLE = 0,   /* no packet since its buckets last made room */

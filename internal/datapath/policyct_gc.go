@@ -203,7 +203,8 @@ func policyCTResetMarked(k myelinPolicyCtKey, v myelinPolicyCtEntry) bool {
 // myelin_policy_ct_over (policyCTBudget, budget.go). Deleted: connections of other
 // protocols than TCP idle longer than PolicyCTTimeoutOther, TCP connections idle past
 // theirs (policyCTIdleTCP), entries left with their opener alone older than
-// PolicyCTTimeoutOpenerOnly, and TCP connections an RST ended: marked reset at this
+// PolicyCTTimeoutOpenerOnly, entries shadowed by a newer one of their tuple
+// (policyCTTable.shadowed), and TCP connections an RST ended: marked reset at this
 // round and at the last one, at least policyCTResetGrace ago (segments still in
 // flight pass, and an RST the receiver ignored is unmarked by the connection's next
 // segment). Such a connection's entry keeps its opener alone, as after a purge
@@ -229,6 +230,7 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 		// A RESET note counts when the last round kept them (set and cleared) and
 		// came a grace before this one.
 		notes := !first && atomic.LoadUint32(t.resets()) == last && policyCTResetGraceOver(last, now)
+		seed := atomic.LoadUint64(t.seed())
 		for i := range t.slots() {
 			k, v, seq, busy := t.read(i)
 			switch {
@@ -241,6 +243,10 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 					stuck[i] = seq
 				}
 			case k.Proto == 0:
+			case t.shadowed(seed, i, k):
+				if t.empty(i, seq) {
+					removed++
+				}
 			default:
 				s := t.slot(i)
 				noted := atomic.LoadUint32(&s.Ref)&policyCTRefReset != 0
@@ -276,6 +282,19 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 	}
 	d.policyCTStuck = stuck
 	return removed, budget.sync(held)
+}
+
+// shadowed says whether connection k's entry in slot i is behind another of
+// k in the order the programs read its buckets (policy_ct_find_at finds that
+// one): an older connection of the same tuple, whose SYN's fresh entry took an
+// empty slot before it without reading on (policy_ct_put). Only an entry
+// outside its pair's bucket can be.
+func (t *policyCTTable) shadowed(seed uint64, i int, k myelinPolicyCtKey) bool {
+	if policyCTBucketsOf(seed, t.buckets, k)[0] == uint32(i/policyCTWays) {
+		return false
+	}
+	j, _, _, ok := t.find(seed, k)
+	return ok && j != i
 }
 
 // policyCTResetGrace is how long after a GC round that found a TCP entry marked
@@ -340,7 +359,7 @@ func policyCTHeld(h podCounts, k myelinPolicyCtKey, v myelinPolicyCtEntry) {
 }
 
 // PolicyCTEvictions are the connections new ones pushed out of myelin_policy_ct
-// (their two buckets full: lib/policy_ct_table.h, policy_ct_put), summed over CPUs,
+// (its buckets full: lib/policy_ct_table.h, policy_ct_put), summed over CPUs,
 // since the node first loaded a datapath with myelin_policy_ct_stats (a pinned
 // map: agent restarts and table resizes keep the counts). The next packet of a
 // connection pushed out is judged by the policy again: allowed, it is tracked

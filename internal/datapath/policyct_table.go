@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 
@@ -25,6 +26,7 @@ const (
 	policyCTSlotSize   = int(unsafe.Sizeof(myelinPolicyCtSlot{}))
 	policyCTBucketSize = policyCTSlotSize * policyCTWays
 	policyCTHashMul    = 0x9e3779b97f4a7c15 // POLICY_CT_MUL
+	policyCTPairHash   = 0x5bd1e9955bd1e995 // POLICY_CT_PAIR
 )
 
 // errNoPolicyCT is what the policy table's walkers return on a Datapath that
@@ -35,26 +37,33 @@ var errNoPolicyCT = errors.New("myelin_policy_ct is not open: use a Datapath fro
 // rounded up to whole buckets, so the table never holds fewer than asked.
 func policyCTBuckets(max uint32) uint32 { return (max + policyCTWays - 1) / policyCTWays }
 
-// policyCTBucketsOf is policy_ct_buckets_of: the two buckets of key k in a
-// table of buckets buckets hashed with seed (the same one twice, at times).
-func policyCTBucketsOf(seed uint64, buckets uint32, k myelinPolicyCtKey) [2]uint32 {
+// policyCTBucketsOf is policy_ct_buckets_of: the three buckets of key k in a
+// table of buckets buckets hashed with seed, its pair's (of its addresses
+// alone) and its own two (of the whole key), in the order a lookup reads them
+// (the same one again, at times).
+func policyCTBucketsOf(seed uint64, buckets uint32, k myelinPolicyCtKey) [3]uint32 {
 	var w [4]uint32
 	*(*myelinPolicyCtKey)(unsafe.Pointer(&w)) = k
-	h := seed
+	h, p := seed, seed^policyCTPairHash
+	for _, x := range w[:2] {
+		p = (p ^ uint64(x)) * policyCTHashMul
+	}
 	for _, x := range w {
 		h = (h ^ uint64(x)) * policyCTHashMul
 	}
-	return [2]uint32{uint32(((h & 0xffffffff) * uint64(buckets)) >> 32), uint32(((h >> 32) * uint64(buckets)) >> 32)}
+	return [3]uint32{uint32(((p >> 32) * uint64(buckets)) >> 32),
+		uint32(((h & 0xffffffff) * uint64(buckets)) >> 32), uint32(((h >> 32) * uint64(buckets)) >> 32)}
 }
 
-// slotsOf are the indexes of the slots where connection k may live:
-// its first bucket's, then its second's.
+// slotsOf are the indexes of the slots where connection k may live, in the
+// order a lookup reads them: its pair's bucket's, then its own two's (each
+// bucket once).
 func (t *policyCTTable) slotsOf(seed uint64, k myelinPolicyCtKey) []int {
 	b := policyCTBucketsOf(seed, t.buckets, k)
-	out := make([]int, 0, 2*policyCTWays)
+	out := make([]int, 0, len(b)*policyCTWays)
 	for c, bucket := range b {
-		if c == 1 && bucket == b[0] {
-			break
+		if slices.Contains(b[:c], bucket) {
+			continue
 		}
 		for w := range policyCTWays {
 			out = append(out, int(bucket)*policyCTWays+w)
@@ -199,7 +208,8 @@ func (t *policyCTTable) used() int {
 	return n
 }
 
-// find is the slot of connection k, as policy_ct_find looks it up with seed.
+// find is the slot of connection k, as policy_ct_find looks it up with seed:
+// the first in the order of its buckets.
 func (t *policyCTTable) find(seed uint64, k myelinPolicyCtKey) (i int, v myelinPolicyCtEntry, seq uint32, ok bool) {
 	for _, i := range t.slotsOf(seed, k) {
 		if sk, sv, sseq, busy := t.read(i); !busy && sk == k {
@@ -343,7 +353,7 @@ const (
 
 // policyCTCarry places the connections of the pinned table at path in to, its
 // replacement of buckets hashed with seed, each in an empty slot of its buckets
-// (both full: counted lost), and returns r with what was carried.
+// (all full: counted lost), and returns r with what was carried.
 func policyCTCarry(r MapReplacement, path string, to *ebpf.Map, seed uint64) (MapReplacement, error) {
 	from, err := ebpf.LoadPinnedMap(path, nil)
 	if err != nil {
@@ -401,8 +411,8 @@ func policyCTCarry(r MapReplacement, path string, to *ebpf.Map, seed uint64) (Ma
 }
 
 // place writes connection k's entry v, born then (policyCTUnits), into an
-// empty slot of its buckets (as hashed with seed; the first's before the
-// second's) and says whether there was one. For a table no program uses yet
+// empty slot of its buckets (as hashed with seed; its pair's first) and says
+// whether there was one. For a table no program uses yet
 // (a replacement being filled): the connection is marked as one that carried
 // traffic (its idle timeout is PolicyCTTimeoutTCP: what the old table knew of
 // it is not kept).

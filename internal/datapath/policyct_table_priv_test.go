@@ -127,11 +127,12 @@ func TestPrivilegedPolicyCTTableShared(t *testing.T) {
 	}
 }
 
-// A new connection whose two buckets are full takes the slot of their oldest
-// connection no lookup found since they last made room; when every one was
-// found, the oldest, and the others lose their mark (a second chance, as an LRU
-// gives). The connection pushed out has its next packet judged by the policy
-// again; the others stay tracked.
+// A new connection whose three buckets are full takes the slot of the oldest
+// connection of its own two that no lookup found since they last made room;
+// when every one was found, the oldest, and the others lose their mark (a
+// second chance, as an LRU gives). The connection pushed out has its next
+// packet judged by the policy again; the others stay tracked, and its pair's
+// bucket (other connections of A and B) is left as it was: it only gives room.
 func TestPrivilegedPolicyCTFullBucket(t *testing.T) {
 	requirePrivileged(t)
 	const held = 2 * policyCTWays
@@ -150,21 +151,32 @@ func TestPrivilegedPolicyCTFullBucket(t *testing.T) {
 			d := policyCTTableDatapath(t)
 			ct := mappedPolicyCT(t, d)
 			sport := uint16(6000)
-			for ; ; sport++ { // a newcomer with two distinct buckets
-				if b := policyCTBucketsOf(d.policyCTSeed, ct.buckets, abKey(sport, 8080)); b[0] != b[1] {
+			for ; ; sport++ { // a newcomer with three distinct buckets
+				if len(ct.slotsOf(d.policyCTSeed, abKey(sport, 8080))) == 3*policyCTWays {
 					break
 				}
 			}
 			newcomer := abKey(sport, 8080)
-			slots := ct.slotsOf(d.policyCTSeed, newcomer)
+			pair, slots := ct.slotsOf(d.policyCTSeed, newcomer)[:policyCTWays], ct.slotsOf(d.policyCTSeed, newcomer)[policyCTWays:]
+			now := policyCTUnits(MonotonicNow())
+			// Other connections of A and B, the oldest of all, none in use,
+			// filling the pair's bucket.
+			for n, i := range pair {
+				_, _, seq, _ := ct.read(i)
+				if !ct.write(i, seq, func(s *myelinPolicyCtSlot) {
+					s.Key, s.Entry = abKey(uint16(8000+n), 9090), myelinPolicyCtEntry{Ends: policyCTEndHi}
+					s.Born = now - 100
+				}) {
+					t.Fatal("seed slot: written meanwhile")
+				}
+			}
 			// Connections of A to B's port 9090 (which B's policy does not
 			// allow: only their tracking lets them pass) filling both of the
-			// newcomer's buckets, each in its own first bucket.
-			now := policyCTUnits(MonotonicNow())
+			// newcomer's own buckets, each in its own first bucket.
 			var sports []uint16
 			for n, p := 0, uint16(7000); n < held; p++ {
 				i := slots[n]
-				if policyCTBucketsOf(d.policyCTSeed, ct.buckets, abKey(p, 9090))[0] != uint32(i/policyCTWays) {
+				if policyCTBucketsOf(d.policyCTSeed, ct.buckets, abKey(p, 9090))[1] != uint32(i/policyCTWays) {
 					continue
 				}
 				_, _, seq, _ := ct.read(i)
@@ -214,7 +226,133 @@ func TestPrivilegedPolicyCTFullBucket(t *testing.T) {
 					t.Errorf("connection written %d s ago after the newcomer: passes %v, want %v", 80-10*n, tracked, n != c.evicted)
 				}
 			}
+			for n, i := range pair {
+				if s := ct.slot(i); s.Key != abKey(uint16(8000+n), 9090) {
+					t.Errorf("the pair's bucket, slot %d, after the newcomer: %+v, want A:%d's connection as it was", n, s.Key, 8000+n)
+				}
+			}
 		})
+	}
+}
+
+// A connection goes into its pair's bucket (one of A and B's addresses alone)
+// while that has room, and into one of its own two when it is full, found
+// either way. A table written before pair buckets (a connection in its own
+// first bucket, the pair's empty) is found as it is. A SYN reusing the tuple
+// of a connection left in its own bucket writes its fresh entry in the pair's
+// bucket without reading on; lookups find the fresh one, and the next GC round
+// empties the older one behind it.
+func TestPrivilegedPolicyCTPairBucket(t *testing.T) {
+	requirePrivileged(t)
+	d := policyCTTableDatapath(t)
+	ct := mappedPolicyCT(t, d)
+	pairOf := func(k myelinPolicyCtKey) uint32 { return policyCTBucketsOf(d.policyCTSeed, ct.buckets, k)[0] }
+	bucketOf := func(k myelinPolicyCtKey) (uint32, bool) {
+		i, _, _, ok := ct.find(d.policyCTSeed, k)
+		return uint32(i / policyCTWays), ok
+	}
+	// A's connections to B's port 8080 with three distinct buckets.
+	var sports []uint16
+	for p := uint16(6000); len(sports) < policyCTWays+1; p++ {
+		if len(ct.slotsOf(d.policyCTSeed, abKey(p, 8080))) == 3*policyCTWays {
+			sports = append(sports, p)
+		}
+	}
+	for n, p := range sports {
+		if !toB(t, d, p, 8080, true) {
+			t.Fatalf("allowed SYN from A:%d: denied", p)
+		}
+		b, ok := bucketOf(abKey(p, 8080))
+		if !ok {
+			t.Fatalf("allowed SYN from A:%d: not tracked", p)
+		}
+		if inPair := b == pairOf(abKey(p, 8080)); inPair != (n < policyCTWays) {
+			t.Errorf("connection %d of A and B: in the pair's bucket %v, want %v (it holds %d)", n+1, inPair, n < policyCTWays, policyCTWays)
+		}
+	}
+	if ev, err := d.PolicyCTEvictions(); err != nil || ev != (PolicyCTEvictions{}) {
+		t.Errorf("evictions = %+v, %v; want none", ev, err)
+	}
+	if _, err := clearPolicyCT(d); err != nil {
+		t.Fatal(err)
+	}
+
+	// Before pair buckets: a connection to a port B's policy does not allow,
+	// tracked in its own first bucket.
+	old := abKey(sports[0], 9090)
+	first := ct.slotsOf(d.policyCTSeed, old)[policyCTWays]
+	_, _, seq, _ := ct.read(first)
+	born := policyCTUnits(MonotonicNow())
+	if !ct.write(first, seq, func(s *myelinPolicyCtSlot) {
+		s.Key, s.Entry, s.Born = old, myelinPolicyCtEntry{Ends: policyCTEndHi}, born
+	}) {
+		t.Fatal("seed slot: written meanwhile")
+	}
+	if !toB(t, d, sports[0], 9090, false) {
+		t.Error("ACK of a connection in its own first bucket, the pair's empty: denied, want tracked")
+	}
+
+	// A SYN from a pod of another node, which BPF delivers: its entry starts
+	// afresh. The tuple's older connection left in its own first bucket (its
+	// FINs never seen: a close state of B's FIN), the pair's bucket empty.
+	fresh := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, NodeIP: testNodeIP, PolicyCTMax: 1024})
+	if err := seedPolicy(fresh, policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
+		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idRemote): {tcpPort(8080)}}}); err != nil {
+		t.Fatal(err)
+	}
+	fct := mappedPolicyCT(t, fresh)
+	var (
+		uplink policyRow
+		reused myelinPolicyCtKey
+		v      myelinPolicyCtEntry
+		slots  []int
+	)
+	for sport := uint16(7001); len(slots) != 3*policyCTWays; sport++ { // a tuple with three distinct buckets
+		syn := ipv4(protoTCP, remoteIP, podBIP).withSrc(remoteIP, sport).withDst(podBIP, 8080)
+		uplink = policyRow{prog: fresh.objs.MyelinFromNetdev, counterDir: "from-netdev", progCase: progCase{
+			name: "SYN from a pod of another node", in: syn.build(), ctx: &skbCtx{IngressIfindex: 2},
+			verdict: tcActRedirect, out: delivered(syn), reason: "FORWARDED"}}
+		runPolicyRows(t, fresh, []policyRow{uplink})
+		reused, v, _ = policyCTOnly(t, fresh, podBIP)
+		if n, err := clearPolicyCT(fresh); err != nil || n != 1 {
+			t.Fatalf("clear: %d, %v", n, err)
+		}
+		slots = fct.slotsOf(fresh.policyCTSeed, reused)
+	}
+	first = slots[policyCTWays]
+	_, _, seq, _ = fct.read(first)
+	if !fct.write(first, seq, func(s *myelinPolicyCtSlot) {
+		s.Key, s.Entry, s.Born = reused, v, born
+		s.Entry.Closing = uint32(myelinPolicyCtClosingPOLICY_CT_FIN_HI)
+	}) {
+		t.Fatal("seed slot: written meanwhile")
+	}
+	uplink.name = "the SYN again, its tuple's older connection in its own first bucket"
+	runPolicyRows(t, fresh, []policyRow{uplink})
+	inPair := func() bool {
+		i, v, _, ok := fct.find(fresh.policyCTSeed, reused)
+		return ok && i/policyCTWays == slots[0]/policyCTWays && v.Closing == 0
+	}
+	if !inPair() {
+		t.Fatal("the reused tuple's entry as lookups find it: not the SYN's fresh one (no close state) in the pair's bucket")
+	}
+	if k, _, _, _ := fct.read(first); k != reused {
+		t.Fatalf("the older entry behind the fresh one before a GC round: %+v, want it still there (the SYN read no further)", k)
+	}
+	if n, err := fresh.GCPolicyCT(MonotonicNow()); err != nil || n != 1 {
+		t.Errorf("GC round: removed %d (%v), want 1 (the older entry behind the fresh one)", n, err)
+	}
+	if k, _, _, _ := fct.read(first); k != (myelinPolicyCtKey{}) {
+		t.Errorf("the older entry behind the fresh one after a GC round: %+v, want empty", k)
+	}
+	if !inPair() {
+		t.Error("the reused tuple's fresh entry after a GC round: not found in the pair's bucket")
+	}
+	if n, err := d.GCPolicyCT(MonotonicNow()); err != nil || n != 0 {
+		t.Errorf("GC round of the table written before pair buckets: removed %d (%v), want 0 (it shadows nothing)", n, err)
+	}
+	if !toB(t, d, sports[0], 9090, false) {
+		t.Error("ACK of a connection in its own first bucket after a GC round: denied, want tracked")
 	}
 }
 
