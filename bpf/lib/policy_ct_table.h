@@ -313,11 +313,10 @@ struct policy_ct_pick {
 /*
  * policy_ct_scan reads bucket i for policy_ct_put's pick p of a slot for
  * connection k: k's own (and no other bucket needs reading), else the first
- * empty one, else, where evict (one of k's own buckets), the better of p and
- * this bucket's best connection to push out (policy_ct_put says which). -1:
- * the write is given up, k's entry holds what was says it does not
- * (policy_ct_put). A global function: the verifier checks it once, not in
- * every state of its caller's loop.
+ * empty one, else, where evict (one of k's own buckets), the better
+ * of p and this bucket's best connection to push out (policy_ct_put says which). -1: the write is
+ * given up, k's entry holds what was says it does not (policy_ct_put). A global function: the
+ * verifier checks it once, not in every state of its caller's loop.
  */
 __noinline int policy_ct_scan(const struct policy_ct_key *k, __u32 i, int evict, __u64 was,
 			      struct policy_ct_pick *p)
@@ -364,6 +363,43 @@ __noinline int policy_ct_scan(const struct policy_ct_key *k, __u32 i, int evict,
 }
 
 /*
+ * policy_ct_claim writes connection k's entry ce into policy_ct_put's pick p
+ * (was: policy_ct_put's, for k's own slot) and says whether it did. Another
+ * writer at an empty slot picked (a connection of the same pair written at
+ * the same time on another CPU): the next empty slot of that bucket, unless
+ * the other wrote k. Not the whole scan again: that would take more of
+ * policy_ct_put's frame than the deepest chain through it has left.
+ */
+static __always_inline int policy_ct_claim(const struct policy_ct_key *k,
+					   const struct policy_ct_entry *ce, __u64 was,
+					   const struct policy_ct_pick *p)
+{
+	struct policy_ct_bucket *b;
+	__u32 i;
+
+	i = p->at / POLICY_CT_WAYS;
+	b = bpf_map_lookup_elem(&myelin_policy_ct, &i);
+	if (!b)
+		return 0;
+	if (policy_ct_write(&b->way[p->at & (POLICY_CT_WAYS - 1)], p->seq, k, ce,
+			    p->rank == POLICY_CT_PICK_OWN ? was : 0))
+		return 1;
+	if (p->rank != POLICY_CT_PICK_EMPTY)
+		return 0;
+	for (__u32 n = 1; n < POLICY_CT_WAYS; n++) {
+		struct policy_ct_slot *s = &b->way[(p->at + n) & (POLICY_CT_WAYS - 1)];
+		__u32 seq = policy_ct_read32(&s->seq);
+
+		asm volatile("" ::: "memory"); /* the key read after the count */
+		if (policy_ct_key_is(&s->key, k))
+			return 0;
+		if (!s->key.proto && policy_ct_write(s, seq, k, ce, 0))
+			return 1;
+	}
+	return 0;
+}
+
+/*
  * policy_ct_put writes connection k's entry ce: into its slot, else an empty
  * one of its buckets (its pair's first: policy_ct_buckets_of), else, in its
  * own two buckets, the oldest slot that holds no end's bit (an opener kept
@@ -371,9 +407,9 @@ __noinline int policy_ct_scan(const struct policy_ct_key *k, __u32 i, int evict,
  * lookup found since they last made room (policy_ct_find_at marks them), else
  * the oldest. A second chance, as the kernel's LRU lists give: a connection
  * in use keeps its slot over one that saw no packet since (a flood's one-off
- * datagrams). The pair's bucket only takes what has room: a pair's
- * connections never push one another out there, and another connection's
- * write pushes them out only where the pair's bucket is one of its own two.
+ * datagrams). The pair's bucket only gives room, unless it is also one of
+ * the new connection's own two (a chance of 2 in policy_ct_buckets): a
+ * connection is pushed out of it only by one whose own bucket it is.
  * Oldest is by born, which the agent's GC rounds move on while a connection
  * carries traffic (a born ahead of this clock, written by an agent whose
  * clock read a tick later, is age 0). A connection replaced, once written, is
@@ -390,14 +426,17 @@ __noinline int policy_ct_scan(const struct policy_ct_key *k, __u32 i, int evict,
  * the buckets behind it (the pair's bucket alone, for most connections: no
  * cache miss): an older entry of its tuple there (a connection left without
  * its close, whose tuple a SYN reuses) is behind it in every lookup, and the
- * agent's next GC round empties it (GCPolicyCT). A global function: the
- * verifier checks it once, not at every call with every caller's state.
+ * agent's next GC round empties it (GCPolicyCT); if the fresh one is deleted
+ * first (its connection closed within the round), the older one is the
+ * tuple's entry again until it idles out, as any entry. Another writer at an
+ * empty slot it picked: the next empty one (policy_ct_claim). A global
+ * function: the verifier checks it once, not at every call with every
+ * caller's state.
  */
 __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_ct_entry *ce,
 			     __u64 was)
 {
 	struct policy_ct_pick p = {.rank = POLICY_CT_PICK_NONE, .now = policy_ct_now()};
-	struct policy_ct_bucket *b;
 	__u32 i[POLICY_CT_CANDIDATES];
 	__u64 *stat;
 
@@ -417,26 +456,21 @@ __noinline int policy_ct_put(const struct policy_ct_key *k, const struct policy_
 	if (p.rank == POLICY_CT_PICK_NONE ||
 	    (was && was != POLICY_CT_PUT_NEW && p.rank != POLICY_CT_PICK_OWN))
 		return 0;
-	i[0] = p.at / POLICY_CT_WAYS;
-	b = bpf_map_lookup_elem(&myelin_policy_ct, &i[0]);
-	if (!b ||
-	    !policy_ct_write(&b->way[p.at & (POLICY_CT_WAYS - 1)], p.seq, k, ce,
-			     p.rank == POLICY_CT_PICK_OWN ? was : 0) ||
-	    p.rank < POLICY_CT_PICK_IDLE)
+	if (!policy_ct_claim(k, ce, was, &p) || p.rank < POLICY_CT_PICK_IDLE)
 		return 0;
 	/* Every slot referenced: the oldest went, the others it was chosen from
 	 * lose their in-use mark, so the next connection here replaces one that
 	 * saw no packet since. */
-	if (p.rank == POLICY_CT_PICK_IN_USE) {
-		policy_ct_buckets_of(k, i);
+	if (p.rank == POLICY_CT_PICK_IN_USE)
 		for (int c = 0; c < POLICY_CT_CANDIDATES; c++) {
+			struct policy_ct_bucket *b;
+
 			if (!policy_ct_candidate(i, c) || !policy_ct_evicts(i, c))
 				continue;
 			b = bpf_map_lookup_elem(&myelin_policy_ct, &i[c]);
 			for (__u32 w = 0; w < POLICY_CT_WAYS && b; w++)
 				__sync_fetch_and_and(&b->way[w].ref, ~POLICY_CT_REF_IN_USE);
 		}
-	}
 	/* A connection pushed out: counted (the agent's status warns of live
 	 * ones). i[0] is done with: its stack slot is the key. */
 	i[0] = p.rank == POLICY_CT_PICK_IN_USE ? POLICY_CT_STAT_EVICTED_IN_USE

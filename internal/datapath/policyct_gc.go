@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -284,17 +285,29 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 	return removed, budget.sync(held)
 }
 
-// shadowed says whether connection k's entry in slot i is behind another of
-// k in the order the programs read its buckets (policy_ct_find_at finds that
-// one): an older connection of the same tuple, whose SYN's fresh entry took an
-// empty slot before it without reading on (policy_ct_put). Only an entry
-// outside its pair's bucket can be.
+// shadowed says whether connection k's entry in slot i is behind another copy
+// of k in the order the programs read its buckets (policy_ct_find_at finds
+// that one): an older connection of the same tuple, whose SYN's fresh entry
+// took an empty slot before it without reading on (policy_ct_put), or a copy
+// two checks wrote at once. It reads the slots before i only, allocating
+// nothing: the GC asks it of every entry.
 func (t *policyCTTable) shadowed(seed uint64, i int, k myelinPolicyCtKey) bool {
-	if policyCTBucketsOf(seed, t.buckets, k)[0] == uint32(i/policyCTWays) {
-		return false
+	b := policyCTBucketsOf(seed, t.buckets, k)
+	for c, bucket := range b {
+		if slices.Contains(b[:c], bucket) {
+			continue
+		}
+		for w := range policyCTWays {
+			j := int(bucket)*policyCTWays + w
+			if j == i {
+				return false
+			}
+			if sk, _, _, busy := t.read(j); !busy && sk == k {
+				return true
+			}
+		}
 	}
-	j, _, _, ok := t.find(seed, k)
-	return ok && j != i
+	return false
 }
 
 // policyCTResetGrace is how long after a GC round that found a TCP entry marked

@@ -209,7 +209,8 @@ func (t *policyCTTable) used() int {
 }
 
 // find is the slot of connection k, as policy_ct_find looks it up with seed:
-// the first in the order of its buckets.
+// the first copy in the order of its buckets that is not being written (the
+// programs take a copy being written for a miss).
 func (t *policyCTTable) find(seed uint64, k myelinPolicyCtKey) (i int, v myelinPolicyCtEntry, seq uint32, ok bool) {
 	for _, i := range t.slotsOf(seed, k) {
 		if sk, sv, sseq, busy := t.read(i); !busy && sk == k {
@@ -389,7 +390,12 @@ func policyCTCarry(r MapReplacement, path string, to *ebpf.Map, seed uint64) (Ma
 			return r, nil
 		}
 		defer old.close()
-		old.each(func(_ int, k myelinPolicyCtKey, v myelinPolicyCtEntry, _ uint32) { place(k, v) })
+		oldSeed := atomic.LoadUint64(old.seed())
+		old.each(func(i int, k myelinPolicyCtKey, v myelinPolicyCtEntry, _ uint32) {
+			if !old.shadowed(oldSeed, i, k) { // the copy lookups find, not an older one behind it
+				place(k, v)
+			}
+		})
 		return r, nil
 	}
 	key, value := make([]byte, from.KeySize()), make([]byte, from.ValueSize())

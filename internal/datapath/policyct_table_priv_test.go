@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -739,4 +740,125 @@ func TestPrivilegedPolicyCTOpenerOnly(t *testing.T) {
 	}
 	seen()
 	round(75*time.Second, 1, "65 s after the RST's round, seen again: that entry goes too")
+}
+
+// Connections of one pair written at the same moment on two CPUs (a pool a
+// client opens at once) aim at the same first empty slot of their pair's
+// bucket: the writer that loses it takes the next empty one, so no allowed
+// SYN goes untracked while the table has room.
+func TestPrivilegedPolicyCTPairRace(t *testing.T) {
+	requirePrivileged(t)
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("a race of two busy-spinning goroutines needs two CPUs (GOMAXPROCS)")
+	}
+	d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, NodeIP: testNodeIP, PolicyCTMax: 1024})
+	if err := errors.Join(seedPolicy(d, policyState{flags: map[string]PolicyFlags{podBIP: PolicyIngress},
+		entries: map[PolicyKey][]PolicyPort{ingressOf(podBIP, idRemote): {tcpPort(8080)}}}), seedEndpoints(d, seedAB)); err != nil {
+		t.Fatal(err)
+	}
+	synFrom := func(sport uint16) func() error {
+		in := ipv4(protoTCP, remoteIP, podBIP).withSrc(remoteIP, sport).withDst(podBIP, 8080).build()
+		return func() error {
+			_, err := d.objs.MyelinFromNetdev.Run(runOptions(in, &skbCtx{IngressIfindex: 2}))
+			return err
+		}
+	}
+	const rounds = 2000
+	lost := 0
+	for r := range rounds {
+		if _, err := clearPolicyCT(d); err != nil {
+			t.Fatal(err)
+		}
+		other := synFrom(7000)
+		if err := race(r, func() {
+			if err := other(); err != nil {
+				t.Error(err)
+			}
+		}, synFrom(7001)); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(policyCTEntries(d)); n != 2 {
+			lost += 2 - n
+		}
+	}
+	if lost != 0 {
+		t.Errorf("%d of %d allowed SYNs written at the same moment as another of their pair: not tracked", lost, 2*rounds)
+	}
+}
+
+// Of two copies of a connection the one lookups find is kept: a GC round
+// empties the copy behind it, in the pair's bucket too (two checks wrote it at
+// once), and a replacement of the table carries the front one alone, which
+// stays in front of nothing.
+func TestPrivilegedPolicyCTShadowedCopies(t *testing.T) {
+	requirePrivileged(t)
+	dir := testPinDir(t)
+	defer Unpin(dir)
+	d := loadPolicyCTMax(t, dir, 1024)
+	ct := mappedPolicyCT(t, d)
+	born := policyCTUnits(MonotonicNow())
+	put := func(i int, k myelinPolicyCtKey, closing uint32) {
+		t.Helper()
+		_, _, seq, _ := ct.read(i)
+		if !ct.write(i, seq, func(s *myelinPolicyCtSlot) {
+			s.Key, s.Entry, s.Born = k, myelinPolicyCtEntry{Ends: policyCTEndHi, Closing: closing}, born
+		}) {
+			t.Fatal("seed slot: written meanwhile")
+		}
+	}
+	const front, behind = 0, uint32(myelinPolicyCtClosingPOLICY_CT_FIN_HI)
+	twice := abKey(5000, 9090) // both copies in its pair's bucket
+	pair := ct.slotsOf(d.policyCTSeed, twice)[:policyCTWays]
+	put(pair[1], twice, front)
+	put(pair[3], twice, behind)
+	spread := abKey(5001, 9090) // in its pair's bucket and in its own first one
+	for p := uint16(5002); len(ct.slotsOf(d.policyCTSeed, spread)) < 2*policyCTWays; p++ {
+		spread = abKey(p, 9090)
+	}
+	slots := ct.slotsOf(d.policyCTSeed, spread)
+	put(slots[0], spread, front)
+	put(slots[policyCTWays], spread, behind)
+
+	spec, err := loadMyelin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := spec.Maps["myelin_policy_ct"].Copy()
+	ms.Pinning, ms.MaxEntries = ebpf.PinNone, policyCTBuckets(2048)+1
+	to, err := ebpf.NewMap(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer to.Close()
+	const seed = 0x5eed5eed5eed
+	r, err := policyCTCarry(MapReplacement{Name: "myelin_policy_ct"}, dir+"/myelin_policy_ct", to, seed)
+	if err != nil || r.Carried != 2 {
+		t.Fatalf("carry = %+v, %v; want 2 connections carried, one copy of each", r, err)
+	}
+	carried, err := mapPolicyCT(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer carried.close()
+	carried.each(func(_ int, k myelinPolicyCtKey, v myelinPolicyCtEntry, _ uint32) {
+		if v.Closing != front {
+			t.Errorf("carried copy of %+v: close state %#x, want the front copy's (%#x)", k, v.Closing, front)
+		}
+	})
+
+	if n, err := d.GCPolicyCT(MonotonicNow()); err != nil || n != 2 {
+		t.Errorf("GC round: removed %d (%v), want 2 (the copies behind)", n, err)
+	}
+	for _, c := range []struct {
+		name          string
+		k             myelinPolicyCtKey
+		kept, emptied int
+	}{{"two copies in the pair's bucket", twice, pair[1], pair[3]}, {"copies in the pair's and its own bucket", spread, slots[0], slots[policyCTWays]}} {
+		if k, v, _, _ := ct.read(c.kept); k != c.k || v.Closing != front {
+			t.Errorf("%s, after a GC round: the front slot holds %+v %+v, want the front copy", c.name, k, v)
+		}
+		if k, _, _, _ := ct.read(c.emptied); k != (myelinPolicyCtKey{}) {
+			t.Errorf("%s, after a GC round: the copy behind is still there (%+v)", c.name, k)
+		}
+	}
 }
