@@ -488,6 +488,24 @@ func TestPrivilegedPolicyCTCarryKeepsSeed(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Close()
+	const seed = 0x5eed5eed5eed
+	r, ct := carryPolicyCT(t, dir, seed)
+	if r.Carried != 1 {
+		t.Fatalf("carry = %+v; want 1 connection carried", r)
+	}
+	if got := *ct.seed(); got != seed {
+		t.Errorf("header of the carried table: seed %#x, want %#x", got, seed)
+	}
+	if _, _, _, ok := ct.find(seed, k); !ok {
+		t.Error("carried connection not found with the header's seed")
+	}
+}
+
+// carryPolicyCT carries the table pinned in dir into a new one of 2,048 slots
+// hashed with seed (policyCTCarry, as a changed policy-ct-max does), mapped
+// until t ends.
+func carryPolicyCT(t *testing.T, dir string, seed uint64) (MapReplacement, *policyCTTable) {
+	t.Helper()
 	spec, err := loadMyelin()
 	if err != nil {
 		t.Fatal(err)
@@ -498,23 +516,17 @@ func TestPrivilegedPolicyCTCarryKeepsSeed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer to.Close()
-	const seed = 0x5eed5eed5eed
+	t.Cleanup(func() { to.Close() })
 	r, err := policyCTCarry(MapReplacement{Name: "myelin_policy_ct"}, dir+"/myelin_policy_ct", to, seed)
-	if err != nil || r.Carried != 1 {
-		t.Fatalf("carry = %+v, %v; want 1 connection carried", r, err)
+	if err != nil {
+		t.Fatalf("carry: %v", err)
 	}
 	ct, err := mapPolicyCT(to)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ct.close()
-	if got := *ct.seed(); got != seed {
-		t.Errorf("header of the carried table: seed %#x, want %#x", got, seed)
-	}
-	if _, _, _, ok := ct.find(seed, k); !ok {
-		t.Error("carried connection not found with the header's seed")
-	}
+	t.Cleanup(func() { ct.close() })
+	return r, ct
 }
 
 // A GC round on a table whose header does not say a round of this kind walked
@@ -819,27 +831,10 @@ func TestPrivilegedPolicyCTShadowedCopies(t *testing.T) {
 	put(slots[0], spread, front)
 	put(slots[policyCTWays], spread, behind)
 
-	spec, err := loadMyelin()
-	if err != nil {
-		t.Fatal(err)
+	r, carried := carryPolicyCT(t, dir, 0x5eed5eed5eed)
+	if r.Carried != 2 {
+		t.Fatalf("carry = %+v; want 2 connections carried, one copy of each", r)
 	}
-	ms := spec.Maps["myelin_policy_ct"].Copy()
-	ms.Pinning, ms.MaxEntries = ebpf.PinNone, policyCTBuckets(2048)+1
-	to, err := ebpf.NewMap(ms)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer to.Close()
-	const seed = 0x5eed5eed5eed
-	r, err := policyCTCarry(MapReplacement{Name: "myelin_policy_ct"}, dir+"/myelin_policy_ct", to, seed)
-	if err != nil || r.Carried != 2 {
-		t.Fatalf("carry = %+v, %v; want 2 connections carried, one copy of each", r, err)
-	}
-	carried, err := mapPolicyCT(to)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer carried.close()
 	carried.each(func(_ int, k myelinPolicyCtKey, v myelinPolicyCtEntry, _ uint32) {
 		if v.Closing != front {
 			t.Errorf("carried copy of %+v: close state %#x, want the front copy's (%#x)", k, v.Closing, front)
