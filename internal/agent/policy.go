@@ -79,10 +79,15 @@ type policyLoop struct {
 	// not shown.
 	evicted func() (uint64, error)
 
+	// seeder tracks the open connections of pods about to be isolated in one
+	// direction (policyseed.go); nil: not tracked.
+	seeder *policySeeder
+
 	// Admission of new endpoints (policyadmit.go).
 	endpoints func() []api.Endpoint        // this node's endpoints: their pods' addresses before their status has them
 	urgent    chan struct{}                // compute now, without gathering changes first
 	caches    atomic.Pointer[policyCaches] // once the informers synced
+	admitting sync.Map                     // addresses of the endpoints waiting in admit
 	appliedMu sync.Mutex                   // guards applied
 	applied   chan struct{}                // closed, and replaced, when a computation is published
 }
@@ -233,6 +238,13 @@ func (p *policyLoop) sync(ctx context.Context, in policy.Input, eps []api.Endpoi
 	// The numbers are on disk before any map holds them.
 	if err := p.ids.Save(p.idsPath); err != nil {
 		return err
+	}
+	if p.seeder != nil {
+		cur, err := p.maps.PolicyFlagsAll()
+		if err != nil {
+			return fmt.Errorf("apply network policy: %w", err)
+		}
+		p.seeder.before(st, cur, eps)
 	}
 	res, err := applyPolicy(p.maps, p.purges, st, orphanEndpoints(p.node, eps, in.Pods))
 	st.Problems = append(st.Problems, applyProblems(st, res)...)

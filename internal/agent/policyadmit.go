@@ -30,6 +30,13 @@ import (
 // local policy that admits the old one (a tenant can steer round-robin IPAM onto a
 // victim's address).
 
+// admitted says whether the endpoint at ip waits in admit: CNI ADD has not
+// returned, so its sandbox has run nothing yet (and holds no connection).
+func (p *policyLoop) admitted(ip netip.Addr) bool {
+	_, waiting := p.admitting.Load(ip)
+	return !waiting
+}
+
 // policyAdmitTimeout bounds the wait: past it the endpoint is removed again and ADD
 // fails (the kubelet retries the sandbox), rather than the pod running unisolated.
 const policyAdmitTimeout = 10 * time.Second
@@ -54,6 +61,8 @@ func (p *policyLoop) admit(ctx context.Context, ep api.Endpoint) error {
 		return fmt.Errorf("endpoint address %q: %w", ep.IP, err)
 	}
 	ref := ep.Namespace + "/" + ep.Pod
+	p.admitting.Store(ip, true)
+	defer p.admitting.Delete(ip)
 	ctx, cancel := context.WithTimeout(ctx, policyAdmitTimeout)
 	defer cancel()
 	stale := false // waiting for the address, not for a policy of the namespace

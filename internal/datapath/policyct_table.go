@@ -377,7 +377,7 @@ func policyCTCarry(r MapReplacement, path string, to *ebpf.Map, seed uint64) (Ma
 		if k.Proto == 0 || v.Ends&(policyCTEnds|policyCTOpened) == 0 {
 			return
 		}
-		if t.place(seed, k, v, born) {
+		if placed, _ := t.place(seed, k, v, born); placed {
 			r.Carried++
 		} else {
 			r.Lost++
@@ -416,17 +416,23 @@ func policyCTCarry(r MapReplacement, path string, to *ebpf.Map, seed uint64) (Ma
 	return r, nil
 }
 
-// place writes connection k's entry v, born then (policyCTUnits), into an
-// empty slot of its buckets (as hashed with seed; its pair's first) and says
-// whether there was one. For a table no program uses yet
-// (a replacement being filled): the connection is marked as one that carried
-// traffic (its idle timeout is PolicyCTTimeoutTCP: what the old table knew of
-// it is not kept).
-func (t *policyCTTable) place(seed uint64, k myelinPolicyCtKey, v myelinPolicyCtEntry, born uint32) bool {
+// place writes connection k's entry v, born then (policyCTUnits), into the
+// first empty slot of its buckets (as hashed with seed; its pair's first) that
+// nothing wrote since it was read, marked as a connection that carried traffic
+// (its idle timeout is PolicyCTTimeoutTCP). busy: no slot was free, but one was
+// in a write (read them again). The carry fills a table no program uses yet
+// (what the old table knew of a connection's age is not kept); SeedPolicyCT
+// writes beside the programs.
+func (t *policyCTTable) place(seed uint64, k myelinPolicyCtKey, v myelinPolicyCtEntry, born uint32) (placed, busy bool) {
 	for _, i := range t.slotsOf(seed, k) {
-		if sk, _, seq, busy := t.read(i); !busy && sk.Proto == 0 {
-			return t.write(i, seq, func(s *myelinPolicyCtSlot) { s.Key, s.Entry, s.Born, s.Ref = k, v, born, policyCTRefRound })
+		sk, _, seq, b := t.read(i)
+		if b {
+			busy = true
+			continue
+		}
+		if sk.Proto == 0 && t.write(i, seq, func(s *myelinPolicyCtSlot) { s.Key, s.Entry, s.Born, s.Ref = k, v, born, policyCTRefRound }) {
+			return true, false
 		}
 	}
-	return false
+	return false, busy
 }

@@ -127,8 +127,8 @@ func TestChartExtraEnv(t *testing.T) {
 
 // The runtime's netns directory reaches the agent with HostToContainer propagation at
 // the path the runtime names in CNI_NETNS; "" leaves it out (nodes whose mounts are
-// private, where the runtime would refuse the container), and so do cleanup mode and
-// socket-LB off, which don't close sockets.
+// private, where the runtime would refuse the container), and so does cleanup mode.
+// Socket-LB off keeps it: NetworkPolicy reads a pod's sockets there too.
 func TestChartPodNetnsMount(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -139,7 +139,7 @@ func TestChartPodNetnsMount(t *testing.T) {
 		{"another path", []string{"socketLB.netnsPath=/var/lib/netns"}, "/var/lib/netns"},
 		{"left out", []string{"socketLB.netnsPath="}, ""},
 		{"cleanup", []string{"cleanup=true"}, ""},
-		{"socket-LB off", []string{"socketLB.enabled=false"}, ""},
+		{"socket-LB off", []string{"socketLB.enabled=false"}, "/run/netns"},
 	} {
 		ds := daemonSet(t, c.sets...)
 		var got string
