@@ -34,7 +34,10 @@ type policySeeder struct {
 	// CNI ADD waits for admission (policyLoop.admitted), which saves reading an
 	// empty namespace (~2 ms) on the ADD's path. nil: every pod may.
 	ran func(ip netip.Addr) bool
-	log *slog.Logger
+	// perPod bounds the connections seeded for one pod (policy-ct-pod-max, which
+	// its own packets could not open more of either); 0: no bound.
+	perPod int
+	log    *slog.Logger
 }
 
 // seedOpenDirections is the pods of st that cur (the flags the maps hold) does
@@ -84,10 +87,20 @@ func (s *policySeeder) before(st policy.State, cur map[netip.Addr]datapath.Polic
 			errs = append(errs, fmt.Errorf("%s/%s: %w", ep.Namespace, ep.Pod, err))
 			continue
 		}
+		n, over := 0, false
 		for _, c := range conns {
-			if c.Egress == egress {
+			switch {
+			case c.Egress != egress:
+			case s.perPod != 0 && n == s.perPod:
+				over = true
+			default:
 				ends = append(ends, c)
+				n++
 			}
+		}
+		if over {
+			s.log.Warn("policy: a pod about to be isolated holds more open connections than its share of the connection table; "+
+				"the rest are judged as new traffic", "pod", ep.Namespace+"/"+ep.Pod, "seeded", n, "policy-ct-pod-max", s.perPod)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

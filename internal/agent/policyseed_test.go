@@ -130,6 +130,18 @@ func TestPolicySeederBefore(t *testing.T) {
 	if len(seeded) != len(want) || !slices.Contains(seeded, want[0]) || !slices.Contains(seeded, want[1]) {
 		t.Errorf("seeded %v, want %v (a's own connection, b's accepted one)", seeded, want)
 	}
+
+	// A pod's seeds stop at its share of the table (policy-ct-pod-max).
+	s.perPod, seeded = 1, nil
+	s.sockets = func(string, netip.Addr) ([]datapath.PolicyCTEnd, error) {
+		c := conns(a)
+		return append(c, datapath.PolicyCTEnd{Local: a, Peer: peer, LocalPort: 40001, PeerPort: 80, Proto: unix.IPPROTO_TCP,
+			Egress: true}), nil
+	}
+	s.before(policy.State{Endpoints: map[netip.Addr]*policy.Endpoint{a: {Flags: datapath.PolicyIngress}}}, nil, eps)
+	if len(seeded) != 1 || seeded[0] != conns(a)[0] {
+		t.Errorf("seeded %v with policy-ct-pod-max 1, want a's first connection only", seeded)
+	}
 }
 
 // podConnections reads a real namespace's sockets: the pod's address and a
