@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/netip"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/myelin-net/myelin/internal/api"
@@ -15,15 +14,18 @@ import (
 	"github.com/myelin-net/myelin/internal/policy"
 )
 
-// policySeeder tracks, before an apply isolates a pod in one direction, the
-// connections it holds open in the other (docs/policy.md, "Connections open
-// before isolation"). Pods without a policy are not tracked; without this, the
-// first apply that isolates a pod's ingress would judge the replies of the
-// connections the pod opened as new inbound traffic (a download from a peer
-// the policy does not admit stalls until the pod sends again), and one that
-// isolates its egress the pod's replies on connections its peers opened. A pod
-// isolated both ways gets nothing: every packet of its connections is then
-// judged by a policy, as a new connection's would be.
+// policySeeder tracks the connections a pod holds open before an apply first
+// isolates it (docs/policy.md, "Connections open before isolation"). Pods
+// without a policy are not tracked; without this, that apply would judge the
+// packets of the pod's connections as new traffic: with its ingress isolated,
+// the replies of the connections it opened (a download stalls: the pod, which
+// only receives, sends nothing that would track it), with its egress isolated,
+// its replies on those its peers opened. Each connection is tracked as the
+// check of the direction it was opened in would have (the pod's egress check
+// for one it opened, its ingress check for one it accepted); the apply's purge
+// then judges it against the new policy in that direction, as it judges every
+// tracked end of a pod whose policy changes: those the policy denies are
+// forgotten, the others go on.
 type policySeeder struct {
 	// sockets lists the connections of the pod at ip in network namespace
 	// path nsPath (podConnections).
@@ -37,49 +39,55 @@ type policySeeder struct {
 	// perPod bounds the connections seeded for one pod (policy-ct-pod-max, which
 	// its own packets could not open more of either); 0: no bound.
 	perPod int
-	log    *slog.Logger
+	// overBudget lists the pods over their share at the last GC round
+	// (datapath.PodsOverBudget): they get no seeds. nil: none are.
+	overBudget func() (datapath.PodsOverBudget, error)
+	log        *slog.Logger
 }
 
-// seedOpenDirections is the pods of st that cur (the flags the maps hold) does
-// not isolate at all and st isolates in one direction only, each with the
-// direction that stays open: true for egress (seed the connections the pod
-// opened), false for ingress (those its peers opened).
-func seedOpenDirections(st policy.State, cur map[netip.Addr]datapath.PolicyFlags) map[netip.Addr]bool {
+// newlyIsolated is the pods st isolates that cur (the flags the maps hold)
+// isolates in no direction: the pods whose connections are not tracked yet.
+func newlyIsolated(st policy.State, cur map[netip.Addr]datapath.PolicyFlags) map[netip.Addr]bool {
 	var out map[netip.Addr]bool
 	for ip, ep := range st.Endpoints {
-		if cur[ip] != 0 {
-			continue
-		}
-		in, eg := ep.Flags&datapath.PolicyIngress != 0, ep.Flags&datapath.PolicyEgress != 0
-		if in == eg {
+		if cur[ip] != 0 || ep.Flags&(datapath.PolicyIngress|datapath.PolicyEgress) == 0 {
 			continue
 		}
 		if out == nil {
 			out = map[netip.Addr]bool{}
 		}
-		out[ip] = in // ingress isolated: egress stays open
+		out[ip] = true
 	}
 	return out
 }
 
 // before seeds the open connections of the pods the apply of st is about to
-// isolate in one direction (cur: the flags the maps hold; eps: the node's
+// isolate for the first time (cur: the flags the maps hold; eps: the node's
 // endpoints, for their network namespaces). What it can't do it logs: those
 // connections are judged as new traffic, as they were before seeding existed.
 func (s *policySeeder) before(st policy.State, cur map[netip.Addr]datapath.PolicyFlags, eps []api.Endpoint) {
-	open := seedOpenDirections(st, cur)
-	if len(open) == 0 {
+	fresh := newlyIsolated(st, cur)
+	if len(fresh) == 0 {
 		return
+	}
+	var over map[netip.Addr]int
+	if s.overBudget != nil {
+		b, err := s.overBudget()
+		if err != nil {
+			s.log.Warn("policy: can't read which pods are over their connection table share; seeding all", "err", err)
+		}
+		over = b.PolicyCT
 	}
 	var ends []datapath.PolicyCTEnd
 	var errs []error
 	for _, ep := range eps {
 		ip, err := netip.ParseAddr(ep.IP)
-		if err != nil {
+		if err != nil || !fresh[ip] || ep.NetNS == "" || (s.ran != nil && !s.ran(ip)) {
 			continue
 		}
-		egress, ok := open[ip]
-		if !ok || ep.NetNS == "" || (s.ran != nil && !s.ran(ip)) {
+		if _, ok := over[ip]; ok {
+			s.log.Warn("policy: a pod about to be isolated is over its share of the connection table; its open connections are judged as new traffic",
+				"pod", ep.Namespace+"/"+ep.Pod)
 			continue
 		}
 		conns, err := s.sockets(ep.NetNS, ip)
@@ -87,47 +95,55 @@ func (s *policySeeder) before(st policy.State, cur map[netip.Addr]datapath.Polic
 			errs = append(errs, fmt.Errorf("%s/%s: %w", ep.Namespace, ep.Pod, err))
 			continue
 		}
-		n, over := 0, false
-		for _, c := range conns {
-			switch {
-			case c.Egress != egress:
-			case s.perPod != 0 && n == s.perPod:
-				over = true
-			default:
-				ends = append(ends, c)
-				n++
-			}
-		}
-		if over {
+		if s.perPod != 0 && len(conns) > s.perPod {
 			s.log.Warn("policy: a pod about to be isolated holds more open connections than its share of the connection table; "+
-				"the rest are judged as new traffic", "pod", ep.Namespace+"/"+ep.Pod, "seeded", n, "policy-ct-pod-max", s.perPod)
+				"the rest are judged as new traffic", "pod", ep.Namespace+"/"+ep.Pod, "connections", len(conns), "policy-ct-pod-max", s.perPod)
+			conns = conns[:s.perPod]
 		}
+		ends = append(ends, conns...)
 	}
 	if err := errors.Join(errs...); err != nil {
-		s.log.Warn("policy: can't list the open connections of pods about to be isolated; their replies are judged as new traffic "+
+		s.log.Warn("policy: can't list the open connections of pods about to be isolated; they are judged as new traffic "+
 			"(an agent in a container needs the runtime's netns directory: chart value socketLB.netnsPath)", "err", err)
 	}
 	done, err := s.seed(ends)
 	if err != nil || done.Full > 0 || done.Stuck > 0 {
-		s.log.Warn("policy: open connections of pods about to be isolated left untracked; their replies are judged as new traffic",
+		s.log.Warn("policy: open connections of pods about to be isolated left untracked; they are judged as new traffic",
 			"connections", len(ends), "buckets full", done.Full, "slots stuck", done.Stuck, "err", err)
 	}
 }
 
-// podConnections lists the IPv4 TCP and connected UDP sockets of the pod at ip
-// in the network namespace at nsPath that have a peer other than the pod, as
-// ends of the pod: Egress when the pod opened the connection. A TCP socket
-// whose local address and port a listening socket of the pod covers was
-// accepted (its peer opened it); any other, and every connected UDP socket,
-// the pod opened.
+// TCP states (include/net/tcp_states.h) podConnections reads.
+const (
+	tcpEstablished = 1
+	tcpFinWait1    = 4
+	tcpFinWait2    = 5
+	tcpCloseWait   = 8
+	tcpLastAck     = 9
+	tcpListen      = 10
+	tcpClosing     = 11
+)
+
+// seedTCPStates are the TCP states podConnections asks for: listeners, and
+// connections that carried traffic and are not closed (a SYN's is judged when
+// it is sent again; a TIME_WAIT one is over).
+const seedTCPStates = 1<<tcpEstablished | 1<<tcpFinWait1 | 1<<tcpFinWait2 | 1<<tcpCloseWait | 1<<tcpLastAck |
+	1<<tcpClosing | 1<<tcpListen
+
+// podConnections lists the TCP connections and connected UDP sockets of the pod
+// at ip in the network namespace at nsPath, IPv4 and dual-stack IPv6 sockets
+// alike, that have a peer other than the pod, as ends of the pod: Egress when
+// the pod opened the connection. A TCP socket whose local address and port a
+// listening socket of the pod covers was accepted (its peer opened it); any
+// other, and every connected UDP socket, the pod opened.
 func podConnections(nsPath string, ip netip.Addr) ([]datapath.PolicyCTEnd, error) {
-	var tcp, udp []*netlink.Socket
+	var tcp, udp []podSocket
 	err := netns.Do(nsPath, func() error {
 		var err error
-		if tcp, err = socketDump(netlink.SocketDiagTCP); err != nil {
+		if tcp, err = socketsOf(unix.IPPROTO_TCP, seedTCPStates); err != nil {
 			return fmt.Errorf("list TCP sockets: %w", err)
 		}
-		if udp, err = socketDump(netlink.SocketDiagUDP); err != nil {
+		if udp, err = socketsOf(unix.IPPROTO_UDP, 1<<tcpEstablished); err != nil {
 			return fmt.Errorf("list UDP sockets: %w", err)
 		}
 		return nil
@@ -135,69 +151,28 @@ func podConnections(nsPath string, ip netip.Addr) ([]datapath.PolicyCTEnd, error
 	if err != nil {
 		return nil, err
 	}
-	return socketEnds(ip, tcp, udp), nil
+	return socketEnds(ip, append(tcp, udp...)), nil
 }
-
-// socketDump runs dump for IPv4 sockets, again when the kernel says the dump
-// was interrupted (the table changed while it was read).
-func socketDump(dump func(family uint8) ([]*netlink.Socket, error)) ([]*netlink.Socket, error) {
-	var err error
-	for range 3 {
-		var out []*netlink.Socket
-		if out, err = dump(unix.AF_INET); err == nil {
-			return out, nil
-		}
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			return nil, err
-		}
-	}
-	return nil, err
-}
-
-// TCP states (include/net/tcp_states.h) that socketEnds tells apart.
-const (
-	tcpEstablished = 1
-	tcpTimeWait    = 6
-	tcpClose       = 7
-	tcpListen      = 10
-)
 
 // socketEnds is podConnections' reading of the sockets of the pod at ip.
-func socketEnds(ip netip.Addr, tcp, udp []*netlink.Socket) []datapath.PolicyCTEnd {
-	type bound struct {
-		addr netip.Addr
-		port uint16
-	}
-	listening := map[bound]bool{}
-	for _, s := range tcp {
-		if s.State == tcpListen {
-			a, _ := netip.AddrFromSlice(s.ID.Source.To4())
-			listening[bound{a, s.ID.SourcePort}] = true
+func socketEnds(ip netip.Addr, socks []podSocket) []datapath.PolicyCTEnd {
+	listening := map[netip.AddrPort]bool{}
+	for _, s := range socks {
+		if s.proto == unix.IPPROTO_TCP && s.state == tcpListen {
+			listening[s.local] = true
 		}
 	}
 	var out []datapath.PolicyCTEnd
-	add := func(s *netlink.Socket, proto uint8, egress bool) {
-		local, ok1 := netip.AddrFromSlice(s.ID.Source.To4())
-		peer, ok2 := netip.AddrFromSlice(s.ID.Destination.To4())
-		if !ok1 || !ok2 || local != ip || peer == ip || !peer.IsGlobalUnicast() {
-			return
-		}
-		out = append(out, datapath.PolicyCTEnd{Local: local, Peer: peer, LocalPort: s.ID.SourcePort,
-			PeerPort: s.ID.DestinationPort, Proto: proto, Egress: egress})
-	}
-	for _, s := range tcp {
-		switch s.State {
-		case tcpListen, tcpTimeWait, tcpClose:
+	for _, s := range socks {
+		local, peer := s.local.Addr(), s.peer.Addr()
+		if s.state != tcpEstablished && (s.proto != unix.IPPROTO_TCP || seedTCPStates&(1<<s.state) == 0 || s.state == tcpListen) ||
+			local != ip || peer == ip || peer.IsUnspecified() || peer.IsLoopback() || peer.IsMulticast() {
 			continue
 		}
-		local, _ := netip.AddrFromSlice(s.ID.Source.To4())
-		accepted := listening[bound{local, s.ID.SourcePort}] || listening[bound{netip.IPv4Unspecified(), s.ID.SourcePort}]
-		add(s, unix.IPPROTO_TCP, !accepted)
-	}
-	for _, s := range udp {
-		if s.State == tcpEstablished {
-			add(s, unix.IPPROTO_UDP, true)
-		}
+		accepted := s.proto == unix.IPPROTO_TCP &&
+			(listening[s.local] || listening[netip.AddrPortFrom(netip.IPv4Unspecified(), s.local.Port())])
+		out = append(out, datapath.PolicyCTEnd{Local: local, Peer: peer, LocalPort: s.local.Port(),
+			PeerPort: s.peer.Port(), Proto: s.proto, Egress: !accepted})
 	}
 	return out
 }

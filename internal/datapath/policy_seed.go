@@ -95,7 +95,8 @@ func seedPolicyCTEnd(t *policyCTTable, seed uint64, e PolicyCTEnd, now uint32) s
 	k, bit := policyCTKeyOfEnd(e)
 	ends, opened := policyCTSeedBits(e, bit)
 	for range policyCTTries {
-		if i, v, seq, ok := t.find(seed, k); ok {
+		i, v, seq, ok, busy := t.lookup(seed, k)
+		if ok {
 			if v.Ends&bit != 0 {
 				return seedKept
 			}
@@ -109,7 +110,10 @@ func seedPolicyCTEnd(t *policyCTTable, seed uint64, e PolicyCTEnd, now uint32) s
 			}
 			continue
 		}
-		v := myelinPolicyCtEntry{Ends: ends | opened}
+		if busy {
+			continue // a slot being written may be the connection's own copy
+		}
+		v = myelinPolicyCtEntry{Ends: ends | opened}
 		if k.Proto != unix.IPPROTO_TCP {
 			v.FinLo = now // last seen
 		}

@@ -212,12 +212,25 @@ func (t *policyCTTable) used() int {
 // the first copy in the order of its buckets that is not being written (the
 // programs take a copy being written for a miss).
 func (t *policyCTTable) find(seed uint64, k myelinPolicyCtKey) (i int, v myelinPolicyCtEntry, seq uint32, ok bool) {
+	i, v, seq, ok, _ = t.lookup(seed, k)
+	return i, v, seq, ok
+}
+
+// lookup is find that also says, on a miss, whether a slot of k's buckets was
+// being written (it may hold k: a program's first packet of the connection,
+// which a copy written elsewhere meanwhile would shadow).
+func (t *policyCTTable) lookup(seed uint64, k myelinPolicyCtKey) (i int, v myelinPolicyCtEntry, seq uint32, ok, busy bool) {
 	for _, i := range t.slotsOf(seed, k) {
-		if sk, sv, sseq, busy := t.read(i); !busy && sk == k {
-			return i, sv, sseq, true
+		sk, sv, sseq, b := t.read(i)
+		if b {
+			busy = true
+			continue
+		}
+		if sk == k {
+			return i, sv, sseq, true, false
 		}
 	}
-	return 0, myelinPolicyCtEntry{}, 0, false
+	return 0, myelinPolicyCtEntry{}, 0, false, busy
 }
 
 // pinnedPolicyCTSeed is the seed kept in the header of the myelin_policy_ct

@@ -1,0 +1,155 @@
+package agent
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// sockDiagID is struct inet_diag_sockid (linux/inet_diag.h).
+type sockDiagID struct {
+	SPort, DPort [2]byte // network order
+	Src, Dst     [16]byte
+	If           uint32
+	Cookie       [2]uint32
+}
+
+// sockDiagReq is struct inet_diag_req_v2: no extensions asked for (a dump
+// with tcp_info costs several times more).
+type sockDiagReq struct {
+	Family, Protocol, Ext, Pad uint8
+	States                     uint32
+	ID                         sockDiagID
+}
+
+// sockDiagMsg is struct inet_diag_msg, the head of each answer.
+type sockDiagMsg struct {
+	Family, State, Timer, Retrans uint8
+	ID                            sockDiagID
+	Expires, RQueue, WQueue, UID  uint32
+	Inode                         uint32
+}
+
+// podSocket is one socket of a pod's network namespace, its addresses IPv4
+// (an IPv6 socket's v4-mapped ones unmapped: a dual-stack listener's).
+type podSocket struct {
+	proto       uint8
+	state       uint8 // TCP states (include/net/tcp_states.h); a connected UDP socket's is tcpEstablished
+	local, peer netip.AddrPort
+}
+
+// socketsOf dumps the sockets of proto in the states of mask (a bit per
+// state) in the calling thread's network namespace, IPv4 and IPv6 alike;
+// IPv6 ones whose addresses are not v4-mapped are left out. A dump the kernel
+// marks interrupted (the table changed while it was read) is read again.
+func socketsOf(proto uint8, mask uint32) ([]podSocket, error) {
+	var out []podSocket
+	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		var err error
+		for range 3 {
+			var got []podSocket
+			if got, err = sockDiagDump(family, proto, mask); err == nil {
+				out = append(out, got...)
+				break
+			}
+			if !errors.Is(err, errDumpInterrupted) {
+				return nil, err
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+var errDumpInterrupted = errors.New("socket dump interrupted")
+
+// sockDiagDump is one SOCK_DIAG_BY_FAMILY dump over NETLINK_SOCK_DIAG.
+func sockDiagDump(family, proto uint8, mask uint32) ([]podSocket, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		return nil, fmt.Errorf("open sock_diag socket: %w", err)
+	}
+	defer unix.Close(fd)
+	req := sockDiagReq{Family: family, Protocol: proto, States: mask}
+	hdr := unix.NlMsghdr{Len: uint32(unix.NLMSG_HDRLEN + unsafe.Sizeof(req)), Type: unix.SOCK_DIAG_BY_FAMILY,
+		Flags: unix.NLM_F_REQUEST | unix.NLM_F_DUMP, Seq: 1}
+	b := make([]byte, 0, hdr.Len)
+	b, _ = binary.Append(b, binary.NativeEndian, hdr)
+	b, _ = binary.Append(b, binary.NativeEndian, req)
+	if err := unix.Sendto(fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return nil, fmt.Errorf("ask for the sockets: %w", err)
+	}
+	var out []podSocket
+	interrupted := false
+	buf := make([]byte, 64<<10)
+	for {
+		n, _, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			return nil, fmt.Errorf("read the sockets: %w", err)
+		}
+		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+		if err != nil {
+			return nil, fmt.Errorf("read the sockets: %w", err)
+		}
+		for _, m := range msgs {
+			if m.Header.Flags&unix.NLM_F_DUMP_INTR != 0 {
+				interrupted = true
+			}
+			switch m.Header.Type {
+			case unix.NLMSG_DONE:
+				if interrupted {
+					return nil, errDumpInterrupted
+				}
+				return out, nil
+			case unix.NLMSG_ERROR:
+				if len(m.Data) >= 4 {
+					if errno := int32(binary.NativeEndian.Uint32(m.Data)); errno != 0 {
+						return nil, fmt.Errorf("read the sockets: %w", syscall.Errno(-errno))
+					}
+				}
+				return out, nil
+			}
+			var msg sockDiagMsg
+			if _, err := binary.Decode(m.Data, binary.NativeEndian, &msg); err != nil {
+				return nil, fmt.Errorf("read the sockets: %w", err)
+			}
+			if s, ok := podSocketOf(proto, &msg); ok {
+				out = append(out, s)
+			}
+		}
+	}
+}
+
+func podSocketOf(proto uint8, m *sockDiagMsg) (podSocket, bool) {
+	addr := func(a [16]byte) (netip.Addr, bool) {
+		if m.Family == unix.AF_INET {
+			return netip.AddrFrom4([4]byte(a[:4])), true
+		}
+		v := netip.AddrFrom16(a).Unmap()
+		return v, v.Is4()
+	}
+	local, ok1 := addr(m.ID.Src)
+	peer, ok2 := addr(m.ID.Dst)
+	if m.Family == unix.AF_INET6 && local.IsUnspecified() {
+		ok1 = true // "::": a dual-stack listener, unmapped to 0.0.0.0 below
+	}
+	if !ok1 || (!ok2 && m.State != tcpListen) {
+		return podSocket{}, false
+	}
+	if !local.Is4() {
+		local = netip.IPv4Unspecified()
+	}
+	if !peer.Is4() {
+		peer = netip.IPv4Unspecified()
+	}
+	return podSocket{proto: proto, state: m.State,
+		local: netip.AddrPortFrom(local, binary.BigEndian.Uint16(m.ID.SPort[:])),
+		peer:  netip.AddrPortFrom(peer, binary.BigEndian.Uint16(m.ID.DPort[:]))}, true
+}
