@@ -11,7 +11,7 @@ type PolicyCTSeeded struct {
 	// Written is how many entries it wrote (new ones and ends added).
 	Written int
 	// Full is how many connections found their buckets full: not tracked, their
-	// replies are judged as new traffic (as without seeding).
+	// packets are judged as new traffic (as without seeding).
 	Full int
 	// Stuck is how many found a slot left in a write (a writer died holding it).
 	Stuck int
@@ -20,10 +20,10 @@ type PolicyCTSeeded struct {
 // SeedPolicyCT tracks connections a local pod holds open as if its check had
 // accepted them: end e's check of the direction e.Egress names (its egress
 // check: the pod opened the connection; else its ingress check: the peer
-// did). The agent calls it for a pod about to be isolated in one direction,
-// with its connections of the direction that stays open
-// (docs/policy.md, "Connections open before isolation"): their packets that
-// the new direction checks then pass as a tracked connection's instead of
+// did). The agent calls it with the connections of a pod about to be
+// isolated for the first time (docs/policy.md, "Connections open before
+// isolation"), and its apply's purge then judges them against the new policy
+// in that direction: those it allows pass as a tracked connection's instead of
 // being judged as new. An entry the connection already has gets the end's bit
 // added (and the pod as its opener when it opened it and the entry names
 // none); a new one takes an empty slot of its buckets, as the programs' write
