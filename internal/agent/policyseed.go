@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 
 	"golang.org/x/sys/unix"
 
@@ -93,7 +94,6 @@ func (s *policySeeder) before(st policy.State, cur map[netip.Addr]datapath.Polic
 		conns, err := s.sockets(ep.NetNS, ip)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s/%s: %w", ep.Namespace, ep.Pod, err))
-			continue
 		}
 		if s.perPod != 0 && len(conns) > s.perPod {
 			s.log.Warn("policy: a pod about to be isolated holds more open connections than its share of the connection table; "+
@@ -133,29 +133,49 @@ const seedTCPStates = 1<<tcpEstablished | 1<<tcpFinWait1 | 1<<tcpFinWait2 | 1<<t
 // podConnections lists the TCP connections and connected UDP sockets of the pod
 // at ip in the network namespace at nsPath, IPv4 and dual-stack IPv6 sockets
 // alike, that have a peer other than the pod, as ends of the pod: Egress when
-// the pod opened the connection. A TCP socket whose local address and port a
-// listening socket of the pod covers was accepted (its peer opened it); any
-// other, and every connected UDP socket, the pod opened.
+// the pod opened the connection (socketEnds). Sockets it could read are
+// returned with an error about those it could not (UDP on a kernel without
+// its diag module).
 func podConnections(nsPath string, ip netip.Addr) ([]datapath.PolicyCTEnd, error) {
 	var tcp, udp []podSocket
+	var udpErr error
+	ephemeral := portRange{32768, 60999} // the kernel's default
 	err := netns.Do(nsPath, func() error {
 		var err error
 		if tcp, err = socketsOf(unix.IPPROTO_TCP, seedTCPStates); err != nil {
 			return fmt.Errorf("list TCP sockets: %w", err)
 		}
 		if udp, err = socketsOf(unix.IPPROTO_UDP, 1<<tcpEstablished); err != nil {
-			return fmt.Errorf("list UDP sockets: %w", err)
+			udpErr = fmt.Errorf("list UDP sockets: %w", err)
+		}
+		// Net sysctls answer for the opening thread's namespace: the pod's.
+		b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+		if err == nil {
+			_, err = fmt.Sscan(string(b), &ephemeral.lo, &ephemeral.hi)
+		}
+		if err != nil {
+			return fmt.Errorf("read the ephemeral port range: %w", err)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return socketEnds(ip, append(tcp, udp...)), nil
+	return socketEnds(ip, append(tcp, udp...), ephemeral), udpErr
 }
 
-// socketEnds is podConnections' reading of the sockets of the pod at ip.
-func socketEnds(ip netip.Addr, socks []podSocket) []datapath.PolicyCTEnd {
+// portRange is an inclusive range of ports (ip_local_port_range).
+type portRange struct{ lo, hi uint16 }
+
+func (r portRange) has(p uint16) bool { return r.lo <= p && p <= r.hi }
+
+// socketEnds is podConnections' reading of the sockets of the pod at ip: a TCP
+// socket whose local address and port a listener of the pod covers was
+// accepted (its peer opened it); any other socket on a port of ephemeral the
+// pod opened (connect() picked it). Any other is left out, judged as new
+// traffic (fail closed): the pod could pass a connection a peer opened for
+// one of its own by closing the listener.
+func socketEnds(ip netip.Addr, socks []podSocket, ephemeral portRange) []datapath.PolicyCTEnd {
 	listening := map[netip.AddrPort]bool{}
 	for _, s := range socks {
 		if s.proto == unix.IPPROTO_TCP && s.state == tcpListen {
@@ -171,6 +191,9 @@ func socketEnds(ip netip.Addr, socks []podSocket) []datapath.PolicyCTEnd {
 		}
 		accepted := s.proto == unix.IPPROTO_TCP &&
 			(listening[s.local] || listening[netip.AddrPortFrom(netip.IPv4Unspecified(), s.local.Port())])
+		if !accepted && !ephemeral.has(s.local.Port()) {
+			continue
+		}
 		out = append(out, datapath.PolicyCTEnd{Local: local, Peer: peer, LocalPort: s.local.Port(),
 			PeerPort: s.peer.Port(), Proto: s.proto, Egress: !accepted})
 	}

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"maps"
@@ -8,6 +10,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -43,9 +46,11 @@ func sock(proto, state uint8, local, peer string) podSocket {
 }
 
 // A TCP socket on a port the pod listens on (on its address or on all) was
-// accepted: its peer opened it; any other the pod opened, and so every
-// connected UDP socket. Listeners, unconnected UDP sockets, loopback and the
-// pod's connections to itself are no connections to track.
+// accepted: its peer opened it; any other on an ephemeral port the pod opened,
+// and so every connected UDP socket on one. A socket on neither (an accepted
+// connection whose listener was closed, a UDP server's connected socket) is
+// left out: judged as new traffic. Listeners, unconnected UDP sockets,
+// loopback and the pod's connections to itself are no connections to track.
 func TestSocketEnds(t *testing.T) {
 	pod := netip.MustParseAddr("10.1.0.1")
 	const tcp, udp = unix.IPPROTO_TCP, unix.IPPROTO_UDP
@@ -58,9 +63,11 @@ func TestSocketEnds(t *testing.T) {
 		sock(tcp, tcpFinWait2, "10.1.0.1:40003", "10.2.0.5:80"),      // opened
 		sock(tcp, tcpEstablished, "127.0.0.1:40005", "127.0.0.1:80"), // loopback
 		sock(tcp, tcpEstablished, "10.1.0.1:40006", "10.1.0.1:81"),   // to itself
-		sock(udp, tcpEstablished, "10.1.0.1:5353", "10.96.0.10:53"),
-		sock(udp, tcpEstablished, "10.1.0.1:5354", "169.254.20.10:53"), // link-local: node-local DNS
-		sock(udp, 7, "0.0.0.0:53", "0.0.0.0:0"),                        // unconnected
+		sock(tcp, tcpEstablished, "10.1.0.1:8080", "10.1.0.9:40007"), // its listener closed: left out
+		sock(udp, tcpEstablished, "10.1.0.1:40010", "10.96.0.10:53"),
+		sock(udp, tcpEstablished, "10.1.0.1:40011", "169.254.20.10:53"), // link-local: node-local DNS
+		sock(udp, tcpEstablished, "10.1.0.1:3478", "10.2.0.7:50000"),    // a UDP server's: left out
+		sock(udp, 7, "0.0.0.0:53", "0.0.0.0:0"),                         // unconnected
 	}
 	end := func(lport uint16, peer string, pport uint16, proto uint8, egress bool) datapath.PolicyCTEnd {
 		return datapath.PolicyCTEnd{Local: pod, Peer: netip.MustParseAddr(peer), LocalPort: lport, PeerPort: pport,
@@ -71,10 +78,10 @@ func TestSocketEnds(t *testing.T) {
 		end(81, "10.1.0.9", 40001, tcp, false),
 		end(40002, "10.2.0.5", 81, tcp, true),
 		end(40003, "10.2.0.5", 80, tcp, true),
-		end(5353, "10.96.0.10", 53, udp, true),
-		end(5354, "169.254.20.10", 53, udp, true),
+		end(40010, "10.96.0.10", 53, udp, true),
+		end(40011, "169.254.20.10", 53, udp, true),
 	}
-	if got := socketEnds(pod, socks); !slices.Equal(got, want) {
+	if got := socketEnds(pod, socks, portRange{32768, 60999}); !slices.Equal(got, want) {
 		t.Errorf("socketEnds =\n%v\nwant\n%v", got, want)
 	}
 }
@@ -141,7 +148,8 @@ func TestPolicySeederBefore(t *testing.T) {
 // podConnections reads a real namespace's sockets: the pod's address and a
 // peer's on its loopback, a connection the pod opens, one it accepts, one a
 // dual-stack listener accepts (an AF_INET6 socket, v4-mapped), a connected
-// UDP socket.
+// UDP socket; not one from a fixed port that only an IPv6-only listener
+// shares.
 func TestPrivilegedPodConnections(t *testing.T) {
 	testenv.RequireRoot(t, "create a network namespace")
 	pod, peer := netip.MustParseAddr("10.200.0.1"), netip.MustParseAddr("10.200.0.2")
@@ -177,10 +185,23 @@ func TestPrivilegedPodConnections(t *testing.T) {
 		accepted, err2 := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IP(peer.AsSlice())}}).Dial("tcp4", podLn.Addr().String())
 		udp, err3 := (&net.Dialer{LocalAddr: &net.UDPAddr{IP: net.IP(pod.AsSlice())}}).Dial("udp4", net.JoinHostPort(peer.String(), "53"))
 		dual, err4 := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IP(peer.AsSlice())}}).Dial("tcp4", net.JoinHostPort(pod.String(), "8081"))
-		if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
-			t.Errorf("dial: %v, %v, %v, %v", err1, err2, err3, err4)
+		// An IPv6-only listener on 9300 covers no IPv4 socket: the pod's own
+		// connection from pod:9300 (not an ephemeral port) is left out.
+		v6only, err5 := (&net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1) })
+			return errors.Join(err, serr)
+		}}).Listen(context.Background(), "tcp6", "[::]:9300")
+		var fixed net.Conn
+		if err5 == nil {
+			defer v6only.Close()
+			fixed, err5 = (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IP(pod.AsSlice()), Port: 9300}}).Dial("tcp4", peerLn.Addr().String())
+		}
+		if err1 != nil || err2 != nil || err3 != nil || err4 != nil || err5 != nil {
+			t.Errorf("dial: %v, %v, %v, %v, %v", err1, err2, err3, err4, err5)
 			return
 		}
+		defer fixed.Close()
 		defer dual.Close()
 		defer opened.Close()
 		defer accepted.Close()

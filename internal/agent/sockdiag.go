@@ -61,7 +61,9 @@ type podSocket struct {
 // state) in the calling thread's network namespace, IPv4 and IPv6 alike
 // (TCP in one walk, tcpDiagReq; UDP's table is small); IPv6 ones whose
 // addresses are not v4-mapped are left out. A dump the kernel marks
-// interrupted (the table changed while it was read) is read again.
+// interrupted (the table changed while it was read) is read again (inet_diag
+// does not mark its dumps today: a socket that moved meanwhile may be missed,
+// and its connection is judged as new traffic).
 func socketsOf(proto uint8, mask uint32) ([]podSocket, error) {
 	families := []uint8{unix.AF_INET, unix.AF_INET6}
 	if proto == unix.IPPROTO_TCP {
@@ -128,6 +130,13 @@ func sockDiagDump(family, proto uint8, mask uint32) ([]podSocket, error) {
 			}
 			switch m.Header.Type {
 			case unix.NLMSG_DONE:
+				// A dump that failed says so here (a protocol without a
+				// diag handler: a kernel without CONFIG_INET_UDP_DIAG).
+				if len(m.Data) >= 4 {
+					if errno := int32(binary.NativeEndian.Uint32(m.Data)); errno < 0 {
+						return nil, fmt.Errorf("read the sockets: %w", syscall.Errno(-errno))
+					}
+				}
 				if interrupted {
 					return nil, errDumpInterrupted
 				}
@@ -144,14 +153,41 @@ func sockDiagDump(family, proto uint8, mask uint32) ([]podSocket, error) {
 			if _, err := binary.Decode(m.Data, binary.NativeEndian, &msg); err != nil {
 				return nil, fmt.Errorf("read the sockets: %w", err)
 			}
-			if s, ok := podSocketOf(proto, &msg); ok {
+			if s, ok := podSocketOf(proto, &msg, v6Only(m.Data)); ok {
 				out = append(out, s)
 			}
 		}
 	}
 }
 
-func podSocketOf(proto uint8, m *sockDiagMsg) (podSocket, bool) {
+// inetDiagSKV6Only is INET_DIAG_SKV6ONLY, the attribute the kernel adds to
+// every IPv6 socket's answer: IPV6_V6ONLY is set.
+const inetDiagSKV6Only = 11
+
+// v6Only says whether the answer data (an inet_diag_msg and its attributes)
+// is of an IPv6-only socket.
+func v6Only(data []byte) bool {
+	const msgLen = 72 // sizeof(struct inet_diag_msg)
+	for a := data[min(msgLen, len(data)):]; len(a) >= 4; {
+		l, typ := int(binary.NativeEndian.Uint16(a)), binary.NativeEndian.Uint16(a[2:])
+		if l < 4 || l > len(a) {
+			return false
+		}
+		if typ&0x3fff == inetDiagSKV6Only && l >= 5 {
+			return a[4] != 0
+		}
+		a = a[min((l+3)&^3, len(a)):]
+	}
+	return false
+}
+
+// podSocketOf reads one answer; a socket of neither IPv4 nor v4-mapped
+// addresses is none (false), nor is an IPv6-only listener (it takes no IPv4
+// connection).
+func podSocketOf(proto uint8, m *sockDiagMsg, v6only bool) (podSocket, bool) {
+	if m.Family == unix.AF_INET6 && v6only {
+		return podSocket{}, false
+	}
 	addr := func(a [16]byte) (netip.Addr, bool) {
 		if m.Family == unix.AF_INET {
 			return netip.AddrFrom4([4]byte(a[:4])), true
