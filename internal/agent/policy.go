@@ -239,14 +239,11 @@ func (p *policyLoop) sync(ctx context.Context, in policy.Input, eps []api.Endpoi
 	if err := p.ids.Save(p.idsPath); err != nil {
 		return err
 	}
+	var seed func(map[netip.Addr]datapath.PolicyFlags)
 	if p.seeder != nil {
-		cur, err := p.maps.PolicyFlagsAll()
-		if err != nil {
-			return fmt.Errorf("apply network policy: %w", err)
-		}
-		p.seeder.before(st, cur, eps)
+		seed = func(cur map[netip.Addr]datapath.PolicyFlags) { p.seeder.before(st, cur, eps) }
 	}
-	res, err := applyPolicy(p.maps, p.purges, st, orphanEndpoints(p.node, eps, in.Pods))
+	res, err := applyPolicy(p.maps, p.purges, st, orphanEndpoints(p.node, eps, in.Pods), seed)
 	st.Problems = append(st.Problems, applyProblems(st, res)...)
 	v := &policyView{input: in, state: st, tracer: policy.NewTracer(in), started: start, applied: time.Now(), duration: time.Since(start), writes: res.writes, err: err,
 		flagsDone: res.flagsDone, unflagged: res.unflagged}

@@ -49,8 +49,12 @@ type policyApplied struct {
 // had its address before). An entry or prefix that can't be written makes its
 // pod's direction incomplete (fail closed); the other writes go on. orphans
 // (address → namespace/name) are this node's endpoints that st has no pod for:
-// what the maps hold for them is kept (keepOrphans).
-func applyPolicy(m policyMaps, j *purgeJournal, st policy.State, orphans map[netip.Addr]string) (policyApplied, error) {
+// what the maps hold for them is kept (keepOrphans). before (nil: nothing) is
+// called with the flags the maps hold ahead of every write: the agent tracks
+// there the open connections of pods st isolates for the first time
+// (policySeeder.before).
+func applyPolicy(m policyMaps, j *purgeJournal, st policy.State, orphans map[netip.Addr]string,
+	before func(cur map[netip.Addr]datapath.PolicyFlags)) (policyApplied, error) {
 	res := policyApplied{failed: map[netip.Addr][]string{}, unflagged: map[netip.Addr]bool{}}
 	curFlags, err := m.PolicyFlagsAll()
 	if err != nil {
@@ -65,6 +69,9 @@ func applyPolicy(m policyMaps, j *purgeJournal, st policy.State, orphans map[net
 		return res, err
 	}
 	keepOrphans(st, orphans, curFlags, curEntries)
+	if before != nil {
+		before(curFlags)
+	}
 	want := desiredEntries(st)
 	purge := policyCTPurge(st, want, curEntries, curFlags, curCache)
 	pending, journalErr := j.pending()

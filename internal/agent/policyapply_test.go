@@ -149,7 +149,7 @@ var tcp80Only = []datapath.PolicyPort{{Proto: policy.ProtoTCP, Lo: 80, Hi: 80}}
 func TestApplyPolicyNoDenyWindow(t *testing.T) {
 	m := newFakePolicyMaps()
 	old := serverState(map[netip.Addr]uint32{podX: 300, podY: 301}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
-	if _, err := applyPolicy(m, &purgeJournal{}, old, nil); err != nil {
+	if _, err := applyPolicy(m, &purgeJournal{}, old, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if !m.allows(podY, podX, 80) || m.allows(podY, podX, 81) {
@@ -162,7 +162,7 @@ func TestApplyPolicyNoDenyWindow(t *testing.T) {
 		return nil
 	}
 	next := serverState(map[netip.Addr]uint32{podX: 300, podY: 302}, map[uint32][]datapath.PolicyPort{302: tcp80Only})
-	res, err := applyPolicy(m, &purgeJournal{}, next, nil)
+	res, err := applyPolicy(m, &purgeJournal{}, next, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestApplyPolicyNoDenyWindow(t *testing.T) {
 		t.Errorf("entries %v after %d writes: want the old identity's entry gone", m.entries, res.writes)
 	}
 	// Applying the same state again writes nothing (a restarted agent).
-	if res, err := applyPolicy(m, &purgeJournal{}, next, nil); err != nil || res.writes != 0 {
+	if res, err := applyPolicy(m, &purgeJournal{}, next, nil, nil); err != nil || res.writes != 0 {
 		t.Errorf("re-apply: %d writes, %v; want none", res.writes, err)
 	}
 }
@@ -193,7 +193,16 @@ func TestApplyPolicyNewlyIsolated(t *testing.T) {
 		return nil
 	}
 	st := serverState(map[netip.Addr]uint32{podX: 300, podY: 301}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
-	if _, err := applyPolicy(m, &purgeJournal{}, st, nil); err != nil {
+	// before (the seeding of open connections) runs ahead of every write,
+	// with the flags the maps held: none for x yet.
+	var beforeSaw map[netip.Addr]datapath.PolicyFlags
+	before := func(cur map[netip.Addr]datapath.PolicyFlags) {
+		if len(m.entries) != 1 || len(m.cache) != 0 {
+			t.Errorf("before called after writes: entries %v, cache %v", m.entries, m.cache)
+		}
+		beforeSaw = maps.Clone(cur)
+	}
+	if _, err := applyPolicy(m, &purgeJournal{}, st, nil, before); err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range m.errs {
@@ -201,6 +210,9 @@ func TestApplyPolicyNewlyIsolated(t *testing.T) {
 	}
 	if m.flags[podX] != datapath.PolicyIngress {
 		t.Errorf("flags %v, want ingress isolated", m.flags)
+	}
+	if beforeSaw == nil || beforeSaw[podX] != 0 {
+		t.Errorf("before saw flags %v, want called with x not isolated", beforeSaw)
 	}
 }
 
@@ -211,7 +223,7 @@ func TestApplyPolicyMapFullFailsClosed(t *testing.T) {
 	m.max = 1
 	st := serverState(map[netip.Addr]uint32{podX: 300, podY: 301},
 		map[uint32][]datapath.PolicyPort{301: tcp80Only, 302: tcp80Only})
-	res, _ := applyPolicy(m, &purgeJournal{}, st, nil)
+	res, _ := applyPolicy(m, &purgeJournal{}, st, nil, nil)
 	if m.flags[podX] != datapath.PolicyIngress|datapath.PolicyIngressIncomplete {
 		t.Errorf("flags %v, want ingress isolated and incomplete", m.flags)
 	}
@@ -219,7 +231,7 @@ func TestApplyPolicyMapFullFailsClosed(t *testing.T) {
 		t.Errorf("failed %v problems %v: want the full map reported once", res.failed, st.Endpoints[podX].Problems)
 	}
 	// A pod no longer isolated loses its flags and entries.
-	if _, err := applyPolicy(m, &purgeJournal{}, policy.State{IPCache: st.IPCache}, nil); err != nil {
+	if _, err := applyPolicy(m, &purgeJournal{}, policy.State{IPCache: st.IPCache}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if len(m.flags) != 0 || len(m.entries) != 0 {
@@ -234,7 +246,7 @@ func TestApplyProblemsNamePolicies(t *testing.T) {
 	st := serverState(map[netip.Addr]uint32{podX: 300, podY: 301},
 		map[uint32][]datapath.PolicyPort{301: tcp80Only, 302: tcp80Only})
 	st.Endpoints[podX].IngressPolicies = []string{"x/one", "x/two"}
-	res, _ := applyPolicy(m, &purgeJournal{}, st, nil)
+	res, _ := applyPolicy(m, &purgeJournal{}, st, nil, nil)
 	got := applyProblems(st, res)
 	if len(got) != 2 || got[0].Policy != "x/one" || got[1].Policy != "x/two" {
 		t.Errorf("problems %v, want one for x/one and one for x/two", got)
@@ -248,21 +260,21 @@ func TestApplyPolicyPurgesTrackedConnections(t *testing.T) {
 	podZ := netip.MustParseAddr("10.244.1.11")
 	m := newFakePolicyMaps()
 	base := serverState(map[netip.Addr]uint32{podX: 300, podY: 301, podZ: 303}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
-	if _, err := applyPolicy(m, &purgeJournal{}, base, nil); err != nil {
+	if _, err := applyPolicy(m, &purgeJournal{}, base, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	m.purges = nil
 	wider := serverState(map[netip.Addr]uint32{podX: 300, podY: 301, podZ: 303},
 		map[uint32][]datapath.PolicyPort{301: tcp80Only, 303: tcp80Only})
-	if _, err := applyPolicy(m, &purgeJournal{}, wider, nil); err != nil || len(m.purges) != 0 {
+	if _, err := applyPolicy(m, &purgeJournal{}, wider, nil, nil); err != nil || len(m.purges) != 0 {
 		t.Fatalf("widening: purges %v, err %v; want none", m.purges, err)
 	}
-	if _, err := applyPolicy(m, &purgeJournal{}, base, nil); err != nil || len(m.purges) != 1 || !m.purges[0].Endpoints[podX] {
+	if _, err := applyPolicy(m, &purgeJournal{}, base, nil, nil); err != nil || len(m.purges) != 1 || !m.purges[0].Endpoints[podX] {
 		t.Fatalf("narrowing: purges %v, err %v; want x's connections forgotten", m.purges, err)
 	}
 	m.purges = nil
 	gone := serverState(map[netip.Addr]uint32{podX: 300, podZ: 303}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
-	if _, err := applyPolicy(m, &purgeJournal{}, gone, nil); err != nil || len(m.purges) != 1 || !m.purges[0].Peers[podY] || m.purges[0].Endpoints[podX] {
+	if _, err := applyPolicy(m, &purgeJournal{}, gone, nil, nil); err != nil || len(m.purges) != 1 || !m.purges[0].Peers[podY] || m.purges[0].Endpoints[podX] {
 		t.Fatalf("peer removed: purges %v, err %v; want y's connections forgotten, x's policy unchanged", m.purges, err)
 	}
 	if want := map[netip.Addr]bool{podY: true}; !maps.Equal(m.purges[0].Gone, want) {
@@ -270,14 +282,14 @@ func TestApplyPolicyPurgesTrackedConnections(t *testing.T) {
 	}
 	m.purges = nil
 	relabeled := serverState(map[netip.Addr]uint32{podX: 300, podZ: 305}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
-	if _, err := applyPolicy(m, &purgeJournal{}, relabeled, nil); err != nil || len(m.purges) != 1 || !m.purges[0].Peers[podZ] || len(m.purges[0].Gone) != 0 {
+	if _, err := applyPolicy(m, &purgeJournal{}, relabeled, nil, nil); err != nil || len(m.purges) != 1 || !m.purges[0].Peers[podZ] || len(m.purges[0].Gone) != 0 {
 		t.Fatalf("peer's identity changed: purges %v, err %v; want z's connections forgotten, z not gone", m.purges, err)
 	}
 	m.purges = nil
 	gone = relabeled
 	cidr := netip.MustParsePrefix("203.0.113.0/28")
 	gone.IPCache[cidr] = 304
-	if _, err := applyPolicy(m, &purgeJournal{}, gone, nil); err != nil || len(m.purges) != 1 || !slices.Contains(m.purges[0].Prefixes, cidr) {
+	if _, err := applyPolicy(m, &purgeJournal{}, gone, nil, nil); err != nil || len(m.purges) != 1 || !slices.Contains(m.purges[0].Prefixes, cidr) {
 		t.Fatalf("new CIDR: purges %v, err %v; want its addresses' connections forgotten", m.purges, err)
 	}
 }
@@ -291,7 +303,7 @@ func TestApplyPolicyIPCacheFailureFailsClosed(t *testing.T) {
 	m.failCache = map[netip.Prefix]bool{except: true}
 	st := serverState(map[netip.Addr]uint32{podX: 300}, map[uint32][]datapath.PolicyPort{310: tcp80Only})
 	st.IPCache[cidr], st.IPCache[except] = 310, 311
-	_, err := applyPolicy(m, &purgeJournal{}, st, nil)
+	_, err := applyPolicy(m, &purgeJournal{}, st, nil, nil)
 	if _, ok := m.cache[cidr]; ok || err == nil {
 		t.Fatalf("cache %v, err %v: want the CIDR holding the failed except removed and an error", m.cache, err)
 	}
@@ -299,7 +311,7 @@ func TestApplyPolicyIPCacheFailureFailsClosed(t *testing.T) {
 		t.Errorf("cache %v: prefixes not holding the failed one stay written", m.cache)
 	}
 	m.failCache = nil
-	if _, err := applyPolicy(m, &purgeJournal{}, st, nil); err != nil || m.cache[cidr] != 310 || m.cache[except] != 311 {
+	if _, err := applyPolicy(m, &purgeJournal{}, st, nil, nil); err != nil || m.cache[cidr] != 310 || m.cache[except] != 311 {
 		t.Errorf("cache %v, err %v: want both written once the map has room", m.cache, err)
 	}
 }

@@ -71,13 +71,13 @@ func TestPolicyJudge(t *testing.T) {
 func TestApplyPolicyPurgeJudgesAgain(t *testing.T) {
 	m := newFakePolicyMaps()
 	base := serverState(map[netip.Addr]uint32{podX: 300, podY: 301}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
-	if _, err := applyPolicy(m, &purgeJournal{}, base, nil); err != nil {
+	if _, err := applyPolicy(m, &purgeJournal{}, base, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	m.purges = nil
 	wider := serverState(map[netip.Addr]uint32{podX: 300, podY: 301},
 		map[uint32][]datapath.PolicyPort{301: {{Proto: policy.ProtoTCP, Lo: 80, Hi: 80}, {Proto: policy.ProtoTCP, Lo: 443, Hi: 443}}})
-	if _, err := applyPolicy(m, &purgeJournal{}, wider, nil); err != nil || len(m.purges) != 1 || !m.purges[0].Endpoints[podX] {
+	if _, err := applyPolicy(m, &purgeJournal{}, wider, nil, nil); err != nil || len(m.purges) != 1 || !m.purges[0].Endpoints[podX] {
 		t.Fatalf("ports added to an entry: purges %v, err %v; want x's connections named", m.purges, err)
 	}
 	allowed := m.purges[0].Allowed
@@ -103,7 +103,7 @@ func TestApplyPolicyPurgeJudgesAgain(t *testing.T) {
 	withW := serverState(map[netip.Addr]uint32{podX: 300, podY: 301}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
 	withW.Endpoints[podW] = &policy.Endpoint{Pod: "x/w", IP: podW, Flags: datapath.PolicyIngress,
 		Entries: map[policy.Key][]datapath.PolicyPort{{Identity: 301}: tooMany}}
-	if res, err := applyPolicy(m, &purgeJournal{}, withW, nil); err != nil || res.failed[podW] == nil || len(m.purges) != 1 || m.purges[0].Allowed == nil {
+	if res, err := applyPolicy(m, &purgeJournal{}, withW, nil, nil); err != nil || res.failed[podW] == nil || len(m.purges) != 1 || m.purges[0].Allowed == nil {
 		t.Fatalf("one pod's entry failed: purges %v, failed %v, err %v; want w failed, x's ends judged", m.purges, res.failed, err)
 	}
 	if allowed := m.purges[0].Allowed; !allowed(yTo(80)) ||
@@ -126,7 +126,7 @@ func TestApplyPolicyPurgeJudgesAgain(t *testing.T) {
 	purgeOf := func(m *fakePolicyMaps, st policy.State) (datapath.PolicyCTPurge, policyApplied, error) {
 		t.Helper()
 		m.purges = nil
-		res, err := applyPolicy(m, &purgeJournal{}, st, nil)
+		res, err := applyPolicy(m, &purgeJournal{}, st, nil, nil)
 		if len(m.purges) != 1 {
 			t.Fatalf("purges %v, want one", m.purges)
 		}
@@ -135,7 +135,7 @@ func TestApplyPolicyPurgeJudgesAgain(t *testing.T) {
 
 	// w's flags can't be written: its ends are not kept, x's still judged.
 	m = newFakePolicyMaps()
-	if _, err := applyPolicy(m, &purgeJournal{}, state(tcp80Only, datapath.PolicyIngress, tcp80Only), nil); err != nil {
+	if _, err := applyPolicy(m, &purgeJournal{}, state(tcp80Only, datapath.PolicyIngress, tcp80Only), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	m.failFlags = map[netip.Addr]bool{podW: true}
@@ -148,7 +148,7 @@ func TestApplyPolicyPurgeJudgesAgain(t *testing.T) {
 	// Flags that can't be cleared (w no longer isolated): nothing is judged, as
 	// the map may still isolate a pod the state does not.
 	m = newFakePolicyMaps()
-	if _, err := applyPolicy(m, &purgeJournal{}, state(tcp80Only, datapath.PolicyIngress, tcp80Only), nil); err != nil {
+	if _, err := applyPolicy(m, &purgeJournal{}, state(tcp80Only, datapath.PolicyIngress, tcp80Only), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	m.failFlags = map[netip.Addr]bool{podW: true}
@@ -169,7 +169,7 @@ func TestApplyPolicyPurgeJudgesAgain(t *testing.T) {
 	m.failCache = map[netip.Prefix]bool{cidr: true}
 	failing := serverState(map[netip.Addr]uint32{podX: 300, podY: 301}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
 	failing.IPCache[cidr] = 310
-	if _, err := applyPolicy(m, &purgeJournal{}, failing, nil); err == nil || len(m.purges) != 1 {
+	if _, err := applyPolicy(m, &purgeJournal{}, failing, nil, nil); err == nil || len(m.purges) != 1 {
 		t.Fatalf("narrowed with a failed ipcache write: purges %v, err %v; want one purge and the error", m.purges, err)
 	}
 	if m.purges[0].Allowed != nil {

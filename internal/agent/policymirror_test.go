@@ -68,10 +68,10 @@ func TestApplyPolicyThroughMirror(t *testing.T) {
 	direct, mirrored := newFakePolicyMaps(), newFakePolicyMaps()
 	m := &ipcacheMirror{policyMaps: mirrored}
 	for _, st := range []policy.State{old, next} {
-		if _, err := applyPolicy(direct, &purgeJournal{}, st, nil); err != nil {
+		if _, err := applyPolicy(direct, &purgeJournal{}, st, nil, nil); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := applyPolicy(m, &purgeJournal{}, st, nil); err != nil {
+		if _, err := applyPolicy(m, &purgeJournal{}, st, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 		if !maps.Equal(direct.cache, mirrored.cache) || !maps.Equal(direct.flags, mirrored.flags) || len(direct.entries) != len(mirrored.entries) {
@@ -79,7 +79,7 @@ func TestApplyPolicyThroughMirror(t *testing.T) {
 				mirrored.cache, mirrored.flags, mirrored.entries, direct.cache, direct.flags, direct.entries)
 		}
 	}
-	if res, err := applyPolicy(m, &purgeJournal{}, next, nil); err != nil || res.writes != 0 {
+	if res, err := applyPolicy(m, &purgeJournal{}, next, nil, nil); err != nil || res.writes != 0 {
 		t.Errorf("second apply: %d writes, %v; want none", res.writes, err)
 	}
 }

@@ -40,7 +40,7 @@ func TestPolicyKeepsForceDeletedPodsIsolated(t *testing.T) {
 		in := policy.Input{Node: "n1", Namespaces: map[string]map[string]string{"shop": nil},
 			Pods: cachedPolicyPods(objs, "n1", endpointIPs(eps)), Policies: []*networkingv1.NetworkPolicy{onlyWeb}}
 		st := policy.Compute(in, ids)
-		if _, err := applyPolicy(m, &purgeJournal{}, st, orphanEndpoints("n1", eps, in.Pods)); err != nil {
+		if _, err := applyPolicy(m, &purgeJournal{}, st, orphanEndpoints("n1", eps, in.Pods), nil); err != nil {
 			t.Fatal(err)
 		}
 		return st

@@ -27,7 +27,7 @@ func TestPolicyPurgeSurvivesARestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "policy-purge.json")
 	m := newFakePolicyMaps()
 	wide := serverState(map[netip.Addr]uint32{podX: 300, podY: 301}, map[uint32][]datapath.PolicyPort{301: tcp80Only})
-	if _, err := applyPolicy(m, &purgeJournal{path: path}, wide, nil); err != nil {
+	if _, err := applyPolicy(m, &purgeJournal{path: path}, wide, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
@@ -35,12 +35,12 @@ func TestPolicyPurgeSurvivesARestart(t *testing.T) {
 	}
 	m.purges = nil
 	narrow := serverState(map[netip.Addr]uint32{podX: 300, podY: 301}, nil) // y is no longer allowed into x
-	if _, err := applyPolicy(diesBeforePurge{m}, &purgeJournal{path: path}, narrow, nil); err == nil {
+	if _, err := applyPolicy(diesBeforePurge{m}, &purgeJournal{path: path}, narrow, nil, nil); err == nil {
 		t.Fatal("the dying apply reported no error")
 	}
 
 	restarted := &purgeJournal{path: path}
-	if _, err := applyPolicy(m, restarted, narrow, nil); err != nil {
+	if _, err := applyPolicy(m, restarted, narrow, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if len(m.purges) != 1 || !m.purges[0].Endpoints[podX] {
@@ -50,7 +50,7 @@ func TestPolicyPurgeSurvivesARestart(t *testing.T) {
 		t.Errorf("journal after its purge ran: %v, want it removed", err)
 	}
 	m.purges = nil
-	if _, err := applyPolicy(m, restarted, narrow, nil); err != nil || len(m.purges) != 0 {
+	if _, err := applyPolicy(m, restarted, narrow, nil, nil); err != nil || len(m.purges) != 0 {
 		t.Errorf("the next apply purged %v (err %v), want nothing", m.purges, err)
 	}
 }
@@ -66,7 +66,7 @@ func TestPolicyPurgeUnreadableJournal(t *testing.T) {
 	m := newFakePolicyMaps()
 	st := serverState(map[netip.Addr]uint32{podX: 300}, nil)
 	j := &purgeJournal{path: path}
-	_, err := applyPolicy(m, j, st, nil)
+	_, err := applyPolicy(m, j, st, nil, nil)
 	if err == nil {
 		t.Error("an unreadable journal reported no error")
 	}
@@ -77,7 +77,7 @@ func TestPolicyPurgeUnreadableJournal(t *testing.T) {
 		t.Error("the purge standing for an unreadable journal judges ends again: it stands for /32 changes too, which are never kept")
 	}
 	m.purges = nil
-	if _, err := applyPolicy(m, j, st, nil); err != nil || len(m.purges) != 0 {
+	if _, err := applyPolicy(m, j, st, nil, nil); err != nil || len(m.purges) != 0 {
 		t.Errorf("after the purge: purges %v, err %v; want none", m.purges, err)
 	}
 }
