@@ -112,6 +112,12 @@ func sockDiagDump(family, proto uint8, mask uint32) ([]podSocket, error) {
 	if err := unix.Sendto(fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return nil, fmt.Errorf("ask for the sockets: %w", err)
 	}
+	return readDump(fd, proto)
+}
+
+// readDump reads the answers of the dump asked for on fd, sockets of proto,
+// until its end.
+func readDump(fd int, proto uint8) ([]podSocket, error) {
 	var out []podSocket
 	interrupted := false
 	buf := make([]byte, 64<<10)
