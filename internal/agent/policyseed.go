@@ -29,8 +29,8 @@ import (
 // forgotten, the others go on.
 type policySeeder struct {
 	// sockets lists the connections of the pod at ip in network namespace
-	// path nsPath (podConnections).
-	sockets func(nsPath string, ip netip.Addr) ([]datapath.PolicyCTEnd, error)
+	// path nsPath, reading at most limit sockets (podConnections).
+	sockets func(nsPath string, ip netip.Addr, limit int) ([]datapath.PolicyCTEnd, error)
 	// seed writes the connections into the table (datapath.SeedPolicyCT).
 	seed func([]datapath.PolicyCTEnd) (datapath.PolicyCTSeeded, error)
 	// ran says whether the pod at ip may hold connections: false while its
@@ -40,6 +40,9 @@ type policySeeder struct {
 	// perPod bounds the connections seeded for one pod (policy-ct-pod-max, which
 	// its own packets could not open more of either); 0: no bound.
 	perPod int
+	// tableSize is the table's (policy-ct-max): what bounds a pod's seeds
+	// when perPod does not.
+	tableSize int
 	// overBudget lists the pods over their share at the last GC round
 	// (datapath.PodsOverBudget): they get no seeds. nil: none are.
 	overBudget func() (datapath.PodsOverBudget, error)
@@ -91,8 +94,11 @@ func (s *policySeeder) before(st policy.State, cur map[netip.Addr]datapath.Polic
 				"pod", ep.Namespace+"/"+ep.Pod)
 			continue
 		}
-		conns, err := s.sockets(ep.NetNS, ip)
-		if err != nil {
+		conns, err := s.sockets(ep.NetNS, ip, s.socketLimit())
+		if errors.Is(err, errTooManySockets) {
+			s.log.Warn("policy: a pod about to be isolated holds more sockets than the agent reads for it; "+
+				"its open connections are judged as new traffic", "pod", ep.Namespace+"/"+ep.Pod, "sockets read", s.socketLimit())
+		} else if err != nil {
 			errs = append(errs, fmt.Errorf("%s/%s: %w", ep.Namespace, ep.Pod, err))
 		}
 		if s.perPod != 0 && len(conns) > s.perPod {
@@ -112,6 +118,24 @@ func (s *policySeeder) before(st policy.State, cur map[netip.Addr]datapath.Polic
 			"connections", len(ends), "buckets full", done.Full, "slots stuck", done.Stuck, "err", err)
 	}
 }
+
+// socketLimit is how many sockets one pod's read may answer with: twice the
+// connections it may be seeded with (room for its listeners and for sockets
+// that are no connection), at least seedSocketsMin. What a pod holds beyond
+// it, it holds for itself: the read of a pod with more ends (errTooManySockets)
+// before the agent decoded and kept them all, and none of its connections are
+// seeded.
+func (s *policySeeder) socketLimit() int {
+	n := s.perPod
+	if n == 0 {
+		n = s.tableSize
+	}
+	return max(2*n, seedSocketsMin)
+}
+
+// seedSocketsMin is the least socketLimit: tables as small as tests make them
+// still read a pod with a few listeners.
+const seedSocketsMin = 1024
 
 // TCP states (include/net/tcp_states.h) podConnections reads.
 const (
@@ -135,17 +159,21 @@ const seedTCPStates = 1<<tcpEstablished | 1<<tcpFinWait1 | 1<<tcpFinWait2 | 1<<t
 // alike, that have a peer other than the pod, as ends of the pod: Egress when
 // the pod opened the connection (socketEnds). Sockets it could read are
 // returned with an error about those it could not (UDP on a kernel without
-// its diag module).
-func podConnections(nsPath string, ip netip.Addr) ([]datapath.PolicyCTEnd, error) {
+// its diag module). A namespace with more than limit sockets in the states
+// read is errTooManySockets, and nothing.
+func podConnections(nsPath string, ip netip.Addr, limit int) ([]datapath.PolicyCTEnd, error) {
 	var tcp, udp []podSocket
 	var udpErr error
 	ephemeral := portRange{32768, 60999} // the kernel's default
+	budget := limit
 	err := netns.Do(nsPath, func() error {
 		var err error
-		if tcp, err = socketsOf(unix.IPPROTO_TCP, seedTCPStates); err != nil {
+		if tcp, err = socketsOf(unix.IPPROTO_TCP, seedTCPStates, &budget); err != nil {
 			return fmt.Errorf("list TCP sockets: %w", err)
 		}
-		if udp, err = socketsOf(unix.IPPROTO_UDP, 1<<tcpEstablished); err != nil {
+		if udp, err = socketsOf(unix.IPPROTO_UDP, 1<<tcpEstablished, &budget); errors.Is(err, errTooManySockets) {
+			return fmt.Errorf("list UDP sockets: %w", err)
+		} else if err != nil {
 			udpErr = fmt.Errorf("list UDP sockets: %w", err)
 		}
 		// Net sysctls answer for the opening thread's namespace: the pod's.

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
@@ -101,11 +102,17 @@ func TestPolicySeederBefore(t *testing.T) {
 	}
 	var listed []string
 	var seeded []datapath.PolicyCTEnd
+	var limits []int
+	var tooMany netip.Addr // a pod whose read ends with errTooManySockets
 	s := &policySeeder{
-		sockets: func(ns string, ip netip.Addr) ([]datapath.PolicyCTEnd, error) {
+		sockets: func(ns string, ip netip.Addr, limit int) ([]datapath.PolicyCTEnd, error) {
 			listed = append(listed, ns)
-			if ip == c {
+			limits = append(limits, limit)
+			switch ip {
+			case c:
 				return nil, io.ErrUnexpectedEOF
+			case tooMany:
+				return nil, fmt.Errorf("list TCP sockets: %w", errTooManySockets)
 			}
 			return conns(ip), nil
 		},
@@ -142,6 +149,22 @@ func TestPolicySeederBefore(t *testing.T) {
 	s.before(policy.State{Endpoints: map[netip.Addr]*policy.Endpoint{a: {Flags: datapath.PolicyIngress}}}, nil, eps)
 	if len(seeded) != 1 || seeded[0] != conns(a)[0] {
 		t.Errorf("seeded %v with policy-ct-pod-max 1, want a's first connection only", seeded)
+	}
+
+	// A read stops at twice the pod's share (the table's without one), at
+	// least seedSocketsMin; a pod with more sockets gets no seeds.
+	for _, c := range []struct{ perPod, table, want int }{{0, 131072, 262144}, {32768, 131072, 65536}, {10, 1024, 1024}} {
+		s.perPod, s.tableSize, limits = c.perPod, c.table, nil
+		s.before(policy.State{Endpoints: map[netip.Addr]*policy.Endpoint{a: {Flags: datapath.PolicyIngress}}}, nil, eps)
+		if !slices.Equal(limits, []int{c.want}) {
+			t.Errorf("policy-ct-pod-max %d, policy-ct-max %d: read with limits %v, want [%d]", c.perPod, c.table, limits, c.want)
+		}
+	}
+	tooMany, seeded = b, nil
+	s.before(policy.State{Endpoints: map[netip.Addr]*policy.Endpoint{
+		a: {Flags: datapath.PolicyIngress}, b: {Flags: datapath.PolicyEgress}}}, nil, eps)
+	if want := conns(a); !slices.Equal(seeded, want) {
+		t.Errorf("seeded %v with b over the read's limit, want only a's %v", seeded, want)
 	}
 }
 
@@ -206,7 +229,8 @@ func TestPrivilegedPodConnections(t *testing.T) {
 		defer opened.Close()
 		defer accepted.Close()
 		defer udp.Close()
-		got, err := podConnections(filepath.Join("/run/netns", name), pod)
+		nsPath := filepath.Join("/run/netns", name)
+		got, err := podConnections(nsPath, pod, seedSocketsMin)
 		if err != nil {
 			t.Errorf("podConnections: %v", err)
 			return
@@ -226,5 +250,32 @@ func TestPrivilegedPodConnections(t *testing.T) {
 		if len(got) != len(want) {
 			t.Errorf("podConnections = %+v, want %d connections", got, len(want))
 		}
+		podConnectionsLimit(t, nsPath, pod)
 	})
+}
+
+// podConnectionsLimit checks the limit of a read of the namespace at nsPath
+// (this thread's): one socket fewer than its TCP and UDP sockets ends the read
+// in errTooManySockets, whether the TCP or the UDP dump crosses it; all of
+// them is no error.
+func podConnectionsLimit(t *testing.T, nsPath string, pod netip.Addr) {
+	count := func(proto uint8, mask uint32) int {
+		budget := 1 << 20
+		if _, err := socketsOf(proto, mask, &budget); err != nil {
+			t.Errorf("socketsOf(%d): %v", proto, err)
+		}
+		return 1<<20 - budget
+	}
+	tcp, udp := count(unix.IPPROTO_TCP, seedTCPStates), count(unix.IPPROTO_UDP, 1<<tcpEstablished)
+	if tcp < 2 || udp < 1 {
+		t.Fatalf("the namespace answered %d TCP and %d UDP sockets, want at least 2 and 1", tcp, udp)
+	}
+	for _, limit := range []int{tcp - 1, tcp + udp - 1} {
+		if got, err := podConnections(nsPath, pod, limit); !errors.Is(err, errTooManySockets) || got != nil {
+			t.Errorf("podConnections with limit %d of %d TCP + %d UDP sockets = %v, %v; want errTooManySockets", limit, tcp, udp, got, err)
+		}
+	}
+	if _, err := podConnections(nsPath, pod, tcp+udp); err != nil {
+		t.Errorf("podConnections with limit %d of %d TCP + %d UDP sockets: %v", tcp+udp, tcp, udp, err)
+	}
 }

@@ -184,7 +184,7 @@ func (st *startup) startLoops(ctx context.Context, p parts) (*serviceLoop, error
 	pol.overBudget = p.node.dp.PodsOverBudget
 	pol.evicted = func() (uint64, error) { return p.gc.policyCTEvicted(p.node.dp) }
 	pol.seeder = &policySeeder{sockets: podConnections, seed: p.node.dp.SeedPolicyCT, ran: pol.admitted,
-		perPod: st.plan.PolicyCTPodMax, overBudget: p.node.dp.PodsOverBudget, log: st.log}
+		perPod: st.plan.PolicyCTPodMax, tableSize: st.plan.PolicyCTMax, overBudget: p.node.dp.PodsOverBudget, log: st.log}
 	// IPAM passes over the addresses Pods being deleted still list (podclaims.go).
 	p.node.eps.UseAddressClaims(pol.claims.claimed)
 	p.srv.views.add(pol) // /v1/policy answers from here on

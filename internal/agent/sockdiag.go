@@ -63,8 +63,11 @@ type podSocket struct {
 // addresses are not v4-mapped are left out. A dump the kernel marks
 // interrupted (the table changed while it was read) is read again (inet_diag
 // does not mark its dumps today: a socket that moved meanwhile may be missed,
-// and its connection is judged as new traffic).
-func socketsOf(proto uint8, mask uint32) ([]podSocket, error) {
+// and its connection is judged as new traffic). The namespace is the pod's:
+// every answer (a socket of any family) takes one of *budget, and one more
+// than it holds ends the read with errTooManySockets, so a pod can't make the
+// agent decode and hold all of its sockets.
+func socketsOf(proto uint8, mask uint32, budget *int) ([]podSocket, error) {
 	families := []uint8{unix.AF_INET, unix.AF_INET6}
 	if proto == unix.IPPROTO_TCP {
 		families = []uint8{unix.AF_UNSPEC}
@@ -72,9 +75,11 @@ func socketsOf(proto uint8, mask uint32) ([]podSocket, error) {
 	var out []podSocket
 	for _, family := range families {
 		var err error
+		left := *budget
 		for range 3 {
 			var got []podSocket
-			if got, err = sockDiagDump(family, proto, mask); err == nil {
+			*budget = left // an interrupted dump is read again from the start
+			if got, err = sockDiagDump(family, proto, mask, budget); err == nil {
 				out = append(out, got...)
 				break
 			}
@@ -91,9 +96,13 @@ func socketsOf(proto uint8, mask uint32) ([]podSocket, error) {
 
 var errDumpInterrupted = errors.New("socket dump interrupted")
 
+// errTooManySockets: a namespace answered with more sockets than the read's limit.
+var errTooManySockets = errors.New("more sockets than the read's limit")
+
 // sockDiagDump is one dump over NETLINK_SOCK_DIAG: SOCK_DIAG_BY_FAMILY, or
-// for TCP of both families (family AF_UNSPEC) TCPDIAG_GETSOCK.
-func sockDiagDump(family, proto uint8, mask uint32) ([]podSocket, error) {
+// for TCP of both families (family AF_UNSPEC) TCPDIAG_GETSOCK; each answer
+// takes one of *budget (readDump).
+func sockDiagDump(family, proto uint8, mask uint32, budget *int) ([]podSocket, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
 	if err != nil {
 		return nil, fmt.Errorf("open sock_diag socket: %w", err)
@@ -112,12 +121,14 @@ func sockDiagDump(family, proto uint8, mask uint32) ([]podSocket, error) {
 	if err := unix.Sendto(fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return nil, fmt.Errorf("ask for the sockets: %w", err)
 	}
-	return readDump(fd, proto)
+	return readDump(fd, proto, budget)
 }
 
 // readDump reads the answers of the dump asked for on fd, sockets of proto,
-// until its end.
-func readDump(fd int, proto uint8) ([]podSocket, error) {
+// until its end. Each answer takes one of *budget; one more than it holds
+// ends the read with errTooManySockets (closing fd aborts the rest of the
+// dump).
+func readDump(fd int, proto uint8, budget *int) ([]podSocket, error) {
 	var out []podSocket
 	interrupted := false
 	buf := make([]byte, 64<<10)
@@ -154,6 +165,9 @@ func readDump(fd int, proto uint8) ([]podSocket, error) {
 					}
 				}
 				return out, nil
+			}
+			if *budget--; *budget < 0 {
+				return nil, errTooManySockets
 			}
 			var msg sockDiagMsg
 			if _, err := binary.Decode(m.Data, binary.NativeEndian, &msg); err != nil {
