@@ -22,7 +22,7 @@
 #include "l4.h"
 #include "budget.h"
 #include "maps.h"
-#include "policy_ct_table.h"
+#include "policy_ct_write.h"
 #include "policy_l4.h"
 
 /*

@@ -372,7 +372,7 @@ func policyCTHeld(h podCounts, k myelinPolicyCtKey, v myelinPolicyCtEntry) {
 }
 
 // PolicyCTEvictions are the connections new ones pushed out of myelin_policy_ct
-// (its buckets full: lib/policy_ct_table.h, policy_ct_put), summed over CPUs,
+// (its buckets full: lib/policy_ct_write.h, policy_ct_put), summed over CPUs,
 // since the node first loaded a datapath with myelin_policy_ct_stats (a pinned
 // map: agent restarts and table resizes keep the counts). The next packet of a
 // connection pushed out is judged by the policy again: allowed, it is tracked

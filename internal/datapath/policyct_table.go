@@ -75,7 +75,7 @@ func (t *policyCTTable) slotsOf(seed uint64, k myelinPolicyCtKey) []int {
 // policyCTTable is the agent's view of myelin_policy_ct, mapped into its
 // memory (BPF_F_MMAPABLE) for one walk (Datapath.withPolicyCT): slots are
 // read and written under their sequence counts exactly as the programs do
-// (lib/policy_ct_table.h), so a reader never takes half of one write for a whole
+// (lib/policy_ct_table.h, lib/policy_ct_write.h), so a reader never takes half of one write for a whole
 // slot, and the agent never writes over a slot a program wrote since the
 // agent read it.
 type policyCTTable struct {
