@@ -62,8 +62,7 @@ static __always_inline int endpoint_deliver(struct __sk_buff *skb, struct ipv4_i
 	reason = ct_reply_to_pod(skb, info);
 	if (reason)
 		return verdict_drop(skb, info, dir, reason);
-	/* Both helpers below re-derive their packet pointers from skb. */
-	if (eth_set_macs(skb, ep->host_mac, ep->pod_mac) < 0 || ipv4_dec_ttl(skb) < 0)
+	if (ipv4_route_hop(skb, ep->host_mac, ep->pod_mac) < 0)
 		return verdict_drop(skb, info, dir, DROP_INVALID_PACKET);
 	return verdict_redirect(skb, info, dir, bpf_redirect_peer(ep->ifindex, 0));
 }

@@ -7,17 +7,18 @@
 #include <linux/if_ether.h>
 #include <bpf/bpf_helpers.h>
 
-/* eth_set_macs rewrites both MACs. Returns 0, or -1 if the header is not linear. */
+/*
+ * eth_set_macs rewrites both MACs. Returns 0, or a negative value on failure.
+ * With bpf_skb_store_bytes, not through a packet pointer (lib/ipv4.h,
+ * ipv4_route_hop, says why). HAZARD: invalidates every packet pointer.
+ */
 static __always_inline int eth_set_macs(struct __sk_buff *skb, const __u8 *src, const __u8 *dst)
 {
-	void *data_end = (void *)(long)skb->data_end;
-	struct ethhdr *eth = (void *)(long)skb->data;
+	__u8 macs[2 * ETH_ALEN];
 
-	if ((void *)(eth + 1) > data_end)
-		return -1;
-	__builtin_memcpy(eth->h_source, src, ETH_ALEN);
-	__builtin_memcpy(eth->h_dest, dst, ETH_ALEN);
-	return 0;
+	__builtin_memcpy(macs, dst, ETH_ALEN);
+	__builtin_memcpy(macs + ETH_ALEN, src, ETH_ALEN);
+	return bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0);
 }
 
 /*

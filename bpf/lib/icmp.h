@@ -92,13 +92,12 @@ static __always_inline int icmp_fill(struct icmp_error *e, const struct ipv4_inf
  * icmp_port_unreach rewrites the packet (a first fragment, info as parsed,
  * untranslated) into ICMP port unreachable from its destination to its
  * source, with swapped MACs, ready to be sent back where it came from.
- * Returns 0, or -1 with the packet in an undefined state (drop it).
- * Written with BPF_F_RECOMPUTE_CSUM so a CHECKSUM_COMPLETE skb stays
- * consistent. HAZARD: a CHECKSUM_PARTIAL skb (a pod's TCP or UDP) keeps its
- * csum_start/offset, now inside the quote; it is delivered straight into
+ * Returns 0, or a negative value with the packet in an undefined state
+ * (drop it). Written with BPF_F_RECOMPUTE_CSUM so a CHECKSUM_COMPLETE skb
+ * stays consistent. HAZARD: a CHECKSUM_PARTIAL skb (a pod's TCP or UDP) keeps
+ * its csum_start/offset, now inside the quote; it is delivered straight into
  * the pod, whose stack takes it as verified and never completes it.
- * bpf_skb_change_tail invalidates every packet pointer; eth_set_macs
- * re-derives its own.
+ * bpf_skb_change_tail and eth_set_macs invalidate every packet pointer.
  */
 static __always_inline int icmp_port_unreach(struct __sk_buff *skb, const struct ipv4_info *info)
 {

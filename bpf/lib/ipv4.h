@@ -54,11 +54,15 @@ enum ipv4_frag {
 	IPV4_FRAG_LATER = 2, /* offset > 0: no L4 header, l4_off is 0 */
 };
 
-/* ipv4_header returns the IPv4 header if it lies in the linear data, else NULL. */
-static __always_inline struct iphdr *ipv4_header(struct __sk_buff *skb)
+/*
+ * ipv4_header returns the IPv4 header if it lies in the linear data, else
+ * NULL. Read-only: the programs write the packet only through helpers (see
+ * ipv4_route_hop).
+ */
+static __always_inline const struct iphdr *ipv4_header(struct __sk_buff *skb)
 {
 	void *data_end = (void *)(long)skb->data_end;
-	struct iphdr *ip = (void *)(long)skb->data + ETH_HLEN;
+	const struct iphdr *ip = (void *)(long)skb->data + ETH_HLEN;
 
 	if ((void *)(ip + 1) > data_end)
 		return NULL;
@@ -70,9 +74,9 @@ static __always_inline struct iphdr *ipv4_header(struct __sk_buff *skb)
  * data when it sits in paged data.
  * HAZARD: bpf_skb_pull_data invalidates every packet pointer the caller holds.
  */
-static __always_inline struct iphdr *ipv4_header_pull(struct __sk_buff *skb)
+static __always_inline const struct iphdr *ipv4_header_pull(struct __sk_buff *skb)
 {
-	struct iphdr *ip = ipv4_header(skb);
+	const struct iphdr *ip = ipv4_header(skb);
 
 	if (ip)
 		return ip;
@@ -94,7 +98,7 @@ static __always_inline struct iphdr *ipv4_header_pull(struct __sk_buff *skb)
  */
 static __always_inline int ipv4_parse(struct __sk_buff *skb, struct ipv4_info *info)
 {
-	struct iphdr *ip;
+	const struct iphdr *ip;
 	__u32 hlen, tot_len;
 
 	if (skb->len < ETH_HLEN + sizeof(*ip))
@@ -146,22 +150,77 @@ static __always_inline int ipv4_ttl_expired(const struct ipv4_info *info)
 }
 
 /*
- * ipv4_dec_ttl decrements the TTL and patches the header checksum
- * incrementally. Returns 0, or a negative value on failure.
- * HAZARD: bpf_l3_csum_replace invalidates every packet pointer.
+ * One hop's rewrite is written with bpf_skb_store_bytes, never through a
+ * packet pointer: a program that writes the packet directly gets the
+ * verifier's prologue, which calls bpf_skb_pull_data for every cloned skb
+ * (each TCP segment a pod sends: TCP transmits clones) before the program
+ * starts, and patching the checksum took bpf_l3_csum_replace on top; one
+ * store is one helper call (docs/datapath.md, "What an established packet
+ * costs"; TestPrivilegedNoDirectPacketWrites).
+ */
+
+/* ipv4_ttl_csum is the 4 bytes from the TTL on: TTL, protocol, header checksum. */
+struct ipv4_ttl_csum {
+	__u8 ttl;
+	__u8 protocol;
+	__sum16 check;
+};
+
+/*
+ * ipv4_ttl_csum_of fills t from header ip with the TTL one less and the
+ * checksum patched incrementally (RFC 1624), as the kernel's
+ * ip_decrease_ttl does.
+ */
+static __always_inline void ipv4_ttl_csum_of(const struct iphdr *ip, struct ipv4_ttl_csum *t)
+{
+	__u32 check = (__u32)ip->check + bpf_htons(0x0100);
+
+	t->ttl = ip->ttl - 1;
+	t->protocol = ip->protocol;
+	t->check = (__sum16)(check + (check >= 0xffff));
+}
+
+/*
+ * ipv4_dec_ttl decrements the TTL and patches the header checksum. Returns
+ * 0, or a negative value on failure.
+ * HAZARD: bpf_skb_store_bytes invalidates every packet pointer.
  */
 static __always_inline int ipv4_dec_ttl(struct __sk_buff *skb)
 {
-	struct iphdr *ip = ipv4_header(skb);
-	__be16 old, new;
+	const struct iphdr *ip = ipv4_header(skb);
+	struct ipv4_ttl_csum t;
 
 	if (!ip)
 		return -1;
-	/* TTL and protocol form one 16-bit word of the checksum. */
-	old = bpf_htons((__u16)ip->ttl << 8 | ip->protocol);
-	ip->ttl--;
-	new = bpf_htons((__u16)ip->ttl << 8 | ip->protocol);
-	return bpf_l3_csum_replace(skb, IPV4_CSUM_OFF, old, new, sizeof(new));
+	ipv4_ttl_csum_of(ip, &t);
+	return bpf_skb_store_bytes(skb, ETH_HLEN + offsetof(struct iphdr, ttl), &t, sizeof(t), 0);
+}
+
+/*
+ * ipv4_route_hop routes the packet one hop in one write: MACs src and dst,
+ * the TTL one less, the header checksum patched (the 26 bytes from the
+ * Ethernet header to the checksum; the EtherType and the IPv4 bytes before
+ * the TTL written back as they are). Returns 0, or a negative value on
+ * failure.
+ * HAZARD: bpf_skb_store_bytes invalidates every packet pointer.
+ */
+static __always_inline int ipv4_route_hop(struct __sk_buff *skb, const __u8 *src, const __u8 *dst)
+{
+	struct {
+		__u8 dst[ETH_ALEN];
+		__u8 src[ETH_ALEN];
+		__u8 kept[2 + offsetof(struct iphdr, ttl)]; /* EtherType to fragment offset */
+		struct ipv4_ttl_csum t;
+	} h;
+	const struct iphdr *ip = ipv4_header(skb);
+
+	if (!ip)
+		return -1;
+	__builtin_memcpy(h.dst, dst, ETH_ALEN);
+	__builtin_memcpy(h.src, src, ETH_ALEN);
+	__builtin_memcpy(h.kept, (const __u8 *)ip - 2, sizeof(h.kept));
+	ipv4_ttl_csum_of(ip, &h.t);
+	return bpf_skb_store_bytes(skb, 0, &h, sizeof(h), 0);
 }
 
 /* csum_fold folds a 32-bit one's complement sum (as bpf_csum_diff returns

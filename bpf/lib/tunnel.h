@@ -273,8 +273,7 @@ static __always_inline int tunnel_encap_redirect(struct __sk_buff *skb,
 	for (int i = 0; i < ETH_ALEN; i++)
 		src[i] = overlay_mac[i];
 	overlay_mac_of(te->node_ip, dst);
-	/* Both helpers below re-derive their packet pointers from skb. */
-	if (eth_set_macs(skb, src, dst) < 0 || ipv4_dec_ttl(skb) < 0)
+	if (ipv4_route_hop(skb, src, dst) < 0)
 		return verdict_drop(skb, info, dir, DROP_INVALID_PACKET);
 	if (!here)
 		return verdict_redirect(skb, info, dir, bpf_redirect(overlay_ifindex, 0));

@@ -125,6 +125,7 @@ func fromPodFIB(t *testing.T, d *Datapath) {
 		sender.IfIndex = lab.in
 		seed := map[string]EndpointInfo{podA: sender, podBIP: podB}
 		viaGW := ipv4(protoTCP, "10.1.0.10", "10.200.0.5")
+		toLocal := ipv4(protoUDP, "10.1.0.10", "10.1.0.20")
 		onLink := ipv4(protoUDP, "10.1.0.10", "192.168.77.9")
 		big, bigOnLink := viaGW, onLink
 		big.payload = make([]byte, 1400)
@@ -144,6 +145,15 @@ func fromPodFIB(t *testing.T, d *Datapath) {
 			{true, []progCase{
 				row("via gateway with neighbour: SUCCESS", viaGW, tcActRedirect, decTTL(viaGW), "FORWARDED"),
 				row("on-link without neighbour: redirect_neigh resolves it", onLink, tcActRedirect, decTTL(onLink), "FORWARDED"),
+				// The patched checksum is 0x0000, not 0xffff (RFC 1624), forwarded
+				// (ipv4_dec_ttl) and delivered (ipv4_route_hop); and one whose patch
+				// carries into the high byte.
+				row("header checksum 0xfeff", viaGW.withHeaderChecksum(0xfeff), tcActRedirect,
+					decTTL(viaGW.withHeaderChecksum(0xfeff)), "FORWARDED"),
+				row("header checksum 0xff00", viaGW.withHeaderChecksum(0xff00), tcActRedirect,
+					decTTL(viaGW.withHeaderChecksum(0xff00)), "FORWARDED"),
+				row("local endpoint, header checksum 0xfeff", toLocal.withHeaderChecksum(0xfeff), tcActRedirect,
+					delivered(toLocal.withHeaderChecksum(0xfeff)), "FORWARDED"),
 				row("on-link without neighbour, beyond egress MTU: FRAG_NEEDED to stack", bigOnLink, tcActOK, nil, "PASS_STACK"),
 				row("TTL 1 via gateway: stack sends time exceeded", viaGW.withTTL(1), tcActOK, nil, "PASS_STACK"),
 				row("beyond egress MTU: FRAG_NEEDED to stack", big, tcActOK, nil, "PASS_STACK"),
@@ -151,8 +161,7 @@ func fromPodFIB(t *testing.T, d *Datapath) {
 				row("unreachable route: stack sends ICMP", ipv4(protoUDP, "10.1.0.10", "10.202.0.1"), tcActOK, nil, "PASS_STACK"),
 				row("prohibit route: stack sends ICMP", ipv4(protoUDP, "10.1.0.10", "10.203.0.1"), tcActOK, nil, "PASS_STACK"),
 				row("node address: NOT_FWDED to stack", ipv4(protoTCP, "10.1.0.10", "192.168.77.1"), tcActOK, nil, "PASS_STACK"),
-				row("local endpoint wins over FIB", ipv4(protoUDP, "10.1.0.10", "10.1.0.20"), tcActRedirect,
-					delivered(ipv4(protoUDP, "10.1.0.10", "10.1.0.20")), "FORWARDED"),
+				row("local endpoint wins over FIB", toLocal, tcActRedirect, delivered(toLocal), "FORWARDED"),
 			}},
 		}
 		for _, tab := range tables {

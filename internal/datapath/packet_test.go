@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net"
 	"net/netip"
 )
@@ -69,6 +70,22 @@ func ipv4(proto uint8, src, dst string) pkt {
 }
 
 func (p pkt) withTTL(ttl uint8) pkt { p.ttl = ttl; return p }
+
+// withHeaderChecksum is p with the TTL (2 or more) and the payload's length
+// chosen so its IPv4 header checksum is want: the corner cases of the patch
+// for a TTL one less (RFC 1624).
+func (p pkt) withHeaderChecksum(want uint16) pkt {
+	for ttl := 2; ttl < 256; ttl++ {
+		for n := range 256 {
+			q := p
+			q.ttl, q.payload = uint8(ttl), make([]byte, n)
+			if b := q.build(); binary.BigEndian.Uint16(b[14+10:]) == want {
+				return q
+			}
+		}
+	}
+	panic(fmt.Sprintf("no TTL and payload length give header checksum %#04x", want))
+}
 
 func (p pkt) withTOS(tos uint8) pkt { p.tos = tos; return p }
 
