@@ -97,7 +97,8 @@ func (s *policySeeder) before(st policy.State, cur map[netip.Addr]datapath.Polic
 		conns, err := s.sockets(ep.NetNS, ip, s.socketLimit())
 		if errors.Is(err, errTooManySockets) {
 			s.log.Warn("policy: a pod about to be isolated holds more sockets than the agent reads for it; "+
-				"its open connections are judged as new traffic", "pod", ep.Namespace+"/"+ep.Pod, "sockets read", s.socketLimit())
+				"its open connections are judged as new traffic", "pod", ep.Namespace+"/"+ep.Pod, "limit", s.socketLimit())
+			conns = nil
 		} else if err != nil {
 			errs = append(errs, fmt.Errorf("%s/%s: %w", ep.Namespace, ep.Pod, err))
 		}
@@ -120,22 +121,30 @@ func (s *policySeeder) before(st policy.State, cur map[netip.Addr]datapath.Polic
 }
 
 // socketLimit is how many sockets one pod's read may answer with: twice the
-// connections it may be seeded with (room for its listeners and for sockets
-// that are no connection), at least seedSocketsMin. What a pod holds beyond
-// it, it holds for itself: the read of a pod with more ends (errTooManySockets)
-// before the agent decoded and kept them all, and none of its connections are
-// seeded.
+// connections it may be seeded with (its share of the table, or the table's
+// size without one: room for its listeners and for sockets that are no
+// connection), within [seedSocketsMin, seedSocketsMax]. What a pod holds
+// beyond it, it holds for itself: the read of a pod with more ends
+// (errTooManySockets) before the agent decoded and kept them all, and none of
+// its connections are seeded.
 func (s *policySeeder) socketLimit() int {
 	n := s.perPod
 	if n == 0 {
 		n = s.tableSize
 	}
-	return max(2*n, seedSocketsMin)
+	return min(max(2*n, seedSocketsMin), seedSocketsMax)
 }
 
 // seedSocketsMin is the least socketLimit: tables as small as tests make them
-// still read a pod with a few listeners.
-const seedSocketsMin = 1024
+// still read a pod with a few listeners. seedSocketsMax is the most: twice the
+// default share (policy-ct-pod-max auto, a quarter of the default
+// policy-ct-max); a larger table does not let one pod make the agent decode
+// millions of answers, nor the kernel walk a bucket of as many SO_REUSEPORT
+// listeners again for every part of its dump.
+const (
+	seedSocketsMin = 1024
+	seedSocketsMax = 1 << 16
+)
 
 // TCP states (include/net/tcp_states.h) podConnections reads.
 const (

@@ -111,8 +111,8 @@ func TestPolicySeederBefore(t *testing.T) {
 			switch ip {
 			case c:
 				return nil, io.ErrUnexpectedEOF
-			case tooMany:
-				return nil, fmt.Errorf("list TCP sockets: %w", errTooManySockets)
+			case tooMany: // what it read before the limit comes along
+				return conns(ip), fmt.Errorf("list TCP sockets: %w", errTooManySockets)
 			}
 			return conns(ip), nil
 		},
@@ -151,9 +151,12 @@ func TestPolicySeederBefore(t *testing.T) {
 		t.Errorf("seeded %v with policy-ct-pod-max 1, want a's first connection only", seeded)
 	}
 
-	// A read stops at twice the pod's share (the table's without one), at
-	// least seedSocketsMin; a pod with more sockets gets no seeds.
-	for _, c := range []struct{ perPod, table, want int }{{0, 131072, 262144}, {32768, 131072, 65536}, {10, 1024, 1024}} {
+	// A read stops at twice the pod's share (the table's without one), within
+	// [seedSocketsMin, seedSocketsMax]; a pod with more sockets gets no seeds,
+	// not even those read before the limit.
+	for _, c := range []struct{ perPod, table, want int }{
+		{0, 131072, 65536}, {0, 16384, 32768}, {32768, 131072, 65536}, {1 << 20, 1 << 22, 65536}, {10, 1024, 1024},
+	} {
 		s.perPod, s.tableSize, limits = c.perPod, c.table, nil
 		s.before(policy.State{Endpoints: map[netip.Addr]*policy.Endpoint{a: {Flags: datapath.PolicyIngress}}}, nil, eps)
 		if !slices.Equal(limits, []int{c.want}) {

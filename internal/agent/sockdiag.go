@@ -41,6 +41,10 @@ type tcpDiagReq struct {
 // tcpDiagGetSock is TCPDIAG_GETSOCK (linux/inet_diag.h).
 const tcpDiagGetSock = 18
 
+// dumpSeq is the sequence number of every dump request, which the kernel's
+// answers carry.
+const dumpSeq = 1
+
 // sockDiagMsg is struct inet_diag_msg, the head of each answer.
 type sockDiagMsg struct {
 	Family, State, Timer, Retrans uint8
@@ -114,7 +118,7 @@ func sockDiagDump(family, proto uint8, mask uint32, budget *int) ([]podSocket, e
 		req, typ = tcpDiagReq{States: mask}, tcpDiagGetSock
 	}
 	hdr := unix.NlMsghdr{Len: uint32(unix.NLMSG_HDRLEN + binary.Size(req)), Type: typ,
-		Flags: unix.NLM_F_REQUEST | unix.NLM_F_DUMP, Seq: 1}
+		Flags: unix.NLM_F_REQUEST | unix.NLM_F_DUMP, Seq: dumpSeq}
 	b := make([]byte, 0, hdr.Len)
 	b, _ = binary.Append(b, binary.NativeEndian, hdr)
 	b, _ = binary.Append(b, binary.NativeEndian, req)
@@ -133,15 +137,23 @@ func readDump(fd int, proto uint8, budget *int) ([]podSocket, error) {
 	interrupted := false
 	buf := make([]byte, 64<<10)
 	for {
-		n, _, err := unix.Recvfrom(fd, buf, 0)
+		n, from, err := unix.Recvfrom(fd, buf, 0)
 		if err != nil {
 			return nil, fmt.Errorf("read the sockets: %w", err)
+		}
+		// Only the kernel's answers: a process of the pod with CAP_NET_ADMIN
+		// over its namespace (its own user namespace) can send to this socket.
+		if nl, ok := from.(*unix.SockaddrNetlink); !ok || nl.Pid != 0 {
+			continue
 		}
 		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
 		if err != nil {
 			return nil, fmt.Errorf("read the sockets: %w", err)
 		}
 		for _, m := range msgs {
+			if m.Header.Seq != dumpSeq {
+				continue
+			}
 			if m.Header.Flags&unix.NLM_F_DUMP_INTR != 0 {
 				interrupted = true
 			}
