@@ -1,9 +1,12 @@
 package metrics
 
 import (
+	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"time"
@@ -14,11 +17,20 @@ import (
 	"github.com/myelin-net/myelin/internal/connlimit"
 )
 
-// maxScrapes is how many scrapes one endpoint serves at a time; more get 503 at
-// once. A scrape takes milliseconds (the map counts are shared, MapCache), so a
-// Prometheus or two never meet it; a pod scraping over its 64 connections
-// (connlimit.Clients) costs the agent at most this many gathers at a time.
-const maxScrapes = 8
+// maxScrapes is how many scrapes one endpoint gathers at a time, and
+// maxScrapesPerSource how many of them one source address may hold; more get
+// 503 at once. A scrape takes milliseconds (the map counts are shared,
+// MapCache), so a Prometheus or two never meet them; a pod scraping over its 64
+// connections (connlimit.Clients) costs the agent at most two gathers at a
+// time, and four pods scraping in loops can't keep Prometheus out for long.
+const (
+	maxScrapes          = 8
+	maxScrapesPerSource = 2
+)
+
+// scrapeWriteTimeout bounds how long one answer may take to write: a client
+// that stops reading loses its connection then.
+const scrapeWriteTimeout = 30 * time.Second
 
 // Serve serves g's metrics on addr ("host:port" or ":port") at /metrics until
 // Close; what names the endpoint in errors and the log (e.g. "prometheus-serve-addr").
@@ -30,9 +42,10 @@ func Serve(addr, what string, g prometheus.Gatherer, log *slog.Logger) (*http.Se
 	}
 	ln = connlimit.Clients.Wrap(ln, "metrics ("+what+")", log)
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), MaxRequestsInFlight: maxScrapes}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	mux.Handle("/metrics", scrapeHandler(promhttp.HandlerFor(g, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}), connlimit.New(maxScrapesPerSource, maxScrapes)))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: scrapeWriteTimeout,
+		IdleTimeout: time.Minute}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("serve metrics", "endpoint", what, "addr", addr, "err", err)
@@ -40,4 +53,51 @@ func Serve(addr, what string, g prometheus.Gatherer, log *slog.Logger) (*http.Se
 	}()
 	log.Info("serving metrics", "endpoint", what, "addr", ln.Addr().String())
 	return srv, nil
+}
+
+// scrapeHandler serves h's scrapes within places (per source address and in
+// all; the others get 503 at once). A scrape holds its place only while h
+// gathers and encodes it, into memory: the answer is written after, so a client
+// that stops reading holds its connection (until scrapeWriteTimeout), not a
+// place every scraper needs.
+func scrapeHandler(h http.Handler, places *connlimit.Bound) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		release, ok := places.Take(r.RemoteAddr)
+		if !ok {
+			http.Error(w, fmt.Sprintf("too many scrapes at once (%d in all, %d from one address); scrape again later",
+				maxScrapes, maxScrapesPerSource), http.StatusServiceUnavailable)
+			return
+		}
+		var b bufferedResponse
+		h.ServeHTTP(&b, r)
+		release()
+		maps.Copy(w.Header(), b.Header())
+		w.WriteHeader(cmp.Or(b.code, http.StatusOK))
+		_, _ = w.Write(b.body.Bytes())
+	})
+}
+
+// bufferedResponse is an http.ResponseWriter that keeps the answer in memory.
+type bufferedResponse struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (b *bufferedResponse) Header() http.Header {
+	if b.header == nil {
+		b.header = http.Header{}
+	}
+	return b.header
+}
+
+func (b *bufferedResponse) WriteHeader(code int) {
+	if b.code == 0 {
+		b.code = code
+	}
+}
+
+func (b *bufferedResponse) Write(p []byte) (int, error) {
+	b.WriteHeader(http.StatusOK)
+	return b.body.Write(p)
 }
