@@ -74,6 +74,12 @@ func TestParsePrevResult(t *testing.T) {
 		{"an address of no interface", func(r *types100.Result) *types100.Result { r.IPs[0].Interface = types100.Int(5); return r },
 			"ips[0] (10.244.7.9/32) names interface 5, but it lists 2 interfaces"},
 		{"no address of the pod", func(r *types100.Result) *types100.Result { r.IPs = nil; return r }, "lists no address of interface eth0"},
+		{"a null interface", func(r *types100.Result) *types100.Result { r.Interfaces = append(r.Interfaces, nil); return r }, "interfaces[2] is null"},
+		{"a null address", func(r *types100.Result) *types100.Result { r.IPs = append(r.IPs, nil); return r }, "ips[1] is null"},
+		{"a null route", func(r *types100.Result) *types100.Result {
+			r.Routes = append([]*types.Route{nil}, r.Routes...)
+			return r
+		}, "routes[0] is null"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := parsePrev(t, c.change(ResultOf(ep)))

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -53,6 +54,34 @@ func invalidConf(format string, a ...any) *types.Error {
 // so it is the plugin's own, under whatever name it was installed; the spec asks the
 // plugin for no check of it.
 func parseConf(stdin []byte) (*NetConf, error) {
+	c, err := decodeConf(stdin)
+	if err == nil {
+		err = c.refusedKeys(stdin)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// parseConfDel is parseConf for DEL, which needs only the agent's socket: the
+// keys myelin-cni refuses (refusedKeys) are reported on stderr and the pod is
+// deleted anyway, or one mistake in the configuration file would keep every
+// pod of the node from being deleted.
+func parseConfDel(stdin []byte) (*NetConf, error) {
+	c, err := decodeConf(stdin)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.refusedKeys(stdin); err != nil {
+		fmt.Fprintf(os.Stderr, "myelin-cni: DEL: %v; deleting anyway\n", err)
+	}
+	return c, nil
+}
+
+// decodeConf decodes the configuration and checks what every command needs:
+// the agent's socket.
+func decodeConf(stdin []byte) (*NetConf, error) {
 	var c NetConf
 	if err := json.Unmarshal(stdin, &c); err != nil {
 		return nil, confDecodeError(err)
@@ -69,14 +98,40 @@ func parseConf(stdin []byte) (*NetConf, error) {
 	case len(c.Socket) > maxSocketPath:
 		return nil, invalidConf(`%s: "socket" is %d bytes long, a unix socket's path holds at most %d: %s`,
 			network, len(c.Socket), maxSocketPath, quote(c.Socket))
-	case len(c.MTU) > 0:
-		return nil, invalidConf(`%s: myelin-cni takes no "mtu" (here %s): the agent sets pods' MTU from its own mtu setting `+
-			`(ConfigMap myelin-config key mtu, Helm value MTU; 0 detects it from the uplink); remove "mtu"`, network, quote(string(c.MTU)))
-	case c.IPAM.Type != "":
-		return nil, invalidConf(`%s: myelin-cni takes no "ipam" (here type %s): the myelin agent allocates pod IPs from the node's PodCIDR; remove "ipam"`,
-			network, quote(c.IPAM.Type))
 	}
 	return &c, nil
+}
+
+// refusedKeys refuses the keys other plugins take that the agent decides for
+// myelin: "mtu", and "ipam" with anything in it (a type or not).
+func (c *NetConf) refusedKeys(stdin []byte) error {
+	network := "network " + quote(c.Name)
+	switch {
+	case len(c.MTU) > 0:
+		return invalidConf(`%s: myelin-cni takes no "mtu" (here %s): the agent sets pods' MTU from its own mtu setting `+
+			`(ConfigMap myelin-config key mtu, Helm value MTU; 0 detects it from the uplink); remove "mtu"`, network, quote(string(c.MTU)))
+	case c.IPAM.Type != "":
+		return invalidConf(`%s: myelin-cni takes no "ipam" (here type %s): the myelin agent allocates pod IPs from the node's PodCIDR; remove "ipam"`,
+			network, quote(c.IPAM.Type))
+	case hasIPAMSettings(stdin):
+		return invalidConf(`%s: myelin-cni takes no "ipam" (here without a type): the myelin agent allocates pod IPs from the node's PodCIDR; remove "ipam"`,
+			network)
+	}
+	return nil
+}
+
+// hasIPAMSettings says whether stdin's "ipam" (the key matched as encoding/json
+// matches it, case-insensitively) is an object with any key.
+func hasIPAMSettings(stdin []byte) bool {
+	var keys map[string]json.RawMessage
+	_ = json.Unmarshal(stdin, &keys)
+	for k, v := range keys {
+		var settings map[string]json.RawMessage
+		if strings.EqualFold(k, "ipam") && json.Unmarshal(v, &settings) == nil && len(settings) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // specKeys are the keys of a plugin's configuration the CNI spec and runtimes use.

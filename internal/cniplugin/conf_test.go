@@ -28,6 +28,7 @@ func TestParseConf(t *testing.T) {
 		{`{"name":"myelin","socket":"/a","mtu":1400}`, 7, `myelin-cni takes no "mtu" (here "1400")`},
 		{`{"name":"myelin","socket":"/a","mtu":"big"}`, 7, `myelin-cni takes no "mtu"`},
 		{`{"name":"myelin","socket":"/a","ipam":{"type":"host-local","subnet":"10.1.0.0/16"}}`, 7, `myelin-cni takes no "ipam" (here type "host-local")`},
+		{`{"name":"myelin","socket":"/a","IPAM":{"subnet":"10.1.0.0/16"}}`, 7, `myelin-cni takes no "ipam" (here without a type)`},
 		// The agent could never listen there: not "try again later" (code 11) for ever.
 		{`{"name":"myelin","socket":"/run/myelin\u0000/agent.sock"}`, 7, "contains a NUL character"},
 		{`{"name":"myelin","socket":"/run/myelin/` + strings.Repeat("x", 100) + `.sock"}`, 7, "a unix socket's path holds at most 107"},

@@ -124,6 +124,28 @@ func TestDelWithBadCNIArgs(t *testing.T) {
 	}
 }
 
+// DEL needs only the configuration's socket: with a key ADD refuses ("mtu",
+// "ipam"), it deletes the pod anyway (or one mistake in the configuration file
+// would keep every pod of the node Terminating), where ADD fails with code 7.
+func TestDelWithRefusedConfKeys(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "agent.sock") // no agent: DEL deletes without it
+	for i, extra := range []string{`"mtu":1450`, `"ipam":{"type":"host-local"}`, `"ipam":{"subnet":"10.1.0.0/16"}`} {
+		id := fmt.Sprintf("ctr-refused-%d", i)
+		args := cniArgs(socket, id, "")
+		args.StdinData = []byte(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"myelin","type":"myelin-cni","socket":%q,%s}`, socket, extra))
+		if err := cmdDel(args); err != nil {
+			t.Errorf("DEL with %s = %v, want success", extra, err)
+		}
+		var ce *types.Error
+		if err := cmdAdd(args); !errors.As(err, &ce) || ce.Code != types.ErrInvalidNetworkConfig {
+			t.Errorf("ADD with %s = %v, want code 7", extra, err)
+		}
+	}
+	if recs, err := api.ReadDeleted(api.DeletedDir(socket)); err != nil || len(recs) != 3 {
+		t.Errorf("deletes left for the agent: %v, %v; want the three DELs'", recs, err)
+	}
+}
+
 // DEL with the agent down records the delete of any container id the spec allows:
 // one longer than a file name holds failed, and with it the DEL, until the agent was back.
 func TestDelOfALongContainerIDWithAgentDown(t *testing.T) {

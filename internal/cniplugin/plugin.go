@@ -57,12 +57,17 @@ func agentError(op string, socket string, err error) error {
 
 // setup reads the network configuration and the pod's identity (CNI_ARGS) for cmd,
 // whose values must be names (checkPodNames); ADD also checks the identity is whole
-// (checkPodIdentity). DEL takes CNI_ARGS it
+// (checkPodIdentity). DEL needs only the configuration's socket (parseConfDel),
+// and takes CNI_ARGS it
 // cannot read as no identity (which only names the pod in its records): an ADD with
 // them failed before it asked for anything, and a DEL that fails keeps the runtime
 // from removing the sandbox.
 func setup(cmd string, args *skel.CmdArgs) (*NetConf, *api.Client, api.PodRef, error) {
-	conf, err := parseConf(args.StdinData)
+	parse := parseConf
+	if cmd == "DEL" {
+		parse = parseConfDel
+	}
+	conf, err := parse(args.StdinData)
 	if err != nil {
 		return nil, nil, api.PodRef{}, err
 	}

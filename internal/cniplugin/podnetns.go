@@ -22,9 +22,11 @@ const (
 )
 
 // classifyNetNS says what path is. It reads the namespace type (NS_GET_NSTYPE, Linux
-// 4.11) of a file on nsfs and compares the namespace with the calling thread's.
+// 4.11) of a file on nsfs and compares the namespace with the calling thread's. The
+// open does not block: a FIFO at path (a runtime's or an operator's mistake) would
+// otherwise hang the plugin in open(2) before any deadline applies.
 func classifyNetNS(path string) (nsKind, string, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nsMissing, "it does not exist", nil
 	}

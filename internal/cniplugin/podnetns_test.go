@@ -9,6 +9,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+	"golang.org/x/sys/unix"
 )
 
 // notNetNS are CNI_NETNS paths that are no network namespace, with what the error says.
@@ -18,9 +19,14 @@ func notNetNS(t *testing.T) map[string]string {
 	if err := os.WriteFile(leftover, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	fifo := filepath.Join(dir, "cni-fifo") // an open(2) of it would wait for a writer
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	return map[string]string{
 		filepath.Join(dir, "cni-gone"): "does not exist",
 		leftover:                       "is not a namespace",
+		fifo:                           "is not a namespace",
 		dir:                            "is not a namespace",
 		"/proc/self/ns/mnt":            "a namespace of another kind",
 		"/proc/thread-self/ns/net":     "the plugin's own network namespace",

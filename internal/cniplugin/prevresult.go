@@ -45,6 +45,9 @@ func parsePrevResult(conf *NetConf, ifName, netnsPath string) (prevAttachment, e
 	if err != nil {
 		return prevAttachment{}, invalidPrevResult("can't be read as a CNI %s result: %s", conf.CNIVersion, clip(err.Error()))
 	}
+	if err := nullEntry(res); err != nil {
+		return prevAttachment{}, err
+	}
 	prev := prevAttachment{Result: res, pod: -1}
 	for i, iface := range res.Interfaces {
 		if iface.Name == ifName && iface.Sandbox == netnsPath {
@@ -67,6 +70,27 @@ func parsePrevResult(conf *NetConf, ifName, netnsPath string) (prevAttachment, e
 		return prevAttachment{}, invalidPrevResult("lists no address of interface %s, which myelin-cni's ADD gives one", ifName)
 	}
 	return prev, nil
+}
+
+// nullEntry refuses a result with a null interface, address or route (JSON
+// null in a list, which the CNI library passes on as a nil entry).
+func nullEntry(res *types100.Result) error {
+	for i, iface := range res.Interfaces {
+		if iface == nil {
+			return invalidPrevResult("interfaces[%d] is null", i)
+		}
+	}
+	for i, ip := range res.IPs {
+		if ip == nil {
+			return invalidPrevResult("ips[%d] is null", i)
+		}
+	}
+	for i, r := range res.Routes {
+		if r == nil {
+			return invalidPrevResult("routes[%d] is null", i)
+		}
+	}
+	return nil
 }
 
 // listInterfaces names interfaces and their sandboxes, for an error.
@@ -221,9 +245,13 @@ func joinPrefixes(list []netip.Prefix) string {
 	if len(list) == 0 {
 		return "no address"
 	}
-	s := make([]string, len(list))
-	for i, p := range list {
-		s[i] = p.String()
+	const most = 8 // a pod with NET_ADMIN decides how many its interface has
+	s := make([]string, 0, min(len(list), most))
+	for _, p := range list[:min(len(list), most)] {
+		s = append(s, p.String())
+	}
+	if len(list) > most {
+		s = append(s, fmt.Sprintf("and %d more", len(list)-most))
 	}
 	return strings.Join(s, ", ")
 }
