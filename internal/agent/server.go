@@ -247,7 +247,14 @@ func (a *server) handleDeleteEndpoint(w http.ResponseWriter, r *http.Request) {
 		}
 		ifindex = n
 	}
-	if err := a.eps.DeleteOwned(id, ifindex); err != nil {
+	ifName := r.URL.Query().Get("ifname")
+	if ifName != "" {
+		if err := api.CheckPodRef(api.PodRef{ContainerID: id, IfName: ifName}); err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+	}
+	if err := a.eps.DeleteAttachment(id, ifindex, ifName); err != nil {
 		code := http.StatusInternalServerError
 		if errors.Is(err, api.ErrNotOwner) {
 			code = http.StatusPreconditionFailed

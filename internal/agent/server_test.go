@@ -111,7 +111,7 @@ func registerTestEndpoint(t *testing.T, eps *endpoint.Manager, links map[string]
 		t.Fatal(err)
 	}
 	links[alloc.HostIfName] = 7
-	if _, err := eps.Put(api.Endpoint{PodRef: api.PodRef{ContainerID: id}, IP: alloc.IP, HostIfName: alloc.HostIfName,
+	if _, err := eps.Put(api.Endpoint{PodRef: api.PodRef{ContainerID: id, IfName: "eth0"}, IP: alloc.IP, HostIfName: alloc.HostIfName,
 		HostIfIndex: 7, HostMAC: "02:00:00:00:00:01", PodMAC: "02:00:00:00:00:02"}); err != nil {
 		t.Fatal(err)
 	}
@@ -127,13 +127,24 @@ func TestDeleteEndpointOnlyByOwner(t *testing.T) {
 
 	c := api.NewClient(a.cfg.socket())
 	ctx := context.Background()
-	if err := c.DeleteEndpointOf(ctx, "a", 9); !errors.Is(err, api.ErrNotOwner) {
+	if err := c.DeleteEndpointOf(ctx, "a", 9, ""); !errors.Is(err, api.ErrNotOwner) {
 		t.Errorf("DELETE naming veth 9 = %v, want ErrNotOwner", err)
 	}
 	if _, ok := eps.Get("a"); !ok || len(node.entries) != 1 || node.links[alloc.HostIfName] != 7 {
 		t.Errorf("a foreign DELETE removed something: record %v entries %v links %v", ok, node.entries, node.links)
 	}
-	if err := c.DeleteEndpointOf(ctx, "a", 7); err != nil {
+	// The veth is named by the container id alone: a DEL of another interface
+	// of the container (net1, an ADD that was refused) finds a's veth at 7.
+	if err := c.DeleteEndpointOf(ctx, "a", 7, "net1"); !errors.Is(err, api.ErrNotOwner) || !strings.Contains(err.Error(), "interface eth0") {
+		t.Errorf("DELETE of interface net1 = %v, want ErrNotOwner naming eth0", err)
+	}
+	if err := c.DeleteEndpointOf(ctx, "a", 7, "../x"); err == nil || errors.Is(err, api.ErrNotOwner) || !strings.Contains(err.Error(), "CNI_IFNAME") {
+		t.Errorf("DELETE of interface %q = %v, want a bad request naming CNI_IFNAME", "../x", err)
+	}
+	if _, ok := eps.Get("a"); !ok || len(node.entries) != 1 {
+		t.Errorf("a DELETE of another interface removed something: record %v entries %v", ok, node.entries)
+	}
+	if err := c.DeleteEndpointOf(ctx, "a", 7, "eth0"); err != nil {
 		t.Errorf("the owner's DELETE = %v", err)
 	}
 	if _, ok := eps.Get("a"); ok || len(node.entries) != 0 {
@@ -143,7 +154,7 @@ func TestDeleteEndpointOnlyByOwner(t *testing.T) {
 		t.Error("after the owner's DELETE the IP is still allocated")
 	}
 	// Not ready yet (waiting for Services): deletes are served all the same.
-	if err := c.DeleteEndpointOf(ctx, "gone", 0); err != nil {
+	if err := c.DeleteEndpointOf(ctx, "gone", 0, ""); err != nil {
 		t.Errorf("DELETE before ready = %v, want success", err)
 	}
 }

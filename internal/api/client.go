@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -151,10 +152,15 @@ func (c *Client) DeleteEndpoint(ctx context.Context, containerID string) error {
 }
 
 // DeleteEndpointOf is DeleteEndpoint for a caller that saw the endpoint's host veth
-// at ifindex (0: none): an endpoint recorded on another veth is not deleted
-// (ErrNotOwner).
-func (c *Client) DeleteEndpointOf(ctx context.Context, containerID string, ifindex int) error {
-	return c.do(ctx, http.MethodDelete, fmt.Sprintf("/v1/endpoints/%s?ifindex=%d", url.PathEscape(containerID), ifindex), nil, nil)
+// at ifindex (0: none) and deletes the attachment of the container's interface
+// ifName ("": any): an endpoint recorded on another veth or interface is not
+// deleted (ErrNotOwner).
+func (c *Client) DeleteEndpointOf(ctx context.Context, containerID string, ifindex int, ifName string) error {
+	q := url.Values{"ifindex": {strconv.Itoa(ifindex)}}
+	if ifName != "" {
+		q.Set("ifname", ifName)
+	}
+	return c.do(ctx, http.MethodDelete, "/v1/endpoints/"+url.PathEscape(containerID)+"?"+q.Encode(), nil, nil)
 }
 
 // CheckEndpoint asks the agent what is wrong with an endpoint's datapath state (its

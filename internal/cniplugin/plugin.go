@@ -213,7 +213,7 @@ func cmdDel(args *skel.CmdArgs) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), delTimeout)
 	defer cancel()
-	err = client.DeleteEndpointOf(ctx, ref.ContainerID, ifindex)
+	err = client.DeleteEndpointOf(ctx, ref.ContainerID, ifindex, args.IfName)
 	switch {
 	case err == nil && ifindex != 0:
 		return nil // the agent retired the pair, the pod's interface with it

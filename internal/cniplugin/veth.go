@@ -118,7 +118,8 @@ func vethExists(err error, ifName, hostIf string, host *netlink.Handle) error {
 			"(another plugin's interface, or an ADD without DEL): DEL the attachment first or give the pod another interface name", ifName, hostIf, ifName)
 	}
 	if _, lerr := host.LinkByName(hostIf); lerr == nil {
-		return fmt.Errorf("create veth %s/%s: host veth %s exists already: the container has an attachment; DEL it before another ADD", ifName, hostIf, hostIf)
+		return fmt.Errorf("create veth %s/%s: host veth %s exists already: the container has an attachment (myelin gives a container "+
+			"one interface: an ADD of a second interface name is refused); if it is stale, DEL it with its own CNI_IFNAME before another ADD", ifName, hostIf, hostIf)
 	}
 	return fmt.Errorf("create veth %s/%s: %w", ifName, hostIf, err)
 }

@@ -19,14 +19,29 @@ import (
 // it saw none and claims no veth). A record on another veth is not deleted:
 // api.ErrNotOwner.
 func (m *Manager) DeleteOwned(containerID string, ifindex int) error {
+	return m.DeleteAttachment(containerID, ifindex, "")
+}
+
+// DeleteAttachment is DeleteOwned for the attachment of the container's
+// interface ifName (CNI DEL's CNI_IFNAME; "" names none). The host veth's name
+// is the container id's, so a DEL of another interface of the container (the
+// runtime's cleanup after a refused ADD of a second interface, net1 beside
+// eth0) finds the same veth: a record of another interface name is not
+// deleted either (api.ErrNotOwner).
+func (m *Manager) DeleteAttachment(containerID string, ifindex int, ifName string) error {
 	if err := api.CheckContainerID(containerID); err != nil {
 		return fmt.Errorf("delete endpoint: %w", err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if ep, ok := m.eps[containerID]; ok && ifindex != 0 && ep.HostIfIndex != ifindex {
+	ep, ok := m.eps[containerID]
+	switch {
+	case ok && ifindex != 0 && ep.HostIfIndex != ifindex:
 		return fmt.Errorf("delete endpoint %s (%s/%s): it is on host veth %s index %d, the request names index %d: %w",
 			containerID, ep.Namespace, ep.Pod, ep.HostIfName, ep.HostIfIndex, ifindex, api.ErrNotOwner)
+	case ok && ifName != "" && ep.IfName != "" && ep.IfName != ifName:
+		return fmt.Errorf("delete endpoint %s (%s/%s): it is the container's interface %s, the request names %s: %w",
+			containerID, ep.Namespace, ep.Pod, ep.IfName, ifName, api.ErrNotOwner)
 	}
 	return m.deleteLocked(containerID)
 }
