@@ -12,6 +12,7 @@ import (
 	observerpb "github.com/cilium/cilium/api/v1/observer"
 	relaypb "github.com/cilium/cilium/api/v1/relay"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -37,6 +38,13 @@ func (r *Relay) GetFlows(req *observerpb.GetFlowsRequest, stream observerpb.Obse
 		default:
 			return status.Errorf(codes.ResourceExhausted, "the relay answers at most %d requests without --follow at once; try again", MaxCollecting)
 		}
+	} else {
+		release, ok := r.following.Take(clientAddr(stream.Context()))
+		if !ok {
+			return status.Errorf(codes.ResourceExhausted, "the relay follows at most %d streams from one address and %d in all; "+
+				"end one (hubble observe --follow) and try again", MaxFollowingPerSource, MaxFollowing)
+		}
+		defer release()
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
@@ -212,4 +220,13 @@ func (r *Relay) follow(ctx context.Context, stream observerpb.Observer_GetFlowsS
 			return out.finish()
 		}
 	}
+}
+
+// clientAddr is the address of ctx's gRPC client ("ip:port"; "" when unknown,
+// which all such clients share).
+func clientAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
 }

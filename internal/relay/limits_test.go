@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,6 +70,29 @@ func TestRelayBoundsRequestsWithoutFollow(t *testing.T) {
 				t.Fatalf("after a client went away: %v, want admitted or ResourceExhausted", err)
 			}
 		}
+	}
+}
+
+// One client address holds at most MaxFollowingPerSource --follow streams: each
+// is a follower on every node, and a follow whose filter matches nothing is never
+// ended by a send timeout. One more is ResourceExhausted, naming the bound.
+func TestRelayBoundsFollowsPerClient(t *testing.T) {
+	src := stalledSource{started: make(chan struct{})}
+	c := startRelay(t, startNode(t, "a", src))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range MaxFollowingPerSource {
+		if _, err := c.GetFlows(ctx, &observerpb.GetFlowsRequest{Follow: true}); err != nil {
+			t.Fatal(err)
+		}
+		<-src.started // the relay follows the node: the stream holds its place
+	}
+	st, err := c.GetFlows(ctx, &observerpb.GetFlowsRequest{Follow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "from one address") {
+		t.Fatalf("follow %d from one client: %v, want ResourceExhausted naming the bound", MaxFollowingPerSource+1, err)
 	}
 }
 

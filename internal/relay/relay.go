@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/myelin-net/myelin/internal/connlimit"
 	"github.com/myelin-net/myelin/internal/hubble"
 )
 
@@ -58,6 +59,9 @@ type Relay struct {
 	// collecting holds a token per request without --follow being answered
 	// (MaxCollecting).
 	collecting chan struct{}
+	// following bounds the --follow streams, per client address and in all
+	// (MaxFollowing).
+	following *connlimit.Bound
 
 	// now is the clock the ordering window reads (time.Now; tests step their own).
 	now func() time.Time
@@ -72,6 +76,18 @@ type Relay struct {
 // grow the relay's memory without bound. One more is refused (ResourceExhausted). A
 // client that reads nothing for Config.SendTimeout loses its slot (DeadlineExceeded).
 const MaxCollecting = 16
+
+// MaxFollowing is how many --follow streams the relay serves at once, and
+// MaxFollowingPerSource how many of them one client address holds. Each is a
+// follower on every node's agent, whose network followers are bounded (64): a
+// client opening follows whose filter matches nothing (nothing is ever sent, so
+// no send timeout ends them) would otherwise take every node's places, and
+// hubble observe --follow and the UI would get "too many follow streams" from
+// every node. More are refused (ResourceExhausted).
+const (
+	MaxFollowing          = 32
+	MaxFollowingPerSource = 8
+)
 
 // New returns a relay; Close releases its peer connections.
 func New(cfg Config) *Relay {
@@ -94,7 +110,7 @@ func New(cfg Config) *Relay {
 		cfg.PeerCreds = insecure.NewCredentials()
 	}
 	return &Relay{cfg: cfg, start: time.Now(), conns: map[string]*grpc.ClientConn{},
-		collecting: make(chan struct{}, MaxCollecting), now: time.Now}
+		collecting: make(chan struct{}, MaxCollecting), following: connlimit.New(MaxFollowingPerSource, MaxFollowing), now: time.Now}
 }
 
 // Serve answers the Hubble API on lis until ctx ends.
