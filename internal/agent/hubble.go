@@ -100,7 +100,8 @@ func serveHubble(ctx context.Context, cfg Config, hl hubbleListen, store *flowst
 }
 
 // localSource is a flow.Source whose requests come from the node's own sockets
-// (root only): their follow streams have flowstore.LocalFollowers of their own.
+// (root only): their follow streams and reads of stored flows have slots of their
+// own (flowstore.LocalFollowers, flowstore.LocalHistoryReaders).
 type localSource struct{ flow.Source }
 
 func (l localSource) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Flow) error {

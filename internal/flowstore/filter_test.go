@@ -252,17 +252,20 @@ func TestStoreBoundsHistoryReaders(t *testing.T) {
 		}
 		go func() { _ = s.Flows(c, flow.Request{}, make(chan *flow.Flow)) }() // never read
 	}
-	for {
-		s.mu.Lock()
-		n := s.historyReaders
-		s.mu.Unlock()
-		if n == MaxHistoryReaders {
-			break
-		}
-		runtime.Gosched()
-	}
+	waitReaders(t, s, MaxHistoryReaders)
 	if err := s.Flows(ctx, flow.Request{Last: 1}, make(chan *flow.Flow, 1)); !errors.Is(err, ErrTooManyReaders) {
 		t.Fatalf("reader %d: %v, want ErrTooManyReaders", MaxHistoryReaders+1, err)
+	}
+	// The node's own sockets (root's myelin observe) still read: LocalHistoryReaders
+	// slots are theirs, and no more.
+	local := Local(ctx)
+	for i := range LocalHistoryReaders {
+		go func() { _ = s.Flows(local, flow.Request{}, make(chan *flow.Flow)) }() // never read
+		waitReaders(t, s, MaxHistoryReaders+i+1)
+	}
+	if err := s.Flows(local, flow.Request{Last: 1}, make(chan *flow.Flow, 1)); !errors.Is(err, ErrTooManyReaders) ||
+		!strings.Contains(err.Error(), "to its own sockets") {
+		t.Fatalf("local reader %d: %v, want ErrTooManyReaders naming the local slots", LocalHistoryReaders+1, err)
 	}
 	followCtx, stopFollow := context.WithCancel(ctx)
 	stopFollow()
@@ -277,6 +280,20 @@ func TestStoreBoundsHistoryReaders(t *testing.T) {
 		}
 		if !errors.Is(err, ErrTooManyReaders) {
 			t.Fatalf("after a reader went away: %v", err)
+		}
+		runtime.Gosched()
+	}
+}
+
+// waitReaders waits until s has n readers of stored flows.
+func waitReaders(t *testing.T, s *Store, n int) {
+	t.Helper()
+	for {
+		s.mu.Lock()
+		got := s.historyReaders
+		s.mu.Unlock()
+		if got == n {
+			return
 		}
 		runtime.Gosched()
 	}

@@ -57,6 +57,14 @@ func isLocal(ctx context.Context) bool { return ctx.Value(localKey{}) != nil }
 // ErrTooManyReaders.
 const MaxHistoryReaders = 16
 
+// LocalHistoryReaders is how many readers of stored flows a node keeps for its
+// own sockets beyond MaxHistoryReaders, as LocalFollowers does for follow
+// streams: readers over the network (a client reading one response every few
+// seconds keeps its place for as long as the send timeout restarts) can take
+// MaxHistoryReaders at most, and root's `myelin observe` (which reads the last
+// flows) must still be served during an incident.
+const LocalHistoryReaders = 4
+
 // ErrTooManyReaders is what Flows returns (wrapped) for a request of stored flows
 // beyond MaxHistoryReaders.
 var ErrTooManyReaders = errors.New("too many readers of stored flows")
@@ -83,8 +91,9 @@ type Store struct {
 	// localFollowers are the followers of the node's own sockets (Local): the others
 	// are the network's (followerAdmitted).
 	localFollowers int
-	// historyReaders are the requests sending stored flows now (MaxHistoryReaders).
-	historyReaders int
+	// historyReaders are the requests sending stored flows now (MaxHistoryReaders),
+	// localHistoryReaders those of the node's own sockets among them.
+	historyReaders, localHistoryReaders int
 	sinks          []flow.Sink
 	// added counts the flows committed: the flow added n-th (from 0) is at ring
 	// index n % capacity, the stored ones are added-storedLen() to added-1.
@@ -254,14 +263,18 @@ func (s *Store) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Fl
 	s.mu.Lock()
 	end := s.added                         // the stored part ends here; a follower gets what comes after
 	history := !req.Follow || req.Last > 0 // a follow without --last reads no stored flows
-	if history && s.historyReaders >= MaxHistoryReaders {
+	local := isLocal(ctx)
+	if history && !s.readerAdmitted(local) {
 		s.mu.Unlock()
-		return fmt.Errorf("read stored flows: %w: this node serves at most %d at once; try again, or ask the relay",
+		if local {
+			return fmt.Errorf("read stored flows: %w: this node serves at most %d at once, %d to its own sockets; try again",
+				ErrTooManyReaders, MaxHistoryReaders+LocalHistoryReaders, LocalHistoryReaders)
+		}
+		return fmt.Errorf("read stored flows: %w: this node serves at most %d at once over the network; try again, or ask the relay",
 			ErrTooManyReaders, MaxHistoryReaders)
 	}
 	var fo *follower
 	if req.Follow { // registered under the same lock: no flow falls between the two parts
-		local := isLocal(ctx)
 		if !s.followerAdmitted(local) {
 			s.mu.Unlock()
 			if local {
@@ -279,13 +292,16 @@ func (s *Store) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Fl
 	}
 	if history {
 		s.historyReaders++
+		if local {
+			s.localHistoryReaders++
+		}
 	}
 	s.mu.Unlock()
 	if fo != nil {
 		defer s.unfollow(fo)
 	}
 	if history {
-		err := s.sendStored(ctx, req, end, out)
+		err := s.sendStored(ctx, req, end, local, out)
 		if err != nil || fo == nil {
 			return err
 		}
@@ -296,12 +312,15 @@ func (s *Store) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Fl
 	return fo.run(ctx, out)
 }
 
-// sendStored sends the stored flows req asks for, holding one of the
-// MaxHistoryReaders slots Flows took until they are sent or ctx ends.
-func (s *Store) sendStored(ctx context.Context, req flow.Request, end uint64, out chan<- *flow.Flow) error {
+// sendStored sends the stored flows req asks for, holding the reader's slot
+// Flows took (a local one if local) until they are sent or ctx ends.
+func (s *Store) sendStored(ctx context.Context, req flow.Request, end uint64, local bool, out chan<- *flow.Flow) error {
 	defer func() {
 		s.mu.Lock()
 		s.historyReaders--
+		if local {
+			s.localHistoryReaders--
+		}
 		s.mu.Unlock()
 	}()
 	for _, f := range s.lastMatching(req, end) {
@@ -319,6 +338,14 @@ func (s *Store) endErr(ctx context.Context, req flow.Request) error {
 		return nil
 	}
 	return ctx.Err()
+}
+
+// readerAdmitted says whether one more reader of stored flows fits (s.mu held): any
+// one in a free slot of MaxHistoryReaders+LocalHistoryReaders, a network one also
+// within MaxHistoryReaders.
+func (s *Store) readerAdmitted(local bool) bool {
+	free := s.historyReaders < MaxHistoryReaders+LocalHistoryReaders
+	return free && (local || s.historyReaders-s.localHistoryReaders < MaxHistoryReaders)
 }
 
 // followerAdmitted says whether one more follower fits (s.mu held): any one in a free
