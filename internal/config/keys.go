@@ -173,7 +173,7 @@ var keys = []key{
 		c.HubbleEventBufferCapacity = n
 		return nil
 	}},
-	{"hubble-listen-address", ":4244", func(c *Config, v string) (err error) {
+	{"hubble-listen-address", "", func(c *Config, v string) (err error) {
 		c.HubbleListenAddress, err = parseListenAddr(v, ":4244")
 		return err
 	}},

@@ -94,7 +94,7 @@ type Store struct {
 	// historyReaders are the requests sending stored flows now (MaxHistoryReaders),
 	// localHistoryReaders those of the node's own sockets among them.
 	historyReaders, localHistoryReaders int
-	sinks          []flow.Sink
+	sinks                               []flow.Sink
 	// added counts the flows committed: the flow added n-th (from 0) is at ring
 	// index n % capacity, the stored ones are added-storedLen() to added-1.
 	added uint64

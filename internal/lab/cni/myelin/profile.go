@@ -24,6 +24,9 @@ func ProfileConfig(p labplan.Plan) map[string]string {
 		// underlay.go): BIG TCP moves bulk data with less CPU here (docs/bench/2026-11-23/bigtcp).
 		// In tunnel mode the VXLAN device can't, and status says so.
 		"enable-ipv4-big-tcp": "true",
+		// The lab's relay reads every agent's flows there (Processes); the agent's
+		// default opens no port.
+		"hubble-listen-address": ":4244",
 	}
 	if p.Options.KubeProxy != "" {
 		c["kube-proxy-replacement"] = "false"
