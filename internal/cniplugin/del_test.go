@@ -146,6 +146,19 @@ func TestDelWithRefusedConfKeys(t *testing.T) {
 	}
 }
 
+// ADD after other plugins of a chain (a "prevResult") is refused before anything
+// is asked of the agent or built: its result would drop theirs.
+func TestAddRefusesPrevResult(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "agent.sock") // no agent: a call to it would be code 11
+	args := cniArgs(socket, "ctr-chained", "")
+	args.StdinData = []byte(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"myelin","type":"myelin-cni","socket":%q,`+
+		`"prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"eth0"}]}}`, socket))
+	var ce *types.Error
+	if err := cmdAdd(args); !errors.As(err, &ce) || ce.Code != types.ErrInvalidNetworkConfig || !strings.Contains(ce.Details, "first plugin") {
+		t.Errorf("ADD with a prevResult = %v, want code 7 saying myelin-cni must be first", err)
+	}
+}
+
 // DEL with the agent down records the delete of any container id the spec allows:
 // one longer than a file name holds failed, and with it the DEL, until the agent was back.
 func TestDelOfALongContainerIDWithAgentDown(t *testing.T) {

@@ -97,6 +97,13 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	// The result names the pod's interfaces and addresses from scratch: after
+	// other plugins of a chain, theirs (prevResult) would be dropped, which the
+	// spec forbids, and their CHECK would fail against the cached result.
+	if conf.RawPrevResult != nil {
+		return invalidConf(`network %s: ADD got a "prevResult": myelin-cni must be the first plugin of its chain `+
+			`(the agent's 05-myelin.conflist has it first); put it first`, quote(conf.Name))
+	}
 	if err := checkPodNetNS("ADD", args.Netns); err != nil {
 		return err
 	}
