@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/myelin-net/myelin/internal/flow"
+	"github.com/myelin-net/myelin/internal/hubble"
 	"github.com/myelin-net/myelin/internal/testenv"
 )
 
@@ -93,6 +95,37 @@ func TestRelayBoundsFollowsPerClient(t *testing.T) {
 	}
 	if _, err := st.Recv(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "from one address") {
 		t.Fatalf("follow %d from one client: %v, want ResourceExhausted naming the bound", MaxFollowingPerSource+1, err)
+	}
+}
+
+// One client address has at most MaxStatusCallsPerSource ServerStatus and
+// GetNodes calls answered at once (each asks every node): one more of either is
+// ResourceExhausted, naming the bound.
+func TestRelayBoundsStatusCalls(t *testing.T) {
+	started, release := make(chan struct{}), make(chan struct{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	hubble.Register(g, hubble.NewServer(hubble.Config{Node: "a", Source: stalledSource{started: make(chan struct{})},
+		Stats: func() hubble.Stats { started <- struct{}{}; <-release; return hubble.Stats{} }}))
+	go g.Serve(lis)
+	defer g.Stop()
+	defer close(release)
+	c := startRelay(t, Peer{Name: "a", Address: lis.Addr().String()})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range MaxStatusCallsPerSource {
+		go func() { _, _ = c.ServerStatus(ctx, &observerpb.ServerStatusRequest{}) }()
+		<-started // the relay asks the node: the call holds its place
+	}
+	if _, err := c.ServerStatus(ctx, &observerpb.ServerStatusRequest{}); status.Code(err) != codes.ResourceExhausted ||
+		!strings.Contains(err.Error(), "from one address") {
+		t.Errorf("ServerStatus %d from one client: %v, want ResourceExhausted naming the bound", MaxStatusCallsPerSource+1, err)
+	}
+	if _, err := c.GetNodes(ctx, &observerpb.GetNodesRequest{}); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("GetNodes beside %d ServerStatus calls from one client: %v, want ResourceExhausted", MaxStatusCallsPerSource, err)
 	}
 }
 

@@ -10,8 +10,10 @@ import (
 	observerpb "github.com/cilium/cilium/api/v1/observer"
 	relaypb "github.com/cilium/cilium/api/v1/relay"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/myelin-net/myelin/internal/connlimit"
@@ -62,6 +64,9 @@ type Relay struct {
 	// following bounds the --follow streams, per client address and in all
 	// (MaxFollowing).
 	following *connlimit.Bound
+	// statusCalls bounds the ServerStatus and GetNodes calls being answered, per
+	// client address and in all (MaxStatusCalls).
+	statusCalls *connlimit.Bound
 
 	// now is the clock the ordering window reads (time.Now; tests step their own).
 	now func() time.Time
@@ -89,6 +94,23 @@ const (
 	MaxFollowingPerSource = 8
 )
 
+// MaxStatusCalls is how many ServerStatus and GetNodes calls the relay answers at
+// once, and MaxStatusCallsPerSource how many of them one client address holds: each
+// asks every node (one RPC per node, bounded by Config.Timeout), so a client
+// sending thousands at once (128 streams per connection, 64 connections) would
+// queue that many RPCs per node, grow the relay's memory and delay its real
+// probes until healthy nodes are reported unavailable. More are refused
+// (ResourceExhausted).
+const (
+	MaxStatusCalls          = 16
+	MaxStatusCallsPerSource = 4
+)
+
+// discoverTimeout bounds a discovery of the peers (a list of the Nodes), which
+// runs apart from the call that needed it: a caller with a short deadline would
+// otherwise make every call list the Nodes again, each waiting for the last.
+const discoverTimeout = 10 * time.Second
+
 // New returns a relay; Close releases its peer connections.
 func New(cfg Config) *Relay {
 	if cfg.Timeout == 0 {
@@ -110,7 +132,8 @@ func New(cfg Config) *Relay {
 		cfg.PeerCreds = insecure.NewCredentials()
 	}
 	return &Relay{cfg: cfg, start: time.Now(), conns: map[string]*grpc.ClientConn{},
-		collecting: make(chan struct{}, MaxCollecting), following: connlimit.New(MaxFollowingPerSource, MaxFollowing), now: time.Now}
+		collecting: make(chan struct{}, MaxCollecting), following: connlimit.New(MaxFollowingPerSource, MaxFollowing),
+		statusCalls: connlimit.New(MaxStatusCallsPerSource, MaxStatusCalls), now: time.Now}
 }
 
 // Serve answers the Hubble API on lis until ctx ends.
@@ -153,7 +176,9 @@ func (r *Relay) current(ctx context.Context) ([]peerConn, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.peers == nil || time.Since(r.fetched) > r.cfg.Refresh {
-		ps, err := r.cfg.Discover(ctx)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), discoverTimeout)
+		ps, err := r.cfg.Discover(dctx)
+		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("discover hubble peers: %w", err)
 		}
@@ -210,8 +235,24 @@ func (r *Relay) probe(ctx context.Context, peers []peerConn) []peerStatus {
 	return out
 }
 
+// statusPlace takes one of the places of ServerStatus and GetNodes calls
+// (MaxStatusCalls) for ctx's client.
+func (r *Relay) statusPlace(ctx context.Context) (release func(), err error) {
+	release, ok := r.statusCalls.Take(clientAddr(ctx))
+	if !ok {
+		return nil, status.Errorf(codes.ResourceExhausted, "the relay answers at most %d status requests (ServerStatus, GetNodes) "+
+			"from one address and %d in all at once; try again", MaxStatusCallsPerSource, MaxStatusCalls)
+	}
+	return release, nil
+}
+
 // ServerStatus sums the peers' flow stores and says which nodes are unavailable.
 func (r *Relay) ServerStatus(ctx context.Context, _ *observerpb.ServerStatusRequest) (*observerpb.ServerStatusResponse, error) {
+	release, err := r.statusPlace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	peers, err := r.current(ctx)
 	if err != nil {
 		return nil, err
@@ -236,6 +277,11 @@ func (r *Relay) ServerStatus(ctx context.Context, _ *observerpb.ServerStatusRequ
 
 // GetNodes lists every peer with its state.
 func (r *Relay) GetNodes(ctx context.Context, _ *observerpb.GetNodesRequest) (*observerpb.GetNodesResponse, error) {
+	release, err := r.statusPlace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	peers, err := r.current(ctx)
 	if err != nil {
 		return nil, err
