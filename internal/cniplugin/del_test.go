@@ -67,6 +67,42 @@ func delWithoutAgent(t *testing.T, socket, containerID string) {
 	}
 }
 
+// With the agent down, a DEL of another interface of the container (net1, whose
+// ADD was refused: the host veth is named by the container id alone) leaves eth0's
+// pair and records nothing; eth0's own DEL then deletes it.
+func TestPrivilegedDelOfAnotherInterfaceWithAgentDown(t *testing.T) {
+	requireRoot(t)
+	socket := filepath.Join(t.TempDir(), "agent.sock") // no agent
+	host, pod := throwawayNetNS(t, "host"), throwawayNetNS(t, "pod")
+	hostIf := api.HostIfName("ctr-two")
+	err := netns.Do(host, func() error {
+		if _, err := setupVeth(pod, "eth0", hostIf, 1500, 1500, 0, netip.MustParseAddr("10.244.7.9"), netip.MustParseAddr(api.PodGateway)); err != nil {
+			return err
+		}
+		net1 := cniArgs(socket, "ctr-two", pod)
+		net1.IfName = "net1"
+		if err := cmdDel(net1); err != nil {
+			return fmt.Errorf("DEL of net1 = %w, want success", err)
+		}
+		if _, err := netlink.LinkByName(hostIf); err != nil {
+			return fmt.Errorf("DEL of net1 deleted eth0's host veth %s: %v", hostIf, err)
+		}
+		if recs, err := api.ReadDeleted(api.DeletedDir(socket)); err != nil || len(recs) != 0 {
+			return fmt.Errorf("DEL of net1 recorded deletes %v, %v; want none", recs, err)
+		}
+		if err := cmdDel(cniArgs(socket, "ctr-two", pod)); err != nil {
+			return fmt.Errorf("DEL of eth0 = %w, want success", err)
+		}
+		if _, err := netlink.LinkByName(hostIf); err == nil {
+			return fmt.Errorf("host veth %s still there after eth0's DEL", hostIf)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // CNI DEL succeeds with no agent on the socket, removing the pod's veth and recording
 // the delete; ADD keeps failing with "try again later".
 func TestPrivilegedDelWithAgentDown(t *testing.T) {

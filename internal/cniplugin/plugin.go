@@ -229,6 +229,14 @@ func cmdDel(args *skel.CmdArgs) error {
 		// The agent's record is another attachment's: leave it, remove only this pod's link.
 		fmt.Fprintf(os.Stderr, "myelin-cni: DEL %s: %v; leaving the agent's endpoint alone\n", ref.ContainerID, err)
 	case errors.Is(err, api.ErrUnavailable):
+		// The veth is named by the container id alone: without the agent to ask,
+		// a DEL of another interface (net1, whose ADD was refused) must not take
+		// eth0's pair. Its peer in the pod's namespace says whose it is.
+		if peer, perr := peerNameIn(args.Netns, ifindex); perr == nil && peer != "" && peer != args.IfName {
+			fmt.Fprintf(os.Stderr, "myelin-cni: DEL %s: host veth %s is the container's %s, not %s; leaving it\n",
+				ref.ContainerID, hostIf, peer, args.IfName)
+			return nil
+		}
 		if derr := deleteWithoutAgent(conf, ref, hostIf, ifindex); derr != nil {
 			return types.NewError(types.ErrInternal, "delete the pod network without the agent",
 				fmt.Sprintf("%v (the agent was unreachable: %v)", derr, err))

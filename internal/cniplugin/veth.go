@@ -224,3 +224,29 @@ func deletePodLink(netnsPath, ifName string) error {
 	}
 	return err
 }
+
+// peerNameIn is the name, in the pod network namespace at netnsPath, of the peer
+// of the node's veth at hostIndex ("" when it is not there: another namespace,
+// or none).
+func peerNameIn(netnsPath string, hostIndex int) (string, error) {
+	if netnsPath == "" || hostIndex == 0 {
+		return "", nil
+	}
+	if kind, _, err := classifyNetNS(netnsPath); err != nil || kind != nsPod {
+		return "", err
+	}
+	var name string
+	err := netns.Do(netnsPath, func() error {
+		links, err := netlink.LinkList()
+		if err != nil {
+			return err
+		}
+		for _, l := range links {
+			if _, ok := l.(*netlink.Veth); ok && l.Attrs().ParentIndex == hostIndex {
+				name = l.Attrs().Name
+			}
+		}
+		return nil
+	})
+	return name, err
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -45,7 +46,8 @@ func scrape(h http.Handler, remote string) *httptest.ResponseRecorder {
 func TestScrapeStalledReadersHoldNoPlace(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "myelin_test_up", Help: "test"}))
-	h := scrapeHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), connlimit.New(maxScrapesPerSource, maxScrapes))
+	h := scrapeHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), connlimit.New(maxScrapesPerSource, maxScrapes),
+		connlimit.New(maxAnswersPerSource, maxAnswers))
 	writing, release := make(chan struct{}), make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range maxScrapes {
@@ -63,6 +65,36 @@ func TestScrapeStalledReadersHoldNoPlace(t *testing.T) {
 	wg.Wait()
 	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "myelin_test_up 0") {
 		t.Errorf("a scrape beside %d stalled readers: %d %q, want 200 with the metric", maxScrapes, w.Code, w.Body.String())
+	}
+}
+
+// One source address holds at most maxAnswersPerSource answers being written:
+// its next scrape gets 503 naming the bound, and what it holds is freed when a
+// write ends.
+func TestScrapeAnswersPerSource(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := scrapeHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), connlimit.New(maxScrapesPerSource, maxScrapes),
+		connlimit.New(maxAnswersPerSource, maxAnswers))
+	writing, release := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	for range maxAnswersPerSource {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+			r.RemoteAddr = "10.0.0.1:40000"
+			h.ServeHTTP(&stalledWriter{header: http.Header{}, writing: writing, release: release}, r)
+		}()
+		<-writing
+	}
+	w := scrape(h, "10.0.0.1:40001")
+	close(release)
+	wg.Wait()
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "to one address") {
+		t.Errorf("a scrape beside %d unread answers to its address: %d %q, want 503 naming the bound", maxAnswersPerSource, w.Code, w.Body.String())
+	}
+	if w := scrape(h, "10.0.0.1:40002"); w.Code != http.StatusOK || w.Header().Get("Content-Length") != strconv.Itoa(w.Body.Len()) {
+		t.Errorf("a scrape once those were written: %d, Content-Length %q for %d bytes, want 200 with the length", w.Code, w.Header().Get("Content-Length"), w.Body.Len())
 	}
 }
 
@@ -91,7 +123,8 @@ func (g *blockingGatherer) Gather() ([]*dto.MetricFamily, error) {
 func TestScrapePerSource(t *testing.T) {
 	gathering, release := make(chan struct{}), make(chan struct{})
 	g := &blockingGatherer{n: maxScrapesPerSource, gathering: gathering, release: release}
-	h := scrapeHandler(promhttp.HandlerFor(g, promhttp.HandlerOpts{}), connlimit.New(maxScrapesPerSource, maxScrapes))
+	h := scrapeHandler(promhttp.HandlerFor(g, promhttp.HandlerOpts{}), connlimit.New(maxScrapesPerSource, maxScrapes),
+		connlimit.New(maxAnswersPerSource, maxAnswers))
 	var wg sync.WaitGroup
 	for range maxScrapesPerSource {
 		wg.Add(1)

@@ -65,7 +65,8 @@ func (r *Relay) GetFlows(req *observerpb.GetFlowsRequest, stream observerpb.Obse
 	}
 	var first []*observerpb.GetFlowsResponse
 	if len(down) > 0 {
-		first = append(first, nodeStatus(relaypb.NodeState_NODE_UNAVAILABLE, down, strings.Join(why, "; ")))
+		first = append(first, nodeStatus(relaypb.NodeState_NODE_UNAVAILABLE, down, strings.Join(why, "; ")+
+			" (is the agent's hubble-listen-address set? It opens no port by default)"))
 	}
 	in := make(chan *observerpb.GetFlowsResponse, 256)
 	ends := make(chan peerDone, len(live))

@@ -87,11 +87,13 @@ const MaxCollecting = 16
 // follower on every node's agent, whose network followers are bounded (64): a
 // client opening follows whose filter matches nothing (nothing is ever sent, so
 // no send timeout ends them) would otherwise take every node's places, and
-// hubble observe --follow and the UI would get "too many follow streams" from
-// every node. More are refused (ResourceExhausted).
+// hubble observe --follow would get "too many follow streams" from every node.
+// With MaxFollowing the relay leaves each node 16 of its 64; one address may
+// hold the 32 the service map (myelin ui --server, one gRPC connection for all
+// its pages) serves at most. More are refused (ResourceExhausted).
 const (
-	MaxFollowing          = 32
-	MaxFollowingPerSource = 8
+	MaxFollowing          = 48
+	MaxFollowingPerSource = 32
 )
 
 // MaxStatusCalls is how many ServerStatus and GetNodes calls the relay answers at
