@@ -83,6 +83,13 @@ func (b *Bound) Wrap(l net.Listener, what string, log *slog.Logger) *Listener {
 // PerSource is how many connections b lets one source address hold.
 func (b *Bound) PerSource() int { return b.perSource }
 
+// Open is how many connections (or slots Take gave out) b counts now.
+func (b *Bound) Open() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.open
+}
+
 // Refused is how many connections were closed for being over a bound.
 func (b *Bound) Refused() uint64 { return b.refused.Load() }
 

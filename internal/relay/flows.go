@@ -32,12 +32,12 @@ func (r *Relay) GetFlows(req *observerpb.GetFlowsRequest, stream observerpb.Obse
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	if !req.GetFollow() {
-		select {
-		case r.collecting <- struct{}{}:
-			defer func() { <-r.collecting }()
-		default:
-			return status.Errorf(codes.ResourceExhausted, "the relay answers at most %d requests without --follow at once; try again", MaxCollecting)
+		release, ok := r.collecting.Take(clientAddr(stream.Context()))
+		if !ok {
+			return status.Errorf(codes.ResourceExhausted, "the relay answers at most %d requests without --follow at once, %d from one address; try again",
+				MaxCollecting, MaxCollectingPerSource)
 		}
+		defer release()
 	} else {
 		release, ok := r.following.Take(clientAddr(stream.Context()))
 		if !ok {

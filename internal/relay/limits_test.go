@@ -28,9 +28,9 @@ func (s stalledSource) Flows(ctx context.Context, _ flow.Request, _ chan<- *flow
 	return nil
 }
 
-// The relay answers at most MaxCollecting requests without --follow at once (each
-// holds what it gathered until its client reads it): one more is ResourceExhausted,
-// and a slot comes back when a client goes away.
+// The relay answers at most MaxCollectingPerSource requests without --follow from one
+// client address at once (each holds what it gathered until its client reads it): one
+// more is ResourceExhausted, and a slot comes back when a client goes away.
 func TestRelayBoundsRequestsWithoutFollow(t *testing.T) {
 	src := stalledSource{started: make(chan struct{})}
 	c := startRelay(t, startNode(t, "a", src))
@@ -43,7 +43,7 @@ func TestRelayBoundsRequestsWithoutFollow(t *testing.T) {
 		return cancel, st
 	}
 	var cancels []context.CancelFunc
-	for range MaxCollecting {
+	for range MaxCollectingPerSource {
 		cancel, _ := open()
 		cancels = append(cancels, cancel)
 		<-src.started // the relay asked the node: it holds its slot
@@ -55,7 +55,7 @@ func TestRelayBoundsRequestsWithoutFollow(t *testing.T) {
 	}()
 	_, st := open()
 	if _, err := st.Recv(); status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("request %d without --follow: %v, want ResourceExhausted", MaxCollecting+1, err)
+		t.Fatalf("request %d without --follow: %v, want ResourceExhausted", MaxCollectingPerSource+1, err)
 	}
 	cancels[0]()
 	for { // the slot comes back once the relay has seen the client go
@@ -178,8 +178,8 @@ func endsWith(st observerpb.Observer_GetFlowsClient) codes.Code {
 	}
 }
 
-// Clients that open MaxCollecting requests without --follow and never read them
-// hold every slot only for SendTimeout: each such stream is ended with
+// Clients that open MaxCollectingPerSource requests without --follow and never read
+// them hold their slots only for SendTimeout: each such stream is ended with
 // DeadlineExceeded, and the next client is answered.
 func TestRelayEndsRequestsNobodyReads(t *testing.T) {
 	reqs := make(chan flow.Request)
@@ -191,7 +191,7 @@ func TestRelayEndsRequestsNobodyReads(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var streams []observerpb.Observer_GetFlowsClient
-	for range MaxCollecting {
+	for range MaxCollectingPerSource {
 		st, err := stalled.GetFlows(ctx, &observerpb.GetFlowsRequest{})
 		if err != nil {
 			t.Fatal(err)
@@ -199,7 +199,7 @@ func TestRelayEndsRequestsNobodyReads(t *testing.T) {
 		streams = append(streams, st)
 		<-reqs // admitted: the relay asked the node
 	}
-	testenv.WaitFor(t, "the relay to end the streams nobody reads", func() bool { return len(r.collecting) == 0 })
+	testenv.WaitFor(t, "the relay to end the streams nobody reads", func() bool { return r.collecting.Open() == 0 })
 	for i, st := range streams {
 		if code := endsWith(st); code != codes.DeadlineExceeded {
 			t.Errorf("stream %d, never read: ended with %v, want DeadlineExceeded", i, code)

@@ -58,9 +58,9 @@ type Relay struct {
 	conns   map[string]*grpc.ClientConn // by address
 	peers   []Peer
 	fetched time.Time
-	// collecting holds a token per request without --follow being answered
-	// (MaxCollecting).
-	collecting chan struct{}
+	// collecting bounds the requests without --follow being answered, per client
+	// address and in all (MaxCollecting).
+	collecting *connlimit.Bound
 	// following bounds the --follow streams, per client address and in all
 	// (MaxFollowing).
 	following *connlimit.Bound
@@ -80,7 +80,11 @@ type Relay struct {
 // them until its client has read them, so clients that never read could otherwise
 // grow the relay's memory without bound. One more is refused (ResourceExhausted). A
 // client that reads nothing for Config.SendTimeout loses its slot (DeadlineExceeded).
-const MaxCollecting = 16
+// One client address holds at most MaxCollectingPerSource of them.
+const (
+	MaxCollecting          = 16
+	MaxCollectingPerSource = 8
+)
 
 // MaxFollowing is how many --follow streams the relay serves at once, and
 // MaxFollowingPerSource how many of them one client address holds. Each is a
@@ -134,7 +138,7 @@ func New(cfg Config) *Relay {
 		cfg.PeerCreds = insecure.NewCredentials()
 	}
 	return &Relay{cfg: cfg, start: time.Now(), conns: map[string]*grpc.ClientConn{},
-		collecting: make(chan struct{}, MaxCollecting), following: connlimit.New(MaxFollowingPerSource, MaxFollowing),
+		collecting: connlimit.New(MaxCollectingPerSource, MaxCollecting), following: connlimit.New(MaxFollowingPerSource, MaxFollowing),
 		statusCalls: connlimit.New(MaxStatusCallsPerSource, MaxStatusCalls), now: time.Now}
 }
 
