@@ -40,6 +40,24 @@ func scrape(h http.Handler, remote string) *httptest.ResponseRecorder {
 	return w
 }
 
+// stallAnswers makes n scrapes of h from remote(i) whose clients stop reading,
+// each blocked in its write when it returns; done lets them finish and waits.
+func stallAnswers(h http.Handler, n int, remote func(i int) string) (done func()) {
+	writing, release := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+			r.RemoteAddr = remote(i)
+			h.ServeHTTP(&stalledWriter{header: http.Header{}, writing: writing, release: release}, r)
+		}()
+		<-writing
+	}
+	return func() { close(release); wg.Wait() }
+}
+
 // Clients that stop reading their answers hold no scrape place: with as many
 // of them as there are places, each blocked in its write, a scraper still
 // gets its answer.
@@ -48,21 +66,9 @@ func TestScrapeStalledReadersHoldNoPlace(t *testing.T) {
 	reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "myelin_test_up", Help: "test"}))
 	h := scrapeHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), connlimit.New(maxScrapesPerSource, maxScrapes),
 		connlimit.New(maxAnswersPerSource, maxAnswers))
-	writing, release := make(chan struct{}), make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range maxScrapes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
-			r.RemoteAddr = fmt.Sprintf("10.0.0.%d:40000", i+1)
-			h.ServeHTTP(&stalledWriter{header: http.Header{}, writing: writing, release: release}, r)
-		}()
-		<-writing
-	}
+	done := stallAnswers(h, maxScrapes, func(i int) string { return fmt.Sprintf("10.0.0.%d:40000", i+1) })
 	w := scrape(h, "10.0.1.1:40000")
-	close(release)
-	wg.Wait()
+	done()
 	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "myelin_test_up 0") {
 		t.Errorf("a scrape beside %d stalled readers: %d %q, want 200 with the metric", maxScrapes, w.Code, w.Body.String())
 	}
@@ -75,21 +81,9 @@ func TestScrapeAnswersPerSource(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	h := scrapeHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), connlimit.New(maxScrapesPerSource, maxScrapes),
 		connlimit.New(maxAnswersPerSource, maxAnswers))
-	writing, release := make(chan struct{}), make(chan struct{})
-	var wg sync.WaitGroup
-	for range maxAnswersPerSource {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
-			r.RemoteAddr = "10.0.0.1:40000"
-			h.ServeHTTP(&stalledWriter{header: http.Header{}, writing: writing, release: release}, r)
-		}()
-		<-writing
-	}
+	done := stallAnswers(h, maxAnswersPerSource, func(int) string { return "10.0.0.1:40000" })
 	w := scrape(h, "10.0.0.1:40001")
-	close(release)
-	wg.Wait()
+	done()
 	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "to one address") {
 		t.Errorf("a scrape beside %d unread answers to its address: %d %q, want 503 naming the bound", maxAnswersPerSource, w.Code, w.Body.String())
 	}
