@@ -340,20 +340,24 @@ func (s *Store) endErr(ctx context.Context, req flow.Request) error {
 	return ctx.Err()
 }
 
-// readerAdmitted says whether one more reader of stored flows fits (s.mu held): any
-// one in a free slot of MaxHistoryReaders+LocalHistoryReaders, a network one also
-// within MaxHistoryReaders.
+// readerAdmitted says whether one more reader of stored flows fits (s.mu held):
+// admits with MaxHistoryReaders and LocalHistoryReaders.
 func (s *Store) readerAdmitted(local bool) bool {
-	free := s.historyReaders < MaxHistoryReaders+LocalHistoryReaders
-	return free && (local || s.historyReaders-s.localHistoryReaders < MaxHistoryReaders)
+	return admits(s.historyReaders, s.localHistoryReaders, MaxHistoryReaders, LocalHistoryReaders, local)
 }
 
-// followerAdmitted says whether one more follower fits (s.mu held): any one in a free
-// slot of MaxFollowers+LocalFollowers, a network one also within MaxFollowers, so the
-// network's streams always leave LocalFollowers slots to local ones.
+// followerAdmitted says whether one more follower fits (s.mu held): admits with
+// MaxFollowers and LocalFollowers.
 func (s *Store) followerAdmitted(local bool) bool {
-	free := len(s.followers) < MaxFollowers+LocalFollowers
-	return free && (local || len(s.followers)-s.localFollowers < MaxFollowers)
+	return admits(len(s.followers), s.localFollowers, MaxFollowers, LocalFollowers, local)
+}
+
+// admits says whether one more request fits beside held ones, locals of them the
+// node's own sockets': any one in a free slot of network+reserve, a network one
+// also within network, so the network's requests always leave reserve slots to
+// local ones.
+func admits(held, locals, network, reserve int, local bool) bool {
+	return held < network+reserve && (local || held-locals < network)
 }
 
 func (s *Store) unfollow(fo *follower) {
