@@ -31,21 +31,19 @@ func (r *Relay) GetFlows(req *observerpb.GetFlowsRequest, stream observerpb.Obse
 	if _, err := hubble.Request(req); err != nil { // the same clear error a node gives
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
+	var release func()
+	var err error
 	if !req.GetFollow() {
-		release, ok := r.collecting.Take(clientAddr(stream.Context()))
-		if !ok {
-			return status.Errorf(codes.ResourceExhausted, "the relay answers at most %d requests without --follow at once, %d from one address; try again",
-				MaxCollecting, MaxCollectingPerSource)
-		}
-		defer release()
+		release, err = takePlace(stream.Context(), r.collecting, "the relay answers at most %d requests without --follow at once, "+
+			"%d from one address; try again", MaxCollecting, MaxCollectingPerSource)
 	} else {
-		release, ok := r.following.Take(clientAddr(stream.Context()))
-		if !ok {
-			return status.Errorf(codes.ResourceExhausted, "the relay follows at most %d streams from one address and %d in all; "+
-				"end one (hubble observe --follow) and try again", MaxFollowingPerSource, MaxFollowing)
-		}
-		defer release()
+		release, err = takePlace(stream.Context(), r.following, "the relay follows at most %d streams from one address and %d in all; "+
+			"end one (hubble observe --follow) and try again", MaxFollowingPerSource, MaxFollowing)
 	}
+	if err != nil {
+		return err
+	}
+	defer release()
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	peers, err := r.current(ctx)

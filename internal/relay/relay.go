@@ -241,15 +241,21 @@ func (r *Relay) probe(ctx context.Context, peers []peerConn) []peerStatus {
 	return out
 }
 
+// takePlace takes one of b's places for ctx's client; without one, the error
+// (ResourceExhausted) says why as format and a do.
+func takePlace(ctx context.Context, b *connlimit.Bound, format string, a ...any) (release func(), err error) {
+	release, ok := b.Take(clientAddr(ctx))
+	if !ok {
+		return nil, status.Errorf(codes.ResourceExhausted, format, a...)
+	}
+	return release, nil
+}
+
 // statusPlace takes one of the places of ServerStatus and GetNodes calls
 // (MaxStatusCalls) for ctx's client.
 func (r *Relay) statusPlace(ctx context.Context) (release func(), err error) {
-	release, ok := r.statusCalls.Take(clientAddr(ctx))
-	if !ok {
-		return nil, status.Errorf(codes.ResourceExhausted, "the relay answers at most %d status requests (ServerStatus, GetNodes) "+
-			"from one address and %d in all at once; try again", MaxStatusCallsPerSource, MaxStatusCalls)
-	}
-	return release, nil
+	return takePlace(ctx, r.statusCalls, "the relay answers at most %d status requests (ServerStatus, GetNodes) "+
+		"from one address and %d in all at once; try again", MaxStatusCallsPerSource, MaxStatusCalls)
 }
 
 // ServerStatus sums the peers' flow stores and says which nodes are unavailable.
