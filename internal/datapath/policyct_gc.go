@@ -199,6 +199,41 @@ func policyCTResetMarked(k myelinPolicyCtKey, v myelinPolicyCtEntry) bool {
 	return k.Proto == unix.IPPROTO_TCP && v.Closing&policyCTReset != 0
 }
 
+// policyCTRound is what a GC round of myelin_policy_ct knows of itself.
+type policyCTRound struct {
+	now   uint32 // policyCTUnits of the round's time
+	first bool   // the last round is too long ago: every entry's idle clock restarts (noteRound)
+	notes bool   // the RESET notes the last round kept count (a grace has passed since)
+}
+
+// gcSlot judges slot i, read at seq as live connection k with entry v, in round r:
+// it notes the round, empties the slot if the connection idled out, and strips an
+// RST-ended entry whose RESET note counts. gone is how many slots it emptied; stays
+// says whether the entry is left as it was (then it counts against its pods).
+func (t *policyCTTable) gcSlot(i int, seq uint32, k myelinPolicyCtKey, v myelinPolicyCtEntry, r policyCTRound) (gone int, stays bool) {
+	s := t.slot(i)
+	noted := atomic.LoadUint32(&s.Ref)&policyCTRefReset != 0
+	t.noteRound(i, seq, r.now, r.first, k, v)
+	born := atomic.LoadUint32(&s.Born)
+	if policyCTIdle(k, v, r.now) || policyCTIdleTCP(k, atomic.LoadUint32(&s.Ref), born, r.now) ||
+		policyCTOpenerOnlyIdle(v, born, r.now) {
+		if t.empty(i, seq) {
+			gone++
+		}
+		return gone, false
+	}
+	if policyCTResetMarked(k, v) && noted && r.notes && v.Ends&policyCTEnds != 0 {
+		t.write(i, seq, func(s *myelinPolicyCtSlot) {
+			s.Entry.Closing = 0
+			if policyCTStrip(s, policyCTEnds, r.now) {
+				gone++
+			}
+		})
+		return gone, false
+	}
+	return 0, true
+}
+
 // GCPolicyCT deletes the myelin_policy_ct entries nothing else frees and returns how
 // many, and with a PolicyCTPodMax, lists the pods holding more entries than that in
 // myelin_policy_ct_over (policyCTBudget, budget.go). Deleted: connections of other
@@ -249,27 +284,9 @@ func (d *Datapath) GCPolicyCT(at time.Duration) (int, error) {
 					removed++
 				}
 			default:
-				s := t.slot(i)
-				noted := atomic.LoadUint32(&s.Ref)&policyCTRefReset != 0
-				t.noteRound(i, seq, now, first, k, v)
-				born := atomic.LoadUint32(&s.Born)
-				if policyCTIdle(k, v, now) || policyCTIdleTCP(k, atomic.LoadUint32(&s.Ref), born, now) ||
-					policyCTOpenerOnlyIdle(v, born, now) {
-					if t.empty(i, seq) {
-						removed++
-					}
-					continue
-				}
-				if policyCTResetMarked(k, v) && noted && notes && v.Ends&policyCTEnds != 0 {
-					t.write(i, seq, func(s *myelinPolicyCtSlot) {
-						s.Entry.Closing = 0
-						if policyCTStrip(s, policyCTEnds, now) {
-							removed++
-						}
-					})
-					continue
-				}
-				if budget.max != 0 {
+				gone, stays := t.gcSlot(i, seq, k, v, policyCTRound{now: now, first: first, notes: notes})
+				removed += gone
+				if stays && budget.max != 0 {
 					policyCTHeld(held, k, v)
 				}
 			}
