@@ -94,6 +94,11 @@ func writeError(w http.ResponseWriter, code int, err error) {
 	writeJSON(w, code, api.ErrorBody{Error: err.Error()})
 }
 
+// writeRetry answers a refusal that passes by itself (api.ErrRetry for the client).
+func writeRetry(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, api.ErrorBody{Error: err.Error(), Retry: true})
+}
+
 // ifReady answers 503 until the agent has finished starting.
 func (a *server) ifReady(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -149,11 +154,15 @@ func (a *server) handleAllocate(w http.ResponseWriter, r *http.Request) {
 	// loop's Pod cache synced (podclaims.go); the PUT that follows waits for it anyway.
 	if pol, ok := findView[*policyLoop](&a.views); ok {
 		if err := pol.awaitAllocatable(r.Context(), ref); err != nil {
-			writeError(w, http.StatusServiceUnavailable, err)
+			writeRetry(w, http.StatusServiceUnavailable, err)
 			return
 		}
 	}
 	alloc, err := a.eps.Allocate(ref)
+	if errors.Is(err, ipam.ErrClaimed) { // free once the Pods being deleted are gone
+		writeRetry(w, http.StatusConflict, err)
+		return
+	}
 	if err != nil {
 		writeError(w, http.StatusConflict, err)
 		return

@@ -215,6 +215,40 @@ func TestAPIReleaseKeepsTheIPOfAnotherADDInFlight(t *testing.T) {
 	}
 }
 
+// An allocation refused while the only free address is one a Pod being deleted still
+// lists says "retry" (api.ErrRetry: the CNI plugin's "try again later", not "agent
+// unavailable"); a range whose addresses are all in use does not.
+func TestAPIAllocateSaysWhenToRetry(t *testing.T) {
+	dir := t.TempDir()
+	pool, err := ipam.OpenPool(filepath.Join(dir, "ipam.json"), netip.MustParsePrefix("10.244.0.0/30")) // 10.244.0.2 only
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &fakeNode{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}}
+	eps := endpoint.NewManager(endpoint.Config{Dir: filepath.Join(dir, "endpoints"), Node: "n1"}, node, node, pool)
+	eps.UseAddressClaims(func(_ netip.Addr, podUID string) bool { return podUID != "u-old" })
+	a := &server{cfg: Config{Node: "n1", StateDir: dir}, eps: eps, pool: pool, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	srv, err := a.serve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	a.ready.Store(true)
+	c, ctx := api.NewClient(a.cfg.socket()), context.Background()
+
+	_, err = c.Allocate(ctx, api.PodRef{ContainerID: "new", Namespace: "shop", Pod: "new", PodUID: "u-new"})
+	if !errors.Is(err, api.ErrRetry) || errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "shop/new") {
+		t.Fatalf("allocation while the free address is claimed = %v, want api.ErrRetry naming the pod", err)
+	}
+	if _, err := c.Allocate(ctx, api.PodRef{ContainerID: "old", Namespace: "shop", Pod: "old", PodUID: "u-old"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Allocate(ctx, api.PodRef{ContainerID: "new", Namespace: "shop", Pod: "new", PodUID: "u-new"})
+	if err == nil || errors.Is(err, api.ErrRetry) || !strings.Contains(err.Error(), "larger PodCIDR") {
+		t.Errorf("allocation with every address in use = %v, want an error without retry saying what to do", err)
+	}
+}
+
 // A path id that is not a CNI container id (here one that unescapes to "../x") is a
 // bad request (400) on every endpoint call, answered before anything names a file by
 // it; before, allocate and put answered 409 and release and delete 500.

@@ -24,6 +24,11 @@ var ErrUnavailable = errors.New("myelin agent unavailable")
 // the CNI plugin turns it into "try again later" naming the policy, not the agent.
 var ErrNotAdmitted = errors.New("pod's NetworkPolicy not in place")
 
+// ErrRetry means the agent refused for now, for a reason that passes by itself and
+// that its message names (ErrorBody.Retry); the CNI plugin turns it into "try again
+// later" with that message, not "agent unavailable".
+var ErrRetry = errors.New("not possible yet")
+
 // Client talks to one agent over its unix socket.
 type Client struct {
 	socket string
@@ -68,6 +73,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		var eb ErrorBody
 		if json.NewDecoder(io.LimitReader(resp.Body, errorBodyMax)).Decode(&eb) != nil || eb.Error == "" {
 			eb.Error = fmt.Sprintf("%s %s: %s, without the agent's error message (is it the myelin agent on %s?)", method, path, resp.Status, c.socket)
+		}
+		if eb.Retry {
+			return fmt.Errorf("%w: %s", ErrRetry, eb.Error)
 		}
 		if resp.StatusCode == http.StatusServiceUnavailable {
 			return fmt.Errorf("%w: %s", ErrUnavailable, eb.Error)

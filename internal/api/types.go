@@ -84,9 +84,12 @@ type Health struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// ErrorBody is the body of every non-2xx answer.
+// ErrorBody is the body of every non-2xx answer. Retry says the refusal passes by
+// itself (addresses that Pods being deleted still hold, a Pod cache still syncing):
+// the caller should try again later, and the client returns ErrRetry.
 type ErrorBody struct {
 	Error string `json:"error"`
+	Retry bool   `json:"retry,omitempty"`
 }
 
 // ConfigView is a node's effective configuration: every key, its value and its source.

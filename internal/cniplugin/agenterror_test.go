@@ -17,30 +17,37 @@ import (
 	"github.com/myelin-net/myelin/internal/testenv"
 )
 
-// The CNI error of a failed endpoint PUT names what failed: an agent that is not
-// ready (503), and a pod whose NetworkPolicy the agent could not put in place (504),
-// which is the agent's doing, not its absence. Both are "try again later".
+// The CNI error of a failed agent call names what failed: an agent that is not ready
+// (503), a pod whose NetworkPolicy the agent could not put in place (504), which is
+// the agent's doing, not its absence, and a refusal the agent says passes by itself
+// (retry: addresses Pods being deleted still hold) are "try again later"; another
+// refusal is not.
 func TestAgentErrorNamesTheCause(t *testing.T) {
 	for _, c := range []struct {
 		status int
+		retry  bool
 		msg    string
+		code   uint
 		want   string
 	}{
-		{http.StatusServiceUnavailable, "agent starting", "the myelin agent on this node is not available"},
-		{http.StatusGatewayTimeout, "NetworkPolicy for pod ns/p is not in place: waited 10s", "the pod's NetworkPolicy is not in place yet"},
+		{http.StatusServiceUnavailable, false, "agent starting", types.ErrTryAgainLater, "the myelin agent on this node is not available"},
+		{http.StatusGatewayTimeout, false, "NetworkPolicy for pod ns/p is not in place: waited 10s", types.ErrTryAgainLater, "the pod's NetworkPolicy is not in place yet"},
+		{http.StatusConflict, true, "no free pod IP on node n1 for ns/p yet", types.ErrTryAgainLater, "register the endpoint is not possible yet"},
+		{http.StatusServiceUnavailable, true, "the agent's Pod cache has not synced", types.ErrTryAgainLater, "register the endpoint is not possible yet"},
+		{http.StatusConflict, false, "all 2 addresses of 10.244.0.0/30 are in use", types.ErrInternal, "register the endpoint failed"},
 	} {
 		sock := testenv.ServeUnixHTTP(t, func(w http.ResponseWriter, _ *http.Request) {
 			w.WriteHeader(c.status)
-			_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: c.msg})
+			_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: c.msg, Retry: c.retry})
 		})
 		_, err := api.NewClient(sock).PutEndpoint(context.Background(), api.Endpoint{PodRef: api.PodRef{ContainerID: "c1"}})
 		var ce *types.Error
 		if !errors.As(agentError("register the endpoint", sock, err), &ce) {
 			t.Fatalf("status %d: agentError(%v) is no CNI error", c.status, err)
 		}
-		if ce.Code != types.ErrTryAgainLater || !strings.Contains(ce.Msg, c.want) || !strings.Contains(ce.Details, c.msg) {
-			t.Errorf("status %d: CNI error code %d, %q (%q); want code %d, %q with the agent's message",
-				c.status, ce.Code, ce.Msg, ce.Details, types.ErrTryAgainLater, c.want)
+		if ce.Code != c.code || !strings.Contains(ce.Msg, c.want) || !strings.Contains(ce.Details, c.msg) {
+			t.Errorf("status %d (retry %v): CNI error code %d, %q (%q); want code %d, %q with the agent's message",
+				c.status, c.retry, ce.Code, ce.Msg, ce.Details, c.code, c.want)
 		}
 	}
 }

@@ -40,9 +40,10 @@ func run() *types.Error {
 		version.PluginSupports(supportedVersions...), "myelin-cni: pod networking by the myelin agent"))
 }
 
-// agentError turns an API error into a CNI error: an unreachable or unready agent, or
-// a pod whose NetworkPolicy the agent could not put in place in time, is "try again
-// later" (code 11), which makes the runtime retry.
+// agentError turns an API error into a CNI error: an unreachable or unready agent, a
+// pod whose NetworkPolicy the agent could not put in place in time, or another refusal
+// the agent says passes by itself (api.ErrRetry) is "try again later" (code 11), which
+// makes the runtime retry; the message says which.
 func agentError(op string, socket string, err error) error {
 	if errors.Is(err, api.ErrUnavailable) {
 		return types.NewError(types.ErrTryAgainLater, "the myelin agent on this node is not available, try again later",
@@ -51,6 +52,10 @@ func agentError(op string, socket string, err error) error {
 	if errors.Is(err, api.ErrNotAdmitted) {
 		return types.NewError(types.ErrTryAgainLater, "the pod's NetworkPolicy is not in place yet, try again later",
 			fmt.Sprintf("%s: %v; the runtime retries on its own; check the agent's policy loop and Policy problems with: myelin status, myelin endpoints", op, err))
+	}
+	if errors.Is(err, api.ErrRetry) {
+		return types.NewError(types.ErrTryAgainLater, op+" is not possible yet, try again later",
+			fmt.Sprintf("%s: %v; the runtime retries on its own", op, err))
 	}
 	return types.NewError(types.ErrInternal, op+" failed", err.Error())
 }
