@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -92,6 +91,11 @@ func InstallPlugin(cfg Config) error {
 	if err := os.MkdirAll(cfg.CNIBinDir, 0o755); err != nil {
 		return fmt.Errorf("create CNI bin dir: %w", err)
 	}
+	// An interrupted copy (an earlier start's crash) left its temporary file; as in
+	// the conf dir, only ours go, and only once no other agent can be writing it.
+	if err := statefile.RemoveOwnTemporaryOlder(cfg.CNIBinDir, cniConfTempAge); err != nil {
+		return err
+	}
 	if err := copyFile(cfg.CNIPluginSource, filepath.Join(cfg.CNIBinDir, "myelin-cni"), 0o755); err != nil {
 		return fmt.Errorf("install the CNI plugin from %s: %w; build it with make build or pass --cni-plugin", cfg.CNIPluginSource, err)
 	}
@@ -104,29 +108,20 @@ func InstallPlugin(cfg Config) error {
 	return nil
 }
 
+// copyFile installs src as dst through statefile.WriteFrom: a temporary file of its
+// own name, created exclusively and never through a symlink (the bin dir is the
+// host's: a link planted at a fixed name like dst+".tmp" would have root write the
+// plugin over its target), synced before the rename, so after a power loss the
+// runtime finds the old plugin or the new one, never an empty file it cannot run.
+// Before this, agents wrote dst+".tmp"; one a crash left is removed (not followed).
 func copyFile(src, dst string, mode os.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	tmp := dst + ".tmp"
-	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
-	if err != nil {
+	if err := os.Remove(dst + ".tmp"); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	// Synced before the rename: after a power loss the runtime finds the old plugin or
-	// the new one, never an empty file it cannot run.
-	if err := out.Sync(); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, dst)
+	return statefile.WriteFrom(dst, in, mode)
 }

@@ -135,3 +135,39 @@ func TestInstallCNIRemovesItsOldTemporaryFile(t *testing.T) {
 		t.Errorf("another tool's %s was removed: %v", others, err)
 	}
 }
+
+// The plugin is installed without following a link planted in the host's CNI bin dir
+// (agents wrote the fixed name myelin-cni.tmp before: root would have written the
+// plugin over the link's target), and dst ends up a regular file, not the link.
+func TestInstallPluginFollowsNoPlantedLink(t *testing.T) {
+	src := t.TempDir()
+	plugin := filepath.Join(src, "myelin-cni")
+	if err := os.WriteFile(plugin, []byte("#!/bin/true\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(t.TempDir(), "10-other.conflist")
+	if err := os.WriteFile(victim, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{CNIBinDir: t.TempDir(), CNIPluginSource: plugin}
+	dst := filepath.Join(cfg.CNIBinDir, "myelin-cni")
+	if err := os.Symlink(victim, dst+".tmp"); err != nil {
+		t.Fatal(err)
+	}
+	if err := InstallPlugin(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "{}" {
+		t.Errorf("the planted link's target now holds %q (%v), want it untouched", b, err)
+	}
+	st, err := os.Lstat(dst)
+	if err != nil || !st.Mode().IsRegular() || st.Mode().Perm() != 0o755 {
+		t.Fatalf("installed plugin: %v %v, want a regular file of mode 0755", st, err)
+	}
+	if b, _ := os.ReadFile(dst); string(b) != "#!/bin/true\n" {
+		t.Errorf("installed plugin holds %q, want the source's bytes", b)
+	}
+	if _, err := os.Lstat(dst + ".tmp"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the planted %s.tmp is still there (lstat: %v)", dst, err)
+	}
+}

@@ -5,10 +5,12 @@
 package statefile
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -27,7 +29,13 @@ import (
 // removed. Writers of one path at once each rename a whole file of their own; the
 // last rename wins.
 func Write(path string, b []byte, mode os.FileMode) error {
-	tmp, err := writeTemp(filepath.Dir(path), b, mode)
+	return WriteFrom(path, bytes.NewReader(b), mode)
+}
+
+// WriteFrom is Write of what r reads to its end (a file to install, copied without
+// holding it in memory).
+func WriteFrom(path string, r io.Reader, mode os.FileMode) error {
+	tmp, err := writeTemp(filepath.Dir(path), r, mode)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
@@ -44,19 +52,19 @@ func Write(path string, b []byte, mode os.FileMode) error {
 // one.
 const tempPrefix = ".tmp-"
 
-// writeTemp writes b to a new file of mode in dir, named tempPrefix and 16 random
+// writeTemp writes what r reads to a new file of mode in dir, named tempPrefix and 16 random
 // hex digits, created exclusively and without following a symlink (one planted there
 // fails the create: root's write never lands where it points), and synced. It returns
 // the file's path; on error nothing is left.
-func writeTemp(dir string, b []byte, mode os.FileMode) (string, error) {
+func writeTemp(dir string, r io.Reader, mode os.FileMode) (string, error) {
 	var f *os.File
 	var path string
 	for tries := 0; ; tries++ {
-		var r [8]byte
-		if _, err := rand.Read(r[:]); err != nil {
+		var name [8]byte
+		if _, err := rand.Read(name[:]); err != nil {
 			return "", err
 		}
-		path = filepath.Join(dir, tempPrefix+hex.EncodeToString(r[:]))
+		path = filepath.Join(dir, tempPrefix+hex.EncodeToString(name[:]))
 		var err error
 		f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
 		if err == nil {
@@ -66,7 +74,7 @@ func writeTemp(dir string, b []byte, mode os.FileMode) (string, error) {
 			return "", err
 		}
 	}
-	_, err := f.Write(b)
+	_, err := io.Copy(f, r)
 	if err == nil {
 		err = f.Sync()
 	}
