@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -321,18 +322,35 @@ func TestParsePeer(t *testing.T) {
 	}
 }
 
+// PeersFromNodes takes each Node's InternalIP, skips a Node without one, and refuses
+// an address that is not unicast or that an older Node already has (a compromised
+// kubelet's lie), naming both Nodes.
 func TestPeersFromNodes(t *testing.T) {
-	node := func(name, ip string) corev1.Node {
-		n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	node := func(name, ip string, age time.Duration) corev1.Node {
+		n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(t0.Add(-age))}}
 		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: name}}
 		if ip != "" {
 			n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
 		}
 		return n
 	}
-	got := PeersFromNodes([]corev1.Node{node("n2", "198.18.0.12"), node("n1", "198.18.0.11"), node("n3", "")}, 4244)
+	got, refused := PeersFromNodes([]corev1.Node{
+		node("a-liar", "198.18.0.12", time.Hour), node("n2", "198.18.0.12", 2*time.Hour), node("n1", "198.18.0.11", 2*time.Hour),
+		node("n3", "", time.Hour), node("lo", "127.0.0.1", time.Hour), node("meta", "169.254.169.254", time.Hour),
+		node("junk", "not-an-ip", time.Hour),
+	}, 4244)
 	want := []Peer{{"n1", "198.18.0.11:4244"}, {"n2", "198.18.0.12:4244"}}
-	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
-		t.Errorf("PeersFromNodes = %v, want %v (a node without an InternalIP is skipped)", got, want)
+	if !slices.Equal(got, want) {
+		t.Errorf("PeersFromNodes = %v, want %v (a node without an InternalIP is skipped, refused ones left out)", got, want)
+	}
+	wantRefused := []string{
+		"node a-liar: InternalIP 198.18.0.12 is node n2's (created first)",
+		`node junk: InternalIP "not-an-ip" is not a unicast IP address`,
+		`node lo: InternalIP "127.0.0.1" is not a unicast IP address`,
+		`node meta: InternalIP "169.254.169.254" is not a unicast IP address`,
+	}
+	if !slices.Equal(refused, wantRefused) {
+		t.Errorf("refused = %q, want %q", refused, wantRefused)
 	}
 }

@@ -7,11 +7,12 @@ import (
 	"net"
 	"time"
 
-	"github.com/myelin-net/myelin/internal/connlimit"
-	"github.com/myelin-net/myelin/internal/hubble"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/myelin-net/myelin/internal/connlimit"
+	"github.com/myelin-net/myelin/internal/hubble"
 )
 
 // Options are `myelin relay`'s flags.
@@ -37,7 +38,7 @@ var (
 // and whether it requires client certificates (without, whoever connects reads every
 // flow).
 func Run(ctx context.Context, o Options, log *slog.Logger) error {
-	discover, err := discovery(o)
+	discover, err := discovery(o, log)
 	if err != nil {
 		return err
 	}
@@ -60,7 +61,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	return r.Serve(ctx, lis)
 }
 
-func discovery(o Options) (Discovery, error) {
+func discovery(o Options, log *slog.Logger) (Discovery, error) {
 	if len(o.Peers) > 0 {
 		var peers []Peer
 		for _, s := range o.Peers {
@@ -90,7 +91,7 @@ func discovery(o Options) (Discovery, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create kubernetes client: %w", err)
 	}
-	return FromNodes(cs, o.PeerPort), nil
+	return FromNodes(cs, o.PeerPort, log), nil
 }
 
 func peersText(o Options) string {
