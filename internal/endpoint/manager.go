@@ -155,9 +155,10 @@ func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
 	m.mu.Lock()
 	ip, err := m.pool.Allocate(ref.ContainerID, m.claimedFor(ref.PodUID))
 	if err == nil {
-		// A container with a registered endpoint records no attempt: its IP is the
-		// endpoint's, which Release never frees.
-		if _, ok := m.eps[ref.ContainerID]; !ok {
+		// A container with a registered endpoint, or one whose record Restore could
+		// not read (its pod keeps the address, map entry and route), records no
+		// attempt: its IP is the endpoint's, which Release never frees.
+		if _, ok := m.eps[ref.ContainerID]; !ok && !m.recordUnreadable(ref.ContainerID) {
 			m.markPending(ref.ContainerID, attempt)
 		}
 	}
@@ -309,7 +310,8 @@ func (m *Manager) unprogramUnreadable(containerID string) error {
 
 // Release gives back the IP allocated to containerID whose ADD failed before its
 // endpoint was registered (the plugin's cleanup); attempt is the failed ADD's
-// (api.Allocation.Attempt). A container with a registered endpoint keeps its IP:
+// (api.Allocation.Attempt). A container with a registered endpoint (or one whose
+// record Restore could not read, which kept its datapath) keeps its IP:
 // only DEL removes a live attachment, so a failed second ADD for it can't free the
 // address another pod would then get while the endpoint, its datapath entry and its
 // policy identity still name it. A container with another ADD in flight keeps it
@@ -327,6 +329,12 @@ func (m *Manager) Release(containerID, attempt string) error {
 		return fmt.Errorf("%w: container %s (pod %s/%s) has a live endpoint on node %s with IP %s on %s; "+
 			"its IP is released by CNI DEL, not by a failed ADD's cleanup", ErrEndpointExists, containerID, ep.Namespace, ep.Pod,
 			m.cfg.Node, ep.IP, ep.HostIfName)
+	}
+	if m.recordUnreadable(containerID) {
+		ip, _ := m.pool.Lookup(containerID)
+		return fmt.Errorf("%w: container %s has an endpoint on node %s with IP %s on %s whose record the agent could not "+
+			"read at its start (it kept the address, map entry and route); its IP is released by CNI DEL, not by a failed "+
+			"ADD's cleanup", ErrEndpointExists, containerID, m.cfg.Node, ip, HostIfName(containerID))
 	}
 	if p, ok := m.pending[containerID]; ok && attempt != "" {
 		delete(p.attempts, attempt)

@@ -106,6 +106,18 @@ func TestRestoreSurvivesACorruptRecord(t *testing.T) {
 			if f2.dp.eps[bIP].IfIndex != 2 {
 				t.Errorf("b's map entry after restore: %+v, want it kept", f2.dp.eps[bIP])
 			}
+			// A second ADD of b (a runtime's, or forged) that fails on b's live veth
+			// does not free b's IP for the next pod: its release is refused.
+			again, err := f2.m.Allocate(api.PodRef{ContainerID: "b", Namespace: "default", Pod: "b"})
+			if err != nil || again.IP != eps["b"].IP {
+				t.Fatalf("second ADD of b: %+v %v, want b's IP %s", again, err, eps["b"].IP)
+			}
+			if err := f2.m.Release("b", again.Attempt); !errors.Is(err, ErrEndpointExists) || !strings.Contains(err.Error(), "could not read") {
+				t.Fatalf("release of the failed second ADD of b: %v, want ErrEndpointExists saying its record was unreadable", err)
+			}
+			if ip, ok := f2.pool.Lookup("b"); !ok || ip != bIP {
+				t.Fatalf("b's IP after the refused release: %v %v, want %v kept", ip, ok, bIP)
+			}
 			// DEL of b still works and removes the corrupt record with it.
 			if err := f2.m.DeleteOwned("b", 2); err != nil {
 				t.Fatal(err)
