@@ -146,6 +146,27 @@ func TestOpenPoolReadsFilesWithoutAScanPosition(t *testing.T) {
 	}
 }
 
+// An allocation whose owner is not a CNI container id (a written "../x": the endpoint
+// manager removes "<owner>.json" at GC and DEL) is left out of a pool read back and
+// reported as damage; the other allocations stay.
+func TestOpenPoolLeavesOutOwnersThatAreNoContainerID(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ipam.json")
+	file := `{"cidr":"10.244.1.0/29","allocations":{"a":"10.244.1.4","../../victim":"10.244.1.5"}}`
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := OpenPool(path, netip.MustParsePrefix("10.244.1.0/29"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := p.Damaged(); d == nil || !strings.Contains(d.Error(), "victim") {
+		t.Errorf("Damaged() = %v, want the forged owner named", d)
+	}
+	if _, ok := p.Lookup("../../victim"); ok || len(p.Owners()) != 1 {
+		t.Errorf("owners after reading %s: %v, want only a", file, p.Owners())
+	}
+}
+
 // A pool whose only free address is claimed refuses a new owner, naming the range and
 // why, without losing its state; the owner whose Pod claims it (a retried ADD) keeps
 // it; once the claim is gone the address is handed out, and the round-robin goes on

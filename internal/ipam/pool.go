@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 
+	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/statefile"
 )
 
@@ -94,11 +95,17 @@ func (p *Pool) restoreNext(stored string) error {
 }
 
 // restore adopts the stored allocations (owner to address) that are valid and
-// unique; it returns what it left out.
+// unique; it returns what it left out. An owner that is not a CNI container id is left
+// out too: the endpoint manager names files by owners (a GC or DEL removes
+// "<owner>.json"), and a written "../x" would reach outside the state directory.
 func (p *Pool) restore(stored map[string]string) error {
 	claims := map[netip.Addr][]string{}
 	var errs []error
 	for owner, s := range stored {
+		if err := api.CheckContainerID(owner); err != nil {
+			errs = append(errs, fmt.Errorf("allocation of %s: %w", s, err))
+			continue
+		}
 		ip, err := netip.ParseAddr(s)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("bad address %q of %s", s, owner))
