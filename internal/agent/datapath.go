@@ -17,6 +17,7 @@ import (
 	"github.com/myelin-net/myelin/internal/flowstore"
 	"github.com/myelin-net/myelin/internal/ipam"
 	"github.com/myelin-net/myelin/internal/iptables"
+	"github.com/myelin-net/myelin/internal/lockfile"
 	"github.com/myelin-net/myelin/internal/routing"
 	"github.com/myelin-net/myelin/internal/statefile"
 	"github.com/myelin-net/myelin/internal/tunnel"
@@ -67,13 +68,34 @@ func ownStateDir(dir string) error {
 	return nil
 }
 
+// stateLock is the state directory's lock file (lockStateDir).
+const stateLock = "agent.lock"
+
+// lockStateDir makes the state directory (ownStateDir) and takes its lock for the
+// agent's life (the kernel drops it with the process, also a killed one): two agents
+// on one state directory would each read ipam.json and overwrite the other's
+// allocations (one address for two pods) and take each other's API socket. Nothing
+// else excluded that once health-port is 0 (the binary's default).
+func lockStateDir(dir string) (*lockfile.Lock, error) {
+	if err := ownStateDir(dir); err != nil {
+		return nil, err
+	}
+	l, err := lockfile.TryLock(filepath.Join(dir, stateLock))
+	if errors.Is(err, lockfile.ErrHeld) {
+		return nil, fmt.Errorf("state directory %s (--state-dir) is another running myelin agent's (%v); "+
+			"stop that agent first, or give each agent its own --state-dir", dir, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("state directory %s (--state-dir): %w", dir, err)
+	}
+	return l, nil
+}
+
 // startDatapath opens IPAM, loads and attaches BPF, sets up or removes legacy
 // forwarding as the plan says, and adopts existing endpoints.
 func (s *startup) startDatapath(ctx context.Context, nodes *nodeWatch) (*nodeDatapath, error) {
-	if err := ownStateDir(s.cfg.StateDir); err != nil {
-		return nil, err
-	}
-	// Only the agent writes files there (ipam.json, the policy files), none before
+	// Run made the state directory and holds its lock (lockStateDir): only this
+	// agent writes files there (ipam.json, the policy files), none before
 	// this: a temporary file is what a crash mid-write left.
 	if err := statefile.RemoveTemporary(s.cfg.StateDir); err != nil {
 		s.log.Warn("remove temporary files a crash left in the state directory", "err", err)

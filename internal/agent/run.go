@@ -45,6 +45,11 @@ func (c Config) socket() string { return api.Socket(c.StateDir) }
 // install the CNI plugin, report ready, then serve until ctx ends. A configuration
 // error stops it before it changes anything on the node.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	lock, err := lockStateDir(cfg.StateDir) // one agent per state directory
+	if err != nil {
+		return err
+	}
+	defer lock.Release(false)
 	health, err := startHealth(cfg.HealthPort, log) // liveness from the first moment
 	if err != nil {
 		return err

@@ -47,3 +47,24 @@ func TestOwnStateDir(t *testing.T) {
 		}
 	}
 }
+
+// A second agent on a state directory another holds is refused before it reads or
+// writes anything there, naming the directory, the holder and what to do; once the
+// first is gone (its lock dropped), the directory is free again.
+func TestLockStateDirRefusesASecondAgent(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "myelin")
+	first, err := lockStateDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = lockStateDir(dir)
+	if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "pid ") || !strings.Contains(err.Error(), "own --state-dir") {
+		t.Fatalf("second lockStateDir(%s) = %v, want a refusal naming the directory, the holder and --state-dir", dir, err)
+	}
+	first.Release(false)
+	again, err := lockStateDir(dir)
+	if err != nil {
+		t.Fatalf("lockStateDir after the first agent left: %v", err)
+	}
+	again.Release(false)
+}
