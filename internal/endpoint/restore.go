@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/statefile"
@@ -58,6 +59,7 @@ func (m *Manager) Restore() (adopted, removed int, err error) {
 		}
 		adopted++
 	}
+	errs = append(errs, m.claimUnreadable())
 	for id := range m.pool.Owners() {
 		if _, ok := m.eps[id]; !ok {
 			m.pending[id] = pendingADD{since: m.now(), restored: true}
@@ -125,6 +127,45 @@ func (m *Manager) claimAddress(ep *api.Endpoint, ip netip.Addr) error {
 			ep.ContainerID, ep.Namespace, ep.Pod, ep.IP, err)
 	}
 	return nil
+}
+
+// claimUnreadable gives a container whose record could not be read its address back
+// when the pool has none for it (ipam.json was damaged too): the endpoints map entry
+// that points at the container's live host veth names the address. Without it the
+// address would look free and its entry stray, and the next pod would get the address
+// while this one still runs on it. A record file named by a hash (a long id) names no
+// container, and an ifindex two entries share names no address: those are left.
+func (m *Manager) claimUnreadable() error {
+	if len(m.unreadable) == 0 {
+		return nil
+	}
+	inMap, err := m.dp.Endpoints()
+	if err != nil {
+		return fmt.Errorf("claim the addresses of unreadable endpoint records: %w", err)
+	}
+	byVeth := map[int][]netip.Addr{}
+	for ip, e := range inMap {
+		byVeth[e.IfIndex] = append(byVeth[e.IfIndex], ip)
+	}
+	var errs []error
+	for name := range m.unreadable {
+		id, ok := strings.CutSuffix(name, ".json")
+		if !ok || api.CheckContainerID(id) != nil || api.RecordFileName(id) != name {
+			continue
+		}
+		if _, held := m.pool.Lookup(id); held {
+			continue
+		}
+		idx, err := m.links.IfIndex(HostIfName(id))
+		if err != nil || len(byVeth[idx]) != 1 {
+			continue
+		}
+		if err := m.pool.Claim(id, byVeth[idx][0]); err != nil {
+			errs = append(errs, fmt.Errorf("endpoint record %s can't be read and the IPAM state lost its address: "+
+				"claim %s (its veth %s's map entry): %w", name, byVeth[idx][0], HostIfName(id), err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // removeStrayEntries removes the BPF endpoints map entries no endpoint claims,

@@ -342,6 +342,37 @@ func TestRestoreOverATruncatedPoolFile(t *testing.T) {
 	}
 }
 
+// ipam.json and a record both damaged: the container of the unreadable record gets
+// its address back from the map entry on its live veth, so the entry is no stray and
+// no new pod is given the address while the pod still runs on it.
+func TestRestoreOverATruncatedPoolFileAndRecord(t *testing.T) {
+	f, eps, restart := restartFixture(t)
+	if err := os.WriteFile(filepath.Join(f.dir, "ipam.json"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.writeRaw(t, "b", []byte(`{"containerID": "b", "ip": "10.2`))
+	f2 := restart()
+	if adopted, _, err := f2.m.Restore(); adopted != 2 || err == nil {
+		t.Fatalf("Restore = %d adopted, %v; want 2 and an error naming b's record", adopted, err)
+	}
+	bIP := netip.MustParseAddr(eps["b"].IP)
+	if ip, ok := f2.pool.Lookup("b"); !ok || ip != bIP {
+		t.Fatalf("b's IP after restore: %v %v, want %v claimed back", ip, ok, bIP)
+	}
+	if f2.dp.eps[bIP].IfIndex != eps["b"].HostIfIndex {
+		t.Errorf("b's map entry after restore: %+v, want it kept", f2.dp.eps[bIP])
+	}
+	for _, id := range []string{"new-1", "new-2", "new-3"} {
+		alloc, err := f2.m.Allocate(api.PodRef{ContainerID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if alloc.IP == eps["b"].IP {
+			t.Fatalf("a new pod got b's live address %s", alloc.IP)
+		}
+	}
+}
+
 // A record naming another pod's host veth (forged) is not adopted: deleting it would
 // detach that pod's programs. The pod on that veth keeps everything.
 func TestRestoreRefusesARecordOnAnotherPodsVeth(t *testing.T) {
