@@ -1,12 +1,19 @@
 package agent
 
 import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"log/slog"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/myelin-net/myelin/internal/statefile"
 )
 
 // Address claims: a pod being deleted keeps its address in its status after CNI DEL
@@ -44,13 +51,77 @@ const claimCooldown = 10 * time.Second
 
 // podClaims answers which of this node's addresses a Pod still claims, from the
 // policy loop's Pod cache once the loop indexed it (use), and which a Pod claimed
-// less than claimCooldown ago (released); before use, none.
+// less than claimCooldown ago (released); before use, none. With a path, the
+// cooldowns are kept there (loadCooldowns), so an agent restarted within one keeps
+// it: the Pod is gone from the apiserver's list by then.
 type podClaims struct {
 	pods atomic.Pointer[cache.Indexer]
 	node string
+	path string // the cooldowns' file; "" keeps them in memory only
+	log  *slog.Logger
 	mu   sync.Mutex
 	gone map[netip.Addr]time.Time // when a local Pod stopped claiming the address
 	now  func() time.Time         // nil: time.Now
+}
+
+// cooldownFile is the cooldowns' file in the state directory.
+const cooldownFile = "address-cooldowns.json"
+
+// loadCooldowns reads the cooldowns a previous agent kept in c.path, those still
+// running. A start time in the future (the clock was set back) counts from now. An
+// unreadable file is logged and cools nothing: the cooldown narrows a window, the
+// agent runs without it.
+func (c *podClaims) loadCooldowns() {
+	b, err := os.ReadFile(c.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	var stored map[netip.Addr]int64 // unix nanoseconds, wall clock
+	if err == nil {
+		err = json.Unmarshal(b, &stored)
+	}
+	if err != nil {
+		c.log.Warn("address cooldowns not read: addresses released just before this start may be handed out at once", "file", c.path, "err", err)
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clock()
+	for ip, ns := range stored {
+		at := time.Unix(0, ns)
+		if at.After(now) {
+			at = now
+		}
+		if now.Sub(at) < claimCooldown {
+			if c.gone == nil {
+				c.gone = map[netip.Addr]time.Time{}
+			}
+			c.gone[ip] = at
+		}
+	}
+}
+
+// saveCooldowns writes the running cooldowns to c.path (c.mu held), dropping the
+// passed ones.
+func (c *podClaims) saveCooldowns() {
+	if c.path == "" {
+		return
+	}
+	now, stored := c.clock(), map[netip.Addr]int64{}
+	for ip, at := range c.gone {
+		if now.Sub(at) >= claimCooldown {
+			delete(c.gone, ip)
+			continue
+		}
+		stored[ip] = at.UnixNano()
+	}
+	b, err := json.Marshal(stored)
+	if err == nil {
+		err = statefile.Write(c.path, b, 0o600)
+	}
+	if err != nil {
+		c.log.Warn("address cooldowns not kept: an agent restarted within one may hand its address out at once", "file", c.path, "err", err)
+	}
 }
 
 // handler records, from the Pod informer's events, when a Pod of node stops claiming
@@ -87,6 +158,7 @@ func (c *podClaims) released(ip netip.Addr) {
 		c.gone = map[netip.Addr]time.Time{}
 	}
 	c.gone[ip] = c.clock()
+	c.saveCooldowns()
 }
 
 func (c *podClaims) clock() time.Time {

@@ -3,7 +3,10 @@ package agent
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -165,5 +168,57 @@ func TestPodClaimsCooldown(t *testing.T) {
 		if claims.claimed(netip.MustParseAddr(ip), "u-new") {
 			t.Errorf("after the cooldown: %s still claimed", ip)
 		}
+	}
+}
+
+// The cooldowns are kept in the state directory: an agent restarted within one keeps
+// the address claimed for the rest of it (the Pod is gone from the apiserver's list by
+// then), one restarted after it does not, and a start time the clock has not reached
+// yet counts from now. An unreadable file cools nothing and stops nothing.
+func TestPodClaimsCooldownSurvivesARestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), cooldownFile)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	first := &podClaims{path: path, log: log, now: clock}
+	first.released(netip.MustParseAddr("10.244.0.2"))
+	now = now.Add(claimCooldown / 2)
+	first.released(netip.MustParseAddr("10.244.0.3"))
+
+	restarted := func() *podClaims {
+		c := &podClaims{path: path, log: log, now: clock}
+		c.loadCooldowns()
+		c.use(cache.NewIndexer(cache.MetaNamespaceKeyFunc, localPodIPIndexers("n1")))
+		return c
+	}
+	now = now.Add(claimCooldown/2 - time.Second)
+	c := restarted()
+	for ip, want := range map[string]bool{"10.244.0.2": true, "10.244.0.3": true, "10.244.0.4": false} {
+		if got := c.claimed(netip.MustParseAddr(ip), "u-new"); got != want {
+			t.Errorf("restarted 1 s before the first cooldown ends: claimed(%s) = %v, want %v", ip, got, want)
+		}
+	}
+	now = now.Add(2 * time.Second)
+	c = restarted()
+	for ip, want := range map[string]bool{"10.244.0.2": false, "10.244.0.3": true} {
+		if got := c.claimed(netip.MustParseAddr(ip), "u-new"); got != want {
+			t.Errorf("restarted after the first cooldown: claimed(%s) = %v, want %v", ip, got, want)
+		}
+	}
+	now = time.Unix(10, 0) // the clock was set back past both
+	c = restarted()
+	now = now.Add(claimCooldown - time.Second)
+	if !c.claimed(netip.MustParseAddr("10.244.0.3"), "u-new") {
+		t.Error("after the clock was set back: 10.244.0.3 no longer cooling within a cooldown of the start")
+	}
+	now = now.Add(2 * time.Second)
+	if c.claimed(netip.MustParseAddr("10.244.0.3"), "u-new") {
+		t.Error("after the clock was set back: 10.244.0.3 still cooling a cooldown after the start")
+	}
+	if err := os.WriteFile(path, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if c = restarted(); c.claimed(netip.MustParseAddr("10.244.0.3"), "u-new") {
+		t.Error("an unreadable file cools 10.244.0.3")
 	}
 }

@@ -104,10 +104,13 @@ func newPolicyLoop(node, stateDir string, maps policyMaps, cs kube.Client, endpo
 			return nil, err
 		}
 	}
-	return &policyLoop{node: node, maps: &ipcacheMirror{policyMaps: maps},
+	p := &policyLoop{node: node, maps: &ipcacheMirror{policyMaps: maps},
 		purges: &purgeJournal{path: filepath.Join(stateDir, "policy-purge.json")}, idsPath: path, ids: ids, cs: cs, loops: l, log: log,
 		events: newPolicyEvents(cs, node, log), changed: make(chan struct{}, 1),
-		endpoints: endpoints, urgent: make(chan struct{}, 1), applied: make(chan struct{})}, nil
+		endpoints: endpoints, urgent: make(chan struct{}, 1), applied: make(chan struct{})}
+	p.claims.path, p.claims.log = filepath.Join(stateDir, cooldownFile), log
+	p.claims.loadCooldowns()
+	return p, nil
 }
 
 // numberAbovePinned makes a fresh allocator (its file missing: a first start, or
