@@ -33,6 +33,7 @@ func relayCommand() *cobra.Command {
 	f.StringArrayVar(&o.Peers, "peer", nil, "an agent's Hubble address, name=host:port or host:port (repeat; default: discover from the Nodes)")
 	f.IntVar(&o.PeerPort, "peer-port", 4244, "the agents' Hubble port (hubble-listen-address) on discovered Nodes' InternalIP; agents listening on loopback only are unreachable")
 	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig to list Nodes with (default: in-cluster)")
+	f.StringVar(&o.DialDevice, "dial-device", "", "send to the apiserver and the agents only through this network device (SO_BINDTODEVICE; the lab sets its link myelin-cp so nothing leaves the machine by its default route); default: as the routes say")
 	f.StringVar(&o.TLS.CertFile, "tls-cert-file", "", "PEM certificate: serve --listen over TLS 1.3 (with --tls-key-file; hubble observe --tls --tls-ca-cert-files ...)")
 	f.StringVar(&o.TLS.KeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
 	f.StringSliceVar(&o.TLS.ClientCAFiles, "tls-client-ca-files", nil, "PEM CA files: accept only clients with a certificate they signed (mutual TLS; without, any client reads the flows over TLS, and the startup line says client-certificates=\"not required\")")

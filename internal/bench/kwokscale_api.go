@@ -18,6 +18,7 @@ import (
 
 	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/kwok"
+	"github.com/myelin-net/myelin/internal/lab"
 	"github.com/myelin-net/myelin/internal/lab/cni/myelin"
 )
 
@@ -105,7 +106,7 @@ func (r *kwokRun) protoClient() (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.QPS, cfg.Burst = -1, 0
+	cfg.QPS, cfg.Burst, cfg.Dial = -1, 0, lab.Dial
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	cfg.AcceptContentTypes = cfg.ContentType + ",application/json"
 	return kubernetes.NewForConfig(cfg)

@@ -20,7 +20,7 @@ func Client(path string) (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load kubeconfig %s: %w", path, err)
 	}
-	cfg.UserAgent = "myelin-lab"
+	cfg.UserAgent, cfg.Dial = "myelin-lab", Dial
 	return kubernetes.NewForConfig(cfg)
 }
 
@@ -30,7 +30,7 @@ func DynamicClient(path string) (dynamic.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load kubeconfig %s: %w", path, err)
 	}
-	cfg.UserAgent = "myelin-lab"
+	cfg.UserAgent, cfg.Dial = "myelin-lab", Dial
 	return dynamic.NewForConfig(cfg)
 }
 

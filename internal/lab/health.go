@@ -11,7 +11,8 @@ import (
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
-// healthClient is the HTTP client that probes a process's Health URL. Without files it
+// healthClient is the HTTP client that probes a process's Health URL (through Dial:
+// only over the lab's link from the machine's netns). Without files it
 // presents no certificate and skips verifying the server: the probe learns only that
 // the process answers, and the serving certificates are the lab's own. With files
 // (etcd, which refuses clients without a certificate of its CA) it presents their
@@ -33,5 +34,5 @@ func healthClient(files *labplan.TLSClient) (*http.Client, error) {
 		}
 		cfg = &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool}
 	}
-	return &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}, nil
+	return &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, DialContext: Dial}}, nil
 }

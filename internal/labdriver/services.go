@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/myelin-net/myelin/internal/lab"
 	"github.com/myelin-net/myelin/internal/parallel"
 )
 
@@ -26,7 +27,7 @@ func BulkClient(path string) (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load kubeconfig %s: %w", path, err)
 	}
-	cfg.UserAgent = "myelin-lab"
+	cfg.UserAgent, cfg.Dial = "myelin-lab", lab.Dial
 	cfg.QPS, cfg.Burst = -1, 0 // negative QPS: no client-side rate limiter
 	return kubernetes.NewForConfig(cfg)
 }

@@ -44,6 +44,8 @@ type Config struct {
 	Refresh time.Duration
 	// PeerCreds secure the connections to the agents; nil is plaintext.
 	PeerCreds credentials.TransportCredentials
+	// PeerDial opens the connections to the agents; nil dials as routed.
+	PeerDial func(ctx context.Context, addr string) (net.Conn, error)
 	// ServerCreds secure the relay's own API; nil is plaintext.
 	ServerCreds credentials.TransportCredentials
 }
@@ -197,9 +199,13 @@ func (r *Relay) current(ctx context.Context) ([]peerConn, error) {
 		c, ok := r.conns[p.Address]
 		if !ok {
 			var err error
-			c, err = grpc.NewClient(p.Address, grpc.WithTransportCredentials(r.cfg.PeerCreds),
+			opts := []grpc.DialOption{grpc.WithTransportCredentials(r.cfg.PeerCreds),
 				grpc.WithConnectParams(hubble.ClientConnectParams), grpc.WithKeepaliveParams(hubble.ClientKeepalive),
-				hubble.ClientCallOptions)
+				hubble.ClientCallOptions}
+			if r.cfg.PeerDial != nil {
+				opts = append(opts, grpc.WithContextDialer(r.cfg.PeerDial))
+			}
+			c, err = grpc.NewClient(p.Address, opts...)
 			if err != nil {
 				return nil, fmt.Errorf("connect to hubble peer %s (%s): %w", p.Name, p.Address, err)
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/myelin-net/myelin/internal/connlimit"
 	"github.com/myelin-net/myelin/internal/hubble"
+	"github.com/myelin-net/myelin/internal/netns"
 )
 
 // Options are `myelin relay`'s flags.
@@ -21,6 +22,7 @@ type Options struct {
 	Peers      []string // --peer values; none: discover from the Nodes
 	PeerPort   int      // the agents' Hubble port (hubble-listen-address) for discovered nodes
 	Kubeconfig string   // "" = in-cluster
+	DialDevice string   // --dial-device: send only through this device; "" = as routed
 	Version    string
 	TLS        hubble.ServerTLS // the relay's own API (--tls-*)
 	PeerTLS    hubble.ClientTLS // to the agents (--peer-tls-*)
@@ -43,6 +45,10 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		return err
 	}
 	cfg := Config{Discover: discover, Version: o.Version}
+	if o.DialDevice != "" {
+		dial := netns.DialThrough(o.DialDevice)
+		cfg.PeerDial = func(ctx context.Context, addr string) (net.Conn, error) { return dial(ctx, "tcp", addr) }
+	}
 	if cfg.ServerCreds, err = o.TLS.Credentials(serverTLSFlags); err != nil {
 		return err
 	}
@@ -87,6 +93,9 @@ func discovery(o Options, log *slog.Logger) (Discovery, error) {
 		return nil, fmt.Errorf("kubernetes client config (--kubeconfig %q; empty means in-cluster): %w", o.Kubeconfig, err)
 	}
 	rc.Timeout = 10 * time.Second
+	if o.DialDevice != "" {
+		rc.Dial = netns.DialThrough(o.DialDevice)
+	}
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("create kubernetes client: %w", err)

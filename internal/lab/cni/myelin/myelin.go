@@ -62,7 +62,8 @@ func (Flavour) Processes(p labplan.Plan, paths labplan.Paths, self string) []lab
 	}
 	return append(procs, labplan.Process{
 		Name: RelayProcess,
-		Argv: []string{self, "relay", "--listen", RelayAddress, "--kubeconfig", paths.ComponentKubeconfig(AgentUser)},
+		Argv: []string{self, "relay", "--listen", RelayAddress, "--kubeconfig", paths.ComponentKubeconfig(AgentUser),
+			"--dial-device", labplan.ControlPlaneLink}, // nothing by the machine's default route (lab.Dial)
 	})
 }
 
