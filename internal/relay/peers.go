@@ -20,6 +20,9 @@ import (
 type Peer struct {
 	Name    string // the node's name
 	Address string // host:port
+	// Refused says why the relay does not connect to the Node (PeersFromNodes); it is
+	// reported unavailable with this reason. "" for a peer it connects to.
+	Refused string
 }
 
 // ParsePeer reads a --peer value: "name=host:port" or "host:port" (named by its address).
@@ -39,37 +42,37 @@ func ParsePeer(s string) (Peer, error) {
 	return Peer{Name: name, Address: addr}, nil
 }
 
-// PeersFromNodes is every Node with an InternalIP, at port, sorted by name, and the
-// Nodes refused as peers with why. A Node's addresses are what its kubelet writes, so
-// a compromised node could name any host: an InternalIP that is not a unicast address
-// (loopback, link-local, multicast: the relay's own host, a metadata service) is
-// refused, and so is one an older Node (creationTimestamp, then name) already has,
-// which would show that node's flows a second time under the liar's name.
-func PeersFromNodes(nodes []corev1.Node, port int) (peers []Peer, refused []string) {
-	sorted := slices.Clone(nodes)
-	slices.SortFunc(sorted, func(a, b corev1.Node) int {
-		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
-	holder := map[netip.Addr]string{}
-	for _, n := range sorted {
-		ip, raw, ok := nodeInternalIP(n)
-		switch {
-		case !ok:
-		case !ip.IsGlobalUnicast():
-			refused = append(refused, fmt.Sprintf("node %s: InternalIP %q is not a unicast IP address", n.Name, raw))
-		case holder[ip] != "":
-			refused = append(refused, fmt.Sprintf("node %s: InternalIP %s is node %s's (created first)", n.Name, ip, holder[ip]))
-		default:
-			holder[ip] = n.Name
-			peers = append(peers, Peer{Name: n.Name, Address: net.JoinHostPort(ip.String(), strconv.Itoa(port))})
+// PeersFromNodes is every Node with an InternalIP, at port, sorted by name. A Node's
+// addresses are what its kubelet writes, so a compromised node could name any host:
+// one whose InternalIP is not a unicast address (loopback: the relay's own host;
+// multicast, unspecified, unparsable) and every Node of an InternalIP another Node
+// has too (which of them is that host can't be told: its flows would show under the
+// other's name) are Refused, with why.
+func PeersFromNodes(nodes []corev1.Node, port int) []Peer {
+	holders := map[netip.Addr][]string{}
+	for _, n := range nodes {
+		if ip, _, ok := nodeInternalIP(n); ok && ip.IsValid() {
+			holders[ip] = append(holders[ip], n.Name)
 		}
 	}
+	var peers []Peer
+	for _, n := range nodes {
+		ip, raw, ok := nodeInternalIP(n)
+		if !ok {
+			continue
+		}
+		p := Peer{Name: n.Name, Address: net.JoinHostPort(raw, strconv.Itoa(port))}
+		switch {
+		case !ip.IsGlobalUnicast() && !ip.IsLinkLocalUnicast():
+			p.Refused = fmt.Sprintf("its InternalIP %q is not a unicast IP address", raw)
+		case len(holders[ip]) > 1:
+			p.Refused = fmt.Sprintf("its InternalIP %s is also Node %s's", ip, strings.Join(slices.DeleteFunc(slices.Clone(holders[ip]),
+				func(h string) bool { return h == n.Name }), ", "))
+		}
+		peers = append(peers, p)
+	}
 	slices.SortFunc(peers, func(a, b Peer) int { return strings.Compare(a.Name, b.Name) })
-	slices.Sort(refused)
-	return peers, refused
+	return peers
 }
 
 // nodeInternalIP is n's first InternalIP, parsed and as written; one that does not
@@ -102,15 +105,19 @@ func FromNodes(cs kubernetes.Interface, port int, log *slog.Logger) Discovery {
 		if err != nil {
 			return nil, fmt.Errorf("list nodes: %w", err)
 		}
-		peers, refused := PeersFromNodes(nl.Items, port)
+		peers := PeersFromNodes(nl.Items, port)
 		mu.Lock()
 		defer mu.Unlock()
 		now := map[string]bool{}
-		for _, r := range refused {
-			if !logged[r] {
-				log.Warn("hubble peer refused; correct the Node's addresses", "reason", r)
+		for _, p := range peers {
+			if p.Refused == "" {
+				continue
 			}
-			now[r] = true
+			why := p.Name + ": " + p.Refused
+			if !logged[why] {
+				log.Warn("hubble peer refused; correct the Node's addresses", "node", p.Name, "reason", p.Refused)
+			}
+			now[why] = true
 		}
 		logged = now
 		return peers, nil

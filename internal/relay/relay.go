@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -195,6 +196,10 @@ func (r *Relay) current(ctx context.Context) ([]peerConn, error) {
 	keep := map[string]bool{}
 	out := make([]peerConn, 0, len(r.peers))
 	for _, p := range r.peers {
+		if p.Refused != "" { // reported unavailable by probe
+			out = append(out, peerConn{Peer: p})
+			continue
+		}
 		keep[p.Address] = true
 		c, ok := r.conns[p.Address]
 		if !ok {
@@ -229,11 +234,16 @@ type peerStatus struct {
 	err error
 }
 
-// probe asks every peer for its status in parallel, each bounded by Timeout.
+// probe asks every peer for its status in parallel, each bounded by Timeout; a
+// Refused peer is not asked: its status is the refusal.
 func (r *Relay) probe(ctx context.Context, peers []peerConn) []peerStatus {
 	out := make([]peerStatus, len(peers))
 	var wg sync.WaitGroup
 	for i, p := range peers {
+		if p.Refused != "" {
+			out[i] = peerStatus{peerConn: p, err: errors.New("refused as a Hubble peer: " + p.Refused)}
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

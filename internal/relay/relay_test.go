@@ -322,35 +322,52 @@ func TestParsePeer(t *testing.T) {
 	}
 }
 
-// PeersFromNodes takes each Node's InternalIP, skips a Node without one, and refuses
-// an address that is not unicast or that an older Node already has (a compromised
-// kubelet's lie), naming both Nodes.
+// PeersFromNodes takes each Node's InternalIP and skips a Node without one. It refuses
+// (reported, not dialed) an address that is not unicast (loopback: the relay's own
+// host) and every Node of an address two Nodes share (a compromised kubelet's lie: the
+// honest one can't be told, whichever is older), naming the other; link-local
+// addresses are unicast, as the nodes' routing takes them.
 func TestPeersFromNodes(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	node := func(name, ip string, age time.Duration) corev1.Node {
-		n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(t0.Add(-age))}}
+	node := func(name, ip string) corev1.Node {
+		n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: name}}
 		if ip != "" {
 			n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
 		}
 		return n
 	}
-	got, refused := PeersFromNodes([]corev1.Node{
-		node("a-liar", "198.18.0.12", time.Hour), node("n2", "198.18.0.12", 2*time.Hour), node("n1", "198.18.0.11", 2*time.Hour),
-		node("n3", "", time.Hour), node("lo", "127.0.0.1", time.Hour), node("meta", "169.254.169.254", time.Hour),
-		node("junk", "not-an-ip", time.Hour),
+	got := PeersFromNodes([]corev1.Node{
+		node("n2", "198.18.0.12"), node("liar", "198.18.0.12"), node("n1", "198.18.0.11"), node("n3", ""),
+		node("lo", "127.0.0.1"), node("ll", "169.254.0.7"), node("junk", "not-an-ip"), node("mc", "224.0.0.1"),
 	}, 4244)
-	want := []Peer{{"n1", "198.18.0.11:4244"}, {"n2", "198.18.0.12:4244"}}
+	want := []Peer{
+		{"junk", "not-an-ip:4244", `its InternalIP "not-an-ip" is not a unicast IP address`},
+		{"liar", "198.18.0.12:4244", "its InternalIP 198.18.0.12 is also Node n2's"},
+		{"ll", "169.254.0.7:4244", ""},
+		{"lo", "127.0.0.1:4244", `its InternalIP "127.0.0.1" is not a unicast IP address`},
+		{"mc", "224.0.0.1:4244", `its InternalIP "224.0.0.1" is not a unicast IP address`},
+		{"n1", "198.18.0.11:4244", ""},
+		{"n2", "198.18.0.12:4244", "its InternalIP 198.18.0.12 is also Node liar's"},
+	}
 	if !slices.Equal(got, want) {
-		t.Errorf("PeersFromNodes = %v, want %v (a node without an InternalIP is skipped, refused ones left out)", got, want)
+		t.Errorf("PeersFromNodes =\n%q\nwant\n%q", got, want)
 	}
-	wantRefused := []string{
-		"node a-liar: InternalIP 198.18.0.12 is node n2's (created first)",
-		`node junk: InternalIP "not-an-ip" is not a unicast IP address`,
-		`node lo: InternalIP "127.0.0.1" is not a unicast IP address`,
-		`node meta: InternalIP "169.254.169.254" is not a unicast IP address`,
+}
+
+// A refused peer is reported unavailable with its reason by ServerStatus and GetNodes
+// and is never dialed.
+func TestRelayReportsRefusedPeers(t *testing.T) {
+	r := New(Config{Discover: Static([]Peer{{Name: "liar", Address: "198.18.0.12:4244", Refused: "its InternalIP 198.18.0.12 is also Node n2's"}})})
+	defer r.Close()
+	st, err := r.ServerStatus(context.Background(), &observerpb.ServerStatusRequest{})
+	if err != nil || !slices.Equal(st.GetUnavailableNodes(), []string{"liar"}) || st.GetNumConnectedNodes().GetValue() != 0 {
+		t.Fatalf("ServerStatus = %v %v, want liar unavailable and none connected", st, err)
 	}
-	if !slices.Equal(refused, wantRefused) {
-		t.Errorf("refused = %q, want %q", refused, wantRefused)
+	nodes, err := r.GetNodes(context.Background(), &observerpb.GetNodesRequest{})
+	if err != nil || len(nodes.GetNodes()) != 1 || nodes.GetNodes()[0].GetState() != relaypb.NodeState_NODE_UNAVAILABLE {
+		t.Fatalf("GetNodes = %v %v, want liar unavailable", nodes, err)
+	}
+	if len(r.conns) != 0 {
+		t.Errorf("the relay made %d connections for a refused peer", len(r.conns))
 	}
 }
