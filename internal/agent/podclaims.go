@@ -61,7 +61,12 @@ type podClaims struct {
 	log  *slog.Logger
 	mu   sync.Mutex
 	gone map[netip.Addr]time.Time // when a local Pod stopped claiming the address
+	seq  uint64                   // counts changes of gone that are to be written
 	now  func() time.Time         // nil: time.Now
+	// writeMu orders the file's writes, which happen outside mu: claimed takes mu
+	// on CNI ADD's path, which must not wait for a file's sync.
+	writeMu sync.Mutex
+	written uint64 // the seq of the last write
 }
 
 // cooldownFile is the cooldowns' file in the state directory.
@@ -101,12 +106,9 @@ func (c *podClaims) loadCooldowns() {
 	}
 }
 
-// saveCooldowns writes the running cooldowns to c.path (c.mu held), dropping the
-// passed ones.
-func (c *podClaims) saveCooldowns() {
-	if c.path == "" {
-		return
-	}
+// cooldownsLocked is what the file is to hold (c.mu held): the running cooldowns,
+// as wall-clock unix nanoseconds, and their seq; the passed ones are dropped.
+func (c *podClaims) cooldownsLocked() (map[netip.Addr]int64, uint64) {
 	now, stored := c.clock(), map[netip.Addr]int64{}
 	for ip, at := range c.gone {
 		if now.Sub(at) >= claimCooldown {
@@ -115,13 +117,26 @@ func (c *podClaims) saveCooldowns() {
 		}
 		stored[ip] = at.UnixNano()
 	}
+	c.seq++
+	return stored, c.seq
+}
+
+// saveCooldowns writes stored (of seq) to c.path unless a later one was written.
+func (c *podClaims) saveCooldowns(stored map[netip.Addr]int64, seq uint64) {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	if seq <= c.written {
+		return
+	}
 	b, err := json.Marshal(stored)
 	if err == nil {
 		err = statefile.Write(c.path, b, 0o600)
 	}
 	if err != nil {
 		c.log.Warn("address cooldowns not kept: an agent restarted within one may hand its address out at once", "file", c.path, "err", err)
+		return
 	}
+	c.written = seq
 }
 
 // handler records, from the Pod informer's events, when a Pod of node stops claiming
@@ -150,15 +165,20 @@ func (c *podClaims) handler(node string) cache.ResourceEventHandlerFuncs {
 // takes says whether pod is one of this node's that claims its address.
 func (c *podClaims) takes(pod *policyCachedPod) bool { return pod.Taken && pod.Pod.Node == c.node }
 
-// released starts ip's cooldown.
+// released starts ip's cooldown and writes the cooldowns to c.path, if any.
 func (c *podClaims) released(ip netip.Addr) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.gone == nil {
 		c.gone = map[netip.Addr]time.Time{}
 	}
 	c.gone[ip] = c.clock()
-	c.saveCooldowns()
+	if c.path == "" {
+		c.mu.Unlock()
+		return
+	}
+	stored, seq := c.cooldownsLocked()
+	c.mu.Unlock()
+	c.saveCooldowns(stored, seq)
 }
 
 func (c *podClaims) clock() time.Time {

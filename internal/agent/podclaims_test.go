@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -22,6 +23,7 @@ import (
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/endpoint"
 	"github.com/myelin-net/myelin/internal/ipam"
+	"github.com/myelin-net/myelin/internal/kube/kubefake"
 )
 
 // claimPod is a pod of node with ip in its status and phase, being deleted.
@@ -220,5 +222,23 @@ func TestPodClaimsCooldownSurvivesARestart(t *testing.T) {
 	}
 	if c = restarted(); c.claimed(netip.MustParseAddr("10.244.0.3"), "u-new") {
 		t.Error("an unreadable file cools 10.244.0.3")
+	}
+}
+
+// The agent's policy loop reads the cooldowns its state directory keeps when it is
+// made (newPolicyLoop), before its Pod cache is used for IPAM.
+func TestPolicyLoopLoadsCooldowns(t *testing.T) {
+	dir := t.TempDir()
+	released := fmt.Sprintf(`{"10.244.0.2":%d}`, time.Now().UnixNano())
+	if err := os.WriteFile(filepath.Join(dir, cooldownFile), []byte(released), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := newPolicyLoop("n1", dir, newFakePolicyMaps(), kubefake.Wrap(fake.NewSimpleClientset()),
+		func() []api.Endpoint { return nil }, newLoops(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.claims.cooling(netip.MustParseAddr("10.244.0.2")) {
+		t.Error("the policy loop's claims do not cool 10.244.0.2, released a moment ago by the previous agent")
 	}
 }
