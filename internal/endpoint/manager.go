@@ -153,12 +153,15 @@ func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
 	// The allocation and its pending mark are one step: a GC between them would take
 	// the allocation of an ADD in flight.
 	m.mu.Lock()
+	_, held := m.pool.Lookup(ref.ContainerID)
 	ip, err := m.pool.Allocate(ref.ContainerID, m.claimedFor(ref.PodUID))
 	if err == nil {
 		// A container with a registered endpoint, or one whose record Restore could
-		// not read (its pod keeps the address, map entry and route), records no
-		// attempt: its IP is the endpoint's, which Release never frees.
-		if _, ok := m.eps[ref.ContainerID]; !ok && !m.recordUnreadable(ref.ContainerID) {
+		// not read and that holds its address (its pod keeps it, with its map entry
+		// and route), records no attempt: its IP is the endpoint's, which Release
+		// never frees. An address new to it is this ADD's.
+		_, registered := m.eps[ref.ContainerID]
+		if !registered && !(held && m.recordUnreadable(ref.ContainerID)) {
 			m.markPending(ref.ContainerID, attempt)
 		}
 	}
@@ -330,7 +333,7 @@ func (m *Manager) Release(containerID, attempt string) error {
 			"its IP is released by CNI DEL, not by a failed ADD's cleanup", ErrEndpointExists, containerID, ep.Namespace, ep.Pod,
 			m.cfg.Node, ep.IP, ep.HostIfName)
 	}
-	if m.recordUnreadable(containerID) {
+	if _, pending := m.pending[containerID]; !pending && m.recordUnreadable(containerID) {
 		ip, _ := m.pool.Lookup(containerID)
 		return fmt.Errorf("%w: container %s has an endpoint on node %s with IP %s on %s whose record the agent could not "+
 			"read at its start (it kept the address, map entry and route); its IP is released by CNI DEL, not by a failed "+

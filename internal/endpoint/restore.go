@@ -60,8 +60,8 @@ func (m *Manager) Restore() (adopted, removed int, err error) {
 		adopted++
 	}
 	errs = append(errs, m.claimUnreadable())
-	for id := range m.pool.Owners() {
-		if _, ok := m.eps[id]; !ok {
+	for id := range m.pool.Owners() { // not a record's that can't be read: its pod runs
+		if _, ok := m.eps[id]; !ok && !m.recordUnreadable(id) {
 			m.pending[id] = pendingADD{since: m.now(), restored: true}
 		}
 	}

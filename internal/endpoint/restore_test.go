@@ -373,6 +373,35 @@ func TestRestoreOverATruncatedPoolFileAndRecord(t *testing.T) {
 	}
 }
 
+// A container whose record can't be read and whose address the pool lost with no
+// veth left to claim it back by gets a new address from its next ADD; that address is
+// the ADD's, so its failure releases it (only the address the pod holds is kept).
+func TestUnreadableRecordsNewAddressIsTheADDs(t *testing.T) {
+	f, eps, restart := restartFixture(t)
+	if err := os.WriteFile(filepath.Join(f.dir, "ipam.json"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.writeRaw(t, "b", []byte(`{"containerID": "b", "ip": "10.2`))
+	delete(f.links.links, eps["b"].HostIfName) // its veth is gone too
+	f2 := restart()
+	if _, _, err := f2.m.Restore(); err == nil {
+		t.Fatal("Restore without an error for b's record")
+	}
+	if ip, ok := f2.pool.Lookup("b"); ok {
+		t.Fatalf("b holds %v after restore, want nothing to claim it by", ip)
+	}
+	again, err := f2.m.Allocate(api.PodRef{ContainerID: "b", Namespace: "default", Pod: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f2.m.Release("b", again.Attempt); err != nil {
+		t.Fatalf("release of the failed ADD of b's new address %s: %v", again.IP, err)
+	}
+	if ip, ok := f2.pool.Lookup("b"); ok {
+		t.Errorf("b's new address %v is still allocated after its ADD's release", ip)
+	}
+}
+
 // A record naming another pod's host veth (forged) is not adopted: deleting it would
 // detach that pod's programs. The pod on that veth keeps everything.
 func TestRestoreRefusesARecordOnAnotherPodsVeth(t *testing.T) {
