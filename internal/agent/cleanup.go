@@ -15,6 +15,7 @@ import (
 	"github.com/myelin-net/myelin/internal/clusterhealth"
 	"github.com/myelin-net/myelin/internal/iptables"
 	"github.com/myelin-net/myelin/internal/link"
+	"github.com/myelin-net/myelin/internal/lockfile"
 	"github.com/myelin-net/myelin/internal/nodelayout"
 	"github.com/myelin-net/myelin/internal/routing"
 	"github.com/myelin-net/myelin/internal/tunnel"
@@ -33,6 +34,11 @@ const hostVethPrefix = "myl"
 // detaches the uplink's programs; the maps go with their last reference) and the
 // state directory. What is already gone is no error; every failure is reported.
 func Cleanup(cfg Config, log *slog.Logger) error {
+	release, err := cleanupLock(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer release()
 	var errs []error
 	step := func(what string, err error) {
 		if err != nil {
@@ -54,6 +60,25 @@ func Cleanup(cfg Config, log *slog.Logger) error {
 	step("BPF pins in "+cfg.BPFFSDir, removeTree(cfg.BPFFSDir))
 	step("state in "+cfg.StateDir, removeTree(cfg.StateDir))
 	return errors.Join(errs...)
+}
+
+// cleanupLock takes the state directory's lock (lockStateDir) for Cleanup: an agent
+// running on it would put back what Cleanup removes, and Cleanup would remove its
+// lock file from under it. No state directory: no agent has started, nothing to guard
+// (none is made).
+func cleanupLock(dir string) (release func(), err error) {
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return func() {}, nil
+	}
+	l, err := lockfile.TryLock(filepath.Join(dir, stateLock))
+	if errors.Is(err, lockfile.ErrHeld) {
+		return nil, fmt.Errorf("cleanup: a myelin agent runs on state directory %s (%v); stop it first "+
+			"(the chart's cleanup mode replaces the agents)", dir, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cleanup: state directory %s: %w", dir, err)
+	}
+	return func() { l.Release(false) }, nil
 }
 
 func removeFile(path string) error {

@@ -43,7 +43,8 @@ func (c Config) socket() string { return api.Socket(c.StateDir) }
 // Run is the agent's whole life, and its table of contents: start the datapath GC,
 // decide the node's plan, load the datapath, serve the API, start the control loops,
 // install the CNI plugin, report ready, then serve until ctx ends. A configuration
-// error stops it before it changes anything on the node.
+// error stops it before it changes anything on the node but its state directory and
+// that directory's lock.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	lock, err := lockStateDir(cfg.StateDir) // one agent per state directory
 	if err != nil {

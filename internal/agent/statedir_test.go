@@ -68,3 +68,31 @@ func TestLockStateDirRefusesASecondAgent(t *testing.T) {
 	}
 	again.Release(false)
 }
+
+// Cleanup refuses while an agent holds the state directory (it would put back what
+// Cleanup removes), takes it once the agent is gone, and makes no state directory
+// where there is none.
+func TestCleanupLockWaitsForNoAgent(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "myelin")
+	if release, err := cleanupLock(dir); err != nil {
+		t.Fatalf("cleanupLock without a state directory: %v", err)
+	} else {
+		release()
+	}
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Errorf("cleanupLock made %s (lstat: %v)", dir, err)
+	}
+	agent, err := lockStateDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cleanupLock(dir); err == nil || !strings.Contains(err.Error(), "stop it first") {
+		t.Fatalf("cleanupLock while an agent holds %s = %v, want a refusal saying what to do", dir, err)
+	}
+	agent.Release(false)
+	release, err := cleanupLock(dir)
+	if err != nil {
+		t.Fatalf("cleanupLock once the agent left: %v", err)
+	}
+	release()
+}
