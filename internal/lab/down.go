@@ -196,7 +196,14 @@ func isLabProcess(pid int, paths labplan.Paths, own bool, labNS map[uint64]bool)
 		return true
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return err == nil && ((own && hasArgIn(cmdline, paths.Dir) && !isLabStatus(cmdline)) || isSupervisorOf(cmdline, paths.Dir))
+	if err != nil {
+		return false
+	}
+	// A supervisor of any directory: the lab's namespaces and links have fixed names,
+	// so this down removes that lab's too, and a supervisor left running would restart
+	// its processes in the machine's namespace, their lab links gone.
+	_, supervisor := supervisedDir(cmdline)
+	return supervisor || own && hasArgIn(cmdline, paths.Dir) && !isLabStatus(cmdline)
 }
 
 // isLabStatus says whether cmdline (NUL-separated, from /proc) is `myelin lab status`:
@@ -258,17 +265,27 @@ func parentPID(stat []byte) int {
 // deleted, an up interrupted before the supervisor wrote it). It lives in the
 // machine's network namespace, where the lab namespaces' check can't see it.
 func isSupervisorOf(cmdline []byte, dir string) bool {
+	d, ok := supervisedDir(cmdline)
+	return ok && d == dir
+}
+
+// supervisedDir says whether cmdline (NUL-separated, from /proc) is a lab supervisor
+// (`myelin lab supervise`), and the --dir it names ("" for none).
+func supervisedDir(cmdline []byte) (dir string, ok bool) {
 	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
 	lab := slices.Index(args, "lab")
 	if lab < 0 || lab+1 >= len(args) || args[lab+1] != "supervise" {
-		return false
+		return "", false
 	}
 	for i, a := range args[lab+2:] {
-		if a == "--dir="+dir || (a == "--dir" && lab+3+i < len(args) && args[lab+3+i] == dir) {
-			return true
+		if d, ok := strings.CutPrefix(a, "--dir="); ok {
+			return d, true
+		}
+		if a == "--dir" && lab+3+i < len(args) {
+			return args[lab+3+i], true
 		}
 	}
-	return false
+	return "", true
 }
 
 func inode(path string) (uint64, bool) {

@@ -3,14 +3,17 @@ package lab
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/myelin-net/myelin/internal/lab/labplan"
 )
 
-// lab down finds the supervisor by its arguments as lab up starts it, for its own
-// directory only, and nothing else that merely names the directory or supervises.
+// lab down finds the supervisor by its arguments as lab up starts it (its pid file's
+// check: for its own directory only), and nothing else that merely names the
+// directory or supervises; as a leftover process, a supervisor of any directory
+// (supervisedDir: the lab's names are fixed, one lab runs per machine).
 func TestIsSupervisorOf(t *testing.T) {
 	const dir = "/run/myelin-lab"
 	cmdline := func(args ...string) []byte { return []byte(strings.Join(args, "\x00") + "\x00") }
@@ -28,6 +31,10 @@ func TestIsSupervisorOf(t *testing.T) {
 	} {
 		if got := isSupervisorOf(cmdline(c.args...), dir); got != c.want {
 			t.Errorf("isSupervisorOf(%q) = %v, want %v", c.args, got, c.want)
+		}
+		_, any := supervisedDir(cmdline(c.args...))
+		if wantAny := c.want || slices.Contains(c.args, "supervise"); any != wantAny {
+			t.Errorf("supervisedDir(%q) = %v, want %v", c.args, any, wantAny)
 		}
 	}
 }
