@@ -81,10 +81,14 @@ func leftoverCgroups() []string {
 }
 
 // killCgroupProcesses kills every process in the lab's cgroups (containers live in
-// pod network namespaces the lab didn't name) and returns how many.
+// pod network namespaces the lab didn't name) and returns how many it found. In a
+// cgroup2 tree it also writes cgroup.kill, which kills the whole subtree at once, so
+// a process that keeps forking (a shell loop in a pod) leaves no child born after the
+// read of cgroup.procs.
 func killCgroupProcesses() int {
 	killed := 0
 	for _, top := range leftoverCgroups() {
+		_ = os.WriteFile(filepath.Join(top, "cgroup.kill"), []byte("1"), 0) // cgroup v1: no such file
 		_ = filepath.WalkDir(top, func(path string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
 				return nil
