@@ -385,7 +385,8 @@ func (w CNIAdd) Run(ctx context.Context, t Trial) (Sample, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the agent's conflist: %w", err)
 	}
-	cache, err := os.MkdirTemp("", "myelin-bench-cni-")
+	// In the lab directory, which lab down removes, not /tmp: a killed bench leaves it.
+	cache, err := os.MkdirTemp(w.Env.cluster.Paths.Dir, "bench-cni-")
 	if err != nil {
 		return nil, err
 	}
