@@ -15,7 +15,6 @@ import (
 	"github.com/myelin-net/myelin/internal/clusterhealth"
 	"github.com/myelin-net/myelin/internal/iptables"
 	"github.com/myelin-net/myelin/internal/link"
-	"github.com/myelin-net/myelin/internal/lockfile"
 	"github.com/myelin-net/myelin/internal/nodelayout"
 	"github.com/myelin-net/myelin/internal/routing"
 	"github.com/myelin-net/myelin/internal/tunnel"
@@ -70,13 +69,10 @@ func cleanupLock(dir string) (release func(), err error) {
 	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
 		return func() {}, nil
 	}
-	l, err := lockfile.TryLock(filepath.Join(dir, stateLock))
-	if errors.Is(err, lockfile.ErrHeld) {
-		return nil, fmt.Errorf("cleanup: a myelin agent runs on state directory %s (%v); stop it first "+
-			"(the chart's cleanup mode replaces the agents)", dir, err)
-	}
+	l, err := tryStateLock(dir, "cleanup: a myelin agent runs on state directory %s (%v); stop it first "+
+		"(the chart's cleanup mode replaces the agents)")
 	if err != nil {
-		return nil, fmt.Errorf("cleanup: state directory %s: %w", dir, err)
+		return nil, err
 	}
 	return func() { l.Release(false) }, nil
 }

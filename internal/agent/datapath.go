@@ -80,10 +80,16 @@ func lockStateDir(dir string) (*lockfile.Lock, error) {
 	if err := ownStateDir(dir); err != nil {
 		return nil, err
 	}
+	return tryStateLock(dir, "state directory %s (--state-dir) is another running myelin agent's (%v); "+
+		"stop that agent first, or give each agent its own --state-dir")
+}
+
+// tryStateLock takes dir's lock (stateLock) without waiting; while an agent holds it
+// the error is refusal, a format of dir and the holder.
+func tryStateLock(dir, refusal string) (*lockfile.Lock, error) {
 	l, err := lockfile.TryLock(filepath.Join(dir, stateLock))
 	if errors.Is(err, lockfile.ErrHeld) {
-		return nil, fmt.Errorf("state directory %s (--state-dir) is another running myelin agent's (%v); "+
-			"stop that agent first, or give each agent its own --state-dir", dir, err)
+		return nil, fmt.Errorf(refusal, dir, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("state directory %s (--state-dir): %w", dir, err)

@@ -20,8 +20,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/myelin-net/myelin/internal/api"
-	"github.com/myelin-net/myelin/internal/datapath"
-	"github.com/myelin-net/myelin/internal/endpoint"
 	"github.com/myelin-net/myelin/internal/ipam"
 	"github.com/myelin-net/myelin/internal/kube/kubefake"
 )
@@ -85,18 +83,12 @@ func TestPodClaims(t *testing.T) {
 func TestAllocatePassesOverAddressesOfPodsBeingDeleted(t *testing.T) {
 	cs := fake.NewSimpleClientset(claimPod("old", "u-old", "n1", "10.244.0.2", corev1.PodRunning))
 	pol, ctx := startPolicyLoop(t, cs, &lockedPolicyMaps{fakePolicyMaps: newFakePolicyMaps()})
-	dir := t.TempDir()
-	pool, err := ipam.OpenPool(filepath.Join(dir, "ipam.json"), netip.MustParsePrefix("10.244.0.0/30")) // 10.244.0.2 only
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := &fakeNode{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}}
-	eps := endpoint.NewManager(endpoint.Config{Dir: filepath.Join(dir, "endpoints"), Node: "n1"}, node, node, pool)
+	eps, _, _ := testEndpointsOf(t, t.TempDir(), "10.244.0.0/30") // 10.244.0.2 only
 	eps.UseAddressClaims(pol.claims.claimed)
 	waitFor(t, "the policy loop's caches", func() bool { return pol.caches.Load() != nil })
 
 	newPod := api.PodRef{ContainerID: "new", Namespace: "shop", Pod: "new", PodUID: "u-new"}
-	_, err = eps.Allocate(newPod)
+	_, err := eps.Allocate(newPod)
 	if !errors.Is(err, ipam.ErrClaimed) || !strings.Contains(err.Error(), "shop/new") || !strings.Contains(err.Error(), "10.244.0.0/30") {
 		t.Fatalf("allocation for shop/new while shop/old being deleted lists 10.244.0.2: %v, want ErrClaimed naming the pod and the range", err)
 	}

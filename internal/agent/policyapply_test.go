@@ -7,9 +7,10 @@ import (
 	"slices"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/myelin-net/myelin/internal/datapath"
 	"github.com/myelin-net/myelin/internal/policy"
-	"golang.org/x/sys/unix"
 )
 
 // fakePolicyMaps is the datapath's policy maps in memory; after every write

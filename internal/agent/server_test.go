@@ -60,11 +60,17 @@ func (f *fakeNode) DownPodVeths() (map[string]int, error) { return nil, nil }
 func (f *fakeNode) ReplacePodRoute(netip.Addr, int) error { return nil }
 func (f *fakeNode) DeletePodRoute(netip.Addr) error       { return nil }
 
-// testEndpoints is node n1's endpoint.Manager, with its state and IPAM pool in dir,
-// over a fakeNode.
+// testEndpoints is node n1's endpoint.Manager, with its state and IPAM pool (of
+// 10.244.0.0/24) in dir, over a fakeNode.
 func testEndpoints(t *testing.T, dir string) (*endpoint.Manager, *ipam.Pool, *fakeNode) {
 	t.Helper()
-	pool, err := ipam.OpenPool(filepath.Join(dir, "ipam.json"), netip.MustParsePrefix("10.244.0.0/24"))
+	return testEndpointsOf(t, dir, "10.244.0.0/24")
+}
+
+// testEndpointsOf is testEndpoints with a pool of podCIDR.
+func testEndpointsOf(t *testing.T, dir, podCIDR string) (*endpoint.Manager, *ipam.Pool, *fakeNode) {
+	t.Helper()
+	pool, err := ipam.OpenPool(filepath.Join(dir, "ipam.json"), netip.MustParsePrefix(podCIDR))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,12 +226,7 @@ func TestAPIReleaseKeepsTheIPOfAnotherADDInFlight(t *testing.T) {
 // unavailable"); a range whose addresses are all in use does not.
 func TestAPIAllocateSaysWhenToRetry(t *testing.T) {
 	dir := t.TempDir()
-	pool, err := ipam.OpenPool(filepath.Join(dir, "ipam.json"), netip.MustParsePrefix("10.244.0.0/30")) // 10.244.0.2 only
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := &fakeNode{map[netip.Addr]datapath.EndpointInfo{}, map[string]int{}}
-	eps := endpoint.NewManager(endpoint.Config{Dir: filepath.Join(dir, "endpoints"), Node: "n1"}, node, node, pool)
+	eps, pool, _ := testEndpointsOf(t, dir, "10.244.0.0/30") // 10.244.0.2 only
 	eps.UseAddressClaims(func(_ netip.Addr, podUID string) bool { return podUID != "u-old" })
 	a := &server{cfg: Config{Node: "n1", StateDir: dir}, eps: eps, pool: pool, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	srv, err := a.serve()

@@ -342,16 +342,26 @@ func TestRestoreOverATruncatedPoolFile(t *testing.T) {
 	}
 }
 
-// ipam.json and a record both damaged: the container of the unreadable record gets
-// its address back from the map entry on its live veth, so the entry is no stray and
-// no new pod is given the address while the pod still runs on it.
-func TestRestoreOverATruncatedPoolFileAndRecord(t *testing.T) {
+// restartWithPoolAndRecordDamaged is restartFixture's restart (not restored yet)
+// after ipam.json was truncated and b's record too; vethGone: b's veth with them.
+func restartWithPoolAndRecordDamaged(t *testing.T, vethGone bool) (map[string]api.Endpoint, *fixture) {
+	t.Helper()
 	f, eps, restart := restartFixture(t)
 	if err := os.WriteFile(filepath.Join(f.dir, "ipam.json"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	f.writeRaw(t, "b", []byte(`{"containerID": "b", "ip": "10.2`))
-	f2 := restart()
+	if vethGone {
+		delete(f.links.links, eps["b"].HostIfName)
+	}
+	return eps, restart()
+}
+
+// ipam.json and a record both damaged: the container of the unreadable record gets
+// its address back from the map entry on its live veth, so the entry is no stray and
+// no new pod is given the address while the pod still runs on it.
+func TestRestoreOverATruncatedPoolFileAndRecord(t *testing.T) {
+	eps, f2 := restartWithPoolAndRecordDamaged(t, false)
 	if adopted, _, err := f2.m.Restore(); adopted != 2 || err == nil {
 		t.Fatalf("Restore = %d adopted, %v; want 2 and an error naming b's record", adopted, err)
 	}
@@ -377,13 +387,7 @@ func TestRestoreOverATruncatedPoolFileAndRecord(t *testing.T) {
 // veth left to claim it back by gets a new address from its next ADD; that address is
 // the ADD's, so its failure releases it (only the address the pod holds is kept).
 func TestUnreadableRecordsNewAddressIsTheADDs(t *testing.T) {
-	f, eps, restart := restartFixture(t)
-	if err := os.WriteFile(filepath.Join(f.dir, "ipam.json"), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f.writeRaw(t, "b", []byte(`{"containerID": "b", "ip": "10.2`))
-	delete(f.links.links, eps["b"].HostIfName) // its veth is gone too
-	f2 := restart()
+	_, f2 := restartWithPoolAndRecordDamaged(t, true)
 	if _, _, err := f2.m.Restore(); err == nil {
 		t.Fatal("Restore without an error for b's record")
 	}
