@@ -40,22 +40,18 @@ type Config struct {
 
 func (c Config) socket() string { return api.Socket(c.StateDir) }
 
-// Run is the agent's whole life, and its table of contents: start the datapath GC,
+// Run is the agent's whole life, and its table of contents: claim the node (its state
+// directory's lock, the health port), start the datapath GC,
 // decide the node's plan, load the datapath, serve the API, start the control loops,
 // install the CNI plugin, report ready, then serve until ctx ends. A configuration
 // error stops it before it changes anything on the node but its state directory and
 // that directory's lock.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
-	lock, err := lockStateDir(cfg.StateDir) // one agent per state directory
+	health, release, err := claimNode(cfg, log) // the state directory, liveness
 	if err != nil {
 		return err
 	}
-	defer lock.Release(false)
-	health, err := startHealth(cfg.HealthPort, log) // liveness from the first moment
-	if err != nil {
-		return err
-	}
-	defer health.close()
+	defer release()
 	ctx, cancel := context.WithCancel(ctx)
 	loops := newLoops()
 	// Garbage collection starts before anything waits for the apiserver, on the maps
@@ -106,6 +102,21 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		"took", time.Since(st.started).Round(time.Millisecond))
 	<-ctx.Done()
 	return nil
+}
+
+// claimNode takes what one agent of a node holds, before anything else: its state
+// directory's lock (lockStateDir: one agent per directory) and the health port
+// (liveness from the first moment). release gives both back.
+func claimNode(cfg Config, log *slog.Logger) (health *healthServer, release func(), err error) {
+	lock, err := lockStateDir(cfg.StateDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	if health, err = startHealth(cfg.HealthPort, log); err != nil {
+		lock.Release(false)
+		return nil, nil, err
+	}
+	return health, func() { health.close(); lock.Release(false) }, nil
 }
 
 // datapathFailed counts a failed BPF load and reports that the datapath could not
