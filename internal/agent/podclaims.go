@@ -67,6 +67,7 @@ type podClaims struct {
 	// on CNI ADD's path, which must not wait for a file's sync.
 	writeMu sync.Mutex
 	written uint64 // the seq of the last write
+	stopped bool   // stopWriting was called
 }
 
 // cooldownFile is the cooldowns' file in the state directory.
@@ -125,7 +126,7 @@ func (c *podClaims) cooldownsLocked() (map[netip.Addr]int64, uint64) {
 func (c *podClaims) saveCooldowns(stored map[netip.Addr]int64, seq uint64) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
-	if seq <= c.written {
+	if c.stopped || seq <= c.written {
 		return
 	}
 	b, err := json.Marshal(stored)
@@ -137,6 +138,15 @@ func (c *podClaims) saveCooldowns(stored map[netip.Addr]int64, seq uint64) {
 		return
 	}
 	c.written = seq
+}
+
+// stopWriting ends the cooldowns' writes: once it returns none is under way and none
+// starts. The policy loop calls it when it ends, since its informer's handlers may
+// still run then.
+func (c *podClaims) stopWriting() {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	c.stopped = true
 }
 
 // handler records, from the Pod informer's events, when a Pod of node stops claiming

@@ -146,6 +146,7 @@ func (p *policyLoop) poke() {
 
 // Run watches and applies until ctx ends (loop "policy").
 func (p *policyLoop) Run(ctx context.Context) {
+	defer p.claims.stopWriting() // no write into the state directory after Run
 	go p.events.run(ctx)
 	pods, nss, nps, ok := p.startInformers(ctx)
 	if !ok {

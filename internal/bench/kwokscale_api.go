@@ -277,13 +277,17 @@ func (r *kwokRun) waitPolicy(ctx context.Context) (bool, error) {
 	return err == nil, nil
 }
 
-// httpGet returns the body of a GET of url.
+// labHTTP is the bench's HTTP client of lab addresses (an agent's metrics): it dials
+// only through the lab's link (lab.Dial).
+var labHTTP = &http.Client{Transport: &http.Transport{DialContext: lab.Dial}}
+
+// httpGet returns the body of a GET of url, a lab address.
 func httpGet(ctx context.Context, url string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := labHTTP.Do(req)
 	if err != nil {
 		return nil, err
 	}

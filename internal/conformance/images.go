@@ -10,10 +10,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/myelin-net/myelin/internal/images"
+	"github.com/myelin-net/myelin/internal/lab"
 )
 
 // imageErrors are the waiting reasons of a container whose image the node lacks.
@@ -29,11 +28,10 @@ func watchImages(ctx context.Context, kubeconfig string, out io.Writer) (stop fu
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		cs, err := lab.Client(kubeconfig) // the lab's: dials only through its link
 		if err != nil {
 			return
 		}
-		cs, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
 			return
 		}

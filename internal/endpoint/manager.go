@@ -161,7 +161,8 @@ func (m *Manager) Allocate(ref api.PodRef) (api.Allocation, error) {
 		// and route), records no attempt: its IP is the endpoint's, which Release
 		// never frees. An address new to it is this ADD's.
 		_, registered := m.eps[ref.ContainerID]
-		if !registered && !(held && m.recordUnreadable(ref.ContainerID)) {
+		_, inFlight := m.pending[ref.ContainerID] // an address an ADD of it allocated
+		if !registered && (inFlight || !(held && m.recordUnreadable(ref.ContainerID))) {
 			m.markPending(ref.ContainerID, attempt)
 		}
 	}

@@ -112,7 +112,8 @@ func TestRestoreOverATruncatedPoolFileAndRecord(t *testing.T) {
 
 // A container whose record can't be read and whose address the pool lost with no
 // veth left to claim it back by gets a new address from its next ADD; that address is
-// the ADD's, so its failure releases it (only the address the pod holds is kept).
+// the ADD's (and a retry's in flight beside it), so their failure releases it; only
+// the address the pod holds is kept.
 func TestUnreadableRecordsNewAddressIsTheADDs(t *testing.T) {
 	_, f2 := restartWithPoolAndRecordDamaged(t, true)
 	if _, _, err := f2.m.Restore(); err == nil {
@@ -121,14 +122,22 @@ func TestUnreadableRecordsNewAddressIsTheADDs(t *testing.T) {
 	if ip, ok := f2.pool.Lookup("b"); ok {
 		t.Fatalf("b holds %v after restore, want nothing to claim it by", ip)
 	}
-	again, err := f2.m.Allocate(api.PodRef{ContainerID: "b", Namespace: "default", Pod: "b"})
-	if err != nil {
-		t.Fatal(err)
+	ref := api.PodRef{ContainerID: "b", Namespace: "default", Pod: "b"}
+	again, err1 := f2.m.Allocate(ref)
+	retry, err2 := f2.m.Allocate(ref) // the runtime retried before the first answered
+	if err1 != nil || err2 != nil || retry.IP != again.IP {
+		t.Fatalf("two ADDs of b: %+v %v, %+v %v; want one new address", again, err1, retry, err2)
 	}
 	if err := f2.m.Release("b", again.Attempt); err != nil {
-		t.Fatalf("release of the failed ADD of b's new address %s: %v", again.IP, err)
+		t.Fatalf("release of the first failed ADD of b's new address %s: %v", again.IP, err)
+	}
+	if ip, ok := f2.pool.Lookup("b"); !ok || ip.String() != again.IP {
+		t.Fatalf("b's new address after the first ADD's release: %v %v, want %s kept for the retry in flight", ip, ok, again.IP)
+	}
+	if err := f2.m.Release("b", retry.Attempt); err != nil {
+		t.Fatalf("release of the retry's failed ADD: %v", err)
 	}
 	if ip, ok := f2.pool.Lookup("b"); ok {
-		t.Errorf("b's new address %v is still allocated after its ADD's release", ip)
+		t.Errorf("b's new address %v is still allocated after both ADDs' releases", ip)
 	}
 }

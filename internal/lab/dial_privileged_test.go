@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,6 +54,36 @@ func TestPrivilegedDialLeavesOnlyByTheLabLink(t *testing.T) {
 		c, err := Dial(context.Background(), "tcp", ln.Addr().String())
 		if err != nil {
 			t.Errorf("Dial of loopback %s: %v", ln.Addr(), err)
+			return
+		}
+		c.Close()
+	})
+}
+
+// In the machine's namespace without the lab's link (the lab is down), Dial refuses a
+// lab address, saying why, and still dials loopback.
+func TestPrivilegedDialWithoutTheLabLink(t *testing.T) {
+	testenv.RequireRoot(t, "make a network namespace")
+	machine := isMachine
+	isMachine = func() (bool, error) { return true, nil } // the scratch netns stands in for it
+	defer func() { isMachine = machine }()
+	testenv.InNetns(t, "labdialtest-", func(string) {
+		if lo, err := netlink.LinkByName("lo"); err != nil || netlink.LinkSetUp(lo) != nil {
+			t.Errorf("lo up: %v", err)
+			return
+		}
+		if _, err := Dial(context.Background(), "tcp", "198.18.0.1:6443"); err == nil || !strings.Contains(err.Error(), labplan.ControlPlaneLink) {
+			t.Errorf("Dial of a lab address without %s = %v, want a refusal naming it", labplan.ControlPlaneLink, err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer ln.Close()
+		c, err := Dial(context.Background(), "tcp", ln.Addr().String())
+		if err != nil {
+			t.Errorf("Dial of loopback %s without %s: %v", ln.Addr(), labplan.ControlPlaneLink, err)
 			return
 		}
 		c.Close()

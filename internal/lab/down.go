@@ -270,13 +270,14 @@ func isSupervisorOf(cmdline []byte, dir string) bool {
 }
 
 // supervisedDir says whether cmdline (NUL-separated, from /proc) is a lab supervisor
-// (`myelin lab supervise`), and the --dir it names ("" for none).
+// (`myelin lab supervise`: the program named myelin, then lab supervise), and the
+// --dir it names ("" for none).
 func supervisedDir(cmdline []byte) (dir string, ok bool) {
 	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-	lab := slices.Index(args, "lab")
-	if lab < 0 || lab+1 >= len(args) || args[lab+1] != "supervise" {
+	if len(args) < 3 || filepath.Base(args[0]) != "myelin" || args[1] != "lab" || args[2] != "supervise" {
 		return "", false
 	}
+	lab := 1
 	for i, a := range args[lab+2:] {
 		if d, ok := strings.CutPrefix(a, "--dir="); ok {
 			return d, true

@@ -27,13 +27,14 @@ func TestIsSupervisorOf(t *testing.T) {
 		{[]string{"myelin", "lab", "down", "--dir", dir}, false},
 		{[]string{"flock", "/tmp/l", "myelin", "lab", "status", "--dir", dir}, false},
 		{[]string{"ls", dir}, false},
+		{[]string{"git", "grep", "lab", "supervise", "--dir", dir}, false},
 		{[]string{"myelin", "lab", "supervise", "--dir"}, false},
 	} {
 		if got := isSupervisorOf(cmdline(c.args...), dir); got != c.want {
 			t.Errorf("isSupervisorOf(%q) = %v, want %v", c.args, got, c.want)
 		}
 		_, any := supervisedDir(cmdline(c.args...))
-		if wantAny := c.want || slices.Contains(c.args, "supervise"); any != wantAny {
+		if wantAny := c.want || filepath.Base(c.args[0]) == "myelin" && slices.Contains(c.args, "supervise"); any != wantAny {
 			t.Errorf("supervisedDir(%q) = %v, want %v", c.args, any, wantAny)
 		}
 	}

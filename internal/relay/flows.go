@@ -53,18 +53,23 @@ func (r *Relay) GetFlows(req *observerpb.GetFlowsRequest, stream observerpb.Obse
 	var live []peerConn
 	var down []string
 	var why []string
+	unreached := false // a peer that did not answer, not one refused
 	for _, s := range r.probe(ctx, peers) {
 		if s.err != nil {
 			down = append(down, s.Name)
 			why = append(why, fmt.Sprintf("%s (%s): %v", s.Name, s.Address, status.Convert(s.err).Message()))
+			unreached = unreached || s.Refused == ""
 			continue
 		}
 		live = append(live, s.peerConn)
 	}
 	var first []*observerpb.GetFlowsResponse
 	if len(down) > 0 {
-		first = append(first, nodeStatus(relaypb.NodeState_NODE_UNAVAILABLE, down, strings.Join(why, "; ")+
-			" (is the agent's hubble-listen-address set? It opens no port by default)"))
+		msg := strings.Join(why, "; ")
+		if unreached {
+			msg += " (is the agent's hubble-listen-address set? It opens no port by default)"
+		}
+		first = append(first, nodeStatus(relaypb.NodeState_NODE_UNAVAILABLE, down, msg))
 	}
 	in := make(chan *observerpb.GetFlowsResponse, 256)
 	ends := make(chan peerDone, len(live))
