@@ -25,14 +25,14 @@ func Config(ctx context.Context, out io.Writer, o ConfigOptions) error {
 	defer cancel()
 	view, err := api.NewClient(socks[0]).Config(ctx)
 	if err != nil {
-		return err
+		return escapedError{err} // the agent's text
 	}
 	if o.Output == "json" {
 		return printJSON(out, view)
 	}
-	fmt.Fprintf(out, "Node %s (effective since the agent started)\n", view.Node)
+	fmt.Fprintf(out, "Node %s (effective since the agent started)\n", printable(view.Node))
 	if view.Warning != "" {
-		fmt.Fprintf(out, "WARNING: %s\n", view.Warning)
+		fmt.Fprintf(out, "WARNING: %s\n", printable(view.Warning))
 	}
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -42,7 +42,7 @@ func Config(ctx context.Context, out io.Writer, o ConfigOptions) error {
 		if v == "" {
 			v = "(none)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", e.Key, v, e.Source)
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", printable(e.Key), printable(v), printable(e.Source)) // values are the ConfigMap's
 	}
 	return tw.Flush()
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/myelin-net/myelin/internal/api"
+	"github.com/myelin-net/myelin/internal/testenv"
 )
 
 // hostile is agent text that would recolour the terminal, return the cursor and
@@ -137,5 +138,58 @@ func TestObserveAgentErrorEscaped(t *testing.T) {
 	body.Store(strings.Repeat("y", 1<<20))
 	if out := observe(); len(out) > 4096 || !strings.Contains(out, "500 Internal Server Error") {
 		t.Errorf("observe of an agent answering a 1 MiB error: %d bytes printed (%.200q); want the status only", len(out), out)
+	}
+}
+
+// services, config and monitor print an agent's text escaped too (Service and port
+// names, configuration values and warnings, events), and so do its errors.
+func TestServicesConfigMonitorEscaped(t *testing.T) {
+	var svcs api.Services
+	fillStrings(reflect.ValueOf(&svcs).Elem())
+	svcs.ServedBy = "myelin"
+	var conf api.ConfigView
+	fillStrings(reflect.ValueOf(&conf).Elem())
+	var ev api.Event
+	fillStrings(reflect.ValueOf(&ev).Elem())
+	ev.Type = "drop"
+	evJSON, _ := json.Marshal(ev)
+	answer := func(v any) string {
+		return testenv.ServeUnixHTTP(t, func(w http.ResponseWriter, r *http.Request) {
+			if v == nil {
+				w.WriteHeader(http.StatusConflict)
+				_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: hostile})
+				return
+			}
+			if strings.HasPrefix(r.URL.Path, "/v1/monitor") {
+				_, _ = w.Write(append(evJSON, '\n'))
+				return
+			}
+			_ = json.NewEncoder(w).Encode(v)
+		})
+	}
+	ctx := context.Background()
+	var b bytes.Buffer
+	if err := Services(ctx, &b, ServicesOptions{Socket: answer(svcs)}); err != nil {
+		t.Fatal(err)
+	}
+	checkEscaped(t, "services", b.String())
+	b.Reset()
+	if err := Config(ctx, &b, ConfigOptions{Socket: answer(conf)}); err != nil {
+		t.Fatal(err)
+	}
+	checkEscaped(t, "config", b.String())
+	b.Reset()
+	if err := Monitor(ctx, &b, MonitorOptions{Socket: answer(struct{}{})}); err != nil {
+		t.Fatal(err)
+	}
+	checkEscaped(t, "monitor", b.String())
+	for what, err := range map[string]error{
+		"services' error": Services(ctx, &b, ServicesOptions{Socket: answer(nil)}),
+		"config's error":  Config(ctx, &b, ConfigOptions{Socket: answer(nil)}),
+	} {
+		if err == nil {
+			t.Fatalf("%s: nil", what)
+		}
+		checkEscaped(t, what, err.Error())
 	}
 }

@@ -28,7 +28,7 @@ func Monitor(ctx context.Context, out io.Writer, o MonitorOptions) error {
 		if o.Output == "json" {
 			return enc.Encode(ev)
 		}
-		_, err := fmt.Fprintln(out, formatEvent(ev))
+		_, err := fmt.Fprintln(out, printable(formatEvent(ev)))
 		return err
 	})
 }

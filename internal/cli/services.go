@@ -27,20 +27,20 @@ func Services(ctx context.Context, out io.Writer, o ServicesOptions) error {
 	defer cancel()
 	svcs, err := api.NewClient(socks[0]).Services(ctx)
 	if err != nil {
-		return err
+		return escapedError{err} // the agent's text
 	}
 	if o.Output == "json" {
 		return printJSON(out, svcs)
 	}
 	if svcs.ServedBy != "myelin" {
-		fmt.Fprintf(out, "Node %s: Services are served by %s (kube-proxy-replacement is false); myelin programs none.\n", svcs.Node, svcs.ServedBy)
+		fmt.Fprintf(out, "Node %s: Services are served by %s (kube-proxy-replacement is false); myelin programs none.\n", printable(svcs.Node), printable(svcs.ServedBy))
 		return nil
 	}
 	state := "synced"
 	if !svcs.Synced {
 		state = "still programming the Services that existed at start"
 	}
-	fmt.Fprintf(out, "Node %s: %d frontends, backend selection %s, %s\n\n", svcs.Node, len(svcs.Frontends), svcs.Algorithm, state)
+	fmt.Fprintf(out, "Node %s: %d frontends, backend selection %s, %s\n\n", printable(svcs.Node), len(svcs.Frontends), printable(svcs.Algorithm), state)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SERVICE\tPORT\tTYPE\tFRONTEND\tAFFINITY\tBACKENDS")
 	for _, f := range svcs.Frontends {
@@ -64,7 +64,8 @@ func Services(ctx context.Context, out io.Writer, o ServicesOptions) error {
 			// Outside clients get the (local) backends only, the node's own clients any.
 			typ += " (external " + f.ExternalTrafficPolicy + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", orDash(f.Service), orDash(f.Port), typ, f.Frontend, orDash(f.Affinity), backends)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(orDash(f.Service)), printable(orDash(f.Port)), printable(typ),
+			printable(f.Frontend), printable(orDash(f.Affinity)), printable(backends))
 	}
 	return tw.Flush()
 }

@@ -122,7 +122,7 @@ func (n SysdumpNode) Log(_ context.Context, max int) ([]byte, error) {
 			return nil, err
 		}
 	}
-	return io.ReadAll(f)
+	return io.ReadAll(io.LimitReader(f, int64(max))) // the agent may be writing it now
 }
 
 // Maps dumps every map pinned in the node's pin directory with bpftool (links are in

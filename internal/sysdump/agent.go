@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -33,16 +34,35 @@ func AgentView(ctx context.Context, c *api.Client, view string) (any, error) {
 	return nil, fmt.Errorf("unknown agent view %q: use one of %v", view, AgentViews)
 }
 
-// AgentDrops streams an agent's drop events for d, one JSON object a line.
+// maxDropsBytes bounds the drop events AgentDrops keeps: a pod sending denied
+// packets at line rate has the agent stream events as fast as it can, for up to
+// --drops-for, into the memory of the process that collects them.
+const maxDropsBytes = 16 << 20
+
+// errDropsFull ends AgentDrops's stream at maxDropsBytes.
+var errDropsFull = errors.New("drop events full")
+
+// AgentDrops streams an agent's drop events for d, one JSON object a line, at most
+// maxDropsBytes of them; then a last line {"sysdump": "..."} says the rest was cut.
 func AgentDrops(ctx context.Context, c *api.Client, d time.Duration) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var out []byte
+	events := 0
 	err := c.Monitor(ctx, "drop", func(ev api.Event) error {
 		b, _ := json.Marshal(ev)
+		if len(out)+len(b)+1 > maxDropsBytes {
+			return errDropsFull
+		}
 		out = append(append(out, b...), '\n')
+		events++
 		return nil
 	})
+	if errors.Is(err, errDropsFull) {
+		cut, _ := json.Marshal(map[string]string{"sysdump": fmt.Sprintf("drop events cut after %d (%d MiB) of the %s asked for: "+
+			"something drops packets very fast (myelin status counts them by reason)", events, maxDropsBytes>>20, d)})
+		return append(append(out, cut...), '\n'), nil
+	}
 	if err != nil && ctx.Err() == nil {
 		return out, err
 	}

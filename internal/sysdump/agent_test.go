@@ -1,14 +1,20 @@
 package sysdump
 
 import (
+	"context"
+	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 	"golang.org/x/sys/unix"
 
+	"github.com/myelin-net/myelin/internal/api"
 	"github.com/myelin-net/myelin/internal/testenv"
 )
 
@@ -58,5 +64,28 @@ func TestPrivilegedDumpPinnedMaps(t *testing.T) {
 	}
 	if s, ok := dumps["test_sk"]; !ok || s.Error == "" {
 		t.Errorf("socket storage dump %+v (present %v), want an error saying it can't be walked", s, ok)
+	}
+}
+
+// An agent that streams drop events without end (a pod sending denied packets at line
+// rate) fills at most maxDropsBytes of the collector's memory; the last line says the
+// events were cut.
+func TestAgentDropsBounded(t *testing.T) {
+	ev, _ := json.Marshal(api.Event{Type: "drop", Reason: "POLICY_DENIED", Src: "10.244.0.5", Dst: "10.244.1.7"})
+	sock := testenv.ServeUnixHTTP(t, func(w http.ResponseWriter, r *http.Request) {
+		for r.Context().Err() == nil {
+			if _, err := w.Write(append(ev, '\n')); err != nil {
+				return
+			}
+		}
+	})
+	out, err := AgentDrops(context.Background(), api.NewClient(sock), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if len(out) > maxDropsBytes+1024 || !strings.Contains(lines[len(lines)-1], `"sysdump":"drop events cut after`) {
+		t.Errorf("AgentDrops of an endless stream: %d bytes ending %q; want at most %d and a last line saying it was cut",
+			len(out), lines[len(lines)-1], maxDropsBytes+1024)
 	}
 }

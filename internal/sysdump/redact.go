@@ -29,8 +29,9 @@ var (
 	// Bearer tokens anywhere: on the line of "bearer" or the next (a word followed by
 	// a colon there is a key, whose value the name rules judge: redactBearer).
 	bearer = regexp.MustCompile(`(?i)(\bbearer(?:[ \t]+|[ \t]*\r?\n[ \t]*))[A-Za-z0-9._~+/=-]+`)
-	// Passwords in URLs: scheme://user:password@host.
-	urlUserinfo = regexp.MustCompile(`(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@"'\\]+:)[^/\s@"'\\]+@`)
+	// Passwords in URLs: scheme://user:password@host, also without a user
+	// (redis://:password@host).
+	urlUserinfo = regexp.MustCompile(`(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@"'\\]*:)[^/\s@"'\\]+@`)
 	// A token as a URL's user (git over https: https://TOKEN@github.com): a user of 20
 	// characters or more.
 	urlToken = regexp.MustCompile(`(\b[A-Za-z][A-Za-z0-9+.-]*://)[A-Za-z0-9_.~-]{20,}@`)

@@ -53,10 +53,12 @@ func redactBase64(b []byte, depth int) []byte {
 }
 
 // base64Window is the start of b a base64Run match from b's start may cover: the
-// characters it may hold and the one after them (where $ would not match). A space
-// or tab ends it unless it indents a line: the match goes on only through whole
-// lines, so the window of a run followed by other words on its line stays short
-// (it once ran to the end of such text for every run: quadratic).
+// characters it may hold and the one after them (where $ would not match). It ends
+// where a match can't go on, or text after one run would be scanned to its end for
+// every run (quadratic in a tenant's annotation): at a space or tab that does not
+// indent a line (the match goes on only through whole lines), at base64 right after
+// '=' (padding ends a line's run), and at a backslash that does not start a \r or \n
+// escape (a JSON string's \t, \").
 func base64Window(b []byte) []byte {
 	indent := false // in the spaces and tabs that start a line
 	for i, c := range b {
@@ -67,6 +69,10 @@ func base64Window(b []byte) []byte {
 			if !indent {
 				return b[:i+1]
 			}
+		case isBase64[c] && i > 0 && b[i-1] == '=':
+			return b[:i+1]
+		case c == '\\' && (i+1 >= len(b) || b[i+1] != 'r' && b[i+1] != 'n'):
+			return b[:i+1]
 		case isBase64[c] || c == '=' || c == '\r' || c == '\\':
 			indent = false
 		default:

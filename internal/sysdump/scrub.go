@@ -1,6 +1,8 @@
 package sysdump
 
 import (
+	"encoding/json"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -18,8 +20,12 @@ var podSpecPaths = [][]string{
 
 // scrub removes from a cluster object (or every item of a list) what a bug report
 // never needs and may leak: the last-applied-configuration annotation and
-// managedFields (of the object and of its pod template), and the literal value of
-// every container env entry (names and valueFrom references stay).
+// managedFields (of the object and of its pod template), annotations that hold a JSON
+// object (tools keep whole objects there, env values and all), the literal value of
+// every container env entry (names and valueFrom references stay) and, except in
+// myelin's own workloads (label app.kubernetes.io/name=myelin), every container's
+// command, args and lifecycle hooks and its probes' HTTP header values: command lines
+// carry passwords in forms no pattern knows (--requirepass pw, -pPW, a DSN).
 func scrub(v any) {
 	switch o := v.(type) {
 	case *unstructured.UnstructuredList:
@@ -31,14 +37,16 @@ func scrub(v any) {
 	}
 }
 
+// droppedJSON stands for an annotation's JSON object in a scrubbed object.
+const droppedJSON = "(a JSON object, left out by sysdump)"
+
 func scrubObject(obj map[string]any) {
-	unstructured.RemoveNestedField(obj, "metadata", "annotations", lastApplied)
-	unstructured.RemoveNestedField(obj, "metadata", "managedFields")
+	name, _, _ := unstructured.NestedString(obj, "metadata", "labels", "app.kubernetes.io/name")
+	commands := name != "myelin" // tenants' command lines go; myelin's own stay
+	scrubMetadata(obj, "metadata")
 	for _, p := range podSpecPaths {
 		if len(p) > 1 { // a pod template: its metadata is next to its spec
-			template := append(append([]string(nil), p[:len(p)-1]...), "metadata")
-			unstructured.RemoveNestedField(obj, append(template, "annotations", lastApplied)...)
-			unstructured.RemoveNestedField(obj, append(template, "managedFields")...)
+			scrubMetadata(obj, append(append([]string(nil), p[:len(p)-1]...), "metadata")...)
 		}
 		spec, ok := nested(obj, p)
 		if !ok {
@@ -47,14 +55,52 @@ func scrubObject(obj map[string]any) {
 		for _, kind := range []string{"containers", "initContainers", "ephemeralContainers"} {
 			list, _ := spec[kind].([]any)
 			for _, c := range list {
-				c, _ := c.(map[string]any)
-				env, _ := c["env"].([]any)
-				for _, e := range env {
-					if e, ok := e.(map[string]any); ok {
-						delete(e, "value")
-					}
+				if c, ok := c.(map[string]any); ok {
+					scrubContainer(c, commands)
 				}
 			}
+		}
+	}
+}
+
+// scrubMetadata removes from the metadata at path the last-applied configuration,
+// managedFields, and the values of annotations that hold a JSON object.
+func scrubMetadata(obj map[string]any, path ...string) {
+	unstructured.RemoveNestedField(obj, append(path, "annotations", lastApplied)...)
+	unstructured.RemoveNestedField(obj, append(path, "managedFields")...)
+	annotations, _ := nested(obj, append(path, "annotations"))
+	for k, v := range annotations {
+		var o map[string]any
+		if s, ok := v.(string); ok && json.Unmarshal([]byte(s), &o) == nil {
+			annotations[k] = droppedJSON
+		}
+	}
+}
+
+// scrubContainer removes env values and, with commands, the command line, lifecycle
+// hooks and probe header values of container c.
+func scrubContainer(c map[string]any, commands bool) {
+	env, _ := c["env"].([]any)
+	for _, e := range env {
+		if e, ok := e.(map[string]any); ok {
+			delete(e, "value")
+		}
+	}
+	if !commands {
+		return
+	}
+	delete(c, "command")
+	delete(c, "args")
+	delete(c, "lifecycle")
+	for _, probe := range []string{"livenessProbe", "readinessProbe", "startupProbe"} {
+		headers, _, _ := unstructured.NestedSlice(c, probe, "httpGet", "httpHeaders")
+		for _, h := range headers {
+			if h, ok := h.(map[string]any); ok {
+				delete(h, "value")
+			}
+		}
+		if headers != nil {
+			_ = unstructured.SetNestedSlice(c, headers, probe, "httpGet", "httpHeaders")
 		}
 	}
 }

@@ -2,6 +2,7 @@ package sysdump
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -101,6 +102,48 @@ func TestClusterObjectsScrubbedAnnotations(t *testing.T) {
 	}
 	if !strings.Contains(pods, "example.com/copied-from") {
 		t.Errorf("pods.json lost the annotation's name:\n%s", pods)
+	}
+}
+
+// Tenants' command lines, lifecycle hooks and probe header values go (passwords in
+// forms no pattern knows), as do annotations holding a JSON object (a tool's copy of
+// the whole object, env values and all); myelin's own workloads keep their args.
+func TestClusterObjectsScrubbedCommandLines(t *testing.T) {
+	app := container("redis")
+	app["command"] = []any{"redis-server", "--requirepass", "cmd-secret-1"}
+	app["args"] = []any{"--masterauth=cmd-secret-2", "-pcmd-secret-3", "app:cmd-secret-4@tcp(db)/app"}
+	app["lifecycle"] = map[string]any{"preStop": map[string]any{"exec": map[string]any{"command": []any{"sh", "-c", "cmd-secret-5"}}}}
+	app["readinessProbe"] = map[string]any{"httpGet": map[string]any{"path": "/ready", "httpHeaders": []any{
+		map[string]any{"name": "X-Probe-Key", "value": "cmd-secret-6"}}}}
+	pod := obj("v1", "Pod", "default", "redis", map[string]any{"containers": []any{app}})
+	unstructured.SetNestedField(pod.Object, `{"spec":{"containers":[{"env":[{"name":"SIGNING_SEED","value":"cmd-secret-7"}]}]}}`,
+		"metadata", "annotations", "kapp.k14s.io/original")
+	agent := container("agent")
+	agent["args"] = []any{"--state-dir=/run/myelin"}
+	ds := obj("apps/v1", "DaemonSet", "kube-system", "myelin", map[string]any{
+		"template": map[string]any{"spec": map[string]any{"containers": []any{agent}}}})
+	unstructured.SetNestedField(ds.Object, "myelin", "metadata", "labels", "app.kubernetes.io/name")
+	var pods, dss string
+	for name, body := range dumpOf(t, pod, ds) {
+		for i := 1; i <= 7; i++ {
+			if secret := fmt.Sprintf("cmd-secret-%d", i); strings.Contains(body, secret) {
+				t.Errorf("%s holds %q:\n%s", name, secret, body)
+			}
+		}
+		switch {
+		case strings.HasSuffix(name, "/cluster/pods.json"):
+			pods = body
+		case strings.HasSuffix(name, "/cluster/daemonsets.json"):
+			dss = body
+		}
+	}
+	for _, kept := range []string{"X-Probe-Key", "/ready", "kapp.k14s.io/original", droppedJSON} {
+		if !strings.Contains(pods, kept) {
+			t.Errorf("pods.json lost %q:\n%s", kept, pods)
+		}
+	}
+	if !strings.Contains(dss, "--state-dir=/run/myelin") {
+		t.Errorf("daemonsets.json lost myelin's own args:\n%s", dss)
 	}
 }
 
