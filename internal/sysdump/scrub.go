@@ -23,9 +23,10 @@ var podSpecPaths = [][]string{
 // managedFields (of the object and of its pod template), annotations that hold a JSON
 // object (tools keep whole objects there, env values and all), the literal value of
 // every container env entry (names and valueFrom references stay) and, except in
-// myelin's own workloads (label app.kubernetes.io/name=myelin), every container's
-// command, args and lifecycle hooks and its probes' HTTP header values: command lines
-// carry passwords in forms no pattern knows (--requirepass pw, -pPW, a DSN).
+// kube-system and myelin's own workloads (label app.kubernetes.io/name=myelin), every
+// container's command, args and lifecycle hooks and its probes' HTTP header values:
+// command lines carry passwords in forms no pattern knows (--requirepass pw, -pPW, a
+// DSN).
 func scrub(v any) {
 	switch o := v.(type) {
 	case *unstructured.UnstructuredList:
@@ -41,8 +42,11 @@ func scrub(v any) {
 const droppedJSON = "(a JSON object, left out by sysdump)"
 
 func scrubObject(obj map[string]any) {
+	// Tenants' command lines go; kube-system's (kube-proxy's mode, another CNI's
+	// flags) and myelin's own stay: a network bug report needs them.
 	name, _, _ := unstructured.NestedString(obj, "metadata", "labels", "app.kubernetes.io/name")
-	commands := name != "myelin" // tenants' command lines go; myelin's own stay
+	ns, _, _ := unstructured.NestedString(obj, "metadata", "namespace")
+	commands := name != "myelin" && ns != "kube-system"
 	scrubMetadata(obj, "metadata")
 	for _, p := range podSpecPaths {
 		if len(p) > 1 { // a pod template: its metadata is next to its spec

@@ -107,7 +107,8 @@ func TestClusterObjectsScrubbedAnnotations(t *testing.T) {
 
 // Tenants' command lines, lifecycle hooks and probe header values go (passwords in
 // forms no pattern knows), as do annotations holding a JSON object (a tool's copy of
-// the whole object, env values and all); myelin's own workloads keep their args.
+// the whole object, env values and all); kube-system's and myelin's own workloads
+// keep their command lines.
 func TestClusterObjectsScrubbedCommandLines(t *testing.T) {
 	app := container("redis")
 	app["command"] = []any{"redis-server", "--requirepass", "cmd-secret-1"}
@@ -120,11 +121,14 @@ func TestClusterObjectsScrubbedCommandLines(t *testing.T) {
 		"metadata", "annotations", "kapp.k14s.io/original")
 	agent := container("agent")
 	agent["args"] = []any{"--state-dir=/run/myelin"}
-	ds := obj("apps/v1", "DaemonSet", "kube-system", "myelin", map[string]any{
+	ds := obj("apps/v1", "DaemonSet", "kube-system", "kube-proxy", map[string]any{
 		"template": map[string]any{"spec": map[string]any{"containers": []any{agent}}}})
-	unstructured.SetNestedField(ds.Object, "myelin", "metadata", "labels", "app.kubernetes.io/name")
+	relay := container("relay")
+	relay["args"] = []any{"--peer-port=4244"}
+	myelinPod := obj("v1", "Pod", "observability", "myelin-relay-x", map[string]any{"containers": []any{relay}})
+	unstructured.SetNestedField(myelinPod.Object, "myelin", "metadata", "labels", "app.kubernetes.io/name")
 	var pods, dss string
-	for name, body := range dumpOf(t, pod, ds) {
+	for name, body := range dumpOf(t, pod, ds, myelinPod) {
 		for i := 1; i <= 7; i++ {
 			if secret := fmt.Sprintf("cmd-secret-%d", i); strings.Contains(body, secret) {
 				t.Errorf("%s holds %q:\n%s", name, secret, body)
@@ -137,13 +141,13 @@ func TestClusterObjectsScrubbedCommandLines(t *testing.T) {
 			dss = body
 		}
 	}
-	for _, kept := range []string{"X-Probe-Key", "/ready", "kapp.k14s.io/original", droppedJSON} {
+	for _, kept := range []string{"X-Probe-Key", "/ready", "kapp.k14s.io/original", droppedJSON, "--peer-port=4244"} {
 		if !strings.Contains(pods, kept) {
 			t.Errorf("pods.json lost %q:\n%s", kept, pods)
 		}
 	}
 	if !strings.Contains(dss, "--state-dir=/run/myelin") {
-		t.Errorf("daemonsets.json lost myelin's own args:\n%s", dss)
+		t.Errorf("daemonsets.json lost kube-system's args:\n%s", dss)
 	}
 }
 
