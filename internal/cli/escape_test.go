@@ -186,6 +186,7 @@ func TestServicesConfigMonitorEscaped(t *testing.T) {
 	for what, err := range map[string]error{
 		"services' error": Services(ctx, &b, ServicesOptions{Socket: answer(nil)}),
 		"config's error":  Config(ctx, &b, ConfigOptions{Socket: answer(nil)}),
+		"monitor's error": Monitor(ctx, &b, MonitorOptions{Socket: answer(nil)}),
 	} {
 		if err == nil {
 			t.Fatalf("%s: nil", what)

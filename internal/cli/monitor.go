@@ -24,13 +24,17 @@ func Monitor(ctx context.Context, out io.Writer, o MonitorOptions) error {
 		return err
 	}
 	enc := json.NewEncoder(out)
-	return api.NewClient(socks[0]).Monitor(ctx, o.Type, func(ev api.Event) error {
+	err = api.NewClient(socks[0]).Monitor(ctx, o.Type, func(ev api.Event) error {
 		if o.Output == "json" {
 			return enc.Encode(ev)
 		}
 		_, err := fmt.Fprintln(out, printable(formatEvent(ev)))
 		return err
 	})
+	if err != nil {
+		return escapedError{err} // the agent's text
+	}
+	return nil
 }
 
 func endpointText(ip string, port uint16, pod string) string {

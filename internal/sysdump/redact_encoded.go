@@ -53,31 +53,50 @@ func redactBase64(b []byte, depth int) []byte {
 }
 
 // base64Window is the start of b a base64Run match from b's start may cover: the
-// characters it may hold and the one after them (where $ would not match). It ends
-// where a match can't go on, or text after one run would be scanned to its end for
-// every run (quadratic in a tenant's annotation): at a space or tab that does not
-// indent a line (the match goes on only through whole lines), at base64 right after
-// '=' (padding ends a line's run), and at a backslash that does not start a \r or \n
-// escape (a JSON string's \t, \").
+// bytes it may hold and the one after them (where $ would not match). It follows the
+// match's grammar and ends at the first byte the match can't take there, or text
+// after one run would be scanned to its end for every run (quadratic in a tenant's
+// annotation): base64 goes on through padding, a line break (raw \r\n or \n, then
+// indentation and base64: a blank line ends it) or a JSON string's \n, \r or \r\n
+// escape followed by base64; anything else (a space, base64 after '=', a \t escape)
+// ends it.
 func base64Window(b []byte) []byte {
-	indent := false // in the spaces and tabs that start a line
-	for i, c := range b {
+	const (
+		inRun     = iota // in base64 or its padding
+		afterCR          // a raw \r: \n must follow
+		lineStart        // a raw \n, then indentation: base64 must follow
+		afterEscR        // the escape \r: the escape \n or base64 must follow
+		afterEsc         // the escape \n: base64 must follow
+	)
+	state, padded := inRun, false
+	escape := func(i int, c byte) bool { return b[i] == '\\' && i+1 < len(b) && b[i+1] == c }
+	for i := 0; i < len(b); i++ {
+		c := b[i]
 		switch {
-		case c == '\n':
-			indent = true
-		case c == ' ' || c == '\t':
-			if !indent {
-				return b[:i+1]
-			}
-		case isBase64[c] && i > 0 && b[i-1] == '=':
-			return b[:i+1]
-		case c == '\\' && (i+1 >= len(b) || b[i+1] != 'r' && b[i+1] != 'n'):
-			return b[:i+1]
-		case isBase64[c] || c == '=' || c == '\r' || c == '\\':
-			indent = false
-		default:
-			return b[:i+1]
+		case state == inRun && isBase64[c] && !padded:
+			continue
+		case state == inRun && c == '=':
+			padded = true
+			continue
+		case state == inRun && c == '\r':
+			state = afterCR
+			continue
+		case (state == inRun || state == afterCR) && c == '\n':
+			state = lineStart
+			continue
+		case state == lineStart && (c == ' ' || c == '\t'):
+			continue
+		case state == inRun && escape(i, 'r'):
+			state, i = afterEscR, i+1
+			continue
+		case (state == inRun || state == afterEscR) && escape(i, 'n'):
+			state, i = afterEsc, i+1
+			continue
+		case state != inRun && state != afterCR && isBase64[c]:
+			state, padded = inRun, false
+			continue
 		}
+		return b[:i+1]
 	}
 	return b
 }

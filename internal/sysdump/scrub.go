@@ -24,7 +24,8 @@ var podSpecPaths = [][]string{
 // object (tools keep whole objects there, env values and all), the literal value of
 // every container env entry (names and valueFrom references stay) and, except in
 // kube-system and myelin's own workloads (label app.kubernetes.io/name=myelin), every
-// container's command, args and lifecycle hooks and its probes' HTTP header values:
+// container's command, args and lifecycle hooks and its probes' commands and HTTP
+// header values:
 // command lines carry passwords in forms no pattern knows (--requirepass pw, -pPW, a
 // DSN).
 func scrub(v any) {
@@ -82,7 +83,7 @@ func scrubMetadata(obj map[string]any, path ...string) {
 }
 
 // scrubContainer removes env values and, with commands, the command line, lifecycle
-// hooks and probe header values of container c.
+// hooks, probe commands and probe header values of container c.
 func scrubContainer(c map[string]any, commands bool) {
 	env, _ := c["env"].([]any)
 	for _, e := range env {
@@ -97,6 +98,7 @@ func scrubContainer(c map[string]any, commands bool) {
 	delete(c, "args")
 	delete(c, "lifecycle")
 	for _, probe := range []string{"livenessProbe", "readinessProbe", "startupProbe"} {
+		unstructured.RemoveNestedField(c, probe, "exec", "command") // redis-cli -a pw ping
 		headers, _, _ := unstructured.NestedSlice(c, probe, "httpGet", "httpHeaders")
 		for _, h := range headers {
 			if h, ok := h.(map[string]any); ok {

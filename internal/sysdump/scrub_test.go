@@ -116,6 +116,8 @@ func TestClusterObjectsScrubbedCommandLines(t *testing.T) {
 	app["lifecycle"] = map[string]any{"preStop": map[string]any{"exec": map[string]any{"command": []any{"sh", "-c", "cmd-secret-5"}}}}
 	app["readinessProbe"] = map[string]any{"httpGet": map[string]any{"path": "/ready", "httpHeaders": []any{
 		map[string]any{"name": "X-Probe-Key", "value": "cmd-secret-6"}}}}
+	app["livenessProbe"] = map[string]any{"exec": map[string]any{"command": []any{"redis-cli", "-a", "cmd-secret-8", "ping"}},
+		"periodSeconds": int64(7)}
 	pod := obj("v1", "Pod", "default", "redis", map[string]any{"containers": []any{app}})
 	unstructured.SetNestedField(pod.Object, `{"spec":{"containers":[{"env":[{"name":"SIGNING_SEED","value":"cmd-secret-7"}]}]}}`,
 		"metadata", "annotations", "kapp.k14s.io/original")
@@ -129,7 +131,7 @@ func TestClusterObjectsScrubbedCommandLines(t *testing.T) {
 	unstructured.SetNestedField(myelinPod.Object, "myelin", "metadata", "labels", "app.kubernetes.io/name")
 	var pods, dss string
 	for name, body := range dumpOf(t, pod, ds, myelinPod) {
-		for i := 1; i <= 7; i++ {
+		for i := 1; i <= 8; i++ {
 			if secret := fmt.Sprintf("cmd-secret-%d", i); strings.Contains(body, secret) {
 				t.Errorf("%s holds %q:\n%s", name, secret, body)
 			}
@@ -141,7 +143,7 @@ func TestClusterObjectsScrubbedCommandLines(t *testing.T) {
 			dss = body
 		}
 	}
-	for _, kept := range []string{"X-Probe-Key", "/ready", "kapp.k14s.io/original", droppedJSON, "--peer-port=4244"} {
+	for _, kept := range []string{"X-Probe-Key", "/ready", "periodSeconds", "kapp.k14s.io/original", droppedJSON, "--peer-port=4244"} {
 		if !strings.Contains(pods, kept) {
 			t.Errorf("pods.json lost %q:\n%s", kept, pods)
 		}
