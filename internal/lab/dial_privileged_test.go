@@ -45,18 +45,7 @@ func TestPrivilegedDialLeavesOnlyByTheLabLink(t *testing.T) {
 		if !hasNeighbour(t, up, gateway) {
 			t.Errorf("a plain dial of %s did not use the default route: this test can't see a leak", offSegment)
 		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer ln.Close()
-		c, err := Dial(context.Background(), "tcp", ln.Addr().String())
-		if err != nil {
-			t.Errorf("Dial of loopback %s: %v", ln.Addr(), err)
-			return
-		}
-		c.Close()
+		dialsLoopback(t, "with the lab's link")
 	})
 }
 
@@ -75,19 +64,24 @@ func TestPrivilegedDialWithoutTheLabLink(t *testing.T) {
 		if _, err := Dial(context.Background(), "tcp", "198.18.0.1:6443"); err == nil || !strings.Contains(err.Error(), labplan.ControlPlaneLink) {
 			t.Errorf("Dial of a lab address without %s = %v, want a refusal naming it", labplan.ControlPlaneLink, err)
 		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer ln.Close()
-		c, err := Dial(context.Background(), "tcp", ln.Addr().String())
-		if err != nil {
-			t.Errorf("Dial of loopback %s without %s: %v", ln.Addr(), labplan.ControlPlaneLink, err)
-			return
-		}
-		c.Close()
+		dialsLoopback(t, "without the lab's link")
 	})
+}
+
+// dialsLoopback checks that Dial reaches a listener on 127.0.0.1 (when: the case).
+func dialsLoopback(t *testing.T, when string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer ln.Close()
+	c, err := Dial(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Errorf("Dial of loopback %s %s: %v", ln.Addr(), when, err)
+		return
+	}
+	c.Close()
 }
 
 // labDialLinks makes, in the current netns, lo up, the lab's link (10.10.0.1/24) and
