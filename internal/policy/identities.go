@@ -19,8 +19,9 @@ const worldKey = "cidr"
 // keeps them stable across computations (and, saved, across restarts), so
 // an unchanged cluster rewrites nothing.
 type Identities struct {
-	ids  map[string]uint32
-	next uint32
+	ids   map[string]uint32
+	taken map[uint32]bool // the numbers ids holds
+	next  uint32
 	// changed says the allocator differs from what Save wrote (or Load read)
 	// last: every computation saves it, and most change nothing.
 	changed bool
@@ -30,7 +31,7 @@ type Identities struct {
 
 // NewIdentities returns an empty allocator.
 func NewIdentities() *Identities {
-	return &Identities{ids: map[string]uint32{worldKey: 2}, next: firstIdentity, changed: true, fresh: true}
+	return &Identities{ids: map[string]uint32{worldKey: 2}, taken: map[uint32]bool{2: true}, next: firstIdentity, changed: true, fresh: true}
 }
 
 // Fresh says the allocator was not read from a saved file: numbers a previous
@@ -43,7 +44,7 @@ func (s *Identities) Fresh() bool { return s.fresh }
 // apply rewrites them.
 func (s *Identities) Above(n uint32) {
 	if n >= s.next {
-		s.next = n + 1
+		s.next = max(n+1, firstIdentity) // n+1 wraps to 0 at the top
 		s.changed = true
 	}
 }
@@ -55,20 +56,38 @@ func (s *Identities) get(key string) uint32 {
 	if id, ok := s.ids[key]; ok {
 		return id
 	}
-	id := s.next
-	s.next++
-	s.ids[key] = id
+	id := s.take()
+	s.ids[key], s.taken[id] = id, true
 	s.changed = true
 	return id
 }
 
-// release forgets the keys not in used (never world). Numbers are not
-// reused while the agent runs: the datapath may still hold a released
-// number for a moment during an apply.
+// take returns the next number no key holds, from next on: past the top of uint32
+// it wraps to firstIdentity, never to a reserved number (0 is any peer: a wrapped
+// counter gave pods the wildcard), and it passes over numbers keys still hold (after a
+// wrap, a long-lived key's). A number released a moment ago (the datapath may still
+// hold it during an apply) comes back only after every other number has been given:
+// 2^32 - 256 of them. No more keys than numbers exist (the cluster's pods and CIDRs).
+func (s *Identities) take() uint32 {
+	for {
+		id := s.next
+		s.next++
+		if s.next < firstIdentity { // wrapped
+			s.next = firstIdentity
+		}
+		if id >= firstIdentity && !s.taken[id] {
+			return id
+		}
+	}
+}
+
+// release forgets the keys not in used (never world). Their numbers are given
+// again only once the counter has come round (take).
 func (s *Identities) release(used map[string]bool) {
-	for k := range s.ids {
+	for k, id := range s.ids {
 		if k != worldKey && !used[k] {
 			delete(s.ids, k)
+			delete(s.taken, id)
 			s.changed = true
 		}
 	}
@@ -98,12 +117,12 @@ func LoadIdentities(path string) (*Identities, error) {
 	}
 	s := NewIdentities()
 	for k, v := range f.IDs {
-		s.ids[k] = v
-		if v >= s.next {
-			s.next = v + 1
+		s.ids[k], s.taken[v] = v, true
+		if v >= s.next && v != ^uint32(0) {
+			s.next = v + 1 // a file without "next": after the numbers it holds
 		}
 	}
-	if f.Next > s.next {
+	if f.Next >= firstIdentity { // the counter as saved (after a wrap, below numbers held)
 		s.next = f.Next
 	}
 	s.changed, s.fresh = false, false

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -33,5 +34,44 @@ func TestIdentitiesAbove(t *testing.T) {
 	}
 	if loaded.Fresh() || loaded.Next() != 313 || loaded.get("a") != 311 {
 		t.Errorf("loaded: fresh %v, next %d, a %d; want not fresh, 313, 311", loaded.Fresh(), loaded.Next(), loaded.get("a"))
+	}
+}
+
+// At the top of uint32 the counter wraps to firstIdentity, never giving 0 (any peer)
+// or another reserved number, and passes over numbers keys still hold (a long-lived
+// key's from before the wrap); a released number comes back only once the counter
+// has come round to it. Saved and loaded, the wrapped counter stays where it was.
+func TestIdentitiesWrap(t *testing.T) {
+	s := NewIdentities()
+	if got := s.get("old"); got != firstIdentity {
+		t.Fatalf("first key got %d, want %d", got, firstIdentity)
+	}
+	s.get("gone") // 257
+	s.release(map[string]bool{"old": true})
+	if got := s.get("soon"); got != firstIdentity+2 {
+		t.Fatalf("a key right after gone's release got %d, want %d (not gone's 257 again)", got, firstIdentity+2)
+	}
+	s.Above(^uint32(0) - 2)
+	var got []uint32
+	for _, k := range []string{"a", "b", "c", "d"} {
+		got = append(got, s.get(k))
+	}
+	want := []uint32{^uint32(0) - 1, ^uint32(0), firstIdentity + 1, firstIdentity + 3}
+	if !slices.Equal(got, want) {
+		t.Errorf("keys across the wrap got %v, want %v (256 old's and 258 soon's are held; 257 free again)", got, want)
+	}
+	path := filepath.Join(t.TempDir(), "ids.json")
+	if err := s.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := LoadIdentities(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loaded.Next() != firstIdentity+4 {
+		t.Errorf("loaded after the wrap: next %d, want %d (not after the highest number held)", loaded.Next(), firstIdentity+4)
+	}
+	if id := loaded.get("e"); id != firstIdentity+4 {
+		t.Errorf("loaded: the next key got %d, want %d", id, firstIdentity+4)
 	}
 }
