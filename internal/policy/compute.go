@@ -6,8 +6,9 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/myelin-net/myelin/internal/datapath"
 	networkingv1 "k8s.io/api/networking/v1"
+
+	"github.com/myelin-net/myelin/internal/datapath"
 )
 
 // Input is everything a node's policy state depends on.
@@ -126,17 +127,59 @@ type rulePeers struct {
 	all []*identity // by number
 	// byNamespace are the pods' identities by namespace, by number.
 	byNamespace map[string][]*identity
-	matched     map[ruleRef][]*identity
+	// byPortName are the identities with a container port of that name, by number.
+	byPortName map[string][]*identity
+	matched    map[ruleRef][]*identity
+	matchedSet map[ruleRef]map[*identity]bool // of matched, made when named needs it
 }
 
 func newRulePeers(c *compiled, all []*identity) *rulePeers {
-	rp := &rulePeers{c: c, all: all, byNamespace: map[string][]*identity{}, matched: map[ruleRef][]*identity{}}
+	rp := &rulePeers{c: c, all: all, byNamespace: map[string][]*identity{}, byPortName: map[string][]*identity{},
+		matched: map[ruleRef][]*identity{}, matchedSet: map[ruleRef]map[*identity]bool{}}
 	for _, i := range all {
 		if i.pod {
 			rp.byNamespace[i.namespace] = append(rp.byNamespace[i.namespace], i)
 		}
+		for j, np := range i.ports {
+			if !slices.ContainsFunc(i.ports[:j], func(o NamedPort) bool { return o.Name == np.Name }) {
+				rp.byPortName[np.Name] = append(rp.byPortName[np.Name], i)
+			}
+		}
 	}
 	return rp
+}
+
+// named returns the identities a named port of the rule r (its ports) can resolve on:
+// those with a port of one of its names, and of its peers when to (r has peers: of
+// them only), by number. One lookup per name, not a resolution per identity: a policy
+// of many named-port rules without peers cost rules × identities per selected pod
+// (6,000 rules over 5,000 identities took 11.6 s a computation).
+func (rp *rulePeers) named(r ruleRef, ports []networkingv1.NetworkPolicyPort, to bool) []*identity {
+	var in map[*identity]bool
+	if to {
+		if in = rp.matchedSet[r]; in == nil {
+			in = map[*identity]bool{}
+			for _, i := range rp.matched[r] {
+				in[i] = true
+			}
+			rp.matchedSet[r] = in
+		}
+	}
+	hit := map[*identity]bool{}
+	var out []*identity
+	for _, p := range ports {
+		if p.Port == nil || p.Port.StrVal == "" {
+			continue
+		}
+		for _, i := range rp.byPortName[p.Port.StrVal] {
+			if !hit[i] && (!to || in[i]) {
+				hit[i] = true
+				out = append(out, i)
+			}
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].id < out[b].id })
+	return out
 }
 
 // of returns the identities that one of pps (the rule r, not empty) matches, by number.
@@ -263,18 +306,15 @@ func egressRule(ref ruleRef, r networkingv1.NetworkPolicyEgressRule, peers *rule
 	if err != nil {
 		return err
 	}
-	named := hasNamedPort(r.Ports)
-	targets := peers.all
 	if len(r.To) == 0 {
 		add(Key{Identity: datapath.IdentityAny, Egress: true}, numeric)
 	} else {
-		targets = peers.of(ref, r.To)
-	}
-	for _, i := range targets {
-		if len(r.To) > 0 {
+		for _, i := range peers.of(ref, r.To) {
 			add(Key{Identity: i.id, Egress: true}, numeric)
 		}
-		if named {
+	}
+	if hasNamedPort(r.Ports) {
+		for _, i := range peers.named(ref, r.Ports, len(r.To) > 0) {
 			ports, _ := rulePorts(r.Ports, i.peer, false, true)
 			add(Key{Identity: i.id, Egress: true}, ports)
 		}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -156,6 +157,31 @@ func TestComputeNamedPortsAndRanges(t *testing.T) {
 		// x/a's own "http" is 80; 80-82 merge into one range.
 		ingress(datapath.IdentityAny): {{Proto: ProtoTCP, Lo: 80, Hi: 82}, {Proto: ProtoUDP, Lo: 9000, Hi: 9100}},
 		// Egress "http" is the peer's: y/c has it on 8080, y/a has none.
+		egress(idOf(st, yc)): {{Proto: ProtoTCP, Lo: 8080, Hi: 8080}},
+	}
+	if !reflect.DeepEqual(ep.Entries, want) {
+		t.Errorf("entries %v, want %v", ep.Entries, want)
+	}
+}
+
+// An egress rule of named ports without peers resolves them on every identity that has
+// a port of the name (x/a "http" 80, y/c "http" 8080), of one protocol only (a UDP
+// "http" resolves on none), and on none without it; with many such rules, each is
+// resolved only where the name exists (rulePeers.named).
+func TestComputeNamedPortsWithoutPeers(t *testing.T) {
+	udp := corev1.ProtocolUDP
+	udpHTTP := named("http")
+	udpHTTP.Protocol = &udp
+	rules := []networkingv1.NetworkPolicyEgressRule{{Ports: []networkingv1.NetworkPolicyPort{named("http")}},
+		{Ports: []networkingv1.NetworkPolicyPort{udpHTTP}}}
+	for i := range 200 {
+		rules = append(rules, networkingv1.NetworkPolicyEgressRule{Ports: []networkingv1.NetworkPolicyPort{named(fmt.Sprintf("none-%d", i))}})
+	}
+	np := netpol("named", sel("pod", "a"), networkingv1.NetworkPolicySpec{
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}, Egress: rules})
+	st, ep := compute(t, np)
+	want := map[Key][]datapath.PolicyPort{
+		egress(idOf(st, xa)): {{Proto: ProtoTCP, Lo: 80, Hi: 80}},
 		egress(idOf(st, yc)): {{Proto: ProtoTCP, Lo: 8080, Hi: 8080}},
 	}
 	if !reflect.DeepEqual(ep.Entries, want) {
