@@ -2,7 +2,7 @@ package datapath
 
 import "testing"
 
-// The agent's copy of the ipcache's size is the compiled map's (no root needed:
+// The agent's copies of the ipcache's and the policy map's sizes are the compiled maps' (no root needed:
 // only the object file is read).
 func TestIPCacheMax(t *testing.T) {
 	spec, err := loadMyelin()
@@ -15,5 +15,8 @@ func TestIPCacheMax(t *testing.T) {
 	}
 	if m.MaxEntries != IPCacheMax {
 		t.Errorf("myelin_ipcache holds %d prefixes, IPCacheMax says %d (bpf/lib/maps.h IPCACHE_MAX)", m.MaxEntries, IPCacheMax)
+	}
+	if m := spec.Maps["myelin_policy"]; m == nil || m.MaxEntries != PolicyMax {
+		t.Errorf("myelin_policy: %v, want %d entries as PolicyMax says (bpf/lib/maps.h POLICY_MAX)", m, PolicyMax)
 	}
 }

@@ -27,6 +27,10 @@ const PolicyPortsMax = len(myelinPolicyValue{}.Ports)
 // cluster and the policies' CIDRs share it.
 const IPCacheMax = 65536
 
+// PolicyMax is how many entries myelin_policy holds (POLICY_MAX in bpf/lib/maps.h;
+// TestIPCacheMax keeps the two equal): every isolated pod of the node shares it.
+const PolicyMax = 65536
+
 // Reserved peer identities of myelin_policy.
 const (
 	// IdentityAny is the identity of an entry that allows every peer.

@@ -105,6 +105,7 @@ func Compute(in Input, ids *Identities) State {
 	for _, pod := range local {
 		st.Endpoints[pod.IP] = endpointState(pod, podPeer(pod, in.Namespaces, cidrs), in.Policies, peers, &st)
 	}
+	admitEntries(&st) // each namespace within its share of the node's policy map
 	return st
 }
 
