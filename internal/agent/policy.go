@@ -115,7 +115,7 @@ func newPolicyLoop(node, stateDir string, maps policyMaps, cs kube.Client, endpo
 
 // numberAbovePinned makes a fresh allocator (its file missing: a first start, or
 // removed while the pins stayed) give numbers above every identity the pinned
-// policy maps hold: a previous agent's numbers there would otherwise mean another
+// policy maps hold, and none of theirs: a previous agent's numbers there would otherwise mean another
 // key's allows between the apply's policy step and its ipcache step.
 func numberAbovePinned(ids *policy.Identities, maps policyMaps) error {
 	cache, err := maps.IPCache()
@@ -127,13 +127,15 @@ func numberAbovePinned(ids *policy.Identities, maps policyMaps) error {
 		return fmt.Errorf("read the pinned policy map for the identities in use: %w", err)
 	}
 	var top uint32
+	var held []uint32
 	for _, id := range cache {
-		top = max(top, id)
+		top, held = max(top, id), append(held, id)
 	}
 	for k := range entries {
-		top = max(top, k.Identity)
+		top, held = max(top, k.Identity), append(held, k.Identity)
 	}
 	ids.Above(top)
+	ids.Reserve(held) // after a wrap the top says nothing of the numbers below it
 	return nil
 }
 

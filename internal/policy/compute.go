@@ -132,11 +132,18 @@ type rulePeers struct {
 	byPortName map[string][]*identity
 	matched    map[ruleRef][]*identity
 	matchedSet map[ruleRef]map[*identity]bool // of matched, made when named needs it
+	namedCache map[ruleRef][]namedEntry       // namedPorts' answers
+}
+
+// namedEntry is what an egress rule's named ports allow to one identity.
+type namedEntry struct {
+	id    uint32
+	ports []datapath.PolicyPort
 }
 
 func newRulePeers(c *compiled, all []*identity) *rulePeers {
 	rp := &rulePeers{c: c, all: all, byNamespace: map[string][]*identity{}, byPortName: map[string][]*identity{},
-		matched: map[ruleRef][]*identity{}, matchedSet: map[ruleRef]map[*identity]bool{}}
+		matched: map[ruleRef][]*identity{}, matchedSet: map[ruleRef]map[*identity]bool{}, namedCache: map[ruleRef][]namedEntry{}}
 	for _, i := range all {
 		if i.pod {
 			rp.byNamespace[i.namespace] = append(rp.byNamespace[i.namespace], i)
@@ -148,6 +155,34 @@ func newRulePeers(c *compiled, all []*identity) *rulePeers {
 		}
 	}
 	return rp
+}
+
+// namedPorts returns what the named ports of the egress rule r (its ports; to: it has
+// peers, of(r) found them) allow, per identity they resolve on. Neither depends on the
+// local pod: found once per rule and computation, from the smaller of the rule's peers
+// and the identities with a port of one of its names (named).
+func (rp *rulePeers) namedPorts(r ruleRef, ports []networkingv1.NetworkPolicyPort, to bool) []namedEntry {
+	if es, ok := rp.namedCache[r]; ok {
+		return es
+	}
+	withName := 0
+	for _, p := range ports {
+		if p.Port != nil && p.Port.StrVal != "" {
+			withName += len(rp.byPortName[p.Port.StrVal])
+		}
+	}
+	candidates := rp.matched[r]
+	if !to || withName < len(candidates) {
+		candidates = rp.named(r, ports, to)
+	}
+	var es []namedEntry
+	for _, i := range candidates {
+		if resolved, _ := rulePorts(ports, i.peer, false, true); len(resolved) > 0 {
+			es = append(es, namedEntry{id: i.id, ports: resolved})
+		}
+	}
+	rp.namedCache[r] = es
+	return es
 }
 
 // named returns the identities a named port of the rule r (its ports) can resolve on:
@@ -315,9 +350,8 @@ func egressRule(ref ruleRef, r networkingv1.NetworkPolicyEgressRule, peers *rule
 		}
 	}
 	if hasNamedPort(r.Ports) {
-		for _, i := range peers.named(ref, r.Ports, len(r.To) > 0) {
-			ports, _ := rulePorts(r.Ports, i.peer, false, true)
-			add(Key{Identity: i.id, Egress: true}, ports)
+		for _, e := range peers.namedPorts(ref, r.Ports, len(r.To) > 0) {
+			add(Key{Identity: e.id, Egress: true}, e.ports)
 		}
 	}
 	return nil

@@ -21,7 +21,9 @@ const EntryBudget = datapath.PolicyMax / 2
 // not at all, skipping those that would take it past the share; a skipped pod has no
 // entries and fails closed in the directions it is isolated in, with a problem saying
 // why. Before, one tenant's rules of many peers (a namespaceSelector: {} on pods of
-// many identities) filled the node's map, and other tenants' pods failed closed.
+// many identities) filled the node's map, and other tenants' pods failed closed. The
+// unit is the namespace: a tenant with pods of many namespaces on the node gets as many
+// shares, and a pod asking more than its namespace's share alone fails closed whole.
 func admitEntries(st *State) {
 	byNamespace, demand := map[string][]*Endpoint{}, map[string]int{}
 	for _, ep := range st.Endpoints {
@@ -42,10 +44,11 @@ func admitEntries(st *State) {
 				used += len(ep.Entries)
 				continue
 			}
+			// Nothing of other namespaces in the text: it goes to this one's Events.
 			msg := fmt.Sprintf("pod %s: its %d policy entries would take namespace %s past its share of this node's policy "+
-				"map (the namespace asks %d; %d each for %d namespaces of %d): the pod fails closed; select fewer peers per rule "+
+				"map (the namespace's pods here ask %d): the pod fails closed; select fewer peers per rule "+
 				"(a namespaceSelector or podSelector over fewer pod label sets) or spread the namespace's pods over more nodes",
-				ep.Pod, len(ep.Entries), ns, demand[ns], share, len(byNamespace), EntryBudget)
+				ep.Pod, len(ep.Entries), ns, demand[ns])
 			refuseEntries(st, ep, msg)
 		}
 	}
@@ -61,9 +64,9 @@ func refuseEntries(st *State, ep *Endpoint, msg string) {
 		ep.Flags |= datapath.PolicyEgressIncomplete
 	}
 	ep.Problems = append(ep.Problems, msg)
-	policy := ""
+	policy := "" // the same one every computation: the first by name
 	if pols := append(slices.Clone(ep.IngressPolicies), ep.EgressPolicies...); len(pols) > 0 {
-		policy = pols[0]
+		policy = slices.Min(pols)
 	}
 	st.Problems = append(st.Problems, Problem{Policy: policy, Message: msg})
 }

@@ -21,7 +21,9 @@ const worldKey = "cidr"
 type Identities struct {
 	ids   map[string]uint32
 	taken map[uint32]bool // the numbers ids holds
-	next  uint32
+	// pinned are numbers a previous agent's pinned maps hold (Reserve): never given.
+	pinned map[uint32]bool
+	next   uint32
 	// changed says the allocator differs from what Save wrote (or Load read)
 	// last: every computation saves it, and most change nothing.
 	changed bool
@@ -49,6 +51,17 @@ func (s *Identities) Above(n uint32) {
 	}
 }
 
+// Reserve keeps numbers from being given (a fresh allocator next to pinned maps that
+// hold them: after the counter has wrapped, Above alone does not keep it off them).
+func (s *Identities) Reserve(numbers []uint32) {
+	if s.pinned == nil {
+		s.pinned = map[uint32]bool{}
+	}
+	for _, n := range numbers {
+		s.pinned[n] = true
+	}
+}
+
 // Next is the number the next new key gets.
 func (s *Identities) Next() uint32 { return s.next }
 
@@ -67,7 +80,9 @@ func (s *Identities) get(key string) uint32 {
 // counter gave pods the wildcard), and it passes over numbers keys still hold (after a
 // wrap, a long-lived key's). A number released a moment ago (the datapath may still
 // hold it during an apply) comes back only after every other number has been given:
-// 2^32 - 256 of them. No more keys than numbers exist (the cluster's pods and CIDRs).
+// 2^32 - 256 of them, unless the counter has wrapped (then a key released just ahead
+// of it can have its number given in the next computation: after 2^32 numbers). No
+// more keys than numbers exist (the cluster's pods and CIDRs).
 func (s *Identities) take() uint32 {
 	for {
 		id := s.next
@@ -75,7 +90,7 @@ func (s *Identities) take() uint32 {
 		if s.next < firstIdentity { // wrapped
 			s.next = firstIdentity
 		}
-		if id >= firstIdentity && !s.taken[id] {
+		if id >= firstIdentity && !s.taken[id] && !s.pinned[id] {
 			return id
 		}
 	}
@@ -117,6 +132,9 @@ func LoadIdentities(path string) (*Identities, error) {
 	}
 	s := NewIdentities()
 	for k, v := range f.IDs {
+		if v < firstIdentity && k != worldKey {
+			continue // reserved (an older agent's counter overflowed): numbered again
+		}
 		s.ids[k], s.taken[v] = v, true
 		if v >= s.next && v != ^uint32(0) {
 			s.next = v + 1 // a file without "next": after the numbers it holds

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -73,5 +74,34 @@ func TestIdentitiesWrap(t *testing.T) {
 	}
 	if id := loaded.get("e"); id != firstIdentity+4 {
 		t.Errorf("loaded: the next key got %d, want %d", id, firstIdentity+4)
+	}
+}
+
+// A fresh allocator next to pinned maps of a wrapped counter (numbers near the top and
+// low ones) gives none of theirs; a file of an older agent whose counter overflowed
+// into the reserved numbers has those keys numbered again.
+func TestIdentitiesReserveAndReservedInFile(t *testing.T) {
+	s := NewIdentities()
+	s.Above(^uint32(0) - 1)
+	s.Reserve([]uint32{^uint32(0), firstIdentity, firstIdentity + 1})
+	if got := s.get("a"); got != firstIdentity+2 {
+		t.Errorf("after a wrap beside pinned 256 and 257 the first key got %d, want %d", got, firstIdentity+2)
+	}
+	path := filepath.Join(t.TempDir(), "ids.json")
+	file := `{"next":5,"ids":{"cidr":2,"zero":0,"low":7,"ok":300}}`
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := LoadIdentities(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loaded.get("ok") != 300 || loaded.get(worldKey) != 2 {
+		t.Errorf("loaded ok %d world %d, want 300 and 2", loaded.get("ok"), loaded.get(worldKey))
+	}
+	for _, k := range []string{"zero", "low"} {
+		if id := loaded.get(k); id < firstIdentity || id == 300 {
+			t.Errorf("key %s held a reserved number in the file; numbered again %d, want >= %d and not ok's", k, id, firstIdentity)
+		}
 	}
 }
