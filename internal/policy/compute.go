@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 
 	networkingv1 "k8s.io/api/networking/v1"
 
@@ -38,6 +39,9 @@ type Endpoint struct {
 	IngressPolicies, EgressPolicies []string
 	// Problems are what could not be represented (the pod fails closed).
 	Problems []string
+	// overflow: its entries were not all built, its namespace (or it alone) asking
+	// more than EntryBudget; admitEntries refuses it.
+	overflow bool
 }
 
 // Problem is something a policy asks that is not enforced as written.
@@ -102,8 +106,15 @@ func Compute(in Input, ids *Identities) State {
 	sort.Slice(all, func(a, b int) bool { return all[a].id < all[b].id })
 	st.Identities = len(all)
 	peers := newRulePeers(c, all)
+	// In name order, so a namespace's pods past EntryBudget are the same ones every
+	// computation: their entries are not built at all (the memory and time of a rule of
+	// many peers on many pods), and admitEntries refuses them.
+	slices.SortFunc(local, func(a, b Pod) int { return strings.Compare(a.Ref(), b.Ref()) })
+	asked := map[string]int{} // entries built per namespace so far
 	for _, pod := range local {
-		st.Endpoints[pod.IP] = endpointState(pod, podPeer(pod, in.Namespaces, cidrs), in.Policies, peers, &st)
+		ep := endpointState(pod, podPeer(pod, in.Namespaces, cidrs), in.Policies, peers, &st, asked[pod.Namespace] >= EntryBudget)
+		asked[pod.Namespace] += len(ep.Entries)
+		st.Endpoints[pod.IP] = ep
 	}
 	admitEntries(&st) // each namespace within its share of the node's policy map
 	return st
@@ -263,13 +274,19 @@ func podPeer(pod Pod, namespaces map[string]map[string]string, cidrs *cidrSet) p
 		ports: pod.Ports, atoms: cidrs.atomsOf(netip.PrefixFrom(pod.IP, 32))}
 }
 
-// endpointState computes one local pod's flags and entries.
-func endpointState(pod Pod, self peer, nps []*networkingv1.NetworkPolicy, peers *rulePeers, st *State) *Endpoint {
-	ep := &Endpoint{Pod: pod.Ref(), IP: pod.IP, Entries: map[Key][]datapath.PolicyPort{}}
+// endpointState computes one local pod's flags and entries; with overflow (its
+// namespace's pods asked EntryBudget already) its entries are not built.
+func endpointState(pod Pod, self peer, nps []*networkingv1.NetworkPolicy, peers *rulePeers, st *State, overflow bool) *Endpoint {
+	ep := &Endpoint{Pod: pod.Ref(), IP: pod.IP, Entries: map[Key][]datapath.PolicyPort{}, overflow: overflow}
 	add := func(k Key, ports []datapath.PolicyPort) {
-		if len(ports) > 0 {
-			ep.Entries[k] = append(ep.Entries[k], ports...)
+		if len(ports) == 0 || ep.overflow {
+			return
 		}
+		if _, ok := ep.Entries[k]; !ok && len(ep.Entries) >= EntryBudget { // never admitted: stop building
+			ep.overflow = true
+			return
+		}
+		ep.Entries[k] = append(ep.Entries[k], ports...)
 	}
 	fail := func(np *networkingv1.NetworkPolicy, egress bool, err error) {
 		msg := fmt.Sprintf("%s: %v: not enforced as written, the pod fails closed", pod.Ref(), err)

@@ -30,6 +30,9 @@ func admitEntries(st *State) {
 		ns, _, _ := strings.Cut(ep.Pod, "/")
 		byNamespace[ns] = append(byNamespace[ns], ep)
 		demand[ns] += len(ep.Entries)
+		if ep.overflow { // asked more than was built: more than the whole budget
+			demand[ns] = max(demand[ns], EntryBudget+1)
+		}
 	}
 	share := cidrShare(slices.Collect(maps.Values(demand)), EntryBudget)
 	for _, ns := range slices.Sorted(maps.Keys(byNamespace)) {
@@ -40,15 +43,19 @@ func admitEntries(st *State) {
 		slices.SortFunc(eps, func(a, b *Endpoint) int { return strings.Compare(a.Pod, b.Pod) })
 		used := 0
 		for _, ep := range eps {
-			if used+len(ep.Entries) <= share {
+			if !ep.overflow && used+len(ep.Entries) <= share {
 				used += len(ep.Entries)
 				continue
 			}
 			// Nothing of other namespaces in the text: it goes to this one's Events.
-			msg := fmt.Sprintf("pod %s: its %d policy entries would take namespace %s past its share of this node's policy "+
-				"map (the namespace's pods here ask %d): the pod fails closed; select fewer peers per rule "+
+			asks := fmt.Sprintf("its %d policy entries", len(ep.Entries))
+			if ep.overflow {
+				asks = "its policy entries (not counted: the namespace's pods here ask more than the whole budget)"
+			}
+			msg := fmt.Sprintf("pod %s: %s would take namespace %s past its share of this node's policy "+
+				"map (the namespace's pods here ask %d or more): the pod fails closed; select fewer peers per rule "+
 				"(a namespaceSelector or podSelector over fewer pod label sets) or spread the namespace's pods over more nodes",
-				ep.Pod, len(ep.Entries), ns, demand[ns])
+				ep.Pod, asks, ns, demand[ns])
 			refuseEntries(st, ep, msg)
 		}
 	}
