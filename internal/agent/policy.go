@@ -99,10 +99,8 @@ func newPolicyLoop(node, stateDir string, maps policyMaps, cs kube.Client, endpo
 	if err != nil {
 		return nil, err
 	}
-	if ids.Fresh() {
-		if err := numberAbovePinned(ids, maps); err != nil {
-			return nil, err
-		}
+	if err := numberAbovePinned(ids, maps); err != nil {
+		return nil, err
 	}
 	p := &policyLoop{node: node, maps: &ipcacheMirror{policyMaps: maps},
 		purges: &purgeJournal{path: filepath.Join(stateDir, "policy-purge.json")}, idsPath: path, ids: ids, cs: cs, loops: l, log: log,
@@ -113,10 +111,12 @@ func newPolicyLoop(node, stateDir string, maps policyMaps, cs kube.Client, endpo
 	return p, nil
 }
 
-// numberAbovePinned makes a fresh allocator (its file missing: a first start, or
-// removed while the pins stayed) give numbers above every identity the pinned
-// policy maps hold, and none of theirs: a previous agent's numbers there would otherwise mean another
-// key's allows between the apply's policy step and its ipcache step.
+// numberAbovePinned makes the allocator give none of the numbers the pinned policy
+// maps hold (Reserve, at every start: after a wrap, a file saved before an apply
+// finished does not know them all), and a fresh one (its file missing: a first start,
+// or removed while the pins stayed) numbers above them all: a previous agent's numbers
+// there would otherwise mean another key's allows between the apply's policy step and
+// its ipcache step.
 func numberAbovePinned(ids *policy.Identities, maps policyMaps) error {
 	cache, err := maps.IPCache()
 	if err != nil {
@@ -134,7 +134,9 @@ func numberAbovePinned(ids *policy.Identities, maps policyMaps) error {
 	for k := range entries {
 		top, held = max(top, k.Identity), append(held, k.Identity)
 	}
-	ids.Above(top)
+	if ids.Fresh() {
+		ids.Above(top)
+	}
 	ids.Reserve(held) // after a wrap the top says nothing of the numbers below it
 	return nil
 }

@@ -156,6 +156,18 @@ func TestPolicyLoopNumbersAbovePinned(t *testing.T) {
 	if got := p.ids.Next(); got != 256 {
 		t.Errorf("allocator read from its file: next %d, want the file's 256", got)
 	}
+	// A pinned number the file does not know (saved before an apply finished, after
+	// the counter wrapped) is given to no new key: the start reserves every one.
+	maps.cache[netip.MustParsePrefix("10.244.0.6/32")] = 256
+	if p, err = newPolicyLoop("n1", dir, maps, kubefake.Wrap(fake.NewSimpleClientset()), func() []api.Endpoint { return nil },
+		newLoops(), slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	pod := policy.Pod{Namespace: "x", Name: "a", IP: netip.MustParseAddr("10.244.0.9"), Node: "n2"}
+	st := policy.Compute(policy.Input{Node: "n1", Pods: []policy.Pod{pod}}, p.ids)
+	if got := st.IPCache[netip.PrefixFrom(pod.IP, 32)]; got == 256 || got < 256 {
+		t.Errorf("first new key after a start beside pinned 256: identity %d, want none of the pinned numbers", got)
+	}
 }
 
 // addressStale, view by view: stale before any computation was applied, after one

@@ -107,13 +107,17 @@ func Compute(in Input, ids *Identities) State {
 	st.Identities = len(all)
 	peers := newRulePeers(c, all)
 	// In name order, so a namespace's pods past EntryBudget are the same ones every
-	// computation: their entries are not built at all (the memory and time of a rule of
-	// many peers on many pods), and admitEntries refuses them.
+	// computation: once the pods before them asked for the whole budget, their entries
+	// are not built at all (the memory and time of a rule of many peers on many pods:
+	// a prefix cut, where admitEntries would skip to a later pod that fits), and
+	// admitEntries refuses them.
 	slices.SortFunc(local, func(a, b Pod) int { return strings.Compare(a.Ref(), b.Ref()) })
 	asked := map[string]int{} // entries built per namespace so far
 	for _, pod := range local {
 		ep := endpointState(pod, podPeer(pod, in.Namespaces, cidrs), in.Policies, peers, &st, asked[pod.Namespace] >= EntryBudget)
-		asked[pod.Namespace] += len(ep.Entries)
+		if !ep.overflow { // one refused anyway costs the others nothing
+			asked[pod.Namespace] += len(ep.Entries)
+		}
 		st.Endpoints[pod.IP] = ep
 	}
 	admitEntries(&st) // each namespace within its share of the node's policy map
@@ -277,12 +281,15 @@ func podPeer(pod Pod, namespaces map[string]map[string]string, cidrs *cidrSet) p
 // endpointState computes one local pod's flags and entries; with overflow (its
 // namespace's pods asked EntryBudget already) its entries are not built.
 func endpointState(pod Pod, self peer, nps []*networkingv1.NetworkPolicy, peers *rulePeers, st *State, overflow bool) *Endpoint {
-	ep := &Endpoint{Pod: pod.Ref(), IP: pod.IP, Entries: map[Key][]datapath.PolicyPort{}, overflow: overflow}
+	ep := &Endpoint{Pod: pod.Ref(), IP: pod.IP, Entries: map[Key][]datapath.PolicyPort{}}
 	add := func(k Key, ports []datapath.PolicyPort) {
 		if len(ports) == 0 || ep.overflow {
 			return
 		}
-		if _, ok := ep.Entries[k]; !ok && len(ep.Entries) >= EntryBudget { // never admitted: stop building
+		// Past the budget (its namespace's, or its own: never admitted) it stops
+		// building; a pod that asks for no entry (not isolated, or denying all) is not
+		// refused for its namespace's.
+		if _, ok := ep.Entries[k]; overflow || !ok && len(ep.Entries) >= EntryBudget {
 			ep.overflow = true
 			return
 		}

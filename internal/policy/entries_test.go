@@ -33,10 +33,15 @@ func TestComputeEntriesStayWithinTheNamespacesShare(t *testing.T) {
 		{Namespace: "v", Name: "db", Labels: map[string]string{"app": "db"}, IP: addr(101), Node: "n1"},
 	}
 	pods = append(pods, victims...)
+	// Of t too, after the others by name: one no policy selects, one denied all.
+	pods = append(pods, Pod{Namespace: "t", Name: "zz-free", Labels: map[string]string{"app": "free"}, IP: addr(200), Node: "n1"},
+		Pod{Namespace: "t", Name: "zz-shut", Labels: map[string]string{"app": "shut"}, IP: addr(201), Node: "n1"})
 	namespaces := map[string]map[string]string{"far": {"ns": "far"}, "t": {"ns": "t"}, "v": {"ns": "v"}}
 	victimPolicy := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "v", Name: "db"},
 		Spec: networkingv1.NetworkPolicySpec{PodSelector: *sel("app", "db"), Ingress: []networkingv1.NetworkPolicyIngressRule{{
 			From: []networkingv1.NetworkPolicyPeer{{PodSelector: sel("app", "web")}}, Ports: []networkingv1.NetworkPolicyPort{tcp(80)}}}}}
+	shut := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: "shut"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: *sel("app", "shut")}}
 	flood := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: "all"},
 		Spec: networkingv1.NetworkPolicySpec{PodSelector: *sel("app", "t"), Ingress: []networkingv1.NetworkPolicyIngressRule{{
 			From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}}}}}}
@@ -44,17 +49,23 @@ func TestComputeEntriesStayWithinTheNamespacesShare(t *testing.T) {
 	alone := Compute(Input{Node: "n1", Pods: pods, Namespaces: namespaces, Policies: []*networkingv1.NetworkPolicy{victimPolicy}}, NewIdentities())
 	ids := NewIdentities()
 	Compute(Input{Node: "n1", Pods: pods, Namespaces: namespaces, Policies: []*networkingv1.NetworkPolicy{victimPolicy}}, ids) // same numbers
-	st := Compute(Input{Node: "n1", Pods: pods, Namespaces: namespaces, Policies: []*networkingv1.NetworkPolicy{victimPolicy, flood}}, ids)
+	st := Compute(Input{Node: "n1", Pods: pods, Namespaces: namespaces, Policies: []*networkingv1.NetworkPolicy{victimPolicy, flood, shut}}, ids)
 
 	db := victims[1].IP
 	if got, want := st.Endpoints[db], alone.Endpoints[db]; !reflect.DeepEqual(got.Entries, want.Entries) || got.Flags != want.Flags {
 		t.Errorf("v/db beside the flood: flags %v, %d entries; want flags %v and its %d entries as without it",
 			got.Flags, len(got.Entries), want.Flags, len(want.Entries))
 	}
+	for ip, want := range map[netip.Addr]datapath.PolicyFlags{addr(200): 0, addr(201): datapath.PolicyIngress} {
+		if ep := st.Endpoints[ip]; ep.Flags != want || len(ep.Problems) > 0 {
+			t.Errorf("%s (asks for no entry) in the overflowing namespace: flags %v, problems %q; want flags %v and none",
+				ep.Pod, ep.Flags, ep.Problems, want)
+		}
+	}
 	total, admitted, refused := 0, 0, 0
 	for _, ep := range st.Endpoints {
 		total += len(ep.Entries)
-		if !strings.HasPrefix(ep.Pod, "t/") {
+		if !strings.HasPrefix(ep.Pod, "t/p") {
 			continue
 		}
 		switch {
@@ -89,5 +100,33 @@ func TestComputeEntriesStayWithinTheNamespacesShare(t *testing.T) {
 	}
 	if problems != refused {
 		t.Errorf("%d problems name t/all, want one per refused pod (%d)", problems, refused)
+	}
+}
+
+// A pod that asks for more than the whole budget alone is refused without costing
+// the pods after it: a small one of its namespace is admitted.
+func TestComputeOversizedPodRefusedAlone(t *testing.T) {
+	var pods []Pod
+	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}) }
+	for i := range EntryBudget + 100 {
+		pods = append(pods, Pod{Namespace: "far", Name: fmt.Sprintf("f%d", i), Labels: map[string]string{"i": fmt.Sprint(i)},
+			IP: addr(100000 + i), Node: "n2"})
+	}
+	big := Pod{Namespace: "t", Name: "a-big", Labels: map[string]string{"app": "big"}, IP: addr(1), Node: "n1"}
+	small := Pod{Namespace: "t", Name: "b-small", Labels: map[string]string{"app": "small"}, IP: addr(2), Node: "n1"}
+	pods = append(pods, big, small)
+	all := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: "all"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: *sel("app", "big"), Ingress: []networkingv1.NetworkPolicyIngressRule{{
+			From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}}}}}}
+	one := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: "one"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: *sel("app", "small"), Ingress: []networkingv1.NetworkPolicyIngressRule{{
+			From: []networkingv1.NetworkPolicyPeer{{PodSelector: sel("app", "big")}}}}}}
+	st := Compute(Input{Node: "n1", Pods: pods, Namespaces: map[string]map[string]string{"far": {}, "t": {}},
+		Policies: []*networkingv1.NetworkPolicy{all, one}}, NewIdentities())
+	if ep := st.Endpoints[big.IP]; len(ep.Entries) != 0 || ep.Flags&datapath.PolicyIngressIncomplete == 0 {
+		t.Errorf("t/a-big: flags %v, %d entries; want refused", ep.Flags, len(ep.Entries))
+	}
+	if ep := st.Endpoints[small.IP]; len(ep.Entries) != 1 || ep.Flags&datapath.PolicyIngressIncomplete != 0 {
+		t.Errorf("t/b-small after the refused t/a-big: flags %v, %d entries, problems %q; want its one entry", ep.Flags, len(ep.Entries), ep.Problems)
 	}
 }
