@@ -32,9 +32,6 @@ func watchImages(ctx context.Context, kubeconfig string, out io.Writer) (stop fu
 		if err != nil {
 			return
 		}
-		if err != nil {
-			return
-		}
 		for ctx.Err() == nil {
 			pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 			for _, p := range podsOrNone(pods, err) {
