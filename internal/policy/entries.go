@@ -21,10 +21,11 @@ const EntryBudget = datapath.PolicyMax / 2
 // not at all, skipping those that would take it past the share (and those Compute did
 // not build: asking more than EntryBudget alone, or after the namespace's earlier
 // pods asked for all of it); a skipped pod has no entries and fails closed in the
-// directions it is isolated in, with a problem saying why. Before, one tenant's rules of many peers (a namespaceSelector: {} on pods of
-// many identities) filled the node's map, and other tenants' pods failed closed. The
-// unit is the namespace: a tenant with pods of many namespaces on the node gets as many
-// shares, and a pod asking more than its namespace's share alone fails closed whole.
+// directions it is isolated in, with a problem saying why. Before, one tenant's rules
+// of many peers (a namespaceSelector: {} on pods of many identities) filled the
+// node's map, and other tenants' pods failed closed. The unit is the namespace: a
+// tenant with pods of many namespaces on the node gets as many shares, and a pod
+// asking more than its namespace's share alone fails closed whole.
 func admitEntries(st *State) {
 	byNamespace, demand := map[string][]*Endpoint{}, map[string]int{}
 	for _, ep := range st.Endpoints {

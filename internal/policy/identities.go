@@ -51,8 +51,9 @@ func (s *Identities) Above(n uint32) {
 	}
 }
 
-// Reserve keeps numbers from being given (a fresh allocator next to pinned maps that
-// hold them: after the counter has wrapped, Above alone does not keep it off them).
+// Reserve keeps numbers from being given: those the pinned maps hold at the agent's
+// start (after the counter has wrapped, neither Above nor a file saved before an apply
+// finished keeps it off them).
 func (s *Identities) Reserve(numbers []uint32) {
 	if s.pinned == nil {
 		s.pinned = map[uint32]bool{}
