@@ -52,9 +52,9 @@ func WriteFrom(path string, r io.Reader, mode os.FileMode) error {
 // one.
 const tempPrefix = ".tmp-"
 
-// writeTemp writes what r reads to a new file of mode in dir, named tempPrefix and 16 random
-// hex digits, created exclusively and without following a symlink (one planted there
-// fails the create: root's write never lands where it points), and synced. It returns
+// writeTemp writes what r reads to a new file of mode in dir, named tempPrefix and 16
+// random hex digits, created exclusively and without following a symlink (one planted
+// there fails the create: root's write never lands where it points), and synced. It returns
 // the file's path; on error nothing is left.
 func writeTemp(dir string, r io.Reader, mode os.FileMode) (string, error) {
 	var f *os.File

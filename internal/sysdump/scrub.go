@@ -25,9 +25,8 @@ var podSpecPaths = [][]string{
 // every container env entry (names and valueFrom references stay) and, except in
 // kube-system and myelin's own workloads (label app.kubernetes.io/name=myelin), every
 // container's command, args and lifecycle hooks and its probes' commands and HTTP
-// header values:
-// command lines carry passwords in forms no pattern knows (--requirepass pw, -pPW, a
-// DSN).
+// header values: command lines carry passwords in forms no pattern knows
+// (--requirepass pw, -pPW, a DSN).
 func scrub(v any) {
 	switch o := v.(type) {
 	case *unstructured.UnstructuredList:
@@ -99,14 +98,12 @@ func scrubContainer(c map[string]any, commands bool) {
 	delete(c, "lifecycle")
 	for _, probe := range []string{"livenessProbe", "readinessProbe", "startupProbe"} {
 		unstructured.RemoveNestedField(c, probe, "exec", "command") // redis-cli -a pw ping
-		headers, _, _ := unstructured.NestedSlice(c, probe, "httpGet", "httpHeaders")
+		get, _ := nested(c, []string{probe, "httpGet"})
+		headers, _ := get["httpHeaders"].([]any)
 		for _, h := range headers {
 			if h, ok := h.(map[string]any); ok {
 				delete(h, "value")
 			}
-		}
-		if headers != nil {
-			_ = unstructured.SetNestedSlice(c, headers, probe, "httpGet", "httpHeaders")
 		}
 	}
 }
