@@ -92,12 +92,19 @@ func applyPolicy(m policyMaps, j *purgeJournal, st policy.State, orphans map[net
 	// 1. Stale entries of pods becoming isolated, then entries to add or change.
 	written := setPolicyEntries(m, want, curEntries, curFlags, fail, &res)
 	// 2. The ipcache: policy CIDRs before pod /32s (shortest prefixes first).
-	written = append(written, setIPCache(m, st.IPCache, curCache, &res)...)
+	cacheErrs := setIPCache(m, st.IPCache, curCache, &res)
 	// 3. Flags.
 	flagErrs := setPolicyFlags(m, st, curFlags, &res)
 	res.flagsDone = true
 	// 4. Removals.
 	written = append(written, removeStale(m, st.IPCache, want, curEntries, curCache, &res)...)
+	// 4b. A write step 2 could not make (a full ipcache: the old policy CIDRs
+	// and the new ones held together for a moment) is tried again now that the
+	// old are gone; meanwhile its addresses were world (denied).
+	if len(cacheErrs) > 0 {
+		cacheErrs = retryIPCache(m, st.IPCache, &res)
+	}
+	written = append(written, cacheErrs...)
 	errs = append(append(errs, written...), flagErrs...)
 	// 5. Tracked connections the change may no longer allow; those st still
 	// allows keep passing where the maps hold st: not after a write that may
@@ -273,6 +280,16 @@ func setIPCache(m policyMaps, want, cur map[netip.Prefix]uint32, res *policyAppl
 		}
 	}
 	return append(errs, dropCoveringPrefixes(m, failed, want, cur, res)...)
+}
+
+// retryIPCache is step 4b of applyPolicy: setIPCache again against what the
+// map holds after the removals (a failed write made the mirror read the map).
+func retryIPCache(m policyMaps, want map[netip.Prefix]uint32, res *policyApplied) []error {
+	cur, err := m.IPCache()
+	if err != nil {
+		return []error{err}
+	}
+	return setIPCache(m, want, cur, res)
 }
 
 // dropCoveringPrefixes fails closed when prefixes could not be written: a

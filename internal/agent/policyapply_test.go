@@ -31,6 +31,8 @@ type fakePolicyMaps struct {
 	purges     []datapath.PolicyCTPurge // every non-empty purge asked for
 	// failCache are prefixes whose write fails (a full ipcache).
 	failCache map[netip.Prefix]bool
+	// cacheMax is how many prefixes the ipcache holds (0: no limit).
+	cacheMax int
 }
 
 func newFakePolicyMaps() *fakePolicyMaps {
@@ -84,7 +86,7 @@ func (f *fakePolicyMaps) PolicyFlagsAll() (map[netip.Addr]datapath.PolicyFlags, 
 	return maps.Clone(f.flags), nil
 }
 func (f *fakePolicyMaps) SetIPCache(p netip.Prefix, id uint32) error {
-	if f.failCache[p] {
+	if _, ok := f.cache[p]; f.failCache[p] || (!ok && f.cacheMax > 0 && len(f.cache) >= f.cacheMax) {
 		return fmt.Errorf("set ipcache %s: %w", p, unix.E2BIG)
 	}
 	f.cache[p] = id
@@ -314,6 +316,31 @@ func TestApplyPolicyIPCacheFailureFailsClosed(t *testing.T) {
 	m.failCache = nil
 	if _, err := applyPolicy(m, &purgeJournal{}, st, nil, nil); err != nil || m.cache[cidr] != 310 || m.cache[except] != 311 {
 		t.Errorf("cache %v, err %v: want both written once the map has room", m.cache, err)
+	}
+}
+
+// A tenant replacing its policy CIDRs makes the ipcache hold the old and the
+// new ones between the writes and the removals; a pod /32 that did not fit then
+// is written once the old are gone, in the same apply.
+func TestApplyPolicyIPCacheFullDuringReplace(t *testing.T) {
+	m := newFakePolicyMaps()
+	old := serverState(map[netip.Addr]uint32{podX: 300}, nil)
+	for i := range 4 {
+		old.IPCache[netip.PrefixFrom(netip.AddrFrom4([4]byte{203, 0, 113, byte(16 * i)}), 28)] = 310
+	}
+	if _, err := applyPolicy(m, &purgeJournal{}, old, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	m.cacheMax = len(m.cache) + 1
+	next := serverState(map[netip.Addr]uint32{podX: 300, podY: 301}, nil)
+	for i := range 4 {
+		next.IPCache[netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 51, 100, byte(16 * i)}), 28)] = 311
+	}
+	if _, err := applyPolicy(m, &purgeJournal{}, next, nil, nil); err != nil {
+		t.Fatalf("err %v: want the writes that did not fit made after the removals", err)
+	}
+	if !maps.Equal(m.cache, next.IPCache) {
+		t.Errorf("cache %v, want %v", m.cache, next.IPCache)
 	}
 }
 
