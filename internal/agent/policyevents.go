@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -216,17 +218,37 @@ func (e *policyEvents) publish(msgs map[string]string, next []pendingEvent) {
 	e.current.Store(&current)
 }
 
-// event is the Warning Event saying node cannot enforce np as written.
+// event is the Warning Event saying node cannot enforce np as written. Its name
+// is policyEventName's: the same problems reported again (a policy flipping
+// between broken and fixed, an agent restart) find their Event already there
+// instead of adding one a flip on every node.
 func (e *policyEvents) event(np *networkingv1.NetworkPolicy, msg string) *corev1.Event {
 	now := metav1.Now()
 	return &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{GenerateName: np.Name + ".", Namespace: np.Namespace},
+		ObjectMeta:     metav1.ObjectMeta{Name: policyEventName(np, e.node, msg), Namespace: np.Namespace},
 		InvolvedObject: corev1.ObjectReference{Kind: "NetworkPolicy", APIVersion: "networking.k8s.io/v1", Namespace: np.Namespace, Name: np.Name, UID: np.UID},
 		Reason:         "PolicyNotEnforced", Message: fmt.Sprintf("node %s: %s", e.node, msg), Type: corev1.EventTypeWarning,
 		Source:         corev1.EventSource{Component: "myelin-agent", Host: e.node},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
 }
+
+// policyEventName names the Event of np's problems msg on node: the policy's
+// name (cut to leave room), a dot, and 16 hex digits of a hash of the policy's
+// UID, the node and msg. A valid Event name: a policy name is a DNS subdomain,
+// and the cut drops what would end a label badly.
+func policyEventName(np *networkingv1.NetworkPolicy, node, msg string) string {
+	h := sha256.Sum256([]byte(string(np.UID) + "\x00" + node + "\x00" + msg))
+	base := np.Name
+	if len(base) > policyEventNameBase {
+		base = strings.TrimRight(base[:policyEventNameBase], ".-")
+	}
+	return base + "." + hex.EncodeToString(h[:8])
+}
+
+// policyEventNameBase is how much of a policy's name its Events' names keep: 253
+// (a DNS subdomain) less the dot and the hash.
+const policyEventNameBase = 253 - 1 - 16
 
 // run posts the queued Events until ctx ends (post).
 func (e *policyEvents) run(ctx context.Context) {
@@ -246,7 +268,8 @@ func (e *policyEvents) run(ctx context.Context) {
 // failure is logged (once a policyEventLogEvery, with the count); one the apiserver
 // did not refuse (a timeout, a 5xx, no connection) hands the policy back to report
 // through retry, so the next computation queues it again; a refusal (4xx: 429, 403,
-// a namespace gone) is not retried (see reported).
+// a namespace gone) is not retried (see reported). An Event already there (its
+// name says the same problems on this node) counts as posted.
 func (e *policyEvents) post(ctx context.Context, ev *corev1.Event) bool {
 	if cur := e.current.Load(); cur != nil && (*cur)[ev.Namespace+"/"+ev.InvolvedObject.Name] != ev {
 		e.superseded.Add(1) // fixed, gone, changed or queued again since
@@ -258,7 +281,7 @@ func (e *policyEvents) post(ctx context.Context, ev *corev1.Event) bool {
 	cctx, cancel := context.WithTimeout(ctx, policyEventTimeout)
 	err := e.cs.CreateEvent(cctx, ev)
 	cancel()
-	if err == nil {
+	if err == nil || apierrors.IsAlreadyExists(err) {
 		e.posted.Add(1)
 		return true
 	}

@@ -14,8 +14,11 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/myelin-net/myelin/internal/kube"
+	"github.com/myelin-net/myelin/internal/kube/kubefake"
 	"github.com/myelin-net/myelin/internal/policy"
 )
 
@@ -312,4 +315,54 @@ func TestPolicyEventsRepeatedProblemPostedOnce(t *testing.T) {
 		t.Fatal("post stopped")
 	}
 	rec.receive(t, 1)
+}
+
+// A policy flipping between broken and fixed finds its Event already there when
+// it breaks the same way again: one Event per policy, node and message, not one a
+// flip; another message or another node has its own.
+func TestPolicyEventsFlipReusesEvent(t *testing.T) {
+	cs := fake.NewSimpleClientset()
+	e := testPolicyEvents(kubefake.Wrap(cs), 8)
+	nps, bad := problemPolicies(1)
+	nps[0].UID = "uid-p0"
+	other := policy.State{Problems: []policy.Problem{{Policy: "ns/p0", Message: "another problem"}}}
+	for _, st := range []policy.State{bad, {}, bad, {}, bad, other} {
+		e.report(nps, st)
+		for len(e.queue) > 0 {
+			if !e.post(context.Background(), <-e.queue) {
+				t.Fatal("post stopped")
+			}
+		}
+	}
+	e2 := testPolicyEvents(kubefake.Wrap(cs), 8)
+	e2.node = "n2"
+	e2.report(nps, bad)
+	if !e2.post(context.Background(), <-e2.queue) {
+		t.Fatal("post stopped")
+	}
+	evs, err := cs.CoreV1().Events("ns").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs.Items) != 3 {
+		t.Errorf("%d Events, want 3 (n1's two messages, n2's one)", len(evs.Items))
+	}
+	if c := e.counts(); c.Posted != 4 || c.Refused != 0 {
+		t.Errorf("metrics %+v: want the Events already there counted as posted", *c)
+	}
+}
+
+// Event names stay valid for the longest policy names, whatever their cut ends with.
+func TestPolicyEventNameValid(t *testing.T) {
+	for _, name := range []string{"p", strings.Repeat("a", 253), strings.Repeat("a", 235) + "-b" + strings.Repeat("c", 16),
+		strings.Repeat("a", 234) + ".-" + strings.Repeat("c", 17)} {
+		np := testPolicy(name)
+		got := policyEventName(np, "n1", "m")
+		if errs := validation.IsDNS1123Subdomain(got); len(errs) > 0 {
+			t.Errorf("policy %q: Event name %q: %v", name, got, errs)
+		}
+		if got == policyEventName(np, "n2", "m") || got == policyEventName(np, "n1", "m2") {
+			t.Errorf("policy %q: Event names of another node or message are the same", name)
+		}
+	}
 }
