@@ -45,6 +45,8 @@ type DeletedEndpoint struct {
 	HostIfName  string    `json:"hostIfName"`
 	HostIfIndex int       `json:"hostIfIndex"` // 0: the veth was already gone
 	Deleted     time.Time `json:"deleted"`
+	// DeletedBoot is Deleted on CLOCK_BOOTTIME (unknown in an older plugin's record).
+	DeletedBoot BootTime `json:"deletedBoot,omitzero"`
 }
 
 // DeletedDir is where CNI DEL leaves DeletedEndpoint records: next to the agent's

@@ -269,7 +269,7 @@ func deleteWithoutAgent(conf *NetConf, ref api.PodRef, hostIf string, ifindex in
 		return fmt.Errorf("delete host veth %s: %w", hostIf, err)
 	}
 	rec := api.DeletedEndpoint{ContainerID: ref.ContainerID, Namespace: ref.Namespace, Pod: ref.Pod,
-		HostIfName: hostIf, HostIfIndex: ifindex, Deleted: time.Now()}
+		HostIfName: hostIf, HostIfIndex: ifindex, Deleted: time.Now(), DeletedBoot: api.BootNow()}
 	if err := api.WriteDeleted(api.DeletedDir(conf.Socket), rec); err != nil {
 		return fmt.Errorf("%w; the agent releases the IP at its next start (its veth is gone)", err)
 	}

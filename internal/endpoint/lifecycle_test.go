@@ -125,6 +125,42 @@ func TestManagerDeleteRecordedLeavesALaterADD(t *testing.T) {
 	}
 }
 
+// The order of a recorded delete and an allocation is read on CLOCK_BOOTTIME when
+// both carry it, whatever the wall clock did in between: a wall clock stepped back
+// neither releases the later ADD's allocation nor keeps a failed one's. A record of
+// an earlier boot is older than any allocation of this one.
+func TestManagerDeleteRecordedOrderByBootClock(t *testing.T) {
+	wall := time.Now()
+	for _, c := range []struct {
+		name    string
+		deleted time.Time
+		boot    api.BootTime
+		kept    bool
+	}{
+		{"deleted before on the boot clock, after on the wall", wall.Add(time.Hour), api.BootTime{Boot: "b1", Nanos: 50}, true},
+		{"deleted after on the boot clock, before on the wall", wall.Add(-time.Hour), api.BootTime{Boot: "b1", Nanos: 150}, false},
+		{"deleted in an earlier boot", wall.Add(time.Hour), api.BootTime{Boot: "b0", Nanos: 1 << 60}, true},
+		{"an older plugin's record: the wall clock", wall.Add(time.Hour), api.BootTime{}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := emptyFixture(t)
+			f.m.now = func() time.Time { return wall }
+			f.m.bootNow = func() api.BootTime { return api.BootTime{Boot: "b1", Nanos: 100} }
+			alloc, err := f.m.Allocate(api.PodRef{ContainerID: "a"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := api.DeletedEndpoint{ContainerID: "a", HostIfName: HostIfName("a"), Deleted: c.deleted, DeletedBoot: c.boot}
+			if _, err := f.m.DeleteRecorded(rec); err != nil {
+				t.Fatal(err)
+			}
+			if ip, ok := f.pool.Lookup("a"); ok != c.kept || (ok && ip.String() != alloc.IP) {
+				t.Errorf("allocation %v %v after the recorded delete; want kept %v", ip, ok, c.kept)
+			}
+		})
+	}
+}
+
 // After a restart the allocation of an ADD that died with the old agent, whose DEL
 // was recorded while no agent answered, is released by that recorded delete: its
 // time is unknown, so it is not taken for a later ADD.

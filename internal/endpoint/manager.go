@@ -90,6 +90,7 @@ type Manager struct {
 	// read maps a Load may have replaced.
 	unadopted map[string]bool
 	now       func() time.Time
+	bootNow   func() api.BootTime
 	// claims says which free addresses another pod still claims (UseAddressClaims);
 	// nil: none.
 	claims AddressClaims
@@ -112,6 +113,8 @@ func (m *Manager) UseAddressClaims(claims AddressClaims) {
 // pendingADD is an allocation whose endpoint is not registered yet.
 type pendingADD struct {
 	since time.Time // when it was last made, or when the agent restarted (restored)
+	// sinceBoot is since on CLOCK_BOOTTIME (unknown for a restored allocation).
+	sinceBoot api.BootTime
 	// restored: the allocation is a previous agent's, made at a time unknown.
 	restored bool
 	// attempts are the ADDs of the container id in flight that this agent allocated
@@ -128,7 +131,7 @@ const allocationGrace = 2 * api.DefaultTimeout
 // NewManager returns a manager; call Restore before serving requests.
 func NewManager(cfg Config, dp Datapath, links Links, pool *ipam.Pool) *Manager {
 	m := &Manager{cfg: cfg, dp: dp, links: links, pool: pool, eps: map[string]*api.Endpoint{},
-		pending: map[string]pendingADD{}, unreadable: map[string]bool{}, unadopted: map[string]bool{}, now: time.Now}
+		pending: map[string]pendingADD{}, unreadable: map[string]bool{}, unadopted: map[string]bool{}, now: time.Now, bootNow: api.BootNow}
 	m.reaper = newReaper(links, m.ownsVeth)
 	return m
 }
@@ -199,7 +202,7 @@ func (m *Manager) markPending(containerID, attempt string) {
 		attempts = map[string]bool{}
 	}
 	attempts[attempt] = true
-	m.pending[containerID] = pendingADD{since: m.now(), attempts: attempts}
+	m.pending[containerID] = pendingADD{since: m.now(), sinceBoot: m.bootNow(), attempts: attempts}
 }
 
 // Put registers an endpoint whose veth the plugin has built, and programs the

@@ -61,7 +61,7 @@ func (m *Manager) DeleteRecorded(d api.DeletedEndpoint) (bool, error) {
 	defer m.mu.Unlock()
 	ep, ok := m.eps[d.ContainerID]
 	if !ok {
-		if p, ok := m.pending[d.ContainerID]; ok && !p.restored && p.since.After(d.Deleted) {
+		if p, ok := m.pending[d.ContainerID]; ok && !p.restored && p.allocatedAfter(d) {
 			return false, nil
 		}
 		if m.recordUnreadable(d.ContainerID) {
@@ -88,6 +88,21 @@ func (m *Manager) DeleteRecorded(d api.DeletedEndpoint) (bool, error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// allocatedAfter reports whether p's allocation was made after DEL recorded d: by
+// CLOCK_BOOTTIME when both carry it, so a wall clock stepped in between (NTP, an
+// operator) can neither release an ADD in flight nor keep what a failed ADD
+// allocated; a record of another boot is older (records outlive agents, never
+// the other way). By the wall clock when the record is an older plugin's.
+func (p pendingADD) allocatedAfter(d api.DeletedEndpoint) bool {
+	switch {
+	case !d.DeletedBoot.Known() || !p.sinceBoot.Known():
+		return p.since.After(d.Deleted)
+	case d.DeletedBoot.Boot != p.sinceBoot.Boot:
+		return true
+	}
+	return p.sinceBoot.Nanos > d.DeletedBoot.Nanos
 }
 
 // ipClaimedByOther reports whether an endpoint other than containerID has ip.
