@@ -2,10 +2,12 @@ package agent
 
 import (
 	"net/netip"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/myelin-net/myelin/internal/flow"
+	"github.com/myelin-net/myelin/internal/hubble"
 	"github.com/myelin-net/myelin/internal/policy"
 )
 
@@ -69,9 +71,21 @@ func (l *flowLoop) allowingPolicies(v *policyView, r *flow.Record, egress bool) 
 		return nil
 	}
 	if egress {
-		return res.Egress.By
+		return res.egress
 	}
-	return res.Ingress.By
+	return res.ingress
+}
+
+// flowPoliciesMax is how many allowing policies a flow names (hubble.FlowPoliciesMax).
+const flowPoliciesMax = hubble.FlowPoliciesMax
+
+// verdictAnswer is what the cache keeps of a policy.TraceResult: the policies that
+// allow each direction, the first flowPoliciesMax, their names shared by every
+// answer of the view (verdictCache.names). Its size does not grow with the policies
+// a tenant writes: a TraceResult of 800 policies of 253-byte names was ~400 KB, by
+// the 16,384 answers, and made a flow too large for the relay.
+type verdictAnswer struct {
+	ingress, egress []string
 }
 
 // policyProto is the protocol number NetworkPolicy has ports for, 0 for the others.
@@ -113,7 +127,9 @@ const traceBudget = 50 * time.Millisecond
 // second.
 type verdictCache struct {
 	view *policyView
-	m    map[verdictKey]policy.TraceResult
+	m    map[verdictKey]verdictAnswer
+	// names holds one copy of each policy name the view's answers hold.
+	names map[string]string
 	// window is when the current second of traceBudget began; spent is the time
 	// traced in it.
 	window time.Time
@@ -128,9 +144,9 @@ type verdictCache struct {
 
 // trace answers k about v from the cache or v's Tracer; false when it is not
 // cached and traceBudget is spent for this second.
-func (c *verdictCache) trace(v *policyView, k verdictKey) (policy.TraceResult, bool) {
+func (c *verdictCache) trace(v *policyView, k verdictKey) (verdictAnswer, bool) {
 	if c.view != v || len(c.m) >= verdictCacheMax {
-		c.view, c.m = v, make(map[verdictKey]policy.TraceResult)
+		c.view, c.m, c.names = v, make(map[verdictKey]verdictAnswer), map[string]string{}
 	}
 	if r, ok := c.m[k]; ok {
 		return r, true
@@ -145,11 +161,31 @@ func (c *verdictCache) trace(v *policyView, k verdictKey) (policy.TraceResult, b
 	}
 	if c.spent >= traceBudget {
 		c.skipped.Add(1)
-		return policy.TraceResult{}, false
+		return verdictAnswer{}, false
 	}
 	c.traces++
 	r := v.tracer.Trace(*k.src, *k.dst, k.proto, k.port)
+	a := verdictAnswer{ingress: c.shared(r.Ingress.By), egress: c.shared(r.Egress.By)}
 	c.spent += clock().Sub(start)
-	c.m[k] = r
-	return r, true
+	c.m[k] = a
+	return a, true
+}
+
+// shared returns the first flowPoliciesMax of names in order (sorting names, a
+// Trace's own), each the copy c.names holds.
+func (c *verdictCache) shared(names []string) []string {
+	if len(names) == 0 {
+		return nil
+	}
+	slices.Sort(names)
+	out := make([]string, 0, min(len(names), flowPoliciesMax))
+	for _, n := range names[:cap(out)] {
+		s, ok := c.names[n]
+		if !ok {
+			s = n
+			c.names[n] = s
+		}
+		out = append(out, s)
+	}
+	return out
 }

@@ -1,10 +1,14 @@
 package agent
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -168,5 +172,49 @@ func BenchmarkPodIndex(b *testing.B) {
 		if _, ok := x.in(v, ip); !ok {
 			b.Fatal("not found")
 		}
+	}
+}
+
+// A tenant with many policies of long names allowing one connection gets flows
+// naming the first flowPoliciesMax of them by name, whatever the listers' order,
+// and the cache holds each name once, not once per answer.
+func TestFlowPolicyVerdictNamesBounded(t *testing.T) {
+	v := serverView("p", 80)
+	base := v.input.Policies[0]
+	long := strings.Repeat("x", 240)
+	v.input.Policies = nil
+	for _, i := range rand.Perm(40) {
+		np := base.DeepCopy()
+		np.Name = fmt.Sprintf("%s-%02d", long, i)
+		v.input.Policies = append(v.input.Policies, np)
+	}
+	v.tracer = policy.NewTracer(v.input)
+	pol := &policyLoop{}
+	pol.view.Store(v)
+	l := &flowLoop{}
+	l.pol.Store(pol)
+	var want []string
+	for i := range flowPoliciesMax {
+		want = append(want, fmt.Sprintf("x/%s-%02d", long, i))
+	}
+	var first []string
+	for sport := range uint16(50) {
+		var pv flow.Record
+		// Another client port each time is the same question; another server port is a new one.
+		if !l.PolicyVerdict(synTo("10.244.1.5", 40000+sport, 80), &pv) {
+			t.Fatal("no policy verdict")
+		}
+		if !slices.Equal(pv.Policies, want) {
+			t.Fatalf("policies %v, want the first %d by name", pv.Policies, flowPoliciesMax)
+		}
+		if first == nil {
+			first = pv.Policies
+		}
+	}
+	if len(l.verdicts.names) != flowPoliciesMax {
+		t.Errorf("the cache holds %d names, want %d", len(l.verdicts.names), flowPoliciesMax)
+	}
+	if unsafe.StringData(first[0]) != unsafe.StringData(l.verdicts.names[want[0]]) {
+		t.Error("an answer's name is not the copy the cache shares")
 	}
 }

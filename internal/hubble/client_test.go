@@ -183,12 +183,15 @@ func TestClientSourceSharesAConnection(t *testing.T) {
 
 // TestClientSourceBoundsAHostileServer: a server (a relay, or what answers in its
 // place) can't make the UI or `myelin observe` decode more than an agent sends: a
-// flow's labels past FlowLabelsMax are not read, and a message over ClientMaxRecv ends
+// flow's labels past FlowLabelsMax and policies past FlowPoliciesMax are not read, and a message over ClientMaxRecv ends
 // the stream with an error.
 func TestClientSourceBoundsAHostileServer(t *testing.T) {
 	many := flow.Flow{Node: "n", Type: flow.TypeL3L4, Verdict: flow.Forwarded, Source: flow.Endpoint{Labels: map[string]string{}}}
 	for i := range 5 * FlowLabelsMax {
 		many.Source.Labels[fmt.Sprintf("k%04d", i)] = "v"
+	}
+	for i := range 5 * FlowPoliciesMax {
+		many.Policies = append(many.Policies, fmt.Sprintf("ns/p%04d", i))
 	}
 	huge := many
 	huge.Source.Labels = map[string]string{}
@@ -203,8 +206,9 @@ func TestClientSourceBoundsAHostileServer(t *testing.T) {
 		t.Errorf("Flows with a %d-byte message: %v, want a ResourceExhausted error", ClientMaxRecv, err)
 	}
 	first, ok := <-out
-	if !ok || len(first.Source.Labels) != FlowLabelsMax {
-		t.Fatalf("the first flow (%d labels sent): got %v, want it with %d labels", 5*FlowLabelsMax, first, FlowLabelsMax)
+	if !ok || len(first.Source.Labels) != FlowLabelsMax || len(first.Policies) != FlowPoliciesMax {
+		t.Fatalf("the first flow (%d labels, %d policies sent): got %v, want it with %d labels and %d policies",
+			5*FlowLabelsMax, 5*FlowPoliciesMax, first, FlowLabelsMax, FlowPoliciesMax)
 	}
 	if f, ok := <-out; ok {
 		t.Errorf("the oversized flow came through with %d labels", len(f.Source.Labels))

@@ -48,7 +48,8 @@ func FromProto(p *flowpb.Flow) *flow.Flow {
 	if s := p.GetDestinationService(); s != nil && s.GetName() != "" {
 		f.Service = s.GetNamespace() + "/" + s.GetName()
 	}
-	for _, pol := range append(p.GetEgressAllowedBy(), p.GetIngressAllowedBy()...) {
+	pols := append(p.GetEgressAllowedBy(), p.GetIngressAllowedBy()...)
+	for _, pol := range pols[:min(len(pols), FlowPoliciesMax)] { // a hostile server's million
 		f.Policies = append(f.Policies, pol.GetNamespace()+"/"+pol.GetName())
 	}
 	l4From(f, p.GetL4())

@@ -51,9 +51,17 @@ func ServerOptions() []grpc.ServerOption {
 // reads no more (a hostile server's flow of a million labels).
 const FlowLabelsMax = 64
 
+// FlowPoliciesMax bounds the policies a flow names as allowing it: an agent names at
+// most this many (the first by namespace and name), the relay drops a flow with more
+// and a client reads no more. A tenant with hundreds of policies of 253-byte names
+// selecting one pod made each of its verdicts larger than ClientMaxRecv, which cut
+// the whole node off the relay.
+const FlowPoliciesMax = 16
+
 // ClientMaxRecv bounds one message a Hubble client accepts (the relay reading the
 // agents, the UI and `myelin observe` reading the relay): a flow is at most ~50 KB
-// (FlowLabelsMax labels of the longest key and value at each end), where gRPC's
+// (FlowLabelsMax labels of the longest key and value at each end, FlowPoliciesMax
+// policy names), where gRPC's
 // default is 4 MiB, and a hostile server's 4 MiB messages, held by the thousand in the
 // relay's windows, would exhaust its memory.
 const ClientMaxRecv = 256 << 10

@@ -109,13 +109,14 @@ func pull(ctx context.Context, p peerConn, req *observerpb.GetFlowsRequest, in c
 // the Kubernetes Node it dialled), whatever the peer wrote: one compromised node
 // can't pass its flows off as another's. It returns false for what only the relay
 // may say (node status, which the relay reports itself), and for a flow with more
-// labels at one end than an agent sends (hubble.FlowLabelsMax): the response is
-// dropped.
+// labels at one end or more allowing policies than an agent sends
+// (hubble.FlowLabelsMax, hubble.FlowPoliciesMax): the response is dropped.
 func fromPeer(resp *observerpb.GetFlowsResponse, name string) bool {
 	if resp.GetNodeStatus() != nil {
 		return false
 	}
-	if f := resp.GetFlow(); len(f.GetSource().GetLabels()) > hubble.FlowLabelsMax || len(f.GetDestination().GetLabels()) > hubble.FlowLabelsMax {
+	if f := resp.GetFlow(); len(f.GetSource().GetLabels()) > hubble.FlowLabelsMax || len(f.GetDestination().GetLabels()) > hubble.FlowLabelsMax ||
+		len(f.GetEgressAllowedBy())+len(f.GetIngressAllowedBy()) > hubble.FlowPoliciesMax {
 		return false
 	}
 	resp.NodeName = name

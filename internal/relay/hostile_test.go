@@ -23,6 +23,16 @@ func labelled(node string, sec, n, size int) *flow.Flow {
 	return f
 }
 
+// allowedBy is flow at(node, sec), a POLICY_VERDICT naming n allowing policies.
+func allowedBy(node string, sec, n int) *flow.Flow {
+	f := at(node, sec)
+	f.Type = flow.TypePolicyVerdict
+	for i := range n {
+		f.Policies = append(f.Policies, fmt.Sprintf("ns/p%03d", i))
+	}
+	return f
+}
+
 // A hostile node (root on it serves :4244 with the agent's key) can't make the relay
 // hold what no agent sends: a flow with more labels than an agent puts in one is
 // dropped, and a message over hubble.ClientMaxRecv ends that node's stream (the
@@ -32,6 +42,8 @@ func TestRelayDropsWhatNoAgentSends(t *testing.T) {
 		labelled("a", 1, hubble.FlowLabelsMax, 8),   // as much as an agent sends: passes
 		labelled("a", 2, hubble.FlowLabelsMax+1, 8), // one more: dropped
 		at("a", 3),
+		allowedBy("a", 8, hubble.FlowPoliciesMax),   // as many policies as an agent names: passes
+		allowedBy("a", 9, hubble.FlowPoliciesMax+1), // one more: dropped
 	}})
 	huge := labelled("b", 5, 2000, 200) // ~430 KB in one message
 	b := startNode(t, "b", &nodeSource{history: []*flow.Flow{at("b", 4), huge, at("b", 6)}})
@@ -41,12 +53,12 @@ func TestRelayDropsWhatNoAgentSends(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := recvAll(t, st)
-	for _, want := range []string{"a:1", "a:3", "b:4", "c:7"} {
+	for _, want := range []string{"a:1", "a:3", "b:4", "c:7", "a:8"} {
 		if !slices.Contains(got, want) {
 			t.Errorf("relay answered %v, want %s among them", got, want)
 		}
 	}
-	for _, bad := range []string{"a:2", "b:5"} {
+	for _, bad := range []string{"a:2", "b:5", "a:9"} {
 		if slices.Contains(got, bad) {
 			t.Errorf("relay answered %v, with %s, which no agent sends", got, bad)
 		}
