@@ -217,3 +217,45 @@ func TestResyncKeys(t *testing.T) {
 		t.Errorf("resyncKeys = %v, want %v", got, want)
 	}
 }
+
+// A tenant flipping a Service's frontends on and off (externalIPs set and cleared)
+// frees ids by the thousand each time: what waits in quarantine stays bounded, the
+// ids no flow names are handed out again instead of ever new ones, and those that
+// conntrack names stay out of use.
+func TestManagerFlippingServiceIDsBounded(t *testing.T) {
+	dp := newFake()
+	m, err := NewManager(dp, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 2000
+	var fes []Frontend
+	for i := range n {
+		fes = append(fes, frontend(fmt.Sprintf("203.0.%d.%d", i/250, i%250+1), 80, "10.244.1.5:8080"))
+	}
+	if err := m.Apply("t/flip", fes); err != nil {
+		t.Fatal(err)
+	}
+	named := dp.services[fes[0].Key].ID // a flow through the first frontend
+	dp.ctServices = []uint32{named}
+	for range 2 * freedMax / n {
+		if err := m.Apply("t/flip", nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Apply("t/flip", fes); err != nil {
+			t.Fatal(err)
+		}
+		for _, fe := range fes {
+			if dp.services[fe.Key].ID == named {
+				t.Fatalf("id %d, named by conntrack, was handed out again", named)
+			}
+		}
+	}
+	if len(m.feIDs.freed) > freedMax || m.feIDs.last > freedMax+3*n {
+		t.Errorf("after %d frees: %d ids wait in quarantine, the highest id is %d; want at most %d and %d",
+			2*freedMax, len(m.feIDs.freed), m.feIDs.last, freedMax, freedMax+3*n)
+	}
+	if !m.feIDs.quarantined(named) {
+		t.Errorf("id %d, named by conntrack, left quarantine", named)
+	}
+}

@@ -16,13 +16,28 @@ var errIDsExhausted = errors.New("no free id left")
 // reused sooner could send a flow to another Service's pod. (The datapath also
 // checks a flow's backend address and service id, which covers flows that stay busy
 // for longer.) Not safe for concurrent use.
+//
+// What it keeps is bounded by the ids in use and the ids flows name, not by churn: a
+// tenant flipping a Service's 65,000 externalIP frontends on and off every second
+// freed 65,000 ids a second, each kept for the 6 h quarantine (34 B each: GBs), and
+// took as many new ones (the id space ran out within a day). Once freedMax ids
+// wait, the Manager asks conntrack which ids flows name (settle): the others are
+// ready at once, and next hands them out before any new id.
 type idSet struct {
 	used       map[uint32]bool
 	freed      []freedID // oldest first
+	ready      []uint32  // freed ids no conntrack entry named when last asked (settle)
 	last       uint32
 	quarantine time.Duration
 	now        func() time.Time
+	// settleAt is the len(freed) past which the Manager settles it (crowded):
+	// freedMax, or twice what conntrack named the last time.
+	settleAt int
 }
+
+// freedMax is how many ids may wait out their quarantine before conntrack is asked
+// which of them flows still name: at ~32 B each, 2 MB a set.
+const freedMax = 1 << 16
 
 // freedID is an id in quarantine since at.
 type freedID struct {
@@ -51,12 +66,20 @@ func (s *idSet) hold(id uint32) {
 }
 
 // next returns an unused id: the oldest freed one whose quarantine is over, else a
-// new one.
+// ready one, else a new one.
 func (s *idSet) next() (uint32, error) {
 	now := s.now()
 	for len(s.freed) > 0 && now.Sub(s.freed[0].at) >= s.quarantine {
 		id := s.freed[0].id
 		s.freed = s.freed[1:]
+		if !s.used[id] {
+			s.used[id] = true
+			return id, nil
+		}
+	}
+	for len(s.ready) > 0 {
+		id := s.ready[len(s.ready)-1]
+		s.ready = s.ready[:len(s.ready)-1]
 		if !s.used[id] {
 			s.used[id] = true
 			return id, nil
@@ -89,3 +112,33 @@ func (s *idSet) quarantined(id uint32) bool {
 	}
 	return false
 }
+
+// crowded reports whether so many ids wait in quarantine that the Manager should
+// settle them.
+func (s *idSet) crowded() bool { return len(s.freed) >= max(s.settleAt, freedMax) }
+
+// settle ends the quarantine of the freed ids that named (what conntrack entries
+// name now) does not hold: no flow can be sent by them to another Service's pod, so
+// they are ready. The next settle waits until twice as many ids wait as named kept.
+func (s *idSet) settle(named []uint32) {
+	keep := make(map[uint32]bool, len(named))
+	for _, id := range named {
+		keep[id] = true
+	}
+	var held []freedID
+	for _, f := range s.freed {
+		switch {
+		case s.used[f.id]:
+		case keep[f.id]:
+			held = append(held, f)
+		default:
+			s.ready = append(s.ready, f.id)
+		}
+	}
+	s.freed = held
+	s.settleAt = 2 * len(held)
+}
+
+// postpone makes the next settle wait until twice as many ids wait: conntrack could
+// not be read.
+func (s *idSet) postpone() { s.settleAt = 2 * len(s.freed) }

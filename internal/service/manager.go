@@ -195,7 +195,25 @@ func (m *Manager) Apply(service string, fes []Frontend) error {
 	}
 	errs.add(m.release(released))
 	m.recordDepartures(left)
+	m.settleIDs()
 	return errs.err()
+}
+
+// settleIDs ends the quarantine of the freed ids no flow names once many wait
+// (idSet.crowded): one walk of the Service conntrack maps for freedMax frees at
+// least. A walk that fails postpones it (the ids stay in quarantine, as before).
+func (m *Manager) settleIDs() {
+	if !m.feIDs.crowded() && !m.beIDs.crowded() {
+		return
+	}
+	svcs, bes, err := m.dp.ConntrackIDs()
+	if err != nil {
+		m.feIDs.postpone()
+		m.beIDs.postpone()
+		return
+	}
+	m.feIDs.settle(svcs)
+	m.beIDs.settle(bes)
 }
 
 // claimAdopted marks the adopted frontend key, if it is one, as service's although
