@@ -68,10 +68,11 @@ func TestManagerRestartFailedApplyKeepsServing(t *testing.T) {
 	}
 }
 
-// Two Services claiming one frontend (an externalIP on another Service's ClusterIP:
-// CVE-2020-8554, or two Services sharing an externalIP): the last writer owns it, and
-// when it lets the frontend go, the other is handed back to be applied again
-// (Reclaims), instead of the frontend staying deleted for it.
+// An externalIP takes no frontend another Service holds (CVE-2020-8554 against
+// kube-dns's ClusterIP, another's NodePort or externalIP): it is refused, the holder
+// keeps serving, nothing is retried, and once the holder lets the frontend go the
+// claimant is handed back (Reclaims) and programmed. A ClusterIP reused by a new
+// Service still takes its frontend from whoever holds it (the last writer).
 func TestManagerContestedFrontendReclaimed(t *testing.T) {
 	dp := newFake()
 	m, _ := NewManager(dp, 0)
@@ -81,32 +82,52 @@ func TestManagerContestedFrontendReclaimed(t *testing.T) {
 	}
 	evil := frontend("10.96.0.10", 53, "10.244.9.9:53")
 	evil.Type = ExternalIP
-	if err := m.Apply("tenant/evil", []Frontend{evil}); err != nil {
-		t.Fatal(err)
-	}
-	if got := m.Reclaims(); len(got) != 0 {
-		t.Errorf("reclaims after the takeover: %v, want none", got)
-	}
-	if err := m.Apply("tenant/evil", nil); err != nil {
-		t.Fatal(err)
-	}
-	if got := m.Reclaims(); !slices.Equal(got, []string{"kube-system/kube-dns"}) {
-		t.Fatalf("reclaims after the taker let go: %v, want kube-system/kube-dns", got)
-	}
-	if err := m.Apply("kube-system/kube-dns", []Frontend{dns}); err != nil { // what the watcher does
-		t.Fatal(err)
+	var held *HeldError
+	if err := m.Apply("tenant/evil", []Frontend{evil}); !errors.As(err, &held) || len(held.Frontends) != 1 {
+		t.Fatalf("an externalIP on kube-dns's ClusterIP: %v, want a HeldError naming it", err)
 	}
 	if got := dp.active(t, dns.Key); !slices.Equal(got, []string{"10.244.1.5:53"}) {
 		t.Errorf("kube-dns's ClusterIP serves %v, want 10.244.1.5:53", got)
 	}
+	other := frontend("203.0.113.7", 80, "10.244.1.6:80")
+	other.Type = ExternalIP
+	if err := m.Apply("tenant/first", []Frontend{other}); err != nil {
+		t.Fatal(err)
+	}
+	second := frontend("203.0.113.7", 80, "10.244.9.9:80")
+	second.Type = ExternalIP
+	if err := m.Apply("tenant/second", []Frontend{second}); !errors.As(err, &held) {
+		t.Errorf("a second externalIP claim of one address and port: %v, want a HeldError (the first keeps it)", err)
+	}
+	if got := dp.active(t, other.Key); !slices.Equal(got, []string{"10.244.1.6:80"}) {
+		t.Errorf("the first externalIP serves %v, want its own backend", got)
+	}
+	if err := m.Apply("kube-system/kube-dns", nil); err != nil { // kube-dns let go
+		t.Fatal(err)
+	}
+	if got := m.Reclaims(); !slices.Equal(got, []string{"tenant/evil"}) {
+		t.Fatalf("reclaims after the holder let go: %v, want tenant/evil", got)
+	}
+	if err := m.Apply("tenant/evil", []Frontend{evil}); err != nil { // what the watcher does
+		t.Fatal(err)
+	}
+	if got := dp.active(t, dns.Key); !slices.Equal(got, []string{"10.244.9.9:53"}) {
+		t.Errorf("the freed address serves %v, want the externalIP's backend", got)
+	}
+	if err := m.Apply("kube-system/kube-dns", []Frontend{dns}); err != nil { // the ClusterIP given again
+		t.Fatal(err)
+	}
+	if err := m.Apply("tenant/evil", []Frontend{evil}); !errors.As(err, &held) { // its resync
+		t.Errorf("the externalIP's resync after a ClusterIP took the address: %v, want a HeldError", err)
+	}
+	if got := dp.active(t, dns.Key); !slices.Equal(got, []string{"10.244.1.5:53"}) {
+		t.Errorf("kube-dns's ClusterIP serves %v after the externalIP's resync, want 10.244.1.5:53", got)
+	}
 	// A displaced Service deleted meanwhile is not handed back.
-	if err := m.Apply("tenant/evil", []Frontend{evil}); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Apply("kube-system/kube-dns", nil); err != nil { // not the owner: its claim goes
-		t.Fatal(err)
-	}
 	if err := m.Apply("tenant/evil", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Apply("kube-system/kube-dns", nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := m.Reclaims(); len(got) != 0 {

@@ -1,8 +1,10 @@
 package service
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -153,10 +155,16 @@ func (m *Manager) Apply(service string, fes []Frontend) error {
 	keep := map[datapath.Frontend]bool{}
 	var released []uint32
 	var left []Departure
+	var refused []string // externalIPs another Service holds
 	for _, fe := range fes {
 		fe.Service = service
 		keep[fe.Key] = true
 		prev, err := m.applyFrontend(fe)
+		var held *HeldError
+		if errors.As(err, &held) {
+			refused = append(refused, held.Frontends...)
+			continue
+		}
 		if err != nil {
 			errs.add(fmt.Errorf("service %s frontend %s: %w", service, FrontendString(fe.Key), err))
 			m.claimAdopted(fe.Key, service)
@@ -196,7 +204,23 @@ func (m *Manager) Apply(service string, fes []Frontend) error {
 	errs.add(m.release(released))
 	m.recordDepartures(left)
 	m.settleIDs()
-	return errs.err()
+	if err := errs.err(); err != nil || len(refused) == 0 {
+		return err
+	}
+	return &HeldError{Service: service, Frontends: refused}
+}
+
+// HeldError is what Apply returns when the only frontends it could not write are
+// externalIPs another Service holds (applyFrontend): nothing to retry; when the
+// holder lets one go the Service is handed back (Reclaims).
+type HeldError struct {
+	Service   string
+	Frontends []string // "address:port/proto held by namespace/name's <type>"
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("service %s: externalIP frontends not programmed, another Service holds them: %s",
+		e.Service, strings.Join(e.Frontends, ", "))
 }
 
 // settleIDs ends the quarantine of the freed ids no flow names once many wait
@@ -258,6 +282,16 @@ func (m *Manager) applyFrontend(fe Frontend) (*Applied, error) {
 		return nil, nil // unchanged: an update of another port or field
 	}
 	takeover := prev != nil && prev.Service != "" && prev.Service != fe.Service
+	if takeover && fe.Type == ExternalIP {
+		// An externalIP takes no frontend from another Service: not a ClusterIP or
+		// NodePort (the apiserver's allocators make those unique: kube-dns, the
+		// apiserver's own), not another's externalIP (the first keeps it; flipping
+		// owners at each resync moved flows to other backends).
+		if !slices.Contains(m.contested[fe.Key], fe.Service) {
+			m.contested[fe.Key] = append(m.contested[fe.Key], fe.Service)
+		}
+		return nil, &HeldError{Frontends: []string{fmt.Sprintf("%s held by %s's %s", FrontendString(fe.Key), prev.Service, prev.Type)}}
+	}
 	ids := make([]uint32, 0, len(fe.Active)+len(fe.Terminating))
 	for _, b := range slices.Concat(fe.Active, fe.Terminating) {
 		id, err := m.acquire(b)

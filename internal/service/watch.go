@@ -260,6 +260,12 @@ func (w *Watcher) processNext(queue workqueue.TypedRateLimitingInterface[string]
 	for _, other := range w.m.Reclaims() { // a frontend they claim was let go by its taker
 		queue.Add(other)
 	}
+	if held := (*HeldError)(nil); errors.As(err, &held) && err == error(held) {
+		// Only externalIPs another Service holds: nothing to retry (Reclaims hands
+		// the Service back when the holder lets go), nothing wrong with this node.
+		w.log.Warn("sync service", "service", key, "err", err)
+		err = nil
+	}
 	w.report(err)
 	if err != nil {
 		w.log.Error("sync service", "service", key, "err", err)
