@@ -35,9 +35,9 @@ volatile const __u64 host_netns_cookie = 0;
 
 /*
  * sock_backend chooses a backend for ctx's destination if it is a Service
- * frontend of protocol proto; NULL if it is none or has no ready backend,
- * and then *refuse says the socket must not send there untranslated: a
- * ClusterIP frontend without a backend, asked by the node's own socket.
+ * frontend of protocol proto; NULL if it is none, is an external IP asked by
+ * the node's own socket, or has no ready backend, and then *refuse says the socket must not send
+ * there untranslated: a ClusterIP frontend without a backend, asked by the node's own socket.
  */
 static __always_inline const struct lb_backend *sock_backend(struct bpf_sock_addr *ctx, __u8 proto,
 							     int *refuse)
@@ -61,6 +61,12 @@ static __always_inline const struct lb_backend *sock_backend(struct bpf_sock_add
 	 * before connect): with the namespace alone, every connection of a
 	 * client to a Maglev Service went to one backend. */
 	netns = bpf_get_netns_cookie(ctx);
+	/* An external IP is a frontend for pods only: the node's own processes
+	 * (the kubelet, the runtime pulling images, the agent reaching the
+	 * apiserver) reach the real address, whatever address a Service author
+	 * names in spec.externalIPs (CVE-2020-8554). */
+	if (host_netns_cookie && netns == host_netns_cookie && (svc->flags & LB_SVC_F_EXTERNAL_IP))
+		return NULL;
 	t.saddr = (__u32)netns;
 	t.daddr = daddr;
 	t.sport = (__u16)bpf_get_socket_cookie(ctx);
@@ -69,11 +75,9 @@ static __always_inline const struct lb_backend *sock_backend(struct bpf_sock_add
 	id = lb_select(svc, &t, &index, LB_CLIENT_NODE);
 	b = id ? lb_backend_lookup(id) : NULL;
 	/* Only a ClusterIP: a NodePort on the node's address gets the stack's
-	 * RST, and an external IP may be a real address outside the node, which
-	 * kube-proxy too leaves the node's own traffic to when it has no
-	 * endpoint. */
+	 * RST (external IPs left above). */
 	if (!b && host_netns_cookie && netns == host_netns_cookie &&
-	    !(svc->flags & (LB_SVC_F_NODEPORT | LB_SVC_F_EXTERNAL_IP)))
+	    !(svc->flags & LB_SVC_F_NODEPORT))
 		*refuse = 1;
 	return b;
 }

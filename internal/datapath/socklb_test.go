@@ -386,15 +386,18 @@ func TestPrivilegedSocketLBAffinity(t *testing.T) {
 // refused (EPERM) to the sockets of the network namespace socket-LB was attached
 // from (the node's), TCP and UDP, where nothing else would keep their packets to
 // the Service address from leaving the node; other namespaces' sockets (pods')
-// go on untranslated to the tc path (here: no route), and so do the node's to an
-// external IP without a backend (which may be a real address outside, as
-// kube-proxy leaves it). With a backend the node's sockets are translated as ever.
+// go on untranslated to the tc path (here: no route). An external IP is translated
+// for pods only: the node's sockets reach the real address even when it has a
+// backend (a Service author naming the apiserver's or a registry's address in
+// spec.externalIPs gets no node traffic). With a backend the node's sockets to a
+// ClusterIP are translated as ever.
 func TestPrivilegedSocketLBNoBackendNode(t *testing.T) {
 	requirePrivileged(t)
 	d := loadLB(t, HostRoutingLegacy, 0)
 	cg := attachSockLB(t, d, Service{ID: 1}) // from the machine's netns: the test netns is a pod's
 	const externalIP = "10.97.0.10:80"
-	if err := d.UpsertService(Frontend{Addr: mustAddr("10.97.0.10"), Port: 80, Proto: protoTCP}, Service{ID: 9, Flags: ServiceExternalIP}); err != nil {
+	if err := d.UpsertService(Frontend{Addr: mustAddr("10.97.0.10"), Port: 80, Proto: protoTCP},
+		Service{ID: 9, Flags: ServiceExternalIP, Backends: []uint32{1}}); err != nil {
 		t.Fatal(err)
 	}
 	inBackendsNetns(t, func(nsName string, ns netns.NsHandle) {
@@ -402,6 +405,9 @@ func TestPrivilegedSocketLBNoBackendNode(t *testing.T) {
 			if out, _ := runSockClient(t, nsName, cg, mode, sockSvcAddr); !strings.Contains(out, "network is unreachable") {
 				t.Errorf("%s from a pod's netns to a Service without backends: got %q, want it untranslated (network is unreachable)", mode, out)
 			}
+		}
+		if out, err := runSockClient(t, nsName, cg, "tcp", externalIP); err != nil || out != "peer="+externalIP+" backend=10.1.0.20" {
+			t.Errorf("tcp from a pod's netns to an external IP with a backend: got %q (%v), want it translated", out, err)
 		}
 		// Attached again from a thread in the test netns: now it is the node's.
 		if err := inNetnsThread(ns, func() error { return d.AttachSocketLB(cg) }); err != nil {
@@ -413,7 +419,7 @@ func TestPrivilegedSocketLBNoBackendNode(t *testing.T) {
 			}
 		}
 		if out, _ := runSockClient(t, nsName, cg, "tcp", externalIP); !strings.Contains(out, "network is unreachable") {
-			t.Errorf("tcp from the node's netns to an external IP without backends: got %q, want it untranslated (network is unreachable)", out)
+			t.Errorf("tcp from the node's netns to an external IP with a backend: got %q, want it untranslated (network is unreachable)", out)
 		}
 		if err := seedLB(d, sockLBState(Service{ID: 1, Backends: []uint32{1}})); err != nil {
 			t.Fatal(err)
