@@ -3,6 +3,7 @@ package service
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/myelin-net/myelin/internal/datapath"
@@ -132,5 +133,34 @@ func TestManagerContestedFrontendReclaimed(t *testing.T) {
 	}
 	if got := m.Reclaims(); len(got) != 0 {
 		t.Errorf("reclaims for a deleted Service: %v", got)
+	}
+}
+
+// A Service whose new backends don't fit (a full backend map: another Service author
+// filled it) is written with the backends it can keep, never left sending to the
+// ones it lost: a deleted pod's address may be another pod's soon. The next Apply,
+// with the old ones released, writes the rest.
+func TestManagerFullBackendMapDropsRemovedBackends(t *testing.T) {
+	dp := &backendCap{fakeDatapath: newFake(), max: 3}
+	m, _ := NewManager(dp, 0)
+	x := frontend("10.96.0.41", 80, "10.244.3.1:80", "10.244.3.2:80", "10.244.3.3:80")
+	if err := m.Apply("b/x", []Frontend{x}); err != nil {
+		t.Fatal(err)
+	}
+	rolled := frontend("10.96.0.41", 80, "10.244.3.3:80", "10.244.3.4:80", "10.244.3.5:80") // .1 and .2 deleted
+	if err := m.Apply("b/x", []Frontend{rolled}); err == nil || !strings.Contains(err.Error(), "without 2 of its backends") {
+		t.Fatalf("an Apply whose new backends don't fit: %v, want an error naming the 2 left out", err)
+	}
+	if got := dp.active(t, x.Key); !slices.Equal(got, []string{"10.244.3.3:80"}) {
+		t.Errorf("b/x serves %v with a full map, want only the backend it keeps (10.244.3.3:80), none it lost", got)
+	}
+	if err := m.Apply("b/x", []Frontend{rolled}); err != nil { // the retry
+		t.Fatal(err)
+	}
+	if got := dp.active(t, x.Key); !slices.Equal(got, []string{"10.244.3.3:80", "10.244.3.4:80", "10.244.3.5:80"}) {
+		t.Errorf("b/x serves %v after the retry, want its three backends", got)
+	}
+	if len(dp.backends) != 3 {
+		t.Errorf("%d backends programmed, want 3", len(dp.backends))
 	}
 }

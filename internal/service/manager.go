@@ -167,8 +167,11 @@ func (m *Manager) Apply(service string, fes []Frontend) error {
 		}
 		if err != nil {
 			errs.add(fmt.Errorf("service %s frontend %s: %w", service, FrontendString(fe.Key), err))
-			m.claimAdopted(fe.Key, service)
-			continue
+			if prev == nil { // not written, or written in part where nothing was
+				m.claimAdopted(fe.Key, service)
+				continue
+			}
+			// Written in part (acquireBackends): prev's backends are released below.
 		}
 		if prev != nil {
 			released = append(released, prev.backendIDs()...)
@@ -292,15 +295,7 @@ func (m *Manager) applyFrontend(fe Frontend) (*Applied, error) {
 		}
 		return nil, &HeldError{Frontends: []string{fmt.Sprintf("%s held by %s's %s", FrontendString(fe.Key), prev.Service, prev.Type)}}
 	}
-	ids := make([]uint32, 0, len(fe.Active)+len(fe.Terminating))
-	for _, b := range slices.Concat(fe.Active, fe.Terminating) {
-		id, err := m.acquire(b)
-		if err != nil {
-			m.release(ids)
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
+	fe, ids, partial := m.acquireBackends(fe)
 	active, terminating := ids[:len(fe.Active):len(fe.Active)], ids[len(fe.Active):]
 	svc, err := m.serviceOf(fe, active)
 	if err != nil {
@@ -336,7 +331,48 @@ func (m *Manager) applyFrontend(fe Frontend) (*Applied, error) {
 			m.contested[fe.Key] = append(m.contested[fe.Key], prev.Service)
 		}
 	}
-	return prev, nil
+	return prev, partial
+}
+
+// acquireBackends takes an id for each backend of fe and returns fe with only the
+// backends that got one (Local counting those of them that are local), their ids
+// (active, then terminating), and the error of those that did not: a full backend
+// map. The frontend is then written with the backends it could keep, never left
+// with the old ones: a removed pod's address may be another pod's soon (a full map
+// once kept a Service sending to its deleted pods' addresses until it had room).
+func (m *Manager) acquireBackends(fe Frontend) (Frontend, []uint32, error) {
+	var (
+		failed  error // the first backend that did not fit: the others new are not tried
+		skipped int
+	)
+	ids := make([]uint32, 0, len(fe.Active)+len(fe.Terminating))
+	take := func(bs []Backend, local int) ([]Backend, int) {
+		kept, keptLocal := bs[:0:0], 0
+		for i, b := range bs {
+			if _, known := m.backends[b]; !known && failed != nil {
+				skipped++
+				continue
+			}
+			id, err := m.acquire(b)
+			if err != nil {
+				failed = err
+				skipped++
+				continue
+			}
+			ids = append(ids, id)
+			kept = append(kept, b)
+			if i < local {
+				keptLocal++
+			}
+		}
+		return kept, keptLocal
+	}
+	fe.Active, fe.Local = take(fe.Active, fe.Local)
+	fe.Terminating, _ = take(fe.Terminating, 0)
+	if failed != nil {
+		return fe, ids, fmt.Errorf("written without %d of its backends, which did not fit: %w", skipped, failed)
+	}
+	return fe, ids, nil
 }
 
 // serviceOf is what the datapath holds for fe, whose active backends have the ids
