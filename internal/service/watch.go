@@ -179,7 +179,18 @@ func (w *Watcher) startCaches(ctx context.Context, queue workqueue.TypedRateLimi
 			queue.Add(key)
 		}
 	}
-	handler := cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }, DeleteFunc: enqueue}
+	// An update queues the old object's Service too: a slice relabelled to another
+	// Service (kubernetes.io/service-name) leaves the first, which would otherwise
+	// keep its backends until the next resync.
+	update := func(o, n any) {
+		if ko, ok := eventKey(o); ok {
+			if kn, ok := eventKey(n); !ok || kn != ko {
+				enqueue(o)
+			}
+		}
+		enqueue(n)
+	}
+	handler := cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: update, DeleteFunc: enqueue}
 	_, _ = svcInf.AddEventHandler(handler)
 	_, _ = sliceInf.AddEventHandler(handler)
 	go svcInf.Run(ctx.Done())
