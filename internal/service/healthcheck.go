@@ -39,9 +39,8 @@ func desiredHealthCheck(svc *cachedService, slices []*cachedSlice) (HealthCheck,
 			continue
 		}
 		for _, ep := range s.endpoints {
-			// Like kube-proxy: an endpoint is its first address; one pod serving
-			// several ports counts once.
-			if ep.has(epFirst) && ep.has(epReady) && !ep.has(epTerminating) && ep.has(epOnNode) {
+			// One pod serving several ports counts once.
+			if ep.has(epReady) && !ep.has(epTerminating) && ep.has(epOnNode) {
 				seen[ep.addr] = true
 			}
 		}

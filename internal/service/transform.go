@@ -70,7 +70,6 @@ const (
 	epServing                               // conditions.serving (nil: as ready)
 	epTerminating                           // conditions.terminating
 	epOnNode                                // nodeName is this node
-	epFirst                                 // the first address of its endpoint
 )
 
 func (e cachedEndpoint) has(f endpointFlags) bool { return e.flags&f != 0 }
@@ -192,27 +191,23 @@ func newCachedSlice(es *discoveryv1.EndpointSlice, node string) *cachedSlice {
 		}
 		s.ports[i] = cp
 	}
-	n := 0
+	// An endpoint is its first address, as kube-proxy takes it (the API calls them
+	// fungible and lets clients use the first only): its up to 100 addresses made
+	// one hand-made slice 100,000 backends on every node.
+	s.endpoints = make([]cachedEndpoint, 0, len(es.Endpoints))
 	for _, ep := range es.Endpoints {
-		n += len(ep.Addresses)
-	}
-	s.endpoints = make([]cachedEndpoint, 0, n)
-	for _, ep := range es.Endpoints {
+		if len(ep.Addresses) == 0 {
+			continue
+		}
+		ip, err := netip.ParseAddr(ep.Addresses[0])
+		if err != nil || !ip.Is4() {
+			continue
+		}
 		flags := endpointConditions(ep.Conditions)
 		if ep.NodeName != nil && *ep.NodeName == node {
 			flags |= epOnNode
 		}
-		for i, a := range ep.Addresses {
-			ip, err := netip.ParseAddr(a)
-			if err != nil || !ip.Is4() {
-				continue
-			}
-			f := flags
-			if i == 0 {
-				f |= epFirst
-			}
-			s.endpoints = append(s.endpoints, cachedEndpoint{addr: ip.As4(), flags: f})
-		}
+		s.endpoints = append(s.endpoints, cachedEndpoint{addr: ip.As4(), flags: flags})
 	}
 	return s
 }

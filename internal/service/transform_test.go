@@ -48,10 +48,9 @@ func TestCacheTransformRecords(t *testing.T) {
 	if keys, _ := sliceServiceKey(csl); len(keys) != 1 || keys[0] != "default/web" {
 		t.Errorf("slice indexed under %v, want [default/web]", keys)
 	}
-	want := []cachedEndpoint{
-		{addr: [4]byte{10, 244, 1, 5}, flags: epReady | epServing | epOnNode | epFirst},
-		{addr: [4]byte{10, 244, 1, 6}, flags: epReady | epServing | epOnNode},
-		{addr: [4]byte{10, 244, 2, 7}, flags: epServing | epTerminating | epFirst},
+	want := []cachedEndpoint{ // an endpoint is its first address: not 10.244.1.6
+		{addr: [4]byte{10, 244, 1, 5}, flags: epReady | epServing | epOnNode},
+		{addr: [4]byte{10, 244, 2, 7}, flags: epServing | epTerminating},
 	}
 	if len(csl.endpoints) != len(want) {
 		t.Fatalf("endpoints %+v, want %+v", csl.endpoints, want)
