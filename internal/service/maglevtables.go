@@ -18,7 +18,9 @@ const maglevCacheBytes = 8 << 20
 // whatever its id history; only then are its entries mapped to indexes of active.
 // Tables are cached by backend names: 10,000 Services over the same pods compute one.
 func (m *Manager) maglevTable(active []Backend) ([]int32, error) {
-	if m.maglevSize == 0 || len(active) == 0 {
+	if m.maglevSize == 0 || len(active) == 0 || len(active) >= m.maglevSize {
+		// None, or more backends than the table has entries (a Maglev table
+		// needs fewer): random selection, never a frontend left unwritten.
 		return nil, nil
 	}
 	sorted := slices.Clone(active)

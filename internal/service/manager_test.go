@@ -233,6 +233,24 @@ func TestManagerMaglev(t *testing.T) {
 	}
 }
 
+// A frontend with as many ready backends as the Maglev table has entries is written
+// with random selection (no table), not refused.
+func TestManagerMaglevMoreBackendsThanTable(t *testing.T) {
+	dp := newFake()
+	m, _ := NewManager(dp, 251)
+	var addrs []string
+	for i := range 251 {
+		addrs = append(addrs, fmt.Sprintf("10.244.%d.%d:8080", i/200, i%200+1))
+	}
+	big := frontend("10.96.0.12", 80, addrs...)
+	if err := m.Apply("default/big", []Frontend{big}); err != nil {
+		t.Fatal(err)
+	}
+	if s := dp.services[big.Key]; len(s.Backends) != 251 || s.Maglev != nil {
+		t.Errorf("%d backends, a table of %d entries; want 251 and none (random)", len(s.Backends), len(s.Maglev))
+	}
+}
+
 // Each frontend type gets its flag: NodePort and ExternalIP frontends are marked
 // (socket-LB refuses the node's own sockets only a ClusterIP without backends), a
 // ClusterIP is not.
