@@ -73,8 +73,18 @@ func (r *Relay) GetFlows(req *observerpb.GetFlowsRequest, stream observerpb.Obse
 	}
 	in := make(chan *observerpb.GetFlowsResponse, 256)
 	ends := make(chan peerDone, len(live))
+	pullCtx := ctx
+	if !req.GetFollow() {
+		// A peer gets CollectTimeout to send its stored flows and end: one that
+		// streams without end (root on a node can serve in the agent's place) would
+		// hold the request and its MaxCollecting slot; it is cut and reported
+		// unavailable.
+		var cancelPulls context.CancelFunc
+		pullCtx, cancelPulls = context.WithTimeout(ctx, r.cfg.CollectTimeout)
+		defer cancelPulls()
+	}
 	for _, p := range live {
-		go pull(ctx, p, req, in, ends)
+		go pull(pullCtx, p, req, in, ends)
 	}
 	if !req.GetFollow() {
 		return r.collect(ctx, stream, first, len(live), req.GetNumber(), in, ends)
@@ -99,8 +109,11 @@ func pull(ctx context.Context, p peerConn, req *observerpb.GetFlowsRequest, in c
 			err = ctx.Err()
 		}
 	}
-	if errors.Is(err, io.EOF) {
+	switch {
+	case errors.Is(err, io.EOF):
 		err = nil
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		err = errors.New("its stored flows did not end within the relay's collect timeout")
 	}
 	ends <- peerDone{name: p.Name, err: err}
 }
@@ -108,11 +121,16 @@ func pull(ctx context.Context, p peerConn, req *observerpb.GetFlowsRequest, in c
 // fromPeer names the node of a response from peer name as the relay knows it (from
 // the Kubernetes Node it dialled), whatever the peer wrote: one compromised node
 // can't pass its flows off as another's. It returns false for what only the relay
-// may say (node status, which the relay reports itself), and for a flow with more
+// may say (node status, which the relay reports itself), for a flow with more
 // labels at one end or more allowing policies than an agent sends
-// (hubble.FlowLabelsMax, hubble.FlowPoliciesMax): the response is dropped.
+// (hubble.FlowLabelsMax, hubble.FlowPoliciesMax), and for one dated more than
+// maxFutureSkew after the relay's clock (a flow from the future would stay the
+// newest in every --last answer and on the UI's screen): the response is dropped.
 func fromPeer(resp *observerpb.GetFlowsResponse, name string) bool {
 	if resp.GetNodeStatus() != nil {
+		return false
+	}
+	if respTime(resp).After(time.Now().Add(maxFutureSkew)) {
 		return false
 	}
 	if f := resp.GetFlow(); len(f.GetSource().GetLabels()) > hubble.FlowLabelsMax || len(f.GetDestination().GetLabels()) > hubble.FlowLabelsMax ||
@@ -125,6 +143,10 @@ func fromPeer(resp *observerpb.GetFlowsResponse, name string) bool {
 	}
 	return true
 }
+
+// maxFutureSkew is how far ahead of the relay's clock a node's flow may be dated:
+// nodes' clocks differ by milliseconds under NTP.
+const maxFutureSkew = time.Minute
 
 func nodeStatus(state relaypb.NodeState, names []string, msg string) *observerpb.GetFlowsResponse {
 	return &observerpb.GetFlowsResponse{Time: timestamppb.Now(), ResponseTypes: &observerpb.GetFlowsResponse_NodeStatus{

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	observerpb "github.com/cilium/cilium/api/v1/observer"
 
@@ -65,5 +66,29 @@ func TestRelayDropsWhatNoAgentSends(t *testing.T) {
 	}
 	if !slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "unavailable:") && strings.Contains(s, "b") }) {
 		t.Errorf("relay answered %v, want node b reported unavailable after its oversized message", got)
+	}
+}
+
+// A hostile node can't own every --last answer or the UI's screen with flows dated
+// in the future (dropped past maxFutureSkew), nor hold a request without --follow
+// by never ending its stored flows: it is cut after the collect timeout and reported
+// unavailable, and the other nodes' flows are answered.
+func TestRelayBoundsAHostileNodesTimeAndStream(t *testing.T) {
+	future := at("a", 2)
+	future.Time = time.Now().Add(time.Hour)
+	a := startNode(t, "a", &nodeSource{history: []*flow.Flow{at("a", 1), future}})
+	b := startNode(t, "b", &nodeSource{history: []*flow.Flow{at("b", 3)}, hang: true})
+	r := New(Config{Discover: Static([]Peer{a, b}), Version: "test", Window: testWindow, Timeout: testPeerTimeout,
+		CollectTimeout: 500 * time.Millisecond})
+	st, err := dialRelay(t, serveRelay(t, r)).GetFlows(context.Background(), &observerpb.GetFlowsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := recvAll(t, st)
+	if !slices.Contains(got, "a:1") || !slices.Contains(got, "b:3") || slices.Contains(got, "a:2") {
+		t.Errorf("relay answered %v, want a:1 and b:3 and not the flow dated an hour ahead", got)
+	}
+	if !slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "unavailable:") && strings.Contains(s, "b") }) {
+		t.Errorf("relay answered %v, want node b reported unavailable once cut", got)
 	}
 }

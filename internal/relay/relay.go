@@ -41,6 +41,10 @@ type Config struct {
 	// long (DeadlineExceeded), freeing its MaxCollecting slot or, for a follow, its
 	// follower slot on every node. 0 means hubble.DefaultSendTimeout (30s).
 	SendTimeout time.Duration
+	// CollectTimeout bounds how long a peer may take to send its stored flows and
+	// end, for a request without --follow; one still sending is cut and reported
+	// unavailable. 0 means 30s.
+	CollectTimeout time.Duration
 	// Refresh is how long a discovered peer list is reused. 0 means 10s.
 	Refresh time.Duration
 	// PeerCreds secure the connections to the agents; nil is plaintext.
@@ -130,6 +134,9 @@ func New(cfg Config) *Relay {
 	}
 	if cfg.ClientBuffer == 0 {
 		cfg.ClientBuffer = 4096
+	}
+	if cfg.CollectTimeout == 0 {
+		cfg.CollectTimeout = 30 * time.Second
 	}
 	if cfg.SendTimeout == 0 {
 		cfg.SendTimeout = hubble.DefaultSendTimeout

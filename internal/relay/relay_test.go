@@ -29,6 +29,7 @@ type nodeSource struct {
 	history []*flow.Flow
 	live    chan *flow.Flow
 	reqs    chan flow.Request // when set, gets each request
+	hang    bool              // never ends a request without --follow (a hostile node)
 }
 
 func (s *nodeSource) Flows(ctx context.Context, req flow.Request, out chan<- *flow.Flow) error {
@@ -51,6 +52,10 @@ func (s *nodeSource) Flows(ctx context.Context, req flow.Request, out chan<- *fl
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+	if s.hang && !req.Follow {
+		<-ctx.Done()
+		return nil
 	}
 	for req.Follow {
 		select {
