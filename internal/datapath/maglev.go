@@ -82,6 +82,30 @@ func (t *maglevTables) detach(outer *ebpf.Map, svcID uint32) error {
 	return nil
 }
 
+// maglevTablesBytes bounds the kernel memory of the node's distinct Maglev tables
+// (4 × maglev-table-size bytes each, and an fd of the agent's): 4,096 tables at the
+// default size. Services of many ports each selecting other target ports never
+// share a table, and a Service author could make tens of thousands (GBs of kernel
+// memory per node); a service whose table would be past the bound selects at random
+// (admits).
+const maglevTablesBytes = 256 << 20
+
+// admits says whether service svcID may have table: another service holds the same
+// content (shared), or one more distinct table stays within maglevTablesBytes
+// (counting the one svcID lets go, if it held it alone).
+func (t *maglevTables) admits(svcID uint32, table []uint32) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.byHash[hashTable(table)] != nil {
+		return true
+	}
+	n := len(t.byHash)
+	if cur := t.bySvc[svcID]; cur != nil && cur.refs == 1 {
+		n--
+	}
+	return (n+1)*4*len(table) <= maglevTablesBytes
+}
+
 // release drops one reference to tab, closing its fd with the last one.
 func (t *maglevTables) release(tab *maglevTable) {
 	tab.refs--

@@ -179,8 +179,8 @@ func (d *Datapath) UpsertService(fe Frontend, s Service) error {
 	if err != nil {
 		return fmt.Errorf("upsert service: %w", err)
 	}
-	if len(s.Backends) == 0 {
-		s.Maglev = nil
+	if len(s.Backends) == 0 || (s.Maglev != nil && !d.maglev.admits(s.ID, s.Maglev)) {
+		s.Maglev = nil // no backend, or past maglevTablesBytes: random selection
 	}
 	if slots := d.objs.MyelinLbSlots.MaxEntries(); uint64(len(s.Backends)) > uint64(slots) {
 		return fmt.Errorf("upsert service %v: %d backends, at most %d fit (myelin_lb_slots)", fe, len(s.Backends), slots)
