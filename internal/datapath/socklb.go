@@ -119,9 +119,13 @@ func (d *Datapath) loadSock(objs *sockObjectsLoaded) error {
 	}
 	cidr := d.cfg.ClusterCIDR.Masked()
 	mask := binary.NativeEndian.Uint32(net.CIDRMask(cidr.Bits(), 32))
-	// 0 (a kernel before 5.14 has no SO_NETNS_COOKIE): node sockets are not
-	// refused a Service without backends; their packets leave untranslated.
-	host, _ := netnsCookie()
+	// The node's sockets are told apart by it: refused a ClusterIP without
+	// backends, never translated to an external IP's (sock.c). Without it they
+	// would be neither, silently.
+	host, err := netnsCookie()
+	if err != nil {
+		return fmt.Errorf("read the node's network namespace cookie (SO_NETNS_COOKIE, Linux 5.14): %w", err)
+	}
 	for _, v := range []struct {
 		name string
 		spec *ebpf.VariableSpec

@@ -2,6 +2,7 @@ package service
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -162,5 +163,81 @@ func TestManagerFullBackendMapDropsRemovedBackends(t *testing.T) {
 	}
 	if len(dp.backends) != 3 {
 		t.Errorf("%d backends programmed, want 3", len(dp.backends))
+	}
+}
+
+// Right after a restart every frontend is adopted, claimed by no Service yet: an
+// externalIP applied before kube-dns still takes no ClusterIP (its type comes from
+// the datapath's flags), and once Prune removes an adopted frontend no Service
+// claimed (kube-dns deleted while the agent was down), the externalIP held off it
+// is handed back.
+func TestManagerExternalIPHeldOffAdoptedFrontend(t *testing.T) {
+	dp := newFake()
+	m, _ := NewManager(dp, 0)
+	dns := frontend("10.96.0.10", 53, "10.244.1.5:53")
+	if err := m.Apply("kube-system/kube-dns", []Frontend{dns}); err != nil {
+		t.Fatal(err)
+	}
+	evil := frontend("10.96.0.10", 53, "10.244.9.9:53")
+	evil.Type = ExternalIP
+	var held *HeldError
+	m2, err := NewManager(dp, 0) // the agent restarts
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.Apply("tenant/evil", []Frontend{evil}); !errors.As(err, &held) {
+		t.Fatalf("an externalIP on the adopted ClusterIP of kube-dns: %v, want a HeldError", err)
+	}
+	if got := dp.active(t, dns.Key); !slices.Equal(got, []string{"10.244.1.5:53"}) {
+		t.Errorf("kube-dns's ClusterIP serves %v after the restart, want 10.244.1.5:53", got)
+	}
+	if err := m2.Prune(); err != nil { // kube-dns was deleted while the agent was down
+		t.Fatal(err)
+	}
+	if got := m2.Reclaims(); !slices.Equal(got, []string{"tenant/evil"}) {
+		t.Fatalf("reclaims after Prune removed the adopted frontend: %v, want tenant/evil", got)
+	}
+	if err := m2.Apply("tenant/evil", []Frontend{evil}); err != nil {
+		t.Fatal(err)
+	}
+	if got := dp.active(t, evil.Key); !slices.Equal(got, []string{"10.244.9.9:53"}) {
+		t.Errorf("the freed address serves %v, want the externalIP's backend", got)
+	}
+}
+
+// A Service created and deleted under ever new names, each refused an externalIP
+// another Service holds, leaves no claim behind.
+func TestManagerRefusedClaimsForgotten(t *testing.T) {
+	dp := newFake()
+	m, _ := NewManager(dp, 0)
+	dns := frontend("10.96.0.10", 53, "10.244.1.5:53")
+	if err := m.Apply("kube-system/kube-dns", []Frontend{dns}); err != nil {
+		t.Fatal(err)
+	}
+	evil := frontend("10.96.0.10", 53, "10.244.9.9:53")
+	evil.Type = ExternalIP
+	for i := range 100 {
+		name := fmt.Sprintf("tenant/evil-%d", i)
+		_ = m.Apply(name, []Frontend{evil})
+		if err := m.Apply(name, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(m.contested[dns.Key]); n != 0 {
+		t.Errorf("%d claims kept on kube-dns's address after their Services were deleted, want 0", n)
+	}
+}
+
+// A new frontend whose backends don't all fit is written with those that do and
+// reports the rest, so the watcher retries it.
+func TestManagerNewFrontendPartlyWrittenReports(t *testing.T) {
+	dp := &backendCap{fakeDatapath: newFake(), max: 2}
+	m, _ := NewManager(dp, 0)
+	x := frontend("10.96.0.41", 80, "10.244.3.1:80", "10.244.3.2:80", "10.244.3.3:80")
+	if err := m.Apply("b/x", []Frontend{x}); err == nil || !strings.Contains(err.Error(), "without 1 of its backends") {
+		t.Errorf("a new frontend with one backend too many: %v, want an error naming the one left out", err)
+	}
+	if got := dp.active(t, x.Key); len(got) != 2 {
+		t.Errorf("b/x serves %v, want the two that fit", got)
 	}
 }

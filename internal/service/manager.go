@@ -121,7 +121,7 @@ func NewManager(dp Datapath, maglevSize int) (*Manager, error) {
 				m.refs[id]++
 			}
 		}
-		m.frontends[s.Frontend] = &Applied{Key: s.Frontend, ID: s.ID, Active: held}
+		m.frontends[s.Frontend] = &Applied{Key: s.Frontend, ID: s.ID, Active: held, Type: adoptedType(s.Flags)}
 		m.feIDs.take(s.ID)
 	}
 	m.adopted.adopt(svcs)
@@ -137,6 +137,18 @@ func NewManager(dp Datapath, maglevSize int) (*Manager, error) {
 		m.beIDs.hold(id)
 	}
 	return m, nil
+}
+
+// adoptedType is the type of a frontend the previous run programmed, from its flags:
+// an externalIP may take no frontend of another type, adopted or not.
+func adoptedType(f datapath.ServiceFlags) FrontendType {
+	switch {
+	case f&datapath.ServiceNodePort != 0:
+		return NodePort
+	case f&datapath.ServiceExternalIP != 0:
+		return ExternalIP
+	}
+	return ClusterIP
 }
 
 // Apply programs exactly fes for the Service named service (namespace/name): new
@@ -183,6 +195,7 @@ func (m *Manager) Apply(service string, fes []Frontend) error {
 			continue
 		}
 		if a := m.frontends[key]; a != nil && a.Service != "" && a.Service != service {
+			m.uncontest(key, service)
 			continue // another Service owns it now (a reused NodePort or ClusterIP)
 		}
 		removed, err := m.removeFrontend(key)
@@ -254,6 +267,18 @@ func (m *Manager) claimAdopted(key datapath.Frontend, service string) {
 	}
 }
 
+// uncontest forgets service's claim on key, which another Service holds: service
+// let it go (a Service created and deleted under ever new names with an externalIP
+// on kube-dns's address kept every name).
+func (m *Manager) uncontest(key datapath.Frontend, service string) {
+	c := slices.DeleteFunc(m.contested[key], func(s string) bool { return s == service })
+	if len(c) == 0 {
+		delete(m.contested, key)
+		return
+	}
+	m.contested[key] = c
+}
+
 // reclaimFrom notes, once service removed frontend key, the Services it had taken
 // key from that still claim it: the next Reclaims returns them to be applied again.
 func (m *Manager) reclaimFrom(key datapath.Frontend, service string) {
@@ -285,7 +310,11 @@ func (m *Manager) applyFrontend(fe Frontend) (*Applied, error) {
 		return nil, nil // unchanged: an update of another port or field
 	}
 	takeover := prev != nil && prev.Service != "" && prev.Service != fe.Service
-	if takeover && fe.Type == ExternalIP {
+	// An adopted frontend (the previous run's, no Service has claimed it yet) of
+	// another type is held as well: right after a restart, a tenant's Service
+	// applied before kube-dns's would otherwise take its ClusterIP.
+	adoptedOther := prev != nil && prev.Service == "" && prev.Type != fe.Type
+	if (takeover || adoptedOther) && fe.Type == ExternalIP {
 		// An externalIP takes no frontend from another Service: not a ClusterIP or
 		// NodePort (the apiserver's allocators make those unique: kube-dns, the
 		// apiserver's own), not another's externalIP (the first keeps it; flipping
@@ -293,7 +322,11 @@ func (m *Manager) applyFrontend(fe Frontend) (*Applied, error) {
 		if !slices.Contains(m.contested[fe.Key], fe.Service) {
 			m.contested[fe.Key] = append(m.contested[fe.Key], fe.Service)
 		}
-		return nil, &HeldError{Frontends: []string{fmt.Sprintf("%s held by %s's %s", FrontendString(fe.Key), prev.Service, prev.Type)}}
+		holder := prev.Service
+		if holder == "" {
+			holder = "the previous run"
+		}
+		return nil, &HeldError{Frontends: []string{fmt.Sprintf("%s held by %s's %s", FrontendString(fe.Key), holder, prev.Type)}}
 	}
 	fe, ids, partial := m.acquireBackends(fe)
 	active, terminating := ids[:len(fe.Active):len(fe.Active)], ids[len(fe.Active):]
@@ -323,7 +356,7 @@ func (m *Manager) applyFrontend(fe Frontend) (*Applied, error) {
 	m.frontends[fe.Key] = now
 	m.rejoined(now)
 	if prev == nil {
-		return nil, nil
+		return nil, partial
 	}
 	if takeover {
 		m.feIDs.free(prev.ID)
@@ -515,6 +548,7 @@ func (m *Manager) Prune() error {
 		if removed != nil {
 			released = append(released, removed.backendIDs()...)
 			left = append(left, m.leaving(removed, nil)...)
+			m.reclaimFrom(key, "") // an externalIP held off it is handed back
 		}
 	}
 	errs.add(m.release(released))
