@@ -54,6 +54,7 @@ type policyEvents struct {
 	limit    *rate.Limiter // run's posts
 	waitLog  rate.Sometimes
 	failLog  rate.Sometimes
+	now      func() time.Time // time.Now but in tests
 
 	// current is, after the last report, the Event queued for each policy's present
 	// problems: post drops a queued Event that is not its policy's current one: the
@@ -103,7 +104,7 @@ func newPolicyEvents(cs kube.Client, node string, log *slog.Logger) *policyEvent
 	return &policyEvents{cs: cs, node: node, log: log, reported: map[string]queuedEvent{},
 		queue: make(chan *corev1.Event, policyEventQueue), retry: make(chan string, policyEventQueue), perRound: policyEventsPerRound,
 		limit:   rate.NewLimiter(policyEventRate, policyEventBurst),
-		waitLog: rate.Sometimes{Interval: policyEventLogEvery}, failLog: rate.Sometimes{Interval: policyEventLogEvery}}
+		waitLog: rate.Sometimes{Interval: policyEventLogEvery}, failLog: rate.Sometimes{Interval: policyEventLogEvery}, now: time.Now}
 }
 
 // policyEventMessages joins each policy's problems into its Event message, within the
@@ -219,13 +220,14 @@ func (e *policyEvents) publish(msgs map[string]string, next []pendingEvent) {
 }
 
 // event is the Warning Event saying node cannot enforce np as written. Its name
-// is policyEventName's: the same problems reported again (a policy flipping
-// between broken and fixed, an agent restart) find their Event already there
-// instead of adding one a flip on every node.
+// is policyEventName's: the same problems reported again within
+// policyEventReuse (a policy flipping between broken and fixed, an agent
+// restart) find their Event already there instead of adding one a flip on every
+// node.
 func (e *policyEvents) event(np *networkingv1.NetworkPolicy, msg string) *corev1.Event {
-	now := metav1.Now()
+	now := metav1.NewTime(e.now())
 	return &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{Name: policyEventName(np, e.node, msg), Namespace: np.Namespace},
+		ObjectMeta:     metav1.ObjectMeta{Name: policyEventName(np, e.node, msg, now.Time), Namespace: np.Namespace},
 		InvolvedObject: corev1.ObjectReference{Kind: "NetworkPolicy", APIVersion: "networking.k8s.io/v1", Namespace: np.Namespace, Name: np.Name, UID: np.UID},
 		Reason:         "PolicyNotEnforced", Message: fmt.Sprintf("node %s: %s", e.node, msg), Type: corev1.EventTypeWarning,
 		Source:         corev1.EventSource{Component: "myelin-agent", Host: e.node},
@@ -233,18 +235,26 @@ func (e *policyEvents) event(np *networkingv1.NetworkPolicy, msg string) *corev1
 	}
 }
 
-// policyEventName names the Event of np's problems msg on node: the policy's
-// name (cut to leave room), a dot, and 16 hex digits of a hash of the policy's
-// UID, the node and msg. A valid Event name: a policy name is a DNS subdomain,
-// and the cut drops what would end a label badly.
-func policyEventName(np *networkingv1.NetworkPolicy, node, msg string) string {
-	h := sha256.Sum256([]byte(string(np.UID) + "\x00" + node + "\x00" + msg))
+// policyEventName names the Event of np's problems msg on node at now: the
+// policy's name (cut to leave room), a dot, and 16 hex digits of a hash of the
+// policy's UID, the node, msg and now's policyEventReuse period. A valid Event
+// name: a policy name is a DNS subdomain, and the cut drops what would end a
+// label badly.
+func policyEventName(np *networkingv1.NetworkPolicy, node, msg string, now time.Time) string {
+	period := now.Unix() / int64(policyEventReuse/time.Second)
+	h := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%s\x00%d", np.UID, node, msg, period))
 	base := np.Name
 	if len(base) > policyEventNameBase {
 		base = strings.TrimRight(base[:policyEventNameBase], ".-")
 	}
 	return base + "." + hex.EncodeToString(h[:8])
 }
+
+// policyEventReuse is how long problems reported again reuse their Event: an
+// Event reused is at most this old, so the apiserver keeps it (its event TTL,
+// 1 h by default) well after the report; a flipping policy adds at most one Event
+// a period per node and message.
+const policyEventReuse = 10 * time.Minute
 
 // policyEventNameBase is how much of a policy's name its Events' names keep: 253
 // (a DNS subdomain) less the dot and the hash.

@@ -75,6 +75,8 @@ func testPolicyEvents(cs kube.Client, queue int) *policyEvents {
 	e := newPolicyEvents(cs, "n1", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	e.queue = make(chan *corev1.Event, queue)
 	e.limit = rate.NewLimiter(rate.Inf, 1)
+	clock := time.Date(2026, 12, 7, 15, 1, 0, 0, time.UTC)
+	e.now = func() time.Time { return clock }
 	return e
 }
 
@@ -340,14 +342,22 @@ func TestPolicyEventsFlipReusesEvent(t *testing.T) {
 	if !e2.post(context.Background(), <-e2.queue) {
 		t.Fatal("post stopped")
 	}
+	// Broken again the same way a period later: a new Event, which the apiserver
+	// keeps its whole TTL from now.
+	e.now = func() time.Time { return time.Date(2026, 12, 7, 15, 11, 0, 0, time.UTC) }
+	e.report(nps, policy.State{})
+	e.report(nps, bad)
+	if !e.post(context.Background(), <-e.queue) {
+		t.Fatal("post stopped")
+	}
 	evs, err := cs.CoreV1().Events("ns").List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(evs.Items) != 3 {
-		t.Errorf("%d Events, want 3 (n1's two messages, n2's one)", len(evs.Items))
+	if len(evs.Items) != 4 {
+		t.Errorf("%d Events, want 4 (n1's two messages and the first again a period later, n2's one)", len(evs.Items))
 	}
-	if c := e.counts(); c.Posted != 4 || c.Refused != 0 {
+	if c := e.counts(); c.Posted != 5 || c.Refused != 0 {
 		t.Errorf("metrics %+v: want the Events already there counted as posted", *c)
 	}
 }
@@ -357,12 +367,17 @@ func TestPolicyEventNameValid(t *testing.T) {
 	for _, name := range []string{"p", strings.Repeat("a", 253), strings.Repeat("a", 235) + "-b" + strings.Repeat("c", 16),
 		strings.Repeat("a", 234) + ".-" + strings.Repeat("c", 17)} {
 		np := testPolicy(name)
-		got := policyEventName(np, "n1", "m")
+		at := time.Date(2026, 12, 7, 15, 1, 0, 0, time.UTC)
+		got := policyEventName(np, "n1", "m", at)
 		if errs := validation.IsDNS1123Subdomain(got); len(errs) > 0 {
 			t.Errorf("policy %q: Event name %q: %v", name, got, errs)
 		}
-		if got == policyEventName(np, "n2", "m") || got == policyEventName(np, "n1", "m2") {
-			t.Errorf("policy %q: Event names of another node or message are the same", name)
+		if got == policyEventName(np, "n2", "m", at) || got == policyEventName(np, "n1", "m2", at) ||
+			got == policyEventName(np, "n1", "m", at.Add(policyEventReuse)) {
+			t.Errorf("policy %q: Event names of another node, message or period are the same", name)
+		}
+		if got != policyEventName(np, "n1", "m", at.Add(time.Minute)) {
+			t.Errorf("policy %q: Event names within one period differ", name)
 		}
 	}
 }
