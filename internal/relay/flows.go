@@ -123,15 +123,19 @@ func pull(ctx context.Context, p peerConn, req *observerpb.GetFlowsRequest, in c
 // can't pass its flows off as another's. It returns false for what only the relay
 // may say (node status, which the relay reports itself), for a flow with more
 // labels at one end or more allowing policies than an agent sends
-// (hubble.FlowLabelsMax, hubble.FlowPoliciesMax), and for one dated more than
-// maxFutureSkew after the relay's clock (a flow from the future would stay the
-// newest in every --last answer and on the UI's screen): the response is dropped.
+// (hubble.FlowLabelsMax, hubble.FlowPoliciesMax): the response is dropped. A flow
+// dated after the relay's clock is dated now: from the future it would stay the
+// newest in every --last answer and on the UI's screen (a node whose clock runs
+// fast keeps its flows, at the relay's time).
 func fromPeer(resp *observerpb.GetFlowsResponse, name string) bool {
 	if resp.GetNodeStatus() != nil {
 		return false
 	}
-	if respTime(resp).After(time.Now().Add(maxFutureSkew)) {
-		return false
+	if now := time.Now(); respTime(resp).After(now) {
+		resp.Time = timestamppb.New(now)
+		if f := resp.GetFlow(); f != nil {
+			f.Time = resp.Time
+		}
 	}
 	if f := resp.GetFlow(); len(f.GetSource().GetLabels()) > hubble.FlowLabelsMax || len(f.GetDestination().GetLabels()) > hubble.FlowLabelsMax ||
 		len(f.GetEgressAllowedBy())+len(f.GetIngressAllowedBy()) > hubble.FlowPoliciesMax {
@@ -143,10 +147,6 @@ func fromPeer(resp *observerpb.GetFlowsResponse, name string) bool {
 	}
 	return true
 }
-
-// maxFutureSkew is how far ahead of the relay's clock a node's flow may be dated:
-// nodes' clocks differ by milliseconds under NTP.
-const maxFutureSkew = time.Minute
 
 func nodeStatus(state relaypb.NodeState, names []string, msg string) *observerpb.GetFlowsResponse {
 	return &observerpb.GetFlowsResponse{Time: timestamppb.Now(), ResponseTypes: &observerpb.GetFlowsResponse_NodeStatus{
