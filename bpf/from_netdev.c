@@ -109,8 +109,10 @@ int myelin_from_netdev(struct __sk_buff *skb)
 		return verdict_pass(skb, &info, DIR_FROM_NETDEV);
 	if (ipv4_parse(skb, &info) < 0)
 		return verdict_drop(skb, &info, DIR_FROM_NETDEV, DROP_INVALID_PACKET);
-	/* This node's own address never arrives from outside: spoofed (docs/policy.md). */
-	if (info.saddr == node_ip)
+	/* This node's own address never arrives from outside: spoofed (docs/policy.md);
+	 * nor the hairpin address, which a pod's server must only see from its own
+	 * hairpin client (lib/ct.h). */
+	if (info.saddr == node_ip || info.saddr == LB_HAIRPIN_ADDR)
 		return verdict_drop(skb, &info, DIR_FROM_NETDEV, DROP_SPOOFED_SOURCE);
 	/* Nor does a pod of this node, where the agent set its PodCIDR (lib/config.h). */
 	if (local_pod_contains(info.saddr))

@@ -55,8 +55,9 @@ int myelin_from_overlay(struct __sk_buff *skb)
 		return verdict_drop(skb, &info, DIR_FROM_OVERLAY, DROP_UNSUPPORTED_L3);
 	if (ipv4_parse(skb, &info) < 0)
 		return verdict_drop(skb, &info, DIR_FROM_OVERLAY, DROP_INVALID_PACKET);
-	/* This node's own address never arrives from outside: spoofed (docs/policy.md). */
-	if (info.saddr == node_ip)
+	/* This node's own address never arrives from outside: spoofed (docs/policy.md);
+	 * nor the hairpin address (from_netdev.c). */
+	if (info.saddr == node_ip || info.saddr == LB_HAIRPIN_ADDR)
 		return verdict_drop(skb, &info, DIR_FROM_OVERLAY, DROP_SPOOFED_SOURCE);
 	reason = tunnel_peer_check(skb, &info);
 	if (reason)

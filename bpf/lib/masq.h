@@ -125,7 +125,9 @@ static __always_inline int masq_icmp_error(struct __sk_buff *skb, struct ipv4_in
 	struct icmp_quote q = {};
 	const struct nat_entry *e;
 
-	if (icmp_quote_parse(skb, info, &q) < 0 || q.ip.saddr != info->daddr)
+	/* From a pod address only the quoted destination's own (np_icmp_error). */
+	if (icmp_quote_parse(skb, info, &q) < 0 || q.ip.saddr != info->daddr ||
+	    (cluster_contains(info->saddr) && info->saddr != q.ip.daddr))
 		return 0;
 
 	struct nat_key rev;

@@ -177,8 +177,12 @@ static __always_inline int np_icmp_error(struct __sk_buff *skb, struct ipv4_info
 	if (l4_parse(skb, info, &l4) < 0 ||
 	    (l4.icmp_type != ICMP_DEST_UNREACH && l4.icmp_type != ICMP_TIME_EXCEEDED))
 		return 1;
+	/* A pod is no router: an error from a pod address is the quoted
+	 * destination's own (the backend's) or forged, and relayed off the node
+	 * it would carry a pod's data where its egress policy does not allow. */
 	if (icmp_quote_parse(skb, info, &q) < 0 || q.ip.saddr != node_ip ||
-	    (q.ip.protocol != IPPROTO_TCP && q.ip.protocol != IPPROTO_UDP))
+	    (q.ip.protocol != IPPROTO_TCP && q.ip.protocol != IPPROTO_UDP) ||
+	    (cluster_contains(info->saddr) && info->saddr != q.ip.daddr))
 		return 1;
 	qport = bpf_ntohs(q.sport);
 	if (qport < nat_port_min || qport > nat_port_max)

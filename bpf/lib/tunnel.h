@@ -16,6 +16,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "config.h"
+#include "ct.h"
 #include "endpoint.h"
 #include "eth.h"
 #include "ipv4.h"
@@ -360,7 +361,8 @@ static __always_inline int tunnel_decap_deliver(struct __sk_buff *skb,
 	    f.vx_vni != bpf_htonl(TUNNEL_VNI << 8) || f.eth.h_proto != bpf_htons(ETH_P_IP))
 		return TUNNEL_DECAP_NONE;
 	/* myelin_from_overlay's checks, with the outer source at hand. */
-	if (f.ip.saddr == node_ip || !tunnel_peer_ok(f.ip.saddr, outer->saddr))
+	if (f.ip.saddr == node_ip || f.ip.saddr == LB_HAIRPIN_ADDR ||
+	    !tunnel_peer_ok(f.ip.saddr, outer->saddr))
 		return TUNNEL_DECAP_NONE;
 	ep = endpoint_lookup(f.ip.daddr);
 	if (!ep)

@@ -88,6 +88,9 @@ func TestPrivilegedBPFFromNetdevReverseMasquerade(t *testing.T) {
 		pass("to the node, other flow's entry", synAck.withSrc(extHost, 9090), []NATEntry{tcpFlow}),
 		pass("ICMP error about no flow", strayErr, []NATEntry{tcpMoved}),
 		pass("ICMP error about the node's own packet", ownErr, []NATEntry{tcpMoved}),
+		// A pod is no router: only the quoted destination's own error comes from a pod address.
+		pass("ICMP error from another pod about a flow", ipv4(protoICMP, "10.2.0.99", nodeIP).withICMPError(3, 4, 1400, quote(sentTCP)),
+			[]NATEntry{tcpMoved}),
 		pass("ICMP echo request to the node", ipv4(protoICMP, extHost, nodeIP).withEcho(8, 62002), []NATEntry{echoMoved}),
 		pass("to another address", synAck.withDst("192.168.0.12", 61040), []NATEntry{tcpFlow}),
 		// NAT ports are all in nat_port_min..nat_port_max: a packet to another port is

@@ -112,6 +112,9 @@ func TestPrivilegedNodePortSNATHandshake(t *testing.T) {
 		row("data: same NAT port", data, toBackend(data), established),
 		row("router's frag-needed about data: back to the client, from the router",
 			errAbout(router, nodeIP, 3, 4, 1400, data), errAbout(router, extHost, 3, 4, 1400, data).build(), established),
+		// A pod is no router: relayed, another pod's error would carry its data off the node.
+		row("another pod's error about data: to the node's stack, untranslated",
+			errAbout("10.2.0.99", nodeIP, 3, 4, 1400, data), errAbout("10.2.0.99", nodeIP, 3, 4, 1400, data).build(), established),
 		row("reply: from the NodePort", reply.withTCPFlags(0x18), toClient(reply.withTCPFlags(0x18)), established),
 	})
 	if err := checkNodePortStats(d, NodePortStats{Created: 1, Promoted: 1}); err != nil {

@@ -135,6 +135,13 @@ func TestPrivilegedBPFPolicyNodeIPExemption(t *testing.T) {
 				{prog: d.objs.MyelinFromOverlay, counterDir: "from-overlay", progCase: progCase{
 					name: "node IP out of the tunnel: spoofed", in: probe.withSrc(nodeIP, 5004).build(),
 					verdict: tcActShot, reason: "DROP_SPOOFED_SOURCE"}},
+				// The hairpin address is a pod's own hairpin client to its server (lib/ct.h).
+				{prog: d.objs.MyelinFromNetdev, counterDir: "from-netdev", progCase: progCase{
+					name: "hairpin address arriving on the uplink: spoofed", in: probe.withSrc("169.254.42.1", 5005).build(),
+					ctx: fromUplink, verdict: tcActShot, reason: "DROP_SPOOFED_SOURCE"}},
+				{prog: d.objs.MyelinFromOverlay, counterDir: "from-overlay", progCase: progCase{
+					name: "hairpin address out of the tunnel: spoofed", in: probe.withSrc("169.254.42.1", 5006).build(),
+					verdict: tcActShot, reason: "DROP_SPOOFED_SOURCE"}},
 				{prog: d.objs.MyelinFromNetdev, counterDir: "from-netdev", progCase: progCase{
 					name: "another node's address on the uplink: not spoofed, B's policy denies it",
 					in:   ipv4(protoTCP, "192.168.0.12", podBIP).withDst(podBIP, 9999).build(),
