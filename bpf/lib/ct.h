@@ -100,6 +100,8 @@ static __always_inline int ct_create(void *map, const struct ct_key *fwd, const 
 	struct ct_entry rv = {};
 
 	ct_reverse_of(fwd, fv, &rev, &rv);
+	if (fwd->proto == IPPROTO_TCP)
+		rv.flags |= CT_F_AWAITING_REPLY;
 	if (bpf_map_update_elem(map, &rev, &rv, BPF_ANY) < 0)
 		return DROP_SVC_CT_FULL;
 	if (bpf_map_update_elem(map, fwd, fv, BPF_ANY) < 0) {
@@ -235,6 +237,10 @@ static __always_inline int ct_reply_xlate(void *map, struct __sk_buff *skb, stru
 	if (!e)
 		return 0;
 	ct_touch(e, ct_state_of(info->proto, l4, 0));
+	/* The backend answered past the handshake (a SYN-ACK answers any SYN, a
+	 * forged one too): the flow may be established. */
+	if ((e->flags & CT_F_AWAITING_REPLY) && !l4->tcp_syn && !l4->tcp_closing)
+		e->flags &= ~CT_F_AWAITING_REPLY;
 	front = e->front_addr;
 	port = e->front_port;
 	client = e->client_addr;

@@ -59,6 +59,7 @@ struct l4_info {
 	__u8 icmp_type;	  /* ICMP only */
 	__u8 tcp_closing; /* TCP FIN or RST */
 	__u8 tcp_opening; /* TCP SYN without ACK: a connection's first segment */
+	__u8 tcp_syn;	  /* TCP SYN, with or without ACK */
 	__u8 pseudo_hdr;  /* the L4 checksum covers the IPv4 addresses (TCP, UDP) */
 };
 
@@ -146,6 +147,7 @@ static __always_inline int l4_parse(struct __sk_buff *skb, const struct ipv4_inf
 		l4->dport = th.dest;
 		l4->tcp_closing = th.fin || th.rst;
 		l4->tcp_opening = th.syn && !th.ack;
+		l4->tcp_syn = th.syn;
 		l4->csum_off = off + offsetof(struct tcphdr, check);
 		l4->port_off = off + offsetof(struct tcphdr, source);
 		l4->rport_off = off + offsetof(struct tcphdr, dest);

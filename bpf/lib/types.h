@@ -221,6 +221,11 @@ enum ct_flags {
 	CT_F_NODEPORT = 2,    /* NodePort client: the reply leaves through the FIB (or tunnel) */
 	CT_F_ESTABLISHED = 4, /* forward: a TCP segment other than SYN, FIN, RST followed the SYN */
 	CT_F_CLOSING = 8,     /* TCP FIN or RST seen in this entry's direction */
+	/* Reverse, TCP: set when the flow is created, cleared by the backend's first
+	 * segment other than SYN, FIN or RST. Until then the GC keeps the SYN
+	 * timeout, however the client's segments look: a blind client (a forged
+	 * source) can make its own segments look established, never the backend's. */
+	CT_F_AWAITING_REPLY = 16,
 };
 
 /*

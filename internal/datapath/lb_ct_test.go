@@ -125,7 +125,9 @@ func TestPrivilegedLBStaleConntrack(t *testing.T) {
 }
 
 // The datapath records each flow's state for the GC: SYN, established
-// after the client's next segment, closing after a FIN or RST either way.
+// after the client's next segment, closing after a FIN or RST either way; the
+// reverse entry awaits a reply from its creation until the backend's first
+// segment other than SYN, FIN or RST (its SYN-ACK answers a forged SYN too).
 func TestPrivilegedLBConntrackStates(t *testing.T) {
 	requirePrivileged(t)
 	d := loadLB(t, HostRoutingBPF, 0)
@@ -133,13 +135,14 @@ func TestPrivilegedLBConntrackStates(t *testing.T) {
 	reply := ipv4(protoTCP, podBIP, podA).withSrc(podBIP, 8080).withDst(podA, 40000)
 	fwd, rev := ctFlowKeys(syn, backendB)
 	established, closing := uint16(myelinCtFlagsCT_F_ESTABLISHED), uint16(myelinCtFlagsCT_F_CLOSING)
+	awaiting := uint16(myelinCtFlagsCT_F_AWAITING_REPLY)
 	flags := func(key myelinCtKey, want uint16) func(*Datapath) error {
 		return func(d *Datapath) error {
 			v, err := ctEntryOf(d.objs.MyelinLbCt, key)
 			if err != nil {
 				return err
 			}
-			if got := v.Flags & (established | closing); got != want {
+			if got := v.Flags & (established | closing | awaiting); got != want {
 				return fmt.Errorf("entry %+v: state flags %#x, want %#x", key, got, want)
 			}
 			if v.LastSeen == 0 {
@@ -151,10 +154,12 @@ func TestPrivilegedLBConntrackStates(t *testing.T) {
 	runLBCases(t, d, []lbCase{
 		{seed: oneService(feTCP, Service{ID: 1, Backends: []uint32{1}}), prog: d.objs.MyelinFromPod, dir: "from-pod", then: flags(fwd, 0),
 			progCase: progCase{name: "SYN: state syn", endpoints: seedB, in: syn.build(), verdict: tcActRedirect, out: delivered(syn.withDst(podBIP, 8080)), reason: "FORWARDED"}},
-		{prog: d.objs.MyelinToPod, dir: "to-pod", then: flags(rev, 0),
-			progCase: progCase{name: "SYN-ACK: translated, still syn", in: reply.withTCPFlags(0x12).build(), verdict: tcActOK, out: reply.withTCPFlags(0x12).withSrc(vip, 80).build(), reason: "PASS_STACK"}},
+		{prog: d.objs.MyelinToPod, dir: "to-pod", then: flags(rev, awaiting),
+			progCase: progCase{name: "SYN-ACK: translated, still syn, still awaiting", in: reply.withTCPFlags(0x12).build(), verdict: tcActOK, out: reply.withTCPFlags(0x12).withSrc(vip, 80).build(), reason: "PASS_STACK"}},
 		{prog: d.objs.MyelinFromPod, dir: "from-pod", then: flags(fwd, established),
 			progCase: progCase{name: "ACK: established", endpoints: seedB, in: syn.withTCPFlags(tcpACK).build(), verdict: tcActRedirect, out: delivered(syn.withTCPFlags(tcpACK).withDst(podBIP, 8080)), reason: "FORWARDED"}},
+		{prog: d.objs.MyelinToPod, dir: "to-pod", then: flags(rev, 0),
+			progCase: progCase{name: "backend's ACK: replied", in: reply.withTCPFlags(tcpACK).build(), verdict: tcActOK, out: reply.withTCPFlags(tcpACK).withSrc(vip, 80).build(), reason: "PASS_STACK"}},
 		{prog: d.objs.MyelinToPod, dir: "to-pod", then: flags(rev, closing),
 			progCase: progCase{name: "backend's FIN: closing", in: reply.withTCPFlags(tcpFINACK).build(), verdict: tcActOK, out: reply.withTCPFlags(tcpFINACK).withSrc(vip, 80).build(), reason: "PASS_STACK"}},
 		{prog: d.objs.MyelinFromPod, dir: "from-pod", then: flags(fwd, established|closing),
@@ -252,6 +257,8 @@ func TestServiceCTTimeouts(t *testing.T) {
 		{protoTCP, established, ServiceCTTimeoutTCPEstablished},
 		{protoTCP, closing, ServiceCTTimeoutTCPClosing},
 		{protoTCP, established | closing, ServiceCTTimeoutTCPClosing},
+		// The client's segments alone (a forged source's): the backend never answered.
+		{protoTCP, established | uint16(myelinCtFlagsCT_F_AWAITING_REPLY), ServiceCTTimeoutTCPSyn},
 		{protoUDP, 0, ServiceCTTimeoutUDP},
 	} {
 		if got := ctTimeout(c.proto, c.flags); got != c.want {
@@ -331,6 +338,20 @@ func TestPrivilegedGCServiceCT(t *testing.T) {
 			t.Fatal(err)
 		}
 		gone = append(gone, entry{pods, kv.k})
+	}
+	// A NodePort flow a forged source made look established (two flag-less segments)
+	// while its backend never answered past the handshake: the SYN timeout.
+	p = ipv4(protoTCP, extHost, vip).withDst(vip, 80).withSrc(extHost, 2003)
+	fk, rk = ctFlowKeys(p, backendB)
+	for _, kv := range []struct {
+		k     myelinCtKey
+		flags uint16
+	}{{fk, established}, {rk, uint16(myelinCtFlagsCT_F_AWAITING_REPLY)}} {
+		v := myelinCtEntry{FrontAddr: fk.Daddr, ClientAddr: fk.Saddr, FrontPort: fk.Dport, Flags: kv.flags, LastSeen: uint64(now - 61*time.Second)}
+		if err := nodePorts.Update(kv.k, v, ebpf.UpdateAny); err != nil {
+			t.Fatal(err)
+		}
+		gone = append(gone, entry{nodePorts, kv.k})
 	}
 	// A UDP flow whose reverse entry is fresh (the server streams) stays.
 	p = ipv4(protoUDP, podA, vip).withDst(vip, 80).withSrc(podA, 2001)

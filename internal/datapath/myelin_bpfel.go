@@ -44,10 +44,11 @@ type myelinCtEntry struct {
 type myelinCtFlags uint32
 
 const (
-	myelinCtFlagsCT_F_HAIRPIN     myelinCtFlags = 1
-	myelinCtFlagsCT_F_NODEPORT    myelinCtFlags = 2
-	myelinCtFlagsCT_F_ESTABLISHED myelinCtFlags = 4
-	myelinCtFlagsCT_F_CLOSING     myelinCtFlags = 8
+	myelinCtFlagsCT_F_HAIRPIN        myelinCtFlags = 1
+	myelinCtFlagsCT_F_NODEPORT       myelinCtFlags = 2
+	myelinCtFlagsCT_F_ESTABLISHED    myelinCtFlags = 4
+	myelinCtFlagsCT_F_CLOSING        myelinCtFlags = 8
+	myelinCtFlagsCT_F_AWAITING_REPLY myelinCtFlags = 16
 )
 
 type myelinCtKey struct {
