@@ -94,14 +94,17 @@ static __always_inline void ct_reverse_of(const struct ct_key *fwd, const struct
  * packet is dropped rather than sent on with replies that could not be
  * translated back, and no half of a flow is left behind.
  */
-static __always_inline int ct_create(void *map, const struct ct_key *fwd, const struct ct_entry *fv)
+static __always_inline int ct_create(void *map, const struct ct_key *fwd, const struct ct_entry *fv,
+				     __u32 syn_next)
 {
 	struct ct_key rev = {};
 	struct ct_entry rv = {};
 
 	ct_reverse_of(fwd, fv, &rev, &rv);
-	if (fwd->proto == IPPROTO_TCP)
+	if (syn_next) {
 		rv.flags |= CT_F_AWAITING_REPLY;
+		rv.index = syn_next;
+	}
 	if (bpf_map_update_elem(map, &rev, &rv, BPF_ANY) < 0)
 		return DROP_SVC_CT_FULL;
 	if (bpf_map_update_elem(map, fwd, fv, BPF_ANY) < 0) {
@@ -218,6 +221,28 @@ static __always_inline void ct_forget_stale_reply(struct __sk_buff *skb,
 }
 
 /*
+ * ct_backend_answered says whether a backend's TCP segment (no SYN, FIN or
+ * RST) of a flow awaiting its answer shows a completed handshake: it carries
+ * data, or acknowledges client data past its SYN (next: the client's ISN + 1).
+ * A half-open backend does neither: it answers a blind client's out-of-window
+ * segment with an ACK of exactly next. Two loads, only for such segments.
+ */
+static __always_inline int ct_backend_answered(struct __sk_buff *skb, const struct ipv4_info *info,
+					       __u32 next)
+{
+	struct l4_head h = {};
+	__be16 tot;
+
+	if (bpf_skb_load_bytes(skb, info->l4_off, &h, L4_TCP_HEAD_LOAD) < 0 ||
+	    bpf_skb_load_bytes(skb, ETH_HLEN + offsetof(struct iphdr, tot_len), &tot, sizeof(tot)) <
+		    0)
+		return 0;
+	if ((h.flags & 0x10) && (__s32)(bpf_ntohl(h.ack) - next) > 0)
+		return 1;
+	return bpf_ntohs(tot) > info->l4_off - ETH_HLEN + (h.doff >> 4) * 4;
+}
+
+/*
  * ct_reply_xlate translates a reply of a load-balanced flow (a packet whose
  * tuple has a reverse entry in map) back: source to the frontend's address and
  * port, and for a hairpin flow the destination back to the client. Returns
@@ -237,9 +262,9 @@ static __always_inline int ct_reply_xlate(void *map, struct __sk_buff *skb, stru
 	if (!e)
 		return 0;
 	ct_touch(e, ct_state_of(info->proto, l4, 0));
-	/* The backend answered past the handshake (a SYN-ACK answers any SYN, a
-	 * forged one too): the flow may be established. */
-	if ((e->flags & CT_F_AWAITING_REPLY) && !l4->tcp_syn && !l4->tcp_closing)
+	/* The backend answered past the handshake: the flow may be established. */
+	if ((e->flags & CT_F_AWAITING_REPLY) && !l4->tcp_syn && !l4->tcp_closing &&
+	    ct_backend_answered(skb, info, e->index))
 		e->flags &= ~CT_F_AWAITING_REPLY;
 	front = e->front_addr;
 	port = e->front_port;

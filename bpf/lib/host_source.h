@@ -45,6 +45,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "config.h"
+#include "ct.h"
 #include "ipv4.h"
 #include "l4.h"
 #include "reasons.h"
@@ -82,8 +83,9 @@ static __always_inline int host_source_check(struct __sk_buff *skb, const struct
 
 	if (!host_built(skb))
 		return 0;
-	if (cluster_contains(info->saddr) && info->saddr != node_ip &&
-	    info->saddr != node_health_ip)
+	if ((cluster_contains(info->saddr) && info->saddr != node_ip &&
+	     info->saddr != node_health_ip) ||
+	    info->saddr == LB_HAIRPIN_ADDR) /* a pod's own hairpin client's (lib/ct.h) */
 		return DROP_SPOOFED_SOURCE;
 	if (!tunnel || !overlay_port || info->proto != IPPROTO_UDP || !info->l4_off)
 		return 0;

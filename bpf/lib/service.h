@@ -124,7 +124,7 @@ static __always_inline __u32 lb_flow_backend(void *map, const struct ct_key *fwd
  */
 static __always_inline int lb_flow_commit(void *map, const struct ct_key *fwd,
 					  const struct lb_flow *f, const struct lb_svc *svc,
-					  const struct l4_info *l4, __u16 flags)
+					  const struct l4_info *l4, __u16 flags, __u32 syn_next)
 {
 	struct ct_entry fv = {
 		.backend_id = f->id,
@@ -140,7 +140,25 @@ static __always_inline int lb_flow_commit(void *map, const struct ct_key *fwd,
 		ct_touch_forward(map, fwd, f->ct, l4);
 		return 0;
 	}
-	return ct_create(map, fwd, &fv);
+	return ct_create(map, fwd, &fv, syn_next);
+}
+
+/*
+ * lb_syn_next is what CT_F_AWAITING_REPLY keeps of a new TCP flow f: the
+ * client's sequence number + 1 (never 0: 0 is "no awaiting"); 0 for a kept
+ * flow, another protocol, or a header that can't be read.
+ */
+static __always_inline __u32 lb_syn_next(struct __sk_buff *skb, const struct ipv4_info *info,
+					 const struct lb_flow *f)
+{
+	__be32 seq;
+	__u32 next;
+
+	if (f->ct || info->proto != IPPROTO_TCP ||
+	    bpf_skb_load_bytes(skb, info->l4_off + TCP_SEQ_OFF, &seq, sizeof(seq)) < 0)
+		return 0;
+	next = bpf_ntohl(seq) + 1;
+	return next ? next : 1;
 }
 
 /* lb_dnat rewrites the destination to be (l4 and info follow). */
@@ -185,7 +203,7 @@ static __always_inline int lb_pod_service(struct __sk_buff *skb, struct ipv4_inf
 	hairpin = f.be.addr == info->saddr;
 	/* A SYN writes both entries again: a direct connection on the same ports
 	 * may have cleared the reverse one (ct_forget_stale_reply). */
-	reason = lb_flow_commit(&myelin_lb_ct, &fwd, &f, svc, l4, hairpin ? CT_F_HAIRPIN : 0);
+	reason = lb_flow_commit(&myelin_lb_ct, &fwd, &f, svc, l4, hairpin ? CT_F_HAIRPIN : 0, 0);
 	if (reason)
 		return reason;
 	if (hairpin) {
@@ -329,9 +347,11 @@ static __always_inline int lb_nodeport(struct __sk_buff *skb, struct ipv4_info *
 		if (host && !lb_host_replies)
 			lb_host_replies = 1;
 		if (host || (endpoint_lookup(f.be.addr) && !cluster_contains(info->saddr))) {
-			/* A local backend: service conntrack, as for ClusterIP. */
+			/* A local backend: service conntrack, as for ClusterIP; a new
+			 * TCP flow awaits its backend's answer (CT_F_AWAITING_REPLY):
+			 * anyone can send here, from any source. */
 			reason = lb_flow_commit(&myelin_lb_ct_nodeport, &fwd, &f, svc, l4,
-						CT_F_NODEPORT);
+						CT_F_NODEPORT, lb_syn_next(skb, info, &f));
 			return reason ? reason : lb_dnat(skb, info, l4, &f.be);
 		}
 		reason = np_create(&npkey, f.id, &f.be, l4->tcp_closing ? NAT_F_CLOSING : 0, &flow);

@@ -221,10 +221,12 @@ enum ct_flags {
 	CT_F_NODEPORT = 2,    /* NodePort client: the reply leaves through the FIB (or tunnel) */
 	CT_F_ESTABLISHED = 4, /* forward: a TCP segment other than SYN, FIN, RST followed the SYN */
 	CT_F_CLOSING = 8,     /* TCP FIN or RST seen in this entry's direction */
-	/* Reverse, TCP: set when the flow is created, cleared by the backend's first
-	 * segment other than SYN, FIN or RST. Until then the GC keeps the SYN
-	 * timeout, however the client's segments look: a blind client (a forged
-	 * source) can make its own segments look established, never the backend's. */
+	/* Reverse, TCP, NodePort: set when the flow is created, cleared by the
+	 * backend's first segment that shows a completed handshake (data, or an ACK
+	 * of client data past its SYN: ct_backend_answered). Until then the GC
+	 * keeps the SYN timeout, however the client's segments look: a blind client
+	 * (a forged source) can make its own segments look established, and a
+	 * half-open backend's ACK of them, never that. */
 	CT_F_AWAITING_REPLY = 16,
 };
 
@@ -247,7 +249,9 @@ struct ct_entry {
 	__u32 be_addr;	   /* forward: the backend's address, network order */
 	__u16 be_port;	   /* forward: the backend's port, network order */
 	__u16 pad;	   /* explicit padding, 0 */
-	__u32 index;	   /* forward: where the backend was found (slot or Maglev entry) */
+	/* forward: where the backend was found (slot or Maglev entry); reverse,
+	 * CT_F_AWAITING_REPLY: the client's ISN + 1 (host order) */
+	__u32 index;
 };
 
 /*

@@ -48,6 +48,8 @@ func TestPrivilegedHostSourceCheck(t *testing.T) {
 					verdict: tcActShot, reason: "DROP_SPOOFED_SOURCE"},
 				{name: "host-built from the node's address: passes", in: own.build(), ctx: ctxHostBuilt,
 					verdict: tcActOK, reason: "PASS_STACK"},
+				{name: "host-built from the hairpin address: dropped", in: ipv4(protoUDP, "169.254.42.1", remoteIP).build(), ctx: ctxHostBuilt,
+					verdict: tcActShot, reason: "DROP_SPOOFED_SOURCE"},
 				{name: "forwarded from a pod address: passes", in: forged.build(), ctx: ctxForwarded,
 					verdict: tcActOK, reason: "PASS_STACK"},
 			}

@@ -125,9 +125,8 @@ func TestPrivilegedLBStaleConntrack(t *testing.T) {
 }
 
 // The datapath records each flow's state for the GC: SYN, established
-// after the client's next segment, closing after a FIN or RST either way; the
-// reverse entry awaits a reply from its creation until the backend's first
-// segment other than SYN, FIN or RST (its SYN-ACK answers a forged SYN too).
+// after the client's next segment, closing after a FIN or RST either way. A
+// pod's flow never awaits its backend's answer (pods' sources are checked).
 func TestPrivilegedLBConntrackStates(t *testing.T) {
 	requirePrivileged(t)
 	d := loadLB(t, HostRoutingBPF, 0)
@@ -154,16 +153,67 @@ func TestPrivilegedLBConntrackStates(t *testing.T) {
 	runLBCases(t, d, []lbCase{
 		{seed: oneService(feTCP, Service{ID: 1, Backends: []uint32{1}}), prog: d.objs.MyelinFromPod, dir: "from-pod", then: flags(fwd, 0),
 			progCase: progCase{name: "SYN: state syn", endpoints: seedB, in: syn.build(), verdict: tcActRedirect, out: delivered(syn.withDst(podBIP, 8080)), reason: "FORWARDED"}},
-		{prog: d.objs.MyelinToPod, dir: "to-pod", then: flags(rev, awaiting),
-			progCase: progCase{name: "SYN-ACK: translated, still syn, still awaiting", in: reply.withTCPFlags(0x12).build(), verdict: tcActOK, out: reply.withTCPFlags(0x12).withSrc(vip, 80).build(), reason: "PASS_STACK"}},
+		{prog: d.objs.MyelinToPod, dir: "to-pod", then: flags(rev, 0),
+			progCase: progCase{name: "SYN-ACK: translated, still syn", in: reply.withTCPFlags(0x12).build(), verdict: tcActOK, out: reply.withTCPFlags(0x12).withSrc(vip, 80).build(), reason: "PASS_STACK"}},
 		{prog: d.objs.MyelinFromPod, dir: "from-pod", then: flags(fwd, established),
 			progCase: progCase{name: "ACK: established", endpoints: seedB, in: syn.withTCPFlags(tcpACK).build(), verdict: tcActRedirect, out: delivered(syn.withTCPFlags(tcpACK).withDst(podBIP, 8080)), reason: "FORWARDED"}},
-		{prog: d.objs.MyelinToPod, dir: "to-pod", then: flags(rev, 0),
-			progCase: progCase{name: "backend's ACK: replied", in: reply.withTCPFlags(tcpACK).build(), verdict: tcActOK, out: reply.withTCPFlags(tcpACK).withSrc(vip, 80).build(), reason: "PASS_STACK"}},
 		{prog: d.objs.MyelinToPod, dir: "to-pod", then: flags(rev, closing),
 			progCase: progCase{name: "backend's FIN: closing", in: reply.withTCPFlags(tcpFINACK).build(), verdict: tcActOK, out: reply.withTCPFlags(tcpFINACK).withSrc(vip, 80).build(), reason: "PASS_STACK"}},
 		{prog: d.objs.MyelinFromPod, dir: "from-pod", then: flags(fwd, established|closing),
 			progCase: progCase{name: "client's RST: closing", endpoints: seedB, in: syn.withTCPFlags(tcpRST).build(), verdict: tcActRedirect, out: delivered(syn.withTCPFlags(tcpRST).withDst(podBIP, 8080)), reason: "FORWARDED"}},
+	})
+}
+
+// A NodePort flow to a local backend awaits its backend's answer: a blind client
+// (a forged source) can make its own segments look established, and make a
+// half-open backend ACK exactly its SYN, but only a completed handshake shows
+// the backend acknowledging client data past the SYN, or sending data.
+func TestPrivilegedLBNodePortAwaitsBackend(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingBPF, 0)
+	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort).withSeq(1000, 0)
+	fwd, rev := ctFlowKeys(req, backendB)
+	reply := fromPodB(ipv4(protoTCP, podBIP, extHost).withSrc(podBIP, 8080).withDst(extHost, 40000))
+	bare := func(p pkt) pkt { p.payload = nil; return p }
+	established, awaiting := uint16(myelinCtFlagsCT_F_ESTABLISHED), uint16(myelinCtFlagsCT_F_AWAITING_REPLY)
+	flags := func(key myelinCtKey, mask, want uint16) func(*Datapath) error {
+		return func(d *Datapath) error {
+			v, err := ctEntryOf(d.objs.MyelinLbCtNodeport, key)
+			if err != nil {
+				return err
+			}
+			if got := v.Flags & mask; got != want {
+				return fmt.Errorf("entry %+v: flags %#x of %#x, want %#x", key, got, mask, want)
+			}
+			return nil
+		}
+	}
+	toB := func(p pkt) []byte { return delivered(p.withDst(podBIP, 8080)) }
+	back := func(p pkt) []byte { return p.withSrc(nodeIP, nodePort).build() }
+	fromClient := func(name string, p pkt, then func(*Datapath) error) lbCase {
+		return lbCase{prog: d.objs.MyelinFromNetdev, dir: "from-netdev", then: then,
+			progCase: progCase{name: name, endpoints: seedB, in: p.build(), verdict: tcActRedirect, out: toB(p), reason: "FORWARDED"}}
+	}
+	fromBackend := func(name string, p pkt, then func(*Datapath) error) lbCase {
+		return lbCase{prog: d.objs.MyelinFromPod, dir: "from-pod", then: then,
+			progCase: progCase{name: name, endpoints: seedB, in: p.build(), verdict: tcActOK, out: back(p), reason: "PASS_STACK"}}
+	}
+	cases := []lbCase{
+		fromClient("SYN: awaiting the backend", req, flags(rev, awaiting, awaiting)),
+		fromBackend("SYN-ACK: still awaiting", bare(reply.withTCPFlags(0x12).withSeq(5000, 1001)), flags(rev, awaiting, awaiting)),
+		fromClient("a PSH-only segment out of the window: looks established", bare(req.withTCPFlags(0x08).withSeq(1<<31, 0)), flags(fwd, established, established)),
+		fromBackend("the half-open backend's ACK of exactly the SYN: still awaiting", bare(reply.withTCPFlags(tcpACK).withSeq(5001, 1001)), flags(rev, awaiting, awaiting)),
+		fromBackend("its ACK of client data: answered", bare(reply.withTCPFlags(tcpACK).withSeq(5001, 1020)), flags(rev, awaiting, 0)),
+	}
+	cases[0].seed = oneService(feNodePort, Service{ID: 1, Flags: ServiceNodePort, Backends: []uint32{1}})
+	runLBCases(t, d, cases)
+	// Data from the backend answers as well (a server that speaks first).
+	if err := seedLB(d, *oneService(feNodePort, Service{ID: 1, Flags: ServiceNodePort, Backends: []uint32{1}})); err != nil {
+		t.Fatal(err)
+	}
+	runLBCases(t, d, []lbCase{
+		fromClient("SYN: awaiting the backend", req, flags(rev, awaiting, awaiting)),
+		fromBackend("the backend's data: answered", reply.withTCPFlags(0x18).withSeq(5001, 1001), flags(rev, awaiting, 0)),
 	})
 }
 

@@ -121,8 +121,9 @@ func ctTimeout(proto uint8, flags uint16) time.Duration {
 	case flags&uint16(myelinCtFlagsCT_F_CLOSING) != 0:
 		return ServiceCTTimeoutTCPClosing
 	case flags&uint16(myelinCtFlagsCT_F_ESTABLISHED) != 0 && flags&uint16(myelinCtFlagsCT_F_AWAITING_REPLY) == 0:
-		// Established only once the backend answered past the handshake: two
-		// flag-less segments from a forged source held an entry for 6 h.
+		// A NodePort flow is established only once its backend showed a completed
+		// handshake (bpf/lib/ct.h, ct_backend_answered): two segments from a
+		// forged source held an entry for 6 h.
 		return ServiceCTTimeoutTCPEstablished
 	}
 	return ServiceCTTimeoutTCPSyn
