@@ -102,6 +102,13 @@ static __always_inline int ct_create(void *map, const struct ct_key *fwd, const 
 
 	ct_reverse_of(fwd, fv, &rev, &rv);
 	if (syn_next) {
+		/* A flow still awaiting its backend keeps the first SYN's number: a
+		 * later SYN of a lower one on the same tuple would make the half-open
+		 * backend's ACK of the first look like an ACK of client data. */
+		const struct ct_entry *old = bpf_map_lookup_elem(map, &rev);
+
+		if (old && (old->flags & CT_F_AWAITING_REPLY) && !(old->flags & CT_F_CLOSING))
+			syn_next = old->index;
 		rv.flags |= CT_F_AWAITING_REPLY;
 		rv.index = syn_next;
 	}
@@ -237,9 +244,10 @@ static __always_inline int ct_backend_answered(struct __sk_buff *skb, const stru
 	    bpf_skb_load_bytes(skb, ETH_HLEN + offsetof(struct iphdr, tot_len), &tot, sizeof(tot)) <
 		    0)
 		return 0;
-	if ((h.flags & 0x10) && (__s32)(bpf_ntohl(h.ack) - next) > 0)
+	if ((h.flags & TCP_FLAGS_ACK) && (__s32)(bpf_ntohl(h.ack) - next) > 0)
 		return 1;
-	return bpf_ntohs(tot) > info->l4_off - ETH_HLEN + (h.doff >> 4) * 4;
+	/* tot_len 0: a BIG TCP packet, past 64 KiB of data. */
+	return !tot || bpf_ntohs(tot) > info->l4_off - ETH_HLEN + (h.doff >> 4) * 4;
 }
 
 /*
@@ -250,7 +258,7 @@ static __always_inline int ct_backend_answered(struct __sk_buff *skb, const stru
  * DROP_* reason. info carries the new addresses.
  */
 static __always_inline int ct_reply_xlate(void *map, struct __sk_buff *skb, struct ipv4_info *info,
-					  struct l4_info *l4, __u16 *flags)
+					  struct l4_info *l4, __u16 *flags, int from_backend)
 {
 	struct ct_key key;
 	struct ct_entry *e;
@@ -262,8 +270,10 @@ static __always_inline int ct_reply_xlate(void *map, struct __sk_buff *skb, stru
 	if (!e)
 		return 0;
 	ct_touch(e, ct_state_of(info->proto, l4, 0));
-	/* The backend answered past the handshake: the flow may be established. */
-	if ((e->flags & CT_F_AWAITING_REPLY) && !l4->tcp_syn && !l4->tcp_closing &&
+	/* The backend answered past the handshake: the flow may be established.
+	 * Only where the backend's own segments pass (from_backend: a pod's veth,
+	 * the node's stack), never what arrives on a device from anywhere. */
+	if ((e->flags & CT_F_AWAITING_REPLY) && from_backend && !l4->tcp_syn && !l4->tcp_closing &&
 	    ct_backend_answered(skb, info, e->index))
 		e->flags &= ~CT_F_AWAITING_REPLY;
 	front = e->front_addr;
@@ -430,7 +440,7 @@ static __always_inline int ct_reply_to_pod(struct __sk_buff *skb, struct ipv4_in
 	/* A first fragment goes on: its note clears a stale one (frag_note). */
 	if (!info->frag && !ct_from_backend_port(l4.sport))
 		return 0;
-	reason = ct_reply_xlate(&myelin_lb_ct, skb, info, &l4, &flags);
+	reason = ct_reply_xlate(&myelin_lb_ct, skb, info, &l4, &flags, 0);
 	if (!reason)
 		frag_note(skb, info, saddr, daddr, FRAG_STAGE_TO_POD, 0);
 	return reason;

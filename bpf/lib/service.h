@@ -287,9 +287,9 @@ static __always_inline int lb_from_pod(struct __sk_buff *skb, struct ipv4_info *
 	 * (myelin_lb_ports: a pod's own connections out pay a bit test, no
 	 * lookup); to the hairpin address, pods' own. */
 	if (info->daddr == LB_HAIRPIN_ADDR)
-		reason = ct_reply_xlate(&myelin_lb_ct, skb, info, &l4, &flags);
+		reason = ct_reply_xlate(&myelin_lb_ct, skb, info, &l4, &flags, 0);
 	else if (ct_from_backend_port(l4.sport))
-		reason = ct_reply_xlate(&myelin_lb_ct_nodeport, skb, info, &l4, &flags);
+		reason = ct_reply_xlate(&myelin_lb_ct_nodeport, skb, info, &l4, &flags, 1);
 	else
 		return 0;
 	if (flags & CT_F_HAIRPIN)
@@ -406,7 +406,7 @@ static __always_inline int lb_from_netdev(struct __sk_buff *skb, struct ipv4_inf
 			return lb_nodeport(skb, info, &l4, svc, route);
 		return 0;
 	}
-	reason = ct_reply_xlate(&myelin_lb_ct_nodeport, skb, info, &l4, &flags);
+	reason = ct_reply_xlate(&myelin_lb_ct_nodeport, skb, info, &l4, &flags, 0);
 	if (flags & CT_F_NODEPORT)
 		*route = LB_ROUTE_OUT;
 	return reason;
@@ -427,7 +427,7 @@ static __always_inline int lb_host_reply(struct __sk_buff *skb, struct ipv4_info
 	if (!lb_enabled || !lb_host_replies || info->saddr != node_ip ||
 	    ct_l4_parse(skb, info, &l4) < 0)
 		return 0;
-	return ct_reply_xlate(&myelin_lb_ct_nodeport, skb, info, &l4, &flags);
+	return ct_reply_xlate(&myelin_lb_ct_nodeport, skb, info, &l4, &flags, 1);
 }
 
 /*

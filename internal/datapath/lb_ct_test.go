@@ -201,6 +201,8 @@ func TestPrivilegedLBNodePortAwaitsBackend(t *testing.T) {
 	cases := []lbCase{
 		fromClient("SYN: awaiting the backend", req, flags(rev, awaiting, awaiting)),
 		fromBackend("SYN-ACK: still awaiting", bare(reply.withTCPFlags(0x12).withSeq(5000, 1001)), flags(rev, awaiting, awaiting)),
+		// A second SYN of a lower number on the tuple does not move what the backend must pass.
+		fromClient("another SYN, of a lower number", req.withSeq(0, 0), flags(rev, awaiting, awaiting)),
 		fromClient("a PSH-only segment out of the window: looks established", bare(req.withTCPFlags(0x08).withSeq(1<<31, 0)), flags(fwd, established, established)),
 		fromBackend("the half-open backend's ACK of exactly the SYN: still awaiting", bare(reply.withTCPFlags(tcpACK).withSeq(5001, 1001)), flags(rev, awaiting, awaiting)),
 		fromBackend("its ACK of client data: answered", bare(reply.withTCPFlags(tcpACK).withSeq(5001, 1020)), flags(rev, awaiting, 0)),
