@@ -70,12 +70,10 @@ func TestManagerRestartFailedApplyKeepsServing(t *testing.T) {
 	}
 }
 
-// An externalIP takes no frontend another Service holds (CVE-2020-8554 against
-// kube-dns's ClusterIP, another's NodePort or externalIP): it is refused, the holder
-// keeps serving, nothing is retried, and once the holder lets the frontend go the
-// claimant is handed back (Reclaims) and programmed. A ClusterIP reused by a new
-// Service still takes its frontend from whoever holds it (the last writer).
-func TestManagerContestedFrontendReclaimed(t *testing.T) {
+// kubeDNSAndEvil is a Manager with kube-dns's ClusterIP programmed (dns) and a
+// tenant's externalIP frontend on the same address and port (evil), not applied.
+func kubeDNSAndEvil(t *testing.T) (*fakeDatapath, *Manager, Frontend, Frontend) {
+	t.Helper()
 	dp := newFake()
 	m, _ := NewManager(dp, 0)
 	dns := frontend("10.96.0.10", 53, "10.244.1.5:53")
@@ -84,6 +82,16 @@ func TestManagerContestedFrontendReclaimed(t *testing.T) {
 	}
 	evil := frontend("10.96.0.10", 53, "10.244.9.9:53")
 	evil.Type = ExternalIP
+	return dp, m, dns, evil
+}
+
+// An externalIP takes no frontend another Service holds (CVE-2020-8554 against
+// kube-dns's ClusterIP, another's NodePort or externalIP): it is refused, the holder
+// keeps serving, nothing is retried, and once the holder lets the frontend go the
+// claimant is handed back (Reclaims) and programmed. A ClusterIP reused by a new
+// Service still takes its frontend from whoever holds it (the last writer).
+func TestManagerContestedFrontendReclaimed(t *testing.T) {
+	dp, m, dns, evil := kubeDNSAndEvil(t)
 	var held *HeldError
 	if err := m.Apply("tenant/evil", []Frontend{evil}); !errors.As(err, &held) || len(held.Frontends) != 1 {
 		t.Fatalf("an externalIP on kube-dns's ClusterIP: %v, want a HeldError naming it", err)
@@ -172,14 +180,7 @@ func TestManagerFullBackendMapDropsRemovedBackends(t *testing.T) {
 // claimed (kube-dns deleted while the agent was down), the externalIP held off it
 // is handed back.
 func TestManagerExternalIPHeldOffAdoptedFrontend(t *testing.T) {
-	dp := newFake()
-	m, _ := NewManager(dp, 0)
-	dns := frontend("10.96.0.10", 53, "10.244.1.5:53")
-	if err := m.Apply("kube-system/kube-dns", []Frontend{dns}); err != nil {
-		t.Fatal(err)
-	}
-	evil := frontend("10.96.0.10", 53, "10.244.9.9:53")
-	evil.Type = ExternalIP
+	dp, _, dns, evil := kubeDNSAndEvil(t)
 	var held *HeldError
 	m2, err := NewManager(dp, 0) // the agent restarts
 	if err != nil {
@@ -208,14 +209,7 @@ func TestManagerExternalIPHeldOffAdoptedFrontend(t *testing.T) {
 // A Service created and deleted under ever new names, each refused an externalIP
 // another Service holds, leaves no claim behind.
 func TestManagerRefusedClaimsForgotten(t *testing.T) {
-	dp := newFake()
-	m, _ := NewManager(dp, 0)
-	dns := frontend("10.96.0.10", 53, "10.244.1.5:53")
-	if err := m.Apply("kube-system/kube-dns", []Frontend{dns}); err != nil {
-		t.Fatal(err)
-	}
-	evil := frontend("10.96.0.10", 53, "10.244.9.9:53")
-	evil.Type = ExternalIP
+	_, m, dns, evil := kubeDNSAndEvil(t)
 	for i := range 100 {
 		name := fmt.Sprintf("tenant/evil-%d", i)
 		_ = m.Apply(name, []Frontend{evil})

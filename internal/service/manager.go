@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -139,18 +138,6 @@ func NewManager(dp Datapath, maglevSize int) (*Manager, error) {
 	return m, nil
 }
 
-// adoptedType is the type of a frontend the previous run programmed, from its flags:
-// an externalIP may take no frontend of another type, adopted or not.
-func adoptedType(f datapath.ServiceFlags) FrontendType {
-	switch {
-	case f&datapath.ServiceNodePort != 0:
-		return NodePort
-	case f&datapath.ServiceExternalIP != 0:
-		return ExternalIP
-	}
-	return ClusterIP
-}
-
 // Apply programs exactly fes for the Service named service (namespace/name): new
 // and changed frontends are written, the Service's frontends not in fes are removed,
 // and backends no frontend refers to any more are deleted; a backend a frontend let go
@@ -163,80 +150,91 @@ func (m *Manager) Apply(service string, fes []Frontend) error {
 	start := time.Now()
 	defer func() { m.lastApply = time.Since(start) }()
 
-	var errs errList
-	keep := map[datapath.Frontend]bool{}
-	var released []uint32
-	var left []Departure
-	var refused []string // externalIPs another Service holds
-	for _, fe := range fes {
-		fe.Service = service
-		keep[fe.Key] = true
-		prev, err := m.applyFrontend(fe)
-		var held *HeldError
-		if errors.As(err, &held) {
-			refused = append(refused, held.Frontends...)
-			continue
-		}
-		if err != nil {
-			errs.add(fmt.Errorf("service %s frontend %s: %w", service, FrontendString(fe.Key), err))
-			if prev == nil { // not written, or written in part where nothing was
-				m.claimAdopted(fe.Key, service)
-				continue
-			}
-			// Written in part (acquireBackends): prev's backends are released below.
-		}
-		if prev != nil {
-			released = append(released, prev.backendIDs()...)
-			left = append(left, m.leaving(prev, m.frontends[fe.Key])...)
-		}
-	}
-	for _, key := range m.byService[service] {
-		if keep[key] {
-			continue
-		}
-		if a := m.frontends[key]; a != nil && a.Service != "" && a.Service != service {
-			m.uncontest(key, service)
-			continue // another Service owns it now (a reused NodePort or ClusterIP)
-		}
-		removed, err := m.removeFrontend(key)
-		if err != nil {
-			errs.add(fmt.Errorf("service %s: remove frontend %s: %w", service, FrontendString(key), err))
-			keep[key] = true // still programmed: try again next time
-			continue
-		}
-		if removed != nil {
-			released = append(released, removed.backendIDs()...)
-			left = append(left, m.leaving(removed, nil)...)
-		}
-		m.reclaimFrom(key, service)
-	}
+	r := applyRun{service: service, keep: map[datapath.Frontend]bool{}}
+	m.writeFrontends(fes, &r)
+	m.removeUnkept(&r)
 	m.byService[service] = m.byService[service][:0]
-	for key := range keep {
+	for key := range r.keep {
 		m.byService[service] = append(m.byService[service], key)
 	}
 	if len(m.byService[service]) == 0 {
 		delete(m.byService, service)
 	}
-	errs.add(m.release(released))
-	m.recordDepartures(left)
+	r.errs.add(m.release(r.released))
+	m.recordDepartures(r.left)
 	m.settleIDs()
-	if err := errs.err(); err != nil || len(refused) == 0 {
+	if err := r.errs.err(); err != nil || len(r.refused) == 0 {
 		return err
 	}
-	return &HeldError{Service: service, Frontends: refused}
+	return &HeldError{Service: service, Frontends: r.refused}
 }
 
-// HeldError is what Apply returns when the only frontends it could not write are
-// externalIPs another Service holds (applyFrontend): nothing to retry; when the
-// holder lets one go the Service is handed back (Reclaims).
-type HeldError struct {
-	Service   string
-	Frontends []string // "address:port/proto held by namespace/name's <type>"
+// applyRun is what one Apply of service gathers: its errors, the externalIPs another
+// Service holds, the frontends it keeps, and the backend ids and departures to settle
+// once every frontend is written.
+type applyRun struct {
+	service  string
+	errs     errList
+	refused  []string
+	keep     map[datapath.Frontend]bool
+	released []uint32
+	left     []Departure
 }
 
-func (e *HeldError) Error() string {
-	return fmt.Sprintf("service %s: externalIP frontends not programmed, another Service holds them: %s",
-		e.Service, strings.Join(e.Frontends, ", "))
+// letGo notes that frontend prev (now: what replaced it, nil if none) let its
+// backends go: their ids are released, and those now no longer lists departed.
+func (r *applyRun) letGo(m *Manager, prev, now *Applied) {
+	r.released = append(r.released, prev.backendIDs()...)
+	r.left = append(r.left, m.leaving(prev, now)...)
+}
+
+// writeFrontends is Apply's first step: every frontend of fes written.
+func (m *Manager) writeFrontends(fes []Frontend, r *applyRun) {
+	for _, fe := range fes {
+		fe.Service = r.service
+		r.keep[fe.Key] = true
+		prev, err := m.applyFrontend(fe)
+		var held *HeldError
+		if errors.As(err, &held) {
+			r.refused = append(r.refused, held.Frontends...)
+			continue
+		}
+		if err != nil {
+			r.errs.add(fmt.Errorf("service %s frontend %s: %w", r.service, FrontendString(fe.Key), err))
+			if prev == nil { // not written, or written in part where nothing was
+				m.claimAdopted(fe.Key, r.service)
+				continue
+			}
+			// Written in part (acquireBackends): prev's backends are released below.
+		}
+		if prev != nil {
+			r.letGo(m, prev, m.frontends[fe.Key])
+		}
+	}
+}
+
+// removeUnkept is Apply's second step: the Service's frontends not in r.keep are
+// removed, unless another Service owns them now.
+func (m *Manager) removeUnkept(r *applyRun) {
+	for _, key := range m.byService[r.service] {
+		if r.keep[key] {
+			continue
+		}
+		if a := m.frontends[key]; a != nil && a.Service != "" && a.Service != r.service {
+			m.uncontest(key, r.service)
+			continue // another Service owns it now (a reused NodePort or ClusterIP)
+		}
+		removed, err := m.removeFrontend(key)
+		if err != nil {
+			r.errs.add(fmt.Errorf("service %s: remove frontend %s: %w", r.service, FrontendString(key), err))
+			r.keep[key] = true // still programmed: try again next time
+			continue
+		}
+		if removed != nil {
+			r.letGo(m, removed, nil)
+		}
+		m.reclaimFrom(key, r.service)
+	}
 }
 
 // settleIDs ends the quarantine of the freed ids no flow names once many wait
@@ -256,50 +254,6 @@ func (m *Manager) settleIDs() {
 	m.beIDs.settle(bes)
 }
 
-// claimAdopted marks the adopted frontend key, if it is one, as service's although
-// its Apply failed: it goes on serving what the previous run programmed (with the
-// backends it holds), and Prune, which removes what no Service claimed, keeps it.
-func (m *Manager) claimAdopted(key datapath.Frontend, service string) {
-	if a := m.frontends[key]; a != nil && a.Service == "" {
-		claimed := *a
-		claimed.Service = service
-		m.frontends[key] = &claimed
-	}
-}
-
-// uncontest forgets service's claim on key, which another Service holds: service
-// let it go (a Service created and deleted under ever new names with an externalIP
-// on kube-dns's address kept every name).
-func (m *Manager) uncontest(key datapath.Frontend, service string) {
-	c := slices.DeleteFunc(m.contested[key], func(s string) bool { return s == service })
-	if len(c) == 0 {
-		delete(m.contested, key)
-		return
-	}
-	m.contested[key] = c
-}
-
-// reclaimFrom notes, once service removed frontend key, the Services it had taken
-// key from that still claim it: the next Reclaims returns them to be applied again.
-func (m *Manager) reclaimFrom(key datapath.Frontend, service string) {
-	for _, s := range m.contested[key] {
-		if s != service && slices.Contains(m.byService[s], key) && !slices.Contains(m.reclaims, s) {
-			m.reclaims = append(m.reclaims, s)
-		}
-	}
-	delete(m.contested, key)
-}
-
-// Reclaims returns (and forgets) the Services to apply again because a frontend
-// they claim was taken from them and then let go by the Service that took it.
-func (m *Manager) Reclaims() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := m.reclaims
-	m.reclaims = nil
-	return out
-}
-
 // applyFrontend writes one frontend and returns its previous version, nil if there
 // was none or it is unchanged: the backend ids it held are released once every
 // frontend of the Service is written. A frontend another Service owned gets a new
@@ -310,23 +264,8 @@ func (m *Manager) applyFrontend(fe Frontend) (*Applied, error) {
 		return nil, nil // unchanged: an update of another port or field
 	}
 	takeover := prev != nil && prev.Service != "" && prev.Service != fe.Service
-	// An adopted frontend (the previous run's, no Service has claimed it yet) of
-	// another type is held as well: right after a restart, a tenant's Service
-	// applied before kube-dns's would otherwise take its ClusterIP.
-	adoptedOther := prev != nil && prev.Service == "" && prev.Type != fe.Type
-	if (takeover || adoptedOther) && fe.Type == ExternalIP {
-		// An externalIP takes no frontend from another Service: not a ClusterIP or
-		// NodePort (the apiserver's allocators make those unique: kube-dns, the
-		// apiserver's own), not another's externalIP (the first keeps it; flipping
-		// owners at each resync moved flows to other backends).
-		if !slices.Contains(m.contested[fe.Key], fe.Service) {
-			m.contested[fe.Key] = append(m.contested[fe.Key], fe.Service)
-		}
-		holder := prev.Service
-		if holder == "" {
-			holder = "the previous run"
-		}
-		return nil, &HeldError{Frontends: []string{fmt.Sprintf("%s held by %s's %s", FrontendString(fe.Key), holder, prev.Type)}}
+	if err := m.heldOff(prev, fe, takeover); err != nil {
+		return nil, err
 	}
 	fe, ids, partial := m.acquireBackends(fe)
 	active, terminating := ids[:len(fe.Active):len(fe.Active)], ids[len(fe.Active):]
@@ -360,9 +299,7 @@ func (m *Manager) applyFrontend(fe Frontend) (*Applied, error) {
 	}
 	if takeover {
 		m.feIDs.free(prev.ID)
-		if !slices.Contains(m.contested[fe.Key], prev.Service) {
-			m.contested[fe.Key] = append(m.contested[fe.Key], prev.Service)
-		}
+		m.contest(fe.Key, prev.Service)
 	}
 	return prev, partial
 }
