@@ -73,16 +73,8 @@ func (r *Relay) GetFlows(req *observerpb.GetFlowsRequest, stream observerpb.Obse
 	}
 	in := make(chan *observerpb.GetFlowsResponse, 256)
 	ends := make(chan peerDone, len(live))
-	pullCtx := ctx
-	if !req.GetFollow() {
-		// A peer gets CollectTimeout to send its stored flows and end: one that
-		// streams without end (root on a node can serve in the agent's place) would
-		// hold the request and its MaxCollecting slot; it is cut and reported
-		// unavailable.
-		var cancelPulls context.CancelFunc
-		pullCtx, cancelPulls = context.WithTimeout(ctx, r.cfg.CollectTimeout)
-		defer cancelPulls()
-	}
+	pullCtx, cancelPulls := r.pullContext(ctx, req)
+	defer cancelPulls()
 	for _, p := range live {
 		go pull(pullCtx, p, req, in, ends)
 	}
@@ -90,6 +82,17 @@ func (r *Relay) GetFlows(req *observerpb.GetFlowsRequest, stream observerpb.Obse
 		return r.collect(ctx, stream, first, len(live), req.GetNumber(), in, ends)
 	}
 	return r.follow(ctx, stream, first, len(live), req.GetNumber(), in, ends)
+}
+
+// pullContext is the context of the peers' streams for req: ctx for a follow; for a
+// request without --follow, ctx cut after CollectTimeout: a peer that streams its
+// stored flows without end (root on a node can serve in the agent's place) would hold
+// the request and its MaxCollecting slot; it is cut and reported unavailable.
+func (r *Relay) pullContext(ctx context.Context, req *observerpb.GetFlowsRequest) (context.Context, context.CancelFunc) {
+	if req.GetFollow() {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, r.cfg.CollectTimeout)
 }
 
 // pull copies one peer's stream into in, then reports its end.
