@@ -228,6 +228,23 @@ static __always_inline void ct_forget_stale_reply(struct __sk_buff *skb,
 }
 
 /*
+ * ct_syn_next is what CT_F_AWAITING_REPLY keeps of a new TCP flow whose first
+ * packet is info: the client's sequence number + 1 (never 0: 0 is "no
+ * awaiting"); 0 for another protocol or a header that can't be read.
+ */
+static __always_inline __u32 ct_syn_next(struct __sk_buff *skb, const struct ipv4_info *info)
+{
+	struct l4_head h = {};
+	__u32 next;
+
+	if (info->proto != IPPROTO_TCP ||
+	    l4_load_head(skb, info, &h, offsetof(struct l4_head, ack)) < 0)
+		return 0;
+	next = bpf_ntohl(h.seq) + 1;
+	return next ? next : 1;
+}
+
+/*
  * ct_backend_answered says whether a backend's TCP segment (no SYN, FIN or
  * RST) of a flow awaiting its answer shows a completed handshake: it carries
  * data, or acknowledges client data past its SYN (next: the client's ISN + 1).
@@ -240,7 +257,7 @@ static __always_inline int ct_backend_answered(struct __sk_buff *skb, const stru
 	struct l4_head h = {};
 	__be16 tot;
 
-	if (bpf_skb_load_bytes(skb, info->l4_off, &h, L4_TCP_HEAD_LOAD) < 0 ||
+	if (l4_load_head(skb, info, &h, L4_TCP_HEAD_LOAD) < 0 ||
 	    bpf_skb_load_bytes(skb, ETH_HLEN + offsetof(struct iphdr, tot_len), &tot, sizeof(tot)) <
 		    0)
 		return 0;

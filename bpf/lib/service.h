@@ -143,24 +143,6 @@ static __always_inline int lb_flow_commit(void *map, const struct ct_key *fwd,
 	return ct_create(map, fwd, &fv, syn_next);
 }
 
-/*
- * lb_syn_next is what CT_F_AWAITING_REPLY keeps of a new TCP flow f: the
- * client's sequence number + 1 (never 0: 0 is "no awaiting"); 0 for a kept
- * flow, another protocol, or a header that can't be read.
- */
-static __always_inline __u32 lb_syn_next(struct __sk_buff *skb, const struct ipv4_info *info,
-					 const struct lb_flow *f)
-{
-	__be32 seq;
-	__u32 next;
-
-	if (f->ct || info->proto != IPPROTO_TCP ||
-	    bpf_skb_load_bytes(skb, info->l4_off + TCP_SEQ_OFF, &seq, sizeof(seq)) < 0)
-		return 0;
-	next = bpf_ntohl(seq) + 1;
-	return next ? next : 1;
-}
-
 /* lb_dnat rewrites the destination to be (l4 and info follow). */
 static __always_inline int lb_dnat(struct __sk_buff *skb, struct ipv4_info *info,
 				   struct l4_info *l4, const struct lb_backend *be)
@@ -351,7 +333,7 @@ static __always_inline int lb_nodeport(struct __sk_buff *skb, struct ipv4_info *
 			 * TCP flow awaits its backend's answer (CT_F_AWAITING_REPLY):
 			 * anyone can send here, from any source. */
 			reason = lb_flow_commit(&myelin_lb_ct_nodeport, &fwd, &f, svc, l4,
-						CT_F_NODEPORT, lb_syn_next(skb, info, &f));
+						CT_F_NODEPORT, f.ct ? 0 : ct_syn_next(skb, info));
 			return reason ? reason : lb_dnat(skb, info, l4, &f.be);
 		}
 		reason = np_create(&npkey, f.id, &f.be, l4->tcp_closing ? NAT_F_CLOSING : 0, &flow);
