@@ -101,10 +101,7 @@ func applyPolicy(m policyMaps, j *purgeJournal, st policy.State, orphans map[net
 	// 4b. A write step 2 could not make (a full ipcache: the old policy CIDRs
 	// and the new ones held together for a moment) is tried again now that the
 	// old are gone; meanwhile its addresses were world (denied).
-	if len(cacheErrs) > 0 {
-		cacheErrs = retryIPCache(m, st.IPCache, &res)
-	}
-	written = append(written, cacheErrs...)
+	written = append(written, retryIPCache(m, st.IPCache, cacheErrs, &res)...)
 	errs = append(append(errs, written...), flagErrs...)
 	// 5. Tracked connections the change may no longer allow; those st still
 	// allows keep passing where the maps hold st: not after a write that may
@@ -282,9 +279,13 @@ func setIPCache(m policyMaps, want, cur map[netip.Prefix]uint32, res *policyAppl
 	return append(errs, dropCoveringPrefixes(m, failed, want, cur, res)...)
 }
 
-// retryIPCache is step 4b of applyPolicy: setIPCache again against what the
-// map holds after the removals (a failed write made the mirror read the map).
-func retryIPCache(m policyMaps, want map[netip.Prefix]uint32, res *policyApplied) []error {
+// retryIPCache is step 4b of applyPolicy: when step 2 failed (errs), setIPCache
+// again against what the map holds after the removals (a failed write made the
+// mirror read the map); nothing when step 2 did not fail.
+func retryIPCache(m policyMaps, want map[netip.Prefix]uint32, errs []error, res *policyApplied) []error {
+	if len(errs) == 0 {
+		return nil
+	}
 	cur, err := m.IPCache()
 	if err != nil {
 		return []error{err}
