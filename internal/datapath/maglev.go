@@ -32,11 +32,11 @@ type maglevTable struct {
 }
 
 // attach points service svcID's outer entry at the inner map holding
-// table, creating and filling it unless another service has the same table.
-func (t *maglevTables) attach(outer *ebpf.Map, svcID uint32, table []uint32) error {
+// table (h: its hashTable), creating and filling it unless another service
+// has the same table.
+func (t *maglevTables) attach(outer *ebpf.Map, svcID uint32, table []uint32, h [sha256.Size]byte) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	h := hashTable(table)
 	cur := t.bySvc[svcID]
 	if cur != nil && cur.hash == h {
 		return nil
@@ -90,20 +90,21 @@ func (t *maglevTables) detach(outer *ebpf.Map, svcID uint32) error {
 // (admits).
 const maglevTablesBytes = 256 << 20
 
-// admits says whether service svcID may have table: another service holds the same
-// content (shared), or one more distinct table stays within maglevTablesBytes
-// (counting the one svcID lets go, if it held it alone).
-func (t *maglevTables) admits(svcID uint32, table []uint32) bool {
+// admits says whether service svcID may have a table of entries whose hashTable is
+// h: another service holds the same content (shared), or one more distinct table
+// stays within maglevTablesBytes (counting the one svcID lets go, if it held it
+// alone).
+func (t *maglevTables) admits(svcID uint32, h [sha256.Size]byte, entries int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.byHash[hashTable(table)] != nil {
+	if t.byHash[h] != nil {
 		return true
 	}
 	n := len(t.byHash)
 	if cur := t.bySvc[svcID]; cur != nil && cur.refs == 1 {
 		n--
 	}
-	return (n+1)*4*len(table) <= maglevTablesBytes
+	return (n+1)*4*entries <= maglevTablesBytes
 }
 
 // release drops one reference to tab, closing its fd with the last one.

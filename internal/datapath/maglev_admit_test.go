@@ -22,13 +22,13 @@ func TestMaglevTablesAdmits(t *testing.T) {
 		tab := &maglevTable{hash: hashTable(table(uint32(i))), refs: 1}
 		tabs.byHash[tab.hash], tabs.bySvc[uint32(i)] = tab, tab
 	}
-	if !tabs.admits(9999, table(0)) {
+	if !tabs.admits(9999, hashTable(table(0)), size) {
 		t.Error("a table another service holds was refused: it costs nothing more")
 	}
-	if tabs.admits(9999, table(uint32(limit))) {
+	if tabs.admits(9999, hashTable(table(uint32(limit))), size) {
 		t.Errorf("a new table past %d distinct ones was admitted", limit)
 	}
-	if !tabs.admits(0, table(uint32(limit))) {
+	if !tabs.admits(0, hashTable(table(uint32(limit))), size) {
 		t.Error("service 0 replacing the table it holds alone was refused")
 	}
 }

@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"cmp"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math"
@@ -179,7 +180,11 @@ func (d *Datapath) UpsertService(fe Frontend, s Service) error {
 	if err != nil {
 		return fmt.Errorf("upsert service: %w", err)
 	}
-	if len(s.Backends) == 0 || (s.Maglev != nil && !d.maglev.admits(s.ID, s.Maglev)) {
+	var tableHash [sha256.Size]byte // of s.Maglev, once: admits and attach both need it
+	if s.Maglev != nil && len(s.Backends) > 0 {
+		tableHash = hashTable(s.Maglev)
+	}
+	if len(s.Backends) == 0 || (s.Maglev != nil && !d.maglev.admits(s.ID, tableHash, len(s.Maglev))) {
 		s.Maglev = nil // no backend, or past maglevTablesBytes: random selection
 	}
 	if slots := d.objs.MyelinLbSlots.MaxEntries(); uint64(len(s.Backends)) > uint64(slots) {
@@ -201,7 +206,7 @@ func (d *Datapath) UpsertService(fe Frontend, s Service) error {
 	if err := d.objs.MyelinLbServices.Lookup(key, &old); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("upsert service %v: read current: %w", fe, err)
 	}
-	if err := d.writeService(key, value, s); err != nil {
+	if err := d.writeService(key, value, s, tableHash); err != nil {
 		return fmt.Errorf("upsert service %v: %w", fe, err)
 	}
 	if err := d.cleanupService(old, s.ID, uint32(len(s.Backends))); err != nil {
@@ -210,13 +215,14 @@ func (d *Datapath) UpsertService(fe Frontend, s Service) error {
 	return nil
 }
 
-// writeService writes the slots, the Maglev table and the entry of s.
-func (d *Datapath) writeService(key myelinLbSvcKey, value myelinLbSvc, s Service) error {
+// writeService writes the slots, the Maglev table (its hashTable: tableHash) and
+// the entry of s.
+func (d *Datapath) writeService(key myelinLbSvcKey, value myelinLbSvc, s Service, tableHash [sha256.Size]byte) error {
 	if err := d.writeSlots(s.ID, s.Backends); err != nil {
 		return err
 	}
 	if s.Maglev != nil {
-		if err := d.maglev.attach(d.objs.MyelinLbMaglev, s.ID, s.Maglev); err != nil {
+		if err := d.maglev.attach(d.objs.MyelinLbMaglev, s.ID, s.Maglev, tableHash); err != nil {
 			return err
 		}
 	}
