@@ -1,6 +1,7 @@
 package hubble
 
 import (
+	"slices"
 	"strings"
 
 	flowpb "github.com/cilium/cilium/api/v1/flow"
@@ -48,8 +49,8 @@ func FromProto(p *flowpb.Flow) *flow.Flow {
 	if s := p.GetDestinationService(); s != nil && s.GetName() != "" {
 		f.Service = s.GetNamespace() + "/" + s.GetName()
 	}
-	pols := append(p.GetEgressAllowedBy(), p.GetIngressAllowedBy()...)
-	for _, pol := range pols[:min(len(pols), FlowPoliciesMax)] { // a hostile server's million
+	pols := slices.Concat(p.GetEgressAllowedBy(), p.GetIngressAllowedBy()) // never into the message's own array
+	for _, pol := range pols[:min(len(pols), FlowPoliciesMax)] {           // a hostile server's million
 		f.Policies = append(f.Policies, pol.GetNamespace()+"/"+pol.GetName())
 	}
 	l4From(f, p.GetL4())
