@@ -346,17 +346,17 @@ static __always_inline int lb_nodeport(struct __sk_buff *skb, struct ipv4_info *
 
 /*
  * lb_from_netdev handles the service side of a packet to node_ip arriving
- * on the uplink, after masq_ingress: a NodePort request (still to node_ip)
- * or the reply of a NodePort flow served on another node (masq_ingress
- * restored the client as its destination), which gets the NodePort
- * frontend back as its source. An ICMP error to node_ip about a NodePort
- * SNAT flow goes back to its client (np_icmp_error).
+ * on the uplink, after masq_ingress: a NodePort request, or the reply of a
+ * NodePort SNAT flow (np_reply). An ICMP error to node_ip about a NodePort
+ * SNAT flow goes back to its client (np_icmp_error). A masqueraded flow's
+ * reply (masq_ingress restored its pod as the destination) is no Service
+ * reply: NodePort conntrack holds flows to local backends only, whose
+ * replies leave a pod or the node, never arrive here.
  */
 static __always_inline int lb_from_netdev(struct __sk_buff *skb, struct ipv4_info *info, int *route)
 {
 	struct l4_info l4 = {};
 	const struct lb_svc *svc;
-	__u16 flags = 0;
 	int reason;
 
 	if (!lb_enabled)
@@ -372,26 +372,20 @@ static __always_inline int lb_from_netdev(struct __sk_buff *skb, struct ipv4_inf
 		*route = LB_ROUTE_OUT;
 		return reason;
 	}
-	if (ct_l4_parse(skb, info, &l4) < 0)
+	if (info->daddr != node_ip || ct_l4_parse(skb, info, &l4) < 0)
 		return 0;
-	if (info->daddr == node_ip) {
-		reason = np_reply(skb, info, &l4);
-		if (reason != 1) {
-			*route = LB_ROUTE_OUT;
-			return reason;
-		}
-		/* The node's own traffic: no NodePort at its port, no lookup. */
-		if (!lb_port_marked(&myelin_lb_nodeports, l4.dport))
-			return 0;
-		svc = lb_svc_lookup(info->daddr, l4.dport, info->proto);
-		if (svc && (svc->flags & LB_SVC_F_NODEPORT))
-			return lb_nodeport(skb, info, &l4, svc, route);
-		return 0;
-	}
-	reason = ct_reply_xlate(&myelin_lb_ct_nodeport, skb, info, &l4, &flags, 0);
-	if (flags & CT_F_NODEPORT)
+	reason = np_reply(skb, info, &l4);
+	if (reason != 1) {
 		*route = LB_ROUTE_OUT;
-	return reason;
+		return reason;
+	}
+	/* The node's own traffic: no NodePort at its port, no lookup. */
+	if (!lb_port_marked(&myelin_lb_nodeports, l4.dport))
+		return 0;
+	svc = lb_svc_lookup(info->daddr, l4.dport, info->proto);
+	if (svc && (svc->flags & LB_SVC_F_NODEPORT))
+		return lb_nodeport(skb, info, &l4, svc, route);
+	return 0;
 }
 
 /*
