@@ -268,24 +268,19 @@ static __always_inline int ct_backend_answered(struct __sk_buff *skb, const stru
 }
 
 /*
- * ct_reply_xlate translates a reply of a load-balanced flow (a packet whose
- * tuple has a reverse entry in map) back: source to the frontend's address and
- * port, and for a hairpin flow the destination back to the client. Returns
- * 0 with the entry's flags in *flags (0: not a reply, untouched), or a
- * DROP_* reason. info carries the new addresses.
+ * ct_reply_apply translates a reply of the load-balanced flow whose reverse
+ * entry is e back: source to the frontend's address and port, and for a
+ * hairpin flow the destination back to the client. Returns 0 with the
+ * entry's flags in *flags, or a DROP_* reason. info carries the new
+ * addresses.
  */
-static __always_inline int ct_reply_xlate(void *map, struct __sk_buff *skb, struct ipv4_info *info,
-					  struct l4_info *l4, __u16 *flags, int from_backend)
+static __always_inline int ct_reply_apply(struct ct_entry *e, struct __sk_buff *skb,
+					  struct ipv4_info *info, struct l4_info *l4, __u16 *flags,
+					  int from_backend)
 {
-	struct ct_key key;
-	struct ct_entry *e;
 	__be32 front, client;
 	__be16 port;
 
-	ct_key_of(&key, info, l4, CT_DIR_REVERSE);
-	e = ct_lookup(map, &key);
-	if (!e)
-		return 0;
 	ct_touch(e, ct_state_of(info->proto, l4, 0));
 	/* The backend answered past the handshake: the flow may be established.
 	 * Only where the backend's own segments pass (from_backend: a pod's veth,
@@ -309,6 +304,24 @@ static __always_inline int ct_reply_xlate(void *map, struct __sk_buff *skb, stru
 		return DROP_INVALID_PACKET;
 	info->daddr = client;
 	return 0;
+}
+
+/*
+ * ct_reply_xlate is ct_reply_apply for a packet whose tuple has a reverse
+ * entry in map. Returns 0 with the entry's flags in *flags (0: not a reply,
+ * untouched), or a DROP_* reason.
+ */
+static __always_inline int ct_reply_xlate(void *map, struct __sk_buff *skb, struct ipv4_info *info,
+					  struct l4_info *l4, __u16 *flags, int from_backend)
+{
+	struct ct_key key;
+	struct ct_entry *e;
+
+	ct_key_of(&key, info, l4, CT_DIR_REVERSE);
+	e = ct_lookup(map, &key);
+	if (!e)
+		return 0;
+	return ct_reply_apply(e, skb, info, l4, flags, from_backend);
 }
 
 /*
@@ -339,7 +352,8 @@ static __always_inline int ct_icmp_quote_key(struct __sk_buff *skb, const struct
  * ct_icmp_error_xlate translates an ICMP error (l4: its ICMP header, as
  * l4_parse filled it) about the forward packet of a load-balanced flow of
  * map (myelin_lb_ct or myelin_lb_ct_nodeport) back
- * to what the client sent. Destination unreachable (fragmentation needed
+ * to what the client sent (also: a second map looked up when map has no
+ * entry, or NULL). Destination unreachable (fragmentation needed
  * included) and time exceeded, from the backend or from a router on the
  * way, quote the packet as the backend was to get it (client -> backend):
  * the quote's destination address and port become the frontend's; an error
@@ -348,7 +362,7 @@ static __always_inline int ct_icmp_quote_key(struct __sk_buff *skb, const struct
  * with the entry's flags in *flags (0: not about such a flow, untouched), or
  * a DROP_* reason.
  */
-static __always_inline int ct_icmp_error_xlate(void *map, struct __sk_buff *skb,
+static __always_inline int ct_icmp_error_xlate(void *map, void *also, struct __sk_buff *skb,
 					       struct ipv4_info *info, const struct l4_info *l4,
 					       __u16 *flags)
 {
@@ -362,6 +376,8 @@ static __always_inline int ct_icmp_error_xlate(void *map, struct __sk_buff *skb,
 	if (ct_icmp_quote_key(skb, info, l4, &q, &key) < 0)
 		return 0;
 	e = ct_lookup(map, &key);
+	if (!e && also)
+		e = ct_lookup(also, &key);
 	if (!e)
 		return 0;
 	front = e->front_addr;
@@ -396,7 +412,7 @@ static __always_inline int ct_icmp_reply(void *map, struct __sk_buff *skb, struc
 
 	if (l4_parse(skb, info, &l4) < 0)
 		return 0;
-	return ct_icmp_error_xlate(map, skb, info, &l4, flags);
+	return ct_icmp_error_xlate(map, NULL, skb, info, &l4, flags);
 }
 
 /*

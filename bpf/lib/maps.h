@@ -26,15 +26,16 @@
 #define NODEPORT_SYN_MAX      16384 /* embryonic NodePort SNAT flows, two entries each */
 #define NODEPORT_NAT_MAX      65536 /* established NodePort SNAT flows, two entries each */
 /* Load balancing; the agent shrinks them to 1 entry when load balancing is off. */
-#define LB_SERVICES_MAX	   65536  /* frontends: 10,000 services with a few ports each */
-#define LB_SLOTS_MAX	   131072 /* backend slots of all services */
-#define LB_BACKENDS_MAX	   65536
-#define LB_AFFINITY_MAX	   65536
-#define LB_CT_MAX	   262144 /* two entries per load-balanced flow */
-#define LB_CT_NODEPORT_MAX 65536  /* two entries per NodePort flow from outside */
-#define LB_PORT_WORDS	   2048	  /* myelin_lb_ports, myelin_lb_nodeports: one bit per port */
-#define LB_MAGLEV_SIZE	   16381  /* entries of a Maglev table; the agent sets maglev_table_size */
-#define FRAGS_MAX	   8192	  /* fragmented datagrams in flight (lib/frag.h) */
+#define LB_SERVICES_MAX	       65536  /* frontends: 10,000 services with a few ports each */
+#define LB_SLOTS_MAX	       131072 /* backend slots of all services */
+#define LB_BACKENDS_MAX	       65536
+#define LB_AFFINITY_MAX	       65536
+#define LB_CT_MAX	       262144 /* two entries per load-balanced flow */
+#define LB_CT_NODEPORT_MAX     65536  /* two entries per NodePort flow from outside */
+#define LB_CT_NODEPORT_SYN_MAX 32768  /* NodePort flows awaiting a local backend, UDP ones */
+#define LB_PORT_WORDS	       2048   /* myelin_lb_ports, myelin_lb_nodeports: one bit per port */
+#define LB_MAGLEV_SIZE	       16381 /* entries of a Maglev table; the agent sets maglev_table_size */
+#define FRAGS_MAX	       8192 /* fragmented datagrams in flight (lib/frag.h) */
 /* NetworkPolicy (lib/policy.h, docs/policy.md). */
 #define IPCACHE_MAX    65536  /* every pod /32 of the cluster plus policy CIDRs */
 #define HOST_ADDRS_MAX 16384  /* the node's own IPv4 addresses (lib/policy.h) */
@@ -260,10 +261,11 @@ struct {
 } myelin_lb_ct SEC(".maps");
 
 /*
- * myelin_lb_ct_nodeport: the same for NodePort flows from outside the node.
- * Anyone who can reach a NodePort fills it (a SYN flood leaves entries in
- * the short SYN state), so it is bounded apart from myelin_lb_ct: a full
- * NodePort table never stops pods' own service connections.
+ * myelin_lb_ct_nodeport: the same for NodePort TCP flows from outside the
+ * node to a local backend once the backend showed a completed handshake
+ * (nodeport_ct.h), moved here from myelin_lb_ct_nodeport_syn. Bounded apart
+ * from myelin_lb_ct: a full NodePort table never stops pods' own service
+ * connections.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -272,6 +274,22 @@ struct {
 	__uint(max_entries, LB_CT_NODEPORT_MAX);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_lb_ct_nodeport SEC(".maps");
+
+/*
+ * myelin_lb_ct_nodeport_syn: both entries of NodePort flows to a local
+ * backend that no source has proven to be its own yet: TCP flows awaiting
+ * their backend's answer (CT_F_AWAITING_REPLY), and UDP flows, which never
+ * can. Anyone who reaches a NodePort creates them from any source, so an
+ * LRU: a flood churns this table only, never established TCP flows, pods'
+ * flows or masquerade.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct ct_key);
+	__type(value, struct ct_entry);
+	__uint(max_entries, LB_CT_NODEPORT_SYN_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_lb_ct_nodeport_syn SEC(".maps");
 
 /*
  * myelin_frags: the translation of each fragmented datagram's first

@@ -7,8 +7,10 @@
  *     reply of a NodePort or hairpin flow leaving its backend pod is
  *     translated back (ct_reply_xlate).
  *   - lb_from_netdev: a NodePort request on the uplink is DNATed; to a
- *     backend on another node also SNATed to node_ip in the NodePort SNAT
- *     tables (lib/nodeport.h), whose replies np_reply translates back.
+ *     local backend with conntrack that awaits the backend's answer
+ *     (lib/nodeport_ct.h); to a backend on another node also SNATed to
+ *     node_ip in the NodePort SNAT tables (lib/nodeport.h), whose replies
+ *     np_reply translates back.
  *   - lb_reject answers a service without ready backends (rate-limited).
  *   - ICMP errors about a service flow's packets are translated back to
  *     what the client sent (lb_icmp_reply, ct_icmp_error_xlate; NodePort
@@ -37,6 +39,7 @@
 #include "lb.h"
 #include "masq.h"
 #include "nodeport.h"
+#include "nodeport_ct.h"
 #include "nodeport_reply.h"
 #include "tunnel.h"
 #include "verdict.h"
@@ -88,15 +91,14 @@ static __always_inline const struct lb_backend *lb_flow_keep(const struct ct_ent
 
 /*
  * lb_flow_backend fills f with the backend of flow fwd of client to svc:
- * its conntrack entry's (in map) while lb_flow_keep allows, else a new
+ * its forward conntrack entry ct's while lb_flow_keep allows, else a new
  * choice (lb_select), with f->ct NULL: the caller writes the flow's entries.
  * Returns the backend id, 0 if none.
  */
-static __always_inline __u32 lb_flow_backend(void *map, const struct ct_key *fwd,
+static __always_inline __u32 lb_flow_backend(struct ct_entry *ct, const struct ct_key *fwd,
 					     const struct lb_svc *svc, const struct l4_info *l4,
 					     struct lb_flow *f, enum lb_client client)
 {
-	struct ct_entry *ct = ct_lookup(map, fwd);
 	const struct lb_backend *b = ct ? lb_flow_keep(ct, svc, l4, client) : NULL;
 
 	if (b) {
@@ -178,7 +180,7 @@ static __always_inline int lb_pod_service(struct __sk_buff *skb, struct ipv4_inf
 	int hairpin, reason;
 
 	ct_key_of(&fwd, info, l4, CT_DIR_FORWARD);
-	if (!lb_flow_backend(&myelin_lb_ct, &fwd, svc, l4, &f, LB_CLIENT_NODE))
+	if (!lb_flow_backend(ct_lookup(&myelin_lb_ct, &fwd), &fwd, svc, l4, &f, LB_CLIENT_NODE))
 		return DROP_SVC_NO_BACKEND;
 	if (!f.ct && lb_ct_over_budget(info->saddr))
 		return DROP_SVC_CT_BUDGET;
@@ -214,9 +216,10 @@ static __always_inline int lb_icmp_reply(struct __sk_buff *skb, struct ipv4_info
 		return 0;
 	/* As for replies: hairpin flows are pods' own, the rest NodePort flows. */
 	if (info->daddr == LB_HAIRPIN_ADDR)
-		reason = ct_icmp_error_xlate(&myelin_lb_ct, skb, info, &l4, &flags);
+		reason = ct_icmp_error_xlate(&myelin_lb_ct, NULL, skb, info, &l4, &flags);
 	else
-		reason = ct_icmp_error_xlate(&myelin_lb_ct_nodeport, skb, info, &l4, &flags);
+		reason = ct_icmp_error_xlate(&myelin_lb_ct_nodeport, &myelin_lb_ct_nodeport_syn,
+					     skb, info, &l4, &flags);
 	if (from_pod && !reason && !flags)
 		return ct_icmp_error_to_backend(&myelin_lb_ct, skb, info, &l4);
 	if (flags & CT_F_HAIRPIN)
@@ -271,7 +274,7 @@ static __always_inline int lb_from_pod(struct __sk_buff *skb, struct ipv4_info *
 	if (info->daddr == LB_HAIRPIN_ADDR)
 		reason = ct_reply_xlate(&myelin_lb_ct, skb, info, &l4, &flags, 0);
 	else if (ct_from_backend_port(l4.sport))
-		reason = ct_reply_xlate(&myelin_lb_ct_nodeport, skb, info, &l4, &flags, 1);
+		reason = np_ct_reply_xlate(skb, info, &l4, &flags, 1);
 	else
 		return 0;
 	if (flags & CT_F_HAIRPIN)
@@ -292,9 +295,57 @@ static __always_inline int lb_from_pod(struct __sk_buff *skb, struct ipv4_info *
 volatile __u32 lb_host_replies = 0;
 
 /*
+ * lb_nodeport_commit records a packet of the NodePort flow fwd to the local
+ * backend f (nodeport_ct.h): a kept flow is touched in its table, and a TCP
+ * flow in the LRU moves to the hash when the client's segment acknowledges
+ * the backend's SYN-ACK; a new flow goes into the LRU awaiting its backend
+ * (a TCP flow's first SYN number kept, ct_syn_next), after its promoted
+ * predecessor on the tuple (old, when there is one) is forgotten. Returns
+ * 0 or DROP_SVC_CT_FULL.
+ */
+static __always_inline int lb_nodeport_commit(struct __sk_buff *skb, const struct ipv4_info *info,
+					      const struct l4_info *l4, const struct lb_svc *svc,
+					      const struct ct_key *fwd, const struct lb_flow *f,
+					      const struct ct_entry *old)
+{
+	if (f->ct && old)
+		return lb_flow_commit(&myelin_lb_ct_nodeport, fwd, f, svc, l4, CT_F_NODEPORT, 0);
+	if (f->ct) {
+		lb_flow_commit(&myelin_lb_ct_nodeport_syn, fwd, f, svc, l4, CT_F_NODEPORT, 0);
+		if (info->proto == IPPROTO_TCP && !l4->tcp_syn)
+			np_ct_client_ack(skb, info, fwd, f->ct);
+		return 0;
+	}
+	if (old)
+		np_ct_forget(fwd, old);
+	return lb_flow_commit(&myelin_lb_ct_nodeport_syn, fwd, f, svc, l4, CT_F_NODEPORT,
+			      ct_syn_next(skb, info));
+}
+
+/*
+ * lb_nodeport_keep is the l4 lb_flow_backend judges a NodePort packet by:
+ * a SYN on an established, not closing flow in myelin_lb_ct_nodeport is
+ * no new connection (its client proved the tuple its own; a forged SYN
+ * must not move it back to the LRU): it goes to the flow's backend, whose
+ * challenge ACK answers it, as the kernel's own conntrack does.
+ */
+static __always_inline const struct l4_info *lb_nodeport_keep(const struct l4_info *l4,
+							      const struct ct_entry *ct,
+							      int promoted, struct l4_info *kept)
+{
+	if (!promoted || !l4->tcp_opening ||
+	    (ct->flags & (CT_F_ESTABLISHED | CT_F_CLOSING)) != CT_F_ESTABLISHED)
+		return l4;
+	*kept = *l4;
+	kept->tcp_opening = 0;
+	return kept;
+}
+
+/*
  * lb_nodeport serves a NodePort request arriving on the uplink: DNAT to the
  * flow's backend; the client address stays for a local backend (delivered
- * as usual, service conntrack as for ClusterIP), while for a backend on
+ * as usual, service conntrack as for ClusterIP, but kept in an LRU until
+ * the backend answers: lib/nodeport_ct.h), while for a backend on
  * another node, or a client that is a pod of another node, the source
  * becomes node_ip too (as kube-proxy does), so the reply returns through
  * this node's NodePort SNAT (from_netdev, or lb_from_pod for a local
@@ -310,17 +361,21 @@ volatile __u32 lb_host_replies = 0;
 static __always_inline int lb_nodeport(struct __sk_buff *skb, struct ipv4_info *info,
 				       struct l4_info *l4, const struct lb_svc *svc, int *route)
 {
+	int reason, host, promoted;
+	struct l4_info kept;
 	struct nat_key npkey;
 	struct lb_flow f = {};
 	struct np_entry flow;
+	struct ct_entry *ct;
 	struct ct_key fwd;
-	int reason, host;
 
 	nat_key_of(&npkey, info, l4, NAT_DIR_EGRESS);
 	reason = np_flow(skb, info, l4, &npkey, &flow);
 	if (reason == 1) {
 		ct_key_of(&fwd, info, l4, CT_DIR_FORWARD);
-		if (!lb_flow_backend(&myelin_lb_ct_nodeport, &fwd, svc, l4, &f, LB_CLIENT_EXTERNAL))
+		ct = np_ct_find(&fwd, &promoted);
+		if (!lb_flow_backend(ct, &fwd, svc, lb_nodeport_keep(l4, ct, promoted, &kept), &f,
+				     LB_CLIENT_EXTERNAL))
 			return DROP_SVC_NO_BACKEND;
 		/* A pod of another node as the client (in the cluster CIDR, which
 		 * lb_from_pod sends on untranslated) is served as if a pod backend
@@ -329,11 +384,8 @@ static __always_inline int lb_nodeport(struct __sk_buff *skb, struct ipv4_info *
 		if (host && !lb_host_replies)
 			lb_host_replies = 1;
 		if (host || (endpoint_lookup(f.be.addr) && !cluster_contains(info->saddr))) {
-			/* A local backend: service conntrack, as for ClusterIP; a new
-			 * TCP flow awaits its backend's answer (CT_F_AWAITING_REPLY):
-			 * anyone can send here, from any source. */
-			reason = lb_flow_commit(&myelin_lb_ct_nodeport, &fwd, &f, svc, l4,
-						CT_F_NODEPORT, f.ct ? 0 : ct_syn_next(skb, info));
+			reason = lb_nodeport_commit(skb, info, l4, svc, &fwd, &f,
+						    promoted ? ct : NULL);
 			return reason ? reason : lb_dnat(skb, info, l4, &f.be);
 		}
 		reason = np_create(&npkey, f.id, &f.be, l4->tcp_closing ? NAT_F_CLOSING : 0, &flow);
@@ -393,7 +445,8 @@ static __always_inline int lb_from_netdev(struct __sk_buff *skb, struct ipv4_inf
  * uplink back if it is the reply of a NodePort flow this host serves (a
  * hostNetwork backend, lb_nodeport): its source becomes the NodePort
  * frontend. Only the node's own packets pay, and only once such a flow was
- * seen (lb_host_replies): one conntrack lookup. 0 or a DROP_* reason.
+ * seen (lb_host_replies), from a port a backend uses (myelin_lb_ports):
+ * a bit test, then conntrack lookups. 0 or a DROP_* reason.
  */
 static __always_inline int lb_host_reply(struct __sk_buff *skb, struct ipv4_info *info)
 {
@@ -401,9 +454,9 @@ static __always_inline int lb_host_reply(struct __sk_buff *skb, struct ipv4_info
 	__u16 flags = 0;
 
 	if (!lb_enabled || !lb_host_replies || info->saddr != node_ip ||
-	    ct_l4_parse(skb, info, &l4) < 0)
+	    ct_l4_parse(skb, info, &l4) < 0 || !ct_from_backend_port(l4.sport))
 		return 0;
-	return ct_reply_xlate(&myelin_lb_ct_nodeport, skb, info, &l4, &flags, 1);
+	return np_ct_reply_xlate(skb, info, &l4, &flags, 1);
 }
 
 /*

@@ -223,10 +223,12 @@ enum ct_flags {
 	CT_F_CLOSING = 8,     /* TCP FIN or RST seen in this entry's direction */
 	/* Reverse, TCP, NodePort: set when the flow is created, cleared by the
 	 * backend's first segment that shows a completed handshake (data, or an ACK
-	 * of client data past its SYN: ct_backend_answered). Until then the GC
-	 * keeps the SYN timeout, however the client's segments look: a blind client
-	 * (a forged source) can make its own segments look established, and a
-	 * half-open backend's ACK of them, never that. */
+	 * of client data past its SYN: ct_backend_answered), or when the client's
+	 * ACK of the backend's SYN-ACK moves the flow out of the LRU
+	 * (nodeport_ct.h). Until then the GC keeps the SYN timeout, however the
+	 * client's segments look: a blind client (a forged source) can make its
+	 * own segments look established, and a half-open backend's ACK of them,
+	 * never that. */
 	CT_F_AWAITING_REPLY = 16,
 };
 
@@ -239,7 +241,12 @@ enum ct_flags {
  * again instead of following the id (lib/service.h, lb_flow_keep).
  */
 struct ct_entry {
-	__u32 backend_id;  /* forward */
+	union {
+		__u32 backend_id; /* forward */
+		/* reverse, CT_F_AWAITING_REPLY (NodePort): the backend's SYN-ACK
+		 * sequence number + 1 (host order), 0 until seen (nodeport_ct.h) */
+		__u32 synack_next;
+	};
 	__u32 front_addr;  /* reverse: frontend address, network order */
 	__u32 client_addr; /* reverse: the client, network order */
 	__u16 front_port;  /* reverse: frontend port, network order */

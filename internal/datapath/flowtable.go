@@ -50,15 +50,12 @@ type pairedFlow[K any, V any] struct {
 	flags    uint16
 }
 
-// read reads the table and pairs its entries into flows.
+// read reads the table and pairs its entries into flows, with batch lookups
+// (dumpEntries): an Iterate walk gives up when the entry it stands on is
+// deleted under it, as an LRU flood does all the time.
 func (t flowTable[K, V, ID]) read() (map[ID]*pairedFlow[K, V], error) {
-	var (
-		k K
-		v V
-	)
 	flows := make(map[ID]*pairedFlow[K, V])
-	it := t.m.Iterate()
-	for it.Next(&k, &v) {
+	err := dumpEntries(t.m, func(k K, v V) {
 		id, forward := t.flowOf(k, v)
 		f := flows[id]
 		if f == nil {
@@ -73,8 +70,8 @@ func (t flowTable[K, V, ID]) read() (map[ID]*pairedFlow[K, V], error) {
 		}
 		last, flags := v.seen()
 		f.lastSeen, f.flags = max(f.lastSeen, last), f.flags|flags
-	}
-	if err := it.Err(); err != nil {
+	})
+	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", t.name, err)
 	}
 	return flows, nil

@@ -167,7 +167,9 @@ func TestPrivilegedLBConntrackStates(t *testing.T) {
 // A NodePort flow to a local backend awaits its backend's answer: a blind client
 // (a forged source) can make its own segments look established, and make a
 // half-open backend ACK exactly its SYN, but only a completed handshake shows
-// the backend acknowledging client data past the SYN, or sending data.
+// the backend acknowledging client data past the SYN, or sending data. (The
+// flow lives in the LRU myelin_lb_ct_nodeport_syn until its client
+// acknowledges the backend's SYN-ACK: lb_nodeport_ct_test.go.)
 func TestPrivilegedLBNodePortAwaitsBackend(t *testing.T) {
 	requirePrivileged(t)
 	d := loadLB(t, HostRoutingBPF, 0)
@@ -176,11 +178,12 @@ func TestPrivilegedLBNodePortAwaitsBackend(t *testing.T) {
 	reply := fromPodB(ipv4(protoTCP, podBIP, extHost).withSrc(podBIP, 8080).withDst(extHost, 40000))
 	bare := func(p pkt) pkt { p.payload = nil; return p }
 	established, awaiting := uint16(myelinCtFlagsCT_F_ESTABLISHED), uint16(myelinCtFlagsCT_F_AWAITING_REPLY)
+	// The client never acknowledges a SYN-ACK here: the flow stays in the LRU.
 	flags := func(key myelinCtKey, mask, want uint16) func(*Datapath) error {
 		return func(d *Datapath) error {
-			v, err := ctEntryOf(d.objs.MyelinLbCtNodeport, key)
+			v, err := ctEntryOf(d.objs.MyelinLbCtNodeportSyn, key)
 			if err != nil {
-				return err
+				return fmt.Errorf("entry %+v in myelin_lb_ct_nodeport_syn: %w", key, err)
 			}
 			if got := v.Flags & mask; got != want {
 				return fmt.Errorf("entry %+v: flags %#x of %#x, want %#x", key, got, mask, want)
@@ -263,41 +266,6 @@ func TestPrivilegedLBReverseRebuilt(t *testing.T) {
 	})
 }
 
-// A full NodePort conntrack table drops new NodePort flows with
-// DROP_SVC_CT_FULL, while pods' own service flows (their own table) and the
-// NodePort flows already there go on.
-func TestPrivilegedLBConntrackFull(t *testing.T) {
-	requirePrivileged(t)
-	d := loadLB(t, HostRoutingBPF, 0)
-	st := &lbState{backends: lbBackends, services: map[Frontend]Service{
-		feTCP: {ID: 1, Backends: []uint32{1}}, feNodePort: {ID: 2, Flags: ServiceNodePort, Backends: []uint32{1}}}}
-	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort)
-	fill := func(d *Datapath) error {
-		max := int(d.objs.MyelinLbCtNodeport.MaxEntries())
-		keys := make([]myelinCtKey, 0, max)
-		vals := make([]myelinCtEntry, 0, max)
-		for i := 0; len(keys) < max; i++ {
-			k, _ := ctFlowKeys(req.withSrc(fmt.Sprintf("198.51.100.%d", i/60000+1), uint16(i%60000+1)), backendB)
-			keys = append(keys, k)
-			vals = append(vals, myelinCtEntry{Flags: uint16(myelinCtFlagsCT_F_NODEPORT)})
-		}
-		// The first row's flow holds two entries: fill the rest.
-		_, err := d.objs.MyelinLbCtNodeport.BatchUpdate(keys[:max-2], vals[:max-2], nil)
-		return err
-	}
-	syn := ipv4(protoTCP, podA, vip).withDst(vip, 80)
-	runLBCases(t, d, []lbCase{
-		{seed: st, prog: d.objs.MyelinFromNetdev, dir: "from-netdev", then: fill,
-			progCase: progCase{name: "NodePort SYN before the table fills", endpoints: seedB, in: req.build(), verdict: tcActRedirect, out: delivered(req.withDst(podBIP, 8080)), reason: "FORWARDED"}},
-		{prog: d.objs.MyelinFromNetdev, dir: "from-netdev",
-			progCase: progCase{name: "its flow goes on in a full table", endpoints: seedB, in: req.withTCPFlags(tcpACK).build(), verdict: tcActRedirect, out: delivered(req.withTCPFlags(tcpACK).withDst(podBIP, 8080)), reason: "FORWARDED"}},
-		{prog: d.objs.MyelinFromNetdev, dir: "from-netdev",
-			progCase: progCase{name: "new NodePort flow: DROP_SVC_CT_FULL", endpoints: seedB, in: req.withSrc(extHost, 40001).build(), verdict: tcActShot, reason: "DROP_SVC_CT_FULL"}},
-		{prog: d.objs.MyelinFromPod, dir: "from-pod",
-			progCase: progCase{name: "a pod's new ClusterIP flow: its own table has room", endpoints: seedB, in: syn.build(), verdict: tcActRedirect, out: delivered(syn.withDst(podBIP, 8080)), reason: "FORWARDED"}},
-	})
-}
-
 func TestServiceCTTimeouts(t *testing.T) {
 	established, closing := uint16(myelinCtFlagsCT_F_ESTABLISHED), uint16(myelinCtFlagsCT_F_CLOSING)
 	for _, c := range []struct {
@@ -341,7 +309,7 @@ func TestPrivilegedGCServiceCT(t *testing.T) {
 		idle  time.Duration
 		keep  bool
 	}
-	pods, nodePorts := d.objs.MyelinLbCt, d.objs.MyelinLbCtNodeport
+	pods, nodePorts, awaiting := d.objs.MyelinLbCt, d.objs.MyelinLbCtNodeport, d.objs.MyelinLbCtNodeportSyn
 	flows := []seeded{
 		{"syn, 59 s", pods, protoTCP, 0, 59 * time.Second, true},
 		{"syn, 61 s", pods, protoTCP, 0, 61 * time.Second, false},
@@ -353,6 +321,11 @@ func TestPrivilegedGCServiceCT(t *testing.T) {
 		{"udp, 61 s", pods, protoUDP, 0, 61 * time.Second, false},
 		{"NodePort syn, 61 s", nodePorts, protoTCP, 0, 61 * time.Second, false},
 		{"NodePort established, 1 h", nodePorts, protoTCP, established, time.Hour, true},
+		// The LRU evicts only when full: its idle flows are collected too.
+		{"NodePort awaiting, 61 s", awaiting, protoTCP, 0, 61 * time.Second, false},
+		{"NodePort awaiting, 59 s", awaiting, protoTCP, 0, 59 * time.Second, true},
+		{"NodePort UDP, 30 s", awaiting, protoUDP, 0, 30 * time.Second, true},
+		{"NodePort UDP, 61 s", awaiting, protoUDP, 0, 61 * time.Second, false},
 	}
 	type entry struct {
 		m   *ebpf.Map
@@ -450,6 +423,15 @@ func TestPrivilegedGCServiceCT(t *testing.T) {
 		if n, err := d.GCServiceCT(at); err != nil || n != 0 {
 			t.Errorf("GCServiceCT(%v) again = %d, %v; want 0", at, n, err)
 		}
+	}
+	// A flow awaiting its backend holds its ids as much as any other.
+	fk, _ = ctFlowKeys(ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort), backendB)
+	if err := awaiting.Update(fk, myelinCtEntry{SvcId: 7, BackendId: 3, LastSeen: uint64(now)}, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	svcIDs, beIDs, err = d.ConntrackIDs()
+	if err != nil || !slices.Contains(svcIDs, 7) || !slices.Contains(beIDs, 3) {
+		t.Errorf("ConntrackIDs = %v, %v, %v; want service 7 and backend 3 of the awaiting flow among them", svcIDs, beIDs, err)
 	}
 }
 

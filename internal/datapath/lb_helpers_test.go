@@ -58,7 +58,7 @@ func seedLB(d *Datapath, st lbState) error {
 			return err
 		}
 	}
-	for _, m := range []*ebpf.Map{d.objs.MyelinLbBackends, d.objs.MyelinLbCt, d.objs.MyelinLbCtNodeport, d.objs.MyelinLbAffinity,
+	for _, m := range []*ebpf.Map{d.objs.MyelinLbBackends, d.objs.MyelinLbCt, d.objs.MyelinLbCtNodeport, d.objs.MyelinLbCtNodeportSyn, d.objs.MyelinLbAffinity,
 		d.objs.MyelinSnat, d.objs.MyelinNodeportSyn, d.objs.MyelinNodeportNat} {
 		if err := clearMap(m); err != nil {
 			return err
@@ -96,7 +96,7 @@ func clearMap(m *ebpf.Map) error {
 
 // clearCT forgets every load-balanced flow.
 func clearCT(d *Datapath) error {
-	return errors.Join(clearMap(d.objs.MyelinLbCt), clearMap(d.objs.MyelinLbCtNodeport))
+	return errors.Join(clearMap(d.objs.MyelinLbCt), clearMap(d.objs.MyelinLbCtNodeport), clearMap(d.objs.MyelinLbCtNodeportSyn))
 }
 
 // runPacket runs in through prog and returns verdict and output.

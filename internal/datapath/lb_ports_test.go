@@ -201,7 +201,7 @@ func TestPrivilegedLBNodePortBits(t *testing.T) {
 }
 
 // A pod's packet to outside the cluster is looked up as a local backend's reply
-// to a NodePort client (myelin_lb_ct_nodeport) only when it comes from a port a
+// to a NodePort client (nodeport_ct.h) only when it comes from a port a
 // backend may use (myelin_lb_ports): the pod's own connections out pay a bit test.
 func TestPrivilegedLBNodePortReplyPorts(t *testing.T) {
 	requirePrivileged(t)
@@ -224,11 +224,11 @@ func TestPrivilegedLBNodePortReplyPorts(t *testing.T) {
 	k := myelinCtKey{Saddr: networkUint32(mustAddr(podBIP)), Daddr: networkUint32(mustAddr(extHost)), Sport: htons(8080),
 		Dport: htons(40000), Proto: protoTCP, Dir: uint8(myelinCtDirCT_DIR_REVERSE)}
 	var v myelinCtEntry
-	if err := d.objs.MyelinLbCtNodeport.Lookup(k, &v); err != nil {
-		t.Fatalf("the NodePort flow's reverse entry: %v", err)
+	if err := d.objs.MyelinLbCtNodeportSyn.Lookup(k, &v); err != nil {
+		t.Fatalf("the NodePort flow's reverse entry (awaiting its backend): %v", err)
 	}
 	k.Sport = htons(9999)
-	if err := d.objs.MyelinLbCtNodeport.Update(k, v, ebpf.UpdateAny); err != nil {
+	if err := d.objs.MyelinLbCtNodeportSyn.Update(k, v, ebpf.UpdateAny); err != nil {
 		t.Fatal(err)
 	}
 	own := reply.withSrc(podBIP, 9999)

@@ -51,7 +51,7 @@ func configureLoadBalancing(specs *myelinSpecs, cfg Config) error {
 		specs.MyelinNodeportNat.MaxEntries = cfg.NodePortNATMax
 	}
 	for _, spec := range []*ebpf.MapSpec{specs.MyelinLbServices, specs.MyelinLbSlots, specs.MyelinLbBackends, specs.MyelinLbPorts, specs.MyelinLbNodeports,
-		specs.MyelinLbMaglev, specs.MyelinLbAffinity, specs.MyelinLbCt, specs.MyelinLbCtNodeport,
+		specs.MyelinLbMaglev, specs.MyelinLbAffinity, specs.MyelinLbCt, specs.MyelinLbCtNodeport, specs.MyelinLbCtNodeportSyn,
 		specs.MyelinNodeportSyn, specs.MyelinNodeportNat} {
 		if !cfg.LoadBalancing {
 			spec.MaxEntries = 1

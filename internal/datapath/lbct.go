@@ -40,7 +40,7 @@ type ctFlowID struct {
 }
 
 // GCServiceCT deletes the conntrack entries (both directions) of every
-// load-balanced flow, in myelin_lb_ct and myelin_lb_ct_nodeport, idle longer
+// load-balanced flow, in myelin_lb_ct and the NodePort tables (lbCTNodePort), idle longer
 // than its state's timeout at now, a time on the MonotonicNow clock, and
 // returns how many map entries it removed. The agent runs it periodically
 // next to GCNAT; it is what frees room in a full table. A flow is re-read
@@ -52,12 +52,20 @@ func (d *Datapath) GCServiceCT(now time.Duration) (int, error) {
 	budget := d.lbCTBudget()
 	n, held, err := ctTable("myelin_lb_ct", d.objs.MyelinLbCt).gcBudget(now,
 		func(id ctFlowID) netip.Addr { return id.client }, budget.max)
-	// NodePort clients are no pods of this node: that table has no budget.
-	np, nerr := ctTable("myelin_lb_ct_nodeport", d.objs.MyelinLbCtNodeport).gc(now)
-	if err = errors.Join(err, nerr); err != nil {
-		return n + np, err
+	// NodePort clients are no pods of this node: those tables have no budget.
+	// The LRU evicts only when full: idle flows in it are collected too, so
+	// no stale reverse entry outlives the timeouts.
+	var nerrs []error
+	np := 0
+	for _, t := range d.nodePortCTTables() {
+		m, err := t.gc(now)
+		np, nerrs = np+m, append(nerrs, err)
 	}
-	return n + np, budget.sync(held)
+	// The pods' budget list follows myelin_lb_ct's round whatever the NodePort tables did.
+	if err != nil {
+		return n + np, errors.Join(err, errors.Join(nerrs...))
+	}
+	return n + np, errors.Join(budget.sync(held), errors.Join(nerrs...))
 }
 
 // ServiceBackend is a backend (its id) of a frontend (its Service.ID), as a
@@ -65,7 +73,7 @@ func (d *Datapath) GCServiceCT(now time.Duration) (int, error) {
 type ServiceBackend struct{ Service, Backend uint32 }
 
 // EndServiceFlows deletes the conntrack entries (both directions), in
-// myelin_lb_ct and myelin_lb_ct_nodeport, of every load-balanced flow whose
+// myelin_lb_ct and the NodePort tables, of every load-balanced flow whose
 // forward entry names one of pairs, and returns how many map entries it
 // removed. The next packet of such a flow chooses a backend again, as when
 // its backend is deleted: the service manager ends so the flows of a backend
@@ -79,19 +87,55 @@ func (d *Datapath) EndServiceFlows(pairs map[ServiceBackend]bool) (int, error) {
 	return d.eachServiceCT(func(t flowTable[myelinCtKey, myelinCtEntry, ctFlowID]) (int, error) { return t.deleteFlows(end) })
 }
 
-// eachServiceCT runs do on each Service conntrack table (myelin_lb_ct,
-// myelin_lb_ct_nodeport), and returns how many entries it removed in all.
+// eachServiceCT runs do on each Service conntrack table (myelin_lb_ct and
+// the NodePort tables), and returns how many entries it removed in all.
 func (d *Datapath) eachServiceCT(do func(flowTable[myelinCtKey, myelinCtEntry, ctFlowID]) (int, error)) (int, error) {
 	var errs []error
 	removed := 0
-	for _, t := range []flowTable[myelinCtKey, myelinCtEntry, ctFlowID]{
-		ctTable("myelin_lb_ct", d.objs.MyelinLbCt), ctTable("myelin_lb_ct_nodeport", d.objs.MyelinLbCtNodeport),
-	} {
+	for _, t := range append([]flowTable[myelinCtKey, myelinCtEntry, ctFlowID]{ctTable("myelin_lb_ct", d.objs.MyelinLbCt)}, d.nodePortCTTables()...) {
 		n, err := do(t)
 		removed += n
 		errs = append(errs, err)
 	}
 	return removed, errors.Join(errs...)
+}
+
+// nodePortCTTables are the conntrack tables of NodePort flows to local
+// backends (bpf/lib/nodeport_ct.h): myelin_lb_ct_nodeport, the TCP flows
+// whose backend answered, and the LRU myelin_lb_ct_nodeport_syn, the flows
+// awaiting that answer and UDP flows.
+func (d *Datapath) nodePortCTTables() []flowTable[myelinCtKey, myelinCtEntry, ctFlowID] {
+	return []flowTable[myelinCtKey, myelinCtEntry, ctFlowID]{
+		ctTable("myelin_lb_ct_nodeport", d.objs.MyelinLbCtNodeport), ctTable("myelin_lb_ct_nodeport_syn", d.objs.MyelinLbCtNodeportSyn),
+	}
+}
+
+// moveNodePortUDP moves the UDP flows left in myelin_lb_ct_nodeport to the
+// LRU myelin_lb_ct_nodeport_syn (an upgrade from a datapath without the LRU,
+// whose programs may still have written some after the load that created
+// it, so every load looks): the datapath looks UDP flows up there only, so
+// they keep their backend and their replies' translation. Both entries of a
+// flow move (the table holds both directions, keyed apart).
+func (d *Datapath) moveNodePortUDP() error {
+	var keys []myelinCtKey
+	var vals []myelinCtEntry
+	err := dumpEntries(d.objs.MyelinLbCtNodeport, func(k myelinCtKey, v myelinCtEntry) {
+		if k.Proto == unix.IPPROTO_UDP {
+			keys, vals = append(keys, k), append(vals, v)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("move UDP flows from myelin_lb_ct_nodeport: %w", err)
+	}
+	for i, k := range keys {
+		if err := d.objs.MyelinLbCtNodeportSyn.Update(k, vals[i], ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("move a UDP flow to myelin_lb_ct_nodeport_syn: %w", err)
+		}
+		if err := d.objs.MyelinLbCtNodeport.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("move a UDP flow from myelin_lb_ct_nodeport: %w", err)
+		}
+	}
+	return nil
 }
 
 // ctTable is a Service conntrack map as a flow table.
@@ -134,18 +178,14 @@ func ctTimeout(proto uint8, flags uint16) time.Duration {
 // while those entries live.
 func (d *Datapath) ConntrackIDs() (services, backends []uint32, err error) {
 	svcs, bes := map[uint32]bool{}, map[uint32]bool{}
-	for _, m := range []*ebpf.Map{d.objs.MyelinLbCt, d.objs.MyelinLbCtNodeport} {
-		var (
-			k myelinCtKey
-			v myelinCtEntry
-		)
-		it := m.Iterate()
-		for it.Next(&k, &v) {
+	for _, m := range []*ebpf.Map{d.objs.MyelinLbCt, d.objs.MyelinLbCtNodeport, d.objs.MyelinLbCtNodeportSyn} {
+		// Batch lookups: an LRU churned by a flood would abort an Iterate walk.
+		err := dumpEntries(m, func(k myelinCtKey, v myelinCtEntry) {
 			if k.Dir == uint8(myelinCtDirCT_DIR_FORWARD) {
 				svcs[v.SvcId], bes[v.BackendId] = true, true
 			}
-		}
-		if err := it.Err(); err != nil {
+		})
+		if err != nil {
 			return nil, nil, fmt.Errorf("read %s: %w", m, err)
 		}
 	}

@@ -74,7 +74,7 @@ func (b *portBitmap) mark(ports ...uint16) error {
 // pods' packets to outside the cluster (a local backend's reply to a NodePort
 // client, lb_from_pod). When this load created it (an upgrade from a datapath
 // without it), also the port of every reverse entry left in myelin_lb_ct and
-// myelin_lb_ct_nodeport, so a flow whose backend is gone still gets its replies
+// the NodePort tables, so a flow whose backend is gone still gets its replies
 // translated.
 //
 // myelin_lb_nodeports has the port of every NodePort frontend: packets to the
@@ -92,7 +92,8 @@ func (d *Datapath) seedPortBitmaps(created []string) error {
 		return fmt.Errorf("seed myelin_lb_ports from the backends: %w", err)
 	}
 	if slices.Contains(created, "myelin_lb_ports") {
-		for name, m := range map[string]*ebpf.Map{"myelin_lb_ct": d.objs.MyelinLbCt, "myelin_lb_ct_nodeport": d.objs.MyelinLbCtNodeport} {
+		for name, m := range map[string]*ebpf.Map{"myelin_lb_ct": d.objs.MyelinLbCt, "myelin_lb_ct_nodeport": d.objs.MyelinLbCtNodeport,
+			"myelin_lb_ct_nodeport_syn": d.objs.MyelinLbCtNodeportSyn} {
 			err := dumpEntries(m, func(k myelinCtKey, _ myelinCtEntry) {
 				if k.Dir == uint8(myelinCtDirCT_DIR_REVERSE) {
 					ports = append(ports, k.Sport)

@@ -256,7 +256,7 @@ func Load(cfg Config) (*Datapath, error) {
 		return nil, err
 	}
 	if cfg.LoadBalancing {
-		if err := d.seedPortBitmaps(created); err != nil {
+		if err := errors.Join(d.seedPortBitmaps(created), d.moveNodePortUDP()); err != nil {
 			d.Close()
 			return nil, err
 		}

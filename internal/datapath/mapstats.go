@@ -70,6 +70,7 @@ func (d *Datapath) MapStats() []MapStat {
 			{"myelin_lb_ct", MapKindConntrack, o.MyelinLbCt},
 			{"myelin_lb_ct_over", MapKindConntrack, o.MyelinLbCtOver},
 			{"myelin_lb_ct_nodeport", MapKindConntrack, o.MyelinLbCtNodeport},
+			{"myelin_lb_ct_nodeport_syn", MapKindConntrack, o.MyelinLbCtNodeportSyn},
 		}...)
 	}
 	out := make([]MapStat, 0, len(maps)+1)

@@ -581,43 +581,44 @@ type myelinProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type myelinMapSpecs struct {
-	MyelinBudgets       *ebpf.MapSpec `ebpf:"myelin_budgets"`
-	MyelinEndpoints     *ebpf.MapSpec `ebpf:"myelin_endpoints"`
-	MyelinEvents        *ebpf.MapSpec `ebpf:"myelin_events"`
-	MyelinFlowDrops     *ebpf.MapSpec `ebpf:"myelin_flow_drops"`
-	MyelinFlowLimit     *ebpf.MapSpec `ebpf:"myelin_flow_limit"`
-	MyelinFlowState     *ebpf.MapSpec `ebpf:"myelin_flow_state"`
-	MyelinFlows         *ebpf.MapSpec `ebpf:"myelin_flows"`
-	MyelinFrags         *ebpf.MapSpec `ebpf:"myelin_frags"`
-	MyelinHostAddrs     *ebpf.MapSpec `ebpf:"myelin_host_addrs"`
-	MyelinIcmpRate      *ebpf.MapSpec `ebpf:"myelin_icmp_rate"`
-	MyelinIpcache       *ebpf.MapSpec `ebpf:"myelin_ipcache"`
-	MyelinLbAffinity    *ebpf.MapSpec `ebpf:"myelin_lb_affinity"`
-	MyelinLbBackends    *ebpf.MapSpec `ebpf:"myelin_lb_backends"`
-	MyelinLbCt          *ebpf.MapSpec `ebpf:"myelin_lb_ct"`
-	MyelinLbCtNodeport  *ebpf.MapSpec `ebpf:"myelin_lb_ct_nodeport"`
-	MyelinLbCtOver      *ebpf.MapSpec `ebpf:"myelin_lb_ct_over"`
-	MyelinLbMaglev      *ebpf.MapSpec `ebpf:"myelin_lb_maglev"`
-	MyelinLbNodeports   *ebpf.MapSpec `ebpf:"myelin_lb_nodeports"`
-	MyelinLbPorts       *ebpf.MapSpec `ebpf:"myelin_lb_ports"`
-	MyelinLbServices    *ebpf.MapSpec `ebpf:"myelin_lb_services"`
-	MyelinLbSlots       *ebpf.MapSpec `ebpf:"myelin_lb_slots"`
-	MyelinLbSockPeer    *ebpf.MapSpec `ebpf:"myelin_lb_sock_peer"`
-	MyelinLbSockRev     *ebpf.MapSpec `ebpf:"myelin_lb_sock_rev"`
-	MyelinMetrics       *ebpf.MapSpec `ebpf:"myelin_metrics"`
-	MyelinNodeportNat   *ebpf.MapSpec `ebpf:"myelin_nodeport_nat"`
-	MyelinNodeportStats *ebpf.MapSpec `ebpf:"myelin_nodeport_stats"`
-	MyelinNodeportSyn   *ebpf.MapSpec `ebpf:"myelin_nodeport_syn"`
-	MyelinNomasq        *ebpf.MapSpec `ebpf:"myelin_nomasq"`
-	MyelinPolicy        *ebpf.MapSpec `ebpf:"myelin_policy"`
-	MyelinPolicyCt      *ebpf.MapSpec `ebpf:"myelin_policy_ct"`
-	MyelinPolicyCtOver  *ebpf.MapSpec `ebpf:"myelin_policy_ct_over"`
-	MyelinPolicyCtStats *ebpf.MapSpec `ebpf:"myelin_policy_ct_stats"`
-	MyelinPolicyEps     *ebpf.MapSpec `ebpf:"myelin_policy_eps"`
-	MyelinSnat          *ebpf.MapSpec `ebpf:"myelin_snat"`
-	MyelinSnatOver      *ebpf.MapSpec `ebpf:"myelin_snat_over"`
-	MyelinTunnel        *ebpf.MapSpec `ebpf:"myelin_tunnel"`
-	MyelinTunnelNodes   *ebpf.MapSpec `ebpf:"myelin_tunnel_nodes"`
+	MyelinBudgets         *ebpf.MapSpec `ebpf:"myelin_budgets"`
+	MyelinEndpoints       *ebpf.MapSpec `ebpf:"myelin_endpoints"`
+	MyelinEvents          *ebpf.MapSpec `ebpf:"myelin_events"`
+	MyelinFlowDrops       *ebpf.MapSpec `ebpf:"myelin_flow_drops"`
+	MyelinFlowLimit       *ebpf.MapSpec `ebpf:"myelin_flow_limit"`
+	MyelinFlowState       *ebpf.MapSpec `ebpf:"myelin_flow_state"`
+	MyelinFlows           *ebpf.MapSpec `ebpf:"myelin_flows"`
+	MyelinFrags           *ebpf.MapSpec `ebpf:"myelin_frags"`
+	MyelinHostAddrs       *ebpf.MapSpec `ebpf:"myelin_host_addrs"`
+	MyelinIcmpRate        *ebpf.MapSpec `ebpf:"myelin_icmp_rate"`
+	MyelinIpcache         *ebpf.MapSpec `ebpf:"myelin_ipcache"`
+	MyelinLbAffinity      *ebpf.MapSpec `ebpf:"myelin_lb_affinity"`
+	MyelinLbBackends      *ebpf.MapSpec `ebpf:"myelin_lb_backends"`
+	MyelinLbCt            *ebpf.MapSpec `ebpf:"myelin_lb_ct"`
+	MyelinLbCtNodeport    *ebpf.MapSpec `ebpf:"myelin_lb_ct_nodeport"`
+	MyelinLbCtNodeportSyn *ebpf.MapSpec `ebpf:"myelin_lb_ct_nodeport_syn"`
+	MyelinLbCtOver        *ebpf.MapSpec `ebpf:"myelin_lb_ct_over"`
+	MyelinLbMaglev        *ebpf.MapSpec `ebpf:"myelin_lb_maglev"`
+	MyelinLbNodeports     *ebpf.MapSpec `ebpf:"myelin_lb_nodeports"`
+	MyelinLbPorts         *ebpf.MapSpec `ebpf:"myelin_lb_ports"`
+	MyelinLbServices      *ebpf.MapSpec `ebpf:"myelin_lb_services"`
+	MyelinLbSlots         *ebpf.MapSpec `ebpf:"myelin_lb_slots"`
+	MyelinLbSockPeer      *ebpf.MapSpec `ebpf:"myelin_lb_sock_peer"`
+	MyelinLbSockRev       *ebpf.MapSpec `ebpf:"myelin_lb_sock_rev"`
+	MyelinMetrics         *ebpf.MapSpec `ebpf:"myelin_metrics"`
+	MyelinNodeportNat     *ebpf.MapSpec `ebpf:"myelin_nodeport_nat"`
+	MyelinNodeportStats   *ebpf.MapSpec `ebpf:"myelin_nodeport_stats"`
+	MyelinNodeportSyn     *ebpf.MapSpec `ebpf:"myelin_nodeport_syn"`
+	MyelinNomasq          *ebpf.MapSpec `ebpf:"myelin_nomasq"`
+	MyelinPolicy          *ebpf.MapSpec `ebpf:"myelin_policy"`
+	MyelinPolicyCt        *ebpf.MapSpec `ebpf:"myelin_policy_ct"`
+	MyelinPolicyCtOver    *ebpf.MapSpec `ebpf:"myelin_policy_ct_over"`
+	MyelinPolicyCtStats   *ebpf.MapSpec `ebpf:"myelin_policy_ct_stats"`
+	MyelinPolicyEps       *ebpf.MapSpec `ebpf:"myelin_policy_eps"`
+	MyelinSnat            *ebpf.MapSpec `ebpf:"myelin_snat"`
+	MyelinSnatOver        *ebpf.MapSpec `ebpf:"myelin_snat_over"`
+	MyelinTunnel          *ebpf.MapSpec `ebpf:"myelin_tunnel"`
+	MyelinTunnelNodes     *ebpf.MapSpec `ebpf:"myelin_tunnel_nodes"`
 }
 
 // myelinVariableSpecs contains global variables before they are loaded into the kernel.
@@ -699,43 +700,44 @@ func (o *myelinObjects) Close() error {
 //
 // It can be passed to loadMyelinObjects or ebpf.CollectionSpec.LoadAndAssign.
 type myelinMaps struct {
-	MyelinBudgets       *ebpf.Map `ebpf:"myelin_budgets"`
-	MyelinEndpoints     *ebpf.Map `ebpf:"myelin_endpoints"`
-	MyelinEvents        *ebpf.Map `ebpf:"myelin_events"`
-	MyelinFlowDrops     *ebpf.Map `ebpf:"myelin_flow_drops"`
-	MyelinFlowLimit     *ebpf.Map `ebpf:"myelin_flow_limit"`
-	MyelinFlowState     *ebpf.Map `ebpf:"myelin_flow_state"`
-	MyelinFlows         *ebpf.Map `ebpf:"myelin_flows"`
-	MyelinFrags         *ebpf.Map `ebpf:"myelin_frags"`
-	MyelinHostAddrs     *ebpf.Map `ebpf:"myelin_host_addrs"`
-	MyelinIcmpRate      *ebpf.Map `ebpf:"myelin_icmp_rate"`
-	MyelinIpcache       *ebpf.Map `ebpf:"myelin_ipcache"`
-	MyelinLbAffinity    *ebpf.Map `ebpf:"myelin_lb_affinity"`
-	MyelinLbBackends    *ebpf.Map `ebpf:"myelin_lb_backends"`
-	MyelinLbCt          *ebpf.Map `ebpf:"myelin_lb_ct"`
-	MyelinLbCtNodeport  *ebpf.Map `ebpf:"myelin_lb_ct_nodeport"`
-	MyelinLbCtOver      *ebpf.Map `ebpf:"myelin_lb_ct_over"`
-	MyelinLbMaglev      *ebpf.Map `ebpf:"myelin_lb_maglev"`
-	MyelinLbNodeports   *ebpf.Map `ebpf:"myelin_lb_nodeports"`
-	MyelinLbPorts       *ebpf.Map `ebpf:"myelin_lb_ports"`
-	MyelinLbServices    *ebpf.Map `ebpf:"myelin_lb_services"`
-	MyelinLbSlots       *ebpf.Map `ebpf:"myelin_lb_slots"`
-	MyelinLbSockPeer    *ebpf.Map `ebpf:"myelin_lb_sock_peer"`
-	MyelinLbSockRev     *ebpf.Map `ebpf:"myelin_lb_sock_rev"`
-	MyelinMetrics       *ebpf.Map `ebpf:"myelin_metrics"`
-	MyelinNodeportNat   *ebpf.Map `ebpf:"myelin_nodeport_nat"`
-	MyelinNodeportStats *ebpf.Map `ebpf:"myelin_nodeport_stats"`
-	MyelinNodeportSyn   *ebpf.Map `ebpf:"myelin_nodeport_syn"`
-	MyelinNomasq        *ebpf.Map `ebpf:"myelin_nomasq"`
-	MyelinPolicy        *ebpf.Map `ebpf:"myelin_policy"`
-	MyelinPolicyCt      *ebpf.Map `ebpf:"myelin_policy_ct"`
-	MyelinPolicyCtOver  *ebpf.Map `ebpf:"myelin_policy_ct_over"`
-	MyelinPolicyCtStats *ebpf.Map `ebpf:"myelin_policy_ct_stats"`
-	MyelinPolicyEps     *ebpf.Map `ebpf:"myelin_policy_eps"`
-	MyelinSnat          *ebpf.Map `ebpf:"myelin_snat"`
-	MyelinSnatOver      *ebpf.Map `ebpf:"myelin_snat_over"`
-	MyelinTunnel        *ebpf.Map `ebpf:"myelin_tunnel"`
-	MyelinTunnelNodes   *ebpf.Map `ebpf:"myelin_tunnel_nodes"`
+	MyelinBudgets         *ebpf.Map `ebpf:"myelin_budgets"`
+	MyelinEndpoints       *ebpf.Map `ebpf:"myelin_endpoints"`
+	MyelinEvents          *ebpf.Map `ebpf:"myelin_events"`
+	MyelinFlowDrops       *ebpf.Map `ebpf:"myelin_flow_drops"`
+	MyelinFlowLimit       *ebpf.Map `ebpf:"myelin_flow_limit"`
+	MyelinFlowState       *ebpf.Map `ebpf:"myelin_flow_state"`
+	MyelinFlows           *ebpf.Map `ebpf:"myelin_flows"`
+	MyelinFrags           *ebpf.Map `ebpf:"myelin_frags"`
+	MyelinHostAddrs       *ebpf.Map `ebpf:"myelin_host_addrs"`
+	MyelinIcmpRate        *ebpf.Map `ebpf:"myelin_icmp_rate"`
+	MyelinIpcache         *ebpf.Map `ebpf:"myelin_ipcache"`
+	MyelinLbAffinity      *ebpf.Map `ebpf:"myelin_lb_affinity"`
+	MyelinLbBackends      *ebpf.Map `ebpf:"myelin_lb_backends"`
+	MyelinLbCt            *ebpf.Map `ebpf:"myelin_lb_ct"`
+	MyelinLbCtNodeport    *ebpf.Map `ebpf:"myelin_lb_ct_nodeport"`
+	MyelinLbCtNodeportSyn *ebpf.Map `ebpf:"myelin_lb_ct_nodeport_syn"`
+	MyelinLbCtOver        *ebpf.Map `ebpf:"myelin_lb_ct_over"`
+	MyelinLbMaglev        *ebpf.Map `ebpf:"myelin_lb_maglev"`
+	MyelinLbNodeports     *ebpf.Map `ebpf:"myelin_lb_nodeports"`
+	MyelinLbPorts         *ebpf.Map `ebpf:"myelin_lb_ports"`
+	MyelinLbServices      *ebpf.Map `ebpf:"myelin_lb_services"`
+	MyelinLbSlots         *ebpf.Map `ebpf:"myelin_lb_slots"`
+	MyelinLbSockPeer      *ebpf.Map `ebpf:"myelin_lb_sock_peer"`
+	MyelinLbSockRev       *ebpf.Map `ebpf:"myelin_lb_sock_rev"`
+	MyelinMetrics         *ebpf.Map `ebpf:"myelin_metrics"`
+	MyelinNodeportNat     *ebpf.Map `ebpf:"myelin_nodeport_nat"`
+	MyelinNodeportStats   *ebpf.Map `ebpf:"myelin_nodeport_stats"`
+	MyelinNodeportSyn     *ebpf.Map `ebpf:"myelin_nodeport_syn"`
+	MyelinNomasq          *ebpf.Map `ebpf:"myelin_nomasq"`
+	MyelinPolicy          *ebpf.Map `ebpf:"myelin_policy"`
+	MyelinPolicyCt        *ebpf.Map `ebpf:"myelin_policy_ct"`
+	MyelinPolicyCtOver    *ebpf.Map `ebpf:"myelin_policy_ct_over"`
+	MyelinPolicyCtStats   *ebpf.Map `ebpf:"myelin_policy_ct_stats"`
+	MyelinPolicyEps       *ebpf.Map `ebpf:"myelin_policy_eps"`
+	MyelinSnat            *ebpf.Map `ebpf:"myelin_snat"`
+	MyelinSnatOver        *ebpf.Map `ebpf:"myelin_snat_over"`
+	MyelinTunnel          *ebpf.Map `ebpf:"myelin_tunnel"`
+	MyelinTunnelNodes     *ebpf.Map `ebpf:"myelin_tunnel_nodes"`
 }
 
 func (m *myelinMaps) Close() error {
@@ -755,6 +757,7 @@ func (m *myelinMaps) Close() error {
 		m.MyelinLbBackends,
 		m.MyelinLbCt,
 		m.MyelinLbCtNodeport,
+		m.MyelinLbCtNodeportSyn,
 		m.MyelinLbCtOver,
 		m.MyelinLbMaglev,
 		m.MyelinLbNodeports,

@@ -360,6 +360,7 @@ type sockMapSpecs struct {
 	MyelinLbBackends         *ebpf.MapSpec `ebpf:"myelin_lb_backends"`
 	MyelinLbCt               *ebpf.MapSpec `ebpf:"myelin_lb_ct"`
 	MyelinLbCtNodeport       *ebpf.MapSpec `ebpf:"myelin_lb_ct_nodeport"`
+	MyelinLbCtNodeportSyn    *ebpf.MapSpec `ebpf:"myelin_lb_ct_nodeport_syn"`
 	MyelinLbMaglev           *ebpf.MapSpec `ebpf:"myelin_lb_maglev"`
 	MyelinLbNodeports        *ebpf.MapSpec `ebpf:"myelin_lb_nodeports"`
 	MyelinLbPorts            *ebpf.MapSpec `ebpf:"myelin_lb_ports"`
@@ -447,6 +448,7 @@ type sockMaps struct {
 	MyelinLbBackends         *ebpf.Map `ebpf:"myelin_lb_backends"`
 	MyelinLbCt               *ebpf.Map `ebpf:"myelin_lb_ct"`
 	MyelinLbCtNodeport       *ebpf.Map `ebpf:"myelin_lb_ct_nodeport"`
+	MyelinLbCtNodeportSyn    *ebpf.Map `ebpf:"myelin_lb_ct_nodeport_syn"`
 	MyelinLbMaglev           *ebpf.Map `ebpf:"myelin_lb_maglev"`
 	MyelinLbNodeports        *ebpf.Map `ebpf:"myelin_lb_nodeports"`
 	MyelinLbPorts            *ebpf.Map `ebpf:"myelin_lb_ports"`
@@ -485,6 +487,7 @@ func (m *sockMaps) Close() error {
 		m.MyelinLbBackends,
 		m.MyelinLbCt,
 		m.MyelinLbCtNodeport,
+		m.MyelinLbCtNodeportSyn,
 		m.MyelinLbMaglev,
 		m.MyelinLbNodeports,
 		m.MyelinLbPorts,

@@ -1,0 +1,154 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * NodePort flows to a local backend (a pod of this node, or the node itself
+ * for a hostNetwork backend) keep Service conntrack entries as pods' flows
+ * do (ct.h), in two tables. Anyone who reaches a NodePort opens such a flow
+ * from any source, so a new flow goes into the LRU myelin_lb_ct_nodeport_syn,
+ * awaiting its backend's answer (CT_F_AWAITING_REPLY). The client's ACK of
+ * the backend's SYN-ACK, which a forged source never sees, moves both
+ * entries to the hash myelin_lb_ct_nodeport (np_ct_client_ack), which the
+ * agent's GC collects and a flood from forged sources never reaches. A UDP
+ * flow shows no such proof (a forged source's datagram gets replies too)
+ * and stays in the LRU. Lookups follow the protocol: TCP the hash, then the
+ * LRU; UDP the LRU only.
+ */
+#ifndef MYELIN_LIB_NODEPORT_CT_H
+#define MYELIN_LIB_NODEPORT_CT_H
+
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+
+#include "ct.h"
+#include "maps.h"
+
+/*
+ * np_ct_find returns the forward entry of the NodePort flow fwd, or NULL,
+ * with *promoted set when it is in myelin_lb_ct_nodeport.
+ */
+static __always_inline struct ct_entry *np_ct_find(const struct ct_key *fwd, int *promoted)
+{
+	struct ct_entry *e;
+
+	*promoted = 0;
+	if (fwd->proto == IPPROTO_TCP) {
+		e = ct_lookup(&myelin_lb_ct_nodeport, fwd);
+		if (e) {
+			*promoted = 1;
+			return e;
+		}
+	}
+	return ct_lookup(&myelin_lb_ct_nodeport_syn, fwd);
+}
+
+/*
+ * np_ct_forget deletes the promoted flow fwd -> fv from myelin_lb_ct_nodeport
+ * when its tuple starts a new flow (a new connection, or its backend gone):
+ * the new flow's entries go into the LRU, which the old ones would hide.
+ */
+static __always_inline void np_ct_forget(const struct ct_key *fwd, const struct ct_entry *fv)
+{
+	struct ct_key rev = {};
+	struct ct_entry rv = {};
+
+	ct_reverse_of(fwd, fv, &rev, &rv);
+	bpf_map_delete_elem(&myelin_lb_ct_nodeport, fwd);
+	bpf_map_delete_elem(&myelin_lb_ct_nodeport, &rev);
+}
+
+/*
+ * np_ct_synack records in the reverse entry e of a TCP flow awaiting its
+ * backend the number the client's ACK of the backend's SYN-ACK carries
+ * (its sequence number + 1; 0 when that is 0: never promoted), from the
+ * backend's own path only (from_backend: its veth, the node's stack).
+ * Called for SYN-ACKs only.
+ */
+static __always_inline void np_ct_synack(struct __sk_buff *skb, const struct ipv4_info *info,
+					 struct ct_entry *e)
+{
+	struct l4_head h = {};
+
+	if (!(e->flags & CT_F_AWAITING_REPLY) ||
+	    l4_load_head(skb, info, &h, offsetof(struct l4_head, ack)) < 0)
+		return;
+	e->synack_next = bpf_ntohl(h.seq) + 1;
+}
+
+/*
+ * np_ct_reply_xlate is ct_reply_xlate for the NodePort flows to local
+ * backends; a SYN-ACK from the backend of a flow awaiting it is recorded
+ * (np_ct_synack). TCP replies of promoted flows cost one lookup, as
+ * before; UDP replies one in the LRU.
+ */
+static __always_inline int np_ct_reply_xlate(struct __sk_buff *skb, struct ipv4_info *info,
+					     struct l4_info *l4, __u16 *flags, int from_backend)
+{
+	struct ct_key key;
+	struct ct_entry *e;
+
+	ct_key_of(&key, info, l4, CT_DIR_REVERSE);
+	if (info->proto == IPPROTO_TCP) {
+		e = ct_lookup(&myelin_lb_ct_nodeport, &key);
+		if (e)
+			return ct_reply_apply(e, skb, info, l4, flags, from_backend);
+	}
+	e = ct_lookup(&myelin_lb_ct_nodeport_syn, &key);
+	if (!e)
+		return 0;
+	if (from_backend && l4->tcp_syn && !l4->tcp_opening)
+		np_ct_synack(skb, info, e);
+	return ct_reply_apply(e, skb, info, l4, flags, from_backend);
+}
+
+/*
+ * np_ct_promote moves the flow fwd -> fv, whose reverse entry is rev -> rv,
+ * from the LRU to myelin_lb_ct_nodeport, no longer awaiting. Reverse entry
+ * first, so a reply always finds one of the two; with the hash full the
+ * flow stays in the LRU, where it works as before.
+ */
+static __always_inline void np_ct_promote(const struct ct_key *fwd, const struct ct_entry *fv,
+					  const struct ct_key *rev, const struct ct_entry *rv)
+{
+	struct ct_entry f = *fv, r = *rv;
+
+	r.flags &= ~CT_F_AWAITING_REPLY;
+	if (bpf_map_update_elem(&myelin_lb_ct_nodeport, rev, &r, BPF_ANY) < 0)
+		return;
+	if (bpf_map_update_elem(&myelin_lb_ct_nodeport, fwd, &f, BPF_ANY) < 0) {
+		bpf_map_delete_elem(&myelin_lb_ct_nodeport, rev);
+		return;
+	}
+	bpf_map_delete_elem(&myelin_lb_ct_nodeport_syn, fwd);
+	bpf_map_delete_elem(&myelin_lb_ct_nodeport_syn, rev);
+}
+
+/*
+ * np_ct_client_ack promotes the TCP flow fwd -> fv, kept in the LRU, when
+ * the client's segment (no SYN) acknowledges exactly the backend's SYN-ACK
+ * its reverse entry recorded: the client saw it, so the source is its own.
+ * A blind client (a forged source) never sees the SYN-ACK and guesses one
+ * number in 2^32; the backend's other answers (a challenge ACK, an ACK of a
+ * lower second SYN, a RST) record nothing. One lookup, for client segments
+ * of flows in the LRU only.
+ */
+static __always_inline void np_ct_client_ack(struct __sk_buff *skb, const struct ipv4_info *info,
+					     const struct ct_key *fwd, const struct ct_entry *fv)
+{
+	struct ct_key rev = {};
+	struct ct_entry want = {};
+	struct l4_head h = {};
+	const struct ct_entry *rv;
+
+	ct_reverse_of(fwd, fv, &rev, &want);
+	rv = ct_lookup(&myelin_lb_ct_nodeport_syn, &rev);
+	if (!rv || !(rv->flags & CT_F_AWAITING_REPLY) || !rv->synack_next ||
+	    rv->client_addr != want.client_addr || rv->front_addr != want.front_addr ||
+	    rv->front_port != want.front_port)
+		return;
+	if (l4_load_head(skb, info, &h, L4_TCP_HEAD_LOAD) < 0 || !(h.flags & TCP_FLAGS_ACK) ||
+	    bpf_ntohl(h.ack) != rv->synack_next)
+		return;
+	np_ct_promote(fwd, fv, &rev, rv);
+}
+
+#endif /* MYELIN_LIB_NODEPORT_CT_H */

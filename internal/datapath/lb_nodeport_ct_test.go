@@ -1,0 +1,283 @@
+package datapath
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+// nodePortCTClient is a NodePort client's flow to pod B (backend 1) through
+// the node: its packets as sent and as delivered, the backend's as sent and
+// as the client gets them.
+type nodePortCTClient struct {
+	req, reply pkt
+}
+
+func newNodePortCTClient(proto uint8, src string, sport uint16) nodePortCTClient {
+	req := ipv4(proto, src, nodeIP).withSrc(src, sport).withDst(nodeIP, nodePort).withSeq(1000, 0)
+	reply := fromPodB(ipv4(proto, podBIP, src).withSrc(podBIP, 8080).withDst(src, sport))
+	return nodePortCTClient{req: req, reply: reply}
+}
+
+// send runs the client's packet p through the uplink: it must reach pod B.
+func (c nodePortCTClient) send(t *testing.T, d *Datapath, p pkt, what string) {
+	t.Helper()
+	wantRun(t, d.objs.MyelinFromNetdev, p, nil, tcActRedirect, delivered(p.withDst(podBIP, 8080)), what)
+}
+
+// answer runs the backend's packet p out of pod B: it must leave from the NodePort.
+func (c nodePortCTClient) answer(t *testing.T, d *Datapath, p pkt, what string) {
+	t.Helper()
+	wantRun(t, d.objs.MyelinFromPod, p, &skbCtx{IngressIfindex: uint32(podB.IfIndex)}, tcActOK,
+		p.withSrc(nodeIP, nodePort).build(), what)
+}
+
+// handshake runs a TCP connection's opening: SYN, SYN-ACK, the client's ACK
+// with data, and the backend's ACK of that data (the answer).
+func (c nodePortCTClient) handshake(t *testing.T, d *Datapath) {
+	t.Helper()
+	bare := func(p pkt) pkt { p.payload = nil; return p }
+	c.send(t, d, bare(c.req.withTCPFlags(tcpSYN)), "SYN")
+	c.answer(t, d, bare(c.reply.withTCPFlags(0x12).withSeq(5000, 1001)), "SYN-ACK")
+	c.send(t, d, c.req.withTCPFlags(0x18).withSeq(1001, 5001), "the client's data")
+	c.answer(t, d, bare(c.reply.withTCPFlags(tcpACK).withSeq(5001, 1020)), "the backend's ACK of it")
+}
+
+// where says which NodePort conntrack tables hold the flow's two entries.
+func (c nodePortCTClient) where(d *Datapath) (hash, lru int) {
+	fwd, rev := ctFlowKeys(c.req, backendB)
+	for _, k := range []myelinCtKey{fwd, rev} {
+		if _, err := ctEntryOf(d.objs.MyelinLbCtNodeport, k); err == nil {
+			hash++
+		}
+		if _, err := ctEntryOf(d.objs.MyelinLbCtNodeportSyn, k); err == nil {
+			lru++
+		}
+	}
+	return hash, lru
+}
+
+func wantWhere(t *testing.T, d *Datapath, c nodePortCTClient, hash, lru int, what string) {
+	t.Helper()
+	if h, l := c.where(d); h != hash || l != lru {
+		t.Errorf("%s: entries in myelin_lb_ct_nodeport %d, in myelin_lb_ct_nodeport_syn %d; want %d, %d", what, h, l, hash, lru)
+	}
+}
+
+func wantEntries(t *testing.T, m *ebpf.Map, want int, what string) {
+	t.Helper()
+	if n, err := countEntries(m); err != nil || n != want {
+		t.Errorf("%s: %v holds %d entries (%v), want %d", what, m, n, err, want)
+	}
+}
+
+func seedNodePortCT(t *testing.T, d *Datapath) {
+	t.Helper()
+	feUDPNodePort := Frontend{Addr: testNodeIP, Port: nodePort, Proto: protoUDP}
+	st := lbState{backends: lbBackends, services: map[Frontend]Service{
+		feTCP:         {ID: 1, Backends: []uint32{1}},
+		feNodePort:    {ID: 2, Flags: ServiceNodePort, Backends: []uint32{1}},
+		feUDPNodePort: {ID: 3, Flags: ServiceNodePort, Backends: []uint32{1}},
+	}}
+	if err := seedEndpoints(d, seedB); err != nil {
+		t.Fatal(err)
+	}
+	if err := seedLB(d, st); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A flood of NodePort flows to a local backend from forged sources — SYNs,
+// and UDP datagrams, which need no answer at all — churns the LRU
+// myelin_lb_ct_nodeport_syn only: a TCP flow whose backend answered lives in
+// myelin_lb_ct_nodeport, untouched, and a new connection completes after
+// the flood. A UDP flow is never moved there (no answer proves its source).
+func TestPrivilegedLBNodePortFloodChurnsLRU(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingBPF, 0)
+	seedNodePortCT(t, d)
+	honest := newNodePortCTClient(protoTCP, extHost, 40000)
+	honest.handshake(t, d)
+	wantWhere(t, d, honest, 2, 0, "answered")
+
+	// More flows than the LRU holds (two entries each).
+	flood := int(d.objs.MyelinLbCtNodeportSyn.MaxEntries())/2 + 4096
+	for _, proto := range []uint8{protoTCP, protoUDP} {
+		for i := range flood {
+			forged := newNodePortCTClient(proto, fmt.Sprintf("198.51.%d.%d", i/250, i%250+1), uint16(1024+i%60000))
+			p := forged.req
+			if proto == protoTCP {
+				p = p.withTCPFlags(tcpSYN)
+				p.payload = nil
+			}
+			ret, _, err := runPacket(d.objs.MyelinFromNetdev, p.build(), nil)
+			if err != nil || ret != tcActRedirect {
+				t.Fatalf("forged flow %d (proto %d): verdict %d, err %v; want it sent to the backend", i, proto, ret, err)
+			}
+		}
+		wantEntries(t, d.objs.MyelinLbCtNodeport, 2, fmt.Sprintf("after %d forged flows of proto %d", flood, proto))
+	}
+	wantWhere(t, d, honest, 2, 0, "the answered flow after the floods")
+	honest.send(t, d, honest.req.withTCPFlags(0x18).withSeq(1020, 5001), "the answered flow's client goes on")
+	honest.answer(t, d, honest.reply.withTCPFlags(0x18).withSeq(5001, 1040), "its backend's replies are translated")
+
+	late := newNodePortCTClient(protoTCP, extHost, 40001)
+	late.handshake(t, d)
+	wantWhere(t, d, late, 2, 0, "a connection opened after the flood")
+
+	udp := newNodePortCTClient(protoUDP, extHost, 5353)
+	for i := range 3 {
+		udp.send(t, d, udp.req, fmt.Sprintf("UDP datagram %d", i))
+		udp.answer(t, d, udp.reply, fmt.Sprintf("UDP reply %d", i))
+	}
+	wantWhere(t, d, udp, 0, 2, "a UDP flow with replies")
+}
+
+// Only the client's ACK of the backend's SYN-ACK moves a flow to
+// myelin_lb_ct_nodeport: a blind client (a forged source) never sees that
+// number. Neither a wrong ACK nor the backend's other answers do — not the
+// trick that removed the first-SYN pin (make the backend RST the flow, then
+// SYN lower so the half-open backend's ACK looks like an answer).
+func TestPrivilegedLBNodePortPromotedByClientAck(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingBPF, 0)
+	seedNodePortCT(t, d)
+	bare := func(p pkt) pkt { p.payload = nil; return p }
+	c := newNodePortCTClient(protoTCP, extHost, 40000)
+	c.send(t, d, bare(c.req.withTCPFlags(tcpSYN)), "SYN")
+	c.answer(t, d, bare(c.reply.withTCPFlags(0x12).withSeq(5000, 1001)), "SYN-ACK")
+	wantWhere(t, d, c, 0, 2, "after the SYN-ACK")
+	c.send(t, d, bare(c.req.withTCPFlags(tcpACK).withSeq(1001, 5002)), "an ACK of another number")
+	c.send(t, d, c.req.withTCPFlags(0x18).withSeq(1001, 4000), "data acknowledging less")
+	wantWhere(t, d, c, 0, 2, "after ACKs of numbers the backend never sent")
+	// The half-open backend answers those with an ACK of the SYN: it records nothing.
+	c.answer(t, d, bare(c.reply.withTCPFlags(tcpACK).withSeq(5001, 1001)), "the backend's ACK of the SYN")
+	c.send(t, d, bare(c.req.withTCPFlags(tcpACK).withSeq(1001, 5001)), "the client's ACK of the SYN-ACK")
+	wantWhere(t, d, c, 2, 0, "after the client's ACK")
+	_, rev := ctFlowKeys(c.req, backendB)
+	if v, err := ctEntryOf(d.objs.MyelinLbCtNodeport, rev); err != nil || v.Flags&uint16(myelinCtFlagsCT_F_AWAITING_REPLY) != 0 {
+		t.Errorf("the promoted reverse entry: %+v, %v; want it without CT_F_AWAITING_REPLY", v, err)
+	}
+
+	blind := newNodePortCTClient(protoTCP, "198.51.100.7", 40000)
+	blind.send(t, d, bare(blind.req.withTCPFlags(tcpSYN).withSeq(1<<30, 0)), "a forged SYN")
+	blind.answer(t, d, bare(blind.reply.withTCPFlags(tcpRST)), "the backend's RST")
+	blind.send(t, d, bare(blind.req.withTCPFlags(tcpACK).withSeq(1<<30+1, 77)), "a forged ACK")
+	blind.send(t, d, bare(blind.req.withTCPFlags(tcpSYN).withSeq(100, 0)), "a lower SYN")
+	blind.answer(t, d, bare(blind.reply.withTCPFlags(tcpACK).withSeq(9000, 1<<30+1)), "the half-open backend's ACK of the first SYN")
+	for _, ack := range []uint32{9001, 1<<30 + 1, 101} {
+		blind.send(t, d, bare(blind.req.withTCPFlags(tcpACK).withSeq(101, ack)), fmt.Sprintf("a forged ACK of %d", ack))
+	}
+	wantWhere(t, d, blind, 0, 2, "the blind client's flow")
+}
+
+// A SYN on an answered, established flow's tuple is no new connection (a
+// forged one must not move the flow back to the LRU): it goes to the same
+// backend and the flow stays in myelin_lb_ct_nodeport. Once the flow closed,
+// a new connection on the tuple starts over in the LRU: the old entries
+// leave the hash (they would hide the new ones) and it must be answered again.
+func TestPrivilegedLBNodePortSynOnAnsweredFlow(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingBPF, 0)
+	seedNodePortCT(t, d)
+	c := newNodePortCTClient(protoTCP, extHost, 40000)
+	c.handshake(t, d)
+	wantWhere(t, d, c, 2, 0, "answered")
+	syn := c.req.withTCPFlags(tcpSYN).withSeq(90000, 0)
+	syn.payload = nil
+	c.send(t, d, syn, "a SYN on the established tuple")
+	wantWhere(t, d, c, 2, 0, "the established flow after the SYN")
+	challenge := c.reply.withTCPFlags(tcpACK).withSeq(5001, 1020)
+	challenge.payload = nil
+	c.answer(t, d, challenge, "the backend's challenge ACK, translated")
+
+	fin := c.req.withTCPFlags(tcpFINACK).withSeq(1020, 5001)
+	fin.payload = nil
+	c.send(t, d, fin, "the client's FIN")
+	c.send(t, d, syn, "a new connection on the closed tuple")
+	wantWhere(t, d, c, 0, 2, "the new connection, awaiting")
+	synack := c.reply.withTCPFlags(0x12).withSeq(7000, 90001)
+	synack.payload = nil
+	c.answer(t, d, synack, "its SYN-ACK, translated from the LRU")
+	c.send(t, d, c.req.withTCPFlags(0x18).withSeq(90001, 7001), "the client's ACK of it")
+	wantWhere(t, d, c, 2, 0, "the new connection, answered")
+}
+
+// With myelin_lb_ct_nodeport full, new NodePort flows still open and work
+// from the LRU (an answered one is not moved), while the flows already in
+// the hash and pods' own Service flows (their own table) go on.
+func TestPrivilegedLBNodePortConntrackFull(t *testing.T) {
+	requirePrivileged(t)
+	d := loadLB(t, HostRoutingBPF, 0)
+	seedNodePortCT(t, d)
+	old := newNodePortCTClient(protoTCP, extHost, 40000)
+	old.handshake(t, d)
+	hash := d.objs.MyelinLbCtNodeport
+	max := int(hash.MaxEntries())
+	keys := make([]myelinCtKey, 0, max)
+	vals := make([]myelinCtEntry, 0, max)
+	for i := 0; len(keys) < max-2; i++ {
+		k, _ := ctFlowKeys(old.req.withSrc(fmt.Sprintf("198.51.100.%d", i/60000+1), uint16(i%60000+1)), backendB)
+		keys = append(keys, k)
+		vals = append(vals, myelinCtEntry{Flags: uint16(myelinCtFlagsCT_F_NODEPORT)})
+	}
+	if _, err := hash.BatchUpdate(keys, vals, nil); err != nil {
+		t.Fatal(err)
+	}
+	wantEntries(t, hash, max, "filled")
+	old.send(t, d, old.req.withTCPFlags(0x18).withSeq(1020, 5001), "the answered flow goes on in a full table")
+	old.answer(t, d, old.reply.withTCPFlags(0x18).withSeq(5001, 1040), "and its replies")
+	c := newNodePortCTClient(protoTCP, extHost, 40001)
+	c.handshake(t, d)
+	wantWhere(t, d, c, 0, 2, "a new flow answered while the table is full")
+	c.answer(t, d, c.reply.withTCPFlags(0x18).withSeq(5001, 1020), "its replies are translated from the LRU")
+	syn := ipv4(protoTCP, podA, vip).withDst(vip, 80)
+	err := checkCase(d, d.objs.MyelinFromPod, "from-pod", progCase{name: "a pod's new ClusterIP flow: its own table has room",
+		endpoints: seedB, in: syn.build(), verdict: tcActRedirect, out: delivered(syn.withDst(podBIP, 8080)), reason: "FORWARDED"})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// An upgrade from a datapath without myelin_lb_ct_nodeport_syn, whose UDP
+// NodePort flows are in myelin_lb_ct_nodeport: the load that creates the LRU
+// moves them there (UDP is looked up there only), so their replies are still
+// translated; TCP flows stay.
+func TestPrivilegedLBNodePortUDPMovedOnUpgrade(t *testing.T) {
+	requirePrivileged(t)
+	cfg, d := loadPinnedLB(t)
+	defer func() { d.Close() }()
+	seedNodePortCT(t, d)
+	udp := newNodePortCTClient(protoUDP, extHost, 5353)
+	udp.send(t, d, udp.req, "a UDP datagram")
+	tcp := newNodePortCTClient(protoTCP, extHost, 40000)
+	tcp.handshake(t, d)
+	// As the older datapath kept it: in the hash.
+	fwd, rev := ctFlowKeys(udp.req, backendB)
+	for _, k := range []myelinCtKey{fwd, rev} {
+		v, err := ctEntryOf(d.objs.MyelinLbCtNodeportSyn, k)
+		if err == nil {
+			err = d.objs.MyelinLbCtNodeport.Update(k, v, ebpf.UpdateAny)
+		}
+		if err == nil {
+			err = d.objs.MyelinLbCtNodeportSyn.Delete(k)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.Close()
+	if err := os.Remove(filepath.Join(cfg.PinDir, "myelin_lb_ct_nodeport_syn")); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if d, err = Load(cfg); err != nil {
+		t.Fatal(err)
+	}
+	wantWhere(t, d, udp, 0, 2, "the UDP flow after the upgrade")
+	wantWhere(t, d, tcp, 2, 0, "the TCP flow after the upgrade")
+	udp.answer(t, d, udp.reply, "the UDP flow's reply, translated")
+}
