@@ -59,7 +59,8 @@ static __always_inline void np_ct_forget(const struct ct_key *fwd, const struct 
 /*
  * np_ct_synack records in the reverse entry e of a TCP flow awaiting its
  * backend the number the client's ACK of the backend's SYN-ACK carries
- * (its sequence number + 1; 0 when that is 0: never promoted), from the
+ * (its sequence number + 1, in backend_id, unused in reverse entries; 0
+ * when that is 0: never promoted), from the
  * backend's own path only (from_backend: its veth, the node's stack).
  * Called for SYN-ACKs only.
  */
@@ -71,7 +72,7 @@ static __always_inline void np_ct_synack(struct __sk_buff *skb, const struct ipv
 	if (!(e->flags & CT_F_AWAITING_REPLY) ||
 	    l4_load_head(skb, info, &h, offsetof(struct l4_head, ack)) < 0)
 		return;
-	e->synack_next = bpf_ntohl(h.seq) + 1;
+	e->backend_id = bpf_ntohl(h.seq) + 1; /* a reverse entry's SYN-ACK number */
 }
 
 /*
@@ -101,20 +102,20 @@ static __always_inline int np_ct_reply_xlate(struct __sk_buff *skb, struct ipv4_
 }
 
 /*
- * np_ct_promote moves the flow fwd -> fv, whose reverse entry is rev -> rv,
- * from the LRU to myelin_lb_ct_nodeport, no longer awaiting. Reverse entry
- * first, so a reply always finds one of the two; with the hash full the
- * flow stays in the LRU, where it works as before.
+ * np_ct_promote moves the flow fwd -> fv, whose reverse entry is rev -> rv
+ * (copies on the stack: an LRU element may be reused under a pointer), from
+ * the LRU to myelin_lb_ct_nodeport. The flow still awaits its backend's
+ * answer there (CT_F_AWAITING_REPLY, for the GC's timeout): a client that
+ * completes handshakes and sends nothing holds its entries 60 s, not 6 h.
+ * Reverse entry first, so a reply always finds one of the two; with the hash
+ * full the flow stays in the LRU, where it works as before.
  */
 static __always_inline void np_ct_promote(const struct ct_key *fwd, const struct ct_entry *fv,
 					  const struct ct_key *rev, const struct ct_entry *rv)
 {
-	struct ct_entry f = *fv, r = *rv;
-
-	r.flags &= ~CT_F_AWAITING_REPLY;
-	if (bpf_map_update_elem(&myelin_lb_ct_nodeport, rev, &r, BPF_ANY) < 0)
+	if (bpf_map_update_elem(&myelin_lb_ct_nodeport, rev, rv, BPF_ANY) < 0)
 		return;
-	if (bpf_map_update_elem(&myelin_lb_ct_nodeport, fwd, &f, BPF_ANY) < 0) {
+	if (bpf_map_update_elem(&myelin_lb_ct_nodeport, fwd, fv, BPF_ANY) < 0) {
 		bpf_map_delete_elem(&myelin_lb_ct_nodeport, rev);
 		return;
 	}
@@ -129,26 +130,29 @@ static __always_inline void np_ct_promote(const struct ct_key *fwd, const struct
  * A blind client (a forged source) never sees the SYN-ACK and guesses one
  * number in 2^32; the backend's other answers (a challenge ACK, an ACK of a
  * lower second SYN, a RST) record nothing. One lookup, for client segments
- * of flows in the LRU only.
+ * of flows in the LRU only; the entries are checked as copied.
  */
 static __always_inline void np_ct_client_ack(struct __sk_buff *skb, const struct ipv4_info *info,
 					     const struct ct_key *fwd, const struct ct_entry *fv)
 {
+	struct ct_entry f = *fv, r, want = {};
 	struct ct_key rev = {};
-	struct ct_entry want = {};
 	struct l4_head h = {};
 	const struct ct_entry *rv;
 
-	ct_reverse_of(fwd, fv, &rev, &want);
+	ct_reverse_of(fwd, &f, &rev, &want);
 	rv = ct_lookup(&myelin_lb_ct_nodeport_syn, &rev);
-	if (!rv || !(rv->flags & CT_F_AWAITING_REPLY) || !rv->synack_next ||
-	    rv->client_addr != want.client_addr || rv->front_addr != want.front_addr ||
-	    rv->front_port != want.front_port)
+	if (!rv)
+		return;
+	r = *rv;
+	if (!(r.flags & CT_F_AWAITING_REPLY) || !r.backend_id ||
+	    r.client_addr != want.client_addr || r.front_addr != want.front_addr ||
+	    r.front_port != want.front_port)
 		return;
 	if (l4_load_head(skb, info, &h, L4_TCP_HEAD_LOAD) < 0 || !(h.flags & TCP_FLAGS_ACK) ||
-	    bpf_ntohl(h.ack) != rv->synack_next)
+	    bpf_ntohl(h.ack) != r.backend_id)
 		return;
-	np_ct_promote(fwd, fv, &rev, rv);
+	np_ct_promote(fwd, &f, &rev, &r);
 }
 
 #endif /* MYELIN_LIB_NODEPORT_CT_H */

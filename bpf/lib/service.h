@@ -298,16 +298,21 @@ volatile __u32 lb_host_replies = 0;
  * lb_nodeport_commit records a packet of the NodePort flow fwd to the local
  * backend f (nodeport_ct.h): a kept flow is touched in its table, and a TCP
  * flow in the LRU moves to the hash when the client's segment acknowledges
- * the backend's SYN-ACK; a new flow goes into the LRU awaiting its backend
- * (a TCP flow's first SYN number kept, ct_syn_next), after its promoted
- * predecessor on the tuple (old, when there is one) is forgotten. Returns
- * 0 or DROP_SVC_CT_FULL.
+ * the backend's SYN-ACK. A new flow (a TCP flow's first SYN number kept,
+ * ct_syn_next) goes into the LRU to await its backend, unless its tuple
+ * has entries in the hash (old: a client that proved the tuple its own
+ * opens again, after a FIN or RST, or its backend left): then it takes
+ * their place there, no more room than they held, so a forged RST and SYN
+ * can't move a client's tuple back to the LRU. Returns 0 or
+ * DROP_SVC_CT_FULL.
  */
 static __always_inline int lb_nodeport_commit(struct __sk_buff *skb, const struct ipv4_info *info,
 					      const struct l4_info *l4, const struct lb_svc *svc,
 					      const struct ct_key *fwd, const struct lb_flow *f,
 					      const struct ct_entry *old)
 {
+	__u32 syn_next;
+
 	if (f->ct && old)
 		return lb_flow_commit(&myelin_lb_ct_nodeport, fwd, f, svc, l4, CT_F_NODEPORT, 0);
 	if (f->ct) {
@@ -316,25 +321,33 @@ static __always_inline int lb_nodeport_commit(struct __sk_buff *skb, const struc
 			np_ct_client_ack(skb, info, fwd, f->ct);
 		return 0;
 	}
-	if (old)
+	syn_next = ct_syn_next(skb, info);
+	if (old) {
 		np_ct_forget(fwd, old);
-	return lb_flow_commit(&myelin_lb_ct_nodeport_syn, fwd, f, svc, l4, CT_F_NODEPORT,
-			      ct_syn_next(skb, info));
+		if (!lb_flow_commit(&myelin_lb_ct_nodeport, fwd, f, svc, l4, CT_F_NODEPORT,
+				    syn_next))
+			return 0;
+	}
+	return lb_flow_commit(&myelin_lb_ct_nodeport_syn, fwd, f, svc, l4, CT_F_NODEPORT, syn_next);
 }
 
 /*
  * lb_nodeport_keep is the l4 lb_flow_backend judges a NodePort packet by:
- * a SYN on an established, not closing flow in myelin_lb_ct_nodeport is
- * no new connection (its client proved the tuple its own; a forged SYN
- * must not move it back to the LRU): it goes to the flow's backend, whose
- * challenge ACK answers it, as the kernel's own conntrack does.
+ * a SYN on an established, not closing flow in myelin_lb_ct_nodeport whose
+ * backend is still in the pool at its place is no new connection (its
+ * client proved the tuple its own): it goes to the flow's backend, whose
+ * challenge ACK answers it, as the kernel's own conntrack does. Only SYNs
+ * pay the pool lookup.
  */
 static __always_inline const struct l4_info *lb_nodeport_keep(const struct l4_info *l4,
 							      const struct ct_entry *ct,
+							      const struct lb_svc *svc,
 							      int promoted, struct l4_info *kept)
 {
 	if (!promoted || !l4->tcp_opening ||
-	    (ct->flags & (CT_F_ESTABLISHED | CT_F_CLOSING)) != CT_F_ESTABLISHED)
+	    (ct->flags & (CT_F_ESTABLISHED | CT_F_CLOSING)) != CT_F_ESTABLISHED ||
+	    ct->svc_id != svc->id ||
+	    lb_index_lookup(svc, ct->index, LB_CLIENT_EXTERNAL) != ct->backend_id)
 		return l4;
 	*kept = *l4;
 	kept->tcp_opening = 0;
@@ -374,8 +387,8 @@ static __always_inline int lb_nodeport(struct __sk_buff *skb, struct ipv4_info *
 	if (reason == 1) {
 		ct_key_of(&fwd, info, l4, CT_DIR_FORWARD);
 		ct = np_ct_find(&fwd, &promoted);
-		if (!lb_flow_backend(ct, &fwd, svc, lb_nodeport_keep(l4, ct, promoted, &kept), &f,
-				     LB_CLIENT_EXTERNAL))
+		if (!lb_flow_backend(ct, &fwd, svc, lb_nodeport_keep(l4, ct, svc, promoted, &kept),
+				     &f, LB_CLIENT_EXTERNAL))
 			return DROP_SVC_NO_BACKEND;
 		/* A pod of another node as the client (in the cluster CIDR, which
 		 * lb_from_pod sends on untranslated) is served as if a pod backend

@@ -241,12 +241,10 @@ enum ct_flags {
  * again instead of following the id (lib/service.h, lb_flow_keep).
  */
 struct ct_entry {
-	union {
-		__u32 backend_id; /* forward */
-		/* reverse, CT_F_AWAITING_REPLY (NodePort): the backend's SYN-ACK
-		 * sequence number + 1 (host order), 0 until seen (nodeport_ct.h) */
-		__u32 synack_next;
-	};
+	/* forward: the backend; reverse, CT_F_AWAITING_REPLY (NodePort, in the
+	 * LRU): the backend's SYN-ACK sequence number + 1 (host order), 0 until
+	 * seen (nodeport_ct.h) */
+	__u32 backend_id;
 	__u32 front_addr;  /* reverse: frontend address, network order */
 	__u32 client_addr; /* reverse: the client, network order */
 	__u16 front_port;  /* reverse: frontend port, network order */

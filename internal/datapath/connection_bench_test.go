@@ -34,6 +34,9 @@ import (
 // veth), each segment's figure the sum of both; legacy-off-no-pod-check is
 // legacy-off without this node's PodCIDR checked where the stack delivers
 // (Config.LocalPodCIDR: one endpoint lookup per segment in myelin_to_pod);
+// nodeport-local is a client outside the cluster reaching pod B through the
+// node's NodePort (nodePortLocalConn: the flow's entries start in the LRU and
+// move to myelin_lb_ct_nodeport with the client's ACK, bpf/lib/nodeport_ct.h);
 // ns/conn sums the kernel's measure of each run, ns/<segment> is each packet's.
 // Run as root:
 // go test -run '^$' -bench 'Connection$' -count 5 ./internal/datapath/
@@ -48,6 +51,12 @@ func BenchmarkConnection(b *testing.B) {
 	dLegacy := connectionBenchDatapath(b, legacy)
 	legacy.LocalPodCIDR = netip.Prefix{}
 	dLegacyUnchecked := connectionBenchDatapath(b, legacy)
+	// A datapath of its own: the NodePort's backend port would mark pod B's
+	// port 8080 for the other cases' SYNs (ct_forget_stale_reply).
+	dNodePort := connectionBenchDatapath(b, agentDefaultConfig())
+	if err := seedLB(dNodePort, *oneService(feNodePort, Service{ID: 1, Flags: ServiceNodePort, Backends: []uint32{1}})); err != nil {
+		b.Fatal(err)
+	}
 	ports := []PolicyPort{tcpPort(80), tcpPort(443), tcpPort(9090), {Proto: protoTCP, Lo: 12000, Hi: 12100}, tcpPort(8080)}
 	isolated := policyState{
 		flags: map[string]PolicyFlags{podA: PolicyIngress | PolicyEgress, podBIP: PolicyIngress | PolicyEgress},
@@ -77,6 +86,7 @@ func BenchmarkConnection(b *testing.B) {
 		{"legacy-off", dLegacy, false, policyState{}, legacySameNodeConn},
 		{"legacy-off-no-pod-check", dLegacyUnchecked, false, policyState{}, legacySameNodeConn},
 		{"legacy-policy", dLegacy, false, isolated, legacySameNodeConn},
+		{"nodeport-local", dNodePort, false, policyState{}, nodePortLocalConn},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			d := c.d
@@ -93,6 +103,13 @@ func BenchmarkConnection(b *testing.B) {
 				sport++
 				if sport == 0 {
 					sport = 20000
+				}
+				if sport%8192 == 0 {
+					// Closed NodePort flows stay until the agent's GC: not
+					// timed (ns/conn is the kernel's measure of each run).
+					if err := clearCT(d); err != nil {
+						b.Fatal(err)
+					}
 				}
 				for _, conn := range c.conns(d, sport) {
 					for i, s := range conn {
@@ -113,6 +130,9 @@ func BenchmarkConnection(b *testing.B) {
 				b.ReportMetric(float64(n)/float64(b.N), "ns/"+segmentNames[i])
 			}
 			b.ReportMetric(float64(sum)/float64(b.N), "ns/conn")
+			if n, err := countEntries(d.objs.MyelinLbCtNodeport); c.d == dNodePort && (err != nil || n == 0) {
+				b.Errorf("nodeport-local: myelin_lb_ct_nodeport holds %d entries (%v): no connection got past the LRU", n, err)
+			}
 			if c.flows {
 				b.ReportMetric(float64(records)/float64(b.N), "records/conn")
 			}
@@ -128,6 +148,18 @@ func sameNodeConn(d *Datapath, sport uint16) [][]segment {
 	return [][]segment{connectionSegments(
 		connEnd{addr: podA, port: sport, prog: d.objs.MyelinFromPod, ctx: *ctxPodA},
 		connEnd{addr: podBIP, port: 8080, prog: d.objs.MyelinFromPod, ctx: skbCtx{IngressIfindex: uint32(podB.IfIndex)}, macs: fromPodB})}
+}
+
+// nodePortLocalConn is the connection from a client outside the cluster
+// (extHost:sport) to the node's NodePort whose backend is pod B: the client's
+// segments through myelin_from_netdev (DNAT, delivered), pod B's through
+// myelin_from_pod (the reply translated back, to the FIB, which test-run
+// leaves to the stack).
+func nodePortLocalConn(d *Datapath, sport uint16) [][]segment {
+	return [][]segment{connectionSegments(
+		connEnd{addr: extHost, port: sport, prog: d.objs.MyelinFromNetdev, ctx: skbCtx{IngressIfindex: 2}},
+		connEnd{addr: podBIP, port: 8080, prog: d.objs.MyelinFromPod, ctx: skbCtx{IngressIfindex: uint32(podB.IfIndex)},
+			macs: fromPodB, toStack: true, front: nodeIP, frontPort: nodePort})}
 }
 
 // legacySameNodeConn is sameNodeConn with legacy host routing: each segment
@@ -201,6 +233,10 @@ type connEnd struct {
 	macs    func(pkt) pkt // the packet as the end's device sends it; nil: as built
 	toStack bool
 	deliver *ebpf.Program // the packets to this end: the program the stack delivers them through, or nil
+	// front and frontPort, when set, are where the client sends (a Service
+	// frontend the server is a backend of); the server answers from addr:port.
+	front     string
+	frontPort uint16
 }
 
 // connectionSegments are the packets of one TCP connection from client to server
@@ -208,6 +244,9 @@ type connEnd struct {
 // policy entry is deleted at the last ACK).
 func connectionSegments(client, server connEnd) []segment {
 	ab := ipv4(protoTCP, client.addr, server.addr).withSrc(client.addr, client.port).withDst(server.addr, server.port)
+	if server.front != "" {
+		ab = ab.withDst(server.front, server.frontPort)
+	}
 	ba := ipv4(protoTCP, server.addr, client.addr).withSrc(server.addr, server.port).withDst(client.addr, client.port)
 	if client.macs != nil {
 		ab = client.macs(ab)

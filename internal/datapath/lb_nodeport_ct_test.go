@@ -157,9 +157,17 @@ func TestPrivilegedLBNodePortPromotedByClientAck(t *testing.T) {
 	c.answer(t, d, bare(c.reply.withTCPFlags(tcpACK).withSeq(5001, 1001)), "the backend's ACK of the SYN")
 	c.send(t, d, bare(c.req.withTCPFlags(tcpACK).withSeq(1001, 5001)), "the client's ACK of the SYN-ACK")
 	wantWhere(t, d, c, 2, 0, "after the client's ACK")
+	// In the hash the flow still awaits its backend's answer (the SYN timeout):
+	// a client completing handshakes and sending nothing holds no entry for 6 h.
 	_, rev := ctFlowKeys(c.req, backendB)
-	if v, err := ctEntryOf(d.objs.MyelinLbCtNodeport, rev); err != nil || v.Flags&uint16(myelinCtFlagsCT_F_AWAITING_REPLY) != 0 {
-		t.Errorf("the promoted reverse entry: %+v, %v; want it without CT_F_AWAITING_REPLY", v, err)
+	awaiting := uint16(myelinCtFlagsCT_F_AWAITING_REPLY)
+	if v, err := ctEntryOf(d.objs.MyelinLbCtNodeport, rev); err != nil || v.Flags&awaiting == 0 {
+		t.Errorf("the promoted reverse entry: %+v, %v; want it still CT_F_AWAITING_REPLY", v, err)
+	}
+	c.send(t, d, c.req.withTCPFlags(0x18).withSeq(1001, 5001), "the client's data")
+	c.answer(t, d, bare(c.reply.withTCPFlags(tcpACK).withSeq(5001, 1020)), "the backend's ACK of it")
+	if v, err := ctEntryOf(d.objs.MyelinLbCtNodeport, rev); err != nil || v.Flags&awaiting != 0 {
+		t.Errorf("the reverse entry after the backend's answer: %+v, %v; want it without CT_F_AWAITING_REPLY", v, err)
 	}
 
 	blind := newNodePortCTClient(protoTCP, "198.51.100.7", 40000)
@@ -176,9 +184,10 @@ func TestPrivilegedLBNodePortPromotedByClientAck(t *testing.T) {
 
 // A SYN on an answered, established flow's tuple is no new connection (a
 // forged one must not move the flow back to the LRU): it goes to the same
-// backend and the flow stays in myelin_lb_ct_nodeport. Once the flow closed,
-// a new connection on the tuple starts over in the LRU: the old entries
-// leave the hash (they would hide the new ones) and it must be answered again.
+// backend and the flow stays in myelin_lb_ct_nodeport. Once the flow closed
+// (a FIN, or a forged RST), a new connection on the tuple takes the old
+// entries' place in the hash; once its backend left the pool, a SYN
+// chooses again.
 func TestPrivilegedLBNodePortSynOnAnsweredFlow(t *testing.T) {
 	requirePrivileged(t)
 	d := loadLB(t, HostRoutingBPF, 0)
@@ -194,16 +203,27 @@ func TestPrivilegedLBNodePortSynOnAnsweredFlow(t *testing.T) {
 	challenge.payload = nil
 	c.answer(t, d, challenge, "the backend's challenge ACK, translated")
 
-	fin := c.req.withTCPFlags(tcpFINACK).withSeq(1020, 5001)
-	fin.payload = nil
-	c.send(t, d, fin, "the client's FIN")
-	c.send(t, d, syn, "a new connection on the closed tuple")
-	wantWhere(t, d, c, 0, 2, "the new connection, awaiting")
+	rst := c.req.withTCPFlags(tcpRST).withSeq(1<<31, 0)
+	rst.payload = nil
+	c.send(t, d, rst, "a forged RST")
+	c.send(t, d, syn, "a SYN on the closing tuple")
+	wantWhere(t, d, c, 2, 0, "the tuple after RST and SYN: in the hash still")
 	synack := c.reply.withTCPFlags(0x12).withSeq(7000, 90001)
 	synack.payload = nil
-	c.answer(t, d, synack, "its SYN-ACK, translated from the LRU")
+	c.answer(t, d, synack, "the new connection's SYN-ACK, translated")
 	c.send(t, d, c.req.withTCPFlags(0x18).withSeq(90001, 7001), "the client's ACK of it")
-	wantWhere(t, d, c, 2, 0, "the new connection, answered")
+	wantWhere(t, d, c, 2, 0, "the new connection")
+
+	// Backend 1 leaves the pool (backend 2, on another node, stays): a SYN
+	// on the established tuple chooses again, and goes to the remote one.
+	if err := d.UpsertService(feNodePort, Service{ID: 2, Flags: ServiceNodePort, Backends: []uint32{2}}); err != nil {
+		t.Fatal(err)
+	}
+	c.send(t, d, c.req.withTCPFlags(0x18).withSeq(90001, 7001), "the established flow goes on to its backend")
+	ret, out, err := runPacket(d.objs.MyelinFromNetdev, syn.build(), nil)
+	if err != nil || ret == tcActRedirect {
+		t.Errorf("a SYN after its backend left the pool: verdict %d, err %v, out %x; want it sent to the remote backend, not delivered", ret, err, out)
+	}
 }
 
 // With myelin_lb_ct_nodeport full, new NodePort flows still open and work

@@ -115,7 +115,8 @@ func (d *Datapath) nodePortCTTables() []flowTable[myelinCtKey, myelinCtEntry, ct
 // whose programs may still have written some after the load that created
 // it, so every load looks): the datapath looks UDP flows up there only, so
 // they keep their backend and their replies' translation. Both entries of a
-// flow move (the table holds both directions, keyed apart).
+// flow move (the table holds both directions, keyed apart). Best effort: an
+// entry the LRU refuses stays (its flow chooses again), never failing a load.
 func (d *Datapath) moveNodePortUDP() error {
 	var keys []myelinCtKey
 	var vals []myelinCtEntry
@@ -128,11 +129,8 @@ func (d *Datapath) moveNodePortUDP() error {
 		return fmt.Errorf("move UDP flows from myelin_lb_ct_nodeport: %w", err)
 	}
 	for i, k := range keys {
-		if err := d.objs.MyelinLbCtNodeportSyn.Update(k, vals[i], ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("move a UDP flow to myelin_lb_ct_nodeport_syn: %w", err)
-		}
-		if err := d.objs.MyelinLbCtNodeport.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("move a UDP flow from myelin_lb_ct_nodeport: %w", err)
+		if d.objs.MyelinLbCtNodeportSyn.Update(k, vals[i], ebpf.UpdateAny) == nil {
+			_ = d.objs.MyelinLbCtNodeport.Delete(k) // gone already: the GC took it
 		}
 	}
 	return nil
