@@ -311,6 +311,8 @@ static __always_inline int lb_nodeport_commit(struct __sk_buff *skb, const struc
 					      const struct ct_key *fwd, const struct lb_flow *f,
 					      const struct ct_entry *old)
 {
+	struct ct_key rev = {};
+	struct ct_entry rv = {};
 	__u32 syn_next;
 
 	if (f->ct && old)
@@ -323,10 +325,16 @@ static __always_inline int lb_nodeport_commit(struct __sk_buff *skb, const struc
 	}
 	syn_next = ct_syn_next(skb, info);
 	if (old) {
-		np_ct_forget(fwd, old);
+		/* Written over in place (ct_create keeps a first SYN's number that
+		 * way); only a reverse entry of another backend goes first. */
+		ct_reverse_of(fwd, old, &rev, &rv);
+		if (old->be_addr != f->be.addr || old->be_port != f->be.port)
+			bpf_map_delete_elem(&myelin_lb_ct_nodeport, &rev);
 		if (!lb_flow_commit(&myelin_lb_ct_nodeport, fwd, f, svc, l4, CT_F_NODEPORT,
 				    syn_next))
 			return 0;
+		bpf_map_delete_elem(&myelin_lb_ct_nodeport, fwd);
+		bpf_map_delete_elem(&myelin_lb_ct_nodeport, &rev);
 	}
 	return lb_flow_commit(&myelin_lb_ct_nodeport_syn, fwd, f, svc, l4, CT_F_NODEPORT, syn_next);
 }
@@ -401,6 +409,9 @@ static __always_inline int lb_nodeport(struct __sk_buff *skb, struct ipv4_info *
 						    promoted ? ct : NULL);
 			return reason ? reason : lb_dnat(skb, info, l4, &f.be);
 		}
+		/* Now to a backend on another node: a local flow of the tuple is over. */
+		if (promoted)
+			np_ct_forget(&fwd, ct);
 		reason = np_create(&npkey, f.id, &f.be, l4->tcp_closing ? NAT_F_CLOSING : 0, &flow);
 	}
 	if (reason)

@@ -195,6 +195,7 @@ func TestPrivilegedLBNodePortSynOnAnsweredFlow(t *testing.T) {
 	c := newNodePortCTClient(protoTCP, extHost, 40000)
 	c.handshake(t, d)
 	wantWhere(t, d, c, 2, 0, "answered")
+	bare := func(p pkt) pkt { p.payload = nil; return p }
 	syn := c.req.withTCPFlags(tcpSYN).withSeq(90000, 0)
 	syn.payload = nil
 	c.send(t, d, syn, "a SYN on the established tuple")
@@ -208,6 +209,15 @@ func TestPrivilegedLBNodePortSynOnAnsweredFlow(t *testing.T) {
 	c.send(t, d, rst, "a forged RST")
 	c.send(t, d, syn, "a SYN on the closing tuple")
 	wantWhere(t, d, c, 2, 0, "the tuple after RST and SYN: in the hash still")
+	// Written over in place, the entries keep the first SYN's number: a lower
+	// SYN does not make the half-open backend's ACK of the first an answer.
+	lower := syn.withSeq(100, 0)
+	c.send(t, d, lower, "a lower SYN")
+	c.answer(t, d, bare(c.reply.withTCPFlags(tcpACK).withSeq(7001, 90001)), "the half-open backend's ACK of the first SYN")
+	_, rev := ctFlowKeys(c.req, backendB)
+	if v, err := ctEntryOf(d.objs.MyelinLbCtNodeport, rev); err != nil || v.Flags&uint16(myelinCtFlagsCT_F_AWAITING_REPLY) == 0 {
+		t.Errorf("the reverse entry after a lower SYN and the backend's ACK of the first: %+v, %v; want it still awaiting", v, err)
+	}
 	synack := c.reply.withTCPFlags(0x12).withSeq(7000, 90001)
 	synack.payload = nil
 	c.answer(t, d, synack, "the new connection's SYN-ACK, translated")
@@ -224,6 +234,7 @@ func TestPrivilegedLBNodePortSynOnAnsweredFlow(t *testing.T) {
 	if err != nil || ret == tcActRedirect {
 		t.Errorf("a SYN after its backend left the pool: verdict %d, err %v, out %x; want it sent to the remote backend, not delivered", ret, err, out)
 	}
+	wantWhere(t, d, c, 0, 0, "the local flow's entries once the tuple went to a remote backend")
 }
 
 // With myelin_lb_ct_nodeport full, new NodePort flows still open and work
@@ -262,11 +273,13 @@ func TestPrivilegedLBNodePortConntrackFull(t *testing.T) {
 	}
 }
 
-// An upgrade from a datapath without myelin_lb_ct_nodeport_syn, whose UDP
-// NodePort flows are in myelin_lb_ct_nodeport: the load that creates the LRU
-// moves them there (UDP is looked up there only), so their replies are still
-// translated; TCP flows stay.
-func TestPrivilegedLBNodePortUDPMovedOnUpgrade(t *testing.T) {
+// An upgrade from a datapath without myelin_lb_ct_nodeport_syn, whose
+// NodePort flows are all in myelin_lb_ct_nodeport: the load that creates the
+// LRU moves the UDP flows there (UDP is looked up there only), so their
+// replies are still translated, and the TCP flows still awaiting their
+// backend (a SYN flood's), which would otherwise count as proven; answered
+// TCP flows stay. A later restart moves no TCP flow.
+func TestPrivilegedLBNodePortUnprovenMovedOnUpgrade(t *testing.T) {
 	requirePrivileged(t)
 	cfg, d := loadPinnedLB(t)
 	defer func() { d.Close() }()
@@ -275,9 +288,13 @@ func TestPrivilegedLBNodePortUDPMovedOnUpgrade(t *testing.T) {
 	udp.send(t, d, udp.req, "a UDP datagram")
 	tcp := newNodePortCTClient(protoTCP, extHost, 40000)
 	tcp.handshake(t, d)
-	// As the older datapath kept it: in the hash.
+	bare := func(p pkt) pkt { p.payload = nil; return p }
+	flooded := newNodePortCTClient(protoTCP, "198.51.100.9", 40001)
+	flooded.send(t, d, bare(flooded.req.withTCPFlags(tcpSYN)), "a forged SYN")
+	// As the older datapath kept them: in the hash.
 	fwd, rev := ctFlowKeys(udp.req, backendB)
-	for _, k := range []myelinCtKey{fwd, rev} {
+	ffwd, frev := ctFlowKeys(flooded.req, backendB)
+	for _, k := range []myelinCtKey{fwd, rev, ffwd, frev} {
 		v, err := ctEntryOf(d.objs.MyelinLbCtNodeportSyn, k)
 		if err == nil {
 			err = d.objs.MyelinLbCtNodeport.Update(k, v, ebpf.UpdateAny)
@@ -298,6 +315,19 @@ func TestPrivilegedLBNodePortUDPMovedOnUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantWhere(t, d, udp, 0, 2, "the UDP flow after the upgrade")
-	wantWhere(t, d, tcp, 2, 0, "the TCP flow after the upgrade")
+	wantWhere(t, d, tcp, 2, 0, "the TCP flow its backend answered, after the upgrade")
+	wantWhere(t, d, flooded, 0, 2, "the TCP flow still awaiting its backend, after the upgrade")
 	udp.answer(t, d, udp.reply, "the UDP flow's reply, translated")
+
+	// A restart (the LRU is there): a promoted flow still awaiting its backend stays.
+	fresh := newNodePortCTClient(protoTCP, extHost, 40002)
+	fresh.send(t, d, bare(fresh.req.withTCPFlags(tcpSYN)), "SYN")
+	fresh.answer(t, d, bare(fresh.reply.withTCPFlags(0x12).withSeq(5000, 1001)), "SYN-ACK")
+	fresh.send(t, d, bare(fresh.req.withTCPFlags(tcpACK).withSeq(1001, 5001)), "the client's ACK")
+	wantWhere(t, d, fresh, 2, 0, "promoted, still awaiting its backend")
+	d.Close()
+	if d, err = Load(cfg); err != nil {
+		t.Fatal(err)
+	}
+	wantWhere(t, d, fresh, 2, 0, "promoted, still awaiting its backend, after a restart")
 }

@@ -110,26 +110,39 @@ func (d *Datapath) nodePortCTTables() []flowTable[myelinCtKey, myelinCtEntry, ct
 	}
 }
 
-// moveNodePortUDP moves the UDP flows left in myelin_lb_ct_nodeport to the
-// LRU myelin_lb_ct_nodeport_syn (an upgrade from a datapath without the LRU,
-// whose programs may still have written some after the load that created
-// it, so every load looks): the datapath looks UDP flows up there only, so
-// they keep their backend and their replies' translation. Both entries of a
-// flow move (the table holds both directions, keyed apart). Best effort: an
-// entry the LRU refuses stays (its flow chooses again), never failing a load.
-func (d *Datapath) moveNodePortUDP() error {
-	var keys []myelinCtKey
-	var vals []myelinCtEntry
-	err := dumpEntries(d.objs.MyelinLbCtNodeport, func(k myelinCtKey, v myelinCtEntry) {
-		if k.Proto == unix.IPPROTO_UDP {
-			keys, vals = append(keys, k), append(vals, v)
-		}
-	})
+// moveNodePortUnproven moves the flows of myelin_lb_ct_nodeport that no
+// client proved its own to the LRU myelin_lb_ct_nodeport_syn, where the
+// datapath keeps such flows (bpf/lib/nodeport_ct.h): UDP flows at every load
+// (the datapath looks UDP up in the LRU only; an older datapath's programs
+// may still write some after the load that created the LRU), and, when this
+// load created the LRU (an upgrade from a datapath without it), TCP flows
+// whose reverse entry still awaits its backend — a SYN flood's entries the
+// older datapath kept, which would otherwise count as proven. Both entries
+// of a flow move. Best effort: an entry the LRU refuses stays (its flow
+// chooses again), never failing a load.
+func (d *Datapath) moveNodePortUnproven(created []string) error {
+	upgrade := slices.Contains(created, "myelin_lb_ct_nodeport_syn")
+	all := map[myelinCtKey]myelinCtEntry{}
+	err := dumpEntries(d.objs.MyelinLbCtNodeport, func(k myelinCtKey, v myelinCtEntry) { all[k] = v })
 	if err != nil {
-		return fmt.Errorf("move UDP flows from myelin_lb_ct_nodeport: %w", err)
+		return fmt.Errorf("move unproven flows from myelin_lb_ct_nodeport: %w", err)
 	}
-	for i, k := range keys {
-		if d.objs.MyelinLbCtNodeportSyn.Update(k, vals[i], ebpf.UpdateAny) == nil {
+	var move []myelinCtKey
+	for k, v := range all {
+		switch {
+		case k.Proto == unix.IPPROTO_UDP:
+			move = append(move, k)
+		case upgrade && k.Dir == uint8(myelinCtDirCT_DIR_REVERSE) && v.Flags&uint16(myelinCtFlagsCT_F_AWAITING_REPLY) != 0:
+			fwd := myelinCtKey{Saddr: v.ClientAddr, Daddr: v.FrontAddr, Sport: k.Dport, Dport: v.FrontPort,
+				Proto: k.Proto, Dir: uint8(myelinCtDirCT_DIR_FORWARD)}
+			move = append(move, k)
+			if _, ok := all[fwd]; ok {
+				move = append(move, fwd)
+			}
+		}
+	}
+	for _, k := range move {
+		if d.objs.MyelinLbCtNodeportSyn.Update(k, all[k], ebpf.UpdateAny) == nil {
 			_ = d.objs.MyelinLbCtNodeport.Delete(k) // gone already: the GC took it
 		}
 	}

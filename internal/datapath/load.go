@@ -256,7 +256,7 @@ func Load(cfg Config) (*Datapath, error) {
 		return nil, err
 	}
 	if cfg.LoadBalancing {
-		if err := errors.Join(d.seedPortBitmaps(created), d.moveNodePortUDP()); err != nil {
+		if err := errors.Join(d.seedPortBitmaps(created), d.moveNodePortUnproven(created)); err != nil {
 			d.Close()
 			return nil, err
 		}
