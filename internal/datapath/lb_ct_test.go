@@ -176,7 +176,6 @@ func TestPrivilegedLBNodePortAwaitsBackend(t *testing.T) {
 	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort).withSeq(1000, 0)
 	fwd, rev := ctFlowKeys(req, backendB)
 	reply := fromPodB(ipv4(protoTCP, podBIP, extHost).withSrc(podBIP, 8080).withDst(extHost, 40000))
-	bare := func(p pkt) pkt { p.payload = nil; return p }
 	established, awaiting := uint16(myelinCtFlagsCT_F_ESTABLISHED), uint16(myelinCtFlagsCT_F_AWAITING_REPLY)
 	// The client never acknowledges a SYN-ACK here: the flow stays in the LRU.
 	flags := func(key myelinCtKey, mask, want uint16) func(*Datapath) error {
@@ -203,12 +202,12 @@ func TestPrivilegedLBNodePortAwaitsBackend(t *testing.T) {
 	}
 	cases := []lbCase{
 		fromClient("SYN: awaiting the backend", req, flags(rev, awaiting, awaiting)),
-		fromBackend("SYN-ACK: still awaiting", bare(reply.withTCPFlags(0x12).withSeq(5000, 1001)), flags(rev, awaiting, awaiting)),
+		fromBackend("SYN-ACK: still awaiting", reply.withTCPFlags(0x12).withSeq(5000, 1001).bare(), flags(rev, awaiting, awaiting)),
 		// A second SYN of a lower number on the tuple does not move what the backend must pass.
 		fromClient("another SYN, of a lower number", req.withSeq(0, 0), flags(rev, awaiting, awaiting)),
-		fromClient("a PSH-only segment out of the window: looks established", bare(req.withTCPFlags(0x08).withSeq(1<<31, 0)), flags(fwd, established, established)),
-		fromBackend("the half-open backend's ACK of exactly the SYN: still awaiting", bare(reply.withTCPFlags(tcpACK).withSeq(5001, 1001)), flags(rev, awaiting, awaiting)),
-		fromBackend("its ACK of client data: answered", bare(reply.withTCPFlags(tcpACK).withSeq(5001, 1020)), flags(rev, awaiting, 0)),
+		fromClient("a PSH-only segment out of the window: looks established", req.withTCPFlags(0x08).withSeq(1<<31, 0).bare(), flags(fwd, established, established)),
+		fromBackend("the half-open backend's ACK of exactly the SYN: still awaiting", reply.withTCPFlags(tcpACK).withSeq(5001, 1001).bare(), flags(rev, awaiting, awaiting)),
+		fromBackend("its ACK of client data: answered", reply.withTCPFlags(tcpACK).withSeq(5001, 1020).bare(), flags(rev, awaiting, 0)),
 	}
 	cases[0].seed = oneService(feNodePort, Service{ID: 1, Flags: ServiceNodePort, Backends: []uint32{1}})
 	runLBCases(t, d, cases)

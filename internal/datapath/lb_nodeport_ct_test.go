@@ -39,11 +39,10 @@ func (c nodePortCTClient) answer(t *testing.T, d *Datapath, p pkt, what string) 
 // with data, and the backend's ACK of that data (the answer).
 func (c nodePortCTClient) handshake(t *testing.T, d *Datapath) {
 	t.Helper()
-	bare := func(p pkt) pkt { p.payload = nil; return p }
-	c.send(t, d, bare(c.req.withTCPFlags(tcpSYN)), "SYN")
-	c.answer(t, d, bare(c.reply.withTCPFlags(0x12).withSeq(5000, 1001)), "SYN-ACK")
+	c.send(t, d, c.req.withTCPFlags(tcpSYN).bare(), "SYN")
+	c.answer(t, d, c.reply.withTCPFlags(0x12).withSeq(5000, 1001).bare(), "SYN-ACK")
 	c.send(t, d, c.req.withTCPFlags(0x18).withSeq(1001, 5001), "the client's data")
-	c.answer(t, d, bare(c.reply.withTCPFlags(tcpACK).withSeq(5001, 1020)), "the backend's ACK of it")
+	c.answer(t, d, c.reply.withTCPFlags(tcpACK).withSeq(5001, 1020).bare(), "the backend's ACK of it")
 }
 
 // where says which NodePort conntrack tables hold the flow's two entries.
@@ -110,8 +109,7 @@ func TestPrivilegedLBNodePortFloodChurnsLRU(t *testing.T) {
 			forged := newNodePortCTClient(proto, fmt.Sprintf("198.51.%d.%d", i/250, i%250+1), uint16(1024+i%60000))
 			p := forged.req
 			if proto == protoTCP {
-				p = p.withTCPFlags(tcpSYN)
-				p.payload = nil
+				p = p.withTCPFlags(tcpSYN).bare()
 			}
 			ret, _, err := runPacket(d.objs.MyelinFromNetdev, p.build(), nil)
 			if err != nil || ret != tcActRedirect {
@@ -145,17 +143,16 @@ func TestPrivilegedLBNodePortPromotedByClientAck(t *testing.T) {
 	requirePrivileged(t)
 	d := loadLB(t, HostRoutingBPF, 0)
 	seedNodePortCT(t, d)
-	bare := func(p pkt) pkt { p.payload = nil; return p }
 	c := newNodePortCTClient(protoTCP, extHost, 40000)
-	c.send(t, d, bare(c.req.withTCPFlags(tcpSYN)), "SYN")
-	c.answer(t, d, bare(c.reply.withTCPFlags(0x12).withSeq(5000, 1001)), "SYN-ACK")
+	c.send(t, d, c.req.withTCPFlags(tcpSYN).bare(), "SYN")
+	c.answer(t, d, c.reply.withTCPFlags(0x12).withSeq(5000, 1001).bare(), "SYN-ACK")
 	wantWhere(t, d, c, 0, 2, "after the SYN-ACK")
-	c.send(t, d, bare(c.req.withTCPFlags(tcpACK).withSeq(1001, 5002)), "an ACK of another number")
+	c.send(t, d, c.req.withTCPFlags(tcpACK).withSeq(1001, 5002).bare(), "an ACK of another number")
 	c.send(t, d, c.req.withTCPFlags(0x18).withSeq(1001, 4000), "data acknowledging less")
 	wantWhere(t, d, c, 0, 2, "after ACKs of numbers the backend never sent")
 	// The half-open backend answers those with an ACK of the SYN: it records nothing.
-	c.answer(t, d, bare(c.reply.withTCPFlags(tcpACK).withSeq(5001, 1001)), "the backend's ACK of the SYN")
-	c.send(t, d, bare(c.req.withTCPFlags(tcpACK).withSeq(1001, 5001)), "the client's ACK of the SYN-ACK")
+	c.answer(t, d, c.reply.withTCPFlags(tcpACK).withSeq(5001, 1001).bare(), "the backend's ACK of the SYN")
+	c.send(t, d, c.req.withTCPFlags(tcpACK).withSeq(1001, 5001).bare(), "the client's ACK of the SYN-ACK")
 	wantWhere(t, d, c, 2, 0, "after the client's ACK")
 	// In the hash the flow still awaits its backend's answer (the SYN timeout):
 	// a client completing handshakes and sending nothing holds no entry for 6 h.
@@ -165,19 +162,19 @@ func TestPrivilegedLBNodePortPromotedByClientAck(t *testing.T) {
 		t.Errorf("the promoted reverse entry: %+v, %v; want it still CT_F_AWAITING_REPLY", v, err)
 	}
 	c.send(t, d, c.req.withTCPFlags(0x18).withSeq(1001, 5001), "the client's data")
-	c.answer(t, d, bare(c.reply.withTCPFlags(tcpACK).withSeq(5001, 1020)), "the backend's ACK of it")
+	c.answer(t, d, c.reply.withTCPFlags(tcpACK).withSeq(5001, 1020).bare(), "the backend's ACK of it")
 	if v, err := ctEntryOf(d.objs.MyelinLbCtNodeport, rev); err != nil || v.Flags&awaiting != 0 {
 		t.Errorf("the reverse entry after the backend's answer: %+v, %v; want it without CT_F_AWAITING_REPLY", v, err)
 	}
 
 	blind := newNodePortCTClient(protoTCP, "198.51.100.7", 40000)
-	blind.send(t, d, bare(blind.req.withTCPFlags(tcpSYN).withSeq(1<<30, 0)), "a forged SYN")
-	blind.answer(t, d, bare(blind.reply.withTCPFlags(tcpRST)), "the backend's RST")
-	blind.send(t, d, bare(blind.req.withTCPFlags(tcpACK).withSeq(1<<30+1, 77)), "a forged ACK")
-	blind.send(t, d, bare(blind.req.withTCPFlags(tcpSYN).withSeq(100, 0)), "a lower SYN")
-	blind.answer(t, d, bare(blind.reply.withTCPFlags(tcpACK).withSeq(9000, 1<<30+1)), "the half-open backend's ACK of the first SYN")
+	blind.send(t, d, blind.req.withTCPFlags(tcpSYN).withSeq(1<<30, 0).bare(), "a forged SYN")
+	blind.answer(t, d, blind.reply.withTCPFlags(tcpRST).bare(), "the backend's RST")
+	blind.send(t, d, blind.req.withTCPFlags(tcpACK).withSeq(1<<30+1, 77).bare(), "a forged ACK")
+	blind.send(t, d, blind.req.withTCPFlags(tcpSYN).withSeq(100, 0).bare(), "a lower SYN")
+	blind.answer(t, d, blind.reply.withTCPFlags(tcpACK).withSeq(9000, 1<<30+1).bare(), "the half-open backend's ACK of the first SYN")
 	for _, ack := range []uint32{9001, 1<<30 + 1, 101} {
-		blind.send(t, d, bare(blind.req.withTCPFlags(tcpACK).withSeq(101, ack)), fmt.Sprintf("a forged ACK of %d", ack))
+		blind.send(t, d, blind.req.withTCPFlags(tcpACK).withSeq(101, ack).bare(), fmt.Sprintf("a forged ACK of %d", ack))
 	}
 	wantWhere(t, d, blind, 0, 2, "the blind client's flow")
 }
@@ -195,17 +192,13 @@ func TestPrivilegedLBNodePortSynOnAnsweredFlow(t *testing.T) {
 	c := newNodePortCTClient(protoTCP, extHost, 40000)
 	c.handshake(t, d)
 	wantWhere(t, d, c, 2, 0, "answered")
-	bare := func(p pkt) pkt { p.payload = nil; return p }
-	syn := c.req.withTCPFlags(tcpSYN).withSeq(90000, 0)
-	syn.payload = nil
+	syn := c.req.withTCPFlags(tcpSYN).withSeq(90000, 0).bare()
 	c.send(t, d, syn, "a SYN on the established tuple")
 	wantWhere(t, d, c, 2, 0, "the established flow after the SYN")
-	challenge := c.reply.withTCPFlags(tcpACK).withSeq(5001, 1020)
-	challenge.payload = nil
+	challenge := c.reply.withTCPFlags(tcpACK).withSeq(5001, 1020).bare()
 	c.answer(t, d, challenge, "the backend's challenge ACK, translated")
 
-	rst := c.req.withTCPFlags(tcpRST).withSeq(1<<31, 0)
-	rst.payload = nil
+	rst := c.req.withTCPFlags(tcpRST).withSeq(1<<31, 0).bare()
 	c.send(t, d, rst, "a forged RST")
 	c.send(t, d, syn, "a SYN on the closing tuple")
 	wantWhere(t, d, c, 2, 0, "the tuple after RST and SYN: in the hash still")
@@ -213,13 +206,12 @@ func TestPrivilegedLBNodePortSynOnAnsweredFlow(t *testing.T) {
 	// SYN does not make the half-open backend's ACK of the first an answer.
 	lower := syn.withSeq(100, 0)
 	c.send(t, d, lower, "a lower SYN")
-	c.answer(t, d, bare(c.reply.withTCPFlags(tcpACK).withSeq(7001, 90001)), "the half-open backend's ACK of the first SYN")
+	c.answer(t, d, c.reply.withTCPFlags(tcpACK).withSeq(7001, 90001).bare(), "the half-open backend's ACK of the first SYN")
 	_, rev := ctFlowKeys(c.req, backendB)
 	if v, err := ctEntryOf(d.objs.MyelinLbCtNodeport, rev); err != nil || v.Flags&uint16(myelinCtFlagsCT_F_AWAITING_REPLY) == 0 {
 		t.Errorf("the reverse entry after a lower SYN and the backend's ACK of the first: %+v, %v; want it still awaiting", v, err)
 	}
-	synack := c.reply.withTCPFlags(0x12).withSeq(7000, 90001)
-	synack.payload = nil
+	synack := c.reply.withTCPFlags(0x12).withSeq(7000, 90001).bare()
 	c.answer(t, d, synack, "the new connection's SYN-ACK, translated")
 	c.send(t, d, c.req.withTCPFlags(0x18).withSeq(90001, 7001), "the client's ACK of it")
 	wantWhere(t, d, c, 2, 0, "the new connection")
@@ -288,9 +280,8 @@ func TestPrivilegedLBNodePortUnprovenMovedOnUpgrade(t *testing.T) {
 	udp.send(t, d, udp.req, "a UDP datagram")
 	tcp := newNodePortCTClient(protoTCP, extHost, 40000)
 	tcp.handshake(t, d)
-	bare := func(p pkt) pkt { p.payload = nil; return p }
 	flooded := newNodePortCTClient(protoTCP, "198.51.100.9", 40001)
-	flooded.send(t, d, bare(flooded.req.withTCPFlags(tcpSYN)), "a forged SYN")
+	flooded.send(t, d, flooded.req.withTCPFlags(tcpSYN).bare(), "a forged SYN")
 	// As the older datapath kept them: in the hash.
 	fwd, rev := ctFlowKeys(udp.req, backendB)
 	ffwd, frev := ctFlowKeys(flooded.req, backendB)
@@ -321,9 +312,9 @@ func TestPrivilegedLBNodePortUnprovenMovedOnUpgrade(t *testing.T) {
 
 	// A restart (the LRU is there): a promoted flow still awaiting its backend stays.
 	fresh := newNodePortCTClient(protoTCP, extHost, 40002)
-	fresh.send(t, d, bare(fresh.req.withTCPFlags(tcpSYN)), "SYN")
-	fresh.answer(t, d, bare(fresh.reply.withTCPFlags(0x12).withSeq(5000, 1001)), "SYN-ACK")
-	fresh.send(t, d, bare(fresh.req.withTCPFlags(tcpACK).withSeq(1001, 5001)), "the client's ACK")
+	fresh.send(t, d, fresh.req.withTCPFlags(tcpSYN).bare(), "SYN")
+	fresh.answer(t, d, fresh.reply.withTCPFlags(0x12).withSeq(5000, 1001).bare(), "SYN-ACK")
+	fresh.send(t, d, fresh.req.withTCPFlags(tcpACK).withSeq(1001, 5001).bare(), "the client's ACK")
 	wantWhere(t, d, fresh, 2, 0, "promoted, still awaiting its backend")
 	d.Close()
 	if d, err = Load(cfg); err != nil {

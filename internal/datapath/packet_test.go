@@ -112,6 +112,9 @@ func (p pkt) withSeq(seq, ack uint32) pkt { p.seq, p.ack = seq, ack; return p }
 
 func (p pkt) withoutUDPChecksum() pkt { p.udpNoCsum = true; return p }
 
+// bare is p without payload: a SYN, a pure ACK, a FIN or RST as a stack sends them.
+func (p pkt) bare() pkt { p.payload = nil; return p }
+
 // withL4Cut cuts the L4 header (and payload) to its first n bytes; the IPv4
 // total length says so, so only the L4 header is short.
 func (p pkt) withL4Cut(n int) pkt { p.l4Cut = n; return p }
