@@ -115,7 +115,9 @@ func (d *Datapath) nodePortCTTables() []flowTable[myelinCtKey, myelinCtEntry, ct
 // datapath keeps such flows (bpf/lib/nodeport_ct.h): UDP flows at every load
 // (the datapath looks UDP up in the LRU only; an older datapath's programs
 // may still write some after the load that created the LRU), and, when this
-// load created the LRU (an upgrade from a datapath without it), TCP flows
+// load created the LRU (an upgrade from a datapath without it, or a layout
+// change that replaced it: then promoted flows still awaiting their backend
+// move too and the client's next ACK moves them back), TCP flows
 // whose reverse entry still awaits its backend — a SYN flood's entries the
 // older datapath kept, which would otherwise count as proven. Both entries
 // of a flow move. Best effort: an entry the LRU refuses stays (its flow
@@ -127,21 +129,24 @@ func (d *Datapath) moveNodePortUnproven(created []string) error {
 	if err != nil {
 		return fmt.Errorf("move unproven flows from myelin_lb_ct_nodeport: %w", err)
 	}
-	var move []myelinCtKey
+	// TCP first, each forward entry before its reverse one (a client packet in
+	// between would rebuild a reverse entry without the awaiting flag); UDP
+	// last, so an LRU too small for both evicts the flood's flows first.
+	var tcp, udp []myelinCtKey
 	for k, v := range all {
 		switch {
 		case k.Proto == unix.IPPROTO_UDP:
-			move = append(move, k)
+			udp = append(udp, k)
 		case upgrade && k.Dir == uint8(myelinCtDirCT_DIR_REVERSE) && v.Flags&uint16(myelinCtFlagsCT_F_AWAITING_REPLY) != 0:
 			fwd := myelinCtKey{Saddr: v.ClientAddr, Daddr: v.FrontAddr, Sport: k.Dport, Dport: v.FrontPort,
 				Proto: k.Proto, Dir: uint8(myelinCtDirCT_DIR_FORWARD)}
-			move = append(move, k)
 			if _, ok := all[fwd]; ok {
-				move = append(move, fwd)
+				tcp = append(tcp, fwd)
 			}
+			tcp = append(tcp, k)
 		}
 	}
-	for _, k := range move {
+	for _, k := range append(tcp, udp...) {
 		if d.objs.MyelinLbCtNodeportSyn.Update(k, all[k], ebpf.UpdateAny) == nil {
 			_ = d.objs.MyelinLbCtNodeport.Delete(k) // gone already: the GC took it
 		}
