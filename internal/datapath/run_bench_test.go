@@ -28,7 +28,8 @@ import (
 // lookup and the clock read that decides its refresh, at most once a second),
 // to-netdev-masq one to an address outside the cluster leaving the uplink,
 // masqueraded to the node's (a NAT lookup and the same clock read); a SYN
-// opens each connection first.
+// opens each connection first. from-netdev-masq-reply is that connection's
+// reply arriving on the uplink, translated back and delivered to pod A.
 // from-netdev-vxlan is a segment from a pod of another node in tunnel mode,
 // VXLAN on the uplink, which myelin_from_netdev decapsulates and delivers
 // itself (tunnel_decap_deliver). from-netdev-no-pod-check is from-netdev
@@ -81,6 +82,7 @@ func BenchmarkProgramRun(b *testing.B) {
 			b.ReportMetric(float64(ns)/float64(b.N), "ns/packet")
 		})
 	}
+	b.Run("from-netdev-masq-reply", func(b *testing.B) { benchMasqReply(b, d) })
 	b.Run("from-pod-fib", func(b *testing.B) {
 		inNetns(b, func(string) { benchFIBForward(b, d) })
 	})
@@ -91,6 +93,30 @@ func BenchmarkProgramRun(b *testing.B) {
 	for _, mode := range []TunnelPodToNode{TunnelPodToNodePlain, TunnelPodToNodeEncapsulate} {
 		b.Run("from-pod-outside-tunnel-"+mode.String(), func(b *testing.B) { benchTunnelOutside(b, mode) })
 	}
+}
+
+// benchMasqReply times myelin_from_netdev for the reply of pod A's masqueraded
+// connection (to-netdev-masq's): to the node's IP and the flow's NAT port,
+// translated back and delivered to pod A.
+func benchMasqReply(b *testing.B, d *Datapath) {
+	out := ipv4(protoTCP, podA, "203.0.113.10").withDst("203.0.113.10", 443)
+	runSegment(b, segment{in: out.withTCPFlags(tcpSYN).build(), prog: d.objs.MyelinToNetdev, ctx: *ctxForwarded, toStack: true})
+	var port uint16
+	err := dumpEntries(d.objs.MyelinSnat, func(k myelinNatKey, _ myelinNatEntry) {
+		if k.Dir == uint8(myelinNatDirNAT_DIR_INGRESS) && k.Saddr == networkUint32(mustAddr("203.0.113.10")) && k.Sport == htons(443) {
+			port = ntohs(k.Dport)
+		}
+	})
+	if err != nil || port == 0 {
+		b.Fatalf("the masqueraded flow's NAT port: %d, %v", port, err)
+	}
+	reply := ipv4(protoTCP, "203.0.113.10", nodeIP).withSrc("203.0.113.10", 443).withDst(nodeIP, port).withTCPFlags(tcpACK)
+	s := segment{in: reply.build(), prog: d.objs.MyelinFromNetdev}
+	var ns uint64
+	for b.Loop() {
+		ns += uint64(runSegment(b, s))
+	}
+	b.ReportMetric(float64(ns)/float64(b.N), "ns/packet")
 }
 
 // benchTunnelOutside times myelin_from_pod for pod A's segment to an address
