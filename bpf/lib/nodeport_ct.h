@@ -42,9 +42,9 @@ static __always_inline struct ct_entry *np_ct_find(const struct ct_key *fwd, int
 }
 
 /*
- * np_ct_forget deletes the promoted flow fwd -> fv from myelin_lb_ct_nodeport
- * when its tuple starts a new flow (a new connection, or its backend gone):
- * the new flow's entries go into the LRU, which the old ones would hide.
+ * np_ct_forget deletes the flow fwd -> fv from myelin_lb_ct_nodeport: its
+ * tuple now goes to a backend on another node (the NodePort SNAT tables,
+ * looked up first), so its local entries would only hold room.
  */
 static __always_inline void np_ct_forget(const struct ct_key *fwd, const struct ct_entry *fv)
 {
@@ -58,11 +58,10 @@ static __always_inline void np_ct_forget(const struct ct_key *fwd, const struct 
 
 /*
  * np_ct_synack records in the reverse entry e of a TCP flow awaiting its
- * backend the number the client's ACK of the backend's SYN-ACK carries
- * (its sequence number + 1, in backend_id, unused in reverse entries; 0
- * when that is 0: never promoted), from the
+ * backend the number the client's ACK of the backend's SYN-ACK carries: its
+ * sequence number + 1, in backend_id (unused in reverse entries; 0 when the
+ * sum is 0: that flow is never promoted). Called for SYN-ACKs on the
  * backend's own path only (from_backend: its veth, the node's stack).
- * Called for SYN-ACKs only.
  */
 static __always_inline void np_ct_synack(struct __sk_buff *skb, const struct ipv4_info *info,
 					 struct ct_entry *e)
