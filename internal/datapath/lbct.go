@@ -40,8 +40,8 @@ type ctFlowID struct {
 }
 
 // GCServiceCT deletes the conntrack entries (both directions) of every
-// load-balanced flow, in myelin_lb_ct and the NodePort tables (lbCTNodePort), idle longer
-// than its state's timeout at now, a time on the MonotonicNow clock, and
+// load-balanced flow, in myelin_lb_ct and the NodePort tables
+// (nodePortCTTables), idle longer than its state's timeout at now, a time on the MonotonicNow clock, and
 // returns how many map entries it removed. The agent runs it periodically
 // next to GCNAT; it is what frees room in a full table. A flow is re-read
 // just before deletion, so one that saw a packet during the walk is kept.
@@ -112,16 +112,18 @@ func (d *Datapath) nodePortCTTables() []flowTable[myelinCtKey, myelinCtEntry, ct
 
 // moveNodePortUnproven moves the flows of myelin_lb_ct_nodeport that no
 // client proved its own to the LRU myelin_lb_ct_nodeport_syn, where the
-// datapath keeps such flows (bpf/lib/nodeport_ct.h): UDP flows at every load
-// (the datapath looks UDP up in the LRU only; an older datapath's programs
-// may still write some after the load that created the LRU), and, when this
-// load created the LRU (an upgrade from a datapath without it, or a layout
-// change that replaced it: then promoted flows still awaiting their backend
-// move too and the client's next ACK moves them back), TCP flows
-// whose reverse entry still awaits its backend — a SYN flood's entries the
-// older datapath kept, which would otherwise count as proven. Both entries
-// of a flow move. Best effort: an entry the LRU refuses stays (its flow
-// chooses again), never failing a load.
+// datapath keeps such flows (bpf/lib/nodeport_ct.h):
+//   - UDP flows, at every load: the datapath looks UDP up in the LRU only,
+//     and an older datapath's programs may write some after the load that
+//     created the LRU;
+//   - when this load created the LRU (an upgrade from a datapath without it),
+//     TCP flows whose reverse entry still awaits its backend: a SYN flood's
+//     entries the older datapath kept, which would otherwise count as proven.
+//     (A layout change that replaces the LRU moves promoted flows still
+//     awaiting too; their client's next ACK moves them back.)
+//
+// Both entries of a flow move. Best effort: an entry the LRU refuses stays
+// (its flow chooses again), never failing a load.
 func (d *Datapath) moveNodePortUnproven(created []string) error {
 	upgrade := slices.Contains(created, "myelin_lb_ct_nodeport_syn")
 	all := map[myelinCtKey]myelinCtEntry{}
