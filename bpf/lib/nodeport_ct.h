@@ -20,6 +20,8 @@
 #include <bpf/bpf_helpers.h>
 
 #include "ct.h"
+#include "lb.h"
+#include "lb_flow.h"
 #include "maps.h"
 
 /*
@@ -152,6 +154,74 @@ static __always_inline void np_ct_client_ack(struct __sk_buff *skb, const struct
 	    bpf_ntohl(h.ack) != r.backend_id)
 		return;
 	np_ct_promote(fwd, &f, &rev, &r);
+}
+
+/*
+ * np_ct_commit records a packet of the NodePort flow fwd to the local
+ * backend f (nodeport_ct.h): a kept flow is touched in its table, and a TCP
+ * flow in the LRU moves to the hash when the client's segment acknowledges
+ * the backend's SYN-ACK. A new flow (a TCP flow's first SYN number kept,
+ * ct_syn_next) goes into the LRU to await its backend, unless its tuple
+ * has entries in the hash (old: a client that proved the tuple its own
+ * opens again, after a FIN or RST, or its backend left): then it takes
+ * their place there, no more room than they held, so a forged RST and SYN
+ * can't move a client's tuple back to the LRU. Returns 0 or
+ * DROP_SVC_CT_FULL.
+ */
+static __always_inline int np_ct_commit(struct __sk_buff *skb, const struct ipv4_info *info,
+					const struct l4_info *l4, const struct lb_svc *svc,
+					const struct ct_key *fwd, const struct lb_flow *f,
+					const struct ct_entry *old)
+{
+	struct ct_key rev = {};
+	struct ct_entry rv = {};
+	__u32 syn_next;
+
+	if (f->ct && old)
+		return lb_flow_commit(&myelin_lb_ct_nodeport, fwd, f, svc, l4, CT_F_NODEPORT, 0);
+	if (f->ct) {
+		lb_flow_commit(&myelin_lb_ct_nodeport_syn, fwd, f, svc, l4, CT_F_NODEPORT, 0);
+		if (info->proto == IPPROTO_TCP && !l4->tcp_syn)
+			np_ct_client_ack(skb, info, fwd, f->ct);
+		return 0;
+	}
+	syn_next = ct_syn_next(skb, info);
+	if (old) {
+		/* Written over in place (ct_create keeps a first SYN's number that
+		 * way); only a reverse entry of another backend goes first. */
+		ct_reverse_of(fwd, old, &rev, &rv);
+		if (old->be_addr != f->be.addr || old->be_port != f->be.port)
+			bpf_map_delete_elem(&myelin_lb_ct_nodeport, &rev);
+		if (!lb_flow_commit(&myelin_lb_ct_nodeport, fwd, f, svc, l4, CT_F_NODEPORT,
+				    syn_next))
+			return 0;
+		bpf_map_delete_elem(&myelin_lb_ct_nodeport, fwd);
+		bpf_map_delete_elem(&myelin_lb_ct_nodeport, &rev);
+	}
+	return lb_flow_commit(&myelin_lb_ct_nodeport_syn, fwd, f, svc, l4, CT_F_NODEPORT, syn_next);
+}
+
+/*
+ * np_ct_keep is the l4 lb_flow_backend judges a NodePort packet by:
+ * a SYN on an established, not closing flow in myelin_lb_ct_nodeport whose
+ * backend is still in the pool at its place is no new connection (its
+ * client proved the tuple its own): it goes to the flow's backend, whose
+ * challenge ACK answers it, as the kernel's own conntrack does. Only SYNs
+ * pay the pool lookup.
+ */
+static __always_inline const struct l4_info *np_ct_keep(const struct l4_info *l4,
+							const struct ct_entry *ct,
+							const struct lb_svc *svc, int promoted,
+							struct l4_info *kept)
+{
+	if (!promoted || !l4->tcp_opening ||
+	    (ct->flags & (CT_F_ESTABLISHED | CT_F_CLOSING)) != CT_F_ESTABLISHED ||
+	    ct->svc_id != svc->id ||
+	    lb_index_lookup(svc, ct->index, LB_CLIENT_EXTERNAL) != ct->backend_id)
+		return l4;
+	*kept = *l4;
+	kept->tcp_opening = 0;
+	return kept;
 }
 
 #endif /* MYELIN_LIB_NODEPORT_CT_H */

@@ -37,6 +37,7 @@
 #include "frag.h"
 #include "icmp.h"
 #include "lb.h"
+#include "lb_flow.h"
 #include "masq.h"
 #include "nodeport.h"
 #include "nodeport_ct.h"
@@ -50,100 +51,6 @@ enum lb_route {
 	LB_ROUTE_LOCAL = 1,  /* into a local pod, in both host routing modes (hairpin) */
 	LB_ROUTE_OUT = 2,    /* tunnel or FIB in both modes: its source is node_ip (NodePort) */
 };
-
-/* lb_flow is where a packet of a load-balanced flow goes. */
-struct lb_flow {
-	struct lb_backend be;
-	struct ct_entry *ct; /* the flow's forward entry when it is kept, else NULL */
-	__u32 id;	     /* backend id */
-	__u32 index;	     /* where the backend was found in the service's pool */
-};
-
-/*
- * lb_flow_keep returns the backend of the flow of forward entry ct to svc
- * while the flow may keep it, else NULL (choose again): the entry was made
- * for this service (a frontend now owned by another Service has another
- * id, and ids are not reused while entries may name them), its backend id
- * still names the address and port the flow was sent to (a deleted or
- * reused id does not), and the packet does not open a new connection. A
- * TCP SYN does, unless it repeats the SYN of a handshake still open whose
- * backend is still in the service's pool at the same place (one more
- * lookup, for SYNs only): a new connection always gets a current backend
- * of this service, never a terminating one.
- */
-static __always_inline const struct lb_backend *lb_flow_keep(const struct ct_entry *ct,
-							     const struct lb_svc *svc,
-							     const struct l4_info *l4,
-							     enum lb_client client)
-{
-	const struct lb_backend *b;
-
-	if (ct->svc_id != svc->id)
-		return NULL;
-	if (l4->tcp_opening && ((ct->flags & (CT_F_ESTABLISHED | CT_F_CLOSING)) ||
-				lb_index_lookup(svc, ct->index, client) != ct->backend_id))
-		return NULL;
-	b = lb_backend_lookup(ct->backend_id);
-	if (!b || b->addr != ct->be_addr || b->port != ct->be_port)
-		return NULL;
-	return b;
-}
-
-/*
- * lb_flow_backend fills f with the backend of flow fwd of client to svc:
- * its forward conntrack entry ct's while lb_flow_keep allows, else a new
- * choice (lb_select), with f->ct NULL: the caller writes the flow's entries.
- * Returns the backend id, 0 if none.
- */
-static __always_inline __u32 lb_flow_backend(struct ct_entry *ct, const struct ct_key *fwd,
-					     const struct lb_svc *svc, const struct l4_info *l4,
-					     struct lb_flow *f, enum lb_client client)
-{
-	const struct lb_backend *b = ct ? lb_flow_keep(ct, svc, l4, client) : NULL;
-
-	if (b) {
-		f->be = *b;
-		f->id = ct->backend_id;
-		f->index = ct->index;
-		/* A repeated SYN writes both entries again, see lb_pod_service. */
-		f->ct = l4->tcp_opening ? NULL : ct;
-		return f->id;
-	}
-	f->ct = NULL;
-	f->id = lb_select(svc, fwd, &f->index, client);
-	b = f->id ? lb_backend_lookup(f->id) : NULL;
-	if (!b)
-		return 0;
-	f->be = *b;
-	return f->id;
-}
-
-/*
- * lb_flow_commit records the packet of flow fwd going to f: a kept flow is
- * touched (state, last_seen, its reverse entry checked once a second); a
- * new choice writes both entries, in the state "SYN" whatever the packet.
- * Returns 0 or DROP_SVC_CT_FULL.
- */
-static __always_inline int lb_flow_commit(void *map, const struct ct_key *fwd,
-					  const struct lb_flow *f, const struct lb_svc *svc,
-					  const struct l4_info *l4, __u16 flags, __u32 syn_next)
-{
-	struct ct_entry fv = {
-		.backend_id = f->id,
-		.flags = flags,
-		.last_seen = clock_coarse_ns(),
-		.svc_id = svc->id,
-		.be_addr = f->be.addr,
-		.be_port = f->be.port,
-		.index = f->index,
-	};
-
-	if (f->ct) {
-		ct_touch_forward(map, fwd, f->ct, l4);
-		return 0;
-	}
-	return ct_create(map, fwd, &fv, syn_next);
-}
 
 /* lb_dnat rewrites the destination to be (l4 and info follow). */
 static __always_inline int lb_dnat(struct __sk_buff *skb, struct ipv4_info *info,
@@ -295,74 +202,6 @@ static __always_inline int lb_from_pod(struct __sk_buff *skb, struct ipv4_info *
 volatile __u32 lb_host_replies = 0;
 
 /*
- * lb_nodeport_commit records a packet of the NodePort flow fwd to the local
- * backend f (nodeport_ct.h): a kept flow is touched in its table, and a TCP
- * flow in the LRU moves to the hash when the client's segment acknowledges
- * the backend's SYN-ACK. A new flow (a TCP flow's first SYN number kept,
- * ct_syn_next) goes into the LRU to await its backend, unless its tuple
- * has entries in the hash (old: a client that proved the tuple its own
- * opens again, after a FIN or RST, or its backend left): then it takes
- * their place there, no more room than they held, so a forged RST and SYN
- * can't move a client's tuple back to the LRU. Returns 0 or
- * DROP_SVC_CT_FULL.
- */
-static __always_inline int lb_nodeport_commit(struct __sk_buff *skb, const struct ipv4_info *info,
-					      const struct l4_info *l4, const struct lb_svc *svc,
-					      const struct ct_key *fwd, const struct lb_flow *f,
-					      const struct ct_entry *old)
-{
-	struct ct_key rev = {};
-	struct ct_entry rv = {};
-	__u32 syn_next;
-
-	if (f->ct && old)
-		return lb_flow_commit(&myelin_lb_ct_nodeport, fwd, f, svc, l4, CT_F_NODEPORT, 0);
-	if (f->ct) {
-		lb_flow_commit(&myelin_lb_ct_nodeport_syn, fwd, f, svc, l4, CT_F_NODEPORT, 0);
-		if (info->proto == IPPROTO_TCP && !l4->tcp_syn)
-			np_ct_client_ack(skb, info, fwd, f->ct);
-		return 0;
-	}
-	syn_next = ct_syn_next(skb, info);
-	if (old) {
-		/* Written over in place (ct_create keeps a first SYN's number that
-		 * way); only a reverse entry of another backend goes first. */
-		ct_reverse_of(fwd, old, &rev, &rv);
-		if (old->be_addr != f->be.addr || old->be_port != f->be.port)
-			bpf_map_delete_elem(&myelin_lb_ct_nodeport, &rev);
-		if (!lb_flow_commit(&myelin_lb_ct_nodeport, fwd, f, svc, l4, CT_F_NODEPORT,
-				    syn_next))
-			return 0;
-		bpf_map_delete_elem(&myelin_lb_ct_nodeport, fwd);
-		bpf_map_delete_elem(&myelin_lb_ct_nodeport, &rev);
-	}
-	return lb_flow_commit(&myelin_lb_ct_nodeport_syn, fwd, f, svc, l4, CT_F_NODEPORT, syn_next);
-}
-
-/*
- * lb_nodeport_keep is the l4 lb_flow_backend judges a NodePort packet by:
- * a SYN on an established, not closing flow in myelin_lb_ct_nodeport whose
- * backend is still in the pool at its place is no new connection (its
- * client proved the tuple its own): it goes to the flow's backend, whose
- * challenge ACK answers it, as the kernel's own conntrack does. Only SYNs
- * pay the pool lookup.
- */
-static __always_inline const struct l4_info *lb_nodeport_keep(const struct l4_info *l4,
-							      const struct ct_entry *ct,
-							      const struct lb_svc *svc,
-							      int promoted, struct l4_info *kept)
-{
-	if (!promoted || !l4->tcp_opening ||
-	    (ct->flags & (CT_F_ESTABLISHED | CT_F_CLOSING)) != CT_F_ESTABLISHED ||
-	    ct->svc_id != svc->id ||
-	    lb_index_lookup(svc, ct->index, LB_CLIENT_EXTERNAL) != ct->backend_id)
-		return l4;
-	*kept = *l4;
-	kept->tcp_opening = 0;
-	return kept;
-}
-
-/*
  * lb_nodeport serves a NodePort request arriving on the uplink: DNAT to the
  * flow's backend; the client address stays for a local backend (delivered
  * as usual, service conntrack as for ClusterIP, but kept in an LRU until
@@ -395,8 +234,8 @@ static __always_inline int lb_nodeport(struct __sk_buff *skb, struct ipv4_info *
 	if (reason == 1) {
 		ct_key_of(&fwd, info, l4, CT_DIR_FORWARD);
 		ct = np_ct_find(&fwd, &promoted);
-		if (!lb_flow_backend(ct, &fwd, svc, lb_nodeport_keep(l4, ct, svc, promoted, &kept),
-				     &f, LB_CLIENT_EXTERNAL))
+		if (!lb_flow_backend(ct, &fwd, svc, np_ct_keep(l4, ct, svc, promoted, &kept), &f,
+				     LB_CLIENT_EXTERNAL))
 			return DROP_SVC_NO_BACKEND;
 		/* A pod of another node as the client (in the cluster CIDR, which
 		 * lb_from_pod sends on untranslated) is served as if a pod backend
@@ -405,8 +244,7 @@ static __always_inline int lb_nodeport(struct __sk_buff *skb, struct ipv4_info *
 		if (host && !lb_host_replies)
 			lb_host_replies = 1;
 		if (host || (endpoint_lookup(f.be.addr) && !cluster_contains(info->saddr))) {
-			reason = lb_nodeport_commit(skb, info, l4, svc, &fwd, &f,
-						    promoted ? ct : NULL);
+			reason = np_ct_commit(skb, info, l4, svc, &fwd, &f, promoted ? ct : NULL);
 			return reason ? reason : lb_dnat(skb, info, l4, &f.be);
 		}
 		/* Now to a backend on another node: a local flow of the tuple is over. */

@@ -238,7 +238,7 @@ enum ct_flags {
  * CT_F_HAIRPIN, the client its destination becomes. A forward entry names
  * its backend twice: by id, and by address and port (its identity), so a
  * flow whose backend id was deleted or now names another backend chooses
- * again instead of following the id (lib/service.h, lb_flow_keep).
+ * again instead of following the id (lib/lb_flow.h, lb_flow_keep).
  */
 struct ct_entry {
 	/* forward: the backend; reverse, CT_F_AWAITING_REPLY (NodePort, in the
