@@ -59,6 +59,17 @@ func (c nodePortCTClient) where(d *Datapath) (hash, lru int) {
 	return hash, lru
 }
 
+// wantAwaiting checks whether the flow's reverse entry in myelin_lb_ct_nodeport
+// still awaits its backend's answer (CT_F_AWAITING_REPLY).
+func (c nodePortCTClient) wantAwaiting(t *testing.T, d *Datapath, want bool, what string) {
+	t.Helper()
+	_, rev := ctFlowKeys(c.req, backendB)
+	v, err := ctEntryOf(d.objs.MyelinLbCtNodeport, rev)
+	if got := v.Flags&uint16(myelinCtFlagsCT_F_AWAITING_REPLY) != 0; err != nil || got != want {
+		t.Errorf("%s: %+v, %v; want CT_F_AWAITING_REPLY %v", what, v, err, want)
+	}
+}
+
 func wantWhere(t *testing.T, d *Datapath, c nodePortCTClient, hash, lru int, what string) {
 	t.Helper()
 	if h, l := c.where(d); h != hash || l != lru {
@@ -156,16 +167,10 @@ func TestPrivilegedLBNodePortPromotedByClientAck(t *testing.T) {
 	wantWhere(t, d, c, 2, 0, "after the client's ACK")
 	// In the hash the flow still awaits its backend's answer (the SYN timeout):
 	// a client completing handshakes and sending nothing holds no entry for 6 h.
-	_, rev := ctFlowKeys(c.req, backendB)
-	awaiting := uint16(myelinCtFlagsCT_F_AWAITING_REPLY)
-	if v, err := ctEntryOf(d.objs.MyelinLbCtNodeport, rev); err != nil || v.Flags&awaiting == 0 {
-		t.Errorf("the promoted reverse entry: %+v, %v; want it still CT_F_AWAITING_REPLY", v, err)
-	}
+	c.wantAwaiting(t, d, true, "the promoted reverse entry")
 	c.send(t, d, c.req.withTCPFlags(0x18).withSeq(1001, 5001), "the client's data")
 	c.answer(t, d, c.reply.withTCPFlags(tcpACK).withSeq(5001, 1020).bare(), "the backend's ACK of it")
-	if v, err := ctEntryOf(d.objs.MyelinLbCtNodeport, rev); err != nil || v.Flags&awaiting != 0 {
-		t.Errorf("the reverse entry after the backend's answer: %+v, %v; want it without CT_F_AWAITING_REPLY", v, err)
-	}
+	c.wantAwaiting(t, d, false, "the reverse entry after the backend's answer")
 
 	blind := newNodePortCTClient(protoTCP, "198.51.100.7", 40000)
 	blind.send(t, d, blind.req.withTCPFlags(tcpSYN).withSeq(1<<30, 0).bare(), "a forged SYN")
@@ -207,10 +212,7 @@ func TestPrivilegedLBNodePortSynOnAnsweredFlow(t *testing.T) {
 	lower := syn.withSeq(100, 0)
 	c.send(t, d, lower, "a lower SYN")
 	c.answer(t, d, c.reply.withTCPFlags(tcpACK).withSeq(7001, 90001).bare(), "the half-open backend's ACK of the first SYN")
-	_, rev := ctFlowKeys(c.req, backendB)
-	if v, err := ctEntryOf(d.objs.MyelinLbCtNodeport, rev); err != nil || v.Flags&uint16(myelinCtFlagsCT_F_AWAITING_REPLY) == 0 {
-		t.Errorf("the reverse entry after a lower SYN and the backend's ACK of the first: %+v, %v; want it still awaiting", v, err)
-	}
+	c.wantAwaiting(t, d, true, "the reverse entry after a lower SYN and the backend's ACK of the first")
 	synack := c.reply.withTCPFlags(0x12).withSeq(7000, 90001).bare()
 	c.answer(t, d, synack, "the new connection's SYN-ACK, translated")
 	c.send(t, d, c.req.withTCPFlags(0x18).withSeq(90001, 7001), "the client's ACK of it")
