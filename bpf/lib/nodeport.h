@@ -37,15 +37,7 @@
 
 /* An embryonic flow idle this long gives its NAT port to a new flow that needs it. */
 #define NP_SYN_RECLAIM_NS (5 * 1000000000ULL)
-/*
- * A client's ACK promotes a TCP flow when it acknowledges the backend's
- * SYN-ACK: its ack number is at most this far past the SYN-ACK's sequence
- * number + 1 (the client may already have received data). A blind attacker
- * guesses one in 4,096.
- */
-#define NP_ACK_WINDOW (1U << 20)
-#define TCP_SEQ_OFF   4
-#define TCP_ACK_OFF   8
+#define TCP_SEQ_OFF	  4
 
 /* np_count bumps the NodePort counter i (per CPU: plain increment). */
 static __always_inline void np_count(__u32 i)
@@ -188,20 +180,26 @@ static __always_inline int np_ours(const struct np_entry *rv, const struct nat_k
 	return rv && rv->addr == fwd->saddr && rv->port == fwd->sport && rv->xport == fwd->dport;
 }
 
-/* np_handshake_done says whether the client's packet completes the flow's handshake. */
+/*
+ * np_handshake_done says whether the client's packet completes the flow's
+ * handshake: a TCP segment without SYN that acknowledges exactly the
+ * backend's last SYN-ACK (sequence number + 1, which a blind attacker
+ * guesses one in 2^32; the backend sends no data before that ACK reached
+ * it, so an honest client's segments carry that number until then), or a
+ * UDP datagram after a reply.
+ */
 static __always_inline int np_handshake_done(struct __sk_buff *skb, const struct ipv4_info *info,
 					     const struct l4_info *l4, const struct np_entry *fv)
 {
-	__be32 ack;
+	struct l4_head h = {};
 
 	if (!(fv->flags & NAT_F_REPLIED))
 		return 0;
 	if (info->proto != IPPROTO_TCP)
 		return 1;
-	if (l4->tcp_opening ||
-	    bpf_skb_load_bytes(skb, info->l4_off + TCP_ACK_OFF, &ack, sizeof(ack)) < 0)
+	if (l4->tcp_syn || l4_load_head(skb, info, &h, L4_TCP_HEAD_LOAD) < 0)
 		return 0;
-	return bpf_ntohl(ack) - fv->reply_seq < NP_ACK_WINDOW;
+	return (h.flags & TCP_FLAGS_ACK) && bpf_ntohl(h.ack) == fv->reply_seq;
 }
 
 /*

@@ -73,7 +73,8 @@ static __always_inline struct np_entry *np_reply_lookup(struct __sk_buff *skb,
 	e = bpf_map_lookup_elem(&myelin_nodeport_syn, rev);
 	if (e) {
 		np_touch(e, flags);
-		if (!(e->flags & NAT_F_REPLIED))
+		/* Every SYN-ACK: a new connection on the tuple brings a new number. */
+		if (!(e->flags & NAT_F_REPLIED) || l4->tcp_syn)
 			np_reply_seen(skb, info, rev, e);
 		return e;
 	}

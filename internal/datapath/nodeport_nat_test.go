@@ -71,7 +71,8 @@ func TestPrivilegedNodePortSNATHandshake(t *testing.T) {
 	toClient := func(p pkt) []byte { return p.withSrc(nodeIP, nodePort).withDst(extHost, 40000).build() }
 	synAck := reply.withTCPFlags(0x12).withSeq(1000, 1)
 	badAck := req.withTCPFlags(0x10).withSeq(1, 1<<30)
-	ack := req.withTCPFlags(0x10).withSeq(1, 1001)
+	synAck2 := reply.withTCPFlags(0x12).withSeq(2000, 1)
+	ack := req.withTCPFlags(0x10).withSeq(1, 2001)
 	data := req.withTCPFlags(0x18).withSeq(1, 1001)
 	// ICMP errors about the client's segments, quoted as the backend was to
 	// get them, go back to the client as errors about what it sent.
@@ -108,7 +109,14 @@ func TestPrivilegedNodePortSNATHandshake(t *testing.T) {
 			errAbout(remoteIP, nodeIP, 3, 3, 0, req), errAbout(nodeIP, extHost, 3, 3, 0, req).build(), embryonic("tcp-syn")),
 		row("SYN-ACK: back from the NodePort, replied", synAck, toClient(synAck), embryonic("tcp-established")),
 		row("ACK of another sequence number: still embryonic", badAck, toBackend(badAck), embryonic("tcp-established")),
-		row("ACK of the SYN-ACK: promoted", ack, toBackend(ack), established),
+		row("ACK of one past the SYN-ACK: still embryonic", req.withTCPFlags(0x10).withSeq(1, 1002),
+			toBackend(req.withTCPFlags(0x10).withSeq(1, 1002)), embryonic("tcp-established")),
+		row("the SYN-ACK's number without the ACK flag: still embryonic", req.withTCPFlags(0x08).withSeq(1, 1001),
+			toBackend(req.withTCPFlags(0x08).withSeq(1, 1001)), embryonic("tcp-established")),
+		row("another SYN-ACK (a new connection's number)", synAck2, toClient(synAck2), embryonic("tcp-established")),
+		row("ACK of the first SYN-ACK: still embryonic", req.withTCPFlags(0x10).withSeq(1, 1001),
+			toBackend(req.withTCPFlags(0x10).withSeq(1, 1001)), embryonic("tcp-established")),
+		row("ACK of the last SYN-ACK: promoted", ack, toBackend(ack), established),
 		row("data: same NAT port", data, toBackend(data), established),
 		row("router's frag-needed about data: back to the client, from the router",
 			errAbout(router, nodeIP, 3, 4, 1400, data), errAbout(router, extHost, 3, 4, 1400, data).build(), established),
