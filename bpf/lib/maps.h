@@ -25,6 +25,7 @@
 #define NOMASQ_MAX_ENTRIES    4096  /* CIDRs plus node IPs */
 #define NODEPORT_SYN_MAX      16384 /* embryonic NodePort SNAT flows, two entries each */
 #define NODEPORT_NAT_MAX      65536 /* established NodePort SNAT flows, two entries each */
+#define NODEPORT_UDP_MAX      65536 /* answered UDP NodePort SNAT flows, two entries each */
 /* Load balancing; the agent shrinks them to 1 entry when load balancing is off. */
 #define LB_SERVICES_MAX	       65536  /* frontends: 10,000 services with a few ports each */
 #define LB_SLOTS_MAX	       131072 /* backend slots of all services */
@@ -108,8 +109,9 @@ struct {
 } myelin_nodeport_syn SEC(".maps");
 
 /*
- * myelin_nodeport_nat: NodePort flows to a backend on another node past the
- * handshake, moved here from myelin_nodeport_syn. A plain hash like
+ * myelin_nodeport_nat: NodePort TCP flows to a backend on another node past
+ * the handshake, moved here from myelin_nodeport_syn (UDP ones an older
+ * version moved here stay until they end). A plain hash like
  * myelin_snat: full, a flow stays embryonic and the packet is dropped as
  * DROP_NODEPORT_NAT_FULL; the agent's GC (Datapath.GCNodePortNAT) frees idle
  * flows.
@@ -121,6 +123,23 @@ struct {
 	__uint(max_entries, NODEPORT_NAT_MAX);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } myelin_nodeport_nat SEC(".maps");
+
+/*
+ * myelin_nodeport_udp: NodePort UDP flows to a backend on another node that
+ * the backend answered, moved here from myelin_nodeport_syn. An LRU: a UDP
+ * "handshake" is one reply, which a sender of forged sources gets from any
+ * backend that answers every datagram, so UDP flows never fill
+ * myelin_nodeport_nat (TCP's, where a flood would make completed handshakes
+ * drop); a UDP flood evicts idle UDP flows only. The agent's GC collects idle
+ * flows here too.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct nat_key);
+	__type(value, struct np_entry);
+	__uint(max_entries, NODEPORT_UDP_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} myelin_nodeport_udp SEC(".maps");
 
 /* myelin_nodeport_stats: enum np_stat -> count, per CPU. */
 struct {

@@ -59,11 +59,21 @@ static __always_inline void nat_touch(struct nat_entry *e, __u16 flags)
 		e->flags |= flags;
 }
 
+/*
+ * nat_port_nodeport_answered says whether a NodePort SNAT flow past its
+ * handshake owns the reverse tuple rev (only UDP ones are in
+ * myelin_nodeport_udp).
+ */
+static __always_inline int nat_port_nodeport_answered(const struct nat_key *rev)
+{
+	return bpf_map_lookup_elem(&myelin_nodeport_nat, rev) ||
+	       (rev->proto == IPPROTO_UDP && bpf_map_lookup_elem(&myelin_nodeport_udp, rev));
+}
+
 /* nat_port_nodeport says whether a NodePort SNAT flow owns the reverse tuple rev. */
 static __always_inline int nat_port_nodeport(const struct nat_key *rev)
 {
-	return bpf_map_lookup_elem(&myelin_nodeport_syn, rev) ||
-	       bpf_map_lookup_elem(&myelin_nodeport_nat, rev);
+	return bpf_map_lookup_elem(&myelin_nodeport_syn, rev) || nat_port_nodeport_answered(rev);
 }
 
 /* nat_port_at is the i-th NAT port from start, within nat_port_min..nat_port_max. */

@@ -4,20 +4,22 @@
  * to node_ip and a NAT port of its own, in tables strangers filling them
  * can't turn against anything else. A new flow lives in the LRU
  * myelin_nodeport_syn (embryonic) until the client acknowledges the
- * backend's SYN-ACK (TCP) or sends again after a reply (UDP); then it moves
- * to myelin_nodeport_nat (established, a plain hash the agent collects). A
- * flood of SYNs from forged sources never gets past the first table: it
- * evicts older embryonic flows, never established ones, pods' masquerade
- * entries (myelin_snat) or service conntrack (myelin_lb_ct). Entries carry
- * the backend and the NodePort, so these flows need no myelin_lb_ct entry.
+ * backend's SYN-ACK (TCP: it moves to myelin_nodeport_nat, established, a
+ * plain hash the agent collects) or sends again after a reply (UDP: it moves
+ * to the LRU myelin_nodeport_udp, where a flood of answered datagrams from
+ * forged sources evicts idle UDP flows only). A flood of SYNs from forged
+ * sources never gets past the first table: it evicts older embryonic flows,
+ * never established ones, pods' masquerade entries (myelin_snat) or service
+ * conntrack (myelin_lb_ct). Entries carry the backend and the NodePort, so
+ * these flows need no myelin_lb_ct entry.
  *
  * The backend's replies, and ICMP errors about the flows, are translated back
  * in nodeport_reply.h.
  *
  * NAT ports come from nat_port_min..nat_port_max like masquerade's, claimed
- * in myelin_nodeport_syn first and then checked against myelin_nodeport_nat
- * and myelin_snat (nat_claim does the mirror image), so no two flows of the
- * three tables share a reverse tuple.
+ * in myelin_nodeport_syn first and then checked against myelin_nodeport_nat,
+ * myelin_nodeport_udp and myelin_snat (nat_claim does the mirror image), so
+ * no two flows of the four tables share a reverse tuple.
  */
 #ifndef MYELIN_LIB_NODEPORT_H
 #define MYELIN_LIB_NODEPORT_H
@@ -113,8 +115,7 @@ static __always_inline int np_claim(struct nat_key *rev, const struct np_entry *
 		return 1;
 	if (rc < 0)
 		return -1;
-	if (bpf_map_lookup_elem(&myelin_nodeport_nat, rev) ||
-	    bpf_map_lookup_elem(&myelin_snat, rev)) {
+	if (nat_port_nodeport_answered(rev) || bpf_map_lookup_elem(&myelin_snat, rev)) {
 		bpf_map_delete_elem(&myelin_nodeport_syn, rev);
 		return 1;
 	}
@@ -203,31 +204,49 @@ static __always_inline int np_handshake_done(struct __sk_buff *skb, const struct
 }
 
 /*
+ * np_move writes the embryonic flow fwd (forward entry fv, reverse entry rv
+ * at rev) into map (myelin_nodeport_nat or myelin_nodeport_udp), reverse
+ * entry first, and deletes it from myelin_nodeport_syn. Returns 0, or -1
+ * with the flow left embryonic.
+ */
+static __always_inline int np_move(void *map, const struct nat_key *fwd, const struct np_entry *fv,
+				   const struct nat_key *rev, const struct np_entry *rv)
+{
+	long rc;
+
+	rc = bpf_map_update_elem(map, rev, rv, BPF_NOEXIST);
+	/* Moved by another CPU just now; any other owner was excluded when the
+	 * port was claimed. */
+	if (rc == -EEXIST)
+		rc = np_ours(bpf_map_lookup_elem(map, rev), fwd) ? 0 : -1;
+	if (rc < 0)
+		return -1;
+	if (bpf_map_update_elem(map, fwd, fv, BPF_ANY) < 0) {
+		bpf_map_delete_elem(map, rev);
+		return -1;
+	}
+	bpf_map_delete_elem(&myelin_nodeport_syn, fwd);
+	bpf_map_delete_elem(&myelin_nodeport_syn, rev);
+	return 0;
+}
+
+/*
  * np_promote moves the embryonic flow fwd (forward entry fv, reverse entry
- * at rev) to myelin_nodeport_nat. Returns 0, or DROP_NODEPORT_NAT_FULL with
- * the flow left embryonic.
+ * at rev) past its handshake: TCP to myelin_nodeport_nat (full: returns
+ * DROP_NODEPORT_NAT_FULL with the flow left embryonic), UDP to the LRU
+ * myelin_nodeport_udp (a failed move leaves the flow embryonic and passes
+ * the packet: the next datagram tries again). Returns 0 or a DROP_* reason.
  */
 static __always_inline int np_promote(const struct nat_key *fwd, const struct np_entry *fv,
 				      const struct nat_key *rev, const struct np_entry *rv)
 {
-	const struct np_entry *e;
-	long rc;
-
-	rc = bpf_map_update_elem(&myelin_nodeport_nat, rev, rv, BPF_NOEXIST);
-	if (rc == -EEXIST) {
-		/* Promoted by another CPU just now; any other owner was excluded when
-		 * the port was claimed. */
-		e = bpf_map_lookup_elem(&myelin_nodeport_nat, rev);
-		rc = np_ours(e, fwd) ? 0 : -1;
+	if (fwd->proto == IPPROTO_UDP) {
+		if (np_move(&myelin_nodeport_udp, fwd, fv, rev, rv) == 0)
+			np_count(NP_STAT_UDP_ANSWERED);
+		return 0;
 	}
-	if (rc < 0)
+	if (np_move(&myelin_nodeport_nat, fwd, fv, rev, rv) < 0)
 		return DROP_NODEPORT_NAT_FULL;
-	if (bpf_map_update_elem(&myelin_nodeport_nat, fwd, fv, BPF_ANY) < 0) {
-		bpf_map_delete_elem(&myelin_nodeport_nat, rev);
-		return DROP_NODEPORT_NAT_FULL;
-	}
-	bpf_map_delete_elem(&myelin_nodeport_syn, fwd);
-	bpf_map_delete_elem(&myelin_nodeport_syn, rev);
 	np_count(NP_STAT_PROMOTED);
 	return 0;
 }
@@ -271,21 +290,47 @@ static __always_inline int np_embryonic(struct __sk_buff *skb, const struct ipv4
 }
 
 /*
+ * np_udp_flow finds a client's datagram (key fwd) among the answered UDP
+ * flows. The LRU may have evicted the reverse entry alone, and another flow
+ * claimed its port since: then the flow is forgotten (NULL), and the
+ * datagram starts a new one.
+ */
+static __always_inline struct np_entry *np_udp_flow(const struct nat_key *fwd)
+{
+	struct np_entry *e = bpf_map_lookup_elem(&myelin_nodeport_udp, fwd);
+	struct nat_key rev;
+
+	if (!e)
+		return NULL;
+	np_pair_key(&rev, fwd, e, NAT_DIR_INGRESS);
+	if (np_ours(bpf_map_lookup_elem(&myelin_nodeport_udp, &rev), fwd))
+		return e;
+	bpf_map_delete_elem(&myelin_nodeport_udp, fwd);
+	return NULL;
+}
+
+/*
  * np_flow finds the NodePort SNAT flow of a client's packet (key fwd):
- * established first, then embryonic. A flow whose backend is gone (or whose
- * id now names another backend) is forgotten, to select again. Returns 0
- * with the forward entry in *fv, 1 when there is no flow, or a DROP_* reason.
+ * answered UDP, then established (TCP, and UDP flows an older version moved
+ * there), then embryonic. A flow whose backend is gone (or whose id now
+ * names another backend) is forgotten, to select again. Returns 0 with the
+ * forward entry in *fv, 1 when there is no flow, or a DROP_* reason.
  */
 static __always_inline int np_flow(struct __sk_buff *skb, const struct ipv4_info *info,
 				   const struct l4_info *l4, const struct nat_key *fwd,
 				   struct np_entry *fv)
 {
 	const struct lb_backend *b;
-	struct np_entry *e;
-	void *map = &myelin_nodeport_nat;
+	struct np_entry *e = NULL;
+	void *map = &myelin_nodeport_udp;
 	int rc = 0;
 
-	e = bpf_map_lookup_elem(&myelin_nodeport_nat, fwd);
+	if (fwd->proto == IPPROTO_UDP)
+		e = np_udp_flow(fwd);
+	if (!e) {
+		map = &myelin_nodeport_nat;
+		e = bpf_map_lookup_elem(&myelin_nodeport_nat, fwd);
+	}
 	if (e) {
 		np_touch(e, l4->tcp_closing ? NAT_F_CLOSING : 0);
 		*fv = *e;

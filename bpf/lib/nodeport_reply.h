@@ -63,9 +63,12 @@ static __always_inline struct np_entry *np_reply_lookup(struct __sk_buff *skb,
 							const struct nat_key *rev)
 {
 	__u16 flags = l4->tcp_closing ? NAT_F_CLOSING : 0;
-	struct np_entry *e;
+	struct np_entry *e = NULL;
 
-	e = bpf_map_lookup_elem(&myelin_nodeport_nat, rev);
+	if (rev->proto == IPPROTO_UDP)
+		e = bpf_map_lookup_elem(&myelin_nodeport_udp, rev);
+	if (!e)
+		e = bpf_map_lookup_elem(&myelin_nodeport_nat, rev);
 	if (e) {
 		np_touch(e, NAT_F_REPLIED | flags);
 		return e;
@@ -123,14 +126,18 @@ static __always_inline int np_reply(struct __sk_buff *skb, struct ipv4_info *inf
 
 /*
  * np_flow_of_reply finds the NodePort SNAT flow a packet with the reply
- * tuple rev would be a reply of, as np_reply_lookup does (established, then
- * embryonic) but without recording anything: an ICMP error is no reply, and
- * must neither refresh nor help promote a flow.
+ * tuple rev would be a reply of, as np_reply_lookup does (answered UDP,
+ * established, then embryonic) but without recording anything: an ICMP
+ * error is no reply, and must neither refresh nor help promote a flow.
  */
 static __always_inline const struct np_entry *np_flow_of_reply(const struct nat_key *rev)
 {
-	const struct np_entry *e = bpf_map_lookup_elem(&myelin_nodeport_nat, rev);
+	const struct np_entry *e = NULL;
 
+	if (rev->proto == IPPROTO_UDP)
+		e = bpf_map_lookup_elem(&myelin_nodeport_udp, rev);
+	if (!e)
+		e = bpf_map_lookup_elem(&myelin_nodeport_nat, rev);
 	if (e)
 		return e;
 	return bpf_map_lookup_elem(&myelin_nodeport_syn, rev);

@@ -90,10 +90,11 @@ enum nat_flags {
 };
 
 /*
- * np_entry is a value of the NodePort SNAT tables myelin_nodeport_syn and
- * myelin_nodeport_nat (NodePort flows to a backend on another node), keyed
- * by nat_key: NAT_DIR_EGRESS is the client's tuple to node IP:nodePort,
- * NAT_DIR_INGRESS the backend's reply to node IP:NAT port.
+ * np_entry is a value of the NodePort SNAT tables myelin_nodeport_syn,
+ * myelin_nodeport_nat and myelin_nodeport_udp (NodePort flows to a backend
+ * on another node), keyed by nat_key: NAT_DIR_EGRESS is the client's tuple
+ * to node IP:nodePort, NAT_DIR_INGRESS the backend's reply to node IP:NAT
+ * port.
  */
 struct np_entry {
 	__u64 last_seen;  /* clock_coarse_ns, refreshed at most once a second */
@@ -109,10 +110,11 @@ struct np_entry {
 /* np_stat indexes myelin_nodeport_stats, per-CPU counters of the NodePort SNAT tables. */
 enum np_stat {
 	NP_STAT_SYN_CREATED = 0, /* flows created in myelin_nodeport_syn */
-	NP_STAT_PROMOTED = 1,	 /* flows moved to myelin_nodeport_nat (handshake completed) */
+	NP_STAT_PROMOTED = 1,	 /* TCP flows moved to myelin_nodeport_nat (handshake completed) */
 	NP_STAT_REPLY_LOST =
 		2, /* a pod's reply to a NAT port of no flow: its embryonic flow was evicted */
-	NP_STAT_MAX = 3,
+	NP_STAT_UDP_ANSWERED = 3, /* UDP flows moved to myelin_nodeport_udp (answered) */
+	NP_STAT_MAX = 4,
 };
 
 /* nomasq_key is the key of myelin_nomasq: a destination prefix never masqueraded. */

@@ -114,8 +114,8 @@ func (c *collector) sampleEvictions(dp *datapath.Datapath) {
 // nodePortInfo turns the NodePort counters into status, with the evictions
 // estimated from the flows still in myelin_nodeport_syn.
 func nodePortInfo(st datapath.NodePortStats) *api.NodePortNATInfo {
-	info := &api.NodePortNATInfo{Created: st.Created, Promoted: st.Promoted, RepliesLost: st.RepliesLost}
-	if left := st.Promoted + st.Embryonic; st.Created > left {
+	info := &api.NodePortNATInfo{Created: st.Created, Promoted: st.Promoted, UDPAnswered: st.UDPAnswered, RepliesLost: st.RepliesLost}
+	if left := st.Promoted + st.UDPAnswered + st.Embryonic; st.Created > left {
 		info.Evicted = st.Created - left
 	}
 	return info
@@ -128,6 +128,7 @@ func natWarnings(fills []datapath.MapFill) []string {
 		"myelin_snat":         "new masqueraded flows are dropped as DROP_NAT_FULL until idle ones are collected",
 		"myelin_nodeport_syn": "new NodePort flows evict embryonic ones (a SYN flood?); established flows and masquerade are unaffected",
 		"myelin_nodeport_nat": "NodePort flows completing their handshake are dropped as DROP_NODEPORT_NAT_FULL until idle ones are collected",
+		"myelin_nodeport_udp": "newly answered NodePort UDP flows evict idle ones (a flood of answered datagrams?); TCP flows and masquerade are unaffected",
 	}
 	var out []string
 	for _, f := range fills {

@@ -21,8 +21,8 @@ func TestNATWarnings(t *testing.T) {
 		!strings.Contains(got[1], "DROP_NODEPORT_NAT_FULL") {
 		t.Errorf("natWarnings = %q, want the two NodePort tables", got)
 	}
-	info := nodePortInfo(datapath.NodePortStats{Created: 5000, Promoted: 3, RepliesLost: 7, Embryonic: 62 / 2})
-	if want := (api.NodePortNATInfo{Created: 5000, Promoted: 3, Evicted: 5000 - 3 - 31, RepliesLost: 7}); *info != want {
+	info := nodePortInfo(datapath.NodePortStats{Created: 5000, Promoted: 3, UDPAnswered: 11, RepliesLost: 7, Embryonic: 62 / 2})
+	if want := (api.NodePortNATInfo{Created: 5000, Promoted: 3, UDPAnswered: 11, Evicted: 5000 - 3 - 11 - 31, RepliesLost: 7}); *info != want {
 		t.Errorf("nodePortInfo = %+v, want %+v", *info, want)
 	}
 }

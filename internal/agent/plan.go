@@ -56,6 +56,7 @@ type nodePlan struct {
 	NATPorts          config.PortRange // masquerade and NodePort SNAT
 	NodePortNATSynMax int
 	NodePortNATMax    int
+	NodePortNATUDPMax int
 	PolicyCTMax       int
 	PolicyCTPodMax    int // resolved: 0 is no budget
 	NATPodMax         int // resolved: 0 is no budget
@@ -110,7 +111,7 @@ func decidePlan(c config.Config, in planInputs) (nodePlan, error) {
 		SocketLB:         c.BPFLBSock && c.KubeProxyReplacement, CgroupRoot: c.CgroupRoot,
 		KubeProxyHealthz: c.KubeProxyHealthzAddr, KubeProxyMetrics: c.KubeProxyMetricsAddr,
 		MTU: c.MTU, NATPorts: ports,
-		NodePortNATSynMax: c.NodePortNATSynMax, NodePortNATMax: c.NodePortNATMax, PolicyCTMax: c.PolicyCTMax,
+		NodePortNATSynMax: c.NodePortNATSynMax, NodePortNATMax: c.NodePortNATMax, NodePortNATUDPMax: c.NodePortNATUDPMax, PolicyCTMax: c.PolicyCTMax,
 		PolicyCTPodMax: c.PolicyCTPodBudget(), NATPodMax: c.NATPodBudget(), LBCTPodMax: c.LBCTPodBudget(),
 		AttachMode: "tcx", BIGTCP: bigTCPState{Enabled: c.EnableIPv4BIGTCP},
 	}
@@ -249,7 +250,8 @@ func (p nodePlan) datapathConfig(pinDir string) datapath.Config {
 		NATPortMin: p.NATPorts.Min, NATPortMax: p.NATPorts.Max,
 		MaglevTableSize: uint32(p.MaglevTableSize),
 		NodePortSynMax:  uint32(p.NodePortNATSynMax), NodePortNATMax: uint32(p.NodePortNATMax),
-		PolicyCTMax: uint32(p.PolicyCTMax), PolicyCTPodMax: uint32(p.PolicyCTPodMax),
+		NodePortUDPMax: uint32(p.NodePortNATUDPMax),
+		PolicyCTMax:    uint32(p.PolicyCTMax), PolicyCTPodMax: uint32(p.PolicyCTPodMax),
 		NATPodMax: uint32(p.NATPodMax), LBCTPodMax: uint32(p.LBCTPodMax)}
 }
 

@@ -138,10 +138,14 @@ type NATInfo struct {
 
 // NodePortNATInfo counts the flows of the NodePort SNAT tables since they were created.
 type NodePortNATInfo struct {
-	Created  uint64 `json:"created"`  // embryonic flows created (one per SYN of a new client port)
-	Promoted uint64 `json:"promoted"` // flows that completed their handshake
+	Created  uint64 `json:"created"`  // embryonic flows created (one per SYN or first datagram of a new client port)
+	Promoted uint64 `json:"promoted"` // TCP flows that completed their handshake
+	// UDPAnswered counts UDP flows whose client sent again after the
+	// backend's reply (moved to the answered UDP table).
+	UDPAnswered uint64 `json:"udpAnswered"`
 	// Evicted estimates the embryonic flows evicted from the LRU before
-	// completing: created, less promoted, less those still there.
+	// completing: created, less promoted, less answered, less those still
+	// there.
 	Evicted     uint64 `json:"evicted"`
 	RepliesLost uint64 `json:"repliesLost"` // backend replies that found their flow evicted
 }

@@ -205,8 +205,8 @@ func (r statusRows) maps(s api.Status) {
 		r.row("NAT ports", "%s (outside the node's ephemeral ports)", s.NAT.Ports)
 	}
 	if np := s.NAT.NodePort; np != nil {
-		r.row("NodePort SNAT", "%d flows created, %d completed their handshake, ~%d evicted before it, %d replies found their flow evicted",
-			np.Created, np.Promoted, np.Evicted, np.RepliesLost)
+		r.row("NodePort SNAT", "%d flows created, %d TCP completed their handshake, %d UDP answered, ~%d evicted before that, %d replies found their flow evicted",
+			np.Created, np.Promoted, np.UDPAnswered, np.Evicted, np.RepliesLost)
 	}
 	for _, w := range s.NAT.Warnings {
 		r.row("  WARNING", "%s", w)

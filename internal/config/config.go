@@ -138,10 +138,12 @@ type Config struct {
 	// NATPortRange is nat-port-range: the ports masquerade and NodePort SNAT
 	// translate to; zero means auto (above the node's ephemeral ports).
 	NATPortRange PortRange
-	// NodePortNATSynMax and NodePortNATMax size the NodePort SNAT tables
-	// (nodeport-nat-syn-max, nodeport-nat-max), in entries, two per flow.
+	// NodePortNATSynMax, NodePortNATMax and NodePortNATUDPMax size the
+	// NodePort SNAT tables (nodeport-nat-syn-max, nodeport-nat-max,
+	// nodeport-nat-udp-max), in entries, two per flow.
 	NodePortNATSynMax int
 	NodePortNATMax    int
+	NodePortNATUDPMax int
 	// PolicyCTMax sizes the NetworkPolicy connection table (policy-ct-max), one
 	// slot per tracked connection, in buckets of four.
 	PolicyCTMax int

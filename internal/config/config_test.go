@@ -119,11 +119,11 @@ func TestSourceIPVerificationPerNode(t *testing.T) {
 
 func TestNATKeys(t *testing.T) {
 	c, err := Resolve()
-	if err != nil || !c.NATPortRange.IsZero() || c.NodePortNATSynMax != 16384 || c.NodePortNATMax != 65536 {
-		t.Fatalf("defaults: %+v %v, want auto range, 16384 and 65536", c, err)
+	if err != nil || !c.NATPortRange.IsZero() || c.NodePortNATSynMax != 16384 || c.NodePortNATMax != 65536 || c.NodePortNATUDPMax != 65536 {
+		t.Fatalf("defaults: %+v %v, want auto range, 16384, 65536 and 65536", c, err)
 	}
-	c, err = Resolve(Source{Name: "nc", PerNode: true, Values: map[string]string{"nat-port-range": "20000-29999", "nodeport-nat-syn-max": "64"}})
-	if err != nil || c.NATPortRange != (PortRange{20000, 29999}) || c.NodePortNATSynMax != 64 {
+	c, err = Resolve(Source{Name: "nc", PerNode: true, Values: map[string]string{"nat-port-range": "20000-29999", "nodeport-nat-syn-max": "64", "nodeport-nat-udp-max": "128"}})
+	if err != nil || c.NATPortRange != (PortRange{20000, 29999}) || c.NodePortNATSynMax != 64 || c.NodePortNATUDPMax != 128 {
 		t.Errorf("per-node values: %+v %v", c, err)
 	}
 }

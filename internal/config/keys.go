@@ -205,6 +205,10 @@ var keys = []key{
 		c.NodePortNATMax, err = parseTableSize(v, 16, 1<<22)
 		return err
 	}},
+	{"nodeport-nat-udp-max", "65536", func(c *Config, v string) (err error) {
+		c.NodePortNATUDPMax, err = parseTableSize(v, 16, 1<<22)
+		return err
+	}},
 	{"policy-ct-max", "131072", func(c *Config, v string) (err error) {
 		c.PolicyCTMax, err = parseTableSize(v, 1024, 1<<22)
 		return err

@@ -50,9 +50,12 @@ func configureLoadBalancing(specs *myelinSpecs, cfg Config) error {
 	if cfg.NodePortNATMax != 0 {
 		specs.MyelinNodeportNat.MaxEntries = cfg.NodePortNATMax
 	}
+	if cfg.NodePortUDPMax != 0 {
+		specs.MyelinNodeportUdp.MaxEntries = cfg.NodePortUDPMax
+	}
 	for _, spec := range []*ebpf.MapSpec{specs.MyelinLbServices, specs.MyelinLbSlots, specs.MyelinLbBackends, specs.MyelinLbPorts, specs.MyelinLbNodeports,
 		specs.MyelinLbMaglev, specs.MyelinLbAffinity, specs.MyelinLbCt, specs.MyelinLbCtNodeport, specs.MyelinLbCtNodeportSyn,
-		specs.MyelinNodeportSyn, specs.MyelinNodeportNat} {
+		specs.MyelinNodeportSyn, specs.MyelinNodeportNat, specs.MyelinNodeportUdp} {
 		if !cfg.LoadBalancing {
 			spec.MaxEntries = 1
 		}

@@ -162,6 +162,10 @@ type Config struct {
 	// flows to other nodes' backends (two entries per flow); 0 keeps the
 	// object's size (NODEPORT_NAT_MAX). Used with LoadBalancing.
 	NodePortNATMax uint32
+	// NodePortUDPMax sizes the LRU myelin_nodeport_udp, the answered UDP
+	// NodePort flows to other nodes' backends (two entries per flow); 0
+	// keeps the object's size (NODEPORT_UDP_MAX). Used with LoadBalancing.
+	NodePortUDPMax uint32
 	// PolicyCTMax sizes myelin_policy_ct, the connections NetworkPolicy tracks
 	// (one slot each, in buckets of four: rounded up to a multiple of 4); 0
 	// keeps the object's size (POLICY_CT_MAX). A changed size replaces the

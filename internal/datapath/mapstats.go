@@ -63,6 +63,7 @@ func (d *Datapath) MapStats() []MapStat {
 		}{
 			{"myelin_nodeport_syn", MapKindNAT, o.MyelinNodeportSyn},
 			{"myelin_nodeport_nat", MapKindNAT, o.MyelinNodeportNat},
+			{"myelin_nodeport_udp", MapKindNAT, o.MyelinNodeportUdp},
 			{"myelin_lb_services", MapKindServices, o.MyelinLbServices},
 			{"myelin_lb_backends", MapKindServices, o.MyelinLbBackends},
 			{"myelin_lb_slots", MapKindServices, o.MyelinLbSlots},

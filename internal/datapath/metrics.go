@@ -56,9 +56,10 @@ type MapFill struct {
 // map, the tunnel map and the NAT map (two entries per masqueraded flow;
 // when full, new flows are dropped as DROP_NAT_FULL until GCNAT frees
 // room) and, with load balancing, the NodePort SNAT tables
-// myelin_nodeport_syn (an LRU: full, new flows evict embryonic ones) and
+// myelin_nodeport_syn (an LRU: full, new flows evict embryonic ones),
 // myelin_nodeport_nat (full: DROP_NODEPORT_NAT_FULL until GCNodePortNAT
-// frees room). Counting reads the maps (countEntries), so call it for
+// frees room) and myelin_nodeport_udp (an LRU: full, newly answered UDP
+// flows evict idle ones). Counting reads the maps (countEntries), so call it for
 // status, not per packet.
 func (d *Datapath) MapFill() ([]MapFill, error) {
 	var (
@@ -89,7 +90,8 @@ func (d *Datapath) MapFill() ([]MapFill, error) {
 	for _, m := range []struct {
 		name string
 		m    *ebpf.Map
-	}{{"myelin_nodeport_syn", d.objs.MyelinNodeportSyn}, {"myelin_nodeport_nat", d.objs.MyelinNodeportNat}} {
+	}{{"myelin_nodeport_syn", d.objs.MyelinNodeportSyn}, {"myelin_nodeport_nat", d.objs.MyelinNodeportNat},
+		{"myelin_nodeport_udp", d.objs.MyelinNodeportUdp}} {
 		n, err := countEntries(m.m)
 		if err != nil {
 			return nil, fmt.Errorf("count %s: %w", m.name, err)

@@ -361,10 +361,11 @@ type myelinNpEntry struct {
 type myelinNpStat uint32
 
 const (
-	myelinNpStatNP_STAT_SYN_CREATED myelinNpStat = 0
-	myelinNpStatNP_STAT_PROMOTED    myelinNpStat = 1
-	myelinNpStatNP_STAT_REPLY_LOST  myelinNpStat = 2
-	myelinNpStatNP_STAT_MAX         myelinNpStat = 3
+	myelinNpStatNP_STAT_SYN_CREATED  myelinNpStat = 0
+	myelinNpStatNP_STAT_PROMOTED     myelinNpStat = 1
+	myelinNpStatNP_STAT_REPLY_LOST   myelinNpStat = 2
+	myelinNpStatNP_STAT_UDP_ANSWERED myelinNpStat = 3
+	myelinNpStatNP_STAT_MAX          myelinNpStat = 4
 )
 
 type myelinPolicyCtBucket struct {
@@ -609,6 +610,7 @@ type myelinMapSpecs struct {
 	MyelinNodeportNat     *ebpf.MapSpec `ebpf:"myelin_nodeport_nat"`
 	MyelinNodeportStats   *ebpf.MapSpec `ebpf:"myelin_nodeport_stats"`
 	MyelinNodeportSyn     *ebpf.MapSpec `ebpf:"myelin_nodeport_syn"`
+	MyelinNodeportUdp     *ebpf.MapSpec `ebpf:"myelin_nodeport_udp"`
 	MyelinNomasq          *ebpf.MapSpec `ebpf:"myelin_nomasq"`
 	MyelinPolicy          *ebpf.MapSpec `ebpf:"myelin_policy"`
 	MyelinPolicyCt        *ebpf.MapSpec `ebpf:"myelin_policy_ct"`
@@ -728,6 +730,7 @@ type myelinMaps struct {
 	MyelinNodeportNat     *ebpf.Map `ebpf:"myelin_nodeport_nat"`
 	MyelinNodeportStats   *ebpf.Map `ebpf:"myelin_nodeport_stats"`
 	MyelinNodeportSyn     *ebpf.Map `ebpf:"myelin_nodeport_syn"`
+	MyelinNodeportUdp     *ebpf.Map `ebpf:"myelin_nodeport_udp"`
 	MyelinNomasq          *ebpf.Map `ebpf:"myelin_nomasq"`
 	MyelinPolicy          *ebpf.Map `ebpf:"myelin_policy"`
 	MyelinPolicyCt        *ebpf.Map `ebpf:"myelin_policy_ct"`
@@ -770,6 +773,7 @@ func (m *myelinMaps) Close() error {
 		m.MyelinNodeportNat,
 		m.MyelinNodeportStats,
 		m.MyelinNodeportSyn,
+		m.MyelinNodeportUdp,
 		m.MyelinNomasq,
 		m.MyelinPolicy,
 		m.MyelinPolicyCt,

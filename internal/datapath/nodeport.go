@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"slices"
 	"time"
+
+	"github.com/cilium/ebpf"
 )
 
 // NodePortFlow is one NodePort flow to a backend on another node, as the
@@ -20,8 +22,9 @@ type NodePortFlow struct {
 	BackendPort uint16
 	NATPort     uint16
 	BackendID   uint32 // 0 when only the reverse entry is left
-	// Established is true in myelin_nodeport_nat (handshake completed),
-	// false in the embryonic LRU myelin_nodeport_syn.
+	// Established is true in myelin_nodeport_nat (TCP handshake completed)
+	// and myelin_nodeport_udp (UDP flows the backend answered), false in
+	// the embryonic LRU myelin_nodeport_syn.
 	Established bool
 	// LastSeen is on the clock of MonotonicNow, accurate to a second.
 	LastSeen time.Duration
@@ -35,23 +38,26 @@ type NodePortStats struct {
 	// Created counts flows created in myelin_nodeport_syn (a SYN flood
 	// creates one per forged source).
 	Created uint64
-	// Promoted counts flows that completed their handshake and moved to
+	// Promoted counts TCP flows that completed their handshake and moved to
 	// myelin_nodeport_nat.
 	Promoted uint64
 	// RepliesLost counts replies of pods to a NAT port without a flow: their
 	// embryonic flow was evicted (or reclaimed) before the backend answered.
 	RepliesLost uint64
+	// UDPAnswered counts UDP flows the backend answered that moved to
+	// myelin_nodeport_udp (the client sent again after a reply).
+	UDPAnswered uint64
 	// Embryonic is how many flows myelin_nodeport_syn holds now (two entries each).
 	Embryonic uint64
 }
 
-// NodePortFlows returns the flows of both NodePort SNAT tables, established
-// first, each ordered by client and ports. Half flows (one entry evicted or
-// collected) are listed too.
+// NodePortFlows returns the flows of the NodePort SNAT tables, established
+// (TCP, then answered UDP) first, each ordered by client and ports. Half
+// flows (one entry evicted or collected) are listed too.
 func (d *Datapath) NodePortFlows() ([]NodePortFlow, error) {
 	var out []NodePortFlow
-	for _, est := range []bool{true, false} {
-		flows, err := d.nodePortTable(est).read()
+	for _, t := range d.nodePortTables() {
+		flows, err := t.read()
 		if err != nil {
 			return nil, err
 		}
@@ -67,20 +73,30 @@ func (d *Datapath) NodePortFlows() ([]NodePortFlow, error) {
 	return out, nil
 }
 
-// GCNodePortNAT deletes the established NodePort SNAT flows (both entries)
-// idle longer than their state's timeout at now (the NAT timeouts), as
-// GCNAT does for masquerade, and returns how many entries it removed.
-// Embryonic flows need no collection: their table is an LRU, and the
-// datapath reclaims a port held by an embryonic flow idle 5 seconds.
+// GCNodePortNAT deletes the established NodePort SNAT flows (both entries;
+// TCP and answered UDP) idle longer than their state's timeout at now (the
+// NAT timeouts), as GCNAT does for masquerade, and returns how many entries
+// it removed. The answered UDP flows' table is an LRU, but an idle flow
+// there still holds its NAT port until collected. Embryonic flows need no
+// collection: their table is an LRU, and the datapath reclaims a port held
+// by an embryonic flow idle 5 seconds.
 func (d *Datapath) GCNodePortNAT(now time.Duration) (int, error) {
-	return d.nodePortTable(true).gc(now)
+	removed := 0
+	for _, t := range d.nodePortTables()[:2] {
+		n, err := t.gc(now)
+		removed += n
+		if err != nil {
+			return removed, err
+		}
+	}
+	return removed, nil
 }
 
 // NodePortStats reads the NodePort SNAT counters.
 func (d *Datapath) NodePortStats() (NodePortStats, error) {
 	var st NodePortStats
 	// In enum np_stat's order.
-	if err := sumPerCPU(d.objs.MyelinNodeportStats, "myelin_nodeport_stats", &st.Created, &st.Promoted, &st.RepliesLost); err != nil {
+	if err := sumPerCPU(d.objs.MyelinNodeportStats, "myelin_nodeport_stats", &st.Created, &st.Promoted, &st.RepliesLost, &st.UDPAnswered); err != nil {
 		return st, err
 	}
 	n, err := countEntries(d.objs.MyelinNodeportSyn)
@@ -91,20 +107,25 @@ func (d *Datapath) NodePortStats() (NodePortStats, error) {
 	return st, nil
 }
 
-// nodePortTable is myelin_nodeport_nat (established) or myelin_nodeport_syn as a
-// flow table; a flow's Established says which.
-func (d *Datapath) nodePortTable(established bool) flowTable[myelinNatKey, myelinNpEntry, NodePortFlow] {
-	t := flowTable[myelinNatKey, myelinNpEntry, NodePortFlow]{name: "myelin_nodeport_syn", m: d.objs.MyelinNodeportSyn,
-		timeout: func(id NodePortFlow, flags uint16) time.Duration { return natTimeout(id.Proto, flags) }}
-	if established {
-		t.name, t.m = "myelin_nodeport_nat", d.objs.MyelinNodeportNat
+// nodePortTables are the NodePort SNAT tables as flow tables, in this order:
+// myelin_nodeport_nat (established TCP), myelin_nodeport_udp (answered UDP)
+// and myelin_nodeport_syn (embryonic); a flow's Established says whether
+// it is in one of the first two.
+func (d *Datapath) nodePortTables() []flowTable[myelinNatKey, myelinNpEntry, NodePortFlow] {
+	table := func(name string, m *ebpf.Map, established bool) flowTable[myelinNatKey, myelinNpEntry, NodePortFlow] {
+		return flowTable[myelinNatKey, myelinNpEntry, NodePortFlow]{name: name, m: m,
+			timeout: func(id NodePortFlow, flags uint16) time.Duration { return natTimeout(id.Proto, flags) },
+			flowOf: func(k myelinNatKey, v myelinNpEntry) (NodePortFlow, bool) {
+				id, forward := npFlowOf(k, v)
+				id.Established = established
+				return id, forward
+			}}
 	}
-	t.flowOf = func(k myelinNatKey, v myelinNpEntry) (NodePortFlow, bool) {
-		id, forward := npFlowOf(k, v)
-		id.Established = established
-		return id, forward
+	return []flowTable[myelinNatKey, myelinNpEntry, NodePortFlow]{
+		table("myelin_nodeport_nat", d.objs.MyelinNodeportNat, true),
+		table("myelin_nodeport_udp", d.objs.MyelinNodeportUdp, true),
+		table("myelin_nodeport_syn", d.objs.MyelinNodeportSyn, false),
 	}
-	return t
 }
 
 // nodePortFlow completes the flow id with what its entries say.

@@ -41,12 +41,12 @@ func checkNodePortStats(d *Datapath, want NodePortStats) error {
 }
 
 // loadNodePortNAT loads load balancing and masquerade with NodePort tables
-// of synMax and natMax entries and the NAT ports min..max, serving the
-// NodePort feNodePort from the remote backend 2.
-func loadNodePortNAT(t *testing.T, synMax, natMax uint32, min, max uint16) *Datapath {
+// of synMax, natMax and udpMax entries (0: the object's) and the NAT ports
+// min..max, serving the NodePort feNodePort from the remote backend 2.
+func loadNodePortNAT(t *testing.T, synMax, natMax, udpMax uint32, min, max uint16) *Datapath {
 	t.Helper()
 	d := loadTestConfig(t, Config{HostRouting: HostRoutingBPF, LoadBalancing: true, Masquerade: true, NodeIP: testNodeIP,
-		ClusterCIDR: lbClusterCIDR, NATPortMin: min, NATPortMax: max, NodePortSynMax: synMax, NodePortNATMax: natMax})
+		ClusterCIDR: lbClusterCIDR, NATPortMin: min, NATPortMax: max, NodePortSynMax: synMax, NodePortNATMax: natMax, NodePortUDPMax: udpMax})
 	if err := d.SetNoMasquerade([]netip.Prefix{lbClusterCIDR, netip.PrefixFrom(testNodeIP, 32)}); err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func loadNodePortNAT(t *testing.T, synMax, natMax uint32, min, max uint16) *Data
 // keep their NAT port; GCNodePortNAT collects it once idle.
 func TestPrivilegedNodePortSNATHandshake(t *testing.T) {
 	requirePrivileged(t)
-	d := loadNodePortNAT(t, 0, 0, testNATPort, testNATPort)
+	d := loadNodePortNAT(t, 0, 0, 0, testNATPort, testNATPort)
 	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort)
 	toBackend := func(p pkt) []byte { return p.withSrc(nodeIP, testNATPort).withDst(remoteIP, 8080).build() }
 	reply := ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, testNATPort)
@@ -141,7 +141,7 @@ func TestPrivilegedNodePortSNATHandshake(t *testing.T) {
 // embryonic; once the GC made room, its next ACK promotes it.
 func TestPrivilegedNodePortSNATFull(t *testing.T) {
 	requirePrivileged(t)
-	d := loadNodePortNAT(t, 0, 2, testNATPort, testNATPort+1)
+	d := loadNodePortNAT(t, 0, 2, 0, testNATPort, testNATPort+1)
 	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort)
 	run := func(p pkt) ([]byte, uint32) {
 		out := make([]byte, 1500)
@@ -201,7 +201,7 @@ func TestPrivilegedNodePortSNATFull(t *testing.T) {
 // port, whichever flow holds it first, the other gets DROP_NAT_NO_PORT.
 func TestPrivilegedNodePortSNATPortsDisjoint(t *testing.T) {
 	requirePrivileged(t)
-	d := loadNodePortNAT(t, 0, 0, testNATPort, testNATPort)
+	d := loadNodePortNAT(t, 0, 0, 0, testNATPort, testNATPort)
 	// A backend outside the cluster (a Service with manual Endpoints) is a
 	// destination masquerade translates to as well.
 	st := lbState{backends: map[uint32]Backend{3: {Addr: mustAddr(extHost), Port: 8080}},
@@ -251,7 +251,7 @@ func TestPrivilegedNodePortSNATPortsDisjoint(t *testing.T) {
 func TestPrivilegedNodePortSNATFlood(t *testing.T) {
 	requirePrivileged(t)
 	natMin, natMax := testObjectNATPorts(t)
-	d := loadNodePortNAT(t, 64, 64, natMin, natMax)
+	d := loadNodePortNAT(t, 64, 64, 0, natMin, natMax)
 	run := func(p *ebpf.Program, in pkt) []byte {
 		opts := forwardedRun(d, p, in.build())
 		ret, err := p.Run(opts)
@@ -303,33 +303,247 @@ func TestPrivilegedNodePortSNATFlood(t *testing.T) {
 	}
 }
 
-// UDP NodePort flows to a remote backend: embryonic on the first datagram,
-// promoted by the client's next datagram after a reply came back.
-func TestPrivilegedNodePortSNATUDP(t *testing.T) {
-	requirePrivileged(t)
-	d := loadNodePortNAT(t, 0, 0, testNATPort, testNATPort)
+// udpNodePort serves the UDP NodePort of feNodePort's address and port from
+// the remote backend 2, and returns a client's datagram to it.
+func udpNodePort(t *testing.T, d *Datapath) pkt {
+	t.Helper()
 	fe := Frontend{Addr: testNodeIP, Port: nodePort, Proto: protoUDP}
 	if err := seedLB(d, *oneService(fe, Service{ID: 1, Flags: ServiceNodePort, Backends: []uint32{2}})); err != nil {
 		t.Fatal(err)
 	}
-	req := ipv4(protoUDP, extHost, nodeIP).withDst(nodeIP, nodePort)
+	return ipv4(protoUDP, extHost, nodeIP).withDst(nodeIP, nodePort)
+}
+
+// npUDPFlow is the UDP NodePortFlow of extHost:40000 on testNATPort.
+func npUDPFlow(established bool) NodePortFlow {
+	f := npTestFlow(extHost, 40000, remoteIP, 2, established, "udp")
+	f.Proto = protoUDP
+	return f
+}
+
+// UDP NodePort flows to a remote backend: embryonic on the first datagram,
+// moved by the client's next datagram after a reply came back into the LRU
+// myelin_nodeport_udp, never into myelin_nodeport_nat (TCP's, which answered
+// datagrams from forged sources must not fill); replies and ICMP errors find
+// the flow there, and GCNodePortNAT collects it once idle.
+func TestPrivilegedNodePortSNATUDP(t *testing.T) {
+	requirePrivileged(t)
+	d := loadNodePortNAT(t, 0, 0, 0, testNATPort, testNATPort)
+	req := udpNodePort(t, d)
 	reply := ipv4(protoUDP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, testNATPort)
-	flows := func(established bool) func(*Datapath) error {
-		return func(d *Datapath) error {
-			f := npTestFlow(extHost, 40000, remoteIP, 2, established, "udp")
-			f.Proto = protoUDP
-			return checkNodePortFlows(d, []NodePortFlow{f})
+	toBackend := func(p pkt) []byte { return p.withSrc(nodeIP, testNATPort).withDst(remoteIP, 8080).build() }
+	toClient := func(p pkt) []byte { return p.withSrc(nodeIP, nodePort).withDst(extHost, 40000).build() }
+	unreachable := func(from, to string) pkt {
+		q := quote(req.withSrc(nodeIP, testNATPort).withDst(remoteIP, 8080))
+		if to == extHost {
+			q = frontQuote(restoredQuote(q, mustAddr(extHost), 40000), testNodeIP, nodePort)
 		}
+		return ipv4(protoICMP, from, to).withICMPError(3, 3, 0, q)
+	}
+	embryonic := func(d *Datapath) error { return checkNodePortFlows(d, []NodePortFlow{npUDPFlow(false)}) }
+	answered := func(d *Datapath) error {
+		if err := checkNodePortFlows(d, []NodePortFlow{npUDPFlow(true)}); err != nil {
+			return err
+		}
+		if n, err := countEntries(d.objs.MyelinNodeportUdp); err != nil || n != 2 {
+			return fmt.Errorf("myelin_nodeport_udp holds %d entries (%v), want the flow's 2", n, err)
+		}
+		if err := checkEmpty(d.objs.MyelinNodeportNat); err != nil {
+			return err
+		}
+		return checkEmpty(d.objs.MyelinNodeportSyn)
 	}
 	row := func(name string, in pkt, out []byte, then func(*Datapath) error) lbCase {
 		return lbCase{prog: d.objs.MyelinFromNetdev, dir: "from-netdev", then: then,
 			progCase: progCase{name: name, endpoints: seedB, in: in.build(), verdict: tcActOK, out: out, reason: "PASS_STACK"}}
 	}
 	runLBCases(t, d, []lbCase{
-		row("first datagram: embryonic", req, req.withSrc(nodeIP, testNATPort).withDst(remoteIP, 8080).build(), flows(false)),
-		row("reply: from the NodePort", reply, reply.withSrc(nodeIP, nodePort).withDst(extHost, 40000).build(), flows(false)),
-		row("next datagram: promoted", req, req.withSrc(nodeIP, testNATPort).withDst(remoteIP, 8080).build(), flows(true)),
+		row("first datagram: embryonic", req, toBackend(req), embryonic),
+		row("reply: from the NodePort", reply, toClient(reply), embryonic),
+		row("next datagram: answered, in myelin_nodeport_udp", req, toBackend(req), answered),
+		row("datagram: same NAT port", req, toBackend(req), answered),
+		row("reply: from the NodePort", reply, toClient(reply), answered),
+		row("backend's port unreachable: back to the client from the NodePort",
+			unreachable(remoteIP, nodeIP), unreachable(nodeIP, extHost).build(), answered),
 	})
+	if err := checkNodePortStats(d, NodePortStats{Created: 1, UDPAnswered: 1}); err != nil {
+		t.Error(err)
+	}
+	if n, err := d.GCNodePortNAT(MonotonicNow()); err != nil || n != 0 {
+		t.Errorf("GCNodePortNAT of a fresh flow removed %d (%v), want 0", n, err)
+	}
+	if n, err := d.GCNodePortNAT(MonotonicNow() + NATTimeoutUDP + 2e9); err != nil || n != 2 {
+		t.Errorf("GCNodePortNAT of an idle UDP flow removed %d (%v), want 2", n, err)
+	}
+}
+
+// A UDP flow an older version moved to myelin_nodeport_nat keeps its NAT
+// port there after an upgrade: its datagrams and replies are translated
+// without creating a flow.
+func TestPrivilegedNodePortSNATUDPInOldTable(t *testing.T) {
+	requirePrivileged(t)
+	d := loadNodePortNAT(t, 0, 0, 0, testNATPort, testNATPort+1)
+	req := udpNodePort(t, d).withSrc(extHost, 40000)
+	now := uint64(MonotonicNow())
+	fk := myelinNatKey{Saddr: networkUint32(mustAddr(extHost)), Daddr: networkUint32(testNodeIP), Sport: htons(40000),
+		Dport: htons(nodePort), Proto: protoUDP, Dir: uint8(myelinNatDirNAT_DIR_EGRESS)}
+	fv := myelinNpEntry{LastSeen: now, Addr: networkUint32(mustAddr(remoteIP)), BackendId: 2, Port: htons(8080),
+		Xport: htons(testNATPort + 1), Flags: uint16(myelinNatFlagsNAT_F_REPLIED)}
+	rk := myelinNatKey{Saddr: fv.Addr, Daddr: fk.Daddr, Sport: fv.Port, Dport: fv.Xport, Proto: protoUDP, Dir: uint8(myelinNatDirNAT_DIR_INGRESS)}
+	rv := myelinNpEntry{LastSeen: now, Addr: fk.Saddr, Port: fk.Sport, Xport: fk.Dport, Flags: fv.Flags}
+	for _, e := range []struct {
+		k myelinNatKey
+		v myelinNpEntry
+	}{{fk, fv}, {rk, rv}} {
+		if err := d.objs.MyelinNodeportNat.Update(e.k, e.v, ebpf.UpdateAny); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reply := ipv4(protoUDP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, testNATPort+1)
+	for _, c := range []struct {
+		p         *ebpf.Program
+		in, out   pkt
+		name, dir string
+	}{
+		{d.objs.MyelinFromNetdev, req, req.withSrc(nodeIP, testNATPort+1).withDst(remoteIP, 8080), "datagram", "from-netdev"},
+		{d.objs.MyelinFromNetdev, reply, reply.withSrc(nodeIP, nodePort).withDst(extHost, 40000), "reply", "from-netdev"},
+	} {
+		pc := progCase{name: c.name, endpoints: seedB, in: c.in.build(), verdict: tcActOK, out: c.out.build(), reason: "PASS_STACK"}
+		if err := checkCase(d, c.p, c.dir, pc); err != nil {
+			t.Error(err)
+		}
+	}
+	if st, _ := d.NodePortStats(); st.Created != 0 {
+		t.Errorf("NodePort stats %+v, want no flow created", st)
+	}
+}
+
+// An answered UDP flow whose reverse entry the LRU evicted alone is
+// forgotten at its next datagram, which starts a new flow: had another
+// flow taken the port meanwhile, the two would otherwise share the
+// backend's replies. With the one NAT port held by another client's
+// answered flow, the datagram finds no port; once that flow is gone, it
+// starts an embryonic flow on the port.
+func TestPrivilegedNodePortSNATUDPHalfEvicted(t *testing.T) {
+	requirePrivileged(t)
+	d := loadNodePortNAT(t, 0, 0, 0, testNATPort, testNATPort)
+	req := udpNodePort(t, d)
+	reply := ipv4(protoUDP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, testNATPort)
+	for _, p := range []pkt{req, reply, req} {
+		if ret, err := d.objs.MyelinFromNetdev.Run(forwardedRun(d, d.objs.MyelinFromNetdev, p.build())); err != nil || ret != tcActOK {
+			t.Fatalf("answering the flow: verdict %d, %v", ret, err)
+		}
+	}
+	if err := checkNodePortFlows(d, []NodePortFlow{npUDPFlow(true)}); err != nil {
+		t.Fatal(err)
+	}
+	rk := myelinNatKey{Saddr: networkUint32(mustAddr(remoteIP)), Daddr: networkUint32(testNodeIP), Sport: htons(8080),
+		Dport: htons(testNATPort), Proto: protoUDP, Dir: uint8(myelinNatDirNAT_DIR_INGRESS)}
+	other := myelinNpEntry{LastSeen: uint64(MonotonicNow()), Addr: networkUint32(mustAddr("203.0.113.20")), Port: htons(5555),
+		Xport: htons(nodePort), Flags: uint16(myelinNatFlagsNAT_F_REPLIED)}
+	if err := d.objs.MyelinNodeportUdp.Update(rk, other, ebpf.UpdateExist); err != nil {
+		t.Fatal(err)
+	}
+	c := progCase{name: "datagram of the flow whose port another flow holds", endpoints: seedB, in: req.build(),
+		verdict: tcActShot, reason: "DROP_NAT_NO_PORT"}
+	if err := checkCase(d, d.objs.MyelinFromNetdev, "from-netdev", c); err != nil {
+		t.Error(err)
+	}
+	if n, err := countEntries(d.objs.MyelinNodeportUdp); err != nil || n != 1 {
+		t.Errorf("myelin_nodeport_udp holds %d entries (%v), want the other flow's reverse entry alone", n, err)
+	}
+	if err := d.objs.MyelinNodeportUdp.Delete(rk); err != nil {
+		t.Fatal(err)
+	}
+	c = progCase{name: "datagram once the port is free", endpoints: seedB, in: req.build(), verdict: tcActOK,
+		out: req.withSrc(nodeIP, testNATPort).withDst(remoteIP, 8080).build(), reason: "PASS_STACK"}
+	if err := checkCase(d, d.objs.MyelinFromNetdev, "from-netdev", c); err != nil {
+		t.Error(err)
+	}
+	if err := checkNodePortFlows(d, []NodePortFlow{npUDPFlow(false)}); err != nil {
+		t.Error(err)
+	}
+}
+
+// A flood of answered UDP flows from 3,000 forged sources (each sends a
+// datagram, gets the backend's reply and sends again, as a sender of forged
+// sources gets from any backend that answers every datagram) churns the
+// LRU myelin_nodeport_udp (64 entries) only: myelin_nodeport_nat (16
+// entries, TCP's) keeps its established flow alone, so that flow forwards
+// and a TCP handshake after the flood completes; every flood datagram is
+// translated (no DROP_NODEPORT_NAT_FULL) and a pod's masquerade flow keeps
+// its port.
+func TestPrivilegedNodePortSNATUDPFlood(t *testing.T) {
+	requirePrivileged(t)
+	natMin, natMax := testObjectNATPorts(t)
+	d := loadNodePortNAT(t, 64, 16, 64, natMin, natMax)
+	udp := Frontend{Addr: testNodeIP, Port: nodePort, Proto: protoUDP}
+	st := lbState{backends: map[uint32]Backend{2: {Addr: mustAddr(remoteIP), Port: 8080}},
+		services: map[Frontend]Service{feNodePort: {ID: 1, Flags: ServiceNodePort, Backends: []uint32{2}},
+			udp: {ID: 2, Flags: ServiceNodePort, Backends: []uint32{2}}}}
+	if err := seedLB(d, st); err != nil {
+		t.Fatal(err)
+	}
+	run := func(p *ebpf.Program, in pkt) ([]byte, uint32) {
+		opts := forwardedRun(d, p, in.build())
+		ret, err := p.Run(opts)
+		if err != nil {
+			t.Fatalf("run %v: %v", in, err)
+		}
+		return opts.DataOut, ret
+	}
+	handshake := func(client pkt) uint16 {
+		out, _ := run(d.objs.MyelinFromNetdev, client)
+		port := binary.BigEndian.Uint16(out[34:])
+		run(d.objs.MyelinFromNetdev, ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, port).withTCPFlags(0x12).withSeq(7, 0))
+		if _, ret := run(d.objs.MyelinFromNetdev, client.withTCPFlags(0x10).withSeq(1, 8)); ret != tcActOK {
+			t.Errorf("ACK of %v: verdict %d, want forwarded", client, ret)
+		}
+		return port
+	}
+	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort)
+	natPort := handshake(req)
+	masq := ipv4(protoUDP, "10.1.0.10", "198.51.100.53").withDst("198.51.100.53", 53)
+	masqOut, _ := run(d.objs.MyelinToNetdev, masq)
+	masqPort := binary.BigEndian.Uint16(masqOut[34:])
+
+	const flood = 3000
+	dropped := 0
+	for i := 0; i < flood; i++ {
+		src := netip.AddrFrom4([4]byte{198, 18, byte(100 + i/250), byte(1 + i%250)})
+		dgram := ipv4(protoUDP, src.String(), nodeIP).withSrc(src.String(), uint16(1024+i)).withDst(nodeIP, nodePort)
+		out, ret := run(d.objs.MyelinFromNetdev, dgram)
+		port := binary.BigEndian.Uint16(out[34:])
+		run(d.objs.MyelinFromNetdev, ipv4(protoUDP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, port))
+		if _, ret2 := run(d.objs.MyelinFromNetdev, dgram); ret != tcActOK || ret2 != tcActOK {
+			dropped++
+		}
+	}
+	if dropped != 0 {
+		t.Errorf("%d of %d flood flows had a datagram dropped, want none", dropped, flood)
+	}
+	data := req.withTCPFlags(0x18).withSeq(1, 8)
+	c := progCase{name: "established TCP flow after the flood", endpoints: seedB, in: data.build(), verdict: tcActOK,
+		out: data.withSrc(nodeIP, natPort).withDst(remoteIP, 8080).build(), reason: "PASS_STACK"}
+	if err := checkCase(d, d.objs.MyelinFromNetdev, "from-netdev", c); err != nil {
+		t.Error(err)
+	}
+	handshake(req.withSrc("203.0.113.20", 40001))
+	if n, err := countEntries(d.objs.MyelinNodeportNat); err != nil || n != 4 {
+		t.Errorf("myelin_nodeport_nat holds %d entries (%v), want the two TCP flows' 4", n, err)
+	}
+	if n, err := countEntries(d.objs.MyelinNodeportUdp); err != nil || n == 0 || n > 64 {
+		t.Errorf("myelin_nodeport_udp holds %d entries (%v), want flood flows, at most 64", n, err)
+	}
+	if out, _ := run(d.objs.MyelinToNetdev, masq); binary.BigEndian.Uint16(out[34:]) != masqPort {
+		t.Errorf("masquerade flow's port after the flood = %d, want %d", binary.BigEndian.Uint16(out[34:]), masqPort)
+	}
+	if st, _ := d.NodePortStats(); st.Promoted != 2 || st.UDPAnswered != flood {
+		t.Errorf("NodePort stats %+v, want 2 TCP promoted and %d UDP answered", st, flood)
+	}
+	if m, _ := counter(d, "from-netdev", "DROP_NODEPORT_NAT_FULL"); m.Packets != 0 {
+		t.Errorf("DROP_NODEPORT_NAT_FULL = %d during a UDP flood, want 0", m.Packets)
+	}
 }
 
 // An embryonic flow holding the only NAT port gives it up to a new flow once
@@ -337,7 +551,7 @@ func TestPrivilegedNodePortSNATUDP(t *testing.T) {
 // flow passes untouched and counts as a reply lost.
 func TestPrivilegedNodePortSNATReclaim(t *testing.T) {
 	requirePrivileged(t)
-	d := loadNodePortNAT(t, 0, 0, testNATPort, testNATPort)
+	d := loadNodePortNAT(t, 0, 0, 0, testNATPort, testNATPort)
 	seed := func(age time.Duration) {
 		if err := seedLB(d, *oneService(feNodePort, Service{ID: 1, Flags: ServiceNodePort, Backends: []uint32{2}})); err != nil {
 			t.Fatal(err)

@@ -37,7 +37,11 @@ import (
 // an agent sets by default, as the others here do). from-pod-outside-tunnel-plain
 // and -encapsulate are pod A's segment to an address outside the cluster in
 // tunnel mode with tunnel-pod-to-node plain (the node map's lookup pruned) and
-// encapsulate (a miss in it): the key's cost. ns/packet
+// encapsulate (a miss in it): the key's cost. from-netdev-nodeport-udp is a
+// datagram of an answered UDP flow from a client outside the cluster to a
+// NodePort whose backend is on another node (translated to the node's IP and
+// the flow's NAT port, to the FIB), -reply the backend's reply to it
+// (translated back to the client). ns/packet
 // is the kernel's measure of each test run (one run per call: the program
 // rewrites the packet, so a repeated run would see its own output). Run as root:
 // go test -run '^$' -bench ProgramRun -count 5 ./internal/datapath/
@@ -83,6 +87,8 @@ func BenchmarkProgramRun(b *testing.B) {
 		})
 	}
 	b.Run("from-netdev-masq-reply", func(b *testing.B) { benchMasqReply(b, d) })
+	b.Run("from-netdev-nodeport-udp", func(b *testing.B) { benchNodePortUDP(b, false) })
+	b.Run("from-netdev-nodeport-udp-reply", func(b *testing.B) { benchNodePortUDP(b, true) })
 	b.Run("from-pod-fib", func(b *testing.B) {
 		inNetns(b, func(string) { benchFIBForward(b, d) })
 	})
@@ -112,6 +118,48 @@ func benchMasqReply(b *testing.B, d *Datapath) {
 	}
 	reply := ipv4(protoTCP, "203.0.113.10", nodeIP).withSrc("203.0.113.10", 443).withDst(nodeIP, port).withTCPFlags(tcpACK)
 	s := segment{in: reply.build(), prog: d.objs.MyelinFromNetdev}
+	var ns uint64
+	for b.Loop() {
+		ns += uint64(runSegment(b, s))
+	}
+	b.ReportMetric(float64(ns)/float64(b.N), "ns/packet")
+}
+
+// benchNodePortUDP times myelin_from_netdev for a datagram of an answered UDP
+// flow from a client outside the cluster to a NodePort whose backend is on
+// another node, or with reply for the backend's reply to it, on a datapath of
+// its own; both go to the FIB, which test-run leaves to the stack.
+func benchNodePortUDP(b *testing.B, reply bool) {
+	d := loadTestConfig(b, agentDefaultConfig())
+	if err := d.SetNoMasquerade([]netip.Prefix{lbClusterCIDR, netip.PrefixFrom(testNodeIP, 32)}); err != nil {
+		b.Fatal(err)
+	}
+	fe := Frontend{Addr: testNodeIP, Port: nodePort, Proto: protoUDP}
+	if err := seedLB(d, *oneService(fe, Service{ID: 1, Flags: ServiceNodePort, Backends: []uint32{2}})); err != nil {
+		b.Fatal(err)
+	}
+	req := segment{in: ipv4(protoUDP, extHost, nodeIP).withDst(nodeIP, nodePort).build(), prog: d.objs.MyelinFromNetdev, toStack: true}
+	runSegment(b, req)
+	var port uint16
+	err := dumpEntries(d.objs.MyelinNodeportSyn, func(k myelinNatKey, v myelinNpEntry) {
+		if k.Dir == uint8(myelinNatDirNAT_DIR_EGRESS) {
+			port = ntohs(v.Xport)
+		}
+	})
+	if err != nil || port == 0 {
+		b.Fatalf("the NodePort flow's NAT port: %d, %v", port, err)
+	}
+	back := segment{in: ipv4(protoUDP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, port).build(),
+		prog: d.objs.MyelinFromNetdev, toStack: true}
+	runSegment(b, back)
+	runSegment(b, req)
+	if n, err := countEntries(d.objs.MyelinNodeportSyn); err != nil || n != 0 {
+		b.Fatalf("the flow is still embryonic (%d entries, %v)", n, err)
+	}
+	s := req
+	if reply {
+		s = back
+	}
 	var ns uint64
 	for b.Loop() {
 		ns += uint64(runSegment(b, s))

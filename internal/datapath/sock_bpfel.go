@@ -372,6 +372,7 @@ type sockMapSpecs struct {
 	MyelinNodeportNat        *ebpf.MapSpec `ebpf:"myelin_nodeport_nat"`
 	MyelinNodeportStats      *ebpf.MapSpec `ebpf:"myelin_nodeport_stats"`
 	MyelinNodeportSyn        *ebpf.MapSpec `ebpf:"myelin_nodeport_syn"`
+	MyelinNodeportUdp        *ebpf.MapSpec `ebpf:"myelin_nodeport_udp"`
 	MyelinNomasq             *ebpf.MapSpec `ebpf:"myelin_nomasq"`
 	MyelinPolicy             *ebpf.MapSpec `ebpf:"myelin_policy"`
 	MyelinPolicyCt           *ebpf.MapSpec `ebpf:"myelin_policy_ct"`
@@ -460,6 +461,7 @@ type sockMaps struct {
 	MyelinNodeportNat        *ebpf.Map `ebpf:"myelin_nodeport_nat"`
 	MyelinNodeportStats      *ebpf.Map `ebpf:"myelin_nodeport_stats"`
 	MyelinNodeportSyn        *ebpf.Map `ebpf:"myelin_nodeport_syn"`
+	MyelinNodeportUdp        *ebpf.Map `ebpf:"myelin_nodeport_udp"`
 	MyelinNomasq             *ebpf.Map `ebpf:"myelin_nomasq"`
 	MyelinPolicy             *ebpf.Map `ebpf:"myelin_policy"`
 	MyelinPolicyCt           *ebpf.Map `ebpf:"myelin_policy_ct"`
@@ -499,6 +501,7 @@ func (m *sockMaps) Close() error {
 		m.MyelinNodeportNat,
 		m.MyelinNodeportStats,
 		m.MyelinNodeportSyn,
+		m.MyelinNodeportUdp,
 		m.MyelinNomasq,
 		m.MyelinPolicy,
 		m.MyelinPolicyCt,

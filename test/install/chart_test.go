@@ -113,13 +113,13 @@ func TestChartConfigMapIsValidConfig(t *testing.T) {
 		{[]string{"routingMode=native", "autoDirectNodeRoutes=true", "ipv4NativeRoutingCIDR=10.244.0.0/16", "clusterCIDR=10.244.0.0/16",
 			"hostRouting=legacy", "bpf.masquerade=false", "bpf.tunnel=false", "nonMasqueradeCIDRs={10.1.0.0/16,10.2.0.0/16}", "userIptablesGuard=warn",
 			"kubeProxyReplacement=false", "loadBalancer.algorithm=maglev", "maglev.tableSize=1021", "MTU=1400", "natPortRange=62000-65000",
-			"nodePort.natSynMax=1000000", "nodePort.natMax=2000000", "enableSourceIPVerification=false", "tunnelPort=9000", "enableIPv4BIGTCP=true",
+			"nodePort.natSynMax=1000000", "nodePort.natMax=2000000", "nodePort.natUDPMax=3000000", "enableSourceIPVerification=false", "tunnelPort=9000", "enableIPv4BIGTCP=true",
 			"podSourceFromHosts=drop", "tunnelPodToNode=encapsulate"},
 			map[string]string{"routing-mode": "native", "auto-direct-node-routes": "true", "ipv4-native-routing-cidr": "10.244.0.0/16",
 				"cluster-cidr": "10.244.0.0/16", "host-routing": "legacy", "enable-bpf-masquerade": "false", "enable-bpf-tunnel": "false",
 				"non-masquerade-cidrs": "10.1.0.0/16,10.2.0.0/16", "user-iptables-guard": "warn", "kube-proxy-replacement": "false",
 				"lb-algorithm": "maglev", "maglev-table-size": "1021", "mtu": "1400", "nat-port-range": "62000-65000",
-				"nodeport-nat-syn-max": "1000000", "nodeport-nat-max": "2000000", "enable-source-ip-verification": "false", "tunnel-port": "9000", "enable-ipv4-big-tcp": "true",
+				"nodeport-nat-syn-max": "1000000", "nodeport-nat-max": "2000000", "nodeport-nat-udp-max": "3000000", "enable-source-ip-verification": "false", "tunnel-port": "9000", "enable-ipv4-big-tcp": "true",
 				"pod-source-from-hosts": "drop", "tunnel-pod-to-node": "encapsulate"}},
 	} {
 		cm := find(t, objects(t, template(t, c.sets...)), "ConfigMap", config.ConfigMapName)

@@ -37,6 +37,7 @@ kube-proxy-replacement-healthz-bind-address: {{ $v.kubeProxyReplacementHealthzBi
 kube-proxy-replacement-metrics-bind-address: {{ $v.kubeProxyReplacementMetricsBindAddr | quote }}
 nodeport-nat-syn-max: {{ $v.nodePort.natSynMax | int64 | quote }}
 nodeport-nat-max: {{ $v.nodePort.natMax | int64 | quote }}
+nodeport-nat-udp-max: {{ $v.nodePort.natUDPMax | int64 | quote }}
 policy-ct-max: {{ $v.networkPolicy.ctMax | int64 | quote }}
 policy-ct-pod-max: {{ $v.networkPolicy.ctPodMax | toString | quote }}
 prometheus-serve-addr: {{ if $v.prometheus.enabled }}{{ printf ":%d" ($v.prometheus.port | int64) | quote }}{{ else }}""{{ end }}
@@ -96,6 +97,7 @@ kube-proxy-replacement-metrics-bind-address: kubeProxyReplacementMetricsBindAddr
 cgroup-root: socketLB.cgroupRoot
 nodeport-nat-syn-max: nodePort.natSynMax
 nodeport-nat-max: nodePort.natMax
+nodeport-nat-udp-max: nodePort.natUDPMax
 policy-ct-max: networkPolicy.ctMax
 policy-ct-pod-max: networkPolicy.ctPodMax
 prometheus-serve-addr: prometheus.port
