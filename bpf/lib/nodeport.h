@@ -122,14 +122,22 @@ static __always_inline int np_claim(struct nat_key *rev, const struct np_entry *
 	return 0;
 }
 
+/* np_client_flags are the flags a client's packet sets on its flow's forward entry. */
+static __always_inline __u16 np_client_flags(const struct l4_info *l4)
+{
+	return (l4->tcp_closing ? NAT_F_CLOSING : 0) | (l4->tcp_opening ? NAT_F_SYN_PENDING : 0);
+}
+
 /*
  * np_create creates the embryonic flow fwd (client -> node_ip:nodePort) to
- * backend id at be, and returns 0 with its forward entry in *fv, or a
- * DROP_* reason.
+ * backend id at be for the client's packet l4, and returns 0 with its
+ * forward entry in *fv, or a DROP_* reason.
  */
 static __always_inline int np_create(const struct nat_key *fwd, __u32 id,
-				     const struct lb_backend *be, __u16 flags, struct np_entry *fv)
+				     const struct lb_backend *be, const struct l4_info *l4,
+				     struct np_entry *fv)
 {
+	__u16 flags = l4->tcp_closing ? NAT_F_CLOSING : 0;
 	__u64 now = clock_coarse_ns();
 	struct nat_key rev = {
 		.saddr = be->addr,
@@ -162,7 +170,7 @@ static __always_inline int np_create(const struct nat_key *fwd, __u32 id,
 				.backend_id = id,
 				.port = be->port,
 				.xport = rev.dport,
-				.flags = flags};
+				.flags = np_client_flags(l4)};
 	if (bpf_map_update_elem(&myelin_nodeport_syn, fwd, fv, BPF_ANY) < 0) {
 		bpf_map_delete_elem(&myelin_nodeport_syn, &rev);
 		return DROP_NODEPORT_NAT_FULL;
@@ -276,7 +284,7 @@ static __always_inline int np_embryonic(struct __sk_buff *skb, const struct ipv4
 	struct nat_key rev;
 	struct np_entry *r;
 
-	np_touch(e, l4->tcp_closing ? NAT_F_CLOSING : 0);
+	np_touch(e, np_client_flags(l4));
 	*fv = *e;
 	np_pair_key(&rev, fwd, fv, NAT_DIR_INGRESS);
 	r = bpf_map_lookup_elem(&myelin_nodeport_syn, &rev);

@@ -25,8 +25,11 @@
 
 /*
  * np_reply_seen records on an embryonic flow's forward entry that the
- * backend answered: a TCP SYN-ACK (with its sequence number, which the
- * client's ACK must acknowledge) or any UDP reply.
+ * backend answered: a TCP SYN-ACK to a SYN of the client's that none
+ * answered yet (with its sequence number, which the client's ACK must
+ * acknowledge: a forged SYN-ACK sprayed over the NAT ports after the
+ * backend's own finds none pending and can't replace that number), or any
+ * UDP reply.
  */
 static __always_inline void np_reply_seen(struct __sk_buff *skb, const struct ipv4_info *info,
 					  const struct nat_key *rev, struct np_entry *rv)
@@ -47,8 +50,12 @@ static __always_inline void np_reply_seen(struct __sk_buff *skb, const struct ip
 	e = bpf_map_lookup_elem(&myelin_nodeport_syn, &fwd);
 	if (!e)
 		return;
-	if (info->proto == IPPROTO_TCP)
+	if (info->proto == IPPROTO_TCP) {
+		if (!(e->flags & NAT_F_SYN_PENDING))
+			return;
+		e->flags &= ~NAT_F_SYN_PENDING;
 		e->reply_seq = bpf_ntohl(seq) + 1;
+	}
 	e->flags |= NAT_F_REPLIED;
 	rv->flags |= NAT_F_REPLIED;
 }
@@ -76,7 +83,8 @@ static __always_inline struct np_entry *np_reply_lookup(struct __sk_buff *skb,
 	e = bpf_map_lookup_elem(&myelin_nodeport_syn, rev);
 	if (e) {
 		np_touch(e, flags);
-		/* Every SYN-ACK: a new connection on the tuple brings a new number. */
+		/* Every SYN-ACK (np_reply_seen keeps those a client SYN asked for): a
+		 * new connection on the tuple brings a new number. */
 		if (!(e->flags & NAT_F_REPLIED) || l4->tcp_syn)
 			np_reply_seen(skb, info, rev, e);
 		return e;

@@ -87,6 +87,10 @@ enum nat_dir {
 enum nat_flags {
 	NAT_F_REPLIED = 1, /* a reply came back (TCP: past the handshake) */
 	NAT_F_CLOSING = 2, /* TCP FIN or RST seen in either direction */
+	/* NodePort SNAT, an embryonic TCP flow's forward entry: the client sent a
+	 * SYN the backend's SYN-ACK has not answered yet (only then is a SYN-ACK's
+	 * number recorded). */
+	NAT_F_SYN_PENDING = 4,
 };
 
 /*

@@ -61,7 +61,9 @@ func loadNodePortNAT(t *testing.T, synMax, natMax, udpMax uint32, min, max uint1
 // backend's SYN-ACK goes back from the NodePort and records its sequence
 // number, an ACK that does not acknowledge it leaves the flow embryonic,
 // the one that does moves it to myelin_nodeport_nat, where its packets
-// keep their NAT port; GCNodePortNAT collects it once idle.
+// keep their NAT port; GCNodePortNAT collects it once idle. A SYN-ACK no
+// client SYN asked for since the last one (a forger spraying the NAT ports
+// from the backend's address) records nothing; a reconnect's SYN-ACK does.
 func TestPrivilegedNodePortSNATHandshake(t *testing.T) {
 	requirePrivileged(t)
 	d := loadNodePortNAT(t, 0, 0, 0, testNATPort, testNATPort)
@@ -72,6 +74,8 @@ func TestPrivilegedNodePortSNATHandshake(t *testing.T) {
 	synAck := reply.withTCPFlags(0x12).withSeq(1000, 1)
 	badAck := req.withTCPFlags(0x10).withSeq(1, 1<<30)
 	synAck2 := reply.withTCPFlags(0x12).withSeq(2000, 1)
+	forged := reply.withTCPFlags(0x12).withSeq(5000, 1)
+	forgedAck := req.withTCPFlags(0x10).withSeq(1, 5001)
 	ack := req.withTCPFlags(0x10).withSeq(1, 2001)
 	data := req.withTCPFlags(0x18).withSeq(1, 1001)
 	// ICMP errors about the client's segments, quoted as the backend was to
@@ -113,7 +117,10 @@ func TestPrivilegedNodePortSNATHandshake(t *testing.T) {
 			toBackend(req.withTCPFlags(0x10).withSeq(1, 1002)), embryonic("tcp-established")),
 		row("the SYN-ACK's number without the ACK flag: still embryonic", req.withTCPFlags(0x08).withSeq(1, 1001),
 			toBackend(req.withTCPFlags(0x08).withSeq(1, 1001)), embryonic("tcp-established")),
-		row("another SYN-ACK (a new connection's number)", synAck2, toClient(synAck2), embryonic("tcp-established")),
+		row("a SYN-ACK no SYN asked for (forged): translated, not recorded", forged, toClient(forged), embryonic("tcp-established")),
+		row("ACK of the unasked SYN-ACK: still embryonic", forgedAck, toBackend(forgedAck), embryonic("tcp-established")),
+		row("the client's SYN again (a new connection on the tuple)", req, toBackend(req), embryonic("tcp-established")),
+		row("its SYN-ACK (a new connection's number)", synAck2, toClient(synAck2), embryonic("tcp-established")),
 		row("ACK of the first SYN-ACK: still embryonic", req.withTCPFlags(0x10).withSeq(1, 1001),
 			toBackend(req.withTCPFlags(0x10).withSeq(1, 1001)), embryonic("tcp-established")),
 		row("ACK of the last SYN-ACK: promoted", ack, toBackend(ack), established),
