@@ -111,10 +111,10 @@ struct {
 /*
  * myelin_nodeport_nat: NodePort TCP flows to a backend on another node past
  * the handshake, moved here from myelin_nodeport_syn (UDP ones an older
- * version moved here stay until they end). A plain hash like
- * myelin_snat: full, a flow stays embryonic and the packet is dropped as
- * DROP_NODEPORT_NAT_FULL; the agent's GC (Datapath.GCNodePortNAT) frees idle
- * flows.
+ * version moved here are found here until the agent's GC moves them to
+ * myelin_nodeport_udp). A plain hash like myelin_snat: full, a flow stays
+ * embryonic and the packet is dropped as DROP_NODEPORT_NAT_FULL; the agent's
+ * GC (Datapath.GCNodePortNAT) frees idle flows.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -189,6 +189,12 @@ static __always_inline int np_ours(const struct np_entry *rv, const struct nat_k
 	return rv && rv->addr == fwd->saddr && rv->port == fwd->sport && rv->xport == fwd->dport;
 }
 
+/* np_ours_or_gone is np_ours, or true when there is no reverse entry rv. */
+static __always_inline int np_ours_or_gone(const struct np_entry *rv, const struct nat_key *fwd)
+{
+	return !rv || np_ours(rv, fwd);
+}
+
 /*
  * np_handshake_done says whether the client's packet completes the flow's
  * handshake: a TCP segment without SYN that acknowledges exactly the
@@ -214,8 +220,9 @@ static __always_inline int np_handshake_done(struct __sk_buff *skb, const struct
 /*
  * np_move writes the embryonic flow fwd (forward entry fv, reverse entry rv
  * at rev) into map (myelin_nodeport_nat or myelin_nodeport_udp), reverse
- * entry first, and deletes it from myelin_nodeport_syn. Returns 0, or -1
- * with the flow left embryonic.
+ * entry first, and deletes it from myelin_nodeport_syn. Returns 0; -1 with
+ * the flow left embryonic (map full); or 1 when the flow lost its port
+ * meanwhile (forget it).
  */
 static __always_inline int np_move(void *map, const struct nat_key *fwd, const struct np_entry *fv,
 				   const struct nat_key *rev, const struct np_entry *rv)
@@ -223,12 +230,20 @@ static __always_inline int np_move(void *map, const struct nat_key *fwd, const s
 	long rc;
 
 	rc = bpf_map_update_elem(map, rev, rv, BPF_NOEXIST);
-	/* Moved by another CPU just now; any other owner was excluded when the
-	 * port was claimed. */
-	if (rc == -EEXIST)
-		rc = np_ours(bpf_map_lookup_elem(map, rev), fwd) ? 0 : -1;
-	if (rc < 0)
+	if (rc == -EEXIST) {
+		/* Moved by another CPU just now; any other owner was excluded when
+		 * the port was claimed. */
+		if (!np_ours(bpf_map_lookup_elem(map, rev), fwd))
+			return 1;
+	} else if (rc < 0) {
 		return -1;
+	} else if (!np_ours_or_gone(bpf_map_lookup_elem(&myelin_nodeport_syn, rev), fwd)) {
+		/* np_reclaim on another CPU gave the port to a new flow after the
+		 * caller's check: that flow claimed it in myelin_nodeport_syn
+		 * before looking here, so one of the two sees the other. */
+		bpf_map_delete_elem(map, rev);
+		return 1;
+	}
 	if (bpf_map_update_elem(map, fwd, fv, BPF_ANY) < 0) {
 		bpf_map_delete_elem(map, rev);
 		return -1;
@@ -243,23 +258,33 @@ static __always_inline int np_move(void *map, const struct nat_key *fwd, const s
  * at rev) past its handshake: TCP to myelin_nodeport_nat (full: returns
  * DROP_NODEPORT_NAT_FULL with the flow left embryonic), UDP to the LRU
  * myelin_nodeport_udp (a failed move leaves the flow embryonic and passes
- * the packet: the next datagram tries again). Returns 0 or a DROP_* reason.
+ * the packet: the next datagram tries again). Returns 0, 1 when the flow
+ * lost its port (forget it), or a DROP_* reason.
  */
 static __always_inline int np_promote(const struct nat_key *fwd, const struct np_entry *fv,
 				      const struct nat_key *rev, const struct np_entry *rv)
 {
+	int rc;
+
 	if (fwd->proto == IPPROTO_UDP) {
-		if (np_move(&myelin_nodeport_udp, fwd, fv, rev, rv) == 0)
+		rc = np_move(&myelin_nodeport_udp, fwd, fv, rev, rv);
+		if (rc == 0)
 			np_count(NP_STAT_UDP_ANSWERED);
-		return 0;
+		return rc > 0 ? 1 : 0;
 	}
-	if (np_move(&myelin_nodeport_nat, fwd, fv, rev, rv) < 0)
+	rc = np_move(&myelin_nodeport_nat, fwd, fv, rev, rv);
+	if (rc < 0)
 		return DROP_NODEPORT_NAT_FULL;
-	np_count(NP_STAT_PROMOTED);
-	return 0;
+	if (rc == 0)
+		np_count(NP_STAT_PROMOTED);
+	return rc;
 }
 
-/* np_forget deletes both entries of flow fwd (forward entry fv) from table map. */
+/*
+ * np_forget deletes flow fwd (forward entry fv) from table map: its forward
+ * entry, and its reverse entry while that is its own (an LRU may have
+ * evicted it and another flow claimed the port since).
+ */
 static __always_inline void np_forget(void *map, const struct nat_key *fwd,
 				      const struct np_entry *fv)
 {
@@ -267,34 +292,44 @@ static __always_inline void np_forget(void *map, const struct nat_key *fwd,
 
 	np_pair_key(&rev, fwd, fv, NAT_DIR_INGRESS);
 	bpf_map_delete_elem(map, fwd);
-	bpf_map_delete_elem(map, &rev);
+	if (np_ours(bpf_map_lookup_elem(map, &rev), fwd))
+		bpf_map_delete_elem(map, &rev);
 }
 
 /*
  * np_embryonic handles a client's packet of the embryonic flow fwd (forward
  * entry e): its reverse entry must still be its own (else the flow is
- * forgotten and 1 returned: create it again); a packet completing the
- * handshake promotes it. Returns 0 with the entry in *fv, 1, or a DROP_*
- * reason.
+ * forgotten and 1 returned: create it again, unless another CPU has just
+ * moved it); a packet completing the handshake promotes it. Returns 0 with
+ * the entry in *fv, 1, or a DROP_* reason.
  */
 static __always_inline int np_embryonic(struct __sk_buff *skb, const struct ipv4_info *info,
 					const struct l4_info *l4, const struct nat_key *fwd,
 					struct np_entry *e, struct np_entry *fv)
 {
+	const struct np_entry *r;
 	struct nat_key rev;
-	struct np_entry *r;
+	struct np_entry rv;
+	int rc;
 
 	np_touch(e, np_client_flags(l4));
 	*fv = *e;
 	np_pair_key(&rev, fwd, fv, NAT_DIR_INGRESS);
 	r = bpf_map_lookup_elem(&myelin_nodeport_syn, &rev);
-	if (!np_ours(r, fwd)) {
-		bpf_map_delete_elem(&myelin_nodeport_syn, fwd);
-		return 1;
-	}
+	if (!r)
+		goto forget;
+	/* A copy: the LRU may reuse the element once another CPU deleted it. */
+	rv = *r;
+	if (!np_ours(&rv, fwd))
+		goto forget;
 	if (!np_handshake_done(skb, info, l4, fv))
 		return 0;
-	return np_promote(fwd, fv, &rev, r);
+	rc = np_promote(fwd, fv, &rev, &rv);
+	if (rc != 1)
+		return rc;
+forget:
+	bpf_map_delete_elem(&myelin_nodeport_syn, fwd);
+	return 1;
 }
 
 /*
@@ -318,41 +353,69 @@ static __always_inline struct np_entry *np_udp_flow(const struct nat_key *fwd)
 }
 
 /*
+ * np_established finds the flow fwd past its handshake: among the answered
+ * UDP flows, then in myelin_nodeport_nat (TCP, and UDP flows an older
+ * version moved there, which the agent's GC moves on); *map is the table.
+ */
+static __always_inline struct np_entry *np_established(const struct nat_key *fwd, void **map)
+{
+	struct np_entry *e = NULL;
+
+	if (fwd->proto == IPPROTO_UDP) {
+		*map = &myelin_nodeport_udp;
+		e = np_udp_flow(fwd);
+	}
+	if (!e) {
+		*map = &myelin_nodeport_nat;
+		e = bpf_map_lookup_elem(&myelin_nodeport_nat, fwd);
+	}
+	return e;
+}
+
+/* np_backend_gone says whether flow fv's backend id no longer names its backend. */
+static __always_inline int np_backend_gone(const struct np_entry *fv)
+{
+	const struct lb_backend *b = bpf_map_lookup_elem(&myelin_lb_backends, &fv->backend_id);
+
+	return !b || b->addr != fv->addr || b->port != fv->port;
+}
+
+/*
  * np_flow finds the NodePort SNAT flow of a client's packet (key fwd):
- * answered UDP, then established (TCP, and UDP flows an older version moved
- * there), then embryonic. A flow whose backend is gone (or whose id now
- * names another backend) is forgotten, to select again. Returns 0 with the
- * forward entry in *fv, 1 when there is no flow, or a DROP_* reason.
+ * established (np_established), then embryonic. A flow whose backend is
+ * gone (or whose id now names another backend) is forgotten, to select
+ * again; an embryonic one before its packet could move it. Returns 0 with
+ * the forward entry in *fv, 1 when there is no flow, or a DROP_* reason.
  */
 static __always_inline int np_flow(struct __sk_buff *skb, const struct ipv4_info *info,
 				   const struct l4_info *l4, const struct nat_key *fwd,
 				   struct np_entry *fv)
 {
-	const struct lb_backend *b;
-	struct np_entry *e = NULL;
-	void *map = &myelin_nodeport_udp;
-	int rc = 0;
+	void *map = &myelin_nodeport_nat;
+	struct np_entry *e;
+	int rc;
 
-	if (fwd->proto == IPPROTO_UDP)
-		e = np_udp_flow(fwd);
+	e = np_established(fwd, &map);
 	if (!e) {
-		map = &myelin_nodeport_nat;
-		e = bpf_map_lookup_elem(&myelin_nodeport_nat, fwd);
-	}
-	if (e) {
-		np_touch(e, l4->tcp_closing ? NAT_F_CLOSING : 0);
-		*fv = *e;
-	} else {
-		map = &myelin_nodeport_syn;
 		e = bpf_map_lookup_elem(&myelin_nodeport_syn, fwd);
 		if (!e)
 			return 1;
+		if (np_backend_gone(e)) {
+			*fv = *e;
+			np_forget(&myelin_nodeport_syn, fwd, fv);
+			return 1;
+		}
 		rc = np_embryonic(skb, info, l4, fwd, e, fv);
-		if (rc)
+		if (rc != 1)
 			return rc;
+		/* Forgotten: unless another CPU moved it past its handshake just now. */
+		e = np_established(fwd, &map);
+		if (!e)
+			return 1;
 	}
-	b = bpf_map_lookup_elem(&myelin_lb_backends, &fv->backend_id);
-	if (b && b->addr == fv->addr && b->port == fv->port)
+	np_touch(e, l4->tcp_closing ? NAT_F_CLOSING : 0);
+	*fv = *e;
+	if (!np_backend_gone(fv))
 		return 0;
 	np_forget(map, fwd, fv);
 	return 1;

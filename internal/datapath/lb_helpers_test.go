@@ -59,7 +59,7 @@ func seedLB(d *Datapath, st lbState) error {
 		}
 	}
 	for _, m := range []*ebpf.Map{d.objs.MyelinLbBackends, d.objs.MyelinLbCt, d.objs.MyelinLbCtNodeport, d.objs.MyelinLbCtNodeportSyn, d.objs.MyelinLbAffinity,
-		d.objs.MyelinSnat, d.objs.MyelinNodeportSyn, d.objs.MyelinNodeportNat} {
+		d.objs.MyelinSnat, d.objs.MyelinNodeportSyn, d.objs.MyelinNodeportNat, d.objs.MyelinNodeportUdp} {
 		if err := clearMap(m); err != nil {
 			return err
 		}

@@ -2,12 +2,14 @@ package datapath
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // NodePortFlow is one NodePort flow to a backend on another node, as the
@@ -79,8 +81,12 @@ func (d *Datapath) NodePortFlows() ([]NodePortFlow, error) {
 // it removed. The answered UDP flows' table is an LRU, but an idle flow
 // there still holds its NAT port until collected. Embryonic flows need no
 // collection: their table is an LRU, and the datapath reclaims a port held
-// by an embryonic flow idle 5 seconds.
+// by an embryonic flow idle 5 seconds. First it moves the UDP flows an
+// older version left in myelin_nodeport_nat (moveOldUDP).
 func (d *Datapath) GCNodePortNAT(now time.Duration) (int, error) {
+	if err := d.moveOldUDP(); err != nil {
+		return 0, err
+	}
 	removed := 0
 	for _, t := range d.nodePortTables()[:2] {
 		n, err := t.gc(now)
@@ -90,6 +96,43 @@ func (d *Datapath) GCNodePortNAT(now time.Duration) (int, error) {
 		}
 	}
 	return removed, nil
+}
+
+// moveOldUDP moves the UDP flows in myelin_nodeport_nat, which versions
+// before 2026-12-07 moved there after a reply, to the LRU
+// myelin_nodeport_udp, reverse entries first (the datapath looks UDP up
+// there first, and finds a forward entry only with its reverse one): left
+// there, a forger's datagrams would keep them from the GC and TCP's table
+// full.
+func (d *Datapath) moveOldUDP() error {
+	type entry struct {
+		k myelinNatKey
+		v myelinNpEntry
+	}
+	var rev, fwd []entry
+	err := dumpEntries(d.objs.MyelinNodeportNat, func(k myelinNatKey, v myelinNpEntry) {
+		switch {
+		case k.Proto != unix.IPPROTO_UDP:
+		case k.Dir == uint8(myelinNatDirNAT_DIR_INGRESS):
+			rev = append(rev, entry{k, v})
+		default:
+			fwd = append(fwd, entry{k, v})
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("read myelin_nodeport_nat: %w", err)
+	}
+	for _, e := range append(rev, fwd...) {
+		if err := d.objs.MyelinNodeportUdp.Update(e.k, e.v, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("move a UDP flow to myelin_nodeport_udp: %w", err)
+		}
+	}
+	for _, e := range append(fwd, rev...) {
+		if err := d.objs.MyelinNodeportNat.Delete(e.k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete a moved UDP flow from myelin_nodeport_nat: %w", err)
+		}
+	}
+	return nil
 }
 
 // NodePortStats reads the NodePort SNAT counters.

@@ -385,8 +385,9 @@ func TestPrivilegedNodePortSNATUDP(t *testing.T) {
 }
 
 // A UDP flow an older version moved to myelin_nodeport_nat keeps its NAT
-// port there after an upgrade: its datagrams and replies are translated
-// without creating a flow.
+// port after an upgrade: its datagrams and replies are translated without
+// creating a flow, there and once GCNodePortNAT moved it to
+// myelin_nodeport_udp (where a flood can't keep it from the GC).
 func TestPrivilegedNodePortSNATUDPInOldTable(t *testing.T) {
 	requirePrivileged(t)
 	d := loadNodePortNAT(t, 0, 0, 0, testNATPort, testNATPort+1)
@@ -407,19 +408,31 @@ func TestPrivilegedNodePortSNATUDPInOldTable(t *testing.T) {
 		}
 	}
 	reply := ipv4(protoUDP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, testNATPort+1)
-	for _, c := range []struct {
-		p         *ebpf.Program
-		in, out   pkt
-		name, dir string
-	}{
-		{d.objs.MyelinFromNetdev, req, req.withSrc(nodeIP, testNATPort+1).withDst(remoteIP, 8080), "datagram", "from-netdev"},
-		{d.objs.MyelinFromNetdev, reply, reply.withSrc(nodeIP, nodePort).withDst(extHost, 40000), "reply", "from-netdev"},
-	} {
-		pc := progCase{name: c.name, endpoints: seedB, in: c.in.build(), verdict: tcActOK, out: c.out.build(), reason: "PASS_STACK"}
-		if err := checkCase(d, c.p, c.dir, pc); err != nil {
-			t.Error(err)
+	translated := func(where string) {
+		for _, c := range []struct {
+			in, out pkt
+			name    string
+		}{
+			{req, req.withSrc(nodeIP, testNATPort+1).withDst(remoteIP, 8080), "datagram"},
+			{reply, reply.withSrc(nodeIP, nodePort).withDst(extHost, 40000), "reply"},
+		} {
+			pc := progCase{name: c.name + " " + where, endpoints: seedB, in: c.in.build(), verdict: tcActOK, out: c.out.build(), reason: "PASS_STACK"}
+			if err := checkCase(d, d.objs.MyelinFromNetdev, "from-netdev", pc); err != nil {
+				t.Error(err)
+			}
 		}
 	}
+	translated("in myelin_nodeport_nat")
+	if n, err := d.GCNodePortNAT(MonotonicNow()); err != nil || n != 0 {
+		t.Fatalf("GCNodePortNAT removed %d (%v), want the fresh flow moved, not removed", n, err)
+	}
+	if err := checkEmpty(d.objs.MyelinNodeportNat); err != nil {
+		t.Error(err)
+	}
+	if n, err := countEntries(d.objs.MyelinNodeportUdp); err != nil || n != 2 {
+		t.Errorf("myelin_nodeport_udp holds %d entries (%v), want the moved flow's 2", n, err)
+	}
+	translated("moved to myelin_nodeport_udp")
 	if st, _ := d.NodePortStats(); st.Created != 0 {
 		t.Errorf("NodePort stats %+v, want no flow created", st)
 	}
@@ -470,6 +483,71 @@ func TestPrivilegedNodePortSNATUDPHalfEvicted(t *testing.T) {
 	if err := checkNodePortFlows(d, []NodePortFlow{npUDPFlow(false)}); err != nil {
 		t.Error(err)
 	}
+}
+
+// An embryonic flow whose backend id names another backend now is
+// forgotten before its packet could move it past its handshake: the
+// datagram after a reply starts a flow to the new backend instead of moving
+// the old one into myelin_nodeport_udp, where nothing would remove it (its
+// NAT port held until the GC).
+func TestPrivilegedNodePortSNATUDPBackendGoneEmbryonic(t *testing.T) {
+	requirePrivileged(t)
+	d := loadNodePortNAT(t, 0, 0, 0, testNATPort, testNATPort+1)
+	req := udpNodePort(t, d)
+	first := binary.BigEndian.Uint16(forwardedOut(t, d, req)[34:])
+	reply := ipv4(protoUDP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, first)
+	forwardedOut(t, d, reply)
+	moved := "10.2.0.44"
+	if err := d.UpsertBackend(2, Backend{Addr: mustAddr(moved), Port: 8080}); err != nil {
+		t.Fatal(err)
+	}
+	out := forwardedOut(t, d, req)
+	if got := netip.AddrFrom4([4]byte(out[30:34])); got != mustAddr(moved) {
+		t.Errorf("datagram after the backend moved went to %v, want %s", got, moved)
+	}
+	if err := checkEmpty(d.objs.MyelinNodeportUdp); err != nil {
+		t.Error(err)
+	}
+	flows, err := d.NodePortFlows()
+	if err != nil || len(flows) != 1 || flows[0].Established || flows[0].Backend != mustAddr(moved) {
+		t.Errorf("NodePort flows %+v (%v), want one embryonic flow to %s", flows, err, moved)
+	}
+}
+
+// Forgetting an embryonic flow whose backend moved leaves its reverse
+// tuple alone when another flow holds it now (the LRU evicted the flow's
+// own reverse entry and the port went to that flow).
+func TestPrivilegedNodePortSNATForgetKeepsOthers(t *testing.T) {
+	requirePrivileged(t)
+	d := loadNodePortNAT(t, 0, 0, 0, testNATPort, testNATPort+1)
+	req := udpNodePort(t, d)
+	port := binary.BigEndian.Uint16(forwardedOut(t, d, req)[34:])
+	rk := myelinNatKey{Saddr: networkUint32(mustAddr(remoteIP)), Daddr: networkUint32(testNodeIP), Sport: htons(8080),
+		Dport: htons(port), Proto: protoUDP, Dir: uint8(myelinNatDirNAT_DIR_INGRESS)}
+	other := myelinNpEntry{LastSeen: uint64(MonotonicNow()), Addr: networkUint32(mustAddr("203.0.113.20")), Port: htons(5555),
+		Xport: htons(nodePort)}
+	if err := d.objs.MyelinNodeportSyn.Update(rk, other, ebpf.UpdateExist); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.UpsertBackend(2, Backend{Addr: mustAddr("10.2.0.44"), Port: 8080}); err != nil {
+		t.Fatal(err)
+	}
+	forwardedOut(t, d, req)
+	var got myelinNpEntry
+	if err := d.objs.MyelinNodeportSyn.Lookup(rk, &got); err != nil || got != other {
+		t.Errorf("the other flow's reverse entry after forgetting ours: %+v (%v), want %+v", got, err, other)
+	}
+}
+
+// forwardedOut runs p through myelin_from_netdev, which must pass it on,
+// and returns what it made of it.
+func forwardedOut(t *testing.T, d *Datapath, p pkt) []byte {
+	t.Helper()
+	opts := forwardedRun(d, d.objs.MyelinFromNetdev, p.build())
+	if ret, err := d.objs.MyelinFromNetdev.Run(opts); err != nil || ret != tcActOK {
+		t.Fatalf("run %v: verdict %d, %v", p, ret, err)
+	}
+	return opts.DataOut
 }
 
 // A flood of answered UDP flows from 3,000 forged sources (each sends a
