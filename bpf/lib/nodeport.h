@@ -122,20 +122,29 @@ static __always_inline int np_claim(struct nat_key *rev, const struct np_entry *
 	return 0;
 }
 
-/* np_client_flags are the flags a client's packet sets on its flow's forward entry. */
-static __always_inline __u16 np_client_flags(const struct l4_info *l4)
+/*
+ * np_client_isn is the sequence number + 1 of a client's TCP SYN (the number
+ * the backend's SYN-ACK acknowledges), or 0 for any other packet.
+ */
+static __always_inline __u32 np_client_isn(struct __sk_buff *skb, const struct ipv4_info *info,
+					   const struct l4_info *l4)
 {
-	return (l4->tcp_closing ? NAT_F_CLOSING : 0) | (l4->tcp_opening ? NAT_F_SYN_PENDING : 0);
+	__be32 seq;
+
+	if (!l4->tcp_opening ||
+	    bpf_skb_load_bytes(skb, info->l4_off + TCP_SEQ_OFF, &seq, sizeof(seq)) < 0)
+		return 0;
+	return bpf_ntohl(seq) + 1;
 }
 
 /*
  * np_create creates the embryonic flow fwd (client -> node_ip:nodePort) to
- * backend id at be for the client's packet l4, and returns 0 with its
- * forward entry in *fv, or a DROP_* reason.
+ * backend id at be for the client's packet l4 (isn: np_client_isn), and
+ * returns 0 with its forward entry in *fv, or a DROP_* reason.
  */
 static __always_inline int np_create(const struct nat_key *fwd, __u32 id,
 				     const struct lb_backend *be, const struct l4_info *l4,
-				     struct np_entry *fv)
+				     __u32 isn, struct np_entry *fv)
 {
 	__u16 flags = l4->tcp_closing ? NAT_F_CLOSING : 0;
 	__u64 now = clock_coarse_ns();
@@ -151,6 +160,7 @@ static __always_inline int np_create(const struct nat_key *fwd, __u32 id,
 		.addr = fwd->saddr,
 		.port = fwd->sport,
 		.xport = fwd->dport,
+		.reply_seq = isn,
 		.flags = flags,
 	};
 	__u32 start = bpf_get_prandom_u32();
@@ -170,7 +180,7 @@ static __always_inline int np_create(const struct nat_key *fwd, __u32 id,
 				.backend_id = id,
 				.port = be->port,
 				.xport = rev.dport,
-				.flags = np_client_flags(l4)};
+				.flags = flags};
 	if (bpf_map_update_elem(&myelin_nodeport_syn, fwd, fv, BPF_ANY) < 0) {
 		bpf_map_delete_elem(&myelin_nodeport_syn, &rev);
 		return DROP_NODEPORT_NAT_FULL;
@@ -221,8 +231,8 @@ static __always_inline int np_handshake_done(struct __sk_buff *skb, const struct
  * np_move writes the embryonic flow fwd (forward entry fv, reverse entry rv
  * at rev) into map (myelin_nodeport_nat or myelin_nodeport_udp), reverse
  * entry first, and deletes it from myelin_nodeport_syn. Returns 0; -1 with
- * the flow left embryonic (map full); or 1 when the flow lost its port
- * meanwhile (forget it).
+ * the flow left embryonic (map full); 1 when the flow lost its port
+ * meanwhile (forget it); or 2 when another CPU is moving it.
  */
 static __always_inline int np_move(void *map, const struct nat_key *fwd, const struct np_entry *fv,
 				   const struct nat_key *rev, const struct np_entry *rv)
@@ -230,17 +240,18 @@ static __always_inline int np_move(void *map, const struct nat_key *fwd, const s
 	long rc;
 
 	rc = bpf_map_update_elem(map, rev, rv, BPF_NOEXIST);
-	if (rc == -EEXIST) {
-		/* Moved by another CPU just now; any other owner was excluded when
-		 * the port was claimed. */
-		if (!np_ours(bpf_map_lookup_elem(map, rev), fwd))
-			return 1;
-	} else if (rc < 0) {
+	/* Being moved by another CPU, which owns the move; any other owner was
+	 * excluded when the port was claimed. */
+	if (rc == -EEXIST)
+		return np_ours(bpf_map_lookup_elem(map, rev), fwd) ? 2 : 1;
+	if (rc < 0)
 		return -1;
-	} else if (!np_ours_or_gone(bpf_map_lookup_elem(&myelin_nodeport_syn, rev), fwd)) {
-		/* np_reclaim on another CPU gave the port to a new flow after the
-		 * caller's check: that flow claimed it in myelin_nodeport_syn
-		 * before looking here, so one of the two sees the other. */
+	if (!np_ours_or_gone(bpf_map_lookup_elem(&myelin_nodeport_syn, rev), fwd) ||
+	    bpf_map_lookup_elem(&myelin_snat, rev)) {
+		/* The flow's embryonic reverse entry went after the caller's check
+		 * (np_reclaim on another CPU, or the LRU), and its port to a new
+		 * flow or to masquerade, which claimed it in its own table before
+		 * looking here: one of the two sees the other. */
 		bpf_map_delete_elem(map, rev);
 		return 1;
 	}
@@ -270,14 +281,14 @@ static __always_inline int np_promote(const struct nat_key *fwd, const struct np
 		rc = np_move(&myelin_nodeport_udp, fwd, fv, rev, rv);
 		if (rc == 0)
 			np_count(NP_STAT_UDP_ANSWERED);
-		return rc > 0 ? 1 : 0;
+		return rc == 1;
 	}
 	rc = np_move(&myelin_nodeport_nat, fwd, fv, rev, rv);
 	if (rc < 0)
 		return DROP_NODEPORT_NAT_FULL;
 	if (rc == 0)
 		np_count(NP_STAT_PROMOTED);
-	return rc;
+	return rc == 1;
 }
 
 /*
@@ -307,17 +318,21 @@ static __always_inline int np_embryonic(struct __sk_buff *skb, const struct ipv4
 					const struct l4_info *l4, const struct nat_key *fwd,
 					struct np_entry *e, struct np_entry *fv)
 {
-	const struct np_entry *r;
+	struct np_entry *r;
 	struct nat_key rev;
 	struct np_entry rv;
 	int rc;
 
-	np_touch(e, np_client_flags(l4));
+	np_touch(e, l4->tcp_closing ? NAT_F_CLOSING : 0);
 	*fv = *e;
 	np_pair_key(&rev, fwd, fv, NAT_DIR_INGRESS);
 	r = bpf_map_lookup_elem(&myelin_nodeport_syn, &rev);
-	if (!r)
+	if (!np_ours(r, fwd))
 		goto forget;
+	/* A SYN (a retransmit, or a new connection on the tuple): the number the
+	 * backend's SYN-ACK must acknowledge. */
+	if (l4->tcp_opening)
+		r->reply_seq = np_client_isn(skb, info, l4);
 	/* A copy: the LRU may reuse the element once another CPU deleted it. */
 	rv = *r;
 	if (!np_ours(&rv, fwd))

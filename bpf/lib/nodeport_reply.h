@@ -25,37 +25,29 @@
 
 /*
  * np_reply_seen records on an embryonic flow's forward entry that the
- * backend answered: a TCP SYN-ACK to a SYN of the client's that none
- * answered yet (with its sequence number, which the client's ACK must
- * acknowledge: a forged SYN-ACK sprayed over the NAT ports after the
- * backend's own finds none pending and can't replace that number), or any
- * UDP reply.
+ * backend answered: a TCP SYN-ACK that acknowledges the client's SYN (its
+ * number, on the reverse entry rv: a forger who can't see the client's
+ * packets guesses it one in 2^32), with its own sequence number, which the
+ * client's ACK must acknowledge; or any UDP reply.
  */
 static __always_inline void np_reply_seen(struct __sk_buff *skb, const struct ipv4_info *info,
 					  const struct nat_key *rev, struct np_entry *rv)
 {
+	struct l4_head h = {};
 	struct nat_key fwd;
 	struct np_entry *e;
-	__u8 flags;
-	__be32 seq;
 
-	if (info->proto == IPPROTO_TCP) {
-		if (bpf_skb_load_bytes(skb, info->l4_off + TCP_FLAGS_OFF, &flags, sizeof(flags)) <
-			    0 ||
-		    (flags & (TCP_FLAGS_SYN | TCP_FLAGS_ACK)) != (TCP_FLAGS_SYN | TCP_FLAGS_ACK) ||
-		    bpf_skb_load_bytes(skb, info->l4_off + TCP_SEQ_OFF, &seq, sizeof(seq)) < 0)
-			return;
-	}
+	if (info->proto == IPPROTO_TCP &&
+	    (l4_load_head(skb, info, &h, L4_TCP_HEAD_LOAD) < 0 ||
+	     (h.flags & (TCP_FLAGS_SYN | TCP_FLAGS_ACK)) != (TCP_FLAGS_SYN | TCP_FLAGS_ACK) ||
+	     bpf_ntohl(h.ack) != rv->reply_seq))
+		return;
 	np_pair_key(&fwd, rev, rv, NAT_DIR_EGRESS);
 	e = bpf_map_lookup_elem(&myelin_nodeport_syn, &fwd);
 	if (!e)
 		return;
-	if (info->proto == IPPROTO_TCP) {
-		if (!(e->flags & NAT_F_SYN_PENDING))
-			return;
-		e->flags &= ~NAT_F_SYN_PENDING;
-		e->reply_seq = bpf_ntohl(seq) + 1;
-	}
+	if (info->proto == IPPROTO_TCP)
+		e->reply_seq = bpf_ntohl(h.seq) + 1;
 	e->flags |= NAT_F_REPLIED;
 	rv->flags |= NAT_F_REPLIED;
 }
@@ -101,8 +93,8 @@ static __always_inline struct np_entry *np_reply_lookup(struct __sk_buff *skb,
 	e = bpf_map_lookup_elem(&myelin_nodeport_syn, rev);
 	if (e) {
 		np_touch(e, flags);
-		/* Every SYN-ACK (np_reply_seen keeps those a client SYN asked for): a
-		 * new connection on the tuple brings a new number. */
+		/* Every SYN-ACK (np_reply_seen keeps those acknowledging the
+		 * client's SYN): a new connection on the tuple brings a new number. */
 		if (!(e->flags & NAT_F_REPLIED) || l4->tcp_syn)
 			np_reply_seen(skb, info, rev, e);
 		return e;

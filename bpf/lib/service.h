@@ -250,7 +250,7 @@ static __always_inline int lb_nodeport(struct __sk_buff *skb, struct ipv4_info *
 		/* Now to a backend on another node: a local flow of the tuple is over. */
 		if (promoted)
 			np_ct_forget(&fwd, ct);
-		reason = np_create(&npkey, f.id, &f.be, l4, &flow);
+		reason = np_create(&npkey, f.id, &f.be, l4, np_client_isn(skb, info, l4), &flow);
 	}
 	if (reason)
 		return reason;

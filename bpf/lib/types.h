@@ -87,10 +87,6 @@ enum nat_dir {
 enum nat_flags {
 	NAT_F_REPLIED = 1, /* a reply came back (TCP: past the handshake) */
 	NAT_F_CLOSING = 2, /* TCP FIN or RST seen in either direction */
-	/* NodePort SNAT, an embryonic TCP flow's forward entry: the client sent a
-	 * SYN the backend's SYN-ACK has not answered yet (only then is a SYN-ACK's
-	 * number recorded). */
-	NAT_F_SYN_PENDING = 4,
 };
 
 /*
@@ -104,11 +100,13 @@ struct np_entry {
 	__u64 last_seen;  /* clock_coarse_ns, refreshed at most once a second */
 	__u32 addr;	  /* egress: the backend; ingress: the client (network order) */
 	__u32 backend_id; /* egress: the backend's id */
-	__u32 reply_seq;  /* egress, TCP: the backend's SYN-ACK sequence number + 1 (host order) */
-	__u16 port;	  /* egress: the backend port; ingress: the client port */
-	__u16 xport;	  /* egress: the NAT port; ingress: the NodePort (network order) */
-	__u16 flags;	  /* enum nat_flags */
-	__u16 pad[3];	  /* explicit padding, 0 */
+	/* TCP, host order: egress, the backend's SYN-ACK sequence number + 1;
+	 * ingress, an embryonic flow's client SYN sequence number + 1 */
+	__u32 reply_seq;
+	__u16 port;   /* egress: the backend port; ingress: the client port */
+	__u16 xport;  /* egress: the NAT port; ingress: the NodePort (network order) */
+	__u16 flags;  /* enum nat_flags */
+	__u16 pad[3]; /* explicit padding, 0 */
 };
 
 /* np_stat indexes myelin_nodeport_stats, per-CPU counters of the NodePort SNAT tables. */

@@ -214,6 +214,9 @@ type Datapath struct {
 	policyCTStuck map[int]uint32
 	// replaced are the pinned maps Load replaced (ReplacedMaps).
 	replaced []MapReplacement
+	// oldUDPMoved is set once GCNodePortNAT moved the UDP flows an older
+	// version left in myelin_nodeport_nat (moveOldUDP).
+	oldUDPMoved atomic.Bool
 }
 
 // Load loads the programs with cfg's load-time constants, reusing the maps
@@ -260,7 +263,7 @@ func Load(cfg Config) (*Datapath, error) {
 		return nil, err
 	}
 	if cfg.LoadBalancing {
-		if err := errors.Join(d.seedPortBitmaps(created), d.moveNodePortUnproven(created)); err != nil {
+		if err := errors.Join(d.seedPortBitmaps(created), d.moveNodePortUnproven(created), d.dropStaleUDP(created)); err != nil {
 			d.Close()
 			return nil, err
 		}

@@ -325,9 +325,8 @@ type myelinNatEntry struct {
 type myelinNatFlags uint32
 
 const (
-	myelinNatFlagsNAT_F_REPLIED     myelinNatFlags = 1
-	myelinNatFlagsNAT_F_CLOSING     myelinNatFlags = 2
-	myelinNatFlagsNAT_F_SYN_PENDING myelinNatFlags = 4
+	myelinNatFlagsNAT_F_REPLIED myelinNatFlags = 1
+	myelinNatFlagsNAT_F_CLOSING myelinNatFlags = 2
 )
 
 type myelinNatKey struct {

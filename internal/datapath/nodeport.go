@@ -81,21 +81,53 @@ func (d *Datapath) NodePortFlows() ([]NodePortFlow, error) {
 // it removed. The answered UDP flows' table is an LRU, but an idle flow
 // there still holds its NAT port until collected. Embryonic flows need no
 // collection: their table is an LRU, and the datapath reclaims a port held
-// by an embryonic flow idle 5 seconds. First it moves the UDP flows an
-// older version left in myelin_nodeport_nat (moveOldUDP).
+// by an embryonic flow idle 5 seconds. The first round after Load also
+// moves the UDP flows an older version left in myelin_nodeport_nat
+// (moveOldUDP); a datapath OpenPinned adopted leaves them to the programs
+// that run, which look nowhere else.
 func (d *Datapath) GCNodePortNAT(now time.Duration) (int, error) {
-	if err := d.moveOldUDP(); err != nil {
-		return 0, err
+	var errs []error
+	if d.objs.MyelinFromNetdev != nil && !d.oldUDPMoved.Load() {
+		err := d.moveOldUDP()
+		d.oldUDPMoved.Store(err == nil)
+		errs = append(errs, err)
 	}
 	removed := 0
 	for _, t := range d.nodePortTables()[:2] {
 		n, err := t.gc(now)
 		removed += n
-		if err != nil {
-			return removed, err
+		errs = append(errs, err)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// dropStaleUDP empties myelin_nodeport_udp at Load when it was pinned
+// already (not in created) and myelin_nodeport_nat holds UDP flows: an
+// older version has run since this one's flows were written there (a
+// downgrade, then this upgrade), which neither refreshed nor collected
+// them and gave their ports to flows of its own; kept, they would take
+// those flows' replies.
+func (d *Datapath) dropStaleUDP(created []string) error {
+	if slices.Contains(created, "myelin_nodeport_udp") {
+		return nil
+	}
+	old := false
+	err := dumpEntries(d.objs.MyelinNodeportNat, func(k myelinNatKey, _ myelinNpEntry) {
+		old = old || k.Proto == unix.IPPROTO_UDP
+	})
+	if err != nil || !old {
+		return err
+	}
+	var keys []myelinNatKey
+	if err := dumpEntries(d.objs.MyelinNodeportUdp, func(k myelinNatKey, _ myelinNpEntry) { keys = append(keys, k) }); err != nil {
+		return fmt.Errorf("read myelin_nodeport_udp: %w", err)
+	}
+	for _, k := range keys {
+		if err := d.objs.MyelinNodeportUdp.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("empty myelin_nodeport_udp: %w", err)
 		}
 	}
-	return removed, nil
+	return nil
 }
 
 // moveOldUDP moves the UDP flows in myelin_nodeport_nat, which versions
@@ -122,17 +154,48 @@ func (d *Datapath) moveOldUDP() error {
 	if err != nil {
 		return fmt.Errorf("read myelin_nodeport_nat: %w", err)
 	}
-	for _, e := range append(rev, fwd...) {
+	// A reverse entry moves only while myelin_nodeport_nat still holds it as
+	// dumped: the datapath may have forgotten its flow since, and a new flow
+	// claimed the port (a stale copy would take that flow's replies).
+	var errs []error
+	moved := map[myelinNatKey]bool{}
+	for _, e := range rev {
+		err := d.objs.MyelinNodeportUdp.Update(e.k, e.v, ebpf.UpdateNoExist)
+		if err != nil {
+			if !errors.Is(err, ebpf.ErrKeyExist) {
+				errs = append(errs, fmt.Errorf("move a UDP flow to myelin_nodeport_udp: %w", err))
+			}
+			continue
+		}
+		var now myelinNpEntry
+		if d.objs.MyelinNodeportNat.Lookup(e.k, &now) != nil || now.Addr != e.v.Addr || now.Port != e.v.Port || now.Xport != e.v.Xport {
+			_ = d.objs.MyelinNodeportUdp.Delete(e.k)
+			continue
+		}
+		moved[e.k] = true
+	}
+	for _, e := range fwd {
+		r := myelinNatKey{Saddr: e.v.Addr, Daddr: e.k.Daddr, Sport: e.v.Port, Dport: e.v.Xport, Proto: e.k.Proto,
+			Dir: uint8(myelinNatDirNAT_DIR_INGRESS)}
+		if !moved[r] {
+			continue
+		}
 		if err := d.objs.MyelinNodeportUdp.Update(e.k, e.v, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("move a UDP flow to myelin_nodeport_udp: %w", err)
+			errs = append(errs, fmt.Errorf("move a UDP flow to myelin_nodeport_udp: %w", err))
+			continue
 		}
+		moved[e.k] = true
 	}
+	// Forward entries first: a datagram finds its flow in one table or the other.
 	for _, e := range append(fwd, rev...) {
+		if !moved[e.k] {
+			continue
+		}
 		if err := d.objs.MyelinNodeportNat.Delete(e.k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("delete a moved UDP flow from myelin_nodeport_nat: %w", err)
+			errs = append(errs, fmt.Errorf("delete a moved UDP flow from myelin_nodeport_nat: %w", err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // NodePortStats reads the NodePort SNAT counters.

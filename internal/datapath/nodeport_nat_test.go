@@ -61,9 +61,10 @@ func loadNodePortNAT(t *testing.T, synMax, natMax, udpMax uint32, min, max uint1
 // backend's SYN-ACK goes back from the NodePort and records its sequence
 // number, an ACK that does not acknowledge it leaves the flow embryonic,
 // the one that does moves it to myelin_nodeport_nat, where its packets
-// keep their NAT port; GCNodePortNAT collects it once idle. A SYN-ACK no
-// client SYN asked for since the last one (a forger spraying the NAT ports
-// from the backend's address) records nothing; a reconnect's SYN-ACK does.
+// keep their NAT port; GCNodePortNAT collects it once idle. A SYN-ACK that
+// does not acknowledge the client's last SYN (a forger spraying the NAT
+// ports from the backend's address, who can't see the client's ISN)
+// records nothing; a reconnect's SYN-ACK does.
 func TestPrivilegedNodePortSNATHandshake(t *testing.T) {
 	requirePrivileged(t)
 	d := loadNodePortNAT(t, 0, 0, 0, testNATPort, testNATPort)
@@ -73,8 +74,9 @@ func TestPrivilegedNodePortSNATHandshake(t *testing.T) {
 	toClient := func(p pkt) []byte { return p.withSrc(nodeIP, nodePort).withDst(extHost, 40000).build() }
 	synAck := reply.withTCPFlags(0x12).withSeq(1000, 1)
 	badAck := req.withTCPFlags(0x10).withSeq(1, 1<<30)
-	synAck2 := reply.withTCPFlags(0x12).withSeq(2000, 1)
-	forged := reply.withTCPFlags(0x12).withSeq(5000, 1)
+	reconnect := req.withSeq(500, 0)
+	synAck2 := reply.withTCPFlags(0x12).withSeq(2000, 501)
+	forged := reply.withTCPFlags(0x12).withSeq(5000, 777)
 	forgedAck := req.withTCPFlags(0x10).withSeq(1, 5001)
 	ack := req.withTCPFlags(0x10).withSeq(1, 2001)
 	data := req.withTCPFlags(0x18).withSeq(1, 1001)
@@ -117,10 +119,14 @@ func TestPrivilegedNodePortSNATHandshake(t *testing.T) {
 			toBackend(req.withTCPFlags(0x10).withSeq(1, 1002)), embryonic("tcp-established")),
 		row("the SYN-ACK's number without the ACK flag: still embryonic", req.withTCPFlags(0x08).withSeq(1, 1001),
 			toBackend(req.withTCPFlags(0x08).withSeq(1, 1001)), embryonic("tcp-established")),
-		row("a SYN-ACK no SYN asked for (forged): translated, not recorded", forged, toClient(forged), embryonic("tcp-established")),
-		row("ACK of the unasked SYN-ACK: still embryonic", forgedAck, toBackend(forgedAck), embryonic("tcp-established")),
-		row("the client's SYN again (a new connection on the tuple)", req, toBackend(req), embryonic("tcp-established")),
-		row("its SYN-ACK (a new connection's number)", synAck2, toClient(synAck2), embryonic("tcp-established")),
+		row("a SYN-ACK acknowledging no SYN of the client's (forged): translated, not recorded", forged, toClient(forged), embryonic("tcp-established")),
+		row("ACK of the forged SYN-ACK: still embryonic", forgedAck, toBackend(forgedAck), embryonic("tcp-established")),
+		row("the client's SYN again, a new ISN (a new connection on the tuple)", reconnect, toBackend(reconnect), embryonic("tcp-established")),
+		row("a SYN-ACK acknowledging the old SYN: not recorded", reply.withTCPFlags(0x12).withSeq(3000, 1),
+			toClient(reply.withTCPFlags(0x12).withSeq(3000, 1)), embryonic("tcp-established")),
+		row("ACK of it: still embryonic", req.withTCPFlags(0x10).withSeq(501, 3001),
+			toBackend(req.withTCPFlags(0x10).withSeq(501, 3001)), embryonic("tcp-established")),
+		row("the SYN-ACK acknowledging the new SYN: recorded", synAck2, toClient(synAck2), embryonic("tcp-established")),
 		row("ACK of the first SYN-ACK: still embryonic", req.withTCPFlags(0x10).withSeq(1, 1001),
 			toBackend(req.withTCPFlags(0x10).withSeq(1, 1001)), embryonic("tcp-established")),
 		row("ACK of the last SYN-ACK: promoted", ack, toBackend(ack), established),
@@ -163,7 +169,7 @@ func TestPrivilegedNodePortSNATFull(t *testing.T) {
 	establish := func(client pkt) {
 		out, _ := run(client)
 		port := binary.BigEndian.Uint16(out[34:])
-		run(ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, port).withTCPFlags(0x12).withSeq(7, 0))
+		run(ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, port).withTCPFlags(0x12).withSeq(7, 1))
 		run(client.withTCPFlags(0x10).withSeq(1, 8))
 	}
 	establish(other)
@@ -177,7 +183,7 @@ func TestPrivilegedNodePortSNATFull(t *testing.T) {
 	defer r.Close()
 	out, _ := run(req)
 	port := binary.BigEndian.Uint16(out[34:])
-	run(ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, port).withTCPFlags(0x12).withSeq(7, 0))
+	run(ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, port).withTCPFlags(0x12).withSeq(7, 1))
 	ack := req.withTCPFlags(0x10).withSeq(1, 8)
 	c := progCase{name: "promotion into a full table", endpoints: seedB, in: ack.build(), verdict: tcActShot, reason: "DROP_NODEPORT_NAT_FULL"}
 	if err := checkCase(d, d.objs.MyelinFromNetdev, "from-netdev", c); err != nil {
@@ -269,7 +275,7 @@ func TestPrivilegedNodePortSNATFlood(t *testing.T) {
 	}
 	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort)
 	natPort := binary.BigEndian.Uint16(run(d.objs.MyelinFromNetdev, req)[34:])
-	run(d.objs.MyelinFromNetdev, ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, natPort).withTCPFlags(0x12).withSeq(7, 0))
+	run(d.objs.MyelinFromNetdev, ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, natPort).withTCPFlags(0x12).withSeq(7, 1))
 	run(d.objs.MyelinFromNetdev, req.withTCPFlags(0x10).withSeq(1, 8))
 	masq := ipv4(protoUDP, "10.1.0.10", "198.51.100.53").withDst("198.51.100.53", 53)
 	masqPort := binary.BigEndian.Uint16(run(d.objs.MyelinToNetdev, masq)[34:])
@@ -438,6 +444,64 @@ func TestPrivilegedNodePortSNATUDPInOldTable(t *testing.T) {
 	}
 }
 
+// A load finding UDP flows in myelin_nodeport_nat (an older version ran
+// since: a downgrade, then this upgrade) empties myelin_nodeport_udp, whose
+// flows that version neither refreshed nor kept its ports from; without
+// such flows it keeps it. A datapath OpenPinned adopted (the older programs
+// still run) leaves the old flows where those programs look for them.
+func TestPrivilegedNodePortSNATUDPStaleAfterDowngrade(t *testing.T) {
+	requirePrivileged(t)
+	d := loadNodePortNAT(t, 0, 0, 0, testNATPort, testNATPort+1)
+	now := uint64(MonotonicNow())
+	entry := func(client string, natPort uint16) (myelinNatKey, myelinNpEntry) {
+		return myelinNatKey{Saddr: networkUint32(mustAddr(remoteIP)), Daddr: networkUint32(testNodeIP), Sport: htons(8080),
+				Dport: htons(natPort), Proto: protoUDP, Dir: uint8(myelinNatDirNAT_DIR_INGRESS)},
+			myelinNpEntry{LastSeen: now, Addr: networkUint32(mustAddr(client)), Port: htons(5555), Xport: htons(nodePort)}
+	}
+	stale, staleV := entry("203.0.113.20", testNATPort)
+	if err := d.objs.MyelinNodeportUdp.Update(stale, staleV, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	reload := func() *Datapath {
+		cfg := d.cfg
+		again, err := Load(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { again.Close() })
+		return again
+	}
+	if n, err := countEntries(reload().objs.MyelinNodeportUdp); err != nil || n != 1 {
+		t.Errorf("a reload without old UDP flows: myelin_nodeport_udp holds %d (%v), want its 1", n, err)
+	}
+	old, oldV := entry("203.0.113.30", testNATPort+1)
+	if err := d.objs.MyelinNodeportNat.Update(old, oldV, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	adopted, err := OpenPinned(d.cfg.PinDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adopted.Close()
+	if _, err := adopted.GCNodePortNAT(MonotonicNow()); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := countEntries(d.objs.MyelinNodeportNat); err != nil || n != 1 {
+		t.Errorf("after an adopted datapath's GC: myelin_nodeport_nat holds %d (%v), want the old flow's entry", n, err)
+	}
+	again := reload()
+	if err := checkEmpty(again.objs.MyelinNodeportUdp); err != nil {
+		t.Error(err)
+	}
+	if _, err := again.GCNodePortNAT(MonotonicNow()); err != nil {
+		t.Fatal(err)
+	}
+	var got myelinNpEntry
+	if err := again.objs.MyelinNodeportUdp.Lookup(old, &got); err != nil || got != oldV {
+		t.Errorf("the old flow after the loaded datapath's GC: %+v (%v), want it moved to myelin_nodeport_udp", got, err)
+	}
+}
+
 // An answered UDP flow whose reverse entry the LRU evicted alone is
 // forgotten at its next datagram, which starts a new flow: had another
 // flow taken the port meanwhile, the two would otherwise share the
@@ -580,7 +644,7 @@ func TestPrivilegedNodePortSNATUDPFlood(t *testing.T) {
 	handshake := func(client pkt) uint16 {
 		out, _ := run(d.objs.MyelinFromNetdev, client)
 		port := binary.BigEndian.Uint16(out[34:])
-		run(d.objs.MyelinFromNetdev, ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, port).withTCPFlags(0x12).withSeq(7, 0))
+		run(d.objs.MyelinFromNetdev, ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, port).withTCPFlags(0x12).withSeq(7, 1))
 		if _, ret := run(d.objs.MyelinFromNetdev, client.withTCPFlags(0x10).withSeq(1, 8)); ret != tcActOK {
 			t.Errorf("ACK of %v: verdict %d, want forwarded", client, ret)
 		}
