@@ -318,7 +318,7 @@ static __always_inline int np_embryonic(struct __sk_buff *skb, const struct ipv4
 					const struct l4_info *l4, const struct nat_key *fwd,
 					struct np_entry *e, struct np_entry *fv)
 {
-	struct np_entry *r;
+	const struct np_entry *r;
 	struct nat_key rev;
 	struct np_entry rv;
 	int rc;
@@ -327,16 +327,19 @@ static __always_inline int np_embryonic(struct __sk_buff *skb, const struct ipv4
 	*fv = *e;
 	np_pair_key(&rev, fwd, fv, NAT_DIR_INGRESS);
 	r = bpf_map_lookup_elem(&myelin_nodeport_syn, &rev);
-	if (!np_ours(r, fwd))
+	if (!r)
 		goto forget;
-	/* A SYN (a retransmit, or a new connection on the tuple): the number the
-	 * backend's SYN-ACK must acknowledge. */
-	if (l4->tcp_opening)
-		r->reply_seq = np_client_isn(skb, info, l4);
 	/* A copy: the LRU may reuse the element once another CPU deleted it. */
 	rv = *r;
 	if (!np_ours(&rv, fwd))
 		goto forget;
+	/* A SYN before any SYN-ACK was recorded (a client that gave up and
+	 * connects again): the number the backend's SYN-ACK must acknowledge. */
+	if (l4->tcp_opening && !(fv->flags & NAT_F_REPLIED)) {
+		rv.reply_seq = np_client_isn(skb, info, l4);
+		if (rv.reply_seq != r->reply_seq)
+			bpf_map_update_elem(&myelin_nodeport_syn, &rev, &rv, BPF_EXIST);
+	}
 	if (!np_handshake_done(skb, info, l4, fv))
 		return 0;
 	rc = np_promote(fwd, fv, &rev, &rv);

@@ -23,12 +23,19 @@
 #include "nodeport.h"
 #include "reasons.h"
 
+/* A SYN-ACK may acknowledge a TCP Fast Open SYN's data too: this much past its number. */
+#define NP_SYN_DATA_MAX 0xffffU
+
 /*
  * np_reply_seen records on an embryonic flow's forward entry that the
- * backend answered: a TCP SYN-ACK that acknowledges the client's SYN (its
- * number, on the reverse entry rv: a forger who can't see the client's
- * packets guesses it one in 2^32), with its own sequence number, which the
- * client's ACK must acknowledge; or any UDP reply.
+ * backend answered: the first TCP SYN-ACK that acknowledges the client's
+ * SYN (its number + 1 on the reverse entry rv, 0 when no SYN created the
+ * flow; up to NP_SYN_DATA_MAX more for a SYN's data), with its own sequence
+ * number, which the client's ACK must acknowledge; or any UDP reply. First
+ * wins: a forger who sends the SYN itself, and so knows its number, must
+ * still beat the backend's own SYN-ACK (one in-cluster round trip) with a
+ * spray over the NAT ports; one who can't see the client's SYN guesses one
+ * in 65,536 per SYN-ACK.
  */
 static __always_inline void np_reply_seen(struct __sk_buff *skb, const struct ipv4_info *info,
 					  const struct nat_key *rev, struct np_entry *rv)
@@ -40,11 +47,11 @@ static __always_inline void np_reply_seen(struct __sk_buff *skb, const struct ip
 	if (info->proto == IPPROTO_TCP &&
 	    (l4_load_head(skb, info, &h, L4_TCP_HEAD_LOAD) < 0 ||
 	     (h.flags & (TCP_FLAGS_SYN | TCP_FLAGS_ACK)) != (TCP_FLAGS_SYN | TCP_FLAGS_ACK) ||
-	     bpf_ntohl(h.ack) != rv->reply_seq))
+	     !rv->reply_seq || bpf_ntohl(h.ack) - rv->reply_seq > NP_SYN_DATA_MAX))
 		return;
 	np_pair_key(&fwd, rev, rv, NAT_DIR_EGRESS);
 	e = bpf_map_lookup_elem(&myelin_nodeport_syn, &fwd);
-	if (!e)
+	if (!e || (info->proto == IPPROTO_TCP && (e->flags & NAT_F_REPLIED)))
 		return;
 	if (info->proto == IPPROTO_TCP)
 		e->reply_seq = bpf_ntohl(h.seq) + 1;
@@ -93,8 +100,7 @@ static __always_inline struct np_entry *np_reply_lookup(struct __sk_buff *skb,
 	e = bpf_map_lookup_elem(&myelin_nodeport_syn, rev);
 	if (e) {
 		np_touch(e, flags);
-		/* Every SYN-ACK (np_reply_seen keeps those acknowledging the
-		 * client's SYN): a new connection on the tuple brings a new number. */
+		/* np_reply_seen keeps the first SYN-ACK acknowledging the client's SYN. */
 		if (!(e->flags & NAT_F_REPLIED) || l4->tcp_syn)
 			np_reply_seen(skb, info, rev, e);
 		return e;

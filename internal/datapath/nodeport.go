@@ -101,30 +101,35 @@ func (d *Datapath) GCNodePortNAT(now time.Duration) (int, error) {
 	return removed, errors.Join(errs...)
 }
 
-// dropStaleUDP empties myelin_nodeport_udp at Load when it was pinned
-// already (not in created) and myelin_nodeport_nat holds UDP flows: an
-// older version has run since this one's flows were written there (a
-// downgrade, then this upgrade), which neither refreshed nor collected
-// them and gave their ports to flows of its own; kept, they would take
-// those flows' replies.
+// dropStaleUDP deletes, at Load, the flows of a pinned myelin_nodeport_udp
+// whose reverse tuple myelin_nodeport_syn or myelin_nodeport_nat holds too:
+// an older version ran since they were written (a downgrade, then this
+// upgrade), which neither refreshed nor collected them and gave their ports
+// to flows of its own; kept, they would take those flows' replies (the
+// datapath looks UDP up in myelin_nodeport_udp first). Other flows there
+// stay (the GC collects them once idle).
 func (d *Datapath) dropStaleUDP(created []string) error {
 	if slices.Contains(created, "myelin_nodeport_udp") {
 		return nil
 	}
-	old := false
-	err := dumpEntries(d.objs.MyelinNodeportNat, func(k myelinNatKey, _ myelinNpEntry) {
-		old = old || k.Proto == unix.IPPROTO_UDP
+	var stale []myelinNatKey
+	err := dumpEntries(d.objs.MyelinNodeportUdp, func(k myelinNatKey, v myelinNpEntry) {
+		if k.Dir != uint8(myelinNatDirNAT_DIR_INGRESS) {
+			return
+		}
+		var other myelinNpEntry
+		if d.objs.MyelinNodeportSyn.Lookup(k, &other) == nil || d.objs.MyelinNodeportNat.Lookup(k, &other) == nil {
+			fwd := myelinNatKey{Saddr: v.Addr, Daddr: k.Daddr, Sport: v.Port, Dport: v.Xport, Proto: k.Proto,
+				Dir: uint8(myelinNatDirNAT_DIR_EGRESS)}
+			stale = append(stale, fwd, k)
+		}
 	})
-	if err != nil || !old {
-		return err
-	}
-	var keys []myelinNatKey
-	if err := dumpEntries(d.objs.MyelinNodeportUdp, func(k myelinNatKey, _ myelinNpEntry) { keys = append(keys, k) }); err != nil {
+	if err != nil {
 		return fmt.Errorf("read myelin_nodeport_udp: %w", err)
 	}
-	for _, k := range keys {
+	for _, k := range stale {
 		if err := d.objs.MyelinNodeportUdp.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("empty myelin_nodeport_udp: %w", err)
+			return fmt.Errorf("delete a stale flow of myelin_nodeport_udp: %w", err)
 		}
 	}
 	return nil
@@ -158,13 +163,17 @@ func (d *Datapath) moveOldUDP() error {
 	// dumped: the datapath may have forgotten its flow since, and a new flow
 	// claimed the port (a stale copy would take that flow's replies).
 	var errs []error
-	moved := map[myelinNatKey]bool{}
+	moved, ended := map[myelinNatKey]bool{}, map[myelinNatKey]bool{}
 	for _, e := range rev {
 		err := d.objs.MyelinNodeportUdp.Update(e.k, e.v, ebpf.UpdateNoExist)
+		if errors.Is(err, ebpf.ErrKeyExist) {
+			// A flow of myelin_nodeport_udp holds the tuple too (only a
+			// downgrade lets that happen): it keeps it, this one ends.
+			ended[e.k] = true
+			continue
+		}
 		if err != nil {
-			if !errors.Is(err, ebpf.ErrKeyExist) {
-				errs = append(errs, fmt.Errorf("move a UDP flow to myelin_nodeport_udp: %w", err))
-			}
+			errs = append(errs, fmt.Errorf("move a UDP flow to myelin_nodeport_udp: %w", err))
 			continue
 		}
 		var now myelinNpEntry
@@ -177,6 +186,10 @@ func (d *Datapath) moveOldUDP() error {
 	for _, e := range fwd {
 		r := myelinNatKey{Saddr: e.v.Addr, Daddr: e.k.Daddr, Sport: e.v.Port, Dport: e.v.Xport, Proto: e.k.Proto,
 			Dir: uint8(myelinNatDirNAT_DIR_INGRESS)}
+		if ended[r] {
+			moved[e.k] = true // deleted below with its reverse entry
+			continue
+		}
 		if !moved[r] {
 			continue
 		}
@@ -188,7 +201,7 @@ func (d *Datapath) moveOldUDP() error {
 	}
 	// Forward entries first: a datagram finds its flow in one table or the other.
 	for _, e := range append(fwd, rev...) {
-		if !moved[e.k] {
+		if !moved[e.k] && !ended[e.k] {
 			continue
 		}
 		if err := d.objs.MyelinNodeportNat.Delete(e.k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {

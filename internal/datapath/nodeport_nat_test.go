@@ -62,9 +62,10 @@ func loadNodePortNAT(t *testing.T, synMax, natMax, udpMax uint32, min, max uint1
 // number, an ACK that does not acknowledge it leaves the flow embryonic,
 // the one that does moves it to myelin_nodeport_nat, where its packets
 // keep their NAT port; GCNodePortNAT collects it once idle. A SYN-ACK that
-// does not acknowledge the client's last SYN (a forger spraying the NAT
-// ports from the backend's address, who can't see the client's ISN)
-// records nothing; a reconnect's SYN-ACK does.
+// does not acknowledge the client's SYN (a forger spraying the NAT ports
+// from the backend's address, who can't see the client's ISN) records
+// nothing, nor does any after the first that does (a forger who sent the
+// SYN itself must beat the backend's).
 func TestPrivilegedNodePortSNATHandshake(t *testing.T) {
 	requirePrivileged(t)
 	d := loadNodePortNAT(t, 0, 0, 0, testNATPort, testNATPort)
@@ -76,9 +77,9 @@ func TestPrivilegedNodePortSNATHandshake(t *testing.T) {
 	badAck := req.withTCPFlags(0x10).withSeq(1, 1<<30)
 	reconnect := req.withSeq(500, 0)
 	synAck2 := reply.withTCPFlags(0x12).withSeq(2000, 501)
+	ack := req.withTCPFlags(0x10).withSeq(1, 1001)
 	forged := reply.withTCPFlags(0x12).withSeq(5000, 777)
 	forgedAck := req.withTCPFlags(0x10).withSeq(1, 5001)
-	ack := req.withTCPFlags(0x10).withSeq(1, 2001)
 	data := req.withTCPFlags(0x18).withSeq(1, 1001)
 	// ICMP errors about the client's segments, quoted as the backend was to
 	// get them, go back to the client as errors about what it sent.
@@ -121,15 +122,15 @@ func TestPrivilegedNodePortSNATHandshake(t *testing.T) {
 			toBackend(req.withTCPFlags(0x08).withSeq(1, 1001)), embryonic("tcp-established")),
 		row("a SYN-ACK acknowledging no SYN of the client's (forged): translated, not recorded", forged, toClient(forged), embryonic("tcp-established")),
 		row("ACK of the forged SYN-ACK: still embryonic", forgedAck, toBackend(forgedAck), embryonic("tcp-established")),
-		row("the client's SYN again, a new ISN (a new connection on the tuple)", reconnect, toBackend(reconnect), embryonic("tcp-established")),
-		row("a SYN-ACK acknowledging the old SYN: not recorded", reply.withTCPFlags(0x12).withSeq(3000, 1),
-			toClient(reply.withTCPFlags(0x12).withSeq(3000, 1)), embryonic("tcp-established")),
-		row("ACK of it: still embryonic", req.withTCPFlags(0x10).withSeq(501, 3001),
-			toBackend(req.withTCPFlags(0x10).withSeq(501, 3001)), embryonic("tcp-established")),
-		row("the SYN-ACK acknowledging the new SYN: recorded", synAck2, toClient(synAck2), embryonic("tcp-established")),
-		row("ACK of the first SYN-ACK: still embryonic", req.withTCPFlags(0x10).withSeq(1, 1001),
-			toBackend(req.withTCPFlags(0x10).withSeq(1, 1001)), embryonic("tcp-established")),
-		row("ACK of the last SYN-ACK: promoted", ack, toBackend(ack), established),
+		row("a second SYN-ACK acknowledging the SYN (a forger who sent it): not recorded, the first wins",
+			reply.withTCPFlags(0x12).withSeq(3000, 1), toClient(reply.withTCPFlags(0x12).withSeq(3000, 1)), embryonic("tcp-established")),
+		row("ACK of it: still embryonic", req.withTCPFlags(0x10).withSeq(1, 3001),
+			toBackend(req.withTCPFlags(0x10).withSeq(1, 3001)), embryonic("tcp-established")),
+		row("the client's SYN again with a new ISN after a SYN-ACK", reconnect, toBackend(reconnect), embryonic("tcp-established")),
+		row("a SYN-ACK acknowledging the new SYN: not recorded (the first wins)", synAck2, toClient(synAck2), embryonic("tcp-established")),
+		row("ACK of it: still embryonic", req.withTCPFlags(0x10).withSeq(501, 2001),
+			toBackend(req.withTCPFlags(0x10).withSeq(501, 2001)), embryonic("tcp-established")),
+		row("ACK of the first SYN-ACK: promoted", ack, toBackend(ack), established),
 		row("data: same NAT port", data, toBackend(data), established),
 		row("router's frag-needed about data: back to the client, from the router",
 			errAbout(router, nodeIP, 3, 4, 1400, data), errAbout(router, extHost, 3, 4, 1400, data).build(), established),
@@ -146,6 +147,41 @@ func TestPrivilegedNodePortSNATHandshake(t *testing.T) {
 	}
 	if n, err := d.GCNodePortNAT(MonotonicNow() + NATTimeoutTCPEstablished + 2e9); err != nil || n != 2 {
 		t.Errorf("GCNodePortNAT of an idle flow removed %d (%v), want 2", n, err)
+	}
+}
+
+// Which SYN-ACK an embryonic TCP flow records: one acknowledging a SYN the
+// client sent again with a new ISN before any SYN-ACK came (a client that
+// gave up and connects again), and one acknowledging a TCP Fast Open SYN's
+// data too; none for a flow that no SYN created (re-created mid-stream),
+// whose number the reverse entry does not know (0).
+func TestPrivilegedNodePortSNATSynAckRecorded(t *testing.T) {
+	requirePrivileged(t)
+	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort)
+	reply := ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withDst(nodeIP, testNATPort).withTCPFlags(0x12)
+	for _, c := range []struct {
+		name     string
+		opening  []pkt
+		synAck   pkt
+		promoted bool
+	}{
+		{"a new ISN before any SYN-ACK", []pkt{req, req.withSeq(500, 0)}, reply.withSeq(7000, 501), true},
+		{"the old ISN after a new one", []pkt{req, req.withSeq(500, 0)}, reply.withSeq(7000, 1), false},
+		{"a Fast Open SYN's data acknowledged", []pkt{req.withSeq(500, 0)}, reply.withSeq(7000, 501+100), true},
+		{"more than a SYN's data past it", []pkt{req.withSeq(500, 0)}, reply.withSeq(7000, 501+0x10000), false},
+		{"a flow a non-SYN created", []pkt{req.withTCPFlags(0x10).withSeq(5, 9)}, reply.withSeq(7000, 0), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := loadNodePortNAT(t, 0, 0, 0, testNATPort, testNATPort)
+			for _, p := range append(c.opening, c.synAck) {
+				forwardedOut(t, d, p)
+			}
+			forwardedOut(t, d, req.withTCPFlags(0x10).withSeq(501, 7001))
+			flows, err := d.NodePortFlows()
+			if err != nil || len(flows) != 1 || flows[0].Established != c.promoted {
+				t.Errorf("flows after the client's ACK of the SYN-ACK: %+v (%v), want promoted %v", flows, err, c.promoted)
+			}
+		})
 	}
 }
 
@@ -444,11 +480,12 @@ func TestPrivilegedNodePortSNATUDPInOldTable(t *testing.T) {
 	}
 }
 
-// A load finding UDP flows in myelin_nodeport_nat (an older version ran
-// since: a downgrade, then this upgrade) empties myelin_nodeport_udp, whose
-// flows that version neither refreshed nor kept its ports from; without
-// such flows it keeps it. A datapath OpenPinned adopted (the older programs
-// still run) leaves the old flows where those programs look for them.
+// A load deletes the flows of myelin_nodeport_udp whose reverse tuple
+// myelin_nodeport_nat holds too (an older version ran since, a downgrade
+// then this upgrade, and gave their ports to flows of its own) and keeps
+// the others. A datapath OpenPinned adopted (the older programs still run)
+// leaves the old flows where those programs look for them; the loaded
+// one's GC moves them.
 func TestPrivilegedNodePortSNATUDPStaleAfterDowngrade(t *testing.T) {
 	requirePrivileged(t)
 	d := loadNodePortNAT(t, 0, 0, 0, testNATPort, testNATPort+1)
@@ -474,7 +511,11 @@ func TestPrivilegedNodePortSNATUDPStaleAfterDowngrade(t *testing.T) {
 	if n, err := countEntries(reload().objs.MyelinNodeportUdp); err != nil || n != 1 {
 		t.Errorf("a reload without old UDP flows: myelin_nodeport_udp holds %d (%v), want its 1", n, err)
 	}
-	old, oldV := entry("203.0.113.30", testNATPort+1)
+	kept, keptV := entry("203.0.113.40", testNATPort+1)
+	if err := d.objs.MyelinNodeportUdp.Update(kept, keptV, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	old, oldV := entry("203.0.113.30", testNATPort)
 	if err := d.objs.MyelinNodeportNat.Update(old, oldV, ebpf.UpdateAny); err != nil {
 		t.Fatal(err)
 	}
@@ -490,13 +531,16 @@ func TestPrivilegedNodePortSNATUDPStaleAfterDowngrade(t *testing.T) {
 		t.Errorf("after an adopted datapath's GC: myelin_nodeport_nat holds %d (%v), want the old flow's entry", n, err)
 	}
 	again := reload()
-	if err := checkEmpty(again.objs.MyelinNodeportUdp); err != nil {
-		t.Error(err)
+	var got myelinNpEntry
+	if err := again.objs.MyelinNodeportUdp.Lookup(kept, &got); err != nil || got != keptV {
+		t.Errorf("a flow of myelin_nodeport_udp no other table holds: %+v (%v), want it kept", got, err)
+	}
+	if n, err := countEntries(again.objs.MyelinNodeportUdp); err != nil || n != 1 {
+		t.Errorf("myelin_nodeport_udp holds %d (%v) after the reload, want the stale flow deleted", n, err)
 	}
 	if _, err := again.GCNodePortNAT(MonotonicNow()); err != nil {
 		t.Fatal(err)
 	}
-	var got myelinNpEntry
 	if err := again.objs.MyelinNodeportUdp.Lookup(old, &got); err != nil || got != oldV {
 		t.Errorf("the old flow after the loaded datapath's GC: %+v (%v), want it moved to myelin_nodeport_udp", got, err)
 	}
