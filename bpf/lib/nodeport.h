@@ -50,15 +50,20 @@ static __always_inline void np_count(__u32 i)
 		*c += 1;
 }
 
-/* np_touch records a packet of e's flow, like nat_touch. */
-static __always_inline void np_touch(struct np_entry *e, __u16 flags)
+/*
+ * np_touch records a packet of e's flow, like nat_touch, and returns 1 when
+ * it refreshed last_seen (at most once a second).
+ */
+static __always_inline int np_touch(struct np_entry *e, __u16 flags)
 {
 	__u64 now = clock_coarse_ns();
+	int refreshed = now - e->last_seen > NAT_REFRESH_NS;
 
-	if (now - e->last_seen > NAT_REFRESH_NS)
+	if (refreshed)
 		e->last_seen = now;
 	if ((e->flags & flags) != flags)
 		e->flags |= flags;
+	return refreshed;
 }
 
 /*

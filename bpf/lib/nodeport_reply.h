@@ -60,24 +60,6 @@ static __always_inline void np_reply_seen(struct __sk_buff *skb, const struct ip
 }
 
 /*
- * np_udp_reply finds a backend's reply (key rev) among the answered UDP
- * flows. When it is due to refresh the flow (once a second) it also looks
- * the forward entry up, so the LRU sees the flow used at both ends: a flow
- * whose backend talks more than its client keeps its forward entry.
- */
-static __always_inline struct np_entry *np_udp_reply(const struct nat_key *rev)
-{
-	struct np_entry *e = bpf_map_lookup_elem(&myelin_nodeport_udp, rev);
-	struct nat_key fwd;
-
-	if (e && clock_coarse_ns() - e->last_seen > NAT_REFRESH_NS) {
-		np_pair_key(&fwd, rev, e, NAT_DIR_EGRESS);
-		bpf_map_lookup_elem(&myelin_nodeport_udp, &fwd);
-	}
-	return e;
-}
-
-/*
  * np_reply_lookup finds the reverse entry of a backend's reply (key rev)
  * and records the reply. Only packets to a port of the NAT range get here.
  */
@@ -88,11 +70,22 @@ static __always_inline struct np_entry *np_reply_lookup(struct __sk_buff *skb,
 {
 	__u16 flags = l4->tcp_closing ? NAT_F_CLOSING : 0;
 	struct np_entry *e = NULL;
+	struct nat_key fwd;
 
-	if (rev->proto == IPPROTO_UDP)
-		e = np_udp_reply(rev);
-	if (!e)
-		e = bpf_map_lookup_elem(&myelin_nodeport_nat, rev);
+	if (rev->proto == IPPROTO_UDP) {
+		e = bpf_map_lookup_elem(&myelin_nodeport_udp, rev);
+		/* An answered UDP flow: when the reply refreshes it (once a second),
+		 * the forward entry is looked up too, so the LRU sees the flow used
+		 * at both ends (a flow whose backend talks more than its client
+		 * keeps its forward entry). */
+		if (e && np_touch(e, NAT_F_REPLIED | flags)) {
+			np_pair_key(&fwd, rev, e, NAT_DIR_EGRESS);
+			bpf_map_lookup_elem(&myelin_nodeport_udp, &fwd);
+		}
+		if (e)
+			return e;
+	}
+	e = bpf_map_lookup_elem(&myelin_nodeport_nat, rev);
 	if (e) {
 		np_touch(e, NAT_F_REPLIED | flags);
 		return e;
