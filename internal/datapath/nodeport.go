@@ -119,9 +119,7 @@ func (d *Datapath) dropStaleUDP(created []string) error {
 		}
 		var other myelinNpEntry
 		if d.objs.MyelinNodeportSyn.Lookup(k, &other) == nil || d.objs.MyelinNodeportNat.Lookup(k, &other) == nil {
-			fwd := myelinNatKey{Saddr: v.Addr, Daddr: k.Daddr, Sport: v.Port, Dport: v.Xport, Proto: k.Proto,
-				Dir: uint8(myelinNatDirNAT_DIR_EGRESS)}
-			stale = append(stale, fwd, k)
+			stale = append(stale, npPairKey(k, v), k)
 		}
 	})
 	if err != nil {
@@ -135,6 +133,23 @@ func (d *Datapath) dropStaleUDP(created []string) error {
 	return nil
 }
 
+// npEntry is one entry of a NodePort SNAT table.
+type npEntry struct {
+	k myelinNatKey
+	v myelinNpEntry
+}
+
+// npPairKey is the key of the other entry of the flow whose entry v has key
+// k, as the datapath's np_pair_key makes it: the backend's reply tuple from
+// a forward entry, the client's tuple from a reverse one.
+func npPairKey(k myelinNatKey, v myelinNpEntry) myelinNatKey {
+	dir := myelinNatDirNAT_DIR_INGRESS
+	if k.Dir == uint8(myelinNatDirNAT_DIR_INGRESS) {
+		dir = myelinNatDirNAT_DIR_EGRESS
+	}
+	return myelinNatKey{Saddr: v.Addr, Daddr: k.Daddr, Sport: v.Port, Dport: v.Xport, Proto: k.Proto, Dir: uint8(dir)}
+}
+
 // moveOldUDP moves the UDP flows in myelin_nodeport_nat, which versions
 // before 2026-12-07 moved there after a reply, to the LRU
 // myelin_nodeport_udp, reverse entries first (the datapath looks UDP up
@@ -142,34 +157,61 @@ func (d *Datapath) dropStaleUDP(created []string) error {
 // there, a forger's datagrams would keep them from the GC and TCP's table
 // full.
 func (d *Datapath) moveOldUDP() error {
-	type entry struct {
-		k myelinNatKey
-		v myelinNpEntry
-	}
-	var rev, fwd []entry
+	var rev, fwd []npEntry
 	err := dumpEntries(d.objs.MyelinNodeportNat, func(k myelinNatKey, v myelinNpEntry) {
 		switch {
 		case k.Proto != unix.IPPROTO_UDP:
 		case k.Dir == uint8(myelinNatDirNAT_DIR_INGRESS):
-			rev = append(rev, entry{k, v})
+			rev = append(rev, npEntry{k, v})
 		default:
-			fwd = append(fwd, entry{k, v})
+			fwd = append(fwd, npEntry{k, v})
 		}
 	})
 	if err != nil {
 		return fmt.Errorf("read myelin_nodeport_nat: %w", err)
 	}
-	// A reverse entry moves only while myelin_nodeport_nat still holds it as
-	// dumped: the datapath may have forgotten its flow since, and a new flow
-	// claimed the port (a stale copy would take that flow's replies).
+	// leaving: the entries that leave myelin_nodeport_nat, true when copied
+	// to myelin_nodeport_udp, false when their flow ends.
+	leaving, errs := d.moveOldUDPReverse(rev)
+	for _, e := range fwd {
+		copied, ok := leaving[npPairKey(e.k, e.v)]
+		if !ok {
+			continue // its reverse entry stays: so does it
+		}
+		if copied {
+			if err := d.objs.MyelinNodeportUdp.Update(e.k, e.v, ebpf.UpdateAny); err != nil {
+				errs = append(errs, fmt.Errorf("move a UDP flow to myelin_nodeport_udp: %w", err))
+				continue
+			}
+		}
+		leaving[e.k] = copied
+	}
+	// Forward entries first: a datagram finds its flow in one table or the other.
+	for _, e := range append(fwd, rev...) {
+		if _, ok := leaving[e.k]; !ok {
+			continue
+		}
+		if err := d.objs.MyelinNodeportNat.Delete(e.k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("delete a moved UDP flow from myelin_nodeport_nat: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// moveOldUDPReverse copies the reverse entries rev of old UDP flows to
+// myelin_nodeport_udp and returns which leave myelin_nodeport_nat: true when
+// copied, false when a flow of myelin_nodeport_udp holds the tuple too
+// (only a downgrade lets that happen: it keeps it, this flow ends). An entry
+// is copied only while myelin_nodeport_nat still holds it as dumped: the
+// datapath may have forgotten its flow since, and a new flow claimed the
+// port (a stale copy would take that flow's replies).
+func (d *Datapath) moveOldUDPReverse(rev []npEntry) (map[myelinNatKey]bool, []error) {
 	var errs []error
-	moved, ended := map[myelinNatKey]bool{}, map[myelinNatKey]bool{}
+	leaving := map[myelinNatKey]bool{}
 	for _, e := range rev {
 		err := d.objs.MyelinNodeportUdp.Update(e.k, e.v, ebpf.UpdateNoExist)
 		if errors.Is(err, ebpf.ErrKeyExist) {
-			// A flow of myelin_nodeport_udp holds the tuple too (only a
-			// downgrade lets that happen): it keeps it, this one ends.
-			ended[e.k] = true
+			leaving[e.k] = false
 			continue
 		}
 		if err != nil {
@@ -181,34 +223,9 @@ func (d *Datapath) moveOldUDP() error {
 			_ = d.objs.MyelinNodeportUdp.Delete(e.k)
 			continue
 		}
-		moved[e.k] = true
+		leaving[e.k] = true
 	}
-	for _, e := range fwd {
-		r := myelinNatKey{Saddr: e.v.Addr, Daddr: e.k.Daddr, Sport: e.v.Port, Dport: e.v.Xport, Proto: e.k.Proto,
-			Dir: uint8(myelinNatDirNAT_DIR_INGRESS)}
-		if ended[r] {
-			moved[e.k] = true // deleted below with its reverse entry
-			continue
-		}
-		if !moved[r] {
-			continue
-		}
-		if err := d.objs.MyelinNodeportUdp.Update(e.k, e.v, ebpf.UpdateAny); err != nil {
-			errs = append(errs, fmt.Errorf("move a UDP flow to myelin_nodeport_udp: %w", err))
-			continue
-		}
-		moved[e.k] = true
-	}
-	// Forward entries first: a datagram finds its flow in one table or the other.
-	for _, e := range append(fwd, rev...) {
-		if !moved[e.k] && !ended[e.k] {
-			continue
-		}
-		if err := d.objs.MyelinNodeportNat.Delete(e.k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, fmt.Errorf("delete a moved UDP flow from myelin_nodeport_nat: %w", err))
-		}
-	}
-	return errors.Join(errs...)
+	return leaving, errs
 }
 
 // NodePortStats reads the NodePort SNAT counters.
