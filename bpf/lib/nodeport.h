@@ -144,8 +144,11 @@ static __always_inline __u32 np_client_isn(struct __sk_buff *skb, const struct i
 
 /*
  * np_create creates the embryonic flow fwd (client -> node_ip:nodePort) to
- * backend id at be for the client's packet l4 (isn: np_client_isn), and
- * returns 0 with its forward entry in *fv, or a DROP_* reason.
+ * backend id at be for the client's packet l4, and returns 0 with its
+ * forward entry in *fv, or a DROP_* reason. The forward entry keeps isn
+ * (np_client_isn) until the SYN-ACK acknowledging it (np_reply_seen): only
+ * the SYN that created the flow sets it, so a forger's second SYN can't move
+ * it past the backend's answer to the first.
  */
 static __always_inline int np_create(const struct nat_key *fwd, __u32 id,
 				     const struct lb_backend *be, const struct l4_info *l4,
@@ -165,7 +168,6 @@ static __always_inline int np_create(const struct nat_key *fwd, __u32 id,
 		.addr = fwd->saddr,
 		.port = fwd->sport,
 		.xport = fwd->dport,
-		.reply_seq = isn,
 		.flags = flags,
 	};
 	__u32 start = bpf_get_prandom_u32();
@@ -185,6 +187,7 @@ static __always_inline int np_create(const struct nat_key *fwd, __u32 id,
 				.backend_id = id,
 				.port = be->port,
 				.xport = rev.dport,
+				.reply_seq = isn,
 				.flags = flags};
 	if (bpf_map_update_elem(&myelin_nodeport_syn, fwd, fv, BPF_ANY) < 0) {
 		bpf_map_delete_elem(&myelin_nodeport_syn, &rev);
@@ -212,11 +215,11 @@ static __always_inline int np_ours_or_gone(const struct np_entry *rv, const stru
 
 /*
  * np_handshake_done says whether the client's packet completes the flow's
- * handshake: a TCP segment without SYN that acknowledges exactly the
- * backend's last SYN-ACK (sequence number + 1, which a blind attacker
- * guesses one in 2^32; the backend sends no data before that ACK reached
- * it, so an honest client's segments carry that number until then), or a
- * UDP datagram after a reply.
+ * handshake: a TCP ACK without SYN of exactly the SYN-ACK np_reply_seen
+ * recorded (its sequence number + 1, which a blind attacker guesses one in
+ * 2^32; a backend sends no data before that ACK reached it, unless it
+ * answers a Fast Open SYN's data, so an honest client's segments carry that
+ * number until then), or a UDP datagram after a reply.
  */
 static __always_inline int np_handshake_done(struct __sk_buff *skb, const struct ipv4_info *info,
 					     const struct l4_info *l4, const struct np_entry *fv)
@@ -338,13 +341,6 @@ static __always_inline int np_embryonic(struct __sk_buff *skb, const struct ipv4
 	rv = *r;
 	if (!np_ours(&rv, fwd))
 		goto forget;
-	/* A SYN before any SYN-ACK was recorded (a client that gave up and
-	 * connects again): the number the backend's SYN-ACK must acknowledge. */
-	if (l4->tcp_opening && !(fv->flags & NAT_F_REPLIED)) {
-		rv.reply_seq = np_client_isn(skb, info, l4);
-		if (rv.reply_seq != r->reply_seq)
-			bpf_map_update_elem(&myelin_nodeport_syn, &rev, &rv, BPF_EXIST);
-	}
 	if (!np_handshake_done(skb, info, l4, fv))
 		return 0;
 	rc = np_promote(fwd, fv, &rev, &rv);

@@ -28,14 +28,18 @@
 
 /*
  * np_reply_seen records on an embryonic flow's forward entry that the
- * backend answered: the first TCP SYN-ACK that acknowledges the client's
- * SYN (its number + 1 on the reverse entry rv, 0 when no SYN created the
- * flow; up to NP_SYN_DATA_MAX more for a SYN's data), with its own sequence
- * number, which the client's ACK must acknowledge; or any UDP reply. First
- * wins: a forger who sends the SYN itself, and so knows its number, must
- * still beat the backend's own SYN-ACK (one in-cluster round trip) with a
- * spray over the NAT ports; one who can't see the client's SYN guesses one
- * in 65,536 per SYN-ACK.
+ * backend answered (the reply's reverse entry rv has key rev): the first TCP
+ * SYN-ACK that acknowledges the client's SYN (the forward entry's number, 0
+ * when no SYN created the flow; up to NP_SYN_DATA_MAX more for a SYN's data),
+ * with its own sequence number + 1, which the client's ACK must acknowledge;
+ * or any UDP reply. First wins, and none once rv is closing: the backend
+ * reset or closed the flow (np_touch marked it: its answer to a SYN it
+ * refused), or a SYN with FIN or RST created it (np_create: a backend drops
+ * such a SYN unanswered, and a forger who sent it would answer unraced). A
+ * forger who sends the SYN itself, and so knows its number, must still beat
+ * the backend's own answer (one in-cluster round trip) with a spray over the
+ * NAT ports; one who can't see the client's SYN guesses one in 65,536 per
+ * SYN-ACK.
  */
 static __always_inline void np_reply_seen(struct __sk_buff *skb, const struct ipv4_info *info,
 					  const struct nat_key *rev, struct np_entry *rv)
@@ -45,16 +49,21 @@ static __always_inline void np_reply_seen(struct __sk_buff *skb, const struct ip
 	struct np_entry *e;
 
 	if (info->proto == IPPROTO_TCP &&
-	    (l4_load_head(skb, info, &h, L4_TCP_HEAD_LOAD) < 0 ||
-	     (h.flags & (TCP_FLAGS_SYN | TCP_FLAGS_ACK)) != (TCP_FLAGS_SYN | TCP_FLAGS_ACK) ||
-	     !rv->reply_seq || bpf_ntohl(h.ack) - rv->reply_seq > NP_SYN_DATA_MAX))
+	    ((rv->flags & NAT_F_CLOSING) || l4_load_head(skb, info, &h, L4_TCP_HEAD_LOAD) < 0 ||
+	     (h.flags & (TCP_FLAGS_SYN | TCP_FLAGS_ACK)) != (TCP_FLAGS_SYN | TCP_FLAGS_ACK)))
 		return;
 	np_pair_key(&fwd, rev, rv, NAT_DIR_EGRESS);
 	e = bpf_map_lookup_elem(&myelin_nodeport_syn, &fwd);
-	if (!e || (info->proto == IPPROTO_TCP && (e->flags & NAT_F_REPLIED)))
+	/* The client's tuple may be a new flow's by now (this one forgotten
+	 * while its reverse entry waits for np_reclaim): not the reply's. */
+	if (!e || e->addr != rev->saddr || e->port != rev->sport || e->xport != rev->dport)
 		return;
-	if (info->proto == IPPROTO_TCP)
+	if (info->proto == IPPROTO_TCP) {
+		if ((e->flags & NAT_F_REPLIED) || !e->reply_seq ||
+		    bpf_ntohl(h.ack) - e->reply_seq > NP_SYN_DATA_MAX)
+			return;
 		e->reply_seq = bpf_ntohl(h.seq) + 1;
+	}
 	e->flags |= NAT_F_REPLIED;
 	rv->flags |= NAT_F_REPLIED;
 }
@@ -93,8 +102,7 @@ static __always_inline struct np_entry *np_reply_lookup(struct __sk_buff *skb,
 	e = bpf_map_lookup_elem(&myelin_nodeport_syn, rev);
 	if (e) {
 		np_touch(e, flags);
-		/* np_reply_seen keeps the first SYN-ACK acknowledging the client's SYN. */
-		if (!(e->flags & NAT_F_REPLIED) || l4->tcp_syn)
+		if (!(e->flags & NAT_F_REPLIED))
 			np_reply_seen(skb, info, rev, e);
 		return e;
 	}

@@ -100,8 +100,9 @@ struct np_entry {
 	__u64 last_seen;  /* clock_coarse_ns, refreshed at most once a second */
 	__u32 addr;	  /* egress: the backend; ingress: the client (network order) */
 	__u32 backend_id; /* egress: the backend's id */
-	/* TCP, host order: egress, the backend's SYN-ACK sequence number + 1;
-	 * ingress, an embryonic flow's client SYN sequence number + 1 */
+	/* TCP egress, host order: the client's SYN sequence number + 1 until
+	 * the backend's SYN-ACK to it, then that SYN-ACK's + 1 (0: no SYN
+	 * created the flow); ingress: 0 */
 	__u32 reply_seq;
 	__u16 port;   /* egress: the backend port; ingress: the client port */
 	__u16 xport;  /* egress: the NAT port; ingress: the NodePort (network order) */

@@ -150,11 +150,14 @@ func TestPrivilegedNodePortSNATHandshake(t *testing.T) {
 	}
 }
 
-// Which SYN-ACK an embryonic TCP flow records: one acknowledging a SYN the
-// client sent again with a new ISN before any SYN-ACK came (a client that
-// gave up and connects again), and one acknowledging a TCP Fast Open SYN's
-// data too; none for a flow that no SYN created (re-created mid-stream),
-// whose number the reverse entry does not know (0).
+// Which SYN-ACK an embryonic TCP flow records: one acknowledging the SYN
+// that created it, also after a second SYN with a new ISN (which a forger
+// who sent both could otherwise use to move the number past the backend's
+// answer to the first), and one acknowledging a TCP Fast Open SYN's data
+// too; none for a flow that no SYN created (re-created mid-stream), nor one
+// a SYN with FIN or RST created (a backend drops those unanswered: a forger
+// would answer unraced), nor after the backend reset the flow or a SYN-ACK
+// that closes it.
 func TestPrivilegedNodePortSNATSynAckRecorded(t *testing.T) {
 	requirePrivileged(t)
 	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort)
@@ -165,8 +168,12 @@ func TestPrivilegedNodePortSNATSynAckRecorded(t *testing.T) {
 		synAck   pkt
 		promoted bool
 	}{
-		{"a new ISN before any SYN-ACK", []pkt{req, req.withSeq(500, 0)}, reply.withSeq(7000, 501), true},
-		{"the old ISN after a new one", []pkt{req, req.withSeq(500, 0)}, reply.withSeq(7000, 1), false},
+		{"a second SYN's new ISN", []pkt{req, req.withSeq(500000, 0)}, reply.withSeq(7000, 500001), false},
+		{"the first SYN's ISN after a second SYN", []pkt{req, req.withSeq(500000, 0)}, reply.withSeq(7000, 1), true},
+		{"a SYN with FIN", []pkt{req.withTCPFlags(0x03).withSeq(500, 0)}, reply.withSeq(7000, 501), false},
+		{"a SYN with RST", []pkt{req.withTCPFlags(0x06).withSeq(500, 0)}, reply.withSeq(7000, 501), false},
+		{"after the backend's RST", []pkt{req.withSeq(500, 0), reply.withTCPFlags(0x14).withSeq(0, 501)}, reply.withSeq(7000, 501), false},
+		{"a SYN-ACK with FIN", []pkt{req.withSeq(500, 0)}, reply.withTCPFlags(0x13).withSeq(7000, 501), false},
 		{"a Fast Open SYN's data acknowledged", []pkt{req.withSeq(500, 0)}, reply.withSeq(7000, 501+100), true},
 		{"more than a SYN's data past it", []pkt{req.withSeq(500, 0)}, reply.withSeq(7000, 501+0x10000), false},
 		{"a flow a non-SYN created", []pkt{req.withTCPFlags(0x10).withSeq(5, 9)}, reply.withSeq(7000, 0), false},
@@ -182,6 +189,50 @@ func TestPrivilegedNodePortSNATSynAckRecorded(t *testing.T) {
 				t.Errorf("flows after the client's ACK of the SYN-ACK: %+v (%v), want promoted %v", flows, err, c.promoted)
 			}
 		})
+	}
+}
+
+// A SYN-ACK to the NAT port of a flow forgotten while its reverse entry
+// stays (the LRU evicted its forward entry) records nothing on the new flow
+// of the same client tuple, which has a port of its own: a forger who sent
+// the new flow's SYN, and knows its number, would answer it over the stale
+// port unraced by the backend. The SYN-ACK to the new flow's port counts.
+func TestPrivilegedNodePortSNATSynAckOfStaleReverse(t *testing.T) {
+	requirePrivileged(t)
+	d := loadNodePortNAT(t, 0, 0, 0, testNATPort, testNATPort+1)
+	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort)
+	stale := binary.BigEndian.Uint16(forwardedOut(t, d, req.withSeq(100, 0))[34:])
+	fk := myelinNatKey{Saddr: networkUint32(mustAddr(extHost)), Daddr: networkUint32(testNodeIP), Sport: htons(40000),
+		Dport: htons(nodePort), Proto: protoTCP, Dir: uint8(myelinNatDirNAT_DIR_EGRESS)}
+	if err := d.objs.MyelinNodeportSyn.Delete(fk); err != nil {
+		t.Fatal(err)
+	}
+	port := binary.BigEndian.Uint16(forwardedOut(t, d, req.withSeq(900, 0))[34:])
+	if port == stale {
+		t.Fatalf("the new flow got the stale flow's NAT port %d", port)
+	}
+	reply := ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withTCPFlags(0x12)
+	promoted := func(synAck pkt, ack uint32) bool {
+		t.Helper()
+		forwardedOut(t, d, synAck)
+		forwardedOut(t, d, req.withTCPFlags(0x10).withSeq(901, ack))
+		flows, err := d.NodePortFlows()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range flows {
+			if f.NATPort == port {
+				return f.Established
+			}
+		}
+		t.Fatalf("no flow with NAT port %d: %+v", port, flows)
+		return false
+	}
+	if promoted(reply.withDst(nodeIP, stale).withSeq(7000, 901), 7001) {
+		t.Errorf("a SYN-ACK to the stale NAT port %d promoted the new flow (port %d)", stale, port)
+	}
+	if !promoted(reply.withDst(nodeIP, port).withSeq(8000, 901), 8001) {
+		t.Errorf("the SYN-ACK to the new flow's port %d did not count", port)
 	}
 }
 
