@@ -41,7 +41,9 @@ struct icmp_echo_hdr {
 
 /* The TCP header's flags byte (CWR..FIN) and two of its bits. */
 #define TCP_FLAGS_OFF 13
+#define TCP_FLAGS_FIN 0x01
 #define TCP_FLAGS_SYN 0x02
+#define TCP_FLAGS_RST 0x04
 #define TCP_FLAGS_ACK 0x10
 
 #define IPV4_SADDR_OFF (ETH_HLEN + offsetof(struct iphdr, saddr))

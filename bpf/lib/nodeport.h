@@ -39,7 +39,6 @@
 
 /* An embryonic flow idle this long gives its NAT port to a new flow that needs it. */
 #define NP_SYN_RECLAIM_NS (5 * 1000000000ULL)
-#define TCP_SEQ_OFF	  4
 
 /* np_count bumps the NodePort counter i (per CPU: plain increment). */
 static __always_inline void np_count(__u32 i)
@@ -85,6 +84,17 @@ static __always_inline void np_pair_key(struct nat_key *pair, const struct nat_k
 }
 
 /*
+ * np_fwd_ours says whether the forward entry fv is the flow whose reverse
+ * entry has key rev: the client's tuple may hold a new flow by now (the LRU
+ * evicted the old flow's forward entry, or np_embryonic forgot it, while
+ * its reverse entry waits for np_reclaim).
+ */
+static __always_inline int np_fwd_ours(const struct np_entry *fv, const struct nat_key *rev)
+{
+	return fv && fv->addr == rev->saddr && fv->port == rev->sport && fv->xport == rev->dport;
+}
+
+/*
  * np_reclaim frees the port of the embryonic flow holding rev when it has
  * been idle NP_SYN_RECLAIM_NS: without it, stale embryonic flows could hold
  * every port towards a backend and nothing would evict them. Returns 1 when
@@ -98,7 +108,8 @@ static __always_inline int np_reclaim(const struct nat_key *rev)
 	if (!e || clock_age_ns(clock_coarse_ns(), e->last_seen) < NP_SYN_RECLAIM_NS)
 		return 0;
 	np_pair_key(&fwd, rev, e, NAT_DIR_EGRESS);
-	bpf_map_delete_elem(&myelin_nodeport_syn, &fwd);
+	if (np_fwd_ours(bpf_map_lookup_elem(&myelin_nodeport_syn, &fwd), rev))
+		bpf_map_delete_elem(&myelin_nodeport_syn, &fwd);
 	bpf_map_delete_elem(&myelin_nodeport_syn, rev);
 	return 1;
 }
@@ -127,19 +138,36 @@ static __always_inline int np_claim(struct nat_key *rev, const struct np_entry *
 	return 0;
 }
 
+/* A SYN arriving with fewer hops left gets no number (np_client_isn): it may
+ * expire before the backend. Clients' SYNs arrive with 64 or more minus
+ * their path's hops. */
+#define NP_SYN_TTL_MIN 8
+
 /*
  * np_client_isn is the sequence number + 1 of a client's TCP SYN (the number
- * the backend's SYN-ACK acknowledges), or 0 for any other packet.
+ * the backend's SYN-ACK acknowledges), or 0 for any other packet. A SYN a
+ * backend may drop unanswered gets 0 too, as a forger who sent it could
+ * answer it unraced (np_reply_seen): one with FIN or RST, a fragment, one
+ * with IP options (a source route), with fewer than NP_SYN_TTL_MIN hops
+ * left, or whose TCP header length is out of bounds.
  */
 static __always_inline __u32 np_client_isn(struct __sk_buff *skb, const struct ipv4_info *info,
 					   const struct l4_info *l4)
 {
-	__be32 seq;
+	struct l4_head h = {};
+	__be16 tot_len;
+	__u32 doff;
 
-	if (!l4->tcp_opening ||
-	    bpf_skb_load_bytes(skb, info->l4_off + TCP_SEQ_OFF, &seq, sizeof(seq)) < 0)
+	if (!l4->tcp_opening || l4->tcp_closing || info->frag || info->ttl < NP_SYN_TTL_MIN ||
+	    info->l4_off != ETH_HLEN + sizeof(struct iphdr) ||
+	    bpf_skb_load_bytes(skb, ETH_HLEN + offsetof(struct iphdr, tot_len), &tot_len,
+			       sizeof(tot_len)) < 0 ||
+	    l4_load_head(skb, info, &h, L4_TCP_HEAD_LOAD) < 0)
 		return 0;
-	return bpf_ntohl(seq) + 1;
+	doff = (h.doff >> 4) * 4;
+	if (doff < sizeof(struct tcphdr) || sizeof(struct iphdr) + doff > bpf_ntohs(tot_len))
+		return 0;
+	return bpf_ntohl(h.seq) + 1;
 }
 
 /*

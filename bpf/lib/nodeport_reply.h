@@ -29,17 +29,16 @@
 /*
  * np_reply_seen records on an embryonic flow's forward entry that the
  * backend answered (the reply's reverse entry rv has key rev): the first TCP
- * SYN-ACK that acknowledges the client's SYN (the forward entry's number, 0
- * when no SYN created the flow; up to NP_SYN_DATA_MAX more for a SYN's data),
+ * SYN-ACK that acknowledges the client's SYN (the forward entry's number,
+ * np_client_isn, 0 for none; up to NP_SYN_DATA_MAX more for a SYN's data),
  * with its own sequence number + 1, which the client's ACK must acknowledge;
- * or any UDP reply. First wins, and none once rv is closing: the backend
- * reset or closed the flow (np_touch marked it: its answer to a SYN it
- * refused), or a SYN with FIN or RST created it (np_create: a backend drops
- * such a SYN unanswered, and a forger who sent it would answer unraced). A
- * forger who sends the SYN itself, and so knows its number, must still beat
- * the backend's own answer (one in-cluster round trip) with a spray over the
- * NAT ports; one who can't see the client's SYN guesses one in 65,536 per
- * SYN-ACK.
+ * or any UDP reply. First wins: a forger who sends the SYN itself, and so
+ * knows its number, must still beat the backend's own answer (one
+ * in-cluster round trip) with a spray over the NAT ports; one who can't see
+ * the client's SYN guesses one in 65,536 per SYN-ACK. An RST acknowledging
+ * the SYN the same way (the backend refused it: a closed port) takes the
+ * number away, so that no SYN-ACK counts unraced after it; any other RST or
+ * FIN changes nothing (a forger's would keep honest flows from promotion).
  */
 static __always_inline void np_reply_seen(struct __sk_buff *skb, const struct ipv4_info *info,
 					  const struct nat_key *rev, struct np_entry *rv)
@@ -47,21 +46,27 @@ static __always_inline void np_reply_seen(struct __sk_buff *skb, const struct ip
 	struct l4_head h = {};
 	struct nat_key fwd;
 	struct np_entry *e;
+	__u8 f = 0;
 
-	if (info->proto == IPPROTO_TCP &&
-	    ((rv->flags & NAT_F_CLOSING) || l4_load_head(skb, info, &h, L4_TCP_HEAD_LOAD) < 0 ||
-	     (h.flags & (TCP_FLAGS_SYN | TCP_FLAGS_ACK)) != (TCP_FLAGS_SYN | TCP_FLAGS_ACK)))
-		return;
+	if (info->proto == IPPROTO_TCP) {
+		if (l4_load_head(skb, info, &h, L4_TCP_HEAD_LOAD) < 0)
+			return;
+		f = h.flags & (TCP_FLAGS_SYN | TCP_FLAGS_ACK | TCP_FLAGS_FIN | TCP_FLAGS_RST);
+		if (f != (TCP_FLAGS_SYN | TCP_FLAGS_ACK) && f != (TCP_FLAGS_RST | TCP_FLAGS_ACK))
+			return;
+	}
 	np_pair_key(&fwd, rev, rv, NAT_DIR_EGRESS);
 	e = bpf_map_lookup_elem(&myelin_nodeport_syn, &fwd);
-	/* The client's tuple may be a new flow's by now (this one forgotten
-	 * while its reverse entry waits for np_reclaim): not the reply's. */
-	if (!e || e->addr != rev->saddr || e->port != rev->sport || e->xport != rev->dport)
+	if (!np_fwd_ours(e, rev))
 		return;
 	if (info->proto == IPPROTO_TCP) {
 		if ((e->flags & NAT_F_REPLIED) || !e->reply_seq ||
 		    bpf_ntohl(h.ack) - e->reply_seq > NP_SYN_DATA_MAX)
 			return;
+		if (f & TCP_FLAGS_RST) {
+			e->reply_seq = 0;
+			return;
+		}
 		e->reply_seq = bpf_ntohl(h.seq) + 1;
 	}
 	e->flags |= NAT_F_REPLIED;

@@ -102,7 +102,7 @@ struct np_entry {
 	__u32 backend_id; /* egress: the backend's id */
 	/* TCP egress, host order: the client's SYN sequence number + 1 until
 	 * the backend's SYN-ACK to it, then that SYN-ACK's + 1 (0: no SYN
-	 * created the flow); ingress: 0 */
+	 * created the flow); ingress: unused (0; before 2026-12-08 the client's) */
 	__u32 reply_seq;
 	__u16 port;   /* egress: the backend port; ingress: the client port */
 	__u16 xport;  /* egress: the NAT port; ingress: the NodePort (network order) */

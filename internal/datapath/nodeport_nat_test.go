@@ -153,11 +153,13 @@ func TestPrivilegedNodePortSNATHandshake(t *testing.T) {
 // Which SYN-ACK an embryonic TCP flow records: one acknowledging the SYN
 // that created it, also after a second SYN with a new ISN (which a forger
 // who sent both could otherwise use to move the number past the backend's
-// answer to the first), and one acknowledging a TCP Fast Open SYN's data
-// too; none for a flow that no SYN created (re-created mid-stream), nor one
-// a SYN with FIN or RST created (a backend drops those unanswered: a forger
-// would answer unraced), nor after the backend reset the flow or a SYN-ACK
-// that closes it.
+// answer to the first), after a forged SYN-ACK, RST or FIN, and one
+// acknowledging a TCP Fast Open SYN's data too; none for a flow that no SYN
+// created (re-created mid-stream), nor one a SYN a backend may drop
+// unanswered created (with FIN or RST, a fragment, IP options, few hops
+// left, a bad TCP header length: a forger who sent it would answer
+// unraced), nor after the backend refused the SYN (an RST acknowledging it),
+// nor a SYN-ACK with FIN.
 func TestPrivilegedNodePortSNATSynAckRecorded(t *testing.T) {
 	requirePrivileged(t)
 	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort)
@@ -172,7 +174,20 @@ func TestPrivilegedNodePortSNATSynAckRecorded(t *testing.T) {
 		{"the first SYN's ISN after a second SYN", []pkt{req, req.withSeq(500000, 0)}, reply.withSeq(7000, 1), true},
 		{"a SYN with FIN", []pkt{req.withTCPFlags(0x03).withSeq(500, 0)}, reply.withSeq(7000, 501), false},
 		{"a SYN with RST", []pkt{req.withTCPFlags(0x06).withSeq(500, 0)}, reply.withSeq(7000, 501), false},
-		{"after the backend's RST", []pkt{req.withSeq(500, 0), reply.withTCPFlags(0x14).withSeq(0, 501)}, reply.withSeq(7000, 501), false},
+		{"a SYN with 1 hop left", []pkt{req.withTTL(1).withSeq(500, 0)}, reply.withSeq(7000, 501), false},
+		{"a SYN with 7 hops left", []pkt{req.withTTL(7).withSeq(500, 0)}, reply.withSeq(7000, 501), false},
+		{"a SYN with 8 hops left", []pkt{req.withTTL(8).withSeq(500, 0)}, reply.withSeq(7000, 501), true},
+		// MF set, offset 0: the rest never comes, the backend never reassembles it.
+		{"a SYN as a first fragment", []pkt{req.withFragOffset(0x2000).withSeq(500, 0)}, reply.withSeq(7000, 501), false},
+		{"a SYN with IP options", []pkt{req.withOptions([]byte{1, 1, 1, 1}).withSeq(500, 0)}, reply.withSeq(7000, 501), false},
+		{"a SYN with a TCP header length under 20", []pkt{req.withTCPDataOffset(4).withSeq(500, 0)}, reply.withSeq(7000, 501), false},
+		{"a SYN with a TCP header length past the segment", []pkt{req.withTCPDataOffset(15).withSeq(500, 0)}, reply.withSeq(7000, 501), false},
+		{"a SYN with a TCP header length within the segment", []pkt{req.withTCPDataOffset(6).withSeq(500, 0)}, reply.withSeq(7000, 501), true},
+		{"after the backend's RST acknowledging the SYN", []pkt{req.withSeq(500, 0), reply.withTCPFlags(0x14).withSeq(0, 501)}, reply.withSeq(7000, 501), false},
+		{"after an RST acknowledging another number", []pkt{req.withSeq(500, 0), reply.withTCPFlags(0x14).withSeq(0, 900000)}, reply.withSeq(7000, 501), true},
+		{"after an RST without ACK", []pkt{req.withSeq(500, 0), reply.withTCPFlags(0x04).withSeq(0, 501)}, reply.withSeq(7000, 501), true},
+		{"after a FIN", []pkt{req.withSeq(500, 0), reply.withTCPFlags(0x11).withSeq(0, 501)}, reply.withSeq(7000, 501), true},
+		{"after a SYN-ACK acknowledging another number", []pkt{req.withSeq(500, 0), reply.withSeq(9000, 900000)}, reply.withSeq(7000, 501), true},
 		{"a SYN-ACK with FIN", []pkt{req.withSeq(500, 0)}, reply.withTCPFlags(0x13).withSeq(7000, 501), false},
 		{"a Fast Open SYN's data acknowledged", []pkt{req.withSeq(500, 0)}, reply.withSeq(7000, 501+100), true},
 		{"more than a SYN's data past it", []pkt{req.withSeq(500, 0)}, reply.withSeq(7000, 501+0x10000), false},
@@ -192,18 +207,29 @@ func TestPrivilegedNodePortSNATSynAckRecorded(t *testing.T) {
 	}
 }
 
-// A SYN-ACK to the NAT port of a flow forgotten while its reverse entry
-// stays (the LRU evicted its forward entry) records nothing on the new flow
-// of the same client tuple, which has a port of its own: a forger who sent
-// the new flow's SYN, and knows its number, would answer it over the stale
-// port unraced by the backend. The SYN-ACK to the new flow's port counts.
-func TestPrivilegedNodePortSNATSynAckOfStaleReverse(t *testing.T) {
+// A reply to the NAT port of a flow forgotten while its reverse entry stays
+// (the LRU evicted its forward entry) records nothing on the new flow of the
+// same client tuple, which has a port of its own: a forger who sent the new
+// flow's SYN, and knows its number, would answer it over the stale port
+// unraced by the backend; for UDP any reply would do. The reply to the new
+// flow's port counts. (TCP packets: a SYN, SYN-ACKs, the client's ACK; UDP
+// ignores the flags and numbers.)
+func TestPrivilegedNodePortSNATReplyOfStaleReverse(t *testing.T) {
 	requirePrivileged(t)
+	for _, proto := range []uint8{protoTCP, protoUDP} {
+		t.Run(fmt.Sprint("proto ", proto), func(t *testing.T) { testReplyOfStaleReverse(t, proto) })
+	}
+}
+
+func testReplyOfStaleReverse(t *testing.T, proto uint8) {
 	d := loadNodePortNAT(t, 0, 0, 0, testNATPort, testNATPort+1)
 	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort)
+	if proto == protoUDP {
+		req = udpNodePort(t, d)
+	}
 	stale := binary.BigEndian.Uint16(forwardedOut(t, d, req.withSeq(100, 0))[34:])
 	fk := myelinNatKey{Saddr: networkUint32(mustAddr(extHost)), Daddr: networkUint32(testNodeIP), Sport: htons(40000),
-		Dport: htons(nodePort), Proto: protoTCP, Dir: uint8(myelinNatDirNAT_DIR_EGRESS)}
+		Dport: htons(nodePort), Proto: proto, Dir: uint8(myelinNatDirNAT_DIR_EGRESS)}
 	if err := d.objs.MyelinNodeportSyn.Delete(fk); err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +237,7 @@ func TestPrivilegedNodePortSNATSynAckOfStaleReverse(t *testing.T) {
 	if port == stale {
 		t.Fatalf("the new flow got the stale flow's NAT port %d", port)
 	}
-	reply := ipv4(protoTCP, remoteIP, nodeIP).withSrc(remoteIP, 8080).withTCPFlags(0x12)
+	reply := ipv4(proto, remoteIP, nodeIP).withSrc(remoteIP, 8080).withTCPFlags(0x12)
 	promoted := func(synAck pkt, ack uint32) bool {
 		t.Helper()
 		forwardedOut(t, d, synAck)
@@ -229,10 +255,45 @@ func TestPrivilegedNodePortSNATSynAckOfStaleReverse(t *testing.T) {
 		return false
 	}
 	if promoted(reply.withDst(nodeIP, stale).withSeq(7000, 901), 7001) {
-		t.Errorf("a SYN-ACK to the stale NAT port %d promoted the new flow (port %d)", stale, port)
+		t.Errorf("a reply to the stale NAT port %d promoted the new flow (port %d)", stale, port)
 	}
 	if !promoted(reply.withDst(nodeIP, port).withSeq(8000, 901), 8001) {
-		t.Errorf("the SYN-ACK to the new flow's port %d did not count", port)
+		t.Errorf("the reply to the new flow's port %d did not count", port)
+	}
+}
+
+// Reclaiming the port of an idle embryonic flow whose client tuple holds a
+// new flow by now (its forward entry evicted, the client connected again on
+// another port) leaves that new flow's forward entry alone: deleted, the
+// new flow's next packet would start a third flow on a third port mid-stream.
+func TestPrivilegedNodePortSNATReclaimKeepsNewFlow(t *testing.T) {
+	requirePrivileged(t)
+	d := loadNodePortNAT(t, 0, 0, 0, testNATPort, testNATPort+1)
+	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort)
+	stale := binary.BigEndian.Uint16(forwardedOut(t, d, req)[34:])
+	fk := myelinNatKey{Saddr: networkUint32(mustAddr(extHost)), Daddr: networkUint32(testNodeIP), Sport: htons(40000),
+		Dport: htons(nodePort), Proto: protoTCP, Dir: uint8(myelinNatDirNAT_DIR_EGRESS)}
+	if err := d.objs.MyelinNodeportSyn.Delete(fk); err != nil {
+		t.Fatal(err)
+	}
+	port := binary.BigEndian.Uint16(forwardedOut(t, d, req)[34:])
+	rk := myelinNatKey{Saddr: networkUint32(mustAddr(remoteIP)), Daddr: networkUint32(testNodeIP), Sport: htons(8080),
+		Dport: htons(stale), Proto: protoTCP, Dir: uint8(myelinNatDirNAT_DIR_INGRESS)}
+	var rv myelinNpEntry
+	if err := d.objs.MyelinNodeportSyn.Lookup(rk, &rv); err != nil {
+		t.Fatal(err)
+	}
+	rv.LastSeen = uint64(MonotonicNow() - 10*time.Second)
+	if err := d.objs.MyelinNodeportSyn.Update(rk, rv, ebpf.UpdateExist); err != nil {
+		t.Fatal(err)
+	}
+	third := req.withSrc(extHost, 40001)
+	if got := binary.BigEndian.Uint16(forwardedOut(t, d, third)[34:]); got != stale {
+		t.Fatalf("a third flow got NAT port %d, want the idle flow's %d", got, stale)
+	}
+	var fv myelinNpEntry
+	if err := d.objs.MyelinNodeportSyn.Lookup(fk, &fv); err != nil || ntohs(fv.Xport) != port {
+		t.Errorf("the new flow's forward entry after the reclaim: %+v (%v), want it on NAT port %d", fv, err, port)
 	}
 }
 

@@ -33,6 +33,7 @@ type pkt struct {
 	fragOff        uint16 // IPv4 fragment offset in 8-byte units; 0: DF, unfragmented
 	tcpFlags       uint8  // 0: SYN
 	seq, ack       uint32 // TCP sequence and acknowledgment numbers
+	tcpDoff        uint8  // TCP data offset in 4-byte words; 0: 5 (the payload follows the header)
 	udpNoCsum      bool   // UDP checksum 0 ("none")
 	l4Cut          int    // > 0: the L4 header and payload cut to this many bytes
 	icmpSet        bool   // icmpType, icmpCode, icmpRest set; otherwise echo request id 7 seq 1
@@ -110,6 +111,10 @@ func (p pkt) withTCPFlags(f uint8) pkt { p.tcpFlags = f; return p }
 
 func (p pkt) withSeq(seq, ack uint32) pkt { p.seq, p.ack = seq, ack; return p }
 
+// withTCPDataOffset sets the TCP header's data offset field to words (4-byte
+// words) and nothing else: the header stays 20 bytes.
+func (p pkt) withTCPDataOffset(words uint8) pkt { p.tcpDoff = words; return p }
+
 func (p pkt) withoutUDPChecksum() pkt { p.udpNoCsum = true; return p }
 
 // bare is p without payload: a SYN, a pure ACK, a FIN or RST as a stack sends them.
@@ -174,6 +179,9 @@ func (p pkt) l4() []byte {
 		binary.BigEndian.PutUint32(b[4:], p.seq)
 		binary.BigEndian.PutUint32(b[8:], p.ack)
 		b[12] = 5 << 4 // data offset
+		if p.tcpDoff != 0 {
+			b[12] = p.tcpDoff << 4
+		}
 		b[13] = 0x02   // SYN
 		if p.tcpFlags != 0 {
 			b[13] = p.tcpFlags
