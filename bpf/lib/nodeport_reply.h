@@ -35,10 +35,14 @@
  * or any UDP reply. First wins: a forger who sends the SYN itself, and so
  * knows its number, must still beat the backend's own answer (one
  * in-cluster round trip) with a spray over the NAT ports; one who can't see
- * the client's SYN guesses one in 65,536 per SYN-ACK. An RST acknowledging
- * the SYN the same way (the backend refused it: a closed port) takes the
- * number away, so that no SYN-ACK counts unraced after it; any other RST or
- * FIN changes nothing (a forger's would keep honest flows from promotion).
+ * the client's SYN guesses one in 65,536 per SYN-ACK. Two answers take the
+ * number away, so that no SYN-ACK counts unraced after them: an RST
+ * acknowledging the SYN the same way (the backend refused it: a closed
+ * port), and any ACK without SYN or RST (the backend still holds a
+ * connection on the tuple, half-open or in TIME_WAIT, from a flow whose NAT
+ * port this one got, and answered the SYN with an ACK of its old numbers; a
+ * forger who sends one instead must hit the port within the backend's
+ * round trip). Other RSTs and FINs change nothing.
  */
 static __always_inline void np_reply_seen(struct __sk_buff *skb, const struct ipv4_info *info,
 					  const struct nat_key *rev, struct np_entry *rv)
@@ -52,7 +56,10 @@ static __always_inline void np_reply_seen(struct __sk_buff *skb, const struct ip
 		if (l4_load_head(skb, info, &h, L4_TCP_HEAD_LOAD) < 0)
 			return;
 		f = h.flags & (TCP_FLAGS_SYN | TCP_FLAGS_ACK | TCP_FLAGS_FIN | TCP_FLAGS_RST);
-		if (f != (TCP_FLAGS_SYN | TCP_FLAGS_ACK) && f != (TCP_FLAGS_RST | TCP_FLAGS_ACK))
+		if (f == (TCP_FLAGS_FIN | TCP_FLAGS_ACK))
+			f = TCP_FLAGS_ACK;
+		if (f != (TCP_FLAGS_SYN | TCP_FLAGS_ACK) && f != (TCP_FLAGS_RST | TCP_FLAGS_ACK) &&
+		    f != TCP_FLAGS_ACK)
 			return;
 	}
 	np_pair_key(&fwd, rev, rv, NAT_DIR_EGRESS);
@@ -60,8 +67,14 @@ static __always_inline void np_reply_seen(struct __sk_buff *skb, const struct ip
 	if (!np_fwd_ours(e, rev))
 		return;
 	if (info->proto == IPPROTO_TCP) {
-		if ((e->flags & NAT_F_REPLIED) || !e->reply_seq ||
-		    bpf_ntohl(h.ack) - e->reply_seq > NP_SYN_DATA_MAX)
+		if ((e->flags & NAT_F_REPLIED) || !e->reply_seq)
+			return;
+		/* The old connection's segment: its ack is of that one's numbers. */
+		if (f == TCP_FLAGS_ACK) {
+			e->reply_seq = 0;
+			return;
+		}
+		if (bpf_ntohl(h.ack) - e->reply_seq > NP_SYN_DATA_MAX)
 			return;
 		if (f & TCP_FLAGS_RST) {
 			e->reply_seq = 0;

@@ -158,8 +158,9 @@ func TestPrivilegedNodePortSNATHandshake(t *testing.T) {
 // created (re-created mid-stream), nor one a SYN a backend may drop
 // unanswered created (with FIN or RST, a fragment, IP options, few hops
 // left, a bad TCP header length: a forger who sent it would answer
-// unraced), nor after the backend refused the SYN (an RST acknowledging it),
-// nor a SYN-ACK with FIN.
+// unraced), nor after the backend refused the SYN (an RST acknowledging it)
+// or answered it from an old connection on the tuple (an ACK of other
+// numbers), nor a SYN-ACK with FIN.
 func TestPrivilegedNodePortSNATSynAckRecorded(t *testing.T) {
 	requirePrivileged(t)
 	req := ipv4(protoTCP, extHost, nodeIP).withDst(nodeIP, nodePort)
@@ -183,10 +184,16 @@ func TestPrivilegedNodePortSNATSynAckRecorded(t *testing.T) {
 		{"a SYN with a TCP header length under 20", []pkt{req.withTCPDataOffset(4).withSeq(500, 0)}, reply.withSeq(7000, 501), false},
 		{"a SYN with a TCP header length past the segment", []pkt{req.withTCPDataOffset(15).withSeq(500, 0)}, reply.withSeq(7000, 501), false},
 		{"a SYN with a TCP header length within the segment", []pkt{req.withTCPDataOffset(6).withSeq(500, 0)}, reply.withSeq(7000, 501), true},
-		{"after the backend's RST acknowledging the SYN", []pkt{req.withSeq(500, 0), reply.withTCPFlags(0x14).withSeq(0, 501)}, reply.withSeq(7000, 501), false},
+		// The RST's own number is the SYN-ACK's: taken for a SYN-ACK, it would promote.
+		{"after the backend's RST acknowledging the SYN", []pkt{req.withSeq(500, 0), reply.withTCPFlags(0x14).withSeq(7000, 501)}, reply.withSeq(7000, 501), false},
 		{"after an RST acknowledging another number", []pkt{req.withSeq(500, 0), reply.withTCPFlags(0x14).withSeq(0, 900000)}, reply.withSeq(7000, 501), true},
 		{"after an RST without ACK", []pkt{req.withSeq(500, 0), reply.withTCPFlags(0x04).withSeq(0, 501)}, reply.withSeq(7000, 501), true},
-		{"after a FIN", []pkt{req.withSeq(500, 0), reply.withTCPFlags(0x11).withSeq(0, 501)}, reply.withSeq(7000, 501), true},
+		{"after a FIN without ACK", []pkt{req.withSeq(500, 0), reply.withTCPFlags(0x01).withSeq(0, 501)}, reply.withSeq(7000, 501), true},
+		// The backend's answer from a connection it still holds on the tuple
+		// (the NAT port was another flow's): an ACK of that one's numbers.
+		{"after a bare ACK", []pkt{req.withSeq(500, 0), reply.withTCPFlags(0x10).withSeq(7000, 123456)}, reply.withSeq(7000, 501), false},
+		{"after a FIN-ACK", []pkt{req.withSeq(500, 0), reply.withTCPFlags(0x11).withSeq(7000, 123456)}, reply.withSeq(7000, 501), false},
+		{"a bare SYN (no payload)", []pkt{req.bare().withSeq(500, 0)}, reply.withSeq(7000, 501), true},
 		{"after a SYN-ACK acknowledging another number", []pkt{req.withSeq(500, 0), reply.withSeq(9000, 900000)}, reply.withSeq(7000, 501), true},
 		{"a SYN-ACK with FIN", []pkt{req.withSeq(500, 0)}, reply.withTCPFlags(0x13).withSeq(7000, 501), false},
 		{"a Fast Open SYN's data acknowledged", []pkt{req.withSeq(500, 0)}, reply.withSeq(7000, 501+100), true},
