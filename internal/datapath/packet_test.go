@@ -182,7 +182,7 @@ func (p pkt) l4() []byte {
 		if p.tcpDoff != 0 {
 			b[12] = p.tcpDoff << 4
 		}
-		b[13] = 0x02   // SYN
+		b[13] = 0x02 // SYN
 		if p.tcpFlags != 0 {
 			b[13] = p.tcpFlags
 		}
