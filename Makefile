@@ -48,11 +48,12 @@ lint: ## gofmt, go vet, clang-format
 	$(GO) vet ./...
 	clang-format --dry-run -Werror bpf/*.c bpf/lib/*.h
 
-# E2E_VARIANTS are e2e tests that repeat a case of make test's in another
-# mode (legacy host routing, tunnel), whose own paths other e2e tests of that
-# mode cover: make test skips them (its e2e tier ran 21 s under its 55 min
-# limit on 2026-12-07), make test-variants runs them.
-E2E_VARIANTS = TestLabMyelinPodTableFloodsLegacy|TestLabMyelinPodTableFloodsTunnelLegacy|TestLabConnectivityTunnel
+# E2E_VARIANTS are e2e tests that repeat a case of make test's with legacy
+# host routing, whose own paths other e2e tests of that mode cover
+# (TestLabMyelinLegacy, TestLabMyelinTunnelLegacy): make test skips them (its
+# e2e tier ran 21 s under its 55 min limit on 2026-12-07), make
+# test-variants runs them.
+E2E_VARIANTS = TestLabMyelinPodTableFloodsLegacy|TestLabMyelinPodTableFloodsTunnelLegacy|TestLabMyelinNetworkPolicyLegacy
 
 .PHONY: test
 test: setup build images lint check-generated ## Run every test tier: unit, privileged, e2e (root needed for the last two; E2E_VARIANTS run in test-variants)
@@ -60,7 +61,7 @@ test: setup build images lint check-generated ## Run every test tier: unit, priv
 	scripts/test-e2e.sh $(GO) 55m -skip '^($(E2E_VARIANTS))$$' $(GOTESTFLAGS)
 
 .PHONY: test-variants
-test-variants: setup build images ## Run the e2e tests make test leaves out, E2E_VARIANTS: flood and connectivity cases again in legacy and tunnel modes (as root, ~10 min)
+test-variants: setup build images ## Run the e2e tests make test leaves out, E2E_VARIANTS: the pod table floods and NetworkPolicy cases again with legacy host routing (as root, ~10 min)
 	E2E_LOG=e2e-results/variants.log scripts/test-e2e.sh $(GO) 30m -run '^($(E2E_VARIANTS))$$' $(GOTESTFLAGS)
 
 CONFORMANCE_MODES ?= native-bpf native-legacy tunnel-bpf tunnel-legacy flannel
