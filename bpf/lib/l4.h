@@ -39,7 +39,7 @@ struct icmp_echo_hdr {
 	__be16 seq;
 };
 
-/* The TCP header's flags byte (CWR..FIN) and two of its bits. */
+/* The TCP header's flags byte (CWR..FIN) and four of its bits. */
 #define TCP_FLAGS_OFF 13
 #define TCP_FLAGS_FIN 0x01
 #define TCP_FLAGS_SYN 0x02
