@@ -69,15 +69,11 @@ static __always_inline void np_reply_seen(struct __sk_buff *skb, const struct ip
 	if (info->proto == IPPROTO_TCP) {
 		if ((e->flags & NAT_F_REPLIED) || !e->reply_seq)
 			return;
-		/* The old connection's segment: its ack is of that one's numbers. */
-		if (f == TCP_FLAGS_ACK) {
-			e->reply_seq = 0;
+		/* An old connection's ACK acknowledges that one's numbers. */
+		if (f != TCP_FLAGS_ACK && bpf_ntohl(h.ack) - e->reply_seq > NP_SYN_DATA_MAX)
 			return;
-		}
-		if (bpf_ntohl(h.ack) - e->reply_seq > NP_SYN_DATA_MAX)
-			return;
-		if (f & TCP_FLAGS_RST) {
-			e->reply_seq = 0;
+		if (f != (TCP_FLAGS_SYN | TCP_FLAGS_ACK)) {
+			e->reply_seq = 0; /* refused (RST), or answered by an old connection */
 			return;
 		}
 		e->reply_seq = bpf_ntohl(h.seq) + 1;
@@ -105,12 +101,13 @@ static __always_inline struct np_entry *np_reply_lookup(struct __sk_buff *skb,
 		 * the forward entry is looked up too, so the LRU sees the flow used
 		 * at both ends (a flow whose backend talks more than its client
 		 * keeps its forward entry). */
-		if (e && np_touch(e, NAT_F_REPLIED | flags)) {
-			np_pair_key(&fwd, rev, e, NAT_DIR_EGRESS);
-			bpf_map_lookup_elem(&myelin_nodeport_udp, &fwd);
-		}
-		if (e)
+		if (e) {
+			if (np_touch(e, NAT_F_REPLIED | flags)) {
+				np_pair_key(&fwd, rev, e, NAT_DIR_EGRESS);
+				bpf_map_lookup_elem(&myelin_nodeport_udp, &fwd);
+			}
 			return e;
+		}
 	}
 	e = bpf_map_lookup_elem(&myelin_nodeport_nat, rev);
 	if (e) {
